@@ -1,0 +1,12 @@
+"""bigbatch: large-batch GAN training on the hardware people have."""
+
+from bigbatch import models
+from bigbatch.config import Config
+from bigbatch.errors import BigbatchError
+from bigbatch.presets import list_presets, preset
+from bigbatch.runs import load_generator
+from bigbatch.sampling import sample
+from bigbatch.train import train
+
+__version__ = "0.1.0"
+__all__ = ["BigbatchError", "Config", "list_presets", "load_generator", "models", "preset", "sample", "train"]

@@ -1,0 +1,169 @@
+"""`bigbatch …`: thin front-ends over the Python API. Usage errors print one line and exit with status 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bigbatch.errors import BigbatchError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        raise BigbatchError(f"{message} (see '{self.prog} --help')")
+
+
+def _train(args: argparse.Namespace) -> None:
+    from bigbatch.config import Config, parse_override
+    from bigbatch.presets import preset
+    from bigbatch.train import plan_for, train
+
+    overrides = dict(parse_override(o) for o in args.overrides)
+    if args.resume:
+        if args.preset or args.config:
+            raise BigbatchError(
+                "--resume continues the run's own config; drop --preset/--config (key=value overrides may extend it)"
+            )
+        if not args.run_dir:
+            raise BigbatchError("--resume needs --run-dir naming the run to continue")
+        cfg = (
+            Config.load(Path(args.run_dir) / "config.toml")
+            if (Path(args.run_dir) / "config.toml").exists()
+            else preset("digits")
+        )
+    elif args.preset and args.config:
+        raise BigbatchError("give either --preset or --config, not both")
+    else:
+        cfg = Config.load(args.config) if args.config else preset(args.preset or "digits")
+    cfg = cfg.override(overrides)
+    if args.dry_run:
+        print(cfg.dumps())
+        print(f"# plan: {plan_for(cfg).describe()}")
+        return
+    train(cfg, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet)
+
+
+def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
+    if text is None:
+        return None
+    out = []
+    for item in (s.strip() for s in text.split(",") if s.strip()):
+        if item.isdigit():
+            out.append(int(item))
+        elif item in names:
+            out.append(names.index(item))
+        else:
+            raise BigbatchError(f"--classes: '{item}' is neither a class number nor a class name ({', '.join(names)})")
+    bad = [c for c in out if not c < len(names)]
+    if bad or not out:
+        raise BigbatchError(f"--classes must list classes in 0..{len(names) - 1}, got '{text}'")
+    return out
+
+
+def _sample(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from bigbatch.engine.state import atomic_write, find_checkpoint
+    from bigbatch.runs import load_generator
+    from bigbatch.sampling import grid, interpolation_sheet, sample, save_png
+
+    if args.n < 1:
+        raise BigbatchError(f"--n must be at least 1, got {args.n}")
+    if not args.truncation > 0:
+        raise BigbatchError(f"--truncation must be a positive threshold, got {args.truncation}")
+    ckpt = find_checkpoint(args.path)
+    G = load_generator(ckpt)
+    if args.classes is not None and not G.n_classes:
+        raise BigbatchError("--classes: this generator is unconditional")
+    classes = _parse_classes(args.classes, G.class_names)
+    default_dir = ckpt.parent.parent / "samples" if ckpt.parent.name == "checkpoints" else ckpt
+    if args.interp:
+        out = Path(args.out or default_dir / f"interp-{ckpt.name}-seed{args.seed}.png")
+        save_png(interpolation_sheet(G, args.seed), out)
+    elif args.npz:
+        images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
+        out = Path(args.out or default_dir / f"samples-{ckpt.name}-seed{args.seed}-n{args.n}.npz")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        import io
+
+        buf = io.BytesIO()
+        np.savez(buf, arr_0=images.numpy())  # arr_0: uint8 NHWC, the layout external scorers read
+        atomic_write(out, buf.getvalue())
+    else:
+        images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
+        out = Path(args.out or default_dir / f"sample-{ckpt.name}-seed{args.seed}.png")
+        save_png(grid(images, ncol=args.ncol), out)
+    print(out)
+
+
+def _info(args: argparse.Namespace) -> None:
+    from bigbatch.runs import describe
+
+    print(describe(args.path))
+
+
+def _presets(args: argparse.Namespace) -> None:
+    from bigbatch.presets import list_presets
+
+    items = list_presets()
+    width = max(map(len, items))
+    for name, doc in items.items():
+        print(f"{name:<{width}}  {doc}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="bigbatch", description="Train large-batch GANs on the hardware you have.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a recipe (default: the digits preset)")
+    t.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.batch=256")
+    t.add_argument("--preset", help="named recipe (see 'bigbatch presets')")
+    t.add_argument("--config", help="TOML config file, e.g. a run's config.toml")
+    t.add_argument("--run-dir", help="run directory (default: runs/<name>-NNNNN)")
+    t.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    t.add_argument("--dry-run", action="store_true", help="print the resolved config and batch plan, then exit")
+    t.add_argument("--quiet", action="store_true", help="no progress output")
+    t.set_defaults(func=_train)
+
+    s = sub.add_parser("sample", help="write samples of a run's EMA generator")
+    s.add_argument("path", metavar="RUN_OR_CKPT")
+    s.add_argument("--n", type=int, default=64, help="number of images (default 64)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--classes", help="comma-separated class numbers or names to cycle through")
+    s.add_argument(
+        "--truncation",
+        type=float,
+        default=float("inf"),
+        help="resample z entries beyond this magnitude (BigGAN truncation; default: off)",
+    )
+    s.add_argument("--ncol", type=int, default=8, help="images per row of the grid")
+    s.add_argument("--interp", action="store_true", help="write an interpolation sheet (z, then class)")
+    s.add_argument("--npz", action="store_true", help="write the images as arr_0 (uint8 NHWC) of an .npz")
+    s.add_argument("--out", help="output file")
+    s.set_defaults(func=_sample)
+
+    i = sub.add_parser("info", help="say what a run or checkpoint holds")
+    i.add_argument("path", metavar="PATH")
+    i.set_defaults(func=_info)
+
+    ps = sub.add_parser("presets", help="list the named recipes")
+    ps.set_defaults(func=_presets)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        args.func(args)
+    except BigbatchError as e:
+        print(f"bigbatch: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bigbatch: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

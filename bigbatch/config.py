@@ -1,0 +1,328 @@
+"""The typed config tree: one dataclass per section, strict loading from dicts/TOML, dotted overrides.
+
+Every field carries a docstring. Types are checked when a section is built (from Python, TOML or
+the command line), values in `_validate`; any mistake is a `BigbatchError` that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+
+from bigbatch.errors import BigbatchError
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return "[" + ", ".join(_describe(a) for a in typing.get_args(tp)) + "]"
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a table"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """Return `value` as type `tp`, or raise _Mismatch. Strict: no str->int, no bool->int."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:
+            return value
+        raise _Mismatch
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _coerce(value, option)
+            except _Mismatch:
+                pass
+        raise _Mismatch
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise _Mismatch
+        return tuple(_coerce(v, a) for v, a in zip(value, args))
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        return [_coerce(v, typing.get_args(tp)[0]) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise _Mismatch
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    raise TypeError(f"unsupported config type {tp}")
+
+
+class Section:
+    """Base of every config section: checks field types on construction, then `_validate`."""
+
+    _name: typing.ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(hints[f.name]):
+                if isinstance(value, dict):
+                    value = hints[f.name].from_dict(value)
+                if not isinstance(value, hints[f.name]):
+                    raise BigbatchError(f"config key '{self._key(f.name)}' must be a table")
+                setattr(self, f.name, value)
+                continue
+            try:
+                setattr(self, f.name, _coerce(value, hints[f.name]))
+            except _Mismatch:
+                raise BigbatchError(
+                    f"config key '{self._key(f.name)}' must be {_describe(hints[f.name])}, got {value!r}"
+                ) from None
+        self._validate()
+
+    def _validate(self) -> None:
+        pass
+
+    def _key(self, name: str) -> str:
+        return f"{self._name}.{name}" if self._name else name
+
+    def _fail(self, name: str, problem: str) -> typing.NoReturn:
+        raise BigbatchError(f"config key '{self._key(name)}' {problem}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Any:
+        known = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in known:
+                full = f"{cls._name}.{key}" if cls._name else key
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                where = f"[{cls._name}]" if cls._name else "the top level"
+                raise BigbatchError(f"unknown config key '{full}'{hint}; valid keys in {where}: {', '.join(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.to_dict() if isinstance(value, Section) else value
+        return out
+
+
+def _positive(section: Section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
+            section._fail(name, f"must be a positive number, got {value!r}")
+
+
+@dataclass
+class DataConfig(Section):
+    _name = "data"
+
+    path: str = "builtin:digits"
+    """DATA.h5 written by `bigbatch prepare`, or builtin:NAME (builtin:digits, builtin:fashion-mnist)."""
+    resolution: int = 32
+    """Side of the square training images in pixels; the models are built for it."""
+    xflip: bool = False
+    """Augment by mirroring each image left-right with probability 1/2 (off for digits: 2 and 5 are not symmetric)."""
+
+    def _validate(self) -> None:
+        if self.resolution < 4 or self.resolution & (self.resolution - 1):
+            self._fail("resolution", f"must be a power of two of at least 4, got {self.resolution}")
+
+
+@dataclass
+class ModelConfig(Section):
+    _name = "model"
+
+    name: str = "dcgan"
+    """A registered model family (`bigbatch.models.list_models()`)."""
+    ch: int = 64
+    """Base channel width; each family multiplies it per resolution as in its paper."""
+    dim_z: int = 128
+    """Length of the latent vector z."""
+    conditional: bool = True
+    """Condition G and D on the data set's class labels (False: unconditional, labels ignored)."""
+    sn_update: Literal["step", "micro"] = "step"
+    """Spectral-norm power iteration once per optimizer step ("step", as with the real big batch) or
+    once per micro-batch ("micro", BigGAN-PyTorch's behaviour under accumulation)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Family-specific keyword arguments of the family's builder (e.g. g_sn, d_sn, bn_eps, init)."""
+
+    def _validate(self) -> None:
+        from bigbatch.models import registry
+
+        if self.name not in registry.list_models():
+            self._fail("name", f"names no registered model '{self.name}'; valid: {', '.join(registry.list_models())}")
+        _positive(self, "ch", "dim_z")
+        try:
+            registry.check_options(self.name, self.options)
+        except BigbatchError as e:
+            raise BigbatchError(f"config key 'model.options': {e}") from None
+
+
+@dataclass
+class TrainConfig(Section):
+    _name = "train"
+
+    kimg: float = 60.0
+    """Run length in thousands of real images shown to D."""
+    batch: int = 64
+    """Images per optimizer step (the effective batch), = micro_batch x accumulation x world_size."""
+    micro_batch: int | Literal["auto"] = 64
+    """Images per forward/backward on one process; accumulation = batch / (micro_batch x world_size)."""
+    d_steps: int = 1
+    """D steps per G step; each D step consumes `batch` real images."""
+    g_lr: float = 2e-4
+    """Adam learning rate of G."""
+    d_lr: float = 2e-4
+    """Adam learning rate of D."""
+    betas: tuple[float, float] = (0.0, 0.999)
+    """Adam (beta1, beta2) of both G and D."""
+    adam_eps: float = 1e-8
+    """Adam epsilon of both G and D."""
+    loss: Literal["hinge", "ns"] = "hinge"
+    """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN) or "ns" (non-saturating, DCGAN)."""
+    ema_halflife_kimg: float = 10.0
+    """Half-life of the EMA of G's weights, in thousands of images (independent of the batch size)."""
+    ema_start_kimg: float = 0.0
+    """Until this many kimg, G_ema is a plain copy of G (BigGAN starts its EMA at 20k iterations)."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Compute precision of forward and backward; weights, optimizer state and losses stay fp32."""
+    seed: int = 0
+    """Decides everything random: initialisation, data order, z, labels and augmentation."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where to train: "auto" takes CUDA when it is available."""
+    log_every_kimg: float = 1.0
+    """How often a line goes to metrics.jsonl and TensorBoard."""
+
+    def _validate(self) -> None:
+        _positive(self, "kimg", "batch", "d_steps", "g_lr", "d_lr", "adam_eps", "log_every_kimg")
+        if self.micro_batch == "auto":
+            self._fail("micro_batch", "'auto' (memory-budget planning) is not available yet; give an integer")
+        _positive(self, "micro_batch")
+        if self.batch % self.micro_batch:
+            self._fail("micro_batch", f"must divide train.batch={self.batch}, got {self.micro_batch}")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
+        if self.ema_halflife_kimg < 0 or self.ema_start_kimg < 0:
+            self._fail("ema_halflife_kimg", "and train.ema_start_kimg must not be negative")
+        if self.precision != "fp32":
+            self._fail("precision", f"'{self.precision}' is not available yet; use 'fp32'")
+
+
+@dataclass
+class CheckpointConfig(Section):
+    _name = "checkpoint"
+
+    every_kimg: float = 10.0
+    """Write a checkpoint every this many kimg (and always at the end and on SIGINT/SIGTERM)."""
+    keep: int = 3
+    """How many of the newest checkpoints to keep; older ones are deleted."""
+
+    def _validate(self) -> None:
+        _positive(self, "every_kimg", "keep")
+
+
+@dataclass
+class SampleConfig(Section):
+    _name = "sample"
+
+    every_kimg: float = 5.0
+    """Write a fixed-seed sample grid from G_ema every this many kimg."""
+    n: int = 64
+    """Images in each grid (rows of 8; class-conditional grids show one class per row)."""
+    seed: int = 0
+    """Seed of the grid's z and labels, the same for the whole run."""
+    truncation: float = math.inf
+    """Resample entries of z whose magnitude exceeds this threshold (the BigGAN truncation trick); inf = off."""
+
+    def _validate(self) -> None:
+        _positive(self, "every_kimg", "n")
+        if not self.truncation > 0:
+            self._fail("truncation", f"must be a positive threshold (inf = off), got {self.truncation}")
+
+
+@dataclass
+class Config(Section):
+    name: str = "digits"
+    """Name of the recipe; new run directories are named after it."""
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+
+    def override(self, updates: dict[str, Any]) -> Config:
+        """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other."""
+        tree = self.to_dict()
+        for dotted, value in updates.items():
+            *parents, leaf = dotted.split(".")
+            node = tree
+            for i, part in enumerate(parents):
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    path = ".".join(parents[: i + 1])
+                    raise BigbatchError(f"unknown config key '{dotted}': '{path}' is not a section")
+                node = child
+            node[leaf] = value
+        return Config.from_dict(tree)
+
+    @staticmethod
+    def load(path: str | Path) -> Config:
+        """Read a TOML config file (for example a run's config.toml)."""
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                tree = tomllib.load(f)
+        except FileNotFoundError:
+            raise BigbatchError(f"config file {path} does not exist") from None
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise BigbatchError(f"config file {path} is not valid TOML: {e}") from None
+        return Config.from_dict(tree)
+
+    def dumps(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one command-line override `key=value`; the value is read as TOML, else as a plain string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise BigbatchError(f"cannot read override '{text}': write it as key=value, e.g. train.batch=256")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value

@@ -1,0 +1,131 @@
+"""Built-in data sets (`builtin:NAME`), held in RAM as uint8 NHWC images with int64 labels."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bigbatch.errors import BigbatchError
+
+FASHION_CLASSES = [
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+]
+# Where Debian's dataset-fashion-mnist puts the IDX files; BIGBATCH_FASHION_MNIST overrides it.
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+@dataclass
+class ImageData:
+    """Images (N, H, W, C) uint8 and labels (N,) int64 in RAM, with the class names."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    class_names: list[str]
+    source: str
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def resolution(self) -> int:
+        return self.images.shape[1]
+
+    @property
+    def channels(self) -> int:
+        return self.images.shape[3]
+
+    def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[index], self.labels[index]
+
+
+def _resize_gray(images: np.ndarray, peak: float, resolution: int) -> torch.Tensor:
+    """(N, h, w) grayscale with values in [0, peak] -> (N, R, R, 3) uint8, bicubic with antialiasing."""
+    x = torch.from_numpy(images.astype(np.float32) / peak)[:, None]
+    if x.shape[-1] != resolution:
+        x = F.interpolate(x, size=(resolution, resolution), mode="bicubic", align_corners=False, antialias=True)
+    x = (x.clamp(0, 1) * 255).round().to(torch.uint8)
+    return x.permute(0, 2, 3, 1).expand(-1, -1, -1, 3).contiguous()
+
+
+def digits(resolution: int) -> ImageData:
+    """scikit-learn's 1,797 handwritten digits (8x8, 17 grey levels), upscaled to `resolution`."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    images = _resize_gray(d.images, 16.0, resolution)
+    return ImageData(images, torch.from_numpy(d.target).long(), [str(i) for i in range(10)], "builtin:digits")
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (the MNIST format), gzipped or not."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+        zero, dtype, ndim = raw[0:2], raw[2], raw[3]
+        if zero != b"\0\0" or dtype != 0x08:
+            raise ValueError("not an unsigned-byte IDX file")
+        shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+        return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+    except (OSError, ValueError, EOFError) as e:
+        raise BigbatchError(f"cannot read IDX file {path}: {e}") from None
+
+
+def fashion_mnist(resolution: int, folder: str | None = None) -> ImageData:
+    """Fashion-MNIST's 60,000 training images (28x28 grey), resized to `resolution`."""
+    root = Path(folder or os.environ.get("BIGBATCH_FASHION_MNIST", FASHION_DIR))
+    files = {}
+    for part in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        found = [p for p in (root / part, root / f"{part}.gz") if p.exists()]
+        if not found:
+            raise BigbatchError(
+                f"Fashion-MNIST file {part}[.gz] is not in {root}: install Debian's dataset-fashion-mnist "
+                "or set BIGBATCH_FASHION_MNIST to a folder holding the IDX files"
+            )
+        files[part] = found[0]
+    images = read_idx(files["train-images-idx3-ubyte"])
+    labels = read_idx(files["train-labels-idx1-ubyte"])
+    if images.ndim != 3 or labels.shape != images.shape[:1]:
+        raise BigbatchError(f"Fashion-MNIST files in {root} do not match: {images.shape} images, {labels.shape} labels")
+    return ImageData(
+        _resize_gray(images, 255.0, resolution),
+        torch.from_numpy(labels.astype(np.int64)),
+        FASHION_CLASSES,
+        "builtin:fashion-mnist",
+    )
+
+
+BUILTIN = {"digits": digits, "fashion-mnist": fashion_mnist}
+
+
+def load_data(path: str, resolution: int) -> ImageData:
+    """Open a data set named by `data.path`."""
+    if path.startswith("builtin:"):
+        name = path.removeprefix("builtin:")
+        if name not in BUILTIN:
+            raise BigbatchError(
+                f"unknown built-in data set '{name}'; valid: {', '.join('builtin:' + n for n in BUILTIN)}"
+            )
+        return BUILTIN[name](resolution)
+    raise BigbatchError(
+        f"cannot open data set '{path}': only builtin:NAME sources are supported so far ({', '.join(BUILTIN)})"
+    )

@@ -1,0 +1,48 @@
+"""Random streams and data order defined by global indices, never by rank or process.
+
+Every random draw in training comes from `generator(seed, stream, *indices)`, so the same micro-batch
+gets the same images, labels, z and flips whether it runs on rank 0 of 1 or rank 3 of 8, and a
+resumed run draws exactly what the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+# Stream tags: one per kind of draw, so that streams never overlap.
+ORDER, Z_D, Z_G, FLIP, SAMPLE = 1, 2, 3, 4, 5
+
+
+def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
+    """A torch.Generator whose stream depends only on `seed` and the non-negative integer `keys`."""
+    state = np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, *keys]).generate_state(1, np.uint64)[0]
+    return torch.Generator(device=device).manual_seed(int(state))
+
+
+class GlobalOrder:
+    """Endless data order: position p (counted in images shown) maps to image perm_e[p mod N],
+    where e = p // N and perm_e is a seeded permutation, so resuming needs only the images seen."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed = n, seed
+        self._perms: OrderedDict[int, torch.Tensor] = OrderedDict()
+
+    def _perm(self, epoch: int) -> torch.Tensor:
+        if epoch not in self._perms:
+            self._perms[epoch] = torch.randperm(self.n, generator=generator(self.seed, ORDER, epoch))
+            if len(self._perms) > 2:
+                self._perms.popitem(last=False)
+        return self._perms[epoch]
+
+    def indices(self, start: int, count: int) -> torch.Tensor:
+        """Data indices of the images at global positions start, ..., start + count - 1."""
+        pos = torch.arange(start, start + count)
+        epochs = pos // self.n
+        out = torch.empty(count, dtype=torch.long)
+        for e in epochs.unique().tolist():
+            mask = epochs == e
+            out[mask] = self._perm(e)[pos[mask] % self.n]
+        return out

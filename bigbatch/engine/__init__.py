@@ -1,0 +1,1 @@
+"""The engine: devices, processes, accumulation, EMA and checkpoints, applied from outside the models."""

@@ -1,0 +1,30 @@
+"""Exponential moving average of G's weights, with the half-life counted in images (Karras et al.)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+
+def make_ema(G: nn.Module) -> nn.Module:
+    """A frozen copy of G in eval mode."""
+    return copy.deepcopy(G).eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def update_ema(G_ema: nn.Module, G: nn.Module, nimg: int, images: int, halflife_kimg: float, start_kimg: float) -> None:
+    """Blend G into G_ema after `images` more images; before `start_kimg` G_ema is a plain copy.
+
+    beta = 0.5 ** (images / half-life), so the average forgets at the same rate per image whatever
+    the batch size. Buffers (BN running statistics, spectral-norm vectors) are copied from G.
+    """
+    if nimg < start_kimg * 1000 or halflife_kimg == 0:
+        beta = 0.0
+    else:
+        beta = 0.5 ** (images / (halflife_kimg * 1000))
+    for p_ema, p in zip(G_ema.parameters(), G.parameters()):
+        p_ema.copy_(p.detach().lerp(p_ema, beta))
+    for b_ema, b in zip(G_ema.buffers(), G.buffers()):
+        b_ema.copy_(b)

@@ -1,0 +1,92 @@
+"""DCGAN (Radford et al. 2016) as in PyTorch's DCGAN tutorial, any power-of-two resolution >= 16.
+
+G: z -> 4x4 by a transposed conv, then stride-2 transposed convs halving the channels each time,
+BN + ReLU between, tanh at the end. D mirrors it with stride-2 convs and LeakyReLU(0.2). With classes,
+G's BatchNorms are class-conditional and D gains a projection head (Miyato & Koyama 2018); with
+`d_sn` (the default here) D is spectrally normalised instead of batch-normalised (SN-DCGAN).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from bigbatch.errors import BigbatchError
+from bigbatch.models import layers
+from bigbatch.models.registry import register
+
+
+def _levels(resolution: int) -> int:
+    if resolution < 16 or resolution & (resolution - 1):
+        raise BigbatchError(f"dcgan supports power-of-two resolutions >= 16, got {resolution}")
+    return int(math.log2(resolution)) - 2  # stride-2 layers between 4x4 and the output
+
+
+class DCGANGenerator(nn.Module):
+    def __init__(self, resolution, n_classes, ch, dim_z, img_channels, g_sn, sn_eps, bn_eps):
+        super().__init__()
+        self.resolution, self.n_classes, self.dim_z, self.img_channels = resolution, n_classes, dim_z, img_channels
+        n = _levels(resolution)
+        widths = [ch * 2 ** (n - 1 - i) for i in range(n)]  # e.g. 32px, ch 64: 256@4, 128@8, 64@16
+        sn = dict(sn=g_sn, sn_eps=sn_eps)
+        self.input = layers.conv_transpose2d(dim_z, widths[0], 4, 1, 0, bias=False, **sn)
+        self.ups = nn.ModuleList(
+            layers.conv_transpose2d(a, b, 4, 2, 1, bias=False, **sn) for a, b in zip(widths, widths[1:])
+        )
+        self.bns = nn.ModuleList(layers.batch_norm(w, n_classes, bn_eps) for w in widths)
+        self.output = layers.conv_transpose2d(widths[-1], img_channels, 4, 2, 1, bias=False, **sn)
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.input(z[:, :, None, None])
+        for i, bn in enumerate(self.bns):
+            h = torch.relu(layers.apply_bn(bn, h, y))
+            h = self.ups[i](h) if i < len(self.ups) else h
+        return torch.tanh(self.output(h))
+
+
+class DCGANDiscriminator(nn.Module):
+    def __init__(self, resolution, n_classes, ch, img_channels, d_sn, sn_eps, bn_eps):
+        super().__init__()
+        self.resolution, self.n_classes = resolution, n_classes
+        n = _levels(resolution)
+        widths = [img_channels] + [ch * 2**i for i in range(n)]  # e.g. 32px, ch 64: 64@16, 128@8, 256@4
+        sn = dict(sn=d_sn, sn_eps=sn_eps)
+        self.convs = nn.ModuleList(layers.conv2d(a, b, 4, 2, 1, bias=d_sn, **sn) for a, b in zip(widths, widths[1:]))
+        # The tutorial batch-normalises every conv but the first; spectral norm replaces that.
+        self.bns = nn.ModuleList(
+            nn.Identity() if d_sn or i == 0 else nn.BatchNorm2d(w, eps=bn_eps) for i, w in enumerate(widths[1:])
+        )
+        self.output = layers.conv2d(widths[-1], 1, 4, 1, 0, bias=d_sn, **sn)
+        self.embed = layers.embedding(n_classes, widths[-1], **sn) if n_classes else None
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        h = x
+        for conv, bn in zip(self.convs, self.bns):
+            h = nn.functional.leaky_relu(bn(conv(h)), 0.2)
+        out = self.output(h).flatten()
+        if self.embed is not None:
+            out = out + (self.embed(y) * h.sum(dim=(2, 3))).sum(dim=1)
+        return out
+
+
+@register
+def dcgan(
+    resolution: int,
+    n_classes: int = 0,
+    ch: int = 64,
+    dim_z: int = 100,
+    img_channels: int = 3,
+    g_sn: bool = False,
+    d_sn: bool = True,
+    sn_eps: float = 1e-6,
+    bn_eps: float = 1e-5,
+    init: str = "N02",
+) -> tuple[nn.Module, nn.Module]:
+    """DCGAN; ch and dim_z default to the tutorial's ngf = ndf = 64, nz = 100; d_sn=False gives its BN D."""
+    G = DCGANGenerator(resolution, n_classes, ch, dim_z, img_channels, g_sn, sn_eps, bn_eps)
+    D = DCGANDiscriminator(resolution, n_classes, ch, img_channels, d_sn, sn_eps, bn_eps)
+    for net in (G, D):
+        layers.init_weights(net, init)
+    return G, D

@@ -1,0 +1,137 @@
+"""Seeds to images: latent draws, truncation, grids, class sheets and interpolations.
+
+Image i of `sample(G, n, seed)` depends only on (seed, i): its z and label come from a generator
+seeded by both, and G runs in eval mode, so the same seed gives the same images however n is
+split into batches, and the first k of n images are the images of sample(G, k, seed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from bigbatch.data.sampler import SAMPLE, generator
+from bigbatch.engine.state import atomic_write
+
+
+def draw_latents(
+    n: int, dim_z: int, seed: int, n_classes: int, start: int = 0, truncation: float = math.inf
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """z (n, dim_z) and labels (n,) (None when unconditional) of images start, ..., start + n - 1.
+
+    Truncation resamples every entry of z whose magnitude exceeds the threshold (Brock et al. 2019).
+    """
+    z = torch.empty(n, dim_z)
+    y = torch.empty(n, dtype=torch.long) if n_classes else None
+    for row in range(n):
+        g = generator(seed, SAMPLE, start + row)
+        zi = torch.randn(dim_z, generator=g)
+        while (out := zi.abs() > truncation).any():
+            zi[out] = torch.randn(int(out.sum()), generator=g)
+        z[row] = zi
+        if y is not None:
+            y[row] = torch.randint(n_classes, (1,), generator=g)
+    return z, y
+
+
+def to_uint8(x: torch.Tensor) -> torch.Tensor:
+    """G's output in [-1, 1], NCHW -> uint8 NHWC."""
+    return ((x.float() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()
+
+
+@torch.no_grad()
+def generate(G: nn.Module, z: torch.Tensor, y: torch.Tensor | None, batch_size: int = 64) -> torch.Tensor:
+    """Run G on given latents and labels (or class weights) in batches -> uint8 NHWC."""
+    device = next(G.parameters()).device
+    out = []
+    for i in range(0, z.shape[0], batch_size):
+        yi = None if y is None else y[i : i + batch_size].to(device)
+        out.append(to_uint8(G(z[i : i + batch_size].to(device), yi)))
+    return torch.cat(out) if out else torch.empty(0, G.resolution, G.resolution, G.img_channels, dtype=torch.uint8)
+
+
+def sample(
+    G: nn.Module,
+    n: int = 64,
+    seed: int = 0,
+    classes: Sequence[int] | None = None,
+    truncation: float | None = None,
+    batch_size: int = 64,
+) -> torch.Tensor:
+    """n images from G as a uint8 NHWC tensor. `classes`: labels to cycle through (image i gets
+    classes[i % len(classes)]); by default each image's label is drawn from its seed."""
+    n_classes = getattr(G, "n_classes", 0)
+    if classes is not None and not n_classes:
+        raise ValueError("this generator is unconditional: it takes no classes")
+    if classes is not None and not all(0 <= int(c) < n_classes for c in classes):
+        raise ValueError(f"classes must be in 0..{n_classes - 1}, got {list(classes)}")
+    z, y = draw_latents(n, G.dim_z, seed, n_classes, truncation=math.inf if truncation is None else truncation)
+    if classes is not None:
+        y = torch.tensor([int(classes[i % len(classes)]) for i in range(n)], dtype=torch.long)
+    return _eval(G, z, y, batch_size)
+
+
+def grid(images: torch.Tensor, ncol: int = 8, pad: int = 2) -> Image.Image:
+    """Tile uint8 NHWC images into one picture, `ncol` to a row."""
+    n, h, w, c = images.shape
+    nrow = max(1, math.ceil(n / ncol))
+    canvas = np.full((nrow * (h + pad) + pad, ncol * (w + pad) + pad, c), 255, np.uint8)
+    for i, img in enumerate(images.numpy()):
+        r, col = divmod(i, ncol)
+        canvas[pad + r * (h + pad) : pad + r * (h + pad) + h, pad + col * (w + pad) : pad + col * (w + pad) + w] = img
+    return Image.fromarray(canvas[..., 0] if c == 1 else canvas)
+
+
+def save_png(image: Image.Image, path: str | Path) -> Path:
+    """Write a PNG atomically."""
+    import io
+
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, buf.getvalue())
+    return path
+
+
+def class_sheet(G: nn.Module, seed: int, per_class: int = 8, truncation: float | None = None) -> Image.Image:
+    """One row per class (up to 32 classes), `per_class` samples each, same z in every row."""
+    rows = min(G.n_classes, 32)
+    z, _ = draw_latents(per_class, G.dim_z, seed, 0, truncation=math.inf if truncation is None else truncation)
+    z = z.repeat(rows, 1)
+    y = torch.arange(rows).repeat_interleave(per_class)
+    return grid(_eval(G, z, y), ncol=per_class)
+
+
+def interpolation_sheet(G: nn.Module, seed: int, rows: int = 4, steps: int = 8) -> Image.Image:
+    """Rows interpolating z between two draws with the class fixed; for a conditional G, further rows
+    interpolate the class (a mix of class embeddings) with z fixed."""
+    n_classes = getattr(G, "n_classes", 0)
+    ends, ends_y = draw_latents(2 * rows, G.dim_z, seed, n_classes)
+    t = torch.linspace(0, 1, steps)[None, :, None]
+    z = torch.lerp(ends[0::2, None], ends[1::2, None], t).reshape(-1, G.dim_z)
+    if not n_classes:
+        return grid(_eval(G, z, None), ncol=steps)
+    # z interpolation, class of the first end fixed; then class interpolation, z of the first end fixed.
+    y_fixed = torch.nn.functional.one_hot(ends_y[0::2], n_classes).float().repeat_interleave(steps, 0)
+    y_a = torch.nn.functional.one_hot(ends_y[0::2], n_classes).float()[:, None]
+    y_b = torch.nn.functional.one_hot((ends_y[0::2] + 1 + ends_y[1::2] % max(n_classes - 1, 1)) % n_classes, n_classes)
+    y_mix = torch.lerp(y_a, y_b.float()[:, None], t).reshape(-1, n_classes)
+    z_fixed = ends[0::2].repeat_interleave(steps, 0)
+    images = _eval(G, torch.cat([z, z_fixed]), torch.cat([y_fixed, y_mix]))
+    return grid(images, ncol=steps)
+
+
+def _eval(G: nn.Module, z: torch.Tensor, y: torch.Tensor | None, batch_size: int = 64) -> torch.Tensor:
+    was_training = G.training
+    G.eval()
+    try:
+        return generate(G, z, y, batch_size)
+    finally:
+        G.train(was_training)

@@ -1,0 +1,1 @@
+"""Tasks: each owns its step's loss math (GAN now; classifier and autoencoder later)."""

@@ -1,0 +1,303 @@
+"""The training loop: one function, read top to bottom. Progress is counted in images shown to D."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from bigbatch import models
+from bigbatch.config import Config
+from bigbatch.data import load_data
+from bigbatch.engine import dist, state
+from bigbatch.engine.ema import make_ema, update_ema
+from bigbatch.engine.plan import Plan, make_plan
+from bigbatch.errors import BigbatchError
+from bigbatch.sampling import class_sheet, draw_latents, generate, grid, interpolation_sheet, save_png
+from bigbatch.tasks.gan import GANTask
+
+
+def plan_for(cfg: Config) -> Plan:
+    """The batch plan this process would use for `cfg`."""
+    ctx = dist.context(cfg.train.device)
+    return make_plan(cfg.train.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
+
+
+def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """G and D as the config describes them, initialised from train.seed."""
+    torch.manual_seed(cfg.train.seed)
+    return models.create(
+        cfg.model.name,
+        cfg.data.resolution,
+        n_classes if cfg.model.conditional else 0,
+        ch=cfg.model.ch,
+        dim_z=cfg.model.dim_z,
+        img_channels=img_channels,
+        **cfg.model.options,
+    )
+
+
+def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, quiet: bool = False) -> Path:
+    """Train the GAN that `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run dir."""
+    # Where we run and how each step's batch is split.
+    ctx = dist.context(cfg.train.device)
+    if ctx.world_size > 1:
+        raise BigbatchError("multi-process training is not available yet; run one process (unset WORLD_SIZE)")
+    plan = make_plan(cfg.train.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
+    run = open_run_dir(run_dir, cfg.name, resume)
+    if resume:
+        ckpt = state.find_checkpoint(run)
+        cfg = resume_config(run, cfg)
+    run.mkdir(parents=True, exist_ok=True)
+    state.atomic_write(run / "config.toml", cfg.dumps())
+    state.atomic_write(run / "plan.json", json.dumps(plan.to_dict(), indent=1) + "\n")
+
+    # Data and networks: everything random below is decided by train.seed.
+    data = load_data(cfg.data.path, cfg.data.resolution)
+    if data.resolution != cfg.data.resolution:
+        raise BigbatchError(
+            f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
+        )
+    G, D = build_models(cfg, data.n_classes, data.channels)
+    G, D = G.to(ctx.device).train(), D.to(ctx.device).train()
+    G_ema = make_ema(G)
+    t = cfg.train
+    opt_G = torch.optim.Adam(G.parameters(), lr=t.g_lr, betas=t.betas, eps=t.adam_eps)
+    opt_D = torch.optim.Adam(D.parameters(), lr=t.d_lr, betas=t.betas, eps=t.adam_eps)
+    task = GANTask(
+        G, D, opt_G, opt_D, data, plan, t.seed, t.loss, cfg.model.conditional, cfg.data.xflip, cfg.model.sn_update
+    )
+    nimg, g_steps = 0, 0
+
+    # Resume: weights, optimizer moments and counters; all draws are keyed by counters, so nothing else.
+    if resume:
+        weights, saved = state.load_checkpoint(ckpt)
+        for key, net in (("G", G), ("D", D), ("G_ema", G_ema)):
+            state.load_weights(net, weights[key], f"{key} of checkpoint {ckpt}")
+        try:
+            opt_G.load_state_dict(saved["opt_G"])
+            opt_D.load_state_dict(saved["opt_D"])
+            nimg, g_steps = int(saved["nimg"]), int(saved["g_steps"])
+            torch.set_rng_state(saved["rng_cpu"])
+        except (KeyError, ValueError, TypeError, RuntimeError) as e:
+            raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e})") from None
+        truncate_metrics(run / "metrics.jsonl", nimg)
+        print(f"Resuming {run} from {ckpt.name} ({nimg / 1000:.3f} kimg)", flush=True)
+
+    # Logging: metrics.jsonl, TensorBoard, a progress bar with img/s and ETA.
+    from torch.utils.tensorboard import SummaryWriter
+
+    tb = SummaryWriter(str(run / "tb"), purge_step=nimg if resume else None)
+    total = math.ceil(t.kimg * 1000)
+    bar = tqdm(
+        total=total,
+        initial=min(nimg, total),
+        unit="img",
+        unit_scale=True,
+        dynamic_ncols=True,
+        disable=quiet or not sys.stderr.isatty(),
+        desc=cfg.name,
+    )
+    fixed_z, fixed_y = draw_latents(cfg.sample.n, G.dim_z, cfg.sample.seed, 0, truncation=cfg.sample.truncation)
+    if task.n_classes:
+        fixed_y = (torch.arange(cfg.sample.n) // 8) % task.n_classes  # one class per row of the grid
+
+    def snapshot() -> dict[str, Any]:
+        return {
+            "nimg": nimg,
+            "g_steps": g_steps,
+            "opt_G": opt_G.state_dict(),
+            "opt_D": opt_D.state_dict(),
+            "rng_cpu": torch.get_rng_state(),
+        }
+
+    def checkpoint() -> Path:
+        nets = {"G": G, "D": D, "G_ema": G_ema}
+        info = {"n_classes": task.n_classes, "img_channels": data.channels, "class_names": data.class_names}
+        path = state.save_checkpoint(run, nimg, nets, snapshot(), cfg.dumps(), cfg.checkpoint.keep, info)
+        if task.n_classes:
+            save_png(
+                class_sheet(G_ema, cfg.sample.seed), run / "samples" / f"classes-{state.checkpoint_name(nimg)}.png"
+            )
+        save_png(
+            interpolation_sheet(G_ema, cfg.sample.seed), run / "samples" / f"interp-{state.checkpoint_name(nimg)}.png"
+        )
+        return path
+
+    def crossed(every_kimg: float, before: int) -> bool:
+        every = max(1, round(every_kimg * 1000))
+        return nimg // every > before // every
+
+    print(f"Training {cfg.name} in {run}: {plan.describe()}; {t.kimg:g} kimg", flush=True)
+    window = {"images": 0, "seconds": 0.0, "sums": {}, "count": 0}
+    with stop_signals() as stop:
+        while nimg < total and not stop.requested:
+            # One iteration: d_steps D steps (each on `batch` new real images), then one G step.
+            start, before = time.perf_counter(), nimg
+            stats: dict[str, float] = {}
+            for _ in range(t.d_steps):
+                stats.update(task.d_step(nimg))
+                nimg += t.batch
+            stats.update(task.g_step(g_steps))
+            g_steps += 1
+            update_ema(G_ema, G, nimg, nimg - before, t.ema_halflife_kimg, t.ema_start_kimg)
+            window["seconds"] += time.perf_counter() - start
+            window["images"] += nimg - before
+            window["count"] += 1
+            for k, v in stats.items():
+                window["sums"][k] = window["sums"].get(k, 0.0) + v
+            if not all(math.isfinite(v) for v in stats.values()):
+                raise BigbatchError(
+                    f"training diverged at {nimg / 1000:.3f} kimg (losses {stats}); the last checkpoint is intact"
+                )
+            bar.update(min(nimg, total) - min(before, total))
+
+            # Maintenance, on the image counts where it falls due: log, sample grid, checkpoint.
+            if crossed(t.log_every_kimg, before) or nimg >= total:
+                row = {
+                    "kimg": round(nimg / 1000, 3),
+                    "step": g_steps,
+                    **{k: v / window["count"] for k, v in window["sums"].items()},
+                    "img_per_s": window["images"] / max(window["seconds"], 1e-9),
+                }
+                log_row(run, tb, nimg, row)
+                bar.set_postfix(loss_D=f"{row['loss_D']:.3f}", loss_G=f"{row['loss_G']:.3f}")
+                if bar.disable and not quiet:
+                    eta = (total - nimg) / max(row["img_per_s"], 1e-9)
+                    print(
+                        f"kimg {row['kimg']:.1f}/{t.kimg:g}  loss_D {row['loss_D']:.3f}  loss_G {row['loss_G']:.3f}"
+                        f"  {row['img_per_s']:.0f} img/s  ETA {format_seconds(eta)}",
+                        flush=True,
+                    )
+                window = {"images": 0, "seconds": 0.0, "sums": {}, "count": 0}
+            if crossed(cfg.sample.every_kimg, before) or nimg >= total:
+                images = generate(G_ema, fixed_z.to(ctx.device), None if fixed_y is None else fixed_y.to(ctx.device))
+                save_png(grid(images), run / "samples" / f"grid-{state.checkpoint_name(nimg)}.png")
+            if crossed(cfg.checkpoint.every_kimg, before) or nimg >= total:
+                checkpoint()
+        if stop.requested:
+            path = checkpoint()
+            print(
+                f"Stopped by signal; saved {path}. Continue with: bigbatch train --run-dir {run} --resume", flush=True
+            )
+    bar.close()
+    tb.close()
+    if not stop.requested:
+        print(f"Done: {run} ({nimg / 1000:.3f} kimg). Sample with: bigbatch sample {run}", flush=True)
+    return run
+
+
+def open_run_dir(run_dir: str | Path | None, name: str, resume: bool) -> Path:
+    """The run directory: a new numbered one by default; an existing run only with --resume."""
+    if run_dir is None:
+        if resume:
+            raise BigbatchError("--resume needs --run-dir naming the run to continue")
+        root = Path("runs")
+        taken = {p.name for p in root.iterdir()} if root.is_dir() else set()
+        number = next(i for i in range(100000) if f"{name}-{i:05d}" not in taken)
+        return root / f"{name}-{number:05d}"
+    run = Path(run_dir)
+    holds_run = (run / "config.toml").exists() or (run / "checkpoints").exists()
+    if resume and not holds_run:
+        raise BigbatchError(f"{run} holds no run to resume; drop --resume to start a new run there")
+    if not resume and holds_run:
+        raise BigbatchError(f"{run} already holds a run; add --resume to continue it, or choose another --run-dir")
+    if not resume and run.exists() and not run.is_dir():
+        raise BigbatchError(f"{run} is a file; --run-dir must name a directory")
+    return run
+
+
+def resume_config(run: Path, cfg: Config) -> Config:
+    """On resume the run's own config holds; only the run length and output cadences may change."""
+    saved, given = flatten(Config.load(run / "config.toml").to_dict()), flatten(cfg.to_dict())
+    changed = [k for k in given if given[k] != saved.get(k)]
+    fixed = [k for k in changed if k not in RESUMABLE_CHANGES]
+    if fixed:
+        raise BigbatchError(
+            f"the config differs from the run's in {', '.join(fixed)}; a resumed run may change only "
+            f"{', '.join(sorted(RESUMABLE_CHANGES))} (start a new run to change more)"
+        )
+    return cfg
+
+
+RESUMABLE_CHANGES = {
+    "train.kimg",
+    "train.log_every_kimg",
+    "checkpoint.every_kimg",
+    "checkpoint.keep",
+    "sample.every_kimg",
+}
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and k != "options":
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def log_row(run: Path, tb: Any, nimg: int, row: dict[str, Any]) -> None:
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+    for k, v in row.items():
+        if k not in ("kimg", "step"):
+            tb.add_scalar(k, v, nimg)
+    tb.add_scalar("kimg", row["kimg"], nimg)
+    tb.flush()
+
+
+def truncate_metrics(path: Path, nimg: int) -> None:
+    """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines(keepends=True) if _row_nimg(line) <= nimg]
+    state.atomic_write(path, "".join(keep))
+
+
+def _row_nimg(line: str) -> float:
+    try:
+        return round(json.loads(line)["kimg"] * 1000)
+    except (ValueError, KeyError, TypeError):
+        return math.inf
+
+
+def format_seconds(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class _Stop:
+    requested = False
+
+
+@contextmanager
+def stop_signals():
+    """SIGINT/SIGTERM ask the loop to save a checkpoint and return; a second SIGINT stops at once."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame):
+        if stop.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.requested = True
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

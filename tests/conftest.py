@@ -1,0 +1,32 @@
+import os
+
+import pytest
+import torch
+
+import bigbatch
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture
+def tiny():
+    """The digits recipe shrunk to a few seconds: 16px, narrow nets, 512 images."""
+    return bigbatch.preset("digits").override(
+        {
+            "data.resolution": 16,
+            "model.ch": 8,
+            "model.dim_z": 16,
+            "train.kimg": 0.512,
+            "train.batch": 32,
+            "train.micro_batch": 16,
+            "train.log_every_kimg": 0.128,
+            "checkpoint.every_kimg": 0.256,
+            "sample.every_kimg": 0.256,
+            "sample.n": 16,
+        }
+    )
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)

@@ -1,0 +1,68 @@
+"""Bad input: one line naming the problem, exit status 2, no traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+import bigbatch
+from bigbatch.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["train", "train.batchsize=3"], "unknown config key 'train.batchsize'"),
+        (["train", "train.batch=big"], "'train.batch' must be an integer"),
+        (["train", "--preset", "nope"], "unknown preset 'nope'"),
+        (["train", "--config", "missing.toml"], "missing.toml does not exist"),
+        (["train", "train.batch"], "key=value"),
+        (["train", "--resume"], "--resume needs --run-dir"),
+        (["train", "--run-dir", "empty", "--resume"], "holds no run to resume"),
+        (["sample", "nowhere"], "nowhere does not exist"),
+        (["info", "nowhere"], "nowhere does not exist"),
+        (["train", "--bogus"], "unrecognized arguments: --bogus"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert err.startswith("bigbatch: error: ") and err.count("\n") == 1, err
+    assert words in err
+
+
+def test_console_script_prints_no_traceback(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nbatch = 'x'\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "bigbatch.cli", "train", "--config", str(bad)], capture_output=True, text=True
+    )
+    assert p.returncode == 2
+    assert p.stderr.strip() == "bigbatch: error: config key 'train.batch' must be an integer, got 'x'"
+
+
+def test_presets_lists_one_line_each(capsys):
+    code, out, _ = run_cli(capsys, "presets")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == list(bigbatch.list_presets())
+
+
+def test_dry_run_prints_config_and_plan(capsys):
+    code, out, _ = run_cli(capsys, "train", "--dry-run", "train.batch=256", "train.micro_batch=32")
+    assert code == 0
+    assert "batch = 256" in out
+    assert "batch 256 = micro_batch 32 x accumulation 8 x world_size 1" in out
+
+
+def test_batch_plan_must_divide(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    code, _, err = run_cli(capsys, "train", "--dry-run", "train.batch=64", "train.micro_batch=16")
+    assert code == 2 and "not a multiple of train.micro_batch x world_size = 16 x 3" in err

@@ -1,0 +1,79 @@
+import math
+
+import pytest
+
+import bigbatch
+from bigbatch.config import Config, parse_override
+from bigbatch.presets import list_presets
+
+
+@pytest.mark.parametrize("name", list(list_presets()))
+def test_every_preset_parses_roundtrips_and_builds(name, tmp_path):
+    cfg = bigbatch.preset(name)
+    path = tmp_path / "c.toml"
+    path.write_text(cfg.dumps())
+    assert Config.load(path) == cfg
+    G, D = bigbatch.models.create(
+        cfg.model.name, cfg.data.resolution, 10, ch=cfg.model.ch, dim_z=cfg.model.dim_z, **cfg.model.options
+    )
+    assert G.resolution == cfg.data.resolution and D.resolution == cfg.data.resolution
+
+
+def test_dotted_override_is_typed_and_checked():
+    cfg = bigbatch.preset("digits").override({"train.batch": 256, "train.micro_batch": 32, "train.betas": [0.5, 0.9]})
+    assert cfg.train.batch == 256 and cfg.train.betas == (0.5, 0.9)
+    assert isinstance(cfg.override({"train.g_lr": 1}).train.g_lr, float)
+
+
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("train.batchsize", 3, ["unknown config key 'train.batchsize'", "did you mean 'batch'"]),
+        ("train.batch", "big", ["'train.batch' must be an integer"]),
+        ("train.batch", True, ["'train.batch' must be an integer"]),
+        ("train.precision", "fp8", ["'train.precision'", "'fp32'", "'bf16'"]),
+        ("train.micro_batch", 48, ["'train.micro_batch'", "must divide train.batch=64"]),
+        ("train.kimg", -1, ["'train.kimg' must be a positive number"]),
+        ("model.name", "stylegan9", ["'model.name'", "dcgan"]),
+        ("model.options", {"colour": 1}, ["'model.options'", "no option 'colour'"]),
+        ("data.resolution", 30, ["'data.resolution'", "power of two"]),
+        ("nosection.key", 1, ["'nosection.key'"]),
+    ],
+)
+def test_bad_values_name_the_key(key, value, words):
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        bigbatch.preset("digits").override({key: value})
+    msg = str(e.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg
+
+
+def test_toml_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nbatch = 1")
+    with pytest.raises(bigbatch.BigbatchError, match="not valid TOML"):
+        Config.load(bad)
+    with pytest.raises(bigbatch.BigbatchError, match="does not exist"):
+        Config.load(tmp_path / "missing.toml")
+    unknown = tmp_path / "u.toml"
+    unknown.write_text("[traine]\nbatch = 1\n")
+    with pytest.raises(bigbatch.BigbatchError, match="did you mean 'train'"):
+        Config.load(unknown)
+
+
+def test_parse_override_reads_toml_values():
+    assert parse_override("train.batch=256") == ("train.batch", 256)
+    assert parse_override("train.g_lr=2e-4") == ("train.g_lr", 2e-4)
+    assert parse_override("train.precision=bf16") == ("train.precision", "bf16")
+    assert parse_override("train.betas=[0.0, 0.9]") == ("train.betas", [0.0, 0.9])
+    assert parse_override("sample.truncation=inf")[1] == math.inf
+    with pytest.raises(bigbatch.BigbatchError, match="key=value"):
+        parse_override("train.batch")
+
+
+def test_config_file_reproduces_a_run_config(tmp_path):
+    cfg = bigbatch.preset("fashion32").override({"train.seed": 7, "model.options": {"d_sn": False}})
+    path = tmp_path / "config.toml"
+    path.write_text(cfg.dumps())
+    assert Config.load(path) == cfg

@@ -1,0 +1,72 @@
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bigbatch
+from bigbatch.data import load_data
+from bigbatch.data.builtin import FASHION_DIR, fashion_mnist, read_idx
+from bigbatch.data.sampler import GlobalOrder
+
+
+def test_digits_upscaled_uint8_nhwc():
+    d = load_data("builtin:digits", 32)
+    assert d.images.shape == (1797, 32, 32, 3) and d.images.dtype == torch.uint8
+    assert d.n_classes == 10 and sorted(d.labels.unique().tolist()) == list(range(10))
+    assert d.images.max() > 200 and d.images.min() == 0
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = b"\0\0\x08" + bytes([array.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_fashion_mnist_from_any_idx_folder(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 28, 28))
+    labels = np.arange(12) % 10
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", images)
+    _write_idx(tmp_path / "train-labels-idx1-ubyte.gz", labels)
+    np.testing.assert_array_equal(read_idx(tmp_path / "train-images-idx3-ubyte.gz"), images)
+    d = fashion_mnist(28, str(tmp_path))
+    assert d.images.shape == (12, 28, 28, 3)
+    np.testing.assert_array_equal(d.images[..., 0].numpy(), images)
+    assert d.labels.tolist() == labels.tolist()
+
+
+def test_missing_or_corrupt_idx_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("BIGBATCH_FASHION_MNIST", str(tmp_path))
+    with pytest.raises(bigbatch.BigbatchError, match="dataset-fashion-mnist"):
+        load_data("builtin:fashion-mnist", 32)
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(b"junk")
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(b"junk")
+    with pytest.raises(bigbatch.BigbatchError, match="cannot read IDX"):
+        load_data("builtin:fashion-mnist", 32)
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION_DIR), reason="Debian's dataset-fashion-mnist is not installed")
+def test_debian_fashion_mnist():
+    d = load_data("builtin:fashion-mnist", 32)
+    assert d.images.shape == (60000, 32, 32, 3) and d.n_classes == 10
+
+
+def test_unknown_sources():
+    with pytest.raises(bigbatch.BigbatchError, match="builtin:digits"):
+        load_data("builtin:cifar", 32)
+    with pytest.raises(bigbatch.BigbatchError, match="cannot open data set"):
+        load_data("nothere.h5", 32)
+
+
+def test_global_order_is_a_permutation_per_epoch_and_split_invariant():
+    order = GlobalOrder(10, seed=3)
+    whole = order.indices(0, 30)
+    for e in range(3):
+        assert sorted(whole[e * 10 : (e + 1) * 10].tolist()) == list(range(10))
+    assert not torch.equal(whole[:10], whole[10:20])
+    parts = torch.cat([GlobalOrder(10, seed=3).indices(s, 7) for s in range(0, 28, 7)])
+    assert torch.equal(parts, whole[:28])
+    assert not torch.equal(GlobalOrder(10, seed=4).indices(0, 10), whole[:10])
