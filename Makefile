@@ -17,16 +17,16 @@ demo: $(STAMP)
 	$(BIN)/bigbatch train
 
 test: $(STAMP)
-	$(BIN)/ruff check bigbatch tests
+	$(BIN)/ruff check bigbatch tests bench
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check bigbatch tests
-	$(BIN)/ruff format --check bigbatch tests
+	$(BIN)/ruff check bigbatch tests bench
+	$(BIN)/ruff format --check bigbatch tests bench
 
 format: $(STAMP)
-	$(BIN)/ruff format bigbatch tests
-	$(BIN)/ruff check --fix bigbatch tests
+	$(BIN)/ruff format bigbatch tests bench
+	$(BIN)/ruff check --fix bigbatch tests bench
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -29,28 +29,29 @@ def preset(name: str) -> Config:
 
 @preset_fn
 def digits() -> Config:
-    """Class-conditional SN-DCGAN on scikit-learn's 8x8 digits at 32x32; CPU, ~4 minutes on 2 cores (the default).
+    """Class-conditional SN-DCGAN on scikit-learn's 8x8 digits at 32x32; ~2 minutes on 2 CPU cores (the default).
 
-    Hinge loss with a projection discriminator (Miyato & Koyama 2018) and conditional BN in G;
-    Adam(0, 0.999) at 2e-4 for both as in BigGAN-PyTorch's small recipes; widths cut to fit the CPU
-    budget (ch 32). Run length and EMA half-life were set by watching when the samples turn legible.
+    Hinge loss with a projection discriminator (Miyato & Koyama 2018), conditional BN in G; Adam at
+    2e-4 with beta1 = 0.5 as in DCGAN (beta1 = 0 learned the classes markedly slower here); widths cut
+    to fit the CPU budget (ch 32). Run length: an SVM trained on the real digits recognised the
+    requested class in 98% of EMA samples at 40 kimg and 99.6% at 80 (bench/digits_quality.py).
     """
     return Config(
         name="digits",
         data=DataConfig(path="builtin:digits", resolution=32),
         model=ModelConfig(name="dcgan", ch=32, dim_z=64),
         train=TrainConfig(
-            kimg=60,
+            kimg=80,
             batch=64,
             micro_batch=64,
             g_lr=2e-4,
             d_lr=2e-4,
-            betas=(0.0, 0.999),
+            betas=(0.5, 0.999),
             ema_halflife_kimg=2.0,
             log_every_kimg=2.0,
         ),
-        checkpoint=CheckpointConfig(every_kimg=20, keep=3),
-        sample=SampleConfig(every_kimg=10, n=80),
+        checkpoint=CheckpointConfig(every_kimg=40, keep=3),
+        sample=SampleConfig(every_kimg=20, n=80),
     )
 
 
@@ -70,7 +71,7 @@ def fashion32() -> Config:
             micro_batch=64,
             g_lr=2e-4,
             d_lr=2e-4,
-            betas=(0.0, 0.999),
+            betas=(0.5, 0.999),
             ema_halflife_kimg=5.0,
             log_every_kimg=5.0,
         ),

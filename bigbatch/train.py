@@ -88,6 +88,8 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
             opt_D.load_state_dict(saved["opt_D"])
             nimg, g_steps = int(saved["nimg"]), int(saved["g_steps"])
             torch.set_rng_state(saved["rng_cpu"])
+            if ctx.device.type == "cuda" and "rng_cuda" in saved:
+                torch.cuda.set_rng_state(saved["rng_cuda"], ctx.device)
         except (KeyError, ValueError, TypeError, RuntimeError) as e:
             raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e})") from None
         truncate_metrics(run / "metrics.jsonl", nimg)
@@ -118,6 +120,7 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
             "opt_G": opt_G.state_dict(),
             "opt_D": opt_D.state_dict(),
             "rng_cpu": torch.get_rng_state(),
+            **({"rng_cuda": torch.cuda.get_rng_state(ctx.device)} if ctx.device.type == "cuda" else {}),
         }
 
     def checkpoint() -> Path:

@@ -13,8 +13,11 @@ from bigbatch.config import Config
 
 
 @pytest.fixture
-def run(tiny, tmp_path):
-    bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+def run(tiny, tmp_path, capsys):
+    (tmp_path / "tiny.toml").write_text(tiny.dumps())
+    assert main(["train", "--config", str(tmp_path / "tiny.toml"), "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert f"bigbatch sample {tmp_path / 'run'}" in out  # says how to sample from the run
     return tmp_path / "run"
 
 

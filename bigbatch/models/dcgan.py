@@ -31,7 +31,9 @@ class DCGANGenerator(nn.Module):
         n = _levels(resolution)
         widths = [ch * 2 ** (n - 1 - i) for i in range(n)]  # e.g. 32px, ch 64: 256@4, 128@8, 64@16
         sn = dict(sn=g_sn, sn_eps=sn_eps)
-        self.input = layers.conv_transpose2d(dim_z, widths[0], 4, 1, 0, bias=False, **sn)
+        # With classes, the class one-hot joins z at the input (Mirza & Osindero 2014) as well as
+        # steering every BatchNorm: the direct path makes samples class-dependent from the first step.
+        self.input = layers.conv_transpose2d(dim_z + n_classes, widths[0], 4, 1, 0, bias=False, **sn)
         self.ups = nn.ModuleList(
             layers.conv_transpose2d(a, b, 4, 2, 1, bias=False, **sn) for a, b in zip(widths, widths[1:])
         )
@@ -39,6 +41,9 @@ class DCGANGenerator(nn.Module):
         self.output = layers.conv_transpose2d(widths[-1], img_channels, 4, 2, 1, bias=False, **sn)
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        if self.n_classes:
+            onehot = y if y.is_floating_point() else nn.functional.one_hot(y, self.n_classes)
+            z = torch.cat([z, onehot.to(z.dtype)], dim=1)
         h = self.input(z[:, :, None, None])
         for i, bn in enumerate(self.bns):
             h = torch.relu(layers.apply_bn(bn, h, y))
