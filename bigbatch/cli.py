@@ -27,11 +27,10 @@ def _train(args: argparse.Namespace) -> None:
             )
         if not args.run_dir:
             raise BigbatchError("--resume needs --run-dir naming the run to continue")
-        cfg = (
-            Config.load(Path(args.run_dir) / "config.toml")
-            if (Path(args.run_dir) / "config.toml").exists()
-            else preset("digits")
-        )
+        saved = Path(args.run_dir) / "config.toml"
+        if not saved.exists():
+            raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
+        cfg = Config.load(saved)
     elif args.preset and args.config:
         raise BigbatchError("give either --preset or --config, not both")
     else:

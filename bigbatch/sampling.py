@@ -121,7 +121,9 @@ def interpolation_sheet(G: nn.Module, seed: int, rows: int = 4, steps: int = 8) 
     # z interpolation, class of the first end fixed; then class interpolation, z of the first end fixed.
     y_fixed = torch.nn.functional.one_hot(ends_y[0::2], n_classes).float().repeat_interleave(steps, 0)
     y_a = torch.nn.functional.one_hot(ends_y[0::2], n_classes).float()[:, None]
-    y_b = torch.nn.functional.one_hot((ends_y[0::2] + 1 + ends_y[1::2] % max(n_classes - 1, 1)) % n_classes, n_classes)
+    # The target class: the second draw's label, shifted so that it always differs from the first.
+    target = (ends_y[0::2] + 1 + ends_y[1::2] % max(n_classes - 1, 1)) % n_classes
+    y_b = torch.nn.functional.one_hot(target, n_classes)
     y_mix = torch.lerp(y_a, y_b.float()[:, None], t).reshape(-1, n_classes)
     z_fixed = ends[0::2].repeat_interleave(steps, 0)
     images = _eval(G, torch.cat([z, z_fixed]), torch.cat([y_fixed, y_mix]))

@@ -1,4 +1,9 @@
-"""The model registry: families register a builder with `@register`; `create` builds a (G, D) pair."""
+"""The model registry: families register a builder with `@register`; `create` builds a (G, D) pair.
+
+The contract every family keeps: `G(z, y) -> images` in [-1, 1], NCHW, and `D(x, y) -> logits` (N,),
+where y is None (unconditional), labels (N,) or class weights (N, n_classes); G has the attributes
+`resolution`, `n_classes`, `dim_z` and `img_channels`. No optimizer, precision or DDP code inside.
+"""
 
 from __future__ import annotations
 
