@@ -48,7 +48,7 @@ def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
         return None
     out = []
     for item in (s.strip() for s in text.split(",") if s.strip()):
-        if item.isdigit():
+        if item.isascii() and item.isdigit():
             out.append(int(item))
         elif item in names:
             out.append(names.index(item))
@@ -63,14 +63,17 @@ def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
 def _sample(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from bigbatch.config import MIN_TRUNCATION
     from bigbatch.engine.state import atomic_write, find_checkpoint
     from bigbatch.runs import load_generator
     from bigbatch.sampling import grid, interpolation_sheet, sample, save_png
 
     if args.n < 1:
         raise BigbatchError(f"--n must be at least 1, got {args.n}")
-    if not args.truncation > 0:
-        raise BigbatchError(f"--truncation must be a positive threshold, got {args.truncation}")
+    if not args.truncation >= MIN_TRUNCATION:
+        raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION}, got {args.truncation}")
+    if args.ncol < 1:
+        raise BigbatchError(f"--ncol must be at least 1, got {args.ncol}")
     ckpt = find_checkpoint(args.path)
     G = load_generator(ckpt)
     if args.classes is not None and not G.n_classes:
@@ -156,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.func(args)
     except BigbatchError as e:
+        print(f"bigbatch: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a path the user gave that cannot be written or read
         print(f"bigbatch: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

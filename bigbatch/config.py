@@ -6,9 +6,11 @@ the command line), values in `_validate`; any mistake is a `BigbatchError` that 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
+import re
 import tomllib
 import types
 import typing
@@ -139,6 +141,10 @@ class Section:
         return out
 
 
+# Below this, resampling |z| > threshold would take ever more draws for no visible change.
+MIN_TRUNCATION = 0.05
+
+
 def _positive(section: Section, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
@@ -236,8 +242,9 @@ class TrainConfig(Section):
             self._fail("micro_batch", f"must divide train.batch={self.batch}, got {self.micro_batch}")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
-        if self.ema_halflife_kimg < 0 or self.ema_start_kimg < 0:
-            self._fail("ema_halflife_kimg", "and train.ema_start_kimg must not be negative")
+        for name in ("ema_halflife_kimg", "ema_start_kimg"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
         if self.precision != "fp32":
             self._fail("precision", f"'{self.precision}' is not available yet; use 'fp32'")
 
@@ -270,8 +277,8 @@ class SampleConfig(Section):
 
     def _validate(self) -> None:
         _positive(self, "every_kimg", "n")
-        if not self.truncation > 0:
-            self._fail("truncation", f"must be a positive threshold (inf = off), got {self.truncation}")
+        if not self.truncation >= MIN_TRUNCATION:
+            self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
 
 
 @dataclass
@@ -284,9 +291,13 @@ class Config(Section):
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
 
+    def _validate(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
+            self._fail("name", f"must be letters, digits, '_', '.' or '-' (it names run folders), got {self.name!r}")
+
     def override(self, updates: dict[str, Any]) -> Config:
         """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other."""
-        tree = self.to_dict()
+        tree = copy.deepcopy(self.to_dict())
         for dotted, value in updates.items():
             *parents, leaf = dotted.split(".")
             node = tree

@@ -50,8 +50,8 @@ def describe(path: str | Path) -> str:
         lines.append(f"run         {run}")
         lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
         metrics = run / "metrics.jsonl"
-        if metrics.exists() and (rows := metrics.read_text().splitlines()):
-            last = json.loads(rows[-1])
+        if metrics.exists() and (rows := _parse_rows(metrics.read_text().splitlines())):
+            last = rows[-1]
             lines.append(
                 "last log    "
                 + "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in last.items())
@@ -68,3 +68,14 @@ def describe(path: str | Path) -> str:
     files = meta["files"]
     lines.append("files       " + ", ".join(f"{k} ({v / 1e6:.1f} MB)" for k, v in files.items()))
     return "\n".join(lines)
+
+
+def _parse_rows(lines: list[str]) -> list[dict]:
+    """metrics.jsonl rows, skipping a line cut short by a crash."""
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    return [r for r in rows if isinstance(r, dict)]

@@ -57,17 +57,18 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
     if resume:
         ckpt = state.find_checkpoint(run)
         cfg = resume_config(run, cfg)
-    run.mkdir(parents=True, exist_ok=True)
-    state.atomic_write(run / "config.toml", cfg.dumps())
-    state.atomic_write(run / "plan.json", json.dumps(plan.to_dict(), indent=1) + "\n")
 
-    # Data and networks: everything random below is decided by train.seed.
+    # Data and networks (before the run directory is written, so a bad config leaves nothing behind);
+    # everything random below is decided by train.seed.
     data = load_data(cfg.data.path, cfg.data.resolution)
     if data.resolution != cfg.data.resolution:
         raise BigbatchError(
             f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
         )
     G, D = build_models(cfg, data.n_classes, data.channels)
+    run.mkdir(parents=True, exist_ok=True)
+    state.atomic_write(run / "config.toml", cfg.dumps())
+    state.atomic_write(run / "plan.json", json.dumps(plan.to_dict(), indent=1) + "\n")
     G, D = G.to(ctx.device).train(), D.to(ctx.device).train()
     G_ema = make_ema(G)
     t = cfg.train

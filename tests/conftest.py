@@ -23,6 +23,7 @@ def tiny():
             "checkpoint.every_kimg": 0.256,
             "sample.every_kimg": 0.256,
             "sample.n": 16,
+            "model.options": {"g_sn": True},  # spectral norm in G too, so resume covers its state
         }
     )
 

@@ -66,3 +66,31 @@ def test_batch_plan_must_divide(capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     code, _, err = run_cli(capsys, "train", "--dry-run", "train.batch=64", "train.micro_batch=16")
     assert code == 2 and "not a multiple of train.micro_batch x world_size = 16 x 3" in err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["train", "--run-dir", "r", "model.options.init=bogus"], "unknown init scheme 'bogus'"),
+        (["train", "--run-dir", "r", "train.ema_halflife_kimg=nan"], "'train.ema_halflife_kimg' must be a finite"),
+        (["train", "--run-dir", "r", "name=a/b"], "'name' must be letters"),
+        (["train", "--run-dir", "r", "sample.truncation=1e-9"], "'sample.truncation' must be a threshold"),
+    ],
+)
+def test_bad_config_leaves_no_run_behind(capsys, tmp_path, argv, words):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and words in err and err.count("\n") == 1
+    assert not (tmp_path / "r" / "config.toml").exists()
+
+
+def test_unwritable_output_is_one_line(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "train", "--run-dir", "/proc/nope/run", "train.kimg=0.064", "data.resolution=16")
+    assert code == 2 and err.startswith("bigbatch: error: ") and err.count("\n") == 1
+
+
+def test_override_leaves_the_original_config_alone():
+    base = bigbatch.preset("digits")
+    base.override({"model.options.d_sn": False})
+    with pytest.raises(bigbatch.BigbatchError):
+        base.override({"model.options.colour": 1})
+    assert base.model.options == {}

@@ -33,6 +33,10 @@ def _env_int(name: str, default: int) -> int:
 def context(device: str = "auto") -> Context:
     """Read rank and world size from the environment and pick the device ("auto", "cpu" or "cuda")."""
     rank, local_rank, world = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0), _env_int("WORLD_SIZE", 1)
+    if world < 1 or not 0 <= rank < world or local_rank < 0:
+        raise BigbatchError(
+            f"RANK={rank}, LOCAL_RANK={local_rank}, WORLD_SIZE={world} are inconsistent; need 0 <= RANK < WORLD_SIZE"
+        )
     if device == "cuda" and not torch.cuda.is_available():
         raise BigbatchError("train.device is 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):

@@ -33,11 +33,15 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     """Write a file through a temporary sibling and a rename, so readers see the old or the new file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save_checkpoint(
@@ -106,7 +110,8 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and is_complete(p))
+    found = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and is_complete(p)]
+    return sorted(found, key=lambda p: (read_meta(p).get("nimg", -1), p.name))
 
 
 def find_checkpoint(path: str | Path) -> Path:

@@ -90,6 +90,8 @@ def dcgan(
     init: str = "N02",
 ) -> tuple[nn.Module, nn.Module]:
     """DCGAN; ch and dim_z default to the tutorial's ngf = ndf = 64, nz = 100; d_sn=False gives its BN D."""
+    if not (sn_eps > 0 and bn_eps > 0):
+        raise BigbatchError(f"dcgan options sn_eps and bn_eps must be positive, got {sn_eps} and {bn_eps}")
     G = DCGANGenerator(resolution, n_classes, ch, dim_z, img_channels, g_sn, sn_eps, bn_eps)
     D = DCGANDiscriminator(resolution, n_classes, ch, img_channels, d_sn, sn_eps, bn_eps)
     for net in (G, D):

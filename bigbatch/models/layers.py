@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bigbatch.errors import BigbatchError
+
 
 class SpectralNorm:
     """Mixin for layers with a `weight`: divides it by its largest singular value (Miyato et al. 2018).
@@ -169,7 +171,7 @@ def init_weights(module: nn.Module, scheme: str) -> None:
         elif scheme == "xavier":
             nn.init.xavier_uniform_(m.weight)
         else:
-            raise ValueError(f"unknown init scheme {scheme!r}")
+            raise BigbatchError(f"unknown init scheme '{scheme}'; valid: N02, ortho, xavier")
         if getattr(m, "bias", None) is not None and not isinstance(m, nn.Embedding):
             nn.init.zeros_(m.bias)
 

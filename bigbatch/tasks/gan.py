@@ -78,9 +78,9 @@ class GANTask:
         for i, j in enumerate(self.plan.micro_indices()):
             real, y_real = self._reals(nimg, j, flips)
             z, y_fake = self._slice(zs, j), self._slice(ys, j)
+            self._power_iteration((self.G, self.D), i == 0)
             with torch.no_grad():
                 fake = self.G(z, y_fake)
-            self._power_iteration((self.D,), i == 0)
             logits_real = self.D(real, y_real)
             set_sn_update(self.D, False)  # the fake half belongs to the same forward set
             logits_fake = self.D(fake, y_fake)
