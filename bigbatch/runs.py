@@ -49,8 +49,7 @@ def describe(path: str | Path) -> str:
         ckpts = state.complete_checkpoints(run)
         lines.append(f"run         {run}")
         lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
-        metrics = run / "metrics.jsonl"
-        if metrics.exists() and (rows := _parse_rows(metrics.read_text().splitlines())):
+        if rows := read_metrics(run / "metrics.jsonl"):
             last = rows[-1]
             lines.append(
                 "last log    "
@@ -70,12 +69,14 @@ def describe(path: str | Path) -> str:
     return "\n".join(lines)
 
 
-def _parse_rows(lines: list[str]) -> list[dict]:
-    """metrics.jsonl rows, skipping a line cut short by a crash."""
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of a metrics.jsonl (none if it is missing), skipping a line cut short by a crash."""
     rows = []
-    for line in lines:
+    for line in path.read_text().splitlines() if path.exists() else []:
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
-            pass
-    return [r for r in rows if isinstance(r, dict)]
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

@@ -22,6 +22,7 @@ from bigbatch.engine import dist, state
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.errors import BigbatchError
+from bigbatch.runs import read_metrics
 from bigbatch.sampling import class_sheet, draw_latents, generate, grid, interpolation_sheet, save_png
 from bigbatch.tasks.gan import GANTask
 
@@ -264,17 +265,9 @@ def log_row(run: Path, tb: Any, nimg: int, row: dict[str, Any]) -> None:
 
 def truncate_metrics(path: Path, nimg: int) -> None:
     """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines(keepends=True) if _row_nimg(line) <= nimg]
-    state.atomic_write(path, "".join(keep))
-
-
-def _row_nimg(line: str) -> float:
-    try:
-        return round(json.loads(line)["kimg"] * 1000)
-    except (ValueError, KeyError, TypeError):
-        return math.inf
+    if path.exists():
+        keep = [row for row in read_metrics(path) if round(row.get("kimg", math.inf) * 1000) <= nimg]
+        state.atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))
 
 
 def format_seconds(s: float) -> str:

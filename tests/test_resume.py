@@ -1,5 +1,6 @@
 """Interrupted runs resume to the same bits; broken checkpoints are skipped or refused clearly."""
 
+import json
 import os
 import signal
 import subprocess
@@ -82,10 +83,15 @@ def test_half_written_checkpoints_are_ignored(tiny, tmp_path, capsys):
     (half / "G.safetensors").write_bytes(b"partial")
     (run / "checkpoints" / ".tmp-000010.000-123").mkdir()
     (run / "checkpoints" / "latest").write_text("000009.000\n")
+    with open(run / "metrics.jsonl", "a") as f:  # logged after the last checkpoint, then cut short by a crash
+        f.write('{"kimg": 9.0, "loss_D": 1.0}\n{"kimg": 9.1, "lo')
+    assert main(["info", str(run)]) == 0
     assert find_checkpoint(run).name == "000000.512"
     assert "names no complete checkpoint" in capsys.readouterr().err
     bigbatch.train(tiny.override({"train.kimg": 0.64}), run_dir=run, resume=True, quiet=True)
     assert find_checkpoint(run).name == "000000.640"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512, 0.64]
 
 
 def test_corrupt_checkpoint_is_refused_in_one_line(tiny, tmp_path, capsys):
