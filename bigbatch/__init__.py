@@ -2,6 +2,7 @@
 
 from bigbatch import models
 from bigbatch.config import Config
+from bigbatch.engine.replicator import InputContext, Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.presets import list_presets, preset
 from bigbatch.runs import load_generator
@@ -9,4 +10,15 @@ from bigbatch.sampling import sample
 from bigbatch.train import train
 
 __version__ = "0.1.0"
-__all__ = ["BigbatchError", "Config", "list_presets", "load_generator", "models", "preset", "sample", "train"]
+__all__ = [
+    "BigbatchError",
+    "Config",
+    "InputContext",
+    "Replicator",
+    "list_presets",
+    "load_generator",
+    "models",
+    "preset",
+    "sample",
+    "train",
+]

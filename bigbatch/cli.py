@@ -17,7 +17,7 @@ class _Parser(argparse.ArgumentParser):
 def _train(args: argparse.Namespace) -> None:
     from bigbatch.config import Config, parse_override
     from bigbatch.presets import preset
-    from bigbatch.train import plan_for, train
+    from bigbatch.train import describe_plan, train
 
     overrides = dict(parse_override(o) for o in args.overrides)
     if args.resume:
@@ -38,7 +38,7 @@ def _train(args: argparse.Namespace) -> None:
     cfg = cfg.override(overrides)
     if args.dry_run:
         print(cfg.dumps())
-        print(f"# plan: {plan_for(cfg).describe()}")
+        print(f"# plan: {describe_plan(cfg)}")
         return
     train(cfg, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet)
 

@@ -207,7 +207,26 @@ class TrainConfig(Section):
     batch: int = 64
     """Images per optimizer step (the effective batch), = micro_batch x accumulation x world_size."""
     micro_batch: int | Literal["auto"] = 64
-    """Images per forward/backward on one process; accumulation = batch / (micro_batch x world_size)."""
+    """Images per forward/backward on one process; accumulation = batch / (micro_batch x world_size).
+    "auto": the largest divisor of batch / world_size whose D and G steps fit train.memory_budget."""
+    memory_budget: str = ""
+    """Memory one process may use, e.g. "6GiB" (for micro_batch "auto"; on CUDA also a hard cap);
+    "" = the whole GPU, or on CPU this process's share of the available RAM."""
+    checkpointing: bool = False
+    """Activation checkpointing of the blocks each model lists: recompute them in backward instead of
+    storing their activations (less memory, about one more forward of time)."""
+    compile: bool = False
+    """torch.compile G and D (after checkpointing, before DDP)."""
+    sync_bn: bool = False
+    """With several processes, BatchNorm statistics over the same micro-batch index on all ranks
+    (nn.SyncBatchNorm on CUDA, an all-reduce BatchNorm on CPU); False: per micro-batch on each rank."""
+    grad_clip: float = 0.0
+    """Clip the global gradient norm of each network to this before its step (0 = off)."""
+    skip_limit: float = 0.2
+    """A step with non-finite gradients is skipped; stop when more than this fraction of the last
+    skip_window steps of G or D were skipped."""
+    skip_window: int = 50
+    """How many recent optimizer steps skip_limit looks at."""
     d_steps: int = 1
     """D steps per G step; each D step consumes `batch` real images."""
     g_lr: float = 2e-4
@@ -235,18 +254,27 @@ class TrainConfig(Section):
 
     def _validate(self) -> None:
         _positive(self, "kimg", "batch", "d_steps", "g_lr", "d_lr", "adam_eps", "log_every_kimg")
-        if self.micro_batch == "auto":
-            self._fail("micro_batch", "'auto' (memory-budget planning) is not available yet; give an integer")
-        _positive(self, "micro_batch")
-        if self.batch % self.micro_batch:
-            self._fail("micro_batch", f"must divide train.batch={self.batch}, got {self.micro_batch}")
+        if self.micro_batch != "auto":
+            _positive(self, "micro_batch")
+            if self.batch % self.micro_batch:
+                self._fail("micro_batch", f"must divide train.batch={self.batch}, got {self.micro_batch}")
+        if self.memory_budget:
+            from bigbatch.engine.memory import parse_bytes
+
+            try:
+                parse_bytes(self.memory_budget)
+            except BigbatchError as e:
+                self._fail("memory_budget", str(e).replace("cannot read memory budget", "cannot be read:"))
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            self._fail("grad_clip", f"must be a finite number >= 0 (0 = off), got {self.grad_clip}")
+        if not 0 <= self.skip_limit <= 1:
+            self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
+        _positive(self, "skip_window")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         for name in ("ema_halflife_kimg", "ema_start_kimg"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
-        if self.precision != "fp32":
-            self._fail("precision", f"'{self.precision}' is not available yet; use 'fp32'")
 
 
 @dataclass

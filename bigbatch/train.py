@@ -20,17 +20,43 @@ from bigbatch.config import Config
 from bigbatch.data import load_data
 from bigbatch.engine import dist, state
 from bigbatch.engine.ema import make_ema, update_ema
-from bigbatch.engine.plan import Plan, make_plan
+from bigbatch.engine.plan import make_plan
+from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.runs import read_metrics
 from bigbatch.sampling import class_sheet, draw_latents, generate, grid, interpolation_sheet, save_png
 from bigbatch.tasks.gan import GANTask
 
 
-def plan_for(cfg: Config) -> Plan:
-    """The batch plan this process would use for `cfg`."""
+def replicator_for(cfg: Config) -> Replicator:
+    """The engine this process would train `cfg` with (joins torchrun's process group if there is one)."""
+    t = cfg.train
+    return Replicator(
+        t.batch,
+        t.micro_batch,
+        t.precision,
+        device=t.device,
+        memory_budget=t.memory_budget or None,
+        checkpointing=t.checkpointing,
+        compile=t.compile,
+        sync_bn=t.sync_bn,
+        sn_update=cfg.model.sn_update,
+        grad_clip=t.grad_clip,
+        skip_limit=t.skip_limit,
+        skip_window=t.skip_window,
+    )
+
+
+def describe_plan(cfg: Config) -> str:
+    """The batch plan of `cfg` in one line, without building anything ("auto" is decided at start)."""
     ctx = dist.context(cfg.train.device)
-    return make_plan(cfg.train.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
+    if cfg.train.micro_batch == "auto":
+        budget = cfg.train.memory_budget or "the device's memory"
+        return (
+            f"batch {cfg.train.batch} = micro_batch auto (largest that fits {budget}, probed at start) x accumulation"
+            f" x world_size {ctx.world_size}; precision {cfg.train.precision}; device {ctx.device}"
+        )
+    return make_plan(cfg.train.batch, cfg.train.micro_batch, cfg.train.precision, ctx).describe()
 
 
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -48,13 +74,25 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[torch.
 
 
 def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, quiet: bool = False) -> Path:
-    """Train the GAN that `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run dir."""
-    # Where we run and how each step's batch is split.
-    ctx = dist.context(cfg.train.device)
-    if ctx.world_size > 1:
-        raise BigbatchError("multi-process training is not available yet; run one process (unset WORLD_SIZE)")
-    plan = make_plan(cfg.train.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
-    run = open_run_dir(run_dir, cfg.name, resume)
+    """Train the GAN that `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run dir.
+
+    Under torchrun every process calls this; rank 0 alone writes the run directory."""
+    rep = replicator_for(cfg)
+    try:
+        return _train(cfg, rep, run_dir, resume, quiet)
+    finally:
+        rep.close()
+
+
+def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: bool, quiet: bool) -> Path:
+    # Where we run: rank 0 picks (and checks) the run directory, the others follow.
+    main = rep.is_main
+    quiet = quiet or not main
+    found = _catch(lambda: open_run_dir(run_dir, cfg.name, resume)) if main else None
+    ok, found = dist.broadcast(found)
+    if not ok:
+        raise BigbatchError(found)
+    run = Path(found)
     if resume:
         ckpt = state.find_checkpoint(run)
         cfg = resume_config(run, cfg)
@@ -67,20 +105,23 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
             f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
         )
     G, D = build_models(cfg, data.n_classes, data.channels)
-    run.mkdir(parents=True, exist_ok=True)
-    state.atomic_write(run / "config.toml", cfg.dumps())
-    state.atomic_write(run / "plan.json", json.dumps(plan.to_dict(), indent=1) + "\n")
-    G, D = G.to(ctx.device).train(), D.to(ctx.device).train()
-    G_ema = make_ema(G)
+    G_ema = make_ema(G.train())  # from the plain G, before the engine wraps it
+    G_train, D_train = rep.prepare(G.train()), rep.prepare(D.train())
+    G_ema.to(rep.device)
     t = cfg.train
-    opt_G = torch.optim.Adam(G.parameters(), lr=t.g_lr, betas=t.betas, eps=t.adam_eps)
-    opt_D = torch.optim.Adam(D.parameters(), lr=t.d_lr, betas=t.betas, eps=t.adam_eps)
-    task = GANTask(
-        G, D, opt_G, opt_D, data, plan, t.seed, t.loss, cfg.model.conditional, cfg.data.xflip, cfg.model.sn_update
-    )
+    opt_G = rep.wrap_optimizer(torch.optim.Adam(G.parameters(), lr=t.g_lr, betas=t.betas, eps=t.adam_eps), "G")
+    opt_D = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=t.d_lr, betas=t.betas, eps=t.adam_eps), "D")
+    task = GANTask(rep, G_train, D_train, opt_G, opt_D, data, t.seed, t.loss, cfg.model.conditional, cfg.data.xflip)
+    if t.micro_batch == "auto":
+        rep.plan_micro_batch(task.probe, [opt_G, opt_D])
+    plan = rep.plan
     nimg, g_steps = 0, 0
+    if main:
+        run.mkdir(parents=True, exist_ok=True)
+        state.atomic_write(run / "config.toml", cfg.dumps())
+        state.atomic_write(run / "plan.json", json.dumps(plan_record(rep, cfg), indent=1) + "\n")
 
-    # Resume: weights, optimizer moments and counters; all draws are keyed by counters, so nothing else.
+    # Resume: weights, optimizer moments, loss scalers and counters; all draws are keyed by counters.
     if resume:
         weights, saved = state.load_checkpoint(ckpt)
         for key, net in (("G", G), ("D", D), ("G_ema", G_ema)):
@@ -88,19 +129,21 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
         try:
             opt_G.load_state_dict(saved["opt_G"])
             opt_D.load_state_dict(saved["opt_D"])
+            rep.load_state_dict(saved.get("engine", {}))
             nimg, g_steps = int(saved["nimg"]), int(saved["g_steps"])
             torch.set_rng_state(saved["rng_cpu"])
-            if ctx.device.type == "cuda" and "rng_cuda" in saved:
-                torch.cuda.set_rng_state(saved["rng_cuda"], ctx.device)
+            if rep.device.type == "cuda" and "rng_cuda" in saved:
+                torch.cuda.set_rng_state(saved["rng_cuda"], rep.device)
         except (KeyError, ValueError, TypeError, RuntimeError) as e:
             raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e})") from None
-        truncate_metrics(run / "metrics.jsonl", nimg)
-        print(f"Resuming {run} from {ckpt.name} ({nimg / 1000:.3f} kimg)", flush=True)
+        if main:
+            truncate_metrics(run / "metrics.jsonl", nimg)
+            print(f"Resuming {run} from {ckpt.name} ({nimg / 1000:.3f} kimg)", flush=True)
 
-    # Logging: metrics.jsonl, TensorBoard, a progress bar with img/s and ETA.
+    # Logging (rank 0): metrics.jsonl, TensorBoard, a progress bar with img/s and ETA.
     from torch.utils.tensorboard import SummaryWriter
 
-    tb = SummaryWriter(str(run / "tb"), purge_step=nimg if resume else None)
+    tb = SummaryWriter(str(run / "tb"), purge_step=nimg if resume else None) if main else None
     total = math.ceil(t.kimg * 1000)
     bar = tqdm(
         total=total,
@@ -121,8 +164,9 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
             "g_steps": g_steps,
             "opt_G": opt_G.state_dict(),
             "opt_D": opt_D.state_dict(),
+            "engine": rep.state_dict(),
             "rng_cpu": torch.get_rng_state(),
-            **({"rng_cuda": torch.cuda.get_rng_state(ctx.device)} if ctx.device.type == "cuda" else {}),
+            **({"rng_cuda": torch.cuda.get_rng_state(rep.device)} if rep.device.type == "cuda" else {}),
         }
 
     def checkpoint() -> Path:
@@ -142,38 +186,34 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
         every = max(1, round(every_kimg * 1000))
         return nimg // every > before // every
 
-    print(f"Training {cfg.name} in {run}: {plan.describe()}; {t.kimg:g} kimg", flush=True)
-    window = {"images": 0, "seconds": 0.0, "sums": {}, "count": 0}
+    if main:
+        print(f"Training {cfg.name} in {run}: {plan.describe()}; {t.kimg:g} kimg", flush=True)
+    window = Window()
     with stop_signals() as stop:
-        while nimg < total and not stop.requested:
+        while nimg < total and not dist.any_rank(stop.requested):
             # One iteration: d_steps D steps (each on `batch` new real images), then one G step.
             start, before = time.perf_counter(), nimg
             stats: dict[str, float] = {}
+            skipped = {"skipped_D": 0, "skipped_G": 0}
             for _ in range(t.d_steps):
                 stats.update(task.d_step(nimg))
+                skipped["skipped_D"] += rep.skipped(opt_D)
                 nimg += t.batch
             stats.update(task.g_step(g_steps))
+            skipped["skipped_G"] += rep.skipped(opt_G)
             g_steps += 1
             update_ema(G_ema, G, nimg, nimg - before, t.ema_halflife_kimg, t.ema_start_kimg)
-            window["seconds"] += time.perf_counter() - start
-            window["images"] += nimg - before
-            window["count"] += 1
-            for k, v in stats.items():
-                window["sums"][k] = window["sums"].get(k, 0.0) + v
-            if not all(math.isfinite(v) for v in stats.values()):
-                raise BigbatchError(
-                    f"training diverged at {nimg / 1000:.3f} kimg (losses {stats}); the last checkpoint is intact"
-                )
+            window.add(time.perf_counter() - start, nimg - before, stats, skipped)
             bar.update(min(nimg, total) - min(before, total))
 
-            # Maintenance, on the image counts where it falls due: log, sample grid, checkpoint.
+            # Maintenance (rank 0), on the image counts where it falls due: log, sample grid, checkpoint.
+            if not main:
+                continue
             if crossed(t.log_every_kimg, before) or nimg >= total:
-                row = {
-                    "kimg": round(nimg / 1000, 3),
-                    "step": g_steps,
-                    **{k: v / window["count"] for k, v in window["sums"].items()},
-                    "img_per_s": window["images"] / max(window["seconds"], 1e-9),
-                }
+                row = {"kimg": round(nimg / 1000, 3), "step": g_steps, **window.row()}
+                for name, counters in rep.counters().items():
+                    if "loss_scale" in counters:
+                        row[f"loss_scale_{name}"] = counters["loss_scale"]
                 log_row(run, tb, nimg, row)
                 bar.set_postfix(loss_D=f"{row['loss_D']:.3f}", loss_G=f"{row['loss_G']:.3f}")
                 if bar.disable and not quiet:
@@ -183,22 +223,70 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
                         f"  {row['img_per_s']:.0f} img/s  ETA {format_seconds(eta)}",
                         flush=True,
                     )
-                window = {"images": 0, "seconds": 0.0, "sums": {}, "count": 0}
+                window = Window()
             if crossed(cfg.sample.every_kimg, before) or nimg >= total:
-                images = generate(G_ema, fixed_z.to(ctx.device), None if fixed_y is None else fixed_y.to(ctx.device))
+                images = generate(G_ema, fixed_z.to(rep.device), None if fixed_y is None else fixed_y.to(rep.device))
                 save_png(grid(images), run / "samples" / f"grid-{state.checkpoint_name(nimg)}.png")
             if crossed(cfg.checkpoint.every_kimg, before) or nimg >= total:
                 checkpoint()
-        if stop.requested:
+        stopped = nimg < total
+        if stopped and main:
             path = checkpoint()
             print(
                 f"Stopped by signal; saved {path}. Continue with: bigbatch train --run-dir {run} --resume", flush=True
             )
     bar.close()
-    tb.close()
-    if not stop.requested:
+    if tb is not None:
+        tb.close()
+    if main and not stopped:
         print(f"Done: {run} ({nimg / 1000:.3f} kimg). Sample with: bigbatch sample {run}", flush=True)
     return run
+
+
+class Window:
+    """Sums over the iterations between two log lines; losses of skipped steps are left out."""
+
+    def __init__(self) -> None:
+        self.seconds, self.images, self.sums, self.counts, self.skipped = 0.0, 0, {}, {}, {}
+
+    def add(self, seconds: float, images: int, stats: dict[str, float], skipped: dict[str, int]) -> None:
+        self.seconds += seconds
+        self.images += images
+        for k, v in stats.items():
+            if math.isfinite(v):
+                self.sums[k] = self.sums.get(k, 0.0) + v
+                self.counts[k] = self.counts.get(k, 0) + 1
+        for k, v in skipped.items():
+            self.skipped[k] = self.skipped.get(k, 0) + v
+
+    def row(self) -> dict[str, float]:
+        means = {k: self.sums[k] / self.counts[k] for k in self.sums}
+        return {**means, **self.skipped, "img_per_s": self.images / max(self.seconds, 1e-9)}
+
+
+def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
+    """What RUN/plan.json holds: the resolved batch plan and how it was found."""
+    record: dict[str, Any] = {
+        **rep.plan.to_dict(),
+        "checkpointing": cfg.train.checkpointing,
+        "compile": cfg.train.compile,
+        "sync_bn": cfg.train.sync_bn,
+        "sn_update": cfg.model.sn_update,
+    }
+    if cfg.train.micro_batch == "auto":
+        record["memory_budget_bytes"] = rep.budget
+        record["probes"] = [
+            {"micro_batch": p.micro_batch, "peak_bytes": p.peak_bytes, "fits": p.fits} for p in rep.probes
+        ]
+    return record
+
+
+def _catch(fn: Any) -> tuple[bool, str]:
+    """(True, str(fn())) or (False, its BigbatchError's message): plain data to hand to the other ranks."""
+    try:
+        return True, str(fn())
+    except BigbatchError as e:
+        return False, str(e)
 
 
 def open_run_dir(run_dir: str | Path | None, name: str, resume: bool) -> Path:
@@ -236,6 +324,11 @@ def resume_config(run: Path, cfg: Config) -> Config:
 
 RESUMABLE_CHANGES = {
     "train.kimg",
+    "train.micro_batch",
+    "train.memory_budget",
+    "train.checkpointing",
+    "train.compile",
+    "train.device",
     "train.log_every_kimg",
     "checkpoint.every_kimg",
     "checkpoint.keep",

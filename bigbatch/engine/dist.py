@@ -1,4 +1,5 @@
-"""Process and device from the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE), or one process."""
+"""Process and device from the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE), or one process, and
+the few collectives the engine needs beyond DDP (metric means, agreement, broadcast)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,73 @@ def context(device: str = "auto") -> Context:
     else:
         dev = torch.device("cpu")
     return Context(rank, local_rank, world, dev)
+
+
+def init(ctx: Context) -> bool:
+    """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU); True if this call created it."""
+    import torch.distributed as td
+
+    if ctx.world_size == 1 or td.is_initialized():
+        return False
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if name not in os.environ:
+            raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")
+    td.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo")
+    return True
+
+
+def active() -> bool:
+    import torch.distributed as td
+
+    return td.is_available() and td.is_initialized() and td.get_world_size() > 1
+
+
+def mean(t: torch.Tensor) -> torch.Tensor:
+    """The mean of `t` over ranks (t itself in one process)."""
+    import torch.distributed as td
+
+    if not active():
+        return t
+    t = t.clone()
+    td.all_reduce(t)
+    return t / td.get_world_size()
+
+
+def agree(flag: bool) -> bool:
+    """True only if `flag` is True on every rank."""
+    import torch.distributed as td
+
+    if not active():
+        return flag
+    t = torch.tensor([0 if flag else 1], dtype=torch.int32)
+    if td.get_backend() == "nccl":
+        t = t.cuda()
+    td.all_reduce(t)
+    return int(t.item()) == 0
+
+
+def any_rank(flag: bool) -> bool:
+    """True if `flag` is True on some rank."""
+    return not agree(not flag)
+
+
+def broadcast(obj):
+    """Rank 0's `obj` on every rank (our own processes only: it goes through pickle)."""
+    import torch.distributed as td
+
+    if not active():
+        return obj
+    box = [obj]
+    td.broadcast_object_list(
+        box, src=0, device=torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else None
+    )
+    return box[0]
+
+
+def close(created: bool) -> None:
+    import torch.distributed as td
+
+    if created and td.is_initialized():
+        td.destroy_process_group()

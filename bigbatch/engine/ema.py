@@ -9,8 +9,10 @@ from torch import nn
 
 
 def make_ema(G: nn.Module) -> nn.Module:
-    """A frozen copy of G in eval mode."""
-    return copy.deepcopy(G).eval().requires_grad_(False)
+    """A frozen copy of G in eval mode (without the engine's activation-checkpointing wrappers)."""
+    from bigbatch.engine.wrap import strip_wrappers
+
+    return strip_wrappers(copy.deepcopy(G)).eval().requires_grad_(False)
 
 
 @torch.no_grad()

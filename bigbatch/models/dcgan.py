@@ -24,31 +24,52 @@ def _levels(resolution: int) -> int:
     return int(math.log2(resolution)) - 2  # stride-2 layers between 4x4 and the output
 
 
+class GBlock(nn.Module):
+    """BN (class-conditional with classes) -> ReLU -> transposed conv."""
+
+    def __init__(self, bn: nn.Module, conv: nn.Module):
+        super().__init__()
+        self.bn, self.conv = bn, conv
+
+    def forward(self, h: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
+        return self.conv(torch.relu(layers.apply_bn(self.bn, h, y)))
+
+
+class DBlock(nn.Module):
+    """Stride-2 conv -> BN (or nothing, with spectral norm) -> LeakyReLU(0.2)."""
+
+    def __init__(self, conv: nn.Module, bn: nn.Module):
+        super().__init__()
+        self.conv, self.bn = conv, bn
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return nn.functional.leaky_relu(self.bn(self.conv(h)), 0.2)
+
+
 class DCGANGenerator(nn.Module):
     def __init__(self, resolution, n_classes, ch, dim_z, img_channels, g_sn, sn_eps, bn_eps):
         super().__init__()
         self.resolution, self.n_classes, self.dim_z, self.img_channels = resolution, n_classes, dim_z, img_channels
         n = _levels(resolution)
-        widths = [ch * 2 ** (n - 1 - i) for i in range(n)]  # e.g. 32px, ch 64: 256@4, 128@8, 64@16
+        widths = [ch * 2 ** (n - 1 - i) for i in range(n)] + [img_channels]  # 32px, ch 64: 256@4, 128@8, 64@16
         sn = dict(sn=g_sn, sn_eps=sn_eps)
         # With classes, the class one-hot joins z at the input (Mirza & Osindero 2014) as well as
         # steering every BatchNorm: the direct path makes samples class-dependent from the first step.
         self.input = layers.conv_transpose2d(dim_z + n_classes, widths[0], 4, 1, 0, bias=False, **sn)
-        self.ups = nn.ModuleList(
-            layers.conv_transpose2d(a, b, 4, 2, 1, bias=False, **sn) for a, b in zip(widths, widths[1:])
+        self.blocks = nn.ModuleList(
+            GBlock(layers.batch_norm(a, n_classes, bn_eps), layers.conv_transpose2d(a, b, 4, 2, 1, bias=False, **sn))
+            for a, b in zip(widths, widths[1:])
         )
-        self.bns = nn.ModuleList(layers.batch_norm(w, n_classes, bn_eps) for w in widths)
-        self.output = layers.conv_transpose2d(widths[-1], img_channels, 4, 2, 1, bias=False, **sn)
+        self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))]
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         if self.n_classes:
             onehot = y if y.is_floating_point() else nn.functional.one_hot(y, self.n_classes)
             z = torch.cat([z, onehot.to(z.dtype)], dim=1)
         h = self.input(z[:, :, None, None])
-        for i, bn in enumerate(self.bns):
-            h = torch.relu(layers.apply_bn(bn, h, y))
-            h = self.ups[i](h) if i < len(self.ups) else h
-        return torch.tanh(self.output(h))
+        for block in self.blocks:
+            h = block(h, y)
+        return torch.tanh(h)
 
 
 class DCGANDiscriminator(nn.Module):
@@ -58,18 +79,22 @@ class DCGANDiscriminator(nn.Module):
         n = _levels(resolution)
         widths = [img_channels] + [ch * 2**i for i in range(n)]  # e.g. 32px, ch 64: 64@16, 128@8, 256@4
         sn = dict(sn=d_sn, sn_eps=sn_eps)
-        self.convs = nn.ModuleList(layers.conv2d(a, b, 4, 2, 1, bias=d_sn, **sn) for a, b in zip(widths, widths[1:]))
         # The tutorial batch-normalises every conv but the first; spectral norm replaces that.
-        self.bns = nn.ModuleList(
-            nn.Identity() if d_sn or i == 0 else nn.BatchNorm2d(w, eps=bn_eps) for i, w in enumerate(widths[1:])
+        self.blocks = nn.ModuleList(
+            DBlock(
+                layers.conv2d(a, b, 4, 2, 1, bias=d_sn, **sn),
+                nn.Identity() if d_sn or i == 0 else nn.BatchNorm2d(b, eps=bn_eps),
+            )
+            for i, (a, b) in enumerate(zip(widths, widths[1:]))
         )
         self.output = layers.conv2d(widths[-1], 1, 4, 1, 0, bias=d_sn, **sn)
         self.embed = layers.embedding(n_classes, widths[-1], **sn) if n_classes else None
+        self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))]
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         h = x
-        for conv, bn in zip(self.convs, self.bns):
-            h = nn.functional.leaky_relu(bn(conv(h)), 0.2)
+        for block in self.blocks:
+            h = block(h)
         out = self.output(h).flatten()
         if self.embed is not None:
             out = out + (self.embed(y) * h.sum(dim=(2, 3))).sum(dim=1)

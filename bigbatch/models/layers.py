@@ -17,12 +17,14 @@ from bigbatch.errors import BigbatchError
 class SpectralNorm:
     """Mixin for layers with a `weight`: divides it by its largest singular value (Miyato et al. 2018).
 
-    The estimate's vectors u, v are buffers. While `sn_update` is True and the module is training,
-    each forward runs one power iteration and stores u and v; otherwise the stored u, v are reused,
-    so every micro-batch of an optimizer step sees exactly the same normalised weight.
+    The estimate's vectors u, v are buffers. `sn_update` says which training forwards run a power
+    iteration and store u and v: True every one (as torch's spectral_norm; the default outside the
+    engine), False none, "once" only the next one. The engine arms "once" per optimizer step (or per
+    micro-batch), so every micro-batch of a step, and every recomputation under activation
+    checkpointing, sees exactly the same normalised weight.
     """
 
-    sn_update: bool = True
+    sn_update: bool | str = True
 
     def _init_sn(self, eps: float) -> None:
         out = self.weight.shape[0]
@@ -40,6 +42,8 @@ class SpectralNorm:
                 u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
             # New tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
             self.sn_u, self.sn_v = u, v
+            if self.sn_update == "once":
+                self.sn_update = False
         sigma = (self.sn_u @ w @ self.sn_v.t()).squeeze()
         return self.weight / sigma
 
@@ -176,8 +180,8 @@ def init_weights(module: nn.Module, scheme: str) -> None:
             nn.init.zeros_(m.bias)
 
 
-def set_sn_update(module: nn.Module, enabled: bool) -> None:
-    """Let (or stop) every spectral-norm layer in `module` run its power iteration on the next forwards."""
+def set_sn_update(module: nn.Module, enabled: bool | str) -> None:
+    """Set when the spectral-norm layers of `module` run a power iteration: True, False or "once"."""
     for m in module.modules():
         if isinstance(m, SpectralNorm):
             m.sn_update = enabled

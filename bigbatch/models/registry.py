@@ -2,7 +2,8 @@
 
 The contract every family keeps: `G(z, y) -> images` in [-1, 1], NCHW, and `D(x, y) -> logits` (N,),
 where y is None (unconditional), labels (N,) or class weights (N, n_classes); G has the attributes
-`resolution`, `n_classes`, `dim_z` and `img_channels`. No optimizer, precision or DDP code inside.
+`resolution`, `n_classes`, `dim_z` and `img_channels`. G and D list in `checkpoint_blocks` the
+submodule names the engine may activation-checkpoint. No optimizer, precision or DDP code inside.
 """
 
 from __future__ import annotations

@@ -1,0 +1,171 @@
+"""Memory planning: parse budgets, measure the peak memory of a probe, find the largest micro-batch that fits.
+
+On CUDA the probe runs under the caching allocator capped at the budget (an OOM means "does not
+fit") and its peak is `max_memory_allocated`. On CPU there is no allocator to ask, so the peak is
+counted by a dispatch mode that adds the bytes of every new tensor storage and subtracts them when
+the storage is freed (written here: torch has no CPU counterpart of `max_memory_allocated`).
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from bigbatch.errors import BigbatchError
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str | int) -> int:
+    """'6GiB', '512MiB', '8GB', '1.5gib' or a plain number of bytes -> bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise BigbatchError(f"memory budget must be positive, got {text}")
+        return text
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS or float(match.group(1)) <= 0:
+        raise BigbatchError(f"cannot read memory budget {text!r}; write it like '6GiB', '512MiB' or '8GB'")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def format_bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+class CPUPeak(TorchDispatchMode):
+    """Counts the bytes of CPU tensor storages created while active; `peak` is the high-water mark.
+
+    Views, in-place results and aliases of inputs allocate nothing and are not counted; storages
+    that existed before (weights) are not counted either.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.now = 0
+        self.peak = 0
+
+    def _free(self, key: int) -> None:
+        self.now -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t._is_view():
+                continue
+            storage = t.untyped_storage()
+            key, size = storage._cdata, storage.nbytes()
+            if size == 0 or key in self.live or storage.data_ptr() in inputs:
+                continue
+            self.live[key] = size
+            self.now += size
+            self.peak = max(self.peak, self.now)
+            weakref.finalize(storage, self._free, key)
+        return out
+
+
+def state_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer]) -> int:
+    """Bytes that live through a whole step: weights and buffers, plus optimizer state not yet created.
+
+    Optimizer state appears at the first step, after any probe: it is estimated as two tensors per
+    parameter for Adam-like optimizers, one for SGD with momentum.
+    """
+    total = 0
+    seen: set[int] = set()
+    for m in modules:
+        for t in list(m.parameters()) + list(m.buffers()):
+            if id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    for opt in optimizers:
+        per_param = (1 if opt.defaults.get("momentum") else 0) if isinstance(opt, torch.optim.SGD) else 2
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if not opt.state.get(p):
+                    total += per_param * p.numel() * p.element_size()
+    return total
+
+
+@dataclass
+class Probe:
+    micro_batch: int
+    fits: bool
+    peak_bytes: int  # measured (CPU: counted) peak of the probe, plus state_bytes on CPU
+
+
+def measure(probe: Callable[[int], None], m: int, device: torch.device, budget: int, baseline: int) -> Probe:
+    """Run `probe(m)` once and return its peak; on CUDA an out-of-memory error means it does not fit."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        try:
+            probe(m)
+            torch.cuda.synchronize(device)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return Probe(m, False, budget + 1)
+        # max_memory_allocated already holds weights and gradients; optimizer state is still to come.
+        peak = torch.cuda.max_memory_allocated(device) + baseline
+        torch.cuda.empty_cache()
+        return Probe(m, peak <= budget, peak)
+    with CPUPeak() as counter:
+        probe(m)
+    peak = counter.peak + baseline
+    return Probe(m, peak <= budget, peak)
+
+
+def fit_micro_batch(
+    probe: Callable[[int], None],
+    candidates: list[int],
+    device: torch.device,
+    budget: int,
+    baseline: int,
+    agree: Callable[[bool], bool] = lambda fits: fits,
+) -> tuple[int, list[Probe]]:
+    """The largest of `candidates` (ascending) whose probe fits `budget`, by bisection.
+
+    `agree` makes all ranks take the same branch (fits only if it fits everywhere).
+    Raises BigbatchError if even the smallest does not fit.
+    """
+    lo, hi = 0, len(candidates) - 1
+    best: int | None = None
+    probes: list[Probe] = []
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        result = measure(probe, candidates[mid], device, budget, baseline)
+        result.fits = agree(result.fits)
+        probes.append(result)
+        if result.fits:
+            best = mid
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        smallest = min(probes, key=lambda p: p.micro_batch)
+        raise BigbatchError(
+            f"even micro_batch={candidates[0]} needs {format_bytes(smallest.peak_bytes)}, over the memory budget of "
+            f"{format_bytes(budget)}; raise train.memory_budget, use bf16 or activation checkpointing, "
+            "or a smaller model"
+        )
+    return candidates[best], sorted(probes, key=lambda p: p.micro_batch)
+
+
+def default_budget(device: torch.device, local_world: int = 1) -> int:
+    """The memory a process may use when no budget is given: the GPU's total, or its share of free RAM."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        available = int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        available = 8 * 2**30
+    return available // max(1, local_world)

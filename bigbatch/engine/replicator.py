@@ -1,0 +1,423 @@
+"""The large-batch engine, in the spirit of TF-Replicator: the user writes an input function and a step
+function; the Replicator handles devices, DDP, precision, accumulation and memory planning.
+
+    rep = bigbatch.Replicator(batch=2048, micro_batch="auto", precision="bf16")   # reads torchrun's env
+    model = rep.prepare(model)
+    opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters()))
+    for batch in rep.batches(input_fn):         # input_fn(ctx) yields this rank's share of each step
+        loss = rep.step(step_fn, batch, opt)    # step_fn(micro) -> mean loss of the micro-batch
+
+One optimizer step sees `batch` examples: `micro_batch x accumulation` on each of `world_size` ranks.
+Each micro-batch loss is divided by the accumulation and DDP averages over ranks, so the gradient is
+the gradient of the mean loss over the whole batch, whatever the split. DDP all-reduces only on the
+last micro-batch. Spectral-norm layers of bigbatch run their power iteration once per step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+from bigbatch.engine import dist, memory, wrap
+from bigbatch.engine import precision as prec
+from bigbatch.engine.plan import Plan, make_plan
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.models.layers import set_sn_update
+
+
+@dataclass(frozen=True)
+class InputContext:
+    """What an input function needs to produce this rank's share of each step."""
+
+    rank: int
+    world_size: int
+    batch: int
+    """Examples per optimizer step, over all ranks."""
+    share: int
+    """Examples per optimizer step on this rank: batch / world_size, the global positions
+    rank * share .. (rank + 1) * share - 1 of each step."""
+    device: torch.device
+
+
+@dataclass
+class _Optimizer:
+    name: str
+    scaler: torch.amp.GradScaler
+    history: deque
+    skipped: int = 0
+    steps: int = 0
+    last_skipped: bool = False
+    grad_norm: float = 0.0
+    params: set[int] = field(default_factory=set)
+
+
+class Replicator:
+    """Large-batch training on one process or many (torchrun), with exact accumulation.
+
+    batch: examples per optimizer step over all ranks. micro_batch: examples per forward/backward
+    on one rank, or "auto" (the largest that fits `memory_budget`, found by probing the first
+    step). precision: "fp32", "bf16" or "fp16" (loss scaling, one GradScaler per optimizer).
+    checkpointing: activation-checkpoint the blocks each model lists in `checkpoint_blocks`.
+    sync_bn: BatchNorm statistics over the same micro-batch index on all ranks (else per rank).
+    sn_update: "step" (power iteration once per optimizer step) or "micro" (once per micro-batch).
+    grad_clip: clip the global gradient norm to this (0: off). A step whose gradients are not finite
+    is skipped; more than `skip_limit` of the last `skip_window` steps skipped stops training.
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        micro_batch: int | str = "auto",
+        precision: str = "fp32",
+        *,
+        device: str = "auto",
+        memory_budget: str | int | None = None,
+        checkpointing: bool = False,
+        compile: bool = False,
+        sync_bn: bool = False,
+        sn_update: str = "step",
+        grad_clip: float = 0.0,
+        skip_limit: float = 0.2,
+        skip_window: int = 50,
+    ):
+        self.ctx = dist.context(device)
+        prec.check(precision, self.ctx.device)
+        if not isinstance(batch, int) or batch < 1 or batch % self.ctx.world_size:
+            raise BigbatchError(f"batch={batch!r} must be a positive multiple of the world size {self.ctx.world_size}")
+        if micro_batch != "auto" and (not isinstance(micro_batch, int) or micro_batch < 1):
+            raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
+        if sn_update not in ("step", "micro"):
+            raise BigbatchError(f"sn_update must be 'step' or 'micro', got {sn_update!r}")
+        if not (0 <= skip_limit <= 1 and skip_window >= 1):
+            raise BigbatchError("skip_limit must be in [0, 1] and skip_window >= 1")
+        self.batch, self.precision, self.sn_update = batch, precision, sn_update
+        self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
+        self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
+        self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
+        self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
+        self.probes: list[memory.Probe] = []
+        self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
+        self.optimizers: dict[int, _Optimizer] = {}
+        self._owns_group = dist.init(self.ctx)
+
+    # ---- where we run ------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.ctx.device
+
+    @property
+    def rank(self) -> int:
+        return self.ctx.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.ctx.world_size
+
+    @property
+    def is_main(self) -> bool:
+        return self.ctx.rank == 0
+
+    @property
+    def share(self) -> int:
+        return self.batch // self.ctx.world_size
+
+    @property
+    def plan(self) -> Plan:
+        if self._plan is None:
+            raise BigbatchError("micro_batch='auto' is decided at the first step (or by plan_micro_batch)")
+        return self._plan
+
+    def close(self) -> None:
+        """Leave the process group if this Replicator joined it."""
+        dist.close(self._owns_group)
+        self._owns_group = False
+
+    def __enter__(self) -> Replicator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- models, optimizers, inputs ------------------------------------------------------------
+    def prepare(self, model: nn.Module, checkpointing: bool | Iterable[str] | None = None) -> nn.Module:
+        """Place `model` on this rank's device and wrap it (cross-rank BN → checkpointing → compile → DDP).
+
+        Returns the module to call; the plain model is changed in place and stays what to save.
+        `checkpointing` overrides the Replicator's setting for this model (True, False or block names).
+        """
+        wrapped = wrap.prepare(
+            model,
+            self.device,
+            self.world_size,
+            sync_bn=self.sync_bn,
+            checkpointing=self.checkpointing if checkpointing is None else checkpointing,
+            compile=self.compile,
+        )
+        self.models.append((model, wrapped))
+        return wrapped
+
+    def unwrap(self, module: nn.Module) -> nn.Module:
+        """The plain model behind a prepared module."""
+        for plain, wrapped in self.models:
+            if module is wrapped or module is plain:
+                return plain
+        raise BigbatchError("this module was not prepared by this Replicator")
+
+    def wrap_optimizer(self, opt: torch.optim.Optimizer, name: str | None = None) -> torch.optim.Optimizer:
+        """Register `opt` (its loss scaler and skip count); returns it unchanged, so its state_dict is the usual one."""
+        params = {id(p) for g in opt.param_groups for p in g["params"]}
+        self.optimizers[id(opt)] = _Optimizer(
+            name or f"opt{len(self.optimizers)}",
+            prec.grad_scaler(self.precision, self.device),
+            deque(maxlen=self.skip_window),
+            params=params,
+        )
+        return opt
+
+    def batches(self, input_fn: Callable[[InputContext], Iterable[Any]]) -> Iterator[Any]:
+        """Iterate over `input_fn(ctx)`: each item is this rank's share of one step (tensor or tuple, dim 0)."""
+        ctx = InputContext(self.rank, self.world_size, self.batch, self.share, self.device)
+        yield from input_fn(ctx)
+
+    # ---- one optimizer step --------------------------------------------------------------------
+    def step(self, step_fn: Callable[[Any], Any], batch: Any, opt: torch.optim.Optimizer) -> Any:
+        """Run `step_fn` on each micro-batch of this rank's share `batch`, accumulate, sync once, step.
+
+        `step_fn(micro)` returns the mean loss over the micro-batch, or a dict with "loss" and other
+        scalars to average. Returns the step's mean loss over all ranks as a float (or the dict of
+        means). If the gradients are not finite the step is skipped (`skipped(opt)` says so).
+        """
+        state = self._state(opt)
+        if self._plan is None:
+            self.plan_micro_batch(lambda m: self.probe_step(step_fn, _slice(batch, 0, m)), [opt])
+        plan = self.plan
+        micros = self.split(batch)
+        trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
+        totals: torch.Tensor | None = None
+        keys: list[str] = []
+        for i, micro in enumerate(micros):
+            self.arm_spectral_norm(i == 0)
+            with self.no_sync(keep=trained if i == len(micros) - 1 else ()):
+                with prec.autocast(self.precision, self.device):
+                    out = step_fn(_to(micro, self.device))
+                loss, stats = _unpack(out)
+                state.scaler.scale(loss / plan.accumulation).backward()
+            keys = ["loss", *stats]
+            values = torch.stack([loss.detach(), *(torch.as_tensor(v).detach().float() for v in stats.values())])
+            totals = values / plan.accumulation if totals is None else totals + values / plan.accumulation
+        self._apply(opt, state)
+        means = dist.mean(totals).tolist()
+        return dict(zip(keys, means)) if isinstance(out, dict) else means[0]
+
+    def split(self, batch: Any) -> list[Any]:
+        """This rank's share -> its micro-batches (slices along dim 0 of every tensor)."""
+        plan = self.plan
+        n = _length(batch)
+        if n != self.share:
+            raise BigbatchError(
+                f"a step's batch on this rank must hold batch / world_size = {self.share} examples, got {n}"
+            )
+        m = plan.micro_batch
+        return [_slice(batch, j * m, (j + 1) * m) for j in range(plan.accumulation)]
+
+    def arm_spectral_norm(self, first: bool) -> None:
+        """Let bigbatch spectral-norm layers run one power iteration, on their next training forward,
+        on the first micro-batch of a step ("step") or on every micro-batch ("micro"); none otherwise."""
+        for plain, _ in self.models:
+            set_sn_update(plain, "once" if first or self.sn_update == "micro" else False)
+
+    def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
+        """Suspend DDP's gradient all-reduce on every prepared DDP module except those in `keep`."""
+        stack = ExitStack()
+        keep_ids = {id(k) for k in keep}
+        for _, wrapped in self.models:
+            if isinstance(wrapped, nn.parallel.DistributedDataParallel) and id(wrapped) not in keep_ids:
+                stack.enter_context(wrapped.no_sync())
+        return stack
+
+    def _state(self, opt: torch.optim.Optimizer) -> _Optimizer:
+        try:
+            return self.optimizers[id(opt)]
+        except KeyError:
+            raise BigbatchError("pass the optimizer through rep.wrap_optimizer(opt) before rep.step") from None
+
+    def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer) -> None:
+        """Unscale, check, clip and apply the accumulated gradients, then free them."""
+        if state.scaler.is_enabled():
+            state.scaler.unscale_(opt)
+        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        norm = get_total_norm([p.grad for p in params]) if params else torch.zeros(())
+        finite = bool(torch.isfinite(norm))  # gradients are already all-reduced: every rank agrees
+        if finite:
+            if self.grad_clip > 0:
+                clip_grads_with_norm_(params, self.grad_clip, norm)
+            opt.step()
+        if state.scaler.is_enabled():
+            state.scaler.update()
+        opt.zero_grad(set_to_none=True)
+        state.steps += 1
+        state.grad_norm = float(norm)
+        state.last_skipped = not finite
+        state.history.append(not finite)
+        if finite:
+            return
+        state.skipped += 1
+        scale = f"; fp16 loss scale now {state.scaler.get_scale():g}" if state.scaler.is_enabled() else ""
+        if self.is_main:
+            warn(f"{state.name} step {state.steps} skipped: its gradients are not finite{scale}")
+        recent = sum(state.history)
+        if recent > self.skip_limit * self.skip_window:
+            raise BigbatchError(
+                f"{recent} of the last {len(state.history)} {state.name} steps had non-finite gradients and were "
+                f"skipped (limit: {self.skip_limit:g} of {self.skip_window}); training stopped with the weights of "
+                "the last good step and the last checkpoint intact. Lower the learning rate, use bf16 instead of "
+                "fp16, clip gradients (train.grad_clip), or resume from an earlier checkpoint"
+            )
+
+    def skipped(self, opt: torch.optim.Optimizer) -> bool:
+        """Whether the last step of `opt` was skipped for non-finite gradients."""
+        return self._state(opt).last_skipped
+
+    # ---- memory planning -----------------------------------------------------------------------
+    def plan_micro_batch(self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer]) -> Plan:
+        """Resolve micro_batch="auto": the largest divisor of this rank's share whose `probe(m)` (one
+        forward and backward at micro-batch m) fits the memory budget. Buffers, RNG and gradients are
+        restored after probing, so planning changes nothing that training sees."""
+        optimizers = list(optimizers)
+        budget = self.memory_budget or memory.default_budget(self.device, _local_world())
+        if self.device.type == "cuda":
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            if budget > total:
+                raise BigbatchError(
+                    f"memory budget {memory.format_bytes(budget)} exceeds the GPU's {memory.format_bytes(total)}"
+                )
+            # The cap stays for the run: the budget is what training may use (e.g. a 6 GiB GPU on a big one).
+            torch.cuda.set_per_process_memory_fraction(budget / total, self.device)
+        plain = [p for p, _ in self.models]
+        weights = memory.state_bytes(plain, [])
+        baseline = memory.state_bytes(plain, optimizers) - (weights if self.device.type == "cuda" else 0)
+        candidates = [d for d in range(1, self.share + 1) if self.share % d == 0]
+        saved = _save_buffers(plain)
+        rng = torch.get_rng_state(), (torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
+        try:
+            micro, self.probes = memory.fit_micro_batch(probe, candidates, self.device, budget, baseline, dist.agree)
+        finally:
+            _restore_buffers(saved)
+            torch.set_rng_state(rng[0])
+            if rng[1] is not None:
+                torch.cuda.set_rng_state(rng[1], self.device)
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
+            for p in plain:
+                set_sn_update(p, False)
+        self.budget = budget
+        self._plan = make_plan(self.batch, micro, self.precision, self.ctx)
+        return self._plan
+
+    def probe_step(self, step_fn: Callable[[Any], Any], micro: Any) -> None:
+        """One forward and backward of `step_fn` on `micro`, with no DDP sync and no optimizer step
+        (what `plan_micro_batch` measures). Leaves gradients behind: the caller frees them."""
+        self.arm_spectral_norm(True)
+        with self.no_sync():
+            with prec.autocast(self.precision, self.device):
+                loss, _ = _unpack(step_fn(_to(micro, self.device)))
+            loss.backward()
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Loss scalers and skip histories, by optimizer name (for resume)."""
+        return {
+            s.name: {
+                "scaler": s.scaler.state_dict(),
+                "history": list(s.history),
+                "skipped": s.skipped,
+                "steps": s.steps,
+            }
+            for s in self.optimizers.values()
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for s in self.optimizers.values():
+            if s.name in state:
+                saved = state[s.name]
+                if saved["scaler"] and s.scaler.is_enabled():
+                    s.scaler.load_state_dict(saved["scaler"])
+                s.history.clear()
+                s.history.extend(bool(b) for b in saved["history"])
+                s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
+
+    def counters(self) -> dict[str, Any]:
+        """Per optimizer: steps taken, steps skipped, last gradient norm, fp16 loss scale."""
+        out: dict[str, Any] = {}
+        for s in self.optimizers.values():
+            out[s.name] = {"steps": s.steps, "skipped": s.skipped, "grad_norm": s.grad_norm}
+            if s.scaler.is_enabled():
+                out[s.name]["loss_scale"] = s.scaler.get_scale()
+        return out
+
+
+def _local_world() -> int:
+    import os
+
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def _unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    if isinstance(out, dict):
+        if "loss" not in out:
+            raise BigbatchError("a step function returning a dict must put the loss under 'loss'")
+        rest = {k: v for k, v in out.items() if k != "loss"}
+        loss = out["loss"]
+    else:
+        loss, rest = out, {}
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
+        raise BigbatchError("the step function must return the micro-batch's mean loss as a scalar tensor with a graph")
+    # Losses are reduced in fp32 whatever the compute precision.
+    return loss.float().reshape(()), rest
+
+
+def _length(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0]
+    if isinstance(batch, (tuple, list)):
+        lengths = {_length(b) for b in batch if b is not None}
+        if len(lengths) != 1:
+            raise BigbatchError(f"the tensors of a batch must agree in dim 0, got lengths {sorted(lengths)}")
+        return lengths.pop()
+    if isinstance(batch, dict):
+        return _length(list(batch.values()))
+    raise BigbatchError(f"a batch must be a tensor or a tuple/list/dict of tensors, got {type(batch).__name__}")
+
+
+def _slice(batch: Any, start: int, stop: int) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop]
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(None if b is None else _slice(b, start, stop) for b in batch)
+    return {k: _slice(v, start, stop) for k, v in batch.items()}
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(None if b is None else _to(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to(v, device) for k, v in batch.items()}
+    return batch
+
+
+def _save_buffers(models: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    return [(m, k, b.clone()) for net in models for m in net.modules() for k, b in m._buffers.items() if b is not None]
+
+
+def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor]]) -> None:
+    for m, k, b in saved:
+        m._buffers[k] = b

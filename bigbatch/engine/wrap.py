@@ -1,0 +1,167 @@
+"""Wrappers applied to a plain model from outside, in one fixed order: cross-rank BatchNorm →
+activation checkpointing → torch.compile → DDP (torchtitan's order: compile sees the checkpointed
+blocks, DDP sees the compiled graph)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as torch_dist
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.models.layers import SpectralNorm
+
+
+class GlobalBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm whose training statistics cover the same micro-batch on every rank.
+
+    Sum, sum of squares and count are all-reduced with a differentiable collective, so the gradient
+    flows through the global statistics as in nn.SyncBatchNorm, but on any backend (gloo on CPU too,
+    which nn.SyncBatchNorm refuses). Outside training, or in one process, it is plain BatchNorm2d.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and torch_dist.is_available() and torch_dist.is_initialized()):
+            return super().forward(x)
+        if torch_dist.get_world_size() == 1:
+            return super().forward(x)
+        from torch.distributed.nn.functional import all_reduce
+
+        xf = x.float()
+        count = torch.full((1,), x.numel() / x.shape[1], device=x.device)
+        packed = all_reduce(torch.cat([xf.sum((0, 2, 3)), (xf * xf).sum((0, 2, 3)), count]))
+        c = x.shape[1]
+        n = packed[-1]
+        mean = packed[:c] / n
+        var = (packed[c : 2 * c] / n - mean * mean).clamp_min(0)
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), factor)
+                unbiased = var.detach() * n / (n - 1).clamp_min(1)
+                self.running_var.lerp_(unbiased.to(self.running_var.dtype), factor)
+        y = (xf - mean[None, :, None, None]) * torch.rsqrt(var + self.eps)[None, :, None, None]
+        if self.affine:
+            y = y * self.weight[None, :, None, None] + self.bias[None, :, None, None]
+        return y.to(x.dtype)
+
+
+def cross_rank_batch_norm(model: nn.Module, device: torch.device) -> nn.Module:
+    """Swap every BatchNorm2d for one whose statistics span all ranks: nn.SyncBatchNorm on CUDA,
+    GlobalBatchNorm2d elsewhere. Parameters and buffers are shared, so names and values stay."""
+    if device.type == "cuda":
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+    def convert(module: nn.Module) -> nn.Module:
+        if type(module) is nn.BatchNorm2d:
+            new = GlobalBatchNorm2d(
+                module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
+            )
+            new.load_state_dict(module.state_dict(), strict=True, assign=True)
+            new.train(module.training)
+            return new
+        for name, child in module.named_children():
+            setattr(module, name, convert(child))
+        return module
+
+    return convert(model)
+
+
+class _CheckpointedForward:
+    """Replaces a block's forward: recompute its activations in backward instead of storing them.
+
+    Non-reentrant, so double backward (R1) works. During the recomputation, BatchNorm running
+    statistics and spectral-norm power iterations are frozen, so they advance once per forward as
+    without checkpointing and the recomputed activations equal the original ones.
+    """
+
+    def __init__(self, module: nn.Module):
+        self.forward = module.forward
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not (torch.is_grad_enabled() and self.module.training):
+            return self.forward(*args, **kwargs)
+        return checkpoint(
+            self.forward, *args, use_reentrant=False, context_fn=lambda: (ExitStack(), _frozen(self.module)), **kwargs
+        )
+
+
+@contextmanager
+def _frozen(module: nn.Module):
+    bns = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    sns = [m for m in module.modules() if isinstance(m, SpectralNorm)]
+    armed = [m.sn_update for m in sns]
+    for m in bns:
+        m.track_running_stats = False
+    for m in sns:
+        m.sn_update = False
+    try:
+        yield
+    finally:
+        for m in bns:
+            m.track_running_stats = True
+        for m, a in zip(sns, armed):
+            m.sn_update = a
+
+
+def checkpoint_blocks(model: nn.Module, names: Iterable[str]) -> list[str]:
+    """Activation-checkpoint the named submodules of `model` (in place); returns the names done."""
+    done = []
+    for name in names:
+        try:
+            block = model.get_submodule(name)
+        except AttributeError:
+            raise BigbatchError(f"{type(model).__name__} has no block named {name!r} to checkpoint") from None
+        if not isinstance(vars(block).get("forward"), _CheckpointedForward):
+            block.forward = _CheckpointedForward(block)
+        done.append(name)
+    return done
+
+
+def strip_wrappers(model: nn.Module) -> nn.Module:
+    """Undo checkpoint_blocks on a copy (e.g. the EMA generator), which must not call the original's forward."""
+    for m in model.modules():
+        if isinstance(vars(m).get("forward"), _CheckpointedForward):
+            del m.forward
+    return model
+
+
+def prepare(
+    model: nn.Module,
+    device: torch.device,
+    world_size: int,
+    *,
+    sync_bn: bool = False,
+    checkpointing: bool | Iterable[str] = False,
+    compile: bool = False,
+) -> nn.Module:
+    """Place `model` and wrap it: cross-rank BN → activation checkpointing → torch.compile → DDP.
+
+    `checkpointing=True` checkpoints the blocks the model lists in `checkpoint_blocks`; a list of
+    submodule names checkpoints those. The model is modified in place; the returned module is what
+    to call in training (the same model, or its compiled / DDP wrapper).
+    """
+    model.to(device)
+    if sync_bn and world_size > 1:
+        model = cross_rank_batch_norm(model, device)
+    if checkpointing:
+        names = getattr(model, "checkpoint_blocks", ()) if checkpointing is True else checkpointing
+        if not names:
+            warn(f"{type(model).__name__} lists no checkpoint_blocks; activation checkpointing does nothing for it")
+        checkpoint_blocks(model, names)
+    wrapped: nn.Module = model
+    if compile:
+        wrapped = torch.compile(wrapped)
+    if world_size > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        # Buffers are not broadcast: spectral-norm vectors advance identically on every rank, and
+        # BN running statistics are per rank by design (documented).
+        wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=ids, broadcast_buffers=False)
+    return wrapped
