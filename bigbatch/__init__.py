@@ -6,7 +6,7 @@ from bigbatch.engine.replicator import InputContext, Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.presets import list_presets, preset
 from bigbatch.runs import load_generator
-from bigbatch.sampling import sample
+from bigbatch.sampling import sample, standing_stats
 from bigbatch.train import train
 
 __version__ = "0.1.0"
@@ -20,5 +20,6 @@ __all__ = [
     "models",
     "preset",
     "sample",
+    "standing_stats",
     "train",
 ]

@@ -66,7 +66,7 @@ def _sample(args: argparse.Namespace) -> None:
     from bigbatch.config import MIN_TRUNCATION
     from bigbatch.engine.state import atomic_write, find_checkpoint
     from bigbatch.runs import load_generator
-    from bigbatch.sampling import grid, interpolation_sheet, sample, save_png
+    from bigbatch.sampling import grid, interpolation_sheet, sample, save_png, standing_stats
 
     if args.n < 1:
         raise BigbatchError(f"--n must be at least 1, got {args.n}")
@@ -74,8 +74,12 @@ def _sample(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION}, got {args.truncation}")
     if args.ncol < 1:
         raise BigbatchError(f"--ncol must be at least 1, got {args.ncol}")
+    if args.standing_stats < 0:
+        raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
     ckpt = find_checkpoint(args.path)
     G = load_generator(ckpt)
+    if args.standing_stats:
+        standing_stats(G, args.standing_stats, seed=args.seed, truncation=args.truncation)
     if args.classes is not None and not G.n_classes:
         raise BigbatchError("--classes: this generator is unconditional")
     classes = _parse_classes(args.classes, G.class_names)
@@ -138,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=float("inf"),
         help="resample z entries beyond this magnitude (BigGAN truncation; default: off)",
+    )
+    s.add_argument(
+        "--standing-stats",
+        type=int,
+        default=0,
+        metavar="N",
+        help="re-estimate G's BatchNorm statistics over N batches of 64 of its own samples first (default: "
+        "use the running statistics of training)",
     )
     s.add_argument("--ncol", type=int, default=8, help="images per row of the grid")
     s.add_argument("--interp", action="store_true", help="write an interpolation sheet (z, then class)")

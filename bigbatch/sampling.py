@@ -40,6 +40,42 @@ def draw_latents(
     return z, y
 
 
+@torch.no_grad()
+def standing_stats(
+    G: nn.Module, n_batches: int = 16, batch_size: int = 64, seed: int = 0, truncation: float = math.inf
+) -> nn.Module:
+    """Re-estimate G's BatchNorm running statistics from its own samples ("standing statistics",
+    BigGAN-PyTorch's option for evaluation); returns G in eval mode.
+
+    The running statistics of training are an exponential average over micro-batches of a G that
+    kept changing; here they become the plain average over `n_batches` batches of `batch_size` draws
+    of the final G (z with the same truncation as the images to come). Spectral-norm vectors are
+    left alone. Draws use the stream of `sample` at positions past 10**9, so they never coincide
+    with the images being evaluated.
+    """
+    from bigbatch.models.layers import set_sn_update
+
+    bns = [m for m in G.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not bns:
+        return G.eval()
+    device = next(G.parameters()).device
+    momenta = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches below
+    G.train()
+    set_sn_update(G, False)
+    try:
+        for i in range(n_batches):
+            z, y = draw_latents(batch_size, G.dim_z, seed, G.n_classes, 10**9 + i * batch_size, truncation)
+            G(z.to(device), None if y is None else y.to(device))
+    finally:
+        for m, momentum in zip(bns, momenta):
+            m.momentum = momentum
+        G.eval()
+    return G
+
+
 def to_uint8(x: torch.Tensor) -> torch.Tensor:
     """G's output in [-1, 1], NCHW -> uint8 NHWC."""
     return ((x.float() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()

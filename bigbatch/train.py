@@ -20,6 +20,7 @@ from bigbatch.config import Config
 from bigbatch.data import load_data
 from bigbatch.engine import dist, state
 from bigbatch.engine.ema import make_ema, update_ema
+from bigbatch.engine.memory import format_bytes
 from bigbatch.engine.plan import make_plan
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
@@ -114,6 +115,11 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
     task = GANTask(rep, G_train, D_train, opt_G, opt_D, data, t.seed, t.loss, cfg.model.conditional, cfg.data.xflip)
     if t.micro_batch == "auto":
         rep.plan_micro_batch(task.probe, [opt_G, opt_D])
+        if main and not quiet:
+            print(f"micro_batch auto, budget {format_bytes(rep.budget)} per process:", flush=True)
+            for p in rep.probes:
+                verdict = "fits" if p.fits else "does not fit"
+                print(f"  micro_batch {p.micro_batch:5d}: peak {format_bytes(p.peak_bytes)}, {verdict}", flush=True)
     plan = rep.plan
     nimg, g_steps = 0, 0
     if main:
@@ -202,6 +208,8 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             stats.update(task.g_step(g_steps))
             skipped["skipped_G"] += rep.skipped(opt_G)
             g_steps += 1
+            rep.average_running_stats(G)
+            rep.average_running_stats(D)
             update_ema(G_ema, G, nimg, nimg - before, t.ema_halflife_kimg, t.ema_start_kimg)
             window.add(time.perf_counter() - start, nimg - before, stats, skipped)
             bar.update(min(nimg, total) - min(before, total))
@@ -215,11 +223,12 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
                     if "loss_scale" in counters:
                         row[f"loss_scale_{name}"] = counters["loss_scale"]
                 log_row(run, tb, nimg, row)
-                bar.set_postfix(loss_D=f"{row['loss_D']:.3f}", loss_G=f"{row['loss_G']:.3f}")
+                loss_D, loss_G = row.get("loss_D", math.nan), row.get("loss_G", math.nan)  # nan: all skipped
+                bar.set_postfix(loss_D=f"{loss_D:.3f}", loss_G=f"{loss_G:.3f}")
                 if bar.disable and not quiet:
                     eta = (total - nimg) / max(row["img_per_s"], 1e-9)
                     print(
-                        f"kimg {row['kimg']:.1f}/{t.kimg:g}  loss_D {row['loss_D']:.3f}  loss_G {row['loss_G']:.3f}"
+                        f"kimg {row['kimg']:.1f}/{t.kimg:g}  loss_D {loss_D:.3f}  loss_G {loss_G:.3f}"
                         f"  {row['img_per_s']:.0f} img/s  ETA {format_seconds(eta)}",
                         flush=True,
                     )

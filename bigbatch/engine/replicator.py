@@ -242,6 +242,24 @@ class Replicator:
                 stack.enter_context(wrapped.no_sync())
         return stack
 
+    def average_running_stats(self, model: nn.Module) -> None:
+        """Average BatchNorm running statistics over ranks (each rank's saw only its micro-batches).
+
+        Training-mode BN never reads them, so this changes no gradient; it makes evaluation-mode
+        outputs and checkpoints reflect every rank's data. A no-op in one process."""
+        if not dist.active():
+            return
+        bufs = [
+            b
+            for m in self.unwrap(model).modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+            for b in (m.running_mean, m.running_var)
+        ]
+        if bufs:
+            flat = dist.mean(torch.cat([b.flatten().float() for b in bufs]))
+            for b, v in zip(bufs, flat.split([b.numel() for b in bufs])):
+                b.copy_(v.view_as(b))
+
     def _state(self, opt: torch.optim.Optimizer) -> _Optimizer:
         try:
             return self.optimizers[id(opt)]
@@ -276,7 +294,7 @@ class Replicator:
         if recent > self.skip_limit * self.skip_window:
             raise BigbatchError(
                 f"{recent} of the last {len(state.history)} {state.name} steps had non-finite gradients and were "
-                f"skipped (limit: {self.skip_limit:g} of {self.skip_window}); training stopped with the weights of "
+                f"skipped (more than skip_limit={self.skip_limit:g} of them); training stopped with the weights of "
                 "the last good step and the last checkpoint intact. Lower the learning rate, use bf16 instead of "
                 "fp16, clip gradients (train.grad_clip), or resume from an earlier checkpoint"
             )

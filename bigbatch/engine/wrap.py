@@ -5,7 +5,7 @@ blocks, DDP sees the compiled graph)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import ExitStack, contextmanager
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -89,25 +89,34 @@ class _CheckpointedForward:
         if not (torch.is_grad_enabled() and self.module.training):
             return self.forward(*args, **kwargs)
         return checkpoint(
-            self.forward, *args, use_reentrant=False, context_fn=lambda: (ExitStack(), _frozen(self.module)), **kwargs
+            self.forward, *args, use_reentrant=False, context_fn=lambda: (nullcontext(), _Frozen(self.module)), **kwargs
         )
 
 
-@contextmanager
-def _frozen(module: nn.Module):
-    bns = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-    sns = [m for m in module.modules() if isinstance(m, SpectralNorm)]
-    armed = [m.sn_update for m in sns]
-    for m in bns:
-        m.track_running_stats = False
-    for m in sns:
-        m.sn_update = False
-    try:
-        yield
-    finally:
-        for m in bns:
-            m.track_running_stats = True
-        for m, a in zip(sns, armed):
+class _Frozen:
+    """Recomputation context: spectral-norm power iterations off, BatchNorm running statistics put
+    back afterwards (the code path stays that of the original forward, which the checkpoint checks).
+    Reusable: double backward may recompute more than once."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def __enter__(self) -> None:
+        mods = list(self.module.modules())
+        self.bns = [m for m in mods if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+        self.saved = [(m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()) for m in self.bns]
+        self.sns = [m for m in mods if isinstance(m, SpectralNorm)]
+        self.armed = [m.sn_update for m in self.sns]
+        for m in self.sns:
+            m.sn_update = False
+
+    def __exit__(self, *exc: Any) -> None:
+        with torch.no_grad():
+            for m, (mean, var, count) in zip(self.bns, self.saved):
+                m.running_mean.copy_(mean)
+                m.running_var.copy_(var)
+                m.num_batches_tracked.copy_(count)
+        for m, a in zip(self.sns, self.armed):
             m.sn_update = a
 
 
@@ -161,7 +170,7 @@ def prepare(
         wrapped = torch.compile(wrapped)
     if world_size > 1:
         ids = [device.index] if device.type == "cuda" else None
-        # Buffers are not broadcast: spectral-norm vectors advance identically on every rank, and
-        # BN running statistics are per rank by design (documented).
-        wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=ids, broadcast_buffers=False)
+        # Buffers are not re-broadcast at each forward: spectral-norm vectors advance identically on
+        # every rank, and BN running statistics are averaged by Replicator.average_running_stats.
+        wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=ids, forward_sync_buffers=False)
     return wrapped

@@ -1,0 +1,70 @@
+"""Mixed precision and memory planning through `bigbatch.train`: what a run records, how it stops."""
+
+import json
+
+import pytest
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.runs import read_metrics
+
+
+def weights(run, name):
+    return {net: (run / "checkpoints" / name / f"{net}.safetensors").read_bytes() for net in ("G", "D", "G_ema")}
+
+
+def test_fp16_run_logs_skips_and_loss_scales_and_resumes_bit_identically(tiny, tmp_path):
+    cfg = tiny.override({"train.precision": "fp16"})
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    rows = read_metrics(whole / "metrics.jsonl")
+    assert all({"skipped_D", "skipped_G", "loss_scale_D", "loss_scale_G"} <= row.keys() for row in rows)
+    assert rows[-1]["loss_scale_D"] <= 65536.0
+    # The loss scalers and skip histories are part of the checkpoint.
+    parts = tmp_path / "parts"
+    bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=parts, quiet=True)
+    bigbatch.train(cfg, run_dir=parts, resume=True, quiet=True)
+    assert weights(parts, "000000.512") == weights(whole, "000000.512")
+
+
+def test_bf16_run_trains(tiny, tmp_path):
+    run = bigbatch.train(tiny.override({"train.precision": "bf16"}), run_dir=tmp_path / "bf16", quiet=True)
+    rows = read_metrics(run / "metrics.jsonl")
+    assert rows[-1]["skipped_D"] == 0 and rows[-1]["loss_D"] < 3
+
+
+def test_too_many_skipped_steps_stop_with_the_last_checkpoint_intact(tiny, tmp_path, capsys):
+    # A learning rate this large overflows fp16 step after step: training must stop, not go on.
+    run = tmp_path / "diverged"
+    (tmp_path / "tiny.toml").write_text(tiny.dumps())
+    overrides = ["train.precision=fp16", "train.g_lr=1e4", "train.d_lr=1e4", "train.kimg=4"]
+    code = main(["train", "--config", str(tmp_path / "tiny.toml"), *overrides, "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "had non-finite gradients and were skipped" in err.splitlines()[-1]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "000000.256"
+    assert len(bigbatch.load_generator(run).state_dict()) > 0
+
+
+def test_auto_micro_batch_plan_is_printed_and_saved(tiny, tmp_path, capsys):
+    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "600KB", "train.kimg": 0.064})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "auto")
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["micro_batch"] * plan["accumulation"] * plan["world_size"] == plan["batch"] == 32
+    fitting = [p["micro_batch"] for p in plan["probes"] if p["fits"]]
+    assert plan["micro_batch"] == max(fitting) < 32
+    assert all(p["peak_bytes"] > 600_000 for p in plan["probes"] if not p["fits"])
+    assert "micro_batch auto, budget" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("train.precision=fp8", "'train.precision' must be"),
+        ("train.memory_budget=lots", "'train.memory_budget' cannot be read"),
+        ("train.skip_limit=2", "'train.skip_limit' must be a fraction"),
+    ],
+)
+def test_bad_engine_settings_are_one_line(capsys, override, words):
+    assert main(["train", override, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err

@@ -1,0 +1,194 @@
+"""The Replicator on its own: exact accumulation, precision, skipped steps, checkpointing, auto micro-batch."""
+
+import pytest
+import torch
+from torch import nn
+
+import bigbatch
+from bigbatch.engine.memory import CPUPeak, parse_bytes
+
+
+def classifier():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+
+
+def input_fn(ctx):
+    # This rank's share of each step: the examples at the step's global positions rank*share ...
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(ctx.batch, 1, 8, 8, generator=g), torch.randint(10, (ctx.batch,), generator=g)
+        yield x[ctx.rank * ctx.share : (ctx.rank + 1) * ctx.share], y[ctx.rank * ctx.share : (ctx.rank + 1) * ctx.share]
+
+
+def train_classifier(micro_batch, precision="fp32", **kwargs):
+    rep = bigbatch.Replicator(batch=32, micro_batch=micro_batch, precision=precision, device="cpu", **kwargs)
+    model = rep.prepare(classifier())
+    opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2))
+
+    def step_fn(micro):
+        x, y = micro
+        return nn.functional.cross_entropy(model(x), y)
+
+    losses = [rep.step(step_fn, batch, opt) for batch in rep.batches(input_fn)]
+    return torch.cat([p.detach().flatten() for p in model.parameters()]), losses, rep
+
+
+def rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+def test_accumulation_gives_the_full_batch_update():
+    full, full_losses, _ = train_classifier(32)
+    for micro in (16, 8, 4):
+        params, losses, rep = train_classifier(micro)
+        assert rep.plan.accumulation == 32 // micro
+        assert rel(params, full) <= 1e-5
+        assert losses == pytest.approx(full_losses, rel=1e-5)
+
+
+def test_bf16_and_fp16_train_close_to_fp32():
+    full, full_losses, _ = train_classifier(32)
+    for precision in ("bf16", "fp16"):
+        params, losses, rep = train_classifier(8, precision)
+        assert rel(params, full) < 0.05, precision
+        assert losses[0] == pytest.approx(full_losses[0], rel=0.02)
+        assert all(p.dtype == torch.float32 for p in rep.unwrap(rep.models[0][1]).parameters())
+
+
+def test_step_with_non_finite_gradients_is_skipped_and_counted(capsys):
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, precision="fp16", device="cpu", skip_limit=0.5, skip_window=4)
+    model = rep.prepare(classifier())
+    opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2), "clf")
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(10, (8,))
+    scale = {"value": 1.0}
+
+    def step_fn(micro):
+        return nn.functional.cross_entropy(model(micro[0]), micro[1]) * scale["value"]
+
+    rep.step(step_fn, (x, y), opt)
+    assert not rep.skipped(opt)
+    before = [p.detach().clone() for p in model.parameters()]
+    scale["value"] = float("inf")
+    rep.step(step_fn, (x, y), opt)
+    assert rep.skipped(opt)
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # never applied
+    assert all(p.grad is None for p in model.parameters())
+    assert rep.counters()["clf"]["skipped"] == 1
+    assert "clf step 2 skipped" in capsys.readouterr().err
+    rep.step(step_fn, (x, y), opt)  # 2 of the last 3: at the limit (0.5 x 4), not over it
+    with pytest.raises(bigbatch.BigbatchError, match="3 of the last 4 clf steps had non-finite gradients"):
+        rep.step(step_fn, (x, y), opt)
+
+
+def test_fp16_uses_one_loss_scaler_per_optimizer():
+    rep = bigbatch.Replicator(batch=8, micro_batch=8, precision="fp16", device="cpu")
+    a, b = rep.prepare(classifier()), rep.prepare(classifier())
+    opt_a = rep.wrap_optimizer(torch.optim.SGD(a.parameters(), lr=0.1), "a")
+    opt_b = rep.wrap_optimizer(torch.optim.SGD(b.parameters(), lr=0.1), "b")
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(10, (8,))
+    rep.step(lambda m: nn.functional.cross_entropy(a(m[0]), m[1]) * float("inf"), (x, y), opt_a)
+    rep.step(lambda m: nn.functional.cross_entropy(b(m[0]), m[1]), (x, y), opt_b)
+    counters = rep.counters()
+    assert counters["a"]["loss_scale"] == counters["b"]["loss_scale"] / 2  # only a's scaler backed off
+    state = rep.state_dict()
+    again = bigbatch.Replicator(batch=8, micro_batch=8, precision="fp16", device="cpu")
+    again.wrap_optimizer(torch.optim.SGD(again.prepare(classifier()).parameters(), lr=0.1), "a")
+    again.load_state_dict(state)
+    restored = again.counters()["a"]
+    assert (restored["steps"], restored["skipped"], restored["loss_scale"]) == (1, 1, counters["a"]["loss_scale"])
+
+
+def test_wrong_share_size_and_bad_step_output_are_clear_errors():
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, device="cpu")
+    model = rep.prepare(classifier())
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(bigbatch.BigbatchError, match="must hold batch / world_size = 8 examples, got 6"):
+        rep.step(lambda m: model(m).sum(), torch.randn(6, 1, 8, 8), opt)
+    with pytest.raises(bigbatch.BigbatchError, match="mean loss as a scalar tensor"):
+        rep.step(lambda m: model(m), torch.randn(8, 1, 8, 8), opt)
+    with pytest.raises(bigbatch.BigbatchError, match="wrap_optimizer"):
+        rep.step(lambda m: model(m).sum(), torch.randn(8, 1, 8, 8), torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(bigbatch.BigbatchError, match="unknown precision"):
+        bigbatch.Replicator(batch=8, precision="fp8")
+
+
+def gan_grads(checkpointing):
+    torch.manual_seed(0)
+    G, D = bigbatch.models.create("dcgan", 16, 10, ch=8, dim_z=16, g_sn=True)
+    rep = bigbatch.Replicator(batch=16, micro_batch=8, device="cpu", checkpointing=checkpointing)
+    G_train, D_train = rep.prepare(G), rep.prepare(D)
+    opt = rep.wrap_optimizer(torch.optim.SGD(G.parameters(), lr=0.0))  # lr 0: look at gradients and buffers
+    grads = {}
+
+    def step_fn(micro):
+        z, y = micro
+        loss = -D_train(G_train(z, y), y).mean()
+        return loss
+
+    z, y = torch.randn(16, 16, generator=torch.Generator().manual_seed(2)), torch.arange(16) % 10
+    for p in G.parameters():
+        p.register_post_accumulate_grad_hook(lambda p: grads.__setitem__(id(p), p.grad.clone()))
+    peak = CPUPeak()
+    with peak:
+        rep.step(step_fn, (z, y), opt)
+    order = [grads[id(p)] for p in G.parameters()]
+    return order, {k: v.clone() for k, v in G.state_dict().items()}, peak.peak
+
+
+def test_activation_checkpointing_changes_memory_not_results():
+    plain_grads, plain_state, plain_peak = gan_grads(False)
+    ckpt_grads, ckpt_state, ckpt_peak = gan_grads(True)
+    for a, b in zip(plain_grads, ckpt_grads):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+    # BatchNorm running statistics and spectral-norm vectors advance once per forward, not again in
+    # the recomputation.
+    for k in plain_state:
+        assert torch.equal(plain_state[k], ckpt_state[k]), k
+    assert plain_state["blocks.0.bn.bn.num_batches_tracked"] == 2  # two micro-batches
+    assert ckpt_peak < plain_peak
+
+
+def test_checkpointing_supports_double_backward():
+    # R1 needs the gradient of the gradient; non-reentrant checkpointing gives it.
+    torch.manual_seed(0)
+    _, D = bigbatch.models.create("dcgan", 16, 0, ch=8, dim_z=16)
+    rep = bigbatch.Replicator(batch=4, micro_batch=4, device="cpu", checkpointing=True)
+    D_train = rep.prepare(D)
+    opt = rep.wrap_optimizer(torch.optim.SGD(D.parameters(), lr=0.1))
+
+    def r1(micro):
+        x = micro.requires_grad_(True)
+        (g,) = torch.autograd.grad(D_train(x).sum(), x, create_graph=True)
+        return g.square().sum(dim=(1, 2, 3)).mean()
+
+    assert rep.step(r1, torch.randn(4, 3, 16, 16), opt) > 0
+
+
+def test_auto_micro_batch_is_the_largest_that_fits_the_budget():
+    def planned(budget):
+        rep = bigbatch.Replicator(batch=32, micro_batch="auto", device="cpu", memory_budget=budget)
+        model = rep.prepare(classifier())
+        opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2))
+        batch = next(iter(rep.batches(input_fn)))
+        loss = rep.step(lambda m: nn.functional.cross_entropy(model(m[0]), m[1]), batch, opt)
+        return rep, loss
+
+    big, loss_big = planned("1GiB")
+    assert big.plan.micro_batch == 32 and big.plan.accumulation == 1
+    peaks = {p.micro_batch: p.peak_bytes for p in big.probes}
+    assert sorted(peaks.values()) == [peaks[m] for m in sorted(peaks)]  # more images, more memory
+    # A budget between the peaks of micro-batches 16 and 32 picks 16, with accumulation 2.
+    small, loss_small = planned((peaks[16] + peaks[32]) // 2)
+    assert small.plan.micro_batch == 16 and small.plan.accumulation == 2
+    assert loss_small == pytest.approx(loss_big, rel=1e-5)  # probing left no trace on the step
+    with pytest.raises(bigbatch.BigbatchError, match="over the memory budget"):
+        planned(1000)
+
+
+def test_parse_bytes():
+    assert parse_bytes("6GiB") == 6 * 2**30
+    assert parse_bytes("512 MiB") == 512 * 2**20
+    assert parse_bytes("8GB") == 8 * 10**9
+    with pytest.raises(bigbatch.BigbatchError, match="write it like '6GiB'"):
+        parse_bytes("six gigs")
