@@ -4,14 +4,22 @@ import torch
 import bigbatch
 from bigbatch.models.layers import set_sn_update
 
+SMALL = {"dcgan": [16, 32, 64], "biggan": [32, 64]}  # resolutions each family is tested at
 
-@pytest.mark.parametrize("name", bigbatch.models.list_models())
-@pytest.mark.parametrize("resolution", [16, 32, 64])
+
+def test_every_family_is_tested():
+    assert sorted(SMALL) == bigbatch.models.list_models()
+
+
+@pytest.mark.parametrize("name, resolution", [(n, r) for n, rs in SMALL.items() for r in rs])
 @pytest.mark.parametrize("n_classes", [0, 5])
 def test_forward_backward_every_parameter_gets_a_gradient(name, resolution, n_classes):
     torch.manual_seed(0)
-    G, D = bigbatch.models.create(name, resolution, n_classes, ch=4, dim_z=8)
-    z = torch.randn(3, 8)
+    G, D = bigbatch.models.create(name, resolution, n_classes, ch=4, dim_z=20)
+    for p in [*G.parameters(), *D.parameters()]:
+        if not p.detach().abs().sum() > 0:  # zero-initialised gates (attention) would block gradients
+            p.data.normal_()
+    z = torch.randn(3, 20)
     y = torch.tensor([0, 1, 4]) if n_classes else None
     x = G(z, y)
     assert x.shape == (3, 3, resolution, resolution) and x.abs().max() <= 1
@@ -21,6 +29,21 @@ def test_forward_backward_every_parameter_gets_a_gradient(name, resolution, n_cl
     for net in (G, D):
         missing = [n for n, p in net.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
         assert not missing, missing
+    for net in (G, D):  # what the engine may activation-checkpoint exists
+        for block in net.checkpoint_blocks:
+            net.get_submodule(block)
+
+
+def test_biggan_128_has_the_reference_parameter_counts():
+    from bigbatch.models.layers import count_params
+
+    G, D = bigbatch.models.create("biggan", 128, 1000, ch=96, dim_z=120, init="N02")  # N02: quick to draw
+    assert (count_params(G), count_params(D)) == (70_433_988, 87_982_370)
+
+
+def test_biggan_hierarchical_z_must_split_evenly():
+    with pytest.raises(bigbatch.BigbatchError, match="dim_z must be a multiple of 7, e.g. 119"):
+        bigbatch.models.create("biggan", 256, 10, ch=4, dim_z=120)
 
 
 def test_class_weights_equal_labels_and_mix_linearly():
