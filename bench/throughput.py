@@ -1,0 +1,175 @@
+"""Training throughput of the GAN step on the Replicator: img/s, ms per phase, achieved FLOP/s as a
+fraction of a peak measured in the same run, and peak memory, for precisions x activation
+checkpointing x micro-batch splits. Images are synthetic, so any preset and resolution works.
+
+    python bench/throughput.py                                   # digits preset, CPU-sized
+    python bench/throughput.py --preset digits data.resolution=64 train.batch=64 --micro 64,16
+    python bench/throughput.py model.name=biggan data.resolution=128 model.ch=96 model.dim_z=120 \
+        train.batch=256 --micro 64 --precisions fp32,bf16 --classes 1000        # on a GPU
+
+FLOPs are counted by torch.utils.flop_counter (matmuls and convolutions, forward and backward) over
+one D step and one G step; the peak is the best of a few large matmuls and convolutions in the same
+dtype. "plain loop" runs the same micro-batches through the same loss functions with a bare
+backward/step loop (no Replicator): engine overhead is the gap between it and img/s; the cost of
+smaller kernels is the gap between micro-batch splits of the plain loop. On CPU, fp16 is emulated
+(slow); it is there for completeness, GPUs are where it matters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _gan import config, gan_task, sync  # noqa: E402
+
+from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
+from bigbatch.engine.precision import DTYPES, autocast  # noqa: E402
+
+
+def compute_peak(device: torch.device, precision: str) -> float:
+    """FLOP/s of the best of several large matmuls and 3x3 convolutions in the precision's dtype."""
+    dtype = DTYPES[precision]
+    n = 8192 if device.type == "cuda" else 1024
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    x = torch.randn(64 if device.type == "cuda" else 8, 256, 32, 32, device=device).to(dtype)
+    w = torch.randn(256, 256, 3, 3, device=device).to(dtype)
+    candidates = [
+        (lambda: a @ b, 2 * n**3),
+        (lambda: torch.nn.functional.conv2d(x, w, padding=1), 2 * x.shape[0] * 256 * 256 * 9 * 32 * 32),
+    ]
+    best = 0.0
+    for fn, flops in candidates:
+        for _ in range(4):
+            sync(device)
+            t = time.perf_counter()
+            for _ in range(3):
+                fn()
+            sync(device)
+            best = max(best, 3 * flops / (time.perf_counter() - t))
+    return best
+
+
+def bare_iteration(task, nimg: int, step: int, precision: str) -> None:
+    """The same D and G step as the Replicator's, written as the plain loop everyone writes: the
+    cost of the micro-batch kernels alone, to tell engine overhead from small-kernel cost."""
+    plan = task.rep.plan
+    m, acc = plan.micro_batch, plan.accumulation
+    for loss_fn, batch, opt, train, frozen in (
+        (task.d_loss, task.d_batch(nimg), task.opt_D, task.D, task.G),
+        (task.g_loss, task.g_batch(step), task.opt_G, task.G, task.D),
+    ):
+        train.requires_grad_(True)
+        frozen.requires_grad_(False)
+        for j in range(acc):
+            micro = tuple(None if t is None else t[j * m : (j + 1) * m].to(task.rep.device) for t in batch)
+            with autocast(precision, task.rep.device):
+                out = loss_fn(micro)
+            loss = out["loss"] if isinstance(out, dict) else out
+            (loss.float() / acc).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def measure(cfg, precision: str, checkpointing: bool, micro: int, steps: int, classes: int) -> dict:
+    task, rep = gan_task(cfg, classes, precision=precision, checkpointing=checkpointing, micro_batch=micro)
+    device = rep.device
+    batch = cfg.train.batch
+    task.d_step(0)  # warm-up (allocator, kernels, optimizer state)
+    task.g_step(0)
+    bare_iteration(task, 0, 0, precision)
+    with FlopCounterMode(display=False) as flops:
+        task.d_step(batch)
+        task.g_step(1)
+    # Timed: engine and plain-loop iterations alternate, so machine noise hits both alike.
+    d_time = g_time = bare = 0.0
+    nimg = 2 * batch
+    for step in range(steps):
+        sync(device)
+        t0 = time.perf_counter()
+        task.d_step(nimg)
+        sync(device)
+        t1 = time.perf_counter()
+        task.g_step(2 + step)
+        sync(device)
+        t2 = time.perf_counter()
+        bare_iteration(task, nimg, 2 + step, precision)
+        sync(device)
+        d_time, g_time, bare = d_time + t1 - t0, g_time + t2 - t1, bare + time.perf_counter() - t2
+        nimg += batch
+    # Peak memory of one more iteration (the CPU counter slows what it watches, so not timed).
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        task.d_step(nimg)
+        task.g_step(steps + 2)
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        with CPUPeak() as counter:
+            task.d_step(nimg)
+            task.g_step(steps + 2)
+        peak = counter.peak + state_bytes([p for p, _ in rep.models], [task.opt_G, task.opt_D])
+    seconds = (d_time + g_time) / steps
+    return {
+        "img_per_s": batch / seconds,
+        "bare_img_per_s": batch * steps / bare,
+        "d_ms": 1000 * d_time / steps,
+        "g_ms": 1000 * g_time / steps,
+        "flops": flops.get_total_flops(),
+        "flop_per_s": flops.get_total_flops() / seconds,
+        "peak": peak,
+        "plan": f"{rep.plan.micro_batch}x{rep.plan.accumulation}",
+        "device": str(device),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    p.add_argument("--preset", default="digits")
+    p.add_argument("--precisions", default="fp32,bf16,fp16")
+    p.add_argument("--checkpointing", default="off,on", help="off, on or off,on")
+    p.add_argument("--micro", default="", help="micro-batches to compare, e.g. 64,16 (default: the config's)")
+    p.add_argument("--steps", type=int, default=5, help="timed iterations (one D and one G step each)")
+    p.add_argument("--classes", type=int, default=10)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    cfg = config(args.preset, args.overrides)
+    micros = [int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
+    ckpts = [c == "on" for c in args.checkpointing.split(",")]
+    precisions = args.precisions.split(",")
+    rows = []
+    peaks = {}
+    for precision in precisions:
+        for ckpt in ckpts:
+            for micro in micros:
+                r = measure(cfg, precision, ckpt, micro, args.steps, args.classes)
+                if precision not in peaks:
+                    peaks[precision] = compute_peak(torch.device(r["device"]), precision)
+                rows.append((precision, ckpt, r))
+    print(
+        f"# {cfg.model.name} {cfg.data.resolution}px ch {cfg.model.ch}, batch {cfg.train.batch}, "
+        f"{args.classes} classes, device {rows[0][2]['device']}, {args.steps} timed iterations (D step + G step)"
+    )
+    header = (
+        "| precision | ckpt | micro x acc | img/s | plain loop img/s | D step ms | G step ms | GFLOP/iter "
+        "| achieved TFLOP/s | peak TFLOP/s | % of peak | peak memory |"
+    )
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for precision, ckpt, r in rows:
+        peak = peaks[precision]
+        print(
+            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['img_per_s']:.1f} "
+            f"| {r['bare_img_per_s']:.1f} | {r['d_ms']:.1f} "
+            f"| {r['g_ms']:.1f} | {r['flops'] / 1e9:.2f} | {r['flop_per_s'] / 1e12:.4f} | {peak / 1e12:.3f} "
+            f"| {100 * r['flop_per_s'] / peak:.1f}% | {format_bytes(r['peak'])} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

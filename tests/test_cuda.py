@@ -1,0 +1,38 @@
+"""CUDA paths: skipped cleanly without a GPU (CI has none; run them where one is lent)."""
+
+import pytest
+import torch
+
+import bigbatch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_bf16_and_fp16_train_on_the_gpu(tiny, tmp_path):
+    for precision in ("bf16", "fp16"):
+        cfg = tiny.override({"train.precision": precision, "train.device": "cuda"})
+        run = bigbatch.train(cfg, run_dir=tmp_path / precision, quiet=True)
+        assert (run / "checkpoints" / "latest").exists()
+
+
+def test_auto_micro_batch_probes_under_a_capped_allocator():
+    torch.manual_seed(0)
+    G, D = bigbatch.models.create("biggan", 64, 10, ch=32, dim_z=120)
+    budget = torch.cuda.memory_allocated() + 2 * 2**30
+    rep = bigbatch.Replicator(batch=256, micro_batch="auto", precision="bf16", device="cuda", memory_budget=budget)
+    D_train = rep.prepare(D)
+    opt = rep.wrap_optimizer(torch.optim.Adam(D.parameters()))
+    x = torch.randn(256, 3, 64, 64)
+    y = torch.randint(10, (256,))
+    rep.step(lambda m: D_train(m[0], m[1]).mean(), (x, y), opt)
+    assert rep.plan.micro_batch * rep.plan.accumulation == 256
+    assert all(p.peak_bytes <= budget for p in rep.probes if p.fits)
+    torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+def test_cross_rank_batch_norm_is_syncbatchnorm_on_cuda():
+    from bigbatch.engine.wrap import cross_rank_batch_norm
+
+    G, _ = bigbatch.models.create("dcgan", 16, 10, ch=4, dim_z=8)
+    converted = cross_rank_batch_norm(G, torch.device("cuda"))
+    assert any(isinstance(m, torch.nn.SyncBatchNorm) for m in converted.modules())
