@@ -63,6 +63,8 @@ def standing_stats(
     for m in bns:
         m.reset_running_stats()
         m.momentum = None  # cumulative average over the batches below
+    sns = [m for m in G.modules() if hasattr(m, "sn_update")]
+    armed = [m.sn_update for m in sns]
     G.train()
     set_sn_update(G, False)
     try:
@@ -72,6 +74,8 @@ def standing_stats(
     finally:
         for m, momentum in zip(bns, momenta):
             m.momentum = momentum
+        for m, a in zip(sns, armed):
+            m.sn_update = a
         G.eval()
     return G
 

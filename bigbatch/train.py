@@ -20,7 +20,7 @@ from bigbatch.config import Config
 from bigbatch.data import load_data
 from bigbatch.engine import dist, state
 from bigbatch.engine.ema import make_ema, update_ema
-from bigbatch.engine.memory import format_bytes
+from bigbatch.engine.memory import Probe, format_bytes
 from bigbatch.engine.plan import make_plan
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
@@ -113,7 +113,12 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
     opt_G = rep.wrap_optimizer(torch.optim.Adam(G.parameters(), lr=t.g_lr, betas=t.betas, eps=t.adam_eps), "G")
     opt_D = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=t.d_lr, betas=t.betas, eps=t.adam_eps), "D")
     task = GANTask(rep, G_train, D_train, opt_G, opt_D, data, t.seed, t.loss, cfg.model.conditional, cfg.data.xflip)
-    if t.micro_batch == "auto":
+    saved_plan = _read_plan(run) if resume else {}
+    if t.micro_batch == "auto" and saved_plan.get("world_size") == rep.world_size and "probes" in saved_plan:
+        # A resumed run keeps its planned micro-batch: free memory varies, BN statistics must not.
+        rep.use_micro_batch(int(saved_plan["micro_batch"]))
+        rep.budget, rep.probes = saved_plan["memory_budget_bytes"], [Probe(**p) for p in saved_plan["probes"]]
+    elif t.micro_batch == "auto":
         rep.plan_micro_batch(task.probe, [opt_G, opt_D])
         if main and not quiet:
             print(f"micro_batch auto, budget {format_bytes(rep.budget)} per process:", flush=True)
@@ -202,11 +207,13 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             stats: dict[str, float] = {}
             skipped = {"skipped_D": 0, "skipped_G": 0}
             for _ in range(t.d_steps):
-                stats.update(task.d_step(nimg))
+                out = task.d_step(nimg)
                 skipped["skipped_D"] += rep.skipped(opt_D)
+                stats.update({} if rep.skipped(opt_D) else out)  # a skipped step's losses are not logged
                 nimg += t.batch
-            stats.update(task.g_step(g_steps))
+            out = task.g_step(g_steps)
             skipped["skipped_G"] += rep.skipped(opt_G)
+            stats.update({} if rep.skipped(opt_G) else out)
             g_steps += 1
             rep.average_running_stats(G)
             rep.average_running_stats(D)
@@ -253,7 +260,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
 
 
 class Window:
-    """Sums over the iterations between two log lines; losses of skipped steps are left out."""
+    """Sums over the iterations between two log lines (the caller leaves out skipped steps' losses)."""
 
     def __init__(self) -> None:
         self.seconds, self.images, self.sums, self.counts, self.skipped = 0.0, 0, {}, {}, {}
@@ -288,6 +295,13 @@ def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
             {"micro_batch": p.micro_batch, "peak_bytes": p.peak_bytes, "fits": p.fits} for p in rep.probes
         ]
     return record
+
+
+def _read_plan(run: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run / "plan.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _catch(fn: Any) -> tuple[bool, str]:

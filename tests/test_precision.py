@@ -68,3 +68,16 @@ def test_bad_engine_settings_are_one_line(capsys, override, words):
     assert main(["train", override, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err
+
+
+def test_resumed_auto_run_keeps_its_micro_batch(tiny, tmp_path, monkeypatch):
+    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "600KB"})
+    run = bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "auto", quiet=True)
+    planned = json.loads((run / "plan.json").read_text())["micro_batch"]
+
+    def no_probing(*args, **kwargs):
+        raise AssertionError("a resumed run must not re-plan")
+
+    monkeypatch.setattr(bigbatch.Replicator, "plan_micro_batch", no_probing)
+    bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
+    assert json.loads((run / "plan.json").read_text())["micro_batch"] == planned

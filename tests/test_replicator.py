@@ -202,3 +202,29 @@ def test_compile_trains_the_same_weights():
     compiled, _, rep = train_classifier(8, compile=True)
     assert type(rep.models[0][1]).__name__ == "OptimizedModule"
     assert rel(compiled, eager) <= 1e-5
+
+
+def test_checkpointed_blocks_compile_too():
+    # torch.compile cannot trace a checkpoint with a recompute context: the blocks compile apart.
+    def d_step(**settings):
+        torch.manual_seed(0)
+        _, D = bigbatch.models.create("dcgan", 16, 0, ch=4, dim_z=8, d_sn=False)  # BN in D
+        rep = bigbatch.Replicator(batch=8, micro_batch=4, device="cpu", **settings)
+        D_train = rep.prepare(D)
+        opt = rep.wrap_optimizer(torch.optim.SGD(D.parameters(), lr=0.1))
+        rep.step(lambda x: D_train(x).square().mean(), torch.randn(8, 3, 16, 16, generator=torch.Generator()), opt)
+        return torch.cat([p.detach().flatten() for p in D.parameters()])
+
+    eager = d_step()
+    assert rel(d_step(checkpointing=True, compile=True), eager) <= 1e-5
+
+
+def test_spectral_norm_stays_fp32_under_autocast():
+    torch.manual_seed(0)
+    G, _ = bigbatch.models.create("dcgan", 16, 0, ch=4, dim_z=8, g_sn=True)
+    rep = bigbatch.Replicator(batch=4, micro_batch=4, precision="bf16", device="cpu")
+    G_train = rep.prepare(G)
+    opt = rep.wrap_optimizer(torch.optim.SGD(G.parameters(), lr=0.1))
+    rep.step(lambda z: G_train(z).square().mean(), torch.randn(4, 8), opt)
+    assert all(b.dtype == torch.float32 for b in G.buffers() if b.is_floating_point())
+    G.eval()(torch.randn(2, 8))  # and the model still runs outside autocast

@@ -51,10 +51,10 @@ def init(ctx: Context) -> bool:
     """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU); True if this call created it."""
     import torch.distributed as td
 
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)  # collectives on NCCL use the current device
     if ctx.world_size == 1 or td.is_initialized():
         return False
-    if ctx.device.type == "cuda":
-        torch.cuda.set_device(ctx.device)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")

@@ -71,6 +71,10 @@ class CPUPeak(TorchDispatchMode):
         return out
 
 
+# Share of a CUDA budget that a probe's peak may fill: the rest is for the context and fragmentation.
+CUDA_HEADROOM = 0.92
+
+
 def state_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer]) -> int:
     """Bytes that live through a whole step: weights and buffers, plus optimizer state not yet created.
 
@@ -113,9 +117,10 @@ def measure(probe: Callable[[int], None], m: int, device: torch.device, budget: 
             torch.cuda.empty_cache()
             return Probe(m, False, budget + 1)
         # max_memory_allocated already holds weights and gradients; optimizer state is still to come.
-        peak = torch.cuda.max_memory_allocated(device) + baseline
+        # The allocator's reserve (fragmentation) is counted too, with a margin for the CUDA context.
+        peak = max(torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)) + baseline
         torch.cuda.empty_cache()
-        return Probe(m, peak <= budget, peak)
+        return Probe(m, peak <= CUDA_HEADROOM * budget, peak)
     with CPUPeak() as counter:
         probe(m)
     peak = counter.peak + baseline
@@ -161,7 +166,8 @@ def fit_micro_batch(
 def default_budget(device: torch.device, local_world: int = 1) -> int:
     """The memory a process may use when no budget is given: the GPU's total, or its share of free RAM."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_allocated(device)
     try:
         with open("/proc/meminfo") as f:
             info = dict(line.split(":", 1) for line in f)

@@ -199,6 +199,7 @@ class Replicator:
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, _slice(batch, 0, m)), [opt])
         plan = self.plan
         micros = self.split(batch)
+        opt.zero_grad(set_to_none=True)  # only this step's micro-batches count
         trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
         totals: torch.Tensor | None = None
         keys: list[str] = []
@@ -210,7 +211,8 @@ class Replicator:
                 loss, stats = _unpack(out)
                 state.scaler.scale(loss / plan.accumulation).backward()
             keys = ["loss", *stats]
-            values = torch.stack([loss.detach(), *(torch.as_tensor(v).detach().float() for v in stats.values())])
+            extra = (torch.as_tensor(v, device=loss.device).detach().float().reshape(()) for v in stats.values())
+            values = torch.stack([loss.detach(), *extra])
             totals = values / plan.accumulation if totals is None else totals + values / plan.accumulation
         self._apply(opt, state)
         means = dist.mean(totals).tolist()
@@ -268,10 +270,15 @@ class Replicator:
 
     def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer) -> None:
         """Unscale, check, clip and apply the accumulated gradients, then free them."""
+        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        if not params:
+            raise BigbatchError(
+                f"{state.name} has no gradients after the step function: its loss does not depend on the "
+                "parameters it optimizes (or they do not require grad)"
+            )
         if state.scaler.is_enabled():
             state.scaler.unscale_(opt)
-        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        norm = get_total_norm([p.grad for p in params]) if params else torch.zeros(())
+        norm = get_total_norm([p.grad for p in params])
         finite = bool(torch.isfinite(norm))  # gradients are already all-reduced: every rank agrees
         if finite:
             if self.grad_clip > 0:
@@ -309,6 +316,9 @@ class Replicator:
         forward and backward at micro-batch m) fits the memory budget. Buffers, RNG and gradients are
         restored after probing, so planning changes nothing that training sees."""
         optimizers = list(optimizers)
+        if self.sync_bn and self.world_size > 1 and self.device.type == "cuda":
+            # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
+            raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")
         budget = self.memory_budget or memory.default_budget(self.device, _local_world())
         if self.device.type == "cuda":
             total = torch.cuda.get_device_properties(self.device).total_memory
@@ -334,9 +344,15 @@ class Replicator:
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
             for p in plain:
+                p.zero_grad(set_to_none=True)
                 set_sn_update(p, False)
         self.budget = budget
         self._plan = make_plan(self.batch, micro, self.precision, self.ctx)
+        return self._plan
+
+    def use_micro_batch(self, micro_batch: int) -> Plan:
+        """Settle micro_batch="auto" on a known value (e.g. the one a resumed run was planned with)."""
+        self._plan = make_plan(self.batch, micro_batch, self.precision, self.ctx)
         return self._plan
 
     def probe_step(self, step_fn: Callable[[Any], Any], micro: Any) -> None:

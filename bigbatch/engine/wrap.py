@@ -4,6 +4,7 @@ blocks, DDP sees the compiled graph)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from contextlib import nullcontext
 from typing import Any
@@ -34,7 +35,10 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
 
         xf = x.float()
         count = torch.full((1,), x.numel() / x.shape[1], device=x.device)
-        packed = all_reduce(torch.cat([xf.sum((0, 2, 3)), (xf * xf).sum((0, 2, 3)), count]))
+        with warnings.catch_warnings():
+            # Deprecated for the functional collectives, which have no autograd; pinned torch keeps it.
+            warnings.simplefilter("ignore", FutureWarning)
+            packed = all_reduce(torch.cat([xf.sum((0, 2, 3)), (xf * xf).sum((0, 2, 3)), count]))
         c = x.shape[1]
         n = packed[-1]
         mean = packed[:c] / n
@@ -85,6 +89,12 @@ class _CheckpointedForward:
         self.forward = module.forward
         self.module = module
 
+    def compile(self) -> None:
+        """Compile the block itself: torch.compile cannot trace a checkpoint with a recompute context,
+        so a compiled model runs its checkpointed blocks as separately compiled graphs."""
+        self.forward = torch.compile(self.forward)
+
+    @torch.compiler.disable
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not (torch.is_grad_enabled() and self.module.training):
             return self.forward(*args, **kwargs)
@@ -167,6 +177,9 @@ def prepare(
         checkpoint_blocks(model, names)
     wrapped: nn.Module = model
     if compile:
+        for m in model.modules():
+            if isinstance(vars(m).get("forward"), _CheckpointedForward):
+                m.forward.compile()
         wrapped = torch.compile(wrapped)
     if world_size > 1:
         ids = [device.index] if device.type == "cuda" else None

@@ -35,17 +35,19 @@ class SpectralNorm:
         self.sn_eps = eps
 
     def normalized_weight(self) -> torch.Tensor:
-        w = self.weight.flatten(1)
-        if self.training and self.sn_update:
-            with torch.no_grad():
-                v = F.normalize(self.sn_u @ w, dim=1, eps=self.sn_eps)
-                u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
-            # New tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
-            self.sn_u, self.sn_v = u, v
-            if self.sn_update == "once":
-                self.sn_update = False
-        sigma = (self.sn_u @ w @ self.sn_v.t()).squeeze()
-        return self.weight / sigma
+        # In the weight's own precision (fp32) whatever the autocast: sigma in bf16 would jitter.
+        with torch.autocast(self.weight.device.type, enabled=False):
+            w = self.weight.flatten(1)
+            if self.training and self.sn_update:
+                with torch.no_grad():
+                    v = F.normalize(self.sn_u @ w, dim=1, eps=self.sn_eps)
+                    u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
+                # New tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
+                self.sn_u, self.sn_v = u, v
+                if self.sn_update == "once":
+                    self.sn_update = False
+            sigma = (self.sn_u @ w @ self.sn_v.t()).squeeze()
+            return self.weight / sigma
 
 
 class SNConv2d(SpectralNorm, nn.Conv2d):
