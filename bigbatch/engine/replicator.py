@@ -15,6 +15,7 @@ last micro-batch. Spectral-norm layers of bigbatch run their power iteration onc
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -135,7 +136,11 @@ class Replicator:
         return self._plan
 
     def close(self) -> None:
-        """Leave the process group if this Replicator joined it."""
+        """Leave the process group if this Replicator joined it (after releasing the DDP wrappers:
+        a DDP reducer destroyed after its process group can hang the process at exit)."""
+        if self._owns_group:
+            self.models.clear()
+            gc.collect()
         dist.close(self._owns_group)
         self._owns_group = False
 
