@@ -45,4 +45,5 @@ def test_per_micro_batch_power_iteration_differs():
 
 def test_plan_records_accumulation():
     plan = make_plan(64, 16, "fp32", Context(1, 1, 2, torch.device("cpu")))
-    assert plan.accumulation == 2 and list(plan.micro_indices()) == [2, 3]
+    assert plan.accumulation == 2
+    assert plan.describe().startswith("batch 64 = micro_batch 16 x accumulation 2 x world_size 2")

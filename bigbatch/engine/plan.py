@@ -18,10 +18,6 @@ class Plan:
     precision: str
     device: str
 
-    def micro_indices(self) -> range:
-        """Global indices of the micro-batches of a step that this rank computes."""
-        return range(self.rank * self.accumulation, (self.rank + 1) * self.accumulation)
-
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("rank")

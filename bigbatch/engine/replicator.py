@@ -30,7 +30,7 @@ from bigbatch.engine import dist, memory, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.models.layers import set_sn_update
+from bigbatch.models.layers import SpectralNorm, set_sn_update
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class _Optimizer:
     last_skipped: bool = False
     grad_norm: float = 0.0
     params: set[int] = field(default_factory=set)
+    trained: list[nn.Module] = field(default_factory=list)  # prepared modules holding these params
+    trained_of: int = -1  # len(Replicator.models) when `trained` was found
 
 
 class Replicator:
@@ -104,7 +106,9 @@ class Replicator:
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
         self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
         self.probes: list[memory.Probe] = []
+        self.budget: int | None = None  # the memory budget micro_batch "auto" was planned for
         self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
+        self._sn_layers: list[SpectralNorm] = []
         self.optimizers: dict[int, _Optimizer] = {}
         self._owns_group = dist.init(self.ctx)
 
@@ -166,6 +170,7 @@ class Replicator:
             compile=self.compile,
         )
         self.models.append((model, wrapped))
+        self._sn_layers += [m for m in model.modules() if isinstance(m, SpectralNorm)]
         return wrapped
 
     def unwrap(self, module: nn.Module) -> nn.Module:
@@ -205,12 +210,14 @@ class Replicator:
         plan = self.plan
         micros = self.split(batch)
         opt.zero_grad(set_to_none=True)  # only this step's micro-batches count
-        trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
+        if state.trained_of != len(self.models):
+            state.trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
+            state.trained_of = len(self.models)
         totals: torch.Tensor | None = None
         keys: list[str] = []
         for i, micro in enumerate(micros):
             self.arm_spectral_norm(i == 0)
-            with self.no_sync(keep=trained if i == len(micros) - 1 else ()):
+            with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
                 with prec.autocast(self.precision, self.device):
                     out = step_fn(_to(micro, self.device))
                 loss, stats = _unpack(out)
@@ -237,8 +244,9 @@ class Replicator:
     def arm_spectral_norm(self, first: bool) -> None:
         """Let bigbatch spectral-norm layers run one power iteration, on their next training forward,
         on the first micro-batch of a step ("step") or on every micro-batch ("micro"); none otherwise."""
-        for plain, _ in self.models:
-            set_sn_update(plain, "once" if first or self.sn_update == "micro" else False)
+        armed = "once" if first or self.sn_update == "micro" else False
+        for layer in self._sn_layers:
+            layer.sn_update = armed
 
     def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
         """Suspend DDP's gradient all-reduce on every prepared DDP module except those in `keep`."""
