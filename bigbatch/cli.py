@@ -16,7 +16,6 @@ class _Parser(argparse.ArgumentParser):
 
 def _train(args: argparse.Namespace) -> None:
     from bigbatch.config import Config, parse_override
-    from bigbatch.presets import preset
     from bigbatch.train import describe_plan, train
 
     overrides = dict(parse_override(o) for o in args.overrides)
@@ -31,16 +30,35 @@ def _train(args: argparse.Namespace) -> None:
         if not saved.exists():
             raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
         cfg = Config.load(saved)
-    elif args.preset and args.config:
-        raise BigbatchError("give either --preset or --config, not both")
     else:
-        cfg = Config.load(args.config) if args.config else preset(args.preset or "digits")
+        cfg = _base_config(args.preset, args.config, "digits")
+    if args.init_from:
+        overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides)
     if args.dry_run:
         print(cfg.dumps())
         print(f"# plan: {describe_plan(cfg)}")
         return
     train(cfg, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet)
+
+
+def _base_config(preset_name: str | None, config: str | None, default: str):
+    from bigbatch.config import Config
+    from bigbatch.presets import preset
+
+    if preset_name and config:
+        raise BigbatchError("give either --preset or --config, not both")
+    return Config.load(config) if config else preset(preset_name or default)
+
+
+def _convert(args: argparse.Namespace) -> None:
+    from bigbatch.config import parse_override
+    from bigbatch.runs import convert_reference
+
+    cfg = _base_config(args.preset, args.config, "biggan128_bs2048")
+    cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
+    ckpt = convert_reference(args.src, args.out, cfg, args.classes)
+    print(f"Wrote {ckpt}. Sample with: bigbatch sample {args.out}; fine-tune with: --init-from {args.out}")
 
 
 def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
@@ -130,7 +148,21 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and batch plan, then exit")
     t.add_argument("--quiet", action="store_true", help="no progress output")
+    t.add_argument(
+        "--init-from",
+        metavar="RUN_OR_CKPT",
+        help="fine-tune: start from this run's G, D and G_ema with fresh optimizers (sets train.init_from)",
+    )
     t.set_defaults(func=_train)
+
+    c = sub.add_parser("convert", help="turn BigGAN-PyTorch weights (G.pth, G_ema.pth, D.pth) into a bigbatch run")
+    c.add_argument("src", metavar="SRC", help="BigGAN-PyTorch's weights folder, or one generator .pth")
+    c.add_argument("out", metavar="OUT_RUN", help="new run directory to write")
+    c.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. model.ch=64")
+    c.add_argument("--preset", help="recipe describing the model (default: biggan128_bs2048)")
+    c.add_argument("--config", help="TOML config file describing the model")
+    c.add_argument("--classes", type=int, help="number of classes (default: read from the weights)")
+    c.set_defaults(func=_convert)
 
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")
     s.add_argument("path", metavar="RUN_OR_CKPT")

@@ -239,6 +239,17 @@ class TrainConfig(Section):
     """Adam epsilon of both G and D."""
     loss: Literal["hinge", "ns"] = "hinge"
     """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN) or "ns" (non-saturating, DCGAN)."""
+    g_ortho: float = 0.0
+    """Orthogonal regularization strength beta of G (BigGAN: 1e-4; BigGAN-PyTorch's scripts: 0). Adds
+    beta * 2 (W W^T - I off-diagonal) W to the gradient of every weight of >= 2 dims except embeddings,
+    as BigGAN-PyTorch's utils.ortho does."""
+    d_ortho: float = 0.0
+    """Orthogonal regularization strength of D (0 = off), as g_ortho."""
+    init_from: str = ""
+    """Fine-tune: start G, D and G_ema from this run or checkpoint (fresh optimizers; class embeddings
+    of a different number of classes are re-initialised). "" = train from scratch."""
+    freeze_d: int = 0
+    """FreezeD (Mo et al. 2020): keep D's first this many blocks (from the image side) fixed."""
     ema_halflife_kimg: float = 10.0
     """Half-life of the EMA of G's weights, in thousands of images (independent of the batch size)."""
     ema_start_kimg: float = 0.0
@@ -272,7 +283,9 @@ class TrainConfig(Section):
         _positive(self, "skip_window")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
-        for name in ("ema_halflife_kimg", "ema_start_kimg"):
+        if self.freeze_d < 0:
+            self._fail("freeze_d", f"must be a number of blocks >= 0, got {self.freeze_d}")
+        for name in ("ema_halflife_kimg", "ema_start_kimg", "g_ortho", "d_ortho"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 

@@ -1,9 +1,10 @@
-"""GAN losses as pure functions of D's logits; each returns the mean over the batch given."""
+"""GAN losses as pure functions of D's logits (each the mean over the batch given), and regularizers."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def d_hinge(real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
@@ -24,3 +25,22 @@ def g_nonsaturating(fake: torch.Tensor) -> torch.Tensor:
 
 D_LOSS = {"hinge": d_hinge, "ns": d_nonsaturating}
 G_LOSS = {"hinge": g_hinge, "ns": g_nonsaturating}
+
+
+def ortho_penalty(module: nn.Module) -> torch.Tensor:
+    """BigGAN's orthogonal regularization, summed over every weight of >= 2 dims except embeddings.
+
+    Its gradient is 2 (W W^T * (1 - I)) W for each weight W viewed as (out, -1): the gradient that
+    BigGAN-PyTorch's utils.ortho adds, so strength beta here equals its G_ortho / D_ortho. (The paper
+    writes R = beta ||W^T W * (1 - I)||_F^2, whose gradient is twice that.) Computed in fp32.
+    """
+    skip = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    total = torch.zeros((), device=next(module.parameters()).device)
+    with torch.autocast(total.device.type, enabled=False):
+        for p in module.parameters():
+            if p.ndim < 2 or id(p) in skip or not p.requires_grad:
+                continue
+            w = p.flatten(1).float()
+            gram = w @ w.t()
+            total = total + 0.5 * (gram - torch.diag(torch.diagonal(gram))).square().sum()
+    return total

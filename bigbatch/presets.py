@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from bigbatch.config import CheckpointConfig, Config, DataConfig, ModelConfig, SampleConfig, TrainConfig
@@ -25,6 +26,14 @@ def preset(name: str) -> Config:
     if name not in _PRESETS:
         raise BigbatchError(f"unknown preset '{name}'; valid: {', '.join(sorted(_PRESETS))}")
     return _PRESETS[name]()
+
+
+def ema_halflife_kimg(decay: float, images_per_update: int) -> float:
+    """The half-life (kimg) of an EMA with `decay` per update of `images_per_update` images."""
+    return math.log(0.5) / math.log(decay) * images_per_update / 1000
+
+
+IMAGENET = 1_281_167  # ImageNet-1k training images
 
 
 @preset_fn
@@ -77,4 +86,191 @@ def fashion32() -> Config:
         ),
         checkpoint=CheckpointConfig(every_kimg=50, keep=3),
         sample=SampleConfig(every_kimg=25, n=80),
+    )
+
+
+@preset_fn
+def biggan128_bs2048() -> Config:
+    """BigGAN at 128x128 on ImageNet, batch 2048: BigGAN-PyTorch's scripts/launch_BigGAN_bs256x8.sh.
+
+    Its numbers: 256 x 8 accumulations, G lr 1e-4, D lr 4e-4, Adam betas (0, 0.999), eps 1e-6, 1 D step,
+    ch 96, dim_z 120 hierarchical, shared embedding 128, attention at 64 in G and D, SN eps 1e-6, BN eps
+    1e-5, orthogonal init, EMA decay 0.9999 per iteration from iteration 20k (here as a half-life and
+    start in kimg), G sampled in eval mode, 150k iterations (307,200 kimg). Orthogonal regularization is
+    off, as in that script (--G_ortho 0.0); the paper used beta = 1e-4: set train.g_ortho=1e-4 for it.
+    micro_batch "auto" takes the largest per-process micro-batch that fits (the reference split 256 over
+    8 V100s); spectral norm updates once per step (model.sn_update="micro" for the reference's per
+    micro-batch updates). Data: `bigbatch prepare IMAGENET_TRAIN data/imagenet128.h5 --resolution 128`.
+    """
+    return Config(
+        name="biggan128_bs2048",
+        data=DataConfig(path="data/imagenet128.h5", resolution=128),
+        model=ModelConfig(name="biggan", ch=96, dim_z=120),
+        train=TrainConfig(
+            kimg=150_000 * 2048 / 1000,
+            batch=2048,
+            micro_batch="auto",
+            g_lr=1e-4,
+            d_lr=4e-4,
+            betas=(0.0, 0.999),
+            adam_eps=1e-6,
+            ema_halflife_kimg=ema_halflife_kimg(0.9999, 2048),
+            ema_start_kimg=20_000 * 2048 / 1000,
+            log_every_kimg=20 * 2048 / 1000,
+        ),
+        checkpoint=CheckpointConfig(every_kimg=1000 * 2048 / 1000, keep=2),
+        sample=SampleConfig(every_kimg=1000 * 2048 / 1000, n=64),
+    )
+
+
+@preset_fn
+def biggan_deep128() -> Config:
+    """BigGAN-deep at 128x128 on ImageNet, batch 2048: BigGAN-PyTorch's scripts/launch_BigGAN_deep.sh.
+
+    Its numbers: 256 x 8 accumulations, G lr 1e-4, D lr 4e-4, betas (0, 0.999), eps 1e-6, ch 128, depth 2,
+    dim_z 128 with shared embedding 128, attention at 64, SN eps 1e-6, BN eps 1e-5, orthogonal init, no
+    orthogonal regularization, EMA 0.9999 from iteration 20k, G sampled in eval mode; its default 100
+    epochs of ImageNet as the run length. micro_batch "auto" as in biggan128_bs2048.
+    """
+    return Config(
+        name="biggan_deep128",
+        data=DataConfig(path="data/imagenet128.h5", resolution=128),
+        model=ModelConfig(name="biggan_deep", ch=128, dim_z=128),
+        train=TrainConfig(
+            kimg=100 * IMAGENET / 1000,
+            batch=2048,
+            micro_batch="auto",
+            g_lr=1e-4,
+            d_lr=4e-4,
+            betas=(0.0, 0.999),
+            adam_eps=1e-6,
+            ema_halflife_kimg=ema_halflife_kimg(0.9999, 2048),
+            ema_start_kimg=20_000 * 2048 / 1000,
+            log_every_kimg=20 * 2048 / 1000,
+        ),
+        checkpoint=CheckpointConfig(every_kimg=500 * 2048 / 1000, keep=2),
+        sample=SampleConfig(every_kimg=1000 * 2048 / 1000, n=64),
+    )
+
+
+@preset_fn
+def biggan_cifar() -> Config:
+    """BigGAN on CIFAR-10 at 32x32: BigGAN-PyTorch's launch_cifar_ema.sh.
+
+    Its numbers: batch 50, 4 D steps per G step, G and D lr 2e-4, betas (0, 0.999), ch 64, dim_z 128,
+    per-layer class embeddings in G's BN (no shared embedding, no hierarchical z), no attention, N(0, 0.02)
+    init, SN eps 1e-8, EMA 0.9999 per iteration (200 real images) from iteration 1000, 500 epochs.
+    Data: `bigbatch prepare CIFAR10_FOLDER data/cifar10.h5`.
+    """
+    per_iteration = 4 * 50
+    return Config(
+        name="biggan_cifar",
+        data=DataConfig(path="data/cifar10.h5", resolution=32),
+        model=ModelConfig(
+            name="biggan",
+            ch=64,
+            dim_z=128,
+            options={"shared": False, "hier": False, "g_attn": 0, "d_attn": 0, "init": "N02", "sn_eps": 1e-8},
+        ),
+        train=TrainConfig(
+            kimg=500 * 50_000 / 1000,
+            batch=50,
+            micro_batch=50,
+            d_steps=4,
+            g_lr=2e-4,
+            d_lr=2e-4,
+            betas=(0.0, 0.999),
+            adam_eps=1e-8,
+            ema_halflife_kimg=ema_halflife_kimg(0.9999, per_iteration),
+            ema_start_kimg=1000 * per_iteration / 1000,
+            log_every_kimg=20.0,
+        ),
+        checkpoint=CheckpointConfig(every_kimg=2000 * per_iteration / 1000, keep=2),
+        sample=SampleConfig(every_kimg=2000 * per_iteration / 1000, n=80),
+    )
+
+
+@preset_fn
+def sngan_cifar() -> Config:
+    """SN-GAN (ResNet) on CIFAR-10, unconditional: Miyato et al. 2018, Table 3's ResNet setting.
+
+    Its numbers: batch 64, 5 D steps per G step (n_dis), lr 2e-4 for G and D, Adam betas (0, 0.9), hinge
+    loss, G 256 and D 128 channels (ch 64 here), dim_z 128, 50k G steps (16,000 kimg). The paper decays
+    the learning rate linearly to 0 and evaluates G itself: there is no LR schedule here yet, and the EMA
+    is off (half-life 0: G_ema is a copy of G).
+    """
+    return Config(
+        name="sngan_cifar",
+        data=DataConfig(path="data/cifar10.h5", resolution=32),
+        model=ModelConfig(name="sngan", ch=64, dim_z=128, conditional=False),
+        train=TrainConfig(
+            kimg=50_000 * 5 * 64 / 1000,
+            batch=64,
+            micro_batch=64,
+            d_steps=5,
+            g_lr=2e-4,
+            d_lr=2e-4,
+            betas=(0.0, 0.9),
+            ema_halflife_kimg=0.0,
+            log_every_kimg=32.0,
+        ),
+        checkpoint=CheckpointConfig(every_kimg=320.0, keep=3),
+        sample=SampleConfig(every_kimg=320.0, n=64),
+    )
+
+
+@preset_fn
+def sagan128() -> Config:
+    """SA-GAN at 128x128 on ImageNet: BigGAN-PyTorch's scripts/launch_SAGAN_bs128x2_ema.sh.
+
+    Its numbers: batch 256 (128 x 2 accumulations), G lr 1e-4, D lr 4e-4 (the paper's two time-scale
+    rule), betas (0, 0.999) (the paper: 0.9), ch 64, dim_z 128 with a shared class embedding, attention at
+    64 in G and D, SN eps 1e-8, Xavier init, EMA 0.9999 per iteration from iteration 2000, G in eval mode;
+    about 1M iterations as in Zhang et al. 2019.
+    """
+    return Config(
+        name="sagan128",
+        data=DataConfig(path="data/imagenet128.h5", resolution=128),
+        model=ModelConfig(name="sagan", ch=64, dim_z=128),
+        train=TrainConfig(
+            kimg=1_000_000 * 256 / 1000,
+            batch=256,
+            micro_batch="auto",
+            g_lr=1e-4,
+            d_lr=4e-4,
+            betas=(0.0, 0.999),
+            ema_halflife_kimg=ema_halflife_kimg(0.9999, 256),
+            ema_start_kimg=2000 * 256 / 1000,
+            log_every_kimg=25.6,
+        ),
+        checkpoint=CheckpointConfig(every_kimg=256.0, keep=2),
+        sample=SampleConfig(every_kimg=512.0, n=64),
+    )
+
+
+@preset_fn
+def dcgan64() -> Config:
+    """DCGAN at 64x64 as PyTorch's DCGAN tutorial trains it on CelebA (unconditional).
+
+    Its numbers: batch 128, Adam lr 2e-4 with betas (0.5, 0.999), nz 100, ngf = ndf = 64, BatchNorm in D
+    (no spectral norm), the non-saturating (BCE) loss, N(0, 0.02) init, 5 epochs of CelebA's 202,599 images;
+    no EMA. Data: `bigbatch prepare img_align_celeba data/celeba64.h5 --resolution 64`.
+    """
+    return Config(
+        name="dcgan64",
+        data=DataConfig(path="data/celeba64.h5", resolution=64),
+        model=ModelConfig(name="dcgan", ch=64, dim_z=100, conditional=False, options={"d_sn": False}),
+        train=TrainConfig(
+            kimg=5 * 202_599 / 1000,
+            batch=128,
+            micro_batch=128,
+            g_lr=2e-4,
+            d_lr=2e-4,
+            betas=(0.5, 0.999),
+            loss="ns",
+            ema_halflife_kimg=0.0,
+            log_every_kimg=12.8,
+        ),
+        checkpoint=CheckpointConfig(every_kimg=100.0, keep=3),
+        sample=SampleConfig(every_kimg=50.0, n=64),
     )

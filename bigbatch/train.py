@@ -74,6 +74,60 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[torch.
     )
 
 
+def init_from(path: str, G: torch.nn.Module, D: torch.nn.Module, quiet: bool) -> dict[str, torch.Tensor]:
+    """Load G and D from a run or checkpoint; return its G_ema weights (loaded once G_ema exists)."""
+    ckpt = state.find_checkpoint(path)
+    weights, _ = state.load_checkpoint(ckpt)
+    fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
+    if not quiet and dist.context().rank == 0:
+        print(f"Fine-tuning from {ckpt}", flush=True)
+        if fresh:
+            print(f"  re-initialised for this data set's classes: {', '.join(sorted(set(fresh)))}", flush=True)
+    return weights["G_ema"]
+
+
+def load_pretrained(net: torch.nn.Module, weights: dict[str, torch.Tensor], what: str) -> list[str]:
+    """Load pretrained `weights` into `net`. Class embeddings (and D's projection) whose shape differs,
+    because the number of classes does, keep their fresh initialisation; return their names."""
+    ours = net.state_dict()
+    class_keys = {
+        f"{name}.{k}" if name else k
+        for name, m in net.named_modules()
+        if isinstance(m, torch.nn.Embedding)
+        for k in m.state_dict()
+    }
+    take, fresh = {}, []
+    for key, value in ours.items():
+        w = weights.get(key)
+        if w is not None and w.shape == value.shape:
+            take[key] = w
+        elif key in class_keys:
+            fresh.append(key)
+        else:
+            found = "is missing" if w is None else f"has shape {tuple(w.shape)}, this model needs {tuple(value.shape)}"
+            raise BigbatchError(
+                f"cannot fine-tune from {what}: {key} {found}; model.name, ch, dim_z, options and data.resolution "
+                "must match the pretrained run's"
+            )
+    net.load_state_dict(take, strict=False)
+    return fresh
+
+
+def freeze_d_blocks(D: torch.nn.Module, n: int) -> None:
+    """FreezeD: stop training D's first `n` blocks (and its input layer and any attention among them)."""
+    if n == 0:
+        return
+    blocks = getattr(D, "blocks", None)
+    if blocks is None or n > len(blocks):
+        raise BigbatchError(f"train.freeze_d={n}, but this D has {len(blocks or [])} blocks")
+    for block in list(blocks)[:n]:
+        block.requires_grad_(False)
+    if getattr(D, "input_conv", None) is not None:
+        D.input_conv.requires_grad_(False)
+    if getattr(D, "attention", None) is not None and D.attn_after < n:
+        D.attention.requires_grad_(False)
+
+
 def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, quiet: bool = False) -> Path:
     """Train the GAN that `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run dir.
 
@@ -106,13 +160,34 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
         )
     G, D = build_models(cfg, data.n_classes, data.channels)
+    t = cfg.train
+    # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
+    pretrained = init_from(t.init_from, G, D, quiet) if t.init_from and not resume else None
+    freeze_d_blocks(D, t.freeze_d)
     G_ema = make_ema(G.train())  # from the plain G, before the engine wraps it
+    if pretrained is not None:
+        load_pretrained(G_ema, pretrained, "G_ema")
     G_train, D_train = rep.prepare(G.train()), rep.prepare(D.train())
     G_ema.to(rep.device)
-    t = cfg.train
-    opt_G = rep.wrap_optimizer(torch.optim.Adam(G.parameters(), lr=t.g_lr, betas=t.betas, eps=t.adam_eps), "G")
-    opt_D = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=t.d_lr, betas=t.betas, eps=t.adam_eps), "D")
-    task = GANTask(rep, G_train, D_train, opt_G, opt_D, data, t.seed, t.loss, cfg.model.conditional, cfg.data.xflip)
+
+    def adam(net: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr, betas=t.betas, eps=t.adam_eps)
+
+    opt_G, opt_D = rep.wrap_optimizer(adam(G, t.g_lr), "G"), rep.wrap_optimizer(adam(D, t.d_lr), "D")
+    task = GANTask(
+        rep,
+        G_train,
+        D_train,
+        opt_G,
+        opt_D,
+        data,
+        t.seed,
+        t.loss,
+        cfg.model.conditional,
+        cfg.data.xflip,
+        g_ortho=t.g_ortho,
+        d_ortho=t.d_ortho,
+    )
     saved_plan = _read_plan(run) if resume else {}
     if t.micro_batch == "auto" and saved_plan.get("world_size") == rep.world_size and "probes" in saved_plan:
         # A resumed run keeps its planned micro-batch: free memory varies, BN statistics must not.

@@ -4,7 +4,14 @@ import torch
 import bigbatch
 from bigbatch.models.layers import set_sn_update
 
-SMALL = {"dcgan": [16, 32, 64], "biggan": [32, 64]}  # resolutions each family is tested at
+# Every resolution each family supports, tested at tiny width.
+SMALL = {
+    "dcgan": [16, 32, 64, 128],
+    "biggan": [32, 64, 128, 256, 512],
+    "sagan": [32, 64, 128, 256, 512],
+    "biggan_deep": [128, 256, 512],
+    "sngan": [32, 64, 128, 256],
+}
 
 
 def test_every_family_is_tested():
@@ -15,35 +22,76 @@ def test_every_family_is_tested():
 @pytest.mark.parametrize("n_classes", [0, 5])
 def test_forward_backward_every_parameter_gets_a_gradient(name, resolution, n_classes):
     torch.manual_seed(0)
-    G, D = bigbatch.models.create(name, resolution, n_classes, ch=4, dim_z=20)
+    ch = 16 if name == "biggan_deep" else 8  # bottlenecks a quarter as wide: 8 would leave 2 channels
+    G, D = bigbatch.models.create(name, resolution, n_classes, ch=ch, dim_z=24)
     for p in [*G.parameters(), *D.parameters()]:
-        if not p.detach().abs().sum() > 0:  # zero-initialised gates (attention) would block gradients
+        if not p.detach().abs().sum() > 0:  # zero-initialised gates and class BN would block gradients
             p.data.normal_()
-    z = torch.randn(3, 20)
-    y = torch.tensor([0, 1, 4]) if n_classes else None
+    z = torch.randn(2, G.dim_z)
+    y = torch.tensor([0, 4]) if n_classes else None
     x = G(z, y)
-    assert x.shape == (3, 3, resolution, resolution) and x.abs().max() <= 1
+    assert x.shape == (2, 3, resolution, resolution) and x.abs().max() <= 1
     out = D(x, y)
-    assert out.shape == (3,)
+    assert out.shape == (2,)
     out.sum().backward()
     for net in (G, D):
         missing = [n for n, p in net.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
         assert not missing, missing
     for net in (G, D):  # what the engine may activation-checkpoint exists
+        assert net.checkpoint_blocks
         for block in net.checkpoint_blocks:
             net.get_submodule(block)
 
 
-def test_biggan_128_has_the_reference_parameter_counts():
+# BigGAN-PyTorch's reference configurations (1000 classes) and its parameter counts (G, D).
+REFERENCE_COUNTS = [
+    ("biggan", 128, dict(ch=96, dim_z=120, shared_dim=128), (70_433_988, 87_982_370)),
+    ("biggan", 256, dict(ch=96, dim_z=120, shared_dim=128), (82_108_548, 99_225_890)),
+    ("biggan_deep", 128, dict(ch=128, depth=2, dim_z=128, shared_dim=128), (50_244_484, 34_590_210)),
+    ("biggan_deep", 256, dict(ch=128, depth=2, dim_z=128, shared_dim=128), (55_736_708, 38_247_426)),
+]
+
+
+@pytest.mark.parametrize("name, resolution, kwargs, counts", REFERENCE_COUNTS)
+def test_parameter_counts_equal_biggan_pytorch(name, resolution, kwargs, counts):
     from bigbatch.models.layers import count_params
 
-    G, D = bigbatch.models.create("biggan", 128, 1000, ch=96, dim_z=120, init="N02")  # N02: quick to draw
-    assert (count_params(G), count_params(D)) == (70_433_988, 87_982_370)
+    with torch.device("meta"):  # shapes only: instant
+        G, D = bigbatch.models.create(name, resolution, 1000, g_attn=64, d_attn=64, **kwargs)
+    assert (count_params(G), count_params(D)) == counts
 
 
-def test_biggan_hierarchical_z_must_split_evenly():
-    with pytest.raises(bigbatch.BigbatchError, match="dim_z must be a multiple of 7, e.g. 119"):
-        bigbatch.models.create("biggan", 256, 10, ch=4, dim_z=120)
+def test_biggan_hierarchical_z_drops_the_remainder_as_the_reference(capsys):
+    with torch.device("meta"):
+        G, _ = bigbatch.models.create("biggan", 256, 10, ch=4, dim_z=120)
+    assert G.dim_z == 119  # 7 chunks of 17
+    assert "uses dim_z 119" in capsys.readouterr().err
+    with pytest.raises(bigbatch.BigbatchError, match="dim_z must be >= 7"):
+        bigbatch.models.create("biggan", 256, 10, ch=4, dim_z=5)
+
+
+def test_sngan_unconditional_bn_and_sn_only_in_d():
+    from bigbatch.models.layers import SpectralNorm
+
+    G, D = bigbatch.models.create("sngan", 32, 0, ch=4)
+    assert not any(isinstance(m, SpectralNorm) for m in G.modules())
+    assert all(isinstance(m, SpectralNorm) for m in D.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)))
+
+
+def test_ortho_penalty_gradient_is_biggan_pytorchs():
+    from bigbatch.losses import ortho_penalty
+
+    torch.manual_seed(0)
+    G, _ = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16)
+    ortho_penalty(G).backward()
+    shared = G.shared.weight
+    assert shared.grad is None  # embeddings are excluded
+    for p in G.parameters():
+        if p.ndim < 2 or p is shared:
+            continue
+        w = p.detach().flatten(1)
+        expected = 2 * ((w @ w.t()) * (1 - torch.eye(w.shape[0]))) @ w  # BigGAN-PyTorch's utils.ortho
+        torch.testing.assert_close(p.grad.flatten(1), expected, rtol=1e-4, atol=1e-6)
 
 
 def test_class_weights_equal_labels_and_mix_linearly():

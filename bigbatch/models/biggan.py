@@ -1,9 +1,10 @@
-"""BigGAN (Brock et al. 2019) at 32 to 512 px, with the architecture of BigGAN-PyTorch's reference
-launch scripts: residual blocks, class-conditional BN fed by a shared class embedding and a chunk of
-z (hierarchical z), self-attention, spectral norm in G and D, a projection discriminator.
+"""BigGAN (Brock et al. 2019) at 32 to 512 px, and SA-GAN (Zhang et al. 2019) on the same blocks,
+with the architecture of BigGAN-PyTorch's reference launch scripts: residual blocks, class-conditional
+BN fed by a shared class embedding and a chunk of z (hierarchical z), self-attention, spectral norm in
+G and D, a projection discriminator.
 
-At 128 px with ch 96, dim_z 120, shared_dim 128 and 1000 classes, G has 70,433,988 parameters and
-D 87,982,370, as the reference's.
+Parameter counts equal the reference's (1000 classes, ch 96, dim_z 120, shared_dim 128): at 128 px
+G 70,433,988 and D 87,982,370; at 256 px G 82,108,548 and D 99,225,890.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.models import layers
 from bigbatch.models.registry import register
 
@@ -34,16 +35,25 @@ D_ARCH = {
 
 
 class CondBatchNorm2d(nn.Module):
-    """BN with gain and bias predicted linearly (spectral-normalised, no bias) from the conditioning
-    vector: the shared class embedding joined with this block's chunk of z."""
+    """BN with gain and bias predicted from the conditioning: linearly (spectral-normalised, no bias)
+    from a vector (the shared class embedding and/or this block's chunk of z), or, with `n_classes`,
+    from the labels by per-layer class embeddings (BigGAN-PyTorch without G_shared). With neither, an
+    ordinary affine BN."""
 
-    def __init__(self, num_features: int, cond_dim: int, eps: float, sn_eps: float):
+    def __init__(self, num_features: int, cond_dim: int, eps: float, sn_eps: float, n_classes: int = 0):
         super().__init__()
-        self.bn = nn.BatchNorm2d(num_features, eps=eps, affine=False)
-        self.gain = layers.linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
-        self.bias = layers.linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
+        self.bn = nn.BatchNorm2d(num_features, eps=eps, affine=not (cond_dim or n_classes))
+        self.gain = self.bias = None
+        if n_classes:
+            self.gain = layers.ClassEmbedding(n_classes, num_features)
+            self.bias = layers.ClassEmbedding(n_classes, num_features)
+        elif cond_dim:
+            self.gain = layers.linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
+            self.bias = layers.linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
 
-    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        if self.gain is None:
+            return self.bn(x)
         gain = 1 + self.gain(cond)[:, :, None, None]
         return self.bn(x) * gain + self.bias(cond)[:, :, None, None]
 
@@ -71,12 +81,14 @@ class Attention(nn.Module):
 
 
 class GBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, cond_dim: int, bn_eps: float, sn_eps: float):
+    def __init__(
+        self, cin: int, cout: int, cond_dim: int, bn_eps: float, sn_eps: float, n_classes: int = 0, sn: bool = True
+    ):
         super().__init__()
-        sn = dict(sn=True, sn_eps=sn_eps)
-        self.bn1 = CondBatchNorm2d(cin, cond_dim, bn_eps, sn_eps)
+        sn = dict(sn=sn, sn_eps=sn_eps)
+        self.bn1 = CondBatchNorm2d(cin, cond_dim, bn_eps, sn_eps, n_classes)
         self.conv1 = layers.conv2d(cin, cout, 3, padding=1, **sn)
-        self.bn2 = CondBatchNorm2d(cout, cond_dim, bn_eps, sn_eps)
+        self.bn2 = CondBatchNorm2d(cout, cond_dim, bn_eps, sn_eps, n_classes)
         self.conv2 = layers.conv2d(cout, cout, 3, padding=1, **sn)
         self.conv_sc = layers.conv2d(cin, cout, 1, **sn)
 
@@ -87,11 +99,15 @@ class GBlock(nn.Module):
 
 
 class DBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, downsample: bool, preactivation: bool, sn_eps: float):
+    """D's residual block. `wide` (BigGAN, SA-GAN): the hidden width is the output width; otherwise
+    (SN-GAN) the input width. The first block (no preactivation) is SN-GAN's "optimized" block."""
+
+    def __init__(self, cin: int, cout: int, downsample: bool, preactivation: bool, sn_eps: float, wide: bool = True):
         super().__init__()
         sn = dict(sn=True, sn_eps=sn_eps)
-        self.conv1 = layers.conv2d(cin, cout, 3, padding=1, **sn)  # "wide": hidden width = output width
-        self.conv2 = layers.conv2d(cout, cout, 3, padding=1, **sn)
+        hidden = cout if wide or not preactivation else cin
+        self.conv1 = layers.conv2d(cin, hidden, 3, padding=1, **sn)
+        self.conv2 = layers.conv2d(hidden, cout, 3, padding=1, **sn)
         self.conv_sc = layers.conv2d(cin, cout, 1, **sn) if cin != cout or downsample else None
         self.downsample, self.preactivation = downsample, preactivation
 
@@ -110,40 +126,62 @@ class DBlock(nn.Module):
         return h + x
 
 
+def hierarchical_dim_z(family: str, resolution: int, dim_z: int, slots: int) -> int:
+    """The z length a hierarchical G uses: BigGAN-PyTorch splits z into equal chunks, one for the
+    input layer and one per block, and drops the remainder (dim_z 120 at 256 px: 7 chunks of 17)."""
+    if dim_z < slots:
+        raise BigbatchError(f"{family} at {resolution}px splits z into {slots} chunks: dim_z must be >= {slots}")
+    if dim_z % slots:
+        used = dim_z // slots * slots
+        warn(
+            f"{family} at {resolution}px splits z into {slots} chunks (hierarchical z) and uses dim_z {used}, "
+            f"as BigGAN-PyTorch does; set model.dim_z={used} to say so"
+        )
+    return dim_z // slots * slots
+
+
 class BigGANGenerator(nn.Module):
-    def __init__(self, resolution, n_classes, ch, dim_z, img_channels, shared_dim, g_attn, bn_eps, sn_eps):
+    def __init__(
+        self, resolution, n_classes, ch, dim_z, img_channels, shared, shared_dim, hier, g_attn, bn_eps, sn_eps, **kw
+    ):
         super().__init__()
-        ins, outs = ([ch * m for m in ms] for ms in G_ARCH[resolution])
+        arch, sn = kw.get("arch", G_ARCH), kw.get("sn", True)  # SN-GAN: its own widths, no spectral norm in G
+        ins, outs = ([ch * m for m in ms] for ms in arch[resolution])
+        slots = len(ins) + 1 if hier else 1  # hierarchical z: one chunk for the input layer, one per block
+        dim_z = hierarchical_dim_z("biggan", resolution, dim_z, slots) if hier else dim_z
         self.resolution, self.n_classes, self.dim_z, self.img_channels = resolution, n_classes, dim_z, img_channels
-        slots = len(ins) + 1  # hierarchical z: one chunk for the input layer, one per block
-        if dim_z % slots:
-            raise BigbatchError(
-                f"biggan at {resolution}px splits z into {slots} chunks (hierarchical z): dim_z must be a multiple "
-                f"of {slots}, e.g. {slots * max(1, round(dim_z / slots))}; got {dim_z}"
-            )
         self.chunk = dim_z // slots
-        # Unconditional: the conditioning vector is the z chunk alone.
-        self.shared = layers.ClassEmbedding(n_classes, shared_dim) if n_classes else None
-        cond_dim = self.chunk + (shared_dim if n_classes else 0)
-        self.linear = layers.linear(self.chunk, ins[0] * 16, sn=True, sn_eps=sn_eps)
-        self.blocks = nn.ModuleList(GBlock(a, b, cond_dim, bn_eps, sn_eps) for a, b in zip(ins, outs))
+        # The conditioning of every BN: the shared embedding (if any) joined with the block's z chunk
+        # (if hierarchical); unshared, per-layer class embeddings read the labels instead.
+        self.shared = layers.ClassEmbedding(n_classes, shared_dim) if n_classes and shared else None
+        cond_dim = (shared_dim if self.shared is not None else 0) + (self.chunk if hier else 0)
+        per_class = 0 if shared else n_classes
+        self.hier = hier
+        self.linear = layers.linear(self.chunk, ins[0] * 16, sn=sn, sn_eps=sn_eps)
+        self.blocks = nn.ModuleList(GBlock(a, b, cond_dim, bn_eps, sn_eps, per_class, sn) for a, b in zip(ins, outs))
         res = [8 * 2**i for i in range(len(ins))]
         self.attn_after = res.index(g_attn) if g_attn in res else None
         self.attention = Attention(outs[self.attn_after], sn_eps) if self.attn_after is not None else None
         self.out_bn = nn.BatchNorm2d(outs[-1], eps=bn_eps)
-        self.out_conv = layers.conv2d(outs[-1], img_channels, 3, padding=1, sn=True, sn_eps=sn_eps)
+        self.out_conv = layers.conv2d(outs[-1], img_channels, 3, padding=1, sn=sn, sn_eps=sn_eps)
         self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))] + (
             ["attention"] if self.attention is not None else []
         )
 
-    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        zs = z.split(self.chunk, dim=1)
+    def conditions(self, z: torch.Tensor, y: torch.Tensor | None) -> tuple[torch.Tensor, list]:
+        """The input layer's z and each block's BN conditioning."""
+        zs = z.split(self.chunk, dim=1) if self.hier else (z,)
+        n = len(self.blocks)
         if self.shared is not None:
             e = self.shared(y).to(z.dtype)
-            conds = [torch.cat([e, zi], dim=1) for zi in zs[1:]]
-        else:
-            conds = list(zs[1:])
-        h = self.linear(zs[0]).view(z.shape[0], -1, 4, 4)
+            return zs[0], [torch.cat([e, zi], dim=1) for zi in zs[1:]] if self.hier else [e] * n
+        if self.hier:
+            return zs[0], list(zs[1:])
+        return z, [y] * n  # labels for per-layer class embeddings, or None
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        z0, conds = self.conditions(z, y)
+        h = self.linear(z0).view(z.shape[0], -1, 4, 4)
         for i, block in enumerate(self.blocks):
             h = block(h, conds[i])
             if i == self.attn_after:
@@ -152,12 +190,14 @@ class BigGANGenerator(nn.Module):
 
 
 class BigGANDiscriminator(nn.Module):
-    def __init__(self, resolution, n_classes, ch, img_channels, d_attn, sn_eps):
+    def __init__(self, resolution, n_classes, ch, img_channels, d_attn, sn_eps, arch=D_ARCH, wide=True):
         super().__init__()
-        ins, outs, down = D_ARCH[resolution]
+        ins, outs, down = arch[resolution]
         ins, outs = [img_channels] + [ch * m for m in ins], [ch * m for m in outs]
         self.resolution, self.n_classes = resolution, n_classes
-        self.blocks = nn.ModuleList(DBlock(a, b, d, i > 0, sn_eps) for i, (a, b, d) in enumerate(zip(ins, outs, down)))
+        self.blocks = nn.ModuleList(
+            DBlock(a, b, d, i > 0, sn_eps, wide) for i, (a, b, d) in enumerate(zip(ins, outs, down))
+        )
         res, r = [], resolution
         for d in down:
             r //= 2 if d else 1
@@ -183,6 +223,13 @@ class BigGANDiscriminator(nn.Module):
         return out
 
 
+def _check(family: str, resolution: int, sn_eps: float, bn_eps: float, shared_dim: int) -> None:
+    if resolution not in G_ARCH:
+        raise BigbatchError(f"{family} supports resolutions {', '.join(map(str, G_ARCH))}, got {resolution}")
+    if not (sn_eps > 0 and bn_eps > 0 and shared_dim > 0):
+        raise BigbatchError(f"{family} options sn_eps, bn_eps and shared_dim must be positive")
+
+
 @register
 def biggan(
     resolution: int,
@@ -190,19 +237,47 @@ def biggan(
     ch: int = 96,
     dim_z: int = 120,
     img_channels: int = 3,
+    shared: bool = True,
     shared_dim: int = 128,
+    hier: bool = True,
     g_attn: int = 64,
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-6,
     init: str = "ortho",
 ) -> tuple[nn.Module, nn.Module]:
-    """BigGAN; defaults are the 128-px ImageNet recipe (ch 96, dim_z 120, shared_dim 128, attention at 64 px)."""
-    if resolution not in G_ARCH:
-        raise BigbatchError(f"biggan supports resolutions {', '.join(map(str, G_ARCH))}, got {resolution}")
-    if not (sn_eps > 0 and bn_eps > 0 and shared_dim > 0):
-        raise BigbatchError("biggan options sn_eps, bn_eps and shared_dim must be positive")
-    G = BigGANGenerator(resolution, n_classes, ch, dim_z, img_channels, shared_dim, g_attn, bn_eps, sn_eps)
+    """BigGAN; defaults are the 128-px ImageNet recipe (ch 96, dim_z 120, shared_dim 128, hierarchical z,
+    attention at 64 px). shared=False gives each BN its own class embeddings (BigGAN-PyTorch's CIFAR
+    script); g_attn/d_attn = 0 turn attention off."""
+    _check("biggan", resolution, sn_eps, bn_eps, shared_dim)
+    G = BigGANGenerator(
+        resolution, n_classes, ch, dim_z, img_channels, shared, shared_dim, hier, g_attn, bn_eps, sn_eps
+    )
+    D = BigGANDiscriminator(resolution, n_classes, ch, img_channels, d_attn, sn_eps)
+    for net in (G, D):
+        layers.init_weights(net, init)
+    return G, D
+
+
+@register
+def sagan(
+    resolution: int,
+    n_classes: int = 0,
+    ch: int = 64,
+    dim_z: int = 128,
+    img_channels: int = 3,
+    shared_dim: int = 128,
+    g_attn: int = 64,
+    d_attn: int = 64,
+    bn_eps: float = 1e-5,
+    sn_eps: float = 1e-8,
+    init: str = "xavier",
+) -> tuple[nn.Module, nn.Module]:
+    """SA-GAN (Zhang et al. 2019) as BigGAN-PyTorch's SA-GAN scripts build it: BigGAN's residual blocks
+    at ch 64, a shared class embedding into every conditional BN but no hierarchical z, self-attention
+    (64 px, the scripts' choice; the paper found 32 and 64 both good), spectral norm in G and D, Xavier init."""
+    _check("sagan", resolution, sn_eps, bn_eps, shared_dim)
+    G = BigGANGenerator(resolution, n_classes, ch, dim_z, img_channels, True, shared_dim, False, g_attn, bn_eps, sn_eps)
     D = BigGANDiscriminator(resolution, n_classes, ch, img_channels, d_attn, sn_eps)
     for net in (G, D):
         layers.init_weights(net, init)

@@ -34,11 +34,27 @@ class GANTask:
     loss: str = "hinge"
     conditional: bool = True
     xflip: bool = False
+    g_ortho: float = 0.0
+    """Orthogonal regularization strength of G (losses.ortho_penalty), 0 = off."""
+    d_ortho: float = 0.0
 
     def __post_init__(self) -> None:
         self.order = GlobalOrder(len(self.data), self.seed)
         self.n_classes = self.data.n_classes if self.conditional else 0
         self.dim_z = self.rep.unwrap(self.G).dim_z
+        # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
+        self._trained = {
+            "G": [p for g in self.opt_G.param_groups for p in g["params"]],
+            "D": [p for g in self.opt_D.param_groups for p in g["params"]],
+        }
+
+    def _train_only(self, net: str) -> None:
+        for name, params in self._trained.items():
+            for p in params:
+                p.requires_grad_(name == net)
+
+    def _ortho(self, net: nn.Module, beta: float) -> torch.Tensor | float:
+        return beta * losses.ortho_penalty(self.rep.unwrap(net)) if beta else 0.0
 
     def _share(self, t: torch.Tensor | None) -> torch.Tensor | None:
         share = self.rep.share
@@ -69,13 +85,12 @@ class GANTask:
             fake = self.G(z, y_fake)
         logits_real = self.D(real, y_real).float()
         logits_fake = self.D(fake, y_fake).float()
-        loss = losses.D_LOSS[self.loss](logits_real, logits_fake)
+        loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.d_ortho)
         return {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
 
     def d_step(self, nimg: int) -> dict[str, float]:
         """One D optimizer step on the real images at positions nimg .. nimg + batch - 1."""
-        self.G.requires_grad_(False)
-        self.D.requires_grad_(True)
+        self._train_only("D")
         out = self.rep.step(self.d_loss, self.d_batch(nimg), self.opt_D)
         return {"loss_D": out["loss"], "D_real": out["D_real"], "D_fake": out["D_fake"]}
 
@@ -84,25 +99,22 @@ class GANTask:
 
     def g_loss(self, micro: tuple) -> torch.Tensor:
         z, y = micro
-        return losses.G_LOSS[self.loss](self.D(self.G(z, y), y).float())
+        return losses.G_LOSS[self.loss](self.D(self.G(z, y), y).float()) + self._ortho(self.G, self.g_ortho)
 
     def g_step(self, step: int) -> dict[str, float]:
         """One G optimizer step on `batch` fresh draws of z and labels."""
-        self.G.requires_grad_(True)
-        self.D.requires_grad_(False)
+        self._train_only("G")
         loss = self.rep.step(self.g_loss, self.g_batch(step), self.opt_G)
-        self.D.requires_grad_(True)
+        self._train_only("D")
         return {"loss_G": loss}
 
     def probe(self, m: int) -> None:
         """One D and one G forward/backward at micro-batch m (for micro_batch="auto")."""
         head: Any = lambda batch: tuple(None if t is None else t[:m] for t in batch)
-        self.G.requires_grad_(False)
-        self.D.requires_grad_(True)
+        self._train_only("D")
         self.rep.probe_step(self.d_loss, head(self.d_batch(0)))
         self.opt_D.zero_grad(set_to_none=True)
-        self.G.requires_grad_(True)
-        self.D.requires_grad_(False)
+        self._train_only("G")
         self.rep.probe_step(self.g_loss, head(self.g_batch(0)))
         self.opt_G.zero_grad(set_to_none=True)
-        self.D.requires_grad_(True)
+        self._train_only("D")

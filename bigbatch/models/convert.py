@@ -1,0 +1,155 @@
+"""Weights in BigGAN-PyTorch's layout (its G.pth, G_ema.pth, D.pth) to bigbatch's, and back.
+
+The name mapping, per module (ours -> BigGAN-PyTorch):
+  blocks.{i}                -> blocks.{i}.0                (biggan, sagan; biggan_deep's G)
+  blocks.{k}                -> blocks.{k // depth}.{k % depth}   (biggan_deep's D: `depth` blocks per stage)
+  attention                 -> the block list it follows, next slot (e.g. blocks.3.1; deep D: blocks.0.2)
+  out_bn, out_conv          -> output_layer.0, output_layer.2
+  <bn>.bn.running_mean/var  -> <bn>.stored_mean / stored_var   (conditional BN)
+  out_bn.weight/bias/running_* -> output_layer.0.gain / bias / stored_*
+  <sn layer>.sn_u           -> <sn layer>.u0        (sv0 and our sn_v are derived, see below)
+Everything else keeps its name (shared, linear, embed, input_conv, conv1..4, conv_sc, theta, phi, g, o,
+gamma, gain, bias). BigGAN-PyTorch runs one power iteration from its stored u0 at every forward, even
+in eval mode, and divides by the resulting sigma; the import runs that same iteration once and stores
+its u and v, so the imported model computes exactly the reference's sigma.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bigbatch.errors import BigbatchError
+from bigbatch.models import biggan, biggan_deep
+from bigbatch.models.layers import SpectralNorm
+
+FAMILIES = ("biggan", "sagan", "biggan_deep")
+_IGNORED = ("sv0", "accumulation_counter")  # derived or bookkeeping entries of the reference layout
+
+
+def _head(net: nn.Module, parts: list[str]) -> tuple[str, list[str]]:
+    """The reference name of the module a key starts with, and the rest of the key."""
+    first = parts[0]
+    deep_d = isinstance(net, biggan_deep.BigGANDeepDiscriminator)
+    if first == "blocks":
+        k = int(parts[1])
+        head = f"blocks.{k // net.depth}.{k % net.depth}" if deep_d else f"blocks.{k}.0"
+        return head, parts[2:]
+    if first == "attention":
+        k = net.attn_after
+        head = f"blocks.{k // net.depth}.{net.depth}" if deep_d else f"blocks.{k}.1"
+        return head, parts[1:]
+    if first in ("out_bn", "out_conv"):
+        return {"out_bn": "output_layer.0", "out_conv": "output_layer.2"}[first], parts[1:]
+    return first, parts[1:]
+
+
+_BN = {"running_mean": "stored_mean", "running_var": "stored_var", "weight": "gain", "bias": "bias"}
+
+
+def reference_name(net: nn.Module, key: str) -> str | None:
+    """BigGAN-PyTorch's name of our state-dict entry `key`, or None for entries it derives or lacks."""
+    head, rest = _head(net, key.split("."))
+    if rest[-1] in ("sn_v", "num_batches_tracked"):
+        return None
+    if rest[-1] == "sn_u":
+        rest = rest[:-1] + ["u0"]
+    elif head == "output_layer.0" and rest[-1] in _BN:
+        rest = [_BN[rest[-1]]]
+    elif len(rest) >= 2 and rest[-2] == "bn" and rest[-1] in _BN:  # conditional BN: its statistics sit on it
+        rest = rest[:-2] + [_BN[rest[-1]]]
+    return ".".join([head, *rest])
+
+
+def _check_family(net: nn.Module) -> None:
+    kinds = (
+        biggan.BigGANGenerator,
+        biggan.BigGANDiscriminator,
+        biggan_deep.BigGANDeepGenerator,
+        biggan_deep.BigGANDeepDiscriminator,
+    )
+    if not isinstance(net, kinds):
+        raise BigbatchError(
+            f"BigGAN-PyTorch weights convert only into the families {', '.join(FAMILIES)}; got {type(net).__name__}"
+        )
+
+
+def _sn_layers(net: nn.Module) -> dict[str, SpectralNorm]:
+    return {name: m for name, m in net.named_modules() if isinstance(m, SpectralNorm)}
+
+
+def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "the weights") -> dict[str, torch.Tensor]:
+    """Our state dict for `net` from a state dict in BigGAN-PyTorch's layout; raises BigbatchError
+    naming the first missing, unexpected or misshapen entries."""
+    _check_family(net)
+    ours = net.state_dict()
+    out: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    problems: list[str] = []
+    for key, mine in ours.items():
+        name = reference_name(net, key)
+        if name is None:
+            continue
+        if name not in ref:
+            problems.append(f"missing {name}")
+            continue
+        used.add(name)
+        value = ref[name]
+        if key.endswith("sn_u"):
+            value = value.reshape(1, -1)
+        if value.shape != mine.shape:
+            problems.append(f"{name} has shape {tuple(value.shape)}, the model needs {tuple(mine.shape)}")
+            continue
+        out[key] = value.to(mine.dtype)
+    unexpected = [k for k in ref if k not in used and k.rsplit(".", 1)[-1] not in _IGNORED]
+    problems += [f"unexpected {k}" for k in unexpected]
+    if problems:
+        raise BigbatchError(
+            f"{what} are not BigGAN-PyTorch weights of this model ({len(problems)} problems: "
+            f"{'; '.join(problems[:3])}); check model.name, ch, dim_z, data.resolution and the options"
+        )
+    for name, layer in _sn_layers(net).items():
+        prefix = f"{name}." if name else ""
+        w = out[prefix + "weight"].float().flatten(1)
+        with torch.no_grad():
+            v = F.normalize(out[prefix + "sn_u"].float() @ w, dim=1, eps=layer.sn_eps)
+            u = F.normalize(v @ w.t(), dim=1, eps=layer.sn_eps)
+        out[prefix + "sn_u"], out[prefix + "sn_v"] = u, v
+    for key in ours:
+        if key.endswith("num_batches_tracked"):
+            out[key] = torch.zeros((), dtype=torch.long)
+    return out
+
+
+def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
+    """`net`'s weights in BigGAN-PyTorch's layout (u0 and sv0 from our estimate)."""
+    _check_family(net)
+    ours = net.state_dict()
+    out = {}
+    for key, value in ours.items():
+        name = reference_name(net, key)
+        if name is not None:
+            out[name] = value.detach().clone()
+    for name, layer in _sn_layers(net).items():
+        prefix = f"{name}." if name else ""
+        with torch.no_grad():
+            sigma = layer.sn_u @ layer.weight.flatten(1) @ layer.sn_v.t()
+        out[reference_name(net, prefix + "sn_u")[: -len("u0")] + "sv0"] = sigma.reshape(1).detach().clone()
+    return out
+
+
+def load_reference_file(path: str) -> dict[str, torch.Tensor]:
+    """A BigGAN-PyTorch .pth state dict, read without unpickling anything but tensors."""
+    import pickle
+
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise BigbatchError(f"{path} does not exist") from None
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BigbatchError(f"{path} is not a readable PyTorch state dict ({first[:200]})") from None
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise BigbatchError(f"{path} does not hold a state dict (a mapping of names to tensors)")
+    return sd

@@ -1,0 +1,172 @@
+"""The model zoo around the families: BigGAN-PyTorch weights in and out, recipes, fine-tuning, FreezeD."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.models import convert
+from bigbatch.models.layers import SpectralNorm
+from bigbatch.train import build_models
+
+TINY = {
+    "biggan": (32, dict(ch=8, dim_z=16, g_attn=16, d_attn=16)),
+    "biggan unshared": (32, dict(ch=8, dim_z=16, shared=False, hier=False, g_attn=0, d_attn=0)),
+    "sagan": (32, dict(ch=8, dim_z=16, g_attn=16, d_attn=8)),
+    "biggan_deep": (128, dict(ch=16, dim_z=16)),
+}
+
+
+def tiny_pair(key, n_classes=5, seed=0):
+    torch.manual_seed(seed)
+    resolution, kwargs = TINY[key]
+    G, D = bigbatch.models.create(key.split()[0], resolution, n_classes, **kwargs)
+    for net in (G, D):
+        for p in net.parameters():
+            p.data.normal_(0, 0.05)
+        for m in net.modules():  # the exact top singular vectors: a power iteration from them stays put
+            if isinstance(m, SpectralNorm):
+                U, _, Vh = torch.linalg.svd(m.weight.detach().flatten(1).double(), full_matrices=False)
+                m.sn_u, m.sn_v = U[:, :1].t().float().contiguous(), Vh[:1].float().contiguous()
+        for m in net.modules():  # BN statistics that are not the defaults
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 2.0)
+        net.eval()
+    return G, D
+
+
+@pytest.mark.parametrize("key", list(TINY))
+def test_weights_in_biggan_pytorch_layout_load_with_identical_outputs(key):
+    G, D = tiny_pair(key)
+    G2, D2 = tiny_pair(key, seed=1)  # other weights, to be overwritten
+    for src, dst in ((G, G2), (D, D2)):
+        ref = convert.to_reference(src)
+        assert not any("sn_" in k or "running_" in k for k in ref)
+        dst.load_state_dict(convert.from_reference(dst, ref))
+    z, y = torch.randn(3, G.dim_z), torch.tensor([0, 2, 4])
+    x = G(z, y)
+    torch.testing.assert_close(G2(z, y), x, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(D2(x, y), D(x, y), rtol=1e-5, atol=1e-6)
+
+
+def test_reference_names_at_the_reference_configurations():
+    with torch.device("meta"):
+        G, D = bigbatch.models.create("biggan", 128, 1000, ch=96, dim_z=120)
+        Gd, Dd = bigbatch.models.create("biggan_deep", 128, 1000)
+    names = {net: set(convert.to_reference(m)) for net, m in (("G", G), ("D", D), ("Gd", Gd), ("Dd", Dd))}
+    # Names as BigGAN-PyTorch's BigGAN.py / BigGANdeep.py register them.
+    assert {
+        "shared.weight",
+        "linear.u0",
+        "linear.sv0",
+        "blocks.0.0.bn1.gain.u0",
+        "blocks.0.0.bn1.stored_mean",
+        "blocks.0.0.conv_sc.weight",
+        "blocks.3.1.gamma",  # attention after the 64-px block
+        "output_layer.0.gain",
+        "output_layer.0.stored_var",
+        "output_layer.2.weight",
+    } <= names["G"]
+    assert {"blocks.0.1.theta.u0", "blocks.5.0.conv2.weight", "embed.weight", "embed.u0"} <= names["D"]
+    assert {"blocks.7.1.gamma", "blocks.9.0.bn4.gain.weight", "output_layer.2.weight"} <= names["Gd"]
+    assert {"input_conv.weight", "blocks.0.0.conv_sc.weight", "blocks.0.1.conv4.weight", "blocks.0.2.gamma"} <= names[
+        "Dd"
+    ]
+    assert not any(k.startswith("blocks.10") for k in names["Gd"])  # 5 stages x depth 2
+
+
+def test_wrong_weights_are_one_clear_error():
+    G, _ = tiny_pair("biggan")
+    ref = convert.to_reference(G)
+    other, _ = bigbatch.models.create("biggan", 32, 5, ch=16, dim_z=16, g_attn=16)
+    with pytest.raises(bigbatch.BigbatchError, match="not BigGAN-PyTorch weights of this model.*shape"):
+        convert.from_reference(other, ref)
+    del ref["shared.weight"]
+    with pytest.raises(bigbatch.BigbatchError, match="missing shared.weight"):
+        convert.from_reference(G, ref)
+
+
+def write_reference_weights(folder, G, D):
+    folder.mkdir()
+    torch.save(convert.to_reference(G), folder / "G.pth")
+    torch.save(convert.to_reference(G), folder / "G_ema.pth")
+    torch.save(convert.to_reference(D), folder / "D.pth")
+
+
+TINY_RUN = ["data.resolution=32", "model.ch=8", "model.dim_z=16", 'model.options={g_attn=16, d_attn=16}']
+
+
+def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
+    G, D = tiny_pair("biggan")
+    write_reference_weights(tmp_path / "weights", G, D)
+    # convert: a run directory whose G_ema reproduces the reference weights
+    assert main(["convert", str(tmp_path / "weights"), "converted", *TINY_RUN]) == 0
+    G_loaded = bigbatch.load_generator("converted")
+    z, y = torch.randn(2, 16), torch.tensor([1, 3])
+    torch.testing.assert_close(G_loaded(z, y), G(z, y), rtol=1e-5, atol=1e-5)
+    assert main(["sample", "converted", "--n", "4", "--out", "s.png"]) == 0
+    capsys.readouterr()
+
+    # fine-tune on digits (10 classes, not 5): class embeddings re-initialised, everything else loaded
+    tune = [
+        "--preset",
+        "digits",
+        "model.name=biggan",
+        *TINY_RUN,
+        "train.batch=8",
+        "train.micro_batch=8",
+        "train.kimg=0.016",
+        "train.g_lr=1e-12",
+        "train.d_lr=1e-3",
+        "train.freeze_d=2",
+        "--run-dir",
+        "tuned",
+        "--quiet",
+    ]
+    assert main(["train", "--init-from", "converted", *tune]) == 0
+    ckpt = bigbatch.engine.state.find_checkpoint("tuned")
+    G_new, D_new = load_file(str(ckpt / "G.safetensors")), load_file(str(ckpt / "D.safetensors"))
+    G_old, D_old = G.state_dict(), D.state_dict()
+    assert G_new["shared.weight"].shape == (10, 128) and G_old["shared.weight"].shape == (5, 128)
+    assert D_new["embed.weight"].shape[0] == 10
+    # lr 1e-12: G is still the pretrained one
+    torch.testing.assert_close(G_new["blocks.0.conv1.weight"], G_old["blocks.0.conv1.weight"], rtol=0, atol=1e-9)
+    # FreezeD: D's first two blocks did not move, the rest did
+    assert torch.equal(D_new["blocks.0.conv1.weight"], D_old["blocks.0.conv1.weight"])
+    assert torch.equal(D_new["blocks.1.conv2.weight"], D_old["blocks.1.conv2.weight"])
+    assert not torch.equal(D_new["blocks.2.conv1.weight"], D_old["blocks.2.conv1.weight"])
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["convert", "nowhere", "out"], "nowhere does not exist"),
+        (["convert", "junk.pth", "out", *TINY_RUN], "not a readable PyTorch state dict"),
+        (["convert", "weights", "out", "model.name=dcgan"], "convert into biggan, sagan, biggan_deep"),
+        (["convert", "weights", "out", *TINY_RUN, "model.ch=16"], "not BigGAN-PyTorch weights of this model"),
+        (["train", "--init-from", "nowhere"], "nowhere does not exist"),
+        (["train", "train.freeze_d=99", "train.kimg=0.016"], "train.freeze_d=99, but this D has 3 blocks"),
+    ],
+)
+def test_convert_and_fine_tune_bad_input(tmp_path, capsys, argv, words):
+    G, D = tiny_pair("biggan")
+    write_reference_weights(tmp_path / "weights", G, D)
+    (tmp_path / "junk.pth").write_bytes(b"not a zip file at all")
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith("bigbatch: error: ") and err.count("\n") == 1, err
+    assert words in err
+
+
+@pytest.mark.parametrize("name", bigbatch.presets.list_presets())
+def test_every_preset_builds(name):
+    cfg = bigbatch.preset(name)
+    assert bigbatch.Config.from_dict(cfg.to_dict()) == cfg  # the saved config.toml reproduces it
+    n_classes = 0 if not cfg.model.conditional else 1000 if "imagenet" in cfg.data.path else 10
+    with torch.device("meta"):
+        G, D = build_models(cfg, n_classes, 3)
+    assert G.resolution == D.resolution == cfg.data.resolution
+    assert cfg.train.batch % (cfg.train.micro_batch if cfg.train.micro_batch != "auto" else 1) == 0
+    assert len((bigbatch.presets.preset.__globals__[name].__doc__ or "").split()) > 20  # says where numbers come from
