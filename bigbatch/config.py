@@ -239,6 +239,8 @@ class TrainConfig(Section):
     """Adam epsilon of both G and D."""
     loss: Literal["hinge", "ns"] = "hinge"
     """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN) or "ns" (non-saturating, DCGAN)."""
+    lr_decay: Literal["none", "linear"] = "none"
+    """Learning-rate schedule over the run: constant, or "linear" to 0 at train.kimg (SN-GAN)."""
     g_ortho: float = 0.0
     """Orthogonal regularization strength beta of G (BigGAN: 1e-4; BigGAN-PyTorch's scripts: 0). Adds
     beta * 2 (W W^T - I off-diagonal) W to the gradient of every weight of >= 2 dims except embeddings,

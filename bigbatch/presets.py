@@ -196,8 +196,8 @@ def sngan_cifar() -> Config:
 
     Its numbers: batch 64, 5 D steps per G step (n_dis), lr 2e-4 for G and D, Adam betas (0, 0.9), hinge
     loss, G 256 and D 128 channels (ch 64 here), dim_z 128, 50k G steps (16,000 kimg). The paper decays
-    the learning rate linearly to 0 and evaluates G itself: there is no LR schedule here yet, and the EMA
-    is off (half-life 0: G_ema is a copy of G).
+    the learning rate linearly to 0 (train.lr_decay) and evaluates G itself: the EMA is off (half-life 0:
+    G_ema is a copy of G).
     """
     return Config(
         name="sngan_cifar",
@@ -211,6 +211,7 @@ def sngan_cifar() -> Config:
             g_lr=2e-4,
             d_lr=2e-4,
             betas=(0.0, 0.9),
+            lr_decay="linear",
             ema_halflife_kimg=0.0,
             log_every_kimg=32.0,
         ),

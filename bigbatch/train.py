@@ -279,6 +279,10 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         while nimg < total and not dist.any_rank(stop.requested):
             # One iteration: d_steps D steps (each on `batch` new real images), then one G step.
             start, before = time.perf_counter(), nimg
+            if t.lr_decay == "linear":  # by images seen, so a resumed run continues the same schedule
+                for opt, lr in ((opt_G, t.g_lr), (opt_D, t.d_lr)):
+                    for group in opt.param_groups:
+                        group["lr"] = lr * max(0.0, 1 - nimg / total)
             stats: dict[str, float] = {}
             skipped = {"skipped_D": 0, "skipped_G": 0}
             for _ in range(t.d_steps):

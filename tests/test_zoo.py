@@ -95,7 +95,7 @@ def write_reference_weights(folder, G, D):
     torch.save(convert.to_reference(D), folder / "D.pth")
 
 
-TINY_RUN = ["data.resolution=32", "model.ch=8", "model.dim_z=16", 'model.options={g_attn=16, d_attn=16}']
+TINY_RUN = ["data.resolution=32", "model.ch=8", "model.dim_z=16", "model.options={g_attn=16, d_attn=16}"]
 
 
 def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
@@ -170,3 +170,12 @@ def test_every_preset_builds(name):
     assert G.resolution == D.resolution == cfg.data.resolution
     assert cfg.train.batch % (cfg.train.micro_batch if cfg.train.micro_batch != "auto" else 1) == 0
     assert len((bigbatch.presets.preset.__globals__[name].__doc__ or "").split()) > 20  # says where numbers come from
+
+
+def test_linear_lr_decay_follows_images_seen(tiny):
+    cfg = tiny.override({"train.lr_decay": "linear", "train.kimg": 0.128, "train.g_lr": 1e-3, "train.d_lr": 2e-3})
+    run = bigbatch.train(cfg, run_dir="run", quiet=True)
+    state = torch.load(bigbatch.engine.state.find_checkpoint(run) / "state.pt", weights_only=True)
+    # the last iteration started at 96 of 128 images
+    assert state["opt_G"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * (1 - 96 / 128))
+    assert state["opt_D"]["param_groups"][0]["lr"] == pytest.approx(2e-3 * (1 - 96 / 128))
