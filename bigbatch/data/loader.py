@@ -1,0 +1,148 @@
+"""Batches for training: the per-rank endless sampler (steps by images seen, phases applied at their
+boundaries) and a loader that reads its batches in DataLoader worker processes, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple, Protocol
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from bigbatch.data.sampler import FLIP, generator
+from bigbatch.data.schedule import Schedule, resize_batch
+from bigbatch.errors import BigbatchError
+
+
+class Order(Protocol):
+    def indices(self, start: int, count: int) -> torch.Tensor: ...
+
+
+class Step(NamedTuple):
+    """One optimizer step's data request for one rank."""
+
+    nimg: int
+    """Images seen (all ranks) before this step: its global position."""
+    batch: int
+    """Images in the whole step, all ranks together."""
+    resolution: int
+    """Resize to this side (0: as stored)."""
+    offset: int
+    """Where this rank's share starts within the step (rank * share)."""
+    indices: torch.Tensor
+    """Data indices of this rank's share."""
+
+
+class Batch(NamedTuple):
+    nimg: int
+    """The step's position in images seen (-1 for a bare index request)."""
+    images: torch.Tensor
+    """uint8 NHWC, already resized to the phase's resolution and x-flipped if asked."""
+    labels: torch.Tensor
+    """int64"""
+    flips: torch.Tensor | None
+    """Which images were mirrored (None without x-flip)."""
+
+
+class RankSampler:
+    """The per-rank endless sampler: step after step from `start` images seen, each taking this rank's
+    share (positions nimg + rank * share ..) of `order`, with the batch and resolution of the phase
+    in force. The data each step sees depends only on the seed and images seen, never on the rank
+    count, and resuming needs only `start`."""
+
+    def __init__(self, order: Order, batch: int | Schedule, rank: int = 0, world_size: int = 1, start: int = 0) -> None:
+        self.order, self.rank, self.world_size, self.start = order, rank, world_size, start
+        self.schedule = Schedule.constant(0, batch) if isinstance(batch, int) else batch
+        for p in self.schedule.phases:
+            if p.batch % world_size:
+                raise BigbatchError(f"batch {p.batch} (from {p.start} images) is not divisible by {world_size} ranks")
+        self.schedule.align(start)
+
+    def __iter__(self) -> Iterator[Step]:
+        for nimg, phase in self.schedule.steps(self.start):
+            share = phase.batch // self.world_size
+            offset = self.rank * share
+            yield Step(nimg, phase.batch, phase.resolution, offset, self.order.indices(nimg + offset, share))
+
+
+class _Reader(Dataset):
+    """A map-style Dataset whose keys are whole requests (Step or index tensor) and items whole batches."""
+
+    def __init__(self, data: Any, xflip: bool, seed: int):
+        self.data, self.xflip, self.seed = data, xflip, seed
+
+    def __getitem__(self, request: Step | torch.Tensor) -> Batch:
+        if isinstance(request, torch.Tensor):
+            images, labels = self.data.get(request)
+            return Batch(-1, images, labels, None)
+        images, labels = self.data.get(request.indices)
+        if request.resolution:
+            images = resize_batch(images, request.resolution)
+        flips = None
+        if self.xflip:
+            # The same draw as the GAN task's: one per image of the whole step, keyed by the step.
+            draw = torch.rand(request.batch, generator=generator(self.seed, FLIP, request.nimg))
+            flips = draw[request.offset : request.offset + len(request.indices)] < 0.5
+            images = torch.where(flips[:, None, None, None], images.flip(2), images)
+        return Batch(request.nimg, images, labels, flips)
+
+
+class _Requests:
+    def __init__(self, requests: Iterable):
+        self.requests = requests
+
+    def __iter__(self) -> Iterator:
+        return iter(self.requests)
+
+
+def _identity(batch: Batch) -> Batch:
+    return batch
+
+
+class BatchLoader:
+    """Reads the batches of `requests` (Steps from a RankSampler, or plain index tensors) from `data`
+    (anything with `get(index) -> (images, labels)`: H5Data, ImageData) in `workers` DataLoader
+    processes (0: in this one), `prefetch` batches ahead per worker, yielding them in request order.
+
+    Phase switches need no restart: each request carries its batch and resolution, and resizing
+    happens in the workers. A data file is opened lazily in each worker, so fork and spawn both work."""
+
+    def __init__(
+        self,
+        data: Any,
+        requests: Iterable[Step] | Iterable[torch.Tensor],
+        workers: int = 0,
+        xflip: bool = False,
+        seed: int = 0,
+        prefetch: int = 2,
+        context: str | None = None,
+        pin_memory: bool = False,
+    ) -> None:
+        if workers < 0:
+            raise BigbatchError(f"data.workers must be >= 0, got {workers}")
+        self.loader = DataLoader(
+            _Reader(data, xflip, seed),
+            batch_size=None,
+            sampler=_Requests(requests),  # type: ignore[arg-type]
+            num_workers=workers,
+            collate_fn=_identity,
+            prefetch_factor=prefetch if workers else None,
+            multiprocessing_context=context if workers else None,
+            pin_memory=pin_memory,
+        )
+        self._it: Iterator[Batch] | None = None
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.loader)
+
+    def __next__(self) -> Batch:
+        if self._it is None:
+            self._it = iter(self.loader)
+        return next(self._it)
+
+    def close(self) -> None:
+        """Stop the worker processes (they also stop when the loader is garbage collected)."""
+        it, self._it = self._it, None
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()

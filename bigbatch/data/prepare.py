@@ -1,0 +1,271 @@
+"""`bigbatch prepare`: any collection of images (folder, zip, s3://..., builtin:NAME) into one checked
+DATA.h5, decoded in parallel worker processes, bad files skipped and reported."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bigbatch.data.hdf5 import H5Writer
+from bigbatch.data.schedule import BUCKET_RATIOS
+from bigbatch.data.sources import RESIZE, Listing, decode_or_reason, is_url, list_source, public_name
+from bigbatch.errors import BigbatchError
+
+CHUNK = 32  # files per task sent to a worker: big enough to amortise the hand-off, small enough to balance
+SHOWN = 5  # skipped files named in the report
+FETCHERS = 4  # threads fetching chunks of a remote source at once (each chunk's files concurrently too)
+
+
+@dataclass
+class Report:
+    """What `prepare` wrote and what it skipped."""
+
+    out: str
+    count: int
+    shape: tuple[int, ...]
+    class_names: list[str]
+    source: str
+    content_hash: str
+    seconds: float
+    workers: int
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.count / max(self.seconds, 1e-9)
+
+    def summary(self) -> str:
+        """A few lines for the terminal: what was written, and the first skipped files with reasons."""
+        classes = f"{len(self.class_names)} classes" if self.class_names else "unconditional (no classes)"
+        shape = "x".join(map(str, self.shape)) if self.shape else "several shapes"
+        lines = [
+            f"wrote {self.out}: {self.count} images {shape}, {classes}, from {self.source} "
+            f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {self.workers} workers)",
+            f"content {self.content_hash}",
+        ]
+        if self.skipped:
+            lines.append(f"skipped {len(self.skipped)} files that are not usable images (--strict: an error instead):")
+            lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
+            if len(self.skipped) > SHOWN:
+                lines.append(f"  ... and {len(self.skipped) - SHOWN} more")
+        return "\n".join(lines)
+
+
+def default_workers() -> int:
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def prepare(
+    src: str,
+    out: str,
+    resolution: int | None = None,
+    workers: int | None = None,
+    limit: int | None = None,
+    strict: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    buckets: bool = False,
+    progress: bool = False,
+) -> Report:
+    """Write the images of `src` to the data file `out` (a local .h5 path or a URL to one).
+
+    src: a folder (each sub-folder a class, named after it; no sub-folders: unconditional), a .zip of
+    such a folder, an fsspec URL (s3://bucket/prefix; credentials from `storage_options` or the
+    environment), or builtin:NAME. `resolution`: center-crop to square and resize to this side
+    (LANCZOS); None keeps the images' size, which must then be the same for all. `buckets`: crop
+    each image to the nearest aspect ratio of BUCKET_RATIOS instead of a square, about resolution**2
+    pixels, stored by bucket. `limit`: use this many files, spread evenly over the listing.
+    `strict`: a file that is not a usable image is an error instead of being skipped."""
+    start = time.perf_counter()
+    if not str(out).lower().endswith((".h5", ".hdf5")):
+        raise BigbatchError(f"output {public_name(out)} must end in .h5 (data.path recognises data files by it)")
+    if resolution is not None and resolution < 1:
+        raise BigbatchError(f"--resolution must be a positive number of pixels, got {resolution}")
+    if buckets and resolution is None:
+        raise BigbatchError("aspect-ratio buckets need --resolution (the side of the square of the same area)")
+    if limit is not None and limit < 1:
+        raise BigbatchError(f"--limit must be at least 1, got {limit}")
+    workers = default_workers() if workers is None else workers
+    if workers < 0:
+        raise BigbatchError(f"--workers must be >= 0 (0: decode in this process), got {workers}")
+    import bigbatch
+
+    attrs = {"source": public_name(src), "bigbatch_version": bigbatch.__version__}
+    if str(src).startswith("builtin:"):
+        return _prepare_builtin(str(src), str(out), resolution, limit, attrs, storage_options, start)
+
+    listing = list_source(src, storage_options)
+    if limit is not None:
+        listing = listing.subset(limit)
+    if not listing.keys:
+        raise BigbatchError(f"source {public_name(src)} holds no files to read; give a folder or zip of images")
+    skipped: list[tuple[str, str]] = []
+    for name in listing.outside:
+        _skip(skipped, name, "outside the class folders (every file must be in one when there are any)", strict)
+    attrs.update(resize=RESIZE if resolution else "none (images kept at their size)", skipped=0)
+    ratios = BUCKET_RATIOS if buckets else None
+    first: tuple[str, tuple[int, ...]] | None = None
+    bar = _progress(len(listing.keys), progress)
+    with (
+        _decoder(listing, resolution, ratios, workers) as decoded,
+        H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
+    ):
+        for i, result in enumerate(decoded):
+            bar.update(1)
+            name = listing.names[i]
+            if isinstance(result, str):
+                _skip(skipped, name, result, strict)
+                continue
+            image = result[1]
+            if first is None:
+                first = (name, image.shape)
+            elif image.shape != first[1] and not buckets:
+                raise BigbatchError(
+                    f"images differ in size ({first[0]} is {first[1][1]}x{first[1][0]}, {name} is "
+                    f"{image.shape[1]}x{image.shape[0]}); give --resolution N to center-crop and resize them all"
+                )
+            writer.add(image, int(listing.labels[i]))
+        bar.close()
+        if writer.count == 0:
+            reason = f"; e.g. {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+            raise BigbatchError(f"source {public_name(src)} holds no usable images{reason}")
+        writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
+        meta = writer.commit()
+    shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
+    return Report(
+        str(out),
+        meta["count"],
+        shape,
+        listing.class_names,
+        meta["source"],
+        meta["content_hash"],
+        time.perf_counter() - start,
+        workers,
+        skipped,
+    )
+
+
+def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:
+    if strict:
+        raise BigbatchError(f"{name}: {reason} (--strict; drop it to skip such files and list them)")
+    skipped.append((name, reason))
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="img", disable=not enabled or not sys.stderr.isatty(), dynamic_ncols=True)
+
+
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(listing_source: Any, resolution: int | None, ratios: Sequence[float] | None) -> None:
+    _worker.update(source=listing_source, resolution=resolution, ratios=ratios)
+
+
+def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
+    """In a worker: read the files (local sources) or take the bytes (remote), then decode them."""
+    source = _worker["source"]
+    data = source.read(payload) if source.worker_reads else payload
+    return [decode_or_reason(d, _worker["resolution"], _worker["ratios"]) for d in data]
+
+
+@contextmanager
+def _decoder(
+    listing: Listing, resolution: int | None, ratios: Sequence[float] | None, workers: int
+) -> Iterator[Iterator[tuple[int, np.ndarray] | str]]:
+    """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one).
+    Entered before the output file is opened, so that no worker inherits its handle."""
+    source = listing.source
+    chunks = [listing.keys[i : i + CHUNK] for i in range(0, len(listing.keys), CHUNK)]
+    pool = fetcher = None
+    if workers > 1:
+        # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        context = multiprocessing.get_context(method)
+        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, resolution, ratios))
+        pool.submit(int).result()  # start the workers now
+    else:
+        _init_worker(source, resolution, ratios)
+    if not source.worker_reads:
+        # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
+        fetcher = ThreadPoolExecutor(FETCHERS)
+    try:
+        yield _results(chunks, source, pool, fetcher, workers)
+    finally:  # also when stopped early (--strict, a size mismatch): drop the work not yet started
+        for executor in (pool, fetcher):
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _ordered(submit: Any, items: Iterable[Any], window: int) -> Iterator[Any]:
+    """submit(item).result() for each item in order, with up to `window` in flight."""
+    pending: deque[Future] = deque()
+    for item in items:
+        pending.append(submit(item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def _results(
+    chunks: list[list[str]], source: Any, pool: Any, fetcher: Any, workers: int
+) -> Iterator[tuple[int, np.ndarray] | str]:
+    payloads: Iterable[Any] = chunks
+    if fetcher is not None:
+        payloads = _ordered(lambda keys: fetcher.submit(source.read, keys), chunks, 2 * FETCHERS)
+    if pool is None:
+        for payload in payloads:
+            yield from _decode_chunk(payload)
+    else:
+        for decoded in _ordered(lambda payload: pool.submit(_decode_chunk, payload), payloads, 2 * workers):
+            yield from decoded
+
+
+def _prepare_builtin(
+    src: str,
+    out: str,
+    resolution: int | None,
+    limit: int | None,
+    attrs: dict[str, Any],
+    storage_options: dict[str, Any] | None,
+    start: float,
+) -> Report:
+    from bigbatch.data.builtin import NATIVE_RESOLUTION, load_data
+
+    name = src.removeprefix("builtin:")
+    resolution = resolution or NATIVE_RESOLUTION.get(name, 32)
+    data = load_data(src, resolution)
+    n = len(data) if limit is None else min(limit, len(data))
+    take = (np.arange(n) * len(data)) // n
+    images, labels = data.images.numpy()[take], data.labels.numpy()[take]
+    attrs.update(resize=f"as builtin:{name} at {resolution}px (torch bicubic, antialiased)", skipped=0)
+    with H5Writer(out, data.class_names, attrs, storage_options=storage_options) as writer:
+        for image, label in zip(images, labels):
+            writer.add(image, int(label))
+        meta = writer.commit()
+    return Report(
+        out,
+        meta["count"],
+        (meta["height"], meta["width"], meta["channels"]),
+        data.class_names,
+        meta["source"],
+        meta["content_hash"],
+        time.perf_counter() - start,
+        0,
+    )
+
+
+__all__ = ["Report", "default_workers", "is_url", "prepare"]

@@ -1,0 +1,233 @@
+"""Data schedules counted in images seen: phases of resolution and batch size (progressive resizing,
+dynamic batch size) and aspect-ratio buckets for rectangular images (batches of one shape each)."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from bigbatch.data.sampler import ORDER, generator
+from bigbatch.errors import BigbatchError
+
+# Width / height of the buckets that `prepare(..., buckets=True)` sorts rectangular images into:
+# the common photo and video shapes, portrait and landscape.
+BUCKET_RATIOS = (1 / 2, 9 / 16, 2 / 3, 3 / 4, 1.0, 4 / 3, 3 / 2, 16 / 9, 2.0)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """From `start` images seen on, steps use `batch` images at `resolution` px (the side of a square
+    image; for rectangular buckets, the side of the square of the same area; 0: as stored)."""
+
+    start: int
+    resolution: int
+    batch: int
+
+
+class Schedule:
+    """Phases by images seen. A phase takes effect at the first step that starts at or after its
+    `start`, so the step sequence (and a resumed run's position) depends only on images seen."""
+
+    def __init__(self, phases: Sequence[Phase]):
+        if not phases:
+            raise BigbatchError("a schedule needs at least one phase")
+        if phases[0].start != 0:
+            raise BigbatchError(f"the first phase of a schedule must start at 0 images, got {phases[0].start}")
+        for i, p in enumerate(phases):
+            if p.resolution < 0 or p.batch < 1:
+                raise BigbatchError(f"phase {i} needs a resolution >= 0 (0: as stored) and a batch >= 1, got {p}")
+            if i and p.start <= phases[i - 1].start:
+                raise BigbatchError(f"phase {i} must start after phase {i - 1} ({p.start} <= {phases[i - 1].start})")
+        self.phases = tuple(phases)
+        # Step starts at which each phase actually begins (the first step at or after its start).
+        self._begins = [0]
+        for prev, p in zip(self.phases, self.phases[1:]):
+            b0 = self._begins[-1]
+            self._begins.append(b0 + math.ceil((p.start - b0) / prev.batch) * prev.batch)
+
+    @classmethod
+    def constant(cls, resolution: int, batch: int) -> Schedule:
+        return cls([Phase(0, resolution, batch)])
+
+    @classmethod
+    def parse(cls, spec: Sequence[Mapping] | str, name: str = "data.schedule") -> Schedule:
+        """Phases from a list of {kimg or nimg, resolution, batch} (TOML array of tables) or from a
+        string "KIMG:RES:BATCH,..." (for command-line overrides). A phase that leaves out resolution
+        or batch keeps the previous phase's."""
+        if isinstance(spec, str):
+            items = []
+            for part in filter(None, (s.strip() for s in spec.split(","))):
+                fields = part.split(":")
+                if len(fields) != 3:
+                    raise BigbatchError(f"{name}: '{part}' is not KIMG:RESOLUTION:BATCH, e.g. '0:64:512,100:128:256'")
+                items.append(dict(zip(("kimg", "resolution", "batch"), fields)))
+        else:
+            items = list(spec)
+        phases: list[Phase] = []
+        for i, item in enumerate(items):
+            where = f"{name}[{i}]"
+            if not isinstance(item, Mapping):
+                raise BigbatchError(f"{where} must be a table of kimg/nimg, resolution, batch; got {item!r}")
+            unknown = set(item) - {"kimg", "nimg", "resolution", "batch"}
+            if unknown:
+                raise BigbatchError(f"{where}: unknown keys {sorted(unknown)}; valid: kimg or nimg, resolution, batch")
+            if ("kimg" in item) == ("nimg" in item):
+                raise BigbatchError(f"{where} needs exactly one of kimg or nimg (when the phase starts)")
+            start = round(_number(item.get("kimg"), where, "kimg") * 1000) if "kimg" in item else None
+            start = _integer(item["nimg"], where, "nimg") if start is None else start
+            prev = phases[-1] if phases else None
+            values = {}
+            for key in ("resolution", "batch"):
+                if key in item:
+                    values[key] = _integer(item[key], where, key)
+                elif prev is None:
+                    raise BigbatchError(f"{where}: the first phase needs a {key}")
+                else:
+                    values[key] = getattr(prev, key)
+            phases.append(Phase(start, values["resolution"], values["batch"]))
+        return cls(phases)
+
+    def to_list(self) -> list[dict[str, int]]:
+        """The phases as plain tables (nimg, resolution, batch), e.g. for a saved config."""
+        return [{"nimg": p.start, "resolution": p.resolution, "batch": p.batch} for p in self.phases]
+
+    def phase_at(self, nimg: int) -> Phase:
+        """The phase of the step that starts at `nimg` images seen."""
+        i = 0
+        while i + 1 < len(self.phases) and self._begins[i + 1] <= nimg:
+            i += 1
+        return self.phases[i]
+
+    def align(self, nimg: int) -> int:
+        """The first step start at or after `nimg` (a resumed run must be at one: `align(n) == n`)."""
+        i = 0
+        while i + 1 < len(self.phases) and self._begins[i + 1] <= nimg:
+            i += 1
+        b0, batch = self._begins[i], self.phases[i].batch
+        step = b0 + math.ceil((nimg - b0) / batch) * batch
+        return min(step, self._begins[i + 1]) if i + 1 < len(self.phases) else step
+
+    def steps(self, start: int = 0) -> Iterator[tuple[int, Phase]]:
+        """Endless (nimg, phase) of each step from `start`, which must be a step start."""
+        if self.align(start) != start:
+            raise BigbatchError(
+                f"{start} images seen is not the start of a step of this schedule (next: {self.align(start)}); "
+                "resume from a checkpoint written with the same schedule"
+            )
+        nimg = start
+        while True:
+            phase = self.phase_at(nimg)
+            yield nimg, phase
+            nimg += phase.batch
+
+
+def _number(value: object, where: str, key: str) -> float:
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise BigbatchError(f"{where}: {key} must be a number, got {value!r}") from None
+    if not math.isfinite(out) or out < 0:
+        raise BigbatchError(f"{where}: {key} must be a finite number >= 0, got {value!r}")
+    return out
+
+
+def _integer(value: object, where: str, key: str) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise BigbatchError(f"{where}: {key} must be a whole number, got {value!r}")
+    try:
+        out = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise BigbatchError(f"{where}: {key} must be a whole number, got {value!r}") from None
+    if out < 0:
+        raise BigbatchError(f"{where}: {key} must be >= 0, got {value!r}")
+    return out
+
+
+def target_shape(height: int, width: int, resolution: int, multiple: int = 1) -> tuple[int, int]:
+    """(h, w) with the aspect ratio of height x width and about resolution**2 pixels, each a multiple of
+    `multiple`; a square image gives (resolution, resolution)."""
+    if height == width:
+        return resolution, resolution
+    ratio = width / height
+    h = max(multiple, round(resolution / math.sqrt(ratio) / multiple) * multiple)
+    w = max(multiple, round(resolution * math.sqrt(ratio) / multiple) * multiple)
+    return h, w
+
+
+def resize_batch(images: torch.Tensor, resolution: int) -> torch.Tensor:
+    """uint8 NHWC images resized to `resolution` (rectangular ones keep their aspect ratio, about the
+    same area), bicubic with antialiasing as in the built-in data sets; unchanged if already there."""
+    n, h, w, c = images.shape
+    size = target_shape(h, w, resolution)
+    if size == (h, w):
+        return images
+    x = images.permute(0, 3, 1, 2).float()
+    x = F.interpolate(x, size=size, mode="bicubic", align_corners=False, antialias=True)
+    return x.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def bucket_shapes(
+    resolution: int, ratios: Sequence[float] = BUCKET_RATIOS, multiple: int | None = None
+) -> list[tuple[int, int]]:
+    """Distinct (h, w) of the aspect-ratio buckets at `resolution`, portrait to landscape: about
+    resolution**2 pixels, sides multiples of `multiple` (default 8, less below 64 px so that small
+    buckets keep their shape). Images are cropped to a bucket's own h:w, never stretched."""
+    multiple = multiple or max(1, min(8, resolution // 8))
+    shapes = {target_shape(1000, round(1000 * r), resolution, multiple) for r in ratios}
+    return sorted(shapes, key=lambda s: s[1] / s[0])
+
+
+def nearest_bucket(width: int, height: int, ratios: Sequence[float] = BUCKET_RATIOS) -> int:
+    """Index of the bucket whose aspect ratio is nearest to width / height (on a log scale, so that
+    portrait and landscape are treated alike)."""
+    r = math.log(width / height)
+    return min(range(len(ratios)), key=lambda i: abs(math.log(ratios[i]) - r))
+
+
+class BucketOrder:
+    """Endless data order for a data set stored as buckets (global indices bucket by bucket, `counts`
+    each) in which every batch of `batch` images comes from one bucket.
+
+    Epoch e shuffles each bucket, cuts it into batches (the last one topped up from the bucket's
+    start) and shuffles the batches, all from `seed` and e. The same `indices(start, count)` call as
+    GlobalOrder: position p lies in batch p // batch, so a rank's share comes from one batch and
+    resuming needs only the images seen. The batch size is fixed for the whole order."""
+
+    def __init__(self, counts: Sequence[int], batch: int, seed: int):
+        if batch < 1 or not counts or min(counts) < 0 or sum(counts) == 0:
+            raise BigbatchError(f"a bucketed order needs batch >= 1 and non-empty buckets, got {batch}, {counts}")
+        self.counts, self.batch, self.seed = list(counts), batch, seed
+        self.starts = [sum(self.counts[:i]) for i in range(len(self.counts))]
+        self.per_epoch = sum(math.ceil(n / batch) for n in self.counts)
+        self._epochs: OrderedDict[int, torch.Tensor] = OrderedDict()
+
+    def _epoch(self, e: int) -> torch.Tensor:
+        if e not in self._epochs:
+            batches = []
+            for b, (start, n) in enumerate(zip(self.starts, self.counts)):
+                if n == 0:
+                    continue
+                perm = torch.randperm(n, generator=generator(self.seed, ORDER, e, b + 1)) + start
+                k = math.ceil(n / self.batch)
+                batches.append(perm.repeat(math.ceil(k * self.batch / n))[: k * self.batch].view(k, self.batch))
+            all_batches = torch.cat(batches)
+            self._epochs[e] = all_batches[torch.randperm(len(all_batches), generator=generator(self.seed, ORDER, e, 0))]
+            if len(self._epochs) > 2:
+                self._epochs.popitem(last=False)
+        return self._epochs[e]
+
+    def indices(self, start: int, count: int) -> torch.Tensor:
+        """Data indices of the images at global positions start .. start + count - 1 (within one batch)."""
+        k, offset = divmod(start, self.batch)
+        if offset + count > self.batch:
+            raise BigbatchError(
+                f"positions {start}..{start + count - 1} span two batches of {self.batch}: a bucketed order is read "
+                "one batch (or one rank's share of it) at a time"
+            )
+        e, j = divmod(k, self.per_epoch)
+        return self._epoch(e)[j, offset : offset + count].clone()

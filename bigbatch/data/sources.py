@@ -1,0 +1,289 @@
+"""Image collections `bigbatch prepare` reads: local folders, .zip files and fsspec URLs (s3://...),
+listed with class labels from sub-folder names, and Pillow decoding to uint8 RGB."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from bigbatch.data.schedule import bucket_shapes, nearest_bucket
+from bigbatch.errors import BigbatchError
+
+# One filter for every image, written into each data file: the resize filter alone moves FID.
+RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
+# Transparent pixels become this colour rather than whatever RGB values they happen to hold.
+BACKGROUND = (255, 255, 255)
+
+
+def is_url(path: str) -> bool:
+    """True for fsspec URLs such as s3://bucket/key (not for local paths or file://)."""
+    scheme = urlsplit(str(path)).scheme
+    return len(scheme) > 1 and scheme != "file"
+
+
+def public_name(src: str) -> str:
+    """`src` as it may be written to files and logs: no user, password or query string."""
+    if not is_url(src):
+        return str(src)
+    parts = urlsplit(src)
+    return urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+
+
+def url_fs(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem and path of a URL; credentials come from `storage_options` or the
+    environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for S3)."""
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except ImportError as e:
+        raise BigbatchError(f"cannot read {public_name(url)}: {e} (e.g. pip install s3fs for s3://)") from None
+    except ValueError as e:
+        raise BigbatchError(f"cannot read {public_name(url)}: {e}") from None
+
+
+def _hidden(rel: str) -> bool:
+    # Dot files, macOS resource forks and zip folders: operating-system litter, not images.
+    return any(p.startswith(".") or p == "__MACOSX" for p in rel.split("/"))
+
+
+@dataclass
+class Listing:
+    """The files of a source in a fixed order, with labels; `outside` lists files that sit beside
+    class folders and so have no class."""
+
+    source: Source
+    keys: list[str]
+    names: list[str]
+    labels: np.ndarray
+    class_names: list[str]
+    outside: list[str] = field(default_factory=list)
+
+    def subset(self, limit: int) -> Listing:
+        """`limit` files spread evenly over the listing (so every class keeps its share)."""
+        take = (np.arange(limit) * len(self.keys)) // limit if limit < len(self.keys) else np.arange(len(self.keys))
+        return Listing(
+            self.source,
+            [self.keys[i] for i in take],
+            [self.names[i] for i in take],
+            self.labels[take],
+            self.class_names,
+            self.outside,
+        )
+
+
+def label_files(rel: list[str]) -> tuple[np.ndarray, list[str], list[int], list[str]]:
+    """Class labels from the first folder of each relative path: (labels, class names, indices of the
+    files in a class, files outside any class). No sub-folders at all: unconditional, label 0."""
+    tops = sorted({p.split("/", 1)[0] for p in rel if "/" in p})
+    if not tops:
+        return np.zeros(len(rel), np.int64), [], list(range(len(rel))), []
+    index = {name: i for i, name in enumerate(tops)}
+    keep = [i for i, p in enumerate(rel) if "/" in p]
+    labels = np.array([index[rel[i].split("/", 1)[0]] for i in keep], np.int64)
+    return labels, tops, keep, [p for p in rel if "/" not in p]
+
+
+class Source:
+    """Reads the bytes of listed files. `worker_reads`: decoding processes read files themselves
+    (local); otherwise the main process fetches them, concurrently, and ships the bytes."""
+
+    worker_reads = True
+
+    def read(self, keys: Sequence[str]) -> list[bytes | str]:
+        """The bytes of each file, or a reason why it could not be read."""
+        raise NotImplementedError
+
+
+class FolderSource(Source):
+    def read(self, keys: Sequence[str]) -> list[bytes | str]:
+        out: list[bytes | str] = []
+        for k in keys:
+            try:
+                out.append(Path(k).read_bytes())
+            except OSError as e:
+                out.append(f"unreadable ({e.strerror or e})")
+        return out
+
+
+class ZipSource(Source):
+    """Members of a zip file; each process opens its own handle (zipfile handles are not fork-safe)."""
+
+    def __init__(self, path: str, storage_options: dict[str, Any] | None = None):
+        self.path, self.storage_options = path, storage_options
+        self.worker_reads = not is_url(path)
+        self._zip: zipfile.ZipFile | None = None
+        self._pid = -1
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_zip": None, "_pid": -1}
+
+    def open(self) -> zipfile.ZipFile:
+        if self._zip is None or self._pid != os.getpid():
+            if is_url(self.path):
+                fs, p = url_fs(self.path, self.storage_options)
+                handle = fs.open(p, "rb", block_size=8 << 20, cache_type="readahead")
+            else:
+                handle = open(self.path, "rb")  # noqa: SIM115 (kept open for the zip's lifetime)
+            try:
+                self._zip = zipfile.ZipFile(handle)
+            except zipfile.BadZipFile as e:
+                raise BigbatchError(f"{public_name(self.path)} is not a readable zip file ({e})") from None
+            self._pid = os.getpid()
+        return self._zip
+
+    def read(self, keys: Sequence[str]) -> list[bytes | str]:
+        z = self.open()
+        out: list[bytes | str] = []
+        for k in keys:
+            try:
+                out.append(z.read(k))
+            except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as e:
+                out.append(f"unreadable in the zip ({e})")
+        return out
+
+
+class FsspecSource(Source):
+    """Objects under a URL prefix, fetched by the main process many at a time (s3fs reads concurrently)."""
+
+    worker_reads = False
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+        self.url, self.storage_options = url, storage_options
+
+    def read(self, keys: Sequence[str]) -> list[bytes | str]:
+        fs, _ = url_fs(self.url, self.storage_options)
+        got = fs.cat(list(keys), on_error="return")
+        out: list[bytes | str] = []
+        for k in keys:
+            v = got.get(k, FileNotFoundError(k)) if isinstance(got, dict) else got
+            out.append(v if isinstance(v, bytes) else f"unreadable ({type(v).__name__}: {v})")
+        return out
+
+
+def list_source(src: str, storage_options: dict[str, Any] | None = None) -> Listing:
+    """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder."""
+    src = str(src)
+    name = public_name(src)
+    if is_url(src):
+        fs, root = url_fs(src, storage_options)
+        try:
+            if not fs.exists(root):
+                raise BigbatchError(f"source {name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
+            if fs.isfile(root):
+                if root.lower().endswith(".zip"):
+                    return _list_zip(ZipSource(src, storage_options))
+                raise BigbatchError(f"source {name} is a single file; give a folder (prefix) of images or a .zip")
+            root = root.rstrip("/")
+            paths = sorted(p for p in fs.find(root) if p.startswith(root + "/"))
+        except BigbatchError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
+            raise BigbatchError(f"cannot list {name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
+        rel = [p[len(root) + 1 :] for p in paths]
+        keep = [i for i, r in enumerate(rel) if not _hidden(r)]
+        return _listing(FsspecSource(src, storage_options), [paths[i] for i in keep], [rel[i] for i in keep])
+    path = Path(src.removeprefix("file://"))
+    if not path.exists():
+        raise BigbatchError(f"source {name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
+    if path.is_file():
+        if zipfile.is_zipfile(path):
+            return _list_zip(ZipSource(str(path)))
+        raise BigbatchError(f"source {name} is a single file; give a folder of images or a .zip")
+    rel = []
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+        st = os.stat(dirpath)
+        if (st.st_dev, st.st_ino) in seen:  # a symlink loop
+            dirnames.clear()
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        base = Path(dirpath).relative_to(path).as_posix()
+        rel += [f if base == "." else f"{base}/{f}" for f in filenames]
+    rel = sorted(r for r in rel if not _hidden(r))
+    return _listing(FolderSource(), [str(path / r) for r in rel], rel)
+
+
+def _list_zip(source: ZipSource) -> Listing:
+    names = sorted(n for n in source.open().namelist() if not n.endswith("/") and not _hidden(n))
+    rel = names
+    # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class.
+    tops = {n.split("/", 1)[0] for n in names}
+    if len(tops) == 1 and all("/" in n for n in names):
+        rel = [n.split("/", 1)[1] for n in names]
+    return _listing(source, names, rel)
+
+
+def _listing(source: Source, keys: list[str], rel: list[str]) -> Listing:
+    labels, class_names, keep, outside = label_files(rel)
+    return Listing(source, [keys[i] for i in keep], [rel[i] for i in keep], labels, class_names, outside)
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Any Pillow image as 8-bit RGB: 16-bit and float greyscale scaled (not clipped) to 0..255,
+    transparency composited onto BACKGROUND, CMYK/palette/greyscale converted by Pillow."""
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        # Pillow's convert() clips 16-bit values at 255; scale the full range instead.
+        a = np.asarray(img, dtype=np.float64)
+        a = np.clip(np.round(a / 257.0), 0, 255).astype(np.uint8)
+        return Image.fromarray(a, "L").convert("RGB")
+    if img.mode == "F":
+        a = np.clip(np.round(np.asarray(img, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
+        return Image.fromarray(a, "L").convert("RGB")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        out = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))
+        out.alpha_composite(rgba)
+        return out.convert("RGB")
+    return img if img.mode == "RGB" else img.convert("RGB")
+
+
+def decode(data: bytes, resolution: int | None = None, ratios: Sequence[float] | None = None) -> tuple[int, np.ndarray]:
+    """Decode one image file to (bucket, uint8 HxWx3). With `resolution`: center-cropped to a square,
+    or with `ratios` (width/height) to the nearest shape of `bucket_shapes(resolution, ratios)`
+    (bucket is its index), and resized with LANCZOS. EXIF orientation is applied first. Raises on
+    bad data."""
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()  # decode now: truncated files fail here, not later
+        img = ImageOps.exif_transpose(img) or img
+        img = to_rgb(img)
+    bucket = 0
+    if resolution is not None:
+        w, h = img.size
+        th, tw = resolution, resolution
+        if ratios is not None:
+            shapes = bucket_shapes(resolution, ratios)
+            bucket = nearest_bucket(w, h, [sw / sh for sh, sw in shapes])
+            th, tw = shapes[bucket]
+        ratio = tw / th
+        cw, ch = (max(1, round(h * ratio)), h) if w / h > ratio else (w, max(1, round(w / ratio)))
+        if (cw, ch) != (w, h):
+            # Crop first: resize(box=...) would let the filter reach pixels outside the crop.
+            left, top = (w - cw) // 2, (h - ch) // 2
+            img = img.crop((left, top, left + cw, top + ch))
+        if (tw, th) != (cw, ch):
+            img = img.resize((tw, th), Image.Resampling.LANCZOS)
+    return bucket, np.asarray(img, dtype=np.uint8)
+
+
+def decode_or_reason(
+    data: bytes | str, resolution: int | None, ratios: Sequence[float] | None
+) -> tuple[int, np.ndarray] | str:
+    """`decode`, or a one-line reason why the file is not a usable image."""
+    if isinstance(data, str):
+        return data
+    try:
+        return decode(data, resolution, ratios)
+    except Image.UnidentifiedImageError:
+        return "not an image Pillow can read"
+    except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone
+        return f"corrupt or truncated ({type(e).__name__}: {e})"

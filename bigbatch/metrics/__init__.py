@@ -1,0 +1,57 @@
+"""Sample-quality metrics: FID, IS and KID with the TF Inception of 2015-12-05 (equal to torch-fidelity's
+on the same images and weights), or fcd/cs/kcd with a classifier trained on the data set itself.
+
+    ext = get_extractor("inception")                  # weights from BIGBATCH_CACHE/weights, never fetched
+    ref = reference_stats(data, ext)                  # computed once, cached by hash
+    scores = evaluate(G_ema, data, ("fid", "is", "kid"), n=50_000, extractor=ext)
+"""
+
+from bigbatch.metrics.classifier import Classifier, ClassifierOptions, classifier_extractor, train_classifier
+from bigbatch.metrics.evaluate import METRICS, evaluate, generated_features, parse_metrics, score
+from bigbatch.metrics.extractors import (
+    PIPELINE,
+    Extractor,
+    extract,
+    extract_sharded,
+    get_extractor,
+    preprocess,
+    resize_tf_bilinear,
+)
+from bigbatch.metrics.fid import feature_stats, fid, frechet_distance
+from bigbatch.metrics.inception import InceptionV3, cache_dir, convert_torchscript, state_dict_from_torchscript
+from bigbatch.metrics.inception_score import inception_score
+from bigbatch.metrics.kid import kid
+from bigbatch.metrics.stats import ReferenceStats, data_digest, load_stats, reference_stats, save_stats
+
+__all__ = [
+    "METRICS",
+    "PIPELINE",
+    "Classifier",
+    "ClassifierOptions",
+    "Extractor",
+    "InceptionV3",
+    "ReferenceStats",
+    "cache_dir",
+    "classifier_extractor",
+    "convert_torchscript",
+    "data_digest",
+    "evaluate",
+    "extract",
+    "extract_sharded",
+    "feature_stats",
+    "fid",
+    "frechet_distance",
+    "generated_features",
+    "get_extractor",
+    "inception_score",
+    "kid",
+    "load_stats",
+    "parse_metrics",
+    "preprocess",
+    "reference_stats",
+    "resize_tf_bilinear",
+    "save_stats",
+    "score",
+    "state_dict_from_torchscript",
+    "train_classifier",
+]

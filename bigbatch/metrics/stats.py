@@ -1,0 +1,143 @@
+"""Reference statistics of a data set (feature mean, covariance and the features themselves, for KID),
+computed once and cached under BIGBATCH_CACHE/stats/, keyed by a hash of the data, the extractor
+(weights and input pipeline) and the options."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bigbatch.engine import dist
+from bigbatch.engine.state import atomic_write
+from bigbatch.errors import BigbatchError
+from bigbatch.metrics.extractors import Extractor, extract_sharded
+from bigbatch.metrics.fid import feature_stats
+from bigbatch.metrics.inception import cache_dir
+
+STATS_VERSION = "1"
+_HASH_CHUNK = 1024
+
+
+@dataclass
+class ReferenceStats:
+    """A data set's features under one extractor: mu (D,) and sigma (D, D) in float64, and the (N, D)
+    float32 features themselves (what KID compares against)."""
+
+    mu: np.ndarray
+    sigma: np.ndarray
+    features: np.ndarray
+    key: str
+    meta: dict
+
+    @property
+    def n(self) -> int:
+        return int(self.features.shape[0])
+
+
+def data_digest(data: object) -> str:
+    """The data set's `content_hash` if it has one, else SHA-256 over its images (shape and bytes)."""
+    known = getattr(data, "content_hash", None)
+    if known:
+        return str(known)
+    h = hashlib.sha256(f"images:{len(data)}".encode())
+    for start in range(0, len(data), _HASH_CHUNK):
+        images, _ = data.get(torch.arange(start, min(start + _HASH_CHUNK, len(data))))
+        h.update(str(tuple(images.shape[1:])).encode() + str(images.dtype).encode())
+        h.update(images.contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def stats_key(data_hash: str, extractor: Extractor, n: int, subset_seed: int | None) -> str:
+    """The cache key: what decides the statistics, and nothing else (not the batch size: results do not
+    depend on it)."""
+    parts = {"version": STATS_VERSION, "data": data_hash, "extractor": extractor.digest, "n": n, "seed": subset_seed}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+
+
+def subset_indices(size: int, n: int | None, seed: int) -> torch.Tensor:
+    """All images in order, or a seeded random subset of n of them (sorted, for sequential reads)."""
+    if n is None or n >= size:
+        return torch.arange(size)
+    if n < 2:
+        raise BigbatchError(f"reference statistics need at least 2 images, got n={n}")
+    g = torch.Generator().manual_seed(seed)
+    return torch.randperm(size, generator=g)[:n].sort().values
+
+
+def compute_stats(
+    data: object, extractor: Extractor, index: torch.Tensor, batch_size: int = 64
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """mu, sigma and features of data[index], extraction split across ranks."""
+    feats = extract_sharded(extractor, len(index), lambda s, c: data.get(index[s : s + c])[0], batch_size)["pool"]
+    mu, sigma = feature_stats(feats)
+    return mu, sigma, feats.numpy().astype(np.float32)
+
+
+def reference_stats(
+    data: object,
+    extractor: Extractor,
+    n: int | None = None,
+    seed: int = 0,
+    batch_size: int = 64,
+    cache: bool = True,
+    folder: str | Path | None = None,
+) -> ReferenceStats:
+    """The reference statistics of `data` (all images, or a seeded subset of n) under `extractor`,
+    from the cache when computed before. `folder` overrides the cache folder."""
+    if len(data) < 2:
+        raise BigbatchError(f"reference statistics need at least 2 images; the data set has {len(data)}")
+    index = subset_indices(len(data), n, seed)
+    subset_seed = seed if len(index) < len(data) else None
+    key = stats_key(data_digest(data), extractor, len(index), subset_seed)
+    path = (Path(folder) if folder is not None else cache_dir() / "stats") / f"{key}.safetensors"
+    # Every rank must take the same branch: computing is collective (extraction is split across ranks).
+    if cache and dist.agree(path.is_file()):
+        return load_stats(path)
+    mu, sigma, feats = compute_stats(data, extractor, index, batch_size)
+    meta = {
+        "source": str(getattr(data, "source", "")),
+        "extractor": extractor.name,
+        "family": extractor.family,
+        "extractor_digest": extractor.digest,
+        "n": len(index),
+        "subset_seed": subset_seed,
+        "version": STATS_VERSION,
+    }
+    stats = ReferenceStats(mu, sigma, feats, key, meta)
+    if cache and (not dist.active() or dist.context().is_main):
+        save_stats(stats, path)
+    return stats
+
+
+def save_stats(stats: ReferenceStats, path: str | Path) -> Path:
+    """Write statistics as safetensors (no pickle), atomically."""
+    from safetensors.torch import save
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        "mu": torch.from_numpy(np.ascontiguousarray(stats.mu, np.float64)),
+        "sigma": torch.from_numpy(np.ascontiguousarray(stats.sigma, np.float64)),
+        "features": torch.from_numpy(np.ascontiguousarray(stats.features, np.float32)),
+    }
+    atomic_write(path, save(tensors, metadata={"key": stats.key, "meta": json.dumps(stats.meta)}))
+    return path
+
+
+def load_stats(path: str | Path) -> ReferenceStats:
+    from safetensors import safe_open
+
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            t = {k: f.get_tensor(k) for k in ("mu", "sigma", "features")}
+        info = json.loads(meta["meta"])
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
+        raise BigbatchError(f"cannot read reference statistics {path} ({e}); delete it to recompute") from None
+    return ReferenceStats(t["mu"].numpy(), t["sigma"].numpy(), t["features"].numpy(), meta.get("key", ""), info)

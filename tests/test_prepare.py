@@ -1,0 +1,311 @@
+"""`prepare`: folders, zips and built-in sources into DATA.h5; bad files; metadata; reading it back."""
+
+import gzip
+import os
+import zipfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import bigbatch
+from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, read_meta, verify_data
+from bigbatch.data.hdf5 import hash_arrays
+from bigbatch.data.sampler import GlobalOrder
+from bigbatch.data.schedule import BucketOrder, bucket_shapes
+from bigbatch.data.sources import public_name
+
+
+def _image(seed: int, size=(12, 10)) -> np.ndarray:
+    """A random RGB image, size (w, h) as Pillow has it."""
+    return np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+
+
+def _folder(root: Path, classes=("cat", "dog house"), per_class=5, size=(12, 10)) -> dict[str, np.ndarray]:
+    """PNG files under root/<class>/ (or flat with classes=()); returns relative path -> pixels."""
+    out = {}
+    for c, name in enumerate(classes or [""]):
+        for i in range(per_class):
+            rel = f"{name}/{i:02d}.png" if name else f"{i:02d}.png"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            out[rel] = _image(100 * c + i, size)
+            Image.fromarray(out[rel]).save(root / rel)
+    return out
+
+
+def _all(d: H5Data) -> tuple[np.ndarray, np.ndarray]:
+    images, labels = d.get(torch.arange(len(d)))
+    return images.numpy(), labels.numpy()
+
+
+def test_class_folders_become_labels_with_their_names(tmp_path):
+    pixels = _folder(tmp_path / "src")
+    report = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), workers=0)
+    assert report.count == 10 and report.class_names == ["cat", "dog house"] and not report.skipped
+    d = load_data(str(tmp_path / "out.h5"), 32)
+    assert (len(d), d.n_classes, d.class_names, d.channels) == (10, 2, ["cat", "dog house"], 3)
+    assert d.resolution == 0  # 12x10 images are not square: kept as they are without --resolution
+    images, labels = _all(d)
+    assert images.dtype == np.uint8 and images.shape == (10, 10, 12, 3)
+    # Sorted order, label from the folder, pixels untouched.
+    for i, rel in enumerate(sorted(pixels)):
+        np.testing.assert_array_equal(images[i], pixels[rel])
+        assert labels[i] == (0 if rel.startswith("cat/") else 1)
+
+
+def test_flat_folder_is_unconditional_and_resolution_center_crops(tmp_path):
+    src = tmp_path / "flat"
+    src.mkdir()
+    # 40x20 (w x h): red left and right quarters, green middle: a center crop keeps only green.
+    a = np.zeros((20, 40, 3), np.uint8)
+    a[:, :10, 0] = a[:, 30:, 0] = 255
+    a[:, 10:30, 1] = 255
+    for i in range(3):
+        Image.fromarray(a).save(src / f"{i}.png")
+    report = prepare(str(src), str(tmp_path / "flat.h5"), resolution=8, workers=0)
+    d = load_data(str(tmp_path / "flat.h5"), 8)
+    assert report.class_names == [] and d.n_classes == 0 and d.resolution == 8
+    images, labels = _all(d)
+    assert images.shape == (3, 8, 8, 3) and labels.tolist() == [0, 0, 0]
+    assert images[..., 0].max() <= 2 and images[..., 1].min() >= 253
+    assert "LANCZOS" in read_meta(tmp_path / "flat.h5")["resize"]
+
+
+def test_zip_gives_the_same_data_as_the_folder(tmp_path):
+    pixels = _folder(tmp_path / "photos")
+    archive = tmp_path / "photos.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for rel in pixels:  # zipped with its top folder, as zips of folders usually are
+            z.write(tmp_path / "photos" / rel, f"photos/{rel}")
+        z.writestr("__MACOSX/photos/._00.png", b"resource fork")
+    from_zip = prepare(str(archive), str(tmp_path / "z.h5"), resolution=8, workers=0)
+    from_folder = prepare(str(tmp_path / "photos"), str(tmp_path / "f.h5"), resolution=8, workers=0)
+    assert from_zip.class_names == ["cat", "dog house"] and not from_zip.skipped
+    assert from_zip.content_hash == from_folder.content_hash
+
+
+def test_workers_give_identical_files(tmp_path):
+    _folder(tmp_path / "src", per_class=40)
+    one = prepare(str(tmp_path / "src"), str(tmp_path / "a.h5"), resolution=8, workers=0)
+    two = prepare(str(tmp_path / "src"), str(tmp_path / "b.h5"), resolution=8, workers=2)
+    assert two.workers == 2 and one.count == two.count == 80
+    assert one.content_hash == two.content_hash
+    np.testing.assert_array_equal(_all(H5Data(tmp_path / "a.h5"))[0], _all(H5Data(tmp_path / "b.h5"))[0])
+
+
+def _bad_files(root: Path) -> set[str]:
+    good = root / "cat" / "00.png"
+    data = good.read_bytes()
+    (root / "cat" / "truncated.png").write_bytes(data[: len(data) // 2])
+    (root / "cat" / "junk.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (root / "dog house" / "empty.png").write_bytes(b"")
+    (root / "dog house" / "notes.txt").write_text("not an image")
+    (root / "stray.png").write_bytes(data)  # beside the class folders: no class
+    (root / ".DS_Store").write_bytes(b"\0")  # operating-system litter: ignored silently
+    return {"cat/truncated.png", "cat/junk.jpg", "dog house/empty.png", "dog house/notes.txt", "stray.png"}
+
+
+def test_bad_files_are_skipped_and_reported(tmp_path):
+    _folder(tmp_path / "src")
+    bad = _bad_files(tmp_path / "src")
+    report = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), resolution=8, workers=2)
+    assert report.count == 10
+    assert {name for name, _ in report.skipped} == bad
+    reasons = dict(report.skipped)
+    assert "truncated" in reasons["cat/truncated.png"] and "Pillow" in reasons["dog house/notes.txt"]
+    text = report.summary()
+    assert "skipped 5 files" in text and "and 0 more" not in text
+    assert read_meta(tmp_path / "out.h5")["skipped"] == 5
+    assert "dog house/notes.txt: not an image Pillow can read" in describe_data(tmp_path / "out.h5")
+
+
+def test_strict_makes_a_bad_file_an_error_and_leaves_the_old_file(tmp_path):
+    _folder(tmp_path / "src")
+    out = tmp_path / "out.h5"
+    old = prepare(str(tmp_path / "src"), str(out), resolution=8, workers=0).content_hash
+    (tmp_path / "src" / "dog house" / "zz-junk.png").write_bytes(b"junk")
+    with pytest.raises(bigbatch.BigbatchError, match="zz-junk.png.*--strict") as e:
+        prepare(str(tmp_path / "src"), str(out), resolution=8, workers=2, strict=True)
+    assert "\n" not in str(e.value)
+    assert read_meta(out)["content_hash"] == old  # the interrupted prepare replaced nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5", "src"]  # and left no partial file
+
+
+def _source(root: Path, kind: str) -> str:
+    if kind == "missing":
+        return str(root / "missing")
+    if kind == "single file":
+        (root / "one.png").write_bytes(b"x")
+        return str(root / "one.png")
+    (root / kind).mkdir()
+    if kind == "text only":
+        (root / kind / "a.txt").write_text("x")
+    return str(root / kind)
+
+
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("missing", "does not exist"),
+        ("empty", "holds no files"),
+        ("text only", "no usable images; e.g. a.txt"),
+        ("single file", "single file"),
+    ],
+)
+def test_no_images_is_a_one_line_error(tmp_path, kind, words):
+    with pytest.raises(bigbatch.BigbatchError, match=words) as e:
+        prepare(_source(tmp_path, kind), str(tmp_path / "out.h5"))
+    assert "\n" not in str(e.value) and not (tmp_path / "out.h5").exists()
+
+
+def test_sizes_must_match_without_resolution(tmp_path):
+    _folder(tmp_path / "src", classes=(), per_class=2)
+    Image.fromarray(_image(9, (7, 7))).save(tmp_path / "src" / "zz.png")
+    with pytest.raises(bigbatch.BigbatchError, match="--resolution"):
+        prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), workers=0)
+    with pytest.raises(bigbatch.BigbatchError, match=r"must end in \.h5"):
+        prepare(str(tmp_path / "src"), str(tmp_path / "out.hdf"), workers=0)
+
+
+def test_image_modes_are_converted_consistently(tmp_path):
+    src = tmp_path / "modes"
+    src.mkdir()
+    grey = np.full((4, 4), 200, np.uint8)
+    Image.fromarray(grey, "L").save(src / "a_grey.png")
+    rgba = np.zeros((4, 4, 4), np.uint8)
+    rgba[..., 0] = 255
+    rgba[:, :2, 3] = 255  # left half opaque red, right half transparent
+    Image.fromarray(rgba, "RGBA").save(src / "b_rgba.png")
+    Image.fromarray(np.full((4, 4), 32896, np.uint16)).save(src / "c_16bit.png")  # 32896 = 128 * 257
+    Image.new("CMYK", (4, 4), (0, 255, 255, 0)).save(src / "d_cmyk.jpg", quality=100)
+    Image.fromarray(grey, "L").convert("P").save(src / "e_palette.png")
+    Image.fromarray(rgba, "RGBA").save(src / "f_rgba.tiff")
+    report = prepare(str(src), str(tmp_path / "m.h5"), workers=0)
+    assert report.count == 6 and not report.skipped
+    images, _ = _all(load_data(str(tmp_path / "m.h5"), 4))
+    assert images.shape == (6, 4, 4, 3)
+    assert (images[0] == 200).all() and (images[4] == 200).all()
+    for i in (1, 5):  # transparency composited onto white, the same for PNG and TIFF
+        assert (images[i, :, :2] == [255, 0, 0]).all() and (images[i, :, 2:] == 255).all()
+    assert (images[2] == 128).all()  # 16-bit scaled, not clipped at 255
+    assert (np.abs(images[3].astype(int) - [255, 0, 0]) <= 2).all()
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    src = tmp_path / "exif"
+    src.mkdir()
+    a = np.zeros((2, 4, 3), np.uint8)  # 4 wide, 2 high
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
+    Image.fromarray(a).save(src / "a.png", exif=exif)
+    prepare(str(src), str(tmp_path / "e.h5"), workers=0)
+    assert _all(H5Data(tmp_path / "e.h5"))[0].shape == (1, 4, 2, 3)
+
+
+def test_metadata_and_content_hash(tmp_path):
+    _folder(tmp_path / "src")
+    report = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), resolution=8, workers=0, limit=4)
+    meta = read_meta(tmp_path / "out.h5")
+    assert meta["count"] == report.count == 4 and meta["resolution"] == 8
+    assert meta["class_names"] == ["cat", "dog house"] and meta["bigbatch_version"] == bigbatch.__version__
+    assert meta["source"] == str(tmp_path / "src") and meta["content_hash"] == report.content_hash
+    d = H5Data(tmp_path / "out.h5")
+    images, labels = _all(d)
+    assert sorted(labels.tolist()) == [0, 0, 1, 1]  # --limit keeps every class's share
+    assert hash_arrays(d.class_names, images, labels) == d.content_hash  # the hash covers what is stored
+    text = describe_data(tmp_path / "out.h5")
+    assert all(w in text for w in ("4 uint8 NHWC", "8px", "cat, dog house", report.content_hash, "LANCZOS"))
+    with h5py.File(tmp_path / "out.h5") as f:  # plain HDF5, readable by any tool
+        assert f["images"].shape == (4, 8, 8, 3) and f["images"].dtype == np.uint8 and f["labels"].dtype == np.int64
+        offsets: list[int] = []
+        f["images"].id.chunk_iter(lambda info: offsets.append(info.byte_offset))
+    assert verify_data(tmp_path / "out.h5") == report.content_hash
+    with open(tmp_path / "out.h5", "r+b") as f:  # one pixel changed on disk
+        f.seek(offsets[0] + 5)
+        byte = f.read(1)[0]
+        f.seek(offsets[0] + 5)
+        f.write(bytes([byte ^ 1]))
+    with pytest.raises(bigbatch.BigbatchError, match="is damaged"):
+        verify_data(tmp_path / "out.h5")
+
+
+def test_builtin_sources_match_load_data(tmp_path, monkeypatch):
+    report = prepare("builtin:digits", str(tmp_path / "digits.h5"), resolution=16)
+    d, ref = load_data(str(tmp_path / "digits.h5"), 16), load_data("builtin:digits", 16)
+    assert report.count == len(ref) == len(d) and d.class_names == ref.class_names
+    idx = torch.tensor([0, 1796, 5, 5])
+    for a, b in zip(d.get(idx), ref.get(idx)):
+        assert torch.equal(a, b)
+    assert d.content_hash == ref.content_hash
+    assert read_meta(tmp_path / "digits.h5")["source"] == "builtin:digits"
+    # Fashion-MNIST from any folder of IDX files.
+    rng = np.random.default_rng(0)
+    for name, array in (
+        ("train-images-idx3-ubyte", rng.integers(0, 256, (6, 28, 28))),
+        ("train-labels-idx1-ubyte", np.arange(6)),
+    ):
+        header = b"\0\0\x08" + bytes([array.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in array.shape)
+        with gzip.open(tmp_path / f"{name}.gz", "wb") as f:
+            f.write(header + array.astype(np.uint8).tobytes())
+    monkeypatch.setenv("BIGBATCH_FASHION_MNIST", str(tmp_path))
+    report = prepare("builtin:fashion-mnist", str(tmp_path / "fm.h5"))
+    fm = H5Data(tmp_path / "fm.h5")
+    assert (report.count, fm.resolution, fm.n_classes) == (6, 28, 10) and fm.labels.tolist() == list(range(6))
+
+
+def test_reader_is_lazy_per_worker_and_in_ram_agrees(tmp_path):
+    _folder(tmp_path / "src", per_class=20)
+    prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), resolution=8, workers=0)
+    lazy, ram = H5Data(tmp_path / "out.h5"), H5Data(tmp_path / "out.h5", in_ram=True)
+    idx = torch.tensor([39, 0, 7, 7, 8, 9, 10, 3])  # out of order, repeated, with runs
+    images, labels = lazy.get(idx)
+    assert torch.equal(images, ram.get(idx)[0]) and torch.equal(labels, ram.get(idx)[1])
+    whole = _all(lazy)[0]
+    np.testing.assert_array_equal(images.numpy(), whole[idx.numpy()])
+    requests = [GlobalOrder(len(lazy), seed=1).indices(8 * k, 8) for k in range(6)]
+    want = [lazy.get(r)[0] for r in requests]
+    for data, workers, context in ((lazy, 2, "fork"), (lazy, 1, "spawn"), (ram, 2, "fork")):
+        got = [b.images for b in BatchLoader(data, requests, workers=workers, context=context)]
+        assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_open_errors_are_one_line(tmp_path):
+    with pytest.raises(bigbatch.BigbatchError, match="cannot open data set .*does not exist"):
+        load_data(str(tmp_path / "nothere.h5"), 32)
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["x"] = np.zeros(3)
+    with pytest.raises(bigbatch.BigbatchError, match="not a data file written by `bigbatch prepare`"):
+        load_data(str(tmp_path / "other.h5"), 32)
+    (tmp_path / "text.h5").write_text("no")
+    with pytest.raises(bigbatch.BigbatchError, match="cannot open data set"):
+        load_data(str(tmp_path / "text.h5"), 32)
+    assert "secret" not in public_name("s3://key:secret@bucket/data.h5?token=secret")
+
+
+def test_aspect_ratio_buckets(tmp_path):
+    src = tmp_path / "rect"
+    src.mkdir()
+    for i, size in enumerate([(40, 20), (20, 40), (30, 30), (41, 19), (30, 31), (40, 30)]):
+        Image.fromarray(_image(i, size)).save(src / f"{i}.png")
+    report = prepare(str(src), str(tmp_path / "b.h5"), resolution=16, buckets=True, workers=0)
+    d = H5Data(tmp_path / "b.h5")
+    assert report.count == 6 and d.resolution == 0 and d.bucket_counts == [1, 2, 1, 2]
+    shapes = [(g["height"], g["width"]) for g in read_meta(tmp_path / "b.h5")["groups"]]
+    assert shapes == [(22, 12), (16, 16), (14, 18), (12, 22)]  # portrait to landscape, about 16 x 16 pixels
+    assert all(s in bucket_shapes(16) for s in shapes)
+    order = BucketOrder(d.bucket_counts, batch=2, seed=0)
+    for k in range(8):
+        images, _ = d.get(order.indices(2 * k, 2))
+        assert images.shape[0] == 2
+    with pytest.raises(bigbatch.BigbatchError, match="mixes images of different shapes"):
+        d.get(torch.arange(6))
+
+
+@pytest.mark.slow
+def test_training_reads_a_prepared_file(tiny, tmp_path):
+    prepare("builtin:digits", "digits16.h5", resolution=16, limit=256)
+    run = bigbatch.train(tiny.override({"data.path": "digits16.h5", "train.kimg": 0.064}), run_dir="run", quiet=True)
+    assert (run / "checkpoints" / "latest").exists() and os.path.exists("digits16.h5")
