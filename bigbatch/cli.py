@@ -121,7 +121,37 @@ def _sample(args: argparse.Namespace) -> None:
     print(out)
 
 
+def _prepare(args: argparse.Namespace) -> None:
+    from bigbatch.data.prepare import prepare
+
+    options = {"client_kwargs": {"endpoint_url": args.endpoint_url}} if args.endpoint_url else None
+    report = prepare(
+        args.src,
+        args.out,
+        resolution=args.resolution,
+        workers=args.workers,
+        limit=args.limit,
+        strict=args.strict,
+        storage_options=options,
+        buckets=args.buckets,
+        progress=sys.stderr.isatty(),
+    )
+    print(report.summary())
+    print(f"train on it with: bigbatch train data.path={args.out}")
+
+
+def _is_data_file(path: str) -> bool:
+    return path.endswith((".h5", ".hdf5")) or "://" in path
+
+
 def _info(args: argparse.Namespace) -> None:
+    if _is_data_file(args.path):
+        from bigbatch.data.hdf5 import describe_data, verify_data
+
+        print(describe_data(args.path))
+        if args.verify:
+            print(f"content hash verified: {verify_data(args.path)}")
+        return
     from bigbatch.runs import describe
 
     print(describe(args.path))
@@ -189,8 +219,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="output file")
     s.set_defaults(func=_sample)
 
-    i = sub.add_parser("info", help="say what a run or checkpoint holds")
+    pr = sub.add_parser("prepare", help="turn a folder, zip, s3:// prefix or builtin:NAME into one HDF5 data file")
+    pr.add_argument("src", metavar="SRC")
+    pr.add_argument("out", metavar="OUT.h5")
+    pr.add_argument("--resolution", type=int, help="center-crop and resize (Pillow LANCZOS) to N x N")
+    pr.add_argument("--workers", type=int, help="parallel decoding processes (default: all cores)")
+    pr.add_argument("--limit", type=int, help="take at most N images, spread over the classes")
+    pr.add_argument("--strict", action="store_true", help="an unreadable or non-image file is an error, not skipped")
+    pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
+    pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
+    pr.set_defaults(func=_prepare)
+
+    i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")
+    i.add_argument("--verify", action="store_true", help="data file: recompute its content hash")
     i.set_defaults(func=_info)
 
     ps = sub.add_parser("presets", help="list the named recipes")
