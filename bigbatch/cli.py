@@ -140,6 +140,40 @@ def _prepare(args: argparse.Namespace) -> None:
     print(f"train on it with: bigbatch train data.path={args.out}")
 
 
+def _stats(args: argparse.Namespace) -> None:
+    from bigbatch.data import load_data
+    from bigbatch.data.hdf5 import read_meta
+    from bigbatch.metrics import get_extractor, reference_stats
+
+    resolution = args.resolution or (read_meta(args.data)["resolution"] if _is_data_file(args.data) else 32)
+    data = load_data(args.data, resolution)
+    ext = get_extractor(args.extractor, data=data)
+    stats = reference_stats(data, ext, n=args.n)
+    print(f"reference statistics of {args.data} with {ext.name}: {stats.features.shape[0]} images, key {stats.key}")
+
+
+def _eval(args: argparse.Namespace) -> None:
+    import json
+
+    import torch
+
+    from bigbatch.config import Config
+    from bigbatch.data import load_data
+    from bigbatch.engine import state
+    from bigbatch.metrics import evaluate
+    from bigbatch.runs import load_generator
+
+    ckpt = state.find_checkpoint(args.path)
+    cfg = Config.load(ckpt / "config.toml")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    G = load_generator(ckpt, device=device)
+    data = load_data(cfg.data.path, cfg.data.resolution)
+    scores = evaluate(
+        G, data, args.metrics, n=args.n, extractor=args.extractor, seed=args.seed, truncation=args.truncation
+    )
+    print(json.dumps({"checkpoint": str(ckpt), "n": args.n, **scores}))
+
+
 def _is_data_file(path: str) -> bool:
     return path.endswith((".h5", ".hdf5")) or "://" in path
 
@@ -229,6 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
     pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
     pr.set_defaults(func=_prepare)
+
+    st = sub.add_parser("stats", help="reference feature statistics of a data set for FID/KID (cached)")
+    st.add_argument("data", metavar="DATA", help="DATA.h5, s3://…/DATA.h5 or builtin:NAME")
+    st.add_argument("--extractor", default="auto", help="auto, inception, inception-torchscript or classifier")
+    st.add_argument("--n", type=int, help="images to use (default: all)")
+    st.add_argument("--resolution", type=int, help="builtin data sets: the side to make them at (default 32)")
+    st.set_defaults(func=_stats)
+
+    ev = sub.add_parser("eval", help="score a run's EMA generator: FID, IS, KID (or fcd with the classifier)")
+    ev.add_argument("path", metavar="RUN_OR_CKPT")
+    ev.add_argument("--metrics", default="fid,is,kid", help="comma-separated (default fid,is,kid)")
+    ev.add_argument("--n", type=int, default=50_000, help="generated images (default 50000)")
+    ev.add_argument("--extractor", default="auto", help="auto, inception, inception-torchscript or classifier")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--truncation", type=float, help="z truncation threshold (default: off)")
+    ev.set_defaults(func=_eval)
 
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")

@@ -1,6 +1,7 @@
 """`bigbatch prepare` and `bigbatch info DATA.h5` from the command line, then training on the file."""
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from bigbatch.cli import main
@@ -37,3 +38,21 @@ def test_prepare_bad_input_is_one_line(tmp_path, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+@pytest.mark.slow
+def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch, capsys):
+    import json
+
+    import bigbatch
+
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    run = bigbatch.train(tiny, run_dir="run", quiet=True)
+    assert main(["stats", "builtin:digits", "--extractor", "classifier", "--resolution", "16"]) == 0
+    assert "reference statistics of builtin:digits" in capsys.readouterr().out
+    assert any((tmp_path / "cache").rglob("*.safetensors"))  # cached for the next call
+    assert main(["eval", str(run), "--metrics", "fid,kid", "--n", "64", "--extractor", "classifier"]) == 0
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scores["fcd"] > 0 and "kcd" in scores and "fid" not in scores  # never labelled FID
+    assert main(["eval", str(run), "--metrics", "bogus"]) == 2
+    assert "unknown metric 'bogus'" in capsys.readouterr().err
