@@ -15,6 +15,7 @@ optional (pip install torch-fidelity==0.4.0 torchvision==0.28.0); its rows are l
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -40,17 +41,21 @@ def images(n: int, size: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 256, (n, size, size, 3), generator=g, dtype=torch.uint8)
 
 
-def rate(fn, batch: torch.Tensor, batches: int, device: torch.device) -> float:
-    """Images per second of fn on `batch`, best of `batches` timed calls after one warm-up."""
-    fn(batch)
-    best = float("inf")
-    for _ in range(batches):
-        sync(device)
-        t = time.perf_counter()
-        fn(batch)
-        sync(device)
-        best = min(best, time.perf_counter() - t)
-    return len(batch) / best
+def rates(fns: dict, batch: torch.Tensor, batches: int, device: torch.device) -> dict[str, float]:
+    """Images per second of each fn on `batch`: best of `batches` timed calls after one warm-up each.
+    Calls go round-robin, so a busy spell of the machine hits every implementation alike."""
+    best = dict.fromkeys(fns, float("inf"))
+    with torch.no_grad():
+        for fn in fns.values():
+            fn(batch)
+        for _ in range(batches):
+            for name, fn in fns.items():
+                sync(device)
+                t = time.perf_counter()
+                fn(batch)
+                sync(device)
+                best[name] = min(best[name], time.perf_counter() - t)
+    return {name: len(batch) / seconds for name, seconds in best.items()}
 
 
 def fidelity_extractor(pth: Path, device: torch.device):
@@ -92,6 +97,7 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=3, help="timed calls per row (the best counts)")
     p.add_argument("--sizes", default="32,128", help="input resolutions, resized to 299 by the pipeline")
     args = p.parse_args()
+    load = os.getloadavg()[0]  # other processes on the machine slow CPU rows: say how busy it was
     device = M.extractors.resolve_device(args.device)
     batch = args.batch or (200 if device.type == "cuda" else 16)
     ts_file = inc.find_torchscript_file()
@@ -107,16 +113,15 @@ def main() -> None:
             "bigbatch inception-torchscript": M.get_extractor("inception-torchscript", path=ts_file, device=device),
             "torch-fidelity inception-v3-compat": fidelity_extractor(pth, device),
         }
+        runners = {name: fn for name, fn in runners.items() if fn is not None}
         rows = []
         for size in (int(s) for s in args.sizes.split(",")):
-            x = images(batch, size)
-            for name, fn in runners.items():
-                if fn is not None:
-                    with torch.no_grad():
-                        rows.append((name, size, rate(fn, x, args.batches, device)))
+            for name, ips in rates(runners, images(batch, size), args.batches, device).items():
+                rows.append((name, size, ips))
     ours_fid, theirs_fid = fid_seconds()
     print(
-        f"# Inception feature extraction, device {device}, batch {batch}, best of {args.batches} calls; "
+        f"# Inception feature extraction, device {device} (load average {load:.1f} at start), batch {batch}, "
+        f"best of {args.batches} calls; "
         f"Fréchet distance from 2048-d statistics: bigbatch {ours_fid:.2f} s"
         + (f", torch-fidelity {theirs_fid:.2f} s" if theirs_fid is not None else "")
     )

@@ -202,7 +202,7 @@ class NCHW(torch.utils.data.Dataset):
 @pytest.mark.slow
 def test_fid_kid_is_equal_torch_fidelitys_on_the_same_images_and_weights(inception_pth):
     tf = torch_fidelity()
-    n = 10
+    n = 8
     real = smooth_images(n, 32, 1)
     fake = digits(48).images[:n].contiguous()
     theirs = tf.calculate_metrics(

@@ -29,6 +29,8 @@ CLASSIFIER_VERSION = "1"
 
 @dataclass(frozen=True)
 class ClassifierOptions:
+    """What decides the classifier (all of it keys its cache file, with the data's hash)."""
+
     resolution: int = 32
     """Images are resized to this (bilinear, antialiased) before the network."""
     width: int = 16
@@ -38,7 +40,9 @@ class ClassifierOptions:
     batch: int = 64
     """Images per optimizer step, over all ranks."""
     lr: float = 2e-3
+    """Peak learning rate of Adam under a one-cycle schedule."""
     seed: int = 0
+    """Initialization and data order."""
 
 
 class Classifier(nn.Module):
@@ -173,8 +177,10 @@ def classifier_extractor(
         model = Classifier(n_classes, options.width, options.resolution)
         try:
             model.load_state_dict(load_file(path))
-        except Exception as e:  # noqa: BLE001
-            raise BigbatchError(f"cannot load the cached classifier {path} ({e}); delete it to retrain") from None
+        except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
+            raise BigbatchError(
+                f"cannot load the cached classifier {path} ({type(e).__name__}); delete it to retrain"
+            ) from None
         return ClassifierExtractor(model.eval(), dev, key)
     model = train_classifier(data, options, dev)
     if cache and dist.context().is_main:

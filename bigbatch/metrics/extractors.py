@@ -69,7 +69,7 @@ def resize_tf_bilinear(x: torch.Tensor, size: int = SIZE) -> torch.Tensor:
 
 def preprocess(images: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
     """The pinned pipeline: uint8 images -> float32 (N, 3, 299, 299) in [-1, 1)."""
-    x = to_nchw(images).to(device).float()
+    x = to_nchw(images).to(device).float().contiguous()  # NCHW memory, whatever layout came in
     return (resize_tf_bilinear(x) - 128) / 128
 
 
@@ -253,7 +253,8 @@ def extract_sharded(
     local = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     if world == 1:
         return local
-    device = extractor.device if td.get_backend() == "nccl" else torch.device("cpu")
+    # NCCL gathers only CUDA tensors (wherever the features were computed); gloo gathers CPU ones.
+    device = torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")
     out = {}
     for key in sorted(local):
         shard = local[key].to(device).contiguous()
