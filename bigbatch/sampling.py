@@ -8,7 +8,8 @@ split into batches, and the first k of n images are the images of sample(G, k, s
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -170,10 +171,17 @@ def interpolation_sheet(G: nn.Module, seed: int, rows: int = 4, steps: int = 8) 
     return grid(images, ncol=steps)
 
 
-def _eval(G: nn.Module, z: torch.Tensor, y: torch.Tensor | None, batch_size: int = 64) -> torch.Tensor:
+@contextmanager
+def eval_mode(G: nn.Module) -> Iterator[nn.Module]:
+    """G in eval mode (running BN statistics) for the block, then back in the mode it was in."""
     was_training = G.training
     G.eval()
     try:
-        return generate(G, z, y, batch_size)
+        yield G
     finally:
         G.train(was_training)
+
+
+def _eval(G: nn.Module, z: torch.Tensor, y: torch.Tensor | None, batch_size: int = 64) -> torch.Tensor:
+    with eval_mode(G):
+        return generate(G, z, y, batch_size)

@@ -86,7 +86,7 @@ def generated_features(
 ) -> dict[str, torch.Tensor]:
     """Features of images 0 .. n-1 of `bigbatch.sample(G, n, seed, truncation=...)`, split across ranks.
     Image i depends only on (seed, i), so the set of images is the same for any number of ranks."""
-    from bigbatch.sampling import draw_latents, generate
+    from bigbatch.sampling import draw_latents, eval_mode, generate
 
     n_classes = getattr(G, "n_classes", 0)
     trunc = math.inf if truncation is None else truncation
@@ -95,12 +95,8 @@ def generated_features(
         z, y = draw_latents(count, G.dim_z, seed, n_classes, start=start, truncation=trunc)
         return generate(G, z, y, batch_size)
 
-    was_training = G.training
-    G.eval()
-    try:
+    with eval_mode(G):
         return extract_sharded(extractor, n, images_at, batch_size)
-    finally:
-        G.train(was_training)
 
 
 def evaluate(

@@ -80,6 +80,29 @@ class Attention(nn.Module):
         return x + self.gamma * o
 
 
+def checkpointable(blocks: nn.ModuleList, attention: nn.Module | None) -> list[str]:
+    """The submodule names the engine may activation-checkpoint: every block, and the attention."""
+    return [f"blocks.{i}" for i in range(len(blocks))] + (["attention"] if attention is not None else [])
+
+
+class ProjectionDiscriminator(nn.Module):
+    """The forward pass BigGAN's, BigGAN-deep's and SN-GAN's D share: an input conv (or None), the blocks
+    with attention after block `attn_after`, ReLU, global sum pooling, a linear output plus the
+    projection of the class embedding (Miyato & Koyama 2018)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        h = x if self.input_conv is None else self.input_conv(x)
+        for i, block in enumerate(self.blocks):
+            h = block(h)
+            if i == self.attn_after:
+                h = self.attention(h)
+        h = torch.relu(h).sum(dim=(2, 3))
+        out = self.linear(h).flatten()
+        if self.embed is not None:
+            out = out + (self.embed(y) * h).sum(dim=1)
+        return out
+
+
 class GBlock(nn.Module):
     def __init__(
         self, cin: int, cout: int, cond_dim: int, bn_eps: float, sn_eps: float, n_classes: int = 0, sn: bool = True
@@ -164,9 +187,7 @@ class BigGANGenerator(nn.Module):
         self.attention = Attention(outs[self.attn_after], sn_eps) if self.attn_after is not None else None
         self.out_bn = nn.BatchNorm2d(outs[-1], eps=bn_eps)
         self.out_conv = layers.conv2d(outs[-1], img_channels, 3, padding=1, sn=sn, sn_eps=sn_eps)
-        self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))] + (
-            ["attention"] if self.attention is not None else []
-        )
+        self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
     def conditions(self, z: torch.Tensor, y: torch.Tensor | None) -> tuple[torch.Tensor, list]:
         """The input layer's z and each block's BN conditioning."""
@@ -189,12 +210,13 @@ class BigGANGenerator(nn.Module):
         return torch.tanh(self.out_conv(torch.relu(self.out_bn(h))))
 
 
-class BigGANDiscriminator(nn.Module):
+class BigGANDiscriminator(ProjectionDiscriminator):
     def __init__(self, resolution, n_classes, ch, img_channels, d_attn, sn_eps, arch=D_ARCH, wide=True):
         super().__init__()
         ins, outs, down = arch[resolution]
         ins, outs = [img_channels] + [ch * m for m in ins], [ch * m for m in outs]
         self.resolution, self.n_classes = resolution, n_classes
+        self.input_conv = None  # the first block reads the image
         self.blocks = nn.ModuleList(
             DBlock(a, b, d, i > 0, sn_eps, wide) for i, (a, b, d) in enumerate(zip(ins, outs, down))
         )
@@ -206,26 +228,14 @@ class BigGANDiscriminator(nn.Module):
         self.attention = Attention(outs[self.attn_after], sn_eps) if self.attn_after is not None else None
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
         self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
-        self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))] + (
-            ["attention"] if self.attention is not None else []
-        )
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        h = x
-        for i, block in enumerate(self.blocks):
-            h = block(h)
-            if i == self.attn_after:
-                h = self.attention(h)
-        h = torch.relu(h).sum(dim=(2, 3))
-        out = self.linear(h).flatten()
-        if self.embed is not None:
-            out = out + (self.embed(y) * h).sum(dim=1)
-        return out
+        self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
 
-def _check(family: str, resolution: int, sn_eps: float, bn_eps: float, shared_dim: int) -> None:
-    if resolution not in G_ARCH:
-        raise BigbatchError(f"{family} supports resolutions {', '.join(map(str, G_ARCH))}, got {resolution}")
+def check_options(
+    family: str, resolution: int, sn_eps: float, bn_eps: float, shared_dim: int, resolutions=G_ARCH
+) -> None:
+    if resolution not in resolutions:
+        raise BigbatchError(f"{family} supports resolutions {', '.join(map(str, resolutions))}, got {resolution}")
     if not (sn_eps > 0 and bn_eps > 0 and shared_dim > 0):
         raise BigbatchError(f"{family} options sn_eps, bn_eps and shared_dim must be positive")
 
@@ -249,7 +259,7 @@ def biggan(
     """BigGAN; defaults are the 128-px ImageNet recipe (ch 96, dim_z 120, shared_dim 128, hierarchical z,
     attention at 64 px). shared=False gives each BN its own class embeddings (BigGAN-PyTorch's CIFAR
     script); g_attn/d_attn = 0 turn attention off."""
-    _check("biggan", resolution, sn_eps, bn_eps, shared_dim)
+    check_options("biggan", resolution, sn_eps, bn_eps, shared_dim)
     G = BigGANGenerator(
         resolution, n_classes, ch, dim_z, img_channels, shared, shared_dim, hier, g_attn, bn_eps, sn_eps
     )
@@ -276,7 +286,7 @@ def sagan(
     """SA-GAN (Zhang et al. 2019) as BigGAN-PyTorch's SA-GAN scripts build it: BigGAN's residual blocks
     at ch 64, a shared class embedding into every conditional BN but no hierarchical z, self-attention
     (64 px, the scripts' choice; the paper found 32 and 64 both good), spectral norm in G and D, Xavier init."""
-    _check("sagan", resolution, sn_eps, bn_eps, shared_dim)
+    check_options("sagan", resolution, sn_eps, bn_eps, shared_dim)
     G = BigGANGenerator(resolution, n_classes, ch, dim_z, img_channels, True, shared_dim, False, g_attn, bn_eps, sn_eps)
     D = BigGANDiscriminator(resolution, n_classes, ch, img_channels, d_attn, sn_eps)
     for net in (G, D):

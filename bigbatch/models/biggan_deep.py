@@ -16,7 +16,7 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.models import layers
-from bigbatch.models.biggan import Attention, CondBatchNorm2d
+from bigbatch.models.biggan import Attention, CondBatchNorm2d, ProjectionDiscriminator, check_options, checkpointable
 from bigbatch.models.registry import register
 
 # Per resolution stage: channel multipliers of ch (in, out). G upsamples in every stage, D downsamples.
@@ -105,9 +105,7 @@ class BigGANDeepGenerator(nn.Module):
             self.attention = None
         self.out_bn = nn.BatchNorm2d(outs[-1], eps=bn_eps)
         self.out_conv = layers.conv2d(outs[-1], img_channels, 3, padding=1, sn=True, sn_eps=sn_eps)
-        self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))] + (
-            ["attention"] if self.attention is not None else []
-        )
+        self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         cond = z if self.shared is None else torch.cat([z, self.shared(y).to(z.dtype)], dim=1)
@@ -119,7 +117,7 @@ class BigGANDeepGenerator(nn.Module):
         return torch.tanh(self.out_conv(torch.relu(self.out_bn(h))))
 
 
-class BigGANDeepDiscriminator(nn.Module):
+class BigGANDeepDiscriminator(ProjectionDiscriminator):
     def __init__(self, resolution, n_classes, ch, img_channels, depth, d_attn, sn_eps):
         super().__init__()
         ins, outs = ([ch * m for m in ms] for ms in D_ARCH[resolution])
@@ -136,21 +134,7 @@ class BigGANDeepDiscriminator(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
         self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
-        self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))] + (
-            ["attention"] if self.attention is not None else []
-        )
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.input_conv(x)
-        for i, block in enumerate(self.blocks):
-            h = block(h)
-            if i == self.attn_after:
-                h = self.attention(h)
-        h = torch.relu(h).sum(dim=(2, 3))
-        out = self.linear(h).flatten()
-        if self.embed is not None:
-            out = out + (self.embed(y) * h).sum(dim=1)
-        return out
+        self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
 
 @register
@@ -169,14 +153,11 @@ def biggan_deep(
     init: str = "ortho",
 ) -> tuple[nn.Module, nn.Module]:
     """BigGAN-deep; defaults are BigGAN-PyTorch's launch_BigGAN_deep.sh (ch 128, depth 2, dim_z 128, shared_dim 128)."""
-    if resolution not in G_ARCH:
-        raise BigbatchError(f"biggan_deep supports resolutions {', '.join(map(str, G_ARCH))}, got {resolution}")
+    check_options("biggan_deep", resolution, sn_eps, bn_eps, shared_dim, G_ARCH)
     if ch % 4 or depth < 1:
         raise BigbatchError(
             f"biggan_deep needs ch divisible by 4 (bottlenecks are ch/4 wide) and depth >= 1; got {ch}, {depth}"
         )
-    if not (sn_eps > 0 and bn_eps > 0 and shared_dim > 0):
-        raise BigbatchError("biggan_deep options sn_eps, bn_eps and shared_dim must be positive")
     G = BigGANDeepGenerator(resolution, n_classes, ch, dim_z, img_channels, depth, shared_dim, g_attn, bn_eps, sn_eps)
     D = BigGANDeepDiscriminator(resolution, n_classes, ch, img_channels, depth, d_attn, sn_eps)
     for net in (G, D):
