@@ -155,23 +155,49 @@ def _stats(args: argparse.Namespace) -> None:
 def _eval(args: argparse.Namespace) -> None:
     import json
 
-    import torch
-
     from bigbatch.config import Config
     from bigbatch.data import load_data
-    from bigbatch.engine import state
-    from bigbatch.metrics import evaluate
+    from bigbatch.engine import dist, state
+    from bigbatch.metrics import evaluate, get_extractor
     from bigbatch.runs import load_generator
+    from bigbatch.sampling import standing_stats
 
     ckpt = state.find_checkpoint(args.path)
     cfg = Config.load(ckpt / "config.toml")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    G = load_generator(ckpt, device=device)
-    data = load_data(cfg.data.path, cfg.data.resolution)
-    scores = evaluate(
-        G, data, args.metrics, n=args.n, extractor=args.extractor, seed=args.seed, truncation=args.truncation
-    )
-    print(json.dumps({"checkpoint": str(ckpt), "n": args.n, **scores}))
+    e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
+    standing = e.standing_stats if args.standing_stats is None else args.standing_stats
+    if standing < 0:
+        raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {standing}")
+    truncation = e.truncation if args.truncation is None else args.truncation
+    ctx = dist.context()  # under torchrun, feature extraction is split across the processes
+    created = dist.init(ctx)
+    try:
+        G = load_generator(ckpt, device=ctx.device)
+        if standing:
+            standing_stats(G, standing, e.batch_size, e.seed if args.seed is None else args.seed, truncation)
+        data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+        extractor = get_extractor(
+            args.extractor or e.extractor,
+            path=e.weights or None,
+            device=ctx.device,
+            data=data,
+            options=e.classifier_options(),
+        )
+        scores = evaluate(
+            G,
+            data,
+            args.metrics,
+            n=args.n,
+            extractor=extractor,
+            batch_size=e.batch_size,
+            seed=e.seed if args.seed is None else args.seed,
+            truncation=truncation,
+            reference_n=e.reference_n or None,
+        )
+    finally:
+        dist.close(created)
+    if ctx.is_main:
+        print(json.dumps({"checkpoint": str(ckpt), "n": args.n, **scores}))
 
 
 def _is_data_file(path: str) -> bool:
@@ -275,9 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("path", metavar="RUN_OR_CKPT")
     ev.add_argument("--metrics", default="fid,is,kid", help="comma-separated (default fid,is,kid)")
     ev.add_argument("--n", type=int, default=50_000, help="generated images (default 50000)")
-    ev.add_argument("--extractor", default="auto", help="auto, inception, inception-torchscript or classifier")
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--truncation", type=float, help="z truncation threshold (default: off)")
+    ev.add_argument(
+        "--extractor", help="auto, inception, inception-torchscript or classifier (default: the run's eval.extractor)"
+    )
+    ev.add_argument("--seed", type=int, help="seed of the samples (default: the run's eval.seed)")
+    ev.add_argument("--truncation", type=float, help="z truncation threshold (default: the run's eval.truncation)")
+    ev.add_argument(
+        "--standing-stats", type=int, help="batches of standing BN statistics (default: the run's eval.standing_stats)"
+    )
     ev.set_defaults(func=_eval)
 
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")

@@ -162,10 +162,38 @@ class DataConfig(Section):
     """Side of the square training images in pixels; the models are built for it."""
     xflip: bool = False
     """Augment by mirroring each image left-right with probability 1/2 (off for digits: 2 and 5 are not symmetric)."""
+    workers: int = 0
+    """Processes that read, resize and flip batches ahead of the training step (DataLoader workers,
+    each opening the data file itself); 0 reads in the training process. Results do not depend on it."""
+    in_ram: bool = False
+    """Read a DATA.h5's images into memory once at start instead of reading each batch from the file
+    (built-in data sets are always in memory)."""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec options for an s3://... data.path, e.g. {endpoint_url = "http://127.0.0.1:9000"} or
+    {profile = "training"}. Credentials belong in the environment (AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY), never here: the config is saved with the run."""
+    schedule: list[dict[str, Any]] | str = field(default_factory=list)
+    """Phases by images seen (dynamic batch size), e.g. [{kimg = 0, batch = 256}, {kimg = 500, batch = 1024}]
+    or "0:32:256,500:32:1024" (KIMG:RESOLUTION:BATCH). A phase starts at the first step at or after its
+    kimg (or nimg); a left-out batch or resolution keeps the previous phase's (the first phase's:
+    train.batch and data.resolution). Empty: train.batch throughout."""
 
     def _validate(self) -> None:
         if self.resolution < 4 or self.resolution & (self.resolution - 1):
             self._fail("resolution", f"must be a power of two of at least 4, got {self.resolution}")
+        if self.workers < 0:
+            self._fail("workers", f"must be a number of processes >= 0, got {self.workers}")
+        secrets = sorted(k for k in self.storage_options if k.lower() in CREDENTIAL_KEYS)
+        if secrets:
+            self._fail(
+                "storage_options",
+                f"holds credentials ({', '.join(secrets)}), which would be saved in the run's config.toml; set "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment instead",
+            )
+
+
+# Storage options that hold secrets: refused in configs (which are saved with every run).
+CREDENTIAL_KEYS = {"key", "secret", "token", "password", "session_token", "aws_access_key_id", "aws_secret_access_key"}
 
 
 @dataclass
@@ -325,6 +353,88 @@ class SampleConfig(Section):
 
 
 @dataclass
+class EvalConfig(Section):
+    _name = "eval"
+
+    every_kimg: float = 0.0
+    """Score G_ema every this many kimg and at the end of the run (0 = never during training)."""
+    metrics: str = "fid"
+    """Comma-separated metrics: fid, is, kid (with the classifier extractor they are reported as fcd, cs, kcd)."""
+    n: int = 10_000
+    """Generated images per evaluation (the papers' FID uses 50,000; fewer gives a biased, higher FID)."""
+    reference_n: int = 0
+    """Data-set images for the reference statistics (0 = all); computed once and cached by hash."""
+    extractor: Literal["auto", "inception", "inception-torchscript", "classifier"] = "auto"
+    """Feature network: the TF Inception (as a state dict or StyleGAN's TorchScript file), a classifier
+    trained on the data set ("fcd"), or "auto" (Inception when its weights are present)."""
+    weights: str = ""
+    """Inception weights file to use instead of looking in BIGBATCH_CACHE/weights ("" = look there)."""
+    batch_size: int = 64
+    """Images per forward of G and of the feature network (results do not depend on it)."""
+    seed: int = 0
+    """Seed of the evaluated samples' z and labels (the same at every evaluation)."""
+    truncation: float = math.inf
+    """Truncation threshold of the evaluated samples (inf = none, as FID is usually reported)."""
+    standing_stats: int = 0
+    """Recompute G_ema's BatchNorm statistics from this many batches of fresh samples before scoring
+    (BigGAN's standing statistics); 0 = use the running statistics."""
+    best: str = ""
+    """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics)."""
+    classifier: dict[str, Any] = field(default_factory=dict)
+    """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
+
+    def _validate(self) -> None:
+        from bigbatch.metrics.classifier import ClassifierOptions
+        from bigbatch.metrics.evaluate import parse_metrics
+
+        if not (math.isfinite(self.every_kimg) and self.every_kimg >= 0):
+            self._fail("every_kimg", f"must be a finite number >= 0 (0 = off), got {self.every_kimg}")
+        try:
+            wanted = parse_metrics(self.metrics)
+        except BigbatchError as e:
+            self._fail("metrics", str(e).replace("unknown metric", "names an unknown metric"))
+        if self.best:
+            try:
+                best = parse_metrics(self.best)
+            except BigbatchError as e:
+                self._fail("best", str(e).replace("unknown metric", "names an unknown metric"))
+            if len(best) != 1 or best[0] not in wanted:
+                self._fail("best", f"must name one of eval.metrics ({self.metrics}), got {self.best!r}")
+        if self.n < 2:
+            self._fail("n", f"must be at least 2 images, got {self.n}")
+        if self.reference_n < 0 or self.reference_n == 1:
+            self._fail("reference_n", f"must be 0 (all images) or at least 2, got {self.reference_n}")
+        _positive(self, "batch_size")
+        if self.standing_stats < 0:
+            self._fail("standing_stats", f"must be a number of batches >= 0, got {self.standing_stats}")
+        if not self.truncation >= MIN_TRUNCATION:
+            self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
+        hints = typing.get_type_hints(ClassifierOptions)
+        for key, value in self.classifier.items():
+            if key not in hints:
+                self._fail("classifier", f"has unknown option {key!r}; valid: {', '.join(hints)}")
+            try:
+                _coerce(value, hints[key])
+            except _Mismatch:
+                self._fail("classifier", f"option {key!r} must be {_describe(hints[key])}, got {value!r}")
+            least = ">= 0" if key == "seed" else "positive"
+            if not (value >= 0 if key == "seed" else value > 0):
+                self._fail("classifier", f"option {key!r} must be {least}, got {value!r}")
+
+    def classifier_options(self) -> Any:
+        from bigbatch.metrics.classifier import ClassifierOptions
+
+        hints = typing.get_type_hints(ClassifierOptions)
+        return ClassifierOptions(**{k: _coerce(v, hints[k]) for k, v in self.classifier.items()})
+
+    def best_metric(self) -> str:
+        """The canonical name (fid, is or kid) of the metric that picks checkpoints/best/."""
+        from bigbatch.metrics.evaluate import parse_metrics
+
+        return parse_metrics(self.best or self.metrics)[0]
+
+
+@dataclass
 class Config(Section):
     name: str = "digits"
     """Name of the recipe; new run directories are named after it."""
@@ -333,10 +443,45 @@ class Config(Section):
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def _validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
             self._fail("name", f"must be letters, digits, '_', '.' or '-' (it names run folders), got {self.name!r}")
+        for i, phase in enumerate(self.schedule().phases):
+            where = f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg)"
+            if phase.resolution != self.data.resolution:
+                raise BigbatchError(
+                    f"{where} has resolution {phase.resolution}, but data.resolution is {self.data.resolution}: the "
+                    "GAN models are built for one resolution, so a GAN schedule may change only the batch"
+                )
+            micro = self.train.micro_batch
+            if micro != "auto" and phase.batch % micro:
+                raise BigbatchError(
+                    f"{where} has batch {phase.batch}, which train.micro_batch={micro} does not divide; "
+                    'choose batches that are multiples of it, or micro_batch = "auto"'
+                )
+
+    def schedule(self) -> Any:
+        """The data schedule (`bigbatch.data.Schedule`): data.schedule's phases, the first defaulting to
+        train.batch at data.resolution; without data.schedule, one phase of train.batch."""
+        from bigbatch.data.schedule import Schedule
+
+        spec = self.data.schedule
+        if not spec:
+            return Schedule.constant(self.data.resolution, self.train.batch)
+        if isinstance(spec, list):
+            first = {"resolution": self.data.resolution, "batch": self.train.batch, **spec[0]}
+            if "kimg" not in first and "nimg" not in first:
+                first["nimg"] = 0
+            spec = [first, *spec[1:]]
+        try:
+            return Schedule.parse(spec)
+        except BigbatchError as e:
+            key, sep, rest = str(e).partition(": ")
+            if not (sep and key.startswith("data.schedule")):
+                key, rest = "data.schedule", str(e)
+            raise BigbatchError(f"config key '{key}': {rest}") from None
 
     def override(self, updates: dict[str, Any]) -> Config:
         """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ import torch
 from tqdm import tqdm
 
 from bigbatch import models
-from bigbatch.config import Config
-from bigbatch.data import load_data
+from bigbatch.config import Config, EvalConfig
+from bigbatch.data import BatchLoader, RankSampler, load_data
 from bigbatch.engine import dist, state
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.memory import Probe, format_bytes
@@ -33,7 +34,7 @@ def replicator_for(cfg: Config) -> Replicator:
     """The engine this process would train `cfg` with (joins torchrun's process group if there is one)."""
     t = cfg.train
     return Replicator(
-        t.batch,
+        cfg.schedule().phases[0].batch,
         t.micro_batch,
         t.precision,
         device=t.device,
@@ -51,13 +52,19 @@ def replicator_for(cfg: Config) -> Replicator:
 def describe_plan(cfg: Config) -> str:
     """The batch plan of `cfg` in one line, without building anything ("auto" is decided at start)."""
     ctx = dist.context(cfg.train.device)
+    phases = cfg.schedule().phases
+    batch = phases[0].batch
     if cfg.train.micro_batch == "auto":
         budget = cfg.train.memory_budget or "the device's memory"
-        return (
-            f"batch {cfg.train.batch} = micro_batch auto (largest that fits {budget}, probed at start) x accumulation"
+        line = (
+            f"batch {batch} = micro_batch auto (largest that fits {budget}, probed at start) x accumulation"
             f" x world_size {ctx.world_size}; precision {cfg.train.precision}; device {ctx.device}"
         )
-    return make_plan(cfg.train.batch, cfg.train.micro_batch, cfg.train.precision, ctx).describe()
+    else:
+        line = make_plan(batch, cfg.train.micro_batch, cfg.train.precision, ctx).describe()
+    if len(phases) > 1:
+        line += "; then batch " + ", ".join(f"{p.batch} from {p.start / 1000:g} kimg" for p in phases[1:])
+    return line
 
 
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -154,7 +161,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
 
     # Data and networks (before the run directory is written, so a bad config leaves nothing behind);
     # everything random below is decided by train.seed.
-    data = load_data(cfg.data.path, cfg.data.resolution)
+    data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
     if data.resolution != cfg.data.resolution:
         raise BigbatchError(
             f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
@@ -255,10 +262,12 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             **({"rng_cuda": torch.cuda.get_rng_state(rep.device)} if rep.device.type == "cuda" else {}),
         }
 
+    def model_info() -> dict[str, Any]:
+        return {"n_classes": task.n_classes, "img_channels": data.channels, "class_names": data.class_names}
+
     def checkpoint() -> Path:
         nets = {"G": G, "D": D, "G_ema": G_ema}
-        info = {"n_classes": task.n_classes, "img_channels": data.channels, "class_names": data.class_names}
-        path = state.save_checkpoint(run, nimg, nets, snapshot(), cfg.dumps(), cfg.checkpoint.keep, info)
+        path = state.save_checkpoint(run, nimg, nets, snapshot(), cfg.dumps(), cfg.checkpoint.keep, model_info())
         if task.n_classes:
             save_png(
                 class_sheet(G_ema, cfg.sample.seed), run / "samples" / f"classes-{state.checkpoint_name(nimg)}.png"
@@ -272,10 +281,22 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         every = max(1, round(every_kimg * 1000))
         return nimg // every > before // every
 
+    # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.
+    scorer = Scorer(cfg, data, rep.device, run) if cfg.eval.every_kimg else None
+
+    # The real images: this rank's share of each step, read ahead in data.workers processes, the
+    # batch size following data.schedule (the engine's accumulation follows it at phase boundaries).
+    schedule = cfg.schedule()
+    sampler = RankSampler(task.order, schedule, rep.rank, rep.world_size, start=nimg)
+    loader = BatchLoader(data, sampler, cfg.data.workers, cfg.data.xflip, t.seed, pin_memory=rep.device.type == "cuda")
     if main:
-        print(f"Training {cfg.name} in {run}: {plan.describe()}; {t.kimg:g} kimg", flush=True)
+        print(
+            f"Training {cfg.name} in {run}: {describe_plan(cfg) if len(schedule.phases) > 1 else plan.describe()}"
+            f"; {t.kimg:g} kimg",
+            flush=True,
+        )
     window = Window()
-    with stop_signals() as stop:
+    with stop_signals() as stop, closing(loader):
         while nimg < total and not dist.any_rank(stop.requested):
             # One iteration: d_steps D steps (each on `batch` new real images), then one G step.
             start, before = time.perf_counter(), nimg
@@ -286,10 +307,15 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             stats: dict[str, float] = {}
             skipped = {"skipped_D": 0, "skipped_G": 0}
             for _ in range(t.d_steps):
-                out = task.d_step(nimg)
+                batch = schedule.phase_at(nimg).batch
+                if batch != rep.batch:
+                    rep.set_batch(batch)
+                    if main and not quiet:
+                        print(f"kimg {nimg / 1000:g}: data.schedule phase begins: {rep.plan.describe()}", flush=True)
+                out = task.d_step(nimg, next(loader))
                 skipped["skipped_D"] += rep.skipped(opt_D)
                 stats.update({} if rep.skipped(opt_D) else out)  # a skipped step's losses are not logged
-                nimg += t.batch
+                nimg += batch
             out = task.g_step(g_steps)
             skipped["skipped_G"] += rep.skipped(opt_G)
             stats.update({} if rep.skipped(opt_G) else out)
@@ -300,11 +326,24 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             window.add(time.perf_counter() - start, nimg - before, stats, skipped)
             bar.update(min(nimg, total) - min(before, total))
 
+            # Evaluation, where due, on every rank; rank 0 logs it and keeps the best checkpoint.
+            if scorer is not None and (crossed(cfg.eval.every_kimg, before) or nimg >= total):
+                scores = scorer(G_ema)
+                if main:
+                    log_row(run, tb, nimg, {"kimg": round(nimg / 1000, 3), "step": g_steps, **scores})
+                    if not quiet:
+                        shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k != "eval_seconds")
+                        print(f"kimg {nimg / 1000:.1f}  {shown}  ({scores['eval_seconds']:.0f} s)", flush=True)
+                    if scorer.improved(scores):
+                        nets = {"G": G, "D": D, "G_ema": G_ema}
+                        info = {**model_info(), "eval": scores, "best": scorer.best_record()}
+                        state.save_best(run, nimg, nets, snapshot(), cfg.dumps(), info)
+
             # Maintenance (rank 0), on the image counts where it falls due: log, sample grid, checkpoint.
             if not main:
                 continue
             if crossed(t.log_every_kimg, before) or nimg >= total:
-                row = {"kimg": round(nimg / 1000, 3), "step": g_steps, **window.row()}
+                row = {"kimg": round(nimg / 1000, 3), "step": g_steps, "batch": rep.batch, **window.row()}
                 for name, counters in rep.counters().items():
                     if "loss_scale" in counters:
                         row[f"loss_scale_{name}"] = counters["loss_scale"]
@@ -336,6 +375,76 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
     if main and not stopped:
         print(f"Done: {run} ({nimg / 1000:.3f} kimg). Sample with: bigbatch sample {run}", flush=True)
     return run
+
+
+class Scorer:
+    """eval.*: scores G_ema (on a copy with standing statistics if asked) with the extractor and
+    reference statistics made at the first evaluation, and tracks the best value of eval.best
+    (restored from RUN/checkpoints/best/ on resume)."""
+
+    def __init__(self, cfg: Config, data: Any, device: torch.device, run: Path):
+        from bigbatch.metrics.evaluate import NAMES
+
+        self.e, self.data, self.device = cfg.eval, data, device
+        self.metric = self.e.best_metric()
+        self.higher_is_better = self.metric == "is"
+        self.extractor: Any = None
+        self.reference: Any = None
+        self.names = NAMES
+        self.name = ""
+        self.best = math.nan
+        best = state.best_checkpoint(run)
+        record = (state.read_meta(best) or {}).get("best", {}) if best is not None else {}
+        if isinstance(record.get("value"), (int, float)):
+            self.name, self.best = str(record.get("metric", "")), float(record["value"])
+
+    def __call__(self, G_ema: torch.nn.Module) -> dict[str, float]:
+        # Evaluation leaves training as it was: the global RNG (which training a classifier reseeds)
+        # is restored, and standing statistics go into a copy of G_ema.
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            return self._score(G_ema)
+
+    def _score(self, G_ema: torch.nn.Module) -> dict[str, float]:
+        import copy
+
+        from bigbatch.metrics import generated_features, get_extractor, parse_metrics, reference_stats, score
+        from bigbatch.sampling import standing_stats
+
+        e, began = self.e, time.perf_counter()
+        if self.extractor is None:
+            self.extractor = get_extractor(
+                e.extractor,
+                path=e.weights or None,
+                device=self.device,
+                data=self.data,
+                options=e.classifier_options(),
+            )
+            if {"fid", "kid"} & set(parse_metrics(e.metrics)):
+                self.reference = reference_stats(
+                    self.data, self.extractor, n=e.reference_n or None, batch_size=e.batch_size
+                )
+        G = G_ema
+        if e.standing_stats:
+            G = standing_stats(copy.deepcopy(G_ema), e.standing_stats, e.batch_size, e.seed, e.truncation)
+        feats = generated_features(G, self.extractor, e.n, e.seed, e.truncation, e.batch_size)
+        scores = score(feats, self.reference, e.metrics, self.extractor.family)
+        return {**scores, "eval_seconds": round(time.perf_counter() - began, 3)}
+
+    def improved(self, scores: dict[str, float]) -> bool:
+        """Whether `scores` beat the best so far (and then become it)."""
+        name = self.names[self.extractor.family][self.metric]
+        value = scores[name]
+        if not math.isfinite(value):
+            return False
+        better = (value > self.best) if self.higher_is_better else (value < self.best)
+        if math.isnan(self.best) or name != self.name or better:
+            self.name, self.best = name, value
+            return True
+        return False
+
+    def best_record(self) -> dict[str, Any]:
+        return {"metric": self.name, "value": self.best}
 
 
 class Window:
@@ -435,6 +544,10 @@ RESUMABLE_CHANGES = {
     "checkpoint.every_kimg",
     "checkpoint.keep",
     "sample.every_kimg",
+    "data.workers",
+    "data.in_ram",
+    "data.storage_options",
+    *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
 }
 
 

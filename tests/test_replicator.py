@@ -47,6 +47,28 @@ def test_accumulation_gives_the_full_batch_update():
         assert losses == pytest.approx(full_losses, rel=1e-5)
 
 
+def test_set_batch_changes_the_accumulation_not_the_micro_batch():
+    # A dynamic-batch schedule: a step after set_batch(64) is the full-batch step of 64 examples.
+    rep = bigbatch.Replicator(batch=32, micro_batch=8, device="cpu")
+    assert rep.set_batch(64).accumulation == 8 and rep.plan.micro_batch == 8 and rep.share == 64
+    with pytest.raises(bigbatch.BigbatchError, match="not a multiple of micro_batch"):
+        rep.set_batch(12)
+    x, y = torch.randn(64, 1, 8, 8), torch.randint(10, (64,))
+    params = []
+    for r in (rep, bigbatch.Replicator(batch=64, micro_batch=64, device="cpu")):
+        model = r.prepare(classifier())
+        opt = r.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        r.step(lambda m, model=model: nn.functional.cross_entropy(model(m[0]), m[1]), (x, y), opt)
+        params.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert rel(params[0], params[1]) <= 1e-5
+    # With micro_batch "auto", a share the planned micro-batch does not divide takes the largest divisor
+    # below it, and a later batch it divides returns to it.
+    auto = bigbatch.Replicator(batch=32, micro_batch="auto", device="cpu")
+    assert auto.set_batch(64) is None and auto.batch == 64  # not planned yet: the first step plans for 64
+    auto.use_micro_batch(16)
+    assert auto.set_batch(24).micro_batch == 12 and auto.set_batch(96).micro_batch == 16
+
+
 def test_bf16_and_fp16_train_close_to_fp32():
     full, full_losses, _ = train_classifier(32)
     for precision in ("bf16", "fp16"):

@@ -115,3 +115,22 @@ def test_explicit_storage_options_and_errors(s3, photos, tmp_path, monkeypatch, 
     shown += [str(e2.value), repr(H5Data("s3://bkt/o.h5", storage_options=options)), str(read_meta(tmp_path / "o.h5"))]
     out, err = capfd.readouterr()
     assert report.count == 24 and SECRET not in "\n".join([*shown, out, err])
+
+
+def test_training_from_s3_with_the_endpoint_in_the_config(s3, photos, tmp_path, monkeypatch, tiny):
+    # Credentials stay in the environment; the endpoint comes from data.storage_options; two workers
+    # read byte ranges of the remote file, and the weights equal those trained on a local copy.
+    _, endpoint = s3
+    prepare(str(photos), "s3://bkt/train/photos.h5", resolution=16, workers=0)
+    prepare(str(photos), str(tmp_path / "photos.h5"), resolution=16, workers=0)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    cfg = tiny.override({"train.kimg": 0.064, "train.batch": 16, "data.xflip": True})
+    remote = cfg.override(
+        {"data.path": "s3://bkt/train/photos.h5", "data.storage_options": {"endpoint_url": endpoint}, "data.workers": 2}
+    )
+    a = bigbatch.train(remote, run_dir=tmp_path / "remote", quiet=True)
+    b = bigbatch.train(cfg.override({"data.path": str(tmp_path / "photos.h5")}), run_dir=tmp_path / "local", quiet=True)
+    for net in ("G", "D"):
+        ckpt = "checkpoints/000000.064"
+        assert (a / ckpt / f"{net}.safetensors").read_bytes() == (b / ckpt / f"{net}.safetensors").read_bytes()
+    assert SECRET not in (a / "config.toml").read_text()

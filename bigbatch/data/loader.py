@@ -65,6 +65,24 @@ class RankSampler:
             yield Step(nimg, phase.batch, phase.resolution, offset, self.order.indices(nimg + offset, share))
 
 
+def read_batch(data: Any, request: Step | torch.Tensor, xflip: bool = False, seed: int = 0) -> Batch:
+    """The batch a request names, read from `data`: resized to the step's resolution and, with
+    `xflip`, mirrored by a draw keyed by (seed, step) over the whole step, of which this rank takes
+    its share, so the flips of an image do not depend on the rank count. What BatchLoader's workers run."""
+    if isinstance(request, torch.Tensor):
+        images, labels = data.get(request)
+        return Batch(-1, images, labels, None)
+    images, labels = data.get(request.indices)
+    if request.resolution:
+        images = resize_batch(images, request.resolution)
+    flips = None
+    if xflip:
+        draw = torch.rand(request.batch, generator=generator(seed, FLIP, request.nimg))
+        flips = draw[request.offset : request.offset + len(request.indices)] < 0.5
+        images = torch.where(flips[:, None, None, None], images.flip(2), images)
+    return Batch(request.nimg, images, labels, flips)
+
+
 class _Reader(Dataset):
     """A map-style Dataset whose keys are whole requests (Step or index tensor) and items whole batches."""
 
@@ -72,19 +90,7 @@ class _Reader(Dataset):
         self.data, self.xflip, self.seed = data, xflip, seed
 
     def __getitem__(self, request: Step | torch.Tensor) -> Batch:
-        if isinstance(request, torch.Tensor):
-            images, labels = self.data.get(request)
-            return Batch(-1, images, labels, None)
-        images, labels = self.data.get(request.indices)
-        if request.resolution:
-            images = resize_batch(images, request.resolution)
-        flips = None
-        if self.xflip:
-            # The same draw as the GAN task's: one per image of the whole step, keyed by the step.
-            draw = torch.rand(request.batch, generator=generator(self.seed, FLIP, request.nimg))
-            flips = draw[request.offset : request.offset + len(request.indices)] < 0.5
-            images = torch.where(flips[:, None, None, None], images.flip(2), images)
-        return Batch(request.nimg, images, labels, flips)
+        return read_batch(self.data, request, self.xflip, self.seed)
 
 
 class _Requests:

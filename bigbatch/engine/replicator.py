@@ -105,6 +105,8 @@ class Replicator:
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
         self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
+        self._auto = micro_batch == "auto"
+        self._planned_micro = 0 if self._plan is None else self._plan.micro_batch  # what set_batch keeps
         self.probes: list[memory.Probe] = []
         self.budget: int | None = None  # the memory budget micro_batch "auto" was planned for
         self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
@@ -361,11 +363,37 @@ class Replicator:
                 set_sn_update(p, False)
         self.budget = budget
         self._plan = make_plan(self.batch, micro, self.precision, self.ctx)
+        self._planned_micro = micro
         return self._plan
 
     def use_micro_batch(self, micro_batch: int) -> Plan:
         """Settle micro_batch="auto" on a known value (e.g. the one a resumed run was planned with)."""
         self._plan = make_plan(self.batch, micro_batch, self.precision, self.ctx)
+        self._planned_micro = micro_batch
+        return self._plan
+
+    def set_batch(self, batch: int) -> Plan | None:
+        """Change the examples per optimizer step mid-run (a dynamic-batch schedule) without a restart.
+
+        The micro-batch stays, so memory use and BatchNorm statistics do not change, and the
+        accumulation follows the batch. With micro_batch "auto", a share it does not divide takes the
+        largest divisor below the planned micro-batch (which fits, being smaller), and a later batch
+        it divides again returns to it. With a fixed micro_batch, every batch must be a multiple of
+        micro_batch x world_size."""
+        if not isinstance(batch, int) or batch < 1 or batch % self.world_size:
+            raise BigbatchError(f"batch={batch!r} must be a positive multiple of the world size {self.world_size}")
+        if self._plan is None:  # "auto" not yet planned: the first step plans for this batch
+            self.batch = batch
+            return None
+        micro, share = self._planned_micro, batch // self.world_size
+        if share % micro:
+            if not self._auto:
+                raise BigbatchError(
+                    f"batch {batch} is not a multiple of micro_batch x world_size = {micro} x {self.world_size}"
+                )
+            micro = max(d for d in range(1, micro + 1) if share % d == 0)
+        self._plan = make_plan(batch, micro, self.precision, self.ctx)
+        self.batch = batch
         return self._plan
 
     def probe_step(self, step_fn: Callable[[Any], Any], micro: Any) -> None:

@@ -22,6 +22,7 @@ from torch import nn
 from bigbatch.errors import BigbatchError, warn
 
 NETS = ("G", "D", "G_ema")
+BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
 
 
 def checkpoint_name(nimg: int) -> str:
@@ -62,6 +63,57 @@ def save_checkpoint(
     if is_complete(final):  # nothing trained since it was written (e.g. a signal right after a save)
         atomic_write(root / "latest", name + "\n")
         return final
+    tmp = _write_folder(root, name, nimg, nets, state, config_text, info)
+    shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
+    os.replace(tmp, final)
+    atomic_write(root / "latest", name + "\n")
+    for old in complete_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def save_best(
+    run_dir: Path,
+    nimg: int,
+    nets: dict[str, nn.Module],
+    state: dict[str, Any],
+    config_text: str,
+    info: dict[str, Any],
+) -> Path:
+    """Replace RUN/checkpoints/best/ with the checkpoint at `nimg` (a full one: sample, eval, fine-tune
+    and resume all take it). The new folder is complete before the old one moves aside; the old
+    one is deleted last, and `best_checkpoint` falls back to it if a crash came in between."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = _write_folder(root, BEST, nimg, nets, state, config_text, info)
+    final, old = root / BEST, root / f".{BEST}-old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def best_checkpoint(run_dir: Path) -> Path | None:
+    """RUN/checkpoints/best/ if complete (else the previous best, if a crash interrupted its replacement)."""
+    root = Path(run_dir) / "checkpoints"
+    for folder in (root / BEST, root / f".{BEST}-old"):
+        if is_complete(folder):
+            return folder
+    return None
+
+
+def _write_folder(
+    root: Path,
+    name: str,
+    nimg: int,
+    nets: dict[str, nn.Module],
+    state: dict[str, Any],
+    config_text: str,
+    info: dict[str, Any] | None,
+) -> Path:
+    """A complete checkpoint in a hidden temporary folder under `root` (meta.json last), to rename into place."""
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -77,12 +129,7 @@ def save_checkpoint(
     atomic_write(
         tmp / "meta.json", json.dumps({"nimg": nimg, "kimg": nimg / 1000, **(info or {}), "files": files}, indent=1)
     )
-    shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
-    os.replace(tmp, final)
-    atomic_write(root / "latest", name + "\n")
-    for old in complete_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    return tmp
 
 
 def read_meta(ckpt: Path) -> dict[str, Any] | None:
@@ -110,7 +157,9 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and is_complete(p)]
+    found = [
+        p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != BEST and is_complete(p)
+    ]
     return sorted(found, key=lambda p: (read_meta(p).get("nimg", -1), p.name))
 
 

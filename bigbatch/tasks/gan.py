@@ -17,8 +17,10 @@ from torch import nn
 
 from bigbatch import losses
 from bigbatch.data.builtin import ImageData
-from bigbatch.data.sampler import FLIP, Z_D, Z_G, GlobalOrder, generator
+from bigbatch.data.loader import Batch, Step, read_batch
+from bigbatch.data.sampler import Z_D, Z_G, GlobalOrder, generator
 from bigbatch.engine.replicator import Replicator
+from bigbatch.errors import BigbatchError
 
 
 @dataclass
@@ -67,20 +69,28 @@ class GANTask:
         y = torch.randint(self.n_classes, (self.rep.batch,), generator=g) if self.n_classes else None
         return self._share(z), self._share(y)
 
-    def d_batch(self, nimg: int) -> tuple:
-        """This rank's share of the D step at `nimg`: real images (uint8 NHWC), their labels, z, fake labels, flips."""
-        images, labels = self.data.get(self.order.indices(nimg + self.rep.rank * self.rep.share, self.rep.share))
+    def request(self, nimg: int) -> Step:
+        """This rank's data request for the D step at `nimg` (what a RankSampler over `order` yields)."""
+        offset = self.rep.rank * self.rep.share
+        return Step(nimg, self.rep.batch, 0, offset, self.order.indices(nimg + offset, self.rep.share))
+
+    def d_batch(self, nimg: int, real: Batch | None = None) -> tuple:
+        """This rank's share of the D step at `nimg`: real images (uint8 NHWC, x-flipped if asked), their
+        labels, z and fake labels. `real` is the step's Batch from a BatchLoader over `request`s (read
+        ahead in workers); without it the images are read here, with the same result."""
+        if real is None:
+            real = read_batch(self.data, self.request(nimg), self.xflip, self.seed)
+        elif real.nimg != nimg or len(real.images) != self.rep.share:
+            raise BigbatchError(
+                f"the loader's batch is for step {real.nimg} ({len(real.images)} images), not for step {nimg} "
+                f"({self.rep.share} images per rank)"
+            )
         z, y_fake = self._latents(Z_D, nimg)
-        flips = None
-        if self.xflip:
-            flips = self._share(torch.rand(self.rep.batch, generator=generator(self.seed, FLIP, nimg)) < 0.5)
-        return images, labels if self.n_classes else None, z, y_fake, flips
+        return real.images, real.labels if self.n_classes else None, z, y_fake
 
     def d_loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, y_real, z, y_fake, flips = micro
+        images, y_real, z, y_fake = micro
         real = images.permute(0, 3, 1, 2).float() / 127.5 - 1
-        if flips is not None:
-            real = torch.where(flips[:, None, None, None], real.flip(3), real)
         with torch.no_grad():
             fake = self.G(z, y_fake)
         logits_real = self.D(real, y_real).float()
@@ -88,10 +98,11 @@ class GANTask:
         loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.d_ortho)
         return {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
 
-    def d_step(self, nimg: int) -> dict[str, float]:
-        """One D optimizer step on the real images at positions nimg .. nimg + batch - 1."""
+    def d_step(self, nimg: int, real: Batch | None = None) -> dict[str, float]:
+        """One D optimizer step on the real images at positions nimg .. nimg + batch - 1 (`real`: this
+        rank's share of them as a BatchLoader read it)."""
         self._train_only("D")
-        out = self.rep.step(self.d_loss, self.d_batch(nimg), self.opt_D)
+        out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         return {"loss_D": out["loss"], "D_real": out["D_real"], "D_fake": out["D_fake"]}
 
     def g_batch(self, step: int) -> tuple:
