@@ -333,7 +333,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
                     log_row(run, tb, nimg, {"kimg": round(nimg / 1000, 3), "step": g_steps, **scores})
                     if not quiet:
                         shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k != "eval_seconds")
-                        print(f"kimg {nimg / 1000:.1f}  {shown}  ({scores['eval_seconds']:.0f} s)", flush=True)
+                        print(f"kimg {nimg / 1000:g}  {shown}  ({scores['eval_seconds']:.0f} s)", flush=True)
                     if scorer.improved(scores):
                         nets = {"G": G, "D": D, "G_ema": G_ema}
                         info = {**model_info(), "eval": scores, "best": scorer.best_record()}

@@ -1,9 +1,11 @@
 """World-size invariance: `torchrun --nproc-per-node 2` (gloo, CPU) trains the same weights as one process."""
 
+import json
 import os
 import subprocess
 import sys
 
+import pytest
 from safetensors.torch import load_file
 
 ARGS = [
@@ -21,7 +23,7 @@ ARGS = [
 
 
 def train(run_dir, procs, *overrides):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "BIGBATCH_CACHE": str(run_dir) + "-cache"}
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     if procs == 1:
@@ -47,19 +49,38 @@ def max_rel(a_dir, b_dir, net, params_only=True):
     return worst
 
 
+# Scored at the end with the offline classifier: each process count trains its own classifier (on
+# all its ranks) and splits the reference and generated images between its ranks. Standing statistics,
+# because BatchNorm running statistics are the one thing that depends on how micro-batches were
+# spread over ranks (an average of per-rank running averages).
+EVAL = [
+    "eval.every_kimg=0.256",
+    "eval.standing_stats=2",
+    "eval.metrics=fid,kid",
+    "eval.extractor=classifier",
+    "eval.classifier={steps=20,width=8,resolution=16}",
+    "eval.n=75",  # not a multiple of 2: one rank pads its shard
+    "eval.reference_n=101",
+]
+
+
 def test_two_processes_train_the_weights_of_one(tmp_path):
     # batch 32 = micro 8 x accumulation 2 x 2 processes, or micro 8 x accumulation 4 x 1 process:
     # the same micro-batches, so the same G (BatchNorm per micro-batch included) and D.
-    one = train(tmp_path / "one", 1, "train.batch=32", "train.micro_batch=8")
-    two = train(tmp_path / "two", 2, "train.batch=32", "train.micro_batch=8")
+    one = train(tmp_path / "one", 1, "train.batch=32", "train.micro_batch=8", *EVAL)
+    two = train(tmp_path / "two", 2, "train.batch=32", "train.micro_batch=8", *EVAL)
     for net in ("G", "D", "G_ema"):
         assert max_rel(one, two, net) <= 1e-4, net
     plan = (tmp_path / "two" / "plan.json").read_text()
     assert '"world_size": 2' in plan and '"accumulation": 2' in plan
     # Only rank 0 writes the run directory, and metrics are means over both ranks.
-    rows_one = (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()
-    rows_two = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
-    assert len(rows_one) == len(rows_two) == 2
+    rows_one = [json.loads(r) for r in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    rows_two = [json.loads(r) for r in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows_one) == len(rows_two) == 3  # two log lines and one evaluation
+    scores_one, scores_two = (next(r for r in rows if "fcd" in r) for rows in (rows_one, rows_two))
+    assert scores_two["fcd"] == pytest.approx(scores_one["fcd"], rel=1e-3)
+    assert scores_two["kcd"] == pytest.approx(scores_one["kcd"], rel=1e-2, abs=1e-3)
+    assert (tmp_path / "two" / "checkpoints" / "best" / "meta.json").exists()
 
 
 def test_cross_rank_batch_norm_matches_the_whole_micro_batch(tmp_path):

@@ -1,0 +1,92 @@
+"""Evaluation during training (eval.every_kimg): scores of G_ema logged, checkpoints/best/ kept by the
+chosen metric across resumes, training itself untouched, and `bigbatch eval` agreeing with the log.
+The offline classifier stands in for the Inception here (a few seconds instead of minutes)."""
+
+import json
+
+import pytest
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.runs import read_metrics
+
+
+@pytest.fixture
+def scored(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    return tiny.override(
+        {
+            "eval.every_kimg": 0.256,
+            "eval.metrics": "fid,is,kid",
+            "eval.extractor": "classifier",
+            "eval.classifier": {"steps": 40, "width": 8, "resolution": 16},
+            "eval.n": 96,
+            "eval.reference_n": 300,
+            "eval.batch_size": 32,
+            "checkpoint.keep": 1,
+        }
+    )
+
+
+def weights(ckpt):
+    return {net: (ckpt / f"{net}.safetensors").read_bytes() for net in ("G", "D", "G_ema")}
+
+
+def eval_rows(run):
+    return [r for r in read_metrics(run / "metrics.jsonl") if "fcd" in r]
+
+
+def test_scores_are_logged_and_the_best_checkpoint_kept(scored, tiny, tmp_path, capsys):
+    run = bigbatch.train(scored.override({"eval.standing_stats": 2}), run_dir=tmp_path / "run")
+    assert "fcd " in capsys.readouterr().out
+    rows = eval_rows(run)
+    assert [r["kimg"] for r in rows] == [0.256, 0.512]
+    for r in rows:  # the classifier's scores under their own names, never FID
+        assert r["fcd"] > 0 and r["cs"] >= 1 and "kcd" in r and "kcd_std" in r and "fid" not in r
+    best = run / "checkpoints" / "best"
+    meta = json.loads((best / "meta.json").read_text())
+    winner = min(rows, key=lambda r: r["fcd"])
+    assert meta["best"] == {"metric": "fcd", "value": winner["fcd"]} and meta["kimg"] == winner["kimg"]
+    # checkpoint.keep=1 prunes the periodic checkpoints, never best/.
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == ["000000.512", "best"]
+    assert main(["sample", str(best), "--out", "best.png"]) == 0
+    # Evaluating (standing statistics included, on a copy) changes nothing that training computes.
+    plain = bigbatch.train(tiny, run_dir=tmp_path / "plain", quiet=True)
+    assert weights(run / "checkpoints" / "000000.512") == weights(plain / "checkpoints" / "000000.512")
+    # `bigbatch eval` on the best checkpoint, with the run's eval settings, gives the logged score.
+    capsys.readouterr()
+    assert main(["eval", str(best), "--metrics", "fid", "--n", "96"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["fcd"] == pytest.approx(winner["fcd"], rel=1e-6)
+
+
+def test_the_best_survives_a_resume(scored, tmp_path):
+    run = tmp_path / "run"
+    bigbatch.train(
+        scored.override({"train.kimg": 0.256, "eval.metrics": "is,fid", "eval.best": "cs"}), run_dir=run, quiet=True
+    )
+    first = json.loads((run / "checkpoints" / "best" / "meta.json").read_text())
+    assert first["best"]["metric"] == "cs" and first["kimg"] == 0.256
+    # Higher is better for IS; the resumed run compares against the value kept in best/.
+    bigbatch.train(scored.override({"eval.metrics": "is,fid", "eval.best": "cs"}), run_dir=run, resume=True, quiet=True)
+    rows = eval_rows(run)
+    assert [r["kimg"] for r in rows] == [0.256, 0.512]
+    meta = json.loads((run / "checkpoints" / "best" / "meta.json").read_text())
+    winner = max(rows, key=lambda r: r["cs"])
+    assert meta["best"]["value"] == winner["cs"] and meta["kimg"] == winner["kimg"]
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("eval.metrics=fid,lpips", "unknown metric 'lpips'"),
+        ("eval.best=kid", "must name one of eval.metrics"),
+        ("eval.extractor=resnet", "eval.extractor"),
+        ("eval.classifier={depth=3}", "unknown option 'depth'"),
+        ("eval.n=1", "eval.n"),
+    ],
+)
+def test_bad_eval_settings_are_one_line(override, words, capsys):
+    assert main(["train", override, "--run-dir", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
