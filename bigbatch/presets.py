@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from bigbatch.config import CheckpointConfig, Config, DataConfig, ModelConfig, SampleConfig, TrainConfig
+from bigbatch.config import CheckpointConfig, Config, DataConfig, EvalConfig, ModelConfig, SampleConfig, TrainConfig
 from bigbatch.errors import BigbatchError
 
 _PRESETS: dict[str, Callable[[], Config]] = {}
@@ -26,6 +26,13 @@ def preset(name: str) -> Config:
     if name not in _PRESETS:
         raise BigbatchError(f"unknown preset '{name}'; valid: {', '.join(sorted(_PRESETS))}")
     return _PRESETS[name]()
+
+
+def reference_eval(images_per_iteration: int) -> EvalConfig:
+    """BigGAN-PyTorch's scripts' evaluation: every 2000 iterations (--test_every 2000), 50k samples
+    (--num_inception_images), G_ema in eval mode with its running statistics (--G_eval_mode). Its best
+    copy follows IS by default (--which_best); here FID picks checkpoints/best/ (eval.best="is" for theirs)."""
+    return EvalConfig(every_kimg=2000 * images_per_iteration / 1000, metrics="fid,is", n=50_000, best="fid")
 
 
 def ema_halflife_kimg(decay: float, images_per_update: int) -> float:
@@ -120,6 +127,7 @@ def biggan128_bs2048() -> Config:
         ),
         checkpoint=CheckpointConfig(every_kimg=1000 * 2048 / 1000, keep=2),
         sample=SampleConfig(every_kimg=1000 * 2048 / 1000, n=64),
+        eval=reference_eval(2048),
     )
 
 
@@ -150,6 +158,7 @@ def biggan_deep128() -> Config:
         ),
         checkpoint=CheckpointConfig(every_kimg=500 * 2048 / 1000, keep=2),
         sample=SampleConfig(every_kimg=1000 * 2048 / 1000, n=64),
+        eval=reference_eval(2048),
     )
 
 
@@ -246,6 +255,7 @@ def sagan128() -> Config:
         ),
         checkpoint=CheckpointConfig(every_kimg=256.0, keep=2),
         sample=SampleConfig(every_kimg=512.0, n=64),
+        eval=reference_eval(256),
     )
 
 

@@ -195,6 +195,8 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         g_ortho=t.g_ortho,
         d_ortho=t.d_ortho,
     )
+    # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.
+    scorer = Scorer(cfg, data, rep.device, run) if cfg.eval.every_kimg else None
     saved_plan = _read_plan(run) if resume else {}
     if t.micro_batch == "auto" and saved_plan.get("world_size") == rep.world_size and "probes" in saved_plan:
         # A resumed run keeps its planned micro-batch: free memory varies, BN statistics must not.
@@ -280,9 +282,6 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
     def crossed(every_kimg: float, before: int) -> bool:
         every = max(1, round(every_kimg * 1000))
         return nimg // every > before // every
-
-    # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.
-    scorer = Scorer(cfg, data, rep.device, run) if cfg.eval.every_kimg else None
 
     # The real images: this rank's share of each step, read ahead in data.workers processes, the
     # batch size following data.schedule (the engine's accumulation follows it at phase boundaries).
@@ -378,62 +377,64 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
 
 
 class Scorer:
-    """eval.*: scores G_ema (on a copy with standing statistics if asked) with the extractor and
-    reference statistics made at the first evaluation, and tracks the best value of eval.best
-    (restored from RUN/checkpoints/best/ on resume)."""
+    """eval.*: scores G_ema (on a copy with standing statistics if asked) and tracks the best value of
+    eval.best (restored from RUN/checkpoints/best/ on resume). The feature extractor and the reference
+    statistics are made when training starts, so missing weights or an unusable metric stop the run
+    before it trains, not hours later at the first evaluation."""
 
     def __init__(self, cfg: Config, data: Any, device: torch.device, run: Path):
+        from bigbatch.metrics import get_extractor, parse_metrics, reference_stats
         from bigbatch.metrics.evaluate import NAMES
+        from bigbatch.metrics.inception import PTH_NAME, PTH_URL, weights_dir
 
-        self.e, self.data, self.device = cfg.eval, data, device
-        self.metric = self.e.best_metric()
+        e = self.e = cfg.eval
+        self.data, self.device = data, device
+        self.metric = e.best_metric()
         self.higher_is_better = self.metric == "is"
-        self.extractor: Any = None
-        self.reference: Any = None
-        self.names = NAMES
-        self.name = ""
-        self.best = math.nan
+        self.name, self.best = "", math.nan
         best = state.best_checkpoint(run)
         record = (state.read_meta(best) or {}).get("best", {}) if best is not None else {}
         if isinstance(record.get("value"), (int, float)):
             self.name, self.best = str(record.get("metric", "")), float(record["value"])
+        with self._rng_untouched():
+            options = e.classifier_options()
+            self.extractor = get_extractor(
+                e.extractor, path=e.weights or None, device=device, data=data, options=options
+            )
+            wanted = parse_metrics(e.metrics)
+            if "is" in wanted and not self.extractor.has_logits:
+                raise BigbatchError(
+                    f"eval.metrics asks for IS, but the Inception weights of {getattr(self.extractor, 'source', '')} "
+                    f"have no output layer: put {PTH_NAME} (from {PTH_URL}) in {weights_dir()}, or drop 'is'"
+                )
+            self.reference = None
+            if {"fid", "kid"} & set(wanted):
+                self.reference = reference_stats(data, self.extractor, n=e.reference_n or None, batch_size=e.batch_size)
+        self.metric_name = NAMES[self.extractor.family][self.metric]
+
+    def _rng_untouched(self) -> Any:
+        """Evaluation leaves training as it was: the global RNG (which training a classifier reseeds)
+        is restored afterwards."""
+        return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
 
     def __call__(self, G_ema: torch.nn.Module) -> dict[str, float]:
-        # Evaluation leaves training as it was: the global RNG (which training a classifier reseeds)
-        # is restored, and standing statistics go into a copy of G_ema.
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            return self._score(G_ema)
-
-    def _score(self, G_ema: torch.nn.Module) -> dict[str, float]:
         import copy
 
-        from bigbatch.metrics import generated_features, get_extractor, parse_metrics, reference_stats, score
+        from bigbatch.metrics import generated_features, score
         from bigbatch.sampling import standing_stats
 
         e, began = self.e, time.perf_counter()
-        if self.extractor is None:
-            self.extractor = get_extractor(
-                e.extractor,
-                path=e.weights or None,
-                device=self.device,
-                data=self.data,
-                options=e.classifier_options(),
-            )
-            if {"fid", "kid"} & set(parse_metrics(e.metrics)):
-                self.reference = reference_stats(
-                    self.data, self.extractor, n=e.reference_n or None, batch_size=e.batch_size
-                )
-        G = G_ema
-        if e.standing_stats:
-            G = standing_stats(copy.deepcopy(G_ema), e.standing_stats, e.batch_size, e.seed, e.truncation)
-        feats = generated_features(G, self.extractor, e.n, e.seed, e.truncation, e.batch_size)
-        scores = score(feats, self.reference, e.metrics, self.extractor.family)
+        with self._rng_untouched():
+            G = G_ema  # standing statistics go into a copy
+            if e.standing_stats:
+                G = standing_stats(copy.deepcopy(G_ema), e.standing_stats, e.batch_size, e.seed, e.truncation)
+            feats = generated_features(G, self.extractor, e.n, e.seed, e.truncation, e.batch_size)
+            scores = score(feats, self.reference, e.metrics, self.extractor.family)
         return {**scores, "eval_seconds": round(time.perf_counter() - began, 3)}
 
     def improved(self, scores: dict[str, float]) -> bool:
         """Whether `scores` beat the best so far (and then become it)."""
-        name = self.names[self.extractor.family][self.metric]
+        name = self.metric_name
         value = scores[name]
         if not math.isfinite(value):
             return False

