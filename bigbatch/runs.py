@@ -49,12 +49,17 @@ def describe(path: str | Path) -> str:
         ckpts = state.complete_checkpoints(run)
         lines.append(f"run         {run}")
         lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
-        if rows := read_metrics(run / "metrics.jsonl"):
-            last = rows[-1]
-            lines.append(
-                "last log    "
-                + "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in last.items())
-            )
+        rows = read_metrics(run / "metrics.jsonl")
+        logs = [r for r in rows if "eval_seconds" not in r]
+        evals = [r for r in rows if "eval_seconds" in r]
+        if logs:
+            lines.append("last log    " + _row_text(logs[-1]))
+        if evals:
+            lines.append("last eval   " + _row_text(evals[-1]))
+        best = state.best_checkpoint(run)
+        record = (state.read_meta(best) or {}).get("best") if best is not None else None
+        if isinstance(record, dict):
+            lines.append(f"best        {best} ({record.get('metric')} {record.get('value', float('nan')):.4g})")
     lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
     lines.append(
         f"recipe      {cfg.name}: data {cfg.data.path} at {cfg.data.resolution}px, {meta['n_classes'] or 'no'} classes"
@@ -64,9 +69,16 @@ def describe(path: str | Path) -> str:
         f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
         f"{t.loss} loss, {t.precision}, seed {t.seed}"
     )
+    if cfg.data.schedule:
+        phases = cfg.schedule().phases
+        lines.append("schedule    " + ", ".join(f"batch {p.batch} from {p.start / 1000:g} kimg" for p in phases))
     files = meta["files"]
     lines.append("files       " + ", ".join(f"{k} ({v / 1e6:.1f} MB)" for k, v in files.items()))
     return "\n".join(lines)
+
+
+def _row_text(row: dict) -> str:
+    return "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
 
 
 def read_metrics(path: Path) -> list[dict]:

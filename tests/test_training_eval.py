@@ -50,6 +50,10 @@ def test_scores_are_logged_and_the_best_checkpoint_kept(scored, tiny, tmp_path, 
     # checkpoint.keep=1 prunes the periodic checkpoints, never best/.
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == ["000000.512", "best"]
     assert main(["sample", str(best), "--out", "best.png"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(run)]) == 0
+    info = capsys.readouterr().out
+    assert "last eval   kimg 0.512" in info and f"best        {best} (fcd " in info
     # Evaluating (standing statistics included, on a copy) changes nothing that training computes.
     plain = bigbatch.train(tiny, run_dir=tmp_path / "plain", quiet=True)
     assert weights(run / "checkpoints" / "000000.512") == weights(plain / "checkpoints" / "000000.512")
