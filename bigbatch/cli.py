@@ -217,6 +217,12 @@ def _info(args: argparse.Namespace) -> None:
     print(describe(args.path))
 
 
+def _plot(args: argparse.Namespace) -> None:
+    from bigbatch.plot import plot_run
+
+    print(plot_run(args.run, args.out))
+
+
 def _presets(args: argparse.Namespace) -> None:
     from bigbatch.presets import list_presets
 
@@ -310,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--standing-stats", type=int, help="batches of standing BN statistics (default: the run's eval.standing_stats)"
     )
     ev.set_defaults(func=_eval)
+
+    pl = sub.add_parser("plot", help="training curves and evaluation scores of a run, as one PNG")
+    pl.add_argument("run", metavar="RUN_DIR")
+    pl.add_argument("--out", help="PNG to write (default RUN_DIR/plots.png)")
+    pl.set_defaults(func=_plot)
 
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")

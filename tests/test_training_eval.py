@@ -116,3 +116,21 @@ def test_is_without_the_inception_output_layer_stops_the_run_before_it_trains(tm
     assert main(["train", *args, "eval.metrics=fid,is", "--run-dir", "r"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no output layer" in err and "pt_inception-2015-12-05-6726825d.pth" in err, err
+
+
+def test_plot_draws_training_curves_and_scores(scored, tiny, tmp_path, capsys):
+    from PIL import Image
+
+    run = bigbatch.train(scored, run_dir=tmp_path / "run", quiet=True)
+    plain = bigbatch.train(tiny, run_dir=tmp_path / "plain", quiet=True)
+    capsys.readouterr()
+    assert main(["plot", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "plots.png")
+    assert main(["plot", str(plain), "--out", str(tmp_path / "plain.png")]) == 0
+    # Panels of 320 px in two columns: losses, D outputs, img/s (+ fcd, cs, kcd with evaluation).
+    with Image.open(run / "plots.png") as a, Image.open(tmp_path / "plain.png") as b:
+        assert a.size == (1200, 960) and b.size == (1200, 640)
+        assert len(a.convert("L").getcolors(maxcolors=4096) or []) > 10  # something was drawn
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "empty")]) == 2
+    assert "no metrics.jsonl lines to plot" in capsys.readouterr().err
