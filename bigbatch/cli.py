@@ -223,6 +223,14 @@ def _plot(args: argparse.Namespace) -> None:
     print(plot_run(args.run, args.out))
 
 
+def _launch(args: argparse.Namespace) -> int:
+    from bigbatch.launch import launch_dask, report
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    results = launch_dask(command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs)
+    return report(results)
+
+
 def _presets(args: argparse.Namespace) -> None:
     from bigbatch.presets import list_presets
 
@@ -322,6 +330,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", help="PNG to write (default RUN_DIR/plots.png)")
     pl.set_defaults(func=_plot)
 
+    la = sub.add_parser(
+        "launch", help="run bigbatch train on every worker of a cluster (Dask), ranks set as torchrun would"
+    )
+    engines = la.add_subparsers(dest="engine", metavar="ENGINE", required=True)
+    dk = engines.add_parser("dask", help="one rank per Dask worker: bigbatch launch dask --scheduler ADDR -- train ...")
+    dk.add_argument("--scheduler", help="the Dask scheduler's address, e.g. tcp://10.0.0.1:8786")
+    dk.add_argument("--local", type=int, default=0, help="instead: start a local cluster of N worker processes")
+    dk.add_argument("--nprocs", type=int, help="use the first N workers (default: all)")
+    dk.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- then the bigbatch command, e.g. -- train --preset digits"
+    )
+    dk.set_defaults(func=_launch)
+
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")
     i.add_argument("--verify", action="store_true", help="data file: recompute its content hash")
@@ -335,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        args.func(args)
+        status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
     except BigbatchError as e:
         print(f"bigbatch: error: {e}", file=sys.stderr)
         return 2
@@ -345,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bigbatch: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":
