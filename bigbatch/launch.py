@@ -11,15 +11,17 @@ period), so no rank is left waiting in a collective.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -102,14 +104,33 @@ def launch_dask(
                 for w, env in zip(workers, envs)
             ]
             try:
-                results = client.gather(futures)
+                with _sigterm_interrupts():
+                    results = client.gather(futures)
             except KeyboardInterrupt:
                 abort.set()  # every rank gets SIGTERM: they save a checkpoint together
+                print("bigbatch launch: stopping every rank (a second Ctrl-C stops waiting for them)", file=sys.stderr)
                 results = client.gather(futures)
             return [RankResult(int(env["RANK"]), w, rc, tail) for w, env, (rc, tail) in zip(workers, envs, results)]
     finally:
         if cluster is not None:
             cluster.close()
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM to the launcher (a batch system ending the job) stops the ranks as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _free_port() -> int:

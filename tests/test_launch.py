@@ -2,12 +2,16 @@
 one process; a failing rank stops the launch with its own one-line error."""
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from test_distributed import ARGS, max_rel, train
 
+import bigbatch.engine.state
 from bigbatch.launch import rank_environments
 
 distributed = pytest.importorskip("distributed")
@@ -44,14 +48,35 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
         )
         assert ok.returncode == 0, ok.stderr[-3000:]
         bad = launch(cluster.scheduler_address, "train", "model.name=nope", "--run-dir", str(tmp_path / "bad"))
+        stopped = stop_a_long_launch(cluster.scheduler_address, tmp_path / "long")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
-    assert bad.stderr.startswith("bigbatch: error: rank 0 on tcp://127.0.0.1:") and "no registered model" in bad.stderr
+    # Whichever rank failed first (the other may have been stopped by it before reading its config).
+    assert re.match(
+        r"bigbatch: error: rank [01] on tcp://127\.0\.0\.1:\d+: config key 'model.name' names no", bad.stderr
+    )
     # Same batch, micro-batch and data as one process with accumulation 4: the same weights.
     dask = tmp_path / "dask" / "checkpoints" / "000000.256"
     one = train(tmp_path / "one", 1, "train.batch=32", "train.micro_batch=8")
     for net in ("G", "D", "G_ema"):
         assert max_rel(one, dask, net) <= 1e-4, net
     assert '"world_size": 2' in (tmp_path / "dask" / "plan.json").read_text()
+    # SIGTERM to the launcher (or Ctrl-C) stops every rank: they save one checkpoint together and exit 0.
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert "stopping every rank" in stopped.stderr  # (the ranks print on their workers' stdout)
+    assert bigbatch.engine.state.find_checkpoint(tmp_path / "long").name != "000000.000"
+
+
+def stop_a_long_launch(scheduler, run_dir):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--scheduler", scheduler, "--", "train", *ARGS]
+    cmd += ["train.kimg=1000", "train.batch=32", "train.micro_batch=8", "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)  # training has started on both ranks
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=180)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize(
