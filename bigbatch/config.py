@@ -183,7 +183,7 @@ class DataConfig(Section):
             self._fail("resolution", f"must be a power of two of at least 4, got {self.resolution}")
         if self.workers < 0:
             self._fail("workers", f"must be a number of processes >= 0, got {self.workers}")
-        secrets = sorted(k for k in self.storage_options if k.lower() in CREDENTIAL_KEYS)
+        secrets = sorted(_credential_keys(self.storage_options))
         if secrets:
             self._fail(
                 "storage_options",
@@ -194,6 +194,17 @@ class DataConfig(Section):
 
 # Storage options that hold secrets: refused in configs (which are saved with every run).
 CREDENTIAL_KEYS = {"key", "secret", "token", "password", "session_token", "aws_access_key_id", "aws_secret_access_key"}
+
+
+def _credential_keys(options: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of credential keys in `options`, nested tables (client_kwargs, ...) included."""
+    found = []
+    for k, v in options.items():
+        if str(k).lower() in CREDENTIAL_KEYS:
+            found.append(prefix + str(k))
+        if isinstance(v, dict):
+            found += _credential_keys(v, f"{prefix}{k}.")
+    return found
 
 
 @dataclass

@@ -22,7 +22,7 @@ from bigbatch.data import BatchLoader, RankSampler, load_data
 from bigbatch.engine import dist, state
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.memory import Probe, format_bytes
-from bigbatch.engine.plan import make_plan
+from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.runs import read_metrics
@@ -33,6 +33,7 @@ from bigbatch.tasks.gan import GANTask
 def replicator_for(cfg: Config) -> Replicator:
     """The engine this process would train `cfg` with (joins torchrun's process group if there is one)."""
     t = cfg.train
+    check_schedule(cfg, dist.context(t.device))
     return Replicator(
         cfg.schedule().phases[0].batch,
         t.micro_batch,
@@ -49,12 +50,31 @@ def replicator_for(cfg: Config) -> Replicator:
     )
 
 
-def describe_plan(cfg: Config) -> str:
-    """The batch plan of `cfg` in one line, without building anything ("auto" is decided at start)."""
+def check_schedule(cfg: Config, ctx: dist.Context) -> None:
+    """Every phase's batch splits over this many processes (and the fixed micro-batch): checked before
+    anything is written, not when the phase begins hours later."""
+    for p in cfg.schedule().phases[1:]:
+        where = f"data.schedule's phase from {p.start / 1000:g} kimg"
+        if cfg.train.micro_batch == "auto":
+            if p.batch % ctx.world_size:
+                raise BigbatchError(f"{where} has batch {p.batch}, not a multiple of the {ctx.world_size} processes")
+        else:
+            try:
+                make_plan(p.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
+            except BigbatchError as e:
+                raise BigbatchError(f"{where}: {e}") from None
+
+
+def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
+    """The batch plan of `cfg` in one line (`plan`: as resolved at start; without it nothing is built
+    and "auto" is described as probed at start), then the batches of later phases."""
     ctx = dist.context(cfg.train.device)
+    check_schedule(cfg, ctx)
     phases = cfg.schedule().phases
     batch = phases[0].batch
-    if cfg.train.micro_batch == "auto":
+    if plan is not None:
+        line = plan.describe()
+    elif cfg.train.micro_batch == "auto":
         budget = cfg.train.memory_budget or "the device's memory"
         line = (
             f"batch {batch} = micro_batch auto (largest that fits {budget}, probed at start) x accumulation"
@@ -196,7 +216,8 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         d_ortho=t.d_ortho,
     )
     # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.
-    scorer = Scorer(cfg, data, rep.device, run) if cfg.eval.every_kimg else None
+    resumed_at = int((state.read_meta(ckpt) or {}).get("nimg", 0)) if resume else None
+    scorer = Scorer(cfg, data, rep.device, run, resumed_at, quiet) if cfg.eval.every_kimg else None
     saved_plan = _read_plan(run) if resume else {}
     if t.micro_batch == "auto" and saved_plan.get("world_size") == rep.world_size and "probes" in saved_plan:
         # A resumed run keeps its planned micro-batch: free memory varies, BN statistics must not.
@@ -290,8 +311,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
     loader = BatchLoader(data, sampler, cfg.data.workers, cfg.data.xflip, t.seed, pin_memory=rep.device.type == "cuda")
     if main:
         print(
-            f"Training {cfg.name} in {run}: {describe_plan(cfg) if len(schedule.phases) > 1 else plan.describe()}"
-            f"; {t.kimg:g} kimg",
+            f"Training {cfg.name} in {run}: {describe_plan(cfg, plan)}; {t.kimg:g} kimg",
             flush=True,
         )
     window = Window()
@@ -382,7 +402,7 @@ class Scorer:
     statistics are made when training starts, so missing weights or an unusable metric stop the run
     before it trains, not hours later at the first evaluation."""
 
-    def __init__(self, cfg: Config, data: Any, device: torch.device, run: Path):
+    def __init__(self, cfg: Config, data: Any, device: torch.device, run: Path, resumed_at: int | None, quiet: bool):
         from bigbatch.metrics import get_extractor, parse_metrics, reference_stats
         from bigbatch.metrics.evaluate import NAMES
         from bigbatch.metrics.inception import PTH_NAME, PTH_URL, weights_dir
@@ -391,11 +411,7 @@ class Scorer:
         self.data, self.device = data, device
         self.metric = e.best_metric()
         self.higher_is_better = self.metric == "is"
-        self.name, self.best = "", math.nan
-        best = state.best_checkpoint(run)
-        record = (state.read_meta(best) or {}).get("best", {}) if best is not None else {}
-        if isinstance(record.get("value"), (int, float)):
-            self.name, self.best = str(record.get("metric", "")), float(record["value"])
+        self.best = math.nan
         with self._rng_untouched():
             options = e.classifier_options()
             self.extractor = get_extractor(
@@ -408,9 +424,33 @@ class Scorer:
                     f"have no output layer: put {PTH_NAME} (from {PTH_URL}) in {weights_dir()}, or drop 'is'"
                 )
             self.reference = None
-            if {"fid", "kid"} & set(wanted):
-                self.reference = reference_stats(data, self.extractor, n=e.reference_n or None, batch_size=e.batch_size)
+            if {"fid", "kid"} & set(wanted):  # features of every reference image only for KID
+                self.reference = reference_stats(
+                    data, self.extractor, n=e.reference_n or None, batch_size=e.batch_size, features="kid" in wanted
+                )
         self.metric_name = NAMES[self.extractor.family][self.metric]
+        # What makes two scores comparable: a best kept under other settings does not count.
+        self.settings = {
+            "metric": self.metric_name,
+            "extractor": self.extractor.digest,
+            "n": e.n,
+            "seed": e.seed,
+            "truncation": str(e.truncation),
+            "reference_n": e.reference_n,
+            "standing_stats": e.standing_stats,
+        }
+        best = state.best_checkpoint(run)
+        meta = (state.read_meta(best) or {}) if best is not None else {}
+        record = meta.get("best") if isinstance(meta.get("best"), dict) else {}
+        if isinstance(record.get("value"), (int, float)):
+            if record.get("settings") != self.settings:
+                why = "was scored with other eval settings"
+            elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
+                why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"
+            else:
+                why, self.best = "", float(record["value"])
+            if why and not quiet:
+                print(f"{best} {why}: the next evaluation replaces it", flush=True)
 
     def _rng_untouched(self) -> Any:
         """Evaluation leaves training as it was: the global RNG (which training a classifier reseeds)
@@ -434,18 +474,17 @@ class Scorer:
 
     def improved(self, scores: dict[str, float]) -> bool:
         """Whether `scores` beat the best so far (and then become it)."""
-        name = self.metric_name
-        value = scores[name]
+        value = scores[self.metric_name]
         if not math.isfinite(value):
             return False
         better = (value > self.best) if self.higher_is_better else (value < self.best)
-        if math.isnan(self.best) or name != self.name or better:
-            self.name, self.best = name, value
+        if math.isnan(self.best) or better:
+            self.best = value
             return True
         return False
 
     def best_record(self) -> dict[str, Any]:
-        return {"metric": self.name, "value": self.best}
+        return {"metric": self.metric_name, "value": self.best, "settings": self.settings}
 
 
 class Window:
@@ -525,7 +564,7 @@ def resume_config(run: Path, cfg: Config) -> Config:
     """On resume the run's own config holds; only the run length and output cadences may change."""
     saved, given = flatten(Config.load(run / "config.toml").to_dict()), flatten(cfg.to_dict())
     changed = [k for k in given if given[k] != saved.get(k)]
-    fixed = [k for k in changed if k not in RESUMABLE_CHANGES]
+    fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
     if fixed:
         raise BigbatchError(
             f"the config differs from the run's in {', '.join(fixed)}; a resumed run may change only "

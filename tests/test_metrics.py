@@ -327,6 +327,20 @@ def test_reference_stats_are_computed_once_and_keyed_by_data_extractor_and_optio
     assert ext.seen == seen
     plain.images[1000, 3, 3, 0] ^= 1
     assert M.reference_stats(plain, ext, n=300).key != M.reference_stats(Images(digits16.images), ext, n=300).key
+    # FID-only statistics: the cached ones with features serve (their features dropped) ...
+    fid_only = M.reference_stats(digits16, ext, n=300, features=False)
+    assert fid_only.key == first.key and not fid_only.has_features and fid_only.n == 300
+    # ... else mu and sigma come from streamed sums, cached under their own key, without features.
+    seen = ext.seen
+    streamed = M.reference_stats(digits16, ext, n=299, features=False)
+    assert ext.seen == seen + 300 and not streamed.has_features  # 299 images and the first one again (the shift)
+    full = M.reference_stats(digits16, ext, n=299, cache=False)
+    assert np.allclose(streamed.mu, full.mu, rtol=1e-10) and np.allclose(
+        streamed.sigma, full.sigma, rtol=1e-8, atol=1e-12
+    )
+    assert M.reference_stats(digits16, ext, n=299, features=False).key == streamed.key  # from the cache
+    with pytest.raises(bigbatch.BigbatchError, match="computed for FID only"):
+        M.score({"pool": torch.from_numpy(full.features)}, streamed, "kid", "classifier")
     # A data set that knows its content hash (an HDF5 file's) is trusted, not hashed again.
     plain.content_hash = "h5:abc"
     assert M.data_digest(plain) == "h5:abc"
@@ -354,7 +368,8 @@ def _shard_worker(rank, world, port, out):
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     try:
         feats = M.extract_sharded(_MeanExtractor(), 5, _images_at, batch_size=2)
-        torch.save(feats, f"{out}/{rank}.pt")
+        mu, sigma = M.moments_sharded(_MeanExtractor(), 5, _images_at, batch_size=2)
+        torch.save({**feats, "mu": torch.from_numpy(mu), "sigma": torch.from_numpy(sigma)}, f"{out}/{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
 
@@ -380,6 +395,9 @@ def test_feature_extraction_split_across_ranks_equals_one_process(tmp_path):
     torch.multiprocessing.spawn(_shard_worker, args=(2, port, str(tmp_path)), nprocs=2)
     one = M.extract_sharded(_MeanExtractor(), 5, _images_at, batch_size=2)
     assert torch.allclose(one["pool"], torch.arange(5.0)[:, None].expand(-1, 3) * 10)
+    mu, sigma = M.feature_stats(one["pool"])
     for rank in (0, 1):
         two = torch.load(tmp_path / f"{rank}.pt", weights_only=True)
         assert all(torch.equal(two[k], one[k]) for k in one)
+        # FID-only statistics from sums reduced across ranks equal those of the gathered features.
+        assert np.allclose(two["mu"].numpy(), mu, rtol=1e-12) and np.allclose(two["sigma"].numpy(), sigma, rtol=1e-12)

@@ -38,20 +38,29 @@ def phased(tiny):
     return tiny.override({"data.schedule": [{}, {"kimg": 0.256, "batch": 64}]})
 
 
-def test_dynamic_batch_switches_at_the_phase_boundary_and_resumes_bit_identical(phased, tmp_path, capsys):
-    whole = bigbatch.train(phased, run_dir=tmp_path / "whole")
+@pytest.mark.parametrize(
+    "settings, plan, steps, stop",
+    [
+        # micro-batch 16 stays, accumulation 2 -> 4; stopped and resumed inside the second phase
+        ({}, "micro_batch 16 x accumulation 4", [4, 8, 10, 12], 0.384),
+        # "auto" plans 32 on the first phase's share and keeps it; 2 D steps per G step; resumed at the boundary
+        ({"train.micro_batch": "auto", "train.d_steps": 2}, "micro_batch 32 x accumulation 2", [2, 4, 5, 6], 0.256),
+    ],
+)
+def test_dynamic_batch_switches_at_the_phase_boundary_and_resumes_bit_identical(
+    phased, settings, plan, steps, stop, tmp_path, capsys
+):
+    cfg = phased.override(settings)
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole")
     out = capsys.readouterr().out
-    assert "kimg 0.256: data.schedule phase begins: batch 64 = micro_batch 16 x accumulation 4" in out
+    assert f"kimg 0.256: data.schedule phase begins: batch 64 = {plan}" in out
     rows = read_metrics(whole / "metrics.jsonl")
-    assert [(r["kimg"], r["batch"], r["step"]) for r in rows] == [
-        (0.128, 32, 4),
-        (0.256, 32, 8),
-        (0.384, 64, 10),
-        (0.512, 64, 12),
-    ]
+    assert [(r["kimg"], r["batch"], r["step"]) for r in rows] == list(
+        zip([0.128, 0.256, 0.384, 0.512], [32, 32, 64, 64], steps)
+    )
     parts = tmp_path / "parts"
-    bigbatch.train(phased.override({"train.kimg": 0.384}), run_dir=parts, quiet=True)  # stops inside phase 1
-    bigbatch.train(phased, run_dir=parts, resume=True, quiet=True)
+    bigbatch.train(cfg.override({"train.kimg": stop}), run_dir=parts, quiet=True)
+    bigbatch.train(cfg, run_dir=parts, resume=True, quiet=True)
     assert weights(parts, "000000.512") == weights(whole, "000000.512")
 
 
@@ -60,7 +69,8 @@ def test_a_run_resumes_only_with_its_own_schedule(phased, tiny, tmp_path, capsys
     with pytest.raises(bigbatch.BigbatchError, match="data.schedule"):
         bigbatch.train(phased, run_dir=tmp_path / "r", resume=True, quiet=True)
     # Reading settings may change on resume: they do not change what is trained.
-    bigbatch.train(tiny.override({"data.workers": 1}), run_dir=tmp_path / "r", resume=True, quiet=True)
+    reading = {"data.workers": 1, "data.storage_options": {"endpoint_url": "http://127.0.0.1:9"}}
+    bigbatch.train(tiny.override(reading), run_dir=tmp_path / "r", resume=True, quiet=True)
 
 
 @pytest.mark.parametrize(
@@ -71,6 +81,10 @@ def test_a_run_resumes_only_with_its_own_schedule(phased, tiny, tmp_path, capsys
         ("data.schedule=[{kimg=0},{kimg=2,batchsize=8}]", "data.schedule[1]': unknown keys ['batchsize']"),
         ("data.schedule=[{kimg=0},{kimg=0,batch=64}]", "phase 1 must start after phase 0"),
         ('data.storage_options={secret="s3cr3t"}', "holds credentials (secret)"),
+        (
+            'data.storage_options={client_kwargs={aws_secret_access_key="s3cr3t"}}',
+            "holds credentials (client_kwargs.aws_secret_access_key)",
+        ),
         ("data.workers=-1", "data.workers"),
     ],
 )
@@ -87,3 +101,14 @@ def test_schedule_round_trips_through_the_saved_config(phased, tmp_path):
     saved = bigbatch.Config.load(run / "config.toml")
     assert [(p.start, p.batch) for p in saved.schedule().phases] == [(0, 32), (256, 64)]
     assert json.loads((run / "plan.json").read_text())["batch"] == 32
+
+
+def test_a_phase_batch_that_cannot_split_over_the_processes_stops_before_anything_is_written(monkeypatch, capsys):
+    # Under torchrun with 2 processes (the environment is all the check reads), a later phase of 48
+    # images does not split into micro-batches of 16 on each: refused up front, not hours later.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    args = ["train", "data.resolution=16", "train.batch=32", "train.micro_batch=16", "data.schedule=0:16:32,1:16:48"]
+    assert main([*args, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "phase from 1 kimg" in err and "micro_batch x world_size = 16 x 2" in err and err.count("\n") == 1, err

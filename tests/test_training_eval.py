@@ -5,6 +5,7 @@ The offline classifier stands in for the Inception here (a few seconds instead o
 import json
 
 import pytest
+import torch
 
 import bigbatch
 from bigbatch.cli import main
@@ -46,7 +47,7 @@ def test_scores_are_logged_and_the_best_checkpoint_kept(scored, tiny, tmp_path, 
     best = run / "checkpoints" / "best"
     meta = json.loads((best / "meta.json").read_text())
     winner = min(rows, key=lambda r: r["fcd"])
-    assert meta["best"] == {"metric": "fcd", "value": winner["fcd"]} and meta["kimg"] == winner["kimg"]
+    assert meta["best"]["metric"] == "fcd" and meta["best"]["value"] == winner["fcd"] and meta["kimg"] == winner["kimg"]
     # checkpoint.keep=1 prunes the periodic checkpoints, never best/.
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir()) == ["000000.512", "best"]
     assert main(["sample", str(best), "--out", "best.png"]) == 0
@@ -57,6 +58,8 @@ def test_scores_are_logged_and_the_best_checkpoint_kept(scored, tiny, tmp_path, 
     # Evaluating (standing statistics included, on a copy) changes nothing that training computes.
     plain = bigbatch.train(tiny, run_dir=tmp_path / "plain", quiet=True)
     assert weights(run / "checkpoints" / "000000.512") == weights(plain / "checkpoints" / "000000.512")
+    saved = [torch.load(r / "checkpoints" / "000000.512" / "state.pt", weights_only=True) for r in (run, plain)]
+    assert torch.equal(saved[0]["rng_cpu"], saved[1]["rng_cpu"])  # the global RNG too (classifier training seeds it)
     # `bigbatch eval` on the best checkpoint, with the run's eval settings, gives the logged score.
     capsys.readouterr()
     assert main(["eval", str(best), "--metrics", "fid", "--n", "96"]) == 0
@@ -64,20 +67,32 @@ def test_scores_are_logged_and_the_best_checkpoint_kept(scored, tiny, tmp_path, 
     assert again["fcd"] == pytest.approx(winner["fcd"], rel=1e-6)
 
 
-def test_the_best_survives_a_resume(scored, tmp_path):
+def best_meta(run):
+    return json.loads((run / "checkpoints" / "best" / "meta.json").read_text())
+
+
+def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored, tmp_path, capsys):
     run = tmp_path / "run"
-    bigbatch.train(
-        scored.override({"train.kimg": 0.256, "eval.metrics": "is,fid", "eval.best": "cs"}), run_dir=run, quiet=True
-    )
-    first = json.loads((run / "checkpoints" / "best" / "meta.json").read_text())
-    assert first["best"]["metric"] == "cs" and first["kimg"] == 0.256
-    # Higher is better for IS; the resumed run compares against the value kept in best/.
-    bigbatch.train(scored.override({"eval.metrics": "is,fid", "eval.best": "cs"}), run_dir=run, resume=True, quiet=True)
+    cfg = scored.override({"eval.metrics": "is,fid", "eval.best": "cs", "checkpoint.keep": 3})  # higher is better
+    bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=run, quiet=True)
+    assert best_meta(run)["kimg"] == 0.256 and best_meta(run)["best"]["metric"] == "cs"
+    # An unbeatable best is kept through a resume: the resumed run compares against best/.
+    meta = best_meta(run)
+    meta["best"]["value"] = 1e9
+    (run / "checkpoints" / "best" / "meta.json").write_text(json.dumps(meta))
+    bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
+    assert best_meta(run)["kimg"] == 0.256 and best_meta(run)["best"]["value"] == 1e9
+    # Scores under other settings (here fewer samples) are not compared with it: the next one replaces it.
+    bigbatch.train(cfg.override({"train.kimg": 0.768, "eval.n": 64}), run_dir=run, resume=True)
+    assert "was scored with other eval settings" in capsys.readouterr().out
+    assert best_meta(run)["kimg"] == 0.768 and best_meta(run)["best"]["settings"]["n"] == 64
+    # A best later than the checkpoint resumed from belongs to training that a crash discarded.
+    (run / "checkpoints" / "latest").write_text("000000.512\n")
+    bigbatch.train(cfg.override({"train.kimg": 0.768, "eval.n": 64}), run_dir=run, resume=True)
+    assert "later than the checkpoint resumed from" in capsys.readouterr().out
     rows = eval_rows(run)
-    assert [r["kimg"] for r in rows] == [0.256, 0.512]
-    meta = json.loads((run / "checkpoints" / "best" / "meta.json").read_text())
-    winner = max(rows, key=lambda r: r["cs"])
-    assert meta["best"]["value"] == winner["cs"] and meta["kimg"] == winner["kimg"]
+    assert [r["kimg"] for r in rows] == [0.256, 0.512, 0.768]  # the discarded rows are gone from the log
+    assert best_meta(run)["kimg"] == 0.768 and best_meta(run)["best"]["value"] == rows[-1]["cs"]
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,7 @@ class BatchLoader:
             prefetch_factor=prefetch if workers else None,
             multiprocessing_context=context if workers else None,
             pin_memory=pin_memory,
+            generator=torch.Generator(),  # its base seed is unused here: leave the global RNG alone
         )
         self._it: Iterator[Batch] | None = None
 

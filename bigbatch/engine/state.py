@@ -80,13 +80,15 @@ def save_best(
     config_text: str,
     info: dict[str, Any],
 ) -> Path:
-    """Replace RUN/checkpoints/best/ with the checkpoint at `nimg` (a full one: sample, eval, fine-tune
-    and resume all take it). The new folder is complete before the old one moves aside; the old
+    """Replace RUN/checkpoints/best/ with the checkpoint at `nimg` (a full one, with the optimizer
+    state: sample, eval and --init-from take it). The new folder is complete before the old one moves aside; the old
     one is deleted last, and `best_checkpoint` falls back to it if a crash came in between."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     tmp = _write_folder(root, BEST, nimg, nets, state, config_text, info)
     final, old = root / BEST, root / f".{BEST}-old"
+    if not final.exists() and is_complete(old):  # a crash came between the renames last time
+        os.replace(old, final)
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         os.replace(final, old)

@@ -14,6 +14,7 @@ from bigbatch.metrics.extractors import (
     extract,
     extract_sharded,
     get_extractor,
+    moments_sharded,
     preprocess,
     resize_tf_bilinear,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "inception_score",
     "kid",
     "load_stats",
+    "moments_sharded",
     "parse_metrics",
     "preprocess",
     "reference_stats",

@@ -62,6 +62,11 @@ def score(
         if metric == "fid":
             out[names["fid"]] = frechet_distance(*feature_stats(features["pool"]), reference.mu, reference.sigma)
         elif metric == "kid":
+            if not reference.has_features:
+                raise BigbatchError(
+                    f"{names['kid']} needs the reference images' features; these statistics were computed "
+                    "for FID only (reference_stats(..., features=True) keeps them)"
+                )
             mean, std = kid(features["pool"], reference.features, kid_subsets, kid_subset_size, seed=seed)
             out[names["kid"]], out[names["kid"] + "_std"] = mean, std
         elif metric == "is":
@@ -131,6 +136,6 @@ def evaluate(
     ext = get_extractor(extractor, device=device, data=data)
     ref = None
     if "fid" in wanted or "kid" in wanted:
-        ref = reference_stats(data, ext, n=reference_n, batch_size=batch_size, cache=cache)
+        ref = reference_stats(data, ext, n=reference_n, batch_size=batch_size, cache=cache, features="kid" in wanted)
     feats = generated_features(G, ext, n, seed, truncation, batch_size)
     return score(feats, ref, wanted, ext.family, is_splits, kid_subsets, kid_subset_size)

@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as td
 
@@ -262,3 +263,38 @@ def extract_sharded(
         td.all_gather(gathered, shard)
         out[key] = torch.cat(gathered)[:n].cpu()
     return out
+
+
+def moments_sharded(
+    extractor: Extractor, n: int, images_at: Callable[[int, int], torch.Tensor], batch_size: int = 64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean (D,) and unbiased covariance (D, D), float64, of the "pool" features of images 0 .. n-1,
+    each rank summing its contiguous shard: only the sums (D + D^2 numbers) cross ranks, never the
+    features, so FID statistics of a million images need no (N, D) matrix anywhere. Sums are taken
+    around the first image's features, which keeps the float64 covariance accurate for any N."""
+    if n < 2:
+        raise BigbatchError(f"need at least two images for a covariance, got n={n}")
+    if batch_size < 1:
+        raise BigbatchError(f"batch_size must be positive, got {batch_size}")
+    world = td.get_world_size() if dist.active() else 1
+    rank = td.get_rank() if dist.active() else 0
+    per = -(-n // world)
+    lo, hi = min(rank * per, n), min((rank + 1) * per, n)
+    shift = extractor(images_at(0, 1))["pool"].double().reshape(-1)  # the same on every rank
+    total = torch.zeros(shift.numel(), dtype=torch.float64)
+    outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
+    for start in range(lo, hi, batch_size):
+        x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
+        total += x.sum(0)
+        outer += x.T @ x
+    if world > 1:
+        device = (
+            torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")
+        )
+        flat = torch.cat([total, outer.reshape(-1)]).to(device)
+        td.all_reduce(flat)
+        flat = flat.cpu()
+        total, outer = flat[: total.numel()], flat[total.numel() :].view_as(outer)
+    mean = total / n
+    cov = (outer - n * torch.outer(mean, mean)) / (n - 1)
+    return (mean + shift).numpy(), ((cov + cov.T) / 2).numpy()

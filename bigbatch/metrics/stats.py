@@ -15,7 +15,7 @@ import torch
 from bigbatch.engine import dist
 from bigbatch.engine.state import atomic_write
 from bigbatch.errors import BigbatchError
-from bigbatch.metrics.extractors import Extractor, extract_sharded
+from bigbatch.metrics.extractors import Extractor, extract_sharded, moments_sharded
 from bigbatch.metrics.fid import feature_stats
 from bigbatch.metrics.inception import cache_dir
 
@@ -36,7 +36,13 @@ class ReferenceStats:
 
     @property
     def n(self) -> int:
-        return int(self.features.shape[0])
+        """Images the statistics were computed from."""
+        return int(self.meta.get("n", self.features.shape[0]))
+
+    @property
+    def has_features(self) -> bool:
+        """False for FID-only statistics (mu and sigma, no per-image features for KID)."""
+        return self.features.shape[0] > 0
 
 
 def data_digest(data: object) -> str:
@@ -52,10 +58,12 @@ def data_digest(data: object) -> str:
     return h.hexdigest()
 
 
-def stats_key(data_hash: str, extractor: Extractor, n: int, subset_seed: int | None) -> str:
+def stats_key(data_hash: str, extractor: Extractor, n: int, subset_seed: int | None, features: bool = True) -> str:
     """The cache key: what decides the statistics, and nothing else (not the batch size: results do not
     depend on it)."""
     parts = {"version": STATS_VERSION, "data": data_hash, "extractor": extractor.digest, "n": n, "seed": subset_seed}
+    if not features:
+        parts["features"] = False  # FID-only statistics, computed by streaming sums
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
 
 
@@ -86,19 +94,36 @@ def reference_stats(
     batch_size: int = 64,
     cache: bool = True,
     folder: str | Path | None = None,
+    features: bool = True,
 ) -> ReferenceStats:
     """The reference statistics of `data` (all images, or a seeded subset of n) under `extractor`,
-    from the cache when computed before. `folder` overrides the cache folder."""
+    from the cache when computed before. `folder` overrides the cache folder.
+
+    features=False (enough for FID) keeps no per-image features: mu and sigma come from sums
+    reduced across ranks, so a million-image data set costs a D x D matrix, not an (N, D) one; cached
+    statistics with features are used (and their features dropped) when present."""
     if len(data) < 2:
         raise BigbatchError(f"reference statistics need at least 2 images; the data set has {len(data)}")
     index = subset_indices(len(data), n, seed)
     subset_seed = seed if len(index) < len(data) else None
-    key = stats_key(data_digest(data), extractor, len(index), subset_seed)
-    path = (Path(folder) if folder is not None else cache_dir() / "stats") / f"{key}.safetensors"
+    digest = data_digest(data)
+    root = Path(folder) if folder is not None else cache_dir() / "stats"
+    full = root / f"{stats_key(digest, extractor, len(index), subset_seed)}.safetensors"
     # Every rank must take the same branch: computing is collective (extraction is split across ranks).
-    if cache and dist.agree(path.is_file()):
+    if cache and dist.agree(full.is_file()):
+        stats = load_stats(full)
+        if not features:
+            stats.features = stats.features[:0]
+        return stats
+    key = stats_key(digest, extractor, len(index), subset_seed, features)
+    path = root / f"{key}.safetensors"
+    if not features and cache and dist.agree(path.is_file()):
         return load_stats(path)
-    mu, sigma, feats = compute_stats(data, extractor, index, batch_size)
+    if features:
+        mu, sigma, feats = compute_stats(data, extractor, index, batch_size)
+    else:
+        mu, sigma = moments_sharded(extractor, len(index), lambda s, c: data.get(index[s : s + c])[0], batch_size)
+        feats = np.zeros((0, mu.shape[0]), np.float32)
     meta = {
         "source": str(getattr(data, "source", "")),
         "extractor": extractor.name,
