@@ -224,10 +224,14 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from bigbatch.launch import launch_dask, report
+    from bigbatch.launch import launch_dask, launch_ray, report
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    results = launch_dask(command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs)
+    if args.engine == "ray":
+        gpus = args.gpus_per_rank
+        results = launch_ray(command, address=args.address, local=args.local, nprocs=args.nprocs, gpus_per_rank=gpus)
+    else:
+        results = launch_dask(command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs)
     return report(results)
 
 
@@ -331,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=_plot)
 
     la = sub.add_parser(
-        "launch", help="run bigbatch train on every worker of a cluster (Dask), ranks set as torchrun would"
+        "launch", help="run bigbatch train on every worker of a cluster (Dask or Ray), ranks set as torchrun would"
     )
     engines = la.add_subparsers(dest="engine", metavar="ENGINE", required=True)
     dk = engines.add_parser("dask", help="one rank per Dask worker: bigbatch launch dask --scheduler ADDR -- train ...")
@@ -342,6 +346,15 @@ def build_parser() -> argparse.ArgumentParser:
         "command", nargs=argparse.REMAINDER, help="-- then the bigbatch command, e.g. -- train --preset digits"
     )
     dk.set_defaults(func=_launch)
+    ry = engines.add_parser("ray", help="one rank per Ray actor: bigbatch launch ray --address auto -- train ...")
+    ry.add_argument("--address", help="the Ray cluster: auto (this node's), or ray://HEAD:10001")
+    ry.add_argument("--local", type=int, default=0, help="instead: start a local Ray instance with N CPU ranks")
+    ry.add_argument("--nprocs", type=int, help="ranks (default: one per GPU of the cluster, or --local N)")
+    ry.add_argument("--gpus-per-rank", type=float, help="GPUs each rank holds (default: 1 if the cluster has GPUs)")
+    ry.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- then the bigbatch command, e.g. -- train --preset digits"
+    )
+    ry.set_defaults(func=_launch)
 
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")

@@ -79,11 +79,39 @@ def stop_a_long_launch(scheduler, run_dir):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def test_ray_actors_train_the_weights_of_one_process(tmp_path):
+    pytest.importorskip("ray")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    base = [sys.executable, "-m", "bigbatch.cli", "launch", "ray", "--local", "2", "--", "train"]
+    ok = subprocess.run(
+        [*base, *ARGS, "train.batch=32", "train.micro_batch=8", "--run-dir", str(tmp_path / "ray")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "Done:" in ok.stdout  # rank 0's output reaches the launcher
+    one = train(tmp_path / "one", 1, "train.batch=32", "train.micro_batch=8")
+    for net in ("G", "D", "G_ema"):
+        assert max_rel(one, tmp_path / "ray" / "checkpoints" / "000000.256", net) <= 1e-4, net
+    bad = subprocess.run(
+        [*base, "model.name=nope", "--run-dir", str(tmp_path / "bad")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert re.match(r"bigbatch: error: rank [01] on ray://[\d.]+:[01]: config key 'model.name' names no", bad.stderr)
+
+
 @pytest.mark.parametrize(
     "args, words",
     [
         (["launch", "dask", "--", "train"], "--scheduler tcp://HOST:8786) or --local N"),
         (["launch", "dask", "--local", "1"], "nothing to launch"),
+        (["launch", "ray", "--", "train"], "--address auto or ray://HEAD:10001) or --local N"),
     ],
 )
 def test_launcher_usage_errors_are_one_line(args, words, capsys):
