@@ -148,8 +148,9 @@ def _stats(args: argparse.Namespace) -> None:
     resolution = args.resolution or (read_meta(args.data)["resolution"] if _is_data_file(args.data) else 32)
     data = load_data(args.data, resolution)
     ext = get_extractor(args.extractor, data=data)
-    stats = reference_stats(data, ext, n=args.n)
-    print(f"reference statistics of {args.data} with {ext.name}: {stats.features.shape[0]} images, key {stats.key}")
+    stats = reference_stats(data, ext, n=args.n, features=args.kid)
+    kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
+    print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; key {stats.key}")
 
 
 def _eval(args: argparse.Namespace) -> None:
@@ -226,12 +227,16 @@ def _plot(args: argparse.Namespace) -> None:
 def _launch(args: argparse.Namespace) -> int:
     from bigbatch.launch import launch_dask, launch_ray, report
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.launched[1:] if args.launched[:1] == ["--"] else args.launched
+    if args.grace < 0:
+        raise BigbatchError(f"--grace must be a number of seconds >= 0, got {args.grace:g}")
     if args.engine == "ray":
         gpus = args.gpus_per_rank
-        results = launch_ray(command, address=args.address, local=args.local, nprocs=args.nprocs, gpus_per_rank=gpus)
+        results = launch_ray(
+            command, address=args.address, local=args.local, nprocs=args.nprocs, gpus_per_rank=gpus, grace=args.grace
+        )
     else:
-        results = launch_dask(command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs)
+        results = launch_dask(command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs, grace=args.grace)
     return report(results)
 
 
@@ -313,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--extractor", default="auto", help="auto, inception, inception-torchscript or classifier")
     st.add_argument("--n", type=int, help="images to use (default: all)")
     st.add_argument("--resolution", type=int, help="builtin data sets: the side to make them at (default 32)")
+    st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID needs")
     st.set_defaults(func=_stats)
 
     ev = sub.add_parser("eval", help="score a run's EMA generator: FID, IS, KID (or fcd with the classifier)")
@@ -342,8 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
     dk.add_argument("--scheduler", help="the Dask scheduler's address, e.g. tcp://10.0.0.1:8786")
     dk.add_argument("--local", type=int, default=0, help="instead: start a local cluster of N worker processes")
     dk.add_argument("--nprocs", type=int, help="use the first N workers (default: all)")
+    dk.add_argument("--grace", type=float, default=60.0, help="seconds a stopped rank may take to save (then SIGKILL)")
     dk.add_argument(
-        "command", nargs=argparse.REMAINDER, help="-- then the bigbatch command, e.g. -- train --preset digits"
+        "launched",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the bigbatch command, e.g. -- train --preset digits",
     )
     dk.set_defaults(func=_launch)
     ry = engines.add_parser("ray", help="one rank per Ray actor: bigbatch launch ray --address auto -- train ...")
@@ -351,8 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     ry.add_argument("--local", type=int, default=0, help="instead: start a local Ray instance with N CPU ranks")
     ry.add_argument("--nprocs", type=int, help="ranks (default: one per GPU of the cluster, or --local N)")
     ry.add_argument("--gpus-per-rank", type=float, help="GPUs each rank holds (default: 1 if the cluster has GPUs)")
+    ry.add_argument("--grace", type=float, default=60.0, help="seconds a stopped rank may take to save (then SIGKILL)")
     ry.add_argument(
-        "command", nargs=argparse.REMAINDER, help="-- then the bigbatch command, e.g. -- train --preset digits"
+        "launched",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the bigbatch command, e.g. -- train --preset digits",
     )
     ry.set_defaults(func=_launch)
 

@@ -4,11 +4,12 @@ MASTER_ADDR, MASTER_PORT).
 
 Dask and Ray only place the processes: training itself is the same torch.distributed program as under
 torchrun (NCCL on GPUs, gloo on CPUs), so it trains the same weights. Each rank runs in a child
-process of its worker, so a crash cannot take the worker down and the worker's own threads and
-heartbeats are untouched (a Ray actor holds one CPU and its GPUs for its rank). When one rank
-fails, or the launcher is interrupted, every other rank is stopped (SIGTERM first: all ranks then
-save a checkpoint together and exit; SIGKILL after a grace period), so no rank is left waiting in a
-collective.
+process of its worker, in a session of its own (a Ctrl-C in the launcher's terminal reaches it only
+through the launcher) and bound to its worker (it gets SIGTERM if the worker dies). When one rank
+fails, a worker is lost, or the launcher gets Ctrl-C or SIGTERM, every other rank gets SIGTERM and,
+after `grace` seconds, SIGKILL, so no rank is left waiting in a collective. Stopped by the launcher,
+the ranks save a checkpoint together; after a rank has failed the others usually cannot (their
+collectives with it break), and the run resumes from its last periodic checkpoint.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from urllib.parse import urlparse
 from bigbatch.errors import BigbatchError
 
 GRACE_SECONDS = 60.0  # after SIGTERM, how long a rank may take to save its checkpoint
+LOST = 1  # the exit status reported for a rank whose worker (or actor) was lost: it never told its own
 
 
 @dataclass(frozen=True)
@@ -40,28 +42,43 @@ class RankResult:
     worker: str
     returncode: int
     stderr_tail: str
+    ended: float = 0.0
+    """time.time() when the rank's process ended (or was found lost)."""
+    stopped: bool = False
+    """Whether the launcher stopped it (another rank failed, or the launcher was interrupted)."""
 
 
-def rank_environments(workers: Sequence[str], master_port: int, pinned_gpu: Sequence[bool]) -> list[dict[str, str]]:
-    """The torch.distributed environment of each worker's process, rank = position in `workers`.
+def rank_environments(workers: Sequence[str], master_port: int, visible_gpus: Sequence[str]) -> list[dict[str, str]]:
+    """The torch.distributed environment of each worker's process, rank = position in `workers`
+    (addresses like tcp://HOST:PORT); `visible_gpus` is each worker's CUDA_VISIBLE_DEVICES ("" if unset).
 
-    LOCAL_RANK counts the workers on the same host (it picks the GPU), except on a worker whose GPU
-    is already pinned by CUDA_VISIBLE_DEVICES (dask-cuda's workers): there it is 0, its first device."""
+    LOCAL_RANK counts the workers on the same host and picks the GPU, unless the workers of a host
+    have each been given a GPU of their own (dask-cuda rotates CUDA_VISIBLE_DEVICES so that each
+    worker's own GPU comes first; Ray sets it per actor): then each rank sees only that GPU, as device 0."""
     hosts = [urlparse(w).hostname or w for w in workers]
+    firsts = [v.split(",")[0].strip() for v in visible_gpus]
     envs = []
     for rank, host in enumerate(hosts):
-        local = hosts[:rank].count(host)
-        envs.append(
-            {
-                "RANK": str(rank),
-                "WORLD_SIZE": str(len(workers)),
-                "LOCAL_RANK": "0" if pinned_gpu[rank] else str(local),
-                "LOCAL_WORLD_SIZE": str(hosts.count(host)),
-                "MASTER_ADDR": hosts[0],
-                "MASTER_PORT": str(master_port),
-            }
-        )
+        same = [firsts[i] for i, h in enumerate(hosts) if h == host]
+        pinned = all(same) and len(set(same)) == len(same)
+        env = {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(len(workers)),
+            "LOCAL_RANK": "0" if pinned else str(hosts[:rank].count(host)),
+            "LOCAL_WORLD_SIZE": str(len(same)),
+            "MASTER_ADDR": hosts[0],
+            "MASTER_PORT": str(master_port),
+        }
+        if pinned:
+            env["CUDA_VISIBLE_DEVICES"] = firsts[rank]
+        envs.append(env)
     return envs
+
+
+def _command(args: Sequence[str]) -> list[str]:
+    if not args:
+        raise BigbatchError("nothing to launch: add the bigbatch command after '--', e.g. -- train --preset digits")
+    return list(args)
 
 
 def launch_dask(
@@ -69,6 +86,7 @@ def launch_dask(
     scheduler: str | None = None,
     local: int = 0,
     nprocs: int | None = None,
+    grace: float = GRACE_SECONDS,
 ) -> list[RankResult]:
     """Run `bigbatch ARGS` (e.g. ["train", "--preset", "digits"]) on the workers of the Dask cluster at
     `scheduler` (or of a LocalCluster of `local` worker processes), one rank per worker (the first
@@ -79,15 +97,14 @@ def launch_dask(
         raise BigbatchError("the Dask launcher needs dask.distributed: pip install 'bigbatch[dask]'") from None
     if (scheduler is None) == (local < 1):
         raise BigbatchError("give the Dask scheduler's address (--scheduler tcp://HOST:8786) or --local N, not both")
-    if not args:
-        raise BigbatchError("nothing to launch: add the bigbatch command after '--', e.g. -- train --preset digits")
+    args = _command(args)
     cluster = None
     try:
         if local:
             cluster = LocalCluster(n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None)
         try:
             client = Client(cluster if cluster is not None else scheduler, timeout="20s")
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, ValueError) as e:
             raise BigbatchError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
         with client:
             workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
@@ -98,20 +115,55 @@ def launch_dask(
             if not workers:
                 raise BigbatchError(f"the Dask cluster at {scheduler} has no workers")
             port = client.submit(_free_port, workers=[workers[0]], pure=False).result()
-            pinned = client.run(_gpu_pinned, workers=workers)
-            envs = rank_environments(workers, port, [pinned[w] for w in workers])
+            visible = client.run(_visible_gpus, workers=workers)
+            envs = rank_environments(workers, port, [visible[w] for w in workers])
             abort = Event(f"bigbatch-abort-{uuid.uuid4().hex}", client=client)
             futures = [
                 client.submit(
-                    _dask_rank, list(args), env, abort.name, workers=[w], allow_other_workers=False, pure=False
+                    _dask_rank, args, env, abort.name, grace, workers=[w], allow_other_workers=False, pure=False
                 )
                 for w, env in zip(workers, envs)
             ]
-            results = _wait(lambda: client.gather(futures), abort.set)
-            return [RankResult(int(env["RANK"]), w, rc, tail) for w, env, (rc, tail) in zip(workers, envs, results)]
+
+            def poll() -> list[tuple | None]:
+                try:
+                    alive = set(client.scheduler_info(n_workers=-1)["workers"])
+                except Exception:  # noqa: BLE001 - the scheduler is gone: so is every rank's worker
+                    alive = set()
+                out: list[tuple | None] = []
+                for f, w in zip(futures, workers):
+                    if f.status == "finished":
+                        out.append(f.result())
+                    elif f.status in ("error", "lost", "cancelled") or w not in alive:
+                        out.append((LOST, f"its Dask worker {w} was lost ({f.status})", time.time(), False))
+                    else:
+                        out.append(None)
+                return out
+
+            results = _wait(poll, abort.set, grace)
+            return _results(workers, envs, results)
     finally:
         if cluster is not None:
-            cluster.close()
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=30)
+
+
+def ray_ranks(resources: dict[str, float], nprocs: int | None, gpus_per_rank: float | None) -> tuple[int, float]:
+    """(ranks, GPUs per rank) for a Ray cluster with `resources`: by default one rank per GPU, or CPU
+    ranks where there is none (then --nprocs is needed); checked against what the cluster holds."""
+    gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
+    per_rank = (1.0 if gpus else 0.0) if gpus_per_rank is None else gpus_per_rank
+    if not 0 <= per_rank <= 1:
+        raise BigbatchError(f"--gpus-per-rank must be in [0, 1] (a rank trains on one GPU), got {per_rank:g}")
+    n = nprocs if nprocs is not None else (int(gpus // per_rank) if per_rank else 0)
+    if n < 1:
+        raise BigbatchError(f"the Ray cluster has no GPUs ({resources}): give the number of CPU ranks with --nprocs N")
+    if n > cpus or n * per_rank > gpus:
+        raise BigbatchError(
+            f"{n} ranks of 1 CPU and {per_rank:g} GPU do not fit the Ray cluster's {cpus:g} CPUs and {gpus:g} GPUs; "
+            "lower --nprocs or --gpus-per-rank"
+        )
+    return n, per_rank
 
 
 def launch_ray(
@@ -120,11 +172,12 @@ def launch_ray(
     local: int = 0,
     nprocs: int | None = None,
     gpus_per_rank: float | None = None,
+    grace: float = GRACE_SECONDS,
 ) -> list[RankResult]:
-    """Run `bigbatch ARGS` as `nprocs` ranks on a Ray cluster (`address`, e.g. "auto" or
-    "ray://HEAD:10001"), or on a local Ray instance with `local` ranks. Each rank is an actor holding
-    one CPU and `gpus_per_rank` GPUs (default: 1 when the cluster has GPUs), placed by a PACK
-    placement group so that ranks on one node are neighbours; ranks are ordered by node."""
+    """Run `bigbatch ARGS` as ranks on a Ray cluster (`address`, e.g. "auto" or "ray://HEAD:10001"),
+    or on a local Ray instance with `local` CPU ranks (GPUs only with `gpus_per_rank`). Each rank is an
+    actor holding one CPU and `gpus_per_rank` of a GPU (default: 1 when the cluster has GPUs; by
+    default one rank per GPU), placed by a PACK placement group; ranks are ordered by node."""
     try:
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
@@ -135,29 +188,28 @@ def launch_ray(
         raise BigbatchError(
             "give the Ray cluster's address (--address auto or ray://HEAD:10001) or --local N, not both"
         )
-    if not args:
-        raise BigbatchError("nothing to launch: add the bigbatch command after '--', e.g. -- train --preset digits")
+    args = _command(args)
+    if address not in (None, "auto", "local"):
+        _reachable(address)
     try:
         if local:
-            ray.init(num_cpus=local, include_dashboard=False, logging_level=logging.ERROR)
+            ray.init(
+                num_cpus=local,
+                num_gpus=0 if not gpus_per_rank else None,
+                include_dashboard=False,
+                logging_level=logging.ERROR,
+            )
         else:
             ray.init(address=address, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
     group = None
     try:
-        resources = ray.cluster_resources()
-        gpus = resources.get("GPU", 0.0) if gpus_per_rank is None else gpus_per_rank
-        per_rank = (1.0 if gpus else 0.0) if gpus_per_rank is None else gpus_per_rank
-        n = nprocs or local or (int(gpus // per_rank) if per_rank else 0)
-        if n < 1:
-            raise BigbatchError("the Ray cluster has no GPUs: say how many CPU ranks to start with --nprocs N")
+        n, per_rank = ray_ranks(ray.cluster_resources(), nprocs or (local or None), gpus_per_rank)
         bundle = {"CPU": 1.0, **({"GPU": per_rank} if per_rank else {})}
         group = placement_group([bundle] * n, strategy="PACK")
         if not ray.wait([group.ready()], timeout=120)[0]:
-            raise BigbatchError(
-                f"the Ray cluster cannot place {n} ranks of {bundle} (it has {dict(resources)}); lower --nprocs"
-            )
+            raise BigbatchError(f"the Ray cluster could not place {n} ranks of {bundle} within 120 s (busy?)")
         rank_actor = ray.remote(_RayRank)
         flag = ray.remote(_Flag).remote()
         actors = [
@@ -168,19 +220,50 @@ def launch_ray(
             ).remote()
             for i in range(n)
         ]
-        where = ray.get([a.where.remote() for a in actors])  # (node IP, GPU pinned)
+        where = ray.get([a.where.remote() for a in actors])  # (node IP, CUDA_VISIBLE_DEVICES)
         order = sorted(range(n), key=lambda i: (where[i][0], i))
         actors = [actors[i] for i in order]
         names = [f"ray://{where[i][0]}:{k}" for k, i in enumerate(order)]
         port = ray.get(actors[0].free_port.remote())
         envs = rank_environments(names, port, [where[i][1] for i in order])
-        futures = [a.run.remote(list(args), env, flag) for a, env in zip(actors, envs)]
-        results = _wait(lambda: ray.get(futures), lambda: ray.get(flag.set.remote()))
-        return [RankResult(int(env["RANK"]), w, rc, tail) for w, env, (rc, tail) in zip(names, envs, results)]
+        refs = [a.run.remote(args, env, flag, grace) for a, env in zip(actors, envs)]
+
+        def poll() -> list[tuple | None]:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            out: list[tuple | None] = []
+            for ref in refs:
+                if ref not in done:
+                    out.append(None)
+                    continue
+                try:
+                    out.append(ray.get(ref))
+                except ray.exceptions.RayError as e:  # the actor or its node died
+                    out.append((LOST, f"its Ray actor died ({type(e).__name__})", time.time(), False))
+            return out
+
+        results = _wait(poll, lambda: ray.get(flag.set.remote()), grace)
+        return _results(names, envs, results)
     finally:
         if group is not None:
-            remove_placement_group(group)
+            with contextlib.suppress(Exception):
+                remove_placement_group(group)
         ray.shutdown()
+
+
+def _reachable(address: str) -> None:
+    """Fail in seconds, not minutes, on a Ray address nothing listens at."""
+    target = urlparse(address if "://" in address else f"tcp://{address}")
+    host, port = target.hostname, target.port
+    if host is None or port is None:
+        raise BigbatchError(f"cannot read the Ray address {address!r}: give auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as e:
+        raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
+
+
+def _results(names: Sequence[str], envs: Sequence[dict], results: Sequence[tuple]) -> list[RankResult]:
+    return [RankResult(int(env["RANK"]), w, *r) for w, env, r in zip(names, envs, results)]
 
 
 class _Flag:
@@ -199,30 +282,52 @@ class _Flag:
 class _RayRank:
     """A Ray actor that runs one rank as a child process (like a Dask worker's task)."""
 
-    def where(self) -> tuple[str, bool]:
+    def where(self) -> tuple[str, str]:
         import ray
 
-        return ray.util.get_node_ip_address(), bool(ray.get_gpu_ids())
+        return ray.util.get_node_ip_address(), _visible_gpus()
 
     def free_port(self) -> int:
         return _free_port()
 
-    def run(self, args: list[str], env: dict[str, str], flag: Any) -> tuple[int, str]:
+    def run(self, args: list[str], env: dict[str, str], flag: Any, grace: float) -> tuple:
         import ray
 
-        return _run_rank(args, env, lambda: ray.get(flag.is_set.remote()), lambda: flag.set.remote())
+        return _run_rank(args, env, lambda: ray.get(flag.is_set.remote()), lambda: flag.set.remote(), grace)
 
 
-def _wait(gather: Callable[[], list], abort: Callable[[], object]) -> list:
-    """All ranks' results; on Ctrl-C or SIGTERM, ask every rank to stop (SIGTERM: they save a checkpoint
-    together and exit) and wait for them."""
-    try:
-        with _sigterm_interrupts():
-            return gather()
-    except KeyboardInterrupt:
-        abort()
-        print("bigbatch launch: stopping every rank (a second Ctrl-C stops waiting for them)", file=sys.stderr)
-        return gather()
+def _wait(poll: Callable[[], list[tuple | None]], abort: Callable[[], object], grace: float) -> list[tuple]:
+    """Poll until every rank has a result. When one fails (or is lost), or on Ctrl-C or SIGTERM, ask
+    every rank to stop; ranks that still have no result `grace` + 30 s later are reported as lost."""
+    aborted_at = None
+    interrupted = False
+
+    def settled(results: list) -> list[tuple]:
+        # After Ctrl-C every rank that did not end cleanly was stopped by the launcher, lost workers included.
+        return [(*r[:3], True) if interrupted and r[0] != 0 else r for r in results]
+
+    while True:
+        try:
+            with _sigterm_interrupts():
+                results = poll()
+                if all(r is not None for r in results):
+                    return settled(results)
+                if aborted_at is None and any(r is not None and r[0] != 0 for r in results):
+                    with contextlib.suppress(Exception):
+                        abort()  # (a failed rank asks too; a lost worker cannot)
+                    aborted_at = time.monotonic()
+                if aborted_at is not None and time.monotonic() - aborted_at > grace + 30:
+                    now = time.time()
+                    return settled([r or (LOST, "no answer after it was asked to stop", now, True) for r in results])
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            if interrupted:
+                raise  # a second Ctrl-C: stop waiting
+            interrupted = True
+            print("bigbatch launch: stopping every rank (a second Ctrl-C stops waiting for them)", file=sys.stderr)
+            with contextlib.suppress(Exception):
+                abort()
+            aborted_at = time.monotonic()
 
 
 @contextlib.contextmanager
@@ -248,57 +353,109 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _gpu_pinned() -> bool:
-    return bool(os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
+def _visible_gpus() -> str:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
 
 
-def _dask_rank(args: list[str], env: dict[str, str], abort_name: str) -> tuple[int, str]:
+def _dask_rank(args: list[str], env: dict[str, str], abort_name: str, grace: float) -> tuple:
     from distributed import Event
 
     abort = Event(abort_name)
-    return _run_rank(args, env, abort.is_set, abort.set)
+    return _run_rank(args, env, abort.is_set, abort.set, grace)
+
+
+def child_main() -> None:
+    """A rank's process: bound to its worker (SIGTERM when the worker thread that started it dies,
+    on Linux), then `bigbatch ARGS`."""
+    if sys.platform == "linux":
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != int(os.environ.get("BIGBATCH_LAUNCH_PARENT", os.getppid())):
+            sys.exit(1)  # the worker died before the binding took hold
+    from bigbatch.cli import main
+
+    sys.exit(main(sys.argv[1:]))
+
+
+CHILD = "from bigbatch.launch import child_main; child_main()"
 
 
 def _run_rank(
-    args: list[str], env: dict[str, str], aborted: Callable[[], bool], abort: Callable[[], object]
-) -> tuple[int, str]:
+    args: list[str],
+    env: dict[str, str],
+    aborted: Callable[[], bool],
+    abort: Callable[[], object],
+    grace: float = GRACE_SECONDS,
+) -> tuple[int, str, float, bool]:
     """On a worker: run one rank as a child process; stop it when another rank has failed (or the
-    launcher asks), and ask the others to stop when it fails."""
-    full_env = {**os.environ, **env}
-    if _gpu_pinned():  # dask-cuda: the worker's own GPU is the first visible one
-        full_env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0]
+    launcher asks), and ask the others to stop when it fails. Returns (exit status, last lines of its
+    stderr, when it ended, whether it was stopped from here)."""
+    stopped_at = None
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "bigbatch.cli", *args], env=full_env, stderr=err)
-        stopped_at = None
-        while proc.poll() is None:
-            if stopped_at is None and aborted():
-                proc.send_signal(signal.SIGTERM)
-                stopped_at = time.monotonic()
-            elif stopped_at is not None and time.monotonic() - stopped_at > GRACE_SECONDS:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, *args],
+            env={**os.environ, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid())},
+            stderr=err,
+            start_new_session=True,  # a Ctrl-C in the launcher's terminal reaches it only through the launcher
+        )
+        try:
+            while proc.poll() is None:
+                try:
+                    asked = aborted()
+                except Exception:  # noqa: BLE001 - the scheduler or flag is gone: so is the launcher
+                    asked = True
+                if stopped_at is None and asked:
+                    proc.send_signal(signal.SIGTERM)
+                    stopped_at = time.monotonic()
+                elif stopped_at is not None and time.monotonic() - stopped_at > grace:
+                    proc.kill()
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:  # this function is being torn down: never leave the rank behind
                 proc.kill()
-            time.sleep(0.5)
-        if proc.returncode != 0:
-            abort()  # the other ranks would wait for this one in their next collective
+                proc.wait()
+        ended = time.time()
+        if proc.returncode != 0 and stopped_at is None:
+            with contextlib.suppress(Exception):
+                abort()  # the other ranks would wait for this one in their next collective
         err.seek(0)
         lines = err.read().splitlines()
-    return proc.returncode, "\n".join(lines[-20:])
+    return proc.returncode, "\n".join(lines[-20:]), ended, stopped_at is not None
 
 
 def report(results: Sequence[RankResult]) -> int:
-    """The launcher's exit status (0 if every rank succeeded), and one line per failed rank on stderr:
-    the first failure's own message, then the ranks stopped because of it."""
+    """The launcher's exit status (0 if every rank succeeded), and one line on stderr naming the rank
+    that failed first of its own accord (not stopped by the launcher), with its own error message."""
     failed = [r for r in results if r.returncode != 0]
     if not failed:
         return 0
-    first = min(failed, key=lambda r: (r.returncode in (-signal.SIGTERM, -signal.SIGKILL), r.rank))
-    message = next(
-        (line for line in reversed(first.stderr_tail.splitlines()) if line.startswith("bigbatch: error: ")),
-        first.stderr_tail.splitlines()[-1] if first.stderr_tail else f"exit status {first.returncode}",
+    own = [r for r in failed if not r.stopped]
+    if not own:  # the launcher was interrupted and stopped them all
+        how = ", ".join(f"rank {r.rank}: {(r.stderr_tail.splitlines() or [r.returncode])[-1]}" for r in failed)
+        print(f"bigbatch: error: interrupted, and not every rank ended cleanly ({how})", file=sys.stderr)
+        return 130
+
+    def message(r: RankResult) -> str:
+        lines = r.stderr_tail.splitlines()
+        mine = [line for line in lines if line.startswith("bigbatch: error: ")]
+        if mine:
+            return mine[-1].removeprefix("bigbatch: error: ")
+        if r.returncode < 0:
+            return f"killed by signal {-r.returncode}" + (f" ({lines[-1]})" if lines else "")
+        return lines[-1] if lines else f"exit status {r.returncode}"
+
+    # Its own bigbatch error first (the others' are usually broken collectives it caused), then the earliest.
+    first = min(
+        own,
+        key=lambda r: (
+            not any(line.startswith("bigbatch: error: ") for line in r.stderr_tail.splitlines()),
+            r.ended,
+            r.rank,
+        ),
     )
     others = len(failed) - 1
     also = f" ({others} other rank{'s' if others != 1 else ''} failed or stopped too)" if others else ""
-    print(
-        f"bigbatch: error: rank {first.rank} on {first.worker}: {message.removeprefix('bigbatch: error: ')}{also}",
-        file=sys.stderr,
-    )
+    print(f"bigbatch: error: rank {first.rank} on {first.worker}: {message(first)}{also}", file=sys.stderr)
     return 2 if first.returncode == 2 else 1

@@ -34,7 +34,7 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     run = Path(run)
     if not run.is_dir():
         raise BigbatchError(f"{run} is not a run directory")
-    rows = read_metrics(run / "metrics.jsonl")
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if _finite(r.get("kimg"))]
     if not rows:
         raise BigbatchError(f"{run} has no metrics.jsonl lines to plot yet (is it a run directory?)")
     logs = [r for r in rows if "eval_seconds" not in r]
@@ -51,13 +51,19 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
         if any(_finite(r.get(metric)) for r in evals):
             spread = f"{metric}_std" if any(f"{metric}_std" in r for r in evals) else None
             panels.append((f"{metric} (eval, n={_eval_n(run)})", [(metric, evals, spread)], False))
+    if not panels:
+        raise BigbatchError(f"{run}/metrics.jsonl holds no finite losses, speeds or scores to plot")
 
     cols = 2 if len(panels) > 1 else 1
     rows_n = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(6 * cols, 3.2 * rows_n), squeeze=False)
     for ax, (title, series, log_y) in zip(axes.flat, panels):
         for key, source, spread in series:
-            points = [(r["kimg"], r[key], r.get(spread, 0.0) if spread else 0.0) for r in source if _finite(r.get(key))]
+            points = [
+                (r["kimg"], r[key], r[spread] if spread and _finite(r.get(spread)) else 0.0)
+                for r in source
+                if _finite(r.get(key))
+            ]
             x, y, s = (list(v) for v in zip(*points))
             ax.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=key)
             if spread:

@@ -84,7 +84,7 @@ def _row_text(row: dict) -> str:
 def read_metrics(path: Path) -> list[dict]:
     """The rows of a metrics.jsonl (none if it is missing), skipping a line cut short by a crash."""
     rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
         try:
             row = json.loads(line)
         except ValueError:

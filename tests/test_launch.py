@@ -11,21 +11,66 @@ import time
 import pytest
 from test_distributed import ARGS, max_rel, train
 
+import bigbatch
 import bigbatch.engine.state
-from bigbatch.launch import rank_environments
+from bigbatch.launch import RankResult, rank_environments, ray_ranks, report
 
 distributed = pytest.importorskip("distributed")
 
 
 def test_rank_environments_follow_hosts_and_pinned_gpus():
     workers = ["tcp://10.0.0.2:4000", "tcp://10.0.0.2:4001", "tcp://10.0.0.3:4000", "tcp://10.0.0.2:4002"]
-    envs = rank_environments(workers, 29500, [False, False, False, False])
+    envs = rank_environments(workers, 29500, ["", "", "", ""])
     assert [e["RANK"] for e in envs] == ["0", "1", "2", "3"]
     assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "0", "2"]  # the GPU index on each host
     assert [e["LOCAL_WORLD_SIZE"] for e in envs] == ["3", "3", "1", "3"]
     assert {(e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs} == {("4", "10.0.0.2", "29500")}
-    # dask-cuda pins each worker's GPU with CUDA_VISIBLE_DEVICES: it is that worker's device 0.
-    assert [e["LOCAL_RANK"] for e in rank_environments(workers, 1, [True] * 4)] == ["0"] * 4
+    assert all("CUDA_VISIBLE_DEVICES" not in e for e in envs)
+    # Workers that all see the same GPUs (SLURM, plain dask workers): LOCAL_RANK picks one each.
+    same = rank_environments(workers, 1, ["0,1,2", "0,1,2", "0", "0,1,2"])
+    assert [e["LOCAL_RANK"] for e in same] == ["0", "1", "0", "2"]
+    # dask-cuda rotates CUDA_VISIBLE_DEVICES so each worker's own GPU comes first (Ray sets one per actor):
+    # each rank then sees only its GPU, as device 0.
+    rotated = rank_environments(workers, 1, ["0,1,2", "1,2,0", "5", "2,0,1"])
+    assert [(e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in rotated] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("0", "5"),
+        ("0", "2"),
+    ]
+
+
+def result(rank, rc, tail="", ended=0.0, stopped=False):
+    return RankResult(rank, f"tcp://h:{rank}", rc, tail, ended, stopped)
+
+
+def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
+    assert report([result(0, 0), result(1, 0)]) == 0
+    # Rank 1's own error broke rank 0's collective first in time: rank 1 is the cause, with its status.
+    gloo = "Traceback (most recent call last):\nRuntimeError: [gloo] Connection closed by peer"
+    assert report([result(0, 1, gloo, ended=1.0), result(1, 2, "bigbatch: error: data.h5 is corrupt", ended=2.0)]) == 2
+    assert capsys.readouterr().err == (
+        "bigbatch: error: rank 1 on tcp://h:1: data.h5 is corrupt (1 other rank failed or stopped too)\n"
+    )
+    # A rank killed from outside (the OOM killer) is the cause, not the rank the launcher then stopped.
+    assert report([result(0, -15, "", ended=5.0, stopped=True), result(1, -9, "", ended=1.0)]) == 1
+    assert capsys.readouterr().err.startswith("bigbatch: error: rank 1 on tcp://h:1: killed by signal 9")
+
+
+def test_ray_rank_counts_follow_the_cluster():
+    gpus = {"CPU": 32.0, "GPU": 8.0}
+    assert ray_ranks(gpus, None, None) == (8, 1.0)  # one rank per GPU
+    assert ray_ranks(gpus, None, 0.5) == (16, 0.5)  # two ranks share each GPU
+    assert ray_ranks(gpus, 4, None) == (4, 1.0)
+    assert ray_ranks({"CPU": 4.0}, 2, None) == (2, 0.0)
+    for resources, nprocs, per, words in [
+        ({"CPU": 4.0}, None, None, "give the number of CPU ranks with --nprocs"),
+        ({"CPU": 4.0}, 5, None, "do not fit"),
+        (gpus, 9, None, "do not fit"),
+        (gpus, None, 2.0, "a rank trains on one GPU"),
+    ]:
+        with pytest.raises(bigbatch.BigbatchError, match=words):
+            ray_ranks(resources, nprocs, per)
 
 
 def launch(scheduler, *command):

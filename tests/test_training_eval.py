@@ -149,3 +149,22 @@ def test_plot_draws_training_curves_and_scores(scored, tiny, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["plot", str(tmp_path / "empty")]) == 2
     assert "no metrics.jsonl lines to plot" in capsys.readouterr().err
+
+
+def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_path, capsys):
+    run = tmp_path / "odd"
+    run.mkdir()
+    lines = [
+        b'{"kimg": 0.128, "loss_D": 1.0, "loss_G": NaN, "img_per_s": Infinity}',
+        b'{"loss_D": 2.0}',  # no kimg
+        b'{"kimg": null, "loss_D": 3.0}',
+        b'{"kimg": 0.256, "fid": 5.0, "fid_std": null, "is": NaN, "eval_seconds": 1.0}',
+        b"\xff\xfe not text",
+        b'{"kimg": 0.384, "loss_D": 0.5',  # cut short by a crash
+    ]
+    (run / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    assert main(["plot", str(run)]) == 0
+    (run / "metrics.jsonl").write_text('{"kimg": 0.1, "is": NaN, "eval_seconds": 1.0}\n{"loss_D": 1.0}\n')
+    assert main(["plot", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no finite losses, speeds or scores to plot" in err
