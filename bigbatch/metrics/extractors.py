@@ -240,13 +240,8 @@ def extract_sharded(
     one shape; those rows are dropped."""
     if n < 1:
         raise BigbatchError(f"need at least one image to extract features from, got n={n}")
-    if batch_size < 1:
-        raise BigbatchError(f"batch_size must be positive, got {batch_size}")
-    world = td.get_world_size() if dist.active() else 1
-    rank = td.get_rank() if dist.active() else 0
-    per = -(-n // world)
-    lo = rank * per
-    real = max(0, min(per, n - lo))
+    world, lo, hi, per = _shard(n, batch_size)
+    real = hi - lo
     parts = [extractor(images_at(s, min(batch_size, lo + real - s))) for s in range(lo, lo + real, batch_size)]
     if real < per:
         last = extractor(images_at(n - 1, 1))
@@ -254,8 +249,7 @@ def extract_sharded(
     local = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     if world == 1:
         return local
-    # NCCL gathers only CUDA tensors (wherever the features were computed); gloo gathers CPU ones.
-    device = torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")
+    device = _collective_device()
     out = {}
     for key in sorted(local):
         shard = local[key].to(device).contiguous()
@@ -274,12 +268,7 @@ def moments_sharded(
     around the first image's features, which keeps the float64 covariance accurate for any N."""
     if n < 2:
         raise BigbatchError(f"need at least two images for a covariance, got n={n}")
-    if batch_size < 1:
-        raise BigbatchError(f"batch_size must be positive, got {batch_size}")
-    world = td.get_world_size() if dist.active() else 1
-    rank = td.get_rank() if dist.active() else 0
-    per = -(-n // world)
-    lo, hi = min(rank * per, n), min((rank + 1) * per, n)
+    world, lo, hi, _ = _shard(n, batch_size)
     shift = extractor(images_at(0, 1))["pool"].double().reshape(-1)  # the same on every rank
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
@@ -288,13 +277,25 @@ def moments_sharded(
         total += x.sum(0)
         outer += x.T @ x
     if world > 1:
-        device = (
-            torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")
-        )
-        flat = torch.cat([total, outer.reshape(-1)]).to(device)
+        flat = torch.cat([total, outer.reshape(-1)]).to(_collective_device())
         td.all_reduce(flat)
         flat = flat.cpu()
         total, outer = flat[: total.numel()], flat[total.numel() :].view_as(outer)
     mean = total / n
     cov = (outer - n * torch.outer(mean, mean)) / (n - 1)
     return (mean + shift).numpy(), ((cov + cov.T) / 2).numpy()
+
+
+def _shard(n: int, batch_size: int) -> tuple[int, int, int, int]:
+    """(world size, first image, end, images per rank) of this rank's contiguous shard of images 0 .. n-1."""
+    if batch_size < 1:
+        raise BigbatchError(f"batch_size must be positive, got {batch_size}")
+    world = td.get_world_size() if dist.active() else 1
+    rank = td.get_rank() if dist.active() else 0
+    per = -(-n // world)
+    return world, min(rank * per, n), min((rank + 1) * per, n), per
+
+
+def _collective_device() -> torch.device:
+    """Where tensors must be for a collective: NCCL takes only CUDA tensors, gloo CPU ones."""
+    return torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")
