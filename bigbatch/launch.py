@@ -306,9 +306,9 @@ def _wait(poll: Callable[[], list[tuple | None]], abort: Callable[[], object], g
         # After Ctrl-C every rank that did not end cleanly was stopped by the launcher, lost workers included.
         return [(*r[:3], True) if interrupted and r[0] != 0 else r for r in results]
 
-    while True:
-        try:
-            with _sigterm_interrupts():
+    with _sigterm_interrupts():  # for the whole wait: a SIGTERM between two polls must not kill the launcher
+        while True:
+            try:
                 results = poll()
                 if all(r is not None for r in results):
                     return settled(results)
@@ -320,14 +320,14 @@ def _wait(poll: Callable[[], list[tuple | None]], abort: Callable[[], object], g
                     now = time.time()
                     return settled([r or (LOST, "no answer after it was asked to stop", now, True) for r in results])
                 time.sleep(0.5)
-        except KeyboardInterrupt:
-            if interrupted:
-                raise  # a second Ctrl-C: stop waiting
-            interrupted = True
-            print("bigbatch launch: stopping every rank (a second Ctrl-C stops waiting for them)", file=sys.stderr)
-            with contextlib.suppress(Exception):
-                abort()
-            aborted_at = time.monotonic()
+            except KeyboardInterrupt:
+                if interrupted:
+                    raise  # a second Ctrl-C: stop waiting
+                interrupted = True
+                print("bigbatch launch: stopping every rank (a second Ctrl-C stops waiting for them)", file=sys.stderr)
+                with contextlib.suppress(Exception):
+                    abort()
+                aborted_at = time.monotonic()
 
 
 @contextlib.contextmanager
@@ -432,6 +432,11 @@ def report(results: Sequence[RankResult]) -> int:
     if not failed:
         return 0
     own = [r for r in failed if not r.stopped]
+    rank0 = next((r for r in results if r.rank == 0), None)
+    if not own and rank0 is not None and rank0.returncode == 0 and all(r.returncode == -signal.SIGTERM for r in failed):
+        # Stopped by the launcher: rank 0 saved the checkpoint and exited cleanly; the others took their
+        # SIGTERM after their training loop had already ended (the ranks agree to stop on the first signal).
+        return 0
     if not own:  # the launcher was interrupted and stopped them all
         how = ", ".join(f"rank {r.rank}: {(r.stderr_tail.splitlines() or [r.returncode])[-1]}" for r in failed)
         print(f"bigbatch: error: interrupted, and not every rank ended cleanly ({how})", file=sys.stderr)

@@ -55,6 +55,11 @@ def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
     # A rank killed from outside (the OOM killer) is the cause, not the rank the launcher then stopped.
     assert report([result(0, -15, "", ended=5.0, stopped=True), result(1, -9, "", ended=1.0)]) == 1
     assert capsys.readouterr().err.startswith("bigbatch: error: rank 1 on tcp://h:1: killed by signal 9")
+    # Stopped by the launcher: rank 0 saved and exited 0; a rank whose loop had already ended on rank 0's
+    # signal took its own SIGTERM by default: a clean stop. Without rank 0's clean exit it is not.
+    assert report([result(0, 0, stopped=True), result(1, -15, stopped=True)]) == 0
+    assert report([result(0, -15, stopped=True), result(1, 0, stopped=True)]) == 130
+    assert "interrupted, and not every rank ended cleanly (rank 0: -15)" in capsys.readouterr().err
 
 
 def test_ray_rank_counts_follow_the_cluster():
@@ -106,7 +111,7 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
         assert max_rel(one, dask, net) <= 1e-4, net
     assert '"world_size": 2' in (tmp_path / "dask" / "plan.json").read_text()
     # SIGTERM to the launcher (or Ctrl-C) stops every rank: they save one checkpoint together and exit 0.
-    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert stopped.returncode == 0, (stopped.returncode, stopped.stderr[-3000:])
     assert "stopping every rank" in stopped.stderr  # (the ranks print on their workers' stdout)
     assert bigbatch.engine.state.find_checkpoint(tmp_path / "long").name != "000000.000"
 
