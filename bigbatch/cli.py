@@ -348,27 +348,22 @@ def build_parser() -> argparse.ArgumentParser:
     dk.add_argument("--scheduler", help="the Dask scheduler's address, e.g. tcp://10.0.0.1:8786")
     dk.add_argument("--local", type=int, default=0, help="instead: start a local cluster of N worker processes")
     dk.add_argument("--nprocs", type=int, help="use the first N workers (default: all)")
-    dk.add_argument("--grace", type=float, default=60.0, help="seconds a stopped rank may take to save (then SIGKILL)")
-    dk.add_argument(
-        "launched",
-        nargs=argparse.REMAINDER,
-        metavar="-- COMMAND",
-        help="the bigbatch command, e.g. -- train --preset digits",
-    )
-    dk.set_defaults(func=_launch)
     ry = engines.add_parser("ray", help="one rank per Ray actor: bigbatch launch ray --address auto -- train ...")
     ry.add_argument("--address", help="the Ray cluster: auto (this node's), or ray://HEAD:10001")
     ry.add_argument("--local", type=int, default=0, help="instead: start a local Ray instance with N CPU ranks")
     ry.add_argument("--nprocs", type=int, help="ranks (default: one per GPU of the cluster, or --local N)")
     ry.add_argument("--gpus-per-rank", type=float, help="GPUs each rank holds (default: 1 if the cluster has GPUs)")
-    ry.add_argument("--grace", type=float, default=60.0, help="seconds a stopped rank may take to save (then SIGKILL)")
-    ry.add_argument(
-        "launched",
-        nargs=argparse.REMAINDER,
-        metavar="-- COMMAND",
-        help="the bigbatch command, e.g. -- train --preset digits",
-    )
-    ry.set_defaults(func=_launch)
+    for engine in (dk, ry):
+        engine.add_argument(
+            "--grace", type=float, default=60.0, help="seconds a stopped rank may take to save (then SIGKILL)"
+        )
+        engine.add_argument(
+            "launched",
+            nargs=argparse.REMAINDER,
+            metavar="-- COMMAND",
+            help="the bigbatch command, e.g. -- train --preset digits",
+        )
+        engine.set_defaults(func=_launch)
 
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")

@@ -11,7 +11,6 @@ import torch
 
 from bigbatch.config import Config
 from bigbatch.engine import state
-from bigbatch.errors import BigbatchError
 
 
 class Scorer:
@@ -21,12 +20,11 @@ class Scorer:
     before it trains, not hours later at the first evaluation."""
 
     def __init__(self, cfg: Config, data: Any, device: torch.device, run: Path, resumed_at: int | None, quiet: bool):
-        from bigbatch.metrics import get_extractor, parse_metrics, reference_stats
-        from bigbatch.metrics.evaluate import NAMES
-        from bigbatch.metrics.inception import PTH_NAME, PTH_URL, weights_dir
+        from bigbatch.metrics import get_extractor, reference_stats
+        from bigbatch.metrics.evaluate import NAMES, check_metrics
 
         e = self.e = cfg.eval
-        self.data, self.device = data, device
+        self.device = device
         self.metric = e.best_metric()
         self.higher_is_better = self.metric == "is"
         self.best = math.nan
@@ -35,12 +33,7 @@ class Scorer:
             self.extractor = get_extractor(
                 e.extractor, path=e.weights or None, device=device, data=data, options=options
             )
-            wanted = parse_metrics(e.metrics)
-            if "is" in wanted and not self.extractor.has_logits:
-                raise BigbatchError(
-                    f"eval.metrics asks for IS, but the Inception weights of {getattr(self.extractor, 'source', '')} "
-                    f"have no output layer: put {PTH_NAME} (from {PTH_URL}) in {weights_dir()}, or drop 'is'"
-                )
+            wanted = check_metrics(self.extractor, e.metrics)
             self.reference = None
             if {"fid", "kid"} & set(wanted):  # features of every reference image only for KID
                 self.reference = reference_stats(

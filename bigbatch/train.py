@@ -70,7 +70,8 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
     """The batch plan of `cfg` in one line (`plan`: as resolved at start; without it nothing is built
     and "auto" is described as probed at start), then the batches of later phases."""
     ctx = dist.context(cfg.train.device)
-    check_schedule(cfg, ctx)
+    if plan is None:  # (a resolved plan was built by replicator_for, which checked the schedule)
+        check_schedule(cfg, ctx)
     phases = cfg.schedule().phases
     batch = phases[0].batch
     if plan is not None:

@@ -42,6 +42,22 @@ def parse_metrics(metrics: str | Iterable[str]) -> list[str]:
     return out
 
 
+def no_logits_message() -> str:
+    return (
+        f"IS needs the Inception's output layer, and these weights have no output layer: put {inc.PTH_NAME} "
+        f"(from {inc.PTH_URL}) in {inc.weights_dir()}, or leave 'is' out of the metrics"
+    )
+
+
+def check_metrics(extractor: Extractor, metrics: str | Iterable[str]) -> list[str]:
+    """The canonical metric names, once `extractor` is known to give them (IS needs its logits):
+    checked before any image is generated or any reference statistic computed."""
+    wanted = parse_metrics(metrics)
+    if "is" in wanted and not extractor.has_logits:
+        raise BigbatchError(no_logits_message())
+    return wanted
+
+
 def score(
     features: dict[str, torch.Tensor],
     reference: ReferenceStats | None,
@@ -71,10 +87,7 @@ def score(
             out[names["kid"]], out[names["kid"] + "_std"] = mean, std
         elif metric == "is":
             if "logits" not in features:
-                raise BigbatchError(
-                    f"IS needs the Inception's output layer, which this weights file lacks: put {inc.PTH_NAME} "
-                    f"(from {inc.PTH_URL}) in {inc.weights_dir()}, or leave 'is' out of the metrics"
-                )
+                raise BigbatchError(no_logits_message())
             mean, std = inception_score(features["logits"], min(is_splits, len(features["logits"])), seed)
             out[names["is"]], out[names["is"] + "_std"] = mean, std
     return out
@@ -128,12 +141,13 @@ def evaluate(
     Returns e.g. {"fid": ..., "is": ..., "is_std": ..., "kid": ..., "kid_std": ...}; with the
     classifier, {"fcd", "cs", "kcd", ...}.
     """
-    wanted = parse_metrics(metrics)
+    parse_metrics(metrics)  # a misspelt metric fails before anything is loaded
     if n < 2:
         raise BigbatchError(f"evaluation needs at least 2 samples, got n={n}")
     if device is None:
         device = next(G.parameters()).device
     ext = get_extractor(extractor, device=device, data=data)
+    wanted = check_metrics(ext, metrics)
     ref = None
     if "fid" in wanted or "kid" in wanted:
         ref = reference_stats(data, ext, n=reference_n, batch_size=batch_size, cache=cache, features="kid" in wanted)
