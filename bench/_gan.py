@@ -6,8 +6,8 @@ import torch
 
 import bigbatch
 from bigbatch.config import Config, parse_override
-from bigbatch.data.builtin import ImageData
-from bigbatch.tasks.gan import GANTask
+from bigbatch.data.images import ImageData
+from bigbatch.tasks.gan.task import GANTask
 from bigbatch.train import build_models
 
 

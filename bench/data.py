@@ -33,7 +33,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bigbatch.data import BatchLoader, H5Data, prepare  # noqa: E402
-from bigbatch.data.sampler import GlobalOrder  # noqa: E402
+from bigbatch.data.streams import GlobalOrder  # noqa: E402
 
 H100_BF16_DENSE = 989e12
 BIGGAN_PYTORCH = 2048 / 9.0  # images per second, 8 x V100, from its README's ~15 days for 150k iterations

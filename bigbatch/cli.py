@@ -81,8 +81,9 @@ def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
 def _sample(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from bigbatch.checkpoints import find_checkpoint
     from bigbatch.config import MIN_TRUNCATION
-    from bigbatch.engine.state import atomic_write, find_checkpoint
+    from bigbatch.files import atomic_write
     from bigbatch.runs import load_generator
     from bigbatch.sampling import grid, interpolation_sheet, sample, save_png, standing_stats
 
@@ -156,14 +157,15 @@ def _stats(args: argparse.Namespace) -> None:
 def _eval(args: argparse.Namespace) -> None:
     import json
 
+    from bigbatch import checkpoints
     from bigbatch.config import Config
     from bigbatch.data import load_data
-    from bigbatch.engine import dist, state
+    from bigbatch.engine import dist
     from bigbatch.metrics import evaluate, get_extractor
     from bigbatch.runs import load_generator
     from bigbatch.sampling import standing_stats
 
-    ckpt = state.find_checkpoint(args.path)
+    ckpt = checkpoints.find_checkpoint(args.path)
     cfg = Config.load(ckpt / "config.toml")
     e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
     standing = e.standing_stats if args.standing_stats is None else args.standing_stats

@@ -6,8 +6,8 @@ import io
 import math
 from pathlib import Path
 
-from bigbatch.engine import state
 from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
 from bigbatch.runs import read_metrics
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
@@ -84,7 +84,7 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     plt.close(fig)
     path = Path(out) if out is not None else run / "plots.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    state.atomic_write(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
     return path
 
 

@@ -8,13 +8,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bigbatch import checkpoints
 from bigbatch.config import Config
-from bigbatch.engine import state
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.files import atomic_write
 
 
 def checkpoint_model_info(ckpt: Path) -> dict:
-    meta = state.read_meta(ckpt)
+    meta = checkpoints.read_meta(ckpt)
     if meta is None or "n_classes" not in meta or "img_channels" not in meta:
         raise BigbatchError(
             f"checkpoint {ckpt} has no usable meta.json; it was not written by this version of bigbatch"
@@ -26,12 +27,12 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu") -> nn.M
     """The EMA generator of a run (its latest complete checkpoint) or of a checkpoint folder, in eval mode."""
     from bigbatch.train import build_models
 
-    ckpt = state.find_checkpoint(path)
+    ckpt = checkpoints.find_checkpoint(path)
     meta = checkpoint_model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
     G, _ = build_models(cfg, meta["n_classes"], meta["img_channels"])
-    weights, _ = state.load_checkpoint(ckpt, nets=("G_ema",))
-    state.load_weights(G, weights["G_ema"], f"G_ema of checkpoint {ckpt}")
+    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G_ema",))
+    checkpoints.load_weights(G, weights["G_ema"], f"G_ema of checkpoint {ckpt}")
     G.class_names = meta.get("class_names", [])
     return G.to(device).eval().requires_grad_(False)
 
@@ -39,14 +40,14 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu") -> nn.M
 def describe(path: str | Path) -> str:
     """What a run directory or checkpoint holds, as a few lines of text."""
     path = Path(path)
-    ckpt = state.find_checkpoint(path)
+    ckpt = checkpoints.find_checkpoint(path)
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
     meta = checkpoint_model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
     t, m = cfg.train, cfg.model
     lines = []
     if run is not None and path.resolve() == run.resolve():
-        ckpts = state.complete_checkpoints(run)
+        ckpts = checkpoints.complete_checkpoints(run)
         lines.append(f"run         {run}")
         lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
         rows = read_metrics(run / "metrics.jsonl")
@@ -56,8 +57,8 @@ def describe(path: str | Path) -> str:
             lines.append("last log    " + _row_text(logs[-1]))
         if evals:
             lines.append("last eval   " + _row_text(evals[-1]))
-        best = state.best_checkpoint(run)
-        record = (state.read_meta(best) or {}).get("best") if best is not None else None
+        best = checkpoints.best_checkpoint(run)
+        record = (checkpoints.read_meta(best) or {}).get("best") if best is not None else None
         if isinstance(record, dict):
             lines.append(f"best        {best} ({record.get('metric')} {record.get('value', float('nan')):.4g})")
     lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
@@ -135,7 +136,7 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     else:
         warn(f"no D.pth in {src}: D is freshly initialised (fine-tuning will train it from scratch)")
     out.mkdir(parents=True, exist_ok=True)
-    state.atomic_write(out / "config.toml", cfg.dumps())
+    atomic_write(out / "config.toml", cfg.dumps())
     info = {
         "n_classes": n_classes,
         "img_channels": G.img_channels,
@@ -143,4 +144,4 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
         "converted_from": str(src),
     }
     nets = {"G": G, "D": D, "G_ema": G_ema}
-    return state.save_checkpoint(out, 0, nets, {"converted_from": str(src)}, cfg.dumps(), 1, info)
+    return checkpoints.save_checkpoint(out, 0, nets, {"converted_from": str(src)}, cfg.dumps(), 1, info)

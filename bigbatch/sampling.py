@@ -17,8 +17,8 @@ import torch
 from PIL import Image
 from torch import nn
 
-from bigbatch.data.sampler import SAMPLE, generator
-from bigbatch.engine.state import atomic_write
+from bigbatch.data.streams import SAMPLE, generator
+from bigbatch.files import atomic_write
 
 
 def draw_latents(

@@ -16,19 +16,20 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from bigbatch import models
+from bigbatch import checkpoints, models
 from bigbatch.config import Config, EvalConfig
 from bigbatch.data import BatchLoader, RankSampler, load_data
-from bigbatch.engine import dist, state
+from bigbatch.engine import dist
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.memory import Probe, format_bytes
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
-from bigbatch.evaluation import Scorer
+from bigbatch.files import atomic_write
 from bigbatch.runs import read_metrics
 from bigbatch.sampling import class_sheet, draw_latents, generate, grid, interpolation_sheet, save_png
-from bigbatch.tasks.gan import GANTask
+from bigbatch.tasks.gan.scorer import Scorer
+from bigbatch.tasks.gan.task import GANTask
 
 
 def replicator_for(cfg: Config) -> Replicator:
@@ -105,8 +106,8 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[torch.
 
 def init_from(path: str, G: torch.nn.Module, D: torch.nn.Module, quiet: bool) -> dict[str, torch.Tensor]:
     """Load G and D from a run or checkpoint; return its G_ema weights (loaded once G_ema exists)."""
-    ckpt = state.find_checkpoint(path)
-    weights, _ = state.load_checkpoint(ckpt)
+    ckpt = checkpoints.find_checkpoint(path)
+    weights, _ = checkpoints.load_checkpoint(ckpt)
     fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
     if not quiet and dist.context().rank == 0:
         print(f"Fine-tuning from {ckpt}", flush=True)
@@ -178,7 +179,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         raise BigbatchError(found)
     run = Path(found)
     if resume:
-        ckpt = state.find_checkpoint(run)
+        ckpt = checkpoints.find_checkpoint(run)
         cfg = resume_config(run, cfg)
 
     # Data and networks (before the run directory is written, so a bad config leaves nothing behind);
@@ -218,7 +219,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         d_ortho=t.d_ortho,
     )
     # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.
-    resumed_at = int((state.read_meta(ckpt) or {}).get("nimg", 0)) if resume else None
+    resumed_at = int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)) if resume else None
     scorer = Scorer(cfg, data, rep.device, run, resumed_at, quiet) if cfg.eval.every_kimg else None
     saved_plan = _read_plan(run) if resume else {}
     if t.micro_batch == "auto" and saved_plan.get("world_size") == rep.world_size and "probes" in saved_plan:
@@ -236,14 +237,14 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
     nimg, g_steps = 0, 0
     if main:
         run.mkdir(parents=True, exist_ok=True)
-        state.atomic_write(run / "config.toml", cfg.dumps())
-        state.atomic_write(run / "plan.json", json.dumps(plan_record(rep, cfg), indent=1) + "\n")
+        atomic_write(run / "config.toml", cfg.dumps())
+        atomic_write(run / "plan.json", json.dumps(plan_record(rep, cfg), indent=1) + "\n")
 
     # Resume: weights, optimizer moments, loss scalers and counters; all draws are keyed by counters.
     if resume:
-        weights, saved = state.load_checkpoint(ckpt)
+        weights, saved = checkpoints.load_checkpoint(ckpt)
         for key, net in (("G", G), ("D", D), ("G_ema", G_ema)):
-            state.load_weights(net, weights[key], f"{key} of checkpoint {ckpt}")
+            checkpoints.load_weights(net, weights[key], f"{key} of checkpoint {ckpt}")
         try:
             opt_G.load_state_dict(saved["opt_G"])
             opt_D.load_state_dict(saved["opt_D"])
@@ -292,13 +293,15 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
 
     def checkpoint() -> Path:
         nets = {"G": G, "D": D, "G_ema": G_ema}
-        path = state.save_checkpoint(run, nimg, nets, snapshot(), cfg.dumps(), cfg.checkpoint.keep, model_info())
+        path = checkpoints.save_checkpoint(run, nimg, nets, snapshot(), cfg.dumps(), cfg.checkpoint.keep, model_info())
         if task.n_classes:
             save_png(
-                class_sheet(G_ema, cfg.sample.seed), run / "samples" / f"classes-{state.checkpoint_name(nimg)}.png"
+                class_sheet(G_ema, cfg.sample.seed),
+                run / "samples" / f"classes-{checkpoints.checkpoint_name(nimg)}.png",
             )
         save_png(
-            interpolation_sheet(G_ema, cfg.sample.seed), run / "samples" / f"interp-{state.checkpoint_name(nimg)}.png"
+            interpolation_sheet(G_ema, cfg.sample.seed),
+            run / "samples" / f"interp-{checkpoints.checkpoint_name(nimg)}.png",
         )
         return path
 
@@ -358,7 +361,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
                     if scorer.improved(scores):
                         nets = {"G": G, "D": D, "G_ema": G_ema}
                         info = {**model_info(), "eval": scores, "best": scorer.best_record()}
-                        state.save_best(run, nimg, nets, snapshot(), cfg.dumps(), info)
+                        checkpoints.save_best(run, nimg, nets, snapshot(), cfg.dumps(), info)
 
             # Maintenance (rank 0), on the image counts where it falls due: log, sample grid, checkpoint.
             if not main:
@@ -381,7 +384,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
                 window = Window()
             if crossed(cfg.sample.every_kimg, before) or nimg >= total:
                 images = generate(G_ema, fixed_z.to(rep.device), None if fixed_y is None else fixed_y.to(rep.device))
-                save_png(grid(images), run / "samples" / f"grid-{state.checkpoint_name(nimg)}.png")
+                save_png(grid(images), run / "samples" / f"grid-{checkpoints.checkpoint_name(nimg)}.png")
             if crossed(cfg.checkpoint.every_kimg, before) or nimg >= total:
                 checkpoint()
         stopped = nimg < total
@@ -526,7 +529,7 @@ def truncate_metrics(path: Path, nimg: int) -> None:
     """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run."""
     if path.exists():
         keep = [row for row in read_metrics(path) if round(row.get("kimg", math.inf) * 1000) <= nimg]
-        state.atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))
+        atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))
 
 
 def format_seconds(s: float) -> str:

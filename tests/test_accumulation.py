@@ -9,7 +9,7 @@ import bigbatch
 from bigbatch.data import load_data
 from bigbatch.engine.dist import Context
 from bigbatch.engine.plan import make_plan
-from bigbatch.tasks.gan import GANTask
+from bigbatch.tasks.gan.task import GANTask
 
 
 def d_step_params(micro_batch: int, sn_update: str = "step"):

@@ -9,7 +9,7 @@ import torch
 import bigbatch
 from bigbatch.data import load_data
 from bigbatch.data.builtin import FASHION_DIR, fashion_mnist, read_idx
-from bigbatch.data.sampler import GlobalOrder
+from bigbatch.data.streams import GlobalOrder
 
 
 def test_digits_upscaled_uint8_nhwc():

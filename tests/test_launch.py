@@ -12,7 +12,7 @@ import pytest
 from test_distributed import ARGS, max_rel, train
 
 import bigbatch
-import bigbatch.engine.state
+import bigbatch.checkpoints
 from bigbatch.launch import RankResult, rank_environments, ray_ranks, report
 
 distributed = pytest.importorskip("distributed")
@@ -113,7 +113,7 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
     # SIGTERM to the launcher (or Ctrl-C) stops every rank: they save one checkpoint together and exit 0.
     assert stopped.returncode == 0, (stopped.returncode, stopped.stderr[-3000:])
     assert "stopping every rank" in stopped.stderr  # (the ranks print on their workers' stdout)
-    assert bigbatch.engine.state.find_checkpoint(tmp_path / "long").name != "000000.000"
+    assert bigbatch.checkpoints.find_checkpoint(tmp_path / "long").name != "000000.000"
 
 
 def stop_a_long_launch(scheduler, run_dir):

@@ -79,7 +79,7 @@ def test_sngan_unconditional_bn_and_sn_only_in_d():
 
 
 def test_ortho_penalty_gradient_is_biggan_pytorchs():
-    from bigbatch.losses import ortho_penalty
+    from bigbatch.tasks.gan.losses import ortho_penalty
 
     torch.manual_seed(0)
     G, _ = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16)

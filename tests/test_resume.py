@@ -10,9 +10,9 @@ import time
 import pytest
 
 import bigbatch
+from bigbatch.checkpoints import find_checkpoint
 from bigbatch.cli import main
-from bigbatch.engine.state import find_checkpoint
-from bigbatch.tasks.gan import GANTask
+from bigbatch.tasks.gan.task import GANTask
 
 
 def weights(run, name="000000.512"):

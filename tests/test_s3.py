@@ -11,7 +11,7 @@ from PIL import Image
 
 import bigbatch
 from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, read_meta
-from bigbatch.data.sampler import GlobalOrder
+from bigbatch.data.streams import GlobalOrder
 
 moto_server = pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")

@@ -6,8 +6,8 @@ import torch
 
 import bigbatch
 from bigbatch.data import BatchLoader, BucketOrder, Phase, RankSampler, Schedule, load_data, resize_batch
-from bigbatch.data.sampler import FLIP, GlobalOrder, generator
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
+from bigbatch.data.streams import FLIP, GlobalOrder, generator
 
 
 def test_parse_phases_from_tables_and_strings():

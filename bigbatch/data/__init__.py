@@ -1,7 +1,8 @@
 """Data sets and the order in which they are read."""
 
-from bigbatch.data.builtin import ImageData, load_data
 from bigbatch.data.hdf5 import H5Data, describe_data, read_meta, verify_data
+from bigbatch.data.images import ImageData
+from bigbatch.data.load import load_data
 from bigbatch.data.loader import Batch, BatchLoader, RankSampler, Step
 from bigbatch.data.prepare import Report, prepare
 from bigbatch.data.schedule import BucketOrder, Phase, Schedule, resize_batch

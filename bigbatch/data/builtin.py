@@ -1,22 +1,17 @@
-"""Built-in data sets (`builtin:NAME`), held in RAM as uint8 NHWC images with int64 labels, and
-`load_data`, which opens any `data.path` (built-in or a DATA.h5, local or remote)."""
+"""Built-in data sets (`builtin:NAME`): scikit-learn's digits and Debian's Fashion-MNIST, made in RAM."""
 
 from __future__ import annotations
 
 import gzip
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bigbatch.data.images import ImageData
 from bigbatch.errors import BigbatchError
-
-if TYPE_CHECKING:
-    from bigbatch.data.hdf5 import H5Data
 
 FASHION_CLASSES = [
     "T-shirt/top",
@@ -34,41 +29,6 @@ FASHION_CLASSES = [
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 # The size the built-in images come in (`bigbatch prepare builtin:NAME` keeps it without --resolution).
 NATIVE_RESOLUTION = {"digits": 8, "fashion-mnist": 28}
-
-
-@dataclass
-class ImageData:
-    """Images (N, H, W, C) uint8 and labels (N,) int64 in RAM, with the class names."""
-
-    images: torch.Tensor
-    labels: torch.Tensor
-    class_names: list[str]
-    source: str
-
-    def __len__(self) -> int:
-        return self.images.shape[0]
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.class_names)
-
-    @property
-    def resolution(self) -> int:
-        return self.images.shape[1]
-
-    @property
-    def channels(self) -> int:
-        return self.images.shape[3]
-
-    @property
-    def content_hash(self) -> str:
-        """The hash `bigbatch prepare` writes for these images and labels (equal for equal content)."""
-        from bigbatch.data.hdf5 import hash_arrays
-
-        return hash_arrays(self.class_names, self.images.numpy(), self.labels.numpy())
-
-    def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.images[index], self.labels[index]
 
 
 def _resize_gray(images: np.ndarray, peak: float, resolution: int) -> torch.Tensor:
@@ -129,29 +89,3 @@ def fashion_mnist(resolution: int, folder: str | None = None) -> ImageData:
 
 
 BUILTIN = {"digits": digits, "fashion-mnist": fashion_mnist}
-
-
-def load_data(
-    path: str, resolution: int, in_ram: bool = False, storage_options: dict[str, Any] | None = None
-) -> ImageData | H5Data:
-    """Open a data set named by `data.path`: builtin:NAME (made at `resolution`), or a DATA.h5 written
-    by `bigbatch prepare`, local or at an fsspec URL (s3://bucket/DATA.h5), as it was prepared.
-    `in_ram` reads a data file's images into memory once; `storage_options` go to fsspec (credentials
-    are better left to the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)."""
-    if path.startswith("builtin:"):
-        name = path.removeprefix("builtin:")
-        if name not in BUILTIN:
-            raise BigbatchError(
-                f"unknown built-in data set '{name}'; valid: {', '.join('builtin:' + n for n in BUILTIN)}"
-            )
-        return BUILTIN[name](resolution)
-    from bigbatch.data.sources import is_url, public_name
-
-    if is_url(path) or path.lower().endswith((".h5", ".hdf5")):
-        from bigbatch.data.hdf5 import H5Data
-
-        return H5Data(path, in_ram=in_ram, storage_options=storage_options)
-    raise BigbatchError(
-        f"cannot open data set '{public_name(path)}': give a DATA.h5 written by `bigbatch prepare` (a path or "
-        f"s3://... URL) or one of {', '.join('builtin:' + n for n in BUILTIN)}"
-    )

@@ -9,8 +9,8 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from bigbatch.data.sampler import FLIP, generator
 from bigbatch.data.schedule import Schedule, resize_batch
+from bigbatch.data.streams import FLIP, generator
 from bigbatch.errors import BigbatchError
 
 

@@ -243,7 +243,8 @@ def _prepare_builtin(
     storage_options: dict[str, Any] | None,
     start: float,
 ) -> Report:
-    from bigbatch.data.builtin import NATIVE_RESOLUTION, load_data
+    from bigbatch.data.builtin import NATIVE_RESOLUTION
+    from bigbatch.data.load import load_data
 
     name = src.removeprefix("builtin:")
     resolution = resolution or NATIVE_RESOLUTION.get(name, 32)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from bigbatch.data.sampler import ORDER, generator
+from bigbatch.data.streams import ORDER, generator
 from bigbatch.errors import BigbatchError
 
 # Width / height of the buckets that `prepare(..., buckets=True)` sorts rectangular images into:

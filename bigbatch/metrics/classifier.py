@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.engine import dist
-from bigbatch.engine.state import atomic_write
 from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
 from bigbatch.metrics.extractors import Extractor, to_nchw
 from bigbatch.metrics.inception import cache_dir
 
@@ -107,7 +107,7 @@ def train_classifier(
     each rank its share, so the weights do not depend on the number of ranks.
     """
     import bigbatch
-    from bigbatch.data.sampler import GlobalOrder
+    from bigbatch.data.streams import GlobalOrder
 
     task, n_classes = _task(data)
     if len(data) < 2:

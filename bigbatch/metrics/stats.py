@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from bigbatch.engine import dist
-from bigbatch.engine.state import atomic_write
 from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
 from bigbatch.metrics.extractors import Extractor, extract_sharded, moments_sharded
 from bigbatch.metrics.fid import feature_stats
 from bigbatch.metrics.inception import cache_dir

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.files import atomic_write
 
 NETS = ("G", "D", "G_ema")
 BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
@@ -28,21 +29,6 @@ BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score 
 def checkpoint_name(nimg: int) -> str:
     """Folder name of the checkpoint at `nimg` images: kimg with three decimals, zero-padded to sort."""
     return f"{nimg // 1000:06d}.{nimg % 1000:03d}"
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write a file through a temporary sibling and a rename, so readers see the old or the new file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(

@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from bigbatch import losses
-from bigbatch.data.builtin import ImageData
+from bigbatch.data.images import ImageData
 from bigbatch.data.loader import Batch, Step, read_batch
-from bigbatch.data.sampler import Z_D, Z_G, GlobalOrder, generator
+from bigbatch.data.streams import Z_D, Z_G, GlobalOrder, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
+from bigbatch.tasks.gan import losses
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from bigbatch import checkpoints
 from bigbatch.config import Config
-from bigbatch.engine import state
 
 
 class Scorer:
@@ -50,8 +50,8 @@ class Scorer:
             "reference_n": e.reference_n,
             "standing_stats": e.standing_stats,
         }
-        best = state.best_checkpoint(run)
-        meta = (state.read_meta(best) or {}) if best is not None else {}
+        best = checkpoints.best_checkpoint(run)
+        meta = (checkpoints.read_meta(best) or {}) if best is not None else {}
         record = meta.get("best") if isinstance(meta.get("best"), dict) else {}
         if isinstance(record.get("value"), (int, float)):
             if record.get("settings") != self.settings:

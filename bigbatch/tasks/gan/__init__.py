@@ -1,0 +1,1 @@
+"""The GAN task: G and D trained in turn (hinge or non-saturating loss), G_ema, sample sheets, FID/IS/KID."""
