@@ -1,14 +1,16 @@
-"""Shared by the benchmarks: a GAN task from a config, on synthetic images (no data set to read)."""
+"""Shared by the benchmarks: a GAN task from a config, on synthetic images (no data set to read), built
+as `bigbatch.train` builds it (`build_task`), so the benchmarks measure what training runs."""
 
 from __future__ import annotations
 
 import torch
 
 import bigbatch
+from bigbatch.batching import replicator_for
 from bigbatch.config import Config, parse_override
 from bigbatch.data.images import ImageData
+from bigbatch.tasks import build_task
 from bigbatch.tasks.gan.task import GANTask
-from bigbatch.train import build_models
 
 
 def config(preset: str, overrides: list[str]) -> Config:
@@ -23,27 +25,11 @@ def synthetic(cfg: Config, n_classes: int, n: int = 512) -> ImageData:
     return ImageData(images, labels, [str(i) for i in range(max(n_classes, 1))], "synthetic")
 
 
-def gan_task(cfg: Config, n_classes: int = 10, **replicator: object) -> tuple[GANTask, bigbatch.Replicator]:
-    """A GANTask as `bigbatch.train` builds it, with the Replicator settings of cfg.train (overridable)."""
-    t = cfg.train
-    settings = dict(
-        batch=t.batch,
-        micro_batch=t.micro_batch,
-        precision=t.precision,
-        device=t.device,
-        memory_budget=t.memory_budget or None,
-        checkpointing=t.checkpointing,
-        sn_update=cfg.model.sn_update,
-    )
-    settings.update(replicator)
-    rep = bigbatch.Replicator(**settings)
-    data = synthetic(cfg, n_classes)
-    G, D = build_models(cfg, n_classes, 3)
-    G_train, D_train = rep.prepare(G.train()), rep.prepare(D.train())
-    opt_G = rep.wrap_optimizer(torch.optim.Adam(G.parameters(), lr=t.g_lr, betas=t.betas, eps=t.adam_eps), "G")
-    opt_D = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=t.d_lr, betas=t.betas, eps=t.adam_eps), "D")
-    task = GANTask(rep, G_train, D_train, opt_G, opt_D, data, t.seed, t.loss, cfg.model.conditional, cfg.data.xflip)
-    return task, rep
+def gan_task(cfg: Config, n_classes: int = 10, **train: object) -> tuple[GANTask, bigbatch.Replicator]:
+    """The GAN task of `cfg` with these train.* settings changed (e.g. precision="bf16"), and its Replicator."""
+    cfg = cfg.override({f"train.{k}": v for k, v in train.items()})
+    rep = replicator_for(cfg)
+    return build_task(cfg, rep, synthetic(cfg, n_classes)), rep
 
 
 def sync(device: torch.device) -> None:

@@ -5,8 +5,8 @@ from bigbatch.config import Config
 from bigbatch.engine.replicator import InputContext, Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.presets import list_presets, preset
-from bigbatch.runs import load_generator
 from bigbatch.sampling import sample, standing_stats
+from bigbatch.tasks.gan.load import load_generator
 from bigbatch.train import train
 
 __version__ = "0.1.0"

@@ -15,8 +15,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _train(args: argparse.Namespace) -> None:
+    from bigbatch.batching import describe_plan
     from bigbatch.config import Config, parse_override
-    from bigbatch.train import describe_plan, train
+    from bigbatch.train import train
 
     overrides = dict(parse_override(o) for o in args.overrides)
     if args.resume:
@@ -53,7 +54,7 @@ def _base_config(preset_name: str | None, config: str | None, default: str):
 
 def _convert(args: argparse.Namespace) -> None:
     from bigbatch.config import parse_override
-    from bigbatch.runs import convert_reference
+    from bigbatch.tasks.gan.convert import convert_reference
 
     cfg = _base_config(args.preset, args.config, "biggan128_bs2048")
     cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
@@ -84,8 +85,8 @@ def _sample(args: argparse.Namespace) -> None:
     from bigbatch.checkpoints import find_checkpoint
     from bigbatch.config import MIN_TRUNCATION
     from bigbatch.files import atomic_write
-    from bigbatch.runs import load_generator
     from bigbatch.sampling import grid, interpolation_sheet, sample, save_png, standing_stats
+    from bigbatch.tasks.gan.load import load_generator
 
     if args.n < 1:
         raise BigbatchError(f"--n must be at least 1, got {args.n}")
@@ -162,8 +163,9 @@ def _eval(args: argparse.Namespace) -> None:
     from bigbatch.data import load_data
     from bigbatch.engine import dist
     from bigbatch.metrics import evaluate, get_extractor
-    from bigbatch.runs import load_generator
     from bigbatch.sampling import standing_stats
+    from bigbatch.tasks.gan.load import load_generator
+    from bigbatch.tasks.gan.scorer import classifier_options
 
     ckpt = checkpoints.find_checkpoint(args.path)
     cfg = Config.load(ckpt / "config.toml")
@@ -184,7 +186,7 @@ def _eval(args: argparse.Namespace) -> None:
             path=e.weights or None,
             device=ctx.device,
             data=data,
-            options=e.classifier_options(),
+            options=classifier_options(e),
         )
         scores = evaluate(
             G,
@@ -215,9 +217,9 @@ def _info(args: argparse.Namespace) -> None:
         if args.verify:
             print(f"content hash verified: {verify_data(args.path)}")
         return
-    from bigbatch.runs import describe
+    from bigbatch.info import describe_run
 
-    print(describe(args.path))
+    print(describe_run(args.path))
 
 
 def _plot(args: argparse.Namespace) -> None:
@@ -377,9 +379,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed command line; `key=value` overrides of train and convert may stand anywhere among the options."""
+    parser = build_parser()
+    # argparse fills a positional list from one run of arguments only, so overrides after an option come
+    # back unparsed (parse_intermixed_args would gather them, but it refuses subparsers).
+    args, extras = parser.parse_known_args(argv)
+    if hasattr(args, "overrides"):
+        args.overrides += [a for a in extras if not a.startswith("-")]  # parse_override names a malformed one
+        extras = [a for a in extras if a.startswith("-")]
+    if extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
     except BigbatchError as e:
         print(f"bigbatch: error: {e}", file=sys.stderr)

@@ -1,7 +1,10 @@
 """The typed config tree: one dataclass per section, strict loading from dicts/TOML, dotted overrides.
 
 Every field carries a docstring. Types are checked when a section is built (from Python, TOML or
-the command line), values in `_validate`; any mistake is a `BigbatchError` that names the key.
+the command line), values in `_validate`; any mistake is a `BigbatchError` that names the key. What
+needs the modules a section configures (the model registry, the metric names, the schedule parser)
+is checked by those modules, which register their checks with `register_check`: config.py imports none
+of them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -88,8 +92,33 @@ def _coerce(value: Any, tp: Any) -> Any:
     raise TypeError(f"unsupported config type {tp}")
 
 
+# Checks of a section ("" for the whole config) that need other modules; see `register_check`.
+_CHECKS: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def register_check(section: str) -> Callable[[Callable[[Any], None]], Callable[[Any], None]]:
+    """Decorator: `fn(section)` validates config section `section` ("" for the whole Config) whenever
+    one is built, raising BigbatchError naming the key. For modules that own what a key means."""
+
+    def add(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+        _CHECKS.setdefault(section, []).append(fn)
+        return fn
+
+    return add
+
+
+def typed(value: Any, tp: Any, what: str) -> Any:
+    """`value` as type `tp` (as a config field of that type takes it), or a BigbatchError saying `what`
+    must be."""
+    try:
+        return _coerce(value, tp)
+    except _Mismatch:
+        raise BigbatchError(f"{what} must be {_describe(tp)}, got {value!r}") from None
+
+
 class Section:
-    """Base of every config section: checks field types on construction, then `_validate`."""
+    """Base of every config section: checks field types on construction, then `_validate`, then the
+    checks registered for it."""
 
     _name: typing.ClassVar[str] = ""
 
@@ -111,6 +140,8 @@ class Section:
                     f"config key '{self._key(f.name)}' must be {_describe(hints[f.name])}, got {value!r}"
                 ) from None
         self._validate()
+        for check in _CHECKS.get(self._name, ()):
+            check(self)
 
     def _validate(self) -> None:
         pass
@@ -226,15 +257,7 @@ class ModelConfig(Section):
     """Family-specific keyword arguments of the family's builder (e.g. g_sn, d_sn, bn_eps, init)."""
 
     def _validate(self) -> None:
-        from bigbatch.models import registry
-
-        if self.name not in registry.list_models():
-            self._fail("name", f"names no registered model '{self.name}'; valid: {', '.join(registry.list_models())}")
         _positive(self, "ch", "dim_z")
-        try:
-            registry.check_options(self.name, self.options)
-        except BigbatchError as e:
-            raise BigbatchError(f"config key 'model.options': {e}") from None
 
 
 @dataclass
@@ -310,13 +333,6 @@ class TrainConfig(Section):
             _positive(self, "micro_batch")
             if self.batch % self.micro_batch:
                 self._fail("micro_batch", f"must divide train.batch={self.batch}, got {self.micro_batch}")
-        if self.memory_budget:
-            from bigbatch.engine.memory import parse_bytes
-
-            try:
-                parse_bytes(self.memory_budget)
-            except BigbatchError as e:
-                self._fail("memory_budget", str(e).replace("cannot read memory budget", "cannot be read:"))
         if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
             self._fail("grad_clip", f"must be a finite number >= 0 (0 = off), got {self.grad_clip}")
         if not 0 <= self.skip_limit <= 1:
@@ -395,22 +411,8 @@ class EvalConfig(Section):
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
 
     def _validate(self) -> None:
-        from bigbatch.metrics.classifier import ClassifierOptions
-        from bigbatch.metrics.evaluate import parse_metrics
-
         if not (math.isfinite(self.every_kimg) and self.every_kimg >= 0):
             self._fail("every_kimg", f"must be a finite number >= 0 (0 = off), got {self.every_kimg}")
-        try:
-            wanted = parse_metrics(self.metrics)
-        except BigbatchError as e:
-            self._fail("metrics", str(e).replace("unknown metric", "names an unknown metric"))
-        if self.best:
-            try:
-                best = parse_metrics(self.best)
-            except BigbatchError as e:
-                self._fail("best", str(e).replace("unknown metric", "names an unknown metric"))
-            if len(best) != 1 or best[0] not in wanted:
-                self._fail("best", f"must name one of eval.metrics ({self.metrics}), got {self.best!r}")
         if self.n < 2:
             self._fail("n", f"must be at least 2 images, got {self.n}")
         if self.reference_n < 0 or self.reference_n == 1:
@@ -420,35 +422,15 @@ class EvalConfig(Section):
             self._fail("standing_stats", f"must be a number of batches >= 0, got {self.standing_stats}")
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
-        hints = typing.get_type_hints(ClassifierOptions)
-        for key, value in self.classifier.items():
-            if key not in hints:
-                self._fail("classifier", f"has unknown option {key!r}; valid: {', '.join(hints)}")
-            try:
-                _coerce(value, hints[key])
-            except _Mismatch:
-                self._fail("classifier", f"option {key!r} must be {_describe(hints[key])}, got {value!r}")
-            least = ">= 0" if key == "seed" else "positive"
-            if not (value >= 0 if key == "seed" else value > 0):
-                self._fail("classifier", f"option {key!r} must be {least}, got {value!r}")
-
-    def classifier_options(self) -> Any:
-        from bigbatch.metrics.classifier import ClassifierOptions
-
-        hints = typing.get_type_hints(ClassifierOptions)
-        return ClassifierOptions(**{k: _coerce(v, hints[k]) for k, v in self.classifier.items()})
-
-    def best_metric(self) -> str:
-        """The canonical name (fid, is or kid) of the metric that picks checkpoints/best/."""
-        from bigbatch.metrics.evaluate import parse_metrics
-
-        return parse_metrics(self.best or self.metrics)[0]
 
 
 @dataclass
 class Config(Section):
     name: str = "digits"
     """Name of the recipe; new run directories are named after it."""
+    task: str = "gan"
+    """What is trained: a registered task (`bigbatch.tasks.list_tasks()`); "gan" is the default, so
+    configs written before there were tasks load as they were."""
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -459,40 +441,6 @@ class Config(Section):
     def _validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
             self._fail("name", f"must be letters, digits, '_', '.' or '-' (it names run folders), got {self.name!r}")
-        for i, phase in enumerate(self.schedule().phases):
-            where = f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg)"
-            if phase.resolution != self.data.resolution:
-                raise BigbatchError(
-                    f"{where} has resolution {phase.resolution}, but data.resolution is {self.data.resolution}: the "
-                    "GAN models are built for one resolution, so a GAN schedule may change only the batch"
-                )
-            micro = self.train.micro_batch
-            if micro != "auto" and phase.batch % micro:
-                raise BigbatchError(
-                    f"{where} has batch {phase.batch}, which train.micro_batch={micro} does not divide; "
-                    'choose batches that are multiples of it, or micro_batch = "auto"'
-                )
-
-    def schedule(self) -> Any:
-        """The data schedule (`bigbatch.data.Schedule`): data.schedule's phases, the first defaulting to
-        train.batch at data.resolution; without data.schedule, one phase of train.batch."""
-        from bigbatch.data.schedule import Schedule
-
-        spec = self.data.schedule
-        if not spec:
-            return Schedule.constant(self.data.resolution, self.train.batch)
-        if isinstance(spec, list):
-            first = {"resolution": self.data.resolution, "batch": self.train.batch, **spec[0]}
-            if "kimg" not in first and "nimg" not in first:
-                first["nimg"] = 0
-            spec = [first, *spec[1:]]
-        try:
-            return Schedule.parse(spec)
-        except BigbatchError as e:
-            key, sep, rest = str(e).partition(": ")
-            if not (sep and key.startswith("data.schedule")):
-                key, rest = "data.schedule", str(e)
-            raise BigbatchError(f"config key '{key}': {rest}") from None
 
     def override(self, updates: dict[str, Any]) -> Config:
         """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other."""

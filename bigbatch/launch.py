@@ -364,22 +364,28 @@ def _dask_rank(args: list[str], env: dict[str, str], abort_name: str, grace: flo
     return _run_rank(args, env, abort.is_set, abort.set, grace)
 
 
-def child_main() -> None:
-    """A rank's process: bound to its worker (SIGTERM when the worker thread that started it dies,
-    on Linux), then `bigbatch ARGS`."""
+# A rank's process binds itself to the worker thread that started it (Linux's PR_SET_PDEATHSIG: SIGTERM
+# when that thread dies; it survives exec), gives up if the worker died before the binding took hold,
+# then becomes `python -m bigbatch ARGS`. Code given to -c, not a bigbatch function: importing bigbatch
+# to run it would load torch twice per rank. Binding in Popen's preexec_fn instead is unsafe in a
+# threaded process such as a Dask worker.
+BOUND_RANK = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+except Exception:
+    pass
+if os.getppid() != int(os.environ.get("BIGBATCH_LAUNCH_PARENT", os.getppid())):
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, "-m", "bigbatch", *sys.argv[1:]])
+"""
+
+
+def rank_command(args: Sequence[str]) -> list[str]:
+    """The command line of a rank's process: `python -m bigbatch ARGS`, bound to its worker on Linux."""
     if sys.platform == "linux":
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != int(os.environ.get("BIGBATCH_LAUNCH_PARENT", os.getppid())):
-            sys.exit(1)  # the worker died before the binding took hold
-    from bigbatch.cli import main
-
-    sys.exit(main(sys.argv[1:]))
-
-
-CHILD = "from bigbatch.launch import child_main; child_main()"
+        return [sys.executable, "-c", BOUND_RANK, *args]
+    return [sys.executable, "-m", "bigbatch", *args]
 
 
 def _run_rank(
@@ -395,7 +401,7 @@ def _run_rank(
     stopped_at = None
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, *args],
+            rank_command(args),
             env={**os.environ, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid())},
             stderr=err,
             start_new_session=True,  # a Ctrl-C in the launcher's terminal reaches it only through the launcher

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-from bigbatch.runs import read_metrics
+from bigbatch.rundir import read_metrics
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
 TRAINING_PANELS = (

@@ -50,12 +50,10 @@ def standing_stats(
 
     The running statistics of training are an exponential average over micro-batches of a G that
     kept changing; here they become the plain average over `n_batches` batches of `batch_size` draws
-    of the final G (z with the same truncation as the images to come). Spectral-norm vectors are
-    left alone. Draws use the stream of `sample` at positions past 10**9, so they never coincide
-    with the images being evaluated.
+    of the final G (z with the same truncation as the images to come). Only the BatchNorms run in
+    training mode, so nothing else (spectral-norm vectors) changes. Draws use the stream of `sample` at
+    positions past 10**9, so they never coincide with the images being evaluated.
     """
-    from bigbatch.models.layers import set_sn_update
-
     bns = [m for m in G.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     if not bns:
         return G.eval()
@@ -64,10 +62,9 @@ def standing_stats(
     for m in bns:
         m.reset_running_stats()
         m.momentum = None  # cumulative average over the batches below
-    sns = [m for m in G.modules() if hasattr(m, "sn_update")]
-    armed = [m.sn_update for m in sns]
-    G.train()
-    set_sn_update(G, False)
+    G.eval()
+    for m in bns:
+        m.train()
     try:
         for i in range(n_batches):
             z, y = draw_latents(batch_size, G.dim_z, seed, G.n_classes, 10**9 + i * batch_size, truncation)
@@ -75,8 +72,6 @@ def standing_stats(
     finally:
         for m, momentum in zip(bns, momenta):
             m.momentum = momentum
-        for m, a in zip(sns, armed):
-            m.sn_update = a
         G.eval()
     return G
 

@@ -6,25 +6,32 @@ statistics per micro-batch by design, which no accumulation can reproduce)."""
 import torch
 
 import bigbatch
+from bigbatch.batching import replicator_for
 from bigbatch.data import load_data
 from bigbatch.engine.dist import Context
 from bigbatch.engine.plan import make_plan
-from bigbatch.tasks.gan.task import GANTask
+from bigbatch.tasks import build_task
 
 
 def d_step_params(micro_batch: int, sn_update: str = "step"):
-    torch.manual_seed(0)
-    G, D = bigbatch.models.create("dcgan", 16, 10, ch=8, dim_z=16)  # D: spectral norm, no BN
-    data = load_data("builtin:digits", 16)
-    rep = bigbatch.Replicator(32, micro_batch, device="cpu", sn_update=sn_update)
-    G_train, D_train = rep.prepare(G), rep.prepare(D)
-    opt_G = rep.wrap_optimizer(torch.optim.Adam(G.parameters(), lr=1e-3))
-    opt_D = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=1e-3))
-    task = GANTask(rep, G_train, D_train, opt_G, opt_D, data, seed=1)
-    G.eval()
+    cfg = bigbatch.preset("digits").override(
+        {
+            "data.resolution": 16,
+            "model.ch": 8,
+            "model.dim_z": 16,
+            "model.sn_update": sn_update,
+            "train.batch": 32,
+            "train.micro_batch": micro_batch,
+            "train.device": "cpu",
+        }
+    )  # dcgan: D with spectral norm and no BN
+    rep = replicator_for(cfg)
+    task = build_task(cfg, rep, load_data("builtin:digits", 16))
+    nets = task.nets()
+    nets["G"].eval()
     task.d_step(0)
     task.g_step(0)
-    return torch.cat([p.detach().flatten() for net in (G, D) for p in net.parameters()])
+    return torch.cat([p.detach().flatten() for name in ("G", "D") for p in nets[name].parameters()])
 
 
 def rel(a, b):

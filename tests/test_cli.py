@@ -4,9 +4,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import bigbatch
 from bigbatch.cli import main
+from bigbatch.config import Config
+from bigbatch.models import convert
 
 
 def run_cli(capsys, *argv):
@@ -28,6 +31,9 @@ def run_cli(capsys, *argv):
         (["sample", "nowhere"], "nowhere does not exist"),
         (["info", "nowhere"], "nowhere does not exist"),
         (["train", "--bogus"], "unrecognized arguments: --bogus"),
+        (["train", "--dry-run", "train.batch=64", "--bogus"], "unrecognized arguments: --bogus"),
+        (["train", "--dry-run", "train.batch"], "cannot read override 'train.batch': write it as key=value"),
+        (["presets", "train.batch=64"], "unrecognized arguments: train.batch=64"),
         (["frobnicate"], "invalid choice"),
     ],
 )
@@ -71,7 +77,7 @@ def test_batch_plan_must_divide(capsys, monkeypatch):
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["train", "--run-dir", "r", "model.options.init=bogus"], "unknown init scheme 'bogus'"),
+        (["train", "--run-dir", "r", "model.options.init=bogus"], "option 'init' of 'dcgan' must be one of"),
         (["train", "--run-dir", "r", "train.ema_halflife_kimg=nan"], "'train.ema_halflife_kimg' must be a finite"),
         (["train", "--run-dir", "r", "name=a/b"], "'name' must be letters"),
         (["train", "--run-dir", "r", "sample.truncation=1e-9"], "'sample.truncation' must be a threshold"),
@@ -94,3 +100,35 @@ def test_override_leaves_the_original_config_alone():
     with pytest.raises(bigbatch.BigbatchError):
         base.override({"model.options.colour": 1})
     assert base.model.options == {}
+
+
+def test_python_m_bigbatch_is_the_bigbatch_command(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "bigbatch", "presets"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert [line.split()[0] for line in ok.stdout.strip().splitlines()] == list(bigbatch.list_presets())
+    bad = subprocess.run([sys.executable, "-m", "bigbatch", "train", "nosuchkey=1"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("bigbatch: error: unknown config key 'nosuchkey'") and bad.stderr.count("\n") == 1
+
+
+def test_overrides_may_stand_among_the_options(capsys):
+    argv = ["--dry-run", "train.batch=64", "--preset", "digits", "train.micro_batch=16", "--quiet", "train.batch=128"]
+    code, out, err = run_cli(capsys, "train", *argv)
+    assert code == 0, err
+    # In command-line order, the last word on a key wins, wherever it stands.
+    assert "batch 128 = micro_batch 16 x accumulation 8 x world_size 1" in out
+
+
+def test_convert_takes_overrides_after_its_options(tmp_path, capsys):
+    torch.manual_seed(0)
+    G, D = bigbatch.models.create("biggan", 32, 5, ch=8, dim_z=16, g_attn=16, d_attn=16)
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    for name, net in (("G", G), ("G_ema", G), ("D", D)):
+        torch.save(convert.to_reference(net), weights / f"{name}.pth")
+    tiny = ["data.resolution=32", "model.ch=8", "model.dim_z=16", "model.options={g_attn=16, d_attn=16}"]
+    # The preset's own model (ch 96 at 128x128) does not fit these weights: the overrides must reach it.
+    code, _, err = run_cli(capsys, "convert", str(weights), "run", "--preset", "biggan128_bs2048", *tiny)
+    assert code == 0, err
+    cfg = Config.load(tmp_path / "run" / "config.toml")
+    assert (cfg.model.ch, cfg.model.dim_z, cfg.data.resolution) == (8, 16, 32)

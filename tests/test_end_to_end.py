@@ -29,6 +29,8 @@ def test_run_directory_contents(run, tiny):
     assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512]
     for key in ("loss_D", "loss_G", "img_per_s", "step"):
         assert all(key in r for r in rows)
+    # Each row averages the global gradient norm of the D and G steps since the last row.
+    assert all(r["grad_norm_D"] > 0 and r["grad_norm_G"] > 0 for r in rows)
     assert (run / "checkpoints" / "latest").read_text().strip() == "000000.512"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["000000.256", "000000.512", "latest"]
     for name in ("grid-000000.256.png", "grid-000000.512.png", "classes-000000.512.png", "interp-000000.512.png"):
@@ -42,7 +44,10 @@ def test_refuses_to_overwrite_a_run(run, tiny):
 
 
 def test_sample_api_is_deterministic_and_split_invariant(run):
+    torch.manual_seed(123)
+    rng = torch.get_rng_state()
     G = bigbatch.load_generator(run)
+    assert torch.equal(torch.get_rng_state(), rng)  # loading leaves the caller's global RNG alone
     assert not G.training
     a = bigbatch.sample(G, n=10, seed=5)
     assert a.shape == (10, 16, 16, 3) and a.dtype == torch.uint8

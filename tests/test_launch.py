@@ -13,7 +13,7 @@ from test_distributed import ARGS, max_rel, train
 
 import bigbatch
 import bigbatch.checkpoints
-from bigbatch.launch import RankResult, rank_environments, ray_ranks, report
+from bigbatch.launch import RankResult, rank_command, rank_environments, ray_ranks, report
 
 distributed = pytest.importorskip("distributed")
 
@@ -38,6 +38,17 @@ def test_rank_environments_follow_hosts_and_pinned_gpus():
         ("0", "5"),
         ("0", "2"),
     ]
+
+
+def test_a_rank_runs_python_m_bigbatch_while_its_worker_lives():
+    env = {**os.environ, "BIGBATCH_LAUNCH_PARENT": str(os.getpid())}  # this process stands for the worker
+    bad = subprocess.run(rank_command(["train", "nosuchkey=1"]), env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("bigbatch: error: unknown config key 'nosuchkey'"), bad
+    if sys.platform == "linux":
+        # Its parent is not the worker that started it (the worker died first): it stops before running anything.
+        env["BIGBATCH_LAUNCH_PARENT"] = "1"
+        orphan = subprocess.run(rank_command(["presets"]), env=env, capture_output=True, text=True)
+        assert (orphan.returncode, orphan.stdout) == (1, "")
 
 
 def result(rank, rc, tail="", ended=0.0, stopped=False):

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 import bigbatch
-from bigbatch.models.layers import set_sn_update
+from bigbatch.models import registry
+from bigbatch.models.layers import ConditionalBatchNorm2d, set_sn_update
 
 # Every resolution each family supports, tested at tiny width.
 SMALL = {
@@ -135,3 +136,53 @@ def test_unknown_family_and_options():
         bigbatch.models.create("dcgan", 32, depth=3)
     with pytest.raises(bigbatch.BigbatchError, match="resolutions"):
         bigbatch.models.create("dcgan", 8)
+
+
+@pytest.mark.parametrize("name", bigbatch.models.list_models())
+def test_builders_take_keywords_only_and_create_checks_every_option(name):
+    resolution = SMALL[name][0]
+    with pytest.raises(TypeError, match="positional"):
+        registry.builder(name)(resolution)
+    with pytest.raises(TypeError, match="positional"):
+        bigbatch.models.create(name, resolution, 0, 8)  # ch and the rest by name only
+    rng = torch.get_rng_state()
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        bigbatch.models.create(name, resolution=resolution, colour=1)
+    assert str(e.value) == f"'{name}' has no option 'colour'; valid: {', '.join(registry.options(name))}"
+    assert {"init", "sn_eps", "bn_eps"} <= set(registry.options(name))
+    with pytest.raises(bigbatch.BigbatchError, match="option 'bn_eps' .* must be float"):
+        bigbatch.models.create(name, resolution=resolution, bn_eps="small")
+    with pytest.raises(bigbatch.BigbatchError, match="option 'init' .* must be one of N02, ortho, xavier"):
+        bigbatch.models.create(name, resolution=resolution, init="he")
+    assert torch.equal(torch.get_rng_state(), rng)  # refused before anything was built
+
+
+def test_init_scheme_is_the_familys_default_or_the_option():
+    torch.manual_seed(0)
+    G, _ = bigbatch.models.create("dcgan", 32, 0, ch=16, dim_z=64)
+    assert abs(float(G.input.weight.detach().std()) - 0.02) < 0.002  # the tutorial's N(0, 0.02)
+    G, _ = bigbatch.models.create("dcgan", 32, 0, ch=16, dim_z=64, init="ortho")
+    w = G.input.weight.detach().flatten(1)  # 64 x 1024: orthonormal rows
+    torch.testing.assert_close(w @ w.t(), torch.eye(64), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name, options, identity",
+    [("dcgan", {}, True), ("sngan", {}, True), ("biggan", dict(shared=False, hier=False), False)],
+)
+def test_class_conditional_bn_starts_as_the_reference_does(name, options, identity):
+    torch.manual_seed(0)
+    G, _ = bigbatch.models.create(name, 32, 5, ch=4, dim_z=16, **options)
+    bns = [m for m in G.modules() if isinstance(m, ConditionalBatchNorm2d)]
+    assert bns
+    for bn in bns:  # DCGAN and SN-GAN (chainer): gain 1 and bias 0 for every class; BigGAN-PyTorch: drawn
+        for e in (bn.gain, bn.bias):
+            assert isinstance(e, torch.nn.Embedding) and e.weight.shape[0] == 5
+            assert bool((e.weight == 0).all()) == identity
+
+
+def test_biggan_per_class_bn_and_hierarchical_z_are_one_clear_error():
+    with pytest.raises(bigbatch.BigbatchError, match="shared=False needs hier=False"):
+        bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16, shared=False)
+    G, _ = bigbatch.models.create("biggan", 32, 0, ch=4, dim_z=16, shared=False)  # no classes: z chunks only
+    assert G(torch.randn(2, 16)).shape == (2, 3, 32, 32)

@@ -6,7 +6,7 @@ import pytest
 
 import bigbatch
 from bigbatch.cli import main
-from bigbatch.runs import read_metrics
+from bigbatch.rundir import read_metrics
 
 
 def weights(run, name):

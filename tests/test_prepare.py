@@ -1,7 +1,6 @@
 """`prepare`: folders, zips and built-in sources into DATA.h5; bad files; metadata; reading it back."""
 
 import gzip
-import os
 import zipfile
 from pathlib import Path
 
@@ -306,6 +305,9 @@ def test_aspect_ratio_buckets(tmp_path):
 
 @pytest.mark.slow
 def test_training_reads_a_prepared_file(tiny, tmp_path):
-    prepare("builtin:digits", "digits16.h5", resolution=16, limit=256)
-    run = bigbatch.train(tiny.override({"data.path": "digits16.h5", "train.kimg": 0.064}), run_dir="run", quiet=True)
-    assert (run / "checkpoints" / "latest").exists() and os.path.exists("digits16.h5")
+    _folder(tmp_path / "src", per_class=20)
+    prepare(str(tmp_path / "src"), "pets.h5", resolution=16, workers=0)
+    run = bigbatch.train(tiny.override({"data.path": "pets.h5", "train.kimg": 0.064}), run_dir="run", quiet=True)
+    G = bigbatch.load_generator(run)  # built for the file's classes, which the run recorded
+    assert (G.n_classes, G.class_names, G.resolution) == (2, ["cat", "dog house"], 16)
+    assert G(torch.randn(2, G.dim_z), torch.tensor([0, 1])).shape == (2, 3, 16, 16)

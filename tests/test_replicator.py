@@ -6,6 +6,7 @@ from torch import nn
 
 import bigbatch
 from bigbatch.engine.memory import CPUPeak, parse_bytes
+from bigbatch.models.layers import spectral_norm_hook
 
 
 def classifier():
@@ -67,6 +68,41 @@ def test_set_batch_changes_the_accumulation_not_the_micro_batch():
     assert auto.set_batch(64) is None and auto.batch == 64  # not planned yet: the first step plans for 64
     auto.use_micro_batch(16)
     assert auto.set_batch(24).micro_batch == 12 and auto.set_batch(96).micro_batch == 16
+
+
+def test_batches_hand_out_the_current_share_after_set_batch():
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, device="cpu")
+
+    def input_fn(ctx):
+        while True:
+            yield torch.zeros(ctx.share)
+
+    batches = rep.batches(input_fn)
+    assert len(next(batches)) == 8
+    rep.set_batch(16)
+    assert len(next(batches)) == 16
+
+
+def test_the_plan_of_auto_is_restored_through_state_dict():
+    def planned(state=None):
+        rep = bigbatch.Replicator(batch=32, micro_batch="auto", device="cpu", memory_budget="1GiB")
+        model = rep.prepare(classifier())
+        opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters()), "clf")
+        if state is not None:
+            rep.load_state_dict(state)
+        else:
+            rep.plan_micro_batch(lambda m: rep.probe_step(lambda x: model(x).mean(), torch.randn(m, 1, 8, 8)))
+        return rep, opt
+
+    first, _ = planned()
+    again, opt = planned(first.state_dict())
+    assert not again.micro_batch_pending  # settled by the state: no probing
+    assert (again.plan, again.budget, again.probes) == (first.plan, first.budget, first.probes)
+    # A step runs on the restored plan, and its gradient norm is there to log.
+    model = again.models[0][1]
+    x, y = torch.randn(32, 1, 8, 8), torch.randint(10, (32,))
+    again.step(lambda m: nn.functional.cross_entropy(model(m[0]), m[1]), (x, y), opt)
+    assert again.grad_norm(opt) > 0
 
 
 def test_bf16_and_fp16_train_close_to_fp32():
@@ -142,6 +178,7 @@ def gan_grads(checkpointing, family):
     G, D = bigbatch.models.create(family, resolution, 10, ch=8, dim_z=16, **options)
     rep = bigbatch.Replicator(batch=16, micro_batch=8, device="cpu", checkpointing=checkpointing)
     G_train, D_train = rep.prepare(G), rep.prepare(D)
+    rep.on_micro_batch(spectral_norm_hook(G, D))  # one power iteration per step, none in recomputation
     opt = rep.wrap_optimizer(torch.optim.SGD(G.parameters(), lr=0.0))  # lr 0: look at gradients and buffers
     grads = {}
 

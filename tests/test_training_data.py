@@ -8,7 +8,8 @@ import pytest
 import bigbatch
 from bigbatch.cli import main
 from bigbatch.data import prepare
-from bigbatch.runs import read_metrics
+from bigbatch.data.schedule import schedule_of
+from bigbatch.rundir import read_metrics
 
 
 def weights(run, name):
@@ -99,7 +100,7 @@ def test_bad_data_settings_are_one_line(override, words, capsys):
 def test_schedule_round_trips_through_the_saved_config(phased, tmp_path):
     run = bigbatch.train(phased.override({"train.kimg": 0.064}), run_dir=tmp_path / "r", quiet=True)
     saved = bigbatch.Config.load(run / "config.toml")
-    assert [(p.start, p.batch) for p in saved.schedule().phases] == [(0, 32), (256, 64)]
+    assert [(p.start, p.batch) for p in schedule_of(saved).phases] == [(0, 32), (256, 64)]
     assert json.loads((run / "plan.json").read_text())["batch"] == 32
 
 

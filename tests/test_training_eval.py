@@ -9,7 +9,7 @@ import torch
 
 import bigbatch
 from bigbatch.cli import main
-from bigbatch.runs import read_metrics
+from bigbatch.rundir import read_metrics
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The model zoo around the families: BigGAN-PyTorch weights in and out, recipes, fine-tuning, FreezeD."""
+"""The model zoo around the families: BigGAN-PyTorch weights in and out, fine-tuning, FreezeD."""
 
 import pytest
 import torch
@@ -8,7 +8,6 @@ import bigbatch
 from bigbatch.cli import main
 from bigbatch.models import convert
 from bigbatch.models.layers import SpectralNorm
-from bigbatch.train import build_models
 
 TINY = {
     "biggan": (32, dict(ch=8, dim_z=16, g_attn=16, d_attn=16)),
@@ -158,18 +157,6 @@ def test_convert_and_fine_tune_bad_input(tmp_path, capsys, argv, words):
     out, err = capsys.readouterr()
     assert code == 2 and err.startswith("bigbatch: error: ") and err.count("\n") == 1, err
     assert words in err
-
-
-@pytest.mark.parametrize("name", bigbatch.presets.list_presets())
-def test_every_preset_builds(name):
-    cfg = bigbatch.preset(name)
-    assert bigbatch.Config.from_dict(cfg.to_dict()) == cfg  # the saved config.toml reproduces it
-    n_classes = 0 if not cfg.model.conditional else 1000 if "imagenet" in cfg.data.path else 10
-    with torch.device("meta"):
-        G, D = build_models(cfg, n_classes, 3)
-    assert G.resolution == D.resolution == cfg.data.resolution
-    assert cfg.train.batch % (cfg.train.micro_batch if cfg.train.micro_batch != "auto" else 1) == 0
-    assert len((getattr(bigbatch.presets, name).__doc__ or "").split()) > 20  # says where its numbers come from
 
 
 def test_linear_lr_decay_follows_images_seen(tiny):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from bigbatch.config import Config, register_check
 from bigbatch.data.streams import ORDER, generator
 from bigbatch.errors import BigbatchError
 
@@ -124,6 +125,39 @@ class Schedule:
             phase = self.phase_at(nimg)
             yield nimg, phase
             nimg += phase.batch
+
+
+def schedule_of(cfg: Config) -> Schedule:
+    """The schedule a config trains with: data.schedule's phases, the first defaulting to train.batch at
+    data.resolution; without data.schedule, one phase of train.batch."""
+    spec = cfg.data.schedule
+    if not spec:
+        return Schedule.constant(cfg.data.resolution, cfg.train.batch)
+    if isinstance(spec, list):
+        first = {"resolution": cfg.data.resolution, "batch": cfg.train.batch, **spec[0]}
+        if "kimg" not in first and "nimg" not in first:
+            first["nimg"] = 0
+        spec = [first, *spec[1:]]
+    try:
+        return Schedule.parse(spec)
+    except BigbatchError as e:
+        key, sep, rest = str(e).partition(": ")
+        if not (sep and key.startswith("data.schedule")):
+            key, rest = "data.schedule", str(e)
+        raise BigbatchError(f"config key '{key}': {rest}") from None
+
+
+@register_check("")
+def _check_phases(cfg: Config) -> None:
+    """Every phase parses, and a fixed train.micro_batch divides its batch."""
+    micro = cfg.train.micro_batch
+    for i, phase in enumerate(schedule_of(cfg).phases):
+        if micro != "auto" and phase.batch % micro:
+            raise BigbatchError(
+                f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg) has batch {phase.batch}, "
+                f"which train.micro_batch={micro} does not divide; choose batches that are multiples of it, or "
+                'micro_batch = "auto"'
+            )
 
 
 def _number(value: object, where: str, key: str) -> float:

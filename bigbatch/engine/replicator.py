@@ -10,7 +10,8 @@ function; the Replicator handles devices, DDP, precision, accumulation and memor
 One optimizer step sees `batch` examples: `micro_batch x accumulation` on each of `world_size` ranks.
 Each micro-batch loss is divided by the accumulation and DDP averages over ranks, so the gradient is
 the gradient of the mean loss over the whole batch, whatever the split. DDP all-reduces only on the
-last micro-batch. Spectral-norm layers of bigbatch run their power iteration once per step.
+last micro-batch. Hooks registered with `on_micro_batch` run before each micro-batch's forward (a
+GAN arms its spectral-norm power iteration there, once per step).
 """
 
 from __future__ import annotations
@@ -30,25 +31,42 @@ from bigbatch.engine import dist, memory, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.models.layers import SpectralNorm, set_sn_update
 
 
-@dataclass(frozen=True)
 class InputContext:
-    """What an input function needs to produce this rank's share of each step."""
+    """What an input function needs to produce this rank's share of each step. `batch` and `share` are
+    read when asked, so after `Replicator.set_batch` (a dynamic-batch schedule) they are the new ones."""
 
-    rank: int
-    world_size: int
-    batch: int
-    """Examples per optimizer step, over all ranks."""
-    share: int
-    """Examples per optimizer step on this rank: batch / world_size, the global positions
-    rank * share .. (rank + 1) * share - 1 of each step."""
-    device: torch.device
+    def __init__(self, rep: Replicator):
+        self._rep = rep
+
+    @property
+    def rank(self) -> int:
+        return self._rep.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._rep.world_size
+
+    @property
+    def batch(self) -> int:
+        """Examples per optimizer step, over all ranks."""
+        return self._rep.batch
+
+    @property
+    def share(self) -> int:
+        """Examples per optimizer step on this rank: batch / world_size, the global positions
+        rank * share .. (rank + 1) * share - 1 of each step."""
+        return self._rep.share
+
+    @property
+    def device(self) -> torch.device:
+        return self._rep.device
 
 
 @dataclass
 class _Optimizer:
+    opt: torch.optim.Optimizer
     name: str
     scaler: torch.amp.GradScaler
     history: deque
@@ -69,7 +87,6 @@ class Replicator:
     step). precision: "fp32", "bf16" or "fp16" (loss scaling, one GradScaler per optimizer).
     checkpointing: activation-checkpoint the blocks each model lists in `checkpoint_blocks`.
     sync_bn: BatchNorm statistics over the same micro-batch index on all ranks (else per rank).
-    sn_update: "step" (power iteration once per optimizer step) or "micro" (once per micro-batch).
     grad_clip: clip the global gradient norm to this (0: off). A step whose gradients are not finite
     is skipped; more than `skip_limit` of the last `skip_window` steps skipped stops training.
     """
@@ -85,7 +102,6 @@ class Replicator:
         checkpointing: bool = False,
         compile: bool = False,
         sync_bn: bool = False,
-        sn_update: str = "step",
         grad_clip: float = 0.0,
         skip_limit: float = 0.2,
         skip_window: int = 50,
@@ -96,11 +112,9 @@ class Replicator:
             raise BigbatchError(f"batch={batch!r} must be a positive multiple of the world size {self.ctx.world_size}")
         if micro_batch != "auto" and (not isinstance(micro_batch, int) or micro_batch < 1):
             raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
-        if sn_update not in ("step", "micro"):
-            raise BigbatchError(f"sn_update must be 'step' or 'micro', got {sn_update!r}")
         if not (0 <= skip_limit <= 1 and skip_window >= 1):
             raise BigbatchError("skip_limit must be in [0, 1] and skip_window >= 1")
-        self.batch, self.precision, self.sn_update = batch, precision, sn_update
+        self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
@@ -110,7 +124,7 @@ class Replicator:
         self.probes: list[memory.Probe] = []
         self.budget: int | None = None  # the memory budget micro_batch "auto" was planned for
         self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
-        self._sn_layers: list[SpectralNorm] = []
+        self._micro_hooks: list[Callable[[int], None]] = []
         self.optimizers: dict[int, _Optimizer] = {}
         self._owns_group = dist.init(self.ctx)
 
@@ -134,6 +148,11 @@ class Replicator:
     @property
     def share(self) -> int:
         return self.batch // self.ctx.world_size
+
+    @property
+    def micro_batch_pending(self) -> bool:
+        """micro_batch "auto" not yet settled (by plan_micro_batch, use_micro_batch or load_state_dict)."""
+        return self._plan is None
 
     @property
     def plan(self) -> Plan:
@@ -172,8 +191,14 @@ class Replicator:
             compile=self.compile,
         )
         self.models.append((model, wrapped))
-        self._sn_layers += [m for m in model.modules() if isinstance(m, SpectralNorm)]
         return wrapped
+
+    def on_micro_batch(self, hook: Callable[[int], None]) -> None:
+        """Call `hook(i)` before the forward of micro-batch i of every step (i = 0 for a probe): the
+        place for state a model updates in training forwards at a rate of its own (spectral norm's
+        power iteration once per step). Such updates must not repeat when an activation-checkpointed
+        block is recomputed in backward: arm them for one forward, as the GAN task does."""
+        self._micro_hooks.append(hook)
 
     def unwrap(self, module: nn.Module) -> nn.Module:
         """The plain model behind a prepared module."""
@@ -186,6 +211,7 @@ class Replicator:
         """Register `opt` (its loss scaler and skip count); returns it unchanged, so its state_dict is the usual one."""
         params = {id(p) for g in opt.param_groups for p in g["params"]}
         self.optimizers[id(opt)] = _Optimizer(
+            opt,
             name or f"opt{len(self.optimizers)}",
             prec.grad_scaler(self.precision, self.device),
             deque(maxlen=self.skip_window),
@@ -195,8 +221,7 @@ class Replicator:
 
     def batches(self, input_fn: Callable[[InputContext], Iterable[Any]]) -> Iterator[Any]:
         """Iterate over `input_fn(ctx)`: each item is this rank's share of one step (tensor or tuple, dim 0)."""
-        ctx = InputContext(self.rank, self.world_size, self.batch, self.share, self.device)
-        yield from input_fn(ctx)
+        yield from input_fn(InputContext(self))
 
     # ---- one optimizer step --------------------------------------------------------------------
     def step(self, step_fn: Callable[[Any], Any], batch: Any, opt: torch.optim.Optimizer) -> Any:
@@ -218,7 +243,8 @@ class Replicator:
         totals: torch.Tensor | None = None
         keys: list[str] = []
         for i, micro in enumerate(micros):
-            self.arm_spectral_norm(i == 0)
+            for hook in self._micro_hooks:
+                hook(i)
             with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
                 with prec.autocast(self.precision, self.device):
                     out = step_fn(_to(micro, self.device))
@@ -242,13 +268,6 @@ class Replicator:
             )
         m = plan.micro_batch
         return [_slice(batch, j * m, (j + 1) * m) for j in range(plan.accumulation)]
-
-    def arm_spectral_norm(self, first: bool) -> None:
-        """Let bigbatch spectral-norm layers run one power iteration, on their next training forward,
-        on the first micro-batch of a step ("step") or on every micro-batch ("micro"); none otherwise."""
-        armed = "once" if first or self.sn_update == "micro" else False
-        for layer in self._sn_layers:
-            layer.sn_update = armed
 
     def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
         """Suspend DDP's gradient all-reduce on every prepared DDP module except those in `keep`."""
@@ -325,12 +344,19 @@ class Replicator:
         """Whether the last step of `opt` was skipped for non-finite gradients."""
         return self._state(opt).last_skipped
 
+    def grad_norm(self, opt: torch.optim.Optimizer) -> float:
+        """The global gradient norm of the last step of `opt` (before clipping; not finite if skipped)."""
+        return self._state(opt).grad_norm
+
     # ---- memory planning -----------------------------------------------------------------------
-    def plan_micro_batch(self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer]) -> Plan:
+    def plan_micro_batch(
+        self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer] | None = None
+    ) -> Plan:
         """Resolve micro_batch="auto": the largest divisor of this rank's share whose `probe(m)` (one
         forward and backward at micro-batch m) fits the memory budget. Buffers, RNG and gradients are
-        restored after probing, so planning changes nothing that training sees."""
-        optimizers = list(optimizers)
+        restored after probing, so planning changes nothing that training sees. `optimizers`: those whose
+        gradients the probe leaves (default: every registered one)."""
+        optimizers = [s.opt for s in self.optimizers.values()] if optimizers is None else list(optimizers)
         if self.sync_bn and self.world_size > 1 and self.device.type == "cuda":
             # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
             raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")
@@ -341,7 +367,7 @@ class Replicator:
                 raise BigbatchError(
                     f"memory budget {memory.format_bytes(budget)} exceeds the GPU's {memory.format_bytes(total)}"
                 )
-            # The cap stays for the run: the budget is what training may use (e.g. a 6 GiB GPU on a big one).
+            # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
             torch.cuda.set_per_process_memory_fraction(budget / total, self.device)
         plain = [p for p, _ in self.models]
         weights = memory.state_bytes(plain, [])
@@ -360,7 +386,8 @@ class Replicator:
                 opt.zero_grad(set_to_none=True)
             for p in plain:
                 p.zero_grad(set_to_none=True)
-                set_sn_update(p, False)
+            if self.device.type == "cuda":
+                torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         self.budget = budget
         self._plan = make_plan(self.batch, micro, self.precision, self.ctx)
         self._planned_micro = micro
@@ -399,7 +426,8 @@ class Replicator:
     def probe_step(self, step_fn: Callable[[Any], Any], micro: Any) -> None:
         """One forward and backward of `step_fn` on `micro`, with no DDP sync and no optimizer step
         (what `plan_micro_batch` measures). Leaves gradients behind: the caller frees them."""
-        self.arm_spectral_norm(True)
+        for hook in self._micro_hooks:
+            hook(0)
         with self.no_sync():
             with prec.autocast(self.precision, self.device):
                 loss, _ = _unpack(step_fn(_to(micro, self.device)))
@@ -407,26 +435,45 @@ class Replicator:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Loss scalers and skip histories, by optimizer name (for resume)."""
-        return {
-            s.name: {
-                "scaler": s.scaler.state_dict(),
-                "history": list(s.history),
-                "skipped": s.skipped,
-                "steps": s.steps,
+        """What a resumed run needs: loss scalers and skip histories by optimizer name, and the plan
+        micro_batch "auto" settled on (a resumed run keeps it: free memory varies, BN statistics must not)."""
+        state: dict[str, Any] = {
+            "optimizers": {
+                s.name: {
+                    "scaler": s.scaler.state_dict(),
+                    "history": list(s.history),
+                    "skipped": s.skipped,
+                    "steps": s.steps,
+                }
+                for s in self.optimizers.values()
             }
-            for s in self.optimizers.values()
         }
+        if self._auto and self._plan is not None:
+            state["plan"] = {
+                "micro_batch": self._planned_micro,
+                "world_size": self.world_size,
+                "memory_budget_bytes": self.budget,
+                "probes": [vars(p) for p in self.probes],
+            }
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s state (optimizers registered under the same names). The plan of
+        micro_batch "auto" is taken when this Replicator is "auto" too, on as many processes."""
+        optimizers = state.get("optimizers", state)  # older checkpoints held the optimizers alone
         for s in self.optimizers.values():
-            if s.name in state:
-                saved = state[s.name]
+            if s.name in optimizers:
+                saved = optimizers[s.name]
                 if saved["scaler"] and s.scaler.is_enabled():
                     s.scaler.load_state_dict(saved["scaler"])
                 s.history.clear()
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
+        plan = state.get("plan")
+        if self._auto and plan and plan["world_size"] == self.world_size:
+            self.use_micro_batch(int(plan["micro_batch"]))
+            self.budget = plan["memory_budget_bytes"]
+            self.probes = [memory.Probe(**p) for p in plan["probes"]]
 
     def counters(self) -> dict[str, Any]:
         """Per optimizer: steps taken, steps skipped, last gradient norm, fp16 loss scale."""

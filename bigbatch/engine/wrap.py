@@ -15,7 +15,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.models.layers import SpectralNorm
 
 
 class GlobalBatchNorm2d(nn.BatchNorm2d):
@@ -80,9 +79,10 @@ def cross_rank_batch_norm(model: nn.Module, device: torch.device) -> nn.Module:
 class _CheckpointedForward:
     """Replaces a block's forward: recompute its activations in backward instead of storing them.
 
-    Non-reentrant, so double backward (R1) works. During the recomputation, BatchNorm running
-    statistics and spectral-norm power iterations are frozen, so they advance once per forward as
-    without checkpointing and the recomputed activations equal the original ones.
+    Non-reentrant, so double backward (R1) works. BatchNorm running statistics are put back after the
+    recomputation, so they advance once per forward as without checkpointing. (State a model updates
+    at its own rate, such as spectral norm's power iteration, is armed for one forward by a
+    Replicator.on_micro_batch hook, so the recomputation does not repeat it.)
     """
 
     def __init__(self, module: nn.Module):
@@ -104,9 +104,9 @@ class _CheckpointedForward:
 
 
 class _Frozen:
-    """Recomputation context: spectral-norm power iterations off, BatchNorm running statistics put
-    back afterwards (the code path stays that of the original forward, which the checkpoint checks).
-    Reusable: double backward may recompute more than once."""
+    """Recomputation context: BatchNorm running statistics put back afterwards (the code path stays
+    that of the original forward, which the checkpoint checks). Reusable: double backward may
+    recompute more than once."""
 
     def __init__(self, module: nn.Module):
         self.module = module
@@ -115,10 +115,6 @@ class _Frozen:
         mods = list(self.module.modules())
         self.bns = [m for m in mods if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
         self.saved = [(m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()) for m in self.bns]
-        self.sns = [m for m in mods if isinstance(m, SpectralNorm)]
-        self.armed = [m.sn_update for m in self.sns]
-        for m in self.sns:
-            m.sn_update = False
 
     def __exit__(self, *exc: Any) -> None:
         with torch.no_grad():
@@ -126,8 +122,6 @@ class _Frozen:
                 m.running_mean.copy_(mean)
                 m.running_var.copy_(var)
                 m.num_batches_tracked.copy_(count)
-        for m, a in zip(self.sns, self.armed):
-            m.sn_update = a
 
 
 def checkpoint_blocks(model: nn.Module, names: Iterable[str]) -> list[str]:

@@ -6,23 +6,16 @@ on the same images and weights), or fcd/cs/kcd with a classifier trained on the 
     scores = evaluate(G_ema, data, ("fid", "is", "kid"), n=50_000, extractor=ext)
 """
 
+from bigbatch.metrics.cache import cache_dir, data_digest
 from bigbatch.metrics.classifier import Classifier, ClassifierOptions, classifier_extractor, train_classifier
 from bigbatch.metrics.evaluate import METRICS, evaluate, generated_features, parse_metrics, score
-from bigbatch.metrics.extractors import (
-    PIPELINE,
-    Extractor,
-    extract,
-    extract_sharded,
-    get_extractor,
-    moments_sharded,
-    preprocess,
-    resize_tf_bilinear,
-)
+from bigbatch.metrics.extractors import PIPELINE, get_extractor, preprocess, resize_tf_bilinear
+from bigbatch.metrics.features import Extractor, extract, extract_sharded, moments_sharded
 from bigbatch.metrics.fid import feature_stats, fid, frechet_distance
-from bigbatch.metrics.inception import InceptionV3, cache_dir, convert_torchscript, state_dict_from_torchscript
+from bigbatch.metrics.inception import InceptionV3, convert_torchscript, state_dict_from_torchscript
 from bigbatch.metrics.inception_score import inception_score
 from bigbatch.metrics.kid import kid
-from bigbatch.metrics.stats import ReferenceStats, data_digest, load_stats, reference_stats, save_stats
+from bigbatch.metrics.stats import ReferenceStats, load_stats, reference_stats, save_stats
 
 __all__ = [
     "METRICS",

@@ -18,11 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bigbatch.data.streams import GlobalOrder
 from bigbatch.engine import dist
+from bigbatch.engine.replicator import InputContext, Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-from bigbatch.metrics.extractors import Extractor, to_nchw
-from bigbatch.metrics.inception import cache_dir
+from bigbatch.metrics.cache import cache_dir, data_digest
+from bigbatch.metrics.features import Extractor, resolve_device, to_nchw
 
 CLASSIFIER_VERSION = "1"
 
@@ -106,9 +108,6 @@ def train_classifier(
     Step s reads the images at global positions s*batch .. (s+1)*batch-1 of a seeded endless order,
     each rank its share, so the weights do not depend on the number of ranks.
     """
-    import bigbatch
-    from bigbatch.data.streams import GlobalOrder
-
     task, n_classes = _task(data)
     if len(data) < 2:
         raise BigbatchError(f"cannot train the feature classifier on {len(data)} images")
@@ -117,12 +116,12 @@ def train_classifier(
     ctx = dist.context(str(device) if str(device) in ("auto", "cpu", "cuda") else torch.device(device).type)
     batch = max(options.batch // ctx.world_size, 1) * ctx.world_size
     order = GlobalOrder(len(data), options.seed)
-    with bigbatch.Replicator(batch=batch, micro_batch=batch // ctx.world_size, device=ctx.device.type) as rep:
+    with Replicator(batch=batch, micro_batch=batch // ctx.world_size, device=ctx.device.type) as rep:
         net = rep.prepare(model)
         opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=options.lr), "classifier")
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, options.lr, total_steps=options.steps, pct_start=0.15)
 
-        def input_fn(c: bigbatch.InputContext):
+        def input_fn(c: InputContext):
             for step in range(options.steps):
                 start = step * c.batch + c.rank * c.share  # this rank's share of the step's global positions
                 images, labels = data.get(order.indices(start, c.share))
@@ -164,9 +163,6 @@ def classifier_extractor(
     """The classifier for `data`: loaded from the cache (BIGBATCH_CACHE/classifiers/, or `folder`), or
     trained and saved there (safetensors) first."""
     from safetensors.torch import load_file, save
-
-    from bigbatch.metrics.extractors import resolve_device
-    from bigbatch.metrics.stats import data_digest
 
     options = options or ClassifierOptions()
     dev = resolve_device(device)

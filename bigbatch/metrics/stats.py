@@ -15,12 +15,11 @@ import torch
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-from bigbatch.metrics.extractors import Extractor, extract_sharded, moments_sharded
+from bigbatch.metrics.cache import cache_dir, data_digest
+from bigbatch.metrics.features import Extractor, extract_sharded, moments_sharded
 from bigbatch.metrics.fid import feature_stats
-from bigbatch.metrics.inception import cache_dir
 
 STATS_VERSION = "1"
-_HASH_CHUNK = 1024
 
 
 @dataclass
@@ -43,19 +42,6 @@ class ReferenceStats:
     def has_features(self) -> bool:
         """False for FID-only statistics (mu and sigma, no per-image features for KID)."""
         return self.features.shape[0] > 0
-
-
-def data_digest(data: object) -> str:
-    """The data set's `content_hash` if it has one, else SHA-256 over its images (shape and bytes)."""
-    known = getattr(data, "content_hash", None)
-    if known:
-        return str(known)
-    h = hashlib.sha256(f"images:{len(data)}".encode())
-    for start in range(0, len(data), _HASH_CHUNK):
-        images, _ = data.get(torch.arange(start, min(start + _HASH_CHUNK, len(data))))
-        h.update(str(tuple(images.shape[1:])).encode() + str(images.dtype).encode())
-        h.update(images.contiguous().cpu().numpy().tobytes())
-    return h.hexdigest()
 
 
 def stats_key(data_hash: str, extractor: Extractor, n: int, subset_seed: int | None, features: bool = True) -> str:

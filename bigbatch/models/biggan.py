@@ -34,34 +34,10 @@ D_ARCH = {
 }
 
 
-class CondBatchNorm2d(nn.Module):
-    """BN with gain and bias predicted from the conditioning: linearly (spectral-normalised, no bias)
-    from a vector (the shared class embedding and/or this block's chunk of z), or, with `n_classes`,
-    from the labels by per-layer class embeddings (BigGAN-PyTorch without G_shared). With neither, an
-    ordinary affine BN."""
-
-    def __init__(self, num_features: int, cond_dim: int, eps: float, sn_eps: float, n_classes: int = 0):
-        super().__init__()
-        self.bn = nn.BatchNorm2d(num_features, eps=eps, affine=not (cond_dim or n_classes))
-        self.gain = self.bias = None
-        if n_classes:
-            self.gain = layers.ClassEmbedding(n_classes, num_features)
-            self.bias = layers.ClassEmbedding(n_classes, num_features)
-        elif cond_dim:
-            self.gain = layers.linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
-            self.bias = layers.linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
-
-    def forward(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
-        if self.gain is None:
-            return self.bn(x)
-        gain = 1 + self.gain(cond)[:, :, None, None]
-        return self.bn(x) * gain + self.bias(cond)[:, :, None, None]
-
-
 class Attention(nn.Module):
     """Self-attention (SA-GAN) with 1x1 spectral-normalised convs; phi and g are max-pooled 2x."""
 
-    def __init__(self, ch: int, sn_eps: float):
+    def __init__(self, ch: int, *, sn_eps: float):
         super().__init__()
         sn = dict(sn=True, sn_eps=sn_eps, bias=False)
         self.theta = layers.conv2d(ch, ch // 8, 1, **sn)
@@ -104,18 +80,31 @@ class ProjectionDiscriminator(nn.Module):
 
 
 class GBlock(nn.Module):
+    """G's residual block: BN, ReLU, upsample 2x, conv, BN, ReLU, conv; a 1x1 conv on the upsampled
+    shortcut. Its BNs read `cond` (see layers.ConditionalBatchNorm2d for `n_classes`, `cond_dim`, `bn_start`)."""
+
     def __init__(
-        self, cin: int, cout: int, cond_dim: int, bn_eps: float, sn_eps: float, n_classes: int = 0, sn: bool = True
+        self,
+        cin: int,
+        cout: int,
+        *,
+        cond_dim: int,
+        bn_eps: float,
+        sn_eps: float,
+        n_classes: int = 0,
+        bn_start: str = "scheme",
+        sn: bool = True,
     ):
         super().__init__()
+        bn = dict(n_classes=n_classes, cond_dim=cond_dim, eps=bn_eps, sn_eps=sn_eps, start=bn_start)
         sn = dict(sn=sn, sn_eps=sn_eps)
-        self.bn1 = CondBatchNorm2d(cin, cond_dim, bn_eps, sn_eps, n_classes)
+        self.bn1 = layers.ConditionalBatchNorm2d(cin, **bn)
         self.conv1 = layers.conv2d(cin, cout, 3, padding=1, **sn)
-        self.bn2 = CondBatchNorm2d(cout, cond_dim, bn_eps, sn_eps, n_classes)
+        self.bn2 = layers.ConditionalBatchNorm2d(cout, **bn)
         self.conv2 = layers.conv2d(cout, cout, 3, padding=1, **sn)
         self.conv_sc = layers.conv2d(cin, cout, 1, **sn)
 
-    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
         h = F.interpolate(torch.relu(self.bn1(x, cond)), scale_factor=2.0)
         h = self.conv2(torch.relu(self.bn2(self.conv1(h), cond)))
         return h + self.conv_sc(F.interpolate(x, scale_factor=2.0))
@@ -125,7 +114,7 @@ class DBlock(nn.Module):
     """D's residual block. `wide` (BigGAN, SA-GAN): the hidden width is the output width; otherwise
     (SN-GAN) the input width. The first block (no preactivation) is SN-GAN's "optimized" block."""
 
-    def __init__(self, cin: int, cout: int, downsample: bool, preactivation: bool, sn_eps: float, wide: bool = True):
+    def __init__(self, cin: int, cout: int, *, downsample: bool, preactivation: bool, sn_eps: float, wide: bool = True):
         super().__init__()
         sn = dict(sn=True, sn_eps=sn_eps)
         hidden = cout if wide or not preactivation else cin
@@ -149,7 +138,7 @@ class DBlock(nn.Module):
         return h + x
 
 
-def hierarchical_dim_z(family: str, resolution: int, dim_z: int, slots: int) -> int:
+def hierarchical_dim_z(family: str, *, resolution: int, dim_z: int, slots: int) -> int:
     """The z length a hierarchical G uses: BigGAN-PyTorch splits z into equal chunks, one for the
     input layer and one per block, and drops the remainder (dim_z 120 at 256 px: 7 chunks of 17)."""
     if dim_z < slots:
@@ -164,14 +153,33 @@ def hierarchical_dim_z(family: str, resolution: int, dim_z: int, slots: int) -> 
 
 
 class BigGANGenerator(nn.Module):
+    """BigGAN's G, which also serves SA-GAN (no hierarchical z) and SN-GAN (its own widths, per-class
+    BN, no spectral norm, no attention). `g_attn` is the resolution after whose block attention sits
+    (none if no block has it); `arch` maps resolutions to channel multipliers (in, out) per block."""
+
     def __init__(
-        self, resolution, n_classes, ch, dim_z, img_channels, shared, shared_dim, hier, g_attn, bn_eps, sn_eps, **kw
+        self,
+        *,
+        resolution: int,
+        n_classes: int,
+        ch: int,
+        dim_z: int,
+        img_channels: int,
+        shared: bool,
+        shared_dim: int,
+        hier: bool,
+        g_attn: int,
+        bn_eps: float,
+        sn_eps: float,
+        arch: dict = G_ARCH,
+        sn: bool = True,
+        bn_start: str = "scheme",
     ):
         super().__init__()
-        arch, sn = kw.get("arch", G_ARCH), kw.get("sn", True)  # SN-GAN: its own widths, no spectral norm in G
         ins, outs = ([ch * m for m in ms] for ms in arch[resolution])
         slots = len(ins) + 1 if hier else 1  # hierarchical z: one chunk for the input layer, one per block
-        dim_z = hierarchical_dim_z("biggan", resolution, dim_z, slots) if hier else dim_z
+        if hier:
+            dim_z = hierarchical_dim_z("biggan", resolution=resolution, dim_z=dim_z, slots=slots)
         self.resolution, self.n_classes, self.dim_z, self.img_channels = resolution, n_classes, dim_z, img_channels
         self.chunk = dim_z // slots
         # The conditioning of every BN: the shared embedding (if any) joined with the block's z chunk
@@ -181,10 +189,22 @@ class BigGANGenerator(nn.Module):
         per_class = 0 if shared else n_classes
         self.hier = hier
         self.linear = layers.linear(self.chunk, ins[0] * 16, sn=sn, sn_eps=sn_eps)
-        self.blocks = nn.ModuleList(GBlock(a, b, cond_dim, bn_eps, sn_eps, per_class, sn) for a, b in zip(ins, outs))
+        self.blocks = nn.ModuleList(
+            GBlock(
+                a,
+                b,
+                cond_dim=cond_dim,
+                bn_eps=bn_eps,
+                sn_eps=sn_eps,
+                n_classes=per_class,
+                bn_start=bn_start,
+                sn=sn,
+            )
+            for a, b in zip(ins, outs)
+        )
         res = [8 * 2**i for i in range(len(ins))]
         self.attn_after = res.index(g_attn) if g_attn in res else None
-        self.attention = Attention(outs[self.attn_after], sn_eps) if self.attn_after is not None else None
+        self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.out_bn = nn.BatchNorm2d(outs[-1], eps=bn_eps)
         self.out_conv = layers.conv2d(outs[-1], img_channels, 3, padding=1, sn=sn, sn_eps=sn_eps)
         self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
@@ -211,37 +231,54 @@ class BigGANGenerator(nn.Module):
 
 
 class BigGANDiscriminator(ProjectionDiscriminator):
-    def __init__(self, resolution, n_classes, ch, img_channels, d_attn, sn_eps, arch=D_ARCH, wide=True):
+    """BigGAN's D (also SA-GAN's, and SN-GAN's with `wide=False`): `d_attn` is the resolution after
+    whose block attention sits; `arch` maps resolutions to (in, out, downsample) per block."""
+
+    def __init__(
+        self,
+        *,
+        resolution: int,
+        n_classes: int,
+        ch: int,
+        img_channels: int,
+        d_attn: int,
+        sn_eps: float,
+        arch: dict = D_ARCH,
+        wide: bool = True,
+    ):
         super().__init__()
         ins, outs, down = arch[resolution]
         ins, outs = [img_channels] + [ch * m for m in ins], [ch * m for m in outs]
         self.resolution, self.n_classes = resolution, n_classes
         self.input_conv = None  # the first block reads the image
         self.blocks = nn.ModuleList(
-            DBlock(a, b, d, i > 0, sn_eps, wide) for i, (a, b, d) in enumerate(zip(ins, outs, down))
+            DBlock(a, b, downsample=d, preactivation=i > 0, sn_eps=sn_eps, wide=wide)
+            for i, (a, b, d) in enumerate(zip(ins, outs, down))
         )
         res, r = [], resolution
         for d in down:
             r //= 2 if d else 1
             res.append(r)
         self.attn_after = res.index(d_attn) if d_attn in res else None
-        self.attention = Attention(outs[self.attn_after], sn_eps) if self.attn_after is not None else None
+        self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
         self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
         self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
 
-def check_options(
-    family: str, resolution: int, sn_eps: float, bn_eps: float, shared_dim: int, resolutions=G_ARCH
+def check_values(
+    family: str, *, resolution: int, sn_eps: float, bn_eps: float, shared_dim: int, resolutions: dict = G_ARCH
 ) -> None:
+    """BigbatchError for a resolution the family lacks or an option that must be positive."""
     if resolution not in resolutions:
         raise BigbatchError(f"{family} supports resolutions {', '.join(map(str, resolutions))}, got {resolution}")
     if not (sn_eps > 0 and bn_eps > 0 and shared_dim > 0):
         raise BigbatchError(f"{family} options sn_eps, bn_eps and shared_dim must be positive")
 
 
-@register
+@register(init="ortho")
 def biggan(
+    *,
     resolution: int,
     n_classes: int = 0,
     ch: int = 96,
@@ -254,23 +291,36 @@ def biggan(
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-6,
-    init: str = "ortho",
 ) -> tuple[nn.Module, nn.Module]:
     """BigGAN; defaults are the 128-px ImageNet recipe (ch 96, dim_z 120, shared_dim 128, hierarchical z,
-    attention at 64 px). shared=False gives each BN its own class embeddings (BigGAN-PyTorch's CIFAR
-    script); g_attn/d_attn = 0 turn attention off."""
-    check_options("biggan", resolution, sn_eps, bn_eps, shared_dim)
+    attention at 64 px, orthogonal init). shared=False gives each BN its own class embeddings
+    (BigGAN-PyTorch's CIFAR script); g_attn/d_attn = 0 turn attention off."""
+    check_values("biggan", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim)
+    if n_classes and not shared and hier:
+        # Per-class BN embeddings read the labels, hierarchical z feeds the BNs z chunks: one or the other.
+        raise BigbatchError("biggan with classes and shared=False needs hier=False")
     G = BigGANGenerator(
-        resolution, n_classes, ch, dim_z, img_channels, shared, shared_dim, hier, g_attn, bn_eps, sn_eps
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        dim_z=dim_z,
+        img_channels=img_channels,
+        shared=shared,
+        shared_dim=shared_dim,
+        hier=hier,
+        g_attn=g_attn,
+        bn_eps=bn_eps,
+        sn_eps=sn_eps,
     )
-    D = BigGANDiscriminator(resolution, n_classes, ch, img_channels, d_attn, sn_eps)
-    for net in (G, D):
-        layers.init_weights(net, init)
+    D = BigGANDiscriminator(
+        resolution=resolution, n_classes=n_classes, ch=ch, img_channels=img_channels, d_attn=d_attn, sn_eps=sn_eps
+    )
     return G, D
 
 
-@register
+@register(init="xavier")
 def sagan(
+    *,
     resolution: int,
     n_classes: int = 0,
     ch: int = 64,
@@ -281,14 +331,25 @@ def sagan(
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-8,
-    init: str = "xavier",
 ) -> tuple[nn.Module, nn.Module]:
     """SA-GAN (Zhang et al. 2019) as BigGAN-PyTorch's SA-GAN scripts build it: BigGAN's residual blocks
     at ch 64, a shared class embedding into every conditional BN but no hierarchical z, self-attention
     (64 px, the scripts' choice; the paper found 32 and 64 both good), spectral norm in G and D, Xavier init."""
-    check_options("sagan", resolution, sn_eps, bn_eps, shared_dim)
-    G = BigGANGenerator(resolution, n_classes, ch, dim_z, img_channels, True, shared_dim, False, g_attn, bn_eps, sn_eps)
-    D = BigGANDiscriminator(resolution, n_classes, ch, img_channels, d_attn, sn_eps)
-    for net in (G, D):
-        layers.init_weights(net, init)
+    check_values("sagan", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim)
+    G = BigGANGenerator(
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        dim_z=dim_z,
+        img_channels=img_channels,
+        shared=True,
+        shared_dim=shared_dim,
+        hier=False,
+        g_attn=g_attn,
+        bn_eps=bn_eps,
+        sn_eps=sn_eps,
+    )
+    D = BigGANDiscriminator(
+        resolution=resolution, n_classes=n_classes, ch=ch, img_channels=img_channels, d_attn=d_attn, sn_eps=sn_eps
+    )
     return G, D

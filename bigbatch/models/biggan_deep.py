@@ -16,7 +16,7 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.models import layers
-from bigbatch.models.biggan import Attention, CondBatchNorm2d, ProjectionDiscriminator, check_options, checkpointable
+from bigbatch.models.biggan import Attention, ProjectionDiscriminator, check_values, checkpointable
 from bigbatch.models.registry import register
 
 # Per resolution stage: channel multipliers of ch (in, out). G upsamples in every stage, D downsamples.
@@ -34,17 +34,20 @@ D_ARCH = {
 
 
 class DeepGBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, cond_dim: int, upsample: bool, bn_eps: float, sn_eps: float):
+    """G's bottleneck block; its BNs read the conditioning vector (z joined with the class embedding)."""
+
+    def __init__(self, cin: int, cout: int, *, cond_dim: int, upsample: bool, bn_eps: float, sn_eps: float):
         super().__init__()
         hidden = cin // 4
+        bn = dict(cond_dim=cond_dim, eps=bn_eps, sn_eps=sn_eps)
         sn = dict(sn=True, sn_eps=sn_eps)
-        self.bn1 = CondBatchNorm2d(cin, cond_dim, bn_eps, sn_eps)
+        self.bn1 = layers.ConditionalBatchNorm2d(cin, **bn)
         self.conv1 = layers.conv2d(cin, hidden, 1, **sn)
-        self.bn2 = CondBatchNorm2d(hidden, cond_dim, bn_eps, sn_eps)
+        self.bn2 = layers.ConditionalBatchNorm2d(hidden, **bn)
         self.conv2 = layers.conv2d(hidden, hidden, 3, padding=1, **sn)
-        self.bn3 = CondBatchNorm2d(hidden, cond_dim, bn_eps, sn_eps)
+        self.bn3 = layers.ConditionalBatchNorm2d(hidden, **bn)
         self.conv3 = layers.conv2d(hidden, hidden, 3, padding=1, **sn)
-        self.bn4 = CondBatchNorm2d(hidden, cond_dim, bn_eps, sn_eps)
+        self.bn4 = layers.ConditionalBatchNorm2d(hidden, **bn)
         self.conv4 = layers.conv2d(hidden, cout, 1, **sn)
         self.cout, self.upsample = cout, upsample
 
@@ -59,7 +62,9 @@ class DeepGBlock(nn.Module):
 
 
 class DeepDBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, downsample: bool, sn_eps: float):
+    """D's bottleneck block; the skip path keeps x and appends learned channels."""
+
+    def __init__(self, cin: int, cout: int, *, downsample: bool, sn_eps: float):
         super().__init__()
         hidden = cout // 4
         sn = dict(sn=True, sn_eps=sn_eps)
@@ -83,7 +88,22 @@ class DeepDBlock(nn.Module):
 
 
 class BigGANDeepGenerator(nn.Module):
-    def __init__(self, resolution, n_classes, ch, dim_z, img_channels, depth, shared_dim, g_attn, bn_eps, sn_eps):
+    """BigGAN-deep's G: `depth` blocks per resolution; attention after the stage at `g_attn` px."""
+
+    def __init__(
+        self,
+        *,
+        resolution: int,
+        n_classes: int,
+        ch: int,
+        dim_z: int,
+        img_channels: int,
+        depth: int,
+        shared_dim: int,
+        g_attn: int,
+        bn_eps: float,
+        sn_eps: float,
+    ):
         super().__init__()
         ins, outs = ([ch * m for m in ms] for ms in G_ARCH[resolution])
         self.resolution, self.n_classes, self.dim_z, self.img_channels = resolution, n_classes, dim_z, img_channels
@@ -96,10 +116,12 @@ class BigGANDeepGenerator(nn.Module):
             # Within a stage the channels stay at `a` until the last block, which changes them and upsamples.
             for j in range(depth):
                 last = j == depth - 1
-                blocks.append(DeepGBlock(a, b if last else a, cond_dim, last, bn_eps, sn_eps))
+                blocks.append(
+                    DeepGBlock(a, b if last else a, cond_dim=cond_dim, upsample=last, bn_eps=bn_eps, sn_eps=sn_eps)
+                )
             if 8 * 2**stage == g_attn:
                 self.attn_after = len(blocks) - 1
-                self.attention = Attention(b, sn_eps)
+                self.attention = Attention(b, sn_eps=sn_eps)
         self.blocks = nn.ModuleList(blocks)
         if self.attn_after is None:
             self.attention = None
@@ -118,7 +140,11 @@ class BigGANDeepGenerator(nn.Module):
 
 
 class BigGANDeepDiscriminator(ProjectionDiscriminator):
-    def __init__(self, resolution, n_classes, ch, img_channels, depth, d_attn, sn_eps):
+    """BigGAN-deep's D: an input conv, `depth` blocks per resolution; attention after the stage at `d_attn` px."""
+
+    def __init__(
+        self, *, resolution: int, n_classes: int, ch: int, img_channels: int, depth: int, d_attn: int, sn_eps: float
+    ):
         super().__init__()
         ins, outs = ([ch * m for m in ms] for ms in D_ARCH[resolution])
         self.resolution, self.n_classes, self.depth = resolution, n_classes, depth
@@ -127,18 +153,19 @@ class BigGANDeepDiscriminator(ProjectionDiscriminator):
         self.attn_after, self.attention = None, None
         for stage, (a, b) in enumerate(zip(ins, outs)):
             for j in range(depth):  # the first block of a stage changes the channels and downsamples
-                blocks.append(DeepDBlock(a if j == 0 else b, b, j == 0, sn_eps))
+                blocks.append(DeepDBlock(a if j == 0 else b, b, downsample=j == 0, sn_eps=sn_eps))
             if resolution // 2 ** (stage + 1) == d_attn:
                 self.attn_after = len(blocks) - 1
-                self.attention = Attention(b, sn_eps)
+                self.attention = Attention(b, sn_eps=sn_eps)
         self.blocks = nn.ModuleList(blocks)
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
         self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
         self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
 
-@register
+@register(init="ortho")
 def biggan_deep(
+    *,
     resolution: int,
     n_classes: int = 0,
     ch: int = 128,
@@ -150,16 +177,34 @@ def biggan_deep(
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-6,
-    init: str = "ortho",
 ) -> tuple[nn.Module, nn.Module]:
     """BigGAN-deep; defaults are BigGAN-PyTorch's launch_BigGAN_deep.sh (ch 128, depth 2, dim_z 128, shared_dim 128)."""
-    check_options("biggan_deep", resolution, sn_eps, bn_eps, shared_dim, G_ARCH)
+    check_values(
+        "biggan_deep", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim, resolutions=G_ARCH
+    )
     if ch % 4 or depth < 1:
         raise BigbatchError(
             f"biggan_deep needs ch divisible by 4 (bottlenecks are ch/4 wide) and depth >= 1; got {ch}, {depth}"
         )
-    G = BigGANDeepGenerator(resolution, n_classes, ch, dim_z, img_channels, depth, shared_dim, g_attn, bn_eps, sn_eps)
-    D = BigGANDeepDiscriminator(resolution, n_classes, ch, img_channels, depth, d_attn, sn_eps)
-    for net in (G, D):
-        layers.init_weights(net, init)
+    G = BigGANDeepGenerator(
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        dim_z=dim_z,
+        img_channels=img_channels,
+        depth=depth,
+        shared_dim=shared_dim,
+        g_attn=g_attn,
+        bn_eps=bn_eps,
+        sn_eps=sn_eps,
+    )
+    D = BigGANDeepDiscriminator(
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        img_channels=img_channels,
+        depth=depth,
+        d_attn=d_attn,
+        sn_eps=sn_eps,
+    )
     return G, D

@@ -25,14 +25,20 @@ def _levels(resolution: int) -> int:
 
 
 class GBlock(nn.Module):
-    """BN (class-conditional with classes) -> ReLU -> transposed conv."""
+    """BN (class-conditional with classes, starting as the identity) -> ReLU -> stride-2 transposed conv."""
 
-    def __init__(self, bn: nn.Module, conv: nn.Module):
+    def __init__(self, cin: int, cout: int, *, n_classes: int, bn_eps: float, sn: bool, sn_eps: float):
         super().__init__()
-        self.bn, self.conv = bn, conv
+        # Unconditional, the tutorial's BN sits at `bn` itself: checkpoints name it blocks.<i>.bn.weight.
+        if n_classes:
+            self.bn = layers.ConditionalBatchNorm2d(cin, n_classes=n_classes, eps=bn_eps, start="identity")
+        else:
+            self.bn = nn.BatchNorm2d(cin, eps=bn_eps)
+        self.conv = layers.conv_transpose2d(cin, cout, 4, 2, 1, bias=False, sn=sn, sn_eps=sn_eps)
+        self.conditional = bool(n_classes)
 
     def forward(self, h: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
-        return self.conv(torch.relu(layers.apply_bn(self.bn, h, y)))
+        return self.conv(torch.relu(self.bn(h, y) if self.conditional else self.bn(h)))
 
 
 class DBlock(nn.Module):
@@ -47,7 +53,20 @@ class DBlock(nn.Module):
 
 
 class DCGANGenerator(nn.Module):
-    def __init__(self, resolution, n_classes, ch, dim_z, img_channels, g_sn, sn_eps, bn_eps):
+    """The tutorial's G, with the class one-hot joined to z and class-conditional BN when conditional."""
+
+    def __init__(
+        self,
+        *,
+        resolution: int,
+        n_classes: int,
+        ch: int,
+        dim_z: int,
+        img_channels: int,
+        g_sn: bool,
+        sn_eps: float,
+        bn_eps: float,
+    ):
         super().__init__()
         self.resolution, self.n_classes, self.dim_z, self.img_channels = resolution, n_classes, dim_z, img_channels
         n = _levels(resolution)
@@ -57,8 +76,7 @@ class DCGANGenerator(nn.Module):
         # steering every BatchNorm: the direct path makes samples class-dependent from the first step.
         self.input = layers.conv_transpose2d(dim_z + n_classes, widths[0], 4, 1, 0, bias=False, **sn)
         self.blocks = nn.ModuleList(
-            GBlock(layers.batch_norm(a, n_classes, bn_eps), layers.conv_transpose2d(a, b, 4, 2, 1, bias=False, **sn))
-            for a, b in zip(widths, widths[1:])
+            GBlock(a, b, n_classes=n_classes, bn_eps=bn_eps, **sn) for a, b in zip(widths, widths[1:])
         )
         self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))]
 
@@ -73,7 +91,11 @@ class DCGANGenerator(nn.Module):
 
 
 class DCGANDiscriminator(nn.Module):
-    def __init__(self, resolution, n_classes, ch, img_channels, d_sn, sn_eps, bn_eps):
+    """The tutorial's D (spectral norm in place of its BNs with `d_sn`), with a projection head when conditional."""
+
+    def __init__(
+        self, *, resolution: int, n_classes: int, ch: int, img_channels: int, d_sn: bool, sn_eps: float, bn_eps: float
+    ):
         super().__init__()
         self.resolution, self.n_classes = resolution, n_classes
         n = _levels(resolution)
@@ -101,8 +123,9 @@ class DCGANDiscriminator(nn.Module):
         return out
 
 
-@register
+@register(init="N02")
 def dcgan(
+    *,
     resolution: int,
     n_classes: int = 0,
     ch: int = 64,
@@ -112,13 +135,28 @@ def dcgan(
     d_sn: bool = True,
     sn_eps: float = 1e-6,
     bn_eps: float = 1e-5,
-    init: str = "N02",
 ) -> tuple[nn.Module, nn.Module]:
-    """DCGAN; ch and dim_z default to the tutorial's ngf = ndf = 64, nz = 100; d_sn=False gives its BN D."""
+    """DCGAN; ch and dim_z default to the tutorial's ngf = ndf = 64, nz = 100, init N(0, 0.02);
+    d_sn=False gives its BN D."""
     if not (sn_eps > 0 and bn_eps > 0):
         raise BigbatchError(f"dcgan options sn_eps and bn_eps must be positive, got {sn_eps} and {bn_eps}")
-    G = DCGANGenerator(resolution, n_classes, ch, dim_z, img_channels, g_sn, sn_eps, bn_eps)
-    D = DCGANDiscriminator(resolution, n_classes, ch, img_channels, d_sn, sn_eps, bn_eps)
-    for net in (G, D):
-        layers.init_weights(net, init)
+    G = DCGANGenerator(
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        dim_z=dim_z,
+        img_channels=img_channels,
+        g_sn=g_sn,
+        sn_eps=sn_eps,
+        bn_eps=bn_eps,
+    )
+    D = DCGANDiscriminator(
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        img_channels=img_channels,
+        d_sn=d_sn,
+        sn_eps=sn_eps,
+        bn_eps=bn_eps,
+    )
     return G, D

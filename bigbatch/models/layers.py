@@ -1,4 +1,5 @@
-"""Building blocks shared by the model families: spectral norm, class embeddings, conditional BN.
+"""Building blocks shared by the model families: spectral norm, class embeddings, conditional BN,
+weight initialisation.
 
 Spectral norm is written here rather than taken from torch.nn.utils because the engine must decide
 when the power iteration runs (once per optimizer step, or once per micro-batch) and must be able
@@ -6,6 +7,8 @@ to replay the same normalisation on every micro-batch of a step.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -130,56 +133,91 @@ class ClassEmbedding(nn.Embedding):
         return embed(y, self.weight)
 
 
-class ConditionalBatchNorm2d(nn.Module):
-    """BatchNorm whose gain and bias come from the class (de Vries et al. 2017; SN-GAN, BigGAN).
+# How a conditional BN's gain and bias start (ConditionalBatchNorm2d's `start`).
+BN_STARTS = ("scheme", "identity", "scheme_then_identity")
+INIT_SCHEMES = ("N02", "ortho", "xavier")
 
-    gain = 1 + gain_embed(y), bias = bias_embed(y), where y is labels or class weights.
+
+class ConditionalBatchNorm2d(nn.Module):
+    """BatchNorm whose gain and bias come from the conditioning (de Vries et al. 2017; SN-GAN, BigGAN),
+    gain = 1 + gain(cond) and bias = bias(cond), where the maps are either
+
+    - per-class embeddings of the labels or class weights (`n_classes`: SN-GAN, DCGAN, BigGAN without
+      a shared embedding), or
+    - spectral-normalised linear maps, without bias, of a conditioning vector (`cond_dim`: BigGAN's
+      shared class embedding and/or the block's chunk of z).
+
+    With neither it is an ordinary affine BN that ignores `cond`, so a block calls every BN one way.
+    `start` says how gain and bias begin under `init_weights`: "scheme", drawn by the family's init
+    scheme like every other weight (BigGAN-PyTorch); "identity", zero (gain 1, bias 0 for every class)
+    and left alone by the scheme; "scheme_then_identity", drawn and then zeroed: it starts as
+    "identity" does, but the draws advance the RNG as SN-GAN's builder always has, so the weights
+    after them (and every checkpoint made from a seed) stay what they were.
     """
 
-    def __init__(self, num_features: int, n_classes: int, eps: float = 1e-5, momentum: float = 0.1):
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        n_classes: int = 0,
+        cond_dim: int = 0,
+        eps: float = 1e-5,
+        sn_eps: float = 1e-6,
+        start: str = "scheme",
+    ):
         super().__init__()
-        self.bn = nn.BatchNorm2d(num_features, eps=eps, momentum=momentum, affine=False)
-        self.gain = ClassEmbedding(n_classes, num_features)
-        self.bias = ClassEmbedding(n_classes, num_features)
-        nn.init.zeros_(self.gain.weight)
-        nn.init.zeros_(self.bias.weight)
+        if n_classes and cond_dim:
+            raise ValueError("a conditional BN reads either class labels (n_classes) or a vector (cond_dim)")
+        if start not in BN_STARTS or (start != "scheme" and cond_dim):
+            # A zero weight would give a spectral-normalised map sigma 0: only class embeddings start at zero.
+            raise ValueError(f"start must be one of {BN_STARTS}, and 'scheme' with cond_dim; got {start!r}")
+        self.bn = nn.BatchNorm2d(num_features, eps=eps, affine=not (n_classes or cond_dim))
+        self.gain: nn.Module | None = None
+        self.bias: nn.Module | None = None
+        if n_classes:
+            self.gain = ClassEmbedding(n_classes, num_features)
+            self.bias = ClassEmbedding(n_classes, num_features)
+            if start != "scheme":
+                nn.init.zeros_(self.gain.weight)
+                nn.init.zeros_(self.bias.weight)
+        elif cond_dim:
+            self.gain = linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
+            self.bias = linear(cond_dim, num_features, bias=False, sn=True, sn_eps=sn_eps)
+        self.start = start
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        gain = 1 + self.gain(y)[:, :, None, None]
-        bias = self.bias(y)[:, :, None, None]
-        return self.bn(x) * gain + bias
-
-
-def batch_norm(num_features: int, n_classes: int, eps: float) -> nn.Module:
-    """Conditional BN when there are classes, plain affine BN otherwise."""
-    if n_classes:
-        return ConditionalBatchNorm2d(num_features, n_classes, eps=eps)
-    return nn.BatchNorm2d(num_features, eps=eps)
-
-
-def apply_bn(bn: nn.Module, x: torch.Tensor, y: torch.Tensor | None) -> torch.Tensor:
-    return bn(x, y) if isinstance(bn, ConditionalBatchNorm2d) else bn(x)
+    def forward(self, x: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
+        if self.gain is None:
+            return self.bn(x)
+        gain = 1 + self.gain(cond)[:, :, None, None]
+        return self.bn(x) * gain + self.bias(cond)[:, :, None, None]
 
 
 def init_weights(module: nn.Module, scheme: str) -> None:
-    """Initialise conv, linear and embedding weights: 'N02' (DCGAN), 'ortho' (BigGAN) or 'xavier' (SN-GAN).
-
-    Conditional-BN embeddings keep their zero init, so every class starts at gain 1, bias 0.
-    """
-    cbn = {id(e) for m in module.modules() if isinstance(m, ConditionalBatchNorm2d) for e in (m.gain, m.bias)}
+    """Initialise conv, linear and embedding weights in module order: 'N02' (DCGAN), 'ortho' (BigGAN) or
+    'xavier' (SN-GAN); biases of convs and linears to zero. Conditional BNs' gains and biases follow
+    their `start`."""
+    if scheme not in INIT_SCHEMES:
+        raise BigbatchError(f"unknown init scheme '{scheme}'; valid: {', '.join(INIT_SCHEMES)}")
+    start = {
+        id(e): m.start
+        for m in module.modules()
+        if isinstance(m, ConditionalBatchNorm2d) and m.gain is not None
+        for e in (m.gain, m.bias)
+    }
     for m in module.modules():
-        if not isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, nn.Embedding)) or id(m) in cbn:
+        how = start.get(id(m), "scheme")
+        if not isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, nn.Embedding)) or how == "identity":
             continue
         if scheme == "N02":
             nn.init.normal_(m.weight, 0.0, 0.02)
         elif scheme == "ortho":
             nn.init.orthogonal_(m.weight)
-        elif scheme == "xavier":
-            nn.init.xavier_uniform_(m.weight)
         else:
-            raise BigbatchError(f"unknown init scheme '{scheme}'; valid: N02, ortho, xavier")
+            nn.init.xavier_uniform_(m.weight)
         if getattr(m, "bias", None) is not None and not isinstance(m, nn.Embedding):
             nn.init.zeros_(m.bias)
+        if how == "scheme_then_identity":
+            nn.init.zeros_(m.weight)
 
 
 def set_sn_update(module: nn.Module, enabled: bool | str) -> None:
@@ -187,6 +225,21 @@ def set_sn_update(module: nn.Module, enabled: bool | str) -> None:
     for m in module.modules():
         if isinstance(m, SpectralNorm):
             m.sn_update = enabled
+
+
+def spectral_norm_hook(*modules: nn.Module, every_micro_batch: bool = False) -> Callable[[int], None]:
+    """A `Replicator.on_micro_batch` hook: before micro-batch i of a step, arm the spectral-norm layers of
+    `modules` for one power iteration on their next training forward when i == 0 (or on every
+    micro-batch with `every_micro_batch`), and for none otherwise; a recomputation under activation
+    checkpointing then finds them disarmed."""
+    sn_layers = [m for module in modules for m in module.modules() if isinstance(m, SpectralNorm)]
+
+    def arm(i: int) -> None:
+        armed = "once" if i == 0 or every_micro_batch else False
+        for layer in sn_layers:
+            layer.sn_update = armed
+
+    return arm
 
 
 def count_params(module: nn.Module) -> int:

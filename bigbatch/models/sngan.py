@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from bigbatch.errors import BigbatchError
-from bigbatch.models import biggan, layers
+from bigbatch.models import biggan
 from bigbatch.models.registry import register
 
 G_ARCH = {
@@ -30,8 +30,9 @@ D_ARCH = {
 }
 
 
-@register
+@register(init="xavier")
 def sngan(
+    *,
     resolution: int,
     n_classes: int = 0,
     ch: int = 64,
@@ -39,7 +40,6 @@ def sngan(
     img_channels: int = 3,
     bn_eps: float = 2e-5,
     sn_eps: float = 1e-12,
-    init: str = "xavier",
 ) -> tuple[nn.Module, nn.Module]:
     """SN-GAN ResNet with projection D; ch 64 and dim_z 128 as in the authors' CIFAR and ImageNet models
     (BN eps 2e-5 as chainer's default; Xavier-uniform init where the authors scale it by sqrt(2))."""
@@ -48,14 +48,30 @@ def sngan(
     if not (sn_eps > 0 and bn_eps > 0):
         raise BigbatchError("sngan options sn_eps and bn_eps must be positive")
     G = biggan.BigGANGenerator(
-        resolution, n_classes, ch, dim_z, img_channels, False, 1, False, 0, bn_eps, sn_eps, arch=G_ARCH, sn=False
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        dim_z=dim_z,
+        img_channels=img_channels,
+        shared=False,
+        shared_dim=1,
+        hier=False,
+        g_attn=0,
+        bn_eps=bn_eps,
+        sn_eps=sn_eps,
+        arch=G_ARCH,
+        sn=False,
+        # Conditional BN starts as the identity for every class (gain 1, bias 0), as chainer's.
+        bn_start="scheme_then_identity",
     )
-    D = biggan.BigGANDiscriminator(resolution, n_classes, ch, img_channels, 0, sn_eps, arch=D_ARCH, wide=False)
-    for net in (G, D):
-        layers.init_weights(net, init)
-    # Conditional BN starts as the identity for every class (gain 1, bias 0), as chainer's.
-    for m in G.modules():
-        if isinstance(m, biggan.CondBatchNorm2d) and isinstance(m.gain, layers.ClassEmbedding):
-            nn.init.zeros_(m.gain.weight)
-            nn.init.zeros_(m.bias.weight)
+    D = biggan.BigGANDiscriminator(
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        img_channels=img_channels,
+        d_attn=0,
+        sn_eps=sn_eps,
+        arch=D_ARCH,
+        wide=False,
+    )
     return G, D

@@ -1,1 +1,7 @@
-"""Tasks: each owns its step's loss math (GAN now; classifier and autoencoder later)."""
+"""Tasks: what the training loop trains, each owning its models, step and loss math, checkpoint state,
+previews and scores (bigbatch.tasks.interface says what a task provides). Registered by name."""
+
+from bigbatch.tasks import gan  # noqa: F401  (registers the task)
+from bigbatch.tasks.interface import Feed, Scorer, Task, build_task, list_tasks, register
+
+__all__ = ["Feed", "Scorer", "Task", "build_task", "list_tasks", "register"]

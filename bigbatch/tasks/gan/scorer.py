@@ -1,16 +1,56 @@
-"""Evaluation during training (eval.*): G_ema scored every eval.every_kimg, the best kept."""
+"""A GAN's scorer during training (eval.*): G_ema scored every eval.every_kimg, the best kept."""
 
 from __future__ import annotations
 
 import math
 import time
+import typing
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bigbatch import checkpoints
-from bigbatch.config import Config
+from bigbatch.config import Config, EvalConfig, typed
+from bigbatch.errors import BigbatchError
+from bigbatch.metrics.classifier import ClassifierOptions
+from bigbatch.metrics.evaluate import parse_metrics
+
+
+def check_eval(e: EvalConfig) -> None:
+    """eval.metrics and eval.best name metrics; eval.classifier holds options of the classifier extractor."""
+    try:
+        wanted = parse_metrics(e.metrics)
+    except BigbatchError as err:
+        e._fail("metrics", str(err).replace("unknown metric", "names an unknown metric"))
+    if e.best:
+        try:
+            best = parse_metrics(e.best)
+        except BigbatchError as err:
+            e._fail("best", str(err).replace("unknown metric", "names an unknown metric"))
+        if len(best) != 1 or best[0] not in wanted:
+            e._fail("best", f"must name one of eval.metrics ({e.metrics}), got {e.best!r}")
+    hints = typing.get_type_hints(ClassifierOptions)
+    for key, value in e.classifier.items():
+        if key not in hints:
+            e._fail("classifier", f"has unknown option {key!r}; valid: {', '.join(hints)}")
+        typed(value, hints[key], f"config key 'eval.classifier' option {key!r}")
+        least = ">= 0" if key == "seed" else "positive"
+        if not (value >= 0 if key == "seed" else value > 0):
+            e._fail("classifier", f"option {key!r} must be {least}, got {value!r}")
+
+
+def classifier_options(e: EvalConfig) -> ClassifierOptions:
+    """eval.classifier as the classifier extractor's options."""
+    hints = typing.get_type_hints(ClassifierOptions)
+    return ClassifierOptions(
+        **{k: typed(v, hints[k], f"eval.classifier option {k!r}") for k, v in e.classifier.items()}
+    )
+
+
+def best_metric(e: EvalConfig) -> str:
+    """The canonical name (fid, is or kid) of the metric that picks checkpoints/best/."""
+    return parse_metrics(e.best or e.metrics)[0]
 
 
 class Scorer:
@@ -19,17 +59,18 @@ class Scorer:
     statistics are made when training starts, so missing weights or an unusable metric stop the run
     before it trains, not hours later at the first evaluation."""
 
-    def __init__(self, cfg: Config, data: Any, device: torch.device, run: Path, resumed_at: int | None, quiet: bool):
+    def __init__(self, G_ema: torch.nn.Module, cfg: Config, data: Any, run: Path, resumed_at: int | None, quiet: bool):
         from bigbatch.metrics import get_extractor, reference_stats
         from bigbatch.metrics.evaluate import NAMES, check_metrics
 
         e = self.e = cfg.eval
-        self.device = device
-        self.metric = e.best_metric()
+        self.G_ema = G_ema
+        self.device = device = next(G_ema.parameters()).device
+        self.metric = best_metric(e)
         self.higher_is_better = self.metric == "is"
         self.best = math.nan
         with self._rng_untouched():
-            options = e.classifier_options()
+            options = classifier_options(e)
             self.extractor = get_extractor(
                 e.extractor, path=e.weights or None, device=device, data=data, options=options
             )
@@ -68,7 +109,7 @@ class Scorer:
         is restored afterwards."""
         return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
 
-    def __call__(self, G_ema: torch.nn.Module) -> dict[str, float]:
+    def __call__(self) -> dict[str, float]:
         import copy
 
         from bigbatch.metrics import generated_features, score
@@ -76,9 +117,9 @@ class Scorer:
 
         e, began = self.e, time.perf_counter()
         with self._rng_untouched():
-            G = G_ema  # standing statistics go into a copy
+            G = self.G_ema  # standing statistics go into a copy
             if e.standing_stats:
-                G = standing_stats(copy.deepcopy(G_ema), e.standing_stats, e.batch_size, e.seed, e.truncation)
+                G = standing_stats(copy.deepcopy(G), e.standing_stats, e.batch_size, e.seed, e.truncation)
             feats = generated_features(G, self.extractor, e.n, e.seed, e.truncation, e.batch_size)
             scores = score(feats, self.reference, e.metrics, self.extractor.family)
         return {**scores, "eval_seconds": round(time.perf_counter() - began, 3)}

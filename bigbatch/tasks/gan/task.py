@@ -1,5 +1,6 @@
-"""The GAN task on the Replicator: a D step on `batch` real and `batch` generated images, then a G
-step, each one optimizer step accumulated over this rank's micro-batches (`Replicator.step`).
+"""The GAN task on the Replicator: each iteration d_steps D steps, each on `batch` real and `batch`
+generated images, then one G step; each is one optimizer step accumulated over this rank's
+micro-batches (`Replicator.step`); then BN statistics averaged over ranks and G_ema updated.
 
 The real images of a step are those at its global positions; z, fake labels and flips are drawn for
 the whole step from a stream keyed by the step, and each rank takes its share (positions
@@ -9,46 +10,169 @@ whatever rank computes it, and the step sees the same data whatever micro_batch 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
 from torch import nn
 
-from bigbatch.data.images import ImageData
+from bigbatch import models
+from bigbatch.config import Config
 from bigbatch.data.loader import Batch, Step, read_batch
+from bigbatch.data.schedule import schedule_of
 from bigbatch.data.streams import Z_D, Z_G, GlobalOrder, generator
+from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
+from bigbatch.models.layers import spectral_norm_hook
 from bigbatch.tasks.gan import losses
+from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
+from bigbatch.tasks.gan.scorer import Scorer, check_eval
+from bigbatch.tasks.gan.sheets import Sheets
+from bigbatch.tasks.interface import Feed, register
 
 
-@dataclass
+def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
+    """G and D as the config describes them, initialised from train.seed (the caller's global RNG is
+    left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed)
+        return models.create(
+            cfg.model.name,
+            resolution=cfg.data.resolution,
+            n_classes=n_classes if cfg.model.conditional else 0,
+            ch=cfg.model.ch,
+            dim_z=cfg.model.dim_z,
+            img_channels=img_channels,
+            **cfg.model.options,
+        )
+
+
+def linear_decay(lr: float, nimg: int, total: int) -> float:
+    """train.lr_decay="linear": the learning rate after `nimg` of `total` images, falling to 0 at the end."""
+    return lr * max(0.0, 1 - nimg / total)
+
+
+def check_config(cfg: Config) -> None:
+    """What the GAN makes of the config: a registered model family and its options, one resolution
+    throughout (the GAN families are built for one), evaluation settings it can score."""
+    m = cfg.model
+    if m.name not in models.list_models():
+        m._fail("name", f"names no registered model '{m.name}'; valid: {', '.join(models.list_models())}")
+    try:
+        models.registry.check_options(m.name, m.options)
+    except BigbatchError as e:
+        raise BigbatchError(f"config key 'model.options': {e}") from None
+    for i, phase in enumerate(schedule_of(cfg).phases):
+        if phase.resolution != cfg.data.resolution:
+            raise BigbatchError(
+                f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg) has resolution "
+                f"{phase.resolution}, but data.resolution is {cfg.data.resolution}: the GAN models are built for "
+                "one resolution, so a GAN schedule may change only the batch"
+            )
+    check_eval(cfg.eval)
+
+
+@register("gan", check=check_config)
+def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool) -> GANTask:
+    """G, D and G_ema (fine-tuned from train.init_from, FreezeD), prepared by `rep`, with Adam for each."""
+    if data.resolution != cfg.data.resolution:
+        raise BigbatchError(
+            f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
+        )
+    t = cfg.train
+    G, D = build_models(cfg, data.n_classes, data.channels)
+    # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
+    announce = not quiet and rep.is_main
+    pretrained = init_from(t.init_from, G, D, announce) if t.init_from and resumed_at is None else None
+    freeze_d_blocks(D, t.freeze_d)
+    G_ema = make_ema(G.train())  # from the plain G, before the engine wraps it
+    if pretrained is not None:
+        load_pretrained(G_ema, pretrained, "G_ema")
+    G_train, D_train = rep.prepare(G.train()), rep.prepare(D.train())
+    G_ema.to(rep.device)
+
+    def adam(net: nn.Module, lr: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr, betas=t.betas, eps=t.adam_eps)
+
+    opt_G, opt_D = rep.wrap_optimizer(adam(G, t.g_lr), "G"), rep.wrap_optimizer(adam(D, t.d_lr), "D")
+    # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.
+    scorer = None
+    if cfg.eval.every_kimg and run is not None:
+        scorer = Scorer(G_ema, cfg, data, run, resumed_at, quiet or not rep.is_main)
+    return GANTask(cfg, rep, data, G_train, D_train, G_ema, opt_G, opt_D, scorer)
+
+
 class GANTask:
-    rep: Replicator
-    G: nn.Module
-    """G as prepared by `rep` (what to call); `rep.unwrap(G)` is the plain model."""
-    D: nn.Module
-    opt_G: torch.optim.Optimizer
-    opt_D: torch.optim.Optimizer
-    data: ImageData
-    seed: int
-    loss: str = "hinge"
-    conditional: bool = True
-    xflip: bool = False
-    g_ortho: float = 0.0
-    """Orthogonal regularization strength of G (losses.ortho_penalty), 0 = off."""
-    d_ortho: float = 0.0
+    """G and D trained in turn on the Replicator (see the module docstring); G_ema their average."""
 
-    def __post_init__(self) -> None:
-        self.order = GlobalOrder(len(self.data), self.seed)
-        self.n_classes = self.data.n_classes if self.conditional else 0
-        self.dim_z = self.rep.unwrap(self.G).dim_z
+    def __init__(
+        self,
+        cfg: Config,
+        rep: Replicator,
+        data: Any,
+        G: nn.Module,
+        D: nn.Module,
+        G_ema: nn.Module,
+        opt_G: torch.optim.Optimizer,
+        opt_D: torch.optim.Optimizer,
+        scorer: Scorer | None = None,
+    ):
+        self.cfg, self.rep, self.data = cfg, rep, data
+        self.G, self.D, self.G_ema = G, D, G_ema  # G and D as prepared by `rep` (what to call)
+        self.opt_G, self.opt_D, self.scorer = opt_G, opt_D, scorer
+        t = cfg.train
+        self.seed, self.loss, self.d_steps = t.seed, t.loss, t.d_steps
+        self.xflip = cfg.data.xflip
+        self.order = GlobalOrder(len(data), self.seed)
+        self.n_classes = data.n_classes if cfg.model.conditional else 0
+        self.dim_z = self.plain("G").dim_z
+        self.g_steps = 0
+        self.total = math.ceil(t.kimg * 1000)
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
         self._trained = {
             "G": [p for g in self.opt_G.param_groups for p in g["params"]],
             "D": [p for g in self.opt_D.param_groups for p in g["params"]],
         }
+        # Spectral norm's power iteration: once per optimizer step (model.sn_update "micro": per micro-batch).
+        every_micro = cfg.model.sn_update == "micro"
+        rep.on_micro_batch(spectral_norm_hook(self.plain("G"), self.plain("D"), every_micro_batch=every_micro))
+        self._sheets = Sheets(cfg.sample, self.dim_z, self.n_classes)
+
+    @property
+    def steps(self) -> int:
+        """Iterations done (one G step each)."""
+        return self.g_steps
+
+    def plain(self, name: str) -> nn.Module:
+        """G or D as a plain model (what is saved)."""
+        return self.rep.unwrap(self.G if name == "G" else self.D)
+
+    # ---- one iteration -------------------------------------------------------------------------
+    def step(self, feed: Feed) -> dict[str, float]:
+        """d_steps D steps on the feed's next batches, one G step, BN statistics averaged over ranks,
+        G_ema updated. A skipped step's losses are not reported."""
+        before = feed.nimg
+        if self.cfg.train.lr_decay == "linear":  # by images seen, so a resumed run continues the same schedule
+            for opt, lr in ((self.opt_G, self.cfg.train.g_lr), (self.opt_D, self.cfg.train.d_lr)):
+                for group in opt.param_groups:
+                    group["lr"] = linear_decay(lr, before, self.total)
+        stats: dict[str, float] = {}
+        for _ in range(self.d_steps):
+            real = feed.next()
+            out = self.d_step(real.nimg, real)
+            stats.update({} if self.rep.skipped(self.opt_D) else out)
+        out = self.g_step(self.g_steps)
+        stats.update({} if self.rep.skipped(self.opt_G) else out)
+        self.g_steps += 1
+        G, D = self.plain("G"), self.plain("D")
+        self.rep.average_running_stats(G)
+        self.rep.average_running_stats(D)
+        t = self.cfg.train
+        update_ema(self.G_ema, G, feed.nimg, feed.nimg - before, t.ema_halflife_kimg, t.ema_start_kimg)
+        return stats
 
     def _train_only(self, net: str) -> None:
         for name, params in self._trained.items():
@@ -76,15 +200,10 @@ class GANTask:
 
     def d_batch(self, nimg: int, real: Batch | None = None) -> tuple:
         """This rank's share of the D step at `nimg`: real images (uint8 NHWC, x-flipped if asked), their
-        labels, z and fake labels. `real` is the step's Batch from a BatchLoader over `request`s (read
-        ahead in workers); without it the images are read here, with the same result."""
+        labels, z and fake labels. `real`: the step's Batch as a Feed read it ahead; without it the
+        images are read here, with the same result."""
         if real is None:
             real = read_batch(self.data, self.request(nimg), self.xflip, self.seed)
-        elif real.nimg != nimg or len(real.images) != self.rep.share:
-            raise BigbatchError(
-                f"the loader's batch is for step {real.nimg} ({len(real.images)} images), not for step {nimg} "
-                f"({self.rep.share} images per rank)"
-            )
         z, y_fake = self._latents(Z_D, nimg)
         return real.images, real.labels if self.n_classes else None, z, y_fake
 
@@ -95,29 +214,31 @@ class GANTask:
             fake = self.G(z, y_fake)
         logits_real = self.D(real, y_real).float()
         logits_fake = self.D(fake, y_fake).float()
-        loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.d_ortho)
+        loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.cfg.train.d_ortho)
         return {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
 
     def d_step(self, nimg: int, real: Batch | None = None) -> dict[str, float]:
         """One D optimizer step on the real images at positions nimg .. nimg + batch - 1 (`real`: this
-        rank's share of them as a BatchLoader read it)."""
+        rank's share of them as a Feed read it)."""
         self._train_only("D")
         out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
-        return {"loss_D": out["loss"], "D_real": out["D_real"], "D_fake": out["D_fake"]}
+        grad_norm = self.rep.grad_norm(self.opt_D)
+        return {"loss_D": out["loss"], "D_real": out["D_real"], "D_fake": out["D_fake"], "grad_norm_D": grad_norm}
 
     def g_batch(self, step: int) -> tuple:
         return self._latents(Z_G, step)
 
     def g_loss(self, micro: tuple) -> torch.Tensor:
         z, y = micro
-        return losses.G_LOSS[self.loss](self.D(self.G(z, y), y).float()) + self._ortho(self.G, self.g_ortho)
+        loss = losses.G_LOSS[self.loss](self.D(self.G(z, y), y).float())
+        return loss + self._ortho(self.G, self.cfg.train.g_ortho)
 
     def g_step(self, step: int) -> dict[str, float]:
         """One G optimizer step on `batch` fresh draws of z and labels."""
         self._train_only("G")
         loss = self.rep.step(self.g_loss, self.g_batch(step), self.opt_G)
         self._train_only("D")
-        return {"loss_G": loss}
+        return {"loss_G": loss, "grad_norm_G": self.rep.grad_norm(self.opt_G)}
 
     def probe(self, m: int) -> None:
         """One D and one G forward/backward at micro-batch m (for micro_batch="auto")."""
@@ -129,3 +250,21 @@ class GANTask:
         self.rep.probe_step(self.g_loss, head(self.g_batch(0)))
         self.opt_G.zero_grad(set_to_none=True)
         self._train_only("D")
+
+    # ---- checkpoints and previews --------------------------------------------------------------
+    def nets(self) -> dict[str, nn.Module]:
+        return {"G": self.plain("G"), "D": self.plain("D"), "G_ema": self.G_ema}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"g_steps": self.g_steps, "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.opt_G.load_state_dict(state["opt_G"])
+        self.opt_D.load_state_dict(state["opt_D"])
+        self.g_steps = int(state["g_steps"])
+
+    def model_info(self) -> dict[str, Any]:
+        return {"n_classes": self.n_classes, "img_channels": self.data.channels, "class_names": self.data.class_names}
+
+    def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]:
+        return self._sheets(self.G_ema, at_checkpoint)

@@ -1,0 +1,8 @@
+"""`python -m bigbatch …`: the `bigbatch` command, exit status included (how the launchers start ranks)."""
+
+import sys
+
+from bigbatch.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

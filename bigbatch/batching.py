@@ -1,0 +1,89 @@
+"""The batch plan of a config: the Replicator it trains with, every data.schedule phase checked against
+the world size before anything runs, and the plan in one line (the banner, `train --dry-run`)."""
+
+from __future__ import annotations
+
+from bigbatch.config import Config, TrainConfig, register_check
+from bigbatch.data.schedule import schedule_of
+from bigbatch.engine import dist
+from bigbatch.engine.memory import format_bytes, parse_bytes
+from bigbatch.engine.plan import Plan, make_plan
+from bigbatch.engine.replicator import Replicator
+from bigbatch.errors import BigbatchError
+
+
+@register_check("train")
+def _check_memory_budget(t: TrainConfig) -> None:
+    if t.memory_budget:
+        try:
+            parse_bytes(t.memory_budget)
+        except BigbatchError as e:
+            t._fail("memory_budget", str(e).replace("cannot read memory budget", "cannot be read:"))
+
+
+def replicator_for(cfg: Config) -> Replicator:
+    """The engine this process would train `cfg` with (joins torchrun's process group if there is one)."""
+    t = cfg.train
+    check_schedule(cfg, dist.context(t.device))
+    return Replicator(
+        schedule_of(cfg).phases[0].batch,
+        t.micro_batch,
+        t.precision,
+        device=t.device,
+        memory_budget=t.memory_budget or None,
+        checkpointing=t.checkpointing,
+        compile=t.compile,
+        sync_bn=t.sync_bn,
+        grad_clip=t.grad_clip,
+        skip_limit=t.skip_limit,
+        skip_window=t.skip_window,
+    )
+
+
+def check_schedule(cfg: Config, ctx: dist.Context) -> None:
+    """Every phase's batch splits over this many processes (and the fixed micro-batch): checked before
+    anything is written, not when the phase begins hours later."""
+    for p in schedule_of(cfg).phases[1:]:
+        where = f"data.schedule's phase from {p.start / 1000:g} kimg"
+        if cfg.train.micro_batch == "auto":
+            if p.batch % ctx.world_size:
+                raise BigbatchError(f"{where} has batch {p.batch}, not a multiple of the {ctx.world_size} processes")
+        else:
+            try:
+                make_plan(p.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
+            except BigbatchError as e:
+                raise BigbatchError(f"{where}: {e}") from None
+
+
+def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
+    """The batch plan of `cfg` in one line (`plan`: as resolved at start; without it nothing is built
+    and "auto" is described as probed at start), then the batches of later phases."""
+    ctx = dist.context(cfg.train.device)
+    if plan is None:  # (a resolved plan was built by replicator_for, which checked the schedule)
+        check_schedule(cfg, ctx)
+    phases = schedule_of(cfg).phases
+    batch = phases[0].batch
+    if plan is not None:
+        line = plan.describe()
+    elif cfg.train.micro_batch == "auto":
+        budget = cfg.train.memory_budget or "the device's memory"
+        line = (
+            f"batch {batch} = micro_batch auto (largest that fits {budget}, probed at start) x accumulation"
+            f" x world_size {ctx.world_size}; precision {cfg.train.precision}; device {ctx.device}"
+        )
+    else:
+        line = make_plan(batch, cfg.train.micro_batch, cfg.train.precision, ctx).describe()
+    if len(phases) > 1:
+        line += "; then batch " + ", ".join(f"{p.batch} from {p.start / 1000:g} kimg" for p in phases[1:])
+    return line
+
+
+def plan_micro_batch(rep: Replicator, probe, verbose: bool) -> Plan:
+    """Settle micro_batch "auto" by probing (`probe(m)`: one forward and backward of every loss at m)."""
+    plan = rep.plan_micro_batch(probe)
+    if verbose:
+        print(f"micro_batch auto, budget {format_bytes(rep.budget)} per process:", flush=True)
+        for p in rep.probes:
+            verdict = "fits" if p.fits else "does not fit"
+            print(f"  micro_batch {p.micro_batch:5d}: peak {format_bytes(p.peak_bytes)}, {verdict}", flush=True)
+    return plan

@@ -1,0 +1,57 @@
+"""What `bigbatch info` says of a run directory or checkpoint: its checkpoints, last log row and
+evaluation, best checkpoint, recipe, model, training settings and files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bigbatch import checkpoints
+from bigbatch.config import Config
+from bigbatch.data.schedule import schedule_of
+from bigbatch.rundir import read_metrics
+from bigbatch.tasks.gan.load import checkpoint_model_info
+
+
+def describe_run(path: str | Path) -> str:
+    """What a run directory or checkpoint holds, as a few lines of text."""
+    path = Path(path)
+    ckpt = checkpoints.find_checkpoint(path)
+    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
+    meta = checkpoint_model_info(ckpt)
+    cfg = Config.load(ckpt / "config.toml")
+    t, m = cfg.train, cfg.model
+    lines = []
+    if run is not None and path.resolve() == run.resolve():
+        ckpts = checkpoints.complete_checkpoints(run)
+        lines.append(f"run         {run}")
+        lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
+        rows = read_metrics(run / "metrics.jsonl")
+        logs = [r for r in rows if "eval_seconds" not in r]
+        evals = [r for r in rows if "eval_seconds" in r]
+        if logs:
+            lines.append("last log    " + _row_text(logs[-1]))
+        if evals:
+            lines.append("last eval   " + _row_text(evals[-1]))
+        best = checkpoints.best_checkpoint(run)
+        record = (checkpoints.read_meta(best) or {}).get("best") if best is not None else None
+        if isinstance(record, dict):
+            lines.append(f"best        {best} ({record.get('metric')} {record.get('value', float('nan')):.4g})")
+    lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
+    lines.append(
+        f"recipe      {cfg.name}: data {cfg.data.path} at {cfg.data.resolution}px, {meta['n_classes'] or 'no'} classes"
+    )
+    lines.append(f"model       {m.name} ch {m.ch} dim_z {m.dim_z}" + (f" {m.options}" if m.options else ""))
+    lines.append(
+        f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
+        f"{t.loss} loss, {t.precision}, seed {t.seed}"
+    )
+    if cfg.data.schedule:
+        phases = schedule_of(cfg).phases
+        lines.append("schedule    " + ", ".join(f"batch {p.batch} from {p.start / 1000:g} kimg" for p in phases))
+    files = meta["files"]
+    lines.append("files       " + ", ".join(f"{k} ({v / 1e6:.1f} MB)" for k, v in files.items()))
+    return "\n".join(lines)
+
+
+def _row_text(row: dict) -> str:
+    return "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())

@@ -1,0 +1,147 @@
+"""The feature-extractor interface (uint8 images in, float32 features out) and running any extractor over
+many images: in batches, or split across ranks (every rank gets all rows, or only their sums)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.distributed as td
+
+from bigbatch.engine import dist
+from bigbatch.errors import BigbatchError
+
+
+def to_nchw(images: torch.Tensor) -> torch.Tensor:
+    """uint8 NHWC or NCHW images, 1 or 3 channels -> uint8 (N, 3, H, W)."""
+    if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4:
+        got = f"{images.dtype} {tuple(images.shape)}" if isinstance(images, torch.Tensor) else type(images).__name__
+        raise BigbatchError(f"feature extractors take uint8 image batches (N, H, W, C) or (N, C, H, W), got {got}")
+    if images.shape[-1] in (1, 3):
+        images = images.permute(0, 3, 1, 2)
+    elif images.shape[1] not in (1, 3):
+        raise BigbatchError(f"images must have 1 or 3 channels, got shape {tuple(images.shape)}")
+    return images.expand(-1, 3, -1, -1) if images.shape[1] == 1 else images
+
+
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """Full float32 convolutions and matmuls (no TF32 on Ampere and later), restored afterwards."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+class Extractor:
+    """uint8 images -> {"pool": (N, dims) features, "logits": (N, classes) if available}, float32 on the CPU.
+
+    `name` says what the features are ("inception" or "classifier" family); `digest` identifies the
+    weights and the input pipeline, and keys the reference-statistics cache.
+    """
+
+    name: str = "extractor"
+    family: str = "inception"
+    digest: str = ""
+    dims: int = 0
+    has_logits: bool = False
+    device: torch.device = torch.device("cpu")
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def __call__(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        with exact_float32():
+            out = self.forward(images)
+        return {k: v.float().cpu() for k, v in out.items()}
+
+
+def resolve_device(device: torch.device | str | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def extract(extractor: Extractor, images: torch.Tensor, batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """Features of uint8 `images`, `batch_size` at a time."""
+    if batch_size < 1:
+        raise BigbatchError(f"batch_size must be positive, got {batch_size}")
+    parts = [extractor(images[i : i + batch_size]) for i in range(0, images.shape[0], batch_size)]
+    if not parts:
+        raise BigbatchError("no images to extract features from")
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def extract_sharded(
+    extractor: Extractor, n: int, images_at: Callable[[int, int], torch.Tensor], batch_size: int = 64
+) -> dict[str, torch.Tensor]:
+    """Features of images 0 .. n-1 split across ranks: `images_at(start, count)` returns the uint8
+    images start .. start+count-1; each rank extracts one contiguous shard and every rank gets all n
+    rows, in order. Ranks whose shard runs past n extract copies of image n-1 so that all gathers have
+    one shape; those rows are dropped."""
+    if n < 1:
+        raise BigbatchError(f"need at least one image to extract features from, got n={n}")
+    world, lo, hi, per = _shard(n, batch_size)
+    real = hi - lo
+    parts = [extractor(images_at(s, min(batch_size, lo + real - s))) for s in range(lo, lo + real, batch_size)]
+    if real < per:
+        last = extractor(images_at(n - 1, 1))
+        parts.append({k: v.expand(per - real, -1) for k, v in last.items()})
+    local = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    if world == 1:
+        return local
+    device = _collective_device()
+    out = {}
+    for key in sorted(local):
+        shard = local[key].to(device).contiguous()
+        gathered = [torch.empty_like(shard) for _ in range(world)]
+        td.all_gather(gathered, shard)
+        out[key] = torch.cat(gathered)[:n].cpu()
+    return out
+
+
+def moments_sharded(
+    extractor: Extractor, n: int, images_at: Callable[[int, int], torch.Tensor], batch_size: int = 64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean (D,) and unbiased covariance (D, D), float64, of the "pool" features of images 0 .. n-1,
+    each rank summing its contiguous shard: only the sums (D + D^2 numbers) cross ranks, never the
+    features, so FID statistics of a million images need no (N, D) matrix anywhere. Sums are taken
+    around the first image's features, which keeps the float64 covariance accurate for any N."""
+    if n < 2:
+        raise BigbatchError(f"need at least two images for a covariance, got n={n}")
+    world, lo, hi, _ = _shard(n, batch_size)
+    shift = extractor(images_at(0, 1))["pool"].double().reshape(-1)  # the same on every rank
+    total = torch.zeros(shift.numel(), dtype=torch.float64)
+    outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
+    for start in range(lo, hi, batch_size):
+        x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
+        total += x.sum(0)
+        outer += x.T @ x
+    if world > 1:
+        flat = torch.cat([total, outer.reshape(-1)]).to(_collective_device())
+        td.all_reduce(flat)
+        flat = flat.cpu()
+        total, outer = flat[: total.numel()], flat[total.numel() :].view_as(outer)
+    mean = total / n
+    cov = (outer - n * torch.outer(mean, mean)) / (n - 1)
+    return (mean + shift).numpy(), ((cov + cov.T) / 2).numpy()
+
+
+def _shard(n: int, batch_size: int) -> tuple[int, int, int, int]:
+    """(world size, first image, end, images per rank) of this rank's contiguous shard of images 0 .. n-1."""
+    if batch_size < 1:
+        raise BigbatchError(f"batch_size must be positive, got {batch_size}")
+    world = td.get_world_size() if dist.active() else 1
+    rank = td.get_rank() if dist.active() else 0
+    per = -(-n // world)
+    return world, min(rank * per, n), min((rank + 1) * per, n), per
+
+
+def _collective_device() -> torch.device:
+    """Where tensors must be for a collective: NCCL takes only CUDA tensors, gloo CPU ones."""
+    return torch.device("cuda", torch.cuda.current_device()) if td.get_backend() == "nccl" else torch.device("cpu")

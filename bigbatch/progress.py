@@ -1,0 +1,110 @@
+"""Progress output of rank 0: metrics.jsonl rows and TensorBoard scalars, a progress bar with img/s and
+ETA (or a line per log row when stderr is not a terminal), and the averages between two log rows."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+from tqdm import tqdm
+
+from bigbatch.engine.replicator import Replicator
+from bigbatch.rundir import Run
+
+
+class Window:
+    """The iterations between two log rows: mean of each scalar the task reported (non-finite values,
+    such as a skipped step's gradient norm, left out), optimizer steps skipped, images per second."""
+
+    def __init__(self, rep: Replicator) -> None:
+        self.rep, self.seconds, self.images, self.sums, self.counts = rep, 0.0, 0, {}, {}
+        self.skipped_before = {name: c["skipped"] for name, c in rep.counters().items()}
+
+    def add(self, seconds: float, images: int, stats: dict[str, float]) -> None:
+        self.seconds += seconds
+        self.images += images
+        for k, v in stats.items():
+            if math.isfinite(v):
+                self.sums[k] = self.sums.get(k, 0.0) + v
+                self.counts[k] = self.counts.get(k, 0) + 1
+
+    def row(self) -> dict[str, float]:
+        means = {k: self.sums[k] / self.counts[k] for k in self.sums}
+        counters = self.rep.counters()
+        skipped = {f"skipped_{n}": c["skipped"] - self.skipped_before.get(n, 0) for n, c in counters.items()}
+        scales = {f"loss_scale_{n}": c["loss_scale"] for n, c in counters.items() if "loss_scale" in c}
+        return {**means, **skipped, "img_per_s": self.images / max(self.seconds, 1e-9), **scales}
+
+
+class Progress:
+    """Where rank 0 reports: RUN/metrics.jsonl, RUN/tb/ and the terminal (nothing on other ranks)."""
+
+    def __init__(self, run: Run, rep: Replicator, nimg: int, resumed: bool, quiet: bool):
+        self.run, self.rep, self.main = run, rep, rep.is_main
+        self.quiet = quiet or not self.main
+        self.total = math.ceil(run.cfg.train.kimg * 1000)
+        self.tb = None
+        if self.main:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg if resumed else None)
+        self.bar = tqdm(
+            total=self.total,
+            initial=min(nimg, self.total),
+            unit="img",
+            unit_scale=True,
+            dynamic_ncols=True,
+            disable=self.quiet or not sys.stderr.isatty(),
+            desc=run.cfg.name,
+        )
+        self.window = Window(rep)
+
+    def say(self, text: str) -> None:
+        """A line for the user (rank 0, unless quiet)."""
+        if not self.quiet:
+            print(text, flush=True)
+
+    def add(self, seconds: float, before: int, nimg: int, stats: dict[str, float]) -> None:
+        """One iteration from `before` to `nimg` images."""
+        self.window.add(seconds, nimg - before, stats)
+        self.bar.update(min(nimg, self.total) - min(before, self.total))
+
+    def log(self, nimg: int, step: int) -> None:
+        """The row of the iterations since the last one (and a printed line without a progress bar)."""
+        row = {"kimg": round(nimg / 1000, 3), "step": step, "batch": self.rep.batch, **self.window.row()}
+        self.write(nimg, row)
+        self.window = Window(self.rep)
+        shown = {k: row[k] for k in row if k.startswith("loss")}
+        self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
+        if self.bar.disable and not self.quiet:
+            eta = (self.total - nimg) / max(row["img_per_s"], 1e-9)
+            losses = "  ".join(f"{k} {v:.3f}" for k, v in shown.items())
+            print(
+                f"kimg {row['kimg']:.1f}/{self.run.cfg.train.kimg:g}  {losses}  {row['img_per_s']:.0f} img/s"
+                f"  ETA {format_seconds(eta)}",
+                flush=True,
+            )
+
+    def scores(self, nimg: int, step: int, scores: dict[str, float]) -> None:
+        self.write(nimg, {"kimg": round(nimg / 1000, 3), "step": step, **scores})
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k != "eval_seconds")
+        self.say(f"kimg {nimg / 1000:g}  {shown}  ({scores['eval_seconds']:.0f} s)")
+
+    def write(self, nimg: int, row: dict[str, Any]) -> None:
+        self.run.log(row)
+        for k, v in row.items():
+            if k not in ("kimg", "step"):
+                self.tb.add_scalar(k, v, nimg)
+        self.tb.add_scalar("kimg", row["kimg"], nimg)
+        self.tb.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def format_seconds(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

@@ -1,0 +1,62 @@
+"""`bigbatch convert`: BigGAN-PyTorch's weight files as a bigbatch run (one checkpoint at 0 kimg), to
+sample from, evaluate or fine-tune. The name mapping is bigbatch.models.convert's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bigbatch import checkpoints
+from bigbatch.config import Config
+from bigbatch.engine.ema import make_ema
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.files import atomic_write
+from bigbatch.models import convert
+from bigbatch.tasks.gan.task import build_models
+
+
+def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: int | None = None) -> Path:
+    """Write a run directory (one checkpoint at 0 kimg) holding BigGAN-PyTorch weights: `src` is its
+    weights folder (G.pth, G_ema.pth and D.pth; G_ema or G suffices) or a single generator .pth.
+    The model is the one `cfg` describes; the name mapping is in bigbatch.models.convert."""
+    src, out = Path(src), Path(out)
+    if cfg.model.name not in convert.FAMILIES:
+        raise BigbatchError(
+            f"BigGAN-PyTorch weights convert into {', '.join(convert.FAMILIES)}; model.name is {cfg.model.name}"
+        )
+    if src.is_dir():
+        files = {net: src / f"{net}.pth" for net in ("G", "G_ema", "D") if (src / f"{net}.pth").exists()}
+        if "G" not in files and "G_ema" not in files:
+            raise BigbatchError(f"{src} holds neither G.pth nor G_ema.pth (BigGAN-PyTorch's weight files)")
+    elif src.exists():
+        files = {"G_ema": src}
+    else:
+        raise BigbatchError(f"{src} does not exist; give BigGAN-PyTorch's weights folder or a G .pth file")
+    if out.exists() and any(out.iterdir()):
+        raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
+    ref = {net: convert.load_reference_file(str(path)) for net, path in files.items()}
+    if n_classes is None:
+        found = [sd[k].shape[0] for sd in ref.values() for k in ("shared.weight", "embed.weight") if k in sd]
+        if not found:
+            raise BigbatchError("cannot tell the number of classes from the weights; pass --classes N")
+        n_classes = int(found[0])
+    G, D = build_models(cfg, n_classes, 3)
+    for net, model in (("G_ema", G), ("G", G)):
+        if net in ref:  # G carries G_ema's weights while G.pth is read, so G_ema is never empty
+            model.load_state_dict(convert.from_reference(model, ref[net], f"the weights in {files[net]}"))
+    G_ema = make_ema(G)
+    if "G_ema" in ref:
+        G_ema.load_state_dict(convert.from_reference(G_ema, ref["G_ema"], f"the weights in {files['G_ema']}"))
+    if "D" in ref:
+        D.load_state_dict(convert.from_reference(D, ref["D"], f"the weights in {files['D']}"))
+    else:
+        warn(f"no D.pth in {src}: D is freshly initialised (fine-tuning will train it from scratch)")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "config.toml", cfg.dumps())
+    info = {
+        "n_classes": n_classes,
+        "img_channels": G.img_channels,
+        "class_names": [str(i) for i in range(n_classes)],
+        "converted_from": str(src),
+    }
+    nets = {"G": G, "D": D, "G_ema": G_ema}
+    return checkpoints.save_checkpoint(out, 0, nets, {"converted_from": str(src)}, cfg.dumps(), 1, info)

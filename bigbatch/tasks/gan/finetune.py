@@ -1,0 +1,64 @@
+"""Fine-tuning a GAN: G, D and G_ema from a pretrained run or checkpoint (train.init_from), and FreezeD."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from bigbatch import checkpoints
+from bigbatch.errors import BigbatchError
+
+
+def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
+    """Load pretrained `weights` into `net`. Class embeddings (and D's projection) whose shape differs,
+    because the number of classes does, keep their fresh initialisation; return their names."""
+    ours = net.state_dict()
+    class_keys = {
+        f"{name}.{k}" if name else k
+        for name, m in net.named_modules()
+        if isinstance(m, nn.Embedding)
+        for k in m.state_dict()
+    }
+    take, fresh = {}, []
+    for key, value in ours.items():
+        w = weights.get(key)
+        if w is not None and w.shape == value.shape:
+            take[key] = w
+        elif key in class_keys:
+            fresh.append(key)
+        else:
+            found = "is missing" if w is None else f"has shape {tuple(w.shape)}, this model needs {tuple(value.shape)}"
+            raise BigbatchError(
+                f"cannot fine-tune from {what}: {key} {found}; model.name, ch, dim_z, options and data.resolution "
+                "must match the pretrained run's"
+            )
+    net.load_state_dict(take, strict=False)
+    return fresh
+
+
+def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool) -> dict:
+    """Load G and D from the run or checkpoint at `path` (the optimizers start afresh); return its G_ema
+    weights, to load once G_ema exists."""
+    ckpt = checkpoints.find_checkpoint(path)
+    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema"))
+    fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
+    if announce:
+        print(f"Fine-tuning from {ckpt}", flush=True)
+        if fresh:
+            print(f"  re-initialised for this data set's classes: {', '.join(sorted(set(fresh)))}", flush=True)
+    return weights["G_ema"]
+
+
+def freeze_d_blocks(D: nn.Module, n: int) -> None:
+    """FreezeD (Mo et al. 2020): stop training D's first `n` blocks (and its input layer and any
+    attention among them)."""
+    if n == 0:
+        return
+    blocks = getattr(D, "blocks", None)
+    if blocks is None or n > len(blocks):
+        raise BigbatchError(f"train.freeze_d={n}, but this D has {len(blocks or [])} blocks")
+    for block in list(blocks)[:n]:
+        block.requires_grad_(False)
+    if getattr(D, "input_conv", None) is not None:
+        D.input_conv.requires_grad_(False)
+    if getattr(D, "attention", None) is not None and D.attn_after < n:
+        D.attention.requires_grad_(False)

@@ -1,0 +1,166 @@
+"""The task interface: what the training loop sees of what it trains (a GAN today; a classifier and an
+autoencoder next). The loop never branches on the task.
+
+A task is registered by name (`@register("gan")`, `Config.task`) and built by `build_task(cfg, rep, data)`
+from the config, the data set and the Replicator; the loop, the benchmarks and the tests all build it
+that way. Once built, a task
+
+- owns its models, optimizers and averages (the GAN's G, D, G_ema, opt_G, opt_D), prepared and
+  registered with the Replicator, which runs every optimizer step (accumulation, precision, DDP);
+- `step(feed) -> {name: float}` runs one iteration (`steps` counts them, checkpointed with the task),
+  taking this rank's share of each step's real images from the `Feed` (which follows data.schedule);
+  the loop counts progress by what the feed handed out, so the images an iteration consumes are what
+  it took (a GAN with d_steps=2: two batches);
+- gives and takes its checkpoint state: `nets()` (plain modules, saved as safetensors, in a fixed
+  order) and `state_dict()`/`load_state_dict()` (optimizer moments and counters, saved through
+  torch.save and read with weights_only=True); `model_info()` is what meta.json records so that the
+  nets can be rebuilt without the data (class count, channels, class names);
+- `probe(m)` runs one forward and backward of every optimizer's loss at micro-batch m, for
+  micro_batch="auto" (Replicator.plan_micro_batch);
+- `previews(at_checkpoint)` draws its pictures ({file prefix: image}, e.g. a GAN's sample grid, and
+  at checkpoints its class and interpolation sheets), written by the loop under RUN/samples/;
+- `scorer` scores it during training (FID/IS/KID for a GAN), or is None when eval.every_kimg is 0.
+
+To add a task: write a module under bigbatch/tasks/ with a class that does the above and a builder
+decorated with `@register("name")`, import it in bigbatch/tasks/__init__.py, and give it config keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from PIL import Image
+from torch import nn
+
+from bigbatch.config import Config, register_check
+from bigbatch.data import Batch, BatchLoader, RankSampler, Schedule
+from bigbatch.data.streams import GlobalOrder
+from bigbatch.engine.replicator import Replicator
+from bigbatch.errors import BigbatchError
+
+
+class Scorer(Protocol):
+    """Scores a task during training and tracks the best value (restored from RUN/checkpoints/best/)."""
+
+    def __call__(self) -> dict[str, float]: ...
+
+    def improved(self, scores: dict[str, float]) -> bool:
+        """Whether `scores` beat the best so far (and then become it)."""
+        ...
+
+    def best_record(self) -> dict[str, Any]:
+        """What meta.json of checkpoints/best/ records of the best score and the settings it was taken with."""
+        ...
+
+
+class Task(Protocol):
+    scorer: Scorer | None
+    steps: int
+
+    def step(self, feed: Feed) -> dict[str, float]: ...
+
+    def nets(self) -> dict[str, nn.Module]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def model_info(self) -> dict[str, Any]: ...
+
+    def probe(self, micro_batch: int) -> None: ...
+
+    def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]: ...
+
+
+class Feed:
+    """The real images, step after step: this rank's share of the images at each optimizer step's global
+    positions, read ahead in data.workers processes. The batch follows data.schedule: at a phase boundary
+    the Replicator's batch changes with it (its micro-batch stays, its accumulation follows)."""
+
+    def __init__(
+        self,
+        data: Any,
+        schedule: Schedule,
+        rep: Replicator,
+        cfg: Config,
+        start: int = 0,
+        on_phase: Callable[[int], None] | None = None,
+    ):
+        self.rep, self.schedule, self.nimg, self.on_phase = rep, schedule, start, on_phase
+        self.order = GlobalOrder(len(data), cfg.train.seed)
+        sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
+        pin = rep.device.type == "cuda"
+        self.loader = BatchLoader(data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin)
+
+    def next(self) -> Batch:
+        """This rank's share of the next optimizer step's real images (uint8 NHWC, labels)."""
+        batch = self.schedule.phase_at(self.nimg).batch
+        if batch != self.rep.batch:
+            self.rep.set_batch(batch)
+            if self.on_phase is not None:
+                self.on_phase(self.nimg)
+        real = next(self.loader)
+        if real.nimg != self.nimg or len(real.images) != self.rep.share:
+            raise BigbatchError(
+                f"the loader's batch is for step {real.nimg} ({len(real.images)} images), not for step {self.nimg} "
+                f"({self.rep.share} images per rank)"
+            )
+        self.nimg += batch
+        return real
+
+    def close(self) -> None:
+        self.loader.close()
+
+
+Builder = Callable[..., Task]
+_TASKS: dict[str, Builder] = {}
+_CONFIG_CHECKS: dict[str, Callable[[Config], None]] = {}
+
+
+def register(name: str, check: Callable[[Config], None] | None = None) -> Callable[[Builder], Builder]:
+    """Register a task builder `fn(cfg, rep, data, *, run, resumed_at, quiet) -> Task` under `name`;
+    `check(cfg)` validates what the task makes of the config (its model family, its options)."""
+
+    def add(fn: Builder) -> Builder:
+        _TASKS[name] = fn
+        if check is not None:
+            _CONFIG_CHECKS[name] = check
+        return fn
+
+    return add
+
+
+@register_check("")
+def _check_task(cfg: Config) -> None:
+    if cfg.task not in _TASKS:
+        valid = ", ".join(list_tasks())
+        raise BigbatchError(f"config key 'task' names no registered task '{cfg.task}'; valid: {valid}")
+    if cfg.task in _CONFIG_CHECKS:
+        _CONFIG_CHECKS[cfg.task](cfg)
+
+
+def list_tasks() -> list[str]:
+    return sorted(_TASKS)
+
+
+def build_task(
+    cfg: Config,
+    rep: Replicator,
+    data: Any,
+    *,
+    run: Path | None = None,
+    resumed_at: int | None = None,
+    quiet: bool = True,
+) -> Task:
+    """The task `cfg.task` names, on `rep` and `data`: models built and initialised from train.seed
+    (the caller's global RNG is left as it was), prepared by `rep`, optimizers registered. `run`
+    (the run directory) and `resumed_at` (images seen at the checkpoint resumed) let its scorer pick up
+    the run's best checkpoint; without `run` nothing is scored."""
+    if cfg.task not in _TASKS:
+        raise BigbatchError(f"unknown task '{cfg.task}'; valid: {', '.join(list_tasks())}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed)
+        return _TASKS[cfg.task](cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)

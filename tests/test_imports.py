@@ -1,0 +1,175 @@
+"""Dependencies point one way: no module imports one that imports it back, the engine stands below models,
+tasks and data, and nothing but `python -m bigbatch` imports the CLI.
+
+Read from the source with `ast` (nothing is imported), counting every import statement: at module level
+and inside functions and classes, relative ones resolved, and `from pkg import name` as an import of the
+submodule pkg.name when there is one, else of pkg. Importing the root package (`import bigbatch`) is not
+an edge: every import of a submodule runs it first anyway.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "bigbatch"
+
+Graph = dict[str, dict[str, int]]  # module -> {module it imports: line of its first import statement}
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package folder `root`."""
+    out = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = list(f.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = f
+    return out
+
+
+def import_graph(root: Path) -> Graph:
+    files = module_files(root)
+
+    def module_of(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: Graph = {}
+    for mod, f in files.items():
+        package = mod if f.name == "__init__.py" else mod.rpartition(".")[0]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                source = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
+                names = [f"{source}.{a.name}" if f"{source}.{a.name}" in files else source for a in node.names]
+            else:
+                continue
+            for target in filter(None, map(module_of, names)):
+                if target not in (mod, root.name):
+                    edges[target] = min(edges.get(target, node.lineno), node.lineno)
+        graph[mod] = edges
+    return graph
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (each sorted): the modules that import
+    themselves back, through one another."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(components)
+
+
+def explain_cycle(graph: Graph, component: list[str]) -> str:
+    """The modules of a cycle and one shortest chain of imports around it, with the lines they are on."""
+    start = component[0]
+    path = shortest_path(graph, start, lambda m: m == start, within=set(component))
+    return f"{', '.join(component)}: {describe(graph, path)}"
+
+
+def shortest_path(graph: Graph, start: str, goal, within: set[str] | None = None) -> list[str] | None:
+    """The shortest chain of imports from `start` to a module for which goal(module) holds (start itself
+    only after at least one import), or None."""
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        v = queue.popleft()
+        for w in sorted(graph[v]):
+            if within is not None and w not in within:
+                continue
+            if goal(w):
+                path = [w, v]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return path[::-1]
+            if w not in came_from and w != start:
+                came_from[w] = v
+                queue.append(w)
+    return None
+
+
+def describe(graph: Graph, path: list[str]) -> str:
+    """Each import of a chain with the line it is on, e.g. `a (line 3) -> b (line 9) -> a`."""
+    steps = [f"{a} (line {graph[a][b]})" for a, b in zip(path, path[1:])]
+    return " -> ".join([*steps, path[-1]])
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = import_graph(PACKAGE)
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(explain_cycle(graph, c) for c in found)
+
+
+def test_the_engine_imports_nothing_from_models_tasks_or_data():
+    graph = import_graph(PACKAGE)
+    above = ("bigbatch.models", "bigbatch.tasks", "bigbatch.data")
+
+    def is_above(m: str) -> bool:
+        return any(m == a or m.startswith(a + ".") for a in above)
+
+    engine = [m for m in graph if m == "bigbatch.engine" or m.startswith("bigbatch.engine.")]
+    assert engine, "no bigbatch.engine modules found: has the package moved?"
+    chains = [shortest_path(graph, m, is_above) for m in engine]
+    bad = [describe(graph, c) for c in chains if c]
+    assert not bad, "the engine reaches models/tasks/data:\n" + "\n".join(bad)
+
+
+def test_nothing_but_python_m_bigbatch_imports_the_cli():
+    # The launchers start ranks as `python -m bigbatch ...`, so they need not import the CLI that calls them.
+    graph = import_graph(PACKAGE)
+    importers = sorted(m for m, edges in graph.items() if "bigbatch.cli" in edges)
+    assert importers == ["bigbatch.__main__"]
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root / "pkg"
+
+
+def test_the_checker_finds_a_cycle_made_only_of_imports_inside_functions(tmp_path):
+    # pkg.a -> pkg.b -> pkg.sub.c -> pkg.a, each import inside a function or method, each of another form.
+    files = {
+        "pkg/__init__.py": "from pkg.a import f\n",
+        "pkg/a.py": "def f():\n    from pkg import b\n    return b\n",
+        "pkg/b.py": "class B:\n    def m(self):\n        from .sub import c\n        return c\n",
+        "pkg/sub/__init__.py": "",
+        "pkg/sub/c.py": "import os\n\n\ndef g():\n    from .. import a\n    return a, os\n",
+    }
+    graph = import_graph(write_package(tmp_path / "cyclic", files))
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
+    assert explain_cycle(graph, cycles(graph)[0]) == (
+        "pkg.a, pkg.b, pkg.sub.c: pkg.a (line 2) -> pkg.b (line 3) -> pkg.sub.c (line 5) -> pkg.a"
+    )
+    # `from pkg import f` takes a name, not a module: pkg's __init__ runs first for any import, so no cycle.
+    files["pkg/sub/c.py"] = "def g():\n    from .. import f\n    return f\n"
+    graph = import_graph(write_package(tmp_path / "acyclic", files))
+    assert graph["pkg.sub.c"] == {} and cycles(graph) == []
