@@ -61,7 +61,6 @@ def main() -> None:
                 except BigbatchError:
                     cells.append("0")
                 peaks.update({pr.micro_batch: pr.peak_bytes for pr in rep.probes if pr.fits})
-            torch.cuda.set_per_process_memory_fraction(1.0, rep.device)
         else:
             a, b = (int(m) for m in args.at.split(","))
             baseline = memory.state_bytes(plain, opts)

@@ -272,7 +272,7 @@ class TrainConfig(Section):
     """Images per forward/backward on one process; accumulation = batch / (micro_batch x world_size).
     "auto": the largest divisor of batch / world_size whose D and G steps fit train.memory_budget."""
     memory_budget: str = ""
-    """Memory one process may use, e.g. "6GiB" (for micro_batch "auto"; on CUDA also a hard cap);
+    """Memory one process may use, e.g. "6GiB" (for micro_batch "auto", a hard cap on CUDA while it probes);
     "" = the whole GPU, or on CPU this process's share of the available RAM."""
     checkpointing: bool = False
     """Activation checkpointing of the blocks each model lists: recompute them in backward instead of

@@ -91,7 +91,8 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         if stopped and main:
             path = run.save(task, rep, nimg)
             run.write_previews(task, nimg, at_checkpoint=True)
-            print(f"Stopped by signal; saved {path}. Continue with: bigbatch train --run-dir {run.path} --resume", flush=True)
+            resume_with = f"bigbatch train --run-dir {run.path} --resume"
+            print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
     if main and not stopped:
         print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). Sample with: bigbatch sample {run.path}", flush=True)

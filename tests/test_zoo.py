@@ -101,7 +101,9 @@ def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
     G, D = tiny_pair("biggan")
     write_reference_weights(tmp_path / "weights", G, D)
     # convert: a run directory whose G_ema reproduces the reference weights
+    rng = torch.get_rng_state()
     assert main(["convert", str(tmp_path / "weights"), "converted", *TINY_RUN]) == 0
+    assert torch.equal(torch.get_rng_state(), rng)  # converting leaves the caller's global RNG alone
     G_loaded = bigbatch.load_generator("converted")
     z, y = torch.randn(2, 16), torch.tensor([1, 3])
     torch.testing.assert_close(G_loaded(z, y), G(z, y), rtol=1e-5, atol=1e-5)
