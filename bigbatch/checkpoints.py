@@ -1,4 +1,5 @@
-"""Checkpoints: RUN/checkpoints/<kimg>/ with G, D, G_ema in safetensors and the rest of the state.
+"""Checkpoints: RUN/checkpoints/<kimg>/ with a task's nets in safetensors (a GAN's G, D, G_ema) and
+the rest of the state.
 
 A checkpoint is written into a hidden temporary folder, its meta.json last, then renamed into place;
 `latest` is rewritten (atomically) after that. A folder without a valid meta.json is never used.
@@ -22,7 +23,6 @@ from torch import nn
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
 
-NETS = ("G", "D", "G_ema")
 BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
 
 
@@ -176,9 +176,7 @@ def find_checkpoint(path: str | Path) -> Path:
     return complete[-1]
 
 
-def load_checkpoint(
-    ckpt: Path, nets: tuple[str, ...] = NETS
-) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+def load_checkpoint(ckpt: Path, nets: tuple[str, ...]) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
     """Read the weights of `nets` and the training state of a complete checkpoint."""
     weights = {}
     for key in nets:

@@ -59,6 +59,7 @@ class Progress:
             desc=run.cfg.name,
         )
         self.window = Window(rep)
+        self.losses: set[str] = set()  # the task's losses seen so far: shown with each row (nan if all skipped)
 
     def say(self, text: str) -> None:
         """A line for the user (rank 0, unless quiet)."""
@@ -75,7 +76,8 @@ class Progress:
         row = {"kimg": round(nimg / 1000, 3), "step": step, "batch": self.rep.batch, **self.window.row()}
         self.write(nimg, row)
         self.window = Window(self.rep)
-        shown = {k: row[k] for k in row if k.startswith("loss")}
+        self.losses |= {k for k in row if k.startswith("loss") and not k.startswith("loss_scale")}
+        shown = {k: row.get(k, math.nan) for k in sorted(self.losses)}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
         if self.bar.disable and not self.quiet:
             eta = (self.total - nimg) / max(row["img_per_s"], 1e-9)

@@ -68,9 +68,12 @@ class Run:
         weights, saved = checkpoints.load_checkpoint(ckpt, nets=tuple(nets))
         for key, net in nets.items():
             checkpoints.load_weights(net, weights[key], f"{key} of checkpoint {ckpt}")
+        engine = saved.get("engine", {})
+        if "plan" not in engine:  # checkpoints from before the plan was engine state: plan.json holds it
+            engine = {**engine, "plan": _legacy_plan(self.path)}
         try:
             task.load_state_dict(saved)
-            rep.load_state_dict(saved.get("engine", {}))
+            rep.load_state_dict(engine)
             nimg = int(saved["nimg"])
             torch.set_rng_state(saved["rng_cpu"])
             if rep.device.type == "cuda" and "rng_cuda" in saved:
@@ -101,6 +104,16 @@ def snapshot(task: Task, rep: Replicator, nimg: int) -> dict[str, Any]:
         "rng_cpu": torch.get_rng_state(),
         **({"rng_cuda": torch.cuda.get_rng_state(rep.device)} if rep.device.type == "cuda" else {}),
     }
+
+
+def _legacy_plan(run: Path) -> dict[str, Any] | None:
+    """The micro_batch "auto" plan RUN/plan.json records, in Replicator.state_dict's form (None if it has none)."""
+    try:
+        record = json.loads((run / "plan.json").read_text())
+        keys = ("micro_batch", "world_size", "memory_budget_bytes", "probes")
+        return {k: record[k] for k in keys}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def open_run(cfg: Config, run_dir: str | Path | None, resume: bool) -> Run:
@@ -198,7 +211,7 @@ def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
     }
     if cfg.train.micro_batch == "auto":
         record["memory_budget_bytes"] = rep.budget
-        record["probes"] = [vars(p) for p in rep.probes]
+        record["probes"] = [dataclasses.asdict(p) for p in rep.probes]
     return record
 
 

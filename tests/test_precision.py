@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 import bigbatch
 from bigbatch.cli import main
@@ -13,12 +14,16 @@ def weights(run, name):
     return {net: (run / "checkpoints" / name / f"{net}.safetensors").read_bytes() for net in ("G", "D", "G_ema")}
 
 
-def test_fp16_run_logs_skips_and_loss_scales_and_resumes_bit_identically(tiny, tmp_path):
+def test_fp16_run_logs_skips_and_loss_scales_and_resumes_bit_identically(tiny, tmp_path, capsys):
     cfg = tiny.override({"train.precision": "fp16"})
-    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole")
     rows = read_metrics(whole / "metrics.jsonl")
     assert all({"skipped_D", "skipped_G", "loss_scale_D", "loss_scale_G"} <= row.keys() for row in rows)
     assert rows[-1]["loss_scale_D"] <= 65536.0
+    # Without a terminal, a line per row shows the losses (not the loss scales), D's first.
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("kimg ")]
+    assert len(lines) == len(rows)
+    assert all("loss_scale" not in line and line.index(" loss_D ") < line.index(" loss_G ") for line in lines)
     # The loss scalers and skip histories are part of the checkpoint.
     parts = tmp_path / "parts"
     bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=parts, quiet=True)
@@ -79,5 +84,15 @@ def test_resumed_auto_run_keeps_its_micro_batch(tiny, tmp_path, monkeypatch):
         raise AssertionError("a resumed run must not re-plan")
 
     monkeypatch.setattr(bigbatch.Replicator, "plan_micro_batch", no_probing)
+    bigbatch.train(cfg.override({"train.kimg": 0.384}), run_dir=run, resume=True, quiet=True)
+    assert json.loads((run / "plan.json").read_text())["micro_batch"] == planned
+    # A checkpoint written before the plan was part of the engine's state: plan.json still holds it.
+    ckpt = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+    state = torch.load(ckpt / "state.pt", weights_only=True)
+    del state["engine"]["plan"]
+    torch.save(state, ckpt / "state.pt")
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["files"]["state.pt"] = (ckpt / "state.pt").stat().st_size
+    (ckpt / "meta.json").write_text(json.dumps(meta))
     bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
     assert json.loads((run / "plan.json").read_text())["micro_batch"] == planned

@@ -16,6 +16,7 @@ GAN arms its spectral-norm power iteration there, once per step).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -453,7 +454,7 @@ class Replicator:
                 "micro_batch": self._planned_micro,
                 "world_size": self.world_size,
                 "memory_budget_bytes": self.budget,
-                "probes": [vars(p) for p in self.probes],
+                "probes": [dataclasses.asdict(p) for p in self.probes],
             }
         return state
 

@@ -1,9 +1,9 @@
 """Building blocks shared by the model families: spectral norm, class embeddings, conditional BN,
 weight initialisation.
 
-Spectral norm is written here rather than taken from torch.nn.utils because the engine must decide
+Spectral norm is written here rather than taken from torch.nn.utils because the trainer must decide
 when the power iteration runs (once per optimizer step, or once per micro-batch) and must be able
-to replay the same normalisation on every micro-batch of a step.
+to replay the same normalisation on every micro-batch of a step (`spectral_norm_hook`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ class SpectralNorm:
     """Mixin for layers with a `weight`: divides it by its largest singular value (Miyato et al. 2018).
 
     The estimate's vectors u, v are buffers. `sn_update` says which training forwards run a power
-    iteration and store u and v: True every one (as torch's spectral_norm; the default outside the
-    engine), False none, "once" only the next one. The engine arms "once" per optimizer step (or per
-    micro-batch), so every micro-batch of a step, and every recomputation under activation
-    checkpointing, sees exactly the same normalised weight.
+    iteration and store u and v: True every one (as torch's spectral_norm; the default), False none,
+    "once" only the next one. `spectral_norm_hook`, registered with Replicator.on_micro_batch (the GAN
+    task does), arms "once" per optimizer step (or per micro-batch), so every micro-batch of a step,
+    and every recomputation under activation checkpointing, sees exactly the same normalised weight.
     """
 
     sn_update: bool | str = True
