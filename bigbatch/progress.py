@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from typing import Any
 
 from tqdm import tqdm
@@ -40,8 +41,9 @@ class Window:
 class Progress:
     """Where rank 0 reports: RUN/metrics.jsonl, RUN/tb/ and the terminal (nothing on other ranks)."""
 
-    def __init__(self, run: Run, rep: Replicator, nimg: int, resumed: bool, quiet: bool):
+    def __init__(self, run: Run, rep: Replicator, nimg: int, seconds: float, resumed: bool, quiet: bool):
         self.run, self.rep, self.main = run, rep, rep.is_main
+        self.began = time.perf_counter() - seconds  # a resumed run's clock goes on from its checkpoint
         self.quiet = quiet or not self.main
         self.total = math.ceil(run.cfg.train.kimg * 1000)
         self.tb = None
@@ -61,6 +63,14 @@ class Progress:
         self.window = Window(rep)
         self.losses: set[str] = set()  # the task's losses seen so far: shown with each row (nan if all skipped)
 
+    def seconds(self) -> float:
+        """Wall time of training so far, summed over the run's resumes (from the checkpoints kept)."""
+        return time.perf_counter() - self.began
+
+    def where(self, nimg: int, step: int) -> dict[str, Any]:
+        """What every metrics.jsonl row begins with: kimg, the task's step, seconds of training."""
+        return {"kimg": round(nimg / 1000, 3), "step": step, "seconds": round(self.seconds(), 3)}
+
     def say(self, text: str) -> None:
         """A line for the user (rank 0, unless quiet)."""
         if not self.quiet:
@@ -73,7 +83,7 @@ class Progress:
 
     def log(self, nimg: int, step: int) -> None:
         """The row of the iterations since the last one (and a printed line without a progress bar)."""
-        row = {"kimg": round(nimg / 1000, 3), "step": step, "batch": self.rep.batch, **self.window.row()}
+        row = {**self.where(nimg, step), "batch": self.rep.batch, **self.window.row()}
         self.write(nimg, row)
         self.window = Window(self.rep)
         self.losses |= {k for k in row if k.startswith("loss") and not k.startswith("loss_scale")}
@@ -89,14 +99,14 @@ class Progress:
             )
 
     def scores(self, nimg: int, step: int, scores: dict[str, float]) -> None:
-        self.write(nimg, {"kimg": round(nimg / 1000, 3), "step": step, **scores})
+        self.write(nimg, {**self.where(nimg, step), **scores})
         shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k != "eval_seconds")
         self.say(f"kimg {nimg / 1000:g}  {shown}  ({scores['eval_seconds']:.0f} s)")
 
     def write(self, nimg: int, row: dict[str, Any]) -> None:
         self.run.log(row)
         for k, v in row.items():
-            if k not in ("kimg", "step"):
+            if k not in ("kimg", "step", "seconds"):
                 self.tb.add_scalar(k, v, nimg)
         self.tb.add_scalar("kimg", row["kimg"], nimg)
         self.tb.flush()

@@ -46,22 +46,25 @@ class Run:
         atomic_write(self.path / "plan.json", json.dumps(plan_record(rep, self.cfg), indent=1) + "\n")
 
     # ---- checkpoints -----------------------------------------------------------------------------
-    def save(self, task: Task, rep: Replicator, nimg: int) -> Path:
-        """The checkpoint at `nimg` (all but the newest checkpoint.keep are deleted)."""
-        state, info = snapshot(task, rep, nimg), task.model_info()
+    def save(self, task: Task, rep: Replicator, nimg: int, seconds: float) -> Path:
+        """The checkpoint at `nimg`, `seconds` into the run (all but the newest checkpoint.keep are deleted)."""
+        state, info = snapshot(task, rep, nimg, seconds), task.model_info()
         return checkpoints.save_checkpoint(
             self.path, nimg, task.nets(), state, self.cfg.dumps(), self.cfg.checkpoint.keep, info
         )
 
-    def save_best(self, task: Task, rep: Replicator, nimg: int, scores: dict[str, float]) -> Path:
+    def save_best(self, task: Task, rep: Replicator, nimg: int, seconds: float, scores: dict[str, float]) -> Path:
         """checkpoints/best/: the checkpoint at `nimg`, with the scores that made it the best."""
         assert task.scorer is not None
         info = {**task.model_info(), "eval": scores, "best": task.scorer.best_record()}
-        return checkpoints.save_best(self.path, nimg, task.nets(), snapshot(task, rep, nimg), self.cfg.dumps(), info)
+        return checkpoints.save_best(
+            self.path, nimg, task.nets(), snapshot(task, rep, nimg, seconds), self.cfg.dumps(), info
+        )
 
-    def restore(self, task: Task, rep: Replicator) -> int:
+    def restore(self, task: Task, rep: Replicator) -> tuple[int, float]:
         """Load the checkpoint resumed from into `task` and `rep` (weights, optimizer moments, loss scalers,
-        the batch plan, RNG); return the images seen. metrics.jsonl loses the rows past it."""
+        the batch plan, RNG); return the images seen and the seconds of training up to it. metrics.jsonl
+        loses the rows past it."""
         ckpt = self.checkpoint
         assert ckpt is not None
         nets = task.nets()
@@ -74,7 +77,7 @@ class Run:
         try:
             task.load_state_dict(saved)
             rep.load_state_dict(engine)
-            nimg = int(saved["nimg"])
+            nimg, seconds = int(saved["nimg"]), float(saved.get("seconds", 0.0))
             torch.set_rng_state(saved["rng_cpu"])
             if rep.device.type == "cuda" and "rng_cuda" in saved:
                 torch.cuda.set_rng_state(saved["rng_cuda"], rep.device)
@@ -82,7 +85,7 @@ class Run:
             raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e})") from None
         if rep.is_main:
             truncate_metrics(self.path / "metrics.jsonl", nimg)
-        return nimg
+        return nimg, seconds
 
     def write_previews(self, task: Task, nimg: int, at_checkpoint: bool) -> None:
         """The task's previews under RUN/samples/, named after the images seen (as checkpoints are)."""
@@ -95,11 +98,13 @@ class Run:
             f.write(json.dumps(row) + "\n")
 
 
-def snapshot(task: Task, rep: Replicator, nimg: int) -> dict[str, Any]:
-    """A checkpoint's state.pt: the task's state, the engine's, the images seen and the global RNG."""
+def snapshot(task: Task, rep: Replicator, nimg: int, seconds: float) -> dict[str, Any]:
+    """A checkpoint's state.pt: the task's state, the engine's, the images seen, the seconds of training
+    (summed over resumes) and the global RNG."""
     return {
         **task.state_dict(),
         "nimg": nimg,
+        "seconds": seconds,
         "engine": rep.state_dict(),
         "rng_cpu": torch.get_rng_state(),
         **({"rng_cuda": torch.cuda.get_rng_state(rep.device)} if rep.device.type == "cuda" else {}),

@@ -40,10 +40,10 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
     # before anything is written, so a bad config leaves nothing behind.
     data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
     task = build_task(cfg, rep, data, run=run.path, resumed_at=run.resumed_at, quiet=quiet)
-    nimg = run.restore(task, rep) if resume else 0
+    nimg, seconds = run.restore(task, rep) if resume else (0, 0.0)
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed
         plan_micro_batch(rep, task.probe, verbose=main and not quiet)
-    progress = Progress(run, rep, nimg, resume, quiet)
+    progress = Progress(run, rep, nimg, seconds, resume, quiet)
     if main:
         run.write_start(rep)
         if resume:
@@ -73,7 +73,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
                 if main:
                     progress.scores(nimg, task.steps, scores)
                     if task.scorer.improved(scores):
-                        run.save_best(task, rep, nimg, scores)
+                        run.save_best(task, rep, nimg, progress.seconds(), scores)
 
             # Rank 0's output, where due: a log row, previews, a checkpoint.
             if not main:
@@ -83,13 +83,13 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             if due(cfg.sample.every_kimg, before):
                 run.write_previews(task, nimg, at_checkpoint=False)
             if due(cfg.checkpoint.every_kimg, before):
-                run.save(task, rep, nimg)
+                run.save(task, rep, nimg, progress.seconds())
                 run.write_previews(task, nimg, at_checkpoint=True)
 
         # Stopped by a signal: save where we are.
         stopped = nimg < progress.total
         if stopped and main:
-            path = run.save(task, rep, nimg)
+            path = run.save(task, rep, nimg, progress.seconds())
             run.write_previews(task, nimg, at_checkpoint=True)
             resume_with = f"bigbatch train --run-dir {run.path} --resume"
             print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
