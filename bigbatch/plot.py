@@ -14,6 +14,7 @@ from bigbatch.rundir import read_metrics
 TRAINING_PANELS = (
     ("losses", ("loss_D", "loss_G")),
     ("D outputs (mean logits)", ("D_real", "D_fake")),
+    ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G")),
     ("images per second", ("img_per_s",)),
     ("batch (data.schedule)", ("batch",)),
     ("steps skipped (non-finite gradients)", ("skipped_D", "skipped_G")),
