@@ -336,7 +336,7 @@ def sagan(
     at ch 64, a shared class embedding into every conditional BN but no hierarchical z, self-attention
     (64 px, the scripts' choice; the paper found 32 and 64 both good), spectral norm in G and D, Xavier init."""
     check_values("sagan", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim)
-    G = BigGANGenerator(
+    return biggan(
         resolution=resolution,
         n_classes=n_classes,
         ch=ch,
@@ -346,10 +346,7 @@ def sagan(
         shared_dim=shared_dim,
         hier=False,
         g_attn=g_attn,
+        d_attn=d_attn,
         bn_eps=bn_eps,
         sn_eps=sn_eps,
     )
-    D = BigGANDiscriminator(
-        resolution=resolution, n_classes=n_classes, ch=ch, img_channels=img_channels, d_attn=d_attn, sn_eps=sn_eps
-    )
-    return G, D

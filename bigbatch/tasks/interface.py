@@ -133,11 +133,15 @@ def register(name: str, check: Callable[[Config], None] | None = None) -> Callab
     return add
 
 
+def _builder(name: str) -> Builder:
+    if name not in _TASKS:
+        raise BigbatchError(f"config key 'task' names no registered task '{name}'; valid: {', '.join(list_tasks())}")
+    return _TASKS[name]
+
+
 @register_check("")
 def _check_task(cfg: Config) -> None:
-    if cfg.task not in _TASKS:
-        valid = ", ".join(list_tasks())
-        raise BigbatchError(f"config key 'task' names no registered task '{cfg.task}'; valid: {valid}")
+    _builder(cfg.task)
     if cfg.task in _CONFIG_CHECKS:
         _CONFIG_CHECKS[cfg.task](cfg)
 
@@ -159,8 +163,7 @@ def build_task(
     (the caller's global RNG is left as it was), prepared by `rep`, optimizers registered. `run`
     (the run directory) and `resumed_at` (images seen at the checkpoint resumed) let its scorer pick up
     the run's best checkpoint; without `run` nothing is scored."""
-    if cfg.task not in _TASKS:
-        raise BigbatchError(f"unknown task '{cfg.task}'; valid: {', '.join(list_tasks())}")
+    builder = _builder(cfg.task)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
-        return _TASKS[cfg.task](cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)
+        return builder(cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)
