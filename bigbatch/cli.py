@@ -158,10 +158,90 @@ def _stats(args: argparse.Namespace) -> None:
 def _eval(args: argparse.Namespace) -> None:
     import json
 
+    from bigbatch.engine import dist
+    from bigbatch.metrics import parse_metrics
+
+    compares = bool({"fid", "kid"} & set(parse_metrics(args.metrics)))  # IS alone needs no reference
+    for flag in ("n", "reference_n", "batch_size"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise BigbatchError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    run = _is_run(args.path)
+    if not run:
+        _check_exists(args.path, "A")
+        given = [f"--{f.replace('_', '-')}" for f in ("truncation", "standing_stats") if getattr(args, f) is not None]
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            raise BigbatchError(f"{' and '.join(given)} {verb} to a run's generator, and {args.path} is not a run")
+        if compares and args.reference is None:
+            raise BigbatchError(
+                f"scoring the images {args.path} with {args.metrics} needs a reference B to compare with: {_EVAL_B}; "
+                "or --metrics is"
+            )
+    ctx = dist.context()  # under torchrun, feature extraction is split across the processes
+    created = dist.init(ctx)
+    try:
+        result = _eval_run(args, ctx.device, compares) if run else _eval_images(args, ctx.device, compares)
+    finally:
+        dist.close(created)
+    if ctx.is_main:
+        print(json.dumps(result))
+
+
+# What `bigbatch eval` takes as A (besides a run) and as B, for messages.
+_EVAL_A = "a run, a checkpoint, a folder, .zip or .npz of images, a DATA.h5 or builtin:NAME"
+_EVAL_B = (
+    "a DATA.h5, builtin:NAME, a folder, .zip or .npz of images, or statistics (.npz with mu and sigma, .safetensors)"
+)
+
+
+def _is_run(path: str) -> bool:
+    """A run directory or one of its checkpoints (as `find_checkpoint` recognizes them)."""
+    p = Path(path)
+    return p.is_dir() and any((p / name).exists() for name in ("meta.json", "state.pt", "checkpoints", "config.toml"))
+
+
+def _check_exists(path: str, role: str) -> None:
+    from bigbatch.data.sources import is_url
+
+    if not (path.startswith("builtin:") or is_url(path) or Path(path).exists()):
+        raise BigbatchError(f"{role}: {path} does not exist; give {_EVAL_A if role == 'A' else _EVAL_B}")
+
+
+def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
+    """What A or B names: ("data", data set) for DATA.h5 or builtin:NAME, ("stats", ReferenceStats) for a
+    statistics file (B only), ("images", image set) for a folder, .zip, URL prefix or .npz/.npy of images."""
+    from bigbatch.data import load_data
+    from bigbatch.data.sources import is_url
+    from bigbatch.metrics import holds_stats, open_images, read_stats
+
+    if path.startswith("builtin:") or path.lower().endswith((".h5", ".hdf5")):
+        return "data", load_data(path, resolution)
+    _check_exists(path, role)
+    if _is_run(path):  # only B gets here: A names a run is scored by _eval_run
+        raise BigbatchError(
+            f"B: {path} is a run; score its samples as A (bigbatch eval {path} [B]) and give B: {_EVAL_B}"
+        )
+    if not is_url(path) and holds_stats(path):
+        if role == "A":
+            raise BigbatchError(
+                f"A: {path} holds feature statistics, not images; statistics can only be the reference B"
+            )
+        return "stats", read_stats(path)
+    return "images", open_images(path)
+
+
+def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
+    """Images the reference statistics stand for (None when a statistics file does not say)."""
+    if kind == "stats":
+        return ref.meta.get("n")
+    return min(n or len(ref), len(ref))
+
+
+def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
+    """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
     from bigbatch import checkpoints
     from bigbatch.config import Config
     from bigbatch.data import load_data
-    from bigbatch.engine import dist
     from bigbatch.metrics import evaluate, get_extractor
     from bigbatch.sampling import standing_stats
     from bigbatch.tasks.gan.load import load_generator
@@ -174,35 +254,67 @@ def _eval(args: argparse.Namespace) -> None:
     if standing < 0:
         raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {standing}")
     truncation = e.truncation if args.truncation is None else args.truncation
-    ctx = dist.context()  # under torchrun, feature extraction is split across the processes
-    created = dist.init(ctx)
-    try:
-        G = load_generator(ckpt, device=ctx.device)
-        if standing:
-            standing_stats(G, standing, e.batch_size, e.seed if args.seed is None else args.seed, truncation)
-        data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
-        extractor = get_extractor(
-            args.extractor or e.extractor,
-            path=e.weights or None,
-            device=ctx.device,
-            data=data,
-            options=classifier_options(e),
-        )
-        scores = evaluate(
-            G,
-            data,
-            args.metrics,
-            n=args.n,
-            extractor=extractor,
-            batch_size=e.batch_size,
-            seed=e.seed if args.seed is None else args.seed,
-            truncation=truncation,
-            reference_n=e.reference_n or None,
-        )
-    finally:
-        dist.close(created)
-    if ctx.is_main:
-        print(json.dumps({"checkpoint": str(ckpt), "n": args.n, **scores}))
+    seed = e.seed if args.seed is None else args.seed
+    batch_size = args.batch_size or e.batch_size
+    G = load_generator(ckpt, device=device)
+    if standing:
+        standing_stats(G, standing, e.batch_size, seed, truncation)
+    data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+    kind, ref = ("data", data)
+    if args.reference is not None:
+        kind, ref = _eval_input(args.reference, "B", args.resolution or cfg.data.resolution)
+    extractor = get_extractor(
+        args.extractor or e.extractor,
+        path=args.weights or e.weights or None,
+        device=device,
+        data=data if kind == "stats" else ref,  # the classifier extractor trains on the reference images
+        options=classifier_options(e),
+    )
+    n = 50_000 if args.n is None else args.n
+    reference_n = args.reference_n or e.reference_n or None
+    scores = evaluate(
+        G,
+        data,
+        args.metrics,
+        n=n,
+        extractor=extractor,
+        batch_size=batch_size,
+        seed=seed,
+        truncation=truncation,
+        reference_n=reference_n,
+        reference=ref,
+    )
+    out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name}
+    if compares:
+        out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
+    return out | scores
+
+
+def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
+    """A set of images (or a data set) against B, as pytorch-fid and torch-fidelity score two inputs."""
+    from bigbatch.errors import warn
+    from bigbatch.metrics import evaluate_images, extractor_for
+
+    resolution = args.resolution or 32
+    _, images = _eval_input(args.path, "A", resolution)
+    kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
+    if args.n is not None and args.n > len(images):
+        warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
+    extractor = extractor_for(ref, args.extractor or "auto", path=args.weights, device=device)
+    scores = evaluate_images(
+        images,
+        ref if compares else None,
+        args.metrics,
+        n=args.n,
+        extractor=extractor,
+        batch_size=args.batch_size or 64,
+        seed=args.seed or 0,
+        reference_n=args.reference_n,
+    )
+    out = {"images": args.path, "n": min(args.n or len(images), len(images)), "extractor": extractor.name}
+    if compares:
+        out |= {"reference": args.reference, "reference_n": _reference_n(kind, ref, args.reference_n)}
+    return out | scores
 
 
 def _is_data_file(path: str) -> bool:
@@ -325,14 +437,43 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID needs")
     st.set_defaults(func=_stats)
 
-    ev = sub.add_parser("eval", help="score a run's EMA generator: FID, IS, KID (or fcd with the classifier)")
-    ev.add_argument("path", metavar="RUN_OR_CKPT")
-    ev.add_argument("--metrics", default="fid,is,kid", help="comma-separated (default fid,is,kid)")
-    ev.add_argument("--n", type=int, default=50_000, help="generated images (default 50000)")
-    ev.add_argument(
-        "--extractor", help="auto, inception, inception-torchscript or classifier (default: the run's eval.extractor)"
+    ev = sub.add_parser(
+        "eval",
+        help="score a run's EMA generator, or any images, against a data set, images or statistics: FID, IS, KID "
+        "(or fcd, cs, kcd with the classifier)",
     )
-    ev.add_argument("--seed", type=int, help="seed of the samples (default: the run's eval.seed)")
+    ev.add_argument("path", metavar="A", help=f"what to score: {_EVAL_A}")
+    ev.add_argument(
+        "reference",
+        metavar="B",
+        nargs="?",
+        help=f"what to compare with (default for a run: its data set; IS needs none): {_EVAL_B}",
+    )
+    ev.add_argument("--metrics", default="fid,is,kid", help="comma-separated (default fid,is,kid)")
+    ev.add_argument(
+        "--n", type=int, help="images of A: a run's samples (default 50000); of images, a subset (default: all)"
+    )
+    ev.add_argument(
+        "--reference-n",
+        type=int,
+        help="images of B for its statistics, a seeded subset (default: all; a run: eval.reference_n)",
+    )
+    ev.add_argument(
+        "--extractor",
+        help="auto, inception, inception-torchscript or classifier (default: the run's eval.extractor, else auto)",
+    )
+    ev.add_argument(
+        "--weights", help="Inception weights file (default: found in $BIGBATCH_CACHE/weights; a run: eval.weights)"
+    )
+    ev.add_argument(
+        "--batch-size", type=int, help="images per extractor batch (default: the run's eval.batch_size, else 64)"
+    )
+    ev.add_argument("--resolution", type=int, help="builtin:NAME: the side to make it at (default: the run's, else 32)")
+    ev.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the samples, or of the subset --n takes (default: the run's eval.seed, else 0)",
+    )
     ev.add_argument("--truncation", type=float, help="z truncation threshold (default: the run's eval.truncation)")
     ev.add_argument(
         "--standing-stats", type=int, help="batches of standing BN statistics (default: the run's eval.standing_stats)"

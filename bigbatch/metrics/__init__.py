@@ -4,18 +4,30 @@ on the same images and weights), or fcd/cs/kcd with a classifier trained on the 
     ext = get_extractor("inception")                  # weights from BIGBATCH_CACHE/weights, never fetched
     ref = reference_stats(data, ext)                  # computed once, cached by hash
     scores = evaluate(G_ema, data, ("fid", "is", "kid"), n=50_000, extractor=ext)
+    scores = evaluate_images(open_images("samples/"), load_data("data.h5", 128), "fid,kid", extractor=ext)
+    scores = evaluate_images(open_images("a.npz"), read_stats("fid_stats.npz"), "fid", extractor=ext)
 """
 
 from bigbatch.metrics.cache import cache_dir, data_digest
 from bigbatch.metrics.classifier import Classifier, ClassifierOptions, classifier_extractor, train_classifier
-from bigbatch.metrics.evaluate import METRICS, evaluate, generated_features, parse_metrics, score
+from bigbatch.metrics.evaluate import (
+    METRICS,
+    evaluate,
+    evaluate_images,
+    extractor_for,
+    generated_features,
+    image_features,
+    parse_metrics,
+    score,
+)
 from bigbatch.metrics.extractors import PIPELINE, get_extractor, preprocess, resize_tf_bilinear
 from bigbatch.metrics.features import Extractor, extract, extract_sharded, moments_sharded
 from bigbatch.metrics.fid import feature_stats, fid, frechet_distance
+from bigbatch.metrics.image_sets import ImageFiles, any_size, open_images
 from bigbatch.metrics.inception import InceptionV3, convert_torchscript, state_dict_from_torchscript
 from bigbatch.metrics.inception_score import inception_score
 from bigbatch.metrics.kid import kid
-from bigbatch.metrics.stats import ReferenceStats, load_stats, reference_stats, save_stats
+from bigbatch.metrics.stats import ReferenceStats, holds_stats, load_stats, read_stats, reference_stats, save_stats
 
 __all__ = [
     "METRICS",
@@ -23,26 +35,34 @@ __all__ = [
     "Classifier",
     "ClassifierOptions",
     "Extractor",
+    "ImageFiles",
     "InceptionV3",
     "ReferenceStats",
+    "any_size",
     "cache_dir",
     "classifier_extractor",
     "convert_torchscript",
     "data_digest",
     "evaluate",
+    "evaluate_images",
     "extract",
     "extract_sharded",
+    "extractor_for",
     "feature_stats",
     "fid",
     "frechet_distance",
     "generated_features",
     "get_extractor",
+    "holds_stats",
+    "image_features",
     "inception_score",
     "kid",
     "load_stats",
     "moments_sharded",
+    "open_images",
     "parse_metrics",
     "preprocess",
+    "read_stats",
     "reference_stats",
     "resize_tf_bilinear",
     "save_stats",

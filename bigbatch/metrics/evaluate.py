@@ -1,23 +1,25 @@
-"""Score a generator against a data set: FID, IS and KID with the Inception, or their classifier
-counterparts (fcd, cs, kcd) with the data set's own classifier. Feature extraction is split across
-ranks; every rank returns the same scores."""
+"""Score a generator, or any set of images, against a data set, an image set or saved statistics: FID,
+IS and KID with the Inception, or their classifier counterparts (fcd, cs, kcd) with the data set's own
+classifier. Feature extraction is split across ranks; every rank returns the same scores."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.metrics import inception as inc
-from bigbatch.metrics.extractors import get_extractor
+from bigbatch.metrics.extractors import get_extractor, inception_available
 from bigbatch.metrics.features import Extractor, extract_sharded
 from bigbatch.metrics.fid import feature_stats, frechet_distance
+from bigbatch.metrics.image_sets import any_size, read_images
 from bigbatch.metrics.inception_score import inception_score
 from bigbatch.metrics.kid import kid
-from bigbatch.metrics.stats import ReferenceStats, reference_stats
+from bigbatch.metrics.stats import ReferenceStats, reference_stats, subset_indices
 
 METRICS = ("fid", "is", "kid")
 # What each metric is called for each extractor family: a classifier's Fréchet distance is not FID.
@@ -57,6 +59,56 @@ def check_metrics(extractor: Extractor, metrics: str | Iterable[str]) -> list[st
     if "is" in wanted and not extractor.has_logits:
         raise BigbatchError(no_logits_message())
     return wanted
+
+
+def check_reference(stats: ReferenceStats, extractor: Extractor, metrics: str | Iterable[str]) -> None:
+    """Refuse statistics the extractor's features cannot be compared with, or that lack what the metrics
+    need (KID: every reference image's features), before any image is processed."""
+    names = NAMES[extractor.family]
+    where = stats.meta.get("file") or stats.meta.get("source") or "the reference statistics"
+    if stats.mu.shape != (extractor.dims,):
+        raise BigbatchError(
+            f"{where} holds {stats.mu.shape[0]}-dimensional statistics and the {extractor.name} extractor gives "
+            f"{extractor.dims} features: they were computed with another network (FID statistics are Inception "
+            "pool features, 2048 of them)"
+        )
+    made_with = stats.meta.get("extractor_digest")
+    if made_with and made_with != extractor.digest:
+        raise BigbatchError(
+            f"{where} was computed with other {stats.meta.get('extractor', '')} weights or input pipeline than "
+            f"this {extractor.name} extractor; compute the statistics again with it"
+        )
+    if "kid" in parse_metrics(metrics) and not stats.has_features:
+        raise BigbatchError(
+            f"{names['kid']} needs every reference image's features and {where} holds only their mean and "
+            f"covariance: give the reference images or data set instead, or leave {names['kid']} out of the "
+            "metrics (e.g. fid,is)"
+        )
+
+
+def reference_for(
+    reference: object,
+    extractor: Extractor,
+    metrics: str | Iterable[str],
+    n: int | None = None,
+    batch_size: int = 64,
+    cache: bool = True,
+) -> ReferenceStats | None:
+    """The statistics the metrics compare against: None when none of them needs any (IS alone), the given
+    ReferenceStats once checked, else those of the data set or image set `reference` (cached)."""
+    wanted = parse_metrics(metrics)
+    names = NAMES[extractor.family]
+    if not {"fid", "kid"} & set(wanted):
+        return None
+    if reference is None:
+        needs = ", ".join(names[m] for m in wanted if m != "is")
+        raise BigbatchError(
+            f"{needs} compare with reference images: give a data set, images or statistics to compare with"
+        )
+    if isinstance(reference, ReferenceStats):
+        check_reference(reference, extractor, wanted)
+        return reference
+    return reference_stats(reference, extractor, n=n, batch_size=batch_size, cache=cache, features="kid" in wanted)
 
 
 def score(
@@ -133,12 +185,15 @@ def evaluate(
     is_splits: int = 10,
     kid_subsets: int = 100,
     kid_subset_size: int = 1000,
+    reference: object = None,
 ) -> dict[str, float]:
     """Score n samples of G (pass the EMA generator) against `data`.
 
     extractor: a name ("auto", "inception", "inception-torchscript", "classifier") or an Extractor
     built once with `get_extractor` and reused. device: where features are extracted (default: G's).
     reference_n: images of `data` for the reference statistics (default all), cached by hash.
+    reference: what to compare with instead of `data` (which the classifier extractor still trains
+    on): another data set, an image set (`open_images`) or ReferenceStats (`read_stats`).
     Returns e.g. {"fid": ..., "is": ..., "is_std": ..., "kid": ..., "kid_std": ...}; with the
     classifier, {"fcd", "cs", "kcd", ...}.
     """
@@ -149,8 +204,74 @@ def evaluate(
         device = next(G.parameters()).device
     ext = get_extractor(extractor, device=device, data=data)
     wanted = check_metrics(ext, metrics)
-    ref = None
-    if "fid" in wanted or "kid" in wanted:
-        ref = reference_stats(data, ext, n=reference_n, batch_size=batch_size, cache=cache, features="kid" in wanted)
+    ref = reference_for(data if reference is None else reference, ext, wanted, reference_n, batch_size, cache)
     feats = generated_features(G, ext, n, seed, truncation, batch_size)
+    return score(feats, ref, wanted, ext.family, is_splits, kid_subsets, kid_subset_size)
+
+
+@torch.no_grad()
+def image_features(
+    images: object, extractor: Extractor, n: int | None = None, seed: int = 0, batch_size: int = 64
+) -> dict[str, torch.Tensor]:
+    """Features of a data set's or image set's images (all, or the seeded subset of n that reference
+    statistics would take), split across ranks; images of different sizes are each resized by the
+    extractor's pipeline."""
+    index = subset_indices(len(images), n, seed)
+    ext = any_size(extractor)
+    return extract_sharded(ext, len(index), lambda s, c: read_images(images, index[s : s + c]), batch_size)
+
+
+def extractor_for(
+    reference: object,
+    name: str | Extractor = "auto",
+    path: str | Path | None = None,
+    device: torch.device | str | None = "auto",
+    **classifier_options: object,
+) -> Extractor:
+    """`get_extractor(name, ...)` for scoring against `reference`: the "classifier" extractor (also what
+    "auto" falls back to without Inception weights) is trained on the reference images, so it is
+    refused when the reference is statistics or missing."""
+    if isinstance(name, Extractor):
+        return name
+    train_on = None if isinstance(reference, ReferenceStats) else reference
+    if train_on is None:
+        fallback = name == "auto" and path is None and not inception_available()
+        if name == "classifier" or fallback:
+            raise BigbatchError(
+                (f"{inc.missing_weights_message()}; and " if fallback else "")
+                + "the classifier extractor trains on the reference images, which statistics do not hold: give a "
+                "data set or images to compare with"
+            )
+    return get_extractor(name, path=path, device=device, data=train_on, **classifier_options)
+
+
+def evaluate_images(
+    images: object,
+    reference: object = None,
+    metrics: str | Iterable[str] = METRICS,
+    n: int | None = None,
+    extractor: str | Extractor = "auto",
+    batch_size: int = 64,
+    seed: int = 0,
+    device: torch.device | str | None = "auto",
+    reference_n: int | None = None,
+    cache: bool = True,
+    is_splits: int = 10,
+    kid_subsets: int = 100,
+    kid_subset_size: int = 1000,
+) -> dict[str, float]:
+    """Score a set of images, from any generator, as `evaluate` scores a generator's samples: `images`
+    and `reference` are data sets (`load_data`) or image sets (`open_images`: a folder, .zip or .npz);
+    `reference` may also be ReferenceStats (`read_stats`), or None for IS alone.
+
+    n and reference_n: take a seeded subset of so many images of each (default all); the reference's
+    statistics are cached by content hash. The "classifier" extractor trains on `reference`.
+    """
+    parse_metrics(metrics)
+    if n is not None and n < 2:
+        raise BigbatchError(f"evaluation needs at least 2 images, got n={n}")
+    ext = extractor_for(reference, extractor, device=device)
+    wanted = check_metrics(ext, metrics)
+    ref = reference_for(reference, ext, wanted, reference_n, batch_size, cache)
+    feats = image_features(images, ext, n, seed, batch_size)
     return score(feats, ref, wanted, ext.family, is_splits, kid_subsets, kid_subset_size)

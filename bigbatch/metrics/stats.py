@@ -1,6 +1,6 @@
-"""Reference statistics of a data set (feature mean, covariance and the features themselves, for KID),
-computed once and cached under BIGBATCH_CACHE/stats/, keyed by a hash of the data, the extractor
-(weights and input pipeline) and the options."""
+"""Reference statistics of a data set or image set (feature mean, covariance and the features themselves,
+for KID), computed once and cached under BIGBATCH_CACHE/stats/, keyed by a hash of the data, the
+extractor (weights and input pipeline) and the options; and statistics files given by the user."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bigbatch.files import atomic_write
 from bigbatch.metrics.cache import cache_dir, data_digest
 from bigbatch.metrics.features import Extractor, extract_sharded, moments_sharded
 from bigbatch.metrics.fid import feature_stats
+from bigbatch.metrics.image_sets import any_size, read_images
 
 STATS_VERSION = "1"
 
@@ -67,9 +68,14 @@ def compute_stats(
     data: object, extractor: Extractor, index: torch.Tensor, batch_size: int = 64
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """mu, sigma and features of data[index], extraction split across ranks."""
-    feats = extract_sharded(extractor, len(index), lambda s, c: data.get(index[s : s + c])[0], batch_size)["pool"]
+    feats = extract_sharded(any_size(extractor), len(index), _reader(data, index), batch_size)["pool"]
     mu, sigma = feature_stats(feats)
     return mu, sigma, feats.numpy().astype(np.float32)
+
+
+def _reader(data: object, index: torch.Tensor):
+    """images_at(start, count) of data[index] (images of several sizes come as a list)."""
+    return lambda start, count: read_images(data, index[start : start + count])
 
 
 def reference_stats(
@@ -105,7 +111,7 @@ def reference_stats(
     if features:
         mu, sigma, feats = compute_stats(data, extractor, index, batch_size)
     else:
-        mu, sigma = moments_sharded(extractor, len(index), lambda s, c: data.get(index[s : s + c])[0], batch_size)
+        mu, sigma = moments_sharded(any_size(extractor), len(index), _reader(data, index), batch_size)
         feats = np.zeros((0, mu.shape[0]), np.float32)
     meta = {
         "source": str(getattr(data, "source", "")),
@@ -152,3 +158,51 @@ def load_stats(path: str | Path, features: bool = True) -> ReferenceStats:
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
         raise BigbatchError(f"cannot read reference statistics {path} ({e}); delete it to recompute") from None
     return ReferenceStats(t["mu"].numpy(), t["sigma"].numpy(), t["features"].numpy(), meta.get("key", ""), info)
+
+
+def holds_stats(path: str | Path) -> bool:
+    """True for a file `read_stats` reads: a .safetensors, or an .npz with a "mu" or "sigma" array."""
+    path = Path(path)
+    if path.suffix.lower() == ".safetensors":
+        return True
+    if path.suffix.lower() != ".npz" or not path.is_file():
+        return False
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return bool({"mu", "sigma"} & set(z.files))
+    except Exception:  # noqa: BLE001 - not a readable .npz: not statistics (reading it as images says why)
+        return False
+
+
+def read_stats(path: str | Path) -> ReferenceStats:
+    """Statistics from a file the user names: bigbatch's own (.safetensors, as `bigbatch stats` caches
+    them, with every image's features when made for KID) or an .npz holding "mu" and "sigma" (pytorch-fid's
+    --save-stats, clean-fid's, BigGAN-PyTorch's inception moments), which has no features. Never unpickles."""
+    path = Path(path)
+    if not path.is_file():
+        raise BigbatchError(f"statistics file {path} does not exist")
+    if path.suffix.lower() == ".safetensors":
+        stats = load_stats(path)
+    else:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                missing = [k for k in ("mu", "sigma") if k not in z]
+                if missing:
+                    found = ", ".join(z.files) or "nothing"
+                    raise BigbatchError(
+                        f"statistics file {path} has no {' or '.join(missing)} (found {found}); "
+                        "FID statistics need both the mean 'mu' (D,) and the covariance 'sigma' (D, D): "
+                        "np.savez(path, mu=mu, sigma=sigma)"
+                    )
+                mu, sigma = np.asarray(z["mu"], np.float64), np.asarray(z["sigma"], np.float64)
+        except BigbatchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - numpy raises many types for a bad file; all mean the same
+            raise BigbatchError(f"cannot read statistics file {path} ({type(e).__name__}: {e})") from None
+        if mu.ndim != 1 or sigma.shape != (mu.shape[0], mu.shape[0]):
+            raise BigbatchError(
+                f"statistics file {path} holds mu {mu.shape} and sigma {sigma.shape}; need mu (D,) and sigma (D, D)"
+            )
+        stats = ReferenceStats(mu, sigma, np.zeros((0, mu.shape[0]), np.float32), "", {"source": str(path)})
+    stats.meta["file"] = str(path)
+    return stats

@@ -1,0 +1,234 @@
+"""`bigbatch eval A B` on any images: folders, zips and .npz files against data sets, other images or
+saved statistics, with one number for the same images however they are stored. A stand-in extractor
+(the pinned 299x299 pipeline, then 4x4 average pooling) replaces the Inception, which costs 0.35 s an image."""
+
+import importlib
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+import bigbatch
+from bigbatch import metrics as M
+from bigbatch.cli import main
+from bigbatch.data import load_data
+
+evaluate_module = importlib.import_module("bigbatch.metrics.evaluate")
+
+
+class StandIn(M.Extractor):
+    """Features through the pinned pipeline (any size, grey to RGB, resized to 299), pooled to 4x4 per
+    channel: 48 numbers an image; logits from a fixed projection of them, for IS."""
+
+    name, family, digest, dims, has_logits = "standin", "inception", "standin/v1", 48, True
+
+    def __init__(self):
+        self.projection = torch.randn(48, 10, generator=torch.Generator().manual_seed(0))
+
+    def forward(self, images):
+        pool = F.adaptive_avg_pool2d(M.preprocess(images), 4).flatten(1)
+        return {"pool": pool, "logits": pool @ self.projection}
+
+
+STANDIN = StandIn()
+
+
+@pytest.fixture(autouse=True)
+def standin(monkeypatch, tmp_path):
+    """`--extractor standin` picks the stand-in; statistics are cached under tmp_path."""
+    real = evaluate_module.get_extractor
+    monkeypatch.setattr(
+        evaluate_module, "get_extractor", lambda name, **kw: STANDIN if name == "standin" else real(name, **kw)
+    )
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+
+
+def pictures(n, seed, size=(16, 16), shift=0):
+    """Smooth random colour images (a blurred noise field, brightened by `shift`)."""
+    g = np.random.default_rng(seed)
+    low = g.integers(0, 200, (n, 4, 4, 3)).astype(np.float64)
+    up = np.kron(low, np.ones((1, size[0] // 4 + 1, size[1] // 4 + 1, 1)))[:, : size[0], : size[1]]
+    return np.clip(up + g.normal(0, 12, up.shape) + shift, 0, 255).astype(np.uint8)
+
+
+def save_folder(root, images, nested=False):
+    for i, im in enumerate(images):
+        path = root / (f"part{i % 3}/img{i:03d}.png" if nested else f"img{i:03d}.png")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(im.squeeze(-1) if im.shape[-1] == 1 else im).save(path)
+    return root
+
+
+def score(capsys, *argv):
+    code = main(["eval", *map(str, argv), "--extractor", "standin"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def sets(tmp_path):
+    """Images A (as a folder, the same in nested folders and a zip, and as .npz), other images, and a
+    data file of the reference images."""
+    a, other, ref = pictures(24, 0), pictures(24, 1, shift=60), pictures(40, 2)
+    save_folder(tmp_path / "a", a)
+    save_folder(tmp_path / "a_nested", a, nested=True)
+    (tmp_path / "a_nested" / "notes.txt").write_text("not an image: skipped, as pytorch-fid does")
+    with zipfile.ZipFile(tmp_path / "a.zip", "w") as z:
+        for f in sorted((tmp_path / "a").iterdir()):
+            z.write(f, f"samples/{f.name}")
+    np.savez(tmp_path / "a.npz", a)  # arr_0, NHWC
+    np.savez(tmp_path / "a_biggan.npz", x=a.transpose(0, 3, 1, 2), y=np.zeros(len(a), np.int64))  # x: NCHW
+    save_folder(tmp_path / "other", other)
+    save_folder(tmp_path / "ref", ref)
+    assert main(["prepare", str(tmp_path / "ref"), str(tmp_path / "ref.h5"), "--workers", "1"]) == 0
+    return tmp_path
+
+
+def test_identical_sets_score_zero_and_other_images_more(sets, capsys):
+    same = score(capsys, sets / "a", sets / "a_nested", "--metrics", "fid,kid")
+    assert abs(same["fid"]) < 1e-6 and abs(same["kid"]) < 0.05
+    assert same["n"] == same["reference_n"] == 24 and same["images"] == str(sets / "a")
+    assert same["reference"] == str(sets / "a_nested") and same["extractor"] == "standin"
+    other = score(capsys, sets / "a", sets / "other", "--metrics", "fid,kid")
+    assert other["fid"] > 1.0 and other["kid"] > 10 * abs(same["kid"])
+    # IS needs no reference.
+    alone = score(capsys, sets / "a.zip", "--metrics", "is")
+    assert set(alone) == {"images", "n", "extractor", "is", "is_std"} and alone["is"] >= 1
+
+
+def test_the_same_images_score_the_same_however_stored(sets, capsys):
+    scores = [
+        score(capsys, a, sets / "ref.h5", "--metrics", "fid,kid") for a in ("a", "a.zip", "a.npz", "a_biggan.npz")
+    ]
+    assert all(s["n"] == 24 and s["reference_n"] == 40 for s in scores)
+    for s in scores[1:]:
+        assert s["fid"] == scores[0]["fid"] and s["kid"] == scores[0]["kid"]
+    # ... and the same as the Python API on the arrays themselves.
+    a = M.open_images(sets / "a.npz")
+    api = M.evaluate_images(a, load_data(str(sets / "ref.h5"), 16), "fid", extractor=STANDIN)
+    assert api["fid"] == scores[0]["fid"]
+
+
+def test_statistics_files_stand_for_their_data_set(sets, capsys):
+    direct = score(capsys, sets / "a", sets / "ref.h5", "--metrics", "fid,kid")
+    # pytorch-fid's layout: an .npz with mu and sigma only.
+    stats = M.reference_stats(load_data(str(sets / "ref.h5"), 16), STANDIN)
+    np.savez(sets / "ref_stats.npz", mu=stats.mu, sigma=stats.sigma)
+    from_npz = score(capsys, sets / "a", sets / "ref_stats.npz", "--metrics", "fid")
+    assert from_npz["fid"] == pytest.approx(direct["fid"], rel=1e-12) and from_npz["reference_n"] is None
+    # bigbatch's own cache file (with every image's features, so KID too).
+    (cached,) = (sets / "cache" / "stats").glob("*.safetensors")
+    from_cache = score(capsys, sets / "a", cached, "--metrics", "fid,kid")
+    assert from_cache["fid"] == direct["fid"] and from_cache["kid"] == direct["kid"] and from_cache["reference_n"] == 40
+
+
+def test_a_generators_samples_score_as_the_generator_and_statistics_as_their_data(tmp_path):
+    data = bigbatch.data.builtin.digits(16)
+    torch.manual_seed(0)
+    G, _ = bigbatch.models.create("dcgan", resolution=16, n_classes=10, ch=8, dim_z=16)
+    opts = dict(extractor=STANDIN, batch_size=16, reference_n=200)
+    direct = M.evaluate(G, data, "fid,kid", n=32, **opts)
+    # The generator's samples saved as `bigbatch sample --npz` writes them, scored as images.
+    np.savez(tmp_path / "samples.npz", bigbatch.sample(G.eval(), n=32, seed=0).numpy())
+    as_images = M.evaluate_images(M.open_images(tmp_path / "samples.npz"), data, "fid,kid", **opts)
+    assert as_images == direct
+    # The data set's statistics saved as pytorch-fid saves them stand for the data set.
+    stats = M.reference_stats(data, STANDIN, n=200, features=False)
+    np.savez(tmp_path / "digits.npz", mu=stats.mu, sigma=stats.sigma)
+    again = M.evaluate(G, data, "fid", n=32, reference=M.read_stats(tmp_path / "digits.npz"), **opts)
+    assert again["fid"] == pytest.approx(direct["fid"], rel=1e-12)
+
+
+def mixed_folder(root):
+    """Images of three sizes and a grey one, in an order that mixes sizes within a batch."""
+    images = [
+        pictures(1, i, size=(12, 12) if i % 3 == 0 else (20, 16) if i % 3 == 1 else (16, 16))[0] for i in range(9)
+    ]
+    images[4] = images[4][..., :1]  # grey: the pipeline repeats it to RGB
+    save_folder(root, images)
+    return images
+
+
+def test_images_of_any_size_are_each_resized_by_the_pipeline(tmp_path, capsys):
+    images = mixed_folder(tmp_path / "mixed")
+    ref = M.open_images(tmp_path / "mixed")
+    got = M.image_features(ref, STANDIN, batch_size=4)["pool"]
+    one_by_one = torch.cat([STANDIN(torch.from_numpy(im)[None])["pool"] for im in images])
+    assert torch.allclose(got, one_by_one, atol=1e-6)
+    assert abs(score(capsys, tmp_path / "mixed", tmp_path / "mixed", "--metrics", "fid")["fid"]) < 1e-6
+    # Only what needs one size refuses them, saying how to make one.
+    with pytest.raises(bigbatch.BigbatchError, match="--resolution N"):
+        ref.get(torch.arange(3))
+
+
+def _shard_worker(rank, world, port, folder, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        feats = M.image_features(M.open_images(folder), STANDIN, batch_size=2)
+        torch.save(feats, f"{out}/{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_extraction_split_across_ranks_equals_one_process(tmp_path):
+    import socket
+
+    mixed_folder(tmp_path / "mixed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_shard_worker, args=(2, port, str(tmp_path / "mixed"), str(tmp_path)), nprocs=2)
+    one = M.image_features(M.open_images(tmp_path / "mixed"), STANDIN, batch_size=2)
+    for rank in (0, 1):
+        two = torch.load(tmp_path / f"{rank}.pt", weights_only=True)
+        assert all(torch.equal(two[k], one[k]) for k in one)
+
+
+def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
+    (sets / "empty").mkdir()
+    (sets / "texts").mkdir()
+    (sets / "texts" / "a.txt").write_text("hello")
+    np.savez(sets / "floats.npz", np.zeros((4, 8, 8, 3), np.float32))
+    np.savez(sets / "two.npz", a=np.zeros((4, 8, 8, 3), np.uint8), b=np.zeros((4, 8, 8, 3), np.uint8))
+    np.savez(sets / "flat.npz", arr_0=np.zeros((4, 64), np.uint8))
+    np.save(sets / "objects.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    stats = M.reference_stats(load_data(str(sets / "ref.h5"), 16), STANDIN, features=False)
+    np.savez(sets / "mu_only.npz", mu=stats.mu)
+    np.savez(sets / "stats.npz", mu=stats.mu, sigma=stats.sigma)
+    np.savez(sets / "wrong_dims.npz", mu=np.zeros(2048), sigma=np.eye(2048))
+    (sets / "run").mkdir()
+    (sets / "run" / "config.toml").write_text("")
+    for argv, words in [
+        (["nowhere", "ref.h5"], "A: nowhere does not exist"),
+        (["a", "nowhere"], "B: nowhere does not exist"),
+        (["a", "missing.h5"], "missing.h5"),
+        (["empty", "ref.h5"], "holds no image files"),
+        (["texts", "ref.h5"], "holds no image files"),
+        (["floats.npz", "ref.h5"], "must be uint8"),
+        (["two.npz", "ref.h5"], "has no image array"),
+        (["flat.npz", "ref.h5"], "images must be (N, H, W, C) or (N, C, H, W)"),
+        (["objects.npy", "ref.h5"], "never unpickles"),
+        (["a", "mu_only.npz"], "has no sigma"),
+        (["a", "stats.npz", "--metrics", "fid,kid"], "kid needs every reference image's features"),
+        (["a", "wrong_dims.npz"], "computed with another network"),
+        (["stats.npz", "ref.h5"], "holds feature statistics, not images"),
+        (["a"], "needs a reference B"),
+        (["a", "run"], "is a run"),
+        (["a", "ref.h5", "--truncation", "1"], "--truncation applies to a run's generator"),
+        (["a", "ref.h5", "--n", "0"], "--n must be at least 1"),
+        (["a", "ref.h5", "--metrics", "fid,lpips"], "unknown metric 'lpips'"),
+    ]:
+        code = main(["eval", *argv, "--extractor", "standin"])  # the working folder is sets
+        err = capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, (argv, err)
+    # The classifier extractor trains on the reference images, which a statistics file does not hold.
+    assert main(["eval", str(sets / "a"), str(sets / "stats.npz"), "--extractor", "classifier"]) == 2
+    assert "trains on the reference images" in capsys.readouterr().err
