@@ -1,4 +1,4 @@
-"""bigbatch: large-batch GAN training on the hardware people have."""
+"""bigbatch: large-batch training of image models (GANs, classifiers) on the hardware people have."""
 
 from bigbatch import models
 from bigbatch.config import Config
@@ -6,6 +6,7 @@ from bigbatch.engine.replicator import InputContext, Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.presets import list_presets, preset
 from bigbatch.sampling import sample, standing_stats
+from bigbatch.tasks.classify.load import load_classifier
 from bigbatch.tasks.gan.load import load_generator
 from bigbatch.train import train
 
@@ -16,6 +17,7 @@ __all__ = [
     "InputContext",
     "Replicator",
     "list_presets",
+    "load_classifier",
     "load_generator",
     "models",
     "preset",

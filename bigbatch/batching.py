@@ -4,7 +4,7 @@ the world size before anything runs, and the plan in one line (the banner, `trai
 from __future__ import annotations
 
 from bigbatch.config import Config, TrainConfig, register_check
-from bigbatch.data.schedule import schedule_of
+from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist
 from bigbatch.engine.memory import format_bytes, parse_bytes
 from bigbatch.engine.plan import Plan, make_plan
@@ -74,7 +74,14 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
     else:
         line = make_plan(batch, cfg.train.micro_batch, cfg.train.precision, ctx).describe()
     if len(phases) > 1:
-        line += "; then batch " + ", ".join(f"{p.batch} from {p.start / 1000:g} kimg" for p in phases[1:])
+        sized = len({p.resolution for p in phases}) > 1  # progressive resizing: say the sizes too
+
+        def phase(p: Phase) -> str:
+            return (f"{p.resolution}px " if sized else "") + f"{p.batch} from {p.start / 1000:g} kimg"
+
+        line += "; then batch " + ", ".join(phase(p) for p in phases[1:])
+        if sized:
+            line = f"{phases[0].resolution}px " + line
     return line
 
 

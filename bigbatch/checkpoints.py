@@ -128,6 +128,17 @@ def read_meta(ckpt: Path) -> dict[str, Any] | None:
         return None
 
 
+def model_info(ckpt: Path) -> dict[str, Any]:
+    """meta.json of a checkpoint with what its nets were built for (class count, channels), or a
+    BigbatchError saying it has none."""
+    meta = read_meta(ckpt)
+    if meta is None or "n_classes" not in meta or "img_channels" not in meta:
+        raise BigbatchError(
+            f"checkpoint {ckpt} has no usable meta.json; it was not written by this version of bigbatch"
+        )
+    return meta
+
+
 def is_complete(ckpt: Path) -> bool:
     """Whether every file that meta.json lists is there with its recorded size."""
     meta = read_meta(ckpt)

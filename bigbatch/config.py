@@ -149,6 +149,12 @@ class Section:
     def _key(self, name: str) -> str:
         return f"{self._name}.{name}" if self._name else name
 
+    def changed(self, *names: str) -> list[str]:
+        """Which of the fields `names` differ from their defaults (as dotted config keys): for a task
+        to refuse keys it does not read."""
+        defaults = type(self)()
+        return [self._key(n) for n in names if getattr(self, n) != getattr(defaults, n)]
+
     def _fail(self, name: str, problem: str) -> typing.NoReturn:
         raise BigbatchError(f"config key '{self._key(name)}' {problem}")
 
@@ -190,7 +196,8 @@ class DataConfig(Section):
     path: str = "builtin:digits"
     """DATA.h5 written by `bigbatch prepare`, or builtin:NAME (builtin:digits, builtin:fashion-mnist)."""
     resolution: int = 32
-    """Side of the square training images in pixels; the models are built for it."""
+    """Side of the square training images in pixels (GANs: a power of two; their models are built for
+    it). Classifiers take any size: it is the first phase's, and the held-out split's, resolution."""
     xflip: bool = False
     """Augment by mirroring each image left-right with probability 1/2 (off for digits: 2 and 5 are not symmetric)."""
     workers: int = 0
@@ -207,11 +214,32 @@ class DataConfig(Section):
     """Phases by images seen (dynamic batch size), e.g. [{kimg = 0, batch = 256}, {kimg = 500, batch = 1024}]
     or "0:32:256,500:32:1024" (KIMG:RESOLUTION:BATCH). A phase starts at the first step at or after its
     kimg (or nimg); a left-out batch or resolution keeps the previous phase's (the first phase's:
-    train.batch and data.resolution). Empty: train.batch throughout."""
+    train.batch and data.resolution). Empty: train.batch throughout. A classifier's phases may change
+    the resolution (progressive resizing) and give the learning rate: lr = [start, end] (linear over
+    the phase) or one number, at train.lr_batch images per step like train.lr, e.g.
+    {kimg = 0, resolution = 128, batch = 512, lr = [1.0, 2.0]} or "0:128:512:1.0:2.0" on the command line."""
+    val_path: str = ""
+    """classify: the held-out split, a second data set (DATA.h5 or builtin:NAME, e.g.
+    builtin:fashion-mnist-test) scored as val_top1, val_top5 and val_loss. "": data.val_fraction."""
+    val_fraction: float = 0.0
+    """classify, without data.val_path: hold out this fraction of data.path (chosen by a fixed seed,
+    the same images on every run and every rank, never trained on); 0 = no validation."""
+    val_rect: bool = False
+    """classify: rectangular validation (fast.ai's DAWNBench ImageNet): images keep their aspect
+    ratio, batches of one shape each (from `prepare --buckets` data), the short side resized to
+    data.val_crop x the resolution and center-cropped to the resolution, the long side to a multiple
+    of 8. False: the usual square center crop (resize to val_crop x resolution, crop the center)."""
+    val_crop: float = 1.0
+    """classify: validation images are resized so their short side is this times the current phase's
+    resolution, then center-cropped to it (ImageNet: 1.14, i.e. 256 -> 224; 1.0: no crop)."""
 
     def _validate(self) -> None:
-        if self.resolution < 4 or self.resolution & (self.resolution - 1):
-            self._fail("resolution", f"must be a power of two of at least 4, got {self.resolution}")
+        if self.resolution < 4:
+            self._fail("resolution", f"must be at least 4 pixels, got {self.resolution}")
+        if not (math.isfinite(self.val_fraction) and 0 <= self.val_fraction < 1):
+            self._fail("val_fraction", f"must be a fraction in [0, 1), got {self.val_fraction}")
+        if not 1 <= self.val_crop <= 2:
+            self._fail("val_crop", f"must be a ratio in [1, 2] (ImageNet's usual: 1.14), got {self.val_crop}")
         if self.workers < 0:
             self._fail("workers", f"must be a number of processes >= 0, got {self.workers}")
         secrets = sorted(_credential_keys(self.storage_options))
@@ -301,8 +329,38 @@ class TrainConfig(Section):
     """Adam epsilon of both G and D."""
     loss: Literal["hinge", "ns"] = "hinge"
     """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN) or "ns" (non-saturating, DCGAN)."""
-    lr_decay: Literal["none", "linear"] = "none"
-    """Learning-rate schedule over the run: constant, or "linear" to 0 at train.kimg (SN-GAN)."""
+    lr_decay: Literal["none", "linear", "cosine", "step"] = "none"
+    """Learning-rate schedule over the run (after train.warmup_kimg): constant, "linear" to 0 at
+    train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter) or "step"
+    (times train.lr_gamma at each of train.lr_steps)."""
+    optimizer: Literal["sgd", "adamw"] = "sgd"
+    """classify: SGD with momentum (train.momentum, train.nesterov) or AdamW (train.betas)."""
+    lr: float = 0.1
+    """classify: peak learning rate at train.lr_batch images per step; the rate in use is scaled
+    linearly to the batch in force (Goyal et al. 2017), so a data.schedule phase of twice the batch
+    steps twice as far."""
+    lr_batch: int = 256
+    """classify: the batch train.lr (and a phase's lr) is given for; 0 = use the rates as written."""
+    warmup_kimg: float = 0.0
+    """classify: linear learning-rate warm-up from 0 over this many kimg (Goyal et al. 2017: 5 epochs)."""
+    lr_steps: list[float] = field(default_factory=list)
+    """classify, train.lr_decay="step": the kimg at which the learning rate is multiplied by train.lr_gamma."""
+    lr_gamma: float = 0.1
+    """classify, train.lr_decay="step": the factor at each of train.lr_steps."""
+    momentum: float = 0.9
+    """classify, SGD: momentum."""
+    nesterov: bool = True
+    """classify, SGD: Nesterov momentum."""
+    weight_decay: float = 5e-5
+    """classify: L2 weight decay (SGD) or decoupled weight decay (AdamW)."""
+    norm_decay: bool = False
+    """classify: decay normalization parameters and biases too (False: only conv and linear weights,
+    as fast.ai's ImageNet in 18 minutes: 93.2 -> 93.48% top-5)."""
+    label_smoothing: float = 0.0
+    """classify: label smoothing of the cross-entropy (Szegedy et al. 2016: 0.1)."""
+    crop_scale: float = 1.0
+    """classify: random-resized-crop augmentation, the least fraction of an image's area a crop keeps
+    (ImageNet: 0.08; 1.0 = off); the crop is resized back to the phase's resolution."""
     g_ortho: float = 0.0
     """Orthogonal regularization strength beta of G (BigGAN: 1e-4; BigGAN-PyTorch's scripts: 0). Adds
     beta * 2 (W W^T - I off-diagonal) W to the gradient of every weight of >= 2 dims except embeddings,
@@ -342,7 +400,22 @@ class TrainConfig(Section):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         if self.freeze_d < 0:
             self._fail("freeze_d", f"must be a number of blocks >= 0, got {self.freeze_d}")
-        for name in ("ema_halflife_kimg", "ema_start_kimg", "g_ortho", "d_ortho"):
+        if self.lr_batch < 0:
+            self._fail("lr_batch", f"must be a batch >= 0 (0: rates as written), got {self.lr_batch}")
+        if not 0 <= self.momentum < 1:
+            self._fail("momentum", f"must be in [0, 1), got {self.momentum}")
+        if not 0 <= self.label_smoothing < 1:
+            self._fail("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        if not 0 < self.crop_scale <= 1:
+            self._fail("crop_scale", f"must be an area fraction in (0, 1] (1 = off), got {self.crop_scale}")
+        if not 0 < self.lr_gamma <= 1:
+            self._fail("lr_gamma", f"must be a factor in (0, 1], got {self.lr_gamma}")
+        if sorted(self.lr_steps) != self.lr_steps or any(not (math.isfinite(k) and k > 0) for k in self.lr_steps):
+            self._fail("lr_steps", f"must be increasing kimg > 0, got {self.lr_steps}")
+        if self.lr_decay == "step" and not self.lr_steps:
+            self._fail("lr_steps", 'must list at least one kimg when train.lr_decay = "step"')
+        _positive(self, "lr")
+        for name in ("ema_halflife_kimg", "ema_start_kimg", "g_ortho", "d_ortho", "warmup_kimg", "weight_decay"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 
@@ -384,9 +457,11 @@ class EvalConfig(Section):
     _name = "eval"
 
     every_kimg: float = 0.0
-    """Score G_ema every this many kimg and at the end of the run (0 = never during training)."""
+    """Score G_ema (a classifier: its held-out split) every this many kimg and at the end of the run
+    (0 = never during training)."""
     metrics: str = "fid"
-    """Comma-separated metrics: fid, is, kid (with the classifier extractor they are reported as fcd, cs, kcd)."""
+    """GAN: comma-separated metrics, fid, is, kid (with the classifier extractor they are reported as
+    fcd, cs, kcd). A classify run always reports val_top1, val_top5 and val_loss on its held-out split."""
     n: int = 10_000
     """Generated images per evaluation (the papers' FID uses 50,000; fewer gives a biased, higher FID)."""
     reference_n: int = 0
@@ -406,7 +481,8 @@ class EvalConfig(Section):
     """Recompute G_ema's BatchNorm statistics from this many batches of fresh samples before scoring
     (BigGAN's standing statistics); 0 = use the running statistics."""
     best: str = ""
-    """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics)."""
+    """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics; for a
+    classify run val_top1, or val_top5 or val_loss)."""
     classifier: dict[str, Any] = field(default_factory=dict)
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
 

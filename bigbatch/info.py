@@ -9,7 +9,6 @@ from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.data.schedule import schedule_of
 from bigbatch.rundir import read_metrics
-from bigbatch.tasks.gan.load import checkpoint_model_info
 
 
 def describe_run(path: str | Path) -> str:
@@ -17,7 +16,7 @@ def describe_run(path: str | Path) -> str:
     path = Path(path)
     ckpt = checkpoints.find_checkpoint(path)
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
-    meta = checkpoint_model_info(ckpt)
+    meta = checkpoints.model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
     t, m = cfg.train, cfg.model
     lines = []
@@ -40,14 +39,33 @@ def describe_run(path: str | Path) -> str:
     lines.append(
         f"recipe      {cfg.name}: data {cfg.data.path} at {cfg.data.resolution}px, {meta['n_classes'] or 'no'} classes"
     )
-    lines.append(f"model       {m.name} ch {m.ch} dim_z {m.dim_z}" + (f" {m.options}" if m.options else ""))
-    lines.append(
-        f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
-        f"{t.loss} loss, {t.precision}, seed {t.seed}"
-    )
+    options = f" {m.options}" if m.options else ""
+    if cfg.task == "gan":
+        lines.append(f"model       {m.name} ch {m.ch} dim_z {m.dim_z}{options}")
+        lines.append(
+            f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
+            f"{t.loss} loss, {t.precision}, seed {t.seed}"
+        )
+    else:
+        lines.append(f"model       {cfg.task}: {m.name} ch {m.ch}{options}")
+        decay = f"{t.lr_decay} decay" + (f" at {t.lr_steps} kimg" if t.lr_decay == "step" else "")
+        lines.append(
+            f"training    batch {t.batch} (micro {t.micro_batch}), {t.optimizer} lr {t.lr:g} "
+            f"per {t.lr_batch or 'batch'}, "
+            f"warm-up {t.warmup_kimg:g} kimg, {decay}, weight decay {t.weight_decay:g}"
+            f"{'' if t.norm_decay else ' (not on norms, biases)'}, {t.precision}, seed {t.seed}"
+        )
     if cfg.data.schedule:
         phases = schedule_of(cfg).phases
-        lines.append("schedule    " + ", ".join(f"batch {p.batch} from {p.start / 1000:g} kimg" for p in phases))
+        lines.append(
+            "schedule    "
+            + ", ".join(
+                f"{p.resolution}px batch {p.batch}"
+                + (f" lr {p.lr[0]:g}->{p.lr[1]:g}" if p.lr else "")
+                + f" from {p.start / 1000:g} kimg"
+                for p in phases
+            )
+        )
     files = meta["files"]
     lines.append("files       " + ", ".join(f"{k} ({v / 1e6:.1f} MB)" for k, v in files.items()))
     return "\n".join(lines)

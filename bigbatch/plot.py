@@ -12,16 +12,18 @@ from bigbatch.rundir import read_metrics
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
 TRAINING_PANELS = (
-    ("losses", ("loss_D", "loss_G")),
+    ("losses", ("loss_D", "loss_G", "loss")),
     ("D outputs (mean logits)", ("D_real", "D_fake")),
-    ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G")),
+    ("training top-1 accuracy (%, augmented batches)", ("train_top1",)),
+    ("learning rate", ("lr",)),
+    ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G", "grad_norm")),
     ("images per second", ("img_per_s",)),
     ("batch (data.schedule)", ("batch",)),
     ("steps skipped (non-finite gradients)", ("skipped_D", "skipped_G")),
     ("fp16 loss scale", ("loss_scale_D", "loss_scale_G")),
 )
 # Evaluation scores, each with its spread where the metric has one.
-EVAL_METRICS = ("fid", "is", "kid", "fcd", "cs", "kcd")
+EVAL_METRICS = ("fid", "is", "kid", "fcd", "cs", "kcd", "val_top1", "val_top5", "val_loss")
 
 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
@@ -51,7 +53,8 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     for metric in EVAL_METRICS:
         if any(_finite(r.get(metric)) for r in evals):
             spread = f"{metric}_std" if any(f"{metric}_std" in r for r in evals) else None
-            panels.append((f"{metric} (eval, n={_eval_n(run)})", [(metric, evals, spread)], False))
+            where = "held-out split" if metric.startswith("val_") else f"eval, n={_eval_n(run)}"
+            panels.append((f"{metric} ({where})", [(metric, evals, spread)], False))
     if not panels:
         raise BigbatchError(f"{run}/metrics.jsonl holds no finite losses, speeds or scores to plot")
 

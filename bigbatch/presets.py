@@ -285,3 +285,192 @@ def dcgan64() -> Config:
         checkpoint=CheckpointConfig(every_kimg=100.0, keep=3),
         sample=SampleConfig(every_kimg=50.0, n=64),
     )
+
+
+FASHION_TRAIN = 60_000  # Fashion-MNIST training images (one epoch, in images)
+
+
+def _fashion_classifier(name: str, model: ModelConfig, train: TrainConfig, schedule: list | None = None) -> Config:
+    """What the two Fashion-MNIST classifier presets share: the data, its official 10k test split as the
+    held-out split scored every half epoch, mirrored training images, checkpoints every 2 epochs."""
+    return Config(
+        name=name,
+        task="classify",
+        data=DataConfig(
+            path="builtin:fashion-mnist",
+            resolution=28,
+            xflip=True,
+            val_path="builtin:fashion-mnist-test",
+            schedule=schedule or [],
+        ),
+        model=model,
+        train=train,
+        checkpoint=CheckpointConfig(every_kimg=120, keep=3),
+        sample=SampleConfig(every_kimg=60, n=32),
+        eval=EvalConfig(every_kimg=30, batch_size=500),
+    )
+
+
+@preset_fn
+def fashion_resnet() -> Config:
+    """ResNet-20 on Fashion-MNIST at 28 px, the plain recipe: the baseline of `fashion_resnet_fast`.
+
+    He et al. 2016's CIFAR schedule (sec. 4.2) as most scripts run it: SGD with momentum 0.9 at lr 0.1
+    for batch 128, weight decay 5e-4 on every parameter, the rate divided by 10 at 50% and 75% of the
+    run, one resolution and one batch throughout, no warm-up, last BN gamma initialised to one, no
+    label smoothing; 10 epochs (600 kimg), scored on the 10k test images every half epoch.
+    """
+    train = TrainConfig(
+        kimg=10 * FASHION_TRAIN / 1000,
+        batch=128,
+        micro_batch=128,
+        optimizer="sgd",
+        lr=0.1,
+        lr_batch=128,
+        momentum=0.9,
+        nesterov=False,
+        weight_decay=5e-4,
+        norm_decay=True,
+        lr_decay="step",
+        lr_steps=[5 * FASHION_TRAIN / 1000, 7.5 * FASHION_TRAIN / 1000],
+        log_every_kimg=6,
+    )
+    return _fashion_classifier("fashion_resnet", ModelConfig(name="resnet_cifar", ch=16, options={"depth": 20}), train)
+
+
+@preset_fn
+def fashion_resnet_fast() -> Config:
+    """ResNet-20 on Fashion-MNIST with the fast-ImageNet recipe (fast.ai/DIU, DAWNBench 2018), scaled down.
+
+    Each part a config key, as in diux-dev/imagenet18: progressive resizing with a dynamic batch
+    (16 px at batch 512 for the first 2 epochs, 22 px at batch 256, then 28 px at batch 256:
+    data.schedule), the learning rate scaled to the batch (0.2 per 256, train.lr_batch) after a linear
+    warm-up over the first half epoch, then linear decay to 0 at 6 epochs (360 kimg); Nesterov momentum
+    0.9; weight decay 5e-5 on conv and linear weights only (train.norm_decay = false: 93.2 -> 93.48% top-5
+    on ImageNet); the last BN gamma of each residual block starts at zero (Goyal et al. 2017,
+    model.options.zero_init_residual); label smoothing 0.1 (Szegedy et al. 2016).
+    bench/time_to_accuracy.py races it against `fashion_resnet` to a val_top1 target.
+    """
+    epoch = FASHION_TRAIN / 1000
+    train = TrainConfig(
+        kimg=6 * epoch,
+        batch=512,
+        micro_batch=256,
+        optimizer="sgd",
+        lr=0.2,
+        lr_batch=256,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=5e-5,
+        norm_decay=False,
+        warmup_kimg=0.5 * epoch,
+        lr_decay="linear",
+        label_smoothing=0.1,
+        log_every_kimg=6,
+    )
+    model = ModelConfig(name="resnet_cifar", ch=16, options={"depth": 20, "zero_init_residual": True})
+    schedule = [
+        {"kimg": 0, "resolution": 16, "batch": 512},
+        {"kimg": 2 * epoch, "resolution": 22, "batch": 256},
+        {"kimg": 4 * epoch, "resolution": 28, "batch": 256},
+    ]
+    return _fashion_classifier("fashion_resnet_fast", model, train, schedule)
+
+
+def _imagenet_classifier(name: str, train: TrainConfig, data: DataConfig, zero_init_residual: bool) -> Config:
+    """ResNet-50 on ImageNet-1k prepared as DATA.h5 files (`bigbatch prepare`): training images at
+    data.path, the 50k validation images at data.val_path (--buckets for rectangular validation)."""
+    return Config(
+        name=name,
+        task="classify",
+        data=data,
+        model=ModelConfig(name="resnet50", ch=64, options={"zero_init_residual": zero_init_residual}),
+        train=train,
+        checkpoint=CheckpointConfig(every_kimg=IMAGENET / 1000, keep=3),
+        sample=SampleConfig(every_kimg=IMAGENET / 1000, n=32),
+        eval=EvalConfig(every_kimg=IMAGENET / 1000, batch_size=250),
+    )
+
+
+@preset_fn
+def imagenet_resnet50_fast() -> Config:
+    """ResNet-50 on ImageNet, fast.ai/DIU's one-machine schedule: 93% top-5 in 28 epochs (109 minutes on 8 V100s).
+
+    diux-dev/imagenet18 train.py `one_machine` and training/train_imagenet_nv.py: epochs 0-7 at 128 px,
+    lr 1 -> 2 (warm-up); 7-13 at 128 px, lr 2 -> 0.25; 13-22 at 224 px, lr 0.4375 -> 0.04375; 22-25,
+    lr -> 0.004375; 25-28 at 288 px, lr 0.0025 -> 0.00025, with rectangular validation. Their batch
+    sizes (512, 224, 128) are per GPU, so 4096, 1792 and 1024 over 8 GPUs; their rates scale by the
+    batch (bs_scale), here train.lr_batch = 4096 with lr [1, 0.1] at 224 px etc. SGD momentum 0.9,
+    weight decay 1e-4 but none on BN parameters and biases (--no-bn-wd), zero last-BN gamma
+    (--init-bn0), fp16 (they used a static loss scale of 1024; here a dynamic one), random-resized
+    crops (min scale 0.08; they raised it to 0.087 and 0.5 in later phases), flips. Prepare the
+    training images at 352 px (the loader resizes per phase) and the validation images with --buckets:
+    `bigbatch prepare train/ imagenet-train.h5 --resolution 352`, `bigbatch prepare val/ imagenet-val.h5
+    --resolution 320 --buckets`.
+    """
+    e = IMAGENET / 1000  # one epoch in kimg
+    schedule = [
+        {"kimg": 0, "resolution": 128, "batch": 4096, "lr": [1.0, 2.0]},
+        {"kimg": 7 * e, "lr": [2.0, 0.25]},
+        {"kimg": 13 * e, "resolution": 224, "batch": 1792, "lr": [1.0, 0.1]},
+        {"kimg": 22 * e, "lr": [0.1, 0.01]},
+        {"kimg": 25 * e, "resolution": 288, "batch": 1024, "lr": [0.01, 0.001]},
+    ]
+    data = DataConfig(
+        path="imagenet-train.h5",
+        resolution=128,
+        xflip=True,
+        workers=8,
+        val_path="imagenet-val.h5",
+        val_rect=True,
+        val_crop=1.14,
+        schedule=schedule,
+    )
+    train = TrainConfig(
+        kimg=28 * e,
+        batch=4096,
+        micro_batch="auto",
+        precision="fp16",
+        optimizer="sgd",
+        lr=1.0,
+        lr_batch=4096,
+        momentum=0.9,
+        nesterov=False,
+        weight_decay=1e-4,
+        norm_decay=False,
+        crop_scale=0.08,
+        log_every_kimg=100,
+    )
+    return _imagenet_classifier("imagenet_resnet50_fast", train, data, zero_init_residual=True)
+
+
+@preset_fn
+def imagenet_resnet50() -> Config:
+    """ResNet-50 on ImageNet, the plain 90-epoch recipe (He et al. 2016; torchvision's reference script).
+
+    224 px throughout, batch 256, SGD momentum 0.9 at lr 0.1, weight decay 1e-4 on every parameter,
+    the rate divided by 10 at epochs 30 and 60, random-resized crops (min scale 0.08) and flips,
+    validation by resizing to 256 and cropping the center 224 (val_crop 1.14). The baseline of
+    `imagenet_resnet50_fast`; same data files.
+    """
+    e = IMAGENET / 1000
+    data = DataConfig(
+        path="imagenet-train.h5", resolution=224, xflip=True, workers=8, val_path="imagenet-val.h5", val_crop=1.14
+    )
+    train = TrainConfig(
+        kimg=90 * e,
+        batch=256,
+        micro_batch="auto",
+        optimizer="sgd",
+        lr=0.1,
+        lr_batch=256,
+        momentum=0.9,
+        nesterov=False,
+        weight_decay=1e-4,
+        norm_decay=True,
+        lr_decay="step",
+        lr_steps=[30 * e, 60 * e],
+        crop_scale=0.08,
+        log_every_kimg=100,
+    )
+    return _imagenet_classifier("imagenet_resnet50", train, data, zero_init_residual=False)

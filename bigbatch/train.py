@@ -10,8 +10,8 @@ from pathlib import Path
 
 from bigbatch.batching import describe_plan, plan_micro_batch, replicator_for
 from bigbatch.config import Config
-from bigbatch.data.load import load_data
-from bigbatch.data.schedule import schedule_of
+from bigbatch.data.load import training_data
+from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
 from bigbatch.progress import Progress
@@ -38,7 +38,7 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
 
     # The task: data, models, optimizers and averages, all random draws decided by train.seed. Built
     # before anything is written, so a bad config leaves nothing behind.
-    data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+    data = training_data(cfg)
     task = build_task(cfg, rep, data, run=run.path, resumed_at=run.resumed_at, quiet=quiet)
     nimg, seconds = run.restore(task, rep) if resume else (0, 0.0)
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed
@@ -54,11 +54,15 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         every = max(1, round(every_kimg * 1000))
         return nimg // every > before // every or nimg >= progress.total
 
-    def announce_phase(at: int) -> None:
-        progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {rep.plan.describe()}")
+    schedule = schedule_of(cfg)
+    resizes = len({p.resolution for p in schedule.phases}) > 1
+
+    def announce_phase(at: int, phase: Phase) -> None:
+        size = f"{phase.resolution}px, " if resizes else ""
+        progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}")
 
     # Train.
-    feed = Feed(data, schedule_of(cfg), rep, cfg, start=nimg, on_phase=announce_phase)
+    feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase)
     with stop_signals() as stop, closing(feed):
         while nimg < progress.total and not dist.any_rank(stop.requested):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).

@@ -13,6 +13,14 @@ from bigbatch.tasks.gan.task import build_models
 def test_every_preset_builds_models_for_its_data(name):
     cfg = bigbatch.preset(name)
     n_classes = 0 if not cfg.model.conditional else 1000 if "imagenet" in cfg.data.path else 10
+    if cfg.task == "classify":
+        with torch.device("meta"):
+            net = bigbatch.models.create_classifier(cfg.model.name, n_classes, ch=cfg.model.ch, **cfg.model.options)
+        for block in net.checkpoint_blocks:
+            net.get_submodule(block)
+        assert net.n_classes == n_classes and net.checkpoint_blocks
+        assert len((getattr(bigbatch.presets, name).__doc__ or "").split()) > 20
+        return
     with torch.device("meta"):  # shapes only: full-width models build instantly
         G, D = build_models(cfg, n_classes, 3)  # the loop's builder
     assert G.resolution == D.resolution == cfg.data.resolution and G.n_classes == D.n_classes == n_classes

@@ -15,8 +15,14 @@ SMALL = {
 }
 
 
+# Every image-classifier family, tested at tiny width (resnet50's bottlenecks are 4·ch wide at the output).
+CLASSIFIERS = {"resnet18": {}, "resnet50": {}, "resnet_cifar": {"depth": 8}}
+
+
 def test_every_family_is_tested():
-    assert sorted(SMALL) == bigbatch.models.list_models()
+    assert sorted(SMALL) == bigbatch.models.list_models("gan")
+    assert sorted(CLASSIFIERS) == bigbatch.models.list_models("classify")
+    assert sorted([*SMALL, *CLASSIFIERS]) == bigbatch.models.list_models()
 
 
 @pytest.mark.parametrize("name, resolution", [(n, r) for n, rs in SMALL.items() for r in rs])
@@ -138,7 +144,7 @@ def test_unknown_family_and_options():
         bigbatch.models.create("dcgan", 8)
 
 
-@pytest.mark.parametrize("name", bigbatch.models.list_models())
+@pytest.mark.parametrize("name", bigbatch.models.list_models("gan"))
 def test_builders_take_keywords_only_and_create_checks_every_option(name):
     resolution = SMALL[name][0]
     with pytest.raises(TypeError, match="positional"):
@@ -186,3 +192,163 @@ def test_biggan_per_class_bn_and_hierarchical_z_are_one_clear_error():
         bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16, shared=False)
     G, _ = bigbatch.models.create("biggan", 32, 0, ch=4, dim_z=16, shared=False)  # no classes: z chunks only
     assert G(torch.randn(2, 16)).shape == (2, 3, 32, 32)
+
+
+# Image classifiers.
+
+
+@pytest.mark.parametrize("size", [(32, 32), (48, 48), (32, 48)])
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+def test_classifier_forward_backward_at_any_input_size(name, size):
+    torch.manual_seed(0)
+    net = bigbatch.models.create_classifier(name, 5, ch=8, **CLASSIFIERS[name])
+    assert (net.n_classes, net.img_channels) == (5, 3)
+    x = torch.randn(2, 3, *size)
+    features = net.features(x)
+    assert features.shape == (2, net.feature_dim)
+    logits = net(x)
+    assert logits.shape == (2, 5)
+    torch.testing.assert_close(logits, net.fc(features))  # train-mode BN: same batch, same statistics
+    torch.nn.functional.cross_entropy(logits, torch.tensor([0, 4])).backward()
+    missing = [n for n, p in net.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing, missing
+    assert all(bool(p.grad.isfinite().all()) for p in net.parameters())
+
+
+def test_classifier_takes_other_image_channels():
+    net = bigbatch.models.create_classifier("resnet_cifar", 3, ch=4, img_channels=1, depth=8)
+    assert net.img_channels == 1 and net(torch.randn(2, 1, 28, 28)).shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "name, n_classes, count, keys",
+    [
+        ("resnet18", 1000, 11_689_512, 122),
+        ("resnet50", 1000, 25_557_032, 320),
+        ("resnet_cifar", 10, 272_474, 128),  # ResNet-20 with projection shortcuts (the paper's option A: 0.27M)
+    ],
+)
+def test_resnet_parameter_counts_and_names_equal_torchvision(name, n_classes, count, keys):
+    from bigbatch.models.layers import count_params
+
+    with torch.device("meta"):  # shapes only: instant
+        net = bigbatch.models.create_classifier(name, n_classes)
+    assert count_params(net) == count
+    state = net.state_dict()
+    assert len(state) == keys  # torchvision's resnet18 and resnet50 state_dict sizes
+    assert state["fc.weight"].shape == (n_classes, net.feature_dim)
+    names = ["conv1.weight", "bn1.running_var", "layer1.0.conv1.weight", "layer1.0.bn2.weight", "fc.bias"]
+    names += {
+        "resnet18": ["layer2.0.downsample.0.weight", "layer2.0.downsample.1.bias", "layer4.1.bn2.weight"],
+        "resnet50": ["layer1.0.downsample.0.weight", "layer1.0.downsample.1.weight", "layer4.2.bn3.weight"],
+        "resnet_cifar": ["layer2.0.downsample.0.weight", "layer3.2.bn2.weight"],
+    }[name]
+    assert not [n for n in names if n not in state]
+    assert (
+        not any(k.startswith("layer4") for k in state) if name == "resnet_cifar" else "layer4.0.conv1.weight" in state
+    )
+
+
+def test_resnet50_strides_on_the_3x3_conv_as_torchvision_v1_5():
+    with torch.device("meta"):
+        net = bigbatch.models.create_classifier("resnet50", 10, ch=8)
+    block = net.get_submodule("layer2.0")
+    assert (block.conv1.stride, block.conv2.stride, block.downsample[0].stride) == ((1, 1), (2, 2), (2, 2))
+    assert net.conv1.kernel_size == (7, 7) and net.conv1.stride == (2, 2)
+
+
+def test_resnet_cifar_depth_is_6n_plus_2():
+    net = bigbatch.models.create_classifier("resnet_cifar", 10, ch=4, depth=32)
+    assert len(net.checkpoint_blocks) == 15 and net.checkpoint_blocks[-1] == "layer3.4"
+    assert net.conv1.kernel_size == (3, 3) and net.conv1.stride == (1, 1) and net.feature_dim == 16
+    with pytest.raises(bigbatch.BigbatchError, match="depth must be 6n\\+2 .*got 21"):
+        bigbatch.models.create_classifier("resnet_cifar", 10, depth=21)
+
+
+def block_inputs_and_outputs(net, x):
+    """Each residual block's input and output in one forward of `net`."""
+    seen = {}
+    for b in net.checkpoint_blocks:
+        net.get_submodule(b).register_forward_hook(lambda m, args, out, b=b: seen.update({b: (args[0], out)}))
+    net(x)
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+def test_zero_init_residual_starts_every_block_as_its_shortcut(name):
+    torch.manual_seed(0)
+    for zero in (False, True):
+        net = bigbatch.models.create_classifier(name, 5, ch=8, zero_init_residual=zero, **CLASSIFIERS[name]).eval()
+        with torch.no_grad():
+            seen = block_inputs_and_outputs(net, torch.randn(2, 3, 32, 32))
+            for b, (x, out) in seen.items():
+                block = net.get_submodule(b)
+                last_bn = block.bn3 if hasattr(block, "bn3") else block.bn2
+                shortcut = x if block.downsample is None else block.downsample(x)
+                assert bool((last_bn.weight == 0).all()) == zero, b
+                assert torch.equal(out, torch.relu(shortcut)) == zero, b
+
+
+def test_kaiming_init_is_torchvisions_with_a_small_gaussian_head():
+    torch.manual_seed(0)
+    net = bigbatch.models.create_classifier("resnet_cifar", 100, ch=16, depth=8)
+    conv = net.get_submodule("layer3.0.conv2").weight.detach()  # fan-out 64·3·3
+    assert abs(float(conv.std()) / (2 / 576) ** 0.5 - 1) < 0.03
+    assert abs(float(net.fc.weight.detach().std()) - 0.01) < 0.0005 and not net.fc.bias.any()
+    bn = net.get_submodule("layer3.0.bn2")
+    assert bool((bn.weight == 1).all()) and not bn.bias.any()
+
+
+def test_classifier_options_are_checked_before_building():
+    rng = torch.get_rng_state()
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        bigbatch.models.create_classifier("resnet18", 10, depth=20)
+    assert str(e.value) == "'resnet18' has no option 'depth'; valid: zero_init_residual, init"
+    assert registry.options("resnet_cifar") == {"depth": 20, "zero_init_residual": False, "init": "kaiming"}
+    with pytest.raises(bigbatch.BigbatchError, match="option 'zero_init_residual' of 'resnet50' must be bool"):
+        bigbatch.models.create_classifier("resnet50", 10, zero_init_residual=1)
+    assert torch.equal(torch.get_rng_state(), rng)
+    with pytest.raises(bigbatch.BigbatchError, match="n_classes, ch and img_channels >= 1"):
+        bigbatch.models.create_classifier("resnet18", 0)
+    with pytest.raises(TypeError, match="positional"):
+        bigbatch.models.create_classifier("resnet18", 10, 8)  # ch and the rest by name only
+    with pytest.raises(TypeError, match="positional"):
+        registry.builder("resnet18")(10)
+
+
+def test_gan_and_classifier_builders_refuse_each_others_families():
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        bigbatch.models.create("resnet18", 32)
+    assert "create_classifier" in str(e.value) and "biggan, biggan_deep, dcgan, sagan, sngan" in str(e.value)
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        bigbatch.models.create_classifier("dcgan", 10)
+    assert "models.create;" in str(e.value) and "resnet18, resnet50, resnet_cifar" in str(e.value)
+    with pytest.raises(bigbatch.BigbatchError, match="unknown model 'nope'; valid: resnet18, resnet50, resnet_cifar"):
+        bigbatch.models.create_classifier("nope", 10)
+    with pytest.raises(bigbatch.BigbatchError, match="unknown model task 'detect'"):
+        bigbatch.models.list_models("detect")
+
+
+@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+def test_classifier_checkpointing_changes_nothing_but_recomputes(name):
+    import copy
+
+    torch.manual_seed(0)
+    net = bigbatch.models.create_classifier(name, 5, ch=8, **CLASSIFIERS[name])
+    x, y = torch.randn(4, 3, 32, 40), torch.tensor([0, 1, 2, 4])
+    runs = []
+    for checkpointing in (False, True):
+        copied = copy.deepcopy(net)
+        calls = []
+        copied.get_submodule("layer1.0.conv1").register_forward_hook(lambda *_, calls=calls: calls.append(1))
+        model = bigbatch.Replicator(batch=4, device="cpu", checkpointing=checkpointing).prepare(copied)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad for n, p in copied.named_parameters()}, copied.state_dict(), calls))
+    (loss, grads, state, calls), (ckpt_loss, ckpt_grads, ckpt_state, ckpt_calls) = runs
+    assert (len(calls), len(ckpt_calls)) == (1, 2)  # the checkpointed block ran again in backward
+    torch.testing.assert_close(ckpt_loss, loss, rtol=0, atol=0)
+    for n in grads:
+        torch.testing.assert_close(ckpt_grads[n], grads[n], rtol=1e-5, atol=1e-7)
+    for k in state:  # BN running statistics advanced once, not again in the recomputation
+        assert torch.equal(ckpt_state[k], state[k]), k

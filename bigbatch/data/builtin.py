@@ -28,7 +28,7 @@ FASHION_CLASSES = [
 # Where Debian's dataset-fashion-mnist puts the IDX files; BIGBATCH_FASHION_MNIST overrides it.
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
 # The size the built-in images come in (`bigbatch prepare builtin:NAME` keeps it without --resolution).
-NATIVE_RESOLUTION = {"digits": 8, "fashion-mnist": 28}
+NATIVE_RESOLUTION = {"digits": 8, "fashion-mnist": 28, "fashion-mnist-test": 28}
 
 
 def _resize_gray(images: np.ndarray, peak: float, resolution: int) -> torch.Tensor:
@@ -64,11 +64,12 @@ def read_idx(path: Path) -> np.ndarray:
         raise BigbatchError(f"cannot read IDX file {path}: {e}") from None
 
 
-def fashion_mnist(resolution: int, folder: str | None = None) -> ImageData:
-    """Fashion-MNIST's 60,000 training images (28x28 grey), resized to `resolution`."""
+def fashion_mnist(resolution: int, folder: str | None = None, split: str = "train") -> ImageData:
+    """Fashion-MNIST's 60,000 training images (split "train") or 10,000 test images ("t10k"), 28x28
+    grey, resized to `resolution`."""
     root = Path(folder or os.environ.get("BIGBATCH_FASHION_MNIST", FASHION_DIR))
     files = {}
-    for part in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+    for part in (f"{split}-images-idx3-ubyte", f"{split}-labels-idx1-ubyte"):
         found = [p for p in (root / part, root / f"{part}.gz") if p.exists()]
         if not found:
             raise BigbatchError(
@@ -76,16 +77,19 @@ def fashion_mnist(resolution: int, folder: str | None = None) -> ImageData:
                 "or set BIGBATCH_FASHION_MNIST to a folder holding the IDX files"
             )
         files[part] = found[0]
-    images = read_idx(files["train-images-idx3-ubyte"])
-    labels = read_idx(files["train-labels-idx1-ubyte"])
+    images = read_idx(files[f"{split}-images-idx3-ubyte"])
+    labels = read_idx(files[f"{split}-labels-idx1-ubyte"])
     if images.ndim != 3 or labels.shape != images.shape[:1]:
         raise BigbatchError(f"Fashion-MNIST files in {root} do not match: {images.shape} images, {labels.shape} labels")
+    name = "builtin:fashion-mnist" + ("" if split == "train" else "-test")
     return ImageData(
-        _resize_gray(images, 255.0, resolution),
-        torch.from_numpy(labels.astype(np.int64)),
-        FASHION_CLASSES,
-        "builtin:fashion-mnist",
+        _resize_gray(images, 255.0, resolution), torch.from_numpy(labels.astype(np.int64)), FASHION_CLASSES, name
     )
 
 
-BUILTIN = {"digits": digits, "fashion-mnist": fashion_mnist}
+def fashion_mnist_test(resolution: int) -> ImageData:
+    """Fashion-MNIST's 10,000 test images: the held-out split of a classifier trained on builtin:fashion-mnist."""
+    return fashion_mnist(resolution, split="t10k")
+
+
+BUILTIN = {"digits": digits, "fashion-mnist": fashion_mnist, "fashion-mnist-test": fashion_mnist_test}

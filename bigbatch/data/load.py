@@ -1,11 +1,14 @@
-"""`load_data`: open the data set any `data.path` names (built-in, or a DATA.h5 local or remote)."""
+"""`load_data`: open the data set any `data.path` names (built-in, or a DATA.h5 local or remote);
+`training_data` and `validation_data`: the splits a config trains and validates on."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bigbatch.config import Config
 from bigbatch.data.builtin import BUILTIN
 from bigbatch.data.images import ImageData
+from bigbatch.data.split import Subset, holdout
 from bigbatch.errors import BigbatchError
 
 if TYPE_CHECKING:
@@ -36,3 +39,27 @@ def load_data(
         f"cannot open data set '{public_name(path)}': give a DATA.h5 written by `bigbatch prepare` (a path or "
         f"s3://... URL) or one of {', '.join('builtin:' + n for n in BUILTIN)}"
     )
+
+
+def training_data(cfg: Config) -> Any:
+    """The data set a config trains on: data.path, less the images held out by data.val_fraction (when
+    there is no data.val_path)."""
+    d = cfg.data
+    data = load_data(d.path, d.resolution, d.in_ram, d.storage_options or None)
+    return holdout(data, d.val_fraction)[0] if d.val_fraction and not d.val_path else data
+
+
+def validation_data(cfg: Config, train: Any = None) -> Any:
+    """The held-out split a config validates on: data.val_path, or the images data.val_fraction holds
+    out of data.path (taken from `train`, the training split, when given), or None."""
+    d = cfg.data
+    if d.val_path:
+        return load_data(d.val_path, d.resolution, d.in_ram, d.storage_options or None)
+    if not d.val_fraction:
+        return None
+    parent = (
+        train.data
+        if isinstance(train, Subset)
+        else load_data(d.path, d.resolution, d.in_ram, d.storage_options or None)
+    )
+    return holdout(parent, d.val_fraction)[1]

@@ -23,11 +23,13 @@ BUCKET_RATIOS = (1 / 2, 9 / 16, 2 / 3, 3 / 4, 1.0, 4 / 3, 3 / 2, 16 / 9, 2.0)
 @dataclass(frozen=True)
 class Phase:
     """From `start` images seen on, steps use `batch` images at `resolution` px (the side of a square
-    image; for rectangular buckets, the side of the square of the same area; 0: as stored)."""
+    image; for rectangular buckets, the side of the square of the same area; 0: as stored). `lr`: the
+    learning rate at the phase's first and last step (linear between), for a task that takes it."""
 
     start: int
     resolution: int
     batch: int
+    lr: tuple[float, float] | None = None
 
 
 class Schedule:
@@ -44,6 +46,8 @@ class Schedule:
                 raise BigbatchError(f"phase {i} needs a resolution >= 0 (0: as stored) and a batch >= 1, got {p}")
             if i and p.start <= phases[i - 1].start:
                 raise BigbatchError(f"phase {i} must start after phase {i - 1} ({p.start} <= {phases[i - 1].start})")
+        if len({p.lr is None for p in phases}) > 1:
+            raise BigbatchError("either every phase of a schedule gives an lr or none does")
         self.phases = tuple(phases)
         # Step starts at which each phase actually begins (the first step at or after its start).
         self._begins = [0]
@@ -51,22 +55,31 @@ class Schedule:
             b0 = self._begins[-1]
             self._begins.append(b0 + math.ceil((p.start - b0) / prev.batch) * prev.batch)
 
+    def begins(self) -> list[int]:
+        """The images seen at which each phase's first step starts."""
+        return list(self._begins)
+
     @classmethod
     def constant(cls, resolution: int, batch: int) -> Schedule:
         return cls([Phase(0, resolution, batch)])
 
     @classmethod
     def parse(cls, spec: Sequence[Mapping] | str, name: str = "data.schedule") -> Schedule:
-        """Phases from a list of {kimg or nimg, resolution, batch} (TOML array of tables) or from a
-        string "KIMG:RES:BATCH,..." (for command-line overrides). A phase that leaves out resolution
-        or batch keeps the previous phase's."""
+        """Phases from a list of {kimg or nimg, resolution, batch[, lr]} (TOML array of tables) or
+        from a string "KIMG:RES:BATCH[:LR[:LR_END]],..." (for command-line overrides). A phase that
+        leaves out resolution or batch keeps the previous phase's; lr is one rate or [start, end]."""
         if isinstance(spec, str):
             items = []
             for part in filter(None, (s.strip() for s in spec.split(","))):
                 fields = part.split(":")
-                if len(fields) != 3:
-                    raise BigbatchError(f"{name}: '{part}' is not KIMG:RESOLUTION:BATCH, e.g. '0:64:512,100:128:256'")
-                items.append(dict(zip(("kimg", "resolution", "batch"), fields)))
+                if not 3 <= len(fields) <= 5:
+                    raise BigbatchError(
+                        f"{name}: '{part}' is not KIMG:RESOLUTION:BATCH[:LR[:LR_END]], e.g. '0:64:512,100:128:256'"
+                    )
+                item: dict = dict(zip(("kimg", "resolution", "batch"), fields))
+                if len(fields) > 3:
+                    item["lr"] = fields[3:]
+                items.append(item)
         else:
             items = list(spec)
         phases: list[Phase] = []
@@ -74,9 +87,11 @@ class Schedule:
             where = f"{name}[{i}]"
             if not isinstance(item, Mapping):
                 raise BigbatchError(f"{where} must be a table of kimg/nimg, resolution, batch; got {item!r}")
-            unknown = set(item) - {"kimg", "nimg", "resolution", "batch"}
+            unknown = set(item) - {"kimg", "nimg", "resolution", "batch", "lr"}
             if unknown:
-                raise BigbatchError(f"{where}: unknown keys {sorted(unknown)}; valid: kimg or nimg, resolution, batch")
+                raise BigbatchError(
+                    f"{where}: unknown keys {sorted(unknown)}; valid: kimg or nimg, resolution, batch, lr"
+                )
             if ("kimg" in item) == ("nimg" in item):
                 raise BigbatchError(f"{where} needs exactly one of kimg or nimg (when the phase starts)")
             start = round(_number(item.get("kimg"), where, "kimg") * 1000) if "kimg" in item else None
@@ -90,12 +105,15 @@ class Schedule:
                     raise BigbatchError(f"{where}: the first phase needs a {key}")
                 else:
                     values[key] = getattr(prev, key)
-            phases.append(Phase(start, values["resolution"], values["batch"]))
+            phases.append(Phase(start, values["resolution"], values["batch"], _lr_range(item.get("lr"), where)))
         return cls(phases)
 
-    def to_list(self) -> list[dict[str, int]]:
-        """The phases as plain tables (nimg, resolution, batch), e.g. for a saved config."""
-        return [{"nimg": p.start, "resolution": p.resolution, "batch": p.batch} for p in self.phases]
+    def to_list(self) -> list[dict]:
+        """The phases as plain tables (nimg, resolution, batch[, lr]), e.g. for a saved config."""
+        return [
+            {"nimg": p.start, "resolution": p.resolution, "batch": p.batch} | ({"lr": list(p.lr)} if p.lr else {})
+            for p in self.phases
+        ]
 
     def phase_at(self, nimg: int) -> Phase:
         """The phase of the step that starts at `nimg` images seen."""
@@ -168,6 +186,17 @@ def _number(value: object, where: str, key: str) -> float:
     if not math.isfinite(out) or out < 0:
         raise BigbatchError(f"{where}: {key} must be a finite number >= 0, got {value!r}")
     return out
+
+
+def _lr_range(value: object, where: str) -> tuple[float, float] | None:
+    """A phase's lr: one rate (constant) or [start, end]."""
+    if value is None:
+        return None
+    rates = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not 1 <= len(rates) <= 2:
+        raise BigbatchError(f"{where}: lr must be one rate or [start, end], got {value!r}")
+    start, end = (_number(r, where, "lr") for r in (rates * 2)[:2])
+    return start, end
 
 
 def _integer(value: object, where: str, key: str) -> int:

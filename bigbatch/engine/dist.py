@@ -79,6 +79,17 @@ def mean(t: torch.Tensor) -> torch.Tensor:
     return t / td.get_world_size()
 
 
+def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - dist.sum, as dist.mean
+    """The sum of `t` over ranks (t itself in one process)."""
+    import torch.distributed as td
+
+    if not active():
+        return t
+    t = t.clone()
+    td.all_reduce(t)
+    return t
+
+
 def agree(flag: bool) -> bool:
     """True only if `flag` is True on every rank."""
     import torch.distributed as td

@@ -1,5 +1,5 @@
 """Building blocks shared by the model families: spectral norm, class embeddings, conditional BN,
-weight initialisation.
+weight initialisation (the GAN schemes, and He et al.'s for the ResNet classifiers).
 
 Spectral norm is written here rather than taken from torch.nn.utils because the trainer must decide
 when the power iteration runs (once per optimizer step, or once per micro-batch) and must be able
@@ -135,7 +135,7 @@ class ClassEmbedding(nn.Embedding):
 
 # How a conditional BN's gain and bias start (ConditionalBatchNorm2d's `start`).
 BN_STARTS = ("scheme", "identity", "scheme_then_identity")
-INIT_SCHEMES = ("N02", "ortho", "xavier")
+INIT_SCHEMES = ("N02", "ortho", "xavier", "kaiming")
 
 
 class ConditionalBatchNorm2d(nn.Module):
@@ -193,9 +193,13 @@ class ConditionalBatchNorm2d(nn.Module):
 
 
 def init_weights(module: nn.Module, scheme: str) -> None:
-    """Initialise conv, linear and embedding weights in module order: 'N02' (DCGAN), 'ortho' (BigGAN) or
-    'xavier' (SN-GAN); biases of convs and linears to zero. Conditional BNs' gains and biases follow
-    their `start`."""
+    """Initialise conv, linear and embedding weights in module order: 'N02' (DCGAN), 'ortho' (BigGAN),
+    'xavier' (SN-GAN) or 'kaiming' (the ResNets); biases of convs and linears to zero. Conditional BNs'
+    gains and biases follow their `start`.
+
+    'kaiming' is torchvision's ResNet initialisation: convs He-normal with the fan-out (He et al. 2015),
+    BatchNorm weight 1 and bias 0; linears (and embeddings) N(0, 0.01) as in Goyal et al. 2017, where
+    torchvision leaves the head at PyTorch's default."""
     if scheme not in INIT_SCHEMES:
         raise BigbatchError(f"unknown init scheme '{scheme}'; valid: {', '.join(INIT_SCHEMES)}")
     start = {
@@ -206,9 +210,17 @@ def init_weights(module: nn.Module, scheme: str) -> None:
     }
     for m in module.modules():
         how = start.get(id(m), "scheme")
+        if scheme == "kaiming" and isinstance(m, nn.modules.batchnorm._BatchNorm) and m.affine:
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
         if not isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, nn.Embedding)) or how == "identity":
             continue
-        if scheme == "N02":
+        if scheme == "kaiming":
+            if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            else:
+                nn.init.normal_(m.weight, 0.0, 0.01)
+        elif scheme == "N02":
             nn.init.normal_(m.weight, 0.0, 0.02)
         elif scheme == "ortho":
             nn.init.orthogonal_(m.weight)

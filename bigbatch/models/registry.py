@@ -1,9 +1,13 @@
-"""The model registry: families register a builder with `@register`; `create` builds a (G, D) pair.
+"""The model registry: families register a builder with `@register`; `create` builds a GAN family's
+(G, D) pair, `create_classifier` an image classifier.
 
-The contract every family keeps: `G(z, y) -> images` in [-1, 1], NCHW, and `D(x, y) -> logits` (N,),
+The contract every GAN family keeps: `G(z, y) -> images` in [-1, 1], NCHW, and `D(x, y) -> logits` (N,),
 where y is None (unconditional), labels (N,) or class weights (N, n_classes); G has the attributes
-`resolution`, `n_classes`, `dim_z` and `img_channels`. G and D list in `checkpoint_blocks` the
-submodule names the engine may activation-checkpoint. No optimizer, precision or DDP code inside.
+`resolution`, `n_classes`, `dim_z` and `img_channels`. An image classifier is one module,
+`forward(x) -> logits` (N, n_classes) for float NCHW images of any size, `features(x) -> (N,
+feature_dim)` its pooled penultimate features, with the attributes `n_classes`, `img_channels` and
+`feature_dim`. Every model lists in `checkpoint_blocks` the submodule names the engine may
+activation-checkpoint. No optimizer, precision or DDP code inside.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import nn
 
@@ -19,59 +23,89 @@ from bigbatch.errors import BigbatchError
 from bigbatch.models import layers
 
 Builder = Callable[..., tuple[nn.Module, nn.Module]]
+ClassifierBuilder = Callable[..., nn.Module]
+_B = TypeVar("_B", bound=Callable[..., Any])
 
-# Arguments every builder takes; anything else in its signature is a family option.
-COMMON = ("resolution", "n_classes", "ch", "dim_z", "img_channels")
+# Per task, the arguments every builder takes; anything else in its signature is a family option.
+# Classifiers take no resolution: they pool globally, so one network takes any input size.
+COMMON = {
+    "gan": ("resolution", "n_classes", "ch", "dim_z", "img_channels"),
+    "classify": ("n_classes", "ch", "img_channels"),
+}
+TASKS = tuple(COMMON)
 
 
 @dataclass(frozen=True)
 class _Family:
-    build: Builder
+    build: Callable[..., Any]
     init: str  # the default weight-init scheme; the option `init` of every family
+    task: str  # what the builder returns: "gan" a (G, D) pair, "classify" one classifier
 
 
 _FAMILIES: dict[str, _Family] = {}
+# Per task, for messages: what a family is, the function that builds it, what its families are called.
+_KIND = {
+    "gan": ("a GAN", "create", "the GAN families"),
+    "classify": ("an image classifier", "create_classifier", "the classifier families"),
+}
 
 
-def register(*, init: str) -> Callable[[Builder], Builder]:
+def register(*, init: str, task: str = "gan") -> Callable[[_B], _B]:
     """Register a family builder under its function name, with its default init scheme (one of
-    `layers.INIT_SCHEMES`).
+    `layers.INIT_SCHEMES`) and its task (one of `TASKS`).
 
-    The builder takes keyword arguments only, (resolution, n_classes, ch, dim_z, img_channels, and the
-    family's options with their defaults), checks their values and constructs (G, D); `create`
-    initialises them, so every family is built and initialised one way."""
+    The builder takes keyword arguments only, (the task's common arguments, `COMMON[task]`, and the
+    family's options with their defaults), checks their values and constructs the modules: (G, D) for
+    "gan", one classifier for "classify". `create` and `create_classifier` initialise them, so every
+    family is built and initialised one way."""
     if init not in layers.INIT_SCHEMES:
         raise TypeError(f"init scheme {init!r} is not one of {layers.INIT_SCHEMES}")
+    if task not in COMMON:
+        raise TypeError(f"task {task!r} is not one of {TASKS}")
 
-    def add(fn: Builder) -> Builder:
+    def add(fn: _B) -> _B:
         params = inspect.signature(fn).parameters
-        missing = [p for p in COMMON if p not in params]
+        missing = [p for p in COMMON[task] if p not in params]
         if missing:
             raise TypeError(f"model builder {fn.__name__} lacks arguments {missing}")
+        foreign = [p for c in COMMON.values() for p in c if p in params and p not in COMMON[task]]
+        if foreign:
+            raise TypeError(f"{task} model builder {fn.__name__} must not take {foreign}")
         if any(p.kind is not inspect.Parameter.KEYWORD_ONLY for p in params.values()):
             raise TypeError(f"model builder {fn.__name__} must take keyword-only arguments (def {fn.__name__}(*, ...))")
         if "init" in params:
             raise TypeError(f"model builder {fn.__name__} must not take 'init': the registry initialises")
-        _FAMILIES[fn.__name__] = _Family(fn, init)
+        if fn.__name__ in _FAMILIES:
+            raise TypeError(f"a model family named {fn.__name__} is registered already")
+        _FAMILIES[fn.__name__] = _Family(fn, init, task)
         return fn
 
     return add
 
 
-def list_models() -> list[str]:
-    """Names of the registered families."""
-    return sorted(_FAMILIES)
+def list_models(task: str | None = None) -> list[str]:
+    """Names of the registered families: all of them, or those of one task ("gan" or "classify")."""
+    if task is not None and task not in COMMON:
+        raise BigbatchError(f"unknown model task '{task}'; valid: {', '.join(TASKS)}")
+    return sorted(name for name, family in _FAMILIES.items() if task in (None, family.task))
 
 
-def _family(name: str) -> _Family:
+def _family(name: str, task: str | None = None) -> _Family:
+    """The family `name`, which must be of `task` when one is given."""
     if name not in _FAMILIES:
-        raise BigbatchError(f"unknown model '{name}'; valid: {', '.join(list_models())}")
-    return _FAMILIES[name]
+        raise BigbatchError(f"unknown model '{name}'; valid: {', '.join(list_models(task))}")
+    family = _FAMILIES[name]
+    if task is not None and family.task != task:
+        raise BigbatchError(
+            f"model '{name}' is {_KIND[family.task][0]}: build it with bigbatch.models.{_KIND[family.task][1]}; "
+            f"{_KIND[task][2]} are: {', '.join(list_models(task))}"
+        )
+    return family
 
 
-def builder(name: str) -> Builder:
-    """A family's builder: it constructs (G, D) without the family's initialisation; `create` is the
-    way to build models."""
+def builder(name: str) -> Callable[..., Any]:
+    """A family's builder: it constructs the family's modules without their initialisation; `create`
+    and `create_classifier` are the way to build models."""
     return _family(name).build
 
 
@@ -79,7 +113,7 @@ def options(name: str) -> dict[str, Any]:
     """A family's own options and their defaults (`init`, its weight-init scheme, last)."""
     family = _family(name)
     params = inspect.signature(family.build).parameters
-    return {k: p.default for k, p in params.items() if k not in COMMON} | {"init": family.init}
+    return {k: p.default for k, p in params.items() if k not in COMMON[family.task]} | {"init": family.init}
 
 
 def check_options(name: str, given: dict[str, Any]) -> None:
@@ -108,11 +142,11 @@ def create(
     img_channels: int = 3,
     **opts: Any,
 ) -> tuple[nn.Module, nn.Module]:
-    """Build and initialise a family's (G, D) pair from the global RNG: G's weights, then D's, then G's
-    initialisation, then D's. n_classes=0 builds the unconditional models; ch and dim_z default to the
-    family's reference values; `opts` are the family's options (BigbatchError naming the valid ones for
-    any other)."""
-    family = _family(name)
+    """Build and initialise a GAN family's (G, D) pair from the global RNG: G's weights, then D's, then
+    G's initialisation, then D's. n_classes=0 builds the unconditional models; ch and dim_z default to
+    the family's reference values; `opts` are the family's options (BigbatchError naming the valid ones
+    for any other)."""
+    family = _family(name, "gan")
     check_options(name, opts)
     init = opts.pop("init", family.init)
     params = inspect.signature(family.build).parameters
@@ -127,3 +161,32 @@ def create(
     for net in (G, D):
         layers.init_weights(net, init)
     return G, D
+
+
+def create_classifier(
+    name: str,
+    n_classes: int,
+    *,
+    ch: int | None = None,
+    img_channels: int = 3,
+    **opts: Any,
+) -> nn.Module:
+    """Build and initialise a classifier family's network from the global RNG: its weights, then the
+    init scheme, then the module's own `after_init()` where it has one (a ResNet zeroes the last BN
+    gain of each residual block there, with its option zero_init_residual). ch defaults to the
+    family's reference width; `opts` are the family's options (BigbatchError naming the valid ones
+    for any other)."""
+    family = _family(name, "classify")
+    check_options(name, opts)
+    init = opts.pop("init", family.init)
+    params = inspect.signature(family.build).parameters
+    net = family.build(
+        n_classes=n_classes,
+        ch=params["ch"].default if ch is None else ch,
+        img_channels=img_channels,
+        **opts,
+    )
+    layers.init_weights(net, init)
+    if callable(getattr(net, "after_init", None)):
+        net.after_init()
+    return net

@@ -36,7 +36,7 @@ from PIL import Image
 from torch import nn
 
 from bigbatch.config import Config, register_check
-from bigbatch.data import Batch, BatchLoader, RankSampler, Schedule
+from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule
 from bigbatch.data.streams import GlobalOrder
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
@@ -87,9 +87,10 @@ class Feed:
         rep: Replicator,
         cfg: Config,
         start: int = 0,
-        on_phase: Callable[[int], None] | None = None,
+        on_phase: Callable[[int, Phase], None] | None = None,
     ):
         self.rep, self.schedule, self.nimg, self.on_phase = rep, schedule, start, on_phase
+        self._phase: Phase | None = None
         self.order = GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
@@ -97,11 +98,14 @@ class Feed:
 
     def next(self) -> Batch:
         """This rank's share of the next optimizer step's real images (uint8 NHWC, labels)."""
-        batch = self.schedule.phase_at(self.nimg).batch
+        phase = self.schedule.phase_at(self.nimg)
+        batch = phase.batch
         if batch != self.rep.batch:
             self.rep.set_batch(batch)
-            if self.on_phase is not None:
-                self.on_phase(self.nimg)
+        if phase != self._phase:
+            if self._phase is not None and self.on_phase is not None:
+                self.on_phase(self.nimg, phase)
+            self._phase = phase
         real = next(self.loader)
         if real.nimg != self.nimg or len(real.images) != self.rep.share:
             raise BigbatchError(

@@ -13,20 +13,13 @@ from bigbatch.errors import BigbatchError
 from bigbatch.tasks.gan.task import build_models
 
 
-def checkpoint_model_info(ckpt: Path) -> dict:
-    meta = checkpoints.read_meta(ckpt)
-    if meta is None or "n_classes" not in meta or "img_channels" not in meta:
-        raise BigbatchError(
-            f"checkpoint {ckpt} has no usable meta.json; it was not written by this version of bigbatch"
-        )
-    return meta
-
-
 def load_generator(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
     """The EMA generator of a run (its latest complete checkpoint) or of a checkpoint folder, in eval mode."""
     ckpt = checkpoints.find_checkpoint(path)
-    meta = checkpoint_model_info(ckpt)
+    meta = checkpoints.model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
+    if cfg.task != "gan":
+        raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a GAN: it has no generator to load or sample")
     G, _ = build_models(cfg, meta["n_classes"], meta["img_channels"])
     weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G_ema",))
     checkpoints.load_weights(G, weights["G_ema"], f"G_ema of checkpoint {ckpt}")

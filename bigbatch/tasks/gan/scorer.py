@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import typing
 from pathlib import Path
@@ -10,11 +9,11 @@ from typing import Any
 
 import torch
 
-from bigbatch import checkpoints
 from bigbatch.config import Config, EvalConfig, typed
 from bigbatch.errors import BigbatchError
 from bigbatch.metrics.classifier import ClassifierOptions
 from bigbatch.metrics.evaluate import parse_metrics
+from bigbatch.tasks.best import Best
 
 
 def check_eval(e: EvalConfig) -> None:
@@ -68,7 +67,6 @@ class Scorer:
         self.device = device = next(G_ema.parameters()).device
         self.metric = best_metric(e)
         self.higher_is_better = self.metric == "is"
-        self.best = math.nan
         with self._rng_untouched():
             options = classifier_options(e)
             self.extractor = get_extractor(
@@ -91,18 +89,7 @@ class Scorer:
             "reference_n": e.reference_n,
             "standing_stats": e.standing_stats,
         }
-        best = checkpoints.best_checkpoint(run)
-        meta = (checkpoints.read_meta(best) or {}) if best is not None else {}
-        record = meta.get("best") if isinstance(meta.get("best"), dict) else {}
-        if isinstance(record.get("value"), (int, float)):
-            if record.get("settings") != self.settings:
-                why = "was scored with other eval settings"
-            elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
-                why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"
-            else:
-                why, self.best = "", float(record["value"])
-            if why and not quiet:
-                print(f"{best} {why}: the next evaluation replaces it", flush=True)
+        self.tracker = Best(self.metric_name, self.higher_is_better, self.settings, run, resumed_at, quiet)
 
     def _rng_untouched(self) -> Any:
         """Evaluation leaves training as it was: the global RNG (which training a classifier reseeds)
@@ -125,15 +112,7 @@ class Scorer:
         return {**scores, "eval_seconds": round(time.perf_counter() - began, 3)}
 
     def improved(self, scores: dict[str, float]) -> bool:
-        """Whether `scores` beat the best so far (and then become it)."""
-        value = scores[self.metric_name]
-        if not math.isfinite(value):
-            return False
-        better = (value > self.best) if self.higher_is_better else (value < self.best)
-        if math.isnan(self.best) or better:
-            self.best = value
-            return True
-        return False
+        return self.tracker.improved(scores)
 
     def best_record(self) -> dict[str, Any]:
-        return {"metric": self.metric_name, "value": self.best, "settings": self.settings}
+        return self.tracker.record()

@@ -50,6 +50,13 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
         )
 
 
+# The train keys of the classify task, which the GAN task does not read.
+CLASSIFY_KEYS = (
+    "optimizer", "lr", "lr_batch", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
+    "weight_decay", "norm_decay", "label_smoothing", "crop_scale",
+)  # fmt: skip
+
+
 def linear_decay(lr: float, nimg: int, total: int) -> float:
     """train.lr_decay="linear": the learning rate after `nimg` of `total` images, falling to 0 at the end."""
     return lr * max(0.0, 1 - nimg / total)
@@ -59,13 +66,30 @@ def check_config(cfg: Config) -> None:
     """What the GAN makes of the config: a registered model family and its options, one resolution
     throughout (the GAN families are built for one), evaluation settings it can score."""
     m = cfg.model
-    if m.name not in models.list_models():
-        m._fail("name", f"names no registered model '{m.name}'; valid: {', '.join(models.list_models())}")
+    gan_models = models.list_models(task="gan")
+    if m.name not in gan_models:
+        m._fail("name", f"names no GAN model family '{m.name}'; valid: {', '.join(gan_models)}")
+    r = cfg.data.resolution
+    if r & (r - 1):
+        cfg.data._fail("resolution", f"must be a power of two for a GAN, got {r}")
+    foreign = cfg.train.changed(*CLASSIFY_KEYS) + cfg.data.changed("val_path", "val_fraction", "val_rect", "val_crop")
+    if cfg.train.lr_decay not in ("none", "linear"):
+        foreign.append("train.lr_decay")
+    if foreign:
+        raise BigbatchError(
+            f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
+            'train.d_lr, train.betas and train.lr_decay = "none" | "linear"; remove it or set task = "classify"'
+        )
     try:
         models.registry.check_options(m.name, m.options)
     except BigbatchError as e:
         raise BigbatchError(f"config key 'model.options': {e}") from None
     for i, phase in enumerate(schedule_of(cfg).phases):
+        if phase.lr is not None:
+            raise BigbatchError(
+                f"config key 'data.schedule' phase {i} gives an lr, which the GAN task does not read (it uses "
+                "train.g_lr and train.d_lr)"
+            )
         if phase.resolution != cfg.data.resolution:
             raise BigbatchError(
                 f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg) has resolution "

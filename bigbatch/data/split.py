@@ -1,0 +1,86 @@
+"""Held-out splits: a fixed, seeded fraction of a data set set aside for validation, and views of a
+data set restricted to some of its images (`Subset`), with the interface every data set has."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from bigbatch.data.streams import VAL_SPLIT, generator
+
+# The split does not depend on train.seed: every run on a data set holds out the same images, so
+# their validation scores compare.
+SPLIT_SEED = 0
+
+
+class Subset:
+    """The images of `data` at `indices` (ascending, so aspect-ratio buckets stay contiguous), as a
+    data set: `len`, `get`, `n_classes`, `class_names`, `channels`, `resolution`, `source`,
+    `bucket_counts` and `content_hash` (of the parent and the indices)."""
+
+    def __init__(self, data: Any, indices: torch.Tensor, part: str):
+        self.data, self.indices, self.part = data, indices.long(), part
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.get(self.indices[torch.as_tensor(index, dtype=torch.long)])
+
+    def labels(self) -> torch.Tensor:
+        """The labels of every image, in order (without reading the images where the parent allows)."""
+        labels = getattr(self.data, "labels", None)
+        if isinstance(labels, torch.Tensor):
+            return labels[self.indices]
+        return self.get(torch.arange(len(self)))[1]
+
+    @property
+    def n_classes(self) -> int:
+        return self.data.n_classes
+
+    @property
+    def class_names(self) -> list[str]:
+        return self.data.class_names
+
+    @property
+    def channels(self) -> int:
+        return self.data.channels
+
+    @property
+    def resolution(self) -> int:
+        return self.data.resolution
+
+    @property
+    def source(self) -> str:
+        return f"{self.data.source} ({self.part})"
+
+    @property
+    def bucket_counts(self) -> list[int]:
+        counts = getattr(self.data, "bucket_counts", [len(self.data)])
+        ends = torch.tensor(counts).cumsum(0)
+        return torch.bincount(torch.searchsorted(ends, self.indices, right=True), minlength=len(counts)).tolist()
+
+    @property
+    def content_hash(self) -> str:
+        import hashlib
+
+        digest = hashlib.sha256(self.indices.numpy().tobytes()).hexdigest()[:16]
+        return f"{self.data.content_hash}[{self.part}:{digest}]"
+
+
+def holdout(data: Any, fraction: float) -> tuple[Subset, Subset]:
+    """(train, val): `fraction` of the images of each aspect-ratio bucket (of all, for square data)
+    held out by a fixed seed, the rest for training; the same split on every run and every rank."""
+    counts = list(getattr(data, "bucket_counts", [len(data)]))
+    val, start = [], 0
+    for b, n in enumerate(counts):
+        k = math.ceil(n * fraction) if n > 1 else 0
+        perm = torch.randperm(n, generator=generator(SPLIT_SEED, VAL_SPLIT, b))
+        val.append(perm[:k] + start)
+        start += n
+    held = torch.zeros(len(data), dtype=torch.bool)
+    held[torch.cat(val)] = True
+    everything = torch.arange(len(data))
+    return Subset(data, everything[~held], "train"), Subset(data, everything[held], "val")

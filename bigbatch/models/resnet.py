@@ -1,0 +1,222 @@
+"""ResNet image classifiers (He et al. 2016, "Deep Residual Learning for Image Recognition"): the
+ImageNet ResNet-18 and ResNet-50, and the small CIFAR ResNet of the paper's §4.2 (ResNet-20/32/56...).
+
+The ImageNet networks follow torchvision's `torchvision/models/resnet.py` layout ("ResNet v1.5": a
+bottleneck's stride is on its 3x3 conv, not its first 1x1), with its module names (conv1, bn1,
+layer1.0.conv1, layer1.0.downsample.0, ..., fc), so torchvision's weights load by name and parameter
+counts equal torchvision's. torchvision is not a dependency: the architecture is written here.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bigbatch.errors import BigbatchError
+from bigbatch.models.registry import register
+
+
+def conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_ch, out_ch, 3, stride=stride, padding=1, bias=False)
+
+
+def conv1x1(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convs with a shortcut: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)). The shortcut
+    is the identity, or `downsample` (1x1 conv + BN, He et al.'s option B) where the shape changes."""
+
+    expansion = 1
+
+    def __init__(self, in_ch: int, width: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = conv3x3(in_ch, width, stride)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = conv3x3(width, width)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.downsample = downsample
+
+    @property
+    def last_bn(self) -> nn.BatchNorm2d:
+        """The BN that ends the residual branch: with its gain zero the block starts as its shortcut."""
+        return self.bn2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + shortcut)
+
+
+class Bottleneck(nn.Module):
+    """1x1 conv to `width`, 3x3 conv (with the block's stride, as torchvision v1.5), 1x1 conv to
+    4·width, then the shortcut added as in BasicBlock."""
+
+    expansion = 4
+
+    def __init__(self, in_ch: int, width: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = conv1x1(in_ch, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, width, stride)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = conv1x1(width, width * self.expansion)
+        self.bn3 = nn.BatchNorm2d(width * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    @property
+    def last_bn(self) -> nn.BatchNorm2d:
+        """The BN that ends the residual branch: with its gain zero the block starts as its shortcut."""
+        return self.bn3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + shortcut)
+
+
+class ResNet(nn.Module):
+    """Stem, stages of residual blocks (widths ch, 2ch, 4ch, ...; every stage after the first halves
+    the resolution in its first block), global average pooling and a linear head.
+
+    `cifar_stem`: one 3x3 conv at full resolution (He et al. 2016 §4.2), instead of ImageNet's 7x7
+    conv with stride 2 and 3x3 max pooling with stride 2. Global pooling makes one network take any
+    input size; the ImageNet stem and stages downsample it 32 times, the CIFAR ones 4 times.
+    """
+
+    def __init__(
+        self,
+        block: type[BasicBlock] | type[Bottleneck],
+        depths: list[int],
+        *,
+        n_classes: int,
+        ch: int,
+        img_channels: int,
+        cifar_stem: bool,
+        zero_init_residual: bool,
+    ):
+        super().__init__()
+        self.n_classes, self.img_channels = n_classes, img_channels
+        self.zero_init_residual = zero_init_residual
+        if cifar_stem:
+            self.conv1 = conv3x3(img_channels, ch)
+        else:
+            self.conv1 = nn.Conv2d(img_channels, ch, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(ch)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = None if cifar_stem else nn.MaxPool2d(3, stride=2, padding=1)
+        in_ch = ch
+        self.checkpoint_blocks: list[str] = []
+        for i, depth in enumerate(depths):
+            width, stride = ch * 2**i, 1 if i == 0 else 2
+            blocks = []
+            for j in range(depth):
+                downsample = None
+                if j == 0 and (stride != 1 or in_ch != width * block.expansion):
+                    downsample = nn.Sequential(
+                        conv1x1(in_ch, width * block.expansion, stride), nn.BatchNorm2d(width * block.expansion)
+                    )
+                blocks.append(block(in_ch, width, stride if j == 0 else 1, downsample))
+                in_ch = width * block.expansion
+                self.checkpoint_blocks.append(f"layer{i + 1}.{j}")
+            self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
+        self.n_stages = len(depths)
+        self.feature_dim = in_ch
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(in_ch, n_classes)
+
+    def blocks(self) -> list[BasicBlock | Bottleneck]:
+        """The residual blocks, in order (those `checkpoint_blocks` names)."""
+        return [self.get_submodule(name) for name in self.checkpoint_blocks]
+
+    def after_init(self) -> None:
+        """Called by the registry after the init scheme: with zero_init_residual, zero the gain of the
+        last BN of every residual block, so each block starts as its shortcut and the network as a
+        shallow one (Goyal et al. 2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour";
+        torchvision's zero_init_residual; the `bn0` of fast.ai's imagenet18)."""
+        if self.zero_init_residual:
+            for block in self.blocks():
+                nn.init.zeros_(block.last_bn.weight)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (N, img_channels, H, W) -> the pooled penultimate features (N, feature_dim)."""
+        x = self.relu(self.bn1(self.conv1(x)))
+        if self.maxpool is not None:
+            x = self.maxpool(x)
+        for i in range(self.n_stages):
+            x = self.get_submodule(f"layer{i + 1}")(x)
+        return torch.flatten(self.avgpool(x), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (N, img_channels, H, W) -> logits (N, n_classes)."""
+        return self.fc(self.features(x))
+
+
+def _check(name: str, n_classes: int, ch: int, img_channels: int) -> None:
+    if n_classes < 1 or ch < 1 or img_channels < 1:
+        raise BigbatchError(
+            f"{name} needs n_classes, ch and img_channels >= 1, got {n_classes}, {ch} and {img_channels}"
+        )
+
+
+@register(init="kaiming", task="classify")
+def resnet18(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False) -> nn.Module:
+    """ResNet-18: BasicBlocks [2, 2, 2, 2]; 11,689,512 parameters with 1000 classes at ch 64."""
+    _check("resnet18", n_classes, ch, img_channels)
+    return ResNet(
+        BasicBlock,
+        [2, 2, 2, 2],
+        n_classes=n_classes,
+        ch=ch,
+        img_channels=img_channels,
+        cifar_stem=False,
+        zero_init_residual=zero_init_residual,
+    )
+
+
+@register(init="kaiming", task="classify")
+def resnet50(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False) -> nn.Module:
+    """ResNet-50 (v1.5): Bottlenecks [3, 4, 6, 3]; 25,557,032 parameters with 1000 classes at ch 64."""
+    _check("resnet50", n_classes, ch, img_channels)
+    return ResNet(
+        Bottleneck,
+        [3, 4, 6, 3],
+        n_classes=n_classes,
+        ch=ch,
+        img_channels=img_channels,
+        cifar_stem=False,
+        zero_init_residual=zero_init_residual,
+    )
+
+
+@register(init="kaiming", task="classify")
+def resnet_cifar(
+    *,
+    n_classes: int,
+    ch: int = 16,
+    img_channels: int = 3,
+    depth: int = 20,
+    zero_init_residual: bool = False,
+) -> nn.Module:
+    """The CIFAR ResNet of He et al. 2016 §4.2 for 28-32 px images: depth 6n+2 (20, 32, 44, 56, 110),
+    three stages of n BasicBlocks at widths ch, 2ch, 4ch; projection shortcuts (option B) where the
+    shape changes, where the paper's CIFAR nets pad with zeros (option A)."""
+    _check("resnet_cifar", n_classes, ch, img_channels)
+    if depth < 8 or (depth - 2) % 6:
+        raise BigbatchError(f"resnet_cifar option depth must be 6n+2 with n >= 1 (20, 32, 44, 56, 110), got {depth}")
+    n = (depth - 2) // 6
+    return ResNet(
+        BasicBlock,
+        [n, n, n],
+        n_classes=n_classes,
+        ch=ch,
+        img_channels=img_channels,
+        cifar_stem=True,
+        zero_init_residual=zero_init_residual,
+    )

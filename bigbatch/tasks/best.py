@@ -1,0 +1,55 @@
+"""The best score of a run so far, which keeps RUN/checkpoints/best/: one metric, the settings it was
+scored with, and its value restored on resume (for any task's scorer)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from bigbatch import checkpoints
+
+
+class Best:
+    """Tracks the best value of `metric` (higher or lower is better). On resume it starts from the
+    value recorded in RUN/checkpoints/best/, unless that was scored with other `settings` (then the
+    numbers do not compare) or after the checkpoint resumed (a crash discarded that stretch)."""
+
+    def __init__(
+        self,
+        metric: str,
+        higher_is_better: bool,
+        settings: dict[str, Any],
+        run: Path,
+        resumed_at: int | None,
+        quiet: bool,
+    ):
+        self.metric, self.higher_is_better, self.settings = metric, higher_is_better, settings
+        self.value = math.nan
+        best = checkpoints.best_checkpoint(run)
+        meta = (checkpoints.read_meta(best) or {}) if best is not None else {}
+        record = meta.get("best") if isinstance(meta.get("best"), dict) else {}
+        if isinstance(record.get("value"), (int, float)):
+            if record.get("settings") != settings:
+                why = "was scored with other eval settings"
+            elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
+                why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"
+            else:
+                why, self.value = "", float(record["value"])
+            if why and not quiet:
+                print(f"{best} {why}: the next evaluation replaces it", flush=True)
+
+    def improved(self, scores: dict[str, float]) -> bool:
+        """Whether `scores` beat the best so far (and then become it)."""
+        value = scores[self.metric]
+        if not math.isfinite(value):
+            return False
+        better = (value > self.value) if self.higher_is_better else (value < self.value)
+        if math.isnan(self.value) or better:
+            self.value = value
+            return True
+        return False
+
+    def record(self) -> dict[str, Any]:
+        """What meta.json of checkpoints/best/ records."""
+        return {"metric": self.metric, "value": self.value, "settings": self.settings}

@@ -1,0 +1,296 @@
+"""The classify task: an image classifier (a registered classify family: ResNet-18/50, the CIFAR
+ResNets) trained on the Replicator with the fast-ImageNet recipe's parts, each a config key:
+progressive resizing and dynamic batch (data.schedule phases, with an lr range each), warm-up then
+linear/cosine/step decay with the rate scaled to the batch (train.lr, train.lr_batch), no weight
+decay on normalization parameters and biases (train.norm_decay), zero-initialised last BN gamma per
+residual block (model.options.zero_init_residual), label smoothing, random-resized-crop and flip
+augmentation, and square or rectangular validation on a held-out split (data.val_path or
+data.val_fraction), logged as val_top1, val_top5 and val_loss.
+
+As for the GAN, every random draw is keyed by the step's global positions (crops by the step, flips
+by the loader), so 1 process x k micro-batches and k processes train the same weights.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageDraw
+from torch import nn
+
+from bigbatch import models
+from bigbatch.config import Config
+from bigbatch.data.load import validation_data
+from bigbatch.data.schedule import resize_batch, schedule_of
+from bigbatch.data.streams import CROP, generator
+from bigbatch.engine.replicator import Replicator
+from bigbatch.errors import BigbatchError
+from bigbatch.tasks.best import Best
+from bigbatch.tasks.classify.lr import lr_schedule
+from bigbatch.tasks.classify.validation import METRICS, Validation
+from bigbatch.tasks.interface import Feed, register
+
+# Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
+GAN_TRAIN_KEYS = (
+    "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "init_from", "freeze_d", "ema_halflife_kimg",
+    "ema_start_kimg",
+)  # fmt: skip
+
+
+def check_config(cfg: Config) -> None:
+    """What the classify task makes of the config: a classify model family and its options, a schedule
+    whose phases all give an lr or none (then train.lr's warm-up and decay apply), a held-out split to
+    score when evaluation is on, and none of the GAN's keys."""
+    m = cfg.model
+    families = models.list_models(task="classify")
+    if m.name not in families:
+        m._fail("name", f"names no classifier family '{m.name}'; valid for task = \"classify\": {', '.join(families)}")
+    try:
+        models.registry.check_options(m.name, m.options)
+    except BigbatchError as e:
+        raise BigbatchError(f"config key 'model.options': {e}") from None
+    foreign = cfg.train.changed(*GAN_TRAIN_KEYS) + m.changed("dim_z", "sn_update")
+    if foreign:
+        raise BigbatchError(
+            f"config key '{foreign[0]}' is a GAN key, not read by task = \"classify\"; a classifier's are train.lr, "
+            "train.optimizer, train.momentum, train.weight_decay, train.warmup_kimg, train.lr_decay; remove it"
+        )
+    t = cfg.train
+    if schedule_of(cfg).phases[0].lr is not None and (t.warmup_kimg or t.lr_decay != "none"):
+        raise BigbatchError(
+            "config key 'data.schedule' gives each phase an lr, so train.warmup_kimg and train.lr_decay must stay "
+            '0 and "none" (the phases are the whole learning-rate schedule); drop one or the other'
+        )
+    if t.lr_decay == "step" and not t.lr_steps:
+        t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
+    if cfg.eval.every_kimg and not (cfg.data.val_path or cfg.data.val_fraction):
+        raise BigbatchError(
+            "config key 'eval.every_kimg' asks for validation, but there is no held-out split: set data.val_path "
+            "(e.g. builtin:fashion-mnist-test) or data.val_fraction (e.g. 0.1)"
+        )
+    if cfg.eval.best not in ("", *METRICS):
+        cfg.eval._fail("best", f"must be one of {', '.join(METRICS)} for a classifier, got {cfg.eval.best!r}")
+
+
+def param_groups(model: nn.Module, weight_decay: float, norm_decay: bool) -> list[dict[str, Any]]:
+    """Optimizer parameter groups: weight decay on the weights of convolutions and linear layers only
+    (every parameter of more than one dimension), none on normalization parameters and biases unless
+    `norm_decay` (fast.ai's ImageNet in 18 minutes; Goyal et al. 2017 sec. 5.1 also exempt BN)."""
+    decay, exempt = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if norm_decay or p.ndim > 1 else exempt).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}]
+    return groups + ([{"params": exempt, "weight_decay": 0.0}] if exempt else [])
+
+
+def crop_boxes(n: int, min_scale: float, g: torch.Generator) -> torch.Tensor:
+    """Affine maps (n, 2, 3) of random resized crops (Szegedy et al. 2015, as torchvision's
+    RandomResizedCrop): a box of area fraction U(min_scale, 1) and aspect ratio log-uniform in
+    [3/4, 4/3], clipped to the image, placed uniformly; for F.affine_grid."""
+    area = torch.empty(n).uniform_(min_scale, 1.0, generator=g)
+    ratio = torch.empty(n).uniform_(math.log(3 / 4), math.log(4 / 3), generator=g).exp()
+    w, h = (area * ratio).sqrt().clamp(max=1.0), (area / ratio).sqrt().clamp(max=1.0)
+    cx = (torch.rand(n, generator=g) * 2 - 1) * (1 - w)
+    cy = (torch.rand(n, generator=g) * 2 - 1) * (1 - h)
+    theta = torch.zeros(n, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w, cx, h, cy
+    return theta
+
+
+def to_input(images: torch.Tensor) -> torch.Tensor:
+    """uint8 NHWC -> float NCHW in [-1, 1]."""
+    return images.permute(0, 3, 1, 2).float() / 127.5 - 1
+
+
+@register("classify", check=check_config)
+def build(
+    cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
+) -> ClassifyTask:
+    """The classifier `model.name` for the data set's classes, prepared by `rep`, with SGD or AdamW."""
+    if data.n_classes < 2:
+        raise BigbatchError(
+            f"data set {data.source} has {data.n_classes} class(es): a classifier needs labelled images of at least 2 "
+            "classes (prepare a folder with one sub-folder per class)"
+        )
+    t, m = cfg.train, cfg.model
+    net = models.create_classifier(m.name, data.n_classes, ch=m.ch, img_channels=data.channels, **m.options)
+    model = rep.prepare(net.train())
+    groups = param_groups(net, t.weight_decay, t.norm_decay)
+    if t.optimizer == "sgd":
+        opt = torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum, nesterov=t.nesterov and t.momentum > 0)
+    else:
+        opt = torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, eps=t.adam_eps)
+    rep.wrap_optimizer(opt, "model")
+    return ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)
+
+
+class ClassifyTask:
+    """One optimizer step per iteration on the feed's next batch: cross-entropy (label smoothing) of
+    the augmented images, the learning rate of the step set from images seen."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        rep: Replicator,
+        data: Any,
+        model: nn.Module,
+        opt: torch.optim.Optimizer,
+        run: Path | None,
+        resumed_at: int | None,
+        quiet: bool,
+    ):
+        self.cfg, self.rep, self.data, self.model, self.opt = cfg, rep, data, model, opt
+        self.schedule = schedule_of(cfg)
+        self.lr = lr_schedule(cfg)
+        self.steps = 0
+        self.nimg = resumed_at or 0  # images seen before the next step: its phase decides the resolution
+        self.val_data = validation_data(cfg, data)
+        self.scorer: ClassifyScorer | None = None
+        if cfg.eval.every_kimg and run is not None and self.val_data is not None:
+            self.scorer = ClassifyScorer(self, run, resumed_at, quiet or not rep.is_main)
+
+    @property
+    def resolution(self) -> int:
+        """The resolution of the phase in force (validation follows it)."""
+        return self.schedule.phase_at(self.nimg).resolution or self.cfg.data.resolution
+
+    def plain(self) -> nn.Module:
+        return self.rep.unwrap(self.model)
+
+    def step(self, feed: Feed) -> dict[str, float]:
+        """One SGD/AdamW step on the feed's next batch; BN running statistics averaged over ranks."""
+        lr = self.lr(feed.nimg)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        real = feed.next()
+        out = self.rep.step(self.loss, self.batch(real.nimg, real.images, real.labels), self.opt)
+        self.steps += 1
+        self.nimg = feed.nimg
+        self.rep.average_running_stats(self.model)
+        stats = {"lr": lr, "grad_norm": self.rep.grad_norm(self.opt)}
+        return stats if self.rep.skipped(self.opt) else {**out, **stats}
+
+    def batch(self, nimg: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
+        """This rank's share of the step at `nimg`: images, labels and their crop boxes (None without
+        crop augmentation), the boxes drawn for the whole step and sliced by rank."""
+        boxes = None
+        if self.cfg.train.crop_scale < 1:
+            boxes = crop_boxes(self.rep.batch, self.cfg.train.crop_scale, generator(self.cfg.train.seed, CROP, nimg))
+            share = self.rep.share
+            boxes = boxes[self.rep.rank * share : (self.rep.rank + 1) * share]
+        return images, labels, boxes
+
+    def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
+        images, labels, boxes = micro
+        x = to_input(images)
+        if boxes is not None:
+            grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
+            x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        logits = self.model(x).float()
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.train.label_smoothing)
+        return {"loss": loss, "train_top1": 100 * (logits.detach().argmax(1) == labels).float().mean()}
+
+    def probe(self, m: int) -> None:
+        """One forward/backward of m images at the largest resolution of the schedule."""
+        size = max(p.resolution or self.cfg.data.resolution for p in self.schedule.phases)
+        images, labels = self.data.get(torch.arange(min(m, len(self.data))).repeat(m)[:m])
+        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None))
+        self.opt.zero_grad(set_to_none=True)
+
+    # ---- checkpoints and previews --------------------------------------------------------------
+    def nets(self) -> dict[str, nn.Module]:
+        return {"model": self.plain()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.opt.load_state_dict(state["opt"])
+        self.steps = int(state["steps"])
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "n_classes": self.data.n_classes,
+            "img_channels": self.data.channels,
+            "class_names": self.data.class_names,
+            "feature_dim": self.plain().feature_dim,
+        }
+
+    def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]:
+        """A sheet of held-out images (training images without a split), each under its predicted class,
+        green when right, red when wrong."""
+        source = self.val_data if self.val_data is not None else self.data
+        n = min(self.cfg.sample.n, len(source))
+        if n == 0:
+            return {}
+        index = torch.linspace(0, len(source) - 1, n).round().long()
+        model, size = self.plain(), self.resolution
+        rows = []
+        for i in index.tolist():  # one at a time: buckets may differ in shape
+            images, labels = source.get(torch.tensor([i]))
+            rows.append((resize_batch(images, size)[0], int(labels[0])))
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            device = next(model.parameters()).device
+            preds = [int(model(to_input(img[None]).to(device)).argmax(1)) for img, _ in rows]
+        model.train(was_training)
+        return {"predictions": prediction_sheet(rows, preds, self.data.class_names)}
+
+
+def prediction_sheet(rows: list[tuple[torch.Tensor, int]], preds: list[int], class_names: list[str]) -> Image.Image:
+    """Images (uint8 HWC) in rows of 8, each at least 64 px high, captioned with the predicted class."""
+    cell = max(64, max(max(img.shape[:2]) for img, _ in rows))
+    sheet = Image.new("RGB", (8 * cell, math.ceil(len(rows) / 8) * (cell + 14)), "white")
+    draw = ImageDraw.Draw(sheet)
+    for k, ((img, label), pred) in enumerate(zip(rows, preds)):
+        pic = Image.fromarray(img.numpy()).convert("RGB")
+        scale = cell / max(pic.size)
+        pic = pic.resize((max(1, round(pic.width * scale)), max(1, round(pic.height * scale))), Image.NEAREST)
+        x, y = (k % 8) * cell, (k // 8) * (cell + 14)
+        sheet.paste(pic, (x, y))
+        name = class_names[pred] if pred < len(class_names) else str(pred)
+        draw.text((x + 2, y + cell), name[: cell // 6], fill=(0, 128, 0) if pred == label else (200, 0, 0))
+    return sheet
+
+
+class ClassifyScorer:
+    """eval.every_kimg: the held-out split scored (val_top1, val_top5, val_loss) at the phase's
+    resolution; the best val_top1 (or eval.best) keeps RUN/checkpoints/best/."""
+
+    def __init__(self, task: ClassifyTask, run: Path, resumed_at: int | None, quiet: bool):
+        cfg, rep = task.cfg, task.rep
+        self.task = task
+        self.validation = Validation(
+            task.val_data,
+            lambda: task.resolution,
+            cfg.eval.batch_size,
+            cfg.data.val_crop,
+            cfg.data.val_rect,
+            rep.precision,
+            rep.device,
+            rep.rank,
+            rep.world_size,
+        )
+        metric = cfg.eval.best or "val_top1"
+        settings = {
+            "metric": metric,
+            "data": task.val_data.content_hash,
+            "crop": cfg.data.val_crop,
+            "rect": cfg.data.val_rect,
+        }
+        self.tracker = Best(metric, metric != "val_loss", settings, run, resumed_at, quiet)
+
+    def __call__(self) -> dict[str, float]:
+        return self.validation(self.task.plain())
+
+    def improved(self, scores: dict[str, float]) -> bool:
+        return self.tracker.improved(scores)
+
+    def best_record(self) -> dict[str, Any]:
+        return self.tracker.record()

@@ -1,0 +1,116 @@
+"""A classifier's held-out split, scored: top-1, top-5 and mean loss, with square center-crop or
+rectangular validation (fast.ai's DAWNBench ImageNet entry: images keep their aspect ratio).
+
+Batches are cut from the split in file order, within one shape (aspect-ratio bucket) each, so a batch
+is one tensor; the ranks take every world_size-th batch and their sums are added up, so the scores do
+not depend on the number of ranks (the loss up to the order of float sums).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bigbatch.engine import dist
+from bigbatch.engine import precision as prec
+
+METRICS = ("val_top1", "val_top5", "val_loss")
+
+
+def val_batches(counts: list[int], batch_size: int) -> list[torch.Tensor]:
+    """Index batches of at most `batch_size`, bucket by bucket (`counts` images each, in file order:
+    portrait to landscape for `prepare --buckets` data), never spanning two buckets."""
+    out, start = [], 0
+    for n in counts:
+        out += list(torch.arange(start, start + n).split(batch_size)) if n else []
+        start += n
+    return out
+
+
+def crop_size(height: int, width: int, size: int, rect: bool) -> tuple[int, int]:
+    """The (h, w) a validation image of `height` x `width` is cropped to at `size`: size x size, or
+    with `rect` its aspect ratio kept, the short side `size` and the long side floored to a multiple of
+    8 (fast.ai's CropArTfm), never below `size`."""
+    if not rect or height == width:
+        return size, size
+    long = max(size, int(size * max(height, width) / min(height, width)) // 8 * 8)
+    return (long, size) if height > width else (size, long)
+
+
+def val_transform(images: torch.Tensor, size: int, crop: float, rect: bool) -> torch.Tensor:
+    """uint8 NHWC images of one shape -> float NCHW in [-1, 1]: resized (bilinear, antialiased) so that
+    the short side is round(crop x size), then center-cropped to `crop_size`."""
+    x = images.permute(0, 3, 1, 2).float()
+    h, w = x.shape[-2:]
+    short = round(crop * size)
+    scale = short / min(h, w)
+    rh, rw = max(short, round(h * scale)), max(short, round(w * scale))
+    if (rh, rw) != (h, w):
+        x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False, antialias=True)
+    ch, cw = crop_size(h, w, size, rect)
+    ch, cw = min(ch, rh), min(cw, rw)
+    top, left = (rh - ch) // 2, (rw - cw) // 2
+    return x[:, :, top : top + ch, left : left + cw] / 127.5 - 1
+
+
+class Validation:
+    """Scores a classifier on `data` (the held-out split) at the resolution `size()` gives (the phase in
+    force): top-1 and top-5 accuracy in percent, and the mean cross-entropy (without smoothing)."""
+
+    def __init__(
+        self,
+        data: Any,
+        size: Callable[[], int],
+        batch_size: int,
+        crop: float,
+        rect: bool,
+        precision: str,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        self.data, self.size, self.crop, self.rect = data, size, crop, rect
+        self.precision, self.device = precision, device
+        counts = list(getattr(data, "bucket_counts", [len(data)]))
+        self.batches = val_batches(counts, batch_size)[rank::world_size]
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        began, was_training = time.perf_counter(), model.training
+        model.eval()
+        # correct top-1, correct top-5, summed loss, images
+        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
+        size = self.size()
+        for index in self.batches:
+            images, labels = self.data.get(index)
+            x = val_transform(images, size, self.crop, self.rect).to(self.device)
+            y = labels.to(self.device)
+            with prec.autocast(self.precision, self.device):
+                logits = model(x)
+            logits = logits.float()
+            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+            hits = top == y[:, None]
+            totals += torch.stack(
+                [
+                    hits[:, 0].sum().double(),
+                    hits.any(1).sum().double(),
+                    F.cross_entropy(logits, y, reduction="sum").double(),
+                    torch.tensor(float(len(y)), dtype=torch.float64, device=self.device),
+                ]
+            )
+        model.train(was_training)
+        top1, top5, loss, n = dist.sum(totals).tolist()
+        if not n:
+            return dict.fromkeys(METRICS, math.nan)
+        return {
+            "val_top1": 100 * top1 / n,
+            "val_top5": 100 * top5 / n,
+            "val_loss": loss / n,
+            "eval_seconds": round(time.perf_counter() - began, 3),
+        }

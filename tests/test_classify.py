@@ -1,0 +1,269 @@
+"""The classify task: the fast-ImageNet recipe's parts (phases of size, batch and lr; warm-up and decay
+scaled to the batch; no decay on norms and biases; rectangular validation), held-out splits, and runs
+on the same loop as the GAN: accuracy reached, resume inside a phase, 2 processes equal to 1."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import bigbatch
+from bigbatch.config import CheckpointConfig, Config, DataConfig, EvalConfig, ModelConfig, SampleConfig, TrainConfig
+from bigbatch.data.load import training_data, validation_data
+from bigbatch.errors import BigbatchError
+from bigbatch.tasks.classify.lr import lr_schedule
+from bigbatch.tasks.classify.task import ClassifyTask, param_groups
+from bigbatch.tasks.classify.validation import Validation, crop_size, val_batches, val_transform
+
+
+def tiny(**overrides) -> Config:
+    """ResNet-8 (width 8) on digits at 16 px, 20% held out: a few seconds per epoch on a CPU."""
+    cfg = Config(
+        name="cls",
+        task="classify",
+        data=DataConfig(path="builtin:digits", resolution=16, val_fraction=0.2),
+        model=ModelConfig(name="resnet_cifar", ch=8, options={"depth": 8}),
+        train=TrainConfig(kimg=0.512, batch=64, micro_batch=32, lr=0.2, lr_batch=64, log_every_kimg=0.128),
+        checkpoint=CheckpointConfig(every_kimg=0.256),
+        sample=SampleConfig(every_kimg=0.512, n=16),
+        eval=EvalConfig(every_kimg=0.256, batch_size=100),
+    )
+    return cfg.override(overrides)
+
+
+# ---- the learning rate ------------------------------------------------------------------------
+def test_warmup_then_decay_at_chosen_steps():
+    cfg = tiny(**{"train.kimg": 10, "train.warmup_kimg": 1, "train.lr_decay": "cosine", "train.lr": 0.4})
+    lr = lr_schedule(cfg)  # batch 64 at lr_batch 64: no scaling
+    assert lr(0) == pytest.approx(0.4 / 1000)  # the first step already moves
+    assert lr(499) == pytest.approx(0.2)
+    assert lr(1000) == pytest.approx(0.4)
+    assert lr(5500) == pytest.approx(0.2)  # half-way through the decay: cos(pi / 2)
+    assert lr(10_000) == pytest.approx(0.0, abs=1e-12)
+    linear = lr_schedule(cfg.override({"train.lr_decay": "linear"}))
+    assert linear(3250) == pytest.approx(0.3)
+    step = lr_schedule(cfg.override({"train.lr_decay": "step", "train.lr_steps": [4, 8], "train.warmup_kimg": 0}))
+    assert [step(n) for n in (0, 3999, 4000, 8000)] == pytest.approx([0.4, 0.4, 0.04, 0.004])
+
+
+def test_lr_scales_with_the_batch_of_the_phase():
+    cfg = tiny(**{"data.schedule": "0:16:64,1:16:128", "train.lr_batch": 256, "train.lr": 1.0})
+    lr = lr_schedule(cfg)
+    assert lr(0) == pytest.approx(0.25) and lr(1024) == pytest.approx(0.5)
+
+
+def test_fast_imagenet_preset_has_the_published_rates():
+    cfg = bigbatch.preset("imagenet_resnet50_fast")
+    lr, epoch = lr_schedule(cfg), 1_281_167
+    assert lr(0) == pytest.approx(1.0)
+    assert lr(round(6.999 * epoch)) == pytest.approx(2.0, rel=1e-3)  # the end of the warm-up
+    begins = bigbatch.data.schedule.schedule_of(cfg).begins()
+    assert lr(begins[2]) == pytest.approx(0.4375) and lr(begins[4]) == pytest.approx(0.0025)
+    assert [p.resolution for p in bigbatch.data.schedule.schedule_of(cfg).phases] == [128, 128, 224, 224, 288]
+
+
+def test_phase_lr_parses_from_the_command_line_and_must_be_all_or_none():
+    cfg = tiny(**{"data.schedule": "0:12:64:0.1:0.2,0.256:16:128:0.05"})
+    phases = bigbatch.data.schedule.schedule_of(cfg).phases
+    assert phases[0].lr == (0.1, 0.2) and phases[1].lr == (0.05, 0.05)
+    with pytest.raises(BigbatchError, match="every phase"):
+        tiny(**{"data.schedule": "0:12:64:0.1,0.256:16:128"})
+    with pytest.raises(BigbatchError, match="warmup_kimg"):
+        tiny(**{"data.schedule": "0:12:64:0.1", "train.warmup_kimg": 1})
+
+
+# ---- parameter groups, config checks ----------------------------------------------------------
+def test_no_weight_decay_on_norms_and_biases():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(4, 2))
+    decay, exempt = param_groups(model, 1e-4, norm_decay=False)
+    assert decay["weight_decay"] == 1e-4 and exempt["weight_decay"] == 0
+    assert {id(p) for p in decay["params"]} == {id(model[0].weight), id(model[2].weight)}
+    assert {id(p) for p in exempt["params"]} == {
+        id(model[0].bias),
+        id(model[1].weight),
+        id(model[1].bias),
+        id(model[2].bias),
+    }
+    (everything,) = param_groups(model, 1e-4, norm_decay=True)
+    assert len(everything["params"]) == 6
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"train.g_lr": 1e-3}, ["'train.g_lr'", "GAN key"]),
+        ({"model.name": "dcgan"}, ["'model.name'", "resnet_cifar"]),
+        ({"data.val_fraction": 0}, ["eval.every_kimg", "data.val_path"]),
+        ({"eval.best": "fid"}, ["'eval.best'", "val_top1"]),
+        ({"data.val_fraction": 1.5}, ["'data.val_fraction'"]),
+    ],
+)
+def test_classify_config_mistakes_name_the_key(overrides, words):
+    with pytest.raises(BigbatchError) as e:
+        tiny(**overrides)
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_a_gan_refuses_classifier_keys():
+    with pytest.raises(BigbatchError, match="'train.lr' is not read by the GAN"):
+        bigbatch.preset("digits").override({"train.lr": 0.5})
+    with pytest.raises(BigbatchError, match="power of two"):
+        bigbatch.preset("digits").override({"data.resolution": 28})
+
+
+# ---- held-out splits ----------------------------------------------------------------------------
+def test_val_fraction_holds_out_the_same_images_whatever_the_seed():
+    a, b = tiny(), tiny(**{"train.seed": 5})
+    train_a, val_a = training_data(a), validation_data(a)
+    train_b, val_b = training_data(b), validation_data(b)
+    assert torch.equal(val_a.indices, val_b.indices) and torch.equal(train_a.indices, train_b.indices)
+    assert len(val_a) == math.ceil(1797 * 0.2) and len(train_a) + len(val_a) == 1797
+    assert not set(val_a.indices.tolist()) & set(train_a.indices.tolist())
+    images, labels = val_a.get(torch.tensor([0, 1]))
+    parent = train_a.data.get(val_a.indices[:2])
+    assert torch.equal(images, parent[0]) and torch.equal(labels, parent[1])
+
+
+# ---- rectangular validation ---------------------------------------------------------------------
+def test_rectangular_crops_keep_the_aspect_ratio_with_the_long_side_a_multiple_of_8():
+    assert crop_size(300, 400, 224, rect=True) == (224, 296)  # 224 * 4/3 = 298.7 -> 296
+    assert crop_size(400, 300, 224, rect=True) == (296, 224)
+    assert crop_size(300, 400, 224, rect=False) == (224, 224)
+    x = torch.randint(0, 256, (3, 60, 80, 3), dtype=torch.uint8)
+    out = val_transform(x, 32, crop=1.14, rect=True)
+    assert out.shape == (3, 3, 32, 40) and out.min() >= -1 and out.max() <= 1
+    square = val_transform(x, 32, crop=1.14, rect=False)
+    assert square.shape == (3, 3, 32, 32)
+    # The center: a crop of an image whose left half is black and right half white stays balanced.
+    half = torch.zeros(1, 64, 64, 3, dtype=torch.uint8)
+    half[:, :, 32:] = 255
+    assert val_transform(half, 32, crop=1.5, rect=False).mean().abs() < 0.05
+
+
+def test_validation_batches_stay_within_a_bucket_in_file_order():
+    batches = val_batches([5, 0, 3], 2)
+    assert [b.tolist() for b in batches] == [[0, 1], [2, 3], [4], [5, 6], [7]]
+
+
+def test_rectangular_validation_of_bucketed_data(tmp_path):
+    from PIL import Image
+
+    from bigbatch.data import load_data, prepare
+
+    for cls, size in (("wide", (48, 32)), ("tall", (32, 48)), ("square", (40, 40))):
+        (tmp_path / "src" / cls).mkdir(parents=True)
+        for i in range(5):
+            Image.new("RGB", size, (40 * i, 100, 200)).save(tmp_path / "src" / cls / f"{i}.png")
+    prepare(str(tmp_path / "src"), str(tmp_path / "val.h5"), resolution=16, buckets=True, workers=0)
+    data = load_data(str(tmp_path / "val.h5"), 16)
+    shapes = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            shapes.append(tuple(x.shape[-2:]))
+            return torch.zeros(len(x), 3)
+
+    # Stored at about 16x16 pixels each (14x20, 16x16, 20x14), validated at 32: the short side 32, the
+    # long side 32 x 20/14 = 45.7 floored to a multiple of 8.
+    scores = Validation(data, lambda: 32, 4, 1.14, True, "fp32", torch.device("cpu"))(Probe())
+    assert scores["val_top1"] == pytest.approx(100 / 3)  # all predicted class 0: one class in three
+    # Portrait first, then square, then landscape (file order), each batch of one shape.
+    assert shapes == [(40, 32), (40, 32), (32, 32), (32, 32), (32, 40), (32, 40)]
+
+
+# ---- whole runs -------------------------------------------------------------------------------
+def rows(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_tiny_run_on_digits_learns_the_classes(tmp_path):
+    cfg = tiny(**{"train.kimg": 8, "eval.every_kimg": 4, "checkpoint.every_kimg": 8, "train.log_every_kimg": 2})
+    cfg = cfg.override({"train.warmup_kimg": 1, "train.lr_decay": "cosine", "model.options.zero_init_residual": True})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    scores = [r for r in rows(run) if "val_top1" in r]
+    assert [r["kimg"] for r in scores] == [4.032, 8.0]
+    assert scores[-1]["val_top1"] > 90 and scores[-1]["val_top5"] > 99 and scores[-1]["val_loss"] < 0.4
+    train_rows = [r for r in rows(run) if "loss" in r]
+    assert all({"lr", "train_top1", "grad_norm", "seconds"} <= set(r) for r in train_rows)
+    best = json.loads((run / "checkpoints" / "best" / "meta.json").read_text())
+    assert best["best"]["metric"] == "val_top1"
+    assert list((run / "samples").glob("predictions-*.png"))
+
+
+PHASES = {"data.schedule": "0:12:32,0.256:16:64", "train.kimg": 0.768, "checkpoint.every_kimg": 0.384}
+
+
+def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical(tmp_path, monkeypatch):
+    cfg = tiny(**PHASES)
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    seen = []
+    step = ClassifyTask.step
+
+    def step_then_signal(self, feed):
+        out = step(self, feed)
+        seen.append(self.resolution)
+        if feed.nimg == 512:  # inside phase 1 (from 256 images), between checkpoints
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(ClassifyTask, "step", step_then_signal)
+    part = bigbatch.train(cfg, run_dir=tmp_path / "part", quiet=True)
+    assert (part / "checkpoints" / "000000.512").is_dir()
+    assert seen[:8] == [12] * 7 + [16]  # 8 steps of 32, then steps of 64 at 16 px
+    monkeypatch.setattr(ClassifyTask, "step", step)
+    bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
+    for name in ("000000.768",):
+        a = (whole / "checkpoints" / name / "model.safetensors").read_bytes()
+        b = (part / "checkpoints" / name / "model.safetensors").read_bytes()
+        assert a == b
+    plan = [r["batch"] for r in rows(whole) if "batch" in r]
+    assert plan[0] == 32 and plan[-1] == 64
+
+
+def cli_train(run_dir, procs, *args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "BIGBATCH_CACHE": str(run_dir) + "-cache"}
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "bigbatch.cli", "train"]
+    if procs > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
+        cmd += ["-m", "bigbatch.cli", "train"]
+    out = subprocess.run(
+        cmd + list(args) + ["--run-dir", str(run_dir)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return load_file(run_dir / "checkpoints" / "000000.256" / "model.safetensors")
+
+
+def test_two_processes_train_the_weights_of_one(tmp_path):
+    # batch 32 = micro 8 x accumulation 2 x 2 processes, or micro 8 x accumulation 4 x 1 process; the
+    # crops and flips follow the images' global positions, the phase switch the images seen.
+    args = ["--preset", "fashion_resnet", "data.path=builtin:digits", "data.val_path=", "data.resolution=16",
+            "data.val_fraction=0.2", "data.xflip=true", "train.lr_decay=none",
+            "model.name=resnet_cifar", "model.ch=8", "model.options={depth=8}", "train.lr=0.1",
+            "train.crop_scale=0.5", "train.kimg=0.256", "train.batch=32", "train.micro_batch=8",
+            "eval.every_kimg=0.256", "eval.batch_size=100", "checkpoint.every_kimg=0.256",
+            "data.schedule=0:12:32,0.128:16:32"]  # fmt: skip
+    one, two = cli_train(tmp_path / "one", 1, *args), cli_train(tmp_path / "two", 2, *args)
+    for k in one:
+        if k.rsplit(".", 1)[-1] not in ("running_mean", "running_var", "num_batches_tracked"):
+            assert torch.allclose(one[k], two[k], rtol=1e-4, atol=1e-6), k
+    val = [next(r for r in rows(tmp_path / d) if "val_top1" in r) for d in ("one", "two")]
+    # BatchNorm running statistics (what validation normalises with) are the one thing that depends on
+    # how micro-batches were spread over ranks (an average of per-rank running averages): close, not equal.
+    assert val[1]["val_top1"] == pytest.approx(val[0]["val_top1"], abs=3)
+    assert val[1]["val_loss"] == pytest.approx(val[0]["val_loss"], rel=0.05)
+
+
+def test_loaded_weights_are_a_plain_classifier(tmp_path):
+    run = bigbatch.train(tiny(**{"eval.every_kimg": 0, "data.val_fraction": 0}), run_dir=tmp_path / "r", quiet=True)
+    state = load_file(run / "checkpoints" / "000000.512" / "model.safetensors")
+    net = bigbatch.models.create_classifier("resnet_cifar", 10, ch=8, depth=8)
+    net.load_state_dict(state)
+    assert net(torch.zeros(2, 3, 16, 16)).shape == (2, 10)
