@@ -4,9 +4,9 @@ from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.engine.replicator import InputContext, Replicator
 from bigbatch.errors import BigbatchError
+from bigbatch.metrics.classifier import load_classifier
 from bigbatch.presets import list_presets, preset
 from bigbatch.sampling import sample, standing_stats
-from bigbatch.tasks.classify.load import load_classifier
 from bigbatch.tasks.gan.load import load_generator
 from bigbatch.train import train
 

@@ -431,7 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("stats", help="reference feature statistics of a data set for FID/KID (cached)")
     st.add_argument("data", metavar="DATA", help="DATA.h5, s3://…/DATA.h5 or builtin:NAME")
-    st.add_argument("--extractor", default="auto", help="auto, inception, inception-torchscript or classifier")
+    st.add_argument(
+        "--extractor",
+        default="auto",
+        help="auto, inception, inception-torchscript, classifier or classifier:RUN (a classify run)",
+    )
     st.add_argument("--n", type=int, help="images to use (default: all)")
     st.add_argument("--resolution", type=int, help="builtin data sets: the side to make them at (default 32)")
     st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID needs")
@@ -460,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument(
         "--extractor",
-        help="auto, inception, inception-torchscript or classifier (default: the run's eval.extractor, else auto)",
+        help="auto, inception, inception-torchscript, classifier or classifier:RUN (a classify run's classifier; "
+        "default: the run's eval.extractor, else auto)",
     )
     ev.add_argument(
         "--weights", help="Inception weights file (default: found in $BIGBATCH_CACHE/weights; a run: eval.weights)"

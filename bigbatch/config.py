@@ -358,6 +358,10 @@ class TrainConfig(Section):
     as fast.ai's ImageNet in 18 minutes: 93.2 -> 93.48% top-5)."""
     label_smoothing: float = 0.0
     """classify: label smoothing of the cross-entropy (Szegedy et al. 2016: 0.1)."""
+    labels: Literal["data", "rotation"] = "data"
+    """classify: learn the data set's class labels, or which of four rotations (0, 90, 180, 270 degrees,
+    one per image by its global position) each image was given: a label-free task for unlabelled data
+    (Gidaris et al. 2018), what the metrics' offline classifier learns on such data."""
     crop_scale: float = 1.0
     """classify: random-resized-crop augmentation, the least fraction of an image's area a crop keeps
     (ImageNet: 0.08; 1.0 = off); the crop is resized back to the phase's resolution."""
@@ -466,9 +470,11 @@ class EvalConfig(Section):
     """Generated images per evaluation (the papers' FID uses 50,000; fewer gives a biased, higher FID)."""
     reference_n: int = 0
     """Data-set images for the reference statistics (0 = all); computed once and cached by hash."""
-    extractor: Literal["auto", "inception", "inception-torchscript", "classifier"] = "auto"
-    """Feature network: the TF Inception (as a state dict or StyleGAN's TorchScript file), a classifier
-    trained on the data set ("fcd"), or "auto" (Inception when its weights are present)."""
+    extractor: str = "auto"
+    """Feature network: "inception" (the TF Inception as a state dict) or "inception-torchscript"
+    (StyleGAN's TorchScript file), "classifier" (a small classifier trained on the data set: fcd, cs,
+    kcd), "classifier:RUN" (the classifier of a classify run, e.g. classifier:runs/fashion_resnet_fast-00000),
+    or "auto" (Inception when its weights are present, else "classifier")."""
     weights: str = ""
     """Inception weights file to use instead of looking in BIGBATCH_CACHE/weights ("" = look there)."""
     batch_size: int = 64
@@ -489,6 +495,9 @@ class EvalConfig(Section):
     def _validate(self) -> None:
         if not (math.isfinite(self.every_kimg) and self.every_kimg >= 0):
             self._fail("every_kimg", f"must be a finite number >= 0 (0 = off), got {self.every_kimg}")
+        names = ("auto", "inception", "inception-torchscript", "classifier")
+        if self.extractor not in names and not re.fullmatch(r"classifier:.+", self.extractor):
+            self._fail("extractor", f"must be one of {', '.join(names)} or classifier:RUN, got {self.extractor!r}")
         if self.n < 2:
             self._fail("n", f"must be at least 2 images, got {self.n}")
         if self.reference_n < 0 or self.reference_n == 1:

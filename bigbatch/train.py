@@ -99,5 +99,5 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
             print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
     if main and not stopped:
-        print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). Sample with: bigbatch sample {run.path}", flush=True)
+        print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {task.usage.format(run=run.path)}", flush=True)
     return run.path

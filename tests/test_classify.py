@@ -215,7 +215,7 @@ def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical
     monkeypatch.setattr(ClassifyTask, "step", step_then_signal)
     part = bigbatch.train(cfg, run_dir=tmp_path / "part", quiet=True)
     assert (part / "checkpoints" / "000000.512").is_dir()
-    assert seen[:8] == [12] * 7 + [16]  # 8 steps of 32, then steps of 64 at 16 px
+    assert seen[:9] == [12] * 8 + [16]  # 8 steps of 32 at 12 px, then steps of 64 at 16 px
     monkeypatch.setattr(ClassifyTask, "step", step)
     bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
     for name in ("000000.768",):
@@ -267,3 +267,29 @@ def test_loaded_weights_are_a_plain_classifier(tmp_path):
     net = bigbatch.models.create_classifier("resnet_cifar", 10, ch=8, depth=8)
     net.load_state_dict(state)
     assert net(torch.zeros(2, 3, 16, 16)).shape == (2, 10)
+
+
+def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path):
+    from bigbatch.metrics import extract, get_extractor
+
+    run = bigbatch.train(tiny(**{"train.kimg": 2, "checkpoint.every_kimg": 2}), run_dir=tmp_path / "r", quiet=True)
+    ext = get_extractor(f"classifier:{run}", device="cpu")
+    assert ext.family == "classifier" and ext.resolution == 16 and ext.dims == ext.net.feature_dim
+    val = validation_data(tiny())
+    images, labels = val.get(torch.arange(len(val)))
+    out = extract(ext, images, 128)
+    assert out["pool"].shape == (len(val), ext.dims)
+    # Its predictions are the run's: the accuracy its last evaluation logged (of checkpoints/best/).
+    best = json.loads((run / "checkpoints" / "best" / "meta.json").read_text())["eval"]["val_top1"]
+    assert 100 * (out["logits"].argmax(1) == labels).float().mean() == pytest.approx(best, abs=1e-3)
+    # The same classifier through a GAN config key and the CLI's --extractor.
+    cfg = bigbatch.preset("digits").override({"eval.extractor": f"classifier:{run}"})
+    assert cfg.eval.extractor.startswith("classifier:")
+    with pytest.raises(BigbatchError, match="classifier:RUN"):
+        bigbatch.preset("digits").override({"eval.extractor": "resnet"})
+    gan = bigbatch.preset("digits").override(
+        {"train.kimg": 0.064, "train.batch": 32, "train.micro_batch": 32, "data.resolution": 16, "model.ch": 8}
+    )
+    gan_run = bigbatch.train(gan, run_dir=tmp_path / "gan", quiet=True)
+    with pytest.raises(BigbatchError, match="not a classifier"):
+        get_extractor(f"classifier:{gan_run}")

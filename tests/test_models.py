@@ -16,7 +16,8 @@ SMALL = {
 
 
 # Every image-classifier family, tested at tiny width (resnet50's bottlenecks are 4·ch wide at the output).
-CLASSIFIERS = {"resnet18": {}, "resnet50": {}, "resnet_cifar": {"depth": 8}}
+RESNETS = {"resnet18": {}, "resnet50": {}, "resnet_cifar": {"depth": 8}}
+CLASSIFIERS = {"convnet": {}, **RESNETS}
 
 
 def test_every_family_is_tested():
@@ -274,7 +275,7 @@ def block_inputs_and_outputs(net, x):
     return seen
 
 
-@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+@pytest.mark.parametrize("name", sorted(RESNETS))
 def test_zero_init_residual_starts_every_block_as_its_shortcut(name):
     torch.manual_seed(0)
     for zero in (False, True):
@@ -322,14 +323,14 @@ def test_gan_and_classifier_builders_refuse_each_others_families():
     assert "create_classifier" in str(e.value) and "biggan, biggan_deep, dcgan, sagan, sngan" in str(e.value)
     with pytest.raises(bigbatch.BigbatchError) as e:
         bigbatch.models.create_classifier("dcgan", 10)
-    assert "models.create;" in str(e.value) and "resnet18, resnet50, resnet_cifar" in str(e.value)
-    with pytest.raises(bigbatch.BigbatchError, match="unknown model 'nope'; valid: resnet18, resnet50, resnet_cifar"):
+    assert "models.create;" in str(e.value) and "convnet, resnet18, resnet50, resnet_cifar" in str(e.value)
+    with pytest.raises(bigbatch.BigbatchError, match="unknown model 'nope'; valid: convnet, resnet18, resnet50, res"):
         bigbatch.models.create_classifier("nope", 10)
     with pytest.raises(bigbatch.BigbatchError, match="unknown model task 'detect'"):
         bigbatch.models.list_models("detect")
 
 
-@pytest.mark.parametrize("name", sorted(CLASSIFIERS))
+@pytest.mark.parametrize("name", sorted(RESNETS))
 def test_classifier_checkpointing_changes_nothing_but_recomputes(name):
     import copy
 

@@ -22,6 +22,7 @@ class ToyAutoencoder:
     """The smallest task there is: a linear autoencoder on the real images, one Adam step an iteration."""
 
     scorer = None
+    usage = "Reconstructions are in {run}/samples"
 
     def __init__(self, rep, data):
         size = data.resolution * data.resolution * data.channels

@@ -9,7 +9,14 @@ on the same images and weights), or fcd/cs/kcd with a classifier trained on the 
 """
 
 from bigbatch.metrics.cache import cache_dir, data_digest
-from bigbatch.metrics.classifier import Classifier, ClassifierOptions, classifier_extractor, train_classifier
+from bigbatch.metrics.classifier import (
+    ClassifierExtractor,
+    ClassifierOptions,
+    classifier_extractor,
+    load_classifier,
+    run_classifier_extractor,
+    train_classifier,
+)
 from bigbatch.metrics.evaluate import (
     METRICS,
     evaluate,
@@ -32,7 +39,7 @@ from bigbatch.metrics.stats import ReferenceStats, holds_stats, load_stats, read
 __all__ = [
     "METRICS",
     "PIPELINE",
-    "Classifier",
+    "ClassifierExtractor",
     "ClassifierOptions",
     "Extractor",
     "ImageFiles",
@@ -41,6 +48,8 @@ __all__ = [
     "any_size",
     "cache_dir",
     "classifier_extractor",
+    "load_classifier",
+    "run_classifier_extractor",
     "convert_torchscript",
     "data_digest",
     "evaluate",

@@ -22,7 +22,7 @@ import torch
 
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics import inception as inc
-from bigbatch.metrics.classifier import classifier_extractor
+from bigbatch.metrics.classifier import classifier_extractor, run_classifier_extractor
 from bigbatch.metrics.features import Extractor, resolve_device, to_nchw
 
 PIPELINE = "uint8 -> TF1 bilinear (align_corners=False) to 299 -> (x - 128) / 128"
@@ -144,11 +144,13 @@ def get_extractor(
         if file is None:
             raise BigbatchError(inc.missing_weights_message())
         return TorchScriptExtractor(inc.load_torchscript(file), dev, str(file))
+    if name.startswith("classifier:"):
+        return run_classifier_extractor(name.removeprefix("classifier:"), dev)
     if name == "classifier":
         if data is None:
             raise BigbatchError("the 'classifier' extractor is trained on a data set: pass data=")
         return classifier_extractor(data, device=dev, **classifier_options)
-    raise BigbatchError(f"unknown feature extractor {name!r}; valid: {', '.join(NAMES)}")
+    raise BigbatchError(f"unknown feature extractor {name!r}; valid: {', '.join(NAMES)}, classifier:RUN")
 
 
 def _is_torchscript(path: Path) -> bool:

@@ -83,6 +83,14 @@ def register(*, init: str, task: str = "gan") -> Callable[[_B], _B]:
     return add
 
 
+def check_classifier(name: str, n_classes: int, ch: int, img_channels: int) -> None:
+    """What every classify builder checks of its common arguments."""
+    if n_classes < 1 or ch < 1 or img_channels < 1:
+        raise BigbatchError(
+            f"{name} needs n_classes, ch and img_channels >= 1, got {n_classes}, {ch} and {img_channels}"
+        )
+
+
 def list_models(task: str | None = None) -> list[str]:
     """Names of the registered families: all of them, or those of one task ("gan" or "classify")."""
     if task is not None and task not in COMMON:

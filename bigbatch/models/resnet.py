@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from bigbatch.errors import BigbatchError
-from bigbatch.models.registry import register
+from bigbatch.models.registry import check_classifier, register
 
 
 def conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
@@ -158,17 +158,10 @@ class ResNet(nn.Module):
         return self.fc(self.features(x))
 
 
-def _check(name: str, n_classes: int, ch: int, img_channels: int) -> None:
-    if n_classes < 1 or ch < 1 or img_channels < 1:
-        raise BigbatchError(
-            f"{name} needs n_classes, ch and img_channels >= 1, got {n_classes}, {ch} and {img_channels}"
-        )
-
-
 @register(init="kaiming", task="classify")
 def resnet18(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False) -> nn.Module:
     """ResNet-18: BasicBlocks [2, 2, 2, 2]; 11,689,512 parameters with 1000 classes at ch 64."""
-    _check("resnet18", n_classes, ch, img_channels)
+    check_classifier("resnet18", n_classes, ch, img_channels)
     return ResNet(
         BasicBlock,
         [2, 2, 2, 2],
@@ -183,7 +176,7 @@ def resnet18(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_r
 @register(init="kaiming", task="classify")
 def resnet50(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False) -> nn.Module:
     """ResNet-50 (v1.5): Bottlenecks [3, 4, 6, 3]; 25,557,032 parameters with 1000 classes at ch 64."""
-    _check("resnet50", n_classes, ch, img_channels)
+    check_classifier("resnet50", n_classes, ch, img_channels)
     return ResNet(
         Bottleneck,
         [3, 4, 6, 3],
@@ -207,7 +200,7 @@ def resnet_cifar(
     """The CIFAR ResNet of He et al. 2016 §4.2 for 28-32 px images: depth 6n+2 (20, 32, 44, 56, 110),
     three stages of n BasicBlocks at widths ch, 2ch, 4ch; projection shortcuts (option B) where the
     shape changes, where the paper's CIFAR nets pad with zeros (option A)."""
-    _check("resnet_cifar", n_classes, ch, img_channels)
+    check_classifier("resnet_cifar", n_classes, ch, img_channels)
     if depth < 8 or (depth - 2) % 6:
         raise BigbatchError(f"resnet_cifar option depth must be 6n+2 with n >= 1 (20, 32, 44, 56, 110), got {depth}")
     n = (depth - 2) // 6

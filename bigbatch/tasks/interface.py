@@ -19,7 +19,8 @@ that way. Once built, a task
   micro_batch="auto" (Replicator.plan_micro_batch);
 - `previews(at_checkpoint)` draws its pictures ({file prefix: image}, e.g. a GAN's sample grid, and
   at checkpoints its class and interpolation sheets), written by the loop under RUN/samples/;
-- `scorer` scores it during training (FID/IS/KID for a GAN), or is None when eval.every_kimg is 0.
+- `scorer` scores it during training (FID/IS/KID for a GAN), or is None when eval.every_kimg is 0;
+- `usage` says what to do with the finished run ("Sample with: bigbatch sample {run}").
 
 To add a task: write a module under bigbatch/tasks/ with a class that does the above and a builder
 decorated with `@register("name")`, import it in bigbatch/tasks/__init__.py, and give it config keys.
@@ -59,6 +60,7 @@ class Scorer(Protocol):
 class Task(Protocol):
     scorer: Scorer | None
     steps: int
+    usage: str  # what to do with a finished run, said when it ends; "{run}" stands for the run directory
 
     def step(self, feed: Feed) -> dict[str, float]: ...
 

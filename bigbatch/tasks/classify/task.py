@@ -107,18 +107,39 @@ def to_input(images: torch.Tensor) -> torch.Tensor:
     return images.permute(0, 3, 1, 2).float() / 127.5 - 1
 
 
+# train.labels = "rotation": the classes, an image's rotation in degrees (label k: k x 90).
+ROTATIONS = ["0", "90", "180", "270"]
+
+
+def rotate(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """NCHW square images, image i rotated by k[i] x 90 degrees."""
+    out = x.clone()
+    for r in range(1, 4):
+        mask = k == r
+        if mask.any():
+            out[mask] = torch.rot90(x[mask], r, (2, 3))
+    return out
+
+
+def rotation_labels(start: int, count: int) -> torch.Tensor:
+    """The rotation label of the images at global positions start .. start + count - 1."""
+    return torch.arange(start, start + count) % len(ROTATIONS)
+
+
 @register("classify", check=check_config)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
 ) -> ClassifyTask:
     """The classifier `model.name` for the data set's classes, prepared by `rep`, with SGD or AdamW."""
-    if data.n_classes < 2:
+    rotation = cfg.train.labels == "rotation"
+    if data.n_classes < 2 and not rotation:
         raise BigbatchError(
             f"data set {data.source} has {data.n_classes} class(es): a classifier needs labelled images of at least 2 "
-            "classes (prepare a folder with one sub-folder per class)"
+            'classes (prepare a folder with one sub-folder per class), or train.labels = "rotation" for unlabelled data'
         )
     t, m = cfg.train, cfg.model
-    net = models.create_classifier(m.name, data.n_classes, ch=m.ch, img_channels=data.channels, **m.options)
+    n_classes = len(ROTATIONS) if rotation else data.n_classes
+    net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     model = rep.prepare(net.train())
     groups = param_groups(net, t.weight_decay, t.norm_decay)
     if t.optimizer == "sgd":
@@ -132,6 +153,8 @@ def build(
 class ClassifyTask:
     """One optimizer step per iteration on the feed's next batch: cross-entropy (label smoothing) of
     the augmented images, the learning rate of the step set from images seen."""
+
+    usage = "See it with: bigbatch info {run}; score images with it: bigbatch eval A B --extractor classifier:{run}"
 
     def __init__(
         self,
@@ -147,8 +170,10 @@ class ClassifyTask:
         self.cfg, self.rep, self.data, self.model, self.opt = cfg, rep, data, model, opt
         self.schedule = schedule_of(cfg)
         self.lr = lr_schedule(cfg)
+        self.rotation = cfg.train.labels == "rotation"
+        self.class_names = ROTATIONS if self.rotation else data.class_names
         self.steps = 0
-        self.nimg = resumed_at or 0  # images seen before the next step: its phase decides the resolution
+        self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
         self.val_data = validation_data(cfg, data)
         self.scorer: ClassifyScorer | None = None
         if cfg.eval.every_kimg and run is not None and self.val_data is not None:
@@ -156,7 +181,7 @@ class ClassifyTask:
 
     @property
     def resolution(self) -> int:
-        """The resolution of the phase in force (validation follows it)."""
+        """The resolution the last step trained at (validation follows it)."""
         return self.schedule.phase_at(self.nimg).resolution or self.cfg.data.resolution
 
     def plain(self) -> nn.Module:
@@ -167,10 +192,10 @@ class ClassifyTask:
         lr = self.lr(feed.nimg)
         for group in self.opt.param_groups:
             group["lr"] = lr
+        self.nimg = feed.nimg
         real = feed.next()
         out = self.rep.step(self.loss, self.batch(real.nimg, real.images, real.labels), self.opt)
         self.steps += 1
-        self.nimg = feed.nimg
         self.rep.average_running_stats(self.model)
         stats = {"lr": lr, "grad_norm": self.rep.grad_norm(self.opt)}
         return stats if self.rep.skipped(self.opt) else {**out, **stats}
@@ -178,6 +203,8 @@ class ClassifyTask:
     def batch(self, nimg: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
         """This rank's share of the step at `nimg`: images, labels and their crop boxes (None without
         crop augmentation), the boxes drawn for the whole step and sliced by rank."""
+        if self.rotation:  # the label of an image is its rotation, decided by its global position
+            labels = rotation_labels(nimg + self.rep.rank * self.rep.share, self.rep.share)
         boxes = None
         if self.cfg.train.crop_scale < 1:
             boxes = crop_boxes(self.rep.batch, self.cfg.train.crop_scale, generator(self.cfg.train.seed, CROP, nimg))
@@ -191,6 +218,8 @@ class ClassifyTask:
         if boxes is not None:
             grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
             x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        if self.rotation:
+            x = rotate(x, labels)
         logits = self.model(x).float()
         loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.train.label_smoothing)
         return {"loss": loss, "train_top1": 100 * (logits.detach().argmax(1) == labels).float().mean()}
@@ -215,9 +244,9 @@ class ClassifyTask:
 
     def model_info(self) -> dict[str, Any]:
         return {
-            "n_classes": self.data.n_classes,
+            "n_classes": len(self.class_names),
             "img_channels": self.data.channels,
-            "class_names": self.data.class_names,
+            "class_names": self.class_names,
             "feature_dim": self.plain().feature_dim,
         }
 
@@ -233,14 +262,18 @@ class ClassifyTask:
         rows = []
         for i in index.tolist():  # one at a time: buckets may differ in shape
             images, labels = source.get(torch.tensor([i]))
-            rows.append((resize_batch(images, size)[0], int(labels[0])))
+            image, label = resize_batch(images, size)[0], int(labels[0])
+            if self.rotation:
+                label = int(rotation_labels(i, 1))
+                image = torch.rot90(image, label, (0, 1))
+            rows.append((image, label))
         was_training = model.training
         model.eval()
         with torch.no_grad():
             device = next(model.parameters()).device
             preds = [int(model(to_input(img[None]).to(device)).argmax(1)) for img, _ in rows]
         model.train(was_training)
-        return {"predictions": prediction_sheet(rows, preds, self.data.class_names)}
+        return {"predictions": prediction_sheet(rows, preds, self.class_names)}
 
 
 def prediction_sheet(rows: list[tuple[torch.Tensor, int]], preds: list[int], class_names: list[str]) -> Image.Image:
@@ -276,6 +309,7 @@ class ClassifyScorer:
             rep.device,
             rep.rank,
             rep.world_size,
+            rotation=task.rotation,
         )
         metric = cfg.eval.best or "val_top1"
         settings = {

@@ -61,7 +61,8 @@ def val_transform(images: torch.Tensor, size: int, crop: float, rect: bool) -> t
 
 class Validation:
     """Scores a classifier on `data` (the held-out split) at the resolution `size()` gives (the phase in
-    force): top-1 and top-5 accuracy in percent, and the mean cross-entropy (without smoothing)."""
+    force): top-1 and top-5 accuracy in percent, and the mean cross-entropy (without smoothing). With
+    `rotation`, the classes are the four rotations each image is given (train.labels = "rotation")."""
 
     def __init__(
         self,
@@ -74,9 +75,10 @@ class Validation:
         device: torch.device,
         rank: int = 0,
         world_size: int = 1,
+        rotation: bool = False,
     ):
         self.data, self.size, self.crop, self.rect = data, size, crop, rect
-        self.precision, self.device = precision, device
+        self.precision, self.device, self.rotation = precision, device, rotation
         counts = list(getattr(data, "bucket_counts", [len(data)]))
         self.batches = val_batches(counts, batch_size)[rank::world_size]
 
@@ -91,6 +93,9 @@ class Validation:
             images, labels = self.data.get(index)
             x = val_transform(images, size, self.crop, self.rect).to(self.device)
             y = labels.to(self.device)
+            if self.rotation:  # train.labels = "rotation": image i of the split turned by (i mod 4) x 90 degrees
+                y = (index % 4).to(self.device)
+                x = torch.stack([torch.rot90(xi, int(k), (1, 2)) for xi, k in zip(x, y)])
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
             logits = logits.float()

@@ -53,7 +53,7 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
 # The train keys of the classify task, which the GAN task does not read.
 CLASSIFY_KEYS = (
     "optimizer", "lr", "lr_batch", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
-    "weight_decay", "norm_decay", "label_smoothing", "crop_scale",
+    "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels",
 )  # fmt: skip
 
 
@@ -131,6 +131,8 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
 
 class GANTask:
     """G and D trained in turn on the Replicator (see the module docstring); G_ema their average."""
+
+    usage = "Sample with: bigbatch sample {run}"
 
     def __init__(
         self,
