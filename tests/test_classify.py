@@ -102,6 +102,7 @@ def test_no_weight_decay_on_norms_and_biases():
         ({"data.val_fraction": 0}, ["eval.every_kimg", "data.val_path"]),
         ({"eval.best": "fid"}, ["'eval.best'", "val_top1"]),
         ({"data.val_fraction": 1.5}, ["'data.val_fraction'"]),
+        ({"data.val_path": "builtin:digits"}, ["'data.val_fraction'", "set one"]),
     ],
 )
 def test_classify_config_mistakes_name_the_key(overrides, words):

@@ -72,6 +72,8 @@ def check_config(cfg: Config) -> None:
             "config key 'eval.every_kimg' asks for validation, but there is no held-out split: set data.val_path "
             "(e.g. builtin:fashion-mnist-test) or data.val_fraction (e.g. 0.1)"
         )
+    if cfg.data.val_path and cfg.data.val_fraction:
+        cfg.data._fail("val_fraction", "holds out part of data.path, but data.val_path is the held-out split: set one")
     if cfg.eval.best not in ("", *METRICS):
         cfg.eval._fail("best", f"must be one of {', '.join(METRICS)} for a classifier, got {cfg.eval.best!r}")
 
