@@ -294,3 +294,13 @@ def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path):
     gan_run = bigbatch.train(gan, run_dir=tmp_path / "gan", quiet=True)
     with pytest.raises(BigbatchError, match="not a classifier"):
         get_extractor(f"classifier:{gan_run}")
+
+
+def test_rotation_labels_need_no_classes(tmp_path):
+    # Which of four rotations each digit was given: learnable without labels (what fcd uses on unlabelled data).
+    cfg = tiny(**{"train.labels": "rotation", "train.kimg": 4, "eval.every_kimg": 4, "checkpoint.every_kimg": 4})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "rot", quiet=True)
+    (score,) = [r for r in rows(run) if "val_top1" in r]
+    assert score["val_top1"] > 60  # chance: 25
+    meta = json.loads((run / "checkpoints" / "000004.032" / "meta.json").read_text())
+    assert meta["class_names"] == ["0", "90", "180", "270"] and meta["n_classes"] == 4

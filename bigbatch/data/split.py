@@ -29,13 +29,6 @@ class Subset:
     def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.data.get(self.indices[torch.as_tensor(index, dtype=torch.long)])
 
-    def labels(self) -> torch.Tensor:
-        """The labels of every image, in order (without reading the images where the parent allows)."""
-        labels = getattr(self.data, "labels", None)
-        if isinstance(labels, torch.Tensor):
-            return labels[self.indices]
-        return self.get(torch.arange(len(self)))[1]
-
     @property
     def n_classes(self) -> int:
         return self.data.n_classes

@@ -46,7 +46,8 @@ def phase_rate(schedule: Schedule, nimg: int, total: int) -> float:
     """The rate the schedule's phase lr ranges give the step starting at `nimg`: linear from the
     phase's start rate at its first step to its end rate at the next phase's first step (the last
     phase: at `total`)."""
-    begins = schedule.begins() + [max(total, schedule.begins()[-1] + 1)]
+    begins = schedule.begins()
+    begins.append(max(total, begins[-1] + 1))
     i = max(j for j, b in enumerate(begins[:-1]) if b <= nimg)
     start, end = schedule.phases[i].lr or (0.0, 0.0)
     p = (nimg - begins[i]) / max(1, begins[i + 1] - begins[i])

@@ -31,7 +31,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify.lr import lr_schedule
-from bigbatch.tasks.classify.validation import METRICS, Validation
+from bigbatch.tasks.classify.validation import METRICS, ROTATIONS, Validation, rotate, rotation_labels
 from bigbatch.tasks.interface import Feed, register
 
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
@@ -107,25 +107,6 @@ def crop_boxes(n: int, min_scale: float, g: torch.Generator) -> torch.Tensor:
 def to_input(images: torch.Tensor) -> torch.Tensor:
     """uint8 NHWC -> float NCHW in [-1, 1]."""
     return images.permute(0, 3, 1, 2).float() / 127.5 - 1
-
-
-# train.labels = "rotation": the classes, an image's rotation in degrees (label k: k x 90).
-ROTATIONS = ["0", "90", "180", "270"]
-
-
-def rotate(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """NCHW square images, image i rotated by k[i] x 90 degrees."""
-    out = x.clone()
-    for r in range(1, 4):
-        mask = k == r
-        if mask.any():
-            out[mask] = torch.rot90(x[mask], r, (2, 3))
-    return out
-
-
-def rotation_labels(start: int, count: int) -> torch.Tensor:
-    """The rotation label of the images at global positions start .. start + count - 1."""
-    return torch.arange(start, start + count) % len(ROTATIONS)
 
 
 @register("classify", check=check_config)

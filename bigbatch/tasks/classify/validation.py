@@ -23,6 +23,25 @@ from bigbatch.engine import precision as prec
 METRICS = ("val_top1", "val_top5", "val_loss")
 
 
+# train.labels = "rotation": the classes, an image's rotation in degrees (label k: k x 90).
+ROTATIONS = ["0", "90", "180", "270"]
+
+
+def rotate(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """NCHW square images, image i rotated by k[i] x 90 degrees."""
+    out = x.clone()
+    for r in range(1, 4):
+        mask = k == r
+        if mask.any():
+            out[mask] = torch.rot90(x[mask], r, (2, 3))
+    return out
+
+
+def rotation_labels(start: int, count: int) -> torch.Tensor:
+    """The rotation label of the images at global positions start .. start + count - 1."""
+    return torch.arange(start, start + count) % len(ROTATIONS)
+
+
 def val_batches(counts: list[int], batch_size: int) -> list[torch.Tensor]:
     """Index batches of at most `batch_size`, bucket by bucket (`counts` images each, in file order:
     portrait to landscape for `prepare --buckets` data), never spanning two buckets."""
@@ -94,8 +113,8 @@ class Validation:
             x = val_transform(images, size, self.crop, self.rect).to(self.device)
             y = labels.to(self.device)
             if self.rotation:  # train.labels = "rotation": image i of the split turned by (i mod 4) x 90 degrees
-                y = (index % 4).to(self.device)
-                x = torch.stack([torch.rot90(xi, int(k), (1, 2)) for xi, k in zip(x, y)])
+                y = rotation_labels(int(index[0]), len(index)).to(self.device)
+                x = rotate(x, y)
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
             logits = logits.float()
