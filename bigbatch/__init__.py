@@ -1,16 +1,30 @@
-"""bigbatch: large-batch training of image models (GANs, classifiers) on the hardware people have."""
+"""bigbatch: large-batch training of image models (GANs, classifiers) on the hardware people have.
 
-from bigbatch import models
-from bigbatch.config import Config
-from bigbatch.engine.replicator import InputContext, Replicator
-from bigbatch.errors import BigbatchError
-from bigbatch.metrics.classifier import load_classifier
-from bigbatch.presets import list_presets, preset
-from bigbatch.sampling import sample, standing_stats
-from bigbatch.tasks.gan.load import load_generator
-from bigbatch.train import train
+The public names below are imported on first use, so that `import bigbatch.cli` (the `bigbatch`
+command) is quick and installs its signal handlers before torch loads."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it ("models" is the module itself).
+_EXPORTS = {
+    "BigbatchError": "bigbatch.errors",
+    "Config": "bigbatch.config",
+    "InputContext": "bigbatch.engine.replicator",
+    "Replicator": "bigbatch.engine.replicator",
+    "list_presets": "bigbatch.presets",
+    "load_classifier": "bigbatch.metrics.classifier",
+    "load_generator": "bigbatch.tasks.gan.load",
+    "models": "bigbatch.models",
+    "preset": "bigbatch.presets",
+    "sample": "bigbatch.sampling",
+    "standing_stats": "bigbatch.sampling",
+    "train": "bigbatch.loop",
+}
 __all__ = [
     "BigbatchError",
     "Config",
@@ -25,3 +39,27 @@ __all__ = [
     "standing_stats",
     "train",
 ]
+
+if TYPE_CHECKING:
+    from bigbatch import models
+    from bigbatch.config import Config
+    from bigbatch.engine.replicator import InputContext, Replicator
+    from bigbatch.errors import BigbatchError
+    from bigbatch.loop import train
+    from bigbatch.metrics.classifier import load_classifier
+    from bigbatch.presets import list_presets, preset
+    from bigbatch.sampling import sample, standing_stats
+    from bigbatch.tasks.gan.load import load_generator
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bigbatch' has no attribute '{name}'")
+    module = importlib.import_module(_EXPORTS[name])
+    value = module if name == "models" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -3,27 +3,54 @@ the rest of the state.
 
 A checkpoint is written into a hidden temporary folder, its meta.json last, then renamed into place;
 `latest` is rewritten (atomically) after that. A folder without a valid meta.json is never used.
-Nothing is unpickled: weights are safetensors, the state goes through torch.load(weights_only=True).
+meta.json records each file's size and checksum (xxh3_128: about 0.15 s per GB on one core); a file
+that no longer matches is corrupt, and is never loaded. Nothing is unpickled: weights are
+safetensors, the state goes through torch.load(weights_only=True).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import re
+import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import torch
+import xxhash
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, remove_stale, write_file
 
 BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
+CHECKSUM = "xxh3_128"  # of every file, in meta.json: fast (non-cryptographic), to find damage, not tampering
+T = TypeVar("T")
+
+
+class Corrupt(BigbatchError):
+    """A checkpoint file that does not match the checksum meta.json recorded for it."""
+
+
+class Pruned(BigbatchError):
+    """A checkpoint deleted (by its run, which keeps the newest checkpoint.keep) while it was being read."""
+
+
+def file_checksum(path: Path) -> str:
+    """The CHECKSUM of a file's bytes, as hex."""
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def checkpoint_name(nimg: int) -> str:
@@ -46,7 +73,7 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     name = checkpoint_name(nimg)
     final = root / name
-    if is_complete(final):  # nothing trained since it was written (e.g. a signal right after a save)
+    if is_complete(final) and _intact(final):  # nothing trained since it was written (a signal right after a save)
         atomic_write(root / "latest", name + "\n")
         return final
     tmp = _write_folder(root, name, nimg, nets, state, config_text, info)
@@ -102,30 +129,48 @@ def _write_folder(
     info: dict[str, Any] | None,
 ) -> Path:
     """A complete checkpoint in a hidden temporary folder under `root` (meta.json last), to rename into place."""
+    remove_stale(root.glob(".tmp-*"))  # of processes killed while saving
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for key, net in nets.items():
-        tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-        save_file(tensors, str(tmp / f"{key}.safetensors"))
-    torch.save(state, tmp / "state.pt")
-    (tmp / "config.toml").write_text(config_text)
-    files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-    for p in tmp.iterdir():
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
-    atomic_write(
-        tmp / "meta.json", json.dumps({"nimg": nimg, "kimg": nimg / 1000, **(info or {}), "files": files}, indent=1)
-    )
+    try:
+        tmp.mkdir()
+        # Serialized in memory, then written by us: a full disk is an OSError naming the file.
+        for key, net in nets.items():
+            tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+            write_file(tmp / f"{key}.safetensors", save_safetensors(tensors))
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        write_file(tmp / "state.pt", buffer.getvalue())
+        write_file(tmp / "config.toml", config_text.encode())
+        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
+        sums = {name: file_checksum(tmp / name) for name in files}
+        meta = {"nimg": nimg, "kimg": nimg / 1000, **(info or {}), "files": files, "checksums": {CHECKSUM: sums}}
+        atomic_write(tmp / "meta.json", json.dumps(meta, indent=1))
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BigbatchError(
+            f"cannot write checkpoint {root / name}: {e.strerror or e} (its partial folder is removed; the "
+            f"checkpoints before it are intact); free space, then resume with: bigbatch train --run-dir "
+            f"{shlex.quote(str(root.parent))} --resume"
+        ) from None
     return tmp
 
 
 def read_meta(ckpt: Path) -> dict[str, Any] | None:
+    """A checkpoint's meta.json, or None if it is missing or damaged (not JSON, or of the wrong shape:
+    files not {name: size}, nimg not a count)."""
     try:
-        meta = json.loads((Path(ckpt) / "meta.json").read_text())
-        return meta if isinstance(meta, dict) and isinstance(meta.get("files"), dict) else None
+        meta = json.loads((Path(ckpt) / "meta.json").read_bytes())
     except (OSError, ValueError):
         return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("files"), dict):
+        return None
+    sizes_ok = all(isinstance(k, str) and _count(v) for k, v in meta["files"].items())
+    return meta if sizes_ok and _count(meta.get("nimg", 0)) else None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def model_info(ckpt: Path) -> dict[str, Any]:
@@ -170,15 +215,20 @@ def find_checkpoint(path: str | Path) -> Path:
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
     if (path / "meta.json").exists() or (path / "state.pt").exists():
         if not is_complete(path):
-            raise BigbatchError(f"checkpoint {path} is incomplete (interrupted while being written); use another one")
+            raise BigbatchError(
+                f"checkpoint {path} is incomplete or damaged (interrupted while being written, or its meta.json "
+                "edited); use another one"
+            )
         return path
     if not (path / "checkpoints").is_dir() and not (path / "config.toml").exists():
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = complete_checkpoints(path)
     try:
-        name = (path / "checkpoints" / "latest").read_text().strip()
+        name = (path / "checkpoints" / "latest").read_bytes().decode("utf-8", "replace").strip()
     except OSError:
         name = ""
+    if name and not re.fullmatch(r"\d{6,}\.\d{3}", name):  # only a checkpoint folder's name, never a path
+        name = "not a checkpoint name"
     if name and (path / "checkpoints" / name) in complete:
         return path / "checkpoints" / name
     if not complete:
@@ -187,20 +237,113 @@ def find_checkpoint(path: str | Path) -> Path:
     return complete[-1]
 
 
+def verify(ckpt: Path, names: tuple[str, ...] | None = None) -> None:
+    """Check files of a checkpoint (`names`, default all) against the checksums in its meta.json:
+    Corrupt names the first that differs, Pruned says the checkpoint was deleted meanwhile. Checkpoints
+    written before checksums were recorded pass on their sizes."""
+    ckpt = Path(ckpt)
+    meta = read_meta(ckpt)
+    if meta is None:
+        _raise_unreadable(ckpt, "meta.json", "it is missing or not valid JSON")
+    for name in names if names is not None else tuple(meta["files"]):
+        try:
+            found = file_checksum(ckpt / name)
+        except OSError as e:
+            _raise_unreadable(ckpt, name, e.strerror or str(e))
+        _check_sum(ckpt, name, found)
+
+
+def _check_sum(ckpt: Path, name: str, found: str) -> None:
+    """Corrupt unless `found` is the checksum meta.json records for the file `name` (files of checkpoints
+    written before checksums were recorded pass)."""
+    meta = read_meta(ckpt)
+    if meta is None:
+        _raise_unreadable(ckpt, "meta.json", "it is missing or damaged")
+    sums = (meta.get("checksums") or {}).get(CHECKSUM)
+    if isinstance(sums, dict) and name in sums and found != sums[name]:
+        raise Corrupt(
+            f"checkpoint {ckpt} is corrupt: {name} does not match the {CHECKSUM} checksum recorded when it was "
+            "written (damaged on disk, or edited); use another checkpoint of the run"
+        )
+
+
+def _raise_unreadable(ckpt: Path, name: str, why: str) -> NoReturn:
+    """Pruned if the checkpoint's folder is gone (its run deleted it meanwhile), else Corrupt."""
+    if not (Path(ckpt) / "meta.json").exists():
+        raise Pruned(
+            f"checkpoint {ckpt} was deleted while being read (its run keeps only the newest checkpoint.keep); "
+            "name the run instead of one checkpoint to read its newest"
+        )
+    raise Corrupt(f"checkpoint {ckpt} is corrupt: {name} cannot be read ({why})")
+
+
+def _intact(ckpt: Path) -> bool:
+    try:
+        verify(ckpt)
+        return True
+    except BigbatchError:
+        return False
+
+
+def resume_checkpoint(run: Path, say: bool = True) -> Path:
+    """The checkpoint a run resumes from: `latest` (see find_checkpoint), or when its files fail their
+    checksums the newest older one that passes, with a warning (`say`) for each one passed over."""
+    first = find_checkpoint(run)
+    older = [c for c in reversed(complete_checkpoints(run)) if c != first]
+    for ckpt in [first, *older]:
+        try:
+            verify(ckpt)
+            return ckpt
+        except (Corrupt, Pruned) as e:
+            if say:
+                warn(f"{e}; passing over it to the checkpoint before")
+    raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
+
+
+def read_newest(path: str | Path, read: Callable[[Path], T], tries: int = 5) -> T:
+    """`read(checkpoint)` on the checkpoint `path` names; when `path` names a run whose training prunes
+    that checkpoint under the reader, again on the run's newest."""
+    for attempt in range(tries):
+        ckpt = find_checkpoint(path)
+        try:
+            return read(ckpt)
+        except BigbatchError:
+            if (ckpt / "meta.json").exists() or ckpt == Path(path) or attempt == tries - 1:
+                raise  # not pruned meanwhile, or a checkpoint named by the user
+    raise AssertionError("unreachable")
+
+
 def load_checkpoint(ckpt: Path, nets: tuple[str, ...]) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
-    """Read the weights of `nets` and the training state of a complete checkpoint."""
+    """Read the weights of `nets` and the training state of a complete checkpoint, each file checked
+    against its checksum as it is read (Corrupt, or Pruned if the checkpoint was deleted meanwhile)."""
+    ckpt = Path(ckpt)
+    verify(ckpt, ("config.toml",))
     weights = {}
     for key in nets:
+        data = _read_checked(ckpt, f"{key}.safetensors")
         try:
-            weights[key] = load_file(str(Path(ckpt) / f"{key}.safetensors"))
-        except (SafetensorError, OSError) as e:
-            raise BigbatchError(f"checkpoint {ckpt} is corrupt: {key}.safetensors cannot be read ({e})") from None
+            weights[key] = load_safetensors(data)
+        except SafetensorError as e:
+            _raise_unreadable(ckpt, f"{key}.safetensors", str(e))
+    data = _read_checked(ckpt, "state.pt")
     try:
-        state = torch.load(Path(ckpt) / "state.pt", map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # torch's message advises weights_only=False: never, for a file we did not vet
+        _raise_unreadable(ckpt, "state.pt", "it holds objects other than tensors and plain data, never unpickled")
+    except (RuntimeError, EOFError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BigbatchError(f"checkpoint {ckpt} is corrupt: state.pt cannot be read ({first})") from None
+        _raise_unreadable(ckpt, "state.pt", first)
     return weights, state
+
+
+def _read_checked(ckpt: Path, name: str) -> bytes:
+    """A checkpoint file's bytes, once they match the checksum meta.json recorded for them."""
+    try:
+        data = (ckpt / name).read_bytes()
+    except OSError as e:
+        _raise_unreadable(ckpt, name, e.strerror or str(e))
+    _check_sum(ckpt, name, xxhash.xxh3_128(data).hexdigest())
+    return data
 
 
 def load_weights(net: nn.Module, state_dict: dict[str, torch.Tensor], what: str) -> None:

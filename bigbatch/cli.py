@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ class _Parser(argparse.ArgumentParser):
 def _train(args: argparse.Namespace) -> None:
     from bigbatch.batching import describe_plan
     from bigbatch.config import Config, parse_override
-    from bigbatch.train import train
+    from bigbatch.loop import train
 
     overrides = dict(parse_override(o) for o in args.overrides)
     if args.resume:
@@ -59,7 +60,8 @@ def _convert(args: argparse.Namespace) -> None:
     cfg = _base_config(args.preset, args.config, "biggan128_bs2048")
     cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
     ckpt = convert_reference(args.src, args.out, cfg, args.classes)
-    print(f"Wrote {ckpt}. Sample with: bigbatch sample {args.out}; fine-tune with: --init-from {args.out}")
+    out = shlex.quote(args.out)
+    print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: --init-from {out}")
 
 
 def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
@@ -82,7 +84,6 @@ def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
 def _sample(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from bigbatch.checkpoints import find_checkpoint
     from bigbatch.config import MIN_TRUNCATION
     from bigbatch.files import atomic_write
     from bigbatch.sampling import grid, interpolation_sheet, sample, save_png, standing_stats
@@ -90,14 +91,18 @@ def _sample(args: argparse.Namespace) -> None:
 
     if args.n < 1:
         raise BigbatchError(f"--n must be at least 1, got {args.n}")
+    if args.interp and args.npz:
+        raise BigbatchError("--interp writes a PNG sheet and --npz an array of samples: give one of them")
     if not args.truncation >= MIN_TRUNCATION:
         raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION}, got {args.truncation}")
     if args.ncol < 1:
         raise BigbatchError(f"--ncol must be at least 1, got {args.ncol}")
     if args.standing_stats < 0:
         raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
-    ckpt = find_checkpoint(args.path)
-    G = load_generator(ckpt)
+    G = load_generator(args.path)  # a run's newest checkpoint, even if the run prunes it meanwhile
+    ckpt = G.checkpoint
+    if not args.interp:
+        _check_fits(args.n, G.config.data.resolution)
     if args.standing_stats:
         standing_stats(G, args.standing_stats, seed=args.seed, truncation=args.truncation)
     if args.classes is not None and not G.n_classes:
@@ -123,6 +128,22 @@ def _sample(args: argparse.Namespace) -> None:
     print(out)
 
 
+def _check_fits(n: int, resolution: int) -> None:
+    """Refuse a sample count whose images (uint8 RGB, held at once) could not fit in half this machine's RAM."""
+    import os
+
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    per_image = 3 * resolution * resolution
+    if n * per_image > ram // 2:
+        raise BigbatchError(
+            f"--n {n} images of {resolution}px need {n * per_image / 2**30:.1f} GiB at once, more than half of this "
+            f"machine's {ram / 2**30:.0f} GiB; ask for at most {ram // 2 // per_image} (or several runs with --seed)"
+        )
+
+
 def _prepare(args: argparse.Namespace) -> None:
     from bigbatch.data.prepare import prepare
 
@@ -139,7 +160,7 @@ def _prepare(args: argparse.Namespace) -> None:
         progress=sys.stderr.isatty(),
     )
     print(report.summary())
-    print(f"train on it with: bigbatch train data.path={args.out}")
+    print(f"train on it with: bigbatch train data.path={shlex.quote(args.out)}")
 
 
 def _stats(args: argparse.Namespace) -> None:
@@ -201,7 +222,7 @@ def _is_run(path: str) -> bool:
 
 
 def _check_exists(path: str, role: str) -> None:
-    from bigbatch.data.sources import is_url
+    from bigbatch.urls import is_url
 
     if not (path.startswith("builtin:") or is_url(path) or Path(path).exists()):
         raise BigbatchError(f"{role}: {path} does not exist; give {_EVAL_A if role == 'A' else _EVAL_B}")
@@ -211,15 +232,15 @@ def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
     """What A or B names: ("data", data set) for DATA.h5 or builtin:NAME, ("stats", ReferenceStats) for a
     statistics file (B only), ("images", image set) for a folder, .zip, URL prefix or .npz/.npy of images."""
     from bigbatch.data import load_data
-    from bigbatch.data.sources import is_url
     from bigbatch.metrics import holds_stats, open_images, read_stats
+    from bigbatch.urls import is_url
 
     if path.startswith("builtin:") or path.lower().endswith((".h5", ".hdf5")):
         return "data", load_data(path, resolution)
     _check_exists(path, role)
     if _is_run(path):  # only B gets here: A names a run is scored by _eval_run
         raise BigbatchError(
-            f"B: {path} is a run; score its samples as A (bigbatch eval {path} [B]) and give B: {_EVAL_B}"
+            f"B: {path} is a run; score its samples as A (bigbatch eval {shlex.quote(path)} [B]) and give B: {_EVAL_B}"
         )
     if not is_url(path) and holds_stats(path):
         if role == "A":
@@ -239,16 +260,14 @@ def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
 
 def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
-    from bigbatch import checkpoints
-    from bigbatch.config import Config
     from bigbatch.data import load_data
     from bigbatch.metrics import evaluate, get_extractor
     from bigbatch.sampling import standing_stats
     from bigbatch.tasks.gan.load import load_generator
     from bigbatch.tasks.gan.scorer import classifier_options
 
-    ckpt = checkpoints.find_checkpoint(args.path)
-    cfg = Config.load(ckpt / "config.toml")
+    G = load_generator(args.path, device=device)  # a run's newest checkpoint, even if the run prunes it meanwhile
+    ckpt, cfg = G.checkpoint, G.config
     e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
     standing = e.standing_stats if args.standing_stats is None else args.standing_stats
     if standing < 0:
@@ -256,7 +275,6 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     truncation = e.truncation if args.truncation is None else args.truncation
     seed = e.seed if args.seed is None else args.seed
     batch_size = args.batch_size or e.batch_size
-    G = load_generator(ckpt, device=device)
     if standing:
         standing_stats(G, standing, e.batch_size, seed, truncation)
     data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
@@ -539,19 +557,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside training (which saves a checkpoint on it instead)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 is printed as its bytes, not a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+    in_main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
         args = parse_args(argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
+    except _Terminated:
+        print("bigbatch: stopped by SIGTERM", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except BigbatchError as e:
         print(f"bigbatch: error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # a path the user gave that cannot be written or read
-        print(f"bigbatch: error: {e}", file=sys.stderr)
+    except OSError as e:  # a path that cannot be written (disk full, read-only) or read
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"bigbatch: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bigbatch: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, old)
     return status or 0
 
 

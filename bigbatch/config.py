@@ -25,6 +25,7 @@ from typing import Any, Literal
 import tomli_w
 
 from bigbatch.errors import BigbatchError
+from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
 
 
 def _describe(tp: Any) -> str:
@@ -242,28 +243,13 @@ class DataConfig(Section):
             self._fail("val_crop", f"must be a ratio in [1, 2] (ImageNet's usual: 1.14), got {self.val_crop}")
         if self.workers < 0:
             self._fail("workers", f"must be a number of processes >= 0, got {self.workers}")
-        secrets = sorted(_credential_keys(self.storage_options))
+        secrets = sorted(option_credentials(self.storage_options))
         if secrets:
             self._fail(
                 "storage_options",
-                f"holds credentials ({', '.join(secrets)}), which would be saved in the run's config.toml; set "
-                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment instead",
+                f"holds credentials ({', '.join(secrets)}), which would be saved in the run's config.toml and "
+                f"shown; {WHERE_CREDENTIALS_GO}",
             )
-
-
-# Storage options that hold secrets: refused in configs (which are saved with every run).
-CREDENTIAL_KEYS = {"key", "secret", "token", "password", "session_token", "aws_access_key_id", "aws_secret_access_key"}
-
-
-def _credential_keys(options: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted names of credential keys in `options`, nested tables (client_kwargs, ...) included."""
-    found = []
-    for k, v in options.items():
-        if str(k).lower() in CREDENTIAL_KEYS:
-            found.append(prefix + str(k))
-        if isinstance(v, dict):
-            found += _credential_keys(v, f"{prefix}{k}.")
-    return found
 
 
 @dataclass
@@ -526,6 +512,8 @@ class Config(Section):
     def _validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
             self._fail("name", f"must be letters, digits, '_', '.' or '-' (it names run folders), got {self.name!r}")
+        for key, value in _strings(self.to_dict()):  # data paths, weights, init_from, ...: saved with the run
+            refuse_credentials(value, f"config key '{key}'")
 
     def override(self, updates: dict[str, Any]) -> Config:
         """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other."""
@@ -557,6 +545,18 @@ class Config(Section):
 
     def dumps(self) -> str:
         return tomli_w.dumps(self.to_dict())
+
+
+def _strings(tree: Any, prefix: str = "") -> typing.Iterator[tuple[str, str]]:
+    """(dotted key, value) of every string in a config tree, inside lists and tables too."""
+    if isinstance(tree, str):
+        yield prefix, tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _strings(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from _strings(v, prefix)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

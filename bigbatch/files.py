@@ -1,8 +1,11 @@
-"""Atomic file writes: a reader (or a crash) sees the old file or the new one, never half of one."""
+"""Atomic file writes: a reader (or a crash) sees the old file or the new one, never half of one; and
+the temporary files of killed processes, found and removed."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -16,6 +19,39 @@ def atomic_write(path: Path, data: bytes | str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # named after the file being written, not its temporary sibling
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write and fsync a file (OSError, with the path, if the disk is full)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale(paths: Iterable[Path]) -> None:
+    """Delete temporary files or folders named ...-PID whose process is gone (killed while writing)."""
+    for path in paths:
+        pid = path.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -17,7 +19,7 @@ from bigbatch import checkpoints
 from bigbatch.config import Config, EvalConfig
 from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
@@ -29,7 +31,13 @@ class Run:
     cfg: Config
     """The config the run trains with (on resume: the run's own, with the changes a resume may make)."""
     checkpoint: Path | None = None
-    """The checkpoint a resumed run continues from."""
+    """The checkpoint a resumed run continues from (None: from the start)."""
+    lock: IO | None = None
+    """RUN/.lock, held (rank 0) while this process trains the run: one writer per run directory."""
+    created: bool = False
+    """Whether this process made the directory (removed again if the run fails before writing to it)."""
+    data: dict[str, str] | None = None
+    """The training data's identity (path, content_hash), recorded in every checkpoint's meta.json."""
 
     @property
     def resumed_at(self) -> int | None:
@@ -48,7 +56,7 @@ class Run:
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(self, task: Task, rep: Replicator, nimg: int, seconds: float) -> Path:
         """The checkpoint at `nimg`, `seconds` into the run (all but the newest checkpoint.keep are deleted)."""
-        state, info = snapshot(task, rep, nimg, seconds), task.model_info()
+        state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data}
         return checkpoints.save_checkpoint(
             self.path, nimg, task.nets(), state, self.cfg.dumps(), self.cfg.checkpoint.keep, info
         )
@@ -56,10 +64,33 @@ class Run:
     def save_best(self, task: Task, rep: Replicator, nimg: int, seconds: float, scores: dict[str, float]) -> Path:
         """checkpoints/best/: the checkpoint at `nimg`, with the scores that made it the best."""
         assert task.scorer is not None
-        info = {**task.model_info(), "eval": scores, "best": task.scorer.best_record()}
+        info = {**task.model_info(), "data": self.data, "eval": scores, "best": task.scorer.best_record()}
         return checkpoints.save_best(
             self.path, nimg, task.nets(), snapshot(task, rep, nimg, seconds), self.cfg.dumps(), info
         )
+
+    def check_data(self, data: Any, path: str) -> None:
+        """Record the identity of the data the run trains on, and on resume refuse data whose images
+        differ from the ones the checkpoint was trained on (the same images at a new path are fine)."""
+        from bigbatch.urls import public_name
+
+        self.data = {"path": public_name(path), "content_hash": str(data.content_hash)}
+        if self.checkpoint is None:
+            return
+        before = (checkpoints.read_meta(self.checkpoint) or {}).get("data")
+        if not isinstance(before, dict) or "content_hash" not in before:
+            return  # a checkpoint from before data identities were recorded
+        if before["content_hash"] != self.data["content_hash"]:
+            raise BigbatchError(
+                f"data {self.data['path']} holds other images than the run was trained on (content hash "
+                f"{self.data['content_hash'][:16]}…, the checkpoint recorded {str(before['content_hash'])[:16]}… "
+                f"for {before.get('path')}); resume on that data (data.path=...), or start a new run"
+            )
+
+    def close(self) -> None:
+        """Release the run's lock; a directory this process made and never wrote to is removed."""
+        _release(self.path, self.lock, self.created)
+        self.lock, self.created = None, False
 
     def restore(self, task: Task, rep: Replicator) -> tuple[int, float]:
         """Load the checkpoint resumed from into `task` and `rep` (weights, optimizer moments, loss scalers,
@@ -122,17 +153,33 @@ def _legacy_plan(run: Path) -> dict[str, Any] | None:
 
 
 def open_run(cfg: Config, run_dir: str | Path | None, resume: bool) -> Run:
-    """The run `cfg` trains: rank 0 picks (and checks) the run directory, the others follow it. On resume
-    the config must agree with the run's own (see `resume_config`)."""
-    found = _catch(lambda: _choose_dir(run_dir, cfg.name, resume)) if dist.context().rank == 0 else None
+    """The run `cfg` trains: rank 0 claims (and locks) the run directory, the others follow it. On resume
+    the config must agree with the one the checkpoint was trained with (see `resume_config`); a run
+    stopped before its first checkpoint starts again from the beginning, with its own config."""
+    claimed: list[tuple[Path, IO | None, bool]] = []
+    if dist.context().rank == 0:
+        found = _catch(lambda: claimed.append(_claim_dir(run_dir, cfg.name, resume)) or claimed[0][0])
+    else:
+        found = None
     ok, found = dist.broadcast(found)
     if not ok:
         raise BigbatchError(found)
-    run = Path(found)
+    path, lock, created = claimed[0] if claimed else (Path(found), None, False)
+    run = Run(path, cfg, lock=lock, created=created)
     if not resume:
-        return Run(run, cfg)
-    ckpt = checkpoints.find_checkpoint(run)
-    return Run(run, resume_config(run, cfg), ckpt)
+        return run
+    try:
+        if checkpoints.complete_checkpoints(path):
+            run.checkpoint = checkpoints.resume_checkpoint(path, say=dist.context().rank == 0)
+            run.cfg = resume_config(run.checkpoint / "config.toml", cfg, f"checkpoint {run.checkpoint}")
+        else:
+            if dist.context().rank == 0:
+                warn(f"{path} has no checkpoint yet (stopped before its first); starting it again from the beginning")
+            run.cfg = resume_config(path / "config.toml", cfg, f"run {path}")
+    except BaseException:
+        run.close()
+        raise
+    return run
 
 
 def _catch(fn: Any) -> tuple[bool, str]:
@@ -143,24 +190,101 @@ def _catch(fn: Any) -> tuple[bool, str]:
         return False, str(e)
 
 
-def _choose_dir(run_dir: str | Path | None, name: str, resume: bool) -> Path:
-    """The run directory: a new numbered one by default; an existing run only with --resume."""
+LOCK = ".lock"  # RUN/.lock: flock-ed by the process training the run; it holds that process's PID and host
+
+
+def _claim_dir(run_dir: str | Path | None, name: str, resume: bool) -> tuple[Path, IO | None, bool]:
+    """(run directory, its lock, whether made here): a new numbered one by default (made atomically, so
+    runs started together never share one), an existing run only with --resume."""
     if run_dir is None:
         if resume:
             raise BigbatchError("--resume needs --run-dir naming the run to continue")
         root = Path("runs")
-        taken = {p.name for p in root.iterdir()} if root.is_dir() else set()
-        number = next(i for i in range(100000) if f"{name}-{i:05d}" not in taken)
-        return root / f"{name}-{number:05d}"
+        root.mkdir(parents=True, exist_ok=True)
+        taken = {p.name for p in root.iterdir()}
+        for number in range(100000):
+            run = root / f"{name}-{number:05d}"
+            if run.name in taken:
+                continue
+            try:
+                run.mkdir()  # fails if another process claimed it first: then try the next number
+            except FileExistsError:
+                continue
+            return run, _lock(run), True
+        raise BigbatchError(f"runs/ holds 100000 runs named {name}-NNNNN; choose another --run-dir")
     run = Path(run_dir)
-    holds_run = (run / "config.toml").exists() or (run / "checkpoints").exists()
-    if resume and not holds_run:
-        raise BigbatchError(f"{run} holds no run to resume; drop --resume to start a new run there")
-    if not resume and holds_run:
-        raise BigbatchError(f"{run} already holds a run; add --resume to continue it, or choose another --run-dir")
-    if not resume and run.exists() and not run.is_dir():
+    try:
+        str(run.resolve()).encode("utf-8")
+    except UnicodeEncodeError:  # bytes of another encoding, which os.fsdecode kept as surrogates
+        shown = os.fsencode(run).decode("utf-8", "backslashreplace")
+        raise BigbatchError(
+            f"--run-dir {shown} is not valid UTF-8, which TensorBoard and the run's records need; rename it"
+        ) from None
+    if run.exists() and not run.is_dir():
         raise BigbatchError(f"{run} is a file; --run-dir must name a directory")
-    return run
+    created = not run.exists()
+    run.mkdir(parents=True, exist_ok=True)
+    lock = _lock(run)
+    holds_run = (run / "config.toml").exists() or (run / "checkpoints").exists()
+    problem = None
+    if resume and not holds_run:
+        problem = f"{run} holds no run to resume; drop --resume to start a new run there"
+    if not resume and holds_run:
+        problem = f"{run} already holds a run; add --resume to continue it, or choose another --run-dir"
+    if problem:
+        _release(run, lock, created)
+        raise BigbatchError(problem)
+    return run, lock, created
+
+
+def _release(run: Path, lock: IO | None, created: bool) -> None:
+    """Release a run's lock; remove the directory if this process made it and nothing was written to it."""
+    if created and run.is_dir() and {p.name for p in run.iterdir()} <= {LOCK}:
+        (run / LOCK).unlink(missing_ok=True)
+        try:
+            run.rmdir()
+        except OSError:
+            pass
+    if lock is not None:
+        lock.close()  # closing the file releases the flock
+
+
+def _lock(run: Path) -> IO | None:
+    """Hold an exclusive flock on RUN/.lock for as long as the returned file stays open (the kernel
+    releases it when the process ends, however it ends). None where the OS or file system has no flock."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return None
+    while True:
+        f = open(run / LOCK, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().split()
+            f.close()
+            pid = holder[0] if holder else "?"
+            host = f" on {holder[1]}" if len(holder) > 1 else ""
+            raise BigbatchError(
+                f"{run} is in use by process {pid}{host}, which is training it; wait for it to end, or stop it "
+                f"first (kill -TERM {pid} saves a checkpoint), then resume"
+            ) from None
+        except OSError as e:  # e.g. a network file system without locks
+            f.close()
+            warn(f"cannot lock {run / LOCK} ({e.strerror}); make sure no other process trains this run")
+            return None
+        try:
+            same = os.fstat(f.fileno()).st_ino == os.stat(run / LOCK).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # not a lock file that its holder removed while we waited for it
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()} {socket.gethostname()}\n")
+            f.flush()
+            return f
+        f.close()
 
 
 # What a resumed run may change: its length, its output and how it runs, never what it trains.
@@ -175,6 +299,7 @@ RESUMABLE_CHANGES = {
     "checkpoint.every_kimg",
     "checkpoint.keep",
     "sample.every_kimg",
+    "data.path",  # the same images at another path (the content hash is checked)
     "data.workers",
     "data.in_ram",
     "data.storage_options",
@@ -182,15 +307,19 @@ RESUMABLE_CHANGES = {
 }
 
 
-def resume_config(run: Path, cfg: Config) -> Config:
-    """On resume the run's own config holds; only the run length and output cadences may change."""
-    saved, given = flatten(Config.load(run / "config.toml").to_dict()), flatten(cfg.to_dict())
+def resume_config(saved_config: Path, cfg: Config, what: str) -> Config:
+    """On resume the config must be the one `what` (a checkpoint, or a run without one) was trained
+    with, `saved_config`; only the run length, output cadences and how it runs may change."""
+    saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
     changed = [k for k in given if given[k] != saved.get(k)]
     fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
     if fixed:
+        shown = ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4])
+        more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
         raise BigbatchError(
-            f"the config differs from the run's in {', '.join(fixed)}; a resumed run may change only "
-            f"{', '.join(sorted(RESUMABLE_CHANGES))} (start a new run to change more)"
+            f"the config differs from the one {what} was trained with in {shown}{more}; a resumed run may "
+            f"change only {', '.join(sorted(RESUMABLE_CHANGES))} (was the run's config.toml edited? its "
+            f"checkpoints keep their own copy; start a new run to change more)"
         )
     return cfg
 
@@ -221,14 +350,16 @@ def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """The rows of a metrics.jsonl (none if it is missing), skipping a line cut short by a crash."""
+    """The rows of a metrics.jsonl (none if it is missing), skipping a line cut short by a crash and
+    any that is not a row of numbers at a kimg."""
     rows = []
     for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
         try:
             row = json.loads(line)
         except ValueError:
             continue
-        if isinstance(row, dict):
+        kimg = row.get("kimg") if isinstance(row, dict) else None
+        if isinstance(kimg, int | float) and not isinstance(kimg, bool) and math.isfinite(kimg):
             rows.append(row)
     return rows
 
@@ -236,5 +367,5 @@ def read_metrics(path: Path) -> list[dict]:
 def truncate_metrics(path: Path, nimg: int) -> None:
     """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run."""
     if path.exists():
-        keep = [row for row in read_metrics(path) if round(row.get("kimg", math.inf) * 1000) <= nimg]
+        keep = [row for row in read_metrics(path) if round(row["kimg"] * 1000) <= nimg]
         atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))

@@ -10,11 +10,15 @@ from contextlib import contextmanager
 
 class StopRequest:
     requested = False
+    """A stop was asked for: the loop saves a checkpoint and returns."""
+    armed = False
+    """The loop runs (a first SIGINT asks it to stop); before, during start-up, SIGINT stops at once."""
 
 
 @contextmanager
 def stop_signals() -> Iterator[StopRequest]:
-    """SIGINT/SIGTERM set `requested` (the loop checkpoints and returns); a second SIGINT stops at once.
+    """SIGTERM sets `requested` (the loop checkpoints and returns); so does SIGINT once `armed`. A SIGINT
+    before that, or a second one, raises KeyboardInterrupt (stop at once).
     Outside the main thread, where Python cannot take signals, nothing is installed."""
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
@@ -22,7 +26,7 @@ def stop_signals() -> Iterator[StopRequest]:
         return
 
     def handler(signum, frame):
-        if stop.requested and signum == signal.SIGINT:
+        if signum == signal.SIGINT and (stop.requested or not stop.armed):
             raise KeyboardInterrupt
         stop.requested = True
 

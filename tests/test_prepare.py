@@ -14,8 +14,8 @@ import bigbatch
 from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, read_meta, verify_data
 from bigbatch.data.hdf5 import hash_arrays
 from bigbatch.data.schedule import BucketOrder, bucket_shapes
-from bigbatch.data.sources import public_name
 from bigbatch.data.streams import GlobalOrder
+from bigbatch.urls import public_name
 
 
 def _image(seed: int, size=(12, 10)) -> np.ndarray:

@@ -3,23 +3,28 @@ place, and read back by random access from local disk or an fsspec URL (s3://...
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import io
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import h5py
 import numpy as np
 import torch
 
-from bigbatch.data.sources import is_url, public_name, url_fs
+from bigbatch.data.sources import url_fs
 from bigbatch.errors import BigbatchError
+from bigbatch.files import remove_stale
+from bigbatch.urls import is_url, public_name
 
 FORMAT = "bigbatch-images/1"
 # Uncompressed chunks of at most about this many bytes, at least one image. H5Data reads each image's
@@ -81,6 +86,63 @@ class _GroupWriter:
         self.buf_images, self.buf_labels = [], []
 
 
+class _WriteOnce(io.RawIOBase):
+    """The file HDF5 writes through (h5py's fileobj driver). The first failed write (disk full, file
+    size limit) is kept in `error` and every later write is dropped, so the HDF5 library can still
+    close the file cleanly: a write error inside HDF5 itself leaves it in a state that crashes the
+    interpreter at exit. The writer checks `error` and gives up on the file."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.file, self.error = open(path, "w+b"), None
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self.file.seek(pos, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def readinto(self, buffer: Any) -> int:
+        return self.file.readinto(buffer)
+
+    def write(self, data: Any) -> int:
+        if self.error is None:
+            try:
+                return self.file.write(data)
+            except OSError as e:
+                self.error = e
+        return len(memoryview(data))
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self.file.truncate(size)
+            except OSError as e:
+                self.error = e
+        return self.file.tell() if size is None else size
+
+    def flush(self) -> None:
+        if self.error is None and not self.file.closed:
+            try:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+            except OSError as e:
+                self.error = e
+
+    def close(self) -> None:
+        super().close()
+        self.file.close()
+
+
 class H5Writer:
     """Appends images to a new data file under a temporary name; `commit()` moves it to `out`, so an
     interrupted prepare never leaves a file that looks complete. With `bucketed`, each image shape is
@@ -103,9 +165,11 @@ class H5Writer:
         else:
             target = Path(self.out)
             target.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale(target.parent.glob(f".{glob.escape(target.name)}.partial-*"))  # of killed prepares
             self.tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
         # v110: the extensible-array chunk index, one lookup per random read however large the file.
-        self.f = h5py.File(self.tmp, "w", libver=("v110", "latest"))
+        self.raw = _WriteOnce(self.tmp)
+        self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
         self.groups: dict[tuple[int, ...], _GroupWriter] = {}
 
     def __enter__(self) -> H5Writer:
@@ -128,6 +192,16 @@ class H5Writer:
             name = f"/buckets/{shape[0]}x{shape[1]}" if self.bucketed else "/"
             self.groups[shape] = _GroupWriter(self.f, name, shape)  # type: ignore[arg-type]
         self.groups[shape].add(image, label)
+        self.check()
+
+    def check(self) -> None:
+        """Raise a BigbatchError naming the output and the OS error if a write has failed."""
+        e = self.raw.error
+        if e is not None:
+            raise BigbatchError(
+                f"cannot write {public_name(self.out)}: {e.strerror or e} (its partial file is removed); "
+                "free space or choose another output, then prepare again"
+            )
 
     def commit(self) -> dict[str, Any]:
         """Write the metadata, close, and move the file into place; returns the metadata."""
@@ -156,8 +230,9 @@ class H5Writer:
         for key, value in meta.items():
             self.f.attrs[key] = json.dumps(value) if isinstance(value, list | dict) else value
         self.f.close()
-        with open(self.tmp, "rb") as fh:
-            os.fsync(fh.fileno())
+        self.raw.flush()  # fsync
+        self.raw.close()
+        self.check()
         try:
             if self._tmpdir is None:
                 os.replace(self.tmp, self.out)
@@ -174,6 +249,7 @@ class H5Writer:
             self.f.close()
         except Exception:  # noqa: BLE001 -- already closed, or the failure we are cleaning up after
             pass
+        self.raw.close()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
         else:
@@ -199,7 +275,8 @@ def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool
         raise
     except FileNotFoundError:
         raise BigbatchError(
-            f"cannot open data set '{name}': it does not exist (write it with `bigbatch prepare SRC {name}`)"
+            f"cannot open data set '{name}': it does not exist "
+            f"(write it with `bigbatch prepare SRC {shlex.quote(name)}`)"
         ) from None
     except Exception as e:  # noqa: BLE001 -- h5py, fsspec and botocore raise unrelated types
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {e}") from None
@@ -219,13 +296,57 @@ def _meta(f: h5py.File, path: str) -> dict[str, Any]:
             f"(format {attrs.get('format')!r}, expected {FORMAT!r}); run `bigbatch prepare` on the images"
         )
     out: dict[str, Any] = {}
-    for k, v in attrs.items():
-        if k in ("class_names", "groups", "skipped_examples"):
-            v = json.loads(v)
-        elif isinstance(v, np.generic):
-            v = v.item()
-        out[k] = v
+    try:
+        for k, v in attrs.items():
+            if k in ("class_names", "groups", "skipped_examples"):
+                v = json.loads(v)
+            elif isinstance(v, np.generic):
+                v = v.item()
+            out[k] = v
+    except (ValueError, TypeError) as e:
+        _damaged(path, f"its attribute {k} is not what prepare writes ({e})")
+    _check_meta(out, path)
     return out
+
+
+def _damaged(path: str, problem: str) -> NoReturn:
+    raise BigbatchError(f"data file {public_name(path)} is damaged: {problem}; prepare it again")
+
+
+def _check_meta(meta: dict[str, Any], path: str) -> None:
+    """The metadata's own consistency: the keys prepare writes, of their types, the counts adding up."""
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    for key in ("count", "channels", "resolution", "height", "width"):
+        if not count(meta.get(key)):
+            _damaged(path, f"its attribute {key} is {meta.get(key)!r}, not a count")
+    names, groups = meta.get("class_names"), meta.get("groups")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        _damaged(path, "its attribute class_names is not a list of names")
+    if not isinstance(meta.get("content_hash"), str):
+        _damaged(path, "its attribute content_hash is missing")
+    keys = {"name": str, "count": int, "height": int, "width": int}
+    if not isinstance(groups, list) or not all(
+        isinstance(g, dict) and all(isinstance(g.get(k), t) for k, t in keys.items()) for g in groups
+    ):
+        _damaged(path, "its attribute groups is not a list of {name, count, height, width}")
+    if sum(g["count"] for g in groups) != meta["count"]:
+        _damaged(path, f"its attribute count is {meta['count']}, but its groups hold {sum(g['count'] for g in groups)}")
+
+
+def _check_data(f: h5py.File, meta: dict[str, Any], path: str) -> None:
+    """The metadata against what the file holds: each group's images and labels, of the recorded shapes."""
+    for g in meta["groups"]:
+        base = g["name"].rstrip("/")
+        images, labels = f.get(base + "/images"), f.get(base + "/labels")
+        shape = (g["count"], g["height"], g["width"], meta["channels"])
+        if not isinstance(images, h5py.Dataset) or images.shape != shape or images.dtype != np.uint8:
+            found = f"{images.shape} {images.dtype}" if isinstance(images, h5py.Dataset) else "nothing"
+            _damaged(path, f"group {g['name']} should hold uint8 images of shape {shape}, holds {found}")
+        if not isinstance(labels, h5py.Dataset) or labels.shape != (g["count"],) or labels.dtype.kind not in "iu":
+            _damaged(path, f"group {g['name']} should hold {g['count']} integer labels")
 
 
 def describe_data(path: str | Path, storage_options: dict[str, Any] | None = None) -> str:
@@ -254,6 +375,7 @@ def verify_data(path: str | Path, storage_options: dict[str, Any] | None = None)
     at prepare time (a damaged or edited file). Returns the hash."""
     with _open_h5(str(path), storage_options, sequential=True) as f:
         meta = _meta(f, str(path))
+        _check_data(f, meta, str(path))
         groups = []
         for g in meta["groups"]:
             images, labels = f[g["name"].rstrip("/") + "/images"], f[g["name"].rstrip("/") + "/labels"]
@@ -319,13 +441,20 @@ class H5Data:
             self.meta = _meta(f, self.path)
             self.groups: list[_Group] = []
             labels, start = [], 0
-            for g in self.meta["groups"]:
-                ds = f[g["name"].rstrip("/") + "/images"]
-                rows, offsets = _chunk_offsets(ds)
-                self.groups.append(_Group(ds.name, start, ds.shape[0], tuple(ds.shape[1:]), rows, offsets))
-                labels.append(np.asarray(f[g["name"].rstrip("/") + "/labels"][...], np.int64))
-                start += ds.shape[0]
+            try:
+                _check_data(f, self.meta, self.path)
+                for g in self.meta["groups"]:
+                    ds = f[g["name"].rstrip("/") + "/images"]
+                    rows, offsets = _chunk_offsets(ds)
+                    self.groups.append(_Group(ds.name, start, ds.shape[0], tuple(ds.shape[1:]), rows, offsets))
+                    labels.append(np.asarray(f[g["name"].rstrip("/") + "/labels"][...], np.int64))
+                    start += ds.shape[0]
+            except (OSError, KeyError, ValueError, RuntimeError) as e:  # HDF5 internals that do not read back
+                _damaged(self.path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             self.labels = torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64))
+        n = len(self.meta["class_names"])
+        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= max(n, 1)):
+            _damaged(self.path, f"its labels run {int(self.labels.min())}..{int(self.labels.max())} for {n} classes")
         if in_ram:
             self._load_all()
         self._starts = np.array([g.start for g in self.groups], np.int64)

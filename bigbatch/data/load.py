@@ -29,7 +29,9 @@ def load_data(
                 f"unknown built-in data set '{name}'; valid: {', '.join('builtin:' + n for n in BUILTIN)}"
             )
         return BUILTIN[name](resolution)
-    from bigbatch.data.sources import is_url, public_name
+    from bigbatch.urls import is_url, public_name, refuse_credentials
+
+    refuse_credentials(path, f"data set {public_name(path)}")
 
     if is_url(path) or path.lower().endswith((".h5", ".hdf5")):
         from bigbatch.data.hdf5 import H5Data

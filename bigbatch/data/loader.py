@@ -90,7 +90,24 @@ class _Reader(Dataset):
         self.data, self.xflip, self.seed = data, xflip, seed
 
     def __getitem__(self, request: Step | torch.Tensor) -> Batch:
-        return read_batch(self.data, request, self.xflip, self.seed)
+        try:
+            return read_batch(self.data, request, self.xflip, self.seed)
+        except BigbatchError as e:
+            raise DataReadError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 -- OS, HDF5 and remote-store errors: name the data, not the worker
+            why = (str(getattr(e, "strerror", None) or e).strip().splitlines() or [type(e).__name__])[0]
+            raise DataReadError(f"cannot read the data {getattr(self.data, 'source', '')}: {why}") from None
+
+
+class DataReadError(BigbatchError):
+    """Reading a batch failed; raised in a DataLoader worker, it reaches the training process as one line."""
+
+    def __init__(self, message: str) -> None:
+        # A worker's error comes back as "Caught DataReadError in DataLoader worker process 0.\nOriginal
+        # Traceback ...\nbigbatch.data.loader.DataReadError: <the message>": keep the message only.
+        if "\nOriginal Traceback" in message:
+            message = message.rstrip().splitlines()[-1].partition(": ")[2]
+        super().__init__(message)
 
 
 class _Requests:

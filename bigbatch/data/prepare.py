@@ -18,8 +18,9 @@ import numpy as np
 
 from bigbatch.data.hdf5 import H5Writer
 from bigbatch.data.schedule import BUCKET_RATIOS
-from bigbatch.data.sources import RESIZE, Listing, decode_or_reason, is_url, list_source, public_name
+from bigbatch.data.sources import RESIZE, Listing, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
+from bigbatch.urls import WHERE_CREDENTIALS_GO, is_url, option_credentials, public_name, refuse_credentials
 
 CHUNK = 32  # files per task sent to a worker: big enough to amortise the hand-off, small enough to balance
 SHOWN = 5  # skipped files named in the report
@@ -87,6 +88,11 @@ def prepare(
     pixels, stored by bucket. `limit`: use this many files, spread evenly over the listing.
     `strict`: a file that is not a usable image is an error instead of being skipped."""
     start = time.perf_counter()
+    refuse_credentials(str(src), "the source")
+    refuse_credentials(str(out), "the output")
+    secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
+    if secrets:
+        raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise BigbatchError(f"output {public_name(out)} must end in .h5 (data.path recognises data files by it)")
     if resolution is not None and resolution < 1:

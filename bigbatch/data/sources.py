@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError
+from bigbatch.urls import is_url, public_name, refuse_credentials
 
 # One filter for every image, written into each data file: the resize filter alone moves FID.
 RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
@@ -24,25 +24,12 @@ RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialias
 BACKGROUND = (255, 255, 255)
 
 
-def is_url(path: str) -> bool:
-    """True for fsspec URLs such as s3://bucket/key (not for local paths or file://)."""
-    scheme = urlsplit(str(path)).scheme
-    return len(scheme) > 1 and scheme != "file"
-
-
-def public_name(src: str) -> str:
-    """`src` as it may be written to files and logs: no user, password or query string."""
-    if not is_url(src):
-        return str(src)
-    parts = urlsplit(src)
-    return urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
-
-
 def url_fs(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     """The fsspec filesystem and path of a URL; credentials come from `storage_options` or the
     environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for S3)."""
     import fsspec
 
+    refuse_credentials(url, public_name(url))
     try:
         return fsspec.core.url_to_fs(url, **(storage_options or {}))
     except ImportError as e:

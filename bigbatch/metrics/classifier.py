@@ -178,7 +178,12 @@ def load_classifier(path: str | Path, device: str | torch.device = "cpu", best: 
     `features(x)` gives its penultimate features, `fc` maps them to logits."""
     path = Path(path)
     ckpt = checkpoints.best_checkpoint(path) if best and path.is_dir() else None
-    ckpt = ckpt or checkpoints.find_checkpoint(path)
+    if ckpt is not None:
+        return _load_classifier(ckpt, device)
+    return checkpoints.read_newest(path, lambda ckpt: _load_classifier(ckpt, device))
+
+
+def _load_classifier(ckpt: Path, device: str | torch.device) -> nn.Module:
     meta = checkpoints.model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
     if cfg.task != "classify":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -16,9 +17,10 @@ import torch
 from PIL import Image
 
 from bigbatch.data.images import ImageData
-from bigbatch.data.sources import Listing, decode_or_reason, is_url, list_source, public_name
+from bigbatch.data.sources import Listing, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
 from bigbatch.metrics.features import Extractor
+from bigbatch.urls import is_url, public_name, refuse_credentials
 
 # Files with these endings are images (pytorch-fid's and torch-fidelity's list, and a few more Pillow
 # opens); anything else in a folder (captions, .json, .npz) is left alone, as those tools do.
@@ -40,6 +42,7 @@ def open_images(path: str | Path, storage_options: dict | None = None) -> ImageF
     .npz/.npy holding one uint8 array (N, H, W, C), (N, C, H, W) or grey (N, H, W)."""
     path = str(path)
     name = public_name(path)
+    refuse_credentials(path, name)
     if not is_url(path):
         local = Path(path.removeprefix("file://"))
         if not local.exists():
@@ -106,7 +109,7 @@ class ImageFiles:
             raise BigbatchError(
                 f"{self.source} holds images of different sizes ({sizes[0][0]}x{sizes[0][1]}, "
                 f"{sizes[-1][0]}x{sizes[-1][1]}) and this needs one size: make a data set of one size with "
-                f"`bigbatch prepare {self.source} DATA.h5 --resolution N`"
+                f"`bigbatch prepare {shlex.quote(self.source)} DATA.h5 --resolution N`"
             )
         return images, torch.zeros(len(images), dtype=torch.long)
 

@@ -38,8 +38,9 @@ def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
 def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool) -> dict:
     """Load G and D from the run or checkpoint at `path` (the optimizers start afresh); return its G_ema
     weights, to load once G_ema exists."""
-    ckpt = checkpoints.find_checkpoint(path)
-    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema"))
+    ckpt, (weights, _) = checkpoints.read_newest(
+        path, lambda ckpt: (ckpt, checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema")))
+    )
     fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
     if announce:
         print(f"Fine-tuning from {ckpt}", flush=True)

@@ -14,8 +14,12 @@ from bigbatch.tasks.gan.task import build_models
 
 
 def load_generator(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
-    """The EMA generator of a run (its latest complete checkpoint) or of a checkpoint folder, in eval mode."""
-    ckpt = checkpoints.find_checkpoint(path)
+    """The EMA generator of a run (its latest complete checkpoint) or of a checkpoint folder, in eval mode,
+    with `class_names`, `checkpoint` (the folder read) and `config` (the run's)."""
+    return checkpoints.read_newest(path, lambda ckpt: _load_generator(ckpt, device))
+
+
+def _load_generator(ckpt: Path, device: str | torch.device) -> nn.Module:
     meta = checkpoints.model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
     if cfg.task != "gan":
@@ -23,5 +27,5 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu") -> nn.M
     G, _ = build_models(cfg, meta["n_classes"], meta["img_channels"])
     weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G_ema",))
     checkpoints.load_weights(G, weights["G_ema"], f"G_ema of checkpoint {ckpt}")
-    G.class_names = meta.get("class_names", [])
+    G.class_names, G.checkpoint, G.config = meta.get("class_names", []), ckpt, cfg
     return G.to(device).eval().requires_grad_(False)

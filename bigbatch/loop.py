@@ -4,6 +4,7 @@ image counts, so a resumed run and one of another world size do the same things 
 
 from __future__ import annotations
 
+import shlex
 import time
 from contextlib import closing
 from pathlib import Path
@@ -15,8 +16,8 @@ from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
 from bigbatch.progress import Progress
-from bigbatch.rundir import open_run
-from bigbatch.signals import stop_signals
+from bigbatch.rundir import Run, open_run, truncate_metrics
+from bigbatch.signals import StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 
 
@@ -24,29 +25,38 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
     """Train what `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run directory.
 
     Under torchrun every process calls this; rank 0 alone writes the run directory."""
-    rep = replicator_for(cfg)
-    try:
-        return _train(cfg, rep, run_dir, resume, quiet)
-    finally:
-        rep.close()
+    # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during
+    # start-up stops at once (KeyboardInterrupt), leaving nothing behind but what a resume can use.
+    with stop_signals() as stop:
+        rep = replicator_for(cfg)
+        try:
+            # The run directory: a new one, or the run to resume (whose config must agree with cfg), locked.
+            run = open_run(cfg, run_dir, resume)
+            try:
+                return _train(run, rep, resume, quiet, stop)
+            finally:
+                run.close()
+        finally:
+            rep.close()
 
 
-def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: bool, quiet: bool) -> Path:
-    # The run directory: a new one, or the run to resume (whose config must agree with cfg).
-    run = open_run(cfg, run_dir, resume)
+def _train(run: Run, rep: Replicator, resume: bool, quiet: bool, stop: StopRequest) -> Path:
     cfg, main = run.cfg, rep.is_main
 
     # The task: data, models, optimizers and averages, all random draws decided by train.seed. Built
     # before anything is written, so a bad config leaves nothing behind.
     data = training_data(cfg)
+    run.check_data(data, cfg.data.path)  # on resume: the images the run was trained on
     task = build_task(cfg, rep, data, run=run.path, resumed_at=run.resumed_at, quiet=quiet)
-    nimg, seconds = run.restore(task, rep) if resume else (0, 0.0)
+    nimg, seconds = run.restore(task, rep) if run.checkpoint else (0, 0.0)
+    if resume and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
+        truncate_metrics(run.path / "metrics.jsonl", 0)
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed
         plan_micro_batch(rep, task.probe, verbose=main and not quiet)
     progress = Progress(run, rep, nimg, seconds, resume, quiet)
     if main:
         run.write_start(rep)
-        if resume:
+        if run.checkpoint:
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
         print(f"Training {cfg.name} in {run.path}: {describe_plan(cfg, rep.plan)}; {cfg.train.kimg:g} kimg", flush=True)
 
@@ -63,7 +73,8 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
 
     # Train.
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase)
-    with stop_signals() as stop, closing(feed):
+    stop.armed = True  # from here a first SIGINT saves a checkpoint (as SIGTERM does), a second one stops at once
+    with closing(feed):
         while nimg < progress.total and not dist.any_rank(stop.requested):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
             began, before = time.perf_counter(), nimg
@@ -95,9 +106,10 @@ def _train(cfg: Config, rep: Replicator, run_dir: str | Path | None, resume: boo
         if stopped and main:
             path = run.save(task, rep, nimg, progress.seconds())
             run.write_previews(task, nimg, at_checkpoint=True)
-            resume_with = f"bigbatch train --run-dir {run.path} --resume"
+            resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
             print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
     if main and not stopped:
-        print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {task.usage.format(run=run.path)}", flush=True)
+        usage = task.usage.format(run=shlex.quote(str(run.path)))
+        print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {usage}", flush=True)
     return run.path

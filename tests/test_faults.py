@@ -1,0 +1,350 @@
+"""The run directory under faults: credentials refused before anything is written, one writer per run,
+resume checks what it resumes, signals at any moment of start-up, checkpoints pruned under a reader."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import bigbatch
+from bigbatch import checkpoints
+from bigbatch.cli import main
+from bigbatch.data.prepare import prepare
+from bigbatch.rundir import open_run
+
+
+def weights(run, name="000000.512"):
+    return {net: (run / "checkpoints" / name / f"{net}.safetensors").read_bytes() for net in ("G", "D", "G_ema")}
+
+
+def one_error_line(capsys):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bigbatch: error: "), err
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "data.path=ftp://user:PASS@host/d.h5"],
+        ["train", "data.path=s3://bucket/d.h5?X-Amz-Signature=PASS"],
+        ["train", "data.val_path=https://user:PASS@host/v.h5", "task=classify"],
+        ["train", "train.init_from=s3://user:PASS@bucket/run"],
+        ["train", "data.storage_options={client_kwargs={endpoint_url='http://user:PASS@127.0.0.1:9000'}}"],
+        ["train", "data.storage_options={secret='PASS'}"],
+        ["prepare", "s3://user:PASS@bucket/images", "out.h5"],
+        ["prepare", "builtin:digits", "s3://user:PASS@bucket/out.h5"],
+        ["prepare", "builtin:digits", "s3://bucket/out.h5", "--endpoint-url", "http://user:PASS@127.0.0.1:9000"],
+        ["eval", "https://user:PASS@host/images.zip", "builtin:digits", "--metrics", "is"],
+        ["stats", "s3://user:PASS@bucket/d.h5"],
+    ],
+)
+def test_credentials_in_urls_are_refused_before_anything_is_written(argv, tmp_path, capsys):
+    assert main(argv) == 2
+    err = one_error_line(capsys)
+    assert "PASS" not in err and "credentials" in err and "environment" in err
+    assert list(tmp_path.iterdir()) == []  # no run directory, no data file
+
+
+def test_a_run_has_one_writer_and_the_lock_goes_with_its_process(tiny, tmp_path, capsys):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "bigbatch.cli", "train", "--run-dir", str(run), "data.resolution=16", "model.ch=8"]
+    cmd += ["model.dim_z=16", "train.kimg=1000", "train.log_every_kimg=0.032", "checkpoint.every_kimg=0.064"]
+
+    def start_and_wait_for_a_checkpoint():
+        old = checkpoints.find_checkpoint(run) if checkpoints.complete_checkpoints(run) else None
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None:
+            if checkpoints.complete_checkpoints(run) and checkpoints.find_checkpoint(run) != old:
+                break
+            time.sleep(0.2)
+        assert p.poll() is None, p.stderr.read()
+        return p
+
+    p = start_and_wait_for_a_checkpoint()
+    try:
+        # A second writer is refused, naming the holder; readers go on.
+        for argv in (["train", "--run-dir", str(run), "--resume"], ["train", "--run-dir", str(run)]):
+            assert main(argv) == 2
+            assert f"is in use by process {p.pid}" in one_error_line(capsys)
+        assert main(["info", str(run)]) == 0
+        assert main(["sample", str(run), "--n", "4"]) == 0
+    finally:
+        p.kill()  # SIGKILL: no clean-up of any kind, the kernel releases the lock
+        p.wait()
+        cmd[cmd.index(str(run)) + 1 : cmd.index(str(run)) + 1] = ["--resume"]  # the same command, resuming
+    p = start_and_wait_for_a_checkpoint()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=120) == 0
+
+
+def test_runs_started_together_never_share_an_auto_numbered_directory(tiny):
+    runs, barrier = [], threading.Barrier(6)
+
+    def claim():
+        barrier.wait()
+        runs.append(open_run(tiny, None, resume=False))
+
+    threads = [threading.Thread(target=claim) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r.path for r in runs}) == 6
+    for r in runs:
+        r.close()  # nothing written: the directories go again
+    assert not any(r.path.exists() for r in runs)
+
+
+def test_resume_refuses_other_images_at_the_data_path_but_follows_the_same_images_moved(tiny, tmp_path, capsys):
+    data, other = tmp_path / "data.h5", tmp_path / "other.h5"
+    prepare("builtin:digits", str(data), resolution=16, workers=0)
+    prepare("builtin:digits", str(other), resolution=16, workers=0, limit=1000)
+    cfg = tiny.override({"data.path": str(data), "train.kimg": 0.256})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    meta = checkpoints.read_meta(checkpoints.find_checkpoint(run))
+    assert meta["data"]["path"] == str(data) and meta["data"]["content_hash"].startswith("sha256:")
+
+    shutil.move(data, tmp_path / "moved.h5")
+    shutil.copy(other, data)  # the same name, other images
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=0.384"]) == 2
+    assert "holds other images than the run was trained on" in one_error_line(capsys)
+    moved = f"data.path={tmp_path / 'moved.h5'}"
+    assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=0.384", moved]) == 0
+
+
+def test_resume_checks_the_config_against_the_checkpoints_own(tiny, tmp_path, capsys):
+    run = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
+    saved = run / "config.toml"
+    saved.write_text(saved.read_text().replace("seed = 0", "seed = 5"))  # edited by hand
+    capsys.readouterr()
+    assert main(["train", "--run-dir", str(run), "--resume"]) == 2
+    err = one_error_line(capsys)
+    assert "train.seed (0 -> 5)" in err and "edited" in err
+    # The checkpoint's own copy is checksummed: editing it makes the checkpoint corrupt, not a new recipe.
+    ckpt_config = checkpoints.find_checkpoint(run) / "config.toml"
+    ckpt_config.write_text(ckpt_config.read_text().replace("seed = 0", "seed = 5"))
+    with pytest.raises(bigbatch.BigbatchError, match="is corrupt: config.toml does not match"):
+        checkpoints.verify(ckpt_config.parent)
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tiny, tmp_path, capsys):
+    whole = weights(bigbatch.train(tiny, run_dir=tmp_path / "whole", quiet=True))
+    run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+    shutil.rmtree(run / "checkpoints")  # as if killed after start-up, before the first save
+    assert main(["train", "--run-dir", str(run)]) == 2
+    assert "already holds a run; add --resume" in one_error_line(capsys)
+    assert main(["train", "--run-dir", str(run), "--resume"]) == 0
+    assert "no checkpoint yet" in capsys.readouterr().err
+    assert weights(run) == whole
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512]
+
+
+def test_signals_during_start_up(tiny, tmp_path, capsys, monkeypatch):
+    import bigbatch.loop as training
+
+    build = training.build_task
+    signals = []
+
+    def build_then_signal(*args, **kwargs):
+        task = build(*args, **kwargs)
+        if signals:
+            os.kill(os.getpid(), signals.pop())
+        return task
+
+    monkeypatch.setattr(training, "build_task", build_then_signal)
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(tiny.dumps())
+    run = tmp_path / "run"
+
+    # Ctrl-C while the run starts: stop at once, one line, exit 130, nothing left that blocks a restart.
+    signals.append(signal.SIGINT)
+    assert main(["train", "--config", str(cfg), "--run-dir", str(run)]) == 130
+    assert capsys.readouterr().err == "bigbatch: interrupted\n"
+    assert not run.exists()
+
+    # SIGTERM while the run starts: save where it is (step 0) and exit 0; resuming trains the same weights.
+    signals.append(signal.SIGTERM)
+    assert main(["train", "--config", str(cfg), "--run-dir", str(run)]) == 0
+    assert "Stopped by signal; saved" in capsys.readouterr().out
+    assert checkpoints.find_checkpoint(run).name == "000000.000"
+    assert main(["train", "--run-dir", str(run), "--resume"]) == 0
+    whole = weights(bigbatch.train(tiny, run_dir=tmp_path / "whole", quiet=True))
+    assert weights(run) == whole
+
+    # SIGTERM before training is even set up (the command line being read): one line, 143.
+    monkeypatch.setattr("bigbatch.cli.parse_args", lambda argv: os.kill(os.getpid(), signal.SIGTERM))
+    assert main(["info", str(run)]) == 143
+    assert capsys.readouterr().err == "bigbatch: stopped by SIGTERM\n"
+
+
+def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
+    run = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "run", quiet=True)
+    newest, before = run / "checkpoints" / "000000.512", run / "checkpoints" / "000000.256"
+    load = checkpoints.load_checkpoint
+    pruned = []
+
+    def prune_first(ckpt, nets):  # the training run deletes the checkpoint just as the reader opens it
+        if not pruned:
+            pruned.append(ckpt)
+            shutil.rmtree(ckpt)
+        return load(ckpt, nets)
+
+    monkeypatch.setattr(checkpoints, "load_checkpoint", prune_first)
+    # Named by its run: the reader goes on with the run's newest checkpoint.
+    G = bigbatch.load_generator(run)
+    assert pruned == [newest] and G.checkpoint == before
+    # Named as a folder: said so in one line.
+    pruned.clear()
+    with pytest.raises(checkpoints.Pruned, match="000000.256 was deleted while being read"):
+        bigbatch.load_generator(before)
+
+
+def limited(max_bytes):
+    """preexec_fn: files this process writes stop growing at max_bytes, the write failing with EFBIG as a
+    full disk fails with ENOSPC (SIGXFSZ ignored, so the write returns the error instead of killing)."""
+    import resource
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return apply
+
+
+def bigbatch_limited(max_bytes, *argv, cwd):
+    cmd = [sys.executable, "-m", "bigbatch", *argv]
+    return subprocess.run(cmd, preexec_fn=limited(max_bytes), capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
+    # prepare: no crash of the interpreter (HDF5's own write errors used to end in a segfault).
+    stale = tmp_path / ".data.h5.partial-999999999"  # a prepare killed earlier: no such process
+    stale.write_bytes(b"\0" * 1000)
+    p = bigbatch_limited(500_000, "prepare", "builtin:digits", "data.h5", "--resolution", "32", cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("bigbatch: error: cannot write data.h5: File too large") and p.stderr.count("\n") == 1
+    assert sorted(f.name for f in tmp_path.iterdir()) == []  # neither its partial file nor the stale one
+
+    # training: the checkpoint that does not fit is removed, the one before stays, the run resumes.
+    run = tmp_path / "run"
+    args = ["train", "--run-dir", str(run), "data.resolution=16", "train.kimg=0.512", "checkpoint.every_kimg=0.256"]
+    first = bigbatch_limited(10**9, *args, "train.kimg=0.256", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    (run / "checkpoints" / ".tmp-000000.100-999999999").mkdir()  # a save killed earlier
+    size = sum(f.stat().st_size for f in (run / "checkpoints" / "000000.256").iterdir())
+    p = bigbatch_limited(size // 3, *args[:3], "--resume", "train.kimg=0.512", cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    err = p.stderr.splitlines()[-1]
+    assert err.startswith("bigbatch: error: cannot write checkpoint") and "File too large" in err and "--resume" in err
+    assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]
+    assert [f.name for f in (run / "checkpoints").iterdir() if f.name.startswith(".")] == []
+    p = bigbatch_limited(10**9, *args[:3], "--resume", "train.kimg=0.512", cwd=tmp_path)
+    assert p.returncode == 0 and checkpoints.find_checkpoint(run).name == "000000.512", p.stderr
+
+    # sample (as stats and every other file bigbatch writes: through a temporary file and a rename)
+    p = bigbatch_limited(2000, "sample", str(run), "--n", "64", "--out", "sheet.png", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("bigbatch: error: ") and "sheet.png: File too large" in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["run"]
+
+
+def test_damaged_run_records_are_passed_over_or_one_line(tiny, tmp_path, capsys):
+    run = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "run", quiet=True)
+    latest = run / "checkpoints" / "latest"
+    for garbage in (b"\x00\xff not a name\n", b"../../etc\n", b""):
+        latest.write_bytes(garbage)
+        assert checkpoints.find_checkpoint(run).name == "000000.512"  # the newest complete one, with a warning
+    meta = run / "checkpoints" / "000000.512" / "meta.json"
+    meta.write_text(meta.read_text().replace('"nimg": 512', '"nimg": "512"'))
+    assert checkpoints.find_checkpoint(run).name == "000000.256"  # a meta.json of the wrong shape: not complete
+    capsys.readouterr()
+    assert main(["sample", str(meta.parent)]) == 2
+    assert "incomplete or damaged" in one_error_line(capsys)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"kimg": "x", "loss_D": 1}\n{"kimg": null}\n[1, 2]\n"text"\n')
+    assert main(["plot", str(run)]) == 0
+    assert main(["train", "--run-dir", str(run), "--resume"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512]
+
+
+def test_odd_command_lines_are_one_line(tiny, tmp_path, capsys):
+    run = bigbatch.train(tiny.override({"train.kimg": 0.128}), run_dir=tmp_path / "run", quiet=True)
+    capsys.readouterr()
+    assert main(["sample", str(run), "--n", "10000000000"]) == 2
+    assert "more than half of this machine's" in one_error_line(capsys)
+    assert main(["sample", str(run), "--npz", "--interp"]) == 2
+    assert "give one of them" in one_error_line(capsys)
+    odd = bytes(tmp_path) + b"/run-\xff"  # a name in another encoding than UTF-8 (in a process of its own:
+    cli = [sys.executable, "-m", "bigbatch"]  # pytest's capture cannot hold the bytes printed)
+    p = subprocess.run([*cli, "train", "--run-dir", odd, "train.kimg=0.128"], capture_output=True)
+    assert p.returncode == 2 and b"is not valid UTF-8" in p.stderr and p.stderr.count(b"\n") == 1
+    os.rename(run, odd)  # readers take it
+    for argv in (["info", odd], ["sample", odd, "--n", "4"]):
+        p = subprocess.run([*cli, *argv], capture_output=True)
+        assert p.returncode == 0 and odd in p.stdout, p.stderr
+
+
+def edit_attribute(path, key, value):
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        f.attrs[key] = value
+
+
+def test_data_files_with_damaged_metadata_are_one_line(tiny, tmp_path, capsys):
+    good = tmp_path / "good.h5"
+    prepare("builtin:digits", str(good), resolution=16, workers=0, limit=300)
+    cases = {
+        "count": lambda p: edit_attribute(p, "count", 299),
+        "groups": lambda p: edit_attribute(p, "groups", '[{"name": "/", "count": 300, "height": 16, "width": 9}]'),
+        "class_names": lambda p: edit_attribute(p, "class_names", "not json ["),
+        "labels": lambda p: _set_label(p, 0, 10),
+    }
+    for name, damage in cases.items():
+        bad = tmp_path / f"{name}.h5"
+        shutil.copy(good, bad)
+        damage(bad)
+        capsys.readouterr()
+        assert main(["train", f"data.path={bad}", "data.resolution=16", "--run-dir", str(tmp_path / name)]) == 2
+        err = one_error_line(capsys)
+        assert f"data file {bad} is damaged" in err and "prepare it again" in err, name
+        assert not (tmp_path / name).exists()
+        if name != "labels":  # the labels' range is checked by training; their hash by --verify
+            assert main(["info", str(bad), "--verify"]) == 2
+            assert "is damaged" in one_error_line(capsys)
+
+
+def _set_label(path, index, value):
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        f["labels"][index] = value
+
+
+def test_a_read_error_in_a_loader_worker_names_the_data_file(tmp_path):
+    from bigbatch.data.hdf5 import H5Data
+    from bigbatch.data.loader import BatchLoader
+
+    path = tmp_path / "d.h5"
+    prepare("builtin:digits", str(path), resolution=16, workers=0, limit=300)
+    data = H5Data(path)
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)  # the file shrinks under the training run
+    import torch
+
+    loader = BatchLoader(data, [torch.arange(64) + 200], workers=1)
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        next(loader)
+    loader.close()
+    assert str(e.value) == f"data file {path} is shorter than its index says: it is truncated"
