@@ -21,17 +21,14 @@ def _train(args: argparse.Namespace) -> None:
     from bigbatch.loop import train
 
     overrides = dict(parse_override(o) for o in args.overrides)
-    if args.resume:
-        if args.preset or args.config:
-            raise BigbatchError(
-                "--resume continues the run's own config; drop --preset/--config (key=value overrides may extend it)"
-            )
-        if not args.run_dir:
-            raise BigbatchError("--resume needs --run-dir naming the run to continue")
-        saved = Path(args.run_dir) / "config.toml"
-        if not saved.exists():
-            raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
-        cfg = Config.load(saved)
+    resume: bool | str = {"": False, "yes": True, "auto": "auto"}[args.resume or ""]
+    saved = Path(args.run_dir) / "config.toml" if args.run_dir else None
+    if resume and not args.run_dir:
+        raise BigbatchError(f"--resume{'=auto' if resume == 'auto' else ''} needs --run-dir naming the run")
+    if resume is True and not saved.exists() and not (saved.parent / "checkpoints").exists():
+        raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
+    if resume and not (args.preset or args.config) and saved.exists():
+        cfg = Config.load(saved)  # the run's own config; the same command with --preset/--config is checked
     else:
         cfg = _base_config(args.preset, args.config, "digits")
     if args.init_from:
@@ -41,7 +38,7 @@ def _train(args: argparse.Namespace) -> None:
         print(cfg.dumps())
         print(f"# plan: {describe_plan(cfg)}")
         return
-    train(cfg, run_dir=args.run_dir, resume=args.resume, quiet=args.quiet)
+    train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
 
 
 def _base_config(preset_name: str | None, config: str | None, default: str):
@@ -392,7 +389,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", help="named recipe (see 'bigbatch presets')")
     t.add_argument("--config", help="TOML config file, e.g. a run's config.toml")
     t.add_argument("--run-dir", help="run directory (default: runs/<name>-NNNNN)")
-    t.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
+    t.add_argument(
+        "--resume",
+        nargs="?",
+        const="yes",
+        choices=("yes", "auto"),
+        help="continue the run in --run-dir from its latest checkpoint; --resume=auto: or start it if there is none "
+        "(a job script's one command). With --preset/--config the config must be the run's (length and output "
+        "cadence may differ)",
+    )
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and batch plan, then exit")
     t.add_argument("--quiet", action="store_true", help="no progress output")
     t.add_argument(
@@ -546,6 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed command line; `key=value` overrides of train and convert may stand anywhere among the options."""
     parser = build_parser()
+    # A bare --resume must not take the override after it as its value (--resume train.kimg=120).
+    argv = ["--resume=yes" if a == "--resume" else a for a in (sys.argv[1:] if argv is None else argv)]
     # argparse fills a positional list from one run of arguments only, so overrides after an option come
     # back unparsed (parse_intermixed_args would gather them, but it refuses subparsers).
     args, extras = parser.parse_known_args(argv)

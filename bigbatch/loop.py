@@ -8,6 +8,7 @@ import shlex
 import time
 from contextlib import closing
 from pathlib import Path
+from typing import Literal
 
 from bigbatch.batching import describe_plan, plan_micro_batch, replicator_for
 from bigbatch.config import Config
@@ -21,8 +22,12 @@ from bigbatch.signals import StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 
 
-def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, quiet: bool = False) -> Path:
+def train(
+    cfg: Config, run_dir: str | Path | None = None, resume: bool | Literal["auto"] = False, quiet: bool = False
+) -> Path:
     """Train what `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run directory.
+    `resume`: continue the run in `run_dir` (its config must be `cfg`, but for its length and output
+    cadences); "auto": continue it if `run_dir` holds one, else start it.
 
     Under torchrun every process calls this; rank 0 alone writes the run directory."""
     # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during
@@ -33,14 +38,14 @@ def train(cfg: Config, run_dir: str | Path | None = None, resume: bool = False, 
             # The run directory: a new one, or the run to resume (whose config must agree with cfg), locked.
             run = open_run(cfg, run_dir, resume)
             try:
-                return _train(run, rep, resume, quiet, stop)
+                return _train(run, rep, quiet, stop)
             finally:
                 run.close()
         finally:
             rep.close()
 
 
-def _train(run: Run, rep: Replicator, resume: bool, quiet: bool, stop: StopRequest) -> Path:
+def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     cfg, main = run.cfg, rep.is_main
 
     # The task: data, models, optimizers and averages, all random draws decided by train.seed. Built
@@ -49,11 +54,11 @@ def _train(run: Run, rep: Replicator, resume: bool, quiet: bool, stop: StopReque
     run.check_data(data, cfg.data.path)  # on resume: the images the run was trained on
     task = build_task(cfg, rep, data, run=run.path, resumed_at=run.resumed_at, quiet=quiet)
     nimg, seconds = run.restore(task, rep) if run.checkpoint else (0, 0.0)
-    if resume and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
+    if run.resumed and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
         truncate_metrics(run.path / "metrics.jsonl", 0)
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed
         plan_micro_batch(rep, task.probe, verbose=main and not quiet)
-    progress = Progress(run, rep, nimg, seconds, resume, quiet)
+    progress = Progress(run, rep, nimg, seconds, run.resumed, quiet)
     if main:
         run.write_start(rep)
         if run.checkpoint:

@@ -11,7 +11,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import torch
 
@@ -36,6 +36,8 @@ class Run:
     """RUN/.lock, held (rank 0) while this process trains the run: one writer per run directory."""
     created: bool = False
     """Whether this process made the directory (removed again if the run fails before writing to it)."""
+    resumed: bool = False
+    """Whether it continues a run (from `checkpoint`, or from the start if it stopped before one)."""
     data: dict[str, str] | None = None
     """The training data's identity (path, content_hash), recorded in every checkpoint's meta.json."""
 
@@ -152,21 +154,23 @@ def _legacy_plan(run: Path) -> dict[str, Any] | None:
         return None
 
 
-def open_run(cfg: Config, run_dir: str | Path | None, resume: bool) -> Run:
+def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["auto"]) -> Run:
     """The run `cfg` trains: rank 0 claims (and locks) the run directory, the others follow it. On resume
-    the config must agree with the one the checkpoint was trained with (see `resume_config`); a run
-    stopped before its first checkpoint starts again from the beginning, with its own config."""
-    claimed: list[tuple[Path, IO | None, bool]] = []
-    if dist.context().rank == 0:
-        found = _catch(lambda: claimed.append(_claim_dir(run_dir, cfg.name, resume)) or claimed[0][0])
-    else:
-        found = None
+    ("auto": if `run_dir` holds a run) the config must agree with the one the checkpoint was trained with
+    (see `resume_config`); a run stopped before its first checkpoint starts again, with its own config."""
+    claimed: list[tuple[Path, IO | None, bool, bool]] = []
+
+    def claim() -> tuple[str, bool]:
+        claimed.append(_claim_dir(run_dir, cfg.name, resume))
+        return str(claimed[0][0]), claimed[0][3]  # what the other ranks need: the path, and whether it resumes
+
+    found = _catch(claim) if dist.context().rank == 0 else None
     ok, found = dist.broadcast(found)
     if not ok:
         raise BigbatchError(found)
-    path, lock, created = claimed[0] if claimed else (Path(found), None, False)
-    run = Run(path, cfg, lock=lock, created=created)
-    if not resume:
+    path, lock, created, resuming = claimed[0] if claimed else (Path(found[0]), None, False, found[1])
+    run = Run(path, cfg, lock=lock, created=created, resumed=resuming)
+    if not resuming:
         return run
     try:
         if checkpoints.complete_checkpoints(path):
@@ -182,10 +186,10 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool) -> Run:
     return run
 
 
-def _catch(fn: Any) -> tuple[bool, str]:
-    """(True, str(fn())) or (False, its BigbatchError's message): plain data to hand to the other ranks."""
+def _catch(fn: Any) -> tuple[bool, Any]:
+    """(True, fn()) or (False, its BigbatchError's message): plain data to hand to the other ranks."""
     try:
-        return True, str(fn())
+        return True, fn()
     except BigbatchError as e:
         return False, str(e)
 
@@ -193,9 +197,12 @@ def _catch(fn: Any) -> tuple[bool, str]:
 LOCK = ".lock"  # RUN/.lock: flock-ed by the process training the run; it holds that process's PID and host
 
 
-def _claim_dir(run_dir: str | Path | None, name: str, resume: bool) -> tuple[Path, IO | None, bool]:
-    """(run directory, its lock, whether made here): a new numbered one by default (made atomically, so
-    runs started together never share one), an existing run only with --resume."""
+def _claim_dir(
+    run_dir: str | Path | None, name: str, resume: bool | Literal["auto"]
+) -> tuple[Path, IO | None, bool, bool]:
+    """(run directory, its lock, whether made here, whether it resumes): a new numbered one by default
+    (made atomically, so runs started together never share one), an existing run only with --resume
+    (with "auto": resumed if it holds a run, else started)."""
     if run_dir is None:
         if resume:
             raise BigbatchError("--resume needs --run-dir naming the run to continue")
@@ -210,7 +217,7 @@ def _claim_dir(run_dir: str | Path | None, name: str, resume: bool) -> tuple[Pat
                 run.mkdir()  # fails if another process claimed it first: then try the next number
             except FileExistsError:
                 continue
-            return run, _lock(run), True
+            return run, _lock(run), True, False
         raise BigbatchError(f"runs/ holds 100000 runs named {name}-NNNNN; choose another --run-dir")
     run = Path(run_dir)
     try:
@@ -226,6 +233,8 @@ def _claim_dir(run_dir: str | Path | None, name: str, resume: bool) -> tuple[Pat
     run.mkdir(parents=True, exist_ok=True)
     lock = _lock(run)
     holds_run = (run / "config.toml").exists() or (run / "checkpoints").exists()
+    if resume == "auto":
+        resume = holds_run
     problem = None
     if resume and not holds_run:
         problem = f"{run} holds no run to resume; drop --resume to start a new run there"
@@ -234,7 +243,7 @@ def _claim_dir(run_dir: str | Path | None, name: str, resume: bool) -> tuple[Pat
     if problem:
         _release(run, lock, created)
         raise BigbatchError(problem)
-    return run, lock, created
+    return run, lock, created, bool(resume)
 
 
 def _release(run: Path, lock: IO | None, created: bool) -> None:

@@ -348,3 +348,19 @@ def test_a_read_error_in_a_loader_worker_names_the_data_file(tmp_path):
         next(loader)
     loader.close()
     assert str(e.value) == f"data file {path} is shorter than its index says: it is truncated"
+
+
+def test_one_command_starts_or_resumes(tiny, tmp_path, capsys):
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(tiny.dumps())
+    run = tmp_path / "run"
+    command = ["train", "--config", str(cfg), "--run-dir", str(run), "--resume=auto"]
+    assert main([*command, "train.kimg=0.256"]) == 0  # nothing there: starts
+    assert main(["train", "--run-dir", str(tmp_path / "none"), "--resume"]) == 2  # plain --resume needs a run
+    assert "holds no run to resume" in one_error_line(capsys)
+    assert main(command) == 0  # the same command again: resumes (train.kimg may change)
+    assert "Resuming" in capsys.readouterr().out
+    assert weights(run) == weights(bigbatch.train(tiny, run_dir=tmp_path / "whole", quiet=True))
+    assert main(["train", "--preset", "digits", "--run-dir", str(run), "--resume", "train.kimg=1"]) == 2
+    err = one_error_line(capsys)
+    assert "data.resolution (16 -> 32)" in err and "model.ch" in err
