@@ -349,6 +349,19 @@ def _info(args: argparse.Namespace) -> None:
     print(describe_run(args.path))
 
 
+def _stop(args: argparse.Namespace) -> None:
+    from bigbatch.checkpoints import find_checkpoint
+    from bigbatch.rundir import stop_run
+
+    if args.wait < 0:
+        raise BigbatchError(f"--wait must be a number of seconds >= 0, got {args.wait:g}")
+    pid = stop_run(Path(args.run), args.wait)
+    if not args.wait:
+        print(f"Asked process {pid} to save a checkpoint and stop")
+        return
+    print(f"Stopped process {pid}; its checkpoint: {find_checkpoint(args.run)}")
+
+
 def _plot(args: argparse.Namespace) -> None:
     from bigbatch.plot import plot_run
 
@@ -537,6 +550,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="the bigbatch command, e.g. -- train --preset digits",
         )
         engine.set_defaults(func=_launch)
+
+    so = sub.add_parser("stop", help="ask the process training a run to save a checkpoint and exit")
+    so.add_argument("run", metavar="RUN_DIR")
+    so.add_argument("--wait", type=float, default=300.0, help="seconds to wait for it to finish saving (0: no wait)")
+    so.set_defaults(func=_stop)
 
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")

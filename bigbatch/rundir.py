@@ -258,6 +258,52 @@ def _release(run: Path, lock: IO | None, created: bool) -> None:
         lock.close()  # closing the file releases the flock
 
 
+def trainer(run: Path) -> tuple[int, str] | None:
+    """(PID, host) of the process training `run` (holding its lock), or None if none does."""
+    try:
+        import fcntl
+
+        f = open(Path(run) / LOCK)
+    except (ImportError, OSError):
+        return None
+    with f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f.read().split()
+            if not holder or not holder[0].isdigit():
+                return None  # locked, but the holder is still writing its PID
+            return int(holder[0]), holder[1] if len(holder) > 1 else ""
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return None
+
+
+def stop_run(run: Path, wait: float = 300.0) -> int:
+    """Ask the process training `run` to save a checkpoint and exit (SIGTERM: what the loop saves on;
+    under torchrun every rank then stops with it), and wait up to `wait` seconds for it; its PID."""
+    import signal
+    import time
+
+    if not Path(run).is_dir():
+        raise BigbatchError(f"{run} is not a run directory")
+    found = trainer(run)
+    if found is None:
+        raise BigbatchError(f"{run} is not being trained: no process holds its lock")
+    pid, host = found
+    if host and host != socket.gethostname():
+        raise BigbatchError(f"{run} is trained by process {pid} on {host}; run `bigbatch stop` there")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        raise BigbatchError(f"{run}: its trainer, process {pid}, has just ended") from None
+    deadline = time.monotonic() + wait
+    while wait and trainer(run) is not None:
+        if time.monotonic() > deadline:
+            raise BigbatchError(f"process {pid} is still saving after {wait:g} s; it stops on its own")
+        time.sleep(0.2)
+    return pid
+
+
 def _lock(run: Path) -> IO | None:
     """Hold an exclusive flock on RUN/.lock for as long as the returned file stays open (the kernel
     releases it when the process ends, however it ends). None where the OS or file system has no flock."""

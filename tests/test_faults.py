@@ -81,8 +81,11 @@ def test_a_run_has_one_writer_and_the_lock_goes_with_its_process(tiny, tmp_path,
         p.wait()
         cmd[cmd.index(str(run)) + 1 : cmd.index(str(run)) + 1] = ["--resume"]  # the same command, resuming
     p = start_and_wait_for_a_checkpoint()
-    p.send_signal(signal.SIGTERM)
+    assert main(["stop", str(run)]) == 0  # SIGTERM to the holder of the lock; waits until it has saved
+    assert f"Stopped process {p.pid}" in capsys.readouterr().out
     assert p.wait(timeout=120) == 0
+    assert main(["stop", str(run)]) == 2
+    assert "is not being trained" in one_error_line(capsys)
 
 
 def test_runs_started_together_never_share_an_auto_numbered_directory(tiny):
