@@ -363,9 +363,9 @@ def _stop(args: argparse.Namespace) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
-    from bigbatch.plot import plot_run
+    from bigbatch.plot import plot_runs
 
-    print(plot_run(args.run, args.out))
+    print(plot_runs(args.run, args.out))
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -521,9 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.set_defaults(func=_eval)
 
-    pl = sub.add_parser("plot", help="training curves and evaluation scores of a run, as one PNG")
-    pl.add_argument("run", metavar="RUN_DIR")
-    pl.add_argument("--out", help="PNG to write (default RUN_DIR/plots.png)")
+    pl = sub.add_parser("plot", help="training curves and evaluation scores of runs (drawn together), as one PNG")
+    pl.add_argument("run", metavar="RUN_DIR", nargs="+", help="runs, or folders of runs (a sweep's)")
+    pl.add_argument("--out", help="PNG to write (default RUN_DIR/plots.png; several: in the folder that holds them)")
     pl.set_defaults(func=_plot)
 
     la = sub.add_parser(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import math
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from bigbatch.errors import BigbatchError
@@ -29,47 +31,65 @@ EVAL_METRICS = ("fid", "is", "kid", "fcd", "cs", "kcd", "val_top1", "val_top5", 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
     """Draw the run's training curves and evaluation scores against kimg into `out` (default
     RUN/plots.png, written atomically); return its path."""
+    return plot_runs([run], out)
+
+
+def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Path:
+    """Draw the curves of several runs together, one colour per run (a folder that holds runs, such as
+    a sweep's, stands for all of them), into `out` (default: RUN/plots.png for one run, else
+    plots.png in the folder that holds them); return its path."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, whatever the environment's display
     import matplotlib.pyplot as plt
 
-    run = Path(run)
-    if not run.is_dir():
-        raise BigbatchError(f"{run} is not a run directory")
-    rows = [r for r in read_metrics(run / "metrics.jsonl") if _finite(r.get("kimg"))]
-    if not rows:
-        raise BigbatchError(f"{run} has no metrics.jsonl lines to plot yet (is it a run directory?)")
-    logs = [r for r in rows if "eval_seconds" not in r]
-    evals = [r for r in rows if "eval_seconds" in r]
+    runs = _expand([Path(p) for p in paths])
+    data = {}
+    for run in runs:
+        rows = [r for r in read_metrics(run / "metrics.jsonl") if _finite(r.get("kimg"))]
+        if not rows and len(runs) == 1:
+            raise BigbatchError(f"{run} has no metrics.jsonl lines to plot yet (is it a run directory?)")
+        logs = [r for r in rows if "eval_seconds" not in r]
+        data[run] = (logs, [r for r in rows if "eval_seconds" in r])
+    several = len(runs) > 1
+    names = _short_names(runs)
     panels = []
     for title, keys in TRAINING_PANELS:
-        present = [k for k in keys if any(_finite(r.get(k)) for r in logs)]
-        if not present or (title.startswith("batch") and len({r.get("batch") for r in logs}) < 2):
-            continue  # a constant batch says nothing; an fp32 run has no loss scale
-        if title.startswith("steps skipped") and not any(r.get(k) for r in logs for k in present):
-            continue
-        panels.append((title, [(k, logs, None) for k in present], title.startswith("fp16")))
+        series = []
+        for run, (logs, _) in data.items():
+            present = [k for k in keys if any(_finite(r.get(k)) for r in logs)]
+            if title.startswith("batch") and len({r.get("batch") for r in logs}) < 2 and not several:
+                continue  # a constant batch says nothing; an fp32 run has no loss scale
+            if title.startswith("steps skipped") and not any(r.get(k) for r in logs for k in present):
+                continue
+            series += [(_label(names[run], k, len(present), several), k, logs, None) for k in present]
+        if series:
+            panels.append((title, series, title.startswith("fp16")))
     for metric in EVAL_METRICS:
-        if any(_finite(r.get(metric)) for r in evals):
-            spread = f"{metric}_std" if any(f"{metric}_std" in r for r in evals) else None
-            where = "held-out split" if metric.startswith("val_") else f"eval, n={_eval_n(run)}"
-            panels.append((f"{metric} ({where})", [(metric, evals, spread)], False))
+        series = []
+        for run, (_, evals) in data.items():
+            if any(_finite(r.get(metric)) for r in evals):
+                spread = f"{metric}_std" if any(f"{metric}_std" in r for r in evals) else None
+                series.append((names[run] if several else metric, metric, evals, spread))
+        if series:
+            where = "held-out split" if metric.startswith("val_") else f"eval, n={_eval_n(runs)}"
+            panels.append((f"{metric} ({where})", series, False))
     if not panels:
-        raise BigbatchError(f"{run}/metrics.jsonl holds no finite losses, speeds or scores to plot")
+        where = f"{runs[0]}/metrics.jsonl holds" if not several else "the runs' metrics.jsonl hold"
+        raise BigbatchError(f"{where} no finite losses, speeds or scores to plot")
 
     cols = 2 if len(panels) > 1 else 1
     rows_n = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(6 * cols, 3.2 * rows_n), squeeze=False)
     for ax, (title, series, log_y) in zip(axes.flat, panels):
-        for key, source, spread in series:
+        for label, key, source, spread in series:
             points = [
                 (r["kimg"], r[key], r[spread] if spread and _finite(r.get(spread)) else 0.0)
                 for r in source
                 if _finite(r.get(key))
             ]
             x, y, s = (list(v) for v in zip(*points))
-            ax.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=key)
+            ax.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=label)
             if spread:
                 ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], alpha=0.2)
         ax.set_title(title, fontsize=10)
@@ -81,25 +101,66 @@ def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
             ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(f"{run.name}: {logs[-1]['kimg'] if logs else evals[-1]['kimg']:g} kimg", fontsize=11)
+    if several:
+        fig.suptitle(f"{len(runs)} runs", fontsize=11)
+    else:
+        logs, evals = data[runs[0]]
+        fig.suptitle(f"{runs[0].name}: {logs[-1]['kimg'] if logs else evals[-1]['kimg']:g} kimg", fontsize=11)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
-    path = Path(out) if out is not None else run / "plots.png"
+    if out is None:
+        given = [Path(p) for p in paths]
+        out = (given[0] if len(given) == 1 else Path(os.path.commonpath([p.resolve() for p in runs]))) / "plots.png"
+    path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, buf.getvalue())
     return path
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    """The runs the paths name: a run directory itself, or each run directory inside a folder of runs."""
+    runs = []
+    for p in paths:
+        if not p.is_dir():
+            raise BigbatchError(f"{p} is not a run directory (nor a folder of runs)")
+        if (p / "metrics.jsonl").exists() or (p / "config.toml").exists():
+            runs.append(p)
+            continue
+        inside = sorted(c for c in p.iterdir() if c.is_dir() and (c / "metrics.jsonl").exists())
+        if not inside:
+            raise BigbatchError(f"{p} has no metrics.jsonl lines to plot yet (is it a run directory?)")
+        runs += inside
+    return list(dict.fromkeys(runs))
+
+
+def _short_names(runs: list[Path]) -> dict[Path, str]:
+    """Legend names: the runs' folder names (with their parents' where two share a name)."""
+    names = {run: run.name for run in runs}
+    if len(set(names.values())) < len(runs):
+        names = {run: f"{run.parent.name}/{run.name}" for run in runs}
+    return names
+
+
+def _label(run_name: str, key: str, keys: int, several: bool) -> str:
+    if not several:
+        return key
+    return f"{run_name}: {key}" if keys > 1 else run_name
 
 
 def _finite(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _eval_n(run: Path) -> str:
+def _eval_n(runs: list[Path]) -> str:
+    """eval.n of the runs (their values, when they differ)."""
     from bigbatch.config import Config
 
-    try:
-        return str(Config.load(run / "config.toml").eval.n)
-    except BigbatchError:
-        return "?"
+    found = []
+    for run in runs:
+        try:
+            found.append(str(Config.load(run / "config.toml").eval.n))
+        except BigbatchError:
+            found.append("?")
+    return "/".join(dict.fromkeys(found))

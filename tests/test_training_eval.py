@@ -168,3 +168,29 @@ def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_
     assert main(["plot", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no finite losses, speeds or scores to plot" in err
+
+
+def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
+    import matplotlib.axes
+
+    runs = tmp_path / "sweep"
+    for batch in (16, 32):
+        cfg = tiny.override({"train.batch": batch, "train.micro_batch": 16, "train.kimg": 0.128})
+        bigbatch.train(cfg, run_dir=runs / f"batch{batch}", quiet=True)
+    drawn, plot = [], matplotlib.axes.Axes.plot
+
+    def recording(self, *args, **kwargs):
+        drawn.append((self, kwargs.get("label")))  # the panel's title is set after its curves
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording)
+    capsys.readouterr()
+    assert main(["plot", str(runs / "batch16"), str(runs / "batch32")]) == 0
+    assert capsys.readouterr().out.strip() == str((runs / "plots.png").resolve())
+    drawn = [(ax.get_title(), label) for ax, label in drawn]
+    # Each panel has one curve per run, labelled with the run; the batch panel shows the two batches.
+    assert ("losses", "batch16: loss_D") in drawn and ("losses", "batch32: loss_G") in drawn
+    assert {label for title, label in drawn if title.startswith("batch")} == {"batch16", "batch32"}
+    together, drawn[:] = drawn[:], []
+    assert main(["plot", str(runs), "--out", str(tmp_path / "sweep.png")]) == 0  # a folder of runs: all of them
+    assert [(ax.get_title(), label) for ax, label in drawn] == together and (tmp_path / "sweep.png").exists()
