@@ -23,6 +23,7 @@ _EXPORTS = {
     "preset": "bigbatch.presets",
     "sample": "bigbatch.sampling",
     "standing_stats": "bigbatch.sampling",
+    "sweep": "bigbatch.sweeps",
     "train": "bigbatch.loop",
 }
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "preset",
     "sample",
     "standing_stats",
+    "sweep",
     "train",
 ]
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from bigbatch.metrics.classifier import load_classifier
     from bigbatch.presets import list_presets, preset
     from bigbatch.sampling import sample, standing_stats
+    from bigbatch.sweeps import sweep
     from bigbatch.tasks.gan.load import load_generator
 
 

@@ -349,6 +349,12 @@ def _info(args: argparse.Namespace) -> None:
     print(describe_run(args.path))
 
 
+def _sweep(args: argparse.Namespace) -> None:
+    from bigbatch.sweeps import run_file
+
+    run_file(args.file)
+
+
 def _stop(args: argparse.Namespace) -> None:
     from bigbatch.checkpoints import find_checkpoint
     from bigbatch.rundir import stop_run
@@ -550,6 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="the bigbatch command, e.g. -- train --preset digits",
         )
         engine.set_defaults(func=_launch)
+
+    sw = sub.add_parser("sweep", help="run a sweep file: plain Python that calls bigbatch.sweep(base, grid, runs_dir)")
+    sw.add_argument("file", metavar="FILE.py")
+    sw.set_defaults(func=_sweep)
 
     so = sub.add_parser("stop", help="ask the process training a run to save a checkpoint and exit")
     so.add_argument("run", metavar="RUN_DIR")

@@ -1,0 +1,60 @@
+"""Experiments as code: bigbatch.sweep and `bigbatch sweep FILE.py`."""
+
+import csv
+
+import pytest
+
+import bigbatch
+from bigbatch import checkpoints
+from bigbatch.cli import main
+
+
+def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabulates(tiny, tmp_path):
+    base = tiny.override({"train.kimg": 0.128, "checkpoint.every_kimg": 0.064, "train.micro_batch": 16})
+    grid = {"train.batch": [16, 32], "train.g_lr": [2e-4]}
+    rows = bigbatch.sweep(base, grid, tmp_path / "sweep")
+    assert [(r["run"], r["train.batch"], r["status"]) for r in rows] == [
+        ("batch=16,g_lr=0.0002", 16, "finished"),
+        ("batch=32,g_lr=0.0002", 32, "finished"),
+    ]
+    assert all(r["kimg"] == 0.128 and r["img_per_s"] > 0 and "loss_D" in r for r in rows)
+    with open(tmp_path / "sweep" / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [t["train.batch"] for t in table] == ["16", "32"] and table[1]["status"] == "finished"
+    assert (tmp_path / "sweep" / "results.md").read_text().startswith("| run | train.batch | train.g_lr | status |")
+
+    # One run loses its last checkpoint (as if killed before it): the sweep again resumes it, skips the other.
+    first, second = (tmp_path / "sweep" / r["run"] for r in rows)
+    finished = {p.name: p.stat().st_mtime_ns for p in (first / "checkpoints").iterdir()}
+    weights = (second / "checkpoints" / "000000.128" / "G.safetensors").read_bytes()
+    for ckpt in checkpoints.complete_checkpoints(second)[1:]:
+        ckpt.rename(ckpt.with_name(".gone"))
+    rows = bigbatch.sweep(base, grid, tmp_path / "sweep")
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    assert {p.name: p.stat().st_mtime_ns for p in (first / "checkpoints").iterdir()} == finished
+    assert (second / "checkpoints" / "000000.128" / "G.safetensors").read_bytes() == weights
+
+    with pytest.raises(bigbatch.BigbatchError, match="must map to a non-empty list"):
+        bigbatch.sweep(base, {"train.batch": 16}, tmp_path / "bad")
+    with pytest.raises(bigbatch.BigbatchError, match="unknown config key 'train.bacth'"):
+        bigbatch.sweep(base, {"train.bacth": [16]}, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # every config is checked before anything trains
+
+
+def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
+    config = tmp_path / "tiny.toml"
+    config.write_text(tiny.override({"train.kimg": 0.064}).dumps())
+    script = tmp_path / "lr.py"
+    script.write_text(
+        "import bigbatch\n"
+        f"base = bigbatch.Config.load({str(config)!r})\n"
+        "for lr in (1e-4, 2e-4):  # plain Python: loops, conditionals\n"
+        f"    bigbatch.sweep(base, {{'train.g_lr': [lr], 'train.d_lr': [lr]}}, {str(tmp_path / 'runs')!r})\n"
+    )
+    assert main(["sweep", str(script)]) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()) == [
+        "g_lr=0.0001,d_lr=0.0001",
+        "g_lr=0.0002,d_lr=0.0002",
+    ]
+    assert main(["sweep", str(tmp_path / "missing.py")]) == 2
+    assert "does not exist" in capsys.readouterr().err
