@@ -94,3 +94,57 @@ def test_cross_rank_batch_norm_matches_the_whole_micro_batch(tmp_path):
     assert max_rel(one, plain, "G") > 1e-3  # per-rank statistics are a different computation
     # Running statistics are averaged over ranks, so they are close to the single process's.
     assert max_rel(one, two, "G", params_only=False) <= 1e-3
+
+
+def _children(pid):
+    """PIDs whose parent is `pid` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _rank_of(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        return int(env.get(b"RANK", b"-1"))
+    except (OSError, ValueError):
+        return -1
+
+
+def test_a_killed_worker_restarts_the_group_which_resumes_to_the_same_weights(tmp_path):
+    import signal
+    import time
+
+    args = ["train.batch=32", "train.micro_batch=8", "train.kimg=0.512", "checkpoint.every_kimg=0.128"]
+    whole = train(tmp_path / "whole", 2, *args).parent / "000000.512"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "BIGBATCH_CACHE": str(tmp_path / "cache")}
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    run = tmp_path / "elastic"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=1"]
+    cmd += ["-m", "bigbatch.cli", "train", *ARGS, *args, "--run-dir", str(run), "--resume=auto"]
+    agent = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, killed = time.time() + 240, None
+    while killed is None and time.time() < deadline and agent.poll() is None:
+        if (run / "checkpoints" / "000000.256" / "meta.json").exists():
+            workers = [p for p in _children(agent.pid) if _rank_of(p) == 1]
+            if workers:
+                os.kill(workers[0], signal.SIGKILL)  # a worker lost mid-run, between two checkpoints
+                killed = workers[0]
+        time.sleep(0.05)
+    out, err = agent.communicate(timeout=300)
+    assert killed is not None and agent.returncode == 0, err[-3000:]
+    assert "Resuming" in out
+    for net in ("G", "D", "G_ema"):
+        a = (whole / f"{net}.safetensors").read_bytes()
+        assert (run / "checkpoints" / "000000.512" / f"{net}.safetensors").read_bytes() == a, net
+    rows = [json.loads(r)["kimg"] for r in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [json.loads(r)["kimg"] for r in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
