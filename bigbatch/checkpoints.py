@@ -30,6 +30,7 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, remove_stale, write_file
+from bigbatch.urls import public_name, refuse_credentials
 
 BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
 CHECKSUM = "xxh3_128"  # of every file, in meta.json: fast (non-cryptographic), to find damage, not tampering
@@ -81,7 +82,8 @@ def save_checkpoint(
     os.replace(tmp, final)
     atomic_write(root / "latest", name + "\n")
     for old in complete_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 
@@ -135,15 +137,18 @@ def _write_folder(
     try:
         tmp.mkdir()
         # Serialized in memory, then written by us: a full disk is an OSError naming the file.
+        contents: dict[str, Any] = {}
         for key, net in nets.items():
             tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-            write_file(tmp / f"{key}.safetensors", save_safetensors(tensors))
+            contents[f"{key}.safetensors"] = save_safetensors(tensors)
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        write_file(tmp / "state.pt", buffer.getvalue())
-        write_file(tmp / "config.toml", config_text.encode())
-        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-        sums = {name: file_checksum(tmp / name) for name in files}
+        contents["state.pt"] = buffer.getbuffer()
+        contents["config.toml"] = config_text.encode()
+        files, sums = {}, {}
+        for name, data in sorted(contents.items()):
+            write_file(tmp / name, data)
+            files[name], sums[name] = len(data), xxhash.xxh3_128(data).hexdigest()
         meta = {"nimg": nimg, "kimg": nimg / 1000, **(info or {}), "files": files, "checksums": {CHECKSUM: sums}}
         atomic_write(tmp / "meta.json", json.dumps(meta, indent=1))
     except OSError as e:
@@ -210,6 +215,7 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
 def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
+    refuse_credentials(str(path), str(public_name(str(path))))
     path = Path(path)
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
@@ -295,8 +301,13 @@ def resume_checkpoint(run: Path, say: bool = True) -> Path:
             verify(ckpt)
             return ckpt
         except (Corrupt, Pruned) as e:
+            aside = ckpt.with_name(f".corrupt-{ckpt.name}")  # kept to look at, never resumed nor counted as newest
+            if isinstance(e, Corrupt):
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(ckpt, aside)
             if say:
-                warn(f"{e}; passing over it to the checkpoint before")
+                moved = f" (moved aside to {aside.name})" if isinstance(e, Corrupt) else ""
+                warn(f"{e}{moved}; passing over it to the checkpoint before")
     raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
 
 

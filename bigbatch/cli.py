@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from bigbatch.errors import BigbatchError
@@ -596,14 +599,20 @@ class _Terminated(BaseException):
     """SIGTERM outside training (which saves a checkpoint on it instead)."""
 
 
+_MAIN_PID = os.getpid()
+
+
 def _terminate(signum: int, frame: object) -> None:
+    if os.getpid() != _MAIN_PID:  # a forked worker (prepare's decoders) that inherited this handler
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise _Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-    import threading
-
+    global _MAIN_PID
+    _MAIN_PID = os.getpid()
     for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 is printed as its bytes, not a traceback
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")

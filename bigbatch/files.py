@@ -27,7 +27,7 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         raise
 
 
-def write_file(path: Path, data: bytes) -> None:
+def write_file(path: Path, data: bytes | memoryview) -> None:
     """Write and fsync a file (OSError, with the path, if the disk is full)."""
     with open(path, "wb") as f:
         f.write(data)

@@ -16,6 +16,7 @@ from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
+from bigbatch.errors import BigbatchError
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, open_run, truncate_metrics
 from bigbatch.signals import StopRequest, stop_signals
@@ -79,8 +80,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # Train.
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase)
     stop.armed = True  # from here a first SIGINT saves a checkpoint (as SIGTERM does), a second one stops at once
+    # A write that fails on rank 0 (a full disk) stops every rank at the next step, not rank 0 alone.
+    failed: BaseException | None = None
     with closing(feed):
-        while nimg < progress.total and not dist.any_rank(stop.requested):
+        while nimg < progress.total and not dist.any_rank(stop.requested or failed is not None):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
             began, before = time.perf_counter(), nimg
             stats = task.step(feed)
@@ -88,23 +91,27 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             progress.add(time.perf_counter() - began, before, nimg, stats)
 
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
-            if task.scorer is not None and due(cfg.eval.every_kimg, before):
-                scores = task.scorer()
-                if main:
+            scores = task.scorer() if task.scorer is not None and due(cfg.eval.every_kimg, before) else None
+            if not main:
+                continue
+            try:
+                if scores is not None:
                     progress.scores(nimg, task.steps, scores)
                     if task.scorer.improved(scores):
                         run.save_best(task, rep, nimg, progress.seconds(), scores)
-
-            # Rank 0's output, where due: a log row, previews, a checkpoint.
-            if not main:
-                continue
-            if due(cfg.train.log_every_kimg, before):
-                progress.log(nimg, task.steps)
-            if due(cfg.sample.every_kimg, before):
-                run.write_previews(task, nimg, at_checkpoint=False)
-            if due(cfg.checkpoint.every_kimg, before):
-                run.save(task, rep, nimg, progress.seconds())
-                run.write_previews(task, nimg, at_checkpoint=True)
+                # Rank 0's output, where due: a log row, previews, a checkpoint.
+                if due(cfg.train.log_every_kimg, before):
+                    progress.log(nimg, task.steps)
+                if due(cfg.sample.every_kimg, before):
+                    run.write_previews(task, nimg, at_checkpoint=False)
+                if due(cfg.checkpoint.every_kimg, before):
+                    run.save(task, rep, nimg, progress.seconds())
+                    run.write_previews(task, nimg, at_checkpoint=True)
+            except (BigbatchError, OSError) as e:
+                failed = e
+        if failed is not None:
+            progress.close()
+            raise failed
 
         # Stopped by a signal: save where we are.
         stopped = nimg < progress.total

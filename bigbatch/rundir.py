@@ -81,7 +81,14 @@ class Run:
             return
         before = (checkpoints.read_meta(self.checkpoint) or {}).get("data")
         if not isinstance(before, dict) or "content_hash" not in before:
-            return  # a checkpoint from before data identities were recorded
+            # A checkpoint from before data identities were recorded: only its own data path is known.
+            saved = Config.load(self.checkpoint / "config.toml").data.path
+            if saved != path:
+                raise BigbatchError(
+                    f"checkpoint {self.checkpoint} predates recorded data hashes, so it can resume only on its own "
+                    f"data.path ({saved}), not {self.data['path']}"
+                )
+            return
         if before["content_hash"] != self.data["content_hash"]:
             raise BigbatchError(
                 f"data {self.data['path']} holds other images than the run was trained on (content hash "
@@ -173,12 +180,15 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["au
     if not resuming:
         return run
     try:
-        if checkpoints.complete_checkpoints(path):
-            run.checkpoint = checkpoints.resume_checkpoint(path, say=dist.context().rank == 0)
+        # Rank 0 picks the checkpoint (passing over damaged ones, which it moves aside); the others follow.
+        picked = _catch(lambda: _pick_checkpoint(path)) if dist.context().rank == 0 else None
+        ok, picked = dist.broadcast(picked)
+        if not ok:
+            raise BigbatchError(picked)
+        if picked is not None:
+            run.checkpoint = Path(picked)
             run.cfg = resume_config(run.checkpoint / "config.toml", cfg, f"checkpoint {run.checkpoint}")
         else:
-            if dist.context().rank == 0:
-                warn(f"{path} has no checkpoint yet (stopped before its first); starting it again from the beginning")
             run.cfg = resume_config(path / "config.toml", cfg, f"run {path}")
     except BaseException:
         run.close()
@@ -186,12 +196,23 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["au
     return run
 
 
+def _pick_checkpoint(run: Path) -> str | None:
+    """The checkpoint to resume `run` from, or None (with a warning) when it has none yet."""
+    if checkpoints.complete_checkpoints(run):
+        return str(checkpoints.resume_checkpoint(run))
+    warn(f"{run} has no checkpoint yet (stopped before its first); starting it again from the beginning")
+    return None
+
+
 def _catch(fn: Any) -> tuple[bool, Any]:
-    """(True, fn()) or (False, its BigbatchError's message): plain data to hand to the other ranks."""
+    """(True, fn()) or (False, the message of its BigbatchError or OSError): plain data to hand to the
+    other ranks, so that they stop with rank 0 instead of waiting for it in a collective."""
     try:
         return True, fn()
     except BigbatchError as e:
         return False, str(e)
+    except OSError as e:  # a run directory that cannot be made, locked or listed
+        return False, f"{e.filename}: {e.strerror}" if e.filename else str(e)
 
 
 LOCK = ".lock"  # RUN/.lock: flock-ed by the process training the run; it holds that process's PID and host

@@ -4,8 +4,8 @@ refused before anything is written; they belong in the environment or in fsspec'
 
 from __future__ import annotations
 
+import re
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from bigbatch.errors import BigbatchError
 
@@ -14,39 +14,57 @@ WHERE_CREDENTIALS_GO = (
     "give them through the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, for S3) or "
     "fsspec's own config (~/.config/fsspec/*.json)"
 )
-# Storage options (at any depth) and URL query parameters whose values are secrets.
-CREDENTIAL_KEYS = {"key", "secret", "token", "password", "session_token", "aws_access_key_id", "aws_secret_access_key"}
+# Storage options (at any depth) whose values are secrets: these names, or names containing these parts.
+CREDENTIAL_KEYS = {"key", "secret", "token", "password", "passwd", "connection_string", "account_key"}
+CREDENTIAL_PARTS = ("secret", "token", "password", "passwd", "credential", "_key", "connection_string")
+# URL query, fragment and ;parameter names holding secrets (a signed URL's signature, a SAS token...).
 CREDENTIAL_PARAMS = ("token", "signature", "sig", "secret", "password", "credential", "key")
 
 
 def is_url(path: str) -> bool:
     """True for fsspec URLs such as s3://bucket/key (not for local paths or file://)."""
-    scheme = urlsplit(str(path)).scheme
-    return len(scheme) > 1 and scheme != "file"
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.\-]*):", str(path))
+    return m is not None and len(m.group(1)) > 1 and m.group(1).lower() != "file"
+
+
+def _split(url: str) -> tuple[str, str | None, str, str]:
+    """(scheme, user info or None, host and path, the rest: ;params, ?query, #fragment) of a URL, by
+    hand: a secret may hold characters (/ [ #) that make urllib misread or reject the URL."""
+    scheme, _, rest = str(url).partition("://")
+    cut = re.search(r"[;?#]", rest)
+    head, tail = (rest[: cut.start()], rest[cut.start() :]) if cut else (rest, "")
+    first = head.split("/", 1)[0]
+    if "@" in first:  # user:password@host
+        i = first.rindex("@")
+        return scheme, head[:i], head[i + 1 :], tail
+    port = first.rpartition(":")[2] if ":" in first else ""
+    if port and not port.strip("]").isdigit() and "@" in rest:  # user:pass/word@host: a '/' in the secret
+        i = rest.rindex("@")
+        cut = re.search(r"[;?#]", rest[i:])
+        j = i + cut.start() if cut else len(rest)
+        return scheme, rest[:i], rest[i + 1 : j], rest[j:]
+    return scheme, None, head, tail
 
 
 def public_name(src: str) -> str:
-    """`src` as it may be written to files and logs: no user, password or query string."""
+    """`src` as it may be written to files and logs: no user, password, parameters or query string."""
     if not is_url(src):
         return str(src)
-    parts = urlsplit(src)
-    return urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+    scheme, _, head, _ = _split(src)
+    return f"{scheme}://{head}"
 
 
 def url_credentials(value: str) -> str | None:
     """What in a URL is a credential ("user:password@", "?X-Amz-Signature=", ...), or None. Never the secret."""
     if "://" not in str(value):
         return None
-    try:
-        parts = urlsplit(str(value))
-        parts.port  # noqa: B018 (raises ValueError for a malformed netloc)
-    except ValueError:  # e.g. user:password@host read as host:port
-        return "user info (user:password@)" if "@" in str(value).split("://", 1)[1].split("/", 1)[0] else None
-    if parts.username is not None or parts.password is not None:
+    _, user, _, tail = _split(str(value))
+    if user is not None:
         return "user info (user:password@)"
-    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
-        if any(p in name.lower() for p in CREDENTIAL_PARAMS):
-            return f"the query parameter {name}"
+    for item in re.split(r"[;?#&]", tail):
+        name = item.partition("=")[0]
+        if name and any(p in name.lower() for p in CREDENTIAL_PARAMS):
+            return f"the parameter {name}"
     return None
 
 
@@ -67,7 +85,8 @@ def option_credentials(options: dict[str, Any], keys: bool = True, prefix: str =
     found = []
     for k, v in options.items():
         name = prefix + str(k)
-        if (keys and str(k).lower() in CREDENTIAL_KEYS) or (isinstance(v, str) and url_credentials(v)):
+        secret_name = str(k).lower() in CREDENTIAL_KEYS or any(p in str(k).lower() for p in CREDENTIAL_PARTS)
+        if (keys and secret_name) or (isinstance(v, str) and url_credentials(v)):
             found.append(name)
         if isinstance(v, dict):
             found += option_credentials(v, keys, f"{name}.")

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from test_resume import flip_byte
 
 import bigbatch
 from bigbatch import checkpoints
@@ -43,6 +44,12 @@ def one_error_line(capsys):
         ["prepare", "builtin:digits", "s3://bucket/out.h5", "--endpoint-url", "http://user:PASS@127.0.0.1:9000"],
         ["eval", "https://user:PASS@host/images.zip", "builtin:digits", "--metrics", "is"],
         ["stats", "s3://user:PASS@bucket/d.h5"],
+        ["train", "data.path=s3://AKIAEXAMPLE:wJalr/XUtnF/PASS@bucket/key.h5"],  # a '/' in the secret
+        ["train", "data.path=https://user:ab[PASS@host/x.h5"],  # a character urllib rejects
+        ["train", "data.path=s3://bucket/x.h5#token=PASS"],
+        ["train", "data.storage_options={sas_token='PASS'}"],
+        ["train", "data.storage_options={client_kwargs={aws_session_token='PASS'}}"],
+        ["sample", "s3://user:PASS@bucket/run"],
     ],
 )
 def test_credentials_in_urls_are_refused_before_anything_is_written(argv, tmp_path, capsys):
@@ -367,3 +374,50 @@ def test_one_command_starts_or_resumes(tiny, tmp_path, capsys):
     assert main(["train", "--preset", "digits", "--run-dir", str(run), "--resume", "train.kimg=1"]) == 2
     err = one_error_line(capsys)
     assert "data.resolution (16 -> 32)" in err and "model.ch" in err
+
+
+def test_a_damaged_newest_checkpoint_is_moved_aside_so_pruning_keeps_the_good_ones(tiny, tmp_path, capsys):
+    run = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "run", quiet=True)
+    flip_byte(run / "checkpoints" / "000000.512" / "G.safetensors")
+    shorter = tiny.override({"train.kimg": 0.384, "checkpoint.every_kimg": 0.128, "checkpoint.keep": 1})
+    bigbatch.train(shorter, run_dir=run, resume=True, quiet=True)
+    assert "moved aside to .corrupt-000000.512" in capsys.readouterr().err
+    assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.384"]
+    assert checkpoints.find_checkpoint(run).name == "000000.384"
+    assert main(["train", "--run-dir", str(run), "--resume"]) == 0  # and on to the end
+
+
+def test_a_checkpoint_from_before_data_hashes_resumes_only_on_its_own_data_path(tiny, tmp_path):
+    run = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
+    meta = checkpoints.find_checkpoint(run) / "meta.json"
+    record = json.loads(meta.read_text())
+    del record["data"]  # as written before data identities were recorded
+    meta.write_text(json.dumps(record))
+    other = tiny.override({"data.path": "builtin:fashion-mnist"})
+    with pytest.raises(bigbatch.BigbatchError, match="predates recorded data hashes"):
+        bigbatch.train(other, run_dir=run, resume=True, quiet=True)
+    bigbatch.train(tiny, run_dir=run, resume=True, quiet=True)
+
+
+def test_a_run_directory_that_cannot_be_made_is_one_line(tiny, tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert main(["train", "--run-dir", str(tmp_path / "afile" / "run")]) == 2
+    assert "Not a directory" in one_error_line(capsys)
+
+
+def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
+    from PIL import Image
+
+    src = tmp_path / "images"
+    src.mkdir()
+    for i in range(400):
+        Image.new("RGB", (64, 64), (i % 256, 0, 0)).save(src / f"{i}.png")
+    cmd = [sys.executable, "-m", "bigbatch", "prepare", str(src), str(tmp_path / "out.h5"), "--workers", "2"]
+    for delay in (1.0, 1.5):  # while the workers decode (the signal goes to the whole process group)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=60)  # never hangs
+        assert "Traceback" not in err, err
+        assert p.returncode == 0 or err == "bigbatch: stopped by SIGTERM\n", (p.returncode, err)
+        assert not list(tmp_path.glob(".out.h5.partial-*"))
