@@ -18,7 +18,7 @@ from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.progress import Progress
-from bigbatch.rundir import Run, open_run, truncate_metrics
+from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
 from bigbatch.signals import StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 
@@ -92,6 +92,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
 
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
             scores = task.scorer() if task.scorer is not None and due(cfg.eval.every_kimg, before) else None
+            if due(cfg.checkpoint.every_kimg, before):
+                check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
             if not main:
                 continue
             try:

@@ -138,6 +138,29 @@ class Run:
             f.write(json.dumps(row) + "\n")
 
 
+def check_replicas(task: Task, nimg: int) -> None:
+    """Before a checkpoint of a run on several processes: every rank must hold rank 0's parameters (one
+    hash each, gathered); a rank that differs stops the run, on every rank, with one line naming it."""
+    if not dist.active():
+        return
+    import xxhash
+
+    h = xxhash.xxh3_64()
+    for key, net in sorted(task.nets().items()):
+        for name, p in net.named_parameters():
+            h.update(f"{key}.{name}".encode())
+            h.update(p.detach().reshape(-1).contiguous().view(torch.uint8).cpu().numpy())
+    hashes = dist.gather(h.hexdigest())
+    differ = [rank for rank, value in enumerate(hashes) if value != hashes[0]]
+    if differ:
+        ranks = ", ".join(map(str, differ))
+        raise BigbatchError(
+            f"before the checkpoint at kimg {nimg / 1000:g}, rank {ranks} held other weights than rank 0: the "
+            "replicas diverged (a nondeterministic kernel or a failing device on that rank); nothing was saved, "
+            "the last checkpoint is intact"
+        )
+
+
 def snapshot(task: Task, rep: Replicator, nimg: int, seconds: float) -> dict[str, Any]:
     """A checkpoint's state.pt: the task's state, the engine's, the images seen, the seconds of training
     (summed over resumes) and the global RNG."""

@@ -8,6 +8,8 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
+import bigbatch
+
 ARGS = [
     "data.resolution=16",
     "model.ch=8",
@@ -148,3 +150,48 @@ def test_a_killed_worker_restarts_the_group_which_resumes_to_the_same_weights(tm
         assert (run / "checkpoints" / "000000.512" / f"{net}.safetensors").read_bytes() == a, net
     rows = [json.loads(r)["kimg"] for r in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows == [json.loads(r)["kimg"] for r in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_nodes_train_the_weights_of_one_process(tmp_path):
+    # Two torchrun agents, as two machines would start them, meeting at a c10d rendezvous on localhost.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "BIGBATCH_CACHE": str(tmp_path / "cache")}
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    run = tmp_path / "nodes"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1"]
+    cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=bigbatch-test"]
+    cmd += ["-m", "bigbatch.cli", "train", *ARGS, "train.batch=32", "train.micro_batch=8", "--run-dir", str(run)]
+    nodes = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
+    for node in nodes:
+        out, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err[-3000:]
+    one = train(tmp_path / "one", 1, "train.batch=32", "train.micro_batch=8")
+    for net in ("G", "D", "G_ema"):
+        assert max_rel(one, run / "checkpoints" / "000000.256", net) <= 1e-4, net
+    assert '"world_size": 2' in (run / "plan.json").read_text()
+
+
+def test_replicas_that_diverge_stop_the_run_naming_the_rank(tiny, monkeypatch):
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.engine import dist
+    from bigbatch.rundir import check_replicas
+    from bigbatch.tasks import build_task
+
+    task = build_task(tiny, replicator_for(tiny), training_data(tiny))
+    gathered = []
+    monkeypatch.setattr(dist, "active", lambda: True)
+    monkeypatch.setattr(dist, "gather", lambda h: gathered.append(h) or [h, h, "0" * 16, h])
+    with pytest.raises(bigbatch.BigbatchError, match="at kimg 0.256, rank 2 held other weights than rank 0"):
+        check_replicas(task, 256)
+    monkeypatch.setattr(dist, "gather", lambda h: [h, h])
+    check_replicas(task, 256)
+    task.nets()["G"].parameters().__next__().data.add_(1e-7)  # the hash follows every parameter bit
+    monkeypatch.setattr(dist, "gather", lambda h: [gathered[0], h])
+    with pytest.raises(bigbatch.BigbatchError, match="rank 1 held other weights"):
+        check_replicas(task, 256)
