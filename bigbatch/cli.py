@@ -383,14 +383,31 @@ def _launch(args: argparse.Namespace) -> int:
     command = args.launched[1:] if args.launched[:1] == ["--"] else args.launched
     if args.grace < 0:
         raise BigbatchError(f"--grace must be a number of seconds >= 0, got {args.grace:g}")
-    if args.engine == "ray":
-        gpus = args.gpus_per_rank
-        results = launch_ray(
-            command, address=args.address, local=args.local, nprocs=args.nprocs, gpus_per_rank=gpus, grace=args.grace
+    if args.restarts < 0:
+        raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
+    if args.restarts and "--resume=auto" not in command:
+        raise BigbatchError("--restarts reruns the command: give it --resume=auto, so that a rerun resumes the run")
+    for attempt in range(args.restarts + 1):
+        if args.engine == "ray":
+            gpus, nprocs = args.gpus_per_rank, args.nprocs
+            results = launch_ray(
+                command, address=args.address, local=args.local, nprocs=nprocs, gpus_per_rank=gpus, grace=args.grace
+            )
+        else:
+            results = launch_dask(
+                command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs, grace=args.grace
+            )
+        status = report(results)
+        # A usage error (2) would fail again; a lost worker or a crash gets the group started again.
+        if status in (0, 2) or attempt == args.restarts:
+            return status
+        print(
+            f"bigbatch launch: restarting every rank ({attempt + 1} of {args.restarts}); the run resumes from its "
+            "latest checkpoint",
+            file=sys.stderr,
+            flush=True,
         )
-    else:
-        results = launch_dask(command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs, grace=args.grace)
-    return report(results)
+    return status
 
 
 def _presets(args: argparse.Namespace) -> None:
@@ -551,6 +568,13 @@ def build_parser() -> argparse.ArgumentParser:
     for engine in (dk, ry):
         engine.add_argument(
             "--grace", type=float, default=60.0, help="seconds a stopped rank may take to save (then SIGKILL)"
+        )
+        engine.add_argument(
+            "--restarts",
+            type=int,
+            default=0,
+            help="after a rank fails or a worker is lost, start every rank again, up to this many times "
+            "(the command carries --resume=auto, so the run resumes from its latest checkpoint)",
         )
         engine.add_argument(
             "launched",

@@ -173,6 +173,8 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path):
         (["launch", "dask", "--", "train"], "--scheduler tcp://HOST:8786) or --local N"),
         (["launch", "dask", "--local", "1"], "nothing to launch"),
         (["launch", "ray", "--", "train"], "--address auto or ray://HEAD:10001) or --local N"),
+        (["launch", "dask", "--local", "1", "--restarts", "1", "--", "train"], "give it --resume=auto"),
+        (["launch", "ray", "--local", "1", "--restarts", "-1", "--", "train"], "--restarts must be a count"),
     ],
 )
 def test_launcher_usage_errors_are_one_line(args, words, capsys):
@@ -181,3 +183,47 @@ def test_launcher_usage_errors_are_one_line(args, words, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def _rank_processes(run_dir, rank):
+    """PIDs of `bigbatch train` processes for `run_dir` whose RANK is `rank` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if str(run_dir).encode() in cmdline and b"bigbatch" in cmdline and f"RANK={rank}".encode() in env:
+            found.append(int(entry))
+    return found
+
+
+def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    args = [*ARGS, "train.batch=32", "train.micro_batch=8", "train.kimg=0.512", "checkpoint.every_kimg=0.128"]
+    run = tmp_path / "restarted"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+        address = cluster.scheduler_address
+        cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--scheduler", address, "--grace", "5"]
+        cmd += ["--restarts", "1", "--", "train", *args, "--run-dir", str(run), "--resume=auto"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline, killed = time.monotonic() + 240, False
+        while not killed and time.monotonic() < deadline and proc.poll() is None:
+            if (run / "checkpoints" / "000000.256" / "meta.json").exists():
+                for pid in _rank_processes(run, 1):
+                    os.kill(pid, signal.SIGKILL)  # the rank dies mid-run, between two checkpoints
+                    killed = True
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=300)
+    assert killed and proc.returncode == 0, err[-3000:]
+    assert "restarting every rank (1 of 1)" in err
+    whole = train(tmp_path / "whole", 2, *args[len(ARGS) :]).parent / "000000.512"
+    for net in ("G", "D", "G_ema"):
+        assert (run / "checkpoints" / "000000.512" / f"{net}.safetensors").read_bytes() == (
+            whole / f"{net}.safetensors"
+        ).read_bytes(), net
