@@ -92,7 +92,7 @@ def launch_dask(
     `scheduler` (or of a LocalCluster of `local` worker processes), one rank per worker (the first
     `nprocs` workers, sorted by address). Returns each rank's result once all have finished."""
     try:
-        from distributed import Client, Event, LocalCluster
+        from distributed import Client, Event, LocalCluster, Queue
     except ImportError:
         raise BigbatchError("the Dask launcher needs dask.distributed: pip install 'bigbatch[dask]'") from None
     if (scheduler is None) == (local < 1):
@@ -118,14 +118,25 @@ def launch_dask(
             visible = client.run(_visible_gpus, workers=workers)
             envs = rank_environments(workers, port, [visible[w] for w in workers])
             abort = Event(f"bigbatch-abort-{uuid.uuid4().hex}", client=client)
+            lines = Queue(f"bigbatch-lines-{uuid.uuid4().hex}", client=client)  # rank 0's output, as it comes
             futures = [
                 client.submit(
-                    _dask_rank, args, env, abort.name, grace, workers=[w], allow_other_workers=False, pure=False
+                    _dask_rank,
+                    args,
+                    env,
+                    abort.name,
+                    grace,
+                    lines.name if rank == 0 else None,
+                    workers=[w],
+                    allow_other_workers=False,
+                    pure=False,
                 )
-                for w, env in zip(workers, envs)
+                for rank, (w, env) in enumerate(zip(workers, envs))
             ]
 
             def poll() -> list[tuple | None]:
+                with contextlib.suppress(Exception):
+                    _show(lines.get(batch=True))
                 try:
                     alive = set(client.scheduler_info(n_workers=-1)["workers"])
                 except Exception:  # noqa: BLE001 - the scheduler is gone: so is every rank's worker
@@ -141,6 +152,8 @@ def launch_dask(
                 return out
 
             results = _wait(poll, abort.set, grace)
+            with contextlib.suppress(Exception):
+                _show(lines.get(batch=True))  # the last lines, sent as rank 0 ended
             return _results(workers, envs, results)
     finally:
         if cluster is not None:
@@ -226,9 +239,11 @@ def launch_ray(
         names = [f"ray://{where[i][0]}:{k}" for k, i in enumerate(order)]
         port = ray.get(actors[0].free_port.remote())
         envs = rank_environments(names, port, [where[i][1] for i in order])
-        refs = [a.run.remote(args, env, flag, grace) for a, env in zip(actors, envs)]
+        refs = [a.run.remote(args, env, flag, grace, rank == 0) for rank, (a, env) in enumerate(zip(actors, envs))]
 
         def poll() -> list[tuple | None]:
+            with contextlib.suppress(Exception):
+                _show(ray.get(flag.take.remote()))  # rank 0's output, as it comes
             done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             out: list[tuple | None] = []
             for ref in refs:
@@ -242,6 +257,8 @@ def launch_ray(
             return out
 
         results = _wait(poll, lambda: ray.get(flag.set.remote()), grace)
+        with contextlib.suppress(Exception):
+            _show(ray.get(flag.take.remote()))
         return _results(names, envs, results)
     finally:
         if group is not None:
@@ -270,13 +287,21 @@ class _Flag:
     """A Ray actor: the abort flag every rank polls."""
 
     def __init__(self) -> None:
-        self.raised = False
+        self.raised, self.lines = False, []
 
     def set(self) -> None:
         self.raised = True
 
     def is_set(self) -> bool:
         return self.raised
+
+    def push(self, kind: str, line: str) -> None:
+        """Rank 0's output, one line at a time, until the launcher `take`s it."""
+        self.lines.append((kind, line))
+
+    def take(self) -> list[tuple[str, str]]:
+        lines, self.lines = self.lines, []
+        return lines
 
 
 class _RayRank:
@@ -290,10 +315,11 @@ class _RayRank:
     def free_port(self) -> int:
         return _free_port()
 
-    def run(self, args: list[str], env: dict[str, str], flag: Any, grace: float) -> tuple:
+    def run(self, args: list[str], env: dict[str, str], flag: Any, grace: float, publish: bool = False) -> tuple:
         import ray
 
-        return _run_rank(args, env, lambda: ray.get(flag.is_set.remote()), lambda: flag.set.remote(), grace)
+        aborted, abort = lambda: ray.get(flag.is_set.remote()), lambda: flag.set.remote()
+        return _run_rank(args, env, aborted, abort, grace, flag.push.remote if publish else None)
 
 
 def _wait(poll: Callable[[], list[tuple | None]], abort: Callable[[], object], grace: float) -> list[tuple]:
@@ -357,11 +383,13 @@ def _visible_gpus() -> str:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
 
 
-def _dask_rank(args: list[str], env: dict[str, str], abort_name: str, grace: float) -> tuple:
-    from distributed import Event
+def _dask_rank(args: list[str], env: dict[str, str], abort_name: str, grace: float, lines: str | None) -> tuple:
+    from distributed import Event, Queue
 
     abort = Event(abort_name)
-    return _run_rank(args, env, abort.is_set, abort.set, grace)
+    queue = Queue(lines) if lines else None
+    publish = (lambda kind, line: queue.put((kind, line))) if queue is not None else None
+    return _run_rank(args, env, abort.is_set, abort.set, grace, publish)
 
 
 # A rank's process binds itself to the worker thread that started it (Linux's PR_SET_PDEATHSIG: SIGTERM
@@ -394,18 +422,27 @@ def _run_rank(
     aborted: Callable[[], bool],
     abort: Callable[[], object],
     grace: float = GRACE_SECONDS,
+    publish: Callable[[str, str], object] | None = None,
 ) -> tuple[int, str, float, bool]:
     """On a worker: run one rank as a child process; stop it when another rank has failed (or the
-    launcher asks), and ask the others to stop when it fails. Returns (exit status, last lines of its
-    stderr, when it ended, whether it was stopped from here)."""
+    launcher asks), and ask the others to stop when it fails. With `publish` (rank 0), each line the
+    rank prints goes to publish("out" or "err", line) as it comes, for the launcher to show. Returns
+    (exit status, last lines of its stderr, when it ended, whether it was stopped from here)."""
     stopped_at = None
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             rank_command(args),
-            env={**os.environ, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid())},
-            stderr=err,
+            env={**os.environ, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid()), "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE if publish else None,
+            stderr=subprocess.PIPE if publish else err,
+            text=True,
             start_new_session=True,  # a Ctrl-C in the launcher's terminal reaches it only through the launcher
         )
+        readers = []
+        if publish is not None:
+            for stream, kind, copy in ((proc.stdout, "out", None), (proc.stderr, "err", err)):
+                readers.append(threading.Thread(target=_forward, args=(stream, kind, copy, publish), daemon=True))
+                readers[-1].start()
         try:
             while proc.poll() is None:
                 try:
@@ -422,6 +459,8 @@ def _run_rank(
             if proc.poll() is None:  # this function is being torn down: never leave the rank behind
                 proc.kill()
                 proc.wait()
+            for reader in readers:
+                reader.join(timeout=10)
         ended = time.time()
         if proc.returncode != 0 and stopped_at is None:
             with contextlib.suppress(Exception):
@@ -429,6 +468,26 @@ def _run_rank(
         err.seek(0)
         lines = err.read().splitlines()
     return proc.returncode, "\n".join(lines[-20:]), ended, stopped_at is not None
+
+
+def _forward(stream: Any, kind: str, copy: Any, publish: Callable[[str, str], object]) -> None:
+    """Send a rank's output stream line by line to the launcher (`publish`), and to `copy` if given."""
+    for line in stream:
+        if copy is not None:
+            copy.write(line)
+            copy.flush()
+        with contextlib.suppress(Exception):  # the launcher is gone: the rank still runs to its end
+            publish(kind, line)
+
+
+def _show(lines: Sequence[tuple[str, str]]) -> None:
+    """On the launcher: print rank 0's lines as they arrive (stdout's to stdout, stderr's to stderr)."""
+    for kind, line in lines:
+        if kind == "err" and line.startswith("bigbatch: error: "):
+            continue  # `report` prints it, naming the rank, as the launcher's one line
+        stream = sys.stdout if kind == "out" else sys.stderr
+        stream.write(line)
+        stream.flush()
 
 
 def report(results: Sequence[RankResult]) -> int:

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -132,12 +133,21 @@ def stop_a_long_launch(scheduler, run_dir):
     cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--scheduler", scheduler, "--", "train", *ARGS]
     cmd += ["train.kimg=1000", "train.batch=32", "train.micro_batch=8", "--run-dir", str(run_dir)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Rank 0's progress lines reach the launcher's output while it trains (not at the end).
+    out_lines = []
+    reader = threading.Thread(target=lambda: out_lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
     deadline = time.monotonic() + 120
-    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.5)  # training has started on both ranks
+    while not any(line.startswith("kimg ") for line in out_lines) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    live = [line for line in out_lines if line.startswith("kimg ")]
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=180)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    err = proc.stderr.read()
+    proc.wait(timeout=180)
+    reader.join(timeout=10)
+    assert live and out_lines[0].startswith("Training digits"), (out_lines, err)  # seen while training ran
+    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out_lines), err)
 
 
 def test_ray_actors_train_the_weights_of_one_process(tmp_path):
