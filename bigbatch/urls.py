@@ -48,7 +48,7 @@ def _split(url: str) -> tuple[str, str | None, str, str]:
 
 def public_name(src: str) -> str:
     """`src` as it may be written to files and logs: no user, password, parameters or query string."""
-    if not is_url(src):
+    if not is_url(src) or "://" not in str(src):
         return str(src)
     scheme, _, head, _ = _split(src)
     return f"{scheme}://{head}"
