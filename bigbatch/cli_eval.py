@@ -1,0 +1,169 @@
+"""`bigbatch eval A [B]`: a run's samples, or any images, scored against a data set, images or statistics."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from bigbatch.errors import BigbatchError
+
+
+def run_eval(args: argparse.Namespace) -> None:
+    """`bigbatch eval A [B]`."""
+    import json
+
+    from bigbatch.engine import dist
+    from bigbatch.metrics import parse_metrics
+
+    compares = bool({"fid", "kid"} & set(parse_metrics(args.metrics)))  # IS alone needs no reference
+    for flag in ("n", "reference_n", "batch_size"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise BigbatchError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    run = _is_run(args.path)
+    if not run:
+        _check_exists(args.path, "A")
+        given = [f"--{f.replace('_', '-')}" for f in ("truncation", "standing_stats") if getattr(args, f) is not None]
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            raise BigbatchError(f"{' and '.join(given)} {verb} to a run's generator, and {args.path} is not a run")
+        if compares and args.reference is None:
+            raise BigbatchError(
+                f"scoring the images {args.path} with {args.metrics} needs a reference B to compare with: {EVAL_B}; "
+                "or --metrics is"
+            )
+    ctx = dist.context()  # under torchrun, feature extraction is split across the processes
+    created = dist.init(ctx)
+    try:
+        result = _eval_run(args, ctx.device, compares) if run else _eval_images(args, ctx.device, compares)
+    finally:
+        dist.close(created)
+    if ctx.is_main:
+        print(json.dumps(result))
+
+
+# What `bigbatch eval` takes as A (besides a run) and as B, for messages.
+EVAL_A = "a run, a checkpoint, a folder, .zip or .npz of images, a DATA.h5 or builtin:NAME"
+EVAL_B = (
+    "a DATA.h5, builtin:NAME, a folder, .zip or .npz of images, or statistics (.npz with mu and sigma, .safetensors)"
+)
+
+
+def _is_run(path: str) -> bool:
+    """A run directory or one of its checkpoints (as `find_checkpoint` recognizes them)."""
+    p = Path(path)
+    return p.is_dir() and any((p / name).exists() for name in ("meta.json", "state.pt", "checkpoints", "config.toml"))
+
+
+def _check_exists(path: str, role: str) -> None:
+    from bigbatch.urls import is_url
+
+    if not (path.startswith("builtin:") or is_url(path) or Path(path).exists()):
+        raise BigbatchError(f"{role}: {path} does not exist; give {EVAL_A if role == 'A' else EVAL_B}")
+
+
+def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
+    """What A or B names: ("data", data set) for DATA.h5 or builtin:NAME, ("stats", ReferenceStats) for a
+    statistics file (B only), ("images", image set) for a folder, .zip, URL prefix or .npz/.npy of images."""
+    from bigbatch.data import load_data
+    from bigbatch.metrics import holds_stats, open_images, read_stats
+    from bigbatch.urls import is_url
+
+    if path.startswith("builtin:") or path.lower().endswith((".h5", ".hdf5")):
+        return "data", load_data(path, resolution)
+    _check_exists(path, role)
+    if _is_run(path):  # only B gets here: A names a run is scored by _eval_run
+        raise BigbatchError(
+            f"B: {path} is a run; score its samples as A (bigbatch eval {shlex.quote(path)} [B]) and give B: {EVAL_B}"
+        )
+    if not is_url(path) and holds_stats(path):
+        if role == "A":
+            raise BigbatchError(
+                f"A: {path} holds feature statistics, not images; statistics can only be the reference B"
+            )
+        return "stats", read_stats(path)
+    return "images", open_images(path)
+
+
+def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
+    """Images the reference statistics stand for (None when a statistics file does not say)."""
+    if kind == "stats":
+        return ref.meta.get("n")
+    return min(n or len(ref), len(ref))
+
+
+def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
+    """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
+    from bigbatch.data import load_data
+    from bigbatch.metrics import evaluate, get_extractor
+    from bigbatch.sampling import standing_stats
+    from bigbatch.tasks.gan.load import load_generator
+    from bigbatch.tasks.gan.scorer import classifier_options
+
+    G = load_generator(args.path, device=device)  # a run's newest checkpoint, even if the run prunes it meanwhile
+    ckpt, cfg = G.checkpoint, G.config
+    e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
+    standing = e.standing_stats if args.standing_stats is None else args.standing_stats
+    if standing < 0:
+        raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {standing}")
+    truncation = e.truncation if args.truncation is None else args.truncation
+    seed = e.seed if args.seed is None else args.seed
+    batch_size = args.batch_size or e.batch_size
+    if standing:
+        standing_stats(G, standing, e.batch_size, seed, truncation)
+    data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+    kind, ref = ("data", data)
+    if args.reference is not None:
+        kind, ref = _eval_input(args.reference, "B", args.resolution or cfg.data.resolution)
+    extractor = get_extractor(
+        args.extractor or e.extractor,
+        path=args.weights or e.weights or None,
+        device=device,
+        data=data if kind == "stats" else ref,  # the classifier extractor trains on the reference images
+        options=classifier_options(e),
+    )
+    n = 50_000 if args.n is None else args.n
+    reference_n = args.reference_n or e.reference_n or None
+    scores = evaluate(
+        G,
+        data,
+        args.metrics,
+        n=n,
+        extractor=extractor,
+        batch_size=batch_size,
+        seed=seed,
+        truncation=truncation,
+        reference_n=reference_n,
+        reference=ref,
+    )
+    out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name}
+    if compares:
+        out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
+    return out | scores
+
+
+def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
+    """A set of images (or a data set) against B, as pytorch-fid and torch-fidelity score two inputs."""
+    from bigbatch.errors import warn
+    from bigbatch.metrics import evaluate_images, extractor_for
+
+    resolution = args.resolution or 32
+    _, images = _eval_input(args.path, "A", resolution)
+    kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
+    if args.n is not None and args.n > len(images):
+        warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
+    extractor = extractor_for(ref, args.extractor or "auto", path=args.weights, device=device)
+    scores = evaluate_images(
+        images,
+        ref if compares else None,
+        args.metrics,
+        n=args.n,
+        extractor=extractor,
+        batch_size=args.batch_size or 64,
+        seed=args.seed or 0,
+        reference_n=args.reference_n,
+    )
+    out = {"images": args.path, "n": min(args.n or len(images), len(images)), "extractor": extractor.name}
+    if compares:
+        out |= {"reference": args.reference, "reference_n": _reference_n(kind, ref, args.reference_n)}
+    return out | scores
