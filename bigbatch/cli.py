@@ -262,7 +262,9 @@ def _presets(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="bigbatch", description="Train large-batch GANs on the hardware you have.")
+    p = _Parser(
+        prog="bigbatch", description="Train image models (GANs, classifiers) at large batches on the hardware you have."
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a recipe (default: the digits preset)")

@@ -247,7 +247,8 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
 
     # training: the checkpoint that does not fit is removed, the one before stays, the run resumes.
     run = tmp_path / "run"
-    args = ["train", "--run-dir", str(run), "data.resolution=16", "train.kimg=0.512", "checkpoint.every_kimg=0.256"]
+    args = ["train", "--run-dir", str(run), "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.kimg=0.512"]
+    args += ["checkpoint.every_kimg=0.256"]
     first = bigbatch_limited(10**9, *args, "train.kimg=0.256", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     (run / "checkpoints" / ".tmp-000000.100-999999999").mkdir()  # a save killed earlier
@@ -258,8 +259,8 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     assert err.startswith("bigbatch: error: cannot write checkpoint") and "File too large" in err and "--resume" in err
     assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]
     assert [f.name for f in (run / "checkpoints").iterdir() if f.name.startswith(".")] == []
-    p = bigbatch_limited(10**9, *args[:3], "--resume", "train.kimg=0.512", cwd=tmp_path)
-    assert p.returncode == 0 and checkpoints.find_checkpoint(run).name == "000000.512", p.stderr
+    assert main([*args[:3], "--resume", "train.kimg=0.512"]) == 0  # once there is space
+    assert checkpoints.find_checkpoint(run).name == "000000.512"
 
     # sample (as stats and every other file bigbatch writes: through a temporary file and a rename)
     p = bigbatch_limited(2000, "sample", str(run), "--n", "64", "--out", "sheet.png", cwd=tmp_path)
@@ -300,9 +301,8 @@ def test_odd_command_lines_are_one_line(tiny, tmp_path, capsys):
     p = subprocess.run([*cli, "train", "--run-dir", odd, "train.kimg=0.128"], capture_output=True)
     assert p.returncode == 2 and b"is not valid UTF-8" in p.stderr and p.stderr.count(b"\n") == 1
     os.rename(run, odd)  # readers take it
-    for argv in (["info", odd], ["sample", odd, "--n", "4"]):
-        p = subprocess.run([*cli, *argv], capture_output=True)
-        assert p.returncode == 0 and odd in p.stdout, p.stderr
+    p = subprocess.run([*cli, "sample", odd, "--n", "4"], capture_output=True)
+    assert p.returncode == 0 and odd in p.stdout, p.stderr
 
 
 def edit_attribute(path, key, value):
