@@ -3,7 +3,8 @@ the rest of the state.
 
 A checkpoint is written into a hidden temporary folder, its meta.json last, then renamed into place;
 `latest` is rewritten (atomically) after that. A folder without a valid meta.json is never used.
-meta.json records each file's size and checksum (xxh3_128: about 0.15 s per GB on one core); a file
+meta.json records each file's size and checksum (xxh3_128: about 0.1 s per GB on one core, see
+bench/checksum.py); a file
 that no longer matches is corrupt, and is never loaded. Nothing is unpickled: weights are
 safetensors, the state goes through torch.load(weights_only=True).
 """
@@ -215,7 +216,7 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
 def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
-    refuse_credentials(str(path), str(public_name(str(path))))
+    refuse_credentials(str(path), public_name(str(path)))
     path = Path(path)
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
@@ -243,10 +244,10 @@ def find_checkpoint(path: str | Path) -> Path:
     return complete[-1]
 
 
-def verify(ckpt: Path, names: tuple[str, ...] | None = None) -> None:
-    """Check files of a checkpoint (`names`, default all) against the checksums in its meta.json:
-    Corrupt names the first that differs, Pruned says the checkpoint was deleted meanwhile. Checkpoints
-    written before checksums were recorded pass on their sizes."""
+def verify(ckpt: Path, names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Check files of a checkpoint (`names`, default all) against the checksums in its meta.json, and
+    return that meta.json: Corrupt names the first file that differs, Pruned says the checkpoint was
+    deleted meanwhile. Checkpoints written before checksums were recorded pass on their sizes."""
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
     if meta is None:
@@ -256,15 +257,13 @@ def verify(ckpt: Path, names: tuple[str, ...] | None = None) -> None:
             found = file_checksum(ckpt / name)
         except OSError as e:
             _raise_unreadable(ckpt, name, e.strerror or str(e))
-        _check_sum(ckpt, name, found)
+        _check_sum(ckpt, meta, name, found)
+    return meta
 
 
-def _check_sum(ckpt: Path, name: str, found: str) -> None:
-    """Corrupt unless `found` is the checksum meta.json records for the file `name` (files of checkpoints
-    written before checksums were recorded pass)."""
-    meta = read_meta(ckpt)
-    if meta is None:
-        _raise_unreadable(ckpt, "meta.json", "it is missing or damaged")
+def _check_sum(ckpt: Path, meta: dict[str, Any], name: str, found: str) -> None:
+    """Corrupt unless `found` is the checksum `meta` (the checkpoint's meta.json) records for the file
+    `name` (files of checkpoints written before checksums were recorded pass)."""
     sums = (meta.get("checksums") or {}).get(CHECKSUM)
     if isinstance(sums, dict) and name in sums and found != sums[name]:
         raise Corrupt(
@@ -291,9 +290,10 @@ def _intact(ckpt: Path) -> bool:
         return False
 
 
-def resume_checkpoint(run: Path, say: bool = True) -> Path:
+def resume_checkpoint(run: Path) -> Path:
     """The checkpoint a run resumes from: `latest` (see find_checkpoint), or when its files fail their
-    checksums the newest older one that passes, with a warning (`say`) for each one passed over."""
+    checksums the newest older one that passes, with a warning for each one passed over (a damaged one
+    is moved aside). Rank 0's work: the other ranks take its answer."""
     first = find_checkpoint(run)
     older = [c for c in reversed(complete_checkpoints(run)) if c != first]
     for ckpt in [first, *older]:
@@ -305,9 +305,8 @@ def resume_checkpoint(run: Path, say: bool = True) -> Path:
             if isinstance(e, Corrupt):
                 shutil.rmtree(aside, ignore_errors=True)
                 os.replace(ckpt, aside)
-            if say:
-                moved = f" (moved aside to {aside.name})" if isinstance(e, Corrupt) else ""
-                warn(f"{e}{moved}; passing over it to the checkpoint before")
+            moved = f" (moved aside to {aside.name})" if isinstance(e, Corrupt) else ""
+            warn(f"{e}{moved}; passing over it to the checkpoint before")
     raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
 
 
@@ -328,15 +327,15 @@ def load_checkpoint(ckpt: Path, nets: tuple[str, ...]) -> tuple[dict[str, dict[s
     """Read the weights of `nets` and the training state of a complete checkpoint, each file checked
     against its checksum as it is read (Corrupt, or Pruned if the checkpoint was deleted meanwhile)."""
     ckpt = Path(ckpt)
-    verify(ckpt, ("config.toml",))
+    meta = verify(ckpt, ("config.toml",))
     weights = {}
     for key in nets:
-        data = _read_checked(ckpt, f"{key}.safetensors")
+        data = _read_checked(ckpt, meta, f"{key}.safetensors")
         try:
             weights[key] = load_safetensors(data)
         except SafetensorError as e:
             _raise_unreadable(ckpt, f"{key}.safetensors", str(e))
-    data = _read_checked(ckpt, "state.pt")
+    data = _read_checked(ckpt, meta, "state.pt")
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # torch's message advises weights_only=False: never, for a file we did not vet
@@ -347,13 +346,13 @@ def load_checkpoint(ckpt: Path, nets: tuple[str, ...]) -> tuple[dict[str, dict[s
     return weights, state
 
 
-def _read_checked(ckpt: Path, name: str) -> bytes:
+def _read_checked(ckpt: Path, meta: dict[str, Any], name: str) -> bytes:
     """A checkpoint file's bytes, once they match the checksum meta.json recorded for them."""
     try:
         data = (ckpt / name).read_bytes()
     except OSError as e:
         _raise_unreadable(ckpt, name, e.strerror or str(e))
-    _check_sum(ckpt, name, xxhash.xxh3_128(data).hexdigest())
+    _check_sum(ckpt, meta, name, xxhash.xxh3_128(data).hexdigest())
     return data
 
 

@@ -14,10 +14,7 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
+        write_file(tmp, data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
     except OSError as e:  # named after the file being written, not its temporary sibling
         tmp.unlink(missing_ok=True)

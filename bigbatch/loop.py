@@ -52,7 +52,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # The task: data, models, optimizers and averages, all random draws decided by train.seed. Built
     # before anything is written, so a bad config leaves nothing behind.
     data = training_data(cfg)
-    run.check_data(data, cfg.data.path)  # on resume: the images the run was trained on
+    run.check_data(data)  # on resume: the images the run was trained on
     task = build_task(cfg, rep, data, run=run.path, resumed_at=run.resumed_at, quiet=quiet)
     nimg, seconds = run.restore(task, rep) if run.checkpoint else (0, 0.0)
     if run.resumed and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 import torch
+import xxhash
 
 from bigbatch import checkpoints
 from bigbatch.config import Config, EvalConfig
@@ -23,6 +24,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
+from bigbatch.urls import public_name
 
 
 @dataclass
@@ -71,11 +73,10 @@ class Run:
             self.path, nimg, task.nets(), snapshot(task, rep, nimg, seconds), self.cfg.dumps(), info
         )
 
-    def check_data(self, data: Any, path: str) -> None:
-        """Record the identity of the data the run trains on, and on resume refuse data whose images
-        differ from the ones the checkpoint was trained on (the same images at a new path are fine)."""
-        from bigbatch.urls import public_name
-
+    def check_data(self, data: Any) -> None:
+        """Record the identity of `data`, the images of data.path the run trains on, and on resume refuse
+        data that differ from the ones the checkpoint was trained on (the same images moved are fine)."""
+        path = self.cfg.data.path
         self.data = {"path": public_name(path), "content_hash": str(data.content_hash)}
         if self.checkpoint is None:
             return
@@ -143,8 +144,6 @@ def check_replicas(task: Task, nimg: int) -> None:
     hash each, gathered); a rank that differs stops the run, on every rank, with one line naming it."""
     if not dist.active():
         return
-    import xxhash
-
     h = xxhash.xxh3_64()
     for key, net in sorted(task.nets().items()):
         for name, p in net.named_parameters():
