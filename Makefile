@@ -19,16 +19,16 @@ demo: $(STAMP)
 	$(BIN)/bigbatch train
 
 test: $(STAMP)
-	$(BIN)/ruff check bigbatch tests bench
+	$(BIN)/ruff check bigbatch tests bench sweeps
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check bigbatch tests bench
-	$(BIN)/ruff format --check bigbatch tests bench
+	$(BIN)/ruff check bigbatch tests bench sweeps
+	$(BIN)/ruff format --check bigbatch tests bench sweeps
 
 format: $(STAMP)
-	$(BIN)/ruff format bigbatch tests bench
-	$(BIN)/ruff check --fix bigbatch tests bench
+	$(BIN)/ruff format bigbatch tests bench sweeps
+	$(BIN)/ruff check --fix bigbatch tests bench sweeps
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

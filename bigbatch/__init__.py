@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Public name -> the module that defines it ("models" is the module itself).
+# Public name -> the module that defines it ("models" and "launch" are the modules themselves).
 _EXPORTS = {
     "BigbatchError": "bigbatch.errors",
     "Config": "bigbatch.config",
     "InputContext": "bigbatch.engine.replicator",
+    "launch": "bigbatch.launch",
     "Replicator": "bigbatch.engine.replicator",
     "list_presets": "bigbatch.presets",
     "load_classifier": "bigbatch.metrics.classifier",
@@ -31,6 +32,7 @@ __all__ = [
     "Config",
     "InputContext",
     "Replicator",
+    "launch",
     "list_presets",
     "load_classifier",
     "load_generator",
@@ -43,7 +45,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from bigbatch import models
+    from bigbatch import launch, models
     from bigbatch.config import Config
     from bigbatch.engine.replicator import InputContext, Replicator
     from bigbatch.errors import BigbatchError
@@ -59,7 +61,7 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'bigbatch' has no attribute '{name}'")
     module = importlib.import_module(_EXPORTS[name])
-    value = module if name == "models" else getattr(module, name)
+    value = module if name in ("models", "launch") else getattr(module, name)
     globals()[name] = value
     return value
 

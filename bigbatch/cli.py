@@ -197,7 +197,7 @@ def _info(args: argparse.Namespace) -> None:
 def _sweep(args: argparse.Namespace) -> None:
     from bigbatch.sweeps import run_file
 
-    run_file(args.file)
+    run_file(args.file, args.args)
 
 
 def _stop(args: argparse.Namespace) -> None:
@@ -220,7 +220,7 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from bigbatch.launch import launch_dask, launch_ray, report
+    from bigbatch.launch import report, with_restarts
 
     command = args.launched[1:] if args.launched[:1] == ["--"] else args.launched
     if args.grace < 0:
@@ -229,27 +229,23 @@ def _launch(args: argparse.Namespace) -> int:
         raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
     if args.restarts and "--resume=auto" not in command:
         raise BigbatchError("--restarts reruns the command: give it --resume=auto, so that a rerun resumes the run")
-    for attempt in range(args.restarts + 1):
-        if args.engine == "ray":
+    if args.engine == "ray":
+        from bigbatch.launch.ray import launch_ray
+
+        def session() -> list:
             gpus, nprocs = args.gpus_per_rank, args.nprocs
-            results = launch_ray(
+            return launch_ray(
                 command, address=args.address, local=args.local, nprocs=nprocs, gpus_per_rank=gpus, grace=args.grace
             )
-        else:
-            results = launch_dask(
-                command, scheduler=args.scheduler, local=args.local, nprocs=args.nprocs, grace=args.grace
-            )
-        status = report(results)
-        # A usage error (2) would fail again; a lost worker or a crash gets the group started again.
-        if status in (0, 2) or attempt == args.restarts:
-            return status
-        print(
-            f"bigbatch launch: restarting every rank ({attempt + 1} of {args.restarts}); the run resumes from its "
-            "latest checkpoint",
-            file=sys.stderr,
-            flush=True,
-        )
-    return status
+    else:
+        from bigbatch.launch.dask import launch_dask
+
+        def session() -> list:
+            local, nprocs = args.local, args.nprocs
+            return launch_dask(command, scheduler=args.scheduler, local=local, nprocs=nprocs, grace=args.grace)
+
+    _, _, results = with_restarts(session, args.restarts, lambda line: print(line, file=sys.stderr, flush=True))
+    return report(results)
 
 
 def _presets(args: argparse.Namespace) -> None:
@@ -430,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="run a sweep file: plain Python that calls bigbatch.sweep(base, grid, runs_dir)")
     sw.add_argument("file", metavar="FILE.py")
+    sw.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the file's arguments (sys.argv[1:])")
     sw.set_defaults(func=_sweep)
 
     so = sub.add_parser("stop", help="ask the process training a run to save a checkpoint and exit")

@@ -3,6 +3,8 @@ the temporary files of killed processes, found and removed."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 from collections.abc import Iterable
@@ -52,3 +54,16 @@ def remove_stale(paths: Iterable[Path]) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+def metrics_row(line: str | bytes) -> dict | None:
+    """One line of a metrics.jsonl as a row, or None if it is not one: a line cut short by a crash,
+    or anything but an object with a finite number as its kimg."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    kimg = row.get("kimg") if isinstance(row, dict) else None
+    if isinstance(kimg, int | float) and not isinstance(kimg, bool) and math.isfinite(kimg):
+        return row
+    return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import socket
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from bigbatch.config import Config, EvalConfig
 from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, metrics_row
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
 from bigbatch.urls import public_name
@@ -450,16 +449,8 @@ def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
 def read_metrics(path: Path) -> list[dict]:
     """The rows of a metrics.jsonl (none if it is missing), skipping a line cut short by a crash and
     any that is not a row of numbers at a kimg."""
-    rows = []
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        kimg = row.get("kimg") if isinstance(row, dict) else None
-        if isinstance(kimg, int | float) and not isinstance(kimg, bool) and math.isfinite(kimg):
-            rows.append(row)
-    return rows
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return [row for row in map(metrics_row, lines) if row is not None]
 
 
 def truncate_metrics(path: Path, nimg: int) -> None:

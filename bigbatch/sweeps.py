@@ -1,22 +1,29 @@
 """Experiments as code: `bigbatch.sweep(base, grid, runs_dir)` trains every combination of the grid's
 values, one run directory each, skipping runs that finished and resuming runs that were interrupted,
-and writes a table of results (RUNS_DIR/results.csv and results.md). `bigbatch sweep FILE.py` runs a
-plain Python file that calls it, as `python FILE.py` does."""
+and writes a table of results (RUNS_DIR/results.csv and results.md). Locally the runs go one after
+another; with a Dask client or "ray" as the launcher they go side by side on the cluster. With an
+Optuna study as `search`, it samples `n_trials` configs instead and prunes runs on their evaluation
+metric. `bigbatch sweep FILE.py` runs a plain Python file that calls it, as `python FILE.py` does."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import itertools
+import json
 import math
 import re
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bigbatch import checkpoints
 from bigbatch.config import Config
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
 from bigbatch.rundir import read_metrics
 
@@ -28,18 +35,40 @@ LOSSES = ("loss_D", "loss_G", "loss", "train_top1")
 
 def sweep(
     base: Config,
-    grid: dict[str, Sequence[Any]],
+    grid: dict[str, Any] | Callable[[Any], dict[str, Any]],
     runs_dir: str | Path,
-    launcher: str = "local",
+    launcher: Any = "local",
+    *,
+    nprocs: int = 1,
+    search: Any = None,
+    n_trials: int | None = None,
+    metric: str | None = None,
     quiet: bool = True,
 ) -> list[dict[str, Any]]:
-    """Train `base` with every combination of `grid` (dotted config keys -> values), one after another,
-    each in RUNS_DIR/<key=value,...>; a run that finished is skipped, one that was interrupted resumes
-    from its checkpoint (a run's config must still be the grid's: a changed base is refused by name).
-    Returns the rows of RUNS_DIR/results.csv: per run, its grid values, status, kimg, wall seconds,
-    img/s, final losses and best scores."""
-    if launcher != "local":
-        raise BigbatchError(f"sweep launcher {launcher!r}: only 'local' (one run after another) is available")
+    """Train `base` with every combination of `grid` (dotted config keys -> lists of values), each in
+    RUNS_DIR/<key=value,...>; a run that finished is skipped, one that was interrupted resumes from its
+    checkpoint (a run's config must still be the grid's: a changed base is refused by name).
+
+    launcher: "local" (one run after another in this process), a dask.distributed Client or "ray"
+    (`ray.init` first, or Ray's local default): runs side by side, `nprocs` ranks each, as many at a
+    time as the cluster has workers (Dask) or CPUs/GPUs (Ray) for.
+
+    search: an Optuna study (pip install 'bigbatch[optuna]'): `n_trials` runs instead of the grid's
+    product, each config sampled by the study from `grid` (a list: one of its values; a (low, high)
+    tuple: a number in that range, (low, high, "log") on a log scale; or a function of the trial that
+    returns the overrides, Optuna's define-by-run). Each evaluation reports `metric` (a metrics.jsonl
+    name: fcd, fid, val_top1, ...) to the study, which may prune the run (it stops with a checkpoint);
+    a trial's value is its run's best `metric`. Runs are RUNS_DIR/trial-NNNN-<hash of its config>.
+
+    Returns the rows this call wrote to RUNS_DIR/results.csv (earlier calls' rows stay in the file):
+    per run, its values, status (finished, interrupted, failed, pruned), kimg, wall seconds, img/s,
+    final losses and best scores. A run that fails does not stop the others; once all have ended the
+    sweep raises BigbatchError naming those that failed."""
+    root = Path(runs_dir)
+    if search is not None:
+        return _search(base, grid, root, launcher, nprocs, search, n_trials, metric, quiet)
+    if n_trials is not None or metric is not None:
+        raise BigbatchError("n_trials and metric are for a search: give search=optuna.create_study(...) too")
     if not isinstance(grid, dict) or not grid:
         raise BigbatchError(
             "sweep grid must map dotted config keys to lists of values, e.g. {'train.batch': [64, 256]}"
@@ -47,21 +76,253 @@ def sweep(
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise BigbatchError(f"sweep grid key {key!r} must map to a non-empty list of values, got {values!r}")
-    root = Path(runs_dir)
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
-    configs = [(combo, base.override(combo)) for combo in combos]  # every config checked before any trains
+    jobs = [Job(root / run_name(combo), combo, base.override(combo)) for combo in combos]  # all checked first
+    todo = []
+    for i, job in enumerate(jobs):
+        state = status(job.run, job.cfg)
+        _say(quiet, f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
+        if state != "finished":
+            todo.append(job)
+    if launcher == "local":
+        for job in todo:
+            _train_here(job, quiet)
+    else:
+        _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
+    return _finish(root, jobs)
+
+
+@dataclass
+class Job:
+    """One run of a sweep."""
+
+    run: Path
+    values: dict[str, Any]
+    cfg: Config
+    failed: str = ""
+    pruned: bool = False
+    trial: Any = None
+    reported: set[int] = field(default_factory=set)
+
+
+def _train_here(job: Job, quiet: bool) -> None:
     from bigbatch.loop import train
 
-    for i, (combo, cfg) in enumerate(configs):
-        run = root / run_name(combo)
-        state = status(run, cfg)
-        if not quiet:
-            print(f"[{i + 1}/{len(configs)}] {run.name}: {state}", flush=True)
-        if state != "finished":
-            train(cfg, run_dir=run, resume="auto", quiet=quiet)
-    rows = [result_row(root / run_name(combo), combo, cfg) for combo, cfg in configs]
+    try:
+        train(job.cfg, run_dir=job.run, resume="auto", quiet=quiet)
+    except BigbatchError as e:
+        job.failed = str(e)
+        _say(False, f"bigbatch sweep: {job.run.name} failed: {e}")
+
+
+Starter = tuple[int, Callable[[Job, int], Any]]
+"""(how many runs at a time, start(job, slot) -> RunHandle)."""
+
+
+def _starter(launcher: Any, nprocs: int) -> Starter:
+    """How a cluster launcher starts one run, and how many it runs at a time."""
+    if nprocs < 1:
+        raise BigbatchError(f"sweep nprocs must be >= 1 (ranks per run), got {nprocs}")
+    if launcher == "local":
+        from bigbatch.launch import local
+
+        return 1, lambda job, slot: local.run(job.cfg, job.run)
+    if launcher == "ray":
+        from bigbatch.launch import ray as ray_launch
+
+        ray = ray_launch._ray()
+        if not ray.is_initialized():
+            ray.init(logging_level="ERROR")
+        resources = ray.cluster_resources()
+        _, per_rank = ray_launch.ray_ranks(resources, nprocs, None)
+        slots = int(resources.get("CPU", 0) // nprocs)
+        if per_rank:
+            slots = min(slots, int(resources.get("GPU", 0) // (per_rank * nprocs)))
+        return max(slots, 1), lambda job, slot: ray_launch.run(job.cfg, job.run, nprocs=nprocs)
+    if type(launcher).__module__.startswith("distributed") and hasattr(launcher, "scheduler_info"):
+        from bigbatch.launch import dask
+
+        workers = dask.workers_of(launcher)
+        if len(workers) < nprocs:
+            raise BigbatchError(f"sweep nprocs {nprocs}: the Dask cluster has {len(workers)} workers")
+        groups = [workers[i : i + nprocs] for i in range(0, len(workers) - nprocs + 1, nprocs)]
+        return len(groups), lambda job, slot: dask.run(launcher, job.cfg, job.run, workers=groups[slot])
+    raise BigbatchError(f"sweep launcher {launcher!r}: give 'local', 'ray' or a dask.distributed Client")
+
+
+def _side_by_side(jobs: Iterator[Job], starter: Starter, quiet: bool, watch: Callable | None = None) -> None:
+    """Run the jobs, as many at a time as `starter` has slots; `watch(job, handle)` is called as they
+    train (a search reports and prunes there). Ctrl-C stops every running run with a checkpoint."""
+    slots, start = starter
+    running: dict[int, tuple[Job, Any]] = {}
+    free = list(range(slots))
+    try:
+        while True:
+            while free:
+                job = next(jobs, None)
+                if job is None:
+                    break
+                slot = free.pop(0)
+                _say(quiet, f"bigbatch sweep: starting {job.run.name}")
+                running[slot] = (job, start(job, slot))
+            if not running:
+                return
+            time.sleep(0.5)
+            for slot, (job, handle) in list(running.items()):
+                if watch is not None:
+                    watch(job, handle)
+                if not handle.done():
+                    continue
+                del running[slot]
+                free.append(slot)
+                try:
+                    handle.result()
+                except BigbatchError as e:
+                    if not job.pruned:  # (a pruned run may take its stop as its loop ends, and die of it)
+                        job.failed = str(e)
+                        _say(False, f"bigbatch sweep: {job.run.name} failed: {e}")
+                        continue
+                if watch is not None:
+                    watch(job, handle)  # the rows that came last
+                _say(quiet, f"bigbatch sweep: {job.run.name} {'pruned' if job.pruned else 'ended'}")
+    except BaseException:
+        for _, handle in running.values():
+            handle.stop(wait=False)
+        for _, handle in running.values():
+            try:
+                handle.result()
+            except BaseException:  # noqa: BLE001 - stopping: its own error is not the one to show
+                pass
+        raise
+
+
+def _finish(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
+    rows = [result_row(job.run, job.values, job.cfg, job) for job in jobs]
     write_results(root, rows)
+    failed = [job for job in jobs if job.failed]
+    if failed:
+        names = "; ".join(f"{job.run.name}: {job.failed}" for job in failed)
+        raise BigbatchError(f"{len(failed)} of {len(jobs)} sweep runs failed ({names}); see {root / 'results.md'}")
     return rows
+
+
+def _search(
+    base: Config,
+    space: Any,
+    root: Path,
+    launcher: Any,
+    nprocs: int,
+    study: Any,
+    n_trials: int | None,
+    metric: str | None,
+    quiet: bool,
+) -> list[dict[str, Any]]:
+    """sweep(..., search=study): n_trials configs sampled by the Optuna study, pruned on `metric`."""
+    try:
+        import optuna
+    except ImportError:
+        raise BigbatchError("a sweep's search needs Optuna: pip install 'bigbatch[optuna]'") from None
+    if not isinstance(study, optuna.Study):
+        raise BigbatchError(f"search must be an optuna.Study (optuna.create_study(...)), got {type(study).__name__}")
+    if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
+        raise BigbatchError(f"a search needs n_trials, the number of runs to sample (>= 1), got {n_trials!r}")
+    if not isinstance(metric, str) or not metric:
+        raise BigbatchError("a search needs metric, the metrics.jsonl name to optimize, e.g. 'fcd' or 'val_top1'")
+    if len(study.directions) != 1:
+        raise BigbatchError("a search optimizes one metric: create the study with one direction")
+    if metric in SCORES:
+        want = "maximize" if metric in HIGHER_IS_BETTER else "minimize"
+        if study.direction.name.lower() != want:
+            raise BigbatchError(
+                f"{metric} is better {'higher' if want == 'maximize' else 'lower'}: "
+                f"create the study with direction={want!r}"
+            )
+    if not callable(space) and (not isinstance(space, dict) or not space):
+        raise BigbatchError(
+            "a search's space maps dotted config keys to lists or (low, high) ranges, or is a "
+            "function of the Optuna trial returning the overrides"
+        )
+    jobs: list[Job] = []
+
+    def trials() -> Iterator[Job]:
+        while len(jobs) < n_trials:
+            trial = study.ask()
+            try:
+                values = space(trial) if callable(space) else {k: _suggest(trial, k, v) for k, v in space.items()}
+                cfg = base.override(values)
+            except BaseException:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                raise
+            digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:8]
+            job = Job(root / f"trial-{trial.number:04d}-{digest}", dict(values), cfg, trial=trial)
+            jobs.append(job)
+            _say(quiet, f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
+            yield job
+
+    def watch(job: Job, handle: Any) -> None:
+        for row in list(handle.rows):
+            value = row.get(metric)
+            nimg = round(row["kimg"] * 1000)
+            if "eval_seconds" not in row or not _number(value) or nimg in job.reported:
+                continue
+            if job.pruned:
+                return
+            job.reported.add(nimg)
+            job.trial.report(float(value), nimg)
+            if job.trial.should_prune():
+                job.pruned = True
+                handle.stop(wait=False)  # with a checkpoint: it can still be resumed by hand
+
+    starter = _starter(launcher, nprocs)
+    try:
+        _side_by_side(trials(), starter, quiet, watch)
+    finally:
+        for job in jobs:
+            _tell(study, job, metric, optuna.trial.TrialState)
+    return _finish(root, jobs)
+
+
+def _suggest(trial: Any, key: str, spec: Any) -> Any:
+    """One config value sampled by an Optuna trial from a search space entry."""
+    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(_number(v) for v in spec[:2]):
+        low, high = spec[:2]
+        log = len(spec) == 3 and spec[2] == "log"
+        if len(spec) == 3 and not log:
+            raise BigbatchError(f"search range for {key!r}: the third item can only be 'log', got {spec[2]!r}")
+        if isinstance(low, int) and isinstance(high, int):
+            return trial.suggest_int(key, low, high, log=log)
+        return trial.suggest_float(key, float(low), float(high), log=log)
+    if isinstance(spec, list) and spec:
+        if not all(v is None or isinstance(v, (bool, int, float, str)) for v in spec):
+            raise BigbatchError(f"search choices for {key!r} must be numbers, strings or booleans, got {spec!r}")
+        return trial.suggest_categorical(key, spec)
+    raise BigbatchError(f"search space for {key!r} must be a list of choices or a (low, high) range, got {spec!r}")
+
+
+def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
+    """Tell the study how a trial ended: pruned, failed (or cut short), or its run's best `metric`."""
+    rows = [r for r in read_metrics(job.run / "metrics.jsonl") if "eval_seconds" in r and _number(r.get(metric))]
+    values = [float(r[metric]) for r in rows]
+    finished = status(job.run, job.cfg) == "finished"
+    with_value = values and finished and not job.failed
+    try:
+        if job.pruned:
+            study.tell(job.trial, state=states.PRUNED)
+        elif with_value:
+            study.tell(job.trial, max(values) if study.direction.name == "MAXIMIZE" else min(values))
+        else:
+            if finished and not job.failed:
+                warn(f"{job.run.name} has no {metric!r} in its metrics.jsonl: set eval.every_kimg (and eval.metrics)")
+            study.tell(job.trial, state=states.FAIL)
+    except RuntimeError:  # told already (a second finish after an interruption)
+        pass
+
+
+def _say(quiet: bool, line: str) -> None:
+    if not quiet:
+        print(
+            line, file=sys.stderr if line.startswith("bigbatch sweep:") and "failed" in line else sys.stdout, flush=True
+        )
 
 
 def run_name(combo: dict[str, Any]) -> str:
@@ -81,12 +342,13 @@ def status(run: Path, cfg: Config) -> str:
     return "interrupted" if (run / "config.toml").exists() else "new"
 
 
-def result_row(run: Path, combo: dict[str, Any], cfg: Config) -> dict[str, Any]:
+def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Job | None = None) -> dict[str, Any]:
     rows = read_metrics(run / "metrics.jsonl")
     logs = [r for r in rows if "eval_seconds" not in r]
     evals = [r for r in rows if "eval_seconds" in r]
     speeds = [r["img_per_s"] for r in logs if _number(r.get("img_per_s"))]
-    out: dict[str, Any] = {"run": run.name, **combo, "status": status(run, cfg)}
+    state = "failed" if job and job.failed else "pruned" if job and job.pruned else status(run, cfg)
+    out: dict[str, Any] = {"run": run.name, **combo, "status": state}
     out["kimg"] = rows[-1]["kimg"] if rows else 0.0
     out["wall_s"] = round(rows[-1].get("seconds", math.nan), 1) if rows else math.nan
     out["img_per_s"] = round(sum(speeds) / len(speeds), 1) if speeds else math.nan
@@ -101,10 +363,18 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config) -> dict[str, Any]:
 
 
 def write_results(root: Path, rows: list[dict[str, Any]]) -> None:
-    """RUNS_DIR/results.csv and results.md: one row per run, the union of the rows' columns."""
-    columns = list(dict.fromkeys(k for row in rows for k in row))
+    """RUNS_DIR/results.csv and results.md: one row per run, the union of the rows' columns; rows of
+    runs an earlier sweep into RUNS_DIR wrote stay (as they were), and rows of these runs replace theirs."""
+    ours = {row["run"] for row in rows}
+    try:
+        with open(root / "results.csv", newline="") as f:
+            earlier = [row for row in csv.DictReader(f) if row.get("run") not in ours]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        earlier = []
+    rows = [*earlier, *rows]
+    columns = list(dict.fromkeys(k for row in rows for k in row if k is not None))
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, columns, lineterminator="\n")
+    writer = csv.DictWriter(buf, columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     root.mkdir(parents=True, exist_ok=True)
@@ -114,14 +384,20 @@ def write_results(root: Path, rows: list[dict[str, Any]]) -> None:
     atomic_write(root / "results.md", "\n".join(lines) + "\n")
 
 
-def run_file(path: str | Path) -> None:
-    """`bigbatch sweep FILE.py`: run the sweep file as a script (it calls bigbatch.sweep)."""
+def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
+    """`bigbatch sweep FILE.py [ARGS]`: run the sweep file as a script (it calls bigbatch.sweep), with
+    sys.argv as `python FILE.py ARGS` would give it."""
     import runpy
 
     path = Path(path)
     if not path.is_file():
         raise BigbatchError(f"sweep file {path} does not exist; give a Python file that calls bigbatch.sweep")
-    runpy.run_path(str(path), run_name="__main__")
+    argv = sys.argv
+    sys.argv = [str(path), *args]
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = argv
 
 
 def _number(v: object) -> bool:

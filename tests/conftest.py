@@ -34,3 +34,18 @@ def tiny():
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+
+
+RESTART_ARGS = ["train.batch=32", "train.micro_batch=8", "train.kimg=0.512", "checkpoint.every_kimg=0.128"]
+"""The 2-process run the elastic-restart tests (torchrun, Dask) kill a rank of, on top of test_distributed.ARGS."""
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory):
+    """The run directory of RESTART_ARGS trained by 2 torchrun processes, left alone: what a run that
+    lost a rank and restarted must end with. Trained once for the session."""
+    from test_distributed import train
+
+    run = tmp_path_factory.mktemp("uninterrupted") / "whole"
+    train(run, 2, *RESTART_ARGS)
+    return run

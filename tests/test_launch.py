@@ -10,11 +10,14 @@ import threading
 import time
 
 import pytest
+from conftest import RESTART_ARGS
 from test_distributed import ARGS, max_rel, train
 
 import bigbatch
 import bigbatch.checkpoints
-from bigbatch.launch import RankResult, rank_command, rank_environments, ray_ranks, report
+import bigbatch.rundir
+from bigbatch.launch import RankResult, rank_command, rank_environments, report
+from bigbatch.launch.ray import ray_ranks
 
 distributed = pytest.importorskip("distributed")
 
@@ -213,9 +216,9 @@ def _rank_processes(run_dir, rank):
     return found
 
 
-def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(tmp_path, monkeypatch):
+def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(tmp_path, monkeypatch, uninterrupted):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    args = [*ARGS, "train.batch=32", "train.micro_batch=8", "train.kimg=0.512", "checkpoint.every_kimg=0.128"]
+    args = [*ARGS, *RESTART_ARGS]
     run = tmp_path / "restarted"
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
         address = cluster.scheduler_address
@@ -232,8 +235,85 @@ def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(t
         out, err = proc.communicate(timeout=300)
     assert killed and proc.returncode == 0, err[-3000:]
     assert "restarting every rank (1 of 1)" in err
-    whole = train(tmp_path / "whole", 2, *args[len(ARGS) :]).parent / "000000.512"
+    whole = uninterrupted / "checkpoints" / "000000.512"
     for net in ("G", "D", "G_ema"):
         assert (run / "checkpoints" / "000000.512" / f"{net}.safetensors").read_bytes() == (
             whole / f"{net}.safetensors"
         ).read_bytes(), net
+
+
+def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps_side_by_side(tiny, tmp_path):
+    from bigbatch.launch.dask import run
+
+    long = tiny.override({"train.kimg": 1000, "train.log_every_kimg": 0.064, "sample.every_kimg": 0.128})
+    path = tmp_path / "live"
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        client.run(os.environ.update, {"OMP_NUM_THREADS": "1"})
+        handle = run(client, long, path, nprocs=2)
+        rows, sheets = [], []
+        for update in handle.updates(timeout=120):  # while it trains: rows and sheets as they are written
+            rows += [update.row] if update.row else []
+            sheets += [update.sheet] if update.sheet else []
+            if rows and rows[-1]["kimg"] >= 0.256 and sheets and not handle._stop.is_set():
+                handle.stop(wait=False)  # every rank saves a checkpoint and exits
+        stopped = handle.result()
+        assert stopped.status == 0 and 0.256 <= stopped.final["kimg"] < 1000
+        assert rows == stopped.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl")
+        saved = float(bigbatch.checkpoints.find_checkpoint(path).name)  # where the stop found it
+        assert stopped.final["kimg"] <= saved < stopped.final["kimg"] + 0.064
+        assert sheets[-1] == handle.sheet and (path / "samples" / handle.sheet.name).read_bytes() == handle.sheet.png
+        assert handle.sheet.image().size[0] > 16 and handle.sheet.kimg == saved  # the sheets of the stop
+
+        # The same call resumes it: a new handle yields the run's whole history, each row once.
+        end = saved + 0.128
+        again = run(client, long.override({"train.kimg": end}), path, nprocs=2)
+        every = [u.row for u in again if u.row]
+        resumed = again.result()
+        assert every == resumed.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl")
+        assert every[: len(rows)] == rows and every[-1]["kimg"] == pytest.approx(end)
+        with pytest.raises(bigbatch.BigbatchError, match="takes a bigbatch.Config"):
+            run(client, "digits", tmp_path / "bad")
+
+        # A sweep on the cluster: one run per worker, side by side.
+        grid = {"train.batch": [16, 32]}
+        results = bigbatch.sweep(tiny.override({"train.kimg": 0.256}), grid, tmp_path / "sweep", launcher=client)
+    assert [(r["train.batch"], r["status"], r["kimg"]) for r in results] == [
+        (16, "finished", 0.256),
+        (32, "finished", 0.256),
+    ]
+    spans = [
+        (
+            (tmp_path / "sweep" / r["run"] / "config.toml").stat().st_mtime,
+            (tmp_path / "sweep" / r["run"] / "checkpoints" / "000000.256").stat().st_mtime,
+        )
+        for r in results
+    ]
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]  # they trained at the same time
+
+
+def test_a_ray_run_from_python_streams_rows_and_a_sweep_runs_side_by_side(tiny, tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    from bigbatch.launch.ray import run
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the actors' environment, which their ranks inherit
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, logging_level="ERROR")
+    try:
+        short = tiny.override({"train.kimg": 0.256, "train.log_every_kimg": 0.064})
+        handle = run(short, tmp_path / "live", nprocs=2)
+        rows = [u.row for u in handle.updates(timeout=120) if u.row]
+        result = handle.result()
+        assert result.status == 0 and result.final["kimg"] == 0.256 and "loss_D" in result.final
+        assert rows == result.rows == bigbatch.rundir.read_metrics(tmp_path / "live" / "metrics.jsonl")
+        assert handle.sheets.keys() >= {"grid"} and handle.sheet.kimg == 0.256
+
+        grid = {"train.g_lr": [1e-4, 2e-4]}
+        results = bigbatch.sweep(short, grid, tmp_path / "sweep", launcher="ray")
+    finally:
+        ray.shutdown()
+    assert [(r["train.g_lr"], r["status"], r["kimg"]) for r in results] == [
+        (1e-4, "finished", 0.256),
+        (2e-4, "finished", 0.256),
+    ]

@@ -56,5 +56,42 @@ def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
         "g_lr=0.0001,d_lr=0.0001",
         "g_lr=0.0002,d_lr=0.0002",
     ]
+    with open(tmp_path / "runs" / "results.csv") as f:  # both calls' runs: a later call keeps earlier rows
+        assert [r["run"] for r in csv.DictReader(f)] == ["g_lr=0.0001,d_lr=0.0001", "g_lr=0.0002,d_lr=0.0002"]
     assert main(["sweep", str(tmp_path / "missing.py")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(tmp_path, monkeypatch):
+    optuna = pytest.importorskip("optuna")
+    from test_classify import tiny as tiny_classifier
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+    class PruneTheSecond(optuna.pruners.BasePruner):
+        def prune(self, study, trial):
+            return trial.number == 1
+
+    study = optuna.create_study(direction="maximize", pruner=PruneTheSecond())
+    base = tiny_classifier(**{"train.kimg": 1.024, "eval.every_kimg": 0.256, "checkpoint.every_kimg": 1.024})
+    space = {"train.lr": (0.01, 0.5, "log"), "train.label_smoothing": [0.0, 0.1]}
+    rows = bigbatch.sweep(base, space, tmp_path / "search", search=study, n_trials=2, metric="val_top1")
+
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"]
+    first, second = rows
+    assert first["status"] == "finished" and second["status"] == "pruned"
+    assert first["run"].startswith("trial-0000-") and 0.01 <= first["train.lr"] <= 0.5
+    # The trial's value is its run's best val_top1; the pruned run was stopped at its first evaluation.
+    assert trials[0].value == pytest.approx(first["best_val_top1"], abs=1e-4) and list(
+        trials[0].intermediate_values
+    ) == [256, 512, 768, 1024]
+    assert list(trials[1].intermediate_values) == [256]
+    assert checkpoints.complete_checkpoints(tmp_path / "search" / second["run"])  # stopped with a checkpoint
+    table = (tmp_path / "search" / "results.md").read_text()
+    assert "| pruned |" in table and "| finished |" in table
+
+    with pytest.raises(bigbatch.BigbatchError, match="val_top1 is better higher: create the study with direction="):
+        bigbatch.sweep(base, space, tmp_path / "bad", search=optuna.create_study(), n_trials=1, metric="val_top1")
+    with pytest.raises(bigbatch.BigbatchError, match="needs n_trials"):
+        bigbatch.sweep(base, space, tmp_path / "bad", search=study, metric="val_top1")

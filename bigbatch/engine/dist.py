@@ -58,7 +58,17 @@ def init(ctx: Context) -> bool:
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")
-    td.init_process_group("nccl" if ctx.device.type == "cuda" else "gloo")
+    backend = "nccl" if ctx.device.type == "cuda" else "gloo"
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        td.init_process_group(backend)
+        return True
+    # Under torchrun the store outlives a restart of the group (--max-restarts): each attempt's ranks
+    # publish their addresses under keys of their own, or a restarted rank can read a dead one's and
+    # fail to connect (gloo: "Connection refused" to the killed rank's port).
+    store, rank, world = next(td.rendezvous("env://"))
+    store = td.PrefixStore(f"bigbatch/attempt-{attempt}", store)
+    td.init_process_group(backend, store=store, rank=rank, world_size=world)
     return True
 
 

@@ -162,10 +162,14 @@ class Replicator:
         return self._plan
 
     def close(self) -> None:
-        """Leave the process group if this Replicator joined it (after releasing the DDP wrappers:
-        a DDP reducer destroyed after its process group can hang the process at exit)."""
+        """Leave the process group if this Replicator joined it, after releasing every DDP wrapper it
+        holds (its models, and its optimizers' lists of them): a DDP reducer freed after its gloo
+        process group was destroyed frees the group itself, with the GIL held, and can deadlock with
+        the group's worker thread."""
         if self._owns_group:
             self.models.clear()
+            self.optimizers.clear()
+            self._micro_hooks.clear()
             gc.collect()
         dist.close(self._owns_group)
         self._owns_group = False

@@ -1,0 +1,420 @@
+"""Scale out on a Dask or Ray cluster: one `bigbatch train` process per Dask worker (or Ray actor),
+with the environment torchrun would give it (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT).
+
+Dask and Ray only place the processes: training itself is the same torch.distributed program as under
+torchrun (NCCL on GPUs, gloo on CPUs), so it trains the same weights. Each rank runs in a child
+process of its worker, in a session of its own (a Ctrl-C in the launcher's terminal reaches it only
+through the launcher) and bound to its worker (it gets SIGTERM if the worker dies). When one rank
+fails, a worker is lost, or the launcher gets Ctrl-C or SIGTERM, every other rank gets SIGTERM and,
+after `grace` seconds, SIGKILL, so no rank is left waiting in a collective. Stopped by the launcher,
+the ranks save a checkpoint together; after a rank has failed the others usually cannot (their
+collectives with it break), and the run resumes from its last periodic checkpoint.
+
+The engines live in bigbatch.launch.dask and bigbatch.launch.ray (and bigbatch.launch.local, one
+process on this machine): each has the `bigbatch launch` command's function and `run(...)`, which
+starts a run from Python and returns a RunHandle (bigbatch.launch.handle) that streams the run's
+metrics rows and sample sheets back while it trains.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from bigbatch.errors import BigbatchError
+from bigbatch.files import metrics_row
+
+GRACE_SECONDS = 60.0  # after SIGTERM, how long a rank may take to save its checkpoint
+LOST = 1  # the exit status reported for a rank whose worker (or actor) was lost: it never told its own
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    worker: str
+    returncode: int
+    stderr_tail: str
+    ended: float = 0.0
+    """time.time() when the rank's process ended (or was found lost)."""
+    stopped: bool = False
+    """Whether the launcher stopped it (another rank failed, or the launcher was interrupted)."""
+
+
+def rank_environments(workers: Sequence[str], master_port: int, visible_gpus: Sequence[str]) -> list[dict[str, str]]:
+    """The torch.distributed environment of each worker's process, rank = position in `workers`
+    (addresses like tcp://HOST:PORT); `visible_gpus` is each worker's CUDA_VISIBLE_DEVICES ("" if unset).
+
+    LOCAL_RANK counts the workers on the same host and picks the GPU, unless the workers of a host
+    have each been given a GPU of their own (dask-cuda rotates CUDA_VISIBLE_DEVICES so that each
+    worker's own GPU comes first; Ray sets it per actor): then each rank sees only that GPU, as device 0."""
+    hosts = [urlparse(w).hostname or w for w in workers]
+    firsts = [v.split(",")[0].strip() for v in visible_gpus]
+    envs = []
+    for rank, host in enumerate(hosts):
+        same = [firsts[i] for i, h in enumerate(hosts) if h == host]
+        pinned = all(same) and len(set(same)) == len(same)
+        env = {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(len(workers)),
+            "LOCAL_RANK": "0" if pinned else str(hosts[:rank].count(host)),
+            "LOCAL_WORLD_SIZE": str(len(same)),
+            "MASTER_ADDR": hosts[0],
+            "MASTER_PORT": str(master_port),
+        }
+        if pinned:
+            env["CUDA_VISIBLE_DEVICES"] = firsts[rank]
+        envs.append(env)
+    return envs
+
+
+def _command(args: Sequence[str]) -> list[str]:
+    if not args:
+        raise BigbatchError("nothing to launch: add the bigbatch command after '--', e.g. -- train --preset digits")
+    return list(args)
+
+
+def _results(names: Sequence[str], envs: Sequence[dict], results: Sequence[tuple]) -> list[RankResult]:
+    return [RankResult(int(env["RANK"]), w, *r) for w, env, r in zip(names, envs, results)]
+
+
+def _wait(
+    poll: Callable[[], list[tuple | None]],
+    abort: Callable[[], object],
+    grace: float,
+    stop: threading.Event | None = None,
+) -> list[tuple]:
+    """Poll until every rank has a result. When one fails (or is lost), on Ctrl-C or SIGTERM, or once
+    `stop` is set (RunHandle.stop), ask every rank to stop; ranks that still have no result `grace` +
+    30 s later are reported as lost."""
+    aborted_at = None
+    interrupted = False
+
+    def settled(results: list) -> list[tuple]:
+        # After Ctrl-C every rank that did not end cleanly was stopped by the launcher, lost workers included.
+        return [(*r[:3], True) if interrupted and r[0] != 0 else r for r in results]
+
+    with _sigterm_interrupts():  # for the whole wait: a SIGTERM between two polls must not kill the launcher
+        while True:
+            try:
+                results = poll()
+                if all(r is not None for r in results):
+                    return settled(results)
+                if stop is not None and stop.is_set() and not interrupted:
+                    interrupted = True  # as Ctrl-C: every rank saves a checkpoint and exits
+                    with contextlib.suppress(Exception):
+                        abort()
+                    aborted_at = time.monotonic()
+                if aborted_at is None and any(r is not None and r[0] != 0 for r in results):
+                    with contextlib.suppress(Exception):
+                        abort()  # (a failed rank asks too; a lost worker cannot)
+                    aborted_at = time.monotonic()
+                if aborted_at is not None and time.monotonic() - aborted_at > grace + 30:
+                    now = time.time()
+                    return settled([r or (LOST, "no answer after it was asked to stop", now, True) for r in results])
+                time.sleep(0.5)
+            except KeyboardInterrupt:
+                if interrupted:
+                    raise  # a second Ctrl-C: stop waiting
+                interrupted = True
+                print("bigbatch launch: stopping every rank (a second Ctrl-C stops waiting for them)", file=sys.stderr)
+                with contextlib.suppress(Exception):
+                    abort()
+                aborted_at = time.monotonic()
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM to the launcher (a batch system ending the job) stops the ranks as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _visible_gpus() -> str:
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+
+
+# A rank's process binds itself to the worker thread that started it (Linux's PR_SET_PDEATHSIG: SIGTERM
+# when that thread dies; it survives exec), gives up if the worker died before the binding took hold,
+# then becomes `python -m bigbatch ARGS`. Code given to -c, not a bigbatch function: importing bigbatch
+# to run it would load torch twice per rank. Binding in Popen's preexec_fn instead is unsafe in a
+# threaded process such as a Dask worker.
+BOUND_RANK = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+except Exception:
+    pass
+if os.getppid() != int(os.environ.get("BIGBATCH_LAUNCH_PARENT", os.getppid())):
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, "-m", "bigbatch", *sys.argv[1:]])
+"""
+
+
+def rank_command(args: Sequence[str]) -> list[str]:
+    """The command line of a rank's process: `python -m bigbatch ARGS`, bound to its worker on Linux."""
+    if sys.platform == "linux":
+        return [sys.executable, "-c", BOUND_RANK, *args]
+    return [sys.executable, "-m", "bigbatch", *args]
+
+
+def _run_rank(
+    args: list[str],
+    env: dict[str, str],
+    aborted: Callable[[], bool],
+    abort: Callable[[], object],
+    grace: float = GRACE_SECONDS,
+    publish: Callable[[str, Any], object] | None = None,
+    config: str | None = None,
+    watch: str | None = None,
+) -> tuple[int, str, float, bool]:
+    """On a worker: run one rank as a child process; stop it when another rank has failed (or the
+    launcher asks), and ask the others to stop when it fails. With `publish` (rank 0), each line the
+    rank prints goes to publish("out" or "err", line) as it comes, for the launcher to show, and with
+    `watch` (the run directory) so do its metrics rows and sample sheets (see `_Watcher`). `config`:
+    the text of a config file, written here and given to the command as --config. Returns (exit
+    status, last lines of its stderr, when it ended, whether it was stopped from here)."""
+    stopped_at = None
+    with contextlib.ExitStack() as stack:
+        err = stack.enter_context(tempfile.TemporaryFile("w+"))
+        if config is not None:
+            file = stack.enter_context(tempfile.NamedTemporaryFile("w", suffix=".toml", prefix="bigbatch-"))
+            file.write(config)
+            file.flush()
+            args = [*args, "--config", file.name]
+        watcher = _Watcher(Path(watch), publish) if watch is not None and publish is not None else None
+        proc = subprocess.Popen(
+            rank_command(args),
+            env={**os.environ, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid()), "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE if publish else None,
+            stderr=subprocess.PIPE if publish else err,
+            text=True,
+            start_new_session=True,  # a Ctrl-C in the launcher's terminal reaches it only through the launcher
+        )
+        readers = []
+        if publish is not None:
+            for stream, kind, copy in ((proc.stdout, "out", None), (proc.stderr, "err", err)):
+                readers.append(threading.Thread(target=_forward, args=(stream, kind, copy, publish), daemon=True))
+                readers[-1].start()
+        if watcher is not None:
+            watcher.start()
+        try:
+            while proc.poll() is None:
+                try:
+                    asked = aborted()
+                except Exception:  # noqa: BLE001 - the scheduler or flag is gone: so is the launcher
+                    asked = True
+                if stopped_at is None and asked:
+                    proc.send_signal(signal.SIGTERM)
+                    stopped_at = time.monotonic()
+                elif stopped_at is not None and time.monotonic() - stopped_at > grace:
+                    proc.kill()
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:  # this function is being torn down: never leave the rank behind
+                proc.kill()
+                proc.wait()
+            for reader in readers:
+                reader.join(timeout=10)
+            if watcher is not None:
+                watcher.finish()  # the rows and sheet the rank wrote last
+        ended = time.time()
+        if proc.returncode != 0 and stopped_at is None:
+            with contextlib.suppress(Exception):
+                abort()  # the other ranks would wait for this one in their next collective
+        err.seek(0)
+        lines = err.read().splitlines()
+    return proc.returncode, "\n".join(lines[-20:]), ended, stopped_at is not None
+
+
+def _forward(stream: Any, kind: str, copy: Any, publish: Callable[[str, str], object]) -> None:
+    """Send a rank's output stream line by line to the launcher (`publish`), and to `copy` if given."""
+    for line in stream:
+        if copy is not None:
+            copy.write(line)
+            copy.flush()
+        with contextlib.suppress(Exception):  # the launcher is gone: the rank still runs to its end
+            publish(kind, line)
+
+
+class _Watcher(threading.Thread):
+    """On rank 0's worker: while the rank trains, send the launcher each new row of RUN/metrics.jsonl
+    ("row", dict) and the newest sample sheet of each kind in RUN/samples/ ("sheet", (file name, PNG bytes)), once a
+    second. When the file is rewritten (a resume drops the rows past its checkpoint) it says
+    ("reset", None) and sends every row again: the launcher's RunHandle keeps the rows it has."""
+
+    def __init__(self, run: Path, publish: Callable[[str, Any], object], every: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.dir, self.publish, self.every = run, publish, every
+        self.done = threading.Event()
+        self.file: tuple[int, int] | None = None  # metrics.jsonl's (device, inode)
+        self.offset, self.partial = 0, b""
+        self.sheets: dict[str, tuple[str, int]] = {}  # kind -> (name, mtime) sent
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            self.check()
+
+    def finish(self) -> None:
+        self.done.set()
+        self.join(timeout=30)
+        self.check()
+
+    def check(self) -> None:
+        with contextlib.suppress(Exception):  # the launcher is gone, or the file vanished: next time
+            self.rows()
+            self.newest_sheets()
+
+    def rows(self) -> None:
+        path = self.dir / "metrics.jsonl"
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return
+        if (st.st_dev, st.st_ino) != self.file or st.st_size < self.offset:
+            self.file, self.offset, self.partial = (st.st_dev, st.st_ino), 0, b""
+            self.publish("reset", None)
+        if st.st_size == self.offset:
+            return
+        with open(path, "rb") as f:
+            f.seek(self.offset)
+            data = self.partial + f.read(st.st_size - self.offset)
+        self.offset = st.st_size
+        *lines, self.partial = data.split(b"\n")
+        for row in map(metrics_row, lines):
+            if row is not None:
+                self.publish("row", row)
+
+    def newest_sheets(self) -> None:
+        """The newest sheet of each kind (RUN/samples/KIND-NNNNNN.NNN.png: grid, interp, ...)."""
+        newest: dict[str, tuple[int, str, Path]] = {}
+        for path in (self.dir / "samples").glob("*.png"):
+            kind = path.name.rsplit("-", 1)[0]
+            newest[kind] = max(newest.get(kind, (0, "", path)), (path.stat().st_mtime_ns, path.name, path))
+        for kind, (mtime, name, path) in sorted(newest.items(), key=lambda item: item[1]):
+            if self.sheets.get(kind) != (name, mtime):
+                self.publish("sheet", (name, path.read_bytes()))
+                self.sheets[kind] = (name, mtime)
+
+
+def _show(lines: Sequence[tuple[str, Any]]) -> None:
+    """On the launcher: print rank 0's lines as they arrive (stdout's to stdout, stderr's to stderr)."""
+    for kind, line in lines:
+        if kind not in ("out", "err"):
+            continue  # rows and sample sheets are for a RunHandle
+        if kind == "err" and line.startswith("bigbatch: error: "):
+            continue  # `report` prints it, naming the rank, as the launcher's one line
+        stream = sys.stdout if kind == "out" else sys.stderr
+        stream.write(line)
+        stream.flush()
+
+
+def report(results: Sequence[RankResult]) -> int:
+    """The launcher's exit status (0 if every rank succeeded), and one line on stderr naming the rank
+    that failed first of its own accord (not stopped by the launcher), with its own error message."""
+    status, message = failure(results)
+    if message:
+        print(f"bigbatch: error: {message}", file=sys.stderr)
+    return status
+
+
+def failure(results: Sequence[RankResult]) -> tuple[int, str]:
+    """(exit status, "" or what failed): 0 when every rank succeeded or the launcher stopped them and
+    rank 0 saved; 130 when an interrupted launch did not end cleanly; else 2 (a usage error) or 1,
+    naming the rank that failed first of its own accord with its own error message."""
+    failed = [r for r in results if r.returncode != 0]
+    if not failed:
+        return 0, ""
+    own = [r for r in failed if not r.stopped]
+    rank0 = next((r for r in results if r.rank == 0), None)
+    if not own and rank0 is not None and rank0.returncode == 0 and all(r.returncode == -signal.SIGTERM for r in failed):
+        # Stopped by the launcher: rank 0 saved the checkpoint and exited cleanly; the others took their
+        # SIGTERM after their training loop had already ended (the ranks agree to stop on the first signal).
+        return 0, ""
+    if not own:  # the launcher was interrupted and stopped them all
+        how = ", ".join(f"rank {r.rank}: {(r.stderr_tail.splitlines() or [r.returncode])[-1]}" for r in failed)
+        return 130, f"interrupted, and not every rank ended cleanly ({how})"
+
+    def message(r: RankResult) -> str:
+        lines = r.stderr_tail.splitlines()
+        mine = [line for line in lines if line.startswith("bigbatch: error: ")]
+        if mine:
+            return mine[-1].removeprefix("bigbatch: error: ")
+        if r.returncode < 0:
+            return f"killed by signal {-r.returncode}" + (f" ({lines[-1]})" if lines else "")
+        return lines[-1] if lines else f"exit status {r.returncode}"
+
+    # Its own bigbatch error first (the others' are usually broken collectives it caused), then the earliest.
+    first = min(
+        own,
+        key=lambda r: (
+            not any(line.startswith("bigbatch: error: ") for line in r.stderr_tail.splitlines()),
+            r.ended,
+            r.rank,
+        ),
+    )
+    others = len(failed) - 1
+    also = f" ({others} other rank{'s' if others != 1 else ''} failed or stopped too)" if others else ""
+    return (2 if first.returncode == 2 else 1), f"rank {first.rank} on {first.worker}: {message(first)}{also}"
+
+
+def with_restarts(
+    session: Callable[[], list[RankResult]],
+    restarts: int,
+    say: Callable[[str], object],
+    stopped: Callable[[], bool] = lambda: False,
+) -> tuple[int, str, list[RankResult]]:
+    """Run `session` (one launch of every rank) and, after a failure that is not a usage error (a lost
+    worker, a crash), again, up to `restarts` more times: its command carries --resume=auto, so the run
+    resumes from its latest checkpoint. `say` gets each failure and restart as a line. Returns the last
+    launch's (exit status, failure message, ranks' results)."""
+    if restarts < 0:
+        raise BigbatchError(f"restarts must be a count >= 0, got {restarts}")
+    for attempt in range(restarts + 1):
+        results = session()
+        status, message = failure(results)
+        # A usage error (2) would fail again; a lost worker or a crash gets the group started again.
+        if status in (0, 2) or attempt == restarts or stopped():
+            return status, message, results
+        say(f"bigbatch: error: {message}")
+        say(
+            f"bigbatch launch: restarting every rank ({attempt + 1} of {restarts}); the run resumes from its "
+            "latest checkpoint"
+        )
+    raise AssertionError("unreachable")
+
+
+def __getattr__(name: str) -> Any:
+    """bigbatch.launch.dask, .ray and .local, imported on first use (each imports its engine)."""
+    if name in ("dask", "ray", "local", "handle"):
+        return importlib.import_module(f"bigbatch.launch.{name}")
+    raise AttributeError(f"module 'bigbatch.launch' has no attribute '{name}'")

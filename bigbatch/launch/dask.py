@@ -1,0 +1,202 @@
+"""Ranks on a Dask cluster: one `bigbatch train` process per Dask worker. `launch_dask` is `bigbatch
+launch dask`; `run(client, cfg, run_dir)` starts a run from Python and returns a RunHandle."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from bigbatch.errors import BigbatchError
+from bigbatch.launch import (
+    GRACE_SECONDS,
+    LOST,
+    RankResult,
+    _command,
+    _free_port,
+    _results,
+    _run_rank,
+    _show,
+    _visible_gpus,
+    _wait,
+    rank_environments,
+)
+from bigbatch.launch.handle import RunHandle, Sink
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise BigbatchError("the Dask launcher needs dask.distributed: pip install 'bigbatch[dask]'") from None
+    return distributed
+
+
+def launch_dask(
+    args: Sequence[str],
+    scheduler: str | None = None,
+    local: int = 0,
+    nprocs: int | None = None,
+    grace: float = GRACE_SECONDS,
+) -> list[RankResult]:
+    """Run `bigbatch ARGS` (e.g. ["train", "--preset", "digits"]) on the workers of the Dask cluster at
+    `scheduler` (or of a LocalCluster of `local` worker processes), one rank per worker (the first
+    `nprocs` workers, sorted by address), printing rank 0's output as it comes. Returns each rank's
+    result once all have finished."""
+    distributed = _distributed()
+    if (scheduler is None) == (local < 1):
+        raise BigbatchError("give the Dask scheduler's address (--scheduler tcp://HOST:8786) or --local N, not both")
+    args = _command(args)
+    cluster = None
+    try:
+        if local:
+            cluster = distributed.LocalCluster(
+                n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None
+            )
+        try:
+            client = distributed.Client(cluster if cluster is not None else scheduler, timeout="20s")
+        except (OSError, TimeoutError, ValueError) as e:
+            raise BigbatchError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+        with client:
+            return session(client, pick_workers(client, nprocs), args, grace, _show)
+    finally:
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close(timeout=30)
+
+
+def workers_of(client: Any) -> list[str]:
+    """The addresses of the cluster's workers, sorted."""
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def pick_workers(client: Any, nprocs: int | None) -> list[str]:
+    """The first `nprocs` workers (default: all), sorted by address."""
+    workers = workers_of(client)
+    if nprocs is not None:
+        if nprocs < 1 or nprocs > len(workers):
+            raise BigbatchError(f"nprocs {nprocs}: the Dask cluster has {len(workers)} workers")
+        workers = workers[:nprocs]
+    if not workers:
+        raise BigbatchError(f"the Dask cluster at {client.scheduler.address} has no workers")
+    return workers
+
+
+def run(
+    client: Any,
+    cfg: Any,
+    run_dir: str | os.PathLike,
+    *,
+    nprocs: int | None = None,
+    workers: Sequence[str] | None = None,
+    restarts: int = 0,
+    grace: float = GRACE_SECONDS,
+    echo: bool = False,
+) -> RunHandle:
+    """Train `cfg` (a bigbatch.Config) into `run_dir` on the Dask cluster of `client`, one rank per
+    worker (`workers`, or the first `nprocs`, default all), resuming the run if `run_dir` holds one.
+    Returns at once with a RunHandle that streams metrics rows and sample sheets while it trains
+    (`run_dir` is on the workers' file system; rank 0 sends what it writes). After a failure other than
+    a usage error the ranks start again, up to `restarts` times, and resume. `echo` prints rank 0's
+    output here too."""
+    from bigbatch.config import Config
+
+    if not isinstance(cfg, Config):
+        raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
+    chosen = list(workers) if workers is not None else pick_workers(client, nprocs)
+    known = set(workers_of(client))
+    if not chosen or not set(chosen) <= known:
+        strange = sorted(set(chosen) - known) or chosen
+        raise BigbatchError(f"workers {strange} are not the Dask cluster's: {sorted(known)}")
+    path = os.fspath(run_dir) if "://" in os.fspath(run_dir) else os.path.abspath(run_dir)
+    args, text = ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
+    return RunHandle(
+        path,
+        lambda sink, stop: session(client, chosen, args, grace, sink, stop, config=text, watch=path),
+        restarts,
+        echo,
+    )
+
+
+def session(
+    client: Any,
+    workers: list[str],
+    args: list[str],
+    grace: float,
+    sink: Sink,
+    stop: threading.Event | None = None,
+    config: str | None = None,
+    watch: str | None = None,
+) -> list[RankResult]:
+    """One launch of every rank on `workers`; rank 0's output (and, with `watch`, the run's rows and
+    sheets) goes to `sink` as it comes. Returns once every rank has ended."""
+    Event, Queue = _distributed().Event, _distributed().Queue
+    port = client.submit(_free_port, workers=[workers[0]], pure=False).result()
+    visible = client.run(_visible_gpus, workers=workers)
+    envs = rank_environments(workers, port, [visible[w] for w in workers])
+    abort = Event(f"bigbatch-abort-{uuid.uuid4().hex}", client=client)
+    lines = Queue(f"bigbatch-lines-{uuid.uuid4().hex}", client=client)  # rank 0's output, as it comes
+    futures = [
+        client.submit(
+            _dask_rank,
+            args,
+            env,
+            abort.name,
+            grace,
+            lines.name if rank == 0 else None,
+            config,
+            watch if rank == 0 else None,
+            workers=[w],
+            allow_other_workers=False,
+            pure=False,
+        )
+        for rank, (w, env) in enumerate(zip(workers, envs))
+    ]
+
+    def poll() -> list[tuple | None]:
+        with contextlib.suppress(Exception):
+            sink(lines.get(batch=True))
+        try:
+            alive = set(client.scheduler_info(n_workers=-1)["workers"])
+        except Exception:  # noqa: BLE001 - the scheduler is gone: so is every rank's worker
+            alive = set()
+        out: list[tuple | None] = []
+        for f, w in zip(futures, workers):
+            if f.status == "finished":
+                out.append(f.result())
+            elif f.status in ("error", "lost", "cancelled") or w not in alive:
+                out.append((LOST, f"its Dask worker {w} was lost ({f.status})", time.time(), False))
+            else:
+                out.append(None)
+        return out
+
+    try:
+        results = _wait(poll, abort.set, grace, stop)
+        with contextlib.suppress(Exception):
+            sink(lines.get(batch=True))  # the last lines, sent as rank 0 ended
+    finally:
+        with contextlib.suppress(Exception):
+            client.cancel(futures)  # (finished ones: just released)
+    return _results(workers, envs, results)
+
+
+def _dask_rank(
+    args: list[str],
+    env: dict[str, str],
+    abort_name: str,
+    grace: float,
+    lines: str | None,
+    config: str | None = None,
+    watch: str | None = None,
+) -> tuple:
+    """On a Dask worker: one rank (see bigbatch.launch._run_rank)."""
+    from distributed import Event, Queue
+
+    abort = Event(abort_name)
+    queue = Queue(lines) if lines else None
+    publish = (lambda kind, payload: queue.put((kind, payload))) if queue is not None else None
+    return _run_rank(args, env, abort.is_set, abort.set, grace, publish, config, watch)

@@ -1,0 +1,211 @@
+"""A run started from Python (bigbatch.launch.dask.run, .ray.run, .local.run): a RunHandle that
+streams the run's metrics rows and sample sheets back to the caller while it trains, stops it with a
+checkpoint, and gives its result, as a notebook user needs to plot losses and look at samples as
+they arrive and stop when the pictures are good enough:
+
+    run = bigbatch.launch.dask.run(client, cfg, "runs/fashion")
+    for update in run:                 # until the run ends
+        if update.row: ...             # a metrics.jsonl row, as rank 0 wrote it
+        if update.sheet: display(update.sheet)   # the newest sample sheet (a PNG)
+        if good_enough: run.stop()     # every rank saves a checkpoint and exits
+    result = run.result()              # RunResult; raises BigbatchError if the run failed
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import queue
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bigbatch.errors import BigbatchError
+from bigbatch.launch import RankResult, with_restarts
+
+Sink = Callable[[list[tuple[str, Any]]], None]
+"""Where a launch sends what rank 0 publishes: ("out" | "err", line), ("row", dict),
+("sheet", (name, PNG bytes)), ("reset", None)."""
+
+
+@dataclass(frozen=True)
+class SampleSheet:
+    """A sample sheet the run wrote (RUN/samples/NAME); shows itself in a notebook."""
+
+    name: str
+    png: bytes
+
+    @property
+    def kind(self) -> str:
+        """What it shows: the first part of its name (grid-000012.345.png: "grid")."""
+        return self.name.rsplit("-", 1)[0]
+
+    @property
+    def kimg(self) -> float:
+        """The kimg it was drawn at (from its name, e.g. fakes-000012.345.png)."""
+        found = re.search(r"(\d+)\.(\d{3})\.png$", self.name)
+        return int(found[1]) + int(found[2]) / 1000 if found else float("nan")
+
+    def image(self) -> Any:
+        """The sheet as a PIL image."""
+        from PIL import Image
+
+        return Image.open(io.BytesIO(self.png))
+
+    def save(self, path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(self.png)
+
+    def _repr_png_(self) -> bytes:
+        return self.png
+
+
+@dataclass(frozen=True)
+class Update:
+    """What came from the run since the last update: a metrics row or a new sample sheet."""
+
+    row: dict[str, Any] | None = None
+    sheet: SampleSheet | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: str
+    status: int
+    """0: the run reached its end, or was stopped and saved a checkpoint."""
+    rows: list[dict[str, Any]]
+    """Every row of its metrics.jsonl."""
+    ranks: list[RankResult] = field(default_factory=list)
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last training row (losses, img/s) at the run's last kimg."""
+        return next((r for r in reversed(self.rows) if "eval_seconds" not in r), {})
+
+    @property
+    def scores(self) -> dict[str, Any]:
+        """The last evaluation row (fid, val_top1, ...), {} if none."""
+        return next((r for r in reversed(self.rows) if "eval_seconds" in r), {})
+
+
+class RunHandle:
+    """A run under way (see the module's docstring). `rows`, `sheet` and `lines` are kept up to date
+    whether or not anyone iterates; iterating yields each Update once (use one loop at a time)."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        session: Callable[[Sink, threading.Event], list[RankResult]],
+        restarts: int = 0,
+        echo: bool = False,
+    ) -> None:
+        self.run_dir, self.echo = run_dir, echo
+        self.rows: list[dict[str, Any]] = []
+        self.sheet: SampleSheet | None = None
+        """The newest sample sheet."""
+        self.sheets: dict[str, SampleSheet] = {}
+        """The newest sheet of each kind ("grid", "interp", ...: the file names' first part)."""
+        self.lines: collections.deque[str] = collections.deque(maxlen=1000)
+        """Rank 0's last printed lines (and the launcher's restarts)."""
+        self._updates: queue.Queue[Update | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._replay: int | None = None  # after a reset: how many of `rows` the resent ones have matched
+        self._stop = threading.Event()
+        self._result: RunResult | None = None
+        self._error: BaseException | None = None
+
+        def main() -> None:
+            try:
+                status, message, ranks = with_restarts(
+                    lambda: self._ended(session(self._receive, self._stop)), restarts, self._say, self._stop.is_set
+                )
+                if status != 0:
+                    self._error = BigbatchError(message or f"the run ended with exit status {status}")
+                self._result = RunResult(run_dir, status, list(self.rows), ranks)
+            except BaseException as e:  # noqa: BLE001 - given to whoever asks for the result
+                self._error = e
+            finally:
+                self._updates.put(None)
+
+        self._thread = threading.Thread(target=main, name=f"bigbatch run {run_dir}", daemon=True)
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[Update]:
+        return self.updates()
+
+    def updates(self, timeout: float | None = None) -> Iterator[Update]:
+        """Each new metrics row and sample sheet as it arrives, until the run ends; with `timeout`,
+        raise TimeoutError when nothing came for that many seconds."""
+        while True:
+            try:
+                update = self._updates.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"nothing from the run in {self.run_dir} for {timeout:g} s") from None
+            if update is None:
+                self._updates.put(None)  # for the next loop: the run has ended
+                return
+            yield update
+
+    def stop(self, wait: bool = True, timeout: float | None = None) -> RunResult | None:
+        """Ask every rank to save a checkpoint and exit (as Ctrl-C on `bigbatch launch` does); with
+        `wait`, return the result once they have."""
+        self._stop.set()
+        return self.result(timeout) if wait else None
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self, timeout: float | None = None) -> RunResult:
+        """Wait for the run to end; its RunResult, or its error (BigbatchError naming the failed rank)."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the run in {self.run_dir} is still training after {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def __repr__(self) -> str:
+        state = "running" if not self.done() else ("failed" if self._error else "done")
+        kimg = self.rows[-1]["kimg"] if self.rows else 0.0
+        return f"<RunHandle {self.run_dir}: {state}, {kimg:g} kimg, {len(self.rows)} rows>"
+
+    def _ended(self, ranks: list[RankResult]) -> list[RankResult]:
+        """After a launch: rows the resent file no longer holds (a resume dropped them) are dropped."""
+        with self._lock:
+            if self._replay is not None:
+                del self.rows[self._replay :]
+                self._replay = None
+        return ranks
+
+    def _say(self, line: str) -> None:
+        self._receive([("err", line + "\n")])
+
+    def _receive(self, items: list[tuple[str, Any]]) -> None:
+        with self._lock:
+            for kind, payload in items:
+                if kind in ("out", "err"):
+                    self.lines.append(payload.rstrip("\n"))
+                    if self.echo:
+                        print(payload, end="", file=sys.stdout if kind == "out" else sys.stderr, flush=True)
+                elif kind == "reset":
+                    self._replay = 0  # the rows come again from the first: only new ones are updates
+                elif kind == "row":
+                    self._row(payload)
+                elif kind == "sheet":
+                    self.sheet = SampleSheet(*payload)
+                    self.sheets[self.sheet.kind] = self.sheet
+                    self._updates.put(Update(sheet=self.sheet))
+
+    def _row(self, row: dict[str, Any]) -> None:
+        if self._replay is not None:
+            if self._replay < len(self.rows) and self.rows[self._replay] == row:
+                self._replay += 1
+                return
+            del self.rows[self._replay :]  # a resume dropped the rows past its checkpoint
+            self._replay = None
+        self.rows.append(row)
+        self._updates.put(Update(row=row))
