@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 import time
+import traceback
 from contextlib import closing
 from pathlib import Path
 from typing import Literal
@@ -40,6 +41,11 @@ def train(
             run = open_run(cfg, run_dir, resume)
             try:
                 return _train(run, rep, quiet, stop)
+            except BaseException as e:
+                # The traceback holds _train's frame and with it the task's DDP wrappers: they must go
+                # before rep.close() destroys the process group (one freed after it can hang the exit).
+                traceback.clear_frames(e.__traceback__)
+                raise
             finally:
                 run.close()
         finally:

@@ -106,13 +106,23 @@ class Job:
 
 
 def _train_here(job: Job, quiet: bool) -> None:
+    """Train one run in this process. A run that fails is marked so (the sweep goes on); one stopped
+    by Ctrl-C or SIGTERM (it saved a checkpoint) stops the sweep, which resumes it when run again."""
     from bigbatch.loop import train
 
     try:
         train(job.cfg, run_dir=job.run, resume="auto", quiet=quiet)
-    except BigbatchError as e:
-        job.failed = str(e)
-        _say(False, f"bigbatch sweep: {job.run.name} failed: {e}")
+    except Exception as e:  # noqa: BLE001 - any failure of one run (out of memory too) is that run's
+        _failed(job, e)
+        return
+    if status(job.run, job.cfg) != "finished":
+        _say(False, f"bigbatch sweep: stopped at {job.run.name}; run the sweep again to resume it")
+        raise KeyboardInterrupt
+
+
+def _failed(job: Job, error: BaseException) -> None:
+    job.failed = str(error) if isinstance(error, BigbatchError) else f"{type(error).__name__}: {error}"
+    _say(False, f"bigbatch sweep: {job.run.name} failed: {job.failed}")
 
 
 Starter = tuple[int, Callable[[Job, int], Any]]
@@ -145,8 +155,18 @@ def _starter(launcher: Any, nprocs: int) -> Starter:
         workers = dask.workers_of(launcher)
         if len(workers) < nprocs:
             raise BigbatchError(f"sweep nprocs {nprocs}: the Dask cluster has {len(workers)} workers")
-        groups = [workers[i : i + nprocs] for i in range(0, len(workers) - nprocs + 1, nprocs)]
-        return len(groups), lambda job, slot: dask.run(launcher, job.cfg, job.run, workers=groups[slot])
+        busy: dict[int, list[str]] = {}  # slot -> the workers its run holds
+
+        def start(job: Job, slot: int) -> Any:
+            # Workers alive now (a lost one's replacement has a new address), not held by another run.
+            taken = {w for s, held in busy.items() if s != slot for w in held}
+            free = [w for w in dask.workers_of(launcher) if w not in taken]
+            if len(free) < nprocs:
+                raise BigbatchError(f"only {len(free)} Dask workers are free for a run of {nprocs} ranks")
+            busy[slot] = free[:nprocs]
+            return dask.run(launcher, job.cfg, job.run, workers=busy[slot])
+
+        return len(workers) // nprocs, start
     raise BigbatchError(f"sweep launcher {launcher!r}: give 'local', 'ray' or a dask.distributed Client")
 
 
@@ -162,9 +182,13 @@ def _side_by_side(jobs: Iterator[Job], starter: Starter, quiet: bool, watch: Cal
                 job = next(jobs, None)
                 if job is None:
                     break
-                slot = free.pop(0)
                 _say(quiet, f"bigbatch sweep: starting {job.run.name}")
-                running[slot] = (job, start(job, slot))
+                try:
+                    running[free[0]] = (job, start(job, free[0]))
+                except Exception as e:  # noqa: BLE001 - this run could not start: the others go on
+                    _failed(job, e)
+                    continue
+                free.pop(0)
             if not running:
                 return
             time.sleep(0.5)
@@ -177,10 +201,9 @@ def _side_by_side(jobs: Iterator[Job], starter: Starter, quiet: bool, watch: Cal
                 free.append(slot)
                 try:
                     handle.result()
-                except BigbatchError as e:
+                except Exception as e:  # noqa: BLE001 - that run's failure, whatever it was
                     if not job.pruned:  # (a pruned run may take its stop as its loop ends, and die of it)
-                        job.failed = str(e)
-                        _say(False, f"bigbatch sweep: {job.run.name} failed: {e}")
+                        _failed(job, e)
                         continue
                 if watch is not None:
                     watch(job, handle)  # the rows that came last
@@ -260,16 +283,20 @@ def _search(
             yield job
 
     def watch(job: Job, handle: Any) -> None:
+        """Report each new evaluation to the study, as its step the evaluation's number (1, 2, ...:
+        runs with other batches evaluate at other image counts, and pruners compare equal steps)."""
+        every = max(1, round(job.cfg.eval.every_kimg * 1000))
+        total = math.ceil(job.cfg.train.kimg * 1000)
         for row in list(handle.rows):
             value = row.get(metric)
             nimg = round(row["kimg"] * 1000)
-            if "eval_seconds" not in row or not _number(value) or nimg in job.reported:
+            step = math.ceil(nimg / every)
+            if "eval_seconds" not in row or not _number(value) or step in job.reported or job.pruned:
                 continue
-            if job.pruned:
-                return
-            job.reported.add(nimg)
-            job.trial.report(float(value), nimg)
-            if job.trial.should_prune():
+            job.reported.add(step)
+            job.trial.report(float(value), step)
+            # (not a run that has reached its end: it is complete, whatever the pruner says)
+            if nimg < total and not handle.done() and job.trial.should_prune():
                 job.pruned = True
                 handle.stop(wait=False)  # with a checkpoint: it can still be resumed by hand
 
@@ -307,15 +334,16 @@ def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
     with_value = values and finished and not job.failed
     try:
         if job.pruned:
-            study.tell(job.trial, state=states.PRUNED)
+            study.tell(job.trial, state=states.PRUNED, skip_if_finished=True)
         elif with_value:
-            study.tell(job.trial, max(values) if study.direction.name == "MAXIMIZE" else min(values))
+            best = max(values) if study.direction.name == "MAXIMIZE" else min(values)
+            study.tell(job.trial, best, skip_if_finished=True)
         else:
             if finished and not job.failed:
                 warn(f"{job.run.name} has no {metric!r} in its metrics.jsonl: set eval.every_kimg (and eval.metrics)")
-            study.tell(job.trial, state=states.FAIL)
-    except RuntimeError:  # told already (a second finish after an interruption)
-        pass
+            study.tell(job.trial, state=states.FAIL, skip_if_finished=True)
+    except Exception as e:  # noqa: BLE001 - the study's storage failing: the other trials are still told
+        warn(f"could not tell the study how {job.run.name} ended: {type(e).__name__}: {e}")
 
 
 def _say(quiet: bool, line: str) -> None:

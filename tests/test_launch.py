@@ -33,6 +33,10 @@ def test_rank_environments_follow_hosts_and_pinned_gpus():
     # Workers that all see the same GPUs (SLURM, plain dask workers): LOCAL_RANK picks one each.
     same = rank_environments(workers, 1, ["0,1,2", "0,1,2", "0", "0,1,2"])
     assert [e["LOCAL_RANK"] for e in same] == ["0", "1", "0", "2"]
+    # Two runs side by side on one host's four workers: the second run's ranks take the last two GPUs.
+    host = [f"tcp://10.0.0.2:{port}" for port in (4000, 4001, 4002, 4003)]
+    second = rank_environments(host[2:], 1, ["0,1,2,3"] * 2, cluster=host)
+    assert [(e["RANK"], e["LOCAL_RANK"]) for e in second] == [("0", "2"), ("1", "3")]
     # dask-cuda rotates CUDA_VISIBLE_DEVICES so each worker's own GPU comes first (Ray sets one per actor):
     # each rank then sees only its GPU, as device 0.
     rotated = rank_environments(workers, 1, ["0,1,2", "1,2,0", "5", "2,0,1"])

@@ -40,6 +40,13 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
         bigbatch.sweep(base, {"train.bacth": [16]}, tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # every config is checked before anything trains
 
+    # A run that fails does not stop the others; the sweep says which failed once all have ended.
+    grid = {"data.path": [str(tmp_path / "missing.h5"), "builtin:digits"]}
+    with pytest.raises(bigbatch.BigbatchError, match=r"1 of 2 sweep runs failed \(path=.*missing"):
+        bigbatch.sweep(base.override({"train.batch": 16}), grid, tmp_path / "failing")
+    with open(tmp_path / "failing" / "results.csv") as f:
+        assert [r["status"] for r in csv.DictReader(f)] == ["failed", "finished"]
+
 
 def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
     config = tmp_path / "tiny.toml"
@@ -85,8 +92,8 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
     # The trial's value is its run's best val_top1; the pruned run was stopped at its first evaluation.
     assert trials[0].value == pytest.approx(first["best_val_top1"], abs=1e-4) and list(
         trials[0].intermediate_values
-    ) == [256, 512, 768, 1024]
-    assert list(trials[1].intermediate_values) == [256]
+    ) == [1, 2, 3, 4]
+    assert list(trials[1].intermediate_values) == [1]  # steps: the evaluations' numbers
     assert checkpoints.complete_checkpoints(tmp_path / "search" / second["run"])  # stopped with a checkpoint
     table = (tmp_path / "search" / "results.md").read_text()
     assert "| pruned |" in table and "| finished |" in table

@@ -59,15 +59,28 @@ def init(ctx: Context) -> bool:
         if name not in os.environ:
             raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")
     backend = "nccl" if ctx.device.type == "cuda" else "gloo"
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None:
+    env = os.environ.get
+    shared = env("TORCHELASTIC_USE_AGENT_STORE") == "True" and env("TORCHELASTIC_RESTART_COUNT") is not None
+    if not shared:
         td.init_process_group(backend)
         return True
-    # Under torchrun the store outlives a restart of the group (--max-restarts): each attempt's ranks
-    # publish their addresses under keys of their own, or a restarted rank can read a dead one's and
-    # fail to connect (gloo: "Connection refused" to the killed rank's port).
+    # Under torchrun the agent's store outlives a restart of the group (--max-restarts), and a restarted
+    # rank can read the address a dead rank published there (gloo: "Connection refused" to its port).
+    # With one agent (one node) its restart count numbers the groups: each meets at keys of its own.
+    # Agents on several nodes do not count alike (a healthy node restarts its workers uncounted), so
+    # there the agents must be started with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a new store each time).
+    if env("GROUP_WORLD_SIZE", "1") != "1":
+        if ctx.rank == 0 and env("TORCHELASTIC_MAX_RESTARTS", "0") != "0":
+            from bigbatch.errors import warn
+
+            warn(
+                "torchrun on several nodes with --max-restarts shares its store between restarts: start the "
+                "agents with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a restarted group may not connect"
+            )
+        td.init_process_group(backend)
+        return True
     store, rank, world = next(td.rendezvous("env://"))
-    store = td.PrefixStore(f"bigbatch/attempt-{attempt}", store)
+    store = td.PrefixStore(f"bigbatch/attempt-{env('TORCHELASTIC_RESTART_COUNT')}", store)
     td.init_process_group(backend, store=store, rank=rank, world_size=world)
     return True
 

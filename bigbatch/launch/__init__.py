@@ -54,23 +54,35 @@ class RankResult:
     """Whether the launcher stopped it (another rank failed, or the launcher was interrupted)."""
 
 
-def rank_environments(workers: Sequence[str], master_port: int, visible_gpus: Sequence[str]) -> list[dict[str, str]]:
+def rank_environments(
+    workers: Sequence[str],
+    master_port: int,
+    visible_gpus: Sequence[str],
+    cluster: Sequence[str] | None = None,
+) -> list[dict[str, str]]:
     """The torch.distributed environment of each worker's process, rank = position in `workers`
     (addresses like tcp://HOST:PORT); `visible_gpus` is each worker's CUDA_VISIBLE_DEVICES ("" if unset).
 
-    LOCAL_RANK counts the workers on the same host and picks the GPU, unless the workers of a host
-    have each been given a GPU of their own (dask-cuda rotates CUDA_VISIBLE_DEVICES so that each
-    worker's own GPU comes first; Ray sets it per actor): then each rank sees only that GPU, as device 0."""
+    LOCAL_RANK picks the GPU: it counts the ranks on the same host, or, given the `cluster`'s workers,
+    is the worker's position among those on its host (so that runs side by side take different GPUs);
+    unless the workers of a host have each been given a GPU of their own (dask-cuda rotates
+    CUDA_VISIBLE_DEVICES so that each worker's own GPU comes first; Ray sets it per actor): then each
+    rank sees only that GPU, as device 0."""
     hosts = [urlparse(w).hostname or w for w in workers]
+    everyone = sorted(set(cluster) | set(workers)) if cluster is not None else None
     firsts = [v.split(",")[0].strip() for v in visible_gpus]
     envs = []
     for rank, host in enumerate(hosts):
         same = [firsts[i] for i, h in enumerate(hosts) if h == host]
         pinned = all(same) and len(set(same)) == len(same)
+        if everyone is None:
+            local = hosts[:rank].count(host)
+        else:
+            local = [w for w in everyone if (urlparse(w).hostname or w) == host].index(workers[rank])
         env = {
             "RANK": str(rank),
             "WORLD_SIZE": str(len(workers)),
-            "LOCAL_RANK": "0" if pinned else str(hosts[:rank].count(host)),
+            "LOCAL_RANK": "0" if pinned else str(local),
             "LOCAL_WORLD_SIZE": str(len(same)),
             "MASTER_ADDR": hosts[0],
             "MASTER_PORT": str(master_port),
@@ -212,9 +224,11 @@ def _run_rank(
             file.flush()
             args = [*args, "--config", file.name]
         watcher = _Watcher(Path(watch), publish) if watch is not None and publish is not None else None
+        # (not a torchrun agent's variables, should this worker run inside a torchrun job: not its group)
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
         proc = subprocess.Popen(
             rank_command(args),
-            env={**os.environ, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid()), "PYTHONUNBUFFERED": "1"},
+            env={**inherited, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid()), "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE if publish else None,
             stderr=subprocess.PIPE if publish else err,
             text=True,
@@ -276,6 +290,7 @@ class _Watcher(threading.Thread):
         super().__init__(daemon=True)
         self.dir, self.publish, self.every = run, publish, every
         self.done = threading.Event()
+        self.lock = threading.Lock()  # one check at a time (finish()'s, should the thread still be in one)
         self.file: tuple[int, int] | None = None  # metrics.jsonl's (device, inode)
         self.offset, self.partial = 0, b""
         self.sheets: dict[str, tuple[str, int]] = {}  # kind -> (name, mtime) sent
@@ -290,9 +305,13 @@ class _Watcher(threading.Thread):
         self.check()
 
     def check(self) -> None:
-        with contextlib.suppress(Exception):  # the launcher is gone, or the file vanished: next time
-            self.rows()
-            self.newest_sheets()
+        with self.lock:
+            try:
+                self.rows()
+            except Exception:  # noqa: BLE001 - not sent (the launcher is busy or gone): all again next time
+                self.file = None
+            with contextlib.suppress(Exception):
+                self.newest_sheets()
 
     def rows(self) -> None:
         path = self.dir / "metrics.jsonl"
@@ -301,18 +320,18 @@ class _Watcher(threading.Thread):
         except FileNotFoundError:
             return
         if (st.st_dev, st.st_ino) != self.file or st.st_size < self.offset:
-            self.file, self.offset, self.partial = (st.st_dev, st.st_ino), 0, b""
             self.publish("reset", None)
+            self.file, self.offset, self.partial = (st.st_dev, st.st_ino), 0, b""
         if st.st_size == self.offset:
             return
         with open(path, "rb") as f:
             f.seek(self.offset)
             data = self.partial + f.read(st.st_size - self.offset)
-        self.offset = st.st_size
-        *lines, self.partial = data.split(b"\n")
+        *lines, partial = data.split(b"\n")
         for row in map(metrics_row, lines):
             if row is not None:
                 self.publish("row", row)
+        self.offset, self.partial = st.st_size, partial  # sent: the next check reads on from here
 
     def newest_sheets(self) -> None:
         """The newest sheet of each kind (RUN/samples/KIND-NNNNNN.NNN.png: grid, interp, ...)."""
@@ -402,8 +421,9 @@ def with_restarts(
     for attempt in range(restarts + 1):
         results = session()
         status, message = failure(results)
-        # A usage error (2) would fail again; a lost worker or a crash gets the group started again.
-        if status in (0, 2) or attempt == restarts or stopped():
+        # A usage error (2) would fail again, and an interrupted launch (130) was meant to stop; a lost
+        # worker or a crash gets the group started again.
+        if status in (0, 2, 130) or attempt == restarts or stopped():
             return status, message, results
         say(f"bigbatch: error: {message}")
         say(
@@ -414,7 +434,11 @@ def with_restarts(
 
 
 def __getattr__(name: str) -> Any:
-    """bigbatch.launch.dask, .ray and .local, imported on first use (each imports its engine)."""
+    """bigbatch.launch.dask, .ray and .local, imported on first use (each imports its engine), and
+    the names they define that this module held before it had them (launch_dask, launch_ray, ray_ranks)."""
     if name in ("dask", "ray", "local", "handle"):
         return importlib.import_module(f"bigbatch.launch.{name}")
+    moved = {"launch_dask": "dask", "launch_ray": "ray", "ray_ranks": "ray"}
+    if name in moved:
+        return getattr(importlib.import_module(f"bigbatch.launch.{moved[name]}"), name)
     raise AttributeError(f"module 'bigbatch.launch' has no attribute '{name}'")

@@ -4,6 +4,7 @@ launch dask`; `run(client, cfg, run_dir)` starts a run from Python and returns a
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -26,6 +27,8 @@ from bigbatch.launch import (
     rank_environments,
 )
 from bigbatch.launch.handle import RunHandle, Sink
+
+LAUNCHER_GONE = 120.0  # seconds without the launcher's heartbeat after which a rank stops
 
 
 def _distributed() -> Any:
@@ -74,8 +77,12 @@ def workers_of(client: Any) -> list[str]:
     return sorted(client.scheduler_info(n_workers=-1)["workers"])
 
 
-def pick_workers(client: Any, nprocs: int | None) -> list[str]:
-    """The first `nprocs` workers (default: all), sorted by address."""
+def pick_workers(client: Any, nprocs: int | None, wait: bool = False) -> list[str]:
+    """The first `nprocs` workers (default: all), sorted by address; with `wait`, after waiting up to
+    two minutes for that many (a lost worker's replacement starting)."""
+    if wait and nprocs:
+        with contextlib.suppress(Exception):
+            client.wait_for_workers(nprocs, timeout=120)
     workers = workers_of(client)
     if nprocs is not None:
         if nprocs < 1 or nprocs > len(workers):
@@ -107,19 +114,22 @@ def run(
 
     if not isinstance(cfg, Config):
         raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
-    chosen = list(workers) if workers is not None else pick_workers(client, nprocs)
-    known = set(workers_of(client))
-    if not chosen or not set(chosen) <= known:
-        strange = sorted(set(chosen) - known) or chosen
-        raise BigbatchError(f"workers {strange} are not the Dask cluster's: {sorted(known)}")
+    if workers is not None:
+        known = set(workers_of(client))
+        if not workers or not set(workers) <= known:
+            strange = sorted(set(workers) - known) or list(workers)
+            raise BigbatchError(f"workers {strange} are not the Dask cluster's: {sorted(known)}")
+    else:
+        pick_workers(client, nprocs)  # (checked now; picked again for each launch: a lost worker's
+        # replacement has another address)
     path = os.fspath(run_dir) if "://" in os.fspath(run_dir) else os.path.abspath(run_dir)
     args, text = ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
-    return RunHandle(
-        path,
-        lambda sink, stop: session(client, chosen, args, grace, sink, stop, config=text, watch=path),
-        restarts,
-        echo,
-    )
+
+    def launch(sink: Sink, stop: threading.Event) -> list[RankResult]:
+        chosen = list(workers) if workers is not None else pick_workers(client, nprocs, wait=True)
+        return session(client, chosen, args, grace, sink, stop, config=text, watch=path)
+
+    return RunHandle(path, launch, restarts, echo)
 
 
 def session(
@@ -134,18 +144,27 @@ def session(
 ) -> list[RankResult]:
     """One launch of every rank on `workers`; rank 0's output (and, with `watch`, the run's rows and
     sheets) goes to `sink` as it comes. Returns once every rank has ended."""
-    Event, Queue = _distributed().Event, _distributed().Queue
-    port = client.submit(_free_port, workers=[workers[0]], pure=False).result()
-    visible = client.run(_visible_gpus, workers=workers)
-    envs = rank_environments(workers, port, [visible[w] for w in workers])
-    abort = Event(f"bigbatch-abort-{uuid.uuid4().hex}", client=client)
-    lines = Queue(f"bigbatch-lines-{uuid.uuid4().hex}", client=client)  # rank 0's output, as it comes
+    Event, Queue, Variable = _distributed().Event, _distributed().Queue, _distributed().Variable
+    try:
+        port = client.submit(_free_port, workers=[workers[0]], pure=False).result(timeout=120)
+        visible = client.run(_visible_gpus, workers=workers)
+        cluster = workers_of(client)
+    except Exception as e:  # noqa: BLE001 - a worker died before its rank started: as lost (restartable)
+        why = f"its Dask worker could not start it ({type(e).__name__}: {e})"
+        return [RankResult(rank, w, LOST, why, time.time()) for rank, w in enumerate(workers)]
+    envs = rank_environments(workers, port, [visible[w] for w in workers], cluster)
+    key = uuid.uuid4().hex
+    abort = Event(f"bigbatch-abort-{key}", client=client)
+    lines = Queue(f"bigbatch-lines-{key}", client=client)  # rank 0's output, as it comes
+    beat, beats = Variable(f"bigbatch-beat-{key}", client=client), itertools.count()  # the launcher lives
+    beat.set(next(beats))
     futures = [
         client.submit(
             _dask_rank,
             args,
             env,
             abort.name,
+            beat.name,
             grace,
             lines.name if rank == 0 else None,
             config,
@@ -158,6 +177,8 @@ def session(
     ]
 
     def poll() -> list[tuple | None]:
+        with contextlib.suppress(Exception):
+            beat.set(next(beats))
         with contextlib.suppress(Exception):
             sink(lines.get(batch=True))
         try:
@@ -174,13 +195,18 @@ def session(
                 out.append(None)
         return out
 
+    results = None
     try:
         results = _wait(poll, abort.set, grace, stop)
         with contextlib.suppress(Exception):
             sink(lines.get(batch=True))  # the last lines, sent as rank 0 ended
     finally:
-        with contextlib.suppress(Exception):
-            client.cancel(futures)  # (finished ones: just released)
+        if results is None:  # this launcher is going away (an error here, or a second Ctrl-C)
+            with contextlib.suppress(Exception):
+                abort.set()
+        for done_with in (lambda: client.cancel(futures), lines.close, beat.delete):
+            with contextlib.suppress(Exception):
+                done_with()
     return _results(workers, envs, results)
 
 
@@ -188,15 +214,29 @@ def _dask_rank(
     args: list[str],
     env: dict[str, str],
     abort_name: str,
+    beat_name: str,
     grace: float,
     lines: str | None,
     config: str | None = None,
     watch: str | None = None,
 ) -> tuple:
-    """On a Dask worker: one rank (see bigbatch.launch._run_rank)."""
-    from distributed import Event, Queue
+    """On a Dask worker: one rank (see bigbatch.launch._run_rank). It stops (with a checkpoint) when
+    asked, or when the launcher's heartbeat has not moved for LAUNCHER_GONE seconds: a launcher that
+    died (a notebook kernel restarted) leaves no rank training on, holding the run."""
+    from distributed import Event, Queue, Variable
 
-    abort = Event(abort_name)
+    abort, beat = Event(abort_name), Variable(beat_name)
+    heard = [None, time.monotonic()]  # the last heartbeat, and when it changed
+
+    def aborted() -> bool:
+        if abort.is_set():
+            return True
+        with contextlib.suppress(Exception):  # no answer: counts as no beat
+            value = beat.get(timeout=10)
+            if value != heard[0]:
+                heard[:] = [value, time.monotonic()]
+        return time.monotonic() - heard[1] > LAUNCHER_GONE
+
     queue = Queue(lines) if lines else None
     publish = (lambda kind, payload: queue.put((kind, payload))) if queue is not None else None
-    return _run_rank(args, env, abort.is_set, abort.set, grace, publish, config, watch)
+    return _run_rank(args, env, aborted, abort.set, grace, publish, config, watch)

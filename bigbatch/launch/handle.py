@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 import io
-import queue
+import json
 import re
 import sys
 import threading
@@ -110,8 +110,11 @@ class RunHandle:
         """The newest sheet of each kind ("grid", "interp", ...: the file names' first part)."""
         self.lines: collections.deque[str] = collections.deque(maxlen=1000)
         """Rank 0's last printed lines (and the launcher's restarts)."""
-        self._updates: queue.Queue[Update | None] = queue.Queue()
+        # Updates not yet iterated; of the sheets, only each kind's newest waits (they can be large).
+        self._pending: collections.deque[Update] = collections.deque()
+        self._ended_all = False
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
         self._replay: int | None = None  # after a reset: how many of `rows` the resent ones have matched
         self._stop = threading.Event()
         self._result: RunResult | None = None
@@ -128,7 +131,9 @@ class RunHandle:
             except BaseException as e:  # noqa: BLE001 - given to whoever asks for the result
                 self._error = e
             finally:
-                self._updates.put(None)
+                with self._arrived:
+                    self._ended_all = True
+                    self._arrived.notify_all()
 
         self._thread = threading.Thread(target=main, name=f"bigbatch run {run_dir}", daemon=True)
         self._thread.start()
@@ -140,13 +145,12 @@ class RunHandle:
         """Each new metrics row and sample sheet as it arrives, until the run ends; with `timeout`,
         raise TimeoutError when nothing came for that many seconds."""
         while True:
-            try:
-                update = self._updates.get(timeout=timeout)
-            except queue.Empty:
-                raise TimeoutError(f"nothing from the run in {self.run_dir} for {timeout:g} s") from None
-            if update is None:
-                self._updates.put(None)  # for the next loop: the run has ended
-                return
+            with self._arrived:
+                if not self._arrived.wait_for(lambda: self._pending or self._ended_all, timeout):
+                    raise TimeoutError(f"nothing from the run in {self.run_dir} for {timeout:g} s")
+                if not self._pending:
+                    return  # the run has ended, and every update was yielded
+                update = self._pending.popleft()
             yield update
 
     def stop(self, wait: bool = True, timeout: float | None = None) -> RunResult | None:
@@ -198,14 +202,26 @@ class RunHandle:
                 elif kind == "sheet":
                     self.sheet = SampleSheet(*payload)
                     self.sheets[self.sheet.kind] = self.sheet
-                    self._updates.put(Update(sheet=self.sheet))
+                    older = [u for u in self._pending if u.sheet is not None and u.sheet.kind == self.sheet.kind]
+                    for update in older:
+                        self._pending.remove(update)
+                    self._put(Update(sheet=self.sheet))
 
     def _row(self, row: dict[str, Any]) -> None:
         if self._replay is not None:
-            if self._replay < len(self.rows) and self.rows[self._replay] == row:
+            if self._replay < len(self.rows) and _same(self.rows[self._replay], row):
                 self._replay += 1
                 return
             del self.rows[self._replay :]  # a resume dropped the rows past its checkpoint
             self._replay = None
         self.rows.append(row)
-        self._updates.put(Update(row=row))
+        self._put(Update(row=row))
+
+    def _put(self, update: Update) -> None:
+        self._pending.append(update)
+        self._arrived.notify_all()
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The same row (NaN as NaN: a diverged loss is logged as NaN, which equals nothing)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

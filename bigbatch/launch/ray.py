@@ -254,4 +254,15 @@ class _RayRank:
         import ray
 
         aborted, abort = lambda: ray.get(flag.is_set.remote()), lambda: flag.set.remote()
-        return _run_rank(args, env, aborted, abort, grace, flag.push.remote if publish else None, config, watch)
+        sent: list[Any] = []
+
+        def push(kind: str, payload: Any) -> None:
+            sent.append(flag.push.remote(kind, payload))
+            if len(sent) > 100:  # (now and then: have the mailbox keep up)
+                ray.wait(sent, num_returns=len(sent), timeout=10)
+                del sent[:]
+
+        ended = _run_rank(args, env, aborted, abort, grace, push if publish else None, config, watch)
+        # Delivered before the launcher's last take: the run's last rows and sheets are in these.
+        ray.get(sent, timeout=60)
+        return ended
