@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import bigbatch  # noqa: E402
+from bigbatch.config import parse_override  # noqa: E402
 
 TINY = [
     "data.resolution=16",
@@ -57,7 +58,7 @@ def main() -> None:
     def run_dir() -> str:
         return str(tmp / f"run{next(n)}")
 
-    cfg = bigbatch.preset("digits").override(dict(kv.split("=", 1) for kv in TINY))
+    cfg = bigbatch.preset("digits").override(dict(map(parse_override, TINY)))
     ways = {
         "bigbatch train": lambda: timed([*CLI, "train", *TINY, "--run-dir", run_dir()]),
         "torchrun --nproc-per-node 1": lambda: timed(

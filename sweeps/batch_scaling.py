@@ -46,7 +46,13 @@ def main(argv: list[str]) -> list[dict]:
         kimg = args.steps * b / 1000
         cfg = base.override(
             # scored once, at the end: every run at the same G step
-            {"train.micro_batch": b, "train.kimg": kimg, "train.log_every_kimg": kimg / 20, "eval.every_kimg": kimg}
+            {
+                "train.batch": b,
+                "train.micro_batch": b,
+                "train.kimg": kimg,
+                "train.log_every_kimg": kimg / 20,
+                "eval.every_kimg": kimg,
+            }
         )
         rows += bigbatch.sweep(cfg, {"train.batch": [b]}, args.runs_dir, launcher=args.launcher, quiet=False)
     print((Path(args.runs_dir) / "results.md").read_text())
