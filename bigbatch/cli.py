@@ -475,6 +475,22 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _lost_peer(e: RuntimeError) -> bool:
+    """Whether a collective failed because another process of the group went away (gloo or NCCL)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) < 2:
+        return False
+    text = str(e)
+    return any(
+        sign in text
+        for sign in (
+            "Connection reset by peer",
+            "Connection closed by peer",
+            "Broken pipe",
+            "NCCL communicator was aborted",
+        )
+    ) or type(e).__name__ in ("DistNetworkError", "DistBackendError")
+
+
 def main(argv: list[str] | None = None) -> int:
     global _MAIN_PID
     _MAIN_PID = os.getpid()
@@ -499,6 +515,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bigbatch: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as e:
+        if not _lost_peer(e):
+            raise
+        # Another rank died: its own error is the one to read; this one's is one line, not a traceback.
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(
+            f"bigbatch: error: lost contact with another rank ({first[:200]}); the run resumes from its latest "
+            "checkpoint with --resume",
+            file=sys.stderr,
+        )
+        return 1
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)

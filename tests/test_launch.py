@@ -239,6 +239,7 @@ def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(t
         out, err = proc.communicate(timeout=300)
     assert killed and proc.returncode == 0, err[-3000:]
     assert "restarting every rank (1 of 1)" in err
+    assert "Traceback" not in err  # rank 0's broken collective is one line too (and the launcher's names rank 1)
     whole = uninterrupted / "checkpoints" / "000000.512"
     for net in ("G", "D", "G_ema"):
         assert (run / "checkpoints" / "000000.512" / f"{net}.safetensors").read_bytes() == (
