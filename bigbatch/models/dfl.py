@@ -1,0 +1,139 @@
+"""DeepFaceLab's weight files, read safely and written as DFL writes them.
+
+DFL saves each model part as `<name>_SAEHD_<part>.npy`, which is not a NumPy file but a pickle
+(protocol 4) of {key: float32 array}, keys being the TF variable names without their first scope and
+with ":0" (`down1/downs_0/conv1/weight:0`), arrays in TF layout (conv kernels H, W, in, out; dense in,
+out). `<name>_SAEHD_data.dat` is a pickle of the options and the iteration count. Pickles can run code,
+so these are read by an unpickler that builds only NumPy arrays and scalars, dicts, lists, tuples,
+strings, numbers and booleans, and refuses anything else with one line naming what the file asked for.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
+
+# What an array, a dtype or a NumPy scalar pickles to (NumPy 1 and 2 module names), and nothing else.
+_ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _ArraysOnly(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, path: Path) -> None:
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        raise BigbatchError(
+            f"{self.path} asks to load {module}.{name}, which is not an array, number or string: "
+            "refusing it (a DeepFaceLab file holds only those; this one may run code)"
+        )
+
+
+def read_pickle(path: str | Path) -> Any:
+    """A DFL pickle (.npy weights, _data.dat), allowing nothing but arrays, containers, strings and numbers."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise BigbatchError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        obj = _ArraysOnly(io.BytesIO(data), path).load()
+    except BigbatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any way a pickle can be cut short or garbled
+        raise BigbatchError(f"{path} is not a readable DeepFaceLab file ({type(e).__name__}: {e})") from None
+    return obj
+
+
+def read_weights(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of a DFL weight file, {key: array}."""
+    weights = read_pickle(path)
+    if not isinstance(weights, dict) or not all(
+        isinstance(k, str) and isinstance(v, np.ndarray | np.generic) for k, v in weights.items()
+    ):
+        raise BigbatchError(f"{path} is not a DeepFaceLab weight file (a dict of named arrays)")
+    return weights
+
+
+def write_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:
+    """Write {key: array} as DFL does (pickle protocol 4), atomically."""
+    atomic_write(Path(path), pickle.dumps(dict(weights), 4))
+
+
+def dfl_key(torch_key: str) -> str:
+    """A torch parameter name of a part (`down1.downs.0.conv1.weight`) as DFL's key
+    (`down1/downs_0/conv1/weight:0`): list items are `name_i` in leras."""
+    out: list[str] = []
+    for part in torch_key.split("."):
+        if part.isdigit() and out:
+            out[-1] = f"{out[-1]}_{part}"
+        else:
+            out.append(part)
+    return "/".join(out) + ":0"
+
+
+def to_dfl(tensor: torch.Tensor) -> np.ndarray:
+    """A torch weight in TF layout: conv (out, in, h, w) -> (h, w, in, out); linear (out, in) -> (in, out)."""
+    a = tensor.detach().cpu().float().numpy()
+    if a.ndim == 4:
+        return np.ascontiguousarray(a.transpose(2, 3, 1, 0))
+    if a.ndim == 2:
+        return np.ascontiguousarray(a.T)
+    return a.copy()
+
+
+def from_dfl(array: np.ndarray) -> torch.Tensor:
+    """The inverse of `to_dfl`."""
+    a = np.asarray(array, dtype=np.float32)
+    if a.ndim == 4:
+        a = a.transpose(3, 2, 0, 1)
+    elif a.ndim == 2:
+        a = a.T
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def export_part(module: nn.Module) -> dict[str, np.ndarray]:
+    """One model part's weights as DFL's file holds them."""
+    return {dfl_key(k): to_dfl(v) for k, v in module.state_dict().items()}
+
+
+def import_part(module: nn.Module, weights: dict[str, np.ndarray], what: str) -> None:
+    """Load a DFL part's arrays into `module`: every key must be there with its shape (a model built
+    with other options or dimensions is named, key and shapes)."""
+    state = module.state_dict()
+    expected = {dfl_key(k): k for k in state}
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise BigbatchError(
+            f"{what} lacks {len(missing)} weights of this model, e.g. {missing[0]!r}: it was trained with "
+            "another archi or other dimensions"
+        )
+    loaded = {}
+    for key, name in expected.items():
+        value = from_dfl(weights[key])
+        if value.shape != state[name].shape:
+            raise BigbatchError(
+                f"{what}: {key} has shape {tuple(weights[key].shape)} where this model has "
+                f"{tuple(to_dfl(state[name]).shape)}: it was built with other dimensions"
+            )
+        loaded[name] = value
+    module.load_state_dict(loaded)

@@ -1,0 +1,257 @@
+"""DeepFaceLab's SAEHD face-swap autoencoder (iperov/DeepFaceLab: core/leras/archis/DeepFakeArchi.py,
+models/Model_SAEHD/Model.py), layer for layer, so that DFL's weights load into it and back.
+
+Archis: "df" (one encoder and inter, a decoder per side) and "liae" (one encoder, inter_AB and inter_B,
+one decoder fed [inter_B, inter_AB] for dst, [inter_AB, inter_AB] for src and for the swap), with DFL's
+options: "u" (pixel-normalised code), "d" (double resolution: the inter works at res/32 and the decoder
+ends in four convs and a depth-to-space), "t" (a fifth downscale and residual blocks in the encoder,
+four upscales in the decoder), "c" (x·cos x activations). Images are NCHW in [0, 1]; each decoder
+returns (image, mask) through sigmoids.
+
+Exactly as leras computes: convs pad symmetrically ((k-1)//2 each side, also at stride 2), Dense is a
+plain affine map, the encoder's output is flattened and the inter's reshaped in C, H, W order, and
+depth-to-space orders its input channels (block row, block column, channel) — DFL's "DCR" order, not
+`pixel_shuffle`'s (channel, block row, block column). Weights start glorot-uniform with zero biases, as
+DFL's do (its CA initializer is commented out).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bigbatch.errors import BigbatchError
+from bigbatch.models import layers
+
+ARCHIS = ("df", "liae")
+OPTIONS = "udtc"
+
+
+def depth_to_space(x: torch.Tensor, size: int = 2) -> torch.Tensor:
+    """leras's depth_to_space: out[c, y*s+dy, x*s+dx] = in[(dy*s + dx)*oc + c, y, x]."""
+    n, c, h, w = x.shape
+    oc = c // (size * size)
+    return x.view(n, size, size, oc, h, w).permute(0, 3, 4, 1, 5, 2).reshape(n, oc, h * size, w * size)
+
+
+def pixel_norm(x: torch.Tensor) -> torch.Tensor:
+    """leras's pixel_norm over the last axis (the flattened code): x / sqrt(mean(x²) + 1e-6)."""
+    return x * torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + 1e-6)
+
+
+class _Act(nn.Module):
+    """Leaky ReLU with DFL's slope, or x·cos x with the "c" option."""
+
+    def __init__(self, slope: float, cos: bool) -> None:
+        super().__init__()
+        self.slope, self.cos = slope, cos
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.cos(x) if self.cos else nn.functional.leaky_relu(x, self.slope)
+
+
+def _conv(cin: int, cout: int, k: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2)  # leras "SAME": ((k-1)+1)//2 each side
+
+
+class Downscale(nn.Module):
+    def __init__(self, cin: int, cout: int, cos: bool, kernel_size: int = 5) -> None:
+        super().__init__()
+        self.conv1, self.act = _conv(cin, cout, kernel_size, 2), _Act(0.1, cos)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.conv1(x))
+
+
+class DownscaleBlock(nn.Module):
+    def __init__(self, cin: int, ch: int, n: int, cos: bool) -> None:
+        super().__init__()
+        chs = [ch * min(2**i, 8) for i in range(n)]
+        self.downs = nn.ModuleList(Downscale(a, b, cos) for a, b in zip([cin, *chs[:-1]], chs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for down in self.downs:
+            x = down(x)
+        return x
+
+
+class Upscale(nn.Module):
+    """conv 3×3 to 4× the channels, activation, then depth-to-space (in that order, as DFL)."""
+
+    def __init__(self, cin: int, cout: int, cos: bool) -> None:
+        super().__init__()
+        self.conv1, self.act = _conv(cin, cout * 4, 3), _Act(0.1, cos)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return depth_to_space(self.act(self.conv1(x)))
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, ch: int, cos: bool) -> None:
+        super().__init__()
+        self.conv1, self.conv2, self.act = _conv(ch, ch, 3), _conv(ch, ch, 3), _Act(0.2, cos)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x + self.conv2(self.act(self.conv1(x))))
+
+
+class Encoder(nn.Module):
+    def __init__(self, cin: int, e_ch: int, opts: str) -> None:
+        super().__init__()
+        cos, self.t, self.u = "c" in opts, "t" in opts, "u" in opts
+        if self.t:
+            self.down1, self.res1 = Downscale(cin, e_ch, cos), ResidualBlock(e_ch, cos)
+            self.down2 = Downscale(e_ch, e_ch * 2, cos)
+            self.down3 = Downscale(e_ch * 2, e_ch * 4, cos)
+            self.down4 = Downscale(e_ch * 4, e_ch * 8, cos)
+            self.down5 = Downscale(e_ch * 8, e_ch * 8, cos)
+            self.res5 = ResidualBlock(e_ch * 8, cos)
+        else:
+            self.down1 = DownscaleBlock(cin, e_ch, 4, cos)
+        self.out_ch = e_ch * 8
+
+    def out_res(self, resolution: int) -> int:
+        return resolution // (32 if self.t else 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.t:
+            x = self.res1(self.down1(x))
+            x = self.res5(self.down5(self.down4(self.down3(self.down2(x)))))
+        else:
+            x = self.down1(x)
+        x = x.flatten(1)  # C, H, W order, as leras's flatten
+        return pixel_norm(x) if self.u else x
+
+
+class Inter(nn.Module):
+    def __init__(self, cin: int, ae_ch: int, ae_out_ch: int, lowest: int, opts: str) -> None:
+        super().__init__()
+        self.ae_out_ch, self.lowest = ae_out_ch, lowest
+        self.dense1 = nn.Linear(cin, ae_ch)
+        self.dense2 = nn.Linear(ae_ch, lowest * lowest * ae_out_ch)
+        self.upscale1 = None if "t" in opts else Upscale(ae_out_ch, ae_out_ch, "c" in opts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.dense2(self.dense1(x)).view(-1, self.ae_out_ch, self.lowest, self.lowest)
+        return x if self.upscale1 is None else self.upscale1(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, cin: int, d_ch: int, d_mask_ch: int, opts: str) -> None:
+        super().__init__()
+        cos, self.t, self.d = "c" in opts, "t" in opts, "d" in opts
+        if self.t:
+            chs, mchs = (
+                [d_ch * 8, d_ch * 8, d_ch * 4, d_ch * 2],
+                [d_mask_ch * 8, d_mask_ch * 8, d_mask_ch * 4, d_mask_ch * 2],
+            )
+        else:
+            chs, mchs = [d_ch * 8, d_ch * 4, d_ch * 2], [d_mask_ch * 8, d_mask_ch * 4, d_mask_ch * 2]
+        for i, (a, b) in enumerate(zip([cin, *chs[:-1]], chs)):
+            setattr(self, f"upscale{i}", Upscale(a, b, cos))
+            setattr(self, f"res{i}", ResidualBlock(b, cos))
+        if self.d:
+            mchs.append(d_mask_ch)
+        for i, (a, b) in enumerate(zip([cin, *mchs[:-1]], mchs)):
+            setattr(self, f"upscalem{i}", Upscale(a, b, cos))
+        self.n, self.nm = len(chs), len(mchs)
+        self.out_conv = _conv(d_ch * 2, 3, 1)
+        if self.d:  # the four pixels of each 2×2 output block: out_conv, out_conv1, 2, 3 (top-left, ...)
+            self.out_conv1, self.out_conv2, self.out_conv3 = (_conv(d_ch * 2, 3, 3) for _ in range(3))
+        self.out_convm = _conv(mchs[-1], 1, 1)
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = z
+        for i in range(self.n):
+            x = getattr(self, f"res{i}")(getattr(self, f"upscale{i}")(x))
+        if self.d:
+            parts = (self.out_conv(x), self.out_conv1(x), self.out_conv2(x), self.out_conv3(x))
+            x = torch.sigmoid(depth_to_space(torch.cat(parts, dim=1)))
+        else:
+            x = torch.sigmoid(self.out_conv(x))
+        m = z
+        for i in range(self.nm):
+            m = getattr(self, f"upscalem{i}")(m)
+        return x, torch.sigmoid(self.out_convm(m))
+
+
+class SAEHD(nn.Module):
+    """The SAEHD autoencoder (see the module docstring). Parts, named as DFL's files: df: encoder,
+    inter, decoder_src, decoder_dst; liae: encoder, inter_AB, inter_B, decoder."""
+
+    def __init__(
+        self,
+        resolution: int = 128,
+        archi: str = "liae-ud",
+        ae_dims: int = 256,
+        e_dims: int = 64,
+        d_dims: int = 64,
+        d_mask_dims: int = 22,
+        img_channels: int = 3,
+    ) -> None:
+        super().__init__()
+        kind, _, opts = archi.partition("-")
+        if kind not in ARCHIS or any(o not in OPTIONS for o in opts) or len(set(opts)) != len(opts):
+            raise BigbatchError(
+                f"SAEHD archi must be df or liae with options from '{OPTIONS}' (e.g. liae-ud), got {archi!r}"
+            )
+        step = 32 if "d" in opts else 16
+        if not (64 <= resolution <= 640 and resolution % step == 0):
+            raise BigbatchError(
+                f"SAEHD resolution must be a multiple of {step} in 64..640 for {archi}, got {resolution}"
+            )
+        for name, v in (("ae_dims", ae_dims), ("e_dims", e_dims), ("d_dims", d_dims), ("d_mask_dims", d_mask_dims)):
+            if v < 1:
+                raise BigbatchError(f"SAEHD {name} must be >= 1, got {v}")
+        self.resolution, self.archi, self.kind, self.opts = resolution, archi, kind, opts
+        self.img_channels = img_channels
+        lowest = resolution // step
+        self.encoder = Encoder(img_channels, e_dims, opts)
+        code = self.encoder.out_ch * self.encoder.out_res(resolution) ** 2
+        if kind == "df":
+            self.inter = Inter(code, ae_dims, ae_dims, lowest, opts)
+            self.decoder_src = Decoder(ae_dims, d_dims, d_mask_dims, opts)
+            self.decoder_dst = Decoder(ae_dims, d_dims, d_mask_dims, opts)
+        else:
+            self.inter_AB = Inter(code, ae_dims, ae_dims * 2, lowest, opts)
+            self.inter_B = Inter(code, ae_dims, ae_dims * 2, lowest, opts)
+            self.decoder = Decoder(ae_dims * 4, d_dims, d_mask_dims, opts)
+        layers.init_weights(self, "xavier")
+
+    @property
+    def parts(self) -> list[str]:
+        """DFL's file parts, in its order."""
+        return (
+            ["encoder", "inter", "decoder_src", "decoder_dst"]
+            if self.kind == "df"
+            else ["encoder", "inter_AB", "inter_B", "decoder"]
+        )
+
+    checkpoint_blocks = ("encoder", "inter", "inter_AB", "inter_B", "decoder", "decoder_src", "decoder_dst")
+
+    def src(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src reconstructed: (image, mask)."""
+        if self.kind == "df":
+            return self.decoder_src(self.inter(self.encoder(x)))
+        ab = self.inter_AB(self.encoder(x))
+        return self.decoder(torch.cat([ab, ab], dim=1))
+
+    def dst(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """dst reconstructed: (image, mask)."""
+        if self.kind == "df":
+            return self.decoder_dst(self.inter(self.encoder(x)))
+        code = self.encoder(x)
+        return self.decoder(torch.cat([self.inter_B(code), self.inter_AB(code)], dim=1))
+
+    def swap(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A dst face swapped to src: (image, its src-path mask, the dst-path mask), as DFL's merger
+        predicts them."""
+        code = self.encoder(x)
+        if self.kind == "df":
+            z = self.inter(code)
+            (image, mask), (_, dst_mask) = self.decoder_src(z), self.decoder_dst(z)
+            return image, mask, dst_mask
+        ab = self.inter_AB(code)
+        image, mask = self.decoder(torch.cat([ab, ab], dim=1))
+        _, dst_mask = self.decoder(torch.cat([self.inter_B(code), ab], dim=1))
+        return image, mask, dst_mask

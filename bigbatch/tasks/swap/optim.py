@@ -1,0 +1,103 @@
+"""DeepFaceLab's optimizers (core/leras/optimizers), update for update: AdaBelief and RMSprop with
+DFL's lr dropout and cosine rate. The adabelief-pytorch package implements the paper (bias
+correction, epsilon inside the root, weight decay), which DFL's does not; so this short one."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+EPS = 1e-6  # np.finfo(np.float32).resolution, added outside the square root
+
+
+class _DFLOptimizer(torch.optim.Optimizer):
+    """Shared by both: lr_dropout p < 1 updates each element with probability p (DFL's 0.3 when on),
+    lr_cos N multiplies the rate by (cos(2π·step/N) + 1) / 2. Clipping (DFL's clipnorm) is the
+    engine's `grad_clip`, applied before the step. `generator` draws the dropout masks."""
+
+    def __init__(self, params: Iterable, defaults: dict, generator: torch.Generator | None = None) -> None:
+        if not 0.0 < defaults["lr_dropout"] <= 1.0:
+            raise ValueError(f"lr_dropout must be in (0, 1], got {defaults['lr_dropout']}")
+        super().__init__(params, defaults)
+        self.generator = generator
+
+    def _rate(self, group: dict, step: int) -> float:
+        lr = group["lr"]
+        if group["lr_cos"]:
+            lr *= (math.cos(step * (2 * math.pi / group["lr_cos"])) + 1.0) / 2.0
+        return lr
+
+    def _dropout(self, group: dict, diff: torch.Tensor) -> torch.Tensor:
+        p = group["lr_dropout"]
+        if p >= 1.0:
+            return diff
+        keep = torch.rand(diff.shape, generator=self.generator, device="cpu").to(diff.device) < p
+        return diff * keep
+
+
+class AdaBelief(_DFLOptimizer):
+    """DFL's AdaBelief: m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·(g - m)² with the new m; p -= lr·m /
+    (√v + 1e-6). No bias correction, no weight decay; m and v start at zero."""
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 5e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        lr_dropout: float = 1.0,
+        lr_cos: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, lr_dropout=lr_dropout, lr_cos=lr_cos), generator)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"], state["m"], state["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                g, m, v = p.grad, state["m"], state["v"]
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                v.mul_(b2).addcmul_(g - m, g - m, value=1 - b2)
+                diff = -self._rate(group, state["step"]) * m / (v.sqrt() + EPS)
+                p.add_(self._dropout(group, diff))
+                state["step"] += 1
+        return loss
+
+
+class RMSprop(_DFLOptimizer):
+    """DFL's RMSprop: a = ρ·a + (1-ρ)·g²; p -= lr·g / (√a + 1e-6)."""
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 5e-5,
+        rho: float = 0.9,
+        lr_dropout: float = 1.0,
+        lr_cos: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(params, dict(lr=lr, rho=rho, lr_dropout=lr_dropout, lr_cos=lr_cos), generator)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"], state["acc"] = 0, torch.zeros_like(p)
+                acc = state["acc"].mul_(group["rho"]).addcmul_(p.grad, p.grad, value=1 - group["rho"])
+                diff = -self._rate(group, state["step"]) * p.grad / (acc.sqrt() + EPS)
+                p.add_(self._dropout(group, diff))
+                state["step"] += 1
+        return loss
