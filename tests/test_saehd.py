@@ -31,6 +31,10 @@ def test_every_archi_maps_images_to_images_and_masks(archi):
     )
     with pytest.raises(BigbatchError, match="multiple of 32"):
         SAEHD(80, "df-d")
+    with pytest.raises(BigbatchError, match="multiple of 32"):
+        SAEHD(80, "df-t")  # five downscales
+    with pytest.raises(BigbatchError, match="df or liae"):
+        SAEHD(64, "df-")
     with pytest.raises(BigbatchError, match="df or liae"):
         SAEHD(64, "liae-x")
 
@@ -55,6 +59,14 @@ def test_liae_ud_at_dfl_defaults_has_dfls_keys_and_shapes():
         "out_convm/weight:0": (1, 1, 22, 1),
     }
     assert {k: decoder[k].shape for k in expected} == expected
+    # In the order DFL builds (and files) them: upscales, residual blocks, mask upscales, output convs.
+    names = list(dict.fromkeys(k.split("/")[0] for k in decoder))
+    assert names == [
+        *(f"upscale{i}" for i in range(3)),
+        *(f"res{i}" for i in range(3)),
+        *(f"upscalem{i}" for i in range(3)),
+        *("out_conv", "out_conv1", "out_conv2", "out_conv3", "upscalem3", "out_convm"),
+    ]
 
 
 # ---- a NumPy SAEHD written as leras computes it (NHWC) --------------------------------------------
@@ -257,6 +269,15 @@ def test_adabelief_and_rmsprop_update_as_dfls():
                 v = 0.9 * v + 0.1 * g**2
                 want = want - lr * g / (np.sqrt(v) + 1e-6)
         np.testing.assert_allclose(p.detach().numpy(), want, rtol=1e-12, err_msg=opt_cls.__name__)
+    # One step counter per optimizer (DFL's iters), counting steps where a parameter had no gradient.
+    a, b = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(3))
+    opt = AdaBelief([a, b], lr=1.0, lr_cos=4)
+    for step in range(3):
+        a.grad, b.grad = torch.ones(3), (torch.ones(3) if step == 2 else None)
+        opt.step()
+    assert opt.state_dict()["param_groups"][0]["step"] == 3
+    assert torch.equal(b.detach(), torch.zeros(3))  # its first update came at step 2: rate (cos π + 1) / 2 = 0
+    assert not torch.equal(a.detach(), torch.zeros(3))
     # lr_dropout 0.3: about 30% of the elements move at each step, the others keep their value.
     p = torch.nn.Parameter(torch.zeros(10_000))
     opt = AdaBelief([p], lr=0.01, lr_dropout=0.3, generator=torch.Generator().manual_seed(0))

@@ -13,6 +13,10 @@ plain affine map, the encoder's output is flattened and the inter's reshaped in 
 depth-to-space orders its input channels (block row, block column, channel) — DFL's "DCR" order, not
 `pixel_shuffle`'s (channel, block row, block column). Weights start glorot-uniform with zero biases, as
 DFL's do (its CA initializer is commented out).
+
+DFL trains and merges in BGR: a DFL model's first conv reads B, G, R and its output convs write them,
+so a model whose weights go to or come from DFL takes and gives BGR images (or has those channels
+flipped on import and export).
 """
 
 from __future__ import annotations
@@ -147,17 +151,20 @@ class Decoder(nn.Module):
             )
         else:
             chs, mchs = [d_ch * 8, d_ch * 4, d_ch * 2], [d_mask_ch * 8, d_mask_ch * 4, d_mask_ch * 2]
+        # Built in DFL's order (its files list the weights so): upscales, residual blocks, mask upscales,
+        # out_conv, then with "d" out_conv1-3 and the extra mask upscale, then out_convm.
         for i, (a, b) in enumerate(zip([cin, *chs[:-1]], chs)):
             setattr(self, f"upscale{i}", Upscale(a, b, cos))
+        for i, b in enumerate(chs):
             setattr(self, f"res{i}", ResidualBlock(b, cos))
-        if self.d:
-            mchs.append(d_mask_ch)
         for i, (a, b) in enumerate(zip([cin, *mchs[:-1]], mchs)):
             setattr(self, f"upscalem{i}", Upscale(a, b, cos))
-        self.n, self.nm = len(chs), len(mchs)
         self.out_conv = _conv(d_ch * 2, 3, 1)
         if self.d:  # the four pixels of each 2×2 output block: out_conv, out_conv1, 2, 3 (top-left, ...)
             self.out_conv1, self.out_conv2, self.out_conv3 = (_conv(d_ch * 2, 3, 3) for _ in range(3))
+            setattr(self, f"upscalem{len(mchs)}", Upscale(mchs[-1], d_mask_ch, cos))
+            mchs.append(d_mask_ch)
+        self.n, self.nm = len(chs), len(mchs)
         self.out_convm = _conv(mchs[-1], 1, 1)
 
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,12 +197,13 @@ class SAEHD(nn.Module):
         img_channels: int = 3,
     ) -> None:
         super().__init__()
-        kind, _, opts = archi.partition("-")
-        if kind not in ARCHIS or any(o not in OPTIONS for o in opts) or len(set(opts)) != len(opts):
+        kind, dash, opts = archi.partition("-")
+        valid = kind in ARCHIS and all(o in OPTIONS for o in opts) and len(set(opts)) == len(opts)
+        if not valid or (dash and not opts):
             raise BigbatchError(
                 f"SAEHD archi must be df or liae with options from '{OPTIONS}' (e.g. liae-ud), got {archi!r}"
             )
-        step = 32 if "d" in opts else 16
+        step = 32 if "d" in opts or "t" in opts else 16  # (-t: a fifth downscale)
         if not (64 <= resolution <= 640 and resolution % step == 0):
             raise BigbatchError(
                 f"SAEHD resolution must be a multiple of {step} in 64..640 for {archi}, got {resolution}"
@@ -205,7 +213,7 @@ class SAEHD(nn.Module):
                 raise BigbatchError(f"SAEHD {name} must be >= 1, got {v}")
         self.resolution, self.archi, self.kind, self.opts = resolution, archi, kind, opts
         self.img_channels = img_channels
-        lowest = resolution // step
+        lowest = resolution // (32 if "d" in opts else 16)  # DFL's lowest_dense_res
         self.encoder = Encoder(img_channels, e_dims, opts)
         code = self.encoder.out_ch * self.encoder.out_res(resolution) ** 2
         if kind == "df":

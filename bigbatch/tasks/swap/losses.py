@@ -40,8 +40,11 @@ def dssim(a: torch.Tensor, b: torch.Tensor, filter_size: int, max_val: float = 1
 
 def reconstruction_loss(target: torch.Tensor, pred: torch.Tensor, resolution: int) -> torch.Tensor:
     """SAEHD's image term per sample (N,): 10·DSSIM (window res/11.6) below 256 px, from 256 px
-    5·DSSIM(res/11.6) + 5·DSSIM(res/23.2); plus 10·MSE. (Masks, when trained masked, are applied to
-    both images before.)"""
+    5·DSSIM(res/11.6) + 5·DSSIM(res/23.2); plus 10·MSE. The rest of SAEHD's loss is the task's: with
+    masked training both images are first multiplied by the target mask blurred (σ max(1, res//32)),
+    clipped to [0, 0.5] and doubled; each side adds 10·MSE of its predicted mask against the target's
+    (unblurred), and 300·L1 inside the eyes and mouth when that priority is on. DFL differentiates the
+    sum over each GPU's samples (a mean times the per-GPU batch), which matters for clipnorm."""
     if resolution < 256:
         loss = 10 * dssim(target, pred, int(resolution / 11.6)).mean(1)
     else:

@@ -13,9 +13,12 @@ EPS = 1e-6  # np.finfo(np.float32).resolution, added outside the square root
 
 
 class _DFLOptimizer(torch.optim.Optimizer):
-    """Shared by both: lr_dropout p < 1 updates each element with probability p (DFL's 0.3 when on),
-    lr_cos N multiplies the rate by (cos(2π·step/N) + 1) / 2. Clipping (DFL's clipnorm) is the
-    engine's `grad_clip`, applied before the step. `generator` draws the dropout masks."""
+    """Shared by both: lr_dropout p < 1 updates each element with probability p, lr_cos N multiplies
+    the rate by (cos(2π·step/N) + 1) / 2, step counting the optimizer's steps (one counter, DFL's
+    `iters`, kept in each param group so that it is checkpointed). DFL couples them: its lr_dropout
+    option on means lr_dropout=0.3 with lr_cos=500 (both off in pretraining). Clipping (DFL's
+    clipnorm 1.0) is the engine's `grad_clip`, applied before the step. `generator` draws the dropout
+    masks."""
 
     def __init__(self, params: Iterable, defaults: dict, generator: torch.Generator | None = None) -> None:
         if not 0.0 < defaults["lr_dropout"] <= 1.0:
@@ -23,7 +26,10 @@ class _DFLOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.generator = generator
 
-    def _rate(self, group: dict, step: int) -> float:
+    def _rate(self, group: dict) -> float:
+        """This step's rate; counts the step (every step, whether or not a parameter has a gradient)."""
+        step = group.setdefault("step", 0)
+        group["step"] = step + 1
         lr = group["lr"]
         if group["lr_cos"]:
             lr *= (math.cos(step * (2 * math.pi / group["lr_cos"])) + 1.0) / 2.0
@@ -57,18 +63,17 @@ class AdaBelief(_DFLOptimizer):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             b1, b2 = group["betas"]
+            lr = self._rate(group)
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 state = self.state[p]
                 if not state:
-                    state["step"], state["m"], state["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                    state["m"], state["v"] = torch.zeros_like(p), torch.zeros_like(p)
                 g, m, v = p.grad, state["m"], state["v"]
                 m.mul_(b1).add_(g, alpha=1 - b1)
                 v.mul_(b2).addcmul_(g - m, g - m, value=1 - b2)
-                diff = -self._rate(group, state["step"]) * m / (v.sqrt() + EPS)
-                p.add_(self._dropout(group, diff))
-                state["step"] += 1
+                p.add_(self._dropout(group, -lr * m / (v.sqrt() + EPS)))
         return loss
 
 
@@ -90,14 +95,13 @@ class RMSprop(_DFLOptimizer):
     def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
         loss = closure() if closure is not None else None
         for group in self.param_groups:
+            lr = self._rate(group)
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 state = self.state[p]
                 if not state:
-                    state["step"], state["acc"] = 0, torch.zeros_like(p)
+                    state["acc"] = torch.zeros_like(p)
                 acc = state["acc"].mul_(group["rho"]).addcmul_(p.grad, p.grad, value=1 - group["rho"])
-                diff = -self._rate(group, state["step"]) * p.grad / (acc.sqrt() + EPS)
-                p.add_(self._dropout(group, diff))
-                state["step"] += 1
+                p.add_(self._dropout(group, -lr * p.grad / (acc.sqrt() + EPS)))
         return loss
