@@ -284,3 +284,38 @@ def test_adabelief_and_rmsprop_update_as_dfls():
     p.grad = torch.ones(10_000)
     opt.step()
     assert 0.28 < float((p != 0).float().mean()) < 0.32
+
+
+def test_a_dfl_model_folder_reads_as_an_rgb_model_and_writes_back(tmp_path):
+    torch.manual_seed(3)
+    model = SAEHD(64, "liae-ud", ae_dims=16, e_dims=8, d_dims=8, d_mask_dims=4)
+    dfl.save_model_folder(model, tmp_path / "model", "mine", {"face_type": "wf", "ae_dims": 999}, iteration=1200)
+    files = sorted(p.name for p in (tmp_path / "model").iterdir())
+    assert files == [
+        f"mine_SAEHD_{p}.npy" for p in ("data.dat", "decoder", "encoder", "inter_AB", "inter_B")
+    ] or files == [
+        "mine_SAEHD_data.dat",
+        "mine_SAEHD_decoder.npy",
+        "mine_SAEHD_encoder.npy",
+        "mine_SAEHD_inter_AB.npy",
+        "mine_SAEHD_inter_B.npy",
+    ]
+    loaded, data = dfl.load_model_folder(tmp_path / "model")
+    assert data["iter"] == 1200 and data["options"]["face_type"] == "wf" and data["options"]["ae_dims"] == 16
+    rgb = torch.rand(2, 3, 64, 64)
+    for a, b in zip(model.swap(rgb), loaded.swap(rgb)):
+        torch.testing.assert_close(a, b)
+    # The files are DFL's BGR model: fed BGR, it gives the RGB model's output in BGR.
+    raw = SAEHD(64, "liae-ud", ae_dims=16, e_dims=8, d_dims=8, d_mask_dims=4)
+    for part in raw.parts:
+        dfl.import_part(getattr(raw, part), dfl.read_weights(tmp_path / "model" / f"mine_SAEHD_{part}.npy"), part)
+    image, mask, _ = raw.swap(rgb.flip(1))
+    torch.testing.assert_close(image.flip(1), model.swap(rgb)[0])
+    torch.testing.assert_close(mask, model.swap(rgb)[1])
+
+    dfl.save_model_folder(model, tmp_path / "model", "other")
+    with pytest.raises(BigbatchError, match="several SAEHD models \\(mine, other\\): name the one"):
+        dfl.load_model_folder(tmp_path / "model")
+    assert dfl.load_model_folder(tmp_path / "model", "other")[1]["iter"] == 0
+    with pytest.raises(BigbatchError, match="holds no DeepFaceLab SAEHD model"):
+        dfl.load_model_folder(tmp_path)

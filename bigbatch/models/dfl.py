@@ -137,3 +137,80 @@ def import_part(module: nn.Module, weights: dict[str, np.ndarray], what: str) ->
             )
         loaded[name] = value
     module.load_state_dict(loaded)
+
+
+# ---- whole model folders ----------------------------------------------------------------------------
+def flip_colour_order(model: nn.Module) -> None:
+    """Swap the first and third colour channels where a SAEHD model reads and writes images (its
+    encoder's first conv, its decoders' output convs), in place: DFL's BGR model becomes an RGB one
+    and back (it is its own inverse)."""
+    encoder = model.encoder
+    first = encoder.down1.conv1 if hasattr(encoder.down1, "conv1") else encoder.down1.downs[0].conv1
+    with torch.no_grad():
+        first.weight.copy_(first.weight[:, [2, 1, 0]])
+        for decoder in (getattr(model, n) for n in ("decoder", "decoder_src", "decoder_dst") if hasattr(model, n)):
+            for name in ("out_conv", "out_conv1", "out_conv2", "out_conv3"):
+                conv = getattr(decoder, name, None)
+                if conv is not None:
+                    conv.weight.copy_(conv.weight[[2, 1, 0]])
+                    conv.bias.copy_(conv.bias[[2, 1, 0]])
+
+
+def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """A DeepFaceLab SAEHD model folder (`<name>_SAEHD_data.dat` and its parts' .npy files) as a
+    bigbatch SAEHD taking and giving RGB images, and DFL's model data (options, iter, ...)."""
+    from bigbatch.models.saehd import SAEHD
+
+    folder = Path(folder)
+    found = sorted(folder.glob("*_SAEHD_data.dat"))
+    if name is not None:
+        found = [f for f in found if f.name == f"{name}_SAEHD_data.dat"]
+    if not found:
+        raise BigbatchError(
+            f"{folder} holds no DeepFaceLab SAEHD model{f' named {name!r}' if name else ''} "
+            "(a <name>_SAEHD_data.dat and its .npy files)"
+        )
+    if len(found) > 1:
+        names = ", ".join(f.name.removesuffix("_SAEHD_data.dat") for f in found)
+        raise BigbatchError(f"{folder} holds several SAEHD models ({names}): name the one to read")
+    prefix = found[0].name.removesuffix("data.dat")
+    data = read_pickle(found[0])
+    options = data.get("options") if isinstance(data, dict) else None
+    need = ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
+    if not isinstance(options, dict) or any(k not in options for k in need):
+        raise BigbatchError(f"{found[0]} lacks SAEHD's options ({', '.join(need)}): is it a SAEHD model's data file?")
+    model = SAEHD(
+        int(options["resolution"]),
+        str(options["archi"]),
+        *(int(options[k]) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")),
+    )
+    for part in model.parts:
+        path = folder / f"{prefix}{part}.npy"
+        import_part(getattr(model, part), read_weights(path), str(path))
+    flip_colour_order(model)
+    return model, data
+
+
+def save_model_folder(
+    model: nn.Module, folder: str | Path, name: str = "new", options: dict[str, Any] | None = None, iteration: int = 0
+) -> None:
+    """Write a bigbatch SAEHD (RGB) as a DeepFaceLab model folder DFL's trainer and merger read:
+    `<name>_SAEHD_<part>.npy` in BGR, and `<name>_SAEHD_data.dat` with `options` (DFL's; its archi and
+    dimensions are the model's) and the iteration count."""
+    import copy
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    bgr = copy.deepcopy(model)
+    flip_colour_order(bgr)
+    for part in bgr.parts:
+        write_weights(folder / f"{name}_SAEHD_{part}.npy", export_part(getattr(bgr, part)))
+    dims = {k: getattr(model, k) for k in ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")}
+    data = {
+        "iter": int(iteration),
+        "options": {**(options or {}), **dims},
+        "loss_history": [],
+        "sample_for_preview": None,
+        "choosed_gpu_indexes": None,
+    }
+    atomic_write(folder / f"{name}_SAEHD_data.dat", pickle.dumps(data))

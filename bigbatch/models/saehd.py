@@ -212,6 +212,7 @@ class SAEHD(nn.Module):
             if v < 1:
                 raise BigbatchError(f"SAEHD {name} must be >= 1, got {v}")
         self.resolution, self.archi, self.kind, self.opts = resolution, archi, kind, opts
+        self.ae_dims, self.e_dims, self.d_dims, self.d_mask_dims = ae_dims, e_dims, d_dims, d_mask_dims
         self.img_channels = img_channels
         lowest = resolution // (32 if "d" in opts else 16)  # DFL's lowest_dense_res
         self.encoder = Encoder(img_channels, e_dims, opts)
