@@ -93,6 +93,17 @@ def rank_environments(
     return envs
 
 
+def train_command(cfg: Any, run_dir: str | os.PathLike) -> tuple[str, list[str], str]:
+    """What a run() of any engine launches: (the run directory, absolute unless a URL; the ranks'
+    `bigbatch train` arguments, which start or resume it; the config file's text)."""
+    from bigbatch.config import Config
+
+    if not isinstance(cfg, Config):
+        raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
+    path = os.fspath(run_dir) if "://" in os.fspath(run_dir) else os.path.abspath(run_dir)
+    return path, ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
+
+
 def _command(args: Sequence[str]) -> list[str]:
     if not args:
         raise BigbatchError("nothing to launch: add the bigbatch command after '--', e.g. -- train --preset digits")

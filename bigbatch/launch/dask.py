@@ -25,6 +25,7 @@ from bigbatch.launch import (
     _visible_gpus,
     _wait,
     rank_environments,
+    train_command,
 )
 from bigbatch.launch.handle import RunHandle, Sink
 
@@ -110,10 +111,7 @@ def run(
     (`run_dir` is on the workers' file system; rank 0 sends what it writes). After a failure other than
     a usage error the ranks start again, up to `restarts` times, and resume. `echo` prints rank 0's
     output here too."""
-    from bigbatch.config import Config
-
-    if not isinstance(cfg, Config):
-        raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
+    path, args, text = train_command(cfg, run_dir)
     if workers is not None:
         known = set(workers_of(client))
         if not workers or not set(workers) <= known:
@@ -122,8 +120,6 @@ def run(
     else:
         pick_workers(client, nprocs)  # (checked now; picked again for each launch: a lost worker's
         # replacement has another address)
-    path = os.fspath(run_dir) if "://" in os.fspath(run_dir) else os.path.abspath(run_dir)
-    args, text = ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
 
     def launch(sink: Sink, stop: threading.Event) -> list[RankResult]:
         chosen = list(workers) if workers is not None else pick_workers(client, nprocs, wait=True)

@@ -8,8 +8,7 @@ import os
 import threading
 from typing import Any
 
-from bigbatch.errors import BigbatchError
-from bigbatch.launch import GRACE_SECONDS, RankResult, _run_rank
+from bigbatch.launch import GRACE_SECONDS, RankResult, _run_rank, train_command
 from bigbatch.launch.handle import RunHandle, Sink
 
 
@@ -25,12 +24,7 @@ def run(
     """Train `cfg` (a bigbatch.Config) into `run_dir` in a child process, resuming the run if
     `run_dir` holds one; returns at once with a RunHandle. `env`: variables to add to its environment
     (e.g. {"OMP_NUM_THREADS": "1"})."""
-    from bigbatch.config import Config
-
-    if not isinstance(cfg, Config):
-        raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
-    path = os.fspath(run_dir) if "://" in os.fspath(run_dir) else os.path.abspath(run_dir)
-    args, text = ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
+    path, args, text = train_command(cfg, run_dir)
     return RunHandle(path, lambda sink, stop: session(args, grace, sink, stop, text, path, env or {}), restarts, echo)
 
 

@@ -27,6 +27,7 @@ from bigbatch.launch import (
     _visible_gpus,
     _wait,
     rank_environments,
+    train_command,
 )
 from bigbatch.launch.handle import RunHandle, Sink
 
@@ -110,16 +111,11 @@ def run(
     (`ray.init(...)` first; else Ray's default, a local instance), `nprocs` ranks of `gpus_per_rank`
     GPUs (defaults as `bigbatch launch ray`), resuming the run if `run_dir` holds one. Returns at once
     with a RunHandle (see bigbatch.launch.dask.run)."""
-    from bigbatch.config import Config
-
+    path, args, text = train_command(cfg, run_dir)
     ray = _ray()
-    if not isinstance(cfg, Config):
-        raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
     if not ray.is_initialized():
         ray.init(logging_level=logging.ERROR)
     n, per_rank = ray_ranks(ray.cluster_resources(), nprocs, gpus_per_rank)
-    path = os.fspath(run_dir) if "://" in os.fspath(run_dir) else os.path.abspath(run_dir)
-    args, text = ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
     return RunHandle(
         path,
         lambda sink, stop: session(n, per_rank, args, grace, sink, stop, config=text, watch=path),

@@ -35,6 +35,20 @@ class _DFLOptimizer(torch.optim.Optimizer):
             lr *= (math.cos(step * (2 * math.pi / group["lr_cos"])) + 1.0) / 2.0
         return lr
 
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            lr = self._rate(group)
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(self._dropout(group, -lr * self._direction(group, p.grad, self.state[p])))
+        return loss
+
+    def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
+        """The update of one parameter before the rate, its moments kept in `state`."""
+        raise NotImplementedError
+
     def _dropout(self, group: dict, diff: torch.Tensor) -> torch.Tensor:
         p = group["lr_dropout"]
         if p >= 1.0:
@@ -58,23 +72,13 @@ class AdaBelief(_DFLOptimizer):
     ) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, lr_dropout=lr_dropout, lr_cos=lr_cos), generator)
 
-    @torch.no_grad()
-    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            b1, b2 = group["betas"]
-            lr = self._rate(group)
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["m"], state["v"] = torch.zeros_like(p), torch.zeros_like(p)
-                g, m, v = p.grad, state["m"], state["v"]
-                m.mul_(b1).add_(g, alpha=1 - b1)
-                v.mul_(b2).addcmul_(g - m, g - m, value=1 - b2)
-                p.add_(self._dropout(group, -lr * m / (v.sqrt() + EPS)))
-        return loss
+    def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
+        b1, b2 = group["betas"]
+        if not state:
+            state["m"], state["v"] = torch.zeros_like(g), torch.zeros_like(g)
+        m, v = state["m"].mul_(b1).add_(g, alpha=1 - b1), state["v"]
+        v.mul_(b2).addcmul_(g - m, g - m, value=1 - b2)
+        return m / (v.sqrt() + EPS)
 
 
 class RMSprop(_DFLOptimizer):
@@ -91,17 +95,8 @@ class RMSprop(_DFLOptimizer):
     ) -> None:
         super().__init__(params, dict(lr=lr, rho=rho, lr_dropout=lr_dropout, lr_cos=lr_cos), generator)
 
-    @torch.no_grad()
-    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            lr = self._rate(group)
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["acc"] = torch.zeros_like(p)
-                acc = state["acc"].mul_(group["rho"]).addcmul_(p.grad, p.grad, value=1 - group["rho"])
-                p.add_(self._dropout(group, -lr * p.grad / (acc.sqrt() + EPS)))
-        return loss
+    def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
+        if not state:
+            state["acc"] = torch.zeros_like(g)
+        acc = state["acc"].mul_(group["rho"]).addcmul_(g, g, value=1 - group["rho"])
+        return g / (acc.sqrt() + EPS)
