@@ -280,6 +280,13 @@ class TrainConfig(Section):
 
     kimg: float = 60.0
     """Run length in thousands of real images shown to D."""
+
+    @property
+    def images(self) -> int:
+        """The run length in images: kimg x 1000, a fraction of an image counting as one (the float's
+        own noise does not: a kimg computed as 1.12 + 0.128 = 1.2480000000000002 is 1,248 images)."""
+        return math.ceil(round(self.kimg * 1000, 6))
+
     batch: int = 64
     """Images per optimizer step (the effective batch), = micro_batch x accumulation x world_size."""
     micro_batch: int | Literal["auto"] = 64

@@ -45,7 +45,7 @@ class Progress:
         self.run, self.rep, self.main = run, rep, rep.is_main
         self.began = time.perf_counter() - seconds  # a resumed run's clock goes on from its checkpoint
         self.quiet = quiet or not self.main
-        self.total = math.ceil(run.cfg.train.kimg * 1000)
+        self.total = run.cfg.train.images
         self.tb = None
         if self.main:
             from torch.utils.tensorboard import SummaryWriter

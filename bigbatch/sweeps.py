@@ -116,13 +116,13 @@ def _train_here(job: Job, quiet: bool) -> None:
         _failed(job, e)
         return
     if status(job.run, job.cfg) != "finished":
-        _say(False, f"bigbatch sweep: stopped at {job.run.name}; run the sweep again to resume it")
+        _complain(f"bigbatch sweep: stopped at {job.run.name}; run the sweep again to resume it")
         raise KeyboardInterrupt
 
 
 def _failed(job: Job, error: BaseException) -> None:
     job.failed = str(error) if isinstance(error, BigbatchError) else f"{type(error).__name__}: {error}"
-    _say(False, f"bigbatch sweep: {job.run.name} failed: {job.failed}")
+    _complain(f"bigbatch sweep: {job.run.name} failed: {job.failed}")
 
 
 Starter = tuple[int, Callable[[Job, int], Any]]
@@ -286,7 +286,7 @@ def _search(
         """Report each new evaluation to the study, as its step the evaluation's number (1, 2, ...:
         runs with other batches evaluate at other image counts, and pruners compare equal steps)."""
         every = max(1, round(job.cfg.eval.every_kimg * 1000))
-        total = math.ceil(job.cfg.train.kimg * 1000)
+        total = job.cfg.train.images
         for row in list(handle.rows):
             value = row.get(metric)
             nimg = round(row["kimg"] * 1000)
@@ -347,10 +347,14 @@ def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
 
 
 def _say(quiet: bool, line: str) -> None:
+    """Progress, on stdout unless quiet."""
     if not quiet:
-        print(
-            line, file=sys.stderr if line.startswith("bigbatch sweep:") and "failed" in line else sys.stdout, flush=True
-        )
+        print(line, flush=True)
+
+
+def _complain(line: str) -> None:
+    """A run that failed or stopped the sweep: on stderr, always."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def run_name(combo: dict[str, Any]) -> str:
@@ -364,7 +368,7 @@ def status(run: Path, cfg: Config) -> str:
     if not run.exists():
         return "new"
     done = checkpoints.complete_checkpoints(run)
-    total = math.ceil(cfg.train.kimg * 1000)
+    total = cfg.train.images
     if done and int((checkpoints.read_meta(done[-1]) or {}).get("nimg", 0)) >= total:
         return "finished"
     return "interrupted" if (run / "config.toml").exists() else "new"

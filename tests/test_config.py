@@ -89,3 +89,10 @@ def test_config_file_reproduces_a_run_config(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(cfg.dumps())
     assert Config.load(path) == cfg
+
+
+def test_a_run_length_counts_whole_images_whatever_the_floats_noise():
+    cfg = bigbatch.preset("digits")
+    assert cfg.override({"train.kimg": 1.12 + 0.128}).train.images == 1248  # 1.2480000000000002
+    assert cfg.override({"train.kimg": 0.0005}).train.images == 1  # a part of an image is one
+    assert cfg.override({"train.kimg": 0.2561}).train.images == 257

@@ -117,9 +117,8 @@ def run(
         if not workers or not set(workers) <= known:
             strange = sorted(set(workers) - known) or list(workers)
             raise BigbatchError(f"workers {strange} are not the Dask cluster's: {sorted(known)}")
-    else:
-        pick_workers(client, nprocs)  # (checked now; picked again for each launch: a lost worker's
-        # replacement has another address)
+    else:  # checked now, picked again for each launch (a lost worker's replacement has a new address)
+        pick_workers(client, nprocs)
 
     def launch(sink: Sink, stop: threading.Event) -> list[RankResult]:
         chosen = list(workers) if workers is not None else pick_workers(client, nprocs, wait=True)

@@ -58,7 +58,7 @@ def lr_schedule(cfg: Config) -> Callable[[int], float]:
     """`lr(nimg)`: the learning rate of the step starting at `nimg` images seen, as the config gives it."""
     t = cfg.train
     schedule = schedule_of(cfg)
-    total = math.ceil(t.kimg * 1000)
+    total = t.images
     warmup = round(t.warmup_kimg * 1000)
     steps = tuple(round(k * 1000) for k in t.lr_steps)
     by_phase = schedule.phases[0].lr is not None

@@ -10,7 +10,6 @@ whatever rank computes it, and the step sees the same data whatever micro_batch 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +155,7 @@ class GANTask:
         self.n_classes = data.n_classes if cfg.model.conditional else 0
         self.dim_z = self.plain("G").dim_z
         self.g_steps = 0
-        self.total = math.ceil(t.kimg * 1000)
+        self.total = t.images
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
         self._trained = {
             "G": [p for g in self.opt_G.param_groups for p in g["params"]],
