@@ -219,6 +219,9 @@ class DataConfig(Section):
     the resolution (progressive resizing) and give the learning rate: lr = [start, end] (linear over
     the phase) or one number, at train.lr_batch images per step like train.lr, e.g.
     {kimg = 0, resolution = 128, batch = 512, lr = [1.0, 2.0]} or "0:128:512:1.0:2.0" on the command line."""
+    dst_path: str = ""
+    """swap: the dst faces (DATA.h5 or builtin:NAME), trained beside data.path's src faces; a fourth
+    channel (`bigbatch prepare --masks`) is the face mask, a fifth the eyes-and-mouth region."""
     val_path: str = ""
     """classify: the held-out split, a second data set (DATA.h5 or builtin:NAME, e.g.
     builtin:fashion-mnist-test) scored as val_top1, val_top5 and val_loss. "": data.val_fraction."""
@@ -503,6 +506,49 @@ class EvalConfig(Section):
 
 
 @dataclass
+class SwapConfig(Section):
+    """The swap task's training options, DeepFaceLab SAEHD's (its option names; its defaults)."""
+
+    _name = "swap"
+
+    optimizer: Literal["adabelief", "rmsprop"] = "adabelief"
+    """DFL's AdaBelief (its default) or RMSprop, as DFL updates (no bias correction)."""
+    lr: float = 5e-5
+    """The learning rate (DFL's fixed 5e-5)."""
+    lr_dropout: bool = False
+    """DFL's lr_dropout: each weight updated with probability 0.3 per step, the rate on a 500-step cosine."""
+    random_warp: bool = True
+    """Train on randomly warped faces against the unwarped ones (off late in training, as DFL users do;
+    then a liae model's inter_AB stays as it is, as in DFL)."""
+    src_flip: bool = False
+    """Mirror src faces at random (p 0.4), DFL's random_src_flip."""
+    dst_flip: bool = True
+    """Mirror dst faces at random (p 0.4), DFL's random_dst_flip."""
+    masked_training: bool = True
+    """Weigh the image losses inside the face mask (blurred), when the data carries masks."""
+    eyes_mouth_prio: bool = False
+    """Add 300·L1 inside the eyes and mouth (needs data prepared with an eyes-and-mouth channel)."""
+    true_face_power: float = 0.0
+    """df archis: the weight of a code discriminator pushing dst codes toward src's (DFL: 0.0..1.0)."""
+    gan_power: float = 0.0
+    """The weight of a U-Net patch discriminator on src reconstructions (DFL: 0.0..5.0; usually 0.1)."""
+    gan_patch_size: int = 0
+    """The patch discriminator's receptive field in pixels (0: resolution / 8, DFL's default)."""
+    gan_dims: int = 16
+    """The patch discriminator's base channels."""
+
+    def _validate(self) -> None:
+        _positive(self, "lr", "gan_dims")
+        for name in ("true_face_power", "gan_power"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                self._fail(name, f"must be a finite number >= 0 (0 = off), got {getattr(self, name)}")
+        if self.gan_patch_size != 0 and not 3 <= self.gan_patch_size <= 640:
+            self._fail(
+                "gan_patch_size", f"must be pixels in 3..640, or 0 for resolution / 8, got {self.gan_patch_size}"
+            )
+
+
+@dataclass
 class Config(Section):
     name: str = "digits"
     """Name of the recipe; new run directories are named after it."""
@@ -515,6 +561,7 @@ class Config(Section):
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    swap: SwapConfig = field(default_factory=SwapConfig)
 
     def _validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):

@@ -21,6 +21,16 @@ def test_every_preset_builds_models_for_its_data(name):
         assert net.n_classes == n_classes and net.checkpoint_blocks
         assert len((getattr(bigbatch.presets, name).__doc__ or "").split()) > 20
         return
+    if cfg.task == "swap":
+        from bigbatch.tasks.swap.task import build_model
+
+        with torch.device("meta"):
+            net = build_model(cfg)
+        assert net.resolution == cfg.data.resolution and net.checkpoint_blocks
+        for block in net.checkpoint_blocks:
+            net.get_submodule(block)
+        assert len((getattr(bigbatch.presets, name).__doc__ or "").split()) > 20
+        return
     with torch.device("meta"):  # shapes only: full-width models build instantly
         G, D = build_models(cfg, n_classes, 3)  # the loop's builder
     assert G.resolution == D.resolution == cfg.data.resolution and G.n_classes == D.n_classes == n_classes

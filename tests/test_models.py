@@ -20,10 +20,14 @@ RESNETS = {"resnet18": {}, "resnet50": {}, "resnet_cifar": {"depth": 8}}
 CLASSIFIERS = {"convnet": {}, **RESNETS}
 
 
+AUTOENCODERS = ["saehd"]  # tested in test_saehd.py and test_swap.py
+
+
 def test_every_family_is_tested():
     assert sorted(SMALL) == bigbatch.models.list_models("gan")
     assert sorted(CLASSIFIERS) == bigbatch.models.list_models("classify")
-    assert sorted([*SMALL, *CLASSIFIERS]) == bigbatch.models.list_models()
+    assert AUTOENCODERS == bigbatch.models.list_models("swap")
+    assert sorted([*SMALL, *CLASSIFIERS, *AUTOENCODERS]) == bigbatch.models.list_models()
 
 
 @pytest.mark.parametrize("name, resolution", [(n, r) for n, rs in SMALL.items() for r in rs])

@@ -280,7 +280,7 @@ def test_adabelief_and_rmsprop_update_as_dfls():
     assert not torch.equal(a.detach(), torch.zeros(3))
     # lr_dropout 0.3: about 30% of the elements move at each step, the others keep their value.
     p = torch.nn.Parameter(torch.zeros(10_000))
-    opt = AdaBelief([p], lr=0.01, lr_dropout=0.3, generator=torch.Generator().manual_seed(0))
+    opt = AdaBelief([p], lr=0.01, lr_dropout=0.3, seed=(0,))
     p.grad = torch.ones(10_000)
     opt.step()
     assert 0.28 < float((p != 0).float().mean()) < 0.32

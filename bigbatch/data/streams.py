@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 # Stream tags: one per kind of draw, so that streams never overlap.
-ORDER, Z_D, Z_G, FLIP, SAMPLE, VAL_SPLIT, CROP = 1, 2, 3, 4, 5, 6, 7
+ORDER, Z_D, Z_G, FLIP, SAMPLE, VAL_SPLIT, CROP, ORDER_B, WARP, LR_DROPOUT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 
 
 def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
@@ -24,15 +24,16 @@ def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torc
 
 class GlobalOrder:
     """Endless data order: position p (counted in images shown) maps to image perm_e[p mod N],
-    where e = p // N and perm_e is a seeded permutation, so resuming needs only the images seen."""
+    where e = p // N and perm_e is a seeded permutation, so resuming needs only the images seen.
+    `stream` tells apart the orders of several data sets read side by side (ORDER, ORDER_B)."""
 
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed = n, seed
+    def __init__(self, n: int, seed: int, stream: int = ORDER):
+        self.n, self.seed, self.stream = n, seed, stream
         self._perms: OrderedDict[int, torch.Tensor] = OrderedDict()
 
     def _perm(self, epoch: int) -> torch.Tensor:
         if epoch not in self._perms:
-            self._perms[epoch] = torch.randperm(self.n, generator=generator(self.seed, ORDER, epoch))
+            self._perms[epoch] = torch.randperm(self.n, generator=generator(self.seed, self.stream, epoch))
             if len(self._perms) > 2:
                 self._perms.popitem(last=False)
         return self._perms[epoch]

@@ -1,5 +1,5 @@
 """The model registry: families register a builder with `@register`; `create` builds a GAN family's
-(G, D) pair, `create_classifier` an image classifier.
+(G, D) pair, `create_classifier` an image classifier, `create_autoencoder` a face-swap autoencoder.
 
 The contract every GAN family keeps: `G(z, y) -> images` in [-1, 1], NCHW, and `D(x, y) -> logits` (N,),
 where y is None (unconditional), labels (N,) or class weights (N, n_classes); G has the attributes
@@ -31,6 +31,7 @@ _B = TypeVar("_B", bound=Callable[..., Any])
 COMMON = {
     "gan": ("resolution", "n_classes", "ch", "dim_z", "img_channels"),
     "classify": ("n_classes", "ch", "img_channels"),
+    "swap": ("resolution", "img_channels"),
 }
 TASKS = tuple(COMMON)
 
@@ -47,6 +48,7 @@ _FAMILIES: dict[str, _Family] = {}
 _KIND = {
     "gan": ("a GAN", "create", "the GAN families"),
     "classify": ("an image classifier", "create_classifier", "the classifier families"),
+    "swap": ("a face-swap autoencoder", "create_autoencoder", "the autoencoder families"),
 }
 
 
@@ -92,7 +94,7 @@ def check_classifier(name: str, n_classes: int, ch: int, img_channels: int) -> N
 
 
 def list_models(task: str | None = None) -> list[str]:
-    """Names of the registered families: all of them, or those of one task ("gan" or "classify")."""
+    """Names of the registered families: all of them, or those of one task ("gan", "classify", "swap")."""
     if task is not None and task not in COMMON:
         raise BigbatchError(f"unknown model task '{task}'; valid: {', '.join(TASKS)}")
     return sorted(name for name, family in _FAMILIES.items() if task in (None, family.task))
@@ -197,4 +199,15 @@ def create_classifier(
     layers.init_weights(net, init)
     if callable(getattr(net, "after_init", None)):
         net.after_init()
+    return net
+
+
+def create_autoencoder(name: str, resolution: int, *, img_channels: int = 3, **opts: Any) -> nn.Module:
+    """Build and initialise a face-swap autoencoder family's network (SAEHD) from the global RNG; `opts`
+    are the family's options (archi, ae_dims, ...; BigbatchError naming the valid ones for any other)."""
+    family = _family(name, "swap")
+    check_options(name, opts)
+    init = opts.pop("init", family.init)
+    net = family.build(resolution=resolution, img_channels=img_channels, **opts)
+    layers.init_weights(net, init)
     return net

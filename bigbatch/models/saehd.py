@@ -26,6 +26,7 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.models import layers
+from bigbatch.models.registry import register
 
 ARCHIS = ("df", "liae")
 OPTIONS = "udtc"
@@ -236,7 +237,24 @@ class SAEHD(nn.Module):
             else ["encoder", "inter_AB", "inter_B", "decoder"]
         )
 
-    checkpoint_blocks = ("encoder", "inter", "inter_AB", "inter_B", "decoder", "decoder_src", "decoder_dst")
+    @property
+    def checkpoint_blocks(self) -> list[str]:
+        """Every downscale, upscale and residual block (the layers whose activations fill memory at
+        high resolution), for activation checkpointing one block at a time."""
+        return [name for name, m in self.named_modules() if isinstance(m, (Downscale, Upscale, ResidualBlock))]
+
+    def forward(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One training forward, as SAEHD's: (src image, src mask) reconstructed from `src`, (dst image,
+        dst mask) from `dst`, and the codes the decoders read for each (the true-face discriminator's
+        input)."""
+        if self.kind == "df":
+            src_code, dst_code = self.inter(self.encoder(src)), self.inter(self.encoder(dst))
+            return (*self.decoder_src(src_code), *self.decoder_dst(dst_code), src_code, dst_code)
+        ab = self.inter_AB(self.encoder(src))
+        src_code = torch.cat([ab, ab], dim=1)
+        code = self.encoder(dst)
+        dst_code = torch.cat([self.inter_B(code), self.inter_AB(code)], dim=1)
+        return (*self.decoder(src_code), *self.decoder(dst_code), src_code, dst_code)
 
     def src(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src reconstructed: (image, mask)."""
@@ -264,3 +282,18 @@ class SAEHD(nn.Module):
         image, mask = self.decoder(torch.cat([ab, ab], dim=1))
         _, dst_mask = self.decoder(torch.cat([self.inter_B(code), ab], dim=1))
         return image, mask, dst_mask
+
+
+@register(init="xavier", task="swap")
+def saehd(
+    *,
+    resolution: int,
+    img_channels: int = 3,
+    archi: str = "liae-ud",
+    ae_dims: int = 256,
+    e_dims: int = 64,
+    d_dims: int = 64,
+    d_mask_dims: int = 22,
+) -> SAEHD:
+    """DeepFaceLab's SAEHD; its options are DFL's (defaults: liae-ud, 256/64/64/22)."""
+    return SAEHD(resolution, archi, ae_dims, e_dims, d_dims, d_mask_dims, img_channels)

@@ -38,7 +38,7 @@ from torch import nn
 
 from bigbatch.config import Config, register_check
 from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule
-from bigbatch.data.streams import GlobalOrder
+from bigbatch.data.streams import ORDER_B, GlobalOrder
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 
@@ -91,12 +91,33 @@ class Feed:
         start: int = 0,
         on_phase: Callable[[int, Phase], None] | None = None,
     ):
-        self.rep, self.schedule, self.nimg, self.on_phase = rep, schedule, start, on_phase
+        self.rep, self.schedule, self.nimg, self.on_phase, self.cfg = rep, schedule, start, on_phase, cfg
         self._phase: Phase | None = None
         self.order = GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
         self.loader = BatchLoader(data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin)
+        self._companions: list[BatchLoader] = []
+
+    def companion(self, data: Any) -> Callable[[], Batch]:
+        """A second data set read in step with this one (the swap task's dst faces beside its src):
+        each call after `next()` returns this rank's share of the same step from `data`, in an order of
+        its own (stream ORDER_B), the same positions, batch and phase; read ahead like the first."""
+        order = GlobalOrder(len(data), self.cfg.train.seed, ORDER_B)
+        sampler = RankSampler(order, self.schedule, self.rep.rank, self.rep.world_size, start=self.nimg)
+        pin = self.rep.device.type == "cuda"
+        loader = BatchLoader(data, sampler, self.cfg.data.workers, False, self.cfg.train.seed, pin_memory=pin)
+        self._companions.append(loader)
+
+        def read() -> Batch:
+            batch = next(loader)
+            if batch.nimg != self.nimg - self.rep.batch:
+                raise BigbatchError(
+                    f"the second data set's batch is for step {batch.nimg}, not {self.nimg - self.rep.batch}"
+                )
+            return batch
+
+        return read
 
     def next(self) -> Batch:
         """This rank's share of the next optimizer step's real images (uint8 NHWC, labels)."""
@@ -118,7 +139,8 @@ class Feed:
         return real
 
     def close(self) -> None:
-        self.loader.close()
+        for loader in (self.loader, *self._companions):
+            loader.close()
 
 
 Builder = Callable[..., Task]

@@ -9,6 +9,9 @@ from collections.abc import Iterable
 
 import torch
 
+from bigbatch.data.streams import LR_DROPOUT as LR_DROPOUT_STREAM
+from bigbatch.data.streams import generator
+
 EPS = 1e-6  # np.finfo(np.float32).resolution, added outside the square root
 
 
@@ -17,14 +20,14 @@ class _DFLOptimizer(torch.optim.Optimizer):
     the rate by (cos(2π·step/N) + 1) / 2, step counting the optimizer's steps (one counter, DFL's
     `iters`, kept in each param group so that it is checkpointed). DFL couples them: its lr_dropout
     option on means lr_dropout=0.3 with lr_cos=500 (both off in pretraining). Clipping (DFL's
-    clipnorm 1.0) is the engine's `grad_clip`, applied before the step. `generator` draws the dropout
-    masks."""
+    clipnorm 1.0) is the engine's `grad_clip`, applied before the step. The dropout masks of a step come
+    from a stream keyed by `seed` (integers) and the step, so a resumed run and every rank draw the same."""
 
-    def __init__(self, params: Iterable, defaults: dict, generator: torch.Generator | None = None) -> None:
+    def __init__(self, params: Iterable, defaults: dict, seed: tuple[int, ...] = (0,)) -> None:
         if not 0.0 < defaults["lr_dropout"] <= 1.0:
             raise ValueError(f"lr_dropout must be in (0, 1], got {defaults['lr_dropout']}")
         super().__init__(params, defaults)
-        self.generator = generator
+        self.seed = tuple(seed)
 
     def _rate(self, group: dict) -> float:
         """This step's rate; counts the step (every step, whether or not a parameter has a gradient)."""
@@ -38,22 +41,26 @@ class _DFLOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):  # noqa: ANN001, ANN201 - torch's signature
         loss = closure() if closure is not None else None
-        for group in self.param_groups:
+        for g, group in enumerate(self.param_groups):
+            step = group.get("step", 0)
             lr = self._rate(group)
+            draw = (
+                generator(self.seed[0], LR_DROPOUT_STREAM, *self.seed[1:], g, step) if group["lr_dropout"] < 1 else None
+            )
             for p in group["params"]:
                 if p.grad is not None:
-                    p.add_(self._dropout(group, -lr * self._direction(group, p.grad, self.state[p])))
+                    p.add_(self._dropout(group, -lr * self._direction(group, p.grad, self.state[p]), draw))
         return loss
 
     def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
         """The update of one parameter before the rate, its moments kept in `state`."""
         raise NotImplementedError
 
-    def _dropout(self, group: dict, diff: torch.Tensor) -> torch.Tensor:
+    def _dropout(self, group: dict, diff: torch.Tensor, draw: torch.Generator | None) -> torch.Tensor:
         p = group["lr_dropout"]
-        if p >= 1.0:
+        if draw is None:
             return diff
-        keep = torch.rand(diff.shape, generator=self.generator, device="cpu").to(diff.device) < p
+        keep = torch.rand(diff.shape, generator=draw, device="cpu").to(diff.device) < p
         return diff * keep
 
 
@@ -68,9 +75,9 @@ class AdaBelief(_DFLOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         lr_dropout: float = 1.0,
         lr_cos: int = 0,
-        generator: torch.Generator | None = None,
+        seed: tuple[int, ...] = (0,),
     ) -> None:
-        super().__init__(params, dict(lr=lr, betas=betas, lr_dropout=lr_dropout, lr_cos=lr_cos), generator)
+        super().__init__(params, dict(lr=lr, betas=betas, lr_dropout=lr_dropout, lr_cos=lr_cos), seed)
 
     def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
         b1, b2 = group["betas"]
@@ -91,9 +98,9 @@ class RMSprop(_DFLOptimizer):
         rho: float = 0.9,
         lr_dropout: float = 1.0,
         lr_cos: int = 0,
-        generator: torch.Generator | None = None,
+        seed: tuple[int, ...] = (0,),
     ) -> None:
-        super().__init__(params, dict(lr=lr, rho=rho, lr_dropout=lr_dropout, lr_cos=lr_cos), generator)
+        super().__init__(params, dict(lr=lr, rho=rho, lr_dropout=lr_dropout, lr_cos=lr_cos), seed)
 
     def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
         if not state:

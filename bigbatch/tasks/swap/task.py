@@ -1,0 +1,430 @@
+"""The swap task: DeepFaceLab's SAEHD face-swap autoencoder (model family "saehd") trained on the
+Replicator, with SAEHD's losses and optimizers (models/Model_SAEHD/Model.py).
+
+Each iteration reads a step of src faces (data.path) and a step of dst faces (data.dst_path) at the
+same global positions, warps them (`warp`), and takes one optimizer step of the autoencoder on both
+sides' losses: DSSIM (fp32 whatever the precision) + 10·MSE on the image, inside the blurred face
+mask when the data carry masks (masked training), 10·MSE on the predicted mask, 300·L1 inside the
+eyes and mouth (eyes_mouth_prio), and the discriminators' terms. Then, when they are on, one step of
+the code discriminator (true_face_power) and one of the patch discriminator (gan_power), each on
+what the autoencoder's step computed (its codes, its reconstructions), as DFL computes all three
+updates from one forward.
+
+DFL differentiates each loss summed over its samples; here each optimizer step's loss is the mean
+over the whole batch times train.batch: the same gradient as DFL on one GPU at that batch (which
+matters for the clip norm and AdaBelief's epsilon), whatever the micro-batches and ranks. The
+logged src_loss and dst_loss are per-sample means, the numbers DFL prints.
+
+Data: images of 3 channels (RGB), 4 (+ the face mask) or 5 (+ the eyes-and-mouth region), from
+`bigbatch prepare --masks alpha|DIR [--eyes-mouth DIR]`; without masks the whole image is the face.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+from bigbatch import models
+from bigbatch.config import Config
+from bigbatch.data.load import load_data
+from bigbatch.data.schedule import resize_batch
+from bigbatch.data.streams import WARP, generator
+from bigbatch.engine.replicator import Replicator
+from bigbatch.errors import BigbatchError
+from bigbatch.tasks.interface import Feed, register
+from bigbatch.tasks.swap import warp
+from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
+from bigbatch.tasks.swap.losses import gaussian_blur, reconstruction_loss
+from bigbatch.tasks.swap.optim import AdaBelief, RMSprop
+
+# train keys of the other tasks, which the swap task does not read (its own are under [swap]).
+FOREIGN_TRAIN_KEYS = (
+    "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
+    "optimizer", "lr", "lr_batch", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov", "weight_decay",
+    "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas", "adam_eps",
+)  # fmt: skip
+LR_DROPOUT, LR_COS = 0.3, 500  # DFL's lr_dropout option: these two together
+PREVIEW_ROWS = 8
+
+
+def check_config(cfg: Config) -> None:
+    """What the swap task makes of the config: the saehd family and its options, a dst data set, none of
+    the other tasks' keys, and options SAEHD has (true_face_power: df archis only)."""
+    m, s = cfg.model, cfg.swap
+    families = models.list_models(task="swap")
+    if m.name not in families:
+        m._fail("name", f"names no face-swap family '{m.name}'; valid for task = \"swap\": {', '.join(families)}")
+    try:
+        models.registry.check_options(m.name, m.options)
+    except BigbatchError as e:
+        raise BigbatchError(f"config key 'model.options': {e}") from None
+    foreign = cfg.train.changed(*FOREIGN_TRAIN_KEYS) + m.changed("ch", "dim_z", "conditional", "sn_update")
+    if foreign:
+        raise BigbatchError(
+            f"config key '{foreign[0]}' is not read by task = \"swap\": its model is set by model.options (archi, "
+            "ae_dims, e_dims, d_dims, d_mask_dims), its optimizer by [swap] (optimizer, lr, lr_dropout); remove it"
+        )
+    if not cfg.data.dst_path:
+        cfg.data._fail("dst_path", 'must name the dst faces (a DATA.h5 or builtin:NAME) for task = "swap"')
+    if cfg.data.xflip:
+        cfg.data._fail("xflip", 'is not read by task = "swap": its mirroring is swap.src_flip and swap.dst_flip')
+    archi = str(m.options.get("archi", models.registry.options(m.name)["archi"]))
+    if s.true_face_power and not archi.startswith("df"):
+        cfg.swap._fail("true_face_power", f"works with df archis only (DFL's rule), not {archi}; set it to 0")
+    if cfg.eval.every_kimg and not cfg.data.val_fraction:
+        raise BigbatchError(
+            "config key 'eval.every_kimg' asks for held-out scores, but there are none to hold out: set "
+            "data.val_fraction (e.g. 0.05; that fraction of both src and dst is never trained on)"
+        )
+    for key in ("val_path", "val_rect"):
+        if cfg.data.changed(key):
+            cfg.data._fail(key, "is a classify key; the swap task holds out data.val_fraction of src and dst")
+
+
+def _open(cfg: Config, path: str, side: str) -> Any:
+    data = load_data(path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+    if data.channels not in (3, 4, 5):
+        raise BigbatchError(
+            f"the {side} faces {data.source} have {data.channels} channels; the swap task reads RGB (3), "
+            "RGB + mask (4) "
+            "or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare [--masks alpha|DIR]"
+        )
+    if data.resolution != cfg.data.resolution:
+        raise BigbatchError(
+            f"the {side} faces {data.source} are {data.resolution} px, the model data.resolution = "
+            f"{cfg.data.resolution}: prepare them with --resolution {cfg.data.resolution}"
+        )
+    return data
+
+
+def build_model(cfg: Config) -> nn.Module:
+    """The autoencoder the config describes, initialised from train.seed (the global RNG left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed)
+        return models.create_autoencoder(cfg.model.name, cfg.data.resolution, **cfg.model.options)
+
+
+@register("swap", check=check_config)
+def build(
+    cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
+) -> SwapTask:
+    """SAEHD on src (`data`) and dst (data.dst_path), prepared by `rep`, with DFL's optimizer for it and
+    for each discriminator that is on."""
+    from bigbatch.data.split import holdout
+
+    s = cfg.swap
+    _open(cfg, cfg.data.path, "src")  # the channel and size checks (`data` is data.path, perhaps less a held-out part)
+    dst = _open(cfg, cfg.data.dst_path, "dst")
+    val = None
+    if cfg.data.val_fraction:
+        dst, dst_val = holdout(dst, cfg.data.val_fraction)
+        val = (holdout(load_data(cfg.data.path, cfg.data.resolution), cfg.data.val_fraction)[1], dst_val)
+    if s.eyes_mouth_prio and min(data.channels, dst.channels) < 5:
+        cfg.swap._fail(
+            "eyes_mouth_prio",
+            "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
+            "bigbatch prepare --masks DIR --eyes-mouth DIR, or set it to false",
+        )
+    net = build_model(cfg).train()
+    model = rep.prepare(net)
+    kind = "adabelief" if s.optimizer == "adabelief" else "rmsprop"
+
+    def optimizer(params: list[nn.Parameter], stream: int, name: str) -> torch.optim.Optimizer:
+        cls = AdaBelief if kind == "adabelief" else RMSprop
+        drop, cos = (LR_DROPOUT, LR_COS) if s.lr_dropout else (1.0, 0)
+        return rep.wrap_optimizer(
+            cls(params, lr=s.lr, lr_dropout=drop, lr_cos=cos, seed=(cfg.train.seed, stream)), name
+        )
+
+    # DFL leaves a liae model's inter_AB untrained when random warp is off.
+    frozen = [] if s.random_warp or net.kind == "df" else list(net.inter_AB.parameters())
+    trained = [p for p in net.parameters() if all(p is not q for q in frozen)]
+    opt = optimizer(trained, 0, "model")
+    discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed + 1)
+        if s.true_face_power:
+            code_res = net.inter.lowest * (1 if net.inter.upscale1 is None else 2)
+            plain = CodeDiscriminator(net.ae_dims, code_res).train()
+            discs["code_discriminator"] = (plain, rep.prepare(plain, checkpointing=False), None)  # type: ignore[assignment]
+        if s.gan_power:
+            plain = UNetPatchDiscriminator(s.gan_patch_size or cfg.data.resolution // 8, 3, s.gan_dims).train()
+            discs["gan"] = (plain, rep.prepare(plain, checkpointing=False), None)  # type: ignore[assignment]
+    for i, (name, (plain, wrapped, _)) in enumerate(list(discs.items())):
+        discs[name] = (plain, wrapped, optimizer(list(plain.parameters()), i + 1, name))
+    return SwapTask(cfg, rep, data, dst, val, model, opt, discs, run, resumed_at, quiet)
+
+
+def _float(images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 NHWC -> float NCHW in [0, 1] on `device`."""
+    return images.to(device, non_blocking=True).permute(0, 3, 1, 2).float() / 255
+
+
+def _d_loss(logits: torch.Tensor, real: bool) -> torch.Tensor:
+    """DFL's DLoss: sigmoid cross-entropy against all ones or all zeros, mean per sample (N,)."""
+    logits = logits.float()
+    target = torch.ones_like(logits) if real else torch.zeros_like(logits)
+    return F.binary_cross_entropy_with_logits(logits, target, reduction="none").flatten(1).mean(1)
+
+
+class SwapTask:
+    usage = "Swap with: bigbatch swap {run} IN_DIR OUT_DIR; to merge in DeepFaceLab: bigbatch export-dfl {run} OUT_DIR"
+
+    def __init__(
+        self,
+        cfg: Config,
+        rep: Replicator,
+        src: Any,
+        dst: Any,
+        val: tuple[Any, Any] | None,
+        model: nn.Module,
+        opt: torch.optim.Optimizer,
+        discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]],
+        run: Path | None,
+        resumed_at: int | None,
+        quiet: bool,
+    ):
+        self.cfg, self.rep, self.src, self.dst, self.val = cfg, rep, src, dst, val
+        self.model, self.opt, self.discs = model, opt, discs
+        self.resolution = cfg.data.resolution
+        self.masks = min(src.channels, dst.channels) >= 4
+        self.steps = 0
+        self._read_dst: Any = None
+        self._kept: list[tuple[torch.Tensor, ...]] = []  # what each micro-batch hands the discriminators
+        self.scorer = None
+        if cfg.eval.every_kimg and run is not None and val is not None:
+            from bigbatch.tasks.swap.scorer import SwapScorer
+
+            self.scorer = SwapScorer(self, run, resumed_at, quiet or not rep.is_main)
+
+    def plain(self) -> nn.Module:
+        return self.rep.unwrap(self.model)
+
+    # ---- one iteration --------------------------------------------------------------------------
+    def step(self, feed: Feed) -> dict[str, float]:
+        if self._read_dst is None:
+            self._read_dst = feed.companion(self.dst)
+        nimg = feed.nimg
+        src, dst = feed.next(), self._read_dst()
+        batch = (src.images, dst.images, *self.draws(nimg))
+        self._kept.clear()
+        self._train_only(None)
+        out = self.rep.step(self.loss, batch, self.opt)
+        kept = self._kept[-self.rep.plan.accumulation :]
+        stats = {"grad_norm": self.rep.grad_norm(self.opt)}
+        if not self.rep.skipped(self.opt):
+            stats.update(out)
+        for name, (_, _, opt) in self.discs.items():
+            self._train_only(name)
+            column = 0 if name == "code_discriminator" else 2
+            parts = tuple(torch.cat([k[column + j] for k in kept]) for j in range(2))
+            loss_fn = self.code_d_loss if name == "code_discriminator" else self.gan_d_loss
+            d_out = self.rep.step(loss_fn, parts, opt)
+            if not self.rep.skipped(opt):
+                stats[f"loss_{name}"] = d_out / self.rep.batch
+        self._train_only(None)
+        self._kept.clear()
+        self.steps += 1
+        return stats
+
+    def draws(self, nimg: int) -> tuple[torch.Tensor, ...]:
+        """This rank's share of the step's warp draws, src's then dst's, drawn for the whole step."""
+        s, rep = self.cfg.swap, self.rep
+        lo, hi = rep.rank * rep.share, (rep.rank + 1) * rep.share
+        out: list[torch.Tensor] = []
+        for side, flip in ((0, s.src_flip), (1, s.dst_flip)):
+            out += [t[lo:hi] for t in warp.draw(rep.batch, generator(self.cfg.train.seed, WARP, side, nimg), flip)]
+        return tuple(out)
+
+    def _train_only(self, name: str | None) -> None:
+        """Gradients for one net's step: the autoencoder's (None) or a discriminator's."""
+        for key, (plain, _, _) in self.discs.items():
+            plain.requires_grad_(key == name)
+
+    def targets(self, images: torch.Tensor, draws: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """(input, target image, target mask, eyes-and-mouth or None) of one side's uint8 images."""
+        x = _float(images, self.rep.device)
+        warped, target = warp.apply(x, *draws, warp=self.cfg.swap.random_warp)
+        mask = target[:, 3:4] if target.shape[1] >= 4 else torch.ones_like(target[:, :1])
+        em = target[:, 4:5] if target.shape[1] >= 5 else None
+        return warped, target[:, :3], mask, em
+
+    def side_loss(
+        self,
+        target: torch.Tensor,
+        mask: torch.Tensor,
+        em: torch.Tensor | None,
+        pred: torch.Tensor,
+        pred_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """One side's SAEHD loss per sample (N,): image terms (inside the blurred mask with masked
+        training), eyes-and-mouth priority, mask MSE."""
+        if self.masks and self.cfg.swap.masked_training:
+            blur = (gaussian_blur(mask.float(), max(1, self.resolution // 32)).clamp(0, 0.5) * 2).to(pred.dtype)
+            loss = reconstruction_loss(target * blur, pred * blur, self.resolution)
+        else:
+            loss = reconstruction_loss(target, pred, self.resolution)
+        if em is not None and self.cfg.swap.eyes_mouth_prio:
+            loss = loss + 300 * (target.float() * em - pred.float() * em).abs().mean(dim=(1, 2, 3))
+        return loss + 10 * (mask.float() - pred_mask.float()).square().mean(dim=(1, 2, 3))
+
+    def loss(self, micro: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        s = self.cfg.swap
+        src_in, src_t, src_m, src_em = self.targets(micro[0], micro[2:6])
+        dst_in, dst_t, dst_m, dst_em = self.targets(micro[1], micro[6:10])
+        pred_src, pred_srcm, pred_dst, pred_dstm, src_code, dst_code = self.model(src_in, dst_in)
+        src_loss = self.side_loss(src_t, src_m, src_em, pred_src, pred_srcm)
+        dst_loss = self.side_loss(dst_t, dst_m, dst_em, pred_dst, pred_dstm)
+        total = src_loss + dst_loss
+        masked = self.masks and s.masked_training
+        fake_in = pred_src * self._blur(src_m) if masked else pred_src
+        real_in = src_t * self._blur(src_m) if masked else src_t
+        if s.true_face_power:
+            _, code_d, _ = self.discs["code_discriminator"]
+            total = total + s.true_face_power * _d_loss(code_d(src_code), True)
+        if s.gan_power:
+            _, gan, _ = self.discs["gan"]
+            center, pixels = gan(fake_in)
+            total = total + s.gan_power * (_d_loss(center, True) + _d_loss(pixels, True))
+            if masked:  # DFL: a faint background term and total variation against the GAN's bright dots
+                anti = 1 - self._blur(src_m)
+                total = total + 0.02 * ((pred_src - src_t) * anti).float().square().mean(dim=(1, 2, 3))
+                total = total + 1e-6 * _total_variation_mse(pred_src)
+        self._kept.append((src_code.detach(), dst_code.detach(), fake_in.detach(), real_in.detach()))
+        return {
+            "loss": total.mean() * self.rep.batch,
+            "src_loss": src_loss.detach().mean(),
+            "dst_loss": dst_loss.detach().mean(),
+        }
+
+    def _blur(self, mask: torch.Tensor) -> torch.Tensor:
+        return gaussian_blur(mask.float(), max(1, self.resolution // 32)).clamp(0, 0.5) * 2
+
+    def code_d_loss(self, micro: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The code discriminator: dst codes are "real", src codes "fake" (DFL's true face)."""
+        _, code_d, _ = self.discs["code_discriminator"]
+        src_code, dst_code = micro
+        loss = (_d_loss(code_d(dst_code), True) + _d_loss(code_d(src_code), False)) * 0.5
+        return loss.mean() * self.rep.batch
+
+    def gan_d_loss(self, micro: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The patch discriminator: src faces real, their reconstructions fake, at the centre and per pixel."""
+        _, gan, _ = self.discs["gan"]
+        fake, real = micro
+        (rc, rp), (fc, fp) = gan(real), gan(fake)
+        loss = (_d_loss(rc, True) + _d_loss(fc, False)) * 0.5 + (_d_loss(rp, True) + _d_loss(fp, False)) * 0.5
+        return loss.mean() * self.rep.batch
+
+    def probe(self, m: int) -> None:
+        """One forward and backward of every optimizer's loss at micro-batch m."""
+        src, _ = self.src.get(torch.arange(m) % len(self.src))
+        dst, _ = self.dst.get(torch.arange(m) % len(self.dst))
+        s = self.cfg.swap
+        draws = [
+            t for side, flip in ((0, s.src_flip), (1, s.dst_flip)) for t in warp.draw(m, generator(0, WARP, side), flip)
+        ]
+        micro = (src, dst, *draws)
+        self._kept.clear()
+        self.rep.probe_step(self.loss, micro)
+        kept = self._kept[-1]
+        for name in self.discs:
+            self._train_only(name)
+            parts = kept[:2] if name == "code_discriminator" else kept[2:]
+            self.rep.probe_step(self.code_d_loss if name == "code_discriminator" else self.gan_d_loss, parts)
+        self._train_only(None)
+        self._kept.clear()
+        for opt in (self.opt, *(d[2] for d in self.discs.values())):
+            opt.zero_grad(set_to_none=True)
+
+    # ---- checkpoints and previews ---------------------------------------------------------------
+    def nets(self) -> dict[str, nn.Module]:
+        return {"model": self.plain(), **{name: plain for name, (plain, _, _) in self.discs.items()}}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "opt": self.opt.state_dict(),
+            **{f"opt_{k}": d[2].state_dict() for k, d in self.discs.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.opt.load_state_dict(state["opt"])
+        for name, (_, _, opt) in self.discs.items():
+            opt.load_state_dict(state[f"opt_{name}"])
+        self.steps = int(state["steps"])
+
+    def model_info(self) -> dict[str, Any]:
+        net = self.plain()
+        return {
+            "img_channels": 3,
+            "resolution": net.resolution,
+            "archi": net.archi,
+            "masks": self.masks,
+            "dst": {"path": self.cfg.data.dst_path, "content_hash": str(getattr(self.dst, "content_hash", ""))},
+        }
+
+    def preview_faces(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed faces previews show: up to PREVIEW_ROWS evenly spaced src and dst faces (held-out
+        ones when there is a split), uint8 NHWC."""
+        src, dst = self.val if self.val is not None else (self.src, self.dst)
+        n = min(PREVIEW_ROWS, self.cfg.sample.n, len(src), len(dst))
+        pick = [torch.linspace(0, len(d) - 1, n).round().long() for d in (src, dst)]
+        return src.get(pick[0])[0], dst.get(pick[1])[0]
+
+    def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]:
+        """DFL's preview: per row src, src reconstructed, dst, dst reconstructed, dst swapped to src; then
+        the swap's mask (src-path mask x dst-path mask, as DFL's merger takes it) and the swap blended
+        into dst by it."""
+        src, dst = self.preview_faces()
+        return {"preview": preview_sheet(self.plain(), src, dst)}
+
+
+def _total_variation_mse(x: torch.Tensor) -> torch.Tensor:
+    """DFL's total_variation_mse per sample: squared differences of neighbours, summed per image."""
+    x = x.float()
+    dy = (x[:, :, 1:, :] - x[:, :, :-1, :]).square().sum(dim=(1, 2, 3))
+    dx = (x[:, :, :, 1:] - x[:, :, :, :-1]).square().sum(dim=(1, 2, 3))
+    return dy + dx
+
+
+@torch.no_grad()
+def swap_faces(model: nn.Module, dst: torch.Tensor, batch: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """dst faces (uint8 NHWC, any size: resized to the model's) swapped to src: (swapped uint8 NHWC,
+    mask uint8 NHW: the src-path mask times the dst-path mask, DFL's merger's "learned-prd*dst")."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    faces, masks = [], []
+    for i in range(0, len(dst), batch):
+        x = _float(resize_batch(dst[i : i + batch], model.resolution)[..., :3], device)
+        image, mask, dst_mask = model.swap(x)
+        faces.append((image.float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu())
+        masks.append(((mask * dst_mask).float().clamp(0, 1) * 255).round().to(torch.uint8)[:, 0].cpu())
+    model.train(was)
+    return torch.cat(faces), torch.cat(masks)
+
+
+@torch.no_grad()
+def preview_sheet(model: nn.Module, src: torch.Tensor, dst: torch.Tensor) -> Image.Image:
+    """Rows of src, src reconstructed, dst, dst reconstructed, swapped, swap mask, swap blended into dst."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    res = model.resolution
+    s, d = (_float(resize_batch(x, res)[..., :3], device) for x in (src, dst))
+    src_rec, _ = model.src(s)
+    dst_rec, _ = model.dst(d)
+    swapped, mask, dst_mask = model.swap(d)
+    both = (mask * dst_mask).expand(-1, 3, -1, -1)
+    blended = swapped * both + d * (1 - both)
+    model.train(was)
+    columns = [s, src_rec, d, dst_rec, swapped, both, blended]
+    grid = torch.stack([c.float().clamp(0, 1) for c in columns], dim=1)  # (rows, 7, 3, H, W)
+    rows, cols = grid.shape[:2]
+    grid = grid.permute(0, 3, 1, 4, 2).reshape(rows * res, cols * res, 3)
+    return Image.fromarray((grid * 255).round().to(torch.uint8).cpu().numpy())

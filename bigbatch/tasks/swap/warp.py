@@ -1,0 +1,81 @@
+"""SAEHD's training augmentation, as DeepFaceLab's sample processor draws it (core/imagelib/warp.py):
+a random affine (rotation ±10°, scale 1/1.05..1.05, shift ±5% each way) applied to the input and its
+target alike, a random mirror (p 0.4, per side), and for the input alone a random warp: a grid of
+2, 4 or 8 cells whose inner points move by N(0, 0.24 cell), interpolated linearly over the image. The
+model learns to undo the warp, which is what makes its codes generalise across faces.
+
+The draws follow DFL's distributions; the pixels are torch's (bilinear `grid_sample` where DFL uses
+OpenCV's remap and warpAffine), computed on the training device. Every draw comes from a stream keyed
+by the step and each image's global position, so the augmentation does not depend on the rank count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+CELLS = (2, 4, 8)  # cells per side: DFL's cell_size w // 2, w // 4, w // 8
+
+
+def draw(n: int, g: torch.Generator, flip: bool) -> tuple[torch.Tensor, ...]:
+    """One step's draws for `n` images: (affine theta (n, 2, 3) mapping output to input coordinates in
+    grid_sample's normalised units, warp offsets (n, 2, 7, 7) in cells, cell counts (n,), flips (n,))."""
+    angle = torch.empty(n, dtype=torch.float64).uniform_(-10, 10, generator=g) * (math.pi / 180)
+    scale = torch.empty(n, dtype=torch.float64).uniform_(1 / 1.05, 1.05, generator=g)
+    shift = torch.empty(n, 2, dtype=torch.float64).uniform_(-0.05, 0.05, generator=g) * 2  # of the width 2
+    flips = (torch.randint(10, (n,), generator=g) < 4) & flip
+    cells = torch.tensor(CELLS)[torch.randint(len(CELLS), (n,), generator=g)]
+    offsets = torch.randn(n, 2, max(CELLS) - 1, max(CELLS) - 1, generator=g)
+    # Output point p comes from input point q = (R^T (p - t)) / s: the inverse of DFL's rotate-scale-shift.
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    inv = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2) / scale[:, None, None]
+    theta = torch.cat([inv, -(inv @ shift[:, :, None])], dim=2)
+    return theta.float(), offsets, cells, flips
+
+
+def _flow(offsets: torch.Tensor, cells: torch.Tensor, size: int) -> torch.Tensor:
+    """(n, 2, size, size) displacements, normalised units: each image's coarse grid of cells + 1 points
+    (the border ones fixed) resized to size + cell and cropped by half a cell, as DFL does."""
+    flow = offsets.new_zeros(len(offsets), 2, size, size)
+    for c in cells.unique().tolist():
+        pick = cells == c
+        coarse = offsets.new_zeros(int(pick.sum()), 2, c + 1, c + 1)
+        coarse[:, :, 1:-1, 1:-1] = offsets[pick][:, :, : c - 1, : c - 1] * (0.24 * 2 / c)
+        cell = size // c
+        full = F.interpolate(coarse, size=(size + cell, size + cell), mode="bilinear", align_corners=False)
+        half = cell // 2
+        flow[pick] = full[:, :, half : half + size, half : half + size]
+    return flow
+
+
+def apply(
+    x: torch.Tensor,
+    theta: torch.Tensor,
+    offsets: torch.Tensor,
+    cells: torch.Tensor,
+    flips: torch.Tensor,
+    warp: bool,
+    colour: int = 3,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input, target) of images `x` (N, C, H, W in [0, 1]; the first `colour` channels the picture,
+    the rest masks): the target transformed, the input's picture also warped (when `warp`). Pictures
+    repeat their border; masks are zero outside."""
+    n, _, h, w = x.shape
+    theta, offsets = theta.to(x.device, x.dtype), offsets.to(x.device, x.dtype)
+    grid = F.affine_grid(theta, [n, 1, h, w], align_corners=False)
+
+    def sample(img: torch.Tensor, where: torch.Tensor, padding: str) -> torch.Tensor:
+        out = F.grid_sample(img, where, mode="bilinear", padding_mode=padding, align_corners=False)
+        return torch.where(flips.to(x.device)[:, None, None, None], out.flip(-1), out)
+
+    target = sample(x[:, :colour], grid, "border")
+    if x.shape[1] > colour:
+        target = torch.cat([target, sample(x[:, colour:], grid, "zeros")], dim=1)
+    if not warp:
+        return target[:, :colour], target
+    flow = _flow(offsets, cells.to(x.device), max(h, w))[:, :, :h, :w]
+    # DFL warps first, then transforms: the input at p is the picture at q + flow(q), q the affine's point.
+    moved = F.grid_sample(flow, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return sample(x[:, :colour], grid + moved.permute(0, 2, 3, 1), "border"), target
