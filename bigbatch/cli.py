@@ -57,12 +57,38 @@ def _base_config(preset_name: str | None, config: str | None, default: str):
 def _convert(args: argparse.Namespace) -> None:
     from bigbatch.config import parse_override
     from bigbatch.tasks.gan.convert import convert_reference
+    from bigbatch.tasks.swap import files
 
+    if files.is_dfl_folder(args.src):
+        ckpt = files.convert_dfl(args.src, args.out, dict(parse_override(o) for o in args.overrides))
+        out = shlex.quote(args.out)
+        print(
+            f"Wrote {ckpt}. Swap with: bigbatch swap {out} IN_DIR OUT_DIR; train on from it with: bigbatch train "
+            f"--config {out}/config.toml data.path=SRC.h5 data.dst_path=DST.h5 train.init_from={out}"
+        )
+        return
     cfg = _base_config(args.preset, args.config, "biggan128_bs2048")
     cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
     ckpt = convert_reference(args.src, args.out, cfg, args.classes)
     out = shlex.quote(args.out)
     print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: --init-from {out}")
+
+
+def _export_dfl(args: argparse.Namespace) -> None:
+    from bigbatch.tasks.swap.files import export_dfl
+
+    out = export_dfl(args.run, args.out, args.name)
+    print(f"Wrote DeepFaceLab model {args.name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
+
+
+def _swap(args: argparse.Namespace) -> None:
+    from bigbatch.engine import dist
+    from bigbatch.tasks.swap.files import swap_folder
+
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    n = swap_folder(args.run, args.in_dir, args.out_dir, dist.context(args.device).device, args.batch)
+    print(f"Swapped {n} faces into {args.out_dir} (masks in {Path(args.out_dir) / 'masks'})")
 
 
 def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
@@ -158,6 +184,8 @@ def _prepare(args: argparse.Namespace) -> None:
         strict=args.strict,
         storage_options=options,
         buckets=args.buckets,
+        masks=args.masks,
+        eyes_mouth=args.eyes_mouth,
         progress=sys.stderr.isatty(),
     )
     print(report.summary())
@@ -286,14 +314,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.set_defaults(func=_train)
 
-    c = sub.add_parser("convert", help="turn BigGAN-PyTorch weights (G.pth, G_ema.pth, D.pth) into a bigbatch run")
-    c.add_argument("src", metavar="SRC", help="BigGAN-PyTorch's weights folder, or one generator .pth")
+    c = sub.add_parser(
+        "convert", help="turn BigGAN-PyTorch weights or a DeepFaceLab SAEHD model folder into a bigbatch run"
+    )
+    c.add_argument(
+        "src", metavar="SRC", help="BigGAN-PyTorch's weights folder or generator .pth, or a DFL SAEHD model folder"
+    )
     c.add_argument("out", metavar="OUT_RUN", help="new run directory to write")
     c.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. model.ch=64")
     c.add_argument("--preset", help="recipe describing the model (default: biggan128_bs2048)")
     c.add_argument("--config", help="TOML config file describing the model")
     c.add_argument("--classes", type=int, help="number of classes (default: read from the weights)")
     c.set_defaults(func=_convert)
+
+    ex = sub.add_parser("export-dfl", help="write a swap run's model as a DeepFaceLab SAEHD model folder")
+    ex.add_argument("run", metavar="RUN", help="swap run directory or checkpoint folder")
+    ex.add_argument("out", metavar="OUT_DIR", help="folder to write <name>_SAEHD_*.npy and _data.dat into")
+    ex.add_argument("--name", default="new", help="DFL's model name (default: new)")
+    ex.set_defaults(func=_export_dfl)
+
+    sw = sub.add_parser("swap", help="swap a folder of aligned dst faces to src with a trained swap model")
+    sw.add_argument("run", metavar="RUN", help="swap run directory, checkpoint folder or DFL SAEHD model folder")
+    sw.add_argument("in_dir", metavar="IN_DIR", help="aligned face images (face detection and alignment: DFL's)")
+    sw.add_argument("out_dir", metavar="OUT_DIR", help="where the swapped faces and their masks go")
+    sw.add_argument("--batch", type=int, default=8, help="faces per forward")
+    sw.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
+    sw.set_defaults(func=_swap)
 
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")
     s.add_argument("path", metavar="RUN_OR_CKPT")
@@ -329,6 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--strict", action="store_true", help="an unreadable or non-image file is an error, not skipped")
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
     pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
+    pr.add_argument(
+        "--masks", metavar="alpha|DIR", help="swap task: keep a face mask, the alpha channel or a folder of masks"
+    )
+    pr.add_argument("--eyes-mouth", metavar="DIR", help="swap task: a folder of eyes-and-mouth masks (with --masks)")
     pr.set_defaults(func=_prepare)
 
     st = sub.add_parser("stats", help="reference feature statistics of a data set for FID/KID (cached)")

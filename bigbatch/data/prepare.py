@@ -12,13 +12,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bigbatch.data.hdf5 import H5Writer
 from bigbatch.data.schedule import BUCKET_RATIOS
-from bigbatch.data.sources import RESIZE, Listing, decode_or_reason, list_source
+from bigbatch.data.sources import RESIZE, Listing, decode_mask, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import WHERE_CREDENTIALS_GO, is_url, option_credentials, public_name, refuse_credentials
 
@@ -77,6 +78,8 @@ def prepare(
     storage_options: dict[str, Any] | None = None,
     buckets: bool = False,
     progress: bool = False,
+    masks: str | None = None,
+    eyes_mouth: str | None = None,
 ) -> Report:
     """Write the images of `src` to the data file `out` (a local .h5 path or a URL to one).
 
@@ -86,7 +89,12 @@ def prepare(
     (LANCZOS); None keeps the images' size, which must then be the same for all. `buckets`: crop
     each image to the nearest aspect ratio of BUCKET_RATIOS instead of a square, about resolution**2
     pixels, stored by bucket. `limit`: use this many files, spread evenly over the listing.
-    `strict`: a file that is not a usable image is an error instead of being skipped."""
+    `strict`: a file that is not a usable image is an error instead of being skipped.
+    `masks` (the swap task's face masks, a fourth channel): "alpha" keeps each image's transparency
+    (opaque where it has none), or a local folder holds a greyscale mask per image under the same
+    relative name (any image extension: faces/a.jpg -> MASKS/faces/a.png). `eyes_mouth`: a folder of
+    eyes-and-mouth masks the same way, a fifth channel (needs `masks`). An image without its mask is
+    skipped (an error with `strict`)."""
     start = time.perf_counter()
     refuse_credentials(str(src), "the source")
     refuse_credentials(str(out), "the output")
@@ -101,6 +109,7 @@ def prepare(
         raise BigbatchError("aspect-ratio buckets need --resolution (the side of the square of the same area)")
     if limit is not None and limit < 1:
         raise BigbatchError(f"--limit must be at least 1, got {limit}")
+    folders = _mask_folders(masks, eyes_mouth)
     workers = default_workers() if workers is None else workers
     if workers < 0:
         raise BigbatchError(f"--workers must be >= 0 (0: decode in this process), got {workers}")
@@ -108,6 +117,8 @@ def prepare(
 
     attrs = {"source": public_name(src), "bigbatch_version": bigbatch.__version__}
     if str(src).startswith("builtin:"):
+        if masks or eyes_mouth:
+            raise BigbatchError("built-in data sets have no masks: --masks and --eyes-mouth take image folders")
         return _prepare_builtin(str(src), str(out), resolution, limit, attrs, storage_options, start)
 
     listing = list_source(src, storage_options)
@@ -119,11 +130,13 @@ def prepare(
     for name in listing.outside:
         _skip(skipped, name, "outside the class folders (every file must be in one when there are any)", strict)
     attrs.update(resize=RESIZE if resolution else "none (images kept at their size)", skipped=0)
+    if masks:
+        attrs.update(masks=masks if masks == "alpha" else "folder", eyes_mouth="folder" if eyes_mouth else "none")
     ratios = BUCKET_RATIOS if buckets else None
     first: tuple[str, tuple[int, ...]] | None = None
     bar = _progress(len(listing.keys), progress)
     with (
-        _decoder(listing, resolution, ratios, workers) as decoded,
+        _decoder(listing, resolution, ratios, workers, masks == "alpha") as decoded,
         H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
     ):
         for i, result in enumerate(decoded):
@@ -133,6 +146,12 @@ def prepare(
                 _skip(skipped, name, result, strict)
                 continue
             image = result[1]
+            if folders:
+                found = _with_masks(image, name, folders, resolution, ratios)
+                if isinstance(found, str):
+                    _skip(skipped, name, found, strict)
+                    continue
+                image = found
             if first is None:
                 first = (name, image.shape)
             elif image.shape != first[1] and not buckets:
@@ -173,23 +192,57 @@ def _progress(total: int, enabled: bool) -> Any:
     return tqdm(total=total, unit="img", disable=not enabled or not sys.stderr.isatty(), dynamic_ncols=True)
 
 
+MASK_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
+    """The mask folders to read (none for --masks alpha), checked."""
+    if eyes_mouth and not masks:
+        raise BigbatchError("--eyes-mouth is channel 5, after the mask: give --masks alpha or --masks DIR too")
+    folders = [Path(f) for f in (masks, eyes_mouth) if f and f != "alpha"]
+    for folder in folders:
+        if is_url(str(folder)) or not folder.is_dir():
+            raise BigbatchError(f"mask folder {folder} is not a local folder; give --masks alpha or a folder of masks")
+    return folders
+
+
+def _with_masks(
+    image: np.ndarray, name: str, folders: list[Path], resolution: int | None, ratios: Sequence[float] | None
+) -> np.ndarray | str:
+    """`image` with one channel more per mask folder (the mask of the same relative name), or the reason why not."""
+    channels = [image]
+    for folder in folders:
+        stem = Path(name).with_suffix("")
+        found = [folder / f"{stem}{s}" for s in MASK_SUFFIXES if (folder / f"{stem}{s}").is_file()]
+        if not found:
+            return f"no mask {stem}.png (or .jpg, ...) in {folder}"
+        try:
+            mask = decode_mask(found[0].read_bytes(), resolution, ratios)
+        except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data
+            return f"mask {found[0]} is not a usable image ({type(e).__name__}: {e})"
+        if mask.shape != image.shape[:2]:
+            return f"mask {found[0]} is {mask.shape[1]}x{mask.shape[0]}, the image {image.shape[1]}x{image.shape[0]}"
+        channels.append(mask[..., None])
+    return np.concatenate(channels, axis=2)
+
+
 _worker: dict[str, Any] = {}
 
 
-def _init_worker(listing_source: Any, resolution: int | None, ratios: Sequence[float] | None) -> None:
-    _worker.update(source=listing_source, resolution=resolution, ratios=ratios)
+def _init_worker(listing_source: Any, resolution: int | None, ratios: Sequence[float] | None, alpha: bool) -> None:
+    _worker.update(source=listing_source, resolution=resolution, ratios=ratios, alpha=alpha)
 
 
 def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
     """In a worker: read the files (local sources) or take the bytes (remote), then decode them."""
     source = _worker["source"]
     data = source.read(payload) if source.worker_reads else payload
-    return [decode_or_reason(d, _worker["resolution"], _worker["ratios"]) for d in data]
+    return [decode_or_reason(d, _worker["resolution"], _worker["ratios"], _worker["alpha"]) for d in data]
 
 
 @contextmanager
 def _decoder(
-    listing: Listing, resolution: int | None, ratios: Sequence[float] | None, workers: int
+    listing: Listing, resolution: int | None, ratios: Sequence[float] | None, workers: int, alpha: bool = False
 ) -> Iterator[Iterator[tuple[int, np.ndarray] | str]]:
     """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one).
     Entered before the output file is opened, so that no worker inherits its handle."""
@@ -200,10 +253,11 @@ def _decoder(
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, resolution, ratios))
+        args = (source, resolution, ratios, alpha)
+        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=args)
         pool.submit(int).result()  # start the workers now
     else:
-        _init_worker(source, resolution, ratios)
+        _init_worker(source, resolution, ratios, alpha)
     if not source.worker_reads:
         # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
         fetcher = ThreadPoolExecutor(FETCHERS)

@@ -234,42 +234,68 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img if img.mode == "RGB" else img.convert("RGB")
 
 
-def decode(data: bytes, resolution: int | None = None, ratios: Sequence[float] | None = None) -> tuple[int, np.ndarray]:
+def fit(img: Image.Image, resolution: int | None, ratios: Sequence[float] | None = None) -> tuple[int, Image.Image]:
+    """(bucket, image) center-cropped to a square of `resolution`, or with `ratios` (width/height) to
+    the nearest shape of `bucket_shapes(resolution, ratios)`, and resized with LANCZOS; unchanged
+    without `resolution`."""
+    bucket = 0
+    if resolution is None:
+        return bucket, img
+    w, h = img.size
+    th, tw = resolution, resolution
+    if ratios is not None:
+        shapes = bucket_shapes(resolution, ratios)
+        bucket = nearest_bucket(w, h, [sw / sh for sh, sw in shapes])
+        th, tw = shapes[bucket]
+    ratio = tw / th
+    cw, ch = (max(1, round(h * ratio)), h) if w / h > ratio else (w, max(1, round(w / ratio)))
+    if (cw, ch) != (w, h):
+        # Crop first: resize(box=...) would let the filter reach pixels outside the crop.
+        left, top = (w - cw) // 2, (h - ch) // 2
+        img = img.crop((left, top, left + cw, top + ch))
+    if (tw, th) != (cw, ch):
+        img = img.resize((tw, th), Image.Resampling.LANCZOS)
+    return bucket, img
+
+
+def decode(
+    data: bytes, resolution: int | None = None, ratios: Sequence[float] | None = None, alpha: bool = False
+) -> tuple[int, np.ndarray]:
     """Decode one image file to (bucket, uint8 HxWx3). With `resolution`: center-cropped to a square,
     or with `ratios` (width/height) to the nearest shape of `bucket_shapes(resolution, ratios)`
-    (bucket is its index), and resized with LANCZOS. EXIF orientation is applied first. Raises on
-    bad data."""
+    (bucket is its index), and resized with LANCZOS. EXIF orientation is applied first. `alpha`: a
+    fourth channel, the image's transparency (opaque where it has none; the face mask of the swap
+    task). Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()  # decode now: truncated files fail here, not later
         img = ImageOps.exif_transpose(img) or img
+        mask = img.convert("RGBA").getchannel("A") if alpha else None
         img = to_rgb(img)
-    bucket = 0
-    if resolution is not None:
-        w, h = img.size
-        th, tw = resolution, resolution
-        if ratios is not None:
-            shapes = bucket_shapes(resolution, ratios)
-            bucket = nearest_bucket(w, h, [sw / sh for sh, sw in shapes])
-            th, tw = shapes[bucket]
-        ratio = tw / th
-        cw, ch = (max(1, round(h * ratio)), h) if w / h > ratio else (w, max(1, round(w / ratio)))
-        if (cw, ch) != (w, h):
-            # Crop first: resize(box=...) would let the filter reach pixels outside the crop.
-            left, top = (w - cw) // 2, (h - ch) // 2
-            img = img.crop((left, top, left + cw, top + ch))
-        if (tw, th) != (cw, ch):
-            img = img.resize((tw, th), Image.Resampling.LANCZOS)
-    return bucket, np.asarray(img, dtype=np.uint8)
+    bucket, img = fit(img, resolution, ratios)
+    out = np.asarray(img, dtype=np.uint8)
+    if mask is not None:
+        out = np.dstack([out, np.asarray(fit(mask, resolution, ratios)[1], dtype=np.uint8)])
+    return bucket, out
+
+
+def decode_mask(data: bytes, resolution: int | None, ratios: Sequence[float] | None = None) -> np.ndarray:
+    """A mask image file (greyscale; any other mode converted) as uint8 HxW, cropped and resized as
+    `decode` does its image."""
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()
+        img = ImageOps.exif_transpose(img) or img
+        img = img.convert("L")
+    return np.asarray(fit(img, resolution, ratios)[1], dtype=np.uint8)
 
 
 def decode_or_reason(
-    data: bytes | str, resolution: int | None, ratios: Sequence[float] | None
+    data: bytes | str, resolution: int | None, ratios: Sequence[float] | None, alpha: bool = False
 ) -> tuple[int, np.ndarray] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data
     try:
-        return decode(data, resolution, ratios)
+        return decode(data, resolution, ratios, alpha)
     except Image.UnidentifiedImageError:
         return "not an image Pillow can read"
     except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone

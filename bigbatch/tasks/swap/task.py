@@ -39,6 +39,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.tasks.interface import Feed, register
 from bigbatch.tasks.swap import warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
+from bigbatch.tasks.swap.load import build_model, init_from
 from bigbatch.tasks.swap.losses import gaussian_blur, reconstruction_loss
 from bigbatch.tasks.swap.optim import AdaBelief, RMSprop
 
@@ -102,13 +103,6 @@ def _open(cfg: Config, path: str, side: str) -> Any:
     return data
 
 
-def build_model(cfg: Config) -> nn.Module:
-    """The autoencoder the config describes, initialised from train.seed (the global RNG left as it was)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed)
-        return models.create_autoencoder(cfg.model.name, cfg.data.resolution, **cfg.model.options)
-
-
 @register("swap", check=check_config)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
@@ -131,6 +125,8 @@ def build(
             "bigbatch prepare --masks DIR --eyes-mouth DIR, or set it to false",
         )
     net = build_model(cfg).train()
+    if cfg.train.init_from and resumed_at is None:
+        init_from(net, cfg.train.init_from)
     model = rep.prepare(net)
     kind = "adabelief" if s.optimizer == "adabelief" else "rmsprop"
 

@@ -1,0 +1,153 @@
+"""A trained swap model in and out of files: `load_autoencoder` (a run, a checkpoint or a DeepFaceLab
+model folder), `convert_dfl` (`bigbatch convert DFL_FOLDER OUT_RUN`), `export_dfl` (`bigbatch
+export-dfl RUN OUT_DIR`) and `swap_folder` (`bigbatch swap RUN IN_DIR OUT_DIR`).
+
+Face detection, alignment and merging back into the frames stay DeepFaceLab's (its extractor and
+merger): `swap_folder` takes faces already aligned, and `export_dfl` writes a model DFL's merger reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from bigbatch import checkpoints
+from bigbatch.config import Config
+from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
+from bigbatch.models import dfl
+from bigbatch.presets import preset
+from bigbatch.tasks.swap.load import DIMS, is_dfl_folder, load_autoencoder
+from bigbatch.tasks.swap.task import swap_faces
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+
+# DFL's option -> (swap config key, how to read DFL's value)
+_DFL_OPTIONS: dict[str, tuple[str, Any]] = {
+    "masked_training": ("masked_training", bool),
+    "eyes_mouth_prio": ("eyes_mouth_prio", bool),
+    "true_face_power": ("true_face_power", float),
+    "gan_power": ("gan_power", float),
+    "gan_patch_size": ("gan_patch_size", int),
+    "gan_dims": ("gan_dims", int),
+    "random_warp": ("random_warp", bool),
+    "random_src_flip": ("src_flip", bool),
+    "random_dst_flip": ("dst_flip", bool),
+    "lr_dropout": ("lr_dropout", lambda v: v in ("y", "cpu", True)),
+    "adabelief": ("optimizer", lambda v: "adabelief" if v else "rmsprop"),
+}
+
+
+def config_of(options: dict[str, Any], base: Config | None = None) -> Config:
+    """A swap config (saehd128's, or `base`) with a DFL model's options: its model, batch, clipping and
+    training options."""
+    cfg = base or preset("saehd128")
+    updates: dict[str, Any] = {
+        "data.resolution": int(options["resolution"]),
+        "model.options": {k: (str(options[k]) if k == "archi" else int(options[k])) for k in DIMS},
+    }
+    for key, (ours, read) in _DFL_OPTIONS.items():
+        if key in options:
+            updates[f"swap.{ours}"] = read(options[key])
+    if "batch_size" in options:
+        batch = int(options["batch_size"])
+        updates.update({"train.batch": batch, "train.micro_batch": batch})
+    if "clipgrad" in options:
+        updates["train.grad_clip"] = 1.0 if options["clipgrad"] else 0.0
+    return cfg.override(updates)
+
+
+def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | None = None) -> Path:
+    """Write a swap run directory (one checkpoint at 0 kimg) holding a DeepFaceLab SAEHD model: its
+    weights (RGB), and a config with its options (saehd128's otherwise; `overrides` on top, e.g. the
+    data paths to continue training with train.init_from)."""
+    src, out = Path(src), Path(out)
+    if not is_dfl_folder(src):
+        raise BigbatchError(f"{src} is not a DeepFaceLab model folder (no <name>_SAEHD_data.dat in it)")
+    if out.exists() and any(out.iterdir()):
+        raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
+    model, data = dfl.load_model_folder(src)
+    cfg = config_of(data["options"]).override(overrides or {})
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "config.toml", cfg.dumps())
+    info = {"img_channels": 3, "resolution": model.resolution, "archi": model.archi, "converted_from": str(src)}
+    state = {"converted_from": str(src), "dfl_iter": int(data.get("iter", 0) or 0)}
+    return checkpoints.save_checkpoint(out, 0, {"model": model}, state, cfg.dumps(), 1, info)
+
+
+def dfl_options(cfg: Config) -> dict[str, Any]:
+    """DFL's options for a swap config (what its trainer shows and its merger reads)."""
+    s = cfg.swap
+    inverse = {ours: key for key, (ours, _) in _DFL_OPTIONS.items()}
+    options: dict[str, Any] = {}
+    for f in dataclasses.fields(s):
+        if f.name in inverse and f.name not in ("optimizer", "lr_dropout"):
+            options[inverse[f.name]] = getattr(s, f.name)
+    options.update(
+        gan_patch_size=s.gan_patch_size or cfg.data.resolution // 8,
+        adabelief=s.optimizer == "adabelief",
+        lr_dropout="y" if s.lr_dropout else "n",
+        clipgrad=cfg.train.grad_clip > 0,
+        batch_size=cfg.train.batch,
+        face_type="wf",
+        pretrain=False,
+    )
+    return options
+
+
+def export_dfl(path: str | Path, out: str | Path, name: str = "new") -> Path:
+    """Write the model of a swap run (or checkpoint) as a DeepFaceLab SAEHD model folder `out`
+    (`<name>_SAEHD_*.npy` in BGR and `<name>_SAEHD_data.dat`), for DFL's merger or trainer. face_type is
+    written as "wf" (whole face): set it to the face type the faces were extracted with in DFL."""
+    model = load_autoencoder(path)
+    ckpt = model.checkpoint
+    state = torch.load(io.BytesIO((ckpt / "state.pt").read_bytes()), weights_only=True)
+    iteration = int(state.get("steps", 0)) + int(state.get("dfl_iter", 0))
+    dfl.save_model_folder(model, out, name, options=dfl_options(model.config), iteration=iteration)
+    return Path(out)
+
+
+def swap_folder(
+    path: str | Path, in_dir: str | Path, out_dir: str | Path, device: str | torch.device = "cpu", batch: int = 8
+) -> int:
+    """Swap every aligned face image in `in_dir` to src with the model of `path` (a run, a checkpoint
+    or a DFL model folder): OUT_DIR/<name>.png, the swapped face blended into the input by the
+    predicted mask, and OUT_DIR/masks/<name>.png, the mask. Returns the number of faces."""
+    in_dir, out_dir = Path(in_dir), Path(out_dir)
+    if not in_dir.is_dir():
+        raise BigbatchError(f"{in_dir} is not a folder of aligned face images")
+    files = sorted(p for p in in_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    if not files:
+        raise BigbatchError(f"{in_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    model = load_autoencoder(path, device)
+    res = model.resolution
+    (out_dir / "masks").mkdir(parents=True, exist_ok=True)
+    for i in range(0, len(files), batch):
+        faces = []
+        for f in files[i : i + batch]:
+            try:
+                with Image.open(f) as img:
+                    faces.append(np.asarray(img.convert("RGB").resize((res, res), Image.Resampling.LANCZOS)))
+            except (OSError, ValueError) as e:
+                raise BigbatchError(f"{f} is not a usable image ({e})") from None
+        dst = torch.from_numpy(np.stack(faces))
+        swapped, masks = swap_faces(model, dst, batch)
+        m = masks[..., None].float() / 255
+        blended = (swapped.float() * m + dst.float() * (1 - m)).round().to(torch.uint8)
+        for f, face, mask in zip(files[i : i + batch], blended, masks):
+            _save_png(Image.fromarray(face.numpy()), out_dir / f"{f.stem}.png")
+            _save_png(Image.fromarray(mask.numpy()), out_dir / "masks" / f"{f.stem}.png")
+    return len(files)
+
+
+def _save_png(image: Image.Image, path: Path) -> None:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    atomic_write(path, buffer.getvalue())
