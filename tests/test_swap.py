@@ -1,0 +1,333 @@
+"""The swap task (DeepFaceLab's SAEHD on the engine): each archi's shapes, every loss term, the warp,
+training with masks and both discriminators, resume and process-count invariance, and the files in
+and out (prepare --masks, export-dfl, convert, swap)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from safetensors.torch import load_file
+
+import bigbatch
+from bigbatch.data.prepare import prepare
+from bigbatch.errors import BigbatchError
+from bigbatch.models import dfl
+from bigbatch.models.saehd import SAEHD
+from bigbatch.tasks.swap import warp
+from bigbatch.tasks.swap.files import swap_folder
+from bigbatch.tasks.swap.load import load_autoencoder
+from bigbatch.tasks.swap.losses import dssim, gaussian_blur, ssim
+from bigbatch.tasks.swap.task import SwapTask, preview_sheet
+
+TINY = {"ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2}
+
+
+@pytest.mark.parametrize("archi", ["df", "liae", "df-ud", "liae-ud", "df-t", "liae-udt", "df-c"])
+def test_every_archi_reconstructs_at_its_resolution_and_trains_every_weight(archi):
+    torch.manual_seed(0)
+    net = SAEHD(64, archi, **TINY)
+    src, dst = torch.rand(2, 3, 64, 64), torch.rand(2, 3, 64, 64)
+    a, am, b, bm, src_code, dst_code = net(src, dst)
+    assert a.shape == b.shape == (2, 3, 64, 64) and am.shape == bm.shape == (2, 1, 64, 64)
+    assert src_code.shape == dst_code.shape and src_code.shape[0] == 2
+    (a.sum() + am.sum() + b.sum() + bm.sum()).backward()
+    # liae's inter_AB feeds both sides, inter_B dst only; df's decoders one side each: all get gradients.
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
+    image, mask, dst_mask = net.swap(dst)
+    assert image.shape == (2, 3, 64, 64) and mask.shape == dst_mask.shape == (2, 1, 64, 64)
+    for block in net.checkpoint_blocks:
+        net.get_submodule(block)
+
+
+def _dense_dssim(a, b, size, sigma=1.5):
+    """DFL's window as one 2-D kernel (what the separable passes must equal)."""
+    d = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
+    w = torch.softmax((-(d[None] ** 2 + d[:, None] ** 2) / (2 * sigma**2)).flatten(), 0).view(1, 1, size, size)
+    a, b = a.double(), b.double()
+    c = a.shape[1]
+    w = w.expand(c, 1, size, size)
+
+    def mean(x):
+        return F.conv2d(x, w, groups=c)
+
+    mu_a, mu_b = mean(a), mean(b)
+    lum = (2 * mu_a * mu_b + 1e-4) / (mu_a**2 + mu_b**2 + 1e-4)
+    cs = (2 * mean(a * b) - 2 * mu_a * mu_b + 9e-4) / (mean(a * a + b * b) - mu_a**2 - mu_b**2 + 9e-4)
+    return (1 - (lum * cs).mean(dim=(2, 3))) / 2
+
+
+def test_dssim_is_fp32_under_autocast_and_equals_the_2d_window():
+    torch.manual_seed(0)
+    a, b = torch.rand(2, 3, 48, 48), torch.rand(2, 3, 48, 48)
+    plain = dssim(a, b, 11)
+    assert torch.allclose(plain.double(), _dense_dssim(a, b, 11), atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under = dssim(a.bfloat16(), b.bfloat16(), 11)
+    assert under.dtype == torch.float32
+    assert torch.equal(under, dssim(a.bfloat16().float(), b.bfloat16().float(), 11))
+    assert ssim(a, a, 128).sub(1).abs().max() < 1e-6  # an image is its own perfect reconstruction
+
+
+def test_gaussian_blur_is_dfls():
+    x = torch.rand(1, 1, 20, 20, dtype=torch.float64)
+    sigma = 2.0  # DFL: max(3, int(4σ)) taps, made odd, Gaussian about the middle, normalised, zero padding
+    size = 9
+    k = np.exp(-((np.arange(size) - size // 2) ** 2) / (2 * sigma**2))
+    k2 = np.outer(k, k) / np.outer(k, k).sum()
+    ref = F.conv2d(F.pad(x, (4, 4, 4, 4)), torch.from_numpy(k2)[None, None])
+    assert torch.allclose(gaussian_blur(x.float(), sigma).double(), ref, atol=1e-6)
+
+
+def test_warp_moves_the_input_only_and_is_the_identity_at_rest():
+    torch.manual_seed(0)
+    x = torch.rand(3, 4, 32, 32)
+    g = torch.Generator().manual_seed(0)
+    theta, offsets, cells, flips = warp.draw(3, g, flip=False)
+    inp, target = warp.apply(x, theta, offsets, cells, flips, warp=False)
+    assert torch.equal(inp, target[:, :3]) and target.shape == (3, 4, 32, 32)
+    warped, target2 = warp.apply(x, theta, offsets, cells, flips, warp=True)
+    assert torch.equal(target, target2) and not torch.allclose(warped, target2[:, :3])
+    rest = torch.eye(2, 3).expand(3, 2, 3)
+    still, _ = warp.apply(x, rest, torch.zeros_like(offsets), cells, torch.zeros(3, dtype=torch.bool), warp=True)
+    assert torch.allclose(still, x[:, :3], atol=1e-5)
+    many = warp.draw(4000, torch.Generator().manual_seed(1), flip=True)
+    assert 0.37 < many[3].float().mean() < 0.43  # DFL mirrors with p 0.4
+    assert set(many[2].tolist()) == set(warp.CELLS)
+
+
+@pytest.fixture
+def faces(tmp_path):
+    """Two tiny face sets with masks (alpha) and eyes-and-mouth regions (a folder), as prepare writes them."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for side in ("src", "dst"):
+        (tmp_path / side / "img").mkdir(parents=True)
+        (tmp_path / side / "em").mkdir()
+        for i in range(12):
+            a = rng.integers(0, 256, (72, 72, 4), dtype=np.uint8)
+            a[..., 3] = 0
+            a[12:60, 16:56, 3] = 255
+            Image.fromarray(a, "RGBA").save(tmp_path / side / "img" / f"{i:02d}.png")
+            em = np.zeros((72, 72), np.uint8)
+            em[24:32, 20:52] = 255
+            Image.fromarray(em).save(tmp_path / side / "em" / f"{i:02d}.png")
+        out = tmp_path / f"{side}.h5"
+        prepare(
+            str(tmp_path / side / "img"), str(out), 64, workers=0, masks="alpha", eyes_mouth=str(tmp_path / side / "em")
+        )
+        paths.append(out)
+    return paths
+
+
+def swap_config(src, dst, **over):
+    cfg = bigbatch.preset("saehd_cpu").override(
+        {
+            "data.path": str(src),
+            "data.dst_path": str(dst),
+            "data.val_fraction": 0.0,
+            "model.options": {"archi": "df-u", **TINY},
+            "train.batch": 4,
+            "train.micro_batch": 2,
+            "train.kimg": 0.016,
+            "train.log_every_kimg": 0.004,
+            "checkpoint.every_kimg": 0.008,
+            "sample.every_kimg": 0.008,
+            "eval.every_kimg": 0.0,
+            "swap.eyes_mouth_prio": True,
+            "swap.true_face_power": 0.1,
+            "swap.gan_power": 0.1,
+            "swap.lr_dropout": True,
+        }
+    )
+    return cfg.override(over)
+
+
+def test_prepare_keeps_masks_as_channels(faces, tmp_path):
+    src = bigbatch.data.load_data(str(faces[0]), 64)
+    images, _ = src.get(torch.arange(2))
+    assert src.channels == 5 and images.shape == (2, 64, 64, 5)
+    mask, em = images[0, ..., 3].float() / 255, images[0, ..., 4].float() / 255
+    assert 0.3 < mask.mean() < 0.5 and em.sum() > 0 and (em * (1 - mask)).sum() < em.sum() * 0.01
+    with pytest.raises(BigbatchError, match="--eyes-mouth is channel 5"):
+        prepare(str(tmp_path / "src" / "img"), str(tmp_path / "x.h5"), 64, eyes_mouth=str(tmp_path / "src" / "em"))
+    (tmp_path / "src" / "em" / "03.png").unlink()
+    report = prepare(
+        str(tmp_path / "src" / "img"),
+        str(tmp_path / "y.h5"),
+        64,
+        workers=0,
+        masks="alpha",
+        eyes_mouth=str(tmp_path / "src" / "em"),
+    )
+    assert report.count == 11 and "no mask 03.png" in report.skipped[0][1]
+
+
+def _task(cfg):
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    return build_task(cfg, replicator_for(cfg), training_data(cfg))
+
+
+def test_each_loss_term_is_dfls(faces):
+    task = _task(swap_config(*faces))
+    torch.manual_seed(0)
+    target, pred = torch.rand(2, 3, 64, 64), torch.rand(2, 3, 64, 64)
+    mask = torch.zeros(2, 1, 64, 64)
+    mask[..., 16:48, 16:48] = 1
+    em = torch.zeros(2, 1, 64, 64)
+    em[..., 24:30, 20:44] = 1
+    pred_mask = torch.rand(2, 1, 64, 64)
+    base = task.side_loss(target, mask, None, pred, pred_mask)
+    # Masked training: what lies outside the blurred mask does not count in the image terms.
+    outside = pred.clone()
+    outside[..., :, :4] = 0.0
+    assert torch.allclose(task.side_loss(target, mask, None, outside, pred_mask), base, atol=1e-5)
+    # The eyes-and-mouth priority adds 300·L1 inside the region.
+    extra = task.side_loss(target, mask, em, pred, pred_mask) - base
+    assert torch.allclose(extra, 300 * ((target - pred) * em).abs().mean(dim=(1, 2, 3)), atol=1e-4)
+    # The mask term: 10·MSE of the predicted mask.
+    other = task.side_loss(target, mask, None, pred, pred_mask + 0.1) - base
+    expected = 10 * ((mask - pred_mask - 0.1).square() - (mask - pred_mask).square()).mean(dim=(1, 2, 3))
+    assert torch.allclose(other, expected, atol=1e-5)
+    # Without masked training the image terms see the whole image.
+    task.cfg = task.cfg.override({"swap.masked_training": False})
+    assert not torch.allclose(
+        task.side_loss(target, mask, None, outside, pred_mask), task.side_loss(target, mask, None, pred, pred_mask)
+    )
+
+
+def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path, monkeypatch):
+    cfg = swap_config(*faces)
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    rows = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "src_loss" in r]
+    assert trained and all(k in trained[-1] for k in ("dst_loss", "loss_code_discriminator", "loss_gan"))
+    ckpt = whole / "checkpoints" / "000000.016"
+    assert {p.name for p in ckpt.glob("*.safetensors")} == {
+        "model.safetensors",
+        "code_discriminator.safetensors",
+        "gan.safetensors",
+    }
+    preview = Image.open(sorted((whole / "samples").glob("preview-*.png"))[-1])
+    assert preview.size == (7 * 64, 8 * 64)  # src, rec, dst, rec, swap, mask, blend; a row per face (sample.n 8)
+
+    step = SwapTask.step
+
+    def stop_after_two(self, feed):
+        out = step(self, feed)
+        if feed.nimg == 8:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(SwapTask, "step", stop_after_two)
+    part = bigbatch.train(cfg, run_dir=tmp_path / "part", quiet=True)
+    monkeypatch.setattr(SwapTask, "step", step)
+    bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
+    for name in ("model", "code_discriminator", "gan"):
+        a = (ckpt / f"{name}.safetensors").read_bytes()
+        assert a == (part / "checkpoints" / "000000.016" / f"{name}.safetensors").read_bytes(), name
+
+
+def test_two_processes_train_the_weights_of_one(faces, tmp_path):
+    cfg = swap_config(*faces, **{"train.kimg": 0.008, "train.batch": 8, "train.micro_batch": 2})
+    (tmp_path / "swap.toml").write_text(cfg.dumps())
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    weights = []
+    for procs in (1, 2):
+        cmd = [sys.executable, "-m", "bigbatch.cli", "train"]
+        if procs > 1:
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node=2",
+                "-m",
+                "bigbatch.cli",
+                "train",
+            ]
+        run = tmp_path / f"p{procs}"
+        out = subprocess.run(
+            cmd + ["--config", str(tmp_path / "swap.toml"), "--run-dir", str(run)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        weights.append(load_file(run / "checkpoints" / "000000.008" / "model.safetensors"))
+    assert weights[0].keys() == weights[1].keys()
+    # The same images, warps and dropout masks; the gradient sums in another order (ranks, then accumulation).
+    for k in weights[0]:
+        assert torch.allclose(weights[0][k], weights[1][k], rtol=1e-4, atol=1e-6), k
+
+
+def test_export_convert_and_swap_round_trip(faces, tmp_path):
+    cfg = swap_config(*faces, **{"train.kimg": 0.004, "swap.true_face_power": 0.0, "swap.gan_power": 0.0})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "bigbatch.cli", *args], capture_output=True, text=True, timeout=120
+        )
+
+    out = cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me")
+    assert out.returncode == 0, out.stderr
+    data = dfl.read_pickle(tmp_path / "dfl" / "me_SAEHD_data.dat")
+    assert data["options"]["archi"] == "df-u" and data["options"]["eyes_mouth_prio"] is True and data["iter"] == 1
+    out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"))
+    assert out.returncode == 0, out.stderr
+    a, b = load_autoencoder(run), load_autoencoder(tmp_path / "back")
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    back = bigbatch.Config.load(tmp_path / "back" / "config.toml")
+    assert back.task == "swap" and back.swap.eyes_mouth_prio and back.model.options["ae_dims"] == TINY["ae_dims"]
+    n = swap_folder(tmp_path / "back", tmp_path / "dst" / "img", tmp_path / "swapped")
+    assert n == 12 and len(list((tmp_path / "swapped" / "masks").glob("*.png"))) == 12
+    assert Image.open(tmp_path / "swapped" / "00.png").size == (64, 64)
+    # train.init_from a DFL folder starts from its weights.
+    started = _task(cfg.override({"train.init_from": str(tmp_path / "dfl")}))
+    assert all(torch.equal(x, y) for x, y in zip(started.plain().state_dict().values(), a.state_dict().values()))
+    sheet = preview_sheet(a, torch.zeros(2, 64, 64, 3, dtype=torch.uint8), torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
+    assert sheet.size == (7 * 64, 2 * 64)
+    bad = cli("swap", str(run), str(tmp_path / "nowhere"), str(tmp_path / "o"))
+    assert bad.returncode == 2 and "not a folder of aligned face images" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        ({"data.dst_path": ""}, "data.dst_path' must name the dst faces"),
+        ({"model.options": {"archi": "liae-ud", **TINY}}, "true_face_power' works with df archis only"),
+        ({"train.g_lr": 1e-3}, "'train.g_lr' is not read by task = \"swap\""),
+        ({"data.xflip": True}, "swap.src_flip and swap.dst_flip"),
+        ({"eval.every_kimg": 1.0}, "set data.val_fraction"),
+    ],
+)
+def test_config_mistakes_are_named(faces, over, words):
+    with pytest.raises(BigbatchError, match=words.replace("(", r"\(").replace(".", r"\.")):
+        swap_config(*faces).override(over)
+
+
+def test_eyes_mouth_priority_needs_the_region(tmp_path):
+    cfg = bigbatch.preset("saehd_cpu").override(
+        {
+            "data.dst_path": "builtin:digits",
+            "model.options": {"archi": "df-u", **TINY},
+            "swap.eyes_mouth_prio": True,
+            "data.val_fraction": 0.0,
+            "eval.every_kimg": 0.0,
+        }
+    )
+    with pytest.raises(BigbatchError, match="eyes_mouth_prio' needs the eyes-and-mouth region"):
+        _task(cfg)
