@@ -180,10 +180,10 @@ def _count(value: Any) -> bool:
 
 
 def model_info(ckpt: Path) -> dict[str, Any]:
-    """meta.json of a checkpoint with what its nets were built for (class count, channels), or a
-    BigbatchError saying it has none."""
+    """meta.json of a checkpoint with what its nets were built for (channels; class count for GANs and
+    classifiers), or a BigbatchError saying it has none."""
     meta = read_meta(ckpt)
-    if meta is None or "n_classes" not in meta or "img_channels" not in meta:
+    if meta is None or "img_channels" not in meta:
         raise BigbatchError(
             f"checkpoint {ckpt} has no usable meta.json; it was not written by this version of bigbatch"
         )

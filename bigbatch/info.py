@@ -36,11 +36,23 @@ def describe_run(path: str | Path) -> str:
         if isinstance(record, dict):
             lines.append(f"best        {best} ({record.get('metric')} {record.get('value', float('nan')):.4g})")
     lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
-    lines.append(
-        f"recipe      {cfg.name}: data {cfg.data.path} at {cfg.data.resolution}px, {meta['n_classes'] or 'no'} classes"
-    )
+    if cfg.task == "swap":
+        lines.append(f"recipe      {cfg.name}: src {cfg.data.path}, dst {cfg.data.dst_path} at {cfg.data.resolution}px")
+    else:
+        classes = meta.get("n_classes") or "no"
+        lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {cfg.data.resolution}px, {classes} classes")
     options = f" {m.options}" if m.options else ""
-    if cfg.task == "gan":
+    if cfg.task == "swap":
+        s = cfg.swap
+        extras = [f"{k} {getattr(s, k):g}" for k in ("true_face_power", "gan_power") if getattr(s, k)]
+        flags = [k for k in ("masked_training", "eyes_mouth_prio", "random_warp", "lr_dropout") if getattr(s, k)]
+        lines.append(f"model       {m.name}{options}")
+        lines.append(
+            f"training    batch {t.batch} (micro {t.micro_batch}), {s.optimizer} lr {s.lr:g}, clip {t.grad_clip:g}, "
+            f"{', '.join(flags + extras) or 'plain'}, {t.precision}"
+            f"{' + checkpointing' if t.checkpointing else ''}, seed {t.seed}"
+        )
+    elif cfg.task == "gan":
         lines.append(f"model       {m.name} ch {m.ch} dim_z {m.dim_z}{options}")
         lines.append(
             f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "

@@ -295,9 +295,19 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path):
     n = swap_folder(tmp_path / "back", tmp_path / "dst" / "img", tmp_path / "swapped")
     assert n == 12 and len(list((tmp_path / "swapped" / "masks").glob("*.png"))) == 12
     assert Image.open(tmp_path / "swapped" / "00.png").size == (64, 64)
-    # train.init_from a DFL folder starts from its weights.
+    # The optimizer's moments go to DFL's src_dst_opt file, under DFL's names, and come back with train.init_from.
+    opt_file = dfl.read_weights(tmp_path / "dfl" / "me_SAEHD_src_dst_opt.npy")
+    assert int(opt_file["iters:0"]) == 1
+    assert {"ms_encoder/down1/downs_0/conv1/weight_0:0", "vs_decoder_dst/out_convm/bias_0:0"} <= set(opt_file)
     started = _task(cfg.override({"train.init_from": str(tmp_path / "dfl")}))
     assert all(torch.equal(x, y) for x, y in zip(started.plain().state_dict().values(), a.state_dict().values()))
+    saved = torch.load(run / "checkpoints" / "000000.004" / "state.pt", weights_only=True)["opt"]
+    mine = started.opt.state_dict()
+    assert mine["param_groups"][0]["step"] == 1 and mine["state"].keys() == saved["state"].keys()
+    for i, moments in saved["state"].items():
+        assert all(torch.equal(moments[k], mine["state"][i][k]) for k in ("m", "v")), i
+    info = cli("info", str(run))
+    assert info.returncode == 0 and "src " in info.stdout and "adabelief lr" in info.stdout
     sheet = preview_sheet(a, torch.zeros(2, 64, 64, 3, dtype=torch.uint8), torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
     assert sheet.size == (7 * 64, 2 * 64)
     bad = cli("swap", str(run), str(tmp_path / "nowhere"), str(tmp_path / "o"))

@@ -3,7 +3,8 @@
 DFL saves each model part as `<name>_SAEHD_<part>.npy`, which is not a NumPy file but a pickle
 (protocol 4) of {key: float32 array}, keys being the TF variable names without their first scope and
 with ":0" (`down1/downs_0/conv1/weight:0`), arrays in TF layout (conv kernels H, W, in, out; dense in,
-out). `<name>_SAEHD_data.dat` is a pickle of the options and the iteration count. Pickles can run code,
+out). `<name>_SAEHD_data.dat` is a pickle of the options and the iteration count, `<name>_SAEHD_src_dst_opt.npy`
+the optimizer's moments (a pickle too). Pickles can run code,
 so these are read by an unpickler that builds only NumPy arrays and scalars, dicts, lists, tuples,
 strings, numbers and booleans, and refuses anything else with one line naming what the file asked for.
 """
@@ -137,6 +138,66 @@ def import_part(module: nn.Module, weights: dict[str, np.ndarray], what: str) ->
             )
         loaded[name] = value
     module.load_state_dict(loaded)
+
+
+# ---- optimizer files --------------------------------------------------------------------------------
+# DFL's `<name>_SAEHD_src_dst_opt.npy`: {"iters:0": steps, "<slot>_<part>/<key>_0:0": array} for every
+# weight of the model (slots ms and vs for AdaBelief, acc for RMSprop), arrays in the weights' layout.
+OPT_SLOTS = {"adabelief": {"ms": "m", "vs": "v"}, "rmsprop": {"acc": "acc"}}
+
+
+def _opt_key(slot: str, part: str, key: str) -> str:
+    """DFL's name of a weight's optimizer slot: TF's `ms_{v.name}` with ':' made '_', plus ':0'."""
+    return f"{slot}_{part}/{key.removesuffix(':0')}_0:0"
+
+
+def export_optimizer(
+    model: nn.Module, state: dict[nn.Parameter, dict[str, torch.Tensor]], step: int, kind: str
+) -> dict:
+    """An RGB model's optimizer moments (`state`: per parameter, as bigbatch's AdaBelief/RMSprop keep
+    them; zeros where a parameter has none) as DFL's optimizer file holds them, in BGR."""
+    import copy
+
+    out: dict[str, Any] = {"iters:0": np.int64(step)}
+    for slot, ours in OPT_SLOTS[kind].items():
+        moments = copy.deepcopy(model)
+        with torch.no_grad():
+            for mine, p in zip(moments.parameters(), model.parameters()):
+                value = state.get(p, {}).get(ours)
+                mine.copy_(value if value is not None else torch.zeros_like(p))
+        flip_colour_order(moments)
+        for part in moments.parts:
+            for key, array in export_part(getattr(moments, part)).items():
+                out[_opt_key(slot, part, key)] = array
+    return out
+
+
+def import_optimizer(model: nn.Module, arrays: dict[str, Any], kind: str, what: str) -> tuple[dict, int]:
+    """DFL's optimizer file for an RGB model: ({parameter: {slot: tensor}}, steps). A file of the other
+    optimizer, or for another model, is named in one line."""
+    import copy
+
+    slots = OPT_SLOTS[kind]
+    if not any(k.startswith(f"{next(iter(slots))}_") for k in arrays):
+        other = "RMSprop" if kind == "adabelief" else "AdaBelief"
+        raise BigbatchError(
+            f"{what} holds {other} state, not {kind}'s: set swap.optimizer to match, or delete the file"
+        )
+    state: dict[nn.Parameter, dict[str, torch.Tensor]] = {p: {} for p in model.parameters()}
+    for slot, ours in slots.items():
+        moments = copy.deepcopy(model)
+        for part in moments.parts:
+            module = getattr(moments, part)
+            keys = {dfl_key(k): _opt_key(slot, part, dfl_key(k)) for k in module.state_dict()}
+            missing = [v for v in keys.values() if v not in arrays]
+            if missing:
+                raise BigbatchError(f"{what} lacks {len(missing)} entries of this model, e.g. {missing[0]!r}")
+            import_part(module, {k: arrays[v] for k, v in keys.items()}, what)
+        flip_colour_order(moments)
+        for p, value in zip(model.parameters(), moments.parameters()):
+            state[p][ours] = value.detach().clone()
+    iters = arrays.get("iters:0", 0)
+    return state, int(np.asarray(iters))
 
 
 # ---- whole model folders ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
 from bigbatch.presets import preset
-from bigbatch.tasks.swap.load import DIMS, is_dfl_folder, load_autoencoder
+from bigbatch.tasks.swap.load import DIMS, is_dfl_folder, load_autoencoder, trained_parameters
 from bigbatch.tasks.swap.task import swap_faces
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
@@ -104,13 +104,23 @@ def dfl_options(cfg: Config) -> dict[str, Any]:
 
 def export_dfl(path: str | Path, out: str | Path, name: str = "new") -> Path:
     """Write the model of a swap run (or checkpoint) as a DeepFaceLab SAEHD model folder `out`
-    (`<name>_SAEHD_*.npy` in BGR and `<name>_SAEHD_data.dat`), for DFL's merger or trainer. face_type is
+    (`<name>_SAEHD_*.npy` in BGR, `<name>_SAEHD_data.dat`, and the optimizer's moments in
+    `<name>_SAEHD_src_dst_opt.npy`), for DFL's merger or trainer. face_type is
     written as "wf" (whole face): set it to the face type the faces were extracted with in DFL."""
     model = load_autoencoder(path)
     ckpt = model.checkpoint
     state = torch.load(io.BytesIO((ckpt / "state.pt").read_bytes()), weights_only=True)
     iteration = int(state.get("steps", 0)) + int(state.get("dfl_iter", 0))
-    dfl.save_model_folder(model, out, name, options=dfl_options(model.config), iteration=iteration)
+    cfg = model.config
+    dfl.save_model_folder(model, out, name, options=dfl_options(cfg), iteration=iteration)
+    if "opt" in state:  # the optimizer's moments, so that DFL's trainer goes on where this run stopped
+        saved = state["opt"]
+        params = trained_parameters(model, cfg)
+        index = [i for group in saved["param_groups"] for i in group["params"]]
+        moments = {params[i]: saved["state"][i] for i in index if i in saved["state"]}
+        step = int(saved["param_groups"][0].get("step", 0))
+        arrays = dfl.export_optimizer(model, moments, step, cfg.swap.optimizer)
+        dfl.write_weights(Path(out) / f"{name}_SAEHD_src_dst_opt.npy", arrays)
     return Path(out)
 
 

@@ -60,3 +60,35 @@ def init_from(model: nn.Module, path: str) -> None:
         diff = ", ".join(f"{k} {theirs[k]} (config: {mine[k]})" for k in mine if mine[k] != theirs[k])
         raise BigbatchError(f"train.init_from {path} holds another SAEHD: {diff}; set the config to match")
     model.load_state_dict(source.state_dict())
+
+
+def trained_parameters(model: nn.Module, cfg: Config) -> list[nn.Parameter]:
+    """What the autoencoder's optimizer trains, in its order: every weight, but a liae model's
+    inter_AB when random warp is off (DFL leaves it as it is then)."""
+    frozen = set() if cfg.swap.random_warp or model.kind == "df" else {id(p) for p in model.inter_AB.parameters()}
+    return [p for p in model.parameters() if id(p) not in frozen]
+
+
+def _dfl_optimizer_file(folder: Path) -> Path | None:
+    found = sorted(folder.glob("*_SAEHD_data.dat"))
+    if len(found) != 1:
+        return None
+    path = folder / found[0].name.replace("_data.dat", "_src_dst_opt.npy")
+    return path if path.is_file() else None
+
+
+def init_optimizer(opt: torch.optim.Optimizer, model: nn.Module, path: str, kind: str) -> bool:
+    """train.init_from a DFL model folder that holds its optimizer file: start `opt` from its moments
+    and step count (DFL's training goes on as it would have). False when there is none to read."""
+    folder = Path(path)
+    file = _dfl_optimizer_file(folder) if is_dfl_folder(folder) else None
+    if file is None:
+        return False
+    state, step = dfl.import_optimizer(model, dfl.read_weights(file), kind, str(file))
+    trained = {id(p) for g in opt.param_groups for p in g["params"]}
+    for p, moments in state.items():
+        if id(p) in trained:
+            opt.state[p] = {k: v.to(p.device) for k, v in moments.items()}
+    for group in opt.param_groups:
+        group["step"] = step
+    return True

@@ -39,7 +39,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.tasks.interface import Feed, register
 from bigbatch.tasks.swap import warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
-from bigbatch.tasks.swap.load import build_model, init_from
+from bigbatch.tasks.swap.load import build_model, init_from, init_optimizer, trained_parameters
 from bigbatch.tasks.swap.losses import gaussian_blur, reconstruction_loss
 from bigbatch.tasks.swap.optim import AdaBelief, RMSprop
 
@@ -137,10 +137,9 @@ def build(
             cls(params, lr=s.lr, lr_dropout=drop, lr_cos=cos, seed=(cfg.train.seed, stream)), name
         )
 
-    # DFL leaves a liae model's inter_AB untrained when random warp is off.
-    frozen = [] if s.random_warp or net.kind == "df" else list(net.inter_AB.parameters())
-    trained = [p for p in net.parameters() if all(p is not q for q in frozen)]
-    opt = optimizer(trained, 0, "model")
+    opt = optimizer(trained_parameters(net, cfg), 0, "model")
+    if cfg.train.init_from and resumed_at is None:
+        init_optimizer(opt, net, cfg.train.init_from, kind)
     discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed + 1)

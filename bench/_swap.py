@@ -1,0 +1,78 @@
+"""Shared by the benchmarks: a swap task (DeepFaceLab's SAEHD) from a preset, on a small synthetic data
+file of faces (random RGB and an elliptic face mask, 4 channels) written to a temporary folder, built
+as `bigbatch.train` builds it (`build_task`), so the benchmarks measure what training runs.
+
+    with synthetic_faces(cfg) as cfg:        # data.path and data.dst_path point at the file
+        task, rep = swap_task(cfg, precision="bf16", checkpointing=True)
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import bigbatch
+from bigbatch.batching import replicator_for
+from bigbatch.config import Config
+from bigbatch.data.hdf5 import H5Writer
+from bigbatch.data.load import load_data
+from bigbatch.data.schedule import schedule_of
+from bigbatch.tasks import Feed, build_task
+from bigbatch.tasks.swap.task import SwapTask
+
+
+def write_faces(path: Path, resolution: int, n: int = 16, channels: int = 4, seed: int = 0) -> Path:
+    """`n` random faces of `resolution` px as a DATA.h5: RGB noise, then (channels >= 4) a face mask
+    (an ellipse, 255 inside) and (channels 5) an eyes-and-mouth region (a band across it)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[:resolution, :resolution] / resolution - 0.5
+    mask = ((x / 0.35) ** 2 + (y / 0.45) ** 2 <= 1).astype(np.uint8) * 255
+    eyes_mouth = (((np.abs(y + 0.1) < 0.06) | (np.abs(y - 0.2) < 0.05)) & (np.abs(x) < 0.25)).astype(np.uint8) * 255
+    extra = [mask, eyes_mouth][: max(0, channels - 3)]
+    with H5Writer(str(path), ["face"], {"source": "synthetic faces", "bigbatch_version": bigbatch.__version__}) as w:
+        for _ in range(n):
+            rgb = rng.integers(0, 256, (resolution, resolution, 3), dtype=np.uint8)
+            w.add(np.concatenate([rgb, *(e[..., None] for e in extra)], axis=-1), 0)
+        w.commit()
+    return path
+
+
+@contextmanager
+def synthetic_faces(cfg: Config, n: int = 16, channels: int = 4) -> Iterator[Config]:
+    """`cfg` with data.path and data.dst_path at synthetic faces of its resolution (src and dst drawn
+    apart), no held-out split and no data workers; the files are removed on exit."""
+    with tempfile.TemporaryDirectory(prefix="bigbatch-bench-swap-") as tmp:
+        res = cfg.data.resolution
+        src = write_faces(Path(tmp) / "src.h5", res, n, channels, seed=0)
+        dst = write_faces(Path(tmp) / "dst.h5", res, n, channels, seed=1)
+        yield cfg.override(
+            {"data.path": str(src), "data.dst_path": str(dst), "data.val_fraction": 0.0, "data.workers": 0}
+        )
+
+
+def swap_task(cfg: Config, **train: object) -> tuple[SwapTask, bigbatch.Replicator]:
+    """The swap task of `cfg` (data at synthetic faces) with these train.* settings changed (e.g.
+    precision="bf16", checkpointing=True, micro_batch=8), and its Replicator."""
+    cfg = cfg.override({f"train.{k}": v for k, v in train.items()})
+    rep = replicator_for(cfg)
+    data = load_data(cfg.data.path, cfg.data.resolution)
+    return build_task(cfg, rep, data), rep
+
+
+def feed(task: SwapTask, rep: bigbatch.Replicator) -> Feed:
+    """The real images, step after step, as the training loop reads them (src, and dst beside it)."""
+    return Feed(task.src, schedule_of(task.cfg), rep, task.cfg)
+
+
+def optimizers(task: SwapTask) -> list[torch.optim.Optimizer]:
+    """Every optimizer the swap task steps: the autoencoder's, then each discriminator's that is on."""
+    return [task.opt, *(d[2] for d in task.discs.values())]
+
+
+def is_swap(cfg: Config) -> bool:
+    return cfg.task == "swap"
