@@ -31,8 +31,9 @@ from torch import nn
 
 from bigbatch import models
 from bigbatch.config import Config
-from bigbatch.data.load import load_data
+from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resize_batch
+from bigbatch.data.split import holdout
 from bigbatch.data.streams import WARP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
@@ -87,13 +88,12 @@ def check_config(cfg: Config) -> None:
             cfg.data._fail(key, "is a classify key; the swap task holds out data.val_fraction of src and dst")
 
 
-def _open(cfg: Config, path: str, side: str) -> Any:
-    data = load_data(path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+def _check_faces(cfg: Config, data: Any, side: str) -> Any:
+    """`data` if the swap task can read it: 3, 4 or 5 channels at the model's resolution."""
     if data.channels not in (3, 4, 5):
         raise BigbatchError(
             f"the {side} faces {data.source} have {data.channels} channels; the swap task reads RGB (3), "
-            "RGB + mask (4) "
-            "or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare [--masks alpha|DIR]"
+            "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare [--masks alpha|DIR]"
         )
     if data.resolution != cfg.data.resolution:
         raise BigbatchError(
@@ -109,15 +109,13 @@ def build(
 ) -> SwapTask:
     """SAEHD on src (`data`) and dst (data.dst_path), prepared by `rep`, with DFL's optimizer for it and
     for each discriminator that is on."""
-    from bigbatch.data.split import holdout
-
-    s = cfg.swap
-    _open(cfg, cfg.data.path, "src")  # the channel and size checks (`data` is data.path, perhaps less a held-out part)
-    dst = _open(cfg, cfg.data.dst_path, "dst")
+    s, d = cfg.swap, cfg.data
+    _check_faces(cfg, data, "src")  # data.path, less data.val_fraction
+    dst = _check_faces(cfg, load_data(d.dst_path, d.resolution, d.in_ram, d.storage_options or None), "dst")
     val = None
-    if cfg.data.val_fraction:
-        dst, dst_val = holdout(dst, cfg.data.val_fraction)
-        val = (holdout(load_data(cfg.data.path, cfg.data.resolution), cfg.data.val_fraction)[1], dst_val)
+    if d.val_fraction:  # the same fraction of each, never trained on
+        dst, dst_val = holdout(dst, d.val_fraction)
+        val = (validation_data(cfg, data), dst_val)
     if s.eyes_mouth_prio and min(data.channels, dst.channels) < 5:
         cfg.swap._fail(
             "eyes_mouth_prio",
@@ -260,7 +258,7 @@ class SwapTask:
         """One side's SAEHD loss per sample (N,): image terms (inside the blurred mask with masked
         training), eyes-and-mouth priority, mask MSE."""
         if self.masks and self.cfg.swap.masked_training:
-            blur = (gaussian_blur(mask.float(), max(1, self.resolution // 32)).clamp(0, 0.5) * 2).to(pred.dtype)
+            blur = self._blur(mask).to(pred.dtype)
             loss = reconstruction_loss(target * blur, pred * blur, self.resolution)
         else:
             loss = reconstruction_loss(target, pred, self.resolution)
@@ -277,8 +275,9 @@ class SwapTask:
         dst_loss = self.side_loss(dst_t, dst_m, dst_em, pred_dst, pred_dstm)
         total = src_loss + dst_loss
         masked = self.masks and s.masked_training
-        fake_in = pred_src * self._blur(src_m) if masked else pred_src
-        real_in = src_t * self._blur(src_m) if masked else src_t
+        blur = self._blur(src_m) if masked and s.gan_power else None
+        fake_in = pred_src * blur if blur is not None else pred_src  # what the patch discriminator judges
+        real_in = src_t * blur if blur is not None else src_t
         if s.true_face_power:
             _, code_d, _ = self.discs["code_discriminator"]
             total = total + s.true_face_power * _d_loss(code_d(src_code), True)
@@ -286,11 +285,12 @@ class SwapTask:
             _, gan, _ = self.discs["gan"]
             center, pixels = gan(fake_in)
             total = total + s.gan_power * (_d_loss(center, True) + _d_loss(pixels, True))
-            if masked:  # DFL: a faint background term and total variation against the GAN's bright dots
-                anti = 1 - self._blur(src_m)
+            if blur is not None:  # DFL: a faint background term and total variation against the GAN's bright dots
+                anti = 1 - blur
                 total = total + 0.02 * ((pred_src - src_t) * anti).float().square().mean(dim=(1, 2, 3))
                 total = total + 1e-6 * _total_variation_mse(pred_src)
-        self._kept.append((src_code.detach(), dst_code.detach(), fake_in.detach(), real_in.detach()))
+        if self.discs:  # the discriminators' steps take what this forward computed
+            self._kept.append((src_code.detach(), dst_code.detach(), fake_in.detach(), real_in.detach()))
         return {
             "loss": total.mean() * self.rep.batch,
             "src_loss": src_loss.detach().mean(),
@@ -298,6 +298,7 @@ class SwapTask:
         }
 
     def _blur(self, mask: torch.Tensor) -> torch.Tensor:
+        """The mask masked training weighs by: blurred (σ res/32), clipped at 0.5 and doubled, as DFL's."""
         return gaussian_blur(mask.float(), max(1, self.resolution // 32)).clamp(0, 0.5) * 2
 
     def code_d_loss(self, micro: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
