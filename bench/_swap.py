@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 
 import bigbatch
 from bigbatch.batching import replicator_for
@@ -64,7 +66,7 @@ def swap_task(cfg: Config, **train: object) -> tuple[SwapTask, bigbatch.Replicat
     return build_task(cfg, rep, data), rep
 
 
-def feed(task: SwapTask, rep: bigbatch.Replicator) -> Feed:
+def swap_feed(task: SwapTask, rep: bigbatch.Replicator) -> Feed:
     """The real images, step after step, as the training loop reads them (src, and dst beside it)."""
     return Feed(task.src, schedule_of(task.cfg), rep, task.cfg)
 
@@ -76,3 +78,41 @@ def optimizers(task: SwapTask) -> list[torch.optim.Optimizer]:
 
 def is_swap(cfg: Config) -> bool:
     return cfg.task == "swap"
+
+
+# The kernels CPUs without native bf16 run orders of magnitude slower in bf16 than in fp32 (AVX2: torch
+# falls back to scalar code, 0.1-3 GFLOP/s against 25 in fp32 on one core).
+HEAVY = {
+    torch.ops.aten.convolution.default,
+    torch.ops.aten.convolution_backward.default,
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+}
+
+
+class Fp32Kernels(TorchDispatchMode):
+    """Runs the heavy bf16 kernels (convolutions, matmuls, their backward) in fp32 and rounds their
+    outputs to bf16: the same ops, the same bf16 outputs, only the arithmetic in between differs. For
+    counting a bf16 probe's peak (CPUPeak) on a CPU without native bf16: entered outside the counter,
+    so the counter sees each op and its bf16 output as with native kernels, and not the fp32 copies
+    made here. Not for timing."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if func not in HEAVY or not any(t.dtype == torch.bfloat16 for t in leaves):
+            return func(*args, **kwargs)
+
+        def up(t: object) -> object:
+            return t.float() if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 else t
+
+        def down(t: object) -> object:
+            return t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
+
+        return tree_map(down, func(*tree_map(up, args), **tree_map(up, kwargs)))
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 convolutions run natively here (GPUs; CPUs with AVX-512 or AMX): else Fp32Kernels."""
+    return device.type != "cpu" or torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "NO AVX", "AVX2")

@@ -5,7 +5,7 @@ same for its SAEHD autoencoder (see "The autoencoder" below).
     python bench/memory.py                      # CPU: peaks measured at two micro-batches
     python bench/memory.py --budgets 6,8,11,16  # on a GPU: probed with the capped allocator
     python bench/memory.py --preset saehd512_df_ud            # the autoencoder, in the preset's 6 GiB
-    python bench/memory.py --preset saehd512_df_ud --at 4,8 --modes bf16+ckpt   # measured at the batch
+    python bench/memory.py --preset saehd128 --at 8,16 --modes fp32,bf16+ckpt
 
 On a GPU each cell is what `train.micro_batch = "auto"` picks: the Replicator probes one D and one G
 forward/backward under an allocator capped at the budget (powers of two dividing the batch). On CPU
@@ -14,10 +14,11 @@ and the cells extrapolate the line through them (memory grows linearly in the mi
 
 The autoencoder (a swap preset, e.g. saehd512_df_ud: 512 px df-ud, batch 8): its probe is one forward
 and backward of the SAEHD loss on src and dst faces (synthetic, written to a temporary data file), the
-probe `train.micro_batch = "auto"` runs. Per mode: the peak at each micro-batch of --at and at the
-batch (measured when --at holds it, else on the line through the last two of --at, marked ~), the
-largest micro-batch that fits the budget (default: the preset's train.memory_budget, else 6 GiB), what
-micro_batch "auto" picks for the batch, and whether the whole batch fits in one micro-batch. On a GPU
+probe `train.micro_batch = "auto"` runs. Per mode: the peak at each micro-batch of --at (default:
+half the batch and the batch) and at the batch (on the line through the last two of --at, marked ~,
+when --at does not hold it), the largest micro-batch that fits the budget (default: the preset's
+train.memory_budget, else 6 GiB), what micro_batch "auto" picks for the batch, and whether the whole
+batch fits in one micro-batch. On a GPU
 the largest micro-batch is probed with the capped allocator over the powers of two up to --search
 (the probe's memory does not depend on the batch it is part of).
 """
@@ -25,6 +26,7 @@ the largest micro-batch is probed with the capped allocator over the powers of t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -32,14 +34,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _gan import gan_task  # noqa: E402
-from _swap import is_swap, optimizers, swap_task, synthetic_faces  # noqa: E402
+from _swap import Fp32Kernels, is_swap, native_bf16, optimizers, swap_task, synthetic_faces  # noqa: E402
 
 import bigbatch  # noqa: E402
 from bigbatch.config import Config, parse_override  # noqa: E402
-from bigbatch.engine import memory  # noqa: E402
+from bigbatch.engine import dist, memory  # noqa: E402
 from bigbatch.errors import BigbatchError  # noqa: E402
 
-MODES = [("fp32", False), ("bf16", False), ("bf16", True)]
 MODE_NAMES = {"fp32": ("fp32", False), "bf16": ("bf16", False), "bf16+ckpt": ("bf16", True)}
 
 
@@ -51,11 +52,22 @@ def main() -> None:
     p.add_argument("--ch", type=int, default=96)
     p.add_argument("--batch", type=int, default=2048)
     p.add_argument("--budgets", default="", help="GiB (default 6,8,11,16; a preset: its memory_budget, else 6)")
-    p.add_argument("--at", default="", help="CPU: the micro-batches to measure (default 2,4; a preset: 1,2)")
+    p.add_argument(
+        "--at", default="", help="CPU: the micro-batches to measure (default 2,4; a preset: half its batch, its batch)"
+    )
     p.add_argument("--modes", default="fp32,bf16,bf16+ckpt", help="of fp32, bf16, bf16+ckpt")
     p.add_argument("--search", type=int, default=64, help="a preset on a GPU: the largest micro-batch probed")
+    p.add_argument(
+        "--bf16-kernels",
+        choices=("auto", "native", "fp32"),
+        default="auto",
+        help="a preset on CPU: count bf16 probes with fp32 convolutions and matmuls (auto: where bf16 is not native)",
+    )
     p.add_argument("--device", default="auto")
     args = p.parse_args()
+    unknown = [m for m in args.modes.split(",") if m not in MODE_NAMES]
+    if unknown:
+        p.error(f"--modes: unknown {', '.join(unknown)}; valid: {', '.join(MODE_NAMES)}")
     modes = [MODE_NAMES[m] for m in args.modes.split(",")]
     if args.preset:
         cfg = bigbatch.preset(args.preset).override(dict(parse_override(o) for o in args.overrides))
@@ -64,6 +76,8 @@ def main() -> None:
         if args.device != "auto":
             cfg = cfg.override({"train.device": args.device})
         return swap_table(cfg, args, modes)
+    if args.overrides:
+        p.error("key=value overrides go with --preset")
     args.budgets, args.at = args.budgets or "6,8,11,16", args.at or "2,4"
     cfg = Config.from_dict(
         {
@@ -115,95 +129,117 @@ def main() -> None:
 
 def swap_table(cfg: Config, args: argparse.Namespace, modes: list[tuple[str, bool]]) -> None:
     """The autoencoder's table (see the module docstring)."""
-    batch = cfg.train.batch
-    budget_text = cfg.train.memory_budget
-    budgets = (
-        [float(b) for b in args.budgets.split(",")]
-        if args.budgets
-        else [memory.parse_bytes(budget_text) / 2**30 if budget_text else 6.0]
-    )
-    at = sorted({int(m) for m in (args.at or "1,2").split(",")})
-    rows = []
+    batch, budget = cfg.train.batch, cfg.train.memory_budget
+    budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else [_gib(budget) if budget else 6.0]
+    share = cfg.train.batch // dist.context(cfg.train.device).world_size
+    at = sorted({int(m) for m in args.at.split(",")} if args.at else {max(1, share // 2), share})
+    if len(at) < 2:
+        raise SystemExit("--at needs two micro-batches or more (memory is extrapolated on the line through them)")
+    rows, emulated = [], False
     with synthetic_faces(cfg) as cfg:
         for precision, ckpt in modes:
-            torch.manual_seed(0)
-            task, rep = swap_task(cfg, precision=precision, checkpointing=ckpt, micro_batch="auto")
-            opts = optimizers(task)
-            plain = [m for m, _ in rep.models]
-            peaks: dict[int, int] = {}
-            largest, auto, fits = [], [], []
-            if rep.device.type == "cuda":
-                weights = memory.state_bytes(plain, [])
-                share = rep.share
-                for gib in budgets:
-                    rep.memory_budget = int(gib * 2**30)
-                    rep.set_batch(max(args.search, batch))  # pending "auto": the candidates are its divisors
-                    try:
-                        m = rep.plan_micro_batch(task.probe, opts).micro_batch
-                    except BigbatchError:
-                        m = 0
-                    rep._plan = None  # (plan again for the next budget)
-                    peaks.update({pr.micro_batch: pr.peak_bytes for pr in rep.probes if pr.fits})
-                    largest.append(str(m))
-                    auto.append(str(max([d for d in _divisors(share) if d <= m], default=0)))
-                    fits.append(m >= share)
-                if share not in peaks:  # the batch's peak, not probed (or over every budget): measured uncapped
-                    baseline = memory.state_bytes(plain, opts) - weights
-                    peaks[share] = memory.measure(task.probe, share, rep.device, 2**62, baseline).peak_bytes
-                shown = {m: memory.format_bytes(peaks[m]) for m in sorted(peaks)}
+            row = {"mode": precision + (" + checkpointing" if ckpt else ""), "peaks": {}, "largest": [], "auto": []}
+            if dist.context(cfg.train.device).device.type == "cuda":
+                _swap_cuda(cfg, precision, ckpt, budgets, args.search, row)
             else:
-                baseline = memory.state_bytes(plain, opts)
-                for m in at:
-                    peaks[m] = memory.measure(task.probe, m, rep.device, 2**62, baseline).peak_bytes
-                    print(f"  {precision}{' + ckpt' if ckpt else ''}: micro-batch {m}: "
-                          f"{memory.format_bytes(peaks[m])}", file=sys.stderr, flush=True)
-                a, b = at[-2], at[-1]
-                per_image = (peaks[b] - peaks[a]) / (b - a)
-                fixed = peaks[a] - a * per_image
-                line = {m: fixed + m * per_image for m in _divisors(rep.share)}
-                shown = {m: memory.format_bytes(peaks[m]) for m in at}
-                if rep.share not in peaks:
-                    shown[rep.share] = "~" + memory.format_bytes(line[rep.share])
-                for gib in budgets:
-                    cap = gib * 2**30
-                    most = int((cap - fixed) // per_image) if per_image > 0 else 0
-                    largest.append(f"~{most}" if most > 0 else "0")
-                    exact = {m: peaks.get(m, v) for m, v in line.items()}
-                    auto.append(str(max([m for m, v in exact.items() if v <= cap], default=0)))
-                    fits.append(exact[rep.share] <= cap)
-            rows.append((precision, ckpt, shown, largest, auto, fits, rep.device, rep.share))
-            del task, rep
-    model, share = cfg.model.options, rows[0][7]
-    device = rows[0][6]
-    dims = "/".join(str(model.get(k, "-")) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims"))
-    print(
-        f"# {cfg.name}: saehd {model.get('archi', '')} {cfg.data.resolution}px, ae/e/d/d_mask dims {dims}, "
-        f"batch {batch}, device {device}; peak of one probe (forward + backward of the autoencoder's loss)"
-        + ("" if device.type == "cuda" else f", counted at micro-batches {', '.join(map(str, at))} (~: on their line)")
+                emulate = precision == "bf16" and args.bf16_kernels != "native"
+                emulate = emulate and (args.bf16_kernels == "fp32" or not native_bf16(torch.device("cpu")))
+                emulated = emulated or emulate
+                _swap_cpu(cfg, precision, ckpt, budgets, at, emulate, row)
+            rows.append(row)
+    device = rows[0]["device"]
+    o = cfg.model.options
+    dims = "/".join(str(o.get(k, "-")) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims"))
+    how = (
+        "probed under the allocator capped at the budget (powers of two up to " + str(max(args.search, batch)) + ")"
+        if device.type == "cuda"
+        else f"counted (CPUPeak) at micro-batches {', '.join(map(str, at))}; ~: on the line through "
+        f"{at[-2]} and {at[-1]}"
     )
-    columns = sorted({m for r in rows for m in r[2]})
-    head = "| mode | " + " | ".join(f"peak @ micro {m}" for m in columns)
+    if emulated:
+        how += "; bf16 with fp32 convolutions and matmuls rounded to bf16 (no native bf16 kernels on this CPU)"
+    print(
+        f"# {cfg.name}: saehd {o.get('archi', '')} {cfg.data.resolution}px, ae/e/d/d_mask dims {dims}, batch {batch}, "
+        f"device {device}; peak memory of one forward + backward of the autoencoder's loss, {how}"
+    )
+    columns = sorted({m for r in rows for m in r["peaks"]})
+    head = "| mode | " + " | ".join(f"peak @ micro-batch {m}" for m in columns)
     for g in budgets:
-        head += f" | largest micro-batch in {g:g} GiB | micro_batch auto for batch {batch} | batch {batch} in one micro-batch"
-    head += " |"
-    print(head)
-    print("|" + "---|" * (head.count("|") - 1))
-    for precision, ckpt, shown, largest, auto, fits, _, _ in rows:
-        cells = [shown.get(m, "-") for m in columns]
-        for most, pick, fit in zip(largest, auto, fits):
-            cells += [most, pick, "yes" if fit else "no"]
-        print(f"| {precision}{' + checkpointing' if ckpt else ''} | " + " | ".join(cells) + " |")
-    names = [f"{p}{' + checkpointing' if c else ''}" for p, c, *_ in rows]
-    if "fp32" in names:
-        base = rows[names.index("fp32")][3]
-        for i, g in enumerate(budgets):
-            ratios = []
-            for name, row in zip(names, rows):
-                num, den = int(row[3][i].lstrip("~")), int(base[i].lstrip("~"))
-                if name != "fp32":
-                    ratios.append(f"{name} {num / den:.1f}x" if den else f"{name} {num} (fp32: 0)")
-            if ratios:
-                print(f"\nLargest micro-batch in {g:g} GiB against fp32's: " + ", ".join(ratios))
+        head += f" | largest micro-batch in {g:g} GiB | micro_batch auto for batch {batch}"
+        head += f" | batch {batch} in one micro-batch"
+    print(head + " |")
+    print("|" + "---|" * head.count("|"))
+    for r in rows:
+        cells = [r["peaks"].get(m, "-") for m in columns]
+        for most, pick in zip(r["largest"], r["auto"]):
+            cells += [most, str(pick), "yes" if pick == batch else "no"]
+        print(f"| {r['mode']} | " + " | ".join(cells) + " |")
+    fp32 = next((r for r in rows if r["mode"] == "fp32"), None)
+    for i, g in enumerate(budgets):
+        base = int(fp32["largest"][i].lstrip("~")) if fp32 else 0
+        others = [r for r in rows if r is not fp32]
+        if base and others:
+            ratios = [f"{r['mode']} {int(r['largest'][i].lstrip('~')) / base:.1f}x" for r in others]
+            print(f"\nLargest micro-batch in {g:g} GiB against fp32's: " + ", ".join(ratios))
+
+
+def _swap_cpu(
+    cfg: Config, precision: str, ckpt: bool, budgets: list[float], at: list[int], emulate: bool, row: dict
+) -> None:
+    """CPU: the probe's peak counted at each micro-batch of `at`, the line through the last two."""
+    torch.manual_seed(0)
+    task, rep = swap_task(cfg, precision=precision, checkpointing=ckpt, micro_batch="auto")
+    baseline = memory.state_bytes([m for m, _ in rep.models], optimizers(task))
+    peaks = {}
+    for m in at:
+        with Fp32Kernels() if emulate else contextlib.nullcontext():
+            peaks[m] = memory.measure(task.probe, m, rep.device, 2**62, baseline).peak_bytes
+        print(f"  {row['mode']}, micro-batch {m}: {memory.format_bytes(peaks[m])}", file=sys.stderr, flush=True)
+    a, b = at[-2], at[-1]
+    per_image = (peaks[b] - peaks[a]) / (b - a)
+    fixed = peaks[a] - a * per_image
+    line = {m: peaks.get(m, fixed + m * per_image) for m in _divisors(rep.share)}
+    row["peaks"] = {m: memory.format_bytes(p) for m, p in peaks.items()}
+    if rep.share not in peaks:
+        row["peaks"][rep.share] = "~" + memory.format_bytes(line[rep.share])
+    for gib in budgets:
+        most = int((gib * 2**30 - fixed) // per_image) if per_image > 0 else 0
+        row["largest"].append(f"~{most}" if most > 0 else "0")
+        row["auto"].append(max([m for m, p in line.items() if p <= gib * 2**30], default=0))
+    row["device"] = rep.device
+    rep.close()
+
+
+def _swap_cuda(cfg: Config, precision: str, ckpt: bool, budgets: list[float], search: int, row: dict) -> None:
+    """GPU: per budget, what micro_batch "auto" picks (Replicator.plan_micro_batch under the capped
+    allocator) for a batch of max(search, batch), and for the batch itself; its probes' peaks."""
+    peaks: dict[int, int] = {}
+    for gib in budgets:
+        torch.manual_seed(0)
+        task, rep = swap_task(cfg, precision=precision, checkpointing=ckpt, micro_batch="auto")
+        share = rep.share
+        rep.memory_budget = int(gib * 2**30)
+        rep.set_batch(max(search, cfg.train.batch))  # "auto" not yet planned: candidates are its divisors
+        try:
+            most = rep.plan_micro_batch(task.probe, optimizers(task)).micro_batch
+        except BigbatchError:
+            most = 0
+        peaks.update({p.micro_batch: p.peak_bytes for p in rep.probes if p.fits})
+        row["largest"].append(str(most))
+        row["auto"].append(max([d for d in _divisors(share) if d <= most], default=0))
+        row["device"] = rep.device
+        if gib == budgets[-1] and share not in peaks:  # the batch's own peak, uncapped (over the budget)
+            plain = [m for m, _ in rep.models]
+            baseline = memory.state_bytes(plain, optimizers(task)) - memory.state_bytes(plain, [])
+            peaks[share] = memory.measure(task.probe, share, rep.device, 2**62, baseline).peak_bytes
+        rep.close()
+        del task, rep
+        torch.cuda.empty_cache()
+    row["peaks"] = {m: memory.format_bytes(p) for m, p in peaks.items()}
+
+
+def _gib(text: str) -> float:
+    return memory.parse_bytes(text) / 2**30
 
 
 def _divisors(n: int) -> list[int]:

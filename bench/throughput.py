@@ -6,6 +6,7 @@ checkpointing x micro-batch splits. Images are synthetic, so any preset and reso
     python bench/throughput.py --preset digits data.resolution=64 train.batch=64 --micro 64,16
     python bench/throughput.py model.name=biggan data.resolution=128 model.ch=96 model.dim_z=120 \
         train.batch=256 --micro 64 --precisions fp32,bf16 --classes 1000        # on a GPU
+    python bench/throughput.py --preset saehd512_df_ud --precisions fp32,bf16 --checkpointing off,on --steps 3
 
 FLOPs are counted by torch.utils.flop_counter (matmuls and convolutions, forward and backward) over
 one D step and one G step; the peak is the best of a few large matmuls and convolutions in the same
@@ -13,6 +14,16 @@ dtype. "plain loop" runs the same micro-batches through the same loss functions 
 backward/step loop (no Replicator): engine overhead is the gap between it and img/s; the cost of
 smaller kernels is the gap between micro-batch splits of the plain loop. On CPU, fp16 is emulated
 (slow); it is there for completeness, GPUs are where it matters.
+
+A swap preset (task = "swap", e.g. saehd512_df_ud) times its training iteration instead: `task.step`
+on the feed the training loop reads (src and dst faces, synthetic, from a temporary data file), one
+optimizer step of the SAEHD autoencoder (and of each discriminator that is on), warp and data reading
+included: s/iteration, img/s, CPU seconds per iteration (this process's, all its threads: what a
+busy machine does not inflate) and peak memory (on CPU counted over the first warm-up iteration,
+which also creates the optimizer state; on a GPU max_memory_allocated over the timed ones).
+micro_batch "auto" (the preset's) is planned first, as the training loop plans it; --micro N fixes
+it instead. On a CPU without native bf16 (AVX2), bf16 convolutions run orders of magnitude slower
+than fp32: time bf16 on a GPU or a CPU with AVX-512 or AMX.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import torch
@@ -27,7 +39,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _gan import config, gan_task, sync  # noqa: E402
+from _swap import is_swap, native_bf16, swap_feed, swap_task, synthetic_faces  # noqa: E402
 
+from bigbatch.batching import plan_micro_batch  # noqa: E402
 from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
 from bigbatch.engine.precision import DTYPES, autocast  # noqa: E402
 
@@ -127,6 +141,80 @@ def measure(cfg, precision: str, checkpointing: bool, micro: int, steps: int, cl
     }
 
 
+def measure_swap(cfg, precision: str, checkpointing: bool, micro, steps: int, warmup: int) -> dict:
+    """Seconds per training iteration of the swap task (see the module docstring)."""
+    task, rep = swap_task(cfg, precision=precision, checkpointing=checkpointing, micro_batch=micro)
+    device = rep.device
+    if rep.micro_batch_pending:  # "auto": planned as the training loop plans it, before its first step
+        plan_micro_batch(rep, task.probe, verbose=False)
+    peak = None
+    with closing(swap_feed(task, rep)) as feed:
+        for i in range(warmup):
+            if i == 0 and device.type == "cpu":  # weights, then all this step creates (optimizer state too)
+                with CPUPeak() as counter:
+                    task.step(feed)
+                peak = counter.peak + state_bytes([p for p, _ in rep.models], [])
+            else:
+                task.step(feed)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        seconds = cpu = 0.0
+        for _ in range(steps):
+            sync(device)
+            t, c = time.perf_counter(), time.process_time()
+            task.step(feed)
+            sync(device)
+            seconds, cpu = seconds + time.perf_counter() - t, cpu + time.process_time() - c
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device)
+    rep.close()
+    return {
+        "s_per_iter": seconds / steps,
+        "cpu_s_per_iter": cpu / steps,
+        "img_per_s": cfg.train.batch * steps / seconds,
+        "peak": peak,
+        "plan": f"{rep.plan.micro_batch}x{rep.plan.accumulation}",
+        "device": device,
+    }
+
+
+def swap_main(cfg, args: argparse.Namespace) -> None:
+    """The swap task's table: precisions x activation checkpointing x micro-batches."""
+    micros = [m if m == "auto" else int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
+    rows = []
+    with synthetic_faces(cfg) as faces:
+        for precision in args.precisions.split(","):
+            for ckpt in (c == "on" for c in args.checkpointing.split(",")):
+                for micro in micros:
+                    torch.manual_seed(0)
+                    r = measure_swap(faces, precision, ckpt, micro, args.steps, args.warmup)
+                    rows.append((precision, ckpt, r))
+                    print(
+                        f"  {precision}, checkpointing {'on' if ckpt else 'off'}: {r['s_per_iter']:.2f} s/iteration",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    device = rows[0][2]["device"]
+    threads = torch.get_num_threads()
+    where = f"{device}, {threads} thread{'s' * (threads != 1)}" if device.type == "cpu" else str(device)
+    o = cfg.model.options
+    dims = "/".join(str(o.get(k, "-")) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims"))
+    print(
+        f"# {cfg.name}: saehd {o.get('archi', '')} {cfg.data.resolution}px, ae/e/d/d_mask dims {dims}, "
+        f"batch {cfg.train.batch}, device {where}; {args.steps} timed iteration{'s' * (args.steps != 1)} "
+        f"after {args.warmup} warm-up" + ("" if native_bf16(device) else "; no native bf16 kernels on this CPU")
+    )
+    header = "| precision | ckpt | micro x acc | s/iteration | img/s | CPU s/iteration | peak memory |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for precision, ckpt, r in rows:
+        peak = "-" if r["peak"] is None else format_bytes(r["peak"])
+        print(
+            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['s_per_iter']:.2f} "
+            f"| {r['img_per_s']:.3f} | {r['cpu_s_per_iter']:.2f} | {peak} |"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("overrides", nargs="*", metavar="key=value")
@@ -134,11 +222,14 @@ def main() -> None:
     p.add_argument("--precisions", default="fp32,bf16,fp16")
     p.add_argument("--checkpointing", default="off,on", help="off, on or off,on")
     p.add_argument("--micro", default="", help="micro-batches to compare, e.g. 64,16 (default: the config's)")
-    p.add_argument("--steps", type=int, default=5, help="timed iterations (one D and one G step each)")
+    p.add_argument("--steps", type=int, default=5, help="timed iterations (GAN: one D and one G step each)")
     p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=1, help="swap presets: untimed iterations first")
     args = p.parse_args()
     torch.manual_seed(0)
     cfg = config(args.preset, args.overrides)
+    if is_swap(cfg):
+        return swap_main(cfg, args)
     micros = [int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
     ckpts = [c == "on" for c in args.checkpointing.split(",")]
     precisions = args.precisions.split(",")

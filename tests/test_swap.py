@@ -274,7 +274,10 @@ def test_two_processes_train_the_weights_of_one(faces, tmp_path):
 
 
 def test_export_convert_and_swap_round_trip(faces, tmp_path):
-    cfg = swap_config(*faces, **{"train.kimg": 0.004, "swap.true_face_power": 0.0, "swap.gan_power": 0.0})
+    over = {"train.kimg": 0.004, "swap.true_face_power": 0.0, "swap.gan_power": 0.0}
+    # micro_batch "auto" probes the autoencoder alone; checkpointing recomputes its blocks and losses.
+    over.update({"train.micro_batch": "auto", "train.memory_budget": "4GiB", "train.checkpointing": True})
+    cfg = swap_config(*faces, **over)
     run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
 
     def cli(*args):

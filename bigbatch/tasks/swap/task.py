@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from bigbatch import models
 from bigbatch.config import Config
@@ -271,8 +272,15 @@ class SwapTask:
         src_in, src_t, src_m, src_em = self.targets(micro[0], micro[2:6])
         dst_in, dst_t, dst_m, dst_em = self.targets(micro[1], micro[6:10])
         pred_src, pred_srcm, pred_dst, pred_dstm, src_code, dst_code = self.model(src_in, dst_in)
-        src_loss = self.side_loss(src_t, src_m, src_em, pred_src, pred_srcm)
-        dst_loss = self.side_loss(dst_t, dst_m, dst_em, pred_dst, pred_dstm)
+        side_loss = self.side_loss
+        if self.cfg.train.checkpointing and torch.is_grad_enabled():
+            # The losses' full-resolution fp32 intermediates (DSSIM's local means and variances, the blurred
+            # masks) recomputed in backward, not kept: at 512 px they outweigh the decoder's activations.
+            def side_loss(*args: torch.Tensor | None) -> torch.Tensor:
+                return checkpoint(self.side_loss, *args, use_reentrant=False)
+
+        src_loss = side_loss(src_t, src_m, src_em, pred_src, pred_srcm)
+        dst_loss = side_loss(dst_t, dst_m, dst_em, pred_dst, pred_dstm)
         total = src_loss + dst_loss
         masked = self.masks and s.masked_training
         blur = self._blur(src_m) if masked and s.gan_power else None
@@ -327,7 +335,7 @@ class SwapTask:
         micro = (src, dst, *draws)
         self._kept.clear()
         self.rep.probe_step(self.loss, micro)
-        kept = self._kept[-1]
+        kept = self._kept[-1] if self.discs else ()
         for name in self.discs:
             self._train_only(name)
             parts = kept[:2] if name == "code_discriminator" else kept[2:]
