@@ -36,3 +36,26 @@ def test_cross_rank_batch_norm_is_syncbatchnorm_on_cuda():
     G, _ = bigbatch.models.create("dcgan", 16, 10, ch=4, dim_z=8)
     converted = cross_rank_batch_norm(G, torch.device("cuda"))
     assert any(isinstance(m, torch.nn.SyncBatchNorm) for m in converted.modules())
+
+
+def test_saehd512_df_ud_fits_batch_8_in_one_micro_batch_under_6_gib(tmp_path):
+    # The target on a GPU: the preset's micro_batch "auto" under its 6 GiB budget (the capped
+    # allocator) takes the whole batch of 8 at once, and a few steps train with finite losses.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+    from _swap import swap_feed, swap_task, synthetic_faces
+
+    from bigbatch.batching import plan_micro_batch
+
+    cfg = bigbatch.preset("saehd512_df_ud").override({"train.device": "cuda"})
+    with synthetic_faces(cfg) as faces:
+        task, rep = swap_task(faces)
+        plan_micro_batch(rep, task.probe, verbose=False)
+        assert rep.plan.micro_batch == 8, rep.probes
+        feed = swap_feed(task, rep)
+        stats = [task.step(feed) for _ in range(2)]
+        feed.close()
+        rep.close()
+    assert all(torch.isfinite(torch.tensor(s["src_loss"])) for s in stats)

@@ -410,14 +410,18 @@ def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
 
     src = tmp_path / "images"
     src.mkdir()
-    for i in range(400):
-        Image.new("RGB", (64, 64), (i % 256, 0, 0)).save(src / f"{i}.png")
-    cmd = [sys.executable, "-m", "bigbatch", "prepare", str(src), str(tmp_path / "out.h5"), "--workers", "2"]
-    for delay in (1.0, 1.5):  # while the workers decode (the signal goes to the whole process group)
+    for i in range(1000):  # resized from 512 px: a few seconds of decoding to signal in
+        Image.new("RGB", (512, 512), (i % 256, 0, 0)).save(src / f"{i}.png")
+    out = str(tmp_path / "out.h5")
+    cmd = [sys.executable, "-m", "bigbatch", "prepare", str(src), out, "--workers", "2", "--resolution", "32"]
+    for delay in (0.1, 0.5):  # while the workers decode (the signal goes to the whole process group)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        began = time.monotonic()  # decoding has begun once the output's partial file exists
+        while not list(tmp_path.glob(".out.h5.partial-*")) and p.poll() is None and time.monotonic() - began < 60:
+            time.sleep(0.02)
         time.sleep(delay)
         os.killpg(p.pid, signal.SIGTERM)
         out, err = p.communicate(timeout=60)  # never hangs
         assert "Traceback" not in err, err
-        assert p.returncode == 0 or err == "bigbatch: stopped by SIGTERM\n", (p.returncode, err)
+        assert p.returncode == 128 + signal.SIGTERM and err == "bigbatch: stopped by SIGTERM\n", (p.returncode, err)
         assert not list(tmp_path.glob(".out.h5.partial-*"))

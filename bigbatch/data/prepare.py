@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -229,7 +230,16 @@ def _with_masks(
 _worker: dict[str, Any] = {}
 
 
-def _init_worker(listing_source: Any, resolution: int | None, ratios: Sequence[float] | None, alpha: bool) -> None:
+def _init_worker(
+    listing_source: Any, resolution: int | None, ratios: Sequence[float] | None, alpha: bool, pooled: bool = False
+) -> None:
+    """Set up a decoding process. A pool's workers ignore SIGTERM and SIGINT (sent to the whole process
+    group by a terminal or a job scheduler): the main process stops them after their current chunk. A
+    worker killed while it writes a result leaves half a message in the pool's pipe, and the pool's
+    manager thread waits for the rest forever (a hang at shutdown and at exit)."""
+    if pooled:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker.update(source=listing_source, resolution=resolution, ratios=ratios, alpha=alpha)
 
 
@@ -253,7 +263,7 @@ def _decoder(
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        args = (source, resolution, ratios, alpha)
+        args = (source, resolution, ratios, alpha, True)
         pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=args)
         pool.submit(int).result()  # start the workers now
     else:

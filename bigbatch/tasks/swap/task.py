@@ -30,7 +30,7 @@ from PIL import Image
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from bigbatch import models
+from bigbatch import checkpoints, models
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resize_batch
@@ -44,6 +44,7 @@ from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscr
 from bigbatch.tasks.swap.load import build_model, init_from, init_optimizer, trained_parameters
 from bigbatch.tasks.swap.losses import gaussian_blur, reconstruction_loss
 from bigbatch.tasks.swap.optim import AdaBelief, RMSprop
+from bigbatch.urls import public_name
 
 # train keys of the other tasks, which the swap task does not read (its own are under [swap]).
 FOREIGN_TRAIN_KEYS = (
@@ -104,6 +105,19 @@ def _check_faces(cfg: Config, data: Any, side: str) -> Any:
     return data
 
 
+def _check_resumed_dst(run: Path, resumed_at: int, path: str, dst: Any) -> None:
+    """On resume, the dst faces must be those the checkpoint was trained on (as the loop checks src's)."""
+    meta = checkpoints.read_meta(run / "checkpoints" / checkpoints.checkpoint_name(resumed_at)) or {}
+    before = meta.get("dst") if isinstance(meta.get("dst"), dict) else {}
+    recorded, now = str(before.get("content_hash", "")), str(dst.content_hash)
+    if recorded and recorded != now:
+        raise BigbatchError(
+            f"data.dst_path {public_name(path)} holds other images than the run was trained on (content hash "
+            f"{now[:16]}…, the checkpoint recorded {recorded[:16]}… for {before.get('path')}); resume on that data "
+            "(data.dst_path=...), or start a new run"
+        )
+
+
 @register("swap", check=check_config)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
@@ -117,6 +131,8 @@ def build(
     if d.val_fraction:  # the same fraction of each, never trained on
         dst, dst_val = holdout(dst, d.val_fraction)
         val = (validation_data(cfg, data), dst_val)
+    if run is not None and resumed_at is not None:
+        _check_resumed_dst(run, resumed_at, d.dst_path, dst)
     if s.eyes_mouth_prio and min(data.channels, dst.channels) < 5:
         cfg.swap._fail(
             "eyes_mouth_prio",
@@ -369,7 +385,7 @@ class SwapTask:
             "resolution": net.resolution,
             "archi": net.archi,
             "masks": self.masks,
-            "dst": {"path": self.cfg.data.dst_path, "content_hash": str(getattr(self.dst, "content_hash", ""))},
+            "dst": {"path": public_name(self.cfg.data.dst_path), "content_hash": str(self.dst.content_hash)},
         }
 
     def preview_faces(self) -> tuple[torch.Tensor, torch.Tensor]:
