@@ -15,7 +15,6 @@ import difflib
 import math
 import re
 import tomllib
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,74 +23,9 @@ from typing import Any, Literal
 
 import tomli_w
 
+from bigbatch.config_types import Mismatch, coerce, describe
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
-
-
-def _describe(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(tp))
-    if origin is tuple:
-        return "[" + ", ".join(_describe(a) for a in typing.get_args(tp)) + "]"
-    if origin is list:
-        return f"a list of {_describe(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return "a table"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
-
-
-class _Mismatch(Exception):
-    pass
-
-
-def _coerce(value: Any, tp: Any) -> Any:
-    """Return `value` as type `tp`, or raise _Mismatch. Strict: no str->int, no bool->int."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:
-            return value
-        raise _Mismatch
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(tp):
-            try:
-                return _coerce(value, option)
-            except _Mismatch:
-                pass
-        raise _Mismatch
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise _Mismatch
-        return tuple(_coerce(v, a) for v, a in zip(value, args))
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise _Mismatch
-        return [_coerce(v, typing.get_args(tp)[0]) for v in value]
-    if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise _Mismatch
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise _Mismatch
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise _Mismatch
-    raise TypeError(f"unsupported config type {tp}")
-
 
 # Checks of a section ("" for the whole config) that need other modules; see `register_check`.
 _CHECKS: dict[str, list[Callable[[Any], None]]] = {}
@@ -106,15 +40,6 @@ def register_check(section: str) -> Callable[[Callable[[Any], None]], Callable[[
         return fn
 
     return add
-
-
-def typed(value: Any, tp: Any, what: str) -> Any:
-    """`value` as type `tp` (as a config field of that type takes it), or a BigbatchError saying `what`
-    must be."""
-    try:
-        return _coerce(value, tp)
-    except _Mismatch:
-        raise BigbatchError(f"{what} must be {_describe(tp)}, got {value!r}") from None
 
 
 class Section:
@@ -135,10 +60,10 @@ class Section:
                 setattr(self, f.name, value)
                 continue
             try:
-                setattr(self, f.name, _coerce(value, hints[f.name]))
-            except _Mismatch:
+                setattr(self, f.name, coerce(value, hints[f.name]))
+            except Mismatch:
                 raise BigbatchError(
-                    f"config key '{self._key(f.name)}' must be {_describe(hints[f.name])}, got {value!r}"
+                    f"config key '{self._key(f.name)}' must be {describe(hints[f.name])}, got {value!r}"
                 ) from None
         self._validate()
         for check in _CHECKS.get(self._name, ()):

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from bigbatch.config import Config, EvalConfig, typed
+from bigbatch.config import Config, EvalConfig
+from bigbatch.config_types import typed
 from bigbatch.errors import BigbatchError
 from bigbatch.metrics.classifier import ClassifierOptions
 from bigbatch.metrics.evaluate import parse_metrics
