@@ -36,6 +36,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from bigbatch import models
 from bigbatch.config import Config, register_check
 from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule
 from bigbatch.data.streams import ORDER_B, GlobalOrder
@@ -172,6 +173,19 @@ def _check_task(cfg: Config) -> None:
     _builder(cfg.task)
     if cfg.task in _CONFIG_CHECKS:
         _CONFIG_CHECKS[cfg.task](cfg)
+
+
+def check_family(cfg: Config, task: str, kind: str) -> None:
+    """model.name must be a registered family of `task` (a `kind`, in the message) and model.options
+    options it takes, of the right types."""
+    m = cfg.model
+    families = models.list_models(task=task)
+    if m.name not in families:
+        m._fail("name", f"names no {kind} family '{m.name}'; valid for task = \"{task}\": {', '.join(families)}")
+    try:
+        models.registry.check_options(m.name, m.options)
+    except BigbatchError as e:
+        raise BigbatchError(f"config key 'model.options': {e}") from None
 
 
 def list_tasks() -> list[str]:

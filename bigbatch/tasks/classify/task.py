@@ -32,7 +32,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify.lr import lr_schedule
 from bigbatch.tasks.classify.validation import METRICS, ROTATIONS, Validation, rotate, rotation_labels
-from bigbatch.tasks.interface import Feed, register
+from bigbatch.tasks.interface import Feed, check_family, register
 
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 GAN_TRAIN_KEYS = (
@@ -46,13 +46,7 @@ def check_config(cfg: Config) -> None:
     whose phases all give an lr or none (then train.lr's warm-up and decay apply), a held-out split to
     score when evaluation is on, and none of the GAN's keys."""
     m = cfg.model
-    families = models.list_models(task="classify")
-    if m.name not in families:
-        m._fail("name", f"names no classifier family '{m.name}'; valid for task = \"classify\": {', '.join(families)}")
-    try:
-        models.registry.check_options(m.name, m.options)
-    except BigbatchError as e:
-        raise BigbatchError(f"config key 'model.options': {e}") from None
+    check_family(cfg, "classify", "classifier")
     foreign = cfg.train.changed(*GAN_TRAIN_KEYS) + m.changed("dim_z", "sn_update")
     if foreign:
         raise BigbatchError(

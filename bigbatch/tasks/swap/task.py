@@ -38,7 +38,7 @@ from bigbatch.data.split import holdout
 from bigbatch.data.streams import WARP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
-from bigbatch.tasks.interface import Feed, register
+from bigbatch.tasks.interface import Feed, check_family, register
 from bigbatch.tasks.swap import warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
 from bigbatch.tasks.swap.load import build_model, init_from, init_optimizer, trained_parameters
@@ -60,13 +60,7 @@ def check_config(cfg: Config) -> None:
     """What the swap task makes of the config: the saehd family and its options, a dst data set, none of
     the other tasks' keys, and options SAEHD has (true_face_power: df archis only)."""
     m, s = cfg.model, cfg.swap
-    families = models.list_models(task="swap")
-    if m.name not in families:
-        m._fail("name", f"names no face-swap family '{m.name}'; valid for task = \"swap\": {', '.join(families)}")
-    try:
-        models.registry.check_options(m.name, m.options)
-    except BigbatchError as e:
-        raise BigbatchError(f"config key 'model.options': {e}") from None
+    check_family(cfg, "swap", "face-swap")
     foreign = cfg.train.changed(*FOREIGN_TRAIN_KEYS) + m.changed("ch", "dim_z", "conditional", "sn_update")
     if foreign:
         raise BigbatchError(
