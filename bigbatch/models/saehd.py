@@ -11,8 +11,9 @@ returns (image, mask) through sigmoids.
 Exactly as leras computes: convs pad symmetrically ((k-1)//2 each side, also at stride 2), Dense is a
 plain affine map, the encoder's output is flattened and the inter's reshaped in C, H, W order, and
 depth-to-space orders its input channels (block row, block column, channel) — DFL's "DCR" order, not
-`pixel_shuffle`'s (channel, block row, block column). Weights start glorot-uniform with zero biases, as
-DFL's do (its CA initializer is commented out).
+`pixel_shuffle`'s (channel, block row, block column). `bigbatch.models.create_autoencoder("saehd", ...)`
+starts the weights glorot-uniform with zero biases, as DFL's do (its CA initializer is commented out);
+the class itself leaves torch's defaults (weights loaded from DFL's files overwrite them anyway).
 
 DFL trains and merges in BGR: a DFL model's first conv reads B, G, R and its output convs write them,
 so a model whose weights go to or come from DFL takes and gives BGR images (or has those channels
@@ -25,7 +26,6 @@ import torch
 from torch import nn
 
 from bigbatch.errors import BigbatchError
-from bigbatch.models import layers
 from bigbatch.models.registry import register
 
 ARCHIS = ("df", "liae")
@@ -231,7 +231,6 @@ class SAEHD(nn.Module):
             self.inter_AB = Inter(code, ae_dims, ae_dims * 2, lowest, opts)
             self.inter_B = Inter(code, ae_dims, ae_dims * 2, lowest, opts)
             self.decoder = Decoder(ae_dims * 4, d_dims, d_mask_dims, opts)
-        layers.init_weights(self, "xavier")
 
     @property
     def parts(self) -> list[str]:
