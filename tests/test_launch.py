@@ -81,6 +81,16 @@ def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
     assert "interrupted, and not every rank ended cleanly (rank 0: -15)" in capsys.readouterr().err
 
 
+def test_a_sheet_names_the_kimg_its_checkpoint_folder_names():
+    """A sheet's kimg equals the float of the checkpoint folder of the same kimg, so the two compare with ==."""
+    from bigbatch.launch.handle import SampleSheet
+
+    for kimg in ("000001.632", "000000.256", "000123.457", "001000.001"):
+        sheet = SampleSheet(f"interp-{kimg}.png", b"")
+        assert sheet.kimg == float(kimg) and sheet.kind == "interp"
+    assert SampleSheet("notes.png", b"").kimg != SampleSheet("notes.png", b"").kimg  # no kimg in the name: nan
+
+
 def test_ray_rank_counts_follow_the_cluster():
     gpus = {"CPU": 32.0, "GPU": 8.0}
     assert ray_ranks(gpus, None, None) == (8, 1.0)  # one rank per GPU

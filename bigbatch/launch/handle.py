@@ -47,7 +47,7 @@ class SampleSheet:
     def kimg(self) -> float:
         """The kimg it was drawn at (from its name, e.g. fakes-000012.345.png)."""
         found = re.search(r"(\d+)\.(\d{3})\.png$", self.name)
-        return int(found[1]) + int(found[2]) / 1000 if found else float("nan")
+        return float(f"{found[1]}.{found[2]}") if found else float("nan")  # as the checkpoint names parse
 
     def image(self) -> Any:
         """The sheet as a PIL image."""
