@@ -30,6 +30,7 @@ from bigbatch.launch import (
 from bigbatch.launch.handle import RunHandle, Sink
 
 LAUNCHER_GONE = 120.0  # seconds without the launcher's heartbeat after which a rank stops
+MISSING_FOR = 10.0  # seconds a worker must be missing from the scheduler's list (or it unanswering) to count as lost
 
 
 def _distributed() -> Any:
@@ -171,6 +172,8 @@ def session(
         for rank, (w, env) in enumerate(zip(workers, envs))
     ]
 
+    missing: dict[str, float] = {}  # worker -> since when the scheduler has not listed it
+
     def poll() -> list[tuple | None]:
         with contextlib.suppress(Exception):
             beat.set(next(beats))
@@ -178,13 +181,16 @@ def session(
             sink(lines.get(batch=True))
         try:
             alive = set(client.scheduler_info(n_workers=-1)["workers"])
-        except Exception:  # noqa: BLE001 - the scheduler is gone: so is every rank's worker
+        except Exception:  # noqa: BLE001 - no answer: the scheduler is gone, or too busy to answer in time
             alive = set()
+        now = time.monotonic()
+        for w in workers:
+            missing[w] = missing.get(w, now) if w not in alive else now
         out: list[tuple | None] = []
         for f, w in zip(futures, workers):
             if f.status == "finished":
                 out.append(f.result())
-            elif f.status in ("error", "lost", "cancelled") or w not in alive:
+            elif f.status in ("error", "lost", "cancelled") or now - missing[w] > MISSING_FOR:
                 out.append((LOST, f"its Dask worker {w} was lost ({f.status})", time.time(), False))
             else:
                 out.append(None)
