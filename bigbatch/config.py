@@ -461,12 +461,32 @@ class SwapConfig(Section):
     """The patch discriminator's receptive field in pixels (0: resolution / 8, DFL's default)."""
     gan_dims: int = 16
     """The patch discriminator's base channels."""
+    ct_mode: Literal["none", "rct", "lct", "mkl", "idt", "sot"] = "none"
+    """DFL's colour transfer: each src face recoloured like a random dst face before training on it
+    (rct: Reinhard in L*a*b*; lct: linear; mkl: Monge-Kantorovich; idt: iterative distribution
+    transfer; sot: sliced optimal transport, the slowest)."""
+    random_hsv_power: float = 0.0
+    """DFL's random hue/saturation/value shift of the src input (0.0..0.3; 0.05 typical)."""
+    face_style_power: float = 0.0
+    """DFL's face style loss: the swapped face's colours inside the mask learn dst's (0.0..100.0; start
+    from 0.001 after 10k iterations, DFL advises)."""
+    bg_style_power: float = 0.0
+    """DFL's background style loss: the swapped face outside the mask learns dst's (0.0..100.0; 2.0 typical)."""
+    blur_out_mask: bool = False
+    """Blur the targets' background near the face mask (needs masks in the data), DFL's blur_out_mask."""
 
     def _validate(self) -> None:
         _positive(self, "lr", "gan_dims")
-        for name in ("true_face_power", "gan_power"):
+        for name in ("true_face_power", "gan_power", "random_hsv_power", "face_style_power", "bg_style_power"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0 (0 = off), got {getattr(self, name)}")
+        if self.random_hsv_power > 0.3:
+            self._fail(
+                "random_hsv_power", f"must be in 0.0..0.3 (DFL's range; 0.05 typical), got {self.random_hsv_power}"
+            )
+        for name in ("face_style_power", "bg_style_power"):
+            if getattr(self, name) > 100:
+                self._fail(name, f"must be in 0.0..100.0 (DFL's range), got {getattr(self, name)}")
         if self.gan_patch_size != 0 and not 3 <= self.gan_patch_size <= 640:
             self._fail(
                 "gan_patch_size", f"must be pixels in 3..640, or 0 for resolution / 8, got {self.gan_patch_size}"

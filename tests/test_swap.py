@@ -23,7 +23,7 @@ from bigbatch.models.saehd import SAEHD
 from bigbatch.tasks.swap import warp
 from bigbatch.tasks.swap.files import swap_folder
 from bigbatch.tasks.swap.load import load_autoencoder
-from bigbatch.tasks.swap.losses import dssim, gaussian_blur, ssim
+from bigbatch.tasks.swap.losses import blur_out, dssim, gaussian_blur, ssim, style_loss
 from bigbatch.tasks.swap.task import SwapTask, preview_sheet
 
 TINY = {"ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2}
@@ -206,7 +206,9 @@ def test_each_loss_term_is_dfls(faces):
 
 
 def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path, monkeypatch):
-    cfg = swap_config(*faces)
+    # with every DFL option on: both discriminators, lr dropout, colour transfer, HSV shift, styles, blur-out
+    colour = {"swap.ct_mode": "idt", "swap.random_hsv_power": 0.1, "swap.blur_out_mask": True}
+    cfg = swap_config(*faces, **colour, **{"swap.face_style_power": 0.1, "swap.bg_style_power": 1.0})
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
     rows = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in rows if "src_loss" in r]
@@ -242,7 +244,8 @@ def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path, mo
 
 
 def test_two_processes_train_the_weights_of_one(faces, tmp_path):
-    cfg = swap_config(*faces, **{"train.kimg": 0.008, "train.batch": 8, "train.micro_batch": 2})
+    over = {"train.kimg": 0.008, "train.batch": 8, "train.micro_batch": 2}
+    cfg = swap_config(*faces, **over, **{"swap.ct_mode": "sot", "swap.random_hsv_power": 0.05})
     (tmp_path / "swap.toml").write_text(cfg.dumps())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -272,7 +275,7 @@ def test_two_processes_train_the_weights_of_one(faces, tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
         weights.append(load_file(run / "checkpoints" / "000000.008" / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys()
-    # The same images, warps and dropout masks; the gradient sums in another order (ranks, then accumulation).
+    # The same images, warps, colour draws and dropout masks; the gradient sums in another order.
     for k in weights[0]:
         assert torch.allclose(weights[0][k], weights[1][k], rtol=1e-4, atol=1e-6), k
 
@@ -329,6 +332,9 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path):
         ({"train.g_lr": 1e-3}, "'train.g_lr' is not read by task = \"swap\""),
         ({"data.xflip": True}, "swap.src_flip and swap.dst_flip"),
         ({"eval.every_kimg": 1.0}, "set data.val_fraction"),
+        ({"swap.random_hsv_power": 0.5}, "random_hsv_power' must be in 0.0..0.3"),
+        ({"swap.face_style_power": -1.0}, "face_style_power' must be a finite number >= 0"),
+        ({"swap.ct_mode": "fancy"}, "swap.ct_mode' must be 'none' | 'rct'"),
     ],
 )
 def test_config_mistakes_are_named(faces, over, words):
@@ -348,3 +354,97 @@ def test_eyes_mouth_priority_needs_the_region(tmp_path):
     )
     with pytest.raises(BigbatchError, match="eyes_mouth_prio' needs the eyes-and-mouth region"):
         _task(cfg)
+    with pytest.raises(BigbatchError, match="blur_out_mask' needs face masks in both data sets"):
+        _task(cfg.override({"swap.eyes_mouth_prio": False, "swap.blur_out_mask": True}))
+
+
+@pytest.mark.parametrize("mode", ["rct", "mkl"])
+def test_src_faces_take_their_rows_dst_colours_and_only_the_input_is_hsv_shifted(faces, monkeypatch, mode):
+    cfg = swap_config(*faces, **{"swap.ct_mode": mode, "swap.random_hsv_power": 0.3, "swap.random_warp": False})
+    task = _task(cfg.override({"swap.gan_power": 0.0, "swap.true_face_power": 0.0}))
+    seen = []
+    targets = SwapTask.targets
+
+    def watched(self, x, *args):
+        seen.append((x, targets(self, x, *args)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(SwapTask, "targets", watched)
+    src, _ = task.src.get(torch.arange(4))
+    dst, _ = task.dst.get(torch.arange(4) + 4)
+    tint = lambda x, rgb: torch.cat([(x[..., :3] * torch.tensor(rgb)).to(torch.uint8), x[..., 3:]], -1)  # noqa: E731
+    src = torch.cat([tint(src[i : i + 1], [1.0, 0.5 - 0.1 * i, 0.2]) for i in range(4)])  # reddish, each its own
+    dst = torch.cat([tint(dst[i : i + 1], [0.2, 0.3 + 0.1 * i, 0.9]) for i in range(4)])  # bluish, each its own
+    from bigbatch.tasks.swap.task import _draws
+
+    draws = _draws(4, 0, cfg.swap, 0)
+    torch.manual_seed(0)
+    task.loss((src, dst, *draws))
+    (recoloured, (src_in, src_t, _, _)), _ = seen
+    before, style = src.permute(0, 3, 1, 2)[:, :3].float() / 255, dst.permute(0, 3, 1, 2)[:, :3].float() / 255
+    gap = lambda x: (x.mean(dim=(2, 3)) - style.mean(dim=(2, 3))).abs().sum(1)  # noqa: E731
+    assert (gap(recoloured[:, :3]) < gap(before) / 2).all()  # each face toward its own row's dst face
+    assert torch.equal(recoloured[:, 3:], src.permute(0, 3, 1, 2)[:, 3:].float() / 255)  # masks untouched
+    # The target is the recoloured face (moved by the draws' affine); the input, that face shifted in HSV.
+    _, same = warp.apply(recoloured, *draws[:4], warp=False)
+    assert torch.equal(src_t, same[:, :3]) and (src_in - src_t).abs().amax(dim=(1, 2, 3)).min() > 0.02
+
+
+def test_blur_out_keeps_the_face_and_smooths_the_background_without_its_colour():
+    torch.manual_seed(0)
+    image = torch.rand(2, 3, 64, 64) * 0.2  # a dark, noisy background
+    mask = torch.zeros(2, 1, 64, 64)
+    mask[..., 16:48, 20:44] = 1
+    image = image * (1 - mask) + mask  # a white face
+    out = blur_out(image, mask, 256)  # σ 2 px
+    assert torch.equal(out * mask, image * mask)
+    outside = (1 - mask).bool().expand_as(out)
+    assert out[outside].max() < 0.2 + 1e-6  # the background's own blur: no white bled out of the face
+    rough = lambda x: (x[..., 1:] - x[..., :-1]).abs()[outside[..., 1:]].mean()  # noqa: E731
+    assert rough(out) < rough(image) / 2
+
+
+def test_style_loss_is_dfls():
+    torch.manual_seed(0)
+    x = torch.rand(2, 3, 32, 32)
+    assert style_loss(x, x, 4, 100.0).abs().max() < 1e-6
+    # Without blur: the squared differences of channel means and stds, summed, × weight / channels.
+    shifted = style_loss(x + 0.1, x, 0, 30.0)
+    assert torch.allclose(shifted, torch.full((2,), 0.01 * 3 * 30.0 / 3), atol=1e-5)
+    scaled = style_loss(x * 2, x, 0, 3.0)
+    mean, std = x.mean(dim=(2, 3)), (x.var(dim=(2, 3), correction=0) + 1e-5).sqrt()
+    std2 = (4 * x.var(dim=(2, 3), correction=0) + 1e-5).sqrt()
+    assert torch.allclose(scaled, (mean.square() + (std2 - std).square()).sum(1), atol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert style_loss(x.bfloat16(), x.bfloat16(), 2, 1.0).dtype == torch.float32
+
+
+@pytest.mark.parametrize("archi", ["df-u", "liae-u"])
+def test_the_style_losses_train_the_swap_as_dfl(faces, archi):
+    """face_style_power: the swap's decoder learns, the code is left alone; bg_style_power: both learn.
+    Each adds its term to src_loss, computed on the swap decoded from the dst code."""
+    base = swap_config(*faces, **{"model.options": {"archi": archi, **TINY}, "swap.true_face_power": 0.0})
+    base = base.override({"swap.gan_power": 0.0, "swap.lr_dropout": False})
+    task = _task(base)
+    net = task.plain()
+    src, _ = task.src.get(torch.arange(2))
+    dst, _ = task.dst.get(torch.arange(2))
+    from bigbatch.tasks.swap.task import _draws
+
+    micro = (src, dst, *_draws(2, 0, base.swap, 0))
+
+    def grads(cfg):
+        task.cfg = cfg
+        net.zero_grad(set_to_none=True)
+        out = task.loss(micro)
+        out["loss"].backward()
+        return out["src_loss"], {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+
+    plain, before = grads(base)
+    decoder = "decoder_src" if archi.startswith("df") else "decoder"
+    for key, code_learns in (("face_style_power", False), ("bg_style_power", True)):
+        src_loss, after = grads(base.override({f"swap.{key}": 10.0}))
+        assert src_loss > plain, key
+        moved = {n for n in after if not torch.allclose(after[n], before[n], rtol=0, atol=1e-9)}
+        assert any(n.startswith(decoder) for n in moved), key
+        assert any(n.startswith("encoder") for n in moved) == code_learns, key

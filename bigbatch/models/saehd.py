@@ -260,6 +260,14 @@ class SAEHD(nn.Module):
         dst_code = torch.cat([self.inter_B(code), self.inter_AB(code)], dim=1)
         return (*self.decoder(src_code), *self.decoder(dst_code), src_code, dst_code)
 
+    def swap_from_code(self, dst_code: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The swap (image, mask) decoded from a dst code of `forward`: DFL's pred_src_dst (df: the src
+        decoder reads it; liae: the decoder reads its inter_AB half twice), for the style losses."""
+        if self.kind == "df":
+            return self.decoder_src(dst_code)
+        ab = dst_code[:, dst_code.shape[1] // 2 :]
+        return self.decoder(torch.cat([ab, ab], dim=1))
+
     def src(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src reconstructed: (image, mask)."""
         if self.kind == "df":

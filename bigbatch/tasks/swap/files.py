@@ -42,6 +42,11 @@ _DFL_OPTIONS: dict[str, tuple[str, Any]] = {
     "random_dst_flip": ("dst_flip", bool),
     "lr_dropout": ("lr_dropout", lambda v: v in ("y", "cpu", True)),
     "adabelief": ("optimizer", lambda v: "adabelief" if v else "rmsprop"),
+    "ct_mode": ("ct_mode", str),
+    "random_hsv_power": ("random_hsv_power", float),
+    "face_style_power": ("face_style_power", float),
+    "bg_style_power": ("bg_style_power", float),
+    "blur_out_mask": ("blur_out_mask", bool),
 }
 
 

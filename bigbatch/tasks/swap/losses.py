@@ -60,6 +60,32 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     return _separable(x, (kernel / kernel.sum()).float(), size // 2)
 
 
+def blur_out(image: torch.Tensor, mask: torch.Tensor, resolution: int) -> torch.Tensor:
+    """DFL's blur_out_mask: the image outside the mask replaced by its background blurred (σ res/128)
+    and renormalised by the blurred background weight, so the area next to the face is smoothed."""
+    sigma = resolution / 128
+    image, mask = image.float(), mask.float()
+    anti = 1 - mask
+    background = gaussian_blur(image * anti, sigma)
+    weight = 1 - gaussian_blur(mask, sigma)
+    weight = torch.where(weight == 0, torch.ones_like(weight), weight)
+    return image * mask + background / weight * anti
+
+
+def style_loss(content: torch.Tensor, style: torch.Tensor, blur: float, weight: float) -> torch.Tensor:
+    """DFL's nn.style_loss per sample (N,): both blurred (σ `blur`), then the squared differences of
+    their per-channel means and standard deviations (sqrt(var + 1e-5)), summed, × weight / channels."""
+    with torch.autocast(content.device.type, enabled=False):
+        content, style = content.float(), style.float()
+        if blur > 0:
+            content, style = gaussian_blur(content, blur), gaussian_blur(style, blur)
+        c_var, c_mean = torch.var_mean(content, dim=(2, 3), correction=0)
+        s_var, s_mean = torch.var_mean(style, dim=(2, 3), correction=0)
+        mean_loss = (c_mean - s_mean).square().sum(1)
+        std_loss = ((c_var + 1e-5).sqrt() - (s_var + 1e-5).sqrt()).square().sum(1)
+        return (mean_loss + std_loss) * (weight / content.shape[1])
+
+
 def reconstruction_loss(target: torch.Tensor, pred: torch.Tensor, resolution: int) -> torch.Tensor:
     """SAEHD's image term per sample (N,): 10·DSSIM (window res/11.6) below 256 px, from 256 px
     5·DSSIM(res/11.6) + 5·DSSIM(res/23.2); plus 10·MSE. The rest of SAEHD's loss is the task's: with

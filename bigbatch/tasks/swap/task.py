@@ -5,7 +5,8 @@ Each iteration reads a step of src faces (data.path) and a step of dst faces (da
 same global positions, warps them (`warp`), and takes one optimizer step of the autoencoder on both
 sides' losses: DSSIM (fp32 whatever the precision) + 10·MSE on the image, inside the blurred face
 mask when the data carry masks (masked training), 10·MSE on the predicted mask, 300·L1 inside the
-eyes and mouth (eyes_mouth_prio), and the discriminators' terms. Then, when they are on, one step of
+eyes and mouth (eyes_mouth_prio), DFL's style losses on the swap (face_style_power, bg_style_power),
+and the discriminators' terms. Then, when they are on, one step of
 the code discriminator (true_face_power) and one of the patch discriminator (gan_power), each on
 what the autoencoder's step computed (its codes, its reconstructions), as DFL computes all three
 updates from one forward.
@@ -17,6 +18,9 @@ logged src_loss and dst_loss are per-sample means, the numbers DFL prints.
 
 Data: images of 3 channels (RGB), 4 (+ the face mask) or 5 (+ the eyes-and-mouth region), from
 `bigbatch prepare --masks alpha|DIR [--eyes-mouth DIR]`; without masks the whole image is the face.
+Before the warp, src faces may be recoloured like the dst face of their row (ct_mode; input and
+target alike) and their input shifted in HSV (random_hsv_power); targets may have their background
+blurred next to the mask (blur_out_mask).
 """
 
 from __future__ import annotations
@@ -35,14 +39,14 @@ from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resize_batch
 from bigbatch.data.split import holdout
-from bigbatch.data.streams import WARP, generator
+from bigbatch.data.streams import COLOUR, WARP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.tasks.interface import Feed, check_family, register
-from bigbatch.tasks.swap import warp
+from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
 from bigbatch.tasks.swap.load import build_model, init_from, init_optimizer, trained_parameters
-from bigbatch.tasks.swap.losses import gaussian_blur, reconstruction_loss
+from bigbatch.tasks.swap.losses import blur_out, dssim, gaussian_blur, reconstruction_loss, style_loss
 from bigbatch.tasks.swap.optim import AdaBelief, RMSprop
 from bigbatch.urls import public_name
 
@@ -132,6 +136,12 @@ def build(
             "eyes_mouth_prio",
             "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
             "bigbatch prepare --masks DIR --eyes-mouth DIR, or set it to false",
+        )
+    if s.blur_out_mask and min(data.channels, dst.channels) < 4:
+        cfg.swap._fail(
+            "blur_out_mask",
+            "needs face masks in both data sets (a fourth channel): prepare them with bigbatch prepare "
+            "--masks alpha|DIR, or set it to false",
         )
     net = build_model(cfg).train()
     if cfg.train.init_from and resumed_at is None:
@@ -237,26 +247,29 @@ class SwapTask:
         return stats
 
     def draws(self, nimg: int) -> tuple[torch.Tensor, ...]:
-        """This rank's share of the step's warp draws, src's then dst's, drawn for the whole step."""
+        """This rank's share of the step's random draws, drawn for the whole step: the warp's, src's then
+        dst's, and src's colour draws (ct_mode's, the HSV shift)."""
         s, rep = self.cfg.swap, self.rep
         lo, hi = rep.rank * rep.share, (rep.rank + 1) * rep.share
-        out: list[torch.Tensor] = []
-        for side, flip in ((0, s.src_flip), (1, s.dst_flip)):
-            out += [t[lo:hi] for t in warp.draw(rep.batch, generator(self.cfg.train.seed, WARP, side, nimg), flip)]
-        return tuple(out)
+        return tuple(t[lo:hi] for t in _draws(rep.batch, self.cfg.train.seed, s, nimg))
 
     def _train_only(self, name: str | None) -> None:
         """Gradients for one net's step: the autoencoder's (None) or a discriminator's."""
         for key, (plain, _, _) in self.discs.items():
             plain.requires_grad_(key == name)
 
-    def targets(self, images: torch.Tensor, draws: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """(input, target image, target mask, eyes-and-mouth or None) of one side's uint8 images."""
-        x = _float(images, self.rep.device)
-        warped, target = warp.apply(x, *draws, warp=self.cfg.swap.random_warp)
+    def targets(
+        self, x: torch.Tensor, draws: tuple[torch.Tensor, ...], hsv: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """(input, target image, target mask, eyes-and-mouth or None) of one side's faces (float, NCHW),
+        the input shifted in HSV by `hsv`'s draws when given."""
+        s = self.cfg.swap
+        shifted = color.hsv_shift(x[:, :3], hsv) if hsv is not None and s.random_hsv_power else None
+        warped, target = warp.apply(x, *draws, warp=s.random_warp, picture=shifted)
         mask = target[:, 3:4] if target.shape[1] >= 4 else torch.ones_like(target[:, :1])
         em = target[:, 4:5] if target.shape[1] >= 5 else None
-        return warped, target[:, :3], mask, em
+        image = blur_out(target[:, :3], mask, self.resolution) if s.blur_out_mask and self.masks else target[:, :3]
+        return warped, image, mask, em
 
     def side_loss(
         self,
@@ -279,18 +292,29 @@ class SwapTask:
 
     def loss(self, micro: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         s = self.cfg.swap
-        src_in, src_t, src_m, src_em = self.targets(micro[0], micro[2:6])
-        dst_in, dst_t, dst_m, dst_em = self.targets(micro[1], micro[6:10])
+        src, dst = _float(micro[0], self.rep.device), _float(micro[1], self.rep.device)
+        if s.ct_mode != "none":  # src recoloured like its row's dst face (a random one: rows are drawn apart)
+            src = torch.cat([color.transfer(s.ct_mode, src[:, :3], dst[:, :3], micro[10]), src[:, 3:]], dim=1)
+        src_in, src_t, src_m, src_em = self.targets(src, micro[2:6], micro[11])
+        dst_in, dst_t, dst_m, dst_em = self.targets(dst, micro[6:10])
         pred_src, pred_srcm, pred_dst, pred_dstm, src_code, dst_code = self.model(src_in, dst_in)
-        side_loss = self.side_loss
-        if self.cfg.train.checkpointing and torch.is_grad_enabled():
-            # The losses' full-resolution fp32 intermediates (DSSIM's local means and variances, the blurred
-            # masks) recomputed in backward, not kept: at 512 px they outweigh the decoder's activations.
-            def side_loss(*args: torch.Tensor | None) -> torch.Tensor:
-                return checkpoint(self.side_loss, *args, use_reentrant=False)
+        recompute = self.cfg.train.checkpointing and torch.is_grad_enabled()
 
-        src_loss = side_loss(src_t, src_m, src_em, pred_src, pred_srcm)
-        dst_loss = side_loss(dst_t, dst_m, dst_em, pred_dst, pred_dstm)
+        def kept(fn: Any) -> Any:
+            """fn, its full-resolution fp32 intermediates (DSSIM's local means and variances, the blurred
+            masks) recomputed in backward under checkpointing: at 512 px they outweigh the decoder's."""
+            return (lambda *args: checkpoint(fn, *args, use_reentrant=False)) if recompute else fn
+
+        src_loss = kept(self.side_loss)(src_t, src_m, src_em, pred_src, pred_srcm)
+        dst_loss = kept(self.side_loss)(dst_t, dst_m, dst_em, pred_dst, pred_dstm)
+        net = self.plain()
+        if s.face_style_power:  # the swap's colours inside its mask learn dst's; the code left alone
+            image, mask = net.swap_from_code(dst_code.detach())
+            content, style = image * mask.detach(), (pred_dst * pred_dstm).detach()
+            src_loss = src_loss + kept(style_loss)(content, style, self.resolution // 8, 100 * s.face_style_power)
+        if s.bg_style_power:  # the swap outside src's mask learns dst's background
+            image, _ = net.swap_from_code(dst_code)
+            src_loss = src_loss + kept(self.bg_style_loss)(image, dst_t, src_m)
         total = src_loss + dst_loss
         masked = self.masks and s.masked_training
         blur = self._blur(src_m) if masked and s.gan_power else None
@@ -315,6 +339,14 @@ class SwapTask:
             "dst_loss": dst_loss.detach().mean(),
         }
 
+    def bg_style_loss(self, swapped: torch.Tensor, dst: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """DFL's background style term per sample: DSSIM + MSE of the swap against dst outside the
+        blurred src target mask (DFL's choice of mask), × 10 · bg_style_power / 100."""
+        anti = 1 - self._blur(src_mask).clamp(0, 1)
+        a, b = swapped.float() * anti, dst.float() * anti
+        loss = dssim(a, b, int(self.resolution / 11.6)).mean(1) + (a - b).square().mean(dim=(1, 2, 3))
+        return loss * (10 * self.cfg.swap.bg_style_power / 100)
+
     def _blur(self, mask: torch.Tensor) -> torch.Tensor:
         """The mask masked training weighs by: blurred (σ res/32), clipped at 0.5 and doubled, as DFL's."""
         return gaussian_blur(mask.float(), max(1, self.resolution // 32)).clamp(0, 0.5) * 2
@@ -338,11 +370,7 @@ class SwapTask:
         """One forward and backward of every optimizer's loss at micro-batch m."""
         src, _ = self.src.get(torch.arange(m) % len(self.src))
         dst, _ = self.dst.get(torch.arange(m) % len(self.dst))
-        s = self.cfg.swap
-        draws = [
-            t for side, flip in ((0, s.src_flip), (1, s.dst_flip)) for t in warp.draw(m, generator(0, WARP, side), flip)
-        ]
-        micro = (src, dst, *draws)
+        micro = (src, dst, *_draws(m, 0, self.cfg.swap, 0))
         self._kept.clear()
         self.rep.probe_step(self.loss, micro)
         kept = self._kept[-1] if self.discs else ()
@@ -396,6 +424,15 @@ class SwapTask:
         into dst by it."""
         src, dst = self.preview_faces()
         return {"preview": preview_sheet(self.plain(), src, dst)}
+
+
+def _draws(n: int, seed: int, s: Any, nimg: int) -> tuple[torch.Tensor, ...]:
+    """A step's random draws for `n` images at `nimg`: the warp's (src's, then dst's), then src's colour
+    draws (ct_mode's and the HSV shift's)."""
+    out: list[torch.Tensor] = []
+    for side, flip in ((0, s.src_flip), (1, s.dst_flip)):
+        out += warp.draw(n, generator(seed, WARP, side, nimg), flip)
+    return (*out, *color.draw(n, generator(seed, COLOUR, nimg), s.ct_mode, s.random_hsv_power))
 
 
 def _total_variation_mse(x: torch.Tensor) -> torch.Tensor:

@@ -58,10 +58,12 @@ def apply(
     flips: torch.Tensor,
     warp: bool,
     colour: int = 3,
+    picture: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(input, target) of images `x` (N, C, H, W in [0, 1]; the first `colour` channels the picture,
     the rest masks): the target transformed, the input's picture also warped (when `warp`). Pictures
-    repeat their border; masks are zero outside."""
+    repeat their border; masks are zero outside. `picture`: the input's picture where it differs
+    from the target's (DFL's HSV shift, which only the input gets)."""
     n, _, h, w = x.shape
     theta, offsets = theta.to(x.device, x.dtype), offsets.to(x.device, x.dtype)
     grid = F.affine_grid(theta, [n, 1, h, w], align_corners=False)
@@ -74,8 +76,9 @@ def apply(
     if x.shape[1] > colour:
         target = torch.cat([target, sample(x[:, colour:], grid, "zeros")], dim=1)
     if not warp:
-        return target[:, :colour], target
+        return (target[:, :colour] if picture is None else sample(picture, grid, "border")), target
     flow = _flow(offsets, cells.to(x.device), max(h, w))[:, :, :h, :w]
     # DFL warps first, then transforms: the input at p is the picture at q + flow(q), q the affine's point.
     moved = F.grid_sample(flow, grid, mode="bilinear", padding_mode="border", align_corners=False)
-    return sample(x[:, :colour], grid + moved.permute(0, 2, 3, 1), "border"), target
+    source = x[:, :colour] if picture is None else picture
+    return sample(source, grid + moved.permute(0, 2, 3, 1), "border"), target
