@@ -87,7 +87,8 @@ def _swap(args: argparse.Namespace) -> None:
 
     if args.device not in ("auto", "cpu", "cuda"):
         raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    n = swap_folder(args.run, args.in_dir, args.out_dir, dist.context(args.device).device, args.batch)
+    device = dist.context(args.device).device
+    n = swap_folder(args.run, args.in_dir, args.out_dir, device, args.batch, args.color_transfer)
     print(f"Swapped {n} faces into {args.out_dir} (masks in {Path(args.out_dir) / 'masks'})")
 
 
@@ -339,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("out_dir", metavar="OUT_DIR", help="where the swapped faces and their masks go")
     sw.add_argument("--batch", type=int, default=8, help="faces per forward")
     sw.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
+    sw.add_argument(
+        "--color-transfer",
+        metavar="MODE",
+        help="recolour each swap like its dst face, as DFL's merger: rct, lct, mkl, mkl-m, idt, idt-m or sot-m",
+    )
     sw.set_defaults(func=_swap)
 
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")

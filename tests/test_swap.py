@@ -245,7 +245,8 @@ def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path, mo
 
 def test_two_processes_train_the_weights_of_one(faces, tmp_path):
     over = {"train.kimg": 0.008, "train.batch": 8, "train.micro_batch": 2}
-    cfg = swap_config(*faces, **over, **{"swap.ct_mode": "sot", "swap.random_hsv_power": 0.05})
+    colour = {"swap.ct_mode": "sot", "swap.random_hsv_power": 0.05}
+    cfg = swap_config(*faces, **over, **colour, **{"swap.face_style_power": 0.1, "swap.bg_style_power": 1.0})
     (tmp_path / "swap.toml").write_text(cfg.dumps())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -275,7 +276,8 @@ def test_two_processes_train_the_weights_of_one(faces, tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
         weights.append(load_file(run / "checkpoints" / "000000.008" / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys()
-    # The same images, warps, colour draws and dropout masks; the gradient sums in another order.
+    # The same images, warps, colour draws and dropout masks (and the style losses' decoder passes, made
+    # outside DDP's forward, reduced all the same); the gradient sums in another order.
     for k in weights[0]:
         assert torch.allclose(weights[0][k], weights[1][k], rtol=1e-4, atol=1e-6), k
 
@@ -305,6 +307,13 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path):
     n = swap_folder(tmp_path / "back", tmp_path / "dst" / "img", tmp_path / "swapped")
     assert n == 12 and len(list((tmp_path / "swapped" / "masks").glob("*.png"))) == 12
     assert Image.open(tmp_path / "swapped" / "00.png").size == (64, 64)
+    # DFL's merger's colour transfer: the swap takes its dst face's colours before the blend
+    out = cli("swap", str(run), str(tmp_path / "dst" / "img"), str(tmp_path / "ct"), "--color-transfer", "idt-m")
+    assert out.returncode == 0, out.stderr
+    plain, recoloured = (np.asarray(Image.open(tmp_path / d / "00.png")) for d in ("swapped", "ct"))
+    assert plain.shape == recoloured.shape and (plain != recoloured).any()
+    with pytest.raises(BigbatchError, match="unknown colour transfer 'mix-m'; DFL's merger's are rct, lct"):
+        swap_folder(run, tmp_path / "dst" / "img", tmp_path / "o", color_transfer="mix-m")
     # The optimizer's moments go to DFL's src_dst_opt file, under DFL's names, and come back with train.init_from.
     opt_file = dfl.read_weights(tmp_path / "dfl" / "me_SAEHD_src_dst_opt.npy")
     assert int(opt_file["iters:0"]) == 1

@@ -54,10 +54,12 @@ def test_colour_spaces_are_opencvs():
 
 
 # DFL's functions, restated in NumPy on cv2 (its BGR order is immaterial: RGB in, RGB out throughout).
-def dfl_rct(target, source):
+def dfl_rct(target, source, mask=None):
     source, target = cv2.cvtColor(source, cv2.COLOR_RGB2Lab), cv2.cvtColor(target, cv2.COLOR_RGB2Lab)
-    t, s = target, source
-    out = [(t[..., c] - t[..., c].mean()) * s[..., c].std() / t[..., c].std() + s[..., c].mean() for c in range(3)]
+    t, s = target.copy(), source.copy()
+    if mask is not None:  # the merger's: statistics with the pixels outside the mask as black
+        t[mask < 0.5], s[mask < 0.5] = 0, 0
+    out = [(target[..., c] - t[..., c].mean()) * s[..., c].std() / t[..., c].std() + s[..., c].mean() for c in range(3)]
     out = np.stack([np.clip(out[0], 0, 100), np.clip(out[1], -127, 127), np.clip(out[2], -127, 127)], -1)
     return cv2.cvtColor(out.astype(np.float32), cv2.COLOR_Lab2RGB)
 
@@ -147,6 +149,34 @@ def test_each_colour_transfer_is_dfls(mode):
         assert np.abs(got - want).mean() < mean and np.abs(got - want).max() < most, mode
         # and it does what it is for: the recoloured face's colour means move to the style's
         assert np.abs(got.mean((0, 1)) - b.mean((0, 1))).sum() < np.abs(a.mean((0, 1)) - b.mean((0, 1))).sum()
+
+
+def test_the_mergers_colour_transfer_is_dfls():
+    x, y = faces(2, 32, seed=5), faces(2, 32, seed=6)
+    mask = torch.zeros(2, 1, 32, 32)
+    mask[..., 6:26, 8:24] = 0.7
+    for mode in color.MERGE_MODES:
+        base = mode.removesuffix("-m")
+        ct, _ = color.draw(2, generator(0, 1, 3), base, 0.0, color.MERGE_SOT_BATCH)
+        # (idt on masked faces: float32 rounding, NumPy's or torch's, compounds over the rotations until
+        # the black pixels' mass crosses a bin edge: compared over the first 4 rotations)
+        ct = ct[:, :4] if base == "idt" else ct
+        out = color.merge_transfer(mode, x, y, mask, ct)
+        for i in range(2):
+            a, b, m = hwc(x[i]), hwc(y[i]), (hwc(mask[i])[..., 0] > 0).astype(np.float32)
+            if mode.endswith("-m"):
+                a, b = a * m[..., None], b * m[..., None]
+            if base == "rct":
+                want = dfl_rct(a, b, m)
+            elif base in ("idt", "sot"):
+                want = globals()[f"dfl_{base}"](a, b, ct[i].numpy())
+            else:
+                want = globals()[f"dfl_{base}"](a, b)
+            # (sot-m: the black pixels' equal projections sort in another order in NumPy's quicksort)
+            tolerance = {"rct": 3e-3, "sot": 1e-3}.get(base, 2e-5)
+            assert np.abs(hwc(out[i]) - want).mean() < tolerance, mode
+    with pytest.raises(ValueError, match="mix-m"):
+        color.merge_transfer("mix-m", x, y, mask, ct)
 
 
 def test_the_bilateral_filter_is_opencvs():

@@ -9,6 +9,8 @@ samplelib/SampleProcessor.py), batched in torch on the training device:
   bilateral filter (σ colour 5, σ space 16).
 - `hsv_shift(faces, draws)`, DFL's random_hsv_power: hue moved by up to ±180·power degrees,
   saturation and value by up to ±power/2.
+- `merge_transfer(mode, swapped, dst, mask, draws)`: the colour transfer of DFL's merger (rct, lct,
+  mkl, mkl-m, idt, idt-m, sot-m), the swapped face recoloured like the dst face it replaces.
 
 Colour spaces follow OpenCV's float conventions (L*a*b* from sRGB with D65 white, L in 0..100; HSV
 with the hue in degrees), so each mode gives what DFL's NumPy and OpenCV code gives, to float
@@ -26,6 +28,8 @@ import torch
 import torch.nn.functional as F
 
 MODES = ("rct", "lct", "mkl", "idt", "sot")
+MERGE_MODES = ("rct", "lct", "mkl", "mkl-m", "idt", "idt-m", "sot-m")  # DFL's merger's, but mix-m
+MERGE_SOT_BATCH = 30  # the merger's sot: 30 directions per step
 IDT_ROTATIONS, IDT_BINS = 20, 256
 SOT_STEPS, SOT_BATCH = 10, 5
 SOT_SIGMA_COLOR, SOT_SIGMA_SPACE = 5.0, 16.0
@@ -96,16 +100,19 @@ def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
     return torch.where(s[:, None] == 0, v[:, None].expand_as(rgb), rgb)
 
 
-def draw(n: int, g: torch.Generator, mode: str, hsv_power: float) -> tuple[torch.Tensor, torch.Tensor]:
+def draw(
+    n: int, g: torch.Generator, mode: str, hsv_power: float, sot_batch: int = SOT_BATCH
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One step's colour draws for `n` images: (ct_mode's: idt's rotations (n, 20, 3, 3) or sot's unit
-    directions (n, 10, 5, 3), else (n, 0); the HSV shift per image (n, 3): hue degrees, saturation, value)."""
+    directions (n, 10, sot_batch, 3), else (n, 0); the HSV shift per image (n, 3): hue degrees,
+    saturation, value)."""
     if mode == "idt":  # Haar-distributed rotations (scipy's special_ortho_group): QR of a Gaussian, signs fixed
         q, r = torch.linalg.qr(torch.randn(n, IDT_ROTATIONS, 3, 3, generator=g, dtype=torch.float64))
         q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))[..., None, :]
         q[..., 0] *= torch.sign(torch.linalg.det(q))[..., None]
         ct = q.float()
     elif mode == "sot":
-        ct = torch.randn(n, SOT_STEPS, SOT_BATCH, 3, generator=g)
+        ct = torch.randn(n, SOT_STEPS, sot_batch, 3, generator=g)
         ct = ct / ct.norm(dim=-1, keepdim=True)
     else:
         ct = torch.zeros(n, 0)
@@ -127,12 +134,16 @@ def hsv_shift(faces: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     return hsv_to_rgb(torch.stack([h, s, v], dim=1)).clamp(0, 1).to(faces.dtype)
 
 
-def transfer(mode: str, faces: torch.Tensor, styles: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+def transfer(
+    mode: str, faces: torch.Tensor, styles: torch.Tensor, draws: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """(N, 3, H, W) RGB `faces` in [0, 1] recoloured like `styles` (the same shape), image by image,
-    by DFL's colour transfer `mode`; `draws` are `draw`'s for idt and sot. Computed in float32."""
+    by DFL's colour transfer `mode`; `draws` are `draw`'s for idt and sot. rct with a `mask` (N, 1, H,
+    W) takes its statistics with the pixels outside it (< 0.5) as black, as DFL's merger does.
+    Computed in float32."""
     x, y = faces.float(), styles.float()
     if mode == "rct":
-        out = _rct(x, y)
+        out = _rct(x, y, mask)
     elif mode == "lct":
         out = _lct(x, y)
     elif mode == "mkl":
@@ -146,11 +157,30 @@ def transfer(mode: str, faces: torch.Tensor, styles: torch.Tensor, draws: torch.
     return out.clamp(0, 1).to(faces.dtype)
 
 
-def _rct(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def merge_transfer(
+    mode: str, swapped: torch.Tensor, dst: torch.Tensor, mask: torch.Tensor, draws: torch.Tensor
+) -> torch.Tensor:
+    """DFL's merger's colour transfer: `swapped` faces (N, 3, H, W) recoloured like the `dst` faces
+    they replace, with the face area (`mask` > 0): rct takes its statistics there, the "-m" modes see
+    both faces black outside it. `draws`: `draw(n, g, "idt" | "sot", 0, MERGE_SOT_BATCH)`'s."""
+    if mode not in MERGE_MODES:
+        raise ValueError(f"unknown merger colour transfer {mode!r}; one of {MERGE_MODES}")
+    area = (mask.float() > 0).float()
+    base = mode.removesuffix("-m")
+    if mode.endswith("-m"):
+        swapped, dst = swapped.float() * area, dst.float() * area
+    return transfer(base, swapped, dst, draws, area if base == "rct" else None)
+
+
+def _rct(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Reinhard: each L*a*b* channel of x given y's mean and (population) standard deviation."""
     lx, ly = rgb_to_lab(x), rgb_to_lab(y)
-    mx, sx = lx.mean(dim=(2, 3), keepdim=True), lx.std(dim=(2, 3), correction=0, keepdim=True)
-    my, sy = ly.mean(dim=(2, 3), keepdim=True), ly.std(dim=(2, 3), correction=0, keepdim=True)
+    sx_in, sy_in = lx, ly
+    if mask is not None:  # DFL: the pixels outside are zeroed, and still counted
+        inside = mask.to(lx.device) >= 0.5
+        sx_in, sy_in = lx * inside, ly * inside
+    mx, sx = sx_in.mean(dim=(2, 3), keepdim=True), sx_in.std(dim=(2, 3), correction=0, keepdim=True)
+    my, sy = sy_in.mean(dim=(2, 3), keepdim=True), sy_in.std(dim=(2, 3), correction=0, keepdim=True)
     lab = (lx - mx) * sy / sx.clamp_min(1e-12) + my  # (a flat channel stays flat, where DFL divides by 0)
     low = torch.tensor([0.0, -127.0, -127.0], device=x.device)[None, :, None, None]
     high = torch.tensor([100.0, 127.0, 127.0], device=x.device)[None, :, None, None]
@@ -211,47 +241,51 @@ def _interp(
 
 
 def _edges(lo: torch.Tensor, hi: torch.Tensor, bins: int) -> torch.Tensor:
-    """np.linspace(lo, hi, bins + 1) per row, in float64, its last edge exactly hi."""
+    """np.histogram's edges for float32 data: np.linspace(lo, hi, bins + 1) in float32 (arange × step
+    + lo, rounded at each operation), its last edge exactly hi."""
     step = (hi - lo) / bins
-    edges = torch.arange(bins + 1, device=lo.device, dtype=torch.float64) * step + lo
+    edges = torch.arange(bins + 1, device=lo.device, dtype=lo.dtype) * step + lo
     edges[:, -1:] = hi
     return edges
 
 
 def _histogram_cdf(x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-    """Each row's cumulative histogram (R, bins) over `edges`, normalised to end at 1, binned as
-    np.histogram bins (a float64 index, then corrected against the edges)."""
+    """Each row's cumulative histogram (R, bins) over `edges`, normalised to end at 1 (float32), binned
+    as np.histogram bins: an index computed from the range, then corrected against the edges, so that
+    bin k holds edges[k] <= x < edges[k + 1] (the last bin its upper edge too)."""
     bins = edges.shape[1] - 1
     lo, hi = edges[:, :1], edges[:, -1:]
-    index = ((x - lo) * (bins / (hi - lo).clamp_min(1e-300))).floor().long().clamp(0, bins - 1)
+    index = ((x - lo) / (hi - lo).clamp_min(1e-30) * bins).floor().long().clamp(0, bins - 1)
     index = index - (x < edges.gather(1, index)).long()
     index = index + ((x >= edges.gather(1, index + 1)) & (index != bins - 1)).long()
     ones = torch.ones_like(x, dtype=torch.float32)
     counts = torch.zeros(x.shape[0], bins, device=x.device).scatter_add_(1, index, ones)
     cdf = counts.cumsum(1)
-    return (cdf / cdf[:, -1:]).double()
+    return cdf / cdf[:, -1:]
 
 
 def _idt(x: torch.Tensor, y: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     """Iterative distribution transfer (Pitié et al.): in each of 20 random rotations, each axis of x's
     pixels moved 1/20 of the way to the histogram match with y's (256 bins), as DFL's color_transfer_idt
-    (whose quirks it keeps: values below the first bin's upper edge map to 0). Pixels in float32, the
-    histogram edges and interpolation in float64, as NumPy computes them."""
+    (whose quirks it keeps: values below the first bin's upper edge map to 0). The dtypes are NumPy's
+    in DFL's code: pixels, edges and cumulative counts in float32, the interpolation in float64; a
+    histogram is discontinuous, so on faces with many equal pixels (a masked face's black) any other
+    choice moves whole bins."""
     n, c = x.shape[:2]
     d0, d1 = x.flatten(2), y.flatten(2)
     zero = torch.zeros(n * c, 1, device=x.device, dtype=torch.float64)
     full = torch.full((n * c, 1), float(IDT_BINS), device=x.device, dtype=torch.float64)
     for i in range(rotations.shape[1]):
         r = rotations[:, i]
-        d0r, d1r = (r @ d0).flatten(0, 1).double(), (r @ d1).flatten(0, 1).double()  # (N·3, HW)
+        d0r, d1r = (r @ d0).flatten(0, 1), (r @ d1).flatten(0, 1)  # (N·3, HW)
         lo = torch.minimum(d0r.min(1, keepdim=True).values, d1r.min(1, keepdim=True).values)
         hi = torch.maximum(d0r.max(1, keepdim=True).values, d1r.max(1, keepdim=True).values)
         edges = _edges(lo, hi, IDT_BINS)
-        top = edges[:, 1:].contiguous()
-        cp0, cp1 = _histogram_cdf(d0r, edges), _histogram_cdf(d1r, edges)
+        top = edges[:, 1:].double().contiguous()
+        cp0, cp1 = _histogram_cdf(d0r, edges).double(), _histogram_cdf(d1r, edges).double()
         f = _interp(cp0, cp1, top, top[:, :1], top[:, -1:])
-        moved = _interp(d0r, top, f, zero, full).float()
-        d0 = d0 + (r.transpose(1, 2) @ (moved - d0r.float()).view(n, c, -1)) / rotations.shape[1]
+        moved = _interp(d0r.double(), top, f, zero, full).float()
+        d0 = d0 + (r.transpose(1, 2) @ (moved - d0r).view(n, c, -1)) / rotations.shape[1]
     return d0.view_as(x)
 
 

@@ -23,6 +23,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
 from bigbatch.presets import preset
+from bigbatch.tasks.swap.color import MERGE_MODES
 from bigbatch.tasks.swap.load import DIMS, is_dfl_folder, load_autoencoder, trained_parameters
 from bigbatch.tasks.swap.task import swap_faces
 
@@ -130,11 +131,20 @@ def export_dfl(path: str | Path, out: str | Path, name: str = "new") -> Path:
 
 
 def swap_folder(
-    path: str | Path, in_dir: str | Path, out_dir: str | Path, device: str | torch.device = "cpu", batch: int = 8
+    path: str | Path,
+    in_dir: str | Path,
+    out_dir: str | Path,
+    device: str | torch.device = "cpu",
+    batch: int = 8,
+    color_transfer: str | None = None,
 ) -> int:
     """Swap every aligned face image in `in_dir` to src with the model of `path` (a run, a checkpoint
     or a DFL model folder): OUT_DIR/<name>.png, the swapped face blended into the input by the
-    predicted mask, and OUT_DIR/masks/<name>.png, the mask. Returns the number of faces."""
+    predicted mask, and OUT_DIR/masks/<name>.png, the mask. `color_transfer`: DFL's merger's colour
+    transfer of the swap to its dst face (rct, lct, mkl, mkl-m, idt, idt-m, sot-m). Returns the
+    number of faces."""
+    if color_transfer is not None and color_transfer not in MERGE_MODES:
+        raise BigbatchError(f"unknown colour transfer {color_transfer!r}; DFL's merger's are {', '.join(MERGE_MODES)}")
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     if not in_dir.is_dir():
         raise BigbatchError(f"{in_dir} is not a folder of aligned face images")
@@ -153,7 +163,7 @@ def swap_folder(
             except (OSError, ValueError) as e:
                 raise BigbatchError(f"{f} is not a usable image ({e})") from None
         dst = torch.from_numpy(np.stack(faces))
-        swapped, masks = swap_faces(model, dst, batch)
+        swapped, masks = swap_faces(model, dst, batch, color_transfer, first=i)
         m = masks[..., None].float() / 255
         blended = (swapped.float() * m + dst.float() * (1 - m)).round().to(torch.uint8)
         for f, face, mask in zip(files[i : i + batch], blended, masks):

@@ -444,9 +444,13 @@ def _total_variation_mse(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def swap_faces(model: nn.Module, dst: torch.Tensor, batch: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+def swap_faces(
+    model: nn.Module, dst: torch.Tensor, batch: int = 8, color_transfer: str | None = None, first: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """dst faces (uint8 NHWC, any size: resized to the model's) swapped to src: (swapped uint8 NHWC,
-    mask uint8 NHW: the src-path mask times the dst-path mask, DFL's merger's "learned-prd*dst")."""
+    mask uint8 NHW: the src-path mask times the dst-path mask, DFL's merger's "learned-prd*dst").
+    `color_transfer`: one of DFL's merger's (color.MERGE_MODES), the swap recoloured like its dst face;
+    idt's and sot's draws are keyed by each face's index (`first` + its place in `dst`)."""
     was = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -454,6 +458,13 @@ def swap_faces(model: nn.Module, dst: torch.Tensor, batch: int = 8) -> tuple[tor
     for i in range(0, len(dst), batch):
         x = _float(resize_batch(dst[i : i + batch], model.resolution)[..., :3], device)
         image, mask, dst_mask = model.swap(x)
+        if color_transfer:
+            kind = "idt" if "idt" in color_transfer else "sot" if "sot" in color_transfer else "none"
+            keys = range(first + i, first + i + len(x))
+            draws = [color.draw(1, generator(0, COLOUR, k), kind, 0.0, color.MERGE_SOT_BATCH)[0] for k in keys]
+            image = color.merge_transfer(
+                color_transfer, image.float().clamp(0, 1), x, mask * dst_mask, torch.cat(draws)
+            )
         faces.append((image.float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu())
         masks.append(((mask * dst_mask).float().clamp(0, 1) * 255).round().to(torch.uint8)[:, 0].cpu())
     model.train(was)
