@@ -382,9 +382,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
     pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
     pr.add_argument(
-        "--masks", metavar="alpha|DIR", help="swap task: keep a face mask, the alpha channel or a folder of masks"
+        "--masks",
+        metavar="alpha|dfl|DIR",
+        help="swap task: keep a face mask: the alpha channel, the mask in DeepFaceLab's aligned faces "
+        "(XSeg's, else the landmarks' hull) or a folder of masks",
     )
-    pr.add_argument("--eyes-mouth", metavar="DIR", help="swap task: a folder of eyes-and-mouth masks (with --masks)")
+    pr.add_argument(
+        "--eyes-mouth",
+        metavar="dfl|DIR",
+        help="swap task: the eyes-and-mouth region, from DFL's landmarks or a folder of masks (with --masks)",
+    )
     pr.set_defaults(func=_prepare)
 
     st = sub.add_parser("stats", help="reference feature statistics of a data set for FID/KID (cached)")

@@ -513,7 +513,8 @@ def saehd128() -> Config:
     DFL's numbers (models/Model_SAEHD/Model.py): AdaBelief at lr 5e-5 without bias correction, masked
     training, random warp, random dst flip, no clipping (its clipgrad option off), fp32 (its use_fp16
     off). 200k iterations (1,600 kimg), the length DFL users commonly train before turning random warp
-    off. Data: `bigbatch prepare src_faces data/src.h5 --resolution 128 --masks alpha` and the same for dst.
+    off. Data: `bigbatch prepare src_faces data/src.h5 --resolution 128 --masks alpha` and the same for dst
+    (DFL's aligned folders: `--masks dfl --eyes-mouth dfl`).
     """
     return _saehd(
         "saehd128",

@@ -92,10 +92,11 @@ def prepare(
     pixels, stored by bucket. `limit`: use this many files, spread evenly over the listing.
     `strict`: a file that is not a usable image is an error instead of being skipped.
     `masks` (the swap task's face masks, a fourth channel): "alpha" keeps each image's transparency
-    (opaque where it has none), or a local folder holds a greyscale mask per image under the same
+    (opaque where it has none), "dfl" takes the mask a DeepFaceLab aligned face carries (its XSeg
+    mask, else its landmarks' hull), or a local folder holds a greyscale mask per image under the same
     relative name (any image extension: faces/a.jpg -> MASKS/faces/a.png). `eyes_mouth`: a folder of
-    eyes-and-mouth masks the same way, a fifth channel (needs `masks`). An image without its mask is
-    skipped (an error with `strict`)."""
+    eyes-and-mouth masks the same way, or "dfl" (from the landmarks, with masks "dfl"), a fifth
+    channel (needs `masks`). An image without its mask is skipped (an error with `strict`)."""
     start = time.perf_counter()
     refuse_credentials(str(src), "the source")
     refuse_credentials(str(out), "the output")
@@ -132,12 +133,14 @@ def prepare(
         _skip(skipped, name, "outside the class folders (every file must be in one when there are any)", strict)
     attrs.update(resize=RESIZE if resolution else "none (images kept at their size)", skipped=0)
     if masks:
-        attrs.update(masks=masks if masks == "alpha" else "folder", eyes_mouth="folder" if eyes_mouth else "none")
+        em = "none" if not eyes_mouth else "dfl" if eyes_mouth == "dfl" else "folder"
+        attrs.update(masks=masks if masks in ("alpha", "dfl") else "folder", eyes_mouth=em)
+    planes = "alpha" if masks == "alpha" else ("dfl+em" if eyes_mouth == "dfl" else "dfl") if masks == "dfl" else ""
     ratios = BUCKET_RATIOS if buckets else None
     first: tuple[str, tuple[int, ...]] | None = None
     bar = _progress(len(listing.keys), progress)
     with (
-        _decoder(listing, resolution, ratios, workers, masks == "alpha") as decoded,
+        _decoder(listing, resolution, ratios, workers, planes) as decoded,
         H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
     ):
         for i, result in enumerate(decoded):
@@ -197,10 +200,12 @@ MASK_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 
 def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
-    """The mask folders to read (none for --masks alpha), checked."""
+    """The mask folders to read (none for --masks alpha or dfl), checked."""
     if eyes_mouth and not masks:
-        raise BigbatchError("--eyes-mouth is channel 5, after the mask: give --masks alpha or --masks DIR too")
-    folders = [Path(f) for f in (masks, eyes_mouth) if f and f != "alpha"]
+        raise BigbatchError("--eyes-mouth is channel 5, after the mask: give --masks alpha, dfl or DIR too")
+    if eyes_mouth == "dfl" and masks != "dfl":
+        raise BigbatchError("--eyes-mouth dfl reads DeepFaceLab's aligned faces: give --masks dfl with it")
+    folders = [Path(f) for f in (masks, eyes_mouth) if f and f not in ("alpha", "dfl")]
     for folder in folders:
         if is_url(str(folder)) or not folder.is_dir():
             raise BigbatchError(f"mask folder {folder} is not a local folder; give --masks alpha or a folder of masks")
@@ -231,7 +236,7 @@ _worker: dict[str, Any] = {}
 
 
 def _init_worker(
-    listing_source: Any, resolution: int | None, ratios: Sequence[float] | None, alpha: bool, pooled: bool = False
+    listing_source: Any, resolution: int | None, ratios: Sequence[float] | None, planes: str, pooled: bool = False
 ) -> None:
     """Set up a decoding process. A pool's workers ignore SIGTERM and SIGINT (sent to the whole process
     group by a terminal or a job scheduler): the main process stops them after their current chunk. A
@@ -240,22 +245,25 @@ def _init_worker(
     if pooled:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _worker.update(source=listing_source, resolution=resolution, ratios=ratios, alpha=alpha)
+    dfl = {"dfl": 1, "dfl+em": 2}.get(planes, 0)
+    _worker.update(source=listing_source, resolution=resolution, ratios=ratios, alpha=planes == "alpha", dfl=dfl)
 
 
 def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
     """In a worker: read the files (local sources) or take the bytes (remote), then decode them."""
     source = _worker["source"]
     data = source.read(payload) if source.worker_reads else payload
-    return [decode_or_reason(d, _worker["resolution"], _worker["ratios"], _worker["alpha"]) for d in data]
+    w = _worker
+    return [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"]) for d in data]
 
 
 @contextmanager
 def _decoder(
-    listing: Listing, resolution: int | None, ratios: Sequence[float] | None, workers: int, alpha: bool = False
+    listing: Listing, resolution: int | None, ratios: Sequence[float] | None, workers: int, planes: str = ""
 ) -> Iterator[Iterator[tuple[int, np.ndarray] | str]]:
-    """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one).
-    Entered before the output file is opened, so that no worker inherits its handle."""
+    """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), with
+    the mask `planes` ("", "alpha", "dfl" or "dfl+em"). Entered before the output file is opened, so
+    that no worker inherits its handle."""
     source = listing.source
     chunks = [listing.keys[i : i + CHUNK] for i in range(0, len(listing.keys), CHUNK)]
     pool = fetcher = None
@@ -263,11 +271,11 @@ def _decoder(
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        args = (source, resolution, ratios, alpha, True)
+        args = (source, resolution, ratios, planes, True)
         pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=args)
         pool.submit(int).result()  # start the workers now
     else:
-        _init_worker(source, resolution, ratios, alpha)
+        _init_worker(source, resolution, ratios, planes)
     if not source.worker_reads:
         # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
         fetcher = ThreadPoolExecutor(FETCHERS)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
+from bigbatch.data.dfl_faces import NoFaceData, face_masks
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import is_url, public_name, refuse_credentials
@@ -259,22 +260,29 @@ def fit(img: Image.Image, resolution: int | None, ratios: Sequence[float] | None
 
 
 def decode(
-    data: bytes, resolution: int | None = None, ratios: Sequence[float] | None = None, alpha: bool = False
+    data: bytes,
+    resolution: int | None = None,
+    ratios: Sequence[float] | None = None,
+    alpha: bool = False,
+    dfl_masks: int = 0,
 ) -> tuple[int, np.ndarray]:
     """Decode one image file to (bucket, uint8 HxWx3). With `resolution`: center-cropped to a square,
     or with `ratios` (width/height) to the nearest shape of `bucket_shapes(resolution, ratios)`
     (bucket is its index), and resized with LANCZOS. EXIF orientation is applied first. `alpha`: a
     fourth channel, the image's transparency (opaque where it has none; the face mask of the swap
-    task). Raises on bad data."""
+    task). `dfl_masks` 1 or 2: the face mask (and the eyes-and-mouth region) a DeepFaceLab aligned
+    face carries in its metadata, as channels 4 (and 5). Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()  # decode now: truncated files fail here, not later
         img = ImageOps.exif_transpose(img) or img
-        mask = img.convert("RGBA").getchannel("A") if alpha else None
+        planes = [img.convert("RGBA").getchannel("A")] if alpha else []
         img = to_rgb(img)
+    if dfl_masks:
+        planes += [Image.fromarray(p) for p in face_masks(data, (img.height, img.width), dfl_masks > 1)]
     bucket, img = fit(img, resolution, ratios)
     out = np.asarray(img, dtype=np.uint8)
-    if mask is not None:
-        out = np.dstack([out, np.asarray(fit(mask, resolution, ratios)[1], dtype=np.uint8)])
+    if planes:
+        out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
     return bucket, out
 
 
@@ -289,14 +297,16 @@ def decode_mask(data: bytes, resolution: int | None, ratios: Sequence[float] | N
 
 
 def decode_or_reason(
-    data: bytes | str, resolution: int | None, ratios: Sequence[float] | None, alpha: bool = False
+    data: bytes | str, resolution: int | None, ratios: Sequence[float] | None, alpha: bool = False, dfl_masks: int = 0
 ) -> tuple[int, np.ndarray] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data
     try:
-        return decode(data, resolution, ratios, alpha)
+        return decode(data, resolution, ratios, alpha, dfl_masks)
     except Image.UnidentifiedImageError:
         return "not an image Pillow can read"
+    except (BigbatchError, NoFaceData) as e:  # DFL metadata missing, or refused (a pickle asking for code)
+        return str(e)
     except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone
         return f"corrupt or truncated ({type(e).__name__}: {e})"

@@ -11,7 +11,6 @@ strings, numbers and booleans, and refuses anything else with one line naming wh
 
 from __future__ import annotations
 
-import io
 import pickle
 from pathlib import Path
 from typing import Any
@@ -20,33 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from bigbatch import safe_pickle
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-
-# What an array, a dtype or a NumPy scalar pickles to (NumPy 1 and 2 module names), and nothing else.
-_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("collections", "OrderedDict"),
-}
-
-
-class _ArraysOnly(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, path: Path) -> None:
-        super().__init__(file)
-        self.path = path
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise BigbatchError(
-            f"{self.path} asks to load {module}.{name}, which is not an array, number or string: "
-            "refusing it (a DeepFaceLab file holds only those; this one may run code)"
-        )
 
 
 def read_pickle(path: str | Path) -> Any:
@@ -56,13 +31,7 @@ def read_pickle(path: str | Path) -> Any:
         data = path.read_bytes()
     except OSError as e:
         raise BigbatchError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        obj = _ArraysOnly(io.BytesIO(data), path).load()
-    except BigbatchError:
-        raise
-    except Exception as e:  # noqa: BLE001 - any way a pickle can be cut short or garbled
-        raise BigbatchError(f"{path} is not a readable DeepFaceLab file ({type(e).__name__}: {e})") from None
-    return obj
+    return safe_pickle.loads(data, str(path))
 
 
 def read_weights(path: str | Path) -> dict[str, np.ndarray]:

@@ -17,7 +17,7 @@ matters for the clip norm and AdaBelief's epsilon), whatever the micro-batches a
 logged src_loss and dst_loss are per-sample means, the numbers DFL prints.
 
 Data: images of 3 channels (RGB), 4 (+ the face mask) or 5 (+ the eyes-and-mouth region), from
-`bigbatch prepare --masks alpha|DIR [--eyes-mouth DIR]`; without masks the whole image is the face.
+`bigbatch prepare --masks alpha|dfl|DIR [--eyes-mouth dfl|DIR]`; without masks the whole image is the face.
 Before the warp, src faces may be recoloured like the dst face of their row (ct_mode; input and
 target alike) and their input shifted in HSV (random_hsv_power); targets may have their background
 blurred next to the mask (blur_out_mask).
@@ -93,7 +93,8 @@ def _check_faces(cfg: Config, data: Any, side: str) -> Any:
     if data.channels not in (3, 4, 5):
         raise BigbatchError(
             f"the {side} faces {data.source} have {data.channels} channels; the swap task reads RGB (3), "
-            "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare [--masks alpha|DIR]"
+            "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare "
+            "[--masks alpha|dfl|DIR]"
         )
     if data.resolution != cfg.data.resolution:
         raise BigbatchError(
@@ -135,13 +136,13 @@ def build(
         cfg.swap._fail(
             "eyes_mouth_prio",
             "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
-            "bigbatch prepare --masks DIR --eyes-mouth DIR, or set it to false",
+            "bigbatch prepare --masks dfl|DIR --eyes-mouth dfl|DIR, or set it to false",
         )
     if s.blur_out_mask and min(data.channels, dst.channels) < 4:
         cfg.swap._fail(
             "blur_out_mask",
             "needs face masks in both data sets (a fourth channel): prepare them with bigbatch prepare "
-            "--masks alpha|DIR, or set it to false",
+            "--masks alpha|dfl|DIR, or set it to false",
         )
     net = build_model(cfg).train()
     if cfg.train.init_from and resumed_at is None:

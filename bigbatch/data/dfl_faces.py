@@ -1,0 +1,181 @@
+"""The face masks DeepFaceLab keeps inside its aligned face images (DFLIMG/DFLJPG.py): each JPEG its
+extractor writes carries, in an APP15 segment, a pickled dict of the face's 68 landmarks (in the
+aligned image's pixels), `eyebrows_expand_mod`, and, once XSeg has been applied, `xseg_mask` (a PNG
+or JPEG of the mask). `bigbatch prepare --masks dfl [--eyes-mouth dfl]` reads them, so DFL's
+`workspace/data_src/aligned` and `data_dst/aligned` folders prepare as they are:
+
+- the face mask is the XSeg mask when there is one, else the landmarks' hull with the eyebrows
+  raised (facelib/LandmarksProcessor.py: get_image_hull_mask), what DFL's trainer uses;
+- the eyes-and-mouth region is the hull of each eye and of the inner mouth, dilated (an ellipse of
+  size/32) and blurred (a Gaussian of size/16), as get_image_eye_mask + get_image_mouth_mask.
+
+Polygons are filled by Pillow, dilation and blur by SciPy, where DFL calls OpenCV (edge pixels may
+differ; tests/test_dfl_faces.py compares with OpenCV). The pickle is read by the restricted unpickler
+(`bigbatch.safe_pickle`): metadata that asks for anything but arrays, strings and numbers is refused.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from bigbatch import safe_pickle
+
+APP15 = 0xEF
+
+
+class NoFaceData(ValueError):
+    """The image does not carry what DFL's aligned faces carry (one line: why)."""
+
+
+def read_metadata(data: bytes, what: str = "image") -> dict[str, Any] | None:
+    """The DFL dict in a JPEG's APP15 segment, or None when the file has none (not a JPEG, or not an
+    aligned face from DFL's extractor). A segment that does not unpickle to a dict is an error."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    at = 2
+    while at + 4 <= len(data) and data[at] == 0xFF:
+        marker = data[at + 1]
+        if marker == 0xDA or marker == 0xD9:  # start of scan / end of image: no more headers
+            return None
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            at += 2
+            continue
+        (length,) = struct.unpack(">H", data[at + 2 : at + 4])
+        if marker == APP15:
+            found = safe_pickle.loads(data[at + 4 : at + 2 + length], f"{what}'s DeepFaceLab metadata")
+            if not isinstance(found, dict):
+                raise NoFaceData("its DeepFaceLab metadata is not a dict")
+            return found
+        at += 2 + length
+    return None
+
+
+def landmarks_of(meta: dict[str, Any]) -> np.ndarray:
+    points = np.asarray(meta.get("landmarks", ()), dtype=np.float64)
+    if points.shape != (68, 2):
+        raise NoFaceData(f"its DeepFaceLab metadata has no 68 landmarks (landmarks of shape {points.shape})")
+    return points
+
+
+def _hull(points: np.ndarray) -> list[tuple[float, float]]:
+    """The convex hull of 2-D points, counter-clockwise (Andrew's monotone chain)."""
+    pts = sorted({(float(x), float(y)) for x, y in points})
+    if len(pts) <= 2:
+        return pts
+
+    def cross(o: tuple[float, float], a: tuple[float, float], b: tuple[float, float]) -> float:
+        return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+    lower: list[tuple[float, float]] = []
+    upper: list[tuple[float, float]] = []
+    for p in pts:
+        while len(lower) >= 2 and cross(lower[-2], lower[-1], p) <= 0:
+            lower.pop()
+        lower.append(p)
+    for p in reversed(pts):
+        while len(upper) >= 2 and cross(upper[-2], upper[-1], p) <= 0:
+            upper.pop()
+        upper.append(p)
+    return lower[:-1] + upper[:-1]
+
+
+def _fill(size: tuple[int, int], parts: list[np.ndarray]) -> np.ndarray:
+    """A float mask (h, w) with the convex hull of each point set filled with 1."""
+    h, w = size
+    canvas = Image.new("L", (w, h), 0)
+    draw = ImageDraw.Draw(canvas)
+    for points in parts:
+        hull = _hull(points)
+        if len(hull) >= 3:
+            draw.polygon(hull, fill=255, outline=255)
+        elif hull:
+            draw.line(hull, fill=255)
+    return np.asarray(canvas, dtype=np.float32) / 255
+
+
+def _expand_eyebrows(points: np.ndarray, mod: float) -> np.ndarray:
+    """DFL's expand_eyebrows: the eyebrows raised by half their height above the eyes, × mod (integer
+    pixels, as DFL casts them)."""
+    lm = points.astype(np.int64)
+    ml, mr = (lm[36] + lm[0]) // 2, (lm[16] + lm[45]) // 2
+    ql, qr = (lm[36] + ml) // 2, (lm[45] + mr) // 2
+    bot_l = np.array([ql, lm[36], lm[37], lm[38], lm[39]])
+    bot_r = np.array([lm[42], lm[43], lm[44], lm[45], qr])
+    out = lm.astype(np.float64)
+    out[17:22] = lm[17:22] + mod * 0.5 * (lm[17:22] - bot_l)
+    out[22:27] = lm[22:27] + mod * 0.5 * (lm[22:27] - bot_r)
+    return out.astype(np.int64)  # (DFL assigns into its int array: truncated)
+
+
+def hull_mask(size: tuple[int, int], points: np.ndarray, eyebrows_expand_mod: float = 1.0) -> np.ndarray:
+    """DFL's get_image_hull_mask: the union of the hulls of the jaw, cheeks, nose ridge, eye and nose
+    regions of the 68 landmarks, the eyebrows raised first. Float (h, w) in {0, 1}."""
+    lm = _expand_eyebrows(points, eyebrows_expand_mod)
+    parts = [
+        np.concatenate([lm[0:9], lm[17:18]]),
+        np.concatenate([lm[8:17], lm[26:27]]),
+        np.concatenate([lm[17:20], lm[8:9]]),
+        np.concatenate([lm[24:27], lm[8:9]]),
+        np.concatenate([lm[19:25], lm[8:9]]),
+        np.concatenate([lm[17:22], lm[27:28], lm[31:36], lm[8:9]]),
+        np.concatenate([lm[22:27], lm[27:28], lm[31:36], lm[8:9]]),
+        np.concatenate([lm[27:31], lm[31:36]]),
+    ]
+    return _fill(size, parts)
+
+
+def _ellipse(d: int) -> np.ndarray:
+    """OpenCV's getStructuringElement(MORPH_ELLIPSE, (d, d))."""
+    r = c = d // 2
+    out = np.zeros((d, d), dtype=bool)
+    for i in range(d):
+        dy = i - r
+        if abs(dy) <= r and r > 0:
+            dx = int(round(c * np.sqrt((r * r - dy * dy) / (r * r))))
+            out[i, max(c - dx, 0) : min(c + dx + 1, d)] = True
+    return out
+
+
+def eyes_mouth_mask(size: tuple[int, int], points: np.ndarray) -> np.ndarray:
+    """DFL's eyes-and-mouth region (get_image_eye_mask + get_image_mouth_mask, clipped to 1): the hulls
+    of both eyes and the inner lips, dilated by an ellipse of h/32 and blurred by a Gaussian of h/16
+    taps (OpenCV's σ for that size). Float (h, w) in [0, 1]."""
+    from scipy import ndimage
+
+    h = size[0]
+    lm = points.astype(np.int64)
+    total = np.zeros(size, dtype=np.float32)
+    for parts in ([lm[36:42], lm[42:48]], [lm[60:68]]):
+        mask = _fill(size, parts)
+        d = h // 32
+        if d > 0:
+            mask = ndimage.maximum_filter(mask, footprint=_ellipse(d), mode="constant")
+        k = h // 16
+        k += 1 - k % 2
+        sigma = 0.3 * ((k - 1) * 0.5 - 1) + 0.8
+        mask = ndimage.gaussian_filter(mask, sigma, mode="mirror", truncate=((k - 1) / 2) / sigma)
+        total += mask
+    return np.clip(total, 0, 1)
+
+
+def face_masks(data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str = "image") -> list[np.ndarray]:
+    """The mask planes (uint8, h × w of the image) an aligned DFL face carries: the face mask, and with
+    `eyes_mouth` the eyes-and-mouth region. Raises NoFaceData (one line) when it carries none."""
+    meta = read_metadata(data, what)
+    if meta is None:
+        raise NoFaceData("it has no DeepFaceLab metadata (an aligned face from DFL's extractor is a JPEG that has)")
+    xseg = meta.get("xseg_mask")
+    if xseg is not None:  # the compressed mask XSeg wrote into the image
+        with Image.open(io.BytesIO(np.asarray(xseg, dtype=np.uint8).tobytes())) as img:
+            mask = np.asarray(img.convert("L").resize(size[::-1], Image.Resampling.BICUBIC), dtype=np.float32) / 255
+    else:
+        mask = hull_mask(size, landmarks_of(meta), float(meta.get("eyebrows_expand_mod", 1.0) or 1.0))
+    planes = [mask]
+    if eyes_mouth:
+        planes.append(eyes_mouth_mask(size, landmarks_of(meta)))
+    return [np.clip(np.round(p * 255), 0, 255).astype(np.uint8) for p in planes]

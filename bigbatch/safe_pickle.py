@@ -1,0 +1,48 @@
+"""Pickles from other programs (DeepFaceLab's weight and option files, the metadata in its aligned
+face images), read by an unpickler that builds only NumPy arrays and scalars, dicts, lists, tuples,
+strings, numbers and booleans, and refuses anything else with one line naming what the data asked
+for: a pickle can run code, and these come from outside."""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any
+
+from bigbatch.errors import BigbatchError
+
+# What an array, a dtype or a NumPy scalar pickles to (NumPy 1 and 2 module names), and nothing else.
+_ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _ArraysOnly(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, what: str) -> None:
+        super().__init__(file)
+        self.what = what
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        raise BigbatchError(
+            f"{self.what} asks to load {module}.{name}, which is not an array, number or string: "
+            "refusing it (a DeepFaceLab file holds only those; this one may run code)"
+        )
+
+
+def loads(data: bytes, what: str, kind: str = "DeepFaceLab file") -> Any:
+    """The object pickled in `data` (from `what`, named in errors), if it is made only of arrays,
+    containers, strings and numbers; else one BigbatchError line."""
+    try:
+        return _ArraysOnly(io.BytesIO(data), what).load()
+    except BigbatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any way a pickle can be cut short or garbled
+        raise BigbatchError(f"{what} is not a readable {kind} ({type(e).__name__}: {e})") from None
