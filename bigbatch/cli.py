@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bigbatch.cli_eval import EVAL_A, EVAL_B, run_eval
 from bigbatch.errors import BigbatchError
+from bigbatch.signals import ignore_late_sigterm
 
 
 class _Parser(argparse.ArgumentParser):
@@ -592,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)
+            ignore_late_sigterm()  # (a launched rank that has ended)
     return status or 0
 
 

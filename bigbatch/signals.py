@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -36,3 +37,14 @@ def stop_signals() -> Iterator[StopRequest]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        ignore_late_sigterm()
+
+
+def ignore_late_sigterm() -> None:
+    """In a rank a bigbatch launcher started, once its training has ended: SIGTERM ignored from here
+    to its exit. The launcher signals every rank when it stops a run, but the ranks agree to stop on
+    the first signal any of them gets, so another rank's signal can arrive while this one writes its
+    last lines or exits; it must not turn a clean, saved stop into an exit by signal. (A rank that
+    hangs on its way out is still killed after the launcher's grace period.)"""
+    if os.environ.get("BIGBATCH_LAUNCH_PARENT") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -91,6 +91,30 @@ def test_a_sheet_names_the_kimg_its_checkpoint_folder_names():
     assert SampleSheet("notes.png", b"").kimg != SampleSheet("notes.png", b"").kimg  # no kimg in the name: nan
 
 
+def test_a_launched_rank_that_has_ended_ignores_a_late_sigterm(tmp_path):
+    """The launcher signals every rank to stop a run, but the ranks stop together on the first signal:
+    a rank that has already saved and ended must exit 0 when its own signal arrives late, as it exits.
+    Outside a launched rank, SIGTERM keeps its meaning."""
+    code = (
+        "import os, signal\n"
+        "from bigbatch import cli\n"
+        "from bigbatch.signals import stop_signals\n"
+        "with stop_signals():\n"
+        "    pass  # the training loop\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print('after the loop', flush=True)\n"
+        "cli.main(['--version'])\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print('after main', flush=True)\n"
+    )
+    rank = {**os.environ, "BIGBATCH_LAUNCH_PARENT": str(os.getpid())}
+    out = subprocess.run([sys.executable, "-c", code], env=rank, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "after main" in out.stdout, out.stderr
+    plain = {k: v for k, v in os.environ.items() if k != "BIGBATCH_LAUNCH_PARENT"}
+    out = subprocess.run([sys.executable, "-c", code], env=plain, capture_output=True, text=True, timeout=120)
+    assert out.returncode == -signal.SIGTERM and "after the loop" not in out.stdout
+
+
 def test_ray_rank_counts_follow_the_cluster():
     gpus = {"CPU": 32.0, "GPU": 8.0}
     assert ray_ranks(gpus, None, None) == (8, 1.0)  # one rank per GPU
