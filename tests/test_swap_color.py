@@ -153,7 +153,7 @@ def test_each_colour_transfer_is_dfls(mode):
 
 def test_the_mergers_colour_transfer_is_dfls():
     x, y = faces(2, 32, seed=5), faces(2, 32, seed=6)
-    mask = torch.zeros(2, 1, 32, 32)
+    mask = torch.full((2, 1, 32, 32), 1e-3)  # a sigmoid's faint background: noise to DFL's merger (< 1/255)
     mask[..., 6:26, 8:24] = 0.7
     for mode in color.MERGE_MODES:
         base = mode.removesuffix("-m")
@@ -163,7 +163,7 @@ def test_the_mergers_colour_transfer_is_dfls():
         ct = ct[:, :4] if base == "idt" else ct
         out = color.merge_transfer(mode, x, y, mask, ct)
         for i in range(2):
-            a, b, m = hwc(x[i]), hwc(y[i]), (hwc(mask[i])[..., 0] > 0).astype(np.float32)
+            a, b, m = hwc(x[i]), hwc(y[i]), (hwc(mask[i])[..., 0] >= 1 / 255).astype(np.float32)
             if mode.endswith("-m"):
                 a, b = a * m[..., None], b * m[..., None]
             if base == "rct":
@@ -206,3 +206,19 @@ def test_the_hsv_shift_is_dfls_and_its_draws_are_keyed():
         v = np.clip(hsv[..., 2] + float(a[i, 2]), 0, 1)
         want = np.clip(cv2.cvtColor(np.stack([hue, s, v], -1).astype(np.float32), cv2.COLOR_HSV2RGB), 0, 1)
         assert np.abs(hwc(out[i]) - want).max() < 2e-3
+
+
+def test_colour_work_is_float32_under_autocast():
+    """Training runs under bf16 autocast: the colour transfers, the HSV shift and blur-out must not
+    drop their matrix products and convolutions to bf16."""
+    from bigbatch.tasks.swap.losses import blur_out
+
+    x, y = faces(2, 32, seed=7), faces(2, 32, seed=8)
+    mask = torch.zeros(2, 1, 32, 32)
+    mask[..., 8:24, 8:24] = 1
+    for mode in ("rct", "idt"):
+        ct, hsv = color.draw(2, generator(0, 1, 4), mode, 0.2)
+        plain = color.transfer(mode, x, y, ct), color.hsv_shift(x, hsv), blur_out(x, mask, 256)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            under = color.transfer(mode, x, y, ct), color.hsv_shift(x, hsv), blur_out(x, mask, 256)
+        assert all(torch.equal(a, b) for a, b in zip(plain, under)), mode

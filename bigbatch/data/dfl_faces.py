@@ -40,6 +40,9 @@ def read_metadata(data: bytes, what: str = "image") -> dict[str, Any] | None:
     at = 2
     while at + 4 <= len(data) and data[at] == 0xFF:
         marker = data[at + 1]
+        if marker == 0xFF:  # a fill byte before the marker
+            at += 1
+            continue
         if marker == 0xDA or marker == 0xD9:  # start of scan / end of image: no more headers
             return None
         if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length

@@ -125,13 +125,15 @@ def draw(
 
 
 def hsv_shift(faces: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
-    """(N, 3, H, W) RGB faces with each image's HSV shift (N, 3) from `draw` applied, as DFL's sample processor."""
-    hsv = rgb_to_hsv(faces.float())
-    shifts = shifts.to(hsv.device, hsv.dtype)[:, :, None, None]
-    h = torch.remainder(hsv[:, 0] + shifts[:, 0], 360)
-    s = (hsv[:, 1] + shifts[:, 1]).clamp(0, 1)
-    v = (hsv[:, 2] + shifts[:, 2]).clamp(0, 1)
-    return hsv_to_rgb(torch.stack([h, s, v], dim=1)).clamp(0, 1).to(faces.dtype)
+    """(N, 3, H, W) RGB faces with each image's HSV shift (N, 3) from `draw` applied, as DFL's sample
+    processor; in float32 whatever autocast says."""
+    with torch.autocast(faces.device.type, enabled=False):
+        hsv = rgb_to_hsv(faces.float())
+        shifts = shifts.to(hsv.device, hsv.dtype)[:, :, None, None]
+        h = torch.remainder(hsv[:, 0] + shifts[:, 0], 360)
+        s = (hsv[:, 1] + shifts[:, 1]).clamp(0, 1)
+        v = (hsv[:, 2] + shifts[:, 2]).clamp(0, 1)
+        return hsv_to_rgb(torch.stack([h, s, v], dim=1)).clamp(0, 1).to(faces.dtype)
 
 
 def transfer(
@@ -140,32 +142,34 @@ def transfer(
     """(N, 3, H, W) RGB `faces` in [0, 1] recoloured like `styles` (the same shape), image by image,
     by DFL's colour transfer `mode`; `draws` are `draw`'s for idt and sot. rct with a `mask` (N, 1, H,
     W) takes its statistics with the pixels outside it (< 0.5) as black, as DFL's merger does.
-    Computed in float32."""
-    x, y = faces.float(), styles.float()
-    if mode == "rct":
-        out = _rct(x, y, mask)
-    elif mode == "lct":
-        out = _lct(x, y)
-    elif mode == "mkl":
-        out = _mkl(x, y)
-    elif mode == "idt":
-        out = _idt(x, y, draws.to(x.device))
-    elif mode == "sot":
-        out = _sot(x, y, draws.to(x.device))
-    else:
+    Computed in float32 (float64 for the 3 × 3 statistics), whatever autocast says."""
+    if mode not in MODES:
         raise ValueError(f"unknown colour transfer {mode!r}; one of {MODES}")
-    return out.clamp(0, 1).to(faces.dtype)
+    with torch.autocast(faces.device.type, enabled=False):
+        x, y = faces.float(), styles.float()
+        if mode == "rct":
+            out = _rct(x, y, mask)
+        elif mode == "lct":
+            out = _lct(x, y)
+        elif mode == "mkl":
+            out = _mkl(x, y)
+        elif mode == "idt":
+            out = _idt(x, y, draws.to(x.device))
+        else:
+            out = _sot(x, y, draws.to(x.device))
+        return out.clamp(0, 1).to(faces.dtype)
 
 
 def merge_transfer(
     mode: str, swapped: torch.Tensor, dst: torch.Tensor, mask: torch.Tensor, draws: torch.Tensor
 ) -> torch.Tensor:
     """DFL's merger's colour transfer: `swapped` faces (N, 3, H, W) recoloured like the `dst` faces
-    they replace, with the face area (`mask` > 0): rct takes its statistics there, the "-m" modes see
-    both faces black outside it. `draws`: `draw(n, g, "idt" | "sot", 0, MERGE_SOT_BATCH)`'s."""
+    they replace, with the face area (`mask` >= 1/255: the merger drops lower values as noise): rct
+    takes its statistics there, the "-m" modes see both faces black outside it. `draws`:
+    `draw(n, g, "idt" | "sot", 0, MERGE_SOT_BATCH)`'s."""
     if mode not in MERGE_MODES:
         raise ValueError(f"unknown merger colour transfer {mode!r}; one of {MERGE_MODES}")
-    area = (mask.float() > 0).float()
+    area = (mask.float() >= 1 / 255).float()
     base = mode.removesuffix("-m")
     if mode.endswith("-m"):
         swapped, dst = swapped.float() * area, dst.float() * area

@@ -62,14 +62,16 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
 
 def blur_out(image: torch.Tensor, mask: torch.Tensor, resolution: int) -> torch.Tensor:
     """DFL's blur_out_mask: the image outside the mask replaced by its background blurred (σ res/128)
-    and renormalised by the blurred background weight, so the area next to the face is smoothed."""
+    and renormalised by the blurred background weight, so the area next to the face is smoothed
+    (float32, whatever autocast says)."""
     sigma = resolution / 128
-    image, mask = image.float(), mask.float()
-    anti = 1 - mask
-    background = gaussian_blur(image * anti, sigma)
-    weight = 1 - gaussian_blur(mask, sigma)
-    weight = torch.where(weight == 0, torch.ones_like(weight), weight)
-    return image * mask + background / weight * anti
+    with torch.autocast(image.device.type, enabled=False):
+        image, mask = image.float(), mask.float()
+        anti = 1 - mask
+        background = gaussian_blur(image * anti, sigma)
+        weight = 1 - gaussian_blur(mask, sigma)
+        weight = torch.where(weight == 0, torch.ones_like(weight), weight)
+        return image * mask + background / weight * anti
 
 
 def style_loss(content: torch.Tensor, style: torch.Tensor, blur: float, weight: float) -> torch.Tensor:
