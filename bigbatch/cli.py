@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from bigbatch.cli_eval import EVAL_A, EVAL_B, run_eval
+from bigbatch.cli_swap import add_swap_commands
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import ignore_late_sigterm
 
@@ -73,24 +74,6 @@ def _convert(args: argparse.Namespace) -> None:
     ckpt = convert_reference(args.src, args.out, cfg, args.classes)
     out = shlex.quote(args.out)
     print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: --init-from {out}")
-
-
-def _export_dfl(args: argparse.Namespace) -> None:
-    from bigbatch.tasks.swap.files import export_dfl
-
-    out = export_dfl(args.run, args.out, args.name)
-    print(f"Wrote DeepFaceLab model {args.name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
-
-
-def _swap(args: argparse.Namespace) -> None:
-    from bigbatch.engine import dist
-    from bigbatch.tasks.swap.files import swap_folder
-
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    device = dist.context(args.device).device
-    n = swap_folder(args.run, args.in_dir, args.out_dir, device, args.batch, args.color_transfer)
-    print(f"Swapped {n} faces into {args.out_dir} (masks in {Path(args.out_dir) / 'masks'})")
 
 
 def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
@@ -329,24 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--classes", type=int, help="number of classes (default: read from the weights)")
     c.set_defaults(func=_convert)
 
-    ex = sub.add_parser("export-dfl", help="write a swap run's model as a DeepFaceLab SAEHD model folder")
-    ex.add_argument("run", metavar="RUN", help="swap run directory or checkpoint folder")
-    ex.add_argument("out", metavar="OUT_DIR", help="folder to write <name>_SAEHD_*.npy and _data.dat into")
-    ex.add_argument("--name", default="new", help="DFL's model name (default: new)")
-    ex.set_defaults(func=_export_dfl)
-
-    sw = sub.add_parser("swap", help="swap a folder of aligned dst faces to src with a trained swap model")
-    sw.add_argument("run", metavar="RUN", help="swap run directory, checkpoint folder or DFL SAEHD model folder")
-    sw.add_argument("in_dir", metavar="IN_DIR", help="aligned face images (face detection and alignment: DFL's)")
-    sw.add_argument("out_dir", metavar="OUT_DIR", help="where the swapped faces and their masks go")
-    sw.add_argument("--batch", type=int, default=8, help="faces per forward")
-    sw.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
-    sw.add_argument(
-        "--color-transfer",
-        metavar="MODE",
-        help="recolour each swap like its dst face, as DFL's merger: rct, lct, mkl, mkl-m, idt, idt-m or sot-m",
-    )
-    sw.set_defaults(func=_swap)
+    add_swap_commands(sub)
 
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")
     s.add_argument("path", metavar="RUN_OR_CKPT")

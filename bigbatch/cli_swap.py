@@ -1,0 +1,51 @@
+"""The swap task's own commands: `bigbatch export-dfl` (a run's model as a DeepFaceLab model folder)
+and `bigbatch swap` (aligned dst faces swapped to src). `bigbatch convert` reads DFL folders too; it
+lives in cli.py with the GAN's converter."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bigbatch.errors import BigbatchError
+
+
+def _export_dfl(args: argparse.Namespace) -> None:
+    from bigbatch.tasks.swap.files import export_dfl
+
+    out = export_dfl(args.run, args.out, args.name)
+    print(f"Wrote DeepFaceLab model {args.name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
+
+
+def _swap(args: argparse.Namespace) -> None:
+    from bigbatch.engine import dist
+    from bigbatch.tasks.swap.files import swap_folder
+
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    device = dist.context(args.device).device
+    n = swap_folder(args.run, args.in_dir, args.out_dir, device, args.batch, args.color_transfer)
+    print(f"Swapped {n} faces into {args.out_dir} (masks in {Path(args.out_dir) / 'masks'})")
+
+
+def add_swap_commands(sub: Any) -> None:
+    """Add export-dfl and swap to the CLI's subcommands."""
+    ex = sub.add_parser("export-dfl", help="write a swap run's model as a DeepFaceLab SAEHD model folder")
+    ex.add_argument("run", metavar="RUN", help="swap run directory or checkpoint folder")
+    ex.add_argument("out", metavar="OUT_DIR", help="folder to write <name>_SAEHD_*.npy and _data.dat into")
+    ex.add_argument("--name", default="new", help="DFL's model name (default: new)")
+    ex.set_defaults(func=_export_dfl)
+
+    sw = sub.add_parser("swap", help="swap a folder of aligned dst faces to src with a trained swap model")
+    sw.add_argument("run", metavar="RUN", help="swap run directory, checkpoint folder or DFL SAEHD model folder")
+    sw.add_argument("in_dir", metavar="IN_DIR", help="aligned face images (face detection and alignment: DFL's)")
+    sw.add_argument("out_dir", metavar="OUT_DIR", help="where the swapped faces and their masks go")
+    sw.add_argument("--batch", type=int, default=8, help="faces per forward")
+    sw.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
+    sw.add_argument(
+        "--color-transfer",
+        metavar="MODE",
+        help="recolour each swap like its dst face, as DFL's merger: rct, lct, mkl, mkl-m, idt, idt-m or sot-m",
+    )
+    sw.set_defaults(func=_swap)
