@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from bigbatch.data.streams import generator
+from bigbatch.data.streams import COLOUR, generator
 from bigbatch.models.saehd import SAEHD
 from bigbatch.tasks.swap import color
 
@@ -54,10 +54,10 @@ def main() -> None:
     x, y = _faces(n, res, 0, device), _faces(n, res, 1, device)
     rows = []
     for mode in color.MODES:
-        ct, _ = color.draw(n, generator(0, 11, 0), mode, 0.0)
+        ct, _ = color.draw(n, generator(0, COLOUR, 0), mode, 0.0)
         run = functools.partial(color.transfer, mode, x, y, ct)
         rows.append((f"ct_mode {mode}", _time(run, args.repeat, device)))
-    _, hsv = color.draw(n, generator(0, 11, 0), "none", 0.05)
+    _, hsv = color.draw(n, generator(0, COLOUR, 0), "none", 0.05)
     rows.append(("random_hsv_power", _time(lambda: color.hsv_shift(x, hsv), args.repeat, device)))
     net = SAEHD(res, "liae-ud").to(device)  # DFL's default model, for scale
 

@@ -173,12 +173,13 @@ def face_masks(data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str =
     if meta is None:
         raise NoFaceData("it has no DeepFaceLab metadata (an aligned face from DFL's extractor is a JPEG that has)")
     xseg = meta.get("xseg_mask")
+    points = landmarks_of(meta) if eyes_mouth or xseg is None else None
     if xseg is not None:  # the compressed mask XSeg wrote into the image
         with Image.open(io.BytesIO(np.asarray(xseg, dtype=np.uint8).tobytes())) as img:
             mask = np.asarray(img.convert("L").resize(size[::-1], Image.Resampling.BICUBIC), dtype=np.float32) / 255
     else:
-        mask = hull_mask(size, landmarks_of(meta), float(meta.get("eyebrows_expand_mod", 1.0) or 1.0))
+        mask = hull_mask(size, points, float(meta.get("eyebrows_expand_mod", 1.0) or 1.0))
     planes = [mask]
     if eyes_mouth:
-        planes.append(eyes_mouth_mask(size, landmarks_of(meta)))
+        planes.append(eyes_mouth_mask(size, points))
     return [np.clip(np.round(p * 255), 0, 255).astype(np.uint8) for p in planes]

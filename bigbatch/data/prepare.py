@@ -135,12 +135,12 @@ def prepare(
     if masks:
         em = "none" if not eyes_mouth else "dfl" if eyes_mouth == "dfl" else "folder"
         attrs.update(masks=masks if masks in ("alpha", "dfl") else "folder", eyes_mouth=em)
-    planes = "alpha" if masks == "alpha" else ("dfl+em" if eyes_mouth == "dfl" else "dfl") if masks == "dfl" else ""
+    dfl_masks = 0 if masks != "dfl" else 2 if eyes_mouth == "dfl" else 1  # planes from DFL's metadata
     ratios = BUCKET_RATIOS if buckets else None
     first: tuple[str, tuple[int, ...]] | None = None
     bar = _progress(len(listing.keys), progress)
     with (
-        _decoder(listing, resolution, ratios, workers, planes) as decoded,
+        _decoder(listing, resolution, ratios, workers, masks == "alpha", dfl_masks) as decoded,
         H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
     ):
         for i, result in enumerate(decoded):
@@ -236,7 +236,12 @@ _worker: dict[str, Any] = {}
 
 
 def _init_worker(
-    listing_source: Any, resolution: int | None, ratios: Sequence[float] | None, planes: str, pooled: bool = False
+    listing_source: Any,
+    resolution: int | None,
+    ratios: Sequence[float] | None,
+    alpha: bool,
+    dfl_masks: int,
+    pooled: bool = False,
 ) -> None:
     """Set up a decoding process. A pool's workers ignore SIGTERM and SIGINT (sent to the whole process
     group by a terminal or a job scheduler): the main process stops them after their current chunk. A
@@ -245,8 +250,7 @@ def _init_worker(
     if pooled:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    dfl = {"dfl": 1, "dfl+em": 2}.get(planes, 0)
-    _worker.update(source=listing_source, resolution=resolution, ratios=ratios, alpha=planes == "alpha", dfl=dfl)
+    _worker.update(source=listing_source, resolution=resolution, ratios=ratios, alpha=alpha, dfl=dfl_masks)
 
 
 def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
@@ -259,10 +263,15 @@ def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
 
 @contextmanager
 def _decoder(
-    listing: Listing, resolution: int | None, ratios: Sequence[float] | None, workers: int, planes: str = ""
+    listing: Listing,
+    resolution: int | None,
+    ratios: Sequence[float] | None,
+    workers: int,
+    alpha: bool = False,
+    dfl_masks: int = 0,
 ) -> Iterator[Iterator[tuple[int, np.ndarray] | str]]:
     """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), with
-    the mask `planes` ("", "alpha", "dfl" or "dfl+em"). Entered before the output file is opened, so
+    the mask planes `decode` adds (`alpha`, `dfl_masks`). Entered before the output file is opened, so
     that no worker inherits its handle."""
     source = listing.source
     chunks = [listing.keys[i : i + CHUNK] for i in range(0, len(listing.keys), CHUNK)]
@@ -271,11 +280,11 @@ def _decoder(
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        args = (source, resolution, ratios, planes, True)
+        args = (source, resolution, ratios, alpha, dfl_masks, True)
         pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=args)
         pool.submit(int).result()  # start the workers now
     else:
-        _init_worker(source, resolution, ratios, planes)
+        _init_worker(source, resolution, ratios, alpha, dfl_masks)
     if not source.worker_reads:
         # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
         fetcher = ThreadPoolExecutor(FETCHERS)
