@@ -43,7 +43,8 @@ def replicator_for(cfg: Config) -> Replicator:
 def check_schedule(cfg: Config, ctx: dist.Context) -> None:
     """Every phase's batch splits over this many processes (and the fixed micro-batch): checked before
     anything is written, not when the phase begins hours later."""
-    for p in schedule_of(cfg).phases[1:]:
+    phases = schedule_of(cfg).phases
+    for p in phases if cfg.data.schedule else phases[1:]:  # (without one, train.batch is checked as itself)
         where = f"data.schedule's phase from {p.start / 1000:g} kimg"
         if cfg.train.micro_batch == "auto":
             if p.batch % ctx.world_size:

@@ -14,7 +14,7 @@ from bigbatch.errors import BigbatchError
 def _export_dfl(args: argparse.Namespace) -> None:
     from bigbatch.tasks.swap.files import export_dfl
 
-    out = export_dfl(args.run, args.out, args.name)
+    out = export_dfl(args.run, args.out, args.name, args.face_type)
     print(f"Wrote DeepFaceLab model {args.name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
 
 
@@ -35,6 +35,11 @@ def add_swap_commands(sub: Any) -> None:
     ex.add_argument("run", metavar="RUN", help="swap run directory or checkpoint folder")
     ex.add_argument("out", metavar="OUT_DIR", help="folder to write <name>_SAEHD_*.npy and _data.dat into")
     ex.add_argument("--name", default="new", help="DFL's model name (default: new)")
+    ex.add_argument(
+        "--face-type",
+        choices=("h", "mf", "f", "wf", "head"),
+        help="DFL's face type of the faces, where the run does not know it (DFL's merger crops by it)",
+    )
     ex.set_defaults(func=_export_dfl)
 
     sw = sub.add_parser("swap", help="swap a folder of aligned dst faces to src with a trained swap model")

@@ -140,9 +140,10 @@ class DataConfig(Section):
     """Phases by images seen (dynamic batch size), e.g. [{kimg = 0, batch = 256}, {kimg = 500, batch = 1024}]
     or "0:32:256,500:32:1024" (KIMG:RESOLUTION:BATCH). A phase starts at the first step at or after its
     kimg (or nimg); a left-out batch or resolution keeps the previous phase's (the first phase's:
-    train.batch and data.resolution). Empty: train.batch throughout. A classifier's phases may change
-    the resolution (progressive resizing) and give the learning rate: lr = [start, end] (linear over
-    the phase) or one number, at train.lr_batch images per step like train.lr, e.g.
+    train.batch and data.resolution); a batch written "2x" is twice train.batch, so the phases follow
+    an override or sweep of train.batch (the presets write theirs so). Empty: train.batch throughout.
+    A classifier's phases may change the resolution (progressive resizing) and give the learning
+    rate: lr = [start, end] (linear over the phase) or one number, at train.lr_batch images per step like train.lr, e.g.
     {kimg = 0, resolution = 128, batch = 512, lr = [1.0, 2.0]} or "0:128:512:1.0:2.0" on the command line."""
     dst_path: str = ""
     """swap: the dst faces (DATA.h5 or builtin:NAME), trained beside data.path's src faces; a fourth
@@ -219,6 +220,7 @@ class TrainConfig(Section):
     """Images per optimizer step (the effective batch), = micro_batch x accumulation x world_size."""
     micro_batch: int | Literal["auto"] = 64
     """Images per forward/backward on one process; accumulation = batch / (micro_batch x world_size).
+    Above a process's share of the batch it is the share (no accumulation); below, it must divide it.
     "auto": the largest divisor of batch / world_size whose D and G steps fit train.memory_budget."""
     memory_budget: str = ""
     """Memory one process may use, e.g. "6GiB" (for micro_batch "auto", a hard cap on CUDA while it probes);
@@ -313,9 +315,7 @@ class TrainConfig(Section):
     def _validate(self) -> None:
         _positive(self, "kimg", "batch", "d_steps", "g_lr", "d_lr", "adam_eps", "log_every_kimg")
         if self.micro_batch != "auto":
-            _positive(self, "micro_batch")
-            if self.batch % self.micro_batch:
-                self._fail("micro_batch", f"must divide train.batch={self.batch}, got {self.micro_batch}")
+            _positive(self, "micro_batch")  # a micro_batch above a process's share is the share (make_plan)
         if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
             self._fail("grad_clip", f"must be a finite number >= 0 (0 = off), got {self.grad_clip}")
         if not 0 <= self.skip_limit <= 1:
@@ -474,6 +474,9 @@ class SwapConfig(Section):
     """DFL's background style loss: the swapped face outside the mask learns dst's (0.0..100.0; 2.0 typical)."""
     blur_out_mask: bool = False
     """Blur the targets' background near the face mask (needs masks in the data), DFL's blur_out_mask."""
+    face_type: Literal["", "h", "mf", "f", "wf", "head"] = ""
+    """DFL's face type of the faces (half, mid, full, whole face, head), which its merger crops by; "":
+    the one `prepare --masks dfl` read from the faces, else unknown (export-dfl then asks for it)."""
 
     def _validate(self) -> None:
         _positive(self, "lr", "gan_dims")

@@ -193,7 +193,7 @@ def biggan_cifar() -> Config:
         train=TrainConfig(
             kimg=500 * 50_000 / 1000,
             batch=50,
-            micro_batch=50,
+            micro_batch=256,  # a memory cap: batch 50 runs as one micro-batch; a sweep's 512 as 256 x 2
             d_steps=4,
             g_lr=2e-4,
             d_lr=2e-4,
@@ -363,7 +363,7 @@ def fashion_resnet_fast() -> Config:
     epoch = FASHION_TRAIN / 1000
     train = TrainConfig(
         kimg=6 * epoch,
-        batch=512,
+        batch=256,
         micro_batch=256,
         optimizer="sgd",
         lr=0.2,
@@ -378,10 +378,10 @@ def fashion_resnet_fast() -> Config:
         log_every_kimg=6,
     )
     model = ModelConfig(name="resnet_cifar", ch=16, options={"depth": 20, "zero_init_residual": True})
-    schedule = [
-        {"kimg": 0, "resolution": 16, "batch": 512},
-        {"kimg": 2 * epoch, "resolution": 22, "batch": 256},
-        {"kimg": 4 * epoch, "resolution": 28, "batch": 256},
+    schedule = [  # batches as multiples of train.batch (256), so that a batch sweep scales every phase
+        {"kimg": 0, "resolution": 16, "batch": "2x"},
+        {"kimg": 2 * epoch, "resolution": 22, "batch": "1x"},
+        {"kimg": 4 * epoch, "resolution": 28, "batch": "1x"},
     ]
     return _fashion_classifier("fashion_resnet_fast", model, train, schedule)
 
@@ -418,12 +418,12 @@ def imagenet_resnet50_fast() -> Config:
     --resolution 320 --buckets`.
     """
     e = IMAGENET / 1000  # one epoch in kimg
-    schedule = [
-        {"kimg": 0, "resolution": 128, "batch": 4096, "lr": [1.0, 2.0]},
+    schedule = [  # batches 4096, 1792, 1024 as multiples of train.batch (1024), so a batch sweep scales them all
+        {"kimg": 0, "resolution": 128, "batch": "4x", "lr": [1.0, 2.0]},
         {"kimg": 7 * e, "lr": [2.0, 0.25]},
-        {"kimg": 13 * e, "resolution": 224, "batch": 1792, "lr": [1.0, 0.1]},
+        {"kimg": 13 * e, "resolution": 224, "batch": "1.75x", "lr": [1.0, 0.1]},
         {"kimg": 22 * e, "lr": [0.1, 0.01]},
-        {"kimg": 25 * e, "resolution": 288, "batch": 1024, "lr": [0.01, 0.001]},
+        {"kimg": 25 * e, "resolution": 288, "batch": "1x", "lr": [0.01, 0.001]},
     ]
     data = DataConfig(
         path="imagenet-train.h5",
@@ -437,7 +437,7 @@ def imagenet_resnet50_fast() -> Config:
     )
     train = TrainConfig(
         kimg=28 * e,
-        batch=4096,
+        batch=1024,
         micro_batch="auto",
         precision="fp16",
         optimizer="sgd",

@@ -271,9 +271,22 @@ def _claim_dir(
         ) from None
     if run.exists() and not run.is_dir():
         raise BigbatchError(f"{run} is a file; --run-dir must name a directory")
+    # A refused command leaves the run as it was: the check comes before the lock (which records this
+    # process's PID), and again under it, where a run another process started meanwhile shows.
+    resume = _check_resume(run, resume)
     created = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
     lock = _lock(run)
+    try:
+        resume = _check_resume(run, resume)
+    except BigbatchError:
+        _release(run, lock, created)
+        raise
+    return run, lock, created, bool(resume)
+
+
+def _check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["auto"]:
+    """`resume` ("auto" settled by whether `run` holds a run), or an error where it does not fit."""
     holds_run = (run / "config.toml").exists() or (run / "checkpoints").exists()
     if resume == "auto":
         resume = holds_run
@@ -283,9 +296,17 @@ def _claim_dir(
     if not resume and holds_run:
         problem = f"{run} already holds a run; add --resume to continue it, or choose another --run-dir"
     if problem:
-        _release(run, lock, created)
-        raise BigbatchError(problem)
-    return run, lock, created, bool(resume)
+        holder = trainer(run)  # (reads the lock without taking it)
+        raise BigbatchError(_in_use(run, str(holder[0]), holder[1]) if holder else problem)
+    return resume
+
+
+def _in_use(run: Path, pid: str, host: str) -> str:
+    where = f" on {host}" if host else ""
+    return (
+        f"{run} is in use by process {pid}{where}, which is training it; wait for it to end, or stop it "
+        f"first (kill -TERM {pid} saves a checkpoint), then resume"
+    )
 
 
 def _release(run: Path, lock: IO | None, created: bool) -> None:
@@ -361,11 +382,8 @@ def _lock(run: Path) -> IO | None:
             f.seek(0)
             holder = f.read().split()
             f.close()
-            pid = holder[0] if holder else "?"
-            host = f" on {holder[1]}" if len(holder) > 1 else ""
             raise BigbatchError(
-                f"{run} is in use by process {pid}{host}, which is training it; wait for it to end, or stop it "
-                f"first (kill -TERM {pid} saves a checkpoint), then resume"
+                _in_use(run, holder[0] if holder else "?", holder[1] if len(holder) > 1 else "")
             ) from None
         except OSError as e:  # e.g. a network file system without locks
             f.close()

@@ -66,6 +66,19 @@ def test_fast_imagenet_preset_has_the_published_rates():
     begins = bigbatch.data.schedule.schedule_of(cfg).begins()
     assert lr(begins[2]) == pytest.approx(0.4375) and lr(begins[4]) == pytest.approx(0.0025)
     assert [p.resolution for p in bigbatch.data.schedule.schedule_of(cfg).phases] == [128, 128, 224, 224, 288]
+    assert [p.batch for p in bigbatch.data.schedule.schedule_of(cfg).phases] == [4096, 4096, 1792, 1792, 1024]
+    # A batch override scales every phase, as the published schedule's ratios, instead of being ignored.
+    smaller = bigbatch.data.schedule.schedule_of(cfg.override({"train.batch": 256}))
+    assert [p.batch for p in smaller.phases] == [1024, 1024, 448, 448, 256]
+
+
+def test_a_phase_batch_may_be_a_multiple_of_train_batch():
+    cfg = tiny(**{"train.batch": 32, "data.schedule": "0:12:2x,0.256:16:1x"})
+    assert [p.batch for p in bigbatch.data.schedule.schedule_of(cfg).phases] == [64, 32]
+    with pytest.raises(BigbatchError, match=r"batch '0.3x' of train.batch=32 is 9.6 images, not a whole number"):
+        tiny(**{"train.batch": 32, "data.schedule": "0:12:0.3x"})
+    with pytest.raises(BigbatchError, match="like '2x', got 'twox'"):
+        tiny(**{"data.schedule": "0:12:twox"})
 
 
 def test_phase_lr_parses_from_the_command_line_and_must_be_all_or_none():

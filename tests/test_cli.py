@@ -1,5 +1,6 @@
 """Bad input: one line naming the problem, exit status 2, no traceback."""
 
+import json
 import subprocess
 import sys
 
@@ -71,7 +72,36 @@ def test_dry_run_prints_config_and_plan(capsys):
 def test_batch_plan_must_divide(capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     code, _, err = run_cli(capsys, "train", "--dry-run", "train.batch=64", "train.micro_batch=16")
-    assert code == 2 and "not a multiple of train.micro_batch x world_size = 16 x 3" in err
+    assert code == 2 and "train.batch=64 is not a multiple of the world size 3" in err
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a share of 48: a micro-batch of 32 below it must divide it
+    code, _, err = run_cli(capsys, "train", "--dry-run", "train.batch=96", "train.micro_batch=32")
+    assert code == 2 and "not a multiple of train.micro_batch x world_size = 32 x 2" in err
+    code, out, _ = run_cli(capsys, "train", "--dry-run", "train.batch=64", "train.micro_batch=64")
+    assert code == 0 and "batch 64 = micro_batch 32 (train.micro_batch 64 is more than" in out
+
+
+def test_a_smaller_batch_than_the_micro_batch_just_trains(capsys, tmp_path):
+    # Found from outside: `bigbatch train train.batch=32` on digits (micro_batch 64) was refused.
+    assert bigbatch.preset("digits").train.micro_batch == 64
+    run = tmp_path / "run"
+    code, out, err = run_cli(
+        capsys, "train", "train.batch=32", "--run-dir", str(run), "train.kimg=0.064", "data.resolution=16",
+        "model.ch=8", "model.dim_z=16", "sample.every_kimg=0.064", "checkpoint.every_kimg=0.064",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "batch 32 = micro_batch 32 (train.micro_batch 64 is more than a process's share: no accumulation)" in out
+    plan = json.loads((run / "plan.json").read_text())
+    assert (plan["micro_batch"], plan["accumulation"], plan["micro_batch_asked"]) == (32, 1, 64)
+
+
+@pytest.mark.parametrize("name", bigbatch.list_presets())
+def test_every_preset_takes_any_power_of_two_batch_from_8(name, capsys):
+    # A sweep over train.batch: accepted, and followed (a preset's dynamic batch scales with it).
+    for k in range(3, 14):
+        code, out, err = run_cli(capsys, "train", "--dry-run", "--preset", name, f"train.batch={2**k}")
+        assert code == 0, err
+        cfg = bigbatch.preset(name).override({"train.batch": 2**k})
+        assert 2**k in [p.batch for p in bigbatch.data.schedule.schedule_of(cfg).phases]
 
 
 @pytest.mark.parametrize(

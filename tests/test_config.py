@@ -54,7 +54,7 @@ def test_dotted_override_is_typed_and_checked():
         ("train.batch", "big", ["'train.batch' must be an integer"]),
         ("train.batch", True, ["'train.batch' must be an integer"]),
         ("train.precision", "fp8", ["'train.precision'", "'fp32'", "'bf16'"]),
-        ("train.micro_batch", 48, ["'train.micro_batch'", "must divide train.batch=64"]),
+        ("train.micro_batch", 0, ["'train.micro_batch' must be a positive"]),
         ("train.kimg", -1, ["'train.kimg' must be a positive number"]),
         ("model.name", "stylegan9", ["'model.name'", "dcgan"]),
         ("model.options", {"colour": 1}, ["'model.options'", "no option 'colour'"]),

@@ -151,3 +151,35 @@ def test_metadata_that_would_run_code_is_refused(tmp_path):
     )  # fmt: skip
     assert out.returncode == 2 and "refusing it" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "hacked").exists()
+
+
+def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
+    # DFL's merger crops by the face type: prepare reads it from the faces, the run records it, export-dfl
+    # writes it. Faces of two types are refused in one line (a model takes one).
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    paths = {}
+    for side, types in (("src", ["full_face"] * 3), ("dst", ["full_face"] * 3), ("mixed", ["full_face", "head"])):
+        folder = tmp_path / side
+        folder.mkdir()
+        for i, face_type in enumerate(types):
+            meta = {"face_type": face_type, "landmarks": landmarks(seed=i)}
+            (folder / f"{i}.jpg").write_bytes(dfl_jpeg(face_image(seed=i), meta))
+        paths[side] = tmp_path / f"{side}.h5"
+    with pytest.raises(BigbatchError, match=r"different DeepFaceLab face types: f \(0.jpg\), head \(1.jpg\)"):
+        prepare(str(tmp_path / "mixed"), str(paths["mixed"]), 64, workers=0, masks="dfl")
+    assert not paths["mixed"].exists()
+    for side in ("src", "dst"):
+        prepare(str(tmp_path / side), str(paths[side]), 64, workers=0, masks="dfl")
+    assert bigbatch.data.hdf5.read_meta(paths["src"])["face_type"] == "f"
+    tiny = {"archi": "df", "ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2}
+    over = {"data.path": str(paths["src"]), "data.dst_path": str(paths["dst"]), "model.options": tiny}
+    over.update({"train.batch": 2, "data.val_fraction": 0.0, "eval.every_kimg": 0.0})
+    cfg = bigbatch.preset("saehd_cpu").override(over)
+    task = build_task(cfg, replicator_for(cfg), training_data(cfg))
+    assert task.model_info()["face_type"] == "f"
+    wrong = cfg.override({"swap.face_type": "wf"})
+    with pytest.raises(BigbatchError, match="'swap.face_type' is 'wf', but the faces were extracted as 'f'"):
+        build_task(wrong, replicator_for(wrong), training_data(wrong))

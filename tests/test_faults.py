@@ -146,12 +146,19 @@ def test_resume_checks_the_config_against_the_checkpoints_own(tiny, tmp_path, ca
         checkpoints.verify(ckpt_config.parent)
 
 
+def snapshot(run):
+    """Every file under `run`: its bytes and modification time."""
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(run.rglob("*")) if p.is_file()}
+
+
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tiny, tmp_path, capsys):
     whole = weights(bigbatch.train(tiny, run_dir=tmp_path / "whole", quiet=True))
     run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
     shutil.rmtree(run / "checkpoints")  # as if killed after start-up, before the first save
+    before = snapshot(run)
     assert main(["train", "--run-dir", str(run)]) == 2
     assert "already holds a run; add --resume" in one_error_line(capsys)
+    assert snapshot(run) == before  # a refused command leaves the run as it was, .lock included
     assert main(["train", "--run-dir", str(run), "--resume"]) == 0
     assert "no checkpoint yet" in capsys.readouterr().err
     assert weights(run) == whole

@@ -4,6 +4,7 @@ and out (prepare --masks, export-dfl, convert, swap)."""
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -294,10 +295,14 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path):
             [sys.executable, "-m", "bigbatch.cli", *args], capture_output=True, text=True, timeout=120
         )
 
+    # Faces not prepared from DFL's: their face type (which DFL's merger crops by) is asked for, not guessed.
     out = cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me")
+    assert out.returncode == 2 and "give --face-type h|mf|f|wf|head" in out.stderr and not (tmp_path / "dfl").exists()
+    out = cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me", "--face-type", "wf")
     assert out.returncode == 0, out.stderr
     data = dfl.read_pickle(tmp_path / "dfl" / "me_SAEHD_data.dat")
     assert data["options"]["archi"] == "df-u" and data["options"]["eyes_mouth_prio"] is True and data["iter"] == 1
+    assert data["options"]["face_type"] == "wf"
     out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"))
     assert out.returncode == 0, out.stderr
     a, b = load_autoencoder(run), load_autoencoder(tmp_path / "back")
@@ -457,3 +462,104 @@ def test_the_style_losses_train_the_swap_as_dfl(faces, archi):
         moved = {n for n in after if not torch.allclose(after[n], before[n], rtol=0, atol=1e-9)}
         assert any(n.startswith(decoder) for n in moved), key
         assert any(n.startswith("encoder") for n in moved) == code_learns, key
+
+
+def dfl_folder(folder, face_type="f", iteration=1200, seed=0):
+    """A SAEHD model folder as DeepFaceLab writes one: its weights, its AdaBelief moments (iters 1200), and
+    _data.dat with DFL's options in its order (bigbatch's and those bigbatch does not use), its loss
+    history and its preview faces (arrays), pickled as ModelBase.save does."""
+    torch.manual_seed(seed)
+    model = SAEHD(64, "df-u", **TINY)
+    dfl.save_model_folder(model, folder, "dfl")
+    g = torch.Generator().manual_seed(seed)
+    moments = {
+        p: {"m": torch.randn(p.shape, generator=g), "v": torch.rand(p.shape, generator=g)} for p in model.parameters()
+    }
+    dfl.write_weights(
+        folder / "dfl_SAEHD_src_dst_opt.npy", dfl.export_optimizer(model, moments, iteration, "adabelief")
+    )
+    options = {
+        "autobackup_hour": 1, "write_preview_history": False, "target_iter": 250000, "random_src_flip": False,
+        "random_dst_flip": True, "batch_size": 4, "resolution": 64, "face_type": face_type, "models_opt_on_gpu": True,
+        "archi": "df-u", **{k: v for k, v in TINY.items()}, "masked_training": True, "eyes_mouth_prio": True,
+        "uniform_yaw": False, "blur_out_mask": False, "adabelief": True, "lr_dropout": "cpu", "random_warp": True,
+        "random_hsv_power": np.float64(0.0), "true_face_power": 0.0, "face_style_power": 0.0, "bg_style_power": 0.0,
+        "ct_mode": "none", "clipgrad": False, "pretrain": False, "use_fp16": False, "gan_power": 0.0,
+        "gan_patch_size": 8, "gan_dims": 16,
+    }  # fmt: skip
+    preview = [[np.random.default_rng(seed).random((4, 64, 64, 3), dtype=np.float32)] * 2]
+    data = {"iter": iteration, "options": options, "loss_history": [[0.5 - i / 1e4, 0.6] for i in range(iteration)],
+            "sample_for_preview": preview, "choosed_gpu_indexes": None}  # fmt: skip
+    (folder / "dfl_SAEHD_data.dat").write_bytes(pickle.dumps(data))
+    return model
+
+
+def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces, tmp_path, monkeypatch):
+    """Found by running DFL's own code on bigbatch's files: a face type "f" came back "wf", options and the
+    optimizer were lost through convert, and a 0-step export was re-initialised by DFL (iteration 0)."""
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "bigbatch.cli", *args], capture_output=True, text=True, timeout=120
+        )
+
+    src = tmp_path / "from_dfl"
+    dfl_folder(src, face_type="f")
+    paths = [f"data.path={faces[0]}", f"data.dst_path={faces[1]}", "data.val_fraction=0.0", "eval.every_kimg=0.0"]
+    out = cli("convert", str(src), str(tmp_path / "run"), *paths, "checkpoint.every_kimg=0.004")
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "run"
+    assert bigbatch.Config.load(run / "config.toml").swap.face_type == "f"
+    # convert, then export-dfl: every file DFL wrote, byte for byte (options bigbatch does not use, the
+    # loss history and preview faces, the optimizer's moments and step count).
+    out = cli("export-dfl", str(run), str(tmp_path / "back"), "--name", "dfl")
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == sorted(p.name for p in src.iterdir())
+    for f in src.iterdir():
+        assert (tmp_path / "back" / f.name).read_bytes() == f.read_bytes(), f.name
+    out = cli("export-dfl", str(run), str(tmp_path / "o"), "--face-type", "wf")
+    assert out.returncode == 2 and "face type 'f', not 'wf'" in out.stderr and not (tmp_path / "o").exists()
+
+    # Training continued from the converted run goes on with DFL's AdaBelief moments and step count: the
+    # same step as train.init_from the DFL folder itself (which reads DFL's own optimizer file).
+    # So does train.init_from the converted run.
+    cfg = bigbatch.Config.load(run / "config.toml").override({"train.kimg": 0.004, "sample.every_kimg": 0.004})
+    fresh = bigbatch.train(cfg.override({"train.init_from": str(src)}), run_dir=tmp_path / "fresh", quiet=True)
+    again = bigbatch.train(cfg.override({"train.init_from": str(run)}), run_dir=tmp_path / "again", quiet=True)
+    resumed = bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
+    a, b, c = (load_file(r / "checkpoints" / "000000.004" / "model.safetensors") for r in (resumed, fresh, again))
+    assert a.keys() == b.keys() == c.keys() and all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)
+    assert torch.load(again / "checkpoints" / "000000.004" / "state.pt", weights_only=True)["dfl_iter"] == 1200
+    moved = dfl_folder(tmp_path / "unused")  # (the weights did move: a step was taken)
+    assert not torch.equal(
+        a["encoder.down1.downs.0.conv1.weight"], moved.state_dict()["encoder.down1.downs.0.conv1.weight"]
+    )
+    state = torch.load(resumed / "checkpoints" / "000000.004" / "state.pt", weights_only=True)
+    assert state["opt"]["param_groups"][0]["step"] == 1201 and state["dfl_iter"] == 1200
+    # ... and exports as iteration 1201, with DFL's options it does not use, and DFL's history, still there.
+    assert cli("export-dfl", str(resumed), str(tmp_path / "on")).returncode == 0
+    data = dfl.read_pickle(tmp_path / "on" / "new_SAEHD_data.dat")
+    assert data["iter"] == 1201 and data["options"]["target_iter"] == 250000 and data["options"]["lr_dropout"] == "cpu"
+    assert data["options"]["face_type"] == "f" and len(data["loss_history"]) == 1200
+
+    # A run of no step loads in DFL as the model it is: DFL re-initialises a model whose _data.dat says
+    # iteration 0, so it is written as iteration 1. Read back as DFL reads it (the restricted reader).
+    import bigbatch.loop as training
+
+    build = training.build_task
+
+    def build_then_stop(*args, **kwargs):
+        task = build(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # saves a checkpoint before the first step
+        return task
+
+    monkeypatch.setattr(training, "build_task", build_then_stop)
+    over = {"swap.true_face_power": 0.0, "swap.gan_power": 0.0, "swap.face_type": "h"}
+    zero = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "z", quiet=True)
+    monkeypatch.undo()
+    assert torch.load(zero / "checkpoints" / "000000.000" / "state.pt", weights_only=True)["steps"] == 0
+    assert cli("export-dfl", str(zero), str(tmp_path / "z_dfl")).returncode == 0
+    model, data = dfl.load_model_folder(tmp_path / "z_dfl")
+    assert data["iter"] == 1 and data["options"]["face_type"] == "h"
+    trained = load_autoencoder(zero)
+    assert all(torch.equal(x, y) for x, y in zip(model.state_dict().values(), trained.state_dict().values()))

@@ -48,6 +48,13 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
         assert [r["status"] for r in csv.DictReader(f)] == ["failed", "finished"]
 
 
+def test_the_first_sweep_anyone_writes_runs_on_digits(tmp_path):
+    # Found from outside: a grid over train.batch on the digits preset (micro_batch 64) was refused.
+    small = {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.kimg": 0.064}
+    rows = bigbatch.sweep(bigbatch.preset("digits").override(small), {"train.batch": [32, 64]}, tmp_path / "s")
+    assert [(r["train.batch"], r["status"]) for r in rows] == [(32, "finished"), (64, "finished")]
+
+
 def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
     config = tmp_path / "tiny.toml"
     config.write_text(tiny.override({"train.kimg": 0.064}).dumps())

@@ -166,12 +166,22 @@ def eyes_mouth_mask(size: tuple[int, int], points: np.ndarray) -> np.ndarray:
     return np.clip(total, 0, 1)
 
 
-def face_masks(data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str = "image") -> list[np.ndarray]:
+# DFL's face types as its extractor writes them into a face (FaceType.toString) -> SAEHD's face_type option.
+FACE_TYPES = {"half_face": "h", "midfull_face": "mf", "full_face": "f", "whole_face": "wf", "head": "head"}
+
+
+def face_masks(
+    data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str = "image"
+) -> tuple[list[np.ndarray], str]:
     """The mask planes (uint8, h × w of the image) an aligned DFL face carries: the face mask, and with
-    `eyes_mouth` the eyes-and-mouth region. Raises NoFaceData (one line) when it carries none."""
+    `eyes_mouth` the eyes-and-mouth region; and its face type as SAEHD's option names it (h, mf, f, wf,
+    head). Raises NoFaceData (one line) when it carries none, or a type SAEHD does not train."""
     meta = read_metadata(data, what)
     if meta is None:
         raise NoFaceData("it has no DeepFaceLab metadata (an aligned face from DFL's extractor is a JPEG that has)")
+    extracted = str(meta.get("face_type", "full_face"))  # DFLJPG.get_face_type's default
+    if extracted not in FACE_TYPES:
+        raise NoFaceData(f"its face type {extracted!r} is not one SAEHD trains ({', '.join(FACE_TYPES)})")
     xseg = meta.get("xseg_mask")
     points = landmarks_of(meta) if eyes_mouth or xseg is None else None
     if xseg is not None:  # the compressed mask XSeg wrote into the image
@@ -182,4 +192,4 @@ def face_masks(data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str =
     planes = [mask]
     if eyes_mouth:
         planes.append(eyes_mouth_mask(size, points))
-    return [np.clip(np.round(p * 255), 0, 255).astype(np.uint8) for p in planes]
+    return [np.clip(np.round(p * 255), 0, 255).astype(np.uint8) for p in planes], FACE_TYPES[extracted]

@@ -138,6 +138,7 @@ def prepare(
     dfl_masks = 0 if masks != "dfl" else 2 if eyes_mouth == "dfl" else 1  # planes from DFL's metadata
     ratios = BUCKET_RATIOS if buckets else None
     first: tuple[str, tuple[int, ...]] | None = None
+    face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
     with (
         _decoder(listing, resolution, ratios, workers, masks == "alpha", dfl_masks) as decoded,
@@ -150,6 +151,8 @@ def prepare(
                 _skip(skipped, name, result, strict)
                 continue
             image = result[1]
+            if result[2] is not None:
+                face_types.setdefault(result[2], name)
             if folders:
                 found = _with_masks(image, name, folders, resolution, ratios)
                 if isinstance(found, str):
@@ -168,6 +171,14 @@ def prepare(
         if writer.count == 0:
             reason = f"; e.g. {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
             raise BigbatchError(f"source {public_name(src)} holds no usable images{reason}")
+        if len(face_types) > 1:
+            shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
+            raise BigbatchError(
+                f"the faces were extracted with different DeepFaceLab face types: {shown}; a SAEHD model takes "
+                "one (its merger crops by it): prepare each face type into its own file"
+            )
+        if face_types:
+            writer.attrs.update(face_type=next(iter(face_types)))
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
         meta = writer.commit()
     shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()

@@ -64,10 +64,11 @@ class Schedule:
         return cls([Phase(0, resolution, batch)])
 
     @classmethod
-    def parse(cls, spec: Sequence[Mapping] | str, name: str = "data.schedule") -> Schedule:
+    def parse(cls, spec: Sequence[Mapping] | str, name: str = "data.schedule", base_batch: int = 0) -> Schedule:
         """Phases from a list of {kimg or nimg, resolution, batch[, lr]} (TOML array of tables) or
         from a string "KIMG:RES:BATCH[:LR[:LR_END]],..." (for command-line overrides). A phase that
-        leaves out resolution or batch keeps the previous phase's; lr is one rate or [start, end]."""
+        leaves out resolution or batch keeps the previous phase's; lr is one rate or [start, end]. A batch
+        written "2x" is that multiple of `base_batch` (train.batch), so the phases follow a batch sweep."""
         if isinstance(spec, str):
             items = []
             for part in filter(None, (s.strip() for s in spec.split(","))):
@@ -99,7 +100,9 @@ class Schedule:
             prev = phases[-1] if phases else None
             values = {}
             for key in ("resolution", "batch"):
-                if key in item:
+                if key == "batch" and isinstance(item.get(key), str) and item[key].strip().endswith("x"):
+                    values[key] = _multiple(item[key], base_batch, where)
+                elif key in item:
                     values[key] = _integer(item[key], where, key)
                 elif prev is None:
                     raise BigbatchError(f"{where}: the first phase needs a {key}")
@@ -157,7 +160,7 @@ def schedule_of(cfg: Config) -> Schedule:
             first["nimg"] = 0
         spec = [first, *spec[1:]]
     try:
-        return Schedule.parse(spec)
+        return Schedule.parse(spec, base_batch=cfg.train.batch)
     except BigbatchError as e:
         key, sep, rest = str(e).partition(": ")
         if not (sep and key.startswith("data.schedule")):
@@ -167,15 +170,10 @@ def schedule_of(cfg: Config) -> Schedule:
 
 @register_check("")
 def _check_phases(cfg: Config) -> None:
-    """Every phase parses, and a fixed train.micro_batch divides its batch."""
-    micro = cfg.train.micro_batch
-    for i, phase in enumerate(schedule_of(cfg).phases):
-        if micro != "auto" and phase.batch % micro:
-            raise BigbatchError(
-                f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg) has batch {phase.batch}, "
-                f"which train.micro_batch={micro} does not divide; choose batches that are multiples of it, or "
-                'micro_batch = "auto"'
-            )
+    """Every phase parses. How each phase's batch splits into micro-batches depends on the number of
+    processes (a micro_batch above a process's share is the share): batching.check_schedule checks it
+    at start-up, before anything is written."""
+    schedule_of(cfg)
 
 
 def _number(value: object, where: str, key: str) -> float:
@@ -197,6 +195,25 @@ def _lr_range(value: object, where: str) -> tuple[float, float] | None:
         raise BigbatchError(f"{where}: lr must be one rate or [start, end], got {value!r}")
     start, end = (_number(r, where, "lr") for r in (rates * 2)[:2])
     return start, end
+
+
+def _multiple(value: str, base_batch: int, where: str) -> int:
+    """A phase's batch written as a multiple of train.batch ("2x", "1.75x")."""
+    try:
+        factor = float(value.strip()[:-1])
+    except ValueError:
+        raise BigbatchError(
+            f"{where}: batch must be a whole number or a multiple of train.batch like '2x', got {value!r}"
+        ) from None
+    if not base_batch:
+        raise BigbatchError(f"{where}: batch {value!r} is a multiple of train.batch, which is not known here")
+    batch = factor * base_batch
+    if not (math.isfinite(batch) and batch >= 1 and batch.is_integer()):
+        raise BigbatchError(
+            f"{where}: batch {value!r} of train.batch={base_batch} is {batch:g} images, not a whole number >= 1; "
+            "choose a train.batch that it multiplies to a whole number"
+        )
+    return int(batch)
 
 
 def _integer(value: object, where: str, key: str) -> int:

@@ -265,25 +265,28 @@ def decode(
     ratios: Sequence[float] | None = None,
     alpha: bool = False,
     dfl_masks: int = 0,
-) -> tuple[int, np.ndarray]:
-    """Decode one image file to (bucket, uint8 HxWx3). With `resolution`: center-cropped to a square,
+) -> tuple[int, np.ndarray, str | None]:
+    """Decode one image file to (bucket, uint8 HxWx3, face type). With `resolution`: center-cropped to a square,
     or with `ratios` (width/height) to the nearest shape of `bucket_shapes(resolution, ratios)`
     (bucket is its index), and resized with LANCZOS. EXIF orientation is applied first. `alpha`: a
     fourth channel, the image's transparency (opaque where it has none; the face mask of the swap
     task). `dfl_masks` 1 or 2: the face mask (and the eyes-and-mouth region) a DeepFaceLab aligned
-    face carries in its metadata, as channels 4 (and 5). Raises on bad data."""
+    face carries in its metadata, as channels 4 (and 5), and its face type (SAEHD's name for it; None for
+    other images). Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()  # decode now: truncated files fail here, not later
         img = ImageOps.exif_transpose(img) or img
         planes = [img.convert("RGBA").getchannel("A")] if alpha else []
         img = to_rgb(img)
+    face_type = None
     if dfl_masks:
-        planes += [Image.fromarray(p) for p in face_masks(data, (img.height, img.width), dfl_masks > 1)]
+        found, face_type = face_masks(data, (img.height, img.width), dfl_masks > 1)
+        planes += [Image.fromarray(p) for p in found]
     bucket, img = fit(img, resolution, ratios)
     out = np.asarray(img, dtype=np.uint8)
     if planes:
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
-    return bucket, out
+    return bucket, out, face_type
 
 
 def decode_mask(data: bytes, resolution: int | None, ratios: Sequence[float] | None = None) -> np.ndarray:
@@ -298,7 +301,7 @@ def decode_mask(data: bytes, resolution: int | None, ratios: Sequence[float] | N
 
 def decode_or_reason(
     data: bytes | str, resolution: int | None, ratios: Sequence[float] | None, alpha: bool = False, dfl_masks: int = 0
-) -> tuple[int, np.ndarray] | str:
+) -> tuple[int, np.ndarray, str | None] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data

@@ -17,25 +17,46 @@ class Plan:
     rank: int
     precision: str
     device: str
+    micro_batch_asked: int | None = None  # a micro_batch above a process's share, which was used instead
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("rank")
+        if d["micro_batch_asked"] is None:
+            d.pop("micro_batch_asked")
         return d
 
     def describe(self) -> str:
+        capped = (
+            ""
+            if self.micro_batch_asked is None
+            else f" (train.micro_batch {self.micro_batch_asked} is more than a process's share: no accumulation)"
+        )
         return (
-            f"batch {self.batch} = micro_batch {self.micro_batch} x accumulation {self.accumulation}"
+            f"batch {self.batch} = micro_batch {self.micro_batch}{capped} x accumulation {self.accumulation}"
             f" x world_size {self.world_size}; precision {self.precision}; device {self.device}"
         )
 
 
 def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context) -> Plan:
-    """Check batch = micro_batch x accumulation x world_size and derive the accumulation."""
-    per_step = micro_batch * ctx.world_size
-    if batch % per_step:
+    """Check batch = micro_batch x accumulation x world_size and derive the accumulation.
+
+    A micro-batch larger than a process's share of the batch means no accumulation: the share is the
+    micro-batch (a micro_batch is a memory cap, so a smaller batch just works). A smaller micro-batch
+    must divide the share."""
+    if batch % ctx.world_size:
+        raise BigbatchError(
+            f"train.batch={batch} is not a multiple of the world size {ctx.world_size}; "
+            f"choose a train.batch divisible by {ctx.world_size}"
+        )
+    share = batch // ctx.world_size
+    asked = None
+    if micro_batch > share:
+        asked, micro_batch = micro_batch, share
+    if share % micro_batch:
+        per_step = micro_batch * ctx.world_size
         raise BigbatchError(
             f"train.batch={batch} is not a multiple of train.micro_batch x world_size = "
             f"{micro_batch} x {ctx.world_size}; choose a train.batch divisible by {per_step} or another micro_batch"
         )
-    return Plan(batch, micro_batch, batch // per_step, ctx.world_size, ctx.rank, precision, str(ctx.device))
+    return Plan(batch, micro_batch, share // micro_batch, ctx.world_size, ctx.rank, precision, str(ctx.device), asked)

@@ -10,8 +10,9 @@ function; the Replicator handles devices, DDP, precision, accumulation and memor
 One optimizer step sees `batch` examples: `micro_batch x accumulation` on each of `world_size` ranks.
 Each micro-batch loss is divided by the accumulation and DDP averages over ranks, so the gradient is
 the gradient of the mean loss over the whole batch, whatever the split. DDP all-reduces only on the
-last micro-batch. Hooks registered with `on_micro_batch` run before each micro-batch's forward (a
-GAN arms its spectral-norm power iteration there, once per step).
+last micro-batch. Before each micro-batch's forward the engine calls `before_micro_batch(i)` on every
+submodule of a prepared model that defines it (bigbatch's spectral-norm layers arm their power iteration
+there, once per step), then the hooks registered with `on_micro_batch` (for modules it did not prepare).
 """
 
 from __future__ import annotations
@@ -121,11 +122,12 @@ class Replicator:
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
         self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
         self._auto = micro_batch == "auto"
-        self._planned_micro = 0 if self._plan is None else self._plan.micro_batch  # what set_batch keeps
+        self._planned_micro = 0 if self._plan is None else micro_batch  # what set_batch keeps (as asked)
         self.probes: list[memory.Probe] = []
         self.budget: int | None = None  # the memory budget micro_batch "auto" was planned for
         self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
         self._micro_hooks: list[Callable[[int], None]] = []
+        self._micro_modules: list[nn.Module] = []  # submodules of prepared models with before_micro_batch
         self.optimizers: dict[int, _Optimizer] = {}
         self._owns_group = dist.init(self.ctx)
 
@@ -170,6 +172,7 @@ class Replicator:
             self.models.clear()
             self.optimizers.clear()
             self._micro_hooks.clear()
+            self._micro_modules.clear()
             gc.collect()
         dist.close(self._owns_group)
         self._owns_group = False
@@ -186,6 +189,8 @@ class Replicator:
 
         Returns the module to call; the plain model is changed in place and stays what to save.
         `checkpointing` overrides the Replicator's setting for this model (True, False or block names).
+        Submodules that define `before_micro_batch(index)` are called before each micro-batch's forward:
+        the protocol for state a training forward updates at a rate of its own (see `on_micro_batch`).
         """
         wrapped = wrap.prepare(
             model,
@@ -196,14 +201,26 @@ class Replicator:
             compile=self.compile,
         )
         self.models.append((model, wrapped))
+        known = {id(m) for m in self._micro_modules}
+        self._micro_modules += [
+            m for m in model.modules() if callable(getattr(m, "before_micro_batch", None)) and id(m) not in known
+        ]
         return wrapped
 
     def on_micro_batch(self, hook: Callable[[int], None]) -> None:
         """Call `hook(i)` before the forward of micro-batch i of every step (i = 0 for a probe): the
         place for state a model updates in training forwards at a rate of its own (spectral norm's
-        power iteration once per step). Such updates must not repeat when an activation-checkpointed
-        block is recomputed in backward: arm them for one forward, as the GAN task does."""
+        power iteration once per step) when the model was not prepared by this Replicator; a prepared
+        model's submodules declare it themselves with a `before_micro_batch(i)` method. Such updates must
+        not repeat when an activation-checkpointed block is recomputed in backward: arm them for one
+        forward, as bigbatch's spectral-norm layers do."""
         self._micro_hooks.append(hook)
+
+    def _before_micro_batch(self, index: int) -> None:
+        for module in self._micro_modules:
+            module.before_micro_batch(index)
+        for hook in self._micro_hooks:
+            hook(index)
 
     def unwrap(self, module: nn.Module) -> nn.Module:
         """The plain model behind a prepared module."""
@@ -248,8 +265,7 @@ class Replicator:
         totals: torch.Tensor | None = None
         keys: list[str] = []
         for i, micro in enumerate(micros):
-            for hook in self._micro_hooks:
-                hook(i)
+            self._before_micro_batch(i)
             with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
                 with prec.autocast(self.precision, self.device):
                     out = step_fn(_to(micro, self.device))
@@ -410,29 +426,24 @@ class Replicator:
         The micro-batch stays, so memory use and BatchNorm statistics do not change, and the
         accumulation follows the batch. With micro_batch "auto", a share it does not divide takes the
         largest divisor below the planned micro-batch (which fits, being smaller), and a later batch
-        it divides again returns to it. With a fixed micro_batch, every batch must be a multiple of
-        micro_batch x world_size."""
+        it divides again returns to it. With a fixed micro_batch, a share below it is one micro-batch,
+        and a larger share must be a multiple of it."""
         if not isinstance(batch, int) or batch < 1 or batch % self.world_size:
             raise BigbatchError(f"batch={batch!r} must be a positive multiple of the world size {self.world_size}")
         if self._plan is None:  # "auto" not yet planned: the first step plans for this batch
             self.batch = batch
             return None
         micro, share = self._planned_micro, batch // self.world_size
-        if share % micro:
-            if not self._auto:
-                raise BigbatchError(
-                    f"batch {batch} is not a multiple of micro_batch x world_size = {micro} x {self.world_size}"
-                )
+        if self._auto and share % micro:
             micro = max(d for d in range(1, micro + 1) if share % d == 0)
-        self._plan = make_plan(batch, micro, self.precision, self.ctx)
+        self._plan = make_plan(batch, micro, self.precision, self.ctx)  # a fixed one above the share: the share
         self.batch = batch
         return self._plan
 
     def probe_step(self, step_fn: Callable[[Any], Any], micro: Any) -> None:
         """One forward and backward of `step_fn` on `micro`, with no DDP sync and no optimizer step
         (what `plan_micro_batch` measures). Leaves gradients behind: the caller frees them."""
-        for hook in self._micro_hooks:
-            hook(0)
+        self._before_micro_batch(0)
         with self.no_sync():
             with prec.autocast(self.precision, self.device):
                 loss, _ = _unpack(step_fn(_to(micro, self.device)))

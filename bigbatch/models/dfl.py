@@ -222,11 +222,16 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
 
 
 def save_model_folder(
-    model: nn.Module, folder: str | Path, name: str = "new", options: dict[str, Any] | None = None, iteration: int = 0
+    model: nn.Module,
+    folder: str | Path,
+    name: str = "new",
+    options: dict[str, Any] | None = None,
+    iteration: int = 0,
+    data_file: bytes | None = None,
 ) -> None:
     """Write a bigbatch SAEHD (RGB) as a DeepFaceLab model folder DFL's trainer and merger read:
     `<name>_SAEHD_<part>.npy` in BGR, and `<name>_SAEHD_data.dat` with `options` (DFL's; its archi and
-    dimensions are the model's) and the iteration count."""
+    dimensions are the model's) and the iteration count, or `data_file` as it is."""
     import copy
 
     folder = Path(folder)
@@ -235,12 +240,14 @@ def save_model_folder(
     flip_colour_order(bgr)
     for part in bgr.parts:
         write_weights(folder / f"{name}_SAEHD_{part}.npy", export_part(getattr(bgr, part)))
-    dims = {k: getattr(model, k) for k in ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")}
-    data = {
-        "iter": int(iteration),
-        "options": {**(options or {}), **dims},
-        "loss_history": [],
-        "sample_for_preview": None,
-        "choosed_gpu_indexes": None,
-    }
-    atomic_write(folder / f"{name}_SAEHD_data.dat", pickle.dumps(data))
+    if data_file is None:
+        dims = {k: getattr(model, k) for k in ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")}
+        data = {
+            "iter": int(iteration),
+            "options": {**(options or {}), **dims},
+            "loss_history": [],
+            "sample_for_preview": None,
+            "choosed_gpu_indexes": None,
+        }
+        data_file = pickle.dumps(data)
+    atomic_write(folder / f"{name}_SAEHD_data.dat", data_file)

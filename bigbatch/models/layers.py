@@ -3,7 +3,8 @@ weight initialisation (the GAN schemes, and He et al.'s for the ResNet classifie
 
 Spectral norm is written here rather than taken from torch.nn.utils because the trainer must decide
 when the power iteration runs (once per optimizer step, or once per micro-batch) and must be able
-to replay the same normalisation on every micro-batch of a step (`spectral_norm_hook`).
+to replay the same normalisation on every micro-batch of a step: each layer declares
+`before_micro_batch`, which the Replicator calls on the modules it prepares.
 """
 
 from __future__ import annotations
@@ -22,12 +23,19 @@ class SpectralNorm:
 
     The estimate's vectors u, v are buffers. `sn_update` says which training forwards run a power
     iteration and store u and v: True every one (as torch's spectral_norm; the default), False none,
-    "once" only the next one. `spectral_norm_hook`, registered with Replicator.on_micro_batch (the GAN
-    task does), arms "once" per optimizer step (or per micro-batch), so every micro-batch of a step,
-    and every recomputation under activation checkpointing, sees exactly the same normalised weight.
+    "once" only the next one. Under a Replicator, `before_micro_batch` (the engine calls it on every
+    module it prepared) arms "once" per optimizer step (or per micro-batch with
+    `sn_every_micro_batch`), so every micro-batch of a step, and every recomputation under activation
+    checkpointing, sees exactly the same normalised weight: the step of the whole batch, whatever the split.
     """
 
     sn_update: bool | str = True
+    sn_every_micro_batch: bool = False
+
+    def before_micro_batch(self, index: int) -> None:
+        """The engine's call before micro-batch `index` of a step (0 for a memory probe): one power
+        iteration on the next training forward of the step's first micro-batch, none after it."""
+        self.sn_update = "once" if index == 0 or self.sn_every_micro_batch else False
 
     def _init_sn(self, eps: float) -> None:
         out = self.weight.shape[0]
@@ -239,11 +247,20 @@ def set_sn_update(module: nn.Module, enabled: bool | str) -> None:
             m.sn_update = enabled
 
 
+def set_sn_every_micro_batch(module: nn.Module, enabled: bool) -> None:
+    """Under a Replicator, run the spectral-norm power iteration of `module`'s layers on every
+    micro-batch (BigGAN-PyTorch's behaviour; results then depend on the split) instead of once per step."""
+    for m in module.modules():
+        if isinstance(m, SpectralNorm):
+            m.sn_every_micro_batch = enabled
+
+
 def spectral_norm_hook(*modules: nn.Module, every_micro_batch: bool = False) -> Callable[[int], None]:
-    """A `Replicator.on_micro_batch` hook: before micro-batch i of a step, arm the spectral-norm layers of
-    `modules` for one power iteration on their next training forward when i == 0 (or on every
-    micro-batch with `every_micro_batch`), and for none otherwise; a recomputation under activation
-    checkpointing then finds them disarmed."""
+    """A `Replicator.on_micro_batch` hook for spectral-norm layers the Replicator did not prepare (those
+    it prepared arm themselves through `before_micro_batch`): before micro-batch i of a step, arm them
+    for one power iteration on their next training forward when i == 0 (or on every micro-batch with
+    `every_micro_batch`), and for none otherwise; a recomputation under activation checkpointing then
+    finds them disarmed."""
     sn_layers = [m for module in modules for m in module.modules() if isinstance(m, SpectralNorm)]
 
     def arm(i: int) -> None:

@@ -25,7 +25,7 @@ from bigbatch.data.streams import Z_D, Z_G, GlobalOrder, generator
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
-from bigbatch.models.layers import spectral_norm_hook
+from bigbatch.models.layers import set_sn_every_micro_batch
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer, check_eval
@@ -161,9 +161,10 @@ class GANTask:
             "G": [p for g in self.opt_G.param_groups for p in g["params"]],
             "D": [p for g in self.opt_D.param_groups for p in g["params"]],
         }
-        # Spectral norm's power iteration: once per optimizer step (model.sn_update "micro": per micro-batch).
-        every_micro = cfg.model.sn_update == "micro"
-        rep.on_micro_batch(spectral_norm_hook(self.plain("G"), self.plain("D"), every_micro_batch=every_micro))
+        # Spectral norm's power iteration: once per optimizer step, armed by the engine on what it prepared
+        # (model.sn_update "micro": per micro-batch).
+        for net in ("G", "D"):
+            set_sn_every_micro_batch(self.plain(net), cfg.model.sn_update == "micro")
         self._sheets = Sheets(cfg.sample, self.dim_z, self.n_classes)
 
     @property

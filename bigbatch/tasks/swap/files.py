@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,22 @@ import numpy as np
 import torch
 from PIL import Image
 
-from bigbatch import checkpoints
+from bigbatch import checkpoints, safe_pickle
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
 from bigbatch.presets import preset
 from bigbatch.tasks.swap.color import MERGE_MODES
-from bigbatch.tasks.swap.load import DIMS, is_dfl_folder, load_autoencoder, trained_parameters
+from bigbatch.tasks.swap.load import (
+    DIMS,
+    dfl_record,
+    init_optimizer,
+    is_dfl_folder,
+    load_autoencoder,
+    make_optimizer,
+    trained_parameters,
+)
 from bigbatch.tasks.swap.task import swap_faces
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
@@ -51,14 +60,19 @@ _DFL_OPTIONS: dict[str, tuple[str, Any]] = {
 }
 
 
+FACE_TYPES = ("h", "mf", "f", "wf", "head")  # SAEHD's face_type option: half, mid, full, whole face, head
+
+
 def config_of(options: dict[str, Any], base: Config | None = None) -> Config:
-    """A swap config (saehd128's, or `base`) with a DFL model's options: its model, batch, clipping and
-    training options."""
+    """A swap config (saehd128's, or `base`) with a DFL model's options: its model, batch, clipping,
+    face type and training options."""
     cfg = base or preset("saehd128")
     updates: dict[str, Any] = {
         "data.resolution": int(options["resolution"]),
         "model.options": {k: (str(options[k]) if k == "archi" else int(options[k])) for k in DIMS},
     }
+    if str(options.get("face_type", "")) in FACE_TYPES:
+        updates["swap.face_type"] = str(options["face_type"])
     for key, (ours, read) in _DFL_OPTIONS.items():
         if key in options:
             updates[f"swap.{ours}"] = read(options[key])
@@ -81,14 +95,29 @@ def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | No
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     model, data = dfl.load_model_folder(src)
     cfg = config_of(data["options"]).override(overrides or {})
+    # The optimizer's moments and step count (DFL's src_dst_opt.npy), so that training goes on where DFL
+    # left it; DFL's _data.dat as it is (options bigbatch does not use, loss history, preview faces), so
+    # that export-dfl gives back every file DFL wrote.
+    opt = make_optimizer(cfg, trained_parameters(model, cfg), 0)
+    init_optimizer(opt, model, str(src), cfg.swap.optimizer)
+    dfl_data, dfl_iter = dfl_record(src)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "config.toml", cfg.dumps())
-    info = {"img_channels": 3, "resolution": model.resolution, "archi": model.archi, "converted_from": str(src)}
-    state = {"converted_from": str(src), "dfl_iter": int(data.get("iter", 0) or 0)}
+    info = {
+        "img_channels": 3,
+        "resolution": model.resolution,
+        "archi": model.archi,
+        "face_type": cfg.swap.face_type or None,
+        "converted_from": str(src),
+    }
+    # A checkpoint at 0 images that `bigbatch train --run-dir OUT --resume` continues, as DFL would.
+    rng = torch.Generator().manual_seed(cfg.train.seed).get_state()
+    state = {"steps": 0, "opt": opt.state_dict(), "nimg": 0, "seconds": 0.0, "engine": {}, "rng_cpu": rng}
+    state.update(converted_from=str(src), dfl_iter=dfl_iter, **({"dfl_data": dfl_data} if dfl_data else {}))
     return checkpoints.save_checkpoint(out, 0, {"model": model}, state, cfg.dumps(), 1, info)
 
 
-def dfl_options(cfg: Config) -> dict[str, Any]:
+def dfl_options(cfg: Config, face_type: str) -> dict[str, Any]:
     """DFL's options for a swap config (what its trainer shows and its merger reads)."""
     s = cfg.swap
     inverse = {ours: key for key, (ours, _) in _DFL_OPTIONS.items()}
@@ -102,23 +131,73 @@ def dfl_options(cfg: Config) -> dict[str, Any]:
         lr_dropout="y" if s.lr_dropout else "n",
         clipgrad=cfg.train.grad_clip > 0,
         batch_size=cfg.train.batch,
-        face_type="wf",
+        face_type=face_type,
         pretrain=False,
     )
     return options
 
 
-def export_dfl(path: str | Path, out: str | Path, name: str = "new") -> Path:
+def _merged_options(carried: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """DFL's options as the model it started from had them (in their order, with the ones bigbatch does
+    not use), updated with this run's where they mean another setting (a value written differently for
+    the same setting, e.g. lr_dropout "cpu" for "y", stays as DFL wrote it)."""
+    merged = dict(carried)
+    for key, value in ours.items():
+        if key in merged:
+            read = _DFL_OPTIONS[key][1] if key in _DFL_OPTIONS else (lambda v: v)
+            try:
+                same = bool(read(merged[key]) == read(value))
+            except (TypeError, ValueError):
+                same = False
+            if same:
+                continue
+        merged[key] = value
+    return merged
+
+
+def _data_file(data: dict[str, Any], carried: bytes | None, what: str) -> bytes:
+    """DFL's `_data.dat` for `data`: on top of the DFL model's own file when the run started from one,
+    and that file's very bytes when nothing in it changed."""
+    if carried is None:
+        return pickle.dumps({**data, "loss_history": [], "sample_for_preview": None, "choosed_gpu_indexes": None})
+    before = safe_pickle.loads(carried, f"the DeepFaceLab data {what} carries")
+    if not isinstance(before, dict):
+        before = {}
+    merged = {**before, **data, "options": _merged_options(before.get("options") or {}, data["options"])}
+    new = pickle.dumps(merged)
+    return carried if new == pickle.dumps(before) else new
+
+
+def export_dfl(path: str | Path, out: str | Path, name: str = "new", face_type: str | None = None) -> Path:
     """Write the model of a swap run (or checkpoint) as a DeepFaceLab SAEHD model folder `out`
     (`<name>_SAEHD_*.npy` in BGR, `<name>_SAEHD_data.dat`, and the optimizer's moments in
-    `<name>_SAEHD_src_dst_opt.npy`), for DFL's merger or trainer. face_type is
-    written as "wf" (whole face): set it to the face type the faces were extracted with in DFL."""
+    `<name>_SAEHD_src_dst_opt.npy`), for DFL's merger or trainer. The face type (DFL's merger crops by
+    it) is the run's (its config's swap.face_type, or the faces' as `prepare --masks dfl` read them);
+    `face_type` gives it where the run does not know it. A run converted from DFL gives back DFL's
+    options and history with it. A run of no step is written as iteration 1: DFL takes a model at
+    iteration 0 for a new one and initialises every weight afresh."""
     model = load_autoencoder(path)
     ckpt = model.checkpoint
-    state = torch.load(io.BytesIO((ckpt / "state.pt").read_bytes()), weights_only=True)
-    iteration = int(state.get("steps", 0)) + int(state.get("dfl_iter", 0))
     cfg = model.config
-    dfl.save_model_folder(model, out, name, options=dfl_options(cfg), iteration=iteration)
+    known = checkpoints.model_info(ckpt).get("face_type") or cfg.swap.face_type
+    if face_type is not None and face_type not in FACE_TYPES:
+        raise BigbatchError(f"--face-type must be one of {', '.join(FACE_TYPES)}, got {face_type!r}")
+    if face_type and known and face_type != known:
+        raise BigbatchError(
+            f"{path} was trained on faces of DFL's face type {known!r}, not {face_type!r}: drop --face-type"
+        )
+    face_type = face_type or known
+    if not face_type:
+        raise BigbatchError(
+            f"the DFL face type of {path} is unknown (its faces were not prepared from DFL's aligned faces, "
+            f"and swap.face_type is unset): give --face-type {'|'.join(FACE_TYPES)}, the type DFL extracted "
+            "them with (its merger crops by it)"
+        )
+    state = torch.load(io.BytesIO((ckpt / "state.pt").read_bytes()), weights_only=True)
+    iteration = max(1, int(state.get("steps", 0)) + int(state.get("dfl_iter", 0)))
+    dims = {k: getattr(model, k) for k in ("resolution", *DIMS)}
+    data = {"iter": iteration, "options": {**dfl_options(cfg, face_type), **dims}}
+    dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
     if "opt" in state:  # the optimizer's moments, so that DFL's trainer goes on where this run stopped
         saved = state["opt"]
         params = trained_parameters(model, cfg)

@@ -12,6 +12,7 @@ from bigbatch import checkpoints, models
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
+from bigbatch.tasks.swap.optim import LR_COS, LR_DROPOUT, AdaBelief, RMSprop
 
 DIMS = ("archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
 
@@ -69,19 +70,46 @@ def trained_parameters(model: nn.Module, cfg: Config) -> list[nn.Parameter]:
     return [p for p in model.parameters() if id(p) not in frozen]
 
 
-def _dfl_optimizer_file(folder: Path) -> Path | None:
+def make_optimizer(cfg: Config, params: list[nn.Parameter], stream: int) -> torch.optim.Optimizer:
+    """DFL's optimizer as swap.* configures it (lr dropout and its cosine together, as DFL couples them);
+    `stream` keys its dropout masks (0: the autoencoder's, 1 and 2: the discriminators')."""
+    s = cfg.swap
+    cls = AdaBelief if s.optimizer == "adabelief" else RMSprop
+    drop, cos = (LR_DROPOUT, LR_COS) if s.lr_dropout else (1.0, 0)
+    return cls(params, lr=s.lr, lr_dropout=drop, lr_cos=cos, seed=(cfg.train.seed, stream))
+
+
+def _dfl_file(folder: Path, part: str) -> Path | None:
+    """`<name>_SAEHD_<part>` of the one model in a DFL folder, if it is there."""
     found = sorted(folder.glob("*_SAEHD_data.dat"))
     if len(found) != 1:
         return None
-    path = folder / found[0].name.replace("_data.dat", "_src_dst_opt.npy")
+    path = folder / found[0].name.replace("_data.dat", f"_{part}")
     return path if path.is_file() else None
 
 
+def dfl_record(path: str | Path) -> tuple[bytes | None, int]:
+    """What DFL keeps beside the weights, carried so that export-dfl gives it back: the bytes of a DFL
+    folder's `_data.dat` (its options, loss history, preview faces) and its iteration count; from a
+    swap run or checkpoint, what it carries from the DFL model it started from. (None, 0) if nothing."""
+    if is_dfl_folder(path):
+        file = _dfl_file(Path(path), "data.dat")
+        if file is None:
+            return None, 0
+        data = dfl.read_pickle(file)
+        return file.read_bytes(), int(data.get("iter", 0) or 0) if isinstance(data, dict) else 0
+    state = checkpoints.read_newest(path, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=())[1])
+    return state.get("dfl_data"), int(state.get("dfl_iter", 0))
+
+
 def init_optimizer(opt: torch.optim.Optimizer, model: nn.Module, path: str, kind: str) -> bool:
-    """train.init_from a DFL model folder that holds its optimizer file: start `opt` from its moments
-    and step count (DFL's training goes on as it would have). False when there is none to read."""
+    """train.init_from a DFL model folder that holds its optimizer file, or a swap run or checkpoint of
+    the same optimizer (one `bigbatch convert` made, for one): start `opt` from its moments and step
+    count, so that training goes on as DFL's would have. False when there is none to read."""
     folder = Path(path)
-    file = _dfl_optimizer_file(folder) if is_dfl_folder(folder) else None
+    if not is_dfl_folder(folder):
+        return _init_optimizer_from_run(opt, model, path, kind)
+    file = _dfl_file(folder, "src_dst_opt.npy")
     if file is None:
         return False
     state, step = dfl.import_optimizer(model, dfl.read_weights(file), kind, str(file))
@@ -91,4 +119,25 @@ def init_optimizer(opt: torch.optim.Optimizer, model: nn.Module, path: str, kind
             opt.state[p] = {k: v.to(p.device) for k, v in moments.items()}
     for group in opt.param_groups:
         group["step"] = step
+    return True
+
+
+def _init_optimizer_from_run(opt: torch.optim.Optimizer, model: nn.Module, path: str, kind: str) -> bool:
+    def read(ckpt: Path) -> tuple[Config, dict]:
+        return Config.load(ckpt / "config.toml"), checkpoints.load_checkpoint(ckpt, nets=())[1]
+
+    cfg, state = checkpoints.read_newest(path, read)
+    saved = state.get("opt")
+    if not saved or cfg.swap.optimizer != kind:
+        return False
+    # The saved state indexes the parameters its run trained (their names map onto this same model's).
+    names = {id(p): name for name, p in model.named_parameters()}
+    trained = [names[id(p)] for p in trained_parameters(model, cfg)]
+    by_name = {trained[i]: moments for i, moments in saved["state"].items()}
+    mine = [p for g in opt.param_groups for p in g["params"]]
+    for p in mine:
+        if names[id(p)] in by_name:
+            opt.state[p] = {k: v.to(p.device) for k, v in by_name[names[id(p)]].items()}
+    for group in opt.param_groups:
+        group["step"] = int(saved["param_groups"][0].get("step", 0))
     return True

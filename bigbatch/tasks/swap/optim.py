@@ -13,6 +13,7 @@ from bigbatch.data.streams import LR_DROPOUT as LR_DROPOUT_STREAM
 from bigbatch.data.streams import generator
 
 EPS = 1e-6  # np.finfo(np.float32).resolution, added outside the square root
+LR_DROPOUT, LR_COS = 0.3, 500  # DFL's lr_dropout option: these two together
 
 
 class _DFLOptimizer(torch.optim.Optimizer):

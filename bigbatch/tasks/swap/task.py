@@ -45,9 +45,15 @@ from bigbatch.errors import BigbatchError
 from bigbatch.tasks.interface import Feed, check_family, register
 from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
-from bigbatch.tasks.swap.load import build_model, init_from, init_optimizer, trained_parameters
+from bigbatch.tasks.swap.load import (
+    build_model,
+    dfl_record,
+    init_from,
+    init_optimizer,
+    make_optimizer,
+    trained_parameters,
+)
 from bigbatch.tasks.swap.losses import blur_out, dssim, gaussian_blur, reconstruction_loss, style_loss
-from bigbatch.tasks.swap.optim import AdaBelief, RMSprop
 from bigbatch.urls import public_name
 
 # train keys of the other tasks, which the swap task does not read (its own are under [swap]).
@@ -56,7 +62,6 @@ FOREIGN_TRAIN_KEYS = (
     "optimizer", "lr", "lr_batch", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov", "weight_decay",
     "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas", "adam_eps",
 )  # fmt: skip
-LR_DROPOUT, LR_COS = 0.3, 500  # DFL's lr_dropout option: these two together
 PREVIEW_ROWS = 8
 
 
@@ -151,15 +156,13 @@ def build(
     kind = "adabelief" if s.optimizer == "adabelief" else "rmsprop"
 
     def optimizer(params: list[nn.Parameter], stream: int, name: str) -> torch.optim.Optimizer:
-        cls = AdaBelief if kind == "adabelief" else RMSprop
-        drop, cos = (LR_DROPOUT, LR_COS) if s.lr_dropout else (1.0, 0)
-        return rep.wrap_optimizer(
-            cls(params, lr=s.lr, lr_dropout=drop, lr_cos=cos, seed=(cfg.train.seed, stream)), name
-        )
+        return rep.wrap_optimizer(make_optimizer(cfg, params, stream), name)
 
     opt = optimizer(trained_parameters(net, cfg), 0, "model")
+    carried: tuple[bytes | None, int] = (None, 0)
     if cfg.train.init_from and resumed_at is None:
         init_optimizer(opt, net, cfg.train.init_from, kind)
+        carried = dfl_record(cfg.train.init_from)
     discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed + 1)
@@ -172,7 +175,31 @@ def build(
             discs["gan"] = (plain, rep.prepare(plain, checkpointing=False), None)  # type: ignore[assignment]
     for i, (name, (plain, wrapped, _)) in enumerate(list(discs.items())):
         discs[name] = (plain, wrapped, optimizer(list(plain.parameters()), i + 1, name))
-    return SwapTask(cfg, rep, data, dst, val, model, opt, discs, run, resumed_at, quiet)
+    task = SwapTask(cfg, rep, data, dst, val, model, opt, discs, run, resumed_at, quiet)
+    task.face_type = face_type_of(cfg, data, dst)
+    task.dfl_data, task.dfl_iter = carried
+    return task
+
+
+def face_type_of(cfg: Config, src: Any, dst: Any) -> str:
+    """DFL's face type of the faces: swap.face_type, or the one `prepare --masks dfl` recorded ("" if
+    neither says); the two sides and the config must agree."""
+    found = {}
+    for side, data in (("src", src), ("dst", dst)):
+        while not hasattr(data, "meta") and hasattr(data, "data"):  # a held-out split of a data file
+            data = data.data
+        face_type = (getattr(data, "meta", None) or {}).get("face_type")
+        if face_type:
+            found[side] = face_type
+    if len(set(found.values())) > 1:
+        raise BigbatchError(
+            f"the src faces were extracted with DFL's face type {found['src']!r} and the dst faces with "
+            f"{found['dst']!r}; a SAEHD model takes one: extract both sides with the same face type"
+        )
+    recorded = next(iter(found.values()), "")
+    if cfg.swap.face_type and recorded and cfg.swap.face_type != recorded:
+        cfg.swap._fail("face_type", f"is {cfg.swap.face_type!r}, but the faces were extracted as {recorded!r}")
+    return cfg.swap.face_type or recorded
 
 
 def _float(images: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -209,6 +236,9 @@ class SwapTask:
         self.resolution = cfg.data.resolution
         self.masks = min(src.channels, dst.channels) >= 4
         self.steps = 0
+        self.face_type = cfg.swap.face_type  # DFL's face type of the faces ("" unknown): build sets it
+        self.dfl_data: bytes | None = None  # the _data.dat of the DFL model it started from, carried to export-dfl
+        self.dfl_iter = 0  # that model's iterations before this run's
         self._read_dst: Any = None
         self._kept: list[tuple[torch.Tensor, ...]] = []  # what each micro-batch hands the discriminators
         self.scorer = None
@@ -389,10 +419,12 @@ class SwapTask:
         return {"model": self.plain(), **{name: plain for name, (plain, _, _) in self.discs.items()}}
 
     def state_dict(self) -> dict[str, Any]:
+        carried = {"dfl_data": self.dfl_data, "dfl_iter": self.dfl_iter} if self.dfl_data is not None else {}
         return {
             "steps": self.steps,
             "opt": self.opt.state_dict(),
             **{f"opt_{k}": d[2].state_dict() for k, d in self.discs.items()},
+            **carried,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -400,6 +432,7 @@ class SwapTask:
         for name, (_, _, opt) in self.discs.items():
             opt.load_state_dict(state[f"opt_{name}"])
         self.steps = int(state["steps"])
+        self.dfl_data, self.dfl_iter = state.get("dfl_data"), int(state.get("dfl_iter", 0))
 
     def model_info(self) -> dict[str, Any]:
         net = self.plain()
@@ -408,6 +441,7 @@ class SwapTask:
             "resolution": net.resolution,
             "archi": net.archi,
             "masks": self.masks,
+            "face_type": self.face_type or None,
             "dst": {"path": public_name(self.cfg.data.dst_path), "content_hash": str(self.dst.content_hash)},
         }
 
