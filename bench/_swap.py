@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_map
 import bigbatch
 from bigbatch.batching import replicator_for
 from bigbatch.config import Config
-from bigbatch.data.hdf5 import H5Writer
+from bigbatch.data.h5write import H5Writer
 from bigbatch.data.load import load_data
 from bigbatch.data.schedule import schedule_of
 from bigbatch.tasks import Feed, build_task

@@ -171,6 +171,9 @@ def _prepare(args: argparse.Namespace) -> None:
         buckets=args.buckets,
         masks=args.masks,
         eyes_mouth=args.eyes_mouth,
+        codec=args.codec,
+        quality=args.quality,
+        crop=args.crop,
         progress=sys.stderr.isatty(),
     )
     print(report.summary())
@@ -348,6 +351,21 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--strict", action="store_true", help="an unreadable or non-image file is an error, not skipped")
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
     pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
+    pr.add_argument(
+        "--codec",
+        choices=("raw", "jpeg", "png", "webp"),
+        default="raw",
+        help="how images are stored: raw pixels (default; fastest to read), or encoded (jpeg: about a "
+        "tenth of the bytes, decoded in the loader's workers, at a reduced size for small phases)",
+    )
+    pr.add_argument("--quality", type=int, help="jpeg/webp quality, 1..100 (default 90)")
+    pr.add_argument(
+        "--crop",
+        choices=("center", "none"),
+        default="center",
+        help="center: square crops (default); none: whole images, short side scaled down to --resolution "
+        "(random-resized crops of the whole image in training; needs an encoded --codec)",
+    )
     pr.add_argument(
         "--masks",
         metavar="alpha|dfl|DIR",

@@ -84,7 +84,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}")
 
     # Train.
-    feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase)
+    crop_scale = getattr(task, "loader_crop_scale", 0.0)  # crops the task has the loader cut before decoding
+    feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase, crop_scale=crop_scale)
     stop.armed = True  # from here a first SIGINT saves a checkpoint (as SIGTERM does), a second one stops at once
     # A write that fails on rank 0 (a full disk) stops every rank at the next step, not rank 0 alone.
     failed: BaseException | None = None

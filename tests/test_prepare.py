@@ -12,7 +12,7 @@ from PIL import Image
 
 import bigbatch
 from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, read_meta, verify_data
-from bigbatch.data.hdf5 import hash_arrays
+from bigbatch.data.h5write import hash_arrays
 from bigbatch.data.schedule import BucketOrder, bucket_shapes
 from bigbatch.data.streams import GlobalOrder
 from bigbatch.urls import public_name

@@ -3,7 +3,7 @@
 from bigbatch.data.hdf5 import H5Data, describe_data, read_meta, verify_data
 from bigbatch.data.images import ImageData
 from bigbatch.data.load import load_data
-from bigbatch.data.loader import Batch, BatchLoader, RankSampler, Step
+from bigbatch.data.loader import Batch, BatchLoader, Loader, RankSampler, Step
 from bigbatch.data.prepare import Report, prepare
 from bigbatch.data.schedule import BucketOrder, Phase, Schedule, resize_batch
 
@@ -13,6 +13,7 @@ __all__ = [
     "BucketOrder",
     "H5Data",
     "ImageData",
+    "Loader",
     "Phase",
     "RankSampler",
     "Report",

@@ -1,18 +1,13 @@
-"""DATA.h5: uint8 NHWC images and int64 labels in HDF5, written to a temporary file and renamed into
-place, and read back by random access from local disk or an fsspec URL (s3://...)."""
+"""DATA.h5: images (raw uint8 NHWC, or encoded: bigbatch/data/encoded.py) and int64 labels in HDF5,
+written to a temporary file and renamed into place, and read back by random access from local disk
+or an fsspec URL (s3://...)."""
 
 from __future__ import annotations
 
-import glob
 import hashlib
-import io
 import json
 import os
 import shlex
-import shutil
-import tempfile
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,239 +16,16 @@ import h5py
 import numpy as np
 import torch
 
+from bigbatch.data import encoded as enc
+from bigbatch.data.codecs import decode, decode_box
+from bigbatch.data.crops import center_box, rrc_box
+from bigbatch.data.h5write import FORMAT, FORMAT_ENCODED, content_hash
 from bigbatch.data.sources import url_fs
 from bigbatch.errors import BigbatchError
-from bigbatch.files import remove_stale
 from bigbatch.urls import is_url, public_name
 
-FORMAT = "bigbatch-images/1"
-# Uncompressed chunks of at most about this many bytes, at least one image. H5Data reads each image's
-# own bytes (the chunks only locate them); readers going through h5py pay one small chunk per image,
-# and small images share chunks so that the chunk index stays small.
-CHUNK_BYTES = 64 << 10
-WRITE_ROWS = 256
 # The blocks fsspec fetches while h5py walks a remote file's metadata.
 REMOTE_BLOCK = 4 << 20
-
-
-def content_hash(class_names: Sequence[str], groups: Sequence[tuple[tuple[int, ...], bytes, bytes]]) -> str:
-    """sha256 of the class names and, per group of images in file order, its shape (N, H, W, C) and the
-    sha256 digests of its image bytes and its int64 little-endian label bytes."""
-    h = hashlib.sha256(json.dumps(list(class_names)).encode())
-    for shape, image_digest, label_digest in groups:
-        h.update("x".join(map(str, shape)).encode() + image_digest + label_digest)
-    return "sha256:" + h.hexdigest()
-
-
-def hash_arrays(class_names: Sequence[str], images: np.ndarray, labels: np.ndarray) -> str:
-    """The content hash of one group held in RAM (as `prepare` would write it)."""
-    labels = np.ascontiguousarray(labels, dtype="<i8")
-    digests = (hashlib.sha256(np.ascontiguousarray(images)).digest(), hashlib.sha256(labels).digest())
-    return content_hash(class_names, [(tuple(images.shape), *digests)])
-
-
-class _GroupWriter:
-    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int]):
-        self.name, self.shape = name, shape
-        rows = max(1, CHUNK_BYTES // int(np.prod(shape)))
-        g = f.require_group(name)
-        self.images = g.create_dataset("images", (0, *shape), np.uint8, maxshape=(None, *shape), chunks=(rows, *shape))
-        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
-        self.buf_images: list[np.ndarray] = []
-        self.buf_labels: list[int] = []
-        self.n = 0
-        self.hash_images, self.hash_labels = hashlib.sha256(), hashlib.sha256()
-
-    def add(self, image: np.ndarray, label: int) -> None:
-        self.buf_images.append(image)
-        self.buf_labels.append(label)
-        if len(self.buf_images) >= WRITE_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.buf_images:
-            return
-        images = np.stack(self.buf_images)
-        labels = np.asarray(self.buf_labels, dtype="<i8")
-        m = self.n + len(labels)
-        self.images.resize(m, axis=0)
-        self.labels.resize(m, axis=0)
-        self.images[self.n : m] = images
-        self.labels[self.n : m] = labels
-        self.hash_images.update(images)
-        self.hash_labels.update(labels)
-        self.n = m
-        self.buf_images, self.buf_labels = [], []
-
-
-class _WriteOnce(io.RawIOBase):
-    """The file HDF5 writes through (h5py's fileobj driver). The first failed write (disk full, file
-    size limit) is kept in `error` and every later write is dropped, so the HDF5 library can still
-    close the file cleanly: a write error inside HDF5 itself leaves it in a state that crashes the
-    interpreter at exit. The writer checks `error` and gives up on the file."""
-
-    def __init__(self, path: Path):
-        super().__init__()
-        self.file, self.error = open(path, "w+b"), None
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        return self.file.seek(pos, whence)
-
-    def tell(self) -> int:
-        return self.file.tell()
-
-    def readinto(self, buffer: Any) -> int:
-        return self.file.readinto(buffer)
-
-    def write(self, data: Any) -> int:
-        if self.error is None:
-            try:
-                return self.file.write(data)
-            except OSError as e:
-                self.error = e
-        return len(memoryview(data))
-
-    def truncate(self, size: int | None = None) -> int:
-        if self.error is None:
-            try:
-                return self.file.truncate(size)
-            except OSError as e:
-                self.error = e
-        return self.file.tell() if size is None else size
-
-    def flush(self) -> None:
-        if self.error is None and not self.file.closed:
-            try:
-                self.file.flush()
-                os.fsync(self.file.fileno())
-            except OSError as e:
-                self.error = e
-
-    def close(self) -> None:
-        super().close()
-        self.file.close()
-
-
-class H5Writer:
-    """Appends images to a new data file under a temporary name; `commit()` moves it to `out`, so an
-    interrupted prepare never leaves a file that looks complete. With `bucketed`, each image shape is
-    its own group (aspect-ratio buckets); otherwise all images must share one shape."""
-
-    def __init__(
-        self,
-        out: str,
-        class_names: Sequence[str],
-        attrs: dict[str, Any],
-        bucketed: bool = False,
-        storage_options: dict[str, Any] | None = None,
-    ):
-        self.out, self.class_names, self.attrs = str(out), list(class_names), dict(attrs)
-        self.bucketed, self.storage_options = bucketed, storage_options
-        self._tmpdir: str | None = None
-        if is_url(self.out):
-            self._tmpdir = tempfile.mkdtemp(prefix="bigbatch-prepare-")
-            self.tmp = Path(self._tmpdir) / "data.h5"
-        else:
-            target = Path(self.out)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale(target.parent.glob(f".{glob.escape(target.name)}.partial-*"))  # of killed prepares
-            self.tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        # v110: the extensible-array chunk index, one lookup per random read however large the file.
-        self.raw = _WriteOnce(self.tmp)
-        self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
-        self.groups: dict[tuple[int, ...], _GroupWriter] = {}
-
-    def __enter__(self) -> H5Writer:
-        return self
-
-    def __exit__(self, kind: Any, *_: Any) -> None:
-        if kind is not None:
-            self.abort()
-
-    @property
-    def count(self) -> int:
-        return sum(g.n + len(g.buf_labels) for g in self.groups.values())
-
-    def add(self, image: np.ndarray, label: int) -> None:
-        """Append one uint8 HxWxC image; the caller checks shapes when the file is not bucketed."""
-        shape = tuple(image.shape)
-        if shape not in self.groups:
-            if self.groups and not self.bucketed:
-                raise ValueError(f"image shape {shape} differs from {next(iter(self.groups))}")
-            name = f"/buckets/{shape[0]}x{shape[1]}" if self.bucketed else "/"
-            self.groups[shape] = _GroupWriter(self.f, name, shape)  # type: ignore[arg-type]
-        self.groups[shape].add(image, label)
-        self.check()
-
-    def check(self) -> None:
-        """Raise a BigbatchError naming the output and the OS error if a write has failed."""
-        e = self.raw.error
-        if e is not None:
-            raise BigbatchError(
-                f"cannot write {public_name(self.out)}: {e.strerror or e} (its partial file is removed); "
-                "free space or choose another output, then prepare again"
-            )
-
-    def commit(self) -> dict[str, Any]:
-        """Write the metadata, close, and move the file into place; returns the metadata."""
-        for g in self.groups.values():
-            g.flush()
-        # Buckets ordered by aspect ratio (portrait to landscape), the order of their global indices.
-        groups = sorted(self.groups.values(), key=lambda g: (g.shape[1] / g.shape[0], g.name))
-        first = groups[0].shape if groups else (0, 0, 3)
-        square = len(groups) == 1 and first[0] == first[1] and not self.bucketed
-        meta = {
-            "format": FORMAT,
-            "count": sum(g.n for g in groups),
-            "height": first[0] if len(groups) == 1 else 0,
-            "width": first[1] if len(groups) == 1 else 0,
-            "channels": first[2],
-            "resolution": first[0] if square else 0,
-            "class_names": self.class_names,
-            "groups": [{"name": g.name, "count": g.n, "height": g.shape[0], "width": g.shape[1]} for g in groups],
-            "content_hash": content_hash(
-                self.class_names,
-                [((g.n, *g.shape), g.hash_images.digest(), g.hash_labels.digest()) for g in groups],
-            ),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            **self.attrs,
-        }
-        for key, value in meta.items():
-            self.f.attrs[key] = json.dumps(value) if isinstance(value, list | dict) else value
-        self.f.close()
-        self.raw.flush()  # fsync
-        self.raw.close()
-        self.check()
-        try:
-            if self._tmpdir is None:
-                os.replace(self.tmp, self.out)
-            else:
-                fs, path = url_fs(self.out, self.storage_options)
-                fs.put_file(str(self.tmp), path)  # an object store shows the object only once complete
-        finally:
-            self.abort()
-        return meta
-
-    def abort(self) -> None:
-        """Close and delete the temporary file (after commit: only the temporary folder)."""
-        try:
-            self.f.close()
-        except Exception:  # noqa: BLE001 -- already closed, or the failure we are cleaning up after
-            pass
-        self.raw.close()
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-        else:
-            self.tmp.unlink(missing_ok=True)
 
 
 def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool = False) -> h5py.File:
@@ -290,10 +62,11 @@ def read_meta(path: str | Path, storage_options: dict[str, Any] | None = None) -
 
 def _meta(f: h5py.File, path: str) -> dict[str, Any]:
     attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-    if attrs.get("format") != FORMAT:
+    if attrs.get("format") not in (FORMAT, FORMAT_ENCODED):
         raise BigbatchError(
             f"cannot open data set '{public_name(path)}': not a data file written by `bigbatch prepare` "
-            f"(format {attrs.get('format')!r}, expected {FORMAT!r}); run `bigbatch prepare` on the images"
+            f"(format {attrs.get('format')!r}, expected {FORMAT!r} or {FORMAT_ENCODED!r}); run `bigbatch "
+            "prepare` on the images (or a newer bigbatch)"
         )
     out: dict[str, Any] = {}
     try:
@@ -340,6 +113,11 @@ def _check_data(f: h5py.File, meta: dict[str, Any], path: str) -> None:
     """The metadata against what the file holds: each group's images and labels, of the recorded shapes."""
     for g in meta["groups"]:
         base = g["name"].rstrip("/")
+        if meta.get("codec", "raw") != "raw":
+            problem = enc.check_group(f, base, g["count"])
+            if problem:
+                _damaged(path, problem)
+            continue
         images, labels = f.get(base + "/images"), f.get(base + "/labels")
         shape = (g["count"], g["height"], g["width"], meta["channels"])
         if not isinstance(images, h5py.Dataset) or images.shape != shape or images.dtype != np.uint8:
@@ -353,11 +131,17 @@ def describe_data(path: str | Path, storage_options: dict[str, Any] | None = Non
     """A data file's metadata as a few lines of text."""
     m = read_meta(path, storage_options)
     names = m["class_names"]
-    shapes = ", ".join(f"{g['height']}x{g['width']} ({g['count']})" for g in m["groups"])
+    shapes = "shapes " + ", ".join(f"{g['height']}x{g['width']} ({g['count']})" for g in m["groups"])
+    codec = m.get("codec", "raw")
+    if m.get("crop") == "none":
+        shapes = f"whole images, short side {'at most ' + str(m['resolution']) if m['resolution'] else 'as found'}"
+    stored = "uint8 NHWC" if codec == "raw" else f"{codec}" + (f" q{m['quality']}" if m.get("quality") else "")
+    if codec != "raw" and m.get("encoded_bytes") is not None:
+        stored += f" ({m['encoded_bytes'] / max(1, m['count']) / 1024:.1f} KiB an image)"
     lines = [
         f"data        {public_name(str(path))}",
-        f"images      {m['count']} uint8 NHWC, {m['channels']} channels, "
-        + (f"{m['resolution']}px" if m["resolution"] else f"shapes {shapes}"),
+        f"images      {m['count']} {stored}, {m['channels']} channels, "
+        + (f"{m['resolution']}px" if m["resolution"] and m.get("crop") != "none" else shapes),
         "classes     "
         + (f"{len(names)}: {', '.join(names[:10])}{', ...' if len(names) > 10 else ''}" if names else "none"),
         f"source      {m.get('source', '?')}",
@@ -378,6 +162,10 @@ def verify_data(path: str | Path, storage_options: dict[str, Any] | None = None)
         _check_data(f, meta, str(path))
         groups = []
         for g in meta["groups"]:
+            if meta.get("codec", "raw") != "raw":
+                shape = (g["count"], g["height"], g["width"], meta["channels"])
+                groups.append((shape, *enc.verify_group(f, g["name"].rstrip("/"), meta["codec"], meta["quality"])))
+                continue
             images, labels = f[g["name"].rstrip("/") + "/images"], f[g["name"].rstrip("/") + "/labels"]
             h = hashlib.sha256()
             rows = max(1, (64 << 20) // max(1, int(np.prod(images.shape[1:]))))
@@ -402,7 +190,9 @@ class _Group:
     shape: tuple[int, int, int]
     chunk_rows: int
     chunk_offsets: np.ndarray | None  # file byte offset per chunk; None: read through h5py
-    array: np.ndarray | None = None  # in-RAM copy
+    array: np.ndarray | None = None  # in-RAM copy (encoded: the byte stream)
+    offsets: np.ndarray | None = None  # encoded: where each image starts in the byte stream (N + 1)
+    sizes: np.ndarray | None = None  # encoded: each image's stored (h, w)
 
 
 def _chunk_offsets(ds: h5py.Dataset) -> tuple[int, np.ndarray | None]:
@@ -435,20 +225,33 @@ class H5Data:
     def __init__(self, path: str | Path, in_ram: bool = False, storage_options: dict[str, Any] | None = None):
         self.path, self.in_ram = str(path), in_ram
         self.storage_options = dict(storage_options or {})
+        self.encoded = self.whole = False
         self.remote = is_url(self.path)
         self._pid, self._fd, self._fs, self._fs_path, self._h5 = -1, -1, None, "", None
         with _open_h5(self.path, self.storage_options) as f:
             self.meta = _meta(f, self.path)
+            self.encoded = self.meta.get("codec", "raw") != "raw"
+            self.whole = self.meta.get("crop") == "none"  # whole images, cropped as they are read
             self.groups: list[_Group] = []
             labels, start = [], 0
             try:
                 _check_data(f, self.meta, self.path)
                 for g in self.meta["groups"]:
-                    ds = f[g["name"].rstrip("/") + "/images"]
-                    rows, offsets = _chunk_offsets(ds)
-                    self.groups.append(_Group(ds.name, start, ds.shape[0], tuple(ds.shape[1:]), rows, offsets))
-                    labels.append(np.asarray(f[g["name"].rstrip("/") + "/labels"][...], np.int64))
-                    start += ds.shape[0]
+                    base = g["name"].rstrip("/")
+                    shape = (g["height"], g["width"], self.meta["channels"])
+                    if self.encoded:
+                        ds = f[base + "/encoded"]
+                        rows, offsets = _chunk_offsets(ds)
+                        group = _Group(ds.name, start, g["count"], shape, rows, offsets)
+                        group.offsets = np.asarray(f[base + "/offsets"][...], np.int64)
+                        group.sizes = np.asarray(f[base + "/sizes"][...], np.int64)
+                    else:
+                        ds = f[base + "/images"]
+                        rows, offsets = _chunk_offsets(ds)
+                        group = _Group(ds.name, start, ds.shape[0], tuple(ds.shape[1:]), rows, offsets)
+                    self.groups.append(group)
+                    labels.append(np.asarray(f[base + "/labels"][...], np.int64))
+                    start += g["count"]
             except (OSError, KeyError, ValueError, RuntimeError) as e:  # HDF5 internals that do not read back
                 _damaged(self.path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             self.labels = torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64))
@@ -462,8 +265,8 @@ class H5Data:
     def _load_all(self) -> None:
         with _open_h5(self.path, self.storage_options, sequential=True) as f:
             for g in self.groups:
-                g.array = np.empty((g.count, *g.shape), np.uint8)
-                if g.count:
+                g.array = np.empty(f[g.path].shape if self.encoded else (g.count, *g.shape), np.uint8)
+                if g.array.size:
                     f[g.path].read_direct(g.array)
 
     def __getstate__(self) -> dict:
@@ -521,9 +324,16 @@ class H5Data:
         if any(g.chunk_offsets is None and g.array is None for g in self.groups):
             self._h5 = _open_h5(self.path, self.storage_options)
 
-    def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def reads_reduced(self) -> bool:
+        """`get` takes a resolution to decode at (encoded files: JPEG's reduced-size decode)."""
+        return self.encoded
+
+    def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Images (N, H, W, C) uint8 and labels (N,) int64 at the given indices, in their order; all
-        indices must fall in one group (always so unless the file holds aspect-ratio buckets)."""
+        indices must fall in one group (always so unless the file holds aspect-ratio buckets).
+        `resolution`: what the caller resizes them to next; an encoded file may then decode them at a
+        reduced size no smaller than it (JPEG's DCT scaling). Raw files return them as stored."""
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"index out of range for {len(self)} images")
@@ -534,12 +344,72 @@ class H5Data:
             )
         g = self.groups[int(gi[0])] if len(idx) else self.groups[0]
         rows = idx - g.start
+        if self.encoded:
+            return self._decoded(g, rows, idx, resolution), self.labels[torch.from_numpy(idx)]
         if g.array is not None:
             images = g.array[rows]
         else:
             self._handles()
             images = self._read_raw(g, rows) if g.chunk_offsets is not None else self._read_h5(g, rows)
         return torch.from_numpy(images), self.labels[torch.from_numpy(idx)]
+
+    def get_crops(
+        self, index: torch.Tensor, resolution: int, draws: torch.Tensor, min_scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A file of whole images (`prepare --crop none`): random-resized crops of the images at
+        `index`, from their draws (n, TRIES, 4: crops.rrc_draws), each decoded no larger than it needs
+        and resized to resolution x resolution; and their labels."""
+        idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
+        if not self.whole:
+            raise BigbatchError(f"data file {self.source} holds cropped images: prepare it with --crop none")
+        g = self.groups[0]
+        sizes = g.sizes[idx - g.start]  # type: ignore[index]
+        boxes = [rrc_box(int(w), int(h), d, min_scale) for (h, w), d in zip(sizes, draws)]
+        images = self._decoded(g, idx - g.start, idx, resolution, boxes)
+        return images, self.labels[torch.from_numpy(idx)]
+
+    def _decoded(
+        self, g: _Group, rows: np.ndarray, idx: np.ndarray, resolution: int, boxes: list | None = None
+    ) -> torch.Tensor:
+        assert g.offsets is not None
+        side = resolution or self.resolution
+        if self.whole and not side:
+            raise BigbatchError(f"data file {self.source} holds whole images of their own sizes: give a resolution")
+        if self.whole and boxes is None:  # the center square
+            boxes = [center_box(int(w), int(h)) for h, w in g.sizes[rows]]  # type: ignore[index]
+        starts, ends = g.offsets[rows], g.offsets[rows + 1]
+        if g.array is not None:
+            data: list[Any] = [memoryview(g.array)[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+        else:
+            self._handles()
+            if g.chunk_offsets is not None:
+                data = enc.read_images(starts, ends, g.chunk_rows, g.chunk_offsets, self._read_ranges)
+            else:  # a layout h5py alone reads (filters, or no chunk index)
+                data = [self._h5[g.path][s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+        images = []
+        for k, (i, d) in enumerate(zip(idx.tolist(), data)):
+            try:
+                images.append(decode_box(d, boxes[k], side) if boxes is not None else decode(d, resolution))
+            except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt bytes
+                raise BigbatchError(
+                    f"data file {self.source}: image {i} does not decode ({type(e).__name__}: {e}); the file "
+                    "is damaged (bigbatch info --verify says more): prepare it again"
+                ) from None
+        if not images:
+            return torch.zeros((0, side, side, g.shape[2]) if self.whole else (0, *g.shape), dtype=torch.uint8)
+        return torch.from_numpy(np.stack(images))
+
+    def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
+        """File byte ranges, as concurrent range requests (remote) or positional reads (local)."""
+        if self.remote:
+            starts, ends = [a for a, _ in ranges], [b for _, b in ranges]
+            return self._fs.cat_ranges([self._fs_path] * len(ranges), starts, ends, on_error="raise")
+        out = []
+        for a, b in ranges:
+            buffer = np.empty(b - a, np.uint8)
+            self._read_at(buffer, a)
+            out.append(buffer)
+        return out
 
     def _read_h5(self, g: _Group, rows: np.ndarray) -> np.ndarray:
         # h5py wants increasing, unique indices.

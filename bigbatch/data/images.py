@@ -34,7 +34,7 @@ class ImageData:
     @property
     def content_hash(self) -> str:
         """The hash `bigbatch prepare` writes for these images and labels (equal for equal content)."""
-        from bigbatch.data.hdf5 import hash_arrays
+        from bigbatch.data.h5write import hash_arrays
 
         return hash_arrays(self.class_names, self.images.numpy(), self.labels.numpy())
 

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from bigbatch.data.crops import rrc_draws
 from bigbatch.data.schedule import Schedule, resize_batch
 from bigbatch.data.streams import FLIP, generator
 from bigbatch.errors import BigbatchError
@@ -65,14 +66,25 @@ class RankSampler:
             yield Step(nimg, phase.batch, phase.resolution, offset, self.order.indices(nimg + offset, share))
 
 
-def read_batch(data: Any, request: Step | torch.Tensor, xflip: bool = False, seed: int = 0) -> Batch:
+def read_batch(
+    data: Any, request: Step | torch.Tensor, xflip: bool = False, seed: int = 0, crop_scale: float = 0.0
+) -> Batch:
     """The batch a request names, read from `data`: resized to the step's resolution and, with
     `xflip`, mirrored by a draw keyed by (seed, step) over the whole step, of which this rank takes
-    its share, so the flips of an image do not depend on the rank count. What BatchLoader's workers run."""
+    its share, so the flips of an image do not depend on the rank count. `crop_scale` > 0 on a file
+    of whole images (`prepare --crop none`): random-resized crops of at least that area fraction,
+    drawn the same way, cut before decoding. What BatchLoader's workers run."""
     if isinstance(request, torch.Tensor):
         images, labels = data.get(request)
         return Batch(-1, images, labels, None)
-    images, labels = data.get(request.indices)
+    if crop_scale and getattr(data, "whole", False):
+        share = slice(request.offset, request.offset + len(request.indices))
+        draws = rrc_draws(seed, request.nimg, request.batch)[share]
+        images, labels = data.get_crops(request.indices, request.resolution or data.resolution, draws, crop_scale)
+    elif request.resolution and getattr(data, "reads_reduced", False):  # decode no larger than needed
+        images, labels = data.get(request.indices, request.resolution)
+    else:
+        images, labels = data.get(request.indices)
     if request.resolution:
         images = resize_batch(images, request.resolution)
     flips = None
@@ -86,12 +98,12 @@ def read_batch(data: Any, request: Step | torch.Tensor, xflip: bool = False, see
 class _Reader(Dataset):
     """A map-style Dataset whose keys are whole requests (Step or index tensor) and items whole batches."""
 
-    def __init__(self, data: Any, xflip: bool, seed: int):
-        self.data, self.xflip, self.seed = data, xflip, seed
+    def __init__(self, data: Any, xflip: bool, seed: int, crop_scale: float = 0.0):
+        self.data, self.xflip, self.seed, self.crop_scale = data, xflip, seed, crop_scale
 
     def __getitem__(self, request: Step | torch.Tensor) -> Batch:
         try:
-            return read_batch(self.data, request, self.xflip, self.seed)
+            return read_batch(self.data, request, self.xflip, self.seed, self.crop_scale)
         except BigbatchError as e:
             raise DataReadError(str(e)) from None
         except Exception as e:  # noqa: BLE001 -- OS, HDF5 and remote-store errors: name the data, not the worker
@@ -140,11 +152,12 @@ class BatchLoader:
         prefetch: int = 2,
         context: str | None = None,
         pin_memory: bool = False,
+        crop_scale: float = 0.0,
     ) -> None:
         if workers < 0:
             raise BigbatchError(f"data.workers must be >= 0, got {workers}")
         self.loader = DataLoader(
-            _Reader(data, xflip, seed),
+            _Reader(data, xflip, seed, crop_scale),
             batch_size=None,
             sampler=_Requests(requests),  # type: ignore[arg-type]
             num_workers=workers,
@@ -170,3 +183,67 @@ class BatchLoader:
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+
+
+class Loader:
+    """bigbatch's data files in anyone's training loop (as FFCV's Loader): `(images, labels)` batches,
+    uint8 NHWC and int64, of this rank's share of each step, read and decoded in `workers` processes.
+
+        for images, labels in bigbatch.data.Loader("train.h5", batch=256, resolution=224, augment="rrc"):
+            ...
+
+    The batches are the bytes bigbatch's own training loop reads for the same seed and position: the
+    order (a seeded permutation per epoch), the crops and flips are keyed by global position, so any
+    `workers` and any `world_size` give the same images (the ranks' shares together are the
+    one-process batch), and `start` (images seen) resumes mid-epoch. `augment`: "rrc" random-resized
+    crops of at least `min_scale` of the image's area, from a file of whole images (`prepare --crop
+    none`), cut before decoding; "center": the center square. `xflip` mirrors half of them. `steps`:
+    how many batches (default: the rest of the epoch that `start` is in)."""
+
+    def __init__(
+        self,
+        path: str,
+        batch: int,
+        resolution: int,
+        augment: str = "center",
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        workers: int = 0,
+        start: int = 0,
+        xflip: bool = False,
+        min_scale: float = 0.08,
+        steps: int | None = None,
+        storage_options: dict | None = None,
+    ) -> None:
+        from bigbatch.data.load import load_data
+        from bigbatch.data.streams import GlobalOrder
+
+        if augment not in ("rrc", "center"):
+            raise BigbatchError(f"augment must be 'rrc' or 'center', got {augment!r}")
+        if not (isinstance(batch, int) and batch > 0 and batch % world_size == 0 and 0 <= rank < world_size):
+            raise BigbatchError(f"batch {batch!r} must be a positive multiple of world_size {world_size} > rank {rank}")
+        self.data = load_data(path, resolution, storage_options=storage_options)
+        if augment == "rrc" and not getattr(self.data, "whole", False):
+            raise BigbatchError(
+                f"augment='rrc' crops whole images: {self.data.source} holds cropped ones; prepare it with --crop none"
+            )
+        if not 0 < min_scale <= 1:
+            raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")
+        epoch = len(self.data) // batch * batch
+        if steps is None:
+            steps = max(0, (epoch - start % max(epoch, 1)) // batch) if epoch else 0
+        self.steps, self.batch = steps, batch
+        schedule = Schedule.constant(resolution, batch)
+        sampler = RankSampler(GlobalOrder(len(self.data), seed), schedule, rank, world_size, start=start)
+        requests = [step for step, _ in zip(sampler, range(steps))]
+        self._loader = BatchLoader(
+            self.data, requests, workers, xflip, seed, crop_scale=min_scale if augment == "rrc" else 0.0
+        )
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for b in self._loader:
+            yield b.images, b.labels

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from bigbatch.data.hdf5 import H5Writer
+from bigbatch.data import codecs
+from bigbatch.data.h5write import H5Writer
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, Listing, decode_mask, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
@@ -50,7 +51,7 @@ class Report:
     def summary(self) -> str:
         """A few lines for the terminal: what was written, and the first skipped files with reasons."""
         classes = f"{len(self.class_names)} classes" if self.class_names else "unconditional (no classes)"
-        shape = "x".join(map(str, self.shape)) if self.shape else "several shapes"
+        shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
         lines = [
             f"wrote {self.out}: {self.count} images {shape}, {classes}, from {self.source} "
             f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {self.workers} workers)",
@@ -81,6 +82,9 @@ def prepare(
     progress: bool = False,
     masks: str | None = None,
     eyes_mouth: str | None = None,
+    codec: str = "raw",
+    quality: int | None = None,
+    crop: str = "center",
 ) -> Report:
     """Write the images of `src` to the data file `out` (a local .h5 path or a URL to one).
 
@@ -96,8 +100,21 @@ def prepare(
     mask, else its landmarks' hull), or a local folder holds a greyscale mask per image under the same
     relative name (any image extension: faces/a.jpg -> MASKS/faces/a.png). `eyes_mouth`: a folder of
     eyes-and-mouth masks the same way, or "dfl" (from the landmarks, with masks "dfl"), a fifth
-    channel (needs `masks`). An image without its mask is skipped (an error with `strict`)."""
+    channel (needs `masks`). An image without its mask is skipped (an error with `strict`).
+    `codec`: "raw" stores the pixels; "jpeg", "png" or "webp" each image's encoded bytes (`quality`
+    for jpeg and webp, default 90), encoded in the decoding processes. `crop`: "center" crops to the
+    square (or bucket) as above; "none" keeps each image whole, its short side scaled down to
+    `resolution` (smaller ones as they are), for random-resized crops of the whole image in training
+    and each image's own aspect ratio in validation (an encoded codec only: sizes differ)."""
     start = time.perf_counter()
+    quality = codecs.check(codec, quality, 4 if masks else None)
+    if crop not in ("center", "none"):
+        raise BigbatchError(f"--crop must be center or none, got {crop!r}")
+    whole = crop == "none"
+    if whole and codec == "raw":
+        raise BigbatchError("--crop none keeps each image's own size, which raw storage cannot: add --codec jpeg")
+    if whole and buckets:
+        raise BigbatchError("--crop none keeps every aspect ratio already: drop --buckets")
     refuse_credentials(str(src), "the source")
     refuse_credentials(str(out), "the output")
     secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
@@ -117,7 +134,11 @@ def prepare(
         raise BigbatchError(f"--workers must be >= 0 (0: decode in this process), got {workers}")
     import bigbatch
 
-    attrs = {"source": public_name(src), "bigbatch_version": bigbatch.__version__}
+    attrs: dict[str, Any] = {"source": public_name(src), "bigbatch_version": bigbatch.__version__}
+    if codec != "raw":
+        attrs.update(codec=codec, quality=quality)
+    if whole:
+        attrs.update(crop="none", short_side=resolution or 0)
     if str(src).startswith("builtin:"):
         if masks or eyes_mouth:
             raise BigbatchError("built-in data sets have no masks: --masks and --eyes-mouth take image folders")
@@ -141,7 +162,7 @@ def prepare(
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
     with (
-        _decoder(listing, resolution, ratios, workers, masks == "alpha", dfl_masks) as decoded,
+        _decoder(listing, resolution, ratios, workers, masks == "alpha", dfl_masks, (codec, quality), whole) as decoded,
         H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
     ):
         for i, result in enumerate(decoded):
@@ -161,7 +182,7 @@ def prepare(
                 image = found
             if first is None:
                 first = (name, image.shape)
-            elif image.shape != first[1] and not buckets:
+            elif image.shape != first[1] and not (buckets or whole):
                 raise BigbatchError(
                     f"images differ in size ({first[0]} is {first[1][1]}x{first[1][0]}, {name} is "
                     f"{image.shape[1]}x{image.shape[0]}); give --resolution N to center-crop and resize them all"
@@ -252,6 +273,8 @@ def _init_worker(
     ratios: Sequence[float] | None,
     alpha: bool,
     dfl_masks: int,
+    codec: tuple[str, int] = ("raw", 0),
+    whole: bool = False,
     pooled: bool = False,
 ) -> None:
     """Set up a decoding process. A pool's workers ignore SIGTERM and SIGINT (sent to the whole process
@@ -261,7 +284,15 @@ def _init_worker(
     if pooled:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _worker.update(source=listing_source, resolution=resolution, ratios=ratios, alpha=alpha, dfl=dfl_masks)
+    _worker.update(
+        source=listing_source,
+        resolution=resolution,
+        ratios=ratios,
+        alpha=alpha,
+        dfl=dfl_masks,
+        codec=codec,
+        whole=whole,
+    )
 
 
 def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
@@ -269,7 +300,11 @@ def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
     source = _worker["source"]
     data = source.read(payload) if source.worker_reads else payload
     w = _worker
-    return [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"]) for d in data]
+    out = [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"], w["whole"]) for d in data]
+    codec, quality = w["codec"]
+    if codec == "raw":
+        return out
+    return [r if isinstance(r, str) else (r[0], codecs.encode(r[1], codec, quality), r[2]) for r in out]
 
 
 @contextmanager
@@ -280,7 +315,9 @@ def _decoder(
     workers: int,
     alpha: bool = False,
     dfl_masks: int = 0,
-) -> Iterator[Iterator[tuple[int, np.ndarray] | str]]:
+    codec: tuple[str, int] = ("raw", 0),
+    whole: bool = False,
+) -> Iterator[Iterator[tuple[int, Any, str | None] | str]]:
     """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), with
     the mask planes `decode` adds (`alpha`, `dfl_masks`). Entered before the output file is opened, so
     that no worker inherits its handle."""
@@ -291,11 +328,11 @@ def _decoder(
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        args = (source, resolution, ratios, alpha, dfl_masks, True)
+        args = (source, resolution, ratios, alpha, dfl_masks, codec, whole, True)
         pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=args)
         pool.submit(int).result()  # start the workers now
     else:
-        _init_worker(source, resolution, ratios, alpha, dfl_masks)
+        _init_worker(source, resolution, ratios, alpha, dfl_masks, codec, whole)
     if not source.worker_reads:
         # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
         fetcher = ThreadPoolExecutor(FETCHERS)
@@ -320,7 +357,7 @@ def _ordered(submit: Any, items: Iterable[Any], window: int) -> Iterator[Any]:
 
 def _results(
     chunks: list[list[str]], source: Any, pool: Any, fetcher: Any, workers: int
-) -> Iterator[tuple[int, np.ndarray] | str]:
+) -> Iterator[tuple[int, Any, str | None] | str]:
     payloads: Iterable[Any] = chunks
     if fetcher is not None:
         payloads = _ordered(lambda keys: fetcher.submit(source.read, keys), chunks, 2 * FETCHERS)

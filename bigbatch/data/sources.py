@@ -235,14 +235,23 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img if img.mode == "RGB" else img.convert("RGB")
 
 
-def fit(img: Image.Image, resolution: int | None, ratios: Sequence[float] | None = None) -> tuple[int, Image.Image]:
+def fit(
+    img: Image.Image, resolution: int | None, ratios: Sequence[float] | None = None, whole: bool = False
+) -> tuple[int, Image.Image]:
     """(bucket, image) center-cropped to a square of `resolution`, or with `ratios` (width/height) to
     the nearest shape of `bucket_shapes(resolution, ratios)`, and resized with LANCZOS; unchanged
-    without `resolution`."""
+    without `resolution`. `whole`: not cropped, its short side scaled down to `resolution` (a smaller
+    image stays as it is)."""
     bucket = 0
     if resolution is None:
         return bucket, img
     w, h = img.size
+    if whole:
+        if min(w, h) <= resolution:
+            return bucket, img
+        scale = resolution / min(w, h)
+        size = (resolution, max(1, round(h * scale))) if w <= h else (max(1, round(w * scale)), resolution)
+        return bucket, img.resize(size, Image.Resampling.LANCZOS)
     th, tw = resolution, resolution
     if ratios is not None:
         shapes = bucket_shapes(resolution, ratios)
@@ -265,6 +274,7 @@ def decode(
     ratios: Sequence[float] | None = None,
     alpha: bool = False,
     dfl_masks: int = 0,
+    whole: bool = False,
 ) -> tuple[int, np.ndarray, str | None]:
     """Decode one image file to (bucket, uint8 HxWx3, face type). With `resolution`: center-cropped to a square,
     or with `ratios` (width/height) to the nearest shape of `bucket_shapes(resolution, ratios)`
@@ -282,7 +292,7 @@ def decode(
     if dfl_masks:
         found, face_type = face_masks(data, (img.height, img.width), dfl_masks > 1)
         planes += [Image.fromarray(p) for p in found]
-    bucket, img = fit(img, resolution, ratios)
+    bucket, img = fit(img, resolution, ratios, whole)
     out = np.asarray(img, dtype=np.uint8)
     if planes:
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
@@ -300,13 +310,18 @@ def decode_mask(data: bytes, resolution: int | None, ratios: Sequence[float] | N
 
 
 def decode_or_reason(
-    data: bytes | str, resolution: int | None, ratios: Sequence[float] | None, alpha: bool = False, dfl_masks: int = 0
+    data: bytes | str,
+    resolution: int | None,
+    ratios: Sequence[float] | None,
+    alpha: bool = False,
+    dfl_masks: int = 0,
+    whole: bool = False,
 ) -> tuple[int, np.ndarray, str | None] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data
     try:
-        return decode(data, resolution, ratios, alpha, dfl_masks)
+        return decode(data, resolution, ratios, alpha, dfl_masks, whole)
     except Image.UnidentifiedImageError:
         return "not an image Pillow can read"
     except (BigbatchError, NoFaceData) as e:  # DFL metadata missing, or refused (a pickle asking for code)

@@ -26,8 +26,22 @@ class Subset:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def get(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.data.get(self.indices[torch.as_tensor(index, dtype=torch.long)])
+    def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        picked = self.indices[torch.as_tensor(index, dtype=torch.long)]
+        return self.data.get(picked, resolution) if resolution else self.data.get(picked)
+
+    @property
+    def reads_reduced(self) -> bool:
+        return bool(getattr(self.data, "reads_reduced", False))
+
+    @property
+    def whole(self) -> bool:
+        return bool(getattr(self.data, "whole", False))
+
+    def get_crops(
+        self, index: torch.Tensor, resolution: int, draws: torch.Tensor, min_scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.get_crops(self.indices[torch.as_tensor(index, dtype=torch.long)], resolution, draws, min_scale)
 
     @property
     def n_classes(self) -> int:

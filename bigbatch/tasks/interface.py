@@ -81,7 +81,9 @@ class Task(Protocol):
 class Feed:
     """The real images, step after step: this rank's share of the images at each optimizer step's global
     positions, read ahead in data.workers processes. The batch follows data.schedule: at a phase boundary
-    the Replicator's batch changes with it (its micro-batch stays, its accumulation follows)."""
+    the Replicator's batch changes with it (its micro-batch stays, its accumulation follows).
+    `crop_scale` > 0: random-resized crops cut by the loader from whole stored images (the task's
+    `loader_crop_scale`)."""
 
     def __init__(
         self,
@@ -91,13 +93,16 @@ class Feed:
         cfg: Config,
         start: int = 0,
         on_phase: Callable[[int, Phase], None] | None = None,
+        crop_scale: float = 0.0,
     ):
         self.rep, self.schedule, self.nimg, self.on_phase, self.cfg = rep, schedule, start, on_phase, cfg
         self._phase: Phase | None = None
         self.order = GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
-        self.loader = BatchLoader(data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin)
+        self.loader = BatchLoader(
+            data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin, crop_scale=crop_scale
+        )
         self._companions: list[BatchLoader] = []
 
     def companion(self, data: Any) -> Callable[[], Batch]:

@@ -52,7 +52,7 @@ def train_feature_classifier(data: Any, options: ClassifierOptions, device: torc
     schedule = schedule_of(cfg)
     with Replicator(cfg.train.batch, cfg.train.micro_batch, device=device.type) as rep:
         task = build_task(cfg, rep, data)
-        feed = Feed(data, schedule, rep, cfg)
+        feed = Feed(data, schedule, rep, cfg, crop_scale=getattr(task, "loader_crop_scale", 0.0))
         try:
             while feed.nimg < cfg.train.batch * options.steps:
                 task.step(feed)

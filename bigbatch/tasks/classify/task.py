@@ -152,6 +152,10 @@ class ClassifyTask:
         self.steps = 0
         self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
         self.val_data = validation_data(cfg, data)
+        # A file of whole images: the random-resized crops are cut from the whole image by the loader,
+        # before decoding (else the task crops the stored square on the device).
+        whole = bool(getattr(data, "whole", False))
+        self.loader_crop_scale = cfg.train.crop_scale if whole and cfg.train.crop_scale < 1 else 0.0
         self.scorer: ClassifyScorer | None = None
         if cfg.eval.every_kimg and run is not None and self.val_data is not None:
             self.scorer = ClassifyScorer(self, run, resumed_at, quiet or not rep.is_main)
@@ -183,7 +187,7 @@ class ClassifyTask:
         if self.rotation:  # the label of an image is its rotation, decided by its global position
             labels = rotation_labels(nimg + self.rep.rank * self.rep.share, self.rep.share)
         boxes = None
-        if self.cfg.train.crop_scale < 1:
+        if self.cfg.train.crop_scale < 1 and not self.loader_crop_scale:
             boxes = crop_boxes(self.rep.batch, self.cfg.train.crop_scale, generator(self.cfg.train.seed, CROP, nimg))
             share = self.rep.share
             boxes = boxes[self.rep.rank * share : (self.rep.rank + 1) * share]

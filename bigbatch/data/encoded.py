@@ -1,0 +1,155 @@
+"""A data file group of encoded images (`prepare --codec jpeg|png|webp`): one byte stream of the images'
+encoded bytes back to back (`encoded`, uint8, chunked), where each starts (`offsets`, N + 1 int64),
+the size each decodes to (`sizes`, N x 2: h, w) and the labels. A reader fetches an image's bytes as
+file byte ranges (adjacent images in one read, locally or as HTTP range requests) and decodes them
+in its own process; FFCV's layout, in HDF5 so that every guarantee of the raw files holds."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import h5py
+import numpy as np
+
+from bigbatch.data.codecs import Encoded
+
+CHUNK = 256 << 10  # bytes per chunk of the byte stream (allocated whole: a small file wastes at most one)
+WRITE_IMAGES = 256
+
+
+def digest_start(codec: str, quality: int) -> Any:
+    """The content hash of encoded images starts from the codec, so that the same pixels stored raw,
+    or at another quality, never hash alike."""
+    return hashlib.sha256(f"{codec}:{quality}".encode())
+
+
+class EncodedGroupWriter:
+    """Appends encoded images to one group; `n`, `buf_labels`, `shape`, `name`, `hash_images`,
+    `hash_labels` and `flush` as the raw group writer has them."""
+
+    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int], codec: str, quality: int):
+        self.name, self.shape = name, shape
+        g = f.require_group(name)
+        self.encoded = g.create_dataset("encoded", (0,), np.uint8, maxshape=(None,), chunks=(CHUNK,))
+        self.offsets = g.create_dataset("offsets", (1,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        self.sizes = g.create_dataset("sizes", (0, 2), np.int32, maxshape=(None, 2), chunks=(1 << 14, 2))
+        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        self.buf_images: list[Encoded] = []
+        self.buf_labels: list[int] = []
+        self.n, self.end = 0, 0
+        self.hash_images, self.hash_labels = digest_start(codec, quality), hashlib.sha256()
+
+    def add(self, image: Encoded, label: int) -> None:
+        self.buf_images.append(image)
+        self.buf_labels.append(label)
+        if len(self.buf_images) >= WRITE_IMAGES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buf_images:
+            return
+        lengths = np.array([len(e.data) for e in self.buf_images], np.int64)
+        stream = np.frombuffer(b"".join(e.data for e in self.buf_images), np.uint8)
+        labels = np.asarray(self.buf_labels, dtype="<i8")
+        m, end = self.n + len(labels), self.end + len(stream)
+        self.encoded.resize(end, axis=0)
+        self.encoded[self.end : end] = stream
+        self.offsets.resize(m + 1, axis=0)
+        self.offsets[self.n + 1 : m + 1] = self.end + np.cumsum(lengths)
+        self.sizes.resize(m, axis=0)
+        self.sizes[self.n : m] = [e.shape[:2] for e in self.buf_images]
+        self.labels.resize(m, axis=0)
+        self.labels[self.n : m] = labels
+        hash_encoded(self.hash_images, lengths, stream)
+        self.hash_labels.update(labels)
+        self.n, self.end = m, end
+        self.buf_images, self.buf_labels = [], []
+
+
+def hash_encoded(h: Any, lengths: np.ndarray, stream: np.ndarray) -> None:
+    """Update `h` with images' encoded bytes, each preceded by its length (so that a split between two
+    images is part of the content)."""
+    at = 0
+    for n in lengths.tolist():
+        h.update(n.to_bytes(8, "little"))
+        h.update(stream[at : at + n])
+        at += n
+
+
+def check_group(f: h5py.File, base: str, count: int) -> str | None:
+    """What is wrong with an encoded group of `count` images, or None."""
+    encoded, offsets = f.get(base + "/encoded"), f.get(base + "/offsets")
+    sizes, labels = f.get(base + "/sizes"), f.get(base + "/labels")
+    if not all(isinstance(d, h5py.Dataset) for d in (encoded, offsets, sizes, labels)):
+        return f"group {base or '/'} should hold encoded, offsets, sizes and labels"
+    if encoded.ndim != 1 or encoded.dtype != np.uint8:
+        return f"group {base or '/'} should hold its encoded images as one byte stream"
+    if offsets.shape != (count + 1,) or sizes.shape != (count, 2) or labels.shape != (count,):
+        return f"group {base or '/'} should index {count} images"
+    if offsets[-1] != encoded.shape[0]:
+        return f"group {base or '/'} indexes {int(offsets[-1])} bytes of images, holds {encoded.shape[0]}"
+    return None
+
+
+def verify_group(f: h5py.File, base: str, codec: str, quality: int) -> tuple[bytes, bytes]:
+    """(image digest, label digest) recomputed from what an encoded group holds."""
+    offsets = np.asarray(f[base + "/offsets"][...], np.int64)
+    encoded = f[base + "/encoded"]
+    h = digest_start(codec, quality)
+    block = 64 << 20
+    first = 0
+    while first < len(offsets) - 1:  # whole images, about `block` bytes at a time
+        last = max(first + 1, int(np.searchsorted(offsets, offsets[first] + block, side="right")) - 1)
+        last = min(last, len(offsets) - 1)
+        stream = encoded[int(offsets[first]) : int(offsets[last])]
+        hash_encoded(h, np.diff(offsets[first : last + 1]), stream)
+        first = last
+    labels = np.ascontiguousarray(f[base + "/labels"][...], dtype="<i8")
+    return h.digest(), hashlib.sha256(labels).digest()
+
+
+def byte_ranges(
+    starts: np.ndarray, ends: np.ndarray, chunk: int, chunk_offsets: np.ndarray
+) -> tuple[list[tuple[int, int]], list[list[tuple[int, int, int]]]]:
+    """The file byte ranges that hold stream bytes [starts[i], ends[i]) of each image, merged where they
+    touch (adjacent images, and an image's consecutive chunks, in one read); and per range, the pieces
+    (image, position in the image, length) it holds, in range order."""
+    pieces = []  # (file offset, length, image, position in image)
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        at = s
+        while at < e:
+            c = at // chunk
+            n = min(e, (c + 1) * chunk) - at
+            pieces.append((int(chunk_offsets[c]) + at - c * chunk, n, i, at - s))
+            at += n
+    pieces.sort()
+    ranges: list[tuple[int, int]] = []
+    parts: list[list[tuple[int, int, int]]] = []
+    for offset, n, i, pos in pieces:
+        if ranges and ranges[-1][1] == offset:
+            ranges[-1] = (ranges[-1][0], offset + n)
+        else:
+            ranges.append((offset, offset + n))
+            parts.append([])
+        parts[-1].append((i, pos, n))
+    return ranges, parts
+
+
+def read_images(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    chunk: int,
+    chunk_offsets: np.ndarray,
+    read_ranges: Callable[[list[tuple[int, int]]], list[bytes | bytearray | memoryview]],
+) -> list[bytearray]:
+    """Each image's encoded bytes, read as merged file ranges by `read_ranges`."""
+    ranges, parts = byte_ranges(starts, ends, chunk, chunk_offsets)
+    out = [bytearray(int(e - s)) for s, e in zip(starts.tolist(), ends.tolist())]
+    for data, held in zip(read_ranges(ranges), parts):
+        view, at = memoryview(data), 0
+        for i, pos, n in held:
+            out[i][pos : pos + n] = view[at : at + n]
+            at += n
+    return out

@@ -1,0 +1,263 @@
+"""Writing a DATA.h5: images appended to a new file under a temporary name (raw uint8 groups here, encoded
+ones in bigbatch/data/encoded.py), the content hash of what was written, and the rename into place."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from bigbatch.data import encoded as enc
+from bigbatch.data.codecs import Encoded, encode
+from bigbatch.data.sources import url_fs
+from bigbatch.errors import BigbatchError
+from bigbatch.files import remove_stale
+from bigbatch.urls import is_url, public_name
+
+FORMAT = "bigbatch-images/1"  # raw pixels
+FORMAT_ENCODED = "bigbatch-images/2"  # encoded images (older readers refuse it by its format, not as damaged)
+# Uncompressed chunks of at most about this many bytes, at least one image. H5Data reads each image's
+# own bytes (the chunks only locate them); readers going through h5py pay one small chunk per image,
+# and small images share chunks so that the chunk index stays small.
+CHUNK_BYTES = 64 << 10
+WRITE_ROWS = 256
+
+
+def content_hash(class_names: Sequence[str], groups: Sequence[tuple[tuple[int, ...], bytes, bytes]]) -> str:
+    """sha256 of the class names and, per group of images in file order, its shape (N, H, W, C) and the
+    sha256 digests of its image bytes and its int64 little-endian label bytes."""
+    h = hashlib.sha256(json.dumps(list(class_names)).encode())
+    for shape, image_digest, label_digest in groups:
+        h.update("x".join(map(str, shape)).encode() + image_digest + label_digest)
+    return "sha256:" + h.hexdigest()
+
+
+def hash_arrays(class_names: Sequence[str], images: np.ndarray, labels: np.ndarray) -> str:
+    """The content hash of one group held in RAM (as `prepare` would write it)."""
+    labels = np.ascontiguousarray(labels, dtype="<i8")
+    digests = (hashlib.sha256(np.ascontiguousarray(images)).digest(), hashlib.sha256(labels).digest())
+    return content_hash(class_names, [(tuple(images.shape), *digests)])
+
+
+class _GroupWriter:
+    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int]):
+        self.name, self.shape = name, shape
+        rows = max(1, CHUNK_BYTES // int(np.prod(shape)))
+        g = f.require_group(name)
+        self.images = g.create_dataset("images", (0, *shape), np.uint8, maxshape=(None, *shape), chunks=(rows, *shape))
+        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        self.buf_images: list[np.ndarray] = []
+        self.buf_labels: list[int] = []
+        self.n = 0
+        self.hash_images, self.hash_labels = hashlib.sha256(), hashlib.sha256()
+
+    def add(self, image: np.ndarray, label: int) -> None:
+        self.buf_images.append(image)
+        self.buf_labels.append(label)
+        if len(self.buf_images) >= WRITE_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buf_images:
+            return
+        images = np.stack(self.buf_images)
+        labels = np.asarray(self.buf_labels, dtype="<i8")
+        m = self.n + len(labels)
+        self.images.resize(m, axis=0)
+        self.labels.resize(m, axis=0)
+        self.images[self.n : m] = images
+        self.labels[self.n : m] = labels
+        self.hash_images.update(images)
+        self.hash_labels.update(labels)
+        self.n = m
+        self.buf_images, self.buf_labels = [], []
+
+
+class _WriteOnce(io.RawIOBase):
+    """The file HDF5 writes through (h5py's fileobj driver). The first failed write (disk full, file
+    size limit) is kept in `error` and every later write is dropped, so the HDF5 library can still
+    close the file cleanly: a write error inside HDF5 itself leaves it in a state that crashes the
+    interpreter at exit. The writer checks `error` and gives up on the file."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.file, self.error = open(path, "w+b"), None
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        return self.file.seek(pos, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def readinto(self, buffer: Any) -> int:
+        return self.file.readinto(buffer)
+
+    def write(self, data: Any) -> int:
+        if self.error is None:
+            try:
+                return self.file.write(data)
+            except OSError as e:
+                self.error = e
+        return len(memoryview(data))
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self.file.truncate(size)
+            except OSError as e:
+                self.error = e
+        return self.file.tell() if size is None else size
+
+    def flush(self) -> None:
+        if self.error is None and not self.file.closed:
+            try:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+            except OSError as e:
+                self.error = e
+
+    def close(self) -> None:
+        super().close()
+        self.file.close()
+
+
+class H5Writer:
+    """Appends images to a new data file under a temporary name; `commit()` moves it to `out`, so an
+    interrupted prepare never leaves a file that looks complete. With `bucketed`, each image shape is
+    its own group (aspect-ratio buckets); otherwise all images must share one shape."""
+
+    def __init__(
+        self,
+        out: str,
+        class_names: Sequence[str],
+        attrs: dict[str, Any],
+        bucketed: bool = False,
+        storage_options: dict[str, Any] | None = None,
+    ):
+        self.out, self.class_names, self.attrs = str(out), list(class_names), dict(attrs)
+        self.bucketed, self.storage_options = bucketed, storage_options
+        self.codec, self.quality = str(attrs.get("codec", "raw")), int(attrs.get("quality", 0))
+        self.whole = attrs.get("crop") == "none"  # whole images of their own sizes, in one group
+        self._tmpdir: str | None = None
+        if is_url(self.out):
+            self._tmpdir = tempfile.mkdtemp(prefix="bigbatch-prepare-")
+            self.tmp = Path(self._tmpdir) / "data.h5"
+        else:
+            target = Path(self.out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale(target.parent.glob(f".{glob.escape(target.name)}.partial-*"))  # of killed prepares
+            self.tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        # v110: the extensible-array chunk index, one lookup per random read however large the file.
+        self.raw = _WriteOnce(self.tmp)
+        self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
+        self.groups: dict[tuple[int, ...], _GroupWriter | enc.EncodedGroupWriter] = {}
+
+    def __enter__(self) -> H5Writer:
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is not None:
+            self.abort()
+
+    @property
+    def count(self) -> int:
+        return sum(g.n + len(g.buf_labels) for g in self.groups.values())
+
+    def add(self, image: np.ndarray | Encoded, label: int) -> None:
+        """Append one uint8 HxWxC image (encoded here if the file's codec is not raw, unless it comes
+        encoded); the caller checks shapes when the file is not bucketed."""
+        if self.codec != "raw" and not isinstance(image, Encoded):
+            image = encode(image, self.codec, self.quality)
+        shape = (0, 0, 3) if self.whole else tuple(image.shape)
+        if shape not in self.groups:
+            if self.groups and not self.bucketed:
+                raise ValueError(f"image shape {shape} differs from {next(iter(self.groups))}")
+            name = f"/buckets/{shape[0]}x{shape[1]}" if self.bucketed else "/"
+            if self.codec == "raw":
+                self.groups[shape] = _GroupWriter(self.f, name, shape)  # type: ignore[arg-type]
+            else:
+                self.groups[shape] = enc.EncodedGroupWriter(self.f, name, shape, self.codec, self.quality)  # type: ignore[arg-type]
+        self.groups[shape].add(image, label)  # type: ignore[arg-type]
+        self.check()
+
+    def check(self) -> None:
+        """Raise a BigbatchError naming the output and the OS error if a write has failed."""
+        e = self.raw.error
+        if e is not None:
+            raise BigbatchError(
+                f"cannot write {public_name(self.out)}: {e.strerror or e} (its partial file is removed); "
+                "free space or choose another output, then prepare again"
+            )
+
+    def commit(self) -> dict[str, Any]:
+        """Write the metadata, close, and move the file into place; returns the metadata."""
+        for g in self.groups.values():
+            g.flush()
+        # Buckets ordered by aspect ratio (portrait to landscape), the order of their global indices.
+        groups = sorted(self.groups.values(), key=lambda g: (g.shape[1] / max(1, g.shape[0]), g.name))
+        first = groups[0].shape if groups else (0, 0, 3)
+        square = len(groups) == 1 and first[0] == first[1] and not self.bucketed
+        meta = {
+            "format": FORMAT if self.codec == "raw" else FORMAT_ENCODED,
+            "count": sum(g.n for g in groups),
+            "height": first[0] if len(groups) == 1 else 0,
+            "width": first[1] if len(groups) == 1 else 0,
+            "channels": first[2],
+            "resolution": int(self.attrs.get("short_side", 0)) if self.whole else first[0] if square else 0,
+            "class_names": self.class_names,
+            "groups": [{"name": g.name, "count": g.n, "height": g.shape[0], "width": g.shape[1]} for g in groups],
+            "content_hash": content_hash(
+                self.class_names,
+                [((g.n, *g.shape), g.hash_images.digest(), g.hash_labels.digest()) for g in groups],
+            ),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **({} if self.codec == "raw" else {"encoded_bytes": sum(g.end for g in groups)}),  # type: ignore[union-attr]
+            **self.attrs,
+        }
+        for key, value in meta.items():
+            self.f.attrs[key] = json.dumps(value) if isinstance(value, list | dict) else value
+        self.f.close()
+        self.raw.flush()  # fsync
+        self.raw.close()
+        self.check()
+        try:
+            if self._tmpdir is None:
+                os.replace(self.tmp, self.out)
+            else:
+                fs, path = url_fs(self.out, self.storage_options)
+                fs.put_file(str(self.tmp), path)  # an object store shows the object only once complete
+        finally:
+            self.abort()
+        return meta
+
+    def abort(self) -> None:
+        """Close and delete the temporary file (after commit: only the temporary folder)."""
+        try:
+            self.f.close()
+        except Exception:  # noqa: BLE001 -- already closed, or the failure we are cleaning up after
+            pass
+        self.raw.close()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        else:
+            self.tmp.unlink(missing_ok=True)

@@ -1,0 +1,255 @@
+"""Encoded storage (`prepare --codec jpeg|png|webp`): the bytes each image takes, what comes back, the
+reduced-size JPEG decode of small phases, and every guarantee of raw files (content hash, verify,
+workers, S3, resume) holding for encoded ones."""
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, verify_data
+from bigbatch.data.loader import Step, read_batch
+from bigbatch.data.schedule import resize_batch
+from bigbatch.data.streams import GlobalOrder
+
+
+def photos(root, n=12, size=(150, 110), seed=0):
+    """Smooth photo-like JPEGs (gradients, a disc and noise) in two class folders."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        w, h = size[0] + int(rng.integers(0, 40)), size[1] + int(rng.integers(0, 40))
+        y, x = np.mgrid[0:h, 0:w]
+        disc = ((x - w * rng.random()) ** 2 + (y - h * rng.random()) ** 2 < (h / 4) ** 2) * 90.0
+        img = np.stack([x * 255 / w, y * 255 / h, disc + 60], -1) + rng.normal(0, 6, (h, w, 3))
+        folder = root / ("cat" if i % 2 else "dog")
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img.clip(0, 255).astype(np.uint8)).save(folder / f"{i:02d}.jpg", quality=95)
+    return root
+
+
+def test_each_codec_stores_what_comes_back(tmp_path):
+    src = photos(tmp_path / "src")
+    reports = {c: prepare(str(src), str(tmp_path / f"{c}.h5"), 96, workers=0, codec=c) for c in ("raw", "png", "jpeg")}
+    reports["webp"] = prepare(str(src), str(tmp_path / "webp.h5"), 96, workers=2, codec="webp", quality=80)
+    raw = H5Data(tmp_path / "raw.h5").get(torch.arange(12))[0]
+    for codec, report in reports.items():
+        data = load_data(str(tmp_path / f"{codec}.h5"), 96)
+        images, labels = data.get(torch.arange(12))
+        assert images.shape == raw.shape and labels.tolist() == [0] * 6 + [1] * 6 and data.resolution == 96
+        diff = (images.float() - raw.float()).abs().mean().item()
+        assert diff == 0 if codec in ("raw", "png") else 0 < diff < 4, (codec, diff)  # png is lossless
+        if codec != "raw":  # another codec, other bytes: never the raw file's content hash
+            assert report.content_hash != reports["raw"].content_hash
+            assert verify_data(tmp_path / f"{codec}.h5") == report.content_hash
+    meta = bigbatch.data.read_meta(tmp_path / "jpeg.h5")
+    assert (meta["codec"], meta["quality"]) == ("jpeg", 90)
+    assert meta["encoded_bytes"] * 4 < 96 * 96 * 3 * 12  # smooth photos: a fraction of the raw pixels
+    assert "12 jpeg q90 (" in describe_data(tmp_path / "jpeg.h5")
+    # Workers encode as the main process does: the same bytes.
+    again = prepare(str(src), str(tmp_path / "jpeg2.h5"), 96, workers=2, codec="jpeg")
+    assert again.content_hash == reports["jpeg"].content_hash
+
+
+def test_codec_mistakes_are_one_line(tmp_path, capsys):
+    src = photos(tmp_path / "src", n=2)
+    for argv, words in (
+        (["--codec", "png", "--quality", "80"], "--quality is for jpeg and webp"),
+        (["--codec", "jpeg", "--quality", "0"], "--quality must be 1..100, got 0"),
+        (["--codec", "jpeg", "--masks", "alpha"], "need --codec raw"),
+        (["--codec", "gif"], "invalid choice: 'gif'"),
+    ):
+        assert main(["prepare", str(src), str(tmp_path / "x.h5"), "--resolution", "32", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_small_phases_decode_a_jpeg_store_at_reduced_size(tmp_path):
+    src = photos(tmp_path / "src")
+    prepare(str(src), str(tmp_path / "j.h5"), 128, workers=0, codec="jpeg", quality=95)
+    data = H5Data(tmp_path / "j.h5")
+    idx = torch.arange(8)
+    assert data.get(idx)[0].shape == (8, 128, 128, 3)
+    assert data.get(idx, 64)[0].shape == (8, 64, 64, 3)  # libjpeg's 1/2 scale, no resize needed
+    assert data.get(idx, 40)[0].shape == (8, 64, 64, 3)  # the smallest scale at least as large
+    assert data.get(idx, 100)[0].shape == (8, 128, 128, 3)  # more than half: a full decode
+    # What a 32-px phase trains on: the reduced decode, resized; close to a full decode resized.
+    step = Step(0, 8, 32, 0, idx)
+    reduced = read_batch(data, step).images
+    full = resize_batch(data.get(idx)[0], 32)
+    assert reduced.shape == full.shape == (8, 32, 32, 3)
+    assert (reduced.float() - full.float()).abs().mean() < 3
+
+
+def test_a_damaged_encoded_image_is_named(tmp_path):
+    src = photos(tmp_path / "src", n=4)
+    prepare(str(src), str(tmp_path / "j.h5"), 64, workers=0, codec="jpeg")
+    import h5py
+
+    with h5py.File(tmp_path / "j.h5", "r+") as f:  # overwrite image 2's bytes (past its header) with junk
+        start, end = (int(v) for v in f["offsets"][2:4])
+        f["encoded"][start + 2 : end] = np.full(end - start - 2, 7, np.uint8)
+    with pytest.raises(bigbatch.BigbatchError, match="is damaged: its content hash"):
+        verify_data(tmp_path / "j.h5")
+    data = H5Data(tmp_path / "j.h5")
+    assert data.get(torch.tensor([0, 1, 3]))[0].shape == (3, 64, 64, 3)
+    with pytest.raises(bigbatch.BigbatchError, match=r"j.h5: image 2 does not decode .* prepare it again"):
+        data.get(torch.tensor([1, 2]))
+
+
+def test_encoded_batches_are_the_same_for_any_workers_and_in_ram(tmp_path):
+    src = photos(tmp_path / "src", n=20)
+    prepare(str(src), str(tmp_path / "j.h5"), 48, workers=0, codec="jpeg")
+    data = H5Data(tmp_path / "j.h5")
+    order = GlobalOrder(len(data), seed=3)
+    steps = [Step(8 * k, 8, 24, 0, order.indices(8 * k, 8)) for k in range(4)]
+    want = [read_batch(data, s, xflip=True, seed=1).images for s in steps]
+    for d, workers in ((data, 2), (H5Data(tmp_path / "j.h5", in_ram=True), 0)):
+        got = [b.images for b in BatchLoader(d, steps, workers=workers, xflip=True, seed=1)]
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    # Two ranks' shares of a step are the one-process step.
+    halves = [read_batch(data, Step(0, 8, 24, 4 * r, order.indices(4 * r, 4)), xflip=True, seed=1) for r in (0, 1)]
+    assert torch.equal(torch.cat([h.images for h in halves]), want[0])
+
+
+def test_a_gan_resumes_bit_exact_on_an_encoded_file(tiny, tmp_path):
+    prepare("builtin:digits", str(tmp_path / "d.h5"), 16, codec="png")  # encoded in this process
+    cfg = tiny.override({"data.path": str(tmp_path / "d.h5")})
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    half = bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "half", quiet=True)
+    resumed = bigbatch.train(cfg, run_dir=half, resume=True, quiet=True)
+    for name in ("G", "D", "G_ema"):
+        a, b = (r / "checkpoints" / "000000.512" / f"{name}.safetensors" for r in (whole, resumed))
+        assert a.read_bytes() == b.read_bytes(), name
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    from moto import server as moto_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    fs.mkdir("codecs")  # (moto's store is one per process: a bucket of this test's own)
+    yield fs
+    fs.rm("codecs", recursive=True)
+    server.stop()
+    s3fs.S3FileSystem.clear_instance_cache()  # a cached client would point later tests at this stopped server
+
+
+def test_an_encoded_file_reads_straight_from_s3(s3, tmp_path):
+    src = photos(tmp_path / "src", n=16)
+    local = prepare(str(src), str(tmp_path / "j.h5"), 64, workers=0, codec="jpeg")
+    remote = prepare(str(src), "s3://codecs/j.h5", 64, workers=0, codec="jpeg")
+    assert remote.content_hash == local.content_hash
+    idx = torch.tensor([15, 0, 3, 3, 4, 9])
+    a, b = H5Data(tmp_path / "j.h5").get(idx, 32), load_data("s3://codecs/j.h5", 64).get(idx, 32)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert verify_data("s3://codecs/j.h5") == local.content_hash
+    assert not any(".partial" in p for p in os.listdir(tmp_path))
+
+
+# ---- whole images (`prepare --crop none`): crops cut from the whole image as it is read -----------
+def test_whole_images_keep_their_aspect_ratio_and_read_as_center_squares(tmp_path):
+    src = photos(tmp_path / "src", n=6, size=(150, 110))
+    Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(src / "cat" / "small.jpg")  # smaller: kept as is
+    report = prepare(str(src), str(tmp_path / "w.h5"), 64, workers=0, codec="jpeg", crop="none")
+    data = H5Data(tmp_path / "w.h5")
+    assert data.whole and data.resolution == 64 and len(data) == report.count == 7
+    sizes = [tuple(s) for s in data.groups[0].sizes.tolist()]
+    assert (40, 60) in sizes and all(min(h, w) == 64 for h, w in sizes if (h, w) != (40, 60))
+    originals = sorted(p for p in src.rglob("*.jpg"))
+    for (h, w), f in zip(sizes, originals):  # the aspect ratio of the source, to a pixel
+        with Image.open(f) as img:
+            assert abs(w / h - img.width / img.height) < 0.03, f
+    assert data.get(torch.arange(7))[0].shape == (7, 64, 64, 3)  # center squares at the stored side
+    assert data.get(torch.arange(7), 32)[0].shape == (7, 32, 32, 3)
+    assert verify_data(tmp_path / "w.h5") == report.content_hash
+    assert "whole images, short side at most 64" in describe_data(tmp_path / "w.h5")
+    for kwargs, words in (
+        ({"codec": "raw"}, "raw storage cannot: add --codec jpeg"),
+        ({"buckets": True}, "drop --buckets"),
+    ):
+        with pytest.raises(bigbatch.BigbatchError, match=words):
+            prepare(str(src), str(tmp_path / "x.h5"), 64, workers=0, crop="none", **{"codec": "jpeg", **kwargs})
+
+
+def test_random_resized_crops_follow_torchvisions_ranges():
+    from bigbatch.data.crops import rrc_box, rrc_draws
+
+    draws = rrc_draws(seed=0, nimg=0, batch=2000)
+    boxes = [rrc_box(400, 300, d, 0.08) for d in draws]
+    areas = np.array([w * h / (400 * 300) for _, _, w, h in boxes])
+    ratios = np.array([w / h for _, _, w, h in boxes])
+    assert all(0 <= x and 0 <= y and x + w <= 400 and y + h <= 300 for x, y, w, h in boxes)
+    assert 0.07 < areas.min() and areas.max() <= 1 and 0.38 < areas.mean() < 0.54  # large ones are rejected more
+    assert 3 / 4 - 0.02 < ratios.min() and ratios.max() < 4 / 3 + 0.02
+    assert rrc_box(1000, 100, draws[0], 0.9) == (433, 0, 133, 100)  # no fit in ten tries: center, ratio 4/3
+
+
+def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tmp_path):
+    src = photos(tmp_path / "src", n=24)
+    prepare(str(src), str(tmp_path / "w.h5"), 80, workers=0, codec="jpeg", crop="none")
+    path = str(tmp_path / "w.h5")
+    one = list(bigbatch.data.Loader(path, batch=8, resolution=48, augment="rrc", xflip=True, seed=3))
+    assert len(one) == 3 and one[0][0].shape == (8, 48, 48, 3) and one[0][0].dtype == torch.uint8
+    two = list(bigbatch.data.Loader(path, batch=8, resolution=48, augment="rrc", xflip=True, seed=3, workers=2))
+    ranks = [list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, rank=r, world_size=2, xflip=True)) for r in (0, 1)]
+    for (x, y), (x2, y2), (a, la), (b, lb) in zip(one, two, *ranks):
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+        assert torch.equal(torch.cat([a, b]), x) and torch.equal(torch.cat([la, lb]), y)
+    later = list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, start=16))  # resumes mid-epoch
+    assert len(later) == 1 and torch.equal(later[0][0], one[2][0])
+    assert not torch.equal(one[0][0], list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=4))[0][0])
+    centre = list(bigbatch.data.Loader(path, 8, 48, "center"))[0][0]
+    assert centre.shape == (8, 48, 48, 3)
+    prepare(str(src), str(tmp_path / "sq.h5"), 48, workers=0)
+    with pytest.raises(bigbatch.BigbatchError, match="holds cropped ones; prepare it with --crop none"):
+        bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 48, augment="rrc")
+
+
+def test_a_classifier_crops_whole_images_in_the_loader_and_resumes_bit_exact(tmp_path):
+    from bigbatch.config import CheckpointConfig, Config, DataConfig, EvalConfig, ModelConfig, SampleConfig, TrainConfig
+
+    src = photos(tmp_path / "src", n=40)
+    prepare(str(src), str(tmp_path / "w.h5"), 48, workers=0, codec="jpeg", crop="none")
+    cfg = Config(
+        name="w",
+        task="classify",
+        data=DataConfig(path=str(tmp_path / "w.h5"), resolution=32, val_fraction=0.2, xflip=True),
+        model=ModelConfig(name="resnet_cifar", ch=8, options={"depth": 8}),
+        train=TrainConfig(kimg=0.128, batch=16, micro_batch=8, lr=0.1, lr_batch=16, crop_scale=0.25),
+        checkpoint=CheckpointConfig(every_kimg=0.064),
+        sample=SampleConfig(every_kimg=0.128, n=4),
+        eval=EvalConfig(every_kimg=0.064, batch_size=16),
+    )
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    half = bigbatch.train(cfg.override({"train.kimg": 0.064}), run_dir=tmp_path / "half", quiet=True)
+    resumed = bigbatch.train(cfg, run_dir=half, resume=True, quiet=True)
+    a, b = (r / "checkpoints" / "000000.128" / "model.safetensors" for r in (whole, resumed))
+    assert a.read_bytes() == b.read_bytes()
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    task = build_task(cfg, replicator_for(cfg), training_data(cfg))
+    assert task.loader_crop_scale == 0.25  # the loader cuts the crops; the task does not crop again
+    assert task.batch(0, torch.zeros(16, 32, 32, 3, dtype=torch.uint8), torch.zeros(16).long())[2] is None
