@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--out", help="folder for the photos and data files (default: a temporary one)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    import cv2
+
+    cv2.setNumThreads(0)  # one thread a side: OpenCV runs its resizes in the calling thread
     root = Path(args.out or tempfile.mkdtemp(prefix="bench-codecs-"))
     files = make_photos(root / "photos", args.n)
     source_bytes = sum(f.stat().st_size for f in files) / len(files)

@@ -386,11 +386,16 @@ class H5Data:
                 data = enc.read_images(starts, ends, g.chunk_rows, g.chunk_offsets, self._read_ranges)
             else:  # a layout h5py alone reads (filters, or no chunk index)
                 data = [self._h5[g.path][s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+        jpeg = self.meta.get("codec") == "jpeg"
+        sizes = g.sizes[rows].tolist() if g.sizes is not None else [g.shape[:2]] * len(rows)
         images = []
         for k, (i, d) in enumerate(zip(idx.tolist(), data)):
             try:
-                images.append(decode_box(d, boxes[k], side) if boxes is not None else decode(d, resolution))
-            except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt bytes
+                if boxes is not None:
+                    images.append(decode_box(d, sizes[k], boxes[k], side, jpeg))
+                else:
+                    images.append(decode(d, sizes[k], resolution, jpeg))
+            except Exception as e:  # noqa: BLE001 -- decoders raise many types on corrupt bytes
                 raise BigbatchError(
                     f"data file {self.source}: image {i} does not decode ({type(e).__name__}: {e}); the file "
                     "is damaged (bigbatch info --verify says more): prepare it again"

@@ -134,6 +134,14 @@ def _identity(batch: Batch) -> Batch:
     return batch
 
 
+def _decoding_worker(_: int) -> None:
+    """A DataLoader worker that decodes: OpenCV in the worker's own thread (the workers are the
+    parallelism; its thread pool in each would oversubscribe the cores)."""
+    import cv2
+
+    cv2.setNumThreads(0)
+
+
 class BatchLoader:
     """Reads the batches of `requests` (Steps from a RankSampler, or plain index tensors) from `data`
     (anything with `get(index) -> (images, labels)`: H5Data, ImageData) in `workers` DataLoader
@@ -166,6 +174,7 @@ class BatchLoader:
             multiprocessing_context=context if workers else None,
             pin_memory=pin_memory,
             generator=torch.Generator(),  # its base seed is unused here: leave the global RNG alone
+            worker_init_fn=_decoding_worker if workers and getattr(data, "encoded", False) else None,
         )
         self._it: Iterator[Batch] | None = None
 

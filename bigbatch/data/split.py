@@ -35,6 +35,10 @@ class Subset:
         return bool(getattr(self.data, "reads_reduced", False))
 
     @property
+    def encoded(self) -> bool:
+        return bool(getattr(self.data, "encoded", False))
+
+    @property
     def whole(self) -> bool:
         return bool(getattr(self.data, "whole", False))
 
