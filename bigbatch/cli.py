@@ -174,6 +174,8 @@ def _prepare(args: argparse.Namespace) -> None:
         codec=args.codec,
         quality=args.quality,
         crop=args.crop,
+        labels=args.labels,
+        classes=args.classes,
         progress=sys.stderr.isatty(),
     )
     print(report.summary())
@@ -351,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--strict", action="store_true", help="an unreadable or non-image file is an error, not skipped")
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
     pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
+    pr.add_argument("--labels", metavar="FILE.csv", help="file,label rows labelling a flat folder (ImageNet's val)")
+    pr.add_argument("--classes", metavar="TRAIN.h5", help="with --labels: class indices in this data file's order")
     pr.add_argument(
         "--codec",
         choices=("raw", "jpeg", "png", "webp"),

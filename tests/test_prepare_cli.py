@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
+import bigbatch
 from bigbatch.cli import main
 
 
@@ -56,3 +58,32 @@ def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch,
     assert scores["fcd"] > 0 and "kcd" in scores and "fid" not in scores  # never labelled FID
     assert main(["eval", str(run), "--metrics", "bogus"]) == 2
     assert "unknown metric 'bogus'" in capsys.readouterr().err
+
+
+def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_classes_order(tmp_path, capsys):
+    # ImageNet as it comes: train/<synset>/*.JPEG, and a flat val/ with LOC_val_solution.csv.
+    rng = np.random.default_rng(0)
+    for synset in ("n02", "n01", "n03"):  # sorted by prepare: n01, n02, n03
+        (tmp_path / "train" / synset).mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "train" / synset / "a.JPEG")
+    (tmp_path / "val").mkdir()
+    truth = {"ILSVRC2012_val_00000001": "n03", "ILSVRC2012_val_00000002": "n01", "ILSVRC2012_val_00000003": "n03"}
+    for name in [*truth, "ILSVRC2012_val_00000004"]:  # the fourth has no label
+        Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "val" / f"{name}.JPEG")
+    rows = ["ImageId,PredictionString"] + [f"{k},{v} 10 20 30 40" for k, v in truth.items()]
+    (tmp_path / "val.csv").write_text("\n".join([*rows, "ILSVRC2012_val_00000099,n02 1 2 3 4"]) + "\n")
+    assert main(["prepare", str(tmp_path / "train"), str(tmp_path / "train.h5"), "--resolution", "8"]) == 0
+    argv = ["prepare", str(tmp_path / "val"), str(tmp_path / "val.h5"), "--resolution", "8", "--labels"]
+    argv += [str(tmp_path / "val.csv"), "--classes", str(tmp_path / "train.h5")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "ILSVRC2012_val_00000004.JPEG: no label in labels file" in out
+    assert "ILSVRC2012_val_00000099 (in labels file" in out and "labelled, but not in the source" in out
+    val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
+    assert val.class_names == ["n01", "n02", "n03"] and val.get(torch.arange(3))[1].tolist() == [2, 0, 2]
+    assert main([*argv, "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no label in labels file" in err and "--strict" in err
+    (tmp_path / "bad.csv").write_text("ILSVRC2012_val_00000001,n09\n")
+    assert main([*argv[:-3], str(tmp_path / "bad.csv"), "--classes", str(tmp_path / "train.h5")]) == 2
+    assert "names classes the training data has not (n09)" in capsys.readouterr().err

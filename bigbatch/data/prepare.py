@@ -85,6 +85,8 @@ def prepare(
     codec: str = "raw",
     quality: int | None = None,
     crop: str = "center",
+    labels: str | None = None,
+    classes: str | None = None,
 ) -> Report:
     """Write the images of `src` to the data file `out` (a local .h5 path or a URL to one).
 
@@ -105,7 +107,11 @@ def prepare(
     for jpeg and webp, default 90), encoded in the decoding processes. `crop`: "center" crops to the
     square (or bucket) as above; "none" keeps each image whole, its short side scaled down to
     `resolution` (smaller ones as they are), for random-resized crops of the whole image in training
-    and each image's own aspect ratio in validation (an encoded codec only: sizes differ)."""
+    and each image's own aspect ratio in validation (an encoded codec only: sizes differ).
+    `labels`: a CSV of `file,label` rows labelling the source's files (ImageNet's flat validation
+    folder), class indices in the order of `classes` (the training data file's class names; else the
+    labels' names sorted). A file without a label is skipped and listed, and so is a labelled file
+    the source lacks (an error with `strict`)."""
     start = time.perf_counter()
     quality = codecs.check(codec, quality, 4 if masks else None)
     if crop not in ("center", "none"):
@@ -115,6 +121,8 @@ def prepare(
         raise BigbatchError("--crop none keeps each image's own size, which raw storage cannot: add --codec jpeg")
     if whole and buckets:
         raise BigbatchError("--crop none keeps every aspect ratio already: drop --buckets")
+    if classes and not labels:
+        raise BigbatchError("--classes orders the classes of a --labels file: give --labels FILE.csv too")
     refuse_credentials(str(src), "the source")
     refuse_credentials(str(out), "the output")
     secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
@@ -150,6 +158,8 @@ def prepare(
     if not listing.keys:
         raise BigbatchError(f"source {public_name(src)} holds no files to read; give a folder or zip of images")
     skipped: list[tuple[str, str]] = []
+    if labels:
+        listing = _labelled(listing, labels, classes, storage_options, skipped, strict)
     for name in listing.outside:
         _skip(skipped, name, "outside the class folders (every file must be in one when there are any)", strict)
     attrs.update(resize=RESIZE if resolution else "none (images kept at their size)", skipped=0)
@@ -214,6 +224,30 @@ def prepare(
         workers,
         skipped,
     )
+
+
+def _labelled(
+    listing: Listing,
+    labels: str,
+    classes: str | None,
+    storage_options: dict[str, Any] | None,
+    skipped: list[tuple[str, str]],
+    strict: bool,
+) -> Listing:
+    """The listing labelled by the `labels` file (class order from the data file `classes`)."""
+    from bigbatch.data.hdf5 import read_meta
+    from bigbatch.data.labels import read_labels, relabel
+
+    names = read_meta(classes, storage_options)["class_names"] if classes else None
+    if classes and not names:
+        raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
+    what = f"labels file {public_name(labels)}"
+    labelled, unlabelled, missing = relabel(listing, read_labels(labels, storage_options), names, what)
+    for name, reason in unlabelled:
+        _skip(skipped, name, reason, strict)
+    for name in missing:
+        _skip(skipped, f"{name} (in {what})", "labelled, but not in the source", strict)
+    return labelled
 
 
 def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:

@@ -1,0 +1,87 @@
+"""Labels from a file for a flat folder of images (ImageNet's validation set as it comes): `prepare
+--labels FILE.csv [--classes TRAIN.h5]`. Each row names a file (its path under the source, its name,
+or its name without extension) and its class (the first word of the second column, so ImageNet's
+LOC_val_solution.csv reads as it is); class indices follow the training file's class names."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import replace
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from bigbatch.data.sources import Listing
+from bigbatch.errors import BigbatchError
+from bigbatch.urls import public_name
+
+
+def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dict[str, str]:
+    """{file name as written: class name} from a CSV of `file,label[ ...]` rows (a header row is
+    skipped: one whose label column reads `label`, `class`, or ImageNet's `PredictionString`)."""
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb", **(storage_options or {})) as f:
+            text = f.read().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise BigbatchError(f"labels file {public_name(path)} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BigbatchError(f"cannot read labels file {public_name(path)}: {e}") from None
+    out: dict[str, str] = {}
+    for i, row in enumerate(csv.reader(io.StringIO(text))):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) < 2 or not row[1].split():
+            raise BigbatchError(
+                f"labels file {public_name(path)}, line {i + 1}: expected `file,label`, got {','.join(row)!r}"
+            )
+        name, label = row[0].strip(), row[1].split()[0]
+        if i == 0 and label.lower() in ("label", "class", "predictionstring", "synset"):
+            continue
+        if name in out and out[name] != label:
+            raise BigbatchError(
+                f"labels file {public_name(path)} gives {name} two labels ({out[name]} and {label}); keep one"
+            )
+        out[name] = label
+    if not out:
+        raise BigbatchError(f"labels file {public_name(path)} holds no `file,label` rows")
+    return out
+
+
+def relabel(
+    listing: Listing, labels: dict[str, str], class_names: list[str] | None, what: str
+) -> tuple[Listing, list[tuple[str, str]], list[str]]:
+    """`listing` with the labels of `labels` (class indices in `class_names`' order, or the sorted label
+    names): (the labelled files, the files without a label with a reason each, the labelled names
+    no file matches)."""
+    names = sorted(set(labels.values())) if class_names is None else list(class_names)
+    index = {n: i for i, n in enumerate(names)}
+    unknown = sorted(set(labels.values()) - set(index))
+    if unknown:
+        raise BigbatchError(
+            f"{what} names classes the training data has not ({', '.join(unknown[:3])}"
+            f"{', ...' if len(unknown) > 3 else ''}): give the training file with --classes, or fix the labels"
+        )
+    keep, found, unlabelled, used = [], [], [], set()
+    for i, rel in enumerate(listing.names):
+        p = PurePosixPath(rel)
+        key = next((k for k in (rel, p.name, p.stem) if k in labels), None)
+        if key is None:
+            unlabelled.append((rel, f"no label in {what}"))
+            continue
+        keep.append(i)
+        found.append(index[labels[key]])
+        used.add(key)
+    missing = sorted(set(labels) - used)
+    out = replace(
+        listing,
+        keys=[listing.keys[i] for i in keep],
+        names=[listing.names[i] for i in keep],
+        labels=np.asarray(found, np.int64),
+        class_names=names,
+        outside=[],
+    )
+    return out, unlabelled, missing
