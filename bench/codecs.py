@@ -4,6 +4,7 @@ decode) against Pillow on the source JPEGs (open, center crop, resize: what user
 
     python bench/codecs.py                  # 400 photos, one thread
     python bench/codecs.py --n 2000 --out /tmp/codecs
+    python bench/codecs.py --prepare-n 100000 --workers 2   # prepare's rate and peak memory at 100k files
 
 The photos are crops of the two photographs scikit-learn ships (china.jpg, flower.jpg, 640x427),
 at ImageNet's typical size (about 400x330, random position, scale and aspect ratio, mirrored at
@@ -68,12 +69,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=400, help="photos")
     parser.add_argument("--out", help="folder for the photos and data files (default: a temporary one)")
+    parser.add_argument("--prepare-n", type=int, default=0, help="instead: prepare's rate and memory on N small files")
+    parser.add_argument("--workers", type=int, default=2, help="prepare workers for --prepare-n")
     args = parser.parse_args()
     torch.set_num_threads(1)
     import cv2
 
     cv2.setNumThreads(0)  # one thread a side: OpenCV runs its resizes in the calling thread
     root = Path(args.out or tempfile.mkdtemp(prefix="bench-codecs-"))
+    if args.prepare_n:  # on its own, in a fresh process, so that its peak memory is prepare's
+        print("| files | workers | prepare img/s | per worker | peak RSS (process or a worker) |")
+        print("|---|---|---|---|---|")
+        prepare_at_scale(root, args.prepare_n, args.workers)
+        return
     files = make_photos(root / "photos", args.n)
     source_bytes = sum(f.stat().st_size for f in files) / len(files)
     sizes = np.array([Image.open(f).size for f in files])
@@ -122,6 +130,32 @@ def main() -> None:
     for name, v in speeds.items():
         print(f"| {name} | {v:.0f} | {v / base:.2f}x |")
     random_resized_crops(root, files, len(batch))
+
+
+def prepare_at_scale(root: Path, n: int, workers: int) -> None:
+    """`prepare`'s rate (images/s, and per worker) and peak memory (this process and its workers) on `n`
+    small synthetic JPEGs (64x48): memory must stay flat however many there are."""
+    import resource
+
+    folder = root / f"many-{n}"
+    if not folder.exists():
+        rng = np.random.default_rng(0)
+        base = [Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)) for _ in range(16)]
+        for i in range(n):
+            sub = folder / f"c{i % 10}"
+            sub.mkdir(parents=True, exist_ok=True)
+            base[i % 16].save(sub / f"{i:07d}.jpg", quality=90)
+    for w in sorted({0, workers}):
+        out = root / f"many-{n}-{w}.h5"
+        out.unlink(missing_ok=True)
+        t = time.perf_counter()
+        report = prepare(str(folder), str(out), 32, workers=w, codec="jpeg")
+        seconds = time.perf_counter() - t
+        peak = max(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        )
+        rate = report.count / seconds
+        print(f"| {n} | {w} | {rate:.0f} | {rate / max(1, w):.0f} | {peak / 1024:.0f} MiB |")
 
 
 def random_resized_crops(root: Path, files: list[Path], n: int) -> None:

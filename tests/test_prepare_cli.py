@@ -7,6 +7,7 @@ from PIL import Image
 
 import bigbatch
 from bigbatch.cli import main
+from bigbatch.data import prepare
 
 
 def make_folder(root):
@@ -87,3 +88,35 @@ def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_c
     (tmp_path / "bad.csv").write_text("ILSVRC2012_val_00000001,n09\n")
     assert main([*argv[:-3], str(tmp_path / "bad.csv"), "--classes", str(tmp_path / "train.h5")]) == 2
     assert "names classes the training data has not (n09)" in capsys.readouterr().err
+
+
+def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = np.random.default_rng(1)
+    for i in range(3000):  # enough to be killed half way
+        folder = tmp_path / "src" / ("a" if i % 3 else "b")
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i:05d}.png")
+    out = tmp_path / "out.h5"
+    argv = ["prepare", str(tmp_path / "src"), str(out), "--resolution", "32", "--codec", "jpeg", "--workers", "0"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "bigbatch.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    parts = tmp_path / ".out.h5.parts"
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None and len(list(parts.glob("part-*.npz"))) < 3:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGKILL)  # no clean-up of any kind
+    p.wait()
+    assert p.returncode == -signal.SIGKILL, "prepare ended before it could be killed: give it more files"
+    kept = len(list(parts.glob("part-*.npz")))
+    assert kept >= 3 and not out.exists()  # nothing that looks complete
+    resumed = prepare(str(tmp_path / "src"), str(out), 32, codec="jpeg", workers=2)
+    assert resumed.resumed >= kept * 256 and resumed.count == 3000 and not parts.exists()
+    whole = prepare(str(tmp_path / "src"), str(tmp_path / "whole.h5"), 32, codec="jpeg", workers=0)
+    assert whole.resumed == 0 and resumed.content_hash == whole.content_hash
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5", "src", "whole.h5"]

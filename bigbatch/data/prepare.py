@@ -3,6 +3,7 @@ DATA.h5, decoded in parallel worker processes, bad files skipped and reported.""
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import signal
@@ -20,6 +21,7 @@ import numpy as np
 
 from bigbatch.data import codecs
 from bigbatch.data.h5write import H5Writer
+from bigbatch.data.parts import PART, Parts
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, Listing, decode_mask, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
@@ -43,6 +45,7 @@ class Report:
     seconds: float
     workers: int
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    resumed: int = 0  # files whose results an interrupted prepare of the same command had kept
 
     @property
     def images_per_s(self) -> float:
@@ -57,6 +60,8 @@ class Report:
             f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {self.workers} workers)",
             f"content {self.content_hash}",
         ]
+        if self.resumed:
+            lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them")
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} files that are not usable images (--strict: an error instead):")
             lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
@@ -171,8 +176,15 @@ def prepare(
     first: tuple[str, tuple[int, ...]] | None = None
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
+    settings = dict(resolution=resolution, ratios=ratios, alpha=masks == "alpha", dfl=dfl_masks, codec=codec)
+    settings.update(quality=quality, whole=whole, masks=str(masks), eyes_mouth=str(eyes_mouth))
+    parts = None if is_url(out) else _parts(listing, Path(out), settings)
+    resumed = [0]
     with (
-        _decoder(listing, resolution, ratios, workers, masks == "alpha", dfl_masks, (codec, quality), whole) as decoded,
+        _parts_kept_unless_refused(parts),
+        _decoder(
+            listing, resolution, ratios, workers, masks == "alpha", dfl_masks, (codec, quality), whole, parts, resumed
+        ) as decoded,
         H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
     ):
         for i, result in enumerate(decoded):
@@ -223,6 +235,7 @@ def prepare(
         time.perf_counter() - start,
         workers,
         skipped,
+        resumed[0],
     )
 
 
@@ -351,12 +364,20 @@ def _decoder(
     dfl_masks: int = 0,
     codec: tuple[str, int] = ("raw", 0),
     whole: bool = False,
+    parts: Parts | None = None,
+    resumed: list[int] | None = None,
 ) -> Iterator[Iterator[tuple[int, Any, str | None] | str]]:
     """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), with
     the mask planes `decode` adds (`alpha`, `dfl_masks`). Entered before the output file is opened, so
-    that no worker inherits its handle."""
+    that no worker inherits its handle. With `parts`, the results of each PART files are kept as they
+    come and those a killed run kept are read back instead of decoded (their count added to `resumed`)."""
     source = listing.source
-    chunks = [listing.keys[i : i + CHUNK] for i in range(0, len(listing.keys), CHUNK)]
+    n = len(listing.keys)
+    todo = [k for k in range(-(-n // PART)) if parts is None or not parts.done(k)]
+    spans = [
+        (i, min(i + CHUNK, (k + 1) * PART, n)) for k in todo for i in range(k * PART, min((k + 1) * PART, n), CHUNK)
+    ]
+    chunks = [listing.keys[a:b] for a, b in spans]
     pool = fetcher = None
     if workers > 1:
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
@@ -371,11 +392,51 @@ def _decoder(
         # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
         fetcher = ThreadPoolExecutor(FETCHERS)
     try:
-        yield _results(chunks, source, pool, fetcher, workers)
+        computed = _results(chunks, source, pool, fetcher, workers)
+        yield computed if parts is None else _through_parts(computed, parts, n, set(todo), resumed or [0])
     finally:  # also when stopped early (--strict, a size mismatch): drop the work not yet started
         for executor in (pool, fetcher):
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _parts_kept_unless_refused(parts: Parts | None) -> Iterator[None]:
+    """The parts go once the data file is written, or when prepare is refused (a bad file with
+    --strict, a full disk: nothing left behind); a prepare killed or interrupted keeps them to resume."""
+    try:
+        yield
+    except BigbatchError:
+        if parts is not None:
+            parts.remove()
+        raise
+    if parts is not None:
+        parts.remove()
+
+
+def _parts(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
+    """The parts folder of this command: what decides the decoded images (the files, in order, with
+    their labels, and how they are decoded) keys it."""
+    h = hashlib.sha256()
+    for key, name in zip(listing.keys, listing.names):
+        h.update(f"{key}\0{name}\0".encode())
+    h.update(np.ascontiguousarray(listing.labels, "<i8").tobytes())
+    key = {**settings, "files": h.hexdigest(), "classes": listing.class_names, "part": PART}
+    return Parts(out.with_name(f".{out.name}.parts"), key)
+
+
+def _through_parts(
+    computed: Iterator[Any], parts: Parts, n: int, todo: set[int], resumed: list[int]
+) -> Iterator[tuple[int, Any, str | None] | str]:
+    """Every file's result in order: a kept part's read back, the others' decoded and kept."""
+    for k in range(-(-n // PART)):
+        if k not in todo:
+            results = parts.load(k)
+            resumed[0] += len(results)
+        else:
+            results = [next(computed) for _ in range(min(PART, n - k * PART))]
+            parts.save(k, results)
+        yield from results
 
 
 def _ordered(submit: Any, items: Iterable[Any], window: int) -> Iterator[Any]:

@@ -1,0 +1,98 @@
+"""What makes `prepare` resumable: the decoded (and encoded) images of each run of PART source files,
+kept beside the output in `.OUT.h5.parts/` as one NumPy file each (written to a temporary name,
+synced and renamed, so a killed prepare leaves only whole parts). Run again with the same command,
+prepare reads the parts it has and decodes the rest; the file it writes, and its content hash, are
+those of an uninterrupted run. The folder goes once the data file is in place. Parts are plain
+arrays, read with allow_pickle=False."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bigbatch.data.codecs import Encoded
+
+PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
+Result = tuple[int, Any, str | None] | str  # (bucket, image or Encoded, face type), or why the file was skipped
+
+
+class Parts:
+    """The parts folder of one prepare command (`key` names everything that decides its results)."""
+
+    def __init__(self, folder: Path, key: dict[str, Any]):
+        self.folder = folder
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        manifest = folder / "manifest.json"
+        try:
+            same = json.loads(manifest.read_text()).get("key") == digest
+        except (OSError, ValueError):
+            same = False
+        if not same:  # another command's parts, or none: start afresh
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            _atomic_bytes(manifest, json.dumps({"key": digest}).encode())
+        for stale in folder.glob(".tmp-*"):  # a part a killed prepare was writing
+            stale.unlink(missing_ok=True)
+
+    def path(self, k: int) -> Path:
+        return self.folder / f"part-{k:07d}.npz"
+
+    def done(self, k: int) -> bool:
+        return self.path(k).is_file()
+
+    def save(self, k: int, results: list[Result]) -> None:
+        ok = [r for r in results if not isinstance(r, str)]
+        payloads = [r[1].data if isinstance(r[1], Encoded) else np.ascontiguousarray(r[1]).tobytes() for r in ok]
+        arrays = {
+            "skipped": np.array([json.dumps(r if isinstance(r, str) else None) for r in results]),
+            "buckets": np.array([r[0] for r in ok], np.int64),
+            "shapes": np.array([tuple(r[1].shape) for r in ok], np.int64).reshape(-1, 3),
+            "encoded": np.array([isinstance(r[1], Encoded) for r in ok], bool),
+            "face_types": np.array([json.dumps(r[2]) for r in ok]),
+            "lengths": np.array([len(p) for p in payloads], np.int64),
+            "data": np.frombuffer(b"".join(payloads), np.uint8),
+        }
+        tmp = self.folder / f".tmp-{k:07d}-{os.getpid()}.npz"
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path(k))
+
+    def load(self, k: int) -> list[Result]:
+        with np.load(self.path(k), allow_pickle=False) as z:
+            skipped = [json.loads(s) for s in z["skipped"].tolist()]
+            buckets, shapes, encoded = z["buckets"], z["shapes"], z["encoded"]
+            face_types = [json.loads(s) for s in z["face_types"].tolist()]
+            data, ends = z["data"], np.cumsum(z["lengths"])
+        starts = ends - np.diff(ends, prepend=0)
+        out: list[Result] = []
+        j = 0
+        for reason in skipped:
+            if reason is not None:
+                out.append(reason)
+                continue
+            payload = data[starts[j] : ends[j]]
+            shape = tuple(int(v) for v in shapes[j])
+            image = Encoded(payload.tobytes(), shape) if encoded[j] else payload.reshape(shape)  # type: ignore[arg-type]
+            out.append((int(buckets[j]), image, face_types[j]))
+            j += 1
+        return out
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
