@@ -2,9 +2,9 @@
 one process's images/s reading a 128-px phase from a 256-px store (raw, JPEG with the reduced-size
 decode) against Pillow on the source JPEGs (open, center crop, resize: what users write first).
 
-    python bench/codecs.py                  # 400 photos, one thread
-    python bench/codecs.py --n 2000 --out /tmp/codecs
-    python bench/codecs.py --prepare-n 100000 --workers 2   # prepare's rate and peak memory at 100k files
+    python bench/storage.py                  # 400 photos, one thread
+    python bench/storage.py --n 2000 --out /tmp/codecs
+    python bench/storage.py --prepare-n 100000 --workers 2   # prepare's rate and peak memory at 100k files
 
 The photos are crops of the two photographs scikit-learn ships (china.jpg, flower.jpg, 640x427),
 at ImageNet's typical size (about 400x330, random position, scale and aspect ratio, mirrored at
