@@ -62,11 +62,19 @@ def test_codec_mistakes_are_one_line(tmp_path, capsys):
         (["--codec", "jpeg", "--quality", "0"], "--quality must be 1..100, got 0"),
         (["--codec", "jpeg", "--masks", "alpha"], "need --codec raw"),
         (["--codec", "gif"], "invalid choice: 'gif'"),
+        (["--codec", "jpeg", "--crop", "none", "--resolution", "0"], "--resolution must be a positive"),
     ):
         assert main(["prepare", str(src), str(tmp_path / "x.h5"), "--resolution", "32", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "x.h5").exists()
+    for argv, words in (
+        ([str(src), "x.h5", "--codec", "jpeg", "--crop", "none"], "--crop none needs --resolution"),
+        (["builtin:digits", "x.h5", "--codec", "jpeg", "--crop", "none", "--resolution", "8"], "take image folders"),
+        (["builtin:digits", "x.h5", "--labels", "l.csv"], "take image folders"),
+    ):
+        assert main(["prepare", *argv]) == 2
+        assert words in capsys.readouterr().err
 
 
 def test_small_phases_decode_a_jpeg_store_at_reduced_size(tmp_path):
@@ -100,6 +108,17 @@ def test_a_damaged_encoded_image_is_named(tmp_path):
     assert data.get(torch.tensor([0, 1, 3]))[0].shape == (3, 64, 64, 3)
     with pytest.raises(bigbatch.BigbatchError, match=r"j.h5: image 2 does not decode .* prepare it again"):
         data.get(torch.tensor([1, 2]))
+    # The stored sizes (where whole images are cut) are content too; offsets out of order are damage.
+    prepare(str(src), str(tmp_path / "w.h5"), 64, workers=0, codec="jpeg", crop="none")
+    with h5py.File(tmp_path / "w.h5", "r+") as f:
+        f["sizes"][0] = f["sizes"][0] + 1
+    with pytest.raises(bigbatch.BigbatchError, match="is damaged: its content hash"):
+        verify_data(tmp_path / "w.h5")
+    with h5py.File(tmp_path / "w.h5", "r+") as f:
+        f["offsets"][1], f["offsets"][2] = int(f["offsets"][2]), int(f["offsets"][1])
+    for read in (verify_data, H5Data):
+        with pytest.raises(bigbatch.BigbatchError, match="is damaged: group / has image offsets out of order"):
+            read(tmp_path / "w.h5")
 
 
 def test_encoded_batches_are_the_same_for_any_workers_and_in_ram(tmp_path):

@@ -82,6 +82,9 @@ def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_c
     assert "ILSVRC2012_val_00000099 (in labels file" in out and "labelled, but not in the source" in out
     val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
     assert val.class_names == ["n01", "n02", "n03"] and val.get(torch.arange(3))[1].tolist() == [2, 0, 2]
+    assert main([*argv, "--limit", "2"]) == 0  # labels are matched before the limit: one missing, as before
+    out = capsys.readouterr().out
+    assert out.count("labelled, but not in the source") == 1 and "wrote" in out and "2 images" in out
     assert main([*argv, "--strict"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no label in labels file" in err and "--strict" in err
@@ -120,3 +123,39 @@ def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(t
     whole = prepare(str(tmp_path / "src"), str(tmp_path / "whole.h5"), 32, codec="jpeg", workers=0)
     assert whole.resumed == 0 and resumed.content_hash == whole.content_hash
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5", "src", "whole.h5"]
+
+
+def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_path, monkeypatch):
+    import importlib
+
+    preparing = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
+
+    rng = np.random.default_rng(2)
+    for i in range(700):
+        Image.fromarray(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(tmp_path / f"{i:04d}.png")
+    (tmp_path / "src").mkdir()
+    for f in tmp_path.glob("*.png"):
+        f.rename(tmp_path / "src" / f.name)
+    add, calls = preparing.H5Writer.add, [0]
+
+    def add_then_interrupt(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 300:  # Ctrl-C inside the second part of 256: two parts were kept
+            raise KeyboardInterrupt
+        return add(self, *args, **kwargs)
+
+    def interrupted():
+        calls[0] = 0
+        monkeypatch.setattr(preparing.H5Writer, "add", add_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)
+        monkeypatch.setattr(preparing.H5Writer, "add", add)
+
+    interrupted()
+    again = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)
+    assert again.resumed == 512
+    interrupted()
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(tmp_path / "src" / "0003.png")  # changed meanwhile
+    changed = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)
+    fresh = prepare(str(tmp_path / "src"), str(tmp_path / "fresh.h5"), 16, workers=0)
+    assert changed.resumed == 0 and changed.content_hash == fresh.content_hash != again.content_hash

@@ -23,7 +23,7 @@ from bigbatch.models import dfl
 from bigbatch.models.saehd import SAEHD
 from bigbatch.tasks.swap import warp
 from bigbatch.tasks.swap.files import swap_folder
-from bigbatch.tasks.swap.load import load_autoencoder
+from bigbatch.tasks.swap.load import dfl_record, load_autoencoder
 from bigbatch.tasks.swap.losses import blur_out, dssim, gaussian_blur, ssim, style_loss
 from bigbatch.tasks.swap.task import SwapTask, preview_sheet
 
@@ -483,8 +483,8 @@ def dfl_folder(folder, face_type="f", iteration=1200, seed=0):
         "random_dst_flip": True, "batch_size": 4, "resolution": 64, "face_type": face_type, "models_opt_on_gpu": True,
         "archi": "df-u", **{k: v for k, v in TINY.items()}, "masked_training": True, "eyes_mouth_prio": True,
         "uniform_yaw": False, "blur_out_mask": False, "adabelief": True, "lr_dropout": "cpu", "random_warp": True,
-        "random_hsv_power": np.float64(0.0), "true_face_power": 0.0, "face_style_power": 0.0, "bg_style_power": 0.0,
-        "ct_mode": "none", "clipgrad": False, "pretrain": False, "use_fp16": False, "gan_power": 0.0,
+        "random_hsv_power": np.float64(0.0), "true_face_power": 0.1, "face_style_power": 0.0, "bg_style_power": 0.0,
+        "ct_mode": "none", "clipgrad": False, "pretrain": False, "use_fp16": False, "gan_power": 0.1,
         "gan_patch_size": 8, "gan_dims": 16,
     }  # fmt: skip
     preview = [[np.random.default_rng(seed).random((4, 64, 64, 3), dtype=np.float32)] * 2]
@@ -536,6 +536,8 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     )
     state = torch.load(resumed / "checkpoints" / "000000.004" / "state.pt", weights_only=True)
     assert state["opt"]["param_groups"][0]["step"] == 1201 and state["dfl_iter"] == 1200
+    assert {"opt_code_discriminator", "opt_gan"} <= set(state)  # DFL's discriminators on: they trained too
+    assert dfl_record(resumed)[1] == 1201  # what a run started from it carries: DFL's iterations and its own
     # ... and exports as iteration 1201, with DFL's options it does not use, and DFL's history, still there.
     assert cli("export-dfl", str(resumed), str(tmp_path / "on")).returncode == 0
     data = dfl.read_pickle(tmp_path / "on" / "new_SAEHD_data.dat")

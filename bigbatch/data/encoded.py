@@ -62,18 +62,18 @@ class EncodedGroupWriter:
         self.sizes[self.n : m] = [e.shape[:2] for e in self.buf_images]
         self.labels.resize(m, axis=0)
         self.labels[self.n : m] = labels
-        hash_encoded(self.hash_images, lengths, stream)
+        hash_encoded(self.hash_images, lengths, stream, np.array([e.shape[:2] for e in self.buf_images]))
         self.hash_labels.update(labels)
         self.n, self.end = m, end
         self.buf_images, self.buf_labels = [], []
 
 
-def hash_encoded(h: Any, lengths: np.ndarray, stream: np.ndarray) -> None:
-    """Update `h` with images' encoded bytes, each preceded by its length (so that a split between two
-    images is part of the content)."""
+def hash_encoded(h: Any, lengths: np.ndarray, stream: np.ndarray, sizes: np.ndarray) -> None:
+    """Update `h` with images' encoded bytes, each preceded by its length and its stored size (h, w):
+    where one image ends and the size crops are cut from are part of the content."""
     at = 0
-    for n in lengths.tolist():
-        h.update(n.to_bytes(8, "little"))
+    for n, (height, width) in zip(lengths.tolist(), sizes.tolist()):
+        h.update(n.to_bytes(8, "little") + int(height).to_bytes(4, "little") + int(width).to_bytes(4, "little"))
         h.update(stream[at : at + n])
         at += n
 
@@ -88,14 +88,20 @@ def check_group(f: h5py.File, base: str, count: int) -> str | None:
         return f"group {base or '/'} should hold its encoded images as one byte stream"
     if offsets.shape != (count + 1,) or sizes.shape != (count, 2) or labels.shape != (count,):
         return f"group {base or '/'} should index {count} images"
-    if offsets[-1] != encoded.shape[0]:
-        return f"group {base or '/'} indexes {int(offsets[-1])} bytes of images, holds {encoded.shape[0]}"
+    starts = np.asarray(offsets[...], np.int64)
+    if starts[0] != 0 or (np.diff(starts) <= 0).any():
+        return f"group {base or '/'} has image offsets out of order"
+    if starts[-1] != encoded.shape[0]:
+        return f"group {base or '/'} indexes {int(starts[-1])} bytes of images, holds {encoded.shape[0]}"
+    if count and np.asarray(sizes[...]).min() < 1:
+        return f"group {base or '/'} records an image size below 1 pixel"
     return None
 
 
 def verify_group(f: h5py.File, base: str, codec: str, quality: int) -> tuple[bytes, bytes]:
     """(image digest, label digest) recomputed from what an encoded group holds."""
     offsets = np.asarray(f[base + "/offsets"][...], np.int64)
+    sizes = np.asarray(f[base + "/sizes"][...], np.int64)
     encoded = f[base + "/encoded"]
     h = digest_start(codec, quality)
     block = 64 << 20
@@ -104,7 +110,7 @@ def verify_group(f: h5py.File, base: str, codec: str, quality: int) -> tuple[byt
         last = max(first + 1, int(np.searchsorted(offsets, offsets[first] + block, side="right")) - 1)
         last = min(last, len(offsets) - 1)
         stream = encoded[int(offsets[first]) : int(offsets[last])]
-        hash_encoded(h, np.diff(offsets[first : last + 1]), stream)
+        hash_encoded(h, np.diff(offsets[first : last + 1]), stream, sizes[first:last])
         first = last
     labels = np.ascontiguousarray(f[base + "/labels"][...], dtype="<i8")
     return h.digest(), hashlib.sha256(labels).digest()

@@ -23,7 +23,7 @@ from bigbatch.data import codecs
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.parts import PART, Parts
 from bigbatch.data.schedule import BUCKET_RATIOS
-from bigbatch.data.sources import RESIZE, Listing, decode_mask, decode_or_reason, list_source
+from bigbatch.data.sources import RESIZE, FolderSource, Listing, decode_mask, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import WHERE_CREDENTIALS_GO, is_url, option_credentials, public_name, refuse_credentials
 
@@ -126,6 +126,8 @@ def prepare(
         raise BigbatchError("--crop none keeps each image's own size, which raw storage cannot: add --codec jpeg")
     if whole and buckets:
         raise BigbatchError("--crop none keeps every aspect ratio already: drop --buckets")
+    if whole and resolution is None:
+        raise BigbatchError("--crop none needs --resolution: the short side the images are scaled down to")
     if classes and not labels:
         raise BigbatchError("--classes orders the classes of a --labels file: give --labels FILE.csv too")
     refuse_credentials(str(src), "the source")
@@ -155,16 +157,20 @@ def prepare(
     if str(src).startswith("builtin:"):
         if masks or eyes_mouth:
             raise BigbatchError("built-in data sets have no masks: --masks and --eyes-mouth take image folders")
+        if labels or whole:
+            raise BigbatchError(
+                "built-in data sets come labelled and square: --labels and --crop none take image folders"
+            )
         return _prepare_builtin(str(src), str(out), resolution, limit, attrs, storage_options, start)
 
     listing = list_source(src, storage_options)
-    if limit is not None:
-        listing = listing.subset(limit)
     if not listing.keys:
         raise BigbatchError(f"source {public_name(src)} holds no files to read; give a folder or zip of images")
     skipped: list[tuple[str, str]] = []
-    if labels:
+    if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
         listing = _labelled(listing, labels, classes, storage_options, skipped, strict)
+    if limit is not None:
+        listing = listing.subset(limit)
     for name in listing.outside:
         _skip(skipped, name, "outside the class folders (every file must be in one when there are any)", strict)
     attrs.update(resize=RESIZE if resolution else "none (images kept at their size)", skipped=0)
@@ -417,12 +423,27 @@ def _parts_kept_unless_refused(parts: Parts | None) -> Iterator[None]:
 def _parts(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
     """The parts folder of this command: what decides the decoded images (the files, in order, with
     their labels, and how they are decoded) keys it."""
+    import bigbatch
+
     h = hashlib.sha256()
+    local = isinstance(listing.source, FolderSource)  # (a zip's members are stamped by the zip's own)
     for key, name in zip(listing.keys, listing.names):
-        h.update(f"{key}\0{name}\0".encode())
+        h.update(f"{key}\0{name}\0{_stamp(key) if local else ''}\0".encode())
     h.update(np.ascontiguousarray(listing.labels, "<i8").tobytes())
+    source = getattr(listing.source, "path", None)  # a zip: its own size and time
     key = {**settings, "files": h.hexdigest(), "classes": listing.class_names, "part": PART}
+    key.update(version=bigbatch.__version__, archive=_stamp(source) if isinstance(source, str) else "")
     return Parts(out.with_name(f".{out.name}.parts"), key)
+
+
+def _stamp(path: str) -> str:
+    """A local file's size and modification time ("" for a remote one): a file changed since a killed
+    prepare is not taken from its parts."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _through_parts(

@@ -34,7 +34,7 @@ from bigbatch.tasks.swap.load import (
     make_optimizer,
     trained_parameters,
 )
-from bigbatch.tasks.swap.task import swap_faces
+from bigbatch.tasks.swap.task import discriminators, swap_faces
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -114,7 +114,11 @@ def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | No
     rng = torch.Generator().manual_seed(cfg.train.seed).get_state()
     state = {"steps": 0, "opt": opt.state_dict(), "nimg": 0, "seconds": 0.0, "engine": {}, "rng_cpu": rng}
     state.update(converted_from=str(src), dfl_iter=dfl_iter, **({"dfl_data": dfl_data} if dfl_data else {}))
-    return checkpoints.save_checkpoint(out, 0, {"model": model}, state, cfg.dumps(), 1, info)
+    # The discriminators DFL's options turn on, as training would start them (DFL's own files aside).
+    discs = discriminators(cfg, model)
+    for i, (name, disc) in enumerate(discs.items()):
+        state[f"opt_{name}"] = make_optimizer(cfg, list(disc.parameters()), i + 1).state_dict()
+    return checkpoints.save_checkpoint(out, 0, {"model": model, **discs}, state, cfg.dumps(), 1, info)
 
 
 def dfl_options(cfg: Config, face_type: str) -> dict[str, Any]:

@@ -91,7 +91,8 @@ def _dfl_file(folder: Path, part: str) -> Path | None:
 def dfl_record(path: str | Path) -> tuple[bytes | None, int]:
     """What DFL keeps beside the weights, carried so that export-dfl gives it back: the bytes of a DFL
     folder's `_data.dat` (its options, loss history, preview faces) and its iteration count; from a
-    swap run or checkpoint, what it carries from the DFL model it started from. (None, 0) if nothing."""
+    swap run or checkpoint, what it carries from the DFL model it started from, and its iterations
+    counting its own. (None, 0) if nothing."""
     if is_dfl_folder(path):
         file = _dfl_file(Path(path), "data.dat")
         if file is None:
@@ -99,7 +100,7 @@ def dfl_record(path: str | Path) -> tuple[bytes | None, int]:
         data = dfl.read_pickle(file)
         return file.read_bytes(), int(data.get("iter", 0) or 0) if isinstance(data, dict) else 0
     state = checkpoints.read_newest(path, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=())[1])
-    return state.get("dfl_data"), int(state.get("dfl_iter", 0))
+    return state.get("dfl_data"), int(state.get("dfl_iter", 0)) + int(state.get("steps", 0))
 
 
 def init_optimizer(opt: torch.optim.Optimizer, model: nn.Module, path: str, kind: str) -> bool:

@@ -164,21 +164,27 @@ def build(
         init_optimizer(opt, net, cfg.train.init_from, kind)
         carried = dfl_record(cfg.train.init_from)
     discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed + 1)
-        if s.true_face_power:
-            code_res = net.inter.lowest * (1 if net.inter.upscale1 is None else 2)
-            plain = CodeDiscriminator(net.ae_dims, code_res).train()
-            discs["code_discriminator"] = (plain, rep.prepare(plain, checkpointing=False), None)  # type: ignore[assignment]
-        if s.gan_power:
-            plain = UNetPatchDiscriminator(s.gan_patch_size or cfg.data.resolution // 8, 3, s.gan_dims).train()
-            discs["gan"] = (plain, rep.prepare(plain, checkpointing=False), None)  # type: ignore[assignment]
-    for i, (name, (plain, wrapped, _)) in enumerate(list(discs.items())):
-        discs[name] = (plain, wrapped, optimizer(list(plain.parameters()), i + 1, name))
+    for i, (name, plain) in enumerate(discriminators(cfg, net).items()):
+        discs[name] = (plain, rep.prepare(plain, checkpointing=False), optimizer(list(plain.parameters()), i + 1, name))
     task = SwapTask(cfg, rep, data, dst, val, model, opt, discs, run, resumed_at, quiet)
     task.face_type = face_type_of(cfg, data, dst)
     task.dfl_data, task.dfl_iter = carried
     return task
+
+
+def discriminators(cfg: Config, net: nn.Module) -> dict[str, nn.Module]:
+    """The discriminators swap.* turns on for the autoencoder `net` (DFL's code discriminator and its
+    U-Net patch discriminator), initialised from train.seed + 1, the global RNG left as it was; the
+    i-th's optimizer takes dropout stream i + 1."""
+    s, out = cfg.swap, {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.train.seed + 1)
+        if s.true_face_power:
+            code_res = net.inter.lowest * (1 if net.inter.upscale1 is None else 2)
+            out["code_discriminator"] = CodeDiscriminator(net.ae_dims, code_res).train()
+        if s.gan_power:
+            out["gan"] = UNetPatchDiscriminator(s.gan_patch_size or cfg.data.resolution // 8, 3, s.gan_dims).train()
+    return out
 
 
 def face_type_of(cfg: Config, src: Any, dst: Any) -> str:
@@ -238,7 +244,7 @@ class SwapTask:
         self.steps = 0
         self.face_type = cfg.swap.face_type  # DFL's face type of the faces ("" unknown): build sets it
         self.dfl_data: bytes | None = None  # the _data.dat of the DFL model it started from, carried to export-dfl
-        self.dfl_iter = 0  # that model's iterations before this run's
+        self.dfl_iter = 0  # the iterations of the model it started from (DFL's or a swap run's) before this run's
         self._read_dst: Any = None
         self._kept: list[tuple[torch.Tensor, ...]] = []  # what each micro-batch hands the discriminators
         self.scorer = None
@@ -419,7 +425,8 @@ class SwapTask:
         return {"model": self.plain(), **{name: plain for name, (plain, _, _) in self.discs.items()}}
 
     def state_dict(self) -> dict[str, Any]:
-        carried = {"dfl_data": self.dfl_data, "dfl_iter": self.dfl_iter} if self.dfl_data is not None else {}
+        carried = {"dfl_data": self.dfl_data} if self.dfl_data is not None else {}
+        carried.update({"dfl_iter": self.dfl_iter} if self.dfl_iter or self.dfl_data is not None else {})
         return {
             "steps": self.steps,
             "opt": self.opt.state_dict(),
