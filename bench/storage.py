@@ -5,6 +5,7 @@ decode) against Pillow on the source JPEGs (open, center crop, resize: what user
     python bench/storage.py                  # 400 photos, one thread
     python bench/storage.py --n 2000 --out /tmp/codecs
     python bench/storage.py --prepare-n 100000 --workers 2   # prepare's rate and peak memory at 100k files
+    python bench/storage.py --whole-side 352                  # crops from ImageNet's store (short side 352)
 
 The photos are crops of the two photographs scikit-learn ships (china.jpg, flower.jpg, 640x427),
 at ImageNet's typical size (about 400x330, random position, scale and aspect ratio, mirrored at
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--out", help="folder for the photos and data files (default: a temporary one)")
     parser.add_argument("--prepare-n", type=int, default=0, help="instead: prepare's rate and memory on N small files")
     parser.add_argument("--workers", type=int, default=2, help="prepare workers for --prepare-n")
+    parser.add_argument("--whole-side", type=int, default=256, help="short side of the whole-image store for crops")
     args = parser.parse_args()
     torch.set_num_threads(1)
     import cv2
@@ -129,7 +131,7 @@ def main() -> None:
     print("|---|---|---|")
     for name, v in speeds.items():
         print(f"| {name} | {v:.0f} | {v / base:.2f}x |")
-    random_resized_crops(root, files, len(batch))
+    random_resized_crops(root, files, len(batch), args.whole_side)
 
 
 def prepare_at_scale(root: Path, n: int, workers: int) -> None:
@@ -158,7 +160,7 @@ def prepare_at_scale(root: Path, n: int, workers: int) -> None:
         print(f"| {n} | {w} | {rate:.0f} | {rate / max(1, w):.0f} | {peak / 1024:.0f} MiB |")
 
 
-def random_resized_crops(root: Path, files: list[Path], n: int) -> None:
+def random_resized_crops(root: Path, files: list[Path], n: int, side: int = 256) -> None:
     """A classifier's training read: a random-resized crop (the same boxes, drawn by bigbatch.data.crops
     for each image's own size) resized to 224 and 128 px and mirrored, on every side: Pillow + the
     torchvision-style pipeline on the source JPEGs (open, convert, crop, resize), bigbatch's raw
@@ -166,9 +168,9 @@ def random_resized_crops(root: Path, files: list[Path], n: int) -> None:
     side 256, `--crop none`; the crop cut before decoding, at a reduced DCT scale where it allows)."""
     from bigbatch.data.crops import rrc_box, rrc_draws
 
-    whole = root / "whole-jpeg90-256.h5"
+    whole = root / f"whole-jpeg90-{side}.h5"
     if not whole.exists():
-        prepare(str(root / "photos"), str(whole), 256, workers=0, codec="jpeg", crop="none")
+        prepare(str(root / "photos"), str(whole), side, workers=0, codec="jpeg", crop="none")
     data, raw = H5Data(whole, in_ram=True), H5Data(root / "raw-256.h5", in_ram=True)
     index = torch.arange(n)
     draws = rrc_draws(0, 0, n)
@@ -196,7 +198,7 @@ def random_resized_crops(root: Path, files: list[Path], n: int) -> None:
         for name, fn in (
             ("Pillow + torchvision-style RRC on the source JPEGs", pillow),
             ("bigbatch raw 256-px squares", raw_store),
-            ("bigbatch jpeg q90 whole images (short side 256)", jpeg_store),
+            (f"bigbatch jpeg q90 whole images (short side {side})", jpeg_store),
         )
     }
     base = rates["Pillow + torchvision-style RRC on the source JPEGs"]

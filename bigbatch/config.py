@@ -156,9 +156,10 @@ class DataConfig(Section):
     the same images on every run and every rank, never trained on); 0 = no validation."""
     val_rect: bool = False
     """classify: rectangular validation (fast.ai's DAWNBench ImageNet): images keep their aspect
-    ratio, batches of one shape each (from `prepare --buckets` data), the short side resized to
-    data.val_crop x the resolution and center-cropped to the resolution, the long side to a multiple
-    of 8. False: the usual square center crop (resize to val_crop x resolution, crop the center)."""
+    ratio (each its own from `prepare --crop none` data, the bucket's from `--buckets` data), batches
+    of one shape each, the short side resized to data.val_crop x the resolution and center-cropped to
+    the resolution, the long side to a multiple of 8. False: the usual square center crop (resize to
+    val_crop x resolution, crop the center)."""
     val_crop: float = 1.0
     """classify: validation images are resized so their short side is this times the current phase's
     resolution, then center-cropped to it (ImageNet: 1.14, i.e. 256 -> 224; 1.0: no crop)."""

@@ -414,10 +414,10 @@ def imagenet_resnet50_fast() -> Config:
     (--init-bn0), fp16 (they used a static loss scale of 1024; here a dynamic one), random-resized
     crops (min scale 0.08; they raised it to 0.087 and 0.5 in later phases), flips. Prepare the
     training images whole, short side 352, as JPEG (one store for every phase: the loader cuts the
-    random-resized crops from the whole image before decoding) and the validation images with
-    --buckets: `bigbatch prepare train/ imagenet-train.h5 --resolution 352 --codec jpeg --crop none`,
-    `bigbatch prepare val/ imagenet-val.h5 --resolution 320 --codec jpeg --buckets --labels
-    LOC_val_solution.csv --classes imagenet-train.h5`.
+    random-resized crops from the whole image before decoding), and the validation images the same
+    way: `bigbatch prepare train/ imagenet-train.h5 --resolution 352 --codec jpeg --crop none`,
+    `bigbatch prepare val/ imagenet-val.h5 --resolution 352 --codec jpeg --crop none --labels
+    LOC_val_solution.csv --classes imagenet-train.h5` (rectangular validation at each image's own ratio).
     """
     e = IMAGENET / 1000  # one epoch in kimg
     schedule = [  # batches 4096, 1792, 1024 as multiples of train.batch (1024), so a batch sweep scales them all

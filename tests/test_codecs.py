@@ -272,3 +272,43 @@ def test_a_classifier_crops_whole_images_in_the_loader_and_resumes_bit_exact(tmp
     task = build_task(cfg, replicator_for(cfg), training_data(cfg))
     assert task.loader_crop_scale == 0.25  # the loader cuts the crops; the task does not crop again
     assert task.batch(0, torch.zeros(16, 32, 32, 3, dtype=torch.uint8), torch.zeros(16).long())[2] is None
+
+
+def test_rectangular_validation_crops_each_whole_image_at_its_own_aspect_ratio(tmp_path):
+    from torch import nn
+
+    from bigbatch.data.codecs import decode
+    from bigbatch.tasks.classify.validation import Validation, val_transform
+
+    src = photos(tmp_path / "src", n=10, size=(150, 110))
+    for i, (w, h) in enumerate([(90, 200), (300, 120)]):  # one portrait, one very wide
+        Image.fromarray(np.full((h, w, 3), 40 * i + 60, np.uint8)).save(src / "cat" / f"z{i}.jpg")
+    prepare(str(src), str(tmp_path / "w.h5"), 96, workers=0, codec="jpeg", crop="none")
+    data = H5Data(tmp_path / "w.h5")
+    model = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 2))
+    seen = []
+    model.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape[2:])))
+
+    def scores(rect, rank=0, world_size=1):
+        v = Validation(data, lambda: 64, 4, 1.14, rect, "fp32", torch.device("cpu"), rank, world_size)
+        return v(model), v
+
+    rect, v = scores(True)
+    shapes = set(seen)
+    assert any(h > 64 for h, w in shapes) and any(w > 64 for h, w in shapes)  # portrait and landscape
+    assert all(min(s) == 64 and max(s) % 8 == 0 for s in shapes)  # the short side 64, the long one to 8
+    # Each batch is what val_transform makes of the whole stored image (decoded in full) at its shape.
+    index, boxes, shape = v.whole_batches(64)[0]
+    cut = data.get_regions(index, boxes, shape)[0].permute(0, 3, 1, 2).float() / 127.5 - 1
+    ram = H5Data(tmp_path / "w.h5", in_ram=True).groups[0]
+    for k, i in enumerate(index.tolist()):
+        stored = data.stored_sizes(torch.tensor([i]))[0].tolist()
+        full = decode(bytes(ram.array[ram.offsets[i] : ram.offsets[i + 1]]), stored)
+        want = val_transform(torch.from_numpy(full.copy())[None], 64, 1.14, True)[0]
+        assert want.shape == cut[k].shape and (want - cut[k]).abs().mean() < 0.05
+    # Squares without `rect`; the same scores whatever the number of ranks.
+    seen.clear()
+    square, _ = scores(False)
+    assert set(seen) == {(64, 64)}
+    halves = [scores(True, r, 2)[1] for r in (0, 1)]
+    assert sum(len(h.whole_batches(64)) for h in halves) == len(v.whole_batches(64))

@@ -92,20 +92,25 @@ def decode(data: bytes | memoryview, size: tuple[int, int], at_least: int = 0, j
 
 
 def decode_box(
-    data: bytes | memoryview, size: tuple[int, int], box: tuple[int, int, int, int], out: int, jpeg: bool = True
+    data: bytes | memoryview,
+    size: tuple[int, int],
+    box: tuple[float, float, float, float],
+    out: int | tuple[int, int],
+    jpeg: bool = True,
 ) -> np.ndarray:
     """The region `box` (left, top, w, h, in pixels of the stored image of `size` (h, w)) of encoded
-    bytes, resized to out x out (OpenCV: area averaging to shrink, bicubic to enlarge), RGB. A JPEG is
-    decoded at the smallest DCT scale that keeps the region at least `out` pixels on its short side,
-    so a low-resolution phase decodes a fraction of the pixels."""
+    bytes, resized to out x out, or to `out` = (h, w) (OpenCV: area averaging to shrink, bicubic to
+    enlarge), RGB. A JPEG is decoded at the smallest DCT scale that keeps the region at least as large
+    as the output, so a low-resolution phase decodes a fraction of the pixels."""
     import cv2
 
     left, top, w, h = box
-    image = _imdecode(data, _reduction(min(w, h), out, jpeg))
+    out_h, out_w = (out, out) if isinstance(out, int) else out
+    image = _imdecode(data, _reduction(min(w / out_w, h / out_h), 1, jpeg))
     fy, fx = image.shape[0] / size[0], image.shape[1] / size[1]  # the scale decoded at
     x0, y0 = int(left * fx), int(top * fy)
     x1, y1 = max(x0 + 1, round((left + w) * fx)), max(y0 + 1, round((top + h) * fy))
     region = image[y0:y1, x0:x1]
-    shrink = region.shape[0] >= out and region.shape[1] >= out
-    resized = cv2.resize(region, (out, out), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)
+    shrink = region.shape[0] >= out_h and region.shape[1] >= out_w
+    resized = cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)
     return resized[:, :, ::-1]

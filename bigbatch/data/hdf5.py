@@ -359,21 +359,42 @@ class H5Data:
         """A file of whole images (`prepare --crop none`): random-resized crops of the images at
         `index`, from their draws (n, TRIES, 4: crops.rrc_draws), each decoded no larger than it needs
         and resized to resolution x resolution; and their labels."""
+        sizes = self.stored_sizes(index)
+        boxes = [rrc_box(int(w), int(h), d, min_scale) for (h, w), d in zip(sizes, draws)]
+        return self.get_regions(index, boxes, resolution)
+
+    def stored_sizes(self, index: torch.Tensor) -> np.ndarray:
+        """A file of whole images: the stored (h, w) of the images at `index`."""
+        if not self.whole:
+            raise BigbatchError(f"data file {self.source} holds cropped images: prepare it with --crop none")
+        g = self.groups[0]
+        return g.sizes[torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy() - g.start]  # type: ignore[index]
+
+    def get_regions(
+        self, index: torch.Tensor, boxes: list, out: int | tuple[int, int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A file of whole images: the regions `boxes` (left, top, w, h, in each stored image's pixels)
+        of the images at `index`, each decoded no larger than it needs and resized to `out` (a side, or
+        (h, w)); and their labels."""
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
         if not self.whole:
             raise BigbatchError(f"data file {self.source} holds cropped images: prepare it with --crop none")
         g = self.groups[0]
-        sizes = g.sizes[idx - g.start]  # type: ignore[index]
-        boxes = [rrc_box(int(w), int(h), d, min_scale) for (h, w), d in zip(sizes, draws)]
-        images = self._decoded(g, idx - g.start, idx, resolution, boxes)
+        images = self._decoded(g, idx - g.start, idx, 0, boxes, out)
         return images, self.labels[torch.from_numpy(idx)]
 
     def _decoded(
-        self, g: _Group, rows: np.ndarray, idx: np.ndarray, resolution: int, boxes: list | None = None
+        self,
+        g: _Group,
+        rows: np.ndarray,
+        idx: np.ndarray,
+        resolution: int,
+        boxes: list | None = None,
+        out: int | tuple[int, int] = 0,
     ) -> torch.Tensor:
         assert g.offsets is not None
-        side = resolution or self.resolution
-        if self.whole and not side:
+        out = out or resolution or self.resolution
+        if self.whole and not out:
             raise BigbatchError(f"data file {self.source} holds whole images of their own sizes: give a resolution")
         if self.whole and boxes is None:  # the center square
             boxes = [center_box(int(w), int(h)) for h, w in g.sizes[rows]]  # type: ignore[index]
@@ -392,7 +413,7 @@ class H5Data:
         for k, (i, d) in enumerate(zip(idx.tolist(), data)):
             try:
                 if boxes is not None:
-                    images.append(decode_box(d, sizes[k], boxes[k], side, jpeg))
+                    images.append(decode_box(d, sizes[k], boxes[k], out, jpeg))
                 else:
                     images.append(decode(d, sizes[k], resolution, jpeg))
             except Exception as e:  # noqa: BLE001 -- decoders raise many types on corrupt bytes
@@ -401,7 +422,8 @@ class H5Data:
                     "is damaged (bigbatch info --verify says more): prepare it again"
                 ) from None
         if not images:
-            return torch.zeros((0, side, side, g.shape[2]) if self.whole else (0, *g.shape), dtype=torch.uint8)
+            shape = (out, out) if isinstance(out, int) else out
+            return torch.zeros((0, *shape, g.shape[2]) if self.whole else (0, *g.shape), dtype=torch.uint8)
         return torch.from_numpy(np.stack(images))
 
     def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:

@@ -47,6 +47,12 @@ class Subset:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.data.get_crops(self.indices[torch.as_tensor(index, dtype=torch.long)], resolution, draws, min_scale)
 
+    def stored_sizes(self, index: torch.Tensor) -> Any:
+        return self.data.stored_sizes(self.indices[torch.as_tensor(index, dtype=torch.long)])
+
+    def get_regions(self, index: torch.Tensor, boxes: list, out: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.get_regions(self.indices[torch.as_tensor(index, dtype=torch.long)], boxes, out)
+
     @property
     def n_classes(self) -> int:
         return self.data.n_classes

@@ -3,7 +3,9 @@ rectangular validation (fast.ai's DAWNBench ImageNet entry: images keep their as
 
 Batches are cut from the split in file order, within one shape (aspect-ratio bucket) each, so a batch
 is one tensor; the ranks take every world_size-th batch and their sums are added up, so the scores do
-not depend on the number of ranks (the loss up to the order of float sums).
+not depend on the number of ranks (the loss up to the order of float sums). A file of whole images
+(`prepare --crop none`) is cropped as it is read, each image at its own aspect ratio with `rect`:
+batches then gather the images of one output shape.
 """
 
 from __future__ import annotations
@@ -100,6 +102,37 @@ class Validation:
         self.precision, self.device, self.rotation = precision, device, rotation
         counts = list(getattr(data, "bucket_counts", [len(data)]))
         self.batches = val_batches(counts, batch_size)[rank::world_size]
+        self.whole = bool(getattr(data, "whole", False))
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self._sizes = data.stored_sizes(torch.arange(len(data))) if self.whole else None
+        self._whole_batches: dict[int, list[tuple[torch.Tensor, list, tuple[int, int]]]] = {}
+
+    def whole_batches(self, size: int) -> list[tuple[torch.Tensor, list, tuple[int, int]]]:
+        """This rank's (index, boxes, output (h, w)) batches of a whole-image split at `size`: each image
+        resized so that its short side is round(crop x size) and center-cropped to `crop_size` (its
+        aspect ratio kept with `rect`), as the region of the stored image that becomes; batches of one
+        output shape, in file order within it."""
+        if size not in self._whole_batches:
+            short = round(self.crop * size)
+            items = []
+            for i, (h, w) in enumerate(self._sizes.tolist()):  # type: ignore[union-attr]
+                scale = short / min(h, w)
+                rh, rw = max(short, round(h * scale)), max(short, round(w * scale))
+                ch, cw = crop_size(h, w, size, self.rect)
+                ch, cw = min(ch, rh), min(cw, rw)
+                bh, bw = ch / scale, cw / scale
+                items.append(((ch, cw), i, ((w - bw) / 2, (h - bh) / 2, bw, bh)))
+            items.sort(key=lambda t: (t[0], t[1]))
+            batches = []
+            for k in range(len(items)):
+                if k == 0 or items[k][0] != items[k - 1][0] or len(batches[-1][0]) == self.batch_size:
+                    batches.append(([], [], items[k][0]))
+                batches[-1][0].append(items[k][1])
+                batches[-1][1].append(items[k][2])
+            self._whole_batches[size] = [
+                (torch.tensor(index), boxes, shape) for index, boxes, shape in batches[self.rank :: self.world_size]
+            ]
+        return self._whole_batches[size]
 
     @torch.no_grad()
     def __call__(self, model: nn.Module) -> dict[str, float]:
@@ -108,12 +141,17 @@ class Validation:
         # correct top-1, correct top-5, summed loss, images
         totals = torch.zeros(4, dtype=torch.float64, device=self.device)
         size = self.size()
-        for index in self.batches:
-            images, labels = self.data.get(index)
-            x = val_transform(images, size, self.crop, self.rect).to(self.device)
+        batches = self.whole_batches(size) if self.whole else [(index, None, None) for index in self.batches]
+        for index, boxes, shape in batches:
+            if boxes is not None:  # cut from the whole image as it is read
+                images, labels = self.data.get_regions(index, boxes, shape)
+                x = (images.permute(0, 3, 1, 2).float() / 127.5 - 1).to(self.device)
+            else:
+                images, labels = self.data.get(index)
+                x = val_transform(images, size, self.crop, self.rect).to(self.device)
             y = labels.to(self.device)
             if self.rotation:  # train.labels = "rotation": image i of the split turned by (i mod 4) x 90 degrees
-                y = rotation_labels(int(index[0]), len(index)).to(self.device)
+                y = (index % len(ROTATIONS)).to(self.device)
                 x = rotate(x, y)
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
