@@ -16,6 +16,15 @@ def run_eval(args: argparse.Namespace) -> None:
     from bigbatch.engine import dist
     from bigbatch.metrics import parse_metrics
 
+    if _is_run(args.path) and _task_of(args.path, args.checkpoint) == "classify":
+        from bigbatch.tasks.classify.report import describe, evaluate_classifier
+
+        print(describe(evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device)))
+        return
+    if args.checkpoint != "latest":  # a GAN run: the checkpoint folder is A
+        from bigbatch.tasks.classify.report import pick_checkpoint
+
+        args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool({"fid", "kid"} & set(parse_metrics(args.metrics)))  # IS alone needs no reference
     for flag in ("n", "reference_n", "batch_size"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -53,6 +62,14 @@ def _is_run(path: str) -> bool:
     """A run directory or one of its checkpoints (as `find_checkpoint` recognizes them)."""
     p = Path(path)
     return p.is_dir() and any((p / name).exists() for name in ("meta.json", "state.pt", "checkpoints", "config.toml"))
+
+
+def _task_of(path: str, which: str) -> str:
+    """The task of the run (or checkpoint) `path`, as its checkpoint's config says."""
+    from bigbatch.config import Config
+    from bigbatch.tasks.classify.report import pick_checkpoint
+
+    return Config.load(pick_checkpoint(path, which) / "config.toml").task
 
 
 def _check_exists(path: str, role: str) -> None:

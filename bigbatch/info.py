@@ -40,7 +40,10 @@ def describe_run(path: str | Path) -> str:
         lines.append(f"recipe      {cfg.name}: src {cfg.data.path}, dst {cfg.data.dst_path} at {cfg.data.resolution}px")
     else:
         classes = meta.get("n_classes") or "no"
-        lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {cfg.data.resolution}px, {classes} classes")
+        nimg = int(meta.get("nimg", 0))
+        trained = schedule_of(cfg).phase_at(max(0, nimg - 1)).resolution or cfg.data.resolution
+        at = f"{cfg.data.resolution}px" + (f", last trained at {trained}px" if trained != cfg.data.resolution else "")
+        lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {at}, {classes} classes")
     options = f" {m.options}" if m.options else ""
     if cfg.task == "swap":
         s = cfg.swap
@@ -75,6 +78,7 @@ def describe_run(path: str | Path) -> str:
                 f"{p.resolution}px batch {p.batch}"
                 + (f" lr {p.lr[0]:g}->{p.lr[1]:g}" if p.lr else "")
                 + f" from {p.start / 1000:g} kimg"
+                + (" (current)" if p == schedule_of(cfg).phase_at(max(0, int(meta.get("nimg", 0)) - 1)) else "")
                 for p in phases
             )
         )

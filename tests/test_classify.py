@@ -2,6 +2,7 @@
 scaled to the batch; no decay on norms and biases; rectangular validation), held-out splits, and runs
 on the same loop as the GAN: accuracy reached, resume inside a phase, 2 processes equal to 1."""
 
+import csv
 import json
 import math
 import os
@@ -9,8 +10,10 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from safetensors.torch import load_file
 
 import bigbatch
@@ -238,6 +241,12 @@ def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical
         assert a == b
     plan = [r["batch"] for r in rows(whole) if "batch" in r]
     assert plan[0] == 32 and plan[-1] == 64
+    # `bigbatch info` says the resolution the run last trained at, and which phase was in force.
+    from bigbatch.info import describe_run
+
+    text = describe_run(part / "checkpoints" / "000000.512")
+    assert "at 16px" in text or "last trained at 16px" in text
+    assert "16px batch 64 from 0.256 kimg (current)" in text and "12px batch 32 from 0 kimg," in text
 
 
 def cli_train(run_dir, procs, *args):
@@ -317,3 +326,89 @@ def test_rotation_labels_need_no_classes(tmp_path):
     assert score["val_top1"] > 60  # chance: 25
     meta = json.loads((run / "checkpoints" / "000004.032" / "meta.json").read_text())
     assert meta["class_names"] == ["0", "90", "180", "270"] and meta["n_classes"] == 4
+
+
+def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp_path, capsys):
+    from bigbatch.cli import main
+
+    run = bigbatch.train(tiny(), run_dir=tmp_path / "run", quiet=True)
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in logged if "val_top1" in r][-1]
+    assert main(["eval", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "top-1" in out and "confusion.png" in out
+    folder = run / "eval" / "val"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    # The held-out split at the resolution last trained at: what the run itself logged at its end.
+    assert metrics["top1"] == pytest.approx(last["val_top1"]) and metrics["loss"] == pytest.approx(last["val_loss"])
+    assert metrics["n"] == 360 and metrics["resolution"] == 16
+    confusion = [[int(v) for v in row[1:]] for row in csv.reader((folder / "confusion.csv").open())][1:]
+    assert sum(map(sum, confusion)) == 360
+    assert 100 * sum(confusion[i][i] for i in range(10)) / 360 == pytest.approx(metrics["top1"])
+    per_class = list(csv.reader((folder / "per_class.csv").open()))
+    assert [r[0] for r in per_class[1:]] == [str(i) for i in range(10)]
+    assert Image.open(folder / "top_losses.png").size[0] == 4 * 96 and Image.open(folder / "confusion.png").size
+    # Other data of the same classes; another checkpoint; data of other classes is one line.
+    assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0
+    assert json.loads((run / "eval" / "digits" / "metrics.json").read_text())["n"] == 1797
+    for c in ("cat", "dog"):
+        (tmp_path / "pets" / c).mkdir(parents=True)
+        Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "pets" / c / "a.png")
+    bigbatch.data.prepare(str(tmp_path / "pets"), str(tmp_path / "pets.h5"), 16, workers=0)
+    capsys.readouterr()
+    assert main(["eval", str(run), str(tmp_path / "pets.h5")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has other classes than the run (2 against 10; the first that differs" in err
+    assert not (run / "eval" / "pets").exists()
+    assert main(["eval", str(run), "--checkpoint", "000099.000"]) == 2
+    assert "no complete checkpoint '000099.000'" in capsys.readouterr().err
+
+
+def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
+    from bigbatch.cli import main
+
+    run = bigbatch.train(tiny(**{"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
+    held = validation_data(Config.load(run / "config.toml"))
+    images, labels = held.get(torch.arange(6))
+    (tmp_path / "imgs").mkdir()
+    for i, img in enumerate(images):
+        Image.fromarray(img.numpy()).save(tmp_path / "imgs" / f"{i}.png")
+    (tmp_path / "imgs" / "broken.png").write_bytes(b"not a png")
+    capsys.readouterr()
+    assert main(["predict", str(run), str(tmp_path / "imgs"), "--json", "--topk", "3"]) == 0
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    assert "broken.png: not an image" in err and [r["file"].rsplit("/", 1)[1] for r in rows] == [
+        f"{i}.png" for i in range(6)
+    ]
+    assert all(len(r["top"]) == 3 and r["top"][0]["p"] >= r["top"][1]["p"] for r in rows)
+    # The classifier on the validation transform of the same images (what eval scores): the same probabilities.
+    net = bigbatch.load_classifier(run)
+    with torch.no_grad():
+        want = net(val_transform(images, 16, 1.0, False)).softmax(1)
+    for r, p in zip(rows, want):
+        assert r["top"][0]["class"] == net.class_names[int(p.argmax())] and r["top"][0]["p"] == pytest.approx(
+            float(p.max()), abs=1e-6
+        )
+    # One file with its preprocessing and class names, loadable with torch alone, equal to predict.
+    assert main(["export", str(run), str(tmp_path / "model.pt")]) == 0
+    model = torch.jit.load(str(tmp_path / "model.pt"))
+    assert list(model.class_names) == [str(i) for i in range(10)]
+    from bigbatch.tasks.classify.inference import inference_of
+
+    module = inference_of(run)
+    odd = torch.randint(0, 256, (41, 29, 3), dtype=torch.uint8)  # any size: center square, resized
+    for image in (images[0], odd):
+        assert torch.allclose(model(image), module(image), atol=1e-5)
+    assert torch.allclose(model(images[0])[0], want[0], atol=1e-5)
+    # Another task's run: one line.
+    gan = tmp_path / "gan"
+    assert (
+        main(["train", "--run-dir", str(gan), "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.kimg=0.064"])
+        == 0
+    )
+    capsys.readouterr()
+    for argv in (["predict", str(gan), str(tmp_path / "imgs" / "0.png")], ["export", str(gan), str(tmp_path / "g.pt")]):
+        assert main(argv) == 2
+        assert "is a gan run: predict and export take a classify run's classifier" in capsys.readouterr().err
+    assert not (tmp_path / "g.pt").exists()  # nothing written

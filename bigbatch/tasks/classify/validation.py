@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -134,13 +134,8 @@ class Validation:
             ]
         return self._whole_batches[size]
 
-    @torch.no_grad()
-    def __call__(self, model: nn.Module) -> dict[str, float]:
-        began, was_training = time.perf_counter(), model.training
-        model.eval()
-        # correct top-1, correct top-5, summed loss, images
-        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
-        size = self.size()
+    def inputs(self, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """This rank's batches at `size`: (indices in the split, float NCHW inputs on the device, labels)."""
         batches = self.whole_batches(size) if self.whole else [(index, None, None) for index in self.batches]
         for index, boxes, shape in batches:
             if boxes is not None:  # cut from the whole image as it is read
@@ -153,6 +148,30 @@ class Validation:
             if self.rotation:  # train.labels = "rotation": image i of the split turned by (i mod 4) x 90 degrees
                 y = (index % len(ROTATIONS)).to(self.device)
                 x = rotate(x, y)
+            yield index, x, y
+
+    @torch.no_grad()
+    def predictions(self, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(indices, float logits, labels) of this rank's share of the split, on the CPU."""
+        was_training = model.training
+        model.eval()
+        out = []
+        for index, x, y in self.inputs(self.size()):
+            with prec.autocast(self.precision, self.device):
+                logits = model(x)
+            out.append((index, logits.float().cpu(), y.cpu()))
+        model.train(was_training)
+        if not out:
+            return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
+        return tuple(torch.cat(parts) for parts in zip(*out))  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        began, was_training = time.perf_counter(), model.training
+        model.eval()
+        # correct top-1, correct top-5, summed loss, images
+        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
+        for _, x, y in self.inputs(self.size()):
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
             logits = logits.float()

@@ -1,0 +1,60 @@
+"""A classify run's own commands: `bigbatch predict RUN IMAGES...` (class names and probabilities per
+image) and `bigbatch export RUN OUT` (one TorchScript file: preprocessing, network, class names)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from bigbatch.errors import BigbatchError
+
+
+def _predict(args: argparse.Namespace) -> None:
+    from bigbatch.engine import dist
+    from bigbatch.tasks.classify.inference import inference_of, predict, read_images
+
+    if args.topk < 1:
+        raise BigbatchError(f"--topk must be at least 1, got {args.topk}")
+    module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
+    images, skipped = read_images(args.images)
+    for name, why in skipped:
+        print(f"bigbatch: skipped {name}: {why}", file=sys.stderr)
+    if not images:
+        raise BigbatchError(
+            "no image to predict: " + (f"{skipped[0][0]}: {skipped[0][1]}" if skipped else "none given")
+        )
+    rows = predict(module, images, args.topk)
+    if args.json:
+        print(json.dumps(rows))
+        return
+    for row in rows:
+        print(f"{row['file']}: " + ", ".join(f"{t['class']} {t['p']:.3f}" for t in row["top"]))
+
+
+def _export(args: argparse.Namespace) -> None:
+    from bigbatch.tasks.classify.inference import export
+
+    out = export(args.run, args.out, args.checkpoint)
+    print(
+        f"Wrote {out}: torch.jit.load it, then model(uint8 HWC image of any size) gives class probabilities; "
+        "model.class_names names them"
+    )
+
+
+def add_classify_commands(sub: Any) -> None:
+    """Add predict and export to the CLI's subcommands."""
+    pr = sub.add_parser("predict", help="a classify run's classes and probabilities for image files, folders or zips")
+    pr.add_argument("run", metavar="RUN", help="classify run directory or checkpoint folder")
+    pr.add_argument("images", metavar="IMAGE", nargs="+", help="image files, folders of images or .zip files")
+    pr.add_argument("--topk", type=int, default=5, help="classes per image (default 5)")
+    pr.add_argument("--json", action="store_true", help="one JSON list: file, top classes with probabilities")
+    pr.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
+    pr.set_defaults(func=_predict)
+
+    ex = sub.add_parser("export", help="a classify run's classifier with its preprocessing as one TorchScript file")
+    ex.add_argument("run", metavar="RUN", help="classify run directory or checkpoint folder")
+    ex.add_argument("out", metavar="OUT", help="the file to write (e.g. model.pt)")
+    ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
+    ex.set_defaults(func=_export)

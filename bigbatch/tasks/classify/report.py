@@ -1,0 +1,218 @@
+"""`bigbatch eval RUN [DATA]` for a classify run: its classifier scored on DATA (default: the run's
+held-out split) at the resolution it last trained at, with the run's validation crops: top-1, top-5
+and loss, per-class accuracy, the confusion matrix (CSV and PNG) and a sheet of the images it got
+most wrong, under RUN/eval/<data>/."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageDraw
+
+from bigbatch import checkpoints
+from bigbatch.config import Config
+from bigbatch.data.load import load_data, validation_data
+from bigbatch.data.schedule import resize_batch, schedule_of
+from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
+from bigbatch.metrics.classifier import load_classifier
+from bigbatch.tasks.classify.validation import Validation
+from bigbatch.urls import public_name
+
+TOP_LOSSES = 16
+
+
+def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
+    """The checkpoint of a run that `which` names: latest, best (checkpoints/best/) or a folder name."""
+    path = Path(path)
+    if which == "latest" or (path / "meta.json").exists():
+        return checkpoints.find_checkpoint(path)
+    if which == "best":
+        best = checkpoints.best_checkpoint(path)
+        if best is None:
+            raise BigbatchError(f"{path} has no checkpoints/best/ (eval.every_kimg was off): use --checkpoint latest")
+        return best
+    found = path / "checkpoints" / which
+    if not checkpoints.is_complete(found):
+        names = ", ".join(p.name for p in checkpoints.complete_checkpoints(path))
+        raise BigbatchError(f"{path} has no complete checkpoint {which!r}; it has: best, latest, {names}")
+    return found
+
+
+def evaluate_classifier(
+    run: str | Path, data_path: str | None = None, which: str = "latest", device: str | torch.device = "cpu"
+) -> dict[str, Any]:
+    """Score a classify run's classifier; write RUN/eval/<data>/ (metrics.json, per_class.csv,
+    confusion.csv, confusion.png, top_losses.png) and return the metrics."""
+    ckpt = pick_checkpoint(run, which)
+    cfg = Config.load(ckpt / "config.toml")
+    if cfg.task != "classify":
+        raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a classifier")
+    net = load_classifier(ckpt, device)
+    d = cfg.data
+    if data_path is None:
+        data = validation_data(cfg)
+        if data is None:
+            raise BigbatchError(
+                f"{run} has no held-out split (data.val_path, data.val_fraction): give DATA to score on"
+            )
+        name = "val"
+    else:
+        data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
+    if list(data.class_names) != list(net.class_names):
+        theirs, mine = list(data.class_names), list(net.class_names)
+        first = next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))
+        raise BigbatchError(
+            f"{data.source} has other classes than the run ({len(theirs)} against {len(mine)}; the first that differs "
+            f"is number {first}: {theirs[first] if first < len(theirs) else '-'} against "
+            f"{mine[first] if first < len(mine) else '-'}); score it on data of the run's classes"
+        )
+    meta = checkpoints.read_meta(ckpt) or {}
+    nimg = int(meta.get("nimg", 0))
+    resolution = schedule_of(cfg).phase_at(max(0, nimg - 1)).resolution or d.resolution
+    device = next(net.parameters()).device
+    validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
+    index, logits, labels = validation.predictions(net)
+    report = _report(logits, labels, list(net.class_names))
+    out = Path(run if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent) / "eval" / name
+    report.update(
+        data=public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)",
+        checkpoint=str(ckpt),
+        resolution=resolution,
+        crop=d.val_crop,
+        rect=d.val_rect,
+        folder=str(out),
+    )
+    _write(out, report, logits, labels, index, data, resolution, list(net.class_names))
+    return report
+
+
+def _report(logits: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> dict[str, Any]:
+    n, k = len(labels), len(class_names)
+    top = logits.topk(min(5, k), dim=1).indices
+    hits = top == labels[:, None]
+    confusion = torch.bincount(labels * k + top[:, 0], minlength=k * k).view(k, k)
+    per_class = confusion.diagonal().double() / confusion.sum(1).clamp(min=1).double()
+    return {
+        "n": n,
+        "top1": round(100 * hits[:, 0].double().mean().item(), 4) if n else float("nan"),
+        "top5": round(100 * hits.any(1).double().mean().item(), 4) if n else float("nan"),
+        "loss": round(F.cross_entropy(logits, labels).item(), 6) if n else float("nan"),
+        "per_class": {c: round(100 * per_class[i].item(), 4) for i, c in enumerate(class_names)},
+        "confusion": confusion.tolist(),
+    }
+
+
+def _write(
+    out: Path,
+    report: dict[str, Any],
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    index: torch.Tensor,
+    data: Any,
+    resolution: int,
+    class_names: list[str],
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    confusion = report["confusion"]
+    atomic_write(
+        out / "metrics.json", json.dumps({k: v for k, v in report.items() if k != "confusion"}, indent=1) + "\n"
+    )
+    atomic_write(out / "per_class.csv", _csv([["class", "images", "accuracy"]] + [
+        [c, sum(confusion[i]), report["per_class"][c]] for i, c in enumerate(class_names)
+    ]))  # fmt: skip
+    atomic_write(out / "confusion.csv", _csv([["true \\ predicted", *class_names]] + [
+        [c, *confusion[i]] for i, c in enumerate(class_names)
+    ]))  # fmt: skip
+    atomic_write(out / "confusion.png", _confusion_png(confusion, class_names))
+    losses = F.cross_entropy(logits, labels, reduction="none")
+    worst = losses.argsort(descending=True)[:TOP_LOSSES]
+    probs = logits.softmax(1)
+    rows = []
+    for j in worst.tolist():
+        image = resize_batch(data.get(index[j : j + 1])[0], resolution)[0]
+        pred = int(probs[j].argmax())
+        rows.append((image, int(labels[j]), pred, float(probs[j, pred]), float(probs[j, labels[j]])))
+    atomic_write(out / "top_losses.png", _png(top_losses_sheet(rows, class_names)))
+
+
+def _csv(rows: list[list[Any]]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(rows)
+    return buffer.getvalue()
+
+
+def _png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _confusion_png(confusion: list[list[int]], class_names: list[str]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    k = len(class_names)
+    size = min(24, 2 + 0.35 * k)
+    fig, ax = plt.subplots(figsize=(size, size))
+    rows = torch.tensor(confusion, dtype=torch.float64)
+    shares = rows / rows.sum(1, keepdim=True).clamp(min=1)
+    ax.imshow(shares.numpy(), cmap="Blues", vmin=0, vmax=1)
+    if k <= 40:
+        ax.set_xticks(range(k), class_names, rotation=90)
+        ax.set_yticks(range(k), class_names)
+        for i in range(k):
+            for j in range(k):
+                if confusion[i][j]:
+                    ax.text(j, i, str(confusion[i][j]), ha="center", va="center", fontsize=7,
+                            color="white" if shares[i, j] > 0.5 else "black")  # fmt: skip
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], class_names: list[str]) -> Image.Image:
+    """The images a classifier got most wrong, 4 a row, each over two lines: its true class (and the
+    probability given to it), and the prediction (and its probability)."""
+    cell = max(96, max(max(img.shape[:2]) for img, *_ in rows)) if rows else 96
+    cols = 4
+    sheet = Image.new("RGB", (cols * cell, max(1, -(-len(rows) // cols)) * (cell + 26)), "white")
+    draw = ImageDraw.Draw(sheet)
+    for i, (img, true, pred, p_pred, p_true) in enumerate(rows):
+        x, y = (i % cols) * cell, (i // cols) * (cell + 26)
+        pic = Image.fromarray(img[..., :3].numpy())
+        if max(pic.size) < cell:
+            pic = pic.resize((cell * pic.width // max(pic.size), cell * pic.height // max(pic.size)), Image.NEAREST)
+        sheet.paste(pic, (x, y))
+        width = cell // 6
+        draw.text((x + 2, y + cell), f"true {class_names[true]} {p_true:.2f}"[:width], fill=(0, 0, 0))
+        draw.text((x + 2, y + cell + 12), f"pred {class_names[pred]} {p_pred:.2f}"[:width], fill=(200, 0, 0))
+    return sheet
+
+
+def describe(report: dict[str, Any]) -> str:
+    """The few lines `bigbatch eval` prints."""
+    per_class = sorted(report["per_class"].items(), key=lambda kv: kv[1])
+    worst = ", ".join(f"{c} {a:.1f}%" for c, a in per_class[:3])
+    return "\n".join(
+        [
+            f"{report['data']}: {report['n']} images at {report['resolution']} px, checkpoint {report['checkpoint']}",
+            f"top-1 {report['top1']:.2f}%  top-5 {report['top5']:.2f}%  loss {report['loss']:.4f}",
+            f"hardest classes: {worst}",
+            f"wrote {report['folder']}/: metrics.json, per_class.csv, confusion.csv, confusion.png, top_losses.png",
+        ]
+    )
