@@ -26,6 +26,7 @@ def _train(args: argparse.Namespace) -> None:
     from bigbatch.batching import describe_plan
     from bigbatch.config import Config, parse_override
     from bigbatch.loop import train
+    from bigbatch.presets import base_config
 
     overrides = dict(parse_override(o) for o in args.overrides)
     resume: bool | str = {"": False, "yes": True, "auto": "auto"}[args.resume or ""]
@@ -37,7 +38,7 @@ def _train(args: argparse.Namespace) -> None:
     if resume and not (args.preset or args.config) and saved.exists():
         cfg = Config.load(saved)  # the run's own config; the same command with --preset/--config is checked
     else:
-        cfg = _base_config(args.preset, args.config, "digits")
+        cfg = base_config(args.preset, args.config, "digits")
     if args.init_from:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides)
@@ -48,17 +49,9 @@ def _train(args: argparse.Namespace) -> None:
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
 
 
-def _base_config(preset_name: str | None, config: str | None, default: str):
-    from bigbatch.config import Config
-    from bigbatch.presets import preset
-
-    if preset_name and config:
-        raise BigbatchError("give either --preset or --config, not both")
-    return Config.load(config) if config else preset(preset_name or default)
-
-
 def _convert(args: argparse.Namespace) -> None:
     from bigbatch.config import parse_override
+    from bigbatch.presets import base_config
     from bigbatch.tasks.gan.convert import convert_reference
     from bigbatch.tasks.swap import files
 
@@ -70,7 +63,7 @@ def _convert(args: argparse.Namespace) -> None:
             f"--config {out}/config.toml data.path=SRC.h5 data.dst_path=DST.h5 train.init_from={out}"
         )
         return
-    cfg = _base_config(args.preset, args.config, "biggan128_bs2048")
+    cfg = base_config(args.preset, args.config, "biggan128_bs2048")
     cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
     ckpt = convert_reference(args.src, args.out, cfg, args.classes)
     out = shlex.quote(args.out)

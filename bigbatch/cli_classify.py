@@ -1,5 +1,6 @@
 """A classify run's own commands: `bigbatch predict RUN IMAGES...` (class names and probabilities per
-image) and `bigbatch export RUN OUT` (one TorchScript file: preprocessing, network, class names)."""
+image), `bigbatch export RUN OUT` (one TorchScript file: preprocessing, network, class names) and
+`bigbatch lr-find --preset P [k=v ...]` (the learning-rate range test)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,24 @@ def _export(args: argparse.Namespace) -> None:
     )
 
 
+def _lr_find(args: argparse.Namespace) -> None:
+    from bigbatch.config import parse_override
+    from bigbatch.presets import base_config
+    from bigbatch.tasks.classify.lr_find import lr_find, plot
+
+    cfg = base_config(args.preset, args.config, "fashion_resnet_fast").override(
+        dict(parse_override(o) for o in args.overrides)
+    )
+    result = lr_find(cfg, args.start_lr, args.end_lr, args.steps)
+    out = plot(result, args.out)
+    per = f" per {result['lr_batch']} images" if result["lr_batch"] else ""
+    print(f"{len(result['lr'])} steps at batch {result['batch']}, rates {result['lr'][0]:.1e}..{result['lr'][-1]:.1e}")
+    print(
+        f"suggested train.lr{per}: valley {result['valley']:.2e}, steepest {result['steepest']:.2e}, "
+        f"minimum/10 {result['minimum']:.2e}; the curve is in {out}"
+    )
+
+
 def add_classify_commands(sub: Any) -> None:
     """Add predict and export to the CLI's subcommands."""
     pr = sub.add_parser("predict", help="a classify run's classes and probabilities for image files, folders or zips")
@@ -58,3 +77,13 @@ def add_classify_commands(sub: Any) -> None:
     ex.add_argument("out", metavar="OUT", help="the file to write (e.g. model.pt)")
     ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
     ex.set_defaults(func=_export)
+
+    lf = sub.add_parser("lr-find", help="learning-rate range test of a classify config; writes lr_find.png")
+    lf.add_argument("--preset", help="a named recipe (bigbatch presets; default fashion_resnet_fast)")
+    lf.add_argument("--config", help="a config.toml")
+    lf.add_argument("--steps", type=int, default=100, help="steps with the rate rising exponentially (default 100)")
+    lf.add_argument("--start-lr", type=float, default=1e-7, help="first rate, in train.lr's units (default 1e-7)")
+    lf.add_argument("--end-lr", type=float, default=10.0, help="last rate (default 10)")
+    lf.add_argument("--out", default="lr_find.png", help="where the curve goes (default lr_find.png)")
+    lf.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
+    lf.set_defaults(func=_lr_find)

@@ -30,6 +30,13 @@ def list_presets() -> dict[str, str]:
     return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in sorted(_PRESETS.items())}
 
 
+def base_config(name: str | None, config: str | None, default: str = "digits") -> Config:
+    """The config a command starts from: --preset NAME, or --config FILE.toml, or the `default` preset."""
+    if name and config:
+        raise BigbatchError("give either --preset or --config, not both")
+    return Config.load(config) if config else preset(name or default)
+
+
 def preset(name: str) -> Config:
     """The Config of a named recipe."""
     if name not in _PRESETS:

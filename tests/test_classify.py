@@ -412,3 +412,24 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
         assert main(argv) == 2
         assert "is a gan run: predict and export take a classify run's classifier" in capsys.readouterr().err
     assert not (tmp_path / "g.pt").exists()  # nothing written
+
+
+def test_lr_find_sweeps_the_rate_and_suggests_fastais_points(tmp_path, capsys, monkeypatch):
+    from bigbatch.cli import main
+    from bigbatch.tasks.classify.lr_find import suggestions
+
+    lrs = [10 ** (-6 + 6 * i / 59) for i in range(60)]
+    losses = [1 + (math.log10(lr) + 2) ** 2 for lr in lrs]  # falls to 1e-2, then rises
+    s = suggestions(lrs, losses)
+    assert s["minimum"] == pytest.approx(lrs[losses.index(min(losses))] / 10)
+    assert s["steepest"] == lrs[1] and lrs[0] < s["valley"] < lrs[losses.index(min(losses))]
+    monkeypatch.chdir(tmp_path)
+    argv = ["lr-find", "data.path=builtin:digits", "data.resolution=16", "data.schedule=", "train.batch=64"]
+    argv += ["train.micro_batch=32", "model.ch=8", "model.options.depth=8", "data.val_path=", "data.val_fraction=0.2"]
+    argv += ["--steps", "30"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "30 steps at batch 64, rates 1.0e-07..1.0e+01" in out and "suggested train.lr per 256 images" in out
+    assert Image.open(tmp_path / "lr_find.png").size and sorted(p.name for p in tmp_path.iterdir()) == ["lr_find.png"]
+    assert main(["lr-find", "--preset", "digits", "--steps", "10"]) == 2
+    assert 'lr-find takes classify configs (task = "classify")' in capsys.readouterr().err
