@@ -374,13 +374,16 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     for i, img in enumerate(images):
         Image.fromarray(img.numpy()).save(tmp_path / "imgs" / f"{i}.png")
     (tmp_path / "imgs" / "broken.png").write_bytes(b"not a png")
+    (tmp_path / "imgs" / "sub").mkdir()  # a sub-folder: its images and those beside it are all predicted
+    Image.fromarray(images[0].numpy()).save(tmp_path / "imgs" / "sub" / "again.png")
     capsys.readouterr()
     assert main(["predict", str(run), str(tmp_path / "imgs"), "--json", "--topk", "3"]) == 0
     out, err = capsys.readouterr()
     rows = json.loads(out)
-    assert "broken.png: not an image" in err and [r["file"].rsplit("/", 1)[1] for r in rows] == [
-        f"{i}.png" for i in range(6)
-    ]
+    assert "broken.png: not an image" in err
+    assert [r["file"].rsplit("/", 1)[1] for r in rows] == [f"{i}.png" for i in range(6)] + ["again.png"]
+    assert rows[-1]["top"] == rows[0]["top"]
+    rows = rows[:6]
     assert all(len(r["top"]) == 3 and r["top"][0]["p"] >= r["top"][1]["p"] for r in rows)
     # The classifier on the validation transform of the same images (what eval scores): the same probabilities.
     net = bigbatch.load_classifier(run)

@@ -82,8 +82,11 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
             items = [(str(p), data)]
         elif p.exists():
             listing = list_source(str(p))
-            keys = [k for k, n in zip(listing.keys, listing.names) if Path(n).suffix.lower() in IMAGE_SUFFIXES]
-            names = [n for n in listing.names if Path(n).suffix.lower() in IMAGE_SUFFIXES]
+            # Every image file: those in sub-folders and those beside them (class folders mean nothing here).
+            prefix = listing.keys[0][: len(listing.keys[0]) - len(listing.names[0])] if listing.keys else ""
+            pairs = [*zip(listing.keys, listing.names), *((prefix + r, r) for r in listing.outside)]
+            pairs = sorted((k, n) for k, n in pairs if Path(n).suffix.lower() in IMAGE_SUFFIXES)
+            keys, names = [k for k, _ in pairs], [n for _, n in pairs]
             items = list(zip((f"{p}/{n}" for n in names), listing.source.read(keys)))
         else:
             raise BigbatchError(f"{path} does not exist; give image files, folders or .zip files of images")
