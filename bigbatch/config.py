@@ -297,9 +297,15 @@ class TrainConfig(Section):
     """Orthogonal regularization strength of D (0 = off), as g_ortho."""
     init_from: str = ""
     """Fine-tune: start G, D and G_ema from this run or checkpoint (fresh optimizers; class embeddings
-    of a different number of classes are re-initialised). "" = train from scratch."""
+    of a different number of classes are re-initialised); classify: the network from a classify run or
+    a torchvision/timm-layout state dict (.pth, .safetensors), its head new for the data's classes;
+    swap: see the README. "" = train from scratch."""
     freeze_d: int = 0
     """FreezeD (Mo et al. 2020): keep D's first this many blocks (from the image side) fixed."""
+    freeze_kimg: float = 0.0
+    """classify, fine-tuning (fastai's fine_tune): only the head trains for this many kimg, then all."""
+    body_lr_mult: float = 1.0
+    """classify: the body trains at train.lr times this, the head at train.lr (e.g. 0.1 to fine-tune)."""
     ema_halflife_kimg: float = 10.0
     """Half-life of the EMA of G's weights, in thousands of images (independent of the batch size)."""
     ema_start_kimg: float = 0.0
@@ -326,6 +332,10 @@ class TrainConfig(Section):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         if self.freeze_d < 0:
             self._fail("freeze_d", f"must be a number of blocks >= 0, got {self.freeze_d}")
+        if not (math.isfinite(self.freeze_kimg) and self.freeze_kimg >= 0):
+            self._fail("freeze_kimg", f"must be kimg >= 0 (0: no frozen start), got {self.freeze_kimg}")
+        if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
+            self._fail("body_lr_mult", f"must be a factor > 0, got {self.body_lr_mult}")
         if self.lr_batch < 0:
             self._fail("lr_batch", f"must be a batch >= 0 (0: rates as written), got {self.lr_batch}")
         if not 0 <= self.momentum < 1:

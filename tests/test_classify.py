@@ -436,3 +436,50 @@ def test_lr_find_sweeps_the_rate_and_suggests_fastais_points(tmp_path, capsys, m
     assert Image.open(tmp_path / "lr_find.png").size and sorted(p.name for p in tmp_path.iterdir()) == ["lr_find.png"]
     assert main(["lr-find", "--preset", "digits", "--steps", "10"]) == 2
     assert 'lr-find takes classify configs (task = "classify")' in capsys.readouterr().err
+
+
+def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    from bigbatch.cli import main
+
+    # A state dict in torchvision's resnet18 layout (1000 classes), randomly initialised: no download.
+    source = bigbatch.models.create_classifier("resnet18", 1000, ch=16)
+    body = {k: v.clone() for k, v in source.state_dict().items()}
+    torch.save({"state_dict": {f"module.{k}": v for k, v in body.items()}}, tmp_path / "r18.pth")  # DDP, wrapped
+    save_file(body, str(tmp_path / "r18.safetensors"))
+    over = {"model.name": "resnet18", "model.ch": 16, "model.options": {}, "data.resolution": 32, "train.kimg": 0.128}
+    over.update({"train.init_from": str(tmp_path / "r18.pth"), "train.freeze_kimg": 0.128, "train.body_lr_mult": 0.1})
+    frozen = bigbatch.train(tiny(**over), run_dir=tmp_path / "frozen", quiet=True)
+    trained = load_file(frozen / "checkpoints" / "000000.128" / "model.safetensors")
+    params = dict(source.named_parameters())
+    assert all(torch.equal(trained[k], body[k]) for k in params if not k.startswith("fc."))  # frozen: unmoved
+    from bigbatch.batching import replicator_for
+    from bigbatch.tasks import build_task
+
+    cfg = tiny(**over)
+    start = build_task(cfg, replicator_for(cfg), training_data(cfg)).nets()["model"].state_dict()
+    assert trained["fc.weight"].shape == (10, 16 * 8) and not torch.equal(trained["fc.weight"], start["fc.weight"])
+    assert torch.equal(start["conv1.weight"], body["conv1.weight"])  # the body as the file has it
+    # Past freeze_kimg the body trains too (here from the safetensors file).
+    over.update({"train.kimg": 0.256, "train.init_from": str(tmp_path / "r18.safetensors")})
+    thawed = load_file(
+        bigbatch.train(tiny(**over), run_dir=tmp_path / "thawed", quiet=False)
+        / "checkpoints"
+        / "000000.256"
+        / "model.safetensors"
+    )
+    assert "loaded 120 tensors; new for the data's 10 classes: fc.weight, fc.bias" in capsys.readouterr().out
+    assert not torch.equal(thawed["conv1.weight"], body["conv1.weight"])
+    # Another layout is one line naming what does not fit; the GAN task does not take these keys.
+    torch.save(bigbatch.models.create_classifier("resnet50", 1000, ch=16).state_dict(), tmp_path / "r50.pth")
+    bad = tiny(**{**over, "train.init_from": str(tmp_path / "r50.pth")})
+    (tmp_path / "bad.toml").write_text(bad.dumps())
+    argv = ["train", "--config", str(tmp_path / "bad.toml"), "--run-dir", str(tmp_path / "bad")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and "is another network's state dict: its layer1.0.conv1.weight is (16, 16, 1, 1)" in err
+    )
+    with pytest.raises(BigbatchError, match="'train.freeze_kimg' is not read by the GAN task"):
+        bigbatch.preset("digits").override({"train.freeze_kimg": 1.0})

@@ -30,14 +30,14 @@ from bigbatch.data.streams import CROP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.tasks.best import Best
+from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import lr_schedule
 from bigbatch.tasks.classify.validation import METRICS, ROTATIONS, Validation, rotate, rotation_labels
 from bigbatch.tasks.interface import Feed, check_family, register
 
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 GAN_TRAIN_KEYS = (
-    "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "init_from", "freeze_d", "ema_halflife_kimg",
-    "ema_start_kimg",
+    "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
 )  # fmt: skip
 
 
@@ -117,8 +117,14 @@ def build(
     t, m = cfg.train, cfg.model
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
+    if t.init_from and resumed_at is None:
+        said = load_pretrained(net, t.init_from)
+        if rep.is_main and not quiet:
+            print(said, flush=True)
     model = rep.prepare(net.train())
     groups = param_groups(net, t.weight_decay, t.norm_decay)
+    if t.freeze_kimg or t.body_lr_mult != 1:  # fine-tuning: the body's groups apart from the head's
+        groups = body_and_head(groups, net, t.body_lr_mult)
     if t.optimizer == "sgd":
         opt = torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum, nesterov=t.nesterov and t.momentum > 0)
     else:
@@ -171,8 +177,9 @@ class ClassifyTask:
     def step(self, feed: Feed) -> dict[str, float]:
         """One SGD/AdamW step on the feed's next batch; BN running statistics averaged over ranks."""
         lr = self.lr(feed.nimg)
+        frozen = feed.nimg < round(self.cfg.train.freeze_kimg * 1000)  # fine-tuning: the head alone at first
         for group in self.opt.param_groups:
-            group["lr"] = lr
+            group["lr"] = 0.0 if frozen and group.get("body") else lr * group.get("lr_mult", 1.0)
         self.nimg = feed.nimg
         real = feed.next()
         out = self.rep.step(self.loss, self.batch(real.nimg, real.images, real.labels), self.opt)

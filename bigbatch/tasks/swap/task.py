@@ -60,7 +60,8 @@ from bigbatch.urls import public_name
 FOREIGN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
     "optimizer", "lr", "lr_batch", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov", "weight_decay",
-    "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas", "adam_eps",
+    "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas", "adam_eps", "freeze_kimg",
+    "body_lr_mult",
 )  # fmt: skip
 PREVIEW_ROWS = 8
 

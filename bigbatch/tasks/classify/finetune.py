@@ -1,0 +1,92 @@
+"""Fine-tuning a classifier (fastai's `fine_tune`): train.init_from a classify run or a state dict in
+torchvision's or timm's layout (bigbatch's ResNets keep torchvision's names), the body loaded, the
+head (`fc`) new for the data's classes; train.freeze_kimg trains the head alone first and
+train.body_lr_mult gives the body a rate of its own. State dicts are read with weights_only (.pth)
+or as safetensors: nothing is unpickled."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bigbatch.errors import BigbatchError
+from bigbatch.urls import public_name
+
+HEAD = "fc."  # the classifier layer every bigbatch classifier family ends in
+
+
+def read_state_dict(path: str) -> dict[str, torch.Tensor]:
+    """The tensors of a .pth/.pt (torch.load, weights_only) or .safetensors file, or of a classify
+    run's (or checkpoint's) network; a training checkpoint's `state_dict`/`model` entry is taken, and
+    DDP's `module.` prefixes dropped."""
+    p = Path(path)
+    if p.is_dir():
+        from bigbatch import checkpoints
+
+        weights, _ = checkpoints.read_newest(p, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=("model",)))
+        return weights["model"]
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise BigbatchError(f"train.init_from {public_name(path)}: {e.strerror or e}") from None
+    try:
+        if p.suffix == ".safetensors":
+            from safetensors.torch import load
+
+            state: Any = load(data)
+        else:
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 -- torch.load and safetensors raise many types on bad files
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BigbatchError(f"train.init_from {public_name(path)} is not a state dict file ({first})") from None
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise BigbatchError(f"train.init_from {public_name(path)} does not hold a state dict of named tensors")
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def load_pretrained(net: nn.Module, path: str) -> str:
+    """Load the body of `net` from `path` (every tensor but the head must be there, of the same shape);
+    the head too when it has the same shape, else it stays new. Returns the line that says which."""
+    theirs = read_state_dict(path)
+    mine = net.state_dict()
+    for key, value in mine.items():
+        if key.startswith(HEAD):
+            continue
+        if key not in theirs:
+            raise BigbatchError(
+                f"train.init_from {public_name(path)} is another network's state dict: it lacks {key} "
+                f"(its first key is {next(iter(theirs), 'none')}); give one of this model's layout"
+            )
+        if theirs[key].shape != value.shape:
+            raise BigbatchError(
+                f"train.init_from {public_name(path)} is another network's state dict: its {key} is "
+                f"{tuple(theirs[key].shape)}, this model's {tuple(value.shape)}"
+            )
+    head = [k for k in mine if k.startswith(HEAD)]
+    head_fits = all(k in theirs and theirs[k].shape == mine[k].shape for k in head)
+    load = {k: theirs[k].to(mine[k].dtype) for k in mine if not k.startswith(HEAD) or head_fits}
+    net.load_state_dict(load, strict=False)
+    unused = sorted(set(theirs) - set(mine))
+    new = "" if head_fits else f"; new for the data's {net.fc.out_features} classes: {', '.join(head)}"
+    extra = f"; not used: {len(unused)} ({unused[0]}, ...)" if unused else ""
+    return f"train.init_from {public_name(path)}: loaded {len(load)} tensors{new}{extra}"
+
+
+def body_and_head(groups: list[dict[str, Any]], net: nn.Module, body_lr_mult: float) -> list[dict[str, Any]]:
+    """Each optimizer group split into the body's part (`body`, at `body_lr_mult` x the rate; frozen
+    while train.freeze_kimg lasts) and the head's."""
+    head = {id(p) for p in net.fc.parameters()}
+    out = []
+    for g in groups:
+        for is_body in (True, False):
+            params = [p for p in g["params"] if (id(p) not in head) == is_body]
+            if params:
+                out.append({**g, "params": params, "body": is_body, "lr_mult": body_lr_mult if is_body else 1.0})
+    return out
