@@ -21,6 +21,8 @@ def run_eval(args: argparse.Namespace) -> None:
 
         print(describe(evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device)))
         return
+    if args.checkpoint != "latest" and not _is_run(args.path):
+        raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {args.path} is not a run")
     if args.checkpoint != "latest":  # a GAN run: the checkpoint folder is A
         from bigbatch.tasks.classify.report import pick_checkpoint
 

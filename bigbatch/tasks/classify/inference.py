@@ -4,7 +4,8 @@ Both run the same module, `Inference`: a uint8 RGB image (H, W, 3) of any size -
 -> resized (bilinear, antialiased) so that its side is data.val_crop x the resolution the run last
 trained at -> center-cropped to that resolution -> [-1, 1] -> the network -> class probabilities.
 That is the run's validation transform applied to the image as `prepare` stores it (center square),
-so an image already at the data's resolution gets exactly the logits `bigbatch eval` computes. The
+so an image already at the data's resolution gets exactly the logits `bigbatch eval` computes on data
+stored as center squares (rectangular validation and whole-image data are not reproduced). The
 exported TorchScript file carries the module and the class names and loads with torch alone.
 """
 

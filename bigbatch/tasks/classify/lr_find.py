@@ -30,6 +30,7 @@ def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 10
         raise BigbatchError(f'lr-find takes classify configs (task = "classify"); this one trains task = "{cfg.task}"')
     if not (0 < start < end and math.isfinite(end)) or steps < 5:
         raise BigbatchError(f"lr-find needs 0 < start < end and at least 5 steps, got {start:g}..{end:g}, {steps}")
+    cfg = cfg.override({"train.freeze_kimg": 0.0})  # the whole network's rate, not a frozen body's
     first = schedule_of(cfg).phases[0]  # the first phase's resolution and batch, as training begins
     rep = replicator_for(cfg)
     try:
@@ -40,15 +41,18 @@ def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 10
         rates = [start * (end / start) ** (i / (steps - 1)) for i in range(steps)]
         task.lr = lambda nimg: rates[min(nimg // first.batch, steps - 1)] * scale  # type: ignore[attr-defined]
         feed = Feed(data, Schedule([first]), rep, cfg, crop_scale=getattr(task, "loader_crop_scale", 0.0))
-        lrs, losses, average, best = [], [], 0.0, math.inf
+        lrs, losses, average, best, skipped = [], [], 0.0, math.inf, 0
         try:
             for i in range(steps):
                 stats = task.step(feed)
+                if rep.skipped(task.opt) and skipped < 10 and not losses:
+                    skipped += 1  # fp16's loss scale settling in: not a divergence
+                    continue
                 loss = stats.get("loss", math.nan)
                 if not math.isfinite(loss):
                     break
                 average = SMOOTHING * average + (1 - SMOOTHING) * loss
-                smoothed = average / (1 - SMOOTHING ** (i + 1))
+                smoothed = average / (1 - SMOOTHING ** (len(losses) + 1))
                 lrs.append(rates[i])
                 losses.append(smoothed)
                 best = min(best, smoothed)

@@ -32,6 +32,8 @@ TOP_LOSSES = 16
 def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
     """The checkpoint of a run that `which` names: latest, best (checkpoints/best/) or a folder name."""
     path = Path(path)
+    if (path / "meta.json").exists() and which != "latest":
+        raise BigbatchError(f"{path} is a checkpoint already: --checkpoint {which} names one of a run directory")
     if which == "latest" or (path / "meta.json").exists():
         return checkpoints.find_checkpoint(path)
     if which == "best":
@@ -55,6 +57,8 @@ def evaluate_classifier(
     cfg = Config.load(ckpt / "config.toml")
     if cfg.task != "classify":
         raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a classifier")
+    if cfg.train.labels == "rotation":
+        raise BigbatchError(f'{run} learned rotations (train.labels = "rotation"): eval scores class labels only')
     net = load_classifier(ckpt, device)
     d = cfg.data
     if data_path is None:
