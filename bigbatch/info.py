@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bigbatch import checkpoints
 from bigbatch.config import Config
-from bigbatch.data.schedule import schedule_of
+from bigbatch.data.schedule import phase_trained, resolution_trained, schedule_of
 from bigbatch.rundir import read_metrics
 
 
@@ -40,8 +40,7 @@ def describe_run(path: str | Path) -> str:
         lines.append(f"recipe      {cfg.name}: src {cfg.data.path}, dst {cfg.data.dst_path} at {cfg.data.resolution}px")
     else:
         classes = meta.get("n_classes") or "no"
-        nimg = int(meta.get("nimg", 0))
-        trained = schedule_of(cfg).phase_at(max(0, nimg - 1)).resolution or cfg.data.resolution
+        trained = resolution_trained(cfg, int(meta.get("nimg", 0)))
         at = f"{cfg.data.resolution}px" + (f", last trained at {trained}px" if trained != cfg.data.resolution else "")
         lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {at}, {classes} classes")
     options = f" {m.options}" if m.options else ""
@@ -78,7 +77,7 @@ def describe_run(path: str | Path) -> str:
                 f"{p.resolution}px batch {p.batch}"
                 + (f" lr {p.lr[0]:g}->{p.lr[1]:g}" if p.lr else "")
                 + f" from {p.start / 1000:g} kimg"
-                + (" (current)" if p == schedule_of(cfg).phase_at(max(0, int(meta.get("nimg", 0)) - 1)) else "")
+                + (" (current)" if p == phase_trained(cfg, int(meta.get("nimg", 0))) else "")
                 for p in phases
             )
         )

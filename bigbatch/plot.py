@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write
+from bigbatch.files import save_figure
 from bigbatch.rundir import read_metrics
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
@@ -107,16 +106,10 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
         logs, evals = data[runs[0]]
         fig.suptitle(f"{runs[0].name}: {logs[-1]['kimg'] if logs else evals[-1]['kimg']:g} kimg", fontsize=11)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
     if out is None:
         given = [Path(p) for p in paths]
         out = (given[0] if len(given) == 1 else Path(os.path.commonpath([p.resolve() for p in runs]))) / "plots.png"
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, buf.getvalue())
-    return path
+    return save_figure(fig, out)
 
 
 def _expand(paths: list[Path]) -> list[Path]:

@@ -41,7 +41,7 @@ def rrc_box(width: int, height: int, draws: torch.Tensor, min_scale: float) -> t
     return (width - w) // 2, (height - h) // 2, w, h
 
 
-def center_box(width: int, height: int, fraction: float = 1.0) -> tuple[int, int, int, int]:
-    """(left, top, w, h) of the centered square of side `fraction` of the short side."""
-    side = max(1, round(min(width, height) * fraction))
+def center_box(width: int, height: int) -> tuple[int, int, int, int]:
+    """(left, top, w, h) of the centered square of the short side."""
+    side = min(width, height)
     return (width - side) // 2, (height - side) // 2, side, side

@@ -1,8 +1,8 @@
 """A data file group of encoded images (`prepare --codec jpeg|png|webp`): one byte stream of the images'
 encoded bytes back to back (`encoded`, uint8, chunked), where each starts (`offsets`, N + 1 int64),
-the size each decodes to (`sizes`, N x 2: h, w) and the labels. A reader fetches an image's bytes as
-file byte ranges (adjacent images in one read, locally or as HTTP range requests) and decodes them
-in its own process; FFCV's layout, in HDF5 so that every guarantee of the raw files holds."""
+the size each decodes to (`sizes`, N x 2: h, w) and the labels; FFCV's layout, in HDF5 so that every
+guarantee of the raw files holds. Here: its content hash, its checks, and reading images' bytes as
+file byte ranges (adjacent images in one read); h5write.py writes it, hdf5.py decodes it."""
 
 from __future__ import annotations
 
@@ -13,59 +13,13 @@ from typing import Any
 import h5py
 import numpy as np
 
-from bigbatch.data.codecs import Encoded
-
 CHUNK = 256 << 10  # bytes per chunk of the byte stream (allocated whole: a small file wastes at most one)
-WRITE_IMAGES = 256
 
 
 def digest_start(codec: str, quality: int) -> Any:
     """The content hash of encoded images starts from the codec, so that the same pixels stored raw,
     or at another quality, never hash alike."""
     return hashlib.sha256(f"{codec}:{quality}".encode())
-
-
-class EncodedGroupWriter:
-    """Appends encoded images to one group; `n`, `buf_labels`, `shape`, `name`, `hash_images`,
-    `hash_labels` and `flush` as the raw group writer has them."""
-
-    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int], codec: str, quality: int):
-        self.name, self.shape = name, shape
-        g = f.require_group(name)
-        self.encoded = g.create_dataset("encoded", (0,), np.uint8, maxshape=(None,), chunks=(CHUNK,))
-        self.offsets = g.create_dataset("offsets", (1,), np.int64, maxshape=(None,), chunks=(1 << 14,))
-        self.sizes = g.create_dataset("sizes", (0, 2), np.int32, maxshape=(None, 2), chunks=(1 << 14, 2))
-        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
-        self.buf_images: list[Encoded] = []
-        self.buf_labels: list[int] = []
-        self.n, self.end = 0, 0
-        self.hash_images, self.hash_labels = digest_start(codec, quality), hashlib.sha256()
-
-    def add(self, image: Encoded, label: int) -> None:
-        self.buf_images.append(image)
-        self.buf_labels.append(label)
-        if len(self.buf_images) >= WRITE_IMAGES:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.buf_images:
-            return
-        lengths = np.array([len(e.data) for e in self.buf_images], np.int64)
-        stream = np.frombuffer(b"".join(e.data for e in self.buf_images), np.uint8)
-        labels = np.asarray(self.buf_labels, dtype="<i8")
-        m, end = self.n + len(labels), self.end + len(stream)
-        self.encoded.resize(end, axis=0)
-        self.encoded[self.end : end] = stream
-        self.offsets.resize(m + 1, axis=0)
-        self.offsets[self.n + 1 : m + 1] = self.end + np.cumsum(lengths)
-        self.sizes.resize(m, axis=0)
-        self.sizes[self.n : m] = [e.shape[:2] for e in self.buf_images]
-        self.labels.resize(m, axis=0)
-        self.labels[self.n : m] = labels
-        hash_encoded(self.hash_images, lengths, stream, np.array([e.shape[:2] for e in self.buf_images]))
-        self.hash_labels.update(labels)
-        self.n, self.end = m, end
-        self.buf_images, self.buf_labels = [], []
 
 
 def hash_encoded(h: Any, lengths: np.ndarray, stream: np.ndarray, sizes: np.ndarray) -> None:

@@ -1,5 +1,6 @@
-"""Writing a DATA.h5: images appended to a new file under a temporary name (raw uint8 groups here, encoded
-ones in bigbatch/data/encoded.py), the content hash of what was written, and the rename into place."""
+"""Writing a DATA.h5: images appended to a new file under a temporary name (raw uint8 groups, or encoded
+ones in the layout of bigbatch/data/encoded.py), the content hash of what was written, and the rename
+into place."""
 
 from __future__ import annotations
 
@@ -50,23 +51,35 @@ def hash_arrays(class_names: Sequence[str], images: np.ndarray, labels: np.ndarr
     return content_hash(class_names, [(tuple(images.shape), *digests)])
 
 
-class _GroupWriter:
-    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int]):
+class _Buffered:
+    """A group being appended to: images and labels gathered WRITE_ROWS at a time, then `flush`ed."""
+
+    def __init__(self, name: str, shape: tuple[int, int, int]):
         self.name, self.shape = name, shape
-        rows = max(1, CHUNK_BYTES // int(np.prod(shape)))
-        g = f.require_group(name)
-        self.images = g.create_dataset("images", (0, *shape), np.uint8, maxshape=(None, *shape), chunks=(rows, *shape))
-        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
-        self.buf_images: list[np.ndarray] = []
+        self.buf_images: list[Any] = []
         self.buf_labels: list[int] = []
         self.n = 0
-        self.hash_images, self.hash_labels = hashlib.sha256(), hashlib.sha256()
 
-    def add(self, image: np.ndarray, label: int) -> None:
+    def add(self, image: Any, label: int) -> None:
         self.buf_images.append(image)
         self.buf_labels.append(label)
         if len(self.buf_images) >= WRITE_ROWS:
             self.flush()
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+
+class _GroupWriter(_Buffered):
+    """Raw uint8 images of one shape."""
+
+    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int]):
+        super().__init__(name, shape)
+        rows = max(1, CHUNK_BYTES // int(np.prod(shape)))
+        g = f.require_group(name)
+        self.images = g.create_dataset("images", (0, *shape), np.uint8, maxshape=(None, *shape), chunks=(rows, *shape))
+        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        self.hash_images, self.hash_labels = hashlib.sha256(), hashlib.sha256()
 
     def flush(self) -> None:
         if not self.buf_images:
@@ -81,6 +94,41 @@ class _GroupWriter:
         self.hash_images.update(images)
         self.hash_labels.update(labels)
         self.n = m
+        self.buf_images, self.buf_labels = [], []
+
+
+class _EncodedGroupWriter(_Buffered):
+    """Encoded images as one byte stream with their offsets and stored sizes (bigbatch/data/encoded.py)."""
+
+    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int], codec: str, quality: int):
+        super().__init__(name, shape)
+        g = f.require_group(name)
+        self.encoded = g.create_dataset("encoded", (0,), np.uint8, maxshape=(None,), chunks=(enc.CHUNK,))
+        self.offsets = g.create_dataset("offsets", (1,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        self.sizes = g.create_dataset("sizes", (0, 2), np.int32, maxshape=(None, 2), chunks=(1 << 14, 2))
+        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        self.end = 0
+        self.hash_images, self.hash_labels = enc.digest_start(codec, quality), hashlib.sha256()
+
+    def flush(self) -> None:
+        if not self.buf_images:
+            return
+        lengths = np.array([len(e.data) for e in self.buf_images], np.int64)
+        sizes = np.array([e.shape[:2] for e in self.buf_images], np.int64)
+        stream = np.frombuffer(b"".join(e.data for e in self.buf_images), np.uint8)
+        labels = np.asarray(self.buf_labels, dtype="<i8")
+        m, end = self.n + len(labels), self.end + len(stream)
+        self.encoded.resize(end, axis=0)
+        self.encoded[self.end : end] = stream
+        self.offsets.resize(m + 1, axis=0)
+        self.offsets[self.n + 1 : m + 1] = self.end + np.cumsum(lengths)
+        self.sizes.resize(m, axis=0)
+        self.sizes[self.n : m] = sizes
+        self.labels.resize(m, axis=0)
+        self.labels[self.n : m] = labels
+        enc.hash_encoded(self.hash_images, lengths, stream, sizes)
+        self.hash_labels.update(labels)
+        self.n, self.end = m, end
         self.buf_images, self.buf_labels = [], []
 
 
@@ -170,7 +218,7 @@ class H5Writer:
         # v110: the extensible-array chunk index, one lookup per random read however large the file.
         self.raw = _WriteOnce(self.tmp)
         self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
-        self.groups: dict[tuple[int, ...], _GroupWriter | enc.EncodedGroupWriter] = {}
+        self.groups: dict[tuple[int, ...], _GroupWriter | _EncodedGroupWriter] = {}
 
     def __enter__(self) -> H5Writer:
         return self
@@ -196,7 +244,7 @@ class H5Writer:
             if self.codec == "raw":
                 self.groups[shape] = _GroupWriter(self.f, name, shape)  # type: ignore[arg-type]
             else:
-                self.groups[shape] = enc.EncodedGroupWriter(self.f, name, shape, self.codec, self.quality)  # type: ignore[arg-type]
+                self.groups[shape] = _EncodedGroupWriter(self.f, name, shape, self.codec, self.quality)  # type: ignore[arg-type]
         self.groups[shape].add(image, label)  # type: ignore[arg-type]
         self.check()
 

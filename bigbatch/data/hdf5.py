@@ -324,11 +324,6 @@ class H5Data:
         if any(g.chunk_offsets is None and g.array is None for g in self.groups):
             self._h5 = _open_h5(self.path, self.storage_options)
 
-    @property
-    def reads_reduced(self) -> bool:
-        """`get` takes a resolution to decode at (encoded files: JPEG's reduced-size decode)."""
-        return self.encoded
-
     def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Images (N, H, W, C) uint8 and labels (N,) int64 at the given indices, in their order; all
         indices must fall in one group (always so unless the file holds aspect-ratio buckets).
@@ -365,10 +360,13 @@ class H5Data:
 
     def stored_sizes(self, index: torch.Tensor) -> np.ndarray:
         """A file of whole images: the stored (h, w) of the images at `index`."""
+        g = self._whole_group()
+        return g.sizes[torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy() - g.start]  # type: ignore[index]
+
+    def _whole_group(self) -> _Group:
         if not self.whole:
             raise BigbatchError(f"data file {self.source} holds cropped images: prepare it with --crop none")
-        g = self.groups[0]
-        return g.sizes[torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy() - g.start]  # type: ignore[index]
+        return self.groups[0]  # (whole images are one group)
 
     def get_regions(
         self, index: torch.Tensor, boxes: list, out: int | tuple[int, int]
@@ -377,9 +375,7 @@ class H5Data:
         of the images at `index`, each decoded no larger than it needs and resized to `out` (a side, or
         (h, w)); and their labels."""
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
-        if not self.whole:
-            raise BigbatchError(f"data file {self.source} holds cropped images: prepare it with --crop none")
-        g = self.groups[0]
+        g = self._whole_group()
         images = self._decoded(g, idx - g.start, idx, 0, boxes, out)
         return images, self.labels[torch.from_numpy(idx)]
 
@@ -452,18 +448,9 @@ class H5Data:
         sorted_offsets = offsets[order]
         runs = np.split(np.arange(len(rows)), np.flatnonzero(np.diff(sorted_offsets) != nbytes) + 1)
         runs = [r for r in runs if len(r)]
-        if self.remote:
-            starts = [int(sorted_offsets[r[0]]) for r in runs]
-            ends = [s + len(r) * nbytes for s, r in zip(starts, runs)]
-            got = self._fs.cat_ranges([self._fs_path] * len(runs), starts, ends, on_error="raise")
-            for r, data in zip(runs, got):
-                out[order[r]] = np.frombuffer(data, np.uint8).reshape(len(r), nbytes)
-        else:
-            for r in runs:
-                target = out[order[r[0]]] if len(r) == 1 else np.empty((len(r), nbytes), np.uint8)
-                self._read_at(target, int(sorted_offsets[r[0]]))
-                if len(r) > 1:
-                    out[order[r]] = target
+        ranges = [(int(sorted_offsets[r[0]]), int(sorted_offsets[r[0]]) + len(r) * nbytes) for r in runs]
+        for r, data in zip(runs, self._read_ranges(ranges)):
+            out[order[r]] = np.frombuffer(data, np.uint8).reshape(len(r), nbytes)
         return out.reshape(len(rows), *g.shape)
 
     def _read_at(self, target: np.ndarray, offset: int) -> None:

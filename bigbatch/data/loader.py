@@ -81,7 +81,7 @@ def read_batch(
         share = slice(request.offset, request.offset + len(request.indices))
         draws = rrc_draws(seed, request.nimg, request.batch)[share]
         images, labels = data.get_crops(request.indices, request.resolution or data.resolution, draws, crop_scale)
-    elif request.resolution and getattr(data, "reads_reduced", False):  # decode no larger than needed
+    elif request.resolution and getattr(data, "encoded", False):  # decode no larger than needed
         images, labels = data.get(request.indices, request.resolution)
     else:
         images, labels = data.get(request.indices)
@@ -241,7 +241,7 @@ class Loader:
             raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")
         epoch = len(self.data) // batch * batch
         if steps is None:
-            steps = max(0, (epoch - start % max(epoch, 1)) // batch) if epoch else 0
+            steps = (epoch - start % epoch) // batch if epoch else 0
         self.steps, self.batch = steps, batch
         schedule = Schedule.constant(resolution, batch)
         sampler = RankSampler(GlobalOrder(len(self.data), seed), schedule, rank, world_size, start=start)

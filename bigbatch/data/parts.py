@@ -8,8 +8,8 @@ arrays, read with allow_pickle=False."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from bigbatch.data.codecs import Encoded
+from bigbatch.files import atomic_write
 
 PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
 Result = tuple[int, Any, str | None] | str  # (bucket, image or Encoded, face type), or why the file was skipped
@@ -36,9 +37,10 @@ class Parts:
         if not same:  # another command's parts, or none: start afresh
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
-            _atomic_bytes(manifest, json.dumps({"key": digest}).encode())
-        for stale in folder.glob(".tmp-*"):  # a part a killed prepare was writing
+            atomic_write(manifest, json.dumps({"key": digest}))
+        for stale in folder.glob(".*.tmp*"):  # a part a killed prepare was writing (atomic_write's names)
             stale.unlink(missing_ok=True)
+        self.resumed = 0  # files read back from parts rather than decoded
 
     def path(self, k: int) -> Path:
         return self.folder / f"part-{k:07d}.npz"
@@ -58,12 +60,9 @@ class Parts:
             "lengths": np.array([len(p) for p in payloads], np.int64),
             "data": np.frombuffer(b"".join(payloads), np.uint8),
         }
-        tmp = self.folder / f".tmp-{k:07d}-{os.getpid()}.npz"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path(k))
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        atomic_write(self.path(k), buffer.getvalue())
 
     def load(self, k: int) -> list[Result]:
         with np.load(self.path(k), allow_pickle=False) as z:
@@ -83,16 +82,8 @@ class Parts:
             image = Encoded(payload.tobytes(), shape) if encoded[j] else payload.reshape(shape)  # type: ignore[arg-type]
             out.append((int(buckets[j]), image, face_types[j]))
             j += 1
+        self.resumed += len(out)
         return out
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -182,15 +182,14 @@ def prepare(
     first: tuple[str, tuple[int, ...]] | None = None
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
-    settings = dict(resolution=resolution, ratios=ratios, alpha=masks == "alpha", dfl=dfl_masks, codec=codec)
-    settings.update(quality=quality, whole=whole, masks=str(masks), eyes_mouth=str(eyes_mouth))
-    parts = None if is_url(out) else _parts(listing, Path(out), settings)
-    resumed = [0]
+    # How each file is decoded (what the decoding processes are given), which also keys the parts.
+    decoding = dict(resolution=resolution, ratios=ratios, alpha=masks == "alpha", dfl=dfl_masks, whole=whole)
+    decoding.update(codec=(codec, quality))
+    folders_key = {"masks": str(masks), "eyes_mouth": str(eyes_mouth)}
+    parts = None if is_url(out) else _parts(listing, Path(out), {**decoding, **folders_key})
     with (
         _parts_kept_unless_refused(parts),
-        _decoder(
-            listing, resolution, ratios, workers, masks == "alpha", dfl_masks, (codec, quality), whole, parts, resumed
-        ) as decoded,
+        _decoder(listing, workers, decoding, parts) as decoded,
         H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
     ):
         for i, result in enumerate(decoded):
@@ -241,7 +240,7 @@ def prepare(
         time.perf_counter() - start,
         workers,
         skipped,
-        resumed[0],
+        parts.resumed if parts is not None else 0,
     )
 
 
@@ -320,16 +319,7 @@ def _with_masks(
 _worker: dict[str, Any] = {}
 
 
-def _init_worker(
-    listing_source: Any,
-    resolution: int | None,
-    ratios: Sequence[float] | None,
-    alpha: bool,
-    dfl_masks: int,
-    codec: tuple[str, int] = ("raw", 0),
-    whole: bool = False,
-    pooled: bool = False,
-) -> None:
+def _init_worker(listing_source: Any, decoding: dict[str, Any], pooled: bool = False) -> None:
     """Set up a decoding process. A pool's workers ignore SIGTERM and SIGINT (sent to the whole process
     group by a terminal or a job scheduler): the main process stops them after their current chunk. A
     worker killed while it writes a result leaves half a message in the pool's pipe, and the pool's
@@ -337,15 +327,7 @@ def _init_worker(
     if pooled:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _worker.update(
-        source=listing_source,
-        resolution=resolution,
-        ratios=ratios,
-        alpha=alpha,
-        dfl=dfl_masks,
-        codec=codec,
-        whole=whole,
-    )
+    _worker.update(source=listing_source, **decoding)
 
 
 def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
@@ -362,21 +344,13 @@ def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
 
 @contextmanager
 def _decoder(
-    listing: Listing,
-    resolution: int | None,
-    ratios: Sequence[float] | None,
-    workers: int,
-    alpha: bool = False,
-    dfl_masks: int = 0,
-    codec: tuple[str, int] = ("raw", 0),
-    whole: bool = False,
-    parts: Parts | None = None,
-    resumed: list[int] | None = None,
+    listing: Listing, workers: int, decoding: dict[str, Any], parts: Parts | None = None
 ) -> Iterator[Iterator[tuple[int, Any, str | None] | str]]:
-    """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), with
-    the mask planes `decode` adds (`alpha`, `dfl_masks`). Entered before the output file is opened, so
+    """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), as
+    `decoding` says (resolution, ratios, the mask planes `decode` adds: alpha, dfl; whole; (codec,
+    quality) to encode them with). Entered before the output file is opened, so
     that no worker inherits its handle. With `parts`, the results of each PART files are kept as they
-    come and those a killed run kept are read back instead of decoded (their count added to `resumed`)."""
+    come and those a killed run kept are read back instead of decoded (`parts.resumed` counts them)."""
     source = listing.source
     n = len(listing.keys)
     todo = [k for k in range(-(-n // PART)) if parts is None or not parts.done(k)]
@@ -389,17 +363,16 @@ def _decoder(
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        args = (source, resolution, ratios, alpha, dfl_masks, codec, whole, True)
-        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=args)
+        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, decoding, True))
         pool.submit(int).result()  # start the workers now
     else:
-        _init_worker(source, resolution, ratios, alpha, dfl_masks, codec, whole)
+        _init_worker(source, decoding)
     if not source.worker_reads:
         # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
         fetcher = ThreadPoolExecutor(FETCHERS)
     try:
         computed = _results(chunks, source, pool, fetcher, workers)
-        yield computed if parts is None else _through_parts(computed, parts, n, set(todo), resumed or [0])
+        yield computed if parts is None else _through_parts(computed, parts, n, set(todo))
     finally:  # also when stopped early (--strict, a size mismatch): drop the work not yet started
         for executor in (pool, fetcher):
             if executor is not None:
@@ -447,13 +420,12 @@ def _stamp(path: str) -> str:
 
 
 def _through_parts(
-    computed: Iterator[Any], parts: Parts, n: int, todo: set[int], resumed: list[int]
+    computed: Iterator[Any], parts: Parts, n: int, todo: set[int]
 ) -> Iterator[tuple[int, Any, str | None] | str]:
     """Every file's result in order: a kept part's read back, the others' decoded and kept."""
     for k in range(-(-n // PART)):
         if k not in todo:
             results = parts.load(k)
-            resumed[0] += len(results)
         else:
             results = [next(computed) for _ in range(min(PART, n - k * PART))]
             parts.save(k, results)

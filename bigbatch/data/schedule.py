@@ -168,6 +168,16 @@ def schedule_of(cfg: Config) -> Schedule:
         raise BigbatchError(f"config key '{key}': {rest}") from None
 
 
+def phase_trained(cfg: Config, nimg: int) -> Phase:
+    """The phase of the last step before `nimg` images seen: what a checkpoint at `nimg` last trained at."""
+    return schedule_of(cfg).phase_at(max(0, nimg - 1))
+
+
+def resolution_trained(cfg: Config, nimg: int) -> int:
+    """The resolution a checkpoint at `nimg` images seen last trained at."""
+    return phase_trained(cfg, nimg).resolution or cfg.data.resolution
+
+
 @register_check("")
 def _check_phases(cfg: Config) -> None:
     """Every phase parses. How each phase's batch splits into micro-batches depends on the number of

@@ -26,13 +26,23 @@ class Subset:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        picked = self.indices[torch.as_tensor(index, dtype=torch.long)]
-        return self.data.get(picked, resolution) if resolution else self.data.get(picked)
+    def _picked(self, index: torch.Tensor) -> torch.Tensor:
+        return self.indices[torch.as_tensor(index, dtype=torch.long)]
 
-    @property
-    def reads_reduced(self) -> bool:
-        return bool(getattr(self.data, "reads_reduced", False))
+    def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.get(self._picked(index), resolution) if resolution else self.data.get(self._picked(index))
+
+    # A data file's reading of encoded and whole images (bigbatch/data/hdf5.py), for the subset's images.
+    def get_crops(
+        self, index: torch.Tensor, resolution: int, draws: torch.Tensor, min_scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.get_crops(self._picked(index), resolution, draws, min_scale)
+
+    def stored_sizes(self, index: torch.Tensor) -> Any:
+        return self.data.stored_sizes(self._picked(index))
+
+    def get_regions(self, index: torch.Tensor, boxes: list, out: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.get_regions(self._picked(index), boxes, out)
 
     @property
     def encoded(self) -> bool:
@@ -42,16 +52,10 @@ class Subset:
     def whole(self) -> bool:
         return bool(getattr(self.data, "whole", False))
 
-    def get_crops(
-        self, index: torch.Tensor, resolution: int, draws: torch.Tensor, min_scale: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.data.get_crops(self.indices[torch.as_tensor(index, dtype=torch.long)], resolution, draws, min_scale)
-
-    def stored_sizes(self, index: torch.Tensor) -> Any:
-        return self.data.stored_sizes(self.indices[torch.as_tensor(index, dtype=torch.long)])
-
-    def get_regions(self, index: torch.Tensor, boxes: list, out: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.data.get_regions(self.indices[torch.as_tensor(index, dtype=torch.long)], boxes, out)
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The data file's metadata ({} for a built-in set)."""
+        return getattr(self.data, "meta", {})
 
     @property
     def n_classes(self) -> int:

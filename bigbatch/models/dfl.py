@@ -241,13 +241,18 @@ def save_model_folder(
     for part in bgr.parts:
         write_weights(folder / f"{name}_SAEHD_{part}.npy", export_part(getattr(bgr, part)))
     if data_file is None:
-        dims = {k: getattr(model, k) for k in ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")}
-        data = {
-            "iter": int(iteration),
-            "options": {**(options or {}), **dims},
-            "loss_history": [],
-            "sample_for_preview": None,
-            "choosed_gpu_indexes": None,
-        }
-        data_file = pickle.dumps(data)
+        data_file = pickle.dumps(model_data(model, options or {}, iteration))
     atomic_write(folder / f"{name}_SAEHD_data.dat", data_file)
+
+
+def model_data(model: nn.Module, options: dict[str, Any], iteration: int) -> dict[str, Any]:
+    """What DFL's `_data.dat` holds for a model of no history: the iteration count, `options` with the
+    model's archi and dimensions, and an empty loss history."""
+    dims = {k: getattr(model, k) for k in ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")}
+    return {
+        "iter": int(iteration),
+        "options": {**options, **dims},
+        "loss_history": [],
+        "sample_for_preview": None,
+        "choosed_gpu_indexes": None,
+    }

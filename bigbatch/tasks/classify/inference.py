@@ -20,12 +20,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.config import Config
-from bigbatch.data.schedule import schedule_of
+from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.sources import decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
 from bigbatch.metrics.classifier import load_classifier
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".gif")
+from bigbatch.metrics.image_sets import ImageFiles
 
 
 class Inference(nn.Module):
@@ -62,8 +61,7 @@ def inference_of(run: str | Path, which: str = "latest", device: str | torch.dev
     if cfg.task != "classify":
         raise BigbatchError(f"{run} is a {cfg.task} run: predict and export take a classify run's classifier")
     net = load_classifier(ckpt, device)
-    nimg = int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0))
-    resolution = schedule_of(cfg).phase_at(max(0, nimg - 1)).resolution or cfg.data.resolution
+    resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     module = Inference(net, resolution, cfg.data.val_crop, list(net.class_names)).eval()
     module.checkpoint = str(ckpt)  # type: ignore[assignment]
     return module
@@ -81,14 +79,9 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
             except OSError as e:
                 data = f"cannot be read ({e.strerror or e})"
             items = [(str(p), data)]
-        elif p.exists():
-            listing = list_source(str(p))
-            # Every image file: those in sub-folders and those beside them (class folders mean nothing here).
-            prefix = listing.keys[0][: len(listing.keys[0]) - len(listing.names[0])] if listing.keys else ""
-            pairs = [*zip(listing.keys, listing.names), *((prefix + r, r) for r in listing.outside)]
-            pairs = sorted((k, n) for k, n in pairs if Path(n).suffix.lower() in IMAGE_SUFFIXES)
-            keys, names = [k for k, _ in pairs], [n for _, n in pairs]
-            items = list(zip((f"{p}/{n}" for n in names), listing.source.read(keys)))
+        elif p.exists():  # every image file of a folder or zip, as image sets list them (sub-folders too)
+            files = ImageFiles(list_source(str(p)), str(p))
+            items = list(zip((f"{p}/{n}" for n in files.names), files.reader.read(files.keys)))
         else:
             raise BigbatchError(f"{path} does not exist; give image files, folders or .zip files of images")
         for name, data in items:

@@ -91,14 +91,12 @@ def suggestions(lrs: list[float], losses: list[float]) -> dict[str, float]:
 
 def plot(result: dict[str, Any], out: str | Path) -> Path:
     """lr_find.png: the smoothed loss against the rate (log scale), the suggestions marked."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    from bigbatch.files import atomic_write
+    from bigbatch.files import save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(result["lr"], result["loss"])
@@ -112,8 +110,4 @@ def plot(result: dict[str, Any], out: str | Path) -> Path:
         ax.plot([lr], [result["loss"][i]], marker, label=f"{name} {lr:.2e}")
     ax.legend()
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write(Path(out), buffer.getvalue())
-    return Path(out)
+    return save_figure(fig, out)

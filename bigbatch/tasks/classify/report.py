@@ -19,10 +19,11 @@ from PIL import Image, ImageDraw
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
-from bigbatch.data.schedule import resize_batch, schedule_of
+from bigbatch.data.schedule import resize_batch, resolution_trained
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
+from bigbatch.sampling import save_png
 from bigbatch.tasks.classify.validation import Validation
 from bigbatch.urls import public_name
 
@@ -79,9 +80,7 @@ def evaluate_classifier(
             f"is number {first}: {theirs[first] if first < len(theirs) else '-'} against "
             f"{mine[first] if first < len(mine) else '-'}); score it on data of the run's classes"
         )
-    meta = checkpoints.read_meta(ckpt) or {}
-    nimg = int(meta.get("nimg", 0))
-    resolution = schedule_of(cfg).phase_at(max(0, nimg - 1)).resolution or d.resolution
+    resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     device = next(net.parameters()).device
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
     index, logits, labels = validation.predictions(net)
@@ -136,7 +135,7 @@ def _write(
     atomic_write(out / "confusion.csv", _csv([["true \\ predicted", *class_names]] + [
         [c, *confusion[i]] for i, c in enumerate(class_names)
     ]))  # fmt: skip
-    atomic_write(out / "confusion.png", _confusion_png(confusion, class_names))
+    save_figure(_confusion_figure(confusion, class_names), out / "confusion.png")
     losses = F.cross_entropy(logits, labels, reduction="none")
     worst = losses.argsort(descending=True)[:TOP_LOSSES]
     probs = logits.softmax(1)
@@ -145,7 +144,7 @@ def _write(
         image = resize_batch(data.get(index[j : j + 1])[0], resolution)[0]
         pred = int(probs[j].argmax())
         rows.append((image, int(labels[j]), pred, float(probs[j, pred]), float(probs[j, labels[j]])))
-    atomic_write(out / "top_losses.png", _png(top_losses_sheet(rows, class_names)))
+    save_png(top_losses_sheet(rows, class_names), out / "top_losses.png")
 
 
 def _csv(rows: list[list[Any]]) -> str:
@@ -154,13 +153,7 @@ def _csv(rows: list[list[Any]]) -> str:
     return buffer.getvalue()
 
 
-def _png(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _confusion_png(confusion: list[list[int]], class_names: list[str]) -> bytes:
+def _confusion_figure(confusion: list[list[int]], class_names: list[str]) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,10 +176,7 @@ def _confusion_png(confusion: list[list[int]], class_names: list[str]) -> bytes:
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return buffer.getvalue()
+    return fig
 
 
 def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], class_names: list[str]) -> Image.Image:

@@ -64,18 +64,24 @@ def crop_size(height: int, width: int, size: int, rect: bool) -> tuple[int, int]
     return (long, size) if height > width else (size, long)
 
 
+def val_geometry(height: int, width: int, size: int, crop: float, rect: bool) -> tuple[float, int, int, int, int]:
+    """How a validation image of `height` x `width` is cut at `size`: (scale, resized h, w, cropped h, w):
+    resized so that its short side is round(crop x size), then center-cropped to `crop_size`."""
+    short = round(crop * size)
+    scale = short / min(height, width)
+    rh, rw = max(short, round(height * scale)), max(short, round(width * scale))
+    ch, cw = crop_size(height, width, size, rect)
+    return scale, rh, rw, min(ch, rh), min(cw, rw)
+
+
 def val_transform(images: torch.Tensor, size: int, crop: float, rect: bool) -> torch.Tensor:
-    """uint8 NHWC images of one shape -> float NCHW in [-1, 1]: resized (bilinear, antialiased) so that
-    the short side is round(crop x size), then center-cropped to `crop_size`."""
+    """uint8 NHWC images of one shape -> float NCHW in [-1, 1], cut as `val_geometry` says (bilinear,
+    antialiased resize)."""
     x = images.permute(0, 3, 1, 2).float()
     h, w = x.shape[-2:]
-    short = round(crop * size)
-    scale = short / min(h, w)
-    rh, rw = max(short, round(h * scale)), max(short, round(w * scale))
+    _, rh, rw, ch, cw = val_geometry(h, w, size, crop, rect)
     if (rh, rw) != (h, w):
         x = F.interpolate(x, size=(rh, rw), mode="bilinear", align_corners=False, antialias=True)
-    ch, cw = crop_size(h, w, size, rect)
-    ch, cw = min(ch, rh), min(cw, rw)
     top, left = (rh - ch) // 2, (rw - cw) // 2
     return x[:, :, top : top + ch, left : left + cw] / 127.5 - 1
 
@@ -113,13 +119,9 @@ class Validation:
         aspect ratio kept with `rect`), as the region of the stored image that becomes; batches of one
         output shape, in file order within it."""
         if size not in self._whole_batches:
-            short = round(self.crop * size)
             items = []
             for i, (h, w) in enumerate(self._sizes.tolist()):  # type: ignore[union-attr]
-                scale = short / min(h, w)
-                rh, rw = max(short, round(h * scale)), max(short, round(w * scale))
-                ch, cw = crop_size(h, w, size, self.rect)
-                ch, cw = min(ch, rh), min(cw, rw)
+                scale, _, _, ch, cw = val_geometry(h, w, size, self.crop, self.rect)
                 bh, bw = ch / scale, cw / scale
                 items.append(((ch, cw), i, ((w - bw) / 2, (h - bh) / 2, bw, bh)))
             items.sort(key=lambda t: (t[0], t[1]))

@@ -160,14 +160,14 @@ def _merged_options(carried: dict[str, Any], ours: dict[str, Any]) -> dict[str, 
 
 
 def _data_file(data: dict[str, Any], carried: bytes | None, what: str) -> bytes:
-    """DFL's `_data.dat` for `data`: on top of the DFL model's own file when the run started from one,
-    and that file's very bytes when nothing in it changed."""
+    """DFL's `_data.dat` for `data` (dfl.model_data's): on top of the DFL model's own file when the run
+    started from one (its history kept), and that file's very bytes when nothing in it changed."""
     if carried is None:
-        return pickle.dumps({**data, "loss_history": [], "sample_for_preview": None, "choosed_gpu_indexes": None})
+        return pickle.dumps(data)
     before = safe_pickle.loads(carried, f"the DeepFaceLab data {what} carries")
     if not isinstance(before, dict):
         before = {}
-    merged = {**before, **data, "options": _merged_options(before.get("options") or {}, data["options"])}
+    merged = {**before, "iter": data["iter"], "options": _merged_options(before.get("options") or {}, data["options"])}
     new = pickle.dumps(merged)
     return carried if new == pickle.dumps(before) else new
 
@@ -199,8 +199,7 @@ def export_dfl(path: str | Path, out: str | Path, name: str = "new", face_type: 
         )
     state = torch.load(io.BytesIO((ckpt / "state.pt").read_bytes()), weights_only=True)
     iteration = max(1, int(state.get("steps", 0)) + int(state.get("dfl_iter", 0)))
-    dims = {k: getattr(model, k) for k in ("resolution", *DIMS)}
-    data = {"iter": iteration, "options": {**dfl_options(cfg, face_type), **dims}}
+    data = dfl.model_data(model, dfl_options(cfg, face_type), iteration)
     dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
     if "opt" in state:  # the optimizer's moments, so that DFL's trainer goes on where this run stopped
         saved = state["opt"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bigbatch import checkpoints, models
+from bigbatch import checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
@@ -97,8 +97,9 @@ def dfl_record(path: str | Path) -> tuple[bytes | None, int]:
         file = _dfl_file(Path(path), "data.dat")
         if file is None:
             return None, 0
-        data = dfl.read_pickle(file)
-        return file.read_bytes(), int(data.get("iter", 0) or 0) if isinstance(data, dict) else 0
+        raw = file.read_bytes()
+        data = safe_pickle.loads(raw, str(file))
+        return raw, int(data.get("iter", 0) or 0) if isinstance(data, dict) else 0
     state = checkpoints.read_newest(path, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=())[1])
     return state.get("dfl_data"), int(state.get("dfl_iter", 0)) + int(state.get("steps", 0))
 

@@ -193,9 +193,7 @@ def face_type_of(cfg: Config, src: Any, dst: Any) -> str:
     neither says); the two sides and the config must agree."""
     found = {}
     for side, data in (("src", src), ("dst", dst)):
-        while not hasattr(data, "meta") and hasattr(data, "data"):  # a held-out split of a data file
-            data = data.data
-        face_type = (getattr(data, "meta", None) or {}).get("face_type")
+        face_type = getattr(data, "meta", {}).get("face_type")
         if face_type:
             found[side] = face_type
     if len(set(found.values())) > 1:
@@ -427,8 +425,8 @@ class SwapTask:
 
     def state_dict(self) -> dict[str, Any]:
         carried = {"dfl_data": self.dfl_data} if self.dfl_data is not None else {}
-        carried.update({"dfl_iter": self.dfl_iter} if self.dfl_iter or self.dfl_data is not None else {})
         return {
+            "dfl_iter": self.dfl_iter,
             "steps": self.steps,
             "opt": self.opt.state_dict(),
             **{f"opt_{k}": d[2].state_dict() for k, d in self.discs.items()},
