@@ -310,6 +310,25 @@ def resume_checkpoint(run: Path) -> Path:
     raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
 
 
+def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
+    """The checkpoint of a run that `which` names: latest, best (checkpoints/best/) or a folder name."""
+    path = Path(path)
+    if (path / "meta.json").exists() and which != "latest":
+        raise BigbatchError(f"{path} is a checkpoint already: --checkpoint {which} names one of a run directory")
+    if which == "latest" or (path / "meta.json").exists():
+        return find_checkpoint(path)
+    if which == "best":
+        best = best_checkpoint(path)
+        if best is None:
+            raise BigbatchError(f"{path} has no checkpoints/best/ (eval.every_kimg was off): use --checkpoint latest")
+        return best
+    found = path / "checkpoints" / which
+    if not is_complete(found):
+        names = ", ".join(p.name for p in complete_checkpoints(path))
+        raise BigbatchError(f"{path} has no complete checkpoint {which!r}; it has: best, latest, {names}")
+    return found
+
+
 def read_newest(path: str | Path, read: Callable[[Path], T], tries: int = 5) -> T:
     """`read(checkpoint)` on the checkpoint `path` names; when `path` names a run whose training prunes
     that checkpoint under the reader, again on the run's newest."""

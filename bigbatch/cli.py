@@ -10,9 +10,9 @@ import sys
 import threading
 from pathlib import Path
 
-from bigbatch.cli_classify import add_classify_commands
 from bigbatch.cli_eval import EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_swap import add_swap_commands
+from bigbatch.cli_tools import add_tool_commands
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import ignore_late_sigterm
 
@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_convert)
 
     add_swap_commands(sub)
-    add_classify_commands(sub)
+    add_tool_commands(sub)
 
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")
     s.add_argument("path", metavar="RUN_OR_CKPT")
@@ -392,8 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser(
         "eval",
-        help="score a classify run on DATA (top-1/5, per class, confusion), a GAN run's EMA generator or any "
-        "images against a data set, images or statistics: FID, IS, KID (or fcd, cs, kcd with the classifier)",
+        help="score a classify run on DATA (top-1/5, per class, confusion), a swap run's reconstructions (SSIM), "
+        "a GAN run's EMA generator or any images against a data set, images or statistics: FID, IS, KID",
     )
     ev.add_argument("path", metavar="A", help=f"what to score: {EVAL_A}")
     ev.add_argument(
@@ -407,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="latest",
         help="a run's checkpoint to score: latest (default), best, or a checkpoints/ folder name",
     )
+    ev.add_argument("--dst", metavar="DATA", help="a swap run: dst faces to score (B: src faces)")
     ev.add_argument("--metrics", default="fid,is,kid", help="comma-separated (default fid,is,kid)")
     ev.add_argument(
         "--n", type=int, help="images of A: a run's samples (default 50000); of images, a subset (default: all)"

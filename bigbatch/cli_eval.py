@@ -1,4 +1,5 @@
-"""`bigbatch eval A [B]`: a run's samples, or any images, scored against a data set, images or statistics."""
+"""`bigbatch eval A [B]`: a GAN run's samples, or any images, scored against a data set, images or statistics;
+a classify or swap run scored on its held-out data or B (their own reports)."""
 
 from __future__ import annotations
 
@@ -16,15 +17,24 @@ def run_eval(args: argparse.Namespace) -> None:
     from bigbatch.engine import dist
     from bigbatch.metrics import parse_metrics
 
-    if _is_run(args.path) and _task_of(args.path, args.checkpoint) == "classify":
+    task = _task_of(args.path, args.checkpoint) if _is_run(args.path) else None
+    if args.dst is not None and task != "swap":
+        raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
+    if task == "classify":
         from bigbatch.tasks.classify.report import describe, evaluate_classifier
 
         print(describe(evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device)))
         return
+    if task == "swap":
+        from bigbatch.tasks.swap.report import describe, evaluate_swap
+
+        device = dist.context().device
+        print(describe(evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, device)))
+        return
     if args.checkpoint != "latest" and not _is_run(args.path):
         raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {args.path} is not a run")
     if args.checkpoint != "latest":  # a GAN run: the checkpoint folder is A
-        from bigbatch.tasks.classify.report import pick_checkpoint
+        from bigbatch.checkpoints import pick_checkpoint
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool({"fid", "kid"} & set(parse_metrics(args.metrics)))  # IS alone needs no reference
@@ -68,8 +78,8 @@ def _is_run(path: str) -> bool:
 
 def _task_of(path: str, which: str) -> str:
     """The task of the run (or checkpoint) `path`, as its checkpoint's config says."""
+    from bigbatch.checkpoints import pick_checkpoint
     from bigbatch.config import Config
-    from bigbatch.tasks.classify.report import pick_checkpoint
 
     return Config.load(pick_checkpoint(path, which) / "config.toml").task
 

@@ -82,6 +82,11 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     def announce_phase(at: int, phase: Phase) -> None:
         size = f"{phase.resolution}px, " if resizes else ""
         progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}")
+        if main:  # what the models are fed from here on
+            run.write_batch_sheet(task, at)
+
+    if main and nimg == 0:  # a look at what the models are fed, before the first step
+        run.write_batch_sheet(task, 0)
 
     # Train.
     crop_scale = getattr(task, "loader_crop_scale", 0.0)  # crops the task has the loader cut before decoding

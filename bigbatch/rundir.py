@@ -132,6 +132,11 @@ class Run:
         for prefix, image in task.previews(at_checkpoint).items():
             save_png(image, self.path / "samples" / f"{prefix}-{checkpoints.checkpoint_name(nimg)}.png")
 
+    def write_batch_sheet(self, task: Task, nimg: int) -> None:
+        """RUN/samples/batch-NNNNNN.NNN.png: the first images of the step at `nimg` as the task's models
+        receive them (a run's start, each phase's)."""
+        save_png(task.batch_sheet(nimg), self.path / "samples" / f"batch-{checkpoints.checkpoint_name(nimg)}.png")
+
     # ---- metrics.jsonl ---------------------------------------------------------------------------
     def log(self, row: dict[str, Any]) -> None:
         with open(self.path / "metrics.jsonl", "a") as f:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageDraw
 from torch import nn
 
 from bigbatch.data.streams import SAMPLE, generator
@@ -122,6 +122,33 @@ def grid(images: torch.Tensor, ncol: int = 8, pad: int = 2) -> Image.Image:
         r, col = divmod(i, ncol)
         canvas[pad + r * (h + pad) : pad + r * (h + pad) + h, pad + col * (w + pad) : pad + col * (w + pad) + w] = img
     return Image.fromarray(canvas[..., 0] if c == 1 else canvas)
+
+
+Caption = tuple[str, tuple[int, int, int]]  # a line of text under a picture, and its colour
+BLACK, GREEN, RED = (0, 0, 0), (0, 128, 0), (200, 0, 0)
+
+
+def captioned_sheet(cells: Sequence[tuple[torch.Tensor, Sequence[Caption]]], ncol: int = 8) -> Image.Image:
+    """Pictures (uint8 HWC, 1 or 3 channels, any sizes) `ncol` to a row, each scaled (nearest) into a
+    square cell at least 64 px wide, with its caption lines under it, cut to the cell's width."""
+    if not cells:
+        return Image.new("RGB", (64, 64), "white")
+    cell = max(64, max(max(img.shape[:2]) for img, _ in cells))
+    lines = max(len(caption) for _, caption in cells)
+    ncol = min(ncol, len(cells))
+    width, height = cell + 2, cell + 2 + 12 * lines + (2 if lines else 0)  # a grey frame around each picture
+    sheet = Image.new("RGB", (ncol * width, math.ceil(len(cells) / ncol) * height), "white")
+    draw = ImageDraw.Draw(sheet)
+    for k, (img, caption) in enumerate(cells):
+        pic = Image.fromarray(img[..., 0].numpy() if img.shape[-1] == 1 else img[..., :3].numpy()).convert("RGB")
+        scale = cell / max(pic.size)
+        pic = pic.resize((max(1, round(pic.width * scale)), max(1, round(pic.height * scale))), Image.NEAREST)
+        x, y = (k % ncol) * width, (k // ncol) * height
+        draw.rectangle((x, y, x + cell + 1, y + cell + 1), fill=(160, 160, 160))
+        sheet.paste(pic, (x + 1, y + 1))
+        for i, (text, colour) in enumerate(caption):
+            draw.text((x + 2, y + cell + 2 + 12 * i), text[: cell // 6], fill=colour)
+    return sheet
 
 
 def save_png(image: Image.Image, path: str | Path) -> Path:

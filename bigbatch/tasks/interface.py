@@ -19,6 +19,10 @@ that way. Once built, a task
   micro_batch="auto" (Replicator.plan_micro_batch);
 - `previews(at_checkpoint)` draws its pictures ({file prefix: image}, e.g. a GAN's sample grid, and
   at checkpoints its class and interpolation sheets), written by the loop under RUN/samples/;
+- `batch_sheet(nimg)` draws the first images of the step at `nimg` exactly as its models receive
+  them (after the loader's crops and flips and the task's own augmentation), labelled; the loop writes
+  it as RUN/samples/batch-*.png when a run starts and when each data.schedule phase begins, and
+  `bigbatch show-batch` draws it without training (`peek` reads those images as the Feed would);
 - `scorer` scores it during training (FID/IS/KID for a GAN), or is None when eval.every_kimg is 0;
 - `usage` says what to do with the finished run ("Sample with: bigbatch sample {run}").
 
@@ -39,7 +43,8 @@ from torch import nn
 from bigbatch import models
 from bigbatch.config import Config, register_check
 from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule
-from bigbatch.data.streams import ORDER_B, GlobalOrder
+from bigbatch.data.loader import Step, read_batch
+from bigbatch.data.streams import ORDER, ORDER_B, GlobalOrder
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 
@@ -76,6 +81,25 @@ class Task(Protocol):
     def probe(self, micro_batch: int) -> None: ...
 
     def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]: ...
+
+    def batch_sheet(self, nimg: int) -> Image.Image: ...
+
+
+BATCH_SHEET = 32  # images a batch sheet shows (the step's first ones)
+
+
+def peek(
+    data: Any, schedule: Schedule, cfg: Config, nimg: int, n: int, stream: int = ORDER, xflip: bool | None = None,
+    crop_scale: float = 0.0,
+) -> Batch:  # fmt: skip
+    """The images at global positions nimg .. nimg + n - 1 of the step at `nimg` (at most its batch), read
+    as a Feed reads them for that step (the same order, resolution, flips and loader crops), whatever
+    the world size: what a batch sheet shows. `stream`: the data set's order (ORDER_B for a second one)."""
+    phase = schedule.phase_at(nimg)
+    order = GlobalOrder(len(data), cfg.train.seed, stream)
+    request = Step(nimg, phase.batch, phase.resolution, 0, order.indices(nimg, min(n, phase.batch)))
+    flip = cfg.data.xflip if xflip is None else xflip
+    return read_batch(data, request, flip, cfg.train.seed, crop_scale)
 
 
 class Feed:

@@ -54,7 +54,7 @@ class Inference(nn.Module):
 def inference_of(run: str | Path, which: str = "latest", device: str | torch.device = "cpu") -> Inference:
     """The `Inference` module of a classify run (or checkpoint) at the checkpoint `which` names."""
     from bigbatch import checkpoints
-    from bigbatch.tasks.classify.report import pick_checkpoint
+    from bigbatch.checkpoints import pick_checkpoint
 
     ckpt = pick_checkpoint(run, which)
     cfg = Config.load(ckpt / "config.toml")

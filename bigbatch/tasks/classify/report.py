@@ -14,39 +14,21 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from bigbatch import checkpoints
+from bigbatch.checkpoints import pick_checkpoint
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
-from bigbatch.data.schedule import resize_batch, resolution_trained
+from bigbatch.data.schedule import resolution_trained
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
-from bigbatch.sampling import save_png
+from bigbatch.sampling import BLACK, RED, captioned_sheet, save_png
 from bigbatch.tasks.classify.validation import Validation
 from bigbatch.urls import public_name
 
 TOP_LOSSES = 16
-
-
-def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
-    """The checkpoint of a run that `which` names: latest, best (checkpoints/best/) or a folder name."""
-    path = Path(path)
-    if (path / "meta.json").exists() and which != "latest":
-        raise BigbatchError(f"{path} is a checkpoint already: --checkpoint {which} names one of a run directory")
-    if which == "latest" or (path / "meta.json").exists():
-        return checkpoints.find_checkpoint(path)
-    if which == "best":
-        best = checkpoints.best_checkpoint(path)
-        if best is None:
-            raise BigbatchError(f"{path} has no checkpoints/best/ (eval.every_kimg was off): use --checkpoint latest")
-        return best
-    found = path / "checkpoints" / which
-    if not checkpoints.is_complete(found):
-        names = ", ".join(p.name for p in checkpoints.complete_checkpoints(path))
-        raise BigbatchError(f"{path} has no complete checkpoint {which!r}; it has: best, latest, {names}")
-    return found
 
 
 def evaluate_classifier(
@@ -94,7 +76,7 @@ def evaluate_classifier(
         rect=d.val_rect,
         folder=str(out),
     )
-    _write(out, report, logits, labels, index, data, resolution, list(net.class_names))
+    _write(out, report, logits, labels, index, validation, resolution, list(net.class_names))
     return report
 
 
@@ -120,7 +102,7 @@ def _write(
     logits: torch.Tensor,
     labels: torch.Tensor,
     index: torch.Tensor,
-    data: Any,
+    validation: Validation,
     resolution: int,
     class_names: list[str],
 ) -> None:
@@ -141,7 +123,7 @@ def _write(
     probs = logits.softmax(1)
     rows = []
     for j in worst.tolist():
-        image = resize_batch(data.get(index[j : j + 1])[0], resolution)[0]
+        image, _ = validation.seen(int(index[j]), resolution)  # as the network saw it: crop, aspect ratio
         pred = int(probs[j].argmax())
         rows.append((image, int(labels[j]), pred, float(probs[j, pred]), float(probs[j, labels[j]])))
     save_png(top_losses_sheet(rows, class_names), out / "top_losses.png")
@@ -182,20 +164,11 @@ def _confusion_figure(confusion: list[list[int]], class_names: list[str]) -> Any
 def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], class_names: list[str]) -> Image.Image:
     """The images a classifier got most wrong, 4 a row, each over two lines: its true class (and the
     probability given to it), and the prediction (and its probability)."""
-    cell = max(96, max(max(img.shape[:2]) for img, *_ in rows)) if rows else 96
-    cols = 4
-    sheet = Image.new("RGB", (cols * cell, max(1, -(-len(rows) // cols)) * (cell + 26)), "white")
-    draw = ImageDraw.Draw(sheet)
-    for i, (img, true, pred, p_pred, p_true) in enumerate(rows):
-        x, y = (i % cols) * cell, (i // cols) * (cell + 26)
-        pic = Image.fromarray(img[..., :3].numpy())
-        if max(pic.size) < cell:
-            pic = pic.resize((cell * pic.width // max(pic.size), cell * pic.height // max(pic.size)), Image.NEAREST)
-        sheet.paste(pic, (x, y))
-        width = cell // 6
-        draw.text((x + 2, y + cell), f"true {class_names[true]} {p_true:.2f}"[:width], fill=(0, 0, 0))
-        draw.text((x + 2, y + cell + 12), f"pred {class_names[pred]} {p_pred:.2f}"[:width], fill=(200, 0, 0))
-    return sheet
+    cells = [
+        (img, [(f"true {class_names[true]} {p_true:.2f}", BLACK), (f"pred {class_names[pred]} {p_pred:.2f}", RED)])
+        for img, true, pred, p_pred, p_true in rows
+    ]
+    return captioned_sheet(cells, ncol=4)
 
 
 def describe(report: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageDraw
+from PIL import Image
 from torch import nn
 
 from bigbatch import models
@@ -29,11 +29,12 @@ from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.streams import CROP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
+from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, to_uint8
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import lr_schedule
 from bigbatch.tasks.classify.validation import METRICS, ROTATIONS, Validation, rotate, rotation_labels
-from bigbatch.tasks.interface import Feed, check_family, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, register
 
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 GAN_TRAIN_KEYS = (
@@ -157,14 +158,26 @@ class ClassifyTask:
         self.class_names = ROTATIONS if self.rotation else data.class_names
         self.steps = 0
         self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
+        self.frozen_until = round(cfg.train.freeze_kimg * 1000)  # images for which the body is frozen
         self.val_data = validation_data(cfg, data)
         # A file of whole images: the random-resized crops are cut from the whole image by the loader,
         # before decoding (else the task crops the stored square on the device).
         whole = bool(getattr(data, "whole", False))
         self.loader_crop_scale = cfg.train.crop_scale if whole and cfg.train.crop_scale < 1 else 0.0
+        self._shown: Validation | None = None  # what previews read their images through
         self.scorer: ClassifyScorer | None = None
         if cfg.eval.every_kimg and run is not None and self.val_data is not None:
             self.scorer = ClassifyScorer(self, run, resumed_at, quiet or not rep.is_main)
+
+    # lr-find (bigbatch.lr_find): the rate is train.lr, per train.lr_batch images; the curve is the loss.
+    lr_key, range_loss = "train.lr", ("loss",)
+
+    def set_lr(self, rate: float) -> None:
+        """Hold train.lr at `rate` for the steps that follow (scaled to the phase's batch as configured),
+        for the whole network: a fine-tuning's frozen start is set aside."""
+        lr_batch, schedule = self.cfg.train.lr_batch, self.schedule
+        self.frozen_until = 0
+        self.lr = lambda nimg: rate * (schedule.phase_at(nimg).batch / lr_batch if lr_batch else 1.0)
 
     @property
     def resolution(self) -> int:
@@ -177,7 +190,7 @@ class ClassifyTask:
     def step(self, feed: Feed) -> dict[str, float]:
         """One SGD/AdamW step on the feed's next batch; BN running statistics averaged over ranks."""
         lr = self.lr(feed.nimg)
-        frozen = feed.nimg < round(self.cfg.train.freeze_kimg * 1000)  # fine-tuning: the head alone at first
+        frozen = feed.nimg < self.frozen_until  # fine-tuning: the head alone at first
         for group in self.opt.param_groups:
             group["lr"] = 0.0 if frozen and group.get("body") else lr * group.get("lr_mult", 1.0)
         self.nimg = feed.nimg
@@ -191,24 +204,39 @@ class ClassifyTask:
     def batch(self, nimg: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
         """This rank's share of the step at `nimg`: images, labels and their crop boxes (None without
         crop augmentation), the boxes drawn for the whole step and sliced by rank."""
+        return self._batch(nimg, self.rep.batch, self.rep.rank * self.rep.share, images, labels)
+
+    def _batch(self, nimg: int, batch: int, offset: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
+        """`batch`: the whole step's; `offset`: the global place of images[0] within it."""
+        n = len(images)
         if self.rotation:  # the label of an image is its rotation, decided by its global position
-            labels = rotation_labels(nimg + self.rep.rank * self.rep.share, self.rep.share)
+            labels = rotation_labels(nimg + offset, n)
         boxes = None
         if self.cfg.train.crop_scale < 1 and not self.loader_crop_scale:
-            boxes = crop_boxes(self.rep.batch, self.cfg.train.crop_scale, generator(self.cfg.train.seed, CROP, nimg))
-            share = self.rep.share
-            boxes = boxes[self.rep.rank * share : (self.rep.rank + 1) * share]
+            boxes = crop_boxes(batch, self.cfg.train.crop_scale, generator(self.cfg.train.seed, CROP, nimg))
+            boxes = boxes[offset : offset + n]
         return images, labels, boxes
 
-    def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, labels, boxes = micro
+    def batch_sheet(self, nimg: int) -> Image.Image:
+        """The step's first images as the network receives them (loader crops and flips, device crops,
+        rotations), each under its class name."""
+        real = peek(self.data, self.schedule, self.cfg, nimg, BATCH_SHEET, crop_scale=self.loader_crop_scale)
+        images, labels, boxes = self._batch(nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels)
+        seen = to_uint8(self.inputs(images, labels, boxes))
+        return captioned_sheet([(img, [(self.class_names[int(y)], BLACK)]) for img, y in zip(seen, labels)])
+
+    def inputs(self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None) -> torch.Tensor:
+        """What the network receives for uint8 NHWC images: [-1, 1] NCHW, cropped to `boxes` on the
+        device, rotated by their labels when it learns rotations."""
         x = to_input(images)
         if boxes is not None:
             grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
             x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-        if self.rotation:
-            x = rotate(x, labels)
-        logits = self.model(x).float()
+        return rotate(x, labels) if self.rotation else x
+
+    def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
+        images, labels, boxes = micro
+        logits = self.model(self.inputs(images, labels, boxes)).float()
         loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.train.label_smoothing)
         return {"loss": loss, "train_top1": 100 * (logits.detach().argmax(1) == labels).float().mean()}
 
@@ -246,11 +274,12 @@ class ClassifyTask:
         if n == 0:
             return {}
         index = torch.linspace(0, len(source) - 1, n).round().long()
-        model, size = self.plain(), self.resolution
+        model, size, d = self.plain(), self.resolution, self.cfg.data
+        if self._shown is None:  # cut as validation cuts them (val_crop, val_rect, whole images)
+            self._shown = Validation(source, lambda: size, 1, d.val_crop, d.val_rect, "fp32", torch.device("cpu"))
         rows = []
         for i in index.tolist():  # one at a time: buckets may differ in shape
-            images, labels = source.get(torch.tensor([i]))
-            image, label = resize_batch(images, size)[0], int(labels[0])
+            image, label = self._shown.seen(i, size)
             if self.rotation:
                 label = int(rotation_labels(i, 1))
                 image = torch.rot90(image, label, (0, 1))
@@ -265,19 +294,18 @@ class ClassifyTask:
 
 
 def prediction_sheet(rows: list[tuple[torch.Tensor, int]], preds: list[int], class_names: list[str]) -> Image.Image:
-    """Images (uint8 HWC) in rows of 8, each at least 64 px high, captioned with the predicted class."""
-    cell = max(64, max(max(img.shape[:2]) for img, _ in rows))
-    sheet = Image.new("RGB", (8 * cell, math.ceil(len(rows) / 8) * (cell + 14)), "white")
-    draw = ImageDraw.Draw(sheet)
-    for k, ((img, label), pred) in enumerate(zip(rows, preds)):
-        pic = Image.fromarray(img.numpy()).convert("RGB")
-        scale = cell / max(pic.size)
-        pic = pic.resize((max(1, round(pic.width * scale)), max(1, round(pic.height * scale))), Image.NEAREST)
-        x, y = (k % 8) * cell, (k // 8) * (cell + 14)
-        sheet.paste(pic, (x, y))
-        name = class_names[pred] if pred < len(class_names) else str(pred)
-        draw.text((x + 2, y + cell), name[: cell // 6], fill=(0, 128, 0) if pred == label else (200, 0, 0))
-    return sheet
+    """Images (uint8 HWC) in rows of 8, each under its predicted class: green when right; red when
+    wrong, with the true class under it."""
+
+    def name(i: int) -> str:
+        return class_names[i] if i < len(class_names) else str(i)
+
+    cells = []
+    for (img, label), pred in zip(rows, preds):
+        right = pred == label
+        caption = [(name(pred), GREEN)] if right else [(name(pred), RED), (f"true {name(label)}", BLACK)]
+        cells.append((img, caption))
+    return captioned_sheet(cells)
 
 
 class ClassifyScorer:

@@ -119,11 +119,8 @@ class Validation:
         aspect ratio kept with `rect`), as the region of the stored image that becomes; batches of one
         output shape, in file order within it."""
         if size not in self._whole_batches:
-            items = []
-            for i, (h, w) in enumerate(self._sizes.tolist()):  # type: ignore[union-attr]
-                scale, _, _, ch, cw = val_geometry(h, w, size, self.crop, self.rect)
-                bh, bw = ch / scale, cw / scale
-                items.append(((ch, cw), i, ((w - bw) / 2, (h - bh) / 2, bw, bh)))
+            items = [(*self._region(i, size), i) for i in range(len(self._sizes))]  # type: ignore[arg-type]
+            items = [(shape, i, box) for shape, box, i in items]
             items.sort(key=lambda t: (t[0], t[1]))
             batches = []
             for k in range(len(items)):
@@ -136,16 +133,37 @@ class Validation:
             ]
         return self._whole_batches[size]
 
+    def _region(self, i: int, size: int) -> tuple[tuple[int, int], tuple[float, float, float, float]]:
+        """Whole image i's output (h, w) at `size` and the box (x, y, w, h) of it that becomes that."""
+        h, w = self._sizes[i].tolist()  # type: ignore[index]
+        scale, _, _, ch, cw = val_geometry(h, w, size, self.crop, self.rect)
+        bh, bw = ch / scale, cw / scale
+        return (ch, cw), ((w - bw) / 2, (h - bh) / 2, bw, bh)
+
+    def _transform(self, index: torch.Tensor, size: int, boxes: list | None = None, shape: Any = None) -> tuple:
+        """(float NCHW inputs on the device, labels) of images `index` (of one output shape) at `size`.
+        Whole images are cut as they are read: `boxes` and `shape` as `whole_batches` gives them (one
+        image's own without them)."""
+        if self.whole:
+            if boxes is None:
+                shape, box = self._region(int(index[0]), size)
+                boxes = [box]
+            images, labels = self.data.get_regions(index, boxes, shape)
+            return (images.permute(0, 3, 1, 2).float() / 127.5 - 1).to(self.device), labels
+        images, labels = self.data.get(index)
+        return val_transform(images, size, self.crop, self.rect).to(self.device), labels
+
+    def seen(self, i: int, size: int) -> tuple[torch.Tensor, int]:
+        """Image i of the split as the network sees it at `size` (uint8 HWC; not rotated) and its label."""
+        x, labels = self._transform(torch.tensor([i]), size)
+        image = ((x[0].float().cpu() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0)
+        return image, int(labels[0])
+
     def inputs(self, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """This rank's batches at `size`: (indices in the split, float NCHW inputs on the device, labels)."""
         batches = self.whole_batches(size) if self.whole else [(index, None, None) for index in self.batches]
         for index, boxes, shape in batches:
-            if boxes is not None:  # cut from the whole image as it is read
-                images, labels = self.data.get_regions(index, boxes, shape)
-                x = (images.permute(0, 3, 1, 2).float() / 127.5 - 1).to(self.device)
-            else:
-                images, labels = self.data.get(index)
-                x = val_transform(images, size, self.crop, self.rect).to(self.device)
+            x, labels = self._transform(index, size, boxes, shape)
             y = labels.to(self.device)
             if self.rotation:  # train.labels = "rotation": image i of the split turned by (i mod 4) x 90 degrees
                 y = (index % len(ROTATIONS)).to(self.device)

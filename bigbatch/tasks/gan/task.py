@@ -26,11 +26,12 @@ from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.models.layers import set_sn_every_micro_batch
+from bigbatch.sampling import BLACK, captioned_sheet
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer, check_eval
 from bigbatch.tasks.gan.sheets import Sheets
-from bigbatch.tasks.interface import Feed, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, register
 
 
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
@@ -294,3 +295,11 @@ class GANTask:
 
     def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]:
         return self._sheets(self.G_ema, at_checkpoint)
+
+    def batch_sheet(self, nimg: int) -> Image.Image:
+        """The first real images of the D step at `nimg` as D receives them (flipped where drawn), under
+        their class names when G is conditional."""
+        real = peek(self.data, schedule_of(self.cfg), self.cfg, nimg, BATCH_SHEET)
+        names = self.data.class_names
+        captions = [[(names[int(y)], BLACK)] if self.n_classes else [] for y in real.labels]
+        return captioned_sheet(list(zip(real.images, captions)))

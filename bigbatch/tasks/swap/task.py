@@ -37,12 +37,13 @@ from torch.utils.checkpoint import checkpoint
 from bigbatch import checkpoints, models
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
-from bigbatch.data.schedule import resize_batch
+from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.split import holdout
-from bigbatch.data.streams import COLOUR, WARP, generator
+from bigbatch.data.streams import COLOUR, ORDER_B, WARP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
-from bigbatch.tasks.interface import Feed, check_family, register
+from bigbatch.sampling import BLACK, captioned_sheet
+from bigbatch.tasks.interface import Feed, check_family, peek, register
 from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
 from bigbatch.tasks.swap.load import (
@@ -255,6 +256,14 @@ class SwapTask:
     def plain(self) -> nn.Module:
         return self.rep.unwrap(self.model)
 
+    # lr-find (bigbatch.lr_find): the autoencoder's rate, swap.lr; the curve is DFL's src + dst loss.
+    lr_key, range_loss = "swap.lr", ("src_loss", "dst_loss")
+
+    def set_lr(self, rate: float) -> None:
+        """Hold the autoencoder's rate at `rate` for the steps that follow (the discriminators keep theirs)."""
+        for group in self.opt.param_groups:
+            group["lr"] = rate
+
     # ---- one iteration --------------------------------------------------------------------------
     def step(self, feed: Feed) -> dict[str, float]:
         if self._read_dst is None:
@@ -326,13 +335,17 @@ class SwapTask:
             loss = loss + 300 * (target.float() * em - pred.float() * em).abs().mean(dim=(1, 2, 3))
         return loss + 10 * (mask.float() - pred_mask.float()).square().mean(dim=(1, 2, 3))
 
+    def sides(self, micro: tuple[torch.Tensor, ...], device: torch.device) -> tuple[tuple[torch.Tensor, ...], ...]:
+        """`targets` of src and of dst for a micro-batch (src faces, dst faces, the step's draws)."""
+        src, dst = _float(micro[0], device), _float(micro[1], device)
+        if self.cfg.swap.ct_mode != "none":  # src recoloured like its row's dst face (rows are drawn apart)
+            recoloured = color.transfer(self.cfg.swap.ct_mode, src[:, :3], dst[:, :3], micro[10])
+            src = torch.cat([recoloured, src[:, 3:]], dim=1)
+        return self.targets(src, micro[2:6], micro[11]), self.targets(dst, micro[6:10])
+
     def loss(self, micro: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         s = self.cfg.swap
-        src, dst = _float(micro[0], self.rep.device), _float(micro[1], self.rep.device)
-        if s.ct_mode != "none":  # src recoloured like its row's dst face (a random one: rows are drawn apart)
-            src = torch.cat([color.transfer(s.ct_mode, src[:, :3], dst[:, :3], micro[10]), src[:, 3:]], dim=1)
-        src_in, src_t, src_m, src_em = self.targets(src, micro[2:6], micro[11])
-        dst_in, dst_t, dst_m, dst_em = self.targets(dst, micro[6:10])
+        (src_in, src_t, src_m, src_em), (dst_in, dst_t, dst_m, dst_em) = self.sides(micro, self.rep.device)
         pred_src, pred_srcm, pred_dst, pred_dstm, src_code, dst_code = self.model(src_in, dst_in)
         recompute = self.cfg.train.checkpointing and torch.is_grad_enabled()
 
@@ -465,6 +478,25 @@ class SwapTask:
         into dst by it."""
         src, dst = self.preview_faces()
         return {"preview": preview_sheet(self.plain(), src, dst)}
+
+    def batch_sheet(self, nimg: int) -> Image.Image:
+        """The step's first src and dst faces as the autoencoder receives them, a row each pair: src's
+        warped input, its target and its mask, then dst's (colour transfer, HSV shift, flips, warp and
+        background blur applied as training applies them)."""
+        schedule, cfg = schedule_of(self.cfg), self.cfg
+        n = min(PREVIEW_ROWS, schedule.phase_at(nimg).batch)
+        src = peek(self.src, schedule, cfg, nimg, n).images
+        dst = peek(self.dst, schedule, cfg, nimg, n, stream=ORDER_B, xflip=False).images
+        draws = [d[:n] for d in _draws(schedule.phase_at(nimg).batch, cfg.train.seed, cfg.swap, nimg)]
+        with torch.no_grad():
+            sides = self.sides((src, dst, *draws), torch.device("cpu"))
+        cells = []
+        for row in range(n):
+            for side, (warped, target, mask, _) in zip(("src", "dst"), sides):
+                for what, x in (("in", warped[:, :3]), ("target", target), ("mask", mask)):
+                    image = (x[row].float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)
+                    cells.append((image, [(f"{side} {what}", BLACK)]))
+        return captioned_sheet(cells, ncol=6)
 
 
 def _draws(n: int, seed: int, s: Any, nimg: int) -> tuple[torch.Tensor, ...]:

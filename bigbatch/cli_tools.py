@@ -1,6 +1,7 @@
-"""A classify run's own commands: `bigbatch predict RUN IMAGES...` (class names and probabilities per
-image), `bigbatch export RUN OUT` (one TorchScript file: preprocessing, network, class names) and
-`bigbatch lr-find --preset P [k=v ...]` (the learning-rate range test)."""
+"""Commands around training: `bigbatch predict RUN IMAGES...` (a classifier's class names and
+probabilities per image), `bigbatch export RUN OUT` (one file to deploy: a classifier with its
+preprocessing and class names, a GAN's generator, a face swap), `bigbatch lr-find --preset P [k=v ...]`
+(the learning-rate range test) and `bigbatch show-batch --preset P [k=v ...]` (what the models are fed)."""
 
 from __future__ import annotations
 
@@ -44,26 +45,52 @@ def _export(args: argparse.Namespace) -> None:
     )
 
 
-def _lr_find(args: argparse.Namespace) -> None:
+def _config(args: argparse.Namespace, default: str) -> Any:
     from bigbatch.config import parse_override
     from bigbatch.presets import base_config
-    from bigbatch.tasks.classify.lr_find import lr_find, plot
 
-    cfg = base_config(args.preset, args.config, "fashion_resnet_fast").override(
-        dict(parse_override(o) for o in args.overrides)
-    )
+    return base_config(args.preset, args.config, default).override(dict(parse_override(o) for o in args.overrides))
+
+
+def _show_batch(args: argparse.Namespace) -> None:
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.data.schedule import schedule_of
+    from bigbatch.sampling import save_png
+    from bigbatch.tasks import build_task
+
+    if args.kimg < 0:
+        raise BigbatchError(f"--kimg must be >= 0, got {args.kimg:g}")
+    cfg = _config(args, "digits")
+    schedule = schedule_of(cfg)
+    nimg = schedule.align(round(args.kimg * 1000))
+    rep = replicator_for(cfg)
+    try:
+        task = build_task(cfg, rep, training_data(cfg))
+        out = save_png(task.batch_sheet(nimg), args.out)
+    finally:
+        rep.close()
+    phase = schedule.phase_at(nimg)
+    size = f"{phase.resolution or cfg.data.resolution} px, "
+    print(f"Wrote {out}: the first images of the step at kimg {nimg / 1000:g} ({size}batch {phase.batch}) as fed")
+
+
+def _lr_find(args: argparse.Namespace) -> None:
+    from bigbatch.lr_find import lr_find, plot
+
+    cfg = _config(args, "fashion_resnet_fast")
     result = lr_find(cfg, args.start_lr, args.end_lr, args.steps)
     out = plot(result, args.out)
     per = f" per {result['lr_batch']} images" if result["lr_batch"] else ""
     print(f"{len(result['lr'])} steps at batch {result['batch']}, rates {result['lr'][0]:.1e}..{result['lr'][-1]:.1e}")
     print(
-        f"suggested train.lr{per}: valley {result['valley']:.2e}, steepest {result['steepest']:.2e}, "
+        f"suggested {result['key']}{per}: valley {result['valley']:.2e}, steepest {result['steepest']:.2e}, "
         f"minimum/10 {result['minimum']:.2e}; the curve is in {out}"
     )
 
 
-def add_classify_commands(sub: Any) -> None:
-    """Add predict and export to the CLI's subcommands."""
+def add_tool_commands(sub: Any) -> None:
+    """Add predict, export, lr-find and show-batch to the CLI's subcommands."""
     pr = sub.add_parser("predict", help="a classify run's classes and probabilities for image files, folders or zips")
     pr.add_argument("run", metavar="RUN", help="classify run directory or checkpoint folder")
     pr.add_argument("images", metavar="IMAGE", nargs="+", help="image files, folders of images or .zip files")
@@ -78,12 +105,20 @@ def add_classify_commands(sub: Any) -> None:
     ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
     ex.set_defaults(func=_export)
 
-    lf = sub.add_parser("lr-find", help="learning-rate range test of a classify config; writes lr_find.png")
+    lf = sub.add_parser("lr-find", help="learning-rate range test of a classify or swap config; writes lr_find.png")
     lf.add_argument("--preset", help="a named recipe (bigbatch presets; default fashion_resnet_fast)")
     lf.add_argument("--config", help="a config.toml")
     lf.add_argument("--steps", type=int, default=100, help="steps with the rate rising exponentially (default 100)")
-    lf.add_argument("--start-lr", type=float, default=1e-7, help="first rate, in train.lr's units (default 1e-7)")
-    lf.add_argument("--end-lr", type=float, default=10.0, help="last rate (default 10)")
+    lf.add_argument("--start-lr", type=float, default=1e-7, help="first rate (default 1e-7)")
+    lf.add_argument("--end-lr", type=float, default=10.0, help="last rate (default 10); train.lr's or swap.lr's units")
     lf.add_argument("--out", default="lr_find.png", help="where the curve goes (default lr_find.png)")
     lf.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     lf.set_defaults(func=_lr_find)
+
+    sb = sub.add_parser("show-batch", help="draw a config's first training batch as the model receives it")
+    sb.add_argument("--preset", help="a named recipe (bigbatch presets; default digits)")
+    sb.add_argument("--config", help="a config.toml")
+    sb.add_argument("--kimg", type=float, default=0.0, help="the step at (or next after) this many kimg (default 0)")
+    sb.add_argument("--out", default="batch.png", help="where the sheet goes (default batch.png)")
+    sb.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
+    sb.set_defaults(func=_show_batch)

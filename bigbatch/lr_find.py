@@ -1,8 +1,13 @@
-"""`bigbatch lr-find`: Smith's learning-rate range test (Smith 2017; fastai's lr_find) on a classify
-config as it would train: its data, model, batch (micro-batches and accumulation included, so the
-target batch on small hardware), precision and crops. The rate rises exponentially step after step
-while the loss is recorded (smoothed as fastai smooths it); the test stops when the loss diverges.
-Nothing is written but the plot: the steps train a throwaway copy of the model."""
+"""`bigbatch lr-find`: Smith's learning-rate range test (Smith 2017; fastai's lr_find) on a config as it
+would train: its data, model, batch (micro-batches and accumulation included, so the target batch on
+small hardware), precision and augmentation. The rate rises exponentially step after step while the
+loss is recorded (smoothed as fastai smooths it); the test stops when the loss diverges. Nothing is
+written but the plot: the steps train a throwaway copy of the model.
+
+A task takes part by naming the config key its rate is in (`lr_key`: train.lr for a classifier, per
+train.lr_batch images; swap.lr for SAEHD's autoencoder), by `set_lr(rate)`, which holds the rate of
+the steps that follow at `rate` in that key's units, and by naming the logged losses whose sum is the
+curve (`range_loss`)."""
 
 from __future__ import annotations
 
@@ -17,38 +22,35 @@ from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Schedule, schedule_of
 from bigbatch.errors import BigbatchError
-from bigbatch.tasks.interface import Feed, build_task
+from bigbatch.tasks import Feed, build_task
 
 SMOOTHING = 0.98  # fastai's exponential moving average of the loss, bias-corrected
 DIVERGED = 4.0  # stop once the smoothed loss is this many times its minimum
 
 
 def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 100) -> dict[str, Any]:
-    """Run the range test; rates are in the config's own units (train.lr per train.lr_batch images).
-    Returns the rates, smoothed losses and fastai's three suggestions: valley, steepest, minimum/10."""
-    if cfg.task != "classify":
-        raise BigbatchError(f'lr-find takes classify configs (task = "classify"); this one trains task = "{cfg.task}"')
+    """Run the range test; rates are in the config's own units (the task's `lr_key`). Returns the
+    rates, smoothed losses and fastai's three suggestions: valley, steepest, minimum/10."""
     if not (0 < start < end and math.isfinite(end)) or steps < 5:
         raise BigbatchError(f"lr-find needs 0 < start < end and at least 5 steps, got {start:g}..{end:g}, {steps}")
-    cfg = cfg.override({"train.freeze_kimg": 0.0})  # the whole network's rate, not a frozen body's
     first = schedule_of(cfg).phases[0]  # the first phase's resolution and batch, as training begins
     rep = replicator_for(cfg)
     try:
         data = training_data(cfg)
         task = build_task(cfg, rep, data)
-        t = cfg.train
-        scale = first.batch / t.lr_batch if t.lr_batch else 1.0  # the task's rate is train.lr x this
+        if not hasattr(task, "set_lr"):
+            raise BigbatchError(f'lr-find takes classify and swap configs; this one trains task = "{cfg.task}"')
         rates = [start * (end / start) ** (i / (steps - 1)) for i in range(steps)]
-        task.lr = lambda nimg: rates[min(nimg // first.batch, steps - 1)] * scale  # type: ignore[attr-defined]
         feed = Feed(data, Schedule([first]), rep, cfg, crop_scale=getattr(task, "loader_crop_scale", 0.0))
         lrs, losses, average, best, skipped = [], [], 0.0, math.inf, 0
         try:
             for i in range(steps):
+                task.set_lr(rates[i])
                 stats = task.step(feed)
                 if rep.skipped(task.opt) and skipped < 10 and not losses:
                     skipped += 1  # fp16's loss scale settling in: not a divergence
                     continue
-                loss = stats.get("loss", math.nan)
+                loss = sum(stats.get(k, math.nan) for k in task.range_loss)
                 if not math.isfinite(loss):
                     break
                 average = SMOOTHING * average + (1 - SMOOTHING) * loss
@@ -64,7 +66,9 @@ def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 10
         rep.close()
     if len(losses) < 5:
         raise BigbatchError(f"the loss diverged within {len(losses)} steps: start the range lower (--start-lr)")
-    return {"lr": lrs, "loss": losses, **suggestions(lrs, losses), "lr_batch": t.lr_batch, "batch": first.batch}
+    per = cfg.train.lr_batch if task.lr_key == "train.lr" else 0
+    result = {"lr": lrs, "loss": losses, "key": task.lr_key, "lr_batch": per, "batch": first.batch}
+    return result | suggestions(lrs, losses) | {"loss_name": " + ".join(task.range_loss)}
 
 
 def suggestions(lrs: list[float], losses: list[float]) -> dict[str, float]:
@@ -102,8 +106,8 @@ def plot(result: dict[str, Any], out: str | Path) -> Path:
     ax.plot(result["lr"], result["loss"])
     ax.set_xscale("log")
     per = f" per {result['lr_batch']} images" if result["lr_batch"] else ""
-    ax.set_xlabel(f"train.lr{per}")
-    ax.set_ylabel("loss (smoothed)")
+    ax.set_xlabel(f"{result['key']}{per}")
+    ax.set_ylabel(f"{result['loss_name']} (smoothed)")
     for name, marker in (("valley", "o"), ("steepest", "s"), ("minimum", "^")):
         lr = result[name]
         i = min(range(len(result["lr"])), key=lambda k: abs(math.log(result["lr"][k] / lr)))
