@@ -36,13 +36,13 @@ def _predict(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from bigbatch.tasks.classify.inference import export
+    from bigbatch.export import export
 
-    out = export(args.run, args.out, args.checkpoint)
-    print(
-        f"Wrote {out}: torch.jit.load it, then model(uint8 HWC image of any size) gives class probabilities; "
-        "model.class_names names them"
+    out, usage = export(args.run, args.out, args.checkpoint, args.format)
+    load = {"onnx": "onnxruntime.InferenceSession it", "pt2": "torch.export.load(it).module()"}.get(
+        args.format, "torch.jit.load it"
     )
+    print(f"Wrote {out}: {load}; {usage}")
 
 
 def _config(args: argparse.Namespace, default: str) -> Any:
@@ -99,9 +99,13 @@ def add_tool_commands(sub: Any) -> None:
     pr.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
     pr.set_defaults(func=_predict)
 
-    ex = sub.add_parser("export", help="a classify run's classifier with its preprocessing as one TorchScript file")
-    ex.add_argument("run", metavar="RUN", help="classify run directory or checkpoint folder")
-    ex.add_argument("out", metavar="OUT", help="the file to write (e.g. model.pt)")
+    ex = sub.add_parser(
+        "export", help="a run as one file to deploy (TorchScript or ONNX): a classifier with its preprocessing, "
+        "a GAN's EMA generator, a face swap",
+    )  # fmt: skip
+    ex.add_argument("run", metavar="RUN", help="run directory or checkpoint folder (classify, gan or swap)")
+    ex.add_argument("out", metavar="OUT", help="the file to write (e.g. model.pt, model.onnx)")
+    ex.add_argument("--format", default="torchscript", help="torchscript (default), onnx or pt2 (torch.export)")
     ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
     ex.set_defaults(func=_export)
 

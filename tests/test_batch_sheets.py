@@ -132,3 +132,15 @@ def test_show_batch_draws_a_presets_batch_without_training(tmp_path, capsys):
     assert main(["show-batch", "--kimg", "-1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--kimg must be >= 0" in err
+
+
+def test_the_predictions_sheet_names_the_true_class_under_a_wrong_prediction():
+    from bigbatch.tasks.classify.task import prediction_sheet
+
+    image = torch.full((16, 16, 3), 128, dtype=torch.uint8)
+    sheet = np.asarray(prediction_sheet([(image, 1), (image, 1)], [1, 2], ["cat", "dog", "fox"]))
+    first, second = sheet[:, :66], sheet[:, 66:132]  # cells 66 px wide: a right and a wrong prediction
+    line2 = slice(66 + 12, 66 + 24)
+    assert (first[66:78] != 255).any() and (second[66:78] != 255).any()  # the predicted class under each
+    assert (first[line2] == 255).all() and (second[line2] != 255).any()  # the true class under the wrong one
+    assert (first[66:78, :, 1] > first[66:78, :, 0]).any() and (second[66:78, :, 0] > second[66:78, :, 1]).any()

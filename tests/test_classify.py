@@ -399,28 +399,53 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
         assert r["top"][0]["class"] == net.class_names[int(p.argmax())] and r["top"][0]["p"] == pytest.approx(
             float(p.max()), abs=1e-6
         )
-    # One file with its preprocessing and class names, loadable with torch alone, equal to predict.
+    # One file with its preprocessing and class names, loadable with torch alone (or onnxruntime), equal to
+    # predict: an image at the data's size, one to shrink, one to enlarge, odd sizes (center square, resized).
+    import onnxruntime
+
     assert main(["export", str(run), str(tmp_path / "model.pt")]) == 0
+    assert main(["export", str(run), str(tmp_path / "model.onnx"), "--format", "onnx"]) == 0
     model = torch.jit.load(str(tmp_path / "model.pt"))
     assert list(model.class_names) == [str(i) for i in range(10)]
-    from bigbatch.tasks.classify.inference import inference_of
+    assert main(["export", str(run), str(tmp_path / "model.pt2"), "--format", "pt2"]) == 0  # torch.export's
+    exported = torch.export.load(str(tmp_path / "model.pt2")).module()
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"))
+    props = json.loads(session.get_modelmeta().custom_metadata_map["bigbatch"])
+    assert props["class_names"] == [str(i) for i in range(10)] and props["resolution"] == 16
+    from bigbatch.tasks.classify.inference import inference_of, predict
 
     module = inference_of(run)
-    odd = torch.randint(0, 256, (41, 29, 3), dtype=torch.uint8)  # any size: center square, resized
-    for image in (images[0], odd):
-        assert torch.allclose(model(image), module(image), atol=1e-5)
+    odd = [torch.randint(0, 256, size, dtype=torch.uint8) for size in ((41, 29, 3), (9, 13, 3), (300, 200, 3))]
+    for image in (images[0], *odd):
+        (row,) = predict(module, [("x", image)], topk=10)
+        p = torch.tensor([t["p"] for t in sorted(row["top"], key=lambda t: int(t["class"]))])
+        assert torch.allclose(model(image)[0], p, atol=1e-5) and torch.allclose(exported(image)[0], p, atol=1e-5)
+        (onnx_p,) = session.run(None, {"images": image.numpy()})
+        assert np.abs(onnx_p[0] - p.numpy()).max() < 1e-5
     assert torch.allclose(model(images[0])[0], want[0], atol=1e-5)
-    # Another task's run: one line.
+    # A GAN run: its EMA generator, z and classes in, the images `bigbatch sample` makes out.
     gan = tmp_path / "gan"
-    assert (
-        main(["train", "--run-dir", str(gan), "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.kimg=0.064"])
-        == 0
-    )
+    argv = ["train", "--run-dir", str(gan), "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.kimg=0.064"]
+    assert main(argv) == 0
+    assert main(["export", str(gan), str(tmp_path / "g.pt")]) == 0
+    assert main(["export", str(gan), str(tmp_path / "g.onnx"), "--format", "onnx"]) == 0
+    from bigbatch.sampling import generate
+
+    G = bigbatch.load_generator(gan)
+    z, y = torch.randn(5, 16), torch.tensor([0, 3, 9, 9, 1])
+    want = generate(G, z, y)
+    assert torch.equal(torch.jit.load(str(tmp_path / "g.pt"))(z, y), want)
+    assert main(["export", str(gan), str(tmp_path / "g.pt2"), "--format", "pt2"]) == 0
+    assert torch.equal(torch.export.load(str(tmp_path / "g.pt2")).module()(z, y), want)
+    (got,) = onnxruntime.InferenceSession(str(tmp_path / "g.onnx")).run(None, {"z": z.numpy(), "y": y.numpy()})
+    assert np.abs(got.astype(int) - want.numpy().astype(int)).max() <= 1  # float32 sums in another order
+    # predict takes a classifier; a run of another task is one line, nothing written.
     capsys.readouterr()
-    for argv in (["predict", str(gan), str(tmp_path / "imgs" / "0.png")], ["export", str(gan), str(tmp_path / "g.pt")]):
-        assert main(argv) == 2
-        assert "is a gan run: predict and export take a classify run's classifier" in capsys.readouterr().err
-    assert not (tmp_path / "g.pt").exists()  # nothing written
+    assert main(["predict", str(gan), str(tmp_path / "imgs" / "0.png")]) == 2
+    assert "is a gan run: predict and export take a classify run's classifier" in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / "m.xyz"), "--format", "tflite"]) == 2
+    assert "--format 'tflite' is not one of torchscript, onnx, pt2" in capsys.readouterr().err
+    assert not (tmp_path / "m.xyz").exists()
 
 
 def test_lr_find_sweeps_the_rate_and_suggests_fastais_points(tmp_path, capsys, monkeypatch):

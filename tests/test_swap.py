@@ -25,7 +25,7 @@ from bigbatch.tasks.swap import warp
 from bigbatch.tasks.swap.files import swap_folder
 from bigbatch.tasks.swap.load import dfl_record, load_autoencoder
 from bigbatch.tasks.swap.losses import blur_out, dssim, gaussian_blur, ssim, style_loss
-from bigbatch.tasks.swap.task import SwapTask, preview_sheet
+from bigbatch.tasks.swap.task import SwapTask, preview_sheet, swap_faces
 
 TINY = {"ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2}
 
@@ -332,6 +332,18 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path):
         assert all(torch.equal(moments[k], mine["state"][i][k]) for k in ("m", "v")), i
     info = cli("info", str(run))
     assert info.returncode == 0 and "src " in info.stdout and "adabelief lr" in info.stdout
+    # One file to deploy: aligned faces in, the swap and its mask out, as `bigbatch swap` makes them.
+    import onnxruntime
+
+    assert cli("export", str(run), str(tmp_path / "s.pt")).returncode == 0
+    assert cli("export", str(run), str(tmp_path / "s.onnx"), "--format", "onnx").returncode == 0
+    dst, _ = bigbatch.data.load_data(str(faces[1]), 64).get(torch.arange(3))
+    dst = dst[..., :3].contiguous()  # RGB (the data carries the mask and eyes too)
+    want = swap_faces(a, dst)
+    got = torch.jit.load(str(tmp_path / "s.pt"))(dst)
+    assert all(torch.equal(x, y) for x, y in zip(got, want))
+    got = onnxruntime.InferenceSession(str(tmp_path / "s.onnx")).run(None, {"faces": dst.numpy()})
+    assert all(np.abs(x.astype(int) - y.numpy().astype(int)).max() <= 1 for x, y in zip(got, want))
     sheet = preview_sheet(a, torch.zeros(2, 64, 64, 3, dtype=torch.uint8), torch.zeros(2, 64, 64, 3, dtype=torch.uint8))
     assert sheet.size == (7 * 64, 2 * 64)
     bad = cli("swap", str(run), str(tmp_path / "nowhere"), str(tmp_path / "o"))

@@ -1,0 +1,195 @@
+"""`bigbatch export RUN OUT [--format torchscript|onnx|pt2]`: a trained run as one file to deploy,
+loadable with torch alone (torch.jit.load; torch.export.load for pt2, TorchScript's successor) or with
+onnxruntime, its settings inside (JSON: the extra file `bigbatch.json` of a TorchScript or pt2 file,
+the metadata property `bigbatch` of an ONNX model).
+
+- classify: uint8 RGB image (H, W, 3) of any size -> class probabilities (1, classes), the
+  preprocessing of `bigbatch predict` included (tasks/classify/inference.py); class names inside.
+- gan: the EMA generator, z (N, dim_z) float32 [and class y (N,) int64 when conditional] -> uint8
+  images (N, H, W, C), what `bigbatch sample` writes for the same z and classes.
+- swap: aligned faces uint8 RGB (N, R, R, 3) at the model's resolution -> the src->dst swap: swapped
+  faces uint8 (N, R, R, 3) and its mask uint8 (N, R, R) (the src-path mask times the dst path's, the
+  mask DFL's merger blends with), what `bigbatch swap` writes.
+
+ONNX goes through torch.onnx's dynamo exporter (onnx and onnxscript installed: the `onnx` extra);
+the sizes that vary (the image's sides, the batch) stay free in the graph.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from bigbatch.checkpoints import pick_checkpoint
+from bigbatch.config import Config
+from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
+from bigbatch.sampling import to_uint8
+
+FORMATS = ("torchscript", "onnx", "pt2")
+
+
+class Deployable(NamedTuple):
+    module: nn.Module
+    example: tuple[torch.Tensor, ...]
+    inputs: list[str]
+    outputs: list[str]
+    free: dict[str, dict[int, str]]
+    """Input name -> {dimension: name} of the sizes that vary."""
+    meta: dict[str, Any]
+    usage: str
+
+
+class GeneratorOut(nn.Module):
+    """G(z, y) -> uint8 NHWC images."""
+
+    def __init__(self, G: nn.Module, conditional: bool):
+        super().__init__()
+        self.G, self.conditional = G, conditional
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return to_uint8(self.G(z, y if self.conditional else None))
+
+
+class SwapOut(nn.Module):
+    """Aligned faces uint8 NHWC -> (swapped uint8 NHWC, mask uint8 NHW)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, faces: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = faces[..., :3].permute(0, 3, 1, 2).float() / 255
+        image, mask, dst_mask = self.model.swap(x)
+        swapped = (image.float().clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
+        both = ((mask * dst_mask).float().clamp(0, 1) * 255).round().to(torch.uint8)[:, 0]
+        return swapped, both
+
+
+def deployable(run: str | Path, which: str = "latest") -> Deployable:
+    """What `export` writes for the run (or checkpoint) `run` at the checkpoint `which` names."""
+    ckpt = pick_checkpoint(run, which)
+    cfg = Config.load(ckpt / "config.toml")
+    base = {"task": cfg.task, "checkpoint": str(ckpt)}
+    if cfg.task == "classify":
+        from bigbatch.tasks.classify.inference import inference_of
+
+        module = inference_of(ckpt, "latest", "cpu")
+        meta = base | {"class_names": module.class_names, "resolution": module.resolution}
+        example = (torch.zeros(module.side + 3, module.side + 5, 3, dtype=torch.uint8),)
+        usage = "model(uint8 RGB image (H, W, 3) of any size) gives class probabilities, named in class_names"
+        free = {"images": {0: "H", 1: "W"}}
+        return Deployable(module, example, ["images"], ["probabilities"], free, meta, usage)
+    if cfg.task == "gan":
+        from bigbatch.tasks.gan.load import load_generator
+
+        G = load_generator(ckpt)
+        conditional = bool(cfg.model.conditional and G.class_names)
+        module = GeneratorOut(G, conditional).eval()
+        meta = base | {"dim_z": G.dim_z, "class_names": list(G.class_names) if conditional else []}
+        example = (torch.randn(2, G.dim_z),) + ((torch.tensor([0, 1]) % len(G.class_names),) if conditional else ())
+        inputs = ["z", "y"][: len(example)]
+        classes = ", classes (N,) int64" if conditional else ""
+        usage = f"model(z of shape (N, {G.dim_z}){classes}) gives uint8 NHWC images"
+        return Deployable(module, example, inputs, ["images"], {k: {0: "N"} for k in inputs}, meta, usage)
+    if cfg.task == "swap":
+        from bigbatch.tasks.swap.load import load_autoencoder
+
+        model = load_autoencoder(ckpt)
+        r = model.resolution
+        meta = base | {"resolution": r, "face_type": cfg.swap.face_type or None}
+        example = (torch.zeros(2, r, r, 3, dtype=torch.uint8),)
+        usage = f"model(aligned faces uint8 (N, {r}, {r}, 3)) gives the swapped faces and their masks"
+        module = SwapOut(model).eval()
+        return Deployable(module, example, ["faces"], ["swapped", "mask"], {"faces": {0: "N"}}, meta, usage)
+    raise BigbatchError(f"{ckpt} is a {cfg.task} run: export takes classify, gan and swap runs")
+
+
+def export(run: str | Path, out: str | Path, which: str = "latest", fmt: str = "torchscript") -> tuple[Path, str]:
+    """Write the run's `deployable` to `out` as one file; returns (out, how to call it)."""
+    if fmt not in FORMATS:
+        raise BigbatchError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
+    d = deployable(run, which)
+    data = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d)
+    atomic_write(Path(out), data)
+    return Path(out), d.usage
+
+
+def _torchscript(d: Deployable) -> bytes:
+    module = d.module
+    try:
+        with torch.no_grad():
+            if d.meta["task"] == "classify":
+                # The network always sees resolution x resolution: traced there (any family); the wrapper,
+                # which takes any image size, scripted.
+                r = module.resolution
+                module.net = torch.jit.trace(module.net, torch.zeros(1, 3, r, r))
+                scripted = torch.jit.script(module)
+            else:
+                scripted = torch.jit.trace(module, d.example, check_trace=False)
+    except Exception as e:  # noqa: BLE001 -- TorchScript raises many types for what it cannot compile
+        raise BigbatchError(f"this model cannot be exported to TorchScript ({type(e).__name__}: {e})") from None
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer, _extra_files={"bigbatch.json": json.dumps(d.meta)})
+    return buffer.getvalue()
+
+
+def _dynamic(d: Deployable) -> dict[str, dict[int, Any]]:
+    """torch.export's dynamic_shapes for the sizes that vary."""
+    names = {name for sizes in d.free.values() for name in sizes.values()}
+    dims = {name: torch.export.Dim(name, min=1) for name in names}
+    return {k: {i: dims[n] for i, n in d.free[k].items()} for k in d.inputs}
+
+
+def _pt2(d: Deployable) -> bytes:
+    """torch.export's ExportedProgram (TorchScript's successor): torch.export.load(OUT).module()."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(d.module, d.example, dynamic_shapes=_dynamic(d))
+    except Exception as e:  # noqa: BLE001 -- torch.export raises many types for what it cannot trace
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BigbatchError(f"this model cannot be exported with torch.export ({type(e).__name__}: {why})") from None
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer, extra_files={"bigbatch.json": json.dumps(d.meta)})
+    return buffer.getvalue()
+
+
+def _onnx(d: Deployable) -> bytes:
+    try:
+        import onnx
+        import onnxscript  # noqa: F401  -- torch.onnx's dynamo exporter needs it
+    except ImportError:
+        raise BigbatchError(
+            "--format onnx needs the onnx and onnxscript packages: pip install 'bigbatch[onnx]' "
+            "(onnxruntime runs the file)"
+        ) from None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the exporter's notes on its own internals
+                torch.onnx.export(
+                    d.module,
+                    d.example,
+                    str(path),
+                    dynamo=True,
+                    input_names=d.inputs,
+                    output_names=d.outputs,
+                    dynamic_shapes=_dynamic(d),
+                    external_data=False,
+                    verbose=False,
+                )
+        except Exception as e:  # noqa: BLE001 -- the exporter raises many types for what it cannot convert
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BigbatchError(f"this model cannot be exported to ONNX ({type(e).__name__}: {why})") from None
+        model = onnx.load(str(path))
+    onnx.helper.set_model_props(model, {"bigbatch": json.dumps(d.meta)})
+    return model.SerializeToString()
