@@ -90,7 +90,7 @@ class Progress:
         shown = {k: row.get(k, math.nan) for k in sorted(self.losses)}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
         if self.bar.disable and not self.quiet:
-            eta = (self.total - nimg) / max(row["img_per_s"], 1e-9)
+            eta = max(0, self.total - nimg) / max(row["img_per_s"], 1e-9)  # the last step may pass the end
             losses = "  ".join(f"{k} {v:.3f}" for k, v in shown.items())
             print(
                 f"kimg {row['kimg']:.1f}/{self.run.cfg.train.kimg:g}  {losses}  {row['img_per_s']:.0f} img/s"

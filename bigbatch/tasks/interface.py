@@ -24,6 +24,9 @@ that way. Once built, a task
   it as RUN/samples/batch-*.png when a run starts and when each data.schedule phase begins, and
   `bigbatch show-batch` draws it without training (`peek` reads those images as the Feed would);
 - `scorer` scores it during training (FID/IS/KID for a GAN), or is None when eval.every_kimg is 0;
+- optionally, for `bigbatch lr-find` (bigbatch.lr_find): `lr_key` (the config key of its rate),
+  `set_lr(rate)` (hold that rate for the steps that follow) and `range_loss` (the logged losses whose
+  sum the range test follows);
 - `usage` says what to do with the finished run ("Sample with: bigbatch sample {run}").
 
 To add a task: write a module under bigbatch/tasks/ with a class that does the above and a builder

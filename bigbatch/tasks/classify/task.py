@@ -138,7 +138,7 @@ class ClassifyTask:
     """One optimizer step per iteration on the feed's next batch: cross-entropy (label smoothing) of
     the augmented images, the learning rate of the step set from images seen."""
 
-    usage = "See it with: bigbatch info {run}; score images with it: bigbatch eval A B --extractor classifier:{run}"
+    usage = "Score it: bigbatch eval {run} [DATA]; use it: bigbatch predict {run} IMAGE..., bigbatch export {run} OUT"
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ from torch import nn
 
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
+from bigbatch.sampling import to_uint8
 
 METRICS = ("val_top1", "val_top5", "val_loss")
 
@@ -119,8 +120,10 @@ class Validation:
         aspect ratio kept with `rect`), as the region of the stored image that becomes; batches of one
         output shape, in file order within it."""
         if size not in self._whole_batches:
-            items = [(*self._region(i, size), i) for i in range(len(self._sizes))]  # type: ignore[arg-type]
-            items = [(shape, i, box) for shape, box, i in items]
+            items = []
+            for i in range(len(self._sizes)):  # type: ignore[arg-type]
+                shape, box = self._region(i, size)
+                items.append((shape, i, box))
             items.sort(key=lambda t: (t[0], t[1]))
             batches = []
             for k in range(len(items)):
@@ -156,8 +159,7 @@ class Validation:
     def seen(self, i: int, size: int) -> tuple[torch.Tensor, int]:
         """Image i of the split as the network sees it at `size` (uint8 HWC; not rotated) and its label."""
         x, labels = self._transform(torch.tensor([i]), size)
-        image = ((x[0].float().cpu() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0)
-        return image, int(labels[0])
+        return to_uint8(x)[0], int(labels[0])
 
     def inputs(self, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """This rank's batches at `size`: (indices in the split, float NCHW inputs on the device, labels)."""
