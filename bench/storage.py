@@ -16,10 +16,12 @@ not count; one thread (torch and Pillow)."""
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -191,21 +193,62 @@ def random_resized_crops(root: Path, files: list[Path], n: int, side: int = 256)
     def jpeg_store(size: int) -> None:
         data.get_crops(index, size, draws, 0.08)[0].flip(2)
 
+    readers = [
+        ("Pillow + torchvision-style RRC on the source JPEGs", pillow),
+        ("bigbatch raw 256-px squares", raw_store),
+        (f"bigbatch jpeg q90 whole images (short side {side})", jpeg_store),
+        *webdataset_readers(root, files[:n], side, draws),
+    ]
     print("\n| random-resized crop + flip, one process | 224 px img/s | vs Pillow | 128 px img/s | vs Pillow |")
     print("|---|---|---|---|---|")
-    rates = {
-        name: [n / cpu_time(lambda s=size, f=fn: f(s)) for size in (224, 128)]
-        for name, fn in (
-            ("Pillow + torchvision-style RRC on the source JPEGs", pillow),
-            ("bigbatch raw 256-px squares", raw_store),
-            (f"bigbatch jpeg q90 whole images (short side {side})", jpeg_store),
-        )
-    }
+    rates = {name: [n / cpu_time(lambda s=size, f=fn: f(s)) for size in (224, 128)] for name, fn in readers}
     base = rates["Pillow + torchvision-style RRC on the source JPEGs"]
     for name, (r224, r128) in rates.items():
         print(f"| {name} | {r224:.0f} | {r224 / base[0]:.2f}x | {r128:.0f} | {r128 / base[1]:.2f}x |")
     kib = read_meta(whole)["encoded_bytes"] / len(data) / 1024
     print(f"\nwhole-image JPEG store: {kib:.1f} KiB an image")
+
+
+def webdataset_readers(root: Path, files: list[Path], side: int, draws: torch.Tensor) -> list[tuple[str, Any]]:
+    """WebDataset (`pip install webdataset`) read as its ImageNet examples read it: a tar shard of JPEGs,
+    decoded by its "pil" decoder, then the same crop, resize and flip as the Pillow row. Two shards: the
+    source JPEGs, and JPEGs re-encoded at short side `side` (q90, as the whole-image store)."""
+    try:
+        import webdataset as wds
+    except ImportError:
+        print("(webdataset is not installed: pip install webdataset for its rows)")
+        return []
+    from bigbatch.data.crops import rrc_box
+
+    shards = {"source JPEGs": root / "wds-source.tar", f"JPEGs at short side {side}, q90": root / f"wds-{side}.tar"}
+    for tar in shards.values():
+        if tar.exists():
+            continue
+        with wds.TarWriter(str(tar)) as writer:
+            for i, f in enumerate(files):
+                data = f.read_bytes()
+                if tar.name != "wds-source.tar":
+                    with Image.open(f) as img:
+                        scale = min(1.0, side / min(img.size))
+                        small = img.convert("RGB").resize(
+                            (round(img.width * scale), round(img.height * scale)), Image.Resampling.LANCZOS
+                        )
+                        buffer = io.BytesIO()
+                        small.save(buffer, format="JPEG", quality=90)
+                        data = buffer.getvalue()
+                writer.write({"__key__": f"{i:06d}", "jpg": data, "cls": 0})
+
+    def reader(tar: Path) -> Any:
+        def read(size: int) -> None:
+            for sample, d in zip(wds.WebDataset(str(tar), shardshuffle=False).decode("pil"), draws):
+                img = sample["jpg"]
+                x, y, w, h = rrc_box(img.width, img.height, d, 0.08)
+                out = img.resize((size, size), Image.Resampling.BICUBIC, box=(x, y, x + w, y + h))
+                np.asarray(out.transpose(Image.Transpose.FLIP_LEFT_RIGHT))
+
+        return read
+
+    return [(f"WebDataset tar of the {name} (PIL decode, same RRC)", reader(tar)) for name, tar in shards.items()]
 
 
 if __name__ == "__main__":
