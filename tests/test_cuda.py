@@ -59,3 +59,24 @@ def test_saehd512_df_ud_fits_batch_8_in_one_micro_batch_under_6_gib(tmp_path):
         feed.close()
         rep.close()
     assert all(torch.isfinite(torch.tensor(s["src_loss"])) for s in stats)
+
+
+def test_jpegs_decode_on_the_gpu_within_a_few_levels_of_the_cpu_and_train(tmp_path):
+    # data.decode = "gpu": nvJPEG (torchvision.io.decode_jpeg on the device) on the regions the CPU path
+    # cuts, then a classify run reading that way.
+    from test_codecs import photos
+    from test_device_decode import config
+
+    from bigbatch.data import H5Data, device_decode, prepare
+    from bigbatch.data.loader import Step, read_batch
+
+    prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
+    data = H5Data(tmp_path / "d.h5")
+    request = Step(nimg=0, batch=8, resolution=48, offset=0, indices=torch.arange(8))
+    cpu = read_batch(data, request, xflip=True, seed=2, crop_scale=0.3)
+    encoded = read_batch(data, request, xflip=True, seed=2, crop_scale=0.3, on_device=True)
+    images = device_decode.decode(encoded.images, torch.device("cuda"))
+    assert images.device.type == "cuda" and images.shape == cpu.images.shape
+    assert (images.cpu().float() - cpu.images.float()).abs().mean() < 3
+    run = bigbatch.train(config(tmp_path / "d.h5", **{"train.device": "cuda"}), tmp_path / "run", quiet=True)
+    assert (run / "checkpoints" / "latest").exists()

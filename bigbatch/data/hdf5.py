@@ -19,6 +19,7 @@ import torch
 from bigbatch.data import encoded as enc
 from bigbatch.data.codecs import decode, decode_box
 from bigbatch.data.crops import center_box, rrc_box
+from bigbatch.data.device_decode import Encoded
 from bigbatch.data.h5write import FORMAT, FORMAT_ENCODED, content_hash
 from bigbatch.data.sources import url_fs
 from bigbatch.errors import BigbatchError
@@ -354,9 +355,12 @@ class H5Data:
         """A file of whole images (`prepare --crop none`): random-resized crops of the images at
         `index`, from their draws (n, TRIES, 4: crops.rrc_draws), each decoded no larger than it needs
         and resized to resolution x resolution; and their labels."""
+        return self.get_regions(index, self.crop_boxes(index, draws, min_scale), resolution)
+
+    def crop_boxes(self, index: torch.Tensor, draws: torch.Tensor, min_scale: float) -> list:
+        """The random-resized crops (left, top, w, h) that `draws` make of the whole images at `index`."""
         sizes = self.stored_sizes(index)
-        boxes = [rrc_box(int(w), int(h), d, min_scale) for (h, w), d in zip(sizes, draws)]
-        return self.get_regions(index, boxes, resolution)
+        return [rrc_box(int(w), int(h), d, min_scale) for (h, w), d in zip(sizes, draws)]
 
     def stored_sizes(self, index: torch.Tensor) -> np.ndarray:
         """A file of whole images: the stored (h, w) of the images at `index`."""
@@ -394,15 +398,7 @@ class H5Data:
             raise BigbatchError(f"data file {self.source} holds whole images of their own sizes: give a resolution")
         if self.whole and boxes is None:  # the center square
             boxes = [center_box(int(w), int(h)) for h, w in g.sizes[rows]]  # type: ignore[index]
-        starts, ends = g.offsets[rows], g.offsets[rows + 1]
-        if g.array is not None:
-            data: list[Any] = [memoryview(g.array)[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
-        else:
-            self._handles()
-            if g.chunk_offsets is not None:
-                data = enc.read_images(starts, ends, g.chunk_rows, g.chunk_offsets, self._read_ranges)
-            else:  # a layout h5py alone reads (filters, or no chunk index)
-                data = [self._h5[g.path][s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+        data = self._encoded_bytes(g, rows)
         jpeg = self.meta.get("codec") == "jpeg"
         sizes = g.sizes[rows].tolist() if g.sizes is not None else [g.shape[:2]] * len(rows)
         images = []
@@ -421,6 +417,37 @@ class H5Data:
             shape = (out, out) if isinstance(out, int) else out
             return torch.zeros((0, *shape, g.shape[2]) if self.whole else (0, *g.shape), dtype=torch.uint8)
         return torch.from_numpy(np.stack(images))
+
+    def _encoded_bytes(self, g: _Group, rows: np.ndarray) -> list[Any]:
+        """The encoded bytes of the images at `rows` of group `g`."""
+        assert g.offsets is not None
+        starts, ends = g.offsets[rows], g.offsets[rows + 1]
+        if g.array is not None:
+            return [memoryview(g.array)[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+        self._handles()
+        if g.chunk_offsets is not None:
+            return enc.read_images(starts, ends, g.chunk_rows, g.chunk_offsets, self._read_ranges)
+        # a layout h5py alone reads (filters, or no chunk index)
+        return [self._h5[g.path][s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+
+    def get_encoded(
+        self, index: torch.Tensor, boxes: list | None = None, out: int | tuple[int, int] = 0
+    ) -> tuple[Encoded, torch.Tensor]:
+        """data.decode = "gpu": the images at `index` (of one group) as their encoded bytes, with the
+        region of each to cut (`boxes`; default: a whole image's center square, a square's all of it)
+        and the output size (default: the file's resolution), for `device_decode.decode`; and labels."""
+        if not self.encoded:
+            raise BigbatchError(f'data file {self.source} is raw: data.decode = "gpu" decodes encoded files')
+        idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
+        g = self._whole_group() if self.whole else self.groups[int(np.searchsorted(self._starts, idx[0], "right") - 1)]
+        rows = idx - g.start
+        sizes = g.sizes[rows] if g.sizes is not None else np.array([g.shape[:2]] * len(rows))
+        if boxes is None:
+            boxes = [center_box(int(w), int(h)) if self.whole else (0, 0, int(w), int(h)) for h, w in sizes]
+        out = out or self.resolution
+        shape = (out, out) if isinstance(out, int) else tuple(out)
+        encoded = Encoded([np.frombuffer(d, np.uint8) for d in self._encoded_bytes(g, rows)], sizes, boxes, shape, None)
+        return encoded, self.labels[torch.from_numpy(idx)]
 
     def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
         """File byte ranges, as concurrent range requests (remote) or positional reads (local)."""

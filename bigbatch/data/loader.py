@@ -67,19 +67,36 @@ class RankSampler:
 
 
 def read_batch(
-    data: Any, request: Step | torch.Tensor, xflip: bool = False, seed: int = 0, crop_scale: float = 0.0
+    data: Any,
+    request: Step | torch.Tensor,
+    xflip: bool = False,
+    seed: int = 0,
+    crop_scale: float = 0.0,
+    on_device: bool = False,
 ) -> Batch:
     """The batch a request names, read from `data`: resized to the step's resolution and, with
     `xflip`, mirrored by a draw keyed by (seed, step) over the whole step, of which this rank takes
     its share, so the flips of an image do not depend on the rank count. `crop_scale` > 0 on a file
     of whole images (`prepare --crop none`): random-resized crops of at least that area fraction,
-    drawn the same way, cut before decoding. What BatchLoader's workers run."""
+    drawn the same way, cut before decoding. `on_device` (data.decode = "gpu"): the images stay
+    encoded, with the regions to cut and the flips (device_decode.Encoded), for the Feed to decode.
+    What BatchLoader's workers run."""
     if isinstance(request, torch.Tensor):
         images, labels = data.get(request)
         return Batch(-1, images, labels, None)
-    if crop_scale and getattr(data, "whole", False):
+    flips = None
+    if xflip:
+        draw = torch.rand(request.batch, generator=generator(seed, FLIP, request.nimg))
+        flips = draw[request.offset : request.offset + len(request.indices)] < 0.5
+    whole_crops = bool(crop_scale and getattr(data, "whole", False))
+    if whole_crops:
         share = slice(request.offset, request.offset + len(request.indices))
         draws = rrc_draws(seed, request.nimg, request.batch)[share]
+    if on_device:
+        boxes = data.crop_boxes(request.indices, draws, crop_scale) if whole_crops else None
+        encoded, labels = data.get_encoded(request.indices, boxes, request.resolution or data.resolution)
+        return Batch(request.nimg, encoded._replace(flips=flips), labels, flips)
+    if whole_crops:
         images, labels = data.get_crops(request.indices, request.resolution or data.resolution, draws, crop_scale)
     elif request.resolution and getattr(data, "encoded", False):  # decode no larger than needed
         images, labels = data.get(request.indices, request.resolution)
@@ -87,10 +104,7 @@ def read_batch(
         images, labels = data.get(request.indices)
     if request.resolution:
         images = resize_batch(images, request.resolution)
-    flips = None
-    if xflip:
-        draw = torch.rand(request.batch, generator=generator(seed, FLIP, request.nimg))
-        flips = draw[request.offset : request.offset + len(request.indices)] < 0.5
+    if flips is not None:
         images = torch.where(flips[:, None, None, None], images.flip(2), images)
     return Batch(request.nimg, images, labels, flips)
 
@@ -98,12 +112,12 @@ def read_batch(
 class _Reader(Dataset):
     """A map-style Dataset whose keys are whole requests (Step or index tensor) and items whole batches."""
 
-    def __init__(self, data: Any, xflip: bool, seed: int, crop_scale: float = 0.0):
-        self.data, self.xflip, self.seed, self.crop_scale = data, xflip, seed, crop_scale
+    def __init__(self, data: Any, xflip: bool, seed: int, crop_scale: float = 0.0, on_device: bool = False):
+        self.data, self.xflip, self.seed, self.crop_scale, self.on_device = data, xflip, seed, crop_scale, on_device
 
     def __getitem__(self, request: Step | torch.Tensor) -> Batch:
         try:
-            return read_batch(self.data, request, self.xflip, self.seed, self.crop_scale)
+            return read_batch(self.data, request, self.xflip, self.seed, self.crop_scale, self.on_device)
         except BigbatchError as e:
             raise DataReadError(str(e)) from None
         except Exception as e:  # noqa: BLE001 -- OS, HDF5 and remote-store errors: name the data, not the worker
@@ -161,11 +175,12 @@ class BatchLoader:
         context: str | None = None,
         pin_memory: bool = False,
         crop_scale: float = 0.0,
+        on_device: bool = False,
     ) -> None:
         if workers < 0:
             raise BigbatchError(f"data.workers must be >= 0, got {workers}")
         self.loader = DataLoader(
-            _Reader(data, xflip, seed, crop_scale),
+            _Reader(data, xflip, seed, crop_scale, on_device),
             batch_size=None,
             sampler=_Requests(requests),  # type: ignore[arg-type]
             num_workers=workers,

@@ -45,7 +45,7 @@ from torch import nn
 
 from bigbatch import models
 from bigbatch.config import Config, register_check
-from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule
+from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule, device_decode
 from bigbatch.data.loader import Step, read_batch
 from bigbatch.data.streams import ORDER, ORDER_B, GlobalOrder
 from bigbatch.engine.replicator import Replicator
@@ -127,9 +127,11 @@ class Feed:
         self.order = GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
+        self.on_device = cfg.data.decode == "gpu"  # the loader hands over encoded batches; next() decodes them
         self.loader = BatchLoader(
-            data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin, crop_scale=crop_scale
-        )
+            data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin, crop_scale=crop_scale,
+            on_device=self.on_device,
+        )  # fmt: skip
         self._companions: list[BatchLoader] = []
 
     def companion(self, data: Any) -> Callable[[], Batch]:
@@ -163,6 +165,8 @@ class Feed:
                 self.on_phase(self.nimg, phase)
             self._phase = phase
         real = next(self.loader)
+        if self.on_device:
+            real = real._replace(images=device_decode.decode(real.images, self.rep.device))
         if real.nimg != self.nimg or len(real.images) != self.rep.share:
             raise BigbatchError(
                 f"the loader's batch is for step {real.nimg} ({len(real.images)} images), not for step {self.nimg} "
@@ -238,6 +242,8 @@ def build_task(
     (the run directory) and `resumed_at` (images seen at the checkpoint resumed) let its scorer pick up
     the run's best checkpoint; without `run` nothing is scored."""
     builder = _builder(cfg.task)
+    if cfg.data.decode == "gpu":
+        device_decode.check(data, rep.device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         return builder(cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)

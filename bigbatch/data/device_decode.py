@@ -1,0 +1,80 @@
+"""data.decode = "gpu": the JPEGs of an encoded data file decoded on the training device in batches
+(torchvision.io.decode_jpeg: nvJPEG on CUDA) and cropped, resized and mirrored there, so that a few
+CPU cores feed a fast GPU, as DALI and torchvision's GPU decode do.
+
+The loader's workers read each step's encoded bytes and draw its crops and flips exactly as for the
+CPU path (keyed by seed and global position: the same regions of the same images); the Feed decodes
+them on the device. The pixels differ from the CPU path's in the last bits: nvJPEG's IDCT is not
+libjpeg-turbo's, and the resize is bilinear with antialiasing (torch) where the CPU path uses
+OpenCV's area averaging. Runs with data.decode = "gpu" are reproducible among themselves (resume, any
+number of workers and ranks), not bit-equal to CPU-decoded ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bigbatch.errors import BigbatchError
+
+
+class Encoded(NamedTuple):
+    """A batch still encoded: what the loader hands the Feed with data.decode = "gpu"."""
+
+    data: list[np.ndarray]
+    """Each image's encoded bytes (uint8)."""
+    sizes: np.ndarray
+    """(n, 2): each image's stored (h, w)."""
+    boxes: list[tuple[float, float, float, float]]
+    """The region of each image to keep: (left, top, w, h) in stored pixels."""
+    out: tuple[int, int]
+    """The (h, w) every region is resized to."""
+    flips: torch.Tensor | None
+    """Which images to mirror (None: none)."""
+
+
+Decoder = Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]
+
+
+def nvjpeg(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """JPEG bytes (uint8 CPU tensors) -> RGB images (uint8 CHW) on `device`, decoded in one batch."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+
+
+def decode(batch: Encoded, device: torch.device, decoder: Decoder | None = None) -> torch.Tensor:
+    """The batch's regions decoded on `device` (by `decoder`, default nvjpeg), each resized to
+    `batch.out` (bilinear, antialiased) and mirrored where drawn: uint8 NHWC on `device`."""
+    if not batch.data:
+        return torch.zeros((0, *batch.out, 3), dtype=torch.uint8, device=device)
+    images = (decoder or nvjpeg)([torch.from_numpy(d) for d in batch.data], device)
+    out = []
+    for image, (h, w), (left, top, bw, bh) in zip(images, batch.sizes.tolist(), batch.boxes):
+        fy, fx = image.shape[1] / h, image.shape[2] / w  # 1 unless the decoder scaled
+        x0, y0 = int(left * fx), int(top * fy)
+        x1, y1 = max(x0 + 1, round((left + bw) * fx)), max(y0 + 1, round((top + bh) * fy))
+        region = image[None, :3, y0:y1, x0:x1].float()
+        out.append(F.interpolate(region, size=batch.out, mode="bilinear", align_corners=False, antialias=True))
+    x = torch.cat(out).round_().clamp_(0, 255).to(torch.uint8)
+    if batch.flips is not None:
+        x = torch.where(batch.flips.to(device)[:, None, None, None], x.flip(3), x)
+    return x.permute(0, 2, 3, 1).contiguous()
+
+
+def check(data: Any, device: torch.device) -> None:
+    """data.decode = "gpu" needs a JPEG data file of RGB images and a CUDA device; one line otherwise."""
+    codec = getattr(data, "meta", {}).get("codec", "raw") if getattr(data, "encoded", False) else "raw"
+    if codec != "jpeg" or getattr(data, "channels", 3) != 3:
+        raise BigbatchError(
+            f'data.decode = "gpu" decodes JPEG files of RGB images; {data.source} is {codec} with '
+            f'{getattr(data, "channels", "?")} channels: prepare it with --codec jpeg, or set data.decode = "cpu"'
+        )
+    if device.type != "cuda":
+        raise BigbatchError(
+            f'data.decode = "gpu" decodes on a CUDA device and this run trains on {device.type}: '
+            'set data.decode = "cpu" (the default)'
+        )

@@ -1,0 +1,85 @@
+"""data.decode = "gpu": the loader hands over a step's JPEG bytes with the regions and flips the CPU path
+would cut, and they are decoded, cut, resized and mirrored on the device. Here the device decoder is
+stood in for by OpenCV's (the CPU has no nvJPEG): what is checked is everything around the decoder;
+tests/test_cuda.py checks nvJPEG itself where a GPU is lent."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_codecs import photos
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.config import CheckpointConfig, Config, DataConfig, EvalConfig, ModelConfig, SampleConfig, TrainConfig
+from bigbatch.data import H5Data, device_decode, prepare
+from bigbatch.data.loader import Step, read_batch
+
+
+def opencv(data, device):
+    """The stand-in for nvJPEG: each JPEG decoded by OpenCV, RGB CHW uint8 on `device`."""
+    import cv2
+
+    return [torch.from_numpy(cv2.imdecode(d.numpy(), cv2.IMREAD_COLOR)[:, :, ::-1].copy()).permute(2, 0, 1).to(device)
+            for d in data]  # fmt: skip
+
+
+@pytest.mark.parametrize("crop", ["none", "center"])
+def test_the_device_cuts_the_regions_and_flips_the_cpu_path_cuts(tmp_path, crop):
+    prepare(str(photos(tmp_path / "src")), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop=crop)
+    data = H5Data(tmp_path / "d.h5")
+    request = Step(nimg=64, batch=16, resolution=48, offset=8, indices=torch.tensor([3, 1, 4, 1, 5, 9, 2, 6]))
+    scale = 0.3 if crop == "none" else 0.0
+    cpu = read_batch(data, request, xflip=True, seed=2, crop_scale=scale)
+    encoded = read_batch(data, request, xflip=True, seed=2, crop_scale=scale, on_device=True)
+    assert isinstance(encoded.images, device_decode.Encoded) and torch.equal(encoded.labels, cpu.labels)
+    assert torch.equal(encoded.flips, cpu.flips) and encoded.flips.any() and not encoded.flips.all()
+    images = device_decode.decode(encoded.images, torch.device("cpu"), opencv)
+    assert images.shape == cpu.images.shape == (8, 48, 48, 3) and images.dtype == torch.uint8
+    diff = (images.float() - cpu.images.float()).abs()
+    assert diff.mean() < 2.5 and diff.max() < 64  # another resize filter on the same regions, same flips
+    unflipped = device_decode.decode(encoded.images._replace(flips=None), torch.device("cpu"), opencv)
+    assert (images.float() - unflipped.flip(2).float()).abs()[encoded.flips].mean() < 1e-6
+
+
+def config(path, **overrides) -> Config:
+    cfg = Config(
+        name="gpu-decode",
+        task="classify",
+        data=DataConfig(path=str(path), resolution=48, decode="gpu", xflip=True),
+        model=ModelConfig(name="resnet_cifar", ch=4, options={"depth": 8}),
+        train=TrainConfig(kimg=0.032, batch=8, micro_batch=8, lr=0.1, lr_batch=8, crop_scale=0.35),
+        checkpoint=CheckpointConfig(every_kimg=0.032),
+        sample=SampleConfig(every_kimg=0.032, n=4),
+        eval=EvalConfig(every_kimg=0.0),
+    )
+    return cfg.override(overrides)
+
+
+def test_a_run_decoding_on_the_device_is_reproducible_for_any_workers(tmp_path, monkeypatch):
+    prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
+    decoded = []  # the CPU stands in for the GPU here
+    monkeypatch.setattr(device_decode, "nvjpeg", lambda data, device: decoded.append(len(data)) or opencv(data, device))
+    monkeypatch.setattr(device_decode, "check", lambda data, device: None)
+    weights = []
+    for workers in (0, 2):
+        run = bigbatch.train(
+            config(tmp_path / "d.h5", **{"data.workers": workers}), tmp_path / f"w{workers}", quiet=True
+        )
+        weights.append(load_file(run / "checkpoints" / "000000.032" / "model.safetensors"))
+    assert decoded == [8] * 8  # 4 steps of 8 images a run, each decoded on the device
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_decoding_on_the_device_needs_a_jpeg_file_and_a_gpu(tmp_path, capsys):
+    prepare(str(photos(tmp_path / "src", n=4)), str(tmp_path / "j.h5"), 64, workers=0, codec="jpeg", crop="none")
+    prepare(str(photos(tmp_path / "src", n=4)), str(tmp_path / "r.h5"), 64, workers=0)
+    base = ["train", "--preset", "fashion_resnet", "data.val_path=", "eval.every_kimg=0", "data.decode=gpu"]
+    base += ["train.device=cpu"]
+    for path, words in (("j.h5", "decodes on a CUDA device and this run trains on cpu"), ("r.h5", "is raw with 3")):
+        assert main([*base, f"data.path={tmp_path / path}", "--run-dir", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+        assert not (tmp_path / "run").exists()
+    assert main(["train", "data.decode=nvjpeg", "--dry-run"]) == 2
+    assert "'data.decode' must be 'cpu' | 'gpu'" in capsys.readouterr().err
