@@ -49,12 +49,12 @@ class _DFLOptimizer(torch.optim.Optimizer):
                 generator(self.seed[0], LR_DROPOUT_STREAM, *self.seed[1:], g, step) if group["lr_dropout"] < 1 else None
             )
             for p in group["params"]:
-                if p.grad is not None:
-                    p.add_(self._dropout(group, -lr * self._direction(group, p.grad, self.state[p]), draw))
+                if p.grad is not None:  # (in place, one temporary: the same arithmetic as -lr * direction)
+                    p.add_(self._dropout(group, self._direction(group, p.grad, self.state[p]).mul_(-lr), draw))
         return loss
 
     def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
-        """The update of one parameter before the rate, its moments kept in `state`."""
+        """The update of one parameter before the rate (a new tensor), its moments kept in `state`."""
         raise NotImplementedError
 
     def _dropout(self, group: dict, diff: torch.Tensor, draw: torch.Generator | None) -> torch.Tensor:
@@ -62,7 +62,7 @@ class _DFLOptimizer(torch.optim.Optimizer):
         if draw is None:
             return diff
         keep = torch.rand(diff.shape, generator=draw, device="cpu").to(diff.device) < p
-        return diff * keep
+        return diff.mul_(keep)
 
 
 class AdaBelief(_DFLOptimizer):
@@ -85,8 +85,10 @@ class AdaBelief(_DFLOptimizer):
         if not state:
             state["m"], state["v"] = torch.zeros_like(g), torch.zeros_like(g)
         m, v = state["m"].mul_(b1).add_(g, alpha=1 - b1), state["v"]
-        v.mul_(b2).addcmul_(g - m, g - m, value=1 - b2)
-        return m / (v.sqrt() + EPS)
+        belief = g - m
+        v.mul_(b2).addcmul_(belief, belief, value=1 - b2)
+        denom = torch.sqrt(v, out=belief).add_(EPS)
+        return torch.div(m, denom, out=denom)
 
 
 class RMSprop(_DFLOptimizer):
@@ -107,4 +109,5 @@ class RMSprop(_DFLOptimizer):
         if not state:
             state["acc"] = torch.zeros_like(g)
         acc = state["acc"].mul_(group["rho"]).addcmul_(g, g, value=1 - group["rho"])
-        return g / (acc.sqrt() + EPS)
+        denom = acc.sqrt().add_(EPS)
+        return torch.div(g, denom, out=denom)
