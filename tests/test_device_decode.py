@@ -83,3 +83,17 @@ def test_decoding_on_the_device_needs_a_jpeg_file_and_a_gpu(tmp_path, capsys):
         assert not (tmp_path / "run").exists()
     assert main(["train", "data.decode=nvjpeg", "--dry-run"]) == 2
     assert "'data.decode' must be 'cpu' | 'gpu'" in capsys.readouterr().err
+
+
+def test_the_standalone_loader_decodes_on_the_device_what_it_reads_on_the_cpu(tmp_path, monkeypatch):
+    from bigbatch.data import Loader
+
+    prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
+    monkeypatch.setattr(device_decode, "nvjpeg", opencv)
+    monkeypatch.setattr(device_decode, "check", lambda data, device: None)
+    args = dict(batch=8, resolution=48, augment="rrc", xflip=True, seed=3)
+    cpu = list(Loader(str(tmp_path / "d.h5"), **args))
+    gpu = list(Loader(str(tmp_path / "d.h5"), **args, workers=2, decode="gpu", device="cpu"))
+    assert len(cpu) == len(gpu) == 2
+    for (a, y), (b, z) in zip(cpu, gpu):
+        assert torch.equal(y, z) and a.shape == b.shape and (a.float() - b.float()).abs().mean() < 2.5

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from bigbatch.data import device_decode
 from bigbatch.data.crops import rrc_draws
 from bigbatch.data.schedule import Schedule, resize_batch
 from bigbatch.data.streams import FLIP, generator
@@ -222,7 +223,9 @@ class Loader:
     one-process batch), and `start` (images seen) resumes mid-epoch. `augment`: "rrc" random-resized
     crops of at least `min_scale` of the image's area, from a file of whole images (`prepare --crop
     none`), cut before decoding; "center": the center square. `xflip` mirrors half of them. `steps`:
-    how many batches (default: the rest of the epoch that `start` is in)."""
+    how many batches (default: the rest of the epoch that `start` is in). `decode` = "gpu" (a JPEG
+    file; data.decode's): the workers only read the bytes, and the Loader decodes, crops, resizes and
+    mirrors on `device` (nvJPEG), yielding images there."""
 
     def __init__(
         self,
@@ -239,6 +242,8 @@ class Loader:
         min_scale: float = 0.08,
         steps: int | None = None,
         storage_options: dict | None = None,
+        decode: str = "cpu",
+        device: str | torch.device = "cuda",
     ) -> None:
         from bigbatch.data.load import load_data
         from bigbatch.data.streams import GlobalOrder
@@ -261,13 +266,22 @@ class Loader:
         schedule = Schedule.constant(resolution, batch)
         sampler = RankSampler(GlobalOrder(len(self.data), seed), schedule, rank, world_size, start=start)
         requests = [step for step, _ in zip(sampler, range(steps))]
+        if decode not in ("cpu", "gpu"):
+            raise BigbatchError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+        self.device = torch.device(device) if decode == "gpu" else None
+        if self.device is not None:
+            device_decode.check(self.data, self.device)
         self._loader = BatchLoader(
-            self.data, requests, workers, xflip, seed, crop_scale=min_scale if augment == "rrc" else 0.0
-        )
+            self.data, requests, workers, xflip, seed, crop_scale=min_scale if augment == "rrc" else 0.0,
+            on_device=self.device is not None,
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return self.steps
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for b in self._loader:
-            yield b.images, b.labels
+            if self.device is None:
+                yield b.images, b.labels
+            else:
+                yield device_decode.decode(b.images, self.device), b.labels.to(self.device)
