@@ -175,3 +175,31 @@ def default_budget(device: torch.device, local_world: int = 1) -> int:
     except (OSError, KeyError, ValueError):
         available = 8 * 2**30
     return available // max(1, local_world)
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+
+
+def hold_freed_memory() -> bool:
+    """Keep the memory a CPU training step frees for the next step (glibc's malloc; elsewhere nothing).
+
+    By default glibc maps every block over its mmap threshold (at most 32 MiB) afresh and unmaps it
+    when freed, and gives freed heap back to the system: a training step's activations are faulted in
+    page by page, and zeroed by the kernel, every step. Measured on one core with a SAEHD step (fp32,
+    batch 8): 2.2 million page faults and 3 s of system time a step at 256 px (17 % of the step), 0.3
+    million and 0.45 s at 128 px; with the blocks taken from the heap and the heap kept (these three
+    settings) both go to nothing, for about 9 % more resident memory (the step's own peak is what it
+    holds). Process-wide and inherited by forked workers; torch has no CPU caching allocator to ask
+    instead. Returns whether the settings took."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc (musl): it keeps its own policy
+        return False
+    settings = ((_M_MMAP_THRESHOLD, 2**31 - 1), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 2**30))
+    return all(mallopt(param, value) == 1 for param, value in settings)
