@@ -154,13 +154,17 @@ def build(
     net = build_model(cfg).train()
     if cfg.train.init_from and resumed_at is None:
         init_from(net, cfg.train.init_from)
+    trained = trained_parameters(net, cfg)
+    kept = {id(p) for p in trained}
+    for p in net.parameters():  # liae's inter_AB without random warp: DFL leaves it, no gradient to compute
+        p.requires_grad_(id(p) in kept)
     model = rep.prepare(net)
     kind = "adabelief" if s.optimizer == "adabelief" else "rmsprop"
 
     def optimizer(params: list[nn.Parameter], stream: int, name: str) -> torch.optim.Optimizer:
         return rep.wrap_optimizer(make_optimizer(cfg, params, stream), name)
 
-    opt = optimizer(trained_parameters(net, cfg), 0, "model")
+    opt = optimizer(trained, 0, "model")
     carried: tuple[bytes | None, int] = (None, 0)
     if cfg.train.init_from and resumed_at is None:
         init_optimizer(opt, net, cfg.train.init_from, kind)
