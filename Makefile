@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean bench-gpu bench-gpu-system
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check bigbatch tests bench sweeps
 	$(BIN)/ruff format --check bigbatch tests bench sweeps
+
+# On a CUDA GPU, under 8 minutes: every figure of the GPU proof, appended to bench/RESULTS.md.
+bench-gpu: $(STAMP)
+	$(BIN)/python bench/gpu.py
+
+# The same with the machine's own python3 and its CUDA PyTorch, for a GPU machine without a network
+# (no .venv can be built there): bigbatch's dependencies must be importable (tomli-w travels as a wheel).
+bench-gpu-system:
+	PYTHONPATH=$(CURDIR) $(PYTHON) bench/gpu.py
 
 format: $(STAMP)
 	$(BIN)/ruff format bigbatch tests bench sweeps

@@ -90,16 +90,37 @@ def bare_iteration(task, nimg: int, step: int, precision: str) -> None:
         opt.zero_grad(set_to_none=True)
 
 
-def measure(cfg, precision: str, checkpointing: bool, micro: int, steps: int, classes: int) -> dict:
+def measure(
+    cfg,
+    precision: str,
+    checkpointing: bool,
+    micro: int,
+    steps: int,
+    classes: int,
+    *,
+    warmup: int = 1,
+    flops: bool = True,
+    plain: bool = True,
+) -> dict:
+    """img/s and peak memory of the GAN step (see the module docstring). `warmup`: untimed iterations
+    first (with train.compile, the first compiles); `flops`: count FLOPs over one more iteration (under
+    train.compile the counter would make it compile again); `plain`: time the plain loop too."""
     task, rep = gan_task(cfg, classes, precision=precision, checkpointing=checkpointing, micro_batch=micro)
     device = rep.device
     batch = cfg.train.batch
-    task.d_step(0)  # warm-up (allocator, kernels, optimizer state)
-    task.g_step(0)
-    bare_iteration(task, 0, 0, precision)
-    with FlopCounterMode(display=False) as flops:
-        task.d_step(batch)
-        task.g_step(1)
+    t = time.perf_counter()
+    for _ in range(warmup):  # allocator, kernels, optimizer state
+        task.d_step(0)
+        task.g_step(0)
+    if plain:
+        bare_iteration(task, 0, 0, precision)
+    sync(device)
+    warmup_s = time.perf_counter() - t
+    flop_counter = FlopCounterMode(display=False)
+    if flops:
+        with flop_counter:
+            task.d_step(batch)
+            task.g_step(1)
     # Timed: engine and plain-loop iterations alternate, so machine noise hits both alike.
     d_time = g_time = bare = 0.0
     nimg = 2 * batch
@@ -112,8 +133,9 @@ def measure(cfg, precision: str, checkpointing: bool, micro: int, steps: int, cl
         task.g_step(2 + step)
         sync(device)
         t2 = time.perf_counter()
-        bare_iteration(task, nimg, 2 + step, precision)
-        sync(device)
+        if plain:
+            bare_iteration(task, nimg, 2 + step, precision)
+            sync(device)
         d_time, g_time, bare = d_time + t1 - t0, g_time + t2 - t1, bare + time.perf_counter() - t2
         nimg += batch
     # Peak memory of one more iteration (the CPU counter slows what it watches, so not timed).
@@ -130,14 +152,15 @@ def measure(cfg, precision: str, checkpointing: bool, micro: int, steps: int, cl
     seconds = (d_time + g_time) / steps
     return {
         "img_per_s": batch / seconds,
-        "bare_img_per_s": batch * steps / bare,
+        "bare_img_per_s": batch * steps / bare if plain else None,
         "d_ms": 1000 * d_time / steps,
         "g_ms": 1000 * g_time / steps,
-        "flops": flops.get_total_flops(),
-        "flop_per_s": flops.get_total_flops() / seconds,
+        "flops": flop_counter.get_total_flops() if flops else None,
+        "flop_per_s": flop_counter.get_total_flops() / seconds if flops else None,
         "peak": peak,
         "plan": f"{rep.plan.micro_batch}x{rep.plan.accumulation}",
         "device": str(device),
+        "warmup_s": warmup_s,
     }
 
 

@@ -1,0 +1,426 @@
+"""A GPU proof in one command: BigGAN-128 img/s and peak memory in fp32 and bf16 with and without
+train.compile, BigGAN-128's memory plan at batch 2048 in 6 GiB, SAEHD 512 df-ud at batch 8 in 6 GiB,
+ResNet-50 img/s at 224 px in bf16, and tests/test_cuda.py; one dated table appended to bench/RESULTS.md.
+
+    make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
+    python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
+    python bench/gpu.py --device cpu --dry-run --out /tmp/proof.md   # every part at toy sizes on CPU, ~1 min
+
+Each part runs in a process of its own under a time limit, and all of them within --budget seconds
+(the slow compile parts near the end), so a part that fails, hangs or breaks its CUDA context is
+reported in its row and the others still run; the exit status is 1 if any part failed or was not run.
+The parts measure with the benchmarks' own code, on tasks built as training builds them:
+throughput.measure (BigGAN img/s), throughput.measure_swap (SAEHD), and the planning that
+`train.micro_batch = "auto"` does (bigbatch.batching.plan_micro_batch: on a GPU, probes under the
+allocator capped at the budget; on CPU, peaks counted by CPUPeak). --dry-run takes the same code paths
+at toy sizes (BigGAN 32 px ch 8, SAEHD 64 px, ResNet-50 ch 8 at 32 px, budgets of a few MiB). On CPU it
+compiles with torch.compile's "eager" backend (Dynamo's tracing, guards and recompiles; not Inductor's
+code generation, whose C++ build of BigGAN alone takes minutes on two cores): see --compile-backend.
+
+The table is appended atomically: the file as it is when the run ends, plus the section, written to a
+temporary file beside it and renamed over it, so edits made to the file meanwhile are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import nullcontext, suppress
+from pathlib import Path
+
+import torch
+from torch._dynamo.utils import counters
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _gan import gan_task, sync, synthetic  # noqa: E402
+from _swap import synthetic_faces  # noqa: E402
+from throughput import measure, measure_swap  # noqa: E402
+
+import bigbatch  # noqa: E402
+from bigbatch.batching import plan_micro_batch, replicator_for  # noqa: E402
+from bigbatch.config import Config  # noqa: E402
+from bigbatch.data.loader import Batch  # noqa: E402
+from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
+from bigbatch.tasks import build_task  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+CLASSES = 1000  # BigGAN-128's and ResNet-50's ImageNet classes
+# Untimed iterations under train.compile: the first compiles each graph (D and G steps, grad modes, spectral
+# norm updating or not); the next ones let lazily built kernels settle (on CPU, oneDNN's took seconds each).
+COMPILE_WARMUP = 5
+
+# What each part is run at: the GPU's sizes, and the dry run's toy sizes (the same code, only smaller).
+SIZES = {
+    "full": {
+        "gan": {"train.batch": 256},  # of the biggan128_bs2048 preset: 128 px, ch 96, dim_z 120
+        "gan_micro": 64,
+        "plan": {"train.memory_budget": "6GiB"},  # the preset's batch 2048
+        "swap": {},  # the saehd512_df_ud preset as it is: batch 8, bf16, checkpointing, 6 GiB
+        "resnet": {"data.resolution": 224, "model.ch": 64, "train.batch": 256, "train.micro_batch": 256},
+        "steps": 5,
+    },
+    "toy": {
+        "gan": {"data.resolution": 32, "model.ch": 8, "train.batch": 8},
+        "gan_micro": 4,
+        "plan": {"data.resolution": 32, "model.ch": 8, "train.batch": 64, "train.memory_budget": "16MiB"},
+        "swap": {
+            "data.resolution": 64,
+            "model.options.ae_dims": 32,
+            "model.options.e_dims": 8,
+            "model.options.d_dims": 8,
+            "model.options.d_mask_dims": 4,
+            "train.memory_budget": "14MiB",
+        },
+        "resnet": {"data.resolution": 32, "model.ch": 8, "train.batch": 8, "train.micro_batch": 8},
+        "steps": 2,
+    },
+}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or "CPU"
+    try:
+        cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text()).group(1).strip()
+    except (OSError, AttributeError):
+        pass
+    threads = torch.get_num_threads()
+    return f"{cpu}, {threads} thread{'s' * (threads != 1)}"
+
+
+def timed(step: Callable[[], None], device: torch.device, models: list, steps: int, warmup: int) -> tuple[float, int]:
+    """Seconds per `step()` over `steps` calls after `warmup` (>= 1), and the peak memory, as
+    throughput.measure_swap counts it: on a GPU max_memory_allocated over the timed calls, on CPU the
+    first call's count (CPUPeak; it also creates the optimizer state) plus the weights."""
+    counter = CPUPeak() if device.type == "cpu" else None
+    with counter if counter is not None else nullcontext():
+        step()
+    peak = counter.peak + state_bytes(models, []) if counter is not None else 0
+    for _ in range(warmup - 1):
+        step()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    seconds = (time.perf_counter() - t) / steps
+    return seconds, torch.cuda.max_memory_allocated(device) if device.type == "cuda" else peak
+
+
+# ---- the parts: each returns its row's cells (setting, plan, img_per_s, s_per_iter, peak, note) ----------
+
+
+def config(args: argparse.Namespace, key: str) -> Config:
+    """What the parts of SIZES' `key` train: their preset (ResNet-50: a plain bf16 classifier) at the sizes."""
+    if key == "resnet":
+        base = {"name": "resnet50", "task": "classify", "model": {"name": "resnet50"}, "train": {"precision": "bf16"}}
+        cfg = Config.from_dict(base)
+    else:
+        cfg = bigbatch.preset("saehd512_df_ud" if key == "swap" else "biggan128_bs2048")
+    return cfg.override({**SIZES[args.sizes][key], "train.device": args.device})
+
+
+def describe_gan(cfg: Config) -> str:
+    return f"BigGAN {cfg.data.resolution} px ch {cfg.model.ch}, {CLASSES} classes, batch {cfg.train.batch}"
+
+
+def biggan(args: argparse.Namespace, precision: str, compile: bool) -> dict:
+    """img/s and peak memory of the GAN step (one D and one G step) at a fixed micro-batch."""
+    cfg = config(args, "gan").override({"train.compile": compile})
+    sizes = SIZES[args.sizes]
+    # Under compile: no FLOP counter (it would compile again) and no plain loop (other guards: more graphs).
+    warmup, extras = (COMPILE_WARMUP, False) if compile else (1, True)
+    r = measure(
+        cfg, precision, False, sizes["gan_micro"], sizes["steps"], CLASSES, warmup=warmup, flops=extras, plain=extras
+    )
+    if compile:
+        graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+        backend = "" if args.compile_backend == "inductor" else f"; backend {args.compile_backend}"
+        note = f"compile + {COMPILE_WARMUP} iterations {r['warmup_s']:.0f} s; {graphs} graphs, {breaks} breaks{backend}"
+    else:
+        note = f"plain loop {r['bare_img_per_s']:.1f} img/s; {r['flop_per_s'] / 1e12:.2f} TFLOP/s"
+    setting = f"{describe_gan(cfg)}, {precision}" + (", train.compile" if compile else "")
+    return {
+        "setting": setting,
+        "plan": r["plan"].replace("x", " × "),
+        "img_per_s": r["img_per_s"],
+        "s_per_iter": cfg.train.batch / r["img_per_s"],
+        "peak": r["peak"],
+        "note": note,
+    }
+
+
+def biggan_plan(args: argparse.Namespace, precision: str) -> dict:
+    """What micro_batch "auto" picks for BigGAN at its batch in the budget, and one iteration at that plan."""
+    cfg = config(args, "plan")
+    task, rep = gan_task(cfg, CLASSES, precision=precision, micro_batch="auto")
+    plan = plan_micro_batch(rep, task.probe, verbose=False)
+    probes = ", ".join(f"{p.micro_batch} {'fits' if p.fits else 'no'}" for p in rep.probes)
+    chosen = next(p for p in rep.probes if p.micro_batch == plan.micro_batch)
+    seconds, peak = timed(lambda: (task.d_step(0), task.g_step(0)), rep.device, [m for m, _ in rep.models], 1, 1)
+    return {
+        "setting": f"{describe_gan(cfg)}, {precision}, micro_batch auto in {cfg.train.memory_budget}",
+        "plan": f"{plan.micro_batch} × {plan.accumulation}",
+        "img_per_s": cfg.train.batch / seconds,
+        "s_per_iter": seconds,
+        "peak": peak,
+        "note": f"probe peak {format_bytes(chosen.peak_bytes)}; probed: {probes}",
+    }
+
+
+def saehd(args: argparse.Namespace) -> dict:
+    """SAEHD 512 df-ud's training iteration (throughput.measure_swap): its plan in the budget, s/iteration, peak."""
+    cfg = config(args, "swap")
+    t, o = cfg.train, cfg.model.options
+    with synthetic_faces(cfg) as faces:
+        r = measure_swap(faces, t.precision, t.checkpointing, t.micro_batch, SIZES[args.sizes]["steps"], 2)
+    dims = "/".join(str(o[k]) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims"))
+    mode = t.precision + (", checkpointing" if t.checkpointing else "")
+    return {
+        "setting": f"{cfg.name}: {o['archi']} {cfg.data.resolution} px, dims {dims}, batch {t.batch}, {mode}, "
+        f"micro_batch {t.micro_batch} in {t.memory_budget}",
+        "plan": r["plan"].replace("x", " × "),
+        "img_per_s": r["img_per_s"],
+        "s_per_iter": r["s_per_iter"],
+        "peak": r["peak"],
+        "note": f"{r['cpu_s_per_iter']:.2f} CPU s/iteration; synthetic faces, warp and data reading included",
+    }
+
+
+class SameBatch:
+    """A stand-in for the Feed that hands out one batch again and again: the model's rate, no data reading."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels, self.nimg = images, labels, 0
+
+    def next(self) -> Batch:
+        self.nimg += len(self.images)
+        return Batch(self.nimg - len(self.images), self.images, self.labels, None)
+
+
+def resnet50(args: argparse.Namespace) -> dict:
+    """ResNet-50's classify step (ClassifyTask.step: SGD, cross-entropy) in bf16 on one batch held in memory."""
+    cfg = config(args, "resnet")
+    batch = cfg.train.batch
+    data = synthetic(cfg, CLASSES, n=batch)
+    rep = replicator_for(cfg)
+    task = build_task(cfg, rep, data)
+    images, labels = data.get(torch.arange(batch))
+    if rep.device.type == "cuda":  # as the Feed hands them over
+        images, labels = images.pin_memory(), labels.pin_memory()
+    feed = SameBatch(images, labels)
+    steps = 4 * SIZES[args.sizes]["steps"]
+    seconds, peak = timed(lambda: task.step(feed), rep.device, [m for m, _ in rep.models], steps, 3)
+    return {
+        "setting": f"ResNet-50 ch {cfg.model.ch}, {cfg.data.resolution} px, {CLASSES} classes, batch {batch}, bf16",
+        "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
+        "img_per_s": batch / seconds,
+        "s_per_iter": seconds,
+        "peak": peak,
+        "note": "default memory format (bigbatch has no channels_last option); one batch in memory, no data reading",
+    }
+
+
+def cuda_tests(args: argparse.Namespace) -> dict:
+    """tests/test_cuda.py under pytest (they skip without a GPU); its pass/fail count."""
+    cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-q", "-p", "no:cacheprovider"]
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    print(run.stdout + run.stderr, file=sys.stderr, flush=True)
+    lines = [line.strip("= ") for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed|skipped)", line)]
+    summary = lines[-1] if lines else f"no summary (pytest exit status {run.returncode})"
+    if run.returncode:
+        raise RuntimeError(f"pytest exit status {run.returncode}: {summary}")
+    return {"setting": "tests/test_cuda.py", "note": summary}
+
+
+# Name -> (what it runs, time limit in seconds on the GPU), in the table's order.
+PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
+    "biggan-fp32": (functools.partial(biggan, precision="fp32", compile=False), 90),
+    "biggan-bf16": (functools.partial(biggan, precision="bf16", compile=False), 90),
+    "biggan-fp32-compile": (functools.partial(biggan, precision="fp32", compile=True), 240),
+    "biggan-bf16-compile": (functools.partial(biggan, precision="bf16", compile=True), 240),
+    "biggan-plan-fp32": (functools.partial(biggan_plan, precision="fp32"), 90),
+    "biggan-plan-bf16": (functools.partial(biggan_plan, precision="bf16"), 90),
+    "saehd512": (saehd, 150),
+    "resnet50": (resnet50, 90),
+    "cuda-tests": (cuda_tests, 180),
+}
+# What the issue asks for first, then compiling (minutes of it), then the extra bf16 plan: what --budget cuts is last.
+RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "cuda-tests"]
+RUN_ORDER += ["biggan-bf16-compile", "biggan-fp32-compile", "biggan-plan-bf16"]
+
+
+def run_part(cmd: list[str], limit: float) -> dict:
+    """Run a part's process (`cmd` writes its row as JSON to the path it is given last) for at most
+    `limit` seconds; its row, or an error saying how it ended."""
+    with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
+        out = Path(tmp) / "row.json"
+        t = time.perf_counter()
+        proc = subprocess.Popen([*cmd, str(out)], start_new_session=True)  # its own group: killed whole
+        try:
+            proc.wait(timeout=limit)
+        except BaseException as e:  # the time limit, or Ctrl-C (which reaches this process only)
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if not isinstance(e, subprocess.TimeoutExpired):
+                raise
+            return {"error": f"timed out after {limit:.0f} s", "seconds": time.perf_counter() - t}
+        seconds = time.perf_counter() - t
+        if not out.exists():
+            return {"error": f"its process ended with exit status {proc.returncode}, no result", "seconds": seconds}
+        return {**json.loads(out.read_text()), "seconds": seconds}
+
+
+def child(args: argparse.Namespace) -> None:
+    """One part, in this process: its row as JSON to args.result (an error as a row too)."""
+    if args.compile_backend != "inductor":  # bigbatch.engine.wrap calls torch.compile(model): its backend, here
+        torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
+    torch.manual_seed(0)
+    try:
+        row = PARTS[args.part][0](args)
+        row["device_name"] = device_name(torch.device(args.device))
+    except Exception as e:  # noqa: BLE001 -- any failure is the part's result, reported in its row
+        traceback.print_exc()
+        row = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+    Path(args.result).write_text(json.dumps(row))
+
+
+def cell(row: dict, key: str, fmt: str) -> str:
+    value = row.get(key)
+    return "-" if value is None else format_bytes(value) if fmt == "bytes" else format(value, fmt)
+
+
+def table(rows: dict[str, dict]) -> str:
+    lines = [
+        "| part | setting | micro × accumulation | img/s | s/iteration | peak memory | part s | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        note = f"**{r['error']}**" if "error" in r else r.get("note", "")
+        cells = [name, r.get("setting", "-"), r.get("plan", "-"), cell(r, "img_per_s", ".1f")]
+        cells += [cell(r, "s_per_iter", ".3f"), cell(r, "peak", "bytes"), cell(r, "seconds", ".0f"), note]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> str:
+    device = next((r["device_name"] for r in rows.values() if "device_name" in r), f"unknown {args.device} device")
+    title = f"## GPU proof, {datetime.date.today().isoformat()}, {device}"
+    if args.dry_run:
+        title += " (dry run: toy sizes, not a measurement)"
+    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"], capture_output=True, text=True)
+    commit = (git.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
+    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
+    command = shlex.join(["python", *sys.argv])
+    failed = sum("error" in r for r in rows.values())
+    made = " (`make bench-gpu`)" if command == "python bench/gpu.py" else ""
+    tf32 = (
+        f"cudnn.allow_tf32 {torch.backends.cudnn.allow_tf32}, matmul allow_tf32 {torch.backends.cuda.matmul.allow_tf32}"
+    )
+    steps = SIZES[args.sizes]["steps"]
+    notes = [
+        f"`{command}`{made} at commit {commit}; torch {torch.__version__}{cuda}; {seconds / 60:.1f} minutes in all; "
+        f"{len(rows) - failed} of {len(rows)} parts succeeded.",
+        "",
+        table(rows),
+        "",
+        "- Each part ran in a process of its own; part s counts its start-up (building the models included).",
+        "- BigGAN: the biggan128_bs2048 preset at the batch shown, bench/throughput.py's measure: one D and one G "
+        f"step per iteration, {steps} timed after warm-up; plain loop: the same steps without the Replicator. Under "
+        f"train.compile: torch.compile's {args.compile_backend} backend, {COMPILE_WARMUP} untimed iterations first "
+        "(their time in the note), no FLOP count and no plain loop.",
+        '- Plan rows: what micro_batch "auto" picks at the preset\'s batch (each micro-batch probed, whether it fit), '
+        "then one iteration at that plan, timed after one untimed.",
+        "- SAEHD: bench/throughput.py's measure_swap (plan, 2 untimed iterations, then timed ones).",
+        f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}.",
+        "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",
+    ]
+    return f"{title}\n\n" + "\n".join(notes) + "\n"
+
+
+def append_section(path: Path, text: str) -> None:
+    """Append `text` to `path` (created if missing) by writing the whole to a temporary file beside it
+    and renaming that over it: a reader never sees half a table, and what the file holds now is kept."""
+    old = path.read_text() if path.exists() else "# Benchmark results\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            shutil.copymode(path, tmp)
+        else:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--dry-run", action="store_true", help="every part at toy sizes (for CPU: a test of this script)")
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "RESULTS.md", help="the file to append to")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    p.add_argument("--budget", type=float, default=450, help="seconds for all parts (each also has its limit)")
+    p.add_argument(
+        "--compile-backend", default="", help='torch.compile backend (default "inductor"; a CPU dry run: "eager")'
+    )
+    p.add_argument("--part", help=argparse.SUPPRESS)  # internal: run one part in this process
+    p.add_argument("result", nargs="?", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    args.sizes = "toy" if args.dry_run else "full"
+    args.compile_backend = args.compile_backend or ("eager" if args.dry_run and args.device == "cpu" else "inductor")
+    if args.part:
+        return child(args)
+    if args.result:
+        p.error(f"unrecognized argument {args.result}")
+    wanted = args.parts.split(",")
+    unknown = [w for w in wanted if w not in PARTS]
+    if unknown:
+        p.error(f"--parts: unknown {', '.join(unknown)}; valid: {', '.join(PARTS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("no CUDA GPU here; for every part at toy sizes on CPU: --device cpu --dry-run --out /tmp/proof.md")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as Ctrl-C: the running part is killed too
+    start = time.perf_counter()
+    flags = ["--device", args.device, "--compile-backend", args.compile_backend] + ["--dry-run"] * args.dry_run
+    rows: dict[str, dict] = {}
+    for name in [n for n in RUN_ORDER if n in wanted]:
+        left = args.budget - (time.perf_counter() - start)
+        if left < 10:
+            rows[name] = {"error": f"not run: the {args.budget:.0f} s budget was spent"}
+            continue
+        print(f"[bench/gpu.py] {name} (at most {min(left, PARTS[name][1]):.0f} s)", file=sys.stderr, flush=True)
+        rows[name] = run_part([sys.executable, __file__, "--part", name, *flags], min(left, PARTS[name][1]))
+        print(f"[bench/gpu.py] {name}: {rows[name].get('error', 'done')}", file=sys.stderr, flush=True)
+    rows = {n: rows[n] for n in PARTS if n in rows}
+    text = section(rows, args, time.perf_counter() - start)
+    print(text, end="")
+    append_section(args.out, text)
+    print(f"appended to {args.out}", file=sys.stderr)
+    sys.exit(1 if any("error" in r for r in rows.values()) else 0)
+
+
+if __name__ == "__main__":
+    main()

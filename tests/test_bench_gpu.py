@@ -1,0 +1,117 @@
+"""bench/gpu.py, the GPU proof in one command: its CPU dry run takes every part through the code the GPU
+run takes (toy sizes), and a part that fails or hangs becomes a row saying so."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+PEAK = re.compile(r"\d+\.\d+ (MiB|GiB)")
+PLAN = re.compile(r"(\d+) × (\d+)")
+
+
+def _copy_of_repo(root: Path) -> Path:
+    """What the dry run reads of the repository (bench/, the CUDA tests, pytest's settings) copied to
+    `root`: run there, it can be checked for writes while others edit the repository."""
+    shutil.copytree(REPO / "bench", root / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "tests").mkdir()
+    for name in ("tests/conftest.py", "tests/test_cuda.py", "pyproject.toml"):
+        shutil.copy(REPO / name, root / name)
+    return root
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
+    import gpu
+
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Benchmark results\n\nAn earlier section.\n")
+    repo = _copy_of_repo(tmp_path / "repo")
+    before = _files(repo)
+    # One thread per process: on a shared 2-core machine, two threads waiting on each other behind other work
+    # made the dry run twice as slow.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "bench/gpu.py", "--device", "cpu", "--dry-run", "--out", str(out)]
+    run = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr[-4000:]
+
+    text = out.read_text()
+    assert text.startswith("# Benchmark results\n\nAn earlier section.\n\n## GPU proof, ")  # appended, not clobbered
+    assert text.endswith(run.stdout)  # what it printed is what it appended
+    heading = re.search(r"^## GPU proof, (\d{4}-\d\d-\d\d), (.+) \(dry run", text, re.M)
+    assert heading and re.search(r", 1 thread$", heading.group(2))  # the device's name: this CPU's
+    assert f"`python bench/gpu.py --device cpu --dry-run --out {out}`" in text
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| part |"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells
+    assert set(rows) == set(gpu.PARTS)
+    for name, (_, _, plan, img_s, s_iter, peak, seconds, note) in rows.items():
+        assert "**" not in note, f"{name}: {note}"  # errors are shown in bold
+        assert float(seconds) >= 0
+        if name == "cuda-tests":
+            assert re.fullmatch(r"\d+ skipped in [\d.]+s", note), note  # no GPU here: every one skips
+            continue
+        assert float(img_s) > 0 and float(s_iter) > 0, name
+        assert PEAK.fullmatch(peak), f"{name}: {peak}"
+        assert PLAN.fullmatch(plan), f"{name}: {plan}"
+    # The toy budgets are small enough that micro_batch "auto" splits the batch: the probing path ran.
+    for name in ("biggan-plan-fp32", "biggan-plan-bf16", "saehd512"):
+        assert int(PLAN.fullmatch(rows[name][2]).group(2)) > 1, rows[name]
+    assert "train.compile" in rows["biggan-bf16-compile"][1] and "graphs" in rows["biggan-bf16-compile"][7]
+    assert "channels_last" in rows["resnet50"][7]
+    # Nothing under the repository it ran in changed: not its RESULTS.md, no new files (data went to /tmp).
+    assert _files(repo) == before
+
+
+def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
+    import gpu
+
+    crashed = gpu.run_part([sys.executable, "-c", "raise SystemExit(3)"], limit=60)
+    assert "exit status 3" in crashed["error"]
+    hung = gpu.run_part([sys.executable, "-c", "import time; time.sleep(60)"], limit=1)
+    assert hung["error"] == "timed out after 1 s" and hung["seconds"] < 30
+    write = "import json, sys; open(sys.argv[1], 'w').write(json.dumps({'note': 'ran'}))"
+    assert gpu.run_part([sys.executable, "-c", write], limit=60)["note"] == "ran"
+    table = gpu.table({"ok": {"setting": "s", "img_per_s": 2.0, "peak": 3 * 2**20}, "bad": hung})
+    assert "| ok | s | - | 2.0 | - | 3.0 MiB | - |  |" in table
+    assert "| bad | - | - | - | - | - | " in table and "**timed out after 1 s**" in table
+
+    out = tmp_path / "RESULTS.md"
+    out.write_text("# Results\n\nkept\n")
+    out.chmod(0o664)
+    gpu.append_section(out, "## New\n\nrow\n")
+    assert out.read_text() == "# Results\n\nkept\n\n## New\n\nrow\n"
+    assert out.stat().st_mode & 0o777 == 0o664
+    assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary file left beside it
+
+
+def test_the_gpu_run_measures_what_the_issue_asks():
+    # The dry run trains the toy sizes; the GPU's are checked here as the configs the parts build.
+    import argparse
+
+    import gpu
+
+    args = argparse.Namespace(sizes="full", device="cpu")
+    gan, plan, swap, resnet = (gpu.config(args, key) for key in ("gan", "plan", "swap", "resnet"))
+    for cfg in (gan, plan):
+        assert (cfg.model.name, cfg.data.resolution, cfg.model.ch, cfg.model.dim_z) == ("biggan", 128, 96, 120)
+    assert gan.train.batch == 256 and gan.train.batch % gpu.SIZES["full"]["gan_micro"] == 0
+    assert (plan.train.batch, plan.train.micro_batch, plan.train.memory_budget) == (2048, "auto", "6GiB")
+    t = swap.train
+    assert (swap.name, swap.data.resolution, t.batch, t.micro_batch, t.memory_budget) == (
+        "saehd512_df_ud", 512, 8, "auto", "6GiB"
+    )  # fmt: skip
+    assert (t.precision, t.checkpointing) == ("bf16", True)
+    t = resnet.train
+    assert (resnet.model.name, resnet.data.resolution, t.batch, t.precision) == ("resnet50", 224, 256, "bf16")
+    assert sorted(gpu.RUN_ORDER) == sorted(gpu.PARTS)
