@@ -238,6 +238,48 @@ def resnet50(args: argparse.Namespace) -> dict:
     }
 
 
+def opencv_decoder(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """The dry run's stand-in for nvJPEG (no torchvision on a CPU build): OpenCV's decode, RGB CHW."""
+    import cv2
+
+    decoded = (cv2.imdecode(d.numpy(), cv2.IMREAD_COLOR)[:, :, ::-1].copy() for d in data)
+    return [torch.from_numpy(image).permute(2, 0, 1).to(device) for image in decoded]
+
+
+def jpeg_decode(args: argparse.Namespace) -> dict:
+    """data.decode = "gpu" against the CPU path, in one process: a step's random-resized crops (with flips)
+    cut from a whole-image JPEG store, read and decoded (bench/storage.py's photos)."""
+    from storage import make_photos
+
+    from bigbatch.data import H5Data, device_decode, prepare
+    from bigbatch.data.loader import Step, read_batch
+
+    n, side, out = (512, 256, 224) if args.sizes == "full" else (16, 64, 32)
+    device = torch.device(args.device)
+    decoder = None if device.type == "cuda" else opencv_decoder
+    with tempfile.TemporaryDirectory() as tmp:
+        make_photos(Path(tmp) / "photos", n)
+        path = Path(tmp) / "d.h5"
+        prepare(str(Path(tmp) / "photos"), str(path), side, workers=os.cpu_count() or 1, codec="jpeg", crop="none")
+        data = H5Data(path, in_ram=True)
+        request = Step(0, n, out, 0, torch.arange(n))
+        cpu_s, _ = timed(lambda: read_batch(data, request, True, 0, 0.08), torch.device("cpu"), [], 2, 1)
+
+        def on_device() -> None:
+            device_decode.decode(read_batch(data, request, True, 0, 0.08, on_device=True).images, device, decoder)
+
+        device_s, peak = timed(on_device, device, [], 2, 1)
+    where = "nvJPEG" if decoder is None else "OpenCV standing in for nvJPEG"
+    return {
+        "setting": f"{n} random-resized crops + flips at {out} px of a JPEG store (short side {side}), one process",
+        "img_per_s": n / device_s,
+        "s_per_iter": device_s,
+        "peak": peak,
+        "note": f"data.decode gpu ({where}), {cpu_s / device_s:.1f}x as fast as the CPU path (OpenCV, one "
+        f"thread: {n / cpu_s:.0f} img/s)",
+    }
+
+
 def cuda_tests(args: argparse.Namespace) -> dict:
     """tests/test_cuda.py under pytest (they skip without a GPU); its pass/fail count."""
     cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-q", "-p", "no:cacheprovider"]
@@ -260,10 +302,11 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "biggan-plan-bf16": (functools.partial(biggan_plan, precision="bf16"), 90),
     "saehd512": (saehd, 150),
     "resnet50": (resnet50, 90),
+    "jpeg-decode": (jpeg_decode, 90),
     "cuda-tests": (cuda_tests, 180),
 }
 # What the issue asks for first, then compiling (minutes of it), then the extra bf16 plan: what --budget cuts is last.
-RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "cuda-tests"]
+RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode", "cuda-tests"]
 RUN_ORDER += ["biggan-bf16-compile", "biggan-fp32-compile", "biggan-plan-bf16"]
 
 
