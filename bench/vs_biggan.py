@@ -1,0 +1,245 @@
+"""CPU seconds per BigGAN training iteration, side by side: ajbrock/BigGAN-PyTorch's own training function
+against bigbatch's GAN task, the same model, one thread a side.
+
+    mkdir -p /tmp/biggan_pt && git --git-dir=/work/.mirror/ajbrock+BigGAN-PyTorch/repo archive HEAD \
+        | tar -x -C /tmp/biggan_pt
+    .venv/bin/python bench/vs_biggan.py --biggan /tmp/biggan_pt                 # the table
+    .venv/bin/python bench/vs_biggan.py --biggan /tmp/biggan_pt --profile 10    # and where the time goes
+
+The model is BigGAN-PyTorch's launch_cifar_ema.sh (bigbatch: preset biggan_cifar) at --ch 32 and --batch 16:
+32 px, 10 classes, dim_z 128, per-layer class embeddings in G's BN (no shared embedding, no hierarchical
+z), no attention, spectral norm in G and D (eps 1e-8, one power iteration), hinge loss, --d-steps 4 D
+steps (each on `batch` real and `batch` generated images) per G step, G and D lr 2e-4, Adam betas
+(0, 0.999), eps 1e-8, G_ema updated every iteration (BigGAN-PyTorch --ema --ema_start 1000, bigbatch
+the preset's ema_start_kimg: both still in the copy phase here, which costs the same blend as later).
+
+Each row is its own worker process: OMP_NUM_THREADS=1, torch.set_num_threads(1). The workers are built
+(not timed) and take --warmup untimed iterations; then the rows take one iteration each in turn, round
+after round (order reversed every other round), so machine load falls on all alike. Counted: the
+worker's CPU time (time.process_time: all its threads) around one iteration.
+
+BigGAN-PyTorch: BigGAN.Generator/Discriminator/G_D, their own Adam, utils.ema and
+train_fns.GAN_training_function, imported unchanged from --biggan and built as its train.py builds them
+(device cpu, no DataParallel); one iteration is train.py's loop body without logging: itr += 1,
+G/D/G_ema .train(), train(x, y) on one fixed random float batch of batch x d_steps real images. Its D
+step runs D once on fake and real images concatenated (the script's default); bigbatch runs D on each
+apart, as BigGAN-PyTorch does with --biggan-args=--split_D.
+torchvision (imported by its utils.py, datasets.py and train_fns.py for data loading and image saving
+only, and not importable on this CPU build of torch) is stubbed in sys.modules by empty modules.
+bigbatch: `task.step(feed)` of the GAN task built as bench/_gan.py builds it; the feed hands over
+d_steps fixed random uint8 batches (no data loading on either side). Its bf16 row runs under
+train.precision=bf16 (weights, Adam and losses fp32), against BigGAN-PyTorch's fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+PROTO = sys.stdout  # a worker's replies
+TORCHVISION = ("torchvision", "torchvision.datasets", "torchvision.datasets.utils", "torchvision.transforms")
+
+
+def serve(step, warmup: int) -> None:
+    """Worker loop: `warmup` untimed iterations, then per stdin line "step" one timed iteration, per
+    "profile N" one iteration under torch.profiler (its top N ops by self CPU time)."""
+    import torch
+
+    for _ in range(warmup):
+        step()
+    PROTO.write(json.dumps({"ready": True, "threads": torch.get_num_threads()}) + "\n")
+    for line in sys.stdin:
+        cmd, *arg = line.split()
+        if cmd == "step":
+            c, t = time.process_time(), time.perf_counter()
+            step()
+            PROTO.write(json.dumps({"cpu": time.process_time() - c, "wall": time.perf_counter() - t}) + "\n")
+        elif cmd == "profile":
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                step()
+            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=int(arg[0]))
+            PROTO.write(json.dumps({"table": table}) + "\n")
+        else:
+            break
+
+
+class Stub(types.ModuleType):
+    """An empty module whose every attribute is its submodule if imported, else an empty class."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return sys.modules.get(f"{self.__name__}.{name}") or type(name, (), {})
+
+
+def biggan_worker(a: argparse.Namespace) -> None:
+    for name in TORCHVISION:
+        sys.modules[name] = Stub(name)
+    sys.path.insert(0, a.biggan)
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    import BigGAN
+    import train_fns
+    import utils
+
+    args = "--shuffle --num_G_accumulations 1 --num_D_accumulations 1 --dataset C10 --G_ortho 0.0 --G_attn 0"
+    args += " --D_attn 0 --G_init N02 --D_init N02 --ema --use_ema --ema_start 1000 --seed 0"  # launch_cifar_ema.sh
+    args += f" --batch_size {a.batch} --num_D_steps {a.d_steps} --G_lr 2e-4 --D_lr 2e-4 --G_ch {a.ch} --D_ch {a.ch}"
+    args += f" {a.biggan_args}"
+    config = vars(utils.prepare_parser().parse_args(args.split()))
+    config["resolution"], config["n_classes"] = utils.imsize_dict["C10"], utils.nclass_dict["C10"]
+    config["G_activation"] = utils.activation_dict[config["G_nl"]]
+    config["D_activation"] = utils.activation_dict[config["D_nl"]]
+    utils.seed_rng(config["seed"])
+    G, D = BigGAN.Generator(**config), BigGAN.Discriminator(**config)
+    G_ema = BigGAN.Generator(**{**config, "skip_init": True, "no_optim": True})
+    ema = utils.ema(G, G_ema, config["ema_decay"], config["ema_start"])
+    GD = BigGAN.G_D(G, D)
+    state = {"itr": 0, "epoch": 0, "save_num": 0, "save_best_num": 0, "best_IS": 0, "best_FID": 999999}
+    z_, y_ = utils.prepare_z_y(config["batch_size"], G.dim_z, config["n_classes"], device="cpu")
+    train = train_fns.GAN_training_function(G, D, GD, z_, y_, ema, state, config)
+    n = a.batch * a.d_steps  # train.py's D_batch_size: the real images of all D steps at once
+    x, y = torch.rand(n, 3, config["resolution"], config["resolution"]) * 2 - 1, torch.randint(10, (n,))
+    print(f"BigGAN-PyTorch G {sum(p.numel() for p in G.parameters())} D {sum(p.numel() for p in D.parameters())} "
+          f"params; config {config}", file=sys.stderr)  # fmt: skip
+
+    def step() -> None:
+        state["itr"] += 1
+        G.train(), D.train(), G_ema.train()
+        train(x, y)
+
+    serve(step, a.warmup)
+
+
+def bigbatch_worker(a: argparse.Namespace, precision: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _gan import config, gan_task
+
+    from bigbatch.data.loader import Batch
+
+    overrides = [f"model.ch={a.ch}", f"train.batch={a.batch}", f"train.micro_batch={a.batch}", "train.device='cpu'"]
+    cfg = config("biggan_cifar", [*overrides, f"train.d_steps={a.d_steps}", "train.loss='hinge'"])
+    torch.manual_seed(0)
+    task, rep = gan_task(cfg, 10, precision=precision)
+    r = cfg.data.resolution
+    real = [torch.randint(0, 256, (a.batch, r, r, 3), dtype=torch.uint8) for _ in range(a.d_steps)]
+    labels = [torch.randint(10, (a.batch,)) for _ in range(a.d_steps)]
+
+    class Feed:  # what GANTask.step reads of a bigbatch Feed: nimg, next()
+        nimg = 0
+
+        def next(self) -> Batch:
+            i = self.nimg // a.batch % a.d_steps
+            self.nimg += a.batch
+            return Batch(self.nimg - a.batch, real[i], labels[i], None)
+
+    G, D = task.plain("G"), task.plain("D")
+    print(f"bigbatch G {sum(p.numel() for p in G.parameters())} D {sum(p.numel() for p in D.parameters())} "
+          f"params; plan {rep.plan}; {cfg.model}; {cfg.train}", file=sys.stderr)  # fmt: skip
+    feed = Feed()
+    serve(lambda: task.step(feed), a.warmup)
+
+
+ROWS = [("BigGAN-PyTorch", "fp32"), ("bigbatch", "fp32"), ("bigbatch", "bf16")]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--biggan", required=True, help="BigGAN-PyTorch's source folder (unchanged)")
+    p.add_argument("--ch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--d-steps", type=int, default=4, help="D steps per G step (both sides)")
+    p.add_argument("--steps", type=int, default=5, help="timed iterations a row")
+    p.add_argument("--warmup", type=int, default=2, help="untimed iterations a row first")
+    p.add_argument("--biggan-args", default="", help="more BigGAN-PyTorch train.py flags, e.g. --biggan-args=--split_D")
+    p.add_argument("--profile", type=int, default=0, help="then print each row's top N ops of one iteration")
+    p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
+    p.add_argument("--worker", choices=["biggan", "fp32", "bf16"], help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:  # replies to the original stdout, everything else printed to stderr (the log)
+        global PROTO
+        PROTO = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        return biggan_worker(a) if a.worker == "biggan" else bigbatch_worker(a, a.worker)
+
+    start = time.perf_counter()
+    logs = Path(a.logs or tempfile.mkdtemp(prefix="vs-biggan-logs-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    common = [f"--biggan={a.biggan}", f"--biggan-args={a.biggan_args}", f"--ch={a.ch}", f"--batch={a.batch}"]
+    common += [f"--d-steps={a.d_steps}", f"--warmup={a.warmup}"]
+    workers = {}
+    for side, prec in ROWS:  # built at once (not timed); timed one at a time below
+        name = "biggan" if side == "BigGAN-PyTorch" else prec
+        log = open(logs / f"{name}.log", "w")
+        cmd = [sys.executable, __file__, f"--worker={name}", *common]
+        workers[side, prec] = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env
+        )
+
+    def ask(key, line: str) -> dict:
+        if line:
+            workers[key].stdin.write(line + "\n")
+            workers[key].stdin.flush()
+        reply = workers[key].stdout.readline()
+        if not reply:
+            raise SystemExit(f"worker {key} ended; see its log in {logs}")
+        return json.loads(reply)
+
+    times: dict = {key: [] for key in ROWS}
+    tables = {}
+    try:
+        threads = {key: ask(key, "")["threads"] for key in ROWS}
+        print(f"built and warmed up in {time.perf_counter() - start:.0f} s; threads {threads}; logs in {logs}",
+              file=sys.stderr)  # fmt: skip
+        for i in range(a.steps):
+            for key in ROWS if i % 2 == 0 else ROWS[::-1]:
+                times[key].append(ask(key, "step"))
+                print(f"  round {i + 1} {key}: {times[key][-1]['cpu']:.3f} CPU s", file=sys.stderr, flush=True)
+        if a.profile:
+            tables = {key: ask(key, f"profile {a.profile}")["table"] for key in ROWS}
+        for w in workers.values():
+            w.stdin.close()
+            w.wait()
+    finally:
+        for w in workers.values():
+            if w.poll() is None:
+                w.kill()
+
+    def stats(key):
+        cpu = [t["cpu"] for t in times[key]]
+        return min(cpu), statistics.median(cpu), sum(cpu) / sum(t["wall"] for t in times[key])
+
+    ref = stats(ROWS[0])
+    print(f"# BigGAN 32 px, ch {a.ch}, batch {a.batch}, {a.d_steps} D steps per G step, 10 classes, hinge, SN, "
+          f"G_ema; BigGAN-PyTorch's extra flags: '{a.biggan_args}'; one thread a side; {a.steps} timed iterations "
+          f"a row after {a.warmup} warm-up, rows alternating\n")  # fmt: skip
+    print("| side | precision | CPU s/iteration min | median | ratio BigGAN-PyTorch/bigbatch (min, median) "
+          "| CPU/wall |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for side, prec in ROWS:
+        lo, med, load = stats((side, prec))
+        ratio = "-" if side == "BigGAN-PyTorch" else f"{ref[0] / lo:.2f}, {ref[1] / med:.2f}"
+        print(f"| {side} | {prec} | {lo:.3f} | {med:.3f} | {ratio} | {load:.2f} |")
+    for (side, prec), table in tables.items():
+        print(f"\n## {side} {prec}: one iteration under torch.profiler, top {a.profile} by self CPU time\n")
+        print(f"```\n{table}```")
+    print(f"\nwall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
