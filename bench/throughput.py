@@ -1,5 +1,5 @@
-"""Training throughput of the GAN step on the Replicator: img/s, ms per phase, achieved FLOP/s as a
-fraction of a peak measured in the same run, and peak memory, for precisions x activation
+"""Training throughput of a task's step on the Replicator (GAN, classify, swap): img/s, achieved FLOP/s as
+a fraction of a peak measured in the same run, and peak memory, for precisions x activation
 checkpointing x micro-batch splits. Images are synthetic, so any preset and resolution works.
 
     python bench/throughput.py                                   # digits preset, CPU-sized
@@ -7,13 +7,22 @@ checkpointing x micro-batch splits. Images are synthetic, so any preset and reso
     python bench/throughput.py model.name=biggan data.resolution=128 model.ch=96 model.dim_z=120 \
         train.batch=256 --micro 64 --precisions fp32,bf16 --classes 1000        # on a GPU
     python bench/throughput.py --preset saehd512_df_ud --precisions fp32,bf16 --checkpointing off,on --steps 3
+    python bench/throughput.py --preset fashion_resnet_fast data.resolution=32 train.batch=128 \
+        train.micro_batch=128 --precisions fp32,bf16 --checkpointing off         # ResNet-20 at 32 px
+    python bench/throughput.py --preset digits train.compile=true --warmup 3 --precisions bf16 --checkpointing off
+    python bench/throughput_all.py                   # every task, fp32 and bf16, compile off and on: one table
 
 FLOPs are counted by torch.utils.flop_counter (matmuls and convolutions, forward and backward) over
-one D step and one G step; the peak is the best of a few large matmuls and convolutions in the same
-dtype. "plain loop" runs the same micro-batches through the same loss functions with a bare
+one D step and one G step (classify: one step; swap: one iteration), run eagerly also under
+train.compile (the same arithmetic; no second compile); the peak is the best of a few large matmuls and
+convolutions in the same dtype. "plain loop" runs the same micro-batches through the same loss functions with a bare
 backward/step loop (no Replicator): engine overhead is the gap between it and img/s; the cost of
 smaller kernels is the gap between micro-batch splits of the plain loop. On CPU, fp16 is emulated
 (slow); it is there for completeness, GPUs are where it matters.
+
+A classify preset (task = "classify", e.g. fashion_resnet_fast, imagenet_resnet50) times `task.step` on one
+synthetic batch held in memory (no data reading; the device crops and the loss included), at
+data.resolution and train.batch: the preset's data.schedule is set aside. --classes sets its classes.
 
 A swap preset (task = "swap", e.g. saehd512_df_ud) times its training iteration instead: `task.step`
 on the feed the training loop reads (src and dst faces, synthetic, from a temporary data file), one
@@ -24,6 +33,10 @@ which also creates the optimizer state; on a GPU max_memory_allocated over the t
 micro_batch "auto" (the preset's) is planned first, as the training loop plans it; --micro N fixes
 it instead. On a CPU without native bf16 (AVX2), bf16 convolutions run orders of magnitude slower
 than fp32: time bf16 on a GPU or a CPU with AVX-512 or AMX.
+
+train.compile=true works for each task (the --warmup iterations compile: give it 3 or more; under it the
+GAN's plain loop is not run, and on CPU the counted peak memory is that of the eager step: see
+counted_peak).
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -38,6 +52,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _classify import classify_task  # noqa: E402
 from _gan import config, gan_task, sync  # noqa: E402
 from _swap import is_swap, native_bf16, swap_feed, swap_task, synthetic_faces  # noqa: E402
 
@@ -67,6 +82,27 @@ def compute_peak(device: torch.device, precision: str) -> float:
             sync(device)
             best = max(best, 3 * flops / (time.perf_counter() - t))
     return best
+
+
+# Both counters below are dispatch modes, and a torch.compile'd model called under one runs eagerly then and
+# (torch 2.13) from then on, or never compiles if that was its first call. Under set_stance("force_eager")
+# neither happens: the counted step runs eagerly (the same arithmetic) and the compiled graphs stay in use.
+
+
+def count_flops(step: Callable[[], object]) -> int:
+    """FLOPs (torch.utils.flop_counter: matmuls and convolutions, forward and backward) of one `step()`,
+    run eagerly."""
+    counter = FlopCounterMode(display=False)
+    with torch.compiler.set_stance("force_eager"), counter:
+        step()
+    return counter.get_total_flops()
+
+
+def counted_peak(step: Callable[[], object]) -> int:
+    """The peak bytes of CPU tensors (CPUPeak) that one `step()`, run eagerly, creates."""
+    with torch.compiler.set_stance("force_eager"), CPUPeak() as counter:
+        step()
+    return counter.peak
 
 
 def bare_iteration(task, nimg: int, step: int, precision: str) -> None:
@@ -103,8 +139,8 @@ def measure(
     plain: bool = True,
 ) -> dict:
     """img/s and peak memory of the GAN step (see the module docstring). `warmup`: untimed iterations
-    first (with train.compile, the first compiles); `flops`: count FLOPs over one more iteration (under
-    train.compile the counter would make it compile again); `plain`: time the plain loop too."""
+    first (with train.compile, the first compiles); `flops`: count FLOPs over one more iteration (run
+    eagerly, see count_flops); `plain`: time the plain loop too."""
     task, rep = gan_task(cfg, classes, precision=precision, checkpointing=checkpointing, micro_batch=micro)
     device = rep.device
     batch = cfg.train.batch
@@ -116,23 +152,20 @@ def measure(
         bare_iteration(task, 0, 0, precision)
     sync(device)
     warmup_s = time.perf_counter() - t
-    flop_counter = FlopCounterMode(display=False)
-    if flops:
-        with flop_counter:
-            task.d_step(batch)
-            task.g_step(1)
+    n_flops = count_flops(lambda: (task.d_step(batch), task.g_step(1))) if flops else None
     # Timed: engine and plain-loop iterations alternate, so machine noise hits both alike.
-    d_time = g_time = bare = 0.0
+    d_time = g_time = bare = cpu = 0.0
     nimg = 2 * batch
     for step in range(steps):
         sync(device)
-        t0 = time.perf_counter()
+        t0, c = time.perf_counter(), time.process_time()
         task.d_step(nimg)
         sync(device)
         t1 = time.perf_counter()
         task.g_step(2 + step)
         sync(device)
         t2 = time.perf_counter()
+        cpu += time.process_time() - c
         if plain:
             bare_iteration(task, nimg, 2 + step, precision)
             sync(device)
@@ -145,18 +178,18 @@ def measure(
         task.g_step(steps + 2)
         peak = torch.cuda.max_memory_allocated(device)
     else:
-        with CPUPeak() as counter:
-            task.d_step(nimg)
-            task.g_step(steps + 2)
-        peak = counter.peak + state_bytes([p for p, _ in rep.models], [task.opt_G, task.opt_D])
+        peak = counted_peak(lambda: (task.d_step(nimg), task.g_step(steps + 2)))
+        peak += state_bytes([p for p, _ in rep.models], [task.opt_G, task.opt_D])
     seconds = (d_time + g_time) / steps
     return {
         "img_per_s": batch / seconds,
+        "s_per_iter": seconds,
+        "cpu_s_per_iter": cpu / steps,
         "bare_img_per_s": batch * steps / bare if plain else None,
         "d_ms": 1000 * d_time / steps,
         "g_ms": 1000 * g_time / steps,
-        "flops": flop_counter.get_total_flops() if flops else None,
-        "flop_per_s": flop_counter.get_total_flops() / seconds if flops else None,
+        "flops": n_flops,
+        "flop_per_s": n_flops / seconds if flops else None,
         "peak": peak,
         "plan": f"{rep.plan.micro_batch}x{rep.plan.accumulation}",
         "device": str(device),
@@ -164,8 +197,60 @@ def measure(
     }
 
 
-def measure_swap(cfg, precision: str, checkpointing: bool, micro, steps: int, warmup: int) -> dict:
-    """Seconds per training iteration of the swap task (see the module docstring)."""
+def measure_classify(
+    cfg,
+    precision: str,
+    checkpointing: bool,
+    micro: int,
+    steps: int,
+    classes: int,
+    *,
+    warmup: int = 1,
+    flops: bool = True,
+) -> dict:
+    """img/s of the classify task's step (ClassifyTask.step: the device crops, the loss, one SGD/AdamW
+    step) on one synthetic batch held in memory, after `warmup` (>= 1) untimed steps (with
+    train.compile, the second compiles); FLOPs of one more step; peak memory as measure_swap counts it."""
+    task, rep, feed = classify_task(cfg, classes, precision=precision, checkpointing=checkpointing, micro_batch=micro)
+    device = rep.device
+    t = time.perf_counter()
+    peak = None
+    for i in range(max(warmup, 1)):
+        if i == 0 and device.type == "cpu":  # weights, then all this step creates (optimizer state too)
+            peak = counted_peak(lambda: task.step(feed)) + state_bytes([m for m, _ in rep.models], [])
+        else:
+            task.step(feed)
+    sync(device)
+    warmup_s = time.perf_counter() - t
+    n_flops = count_flops(lambda: task.step(feed)) if flops else None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    sync(device)
+    t, c = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        task.step(feed)
+    sync(device)
+    seconds, cpu = (time.perf_counter() - t) / steps, (time.process_time() - c) / steps
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+    return {
+        "img_per_s": cfg.train.batch / seconds,
+        "s_per_iter": seconds,
+        "cpu_s_per_iter": cpu,
+        "flops": n_flops,
+        "flop_per_s": n_flops / seconds if flops else None,
+        "peak": peak,
+        "plan": f"{rep.plan.micro_batch}x{rep.plan.accumulation}",
+        "device": str(device),
+        "warmup_s": warmup_s,
+    }
+
+
+def measure_swap(
+    cfg, precision: str, checkpointing: bool, micro, steps: int, warmup: int, *, flops: bool = True
+) -> dict:
+    """Seconds per training iteration of the swap task (see the module docstring); `flops`: count the
+    FLOPs of one more iteration (untimed, after the warm-up; see count_flops)."""
     task, rep = swap_task(cfg, precision=precision, checkpointing=checkpointing, micro_batch=micro)
     device = rep.device
     if rep.micro_batch_pending:  # "auto": planned as the training loop plans it, before its first step
@@ -174,11 +259,10 @@ def measure_swap(cfg, precision: str, checkpointing: bool, micro, steps: int, wa
     with closing(swap_feed(task, rep)) as feed:
         for i in range(warmup):
             if i == 0 and device.type == "cpu":  # weights, then all this step creates (optimizer state too)
-                with CPUPeak() as counter:
-                    task.step(feed)
-                peak = counter.peak + state_bytes([p for p, _ in rep.models], [])
+                peak = counted_peak(lambda: task.step(feed)) + state_bytes([p for p, _ in rep.models], [])
             else:
                 task.step(feed)
+        n_flops = count_flops(lambda: task.step(feed)) if flops else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         seconds = cpu = 0.0
@@ -195,10 +279,25 @@ def measure_swap(cfg, precision: str, checkpointing: bool, micro, steps: int, wa
         "s_per_iter": seconds / steps,
         "cpu_s_per_iter": cpu / steps,
         "img_per_s": cfg.train.batch * steps / seconds,
+        "flops": n_flops,
+        "flop_per_s": n_flops * steps / seconds if flops else None,
         "peak": peak,
         "plan": f"{rep.plan.micro_batch}x{rep.plan.accumulation}",
         "device": device,
     }
+
+
+def flop_cells(r: dict, peak: float) -> str:
+    """GFLOP/iter | achieved TFLOP/s | peak TFLOP/s | % of peak, as table cells."""
+    if r["flops"] is None:
+        return f"- | - | {peak / 1e12:.3f} | -"
+    fraction = 100 * r["flop_per_s"] / peak
+    return f"{r['flops'] / 1e9:.2f} | {r['flop_per_s'] / 1e12:.4f} | {peak / 1e12:.3f} | {fraction:.1f}%"
+
+
+def peaks_of(rows: list[tuple], device: torch.device) -> dict[str, float]:
+    """compute_peak of each precision of `rows` (precision first in each), measured now."""
+    return {precision: compute_peak(device, precision) for precision in dict.fromkeys(r[0] for r in rows)}
 
 
 def swap_main(cfg, args: argparse.Namespace) -> None:
@@ -218,6 +317,7 @@ def swap_main(cfg, args: argparse.Namespace) -> None:
                         flush=True,
                     )
     device = rows[0][2]["device"]
+    peaks = peaks_of(rows, device)
     threads = torch.get_num_threads()
     where = f"{device}, {threads} thread{'s' * (threads != 1)}" if device.type == "cpu" else str(device)
     o = cfg.model.options
@@ -227,14 +327,48 @@ def swap_main(cfg, args: argparse.Namespace) -> None:
         f"batch {cfg.train.batch}, device {where}; {args.steps} timed iteration{'s' * (args.steps != 1)} "
         f"after {args.warmup} warm-up" + ("" if native_bf16(device) else "; no native bf16 kernels on this CPU")
     )
-    header = "| precision | ckpt | micro x acc | s/iteration | img/s | CPU s/iteration | peak memory |"
+    header = (
+        "| precision | ckpt | micro x acc | s/iteration | img/s | CPU s/iteration | GFLOP/iter | achieved TFLOP/s "
+        "| peak TFLOP/s | % of peak | peak memory |"
+    )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for precision, ckpt, r in rows:
         peak = "-" if r["peak"] is None else format_bytes(r["peak"])
         print(
             f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['s_per_iter']:.2f} "
-            f"| {r['img_per_s']:.3f} | {r['cpu_s_per_iter']:.2f} | {peak} |"
+            f"| {r['img_per_s']:.3f} | {r['cpu_s_per_iter']:.2f} | {flop_cells(r, peaks[precision])} | {peak} |"
+        )
+
+
+def classify_main(cfg, args: argparse.Namespace) -> None:
+    """The classify task's table: precisions x activation checkpointing x micro-batches."""
+    micros = [int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
+    rows = []
+    for precision in args.precisions.split(","):
+        for ckpt in (c == "on" for c in args.checkpointing.split(",")):
+            for micro in micros:
+                r = measure_classify(cfg, precision, ckpt, micro, args.steps, args.classes, warmup=args.warmup)
+                rows.append((precision, ckpt, r))
+    peaks = peaks_of(rows, torch.device(rows[0][2]["device"]))
+    threads = torch.get_num_threads()
+    compiled = ", train.compile" if cfg.train.compile else ""
+    print(
+        f"# {cfg.name}: {cfg.model.name} ch {cfg.model.ch} {cfg.data.resolution}px, {args.classes} classes, batch "
+        f"{cfg.train.batch}{compiled}, device {rows[0][2]['device']}, {threads} thread{'s' * (threads != 1)}; "
+        f"{args.steps} timed steps after {args.warmup} warm-up, one batch in memory"
+    )
+    header = (
+        "| precision | ckpt | micro x acc | img/s | s/step | CPU s/step | GFLOP/iter | achieved TFLOP/s | peak TFLOP/s "
+        "| % of peak | peak memory |"
+    )
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for precision, ckpt, r in rows:
+        peak = "-" if r["peak"] is None else format_bytes(r["peak"])
+        print(
+            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['img_per_s']:.1f} | {r['s_per_iter']:.3f} "
+            f"| {r['cpu_s_per_iter']:.3f} | {flop_cells(r, peaks[precision])} | {peak} |"
         )
 
 
@@ -246,28 +380,30 @@ def main() -> None:
     p.add_argument("--checkpointing", default="off,on", help="off, on or off,on")
     p.add_argument("--micro", default="", help="micro-batches to compare, e.g. 64,16 (default: the config's)")
     p.add_argument("--steps", type=int, default=5, help="timed iterations (GAN: one D and one G step each)")
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=1, help="swap presets: untimed iterations first")
+    p.add_argument("--classes", type=int, default=10, help="GAN and classify presets: classes of the synthetic data")
+    p.add_argument("--warmup", type=int, default=1, help="untimed iterations first (under train.compile: 3 or more)")
     args = p.parse_args()
     torch.manual_seed(0)
     cfg = config(args.preset, args.overrides)
     if is_swap(cfg):
         return swap_main(cfg, args)
+    if cfg.task == "classify":
+        return classify_main(cfg, args)
     micros = [int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
     ckpts = [c == "on" for c in args.checkpointing.split(",")]
     precisions = args.precisions.split(",")
+    plain = not cfg.train.compile  # compiled, the plain loop would compile graphs of its own
     rows = []
-    peaks = {}
     for precision in precisions:
         for ckpt in ckpts:
             for micro in micros:
-                r = measure(cfg, precision, ckpt, micro, args.steps, args.classes)
-                if precision not in peaks:
-                    peaks[precision] = compute_peak(torch.device(r["device"]), precision)
+                r = measure(cfg, precision, ckpt, micro, args.steps, args.classes, warmup=args.warmup, plain=plain)
                 rows.append((precision, ckpt, r))
+    peaks = peaks_of(rows, torch.device(rows[0][2]["device"]))
     print(
         f"# {cfg.model.name} {cfg.data.resolution}px ch {cfg.model.ch}, batch {cfg.train.batch}, "
-        f"{args.classes} classes, device {rows[0][2]['device']}, {args.steps} timed iterations (D step + G step)"
+        f"{args.classes} classes" + (", train.compile" if cfg.train.compile else "") + f", device "
+        f"{rows[0][2]['device']}, {args.steps} timed iterations (D step + G step) after {args.warmup} warm-up"
     )
     header = (
         "| precision | ckpt | micro x acc | img/s | plain loop img/s | D step ms | G step ms | GFLOP/iter "
@@ -276,12 +412,10 @@ def main() -> None:
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for precision, ckpt, r in rows:
-        peak = peaks[precision]
+        bare = "-" if r["bare_img_per_s"] is None else f"{r['bare_img_per_s']:.1f}"
         print(
-            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['img_per_s']:.1f} "
-            f"| {r['bare_img_per_s']:.1f} | {r['d_ms']:.1f} "
-            f"| {r['g_ms']:.1f} | {r['flops'] / 1e9:.2f} | {r['flop_per_s'] / 1e12:.4f} | {peak / 1e12:.3f} "
-            f"| {100 * r['flop_per_s'] / peak:.1f}% | {format_bytes(r['peak'])} |"
+            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['img_per_s']:.1f} | {bare} "
+            f"| {r['d_ms']:.1f} | {r['g_ms']:.1f} | {flop_cells(r, peaks[precision])} | {format_bytes(r['peak'])} |"
         )
 
 

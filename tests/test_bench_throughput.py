@@ -1,0 +1,72 @@
+"""bench/throughput.py's counters and its classify measure: FLOPs and peaks are counted without undoing
+train.compile, and a classify step's FLOPs are its model's forward and backward."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import bigbatch
+from bigbatch import models
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+
+
+def _counting_backend(calls: list[int]):
+    """A torch.compile backend that runs the captured graph as it is and counts the calls that reach it."""
+
+    def backend(gm, example_inputs):
+        def run(*args):
+            calls[0] += 1
+            return gm(*args)
+
+        return run
+
+    return backend
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["after-compiling", "before-compiling"])
+def test_counters_leave_a_compiled_model_compiled(first):
+    # A model called under a dispatch mode (FlopCounterMode, CPUPeak) runs eagerly, and in torch 2.13 every
+    # compiled model in the process does from then on: counted so, a benchmark would time eager code.
+    from throughput import count_flops, counted_peak
+
+    torch._dynamo.reset()
+    calls = [0]
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    compiled = torch.compile(model, backend=_counting_backend(calls))
+    x = torch.randn(8, 16)
+
+    def step():
+        compiled(x).sum().backward()
+
+    if not first:
+        step()
+    flops = count_flops(step)
+    peak = counted_peak(step)
+    before = calls[0]
+    step()
+    step()
+    assert calls[0] - before == 2  # both plain calls ran the compiled graph
+    # Forward, then backward: the weights' gradients, and the inputs' of the second layer only (x needs none).
+    assert flops == 2 * 8 * (2 * 16 * 32 + 3 * 32 * 4)
+    assert peak > 0
+
+
+def test_classify_step_flops_are_its_models_forward_and_backward():
+    from throughput import measure_classify
+
+    cfg = bigbatch.preset("fashion_resnet_fast").override(
+        {"data.resolution": 8, "train.batch": 4, "train.micro_batch": 4, "model.options.depth": 8}
+    )
+    r = measure_classify(cfg, "fp32", False, 4, 2, 10)
+    assert r["img_per_s"] > 0 and r["s_per_iter"] > 0 and r["peak"] > 0
+    assert r["plan"] == "4x1"
+
+    net = models.create_classifier("resnet_cifar", 10, ch=16, img_channels=3, depth=8)
+    with FlopCounterMode(display=False) as counter:
+        net(torch.randn(4, 3, 8, 8)).sum().backward()
+    assert r["flops"] == counter.get_total_flops()
+    assert r["flop_per_s"] == pytest.approx(r["flops"] / r["s_per_iter"])
