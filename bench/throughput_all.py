@@ -364,12 +364,12 @@ def report(rows: dict[str, dict], seconds: float, retry_above: float) -> str:
 
 # ---- the profile -------------------------------------------------------------------------------------------
 
-KINDS = (
+KINDS = (  # the first that matches (a fused kernel's name lists the ops it fused: it is matched first)
+    ("Inductor's fused kernels", lambda n: "cpp_fused" in n),
     ("convolutions", lambda n: "conv" in n),
     ("matmuls", lambda n: n in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul")),
     ("normalization", lambda n: "_norm" in n),
     ("copies and casts", lambda n: n in ("aten::copy_", "aten::_to_copy", "aten::to", "aten::clone")),
-    ("Inductor's fused kernels", lambda n: n.startswith("cpp_fused")),
     ("other ops (elementwise, reductions, ...)", lambda n: n.startswith("aten::")),
 )
 OUTSIDE = "outside any op (Python, dispatch, autograd engine)"
@@ -573,9 +573,9 @@ def main() -> None:
                 rows.update({n: {"left_out": parse_cell(n)[0].compile_left_out} for n in cell_names() if n not in rows})
             rows = {n: rows[n] for n in cell_names() if n in rows}
             text = report(rows, time.perf_counter() - start, args.retry_above)
-    print(text, end="")
     if args.out:
         args.out.write_text(text)
+    print(text, end="")
 
 
 if __name__ == "__main__":

@@ -344,3 +344,20 @@ print(plain, faults())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     plain, held = map(int, out.stdout.split())
     assert plain > 5 * 10_000 and held < plain / 20, (plain, held)
+
+
+def test_micro_batch_auto_probes_eagerly_and_the_model_still_compiles():
+    # A compiled model called under CPUPeak's dispatch mode stopped compiling for the whole process: with
+    # micro_batch "auto" on CPU, train.compile then never compiled.
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    rep = bigbatch.Replicator(batch=8, micro_batch="auto", compile=True, memory_budget="1GiB", device="cpu")
+    train = rep.prepare(model)
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    x = torch.randn(8, 4)
+    counters.clear()
+    for _ in range(2):
+        rep.step(lambda m: train(m).square().mean(), x, opt)
+    assert rep.probes and counters["frames"]["ok"] > 0, dict(counters["frames"])
