@@ -46,6 +46,7 @@ import torch
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _classify import SameBatch  # noqa: E402
 from _gan import gan_task, sync, synthetic  # noqa: E402
 from _swap import synthetic_faces  # noqa: E402
 from throughput import measure, measure_swap  # noqa: E402
@@ -53,7 +54,6 @@ from throughput import measure, measure_swap  # noqa: E402
 import bigbatch  # noqa: E402
 from bigbatch.batching import plan_micro_batch, replicator_for  # noqa: E402
 from bigbatch.config import Config  # noqa: E402
-from bigbatch.data.loader import Batch  # noqa: E402
 from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
 from bigbatch.tasks import build_task  # noqa: E402
 
@@ -202,17 +202,6 @@ def saehd(args: argparse.Namespace) -> dict:
         "peak": r["peak"],
         "note": f"{r['cpu_s_per_iter']:.2f} CPU s/iteration; synthetic faces, warp and data reading included",
     }
-
-
-class SameBatch:
-    """A stand-in for the Feed that hands out one batch again and again: the model's rate, no data reading."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
-        self.images, self.labels, self.nimg = images, labels, 0
-
-    def next(self) -> Batch:
-        self.nimg += len(self.images)
-        return Batch(self.nimg - len(self.images), self.images, self.labels, None)
 
 
 def resnet50(args: argparse.Namespace) -> dict:

@@ -49,3 +49,32 @@ def uninterrupted(tmp_path_factory):
     run = tmp_path_factory.mktemp("uninterrupted") / "whole"
     train(run, 2, *RESTART_ARGS)
     return run
+
+
+@pytest.fixture
+def faces(tmp_path):
+    """Two tiny face sets with masks (alpha) and eyes-and-mouth regions (a folder), as prepare writes them."""
+    import numpy as np
+    from PIL import Image
+
+    from bigbatch.data.prepare import prepare
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for side in ("src", "dst"):
+        (tmp_path / side / "img").mkdir(parents=True)
+        (tmp_path / side / "em").mkdir()
+        for i in range(12):
+            a = rng.integers(0, 256, (72, 72, 4), dtype=np.uint8)
+            a[..., 3] = 0
+            a[12:60, 16:56, 3] = 255
+            Image.fromarray(a, "RGBA").save(tmp_path / side / "img" / f"{i:02d}.png")
+            em = np.zeros((72, 72), np.uint8)
+            em[24:32, 20:52] = 255
+            Image.fromarray(em).save(tmp_path / side / "em" / f"{i:02d}.png")
+        out = tmp_path / f"{side}.h5"
+        prepare(
+            str(tmp_path / side / "img"), str(out), 64, workers=0, masks="alpha", eyes_mouth=str(tmp_path / side / "em")
+        )
+        paths.append(out)
+    return paths

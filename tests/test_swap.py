@@ -103,30 +103,6 @@ def test_warp_moves_the_input_only_and_is_the_identity_at_rest():
     assert set(many[2].tolist()) == set(warp.CELLS)
 
 
-@pytest.fixture
-def faces(tmp_path):
-    """Two tiny face sets with masks (alpha) and eyes-and-mouth regions (a folder), as prepare writes them."""
-    rng = np.random.default_rng(0)
-    paths = []
-    for side in ("src", "dst"):
-        (tmp_path / side / "img").mkdir(parents=True)
-        (tmp_path / side / "em").mkdir()
-        for i in range(12):
-            a = rng.integers(0, 256, (72, 72, 4), dtype=np.uint8)
-            a[..., 3] = 0
-            a[12:60, 16:56, 3] = 255
-            Image.fromarray(a, "RGBA").save(tmp_path / side / "img" / f"{i:02d}.png")
-            em = np.zeros((72, 72), np.uint8)
-            em[24:32, 20:52] = 255
-            Image.fromarray(em).save(tmp_path / side / "em" / f"{i:02d}.png")
-        out = tmp_path / f"{side}.h5"
-        prepare(
-            str(tmp_path / side / "img"), str(out), 64, workers=0, masks="alpha", eyes_mouth=str(tmp_path / side / "em")
-        )
-        paths.append(out)
-    return paths
-
-
 def swap_config(src, dst, **over):
     cfg = bigbatch.preset("saehd_cpu").override(
         {
@@ -577,41 +553,3 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     assert data["iter"] == 1 and data["options"]["face_type"] == "h"
     trained = load_autoencoder(zero)
     assert all(torch.equal(x, y) for x, y in zip(model.state_dict().values(), trained.state_dict().values()))
-
-
-def test_lr_find_sweeps_swap_lr_on_the_src_and_dst_loss(tmp_path, capsys):
-    from bigbatch.cli import main
-
-    options = 'model.options={archi="df-u",ae_dims=16,e_dims=4,d_dims=4,d_mask_dims=2}'
-    argv = ["lr-find", "--preset", "saehd_cpu", options, "train.batch=4", "--steps", "8", "--start-lr", "1e-6"]
-    assert main([*argv, "--end-lr", "1e-2", "--out", str(tmp_path / "lr.png")]) == 0
-    out = capsys.readouterr().out
-    assert "8 steps at batch 4, rates 1.0e-06..1.0e-02" in out and "suggested swap.lr: valley" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr.png"]  # no run left behind
-
-
-def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_request(faces, tmp_path, capsys):
-    from bigbatch.cli import main
-
-    over = {"data.val_fraction": 0.25, "eval.every_kimg": 0.008, "swap.true_face_power": 0.0, "swap.gan_power": 0.0}
-    run = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "run", quiet=True)
-    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    last = [r for r in logged if "ssim" in r][-1]
-    assert main(["eval", str(run)]) == 0
-    out = capsys.readouterr().out
-    assert "held-out faces at 64 px" in out and "src SSIM" in out and "(3 faces)" in out
-    metrics = json.loads((run / "eval" / "val" / "metrics.json").read_text())
-    assert metrics["src_ssim"] == pytest.approx(last["src_ssim"], abs=1e-6)
-    assert metrics["dst_ssim"] == pytest.approx(last["dst_ssim"], abs=1e-6)
-    assert Image.open(run / "eval" / "val" / "preview.png").size == (7 * 64, 3 * 64)
-    # Other faces: each side through its own path; one side alone is scored alone.
-    assert main(["eval", str(run), str(faces[0]), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
-    both = json.loads((run / "eval" / "src+dst" / "metrics.json").read_text())
-    assert both["src_n"] == both["dst_n"] == 12 and 0 < both["src_ssim"] <= 1
-    assert main(["eval", str(run), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
-    alone = json.loads((run / "eval" / "dst" / "metrics.json").read_text())
-    assert "src_ssim" not in alone and alone["ssim"] == alone["dst_ssim"] == pytest.approx(both["dst_ssim"], abs=1e-6)
-    capsys.readouterr()
-    assert main(["eval", str(tmp_path / "src.h5"), "--dst", str(faces[1])]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--dst names the dst faces of a swap run" in err

@@ -1,0 +1,48 @@
+"""After training a swap run: `bigbatch eval` scores held-out or given faces as SSIM, and `bigbatch lr-find`
+sweeps swap.lr on DFL's src + dst loss."""
+
+import json
+
+import pytest
+from PIL import Image
+from test_swap import swap_config
+
+import bigbatch
+
+
+def test_lr_find_sweeps_swap_lr_on_the_src_and_dst_loss(tmp_path, capsys):
+    from bigbatch.cli import main
+
+    options = 'model.options={archi="df-u",ae_dims=16,e_dims=4,d_dims=4,d_mask_dims=2}'
+    argv = ["lr-find", "--preset", "saehd_cpu", options, "train.batch=4", "--steps", "8", "--start-lr", "1e-6"]
+    assert main([*argv, "--end-lr", "1e-2", "--out", str(tmp_path / "lr.png")]) == 0
+    out = capsys.readouterr().out
+    assert "8 steps at batch 4, rates 1.0e-06..1.0e-02" in out and "suggested swap.lr: valley" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr.png"]  # no run left behind
+
+
+def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_request(faces, tmp_path, capsys):
+    from bigbatch.cli import main
+
+    over = {"data.val_fraction": 0.25, "eval.every_kimg": 0.008, "swap.true_face_power": 0.0, "swap.gan_power": 0.0}
+    run = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "run", quiet=True)
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in logged if "ssim" in r][-1]
+    assert main(["eval", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "held-out faces at 64 px" in out and "src SSIM" in out and "(3 faces)" in out
+    metrics = json.loads((run / "eval" / "val" / "metrics.json").read_text())
+    assert metrics["src_ssim"] == pytest.approx(last["src_ssim"], abs=1e-6)
+    assert metrics["dst_ssim"] == pytest.approx(last["dst_ssim"], abs=1e-6)
+    assert Image.open(run / "eval" / "val" / "preview.png").size == (7 * 64, 3 * 64)
+    # Other faces: each side through its own path; one side alone is scored alone.
+    assert main(["eval", str(run), str(faces[0]), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
+    both = json.loads((run / "eval" / "src+dst" / "metrics.json").read_text())
+    assert both["src_n"] == both["dst_n"] == 12 and 0 < both["src_ssim"] <= 1
+    assert main(["eval", str(run), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
+    alone = json.loads((run / "eval" / "dst" / "metrics.json").read_text())
+    assert "src_ssim" not in alone and alone["ssim"] == alone["dst_ssim"] == pytest.approx(both["dst_ssim"], abs=1e-6)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "src.h5"), "--dst", str(faces[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dst names the dst faces of a swap run" in err
