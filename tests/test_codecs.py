@@ -2,6 +2,7 @@
 reduced-size JPEG decode of small phases, and every guarantee of raw files (content hash, verify,
 workers, S3, resume) holding for encoded ones."""
 
+import io
 import os
 import socket
 
@@ -312,3 +313,44 @@ def test_rectangular_validation_crops_each_whole_image_at_its_own_aspect_ratio(t
     assert set(seen) == {(64, 64)}
     halves = [scores(True, r, 2)[1] for r in (0, 1)]
     assert sum(len(h.whole_batches(64)) for h in halves) == len(v.whole_batches(64))
+
+
+def test_a_crop_decodes_only_its_mcus_and_gets_the_full_decodes_pixels(monkeypatch):
+    from bigbatch.data import codecs, jpeg_region
+
+    rng = np.random.default_rng(3)
+    whole = {}  # decode_box with every JPEG decoded whole: what it did before the restart markers
+    cases = []
+    for h, w in ((256, 341), (191, 257), (300, 17), (16, 16), (9, 40), (128, 128)):
+        y, x = np.mgrid[0:h, 0:w]
+        img = np.stack([x * 255 / w, y * 255 / h, 128 + 100 * np.sin(x / 5) * np.cos(y / 7)], -1)
+        img = (img + rng.normal(0, 20, (h, w, 3))).clip(0, 255).astype(np.uint8)  # colour edges everywhere
+        data = codecs.encode(img, "jpeg", 90).data
+        for out in (8, 16, 32, 128):
+            for _ in range(12):
+                bw, bh = int(rng.integers(1, w + 1)), int(rng.integers(1, h + 1))
+                left, top = int(rng.integers(0, w - bw + 1)), int(rng.integers(0, h - bh + 1))
+                if rng.random() < 0.5:  # crop edges on and next to MCU boundaries
+                    left = min(w - bw, max(0, 16 * int(rng.integers(0, w // 16 + 1)) + int(rng.integers(-3, 4))))
+                cases.append((data, (h, w), (left, top, bw, bh), out))
+    # The markers cost no pixels: the image encoded without them decodes the same.
+    assert jpeg_region.layout(data).interval == 1
+    without = io.BytesIO()
+    Image.fromarray(img).save(without, format="JPEG", quality=90, subsampling="4:2:0")
+    assert jpeg_region.layout(without.getvalue()).interval == 0
+    assert np.array_equal(codecs.decode(data, (h, w)), codecs.decode(without.getvalue(), (h, w)))
+    with monkeypatch.context() as m:
+        m.setattr(jpeg_region, "region", lambda *a: None)
+        for data, size, box, out in cases:
+            whole[id(box)] = codecs.decode_box(data, size, box, out)
+    cut = 0
+    for data, size, box, out in cases:
+        got = codecs.decode_box(data, size, box, out)
+        assert np.array_equal(got, whole[id(box)]), (size, box, out)
+        cut += jpeg_region.region(data, (box[0], box[1], box[0] + box[2], box[1] + box[3])) is not None
+    assert cut > len(cases) // 2  # most crops decode a part of their image
+    # A file without restart markers (written before), or progressive, is decoded whole.
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(buffer, format="JPEG", progressive=True)
+    assert jpeg_region.layout(buffer.getvalue()) is None
+    assert codecs.decode_box(buffer.getvalue(), (64, 64), (3, 5, 20, 30), 16).shape == (16, 16, 3)

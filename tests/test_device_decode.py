@@ -11,7 +11,7 @@ from test_codecs import photos
 import bigbatch
 from bigbatch.cli import main
 from bigbatch.config import CheckpointConfig, Config, DataConfig, EvalConfig, ModelConfig, SampleConfig, TrainConfig
-from bigbatch.data import H5Data, device_decode, prepare
+from bigbatch.data import H5Data, device_decode, jpeg_region, prepare
 from bigbatch.data.loader import Step, read_batch
 
 
@@ -24,7 +24,7 @@ def opencv(data, device):
 
 
 @pytest.mark.parametrize("crop", ["none", "center"])
-def test_the_device_cuts_the_regions_and_flips_the_cpu_path_cuts(tmp_path, crop):
+def test_the_device_cuts_the_regions_and_flips_the_cpu_path_cuts(tmp_path, crop, monkeypatch):
     prepare(str(photos(tmp_path / "src")), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop=crop)
     data = H5Data(tmp_path / "d.h5")
     request = Step(nimg=64, batch=16, resolution=48, offset=8, indices=torch.tensor([3, 1, 4, 1, 5, 9, 2, 6]))
@@ -39,6 +39,14 @@ def test_the_device_cuts_the_regions_and_flips_the_cpu_path_cuts(tmp_path, crop)
     assert diff.mean() < 2.5 and diff.max() < 64  # another resize filter on the same regions, same flips
     unflipped = device_decode.decode(encoded.images._replace(flips=None), torch.device("cpu"), opencv)
     assert (images.float() - unflipped.flip(2).float()).abs()[encoded.flips].mean() < 1e-6
+    # The device gets only each crop's MCUs (fewer bytes than stored; a square stored is all crop), with
+    # the same pixels.
+    stored = H5Data(tmp_path / "d.h5", in_ram=True)
+    monkeypatch.setattr(jpeg_region, "region", lambda *a: None)
+    whole = read_batch(stored, request, xflip=True, seed=2, crop_scale=scale, on_device=True)
+    fewer = sum(map(len, encoded.images.data)) / sum(map(len, whole.images.data))
+    assert fewer < 0.9 if crop == "none" else fewer == 1
+    assert torch.equal(images, device_decode.decode(whole.images, torch.device("cpu"), opencv))
 
 
 def config(path, **overrides) -> Config:

@@ -1,7 +1,8 @@
 """How a data file stores an image: its raw uint8 pixels, or its encoded bytes (JPEG, PNG, WebP; encoded
 by Pillow), and the decode back to pixels by OpenCV (libjpeg-turbo, with SIMD resizing: about three
 times Pillow's decode-crop-resize), at a reduced size where the phase asks for one (JPEG's DCT
-scaling: a 128-px phase reads a 256-px store at a fraction of a full decode)."""
+scaling: a 128-px phase reads a 256-px store at a fraction of a full decode), and of a crop's MCUs
+only (jpeg_region: JPEGs are written with a restart marker after every MCU)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
+from bigbatch.data import jpeg_region
 from bigbatch.errors import BigbatchError
 
 CODECS = ("raw", "jpeg", "png", "webp")
@@ -44,12 +46,20 @@ def check(codec: str, quality: int | None, channels: int | None = None) -> int:
 
 
 def encode(image: np.ndarray, codec: str, quality: int) -> Encoded:
-    """uint8 HxWx3 -> its bytes in `codec` (JPEG with 4:2:0 chroma, libjpeg's default at this quality;
-    PNG at zlib level 6; WebP at `quality`, method 4)."""
+    """uint8 HxWx3 -> its bytes in `codec` (JPEG with 4:2:0 chroma, libjpeg's default at this quality, and
+    a restart marker after every MCU so that a crop decodes only its own (jpeg_region); PNG at zlib
+    level 6; WebP at `quality`, method 4)."""
     img = Image.fromarray(np.ascontiguousarray(image), "RGB")
     buffer = io.BytesIO()
     if codec == "jpeg":
-        img.save(buffer, format="JPEG", quality=quality, subsampling="4:2:0", optimize=False)
+        img.save(
+            buffer,
+            format="JPEG",
+            quality=quality,
+            subsampling="4:2:0",
+            optimize=False,
+            restart_marker_blocks=jpeg_region.RESTART_MCUS,
+        )
     elif codec == "png":
         img.save(buffer, format="PNG", compress_level=6)
     elif codec == "webp":
@@ -69,13 +79,15 @@ def _reduction(side: float, target: int, jpeg: bool) -> int:
     return 1
 
 
-def _imdecode(data: bytes | memoryview, factor: int) -> np.ndarray:
-    """OpenCV's decode (libjpeg-turbo, libpng, libwebp), at 1/factor for a JPEG; BGR."""
+def _imdecode(data: bytes | bytearray | memoryview, factor: int) -> np.ndarray:
+    """OpenCV's decode (libjpeg-turbo, libpng, libwebp) to RGB, at 1/factor for a JPEG."""
     import cv2
 
-    flag = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4}.get(
+    flag = {1: cv2.IMREAD_COLOR_RGB, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4}.get(
         factor, cv2.IMREAD_REDUCED_COLOR_8
     )
+    if factor > 1:  # the reduced flags ask for BGR: ask for RGB instead
+        flag = (flag & ~cv2.IMREAD_COLOR_BGR) | cv2.IMREAD_COLOR_RGB
     image = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
     if image is None:
         raise ValueError("the bytes do not decode")
@@ -87,8 +99,7 @@ def decode(data: bytes | memoryview, size: tuple[int, int], at_least: int = 0, j
     decoded at the smallest of 1/1, 1/2, 1/4 and 1/8 of its size whose short side is still >=
     at_least (libjpeg's scaled IDCT: a quarter of the pixels at 1/2); the caller resizes to the
     phase's resolution as for any image."""
-    image = _imdecode(data, _reduction(min(size), at_least, jpeg))
-    return image[:, :, ::-1]
+    return _imdecode(data, _reduction(min(size), at_least, jpeg))
 
 
 def decode_box(
@@ -106,11 +117,15 @@ def decode_box(
 
     left, top, w, h = box
     out_h, out_w = (out, out) if isinstance(out, int) else out
-    image = _imdecode(data, _reduction(min(w / out_w, h / out_h), 1, jpeg))
-    fy, fx = image.shape[0] / size[0], image.shape[1] / size[1]  # the scale decoded at
+    factor = _reduction(min(w / out_w, h / out_h), 1, jpeg)
+    full_h, full_w = -(-size[0] // factor), -(-size[1] // factor)  # libjpeg's size at 1/factor
+    fy, fx = full_h / size[0], full_w / size[1]
     x0, y0 = int(left * fx), int(top * fy)
     x1, y1 = max(x0 + 1, round((left + w) * fx)), max(y0 + 1, round((top + h) * fy))
-    region = image[y0:y1, x0:x1]
+    part = jpeg_region.region(data, (x0, y0, x1, y1), factor) if jpeg else None
+    if part is not None:  # only the crop's MCUs, from the same coefficients
+        data, dx, dy = part.data, part.left // factor, part.top // factor
+        x0, x1, y0, y1 = x0 - dx, x1 - dx, y0 - dy, y1 - dy
+    region = _imdecode(data, factor)[y0:y1, x0:x1]
     shrink = region.shape[0] >= out_h and region.shape[1] >= out_w
-    resized = cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)
-    return resized[:, :, ::-1]
+    return cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shlex
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from bigbatch.data import encoded as enc
+from bigbatch.data import jpeg_region
 from bigbatch.data.codecs import decode, decode_box
 from bigbatch.data.crops import center_box, rrc_box
 from bigbatch.data.device_decode import Encoded
@@ -446,8 +448,15 @@ class H5Data:
             boxes = [center_box(int(w), int(h)) if self.whole else (0, 0, int(w), int(h)) for h, w in sizes]
         out = out or self.resolution
         shape = (out, out) if isinstance(out, int) else tuple(out)
-        encoded = Encoded([np.frombuffer(d, np.uint8) for d in self._encoded_bytes(g, rows)], sizes, boxes, shape, None)
-        return encoded, self.labels[torch.from_numpy(idx)]
+        data = [np.frombuffer(d, np.uint8) for d in self._encoded_bytes(g, rows)]
+        if self.meta.get("codec") == "jpeg":  # only each region's MCUs (jpeg_region), for less to decode
+            boxes = list(boxes)
+            for k, (left, top, w, h) in enumerate(boxes):
+                part = jpeg_region.region(data[k], (int(left), int(top), math.ceil(left + w), math.ceil(top + h)))
+                if part is not None:
+                    data[k], sizes[k] = np.frombuffer(part.data, np.uint8), (part.height, part.width)
+                    boxes[k] = (left - part.left, top - part.top, w, h)
+        return Encoded(data, sizes, boxes, shape, None), self.labels[torch.from_numpy(idx)]
 
     def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
         """File byte ranges, as concurrent range requests (remote) or positional reads (local)."""
