@@ -5,6 +5,7 @@ against bigbatch's GAN task, the same model, one thread a side.
         | tar -x -C /tmp/biggan_pt
     .venv/bin/python bench/vs_biggan.py --biggan /tmp/biggan_pt                 # the table
     .venv/bin/python bench/vs_biggan.py --biggan /tmp/biggan_pt --profile 10    # and where the time goes
+    .venv/bin/python bench/vs_biggan.py --biggan /tmp/biggan_pt --variants fp32,bf16,fp32+nhwc,bf16+nhwc+compile
 
 The model is BigGAN-PyTorch's launch_cifar_ema.sh (bigbatch: preset biggan_cifar) at --ch 32 and --batch 16:
 32 px, 10 classes, dim_z 128, per-layer class embeddings in G's BN (no shared embedding, no hierarchical
@@ -121,7 +122,8 @@ def biggan_worker(a: argparse.Namespace) -> None:
     serve(step, a.warmup)
 
 
-def bigbatch_worker(a: argparse.Namespace, precision: str) -> None:
+def bigbatch_worker(a: argparse.Namespace, variant: str) -> None:
+    """`variant`: the precision, then "+compile" (train.compile) and "+nhwc" (train.channels_last) if set."""
     import torch
 
     torch.set_num_threads(1)
@@ -134,7 +136,8 @@ def bigbatch_worker(a: argparse.Namespace, precision: str) -> None:
     overrides = [f"model.ch={a.ch}", f"train.batch={a.batch}", f"train.micro_batch={a.batch}", "train.device='cpu'"]
     cfg = config("biggan_cifar", [*overrides, f"train.d_steps={a.d_steps}", "train.loss='hinge'"])
     torch.manual_seed(0)
-    task, rep = gan_task(cfg, 10, precision=precision)
+    precision, *options = variant.split("+")
+    task, rep = gan_task(cfg, 10, precision=precision, compile="compile" in options, channels_last="nhwc" in options)
     r = cfg.data.resolution
     real = [torch.randint(0, 256, (a.batch, r, r, 3), dtype=torch.uint8) for _ in range(a.d_steps)]
     labels = [torch.randint(10, (a.batch,)) for _ in range(a.d_steps)]
@@ -154,7 +157,7 @@ def bigbatch_worker(a: argparse.Namespace, precision: str) -> None:
     serve(lambda: task.step(feed), a.warmup)
 
 
-ROWS = [("BigGAN-PyTorch", "fp32"), ("bigbatch", "fp32"), ("bigbatch", "bf16")]
+REFERENCE = ("BigGAN-PyTorch", "fp32")
 
 
 def main() -> None:
@@ -168,7 +171,9 @@ def main() -> None:
     p.add_argument("--biggan-args", default="", help="more BigGAN-PyTorch train.py flags, e.g. --biggan-args=--split_D")
     p.add_argument("--profile", type=int, default=0, help="then print each row's top N ops of one iteration")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
-    p.add_argument("--worker", choices=["biggan", "fp32", "bf16"], help=argparse.SUPPRESS)
+    p.add_argument("--variants", default="fp32,bf16", help="bigbatch's rows: precision[+compile][+nhwc], e.g. "
+                   "fp32,bf16,fp32+nhwc,bf16+nhwc+compile (train.compile, train.channels_last)")  # fmt: skip
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:  # replies to the original stdout, everything else printed to stderr (the log)
         global PROTO
@@ -182,8 +187,9 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     common = [f"--biggan={a.biggan}", f"--biggan-args={a.biggan_args}", f"--ch={a.ch}", f"--batch={a.batch}"]
     common += [f"--d-steps={a.d_steps}", f"--warmup={a.warmup}"]
+    rows = [REFERENCE] + [("bigbatch", v) for v in a.variants.split(",")]
     workers = {}
-    for side, prec in ROWS:  # built at once (not timed); timed one at a time below
+    for side, prec in rows:  # built at once (not timed); timed one at a time below
         name = "biggan" if side == "BigGAN-PyTorch" else prec
         log = open(logs / f"{name}.log", "w")
         cmd = [sys.executable, __file__, f"--worker={name}", *common]
@@ -200,18 +206,18 @@ def main() -> None:
             raise SystemExit(f"worker {key} ended; see its log in {logs}")
         return json.loads(reply)
 
-    times: dict = {key: [] for key in ROWS}
+    times: dict = {key: [] for key in rows}
     tables = {}
     try:
-        threads = {key: ask(key, "")["threads"] for key in ROWS}
+        threads = {key: ask(key, "")["threads"] for key in rows}
         print(f"built and warmed up in {time.perf_counter() - start:.0f} s; threads {threads}; logs in {logs}",
               file=sys.stderr)  # fmt: skip
         for i in range(a.steps):
-            for key in ROWS if i % 2 == 0 else ROWS[::-1]:
+            for key in rows if i % 2 == 0 else rows[::-1]:
                 times[key].append(ask(key, "step"))
                 print(f"  round {i + 1} {key}: {times[key][-1]['cpu']:.3f} CPU s", file=sys.stderr, flush=True)
         if a.profile:
-            tables = {key: ask(key, f"profile {a.profile}")["table"] for key in ROWS}
+            tables = {key: ask(key, f"profile {a.profile}")["table"] for key in rows}
         for w in workers.values():
             w.stdin.close()
             w.wait()
@@ -224,14 +230,14 @@ def main() -> None:
         cpu = [t["cpu"] for t in times[key]]
         return min(cpu), statistics.median(cpu), sum(cpu) / sum(t["wall"] for t in times[key])
 
-    ref = stats(ROWS[0])
+    ref = stats(REFERENCE)
     print(f"# BigGAN 32 px, ch {a.ch}, batch {a.batch}, {a.d_steps} D steps per G step, 10 classes, hinge, SN, "
           f"G_ema; BigGAN-PyTorch's extra flags: '{a.biggan_args}'; one thread a side; {a.steps} timed iterations "
           f"a row after {a.warmup} warm-up, rows alternating\n")  # fmt: skip
     print("| side | precision | CPU s/iteration min | median | ratio BigGAN-PyTorch/bigbatch (min, median) "
           "| CPU/wall |")  # fmt: skip
     print("|---|---|---|---|---|---|")
-    for side, prec in ROWS:
+    for side, prec in rows:
         lo, med, load = stats((side, prec))
         ratio = "-" if side == "BigGAN-PyTorch" else f"{ref[0] / lo:.2f}, {ref[1] / med:.2f}"
         print(f"| {side} | {prec} | {lo:.3f} | {med:.3f} | {ratio} | {load:.2f} |")

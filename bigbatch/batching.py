@@ -33,6 +33,7 @@ def replicator_for(cfg: Config) -> Replicator:
         memory_budget=t.memory_budget or None,
         checkpointing=t.checkpointing,
         compile=t.compile,
+        channels_last=t.channels_last if t.channels_last != "auto" else cfg.task != "swap",
         sync_bn=t.sync_bn,
         grad_clip=t.grad_clip,
         skip_limit=t.skip_limit,

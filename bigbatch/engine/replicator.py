@@ -88,6 +88,7 @@ class Replicator:
     on one rank, or "auto" (the largest that fits `memory_budget`, found by probing the first
     step). precision: "fp32", "bf16" or "fp16" (loss scaling, one GradScaler per optimizer).
     checkpointing: activation-checkpoint the blocks each model lists in `checkpoint_blocks`.
+    compile: torch.compile each prepared model. channels_last: its convolutions in NHWC memory order.
     sync_bn: BatchNorm statistics over the same micro-batch index on all ranks (else per rank).
     grad_clip: clip the global gradient norm to this (0: off). A step whose gradients are not finite
     is skipped; more than `skip_limit` of the last `skip_window` steps skipped stops training.
@@ -103,6 +104,7 @@ class Replicator:
         memory_budget: str | int | None = None,
         checkpointing: bool = False,
         compile: bool = False,
+        channels_last: bool = False,
         sync_bn: bool = False,
         grad_clip: float = 0.0,
         skip_limit: float = 0.2,
@@ -121,6 +123,7 @@ class Replicator:
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
+        self.channels_last = channels_last
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
         self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
         self._auto = micro_batch == "auto"
@@ -187,7 +190,8 @@ class Replicator:
 
     # ---- models, optimizers, inputs ------------------------------------------------------------
     def prepare(self, model: nn.Module, checkpointing: bool | Iterable[str] | None = None) -> nn.Module:
-        """Place `model` on this rank's device and wrap it (cross-rank BN → checkpointing → compile → DDP).
+        """Place `model` on this rank's device (its convolution weights channels-last if the Replicator's
+        `channels_last`) and wrap it (cross-rank BN → checkpointing → compile → DDP).
 
         Returns the module to call; the plain model is changed in place and stays what to save.
         `checkpointing` overrides the Replicator's setting for this model (True, False or block names).
@@ -201,6 +205,7 @@ class Replicator:
             sync_bn=self.sync_bn,
             checkpointing=self.checkpointing if checkpointing is None else checkpointing,
             compile=self.compile,
+            channels_last=self.channels_last,
         )
         self.models.append((model, wrapped))
         known = {id(m) for m in self._micro_modules}

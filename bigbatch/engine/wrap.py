@@ -146,6 +146,37 @@ def strip_wrappers(model: nn.Module) -> nn.Module:
     return model
 
 
+# oneDNN's 1x1 convolution with a stride writes past its workspace in backward when the input is
+# channels-last with fewer channels than its block (16 with AVX-512, 8 with AVX2): heap corruption,
+# a crash or wrong weight gradients (oneDNN issue 6035; torch 2.13's backward of a 1x1 conv, stride 2,
+# 3-8 to 16 channels at 64 px crashed here). Such layers stay NCHW under channels_last on CPU.
+ONEDNN_MIN_CHANNELS = 16
+
+
+def _nchw_input(module: nn.Module, args: tuple) -> tuple:
+    x = args[0]
+    _, c, h, w = x.shape
+    if x.stride() != (c * h * w, h * w, w, 1):  # (what oneDNN reads; .contiguous() may keep NHWC strides)
+        x = x.clone(memory_format=torch.contiguous_format)
+    return (x, *args[1:])
+
+
+def to_channels_last(model: nn.Module, device: torch.device) -> list[str]:
+    """`model`'s 4-d weights in channels-last order (its convolutions then run and return NHWC), except,
+    on CPU, the strided 1x1 convolutions that oneDNN gets wrong (see ONEDNN_MIN_CHANNELS), which keep
+    NCHW weights and inputs; their names."""
+    model.to(memory_format=torch.channels_last)
+    kept = []
+    for name, m in model.named_modules():
+        if device.type == "cpu" and isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and max(m.stride) > 1:
+            if m.in_channels < ONEDNN_MIN_CHANNELS:
+                m.weight.data = m.weight.data.clone(memory_format=torch.contiguous_format)  # (not .contiguous():
+                # a 1x1 weight is "contiguous" with either order's strides, and oneDNN reads the strides)
+                m.register_forward_pre_hook(_nchw_input)
+                kept.append(name)
+    return kept
+
+
 def prepare(
     model: nn.Module,
     device: torch.device,
@@ -154,14 +185,18 @@ def prepare(
     sync_bn: bool = False,
     checkpointing: bool | Iterable[str] = False,
     compile: bool = False,
+    channels_last: bool = False,
 ) -> nn.Module:
     """Place `model` and wrap it: cross-rank BN → activation checkpointing → torch.compile → DDP.
+    `channels_last`: its 4-d weights in NHWC order, so that convolutions run and return channels-last.
 
     `checkpointing=True` checkpoints the blocks the model lists in `checkpoint_blocks`; a list of
     submodule names checkpoints those. The model is modified in place; the returned module is what
     to call in training (the same model, or its compiled / DDP wrapper).
     """
     model.to(device)
+    if channels_last:
+        to_channels_last(model, device)
     if sync_bn and world_size > 1:
         model = cross_rank_batch_norm(model, device)
     if checkpointing:
