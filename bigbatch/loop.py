@@ -70,7 +70,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         run.write_start(rep)
         if run.checkpoint:
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
-        print(f"Training {cfg.name} in {run.path}: {describe_plan(cfg, rep.plan)}; {cfg.train.kimg:g} kimg", flush=True)
+        plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
+        print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg", flush=True)
 
     def due(every_kimg: float, before: int) -> bool:
         every = max(1, round(every_kimg * 1000))

@@ -414,6 +414,7 @@ RESUMABLE_CHANGES = {
     "train.memory_budget",
     "train.checkpointing",
     "train.compile",
+    "train.channels_last",
     "train.device",
     "train.log_every_kimg",
     "checkpoint.every_kimg",

@@ -52,9 +52,12 @@ def test_a_channels_last_run_resumes_bit_exact(tiny, tmp_path):
     def weights(run):
         return {n: (run / "checkpoints" / "000000.512" / f"{n}.safetensors").read_bytes() for n in ("G", "D", "G_ema")}
 
-    cfg = tiny.override({"train.channels_last": True})
+    cfg, nchw_cfg = tiny.override({"train.channels_last": True}), tiny.override({"train.channels_last": False})
     whole = weights(bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True))
     bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "parts", quiet=True)
     assert weights(bigbatch.train(cfg, run_dir=tmp_path / "parts", resume=True, quiet=True)) == whole
-    nchw = weights(bigbatch.train(tiny.override({"train.channels_last": False}), run_dir=tmp_path / "nchw", quiet=True))
+    nchw = weights(bigbatch.train(nchw_cfg, run_dir=tmp_path / "nchw", quiet=True))
     assert nchw["G"] != whole["G"]  # the option changes the computation: it was applied
+    # How a run computes, not what it trains: a resumed run may switch it (as train.compile).
+    bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "switched", quiet=True)
+    bigbatch.train(nchw_cfg, run_dir=tmp_path / "switched", resume=True, quiet=True)
