@@ -2,8 +2,12 @@
 (one forward and backward, fp32 and bf16), and what it does to accuracy: every gradient of one step
 against a float64 NCHW reference, and PyTorch's BatchNorm alone on a batch whose gradient cancels.
 
-    python bench/channels_last.py                 # one thread, the table
+    python bench/channels_last.py                 # one thread, the tables
     python bench/channels_last.py --device cuda   # on a GPU (speed rows only are meaningful there)
+
+The last table is the option in training: the GAN and classify tasks' own steps (bench/_gan.py,
+bench/_classify.py: built as `bigbatch.train` builds them, one batch in memory) with
+train.channels_last false and true, alternating.
 
 On CPU, PyTorch's channels-last BatchNorm sums each channel's statistics and gradients in one pass
 over N*H*W values, where its NCHW kernel sums in blocks: a BN alone, on a gradient whose sums cancel,
@@ -22,6 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import bigbatch  # noqa: E402
 from bigbatch.engine.wrap import to_channels_last  # noqa: E402
 from bigbatch.models import create, create_classifier  # noqa: E402
 
@@ -118,6 +123,61 @@ def batch_norm_error(device: torch.device) -> list[tuple[str, float, float, floa
     return rows
 
 
+def task_rates(device: torch.device, repeat: int) -> list[tuple[str, float, float]]:
+    """img/s of the GAN step (biggan_cifar at ch 32, batch 16, 4 D steps: vs_biggan's) and the classify
+    step (fashion_resnet_fast at 28 px, batch 256) with train.channels_last false and true."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _classify import classify_task
+    from _gan import config, gan_task
+
+    from bigbatch.data.loader import Batch
+
+    class Reals:  # the GAN task's feed: the same uint8 batch every time
+        nimg = 0
+
+        def __init__(self, images):
+            self.images = images
+
+        def next(self) -> Batch:
+            self.nimg += len(self.images)
+            return Batch(
+                self.nimg - len(self.images), self.images, torch.zeros(len(self.images), dtype=torch.long), None
+            )
+
+    def gan(channels_last: bool):
+        over = ["model.ch=32", "train.batch=16", "train.micro_batch=16", "train.d_steps=4", f"train.device='{device}'"]
+        task, _ = gan_task(config("biggan_cifar", over), 10, channels_last=channels_last)
+        feed = Reals(torch.randint(0, 256, (16, 32, 32, 3), dtype=torch.uint8))
+        return lambda: task.step(feed), 16 * 4
+
+    def classify(channels_last: bool):
+        cfg = bigbatch.preset("fashion_resnet_fast").override(
+            {"data.resolution": 28, "train.batch": 256, "train.micro_batch": 256, "train.device": str(device)}
+        )
+        task, _, feed = classify_task(cfg, 10, channels_last=channels_last)
+        return lambda: task.step(feed), 256
+
+    rows = []
+    for name, make in (
+        ("GAN step (biggan_cifar, ch 32)", gan),
+        ("classify step (fashion_resnet_fast, 28 px)", classify),
+    ):
+        steps = {flag: make(flag) for flag in (False, True)}
+        best = {flag: float("inf") for flag in steps}
+        for fn, _ in steps.values():
+            fn()  # warm-up
+        for _ in range(repeat):
+            for flag, (fn, _) in steps.items():
+                t = time.process_time()
+                fn()
+                best[flag] = min(best[flag], time.process_time() - t)
+        rows.append((name, steps[False][1] / best[False], steps[True][1] / best[True]))
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
@@ -139,6 +199,10 @@ def main() -> None:
     print("\n| layout | input gradient | weight gradient | bias gradient |\n|---|---|---|---|")
     for row in batch_norm_error(device):
         print("| {} | {:.1e} | {:.1e} | {:.1e} |".format(*row))
+    print("\nIn training (the tasks' steps, img/s, best of the repeats, alternating):")
+    print("\n| step | channels_last false | true | speed-up |\n|---|---|---|---|")
+    for name, off, on in task_rates(device, a.repeat):
+        print(f"| {name} | {off:.0f} | {on:.0f} | {on / off:.2f}x |")
 
 
 if __name__ == "__main__":

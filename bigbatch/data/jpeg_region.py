@@ -107,11 +107,11 @@ def region(
     ff = np.flatnonzero(scan[:-1] == 0xFF)
     after = scan[ff + 1]
     restart = (after & 0xF8) == 0xD0
+    other = ~restart & (after != 0)  # (0xFF 0x00 is a stuffed 0xFF byte of the data)
     ends = ff[restart]
-    others = ff[~restart & (after != 0)]
-    if len(ends) != rows * segments - 1 or not len(others) or after[~restart & (after != 0)][0] != 0xD9:
-        return None
-    ends = np.append(ends, others[0]) + lay.scan_at  # where each segment's bytes end
+    if len(ends) != rows * segments - 1 or not other.any() or after[other][0] != 0xD9:
+        return None  # not one restart marker after every `k` MCUs, then the end of the image
+    ends = np.append(ends, ff[other][0]) + lay.scan_at  # where each segment's bytes end
     starts = np.concatenate(([lay.scan_at], ends[:-1] + 2))
     firsts = np.arange(r0, r1) * segments
     view = memoryview(data)
