@@ -13,7 +13,7 @@ from PIL import Image
 
 import bigbatch
 from bigbatch.cli import main
-from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, verify_data
+from bigbatch.data import BatchLoader, H5Data, describe_data, jpeg_region, load_data, prepare, verify_data
 from bigbatch.data.loader import Step, read_batch
 from bigbatch.data.schedule import resize_batch
 from bigbatch.data.streams import GlobalOrder
@@ -188,7 +188,7 @@ def test_an_encoded_file_reads_straight_from_s3(s3, tmp_path):
 
 
 # ---- whole images (`prepare --crop none`): crops cut from the whole image as it is read -----------
-def test_whole_images_keep_their_aspect_ratio_and_read_as_center_squares(tmp_path):
+def test_whole_images_keep_their_aspect_ratio_and_read_as_center_squares(tmp_path, monkeypatch):
     src = photos(tmp_path / "src", n=6, size=(150, 110))
     Image.fromarray(np.full((40, 60, 3), 90, np.uint8)).save(src / "cat" / "small.jpg")  # smaller: kept as is
     report = prepare(str(src), str(tmp_path / "w.h5"), 64, workers=0, codec="jpeg", crop="none")
@@ -203,7 +203,13 @@ def test_whole_images_keep_their_aspect_ratio_and_read_as_center_squares(tmp_pat
     assert data.get(torch.arange(7))[0].shape == (7, 64, 64, 3)  # center squares at the stored side
     assert data.get(torch.arange(7), 32)[0].shape == (7, 32, 32, 3)
     assert verify_data(tmp_path / "w.h5") == report.content_hash
-    assert "whole images, short side at most 64" in describe_data(tmp_path / "w.h5")
+    described = describe_data(tmp_path / "w.h5")
+    assert "whole images, short side at most 64" in described and "a crop decodes only its own MCUs" in described
+    with monkeypatch.context() as m:  # as files written before the restart markers
+        m.setattr(jpeg_region, "RESTART_MCUS", 0)
+        prepare(str(src), str(tmp_path / "old.h5"), 64, workers=0, codec="jpeg", crop="none")
+    assert "crops decode whole images (no restart markers: prepare again" in describe_data(tmp_path / "old.h5")
+    assert torch.equal(H5Data(tmp_path / "old.h5").get(torch.arange(7))[0], data.get(torch.arange(7))[0])
     for kwargs, words in (
         ({"codec": "raw"}, "raw storage cannot: add --codec jpeg"),
         ({"buckets": True}, "drop --buckets"),

@@ -141,6 +141,12 @@ def describe_data(path: str | Path, storage_options: dict[str, Any] | None = Non
     stored = "uint8 NHWC" if codec == "raw" else f"{codec}" + (f" q{m['quality']}" if m.get("quality") else "")
     if codec != "raw" and m.get("encoded_bytes") is not None:
         stored += f" ({m['encoded_bytes'] / max(1, m['count']) / 1024:.1f} KiB an image)"
+    if codec == "jpeg" and m.get("crop") == "none" and m["count"]:
+        stored += (
+            "; a crop decodes only its own MCUs"
+            if H5Data(path, storage_options=storage_options).crops_decode_partially()
+            else "; crops decode whole images (no restart markers: prepare again to decode a crop's MCUs only)"
+        )
     lines = [
         f"data        {public_name(str(path))}",
         f"images      {m['count']} {stored}, {m['channels']} channels, "
@@ -363,6 +369,15 @@ class H5Data:
         """The random-resized crops (left, top, w, h) that `draws` make of the whole images at `index`."""
         sizes = self.stored_sizes(index)
         return [rrc_box(int(w), int(h), d, min_scale) for (h, w), d in zip(sizes, draws)]
+
+    def crops_decode_partially(self) -> bool:
+        """A JPEG file of whole images with restart markers (its first image says): a crop decodes only its
+        own MCUs (jpeg_region). Files prepared before bigbatch wrote the markers are decoded whole."""
+        if self.meta.get("codec") != "jpeg" or not self.whole or not len(self):
+            return False
+        first = self._encoded_bytes(self._whole_group(), np.zeros(1, np.int64))[0]
+        layout = jpeg_region.layout(first)
+        return layout is not None and layout.interval > 0
 
     def stored_sizes(self, index: torch.Tensor) -> np.ndarray:
         """A file of whole images: the stored (h, w) of the images at `index`."""
