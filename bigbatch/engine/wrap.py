@@ -149,7 +149,8 @@ def strip_wrappers(model: nn.Module) -> nn.Module:
 # oneDNN's 1x1 convolution with a stride writes past its workspace in backward when the input is
 # channels-last with fewer channels than its block (16 with AVX-512, 8 with AVX2): heap corruption,
 # a crash or wrong weight gradients (oneDNN issue 6035; torch 2.13's backward of a 1x1 conv, stride 2,
-# 3-8 to 16 channels at 64 px crashed here). Such layers stay NCHW under channels_last on CPU.
+# from 3-8 channels at 64 px crashed here, whatever the weights' layout). A classifier's images arrive
+# channels-last, and a convolution follows its input's layout, so on CPU such layers always run NCHW.
 ONEDNN_MIN_CHANNELS = 16
 
 
@@ -161,11 +162,9 @@ def _nchw_input(module: nn.Module, args: tuple) -> tuple:
     return (x, *args[1:])
 
 
-def to_channels_last(model: nn.Module, device: torch.device) -> list[str]:
-    """`model`'s 4-d weights in channels-last order (its convolutions then run and return NHWC), except,
-    on CPU, the strided 1x1 convolutions that oneDNN gets wrong (see ONEDNN_MIN_CHANNELS), which keep
-    NCHW weights and inputs; their names."""
-    model.to(memory_format=torch.channels_last)
+def keep_nchw(model: nn.Module, device: torch.device) -> list[str]:
+    """On CPU, the strided 1x1 convolutions that oneDNN gets wrong in channels-last (see
+    ONEDNN_MIN_CHANNELS) get NCHW weights and inputs; their names."""
     kept = []
     for name, m in model.named_modules():
         if device.type == "cpu" and isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and max(m.stride) > 1:
@@ -175,6 +174,13 @@ def to_channels_last(model: nn.Module, device: torch.device) -> list[str]:
                 m.register_forward_pre_hook(_nchw_input)
                 kept.append(name)
     return kept
+
+
+def to_channels_last(model: nn.Module, device: torch.device) -> list[str]:
+    """`model`'s 4-d weights in channels-last order (its convolutions then run and return NHWC), except the
+    layers `keep_nchw` keeps; their names."""
+    model.to(memory_format=torch.channels_last)
+    return keep_nchw(model, device)
 
 
 def prepare(
@@ -195,8 +201,7 @@ def prepare(
     to call in training (the same model, or its compiled / DDP wrapper).
     """
     model.to(device)
-    if channels_last:
-        to_channels_last(model, device)
+    to_channels_last(model, device) if channels_last else keep_nchw(model, device)
     if sync_bn and world_size > 1:
         model = cross_rank_batch_norm(model, device)
     if checkpointing:
