@@ -17,14 +17,19 @@ loses accuracy (the last table); a whole step's gradient stays within fp32's rou
 from __future__ import annotations
 
 import argparse
-import copy
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _classify import SameBatch, classify_task  # noqa: E402
+from _gan import config, gan_task, sync  # noqa: E402
 
 import bigbatch  # noqa: E402
 from bigbatch.engine.wrap import to_channels_last  # noqa: E402
@@ -73,15 +78,14 @@ def params(model) -> list[torch.nn.Parameter]:
 def seconds(name: str, device: torch.device, nhwc: bool, bf16: bool, repeat: int) -> float:
     model, shape = build(name, device, nhwc), MODELS[name][1]
     step(model, shape, device, nhwc, torch.float32, bf16)  # warm-up
+    clock = time.perf_counter if device.type == "cuda" else time.process_time  # (CPU: other load does not count)
     best = float("inf")
     for _ in range(repeat):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter() if device.type == "cuda" else time.process_time()
+        sync(device)
+        t = clock()
         step(model, shape, device, nhwc, torch.float32, bf16)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() if device.type == "cuda" else time.process_time()) - t)
+        sync(device)
+        best = min(best, clock() - t)
     return best
 
 
@@ -109,7 +113,7 @@ def batch_norm_error(device: torch.device) -> list[tuple[str, float, float, floa
     gy = torch.randn(32, 16, 32, 32, generator=g) * 1e-3 + 0.5
 
     def grads(dtype, nhwc):
-        bn = copy.deepcopy(torch.nn.BatchNorm2d(16)).to(device, dtype)
+        bn = torch.nn.BatchNorm2d(16).to(device, dtype)
         fmt = torch.channels_last if nhwc else torch.contiguous_format
         xx = x.to(device, dtype).clone(memory_format=fmt).requires_grad_()
         bn(xx).backward(gy.to(device, dtype).contiguous(memory_format=fmt))
@@ -126,31 +130,11 @@ def batch_norm_error(device: torch.device) -> list[tuple[str, float, float, floa
 def task_rates(device: torch.device, repeat: int) -> list[tuple[str, float, float]]:
     """img/s of the GAN step (biggan_cifar at ch 32, batch 16, 4 D steps: vs_biggan's) and the classify
     step (fashion_resnet_fast at 28 px, batch 256) with train.channels_last false and true."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _classify import classify_task
-    from _gan import config, gan_task
-
-    from bigbatch.data.loader import Batch
-
-    class Reals:  # the GAN task's feed: the same uint8 batch every time
-        nimg = 0
-
-        def __init__(self, images):
-            self.images = images
-
-        def next(self) -> Batch:
-            self.nimg += len(self.images)
-            return Batch(
-                self.nimg - len(self.images), self.images, torch.zeros(len(self.images), dtype=torch.long), None
-            )
 
     def gan(channels_last: bool):
         over = ["model.ch=32", "train.batch=16", "train.micro_batch=16", "train.d_steps=4", f"train.device='{device}'"]
         task, _ = gan_task(config("biggan_cifar", over), 10, channels_last=channels_last)
-        feed = Reals(torch.randint(0, 256, (16, 32, 32, 3), dtype=torch.uint8))
+        feed = SameBatch(torch.randint(0, 256, (16, 32, 32, 3), dtype=torch.uint8), torch.zeros(16, dtype=torch.long))
         return lambda: task.step(feed), 16 * 4
 
     def classify(channels_last: bool):

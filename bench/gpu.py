@@ -39,23 +39,23 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _classify import SameBatch  # noqa: E402
-from _gan import gan_task, sync, synthetic  # noqa: E402
+from _classify import classify_task  # noqa: E402
+from _gan import gan_task, sync  # noqa: E402
+from _procs import run_limited  # noqa: E402
 from _swap import synthetic_faces  # noqa: E402
 from throughput import measure, measure_swap  # noqa: E402
 
 import bigbatch  # noqa: E402
-from bigbatch.batching import plan_micro_batch, replicator_for  # noqa: E402
+from bigbatch.batching import plan_micro_batch  # noqa: E402
 from bigbatch.config import Config  # noqa: E402
 from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
-from bigbatch.tasks import build_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CLASSES = 1000  # BigGAN-128's and ResNet-50's ImageNet classes
@@ -211,13 +211,7 @@ def resnet50(args: argparse.Namespace) -> dict:
     held in memory."""
     cfg = config(args, "resnet")
     batch = cfg.train.batch
-    data = synthetic(cfg, CLASSES, n=batch)
-    rep = replicator_for(cfg)
-    task = build_task(cfg, rep, data)
-    images, labels = data.get(torch.arange(batch))
-    if rep.device.type == "cuda":  # as the Feed hands them over
-        images, labels = images.pin_memory(), labels.pin_memory()
-    feed = SameBatch(images, labels)
+    task, rep, feed = classify_task(cfg, CLASSES)
     steps = 4 * SIZES[args.sizes]["steps"]
     seconds, peak = timed(lambda: task.step(feed), rep.device, [m for m, _ in rep.models], steps, 3)
     return {
@@ -307,20 +301,11 @@ def run_part(cmd: list[str], limit: float) -> dict:
     `limit` seconds; its row, or an error saying how it ended."""
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
         out = Path(tmp) / "row.json"
-        t = time.perf_counter()
-        proc = subprocess.Popen([*cmd, str(out)], start_new_session=True)  # its own group: killed whole
-        try:
-            proc.wait(timeout=limit)
-        except BaseException as e:  # the time limit, or Ctrl-C (which reaches this process only)
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            if not isinstance(e, subprocess.TimeoutExpired):
-                raise
-            return {"error": f"timed out after {limit:.0f} s", "seconds": time.perf_counter() - t}
-        seconds = time.perf_counter() - t
+        status, seconds = run_limited([*cmd, str(out)], limit)
+        if status is None:
+            return {"error": f"timed out after {limit:.0f} s", "seconds": seconds}
         if not out.exists():
-            return {"error": f"its process ended with exit status {proc.returncode}, no result", "seconds": seconds}
+            return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
         return {**json.loads(out.read_text()), "seconds": seconds}
 
 

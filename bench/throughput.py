@@ -300,6 +300,23 @@ def peaks_of(rows: list[tuple], device: torch.device) -> dict[str, float]:
     return {precision: compute_peak(device, precision) for precision in dict.fromkeys(r[0] for r in rows)}
 
 
+def print_table(rows: list[tuple], middle: str, cells) -> None:
+    """`rows` of (precision, checkpointing, result) as a table: precision | ckpt | micro x acc, then the
+    `middle` columns (`cells(result)`), the FLOP columns against each precision's peak (measured now) and
+    peak memory."""
+    peaks = peaks_of(rows, torch.device(rows[0][2]["device"]))
+    header = (
+        f"| precision | ckpt | micro x acc | {middle} | GFLOP/iter | achieved TFLOP/s | peak TFLOP/s | % of peak "
+        "| peak memory |"
+    )
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for precision, ckpt, r in rows:
+        peak = "-" if r["peak"] is None else format_bytes(r["peak"])
+        flop = flop_cells(r, peaks[precision])
+        print(f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {cells(r)} | {flop} | {peak} |")
+
+
 def swap_main(cfg, args: argparse.Namespace) -> None:
     """The swap task's table: precisions x activation checkpointing x micro-batches."""
     micros = [m if m == "auto" else int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
@@ -317,7 +334,6 @@ def swap_main(cfg, args: argparse.Namespace) -> None:
                         flush=True,
                     )
     device = rows[0][2]["device"]
-    peaks = peaks_of(rows, device)
     threads = torch.get_num_threads()
     where = f"{device}, {threads} thread{'s' * (threads != 1)}" if device.type == "cpu" else str(device)
     o = cfg.model.options
@@ -327,18 +343,11 @@ def swap_main(cfg, args: argparse.Namespace) -> None:
         f"batch {cfg.train.batch}, device {where}; {args.steps} timed iteration{'s' * (args.steps != 1)} "
         f"after {args.warmup} warm-up" + ("" if native_bf16(device) else "; no native bf16 kernels on this CPU")
     )
-    header = (
-        "| precision | ckpt | micro x acc | s/iteration | img/s | CPU s/iteration | GFLOP/iter | achieved TFLOP/s "
-        "| peak TFLOP/s | % of peak | peak memory |"
+    print_table(
+        rows,
+        "s/iteration | img/s | CPU s/iteration",
+        lambda r: f"{r['s_per_iter']:.2f} | {r['img_per_s']:.3f} | {r['cpu_s_per_iter']:.2f}",
     )
-    print(header)
-    print("|" + "---|" * (header.count("|") - 1))
-    for precision, ckpt, r in rows:
-        peak = "-" if r["peak"] is None else format_bytes(r["peak"])
-        print(
-            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['s_per_iter']:.2f} "
-            f"| {r['img_per_s']:.3f} | {r['cpu_s_per_iter']:.2f} | {flop_cells(r, peaks[precision])} | {peak} |"
-        )
 
 
 def classify_main(cfg, args: argparse.Namespace) -> None:
@@ -350,7 +359,6 @@ def classify_main(cfg, args: argparse.Namespace) -> None:
             for micro in micros:
                 r = measure_classify(cfg, precision, ckpt, micro, args.steps, args.classes, warmup=args.warmup)
                 rows.append((precision, ckpt, r))
-    peaks = peaks_of(rows, torch.device(rows[0][2]["device"]))
     threads = torch.get_num_threads()
     compiled = ", train.compile" if cfg.train.compile else ""
     print(
@@ -358,18 +366,11 @@ def classify_main(cfg, args: argparse.Namespace) -> None:
         f"{cfg.train.batch}{compiled}, device {rows[0][2]['device']}, {threads} thread{'s' * (threads != 1)}; "
         f"{args.steps} timed steps after {args.warmup} warm-up, one batch in memory"
     )
-    header = (
-        "| precision | ckpt | micro x acc | img/s | s/step | CPU s/step | GFLOP/iter | achieved TFLOP/s | peak TFLOP/s "
-        "| % of peak | peak memory |"
+    print_table(
+        rows,
+        "img/s | s/step | CPU s/step",
+        lambda r: f"{r['img_per_s']:.1f} | {r['s_per_iter']:.3f} | {r['cpu_s_per_iter']:.3f}",
     )
-    print(header)
-    print("|" + "---|" * (header.count("|") - 1))
-    for precision, ckpt, r in rows:
-        peak = "-" if r["peak"] is None else format_bytes(r["peak"])
-        print(
-            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['img_per_s']:.1f} | {r['s_per_iter']:.3f} "
-            f"| {r['cpu_s_per_iter']:.3f} | {flop_cells(r, peaks[precision])} | {peak} |"
-        )
 
 
 def main() -> None:
@@ -399,24 +400,17 @@ def main() -> None:
             for micro in micros:
                 r = measure(cfg, precision, ckpt, micro, args.steps, args.classes, warmup=args.warmup, plain=plain)
                 rows.append((precision, ckpt, r))
-    peaks = peaks_of(rows, torch.device(rows[0][2]["device"]))
     print(
         f"# {cfg.model.name} {cfg.data.resolution}px ch {cfg.model.ch}, batch {cfg.train.batch}, "
         f"{args.classes} classes" + (", train.compile" if cfg.train.compile else "") + f", device "
         f"{rows[0][2]['device']}, {args.steps} timed iterations (D step + G step) after {args.warmup} warm-up"
     )
-    header = (
-        "| precision | ckpt | micro x acc | img/s | plain loop img/s | D step ms | G step ms | GFLOP/iter "
-        "| achieved TFLOP/s | peak TFLOP/s | % of peak | peak memory |"
-    )
-    print(header)
-    print("|" + "---|" * (header.count("|") - 1))
-    for precision, ckpt, r in rows:
+
+    def cells(r: dict) -> str:
         bare = "-" if r["bare_img_per_s"] is None else f"{r['bare_img_per_s']:.1f}"
-        print(
-            f"| {precision} | {'on' if ckpt else 'off'} | {r['plan']} | {r['img_per_s']:.1f} | {bare} "
-            f"| {r['d_ms']:.1f} | {r['g_ms']:.1f} | {flop_cells(r, peaks[precision])} | {format_bytes(r['peak'])} |"
-        )
+        return f"{r['img_per_s']:.1f} | {bare} | {r['d_ms']:.1f} | {r['g_ms']:.1f}"
+
+    print_table(rows, "img/s | plain loop img/s | D step ms | G step ms", cells)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack, closing, suppress
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +55,7 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task  # noqa: E402
+from _procs import run_limited  # noqa: E402
 from _swap import swap_feed, swap_task, synthetic_faces  # noqa: E402
 from gpu import device_name  # noqa: E402
 from throughput import compute_peak, measure, measure_classify, measure_swap  # noqa: E402
@@ -239,25 +240,16 @@ def spawn(name: str, limit: float, log: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="bigbatch-throughput-") as tmp:
         result, progress = Path(tmp) / "row.json", Path(tmp) / "progress.json"
         cmd = [sys.executable, __file__, "--cell", name, "--progress", str(progress), str(result)]
-        t = time.perf_counter()
-        with open(log, "w") as out:  # its own group: killed whole, the compiler's workers too
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                proc.wait(timeout=limit)
-            except BaseException as e:  # the time limit, or Ctrl-C (which reaches this process only)
-                with suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                if not isinstance(e, subprocess.TimeoutExpired):
-                    raise
-                error = f"timed out after {limit:.0f} s"
-                if progress.exists():
-                    p = json.loads(progress.read_text())
-                    error += f"; at {p['at']:.0f} s: {p['what']}"
-                return {"error": error, "seconds": time.perf_counter() - t}
-        seconds = time.perf_counter() - t
+        with open(log, "w") as out:
+            status, seconds = run_limited(cmd, limit, stdout=out, stderr=subprocess.STDOUT)
+        if status is None:
+            error = f"timed out after {limit:.0f} s"
+            if progress.exists():
+                p = json.loads(progress.read_text())
+                error += f"; at {p['at']:.0f} s: {p['what']}"
+            return {"error": error, "seconds": seconds}
         if not result.exists():
-            return {"error": f"its process ended with exit status {proc.returncode}, no result", "seconds": seconds}
+            return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
         return {**json.loads(result.read_text()), "seconds": seconds}
 
 

@@ -35,41 +35,30 @@ train.precision=bf16 (weights, Adam and losses fp32), against BigGAN-PyTorch's f
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import types
 from pathlib import Path
 
-PROTO = sys.stdout  # a worker's replies
+sys.path.insert(0, str(Path(__file__).parent))
+from _procs import Rows, become_worker, serve  # noqa: E402
+
 TORCHVISION = ("torchvision", "torchvision.datasets", "torchvision.datasets.utils", "torchvision.transforms")
 
 
-def serve(step, warmup: int) -> None:
-    """Worker loop: `warmup` untimed iterations, then per stdin line "step" one timed iteration, per
-    "profile N" one iteration under torch.profiler (its top N ops by self CPU time)."""
+def serve_profiled(step, warmup: int) -> None:
+    """_procs.serve, with the worker's thread count when ready and "profile N": one iteration under
+    torch.profiler, its top N ops by self CPU time."""
     import torch
 
-    for _ in range(warmup):
-        step()
-    PROTO.write(json.dumps({"ready": True, "threads": torch.get_num_threads()}) + "\n")
-    for line in sys.stdin:
-        cmd, *arg = line.split()
-        if cmd == "step":
-            c, t = time.process_time(), time.perf_counter()
+    def profile(n: str) -> dict:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             step()
-            PROTO.write(json.dumps({"cpu": time.process_time() - c, "wall": time.perf_counter() - t}) + "\n")
-        elif cmd == "profile":
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                step()
-            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=int(arg[0]))
-            PROTO.write(json.dumps({"table": table}) + "\n")
-        else:
-            break
+        return {"table": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=int(n))}
+
+    serve(step, warmup, {"threads": torch.get_num_threads()}, {"profile": profile})
 
 
 class Stub(types.ModuleType):
@@ -119,7 +108,7 @@ def biggan_worker(a: argparse.Namespace) -> None:
         G.train(), D.train(), G_ema.train()
         train(x, y)
 
-    serve(step, a.warmup)
+    serve_profiled(step, a.warmup)
 
 
 def bigbatch_worker(a: argparse.Namespace, variant: str) -> None:
@@ -128,7 +117,6 @@ def bigbatch_worker(a: argparse.Namespace, variant: str) -> None:
 
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    sys.path.insert(0, str(Path(__file__).parent))
     from _gan import config, gan_task
 
     from bigbatch.data.loader import Batch
@@ -154,7 +142,7 @@ def bigbatch_worker(a: argparse.Namespace, variant: str) -> None:
     print(f"bigbatch G {sum(p.numel() for p in G.parameters())} D {sum(p.numel() for p in D.parameters())} "
           f"params; plan {rep.plan}; {cfg.model}; {cfg.train}", file=sys.stderr)  # fmt: skip
     feed = Feed()
-    serve(lambda: task.step(feed), a.warmup)
+    serve_profiled(lambda: task.step(feed), a.warmup)
 
 
 REFERENCE = ("BigGAN-PyTorch", "fp32")
@@ -175,10 +163,8 @@ def main() -> None:
                    "fp32,bf16,fp32+nhwc,bf16+nhwc+compile (train.compile, train.channels_last)")  # fmt: skip
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.worker:  # replies to the original stdout, everything else printed to stderr (the log)
-        global PROTO
-        PROTO = os.fdopen(os.dup(1), "w", buffering=1)
-        os.dup2(2, 1)
+    if a.worker:
+        become_worker()
         return biggan_worker(a) if a.worker == "biggan" else bigbatch_worker(a, a.worker)
 
     start = time.perf_counter()
@@ -188,47 +174,20 @@ def main() -> None:
     common = [f"--biggan={a.biggan}", f"--biggan-args={a.biggan_args}", f"--ch={a.ch}", f"--batch={a.batch}"]
     common += [f"--d-steps={a.d_steps}", f"--warmup={a.warmup}"]
     rows = [REFERENCE] + [("bigbatch", v) for v in a.variants.split(",")]
-    workers = {}
-    for side, prec in rows:  # built at once (not timed); timed one at a time below
-        name = "biggan" if side == "BigGAN-PyTorch" else prec
-        log = open(logs / f"{name}.log", "w")
-        cmd = [sys.executable, __file__, f"--worker={name}", *common]
-        workers[side, prec] = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env
-        )
-
-    def ask(key, line: str) -> dict:
-        if line:
-            workers[key].stdin.write(line + "\n")
-            workers[key].stdin.flush()
-        reply = workers[key].stdout.readline()
-        if not reply:
-            raise SystemExit(f"worker {key} ended; see its log in {logs}")
-        return json.loads(reply)
-
-    times: dict = {key: [] for key in rows}
+    names = {key: "biggan" if key == REFERENCE else key[1] for key in rows}
+    commands = {
+        key: ([sys.executable, __file__, f"--worker={n}", *common], logs / f"{n}.log") for key, n in names.items()
+    }
     tables = {}
-    try:
-        threads = {key: ask(key, "")["threads"] for key in rows}
+    with Rows(commands, env) as workers:
+        threads = {key: workers.ask(key)["threads"] for key in rows}
         print(f"built and warmed up in {time.perf_counter() - start:.0f} s; threads {threads}; logs in {logs}",
               file=sys.stderr)  # fmt: skip
-        for i in range(a.steps):
-            for key in rows if i % 2 == 0 else rows[::-1]:
-                times[key].append(ask(key, "step"))
-                print(f"  round {i + 1} {key}: {times[key][-1]['cpu']:.3f} CPU s", file=sys.stderr, flush=True)
+        workers.rounds(a.steps)
         if a.profile:
-            tables = {key: ask(key, f"profile {a.profile}")["table"] for key in rows}
-        for w in workers.values():
-            w.stdin.close()
-            w.wait()
-    finally:
-        for w in workers.values():
-            if w.poll() is None:
-                w.kill()
-
-    def stats(key):
-        cpu = [t["cpu"] for t in times[key]]
-        return min(cpu), statistics.median(cpu), sum(cpu) / sum(t["wall"] for t in times[key])
+            tables = {key: workers.ask(key, f"profile {a.profile}")["table"] for key in rows}
+        workers.close()
+    stats = workers.stats
 
     ref = stats(REFERENCE)
     print(f"# BigGAN 32 px, ch {a.ch}, batch {a.batch}, {a.d_steps} D steps per G step, 10 classes, hinge, SN, "

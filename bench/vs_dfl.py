@@ -25,29 +25,14 @@ A liae model trains no inter_AB without random warp (both sides), so for liae DF
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PROTO = sys.stdout  # a worker's replies
-
-
-def serve(step, warmup: int) -> None:
-    """Worker loop: `warmup` untimed iterations, then one timed iteration per "step" line on stdin."""
-    for _ in range(warmup):
-        step()
-    PROTO.write(json.dumps({"ready": True}) + "\n")
-    for line in sys.stdin:
-        if line.strip() != "step":
-            break
-        c, t = time.process_time(), time.perf_counter()
-        step()
-        PROTO.write(json.dumps({"cpu": time.process_time() - c, "wall": time.perf_counter() - t}) + "\n")
+sys.path.insert(0, str(Path(__file__).parent))
+from _procs import Rows, become_worker, serve  # noqa: E402
 
 
 def dfl_worker(a: argparse.Namespace) -> None:
@@ -126,7 +111,6 @@ def bigbatch_worker(a: argparse.Namespace) -> None:
     torch.set_num_interop_threads(1)
     from contextlib import closing
 
-    sys.path.insert(0, str(Path(__file__).parent))
     from _swap import swap_feed, swap_task, synthetic_faces
 
     import bigbatch
@@ -172,9 +156,7 @@ def main() -> None:
     a = p.parse_args()
     a.dims = [int(x) for x in a.dims.split(",")]
     if a.worker:  # replies to the original stdout, everything else printed (DFL's logs, TF's) to stderr
-        global PROTO
-        PROTO = os.fdopen(os.dup(1), "w", buffering=1)
-        os.dup2(2, 1)
+        become_worker()
         return (dfl_worker if a.worker == "dfl" else bigbatch_worker)(a)
 
     start = time.perf_counter()
@@ -184,43 +166,18 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     common = [f"--{k}={v}" for k, v in (("dfl", a.dfl), ("res", a.res), ("archi", a.archi), ("batch", a.batch))]
     common += [f"--dims={','.join(map(str, a.dims))}", f"--warmup={a.warmup}"] + ["--clipgrad"] * a.clipgrad
-    workers = {}
-    for side, rw in rows:  # built at once (not timed); timed one at a time below
+    commands = {}
+    for side, rw in rows:
         python = a.dfl_python if side == "dfl" else sys.executable
-        log = open(logs / f"{side}-warp-{rw}.log", "w")
         cmd = [python, __file__, f"--worker={side}", f"--random-warp={rw}", *common]
-        workers[side, rw] = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env
-        )
-
-    def reply(key) -> dict:
-        line = workers[key].stdout.readline()
-        if not line:
-            raise SystemExit(f"worker {key} ended; see {logs / f'{key[0]}-warp-{key[1]}.log'}")
-        return json.loads(line)
-
-    times = {key: [] for key in rows}
-    try:
+        commands[side, rw] = (cmd, logs / f"{side}-warp-{rw}.log")
+    with Rows(commands, env) as workers:
         for key in rows:
-            reply(key)
+            workers.ask(key)
         print(f"built and warmed up in {time.perf_counter() - start:.0f} s; logs in {logs}", file=sys.stderr)
-        for i in range(a.steps):
-            for key in rows if i % 2 == 0 else rows[::-1]:
-                workers[key].stdin.write("step\n")
-                workers[key].stdin.flush()
-                times[key].append(reply(key))
-                print(f"  round {i + 1} {key}: {times[key][-1]['cpu']:.2f} CPU s", file=sys.stderr, flush=True)
-        for w in workers.values():
-            w.stdin.close()
-            w.wait()
-    finally:
-        for w in workers.values():
-            if w.poll() is None:
-                w.kill()
-
-    def stats(key):
-        cpu = [t["cpu"] for t in times[key]]
-        return min(cpu), statistics.median(cpu), sum(cpu) / sum(t["wall"] for t in times[key])
+        workers.rounds(a.steps)
+        workers.close()
+    stats, times = workers.stats, workers.times
 
     print(f"# SAEHD {a.archi} {a.res}px, ae/e/d/d_mask dims {','.join(map(str, a.dims))}, batch {a.batch}, fp32, "
           f"AdaBelief, masked training, clipgrad {'on' if a.clipgrad else 'off'}; one thread a side; "
