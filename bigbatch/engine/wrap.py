@@ -165,15 +165,21 @@ def _nchw_input(module: nn.Module, args: tuple) -> tuple:
 def keep_nchw(model: nn.Module, device: torch.device) -> list[str]:
     """On CPU, the strided 1x1 convolutions that oneDNN gets wrong in channels-last (see
     ONEDNN_MIN_CHANNELS) get NCHW weights and inputs; their names."""
-    kept = []
-    for name, m in model.named_modules():
-        if device.type == "cpu" and isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and max(m.stride) > 1:
-            if m.in_channels < ONEDNN_MIN_CHANNELS:
-                m.weight.data = m.weight.data.clone(memory_format=torch.contiguous_format)  # (not .contiguous():
-                # a 1x1 weight is "contiguous" with either order's strides, and oneDNN reads the strides)
-                m.register_forward_pre_hook(_nchw_input)
-                kept.append(name)
-    return kept
+    if device.type != "cpu":
+        return []
+    kept = [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Conv2d)
+        and m.kernel_size == (1, 1)
+        and max(m.stride) > 1
+        and m.in_channels < ONEDNN_MIN_CHANNELS
+    ]
+    for _, m in kept:
+        # (not .contiguous(): a 1x1 weight is "contiguous" with either order's strides, and oneDNN reads strides)
+        m.weight.data = m.weight.data.clone(memory_format=torch.contiguous_format)
+        m.register_forward_pre_hook(_nchw_input)
+    return [name for name, _ in kept]
 
 
 def to_channels_last(model: nn.Module, device: torch.device) -> list[str]:
@@ -201,7 +207,10 @@ def prepare(
     to call in training (the same model, or its compiled / DDP wrapper).
     """
     model.to(device)
-    to_channels_last(model, device) if channels_last else keep_nchw(model, device)
+    if channels_last:
+        to_channels_last(model, device)
+    else:
+        keep_nchw(model, device)
     if sync_bn and world_size > 1:
         model = cross_rank_batch_norm(model, device)
     if checkpointing:
