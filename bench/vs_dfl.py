@@ -136,6 +136,7 @@ ROWS = {  # (side, random warp): label
     ("dfl", "n"): "DFL, random warp off (no inter_AB update)",
     ("bigbatch", "y"): "bigbatch, swap.random_warp=true (warp timed)",
     ("bigbatch", "n"): "bigbatch, swap.random_warp=false",
+    ("before", "y"): "bigbatch --before checkout, swap.random_warp=true",
 }
 
 
@@ -151,6 +152,12 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations a row first")
     p.add_argument("--clipgrad", action="store_true", help="gradient clipping on both sides (the preset: off)")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
+    p.add_argument(
+        "--before",
+        default="",
+        help="a checkout of bigbatch from before a change (e.g. `git worktree add /tmp/before HEAD~1`): one more "
+        "row, its bigbatch with random warp, for a before/after ratio in the same sitting",
+    )
     p.add_argument("--worker", choices=["dfl", "bigbatch"], help=argparse.SUPPRESS)
     p.add_argument("--random-warp", choices=["y", "n"], default="y", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -161,6 +168,7 @@ def main() -> None:
 
     start = time.perf_counter()
     rows = [("dfl", "y")] + [("dfl", "n")] * a.archi.startswith("liae") + [("bigbatch", "y"), ("bigbatch", "n")]
+    rows += [("before", "y")] * bool(a.before)
     logs = Path(a.logs or tempfile.mkdtemp(prefix="vs-dfl-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -170,6 +178,9 @@ def main() -> None:
     for side, rw in rows:
         python = a.dfl_python if side == "dfl" else sys.executable
         cmd = [python, __file__, f"--worker={side}", f"--random-warp={rw}", *common]
+        if side == "before":  # that checkout's own worker, importing its bigbatch
+            old = Path(a.before).resolve()
+            cmd = ["env", f"PYTHONPATH={old}", python, str(old / "bench/vs_dfl.py"), "--worker=bigbatch", *cmd[3:]]
         commands[side, rw] = (cmd, logs / f"{side}-warp-{rw}.log")
     with Rows(commands, env) as workers:
         for key in rows:
@@ -187,7 +198,7 @@ def main() -> None:
     for side, rw in rows:
         lo, med, load = stats((side, rw))
         ratio = "-"
-        if side == "bigbatch":
+        if side in ("bigbatch", "before"):
             ref = ("dfl", rw) if ("dfl", rw) in times else ("dfl", "y")  # df: DFL's graph is the same either way
             ratio = f"{stats(ref)[0] / lo:.2f}, {stats(ref)[1] / med:.2f}"
         print(f"| {ROWS[side, rw]} | {a.res}/{a.archi} | {lo:.2f} | {med:.2f} | {ratio} | {load:.2f} |")
