@@ -88,8 +88,17 @@ class Upscale(nn.Module):
         super().__init__()
         self.conv1, self.act = _conv(cin, cout * 4, 3), _Act(0.1, cos)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return depth_to_space(self.act(self.conv1(x)))
+    def forward(self, x: torch.Tensor | None, twin: torch.Tensor | None = None) -> torch.Tensor:
+        """Of `x`; with `twin`, first of the inputs [twin, twin] (a code repeated along the channels:
+        liae's src code), given once and convolved with the two halves of the weight summed (the
+        same sums, half the products): rows twin's, then x's."""
+        outs = []
+        if twin is not None:
+            w, half = self.conv1.weight, self.conv1.weight.shape[1] // 2
+            outs.append(F.conv2d(twin, w[:, :half] + w[:, half:], self.conv1.bias, padding=self.conv1.padding))
+        if x is not None:
+            outs.append(self.conv1(x))
+        return depth_to_space(self.act(torch.cat(outs) if len(outs) > 1 else outs[0]))
 
 
 class ResidualBlock(nn.Module):
@@ -174,10 +183,12 @@ class Decoder(nn.Module):
         self.n, self.nm = len(chs), len(mchs)
         self.out_convm = _conv(mchs[-1], 1, 1)
 
-    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = z
+    def forward(self, z: torch.Tensor | None, twin: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(image, mask) of codes `z`; with `twin` (liae), first of the codes [twin, twin] (see Upscale)."""
+        x = self.upscale0(z, twin)
+        m = self.upscalem0(z, twin)
         for i in range(self.n):
-            x = getattr(self, f"res{i}")(getattr(self, f"upscale{i}")(x))
+            x = getattr(self, f"res{i}")(x if i == 0 else getattr(self, f"upscale{i}")(x))
         if self.d:  # the four output convs as one (the 1×1 inside a zero 3×3): 3x faster than four of 3 channels
             convs = (self.out_conv, self.out_conv1, self.out_conv2, self.out_conv3)
             weight = torch.cat([F.pad(self.out_conv.weight, (1, 1, 1, 1)), *(c.weight for c in convs[1:])])
@@ -185,8 +196,7 @@ class Decoder(nn.Module):
             x = torch.sigmoid(depth_to_space(x))
         else:
             x = torch.sigmoid(self.out_conv(x))
-        m = z
-        for i in range(self.nm):
+        for i in range(1, self.nm):
             m = getattr(self, f"upscalem{i}")(m)
         return x, torch.sigmoid(self.out_convm(m))
 
@@ -263,25 +273,22 @@ class SAEHD(nn.Module):
             return (*self.decoder_src(src_code), *self.decoder_dst(dst_code), src_code, dst_code)
         code = self.encoder(torch.cat([src, dst]))
         ab = self.inter_AB(code)
-        src_code = torch.cat([ab[:n], ab[:n]], dim=1)
         dst_code = torch.cat([self.inter_B(code[n:]), ab[n:]], dim=1)
-        image, mask = self.decoder(torch.cat([src_code, dst_code]))
-        return image[:n], mask[:n], image[n:], mask[n:], src_code, dst_code
+        image, mask = self.decoder(dst_code, twin=ab[:n])
+        return image[:n], mask[:n], image[n:], mask[n:], torch.cat([ab[:n], ab[:n]], dim=1), dst_code
 
     def swap_from_code(self, dst_code: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The swap (image, mask) decoded from a dst code of `forward`: DFL's pred_src_dst (df: the src
         decoder reads it; liae: the decoder reads its inter_AB half twice), for the style losses."""
         if self.kind == "df":
             return self.decoder_src(dst_code)
-        ab = dst_code[:, dst_code.shape[1] // 2 :]
-        return self.decoder(torch.cat([ab, ab], dim=1))
+        return self.decoder(None, twin=dst_code[:, dst_code.shape[1] // 2 :])
 
     def src(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """src reconstructed: (image, mask)."""
         if self.kind == "df":
             return self.decoder_src(self.inter(self.encoder(x)))
-        ab = self.inter_AB(self.encoder(x))
-        return self.decoder(torch.cat([ab, ab], dim=1))
+        return self.decoder(None, twin=self.inter_AB(self.encoder(x)))
 
     def dst(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """dst reconstructed: (image, mask)."""
@@ -299,7 +306,7 @@ class SAEHD(nn.Module):
             (image, mask), (_, dst_mask) = self.decoder_src(z), self.decoder_dst(z)
             return image, mask, dst_mask
         ab = self.inter_AB(code)
-        image, mask = self.decoder(torch.cat([ab, ab], dim=1))
+        image, mask = self.decoder(None, twin=ab)
         _, dst_mask = self.decoder(torch.cat([self.inter_B(code), ab], dim=1))
         return image, mask, dst_mask
 
