@@ -128,7 +128,7 @@ def np_decoder(z, p, d):
     return x, sig(np_conv(m, p, "out_convm"))
 
 
-@pytest.mark.parametrize("archi", ["df-ud", "liae-u"])
+@pytest.mark.parametrize("archi", ["df-ud", "liae-u", "liae-ud"])
 def test_outputs_equal_a_numpy_computation_in_leras_order(archi):
     torch.manual_seed(1)
     res, ae = 64, 16
@@ -155,7 +155,11 @@ def test_outputs_equal_a_numpy_computation_in_leras_order(archi):
     with torch.no_grad():
         xt = torch.from_numpy(x).permute(0, 3, 1, 2)
         got = {"src": model.src(xt), "dst": model.dst(xt), "swap": model.swap(xt)[:2]}
-    for side, want in (("src", want_src), ("dst", want_dst), ("swap", want_swap)):
+        # The training forward (src and dst through the shared parts at once) gives the same faces.
+        train = model(xt, xt.flip(0))
+        got["train src"], got["train dst"] = train[:2], tuple(t.flip(0) for t in train[2:4])
+    for side, want in (("src", want_src), ("dst", want_dst), ("swap", want_swap), ("train src", want_src),
+                       ("train dst", want_dst)):  # fmt: skip
         for g, w in zip(got[side], want):
             np.testing.assert_allclose(g.permute(0, 2, 3, 1).numpy(), w, rtol=1e-9, atol=1e-12, err_msg=side)
 
