@@ -167,6 +167,10 @@ class GANTask:
         for net in ("G", "D"):
             set_sn_every_micro_batch(self.plain(net), cfg.model.sn_update == "micro")
         self._sheets = Sheets(cfg.sample, self.dim_z, self.n_classes)
+        # D reads real and fake images as one batch (BigGAN-PyTorch's G_D: larger convolutions, one
+        # weight normalisation and cast), unless it keeps batch statistics (a DCGAN D's BatchNorm),
+        # which must see them apart (as DCGAN trains).
+        self._joint_d = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.plain("D").modules())
 
     @property
     def steps(self) -> int:
@@ -239,8 +243,13 @@ class GANTask:
         real = images.permute(0, 3, 1, 2).float() / 127.5 - 1
         with torch.no_grad():
             fake = self.G(z, y_fake)
-        logits_real = self.D(real, y_real).float()
-        logits_fake = self.D(fake, y_fake).float()
+        if self._joint_d:
+            y = None if y_real is None else torch.cat([y_real, y_fake])
+            logits = self.D(torch.cat([real, fake.to(real.dtype)]), y).float()
+            logits_real, logits_fake = logits[: len(real)], logits[len(real) :]
+        else:
+            logits_real = self.D(real, y_real).float()
+            logits_fake = self.D(fake, y_fake).float()
         loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.cfg.train.d_ortho)
         return {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
 
