@@ -44,6 +44,19 @@ def run_limited(cmd: list[str], limit: float, **popen: Any) -> tuple[int | None,
     return proc.returncode, time.perf_counter() - t
 
 
+BEFORE_HELP = (
+    "a checkout of bigbatch from before a change (e.g. `git worktree add /tmp/before HEAD~1`): its bigbatch "
+    "rows too, alternating with the others, for before/after ratios measured in the same sitting"
+)
+
+
+def before_command(checkout: str, script: str, args: list[str]) -> list[str]:
+    """The command of a worker run from another checkout of bigbatch (its own script, importing its own
+    bigbatch): `script` is the benchmark's path inside the repository, e.g. "bench/vs_dfl.py"."""
+    root = Path(checkout).resolve()
+    return ["env", f"PYTHONPATH={root}", sys.executable, str(root / script), *args]
+
+
 def become_worker() -> None:
     """In a worker, first: its replies go to the original stdout, everything else printed to stderr (its log)."""
     global PROTO

@@ -23,8 +23,8 @@ BigGAN-PyTorch: BigGAN.Generator/Discriminator/G_D, their own Adam, utils.ema an
 train_fns.GAN_training_function, imported unchanged from --biggan and built as its train.py builds them
 (device cpu, no DataParallel); one iteration is train.py's loop body without logging: itr += 1,
 G/D/G_ema .train(), train(x, y) on one fixed random float batch of batch x d_steps real images. Its D
-step runs D once on fake and real images concatenated (the script's default); bigbatch runs D on each
-apart, as BigGAN-PyTorch does with --biggan-args=--split_D.
+step runs D once on fake and real images concatenated (the script's default), and so does bigbatch's
+(with --biggan-args=--split_D BigGAN-PyTorch runs them apart).
 torchvision (imported by its utils.py, datasets.py and train_fns.py for data loading and image saving
 only, and not importable on this CPU build of torch) is stubbed in sys.modules by empty modules.
 bigbatch: `task.step(feed)` of the GAN task built as bench/_gan.py builds it; the feed hands over
@@ -43,7 +43,7 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _procs import Rows, become_worker, serve  # noqa: E402
+from _procs import BEFORE_HELP, Rows, become_worker, before_command, serve  # noqa: E402
 
 TORCHVISION = ("torchvision", "torchvision.datasets", "torchvision.datasets.utils", "torchvision.transforms")
 
@@ -159,8 +159,10 @@ def main() -> None:
     p.add_argument("--biggan-args", default="", help="more BigGAN-PyTorch train.py flags, e.g. --biggan-args=--split_D")
     p.add_argument("--profile", type=int, default=0, help="then print each row's top N ops of one iteration")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
-    p.add_argument("--variants", default="fp32,bf16", help="bigbatch's rows: precision[+compile][+nhwc], e.g. "
-                   "fp32,bf16,fp32+nhwc,bf16+nhwc+compile (train.compile, train.channels_last)")  # fmt: skip
+    p.add_argument("--variants", default="fp32+nhwc,bf16+nhwc", help="bigbatch's rows: precision[+compile][+nhwc], "
+                   "e.g. fp32,bf16,fp32+nhwc,bf16+nhwc+compile (train.compile, train.channels_last; without +nhwc "
+                   "NCHW; the default is a GAN's default layout, channels-last)")  # fmt: skip
+    p.add_argument("--before", default="", help=BEFORE_HELP)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -173,11 +175,15 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     common = [f"--biggan={a.biggan}", f"--biggan-args={a.biggan_args}", f"--ch={a.ch}", f"--batch={a.batch}"]
     common += [f"--d-steps={a.d_steps}", f"--warmup={a.warmup}"]
-    rows = [REFERENCE] + [("bigbatch", v) for v in a.variants.split(",")]
-    names = {key: "biggan" if key == REFERENCE else key[1] for key in rows}
-    commands = {
-        key: ([sys.executable, __file__, f"--worker={n}", *common], logs / f"{n}.log") for key, n in names.items()
-    }
+    variants = a.variants.split(",")
+    rows = [REFERENCE] + [("bigbatch", v) for v in variants] + [("before", v) for v in variants if a.before]
+    commands = {}
+    for side, v in rows:
+        worker = [f"--worker={'biggan' if side == 'BigGAN-PyTorch' else v}", *common]
+        cmd = [sys.executable, __file__, *worker]
+        if side == "before":
+            cmd = before_command(a.before, "bench/vs_biggan.py", worker)
+        commands[side, v] = (cmd, logs / f"{side}-{v}.log")
     tables = {}
     with Rows(commands, env) as workers:
         threads = {key: workers.ask(key)["threads"] for key in rows}

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _procs import Rows, become_worker, serve  # noqa: E402
+from _procs import BEFORE_HELP, Rows, become_worker, before_command, serve  # noqa: E402
 
 
 def dfl_worker(a: argparse.Namespace) -> None:
@@ -152,12 +152,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations a row first")
     p.add_argument("--clipgrad", action="store_true", help="gradient clipping on both sides (the preset: off)")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
-    p.add_argument(
-        "--before",
-        default="",
-        help="a checkout of bigbatch from before a change (e.g. `git worktree add /tmp/before HEAD~1`): one more "
-        "row, its bigbatch with random warp, for a before/after ratio in the same sitting",
-    )
+    p.add_argument("--before", default="", help=BEFORE_HELP + " (one row: with random warp)")
     p.add_argument("--worker", choices=["dfl", "bigbatch"], help=argparse.SUPPRESS)
     p.add_argument("--random-warp", choices=["y", "n"], default="y", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -178,9 +173,8 @@ def main() -> None:
     for side, rw in rows:
         python = a.dfl_python if side == "dfl" else sys.executable
         cmd = [python, __file__, f"--worker={side}", f"--random-warp={rw}", *common]
-        if side == "before":  # that checkout's own worker, importing its bigbatch
-            old = Path(a.before).resolve()
-            cmd = ["env", f"PYTHONPATH={old}", python, str(old / "bench/vs_dfl.py"), "--worker=bigbatch", *cmd[3:]]
+        if side == "before":
+            cmd = before_command(a.before, "bench/vs_dfl.py", ["--worker=bigbatch", *cmd[3:]])
         commands[side, rw] = (cmd, logs / f"{side}-warp-{rw}.log")
     with Rows(commands, env) as workers:
         for key in rows:
