@@ -252,6 +252,37 @@ def test_dssim_is_dfls_and_runs_in_float32_under_autocast():
     torch.testing.assert_close(reconstruction_loss(x, y, 256), 5 * (dssim(x, y, 22) + dssim(x, y, 11)).mean(1) + mse)
 
 
+def test_dssim_and_blur_gradients_are_those_of_their_2d_windows():
+    from bigbatch.tasks.swap.losses import dssim, gaussian_blur
+
+    def window2d(size, sigma, softmax):
+        d = torch.arange(size, dtype=torch.float64) - ((size - 1) / 2 if softmax else size // 2)
+        g = torch.softmax(-(d**2) / (2 * sigma**2), 0) if softmax else torch.exp(-(d**2) / (2 * sigma**2))
+        g = g / g.sum()
+        return torch.outer(g, g).expand(3, 1, size, size)
+
+    def ref_dssim(a, b, size):
+        w = window2d(size, 1.5, True)
+        mean = lambda x: torch.nn.functional.conv2d(x, w, groups=3)  # noqa: E731
+        c1, c2 = 0.01**2, 0.03**2
+        mu_a, mu_b = mean(a), mean(b)
+        num0, den0 = mu_a * mu_b * 2, mu_a**2 + mu_b**2
+        cs = (mean(a * b) * 2 - num0 + c2) / (mean(a**2 + b**2) - den0 + c2)
+        return (1 - ((num0 + c1) / (den0 + c1) * cs).mean((2, 3))) / 2
+
+    a, b = torch.rand(2, 3, 30, 30, dtype=torch.float64), torch.rand(2, 3, 30, 30, dtype=torch.float64)
+    weights = torch.rand(2, 3, dtype=torch.float64)
+    for size in (11, 6):
+        want = torch.autograd.grad((ref_dssim(a, b.requires_grad_(), size) * weights).sum(), b)[0]
+        got = torch.autograd.grad((dssim(a, b.requires_grad_(), size) * weights).sum(), b)[0]  # in float32
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * float(want.abs().max()))
+    x, out_weights = torch.rand(2, 3, 30, 30, dtype=torch.float64, requires_grad=True), torch.rand(2, 3, 30, 30)
+    w = window2d(9, 2.0, False)  # sigma 2: int(4 sigma) = 8 taps, made odd
+    want = torch.autograd.grad((torch.nn.functional.conv2d(x, w, padding=4, groups=3) * out_weights).sum(), x)[0]
+    got = torch.autograd.grad((gaussian_blur(x, 2.0) * out_weights).sum(), x)[0]
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-12)  # (the taps are float32's)
+
+
 def test_adabelief_and_rmsprop_update_as_dfls():
     from bigbatch.tasks.swap.optim import AdaBelief, RMSprop
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -18,10 +19,30 @@ def _gaussian(size: int, sigma: float) -> torch.Tensor:
 
 def _separable(x: torch.Tensor, kernel: torch.Tensor, padding: int = 0) -> torch.Tensor:
     """x (N, C, H, W) filtered per channel by kernel ⊗ kernel, as two 1-D convolutions."""
-    c, k = x.shape[1], len(kernel)
-    kernel = kernel.to(x.device, x.dtype)
-    x = F.conv2d(x, kernel.view(1, 1, k, 1).expand(c, 1, k, 1), padding=(padding, 0), groups=c)
-    return F.conv2d(x, kernel.view(1, 1, 1, k).expand(c, 1, 1, k), padding=(0, padding), groups=c)
+    return _Separable.apply(x, kernel.to(x.device, x.dtype), padding)
+
+
+class _Separable(torch.autograd.Function):
+    """A fixed filter is linear: its backward is the transposed filter on the gradient and needs no saved
+    input. (Autograd's convolutions would keep theirs: the four images DSSIM averages and their half-
+    filtered copies, 0.2 GiB a call at 512 px and batch 8.)"""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, kernel: torch.Tensor, padding: int) -> torch.Tensor:
+        ctx.save_for_backward(kernel)
+        ctx.padding = padding
+        c, k = x.shape[1], len(kernel)
+        x = F.conv2d(x, kernel.view(1, 1, k, 1).expand(c, 1, k, 1), padding=(padding, 0), groups=c)
+        return F.conv2d(x, kernel.view(1, 1, 1, k).expand(c, 1, 1, k), padding=(0, padding), groups=c)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (kernel,) = ctx.saved_tensors
+        c, k, p = grad.shape[1], len(kernel), ctx.padding
+        kernel = kernel.to(grad.dtype)
+        grad = F.conv_transpose2d(grad, kernel.view(1, 1, 1, k).expand(c, 1, 1, k), padding=(0, p), groups=c)
+        grad = F.conv_transpose2d(grad, kernel.view(1, 1, k, 1).expand(c, 1, k, 1), padding=(p, 0), groups=c)
+        return grad, None, None
 
 
 def dssim(a: torch.Tensor, b: torch.Tensor, filter_size: int, max_val: float = 1.0, sigma: float = 1.5) -> torch.Tensor:
