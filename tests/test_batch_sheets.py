@@ -83,8 +83,8 @@ def test_a_gan_sheet_is_what_d_receives_as_real(tiny):
     cfg = tiny.override({"data.xflip": True})
     task = build_task(cfg, replicator_for(cfg), training_data(cfg))
     sheet = task.batch_sheet(0)
-    real, _ = first_inputs(task, task.plain("D"))
-    assert torch.equal(pictures(sheet, 16, 16), to_uint8(real))
+    fed, _ = first_inputs(task, task.plain("D"))  # D reads a step's real and fake images as one batch, real first
+    assert torch.equal(pictures(sheet, 16, 16), to_uint8(fed[: len(fed) // 2]))
 
 
 def test_a_swap_sheet_shows_the_warped_inputs_the_autoencoder_receives():
