@@ -56,10 +56,13 @@ def test_plan_records_accumulation():
     assert plan.describe().startswith("batch 64 = micro_batch 16 x accumulation 2 x world_size 2")
 
 
-def test_d_reads_real_and_fake_as_one_batch_unless_it_keeps_batch_statistics():
+def test_d_reads_real_and_fake_as_one_batch_unless_it_keeps_batch_statistics(monkeypatch):
     # BigGAN-PyTorch's G_D: one D forward of [real; fake]. A D with BatchNorm (DCGAN without spectral
-    # norm) must normalise real and fake apart, as DCGAN trains.
-    for d_sn, batches in ((True, [64]), (False, [32, 32])):
+    # norm) must normalise real and fake apart, as DCGAN trains; so must a D that says so.
+    from bigbatch.models.dcgan import DCGANDiscriminator
+
+    for d_sn, apart, batches in ((True, False, [64]), (False, False, [32, 32]), (True, True, [32, 32])):
+        monkeypatch.setattr(DCGANDiscriminator, "reads_real_and_fake_apart", apart, raising=False)
         cfg = bigbatch.preset("digits").override(
             {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "model.options": {"d_sn": d_sn},
              "train.batch": 32, "train.micro_batch": 32, "train.device": "cpu"}
@@ -68,5 +71,5 @@ def test_d_reads_real_and_fake_as_one_batch_unless_it_keeps_batch_statistics():
         seen = []
         task.nets()["D"].register_forward_pre_hook(lambda module, args, seen=seen: seen.append(len(args[0])))
         out = task.d_step(0)
-        assert seen == batches, d_sn
+        assert seen == batches, (d_sn, apart)
         assert out["D_real"] != out["D_fake"]

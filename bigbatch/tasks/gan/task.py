@@ -168,9 +168,11 @@ class GANTask:
             set_sn_every_micro_batch(self.plain(net), cfg.model.sn_update == "micro")
         self._sheets = Sheets(cfg.sample, self.dim_z, self.n_classes)
         # D reads real and fake images as one batch (BigGAN-PyTorch's G_D: larger convolutions, one
-        # weight normalisation and cast), unless it keeps batch statistics (a DCGAN D's BatchNorm),
-        # which must see them apart (as DCGAN trains).
-        self._joint_d = not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.plain("D").modules())
+        # weight normalisation and cast), unless it has statistics across the batch, which must see
+        # them apart: BatchNorm (as DCGAN trains), or what a D declares (a minibatch-stddev layer).
+        D = self.plain("D")
+        apart = getattr(D, "reads_real_and_fake_apart", False)
+        self._joint_d = not (apart or any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in D.modules()))
 
     @property
     def steps(self) -> int:
