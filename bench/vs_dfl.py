@@ -171,10 +171,10 @@ def main() -> None:
     common += [f"--dims={','.join(map(str, a.dims))}", f"--warmup={a.warmup}"] + ["--clipgrad"] * a.clipgrad
     commands = {}
     for side, rw in rows:
-        python = a.dfl_python if side == "dfl" else sys.executable
-        cmd = [python, __file__, f"--worker={side}", f"--random-warp={rw}", *common]
+        worker = [f"--worker={'dfl' if side == 'dfl' else 'bigbatch'}", f"--random-warp={rw}", *common]
+        cmd = [a.dfl_python if side == "dfl" else sys.executable, __file__, *worker]
         if side == "before":
-            cmd = before_command(a.before, "bench/vs_dfl.py", ["--worker=bigbatch", *cmd[3:]])
+            cmd = before_command(a.before, "bench/vs_dfl.py", worker)
         commands[side, rw] = (cmd, logs / f"{side}-warp-{rw}.log")
     with Rows(commands, env) as workers:
         for key in rows:

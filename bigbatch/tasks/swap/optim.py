@@ -24,6 +24,8 @@ class _DFLOptimizer(torch.optim.Optimizer):
     clipnorm 1.0) is the engine's `grad_clip`, applied before the step. The dropout masks of a step come
     from a stream keyed by `seed` (integers) and the step, so a resumed run and every rank draw the same."""
 
+    moments: tuple[str, ...] = ()  # the state kept per parameter (its names in the state dict), from zero
+
     def __init__(self, params: Iterable, defaults: dict, seed: tuple[int, ...] = (0,)) -> None:
         if not 0.0 < defaults["lr_dropout"] <= 1.0:
             raise ValueError(f"lr_dropout must be in (0, 1], got {defaults['lr_dropout']}")
@@ -52,8 +54,8 @@ class _DFLOptimizer(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 state = self.state[p]
-                if not state:
-                    self._init_state(state, p.grad)
+                if not state:  # its moments start at zero
+                    state.update((name, torch.zeros_like(p.grad)) for name in self.moments)
                 tensors = [p, p.grad, *state.values()]
                 if draw is not None:  # lr dropout: each element updated with probability lr_dropout
                     tensors.append(torch.rand(p.shape, generator=draw, device="cpu").to(p.device) < group["lr_dropout"])
@@ -62,10 +64,6 @@ class _DFLOptimizer(torch.optim.Optimizer):
                     diff = self._direction(group, grad, dict(zip(state, rest))).mul_(-lr)
                     piece.add_(diff if draw is None else diff.mul_(rest[-1]))
         return loss
-
-    def _init_state(self, state: dict, g: torch.Tensor) -> None:
-        """The moments of a parameter with gradient `g` at its first step (zeros)."""
-        raise NotImplementedError
 
     def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
         """The update of (a piece of) one parameter before the rate (a new tensor), its moments (the same
@@ -90,6 +88,8 @@ class AdaBelief(_DFLOptimizer):
     """DFL's AdaBelief: m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·(g - m)² with the new m; p -= lr·m /
     (√v + 1e-6). No bias correction, no weight decay; m and v start at zero."""
 
+    moments = ("m", "v")
+
     def __init__(
         self,
         params: Iterable,
@@ -100,9 +100,6 @@ class AdaBelief(_DFLOptimizer):
         seed: tuple[int, ...] = (0,),
     ) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, lr_dropout=lr_dropout, lr_cos=lr_cos), seed)
-
-    def _init_state(self, state: dict, g: torch.Tensor) -> None:
-        state["m"], state["v"] = torch.zeros_like(g), torch.zeros_like(g)
 
     def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
         b1, b2 = group["betas"]
@@ -116,6 +113,8 @@ class AdaBelief(_DFLOptimizer):
 class RMSprop(_DFLOptimizer):
     """DFL's RMSprop: a = ρ·a + (1-ρ)·g²; p -= lr·g / (√a + 1e-6)."""
 
+    moments = ("acc",)
+
     def __init__(
         self,
         params: Iterable,
@@ -126,9 +125,6 @@ class RMSprop(_DFLOptimizer):
         seed: tuple[int, ...] = (0,),
     ) -> None:
         super().__init__(params, dict(lr=lr, rho=rho, lr_dropout=lr_dropout, lr_cos=lr_cos), seed)
-
-    def _init_state(self, state: dict, g: torch.Tensor) -> None:
-        state["acc"] = torch.zeros_like(g)
 
     def _direction(self, group: dict, g: torch.Tensor, state: dict) -> torch.Tensor:
         acc = state["acc"].mul_(group["rho"]).addcmul_(g, g, value=1 - group["rho"])
