@@ -1,5 +1,7 @@
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 import bigbatch
 from bigbatch.models import registry
@@ -357,3 +359,87 @@ def test_classifier_checkpointing_changes_nothing_but_recomputes(name):
         torch.testing.assert_close(ckpt_grads[n], grads[n], rtol=1e-5, atol=1e-7)
     for k in state:  # BN running statistics advanced once, not again in the recomputation
         assert torch.equal(ckpt_state[k], state[k]), k
+
+
+def reference_gblock(block, x, cond):
+    """BigGAN-PyTorch's GBlock.forward order: BN, ReLU, upsample, conv1, BN, ReLU, conv2; the shortcut
+    upsampled before its 1x1 conv."""
+    h = F.interpolate(torch.relu(block.bn1(x, cond)), scale_factor=2.0)
+    h = block.conv2(torch.relu(block.bn2(block.conv1(h), cond)))
+    return h + block.conv_sc(F.interpolate(x, scale_factor=2.0))
+
+
+def reference_dblock(block, x):
+    """BigGAN-PyTorch's DBlock.forward order: conv2, then the pooling; the shortcut conv before the
+    pooling in preactivation blocks, after it in the first."""
+    h = torch.relu(x) if block.preactivation else x
+    h = block.conv2(torch.relu(block.conv1(h)))
+    h = F.avg_pool2d(h, 2) if block.downsample else h
+    if block.preactivation:
+        x = x if block.conv_sc is None else block.conv_sc(x)
+        x = F.avg_pool2d(x, 2) if block.downsample else x
+    else:
+        x = F.avg_pool2d(x, 2) if block.downsample else x
+        x = x if block.conv_sc is None else block.conv_sc(x)
+    return h + x
+
+
+def test_fused_resampling_is_the_two_step_map():
+    from bigbatch.models.layers import SNConv2d
+    from bigbatch.models.resample import conv_pool, upsample_conv
+
+    torch.manual_seed(0)
+    for conv in (nn.Conv2d(5, 7, 3, padding=1), SNConv2d(5, 7, 3, padding=1, bias=False)):
+        conv = conv.double()
+        set_sn_update(conv, False)
+        x = torch.randn(3, 5, 8, 12, dtype=torch.float64, requires_grad=True)
+        for fused, two_steps in (
+            (conv_pool, lambda c, x: F.avg_pool2d(c(x), 2)),
+            (upsample_conv, lambda c, x: c(F.interpolate(x, scale_factor=2.0))),
+        ):
+            outs = []
+            for f in (fused, two_steps):
+                y = f(conv, x)
+                grads = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum(), [x, conv.weight])
+                outs.append((y, *grads))
+            for a, b in zip(*outs):
+                torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="3x3 conv, padding 1"):
+        conv_pool(nn.Conv2d(5, 7, 3, padding=1, stride=2), x)
+
+
+@pytest.mark.parametrize("name, resolution", [("biggan", 64), ("sngan", 32), ("biggan_deep", 128)])
+def test_blocks_compute_biggan_pytorchs_blocks_fused_or_not(name, resolution):
+    """Where a block fuses its resampling with a conv (and runs its shortcut's 1x1 conv on the smaller
+    side), it computes what BigGAN-PyTorch's order of operations computes: in float64 to rounding."""
+    from bigbatch.models import biggan
+
+    torch.manual_seed(0)
+    G, D = bigbatch.models.create(name, resolution, 5, ch=4)
+    G, D = G.double(), D.double()
+    set_sn_update(G, False), set_sn_update(D, False)
+    z, y = torch.randn(2, G.dim_z, dtype=torch.float64), torch.tensor([0, 4])
+    x = torch.randn(2, 3, resolution, resolution, dtype=torch.float64)
+    inputs = {}
+    hooks = [b.register_forward_hook(lambda m, i, o: inputs.setdefault(m, i) and None) for b in [*G.blocks, *D.blocks]]
+    G(z, y), D(x, y)
+    for h in hooks:
+        h.remove()
+    kinds = set()
+    for block, args in inputs.items():
+        if isinstance(block, biggan.GBlock):
+            torch.testing.assert_close(block(*args), reference_gblock(block, *args), rtol=1e-10, atol=1e-10)
+        elif isinstance(block, biggan.DBlock):
+            torch.testing.assert_close(block(*args), reference_dblock(block, *args), rtol=1e-10, atol=1e-10)
+        kinds.add((type(block).__name__, getattr(block, "fused", None)))
+    # Both kinds of G block exist at this resolution (and of D block, where D fuses).
+    assert {True, False} <= {fused for kind, fused in kinds if kind.endswith("GBlock")}
+    # The whole nets, with every block fused that can be and with none.
+    outs = []
+    for fused in (True, False):
+        for block in [*G.blocks, *D.blocks]:
+            if hasattr(block, "fused"):
+                block.fused = fused and getattr(block, "downsample", getattr(block, "upsample", True))
+        outs.append((G(z, y), D(x, y)))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

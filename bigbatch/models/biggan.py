@@ -16,6 +16,7 @@ from torch import nn
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.models import layers
 from bigbatch.models.registry import register
+from bigbatch.models.resample import FUSE_FROM, conv_pool, upsample_conv
 
 # Channel multipliers of ch per block (input, output) and, for D, where it downsamples.
 G_ARCH = {
@@ -81,7 +82,9 @@ class ProjectionDiscriminator(nn.Module):
 
 class GBlock(nn.Module):
     """G's residual block: BN, ReLU, upsample 2x, conv, BN, ReLU, conv; a 1x1 conv on the upsampled
-    shortcut. Its BNs read `cond` (see layers.ConditionalBatchNorm2d for `n_classes`, `cond_dim`, `bn_start`)."""
+    shortcut. Its BNs read `cond` (see layers.ConditionalBatchNorm2d for `n_classes`, `cond_dim`, `bn_start`).
+    `fused`: the upsampling and the first conv run as one transposed conv (models/resample.py); the
+    shortcut's 1x1 conv runs before the upsampling, on a quarter of the pixels, either way."""
 
     def __init__(
         self,
@@ -94,6 +97,7 @@ class GBlock(nn.Module):
         n_classes: int = 0,
         bn_start: str = "scheme",
         sn: bool = True,
+        fused: bool = False,
     ):
         super().__init__()
         bn = dict(n_classes=n_classes, cond_dim=cond_dim, eps=bn_eps, sn_eps=sn_eps, start=bn_start)
@@ -103,39 +107,50 @@ class GBlock(nn.Module):
         self.bn2 = layers.ConditionalBatchNorm2d(cout, **bn)
         self.conv2 = layers.conv2d(cout, cout, 3, padding=1, **sn)
         self.conv_sc = layers.conv2d(cin, cout, 1, **sn)
+        self.fused = fused
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
-        h = F.interpolate(torch.relu(self.bn1(x, cond)), scale_factor=2.0)
-        h = self.conv2(torch.relu(self.bn2(self.conv1(h), cond)))
-        return h + self.conv_sc(F.interpolate(x, scale_factor=2.0))
+        h = torch.relu(self.bn1(x, cond))
+        h = upsample_conv(self.conv1, h) if self.fused else self.conv1(F.interpolate(h, scale_factor=2.0))
+        h = self.conv2(torch.relu(self.bn2(h, cond)))
+        return h + F.interpolate(self.conv_sc(x), scale_factor=2.0)
 
 
 class DBlock(nn.Module):
     """D's residual block. `wide` (BigGAN, SA-GAN): the hidden width is the output width; otherwise
-    (SN-GAN) the input width. The first block (no preactivation) is SN-GAN's "optimized" block."""
+    (SN-GAN) the input width. The first block (no preactivation) is SN-GAN's "optimized" block.
+    `fused`: the second conv and the pooling run as one strided conv (models/resample.py). The shortcut
+    pools before its 1x1 conv, on a quarter of the pixels."""
 
-    def __init__(self, cin: int, cout: int, *, downsample: bool, preactivation: bool, sn_eps: float, wide: bool = True):
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        *,
+        downsample: bool,
+        preactivation: bool,
+        sn_eps: float,
+        wide: bool = True,
+        fused: bool = False,
+    ):
         super().__init__()
         sn = dict(sn=True, sn_eps=sn_eps)
         hidden = cout if wide or not preactivation else cin
         self.conv1 = layers.conv2d(cin, hidden, 3, padding=1, **sn)
         self.conv2 = layers.conv2d(hidden, cout, 3, padding=1, **sn)
         self.conv_sc = layers.conv2d(cin, cout, 1, **sn) if cin != cout or downsample else None
-        self.downsample, self.preactivation = downsample, preactivation
+        self.downsample, self.preactivation, self.fused = downsample, preactivation, fused and downsample
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(x) if self.preactivation else x
-        h = self.conv2(torch.relu(self.conv1(h)))
-        if self.downsample:
-            h = F.avg_pool2d(h, 2)
-        # The first block (no preactivation) pools before its shortcut conv, the others after.
-        if self.preactivation:
-            x = x if self.conv_sc is None else self.conv_sc(x)
-            x = F.avg_pool2d(x, 2) if self.downsample else x
+        h = torch.relu(self.conv1(torch.relu(x) if self.preactivation else x))
+        if self.fused:
+            h = conv_pool(self.conv2, h)
         else:
-            x = F.avg_pool2d(x, 2) if self.downsample else x
-            x = x if self.conv_sc is None else self.conv_sc(x)
-        return h + x
+            h = F.avg_pool2d(self.conv2(h), 2) if self.downsample else self.conv2(h)
+        # BigGAN-PyTorch pools the first block's shortcut before its conv and the others' after: a 1x1 conv
+        # and an average pooling commute, so every block pools first.
+        x = F.avg_pool2d(x, 2) if self.downsample else x
+        return h + (x if self.conv_sc is None else self.conv_sc(x))
 
 
 def hierarchical_dim_z(family: str, *, resolution: int, dim_z: int, slots: int) -> int:
@@ -199,8 +214,9 @@ class BigGANGenerator(nn.Module):
                 n_classes=per_class,
                 bn_start=bn_start,
                 sn=sn,
+                fused=8 * 2**i >= FUSE_FROM,
             )
-            for a, b in zip(ins, outs)
+            for i, (a, b) in enumerate(zip(ins, outs))
         )
         res = [8 * 2**i for i in range(len(ins))]
         self.attn_after = res.index(g_attn) if g_attn in res else None
@@ -251,14 +267,14 @@ class BigGANDiscriminator(ProjectionDiscriminator):
         ins, outs = [img_channels] + [ch * m for m in ins], [ch * m for m in outs]
         self.resolution, self.n_classes = resolution, n_classes
         self.input_conv = None  # the first block reads the image
-        self.blocks = nn.ModuleList(
-            DBlock(a, b, downsample=d, preactivation=i > 0, sn_eps=sn_eps, wide=wide)
-            for i, (a, b, d) in enumerate(zip(ins, outs, down))
-        )
-        res, r = [], resolution
+        res, r = [], resolution  # each block's output resolution
         for d in down:
             r //= 2 if d else 1
             res.append(r)
+        self.blocks = nn.ModuleList(
+            DBlock(a, b, downsample=d, preactivation=i > 0, sn_eps=sn_eps, wide=wide, fused=2 * r >= FUSE_FROM)
+            for i, (a, b, d, r) in enumerate(zip(ins, outs, down, res))
+        )
         self.attn_after = res.index(d_attn) if d_attn in res else None
         self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)

@@ -18,6 +18,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.models import layers
 from bigbatch.models.biggan import Attention, ProjectionDiscriminator, check_values, checkpointable
 from bigbatch.models.registry import register
+from bigbatch.models.resample import FUSE_FROM, upsample_conv
 
 # Per resolution stage: channel multipliers of ch (in, out). G upsamples in every stage, D downsamples.
 G_ARCH = {
@@ -34,9 +35,12 @@ D_ARCH = {
 
 
 class DeepGBlock(nn.Module):
-    """G's bottleneck block; its BNs read the conditioning vector (z joined with the class embedding)."""
+    """G's bottleneck block; its BNs read the conditioning vector (z joined with the class embedding).
+    `fused`: an upsampling block runs the upsampling and its first 3x3 conv as one (models/resample.py)."""
 
-    def __init__(self, cin: int, cout: int, *, cond_dim: int, upsample: bool, bn_eps: float, sn_eps: float):
+    def __init__(
+        self, cin: int, cout: int, *, cond_dim: int, upsample: bool, bn_eps: float, sn_eps: float, fused: bool = False
+    ):
         super().__init__()
         hidden = cin // 4
         bn = dict(cond_dim=cond_dim, eps=bn_eps, sn_eps=sn_eps)
@@ -49,16 +53,20 @@ class DeepGBlock(nn.Module):
         self.conv3 = layers.conv2d(hidden, hidden, 3, padding=1, **sn)
         self.bn4 = layers.ConditionalBatchNorm2d(hidden, **bn)
         self.conv4 = layers.conv2d(hidden, cout, 1, **sn)
-        self.cout, self.upsample = cout, upsample
+        self.cout, self.upsample, self.fused = cout, upsample, fused and upsample
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.bn2(self.conv1(torch.relu(self.bn1(x, cond))), cond))
+        x = x[:, : self.cout]  # the skip path drops the channels the block sheds
+        if self.fused:
+            h = upsample_conv(self.conv2, h)
+        else:
+            h = self.conv2(F.interpolate(h, scale_factor=2.0) if self.upsample else h)
         if self.upsample:
-            h = F.interpolate(h, scale_factor=2.0)
             x = F.interpolate(x, scale_factor=2.0)
-        h = self.conv3(torch.relu(self.bn3(self.conv2(h), cond)))
+        h = self.conv3(torch.relu(self.bn3(h, cond)))
         h = self.conv4(torch.relu(self.bn4(h, cond)))
-        return h + x[:, : self.cout]  # the skip path drops the channels the block sheds
+        return h + x
 
 
 class DeepDBlock(nn.Module):
@@ -116,8 +124,11 @@ class BigGANDeepGenerator(nn.Module):
             # Within a stage the channels stay at `a` until the last block, which changes them and upsamples.
             for j in range(depth):
                 last = j == depth - 1
+                fused = 8 * 2**stage >= FUSE_FROM  # the stage's output resolution
                 blocks.append(
-                    DeepGBlock(a, b if last else a, cond_dim=cond_dim, upsample=last, bn_eps=bn_eps, sn_eps=sn_eps)
+                    DeepGBlock(
+                        a, b if last else a, cond_dim=cond_dim, upsample=last, bn_eps=bn_eps, sn_eps=sn_eps, fused=fused
+                    )
                 )
             if 8 * 2**stage == g_attn:
                 self.attn_after = len(blocks) - 1
