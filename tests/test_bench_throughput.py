@@ -1,5 +1,5 @@
 """bench/throughput.py's counters and its classify measure: FLOPs and peaks are counted without undoing
-train.compile, and a classify step's FLOPs are its model's forward and backward."""
+train.compile, and a classify step's FLOPs are its model's forward and backward. bench/resample.py's table."""
 
 import sys
 from pathlib import Path
@@ -70,3 +70,14 @@ def test_classify_step_flops_are_its_models_forward_and_backward():
         net(torch.randn(4, 3, 8, 8)).sum().backward()
     assert r["flops"] == counter.get_total_flops()
     assert r["flop_per_s"] == pytest.approx(r["flops"] / r["s_per_iter"])
+
+
+def test_resample_bench_times_both_ways_for_every_layer_and_width():
+    import subprocess
+
+    script = Path(__file__).parent.parent / "bench" / "resample.py"
+    args = ["--channels", "4,8", "--batch", "1", "--repeats", "1", "--precisions", "fp32"]
+    out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| fp32 |")]
+    assert [row.split("|")[2:4] for row in rows] == [[" D ", " 4 "], [" D ", " 8 "], [" G ", " 4 "], [" G ", " 8 "]]
+    assert all(row.count(" = **") == 4 for row in rows)  # two ops / one op at 8, 16, 32 and 64 px

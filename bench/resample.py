@@ -1,0 +1,81 @@
+"""A 3x3 conv and the 2x resampling next to it, as two ops and as one (bigbatch/models/resample.py): the
+forward and backward time of each, per layer shape, in one process, one thread. What FUSE_FROM rests on.
+
+    python bench/resample.py                        # fp32 and bf16, channels-last, batch 8
+    python bench/resample.py --batch 32 --channels 128 --precisions bf16
+
+Rows: D (the conv on an input of the column's size, then 2x average pooling) and G (nearest 2x
+upsampling of an input of half the column's size, then the conv): columns are the full resolution.
+Each cell: median of --repeats forward+backward passes (input, weight and bias gradients) after two
+untimed ones, two ops / one op (above 1: the one op is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bigbatch.models.resample import FUSE_FROM, conv_pool, upsample_conv
+
+TWO_OPS = {
+    "D": lambda conv, x: F.avg_pool2d(conv(x), 2),
+    "G": lambda conv, x: conv(F.interpolate(x, scale_factor=2.0)),
+}
+ONE_OP = {"D": conv_pool, "G": upsample_conv}
+
+
+def seconds(f, repeats: int) -> float:
+    times = []
+    for i in range(repeats + 2):
+        t = time.perf_counter()
+        f()
+        if i >= 2:
+            times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
+
+
+def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeats: int) -> tuple[float, float]:
+    torch.manual_seed(0)
+    conv = nn.Conv2d(channels, channels, 3, padding=1).to(memory_format=torch.channels_last)
+    x = torch.randn(batch, channels, side, side).to(memory_format=torch.channels_last).requires_grad_()
+    out = []
+    for f in (TWO_OPS[kind], ONE_OP[kind]):
+
+        def step(f=f) -> None:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                y = f(conv, x)
+            y.float().sum().backward()
+
+        out.append(seconds(step, repeats))
+    return out[0], out[1]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--channels", default="128,512", help="comma-separated conv widths (in = out)")
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    sides = {"D": (8, 16, 32, 64), "G": (4, 8, 16, 32)}
+    print(f"# one thread, batch {a.batch}, channels-last; ms per forward+backward, two ops / one op; blocks fuse "
+          f"from a full resolution of {FUSE_FROM} px (D: the conv's input; G: its output)\n")  # fmt: skip
+    print("| precision | layer | channels | " + " | ".join(f"{r} px" for r in (8, 16, 32, 64)) + " |")
+    print("|---|---|---|" + "---|" * 4)
+    for precision in a.precisions.split(","):
+        for kind in ("D", "G"):
+            for c in map(int, a.channels.split(",")):
+                cells = []
+                for side in sides[kind]:
+                    two, one = cell(kind, a.batch, c, side, precision, a.repeats)
+                    cells.append(f"{1e3 * two:.1f} / {1e3 * one:.1f} = **{two / one:.2f}**")
+                print(f"| {precision} | {kind} | {c} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
