@@ -21,8 +21,6 @@ on how a batch is split.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -31,16 +29,14 @@ from torch import nn
 FUSE_FROM = 32
 
 
-@functools.cache
-def _box(transposed: bool) -> torch.Tensor:
+def _box(transposed: bool, like: torch.Tensor) -> torch.Tensor:
     """(9, 16) map of a 3x3 kernel to the 4x4 one: the mean (conv then pool) or, flipped, the sum
-    (upsample then conv) of its four 2x2 shifts."""
-    m = torch.zeros(3, 3, 4, 4, dtype=torch.float64)
-    for i in range(3):
-        for j in range(3):
-            a, b = (2 - i, 2 - j) if transposed else (i, j)
-            m[i, j, a : a + 2, b : b + 2] = 1.0 if transposed else 0.25
-    return m.view(9, 16)
+    (upsample then conv) of its four 2x2 shifts; made on `like`'s device in its dtype (a few tiny ops:
+    a constant copied to a GPU on every call would wait for it, and a cached one is not for torch.compile)."""
+    eye = torch.eye(3, device=like.device, dtype=like.dtype)
+    shifts = F.pad(eye, (0, 1)) + F.pad(eye, (1, 0))  # (3, 4): row i has ones at i and i + 1
+    one_axis = shifts.flip(0) if transposed else shifts * 0.5
+    return torch.kron(one_axis, one_axis)
 
 
 def _kernel4(conv: nn.Conv2d, transposed: bool) -> torch.Tensor:
@@ -50,7 +46,7 @@ def _kernel4(conv: nn.Conv2d, transposed: bool) -> torch.Tensor:
         normalized = getattr(conv, "normalized_weight", None)
         w = normalized() if normalized is not None else conv.weight
         o, i = w.shape[:2]
-        return (w.reshape(o * i, 9) @ _box(transposed).to(w.device, w.dtype)).view(o, i, 4, 4)
+        return (w.reshape(o * i, 9) @ _box(transposed, w)).view(o, i, 4, 4)
 
 
 def conv_pool(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
