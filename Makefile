@@ -31,9 +31,10 @@ bench-gpu: $(STAMP)
 	$(BIN)/python bench/gpu.py
 
 # The same with the machine's own python3 and its CUDA PyTorch, for a GPU machine without a network
-# (no .venv can be built there): bigbatch's dependencies must be importable (tomli-w travels as a wheel).
+# (no .venv can be built there): bigbatch's dependencies must be importable; a PYTHONPATH already set (say, where
+# tomli-w was installed from a carried wheel) is kept after the checkout.
 bench-gpu-system:
-	PYTHONPATH=$(CURDIR) $(PYTHON) bench/gpu.py
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu.py
 
 format: $(STAMP)
 	$(BIN)/ruff format bigbatch tests bench sweeps

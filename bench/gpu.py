@@ -1,6 +1,7 @@
 """A GPU proof in one command: BigGAN-128 img/s and peak memory in fp32 and bf16 with and without
 train.compile, BigGAN-128's memory plan at batch 2048 in 6 GiB, SAEHD 512 df-ud at batch 8 in 6 GiB,
-ResNet-50 img/s at 224 px in bf16, and tests/test_cuda.py; one dated table appended to bench/RESULTS.md.
+ResNet-50 img/s at 224 px in bf16, nvJPEG decoding, BigGAN-128's resampling layers as two ops and as one
+(bench/resample.py), and tests/test_cuda.py; one dated table appended to bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
@@ -266,6 +267,36 @@ def jpeg_decode(args: argparse.Namespace) -> dict:
     }
 
 
+# BigGAN-128 (ch 96)'s resampling layers as bench/resample.py times them (in = out channels): D's conv inputs and
+# G's conv inputs (half the output side), per resolution; and the dry run's.
+RESAMPLE_LAYERS = {
+    "full": (
+        64,
+        [("D", 96, 128), ("D", 192, 64), ("D", 384, 32), ("D", 768, 16)]
+        + [("G", 96, 64), ("G", 192, 32), ("G", 384, 16), ("G", 768, 8)],
+    ),
+    "toy": (2, [("D", 4, 32), ("D", 4, 16), ("G", 4, 16), ("G", 4, 8)]),
+}
+
+
+def resample(args: argparse.Namespace) -> dict:
+    """A 3x3 conv and the 2x resampling next to it, two ops against one (bigbatch/models/resample.py), on the
+    device in bf16 at BigGAN-128's widths: whether the CPU's FUSE_FROM holds on this GPU."""
+    from resample import cell as layer_seconds
+
+    from bigbatch.models.resample import FUSE_FROM
+
+    batch, layers = RESAMPLE_LAYERS[args.sizes]
+    ratios = []
+    for kind, channels, side in layers:
+        two, one = layer_seconds(kind, batch, channels, side, "bf16", 5, torch.device(args.device))
+        ratios.append(f"{kind} {side if kind == 'D' else 2 * side} px ×{channels}: {two / one:.2f}")
+    return {
+        "setting": f"a 3x3 conv and its 2x resampling, forward+backward, bf16, batch {batch}: two ops / one op",
+        "note": "; ".join(ratios) + f" (BigGAN's blocks use one op from {FUSE_FROM} px on)",
+    }
+
+
 def cuda_tests(args: argparse.Namespace) -> dict:
     """tests/test_cuda.py under pytest (they skip without a GPU); its pass/fail count."""
     cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-q", "-p", "no:cacheprovider"]
@@ -289,10 +320,12 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "saehd512": (saehd, 150),
     "resnet50": (resnet50, 90),
     "jpeg-decode": (jpeg_decode, 90),
+    "resample": (resample, 60),
     "cuda-tests": (cuda_tests, 180),
 }
 # What the issue asks for first, then compiling (minutes of it), then the extra bf16 plan: what --budget cuts is last.
 RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode", "cuda-tests"]
+RUN_ORDER += ["resample"]
 RUN_ORDER += ["biggan-bf16-compile", "biggan-fp32-compile", "biggan-plan-bf16"]
 
 
@@ -371,6 +404,8 @@ def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> 
         '- Plan rows: what micro_batch "auto" picks at the preset\'s batch (each micro-batch probed, whether it fit), '
         "then one iteration at that plan, timed after one untimed.",
         "- SAEHD: bench/throughput.py's measure_swap (plan, 2 untimed iterations, then timed ones).",
+        "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
+        "output), median of 5 after 2 untimed; above 1 the one op is faster.",
         f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}.",
         "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",
     ]
