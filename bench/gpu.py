@@ -1,10 +1,12 @@
 """A GPU proof in one command: BigGAN-128 img/s and peak memory in fp32 and bf16 with and without
 train.compile, BigGAN-128's memory plan at batch 2048 in 6 GiB, SAEHD 512 df-ud at batch 8 in 6 GiB,
 ResNet-50 img/s at 224 px in bf16, nvJPEG decoding, BigGAN-128's resampling layers as two ops and as one
-(bench/resample.py), and tests/test_cuda.py; one dated table appended to bench/RESULTS.md.
+(bench/resample.py), where BigGAN-128's bf16 iteration spends its device time (torch.profiler), and
+tests/test_cuda.py; one dated table appended to bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
+    python bench/gpu.py --parts biggan-bf16-compile --limit 500 --budget 520   # compiling, given more time
     python bench/gpu.py --device cpu --dry-run --out /tmp/proof.md   # every part at toy sizes on CPU, ~1 min
 
 Each part runs in a process of its own under a time limit, and all of them within --budget seconds
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -167,6 +170,51 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool) -> dict:
         "s_per_iter": cfg.train.batch / r["img_per_s"],
         "peak": r["peak"],
         "note": note,
+    }
+
+
+def biggan_profile(args: argparse.Namespace) -> dict:
+    """Where BigGAN-128's bf16 iteration (the biggan-bf16 part's) goes on the device: torch.profiler over 2
+    iterations after 2 untimed; the device's busy share of the wall time, and that time by kind of op
+    (bench/throughput_all.py's kinds) and by op. On CPU (the dry run) the device is the CPU: self CPU time."""
+    from throughput_all import kind_of
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = config(args, "gan")
+    task, rep = gan_task(cfg, CLASSES, precision="bf16", micro_batch=SIZES[args.sizes]["gan_micro"])
+    device, steps = rep.device, 2
+    for i in range(2):
+        task.d_step(i * cfg.train.batch)
+        task.g_step(i)
+    sync(device)
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+        t = time.perf_counter()
+        for i in range(2, 2 + steps):
+            task.d_step(i * cfg.train.batch)
+            task.g_step(i)
+        sync(device)
+        wall_ms = 1e3 * (time.perf_counter() - t) / steps
+    rows = prof.key_averages()
+    ops = [a for a in rows if a.device_type == DeviceType.CPU]
+    own = (
+        (lambda a: a.self_device_time_total / 1e3 / steps) if cuda else (lambda a: a.self_cpu_time_total / 1e3 / steps)
+    )
+    busy_ms = sum(own(a) for a in (rows if not cuda else [a for a in rows if a.device_type != DeviceType.CPU]))
+    kinds: dict[str, float] = {}
+    for a in ops:
+        kinds[kind_of(a.key)] = kinds.get(kind_of(a.key), 0.0) + own(a)
+    share = lambda ms: f"{100 * ms / busy_ms:.0f}%"  # noqa: E731
+    by_kind = ", ".join(f"{k} {share(v)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0)
+    top = ", ".join(f"`{a.key}` {own(a):.1f} ms" for a in sorted(ops, key=own, reverse=True)[:8])
+    return {
+        "setting": f"{describe_gan(cfg)}, bf16, micro-batch {rep.plan.micro_batch}: torch.profiler over {steps} "
+        "iterations after 2 untimed",
+        "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
+        "s_per_iter": wall_ms / 1e3,
+        "note": f"{'GPU' if cuda else 'CPU'} busy {busy_ms:.0f} of {wall_ms:.0f} ms an iteration under the profiler "
+        f"({100 * busy_ms / wall_ms:.0f}%); by kind: {by_kind}; top ops: {top}",
     }
 
 
@@ -321,11 +369,12 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "resnet50": (resnet50, 90),
     "jpeg-decode": (jpeg_decode, 90),
     "resample": (resample, 60),
+    "biggan-bf16-profile": (biggan_profile, 90),
     "cuda-tests": (cuda_tests, 180),
 }
 # What the issue asks for first, then compiling (minutes of it), then the extra bf16 plan: what --budget cuts is last.
 RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode", "cuda-tests"]
-RUN_ORDER += ["resample"]
+RUN_ORDER += ["resample", "biggan-bf16-profile"]
 RUN_ORDER += ["biggan-bf16-compile", "biggan-fp32-compile", "biggan-plan-bf16"]
 
 
@@ -374,6 +423,16 @@ def table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def source_digest() -> str:
+    """12 hex digits of a sha256 over bigbatch's and bench/'s Python files (paths and bytes): it names the
+    code a table measured where git cannot (a GPU machine's copy of the tree carried stale git metadata)."""
+    h = hashlib.sha256()
+    for root in (Path(bigbatch.__file__).parent, Path(__file__).parent):
+        for f in sorted(root.rglob("*.py")):
+            h.update(f"{root.name}/{f.relative_to(root).as_posix()}\0".encode() + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> str:
     device = next((r["device_name"] for r in rows.values() if "device_name" in r), f"unknown {args.device} device")
     title = f"## GPU proof, {datetime.date.today().isoformat()}, {device}"
@@ -383,6 +442,7 @@ def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> 
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"], capture_output=True, text=True)
     commit = (git.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
     cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
+    allocator = os.environ.get("PYTORCH_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF")) or "default"
     command = shlex.join(["python", *sys.argv])
     failed = sum("error" in r for r in rows.values())
     made = " (`make bench-gpu`)" if command == "python bench/gpu.py" else ""
@@ -391,7 +451,8 @@ def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> 
     )
     steps = SIZES[args.sizes]["steps"]
     notes = [
-        f"`{command}`{made} at commit {commit}; torch {torch.__version__}{cuda}; {seconds / 60:.1f} minutes in all; "
+        f"`{command}`{made} at commit {commit}, sources {source_digest()} (`python bench/gpu.py --digest` prints a "
+        f"checkout's); torch {torch.__version__}{cuda}; {seconds / 60:.1f} minutes in all; "
         f"{len(rows) - failed} of {len(rows)} parts succeeded.",
         "",
         table(rows),
@@ -406,7 +467,10 @@ def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> 
         "- SAEHD: bench/throughput.py's measure_swap (plan, 2 untimed iterations, then timed ones).",
         "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
         "output), median of 5 after 2 untimed; above 1 the one op is faster.",
-        f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}.",
+        "- biggan-bf16-profile: busy is the kernels' time over the wall time (below 100%, the GPU waited on the "
+        "CPU); the kinds and ops: the device time of the kernels each op launched itself.",
+        f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}; CUDA allocator "
+        f"settings: {allocator}.",
         "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",
     ]
     return f"{title}\n\n" + "\n".join(notes) + "\n"
@@ -440,11 +504,17 @@ def main() -> None:
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     p.add_argument("--budget", type=float, default=450, help="seconds for all parts (each also has its limit)")
     p.add_argument(
+        "--limit", type=float, help="seconds each part may take, instead of its own limit (e.g. compiling alone)"
+    )
+    p.add_argument(
         "--compile-backend", default="", help='torch.compile backend (default "inductor"; a CPU dry run: "eager")'
     )
+    p.add_argument("--digest", action="store_true", help="print the digest of bigbatch's and bench/'s sources")
     p.add_argument("--part", help=argparse.SUPPRESS)  # internal: run one part in this process
     p.add_argument("result", nargs="?", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.digest:
+        return print(source_digest())
     args.sizes = "toy" if args.dry_run else "full"
     args.compile_backend = args.compile_backend or ("eager" if args.dry_run and args.device == "cpu" else "inductor")
     if args.part:
@@ -466,8 +536,9 @@ def main() -> None:
         if left < 10:
             rows[name] = {"error": f"not run: the {args.budget:.0f} s budget was spent"}
             continue
-        print(f"[bench/gpu.py] {name} (at most {min(left, PARTS[name][1]):.0f} s)", file=sys.stderr, flush=True)
-        rows[name] = run_part([sys.executable, __file__, "--part", name, *flags], min(left, PARTS[name][1]))
+        limit = min(left, args.limit or PARTS[name][1])
+        print(f"[bench/gpu.py] {name} (at most {limit:.0f} s)", file=sys.stderr, flush=True)
+        rows[name] = run_part([sys.executable, __file__, "--part", name, *flags], limit)
         print(f"[bench/gpu.py] {name}: {rows[name].get('error', 'done')}", file=sys.stderr, flush=True)
     rows = {n: rows[n] for n in PARTS if n in rows}
     text = section(rows, args, time.perf_counter() - start)

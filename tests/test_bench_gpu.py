@@ -49,6 +49,13 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
     heading = re.search(r"^## GPU proof, (\d{4}-\d\d-\d\d), (.+) \(dry run", text, re.M)
     assert heading and re.search(r", 1 thread$", heading.group(2))  # the device's name: this CPU's
     assert f"`python bench/gpu.py --device cpu --dry-run --out {out}`" in text
+    # The sources it measured, by a digest that a checkout prints (git's metadata can be stale where it ran).
+    digest = subprocess.run([sys.executable, "bench/gpu.py", "--digest"], cwd=repo, capture_output=True, text=True)
+    assert re.fullmatch(r"[0-9a-f]{12}\n", digest.stdout) and f"sources {digest.stdout.strip()} " in text
+    edited = _copy_of_repo(tmp_path / "edited")
+    (edited / "bench" / "resample.py").write_text((edited / "bench" / "resample.py").read_text() + "# an edit\n")
+    other = subprocess.run([sys.executable, "bench/gpu.py", "--digest"], cwd=edited, capture_output=True, text=True)
+    assert re.fullmatch(r"[0-9a-f]{12}\n", other.stdout) and other.stdout != digest.stdout
     rows = {}
     for line in text.splitlines():
         if line.startswith("| ") and not line.startswith("| part |"):
@@ -60,6 +67,9 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
         assert float(seconds) >= 0
         if name == "cuda-tests":
             assert re.fullmatch(r"\d+ skipped in [\d.]+s", note), note  # no GPU here: every one skips
+            continue
+        if name == "biggan-bf16-profile":  # the device's (here the CPU's) busy share, by kind of op and by op
+            assert re.match(r"CPU busy \d+ of \d+ ms .*; by kind: .*convolutions \d+%.*; top ops: `aten::", note), note
             continue
         if name == "resample":  # two ops over one, per layer
             assert re.match(r"D 32 px ×4: \d+\.\d\d; D 16 px ×4: \d+\.\d\d; G 32 px ×4: \d+\.\d\d;", note), note

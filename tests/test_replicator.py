@@ -348,6 +348,22 @@ print(plain, faults())
     assert plain > 5 * 10_000 and held < plain / 20, (plain, held)
 
 
+def test_bigbatch_asks_cuda_for_expandable_segments_unless_the_user_chose():
+    # Fixed-size segments fragment: SAEHD 512 at batch 8 fits 6 GiB on a GPU only with expandable ones.
+    # The allocator reads the setting when it first allocates, so importing bigbatch after torch still counts.
+    import os
+    import subprocess
+    import sys
+
+    code = "import torch, bigbatch; print(torch._C._accelerator_getAllocatorSettings() or '-')"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")}
+    cases = [({}, "expandable_segments:True"), ({"PYTORCH_ALLOC_CONF": ""}, "-")]
+    cases.append(({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, "max_split_size_mb:64"))
+    for own, want in cases:
+        out = subprocess.run([sys.executable, "-c", code], env={**env, **own}, capture_output=True, text=True)
+        assert out.stdout.strip() == want, (own, out.stdout, out.stderr)
+
+
 def test_micro_batch_auto_probes_eagerly_and_the_model_still_compiles():
     # A compiled model called under CPUPeak's dispatch mode stopped compiling for the whole process: with
     # micro_batch "auto" on CPU, train.compile then never compiled.

@@ -396,7 +396,7 @@ class Replicator:
                     f"memory budget {memory.format_bytes(budget)} exceeds the GPU's {memory.format_bytes(total)}"
                 )
             # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
-            torch.cuda.set_per_process_memory_fraction(budget / total, self.device)
+            torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, self.device)
         plain = [p for p, _ in self.models]
         weights = memory.state_bytes(plain, [])
         baseline = memory.state_bytes(plain, optimizers) - (weights if self.device.type == "cuda" else 0)
