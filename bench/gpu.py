@@ -53,8 +53,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
 from _procs import run_limited  # noqa: E402
-from _swap import synthetic_faces  # noqa: E402
-from throughput import measure, measure_swap  # noqa: E402
+from _swap import native_bf16, synthetic_faces  # noqa: E402
+from throughput import compute_peak, count_flops, measure, measure_swap  # noqa: E402
 
 import bigbatch  # noqa: E402
 from bigbatch.batching import plan_micro_batch  # noqa: E402
@@ -143,6 +143,16 @@ def config(args: argparse.Namespace, key: str) -> Config:
     return cfg.override({**SIZES[args.sizes][key], "train.device": args.device})
 
 
+def of_peak(flop_per_s: float, args: argparse.Namespace, precision: str) -> str:
+    """Achieved FLOP/s and their share of the peak measured now, in this process (throughput.compute_peak: the
+    best of large matmuls and 3x3 convolutions in the precision's dtype, under the same TF32 settings)."""
+    device = torch.device(args.device)
+    if precision == "bf16" and not native_bf16(device):  # emulated: measuring it took two minutes on a CPU
+        return f"{flop_per_s / 1e12:.2f} TFLOP/s, no native bf16 here (no peak measured)"
+    peak = compute_peak(device, precision)
+    return f"{flop_per_s / 1e12:.2f} TFLOP/s, {100 * flop_per_s / peak:.0f}% of {peak / 1e12:.1f} measured"
+
+
 def describe_gan(cfg: Config) -> str:
     return f"BigGAN {cfg.data.resolution} px ch {cfg.model.ch}, {CLASSES} classes, batch {cfg.train.batch}"
 
@@ -159,9 +169,9 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool) -> dict:
     if compile:
         graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
         backend = "" if args.compile_backend == "inductor" else f"; backend {args.compile_backend}"
-        note = f"compile + {COMPILE_WARMUP} iterations {r['warmup_s']:.0f} s; {graphs} graphs, {breaks} breaks{backend}"
+        note = f"compile + {warmup} iterations {r['warmup_s']:.0f} s; {graphs} graphs, {breaks} breaks{backend}"
     else:
-        note = f"plain loop {r['bare_img_per_s']:.1f} img/s; {r['flop_per_s'] / 1e12:.2f} TFLOP/s"
+        note = f"plain loop {r['bare_img_per_s']:.1f} img/s; {of_peak(r['flop_per_s'], args, precision)}"
     setting = f"{describe_gan(cfg)}, {precision}" + (", train.compile" if compile else "")
     return {
         "setting": setting,
@@ -263,13 +273,15 @@ def resnet50(args: argparse.Namespace) -> dict:
     task, rep, feed = classify_task(cfg, CLASSES)
     steps = 4 * SIZES[args.sizes]["steps"]
     seconds, peak = timed(lambda: task.step(feed), rep.device, [m for m, _ in rep.models], steps, 3)
+    flops = count_flops(lambda: task.step(feed))
     return {
         "setting": f"ResNet-50 ch {cfg.model.ch}, {cfg.data.resolution} px, {CLASSES} classes, batch {batch}, bf16",
         "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
         "img_per_s": batch / seconds,
         "s_per_iter": seconds,
         "peak": peak,
-        "note": "channels_last (train.channels_last = true); one batch in memory, no data reading",
+        "note": f"{of_peak(flops / seconds, args, 'bf16')}; channels_last (train.channels_last = true); one batch "
+        "in memory, no data reading",
     }
 
 
@@ -385,7 +397,11 @@ def run_part(cmd: list[str], limit: float) -> dict:
         out = Path(tmp) / "row.json"
         status, seconds = run_limited([*cmd, str(out)], limit)
         if status is None:
-            return {"error": f"timed out after {limit:.0f} s", "seconds": seconds}
+            error, progress = f"timed out after {limit:.0f} s", out.with_suffix(".progress")
+            if progress.exists():  # how far a compiling part had got (throughput_all.CompileLog)
+                p = json.loads(progress.read_text())
+                error += f"; at {p['at']:.0f} s: {p['what']}"
+            return {"error": error, "seconds": seconds}
         if not out.exists():
             return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
         return {**json.loads(out.read_text()), "seconds": seconds}
@@ -396,6 +412,10 @@ def child(args: argparse.Namespace) -> None:
     if args.compile_backend != "inductor":  # bigbatch.engine.wrap calls torch.compile(model): its backend, here
         torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
     torch.manual_seed(0)
+    if args.part.endswith("-compile"):  # graphs compiled so far, for a row cut at its time limit
+        from throughput_all import CompileLog
+
+        CompileLog(Path(args.result).with_suffix(".progress"))
     try:
         row = PARTS[args.part][0](args)
         row["device_name"] = device_name(torch.device(args.device))

@@ -82,6 +82,9 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
         assert int(PLAN.fullmatch(rows[name][2]).group(2)) > 1, rows[name]
     assert "train.compile" in rows["biggan-bf16-compile"][1] and "graphs" in rows["biggan-bf16-compile"][7]
     assert "channels_last" in rows["resnet50"][7]
+    for name in ("biggan-fp32", "biggan-bf16", "resnet50"):  # achieved FLOP/s against the peak measured beside them
+        shares = r"\d+\.\d\d TFLOP/s, (\d+% of \d+\.\d measured|no native bf16 here)"  # (a CPU without AVX-512)
+        assert re.search(shares, rows[name][7]) and (name == "biggan-fp32") <= ("% of " in rows[name][7]), rows[name]
     decode = rows["jpeg-decode"][7]
     assert "OpenCV standing in for nvJPEG" in decode and "as fast as the CPU path" in decode
     # Nothing under the repository it ran in changed: not its RESULTS.md, no new files (data went to /tmp).
@@ -95,6 +98,12 @@ def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
     assert "exit status 3" in crashed["error"]
     hung = gpu.run_part([sys.executable, "-c", "import time; time.sleep(60)"], limit=1)
     assert hung["error"] == "timed out after 1 s" and hung["seconds"] < 30
+    # A compiling part cut at its limit says how far it had got (the progress its CompileLog wrote).
+    progress = "{'what': 'compiling graph 3 (dynamo, 2/0)', 'at': 1.2, 'compile_s': 1.0}"
+    compiling = "import json, sys, time, pathlib; pathlib.Path(sys.argv[1]).with_suffix('.progress').write_text("
+    compiling += f"json.dumps({progress})); time.sleep(60)"
+    cut = gpu.run_part([sys.executable, "-c", compiling], limit=10)
+    assert cut["error"] == "timed out after 10 s; at 1 s: compiling graph 3 (dynamo, 2/0)", cut
     write = "import json, sys; open(sys.argv[1], 'w').write(json.dumps({'note': 'ran'}))"
     assert gpu.run_part([sys.executable, "-c", write], limit=60)["note"] == "ran"
     table = gpu.table({"ok": {"setting": "s", "img_per_s": 2.0, "peak": 3 * 2**20}, "bad": hung})
