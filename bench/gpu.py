@@ -193,34 +193,37 @@ def biggan_profile(args: argparse.Namespace) -> dict:
 
     cfg = config(args, "gan")
     task, rep = gan_task(cfg, CLASSES, precision="bf16", micro_batch=SIZES[args.sizes]["gan_micro"])
-    device, steps = rep.device, 2
-    for i in range(2):
-        task.d_step(i * cfg.train.batch)
-        task.g_step(i)
-    sync(device)
-    cuda = device.type == "cuda"
-    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
-        t = time.perf_counter()
-        for i in range(2, 2 + steps):
+    device, steps, cuda = rep.device, 2, rep.device.type == "cuda"
+
+    def iterations(first: int) -> None:
+        for i in range(first, first + steps):
             task.d_step(i * cfg.train.batch)
             task.g_step(i)
         sync(device)
+
+    iterations(0)
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+        t = time.perf_counter()
+        iterations(steps)
         wall_ms = 1e3 * (time.perf_counter() - t) / steps
     rows = prof.key_averages()
     ops = [a for a in rows if a.device_type == DeviceType.CPU]
-    own = (
-        (lambda a: a.self_device_time_total / 1e3 / steps) if cuda else (lambda a: a.self_cpu_time_total / 1e3 / steps)
-    )
-    busy_ms = sum(own(a) for a in (rows if not cuda else [a for a in rows if a.device_type != DeviceType.CPU]))
+    kernels = [a for a in rows if a.device_type != DeviceType.CPU] if cuda else ops  # on CPU the ops are the work
+
+    def own(a) -> float:  # ms per iteration on the device
+        return (a.self_device_time_total if cuda else a.self_cpu_time_total) / 1e3 / steps
+
+    busy_ms = sum(own(a) for a in kernels)
     kinds: dict[str, float] = {}
     for a in ops:
-        kinds[kind_of(a.key)] = kinds.get(kind_of(a.key), 0.0) + own(a)
+        kind = kind_of(a.key)
+        kinds[kind] = kinds.get(kind, 0.0) + own(a)
     share = lambda ms: f"{100 * ms / busy_ms:.0f}%"  # noqa: E731
     by_kind = ", ".join(f"{k} {share(v)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0)
     top = ", ".join(f"`{a.key}` {own(a):.1f} ms" for a in sorted(ops, key=own, reverse=True)[:8])
     return {
         "setting": f"{describe_gan(cfg)}, bf16, micro-batch {rep.plan.micro_batch}: torch.profiler over {steps} "
-        "iterations after 2 untimed",
+        f"iterations after {steps} untimed",
         "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
         "s_per_iter": wall_ms / 1e3,
         "note": f"{'GPU' if cuda else 'CPU'} busy {busy_ms:.0f} of {wall_ms:.0f} ms an iteration under the profiler "

@@ -13,13 +13,18 @@ untimed ones, two ops / one op (above 1: the one op is faster).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bigbatch.models.resample import FUSE_FROM, conv_pool, upsample_conv
+sys.path.insert(0, str(Path(__file__).parent))
+from _gan import sync  # noqa: E402
+
+from bigbatch.models.resample import FUSE_FROM, conv_pool, upsample_conv  # noqa: E402
 
 TWO_OPS = {
     "D": lambda conv, x: F.avg_pool2d(conv(x), 2),
@@ -33,8 +38,7 @@ def seconds(f, repeats: int, device: torch.device) -> float:
     for i in range(repeats + 2):
         t = time.perf_counter()
         f()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         if i >= 2:
             times.append(time.perf_counter() - t)
     return sorted(times)[len(times) // 2]
