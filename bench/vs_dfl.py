@@ -20,6 +20,11 @@ bigbatch: `task.step(feed)` on synthetic faces (bench/_swap.py), which reads the
 random affine, warp and dst flip in the training process: timed. Hence the row with
 swap.random_warp=false (its affine and flip still timed).
 A liae model trains no inter_AB without random warp (both sides), so for liae DFL also has that row.
+
+TensorFlow turns its oneDNN kernels on by default only on CPUs with AVX-512 VNNI/BF16 or AMX; elsewhere
+(an AVX2 CPU) DFL as shipped runs Eigen's convolutions, about half as fast. So DFL also runs with
+TF_ENABLE_ONEDNN_OPTS=1 (its code unchanged; the header says which kernels its default took), and each
+bigbatch row gets a ratio against both; --no-onednn-row leaves that row out.
 """
 
 from __future__ import annotations
@@ -101,7 +106,9 @@ def dfl_worker(a: argparse.Namespace) -> None:
         config = nn.tf_sess._config
         print(f"DFL options {model.options}; TF threads intra {config.intra_op_parallelism_threads} "
               f"inter {config.inter_op_parallelism_threads}", file=sys.stderr)  # fmt: skip
-        serve(model.train_one_iter, a.warmup)
+        from tensorflow.python.util import _pywrap_util_port
+
+        serve(model.train_one_iter, a.warmup, ready={"onednn": _pywrap_util_port.IsMklEnabled()})
 
 
 def bigbatch_worker(a: argparse.Namespace) -> None:
@@ -134,6 +141,7 @@ def bigbatch_worker(a: argparse.Namespace) -> None:
 ROWS = {  # (side, random warp): label
     ("dfl", "y"): "DFL (warp in its loader: not timed)",
     ("dfl", "n"): "DFL, random warp off (no inter_AB update)",
+    ("dfl-onednn", "y"): "DFL, TF_ENABLE_ONEDNN_OPTS=1",
     ("bigbatch", "y"): "bigbatch, swap.random_warp=true (warp timed)",
     ("bigbatch", "n"): "bigbatch, swap.random_warp=false",
     ("before", "y"): "bigbatch --before checkout, swap.random_warp=true",
@@ -152,6 +160,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations a row first")
     p.add_argument("--clipgrad", action="store_true", help="gradient clipping on both sides (the preset: off)")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
+    p.add_argument("--no-onednn-row", action="store_true", help="no DFL row with TF_ENABLE_ONEDNN_OPTS=1")
     p.add_argument("--before", default="", help=BEFORE_HELP + " (one row: with random warp)")
     p.add_argument("--worker", choices=["dfl", "bigbatch"], help=argparse.SUPPRESS)
     p.add_argument("--random-warp", choices=["y", "n"], default="y", help=argparse.SUPPRESS)
@@ -162,7 +171,8 @@ def main() -> None:
         return (dfl_worker if a.worker == "dfl" else bigbatch_worker)(a)
 
     start = time.perf_counter()
-    rows = [("dfl", "y")] + [("dfl", "n")] * a.archi.startswith("liae") + [("bigbatch", "y"), ("bigbatch", "n")]
+    rows = [("dfl", "y")] + [("dfl", "n")] * a.archi.startswith("liae") + [("dfl-onednn", "y")] * (not a.no_onednn_row)
+    rows += [("bigbatch", "y"), ("bigbatch", "n")]
     rows += [("before", "y")] * bool(a.before)
     logs = Path(a.logs or tempfile.mkdtemp(prefix="vs-dfl-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
@@ -171,14 +181,16 @@ def main() -> None:
     common += [f"--dims={','.join(map(str, a.dims))}", f"--warmup={a.warmup}"] + ["--clipgrad"] * a.clipgrad
     commands = {}
     for side, rw in rows:
-        worker = [f"--worker={'dfl' if side == 'dfl' else 'bigbatch'}", f"--random-warp={rw}", *common]
-        cmd = [a.dfl_python if side == "dfl" else sys.executable, __file__, *worker]
-        if side == "before":
+        dfl = side.startswith("dfl")
+        worker = [f"--worker={'dfl' if dfl else 'bigbatch'}", f"--random-warp={rw}", *common]
+        cmd = [a.dfl_python if dfl else sys.executable, __file__, *worker]
+        if side == "dfl-onednn":
+            cmd = ["env", "TF_ENABLE_ONEDNN_OPTS=1", *cmd]
+        elif side == "before":
             cmd = before_command(a.before, "bench/vs_dfl.py", worker)
         commands[side, rw] = (cmd, logs / f"{side}-warp-{rw}.log")
     with Rows(commands, env) as workers:
-        for key in rows:
-            workers.ask(key)
+        ready = {key: workers.ask(key) for key in rows}
         print(f"built and warmed up in {time.perf_counter() - start:.0f} s; logs in {logs}", file=sys.stderr)
         workers.rounds(a.steps)
         workers.close()
@@ -186,16 +198,21 @@ def main() -> None:
 
     print(f"# SAEHD {a.archi} {a.res}px, ae/e/d/d_mask dims {','.join(map(str, a.dims))}, batch {a.batch}, fp32, "
           f"AdaBelief, masked training, clipgrad {'on' if a.clipgrad else 'off'}; one thread a side; "
-          f"{a.steps} timed iterations a row after {a.warmup} warm-up, rows alternating\n")  # fmt: skip
-    print("| side | res/archi | CPU s/iteration min | median | DFL/bigbatch (min, median) | CPU/wall |")
-    print("|---|---|---|---|---|---|")
+          f"{a.steps} timed iterations a row after {a.warmup} warm-up, rows alternating; DFL as shipped ran "
+          f"TensorFlow's {'oneDNN' if ready['dfl', 'y'].get('onednn') else 'Eigen'} kernels on this CPU\n")  # fmt: skip
+    print("| side | res/archi | CPU s/iteration min | median | DFL/bigbatch (min, median) "
+          "| DFL with oneDNN/bigbatch | CPU/wall |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for side, rw in rows:
         lo, med, load = stats((side, rw))
-        ratio = "-"
+        ratios = ["-", "-"]
         if side in ("bigbatch", "before"):
-            ref = ("dfl", rw) if ("dfl", rw) in times else ("dfl", "y")  # df: DFL's graph is the same either way
-            ratio = f"{stats(ref)[0] / lo:.2f}, {stats(ref)[1] / med:.2f}"
-        print(f"| {ROWS[side, rw]} | {a.res}/{a.archi} | {lo:.2f} | {med:.2f} | {ratio} | {load:.2f} |")
+            # df: DFL's graph is the same with or without random warp; liae: not (no inter_AB update)
+            refs = [("dfl", rw) if ("dfl", rw) in times else ("dfl", "y"), ("dfl-onednn", "y")]
+            refs[1:] = [r for r in refs[1:] if r in times and (rw == "y" or not a.archi.startswith("liae"))]
+            for i, ref in enumerate(refs):
+                ratios[i] = f"{stats(ref)[0] / lo:.2f}, {stats(ref)[1] / med:.2f}"
+        print(f"| {ROWS[side, rw]} | {a.res}/{a.archi} | {lo:.2f} | {med:.2f} | {' | '.join(ratios)} | {load:.2f} |")
     print(f"\nwall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
 
