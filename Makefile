@@ -18,9 +18,13 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/bigbatch train
 
+# The suite in TEST_WORKERS processes (pytest-xdist; 0: in this one). Idle workers take tests queued on a
+# busy one (worksteal), so the longest tests do not all end up at the tail of one queue.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
 	$(BIN)/ruff check bigbatch tests bench sweeps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff check bigbatch tests bench sweeps

@@ -63,8 +63,8 @@ from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E
 
 REPO = Path(__file__).resolve().parent.parent
 CLASSES = 1000  # BigGAN-128's and ResNet-50's ImageNet classes
-# Untimed iterations under train.compile: the first compiles each graph (D and G steps, grad modes, spectral
-# norm updating or not); the next ones let lazily built kernels settle (on CPU, oneDNN's took seconds each).
+# Untimed iterations under train.compile: the first compiles each graph (G and D, in the D step and in the G
+# step); the next ones let lazily built kernels settle (on CPU, oneDNN's took seconds each).
 COMPILE_WARMUP = 5
 
 # What each part is run at: the GPU's sizes, and the dry run's toy sizes (the same code, only smaller).

@@ -175,13 +175,14 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         bigbatch.Replicator(batch=8, precision="fp8")
 
 
-def sn_discriminator_steps(micro_batch, hook=False, checkpointing=False):
-    """A user's own loop: a zoo D with spectral norm trained through the Replicator alone, in float64."""
+def sn_discriminator_steps(micro_batch, hook=False, checkpointing=False, prepare=True):
+    """A user's own loop: a zoo D with spectral norm trained through the Replicator alone, in float64
+    (`prepare=False`: D used as it is, its spectral norm driven by the hook alone)."""
     torch.manual_seed(0)
     _, D = bigbatch.models.create("sngan", 32, 10, ch=8, dim_z=16)
     D = D.double()
     rep = bigbatch.Replicator(batch=32, micro_batch=micro_batch, device="cpu", checkpointing=checkpointing)
-    D_train = rep.prepare(D)
+    D_train = rep.prepare(D) if prepare else D
     if hook:
         rep.on_micro_batch(spectral_norm_hook(D))  # idempotent with what the engine already arms
     opt = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=1e-2))
@@ -200,6 +201,7 @@ def test_spectral_norm_accumulates_exactly_without_a_hook():
     assert rel(sn_discriminator_steps(8), full) <= 1e-12
     assert rel(sn_discriminator_steps(8, checkpointing=True), full) <= 1e-12
     assert rel(sn_discriminator_steps(8, hook=True), full) <= 1e-12
+    assert rel(sn_discriminator_steps(8, hook=True, prepare=False), full) <= 1e-12  # a model it did not prepare
 
 
 def gan_grads(checkpointing, family):
@@ -307,6 +309,39 @@ def test_checkpointed_blocks_compile_too():
 
     eager = d_step()
     assert rel(d_step(checkpointing=True, compile=True), eager) <= 1e-5
+
+
+def test_spectral_norm_under_accumulation_compiles_one_graph_and_iterates_once_a_step():
+    # The step's power iteration runs before its first micro-batch, outside the forward: a compiled D
+    # traces one graph for every micro-batch, not one that iterates and one that does not (twice the
+    # compile time; on a GPU, BigGAN-128's compile did not finish in the proof's limit).
+    import torch.nn.functional as F
+    from torch._dynamo.utils import counters
+
+    def d_steps(compile: bool):
+        torch.manual_seed(0)
+        _, D = bigbatch.models.create("dcgan", 16, 0, ch=4, dim_z=8, d_sn=True)
+        rep = bigbatch.Replicator(batch=8, micro_batch=2, device="cpu", compile=compile)
+        D_train = rep.prepare(D)
+        opt = rep.wrap_optimizer(torch.optim.SGD(D.parameters(), lr=0.1))
+        x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+        layer = next(m for m in D.modules() if isinstance(m, SNConv2d))
+        u, weights = layer.sn_u.clone(), []
+        for _ in range(2):
+            weights.append(layer.weight.detach().flatten(1).clone())
+            rep.step(lambda x: D_train(x).square().mean(), x, opt)
+        return D, layer, u, weights
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled, *_ = d_steps(compile=True)
+    assert counters["stats"]["unique_graphs"] == 1
+    eager, layer, u, weights = d_steps(compile=False)
+    for w in weights:  # one power iteration a step (of 4 micro-batches), on the weights of its start
+        u = F.normalize(F.normalize(u @ w, dim=1, eps=layer.sn_eps) @ w.t(), dim=1, eps=layer.sn_eps)
+    assert torch.equal(layer.sn_u, u)
+    flat = [torch.cat([p.detach().flatten() for p in D.parameters()]) for D in (compiled, eager)]
+    assert rel(*flat) <= 1e-5
 
 
 def test_spectral_norm_stays_fp32_under_autocast():

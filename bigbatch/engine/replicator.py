@@ -219,8 +219,8 @@ class Replicator:
         place for state a model updates in training forwards at a rate of its own (spectral norm's
         power iteration once per step) when the model was not prepared by this Replicator; a prepared
         model's submodules declare it themselves with a `before_micro_batch(i)` method. Such updates must
-        not repeat when an activation-checkpointed block is recomputed in backward: arm them for one
-        forward, as bigbatch's spectral-norm layers do."""
+        not repeat when an activation-checkpointed block is recomputed in backward: run them in the hook
+        (or arm them for one forward), as bigbatch's spectral-norm layers do."""
         self._micro_hooks.append(hook)
 
     def _before_micro_batch(self, index: int) -> None:

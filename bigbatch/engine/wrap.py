@@ -81,8 +81,8 @@ class _CheckpointedForward:
 
     Non-reentrant, so double backward (R1) works. BatchNorm running statistics are put back after the
     recomputation, so they advance once per forward as without checkpointing. (State a model updates
-    at its own rate, such as spectral norm's power iteration, is armed for one forward by a
-    Replicator.on_micro_batch hook, so the recomputation does not repeat it.)
+    at its own rate, such as spectral norm's power iteration, runs before the micro-batch's forward
+    (`before_micro_batch`, or a Replicator.on_micro_batch hook), so the recomputation does not repeat it.)
     """
 
     def __init__(self, module: nn.Module):

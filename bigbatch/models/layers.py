@@ -24,18 +24,30 @@ class SpectralNorm:
     The estimate's vectors u, v are buffers. `sn_update` says which training forwards run a power
     iteration and store u and v: True every one (as torch's spectral_norm; the default), False none,
     "once" only the next one. Under a Replicator, `before_micro_batch` (the engine calls it on every
-    module it prepared) arms "once" per optimizer step (or per micro-batch with
-    `sn_every_micro_batch`), so every micro-batch of a step, and every recomputation under activation
-    checkpointing, sees exactly the same normalised weight: the step of the whole batch, whatever the split.
+    module it prepared) runs the step's one power iteration itself, before the first micro-batch (or
+    before each with `sn_every_micro_batch`), and leaves the forwards none: every micro-batch of a step,
+    and every recomputation under activation checkpointing, sees exactly the same normalised weight
+    (the step of the whole batch, whatever the split), and a compiled forward has one graph, not one
+    that iterates and one that does not.
     """
 
     sn_update: bool | str = True
     sn_every_micro_batch: bool = False
+    sn_by_engine: bool = False  # the engine calls before_micro_batch (spectral_norm_hook leaves the layer)
 
     def before_micro_batch(self, index: int) -> None:
-        """The engine's call before micro-batch `index` of a step (0 for a memory probe): one power
-        iteration on the next training forward of the step's first micro-batch, none after it."""
-        self.sn_update = "once" if index == 0 or self.sn_every_micro_batch else False
+        """The engine's call before micro-batch `index` of a step (0 for a memory probe): in training
+        mode, the step's power iteration now if `index` is 0 (each index with `sn_every_micro_batch`):
+        the same arithmetic as in the forward that follows, outside it."""
+        self.sn_by_engine = True
+        self.iterate_before_forward(index == 0 or self.sn_every_micro_batch)
+
+    def iterate_before_forward(self, now: bool) -> None:
+        """A power iteration now if `now` (in training mode), and none in the forwards that follow."""
+        if now and self.training:
+            with torch.autocast(self.weight.device.type, enabled=False):
+                self._power_iteration(self.weight.flatten(1))
+        self.sn_update = False
 
     def _init_sn(self, eps: float) -> None:
         out = self.weight.shape[0]
@@ -50,15 +62,18 @@ class SpectralNorm:
         with torch.autocast(self.weight.device.type, enabled=False):
             w = self.weight.flatten(1)
             if self.training and self.sn_update:
-                with torch.no_grad():
-                    v = F.normalize(self.sn_u @ w, dim=1, eps=self.sn_eps)
-                    u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
-                # New tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
-                self.sn_u, self.sn_v = u, v
+                self._power_iteration(w)
                 if self.sn_update == "once":
                     self.sn_update = False
             sigma = (self.sn_u @ w @ self.sn_v.t()).squeeze()
             return self.weight / sigma
+
+    def _power_iteration(self, w: torch.Tensor) -> None:
+        with torch.no_grad():
+            v = F.normalize(self.sn_u @ w, dim=1, eps=self.sn_eps)
+            u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
+        # New tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
+        self.sn_u, self.sn_v = u, v
 
 
 class SNConv2d(SpectralNorm, nn.Conv2d):
@@ -257,16 +272,15 @@ def set_sn_every_micro_batch(module: nn.Module, enabled: bool) -> None:
 
 def spectral_norm_hook(*modules: nn.Module, every_micro_batch: bool = False) -> Callable[[int], None]:
     """A `Replicator.on_micro_batch` hook for spectral-norm layers the Replicator did not prepare (those
-    it prepared arm themselves through `before_micro_batch`): before micro-batch i of a step, arm them
-    for one power iteration on their next training forward when i == 0 (or on every micro-batch with
-    `every_micro_batch`), and for none otherwise; a recomputation under activation checkpointing then
-    finds them disarmed."""
+    it prepared iterate through `before_micro_batch`, and the hook leaves them): before micro-batch i
+    of a step, one power iteration when i == 0 (or on every micro-batch with `every_micro_batch`), and
+    none in the forwards, so a recomputation under activation checkpointing repeats nothing."""
     sn_layers = [m for module in modules for m in module.modules() if isinstance(m, SpectralNorm)]
 
     def arm(i: int) -> None:
-        armed = "once" if i == 0 or every_micro_batch else False
         for layer in sn_layers:
-            layer.sn_update = armed
+            if not layer.sn_by_engine:
+                layer.iterate_before_forward(i == 0 or every_micro_batch)
 
     return arm
 
