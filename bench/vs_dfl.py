@@ -208,10 +208,10 @@ def main() -> None:
         ratios = ["-", "-"]
         if side in ("bigbatch", "before"):
             # df: DFL's graph is the same with or without random warp; liae: not (no inter_AB update)
-            refs = [("dfl", rw) if ("dfl", rw) in times else ("dfl", "y"), ("dfl-onednn", "y")]
-            refs[1:] = [r for r in refs[1:] if r in times and (rw == "y" or not a.archi.startswith("liae"))]
-            for i, ref in enumerate(refs):
-                ratios[i] = f"{stats(ref)[0] / lo:.2f}, {stats(ref)[1] / med:.2f}"
+            same_graph = rw == "y" or not a.archi.startswith("liae")
+            refs = [("dfl", rw) if ("dfl", rw) in times else ("dfl", "y")]
+            refs += [("dfl-onednn", "y")] if ("dfl-onednn", "y") in times and same_graph else []
+            ratios[: len(refs)] = [f"{stats(r)[0] / lo:.2f}, {stats(r)[1] / med:.2f}" for r in refs]
         print(f"| {ROWS[side, rw]} | {a.res}/{a.archi} | {lo:.2f} | {med:.2f} | {' | '.join(ratios)} | {load:.2f} |")
     print(f"\nwall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
 

@@ -184,7 +184,7 @@ def sn_discriminator_steps(micro_batch, hook=False, checkpointing=False, prepare
     rep = bigbatch.Replicator(batch=32, micro_batch=micro_batch, device="cpu", checkpointing=checkpointing)
     D_train = rep.prepare(D) if prepare else D
     if hook:
-        rep.on_micro_batch(spectral_norm_hook(D))  # idempotent with what the engine already arms
+        rep.on_micro_batch(spectral_norm_hook(D))  # prepared, D iterates through the engine: the hook leaves it
     opt = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=1e-2))
     g = torch.Generator().manual_seed(3)
     for _ in range(3):

@@ -11,7 +11,7 @@ One optimizer step sees `batch` examples: `micro_batch x accumulation` on each o
 Each micro-batch loss is divided by the accumulation and DDP averages over ranks, so the gradient is
 the gradient of the mean loss over the whole batch, whatever the split. DDP all-reduces only on the
 last micro-batch. Before each micro-batch's forward the engine calls `before_micro_batch(i)` on every
-submodule of a prepared model that defines it (bigbatch's spectral-norm layers arm their power iteration
+submodule of a prepared model that defines it (bigbatch's spectral-norm layers run their power iteration
 there, once per step), then the hooks registered with `on_micro_batch` (for modules it did not prepare).
 """
 
@@ -219,8 +219,8 @@ class Replicator:
         place for state a model updates in training forwards at a rate of its own (spectral norm's
         power iteration once per step) when the model was not prepared by this Replicator; a prepared
         model's submodules declare it themselves with a `before_micro_batch(i)` method. Such updates must
-        not repeat when an activation-checkpointed block is recomputed in backward: run them in the hook
-        (or arm them for one forward), as bigbatch's spectral-norm layers do."""
+        not repeat when an activation-checkpointed block is recomputed in backward: run them in the hook,
+        before the forward, as bigbatch's spectral-norm layers do."""
         self._micro_hooks.append(hook)
 
     def _before_micro_batch(self, index: int) -> None:

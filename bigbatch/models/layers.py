@@ -22,16 +22,16 @@ class SpectralNorm:
     """Mixin for layers with a `weight`: divides it by its largest singular value (Miyato et al. 2018).
 
     The estimate's vectors u, v are buffers. `sn_update` says which training forwards run a power
-    iteration and store u and v: True every one (as torch's spectral_norm; the default), False none,
-    "once" only the next one. Under a Replicator, `before_micro_batch` (the engine calls it on every
-    module it prepared) runs the step's one power iteration itself, before the first micro-batch (or
-    before each with `sn_every_micro_batch`), and leaves the forwards none: every micro-batch of a step,
+    iteration and store u and v: True every one (as torch's spectral_norm; the default), False none.
+    Under a Replicator, `before_micro_batch` (the engine calls it on every module it prepared) runs the
+    step's one power iteration itself, before the first micro-batch (or before each with
+    `sn_every_micro_batch`), and leaves the forwards none: every micro-batch of a step,
     and every recomputation under activation checkpointing, sees exactly the same normalised weight
     (the step of the whole batch, whatever the split), and a compiled forward has one graph, not one
     that iterates and one that does not.
     """
 
-    sn_update: bool | str = True
+    sn_update: bool = True
     sn_every_micro_batch: bool = False
     sn_by_engine: bool = False  # the engine calls before_micro_batch (spectral_norm_hook leaves the layer)
 
@@ -45,8 +45,7 @@ class SpectralNorm:
     def iterate_before_forward(self, now: bool) -> None:
         """A power iteration now if `now` (in training mode), and none in the forwards that follow."""
         if now and self.training:
-            with torch.autocast(self.weight.device.type, enabled=False):
-                self._power_iteration(self.weight.flatten(1))
+            self._power_iteration()
         self.sn_update = False
 
     def _init_sn(self, eps: float) -> None:
@@ -59,17 +58,16 @@ class SpectralNorm:
 
     def normalized_weight(self) -> torch.Tensor:
         # In the weight's own precision (fp32) whatever the autocast: sigma in bf16 would jitter.
+        if self.training and self.sn_update:
+            self._power_iteration()
         with torch.autocast(self.weight.device.type, enabled=False):
             w = self.weight.flatten(1)
-            if self.training and self.sn_update:
-                self._power_iteration(w)
-                if self.sn_update == "once":
-                    self.sn_update = False
             sigma = (self.sn_u @ w @ self.sn_v.t()).squeeze()
             return self.weight / sigma
 
-    def _power_iteration(self, w: torch.Tensor) -> None:
-        with torch.no_grad():
+    def _power_iteration(self) -> None:
+        with torch.no_grad(), torch.autocast(self.weight.device.type, enabled=False):
+            w = self.weight.flatten(1)
             v = F.normalize(self.sn_u @ w, dim=1, eps=self.sn_eps)
             u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
         # New tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
@@ -255,8 +253,8 @@ def init_weights(module: nn.Module, scheme: str) -> None:
             nn.init.zeros_(m.weight)
 
 
-def set_sn_update(module: nn.Module, enabled: bool | str) -> None:
-    """Set when the spectral-norm layers of `module` run a power iteration: True, False or "once"."""
+def set_sn_update(module: nn.Module, enabled: bool) -> None:
+    """Whether the spectral-norm layers of `module` run a power iteration in every training forward."""
     for m in module.modules():
         if isinstance(m, SpectralNorm):
             m.sn_update = enabled
@@ -277,12 +275,12 @@ def spectral_norm_hook(*modules: nn.Module, every_micro_batch: bool = False) -> 
     none in the forwards, so a recomputation under activation checkpointing repeats nothing."""
     sn_layers = [m for module in modules for m in module.modules() if isinstance(m, SpectralNorm)]
 
-    def arm(i: int) -> None:
+    def iterate(i: int) -> None:
         for layer in sn_layers:
             if not layer.sn_by_engine:
                 layer.iterate_before_forward(i == 0 or every_micro_batch)
 
-    return arm
+    return iterate
 
 
 def count_params(module: nn.Module) -> int:
