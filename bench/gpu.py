@@ -12,6 +12,9 @@ tests/test_cuda.py; one dated table appended to bench/RESULTS.md.
 Each part runs in a process of its own under a time limit, and all of them within --budget seconds
 (the slow compile parts near the end), so a part that fails, hangs or breaks its CUDA context is
 reported in its row and the others still run; the exit status is 1 if any part failed or was not run.
+The compile parts run at once, each in its own process (run_in_turns): they compile side by side, which
+is host work, and take turns for their timed iterations, so that no figure is measured beside another
+part's work.
 The parts measure with the benchmarks' own code, on tasks built as training builds them:
 throughput.measure (BigGAN img/s), throughput.measure_swap (SAEHD), and the planning that
 `train.micro_batch = "auto"` does (bigbatch.batching.plan_micro_batch: on a GPU, probes under the
@@ -43,7 +46,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 import torch
@@ -163,13 +166,24 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool) -> dict:
     sizes = SIZES[args.sizes]
     # Under compile: no FLOP counter (it would compile again) and no plain loop (other guards: more graphs).
     warmup, extras = (COMPILE_WARMUP, False) if compile else (1, True)
+    turn = functools.partial(wait_for_turn, Path(args.turns), args.part) if args.turns else None
     r = measure(
-        cfg, precision, False, sizes["gan_micro"], sizes["steps"], CLASSES, warmup=warmup, flops=extras, plain=extras
+        cfg,
+        precision,
+        False,
+        sizes["gan_micro"],
+        sizes["steps"],
+        CLASSES,
+        warmup=warmup,
+        flops=extras,
+        plain=extras,
+        after_warmup=turn,
     )
     if compile:
         graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
         backend = "" if args.compile_backend == "inductor" else f"; backend {args.compile_backend}"
-        note = f"compile + {warmup} iterations {r['warmup_s']:.0f} s; {graphs} graphs, {breaks} breaks{backend}"
+        beside = " (beside the other compile parts)" if args.turns else ""
+        note = f"compile + {warmup} iterations {r['warmup_s']:.0f} s{beside}; {graphs} graphs, {breaks} breaks{backend}"
     else:
         note = f"plain loop {r['bare_img_per_s']:.1f} img/s; {of_peak(r['flop_per_s'], args, precision)}"
     setting = f"{describe_gan(cfg)}, {precision}" + (", train.compile" if compile else "")
@@ -387,10 +401,25 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "biggan-bf16-profile": (biggan_profile, 90),
     "cuda-tests": (cuda_tests, 180),
 }
-# What the issue asks for first, then compiling (minutes of it), then the extra bf16 plan: what --budget cuts is last.
+# What the issue asks for first, then the profile, then compiling (minutes of it, the compile parts at once:
+# run_in_turns), then the extras: what --budget cuts is last.
 RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode", "cuda-tests"]
-RUN_ORDER += ["resample", "biggan-bf16-profile"]
-RUN_ORDER += ["biggan-bf16-compile", "biggan-fp32-compile", "biggan-plan-bf16"]
+RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "resample", "biggan-plan-bf16"]
+IN_TURNS = {"biggan-bf16-compile", "biggan-fp32-compile"}  # compiled at once, timed one at a time
+TURN_S = 60  # what each part after the first adds to its group's limit: its turn at timing
+
+
+def part_row(out: Path, status: int | None, seconds: float, limit: float) -> dict:
+    """The row a part's process wrote to `out`, or an error saying how it ended (status None: cut at `limit`)."""
+    if status is None:
+        error, progress = f"timed out after {limit:.0f} s", out.with_suffix(".progress")
+        if progress.exists():  # how far a compiling part had got (throughput_all.CompileLog)
+            p = json.loads(progress.read_text())
+            error += f"; at {p['at']:.0f} s: {p['what']}"
+        return {"error": error, "seconds": seconds}
+    if not out.exists():
+        return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
+    return {**json.loads(out.read_text()), "seconds": seconds}
 
 
 def run_part(cmd: list[str], limit: float) -> dict:
@@ -399,15 +428,53 @@ def run_part(cmd: list[str], limit: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
         out = Path(tmp) / "row.json"
         status, seconds = run_limited([*cmd, str(out)], limit)
-        if status is None:
-            error, progress = f"timed out after {limit:.0f} s", out.with_suffix(".progress")
-            if progress.exists():  # how far a compiling part had got (throughput_all.CompileLog)
-                p = json.loads(progress.read_text())
-                error += f"; at {p['at']:.0f} s: {p['what']}"
-            return {"error": error, "seconds": seconds}
-        if not out.exists():
-            return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
-        return {**json.loads(out.read_text()), "seconds": seconds}
+        return part_row(out, status, seconds, limit)
+
+
+def run_in_turns(cmds: dict[str, list[str]], limit: float) -> dict[str, dict]:
+    """Run parts' processes at once, each building and compiling beside the others, then timing alone.
+
+    Each is given `--turns DIR` before its result path: warm (compiled, its untimed iterations run), it
+    writes DIR/NAME.warm and waits for DIR/NAME.go. Once every part still running is warm, they are let
+    go one at a time, in `cmds`' order, each when the one before has ended: no part is timed while
+    another works. Compiling is host work (Dynamo and Inductor in Python, Triton's builds), so parts that
+    each compile for minutes take about as long together as the longest. All of it within `limit`
+    seconds: past it, the parts still running are killed (process groups, compiler workers too), and
+    their rows say so."""
+    with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
+        turns = Path(tmp)
+        outs = {name: turns / f"{name}.json" for name in cmds}
+        start, procs, ended = time.perf_counter(), {}, {}
+        try:
+            for name, cmd in cmds.items():
+                procs[name] = subprocess.Popen([*cmd, "--turns", str(turns), str(outs[name])], start_new_session=True)
+            timing = None
+            while len(ended) < len(procs) and time.perf_counter() - start < limit:
+                for name, proc in procs.items():
+                    if name not in ended and proc.poll() is not None:
+                        ended[name] = (proc.returncode, time.perf_counter() - start)
+                running = [n for n in procs if n not in ended]
+                if timing in ended:
+                    timing = None
+                if timing is None and running and all((turns / f"{n}.warm").exists() for n in running):
+                    timing = running[0]
+                    (turns / f"{timing}.go").touch()
+                time.sleep(0.05)
+        finally:
+            for name, proc in procs.items():
+                if name not in ended:
+                    with suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        seconds = time.perf_counter() - start
+        return {name: part_row(outs[name], *ended.get(name, (None, seconds)), limit) for name in cmds}
+
+
+def wait_for_turn(turns: Path, name: str) -> None:
+    """In a part run by run_in_turns: say that it is warm, then wait until it may time."""
+    (turns / f"{name}.warm").touch()
+    while not (turns / f"{name}.go").exists():
+        time.sleep(0.05)
 
 
 def child(args: argparse.Namespace) -> None:
@@ -484,7 +551,9 @@ def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> 
         "- BigGAN: the biggan128_bs2048 preset at the batch shown, bench/throughput.py's measure: one D and one G "
         f"step per iteration, {steps} timed after warm-up; plain loop: the same steps without the Replicator. Under "
         f"train.compile: torch.compile's {args.compile_backend} backend, {COMPILE_WARMUP} untimed iterations first "
-        "(their time in the note), no FLOP count and no plain loop.",
+        "(their time in the note), no FLOP count and no plain loop. The compile parts ran at once, each in its own "
+        "process: they built, compiled and ran their untimed iterations side by side, then were timed one at a "
+        "time while the others waited; part s counts from their common start.",
         '- Plan rows: what micro_batch "auto" picks at the preset\'s batch (each micro-batch probed, whether it fit), '
         "then one iteration at that plan, timed after one untimed.",
         "- SAEHD: bench/throughput.py's measure_swap (plan, 2 untimed iterations, then timed ones).",
@@ -534,6 +603,7 @@ def main() -> None:
     )
     p.add_argument("--digest", action="store_true", help="print the digest of bigbatch's and bench/'s sources")
     p.add_argument("--part", help=argparse.SUPPRESS)  # internal: run one part in this process
+    p.add_argument("--turns", help=argparse.SUPPRESS)  # internal: the part's turns with others (run_in_turns)
     p.add_argument("result", nargs="?", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.digest:
@@ -555,14 +625,23 @@ def main() -> None:
     flags = ["--device", args.device, "--compile-backend", args.compile_backend] + ["--dry-run"] * args.dry_run
     rows: dict[str, dict] = {}
     for name in [n for n in RUN_ORDER if n in wanted]:
+        if name in rows:  # run with its group
+            continue
+        group = [n for n in RUN_ORDER if n in wanted and n in IN_TURNS] if name in IN_TURNS else [name]
         left = args.budget - (time.perf_counter() - start)
         if left < 10:
-            rows[name] = {"error": f"not run: the {args.budget:.0f} s budget was spent"}
+            rows.update({n: {"error": f"not run: the {args.budget:.0f} s budget was spent"} for n in group})
             continue
-        limit = min(left, args.limit or PARTS[name][1])
-        print(f"[bench/gpu.py] {name} (at most {limit:.0f} s)", file=sys.stderr, flush=True)
-        rows[name] = run_part([sys.executable, __file__, "--part", name, *flags], limit)
-        print(f"[bench/gpu.py] {name}: {rows[name].get('error', 'done')}", file=sys.stderr, flush=True)
+        own = args.limit or max(PARTS[n][1] for n in group)
+        limit = min(left, own + TURN_S * (len(group) - 1))
+        print(f"[bench/gpu.py] {' and '.join(group)} (at most {limit:.0f} s)", file=sys.stderr, flush=True)
+        cmds = {n: [sys.executable, __file__, "--part", n, *flags] for n in group}
+        if len(group) > 1:
+            rows.update(run_in_turns(cmds, limit))
+        else:
+            rows[name] = run_part(cmds[name], limit)
+        for n in group:
+            print(f"[bench/gpu.py] {n}: {rows[n].get('error', 'done')}", file=sys.stderr, flush=True)
     rows = {n: rows[n] for n in PARTS if n in rows}
     text = section(rows, args, time.perf_counter() - start)
     print(text, end="")

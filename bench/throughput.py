@@ -137,10 +137,12 @@ def measure(
     warmup: int = 1,
     flops: bool = True,
     plain: bool = True,
+    after_warmup: Callable[[], None] | None = None,
 ) -> dict:
     """img/s and peak memory of the GAN step (see the module docstring). `warmup`: untimed iterations
     first (with train.compile, the first compiles); `flops`: count FLOPs over one more iteration (run
-    eagerly, see count_flops); `plain`: time the plain loop too."""
+    eagerly, see count_flops); `plain`: time the plain loop too; `after_warmup`: called after the
+    untimed iterations, before anything timed (bench/gpu.py waits there for its turn on the device)."""
     task, rep = gan_task(cfg, classes, precision=precision, checkpointing=checkpointing, micro_batch=micro)
     device = rep.device
     batch = cfg.train.batch
@@ -152,6 +154,8 @@ def measure(
         bare_iteration(task, 0, 0, precision)
     sync(device)
     warmup_s = time.perf_counter() - t
+    if after_warmup is not None:
+        after_warmup()
     n_flops = count_flops(lambda: (task.d_step(batch), task.g_step(1))) if flops else None
     # Timed: engine and plain-loop iterations alternate, so machine noise hits both alike.
     d_time = g_time = bare = cpu = 0.0

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).parent.parent
@@ -117,6 +118,55 @@ def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
     assert out.read_text() == "# Results\n\nkept\n\n## New\n\nrow\n"
     assert out.stat().st_mode & 0o777 == 0o664
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary file left beside it
+
+
+def test_compile_parts_compile_at_once_and_are_timed_one_at_a_time(tmp_path):
+    # Compiling is minutes of host work a part; the parts do it side by side, and no part's timed iterations
+    # run beside another's work.
+    import threading
+
+    import gpu
+
+    part = tmp_path / "part.py"  # a part's process: warm after some seconds, then timed alone when let go
+    part.write_text(
+        "import json, sys, time, pathlib\n"
+        "turns, out = pathlib.Path(sys.argv[-2]), pathlib.Path(sys.argv[-1])\n"
+        "name, warm_after = sys.argv[1], float(sys.argv[2])\n"
+        "time.sleep(warm_after)\n"
+        "warm = time.time()\n"
+        "(turns / f'{name}.warm').touch()\n"
+        "while not (turns / f'{name}.go').exists():\n"
+        "    time.sleep(0.01)\n"
+        "t0 = time.time(); time.sleep(0.5)\n"
+        "out.write_text(json.dumps({'warm': warm, 'timed': [t0, time.time()], 'argv': sys.argv[3:-2]}))\n"
+    )
+    cmds = {
+        "slow": [sys.executable, str(part), "slow", "1.5"],
+        "fast": [sys.executable, str(part), "fast", "0.1"],
+        "crash": [sys.executable, "-c", "raise SystemExit(3)"],
+    }
+    t = time.perf_counter()
+    rows = gpu.run_in_turns(cmds, limit=60)
+    assert time.perf_counter() - t < 30
+    assert rows["crash"]["error"] == "its process ended with exit status 3, no result"  # and it blocked nobody
+    slow, fast = rows["slow"], rows["fast"]
+    assert slow["argv"] == fast["argv"] == ["--turns"]  # the parts were told of their turns
+    both_warm = max(slow["warm"], fast["warm"])
+    assert slow["timed"][0] >= both_warm and fast["timed"][0] >= both_warm  # no one timed while one compiled
+    assert slow["timed"][1] <= fast["timed"][0]  # one at a time, in the order given
+    assert slow["seconds"] < fast["seconds"]  # each part's seconds: from the common start to its end
+
+    hung = gpu.run_in_turns({"hung": [sys.executable, "-c", "import time; time.sleep(60)"]}, limit=1)
+    assert hung["hung"]["error"] == "timed out after 1 s" and hung["hung"]["seconds"] < 30
+
+    # A part's side of it: say it is warm, then wait for its turn.
+    waiter = threading.Thread(target=gpu.wait_for_turn, args=(tmp_path, "p"))
+    waiter.start()
+    time.sleep(0.3)
+    assert (tmp_path / "p.warm").exists() and waiter.is_alive()
+    (tmp_path / "p.go").touch()
+    waiter.join(timeout=10)
+    assert not waiter.is_alive()
 
 
 def test_the_gpu_run_measures_what_the_issue_asks():
