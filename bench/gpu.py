@@ -166,7 +166,11 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool) -> dict:
     sizes = SIZES[args.sizes]
     # Under compile: no FLOP counter (it would compile again) and no plain loop (other guards: more graphs).
     warmup, extras = (COMPILE_WARMUP, False) if compile else (1, True)
-    turn = functools.partial(wait_for_turn, Path(args.turns), args.part) if args.turns else None
+    alone = []  # whether its turn came with no other part working (run_in_turns)
+
+    def turn() -> None:
+        alone.append(wait_for_turn(Path(args.turns), args.part))
+
     r = measure(
         cfg,
         precision,
@@ -177,12 +181,13 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool) -> dict:
         warmup=warmup,
         flops=extras,
         plain=extras,
-        after_warmup=turn,
+        after_warmup=turn if args.turns else None,
     )
     if compile:
         graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
         backend = "" if args.compile_backend == "inductor" else f"; backend {args.compile_backend}"
         beside = " (beside the other compile parts)" if args.turns else ""
+        beside += "; **timed while another part still compiled** (little time was left)" if alone == [False] else ""
         note = f"compile + {warmup} iterations {r['warmup_s']:.0f} s{beside}; {graphs} graphs, {breaks} breaks{backend}"
     else:
         note = f"plain loop {r['bare_img_per_s']:.1f} img/s; {of_peak(r['flop_per_s'], args, precision)}"
@@ -437,10 +442,12 @@ def run_in_turns(cmds: dict[str, list[str]], limit: float) -> dict[str, dict]:
     Each is given `--turns DIR` before its result path: warm (compiled, its untimed iterations run), it
     writes DIR/NAME.warm and waits for DIR/NAME.go. Once every part still running is warm, they are let
     go one at a time, in `cmds`' order, each when the one before has ended: no part is timed while
-    another works. Compiling is host work (Dynamo and Inductor in Python, Triton's builds), so parts that
-    each compile for minutes take about as long together as the longest. All of it within `limit`
-    seconds: past it, the parts still running are killed (process groups, compiler workers too), and
-    their rows say so."""
+    another works. Only when the time left is less than TURN_S for each warm part is a warm part let go
+    while others still compile (its go file says "beside", and its row says so), rather than lose its
+    figure with theirs. Compiling is host work (Dynamo and Inductor in Python, Triton's builds), so
+    parts that each compile for minutes take about as long together as the longest. All of it within
+    `limit` seconds: past it, the parts still running are killed (process groups, compiler workers
+    too), and their rows say so."""
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
         turns = Path(tmp)
         outs = {name: turns / f"{name}.json" for name in cmds}
@@ -456,9 +463,13 @@ def run_in_turns(cmds: dict[str, list[str]], limit: float) -> dict[str, dict]:
                 running = [n for n in procs if n not in ended]
                 if timing in ended:
                     timing = None
-                if timing is None and running and all((turns / f"{n}.warm").exists() for n in running):
-                    timing = running[0]
-                    (turns / f"{timing}.go").touch()
+                warm = [n for n in running if (turns / f"{n}.warm").exists()]
+                late = limit - (time.perf_counter() - start) < TURN_S * len(warm)
+                if timing is None and warm and (len(warm) == len(running) or late):
+                    timing = warm[0]
+                    go = turns / f"{timing}.go"
+                    go.with_suffix(".tmp").write_text("alone" if len(warm) == len(running) else "beside")
+                    go.with_suffix(".tmp").rename(go)
                 time.sleep(0.05)
         finally:
             for name, proc in procs.items():
@@ -470,11 +481,14 @@ def run_in_turns(cmds: dict[str, list[str]], limit: float) -> dict[str, dict]:
         return {name: part_row(outs[name], *ended.get(name, (None, seconds)), limit) for name in cmds}
 
 
-def wait_for_turn(turns: Path, name: str) -> None:
-    """In a part run by run_in_turns: say that it is warm, then wait until it may time."""
+def wait_for_turn(turns: Path, name: str) -> bool:
+    """In a part run by run_in_turns: say that it is warm, then wait until it may time. Whether no other
+    part works meanwhile."""
     (turns / f"{name}.warm").touch()
-    while not (turns / f"{name}.go").exists():
+    go = turns / f"{name}.go"
+    while not go.exists():
         time.sleep(0.05)
+    return go.read_text() == "alone"
 
 
 def child(args: argparse.Namespace) -> None:

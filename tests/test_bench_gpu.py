@@ -138,7 +138,8 @@ def test_compile_parts_compile_at_once_and_are_timed_one_at_a_time(tmp_path):
         "while not (turns / f'{name}.go').exists():\n"
         "    time.sleep(0.01)\n"
         "t0 = time.time(); time.sleep(0.5)\n"
-        "out.write_text(json.dumps({'warm': warm, 'timed': [t0, time.time()], 'argv': sys.argv[3:-2]}))\n"
+        "go = (turns / f'{name}.go').read_text()\n"
+        "out.write_text(json.dumps({'warm': warm, 'timed': [t0, time.time()], 'argv': sys.argv[3:-2], 'go': go}))\n"
     )
     cmds = {
         "slow": [sys.executable, str(part), "slow", "1.5"],
@@ -146,7 +147,7 @@ def test_compile_parts_compile_at_once_and_are_timed_one_at_a_time(tmp_path):
         "crash": [sys.executable, "-c", "raise SystemExit(3)"],
     }
     t = time.perf_counter()
-    rows = gpu.run_in_turns(cmds, limit=60)
+    rows = gpu.run_in_turns(cmds, limit=10 * gpu.TURN_S)
     assert time.perf_counter() - t < 30
     assert rows["crash"]["error"] == "its process ended with exit status 3, no result"  # and it blocked nobody
     slow, fast = rows["slow"], rows["fast"]
@@ -155,18 +156,28 @@ def test_compile_parts_compile_at_once_and_are_timed_one_at_a_time(tmp_path):
     assert slow["timed"][0] >= both_warm and fast["timed"][0] >= both_warm  # no one timed while one compiled
     assert slow["timed"][1] <= fast["timed"][0]  # one at a time, in the order given
     assert slow["seconds"] < fast["seconds"]  # each part's seconds: from the common start to its end
+    assert slow["go"] == fast["go"] == "alone"
+
+    # With too little time left to wait for the others, a warm part is timed beside them (and is told so),
+    # rather than killed with them.
+    late = gpu.run_in_turns(
+        {"ready": [sys.executable, str(part), "ready", "0.1"], "stuck": [sys.executable, str(part), "stuck", "60"]},
+        limit=8,
+    )
+    assert late["ready"]["go"] == "beside" and late["stuck"]["error"] == "timed out after 8 s", late
 
     hung = gpu.run_in_turns({"hung": [sys.executable, "-c", "import time; time.sleep(60)"]}, limit=1)
     assert hung["hung"]["error"] == "timed out after 1 s" and hung["hung"]["seconds"] < 30
 
     # A part's side of it: say it is warm, then wait for its turn.
-    waiter = threading.Thread(target=gpu.wait_for_turn, args=(tmp_path, "p"))
+    told = []
+    waiter = threading.Thread(target=lambda: told.append(gpu.wait_for_turn(tmp_path, "p")))
     waiter.start()
     time.sleep(0.3)
     assert (tmp_path / "p.warm").exists() and waiter.is_alive()
-    (tmp_path / "p.go").touch()
+    (tmp_path / "p.go").write_text("alone")
     waiter.join(timeout=10)
-    assert not waiter.is_alive()
+    assert not waiter.is_alive() and told == [True]
 
 
 def test_the_gpu_run_measures_what_the_issue_asks():
