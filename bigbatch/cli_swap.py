@@ -14,7 +14,7 @@ from bigbatch.errors import BigbatchError
 def _export_dfl(args: argparse.Namespace) -> None:
     from bigbatch.tasks.swap.files import export_dfl
 
-    out = export_dfl(args.run, args.out, args.name, args.face_type)
+    out = export_dfl(args.run, args.out, args.name, args.face_type, args.overwrite)
     print(f"Wrote DeepFaceLab model {args.name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
 
 
@@ -24,6 +24,11 @@ def _swap(args: argparse.Namespace) -> None:
 
     if args.device not in ("auto", "cpu", "cuda"):
         raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BigbatchError("--device cuda: this machine has no CUDA GPU that torch can use; give --device cpu")
     device = dist.context(args.device).device
     n = swap_folder(args.run, args.in_dir, args.out_dir, device, args.batch, args.color_transfer)
     print(f"Swapped {n} faces into {args.out_dir} (masks in {Path(args.out_dir) / 'masks'})")
@@ -40,6 +45,7 @@ def add_swap_commands(sub: Any) -> None:
         choices=("h", "mf", "f", "wf", "head"),
         help="DFL's face type of the faces, where the run does not know it (DFL's merger crops by it)",
     )
+    ex.add_argument("--overwrite", action="store_true", help="replace a model of the same name in OUT_DIR")
     ex.set_defaults(func=_export_dfl)
 
     sw = sub.add_parser("swap", help="swap a folder of aligned dst faces to src with a trained swap model")

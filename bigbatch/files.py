@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -51,14 +52,19 @@ def write_file(path: Path, data: bytes | memoryview) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this PID runs on this machine."""
+    """Whether a process with this PID runs on this machine (a zombie, ended but not reaped by its parent,
+    does not: in a container whose first process reaps nothing, a killed process stays one)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):  # no /proc (not Linux), or it ended meanwhile
+        return not sys.platform.startswith("linux")
+    return state not in ("Z", "X")
 
 
 def remove_stale(paths: Iterable[Path]) -> None:

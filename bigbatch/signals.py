@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,3 +49,19 @@ def ignore_late_sigterm() -> None:
     hangs on its way out is still killed after the launcher's grace period.)"""
     if os.environ.get("BIGBATCH_LAUNCH_PARENT") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def die_with_parent(parent: int) -> None:
+    """In a helper process (a pool's worker): be killed with SIGKILL when the thread that started it ends,
+    its parent killed with SIGKILL included (Linux's PR_SET_PDEATHSIG; elsewhere nothing), rather than
+    live on orphaned; exit at once if `parent` (its PID) has already gone before this took hold."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not glibc
+        return
+    if os.getppid() != parent:
+        os._exit(1)

@@ -1,5 +1,7 @@
 """`bigbatch prepare` and `bigbatch info DATA.h5` from the command line, then training on the file."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -105,7 +107,7 @@ def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(t
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i:05d}.png")
     out = tmp_path / "out.h5"
-    argv = ["prepare", str(tmp_path / "src"), str(out), "--resolution", "32", "--codec", "jpeg", "--workers", "0"]
+    argv = ["prepare", str(tmp_path / "src"), str(out), "--resolution", "32", "--codec", "jpeg", "--workers", "2"]
     p = subprocess.Popen(
         [sys.executable, "-m", "bigbatch.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -113,9 +115,21 @@ def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(t
     deadline = time.time() + 120
     while time.time() < deadline and p.poll() is None and len(list(parts.glob("part-*.npz"))) < 3:
         time.sleep(0.01)
+    workers = [int(pid) for f in Path(f"/proc/{p.pid}/task").glob("*/children") for pid in f.read_text().split()]
     p.send_signal(signal.SIGKILL)  # no clean-up of any kind
     p.wait()
     assert p.returncode == -signal.SIGKILL, "prepare ended before it could be killed: give it more files"
+
+    def running(pid: int) -> bool:  # (a zombie has ended: this container's first process may not reap it)
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in "ZX"
+        except OSError:
+            return False
+
+    assert len(workers) == 2  # its decoding processes die with it, not orphaned
+    while time.time() < deadline and any(map(running, workers)):
+        time.sleep(0.05)
+    assert not any(map(running, workers))
     kept = len(list(parts.glob("part-*.npz")))
     assert kept >= 3 and not out.exists()  # nothing that looks complete
     resumed = prepare(str(tmp_path / "src"), str(out), 32, codec="jpeg", workers=2)

@@ -146,6 +146,47 @@ def test_prepare_keeps_masks_as_channels(faces, tmp_path):
     assert report.count == 11 and "no mask 03.png" in report.skipped[0][1]
 
 
+def test_prepared_masks_keep_the_faces_own_colours_and_line_up_with_them(tmp_path):
+    # A face's background is part of the training data (masked_training off, bg_style_power): --masks alpha
+    # keeps the colours under the transparency; a mask of another shape than its image would be cropped apart
+    # from it, and an image without transparency has no mask to give: both are skipped and listed.
+    rng = np.random.default_rng(0)
+    faces, masks = tmp_path / "faces", tmp_path / "masks"
+    faces.mkdir()
+    masks.mkdir()
+    rgba = rng.integers(0, 256, (4, 80, 60, 4), dtype=np.uint8)
+    rgba[..., 3] = 0
+    rgba[:, 20:60, 15:45, 3] = 255
+    for i, a in enumerate(rgba):
+        Image.fromarray(a, "RGBA").save(faces / f"{i}.png")
+    Image.fromarray(rgba[0, ..., :3]).save(faces / "9_no_alpha.jpg")
+    report = prepare(str(faces), str(tmp_path / "alpha.h5"), 32, workers=0, masks="alpha")
+    assert report.count == 4 and report.skipped == [("9_no_alpha.jpg", report.skipped[0][1])]
+    assert "has no transparency" in report.skipped[0][1]
+    images, _ = bigbatch.data.load_data(str(tmp_path / "alpha.h5"), 32).get(torch.arange(4))
+
+    def fitted(a: np.ndarray) -> np.ndarray:  # center square, then LANCZOS, as prepare documents
+        return np.asarray(Image.fromarray(a[10:70]).resize((32, 32), Image.Resampling.LANCZOS))
+
+    for i in range(4):
+        assert np.array_equal(images[i, ..., :3].numpy(), fitted(rgba[i, ..., :3]))
+        assert np.array_equal(images[i, ..., 3].numpy(), fitted(rgba[i, ..., 3]))
+
+    rgb = tmp_path / "rgb"  # masks as files: the same masks at half size line up; another shape does not
+    rgb.mkdir()
+    for i in range(4):
+        Image.fromarray(rgba[i, ..., :3]).save(rgb / f"{i}.png")
+        mask = Image.fromarray(rgba[i, ..., 3])
+        (mask.resize((30, 40), Image.Resampling.LANCZOS) if i < 3 else mask.resize((60, 60))).save(masks / f"{i}.png")
+    report = prepare(str(rgb), str(tmp_path / "folder.h5"), 32, workers=0, masks=str(masks))
+    assert report.count == 3 and [name for name, _ in report.skipped] == ["3.png"]
+    assert "is 60x60, its image 60x80: a mask must have its image's shape" in report.skipped[0][1]
+    images, _ = bigbatch.data.load_data(str(tmp_path / "folder.h5"), 32).get(torch.arange(3))
+    for i in range(3):
+        assert np.array_equal(images[i, ..., :3].numpy(), fitted(rgba[i, ..., :3]))
+        assert np.abs(images[i, ..., 3].numpy().astype(int) - fitted(rgba[i, ..., 3])).mean() < 8
+
+
 def _task(cfg):
     from bigbatch.batching import replicator_for
     from bigbatch.data.load import training_data
@@ -276,6 +317,12 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path):
     assert out.returncode == 2 and "give --face-type h|mf|f|wf|head" in out.stderr and not (tmp_path / "dfl").exists()
     out = cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me", "--face-type", "wf")
     assert out.returncode == 0, out.stderr
+    written = {f.name: f.read_bytes() for f in (tmp_path / "dfl").iterdir()}
+    again = ("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me", "--face-type", "wf")
+    out = cli(*again)  # a model of that name is there: not replaced without a word
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--overwrite to replace it" in out.stderr
+    assert cli(*again, "--overwrite").returncode == 0
+    assert {f.name: f.read_bytes() for f in (tmp_path / "dfl").iterdir()} == written
     data = dfl.read_pickle(tmp_path / "dfl" / "me_SAEHD_data.dat")
     assert data["options"]["archi"] == "df-u" and data["options"]["eyes_mouth_prio"] is True and data["iter"] == 1
     assert data["options"]["face_type"] == "wf"
@@ -295,6 +342,13 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path):
     assert plain.shape == recoloured.shape and (plain != recoloured).any()
     with pytest.raises(BigbatchError, match="unknown colour transfer 'mix-m'; DFL's merger's are rct, lct"):
         swap_folder(run, tmp_path / "dst" / "img", tmp_path / "o", color_transfer="mix-m")
+    for bad in ("0", "-3"):  # not "swapped 12 faces" with none written, nor a traceback
+        out = cli("swap", str(run), str(tmp_path / "dst" / "img"), str(tmp_path / "o"), "--batch", bad)
+        assert out.returncode == 2 and f"--batch (faces per forward) must be at least 1, got {bad}" in out.stderr
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "a.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    out = cli("swap", str(run), str(tmp_path / "broken"), str(tmp_path / "o"))
+    assert out.returncode == 2 and "a.jpg is not a usable image" in out.stderr and not (tmp_path / "o").exists()
     # The optimizer's moments go to DFL's src_dst_opt file, under DFL's names, and come back with train.init_from.
     opt_file = dfl.read_weights(tmp_path / "dfl" / "me_SAEHD_src_dst_opt.npy")
     assert int(opt_file["iters:0"]) == 1

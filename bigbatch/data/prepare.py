@@ -21,10 +21,11 @@ import numpy as np
 
 from bigbatch.data import codecs
 from bigbatch.data.h5write import H5Writer
-from bigbatch.data.parts import PART, Parts
+from bigbatch.data.parts import PART, Parts, Result
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, decode_mask, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError
+from bigbatch.signals import die_with_parent
 from bigbatch.urls import WHERE_CREDENTIALS_GO, is_url, option_credentials, public_name, refuse_credentials
 
 CHUNK = 32  # files per task sent to a worker: big enough to amortise the hand-off, small enough to balance
@@ -63,7 +64,7 @@ class Report:
         if self.resumed:
             lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them")
         if self.skipped:
-            lines.append(f"skipped {len(self.skipped)} files that are not usable images (--strict: an error instead):")
+            lines.append(f"skipped {len(self.skipped)} files (--strict: an error instead):")
             lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
             if len(self.skipped) > SHOWN:
                 lines.append(f"  ... and {len(self.skipped) - SHOWN} more")
@@ -202,7 +203,7 @@ def prepare(
             if result[2] is not None:
                 face_types.setdefault(result[2], name)
             if folders:
-                found = _with_masks(image, name, folders, resolution, ratios)
+                found = _with_masks(image, result[3], name, folders, resolution, ratios)
                 if isinstance(found, str):
                     _skip(skipped, name, found, strict)
                     continue
@@ -297,9 +298,16 @@ def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
 
 
 def _with_masks(
-    image: np.ndarray, name: str, folders: list[Path], resolution: int | None, ratios: Sequence[float] | None
+    image: np.ndarray,
+    size: tuple[int, int] | None,
+    name: str,
+    folders: list[Path],
+    resolution: int | None,
+    ratios: Sequence[float] | None,
 ) -> np.ndarray | str:
-    """`image` with one channel more per mask folder (the mask of the same relative name), or the reason why not."""
+    """`image` with one channel more per mask folder (the mask of the same relative name), or the reason why
+    not. `size`: the image's (height, width) as stored (None: unknown, from an older prepare's parts); a
+    mask must have that shape, or be a scaled copy of it, so that the same crop lines it up."""
     channels = [image]
     for folder in folders:
         stem = Path(name).with_suffix("")
@@ -307,9 +315,14 @@ def _with_masks(
         if not found:
             return f"no mask {stem}.png (or .jpg, ...) in {folder}"
         try:
-            mask = decode_mask(found[0].read_bytes(), resolution, ratios)
+            mask, (mh, mw) = decode_mask(found[0].read_bytes(), resolution, ratios)
         except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data
             return f"mask {found[0]} is not a usable image ({type(e).__name__}: {e})"
+        if size is not None and abs(mw * size[0] - mh * size[1]) > max(size):  # not the image's aspect ratio
+            return (
+                f"mask {found[0]} is {mw}x{mh}, its image {size[1]}x{size[0]}: a mask must have its image's "
+                "shape (or be a scaled copy of it)"
+            )
         if mask.shape != image.shape[:2]:
             return f"mask {found[0]} is {mask.shape[1]}x{mask.shape[0]}, the image {image.shape[1]}x{image.shape[0]}"
         channels.append(mask[..., None])
@@ -319,18 +332,20 @@ def _with_masks(
 _worker: dict[str, Any] = {}
 
 
-def _init_worker(listing_source: Any, decoding: dict[str, Any], pooled: bool = False) -> None:
-    """Set up a decoding process. A pool's workers ignore SIGTERM and SIGINT (sent to the whole process
-    group by a terminal or a job scheduler): the main process stops them after their current chunk. A
-    worker killed while it writes a result leaves half a message in the pool's pipe, and the pool's
-    manager thread waits for the rest forever (a hang at shutdown and at exit)."""
-    if pooled:
+def _init_worker(listing_source: Any, decoding: dict[str, Any], parent: int | None = None) -> None:
+    """Set up a decoding process. A pool's workers (`parent`: the main process's PID) ignore SIGTERM and
+    SIGINT (sent to the whole process group by a terminal or a job scheduler): the main process stops
+    them after their current chunk. A worker killed while it writes a result leaves half a message in
+    the pool's pipe, and the pool's manager thread waits for the rest forever (a hang at shutdown and at
+    exit). A main process killed outright (SIGKILL) takes them with it."""
+    if parent is not None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        die_with_parent(parent)
     _worker.update(source=listing_source, **decoding)
 
 
-def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
+def _decode_chunk(payload: list[Any]) -> list[Result]:
     """In a worker: read the files (local sources) or take the bytes (remote), then decode them."""
     source = _worker["source"]
     data = source.read(payload) if source.worker_reads else payload
@@ -339,13 +354,13 @@ def _decode_chunk(payload: list[Any]) -> list[tuple[int, np.ndarray] | str]:
     codec, quality = w["codec"]
     if codec == "raw":
         return out
-    return [r if isinstance(r, str) else (r[0], codecs.encode(r[1], codec, quality), r[2]) for r in out]
+    return [r if isinstance(r, str) else (r[0], codecs.encode(r[1], codec, quality), *r[2:]) for r in out]
 
 
 @contextmanager
 def _decoder(
     listing: Listing, workers: int, decoding: dict[str, Any], parts: Parts | None = None
-) -> Iterator[Iterator[tuple[int, Any, str | None] | str]]:
+) -> Iterator[Iterator[Result]]:
     """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), as
     `decoding` says (resolution, ratios, the mask planes `decode` adds: alpha, dfl; whole; (codec,
     quality) to encode them with). Entered before the output file is opened, so
@@ -363,7 +378,7 @@ def _decoder(
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
-        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, decoding, True))
+        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, decoding, os.getpid()))
         pool.submit(int).result()  # start the workers now
     else:
         _init_worker(source, decoding)

@@ -216,6 +216,11 @@ def _listing(source: Source, keys: list[str], rel: list[str]) -> Listing:
     return Listing(source, [keys[i] for i in keep], [rel[i] for i in keep], labels, class_names, outside)
 
 
+def has_alpha(img: Image.Image) -> bool:
+    """Whether the image carries transparency (an alpha channel, or a transparent colour)."""
+    return img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
+
+
 def to_rgb(img: Image.Image) -> Image.Image:
     """Any Pillow image as 8-bit RGB: 16-bit and float greyscale scaled (not clipped) to 0..255,
     transparency composited onto BACKGROUND, CMYK/palette/greyscale converted by Pillow."""
@@ -227,7 +232,7 @@ def to_rgb(img: Image.Image) -> Image.Image:
     if img.mode == "F":
         a = np.clip(np.round(np.asarray(img, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
-    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+    if has_alpha(img):
         rgba = img.convert("RGBA")
         out = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))
         out.alpha_composite(rgba)
@@ -275,19 +280,31 @@ def decode(
     alpha: bool = False,
     dfl_masks: int = 0,
     whole: bool = False,
-) -> tuple[int, np.ndarray, str | None]:
-    """Decode one image file to (bucket, uint8 HxWx3, face type). With `resolution`: center-cropped to a square,
-    or with `ratios` (width/height) to the nearest shape of `bucket_shapes(resolution, ratios)`
-    (bucket is its index), and resized with LANCZOS. EXIF orientation is applied first. `alpha`: a
-    fourth channel, the image's transparency (opaque where it has none; the face mask of the swap
-    task). `dfl_masks` 1 or 2: the face mask (and the eyes-and-mouth region) a DeepFaceLab aligned
-    face carries in its metadata, as channels 4 (and 5), and its face type (SAEHD's name for it; None for
-    other images). Raises on bad data."""
+) -> tuple[int, np.ndarray, str | None, tuple[int, int]]:
+    """Decode one image file to (bucket, uint8 HxWx3, face type, its (height, width) as stored). With
+    `resolution`: center-cropped to a square, or with `ratios` (width/height) to the nearest shape of
+    `bucket_shapes(resolution, ratios)` (bucket is its index), and resized with LANCZOS. EXIF
+    orientation is applied first. `alpha`: a fourth channel, the image's transparency (the face mask of
+    the swap task), the colours kept as they are under it (not composited: the background stays the
+    background); an image without transparency is refused. `dfl_masks` 1 or 2: the face mask (and the
+    eyes-and-mouth region) a DeepFaceLab aligned face carries in its metadata, as channels 4 (and 5),
+    and its face type (SAEHD's name for it; None for other images). Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()  # decode now: truncated files fail here, not later
         img = ImageOps.exif_transpose(img) or img
-        planes = [img.convert("RGBA").getchannel("A")] if alpha else []
-        img = to_rgb(img)
+        planes = []
+        if alpha:
+            if not has_alpha(img):
+                raise BigbatchError(
+                    "has no transparency (alpha channel) to take its face mask from; give a folder of masks "
+                    "(--masks DIR) for such images"
+                )
+            rgba = img.convert("RGBA")
+            planes.append(rgba.getchannel("A"))
+            img = rgba.convert("RGB")
+        else:
+            img = to_rgb(img)
+    size = (img.height, img.width)
     face_type = None
     if dfl_masks:
         found, face_type = face_masks(data, (img.height, img.width), dfl_masks > 1)
@@ -296,17 +313,19 @@ def decode(
     out = np.asarray(img, dtype=np.uint8)
     if planes:
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
-    return bucket, out, face_type
+    return bucket, out, face_type, size
 
 
-def decode_mask(data: bytes, resolution: int | None, ratios: Sequence[float] | None = None) -> np.ndarray:
+def decode_mask(
+    data: bytes, resolution: int | None, ratios: Sequence[float] | None = None
+) -> tuple[np.ndarray, tuple[int, int]]:
     """A mask image file (greyscale; any other mode converted) as uint8 HxW, cropped and resized as
-    `decode` does its image."""
+    `decode` does its image, and its (height, width) as stored."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()
         img = ImageOps.exif_transpose(img) or img
         img = img.convert("L")
-    return np.asarray(fit(img, resolution, ratios)[1], dtype=np.uint8)
+    return np.asarray(fit(img, resolution, ratios)[1], dtype=np.uint8), (img.height, img.width)
 
 
 def decode_or_reason(
@@ -316,7 +335,7 @@ def decode_or_reason(
     alpha: bool = False,
     dfl_masks: int = 0,
     whole: bool = False,
-) -> tuple[int, np.ndarray, str | None] | str:
+) -> tuple[int, np.ndarray, str | None, tuple[int, int]] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data

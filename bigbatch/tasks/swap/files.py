@@ -9,6 +9,7 @@ merger): `swap_folder` takes faces already aligned, and `export_dfl` writes a mo
 from __future__ import annotations
 
 import dataclasses
+import glob
 import io
 import pickle
 from pathlib import Path
@@ -172,14 +173,23 @@ def _data_file(data: dict[str, Any], carried: bytes | None, what: str) -> bytes:
     return carried if new == pickle.dumps(before) else new
 
 
-def export_dfl(path: str | Path, out: str | Path, name: str = "new", face_type: str | None = None) -> Path:
+def export_dfl(
+    path: str | Path, out: str | Path, name: str = "new", face_type: str | None = None, overwrite: bool = False
+) -> Path:
     """Write the model of a swap run (or checkpoint) as a DeepFaceLab SAEHD model folder `out`
     (`<name>_SAEHD_*.npy` in BGR, `<name>_SAEHD_data.dat`, and the optimizer's moments in
     `<name>_SAEHD_src_dst_opt.npy`), for DFL's merger or trainer. The face type (DFL's merger crops by
     it) is the run's (its config's swap.face_type, or the faces' as `prepare --masks dfl` read them);
     `face_type` gives it where the run does not know it. A run converted from DFL gives back DFL's
     options and history with it. A run of no step is written as iteration 1: DFL takes a model at
-    iteration 0 for a new one and initialises every weight afresh."""
+    iteration 0 for a new one and initialises every weight afresh. A model of the same name already in
+    `out` is refused, unless `overwrite`."""
+    existing = sorted(Path(out).glob(f"{glob.escape(name)}_SAEHD_*")) if Path(out).is_dir() else []
+    if existing and not overwrite:
+        raise BigbatchError(
+            f"{out} already holds a DeepFaceLab model named {name!r} ({existing[0].name}): give another --name "
+            "or folder, or --overwrite to replace it"
+        )
     model = load_autoencoder(path)
     ckpt = model.checkpoint
     cfg = model.config
@@ -227,6 +237,8 @@ def swap_folder(
     number of faces."""
     if color_transfer is not None and color_transfer not in MERGE_MODES:
         raise BigbatchError(f"unknown colour transfer {color_transfer!r}; DFL's merger's are {', '.join(MERGE_MODES)}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise BigbatchError(f"--batch (faces per forward) must be at least 1, got {batch!r}")
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     if not in_dir.is_dir():
         raise BigbatchError(f"{in_dir} is not a folder of aligned face images")
@@ -235,7 +247,6 @@ def swap_folder(
         raise BigbatchError(f"{in_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
     model = load_autoencoder(path, device)
     res = model.resolution
-    (out_dir / "masks").mkdir(parents=True, exist_ok=True)
     for i in range(0, len(files), batch):
         faces = []
         for f in files[i : i + batch]:
@@ -248,6 +259,7 @@ def swap_folder(
         swapped, masks = swap_faces(model, dst, batch, color_transfer, first=i)
         m = masks[..., None].float() / 255
         blended = (swapped.float() * m + dst.float() * (1 - m)).round().to(torch.uint8)
+        (out_dir / "masks").mkdir(parents=True, exist_ok=True)  # made once there is something to write
         for f, face, mask in zip(files[i : i + batch], blended, masks):
             _save_png(Image.fromarray(face.numpy()), out_dir / f"{f.stem}.png")
             _save_png(Image.fromarray(mask.numpy()), out_dir / "masks" / f"{f.stem}.png")
