@@ -92,8 +92,10 @@ class Progress:
         if self.bar.disable and not self.quiet:
             eta = max(0, self.total - nimg) / max(row["img_per_s"], 1e-9)  # the last step may pass the end
             losses = "  ".join(f"{k} {v:.3f}" for k, v in shown.items())
+            total = self.run.cfg.train.kimg
+            places = max(1, min(4, 1 - math.floor(math.log10(total)))) if total > 0 else 1  # 0.032/0.064, 1.2/30
             print(
-                f"kimg {row['kimg']:.1f}/{self.run.cfg.train.kimg:g}  {losses}  {row['img_per_s']:.0f} img/s"
+                f"kimg {row['kimg']:.{places}f}/{total:g}  {losses}  {row['img_per_s']:.0f} img/s"
                 f"  ETA {format_seconds(eta)}",
                 flush=True,
             )

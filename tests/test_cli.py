@@ -1,6 +1,7 @@
 """Bad input: one line naming the problem, exit status 2, no traceback."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -90,6 +91,7 @@ def test_a_smaller_batch_than_the_micro_batch_just_trains(capsys, tmp_path):
     )  # fmt: skip
     assert code == 0, err
     assert "batch 32 = micro_batch 32 (train.micro_batch 64 is more than a process's share: no accumulation)" in out
+    assert re.search(r"^kimg 0.0[0-9]{2}/0.064  ", out, re.M), out  # the progress line in the run's own units
     plan = json.loads((run / "plan.json").read_text())
     assert (plan["micro_batch"], plan["accumulation"], plan["micro_batch_asked"]) == (32, 1, 64)
 

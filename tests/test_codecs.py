@@ -250,6 +250,12 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     prepare(str(src), str(tmp_path / "sq.h5"), 48, workers=0)
     with pytest.raises(bigbatch.BigbatchError, match="holds cropped ones; prepare it with --crop none"):
         bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 48, augment="rrc")
+    with pytest.raises(bigbatch.BigbatchError, match="start must be a whole number, 0 or more, got -8"):
+        bigbatch.data.Loader(path, 8, 48, start=-8)
+    with pytest.raises(bigbatch.BigbatchError, match="batch 32 is more than the 24 images of .*: no whole batch"):
+        bigbatch.data.Loader(path, 32, 48)  # not an empty loop
+    across = list(bigbatch.data.Loader(path, 32, 48, steps=2))  # with steps, the stream goes on across epochs
+    assert len(across) == 2 and across[1][0].shape == (32, 48, 48, 3)
 
 
 def test_a_classifier_crops_whole_images_in_the_loader_and_resumes_bit_exact(tmp_path):

@@ -92,7 +92,11 @@ def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_c
     assert err.count("\n") == 1 and "no label in labels file" in err and "--strict" in err
     (tmp_path / "bad.csv").write_text("ILSVRC2012_val_00000001,n09\n")
     assert main([*argv[:-3], str(tmp_path / "bad.csv"), "--classes", str(tmp_path / "train.h5")]) == 2
-    assert "names classes the training data has not (n09)" in capsys.readouterr().err
+    assert "names classes the training data has not (n09): fix the labels" in capsys.readouterr().err
+    assert main([*argv[:-3], str(tmp_path / "bad.csv"), "--classes", "builtin:digits"]) == 2
+    assert "--classes builtin:digits: give the data file the training images were prepared into" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(tmp_path):

@@ -46,3 +46,12 @@ def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_reque
     assert main(["eval", str(tmp_path / "src.h5"), "--dst", str(faces[1])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--dst names the dst faces of a swap run" in err
+    # Faces of another size than the model's are refused, as training refuses them, not scored.
+    from bigbatch.data.prepare import prepare
+
+    prepare(str(tmp_path / "src" / "img"), str(tmp_path / "small.h5"), 32, workers=0, masks="alpha")
+    assert main(["eval", str(run), str(tmp_path / "small.h5")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and "are 32 px, the model data.resolution = 64: prepare them with --resolution 64" in err
+    )

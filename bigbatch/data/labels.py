@@ -63,7 +63,8 @@ def relabel(
     if unknown:
         raise BigbatchError(
             f"{what} names classes the training data has not ({', '.join(unknown[:3])}"
-            f"{', ...' if len(unknown) > 3 else ''}): give the training file with --classes, or fix the labels"
+            f"{', ...' if len(unknown) > 3 else ''}): fix the labels, or give with --classes the training file whose "
+            "classes they are"
         )
     keep, found, unlabelled, used = [], [], [], set()
     for i, rel in enumerate(listing.names):

@@ -259,9 +259,17 @@ class Loader:
             )
         if not 0 < min_scale <= 1:
             raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")
+        for name, value in (("start", start), ("workers", workers), ("steps", steps)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise BigbatchError(f"{name} must be a whole number, 0 or more, got {value!r}")
         epoch = len(self.data) // batch * batch
+        if steps is None and not epoch:
+            raise BigbatchError(
+                f"batch {batch} is more than the {len(self.data)} images of {self.data.source}: no whole batch in an "
+                "epoch; give a smaller batch, or steps=N (the stream then goes on across epochs)"
+            )
         if steps is None:
-            steps = (epoch - start % epoch) // batch if epoch else 0
+            steps = (epoch - start % epoch) // batch
         self.steps, self.batch = steps, batch
         schedule = Schedule.constant(resolution, batch)
         sampler = RankSampler(GlobalOrder(len(self.data), seed), schedule, rank, world_size, start=start)

@@ -257,6 +257,11 @@ def _labelled(
     from bigbatch.data.hdf5 import read_meta
     from bigbatch.data.labels import read_labels, relabel
 
+    if classes and classes.startswith("builtin:"):
+        raise BigbatchError(
+            f"--classes {classes}: give the data file the training images were prepared into (DATA.h5), whose "
+            "class order the labels take"
+        )
     names = read_meta(classes, storage_options)["class_names"] if classes else None
     if classes and not names:
         raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")

@@ -22,15 +22,13 @@ from bigbatch.files import atomic_write
 from bigbatch.sampling import save_png
 from bigbatch.tasks.swap.load import load_autoencoder
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
-from bigbatch.tasks.swap.task import PREVIEW_ROWS, preview_sheet
+from bigbatch.tasks.swap.task import PREVIEW_ROWS, check_faces, preview_sheet
 from bigbatch.urls import public_name
 
 
 def _faces(path: str, side: str, resolution: int, cfg: Config) -> Any:
-    data = load_data(path, resolution, storage_options=cfg.data.storage_options or None)
-    if data.channels not in (3, 4, 5):
-        raise BigbatchError(f"{side} {path} holds {data.channels}-channel images; give faces (RGB, + mask)")
-    return data
+    """Faces to score on, checked as training checks them (channels; the model's resolution)."""
+    return check_faces(cfg, load_data(path, resolution, storage_options=cfg.data.storage_options or None), side)
 
 
 def evaluate_swap(

@@ -95,7 +95,7 @@ def check_config(cfg: Config) -> None:
             cfg.data._fail(key, "is a classify key; the swap task holds out data.val_fraction of src and dst")
 
 
-def _check_faces(cfg: Config, data: Any, side: str) -> Any:
+def check_faces(cfg: Config, data: Any, side: str) -> Any:
     """`data` if the swap task can read it: 3, 4 or 5 channels at the model's resolution."""
     if data.channels not in (3, 4, 5):
         raise BigbatchError(
@@ -131,8 +131,8 @@ def build(
     """SAEHD on src (`data`) and dst (data.dst_path), prepared by `rep`, with DFL's optimizer for it and
     for each discriminator that is on."""
     s, d = cfg.swap, cfg.data
-    _check_faces(cfg, data, "src")  # data.path, less data.val_fraction
-    dst = _check_faces(cfg, load_data(d.dst_path, d.resolution, d.in_ram, d.storage_options or None), "dst")
+    check_faces(cfg, data, "src")  # data.path, less data.val_fraction
+    dst = check_faces(cfg, load_data(d.dst_path, d.resolution, d.in_ram, d.storage_options or None), "dst")
     val = None
     if d.val_fraction:  # the same fraction of each, never trained on
         dst, dst_val = holdout(dst, d.val_fraction)
