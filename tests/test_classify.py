@@ -194,6 +194,41 @@ def test_rectangular_validation_of_bucketed_data(tmp_path):
     assert shapes == [(40, 32), (40, 32), (32, 32), (32, 32), (32, 40), (32, 40)]
 
 
+def test_training_refuses_validation_images_of_other_classes_and_bucketed_training_images(tmp_path, capsys):
+    # Found from outside: a data.val_path of other classes trained to the end with val_top1 0 (or, with fewer
+    # classes in the run, a traceback at the first evaluation), and picked checkpoints/best by it.
+    from bigbatch.cli import main
+    from bigbatch.data import prepare
+
+    for folder, classes in (("train", ("blue", "green", "red")), ("val", ("green", "red"))):
+        for cls in classes:
+            (tmp_path / folder / cls).mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (20 + 4 * i, 16), (40 * i, 100, 200)).save(tmp_path / folder / cls / f"{i}.png")
+        prepare(str(tmp_path / folder), str(tmp_path / f"{folder}.h5"), resolution=16, workers=0)
+    prepare(str(tmp_path / "train"), str(tmp_path / "buckets.h5"), resolution=16, buckets=True, workers=0)
+    over = ["model.name=resnet_cifar", "model.ch=8", "model.options={depth=8}", "train.batch=8", "train.kimg=0.016"]
+    cases = [
+        (
+            f"data.val_path={tmp_path / 'val.h5'}",
+            "val.h5 has other classes than data.path",
+            "number 0: green against blue",
+        ),
+        ("data.val_path=builtin:digits", "builtin:digits has other classes", "data.val_fraction=0.1"),
+    ]
+    for val, *words in cases:
+        code = main(["train", "--preset", "fashion_resnet_fast", f"data.path={tmp_path / 'train.h5'}", val, *over,
+                     "data.resolution=16", "data.schedule=[]", "--run-dir", str(tmp_path / "run")])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and all(w in err for w in words), err
+    code = main(["train", "--preset", "fashion_resnet_fast", f"data.path={tmp_path / 'buckets.h5'}", *over,
+                 "data.val_path=", "data.val_fraction=0.25", "data.resolution=16", "data.schedule=[]",
+                 "--run-dir", str(tmp_path / "run")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "holds images of several shapes (prepare --buckets)" in err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
 # ---- whole runs -------------------------------------------------------------------------------
 def rows(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

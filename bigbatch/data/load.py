@@ -48,6 +48,12 @@ def training_data(cfg: Config) -> Any:
     there is no data.val_path)."""
     d = cfg.data
     data = load_data(d.path, d.resolution, d.in_ram, d.storage_options or None)
+    if len(getattr(data, "bucket_counts", [])) > 1:
+        raise BigbatchError(
+            f"data.path {data.source} holds images of several shapes (prepare --buckets): training reads one shape "
+            "at a time; prepare the training images without --buckets (a bucketed file serves as data.val_path, "
+            "with data.val_rect = true)"
+        )
     return holdout(data, d.val_fraction)[0] if d.val_fraction and not d.val_path else data
 
 

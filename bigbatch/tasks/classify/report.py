@@ -25,7 +25,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.sampling import BLACK, RED, captioned_sheet, save_png
-from bigbatch.tasks.classify.validation import Validation
+from bigbatch.tasks.classify.validation import Validation, check_classes
 from bigbatch.urls import public_name
 
 TOP_LOSSES = 16
@@ -54,14 +54,7 @@ def evaluate_classifier(
     else:
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
-    if list(data.class_names) != list(net.class_names):
-        theirs, mine = list(data.class_names), list(net.class_names)
-        first = next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))
-        raise BigbatchError(
-            f"{data.source} has other classes than the run ({len(theirs)} against {len(mine)}; the first that differs "
-            f"is number {first}: {theirs[first] if first < len(theirs) else '-'} against "
-            f"{mine[first] if first < len(mine) else '-'}); score it on data of the run's classes"
-        )
+    check_classes(data, net.class_names, "the run", "score it on data of the run's classes")
     resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     device = next(net.parameters()).device
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)

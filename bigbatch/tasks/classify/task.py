@@ -33,7 +33,14 @@ from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, to_uint8
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import lr_schedule
-from bigbatch.tasks.classify.validation import METRICS, ROTATIONS, Validation, rotate, rotation_labels
+from bigbatch.tasks.classify.validation import (
+    METRICS,
+    ROTATIONS,
+    Validation,
+    check_classes,
+    rotate,
+    rotation_labels,
+)
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, register
 
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
@@ -160,6 +167,14 @@ class ClassifyTask:
         self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
         self.frozen_until = round(cfg.train.freeze_kimg * 1000)  # images for which the body is frozen
         self.val_data = validation_data(cfg, data)
+        if self.val_data is not None and not self.rotation:
+            check_classes(
+                self.val_data,
+                data.class_names,
+                f"data.path {data.source}",
+                "give data.val_path images of its classes (prepare --classes DATA.h5 labels them so), or hold out "
+                'part of data.path instead: data.val_path="" data.val_fraction=0.1',
+            )
         # A file of whole images: the random-resized crops are cut from the whole image by the loader,
         # before decoding (else the task crops the stored square on the device).
         whole = bool(getattr(data, "whole", False))

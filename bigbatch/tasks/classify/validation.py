@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ from torch import nn
 
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
+from bigbatch.errors import BigbatchError
 from bigbatch.sampling import to_uint8
 
 METRICS = ("val_top1", "val_top5", "val_loss")
@@ -217,3 +218,16 @@ class Validation:
             "val_loss": loss / n,
             "eval_seconds": round(time.perf_counter() - began, 3),
         }
+
+
+def check_classes(data: Any, class_names: Sequence[str], whose: str, fix: str) -> None:
+    """Refuse labelled images whose classes are not `class_names`, in order: their labels would be other
+    classes' indices, and every score of them meaningless. `whose`: the classes' owner, `fix`: what to change."""
+    theirs, mine = list(data.class_names), list(class_names)
+    if theirs != mine:
+        first = next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))
+        raise BigbatchError(
+            f"{data.source} has other classes than {whose} ({len(theirs)} against {len(mine)}; the first that "
+            f"differs is number {first}: {theirs[first] if first < len(theirs) else '-'} against "
+            f"{mine[first] if first < len(mine) else '-'}); {fix}"
+        )
