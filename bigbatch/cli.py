@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bigbatch.cli_eval import EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_swap import add_swap_commands
-from bigbatch.cli_tools import add_tool_commands
+from bigbatch.cli_tools import add_tool_commands, png_out
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import ignore_late_sigterm
 
@@ -442,7 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plot", help="training curves and evaluation scores of runs (drawn together), as one PNG")
     pl.add_argument("run", metavar="RUN_DIR", nargs="+", help="runs, or folders of runs (a sweep's)")
-    pl.add_argument("--out", help="PNG to write (default RUN_DIR/plots.png; several: in the folder that holds them)")
+    pl.add_argument(
+        "--out", type=png_out, help="PNG to write (default RUN_DIR/plots.png; several: in the folder that holds them)"
+    )
     pl.set_defaults(func=_plot)
 
     la = sub.add_parser(

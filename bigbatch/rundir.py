@@ -214,12 +214,25 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["au
         if picked is not None:
             run.checkpoint = Path(picked)
             run.cfg = resume_config(run.checkpoint / "config.toml", cfg, f"checkpoint {run.checkpoint}")
+            _check_length(run)
         else:
             run.cfg = resume_config(path / "config.toml", cfg, f"run {path}")
     except BaseException:
         run.close()
         raise
     return run
+
+
+def _check_length(run: Run) -> None:
+    """A resume that shortens train.kimg to what the run has already trained would end at once, "done",
+    and keep the shorter length for later resumes: refused, naming where the run stands."""
+    was = Config.load(run.checkpoint / "config.toml").train.kimg
+    now, trained = run.cfg.train.kimg, (run.resumed_at or 0) / 1000
+    if now < was and trained >= now:
+        raise BigbatchError(
+            f"train.kimg={now:g} is not beyond the {trained:g} kimg {run.path} has trained (its length: {was:g}): "
+            "give a larger train.kimg to train it longer, or leave it out to finish the run"
+        )
 
 
 def _pick_checkpoint(run: Path) -> str | None:

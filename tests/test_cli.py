@@ -37,6 +37,11 @@ def run_cli(capsys, *argv):
         (["train", "--dry-run", "train.batch"], "cannot read override 'train.batch': write it as key=value"),
         (["presets", "train.batch=64"], "unrecognized arguments: train.batch=64"),
         (["frobnicate"], "invalid choice"),
+        (["lr-find", "--out", "curve.jpg"], "'curve.jpg' would hold a PNG image: give a name ending in .png"),
+        (["show-batch", "--out", "b.txt"], "give a name ending in .png"),
+        (["plot", "runs", "--out", "p"], "give a name ending in .png"),
+        (["show-batch", "--kimg", "nan"], "--kimg must be a number >= 0, got nan"),
+        (["show-batch", "--kimg", "inf"], "--kimg must be a number >= 0, got inf"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):

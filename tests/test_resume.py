@@ -34,6 +34,10 @@ def test_resume_after_a_shorter_run_is_bit_identical(tiny, tmp_path, uninterrupt
     # Every row says how long the run has trained, its clock going on from the checkpoint resumed.
     seconds = [r["seconds"] for r in rows]
     assert seconds == sorted(seconds) and seconds[0] > 0
+    # Shortened to what it has trained, a resume would end at once and keep the shorter length: refused.
+    with pytest.raises(bigbatch.BigbatchError, match=r"train.kimg=0.256 is not beyond the 0.512 kimg .* has trained"):
+        bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=run, resume=True, quiet=True)
+    assert bigbatch.Config.load(run / "config.toml").train.kimg == tiny.train.kimg == 0.512
 
 
 def test_sigterm_saves_a_checkpoint_and_resume_is_bit_identical(tiny, tmp_path, uninterrupted, monkeypatch):
