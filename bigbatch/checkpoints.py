@@ -39,7 +39,11 @@ T = TypeVar("T")
 
 
 class Corrupt(BigbatchError):
-    """A checkpoint file that does not match the checksum meta.json recorded for it."""
+    """A checkpoint file that does not match the checksum (or size) meta.json recorded for it."""
+
+    def __init__(self, message: str, ckpt: Path | None = None):
+        super().__init__(message)
+        self.ckpt = ckpt
 
 
 class Pruned(BigbatchError):
@@ -202,6 +206,21 @@ def is_complete(ckpt: Path) -> bool:
     return True
 
 
+def _corrupt_by_size(ckpt: Path) -> Corrupt | None:
+    """A checkpoint file of another size than its meta.json records, as Corrupt. A checkpoint is written in
+    a hidden folder and renamed into place whole, so in a published one this is damage (a file cut short
+    or replaced), not an interrupted write. (A missing file is not: the run may be pruning the folder.)"""
+    for fname, size in (read_meta(ckpt) or {"files": {}})["files"].items():
+        p = Path(ckpt) / fname
+        if p.is_file() and p.stat().st_size != size:
+            return Corrupt(
+                f"checkpoint {ckpt} is corrupt: {fname} is {p.stat().st_size} bytes, {size} when it was written "
+                "(damaged on disk, or edited); use another checkpoint of the run",
+                ckpt,
+            )
+    return None
+
+
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """The run's complete checkpoints, oldest first."""
     root = Path(run_dir) / "checkpoints"
@@ -221,6 +240,8 @@ def find_checkpoint(path: str | Path) -> Path:
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
     if (path / "meta.json").exists() or (path / "state.pt").exists():
+        if (corrupt := _corrupt_by_size(path)) is not None:
+            raise corrupt
         if not is_complete(path):
             raise BigbatchError(
                 f"checkpoint {path} is incomplete or damaged (interrupted while being written, or its meta.json "
@@ -238,6 +259,8 @@ def find_checkpoint(path: str | Path) -> Path:
         name = "not a checkpoint name"
     if name and (path / "checkpoints" / name) in complete:
         return path / "checkpoints" / name
+    if name and (corrupt := _corrupt_by_size(path / "checkpoints" / name)) is not None:
+        raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:
         raise BigbatchError(f"run {path} has no complete checkpoint yet")
     warn(f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using {complete[-1].name}")
@@ -294,7 +317,10 @@ def resume_checkpoint(run: Path) -> Path:
     """The checkpoint a run resumes from: `latest` (see find_checkpoint), or when its files fail their
     checksums the newest older one that passes, with a warning for each one passed over (a damaged one
     is moved aside). Rank 0's work: the other ranks take its answer."""
-    first = find_checkpoint(run)
+    try:
+        first = find_checkpoint(run)
+    except Corrupt as e:  # latest names a damaged checkpoint: passed over below, as one that fails its checksums
+        first = e.ckpt
     older = [c for c in reversed(complete_checkpoints(run)) if c != first]
     for ckpt in [first, *older]:
         try:
