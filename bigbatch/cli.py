@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-from bigbatch.cli_eval import EVAL_A, EVAL_B, run_eval
+from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, png_out
 from bigbatch.errors import BigbatchError
@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a run's checkpoint to score: latest (default), best, or a checkpoints/ folder name",
     )
     ev.add_argument("--dst", metavar="DATA", help="a swap run: dst faces to score (B: src faces)")
-    ev.add_argument("--metrics", default="fid,is,kid", help="comma-separated (default fid,is,kid)")
+    ev.add_argument("--metrics", default=DEFAULT_METRICS, help=f"comma-separated (default {DEFAULT_METRICS})")
     ev.add_argument(
         "--n", type=int, help="images of A: a run's samples (default 50000); of images, a subset (default: all)"
     )

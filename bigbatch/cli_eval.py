@@ -20,6 +20,16 @@ def run_eval(args: argparse.Namespace) -> None:
     task = _task_of(args.path, args.checkpoint) if _is_run(args.path) else None
     if args.dst is not None and task != "swap":
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
+    if task in ("classify", "swap"):  # their own reports: the options of FID/IS/KID would be ignored
+        given = [f"--{f.replace('_', '-')}" for f in GAN_ONLY if getattr(args, f, None) is not None]
+        if args.metrics != DEFAULT_METRICS:
+            given.insert(0, "--metrics")
+        if given:
+            report = "top-1, top-5 and loss" if task == "classify" else "SSIM of the faces"
+            raise BigbatchError(
+                f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for scoring a GAN's samples or images; "
+                f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
+            )
     if task == "classify":
         from bigbatch.tasks.classify.report import describe, evaluate_classifier
 
@@ -62,6 +72,20 @@ def run_eval(args: argparse.Namespace) -> None:
     if ctx.is_main:
         print(json.dumps(result))
 
+
+DEFAULT_METRICS = "fid,is,kid"
+# Options of scoring a GAN's samples (or images) that a classify or swap run's report does not take.
+GAN_ONLY = (
+    "n",
+    "reference_n",
+    "extractor",
+    "weights",
+    "batch_size",
+    "resolution",
+    "seed",
+    "truncation",
+    "standing_stats",
+)
 
 # What `bigbatch eval` takes as A (besides a run) and as B, for messages.
 EVAL_A = "a run, a checkpoint, a folder, .zip or .npz of images, a DATA.h5 or builtin:NAME"

@@ -398,6 +398,10 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert not (run / "eval" / "pets").exists()
     assert main(["eval", str(run), "--checkpoint", "000099.000"]) == 2
     assert "no complete checkpoint '000099.000'" in capsys.readouterr().err
+    assert main(["eval", str(run), "--metrics", "fid", "--n", "50"]) == 2  # not ignored without a word
+    assert "--metrics and --n are for scoring a GAN's samples or images; a classify run's eval reports top-1" in (
+        capsys.readouterr().err
+    )
     ckpt = next(p for p in (run / "checkpoints").iterdir() if p.name[0].isdigit())
     assert main(["eval", str(ckpt), "--checkpoint", "best"]) == 2  # a checkpoint is one already
     assert "is a checkpoint already" in capsys.readouterr().err

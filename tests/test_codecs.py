@@ -235,6 +235,9 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     src = photos(tmp_path / "src", n=24)
     prepare(str(src), str(tmp_path / "w.h5"), 80, workers=0, codec="jpeg", crop="none")
     path = str(tmp_path / "w.h5")
+    from bigbatch.data.hdf5 import read_meta
+
+    assert read_meta(path)["resize"].startswith("whole images, the short side scaled down")  # as `info` shows it
     one = list(bigbatch.data.Loader(path, batch=8, resolution=48, augment="rrc", xflip=True, seed=3))
     assert len(one) == 3 and one[0][0].shape == (8, 48, 48, 3) and one[0][0].dtype == torch.uint8
     two = list(bigbatch.data.Loader(path, batch=8, resolution=48, augment="rrc", xflip=True, seed=3, workers=2))

@@ -174,7 +174,10 @@ def prepare(
         listing = listing.subset(limit)
     for name in listing.outside:
         _skip(skipped, name, "outside the class folders (every file must be in one when there are any)", strict)
-    attrs.update(resize=RESIZE if resolution else "none (images kept at their size)", skipped=0)
+    resize = RESIZE if resolution else "none (images kept at their size)"
+    if whole and resolution:
+        resize = "whole images, the short side scaled down (Pillow LANCZOS, antialiased) to the resolution if longer"
+    attrs.update(resize=resize, skipped=0)
     if masks:
         em = "none" if not eyes_mouth else "dfl" if eyes_mouth == "dfl" else "folder"
         attrs.update(masks=masks if masks in ("alpha", "dfl") else "folder", eyes_mouth=em)
