@@ -485,6 +485,12 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert main(["export", str(run), str(tmp_path / "m.xyz"), "--format", "tflite"]) == 2
     assert "--format 'tflite' is not one of torchscript, onnx, pt2" in capsys.readouterr().err
     assert not (tmp_path / "m.xyz").exists()
+    (tmp_path / "none").mkdir()  # what predict takes, not what eval takes (.npz)
+    (tmp_path / "notes.zip").write_text("not a zip")
+    assert main(["predict", str(run), str(tmp_path / "none")]) == 2
+    assert "holds no image files" in (err := capsys.readouterr().err) and "give image files, folders or .zip" in err
+    assert main(["predict", str(run), str(tmp_path / "notes.zip")]) == 2
+    assert "notes.zip is not a readable zip archive (damaged, or another kind of file)" in capsys.readouterr().err
 
 
 def test_lr_find_sweeps_the_rate_and_suggests_fastais_points(tmp_path, capsys, monkeypatch):

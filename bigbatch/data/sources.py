@@ -186,6 +186,8 @@ def list_source(src: str, storage_options: dict[str, Any] | None = None) -> List
     if path.is_file():
         if zipfile.is_zipfile(path):
             return _list_zip(ZipSource(str(path)))
+        if path.suffix.lower() == ".zip":
+            raise BigbatchError(f"source {name} is not a readable zip archive (damaged, or another kind of file)")
         raise BigbatchError(f"source {name} is a single file; give a folder of images or a .zip")
     rel = []
     seen: set[tuple[int, int]] = set()

@@ -58,7 +58,7 @@ class ImageFiles:
     decodes them (Pillow; EXIF orientation; grey, palette, 16-bit and transparent images to 8-bit RGB),
     each at its own size. Sub-folders are not classes here: every image file counts."""
 
-    def __init__(self, listing: Listing, source: str):
+    def __init__(self, listing: Listing, source: str, give: str = "give a folder, .zip or .npz of images"):
         rel = listing.names + listing.outside
         # Listing keys are the relative names under one prefix (the folder, or a zip's wrapper folder).
         prefix = listing.keys[0][: len(listing.keys[0]) - len(listing.names[0])] if listing.keys else ""
@@ -70,8 +70,7 @@ class ImageFiles:
         self.reader, self.source = listing.source, source
         if not self.keys:
             raise BigbatchError(
-                f"{source} holds no image files ({', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))}); "
-                "give a folder, .zip or .npz of images"
+                f"{source} holds no image files ({', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))}); {give}"
             )
 
     def __len__(self) -> int:
