@@ -54,7 +54,9 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
             try:
                 make_plan(p.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
             except BigbatchError as e:
-                raise BigbatchError(f"{where}: {e}") from None
+                times = p.batch // cfg.train.batch if p.batch % cfg.train.batch == 0 else 0
+                size = f"its batch {p.batch}" + (f" ({times}x train.batch)" if times > 1 else "")
+                raise BigbatchError(f"{where}: {str(e).replace(f'train.batch={p.batch}', size, 1)}") from None
 
 
 def describe_plan(cfg: Config, plan: Plan | None = None) -> str:

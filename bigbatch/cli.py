@@ -43,8 +43,9 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides)
     if args.dry_run:
+        plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         print(cfg.dumps())
-        print(f"# plan: {describe_plan(cfg)}")
+        print(f"# plan: {plan}")
         return
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
 

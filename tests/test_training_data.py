@@ -78,7 +78,7 @@ def test_a_run_resumes_only_with_its_own_schedule(phased, tiny, tmp_path, capsys
     "override, words",
     [
         ("data.schedule=0:32:64,1:16:64", "GAN schedule may change only the batch"),
-        ("data.schedule=0:16:24", "phase from 0 kimg: train.batch=24 is not a multiple of train.micro_batch x"),
+        ("data.schedule=0:16:24", "phase from 0 kimg: its batch 24 is not a multiple of train.micro_batch x"),
         ("data.schedule=[{kimg=0},{kimg=2,batchsize=8}]", "data.schedule[1]': unknown keys ['batchsize']"),
         ("data.schedule=[{kimg=0},{kimg=0,batch=64}]", "phase 1 must start after phase 0"),
         ('data.storage_options={secret="s3cr3t"}', "holds credentials (secret)"),
