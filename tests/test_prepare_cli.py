@@ -177,3 +177,16 @@ def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_
     changed = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)
     fresh = prepare(str(tmp_path / "src"), str(tmp_path / "fresh.h5"), 16, workers=0)
     assert changed.resumed == 0 and changed.content_hash == fresh.content_hash != again.content_hash
+
+
+def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path):
+    # Found from outside: an empty class folder left the file one class short, and prepare said nothing.
+    for cls in ("cats", "dogs"):
+        (tmp_path / "src" / cls).mkdir(parents=True)
+    (tmp_path / "src" / "birds").mkdir()
+    for i in range(3):
+        for cls in ("cats", "dogs"):
+            Image.new("RGB", (12, 12), (80 * i, 0, 0)).save(tmp_path / "src" / cls / f"{i}.png")
+    report = bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 8, workers=0)
+    assert report.class_names == ["cats", "dogs"] and report.empty_folders == ["birds"]
+    assert "1 folders hold no image files, so they are not classes: birds" in report.summary()

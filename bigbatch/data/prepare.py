@@ -47,6 +47,7 @@ class Report:
     workers: int
     skipped: list[tuple[str, str]] = field(default_factory=list)
     resumed: int = 0  # files whose results an interrupted prepare of the same command had kept
+    empty_folders: list[str] = field(default_factory=list)  # class folders without an image file: not classes
 
     @property
     def images_per_s(self) -> float:
@@ -63,6 +64,9 @@ class Report:
         ]
         if self.resumed:
             lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them")
+        if self.empty_folders:
+            shown = ", ".join(self.empty_folders[:SHOWN]) + (", ..." if len(self.empty_folders) > SHOWN else "")
+            lines.append(f"{len(self.empty_folders)} folders hold no image files, so they are not classes: {shown}")
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} files (--strict: an error instead):")
             lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
@@ -245,7 +249,17 @@ def prepare(
         workers,
         skipped,
         parts.resumed if parts is not None else 0,
+        _empty_folders(src, listing) if not labels else [],
     )
+
+
+def _empty_folders(src: str, listing: Listing) -> list[str]:
+    """The sub-folders of a local source folder with classes that hold no image file (not classes, then)."""
+    folder = Path(src.removeprefix("file://"))
+    if not listing.class_names or is_url(src) or not folder.is_dir():
+        return []
+    names = set(listing.class_names)
+    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and d.name not in names)
 
 
 def _labelled(
