@@ -47,7 +47,10 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
     for run in runs:
         rows = [r for r in read_metrics(run / "metrics.jsonl") if _finite(r.get("kimg"))]
         if not rows and len(runs) == 1:
-            raise BigbatchError(f"{run} has no metrics.jsonl lines to plot yet (is it a run directory?)")
+            raise BigbatchError(
+                f"{run} has logged nothing to plot yet (metrics.jsonl gets a line every train.log_every_kimg); "
+                "plot it again later"
+            )
         logs = [r for r in rows if "eval_seconds" not in r]
         data[run] = (logs, [r for r in rows if "eval_seconds" in r])
     several = len(runs) > 1

@@ -173,3 +173,9 @@ def test_convert_takes_overrides_after_its_options(tmp_path, capsys):
     assert code == 0, err
     cfg = Config.load(tmp_path / "run" / "config.toml")
     assert (cfg.model.ch, cfg.model.dim_z, cfg.data.resolution) == (8, 16, 32)
+
+
+def test_plot_of_a_run_that_has_logged_nothing_yet_says_so(tmp_path, capsys):
+    (tmp_path / "config.toml").write_text("")  # a run just started: config written, no row logged
+    code, out, err = run_cli(capsys, "plot", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "has logged nothing to plot yet" in err and "plot it again" in err
