@@ -350,8 +350,9 @@ def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
         return best
     found = path / "checkpoints" / which
     if not is_complete(found):
-        names = ", ".join(p.name for p in complete_checkpoints(path))
-        raise BigbatchError(f"{path} has no complete checkpoint {which!r}; it has: best, latest, {names}")
+        names = ["best"] * (best_checkpoint(path) is not None) + ["latest"]
+        names += [p.name for p in complete_checkpoints(path)]
+        raise BigbatchError(f"{path} has no complete checkpoint {which!r}; it has: {', '.join(names)}")
     return found
 
 

@@ -37,6 +37,14 @@ def _train(args: argparse.Namespace) -> None:
         raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
     if resume and not (args.preset or args.config) and saved.exists():
         cfg = Config.load(saved)  # the run's own config; the same command with --preset/--config is checked
+    elif resume and not (args.preset or args.config) and (saved.parent / "checkpoints").is_dir():
+        # RUN/config.toml lost: each checkpoint holds the config it was trained with (not the default preset's)
+        from bigbatch.checkpoints import complete_checkpoints
+
+        found = complete_checkpoints(saved.parent)
+        if not found:
+            raise BigbatchError(f"{saved} is missing and the run has no complete checkpoint: give --config")
+        cfg = Config.load(found[-1] / "config.toml")
     else:
         cfg = base_config(args.preset, args.config, "digits")
     if args.init_from:
@@ -104,6 +112,10 @@ def _sample(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION}, got {args.truncation}")
     if args.ncol < 1:
         raise BigbatchError(f"--ncol must be at least 1, got {args.ncol}")
+    suffix = ".npz" if args.npz else ".png"
+    if args.out is not None and not args.out.lower().endswith(suffix):
+        what = "an .npz array" if args.npz else "a PNG image"
+        raise BigbatchError(f"--out {args.out!r} would hold {what}: give a name ending in {suffix}")
     if args.standing_stats < 0:
         raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
     G = load_generator(args.path)  # a run's newest checkpoint, even if the run prunes it meanwhile

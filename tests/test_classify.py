@@ -481,7 +481,7 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     # predict takes a classifier; a run of another task is one line, nothing written.
     capsys.readouterr()
     assert main(["predict", str(gan), str(tmp_path / "imgs" / "0.png")]) == 2
-    assert "is a gan run: predict and export take a classify run's classifier" in capsys.readouterr().err
+    assert "is a gan run: predict takes a classify run's classifier" in capsys.readouterr().err
     assert main(["export", str(run), str(tmp_path / "m.xyz"), "--format", "tflite"]) == 2
     assert "--format 'tflite' is not one of torchscript, onnx, pt2" in capsys.readouterr().err
     assert not (tmp_path / "m.xyz").exists()
@@ -559,3 +559,7 @@ def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tm
     )
     with pytest.raises(BigbatchError, match="'train.freeze_kimg' is not read by the GAN task"):
         bigbatch.preset("digits").override({"train.freeze_kimg": 1.0})
+    # A GAN fine-tuned from this classify run: named as such, not "corrupt" for want of a G.
+    argv = ["train", "--preset", "digits", "--init-from", str(frozen), "--run-dir", str(tmp_path / "gan")]
+    assert main(argv) == 2
+    assert f"train.init_from {frozen} is a classify run; a GAN fine-tunes from a GAN run" in capsys.readouterr().err

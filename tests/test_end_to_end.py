@@ -64,6 +64,8 @@ def test_cli_sample_and_info(run, capsys):
     assert main(["sample", str(run), "--n", "12", "--classes", "3,4", "--out", "g.png"]) == 0
     assert Image.open("g.png").size == (8 * 18 + 2, 2 * 18 + 2)
     assert main(["sample", str(run), "--interp", "--out", "i.png"]) == 0
+    for bad in (["--out", "g.jpg"], ["--npz", "--out", "s.png"]):  # not a PNG under any name
+        assert main(["sample", str(run), *bad]) == 2
     assert Image.open("i.png").size[0] == 8 * 18 + 2
     assert main(["sample", str(run / "checkpoints" / "000000.256"), "--npz", "--n", "5", "--out", "s.npz"]) == 0
     arr = np.load("s.npz")["arr_0"]

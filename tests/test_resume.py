@@ -40,6 +40,18 @@ def test_resume_after_a_shorter_run_is_bit_identical(tiny, tmp_path, uninterrupt
     assert bigbatch.Config.load(run / "config.toml").train.kimg == tiny.train.kimg == 0.512
 
 
+def test_a_run_that_lost_its_config_resumes_with_its_checkpoints_own(tiny, tmp_path, uninterrupted, capsys):
+    # Found from outside: without RUN/config.toml, --resume compared the checkpoint with the default preset's
+    # config and blamed an edit of config.toml.
+    run = tmp_path / "lost"
+    bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=run, quiet=True)
+    (run / "config.toml").unlink()
+    assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=0.512", "--quiet"]) == 0
+    assert weights(run) == uninterrupted
+    assert main(["eval", str(run), "--checkpoint", "nosuch"]) == 2  # offers what it has: no best without eval
+    assert "has no complete checkpoint 'nosuch'; it has: latest, 000000.256, 000000.512" in capsys.readouterr().err
+
+
 def test_sigterm_saves_a_checkpoint_and_resume_is_bit_identical(tiny, tmp_path, uninterrupted, monkeypatch):
     run = tmp_path / "signalled"
     g_step = GANTask.g_step

@@ -43,7 +43,10 @@ class Schedule:
             raise BigbatchError(f"the first phase of a schedule must start at 0 images, got {phases[0].start}")
         for i, p in enumerate(phases):
             if p.resolution < 0 or p.batch < 1:
-                raise BigbatchError(f"phase {i} needs a resolution >= 0 (0: as stored) and a batch >= 1, got {p}")
+                raise BigbatchError(
+                    f"phase {i} needs a resolution >= 0 (0: as stored) and a batch >= 1, got resolution "
+                    f"{p.resolution} and batch {p.batch} from {p.start / 1000:g} kimg"
+                )
             if i and p.start <= phases[i - 1].start:
                 raise BigbatchError(f"phase {i} must start after phase {i - 1} ({p.start} <= {phases[i - 1].start})")
         if len({p.lr is None for p in phases}) > 1:

@@ -79,7 +79,7 @@ def inference_of(run: str | Path, which: str = "latest", device: str | torch.dev
     ckpt = pick_checkpoint(run, which)
     cfg = Config.load(ckpt / "config.toml")
     if cfg.task != "classify":
-        raise BigbatchError(f"{run} is a {cfg.task} run: predict and export take a classify run's classifier")
+        raise BigbatchError(f"{run} is a {cfg.task} run: predict takes a classify run's classifier")
     net = load_classifier(ckpt, device)
     resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     module = Inference(net, resolution, cfg.data.val_crop, list(net.class_names)).eval()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from bigbatch import checkpoints
+from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 
 
@@ -38,9 +39,14 @@ def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
 def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool) -> dict:
     """Load G and D from the run or checkpoint at `path` (the optimizers start afresh); return its G_ema
     weights, to load once G_ema exists."""
-    ckpt, (weights, _) = checkpoints.read_newest(
-        path, lambda ckpt: (ckpt, checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema")))
-    )
+
+    def read(ckpt):
+        task = Config.load(ckpt / "config.toml").task
+        if task != "gan":  # (its weights would be "missing": a checkpoint of another task has no G)
+            raise BigbatchError(f"train.init_from {path} is a {task} run; a GAN fine-tunes from a GAN run")
+        return ckpt, checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema"))
+
+    ckpt, (weights, _) = checkpoints.read_newest(path, read)
     fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
     if announce:
         print(f"Fine-tuning from {ckpt}", flush=True)
