@@ -131,7 +131,7 @@ def test_show_batch_draws_a_presets_batch_without_training(tmp_path, capsys):
     assert not list(tmp_path.glob("runs*")) and not (tmp_path / "runs").exists()
     assert main(["show-batch", "--kimg", "-1"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--kimg must be >= 0" in err
+    assert err.count("\n") == 1 and "--kimg must be a number >= 0, got -1" in err
 
 
 def test_the_predictions_sheet_names_the_true_class_under_a_wrong_prediction():
