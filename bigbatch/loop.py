@@ -120,7 +120,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 if due(cfg.sample.every_kimg, before):
                     run.write_previews(task, nimg, at_checkpoint=False)
                 if due(cfg.checkpoint.every_kimg, before):
-                    run.save(task, rep, nimg, progress.seconds())
+                    run.save(task, rep, nimg, progress.seconds(), progress.window.state())
                     run.write_previews(task, nimg, at_checkpoint=True)
             except (BigbatchError, OSError) as e:
                 failed = e
@@ -131,7 +131,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         # Stopped by a signal: save where we are.
         stopped = nimg < progress.total
         if stopped and main:
-            path = run.save(task, rep, nimg, progress.seconds())
+            path = run.save(task, rep, nimg, progress.seconds(), progress.window.state())
             run.write_previews(task, nimg, at_checkpoint=True)
             resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
             print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)

@@ -30,6 +30,21 @@ class Window:
                 self.sums[k] = self.sums.get(k, 0.0) + v
                 self.counts[k] = self.counts.get(k, 0) + 1
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the row under way: the sums and counts, and the steps skipped so far
+        (its seconds and images per second are this process's own)."""
+        skipped = {n: c["skipped"] - self.skipped_before.get(n, 0) for n, c in self.rep.counters().items()}
+        return {"sums": dict(self.sums), "counts": dict(self.counts), "skipped": skipped}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Go on with the row a checkpoint kept (`state`), after the engine's counters were restored."""
+        self.sums = {str(k): float(v) for k, v in state.get("sums", {}).items()}
+        self.counts = {str(k): int(v) for k, v in state.get("counts", {}).items()}
+        counters = self.rep.counters()
+        for n, done in state.get("skipped", {}).items():
+            if n in counters:
+                self.skipped_before[n] = counters[n]["skipped"] - int(done)
+
     def row(self) -> dict[str, float]:
         means = {k: self.sums[k] / self.counts[k] for k in self.sums}
         counters = self.rep.counters()
@@ -61,6 +76,8 @@ class Progress:
             desc=run.cfg.name,
         )
         self.window = Window(rep)
+        if resumed and run.log_window:  # the row under way at the checkpoint: its sums go on
+            self.window.resume(run.log_window)
         self.losses: set[str] = set()  # the task's losses seen so far: shown with each row (nan if all skipped)
 
     def seconds(self) -> float:

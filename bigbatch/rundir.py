@@ -41,6 +41,8 @@ class Run:
     """Whether it continues a run (from `checkpoint`, or from the start if it stopped before one)."""
     data: dict[str, str] | None = None
     """The training data's identity (path, content_hash), recorded in every checkpoint's meta.json."""
+    log_window: dict[str, Any] | None = None
+    """The log row under way at the checkpoint resumed from (progress.Window.state), to go on with."""
 
     @property
     def resumed_at(self) -> int | None:
@@ -57,9 +59,14 @@ class Run:
         atomic_write(self.path / "plan.json", json.dumps(plan_record(rep, self.cfg), indent=1) + "\n")
 
     # ---- checkpoints -----------------------------------------------------------------------------
-    def save(self, task: Task, rep: Replicator, nimg: int, seconds: float) -> Path:
-        """The checkpoint at `nimg`, `seconds` into the run (all but the newest checkpoint.keep are deleted)."""
+    def save(
+        self, task: Task, rep: Replicator, nimg: int, seconds: float, log_window: dict[str, Any] | None = None
+    ) -> Path:
+        """The checkpoint at `nimg`, `seconds` into the run (all but the newest checkpoint.keep are deleted);
+        `log_window`: the log row under way (so that a resumed run logs the rows an uninterrupted one does)."""
         state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data}
+        if log_window is not None:
+            state["log_window"] = log_window
         return checkpoints.save_checkpoint(
             self.path, nimg, task.nets(), state, self.cfg.dumps(), self.cfg.checkpoint.keep, info
         )
@@ -118,6 +125,7 @@ class Run:
             task.load_state_dict(saved)
             rep.load_state_dict(engine)
             nimg, seconds = int(saved["nimg"]), float(saved.get("seconds", 0.0))
+            self.log_window = saved.get("log_window")
             torch.set_rng_state(saved["rng_cpu"])
             if rep.device.type == "cuda" and "rng_cuda" in saved:
                 torch.cuda.set_rng_state(saved["rng_cuda"], rep.device)

@@ -95,6 +95,31 @@ def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path):
     assert find_checkpoint(run).parent.name == "checkpoints"
 
 
+def test_a_run_stopped_mid_log_row_logs_the_rows_of_the_run_left_alone(tiny, tmp_path, uninterrupted, monkeypatch):
+    # Found from outside: the row under way when a run stopped began again on resume, so the resumed run's
+    # next row averaged fewer steps than the uninterrupted run's (other losses, other skipped counts).
+    run = tmp_path / "mid"
+    g_step = GANTask.g_step
+
+    def g_step_then_signal(self, step):
+        if step == 5:  # 6 iterations of 32 images: half-way through the second row of 4
+            os.kill(os.getpid(), signal.SIGTERM)
+        return g_step(self, step)
+
+    monkeypatch.setattr(GANTask, "g_step", g_step_then_signal)
+    bigbatch.train(tiny, run_dir=run, quiet=True)
+    assert find_checkpoint(run).name == "000000.192"
+    monkeypatch.setattr(GANTask, "g_step", g_step)
+    bigbatch.train(tiny, run_dir=run, resume=True, quiet=True)
+    assert weights(run) == uninterrupted
+
+    def logged(r):  # all but the clock
+        rows = [json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in row.items() if k not in ("seconds", "img_per_s")} for row in rows]
+
+    assert logged(run) == logged(tmp_path / "whole") and len(logged(run)) == 4
+
+
 def test_half_written_checkpoints_are_ignored(tiny, tmp_path, capsys):
     run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
     half = run / "checkpoints" / "000009.000"
