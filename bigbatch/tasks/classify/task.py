@@ -167,8 +167,8 @@ class ClassifyTask:
         self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
         self.frozen_until = round(cfg.train.freeze_kimg * 1000)  # images for which the body is frozen
         self.val_data = validation_data(cfg, data)
-        if self.val_data is not None and not self.rotation:
-            check_classes(
+        if self.val_data is not None and not self.rotation and cfg.eval.every_kimg and run is not None:
+            check_classes(  # (what training validates on; lr-find and show-batch do not read it)
                 self.val_data,
                 data.class_names,
                 f"data.path {data.source}",
