@@ -2,7 +2,9 @@
 this under another Python).
 
 - `run_limited`: one process at most `limit` seconds, killed whole past it (bench/gpu.py's parts,
-  bench/throughput_all.py's cells).
+  bench/throughput_all.py's cells); `result_row`: the row such a process wrote, or how it ended.
+- `run_in_turns`, `wait_for_turn`: processes that do their untimed work at once and are timed one at a
+  time (bench/gpu.py's compile parts).
 - `serve` and `Rows`: side-by-side runs against a peer's own code (bench/vs_dfl.py, bench/vs_biggan.py).
   Each row is a worker process that runs one side's iteration when asked. The rows are built at once
   (not timed); then they take one timed iteration each in turn, round after round, the order reversed
@@ -42,6 +44,72 @@ def run_limited(cmd: list[str], limit: float, **popen: Any) -> tuple[int | None,
             raise
         return None, time.perf_counter() - t
     return proc.returncode, time.perf_counter() - t
+
+
+def result_row(result: Path, progress: Path, status: int | None, seconds: float, limit: float) -> dict:
+    """The row (JSON) a benchmark's part wrote to `result`, with its `seconds`; or an error saying how its
+    process ended: cut at `limit` (status None; with how far it had got, if it wrote `progress`), or
+    without a result."""
+    if status is None:
+        error = f"timed out after {limit:.0f} s"
+        if progress.exists():  # how far a compiling part had got (throughput_all.CompileLog)
+            p = json.loads(progress.read_text())
+            error += f"; at {p['at']:.0f} s: {p['what']}"
+        return {"error": error, "seconds": seconds}
+    if not result.exists():
+        return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
+    return {**json.loads(result.read_text()), "seconds": seconds}
+
+
+def run_in_turns(
+    cmds: dict[str, list[str]], limit: float, turns: Path, turn_s: float
+) -> dict[str, tuple[int | None, float]]:
+    """Run processes at once, each doing its untimed work beside the others, then its timed work alone:
+    {name: (exit status, or None if cut at the limit; seconds from the common start)}.
+
+    Ready to time, a process (wait_for_turn) writes TURNS/NAME.warm and waits for TURNS/NAME.go. Once
+    every process still running is warm, they are let go one at a time, in `cmds`' order, each when the
+    one before has ended: none is timed while another works. Only when the time left is less than
+    `turn_s` for each warm one is a warm one let go while others still work (its go file says "beside"),
+    rather than lose its figure with theirs. All within `limit` seconds: past it, those still running
+    are killed (process groups, their workers too)."""
+    start, procs, ended = time.perf_counter(), {}, {}
+    try:
+        for name, cmd in cmds.items():
+            procs[name] = subprocess.Popen(cmd, start_new_session=True)
+        timing = None
+        while len(ended) < len(procs) and time.perf_counter() - start < limit:
+            for name, proc in procs.items():
+                if name not in ended and proc.poll() is not None:
+                    ended[name] = (proc.returncode, time.perf_counter() - start)
+            running = [n for n in procs if n not in ended]
+            timing = None if timing in ended else timing
+            warm = [n for n in running if (turns / f"{n}.warm").exists()]
+            late = limit - (time.perf_counter() - start) < turn_s * len(warm)
+            if timing is None and warm and (len(warm) == len(running) or late):
+                timing = warm[0]
+                go = turns / f"{timing}.go"
+                go.with_suffix(".tmp").write_text("alone" if len(warm) == len(running) else "beside")
+                go.with_suffix(".tmp").rename(go)
+            time.sleep(0.05)
+    finally:
+        for name, proc in procs.items():
+            if name not in ended:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    seconds = time.perf_counter() - start
+    return {name: ended.get(name, (None, seconds)) for name in cmds}
+
+
+def wait_for_turn(turns: Path, name: str) -> bool:
+    """In a process run by run_in_turns: say that it is warm, then wait until it may time. Whether no
+    other process works meanwhile."""
+    (turns / f"{name}.warm").touch()
+    go = turns / f"{name}.go"
+    while not go.exists():
+        time.sleep(0.05)
+    return go.read_text() == "alone"
 
 
 BEFORE_HELP = (

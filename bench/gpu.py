@@ -32,13 +32,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import hashlib
 import json
 import os
 import platform
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -46,7 +44,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -55,7 +53,9 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
-from _procs import run_limited  # noqa: E402
+from _gpu_report import append_section, source_digest, table  # noqa: E402
+from _procs import result_row, run_limited, wait_for_turn  # noqa: E402
+from _procs import run_in_turns as _run_in_turns  # noqa: E402
 from _swap import native_bf16, synthetic_faces  # noqa: E402
 from throughput import compute_peak, count_flops, measure, measure_swap  # noqa: E402
 
@@ -414,81 +414,27 @@ IN_TURNS = {"biggan-bf16-compile", "biggan-fp32-compile"}  # compiled at once, t
 TURN_S = 60  # what each part after the first adds to its group's limit: its turn at timing
 
 
-def part_row(out: Path, status: int | None, seconds: float, limit: float) -> dict:
-    """The row a part's process wrote to `out`, or an error saying how it ended (status None: cut at `limit`)."""
-    if status is None:
-        error, progress = f"timed out after {limit:.0f} s", out.with_suffix(".progress")
-        if progress.exists():  # how far a compiling part had got (throughput_all.CompileLog)
-            p = json.loads(progress.read_text())
-            error += f"; at {p['at']:.0f} s: {p['what']}"
-        return {"error": error, "seconds": seconds}
-    if not out.exists():
-        return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
-    return {**json.loads(out.read_text()), "seconds": seconds}
-
-
 def run_part(cmd: list[str], limit: float) -> dict:
     """Run a part's process (`cmd` writes its row as JSON to the path it is given last) for at most
     `limit` seconds; its row, or an error saying how it ended."""
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
         out = Path(tmp) / "row.json"
         status, seconds = run_limited([*cmd, str(out)], limit)
-        return part_row(out, status, seconds, limit)
+        return result_row(out, out.with_suffix(".progress"), status, seconds, limit)
 
 
 def run_in_turns(cmds: dict[str, list[str]], limit: float) -> dict[str, dict]:
-    """Run parts' processes at once, each building and compiling beside the others, then timing alone.
-
-    Each is given `--turns DIR` before its result path: warm (compiled, its untimed iterations run), it
-    writes DIR/NAME.warm and waits for DIR/NAME.go. Once every part still running is warm, they are let
-    go one at a time, in `cmds`' order, each when the one before has ended: no part is timed while
-    another works. Only when the time left is less than TURN_S for each warm part is a warm part let go
-    while others still compile (its go file says "beside", and its row says so), rather than lose its
-    figure with theirs. Compiling is host work (Dynamo and Inductor in Python, Triton's builds), so
-    parts that each compile for minutes take about as long together as the longest. All of it within
-    `limit` seconds: past it, the parts still running are killed (process groups, compiler workers
-    too), and their rows say so."""
+    """Run parts' processes at once (`_procs.run_in_turns`: they build and compile side by side, then are
+    timed one at a time), each given `--turns DIR` and its result path; their rows. Compiling is host work
+    (Dynamo and Inductor in Python, Triton's builds), so parts that each compile for minutes take about
+    as long together as the longest."""
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
         turns = Path(tmp)
         outs = {name: turns / f"{name}.json" for name in cmds}
-        start, procs, ended = time.perf_counter(), {}, {}
-        try:
-            for name, cmd in cmds.items():
-                procs[name] = subprocess.Popen([*cmd, "--turns", str(turns), str(outs[name])], start_new_session=True)
-            timing = None
-            while len(ended) < len(procs) and time.perf_counter() - start < limit:
-                for name, proc in procs.items():
-                    if name not in ended and proc.poll() is not None:
-                        ended[name] = (proc.returncode, time.perf_counter() - start)
-                running = [n for n in procs if n not in ended]
-                if timing in ended:
-                    timing = None
-                warm = [n for n in running if (turns / f"{n}.warm").exists()]
-                late = limit - (time.perf_counter() - start) < TURN_S * len(warm)
-                if timing is None and warm and (len(warm) == len(running) or late):
-                    timing = warm[0]
-                    go = turns / f"{timing}.go"
-                    go.with_suffix(".tmp").write_text("alone" if len(warm) == len(running) else "beside")
-                    go.with_suffix(".tmp").rename(go)
-                time.sleep(0.05)
-        finally:
-            for name, proc in procs.items():
-                if name not in ended:
-                    with suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        seconds = time.perf_counter() - start
-        return {name: part_row(outs[name], *ended.get(name, (None, seconds)), limit) for name in cmds}
-
-
-def wait_for_turn(turns: Path, name: str) -> bool:
-    """In a part run by run_in_turns: say that it is warm, then wait until it may time. Whether no other
-    part works meanwhile."""
-    (turns / f"{name}.warm").touch()
-    go = turns / f"{name}.go"
-    while not go.exists():
-        time.sleep(0.05)
-    return go.read_text() == "alone"
+        ended = _run_in_turns(
+            {n: [*cmd, "--turns", tmp, str(outs[n])] for n, cmd in cmds.items()}, limit, turns, TURN_S
+        )
+        return {n: result_row(outs[n], outs[n].with_suffix(".progress"), *ended[n], limit) for n in cmds}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -507,34 +453,6 @@ def child(args: argparse.Namespace) -> None:
         traceback.print_exc()
         row = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
     Path(args.result).write_text(json.dumps(row))
-
-
-def cell(row: dict, key: str, fmt: str) -> str:
-    value = row.get(key)
-    return "-" if value is None else format_bytes(value) if fmt == "bytes" else format(value, fmt)
-
-
-def table(rows: dict[str, dict]) -> str:
-    lines = [
-        "| part | setting | micro × accumulation | img/s | s/iteration | peak memory | part s | note |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, r in rows.items():
-        note = f"**{r['error']}**" if "error" in r else r.get("note", "")
-        cells = [name, r.get("setting", "-"), r.get("plan", "-"), cell(r, "img_per_s", ".1f")]
-        cells += [cell(r, "s_per_iter", ".3f"), cell(r, "peak", "bytes"), cell(r, "seconds", ".0f"), note]
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    return "\n".join(lines)
-
-
-def source_digest() -> str:
-    """12 hex digits of a sha256 over bigbatch's and bench/'s Python files (paths and bytes): it names the
-    code a table measured where git cannot (a GPU machine's copy of the tree carried stale git metadata)."""
-    h = hashlib.sha256()
-    for root in (Path(bigbatch.__file__).parent, Path(__file__).parent):
-        for f in sorted(root.rglob("*.py")):
-            h.update(f"{root.name}/{f.relative_to(root).as_posix()}\0".encode() + f.read_bytes())
-    return h.hexdigest()[:12]
 
 
 def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> str:
@@ -580,26 +498,6 @@ def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> 
         "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",
     ]
     return f"{title}\n\n" + "\n".join(notes) + "\n"
-
-
-def append_section(path: Path, text: str) -> None:
-    """Append `text` to `path` (created if missing) by writing the whole to a temporary file beside it
-    and renaming that over it: a reader never sees half a table, and what the file holds now is kept."""
-    old = path.read_text() if path.exists() else "# Benchmark results\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            shutil.copymode(path, tmp)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def main() -> None:

@@ -55,7 +55,7 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task  # noqa: E402
-from _procs import run_limited  # noqa: E402
+from _procs import result_row, run_limited  # noqa: E402
 from _swap import swap_feed, swap_task, synthetic_faces  # noqa: E402
 from gpu import device_name  # noqa: E402
 from throughput import compute_peak, measure, measure_classify, measure_swap  # noqa: E402
@@ -242,15 +242,7 @@ def spawn(name: str, limit: float, log: Path) -> dict:
         cmd = [sys.executable, __file__, "--cell", name, "--progress", str(progress), str(result)]
         with open(log, "w") as out:
             status, seconds = run_limited(cmd, limit, stdout=out, stderr=subprocess.STDOUT)
-        if status is None:
-            error = f"timed out after {limit:.0f} s"
-            if progress.exists():
-                p = json.loads(progress.read_text())
-                error += f"; at {p['at']:.0f} s: {p['what']}"
-            return {"error": error, "seconds": seconds}
-        if not result.exists():
-            return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}
-        return {**json.loads(result.read_text()), "seconds": seconds}
+        return result_row(result, progress, status, seconds, limit)
 
 
 # ---- the table ---------------------------------------------------------------------------------------------

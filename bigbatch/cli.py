@@ -11,8 +11,9 @@ import threading
 from pathlib import Path
 
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
+from bigbatch.cli_sample import add_sample_command
 from bigbatch.cli_swap import add_swap_commands
-from bigbatch.cli_tools import add_tool_commands, png_out
+from bigbatch.cli_tools import add_tool_commands, out_named
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import ignore_late_sigterm
 
@@ -77,90 +78,6 @@ def _convert(args: argparse.Namespace) -> None:
     ckpt = convert_reference(args.src, args.out, cfg, args.classes)
     out = shlex.quote(args.out)
     print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: --init-from {out}")
-
-
-def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
-    if text is None:
-        return None
-    out = []
-    for item in (s.strip() for s in text.split(",") if s.strip()):
-        if item.isascii() and item.isdigit():
-            out.append(int(item))
-        elif item in names:
-            out.append(names.index(item))
-        else:
-            raise BigbatchError(f"--classes: '{item}' is neither a class number nor a class name ({', '.join(names)})")
-    bad = [c for c in out if not c < len(names)]
-    if bad or not out:
-        raise BigbatchError(f"--classes must list classes in 0..{len(names) - 1}, got '{text}'")
-    return out
-
-
-def _sample(args: argparse.Namespace) -> None:
-    import numpy as np
-
-    from bigbatch.config import MIN_TRUNCATION
-    from bigbatch.files import atomic_write
-    from bigbatch.sampling import grid, interpolation_sheet, sample, save_png, standing_stats
-    from bigbatch.tasks.gan.load import load_generator
-
-    if args.n < 1:
-        raise BigbatchError(f"--n must be at least 1, got {args.n}")
-    if args.interp and args.npz:
-        raise BigbatchError("--interp writes a PNG sheet and --npz an array of samples: give one of them")
-    if not args.truncation >= MIN_TRUNCATION:
-        raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION}, got {args.truncation}")
-    if args.ncol < 1:
-        raise BigbatchError(f"--ncol must be at least 1, got {args.ncol}")
-    suffix = ".npz" if args.npz else ".png"
-    if args.out is not None and not args.out.lower().endswith(suffix):
-        what = "an .npz array" if args.npz else "a PNG image"
-        raise BigbatchError(f"--out {args.out!r} would hold {what}: give a name ending in {suffix}")
-    if args.standing_stats < 0:
-        raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
-    G = load_generator(args.path)  # a run's newest checkpoint, even if the run prunes it meanwhile
-    ckpt = G.checkpoint
-    if not args.interp:
-        _check_fits(args.n, G.config.data.resolution)
-    if args.standing_stats:
-        standing_stats(G, args.standing_stats, seed=args.seed, truncation=args.truncation)
-    if args.classes is not None and not G.n_classes:
-        raise BigbatchError("--classes: this generator is unconditional")
-    classes = _parse_classes(args.classes, G.class_names)
-    default_dir = ckpt.parent.parent / "samples" if ckpt.parent.name == "checkpoints" else ckpt
-    if args.interp:
-        out = Path(args.out or default_dir / f"interp-{ckpt.name}-seed{args.seed}.png")
-        save_png(interpolation_sheet(G, args.seed), out)
-    elif args.npz:
-        images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
-        out = Path(args.out or default_dir / f"samples-{ckpt.name}-seed{args.seed}-n{args.n}.npz")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        import io
-
-        buf = io.BytesIO()
-        np.savez(buf, arr_0=images.numpy())  # arr_0: uint8 NHWC, the layout external scorers read
-        atomic_write(out, buf.getvalue())
-    else:
-        images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
-        out = Path(args.out or default_dir / f"sample-{ckpt.name}-seed{args.seed}.png")
-        save_png(grid(images, ncol=args.ncol), out)
-    print(out)
-
-
-def _check_fits(n: int, resolution: int) -> None:
-    """Refuse a sample count whose images (uint8 RGB, held at once) could not fit in half this machine's RAM."""
-    import os
-
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return
-    per_image = 3 * resolution * resolution
-    if n * per_image > ram // 2:
-        raise BigbatchError(
-            f"--n {n} images of {resolution}px need {n * per_image / 2**30:.1f} GiB at once, more than half of this "
-            f"machine's {ram / 2**30:.0f} GiB; ask for at most {ram // 2 // per_image} (or several runs with --seed)"
-        )
 
 
 def _prepare(args: argparse.Namespace) -> None:
@@ -327,30 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_swap_commands(sub)
     add_tool_commands(sub)
 
-    s = sub.add_parser("sample", help="write samples of a run's EMA generator")
-    s.add_argument("path", metavar="RUN_OR_CKPT")
-    s.add_argument("--n", type=int, default=64, help="number of images (default 64)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--classes", help="comma-separated class numbers or names to cycle through")
-    s.add_argument(
-        "--truncation",
-        type=float,
-        default=float("inf"),
-        help="resample z entries beyond this magnitude (BigGAN truncation; default: off)",
-    )
-    s.add_argument(
-        "--standing-stats",
-        type=int,
-        default=0,
-        metavar="N",
-        help="re-estimate G's BatchNorm statistics over N batches of 64 of its own samples first (default: "
-        "use the running statistics of training)",
-    )
-    s.add_argument("--ncol", type=int, default=8, help="images per row of the grid")
-    s.add_argument("--interp", action="store_true", help="write an interpolation sheet (z, then class)")
-    s.add_argument("--npz", action="store_true", help="write the images as arr_0 (uint8 NHWC) of an .npz")
-    s.add_argument("--out", help="output file")
-    s.set_defaults(func=_sample)
+    add_sample_command(sub)
 
     pr = sub.add_parser("prepare", help="turn a folder, zip, s3:// prefix or builtin:NAME into one HDF5 data file")
     pr.add_argument("src", metavar="SRC")
@@ -456,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="training curves and evaluation scores of runs (drawn together), as one PNG")
     pl.add_argument("run", metavar="RUN_DIR", nargs="+", help="runs, or folders of runs (a sweep's)")
     pl.add_argument(
-        "--out", type=png_out, help="PNG to write (default RUN_DIR/plots.png; several: in the folder that holds them)"
+        "--out", type=out_named, help="PNG to write (default RUN_DIR/plots.png; several: in the folder that holds them)"
     )
     pl.set_defaults(func=_plot)
 

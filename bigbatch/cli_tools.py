@@ -53,10 +53,11 @@ def _config(args: argparse.Namespace, default: str) -> Any:
     return base_config(args.preset, args.config, default).override(dict(parse_override(o) for o in args.overrides))
 
 
-def png_out(value: str) -> str:
-    """An --out that names a PNG (what these commands write), else argparse's one-line error."""
-    if not value.lower().endswith(".png"):
-        raise argparse.ArgumentTypeError(f"{value!r} would hold a PNG image: give a name ending in .png")
+def out_named(value: str, suffix: str = ".png") -> str:
+    """An --out whose name says what the command writes into it (a PNG, by default), else one line."""
+    if not value.lower().endswith(suffix):
+        what = "a PNG image" if suffix == ".png" else f"a {suffix} file"
+        raise BigbatchError(f"--out {value!r} would hold {what}: give a name ending in {suffix}")
     return value
 
 
@@ -123,7 +124,7 @@ def add_tool_commands(sub: Any) -> None:
     lf.add_argument("--steps", type=int, default=100, help="steps with the rate rising exponentially (default 100)")
     lf.add_argument("--start-lr", type=float, default=1e-7, help="first rate (default 1e-7)")
     lf.add_argument("--end-lr", type=float, default=10.0, help="last rate (default 10); train.lr's or swap.lr's units")
-    lf.add_argument("--out", type=png_out, default="lr_find.png", help="where the curve goes (default lr_find.png)")
+    lf.add_argument("--out", type=out_named, default="lr_find.png", help="where the curve goes (default lr_find.png)")
     lf.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     lf.set_defaults(func=_lr_find)
 
@@ -131,6 +132,6 @@ def add_tool_commands(sub: Any) -> None:
     sb.add_argument("--preset", help="a named recipe (bigbatch presets; default digits)")
     sb.add_argument("--config", help="a config.toml")
     sb.add_argument("--kimg", type=float, default=0.0, help="the step at (or next after) this many kimg (default 0)")
-    sb.add_argument("--out", type=png_out, default="batch.png", help="where the sheet goes (default batch.png)")
+    sb.add_argument("--out", type=out_named, default="batch.png", help="where the sheet goes (default batch.png)")
     sb.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     sb.set_defaults(func=_show_batch)
