@@ -1,0 +1,72 @@
+"""Face data for the swap task: `prepare` keeps masks (alpha, a folder) and the eyes-and-mouth region as
+channels, lined up with the faces, the faces' own colours kept."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import bigbatch
+from bigbatch.data.prepare import prepare
+from bigbatch.errors import BigbatchError
+
+
+def test_prepare_keeps_masks_as_channels(faces, tmp_path):
+    src = bigbatch.data.load_data(str(faces[0]), 64)
+    images, _ = src.get(torch.arange(2))
+    assert src.channels == 5 and images.shape == (2, 64, 64, 5)
+    mask, em = images[0, ..., 3].float() / 255, images[0, ..., 4].float() / 255
+    assert 0.3 < mask.mean() < 0.5 and em.sum() > 0 and (em * (1 - mask)).sum() < em.sum() * 0.01
+    with pytest.raises(BigbatchError, match="--eyes-mouth is channel 5"):
+        prepare(str(tmp_path / "src" / "img"), str(tmp_path / "x.h5"), 64, eyes_mouth=str(tmp_path / "src" / "em"))
+    (tmp_path / "src" / "em" / "03.png").unlink()
+    report = prepare(
+        str(tmp_path / "src" / "img"),
+        str(tmp_path / "y.h5"),
+        64,
+        workers=0,
+        masks="alpha",
+        eyes_mouth=str(tmp_path / "src" / "em"),
+    )
+    assert report.count == 11 and "no mask 03.png" in report.skipped[0][1]
+
+
+def test_prepared_masks_keep_the_faces_own_colours_and_line_up_with_them(tmp_path):
+    # A face's background is part of the training data (masked_training off, bg_style_power): --masks alpha
+    # keeps the colours under the transparency; a mask of another shape than its image would be cropped apart
+    # from it, and an image without transparency has no mask to give: both are skipped and listed.
+    rng = np.random.default_rng(0)
+    faces, masks = tmp_path / "faces", tmp_path / "masks"
+    faces.mkdir()
+    masks.mkdir()
+    rgba = rng.integers(0, 256, (4, 80, 60, 4), dtype=np.uint8)
+    rgba[..., 3] = 0
+    rgba[:, 20:60, 15:45, 3] = 255
+    for i, a in enumerate(rgba):
+        Image.fromarray(a, "RGBA").save(faces / f"{i}.png")
+    Image.fromarray(rgba[0, ..., :3]).save(faces / "9_no_alpha.jpg")
+    report = prepare(str(faces), str(tmp_path / "alpha.h5"), 32, workers=0, masks="alpha")
+    assert report.count == 4 and report.skipped == [("9_no_alpha.jpg", report.skipped[0][1])]
+    assert "has no transparency" in report.skipped[0][1]
+    images, _ = bigbatch.data.load_data(str(tmp_path / "alpha.h5"), 32).get(torch.arange(4))
+
+    def fitted(a: np.ndarray) -> np.ndarray:  # center square, then LANCZOS, as prepare documents
+        return np.asarray(Image.fromarray(a[10:70]).resize((32, 32), Image.Resampling.LANCZOS))
+
+    for i in range(4):
+        assert np.array_equal(images[i, ..., :3].numpy(), fitted(rgba[i, ..., :3]))
+        assert np.array_equal(images[i, ..., 3].numpy(), fitted(rgba[i, ..., 3]))
+
+    rgb = tmp_path / "rgb"  # masks as files: the same masks at half size line up; another shape does not
+    rgb.mkdir()
+    for i in range(4):
+        Image.fromarray(rgba[i, ..., :3]).save(rgb / f"{i}.png")
+        mask = Image.fromarray(rgba[i, ..., 3])
+        (mask.resize((30, 40), Image.Resampling.LANCZOS) if i < 3 else mask.resize((60, 60))).save(masks / f"{i}.png")
+    report = prepare(str(rgb), str(tmp_path / "folder.h5"), 32, workers=0, masks=str(masks))
+    assert report.count == 3 and [name for name, _ in report.skipped] == ["3.png"]
+    assert "is 60x60, its image 60x80: a mask must have its image's shape" in report.skipped[0][1]
+    images, _ = bigbatch.data.load_data(str(tmp_path / "folder.h5"), 32).get(torch.arange(3))
+    for i in range(3):
+        assert np.array_equal(images[i, ..., :3].numpy(), fitted(rgba[i, ..., :3]))
+        assert np.abs(images[i, ..., 3].numpy().astype(int) - fitted(rgba[i, ..., 3])).mean() < 8
