@@ -263,7 +263,10 @@ def find_checkpoint(path: str | Path) -> Path:
         raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:
         raise BigbatchError(f"run {path} has no complete checkpoint yet")
-    warn(f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using {complete[-1].name}")
+    warn(
+        f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using {complete[-1].name}",
+        once=True,
+    )
     return complete[-1]
 
 

@@ -82,6 +82,13 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
 
     def announce_phase(at: int, phase: Phase) -> None:
         size = f"{phase.resolution}px, " if resizes else ""
+        begun = schedule.begins()[schedule.phases.index(phase)]
+        if at > begun:  # resumed inside it: its batch sheet was written when it began
+            progress.say(
+                f"kimg {at / 1000:g}: resumed inside the data.schedule phase begun at {begun / 1000:g} kimg: "
+                f"{size}{rep.plan.describe()}"
+            )
+            return
         progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}")
         if main:  # what the models are fed from here on
             run.write_batch_sheet(task, at)

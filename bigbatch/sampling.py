@@ -8,6 +8,7 @@ split into batches, and the first k of n images are the images of sample(G, k, s
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,9 @@ import torch
 from PIL import Image, ImageDraw
 from torch import nn
 
+from bigbatch.config import MIN_TRUNCATION
 from bigbatch.data.streams import SAMPLE, generator
+from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 
 
@@ -28,6 +31,8 @@ def draw_latents(
 
     Truncation resamples every entry of z whose magnitude exceeds the threshold (Brock et al. 2019).
     """
+    if not truncation >= MIN_TRUNCATION:  # below it, resampling until every entry fits takes forever
+        raise BigbatchError(f"truncation must be a threshold >= {MIN_TRUNCATION} (None or inf: off), got {truncation}")
     z = torch.empty(n, dim_z)
     y = torch.empty(n, dtype=torch.long) if n_classes else None
     for row in range(n):
@@ -102,15 +107,35 @@ def sample(
 ) -> torch.Tensor:
     """n images from G as a uint8 NHWC tensor. `classes`: labels to cycle through (image i gets
     classes[i % len(classes)]); by default each image's label is drawn from its seed."""
+    if not isinstance(G, nn.Module) or not hasattr(G, "dim_z"):
+        raise BigbatchError(
+            f"sample takes a generator (bigbatch.load_generator(RUN) or one of bigbatch.models), got {type(G).__name__}"
+        )
+    for name, value, least in (("n", n, 0), ("batch_size", batch_size, 1)):
+        if (v := _label(value)) is None or v < least:
+            raise BigbatchError(f"sample's {name} must be an integer >= {least}, got {value!r}")
     n_classes = getattr(G, "n_classes", 0)
     if classes is not None and not n_classes:
-        raise ValueError("this generator is unconditional: it takes no classes")
-    if classes is not None and not all(0 <= int(c) < n_classes for c in classes):
-        raise ValueError(f"classes must be in 0..{n_classes - 1}, got {list(classes)}")
+        raise BigbatchError("this generator is unconditional: it takes no classes")
+    if classes is not None:
+        listed = hasattr(classes, "__len__") and not isinstance(classes, (str, bytes))
+        labels = [_label(c) for c in classes] if listed else []
+        if not labels or not all(c is not None and 0 <= c < n_classes for c in labels):
+            raise BigbatchError(f"classes must be a non-empty list of labels in 0..{n_classes - 1}, got {classes!r}")
     z, y = draw_latents(n, G.dim_z, seed, n_classes, truncation=math.inf if truncation is None else truncation)
     if classes is not None:
         y = torch.tensor([int(classes[i % len(classes)]) for i in range(n)], dtype=torch.long)
     return _eval(G, z, y, batch_size)
+
+
+def _label(c: object) -> int | None:
+    """An integer label (int, numpy or torch integer), else None."""
+    if isinstance(c, bool):
+        return None
+    try:
+        return operator.index(c)
+    except TypeError:
+        return None
 
 
 def grid(images: torch.Tensor, ncol: int = 8, pad: int = 2) -> Image.Image:

@@ -25,7 +25,7 @@ from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
-from bigbatch.rundir import read_metrics
+from bigbatch.rundir import read_metrics, resume_config
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
 HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5"}
@@ -64,6 +64,7 @@ def sweep(
     per run, its values, status (finished, interrupted, failed, pruned), kimg, wall seconds, img/s,
     final losses and best scores. A run that fails does not stop the others; once all have ended the
     sweep raises BigbatchError naming those that failed."""
+    _CALLS[0] += 1
     root = Path(runs_dir)
     if search is not None:
         return _search(base, grid, root, launcher, nprocs, search, n_trials, metric, quiet)
@@ -76,8 +77,13 @@ def sweep(
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise BigbatchError(f"sweep grid key {key!r} must map to a non-empty list of values, got {values!r}")
+        twice = [v for i, v in enumerate(values) if v in values[:i]]
+        if twice:
+            raise BigbatchError(f"sweep grid key {key!r} lists {twice[0]!r} more than once: give each value once")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     jobs = [Job(root / run_name(combo), combo, base.override(combo)) for combo in combos]  # all checked first
+    for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
+        _check_unchanged(job)
     todo = []
     for i, job in enumerate(jobs):
         state = status(job.run, job.cfg)
@@ -357,6 +363,19 @@ def _complain(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _check_unchanged(job: Job) -> None:
+    """A run already in the sweep's folder must have been trained with the config the sweep now gives it
+    (as on resume): a finished run of another base would be skipped and reported as this one's."""
+    done = checkpoints.complete_checkpoints(job.run)
+    saved = done[-1] / "config.toml" if done else job.run / "config.toml"
+    if not saved.is_file():
+        return
+    try:
+        resume_config(saved, job.cfg, f"the sweep's run {job.run}")
+    except BigbatchError as e:
+        raise BigbatchError(f"{e}; for a sweep of another base, give it another RUNS_DIR") from None
+
+
 def run_name(combo: dict[str, Any]) -> str:
     """The folder of one combination: its settings as short key=value pairs, safe as a file name."""
     parts = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in combo.items()]
@@ -424,12 +443,19 @@ def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
     path = Path(path)
     if not path.is_file():
         raise BigbatchError(f"sweep file {path} does not exist; give a Python file that calls bigbatch.sweep")
-    argv = sys.argv
+    argv, calls = sys.argv, _CALLS[0]
     sys.argv = [str(path), *args]
     try:
         runpy.run_path(str(path), run_name="__main__")
+    except SyntaxError as e:
+        raise BigbatchError(f"sweep file {path}, line {e.lineno}: {e.msg}") from None
     finally:
         sys.argv = argv
+    if _CALLS[0] == calls:
+        warn(f"sweep file {path} ran without calling bigbatch.sweep: nothing was trained")
+
+
+_CALLS = [0]  # calls of sweep() in this process (run_file tells a sweep file that never made one)
 
 
 def _number(v: object) -> bool:

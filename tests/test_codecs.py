@@ -255,6 +255,21 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
         bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 48, augment="rrc")
     with pytest.raises(bigbatch.BigbatchError, match="start must be a whole number, 0 or more, got -8"):
         bigbatch.data.Loader(path, 8, 48, start=-8)
+    # Found from outside: a ZeroDivisionError, a rank called a batch problem, a string taken as True, ...
+    bad = [
+        ({"world_size": 0}, "world_size must be a whole number, 1 or more, got 0"),
+        ({"rank": 2, "world_size": 2}, r"rank 2 is out of range for world_size 2 \(ranks 0..1\)"),
+        ({"xflip": "false"}, "xflip must be True or False, got 'false'"),
+        ({"batch": True}, "batch must be a whole number"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(bigbatch.BigbatchError, match=message):
+            bigbatch.data.Loader(**{"path": path, "batch": 8, "resolution": 48, **kwargs})
+    with pytest.raises(bigbatch.BigbatchError, match="path must name a data file"):
+        bigbatch.data.Loader(123, 8, 48)
+    if not torch.cuda.is_available():
+        with pytest.raises(bigbatch.BigbatchError, match="decodes on a CUDA device and none is available here"):
+            bigbatch.data.Loader(path, 8, 48, decode="gpu")
     with pytest.raises(bigbatch.BigbatchError, match="batch 32 is more than the 24 images of .*: no whole batch"):
         bigbatch.data.Loader(path, 32, 48)  # not an empty loop
     across = list(bigbatch.data.Loader(path, 32, 48, steps=2))  # with steps, the stream goes on across epochs

@@ -56,8 +56,23 @@ def test_sample_api_is_deterministic_and_split_invariant(run):
     assert not torch.equal(a, bigbatch.sample(G, n=10, seed=6))
     b = bigbatch.sample(G, n=6, seed=5, classes=[2, 7], truncation=0.5)
     assert b.shape == (6, 16, 16, 3)
-    with pytest.raises(ValueError):
-        bigbatch.sample(G, n=2, classes=[10])
+    assert torch.equal(b, bigbatch.sample(G, n=6, seed=5, classes=torch.tensor([2, 7]), truncation=0.5))
+    # Found from outside: truncation 0 sampled forever; the others were raw errors from inside.
+    bad = [
+        ({"truncation": 0}, "truncation must be a threshold >= 0.05"),
+        ({"truncation": float("nan")}, "truncation must be"),
+        ({"classes": [10]}, r"classes must be a non-empty list of labels in 0\.\.9"),
+        ({"classes": []}, "classes must be"),
+        ({"classes": 3}, "classes must be"),
+        ({"classes": ["zebra"]}, "classes must be"),
+        ({"n": -3}, "n must be an integer >= 0"),
+        ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(bigbatch.BigbatchError, match=message):
+            bigbatch.sample(G, **{"n": 2, **kwargs})
+    with pytest.raises(bigbatch.BigbatchError, match="sample takes a generator"):
+        bigbatch.sample(str(run))
 
 
 def test_cli_sample_and_info(run, capsys):

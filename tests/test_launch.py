@@ -122,7 +122,7 @@ def test_ray_rank_counts_follow_the_cluster():
     assert ray_ranks(gpus, 4, None) == (4, 1.0)
     assert ray_ranks({"CPU": 4.0}, 2, None) == (2, 0.0)
     for resources, nprocs, per, words in [
-        ({"CPU": 4.0}, None, None, "give the number of CPU ranks with --nprocs"),
+        ({"CPU": 4.0}, None, None, r"give the number of CPU ranks \(--nprocs N, in Python nprocs=N\)"),
         ({"CPU": 4.0}, 5, None, "do not fit"),
         (gpus, 9, None, "do not fit"),
         (gpus, None, 2.0, "a rank trains on one GPU"),
@@ -151,7 +151,7 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
         )
         assert ok.returncode == 0, ok.stderr[-3000:]
         bad = launch(cluster.scheduler_address, "train", "model.name=nope", "--run-dir", str(tmp_path / "bad"))
-        stopped = stop_a_long_launch(cluster.scheduler_address, tmp_path / "long")
+    stopped = stop_a_long_launch(tmp_path / "long")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     # Whichever rank failed first (the other may have been stopped by it before reading its config).
     assert re.match(
@@ -163,17 +163,22 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
     for net in ("G", "D", "G_ema"):
         assert max_rel(one, dask, net) <= 1e-4, net
     assert '"world_size": 2' in (tmp_path / "dask" / "plan.json").read_text()
-    # SIGTERM to the launcher (or Ctrl-C) stops every rank: they save one checkpoint together and exit 0.
+    # Ctrl-C in a terminal (SIGINT to the launcher's whole process group: its local Dask workers too, which
+    # died of it with tracebacks, losing the ranks) stops every rank: they save one checkpoint together, exit 0.
     assert stopped.returncode == 0, (stopped.returncode, stopped.stderr[-3000:])
+    assert "Traceback" not in stopped.stderr and "Stopped by signal; saved" in stopped.stdout
     assert "stopping every rank" in stopped.stderr  # (the ranks print on their workers' stdout)
     assert bigbatch.checkpoints.find_checkpoint(tmp_path / "long").name != "000000.000"
 
 
-def stop_a_long_launch(scheduler, run_dir):
+def stop_a_long_launch(run_dir):
+    """`bigbatch launch dask --local 2` of a long run, stopped as Ctrl-C in its terminal stops it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--scheduler", scheduler, "--", "train", *ARGS]
+    cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--local", "2", "--", "train", *ARGS]
     cmd += ["train.kimg=1000", "train.batch=32", "train.micro_batch=8", "--run-dir", str(run_dir)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )  # its own process group, as a terminal's foreground job
     # Rank 0's progress lines reach the launcher's output while it trains (not at the end).
     out_lines = []
     reader = threading.Thread(target=lambda: out_lines.extend(iter(proc.stdout.readline, "")), daemon=True)
@@ -183,7 +188,7 @@ def stop_a_long_launch(scheduler, run_dir):
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.2)
     live = [line for line in out_lines if line.startswith("kimg ")]
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGINT)
     err = proc.stderr.read()
     proc.wait(timeout=180)
     reader.join(timeout=10)

@@ -171,8 +171,42 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         rep.step(lambda m: model(m), torch.randn(8, 1, 8, 8), opt)
     with pytest.raises(bigbatch.BigbatchError, match="wrap_optimizer"):
         rep.step(lambda m: model(m).sum(), torch.randn(8, 1, 8, 8), torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(bigbatch.BigbatchError, match="needs a batch dimension .*got a 0-d tensor"):
+        rep.step(lambda m: model(m[0]).sum(), (torch.randn(8, 1, 8, 8), torch.tensor(1.0)), opt)
     with pytest.raises(bigbatch.BigbatchError, match="unknown precision"):
         bigbatch.Replicator(batch=8, precision="fp8")
+    # Found from outside: these were taken (a device string as the CPU, -1 and NaN as "no clipping", True as 1).
+    for kwargs, message in [
+        ({"device": "cuda:0"}, "device .* must be 'auto', 'cpu' or 'cuda'"),
+        ({"grad_clip": -1}, "grad_clip must be a global gradient norm >= 0"),
+        ({"grad_clip": float("nan")}, "grad_clip must be"),
+        ({"batch": True}, "batch=True must be a positive multiple"),
+        ({"micro_batch": True}, "micro_batch must be a positive integer"),
+    ]:
+        with pytest.raises(bigbatch.BigbatchError, match=message):
+            bigbatch.Replicator(**{"batch": 8, "micro_batch": 4, "device": "cpu", **kwargs})
+
+
+def test_optimizer_names_are_what_a_checkpoint_keeps_them_by():
+    # Two optimizers under one name shared one loss scaler and skip history in state_dict(); a state of other
+    # names loaded as nothing.
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, precision="fp16", device="cpu")
+    a, b = rep.prepare(classifier()), rep.prepare(classifier())
+    opt_a = rep.wrap_optimizer(torch.optim.SGD(a.parameters(), lr=0.1), "x")
+    with pytest.raises(bigbatch.BigbatchError, match="already wrapped under the name 'x'"):
+        rep.wrap_optimizer(torch.optim.SGD(b.parameters(), lr=0.1), "x")
+    assert rep.wrap_optimizer(opt_a, "x") is opt_a  # the same optimizer again: still one entry
+    rep.wrap_optimizer(torch.optim.SGD(b.parameters(), lr=0.1), "opt2")
+    rep.wrap_optimizer(torch.optim.SGD(b.parameters(), lr=0.1))  # a default name passes over the names taken
+    assert sorted(rep.state_dict()["optimizers"]) == ["opt2", "opt3", "x"]
+    with pytest.raises(bigbatch.BigbatchError, match="already wrapped under the name 'opt3'"):
+        rep.wrap_optimizer(torch.optim.SGD(b.parameters(), lr=0.1), "opt3")
+    other = bigbatch.Replicator(batch=8, micro_batch=4, precision="fp16", device="cpu")
+    other.wrap_optimizer(torch.optim.SGD(other.prepare(classifier()).parameters(), lr=0.1), "D")
+    with pytest.raises(bigbatch.BigbatchError, match=r"holds optimizers \['opt2', 'opt3', 'x'\], .* has \['D'\]"):
+        other.load_state_dict(rep.state_dict())
+    with pytest.raises(bigbatch.BigbatchError, match="holds optimizers"):
+        other.load_state_dict({"junk": 1})
 
 
 def sn_discriminator_steps(micro_batch, hook=False, checkpointing=False, prepare=True):

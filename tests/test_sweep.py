@@ -1,6 +1,7 @@
 """Experiments as code: bigbatch.sweep and `bigbatch sweep FILE.py`."""
 
 import csv
+import re
 
 import pytest
 
@@ -34,8 +35,16 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
     assert {p.name: p.stat().st_mtime_ns for p in (first / "checkpoints").iterdir()} == finished
     assert (second / "checkpoints" / "000000.128" / "G.safetensors").read_bytes() == weights
 
+    # The base changed since (found from outside: the finished runs were skipped and reported as the new
+    # base's): refused by name before anything trains, as a resume is.
+    with pytest.raises(bigbatch.BigbatchError, match=r"in train.seed \(0 -> 7\).*give it another RUNS_DIR"):
+        bigbatch.sweep(base.override({"train.seed": 7}), grid, tmp_path / "sweep")
+    assert (second / "checkpoints" / "000000.128" / "G.safetensors").read_bytes() == weights
+
     with pytest.raises(bigbatch.BigbatchError, match="must map to a non-empty list"):
         bigbatch.sweep(base, {"train.batch": 16}, tmp_path / "bad")
+    with pytest.raises(bigbatch.BigbatchError, match="'train.batch' lists 16 more than once"):
+        bigbatch.sweep(base, {"train.batch": [16, 32, 16]}, tmp_path / "bad")
     with pytest.raises(bigbatch.BigbatchError, match="unknown config key 'train.bacth'"):
         bigbatch.sweep(base, {"train.bacth": [16]}, tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # every config is checked before anything trains
@@ -74,6 +83,12 @@ def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
         assert [r["run"] for r in csv.DictReader(f)] == ["g_lr=0.0001,d_lr=0.0001", "g_lr=0.0002,d_lr=0.0002"]
     assert main(["sweep", str(tmp_path / "missing.py")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "typo.py").write_text("import bigbatch\nbigbatch.sweep(\n")
+    assert main(["sweep", str(tmp_path / "typo.py")]) == 2
+    assert re.search(r"error: sweep file .*typo.py, line \d+: .*never closed", capsys.readouterr().err)
+    (tmp_path / "none.py").write_text("print('no sweep here')\n")
+    assert main(["sweep", str(tmp_path / "none.py")]) == 0
+    assert "ran without calling bigbatch.sweep: nothing was trained" in capsys.readouterr().err
 
 
 def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(tmp_path, monkeypatch):

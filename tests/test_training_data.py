@@ -61,7 +61,12 @@ def test_dynamic_batch_switches_at_the_phase_boundary_and_resumes_bit_identical(
     )
     parts = tmp_path / "parts"
     bigbatch.train(cfg.override({"train.kimg": stop}), run_dir=parts, quiet=True)
-    bigbatch.train(cfg, run_dir=parts, resume=True, quiet=True)
+    capsys.readouterr()
+    bigbatch.train(cfg, run_dir=parts, resume=True)
+    # The resumed run says which phase it is in (at the boundary: the phase begins there, as above).
+    inside = f"kimg {stop:g}: resumed inside the data.schedule phase begun at 0.256 kimg: batch 64 = {plan}"
+    begins = f"kimg 0.256: data.schedule phase begins: batch 64 = {plan}"
+    assert (inside if stop > 0.256 else begins) in capsys.readouterr().out
     assert weights(parts, "000000.512") == weights(whole, "000000.512")
 
 

@@ -73,6 +73,8 @@ def check(data: Any, device: torch.device) -> None:
             f'data.decode = "gpu" decodes JPEG files of RGB images; {data.source} is {codec} with '
             f'{getattr(data, "channels", "?")} channels: prepare it with --codec jpeg, or set data.decode = "cpu"'
         )
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BigbatchError('data.decode = "gpu" decodes on a CUDA device and none is available here: use "cpu"')
     if device.type != "cuda":
         raise BigbatchError(
             f'data.decode = "gpu" decodes on a CUDA device and this run trains on {device.type}: '

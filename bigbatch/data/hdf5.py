@@ -53,6 +53,14 @@ def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool
             f"cannot open data set '{name}': it does not exist "
             f"(write it with `bigbatch prepare SRC {shlex.quote(name)}`)"
         ) from None
+    except PermissionError as e:
+        hint = (
+            "the object store refused the credentials (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or "
+            "AWS_PROFILE, and the bucket's access)"
+            if is_url(path)
+            else "this user may not read it"
+        )
+        raise BigbatchError(f"cannot open data set '{name}': {hint}: {e}") from None
     except Exception as e:  # noqa: BLE001 -- h5py, fsspec and botocore raise unrelated types
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {e}") from None
 

@@ -3,6 +3,7 @@ boundaries) and a loader that reads its batches in DataLoader worker processes, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple, Protocol
 
@@ -250,8 +251,17 @@ class Loader:
 
         if augment not in ("rrc", "center"):
             raise BigbatchError(f"augment must be 'rrc' or 'center', got {augment!r}")
-        if not (isinstance(batch, int) and batch > 0 and batch % world_size == 0 and 0 <= rank < world_size):
-            raise BigbatchError(f"batch {batch!r} must be a positive multiple of world_size {world_size} > rank {rank}")
+        if not isinstance(path, (str, os.PathLike)):
+            raise BigbatchError(f"path must name a data file (a path or URL), got {type(path).__name__}")
+        for name, value, least in (("world_size", world_size, 1), ("rank", rank, 0), ("batch", batch, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise BigbatchError(f"{name} must be a whole number, {least} or more, got {value!r}")
+        if rank >= world_size:
+            raise BigbatchError(f"rank {rank} is out of range for world_size {world_size} (ranks 0..{world_size - 1})")
+        if batch % world_size:
+            raise BigbatchError(f"batch {batch} must be a multiple of world_size {world_size}: each rank reads a share")
+        if not isinstance(xflip, bool):
+            raise BigbatchError(f"xflip must be True or False, got {xflip!r}")
         self.data = load_data(path, resolution, storage_options=storage_options)
         if augment == "rrc" and not getattr(self.data, "whole", False):
             raise BigbatchError(

@@ -38,8 +38,12 @@ def context(device: str = "auto") -> Context:
         raise BigbatchError(
             f"RANK={rank}, LOCAL_RANK={local_rank}, WORLD_SIZE={world} are inconsistent; need 0 <= RANK < WORLD_SIZE"
         )
+    if device not in ("auto", "cpu", "cuda"):
+        raise BigbatchError(
+            f"device (train.device) must be 'auto', 'cpu' or 'cuda' (each rank takes GPU LOCAL_RANK), got {device!r}"
+        )
     if device == "cuda" and not torch.cuda.is_available():
-        raise BigbatchError("train.device is 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
+        raise BigbatchError("device (train.device) is 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
         dev = torch.device("cuda", local_rank)
     else:

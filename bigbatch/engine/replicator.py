@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -29,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from bigbatch.engine import dist, memory, wrap
+from bigbatch.engine import batch_parts, dist, memory, running_stats, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.errors import BigbatchError, warn
@@ -114,12 +115,16 @@ class Replicator:
         prec.check(precision, self.ctx.device)
         if self.ctx.device.type == "cpu":  # a step's freed memory kept for the next (no page faults)
             memory.hold_freed_memory()
-        if not isinstance(batch, int) or batch < 1 or batch % self.ctx.world_size:
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or batch % self.ctx.world_size:
             raise BigbatchError(f"batch={batch!r} must be a positive multiple of the world size {self.ctx.world_size}")
-        if micro_batch != "auto" and (not isinstance(micro_batch, int) or micro_batch < 1):
+        if micro_batch != "auto" and (
+            not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1
+        ):
             raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
         if not (0 <= skip_limit <= 1 and skip_window >= 1):
             raise BigbatchError("skip_limit must be in [0, 1] and skip_window >= 1")
+        if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)) or not grad_clip >= 0:
+            raise BigbatchError(f"grad_clip must be a global gradient norm >= 0 (0: off), got {grad_clip!r}")
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
@@ -134,6 +139,8 @@ class Replicator:
         self._micro_hooks: list[Callable[[int], None]] = []
         self._micro_modules: list[nn.Module] = []  # submodules of prepared models with before_micro_batch
         self.optimizers: dict[int, _Optimizer] = {}
+        self._bn_list: list[nn.Module] = []
+        self._bn_of = 0  # len(self.models) when _bn_list was found
         self._owns_group = dist.init(self.ctx)
 
     # ---- where we run ------------------------------------------------------------------------
@@ -239,9 +246,14 @@ class Replicator:
     def wrap_optimizer(self, opt: torch.optim.Optimizer, name: str | None = None) -> torch.optim.Optimizer:
         """Register `opt` (its loss scaler and skip count); returns it unchanged, so its state_dict is the usual one."""
         params = {id(p) for g in opt.param_groups for p in g["params"]}
+        taken = {s.name for key, s in self.optimizers.items() if key != id(opt)}
+        if name in taken:  # its loss scaler and skip history would share one entry of state_dict()
+            raise BigbatchError(f"an optimizer is already wrapped under the name {name!r}: give each its own")
+        if name is None:
+            name = next(f"opt{i}" for i in itertools.count(len(self.optimizers)) if f"opt{i}" not in taken)
         self.optimizers[id(opt)] = _Optimizer(
             opt,
-            name or f"opt{len(self.optimizers)}",
+            name,
             prec.grad_scaler(self.precision, self.device),
             deque(maxlen=self.skip_window),
             params=params,
@@ -262,7 +274,7 @@ class Replicator:
         """
         state = self._state(opt)
         if self._plan is None:
-            self.plan_micro_batch(lambda m: self.probe_step(step_fn, _slice(batch, 0, m)), [opt])
+            self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
         plan = self.plan
         micros = self.split(batch)
         opt.zero_grad(set_to_none=True)  # only this step's micro-batches count
@@ -271,31 +283,56 @@ class Replicator:
             state.trained_of = len(self.models)
         totals: torch.Tensor | None = None
         keys: list[str] = []
-        for i, micro in enumerate(micros):
-            self._before_micro_batch(i)
-            with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
-                with prec.autocast(self.precision, self.device):
-                    out = step_fn(_to(micro, self.device))
-                loss, stats = _unpack(out)
-                state.scaler.scale(loss / plan.accumulation).backward()
-            keys = ["loss", *stats]
-            extra = (torch.as_tensor(v, device=loss.device).detach().float().reshape(()) for v in stats.values())
-            values = torch.stack([loss.detach(), *extra])
-            totals = values / plan.accumulation if totals is None else totals + values / plan.accumulation
+        bn = running_stats.StepStatistics(self._bns(), across_ranks=self.sync_bn) if self._bns() else None
+        try:
+            for i, micro in enumerate(micros):
+                if bn is not None:
+                    bn.micro_batch()
+                self._before_micro_batch(i)
+                with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
+                    with prec.autocast(self.precision, self.device):
+                        out = step_fn(batch_parts.to_device(micro, self.device))
+                    loss, stats = batch_parts.unpack(out)
+                    state.scaler.scale(loss / self._loss_divisor).backward()
+                keys = ["loss", *stats]
+                extra = (torch.as_tensor(v, device=loss.device).detach().float().reshape(()) for v in stats.values())
+                values = torch.stack([loss.detach(), *extra])
+                totals = values / plan.accumulation if totals is None else totals + values / plan.accumulation
+        except BaseException:
+            if bn is not None:
+                bn.abandon()
+            raise
+        if bn is not None:
+            bn.end()  # every micro-batch's BatchNorm updates, of every rank, in global order
         self._apply(opt, state)
         means = dist.mean(totals).tolist()
         return dict(zip(keys, means)) if isinstance(out, dict) else means[0]
 
+    @property
+    def _loss_divisor(self) -> int:
+        """What each micro-batch's mean loss is divided by: the accumulation, where DDP's all-reduce then
+        averages over ranks; accumulation x world size, where the ranks' gradients are summed as they are
+        (in rank order: then k ranks x 1 micro-batch scale each loss as 1 rank x k, bit for bit)."""
+        if self.world_size > 1 and wrap.sums_in_rank_order(self.device):
+            return self.plan.accumulation * self.world_size
+        return self.plan.accumulation
+
+    def _bns(self) -> list[nn.Module]:
+        """The BatchNorms of the prepared models whose running statistics each step replays in order."""
+        if self._bn_of != len(self.models):
+            self._bn_list, self._bn_of = running_stats.captured(p for p, _ in self.models), len(self.models)
+        return self._bn_list
+
     def split(self, batch: Any) -> list[Any]:
         """This rank's share -> its micro-batches (slices along dim 0 of every tensor)."""
         plan = self.plan
-        n = _length(batch)
+        n = batch_parts.length(batch)
         if n != self.share:
             raise BigbatchError(
                 f"a step's batch on this rank must hold batch / world_size = {self.share} examples, got {n}"
             )
         m = plan.micro_batch
-        return [_slice(batch, j * m, (j + 1) * m) for j in range(plan.accumulation)]
+        return [batch_parts.cut(batch, j * m, (j + 1) * m) for j in range(plan.accumulation)]
 
     def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
         """Suspend DDP's gradient all-reduce on every prepared DDP module except those in `keep`."""
@@ -307,16 +344,16 @@ class Replicator:
         return stack
 
     def average_running_stats(self, model: nn.Module) -> None:
-        """Average BatchNorm running statistics over ranks (each rank's saw only its micro-batches).
-
-        Training-mode BN never reads them, so this changes no gradient; it makes evaluation-mode
-        outputs and checkpoints reflect every rank's data. A no-op in one process."""
+        """Average over ranks the BatchNorm running statistics that `step` does not replay in global order
+        (see engine/running_stats.py: those are the same on every rank already): a BatchNorm with
+        momentum=None, whose running statistics are a cumulative average. A no-op in one process."""
         if not dist.active():
             return
+        replayed = {id(m) for m in self._bns()}
         bufs = [
             b
             for m in self.unwrap(model).modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats and id(m) not in replayed
             for b in (m.running_mean, m.running_var)
         ]
         if bufs:
@@ -453,7 +490,7 @@ class Replicator:
         self._before_micro_batch(0)
         with self.no_sync():
             with prec.autocast(self.precision, self.device):
-                loss, _ = _unpack(step_fn(_to(micro, self.device)))
+                loss, _ = batch_parts.unpack(step_fn(batch_parts.to_device(micro, self.device)))
             loss.backward()
 
     # ---- checkpoints ---------------------------------------------------------------------------
@@ -483,7 +520,20 @@ class Replicator:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()`'s state (optimizers registered under the same names). The plan of
         micro_batch "auto" is taken when this Replicator is "auto" too, on as many processes."""
-        optimizers = state.get("optimizers", state)  # older checkpoints held the optimizers alone
+        if not isinstance(state, dict):
+            raise BigbatchError(
+                f"Replicator.load_state_dict takes what state_dict() returned, got {type(state).__name__}"
+            )
+        # (older checkpoints held the optimizers alone, and a resume adds their plan)
+        optimizers = state["optimizers"] if "optimizers" in state else {k: v for k, v in state.items() if k != "plan"}
+        if "optimizers" in state and set(state) - {"optimizers", "plan"}:
+            raise BigbatchError(f"Replicator state has unknown entries {sorted(set(state) - {'optimizers', 'plan'})}")
+        names = {s.name for s in self.optimizers.values()}
+        if optimizers and names - set(optimizers):  # (a state of more optimizers may restore some of them)
+            raise BigbatchError(
+                f"the Replicator state holds optimizers {sorted(optimizers)}, and this one has {sorted(names)} "
+                "wrapped: wrap_optimizer each under the name it was saved with before loading"
+            )
         for s in self.optimizers.values():
             if s.name in optimizers:
                 saved = optimizers[s.name]
@@ -512,51 +562,6 @@ def _local_world() -> int:
     import os
 
     return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-
-
-def _unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-    if isinstance(out, dict):
-        if "loss" not in out:
-            raise BigbatchError("a step function returning a dict must put the loss under 'loss'")
-        rest = {k: v for k, v in out.items() if k != "loss"}
-        loss = out["loss"]
-    else:
-        loss, rest = out, {}
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
-        raise BigbatchError("the step function must return the micro-batch's mean loss as a scalar tensor with a graph")
-    # Losses are reduced in fp32 whatever the compute precision.
-    return loss.float().reshape(()), rest
-
-
-def _length(batch: Any) -> int:
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0]
-    if isinstance(batch, (tuple, list)):
-        lengths = {_length(b) for b in batch if b is not None}
-        if len(lengths) != 1:
-            raise BigbatchError(f"the tensors of a batch must agree in dim 0, got lengths {sorted(lengths)}")
-        return lengths.pop()
-    if isinstance(batch, dict):
-        return _length(list(batch.values()))
-    raise BigbatchError(f"a batch must be a tensor or a tuple/list/dict of tensors, got {type(batch).__name__}")
-
-
-def _slice(batch: Any, start: int, stop: int) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch[start:stop]
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(None if b is None else _slice(b, start, stop) for b in batch)
-    return {k: _slice(v, start, stop) for k, v in batch.items()}
-
-
-def _to(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(None if b is None else _to(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _to(v, device) for k, v in batch.items()}
-    return batch
 
 
 def _save_buffers(models: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:

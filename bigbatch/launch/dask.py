@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import signal
 import threading
 import time
 import uuid
@@ -53,15 +54,29 @@ def launch_dask(
     `nprocs` workers, sorted by address), printing rank 0's output as it comes. Returns each rank's
     result once all have finished."""
     distributed = _distributed()
-    if (scheduler is None) == (local < 1):
-        raise BigbatchError("give the Dask scheduler's address (--scheduler tcp://HOST:8786) or --local N, not both")
+    if local < 0 or (scheduler is not None and local):
+        what = f"--local {local} is not a number of workers" if local < 0 else "both were given"
+        raise BigbatchError(f"give the Dask scheduler's address (--scheduler tcp://HOST:8786) or --local N: {what}")
+    if scheduler is None and local < 1:
+        raise BigbatchError(
+            "give the Dask scheduler's address (--scheduler tcp://HOST:8786) or --local N (N >= 1 worker processes)"
+        )
     args = _command(args)
     cluster = None
     try:
         if local:
-            cluster = distributed.LocalCluster(
-                n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None
-            )
+            # Ctrl-C in a terminal reaches the whole foreground process group: the local workers are
+            # started ignoring SIGINT (Python keeps an ignored SIGINT ignored), so they stay up while
+            # this launcher has the ranks save and stop, as on a cluster.
+            quiet = threading.current_thread() is threading.main_thread()
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if quiet else None
+            try:
+                cluster = distributed.LocalCluster(
+                    n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None
+                )
+            finally:
+                if quiet:
+                    signal.signal(signal.SIGINT, previous)
         try:
             client = distributed.Client(cluster if cluster is not None else scheduler, timeout="20s")
         except (OSError, TimeoutError, ValueError) as e:

@@ -108,8 +108,7 @@ class RunHandle:
         """The newest sample sheet."""
         self.sheets: dict[str, SampleSheet] = {}
         """The newest sheet of each kind ("grid", "interp", ...: the file names' first part)."""
-        self.lines: collections.deque[str] = collections.deque(maxlen=1000)
-        """Rank 0's last printed lines (and the launcher's restarts)."""
+        self._lines: collections.deque[str] = collections.deque(maxlen=1000)
         # Updates not yet iterated; of the sheets, only each kind's newest waits (they can be large).
         self._pending: collections.deque[Update] = collections.deque()
         self._ended_all = False
@@ -137,6 +136,11 @@ class RunHandle:
 
         self._thread = threading.Thread(target=main, name=f"bigbatch run {run_dir}", daemon=True)
         self._thread.start()
+
+    @property
+    def lines(self) -> list[str]:
+        """Rank 0's last printed lines, up to 1,000 (and the launcher's restarts)."""
+        return list(self._lines)
 
     def __iter__(self) -> Iterator[Update]:
         return self.updates()
@@ -192,7 +196,7 @@ class RunHandle:
         with self._lock:
             for kind, payload in items:
                 if kind in ("out", "err"):
-                    self.lines.append(payload.rstrip("\n"))
+                    self._lines.append(payload.rstrip("\n"))
                     if self.echo:
                         print(payload, end="", file=sys.stdout if kind == "out" else sys.stderr, flush=True)
                 elif kind == "reset":

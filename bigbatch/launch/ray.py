@@ -49,7 +49,9 @@ def ray_ranks(resources: dict[str, float], nprocs: int | None, gpus_per_rank: fl
         raise BigbatchError(f"--gpus-per-rank must be in [0, 1] (a rank trains on one GPU), got {per_rank:g}")
     n = nprocs if nprocs is not None else (int(gpus // per_rank) if per_rank else 0)
     if n < 1:
-        raise BigbatchError(f"the Ray cluster has no GPUs ({resources}): give the number of CPU ranks with --nprocs N")
+        raise BigbatchError(
+            f"the Ray cluster has no GPUs ({resources}): give the number of CPU ranks (--nprocs N, in Python nprocs=N)"
+        )
     if n > cpus or n * per_rank > gpus:
         raise BigbatchError(
             f"{n} ranks of 1 CPU and {per_rank:g} GPU do not fit the Ray cluster's {cpus:g} CPUs and {gpus:g} GPUs; "
@@ -71,10 +73,11 @@ def launch_ray(
     actor holding one CPU and `gpus_per_rank` of a GPU (default: 1 when the cluster has GPUs; by
     default one rank per GPU), placed by a PACK placement group; ranks are ordered by node."""
     ray = _ray()
-    if (address is None) == (local < 1):
-        raise BigbatchError(
-            "give the Ray cluster's address (--address auto or ray://HEAD:10001) or --local N, not both"
-        )
+    if local < 0 or (address is not None and local):
+        what = f"--local {local} is not a number of ranks" if local < 0 else "both were given"
+        raise BigbatchError(f"give the Ray cluster's address (--address auto or ray://HEAD:10001) or --local N: {what}")
+    if address is None and local < 1:
+        raise BigbatchError("give the Ray cluster's address (--address auto or ray://HEAD:10001) or --local N (N >= 1)")
     args = _command(args)
     if address not in (None, "auto", "local"):
         _reachable(address)

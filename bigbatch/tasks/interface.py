@@ -161,7 +161,9 @@ class Feed:
         if batch != self.rep.batch:
             self.rep.set_batch(batch)
         if phase != self._phase:
-            if self._phase is not None and self.on_phase is not None:
+            # A phase begins (or a resumed run starts inside one past the first): the caller says so.
+            later = self._phase is not None or phase != self.schedule.phases[0]
+            if later and self.on_phase is not None:
                 self.on_phase(self.nimg, phase)
             self._phase = phase
         real = next(self.loader)

@@ -1,0 +1,61 @@
+"""A step's batch as the Replicator handles it: a tensor, or a tuple/list/dict of tensors (None allowed
+in tuples and lists), with the examples along dim 0: its length, its micro-batches, its device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bigbatch.errors import BigbatchError
+
+
+def unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A step function's result -> (its loss as an fp32 scalar, the other scalars it returned)."""
+    if isinstance(out, dict):
+        if "loss" not in out:
+            raise BigbatchError("a step function returning a dict must put the loss under 'loss'")
+        rest = {k: v for k, v in out.items() if k != "loss"}
+        loss = out["loss"]
+    else:
+        loss, rest = out, {}
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
+        raise BigbatchError("the step function must return the micro-batch's mean loss as a scalar tensor with a graph")
+    # Losses are reduced in fp32 whatever the compute precision.
+    return loss.float().reshape(()), rest
+
+
+def length(batch: Any) -> int:
+    """The examples in a batch: dim 0 of its tensors (a tensor, or a tuple/list/dict of them), which must agree."""
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() == 0:
+            raise BigbatchError("every tensor of a batch needs a batch dimension (dim 0); got a 0-d tensor")
+        return batch.shape[0]
+    if isinstance(batch, (tuple, list)):
+        lengths = {length(b) for b in batch if b is not None}
+        if len(lengths) != 1:
+            raise BigbatchError(f"the tensors of a batch must agree in dim 0, got lengths {sorted(lengths)}")
+        return lengths.pop()
+    if isinstance(batch, dict):
+        return length(list(batch.values()))
+    raise BigbatchError(f"a batch must be a tensor or a tuple/list/dict of tensors, got {type(batch).__name__}")
+
+
+def cut(batch: Any, start: int, stop: int) -> Any:
+    """Examples start..stop-1 of a batch (a micro-batch), the same structure."""
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop]
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(None if b is None else cut(b, start, stop) for b in batch)
+    return {k: cut(v, start, stop) for k, v in batch.items()}
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A batch's tensors on `device` (anything else as it is)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(None if b is None else to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch

@@ -1,0 +1,105 @@
+"""BatchNorm running statistics that do not depend on how a step's batch is split.
+
+In training, BatchNorm normalizes with each micro-batch's own statistics and moves its running
+statistics towards them: r <- (1 - m) r + m x, once per forward. One process with k micro-batches
+applies k such updates in a row; k processes of one micro-batch each apply one update each, to
+copies that then had to be averaged (close to, not equal with, the one process's). Here every
+micro-batch's updates are captured on the rank that computes them and replayed on every rank in the
+global order of the micro-batches (rank 0's, then rank 1's, ...), which is the order one process
+computes them in: so the running statistics, like the weights, are the same bit for bit whatever the
+number of processes (with equal threads per process), and the same on every rank.
+
+How: before each micro-batch's forward, the statistics are set to zero, so its forward leaves
+z = its updates applied to zero (BatchNorm's own kernel, whatever the model's layout, compile or
+precision) and counts its calls c in num_batches_tracked. After the step, starting from the statistics
+before it, each micro-batch in global order gives r <- r (1 - m)^c + z. This is the same arithmetic in
+one process as in many, not PyTorch's in one process: the statistics differ from a plain BatchNorm's
+by rounding. BatchNorms with momentum=None (a cumulative average, whose factor depends on the count)
+keep PyTorch's update and are averaged over ranks after the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as torch_dist
+from torch import nn
+
+
+def captured(models: Iterable[nn.Module]) -> list[nn.modules.batchnorm._BatchNorm]:
+    """The BatchNorms of `models` whose running statistics a step captures and replays."""
+    return [
+        m
+        for model in models
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats and m.momentum is not None
+    ]
+
+
+class StepStatistics:
+    """One optimizer step's running-statistics updates: `micro_batch()` before each micro-batch's forward,
+    `end()` after the last (on every rank, as a collective), `abandon()` if the step raised.
+    `across_ranks`: the BatchNorms' statistics span the ranks' micro-batches already (sync_bn): every
+    rank holds the same updates, the global micro-batch's, and replays its own."""
+
+    def __init__(self, bns: list[nn.modules.batchnorm._BatchNorm], across_ranks: bool = False):
+        self.bns, self.across_ranks = bns, across_ranks
+        self.buffers = [b for m in bns for b in (m.running_mean, m.running_var)]
+        self.start = [b.clone() for b in self.buffers]
+        self.counts = [m.num_batches_tracked.clone() for m in bns]
+        self.updates: list[torch.Tensor] = []  # per micro-batch: its z of every buffer, flat
+        self.calls: list[torch.Tensor] = []  # per micro-batch: each BatchNorm's forward calls
+        self.open = False
+
+    @torch.no_grad()
+    def micro_batch(self) -> None:
+        self._close()
+        for b in self.buffers:
+            b.zero_()
+        self.before = torch.stack([m.num_batches_tracked for m in self.bns]).clone()
+        self.open = True
+
+    @torch.no_grad()
+    def end(self) -> None:
+        """Replay every rank's micro-batches in global order onto the statistics before the step."""
+        self._close()
+        if not self.updates:
+            return self.abandon()
+        updates, calls = torch.stack(self.updates), torch.stack(self.calls)
+        distributed = torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_world_size() > 1
+        if distributed and not self.across_ranks:
+            updates, calls = _gathered(updates), _gathered(calls)
+        self.abandon()  # back to the statistics before the step
+        sizes = [b.numel() for b in self.buffers]
+        factors = [1.0 - m.momentum for m in self.bns for _ in (0, 1)]
+        for z, c in zip(updates, calls.tolist()):
+            n = [k for m_calls in c for k in (m_calls, m_calls)]
+            torch._foreach_mul_(self.buffers, [f**k for f, k in zip(factors, n)])
+            torch._foreach_add_(self.buffers, [v.view_as(b) for v, b in zip(z.split(sizes), self.buffers)])
+        total = calls.sum(0)
+        for m, count, k in zip(self.bns, self.counts, total):
+            m.num_batches_tracked.copy_(count + k)
+
+    @torch.no_grad()
+    def abandon(self) -> None:
+        """Put back the statistics before the step."""
+        for b, saved in zip(self.buffers, self.start):
+            b.copy_(saved)
+        for m, count in zip(self.bns, self.counts):
+            m.num_batches_tracked.copy_(count)
+        self.open = False
+
+    def _close(self) -> None:
+        if not self.open:
+            return
+        self.updates.append(torch.cat([b.flatten() for b in self.buffers]))
+        self.calls.append(torch.stack([m.num_batches_tracked for m in self.bns]) - self.before)
+        self.open = False
+
+
+def _gathered(t: torch.Tensor) -> torch.Tensor:
+    """Every rank's `t` (the same shape on each), concatenated along dim 0 in rank order."""
+    parts = [torch.empty_like(t) for _ in range(torch_dist.get_world_size())]
+    torch_dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
