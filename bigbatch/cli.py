@@ -482,8 +482,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # Another rank died: its own error is the one to read; this one's is one line, not a traceback.
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if len(first) > 200:  # cut at a word, and say so
+            first = first[:200].rsplit(" ", 1)[0] + " ..."
         print(
-            f"bigbatch: error: lost contact with another rank ({first[:200]}); the run resumes from its latest "
+            f"bigbatch: error: lost contact with another rank ({first}); the run resumes from its latest "
             "checkpoint with --resume",
             file=sys.stderr,
         )

@@ -29,7 +29,9 @@ def train(
 ) -> Path:
     """Train what `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run directory.
     `resume`: continue the run in `run_dir` (its config must be `cfg`, but for its length and output
-    cadences); "auto": continue it if `run_dir` holds one, else start it.
+    cadences); "auto": continue it if `run_dir` holds one, else start it. `quiet`: no progress bar, log
+    lines or probe table; the line saying where it trains, the last line (done, or stopped and how to
+    continue) and warnings stay.
 
     Under torchrun every process calls this; rank 0 alone writes the run directory."""
     # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during

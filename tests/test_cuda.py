@@ -104,3 +104,10 @@ def test_dssim_and_blur_gradients_on_the_gpu_are_the_cpus():
             weights = torch.rand(out.shape, generator=torch.Generator().manual_seed(1)).to(device)
             grads.append(torch.autograd.grad((out * weights).sum(), x)[0].cpu())
         torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-6 * float(grads[0].abs().max()))
+
+
+def test_batchnorm_running_statistics_replay_on_the_gpu():
+    from test_replicator import check_batchnorm_replay
+
+    for checkpointing in (False, True):
+        check_batchnorm_replay("cuda", checkpointing)

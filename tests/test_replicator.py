@@ -1,5 +1,7 @@
 """The Replicator on its own: exact accumulation, precision, skipped steps, checkpointing, auto micro-batch."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -449,3 +451,37 @@ def test_micro_batch_auto_probes_eagerly_and_the_model_still_compiles():
     for _ in range(2):
         rep.step(lambda m: train(m).square().mean(), x, opt)
     assert rep.probes and counters["frames"]["ok"] > 0, dict(counters["frames"])
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_batchnorm_running_statistics_are_pytorchs_sequential_updates(checkpointing):
+    # The engine replays each micro-batch's BatchNorm updates after the step (engine/running_stats.py): the
+    # statistics must be PyTorch's own, micro-batch after micro-batch and call after call, up to rounding,
+    # with the BN called twice a micro-batch, under activation checkpointing (recomputation must not count).
+    check_batchnorm_replay("cpu", checkpointing)
+
+
+def check_batchnorm_replay(device, checkpointing):
+    """(tests/test_cuda.py runs it on the GPU.)"""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8, momentum=0.3), nn.ReLU(), nn.Conv2d(8, 4, 3))
+    reference = copy.deepcopy(net).to(device)
+    rep = bigbatch.Replicator(batch=32, micro_batch=8, device=device)
+    model = rep.prepare(net, checkpointing=["1", "2"] if checkpointing else False)
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.0))  # the weights stay as the reference's
+    g = torch.Generator().manual_seed(1)
+    for _ in range(2):
+        a, b = torch.randn(32, 3, 10, 10, generator=g) * 3 + 1, torch.randn(32, 3, 10, 10, generator=g)
+        rep.step(lambda m: model(m[0]).square().mean() + model(m[1]).mean(), (a, b), opt)
+        with torch.no_grad():
+            for i in range(0, 32, 8):
+                reference(a[i : i + 8].to(device))
+                reference(b[i : i + 8].to(device))
+    mine, theirs = net[1], reference[1]
+    assert int(mine.num_batches_tracked) == int(theirs.num_batches_tracked) == 16
+    for key in ("running_mean", "running_var"):
+        x, y = getattr(mine, key), getattr(theirs, key)
+        assert (x - y).abs().max() <= 1e-6 * y.abs().max(), key
+        assert not torch.equal(x, torch.zeros_like(x)) and not torch.equal(
+            x, getattr(nn.BatchNorm2d(8).to(device), key)
+        )

@@ -55,8 +55,7 @@ class StepStatistics:
     @torch.no_grad()
     def micro_batch(self) -> None:
         self._close()
-        for b in self.buffers:
-            b.zero_()
+        torch._foreach_zero_(self.buffers)
         self.before = torch.stack([m.num_batches_tracked for m in self.bns]).clone()
         self.open = True
 

@@ -103,6 +103,13 @@ def list_models(task: str | None = None) -> list[str]:
 def _family(name: str, task: str | None = None) -> _Family:
     """The family `name`, which must be of `task` when one is given."""
     if name not in _FAMILIES:
+        if task is not None:  # and where the others are built
+            others = "; ".join(
+                f"{_KIND[t][2]} ({_KIND[t][1]}): {', '.join(list_models(t))}" for t in _KIND if t != task
+            )
+            raise BigbatchError(
+                f"unknown model '{name}'; {_KIND[task][2]} are: {', '.join(list_models(task))}; {others}"
+            )
         raise BigbatchError(f"unknown model '{name}'; valid: {', '.join(list_models(task))}")
     family = _FAMILIES[name]
     if task is not None and family.task != task:
@@ -142,6 +149,13 @@ def check_options(name: str, given: dict[str, Any]) -> None:
         )
 
 
+def _check_sizes(**sizes: Any) -> None:
+    """Widths, resolutions and counts are whole numbers >= 1 (None: the family's default)."""
+    for key, value in sizes.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise BigbatchError(f"{key} must be a whole number >= 1, got {value!r}")
+
+
 def create(
     name: str,
     resolution: int,
@@ -157,6 +171,7 @@ def create(
     the family's reference values; `opts` are the family's options (BigbatchError naming the valid ones
     for any other)."""
     family = _family(name, "gan")
+    _check_sizes(resolution=resolution, ch=ch, dim_z=dim_z, img_channels=img_channels)
     check_options(name, opts)
     init = opts.pop("init", family.init)
     params = inspect.signature(family.build).parameters
@@ -187,6 +202,7 @@ def create_classifier(
     family's reference width; `opts` are the family's options (BigbatchError naming the valid ones
     for any other)."""
     family = _family(name, "classify")
+    _check_sizes(n_classes=n_classes, ch=ch, img_channels=img_channels)
     check_options(name, opts)
     init = opts.pop("init", family.init)
     params = inspect.signature(family.build).parameters
