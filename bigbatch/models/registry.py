@@ -202,7 +202,6 @@ def create_classifier(
     family's reference width; `opts` are the family's options (BigbatchError naming the valid ones
     for any other)."""
     family = _family(name, "classify")
-    _check_sizes(n_classes=n_classes, ch=ch, img_channels=img_channels)
     check_options(name, opts)
     init = opts.pop("init", family.init)
     params = inspect.signature(family.build).parameters
