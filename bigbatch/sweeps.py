@@ -7,12 +7,14 @@ metric. `bigbatch sweep FILE.py` runs a plain Python file that calls it, as `pyt
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import itertools
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -82,20 +84,50 @@ def sweep(
             raise BigbatchError(f"sweep grid key {key!r} lists {twice[0]!r} more than once: give each value once")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     jobs = [Job(root / run_name(combo), combo, base.override(combo)) for combo in combos]  # all checked first
-    for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
-        _check_unchanged(job)
-    todo = []
-    for i, job in enumerate(jobs):
-        state = status(job.run, job.cfg)
-        _say(quiet, f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
-        if state != "finished":
-            todo.append(job)
-    if launcher == "local":
-        for job in todo:
-            _train_here(job, quiet)
-    else:
-        _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
-    return _finish(root, jobs)
+    with _one_sweep(root):
+        for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
+            _check_unchanged(job)
+        todo = []
+        for i, job in enumerate(jobs):
+            state = status(job.run, job.cfg)
+            _say(quiet, f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
+            if state != "finished":
+                todo.append(job)
+        if launcher == "local":
+            for job in todo:
+                _train_here(job, quiet)
+        else:
+            _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
+        return _finish(root, jobs)
+
+
+@contextlib.contextmanager
+def _one_sweep(root: Path) -> Iterator[None]:
+    """Hold RUNS_DIR/.sweep.lock while a sweep runs in it: a second sweep into the same folder would find
+    the first one's runs in use, call them failed and write its table over the first one's."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: unguarded
+        yield
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".sweep.lock", "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise BigbatchError(
+                f"{root} is in use by another sweep (process {holder}); wait for it to end, or give this one "
+                "another RUNS_DIR"
+            ) from None
+        except OSError:  # a file system without locks: as before, unguarded
+            pass
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
 
 
 @dataclass
@@ -307,12 +339,13 @@ def _search(
                 handle.stop(wait=False)  # with a checkpoint: it can still be resumed by hand
 
     starter = _starter(launcher, nprocs)
-    try:
-        _side_by_side(trials(), starter, quiet, watch)
-    finally:
-        for job in jobs:
-            _tell(study, job, metric, optuna.trial.TrialState)
-    return _finish(root, jobs)
+    with _one_sweep(root):
+        try:
+            _side_by_side(trials(), starter, quiet, watch)
+        finally:
+            for job in jobs:
+                _tell(study, job, metric, optuna.trial.TrialState)
+        return _finish(root, jobs)
 
 
 def _suggest(trial: Any, key: str, spec: Any) -> Any:

@@ -1,6 +1,7 @@
 """Experiments as code: bigbatch.sweep and `bigbatch sweep FILE.py`."""
 
 import csv
+import fcntl
 import re
 
 import pytest
@@ -40,6 +41,16 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
     with pytest.raises(bigbatch.BigbatchError, match=r"in train.seed \(0 -> 7\).*give it another RUNS_DIR"):
         bigbatch.sweep(base.override({"train.seed": 7}), grid, tmp_path / "sweep")
     assert (second / "checkpoints" / "000000.128" / "G.safetensors").read_bytes() == weights
+
+    # Another sweep into the same folder (found from outside: it called the first one's runs failed).
+    with open(tmp_path / "sweep" / ".sweep.lock", "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        held.truncate(0)
+        held.write("4242\n")
+        held.flush()
+        with pytest.raises(bigbatch.BigbatchError, match=r"in use by another sweep \(process 4242\)"):
+            bigbatch.sweep(base, grid, tmp_path / "sweep")
+    assert [r["status"] for r in bigbatch.sweep(base, grid, tmp_path / "sweep")] == ["finished", "finished"]
 
     with pytest.raises(bigbatch.BigbatchError, match="must map to a non-empty list"):
         bigbatch.sweep(base, {"train.batch": 16}, tmp_path / "bad")
