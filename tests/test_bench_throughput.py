@@ -1,6 +1,7 @@
 """bench/throughput.py's counters and its classify measure: FLOPs and peaks are counted without undoing
 train.compile, and a classify step's FLOPs are its model's forward and backward. bench/resample.py's table."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -81,3 +82,11 @@ def test_resample_bench_times_both_ways_for_every_layer_and_width():
     rows = [line for line in out.splitlines() if line.startswith("| fp32 |")]
     assert [row.split("|")[2:4] for row in rows] == [[" D ", " 4 "], [" D ", " 8 "], [" G ", " 4 "], [" G ", " 8 "]]
     assert all(row.count(" = **") == 4 for row in rows)  # two ops / one op at 8, 16, 32 and 64 px
+
+
+def test_world_size_bench_times_the_batchnorm_replay():
+    import world_size
+
+    assert re.fullmatch(
+        r"53 BatchNorms, 2 micro-batches a step: [\d.]+ ms a step \(CPU, 1 thread\)", world_size.replay_cost(2, 1)
+    )
