@@ -17,6 +17,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 import bigbatch
+from bigbatch.cli import main
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
 from bigbatch.models.saehd import SAEHD
@@ -238,17 +239,18 @@ def test_two_processes_train_the_weights_of_one(faces, tmp_path):
         assert torch.allclose(weights[0][k], weights[1][k], rtol=1e-4, atol=1e-6), k
 
 
-def test_export_convert_and_swap_round_trip(faces, tmp_path):
+def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     over = {"train.kimg": 0.004, "swap.true_face_power": 0.0, "swap.gan_power": 0.0}
     # micro_batch "auto" probes the autoencoder alone; checkpointing recomputes its blocks and losses.
     over.update({"train.micro_batch": "auto", "train.memory_budget": "4GiB", "train.checkpointing": True})
     cfg = swap_config(*faces, **over)
     run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
 
-    def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "bigbatch.cli", *args], capture_output=True, text=True, timeout=120
-        )
+    def cli(*args):  # the command line, in this process (each a new interpreter took most of this test's time)
+        capsys.readouterr()
+        code = main(list(args))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
 
     # Faces not prepared from DFL's: their face type (which DFL's merger crops by) is asked for, not guessed.
     out = cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me")
@@ -474,14 +476,15 @@ def dfl_folder(folder, face_type="f", iteration=1200, seed=0):
     return model
 
 
-def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces, tmp_path, monkeypatch):
+def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces, tmp_path, monkeypatch, capsys):
     """Found by running DFL's own code on bigbatch's files: a face type "f" came back "wf", options and the
     optimizer were lost through convert, and a 0-step export was re-initialised by DFL (iteration 0)."""
 
-    def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "bigbatch.cli", *args], capture_output=True, text=True, timeout=120
-        )
+    def cli(*args):  # the command line, in this process
+        capsys.readouterr()
+        code = main(list(args))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
 
     src = tmp_path / "from_dfl"
     dfl_folder(src, face_type="f")
