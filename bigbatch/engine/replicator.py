@@ -8,9 +8,11 @@ function; the Replicator handles devices, DDP, precision, accumulation and memor
         loss = rep.step(step_fn, batch, opt)    # step_fn(micro) -> mean loss of the micro-batch
 
 One optimizer step sees `batch` examples: `micro_batch x accumulation` on each of `world_size` ranks.
-Each micro-batch loss is divided by the accumulation and DDP averages over ranks, so the gradient is
-the gradient of the mean loss over the whole batch, whatever the split. DDP all-reduces only on the
-last micro-batch. Before each micro-batch's forward the engine calls `before_micro_batch(i)` on every
+Each micro-batch loss is divided by the accumulation and DDP averages over ranks (on CPU: divided by
+accumulation x world size, and the ranks' gradients added in rank order, so that k ranks x 1 micro-batch
+equal 1 rank x k bit for bit), so the gradient is the gradient of the mean loss over the whole batch,
+whatever the split. DDP reduces only on the last micro-batch. BatchNorm running statistics are replayed
+after the micro-batches, every rank's in global order (running_stats.py). Before each micro-batch's forward the engine calls `before_micro_batch(i)` on every
 submodule of a prepared model that defines it (bigbatch's spectral-norm layers run their power iteration
 there, once per step), then the hooks registered with `on_micro_batch` (for modules it did not prepare).
 """
