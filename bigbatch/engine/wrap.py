@@ -227,7 +227,7 @@ def prepare(
     if world_size > 1:
         ids = [device.index] if device.type == "cuda" else None
         # Buffers are not re-broadcast at each forward: spectral-norm vectors advance identically on
-        # every rank, and BN running statistics are averaged by Replicator.average_running_stats.
+        # every rank; BN running statistics are replayed alike on every rank (running_stats.py).
         wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=ids, forward_sync_buffers=False)
         if sums_in_rank_order(device):
             wrapped.register_comm_hook(None, _sum_in_rank_order)
