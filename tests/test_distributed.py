@@ -103,6 +103,12 @@ def test_k_processes_of_one_micro_batch_train_one_process_of_k_bit_for_bit(tmp_p
         unequal = [k for k in a if not torch.equal(a[k], b[k])]
         assert not unequal, f"{net}: {unequal}"
 
+    def logged(run):  # the rows but their clocks: losses and D's outputs are means added in rank order too
+        rows = [json.loads(line) for line in (run.parent / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in row.items() if k not in ("seconds", "img_per_s")} for row in rows]
+
+    assert logged(one) == logged(three) and "D_real" in logged(one)[0]
+
 
 def test_cross_rank_batch_norm_matches_the_whole_micro_batch(tmp_path):
     # With sync_bn, 2 processes x micro 8 compute G's BN statistics over the 16 images that one

@@ -117,6 +117,21 @@ def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - dist.sum, as dist.mean
     return t
 
 
+def sum_in_rank_order(t: torch.Tensor) -> torch.Tensor:
+    """The sum of `t` over ranks added as ((rank 0 + rank 1) + rank 2) + ..., the order one process adds
+    its micro-batches' values in (t itself in one process)."""
+    import torch.distributed as td
+
+    if not active():
+        return t
+    parts = [torch.empty_like(t) for _ in range(td.get_world_size())]
+    td.all_gather(parts, t.contiguous())
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
 def agree(flag: bool) -> bool:
     """True only if `flag` is True on every rank."""
     import torch.distributed as td

@@ -12,9 +12,10 @@ Each micro-batch loss is divided by the accumulation and DDP averages over ranks
 accumulation x world size, and the ranks' gradients added in rank order, so that k ranks x 1 micro-batch
 equal 1 rank x k bit for bit), so the gradient is the gradient of the mean loss over the whole batch,
 whatever the split. DDP reduces only on the last micro-batch. BatchNorm running statistics are replayed
-after the micro-batches, every rank's in global order (running_stats.py). Before each micro-batch's forward the engine calls `before_micro_batch(i)` on every
-submodule of a prepared model that defines it (bigbatch's spectral-norm layers run their power iteration
-there, once per step), then the hooks registered with `on_micro_batch` (for modules it did not prepare).
+after the micro-batches, every rank's in global order (running_stats.py). Before each micro-batch's
+forward the engine calls `before_micro_batch(i)` on every submodule of a prepared model that defines it
+(bigbatch's spectral-norm layers run their power iteration there, once per step), then the hooks
+registered with `on_micro_batch` (for modules it did not prepare).
 """
 
 from __future__ import annotations
@@ -298,8 +299,8 @@ class Replicator:
                     state.scaler.scale(loss / self._loss_divisor).backward()
                 keys = ["loss", *stats]
                 extra = (torch.as_tensor(v, device=loss.device).detach().float().reshape(()) for v in stats.values())
-                values = torch.stack([loss.detach(), *extra])
-                totals = values / plan.accumulation if totals is None else totals + values / plan.accumulation
+                values = torch.stack([loss.detach(), *extra]) / self._loss_divisor
+                totals = values if totals is None else totals + values
         except BaseException:
             if bn is not None:
                 bn.abandon()
@@ -307,7 +308,9 @@ class Replicator:
         if bn is not None:
             bn.end()  # every micro-batch's BatchNorm updates, of every rank, in global order
         self._apply(opt, state)
-        means = dist.mean(totals).tolist()
+        means = (
+            dist.sum_in_rank_order(totals) if self._loss_divisor > plan.accumulation else dist.mean(totals)
+        ).tolist()
         return dict(zip(keys, means)) if isinstance(out, dict) else means[0]
 
     @property
