@@ -485,3 +485,23 @@ def check_batchnorm_replay(device, checkpointing):
         assert not torch.equal(x, torch.zeros_like(x)) and not torch.equal(
             x, getattr(nn.BatchNorm2d(8).to(device), key)
         )
+
+
+def test_a_frozen_batchnorm_keeps_and_uses_its_statistics():
+    # A BatchNorm put in eval mode (fine-tuning with frozen statistics) normalizes with its running statistics
+    # in the step, and the step leaves them alone.
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-1, 1)
+        net[1].running_var.uniform_(0.5, 2)
+    reference = copy.deepcopy(net).eval()
+    rep = bigbatch.Replicator(batch=16, micro_batch=4, device="cpu")
+    model = rep.prepare(net)
+    net[1].eval()
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.0))
+    x = torch.randn(16, 3, 10, 10)
+    loss = rep.step(lambda m: model(m).square().mean(), x, opt)
+    assert loss == pytest.approx(float(reference(x).square().mean()), rel=1e-5)
+    for key in ("running_mean", "running_var", "num_batches_tracked"):
+        assert torch.equal(getattr(net[1], key), getattr(reference[1], key)), key

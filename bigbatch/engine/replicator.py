@@ -286,11 +286,10 @@ class Replicator:
             state.trained_of = len(self.models)
         totals: torch.Tensor | None = None
         keys: list[str] = []
-        bn = running_stats.StepStatistics(self._bns(), across_ranks=self.sync_bn) if self._bns() else None
+        bn = running_stats.StepStatistics(self._bns(), across_ranks=self.sync_bn)
         try:
             for i, micro in enumerate(micros):
-                if bn is not None:
-                    bn.micro_batch()
+                bn.micro_batch()
                 self._before_micro_batch(i)
                 with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
                     with prec.autocast(self.precision, self.device):
@@ -302,11 +301,9 @@ class Replicator:
                 values = torch.stack([loss.detach(), *extra]) / self._loss_divisor
                 totals = values if totals is None else totals + values
         except BaseException:
-            if bn is not None:
-                bn.abandon()
+            bn.abandon()
             raise
-        if bn is not None:
-            bn.end()  # every micro-batch's BatchNorm updates, of every rank, in global order
+        bn.end()  # every micro-batch's BatchNorm updates, of every rank, in global order
         self._apply(opt, state)
         means = (
             dist.sum_in_rank_order(totals) if self._loss_divisor > plan.accumulation else dist.mean(totals)

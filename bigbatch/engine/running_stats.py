@@ -44,16 +44,20 @@ class StepStatistics:
     rank holds the same updates, the global micro-batch's, and replays its own."""
 
     def __init__(self, bns: list[nn.modules.batchnorm._BatchNorm], across_ranks: bool = False):
-        self.bns, self.across_ranks = bns, across_ranks
-        self.buffers = [b for m in bns for b in (m.running_mean, m.running_var)]
+        # Those in training mode: a BatchNorm in eval mode (frozen, as in fine-tuning) reads its statistics
+        # in the forward and leaves them as they are.
+        self.bns, self.across_ranks = [m for m in bns if m.training], across_ranks
+        self.buffers = [b for m in self.bns for b in (m.running_mean, m.running_var)]
         self.start = [b.clone() for b in self.buffers]
-        self.counts = [m.num_batches_tracked.clone() for m in bns]
+        self.counts = [m.num_batches_tracked.clone() for m in self.bns]
         self.updates: list[torch.Tensor] = []  # per micro-batch: its z of every buffer, flat
         self.calls: list[torch.Tensor] = []  # per micro-batch: each BatchNorm's forward calls
         self.open = False
 
     @torch.no_grad()
     def micro_batch(self) -> None:
+        if not self.bns:  # (the same models on every rank: none of them gathers either)
+            return
         self._close()
         torch._foreach_zero_(self.buffers)
         self.before = torch.stack([m.num_batches_tracked for m in self.bns]).clone()
