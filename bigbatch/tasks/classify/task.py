@@ -203,7 +203,7 @@ class ClassifyTask:
         return self.rep.unwrap(self.model)
 
     def step(self, feed: Feed) -> dict[str, float]:
-        """One SGD/AdamW step on the feed's next batch; BN running statistics averaged over ranks."""
+        """One SGD/AdamW step on the feed's next batch (BN statistics of momentum=None averaged over ranks)."""
         lr = self.lr(feed.nimg)
         frozen = feed.nimg < self.frozen_until  # fine-tuning: the head alone at first
         for group in self.opt.param_groups:

@@ -1,6 +1,6 @@
 """The GAN task on the Replicator: each iteration d_steps D steps, each on `batch` real and `batch`
 generated images, then one G step; each is one optimizer step accumulated over this rank's
-micro-batches (`Replicator.step`); then BN statistics averaged over ranks and G_ema updated.
+micro-batches (`Replicator.step`, which replays BN statistics alike on every rank); then G_ema updated.
 
 The real images of a step are those at its global positions; z, fake labels and flips are drawn for
 the whole step from a stream keyed by the step, and each rank takes its share (positions
@@ -185,8 +185,8 @@ class GANTask:
 
     # ---- one iteration -------------------------------------------------------------------------
     def step(self, feed: Feed) -> dict[str, float]:
-        """d_steps D steps on the feed's next batches, one G step, BN statistics averaged over ranks,
-        G_ema updated. A skipped step's losses are not reported."""
+        """d_steps D steps on the feed's next batches, one G step (BN statistics of momentum=None averaged
+        over ranks), G_ema updated. A skipped step's losses are not reported."""
         before = feed.nimg
         if self.cfg.train.lr_decay == "linear":  # by images seen, so a resumed run continues the same schedule
             for opt, lr in ((self.opt_G, self.cfg.train.g_lr), (self.opt_D, self.cfg.train.d_lr)):
