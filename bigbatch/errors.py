@@ -5,6 +5,20 @@ class BigbatchError(Exception):
     """A problem the user can fix. The CLI prints its message on one line and exits with status 2."""
 
 
+def whole_number(name: str, value: object, least: int = 0) -> int:
+    """`value` as an int when it is a whole number >= `least` (an int, or a numpy or torch integer; not a
+    bool), else a BigbatchError naming `name`."""
+    import operator
+
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < least:
+        raise BigbatchError(f"{name} must be a whole number, {least} or more, got {value!r}")
+    return number
+
+
 _WARNED: set[str] = set()
 
 

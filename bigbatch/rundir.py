@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -285,7 +286,7 @@ def _claim_dir(
                 run.mkdir()  # fails if another process claimed it first: then try the next number
             except FileExistsError:
                 continue
-            return run, _lock(run), True, False
+            return run, lock_folder(run), True, False
         raise BigbatchError(f"runs/ holds 100000 runs named {name}-NNNNN; choose another --run-dir")
     run = Path(run_dir)
     try:
@@ -302,7 +303,7 @@ def _claim_dir(
     resume = _check_resume(run, resume)
     created = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
-    lock = _lock(run)
+    lock = lock_folder(run)
     try:
         resume = _check_resume(run, resume)
     except BigbatchError:
@@ -393,30 +394,32 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
     return pid
 
 
-def _lock(run: Path) -> IO | None:
-    """Hold an exclusive flock on RUN/.lock for as long as the returned file stays open (the kernel
-    releases it when the process ends, however it ends). None where the OS or file system has no flock."""
+def lock_folder(folder: Path, name: str = LOCK, busy: Callable[[Path, str, str], str] | None = None) -> IO | None:
+    """Hold an exclusive flock on FOLDER/`name` (RUN/.lock by default) for as long as the returned file stays
+    open (the kernel releases it when the process ends, however it ends); it holds the holder's PID and
+    host. Held by another process: BigbatchError(busy(folder, pid, host)) (default: the run is in use).
+    None where the OS or file system has no flock."""
     try:
         import fcntl
     except ImportError:  # Windows
         return None
+    path = folder / name
     while True:
-        f = open(run / LOCK, "a+")
+        f = open(path, "a+")
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
             holder = f.read().split()
             f.close()
-            raise BigbatchError(
-                _in_use(run, holder[0] if holder else "?", holder[1] if len(holder) > 1 else "")
-            ) from None
+            pid, host = holder[0] if holder else "?", holder[1] if len(holder) > 1 else ""
+            raise BigbatchError((busy or _in_use)(folder, pid, host)) from None
         except OSError as e:  # e.g. a network file system without locks
             f.close()
-            warn(f"cannot lock {run / LOCK} ({e.strerror}); make sure no other process trains this run")
+            warn(f"cannot lock {path} ({e.strerror}); make sure no other process uses {folder} meanwhile")
             return None
         try:
-            same = os.fstat(f.fileno()).st_ino == os.stat(run / LOCK).st_ino
+            same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
             same = False
         if same:  # not a lock file that its holder removed while we waited for it

@@ -8,7 +8,6 @@ split into batches, and the first k of n images are the images of sample(G, k, s
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from torch import nn
 
 from bigbatch.config import MIN_TRUNCATION
 from bigbatch.data.streams import SAMPLE, generator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, whole_number
 from bigbatch.files import atomic_write
 
 
@@ -111,31 +110,22 @@ def sample(
         raise BigbatchError(
             f"sample takes a generator (bigbatch.load_generator(RUN) or one of bigbatch.models), got {type(G).__name__}"
         )
-    for name, value, least in (("n", n, 0), ("batch_size", batch_size, 1)):
-        if (v := _label(value)) is None or v < least:
-            raise BigbatchError(f"sample's {name} must be an integer >= {least}, got {value!r}")
+    n, batch_size = whole_number("n", n, 0), whole_number("batch_size", batch_size, 1)
     n_classes = getattr(G, "n_classes", 0)
     if classes is not None and not n_classes:
         raise BigbatchError("this generator is unconditional: it takes no classes")
     if classes is not None:
-        listed = hasattr(classes, "__len__") and not isinstance(classes, (str, bytes))
-        labels = [_label(c) for c in classes] if listed else []
-        if not labels or not all(c is not None and 0 <= c < n_classes for c in labels):
+        try:
+            listed = hasattr(classes, "__len__") and not isinstance(classes, (str, bytes))
+            labels = [whole_number("a class", c) for c in classes] if listed else []
+        except BigbatchError:
+            labels = []
+        if not labels or max(labels) >= n_classes:
             raise BigbatchError(f"classes must be a non-empty list of labels in 0..{n_classes - 1}, got {classes!r}")
     z, y = draw_latents(n, G.dim_z, seed, n_classes, truncation=math.inf if truncation is None else truncation)
     if classes is not None:
-        y = torch.tensor([int(classes[i % len(classes)]) for i in range(n)], dtype=torch.long)
+        y = torch.tensor([labels[i % len(labels)] for i in range(n)], dtype=torch.long)
     return _eval(G, z, y, batch_size)
-
-
-def _label(c: object) -> int | None:
-    """An integer label (int, numpy or torch integer), else None."""
-    if isinstance(c, bool):
-        return None
-    try:
-        return operator.index(c)
-    except TypeError:
-        return None
 
 
 def grid(images: torch.Tensor, ncol: int = 8, pad: int = 2) -> Image.Image:

@@ -14,7 +14,6 @@ import io
 import itertools
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -27,7 +26,7 @@ from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
-from bigbatch.rundir import read_metrics, resume_config
+from bigbatch.rundir import lock_folder, read_metrics, resume_config
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
 HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5"}
@@ -105,29 +104,21 @@ def sweep(
 def _one_sweep(root: Path) -> Iterator[None]:
     """Hold RUNS_DIR/.sweep.lock while a sweep runs in it: a second sweep into the same folder would find
     the first one's runs in use, call them failed and write its table over the first one's."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: unguarded
-        yield
-        return
+
+    def busy(folder: Path, pid: str, host: str) -> str:
+        where = f" on {host}" if host else ""
+        return (
+            f"{folder} is in use by another sweep (process {pid}{where}); wait for it to end, or give this one "
+            "another RUNS_DIR"
+        )
+
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".sweep.lock", "a+") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            raise BigbatchError(
-                f"{root} is in use by another sweep (process {holder}); wait for it to end, or give this one "
-                "another RUNS_DIR"
-            ) from None
-        except OSError:  # a file system without locks: as before, unguarded
-            pass
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
+    lock = lock_folder(root, ".sweep.lock", busy)
+    try:
         yield
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 @dataclass

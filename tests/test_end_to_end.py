@@ -65,8 +65,8 @@ def test_sample_api_is_deterministic_and_split_invariant(run):
         ({"classes": []}, "classes must be"),
         ({"classes": 3}, "classes must be"),
         ({"classes": ["zebra"]}, "classes must be"),
-        ({"n": -3}, "n must be an integer >= 0"),
-        ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+        ({"n": -3}, "n must be a whole number, 0 or more, got -3"),
+        ({"batch_size": 0}, "batch_size must be a whole number, 1 or more, got 0"),
     ]
     for kwargs, message in bad:
         with pytest.raises(bigbatch.BigbatchError, match=message):

@@ -310,6 +310,7 @@ def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps
         assert stopped.final["kimg"] <= saved < stopped.final["kimg"] + 0.064
         assert sheets[-1] == handle.sheet and (path / "samples" / handle.sheet.name).read_bytes() == handle.sheet.png
         assert handle.sheet.image().size[0] > 16 and handle.sheet.kimg == saved  # the sheets of the stop
+        assert any(line.startswith("Stopped by signal; saved") for line in handle.lines[-5:])  # (a list: it slices)
 
         # The same call resumes it: a new handle yields the run's whole history, each row once.
         end = saved + 0.128  # (float noise and all: kimg counts whole images)

@@ -145,7 +145,7 @@ def test_spectral_norm_estimates_the_top_singular_value():
 def test_unknown_family_and_options():
     with pytest.raises(bigbatch.BigbatchError, match="unknown model 'nope'"):
         bigbatch.models.create("nope", 32)
-    with pytest.raises(bigbatch.BigbatchError, match="ch must be a whole number >= 1, got 0"):
+    with pytest.raises(bigbatch.BigbatchError, match="ch must be a whole number, 1 or more, got 0"):
         bigbatch.models.create("dcgan", 32, ch=0)  # (an IndexError from inside the model, found from outside)
     with pytest.raises(bigbatch.BigbatchError, match="no option 'depth'"):
         bigbatch.models.create("dcgan", 32, depth=3)

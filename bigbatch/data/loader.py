@@ -14,7 +14,7 @@ from bigbatch.data import device_decode
 from bigbatch.data.crops import rrc_draws
 from bigbatch.data.schedule import Schedule, resize_batch
 from bigbatch.data.streams import FLIP, generator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, whole_number
 
 
 class Order(Protocol):
@@ -253,9 +253,11 @@ class Loader:
             raise BigbatchError(f"augment must be 'rrc' or 'center', got {augment!r}")
         if not isinstance(path, (str, os.PathLike)):
             raise BigbatchError(f"path must name a data file (a path or URL), got {type(path).__name__}")
-        for name, value, least in (("world_size", world_size, 1), ("rank", rank, 0), ("batch", batch, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise BigbatchError(f"{name} must be a whole number, {least} or more, got {value!r}")
+        counts = {"world_size": (world_size, 1), "rank": (rank, 0), "batch": (batch, 1), "start": (start, 0)}
+        counts |= {"workers": (workers, 0), "steps": (steps, 0)}
+        for name, (value, least) in counts.items():
+            if value is not None or name != "steps":
+                whole_number(name, value, least)
         if rank >= world_size:
             raise BigbatchError(f"rank {rank} is out of range for world_size {world_size} (ranks 0..{world_size - 1})")
         if batch % world_size:
@@ -269,9 +271,6 @@ class Loader:
             )
         if not 0 < min_scale <= 1:
             raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")
-        for name, value in (("start", start), ("workers", workers), ("steps", steps)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise BigbatchError(f"{name} must be a whole number, 0 or more, got {value!r}")
         epoch = len(self.data) // batch * batch
         if steps is None and not epoch:
             raise BigbatchError(

@@ -117,19 +117,29 @@ def sum(t: torch.Tensor) -> torch.Tensor:  # noqa: A001 - dist.sum, as dist.mean
     return t
 
 
-def sum_in_rank_order(t: torch.Tensor) -> torch.Tensor:
-    """The sum of `t` over ranks added as ((rank 0 + rank 1) + rank 2) + ..., the order one process adds
-    its micro-batches' values in (t itself in one process)."""
+def in_rank_order(t: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's `t` (the same shape on each), rank 0's first ([t] in one process)."""
     import torch.distributed as td
 
     if not active():
-        return t
+        return [t]
     parts = [torch.empty_like(t) for _ in range(td.get_world_size())]
     td.all_gather(parts, t.contiguous())
+    return parts
+
+
+def add_in_order(parts: list[torch.Tensor]) -> torch.Tensor:
+    """((parts[0] + parts[1]) + parts[2]) + ..., into parts[0]: the order one process adds its micro-batches'
+    values in, so that ranks' values added so equal one process's bit for bit."""
     total = parts[0]
     for part in parts[1:]:
-        total = total + part
+        total.add_(part)
     return total
+
+
+def sum_in_rank_order(t: torch.Tensor) -> torch.Tensor:
+    """The sum of `t` over ranks, added in rank order (add_in_order; t itself in one process)."""
+    return add_in_order(in_rank_order(t)) if active() else t
 
 
 def agree(flag: bool) -> bool:

@@ -286,6 +286,9 @@ class Replicator:
             state.trained_of = len(self.models)
         totals: torch.Tensor | None = None
         keys: list[str] = []
+        # In rank order (CPU): each rank scales by the whole step's micro-batches, the sums are plain ones.
+        in_order = self.world_size > 1 and wrap.sums_in_rank_order(self.device)
+        divisor = plan.accumulation * (self.world_size if in_order else 1)
         bn = running_stats.StepStatistics(self._bns(), across_ranks=self.sync_bn)
         try:
             for i, micro in enumerate(micros):
@@ -295,29 +298,18 @@ class Replicator:
                     with prec.autocast(self.precision, self.device):
                         out = step_fn(batch_parts.to_device(micro, self.device))
                     loss, stats = batch_parts.unpack(out)
-                    state.scaler.scale(loss / self._loss_divisor).backward()
+                    state.scaler.scale(loss / divisor).backward()
                 keys = ["loss", *stats]
                 extra = (torch.as_tensor(v, device=loss.device).detach().float().reshape(()) for v in stats.values())
-                values = torch.stack([loss.detach(), *extra]) / self._loss_divisor
+                values = torch.stack([loss.detach(), *extra]) / divisor
                 totals = values if totals is None else totals + values
         except BaseException:
             bn.abandon()
             raise
         bn.end()  # every micro-batch's BatchNorm updates, of every rank, in global order
         self._apply(opt, state)
-        means = (
-            dist.sum_in_rank_order(totals) if self._loss_divisor > plan.accumulation else dist.mean(totals)
-        ).tolist()
+        means = (dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)).tolist()
         return dict(zip(keys, means)) if isinstance(out, dict) else means[0]
-
-    @property
-    def _loss_divisor(self) -> int:
-        """What each micro-batch's mean loss is divided by: the accumulation, where DDP's all-reduce then
-        averages over ranks; accumulation x world size, where the ranks' gradients are summed as they are
-        (in rank order: then k ranks x 1 micro-batch scale each loss as 1 rank x k, bit for bit)."""
-        if self.world_size > 1 and wrap.sums_in_rank_order(self.device):
-            return self.plan.accumulation * self.world_size
-        return self.plan.accumulation
 
     def _bns(self) -> list[nn.Module]:
         """The BatchNorms of the prepared models whose running statistics each step replays in order."""

@@ -23,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-import torch.distributed as torch_dist
 from torch import nn
+
+from bigbatch.engine import dist
 
 
 def captured(models: Iterable[nn.Module]) -> list[nn.modules.batchnorm._BatchNorm]:
@@ -60,7 +61,7 @@ class StepStatistics:
             return
         self._close()
         torch._foreach_zero_(self.buffers)
-        self.before = torch.stack([m.num_batches_tracked for m in self.bns]).clone()
+        self.before = torch.stack([m.num_batches_tracked for m in self.bns])
         self.open = True
 
     @torch.no_grad()
@@ -70,9 +71,8 @@ class StepStatistics:
         if not self.updates:
             return self.abandon()
         updates, calls = torch.stack(self.updates), torch.stack(self.calls)
-        distributed = torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_world_size() > 1
-        if distributed and not self.across_ranks:
-            updates, calls = _gathered(updates), _gathered(calls)
+        if not self.across_ranks:  # every rank's micro-batches, rank 0's first
+            updates, calls = torch.cat(dist.in_rank_order(updates)), torch.cat(dist.in_rank_order(calls))
         self.abandon()  # back to the statistics before the step
         sizes = [b.numel() for b in self.buffers]
         factors = [1.0 - m.momentum for m in self.bns for _ in (0, 1)]
@@ -99,10 +99,3 @@ class StepStatistics:
         self.updates.append(torch.cat([b.flatten() for b in self.buffers]))
         self.calls.append(torch.stack([m.num_batches_tracked for m in self.bns]) - self.before)
         self.open = False
-
-
-def _gathered(t: torch.Tensor) -> torch.Tensor:
-    """Every rank's `t` (the same shape on each), concatenated along dim 0 in rank order."""
-    parts = [torch.empty_like(t) for _ in range(torch_dist.get_world_size())]
-    torch_dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)

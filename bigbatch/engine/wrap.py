@@ -14,6 +14,7 @@ import torch.distributed as torch_dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError, warn
 
 
@@ -249,12 +250,5 @@ def _sum_in_rank_order(_state, bucket):  # (unannotated: DDP checks the annotati
     sends each rank's bucket to all, where a ring all-reduce sends it twice: small against a CPU step."""
     grads = bucket.buffer()
     parts = [torch.empty_like(grads) for _ in range(torch_dist.get_world_size())]
-    gathered = torch_dist.all_gather(parts, grads, async_op=True).get_future()
-
-    def total(_: Any) -> torch.Tensor:
-        out = parts[0]
-        for part in parts[1:]:
-            out.add_(part)
-        return out
-
-    return gathered.then(total)
+    gathered = torch_dist.all_gather(parts, grads, async_op=True).get_future()  # (async: DDP overlaps it)
+    return gathered.then(lambda _: dist.add_in_order(parts))

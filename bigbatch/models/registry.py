@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, whole_number
 from bigbatch.models import layers
 
 Builder = Callable[..., tuple[nn.Module, nn.Module]]
@@ -149,13 +149,6 @@ def check_options(name: str, given: dict[str, Any]) -> None:
         )
 
 
-def _check_sizes(**sizes: Any) -> None:
-    """Widths, resolutions and counts are whole numbers >= 1 (None: the family's default)."""
-    for key, value in sizes.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise BigbatchError(f"{key} must be a whole number >= 1, got {value!r}")
-
-
 def create(
     name: str,
     resolution: int,
@@ -171,7 +164,9 @@ def create(
     the family's reference values; `opts` are the family's options (BigbatchError naming the valid ones
     for any other)."""
     family = _family(name, "gan")
-    _check_sizes(resolution=resolution, ch=ch, dim_z=dim_z, img_channels=img_channels)
+    for key, value in {"resolution": resolution, "ch": ch, "dim_z": dim_z, "img_channels": img_channels}.items():
+        if value is not None:  # (None: the family's default)
+            whole_number(key, value, 1)
     check_options(name, opts)
     init = opts.pop("init", family.init)
     params = inspect.signature(family.build).parameters
