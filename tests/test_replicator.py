@@ -505,3 +505,52 @@ def test_a_frozen_batchnorm_keeps_and_uses_its_statistics():
     assert loss == pytest.approx(float(reference(x).square().mean()), rel=1e-5)
     for key in ("running_mean", "running_var", "num_batches_tracked"):
         assert torch.equal(getattr(net[1], key), getattr(reference[1], key)), key
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_skipped_step_leaves_batchnorm_statistics_as_they_were(precision, capsys):
+    # A batch whose forward overflows: its gradients are not finite, so the step is skipped; its BatchNorm
+    # updates (inf, then NaN) must be dropped with it, or the model in eval mode gives NaN for good.
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(256, 10))
+    rep = bigbatch.Replicator(batch=16, micro_batch=8, precision=precision, device="cpu")
+    model = rep.prepare(net)
+    opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=1e-3), "clf")
+    x, y = torch.randn(16, 1, 8, 8), torch.randint(10, (16,))
+
+    def step_fn(micro):
+        return nn.functional.cross_entropy(model(micro[0]), micro[1])
+
+    rep.step(step_fn, (x, y), opt)
+    before = {k: v.clone() for k, v in net[1].state_dict().items()}
+    bad = x.clone()
+    bad[3] *= 1e6 if precision == "fp16" else float("inf")  # (fp16: past 65504 in the forward)
+    rep.step(step_fn, (bad, y), opt)
+    assert rep.skipped(opt) and "clf step 2 skipped" in capsys.readouterr().err
+    for key, value in net[1].state_dict().items():
+        assert torch.equal(value, before[key]), key
+    rep.step(step_fn, (x, y), opt)  # and the next good step updates them again
+    assert not rep.skipped(opt) and not torch.equal(net[1].running_mean, before["running_mean"])
+    assert torch.isfinite(model.eval()(x)).all()
+
+
+def test_batchnorm_updates_that_are_not_finite_are_dropped_even_when_the_step_is_not(capsys):
+    # A BatchNorm the loss does not depend on (a branch whose output is unused this step) overflows: the
+    # gradients are finite and applied, its statistics stay as they were.
+    torch.manual_seed(0)
+    trunk, side = nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, device="cpu")
+    trunk, side = rep.prepare(trunk), rep.prepare(side)
+    opt = rep.wrap_optimizer(torch.optim.SGD(trunk.parameters(), lr=0.1), "trunk")
+    before = {k: v.clone() for k, v in side[1].state_dict().items()}
+    x = torch.randn(8, 4)
+
+    def step_fn(micro):
+        side(micro * float("inf"))  # (its output unused)
+        return trunk(micro).square().mean()
+
+    rep.step(step_fn, x, opt)
+    assert not rep.skipped(opt)
+    for key, value in side[1].state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert "trunk step 1: BatchNorm statistics not finite" in capsys.readouterr().err

@@ -306,8 +306,13 @@ class Replicator:
         except BaseException:
             bn.abandon()
             raise
-        bn.end()  # every micro-batch's BatchNorm updates, of every rank, in global order
-        self._apply(opt, state)
+        if self._apply(opt, state):
+            # every micro-batch's BatchNorm updates, of every rank, in global order
+            if not bn.end() and self.is_main:
+                warn(f"{state.name} step {state.steps}: BatchNorm statistics not finite, left as before the step")
+        else:  # a skipped step leaves the running statistics too as they were (its forward may have overflowed)
+            bn.abandon()
+            self._skipped(state)
         means = (dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)).tolist()
         return dict(zip(keys, means)) if isinstance(out, dict) else means[0]
 
@@ -361,8 +366,9 @@ class Replicator:
         except KeyError:
             raise BigbatchError("pass the optimizer through rep.wrap_optimizer(opt) before rep.step") from None
 
-    def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer) -> None:
-        """Unscale, check, clip and apply the accumulated gradients, then free them."""
+    def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer) -> bool:
+        """Unscale, check, clip and apply the accumulated gradients, then free them; whether they were
+        finite (and applied)."""
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if not params:
             raise BigbatchError(
@@ -384,19 +390,22 @@ class Replicator:
         state.grad_norm = float(norm)
         state.last_skipped = not finite
         state.history.append(not finite)
-        if finite:
-            return
+        return finite
+
+    def _skipped(self, state: _Optimizer) -> None:
+        """Count and report a skipped step; stop training past the skip limit."""
         state.skipped += 1
         scale = f"; fp16 loss scale now {state.scaler.get_scale():g}" if state.scaler.is_enabled() else ""
         if self.is_main:
             warn(f"{state.name} step {state.steps} skipped: its gradients are not finite{scale}")
         recent = sum(state.history)
         if recent > self.skip_limit * self.skip_window:
+            instead = "use bf16 instead of fp16, " if state.scaler.is_enabled() else ""
             raise BigbatchError(
                 f"{recent} of the last {len(state.history)} {state.name} steps had non-finite gradients and were "
                 f"skipped (more than skip_limit={self.skip_limit:g} of them); training stopped with the weights of "
-                "the last good step and the last checkpoint intact. Lower the learning rate, use bf16 instead of "
-                "fp16, clip gradients (train.grad_clip), or resume from an earlier checkpoint"
+                f"the last good step and the last checkpoint intact. Lower the learning rate, {instead}clip "
+                "gradients (train.grad_clip), or resume from an earlier checkpoint"
             )
 
     def skipped(self, opt: torch.optim.Optimizer) -> bool:

@@ -65,15 +65,20 @@ class StepStatistics:
         self.open = True
 
     @torch.no_grad()
-    def end(self) -> None:
-        """Replay every rank's micro-batches in global order onto the statistics before the step."""
+    def end(self) -> bool:
+        """Replay every rank's micro-batches in global order onto the statistics before the step; whether
+        they were finite (if not, the statistics before the step stay: a forward that overflowed, its
+        loss not depending on every BatchNorm, would have made them NaN for good)."""
         self._close()
         if not self.updates:
-            return self.abandon()
+            self.abandon()
+            return True
         updates, calls = torch.stack(self.updates), torch.stack(self.calls)
         if not self.across_ranks:  # every rank's micro-batches, rank 0's first
             updates, calls = torch.cat(dist.in_rank_order(updates)), torch.cat(dist.in_rank_order(calls))
         self.abandon()  # back to the statistics before the step
+        if not bool(torch.isfinite(updates).all()):  # (the same updates on every rank: they agree)
+            return False
         sizes = [b.numel() for b in self.buffers]
         factors = [1.0 - m.momentum for m in self.bns for _ in (0, 1)]
         for z, c in zip(updates, calls.tolist()):
@@ -83,6 +88,7 @@ class StepStatistics:
         total = calls.sum(0)
         for m, count, k in zip(self.bns, self.counts, total):
             m.num_batches_tracked.copy_(count + k)
+        return True
 
     @torch.no_grad()
     def abandon(self) -> None:
