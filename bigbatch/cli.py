@@ -162,7 +162,7 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from bigbatch.launch import report, with_restarts
+    from bigbatch.launch import APART, apart, bind_apart, report, with_restarts
 
     command = args.launched[1:] if args.launched[:1] == ["--"] else args.launched
     if args.grace < 0:
@@ -171,6 +171,9 @@ def _launch(args: argparse.Namespace) -> int:
         raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
     if args.restarts and "--resume=auto" not in command:
         raise BigbatchError("--restarts reruns the command: give it --resume=auto, so that a rerun resumes the run")
+    if args.local > 0 and command and APART not in os.environ and threading.current_thread() is threading.main_thread():
+        return apart(args.argv)  # the local cluster in a session of its own, out of reach of group signals
+    bind_apart()
     if args.engine == "ray":
         from bigbatch.launch.ray import launch_ray
 
@@ -463,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     old = signal.signal(signal.SIGTERM, _terminate) if in_main else None
     try:
         args = parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
     except _Terminated:
         print("bigbatch: stopped by SIGTERM", file=sys.stderr)

@@ -51,16 +51,16 @@ def ignore_late_sigterm() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def die_with_parent(parent: int) -> None:
-    """In a helper process (a pool's worker): be killed with SIGKILL when the thread that started it ends,
-    its parent killed with SIGKILL included (Linux's PR_SET_PDEATHSIG; elsewhere nothing), rather than
-    live on orphaned; exit at once if `parent` (its PID) has already gone before this took hold."""
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """In a helper process (a pool's worker): get `sig` (default SIGKILL) when the thread that started it
+    ends, its parent killed with SIGKILL included (Linux's PR_SET_PDEATHSIG; elsewhere nothing), rather
+    than live on orphaned; exit at once if `parent` (its PID) has already gone before this took hold."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not glibc
         return
     if os.getppid() != parent:

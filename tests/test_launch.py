@@ -151,7 +151,8 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
         )
         assert ok.returncode == 0, ok.stderr[-3000:]
         bad = launch(cluster.scheduler_address, "train", "model.name=nope", "--run-dir", str(tmp_path / "bad"))
-    stopped = stop_a_long_launch(tmp_path / "long")
+    stopped = stop_a_long_launch(tmp_path / "long", signal.SIGINT)
+    ended = stop_a_long_launch(tmp_path / "ended", signal.SIGTERM)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     # Whichever rank failed first (the other may have been stopped by it before reading its config).
     assert re.match(
@@ -169,12 +170,17 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
     assert "Traceback" not in stopped.stderr and "Stopped by signal; saved" in stopped.stdout
     assert "stopping every rank" in stopped.stderr  # (the ranks print on their workers' stdout)
     assert bigbatch.checkpoints.find_checkpoint(tmp_path / "long").name != "000000.000"
+    # So does SIGTERM to the whole group (`timeout`, a batch system ending the job), which killed the workers.
+    assert ended.returncode == 0, (ended.returncode, ended.stderr[-3000:])
+    assert "Traceback" not in ended.stderr and "Stopped by signal; saved" in ended.stdout
+    assert bigbatch.checkpoints.find_checkpoint(tmp_path / "ended").name != "000000.000"
 
 
-def stop_a_long_launch(run_dir):
-    """`bigbatch launch dask --local 2` of a long run, stopped as Ctrl-C in its terminal stops it."""
+def stop_a_long_launch(run_dir, sig, engine="dask"):
+    """`bigbatch launch ENGINE --local 2` of a long run, stopped by `sig` to its whole process group: as
+    Ctrl-C in its terminal (SIGINT) or `timeout` and batch systems (SIGTERM) stop it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--local", "2", "--", "train", *ARGS]
+    cmd = [sys.executable, "-m", "bigbatch.cli", "launch", engine, "--local", "2", "--", "train", *ARGS]
     cmd += ["train.kimg=1000", "train.batch=32", "train.micro_batch=8", "--run-dir", str(run_dir)]
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -188,7 +194,7 @@ def stop_a_long_launch(run_dir):
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.2)
     live = [line for line in out_lines if line.startswith("kimg ")]
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, sig)
     err = proc.stderr.read()
     proc.wait(timeout=180)
     reader.join(timeout=10)
@@ -221,6 +227,12 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path):
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert re.match(r"bigbatch: error: rank [01] on ray://[\d.]+:[01]: config key 'model.name' names no", bad.stderr)
+    # SIGTERM to the launcher's process group (`timeout`, a batch system) reached Ray's own processes, which
+    # shut down: the ranks saved, but the launcher waited a minute for Ray and failed. Now a clean stop.
+    ended = stop_a_long_launch(tmp_path / "ended", signal.SIGTERM, "ray")
+    assert ended.returncode == 0, (ended.returncode, ended.stderr[-3000:])
+    assert "Stopped by signal; saved" in ended.stdout and "GCS" not in ended.stderr, ended.stderr[-3000:]
+    assert bigbatch.checkpoints.find_checkpoint(tmp_path / "ended").name != "000000.000"
 
 
 @pytest.mark.parametrize(

@@ -160,6 +160,58 @@ def _wait(
 
 
 @contextlib.contextmanager
+def outlives_group_signals() -> Iterator[None]:
+    """For starting a local cluster (`--local N`): the processes started inside ignore SIGINT and SIGTERM
+    (an ignored signal stays ignored in a child). Ctrl-C in a terminal, and `timeout` or a batch system
+    ending the job, signal the launcher's whole process group; the cluster must stay up while the
+    launcher has the ranks save and stop, as on a real cluster (its ranks, in sessions of their own,
+    restore both signals: BOUND_RANK). Dask and Ray stop their processes otherwise."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+APART = "BIGBATCH_LAUNCH_APART"  # set (to this process's PID) in a launcher started by `apart`
+
+
+def apart(argv: Sequence[str]) -> int:
+    """`bigbatch ARGV` (a `launch ... --local N`) in a session of its own, this process forwarding SIGINT
+    and SIGTERM to it; returns its exit status. Ctrl-C in a terminal, and `timeout` or a batch system
+    ending the job, signal a whole process group: a local cluster's processes (Dask's workers, Ray's
+    GCS and raylet) would die of it, losing the ranks while the launcher has them save a checkpoint.
+    Apart, only the launcher hears it, and stops the ranks as on a real cluster."""
+    env = {**os.environ, APART: str(os.getpid())}
+    proc = subprocess.Popen([sys.executable, "-m", "bigbatch", *argv], env=env, start_new_session=True)
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = proc.wait()  # (a forwarded signal's handler returns; the wait goes on)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 128 - status if status < 0 else status
+
+
+def bind_apart() -> None:
+    """In a launcher started by `apart`: SIGTERM (a clean stop of the ranks) should the process that
+    forwards its signals die."""
+    if os.environ.get(APART, "").isdigit():
+        from bigbatch.signals import die_with_parent
+
+        die_with_parent(int(os.environ[APART]), signal.SIGTERM)
+
+
+@contextlib.contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
     """SIGTERM to the launcher (a batch system ending the job) stops the ranks as Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
@@ -186,13 +238,16 @@ def _visible_gpus() -> str:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
 
 
-# A rank's process binds itself to the worker thread that started it (Linux's PR_SET_PDEATHSIG: SIGTERM
-# when that thread dies; it survives exec), gives up if the worker died before the binding took hold,
-# then becomes `python -m bigbatch ARGS`. Code given to -c, not a bigbatch function: importing bigbatch
-# to run it would load torch twice per rank. Binding in Popen's preexec_fn instead is unsafe in a
-# threaded process such as a Dask worker.
+# A rank's process sets SIGINT and SIGTERM to their defaults (a worker may ignore them, and an ignored
+# signal stays ignored through exec), binds itself to the worker thread that started it (Linux's
+# PR_SET_PDEATHSIG: SIGTERM when that thread dies; it survives exec), gives up if the worker died before
+# the binding took hold, then becomes `python -m bigbatch ARGS`. Code given to -c, not a bigbatch
+# function: importing bigbatch to run it would load torch twice per rank. Binding in Popen's preexec_fn
+# instead is unsafe in a threaded process such as a Dask worker.
 BOUND_RANK = """
 import ctypes, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 try:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 except Exception:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import signal
 import threading
 import time
 import uuid
@@ -65,18 +64,10 @@ def launch_dask(
     cluster = None
     try:
         if local:
-            # Ctrl-C in a terminal reaches the whole foreground process group: the local workers are
-            # started ignoring SIGINT (Python keeps an ignored SIGINT ignored), so they stay up while
-            # this launcher has the ranks save and stop, as on a cluster.
-            quiet = threading.current_thread() is threading.main_thread()
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if quiet else None
-            try:
-                cluster = distributed.LocalCluster(
-                    n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None
-                )
-            finally:
-                if quiet:
-                    signal.signal(signal.SIGINT, previous)
+            # (`bigbatch launch` runs a local cluster's launcher apart from the terminal's signals: launch.apart)
+            cluster = distributed.LocalCluster(
+                n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None
+            )
         try:
             client = distributed.Client(cluster if cluster is not None else scheduler, timeout="20s")
         except (OSError, TimeoutError, ValueError) as e:
