@@ -121,6 +121,13 @@ def test_cross_rank_batch_norm_matches_the_whole_micro_batch(tmp_path):
     assert max_rel(one, plain, "G") > 1e-3  # per-rank statistics are a different computation
     # Running statistics: each global micro-batch's update once, so they are close to the single process's.
     assert max_rel(one, two, "G", params_only=False) <= 1e-3
+    # Resumed on one process, sync_bn's statistics would span 8 images, not 16: said, with the fix.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "BIGBATCH_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "bigbatch.cli", "train", "--run-dir", str(tmp_path / "two"), "--resume"]
+    out = subprocess.run([*cmd, "train.kimg=0.272"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "BatchNorm statistics now span 8 images (micro_batch 8), 16 before this resume" in out.stderr
+    assert "give micro_batch 16 to keep them" in out.stderr
 
 
 def _children(pid):

@@ -144,6 +144,7 @@ class Replicator:
         self.optimizers: dict[int, _Optimizer] = {}
         self._bn_list: list[nn.Module] = []
         self._bn_of = 0  # len(self.models) when _bn_list was found
+        self._batchnorm_before: int | None = None  # images BatchNorm spanned before a resume (load_state_dict)
         self._owns_group = dist.init(self.ctx)
 
     # ---- where we run ------------------------------------------------------------------------
@@ -279,6 +280,8 @@ class Replicator:
         if self._plan is None:
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
         plan = self.plan
+        if self._batchnorm_before is not None:
+            self._check_resumed_batchnorm()
         micros = self.split(batch)
         opt.zero_grad(set_to_none=True)  # only this step's micro-batches count
         if state.trained_of != len(self.models):
@@ -511,6 +514,8 @@ class Replicator:
                 for s in self.optimizers.values()
             }
         }
+        if self._plan is not None and running_stats.has_batchnorm(p for p, _ in self.models):
+            state["batchnorm_images"] = running_stats.span(self.plan.micro_batch, self.world_size, self.sync_bn)
         if self._auto and self._plan is not None:
             state["plan"] = {
                 "micro_batch": self._planned_micro,
@@ -529,8 +534,10 @@ class Replicator:
             )
         # (older checkpoints held the optimizers alone, and a resume adds their plan)
         optimizers = state["optimizers"] if "optimizers" in state else {k: v for k, v in state.items() if k != "plan"}
-        if "optimizers" in state and set(state) - {"optimizers", "plan"}:
-            raise BigbatchError(f"Replicator state has unknown entries {sorted(set(state) - {'optimizers', 'plan'})}")
+        self._batchnorm_before = state.get("batchnorm_images")
+        known = {"optimizers", "plan", "batchnorm_images"}
+        if "optimizers" in state and set(state) - known:
+            raise BigbatchError(f"Replicator state has unknown entries {sorted(set(state) - known)}")
         names = {s.name for s in self.optimizers.values()}
         if optimizers and names - set(optimizers):  # (a state of more optimizers may restore some of them)
             raise BigbatchError(
@@ -550,6 +557,15 @@ class Replicator:
             self.use_micro_batch(int(plan["micro_batch"]))
             self.budget = plan["memory_budget_bytes"]
             self.probes = [memory.Probe(**p) for p in plan["probes"]]
+
+    def _check_resumed_batchnorm(self) -> None:
+        """Once, at the first step after load_state_dict: say so if BatchNorm statistics now span another
+        number of images than before (another micro-batch, or with sync_bn another world size)."""
+        before, self._batchnorm_before = self._batchnorm_before, None
+        if self.is_main and running_stats.has_batchnorm(p for p, _ in self.models):
+            change = running_stats.span_changed(before, self.plan.micro_batch, self.world_size, self.sync_bn)
+            if change:
+                warn(change)
 
     def counters(self) -> dict[str, Any]:
         """Per optimizer: steps taken, steps skipped, last gradient norm, fp16 loss scale."""

@@ -38,6 +38,30 @@ def captured(models: Iterable[nn.Module]) -> list[nn.modules.batchnorm._BatchNor
     ]
 
 
+def has_batchnorm(models: Iterable[nn.Module]) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for model in models for m in model.modules())
+
+
+def span(micro_batch: int, world_size: int, sync_bn: bool) -> int:
+    """How many images a BatchNorm's statistics span in training: a micro-batch (of every rank with sync_bn)."""
+    return micro_batch * (world_size if sync_bn else 1)
+
+
+def span_changed(before: int, micro_batch: int, world_size: int, sync_bn: bool) -> str | None:
+    """What to tell a resumed run whose BatchNorm statistics spanned `before` images and now span another
+    number (another micro-batch, or with sync_bn another world size); None if unchanged."""
+    now = span(micro_batch, world_size, sync_bn)
+    if now == before:
+        return None
+    per = world_size if sync_bn else 1
+    how = f"micro_batch {micro_batch}" + (f" x {per} processes with sync_bn" if per > 1 else "")
+    keep = f"micro_batch {before // per}" if before % per == 0 else f"{before} images a micro-batch"
+    return (
+        f"BatchNorm statistics now span {now} images ({how}), {before} before this resume: training goes on, "
+        f"but not as the run left alone would have (give {keep} to keep them)"
+    )
+
+
 class StepStatistics:
     """One optimizer step's running-statistics updates: `micro_batch()` before each micro-batch's forward,
     `end()` after the last (on every rank, as a collective), `abandon()` if the step raised.
