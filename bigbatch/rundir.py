@@ -463,8 +463,8 @@ def resume_config(saved_config: Path, cfg: Config, what: str) -> Config:
         more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
         raise BigbatchError(
             f"the config differs from the one {what} was trained with in {shown}{more}; a resumed run may "
-            f"change only {', '.join(sorted(RESUMABLE_CHANGES))} (was the run's config.toml edited? its "
-            f"checkpoints keep their own copy; start a new run to change more)"
+            f"change only {', '.join(sorted(RESUMABLE_CHANGES))} (drop the override, or undo the edit of the "
+            f"run's config.toml: its checkpoints keep their own copy; start a new run to change more)"
         )
     return cfg
 

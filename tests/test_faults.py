@@ -10,7 +10,9 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
+from PIL import Image
 from test_resume import flip_byte
 
 import bigbatch
@@ -274,6 +276,23 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith("bigbatch: error: ") and "sheet.png: File too large" in p.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_leaves_none(tmp_path):
+    # The parts a killed prepare resumes from are written ahead of the data file (a part of 256 images before
+    # the file holds them): a full disk can fail there first. They go with the refused prepare, in one line.
+    src = tmp_path / "src"
+    src.mkdir()
+    ramp = np.linspace(0, 255, 64, dtype=np.uint8)
+    for i in range(300):
+        Image.fromarray(np.stack([np.add.outer(ramp, ramp) // 2 + i % 50] * 3, -1).astype(np.uint8)).save(
+            src / f"{i:03d}.png"
+        )
+    argv = ["prepare", "src", "out.h5", "--resolution", "64"]
+    p = bigbatch_limited(1_500_000, *argv, cwd=tmp_path)  # a part of 256 raw images is 3 MB
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("bigbatch: error: cannot write out.h5: File too large (its partial files are removed)")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["src"]
 
 
 def test_damaged_run_records_are_passed_over_or_one_line(tiny, tmp_path, capsys):

@@ -3,6 +3,7 @@ DATA.h5, decoded in parallel worker processes, bad files skipped and reported.""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import multiprocessing
 import os
@@ -196,7 +197,7 @@ def prepare(
     folders_key = {"masks": str(masks), "eyes_mouth": str(eyes_mouth)}
     parts = None if is_url(out) else _parts(listing, Path(out), {**decoding, **folders_key})
     with (
-        _parts_kept_unless_refused(parts),
+        _parts_kept_unless_refused(parts, out),
         _decoder(listing, workers, decoding, parts) as decoded,
         H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
     ):
@@ -417,7 +418,7 @@ def _decoder(
 
 
 @contextmanager
-def _parts_kept_unless_refused(parts: Parts | None) -> Iterator[None]:
+def _parts_kept_unless_refused(parts: Parts | None, out: str | os.PathLike) -> Iterator[None]:
     """The parts go once the data file is written, or when prepare is refused (a bad file with
     --strict, a full disk: nothing left behind); a prepare killed or interrupted keeps them to resume."""
     try:
@@ -426,6 +427,14 @@ def _parts_kept_unless_refused(parts: Parts | None) -> Iterator[None]:
         if parts is not None:
             parts.remove()
         raise
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or parts is None:
+            raise
+        parts.remove()  # (a full disk's parts are what fills it)
+        raise BigbatchError(
+            f"cannot write {public_name(out)}: {e.strerror or e} (its partial files are removed); free space or "
+            "choose another output, then prepare again"
+        ) from None
     if parts is not None:
         parts.remove()
 
