@@ -102,7 +102,7 @@ def timed_prepare(src: str, out: Path, resolution: int, workers: int) -> tuple[o
     bytes, writing, hashing) and in the worker processes (decoding): on a machine with free cores the
     main process's share bounds how far more workers can go, whatever the machine is doing now."""
     self0, kids0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    report = prepare(src, str(out), resolution=resolution, workers=workers)
+    report = prepare(src, str(out), resolution=resolution, workers=workers, overwrite=True)
     self1, kids1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = lambda a, b: (b.ru_utime + b.ru_stime) - (a.ru_utime + a.ru_stime)
     return report, 1000 * cpu(self0, self1) / report.count, 1000 * cpu(kids0, kids1) / report.count

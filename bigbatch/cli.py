@@ -100,6 +100,7 @@ def _prepare(args: argparse.Namespace) -> None:
         crop=args.crop,
         labels=args.labels,
         classes=args.classes,
+        overwrite=args.overwrite,
         progress=sys.stderr.isatty(),
     )
     print(report.summary())
@@ -256,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--workers", type=int, help="parallel decoding processes (default: all cores)")
     pr.add_argument("--limit", type=int, help="take at most N images, spread over the classes")
     pr.add_argument("--strict", action="store_true", help="an unreadable or non-image file is an error, not skipped")
+    pr.add_argument("--overwrite", action="store_true", help="replace OUT.h5 if it exists (else refused)")
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
     pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
     pr.add_argument("--labels", metavar="FILE.csv", help="file,label rows labelling a flat folder (ImageNet's val)")

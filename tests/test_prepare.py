@@ -126,8 +126,10 @@ def test_strict_makes_a_bad_file_an_error_and_leaves_the_old_file(tmp_path):
     out = tmp_path / "out.h5"
     old = prepare(str(tmp_path / "src"), str(out), resolution=8, workers=0).content_hash
     (tmp_path / "src" / "dog house" / "zz-junk.png").write_bytes(b"junk")
+    with pytest.raises(bigbatch.BigbatchError, match="out.h5 exists: give --overwrite to replace it"):
+        prepare(str(tmp_path / "src"), str(out), resolution=8, workers=0)  # never replaced unasked
     with pytest.raises(bigbatch.BigbatchError, match="zz-junk.png.*--strict") as e:
-        prepare(str(tmp_path / "src"), str(out), resolution=8, workers=2, strict=True)
+        prepare(str(tmp_path / "src"), str(out), resolution=8, workers=2, strict=True, overwrite=True)
     assert "\n" not in str(e.value)
     assert read_meta(out)["content_hash"] == old  # the interrupted prepare replaced nothing
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5", "src"]  # and left no partial file

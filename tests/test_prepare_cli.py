@@ -84,6 +84,8 @@ def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_c
     assert "ILSVRC2012_val_00000099 (in labels file" in out and "labelled, but not in the source" in out
     val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
     assert val.class_names == ["n01", "n02", "n03"] and val.get(torch.arange(3))[1].tolist() == [2, 0, 2]
+    assert main(argv) == 2 and "val.h5 exists: give --overwrite" in capsys.readouterr().err
+    argv.insert(3, "--overwrite")
     assert main([*argv, "--limit", "2"]) == 0  # labels are matched before the limit: one missing, as before
     out = capsys.readouterr().out
     assert out.count("labelled, but not in the source") == 1 and "wrote" in out and "2 images" in out
@@ -166,7 +168,7 @@ def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_
         calls[0] = 0
         monkeypatch.setattr(preparing.H5Writer, "add", add_then_interrupt)
         with pytest.raises(KeyboardInterrupt):
-            prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)
+            prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
         monkeypatch.setattr(preparing.H5Writer, "add", add)
 
     interrupted()
@@ -174,7 +176,7 @@ def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_
     assert again.resumed == 512
     interrupted()
     Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(tmp_path / "src" / "0003.png")  # changed meanwhile
-    changed = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)
+    changed = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
     fresh = prepare(str(tmp_path / "src"), str(tmp_path / "fresh.h5"), 16, workers=0)
     assert changed.resumed == 0 and changed.content_hash == fresh.content_hash != again.content_hash
 

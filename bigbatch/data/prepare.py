@@ -24,7 +24,15 @@ from bigbatch.data import codecs
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.parts import PART, Parts, Result
 from bigbatch.data.schedule import BUCKET_RATIOS
-from bigbatch.data.sources import RESIZE, FolderSource, Listing, decode_mask, decode_or_reason, list_source
+from bigbatch.data.sources import (
+    RESIZE,
+    FolderSource,
+    Listing,
+    decode_mask,
+    decode_or_reason,
+    list_source,
+    url_fs,
+)
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import die_with_parent
 from bigbatch.urls import WHERE_CREDENTIALS_GO, is_url, option_credentials, public_name, refuse_credentials
@@ -98,6 +106,7 @@ def prepare(
     crop: str = "center",
     labels: str | None = None,
     classes: str | None = None,
+    overwrite: bool = False,
 ) -> Report:
     """Write the images of `src` to the data file `out` (a local .h5 path or a URL to one).
 
@@ -122,7 +131,7 @@ def prepare(
     `labels`: a CSV of `file,label` rows labelling the source's files (ImageNet's flat validation
     folder), class indices in the order of `classes` (the training data file's class names; else the
     labels' names sorted). A file without a label is skipped and listed, and so is a labelled file
-    the source lacks (an error with `strict`)."""
+    the source lacks (an error with `strict`). An existing `out` is refused unless `overwrite`."""
     start = time.perf_counter()
     quality = codecs.check(codec, quality, 4 if masks else None)
     if crop not in ("center", "none"):
@@ -143,6 +152,11 @@ def prepare(
         raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
     if not str(out).lower().endswith((".h5", ".hdf5")):
         raise BigbatchError(f"output {public_name(out)} must end in .h5 (data.path recognises data files by it)")
+    if not overwrite and _exists(str(out), storage_options):
+        raise BigbatchError(
+            f"output {public_name(out)} exists: give --overwrite to replace it (runs trained on it then refuse to "
+            "resume: its content changes), or another name"
+        )
     if resolution is not None and resolution < 1:
         raise BigbatchError(f"--resolution must be a positive number of pixels, got {resolution}")
     if buckets and resolution is None:
@@ -415,6 +429,13 @@ def _decoder(
         for executor in (pool, fetcher):
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _exists(out: str, storage_options: dict[str, Any] | None) -> bool:
+    if not is_url(out):
+        return os.path.lexists(out)
+    fs, path = url_fs(out, storage_options)
+    return bool(fs.exists(path))
 
 
 @contextmanager
