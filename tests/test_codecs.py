@@ -261,6 +261,9 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
         ({"rank": 2, "world_size": 2}, r"rank 2 is out of range for world_size 2 \(ranks 0..1\)"),
         ({"xflip": "false"}, "xflip must be True or False, got 'false'"),
         ({"batch": True}, "batch must be a whole number"),
+        ({"resolution": 64.5}, "resolution must be a whole number, 1 or more, got 64.5"),  # ("the file is damaged")
+        ({"resolution": None}, "resolution must be a whole number"),
+        ({"start": 12}, "start 12 is not a multiple of batch 8: it counts the images of the batches read before"),
     ]
     for kwargs, message in bad:
         with pytest.raises(bigbatch.BigbatchError, match=message):

@@ -221,12 +221,12 @@ class Loader:
     The batches are the bytes bigbatch's own training loop reads for the same seed and position: the
     order (a seeded permutation per epoch), the crops and flips are keyed by global position, so any
     `workers` and any `world_size` give the same images (the ranks' shares together are the
-    one-process batch), and `start` (images seen) resumes mid-epoch. `augment`: "rrc" random-resized
-    crops of at least `min_scale` of the image's area, from a file of whole images (`prepare --crop
-    none`), cut before decoding; "center": the center square. `xflip` mirrors half of them. `steps`:
-    how many batches (default: the rest of the epoch that `start` is in). `decode` = "gpu" (a JPEG
-    file; data.decode's): the workers only read the bytes, and the Loader decodes, crops, resizes and
-    mirrors on `device` (nvJPEG), yielding images there."""
+    one-process batch), and `start` (images seen, a multiple of `batch`) resumes mid-epoch. `augment`:
+    "rrc" random-resized crops of at least `min_scale` of the image's area, from a file of whole
+    images (`prepare --crop none`), cut before decoding; "center": the center square. `xflip`
+    mirrors half of them. `steps`: how many batches (default: the rest of the epoch that `start` is
+    in). `decode` = "gpu" (a JPEG file; data.decode's): the workers only read the bytes, and the
+    Loader decodes, crops, resizes and mirrors on `device` (nvJPEG), yielding images there."""
 
     def __init__(
         self,
@@ -254,7 +254,7 @@ class Loader:
         if not isinstance(path, (str, os.PathLike)):
             raise BigbatchError(f"path must name a data file (a path or URL), got {type(path).__name__}")
         counts = {"world_size": (world_size, 1), "rank": (rank, 0), "batch": (batch, 1), "start": (start, 0)}
-        counts |= {"workers": (workers, 0), "steps": (steps, 0)}
+        counts |= {"workers": (workers, 0), "steps": (steps, 0), "resolution": (resolution, 1)}
         for name, (value, least) in counts.items():
             if value is not None or name != "steps":
                 whole_number(name, value, least)
@@ -262,6 +262,11 @@ class Loader:
             raise BigbatchError(f"rank {rank} is out of range for world_size {world_size} (ranks 0..{world_size - 1})")
         if batch % world_size:
             raise BigbatchError(f"batch {batch} must be a multiple of world_size {world_size}: each rank reads a share")
+        if start % batch:
+            raise BigbatchError(
+                f"start {start} is not a multiple of batch {batch}: it counts the images of the batches read before "
+                f"(e.g. {start // batch * batch} or {(start // batch + 1) * batch})"
+            )
         if not isinstance(xflip, bool):
             raise BigbatchError(f"xflip must be True or False, got {xflip!r}")
         self.data = load_data(path, resolution, storage_options=storage_options)

@@ -33,7 +33,7 @@ from bigbatch.data.sources import (
     list_source,
     url_fs,
 )
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.signals import die_with_parent
 from bigbatch.urls import WHERE_CREDENTIALS_GO, is_url, option_credentials, public_name, refuse_credentials
 
@@ -297,6 +297,11 @@ def _labelled(
     names = read_meta(classes, storage_options)["class_names"] if classes else None
     if classes and not names:
         raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
+    if names is None:  # (a validation set missing a class would be numbered off by one against its training set)
+        warn(
+            f"class indices from the names in {public_name(labels)} alone, sorted: to number them as a training "
+            "file does, give --classes TRAIN.h5"
+        )
     what = f"labels file {public_name(labels)}"
     labelled, unlabelled, missing = relabel(listing, read_labels(labels, storage_options), names, what)
     for name, reason in unlabelled:
