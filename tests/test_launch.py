@@ -126,6 +126,7 @@ def test_ray_rank_counts_follow_the_cluster():
         ({"CPU": 4.0}, 5, None, "do not fit"),
         (gpus, 9, None, "do not fit"),
         (gpus, None, 2.0, "a rank trains on one GPU"),
+        ({"CPU": 4.0}, 0, None, "--nprocs must be a number of ranks, 1 or more, got 0"),  # (it trained on all)
     ]:
         with pytest.raises(bigbatch.BigbatchError, match=words):
             ray_ranks(resources, nprocs, per)
@@ -251,6 +252,30 @@ def test_launcher_usage_errors_are_one_line(args, words, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def test_an_address_that_is_not_a_dask_scheduler_is_one_line(capsys):
+    # Found from outside: a service that answers Dask's handshake with other bytes (read as a frame length)
+    # ended in a traceback of an allocation of exabytes.
+    import socket
+
+    from bigbatch.cli import main
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer():
+        conn, _ = server.accept()
+        conn.sendall((3 << 60).to_bytes(8, "little"))  # a frame of 3 EiB, as Dask reads it
+        time.sleep(30)
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    assert main(["launch", "dask", "--scheduler", f"tcp://127.0.0.1:{port}", "--", "train"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bigbatch: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: ")
+    assert err.count("\n") == 1, err
+    server.close()
 
 
 def _rank_processes(run_dir, rank):

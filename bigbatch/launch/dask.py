@@ -68,16 +68,40 @@ def launch_dask(
             cluster = distributed.LocalCluster(
                 n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None
             )
-        try:
-            client = distributed.Client(cluster if cluster is not None else scheduler, timeout="20s")
-        except (OSError, TimeoutError, ValueError) as e:
-            raise BigbatchError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+        client = distributed.Client(cluster, timeout="20s") if cluster is not None else _connect(distributed, scheduler)
         with client:
             return session(client, pick_workers(client, nprocs), args, grace, _show)
     finally:
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=30)
+
+
+def _connect(distributed: Any, scheduler: str | None, patience: float = 40.0) -> Any:
+    """A Client of the scheduler at `scheduler`, or one line saying why not. Dask's own timeout covers
+    the connection, not its handshake: a live port of another service (a web server) would hold it
+    forever, or answer bytes Dask reads as a frame length (an allocation of exabytes)."""
+    found: dict[str, Any] = {}
+
+    def attempt() -> None:
+        try:
+            found["client"] = distributed.Client(scheduler, timeout="20s")
+        except Exception as e:  # noqa: BLE001 - whatever the other end made of the handshake
+            found["error"] = e
+
+    thread = threading.Thread(target=attempt, daemon=True, name="bigbatch-dask-connect")
+    thread.start()
+    thread.join(patience)
+    if thread.is_alive():
+        raise BigbatchError(
+            f"no Dask scheduler answered at {scheduler} within {patience:g} s: is it a scheduler's address "
+            "(tcp://HOST:8786)? Something else listens there"
+        )
+    if "error" in found:
+        e = found["error"]
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise BigbatchError(f"cannot reach the Dask scheduler at {scheduler}: {why}") from None
+    return found["client"]
 
 
 def workers_of(client: Any) -> list[str]:

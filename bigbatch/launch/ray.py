@@ -47,6 +47,8 @@ def ray_ranks(resources: dict[str, float], nprocs: int | None, gpus_per_rank: fl
     per_rank = (1.0 if gpus else 0.0) if gpus_per_rank is None else gpus_per_rank
     if not 0 <= per_rank <= 1:
         raise BigbatchError(f"--gpus-per-rank must be in [0, 1] (a rank trains on one GPU), got {per_rank:g}")
+    if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1):
+        raise BigbatchError(f"--nprocs must be a number of ranks, 1 or more, got {nprocs!r}")
     n = nprocs if nprocs is not None else (int(gpus // per_rank) if per_rank else 0)
     if n < 1:
         raise BigbatchError(
@@ -94,7 +96,7 @@ def launch_ray(
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
     try:
-        n, per_rank = ray_ranks(ray.cluster_resources(), nprocs or (local or None), gpus_per_rank)
+        n, per_rank = ray_ranks(ray.cluster_resources(), nprocs if nprocs is not None else (local or None), gpus_per_rank)
         return session(n, per_rank, args, grace, _show)
     finally:
         ray.shutdown()
