@@ -96,7 +96,8 @@ def launch_ray(
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
     try:
-        n, per_rank = ray_ranks(ray.cluster_resources(), nprocs if nprocs is not None else (local or None), gpus_per_rank)
+        ranks = nprocs if nprocs is not None else (local or None)
+        n, per_rank = ray_ranks(ray.cluster_resources(), ranks, gpus_per_rank)
         return session(n, per_rank, args, grace, _show)
     finally:
         ray.shutdown()
