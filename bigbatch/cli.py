@@ -170,6 +170,9 @@ def _launch(args: argparse.Namespace) -> int:
         raise BigbatchError(f"--grace must be a number of seconds >= 0, got {args.grace:g}")
     if args.restarts < 0:
         raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
+    known = next(a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    if command and command[0] not in known:  # (said here, before a cluster starts to run it)
+        raise BigbatchError(f"{command[0]!r} is not a bigbatch command: launch one of {', '.join(known)}")
     if args.restarts and "--resume=auto" not in command:
         raise BigbatchError("--restarts reruns the command: give it --resume=auto, so that a rerun resumes the run")
     if args.local > 0 and command and APART not in os.environ and threading.current_thread() is threading.main_thread():

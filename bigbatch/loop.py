@@ -143,6 +143,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             path = run.save(task, rep, nimg, progress.seconds(), progress.window.state())
             run.write_previews(task, nimg, at_checkpoint=True)
             resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
+            if rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)
+                resume_with = f"{resume_with}, started as this run was ({rep.world_size} processes)"
             print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
     if main and not stopped:

@@ -241,6 +241,7 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path):
     [
         (["launch", "dask", "--", "train"], "--scheduler tcp://HOST:8786) or --local N"),
         (["launch", "dask", "--local", "1"], "nothing to launch"),
+        (["launch", "dask", "--local", "1", "--", "frobnicate"], "'frobnicate' is not a bigbatch command"),
         (["launch", "ray", "--", "train"], "--address auto or ray://HEAD:10001) or --local N"),
         (["launch", "dask", "--local", "1", "--restarts", "1", "--", "train"], "give it --resume=auto"),
         (["launch", "ray", "--local", "1", "--restarts", "-1", "--", "train"], "--restarts must be a count"),

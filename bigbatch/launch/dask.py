@@ -66,7 +66,10 @@ def launch_dask(
         if local:
             # (`bigbatch launch` runs a local cluster's launcher apart from the terminal's signals: launch.apart)
             cluster = distributed.LocalCluster(
-                n_workers=local, threads_per_worker=1, processes=True, dashboard_address=None
+                n_workers=local,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",  # (8787 may be taken)
             )
         client = distributed.Client(cluster, timeout="20s") if cluster is not None else _connect(distributed, scheduler)
         with client:
