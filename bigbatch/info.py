@@ -14,7 +14,14 @@ from bigbatch.rundir import read_metrics
 def describe_run(path: str | Path) -> str:
     """What a run directory or checkpoint holds, as a few lines of text."""
     path = Path(path)
-    ckpt = checkpoints.find_checkpoint(path)
+    damaged = None
+    try:
+        ckpt = checkpoints.find_checkpoint(path)
+    except checkpoints.Corrupt as e:  # a run's latest checkpoint damaged: describe the run by its newest intact one
+        intact = checkpoints.complete_checkpoints(path) if e.ckpt is not None and e.ckpt.parent.parent == path else []
+        if not intact:
+            raise
+        ckpt, damaged = intact[-1], str(e)
     run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
     meta = checkpoints.model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
@@ -24,6 +31,8 @@ def describe_run(path: str | Path) -> str:
         ckpts = checkpoints.complete_checkpoints(run)
         lines.append(f"run         {run}")
         lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
+        if damaged:
+            lines.append(f"damaged     {damaged}")
         rows = read_metrics(run / "metrics.jsonl")
         logs = [r for r in rows if "eval_seconds" not in r]
         evals = [r for r in rows if "eval_seconds" in r]

@@ -162,6 +162,10 @@ def test_a_damaged_checkpoint_is_refused_by_readers_and_passed_over_by_resume(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err, argv
+    if damage == "cut short":  # info: the run, by its newest intact checkpoint, the damage named
+        assert main(["info", str(run)]) == 0
+        out = capsys.readouterr().out
+        assert "(latest 000000.256)" in out and f"damaged     checkpoint {run}/checkpoints/{said}" in out
     with pytest.raises(bigbatch.BigbatchError, match="is corrupt: G_ema.safetensors"):
         bigbatch.train(tiny.override({"train.init_from": str(run)}), run_dir=tmp_path / "tuned", quiet=True)
 
