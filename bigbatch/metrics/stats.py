@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +109,14 @@ def reference_stats(
     path = root / f"{key}.safetensors"
     if not features and cache and dist.agree(path.is_file()):
         return load_stats(path)
+    if not dist.active() or dist.context().is_main:  # (minutes for Inception on a CPU: say what it does)
+        where = f"; cached in {root}" if cache else ""
+        source = getattr(data, "source", "") or "the reference images"
+        print(
+            f"computing reference statistics of {len(index)} images of {source} with {extractor.name} (once{where})",
+            file=sys.stderr,
+            flush=True,
+        )
     if features:
         mu, sigma, feats = compute_stats(data, extractor, index, batch_size)
     else:
