@@ -203,6 +203,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     np.savez(sets / "mu_only.npz", mu=stats.mu)
     np.savez(sets / "stats.npz", mu=stats.mu, sigma=stats.sigma)
     np.savez(sets / "wrong_dims.npz", mu=np.zeros(2048), sigma=np.eye(2048))
+    assert "computing reference statistics of 40 images" in capsys.readouterr().err  # (said once, then cached)
     (sets / "run").mkdir()
     (sets / "run" / "config.toml").write_text("")
     for argv, words in [

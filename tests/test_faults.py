@@ -140,7 +140,7 @@ def test_resume_checks_the_config_against_the_checkpoints_own(tiny, tmp_path, ca
     capsys.readouterr()
     assert main(["train", "--run-dir", str(run), "--resume"]) == 2
     err = one_error_line(capsys)
-    assert "train.seed (0 -> 5)" in err and "edited" in err
+    assert "train.seed (0 -> 5)" in err and "undo the edit of the run's config.toml" in err
     # The checkpoint's own copy is checksummed: editing it makes the checkpoint corrupt, not a new recipe.
     ckpt_config = checkpoints.find_checkpoint(run) / "config.toml"
     ckpt_config.write_text(ckpt_config.read_text().replace("seed = 0", "seed = 5"))
