@@ -274,7 +274,19 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     assert back.task == "swap" and back.swap.eyes_mouth_prio and back.model.options["ae_dims"] == TINY["ae_dims"]
     n = swap_folder(tmp_path / "back", tmp_path / "dst" / "img", tmp_path / "swapped")
     assert n == 12 and len(list((tmp_path / "swapped" / "masks").glob("*.png"))) == 12
-    assert Image.open(tmp_path / "swapped" / "00.png").size == (64, 64)
+    assert Image.open(tmp_path / "swapped" / "00.png").size == (72, 72)  # the dst face's own size, as DFL pastes it
+    same = cli("swap", str(run), str(tmp_path / "dst" / "img"), str(tmp_path / "dst" / "img"))
+    assert same.returncode == 2 and "would replace the faces of" in same.stderr  # (it overwrote them)
+    (tmp_path / "twins").mkdir()
+    for suffix in (".jpg", ".png"):
+        Image.open(tmp_path / "dst" / "img" / "00.png").convert("RGB").save(tmp_path / "twins" / f"00{suffix}")
+    twins = cli("swap", str(run), str(tmp_path / "twins"), str(tmp_path / "o"))
+    assert twins.returncode == 2 and "00.jpg and 00.png would both be written as" in twins.stderr
+    (tmp_path / "wide").mkdir()
+    Image.open(tmp_path / "dst" / "img" / "00.png").convert("RGB").resize((80, 60)).save(tmp_path / "wide" / "w.png")
+    wide = cli("swap", str(run), str(tmp_path / "wide"), str(tmp_path / "wide_out"))
+    assert wide.returncode == 0 and "is 80x60, not square as aligned faces are" in wide.stderr
+    assert Image.open(tmp_path / "wide_out" / "w.png").size == (80, 60)
     # DFL's merger's colour transfer: the swap takes its dst face's colours before the blend
     out = cli("swap", str(run), str(tmp_path / "dst" / "img"), str(tmp_path / "ct"), "--color-transfer", "idt-m")
     assert out.returncode == 0, out.stderr

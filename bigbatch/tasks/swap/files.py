@@ -21,7 +21,7 @@ from PIL import Image
 
 from bigbatch import checkpoints, safe_pickle
 from bigbatch.config import Config
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
 from bigbatch.presets import preset
@@ -232,9 +232,9 @@ def swap_folder(
 ) -> int:
     """Swap every aligned face image in `in_dir` to src with the model of `path` (a run, a checkpoint
     or a DFL model folder): OUT_DIR/<name>.png, the swapped face blended into the input by the
-    predicted mask, and OUT_DIR/masks/<name>.png, the mask. `color_transfer`: DFL's merger's colour
-    transfer of the swap to its dst face (rct, lct, mkl, mkl-m, idt, idt-m, sot-m). Returns the
-    number of faces."""
+    predicted mask at the input's own size (the model's output resized to it, as DFL's merger pastes
+    it), and OUT_DIR/masks/<name>.png, the mask. `color_transfer`: DFL's merger's colour transfer of
+    the swap to its dst face (rct, lct, mkl, mkl-m, idt, idt-m, sot-m). Returns the number of faces."""
     if color_transfer is not None and color_transfer not in MERGE_MODES:
         raise BigbatchError(f"unknown colour transfer {color_transfer!r}; DFL's merger's are {', '.join(MERGE_MODES)}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -242,27 +242,47 @@ def swap_folder(
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     if not in_dir.is_dir():
         raise BigbatchError(f"{in_dir} is not a folder of aligned face images")
+    if in_dir.resolve() in (out_dir.resolve(), (out_dir / "masks").resolve()):
+        raise BigbatchError(
+            f"{out_dir} would replace the faces of {in_dir} with their swaps: give another output folder"
+        )
     files = sorted(p for p in in_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files:
         raise BigbatchError(f"{in_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    stems: dict[str, Path] = {}
+    for f in files:
+        if f.stem in stems:
+            raise BigbatchError(
+                f"{stems[f.stem].name} and {f.name} would both be written as {out_dir / (f.stem + '.png')}: rename one"
+            )
+        stems[f.stem] = f
     model = load_autoencoder(path, device)
     res = model.resolution
     for i in range(0, len(files), batch):
-        faces = []
+        faces, originals = [], []
         for f in files[i : i + batch]:
             try:
                 with Image.open(f) as img:
-                    faces.append(np.asarray(img.convert("RGB").resize((res, res), Image.Resampling.LANCZOS)))
+                    rgb = img.convert("RGB")
             except (OSError, ValueError) as e:
                 raise BigbatchError(f"{f} is not a usable image ({e})") from None
-        dst = torch.from_numpy(np.stack(faces))
-        swapped, masks = swap_faces(model, dst, batch, color_transfer, first=i)
-        m = masks[..., None].float() / 255
-        blended = (swapped.float() * m + dst.float() * (1 - m)).round().to(torch.uint8)
+            if rgb.width != rgb.height:
+                warn(f"{f} is {rgb.width}x{rgb.height}, not square as aligned faces are: stretched to the model's "
+                     "square, and its swap back to the image's shape", once=True)  # fmt: skip
+            originals.append(np.asarray(rgb))
+            faces.append(np.asarray(rgb.resize((res, res), Image.Resampling.LANCZOS)))
+        swapped, masks = swap_faces(model, torch.from_numpy(np.stack(faces)), batch, color_transfer, first=i)
         (out_dir / "masks").mkdir(parents=True, exist_ok=True)  # made once there is something to write
-        for f, face, mask in zip(files[i : i + batch], blended, masks):
-            _save_png(Image.fromarray(face.numpy()), out_dir / f"{f.stem}.png")
-            _save_png(Image.fromarray(mask.numpy()), out_dir / "masks" / f"{f.stem}.png")
+        for f, original, face, mask in zip(files[i : i + batch], originals, swapped, masks):
+            face_image, mask_image = Image.fromarray(face.numpy()), Image.fromarray(mask.numpy())
+            size = (original.shape[1], original.shape[0])
+            if size != face_image.size:  # back to the input's size, as DFL's merger pastes its face
+                face_image = face_image.resize(size, Image.Resampling.LANCZOS)
+                mask_image = mask_image.resize(size, Image.Resampling.BILINEAR)
+            m = np.asarray(mask_image, np.float32)[..., None] / 255
+            blended = np.asarray(face_image, np.float32) * m + original.astype(np.float32) * (1 - m)
+            _save_png(Image.fromarray(blended.round().astype(np.uint8)), out_dir / f"{f.stem}.png")
+            _save_png(mask_image, out_dir / "masks" / f"{f.stem}.png")
     return len(files)
 
 
