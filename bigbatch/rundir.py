@@ -445,6 +445,7 @@ RESUMABLE_CHANGES = {
     "checkpoint.keep",
     "sample.every_kimg",
     "data.path",  # the same images at another path (the content hash is checked)
+    "data.dst_path",  # (the swap task's dst faces: the same)
     "data.workers",
     "data.in_ram",
     "data.storage_options",

@@ -194,7 +194,12 @@ def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path, mo
     for name in ("model", "code_discriminator", "gan"):
         a = (ckpt / f"{name}.safetensors").read_bytes()
         assert a == (part / "checkpoints" / "000000.016" / f"{name}.safetensors").read_bytes(), name
-    # Resuming on other dst faces under the same path is refused, as for src.
+    # The same dst faces at another path resume (refused as a change of config), as src's do ...
+    moved = tmp_path / "moved.h5"
+    moved.write_bytes(faces[1].read_bytes())
+    elsewhere = cfg.override({"train.kimg": 0.02, "data.dst_path": str(moved)})
+    bigbatch.train(elsewhere, run_dir=part, resume=True, quiet=True)
+    # ... and other dst faces under the same path are refused, as for src.
     faces[1].write_bytes(faces[0].read_bytes())
     with pytest.raises(BigbatchError, match="data.dst_path .* holds other images than the run was trained on"):
         bigbatch.train(cfg.override({"train.kimg": 0.024}), run_dir=part, resume=True, quiet=True)
