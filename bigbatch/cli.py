@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -479,6 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     except BigbatchError as e:
         print(f"bigbatch: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of stdout went away (`bigbatch info RUN | head -1`): quietly, as `ls`
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
+        return 128 + signal.SIGPIPE
     except OSError as e:  # a path that cannot be written (disk full, read-only) or read
         where = f"{e.filename}: " if e.filename else ""
         print(f"bigbatch: error: {where}{e.strerror or e}", file=sys.stderr)

@@ -179,3 +179,10 @@ def test_plot_of_a_run_that_has_logged_nothing_yet_says_so(tmp_path, capsys):
     (tmp_path / "config.toml").write_text("")  # a run just started: config written, no row logged
     code, out, err = run_cli(capsys, "plot", str(tmp_path))
     assert code == 2 and err.count("\n") == 1 and "has logged nothing to plot yet" in err and "plot it again" in err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    # `bigbatch presets | head -1`: the pipe closes before the output is written ("bigbatch: error: Broken pipe").
+    p = subprocess.Popen([sys.executable, "-m", "bigbatch", "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    assert p.wait(timeout=60) == 141 and p.stderr.read() == b""
