@@ -66,7 +66,7 @@ def _convert(args: argparse.Namespace) -> None:
     from bigbatch.tasks.gan.convert import convert_reference
     from bigbatch.tasks.swap import files
 
-    if files.is_dfl_folder(args.src):
+    if files.dfl_model(args.src) is not None:  # (a DFL model folder, or one model's _data.dat)
         ckpt = files.convert_dfl(args.src, args.out, dict(parse_override(o) for o in args.overrides))
         out = shlex.quote(args.out)
         print(

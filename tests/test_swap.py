@@ -335,6 +335,15 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     assert sheet.size == (7 * 64, 2 * 64)
     bad = cli("swap", str(run), str(tmp_path / "nowhere"), str(tmp_path / "o"))
     assert bad.returncode == 2 and "not a folder of aligned face images" in bad.stderr and "Traceback" not in bad.stderr
+    # DFL's model folder often holds several models: one is named by its _data.dat (there was no way to).
+    assert cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "you", "--face-type", "wf").returncode == 0
+    two = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back2"))
+    assert two.returncode == 2 and "several SAEHD models (me, you): name the one to read by its file" in two.stderr
+    one = cli("convert", str(tmp_path / "dfl" / "you_SAEHD_data.dat"), str(tmp_path / "back2"))
+    assert one.returncode == 0, one.stderr
+    b = load_autoencoder(tmp_path / "dfl" / "you_SAEHD_data.dat")
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert bigbatch.Config.load(tmp_path / "back2" / "config.toml").swap.face_type == "wf"
 
 
 @pytest.mark.parametrize(

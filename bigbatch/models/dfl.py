@@ -202,7 +202,9 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
         )
     if len(found) > 1:
         names = ", ".join(f.name.removesuffix("_SAEHD_data.dat") for f in found)
-        raise BigbatchError(f"{folder} holds several SAEHD models ({names}): name the one to read")
+        raise BigbatchError(
+            f"{folder} holds several SAEHD models ({names}): name the one to read by its file, {folder / found[0].name}"
+        )
     prefix = found[0].name.removesuffix("data.dat")
     data = read_pickle(found[0])
     options = data.get("options") if isinstance(data, dict) else None

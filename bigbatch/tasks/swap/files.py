@@ -28,9 +28,9 @@ from bigbatch.presets import preset
 from bigbatch.tasks.swap.color import MERGE_MODES
 from bigbatch.tasks.swap.load import (
     DIMS,
+    dfl_model,
     dfl_record,
     init_optimizer,
-    is_dfl_folder,
     load_autoencoder,
     make_optimizer,
     trained_parameters,
@@ -90,11 +90,12 @@ def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | No
     weights (RGB), and a config with its options (saehd128's otherwise; `overrides` on top, e.g. the
     data paths to continue training with train.init_from)."""
     src, out = Path(src), Path(out)
-    if not is_dfl_folder(src):
+    named = dfl_model(src)
+    if named is None:
         raise BigbatchError(f"{src} is not a DeepFaceLab model folder (no <name>_SAEHD_data.dat in it)")
     if out.exists() and any(out.iterdir()):
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
-    model, data = dfl.load_model_folder(src)
+    model, data = dfl.load_model_folder(*named)
     cfg = config_of(data["options"]).override(overrides or {})
     # The optimizer's moments and step count (DFL's src_dst_opt.npy), so that training goes on where DFL
     # left it; DFL's _data.dat as it is (options bigbatch does not use, loss history, preview faces), so

@@ -24,16 +24,27 @@ def build_model(cfg: Config) -> nn.Module:
         return models.create_autoencoder(cfg.model.name, cfg.data.resolution, **cfg.model.options)
 
 
-def is_dfl_folder(path: str | Path) -> bool:
+def dfl_model(path: str | Path) -> tuple[Path, str | None] | None:
+    """(folder, name) of the DeepFaceLab SAEHD model `path` names: a folder holding `<name>_SAEHD_data.dat`
+    (name None: its one model), or that file itself (a folder of several models); None if neither."""
     path = Path(path)
-    return path.is_dir() and any(path.glob("*_SAEHD_data.dat"))
+    if path.is_file() and path.name.endswith("_SAEHD_data.dat"):
+        return path.parent, path.name.removesuffix("_SAEHD_data.dat")
+    if path.is_dir() and any(path.glob("*_SAEHD_data.dat")):
+        return path, None
+    return None
+
+
+def is_dfl_folder(path: str | Path) -> bool:
+    """Whether `path` names a DeepFaceLab SAEHD model (its folder, or its `_data.dat`)."""
+    return dfl_model(path) is not None
 
 
 def load_autoencoder(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
     """The SAEHD of a swap run (its latest complete checkpoint), of a checkpoint folder, or of a
     DeepFaceLab model folder, in eval mode, taking and giving RGB in [0, 1]."""
-    if is_dfl_folder(path):
-        model, _ = dfl.load_model_folder(path)
+    if (named := dfl_model(path)) is not None:
+        model, _ = dfl.load_model_folder(*named)
         return model.to(device).eval().requires_grad_(False)
     return checkpoints.read_newest(path, lambda ckpt: _load(ckpt, device))
 
@@ -79,9 +90,11 @@ def make_optimizer(cfg: Config, params: list[nn.Parameter], stream: int) -> torc
     return cls(params, lr=s.lr, lr_dropout=drop, lr_cos=cos, seed=(cfg.train.seed, stream))
 
 
-def _dfl_file(folder: Path, part: str) -> Path | None:
-    """`<name>_SAEHD_<part>` of the one model in a DFL folder, if it is there."""
-    found = sorted(folder.glob("*_SAEHD_data.dat"))
+def _dfl_file(model: str | Path, part: str) -> Path | None:
+    """`<name>_SAEHD_<part>` of the DFL model `model` names (a folder of one model, or its _data.dat), if
+    it is there."""
+    folder, name = dfl_model(model) or (Path(model), None)
+    found = [folder / f"{name}_SAEHD_data.dat"] if name else sorted(folder.glob("*_SAEHD_data.dat"))
     if len(found) != 1:
         return None
     path = folder / found[0].name.replace("_data.dat", f"_{part}")
@@ -94,7 +107,7 @@ def dfl_record(path: str | Path) -> tuple[bytes | None, int]:
     swap run or checkpoint, what it carries from the DFL model it started from, and its iterations
     counting its own. (None, 0) if nothing."""
     if is_dfl_folder(path):
-        file = _dfl_file(Path(path), "data.dat")
+        file = _dfl_file(path, "data.dat")
         if file is None:
             return None, 0
         raw = file.read_bytes()
@@ -108,10 +121,9 @@ def init_optimizer(opt: torch.optim.Optimizer, model: nn.Module, path: str, kind
     """train.init_from a DFL model folder that holds its optimizer file, or a swap run or checkpoint of
     the same optimizer (one `bigbatch convert` made, for one): start `opt` from its moments and step
     count, so that training goes on as DFL's would have. False when there is none to read."""
-    folder = Path(path)
-    if not is_dfl_folder(folder):
+    if not is_dfl_folder(path):
         return _init_optimizer_from_run(opt, model, path, kind)
-    file = _dfl_file(folder, "src_dst_opt.npy")
+    file = _dfl_file(path, "src_dst_opt.npy")
     if file is None:
         return False
     state, step = dfl.import_optimizer(model, dfl.read_weights(file), kind, str(file))
