@@ -18,7 +18,8 @@ def _check_memory_budget(t: TrainConfig) -> None:
         try:
             parse_bytes(t.memory_budget)
         except BigbatchError as e:
-            t._fail("memory_budget", str(e).replace("cannot read memory budget", "cannot be read:"))
+            said = str(e).replace("cannot read memory budget", "cannot be read:")
+            t._fail("memory_budget", said.replace("memory budget must be positive, got", "must be positive, got"))
 
 
 def replicator_for(cfg: Config) -> Replicator:

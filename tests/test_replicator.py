@@ -317,12 +317,18 @@ def test_auto_micro_batch_is_the_largest_that_fits_the_budget():
         planned(1000)
 
 
-def test_parse_bytes():
+def test_parse_bytes(capsys):
     assert parse_bytes("6GiB") == 6 * 2**30
     assert parse_bytes("512 MiB") == 512 * 2**20
     assert parse_bytes("8GB") == 8 * 10**9
     with pytest.raises(bigbatch.BigbatchError, match="write it like '6GiB'"):
         parse_bytes("six gigs")
+    with pytest.raises(bigbatch.BigbatchError, match="memory budget must be positive, got '0GiB'"):
+        parse_bytes("0GiB")  # (it said it could not be read)
+    from bigbatch.cli import main
+
+    assert main(["train", "--dry-run", "train.memory_budget='0.0001'"]) == 2
+    assert "'train.memory_budget' must be positive, got '0.0001'" in capsys.readouterr().err
 
 
 def test_compile_trains_the_same_weights():

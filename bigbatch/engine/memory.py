@@ -31,9 +31,12 @@ def parse_bytes(text: str | int) -> int:
             raise BigbatchError(f"memory budget must be positive, got {text}")
         return text
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
-    if not match or match.group(2).lower() not in _UNITS or float(match.group(1)) <= 0:
+    if not match or match.group(2).lower() not in _UNITS:
         raise BigbatchError(f"cannot read memory budget {text!r}; write it like '6GiB', '512MiB' or '8GB'")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if size <= 0:
+        raise BigbatchError(f"memory budget must be positive, got {text!r}")
+    return size
 
 
 def format_bytes(n: float) -> str:

@@ -26,7 +26,10 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     if src.is_dir():
         files = {net: src / f"{net}.pth" for net in ("G", "G_ema", "D") if (src / f"{net}.pth").exists()}
         if "G" not in files and "G_ema" not in files:
-            raise BigbatchError(f"{src} holds neither G.pth nor G_ema.pth (BigGAN-PyTorch's weight files)")
+            raise BigbatchError(
+                f"{src} holds neither G.pth nor G_ema.pth (BigGAN-PyTorch's weight files) nor a DeepFaceLab SAEHD "
+                "model (<name>_SAEHD_data.dat): convert reads one of those"
+            )
     elif src.exists():
         files = {"G_ema": src}
     else:

@@ -208,7 +208,11 @@ def face_type_of(cfg: Config, src: Any, dst: Any) -> str:
         )
     recorded = next(iter(found.values()), "")
     if cfg.swap.face_type and recorded and cfg.swap.face_type != recorded:
-        cfg.swap._fail("face_type", f"is {cfg.swap.face_type!r}, but the faces were extracted as {recorded!r}")
+        cfg.swap._fail(
+            "face_type",
+            f"is {cfg.swap.face_type!r}, but the faces were extracted as {recorded!r}: give swap.face_type={recorded} "
+            f"(a model of another face type, e.g. train.init_from, needs faces extracted as {cfg.swap.face_type!r})",
+        )
     return cfg.swap.face_type or recorded
 
 
