@@ -35,10 +35,12 @@ def test_prepare_info_train(tmp_path, capsys):
 
 def test_prepare_bad_input_is_one_line(tmp_path, capsys):
     make_folder(tmp_path / "pets")
+    (tmp_path / "labels.h5").write_text("file,label\n")  # (it said "file signature not found")
     for argv, words in [
         (["prepare", "nowhere", "x.h5"], "nowhere"),
         (["prepare", str(tmp_path / "pets"), "x.h5", "--resolution", "16", "--strict"], "broken.png"),
         (["info", "missing.h5"], "missing.h5"),
+        (["info", str(tmp_path / "labels.h5")], "labels.h5': not an HDF5 file (give a DATA.h5 that"),
     ]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

@@ -62,6 +62,10 @@ def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool
         )
         raise BigbatchError(f"cannot open data set '{name}': {hint}: {e}") from None
     except Exception as e:  # noqa: BLE001 -- h5py, fsspec and botocore raise unrelated types
+        if "file signature not found" in str(e):
+            raise BigbatchError(
+                f"cannot open data set '{name}': not an HDF5 file (give a DATA.h5 that `bigbatch prepare` wrote)"
+            ) from None
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {e}") from None
 
 
