@@ -153,7 +153,6 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
         assert ok.returncode == 0, ok.stderr[-3000:]
         bad = launch(cluster.scheduler_address, "train", "model.name=nope", "--run-dir", str(tmp_path / "bad"))
     stopped = stop_a_long_launch(tmp_path / "long", signal.SIGINT)
-    ended = stop_a_long_launch(tmp_path / "ended", signal.SIGTERM)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     # Whichever rank failed first (the other may have been stopped by it before reading its config).
     assert re.match(
@@ -171,10 +170,7 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
     assert "Traceback" not in stopped.stderr and "Stopped by signal; saved" in stopped.stdout
     assert "stopping every rank" in stopped.stderr  # (the ranks print on their workers' stdout)
     assert bigbatch.checkpoints.find_checkpoint(tmp_path / "long").name != "000000.000"
-    # So does SIGTERM to the whole group (`timeout`, a batch system ending the job), which killed the workers.
-    assert ended.returncode == 0, (ended.returncode, ended.stderr[-3000:])
-    assert "Traceback" not in ended.stderr and "Stopped by signal; saved" in ended.stdout
-    assert bigbatch.checkpoints.find_checkpoint(tmp_path / "ended").name != "000000.000"
+    # (SIGTERM to the whole group, which killed the workers too, is forwarded the same way: tested with Ray's.)
 
 
 def stop_a_long_launch(run_dir, sig, engine="dask"):
