@@ -86,17 +86,17 @@ def cv2_eyes_mouth(size, points):
     return np.clip(total, 0, 1)
 
 
-@pytest.mark.parametrize("size", [256, 512])
+@pytest.mark.parametrize("size", [48, 64, 256, 512])
 def test_the_masks_are_dfls(size):
+    # Pixel for pixel (Pillow's polygons, used before, made the eyes-and-mouth plane 3-6% smaller than DFL's,
+    # and a face of 32 to 63 px failed: its dilation kernel was empty).
     points = landmarks(size)
     ours = dfl_faces.hull_mask((size, size), points, 1.0)
-    theirs = cv2_hull(size, points)
-    assert ours.sum() > 0.2 * size * size and (ours != theirs).mean() < 0.01  # edge pixels may differ
+    assert ours.sum() > 0.2 * size * size and np.array_equal(ours, cv2_hull(size, points))
     raised = dfl_faces.hull_mask((size, size), points, 2.0)
     assert raised.sum() > ours.sum() and (raised >= ours).all()  # eyebrows_expand_mod raises the brows
     em = dfl_faces.eyes_mouth_mask((size, size), points)
-    want = cv2_eyes_mouth(size, points)
-    assert 0 < em.max() <= 1 and np.abs(em - want).mean() < 0.01 and np.abs(em - want).max() < 0.2
+    assert 0 < em.max() <= 1 and np.array_equal(em, cv2_eyes_mouth(size, points))
 
 
 def test_prepare_reads_dfls_aligned_faces(tmp_path):
