@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any
 
@@ -39,9 +40,12 @@ def _predict(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     from bigbatch.export import export
 
-    out, usage = export(args.run, args.out, args.checkpoint, args.format)
+    # The format the file's name says (model.onnx, model.pt2), unless --format gives one.
+    suffix = {".onnx": "onnx", ".pt2": "pt2"}.get(os.path.splitext(args.out)[1].lower(), "torchscript")
+    fmt = args.format or suffix
+    out, usage = export(args.run, args.out, args.checkpoint, fmt)
     load = {"onnx": "onnxruntime.InferenceSession it", "pt2": "torch.export.load(it).module()"}.get(
-        args.format, "torch.jit.load it"
+        fmt, "torch.jit.load it"
     )
     print(f"Wrote {out}: {load}; {usage}")
 
@@ -114,7 +118,10 @@ def add_tool_commands(sub: Any) -> None:
     )  # fmt: skip
     ex.add_argument("run", metavar="RUN", help="run directory or checkpoint folder (classify, gan or swap)")
     ex.add_argument("out", metavar="OUT", help="the file to write (e.g. model.pt, model.onnx)")
-    ex.add_argument("--format", default="torchscript", help="torchscript (default), onnx or pt2 (torch.export)")
+    ex.add_argument(
+        "--format",
+        help="torchscript, onnx or pt2 (torch.export); default: as OUT's name says (.onnx, .pt2), else torchscript",
+    )
     ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
     ex.set_defaults(func=_export)
 

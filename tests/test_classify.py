@@ -443,10 +443,10 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     import onnxruntime
 
     assert main(["export", str(run), str(tmp_path / "model.pt")]) == 0
-    assert main(["export", str(run), str(tmp_path / "model.onnx"), "--format", "onnx"]) == 0
+    assert main(["export", str(run), str(tmp_path / "model.onnx")]) == 0  # the format its name says (was TorchScript)
     model = torch.jit.load(str(tmp_path / "model.pt"))
     assert list(model.class_names) == [str(i) for i in range(10)]
-    assert main(["export", str(run), str(tmp_path / "model.pt2"), "--format", "pt2"]) == 0  # torch.export's
+    assert main(["export", str(run), str(tmp_path / "model.pt2")]) == 0  # torch.export's
     exported = torch.export.load(str(tmp_path / "model.pt2")).module()
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"))
     props = json.loads(session.get_modelmeta().custom_metadata_map["bigbatch"])
