@@ -22,6 +22,12 @@ def whole_number(name: str, value: object, least: int = 0) -> int:
 _WARNED: set[str] = set()
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's message as one line (its first; its OS error text if it has one; else its type's name),
+    for a one-line error about what a library raised."""
+    return (str(getattr(e, "strerror", None) or e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def warn(message: str, once: bool = False) -> None:
     """Tell the user about something that did not stop the command (on stderr, one line). `once`: not
     again in this process (a fact that several readers of the same file come upon)."""

@@ -189,6 +189,14 @@ class _WriteOnce(io.RawIOBase):
         self.file.close()
 
 
+def cannot_write(out: str | os.PathLike, e: OSError) -> BigbatchError:
+    """What a prepare that cannot write `out` (or the parts it resumes from) says: its partial files go."""
+    return BigbatchError(
+        f"cannot write {public_name(out)}: {e.strerror or e} (its partial files are removed); "
+        "free space or choose another output, then prepare again"
+    )
+
+
 class H5Writer:
     """Appends images to a new data file under a temporary name; `commit()` moves it to `out`, so an
     interrupted prepare never leaves a file that looks complete. With `bucketed`, each image shape is
@@ -252,10 +260,7 @@ class H5Writer:
         """Raise a BigbatchError naming the output and the OS error if a write has failed."""
         e = self.raw.error
         if e is not None:
-            raise BigbatchError(
-                f"cannot write {public_name(self.out)}: {e.strerror or e} (its partial file is removed); "
-                "free space or choose another output, then prepare again"
-            )
+            raise cannot_write(self.out, e)
 
     def commit(self) -> dict[str, Any]:
         """Write the metadata, close, and move the file into place; returns the metadata."""

@@ -14,7 +14,7 @@ from bigbatch.data import device_decode
 from bigbatch.data.crops import rrc_draws
 from bigbatch.data.schedule import Schedule, resize_batch
 from bigbatch.data.streams import FLIP, generator
-from bigbatch.errors import BigbatchError, whole_number
+from bigbatch.errors import BigbatchError, first_line, whole_number
 
 
 class Order(Protocol):
@@ -123,8 +123,7 @@ class _Reader(Dataset):
         except BigbatchError as e:
             raise DataReadError(str(e)) from None
         except Exception as e:  # noqa: BLE001 -- OS, HDF5 and remote-store errors: name the data, not the worker
-            why = (str(getattr(e, "strerror", None) or e).strip().splitlines() or [type(e).__name__])[0]
-            raise DataReadError(f"cannot read the data {getattr(self.data, 'source', '')}: {why}") from None
+            raise DataReadError(f"cannot read the data {getattr(self.data, 'source', '')}: {first_line(e)}") from None
 
 
 class DataReadError(BigbatchError):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bigbatch.data import codecs
-from bigbatch.data.h5write import H5Writer
+from bigbatch.data.h5write import H5Writer, cannot_write
 from bigbatch.data.parts import PART, Parts, Result
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import (
@@ -457,10 +457,7 @@ def _parts_kept_unless_refused(parts: Parts | None, out: str | os.PathLike) -> I
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or parts is None:
             raise
         parts.remove()  # (a full disk's parts are what fills it)
-        raise BigbatchError(
-            f"cannot write {public_name(out)}: {e.strerror or e} (its partial files are removed); free space or "
-            "choose another output, then prepare again"
-        ) from None
+        raise cannot_write(out, e) from None
     if parts is not None:
         parts.remove()
 

@@ -159,24 +159,6 @@ def _wait(
                 aborted_at = time.monotonic()
 
 
-@contextlib.contextmanager
-def outlives_group_signals() -> Iterator[None]:
-    """For starting a local cluster (`--local N`): the processes started inside ignore SIGINT and SIGTERM
-    (an ignored signal stays ignored in a child). Ctrl-C in a terminal, and `timeout` or a batch system
-    ending the job, signal the launcher's whole process group; the cluster must stay up while the
-    launcher has the ranks save and stop, as on a real cluster (its ranks, in sessions of their own,
-    restore both signals: BOUND_RANK). Dask and Ray stop their processes otherwise."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 APART = "BIGBATCH_LAUNCH_APART"  # set (to this process's PID) in a launcher started by `apart`
 
 

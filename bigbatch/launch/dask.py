@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, first_line
 from bigbatch.launch import (
     GRACE_SECONDS,
     LOST,
@@ -101,8 +101,7 @@ def _connect(distributed: Any, scheduler: str | None, patience: float = 40.0) ->
             "(tcp://HOST:8786)? Something else listens there"
         )
     if "error" in found:
-        e = found["error"]
-        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        why = first_line(found["error"])[:200]
         raise BigbatchError(f"cannot reach the Dask scheduler at {scheduler}: {why}") from None
     return found["client"]
 

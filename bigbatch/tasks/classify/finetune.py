@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, first_line
 from bigbatch.urls import public_name
 
 HEAD = "fc."  # the classifier layer every bigbatch classifier family ends in
@@ -41,8 +41,7 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
         else:
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 -- torch.load and safetensors raise many types on bad files
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise BigbatchError(f"train.init_from {public_name(path)} is not a state dict file ({first})") from None
+        raise BigbatchError(f"train.init_from {public_name(path)} is not a state dict file ({first_line(e)})") from None
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
