@@ -65,12 +65,7 @@ def launch_dask(
     try:
         if local:
             # (`bigbatch launch` runs a local cluster's launcher apart from the terminal's signals: launch.apart)
-            cluster = distributed.LocalCluster(
-                n_workers=local,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=":0",  # (8787 may be taken)
-            )
+            cluster = local_cluster(local, dashboard_address=":0")  # (8787 may be taken)
         client = distributed.Client(cluster, timeout="20s") if cluster is not None else _connect(distributed, scheduler)
         with client:
             return session(client, pick_workers(client, nprocs), args, grace, _show)
@@ -78,6 +73,26 @@ def launch_dask(
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=30)
+
+
+def local_cluster(n_workers: int, attempts: int = 3, **options: Any) -> Any:
+    """A Dask LocalCluster of `n_workers` single-threaded worker processes. Dask gives the thread of its
+    event loop 10 s to start and then fails with a bare AssertionError; on a loaded machine that
+    happens now and then (seen once in CI), so a cluster that did not start is tried again, and after
+    `attempts` tries reported in one line."""
+    distributed = _distributed()
+    attempt = 1
+    while True:
+        try:
+            return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, **options)
+        except (AssertionError, TimeoutError, RuntimeError) as e:
+            if attempt >= attempts:
+                why = "its event loop did not start in 10 s" if isinstance(e, AssertionError) else first_line(e)
+                raise BigbatchError(
+                    f"the local Dask cluster did not start ({attempts} tries): {why}; is the machine overloaded?"
+                ) from None
+            attempt += 1
+            time.sleep(1.0)
 
 
 def _connect(distributed: Any, scheduler: str | None, patience: float = 40.0) -> Any:
