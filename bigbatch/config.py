@@ -81,6 +81,10 @@ class Section:
         defaults = type(self)()
         return [self._key(n) for n in names if getattr(self, n) != getattr(defaults, n)]
 
+    def changed_any(self) -> list[str]:
+        """Every field that differs from its default (as dotted config keys): a section a task does not read."""
+        return self.changed(*(f.name for f in dataclasses.fields(self)))
+
     def _fail(self, name: str, problem: str) -> typing.NoReturn:
         raise BigbatchError(f"config key '{self._key(name)}' {problem}")
 
@@ -257,7 +261,8 @@ class TrainConfig(Section):
     d_lr: float = 2e-4
     """Adam learning rate of D."""
     betas: tuple[float, float] = (0.0, 0.999)
-    """Adam (beta1, beta2) of both G and D."""
+    """Adam (beta1, beta2) of both G and D (BigGAN's); a classifier's AdamW takes (0.9, 0.999),
+    PyTorch's, unless this is set."""
     adam_eps: float = 1e-8
     """Adam epsilon of both G and D."""
     loss: Literal["hinge", "ns"] = "hinge"

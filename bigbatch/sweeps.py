@@ -82,7 +82,8 @@ def sweep(
         if twice:
             raise BigbatchError(f"sweep grid key {key!r} lists {twice[0]!r} more than once: give each value once")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
-    jobs = [Job(root / run_name(combo), combo, base.override(combo)) for combo in combos]  # all checked first
+    named = zip(run_names(combos), combos)
+    jobs = [Job(root / name, combo, base.override(combo)) for name, combo in named]  # all checked first
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)
@@ -400,10 +401,27 @@ def _check_unchanged(job: Job) -> None:
         raise BigbatchError(f"{e}; for a sweep of another base, give it another RUNS_DIR") from None
 
 
+NAME_LIMIT = 200  # characters of a run folder's name
+
+
 def run_name(combo: dict[str, Any]) -> str:
-    """The folder of one combination: its settings as short key=value pairs, safe as a file name."""
+    """The folder of one combination: its settings as short key=value pairs, safe as a file name (a name
+    too long for that ends in a digest of the combination instead, so that two never share a folder)."""
     parts = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in combo.items()]
-    return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))[:200]
+    name = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
+    return name if len(name) <= NAME_LIMIT else _digested(name, combo)
+
+
+def run_names(combos: list[dict[str, Any]]) -> list[str]:
+    """run_name of each combination; those that would share a folder (values that read alike once made
+    safe: 'a/b' and 'a_b') end in a digest of their combination."""
+    names = [run_name(combo) for combo in combos]
+    return [_digested(n, c) if names.count(n) > 1 else n for n, c in zip(names, combos)]
+
+
+def _digested(name: str, combo: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(combo, sort_keys=True, default=repr).encode()).hexdigest()[:12]
+    return f"{name[: NAME_LIMIT - 13]}-{digest}"
 
 
 def status(run: Path, cfg: Config) -> str:

@@ -119,6 +119,11 @@ def test_no_weight_decay_on_norms_and_biases():
         ({"eval.best": "fid"}, ["'eval.best'", "val_top1"]),
         ({"data.val_fraction": 1.5}, ["'data.val_fraction'"]),
         ({"data.val_path": "builtin:digits"}, ["'data.val_fraction'", "set one"]),
+        # Found from outside: these did nothing, without a word.
+        ({"swap.lr": 1.0}, ["'swap.lr'", 'task = "swap" only']),
+        ({"train.optimizer": "adamw", "train.momentum": 0.5}, ["'train.momentum'", "reads train.betas"]),
+        ({"train.nesterov": False, "train.optimizer": "adamw"}, ["'train.nesterov'", '"adamw"']),
+        ({"train.betas": [0.5, 0.9]}, ["'train.betas'", '"sgd"', "reads train.momentum"]),
     ],
 )
 def test_classify_config_mistakes_name_the_key(overrides, words):
@@ -127,9 +132,24 @@ def test_classify_config_mistakes_name_the_key(overrides, words):
     assert all(w in str(e.value) for w in words), str(e.value)
 
 
+def test_adamw_takes_pytorchs_betas_unless_they_are_set(tmp_path):
+    # train.betas's default is BigGAN's Adam's (0.0, 0.999): a classifier's AdamW (the finetune_resnet50
+    # preset's) ran without momentum.
+    def betas(run_dir, **overrides):
+        cfg = tiny(**{"train.optimizer": "adamw", "train.kimg": 0.064, **overrides})
+        bigbatch.train(cfg, run_dir=run_dir, quiet=True)
+        state = torch.load(run_dir / "checkpoints" / "000000.064" / "state.pt", weights_only=True)
+        return {tuple(g["betas"]) for g in state["opt"]["param_groups"]}
+
+    assert betas(tmp_path / "default") == {(0.9, 0.999)}
+    assert betas(tmp_path / "set", **{"train.betas": [0.5, 0.99]}) == {(0.5, 0.99)}
+
+
 def test_a_gan_refuses_classifier_keys():
     with pytest.raises(BigbatchError, match="'train.lr' is not read by the GAN"):
         bigbatch.preset("digits").override({"train.lr": 0.5})
+    with pytest.raises(BigbatchError, match="'swap.random_warp' is read by task = \"swap\" only"):
+        bigbatch.preset("digits").override({"swap.random_warp": False})
     with pytest.raises(BigbatchError, match="power of two"):
         bigbatch.preset("digits").override({"data.resolution": 28})
 

@@ -130,6 +130,74 @@ def test_cross_rank_batch_norm_matches_the_whole_micro_batch(tmp_path):
     assert "give micro_batch 16 to keep them" in out.stderr
 
 
+def _cross_rank_bn_model():
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.ModuleDict(
+        {"1d": nn.BatchNorm1d(3), "seq": nn.BatchNorm1d(3), "3d": nn.BatchNorm3d(3), "2d": nn.BatchNorm2d(3)}
+    ).double()
+
+
+def _cross_rank_bn_step(model, opt, rank, world):
+    """One step on this rank's share of 8 images of each shape: gradients summed over ranks, then SGD."""
+    g = torch.Generator().manual_seed(1)
+    shapes = {"1d": (8, 3), "seq": (8, 3, 5), "3d": (8, 3, 2, 3, 3), "2d": (8, 3, 4, 4)}
+    part = slice(8 // world * rank, 8 // world * (rank + 1))
+    loss = 0
+    for name, shape in shapes.items():
+        x, w = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(2))
+        loss = loss + (model[name](x[part] * 3 + 1) * w[part]).sum()
+    loss.backward()
+    if world > 1:
+        for p in model.parameters():
+            torch.distributed.all_reduce(p.grad)
+    opt.step()
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _cross_rank_bn_rank(rank, world, init_file, out):
+    from bigbatch.engine.wrap import cross_rank_batch_norm
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    model = _cross_rank_bn_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)  # made before the conversion, as a user may
+    cross_rank_batch_norm(model, torch.device("cpu"))
+    state = _cross_rank_bn_step(model, opt, rank, world)
+    if rank == 0:
+        torch.save(state, out)
+    torch.distributed.destroy_process_group()
+
+
+def test_sync_bn_spans_ranks_for_every_batchnorm_and_keeps_the_parameters_an_optimizer_has(tmp_path):
+    # Found from outside: only exact BatchNorm2d spanned the ranks (BatchNorm1d/3d normalized per rank,
+    # silently), its copy's new Parameters left an optimizer made before untrained, and float64 fell to float32.
+    model = _cross_rank_bn_model()
+    whole = _cross_rank_bn_step(model, torch.optim.SGD(model.parameters(), lr=0.5), 0, 1)
+    torch.multiprocessing.spawn(
+        _cross_rank_bn_rank, args=(2, str(tmp_path / "init"), str(tmp_path / "two.pt")), nprocs=2, join=True
+    )
+    two = torch.load(tmp_path / "two.pt", weights_only=True)
+    start = _cross_rank_bn_model().state_dict()
+    for k, v in whole.items():
+        if k.endswith(("weight", "bias")):
+            assert not torch.equal(v, start[k]), k  # trained
+        assert torch.allclose(two[k], v, rtol=1e-10, atol=1e-12), k
+
+
+def test_sync_bn_refuses_a_batchnorm_with_a_forward_of_its_own():
+    from torch import nn
+
+    from bigbatch.engine.wrap import cross_rank_batch_norm
+
+    class Renorm(nn.BatchNorm2d):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    with pytest.raises(bigbatch.BigbatchError, match=r"replace the forward of 1 \(Renorm"):
+        cross_rank_batch_norm(nn.Sequential(nn.Conv2d(3, 3, 1), Renorm(3)), torch.device("cpu"))
+
+
 def _children(pid):
     """PIDs whose parent is `pid` (from /proc)."""
     out = []

@@ -145,6 +145,34 @@ def test_step_with_non_finite_gradients_is_skipped_and_counted(capsys):
         rep.step(step_fn, (x, y), opt)
 
 
+def test_fp16_loss_scale_settling_is_not_a_divergence():
+    # Found from outside: a sum-reduced loss (SAEHD's mean x batch) overflows fp16 at the scaler's first
+    # scales; plain torch.amp skips those steps until the scale fits and trains on, but each skip counted
+    # towards skip_limit and the healthy run stopped at its 11th step, advised to lower the learning rate.
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 10), torch.randn(16, 1) * 2000
+    net = nn.Sequential(nn.Linear(10, 32), nn.Tanh(), nn.Linear(32, 1))
+    plain = copy.deepcopy(net)
+    rep = bigbatch.Replicator(batch=16, precision="fp16", device="cpu")
+    model = rep.prepare(net)
+    opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=1e-3), "net")
+    losses = []
+    for _ in range(30):
+        losses.append(rep.step(lambda m: nn.functional.mse_loss(model(m[0]), m[1], reduction="sum"), (x, y), opt))
+    plain_opt, scaler, plain_skips = torch.optim.Adam(plain.parameters(), lr=1e-3), torch.amp.GradScaler("cpu"), 0
+    for _ in range(30):
+        plain_opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = nn.functional.mse_loss(plain(x), y, reduction="sum")
+        scaler.scale(loss).backward()
+        before = scaler.get_scale()
+        scaler.step(plain_opt)
+        scaler.update()
+        plain_skips += scaler.get_scale() < before
+    assert rep.counters()["net"]["skipped"] == plain_skips > 10  # more than skip_limit x skip_window
+    assert losses[-1] < losses[0]
+
+
 def test_fp16_uses_one_loss_scaler_per_optimizer():
     rep = bigbatch.Replicator(batch=8, micro_batch=8, precision="fp16", device="cpu")
     a, b = rep.prepare(classifier()), rep.prepare(classifier())
@@ -511,6 +539,38 @@ def test_a_frozen_batchnorm_keeps_and_uses_its_statistics():
     assert loss == pytest.approx(float(reference(x).square().mean()), rel=1e-5)
     for key in ("running_mean", "running_var", "num_batches_tracked"):
         assert torch.equal(getattr(net[1], key), getattr(reference[1], key)), key
+
+
+def test_a_step_that_reads_batchnorm_in_eval_mode_trains_as_plain_pytorch_does():
+    # Found from outside: inside a step the running statistics read as zero (the engine captured each
+    # micro-batch's updates from zero), so a target computed with model.eval() in the step was garbage and
+    # training diverged without a word. With one micro-batch a step, everything is PyTorch's bit for bit.
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3))
+    reference = copy.deepcopy(net)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    rep = bigbatch.Replicator(batch=8, device="cpu")
+    model = rep.prepare(net)
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.05))
+
+    def loss_of(m, x):
+        m.eval()
+        with torch.no_grad():
+            target = m(x * 0.5)  # with the running statistics
+        m.train()
+        return (m(x) - target).square().mean()
+
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(8, 3, 10, 10, generator=g) * 2 + 1
+        mine = rep.step(lambda batch: loss_of(model, batch), x, opt)
+        ref_opt.zero_grad()
+        theirs = loss_of(reference, x)
+        theirs.backward()
+        ref_opt.step()
+        assert float(mine) == float(theirs)
+    for (name, a), b in zip(net.state_dict().items(), reference.state_dict().values()):
+        assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])

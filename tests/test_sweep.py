@@ -68,6 +68,20 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
         assert [r["status"] for r in csv.DictReader(f)] == ["failed", "finished"]
 
 
+def test_no_two_combinations_share_a_run_folder():
+    # Found from outside: names were cut at 200 characters, so a long value first and train.kimg last gave
+    # two combinations one folder: the second "resumed" the first and the table reported both from it.
+    from bigbatch.sweeps import run_names
+
+    schedule = ",".join(f"{k / 1000:.3f}:16:64:0.1:0.2" for k in range(64, 256, 8))
+    combos = [{"data.schedule": schedule, "model.options": {"bn": True}, "train.kimg": k} for k in (0.128, 0.256)]
+    combos += [{"data.path": "a/b.h5"}, {"data.path": "a_b.h5"}, {"train.batch": 16}]
+    names = run_names(combos)
+    assert len(set(names)) == len(names) and all(len(n) <= 200 for n in names), names
+    assert names[0].startswith("schedule=0.064_16_64") and names[-1] == "batch=16"
+    assert run_names(combos) == names  # the same folders when the sweep runs again
+
+
 def test_the_first_sweep_anyone_writes_runs_on_digits(tmp_path):
     # Found from outside: a grid over train.batch on the digits preset (micro_batch 64) was refused.
     small = {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.kimg": 0.064}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -309,14 +310,14 @@ class Replicator:
         except BaseException:
             bn.abandon()
             raise
-        if self._apply(opt, state):
+        means = (dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)).tolist()
+        if self._apply(opt, state, loss_finite=math.isfinite(means[0])):
             # every micro-batch's BatchNorm updates, of every rank, in global order
             if not bn.end() and self.is_main:
                 warn(f"{state.name} step {state.steps}: BatchNorm statistics not finite, left as before the step")
         else:  # a skipped step leaves the running statistics too as they were (its forward may have overflowed)
             bn.abandon()
             self._skipped(state)
-        means = (dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)).tolist()
         return dict(zip(keys, means)) if isinstance(out, dict) else means[0]
 
     def _bns(self) -> list[nn.Module]:
@@ -369,9 +370,9 @@ class Replicator:
         except KeyError:
             raise BigbatchError("pass the optimizer through rep.wrap_optimizer(opt) before rep.step") from None
 
-    def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer) -> bool:
+    def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer, loss_finite: bool = True) -> bool:
         """Unscale, check, clip and apply the accumulated gradients, then free them; whether they were
-        finite (and applied)."""
+        finite (and applied). `loss_finite`: whether the step's loss was (the same on every rank)."""
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if not params:
             raise BigbatchError(
@@ -386,13 +387,17 @@ class Replicator:
             if self.grad_clip > 0:
                 clip_grads_with_norm_(params, self.grad_clip, norm)
             opt.step()
+        # fp16's scaler starts high (2^16) and halves on each overflow until the scale fits: a finite loss
+        # whose scaled gradients overflowed is it settling, not a divergence, and does not count towards
+        # skip_limit (a loss that is not finite does, and so does an overflow at a scale of 1 or less).
+        settling = not finite and loss_finite and state.scaler.is_enabled() and state.scaler.get_scale() > 1.0
         if state.scaler.is_enabled():
             state.scaler.update()
         opt.zero_grad(set_to_none=True)
         state.steps += 1
         state.grad_norm = float(norm)
         state.last_skipped = not finite
-        state.history.append(not finite)
+        state.history.append(not finite and not settling)
         return finite
 
     def _skipped(self, state: _Optimizer) -> None:

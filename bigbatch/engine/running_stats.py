@@ -9,13 +9,17 @@ global order of the micro-batches (rank 0's, then rank 1's, ...), which is the o
 computes them in: so the running statistics, like the weights, are the same bit for bit whatever the
 number of processes (with equal threads per process), and the same on every rank.
 
-How: before each micro-batch's forward, the statistics are set to zero, so its forward leaves
-z = its updates applied to zero (BatchNorm's own kernel, whatever the model's layout, compile or
-precision) and counts its calls c in num_batches_tracked. After the step, starting from the statistics
-before it, each micro-batch in global order gives r <- r (1 - m)^c + z. This is the same arithmetic in
-one process as in many, not PyTorch's in one process: the statistics differ from a plain BatchNorm's
-by rounding. BatchNorms with momentum=None (a cumulative average, whose factor depends on the count)
-keep PyTorch's update and are averaged over ranks after the step.
+How: each micro-batch's forward starts from the statistics before the step (on every rank the same)
+and leaves r1, BatchNorm's own kernel's result (whatever the model's layout, compile or precision),
+counting its calls c in num_batches_tracked. After the step, starting from the statistics r0 before it,
+each micro-batch in global order gives r <- r1 + (1 - m)^c (r - r0): the micro-batch's own update of
+r0, plus what the micro-batches before it moved the statistics, decayed as its forward decays them.
+This is the same arithmetic in one process as in many. With one micro-batch it is PyTorch's, bit for
+bit; with several, PyTorch's sequential updates within rounding. Inside a step the statistics read as
+a plain BatchNorm's would within its first micro-batch (a forward in eval mode there, or code that
+reads them, sees those before the step, or after this micro-batch's forward). BatchNorms with
+momentum=None (a cumulative average, whose factor depends on the count) keep PyTorch's update and are
+averaged over ranks after the step.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class StepStatistics:
         self.buffers = [b for m in self.bns for b in (m.running_mean, m.running_var)]
         self.start = [b.clone() for b in self.buffers]
         self.counts = [m.num_batches_tracked.clone() for m in self.bns]
-        self.updates: list[torch.Tensor] = []  # per micro-batch: its z of every buffer, flat
+        self.updates: list[torch.Tensor] = []  # per micro-batch: its r1 of every buffer, flat
         self.calls: list[torch.Tensor] = []  # per micro-batch: each BatchNorm's forward calls
         self.open = False
 
@@ -84,7 +88,7 @@ class StepStatistics:
         if not self.bns:  # (the same models on every rank: none of them gathers either)
             return
         self._close()
-        torch._foreach_zero_(self.buffers)
+        torch._foreach_copy_(self.buffers, self.start)
         self.before = torch.stack([m.num_batches_tracked for m in self.bns])
         self.open = True
 
@@ -105,10 +109,12 @@ class StepStatistics:
             return False
         sizes = [b.numel() for b in self.buffers]
         factors = [1.0 - m.momentum for m in self.bns for _ in (0, 1)]
-        for z, c in zip(updates, calls.tolist()):
+        for r1, c in zip(updates, calls.tolist()):
             n = [k for m_calls in c for k in (m_calls, m_calls)]
-            torch._foreach_mul_(self.buffers, [f**k for f, k in zip(factors, n)])
-            torch._foreach_add_(self.buffers, [v.view_as(b) for v, b in zip(z.split(sizes), self.buffers)])
+            moved = torch._foreach_sub(self.buffers, self.start)  # (zero for the first: r1 stays as it is)
+            torch._foreach_mul_(moved, [f**k for f, k in zip(factors, n)])
+            torch._foreach_add_(moved, [v.view_as(b) for v, b in zip(r1.split(sizes), self.buffers)])
+            torch._foreach_copy_(self.buffers, moved)
         total = calls.sum(0)
         for m, count, k in zip(self.bns, self.counts, total):
             m.num_batches_tracked.copy_(count + k)

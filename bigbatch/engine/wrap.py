@@ -18,12 +18,13 @@ from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError, warn
 
 
-class GlobalBatchNorm2d(nn.BatchNorm2d):
+class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
     """BatchNorm whose training statistics cover the same micro-batch on every rank.
 
     Sum, sum of squares and count are all-reduced with a differentiable collective, so the gradient
     flows through the global statistics as in nn.SyncBatchNorm, but on any backend (gloo on CPU too,
-    which nn.SyncBatchNorm refuses). Outside training, or in one process, it is plain BatchNorm2d.
+    which nn.SyncBatchNorm refuses). Outside training, or in one process, it is the BatchNorm it was.
+    Made by cross_rank_batch_norm, which gives a model's BatchNorm1d/2d/3d this forward in place.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -33,12 +34,14 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
             return super().forward(x)
         from torch.distributed.nn.functional import all_reduce
 
-        xf = x.float()
-        count = torch.full((1,), x.numel() / x.shape[1], device=x.device)
+        self._check_input_dim(x)
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # (float64 stays float64)
+        dims = [0, *range(2, x.dim())]
+        count = torch.full((1,), x.numel() / x.shape[1], device=x.device, dtype=xf.dtype)
         with warnings.catch_warnings():
             # Deprecated for the functional collectives, which have no autograd; pinned torch keeps it.
             warnings.simplefilter("ignore", FutureWarning)
-            packed = all_reduce(torch.cat([xf.sum((0, 2, 3)), (xf * xf).sum((0, 2, 3)), count]))
+            packed = all_reduce(torch.cat([xf.sum(dims), (xf * xf).sum(dims), count]))
         c = x.shape[1]
         n = packed[-1]
         mean = packed[:c] / n
@@ -50,31 +53,38 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
                 self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), factor)
                 unbiased = var.detach() * n / (n - 1).clamp_min(1)
                 self.running_var.lerp_(unbiased.to(self.running_var.dtype), factor)
-        y = (xf - mean[None, :, None, None]) * torch.rsqrt(var + self.eps)[None, :, None, None]
+        shape = (1, c) + (1,) * (x.dim() - 2)
+        y = (xf - mean.view(shape)) * torch.rsqrt(var + self.eps).view(shape)
         if self.affine:
-            y = y * self.weight[None, :, None, None] + self.bias[None, :, None, None]
+            y = y * self.weight.view(shape) + self.bias.view(shape)
         return y.to(x.dtype)
 
 
+_GLOBAL_CLASSES: dict[type, type] = {}
+
+
 def cross_rank_batch_norm(model: nn.Module, device: torch.device) -> nn.Module:
-    """Swap every BatchNorm2d for one whose statistics span all ranks: nn.SyncBatchNorm on CUDA,
-    GlobalBatchNorm2d elsewhere. Parameters and buffers are shared, so names and values stay."""
+    """Make every BatchNorm's statistics span all ranks: nn.SyncBatchNorm on CUDA, GlobalBatchNorm's
+    forward elsewhere (given in place: the same module, parameters and buffers, so an optimizer made
+    before keeps training them). A BatchNorm subclass with a forward of its own is refused rather than
+    silently replaced (PyTorch's convert_sync_batchnorm would replace it)."""
+    for name, module in model.named_modules():
+        forward = getattr(type(module), "forward", None)
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(module, GlobalBatchNorm):
+            if forward is not nn.modules.batchnorm._BatchNorm.forward and not isinstance(module, nn.SyncBatchNorm):
+                raise BigbatchError(
+                    f"sync_bn would replace the forward of {name or 'the model'} ({type(module).__name__}, a "
+                    "BatchNorm of its own): give it nn.BatchNorm layers, or train without sync_bn"
+                )
     if device.type == "cuda":
         return nn.SyncBatchNorm.convert_sync_batchnorm(model)
-
-    def convert(module: nn.Module) -> nn.Module:
-        if type(module) is nn.BatchNorm2d:
-            new = GlobalBatchNorm2d(
-                module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats
-            )
-            new.load_state_dict(module.state_dict(), strict=True, assign=True)
-            new.train(module.training)
-            return new
-        for name, child in module.named_children():
-            setattr(module, name, convert(child))
-        return module
-
-    return convert(model)
+    for module in model.modules():
+        base = type(module)
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(module, GlobalBatchNorm):
+            if base not in _GLOBAL_CLASSES:
+                _GLOBAL_CLASSES[base] = type(f"Global{base.__name__}", (GlobalBatchNorm, base), {})
+            module.__class__ = _GLOBAL_CLASSES[base]
+    return model
 
 
 class _CheckpointedForward:

@@ -44,6 +44,7 @@ from bigbatch.tasks.classify.validation import (
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, register
 
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
+ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0, 0.999), is BigGAN's Adam's
 GAN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
 )  # fmt: skip
@@ -62,6 +63,18 @@ def check_config(cfg: Config) -> None:
             "train.optimizer, train.momentum, train.weight_decay, train.warmup_kimg, train.lr_decay; remove it"
         )
     t = cfg.train
+    if cfg.swap.changed_any():
+        raise BigbatchError(
+            f'config key \'{cfg.swap.changed_any()[0]}\' is read by task = "swap" only, not by task = "classify"; '
+            "remove it"
+        )
+    other = t.changed("betas", "adam_eps") if t.optimizer == "sgd" else t.changed("momentum", "nesterov")
+    if other:
+        uses = "train.momentum and train.nesterov" if t.optimizer == "sgd" else "train.betas and train.adam_eps"
+        raise BigbatchError(
+            f"config key '{other[0]}' is not read by train.optimizer = \"{t.optimizer}\", which reads {uses}; "
+            "remove it or choose the other optimizer"
+        )
     if schedule_of(cfg).phases[0].lr is not None and (t.warmup_kimg or t.lr_decay != "none"):
         raise BigbatchError(
             "config key 'data.schedule' gives each phase an lr, so train.warmup_kimg and train.lr_decay must stay "
@@ -136,7 +149,8 @@ def build(
     if t.optimizer == "sgd":
         opt = torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum, nesterov=t.nesterov and t.momentum > 0)
     else:
-        opt = torch.optim.AdamW(groups, lr=t.lr, betas=t.betas, eps=t.adam_eps)
+        betas = t.betas if t.changed("betas") else ADAMW_BETAS
+        opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps)
     rep.wrap_optimizer(opt, "model")
     return ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)
 

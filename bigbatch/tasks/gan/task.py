@@ -75,6 +75,10 @@ def check_config(cfg: Config) -> None:
     foreign = cfg.train.changed(*CLASSIFY_KEYS) + cfg.data.changed("val_path", "val_fraction", "val_rect", "val_crop")
     if cfg.train.lr_decay not in ("none", "linear"):
         foreign.append("train.lr_decay")
+    if cfg.swap.changed_any():
+        raise BigbatchError(
+            f"config key '{cfg.swap.changed_any()[0]}' is read by task = \"swap\" only, not by the GAN task; remove it"
+        )
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
