@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
-from bigbatch.cli_sample import add_sample_command
+from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, out_named
 from bigbatch.errors import BigbatchError
@@ -347,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--resolution", type=int, help="builtin:NAME: the side to make it at (default: the run's, else 32)")
     ev.add_argument(
         "--seed",
-        type=int,
+        type=seed,
         help="seed of the samples, or of the subset --n takes (default: the run's eval.seed, else 0)",
     )
     ev.add_argument("--truncation", type=float, help="z truncation threshold (default: the run's eval.truncation)")

@@ -14,11 +14,14 @@ def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
     if text is None:
         return None
     out = []
-    for item in (s.strip() for s in text.split(",") if s.strip()):
-        if item.isascii() and item.isdigit():
-            out.append(int(item))
-        elif item in names:
+    items = [s.strip() for s in text.split(",")]
+    if "" in items:
+        raise BigbatchError(f"--classes has an empty entry in '{text}': give class names or numbers, comma-separated")
+    for item in items:
+        if item in names:  # a name first: folders 1..10 are sorted '1', '10', '2', ..., so '1' is not number 1
             out.append(names.index(item))
+        elif item.isascii() and item.isdigit():
+            out.append(int(item))
         else:
             raise BigbatchError(f"--classes: '{item}' is neither a class number nor a class name ({', '.join(names)})")
     bad = [c for c in out if not c < len(names)]
@@ -92,12 +95,19 @@ def _check_fits(n: int, resolution: int) -> None:
         )
 
 
+def seed(text: str) -> int:
+    """An argparse type: a seed, a whole number >= 0 (a negative one would alias a large one)."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def add_sample_command(sub: Any) -> None:
     """Add `sample` to the CLI's subcommands."""
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")
     s.add_argument("path", metavar="RUN_OR_CKPT")
     s.add_argument("--n", type=int, default=64, help="number of images (default 64)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=seed, default=0)
     s.add_argument("--classes", help="comma-separated class numbers or names to cycle through")
     s.add_argument(
         "--truncation",

@@ -20,7 +20,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
-from bigbatch.signals import StopRequest, stop_signals
+from bigbatch.signals import EvaluationStopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 
 
@@ -98,12 +98,39 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if main and nimg == 0:  # a look at what the models are fed, before the first step
         run.write_batch_sheet(task, 0)
 
+    # A write that fails on rank 0 (a full disk) stops every rank at the next step, not rank 0 alone.
+    failed: BaseException | None = None
+
+    def evaluate() -> bool:
+        """Score the task (every rank) and log it, keeping the best (rank 0); False if a stop cut it short."""
+        nonlocal failed
+        try:
+            scores = task.scorer()
+        except EvaluationStopped:  # (one process only: several finish, their collectives must meet)
+            progress.say(f"kimg {nimg / 1000:g}: evaluation stopped by the signal; the resumed run makes it")
+            return False
+        if main:
+            try:
+                progress.scores(nimg, task.steps, scores)
+                if task.scorer.improved(scores):
+                    run.save_best(task, rep, nimg, progress.seconds(), scores)
+            except (BigbatchError, OSError) as e:
+                failed = e
+        return True
+
+    def window() -> dict:
+        """The log row under way, and whether an evaluation due was cut short (the resumed run makes it)."""
+        return {**progress.window.state(), **({"eval_pending": True} if eval_pending else {})}
+
+    # An evaluation due at the checkpoint resumed, which a stop cut short: made first.
+    eval_pending = bool(run.log_window and run.log_window.get("eval_pending")) and task.scorer is not None
+    if eval_pending:
+        eval_pending = not evaluate()
+
     # Train.
     crop_scale = getattr(task, "loader_crop_scale", 0.0)  # crops the task has the loader cut before decoding
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase, crop_scale=crop_scale)
     stop.armed = True  # from here a first SIGINT saves a checkpoint (as SIGTERM does), a second one stops at once
-    # A write that fails on rank 0 (a full disk) stops every rank at the next step, not rank 0 alone.
-    failed: BaseException | None = None
     with closing(feed):
         while nimg < progress.total and not dist.any_rank(stop.requested or failed is not None):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
@@ -113,23 +140,20 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             progress.add(time.perf_counter() - began, before, nimg, stats)
 
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
-            scores = task.scorer() if task.scorer is not None and due(cfg.eval.every_kimg, before) else None
+            if task.scorer is not None and due(cfg.eval.every_kimg, before):
+                eval_pending = not evaluate()
             if due(cfg.checkpoint.every_kimg, before):
                 check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
             if not main:
                 continue
             try:
-                if scores is not None:
-                    progress.scores(nimg, task.steps, scores)
-                    if task.scorer.improved(scores):
-                        run.save_best(task, rep, nimg, progress.seconds(), scores)
                 # Rank 0's output, where due: a log row, previews, a checkpoint.
                 if due(cfg.train.log_every_kimg, before):
                     progress.log(nimg, task.steps)
                 if due(cfg.sample.every_kimg, before):
                     run.write_previews(task, nimg, at_checkpoint=False)
                 if due(cfg.checkpoint.every_kimg, before):
-                    run.save(task, rep, nimg, progress.seconds(), progress.window.state())
+                    run.save(task, rep, nimg, progress.seconds(), window())
                     run.write_previews(task, nimg, at_checkpoint=True)
             except (BigbatchError, OSError) as e:
                 failed = e
@@ -138,9 +162,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             raise failed
 
         # Stopped by a signal: save where we are.
-        stopped = nimg < progress.total
+        stopped = nimg < progress.total or eval_pending  # (a stop in the last evaluation: the resumed run makes it)
         if stopped and main:
-            path = run.save(task, rep, nimg, progress.seconds(), progress.window.state())
+            path = run.save(task, rep, nimg, progress.seconds(), window())
             run.write_previews(task, nimg, at_checkpoint=True)
             resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
             if rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)

@@ -17,15 +17,43 @@ class StopRequest:
     """The loop runs (a first SIGINT asks it to stop); before, during start-up, SIGINT stops at once."""
 
 
+class EvaluationStopped(Exception):
+    """A stop was asked for while one process evaluated during training: the loop saves at once and the
+    resumed run evaluates (several processes finish the evaluation first: their collectives must meet)."""
+
+
+_LOCAL = threading.local()  # .stops: the stop requests of the training loops under way in this thread
+
+
+def check_stop() -> None:
+    """Raise EvaluationStopped if the training loop under way was asked to stop (between batches of a
+    long evaluation, where waiting for its end could outlast a scheduler's grace period)."""
+    stops = getattr(_LOCAL, "stops", None)
+    if stops and stops[-1].requested:
+        raise EvaluationStopped
+
+
 @contextmanager
 def stop_signals() -> Iterator[StopRequest]:
     """SIGTERM sets `requested` (the loop checkpoints and returns); so does SIGINT once `armed`. A SIGINT
     before that, or a second one, raises KeyboardInterrupt (stop at once).
     Outside the main thread, where Python cannot take signals, nothing is installed."""
     stop = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
+    stops = _LOCAL.__dict__.setdefault("stops", [])
+    stops.append(stop)
+    try:
+        if threading.current_thread() is not threading.main_thread():
+            yield stop
+            return
+        with _handled(stop):
+            yield stop
+    finally:
+        stops.remove(stop)
+
+
+@contextmanager
+def _handled(stop: StopRequest) -> Iterator[None]:
+    """SIGINT and SIGTERM handled for `stop` (in the main thread), as they were afterwards."""
 
     def handler(signum, frame):
         if signum == signal.SIGINT and (stop.requested or not stop.armed):
@@ -34,7 +62,7 @@ def stop_signals() -> Iterator[StopRequest]:
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield stop
+        yield
     finally:
         for s, h in old.items():
             signal.signal(s, h)

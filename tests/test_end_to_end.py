@@ -92,6 +92,31 @@ def test_cli_sample_and_info(run, capsys):
     assert main(["sample", str(run), "--classes", "11"]) == 2
 
 
+def test_sample_classes_are_names_before_numbers(run, tmp_path, capsys):
+    # Found from outside: with class folders 1..10 (sorted '1', '10', '2', ...), --classes 1 quietly drew
+    # folder "10" (number 1) and --classes 10 was refused.
+    import shutil
+
+    ckpt = tmp_path / "named"
+    shutil.copytree(run / "checkpoints" / "000000.512", ckpt)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["class_names"] = sorted(str(i) for i in range(1, 11))  # '1', '10', '2', ..., '9'
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+
+    def drawn(ckpt, classes):
+        assert main(["sample", str(ckpt), "--npz", "--n", "2", "--classes", classes, "--out", "c.npz"]) == 0
+        return np.load("c.npz")["arr_0"]
+
+    plain = run / "checkpoints" / "000000.512"
+    assert np.array_equal(drawn(ckpt, "10"), drawn(plain, "1"))  # the folder named 10 is class number 1
+    assert np.array_equal(drawn(ckpt, "1"), drawn(plain, "0"))
+    capsys.readouterr()
+    for bad, words in (("3,,5", "empty entry"), ("cat", "neither a class number nor a class name")):
+        assert main(["sample", str(ckpt), "--classes", bad]) == 2 and words in capsys.readouterr().err
+    assert main(["sample", str(ckpt), "--seed", "-1"]) == 2
+    assert "--seed: must be a whole number >= 0" in capsys.readouterr().err
+
+
 def test_train_config_toml_reproduces_the_run(run, tmp_path):
     assert main(["train", "--quiet", "--config", str(run / "config.toml"), "--run-dir", str(tmp_path / "again")]) == 0
     for net in ("G", "D", "G_ema"):

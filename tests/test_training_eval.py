@@ -194,3 +194,47 @@ def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
     together, drawn[:] = drawn[:], []
     assert main(["plot", str(runs), "--out", str(tmp_path / "sweep.png")]) == 0  # a folder of runs: all of them
     assert [(ax.get_title(), label) for ax, label in drawn] == together and (tmp_path / "sweep.png").exists()
+
+
+def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(scored, tmp_path, monkeypatch, capsys):
+    # Found from outside: SIGTERM in an evaluation waited for its end (minutes for a 50k FID, past a
+    # scheduler's grace period) before the checkpoint. Now the evaluation stops between batches.
+    import os
+    import signal
+
+    import bigbatch.sampling
+    from bigbatch.tasks.gan.scorer import Scorer
+
+    whole = bigbatch.train(scored, run_dir=tmp_path / "whole", quiet=True)
+    generate, score, seen = bigbatch.sampling.generate, Scorer.__call__, {"evaluations": 0, "batches": 0}
+
+    def scoring(self):
+        seen["evaluations"] += 1
+        seen["inside"] = True
+        try:
+            return score(self)
+        finally:
+            seen["inside"] = False
+
+    def signalled(*args, **kwargs):  # the signal arrives in the first evaluation's first batch
+        if seen.get("inside"):
+            seen["batches"] += 1
+            if seen["batches"] == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(bigbatch.sampling, "generate", signalled)
+    monkeypatch.setattr(Scorer, "__call__", scoring)
+    run = bigbatch.train(scored, run_dir=tmp_path / "cut")
+    out = capsys.readouterr().out
+    assert "evaluation stopped by the signal" in out and "Stopped by signal; saved" in out, out
+    assert seen["evaluations"] == seen["batches"] == 1 and eval_rows(run) == []  # one batch of three, then the save
+    assert (run / "checkpoints" / "latest").read_text().strip() == "000000.256"
+    monkeypatch.undo()
+    bigbatch.train(scored, run_dir=run, resume=True, quiet=True)
+
+    def scores(r):
+        return [{k: v for k, v in row.items() if k not in ("seconds", "eval_seconds")} for row in eval_rows(r)]
+
+    assert scores(run) == scores(whole) and len(scores(run)) == 2
+    assert weights(run / "checkpoints" / "000000.512") == weights(whole / "checkpoints" / "000000.512")

@@ -12,6 +12,7 @@ import torch.distributed as td
 
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
+from bigbatch.signals import check_stop
 
 
 def to_nchw(images: torch.Tensor) -> torch.Tensor:
@@ -88,7 +89,10 @@ def extract_sharded(
         raise BigbatchError(f"need at least one image to extract features from, got n={n}")
     world, lo, hi, per = _shard(n, batch_size)
     real = hi - lo
-    parts = [extractor(images_at(s, min(batch_size, lo + real - s))) for s in range(lo, lo + real, batch_size)]
+    parts = []
+    for s in range(lo, lo + real, batch_size):
+        _stop_if_asked(world)
+        parts.append(extractor(images_at(s, min(batch_size, lo + real - s))))
     if real < per:
         last = extractor(images_at(n - 1, 1))
         parts.append({k: v.expand(per - real, -1) for k, v in last.items()})
@@ -119,6 +123,7 @@ def moments_sharded(
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
     for start in range(lo, hi, batch_size):
+        _stop_if_asked(world)
         x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
         total += x.sum(0)
         outer += x.T @ x
@@ -130,6 +135,13 @@ def moments_sharded(
     mean = total / n
     cov = (outer - n * torch.outer(mean, mean)) / (n - 1)
     return (mean + shift).numpy(), ((cov + cov.T) / 2).numpy()
+
+
+def _stop_if_asked(world: int) -> None:
+    """In one process, between batches: a stop asked of the training loop under way ends the evaluation
+    (signals.EvaluationStopped). Several ranks finish it: their collectives must meet."""
+    if world == 1:
+        check_stop()
 
 
 def _shard(n: int, batch_size: int) -> tuple[int, int, int, int]:

@@ -23,6 +23,7 @@ from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
 from bigbatch.errors import BigbatchError
 from bigbatch.sampling import to_uint8
+from bigbatch.signals import check_stop
 
 METRICS = ("val_top1", "val_top5", "val_loss")
 
@@ -194,21 +195,25 @@ class Validation:
         model.eval()
         # correct top-1, correct top-5, summed loss, images
         totals = torch.zeros(4, dtype=torch.float64, device=self.device)
-        for _, x, y in self.inputs(self.size()):
-            with prec.autocast(self.precision, self.device):
-                logits = model(x)
-            logits = logits.float()
-            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-            hits = top == y[:, None]
-            totals += torch.stack(
-                [
-                    hits[:, 0].sum().double(),
-                    hits.any(1).sum().double(),
-                    F.cross_entropy(logits, y, reduction="sum").double(),
-                    torch.tensor(float(len(y)), dtype=torch.float64, device=self.device),
-                ]
-            )
-        model.train(was_training)
+        try:
+            for _, x, y in self.inputs(self.size()):
+                if not dist.active():  # in one process a stop asked of training ends it (several finish it)
+                    check_stop()
+                with prec.autocast(self.precision, self.device):
+                    logits = model(x)
+                logits = logits.float()
+                top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+                hits = top == y[:, None]
+                totals += torch.stack(
+                    [
+                        hits[:, 0].sum().double(),
+                        hits.any(1).sum().double(),
+                        F.cross_entropy(logits, y, reduction="sum").double(),
+                        torch.tensor(float(len(y)), dtype=torch.float64, device=self.device),
+                    ]
+                )
+        finally:
+            model.train(was_training)
         top1, top5, loss, n = dist.sum(totals).tolist()
         if not n:
             return dict.fromkeys(METRICS, math.nan)
