@@ -167,6 +167,38 @@ def test_images_of_any_size_are_each_resized_by_the_pipeline(tmp_path, capsys):
         ref.get(torch.arange(3))
 
 
+def test_image_files_are_read_as_the_standard_scorers_read_them(tmp_path):
+    # Found from outside: a folder's transparent PNGs were composited on white, and EXIF-rotated JPEGs
+    # turned upright, where pytorch-fid, clean-fid and torch-fidelity take Image.open(f).convert("RGB").
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    rgba = rng.integers(0, 256, (10, 14, 4), dtype=np.uint8)
+    Image.fromarray(rgba, "RGBA").save(folder / "a.png")
+    photo = Image.fromarray(rng.integers(0, 256, (10, 14, 3), dtype=np.uint8))
+    exif = photo.getexif()
+    exif[0x0112] = 6  # "rotate 90 degrees to view"
+    buf = io.BytesIO()
+    photo.save(buf, "JPEG", exif=exif)
+    (folder / "b.jpg").write_bytes(buf.getvalue())
+    Image.fromarray(rng.integers(0, 256, (10, 14), dtype=np.uint8), "L").convert("P").save(folder / "c.png")
+    got = M.open_images(folder).read([0, 1, 2])
+    for im, name in zip(got, ("a.png", "b.jpg", "c.png")):
+        assert np.array_equal(im.numpy(), np.asarray(Image.open(folder / name).convert("RGB"))), name
+
+
+def test_kid_of_two_sets_within_one_subset_says_its_spread_is_not_measured(capsys):
+    a, b = (np.random.default_rng(i).normal(size=(37, 8)) for i in (0, 1))  # (37: a warning of its own)
+    mean, std = M.kid(a, b, subset_size=1000)
+    assert std == 0 and "both sets hold 37 images" in capsys.readouterr().err
+    assert mean == pytest.approx(M.kid(a, b, subsets=1, subset_size=37)[0], rel=1e-12)
+    assert M.kid(a, b[:30], subset_size=1000)[1] > 0  # a larger set gives subsets to spread over
+
+
 def _shard_worker(rank, world, port, folder, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)

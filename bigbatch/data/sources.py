@@ -282,6 +282,7 @@ def decode(
     alpha: bool = False,
     dfl_masks: int = 0,
     whole: bool = False,
+    as_scorers: bool = False,
 ) -> tuple[int, np.ndarray, str | None, tuple[int, int]]:
     """Decode one image file to (bucket, uint8 HxWx3, face type, its (height, width) as stored). With
     `resolution`: center-cropped to a square, or with `ratios` (width/height) to the nearest shape of
@@ -290,10 +291,14 @@ def decode(
     the swap task), the colours kept as they are under it (not composited: the background stays the
     background); an image without transparency is refused. `dfl_masks` 1 or 2: the face mask (and the
     eyes-and-mouth region) a DeepFaceLab aligned face carries in its metadata, as channels 4 (and 5),
-    and its face type (SAEHD's name for it; None for other images). Raises on bad data."""
+    and its face type (SAEHD's name for it; None for other images). `as_scorers`: as pytorch-fid,
+    clean-fid and torch-fidelity read a file, `Image.open(f).convert("RGB")`: no EXIF orientation, the
+    colours under any transparency kept (16-bit images are still scaled, where Pillow clips them).
+    Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()  # decode now: truncated files fail here, not later
-        img = ImageOps.exif_transpose(img) or img
+        if not as_scorers:
+            img = ImageOps.exif_transpose(img) or img
         planes = []
         if alpha:
             if not has_alpha(img):
@@ -304,6 +309,8 @@ def decode(
             rgba = img.convert("RGBA")
             planes.append(rgba.getchannel("A"))
             img = rgba.convert("RGB")
+        elif as_scorers and img.mode not in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
+            img = img if img.mode == "RGB" else img.convert("RGB")
         else:
             img = to_rgb(img)
     size = (img.height, img.width)
@@ -337,12 +344,13 @@ def decode_or_reason(
     alpha: bool = False,
     dfl_masks: int = 0,
     whole: bool = False,
+    as_scorers: bool = False,
 ) -> tuple[int, np.ndarray, str | None, tuple[int, int]] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data
     try:
-        return decode(data, resolution, ratios, alpha, dfl_masks, whole)
+        return decode(data, resolution, ratios, alpha, dfl_masks, whole, as_scorers)
     except Image.UnidentifiedImageError:
         return "not an image Pillow can read"
     except (BigbatchError, NoFaceData) as e:  # DFL metadata missing, or refused (a pickle asking for code)

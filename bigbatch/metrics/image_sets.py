@@ -50,15 +50,24 @@ def open_images(path: str | Path, storage_options: dict | None = None) -> ImageF
         if local.suffix.lower() in (".npz", ".npy"):
             return array_images(local)
     listing = list_source(path, storage_options)
-    return ImageFiles(listing, name)
+    return ImageFiles(listing, name, as_scorers=True)
 
 
 class ImageFiles:
     """Image files of a folder, zip or URL prefix, in sorted order, decoded on demand as `bigbatch prepare`
     decodes them (Pillow; EXIF orientation; grey, palette, 16-bit and transparent images to 8-bit RGB),
-    each at its own size. Sub-folders are not classes here: every image file counts."""
+    each at its own size; `as_scorers`: as pytorch-fid, clean-fid and torch-fidelity decode them (what
+    the metrics read: no EXIF orientation, transparency dropped, not composited). Sub-folders are not
+    classes here: every image file counts."""
 
-    def __init__(self, listing: Listing, source: str, give: str = "give a folder, .zip or .npz of images"):
+    def __init__(
+        self,
+        listing: Listing,
+        source: str,
+        give: str = "give a folder, .zip or .npz of images",
+        as_scorers: bool = False,
+    ):
+        self.as_scorers = as_scorers
         rel = listing.names + listing.outside
         # Listing keys are the relative names under one prefix (the folder, or a zip's wrapper folder).
         prefix = listing.keys[0][: len(listing.keys[0]) - len(listing.names[0])] if listing.keys else ""
@@ -91,7 +100,7 @@ class ImageFiles:
         """The images at `index`: uint8 (N, H, W, 3), or a list of (H, W, 3) images when their sizes differ."""
         idx = [int(i) for i in torch.as_tensor(index).reshape(-1)]
         files = self.reader.read([self.keys[i] for i in idx])
-        decoded = list(self._pool.map(lambda f: decode_or_reason(f, None, None), files))
+        decoded = list(self._pool.map(lambda f: decode_or_reason(f, None, None, as_scorers=self.as_scorers), files))
         for i, d in zip(idx, decoded):
             if isinstance(d, str):
                 raise BigbatchError(f"{self.source}: {self.names[i]} is {d}; remove it or replace it")
@@ -115,7 +124,7 @@ class ImageFiles:
     @cached_property
     def content_hash(self) -> str:
         """SHA-256 of the files' bytes in order (and of the decoder's version): what keys cached statistics."""
-        h = hashlib.sha256(f"{DECODE_VERSION}:{len(self)}".encode())
+        h = hashlib.sha256(f"{DECODE_VERSION}:{self.as_scorers}:{len(self)}".encode())
         for start in range(0, len(self), 256):
             for key, data in zip(self.keys[start : start + 256], self.reader.read(self.keys[start : start + 256])):
                 if isinstance(data, str):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 def polynomial_kernel(
@@ -40,7 +40,9 @@ def kid(
     seed: int = 2020,
 ) -> tuple[float, float]:
     """Mean and standard deviation of MMD^2 over `subsets` random subsets of `subset_size` (capped at
-    the smaller set's size) drawn without replacement from each side."""
+    the smaller set's size) drawn without replacement from each side. Two sets no larger than a subset
+    make one subset, computed once: its standard deviation is 0, said in a warning (torch-fidelity
+    refuses such sets)."""
     a, b = _numpy(features_a), _numpy(features_b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise BigbatchError(f"KID needs two (N, D) feature sets of the same D, got {a.shape} and {b.shape}")
@@ -48,6 +50,13 @@ def kid(
     if size < 2 or subsets < 1:
         raise BigbatchError(f"KID needs subsets >= 1 of at least 2 samples, got {subsets} of {size}")
     a, b = a.astype(np.float64), b.astype(np.float64)
+    if size == len(a) == len(b):
+        warn(
+            f"KID: both sets hold {size} images, not more than a subset of {subset_size}: every subset is the "
+            "whole of both, so kid_std is 0, not a measured spread (give more images for one)",
+            once=True,
+        )
+        subsets = 1
     rng = np.random.RandomState(seed)
     mmds = np.empty(subsets)
     for i in range(subsets):
