@@ -118,7 +118,11 @@ def _stats(args: argparse.Namespace) -> None:
     ext = get_extractor(args.extractor, data=data)
     stats = reference_stats(data, ext, n=args.n, features=args.kid)
     kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
-    print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; key {stats.key}")
+    from bigbatch.metrics.cache import cache_dir
+
+    file = cache_dir() / "stats" / f"{stats.key}.safetensors"
+    where = f"in {file} (give it as B to bigbatch eval)" if file.is_file() else f"key {stats.key}"
+    print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
 
 
 def _is_data_file(path: str) -> bool:

@@ -388,7 +388,8 @@ class SampleConfig(Section):
     _name = "sample"
 
     every_kimg: float = 5.0
-    """Write a fixed-seed sample grid from G_ema every this many kimg."""
+    """Write a fixed-seed sample grid from G_ema every this many kimg (0 = none; checkpoints still draw
+    their class and interpolation sheets)."""
     n: int = 64
     """Images in each grid (rows of 8; class-conditional grids show one class per row)."""
     seed: int = 0
@@ -397,7 +398,9 @@ class SampleConfig(Section):
     """Resample entries of z whose magnitude exceeds this threshold (the BigGAN truncation trick); inf = off."""
 
     def _validate(self) -> None:
-        _positive(self, "every_kimg", "n")
+        _positive(self, "n")
+        if not self.every_kimg >= 0:
+            self._fail("every_kimg", f"must be >= 0 kimg (0 = no sample grids), got {self.every_kimg}")
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
 

@@ -150,7 +150,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 # Rank 0's output, where due: a log row, previews, a checkpoint.
                 if due(cfg.train.log_every_kimg, before):
                     progress.log(nimg, task.steps)
-                if due(cfg.sample.every_kimg, before):
+                if cfg.sample.every_kimg and due(cfg.sample.every_kimg, before):
                     run.write_previews(task, nimg, at_checkpoint=False)
                 if due(cfg.checkpoint.every_kimg, before):
                     run.save(task, rep, nimg, progress.seconds(), window())

@@ -60,6 +60,7 @@ def test_dotted_override_is_typed_and_checked():
         ("model.options", {"colour": 1}, ["'model.options'", "no option 'colour'"]),
         ("data.resolution", 30, ["'data.resolution'", "power of two"]),
         ("nosection.key", 1, ["'nosection.key'"]),
+        ("sample.every_kimg", -1, ["'sample.every_kimg' must be >= 0", "no sample grids"]),
     ],
 )
 def test_bad_values_name_the_key(key, value, words):

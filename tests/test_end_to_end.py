@@ -117,6 +117,13 @@ def test_sample_classes_are_names_before_numbers(run, tmp_path, capsys):
     assert "--seed: must be a whole number >= 0" in capsys.readouterr().err
 
 
+def test_sample_every_kimg_0_draws_no_grids(tiny, tmp_path):
+    # As eval.every_kimg = 0 means "never", sample.every_kimg = 0 means no grids (it was refused).
+    run = bigbatch.train(tiny.override({"sample.every_kimg": 0}), run_dir=tmp_path / "quiet", quiet=True)
+    drawn = sorted(p.name for p in (run / "samples").glob("*.png"))
+    assert not [n for n in drawn if n.startswith("grid-")] and "classes-000000.512.png" in drawn, drawn
+
+
 def test_train_config_toml_reproduces_the_run(run, tmp_path):
     assert main(["train", "--quiet", "--config", str(run / "config.toml"), "--run-dir", str(tmp_path / "again")]) == 0
     for net in ("G", "D", "G_ema"):

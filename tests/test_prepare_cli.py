@@ -56,8 +56,10 @@ def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch,
     monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
     run = bigbatch.train(tiny, run_dir="run", quiet=True)
     assert main(["stats", "builtin:digits", "--extractor", "classifier", "--resolution", "16"]) == 0
-    assert "reference statistics of builtin:digits" in capsys.readouterr().out
-    assert any((tmp_path / "cache").rglob("*.safetensors"))  # cached for the next call
+    said = capsys.readouterr().out
+    assert "reference statistics of builtin:digits" in said
+    (file,) = (tmp_path / "cache" / "stats").glob("*.safetensors")  # cached for the next call
+    assert f"in {file} (give it as B to bigbatch eval)" in said  # the file eval takes as B, by name
     assert main(["eval", str(run), "--metrics", "fid,kid", "--n", "64", "--extractor", "classifier"]) == 0
     scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert scores["fcd"] > 0 and "kcd" in scores and "fid" not in scores  # never labelled FID

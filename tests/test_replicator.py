@@ -203,6 +203,11 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         rep.step(lambda m: model(m).sum(), torch.randn(8, 1, 8, 8), torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(bigbatch.BigbatchError, match="needs a batch dimension .*got a 0-d tensor"):
         rep.step(lambda m: model(m[0]).sum(), (torch.randn(8, 1, 8, 8), torch.tensor(1.0)), opt)
+    for stat, shown in ((torch.ones(3), "a tensor of shape \\(3,\\)"), ("x", "'x'")):  # (raw torch errors before)
+        with pytest.raises(
+            bigbatch.BigbatchError, match=f"'acc' must be a number or a one-element tensor.*got {shown}"
+        ):
+            rep.step(lambda m, stat=stat: {"loss": model(m).mean(), "acc": stat}, torch.randn(8, 1, 8, 8), opt)
     with pytest.raises(bigbatch.BigbatchError, match="unknown precision"):
         bigbatch.Replicator(batch=8, precision="fp8")
     # Found from outside: these were taken (a device string as the CPU, -1 and NaN as "no clipping", True as 1).
@@ -210,7 +215,8 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         ({"device": "cuda:0"}, "device .* must be 'auto', 'cpu' or 'cuda'"),
         ({"grad_clip": -1}, "grad_clip must be a global gradient norm >= 0"),
         ({"grad_clip": float("nan")}, "grad_clip must be"),
-        ({"batch": True}, "batch=True must be a positive multiple"),
+        ({"batch": True}, "batch=True must be a whole number"),
+        ({"batch": 8.0}, r"batch=8.0 must be a whole number \(int\)"),
         ({"micro_batch": True}, "micro_batch must be a positive integer"),
     ]:
         with pytest.raises(bigbatch.BigbatchError, match=message):

@@ -3,6 +3,7 @@ in tuples and lists), with the examples along dim 0: its length, its micro-batch
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -21,6 +22,13 @@ def unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
         loss, rest = out, {}
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
         raise BigbatchError("the step function must return the micro-batch's mean loss as a scalar tensor with a graph")
+    for key, value in rest.items():
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not (number or (isinstance(value, torch.Tensor) and value.numel() == 1)):
+            shown = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)[:60]
+            raise BigbatchError(
+                f"the step function's {key!r} must be a number or a one-element tensor (a mean to log), got {shown}"
+            )
     # Losses are reduced in fp32 whatever the compute precision.
     return loss.float().reshape(()), rest
 

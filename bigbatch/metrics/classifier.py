@@ -15,6 +15,7 @@ are comparable only between runs scored by the same classifier (its digest keys 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -74,8 +75,8 @@ def train_classifier(data: object, options: ClassifierOptions, device: torch.dev
     the weights do not depend on the number of ranks)."""
     if len(data) < 2:  # type: ignore[arg-type]
         raise BigbatchError(f"cannot train the feature classifier on {len(data)} images")  # type: ignore[arg-type]
-    if not _TRAINER:  # (importing bigbatch registers it: bigbatch/__init__ imports the tasks)
-        raise BigbatchError("no classifier trainer is registered: import bigbatch.tasks first")
+    if not _TRAINER:  # the classify task registers it when loaded (by name: metrics sit below the tasks)
+        importlib.import_module("bigbatch.tasks")
     return _TRAINER[0](data, options, resolve_device(device))
 
 

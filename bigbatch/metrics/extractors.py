@@ -158,7 +158,10 @@ def _is_torchscript(path: Path) -> bool:
     import zipfile
 
     if not path.is_file():
-        raise BigbatchError(f"Inception weights file {path} does not exist; {inc.missing_weights_message()}")
+        raise BigbatchError(
+            f"Inception weights file {path} does not exist: give the path of {inc.PTH_NAME} or {inc.TORCHSCRIPT_NAME} "
+            "(eval.weights / --weights), or leave it empty to use the weights found where bigbatch looks"
+        )
     if not zipfile.is_zipfile(path):
         return False
     with zipfile.ZipFile(path) as z:

@@ -18,7 +18,7 @@ from PIL import Image
 
 from bigbatch.data.images import ImageData
 from bigbatch.data.sources import Listing, decode_or_reason, list_source
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, first_line
 from bigbatch.metrics.features import Extractor
 from bigbatch.urls import is_url, public_name, refuse_credentials
 
@@ -136,6 +136,15 @@ class ImageFiles:
 def array_images(path: Path) -> ImageData:
     """The images of an .npz (key arr_0, x, …, or its only array) or .npy file, as uint8 NHWC. Never
     unpickles: an array of Python objects is refused."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as e:
+        raise BigbatchError(f"cannot read {path}: {first_line(e)}") from None
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):  # a zip (.npz), an .npy
+        raise BigbatchError(
+            f"{path} is not an .npz or .npy file (it does not begin as one); give images saved by np.savez"
+        )
     try:
         loaded = np.load(path, allow_pickle=False)  # an .npz, or the array of an .npy (by content, not name)
         if isinstance(loaded, np.ndarray):
