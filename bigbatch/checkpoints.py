@@ -166,6 +166,22 @@ def _write_folder(
     return tmp
 
 
+def eval_folder(run: str | Path, ckpt: Path, name: str, source: str) -> Path:
+    """RUN/eval/<name>-<checkpoint>/, where `bigbatch eval` writes its report on data `name` (a file's
+    stem; "heldout" for the run's held-out split) scored with `ckpt`: one folder per data set and
+    checkpoint, so that no report replaces another's (a folder of another data set of the same stem
+    takes a digest of `source`, the data as the report names it)."""
+    root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
+    out = root / "eval" / f"{name}-{ckpt.name}"
+    try:
+        before = json.loads((out / "metrics.json").read_text()).get("data")
+    except (OSError, ValueError, AttributeError):
+        before = None
+    if before is not None and before != source:
+        out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest(source)[:8]}")
+    return out
+
+
 def read_meta(ckpt: Path) -> dict[str, Any] | None:
     """A checkpoint's meta.json, or None if it is missing or damaged (not JSON, or of the wrong shape:
     files not {name: size}, nimg not a count)."""

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_sample import add_sample_command, seed
@@ -53,11 +54,25 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides)
     if args.dry_run:
+        _build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         print(cfg.dumps())
         print(f"# plan: {plan}")
         return
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
+
+
+def _build_on_meta(cfg: Any) -> None:
+    """Build a classifier on the meta device (no memory, no data: 10 classes stand in), so that --dry-run
+    refuses the options only its constructor checks, as training would (a GAN's are checked with the
+    config; building BigGAN-128, even on meta, takes seconds)."""
+    import torch
+
+    from bigbatch import models
+
+    if cfg.task == "classify":
+        with torch.device("meta"):
+            models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
 
 
 def _convert(args: argparse.Namespace) -> None:
@@ -139,6 +154,11 @@ def _info(args: argparse.Namespace) -> None:
         return
     from bigbatch.info import describe_run
 
+    if args.path.startswith("builtin:") or not Path(args.path).exists():
+        what = "is a data set made when read, not a file" if args.path.startswith("builtin:") else "does not exist"
+        raise BigbatchError(
+            f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
+        )
     print(describe_run(args.path))
 
 

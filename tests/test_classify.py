@@ -145,6 +145,12 @@ def test_adamw_takes_pytorchs_betas_unless_they_are_set(tmp_path):
     assert betas(tmp_path / "set", **{"train.betas": [0.5, 0.99]}) == {(0.5, 0.99)}
 
 
+def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):
+    # Found from outside: a preset's 30 kimg warm-up in a 0.256 kimg run trained at <1% of the rate, silently.
+    bigbatch.train(tiny(**{"train.warmup_kimg": 1, "train.kimg": 0.064}), run_dir=tmp_path / "short", quiet=True)
+    assert "train.warmup_kimg 1 is not shorter than the run (train.kimg 0.064)" in capsys.readouterr().err
+
+
 def test_a_gan_refuses_classifier_keys():
     with pytest.raises(BigbatchError, match="'train.lr' is not read by the GAN"):
         bigbatch.preset("digits").override({"train.lr": 0.5})
@@ -392,7 +398,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert main(["eval", str(run)]) == 0
     out = capsys.readouterr().out
     assert "top-1" in out and "confusion.png" in out
-    folder = run / "eval" / "val"
+    folder = run / "eval" / "heldout-000000.512"
     metrics = json.loads((folder / "metrics.json").read_text())
     # The held-out split at the resolution last trained at: what the run itself logged at its end.
     assert metrics["top1"] == pytest.approx(last["val_top1"]) and metrics["loss"] == pytest.approx(last["val_loss"])
@@ -406,7 +412,12 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert Image.open(folder / "confusion.png").size
     # Other data of the same classes; another checkpoint; data of other classes is one line.
     assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0
-    assert json.loads((run / "eval" / "digits" / "metrics.json").read_text())["n"] == 1797
+    assert json.loads((run / "eval" / "digits-best" / "metrics.json").read_text())["n"] == 1797
+    # Found from outside: every checkpoint's report, and a file named val.h5's, went to eval/val/, each
+    # replacing the one before. One folder per data set and checkpoint now.
+    assert main(["eval", str(run), "--checkpoint", "000000.256"]) == 0
+    assert json.loads((run / "eval" / "heldout-000000.256" / "metrics.json").read_text())["checkpoint"].endswith("256")
+    assert json.loads((folder / "metrics.json").read_text()) == metrics
     for c in ("cat", "dog"):
         (tmp_path / "pets" / c).mkdir(parents=True)
         Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "pets" / c / "a.png")
@@ -415,7 +426,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert main(["eval", str(run), str(tmp_path / "pets.h5")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has other classes than the run (2 against 10; the first that differs" in err
-    assert not (run / "eval" / "pets").exists()
+    assert not list((run / "eval").glob("pets*"))
     assert main(["eval", str(run), "--checkpoint", "000099.000"]) == 2
     assert "no complete checkpoint '000099.000'" in capsys.readouterr().err
     assert main(["eval", str(run), "--metrics", "fid", "--n", "50"]) == 2  # not ignored without a word

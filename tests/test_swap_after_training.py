@@ -31,16 +31,17 @@ def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_reque
     assert main(["eval", str(run)]) == 0
     out = capsys.readouterr().out
     assert "held-out faces at 64 px" in out and "src SSIM" in out and "(3 faces)" in out
-    metrics = json.loads((run / "eval" / "val" / "metrics.json").read_text())
+    (held,) = (run / "eval").glob("heldout-*")  # (the latest checkpoint's name)
+    metrics = json.loads((held / "metrics.json").read_text())
     assert metrics["src_ssim"] == pytest.approx(last["src_ssim"], abs=1e-6)
     assert metrics["dst_ssim"] == pytest.approx(last["dst_ssim"], abs=1e-6)
-    assert Image.open(run / "eval" / "val" / "preview.png").size == (7 * 64, 3 * 64)
+    assert Image.open(held / "preview.png").size == (7 * 64, 3 * 64)
     # Other faces: each side through its own path; one side alone is scored alone.
     assert main(["eval", str(run), str(faces[0]), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
-    both = json.loads((run / "eval" / "src+dst" / "metrics.json").read_text())
+    both = json.loads((run / "eval" / "src+dst-best" / "metrics.json").read_text())
     assert both["src_n"] == both["dst_n"] == 12 and 0 < both["src_ssim"] <= 1
     assert main(["eval", str(run), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
-    alone = json.loads((run / "eval" / "dst" / "metrics.json").read_text())
+    alone = json.loads((run / "eval" / "dst-best" / "metrics.json").read_text())
     assert "src_ssim" not in alone and alone["ssim"] == alone["dst_ssim"] == pytest.approx(both["dst_ssim"], abs=1e-6)
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "src.h5"), "--dst", str(faces[1])]) == 2

@@ -1,7 +1,7 @@
 """`bigbatch eval RUN [DATA]` for a classify run: its classifier scored on DATA (default: the run's
 held-out split) at the resolution it last trained at, with the run's validation crops: top-1, top-5
 and loss, per-class accuracy, the confusion matrix (CSV and PNG) and a sheet of the images it got
-most wrong, under RUN/eval/<data>/."""
+most wrong, under RUN/eval/<data>-<checkpoint>/."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ TOP_LOSSES = 16
 def evaluate_classifier(
     run: str | Path, data_path: str | None = None, which: str = "latest", device: str | torch.device = "cpu"
 ) -> dict[str, Any]:
-    """Score a classify run's classifier; write RUN/eval/<data>/ (metrics.json, per_class.csv,
+    """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
     confusion.csv, confusion.png, top_losses.png) and return the metrics."""
     ckpt = pick_checkpoint(run, which)
     cfg = Config.load(ckpt / "config.toml")
@@ -50,7 +50,7 @@ def evaluate_classifier(
             raise BigbatchError(
                 f"{run} has no held-out split (data.val_path, data.val_fraction): give DATA to score on"
             )
-        name = "val"
+        name = "heldout"
     else:
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
@@ -60,9 +60,10 @@ def evaluate_classifier(
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
     index, logits, labels = validation.predictions(net)
     report = _report(logits, labels, list(net.class_names))
-    out = Path(run if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent) / "eval" / name
+    source = public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)"
+    out = checkpoints.eval_folder(run, ckpt, name, source)
     report.update(
-        data=public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)",
+        data=source,
         checkpoint=str(ckpt),
         resolution=resolution,
         crop=d.val_crop,

@@ -28,7 +28,7 @@ from bigbatch.data.load import validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.streams import CROP, generator
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, to_uint8
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
@@ -152,6 +152,11 @@ def build(
         betas = t.betas if t.changed("betas") else ADAMW_BETAS
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps)
     rep.wrap_optimizer(opt, "model")
+    if t.warmup_kimg >= t.kimg and rep.is_main and resumed_at is None:
+        warn(
+            f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "
+            "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
+        )
     return ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)
 
 

@@ -1,7 +1,7 @@
 """`bigbatch eval RUN [SRC] [--dst DST]` for a swap run: how well its autoencoder reconstructs faces, as
 SSIM in SAEHD's window (the score the run keeps its best checkpoint by), src faces through the src path
 and dst faces through the dst path. By default the run's held-out faces (data.val_fraction of each
-side); SRC and DST score other data sets of faces. Written under RUN/eval/<data>/: metrics.json and
+side); SRC and DST score other data sets of faces. Written under RUN/eval/<data>-<checkpoint>/: metrics.json and
 preview.png (DFL's preview columns for the first faces)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bigbatch.checkpoints import pick_checkpoint
+from bigbatch.checkpoints import eval_folder, pick_checkpoint
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.split import holdout
@@ -38,7 +38,7 @@ def evaluate_swap(
     which: str = "latest",
     device: str | torch.device = "cpu",
 ) -> dict[str, Any]:
-    """Score a swap run's autoencoder; write RUN/eval/<data>/ (metrics.json, preview.png) and return
+    """Score a swap run's autoencoder; write RUN/eval/<data>-<checkpoint>/ (metrics.json, preview.png) and return
     the scores: src_ssim and dst_ssim (each side scored only when it has data) and their mean."""
     ckpt = pick_checkpoint(run, which)
     cfg = Config.load(ckpt / "config.toml")
@@ -54,7 +54,7 @@ def evaluate_swap(
             )
         dst = load_data(d.dst_path, d.resolution, d.in_ram, d.storage_options or None)
         sides = {"src": validation_data(cfg), "dst": holdout(dst, d.val_fraction)[1]}
-        name, described = "val", "held-out faces"
+        name, described = "heldout", "held-out faces"
     else:
         given = {"src": src_path, "dst": dst_path}
         sides = {side: _faces(path, side, d.resolution, cfg) for side, path in given.items() if path is not None}
@@ -67,7 +67,7 @@ def evaluate_swap(
         scores[f"{side}_n"] = len(data)
     values = [v for k, v in scores.items() if k.endswith("_ssim")]
     scores["ssim"] = round(sum(values) / len(values), 6)
-    out = Path(run if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent) / "eval" / name
+    out = eval_folder(run, ckpt, name, described)
     report = {"data": described, "checkpoint": str(ckpt), "resolution": model.resolution, **scores, "folder": str(out)}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "metrics.json", json.dumps(report, indent=1) + "\n")
