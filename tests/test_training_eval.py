@@ -84,7 +84,9 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     assert best_meta(run)["kimg"] == 0.256 and best_meta(run)["best"]["value"] == 1e9
     # Scores under other settings (here fewer samples) are not compared with it: the next one replaces it.
     bigbatch.train(cfg.override({"train.kimg": 0.768, "eval.n": 64}), run_dir=run, resume=True)
-    assert "was scored with other eval settings" in capsys.readouterr().out
+    assert (
+        "was scored with other eval settings (n 96, now 64): the next evaluation replaces it" in capsys.readouterr().out
+    )
     assert best_meta(run)["kimg"] == 0.768 and best_meta(run)["best"]["settings"]["n"] == 64
     # A best later than the checkpoint resumed from belongs to training that a crash discarded.
     (run / "checkpoints" / "latest").write_text("000000.512\n")

@@ -30,8 +30,10 @@ class Best:
         meta = (checkpoints.read_meta(best) or {}) if best is not None else {}
         record = meta.get("best") if isinstance(meta.get("best"), dict) else {}
         if isinstance(record.get("value"), (int, float)):
-            if record.get("settings") != settings:
-                why = "was scored with other eval settings"
+            before = record.get("settings") if isinstance(record.get("settings"), dict) else {}
+            if before != settings:
+                changed = [f"{k} {before.get(k)!r}, now {v!r}" for k, v in settings.items() if before.get(k) != v]
+                why = "was scored with other eval settings" + (f" ({'; '.join(changed)})" if changed else "")
             elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
                 why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"
             else:
