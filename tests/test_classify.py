@@ -151,6 +151,27 @@ def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):
     assert "train.warmup_kimg 1 is not shorter than the run (train.kimg 0.064)" in capsys.readouterr().err
 
 
+def test_random_resized_crops_of_square_images_are_torchvisions():
+    # Found from outside: a box too wide or tall for the image was clipped to it, not drawn again as
+    # torchvision's RandomResizedCrop does (ten tries, then the whole image): crops came out smaller.
+    from bigbatch.tasks.classify.task import crop_boxes
+
+    theta = crop_boxes(20000, 0.35, torch.Generator().manual_seed(0))
+    w, h = theta[:, 0, 0], theta[:, 1, 1]
+    assert float(w.max()) <= 1 and float(h.max()) <= 1
+    assert 0.75 - 1e-5 <= float((w / h).min()) and float((w / h).max()) <= 4 / 3 + 1e-5
+    rng, areas = np.random.default_rng(0), []
+    for _ in range(20000):  # torchvision's loop, on a square image of side 1
+        for _ in range(10):
+            a, r = rng.uniform(0.35, 1), math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            if math.sqrt(a * r) <= 1 and math.sqrt(a / r) <= 1:
+                areas.append(a)
+                break
+        else:
+            areas.append(1.0)
+    assert float((w * h).mean()) == pytest.approx(np.mean(areas), abs=0.005)
+
+
 def test_a_gan_refuses_classifier_keys():
     with pytest.raises(BigbatchError, match="'train.lr' is not read by the GAN"):
         bigbatch.preset("digits").override({"train.lr": 0.5})

@@ -107,11 +107,18 @@ def param_groups(model: nn.Module, weight_decay: float, norm_decay: bool) -> lis
 
 def crop_boxes(n: int, min_scale: float, g: torch.Generator) -> torch.Tensor:
     """Affine maps (n, 2, 3) of random resized crops (Szegedy et al. 2015, as torchvision's
-    RandomResizedCrop): a box of area fraction U(min_scale, 1) and aspect ratio log-uniform in
-    [3/4, 4/3], clipped to the image, placed uniformly; for F.affine_grid."""
-    area = torch.empty(n).uniform_(min_scale, 1.0, generator=g)
-    ratio = torch.empty(n).uniform_(math.log(3 / 4), math.log(4 / 3), generator=g).exp()
-    w, h = (area * ratio).sqrt().clamp(max=1.0), (area / ratio).sqrt().clamp(max=1.0)
+    RandomResizedCrop on a square image): a box of area fraction U(min_scale, 1) and aspect ratio
+    log-uniform in [3/4, 4/3], drawn up to ten times until it fits the image (else the whole image),
+    placed uniformly; for F.affine_grid."""
+    tries = 10
+    area = torch.empty(n, tries).uniform_(min_scale, 1.0, generator=g)
+    ratio = torch.empty(n, tries).uniform_(math.log(3 / 4), math.log(4 / 3), generator=g).exp()
+    w, h = (area * ratio).sqrt(), (area / ratio).sqrt()
+    fits = (w <= 1) & (h <= 1)
+    first = fits.int().argmax(1, keepdim=True)  # the first try that fits
+    found = fits.any(1)
+    w = torch.where(found, w.gather(1, first).squeeze(1), torch.ones(n))
+    h = torch.where(found, h.gather(1, first).squeeze(1), torch.ones(n))
     cx = (torch.rand(n, generator=g) * 2 - 1) * (1 - w)
     cy = (torch.rand(n, generator=g) * 2 - 1) * (1 - h)
     theta = torch.zeros(n, 2, 3)
