@@ -159,12 +159,13 @@ def build(
         betas = t.betas if t.changed("betas") else ADAMW_BETAS
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps)
     rep.wrap_optimizer(opt, "model")
+    task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
     if t.warmup_kimg >= t.kimg and rep.is_main and resumed_at is None:
         warn(
             f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "
             "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
         )
-    return ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)
+    return task
 
 
 class ClassifyTask:
