@@ -72,14 +72,16 @@ def save_checkpoint(
     config_text: str,
     keep: int,
     info: dict[str, Any] | None = None,
+    replace: bool = False,
 ) -> Path:
     """Write the checkpoint at `nimg`, point `latest` at it, and delete all but the newest `keep`.
-    `info` (JSON-able: what the models were built for) goes into meta.json."""
+    `info` (JSON-able: what the models were built for) goes into meta.json. An intact checkpoint at
+    `nimg` is kept as it is unless `replace` (its state changed though nothing trained)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = checkpoint_name(nimg)
     final = root / name
-    if is_complete(final) and _intact(final):  # nothing trained since it was written (a signal right after a save)
+    if not replace and is_complete(final) and _intact(final):  # nothing trained since (a signal right after a save)
         atomic_write(root / "latest", name + "\n")
         return final
     tmp = _write_folder(root, name, nimg, nets, state, config_text, info)

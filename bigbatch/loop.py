@@ -122,15 +122,18 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         """The log row under way, and whether an evaluation due was cut short (the resumed run makes it)."""
         return {**progress.window.state(), **({"eval_pending": True} if eval_pending else {})}
 
-    # An evaluation due at the checkpoint resumed, which a stop cut short: made first.
+    stop.armed = True  # from here a first SIGINT saves a checkpoint (as SIGTERM does), a second one stops at once
+
+    # An evaluation due at the checkpoint resumed, which a stop cut short: made first (and recorded made).
     eval_pending = bool(run.log_window and run.log_window.get("eval_pending")) and task.scorer is not None
     if eval_pending:
         eval_pending = not evaluate()
+        if not eval_pending and main and nimg >= progress.total and failed is None:
+            run.save(task, rep, nimg, progress.seconds(), window(), replace=True)  # (no longer pending)
 
     # Train.
     crop_scale = getattr(task, "loader_crop_scale", 0.0)  # crops the task has the loader cut before decoding
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase, crop_scale=crop_scale)
-    stop.armed = True  # from here a first SIGINT saves a checkpoint (as SIGTERM does), a second one stops at once
     with closing(feed):
         while nimg < progress.total and not dist.any_rank(stop.requested or failed is not None):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).

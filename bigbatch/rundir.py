@@ -61,15 +61,22 @@ class Run:
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(
-        self, task: Task, rep: Replicator, nimg: int, seconds: float, log_window: dict[str, Any] | None = None
+        self,
+        task: Task,
+        rep: Replicator,
+        nimg: int,
+        seconds: float,
+        log_window: dict[str, Any] | None = None,
+        replace: bool = False,
     ) -> Path:
         """The checkpoint at `nimg`, `seconds` into the run (all but the newest checkpoint.keep are deleted);
-        `log_window`: the log row under way (so that a resumed run logs the rows an uninterrupted one does)."""
+        `log_window`: the log row under way (so that a resumed run logs the rows an uninterrupted one does);
+        `replace`: rewrite an intact checkpoint at `nimg` (its state changed though nothing trained)."""
         state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data}
         if log_window is not None:
             state["log_window"] = log_window
         return checkpoints.save_checkpoint(
-            self.path, nimg, task.nets(), state, self.cfg.dumps(), self.cfg.checkpoint.keep, info
+            self.path, nimg, task.nets(), state, self.cfg.dumps(), self.cfg.checkpoint.keep, info, replace
         )
 
     def save_best(self, task: Task, rep: Replicator, nimg: int, seconds: float, scores: dict[str, float]) -> Path:

@@ -29,7 +29,7 @@ def check_stop() -> None:
     """Raise EvaluationStopped if the training loop under way was asked to stop (between batches of a
     long evaluation, where waiting for its end could outlast a scheduler's grace period)."""
     stops = getattr(_LOCAL, "stops", None)
-    if stops and stops[-1].requested:
+    if stops and stops[-1].armed and stops[-1].requested:  # (not while it starts: reference statistics)
         raise EvaluationStopped
 
 

@@ -198,7 +198,10 @@ def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
     assert [(ax.get_title(), label) for ax, label in drawn] == together and (tmp_path / "sweep.png").exists()
 
 
-def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(scored, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("cut", [1, 2])  # the first evaluation, or the last (at the end of the run)
+def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
+    cut, scored, tmp_path, monkeypatch, capsys
+):
     # Found from outside: SIGTERM in an evaluation waited for its end (minutes for a 50k FID, past a
     # scheduler's grace period) before the checkpoint. Now the evaluation stops between batches.
     import os
@@ -218,8 +221,8 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
         finally:
             seen["inside"] = False
 
-    def signalled(*args, **kwargs):  # the signal arrives in the first evaluation's first batch
-        if seen.get("inside"):
+    def signalled(*args, **kwargs):  # the signal arrives in evaluation `cut`'s first batch
+        if seen.get("inside") and seen["evaluations"] == cut:
             seen["batches"] += 1
             if seen["batches"] == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
@@ -230,8 +233,9 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
     run = bigbatch.train(scored, run_dir=tmp_path / "cut")
     out = capsys.readouterr().out
     assert "evaluation stopped by the signal" in out and "Stopped by signal; saved" in out, out
-    assert seen["evaluations"] == seen["batches"] == 1 and eval_rows(run) == []  # one batch of three, then the save
-    assert (run / "checkpoints" / "latest").read_text().strip() == "000000.256"
+    assert seen["evaluations"] == cut and seen["batches"] == 1  # one batch of three, then the save
+    assert len(eval_rows(run)) == cut - 1
+    assert (run / "checkpoints" / "latest").read_text().strip() == ("000000.256" if cut == 1 else "000000.512")
     monkeypatch.undo()
     bigbatch.train(scored, run_dir=run, resume=True, quiet=True)
 
@@ -240,3 +244,5 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
 
     assert scores(run) == scores(whole) and len(scores(run)) == 2
     assert weights(run / "checkpoints" / "000000.512") == weights(whole / "checkpoints" / "000000.512")
+    bigbatch.train(scored, run_dir=run, resume=True, quiet=True)  # finished: the evaluation is not made again
+    assert scores(run) == scores(whole)
