@@ -43,8 +43,8 @@ from bigbatch.tasks.classify.validation import (
 )
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, register
 
-# Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0, 0.999), is BigGAN's Adam's
+# Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 GAN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
 )  # fmt: skip
