@@ -120,10 +120,8 @@ class Replicator:
         if self.ctx.device.type == "cpu":  # a step's freed memory kept for the next (no page faults)
             memory.hold_freed_memory()
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or batch % self.ctx.world_size:
-            raise BigbatchError(
-                f"batch={batch!r} must be a whole number (int), a positive multiple of the world size "
-                f"{self.ctx.world_size}"
-            )
+            world = self.ctx.world_size
+            raise BigbatchError(f"batch={batch!r} must be an int, a positive multiple of the world size {world}")
         if micro_batch != "auto" and (
             not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1
         ):
