@@ -107,7 +107,7 @@ def test_dssim_and_blur_gradients_on_the_gpu_are_the_cpus():
 
 
 def test_batchnorm_running_statistics_replay_on_the_gpu():
-    from test_replicator import check_batchnorm_replay
+    from test_batchnorm import check_batchnorm_replay
 
     for checkpointing in (False, True):
         check_batchnorm_replay("cuda", checkpointing)

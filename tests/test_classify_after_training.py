@@ -1,0 +1,151 @@
+"""After a classify run: `bigbatch eval` (the held-out split or other data, a report per data set and
+checkpoint), `predict` and `export` (TorchScript, ONNX, pt2) giving the classes eval gives."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from test_classify import tiny
+
+import bigbatch
+from bigbatch.config import Config
+from bigbatch.data.load import validation_data
+from bigbatch.tasks.classify.validation import val_transform
+
+
+def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp_path, capsys):
+    from bigbatch.cli import main
+
+    run = bigbatch.train(tiny(), run_dir=tmp_path / "run", quiet=True)
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in logged if "val_top1" in r][-1]
+    assert main(["eval", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "top-1" in out and "confusion.png" in out
+    folder = run / "eval" / "heldout-000000.512"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    # The held-out split at the resolution last trained at: what the run itself logged at its end.
+    assert metrics["top1"] == pytest.approx(last["val_top1"]) and metrics["loss"] == pytest.approx(last["val_loss"])
+    assert metrics["n"] == 360 and metrics["resolution"] == 16
+    confusion = [[int(v) for v in row[1:]] for row in csv.reader((folder / "confusion.csv").open())][1:]
+    assert sum(map(sum, confusion)) == 360
+    assert 100 * sum(confusion[i][i] for i in range(10)) / 360 == pytest.approx(metrics["top1"])
+    per_class = list(csv.reader((folder / "per_class.csv").open()))
+    assert [r[0] for r in per_class[1:]] == [str(i) for i in range(10)]
+    assert Image.open(folder / "top_losses.png").size == (4 * 66, 4 * (66 + 26))  # 16 images, 4 a row
+    assert Image.open(folder / "confusion.png").size
+    # Other data of the same classes; another checkpoint; data of other classes is one line.
+    assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0
+    assert json.loads((run / "eval" / "digits-best" / "metrics.json").read_text())["n"] == 1797
+    # Found from outside: every checkpoint's report, and a file named val.h5's, went to eval/val/, each
+    # replacing the one before. One folder per data set and checkpoint now.
+    assert main(["eval", str(run), "--checkpoint", "000000.256"]) == 0
+    assert json.loads((run / "eval" / "heldout-000000.256" / "metrics.json").read_text())["checkpoint"].endswith("256")
+    assert json.loads((folder / "metrics.json").read_text()) == metrics
+    for c in ("cat", "dog"):
+        (tmp_path / "pets" / c).mkdir(parents=True)
+        Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "pets" / c / "a.png")
+    bigbatch.data.prepare(str(tmp_path / "pets"), str(tmp_path / "pets.h5"), 16, workers=0)
+    capsys.readouterr()
+    assert main(["eval", str(run), str(tmp_path / "pets.h5")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has other classes than the run (2 against 10; the first that differs" in err
+    assert not list((run / "eval").glob("pets*"))
+    assert main(["eval", str(run), "--checkpoint", "000099.000"]) == 2
+    assert "no complete checkpoint '000099.000'" in capsys.readouterr().err
+    assert main(["eval", str(run), "--metrics", "fid", "--n", "50"]) == 2  # not ignored without a word
+    assert "--metrics and --n are for scoring a GAN's samples or images; a classify run's eval reports top-1" in (
+        capsys.readouterr().err
+    )
+    ckpt = next(p for p in (run / "checkpoints").iterdir() if p.name[0].isdigit())
+    assert main(["eval", str(ckpt), "--checkpoint", "best"]) == 2  # a checkpoint is one already
+    assert "is a checkpoint already" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "pets"), "--checkpoint", "best"]) == 2
+    assert "--checkpoint picks a checkpoint of a run" in capsys.readouterr().err
+
+
+def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
+    from bigbatch.cli import main
+
+    run = bigbatch.train(tiny(**{"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
+    held = validation_data(Config.load(run / "config.toml"))
+    images, labels = held.get(torch.arange(6))
+    (tmp_path / "imgs").mkdir()
+    for i, img in enumerate(images):
+        Image.fromarray(img.numpy()).save(tmp_path / "imgs" / f"{i}.png")
+    (tmp_path / "imgs" / "broken.png").write_bytes(b"not a png")
+    (tmp_path / "imgs" / "sub").mkdir()  # a sub-folder: its images and those beside it are all predicted
+    Image.fromarray(images[0].numpy()).save(tmp_path / "imgs" / "sub" / "again.png")
+    capsys.readouterr()
+    assert main(["predict", str(run), str(tmp_path / "imgs"), "--json", "--topk", "3"]) == 0
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    assert "broken.png: not an image" in err
+    assert [r["file"].rsplit("/", 1)[1] for r in rows] == [f"{i}.png" for i in range(6)] + ["again.png"]
+    assert rows[-1]["top"] == rows[0]["top"]
+    rows = rows[:6]
+    assert all(len(r["top"]) == 3 and r["top"][0]["p"] >= r["top"][1]["p"] for r in rows)
+    # The classifier on the validation transform of the same images (what eval scores): the same probabilities.
+    net = bigbatch.load_classifier(run)
+    with torch.no_grad():
+        want = net(val_transform(images, 16, 1.0, False)).softmax(1)
+    for r, p in zip(rows, want):
+        assert r["top"][0]["class"] == net.class_names[int(p.argmax())] and r["top"][0]["p"] == pytest.approx(
+            float(p.max()), abs=1e-6
+        )
+    # One file with its preprocessing and class names, loadable with torch alone (or onnxruntime), equal to
+    # predict: an image at the data's size, one to shrink, one to enlarge, odd sizes (center square, resized).
+    import onnxruntime
+
+    assert main(["export", str(run), str(tmp_path / "model.pt")]) == 0
+    assert main(["export", str(run), str(tmp_path / "model.onnx")]) == 0  # the format its name says (was TorchScript)
+    model = torch.jit.load(str(tmp_path / "model.pt"))
+    assert list(model.class_names) == [str(i) for i in range(10)]
+    assert main(["export", str(run), str(tmp_path / "model.pt2")]) == 0  # torch.export's
+    exported = torch.export.load(str(tmp_path / "model.pt2")).module()
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"))
+    props = json.loads(session.get_modelmeta().custom_metadata_map["bigbatch"])
+    assert props["class_names"] == [str(i) for i in range(10)] and props["resolution"] == 16
+    from bigbatch.tasks.classify.inference import inference_of, predict
+
+    module = inference_of(run)
+    odd = [torch.randint(0, 256, size, dtype=torch.uint8) for size in ((41, 29, 3), (9, 13, 3), (300, 200, 3))]
+    for image in (images[0], *odd):
+        (row,) = predict(module, [("x", image)], topk=10)
+        p = torch.tensor([t["p"] for t in sorted(row["top"], key=lambda t: int(t["class"]))])
+        assert torch.allclose(model(image)[0], p, atol=1e-5) and torch.allclose(exported(image)[0], p, atol=1e-5)
+        (onnx_p,) = session.run(None, {"images": image.numpy()})
+        assert np.abs(onnx_p[0] - p.numpy()).max() < 1e-5
+    assert torch.allclose(model(images[0])[0], want[0], atol=1e-5)
+    # A GAN run: its EMA generator, z and classes in, the images `bigbatch sample` makes out.
+    gan = tmp_path / "gan"
+    argv = ["train", "--run-dir", str(gan), "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.kimg=0.064"]
+    assert main(argv) == 0
+    assert main(["export", str(gan), str(tmp_path / "g.pt")]) == 0
+    assert main(["export", str(gan), str(tmp_path / "g.onnx"), "--format", "onnx"]) == 0
+    from bigbatch.sampling import generate
+
+    G = bigbatch.load_generator(gan)
+    z, y = torch.randn(5, 16), torch.tensor([0, 3, 9, 9, 1])
+    want = generate(G, z, y)
+    assert torch.equal(torch.jit.load(str(tmp_path / "g.pt"))(z, y), want)
+    assert main(["export", str(gan), str(tmp_path / "g.pt2"), "--format", "pt2"]) == 0
+    assert torch.equal(torch.export.load(str(tmp_path / "g.pt2")).module()(z, y), want)
+    (got,) = onnxruntime.InferenceSession(str(tmp_path / "g.onnx")).run(None, {"z": z.numpy(), "y": y.numpy()})
+    assert np.abs(got.astype(int) - want.numpy().astype(int)).max() <= 1  # float32 sums in another order
+    # predict takes a classifier; a run of another task is one line, nothing written.
+    capsys.readouterr()
+    assert main(["predict", str(gan), str(tmp_path / "imgs" / "0.png")]) == 2
+    assert "is a gan run: predict takes a classify run's classifier" in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / "m.xyz"), "--format", "tflite"]) == 2
+    assert "--format 'tflite' is not one of torchscript, onnx, pt2" in capsys.readouterr().err
+    assert not (tmp_path / "m.xyz").exists()
+    (tmp_path / "none").mkdir()  # what predict takes, not what eval takes (.npz)
+    (tmp_path / "notes.zip").write_text("not a zip")
+    assert main(["predict", str(run), str(tmp_path / "none")]) == 2
+    assert "holds no image files" in (err := capsys.readouterr().err) and "give image files, folders or .zip" in err
+    assert main(["predict", str(run), str(tmp_path / "notes.zip")]) == 2
+    assert "notes.zip is not a readable zip archive (damaged, or another kind of file)" in capsys.readouterr().err
