@@ -133,9 +133,9 @@ def _stats(args: argparse.Namespace) -> None:
     ext = get_extractor(args.extractor, data=data)
     stats = reference_stats(data, ext, n=args.n, features=args.kid)
     kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
-    from bigbatch.metrics.cache import cache_dir
+    from bigbatch.metrics.stats import stats_file
 
-    file = cache_dir() / "stats" / f"{stats.key}.safetensors"
+    file = stats_file(stats.key)
     where = f"in {file} (give it as B to bigbatch eval)" if file.is_file() else f"key {stats.key}"
     print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
 

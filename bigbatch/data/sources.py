@@ -223,9 +223,10 @@ def has_alpha(img: Image.Image) -> bool:
     return img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
 
 
-def to_rgb(img: Image.Image) -> Image.Image:
+def to_rgb(img: Image.Image, composite: bool = True) -> Image.Image:
     """Any Pillow image as 8-bit RGB: 16-bit and float greyscale scaled (not clipped) to 0..255,
-    transparency composited onto BACKGROUND, CMYK/palette/greyscale converted by Pillow."""
+    transparency composited onto BACKGROUND (or, not `composite`, dropped: the colours under it, as
+    Pillow's convert("RGB") keeps them), CMYK/palette/greyscale converted by Pillow."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         # Pillow's convert() clips 16-bit values at 255; scale the full range instead.
         a = np.asarray(img, dtype=np.float64)
@@ -234,7 +235,7 @@ def to_rgb(img: Image.Image) -> Image.Image:
     if img.mode == "F":
         a = np.clip(np.round(np.asarray(img, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
-    if has_alpha(img):
+    if has_alpha(img) and composite:
         rgba = img.convert("RGBA")
         out = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))
         out.alpha_composite(rgba)
@@ -309,10 +310,8 @@ def decode(
             rgba = img.convert("RGBA")
             planes.append(rgba.getchannel("A"))
             img = rgba.convert("RGB")
-        elif as_scorers and img.mode not in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
-            img = img if img.mode == "RGB" else img.convert("RGB")
         else:
-            img = to_rgb(img)
+            img = to_rgb(img, composite=not as_scorers)
     size = (img.height, img.width)
     face_type = None
     if dfl_masks:

@@ -91,7 +91,7 @@ def extract_sharded(
     real = hi - lo
     parts = []
     for s in range(lo, lo + real, batch_size):
-        _stop_if_asked(world)
+        check_stop()
         parts.append(extractor(images_at(s, min(batch_size, lo + real - s))))
     if real < per:
         last = extractor(images_at(n - 1, 1))
@@ -123,7 +123,7 @@ def moments_sharded(
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
     for start in range(lo, hi, batch_size):
-        _stop_if_asked(world)
+        check_stop()
         x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
         total += x.sum(0)
         outer += x.T @ x
@@ -135,13 +135,6 @@ def moments_sharded(
     mean = total / n
     cov = (outer - n * torch.outer(mean, mean)) / (n - 1)
     return (mean + shift).numpy(), ((cov + cov.T) / 2).numpy()
-
-
-def _stop_if_asked(world: int) -> None:
-    """In one process, between batches: a stop asked of the training loop under way ends the evaluation
-    (signals.EvaluationStopped). Several ranks finish it: their collectives must meet."""
-    if world == 1:
-        check_stop()
 
 
 def _shard(n: int, batch_size: int) -> tuple[int, int, int, int]:

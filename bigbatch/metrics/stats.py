@@ -46,6 +46,11 @@ class ReferenceStats:
         return self.features.shape[0] > 0
 
 
+def stats_file(key: str, folder: str | Path | None = None) -> Path:
+    """Where reference statistics of `key` are cached: $BIGBATCH_CACHE/stats/<key>.safetensors (or in `folder`)."""
+    return (Path(folder) if folder is not None else cache_dir() / "stats") / f"{key}.safetensors"
+
+
 def stats_key(data_hash: str, extractor: Extractor, n: int, subset_seed: int | None, features: bool = True) -> str:
     """The cache key: what decides the statistics, and nothing else (not the batch size: results do not
     depend on it)."""
@@ -100,13 +105,13 @@ def reference_stats(
     index = subset_indices(len(data), n, seed)
     subset_seed = seed if len(index) < len(data) else None
     digest = data_digest(data)
-    root = Path(folder) if folder is not None else cache_dir() / "stats"
-    full = root / f"{stats_key(digest, extractor, len(index), subset_seed)}.safetensors"
+    full = stats_file(stats_key(digest, extractor, len(index), subset_seed), folder)
     # Every rank must take the same branch: computing is collective (extraction is split across ranks).
     if cache and dist.agree(full.is_file()):
         return load_stats(full, features)
     key = stats_key(digest, extractor, len(index), subset_seed, features)
-    path = root / f"{key}.safetensors"
+    path = stats_file(key, folder)
+    root = path.parent
     if not features and cache and dist.agree(path.is_file()):
         return load_stats(path)
     if not dist.active() or dist.context().is_main:  # (minutes for Inception on a CPU: say what it does)

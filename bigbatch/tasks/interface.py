@@ -226,6 +226,12 @@ def check_family(cfg: Config, task: str, kind: str) -> None:
         raise BigbatchError(f"config key 'model.options': {e}") from None
 
 
+def refuse_swap_keys(cfg: Config, task: str) -> None:
+    """[swap] keys are read by the swap task only: set in another task's config, they would do nothing."""
+    if foreign := cfg.swap.changed():
+        raise BigbatchError(f"config key '{foreign[0]}' is read by task = \"swap\" only, not by {task}; remove it")
+
+
 def list_tasks() -> list[str]:
     return sorted(_TASKS)
 

@@ -197,8 +197,7 @@ class Validation:
         totals = torch.zeros(4, dtype=torch.float64, device=self.device)
         try:
             for _, x, y in self.inputs(self.size()):
-                if not dist.active():  # in one process a stop asked of training ends it (several finish it)
-                    check_stop()
+                check_stop()  # (a stop asked of training ends it)
                 with prec.autocast(self.precision, self.device):
                     logits = model(x)
                 logits = logits.float()

@@ -31,7 +31,7 @@ from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer, check_eval
 from bigbatch.tasks.gan.sheets import Sheets
-from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_swap_keys, register
 
 
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
@@ -75,10 +75,7 @@ def check_config(cfg: Config) -> None:
     foreign = cfg.train.changed(*CLASSIFY_KEYS) + cfg.data.changed("val_path", "val_fraction", "val_rect", "val_crop")
     if cfg.train.lr_decay not in ("none", "linear"):
         foreign.append("train.lr_decay")
-    if cfg.swap.changed_any():
-        raise BigbatchError(
-            f"config key '{cfg.swap.changed_any()[0]}' is read by task = \"swap\" only, not by the GAN task; remove it"
-        )
+    refuse_swap_keys(cfg, "the GAN task")
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
