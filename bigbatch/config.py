@@ -10,110 +10,23 @@ of them.
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 import math
 import re
 import tomllib
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
 
-from bigbatch.config_types import Mismatch, coerce, describe
+from bigbatch.config_types import Section, _positive
+from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
 
-# Checks of a section ("" for the whole config) that need other modules; see `register_check`.
-_CHECKS: dict[str, list[Callable[[Any], None]]] = {}
-
-
-def register_check(section: str) -> Callable[[Callable[[Any], None]], Callable[[Any], None]]:
-    """Decorator: `fn(section)` validates config section `section` ("" for the whole Config) whenever
-    one is built, raising BigbatchError naming the key. For modules that own what a key means."""
-
-    def add(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-        _CHECKS.setdefault(section, []).append(fn)
-        return fn
-
-    return add
-
-
-class Section:
-    """Base of every config section: checks field types on construction, then `_validate`, then the
-    checks registered for it."""
-
-    _name: typing.ClassVar[str] = ""
-
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if dataclasses.is_dataclass(hints[f.name]):
-                if isinstance(value, dict):
-                    value = hints[f.name].from_dict(value)
-                if not isinstance(value, hints[f.name]):
-                    raise BigbatchError(f"config key '{self._key(f.name)}' must be a table")
-                setattr(self, f.name, value)
-                continue
-            try:
-                setattr(self, f.name, coerce(value, hints[f.name]))
-            except Mismatch:
-                raise BigbatchError(
-                    f"config key '{self._key(f.name)}' must be {describe(hints[f.name])}, got {value!r}"
-                ) from None
-        self._validate()
-        for check in _CHECKS.get(self._name, ()):
-            check(self)
-
-    def _validate(self) -> None:
-        pass
-
-    def _key(self, name: str) -> str:
-        return f"{self._name}.{name}" if self._name else name
-
-    def changed(self, *names: str) -> list[str]:
-        """Which of the fields `names` (default: all) differ from their defaults (as dotted config keys):
-        for a task to refuse keys it does not read."""
-        defaults = type(self)()
-        names = names or tuple(f.name for f in dataclasses.fields(self))
-        return [self._key(n) for n in names if getattr(self, n) != getattr(defaults, n)]
-
-    def _fail(self, name: str, problem: str) -> typing.NoReturn:
-        raise BigbatchError(f"config key '{self._key(name)}' {problem}")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Any:
-        known = [f.name for f in dataclasses.fields(cls)]
-        for key in values:
-            if key not in known:
-                full = f"{cls._name}.{key}" if cls._name else key
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                where = f"[{cls._name}]" if cls._name else "the top level"
-                raise BigbatchError(f"unknown config key '{full}'{hint}; valid keys in {where}: {', '.join(known)}")
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, Section) else value
-        return out
-
-
 # Below this, resampling |z| > threshold would take ever more draws for no visible change.
 MIN_TRUNCATION = 0.05
-
-
-def _positive(section: Section, *names: str) -> None:
-    for name in names:
-        value = getattr(section, name)
-        if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
-            section._fail(name, f"must be a positive number, got {value!r}")
 
 
 @dataclass

@@ -1,10 +1,15 @@
 """The config's value types: strict coercion of TOML/Python values to a field's annotated type
-(`coerce`, no str->int, no bool->int) and how a type is named in a message (`describe`)."""
+(`coerce`, no str->int, no bool->int), how a type is named in a message (`describe`), and `Section`,
+the base of every config section, with the checks other modules register for one (`register_check`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import math
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, Literal
 
 from bigbatch.errors import BigbatchError
@@ -82,3 +87,88 @@ def typed(value: Any, tp: Any, what: str) -> Any:
         return coerce(value, tp)
     except Mismatch:
         raise BigbatchError(f"{what} must be {describe(tp)}, got {value!r}") from None
+
+
+# Checks of a section ("" for the whole config) that need other modules; see `register_check`.
+_CHECKS: dict[str, list[Callable[[Any], None]]] = {}
+
+
+def register_check(section: str) -> Callable[[Callable[[Any], None]], Callable[[Any], None]]:
+    """Decorator: `fn(section)` validates config section `section` ("" for the whole Config) whenever
+    one is built, raising BigbatchError naming the key. For modules that own what a key means."""
+
+    def add(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+        _CHECKS.setdefault(section, []).append(fn)
+        return fn
+
+    return add
+
+
+class Section:
+    """Base of every config section: checks field types on construction, then `_validate`, then the
+    checks registered for it."""
+
+    _name: typing.ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(hints[f.name]):
+                if isinstance(value, dict):
+                    value = hints[f.name].from_dict(value)
+                if not isinstance(value, hints[f.name]):
+                    raise BigbatchError(f"config key '{self._key(f.name)}' must be a table")
+                setattr(self, f.name, value)
+                continue
+            try:
+                setattr(self, f.name, coerce(value, hints[f.name]))
+            except Mismatch:
+                raise BigbatchError(
+                    f"config key '{self._key(f.name)}' must be {describe(hints[f.name])}, got {value!r}"
+                ) from None
+        self._validate()
+        for check in _CHECKS.get(self._name, ()):
+            check(self)
+
+    def _validate(self) -> None:
+        pass
+
+    def _key(self, name: str) -> str:
+        return f"{self._name}.{name}" if self._name else name
+
+    def changed(self, *names: str) -> list[str]:
+        """Which of the fields `names` (default: all) differ from their defaults (as dotted config keys):
+        for a task to refuse keys it does not read."""
+        defaults = type(self)()
+        names = names or tuple(f.name for f in dataclasses.fields(self))
+        return [self._key(n) for n in names if getattr(self, n) != getattr(defaults, n)]
+
+    def _fail(self, name: str, problem: str) -> typing.NoReturn:
+        raise BigbatchError(f"config key '{self._key(name)}' {problem}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Any:
+        known = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in known:
+                full = f"{cls._name}.{key}" if cls._name else key
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                where = f"[{cls._name}]" if cls._name else "the top level"
+                raise BigbatchError(f"unknown config key '{full}'{hint}; valid keys in {where}: {', '.join(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.to_dict() if isinstance(value, Section) else value
+        return out
+
+
+def _positive(section: Section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
+            section._fail(name, f"must be a positive number, got {value!r}")
