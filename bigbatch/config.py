@@ -281,6 +281,54 @@ class TrainConfig(Section):
 
 
 @dataclass
+class AugmentConfig(Section):
+    """GANs on limited data: D's inputs, real and generated, through the same differentiable random
+    transforms (DiffAugment, Zhao et al. 2020), applied with probability p, which ADA's heuristic (Karras
+    et al. 2020) may adjust during training."""
+
+    _name = "augment"
+
+    policy: str = ""
+    """Comma-separated transforms, applied in this order: "color" (brightness +-0.5, saturation x[0, 2),
+    contrast x[0.5, 1.5)), "translation" (up to 1/8 of the side, zero fill), "cutout" (a square of half
+    the side set to 0). DiffAugment's BigGAN and StyleGAN2 setting: "color,translation,cutout". "": off."""
+    p: float | Literal["auto"] = "auto"
+    """Probability that each transform (each of color's three) applies to an image. "auto": 1 with a
+    fixed p (DiffAugment), 0 at the start with augment.target (ADA)."""
+    target: float = 0.0
+    """ADA: adjust p so that the fraction of real images D scores positive, r_t = E[sign(D(real))], stays at
+    this (ADA: 0.6); 0 = p fixed."""
+    speed_kimg: float = 500.0
+    """ADA: p moves by at most 1 in this many kimg (ADA's ada_kimg), by a step every 256 real images or
+    every D step, whichever is longer."""
+
+    def _validate(self) -> None:
+        names = self.transforms
+        valid = ("color", "translation", "cutout")
+        for name in names:
+            if name not in valid or names.count(name) > 1:
+                problem = "twice" if name in valid else "unknown"
+                self._fail("policy", f"names {name!r} ({problem}); valid: a comma-separated list of {', '.join(valid)}")
+        if self.p != "auto" and not (math.isfinite(self.p) and 0 <= self.p <= 1):
+            self._fail("p", f'must be a probability in [0, 1] or "auto", got {self.p}')
+        if not (math.isfinite(self.target) and 0 <= self.target < 1):
+            self._fail("target", f"must be in [0, 1) (ADA: 0.6; 0 = p fixed), got {self.target}")
+        _positive(self, "speed_kimg")
+        if not names and (self.target or self.p != "auto"):
+            key = "target" if self.target else "p"
+            self._fail(key, 'has no transforms to apply: set augment.policy, e.g. "color,translation,cutout"')
+
+    @property
+    def transforms(self) -> list[str]:
+        return [n.strip() for n in self.policy.split(",")] if self.policy.strip() else []
+
+    @property
+    def start_p(self) -> float:
+        """p at the start of a run."""
+        return (0.0 if self.target else 1.0) if self.p == "auto" else float(self.p)
+
+
+@dataclass
 class CheckpointConfig(Section):
     _name = "checkpoint"
 
@@ -444,6 +492,7 @@ class Config(Section):
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

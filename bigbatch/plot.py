@@ -15,6 +15,7 @@ from bigbatch.rundir import read_metrics
 TRAINING_PANELS = (
     ("losses", ("loss_D", "loss_G", "loss")),
     ("D outputs (mean logits)", ("D_real", "D_fake")),
+    ("D augmentation: p, and r_t = E[sign(D(real))]", ("augment_p", "D_real_sign")),
     ("training top-1 accuracy (%, augmented batches)", ("train_top1",)),
     ("learning rate", ("lr",)),
     ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G", "grad_norm")),

@@ -104,6 +104,7 @@ class Progress:
         self.write(nimg, row)
         self.window = Window(self.rep)
         self.losses |= {k for k in row if k.startswith("loss") and not k.startswith("loss_scale")}
+        self.losses |= {"augment_p"} & row.keys()  # [augment]'s p, which ADA moves
         shown = {k: row.get(k, math.nan) for k in sorted(self.losses)}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
         if self.bar.disable and not self.quiet:

@@ -94,6 +94,7 @@ def test_k_processes_of_one_micro_batch_train_one_process_of_k_bit_for_bit(tmp_p
     # are summed first: equal within rounding, as the test above.
     short = ["train.batch=12", "train.micro_batch=4", "train.kimg=0.096", "checkpoint.every_kimg=0.096"]
     short += ["sample.every_kimg=0.096", "train.log_every_kimg=0.096"]
+    short += ["augment.policy=color,translation,cutout", "augment.p=0.5"]  # its draws follow global positions too
     one, three = (train(tmp_path / name, n, *short).parent for name, n in (("one", 1), ("three", 3)))
     assert (three.parent / "plan.json").read_text().count('"world_size": 3')
     assert any(k.endswith("running_var") for k in load_file(one / "000000.096" / "G.safetensors"))  # G has BN

@@ -15,6 +15,7 @@ import torch
 # Stream tags: one per kind of draw, so that streams never overlap.
 ORDER, Z_D, Z_G, FLIP, SAMPLE, VAL_SPLIT, CROP, ORDER_B, WARP, LR_DROPOUT, COLOUR = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 RRC = 12  # random-resized crops of whole stored images, drawn before decoding
+AUG_D, AUG_G = 13, 14  # a GAN's differentiable augmentation of D's inputs (D step, G step)
 
 
 def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:

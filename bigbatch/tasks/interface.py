@@ -226,10 +226,17 @@ def check_family(cfg: Config, task: str, kind: str) -> None:
         raise BigbatchError(f"config key 'model.options': {e}") from None
 
 
-def refuse_swap_keys(cfg: Config, task: str) -> None:
-    """[swap] keys are read by the swap task only: set in another task's config, they would do nothing."""
-    if foreign := cfg.swap.changed():
-        raise BigbatchError(f"config key '{foreign[0]}' is read by task = \"swap\" only, not by {task}; remove it")
+# Config sections that one task reads, and which.
+SECTION_OWNERS = {"swap": "swap", "augment": "gan"}
+
+
+def refuse_sections(cfg: Config, task: str, *sections: str) -> None:
+    """Keys of `sections` ([swap], [augment]) are read by one task each: set in another task's config
+    (`task` says which, for the message), they would do nothing."""
+    for section in sections:
+        if foreign := getattr(cfg, section).changed():
+            owner = f'task = "{SECTION_OWNERS[section]}"'
+            raise BigbatchError(f"config key '{foreign[0]}' is read by {owner} only, not by {task}; remove it")
 
 
 def list_tasks() -> list[str]:

@@ -41,7 +41,7 @@ from bigbatch.tasks.classify.validation import (
     rotate,
     rotation_labels,
 )
-from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_swap_keys, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_sections, register
 
 ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0, 0.999), is BigGAN's Adam's
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
@@ -63,7 +63,7 @@ def check_config(cfg: Config) -> None:
             "train.optimizer, train.momentum, train.weight_decay, train.warmup_kimg, train.lr_decay; remove it"
         )
     t = cfg.train
-    refuse_swap_keys(cfg, 'task = "classify"')
+    refuse_sections(cfg, 'task = "classify"', "swap", "augment")
     other = t.changed("betas", "adam_eps") if t.optimizer == "sgd" else t.changed("momentum", "nesterov")
     if other:
         uses = "train.momentum and train.nesterov" if t.optimizer == "sgd" else "train.betas and train.adam_eps"

@@ -21,17 +21,18 @@ from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.loader import Batch, Step, read_batch
 from bigbatch.data.schedule import schedule_of
-from bigbatch.data.streams import Z_D, Z_G, GlobalOrder, generator
+from bigbatch.data.streams import AUG_D, AUG_G, Z_D, Z_G, GlobalOrder, generator
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.models.layers import set_sn_every_micro_batch
 from bigbatch.sampling import BLACK, captioned_sheet
 from bigbatch.tasks.gan import losses
+from bigbatch.tasks.gan.augment import Augment
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer, check_eval
 from bigbatch.tasks.gan.sheets import Sheets
-from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_swap_keys, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_sections, register
 
 
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
@@ -75,7 +76,7 @@ def check_config(cfg: Config) -> None:
     foreign = cfg.train.changed(*CLASSIFY_KEYS) + cfg.data.changed("val_path", "val_fraction", "val_rect", "val_crop")
     if cfg.train.lr_decay not in ("none", "linear"):
         foreign.append("train.lr_decay")
-    refuse_swap_keys(cfg, "the GAN task")
+    refuse_sections(cfg, "the GAN task", "swap")
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
@@ -156,6 +157,8 @@ class GANTask:
         self.order = GlobalOrder(len(data), self.seed)
         self.n_classes = data.n_classes if cfg.model.conditional else 0
         self.dim_z = self.plain("G").dim_z
+        self.augment = Augment(cfg.augment, self.seed)  # D's inputs through DiffAugment's transforms, if asked
+        self.resolution = cfg.data.resolution
         self.g_steps = 0
         self.total = t.images
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
@@ -197,7 +200,10 @@ class GANTask:
         for _ in range(self.d_steps):
             real = feed.next()
             out = self.d_step(real.nimg, real)
-            stats.update({} if self.rep.skipped(self.opt_D) else out)
+            if not self.rep.skipped(self.opt_D):
+                stats.update(out)
+                if self.augment.on:  # ADA: p follows r_t = E[sign(D(real))], the step's over all ranks
+                    self.augment.observe(out["D_real_sign"], self.rep.batch)
         out = self.g_step(self.g_steps)
         stats.update({} if self.rep.skipped(self.opt_G) else out)
         self.g_steps += 1
@@ -206,6 +212,8 @@ class GANTask:
         self.rep.average_running_stats(D)
         t = self.cfg.train
         update_ema(self.G_ema, G, feed.nimg, feed.nimg - before, t.ema_halflife_kimg, t.ema_start_kimg)
+        if self.augment.on:
+            stats["augment_p"] = self.augment.p
         return stats
 
     def _train_only(self, net: str) -> None:
@@ -232,44 +240,60 @@ class GANTask:
         offset = self.rep.rank * self.rep.share
         return Step(nimg, self.rep.batch, 0, offset, self.order.indices(nimg + offset, self.rep.share))
 
+    def _transforms(self, stream: int, *keys: int) -> torch.Tensor | None:
+        """This rank's share of the step's augmentation parameters (None without [augment])."""
+        if not self.augment.on:
+            return None
+        return self._share(self.augment.draw(self.rep.batch, self.resolution, stream, *keys))
+
     def d_batch(self, nimg: int, real: Batch | None = None) -> tuple:
         """This rank's share of the D step at `nimg`: real images (uint8 NHWC, x-flipped if asked), their
-        labels, z and fake labels. `real`: the step's Batch as a Feed read it ahead; without it the
-        images are read here, with the same result."""
+        labels, z, fake labels, and the transforms of the real and of the fake images ([augment]; None
+        without). `real`: the step's Batch as a Feed read it ahead; without it the images are read here,
+        with the same result."""
         if real is None:
             real = read_batch(self.data, self.request(nimg), self.xflip, self.seed)
         z, y_fake = self._latents(Z_D, nimg)
-        return real.images, real.labels if self.n_classes else None, z, y_fake
+        aug_real, aug_fake = self._transforms(AUG_D, nimg, 0), self._transforms(AUG_D, nimg, 1)
+        return real.images, real.labels if self.n_classes else None, z, y_fake, aug_real, aug_fake
 
     def d_loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, y_real, z, y_fake = micro
+        images, y_real, z, y_fake, aug_real, aug_fake = micro
         real = images.permute(0, 3, 1, 2).float() / 127.5 - 1
         with torch.no_grad():
-            fake = self.G(z, y_fake)
+            fake = self.G(z, y_fake).to(real.dtype)
+        if aug_real is not None:
+            real, fake = self.augment(real, aug_real), self.augment(fake, aug_fake)
         if self._joint_d:
             y = None if y_real is None else torch.cat([y_real, y_fake])
-            logits = self.D(torch.cat([real, fake.to(real.dtype)]), y).float()
+            logits = self.D(torch.cat([real, fake]), y).float()
             logits_real, logits_fake = logits[: len(real)], logits[len(real) :]
         else:
             logits_real = self.D(real, y_real).float()
             logits_fake = self.D(fake, y_fake).float()
         loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.cfg.train.d_ortho)
-        return {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
+        out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
+        if aug_real is not None:  # ADA's r_t
+            out["D_real_sign"] = logits_real.detach().sign().mean()
+        return out
 
     def d_step(self, nimg: int, real: Batch | None = None) -> dict[str, float]:
         """One D optimizer step on the real images at positions nimg .. nimg + batch - 1 (`real`: this
         rank's share of them as a Feed read it)."""
         self._train_only("D")
         out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
-        grad_norm = self.rep.grad_norm(self.opt_D)
-        return {"loss_D": out["loss"], "D_real": out["D_real"], "D_fake": out["D_fake"], "grad_norm_D": grad_norm}
+        stats = {"loss_D": out.pop("loss"), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
+        return stats
 
     def g_batch(self, step: int) -> tuple:
-        return self._latents(Z_G, step)
+        return *self._latents(Z_G, step), self._transforms(AUG_G, step)
 
     def g_loss(self, micro: tuple) -> torch.Tensor:
-        z, y = micro
-        loss = losses.G_LOSS[self.loss](self.D(self.G(z, y), y).float())
+        z, y, aug = micro
+        fake = self.G(z, y)
+        if aug is not None:
+            fake = self.augment(fake, aug)
+        loss = losses.G_LOSS[self.loss](self.D(fake, y).float())
         return loss + self._ortho(self.G, self.cfg.train.g_ortho)
 
     def g_step(self, step: int) -> dict[str, float]:
@@ -295,12 +319,17 @@ class GANTask:
         return {"G": self.plain("G"), "D": self.plain("D"), "G_ema": self.G_ema}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"g_steps": self.g_steps, "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict()}
+        state = {"g_steps": self.g_steps, "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict()}
+        if self.augment.on:
+            state["augment"] = self.augment.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.opt_G.load_state_dict(state["opt_G"])
         self.opt_D.load_state_dict(state["opt_D"])
         self.g_steps = int(state["g_steps"])
+        if self.augment.on and "augment" in state:
+            self.augment.load_state_dict(state["augment"])
 
     def model_info(self) -> dict[str, Any]:
         return {"n_classes": self.n_classes, "img_channels": self.data.channels, "class_names": self.data.class_names}
@@ -309,9 +338,14 @@ class GANTask:
         return self._sheets(self.G_ema, at_checkpoint)
 
     def batch_sheet(self, nimg: int) -> Image.Image:
-        """The first real images of the D step at `nimg` as D receives them (flipped where drawn), under
-        their class names when G is conditional."""
+        """The first real images of the D step at `nimg` as D receives them (flipped where drawn, through
+        [augment]'s transforms at the p in force), under their class names when G is conditional."""
         real = peek(self.data, schedule_of(self.cfg), self.cfg, nimg, BATCH_SHEET)
+        images = real.images
+        if self.augment.on:
+            params = self.augment.draw(schedule_of(self.cfg).phase_at(nimg).batch, self.resolution, AUG_D, nimg, 0)
+            x = self.augment(images.permute(0, 3, 1, 2).float() / 127.5 - 1, params[: len(images)])
+            images = ((x + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
         names = self.data.class_names
         captions = [[(names[int(y)], BLACK)] if self.n_classes else [] for y in real.labels]
-        return captioned_sheet(list(zip(real.images, captions)))
+        return captioned_sheet(list(zip(images, captions)))

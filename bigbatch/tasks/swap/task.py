@@ -43,7 +43,7 @@ from bigbatch.data.streams import COLOUR, ORDER_B, WARP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.sampling import BLACK, captioned_sheet
-from bigbatch.tasks.interface import Feed, check_family, peek, register
+from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
 from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
 from bigbatch.tasks.swap.load import (
@@ -78,6 +78,7 @@ def check_config(cfg: Config) -> None:
             f"config key '{foreign[0]}' is not read by task = \"swap\": its model is set by model.options (archi, "
             "ae_dims, e_dims, d_dims, d_mask_dims), its optimizer by [swap] (optimizer, lr, lr_dropout); remove it"
         )
+    refuse_sections(cfg, 'task = "swap"', "augment")
     if not cfg.data.dst_path:
         cfg.data._fail("dst_path", 'must name the dst faces (a DATA.h5 or builtin:NAME) for task = "swap"')
     if cfg.data.xflip:

@@ -1,0 +1,158 @@
+"""[augment]: DiffAugment's transforms of D's inputs, ADA's adaptive p, and the batch semantics they keep."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bigbatch
+from bigbatch.batching import replicator_for
+from bigbatch.data import load_data
+from bigbatch.tasks import build_task
+from bigbatch.tasks.gan.augment import ADA_IMAGES, Augment, apply, draw
+
+ALL = ["color", "translation", "cutout"]
+POLICY = {"augment.policy": "color,translation,cutout"}
+
+
+def reference(x, params, policy):
+    """The transforms one image at a time, as the DiffAugment paper describes them."""
+    out = []
+    n, _, h, w = x.shape
+    for img, (b, s, c, dy, dx, cut, cy, cx) in zip(x, params.tolist()):
+        for name in policy:
+            if name == "color":
+                img = img + b
+                img = (img - img.mean(0, keepdim=True)) * s + img.mean(0, keepdim=True)
+                img = (img - img.mean()) * c + img.mean()
+            elif name == "translation":  # output (i, j) = input (i + dy, j + dx), zero outside
+                dy, dx = int(dy), int(dx)
+                padded = F.pad(img, (w, w, h, h))
+                img = padded[:, h + dy : 2 * h + dy, w + dx : 2 * w + dx]
+            elif name == "cutout" and cut:
+                side = int(h * 0.5 + 0.5)
+                img = img.clone()
+                top, left = int(cy) - side // 2, int(cx) - side // 2
+                img[:, max(top, 0) : max(top + side, 0), max(left, 0) : max(left + side, 0)] = 0
+        out.append(img)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("policy", [ALL, ["cutout", "translation"], ["color"]])
+def test_transforms_are_diffaugments(policy):
+    x = torch.randn(64, 3, 16, 16, dtype=torch.float64)
+    params = draw(policy, 1.0, 64, 16, 0, 99, 1)
+    want = reference(x, params, policy)
+    assert torch.allclose(apply(x, params, policy), want, atol=1e-12)
+    assert torch.allclose(apply(x.to(memory_format=torch.channels_last), params, policy), want, atol=1e-12)
+    if "translation" in policy:  # every shift of up to 1/8 of the side (2 px) is drawn
+        assert set(params[:, 3].tolist()) == {-2.0, -1.0, 0.0, 1.0, 2.0}
+    if "cutout" in policy:
+        assert (params[:, 5] == 1).all() and 0 <= params[:, 6:].min() and params[:, 6:].max() <= 16
+
+
+def test_p_decides_each_transform_of_each_image():
+    x = torch.randn(4000, 3, 8, 8, dtype=torch.float64)
+    assert torch.equal(apply(x, draw(ALL, 0.0, 4000, 8, 0, 99, 1), ALL), x)  # p = 0: the images themselves
+    params = draw(ALL, 0.3, 4000, 8, 0, 99, 1)
+    on = torch.stack([params[:, 0] != 0, params[:, 1] != 1, params[:, 2] != 1, params[:, 5] == 1], 1).double()
+    assert torch.allclose(on.mean(0), torch.full((4,), 0.3, dtype=torch.float64), atol=0.03)
+    assert abs(on[:, 0].mul(on[:, 3]).mean() - 0.09) < 0.02  # independently
+    assert torch.allclose(apply(x, params, ALL), reference(x, params, ALL), atol=1e-12)
+    # The same draws whatever the policy and p: turning a transform on changes no other one's.
+    assert torch.equal(draw(["color"], 1.0, 9, 8, 0, 99, 1)[:, :3], draw(ALL, 1.0, 9, 8, 0, 99, 1)[:, :3])
+
+
+def test_gradients_flow_through_the_transforms():
+    x = torch.randn(4, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+    params = draw(ALL, 1.0, 4, 8, 0, 99, 2)
+    assert torch.autograd.gradcheck(lambda t: apply(t, params, ALL), (x,))
+
+
+def test_ada_moves_p_towards_its_target_every_256_images():
+    cfg = bigbatch.preset("digits").override({**POLICY, "augment.target": 0.6, "augment.speed_kimg": 10}).augment
+    ada = Augment(cfg, seed=0)
+    assert ada.p == 0.0  # "auto": ADA starts at 0
+    for _ in range(ADA_IMAGES // 64 - 1):
+        ada.observe(0.9, 64)  # D overfits: more than 60% of reals scored positive
+    assert ada.p == 0.0  # not yet 256 images
+    ada.observe(0.9, 64)
+    assert ada.p == pytest.approx(256 / 10_000)
+    ada.observe(-0.5, 512)  # one step of 512 images
+    assert ada.p == 0.0  # clamped
+    state = ada.state_dict()
+    ada.observe(1.0, 32)
+    again = Augment(cfg, seed=0)
+    again.load_state_dict(state)
+    again.observe(1.0, 32)
+    assert again.state_dict() == ada.state_dict()
+    fixed = Augment(bigbatch.preset("digits").override(POLICY).augment, seed=0)
+    fixed.observe(1.0, 1024)
+    assert fixed.p == 1.0  # DiffAugment: p fixed at 1
+
+
+def d_step_params(micro_batch, policy=POLICY):
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.batch": 32, "train.micro_batch": micro_batch,
+         "train.device": "cpu", **policy}
+    )  # fmt: skip
+    task = build_task(cfg, replicator_for(cfg), load_data("builtin:digits", 16))
+    nets = task.nets()
+    nets["G"].eval()  # BatchNorm from running statistics: accumulation is exact for the rest
+    task.d_step(0)
+    task.g_step(0)
+    return torch.cat([p.detach().flatten() for name in ("G", "D") for p in nets[name].parameters()])
+
+
+def test_accumulated_steps_see_the_transforms_of_the_whole_batch():
+    full = d_step_params(32)
+    assert float((d_step_params(8) - full).norm() / full.norm()) <= 1e-5
+    plain = d_step_params(32, {})
+    assert float((plain - full).norm() / full.norm()) > 1e-4  # D and G did see other images
+
+
+def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path):
+    cfg = tiny.override({**POLICY, "augment.target": 0.5, "augment.speed_kimg": 2})
+
+    def weights(run):
+        return {n: (run / "checkpoints/000000.512" / f"{n}.safetensors").read_bytes() for n in ("G", "D", "G_ema")}
+
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    parts = tmp_path / "parts"
+    bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=parts, quiet=True)
+    bigbatch.train(cfg, run_dir=parts, resume=True, quiet=True)
+    assert weights(parts) == weights(whole)
+
+    def logged(run):  # the rows but their clocks
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in row.items() if k not in ("seconds", "img_per_s")} for row in rows]
+
+    rows = logged(whole)
+    assert logged(parts) == rows
+    p = [r["augment_p"] for r in rows]
+    assert p[0] == 0 and len(set(p)) > 1 and all(0 <= v <= 1 for v in p)
+    assert all(-1 <= r["D_real_sign"] <= 1 for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"augment.policy": "color,flip"}, r"augment.policy' names 'flip' \(unknown\); valid: .*color, translation"),
+        ({"augment.policy": "color,color"}, r"names 'color' \(twice\)"),
+        ({**POLICY, "augment.p": 1.5}, r"augment.p' must be a probability in \[0, 1\]"),
+        ({**POLICY, "augment.target": 1.0}, r"augment.target' must be in \[0, 1\)"),
+        ({"augment.target": 0.6}, r"augment.target' has no transforms to apply: set augment.policy"),
+    ],
+)
+def test_bad_augment_settings_are_named(override, message):
+    with pytest.raises(bigbatch.BigbatchError, match=message):
+        bigbatch.preset("digits").override(override)
+
+
+def test_tasks_that_do_not_augment_refuse_the_section():
+    for preset, task in (("fashion_resnet", "classify"), ("saehd128", "swap")):
+        with pytest.raises(
+            bigbatch.BigbatchError, match=rf"'augment.policy' is read by task = \"gan\" only, not by task = \"{task}\""
+        ):
+            bigbatch.preset(preset).override(POLICY)
