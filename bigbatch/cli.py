@@ -120,7 +120,17 @@ def _prepare(args: argparse.Namespace) -> None:
         progress=sys.stderr.isatty(),
     )
     print(report.summary())
-    print(f"train on it with: bigbatch train data.path={shlex.quote(args.out)}")
+    out = shlex.quote(args.out)
+    side = report.shape[0] if report.shape else None  # the preset's resolution, or the one to give
+
+    def at(default: int) -> str:
+        return f" data.resolution={side}" if side and side != default else ""
+
+    if args.masks:  # face masks: a face set, one side of a swap
+        swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
+        print(f"train a face swap on it with: {swap}")
+    else:
+        print(f"train on it with: bigbatch train data.path={out}{at(32)}")
 
 
 def _stats(args: argparse.Namespace) -> None:

@@ -70,3 +70,19 @@ def test_prepared_masks_keep_the_faces_own_colours_and_line_up_with_them(tmp_pat
     for i in range(3):
         assert np.array_equal(images[i, ..., :3].numpy(), fitted(rgba[i, ..., :3]))
         assert np.abs(images[i, ..., 3].numpy().astype(int) - fitted(rgba[i, ..., 3])).mean() < 8
+
+
+def test_a_face_set_is_refused_by_the_gan_and_the_classifier_and_prepare_says_how_to_swap(faces, tmp_path, capsys):
+    # A GAN trained on a face set's five channels crashed at its first preview, losing the training.
+    from bigbatch.cli import main
+
+    for preset, task in (("digits", "the GAN task"), ("fashion_resnet", 'task = "classify"')):
+        code = main(["train", "--preset", preset, f"data.path={faces[0]}", "data.resolution=64", "--run-dir", "r"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "holds 5 channels an image (a face set" in err[0] and task in err[0]
+    main(["prepare", str(tmp_path / "src" / "img"), str(tmp_path / "s.h5"), "--resolution", "64", "--masks", "alpha"])
+    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    assert hint == (
+        f"train a face swap on it with: bigbatch train --preset saehd128 data.path={tmp_path / 's.h5'} "
+        "data.dst_path=DST.h5 data.resolution=64"
+    )

@@ -226,6 +226,17 @@ def check_family(cfg: Config, task: str, kind: str) -> None:
         raise BigbatchError(f"config key 'model.options': {e}") from None
 
 
+def refuse_face_sets(data: Any, task: str) -> None:
+    """Images of 1 (gray) or 3 (RGB) channels only: a face set's fourth and fifth (`prepare --masks`: the
+    face mask, eyes and mouth) are not image channels to `task`."""
+    if data.channels not in (1, 3):
+        raise BigbatchError(
+            f"data set {data.source} holds {data.channels} channels an image (a face set: RGB with the masks of "
+            f"`prepare --masks`), and {task} trains on 1 (gray) or 3 (RGB): prepare the images without --masks, or "
+            'train a face swap on it (task = "swap", e.g. --preset saehd128)'
+        )
+
+
 # Config sections that one task reads, and which.
 SECTION_OWNERS = {"swap": "swap", "augment": "gan"}
 

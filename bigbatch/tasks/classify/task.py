@@ -41,7 +41,7 @@ from bigbatch.tasks.classify.validation import (
     rotate,
     rotation_labels,
 )
-from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_sections, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_face_sets, refuse_sections, register
 
 ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0, 0.999), is BigGAN's Adam's
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
@@ -132,6 +132,7 @@ def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
 ) -> ClassifyTask:
     """The classifier `model.name` for the data set's classes, prepared by `rep`, with SGD or AdamW."""
+    refuse_face_sets(data, 'task = "classify"')
     rotation = cfg.train.labels == "rotation"
     if data.n_classes < 2 and not rotation:
         raise BigbatchError(

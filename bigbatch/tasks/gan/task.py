@@ -32,7 +32,7 @@ from bigbatch.tasks.gan.augment import Augment
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer, check_eval
 from bigbatch.tasks.gan.sheets import Sheets
-from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_sections, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_face_sets, refuse_sections, register
 
 
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
@@ -108,6 +108,7 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
         raise BigbatchError(
             f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
         )
+    refuse_face_sets(data, "the GAN task")
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
     # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
