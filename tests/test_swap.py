@@ -297,7 +297,9 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     assert out.returncode == 0, out.stderr
     plain, recoloured = (np.asarray(Image.open(tmp_path / d / "00.png")) for d in ("swapped", "ct"))
     assert plain.shape == recoloured.shape and (plain != recoloured).any()
-    with pytest.raises(BigbatchError, match="unknown colour transfer 'mix-m'; DFL's merger's are rct, lct"):
+    with pytest.raises(
+        BigbatchError, match=r"unknown colour transfer 'mix-m'; valid: rct, lct, .* \(DFL's merger's but mix-m"
+    ):
         swap_folder(run, tmp_path / "dst" / "img", tmp_path / "o", color_transfer="mix-m")
     for bad in ("0", "-3"):  # not "swapped 12 faces" with none written, nor a traceback
         out = cli("swap", str(run), str(tmp_path / "dst" / "img"), str(tmp_path / "o"), "--batch", bad)
@@ -306,6 +308,11 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     (tmp_path / "broken" / "a.jpg").write_bytes(b"\xff\xd8 not a jpeg")
     out = cli("swap", str(run), str(tmp_path / "broken"), str(tmp_path / "o"))
     assert out.returncode == 2 and "a.jpg is not a usable image" in out.stderr and not (tmp_path / "o").exists()
+    out = cli("swap", str(tmp_path / "nowhere"), str(tmp_path / "dst" / "img"), str(tmp_path / "o"))
+    assert out.returncode == 2 and "or a DeepFaceLab SAEHD model folder" in out.stderr
+    (tmp_path / "a_file").write_text("")
+    out = cli("export-dfl", str(run), str(tmp_path / "a_file"), "--face-type", "wf")
+    assert out.returncode == 2 and "a_file is a file: give a folder for the DeepFaceLab model" in out.stderr
     # The optimizer's moments go to DFL's src_dst_opt file, under DFL's names, and come back with train.init_from.
     opt_file = dfl.read_weights(tmp_path / "dfl" / "me_SAEHD_src_dst_opt.npy")
     assert int(opt_file["iters:0"]) == 1

@@ -86,3 +86,5 @@ def test_a_face_set_is_refused_by_the_gan_and_the_classifier_and_prepare_says_ho
         f"train a face swap on it with: bigbatch train --preset saehd128 data.path={tmp_path / 's.h5'} "
         "data.dst_path=DST.h5 data.resolution=64"
     )
+    assert main(["info", str(tmp_path / "s.h5")]) in (0, None)
+    assert "masks       face mask; face type unknown (not from DFL faces)" in capsys.readouterr().out

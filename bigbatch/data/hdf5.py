@@ -172,6 +172,9 @@ def describe_data(path: str | Path, storage_options: dict[str, Any] | None = Non
         f"written     {m.get('created', '?')} by bigbatch {m.get('bigbatch_version', '?')}",
         f"content     {m['content_hash']}",
     ]
+    if m["channels"] > 3:  # a face set: what channels 4 and 5 hold, and DFL's face type of the faces
+        masks = "face mask" + (", eyes and mouth" if m["channels"] > 4 else "")
+        lines.insert(2, f"masks       {masks}; face type {m.get('face_type') or 'unknown (not from DFL faces)'}")
     return "\n".join(lines)
 
 

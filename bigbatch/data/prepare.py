@@ -335,7 +335,10 @@ def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
     folders = [Path(f) for f in (masks, eyes_mouth) if f and f not in ("alpha", "dfl")]
     for folder in folders:
         if is_url(str(folder)) or not folder.is_dir():
-            raise BigbatchError(f"mask folder {folder} is not a local folder; give --masks alpha or a folder of masks")
+            raise BigbatchError(
+                f"mask folder {folder} is not a local folder; give --masks alpha (the images' alpha channel), dfl "
+                "(DeepFaceLab's aligned faces' own masks) or a folder of masks"
+            )
     return folders
 
 

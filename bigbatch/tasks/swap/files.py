@@ -185,6 +185,8 @@ def export_dfl(
     options and history with it. A run of no step is written as iteration 1: DFL takes a model at
     iteration 0 for a new one and initialises every weight afresh. A model of the same name already in
     `out` is refused, unless `overwrite`."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise BigbatchError(f"{out} is a file: give a folder for the DeepFaceLab model (made if missing)")
     existing = sorted(Path(out).glob(f"{glob.escape(name)}_SAEHD_*")) if Path(out).is_dir() else []
     if existing and not overwrite:
         raise BigbatchError(
@@ -237,10 +239,18 @@ def swap_folder(
     it), and OUT_DIR/masks/<name>.png, the mask. `color_transfer`: DFL's merger's colour transfer of
     the swap to its dst face (rct, lct, mkl, mkl-m, idt, idt-m, sot-m). Returns the number of faces."""
     if color_transfer is not None and color_transfer not in MERGE_MODES:
-        raise BigbatchError(f"unknown colour transfer {color_transfer!r}; DFL's merger's are {', '.join(MERGE_MODES)}")
+        raise BigbatchError(
+            f"unknown colour transfer {color_transfer!r}; valid: {', '.join(MERGE_MODES)} (DFL's merger's but "
+            "mix-m, which round-trips through 8-bit L*a*b*)"
+        )
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise BigbatchError(f"--batch (faces per forward) must be at least 1, got {batch!r}")
     in_dir, out_dir = Path(in_dir), Path(out_dir)
+    if not Path(path).exists():
+        raise BigbatchError(
+            f"{path} does not exist; give a swap run, one of its checkpoints/<kimg> folders, or a DeepFaceLab "
+            "SAEHD model folder"
+        )
     if not in_dir.is_dir():
         raise BigbatchError(f"{in_dir} is not a folder of aligned face images")
     if in_dir.resolve() in (out_dir.resolve(), (out_dir / "masks").resolve()):
