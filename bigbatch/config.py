@@ -219,6 +219,12 @@ class TrainConfig(Section):
     as BigGAN-PyTorch's utils.ortho does."""
     d_ortho: float = 0.0
     """Orthogonal regularization strength of D (0 = off), as g_ortho."""
+    r1_gamma: float = 0.0
+    """R1 regularization of D (Mescheder et al. 2018; StyleGAN2's r1_gamma): gamma / 2 x the mean squared
+    norm of D's gradient with respect to the real images (before [augment]'s transforms), added to D's loss
+    (0 = off)."""
+    r1_every: int = 1
+    """Lazy R1 (StyleGAN2: 16): the penalty on every this-many-th D step, times this."""
     init_from: str = ""
     """Fine-tune: start G, D and G_ema from this run or checkpoint (fresh optimizers; class embeddings
     of a different number of classes are re-initialised); classify: the network from a classify run or
@@ -251,7 +257,9 @@ class TrainConfig(Section):
             self._fail("grad_clip", f"must be a finite number >= 0 (0 = off), got {self.grad_clip}")
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
-        _positive(self, "skip_window")
+        _positive(self, "skip_window", "r1_every")
+        if not (math.isfinite(self.r1_gamma) and self.r1_gamma >= 0):
+            self._fail("r1_gamma", f"must be a finite number >= 0 (0 = off), got {self.r1_gamma}")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         if self.freeze_d < 0:

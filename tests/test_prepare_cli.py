@@ -10,6 +10,7 @@ from PIL import Image
 import bigbatch
 from bigbatch.cli import main
 from bigbatch.data import prepare
+from bigbatch.errors import BigbatchError
 
 
 def make_folder(root):
@@ -196,3 +197,12 @@ def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path)
     report = bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 8, workers=0)
     assert report.class_names == ["cats", "dogs"] and report.empty_folders == ["birds"]
     assert "1 folders hold no image files, so they are not classes: birds" in report.summary()
+    # A class folder whose every file is skipped (not an image, unreadable) would be a class of no images,
+    # shifting the classes after it: refused, naming it and a skipped file, and nothing written.
+    (tmp_path / "src" / "birds" / "notes.txt").write_text("not an image")
+    refused = (
+        r"class folder birds holds no usable image \(every file skipped, e.g. birds/notes.txt: .*\): a class of no"
+    )
+    with pytest.raises(BigbatchError, match=refused):
+        bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "again.h5"), 8, workers=0)
+    assert not (tmp_path / "again.h5").exists()

@@ -205,6 +205,7 @@ def prepare(
     first: tuple[str, tuple[int, ...]] | None = None
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
+    written = np.zeros(max(1, len(listing.class_names)), np.int64)  # images written per class
     # How each file is decoded (what the decoding processes are given), which also keys the parts.
     decoding = dict(resolution=resolution, ratios=ratios, alpha=masks == "alpha", dfl=dfl_masks, whole=whole)
     decoding.update(codec=(codec, quality))
@@ -238,10 +239,14 @@ def prepare(
                     f"{image.shape[1]}x{image.shape[0]}); give --resolution N to center-crop and resize them all"
                 )
             writer.add(image, int(listing.labels[i]))
+            written[int(listing.labels[i])] += 1
         bar.close()
         if writer.count == 0:
             reason = f"; e.g. {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
             raise BigbatchError(f"source {public_name(src)} holds no usable images{reason}")
+        if not labels:  # (classes from a CSV, or a train file's --classes, keep their indices)
+            listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
+            _refuse_empty_classes(listing.class_names, written, listed, skipped)
         if len(face_types) > 1:
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
             raise BigbatchError(
@@ -265,6 +270,26 @@ def prepare(
         skipped,
         parts.resumed if parts is not None else 0,
         _empty_folders(src, listing) if not labels else [],
+    )
+
+
+def _refuse_empty_classes(
+    class_names: list[str], written: np.ndarray, listed: np.ndarray, skipped: list[tuple[str, str]]
+) -> None:
+    """A class folder whose files were all skipped (unreadable, not images) would be a class of no image,
+    shifting the class indices and leaving a classifier an output it never learns: refused, naming it.
+    (`listed`: files per class in the listing; one that --limit left without files is not refused.)"""
+    empty = [name for name, n, m in zip(class_names, written.tolist(), listed.tolist()) if n == 0 and m > 0]
+    if not empty:
+        return
+    example = next(((f, why) for f, why in skipped if any(f.startswith(f"{c}/") for c in empty)), None)
+    files = f" (every file skipped, e.g. {example[0]}: {example[1]})" if example else ""
+    shown = ", ".join(empty[:SHOWN]) + (", ..." if len(empty) > SHOWN else "")
+    one = len(empty) == 1
+    raise BigbatchError(
+        f"class folder{'' if one else 's'} {shown} hold{'s' if one else ''} no usable image{files}: a class of no "
+        f"images shifts the other classes' indices; remove {'it' if one else 'them'} or put images in "
+        f"{'it' if one else 'them'}, then run prepare again"
     )
 
 

@@ -27,6 +27,14 @@ D_LOSS = {"hinge": d_hinge, "ns": d_nonsaturating}
 G_LOSS = {"hinge": g_hinge, "ns": g_nonsaturating}
 
 
+def r1_penalty(logits_real: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """R1 (Mescheder et al. 2018): the mean over the images of the squared norm of D's gradient with respect
+    to them, `real` being the images D's `logits_real` were computed from (requires_grad). Kept in the
+    graph (create_graph), so its own gradient reaches D's weights; in fp32."""
+    (grad,) = torch.autograd.grad(logits_real.float().sum(), real, create_graph=True)
+    return grad.float().square().sum(dim=(1, 2, 3)).mean()
+
+
 def ortho_penalty(module: nn.Module) -> torch.Tensor:
     """BigGAN's orthogonal regularization, summed over every weight of >= 2 dims except embeddings.
 

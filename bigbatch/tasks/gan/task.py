@@ -77,6 +77,9 @@ def check_config(cfg: Config) -> None:
     if cfg.train.lr_decay not in ("none", "linear"):
         foreign.append("train.lr_decay")
     refuse_sections(cfg, "the GAN task", "swap")
+    if cfg.train.r1_gamma and cfg.train.compile:
+        cfg.train._fail("compile", "cannot be on with train.r1_gamma: R1 needs a double backward, which torch.compile "
+                        "does not support; set one of them off")  # fmt: skip
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
@@ -160,6 +163,8 @@ class GANTask:
         self.dim_z = self.plain("G").dim_z
         self.augment = Augment(cfg.augment, self.seed)  # D's inputs through DiffAugment's transforms, if asked
         self.resolution = cfg.data.resolution
+        self._r1 = 0.0  # the R1 weight of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
+        self._d_index = 0  # which of the iteration's D steps is under way
         self.g_steps = 0
         self.total = t.images
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
@@ -198,7 +203,8 @@ class GANTask:
                 for group in opt.param_groups:
                     group["lr"] = linear_decay(lr, before, self.total)
         stats: dict[str, float] = {}
-        for _ in range(self.d_steps):
+        for j in range(self.d_steps):
+            self._d_index = j
             real = feed.next()
             out = self.d_step(real.nimg, real)
             if not self.rep.skipped(self.opt_D):
@@ -261,6 +267,7 @@ class GANTask:
     def d_loss(self, micro: tuple) -> dict[str, torch.Tensor]:
         images, y_real, z, y_fake, aug_real, aug_fake = micro
         real = images.permute(0, 3, 1, 2).float() / 127.5 - 1
+        shown = real.requires_grad_() if self._r1 else real  # R1: D's gradient with respect to the real images
         with torch.no_grad():
             fake = self.G(z, y_fake).to(real.dtype)
         if aug_real is not None:
@@ -274,6 +281,10 @@ class GANTask:
             logits_fake = self.D(fake, y_fake).float()
         loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.cfg.train.d_ortho)
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
+        if self._r1:
+            penalty = losses.r1_penalty(logits_real, shown)
+            out["loss"] = loss + self._r1 * penalty
+            out["r1_penalty"] = penalty.detach()
         if aug_real is not None:  # ADA's r_t
             out["D_real_sign"] = logits_real.detach().sign().mean()
         return out
@@ -282,7 +293,11 @@ class GANTask:
         """One D optimizer step on the real images at positions nimg .. nimg + batch - 1 (`real`: this
         rank's share of them as a Feed read it)."""
         self._train_only("D")
+        t = self.cfg.train
+        index = self.g_steps * self.d_steps + self._d_index  # D steps before this one
+        self._r1 = t.r1_gamma / 2 * t.r1_every if t.r1_gamma and index % t.r1_every == 0 else 0.0
         out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
+        self._r1 = 0.0
         stats = {"loss_D": out.pop("loss"), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
         return stats
 
@@ -308,7 +323,11 @@ class GANTask:
         """One D and one G forward/backward at micro-batch m (for micro_batch="auto")."""
         head: Any = lambda batch: tuple(None if t is None else t[:m] for t in batch)
         self._train_only("D")
-        self.rep.probe_step(self.d_loss, head(self.d_batch(0)))
+        self._r1 = float(self.cfg.train.r1_gamma)  # a D step with R1, the costliest
+        try:
+            self.rep.probe_step(self.d_loss, head(self.d_batch(0)))
+        finally:
+            self._r1 = 0.0
         self.opt_D.zero_grad(set_to_none=True)
         self._train_only("G")
         self.rep.probe_step(self.g_loss, head(self.g_batch(0)))
