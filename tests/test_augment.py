@@ -156,3 +156,30 @@ def test_tasks_that_do_not_augment_refuse_the_section():
             bigbatch.BigbatchError, match=rf"'augment.policy' is read by task = \"gan\" only, not by task = \"{task}\""
         ):
             bigbatch.preset(preset).override(POLICY)
+
+
+def test_r1_is_the_squared_gradient_norm_at_the_real_images():
+    from bigbatch.tasks.gan.losses import r1_penalty
+
+    w = torch.randn(3, 4, 4, dtype=torch.float64)
+    x = torch.randn(5, 3, 4, 4, dtype=torch.float64, requires_grad=True)
+    logits = (x * w).sum(dim=(1, 2, 3)) + (x**2).sum(dim=(1, 2, 3))  # gradient w + 2x
+    want = (w + 2 * x.detach()).square().sum(dim=(1, 2, 3)).mean()
+    penalty = r1_penalty(logits, x)
+    assert torch.allclose(penalty.double(), want)
+    penalty.backward()  # its own gradient: d/dx mean ||w + 2x||^2 = 4 (w + 2x) / n
+    assert torch.allclose(x.grad, 4 * (w + 2 * x.detach()) / 5)
+
+
+def test_r1_under_accumulation_and_lazily(monkeypatch):
+    r1 = {"train.r1_gamma": 10.0}
+    full = d_step_params(32, r1)
+    assert float((d_step_params(8, r1) - full).norm() / full.norm()) <= 1e-5
+    assert float((d_step_params(32, {}) - full).norm() / full.norm()) > 1e-4  # R1 changed D
+    # Lazy: on the steps it falls on, r1_every times the weight; on the others no R1 at all.
+    lazy = d_step_params(32, {"train.r1_gamma": 5.0, "train.r1_every": 2})  # step 0: 5 / 2 x 2 = 10 / 2
+    assert torch.equal(lazy, full)
+    with pytest.raises(bigbatch.BigbatchError, match="'train.compile' cannot be on with train.r1_gamma"):
+        bigbatch.preset("digits").override({**r1, "train.compile": True})
+    with pytest.raises(bigbatch.BigbatchError, match="'train.r1_gamma' is a GAN key, not read by task = \"classify\""):
+        bigbatch.preset("fashion_resnet").override(r1)
