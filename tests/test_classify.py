@@ -148,6 +148,12 @@ def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):
     # Found from outside: a preset's 30 kimg warm-up in a 0.256 kimg run trained at <1% of the rate, silently.
     bigbatch.train(tiny(**{"train.warmup_kimg": 1, "train.kimg": 0.064}), run_dir=tmp_path / "short", quiet=True)
     assert "train.warmup_kimg 1 is not shorter than the run (train.kimg 0.064)" in capsys.readouterr().err
+    # ... and so are images stored smaller than the run trains them (upscaled, as a GAN refuses outright).
+    bigbatch.data.prepare("builtin:digits", str(tmp_path / "d8.h5"), 8, limit=100, workers=0)
+    bigbatch.train(
+        tiny(**{"data.path": str(tmp_path / "d8.h5"), "train.kimg": 0.064}), run_dir=tmp_path / "up", quiet=True
+    )
+    assert "d8.h5 (train) holds 8px images, and the run trains at up to 16px" in capsys.readouterr().err
 
 
 def test_random_resized_crops_of_square_images_are_torchvisions():

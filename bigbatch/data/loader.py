@@ -223,9 +223,11 @@ class Loader:
     one-process batch), and `start` (images seen, a multiple of `batch`) resumes mid-epoch. `augment`:
     "rrc" random-resized crops of at least `min_scale` of the image's area, from a file of whole
     images (`prepare --crop none`), cut before decoding; "center": the center square. `xflip`
-    mirrors half of them. `steps`: how many batches (default: the rest of the epoch that `start` is
-    in). `decode` = "gpu" (a JPEG file; data.decode's): the workers only read the bytes, and the
-    Loader decodes, crops, resizes and mirrors on `device` (nvJPEG), yielding images there."""
+    mirrors half of them. `steps`: how many batches (default: up to the next multiple of
+    E = len(data) // batch x batch images seen; E is not the data's epoch, len(data): positions run on
+    across the data's epochs, each image once per len(data) positions). `decode` = "gpu" (a JPEG file;
+    data.decode's): the workers only read the bytes, and the Loader decodes, crops, resizes and mirrors
+    on `device` (nvJPEG), yielding images there."""
 
     def __init__(
         self,

@@ -165,8 +165,11 @@ def list_source(src: str, storage_options: dict[str, Any] | None = None) -> List
     if is_url(src):
         fs, root = url_fs(src, storage_options)
         try:
-            if not fs.exists(root):
-                raise BigbatchError(f"source {name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
+            if not fs.exists(root):  # (s3fs says so too of a bucket these credentials may not list)
+                raise BigbatchError(
+                    f"source {name} does not exist, or cannot be listed with these credentials (check AWS_* and the "
+                    "endpoint); give a folder, a .zip, an s3://bucket/prefix URL"
+                )
             if fs.isfile(root):
                 if root.lower().endswith(".zip"):
                     return _list_zip(ZipSource(src, storage_options))

@@ -158,6 +158,14 @@ def build(
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
+    stored = getattr(data, "meta", {}).get("resolution", 0) if not getattr(data, "whole", False) else 0
+    largest = max(p.resolution for p in schedule_of(cfg).phases)
+    if stored and largest > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
+        warn(
+            f"data set {data.source} holds {stored}px images, and the run trains at up to {largest}px "
+            "(data.resolution, data.schedule): they are upscaled, no sharper than at their own size; prepare the "
+            f"images at {largest}px (or with --crop none) for the detail"
+        )
     if t.warmup_kimg >= t.kimg and rep.is_main and resumed_at is None:
         warn(
             f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "
