@@ -89,8 +89,10 @@ def save_checkpoint(
     os.replace(tmp, final)
     atomic_write(root / "latest", name + "\n")
     for old in complete_checkpoints(run_dir)[:-keep]:
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
+        if old != final:  # hidden first, so that a prune cut short leaves no published half of a checkpoint
+            gone = old.with_name(f".pruned-{old.name}-{os.getpid()}")
+            os.replace(old, gone)
+            shutil.rmtree(gone, ignore_errors=True)
     return final
 
 
@@ -138,7 +140,7 @@ def _write_folder(
     info: dict[str, Any] | None,
 ) -> Path:
     """A complete checkpoint in a hidden temporary folder under `root` (meta.json last), to rename into place."""
-    remove_stale(root.glob(".tmp-*"))  # of processes killed while saving
+    remove_stale([*root.glob(".tmp-*"), *root.glob(".pruned-*")])  # of processes killed while saving or pruning
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -334,17 +336,41 @@ def _intact(ckpt: Path) -> bool:
         return False
 
 
+def published_checkpoints(run: Path) -> list[Path]:
+    """Every checkpoint folder of a run (`checkpoints/<kimg>`, complete or not; not best/), newest first.
+    A folder is written hidden and renamed into place whole, so one that is incomplete is damaged."""
+    root = Path(run) / "checkpoints"
+    found = (
+        [p for p in root.iterdir() if p.is_dir() and re.fullmatch(r"\d{6,}\.\d{3}", p.name)] if root.is_dir() else []
+    )
+    return sorted(found, key=lambda p: float(p.name), reverse=True)
+
+
+def _check_complete(ckpt: Path) -> None:
+    """Corrupt unless the checkpoint holds every file its meta.json lists, at its recorded size."""
+    if read_meta(ckpt) is None:
+        raise Corrupt(f"checkpoint {ckpt} is damaged: its meta.json is missing or unreadable", ckpt)
+    if (corrupt := _corrupt_by_size(ckpt)) is not None:
+        raise corrupt
+    if not is_complete(ckpt):
+        raise Corrupt(f"checkpoint {ckpt} is damaged: a file its meta.json lists is missing", ckpt)
+
+
 def resume_checkpoint(run: Path) -> Path:
-    """The checkpoint a run resumes from: `latest` (see find_checkpoint), or when its files fail their
-    checksums the newest older one that passes, with a warning for each one passed over (a damaged one
-    is moved aside). Rank 0's work: the other ranks take its answer."""
+    """The checkpoint a run resumes from: `latest` (see find_checkpoint), or when it is damaged (a file
+    missing, cut short or failing its checksum) the newest other one that is intact, with a warning for
+    each one passed over (moved aside); a BigbatchError if none is. Rank 0's work: the other ranks take
+    its answer."""
     try:
-        first = find_checkpoint(run)
+        first: Path | None = find_checkpoint(run)
     except Corrupt as e:  # latest names a damaged checkpoint: passed over below, as one that fails its checksums
         first = e.ckpt
-    older = [c for c in reversed(complete_checkpoints(run)) if c != first]
-    for ckpt in [first, *older]:
+    except BigbatchError:  # none is complete: each is looked at below
+        first = None
+    others = [c for c in published_checkpoints(run) if c != first]
+    for ckpt in [first, *others] if first is not None else others:
         try:
+            _check_complete(ckpt)
             verify(ckpt)
             return ckpt
         except (Corrupt, Pruned) as e:

@@ -16,7 +16,7 @@ from typing import Any
 def atomic_write(path: Path, data: bytes | str) -> None:
     """Write a file through a temporary sibling and a rename, so readers see the old or the new file."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)

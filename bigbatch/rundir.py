@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from bigbatch.config import Config, EvalConfig
 from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write, metrics_row
+from bigbatch.files import atomic_write, metrics_row, remove_stale
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
 from bigbatch.urls import public_name
@@ -252,9 +253,15 @@ def _check_length(run: Run) -> None:
 
 
 def _pick_checkpoint(run: Path) -> str | None:
-    """The checkpoint to resume `run` from, or None (with a warning) when it has none yet."""
-    if checkpoints.complete_checkpoints(run):
+    """The checkpoint to resume `run` from, or None (with a warning) when it has none yet; a BigbatchError
+    when it has some, but none intact (never a silent restart over them)."""
+    if checkpoints.published_checkpoints(run):
         return str(checkpoints.resume_checkpoint(run))
+    if aside := sorted((run / "checkpoints").glob(".corrupt-*")):
+        raise BigbatchError(
+            f"no checkpoint of {run} is intact: the damaged ones were moved aside ({aside[-1].name}, ...); restore "
+            "one, or start a new run in another --run-dir"
+        )
     warn(f"{run} has no checkpoint yet (stopped before its first); starting it again from the beginning")
     return None
 
@@ -316,6 +323,7 @@ def _claim_dir(
     except BigbatchError:
         _release(run, lock, created)
         raise
+    remove_stale([*run.glob(".*.tmp-*"), *run.glob("checkpoints/.*.tmp-*")])  # atomic writes of killed processes
     return run, lock, created, bool(resume)
 
 
@@ -510,7 +518,19 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def truncate_metrics(path: Path, nimg: int) -> None:
-    """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run."""
-    if path.exists():
-        keep = [row for row in read_metrics(path) if round(row["kimg"] * 1000) <= nimg]
-        atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))
+    """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run. Lines that are
+    not rows, but for a last one cut short by a crash, are damage: warned about, the file kept beside."""
+    if not path.exists():
+        return
+    lines = path.read_text(errors="replace").splitlines()
+    rows = [metrics_row(line) for line in lines]
+    bad = [i for i, row in enumerate(rows) if row is None and lines[i].strip() and i < len(lines) - 1]
+    if bad:
+        aside = path.with_name(f"{path.name}.damaged")
+        shutil.copyfile(path, aside)
+        warn(
+            f"{path}: {len(bad)} line{'s' if len(bad) > 1 else ''} (the first: line {bad[0] + 1}) not a log row, left "
+            f"out of it; the file as it was is kept as {aside.name}"
+        )
+    keep = [row for row in rows if row is not None and round(row["kimg"] * 1000) <= nimg]
+    atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))

@@ -190,3 +190,35 @@ def test_resume_refuses_a_changed_recipe(tiny, tmp_path):
     run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
     with pytest.raises(bigbatch.BigbatchError, match="was trained with in train.g_lr"):
         bigbatch.train(tiny.override({"train.g_lr": 1e-3}), run_dir=run, resume=True, quiet=True)
+
+
+def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, tmp_path, capsys):
+    # Found from outside: with every checkpoint cut short (or its meta.json gone), resume said the run "has no
+    # checkpoint yet", trained from kimg 0 and wrote over them. Each is now warned about and moved aside, and
+    # the resume refused; a metrics.jsonl line that is not a row is warned about, the file kept beside.
+    run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+    newest, older = run / "checkpoints" / "000000.512", run / "checkpoints" / "000000.256"
+    os.truncate(newest / "G.safetensors", 1000)
+    (older / "meta.json").unlink()
+    (run / ".plan.json.tmp-999999999").write_text("left by a killed process")
+    capsys.readouterr()
+    with pytest.raises(bigbatch.BigbatchError, match=r"no checkpoint of .* is intact \(see the warnings\)"):
+        bigbatch.train(tiny.override({"train.kimg": 0.64}), run_dir=run, resume=True, quiet=True)
+    err = capsys.readouterr().err
+    assert "000000.512 is corrupt: G.safetensors is 1000 bytes" in err and "000000.256 is damaged: its meta.json" in err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".corrupt")) == [
+        ".corrupt-000000.256",
+        ".corrupt-000000.512",
+    ]
+    assert not (run / ".plan.json.tmp-999999999").exists()  # (no such process: removed under the run's lock)
+    with pytest.raises(bigbatch.BigbatchError, match=r"the damaged ones were moved aside \(.corrupt-000000.512, ...\)"):
+        bigbatch.train(tiny.override({"train.kimg": 0.64}), run_dir=run, resume=True, quiet=True)  # again: still
+    short = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "short", quiet=True)
+    lines = (short / "metrics.jsonl").read_text().splitlines()
+    (short / "metrics.jsonl").write_text("\n".join([lines[0], "not a row", *lines[1:]]) + "\n")
+    bigbatch.train(tiny, run_dir=short, resume=True, quiet=True)
+    assert "1 line (the first: line 2) not a log row, left out of it; the file as it was is kept as " in (
+        capsys.readouterr().err
+    )
+    assert (short / "metrics.jsonl.damaged").read_text().count("not a row") == 1
+    assert len((short / "metrics.jsonl").read_text().splitlines()) == 4
