@@ -73,8 +73,9 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
     elif cfg.train.micro_batch == "auto":
         budget = cfg.train.memory_budget or "the device's memory"
         line = (
-            f"batch {batch} = micro_batch auto (largest that fits {budget}, probed at start) x accumulation"
-            f" x world_size {ctx.world_size}; precision {cfg.train.precision}; device {ctx.device}"
+            f"batch {batch} = micro_batch auto (the largest that fits {budget}, probed at the start) x accumulation "
+            f"(batch / micro_batch / world_size) x world_size {ctx.world_size}; precision {cfg.train.precision}; "
+            f"device {ctx.device}"
         )
     else:
         line = make_plan(batch, cfg.train.micro_batch, cfg.train.precision, ctx).describe()

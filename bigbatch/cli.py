@@ -55,11 +55,27 @@ def _train(args: argparse.Namespace) -> None:
     cfg = cfg.override(overrides)
     if args.dry_run:
         _build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
+        _check_local_data(cfg)  # a missing or broken data file, as training would refuse it
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         print(cfg.dumps())
         print(f"# plan: {plan}")
         return
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
+
+
+def _check_local_data(cfg: Any) -> None:
+    """Read the metadata of the config's local data files (data.path, dst_path, val_path): a missing,
+    empty or foreign file is refused as training would refuse it (builtin: and URLs are left to it)."""
+    from bigbatch.data.hdf5 import read_meta
+    from bigbatch.urls import is_url
+
+    for path in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
+        if path and not path.startswith("builtin:") and not is_url(path):
+            if not Path(path).is_file():
+                raise BigbatchError(
+                    f"data file {path} does not exist (or is not a file); make it with bigbatch prepare"
+                )
+            read_meta(path)
 
 
 def _build_on_meta(cfg: Any) -> None:
@@ -496,6 +512,11 @@ def _lost_peer(e: RuntimeError) -> bool:
     ) or type(e).__name__ in ("DistNetworkError", "DistBackendError")
 
 
+def _out_of_memory(e: RuntimeError) -> bool:
+    """An allocation that failed: CUDA's OutOfMemoryError, or the CPU allocator's error."""
+    return type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(e)
+
+
 def main(argv: list[str] | None = None) -> int:
     global _MAIN_PID
     _MAIN_PID = os.getpid()
@@ -526,6 +547,14 @@ def main(argv: list[str] | None = None) -> int:
         print("bigbatch: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as e:
+        if _out_of_memory(e):  # (torch.OutOfMemoryError is a RuntimeError too)
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            print(
+                f"bigbatch: error: out of memory ({first}); lower train.micro_batch or train.memory_budget (with "
+                'micro_batch "auto"), or turn on train.checkpointing; a run resumes from its latest checkpoint',
+                file=sys.stderr,
+            )
+            return 1
         if not _lost_peer(e):
             raise
         # Another rank died: its own error is the one to read; this one's is one line, not a traceback.

@@ -258,6 +258,9 @@ class TrainConfig(Section):
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
         _positive(self, "skip_window", "r1_every")
+        for name in ("g_lr", "d_lr", "lr"):  # (the optimizers keep their rates as float32 numbers)
+            if getattr(self, name) > 3.4e38:
+                self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
         if not (math.isfinite(self.r1_gamma) and self.r1_gamma >= 0):
             self._fail("r1_gamma", f"must be a finite number >= 0 (0 = off), got {self.r1_gamma}")
         if not all(0.0 <= b < 1.0 for b in self.betas):

@@ -45,7 +45,7 @@ def test_too_many_skipped_steps_stop_with_the_last_checkpoint_intact(tiny, tmp_p
     code = main(["train", "--config", str(tmp_path / "tiny.toml"), *overrides, "--run-dir", str(run)])
     err = capsys.readouterr().err
     assert code == 2
-    assert "had non-finite gradients and were skipped" in err.splitlines()[-1]
+    assert "had a non-finite loss or gradients and were skipped" in err.splitlines()[-1]
     assert (run / "checkpoints" / "latest").read_text().strip() == "000000.256"
     assert len(bigbatch.load_generator(run).state_dict()) > 0
 
@@ -67,6 +67,7 @@ def test_auto_micro_batch_plan_is_printed_and_saved(tiny, tmp_path, capsys):
         ("train.precision=fp8", "'train.precision' must be"),
         ("train.memory_budget=lots", "'train.memory_budget' cannot be read"),
         ("train.skip_limit=2", "'train.skip_limit' must be a fraction"),
+        ("train.g_lr=1e39", "'train.g_lr' must be below 3.4e38, float32's largest number"),  # (was a traceback)
     ],
 )
 def test_bad_engine_settings_are_one_line(capsys, override, words):

@@ -141,8 +141,21 @@ def test_step_with_non_finite_gradients_is_skipped_and_counted(capsys):
     assert rep.counters()["clf"]["skipped"] == 1
     assert "clf step 2 skipped" in capsys.readouterr().err
     rep.step(step_fn, (x, y), opt)  # 2 of the last 3: at the limit (0.5 x 4), not over it
-    with pytest.raises(bigbatch.BigbatchError, match="3 of the last 4 clf steps had non-finite gradients"):
+    with pytest.raises(bigbatch.BigbatchError, match="3 of the last 4 clf steps had a non-finite loss or gradients"):
         rep.step(step_fn, (x, y), opt)
+
+
+def test_a_step_whose_loss_is_not_finite_is_skipped_though_its_gradients_are():
+    # Found from outside: an infinite loss whose gradients were finite (an fp16 forward that overflowed into a
+    # term with no gradient) was applied and logged as inf, neither skipped nor counted.
+    rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", skip_window=4, skip_limit=0.5)
+    model = rep.prepare(classifier())
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), "clf")
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(10, (8,))
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = rep.step(lambda m: nn.functional.cross_entropy(model(m[0]), m[1]) + torch.tensor(float("inf")), (x, y), opt)
+    assert loss == float("inf") and rep.skipped(opt) and rep.counters()["clf"]["skipped"] == 1
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
 
 
 def test_fp16_loss_scale_settling_is_not_a_divergence():

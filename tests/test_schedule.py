@@ -128,3 +128,12 @@ def test_bucket_shapes_and_nearest_bucket():
     assert (128, 128) in shapes and all(h % 8 == 0 and w % 8 == 0 for h, w in shapes)
     assert all(abs(h * w / 128**2 - 1) < 0.1 for h, w in shapes)
     assert nearest_bucket(1920, 1080) == nearest_bucket(1600, 900) != nearest_bucket(1080, 1920)
+
+
+def test_a_phase_batch_auto_cannot_divide_says_the_micro_batch_changes(tiny, tmp_path, capsys):
+    # Found from outside: README said the micro-batch stays, but "auto" took a smaller divisor in silence.
+    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "1GiB", "train.kimg": 0.112,
+                         "data.schedule": "0:16:32,0.032:16:40", "checkpoint.every_kimg": 1})  # fmt: skip
+    bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    err = capsys.readouterr().err
+    assert "batch 40 (from kimg 0.032) is not a multiple of micro_batch 32: micro-batches of 20 from here" in err

@@ -383,7 +383,9 @@ class Replicator:
         if state.scaler.is_enabled():
             state.scaler.unscale_(opt)
         norm = get_total_norm([p.grad for p in params])
-        finite = bool(torch.isfinite(norm))  # gradients are already all-reduced: every rank agrees
+        # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
+        # forward that overflowed) skips the step even when its gradients happen to be finite.
+        finite = bool(torch.isfinite(norm)) and loss_finite
         if finite:
             if self.grad_clip > 0:
                 clip_grads_with_norm_(params, self.grad_clip, norm)
@@ -406,14 +408,14 @@ class Replicator:
         state.skipped += 1
         scale = f"; fp16 loss scale now {state.scaler.get_scale():g}" if state.scaler.is_enabled() else ""
         if self.is_main:
-            warn(f"{state.name} step {state.steps} skipped: its gradients are not finite{scale}")
+            warn(f"{state.name} step {state.steps} skipped: its loss or gradients are not finite{scale}")
         recent = sum(state.history)
         if recent > self.skip_limit * self.skip_window:
             instead = "use bf16 instead of fp16, " if state.scaler.is_enabled() else ""
             raise BigbatchError(
-                f"{recent} of the last {len(state.history)} {state.name} steps had non-finite gradients and were "
-                f"skipped (more than skip_limit={self.skip_limit:g} of them); training stopped with the weights of "
-                f"the last good step and the last checkpoint intact. Lower the learning rate, {instead}clip "
+                f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and "
+                f"were skipped (more than skip_limit={self.skip_limit:g} of them); training stopped with the weights "
+                f"of the last good step and the last checkpoint intact. Lower the learning rate, {instead}clip "
                 "gradients (train.grad_clip), or resume from an earlier checkpoint"
             )
 

@@ -49,7 +49,7 @@ from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule, devi
 from bigbatch.data.loader import Step, read_batch
 from bigbatch.data.streams import ORDER, ORDER_B, GlobalOrder
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 class Scorer(Protocol):
@@ -159,7 +159,14 @@ class Feed:
         phase = self.schedule.phase_at(self.nimg)
         batch = phase.batch
         if batch != self.rep.batch:
-            self.rep.set_batch(batch)
+            micro = None if self.rep.micro_batch_pending else self.rep.plan.micro_batch
+            plan = self.rep.set_batch(batch)
+            if plan is not None and micro is not None and plan.micro_batch < micro and self.rep.is_main:
+                warn(
+                    f"data.schedule: a process's share of batch {batch} (from kimg {self.nimg / 1000:g}) is not a "
+                    f"multiple of micro_batch {micro}: micro-batches of {plan.micro_batch} from here (BatchNorm "
+                    f"statistics over {plan.micro_batch} images, not {micro}); a batch it divides keeps it"
+                )
         if phase != self._phase:
             # A phase begins (or a resumed run starts inside one past the first): the caller says so.
             later = self._phase is not None or phase != self.schedule.phases[0]
