@@ -539,7 +539,11 @@ class Config(Section):
                 tree = tomllib.load(f)
         except FileNotFoundError:
             raise BigbatchError(f"config file {path} does not exist") from None
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        except UnicodeDecodeError as e:
+            raise BigbatchError(
+                f"config file {path} is not UTF-8 text (at byte {e.start}), which a TOML file must be; save it as UTF-8"
+            ) from None
+        except (OSError, tomllib.TOMLDecodeError) as e:
             raise BigbatchError(f"config file {path} is not valid TOML: {e}") from None
         return Config.from_dict(tree)
 

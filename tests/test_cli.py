@@ -49,6 +49,7 @@ def run_cli(capsys, *argv):
             "phase from 0 kimg: its batch 200 (2x train.batch) is not a multiple of train.micro_batch",
         ),
         (["train", "--preset", "fashion_resnet_fast", "--dry-run", "model.options.depth=21"], "must be 6n+2"),
+        (["train", "--dry-run", "data.path=/nowhere/x.h5"], "data file /nowhere/x.h5 does not exist"),  # as training
         (["show-batch", "--kimg", "nan"], "--kimg must be a number >= 0, got nan"),
         (["show-batch", "--kimg", "inf"], "--kimg must be a number >= 0, got inf"),
     ],
@@ -191,3 +192,16 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     p = subprocess.Popen([sys.executable, "-m", "bigbatch", "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()
     assert p.wait(timeout=60) == 141 and p.stderr.read() == b""
+
+
+def test_out_of_memory_is_one_line(capsys, monkeypatch):
+    # Found from outside: a step that ran out of memory after the probe said it fits ended in a raw traceback.
+    import bigbatch.loop
+
+    def oom(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried")
+
+    monkeypatch.setattr(bigbatch.loop, "train", oom)
+    code, out, err = run_cli(capsys, "train", "train.kimg=0.1")
+    assert code == 1 and err.count("\n") == 1 and "bigbatch: error: out of memory ([enforce fail" in err
+    assert "lower train.micro_batch or train.memory_budget" in err

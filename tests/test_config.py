@@ -77,6 +77,9 @@ def test_toml_errors(tmp_path):
     bad.write_text("[train\nbatch = 1")
     with pytest.raises(bigbatch.BigbatchError, match="not valid TOML"):
         Config.load(bad)
+    bad.write_bytes(b'\xff\xfename = "x"\n')  # (a file saved as UTF-16 by an editor)
+    with pytest.raises(bigbatch.BigbatchError, match=r"is not UTF-8 text \(at byte 0\), which a TOML file must be"):
+        Config.load(bad)
     with pytest.raises(bigbatch.BigbatchError, match="does not exist"):
         Config.load(tmp_path / "missing.toml")
     unknown = tmp_path / "u.toml"
