@@ -64,17 +64,20 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _check_local_data(cfg: Any) -> None:
-    """Read the metadata of the config's local data files (data.path, dst_path, val_path): a missing,
-    empty or foreign file is refused as training would refuse it (builtin: and URLs are left to it)."""
+    """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
+    foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
+    first). builtin: and URLs are left to training."""
     from bigbatch.data.hdf5 import read_meta
+    from bigbatch.errors import warn
     from bigbatch.urls import is_url
 
     for path in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
         if path and not path.startswith("builtin:") and not is_url(path):
+            if not Path(path).exists():
+                warn(f"data file {path} does not exist yet: training refuses it until `bigbatch prepare` makes it")
+                continue
             if not Path(path).is_file():
-                raise BigbatchError(
-                    f"data file {path} does not exist (or is not a file); make it with bigbatch prepare"
-                )
+                raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
             read_meta(path)
 
 

@@ -49,7 +49,7 @@ def run_cli(capsys, *argv):
             "phase from 0 kimg: its batch 200 (2x train.batch) is not a multiple of train.micro_batch",
         ),
         (["train", "--preset", "fashion_resnet_fast", "--dry-run", "model.options.depth=21"], "must be 6n+2"),
-        (["train", "--dry-run", "data.path=/nowhere/x.h5"], "data file /nowhere/x.h5 does not exist"),  # as training
+        (["train", "--dry-run", "data.path=/tmp"], "data file /tmp is not a file"),  # as training refuses it
         (["show-batch", "--kimg", "nan"], "--kimg must be a number >= 0, got nan"),
         (["show-batch", "--kimg", "inf"], "--kimg must be a number >= 0, got inf"),
     ],
@@ -192,6 +192,12 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     p = subprocess.Popen([sys.executable, "-m", "bigbatch", "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()
     assert p.wait(timeout=60) == 141 and p.stderr.read() == b""
+
+
+def test_a_dry_run_says_when_its_data_file_is_not_made_yet(capsys):
+    code, out, err = run_cli(capsys, "train", "--dry-run", "data.path=/nowhere/x.h5")
+    assert code == 0 and "# plan: batch 64" in out
+    assert "warning: data file /nowhere/x.h5 does not exist yet: training refuses it" in err
 
 
 def test_out_of_memory_is_one_line(capsys, monkeypatch):
