@@ -216,14 +216,21 @@ def model_info(ckpt: Path) -> dict[str, Any]:
 
 def is_complete(ckpt: Path) -> bool:
     """Whether every file that meta.json lists is there with its recorded size."""
+    return _complete_meta(ckpt) is not None
+
+
+def _complete_meta(ckpt: Path) -> dict[str, Any] | None:
+    """meta.json of a complete checkpoint (every file it lists there, at its recorded size), else None:
+    read once, so that a folder pruned meanwhile is simply not complete."""
     meta = read_meta(ckpt)
     if meta is None:
-        return False
-    for fname, size in meta["files"].items():
-        p = Path(ckpt) / fname
-        if not p.is_file() or p.stat().st_size != size:
-            return False
-    return True
+        return None
+    try:
+        if all((Path(ckpt) / f).stat().st_size == size for f, size in meta["files"].items()):
+            return meta
+    except OSError:  # a file missing (or the folder pruned meanwhile)
+        pass
+    return None
 
 
 def _corrupt_by_size(ckpt: Path) -> Corrupt | None:
@@ -246,10 +253,12 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [
-        p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != BEST and is_complete(p)
-    ]
-    return sorted(found, key=lambda p: (read_meta(p).get("nimg", -1), p.name))
+    found = []
+    for p in root.iterdir():
+        meta = _complete_meta(p) if p.is_dir() and not p.name.startswith(".") and p.name != BEST else None
+        if meta is not None:  # (read once: the run may prune the folder while we look)
+            found.append((meta.get("nimg", -1), p.name, p))
+    return [p for *_, p in sorted(found)]
 
 
 def find_checkpoint(path: str | Path) -> Path:

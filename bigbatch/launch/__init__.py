@@ -186,11 +186,14 @@ def apart(argv: Sequence[str]) -> int:
 
 def bind_apart() -> None:
     """In a launcher started by `apart`: SIGTERM (a clean stop of the ranks) should the process that
-    forwards its signals die."""
+    forwards its signals die; and SIGINT heard, as Ctrl-C, even when it started ignored (a job started in
+    the background of a script inherits SIGINT ignored, and the forwarded Ctrl-C then stopped nothing)."""
     if os.environ.get(APART, "").isdigit():
         from bigbatch.signals import die_with_parent
 
         die_with_parent(int(os.environ[APART]), signal.SIGTERM)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @contextlib.contextmanager
