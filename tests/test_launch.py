@@ -180,9 +180,12 @@ def stop_a_long_launch(run_dir, sig, engine="dask"):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "bigbatch.cli", "launch", engine, "--local", "2", "--", "train", *ARGS]
     cmd += ["train.kimg=1000", "train.batch=32", "train.micro_batch=8", "--run-dir", str(run_dir)]
+    # Its own process group, as a terminal's foreground job; started with SIGINT ignored, as a job a script
+    # starts in the background inherits it (the launcher's forwarded Ctrl-C then stopped nothing).
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )  # its own process group, as a terminal's foreground job
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
     # Rank 0's progress lines reach the launcher's output while it trains (not at the end).
     out_lines = []
     reader = threading.Thread(target=lambda: out_lines.extend(iter(proc.stdout.readline, "")), daemon=True)
