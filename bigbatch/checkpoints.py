@@ -64,6 +64,10 @@ def checkpoint_name(nimg: int) -> str:
     return f"{nimg // 1000:06d}.{nimg % 1000:03d}"
 
 
+CHECKPOINT_NAME = re.compile(r"\d{6,}\.\d{3}")  # what checkpoint_name writes (and nothing else: never a path)
+ASIDE = ".corrupt-"  # a damaged checkpoint moved aside: kept to look at, never resumed nor counted as newest
+
+
 def save_checkpoint(
     run_dir: Path,
     nimg: int,
@@ -284,7 +288,7 @@ def find_checkpoint(path: str | Path) -> Path:
         name = (path / "checkpoints" / "latest").read_bytes().decode("utf-8", "replace").strip()
     except OSError:
         name = ""
-    if name and not re.fullmatch(r"\d{6,}\.\d{3}", name):  # only a checkpoint folder's name, never a path
+    if name and not CHECKPOINT_NAME.fullmatch(name):
         name = "not a checkpoint name"
     if name and (path / "checkpoints" / name) in complete:
         return path / "checkpoints" / name
@@ -345,45 +349,51 @@ def _intact(ckpt: Path) -> bool:
         return False
 
 
-def published_checkpoints(run: Path) -> list[Path]:
+def _published(run: Path) -> list[Path]:
     """Every checkpoint folder of a run (`checkpoints/<kimg>`, complete or not; not best/), newest first.
     A folder is written hidden and renamed into place whole, so one that is incomplete is damaged."""
     root = Path(run) / "checkpoints"
-    found = (
-        [p for p in root.iterdir() if p.is_dir() and re.fullmatch(r"\d{6,}\.\d{3}", p.name)] if root.is_dir() else []
-    )
+    found = [p for p in root.iterdir() if p.is_dir() and CHECKPOINT_NAME.fullmatch(p.name)] if root.is_dir() else []
     return sorted(found, key=lambda p: float(p.name), reverse=True)
 
 
 def _check_complete(ckpt: Path) -> None:
     """Corrupt unless the checkpoint holds every file its meta.json lists, at its recorded size."""
-    if read_meta(ckpt) is None:
-        raise Corrupt(f"checkpoint {ckpt} is damaged: its meta.json is missing or unreadable", ckpt)
     if (corrupt := _corrupt_by_size(ckpt)) is not None:
         raise corrupt
     if not is_complete(ckpt):
-        raise Corrupt(f"checkpoint {ckpt} is damaged: a file its meta.json lists is missing", ckpt)
+        what = "a file its meta.json lists is missing" if read_meta(ckpt) else "its meta.json is missing or unreadable"
+        raise Corrupt(f"checkpoint {ckpt} is damaged: {what}", ckpt)
 
 
-def resume_checkpoint(run: Path) -> Path:
+def resume_checkpoint(run: Path) -> Path | None:
     """The checkpoint a run resumes from: `latest` (see find_checkpoint), or when it is damaged (a file
     missing, cut short or failing its checksum) the newest other one that is intact, with a warning for
-    each one passed over (moved aside); a BigbatchError if none is. Rank 0's work: the other ranks take
-    its answer."""
+    each one passed over (moved aside); None if the run has none yet (stopped before its first); a
+    BigbatchError if it has some but none intact (then and after: the damaged ones are aside, not gone).
+    Rank 0's work: the other ranks take its answer."""
+    published = _published(run)
+    if not published:
+        if aside := sorted((Path(run) / "checkpoints").glob(f"{ASIDE}*")):
+            raise BigbatchError(
+                f"no checkpoint of {run} is intact: the damaged ones were moved aside ({aside[-1].name}, ...); "
+                "restore one, or start a new run in another --run-dir"
+            )
+        return None
     try:
         first: Path | None = find_checkpoint(run)
     except Corrupt as e:  # latest names a damaged checkpoint: passed over below, as one that fails its checksums
         first = e.ckpt
     except BigbatchError:  # none is complete: each is looked at below
         first = None
-    others = [c for c in published_checkpoints(run) if c != first]
+    others = [c for c in published if c != first]
     for ckpt in [first, *others] if first is not None else others:
         try:
             _check_complete(ckpt)
             verify(ckpt)
             return ckpt
         except (Corrupt, Pruned) as e:
-            aside = ckpt.with_name(f".corrupt-{ckpt.name}")  # kept to look at, never resumed nor counted as newest
+            aside = ckpt.with_name(f"{ASIDE}{ckpt.name}")
             if isinstance(e, Corrupt):
                 shutil.rmtree(aside, ignore_errors=True)
                 os.replace(ckpt, aside)

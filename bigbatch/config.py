@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import tomli_w
 
-from bigbatch.config_types import Section, _positive
+from bigbatch.config_types import Section, positive
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
@@ -119,7 +119,7 @@ class ModelConfig(Section):
     """Family-specific keyword arguments of the family's builder (e.g. g_sn, d_sn, bn_eps, init)."""
 
     def _validate(self) -> None:
-        _positive(self, "ch", "dim_z")
+        positive(self, "ch", "dim_z")
 
 
 @dataclass
@@ -250,14 +250,14 @@ class TrainConfig(Section):
     """How often a line goes to metrics.jsonl and TensorBoard."""
 
     def _validate(self) -> None:
-        _positive(self, "kimg", "batch", "d_steps", "g_lr", "d_lr", "adam_eps", "log_every_kimg")
+        positive(self, "kimg", "batch", "d_steps", "g_lr", "d_lr", "adam_eps", "log_every_kimg")
         if self.micro_batch != "auto":
-            _positive(self, "micro_batch")  # a micro_batch above a process's share is the share (make_plan)
+            positive(self, "micro_batch")  # a micro_batch above a process's share is the share (make_plan)
         if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
             self._fail("grad_clip", f"must be a finite number >= 0 (0 = off), got {self.grad_clip}")
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
-        _positive(self, "skip_window", "r1_every")
+        positive(self, "skip_window", "r1_every")
         for name in ("g_lr", "d_lr", "lr"):  # (the optimizers keep their rates as float32 numbers)
             if getattr(self, name) > 3.4e38:
                 self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
@@ -285,7 +285,7 @@ class TrainConfig(Section):
             self._fail("lr_steps", f"must be increasing kimg > 0, got {self.lr_steps}")
         if self.lr_decay == "step" and not self.lr_steps:
             self._fail("lr_steps", 'must list at least one kimg when train.lr_decay = "step"')
-        _positive(self, "lr")
+        positive(self, "lr")
         for name in ("ema_halflife_kimg", "ema_start_kimg", "g_ortho", "d_ortho", "warmup_kimg", "weight_decay"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
@@ -324,7 +324,7 @@ class AugmentConfig(Section):
             self._fail("p", f'must be a probability in [0, 1] or "auto", got {self.p}')
         if not (math.isfinite(self.target) and 0 <= self.target < 1):
             self._fail("target", f"must be in [0, 1) (ADA: 0.6; 0 = p fixed), got {self.target}")
-        _positive(self, "speed_kimg")
+        positive(self, "speed_kimg")
         if not names and (self.target or self.p != "auto"):
             key = "target" if self.target else "p"
             self._fail(key, 'has no transforms to apply: set augment.policy, e.g. "color,translation,cutout"')
@@ -349,7 +349,7 @@ class CheckpointConfig(Section):
     """How many of the newest checkpoints to keep; older ones are deleted."""
 
     def _validate(self) -> None:
-        _positive(self, "every_kimg", "keep")
+        positive(self, "every_kimg", "keep")
 
 
 @dataclass
@@ -367,7 +367,7 @@ class SampleConfig(Section):
     """Resample entries of z whose magnitude exceeds this threshold (the BigGAN truncation trick); inf = off."""
 
     def _validate(self) -> None:
-        _positive(self, "n")
+        positive(self, "n")
         if not self.every_kimg >= 0:
             self._fail("every_kimg", f"must be >= 0 kimg (0 = no sample grids), got {self.every_kimg}")
         if not self.truncation >= MIN_TRUNCATION:
@@ -420,7 +420,7 @@ class EvalConfig(Section):
             self._fail("n", f"must be at least 2 images, got {self.n}")
         if self.reference_n < 0 or self.reference_n == 1:
             self._fail("reference_n", f"must be 0 (all images) or at least 2, got {self.reference_n}")
-        _positive(self, "batch_size")
+        positive(self, "batch_size")
         if self.standing_stats < 0:
             self._fail("standing_stats", f"must be a number of batches >= 0, got {self.standing_stats}")
         if not self.truncation >= MIN_TRUNCATION:
@@ -476,7 +476,7 @@ class SwapConfig(Section):
     the one `prepare --masks dfl` read from the faces, else unknown (export-dfl then asks for it)."""
 
     def _validate(self) -> None:
-        _positive(self, "lr", "gan_dims")
+        positive(self, "lr", "gan_dims")
         for name in ("true_face_power", "gan_power", "random_hsv_power", "face_style_power", "bg_style_power"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0 (0 = off), got {getattr(self, name)}")

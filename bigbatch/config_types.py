@@ -167,7 +167,8 @@ class Section:
         return out
 
 
-def _positive(section: Section, *names: str) -> None:
+def positive(section: Section, *names: str) -> None:
+    """Refuse, naming the key, any of the fields `names` of `section` that is not a finite number > 0."""
     for name in names:
         value = getattr(section, name)
         if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):

@@ -255,13 +255,8 @@ def _check_length(run: Run) -> None:
 def _pick_checkpoint(run: Path) -> str | None:
     """The checkpoint to resume `run` from, or None (with a warning) when it has none yet; a BigbatchError
     when it has some, but none intact (never a silent restart over them)."""
-    if checkpoints.published_checkpoints(run):
-        return str(checkpoints.resume_checkpoint(run))
-    if aside := sorted((run / "checkpoints").glob(".corrupt-*")):
-        raise BigbatchError(
-            f"no checkpoint of {run} is intact: the damaged ones were moved aside ({aside[-1].name}, ...); restore "
-            "one, or start a new run in another --run-dir"
-        )
+    if (ckpt := checkpoints.resume_checkpoint(run)) is not None:
+        return str(ckpt)
     warn(f"{run} has no checkpoint yet (stopped before its first); starting it again from the beginning")
     return None
 
