@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from digits_quality import to_digits_scale
+from digits_quality import recognised
 from sklearn.datasets import load_digits
 from sklearn.svm import SVC
 
@@ -36,15 +36,6 @@ VARIANTS = {
 }
 
 
-def recognised(run: Path, clf: SVC, per_class: int = 100) -> float:
-    G = bigbatch.load_generator(run)
-    hits = []
-    for c in range(G.n_classes):
-        images = bigbatch.sample(G, n=per_class, seed=1000 * c, classes=[c])
-        hits.append(float((clf.predict(to_digits_scale(images)) == c).mean()))
-    return float(np.mean(hits))
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=100, help="training images (spread over the classes)")
@@ -56,8 +47,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / f"digits-{args.n}.h5"
     if not data.exists():
-        cmd = ["bigbatch", "prepare", "builtin:digits", str(data), "--limit", str(args.n), "--resolution", "32"]
-        subprocess.run([sys.executable, "-m", "bigbatch", *cmd[1:]], check=True)
+        prepare = ["prepare", "builtin:digits", str(data), "--limit", str(args.n), "--resolution", "32"]
+        subprocess.run([sys.executable, "-m", "bigbatch", *prepare], check=True)
     d = load_digits()
     clf = SVC(gamma=0.001).fit(d.data, d.target)
     rows = []
@@ -77,7 +68,8 @@ def main() -> None:
         fcd = json.loads(score)["fcd"]
         logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         last_p = next((r["augment_p"] for r in reversed(logged) if "augment_p" in r), None)
-        rows.append((name, fcd, recognised(run, clf), last_p, seconds))
+        hits = recognised(bigbatch.load_generator(run), clf, n_per_class=100, seed=0)
+        rows.append((name, fcd, float(np.mean([h for _, h in hits])), last_p, seconds))
     print(f"digits, {args.n} training images, {args.kimg:g} kimg, seed 0\n")
     print("| variant | FCD vs all 1797 digits | recognised by the SVM | p at the end | train s |")
     print("|---|---|---|---|---|")

@@ -23,6 +23,15 @@ def to_digits_scale(images: torch.Tensor) -> np.ndarray:
     return F.adaptive_avg_pool2d(x, 8).flatten(1).numpy()
 
 
+def recognised(G: torch.nn.Module, clf: SVC, n_per_class: int, seed: int) -> list[tuple[int, float]]:
+    """(class, the fraction of G's samples of it that `clf` calls that class), for every class."""
+    rows = []
+    for c in range(G.n_classes):
+        images = bigbatch.sample(G, n=n_per_class, seed=seed + 1000 * c, classes=[c])
+        rows.append((c, float((clf.predict(to_digits_scale(images)) == c).mean())))
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run")
@@ -33,11 +42,7 @@ def main() -> None:
     d = load_digits()
     clf = SVC(gamma=0.001).fit(d.data[::2], d.target[::2])
     held_out = clf.score(d.data[1::2], d.target[1::2])
-    G = bigbatch.load_generator(args.run)
-    rows = []
-    for c in range(G.n_classes):
-        images = bigbatch.sample(G, n=args.n_per_class, seed=args.seed + 1000 * c, classes=[c])
-        rows.append((c, float((clf.predict(to_digits_scale(images)) == c).mean())))
+    rows = recognised(bigbatch.load_generator(args.run), clf, args.n_per_class, args.seed)
     print(f"{'class':>5}  {'accuracy':>8}")
     for c, acc in rows:
         print(f"{c:>5}  {acc:>8.1%}")

@@ -85,6 +85,11 @@ def to_uint8(x: torch.Tensor) -> torch.Tensor:
     return ((x.float() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()
 
 
+def from_uint8(images: torch.Tensor) -> torch.Tensor:
+    """uint8 NHWC images (as data sets hold them) -> float NCHW in [-1, 1], what the models take."""
+    return images.permute(0, 3, 1, 2).float() / 127.5 - 1
+
+
 @torch.no_grad()
 def generate(G: nn.Module, z: torch.Tensor, y: torch.Tensor | None, batch_size: int = 64) -> torch.Tensor:
     """Run G on given latents and labels (or class weights) in batches -> uint8 NHWC."""

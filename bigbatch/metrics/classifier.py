@@ -33,6 +33,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.metrics.cache import cache_dir, data_digest
 from bigbatch.metrics.features import Extractor, resolve_device, to_nchw
+from bigbatch.sampling import from_uint8
 
 CLASSIFIER_VERSION = "2"  # 2: the convnet family trained by the classify task
 FEATURE_NET = "convnet"
@@ -101,7 +102,7 @@ class ClassifierExtractor(Extractor):
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
         nhwc = to_nchw(images).permute(0, 2, 3, 1)
-        x = resize_batch(nhwc, self.resolution).to(self.device).permute(0, 3, 1, 2).float() / 127.5 - 1
+        x = from_uint8(resize_batch(nhwc, self.resolution).to(self.device))
         return x[:, : self.net.img_channels]
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:

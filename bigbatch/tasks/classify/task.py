@@ -29,7 +29,7 @@ from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.streams import CROP, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, to_uint8
+from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import lr_schedule
@@ -121,11 +121,6 @@ def crop_boxes(n: int, min_scale: float, g: torch.Generator) -> torch.Tensor:
     theta = torch.zeros(n, 2, 3)
     theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w, cx, h, cy
     return theta
-
-
-def to_input(images: torch.Tensor) -> torch.Tensor:
-    """uint8 NHWC -> float NCHW in [-1, 1]."""
-    return images.permute(0, 3, 1, 2).float() / 127.5 - 1
 
 
 @register("classify", check=check_config)
@@ -276,7 +271,7 @@ class ClassifyTask:
     def inputs(self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None) -> torch.Tensor:
         """What the network receives for uint8 NHWC images: [-1, 1] NCHW, cropped to `boxes` on the
         device, rotated by their labels when it learns rotations."""
-        x = to_input(images)
+        x = from_uint8(images)
         if boxes is not None:
             grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
             x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
@@ -336,7 +331,7 @@ class ClassifyTask:
         model.eval()
         with torch.no_grad():
             device = next(model.parameters()).device
-            preds = [int(model(to_input(img[None]).to(device)).argmax(1)) for img, _ in rows]
+            preds = [int(model(from_uint8(img[None]).to(device)).argmax(1)) for img, _ in rows]
         model.train(was_training)
         return {"predictions": prediction_sheet(rows, preds, self.class_names)}
 

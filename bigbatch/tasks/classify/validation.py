@@ -22,7 +22,7 @@ from torch import nn
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
 from bigbatch.errors import BigbatchError
-from bigbatch.sampling import to_uint8
+from bigbatch.sampling import from_uint8, to_uint8
 from bigbatch.signals import check_stop
 
 METRICS = ("val_top1", "val_top5", "val_loss")
@@ -154,7 +154,7 @@ class Validation:
                 shape, box = self._region(int(index[0]), size)
                 boxes = [box]
             images, labels = self.data.get_regions(index, boxes, shape)
-            return (images.permute(0, 3, 1, 2).float() / 127.5 - 1).to(self.device), labels
+            return from_uint8(images).to(self.device), labels
         images, labels = self.data.get(index)
         return val_transform(images, size, self.crop, self.rect).to(self.device), labels
 

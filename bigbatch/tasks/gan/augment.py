@@ -113,7 +113,8 @@ class Augment:
         if self.images >= ADA_IMAGES:
             r_t = self.signs / self.images
             step = self.images / self.speed
-            self.p = min(1.0, max(0.0, self.p + (step if r_t > self.target else -step if r_t < self.target else 0)))
+            direction = (r_t > self.target) - (r_t < self.target)  # up while D overfits, down while it does not
+            self.p = min(1.0, max(0.0, self.p + direction * step))
             self.signs = self.images = 0
 
     def state_dict(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.models.layers import set_sn_every_micro_batch
-from bigbatch.sampling import BLACK, captioned_sheet
+from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
@@ -164,7 +164,6 @@ class GANTask:
         self.augment = Augment(cfg.augment, self.seed)  # D's inputs through DiffAugment's transforms, if asked
         self.resolution = cfg.data.resolution
         self._r1 = 0.0  # the R1 weight of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
-        self._d_index = 0  # which of the iteration's D steps is under way
         self.g_steps = 0
         self.total = t.images
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
@@ -203,8 +202,7 @@ class GANTask:
                 for group in opt.param_groups:
                     group["lr"] = linear_decay(lr, before, self.total)
         stats: dict[str, float] = {}
-        for j in range(self.d_steps):
-            self._d_index = j
+        for _ in range(self.d_steps):
             real = feed.next()
             out = self.d_step(real.nimg, real)
             if not self.rep.skipped(self.opt_D):
@@ -266,7 +264,7 @@ class GANTask:
 
     def d_loss(self, micro: tuple) -> dict[str, torch.Tensor]:
         images, y_real, z, y_fake, aug_real, aug_fake = micro
-        real = images.permute(0, 3, 1, 2).float() / 127.5 - 1
+        real = from_uint8(images)
         shown = real.requires_grad_() if self._r1 else real  # R1: D's gradient with respect to the real images
         with torch.no_grad():
             fake = self.G(z, y_fake).to(real.dtype)
@@ -294,7 +292,7 @@ class GANTask:
         rank's share of them as a Feed read it)."""
         self._train_only("D")
         t = self.cfg.train
-        index = self.g_steps * self.d_steps + self._d_index  # D steps before this one
+        index = self.rep.counters()["D"]["steps"]  # D steps before this one (resumed with the engine's state)
         self._r1 = t.r1_gamma / 2 * t.r1_every if t.r1_gamma and index % t.r1_every == 0 else 0.0
         out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         self._r1 = 0.0
@@ -364,8 +362,7 @@ class GANTask:
         images = real.images
         if self.augment.on:
             params = self.augment.draw(schedule_of(self.cfg).phase_at(nimg).batch, self.resolution, AUG_D, nimg, 0)
-            x = self.augment(images.permute(0, 3, 1, 2).float() / 127.5 - 1, params[: len(images)])
-            images = ((x + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+            images = to_uint8(self.augment(from_uint8(images), params[: len(images)]))
         names = self.data.class_names
         captions = [[(names[int(y)], BLACK)] if self.n_classes else [] for y in real.labels]
         return captioned_sheet(list(zip(images, captions)))
