@@ -379,6 +379,20 @@ def resample(args: argparse.Namespace) -> dict:
     }
 
 
+def attention(args: argparse.Namespace) -> dict:
+    """BigGAN-128's attention math as the formula and as the model runs it (bench/attention.py), fp32 and bf16."""
+    from attention import rows
+
+    cells = []
+    for r in rows(torch.device(args.device), "full" if args.sizes == "full" else "toy", ["fp32", "bf16"]):
+        cells.append(
+            f"{r['layer']} {r['precision']}: {1e3 * r['explicit_s']:.1f} / {1e3 * r['attend_s']:.1f} ms, "
+            f"{format_bytes(r['explicit_peak'])} / {format_bytes(r['attend_peak'])}, error "
+            f"{r['explicit_error']:.0e} / {r['attend_error']:.0e} ({r['kernels']})"
+        )
+    return {"setting": "softmax(q kᵀ) v forward+backward: the formula / attend", "note": "; ".join(cells)}
+
+
 def cuda_tests(args: argparse.Namespace) -> dict:
     """tests/test_cuda.py under pytest (they skip without a GPU); its pass/fail count."""
     cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-q", "-p", "no:cacheprovider"]
@@ -403,13 +417,15 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "resnet50": (resnet50, 90),
     "jpeg-decode": (jpeg_decode, 90),
     "resample": (resample, 60),
+    "attention": (attention, 60),
     "biggan-bf16-profile": (biggan_profile, 90),
     "cuda-tests": (cuda_tests, 180),
 }
 # What the issue asks for first, then the profile, then compiling (minutes of it, the compile parts at once:
 # run_in_turns), then the extras: what --budget cuts is last.
 RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode", "cuda-tests"]
-RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "resample", "biggan-plan-bf16"]
+RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "resample", "attention"]
+RUN_ORDER += ["biggan-plan-bf16"]
 IN_TURNS = {"biggan-bf16-compile", "biggan-fp32-compile"}  # compiled at once, timed one at a time
 TURN_S = 60  # what each part after the first adds to its group's limit: its turn at timing
 

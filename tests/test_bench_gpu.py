@@ -72,6 +72,10 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
         if name == "biggan-bf16-profile":  # the device's (here the CPU's) busy share, by kind of op and by op
             assert re.match(r"CPU busy \d+ of \d+ ms .*; by kind: .*convolutions \d+%.*; top ops: `aten::", note), note
             continue
+        if name == "attention":  # the formula's and attend's time, peak and error, per layer and precision
+            cell = r"[GD] 16 px (fp32|bf16): [\d.]+ / [\d.]+ ms, [\d.]+ \w?i?B / [\d.]+ \w?i?B, error \d\.?\d?e-\d\d / "
+            assert len(re.findall(cell, note)) == 4, note
+            continue
         if name == "resample":  # two ops over one, per layer
             assert re.match(r"D 32 px ×4: \d+\.\d\d; D 16 px ×4: \d+\.\d\d; G 32 px ×4: \d+\.\d\d;", note), note
             continue

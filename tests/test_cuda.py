@@ -1,5 +1,7 @@
 """CUDA paths: skipped cleanly without a GPU (CI has none; run them where one is lent)."""
 
+import copy
+
 import pytest
 import torch
 
@@ -111,3 +113,44 @@ def test_batchnorm_running_statistics_replay_on_the_gpu():
 
     for checkpointing in (False, True):
         check_batchnorm_replay("cuda", checkpointing)
+
+
+def test_biggan_attention_on_the_gpu_is_the_formula():
+    # On a GPU BigGAN's attention runs scaled_dot_product_attention's fused kernels, q and k widened with zero
+    # columns to a multiple of 8 where they are not (96 channels: 12); on CPU it computes the whole map.
+    from bigbatch.models.biggan import Attention, attend
+    from bigbatch.models.layers import set_sn_update
+
+    tf32, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False  # the 1x1 convs in full fp32
+    try:
+        for ch in (96, 192):
+            torch.manual_seed(0)
+            layer = Attention(ch, sn_eps=1e-6)
+            layer.gamma.data.fill_(0.5)
+            set_sn_update(layer, False)
+            x = torch.randn(4, ch, 32, 32)
+            w = torch.randn(x.shape)
+            got = []
+            for device in ("cpu", "cuda"):
+                m = copy.deepcopy(layer).to(device)
+                xx = x.to(device, memory_format=torch.channels_last).requires_grad_()
+                out = m(xx)
+                assert out.is_contiguous(memory_format=torch.channels_last)  # the layout goes on as it came
+                grads = torch.autograd.grad((out * w.to(device)).sum(), [xx, *m.parameters()])
+                got.append([t.cpu() for t in (out, *grads)])
+            for a, b in zip(*got):
+                torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * float(a.abs().max()))
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+
+    # bf16: no less accurate than the formula in bf16 (the map in memory, its softmax in fp32), against float64
+    g = torch.Generator().manual_seed(0)
+    qkv = [torch.randn(s, generator=g) for s in ((8, 4096, 12), (8, 1024, 12), (8, 1024, 48))]
+    ref = torch.softmax(qkv[0].double() @ qkv[1].double().transpose(1, 2), dim=-1) @ qkv[2].double()
+    formula = lambda q, k, v: torch.softmax(q @ k.transpose(1, 2), dim=-1) @ v  # noqa: E731
+    errors = []
+    for f in (formula, attend):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = f(*[t.cuda() for t in qkv]).double().cpu()
+        errors.append(float((out - ref).norm() / ref.norm()))
+    assert errors[1] <= 1.2 * errors[0], errors
