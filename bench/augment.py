@@ -1,6 +1,7 @@
 """GANs on limited data: the digits recipe trained on a few images without augmentation, with
-DiffAugment's transforms (p = 1) and with ADA's adaptive p, scored against the whole data set.
-Prints one table.
+DiffAugment's transforms (p = 1), with ADA's adaptive p over them (ada) and with ADA's own pipeline
+(ada-bgc: augment.pipeline = "ada", its blit, geom and color groups), scored against the whole data
+set. Prints one table.
 
     python bench/augment.py --n 100 --kimg 30 --out /tmp/augment-bench
 
@@ -33,6 +34,7 @@ VARIANTS = {
     "none": {},
     "diffaugment": {"augment.policy": "color,translation,cutout"},
     "ada": {"augment.policy": "color,translation,cutout", "augment.target": 0.6},
+    "ada-bgc": {"augment.pipeline": "ada", "augment.policy": "bgc", "augment.target": 0.6},  # ADA's own pipeline
 }
 
 
@@ -41,7 +43,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=100, help="training images (spread over the classes)")
     p.add_argument("--kimg", type=float, default=30)
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
-    p.add_argument("--ada-speed-kimg", type=float, default=10, help="augment.speed_kimg of the ada variant")
+    p.add_argument("--ada-speed-kimg", type=float, default=10, help="augment.speed_kimg of the ada variants")
     p.add_argument("--out", type=Path, default=Path("/tmp/augment-bench"))
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -54,7 +56,7 @@ def main() -> None:
     rows = []
     for name in args.variants.split(","):
         overrides = {"data.path": str(data), "train.kimg": args.kimg, "eval.every_kimg": 0, **VARIANTS[name]}
-        if name == "ada":
+        if name.startswith("ada"):
             overrides["augment.speed_kimg"] = args.ada_speed_kimg
         run = args.out / name
         start = time.perf_counter()

@@ -291,21 +291,30 @@ class TrainConfig(Section):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 
 
+# ADA's pipeline names (StyleGAN2-ADA's --augpipe) for its groups; "bgcc" is "bgc" with cutout
+ADA_SHORTHANDS = {"bg": ("blit", "geom"), "bgc": ("blit", "geom", "color"), "bgcc": ("blit", "geom", "color", "cutout")}
+
+
 @dataclass
 class AugmentConfig(Section):
     """GANs on limited data: D's inputs, real and generated, through the same differentiable random
-    transforms (DiffAugment, Zhao et al. 2020), applied with probability p, which ADA's heuristic (Karras
-    et al. 2020) may adjust during training."""
+    transforms (DiffAugment, Zhao et al. 2020, or ADA's pipeline, Karras et al. 2020), applied with
+    probability p, which ADA's heuristic may adjust during training."""
 
     _name = "augment"
 
+    pipeline: Literal["diffaugment", "ada"] = "diffaugment"
+    """Whose transforms augment.policy names: DiffAugment's or ADA's (StyleGAN2-ADA's --augpipe)."""
     policy: str = ""
-    """Comma-separated transforms, applied in this order: "color" (brightness +-0.5, saturation x[0, 2),
-    contrast x[0.5, 1.5)), "translation" (up to 1/8 of the side, zero fill), "cutout" (a square of half
-    the side set to 0). DiffAugment's BigGAN and StyleGAN2 setting: "color,translation,cutout". "": off."""
+    """Comma-separated transforms, applied in this order. DiffAugment's: "color" (brightness +-0.5,
+    saturation x[0, 2), contrast x[0.5, 1.5)), "translation" (up to 1/8 of the side, zero fill), "cutout"
+    (a square of half the side set to 0); its BigGAN and StyleGAN2 setting: "color,translation,cutout".
+    ADA's groups: "blit" (x-flip, 90° rotations, integer translation), "geom" (scaling, rotation,
+    anisotropic scaling, fractional translation), "color" (brightness, contrast, luma flip, hue,
+    saturation), "cutout"; or its names "bg", "bgc" (its default) and "bgcc" (bgc + cutout). "": off."""
     p: float | Literal["auto"] = "auto"
-    """Probability that each transform (each of color's three) applies to an image. "auto": 1 with a
-    fixed p (DiffAugment), 0 at the start with augment.target (ADA)."""
+    """Probability that each transform applies to an image. "auto": 0 at the start with augment.target
+    (ADA), else 1 (DiffAugment; ADA's pipeline takes a number there, its fixed-p runs use 0.2-0.8)."""
     target: float = 0.0
     """ADA: adjust p so that the fraction of real images D scores positive, r_t = E[sign(D(real))], stays at
     this (ADA: 0.6); 0 = p fixed."""
@@ -315,10 +324,10 @@ class AugmentConfig(Section):
 
     def _validate(self) -> None:
         names = self.transforms
-        valid = ("color", "translation", "cutout")
+        valid = ("blit", "geom", "color", "cutout") if self.pipeline == "ada" else ("color", "translation", "cutout")
         for name in names:
             if name not in valid or names.count(name) > 1:
-                problem = "twice" if name in valid else "unknown"
+                problem = "twice" if name in valid else f"unknown to augment.pipeline {self.pipeline!r}"
                 self._fail("policy", f"names {name!r} ({problem}); valid: a comma-separated list of {', '.join(valid)}")
         if self.p != "auto" and not (math.isfinite(self.p) and 0 <= self.p <= 1):
             self._fail("p", f'must be a probability in [0, 1] or "auto", got {self.p}')
@@ -328,10 +337,16 @@ class AugmentConfig(Section):
         if not names and (self.target or self.p != "auto"):
             key = "target" if self.target else "p"
             self._fail(key, 'has no transforms to apply: set augment.policy, e.g. "color,translation,cutout"')
+        if names and self.pipeline == "ada" and self.p == "auto" and not self.target:
+            self._fail("p", "is \"auto\", which ADA's pipeline leaks into G's images at 1: set augment.target "
+                       "(ADA: 0.6) or a fixed p (ADA's fixed-p runs: 0.2-0.8)")  # fmt: skip
 
     @property
     def transforms(self) -> list[str]:
-        return [n.strip() for n in self.policy.split(",")] if self.policy.strip() else []
+        names = [n.strip() for n in self.policy.split(",")] if self.policy.strip() else []
+        if self.pipeline == "ada" and len(names) == 1 and names[0] in ADA_SHORTHANDS:
+            return list(ADA_SHORTHANDS[names[0]])
+        return names
 
     @property
     def start_p(self) -> float:

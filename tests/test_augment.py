@@ -105,15 +105,20 @@ def d_step_params(micro_batch, policy=POLICY):
     return torch.cat([p.detach().flatten() for name in ("G", "D") for p in nets[name].parameters()])
 
 
-def test_accumulated_steps_see_the_transforms_of_the_whole_batch():
-    full = d_step_params(32)
-    assert float((d_step_params(8) - full).norm() / full.norm()) <= 1e-5
+ADA_BGCC = {"augment.pipeline": "ada", "augment.policy": "bgcc", "augment.p": 0.5}
+
+
+@pytest.mark.parametrize("policy", [POLICY, ADA_BGCC], ids=["diffaugment", "ada"])
+def test_accumulated_steps_see_the_transforms_of_the_whole_batch(policy):
+    full = d_step_params(32, policy)
+    assert float((d_step_params(8, policy) - full).norm() / full.norm()) <= 1e-5
     plain = d_step_params(32, {})
     assert float((plain - full).norm() / full.norm()) > 1e-4  # D and G did see other images
 
 
-def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path):
-    cfg = tiny.override({**POLICY, "augment.target": 0.5, "augment.speed_kimg": 2})
+@pytest.mark.parametrize("policy", [POLICY, {**ADA_BGCC, "augment.p": "auto"}], ids=["diffaugment", "ada"])
+def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path, policy):
+    cfg = tiny.override({**policy, "augment.target": 0.5, "augment.speed_kimg": 2})
 
     def weights(run):
         return {n: (run / "checkpoints/000000.512" / f"{n}.safetensors").read_bytes() for n in ("G", "D", "G_ema")}
@@ -138,7 +143,10 @@ def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"augment.policy": "color,flip"}, r"augment.policy' names 'flip' \(unknown\); valid: .*color, translation"),
+        (
+            {"augment.policy": "color,flip"},
+            r"names 'flip' \(unknown to augment.pipeline 'diffaugment'\); valid: .*color, translation",
+        ),
         ({"augment.policy": "color,color"}, r"names 'color' \(twice\)"),
         ({**POLICY, "augment.p": 1.5}, r"augment.p' must be a probability in \[0, 1\]"),
         ({**POLICY, "augment.target": 1.0}, r"augment.target' must be in \[0, 1\)"),

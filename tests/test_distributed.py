@@ -86,7 +86,14 @@ def test_two_processes_train_the_weights_of_one(tmp_path):
     assert (tmp_path / "two" / "checkpoints" / "best" / "meta.json").exists()
 
 
-def test_k_processes_of_one_micro_batch_train_one_process_of_k_bit_for_bit(tmp_path):
+AUGMENT = {
+    "diffaugment": ["augment.policy=color,translation,cutout", "augment.p=0.5"],
+    "ada": ["augment.pipeline=ada", "augment.policy=bgcc", "augment.p=0.5"],  # resampled per micro-batch too
+}
+
+
+@pytest.mark.parametrize("augment", AUGMENT)
+def test_k_processes_of_one_micro_batch_train_one_process_of_k_bit_for_bit(tmp_path, augment):
     # 3 processes x 1 micro-batch of 4 against 1 process x 3: every tensor of G, D and G_ema equal, BatchNorm
     # running statistics included. (gloo's all-reduce adds 3 ranks in a ring's order, and each rank's running
     # averages saw only its own micro-batch: both differed before, the weights by rounding, the statistics by
@@ -94,7 +101,7 @@ def test_k_processes_of_one_micro_batch_train_one_process_of_k_bit_for_bit(tmp_p
     # are summed first: equal within rounding, as the test above.
     short = ["train.batch=12", "train.micro_batch=4", "train.kimg=0.096", "checkpoint.every_kimg=0.096"]
     short += ["sample.every_kimg=0.096", "train.log_every_kimg=0.096"]
-    short += ["augment.policy=color,translation,cutout", "augment.p=0.5"]  # its draws follow global positions too
+    short += AUGMENT[augment]  # its draws follow global positions too
     short += ["train.r1_gamma=1", "train.r1_every=2"]  # R1's double backward through DDP, lazily
     one, three = (train(tmp_path / name, n, *short).parent for name, n in (("one", 1), ("three", 3)))
     assert (three.parent / "plan.json").read_text().count('"world_size": 3')

@@ -1,12 +1,12 @@
 """Differentiable augmentation of D's inputs, for GANs on limited data ([augment]).
 
-DiffAugment (Zhao et al. 2020): D sees real and generated images through the same kinds of random
-transforms, in its own step and in G's, where G's gradient flows back through them; so D cannot
-memorise the few real images, and G is not pushed to make augmented-looking ones. The transforms are
-DiffAugment's, written from the paper's description: colour (brightness, saturation, contrast),
-translation with zero fill, cutout. Each applies to an image with probability p (DiffAugment: 1);
-ADA's heuristic (Karras et al. 2020) adjusts p during training so that r_t = E[sign(D(real))], the
-overfitting signal, stays at a target.
+D sees real and generated images through the same kinds of random transforms, in its own step and in
+G's, where G's gradient flows back through them; so D cannot memorise the few real images, and G is
+not pushed to make augmented-looking ones. Two sets of transforms (augment.pipeline): DiffAugment's
+(Zhao et al. 2020), here, written from the paper's description: colour (brightness, saturation,
+contrast), translation with zero fill, cutout; and ADA's (Karras et al. 2020; ada.py). Each applies to
+an image with probability p (DiffAugment: 1); ADA's heuristic adjusts p during training so that
+r_t = E[sign(D(real))], the overfitting signal, stays at a target.
 
 Every draw is made for the whole step from a stream keyed by the step, as z is, and each rank takes
 its share: a micro-batch gets the same transforms whatever the micro-batch size, world size or
@@ -21,6 +21,7 @@ import torch
 
 from bigbatch.config import AugmentConfig
 from bigbatch.data.streams import generator
+from bigbatch.tasks.gan import ada
 
 # One row of parameters per image: brightness, saturation, contrast, shift y, shift x, cutout (0/1), its y, its x.
 PARAMS = 8
@@ -88,6 +89,7 @@ class Augment:
 
     def __init__(self, cfg: AugmentConfig, seed: int):
         self.policy, self.seed = cfg.transforms, seed
+        self._draw, self._apply = (ada.draw, ada.apply) if cfg.pipeline == "ada" else (draw, apply)
         self.target, self.speed = cfg.target, cfg.speed_kimg * 1000
         self.p = cfg.start_p
         self.signs = 0  # sum of sign(D(real)) over the real images since p last moved (ADA)
@@ -98,10 +100,10 @@ class Augment:
         return bool(self.policy)
 
     def draw(self, n: int, size: int, stream: int, *keys: int) -> torch.Tensor:
-        return draw(self.policy, self.p, n, size, self.seed, stream, *keys)
+        return self._draw(self.policy, self.p, n, size, self.seed, stream, *keys)
 
     def __call__(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        return apply(x, params, self.policy)
+        return self._apply(x, params, self.policy)
 
     def observe(self, sign_mean: float, images: int) -> None:
         """ADA: after a D step on `images` real images whose mean sign of D's output was `sign_mean`

@@ -1,0 +1,238 @@
+"""ADA's augmentation pipeline (Karras et al. 2020, "Training Generative Adversarial Networks with Limited
+Data", appendix B), written from the paper's description: the groups blit (x-flip, 90° rotations,
+integer translation), geom (isotropic scaling, arbitrary rotation, anisotropic scaling, fractional
+translation) and color (brightness, contrast, luma flip, hue rotation, saturation), and cutout. Each
+transform applies to an image with probability p (the two arbitrary rotations each with 1 - sqrt(1 - p),
+so that one or both happen with p), with the paper's strengths.
+
+- blit moves whole pixels: flips, rotations by 90° and shifts are exact, and the shift fills with the
+  image mirrored (reflect).
+- geom composes its four transforms into one matrix per image and resamples once: the image is mirrored
+  outward as far as the transform reaches, upsampled 2x through the sym6 wavelet's low-pass filter,
+  sampled bilinearly at the transformed positions, and downsampled 2x through the same filter reversed
+  (an orthogonal wavelet's pair: up then down is the identity), the filter's delay (0.2 px) allowed for.
+- color is one 4x4 matrix per image acting on RGB in [-1, 1] (on one channel: its mean over RGB).
+- cutout zeroes a square of half the side centred anywhere in the image.
+Left out: ADA's image-space filtering (its 4 frequency bands) and additive noise (the "f" and "n" of its
+"bgcfnc" pipeline); "bgc" is the paper's default.
+
+The numbers drawn per image and their count do not depend on p or on the groups used, so turning one
+group on changes no other group's draws. Parameters per image (float32): blit's flip, quarter turns and
+shift (4), geom's inverse matrix in pixels about the centre (2x3), color's matrix (3x4), cutout's on and
+centre (3).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from bigbatch.data.streams import generator
+
+PARAMS = 25
+BLIT, GEOM, COLOR, CUT = slice(0, 4), slice(4, 10), slice(10, 22), slice(22, 25)
+# The paper's strengths: integer shift up to 1/8 of the side; log2 std of scaling 0.2 (both); arbitrary rotation;
+# fractional shift std 1/8 of the side; brightness std 0.2; log2 std of contrast 0.5, of saturation 1; cutout 1/2.
+XINT_MAX, SCALE_STD, XFRAC_STD = 0.125, 0.2, 0.125
+BRIGHTNESS_STD, CONTRAST_STD, SATURATION_STD, CUTOUT = 0.2, 0.5, 1.0, 0.5
+# The sym6 wavelet's low-pass decomposition filter (orthonormal: its taps sum to sqrt(2), their squares to 1).
+SYM6 = (
+    0.015404109327027373, 0.0034907120842174702, -0.11799011114819057, -0.048311742585633,
+    0.4910559419267466, 0.787641141030194, 0.3379294217276218, -0.07263752278646252,
+    -0.021060292512300564, 0.04472490177066578, 0.0017677118642428036, -0.007800708325034148,
+)  # fmt: skip
+# Where the filter puts a pixel on the 2x canvas: its taps' centre of mass is 5.098, not the 5.5 of a symmetric
+# filter, so canvas sample j sits at (j + 0.5) / 2 + DELAY input pixels (DC's group delay), on both passes.
+DELAY = (5.5 - sum(i * t for i, t in enumerate(SYM6)) / sum(SYM6)) / 2
+LUMA = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64) / math.sqrt(3)
+
+
+def _rotation(theta: torch.Tensor) -> torch.Tensor:
+    c, s = torch.cos(theta), torch.sin(theta)
+    return torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
+
+
+def _diag(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.diag_embed(torch.stack([a, b], -1))
+
+
+def _about_luma(theta: torch.Tensor) -> torch.Tensor:
+    """Rotations of RGB by theta about the luma axis (Rodrigues), (n, 3, 3)."""
+    v = LUMA
+    k = torch.tensor([[0, -v[2], v[1]], [v[2], 0, -v[0]], [-v[1], v[0], 0]], dtype=torch.float64)
+    s, c = torch.sin(theta).view(-1, 1, 1), torch.cos(theta).view(-1, 1, 1)
+    return torch.eye(3, dtype=torch.float64) + s * k + (1 - c) * (k @ k)
+
+
+def draw(groups: list[str], p: float, n: int, size: int, seed: int, stream: int, *keys: int) -> torch.Tensor:
+    """The transforms of `n` square images of side `size`, (n, PARAMS) float32; each applies with probability
+    `p`, else the identity."""
+    g = generator(seed, stream, *keys)
+    f64 = dict(dtype=torch.float64, generator=g)
+    on = torch.rand(n, 14, **f64)  # xflip rot90 xint scale rot aniso rot xfrac | bright contrast luma hue sat | cut
+    u, normal = torch.rand(n, 12, **f64), torch.randn(n, 7, **f64)
+    coin = torch.randint(0, 2, (n, 2), generator=g)  # xflip, luma flip
+    quarter = torch.randint(0, 4, (n,), generator=g)
+    p_rot = 1 - math.sqrt(max(1.0 - p, 0.0))
+    p_each = torch.tensor([p, p, p, p, p_rot, p, p_rot, p, p, p, p, p, p, p], dtype=torch.float64)
+    applies = on < p_each
+    out = torch.zeros(n, PARAMS, dtype=torch.float64)
+    if "blit" in groups:
+        out[:, 0] = torch.where(applies[:, 0], coin[:, 0], 0)
+        out[:, 1] = torch.where(applies[:, 1], quarter, 0)
+        shift = torch.round((u[:, 0:2] * 2 - 1) * XINT_MAX * size)
+        out[:, 2:4] = torch.where(applies[:, 2:3], shift, 0.0)
+    inverse = torch.eye(2, dtype=torch.float64).repeat(n, 1, 1)  # output position -> input position
+    offset = torch.zeros(n, 2, dtype=torch.float64)
+    if "geom" in groups:
+        one = torch.ones(n, dtype=torch.float64)
+        s = torch.where(applies[:, 3], torch.exp2(normal[:, 0] * SCALE_STD), one)
+        pre = torch.where(applies[:, 4], (u[:, 2] * 2 - 1) * math.pi, 0.0)
+        a = torch.where(applies[:, 5], torch.exp2(normal[:, 1] * SCALE_STD), one)
+        post = torch.where(applies[:, 6], (u[:, 3] * 2 - 1) * math.pi, 0.0)
+        t = torch.where(applies[:, 7:8], normal[:, 2:4] * XFRAC_STD * size, 0.0)
+        # the content goes through scale, rotation, aniso, rotation, shift: a point of the output comes from
+        # S^-1 R1^-1 A^-1 R2^-1 (x - t)
+        inverse = _diag(1 / s, 1 / s) @ _rotation(-pre) @ _diag(1 / a, a) @ _rotation(-post)
+        offset = -(inverse @ t.unsqueeze(-1)).squeeze(-1)
+    out[:, GEOM] = torch.cat([inverse, offset.unsqueeze(-1)], -1).flatten(1)
+    matrix = torch.eye(4, dtype=torch.float64).repeat(n, 1, 1)
+    if "color" in groups:
+        eye = torch.eye(3, dtype=torch.float64)
+        vv = torch.outer(LUMA, LUMA)
+        b = torch.where(applies[:, 8], normal[:, 4] * BRIGHTNESS_STD, 0.0)
+        c = torch.where(applies[:, 9], torch.exp2(normal[:, 5] * CONTRAST_STD), 1.0)
+        flip = torch.where(applies[:, 10], coin[:, 1], 0).double()
+        hue = torch.where(applies[:, 11], (u[:, 4] * 2 - 1) * math.pi, 0.0)
+        sat = torch.where(applies[:, 12], torch.exp2(normal[:, 6] * SATURATION_STD), 1.0)
+        steps = [
+            _affine(eye.expand(n, 3, 3), b.unsqueeze(-1).expand(n, 3)),  # brightness
+            _affine(c.view(n, 1, 1) * eye, None),  # contrast
+            _affine(eye - 2 * flip.view(n, 1, 1) * vv, None),  # luma flip
+            _affine(_about_luma(hue), None),  # hue
+            _affine(vv + (eye - vv) * sat.view(n, 1, 1), None),  # saturation
+        ]
+        for step in steps:
+            matrix = step @ matrix
+    out[:, COLOR] = matrix[:, :3, :].flatten(1)
+    if "cutout" in groups:
+        out[:, 22] = applies[:, 13].double()
+        out[:, 23:25] = u[:, 5:7]
+    return out.float()
+
+
+def _affine(linear: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+    n = linear.shape[0]
+    m = torch.eye(4, dtype=torch.float64).repeat(n, 1, 1)
+    m[:, :3, :3] = linear
+    if shift is not None:
+        m[:, :3, 3] = shift
+    return m
+
+
+def _reflect(index: torch.Tensor, size: int) -> torch.Tensor:
+    """Indices mirrored into [0, size) without repeating the edge (as F.pad's "reflect")."""
+    period = 2 * (size - 1)
+    r = index.remainder(period)
+    return torch.where(r >= size, period - r, r)
+
+
+def blit(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """Flip (x), quarter turns, then a whole-pixel shift with mirrored fill; each output pixel is an input pixel."""
+    n, c, h, w = x.shape
+    flip, turns, dx, dy = (params[:, i].round().long().view(n, 1, 1) for i in range(4))
+    # output pixel centres about the image's centre, doubled to stay integer: 2j + 1 - w
+    v = (2 * torch.arange(h, device=x.device) + 1 - h).view(1, h, 1).expand(n, h, w) - 2 * dy
+    u = (2 * torch.arange(w, device=x.device) + 1 - w).view(1, 1, w).expand(n, h, w) - 2 * dx
+    for k in range(1, 4):  # undo the quarter turns (counter-clockwise on the screen: (u, v) -> (v, -u))
+        turned = turns >= k
+        u, v = torch.where(turned, -v, u), torch.where(turned, u, v)
+    u = torch.where(flip.bool(), -u, u)
+    rows, cols = _reflect((v + h - 1) // 2, h), _reflect((u + w - 1) // 2, w)
+    index = (rows * w + cols).view(n, 1, h * w).expand(n, c, h * w)
+    return x.reshape(n, c, h * w).gather(2, index).view(x.shape)
+
+
+def _filter(x: torch.Tensor, taps: torch.Tensor, dim: int) -> torch.Tensor:
+    """Correlate each channel of x with `taps` along `dim` (2: rows, 3: columns), no padding."""
+    c = x.shape[1]
+    shape = (c, 1, len(taps), 1) if dim == 2 else (c, 1, 1, len(taps))
+    return F.conv2d(x, taps.to(x.dtype).view(1, 1, *shape[2:]).expand(shape), groups=c)
+
+
+def _up(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """2x upsampling: zeros between the samples, then the filter reversed at gain 2 per axis."""
+    n, c, h, w = x.shape
+    y = torch.zeros(n, c, 2 * h, 2 * w, dtype=x.dtype, device=x.device)
+    y[:, :, ::2, ::2] = x
+    k = (math.sqrt(2) * taps).flip(0)
+    y = F.pad(y, (6, 5, 6, 5))
+    return _filter(_filter(y, k, 2), k, 3)
+
+
+def _down(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """2x downsampling through the filter at gain 1: with _up, the identity (the wavelet is orthogonal)."""
+    k = taps / math.sqrt(2)
+    y = F.pad(x, (5, 6, 5, 6))
+    return _filter(_filter(y, k, 2), k, 3)[:, :, ::2, ::2]
+
+
+def geometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """Resample each image at its inverse matrix (params (n, 6): output position -> input position, in pixels
+    about the centre), anti-aliased 2x; differentiable in x."""
+    n, c, h, w = x.shape
+    inverse = params.view(n, 2, 3).double()
+    corners = torch.tensor([[-1, -1], [1, -1], [-1, 1], [1, 1]], dtype=torch.float64) * torch.tensor([w, h]) / 2
+    reach = (inverse[:, :, :2] @ corners.T.unsqueeze(0) + inverse[:, :, 2:]).abs()  # (n, 2, 4): |x|, |y|
+    beyond = float((reach.amax(dim=(0, 2)) - torch.tensor([w, h]) / 2).max())
+    m = int(min(max(math.ceil(beyond), 0) + 6, min(h, w) - 1))  # mirrored margin: the reach and the filters'
+    taps = torch.tensor(SYM6, dtype=torch.float64, device=x.device)
+    up = _up(F.pad(x, (m, m, m, m), mode="reflect"), taps)
+    hp, wp = h + 2 * m, w + 2 * m
+    # canvas pixel centres (in input pixels about the centre) -> where they come from, normalised for grid_sample
+    ys = (torch.arange(2 * hp, dtype=torch.float64) + 0.5) / 2 + DELAY - hp / 2
+    xs = (torch.arange(2 * wp, dtype=torch.float64) + 0.5) / 2 + DELAY - wp / 2
+    points = torch.stack([xs.view(1, -1).expand(2 * hp, -1), ys.view(-1, 1).expand(-1, 2 * wp)], -1)
+    source = torch.einsum("nij,hwj->nhwi", inverse[:, :, :2], points) + inverse[:, :, 2].view(n, 1, 1, 2)
+    grid = ((source - DELAY) / torch.tensor([wp / 2, hp / 2], dtype=torch.float64)).to(x.device, x.dtype)
+    sampled = F.grid_sample(up, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+    return _down(sampled, taps)[:, :, m : m + h, m : m + w]
+
+
+def colour(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """Each image through its 3x4 colour matrix (on one channel: the matrix's mean row)."""
+    n, c = x.shape[:2]
+    m = params.view(n, 3, 4).to(x.dtype)
+    if c == 1:
+        m = m.mean(dim=1, keepdim=True)
+        return x * m[:, :, :3].sum(-1).view(n, 1, 1, 1) + m[:, :, 3].view(n, 1, 1, 1)
+    return torch.einsum("nij,njhw->nihw", m[:, :, :3], x) + m[:, :, 3].view(n, 3, 1, 1)
+
+
+def cutout(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """Zero a square of half the side centred at params' (y, x) in [0, 1), where params' first column is 1."""
+    n, _, h, w = x.shape
+    on, cy, cx = (params[:, i].to(x.device).view(n, 1, 1) for i in range(3))
+    rows = ((torch.arange(h, device=x.device) + 0.5) / h).view(1, h, 1)
+    cols = ((torch.arange(w, device=x.device) + 0.5) / w).view(1, 1, w)
+    hole = ((rows - cy).abs() < CUTOUT / 2) & ((cols - cx).abs() < CUTOUT / 2) & on.bool()
+    return x * (~hole).unsqueeze(1).to(x.dtype)
+
+
+def apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Tensor:
+    """Images `x` (N, C, H, W, square; C 1 or 3) through their transforms (`params` from `draw`); an image
+    whose transforms are all off passes unchanged. Differentiable in `x`."""
+    n = x.shape[0]
+    identity = torch.tensor([1.0, 0, 0, 0, 1, 0])
+    if "blit" in groups and params[:, BLIT].any():
+        x = blit(x, params[:, BLIT].to(x.device))
+    moved = (params[:, GEOM] != identity).any(1)
+    if "geom" in groups and moved.any():
+        x = torch.where(moved.to(x.device).view(n, 1, 1, 1), geometric(x, params[:, GEOM]), x)
+    if "color" in groups:
+        x = colour(x, params[:, COLOR].to(x.device))
+    if "cutout" in groups:
+        x = cutout(x, params[:, CUT])
+    return x

@@ -1,0 +1,148 @@
+"""[augment] pipeline = "ada": ADA's blit, geom, color and cutout groups (Karras et al. 2020, appendix B)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bigbatch
+from bigbatch.errors import BigbatchError
+from bigbatch.tasks.gan import ada
+from bigbatch.tasks.gan.augment import Augment
+
+ALL = ["blit", "geom", "color", "cutout"]
+IDENTITY = [1.0, 0, 0, 0, 1, 0]
+
+
+def centred(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pixel centres' (x, y) about the image's centre."""
+    c = torch.arange(n, dtype=torch.float64) + 0.5 - n / 2
+    return c.view(1, n).expand(n, n), c.view(n, 1).expand(n, n)
+
+
+def blob(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A smooth image (a Gaussian off the centre), as a function of position."""
+    return torch.exp(-((x - 3) ** 2 + (y + 2) ** 2) / 30)
+
+
+def geom(inverse: torch.Tensor, offset=(0.0, 0.0)) -> torch.Tensor:
+    return torch.cat([inverse.double(), torch.tensor(offset, dtype=torch.float64).view(2, 1)], -1).view(1, 6)
+
+
+def test_blit_moves_whole_pixels():
+    x = torch.randn(256, 3, 16, 16, dtype=torch.float64)
+    params = ada.draw(["blit"], 1.0, 256, 16, 0, 99, 1)
+    flips, turns, shifts = params[:, 0], params[:, 1], params[:, 2:4]
+    assert set(flips.tolist()) == {0.0, 1.0} and set(turns.tolist()) == {0.0, 1.0, 2.0, 3.0}
+    assert set(shifts.flatten().tolist()) == {-2.0, -1.0, 0.0, 1.0, 2.0}  # up to 1/8 of the side
+    want = []
+    for img, (flip, k, dx, dy) in zip(x, params[:, :4].long().tolist()):
+        img = torch.rot90(img.flip(-1) if flip else img, k, (-2, -1))
+        padded = F.pad(img.unsqueeze(0), (2, 2, 2, 2), mode="reflect")[0]  # the shift fills with the mirror image
+        want.append(padded[:, 2 - dy : 2 - dy + 16, 2 - dx : 2 - dx + 16])
+    assert torch.equal(ada.apply(x, params, ["blit"]), torch.stack(want))
+    assert torch.equal(ada.apply(x.to(memory_format=torch.channels_last), params, ["blit"]), torch.stack(want))
+
+
+def test_geom_resamples_about_the_centre_through_the_wavelet_pair():
+    xs, ys = centred(32)
+    img = blob(xs, ys).expand(1, 3, 32, 32).contiguous()
+    noise = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    # the identity: the sym6 pair's up and down passes undo each other
+    assert (ada.geometric(noise, torch.tensor([IDENTITY] * 2)) - noise).abs().max() < 1e-10
+    # a quarter turn, about the image's centre: torch.rot90 within the interpolation's error
+    quarter = ada.geometric(img, geom(torch.tensor([[0.0, 1.0], [-1.0, 0.0]])))
+    assert (quarter - torch.rot90(img, 3, (-2, -1))).abs().max() < 3e-3
+    # fractional translation and scaling: the blob moved and magnified (the inverse maps output to input)
+    shifted = ada.geometric(img, geom(torch.eye(2), (-0.5, 0.25)))
+    want = blob(xs - 0.5, ys + 0.25)
+    assert (shifted[0, 0] - want).abs().max() < 3e-3 < (img[0, 0] - want).abs().max()
+    scaled = ada.geometric(img, geom(torch.eye(2) / 1.25))
+    inner = slice(6, 26)
+    assert (scaled[0, 0] - blob(xs / 1.25, ys / 1.25))[inner, inner].abs().max() < 5e-3
+    # an arbitrary rotation where the output stays inside the input
+    c, s = math.cos(0.5), math.sin(0.5)
+    turned = ada.geometric(img, geom(torch.tensor([[c, s], [-s, c]])))
+    assert (turned[0, 0] - blob(c * xs + s * ys, -s * xs + c * ys))[inner, inner].abs().max() < 5e-3
+
+
+def test_draws_follow_the_papers_strengths_and_p():
+    n = 4000
+    params = ada.draw(ALL, 1.0, n, 32, 0, 99, 1)
+    # color: M v = ±c v on the luma axis v, c·s times a rotation on the plane across it, offset ±c·b along v
+    m = params[:, ada.COLOR].view(n, 3, 4).double()
+    v = torch.ones(3, dtype=torch.float64) / math.sqrt(3)
+    mv = m[:, :, :3] @ v
+    c = mv @ v
+    assert torch.allclose(mv, c.unsqueeze(1) * v, atol=1e-5)
+    u1 = torch.tensor([1.0, -1.0, 0], dtype=torch.float64) / math.sqrt(2)
+    u2 = torch.linalg.cross(v, u1)
+    plane = torch.stack([u1, u2], 1)  # (3, 2)
+    across = plane.T @ m[:, :, :3] @ plane  # (n, 2, 2): c·s·R(hue)
+    cs = across.det().sqrt()
+    assert torch.allclose(
+        across @ across.transpose(1, 2), cs.view(n, 1, 1) ** 2 * torch.eye(2, dtype=torch.float64), atol=1e-4
+    )
+    b = (m[:, :, 3] @ v) / (c * math.sqrt(3))
+    flipped = c < 0
+    assert abs(flipped.double().mean() - 0.5) < 0.03  # luma flip: a coin
+    assert abs(c.abs().log2().std() - 0.5) < 0.03 and abs(b.std() - 0.2) < 0.01  # contrast, brightness
+    assert abs((cs / c.abs()).log2().std() - 1.0) < 0.05  # saturation
+    hue = torch.atan2(across[:, 1, 0], across[:, 0, 0])
+    assert abs(hue.abs().mean() - math.pi / 2) < 0.05  # uniform in (-pi, pi)
+    # geom with p: all five off with (1 - p)^3 (1 - p_rot)^2 = (1 - p)^4, the rotations each at 1 - sqrt(1 - p)
+    for p in (0.3, 0.7):
+        still = (ada.draw(["geom"], p, n, 32, 0, 99, 2)[:, ada.GEOM] == torch.tensor(IDENTITY)).all(1)
+        assert abs(still.double().mean() - (1 - p) ** 4) < 0.03
+    # blit: each flip, turn and shift with p
+    blit = ada.draw(["blit"], 0.3, n, 32, 0, 99, 3)
+    assert abs((blit[:, 0] == 1).double().mean() - 0.3 * 0.5) < 0.02
+    assert abs((blit[:, 1] != 0).double().mean() - 0.3 * 0.75) < 0.02
+    # the same numbers whatever the groups: turning one on changes no other's
+    assert torch.equal(
+        ada.draw(["color"], 0.5, 9, 32, 0, 99, 1)[:, ada.COLOR], ada.draw(ALL, 0.5, 9, 32, 0, 99, 1)[:, ada.COLOR]
+    )
+
+
+def test_p_0_passes_the_images_and_everything_is_differentiable():
+    x = torch.randn(64, 3, 16, 16)
+    assert torch.equal(ada.apply(x, ada.draw(ALL, 0.0, 64, 16, 0, 99, 1), ALL), x)
+    grey = torch.randn(8, 1, 16, 16)  # one channel: the colour matrix's mean row
+    params = ada.draw(["color"], 1.0, 8, 16, 0, 99, 1)
+    m = params[:, ada.COLOR].view(8, 3, 4).mean(1)
+    assert torch.allclose(
+        ada.apply(grey, params, ["color"]), grey * m[:, :3].sum(1).view(8, 1, 1, 1) + m[:, 3].view(8, 1, 1, 1)
+    )
+    x = torch.randn(3, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+    params = ada.draw(ALL, 1.0, 3, 8, 0, 99, 2)
+    assert torch.autograd.gradcheck(lambda t: ada.apply(t, params, ALL), (x,))
+
+
+def test_cutout_zeroes_a_square_of_half_the_side():
+    x = torch.ones(500, 1, 16, 16)
+    params = ada.draw(["cutout"], 1.0, 500, 16, 0, 99, 1)
+    holes = (ada.apply(x, params, ["cutout"]) == 0).sum(dim=(1, 2, 3))
+    cy, cx = params[:, 23], params[:, 24]
+    inside = ((cy - 0.25 >= 0) & (cy + 0.25 <= 1) & (cx - 0.25 >= 0) & (cx + 0.25 <= 1)).bool()
+    assert (holes[inside] == 64).all() and (holes <= 64).all() and (holes > 0).all()
+
+
+def test_the_pipeline_is_a_setting():
+    cfg = bigbatch.preset("digits").override(
+        {"augment.pipeline": "ada", "augment.policy": "bgc", "augment.target": 0.6}
+    )
+    assert cfg.augment.transforms == ["blit", "geom", "color"]
+    aug = Augment(cfg.augment, seed=0)
+    assert aug.p == 0.0 and aug.draw(8, 32, 13, 0).shape == (8, ada.PARAMS)
+    bad = [
+        (
+            {"augment.pipeline": "ada", "augment.policy": "translation", "augment.p": 0.5},
+            "unknown to augment.pipeline 'ada'",
+        ),
+        ({"augment.pipeline": "ada", "augment.policy": "bgc"}, "set augment.target"),
+        ({"augment.pipeline": "ada", "augment.policy": "geom,geom", "augment.p": 0.5}, r"'geom' \(twice\)"),
+    ]
+    for override, message in bad:
+        with pytest.raises(BigbatchError, match=message):
+            bigbatch.preset("digits").override(override)
