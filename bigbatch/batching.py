@@ -9,7 +9,7 @@ from bigbatch.engine import dist
 from bigbatch.engine.memory import format_bytes, parse_bytes
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 @register_check("train")
@@ -25,7 +25,11 @@ def _check_memory_budget(t: TrainConfig) -> None:
 def replicator_for(cfg: Config) -> Replicator:
     """The engine this process would train `cfg` with (joins torchrun's process group if there is one)."""
     t = cfg.train
-    check_schedule(cfg, dist.context(t.device))
+    ctx = dist.context(t.device)
+    check_schedule(cfg, ctx)
+    if t.memory_budget and t.micro_batch != "auto" and ctx.rank == 0:
+        warn(f'train.memory_budget is read by micro_batch "auto" only: at micro_batch {t.micro_batch} nothing holds '
+             "the step to it")  # fmt: skip
     return Replicator(
         schedule_of(cfg).phases[0].batch,
         t.micro_batch,

@@ -97,3 +97,16 @@ def test_resumed_auto_run_keeps_its_micro_batch(tiny, tmp_path, monkeypatch):
     (ckpt / "meta.json").write_text(json.dumps(meta))
     bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
     assert json.loads((run / "plan.json").read_text())["micro_batch"] == planned
+
+
+def test_a_new_budget_on_resume_plans_again_and_a_fixed_micro_batch_says_it_ignores_one(tiny, tmp_path, capsys):
+    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "600KB"})
+    run = bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "auto", quiet=True)
+    before = json.loads((run / "plan.json").read_text())
+    capsys.readouterr()
+    bigbatch.train(cfg.override({"train.memory_budget": "6MB"}), run_dir=run, resume=True, quiet=True)
+    after = json.loads((run / "plan.json").read_text())
+    assert "train.memory_budget is 5.7 MiB, the checkpoint's plan was made for 0.6 MiB" in capsys.readouterr().err
+    assert after["memory_budget_bytes"] == 6_000_000 and after["micro_batch"] > before["micro_batch"]
+    bigbatch.train(tiny.override({"train.memory_budget": "6MB"}), run_dir=tmp_path / "fixed", quiet=True)
+    assert 'train.memory_budget is read by micro_batch "auto" only' in capsys.readouterr().err

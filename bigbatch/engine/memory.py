@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -217,3 +217,17 @@ def hold_freed_memory() -> bool:
         return False
     settings = ((_M_MMAP_THRESHOLD, 2**31 - 1), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 2**30))
     return all(mallopt(param, value) == 1 for param, value in settings)
+
+
+def plan_holds(plan: dict, world_size: int, budget: int | None, speak: bool) -> bool:
+    """Whether a resumed micro_batch "auto" run keeps the plan its checkpoint holds: one made for this world
+    size and, where a budget is given, for this budget (else it probes again, and `speak`s of a new budget)."""
+    if plan["world_size"] != world_size:
+        return False
+    if budget is not None and budget != plan["memory_budget_bytes"]:
+        if speak:
+            before = format_bytes(plan["memory_budget_bytes"])
+            warn(f'train.memory_budget is {format_bytes(budget)}, the checkpoint\'s plan was made for {before}: '
+                 'micro_batch "auto" is probed again')  # fmt: skip
+        return False
+    return True

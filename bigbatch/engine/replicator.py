@@ -561,7 +561,7 @@ class Replicator:
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
         plan = state.get("plan")
-        if self._auto and plan and plan["world_size"] == self.world_size:
+        if self._auto and plan and memory.plan_holds(plan, self.world_size, self.memory_budget, self.is_main):
             self.use_micro_batch(int(plan["micro_batch"]))
             self.budget = plan["memory_budget_bytes"]
             self.probes = [memory.Probe(**p) for p in plan["probes"]]

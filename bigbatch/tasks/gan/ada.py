@@ -181,24 +181,28 @@ def _down(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
 
 def geometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """Resample each image at its inverse matrix (params (n, 6): output position -> input position, in pixels
-    about the centre), anti-aliased 2x; differentiable in x."""
+    about the centre), anti-aliased 2x; differentiable in x. Computed in float32 (float64 for float64 x)
+    on x's device: positions in bf16 would be off by a pixel."""
     n, c, h, w = x.shape
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     inverse = params.view(n, 2, 3).double()
     corners = torch.tensor([[-1, -1], [1, -1], [-1, 1], [1, 1]], dtype=torch.float64) * torch.tensor([w, h]) / 2
     reach = (inverse[:, :, :2] @ corners.T.unsqueeze(0) + inverse[:, :, 2:]).abs()  # (n, 2, 4): |x|, |y|
     beyond = float((reach.amax(dim=(0, 2)) - torch.tensor([w, h]) / 2).max())
     m = int(min(max(math.ceil(beyond), 0) + 6, min(h, w) - 1))  # mirrored margin: the reach and the filters'
-    taps = torch.tensor(SYM6, dtype=torch.float64, device=x.device)
-    up = _up(F.pad(x, (m, m, m, m), mode="reflect"), taps)
+    taps = torch.tensor(SYM6, dtype=dtype, device=x.device)
+    up = _up(F.pad(x.to(dtype), (m, m, m, m), mode="reflect"), taps)
     hp, wp = h + 2 * m, w + 2 * m
     # canvas pixel centres (in input pixels about the centre) -> where they come from, normalised for grid_sample
-    ys = (torch.arange(2 * hp, dtype=torch.float64) + 0.5) / 2 + DELAY - hp / 2
-    xs = (torch.arange(2 * wp, dtype=torch.float64) + 0.5) / 2 + DELAY - wp / 2
+    on = dict(dtype=dtype, device=x.device)
+    ys = (torch.arange(2 * hp, **on) + 0.5) / 2 + DELAY - hp / 2
+    xs = (torch.arange(2 * wp, **on) + 0.5) / 2 + DELAY - wp / 2
     points = torch.stack([xs.view(1, -1).expand(2 * hp, -1), ys.view(-1, 1).expand(-1, 2 * wp)], -1)
+    inverse = inverse.to(**on)
     source = torch.einsum("nij,hwj->nhwi", inverse[:, :, :2], points) + inverse[:, :, 2].view(n, 1, 1, 2)
-    grid = ((source - DELAY) / torch.tensor([wp / 2, hp / 2], dtype=torch.float64)).to(x.device, x.dtype)
+    grid = (source - DELAY) / torch.tensor([wp / 2, hp / 2], **on)
     sampled = F.grid_sample(up, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-    return _down(sampled, taps)[:, :, m : m + h, m : m + w]
+    return _down(sampled, taps)[:, :, m : m + h, m : m + w].to(x.dtype)
 
 
 def colour(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
