@@ -349,7 +349,7 @@ def _intact(ckpt: Path) -> bool:
         return False
 
 
-def _published(run: Path) -> list[Path]:
+def published(run: Path) -> list[Path]:
     """Every checkpoint folder of a run (`checkpoints/<kimg>`, complete or not; not best/), newest first.
     A folder is written hidden and renamed into place whole, so one that is incomplete is damaged."""
     root = Path(run) / "checkpoints"
@@ -357,7 +357,7 @@ def _published(run: Path) -> list[Path]:
     return sorted(found, key=lambda p: float(p.name), reverse=True)
 
 
-def _check_complete(ckpt: Path) -> None:
+def check_complete(ckpt: Path) -> None:
     """Corrupt unless the checkpoint holds every file its meta.json lists, at its recorded size."""
     if (corrupt := _corrupt_by_size(ckpt)) is not None:
         raise corrupt
@@ -372,8 +372,8 @@ def resume_checkpoint(run: Path) -> Path | None:
     each one passed over (moved aside); None if the run has none yet (stopped before its first); a
     BigbatchError if it has some but none intact (then and after: the damaged ones are aside, not gone).
     Rank 0's work: the other ranks take its answer."""
-    published = _published(run)
-    if not published:
+    found = published(run)
+    if not found:
         if aside := sorted((Path(run) / "checkpoints").glob(f"{ASIDE}*")):
             raise BigbatchError(
                 f"no checkpoint of {run} is intact: the damaged ones were moved aside ({aside[-1].name}, ...); "
@@ -386,10 +386,10 @@ def resume_checkpoint(run: Path) -> Path | None:
         first = e.ckpt
     except BigbatchError:  # none is complete: each is looked at below
         first = None
-    others = [c for c in published if c != first]
+    others = [c for c in found if c != first]
     for ckpt in [first, *others] if first is not None else others:
         try:
-            _check_complete(ckpt)
+            check_complete(ckpt)
             verify(ckpt)
             return ckpt
         except (Corrupt, Pruned) as e:

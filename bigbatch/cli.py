@@ -189,6 +189,10 @@ def _info(args: argparse.Namespace) -> None:
             f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
         )
     print(describe_run(args.path))
+    if args.verify:
+        from bigbatch.info import verify_run
+
+        print(verify_run(args.path))
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -460,7 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
     i.add_argument("path", metavar="PATH")
-    i.add_argument("--verify", action="store_true", help="data file: recompute its content hash")
+    i.add_argument(
+        "--verify", action="store_true", help="read everything back: a data file's content hash, a run's checkpoints"
+    )
     i.set_defaults(func=_info)
 
     ps = sub.add_parser("presets", help="list the named recipes")

@@ -8,6 +8,7 @@ from pathlib import Path
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.data.schedule import phase_trained, resolution_trained, schedule_of
+from bigbatch.errors import BigbatchError
 from bigbatch.rundir import read_metrics
 
 
@@ -97,3 +98,34 @@ def describe_run(path: str | Path) -> str:
 
 def _row_text(row: dict) -> str:
     return "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
+
+
+def verify_run(path: str | Path) -> str:
+    """Every checkpoint of a run (its checkpoints/<kimg> folders and best/), or the one checkpoint named, read
+    back against the checksums its meta.json recorded: prints a line each, then returns a summary, or
+    raises BigbatchError naming the first damaged one."""
+    path = Path(path)
+    if (path / "checkpoints").is_dir():
+        best = checkpoints.best_checkpoint(path)
+        found = checkpoints.published(path) + ([best] if best is not None else [])
+    else:
+        found = [path]
+    lines, damaged = [], []
+    for ckpt in found:
+        try:
+            checkpoints.check_complete(ckpt)
+            meta = checkpoints.verify(ckpt)
+        except BigbatchError as e:
+            damaged.append(str(e))
+            lines.append(f"damaged   {ckpt}")
+            continue
+        sums = (meta.get("checksums") or {}).get(checkpoints.CHECKSUM)
+        how = f"{checkpoints.CHECKSUM} checksums" if isinstance(sums, dict) else "sizes (written before checksums)"
+        lines.append(f"verified  {ckpt}: {len(meta['files'])} files, by their {how}")
+    if not found:
+        lines.append(f"{path} has no checkpoint yet")
+    print("\n".join(lines), flush=True)
+    if damaged:
+        more = f" (and {len(damaged) - 1} more, listed above)" if len(damaged) > 1 else ""
+        raise BigbatchError(f"{damaged[0]}{more}")
+    return f"{len(found)} checkpoint{'s' * (len(found) != 1)} verified"

@@ -451,3 +451,17 @@ def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
         assert "Traceback" not in err, err
         assert p.returncode == 128 + signal.SIGTERM and err == "bigbatch: stopped by SIGTERM\n", (p.returncode, err)
         assert not list(tmp_path.glob(".out.h5.partial-*"))
+
+
+def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys):
+    run = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "run", quiet=True)
+    capsys.readouterr()
+    assert main(["info", str(run), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("verified  ") == 2 and "xxh3_128 checksums" in out and "2 checkpoints verified" in out
+    flip_byte(run / "checkpoints" / "000000.256" / "D.safetensors")  # the older one, damaged on disk
+    assert main(["info", str(run), "--verify"]) == 2
+    out, err = capsys.readouterr()
+    assert "verified  " in out and f"damaged   {run / 'checkpoints' / '000000.256'}" in out
+    assert err.count("\n") == 1 and "000000.256 is corrupt: D.safetensors does not match" in err
+    assert main(["info", str(run / "checkpoints" / "000000.512"), "--verify"]) == 0  # one checkpoint alone
