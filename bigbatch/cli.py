@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import shlex
 import signal
@@ -550,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except OSError as e:  # a path that cannot be written (disk full, read-only) or read
         where = f"{e.filename}: " if e.filename else ""
-        print(f"bigbatch: error: {where}{e.strerror or e}", file=sys.stderr)
+        full = "; free space there (a run resumes from its latest checkpoint with --resume)" * (e.errno == errno.ENOSPC)
+        print(f"bigbatch: error: {where}{e.strerror or e}{full}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bigbatch: interrupted", file=sys.stderr)

@@ -5,13 +5,30 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from typing import Any
 
 from tqdm import tqdm
 
 from bigbatch.engine.replicator import Replicator
+from bigbatch.errors import warn
 from bigbatch.rundir import Run
+
+
+def _quiet_tensorboard_thread() -> None:
+    """TensorBoard's writer thread re-raises a failed write (a full disk) after handing it to the writer, whose
+    next call raises it where Progress sees it: that thread's own traceback is left unprinted."""
+    hook = threading.excepthook
+    if getattr(hook, "_bigbatch", False):
+        return
+
+    def quiet(args: threading.ExceptHookArgs) -> None:
+        if not (type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError)):
+            hook(args)
+
+    quiet._bigbatch = True  # type: ignore[attr-defined]
+    threading.excepthook = quiet
 
 
 class Window:
@@ -65,7 +82,11 @@ class Progress:
         if self.main:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg if resumed else None)
+            _quiet_tensorboard_thread()
+            try:
+                self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg if resumed else None)
+            except OSError as e:
+                self._drop_tb(e)
         self.bar = tqdm(
             total=self.total,
             initial=min(nimg, self.total),
@@ -128,16 +149,33 @@ class Progress:
 
     def write(self, nimg: int, row: dict[str, Any]) -> None:
         self.run.log(row)
-        for k, v in row.items():
-            if k not in ("kimg", "step", "seconds"):
-                self.tb.add_scalar(k, v, nimg)
-        self.tb.add_scalar("kimg", row["kimg"], nimg)
-        self.tb.flush()
+        if self.tb is None:
+            return
+        try:
+            for k, v in row.items():
+                if k not in ("kimg", "step", "seconds"):
+                    self.tb.add_scalar(k, v, nimg)
+            self.tb.add_scalar("kimg", row["kimg"], nimg)
+            self.tb.flush()
+        except OSError as e:  # TensorBoard's copy of the log: the run goes on without it, metrics.jsonl holds all
+            self._drop_tb(e)
+
+    def _drop_tb(self, e: OSError) -> None:
+        tb, self.tb = self.tb, None
+        warn(f"TensorBoard's log in {self.run.path / 'tb'} stopped ({e.strerror or e}); metrics.jsonl goes on")
+        try:
+            if tb is not None:
+                tb.close()
+        except OSError:
+            pass
 
     def close(self) -> None:
         self.bar.close()
         if self.tb is not None:
-            self.tb.close()
+            try:
+                self.tb.close()
+            except OSError as e:
+                self._drop_tb(e)
 
 
 def format_seconds(s: float) -> str:

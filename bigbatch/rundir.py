@@ -156,8 +156,14 @@ class Run:
 
     # ---- metrics.jsonl ---------------------------------------------------------------------------
     def log(self, row: dict[str, Any]) -> None:
-        with open(self.path / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        path = self.path / "metrics.jsonl"
+        try:
+            with open(path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError as e:  # a failed write (a full disk) names no file: this one
+            if e.filename:
+                raise
+            raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 def check_replicas(task: Task, nimg: int) -> None:

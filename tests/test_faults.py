@@ -465,3 +465,44 @@ def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys
     assert "verified  " in out and f"damaged   {run / 'checkpoints' / '000000.256'}" in out
     assert err.count("\n") == 1 and "000000.256 is corrupt: D.safetensors does not match" in err
     assert main(["info", str(run / "checkpoints" / "000000.512"), "--verify"]) == 0  # one checkpoint alone
+
+
+def test_a_full_disk_stops_tensorboard_with_a_warning_and_the_run_with_one_line(tiny, tmp_path, capsys, monkeypatch):
+    import errno
+
+    import tensorboard.summary.writer.record_writer as record_writer
+
+    write, calls = record_writer.RecordWriter.write, []
+
+    def fills_up(self, data):  # TensorBoard's event file: the disk fills after a few records
+        calls.append(1)
+        if len(calls) > 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", fills_up)
+    run = bigbatch.train(tiny.override({"train.log_every_kimg": 0.064}), run_dir=tmp_path / "run", quiet=True)
+    err = capsys.readouterr().err
+    assert err.count("TensorBoard's log in") == 1 and "stopped (No space left on device)" in err, err
+    assert "Traceback" not in err  # (its writer thread printed one)
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 8  # the log went on
+
+    class Full:  # then metrics.jsonl's disk: the run stops, in one line naming the file and the fix
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")  # (a failed write names no file)
+
+    def opens(path, *args, **kwargs):
+        return Full() if str(path).endswith("metrics.jsonl") else open(path, *args, **kwargs)
+
+    monkeypatch.setattr("bigbatch.rundir.open", opens, raising=False)
+    monkeypatch.setattr(record_writer.RecordWriter, "write", write)  # TensorBoard's disk has room again
+    argv = ["train", "--preset", "digits", "train.kimg=0.064", "model.ch=8", "data.resolution=16"]
+    assert main([*argv, "--run-dir", str(tmp_path / "full")]) == 2
+    err = one_error_line(capsys)
+    assert "metrics.jsonl: No space left on device; free space there" in err and "--resume" in err
