@@ -46,6 +46,14 @@ class Corrupt(BigbatchError):
         self.ckpt = ckpt
 
 
+ADVICE = "; use another checkpoint of the run"  # how Corrupt's messages end, for one reader of one checkpoint
+
+
+def damage(e: BigbatchError) -> str:
+    """What is wrong with a checkpoint, without the advice to a reader of that one checkpoint."""
+    return str(e).removesuffix(ADVICE)
+
+
 class Pruned(BigbatchError):
     """A checkpoint deleted (by its run, which keeps the newest checkpoint.keep) while it was being read."""
 
@@ -159,15 +167,16 @@ def _write_folder(
         contents["state.pt"] = buffer.getbuffer()
         contents["config.toml"] = config_text.encode()
         files, sums = {}, {}
-        for name, data in sorted(contents.items()):
-            write_file(tmp / name, data)
-            files[name], sums[name] = len(data), xxhash.xxh3_128(data).hexdigest()
+        for fname, data in sorted(contents.items()):  # (not `name`: the checkpoint's, in the message below)
+            write_file(tmp / fname, data)
+            files[fname], sums[fname] = len(data), xxhash.xxh3_128(data).hexdigest()
         meta = {"nimg": nimg, "kimg": nimg / 1000, **(info or {}), "files": files, "checksums": {CHECKSUM: sums}}
         atomic_write(tmp / "meta.json", json.dumps(meta, indent=1))
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BigbatchError(
-            f"cannot write checkpoint {root / name}: {e.strerror or e} (its partial folder is removed; the "
+            f"cannot write checkpoint {root / name}: {Path(e.filename).name + ': ' if e.filename else ''}"
+            f"{e.strerror or e} (its partial folder is removed; the "
             f"checkpoints before it are intact); free space, then resume with: bigbatch train --run-dir "
             f"{shlex.quote(str(root.parent))} --resume"
         ) from None
@@ -246,7 +255,7 @@ def _corrupt_by_size(ckpt: Path) -> Corrupt | None:
         if p.is_file() and p.stat().st_size != size:
             return Corrupt(
                 f"checkpoint {ckpt} is corrupt: {fname} is {p.stat().st_size} bytes, {size} when it was written "
-                "(damaged on disk, or edited); use another checkpoint of the run",
+                f"(damaged on disk, or edited){ADVICE}",
                 ckpt,
             )
     return None
@@ -327,7 +336,7 @@ def _check_sum(ckpt: Path, meta: dict[str, Any], name: str, found: str) -> None:
     if isinstance(sums, dict) and name in sums and found != sums[name]:
         raise Corrupt(
             f"checkpoint {ckpt} is corrupt: {name} does not match the {CHECKSUM} checksum recorded when it was "
-            "written (damaged on disk, or edited); use another checkpoint of the run"
+            f"written (damaged on disk, or edited){ADVICE}"
         )
 
 
@@ -362,8 +371,10 @@ def check_complete(ckpt: Path) -> None:
     if (corrupt := _corrupt_by_size(ckpt)) is not None:
         raise corrupt
     if not is_complete(ckpt):
-        what = "a file its meta.json lists is missing" if read_meta(ckpt) else "its meta.json is missing or unreadable"
-        raise Corrupt(f"checkpoint {ckpt} is damaged: {what}", ckpt)
+        meta = read_meta(ckpt)
+        missing = [f for f in meta["files"] if not (Path(ckpt) / f).is_file()] if meta else []
+        what = f"{missing[0] if missing else 'a file'}, which its meta.json lists, is missing" if meta else ""
+        raise Corrupt(f"checkpoint {ckpt} is damaged: {what or 'its meta.json is missing or unreadable'}", ckpt)
 
 
 def resume_checkpoint(run: Path) -> Path | None:
@@ -398,7 +409,7 @@ def resume_checkpoint(run: Path) -> Path | None:
                 shutil.rmtree(aside, ignore_errors=True)
                 os.replace(ckpt, aside)
             moved = f" (moved aside to {aside.name})" if isinstance(e, Corrupt) else ""
-            warn(f"{e}{moved}; passing over it to the checkpoint before")
+            warn(f"{damage(e)}{moved}; passing over it to the checkpoint before")
     raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
 
 

@@ -85,6 +85,10 @@ def _show_batch(args: argparse.Namespace) -> None:
         rep.close()
     phase = schedule.phase_at(nimg)
     size = f"{phase.resolution or cfg.data.resolution} px, "
+    aug = cfg.augment
+    if cfg.task == "gan" and aug.transforms:  # ADA's p is the run's, known from its log: say which this is
+        started = "; a run's own is its metrics.jsonl's augment_p, give augment.p to see it" if aug.target else ""
+        size += f"[augment] at p {aug.start_p:g}{' (where ADA starts' + started + ')' if aug.target else ''}, "
     print(f"Wrote {out}: the first images of the step at kimg {nimg / 1000:g} ({size}batch {phase.batch}) as fed")
 
 

@@ -311,7 +311,8 @@ class AugmentConfig(Section):
     (a square of half the side set to 0); its BigGAN and StyleGAN2 setting: "color,translation,cutout".
     ADA's groups: "blit" (x-flip, 90° rotations, integer translation), "geom" (scaling, rotation,
     anisotropic scaling, fractional translation), "color" (brightness, contrast, luma flip, hue,
-    saturation), "cutout"; or its names "bg", "bgc" (its default) and "bgcc" (bgc + cutout). "": off."""
+    saturation), "cutout", applied in that order however written; or its names "bg", "bgc" (its default)
+    and "bgcc" (bgc + cutout). "": off."""
     p: float | Literal["auto"] = "auto"
     """Probability that each transform applies to an image. "auto": 0 at the start with augment.target
     (ADA), else 1 (DiffAugment; ADA's pipeline takes a number there, its fixed-p runs use 0.2-0.8)."""
@@ -324,29 +325,38 @@ class AugmentConfig(Section):
 
     def _validate(self) -> None:
         names = self.transforms
-        valid = ("blit", "geom", "color", "cutout") if self.pipeline == "ada" else ("color", "translation", "cutout")
+        ada = self.pipeline == "ada"
+        valid = ("blit", "geom", "color", "cutout") if ada else ("color", "translation", "cutout")
         for name in names:
             if name not in valid or names.count(name) > 1:
                 problem = "twice" if name in valid else f"unknown to augment.pipeline {self.pipeline!r}"
-                self._fail("policy", f"names {name!r} ({problem}); valid: a comma-separated list of {', '.join(valid)}")
+                if ada and (name in ("filter", "noise") or (set(name) <= set("bgcfn") and {"f", "n"} & set(name))):
+                    problem = "ADA's filtering and noise, its f and n, are not implemented"
+                also = f", or {', '.join(ADA_SHORTHANDS)} for them" if ada else ""
+                self._fail(
+                    "policy", f"names {name!r} ({problem}); valid: a comma-separated list of {', '.join(valid)}{also}"
+                )
         if self.p != "auto" and not (math.isfinite(self.p) and 0 <= self.p <= 1):
             self._fail("p", f'must be a probability in [0, 1] or "auto", got {self.p}')
         if not (math.isfinite(self.target) and 0 <= self.target < 1):
             self._fail("target", f"must be in [0, 1) (ADA: 0.6; 0 = p fixed), got {self.target}")
         positive(self, "speed_kimg")
         if not names and (self.target or self.p != "auto"):
-            key = "target" if self.target else "p"
-            self._fail(key, 'has no transforms to apply: set augment.policy, e.g. "color,translation,cutout"')
-        if names and self.pipeline == "ada" and self.p == "auto" and not self.target:
+            key, example = ("target" if self.target else "p"), "bgc" if ada else "color,translation,cutout"
+            self._fail(key, f'has no transforms to apply: set augment.policy, e.g. "{example}"')
+        if names and ada and self.p == "auto" and not self.target:
             self._fail("p", "is \"auto\", which ADA's pipeline leaks into G's images at 1: set augment.target "
                        "(ADA: 0.6) or a fixed p (ADA's fixed-p runs: 0.2-0.8)")  # fmt: skip
 
     @property
     def transforms(self) -> list[str]:
-        names = [n.strip() for n in self.policy.split(",")] if self.policy.strip() else []
-        if self.pipeline == "ada" and len(names) == 1 and names[0] in ADA_SHORTHANDS:
-            return list(ADA_SHORTHANDS[names[0]])
-        return names
+        """The policy's names (ADA's shorthands spelt out), in ADA's own order for its pipeline."""
+        names = [n.strip() for n in self.policy.split(",") if n.strip()]
+        if self.pipeline != "ada":
+            return names
+        names = [g for n in names for g in ADA_SHORTHANDS.get(n, (n,))]
+        order = ("blit", "geom", "color", "cutout")
+        return sorted(names, key=lambda n: order.index(n) if n in order else len(order))
 
     @property
     def start_p(self) -> float:

@@ -116,8 +116,8 @@ def verify_run(path: str | Path) -> str:
             checkpoints.check_complete(ckpt)
             meta = checkpoints.verify(ckpt)
         except BigbatchError as e:
-            damaged.append(str(e))
-            lines.append(f"damaged   {ckpt}")
+            damaged.append(ckpt.name)
+            lines.append(f"damaged   {checkpoints.damage(e)}")
             continue
         sums = (meta.get("checksums") or {}).get(checkpoints.CHECKSUM)
         how = f"{checkpoints.CHECKSUM} checksums" if isinstance(sums, dict) else "sizes (written before checksums)"
@@ -126,6 +126,6 @@ def verify_run(path: str | Path) -> str:
         lines.append(f"{path} has no checkpoint yet")
     print("\n".join(lines), flush=True)
     if damaged:
-        more = f" (and {len(damaged) - 1} more, listed above)" if len(damaged) > 1 else ""
-        raise BigbatchError(f"{damaged[0]}{more}")
+        intact = "none is intact" if len(damaged) == len(found) else "the others are intact"
+        raise BigbatchError(f"{len(damaged)} of {len(found)} checkpoints damaged ({', '.join(damaged)}); {intact}")
     return f"{len(found)} checkpoint{'s' * (len(found) != 1)} verified"

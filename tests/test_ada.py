@@ -146,3 +146,60 @@ def test_the_pipeline_is_a_setting():
     for override, message in bad:
         with pytest.raises(BigbatchError, match=message):
             bigbatch.preset("digits").override(override)
+
+
+def test_micro_batch_auto_probes_at_the_p_ada_may_reach():
+    from bigbatch.batching import replicator_for
+    from bigbatch.data import load_data
+    from bigbatch.engine.memory import format_bytes
+    from bigbatch.tasks import build_task
+
+    def planned(**augment):
+        cfg = bigbatch.preset("digits").override(
+            {"data.resolution": 16, "model.ch": 8, "train.batch": 64, "train.micro_batch": "auto",
+             "train.memory_budget": "4MiB", "train.device": "cpu", **{f"augment.{k}": v for k, v in augment.items()}}
+        )  # fmt: skip
+        rep = replicator_for(cfg)
+        task = build_task(cfg, rep, load_data("builtin:digits", 16))
+        plan = rep.plan_micro_batch(task.probe)
+        return plan.micro_batch, [format_bytes(p.peak_bytes) for p in rep.probes]
+
+    at_one = planned(pipeline="ada", policy="bgc", p=1.0)
+    assert planned(pipeline="ada", policy="bgc", target=0.6) == at_one  # p starts at 0, and may reach 1
+    assert planned()[0] > at_one[0]  # (the transforms' memory counts: without them more fits)
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ("bgcfnc", r"'bgcfnc' \(ADA's filtering and noise, its f and n, are not implemented\); valid: .*bg, bgc, bgcc"),
+        ("blit,noise", r"'noise' \(ADA's filtering and noise"),
+        ("translation", r"'translation' \(unknown to augment.pipeline 'ada'\)"),
+        ("bgc,geom", r"'geom' \(twice\)"),
+    ],
+)
+def test_ada_policy_errors_name_the_groups_and_shorthands(policy, message):
+    with pytest.raises(BigbatchError, match=message):
+        bigbatch.preset("digits").override({"augment.pipeline": "ada", "augment.policy": policy, "augment.p": 0.5})
+
+
+def test_ada_shorthands_combine_and_the_groups_keep_adas_order():
+    def groups(policy):
+        cfg = bigbatch.preset("digits").override(
+            {"augment.pipeline": "ada", "augment.policy": policy, "augment.p": 0.5}
+        )
+        return cfg.augment.transforms
+
+    assert groups("bgc,cutout,") == groups("cutout,color,geom,blit") == ["blit", "geom", "color", "cutout"]
+    with pytest.raises(BigbatchError, match='augment.policy, e.g. "bgc"'):
+        bigbatch.preset("digits").override({"augment.pipeline": "ada", "augment.p": 0.5})
+
+
+def test_show_batch_says_at_which_p_it_shows_ada(tmp_path, capsys):
+    from bigbatch.cli import main
+
+    argv = ["show-batch", "data.resolution=16", "augment.pipeline=ada", "augment.policy=bgc", "augment.target=0.6"]
+    assert main([*argv, "--out", str(tmp_path / "a.png")]) == 0
+    assert "[augment] at p 0 (where ADA starts; a run's own is its metrics.jsonl's augment_p" in capsys.readouterr().out
+    assert main([*argv, "augment.p=0.7", "--out", str(tmp_path / "b.png")]) == 0
+    assert "[augment] at p 0.7 (where ADA starts" in capsys.readouterr().out

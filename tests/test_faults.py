@@ -265,7 +265,8 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     p = bigbatch_limited(size // 3, *args[:3], "--resume", "train.kimg=0.512", cwd=tmp_path)
     assert p.returncode == 2, p.stderr
     err = p.stderr.splitlines()[-1]
-    assert err.startswith("bigbatch: error: cannot write checkpoint") and "File too large" in err and "--resume" in err
+    assert err.startswith(f"bigbatch: error: cannot write checkpoint {run / 'checkpoints' / '000000.512'}: ")
+    assert "File too large" in err and "--resume" in err  # (it named the file as if it were the checkpoint)
     assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]
     assert [f.name for f in (run / "checkpoints").iterdir() if f.name.startswith(".")] == []
     assert main([*args[:3], "--resume", "train.kimg=0.512"]) == 0  # once there is space
@@ -462,9 +463,13 @@ def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys
     flip_byte(run / "checkpoints" / "000000.256" / "D.safetensors")  # the older one, damaged on disk
     assert main(["info", str(run), "--verify"]) == 2
     out, err = capsys.readouterr()
-    assert "verified  " in out and f"damaged   {run / 'checkpoints' / '000000.256'}" in out
-    assert err.count("\n") == 1 and "000000.256 is corrupt: D.safetensors does not match" in err
-    assert main(["info", str(run / "checkpoints" / "000000.512"), "--verify"]) == 0  # one checkpoint alone
+    assert "verified  " in out and f"damaged   checkpoint {run / 'checkpoints' / '000000.256'} is corrupt: D.s" in out
+    assert err.count("\n") == 1 and "1 of 2 checkpoints damaged (000000.256); the others are intact" in err
+    (run / "checkpoints" / "000000.512" / "G.safetensors").unlink()
+    assert main(["info", str(run), "--verify"]) == 2
+    out, err = capsys.readouterr()
+    assert "G.safetensors, which its meta.json lists, is missing" in out and "none is intact" in err
+    assert main(["info", str(run / "checkpoints" / "000000.256"), "--verify"]) == 2  # one checkpoint alone
 
 
 def test_a_full_disk_stops_tensorboard_with_a_warning_and_the_run_with_one_line(tiny, tmp_path, capsys, monkeypatch):

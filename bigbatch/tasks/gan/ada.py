@@ -72,6 +72,8 @@ def draw(groups: list[str], p: float, n: int, size: int, seed: int, stream: int,
     g = generator(seed, stream, *keys)
     f64 = dict(dtype=torch.float64, generator=g)
     on = torch.rand(n, 14, **f64)  # xflip rot90 xint scale rot aniso rot xfrac | bright contrast luma hue sat | cut
+    # u: xint (0-1), the rotations (2-3), hue (4), cutout's centre (5-6), 7-11 spare; normal: scale, aniso,
+    # xfrac (2-3), brightness, contrast, saturation
     u, normal = torch.rand(n, 12, **f64), torch.randn(n, 7, **f64)
     coin = torch.randint(0, 2, (n, 2), generator=g)  # xflip, luma flip
     quarter = torch.randint(0, 4, (n,), generator=g)

@@ -99,6 +99,11 @@ class Augment:
     def on(self) -> bool:
         return bool(self.policy)
 
+    @property
+    def highest_p(self) -> float:
+        """The most p can be in this run (ADA's may reach 1): what micro_batch "auto" probes at."""
+        return 1.0 if self.target else self.p
+
     def draw(self, n: int, size: int, stream: int, *keys: int) -> torch.Tensor:
         return self._draw(self.policy, self.p, n, size, self.seed, stream, *keys)
 

@@ -322,13 +322,14 @@ class GANTask:
         head: Any = lambda batch: tuple(None if t is None else t[:m] for t in batch)
         self._train_only("D")
         self._r1 = float(self.cfg.train.r1_gamma)  # a D step with R1, the costliest
+        p, self.augment.p = self.augment.p, self.augment.highest_p  # every transform on that p can turn on
         try:
             self.rep.probe_step(self.d_loss, head(self.d_batch(0)))
+            self.opt_D.zero_grad(set_to_none=True)
+            self._train_only("G")
+            self.rep.probe_step(self.g_loss, head(self.g_batch(0)))
         finally:
-            self._r1 = 0.0
-        self.opt_D.zero_grad(set_to_none=True)
-        self._train_only("G")
-        self.rep.probe_step(self.g_loss, head(self.g_batch(0)))
+            self._r1, self.augment.p = 0.0, p
         self.opt_G.zero_grad(set_to_none=True)
         self._train_only("D")
 
