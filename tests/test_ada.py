@@ -151,7 +151,6 @@ def test_the_pipeline_is_a_setting():
 def test_micro_batch_auto_probes_at_the_p_ada_may_reach():
     from bigbatch.batching import replicator_for
     from bigbatch.data import load_data
-    from bigbatch.engine.memory import format_bytes
     from bigbatch.tasks import build_task
 
     def planned(**augment):
@@ -162,7 +161,7 @@ def test_micro_batch_auto_probes_at_the_p_ada_may_reach():
         rep = replicator_for(cfg)
         task = build_task(cfg, rep, load_data("builtin:digits", 16))
         plan = rep.plan_micro_batch(task.probe)
-        return plan.micro_batch, [format_bytes(p.peak_bytes) for p in rep.probes]
+        return plan.micro_batch, [(p.micro_batch, p.fits) for p in rep.probes]
 
     at_one = planned(pipeline="ada", policy="bgc", p=1.0)
     assert planned(pipeline="ada", policy="bgc", target=0.6) == at_one  # p starts at 0, and may reach 1

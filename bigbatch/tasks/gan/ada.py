@@ -24,6 +24,7 @@ centre (3).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -157,28 +158,29 @@ def blit(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     return x.reshape(n, c, h * w).gather(2, index).view(x.shape)
 
 
-def _filter(x: torch.Tensor, taps: torch.Tensor, dim: int) -> torch.Tensor:
-    """Correlate each channel of x with `taps` along `dim` (2: rows, 3: columns), no padding."""
-    c = x.shape[1]
-    shape = (c, 1, len(taps), 1) if dim == 2 else (c, 1, 1, len(taps))
-    return F.conv2d(x, taps.to(x.dtype).view(1, 1, *shape[2:]).expand(shape), groups=c)
+@functools.lru_cache(maxsize=64)
+def _resampling(n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 2x up- and downsampling of a length-n signal through the sym6 pair, as matrices (2n x n, n x 2n):
+    up puts zeros between the samples and filters with the taps reversed at gain 2 (output m takes input j
+    with tap m + 5 - 2j), down filters with the taps at gain 1 and keeps every other sample (output k takes
+    m with tap m - 2k + 5); zero beyond the ends. Down after up is the identity (the wavelet is orthogonal).
+    As matrices the filters run as matrix products, which on a CPU are 10x as fast as 12-tap depthwise
+    convolutions at ADA's canvas sizes."""
+    taps = torch.tensor(SYM6, dtype=torch.float64)
+    m, j = torch.arange(2 * n).view(-1, 1), torch.arange(n).view(1, -1)
+    t = m + 5 - 2 * j
+    up = torch.where((t >= 0) & (t < len(SYM6)), math.sqrt(2) * taps[t.clamp(0, len(SYM6) - 1)], 0.0)
+    return up.to(dtype=dtype, device=device), (up.T / 2).to(dtype=dtype, device=device)
 
 
-def _up(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-    """2x upsampling: zeros between the samples, then the filter reversed at gain 2 per axis."""
-    n, c, h, w = x.shape
-    y = torch.zeros(n, c, 2 * h, 2 * w, dtype=x.dtype, device=x.device)
-    y[:, :, ::2, ::2] = x
-    k = (math.sqrt(2) * taps).flip(0)
-    y = F.pad(y, (6, 5, 6, 5))
-    return _filter(_filter(y, k, 2), k, 3)
+def _up(x: torch.Tensor) -> torch.Tensor:
+    (up_h, _), (up_w, _) = _resampling(x.shape[2], x.dtype, x.device), _resampling(x.shape[3], x.dtype, x.device)
+    return torch.matmul(up_h, x @ up_w.T)
 
 
-def _down(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-    """2x downsampling through the filter at gain 1: with _up, the identity (the wavelet is orthogonal)."""
-    k = taps / math.sqrt(2)
-    y = F.pad(x, (5, 6, 5, 6))
-    return _filter(_filter(y, k, 2), k, 3)[:, :, ::2, ::2]
+def _down(x: torch.Tensor) -> torch.Tensor:
+    (_, down_h), (_, down_w) = (_resampling(x.shape[i] // 2, x.dtype, x.device) for i in (2, 3))
+    return torch.matmul(down_h, x @ down_w.T)
 
 
 def geometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
@@ -192,8 +194,7 @@ def geometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     reach = (inverse[:, :, :2] @ corners.T.unsqueeze(0) + inverse[:, :, 2:]).abs()  # (n, 2, 4): |x|, |y|
     beyond = float((reach.amax(dim=(0, 2)) - torch.tensor([w, h]) / 2).max())
     m = int(min(max(math.ceil(beyond), 0) + 6, min(h, w) - 1))  # mirrored margin: the reach and the filters'
-    taps = torch.tensor(SYM6, dtype=dtype, device=x.device)
-    up = _up(F.pad(x.to(dtype), (m, m, m, m), mode="reflect"), taps)
+    up = _up(F.pad(x.to(dtype), (m, m, m, m), mode="reflect"))
     hp, wp = h + 2 * m, w + 2 * m
     # canvas pixel centres (in input pixels about the centre) -> where they come from, normalised for grid_sample
     on = dict(dtype=dtype, device=x.device)
@@ -204,7 +205,7 @@ def geometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     source = torch.einsum("nij,hwj->nhwi", inverse[:, :, :2], points) + inverse[:, :, 2].view(n, 1, 1, 2)
     grid = (source - DELAY) / torch.tensor([wp / 2, hp / 2], **on)
     sampled = F.grid_sample(up, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-    return _down(sampled, taps)[:, :, m : m + h, m : m + w].to(x.dtype)
+    return _down(sampled)[:, :, m : m + h, m : m + w].to(x.dtype)
 
 
 def colour(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
@@ -234,9 +235,11 @@ def apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Ten
     identity = torch.tensor([1.0, 0, 0, 0, 1, 0])
     if "blit" in groups and params[:, BLIT].any():
         x = blit(x, params[:, BLIT].to(x.device))
-    moved = (params[:, GEOM] != identity).any(1)
-    if "geom" in groups and moved.any():
-        x = torch.where(moved.to(x.device).view(n, 1, 1, 1), geometric(x, params[:, GEOM]), x)
+    moved = (params[:, GEOM] != identity).any(1).nonzero().squeeze(1)  # only those are resampled
+    if "geom" in groups and len(moved) == n:
+        x = geometric(x, params[:, GEOM])
+    elif "geom" in groups and len(moved):
+        x = x.index_put((moved.to(x.device),), geometric(x[moved.to(x.device)], params[moved, GEOM]))
     if "color" in groups:
         x = colour(x, params[:, COLOR].to(x.device))
     if "cutout" in groups:
