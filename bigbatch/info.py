@@ -69,7 +69,12 @@ def describe_run(path: str | Path) -> str:
         lines.append(
             f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
             f"{t.loss} loss, {t.precision}, seed {t.seed}"
+            + (f", R1 gamma {t.r1_gamma:g} every {t.r1_every}" if t.r1_gamma else "")
         )
+        a = cfg.augment
+        if a.transforms:  # ADA's p now: the last log row's augment_p
+            p = f"target {a.target:g} (speed {a.speed_kimg:g} kimg)" if a.target else f"p {a.start_p:g}"
+            lines.append(f"augment     {a.pipeline} {','.join(a.transforms)}, {p}")
     else:
         lines.append(f"model       {cfg.task}: {m.name} ch {m.ch}{options}")
         decay = f"{t.lr_decay} decay" + (f" at {t.lr_steps} kimg" if t.lr_decay == "step" else "")

@@ -124,6 +124,11 @@ def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path, policy):
         return {n: (run / "checkpoints/000000.512" / f"{n}.safetensors").read_bytes() for n in ("G", "D", "G_ema")}
 
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    from bigbatch.info import describe_run
+
+    assert f"augment     {cfg.augment.pipeline} {','.join(cfg.augment.transforms)}, target 0.5 (speed 2 kimg)" in (
+        describe_run(whole)
+    )
     parts = tmp_path / "parts"
     bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=parts, quiet=True)
     bigbatch.train(cfg, run_dir=parts, resume=True, quiet=True)
