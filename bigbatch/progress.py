@@ -133,9 +133,9 @@ class Progress:
             losses = "  ".join(f"{k} {v:.3f}" for k, v in shown.items())
             total = self.run.cfg.train.kimg
             places = max(1, min(4, 1 - math.floor(math.log10(total)))) if total > 0 else 1  # 0.032/0.064, 1.2/30
-            written = f"{total:g}"
-            if "." in written and "e" not in written:  # as many places as the total has: 0.128/0.128, not 0.13
-                places = max(places, min(4, len(written.split(".")[1])))
+            for written in (f"{total:g}", f"{self.run.cfg.train.log_every_kimg:g}"):
+                if "." in written and "e" not in written:  # as many places as the total and the log's step have:
+                    places = max(places, min(4, len(written.split(".")[1])))  # 0.128/0.128, 0.576 then 0.640
             print(
                 f"kimg {row['kimg']:.{places}f}/{total:g}  {losses}  {row['img_per_s']:.0f} img/s"
                 f"  ETA {format_seconds(eta)}",

@@ -211,3 +211,14 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "train", "train.kimg=0.1")
     assert code == 1 and err.count("\n") == 1 and "bigbatch: error: out of memory ([enforce fail" in err
     assert "lower train.micro_batch or train.memory_budget" in err
+
+
+def test_progress_lines_show_the_kimg_of_each_log_row(capsys, tmp_path):
+    # Found from outside: at train.kimg=1.5 and a log every 0.064 kimg lines read "kimg 0.6/1.5" twice.
+    code, out, err = run_cli(
+        capsys, "train", "--run-dir", str(tmp_path / "run"), "train.kimg=0.5", "train.log_every_kimg=0.064",
+        "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.batch=32",
+    )  # fmt: skip
+    assert code == 0, err
+    shown = re.findall(r"^kimg ([0-9.]+)/0.5  ", out, re.M)
+    assert len(shown) >= 7 and len(set(shown)) == len(shown) and shown[0] == "0.064", shown
