@@ -292,7 +292,9 @@ class TrainConfig(Section):
 
 
 # ADA's pipeline names (StyleGAN2-ADA's --augpipe) for its groups; "bgcc" is "bgc" with cutout
-ADA_SHORTHANDS = {"bg": ("blit", "geom"), "bgc": ("blit", "geom", "color"), "bgcc": ("blit", "geom", "color", "cutout")}
+ADA_GROUPS = ("blit", "geom", "color", "filter", "noise", "cutout")  # in the order they apply
+ADA_SHORTHANDS = {k: ADA_GROUPS[: len(k)] for k in ("bg", "bgc", "bgcf", "bgcfn", "bgcfnc")}  # its --augpipe names
+ADA_SHORTHANDS["bgcc"] = ("blit", "geom", "color", "cutout")  # bgc with cutout (not ADA's name)
 
 
 @dataclass
@@ -311,8 +313,9 @@ class AugmentConfig(Section):
     (a square of half the side set to 0); its BigGAN and StyleGAN2 setting: "color,translation,cutout".
     ADA's groups: "blit" (x-flip, 90° rotations, integer translation), "geom" (scaling, rotation,
     anisotropic scaling, fractional translation), "color" (brightness, contrast, luma flip, hue,
-    saturation), "cutout", applied in that order however written; or its names "bg", "bgc" (its default)
-    and "bgcc" (bgc + cutout). "": off."""
+    saturation), "filter" (four frequency bands' gains), "noise", "cutout", applied in that order however
+    written; or its names "bg", "bgc" (its default), "bgcf", "bgcfn", "bgcfnc", and "bgcc" (bgc + cutout).
+    "": off."""
     p: float | Literal["auto"] = "auto"
     """Probability that each transform applies to an image. "auto": 0 at the start with augment.target
     (ADA), else 1 (DiffAugment; ADA's pipeline takes a number there, its fixed-p runs use 0.2-0.8)."""
@@ -326,12 +329,10 @@ class AugmentConfig(Section):
     def _validate(self) -> None:
         names = self.transforms
         ada = self.pipeline == "ada"
-        valid = ("blit", "geom", "color", "cutout") if ada else ("color", "translation", "cutout")
+        valid = ADA_GROUPS if ada else ("color", "translation", "cutout")
         for name in names:
             if name not in valid or names.count(name) > 1:
                 problem = "twice" if name in valid else f"unknown to augment.pipeline {self.pipeline!r}"
-                if ada and (name in ("filter", "noise") or (set(name) <= set("bgcfn") and {"f", "n"} & set(name))):
-                    problem = "ADA's filtering and noise, its f and n, are not implemented"
                 also = f", or {', '.join(ADA_SHORTHANDS)} for them" if ada else ""
                 self._fail(
                     "policy", f"names {name!r} ({problem}); valid: a comma-separated list of {', '.join(valid)}{also}"
@@ -355,8 +356,7 @@ class AugmentConfig(Section):
         if self.pipeline != "ada":
             return names
         names = [g for n in names for g in ADA_SHORTHANDS.get(n, (n,))]
-        order = ("blit", "geom", "color", "cutout")
-        return sorted(names, key=lambda n: order.index(n) if n in order else len(order))
+        return sorted(names, key=lambda n: ADA_GROUPS.index(n) if n in ADA_GROUPS else len(ADA_GROUPS))
 
     @property
     def start_p(self) -> float:

@@ -11,7 +11,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.tasks.gan import ada
 from bigbatch.tasks.gan.augment import Augment
 
-ALL = ["blit", "geom", "color", "cutout"]
+ALL = ["blit", "geom", "color", "filter", "noise", "cutout"]
 IDENTITY = [1.0, 0, 0, 0, 1, 0]
 
 
@@ -171,8 +171,7 @@ def test_micro_batch_auto_probes_at_the_p_ada_may_reach():
 @pytest.mark.parametrize(
     ("policy", "message"),
     [
-        ("bgcfnc", r"'bgcfnc' \(ADA's filtering and noise, its f and n, are not implemented\); valid: .*bg, bgc, bgcc"),
-        ("blit,noise", r"'noise' \(ADA's filtering and noise"),
+        ("bgcfnx", r"'bgcfnx' \(unknown to augment.pipeline 'ada'\); valid: .*cutout, or bg, bgc, bgcf, bgcfn, bgcfnc"),
         ("translation", r"'translation' \(unknown to augment.pipeline 'ada'\)"),
         ("bgc,geom", r"'geom' \(twice\)"),
     ],
@@ -190,6 +189,7 @@ def test_ada_shorthands_combine_and_the_groups_keep_adas_order():
         return cfg.augment.transforms
 
     assert groups("bgc,cutout,") == groups("cutout,color,geom,blit") == ["blit", "geom", "color", "cutout"]
+    assert groups("bgcfnc") == groups("noise,cutout,bgcf") == ALL
     with pytest.raises(BigbatchError, match='augment.policy, e.g. "bgc"'):
         bigbatch.preset("digits").override({"augment.pipeline": "ada", "augment.p": 0.5})
 
@@ -202,3 +202,34 @@ def test_show_batch_says_at_which_p_it_shows_ada(tmp_path, capsys):
     assert "[augment] at p 0 (where ADA starts; a run's own is its metrics.jsonl's augment_p" in capsys.readouterr().out
     assert main([*argv, "augment.p=0.7", "--out", str(tmp_path / "b.png")]) == 0
     assert "[augment] at p 0.7 (where ADA starts" in capsys.readouterr().out
+
+
+def test_filter_scales_four_frequency_bands_and_keeps_the_expected_power():
+    checker = (torch.arange(16).view(-1, 1) + torch.arange(16)).remainder(2).double().mul(2).sub(1)  # Nyquist
+    x = torch.stack([checker, torch.full((16, 16), 0.7, dtype=torch.float64)]).view(2, 1, 16, 16)
+    assert torch.allclose(ada.image_filter(x, torch.ones(2, 4)), x, atol=1e-12)  # the bands sum to the identity
+    gains = torch.tensor([[1.0, 1, 1, 3], [0.5, 1, 1, 1]])
+    # the top band holds the checkerboard, the lowest a constant: scaled by the gain along rows and columns
+    out = ada.image_filter(x, gains)
+    assert torch.allclose(out[0], 9 * x[0], atol=1e-10) and torch.allclose(out[1], 0.25 * x[1], atol=1e-10)
+    n = 4000
+    params = ada.draw(["filter"], 0.4, n, 16, 0, 99, 1)
+    g = params[:, ada.FILTER].double()
+    moved = (g != 1).any(1)
+    assert abs(moved.double().mean() - 0.4) < 0.03
+    power = (g[moved].square() * torch.tensor(ada.BAND_POWER, dtype=torch.float64)).sum(1)
+    assert torch.allclose(power, torch.ones_like(power), atol=1e-5)  # gains scaled to keep the expected power
+    assert abs((g[moved, 1] / g[moved, 0]).log2().std() - math.sqrt(2)) < 0.1  # each band's gain 2^N(0, 1)
+
+
+def test_noise_has_each_images_std_and_the_same_pixels_in_any_micro_batch():
+    n = 4000
+    params = ada.draw(["noise"], 1.0, n, 8, 0, 99, 1)
+    std = params[:, ada.NOISE][:, 0].double()
+    assert abs(std.mean() - 0.1 * math.sqrt(2 / math.pi)) < 0.005  # |N(0, 0.1^2)|
+    x = torch.zeros(64, 3, 8, 8)
+    noisy = ada.apply(x, params[:64], ["noise"])
+    measured = noisy.flatten(1).std(1).double()
+    assert torch.allclose(measured, std[:64], rtol=0.2, atol=1e-3)
+    halves = torch.cat([ada.apply(x[:24], params[:24], ["noise"]), ada.apply(x[24:], params[24:64], ["noise"])])
+    assert torch.equal(halves, noisy)  # each image's pixels come from its own seed

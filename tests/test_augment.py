@@ -105,10 +105,10 @@ def d_step_params(micro_batch, policy=POLICY):
     return torch.cat([p.detach().flatten() for name in ("G", "D") for p in nets[name].parameters()])
 
 
-ADA_BGCC = {"augment.pipeline": "ada", "augment.policy": "bgcc", "augment.p": 0.5}
+ADA_ALL = {"augment.pipeline": "ada", "augment.policy": "bgcfnc", "augment.p": 0.5}
 
 
-@pytest.mark.parametrize("policy", [POLICY, ADA_BGCC], ids=["diffaugment", "ada"])
+@pytest.mark.parametrize("policy", [POLICY, ADA_ALL], ids=["diffaugment", "ada"])
 def test_accumulated_steps_see_the_transforms_of_the_whole_batch(policy):
     full = d_step_params(32, policy)
     assert float((d_step_params(8, policy) - full).norm() / full.norm()) <= 1e-5
@@ -116,7 +116,7 @@ def test_accumulated_steps_see_the_transforms_of_the_whole_batch(policy):
     assert float((plain - full).norm() / full.norm()) > 1e-4  # D and G did see other images
 
 
-@pytest.mark.parametrize("policy", [POLICY, {**ADA_BGCC, "augment.p": "auto"}], ids=["diffaugment", "ada"])
+@pytest.mark.parametrize("policy", [POLICY, {**ADA_ALL, "augment.p": "auto"}], ids=["diffaugment", "ada"])
 def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path, policy):
     cfg = tiny.override({**policy, "augment.target": 0.5, "augment.speed_kimg": 2})
 

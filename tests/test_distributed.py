@@ -88,7 +88,7 @@ def test_two_processes_train_the_weights_of_one(tmp_path):
 
 AUGMENT = {
     "diffaugment": ["augment.policy=color,translation,cutout", "augment.p=0.5"],
-    "ada": ["augment.pipeline=ada", "augment.policy=bgcc", "augment.p=0.5"],  # resampled per micro-batch too
+    "ada": ["augment.pipeline=ada", "augment.policy=bgcfnc", "augment.p=0.5"],  # resampled per micro-batch too
 }
 
 

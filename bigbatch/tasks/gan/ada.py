@@ -1,7 +1,8 @@
 """ADA's augmentation pipeline (Karras et al. 2020, "Training Generative Adversarial Networks with Limited
 Data", appendix B), written from the paper's description: the groups blit (x-flip, 90° rotations,
 integer translation), geom (isotropic scaling, arbitrary rotation, anisotropic scaling, fractional
-translation) and color (brightness, contrast, luma flip, hue rotation, saturation), and cutout. Each
+translation), color (brightness, contrast, luma flip, hue rotation, saturation), filter (four
+frequency bands' gains), noise and cutout: its "bgcfnc", applied in that order ("bgc" is its default). Each
 transform applies to an image with probability p (the two arbitrary rotations each with 1 - sqrt(1 - p),
 so that one or both happen with p), with the paper's strengths.
 
@@ -12,14 +13,16 @@ so that one or both happen with p), with the paper's strengths.
   sampled bilinearly at the transformed positions, and downsampled 2x through the same filter reversed
   (an orthogonal wavelet's pair: up then down is the identity), the filter's delay (0.2 px) allowed for.
 - color is one 4x4 matrix per image acting on RGB in [-1, 1] (on one channel: its mean over RGB).
+- filter splits each image, along rows and along columns, into four octave bands (filters built from the
+  sym2 wavelet that sum to the identity, the image mirrored at its edges) and scales each by 2^N(0, 1),
+  the gains scaled together to keep the expected power (10/13 of it taken to lie in the lowest band).
+- noise adds Gaussian noise of std |N(0, 0.1^2)| per image, its pixels drawn from the image's own seed.
 - cutout zeroes a square of half the side centred anywhere in the image.
-Left out: ADA's image-space filtering (its 4 frequency bands) and additive noise (the "f" and "n" of its
-"bgcfnc" pipeline); "bgc" is the paper's default.
 
 The numbers drawn per image and their count do not depend on p or on the groups used, so turning one
 group on changes no other group's draws. Parameters per image (float32): blit's flip, quarter turns and
 shift (4), geom's inverse matrix in pixels about the centre (2x3), color's matrix (3x4), cutout's on and
-centre (3).
+centre (3), filter's four gains, noise's std and seed.
 """
 
 from __future__ import annotations
@@ -32,12 +35,18 @@ import torch.nn.functional as F
 
 from bigbatch.data.streams import generator
 
-PARAMS = 25
+PARAMS = 31
 BLIT, GEOM, COLOR, CUT = slice(0, 4), slice(4, 10), slice(10, 22), slice(22, 25)
+FILTER, NOISE = slice(25, 29), slice(29, 31)  # the four bands' gains; noise's std and the seed of its pixels
 # The paper's strengths: integer shift up to 1/8 of the side; log2 std of scaling 0.2 (both); arbitrary rotation;
 # fractional shift std 1/8 of the side; brightness std 0.2; log2 std of contrast 0.5, of saturation 1; cutout 1/2.
 XINT_MAX, SCALE_STD, XFRAC_STD = 0.125, 0.2, 0.125
 BRIGHTNESS_STD, CONTRAST_STD, SATURATION_STD, CUTOUT = 0.2, 0.5, 1.0, 0.5
+# filter: log2 std 1 of each band's gain, the gains scaled to keep an image's expected power, taken to lie 10/13 in
+# the lowest band and 1/13 in each other; noise: its std |N(0, 0.1^2)|.
+BAND_STD, BAND_POWER, NOISE_STD = 1.0, (10 / 13, 1 / 13, 1 / 13, 1 / 13), 0.1
+# The sym2 (Daubechies 2) low-pass filter, whose half-band autocorrelation splits the bands.
+SYM2 = tuple(v / (4 * math.sqrt(2)) for v in (1 - math.sqrt(3), 3 - math.sqrt(3), 3 + math.sqrt(3), 1 + math.sqrt(3)))
 # The sym6 wavelet's low-pass decomposition filter (orthonormal: its taps sum to sqrt(2), their squares to 1).
 SYM6 = (
     0.015404109327027373, 0.0034907120842174702, -0.11799011114819057, -0.048311742585633,
@@ -123,6 +132,17 @@ def draw(groups: list[str], p: float, n: int, size: int, seed: int, stream: int,
     if "cutout" in groups:
         out[:, 22] = applies[:, 13].double()
         out[:, 23:25] = u[:, 5:7]
+    # filter and noise: drawn after the rest, so that the groups above draw as they did before these
+    on2, bands, sigma = torch.rand(n, 2, **f64), torch.randn(n, 4, **f64), torch.randn(n, **f64)
+    pixels = torch.randint(0, 2**24, (n,), generator=g)  # float32 holds it exactly
+    gains = torch.where((on2[:, 0:1] < p), torch.exp2(bands * BAND_STD), 1.0)
+    power = (gains.square() * torch.tensor(BAND_POWER, dtype=torch.float64)).sum(1, keepdim=True)
+    out[:, FILTER] = gains / power.sqrt()
+    if "noise" in groups:
+        out[:, 29] = torch.where(on2[:, 1] < p, sigma.abs() * NOISE_STD, 0.0)
+        out[:, 30] = pixels.double()
+    if "filter" not in groups:
+        out[:, FILTER] = 1.0
     return out.float()
 
 
@@ -228,6 +248,66 @@ def cutout(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     return x * (~hole).unsqueeze(1).to(x.dtype)
 
 
+def _full(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The full convolution of two 1-D filters."""
+    return F.conv1d(F.pad(a.view(1, 1, -1), (len(b) - 1, len(b) - 1)), b.flip(0).view(1, 1, -1)).view(-1)
+
+
+@functools.lru_cache(maxsize=1)
+def _bands() -> torch.Tensor:
+    """Four 43-tap filters, lowest octave first, that sum to the identity. a = sym2 * its reverse / 2 is a
+    half-band low-pass (sym2 is orthonormal: a is 1 at the centre, 0 two taps off); with a2 and a4 the
+    same dilated by 2 and 4 (zeros between the taps), the bands are a * a2 * a4, a * a2 - a * a2 * a4,
+    a - a * a2 and 1 - a."""
+    h = torch.tensor(SYM2, dtype=torch.float64)
+    a = _full(h, h.flip(0)) / 2
+
+    def dilated(k: int) -> torch.Tensor:
+        out = torch.zeros((len(a) - 1) * k + 1, dtype=torch.float64)
+        out[::k] = a
+        return out
+
+    lows = [a, _full(a, dilated(2))]
+    lows.append(_full(lows[1], dilated(4)))
+    width = len(lows[2])
+    lows = [
+        F.pad(f, ((width - len(f)) // 2, (width - len(f)) // 2)) for f in (*lows, torch.ones(1, dtype=torch.float64))
+    ]
+    return torch.stack([lows[2], lows[1] - lows[2], lows[0] - lows[1], lows[3] - lows[0]])
+
+
+def _band_matrices(size: int) -> torch.Tensor:
+    """(43, size, size): tap t of a centred 43-tap filter along a side of `size`, the image mirrored (reflect)."""
+    rows = torch.arange(size).view(1, -1, 1)
+    taps = torch.arange(43).view(-1, 1, 1)
+    period = 2 * (size - 1)
+    r = (rows + taps - 21).remainder(period)
+    source = torch.where(r >= size, period - r, r)  # (43, size, 1)
+    return (source == torch.arange(size).view(1, 1, -1)).double()
+
+
+def image_filter(x: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
+    """Each image's four frequency bands scaled by its gains ((n, 4), lowest first), along rows and columns."""
+    n, c, h, w = x.shape
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    taps = gains.double() @ _bands()  # (n, 43): each image's filter
+    rows = torch.einsum("nt,tij->nij", taps, _band_matrices(h)).to(x.device, dtype).unsqueeze(1)
+    cols = torch.einsum("nt,tij->nij", taps, _band_matrices(w)).to(x.device, dtype).unsqueeze(1)
+    return (rows @ x.to(dtype) @ cols.transpose(-1, -2)).to(x.dtype)
+
+
+def noise(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """Gaussian noise of each image's std (params (n, 2): std, the seed of its pixels; drawn on the CPU, so the
+    same on any device and whichever images share the micro-batch)."""
+    out = []
+    for img, (std, pixels) in zip(x, params.tolist()):
+        if std:
+            g = torch.Generator().manual_seed(int(pixels))
+            img = img + std * torch.randn(img.shape, generator=g).to(img.device, img.dtype)
+        out.append(img)
+    return torch.stack(out) if params[:, 0].any() else x
+
+
 def apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Tensor:
     """Images `x` (N, C, H, W, square; C 1 or 3) through their transforms (`params` from `draw`); an image
     whose transforms are all off passes unchanged. Differentiable in `x`."""
@@ -242,6 +322,12 @@ def apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Ten
         x = x.index_put((moved.to(x.device),), geometric(x[moved.to(x.device)], params[moved, GEOM]))
     if "color" in groups:
         x = colour(x, params[:, COLOR].to(x.device))
+    filtered = (params[:, FILTER] != 1).any(1).nonzero().squeeze(1)
+    if "filter" in groups and len(filtered):
+        at = filtered.to(x.device)
+        x = x.index_put((at,), image_filter(x[at], params[filtered, FILTER]))
+    if "noise" in groups:
+        x = noise(x, params[:, NOISE])
     if "cutout" in groups:
         x = cutout(x, params[:, CUT])
     return x
