@@ -35,9 +35,9 @@ import torch.nn.functional as F
 
 from bigbatch.data.streams import generator
 
-PARAMS = 31
+PARAMS = 32
 BLIT, GEOM, COLOR, CUT = slice(0, 4), slice(4, 10), slice(10, 22), slice(22, 25)
-FILTER, NOISE = slice(25, 29), slice(29, 31)  # the four bands' gains; noise's std and the seed of its pixels
+FILTER, NOISE = slice(25, 29), slice(29, 32)  # the four bands' gains; noise's std and its pixels' seed (2 x 24 bits)
 # The paper's strengths: integer shift up to 1/8 of the side; log2 std of scaling 0.2 (both); arbitrary rotation;
 # fractional shift std 1/8 of the side; brightness std 0.2; log2 std of contrast 0.5, of saturation 1; cutout 1/2.
 XINT_MAX, SCALE_STD, XFRAC_STD = 0.125, 0.2, 0.125
@@ -134,15 +134,13 @@ def draw(groups: list[str], p: float, n: int, size: int, seed: int, stream: int,
         out[:, 23:25] = u[:, 5:7]
     # filter and noise: drawn after the rest, so that the groups above draw as they did before these
     on2, bands, sigma = torch.rand(n, 2, **f64), torch.randn(n, 4, **f64), torch.randn(n, **f64)
-    pixels = torch.randint(0, 2**24, (n,), generator=g)  # float32 holds it exactly
-    gains = torch.where((on2[:, 0:1] < p), torch.exp2(bands * BAND_STD), 1.0)
+    pixels = torch.randint(0, 2**24, (n, 2), generator=g)  # a 48-bit seed in two numbers float32 holds exactly
+    gains = torch.exp2(bands * BAND_STD)
     power = (gains.square() * torch.tensor(BAND_POWER, dtype=torch.float64)).sum(1, keepdim=True)
-    out[:, FILTER] = gains / power.sqrt()
+    out[:, FILTER] = torch.where((on2[:, 0:1] < p) & ("filter" in groups), gains / power.sqrt(), 1.0)
     if "noise" in groups:
         out[:, 29] = torch.where(on2[:, 1] < p, sigma.abs() * NOISE_STD, 0.0)
-        out[:, 30] = pixels.double()
-    if "filter" not in groups:
-        out[:, FILTER] = 1.0
+        out[:, 30:32] = pixels.double()
     return out.float()
 
 
@@ -297,12 +295,12 @@ def image_filter(x: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
 
 
 def noise(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-    """Gaussian noise of each image's std (params (n, 2): std, the seed of its pixels; drawn on the CPU, so the
-    same on any device and whichever images share the micro-batch)."""
+    """Gaussian noise of each image's std (params (n, 3): std, its pixels' seed in two 24-bit halves; drawn on
+    the CPU, so the same on any device and whichever images share the micro-batch)."""
     out = []
-    for img, (std, pixels) in zip(x, params.tolist()):
+    for img, (std, high, low) in zip(x, params.tolist()):
         if std:
-            g = torch.Generator().manual_seed(int(pixels))
+            g = torch.Generator().manual_seed(int(high) << 24 | int(low))
             img = img + std * torch.randn(img.shape, generator=g).to(img.device, img.dtype)
         out.append(img)
     return torch.stack(out) if params[:, 0].any() else x
