@@ -27,9 +27,7 @@ def replicator_for(cfg: Config) -> Replicator:
     t = cfg.train
     ctx = dist.context(t.device)
     check_schedule(cfg, ctx)
-    if t.memory_budget and t.micro_batch != "auto" and ctx.rank == 0:
-        warn(f'train.memory_budget is read by micro_batch "auto" only: at micro_batch {t.micro_batch} nothing holds '
-             "the step to it")  # fmt: skip
+    _unread_budget(cfg, ctx)
     return Replicator(
         schedule_of(cfg).phases[0].batch,
         t.micro_batch,
@@ -44,6 +42,13 @@ def replicator_for(cfg: Config) -> Replicator:
         skip_limit=t.skip_limit,
         skip_window=t.skip_window,
     )
+
+
+def _unread_budget(cfg: Config, ctx: dist.Context) -> None:
+    t = cfg.train
+    if t.memory_budget and t.micro_batch != "auto" and ctx.rank == 0:
+        warn(f'train.memory_budget is read by micro_batch "auto" only: at micro_batch {t.micro_batch} nothing holds '
+             "the step to it")  # fmt: skip
 
 
 def check_schedule(cfg: Config, ctx: dist.Context) -> None:
@@ -70,6 +75,7 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
     ctx = dist.context(cfg.train.device)
     if plan is None:  # (a resolved plan was built by replicator_for, which checked the schedule)
         check_schedule(cfg, ctx)
+        _unread_budget(cfg, ctx)
     phases = schedule_of(cfg).phases
     batch = phases[0].batch
     if plan is not None:
@@ -102,5 +108,6 @@ def plan_micro_batch(rep: Replicator, probe, verbose: bool) -> Plan:
         print(f"micro_batch auto, budget {format_bytes(rep.budget)} per process:", flush=True)
         for p in rep.probes:
             verdict = "fits" if p.fits else "does not fit"
-            print(f"  micro_batch {p.micro_batch:5d}: peak {format_bytes(p.peak_bytes)}, {verdict}", flush=True)
+            share = f" ({100 * p.peak_bytes / rep.budget:.0f}% of it)" if rep.budget else ""
+            print(f"  micro_batch {p.micro_batch:5d}: peak {format_bytes(p.peak_bytes)}{share}, {verdict}", flush=True)
     return plan

@@ -58,7 +58,11 @@ def test_auto_micro_batch_plan_is_printed_and_saved(tiny, tmp_path, capsys):
     fitting = [p["micro_batch"] for p in plan["probes"] if p["fits"]]
     assert plan["micro_batch"] == max(fitting) < 32
     assert all(p["peak_bytes"] > 600_000 for p in plan["probes"] if not p["fits"])
-    assert "micro_batch auto, budget" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "micro_batch auto, budget" in out
+    for probe in plan["probes"]:  # each probe's share of the budget (1.0 MiB of a 1.0 MiB budget did not fit)
+        share = round(100 * probe["peak_bytes"] / 600_000)
+        assert f"micro_batch {probe['micro_batch']:5d}: peak " in out and f"({share}% of it), " in out
 
 
 @pytest.mark.parametrize(
@@ -109,4 +113,6 @@ def test_a_new_budget_on_resume_plans_again_and_a_fixed_micro_batch_says_it_igno
     assert "train.memory_budget is 5.7 MiB, the checkpoint's plan was made for 0.6 MiB" in capsys.readouterr().err
     assert after["memory_budget_bytes"] == 6_000_000 and after["micro_batch"] > before["micro_batch"]
     bigbatch.train(tiny.override({"train.memory_budget": "6MB"}), run_dir=tmp_path / "fixed", quiet=True)
+    assert capsys.readouterr().err.count('train.memory_budget is read by micro_batch "auto" only') == 1
+    assert main(["train", "--dry-run", "train.micro_batch=32", "train.memory_budget=4MiB"]) == 0  # (it said nothing)
     assert 'train.memory_budget is read by micro_batch "auto" only' in capsys.readouterr().err
