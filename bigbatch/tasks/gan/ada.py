@@ -254,7 +254,8 @@ def _full(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=1)
 def _bands() -> torch.Tensor:
     """Four 43-tap filters, lowest octave first, that sum to the identity. a = sym2 * its reverse / 2 is a
-    half-band low-pass (sym2 is orthonormal: a is 1 at the centre, 0 two taps off); with a2 and a4 the
+    half-band low-pass (sym2 is orthonormal: a is 1/2 at the centre and 0 at even offsets from it, its taps
+    sum to 1, and it is 0 at the highest frequency); with a2 and a4 the
     same dilated by 2 and 4 (zeros between the taps), the bands are a * a2 * a4, a * a2 - a * a2 * a4,
     a - a * a2 and 1 - a."""
     h = torch.tensor(SYM2, dtype=torch.float64)
@@ -274,6 +275,7 @@ def _bands() -> torch.Tensor:
     return torch.stack([lows[2], lows[1] - lows[2], lows[0] - lows[1], lows[3] - lows[0]])
 
 
+@functools.lru_cache(maxsize=16)
 def _band_matrices(size: int) -> torch.Tensor:
     """(43, size, size): tap t of a centred 43-tap filter along a side of `size`, the image mirrored (reflect)."""
     rows = torch.arange(size).view(1, -1, 1)
