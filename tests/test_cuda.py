@@ -162,3 +162,20 @@ def test_biggan_attention_on_the_gpu_is_the_formula():
             out = f(*[t.cuda() for t in qkv]).double().cpu()
         errors.append(float((out - ref).norm() / ref.norm()))
     assert errors[1] <= 1.2 * errors[0], errors
+
+
+def test_adas_pipeline_on_the_gpu_is_the_cpus():
+    # Every group of augment.pipeline = "ada" on the images' device (noise's pixels are drawn on the CPU).
+    from bigbatch.tasks.gan import ada
+
+    groups = ["blit", "geom", "color", "filter", "noise", "cutout"]
+    x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    params = ada.draw(groups, 0.7, 16, 32, 0, 99, 1)
+    weights = torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
+    got = []
+    for device in ("cpu", "cuda"):
+        xx = x.to(device).requires_grad_()
+        out = ada.apply(xx, params, groups)
+        got.append([out.detach().cpu(), torch.autograd.grad((out * weights.to(device)).sum(), xx)[0].cpu()])
+    for a, b in zip(*got):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))

@@ -401,8 +401,8 @@ def _show(lines: Sequence[tuple[str, Any]]) -> None:
     for kind, line in lines:
         if kind not in ("out", "err"):
             continue  # rows and sample sheets are for a RunHandle
-        if kind == "err" and line.startswith("bigbatch: error: "):
-            continue  # `report` prints it, naming the rank, as the launcher's one line
+        if kind == "err" and line.startswith(("bigbatch: error: ", "bigbatch: stopped by SIGTERM")):
+            continue  # `report` prints the first, naming the rank, as the launcher's one line; it sent the SIGTERM
         stream = sys.stdout if kind == "out" else sys.stderr
         stream.write(line)
         stream.flush()
