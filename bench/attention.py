@@ -40,12 +40,12 @@ def explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.softmax(q @ k.transpose(1, 2), dim=-1) @ v
 
 
-def inputs(batch: int, channels: int, side: int, device: torch.device, dtype=torch.float32) -> list[torch.Tensor]:
+def inputs(batch: int, channels: int, side: int, device: torch.device) -> list[torch.Tensor]:
     """q (n, L, c/8), k (n, L/4, c/8), v (n, L/4, c/2), scaled as a trained layer's logits are (std ~2)."""
     g = torch.Generator(device="cpu").manual_seed(0)
     L, e = side * side, channels // 8
     shapes = [(batch, L, e), (batch, L // 4, e), (batch, L // 4, channels // 2)]
-    return [(torch.randn(s, generator=g) * (2 / e**0.25)).to(device, dtype).requires_grad_() for s in shapes]
+    return [(torch.randn(s, generator=g) * (2 / e**0.25)).to(device).requires_grad_() for s in shapes]
 
 
 def error(f, qkv: list[torch.Tensor], precision: str) -> float:

@@ -368,13 +368,13 @@ def published(run: Path) -> list[Path]:
 
 def check_complete(ckpt: Path) -> None:
     """Corrupt unless the checkpoint holds every file its meta.json lists, at its recorded size."""
+    meta = read_meta(ckpt)
+    if meta is None:
+        raise Corrupt(f"checkpoint {ckpt} is damaged: its meta.json is missing or unreadable", ckpt)
     if (corrupt := _corrupt_by_size(ckpt)) is not None:
         raise corrupt
-    if not is_complete(ckpt):
-        meta = read_meta(ckpt)
-        missing = [f for f in meta["files"] if not (Path(ckpt) / f).is_file()] if meta else []
-        what = f"{missing[0] if missing else 'a file'}, which its meta.json lists, is missing" if meta else ""
-        raise Corrupt(f"checkpoint {ckpt} is damaged: {what or 'its meta.json is missing or unreadable'}", ckpt)
+    if missing := [f for f in meta["files"] if not (Path(ckpt) / f).is_file()]:
+        raise Corrupt(f"checkpoint {ckpt} is damaged: {missing[0]}, which its meta.json lists, is missing", ckpt)
 
 
 def resume_checkpoint(run: Path) -> Path | None:

@@ -134,7 +134,8 @@ def test_the_pipeline_is_a_setting():
     )
     assert cfg.augment.transforms == ["blit", "geom", "color"]
     aug = Augment(cfg.augment, seed=0)
-    assert aug.p == 0.0 and aug.draw(8, 32, 13, 0).shape == (8, ada.PARAMS)
+    x = torch.randn(8, 3, 32, 32)
+    assert aug.p == 0.0 and torch.equal(aug(x, aug.draw(8, 32, 13, 0)), x)  # ADA starts with D seeing the images
     bad = [
         (
             {"augment.pipeline": "ada", "augment.policy": "translation", "augment.p": 0.5},

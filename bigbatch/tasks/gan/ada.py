@@ -278,11 +278,7 @@ def _bands() -> torch.Tensor:
 @functools.lru_cache(maxsize=16)
 def _band_matrices(size: int) -> torch.Tensor:
     """(43, size, size): tap t of a centred 43-tap filter along a side of `size`, the image mirrored (reflect)."""
-    rows = torch.arange(size).view(1, -1, 1)
-    taps = torch.arange(43).view(-1, 1, 1)
-    period = 2 * (size - 1)
-    r = (rows + taps - 21).remainder(period)
-    source = torch.where(r >= size, period - r, r)  # (43, size, 1)
+    source = _reflect(torch.arange(size).view(1, -1, 1) + torch.arange(43).view(-1, 1, 1) - 21, size)  # (43, size, 1)
     return (source == torch.arange(size).view(1, 1, -1)).double()
 
 
@@ -308,24 +304,30 @@ def noise(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     return torch.stack(out) if params[:, 0].any() else x
 
 
+def _only(x: torch.Tensor, changed: torch.Tensor, transform) -> torch.Tensor:
+    """x with `transform(images, rows)` applied to the images whose `changed` (a CPU flag per image) is set;
+    the others are not computed."""
+    rows = changed.nonzero().squeeze(1)
+    if len(rows) == 0:
+        return x
+    if len(rows) == len(x):
+        return transform(x, rows)
+    at = rows.to(x.device)
+    return x.index_put((at,), transform(x[at], rows))
+
+
 def apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Tensor:
-    """Images `x` (N, C, H, W, square; C 1 or 3) through their transforms (`params` from `draw`); an image
-    whose transforms are all off passes unchanged. Differentiable in `x`."""
-    n = x.shape[0]
-    identity = torch.tensor([1.0, 0, 0, 0, 1, 0])
-    if "blit" in groups and params[:, BLIT].any():
+    """Images `x` (N, C, H, W, square; C 1 or 3) through their transforms (`params` from `draw`, where a
+    group that is off holds its identity); an image whose transforms are all off passes unchanged.
+    Differentiable in `x`."""
+    if params[:, BLIT].any():
         x = blit(x, params[:, BLIT].to(x.device))
-    moved = (params[:, GEOM] != identity).any(1).nonzero().squeeze(1)  # only those are resampled
-    if "geom" in groups and len(moved) == n:
-        x = geometric(x, params[:, GEOM])
-    elif "geom" in groups and len(moved):
-        x = x.index_put((moved.to(x.device),), geometric(x[moved.to(x.device)], params[moved, GEOM]))
+    moved = (params[:, GEOM] != torch.tensor([1.0, 0, 0, 0, 1, 0])).any(1)
+    x = _only(x, moved, lambda images, rows: geometric(images, params[rows, GEOM]))
     if "color" in groups:
         x = colour(x, params[:, COLOR].to(x.device))
-    filtered = (params[:, FILTER] != 1).any(1).nonzero().squeeze(1)
-    if "filter" in groups and len(filtered):
-        at = filtered.to(x.device)
-        x = x.index_put((at,), image_filter(x[at], params[filtered, FILTER]))
+    filtered = (params[:, FILTER] != 1).any(1)
+    x = _only(x, filtered, lambda images, rows: image_filter(images, params[rows, FILTER]))
     if "noise" in groups:
         x = noise(x, params[:, NOISE])
     if "cutout" in groups:
