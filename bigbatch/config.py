@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import tomli_w
 
+from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
 from bigbatch.config_types import Section, positive
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError
@@ -225,6 +226,17 @@ class TrainConfig(Section):
     (0 = off)."""
     r1_every: int = 1
     """Lazy R1 (StyleGAN2: 16): the penalty on every this-many-th D step, times this."""
+    pl_weight: float = 0.0
+    """Path length regularization of G (StyleGAN2: 2; needs a G with a mapping network, model.name =
+    "stylegan2"): this times the mean of (|J_w^T y| - a)^2 over the images it is computed on, y a
+    random image of unit pixel variance, a the running mean of the lengths (0 = off)."""
+    pl_every: int = 4
+    """Lazy path length regularization (StyleGAN2: 4): on every this-many-th G step, times this."""
+    pl_batch_shrink: int = 2
+    """Path length regularization on one image in this many of a step (those at global positions that
+    are multiples of it; StyleGAN2: 2)."""
+    pl_decay: float = 0.01
+    """How far the running mean of path lengths moves toward each regularized step's mean length."""
     init_from: str = ""
     """Fine-tune: start G, D and G_ema from this run or checkpoint (fresh optimizers; class embeddings
     of a different number of classes are re-initialised); classify: the network from a classify run or
@@ -240,6 +252,9 @@ class TrainConfig(Section):
     """Half-life of the EMA of G's weights, in thousands of images (independent of the batch size)."""
     ema_start_kimg: float = 0.0
     """Until this many kimg, G_ema is a plain copy of G (BigGAN starts its EMA at 20k iterations)."""
+    ema_rampup: float = 0.0
+    """The EMA's half-life is at most this fraction of the images seen so far (StyleGAN2-ADA: 0.05), so
+    an early G_ema forgets its random start quickly (0 = off)."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Compute precision of forward and backward; weights, optimizer state and losses stay fp32."""
     seed: int = 0
@@ -257,7 +272,7 @@ class TrainConfig(Section):
             self._fail("grad_clip", f"must be a finite number >= 0 (0 = off), got {self.grad_clip}")
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
-        positive(self, "skip_window", "r1_every")
+        positive(self, "skip_window", "r1_every", "pl_every", "pl_batch_shrink")
         for name in ("g_lr", "d_lr", "lr"):  # (the optimizers keep their rates as float32 numbers)
             if getattr(self, name) > 3.4e38:
                 self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
@@ -286,7 +301,10 @@ class TrainConfig(Section):
         if self.lr_decay == "step" and not self.lr_steps:
             self._fail("lr_steps", 'must list at least one kimg when train.lr_decay = "step"')
         positive(self, "lr")
-        for name in ("ema_halflife_kimg", "ema_start_kimg", "g_ortho", "d_ortho", "warmup_kimg", "weight_decay"):
+        if not 0 < self.pl_decay <= 1:
+            self._fail("pl_decay", f"must be a fraction in (0, 1], got {self.pl_decay}")
+        names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "g_ortho", "d_ortho", "warmup_kimg")
+        for name in (*names, "weight_decay", "pl_weight"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 
@@ -450,72 +468,6 @@ class EvalConfig(Section):
             self._fail("standing_stats", f"must be a number of batches >= 0, got {self.standing_stats}")
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
-
-
-@dataclass
-class SwapConfig(Section):
-    """The swap task's training options, DeepFaceLab SAEHD's (its option names; its defaults)."""
-
-    _name = "swap"
-
-    optimizer: Literal["adabelief", "rmsprop"] = "adabelief"
-    """DFL's AdaBelief (its default) or RMSprop, as DFL updates (no bias correction)."""
-    lr: float = 5e-5
-    """The learning rate (DFL's fixed 5e-5)."""
-    lr_dropout: bool = False
-    """DFL's lr_dropout: each weight updated with probability 0.3 per step, the rate on a 500-step cosine."""
-    random_warp: bool = True
-    """Train on randomly warped faces against the unwarped ones (off late in training, as DFL users do;
-    then a liae model's inter_AB stays as it is, as in DFL)."""
-    src_flip: bool = False
-    """Mirror src faces at random (p 0.4), DFL's random_src_flip."""
-    dst_flip: bool = True
-    """Mirror dst faces at random (p 0.4), DFL's random_dst_flip."""
-    masked_training: bool = True
-    """Weigh the image losses inside the face mask (blurred), when the data carries masks."""
-    eyes_mouth_prio: bool = False
-    """Add 300·L1 inside the eyes and mouth (needs data prepared with an eyes-and-mouth channel)."""
-    true_face_power: float = 0.0
-    """df archis: the weight of a code discriminator pushing dst codes toward src's (DFL: 0.0..1.0)."""
-    gan_power: float = 0.0
-    """The weight of a U-Net patch discriminator on src reconstructions (DFL: 0.0..5.0; usually 0.1)."""
-    gan_patch_size: int = 0
-    """The patch discriminator's receptive field in pixels (0: resolution / 8, DFL's default)."""
-    gan_dims: int = 16
-    """The patch discriminator's base channels."""
-    ct_mode: Literal["none", "rct", "lct", "mkl", "idt", "sot"] = "none"
-    """DFL's colour transfer: each src face recoloured like a random dst face before training on it
-    (rct: Reinhard in L*a*b*; lct: linear; mkl: Monge-Kantorovich; idt: iterative distribution
-    transfer; sot: sliced optimal transport, the slowest)."""
-    random_hsv_power: float = 0.0
-    """DFL's random hue/saturation/value shift of the src input (0.0..0.3; 0.05 typical)."""
-    face_style_power: float = 0.0
-    """DFL's face style loss: the swapped face's colours inside the mask learn dst's (0.0..100.0; start
-    from 0.001 after 10k iterations, DFL advises)."""
-    bg_style_power: float = 0.0
-    """DFL's background style loss: the swapped face outside the mask learns dst's (0.0..100.0; 2.0 typical)."""
-    blur_out_mask: bool = False
-    """Blur the targets' background near the face mask (needs masks in the data), DFL's blur_out_mask."""
-    face_type: Literal["", "h", "mf", "f", "wf", "head"] = ""
-    """DFL's face type of the faces (half, mid, full, whole face, head), which its merger crops by; "":
-    the one `prepare --masks dfl` read from the faces, else unknown (export-dfl then asks for it)."""
-
-    def _validate(self) -> None:
-        positive(self, "lr", "gan_dims")
-        for name in ("true_face_power", "gan_power", "random_hsv_power", "face_style_power", "bg_style_power"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-                self._fail(name, f"must be a finite number >= 0 (0 = off), got {getattr(self, name)}")
-        if self.random_hsv_power > 0.3:
-            self._fail(
-                "random_hsv_power", f"must be in 0.0..0.3 (DFL's range; 0.05 typical), got {self.random_hsv_power}"
-            )
-        for name in ("face_style_power", "bg_style_power"):
-            if getattr(self, name) > 100:
-                self._fail(name, f"must be in 0.0..100.0 (DFL's range), got {getattr(self, name)}")
-        if self.gan_patch_size != 0 and not 3 <= self.gan_patch_size <= 640:
-            self._fail(
-                "gan_patch_size", f"must be pixels in 3..640, or 0 for resolution / 8, got {self.gan_patch_size}"
-            )
 
 
 @dataclass

@@ -7,6 +7,7 @@ resumed run draws exactly what the uninterrupted run would have.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
 import numpy as np
@@ -16,12 +17,21 @@ import torch
 ORDER, Z_D, Z_G, FLIP, SAMPLE, VAL_SPLIT, CROP, ORDER_B, WARP, LR_DROPOUT, COLOUR = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 RRC = 12  # random-resized crops of whole stored images, drawn before decoding
 AUG_D, AUG_G = 13, 14  # a GAN's differentiable augmentation of D's inputs (D step, G step)
+PATH_LENGTH = 15  # the random images of path length regularization (a salt of `row_seeds`, per image)
 
 
 def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
     """A torch.Generator whose stream depends only on `seed` and the non-negative integer `keys`."""
     state = np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, *keys]).generate_state(1, np.uint64)[0]
     return torch.Generator(device=device).manual_seed(int(state))
+
+
+def row_seeds(t: torch.Tensor, salt: int = 0) -> list[int]:
+    """A 63-bit seed per row of `t` from its float32 bytes (and `salt`): a sample's own randomness keyed
+    by its latent, the same whatever samples share its batch, on any device."""
+    rows = np.ascontiguousarray(t.detach().to("cpu", torch.float32).flatten(1).numpy())
+    key = salt.to_bytes(8, "little")
+    return [int.from_bytes(hashlib.blake2b(r.tobytes(), digest_size=8, key=key).digest(), "little") >> 1 for r in rows]
 
 
 class GlobalOrder:

@@ -16,16 +16,28 @@ def make_ema(G: nn.Module) -> nn.Module:
 
 
 @torch.no_grad()
-def update_ema(G_ema: nn.Module, G: nn.Module, nimg: int, images: int, halflife_kimg: float, start_kimg: float) -> None:
-    """Blend G into G_ema after `images` more images; before `start_kimg` G_ema is a plain copy.
+def update_ema(
+    G_ema: nn.Module,
+    G: nn.Module,
+    nimg: int,
+    images: int,
+    halflife_kimg: float,
+    start_kimg: float,
+    rampup: float = 0.0,
+) -> None:
+    """Blend G into G_ema after `images` more images (`nimg` seen in all); before `start_kimg` G_ema is
+    a plain copy. With `rampup`, the half-life is at most rampup x nimg (StyleGAN2-ADA's ema_rampup).
 
     beta = 0.5 ** (images / half-life), so the average forgets at the same rate per image whatever
     the batch size. Buffers (BN running statistics, spectral-norm vectors) are copied from G.
     """
-    if nimg < start_kimg * 1000 or halflife_kimg == 0:
+    halflife = halflife_kimg * 1000
+    if rampup:
+        halflife = min(halflife, rampup * nimg)
+    if nimg < start_kimg * 1000 or halflife == 0:
         beta = 0.0
     else:
-        beta = 0.5 ** (images / (halflife_kimg * 1000))
+        beta = 0.5 ** (images / halflife)
     for p_ema, p in zip(G_ema.parameters(), G.parameters()):
         p_ema.copy_(p.detach().lerp(p_ema, beta))
     for b_ema, b in zip(G_ema.buffers(), G.buffers()):

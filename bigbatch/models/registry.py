@@ -1,7 +1,8 @@
 """The model registry: families register a builder with `@register`; `create` builds a GAN family's
 (G, D) pair, `create_classifier` an image classifier, `create_autoencoder` a face-swap autoencoder.
 
-The contract every GAN family keeps: `G(z, y) -> images` in [-1, 1], NCHW, and `D(x, y) -> logits` (N,),
+The contract every GAN family keeps: `G(z, y) -> images` in [-1, 1] (StyleGAN2's about that, not squashed:
+clamped where they are written), NCHW, and `D(x, y) -> logits` (N,),
 where y is None (unconditional), labels (N,) or class weights (N, n_classes); G has the attributes
 `resolution`, `n_classes`, `dim_z` and `img_channels`. An image classifier is one module,
 `forward(x) -> logits` (N, n_classes) for float NCHW images of any size, `features(x) -> (N,
@@ -143,10 +144,13 @@ def check_options(name: str, given: dict[str, Any]) -> None:
         ok = type(value) is type(default) or (isinstance(default, float) and type(value) is int)
         if default is not None and not ok:
             raise BigbatchError(f"option '{key}' of '{name}' must be {type(default).__name__}, got {value!r}")
-    if given.get("init", valid["init"]) not in layers.INIT_SCHEMES:
-        raise BigbatchError(
-            f"option 'init' of '{name}' must be one of {', '.join(layers.INIT_SCHEMES)}, got {given['init']!r}"
-        )
+    # The equalized learning rate is in a family's layers, not in its initialisation: it takes that
+    # scheme only, and no other family takes it.
+    schemes = (
+        ("equalized",) if valid["init"] == "equalized" else tuple(s for s in layers.INIT_SCHEMES if s != "equalized")
+    )
+    if given.get("init", valid["init"]) not in schemes:
+        raise BigbatchError(f"option 'init' of '{name}' must be one of {', '.join(schemes)}, got {given['init']!r}")
 
 
 def create(

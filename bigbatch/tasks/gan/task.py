@@ -10,6 +10,7 @@ whatever rank computes it, and the step sees the same data whatever micro_batch 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.loader import Batch, Step, read_batch
 from bigbatch.data.schedule import schedule_of
-from bigbatch.data.streams import AUG_D, AUG_G, Z_D, Z_G, GlobalOrder, generator
+from bigbatch.data.streams import AUG_D, AUG_G, PATH_LENGTH, Z_D, Z_G, GlobalOrder, generator, row_seeds
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
@@ -77,9 +78,10 @@ def check_config(cfg: Config) -> None:
     if cfg.train.lr_decay not in ("none", "linear"):
         foreign.append("train.lr_decay")
     refuse_sections(cfg, "the GAN task", "swap")
-    if cfg.train.r1_gamma and cfg.train.compile:
-        cfg.train._fail("compile", "cannot be on with train.r1_gamma: R1 needs a double backward, which torch.compile "
-                        "does not support; set one of them off")  # fmt: skip
+    for key in ("r1_gamma", "pl_weight"):
+        if getattr(cfg.train, key) and cfg.train.compile:
+            cfg.train._fail("compile", f"cannot be on with train.{key}: the penalty needs a double backward, which "
+                            "torch.compile does not support; set one of them off")  # fmt: skip
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
@@ -114,6 +116,9 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     refuse_face_sets(data, "the GAN task")
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
+    if t.pl_weight and not getattr(G, "supports_path_length", False):
+        t._fail("pl_weight", f"needs a G with a mapping network (model.name = \"stylegan2\"); {cfg.model.name}'s has "
+                "none: set it to 0")  # fmt: skip
     # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
     announce = not quiet and rep.is_main
     pretrained = init_from(t.init_from, G, D, announce) if t.init_from and resumed_at is None else None
@@ -164,6 +169,8 @@ class GANTask:
         self.augment = Augment(cfg.augment, self.seed)  # D's inputs through DiffAugment's transforms, if asked
         self.resolution = cfg.data.resolution
         self._r1 = 0.0  # the R1 weight of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
+        self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
+        self.pl_mean = 0.0  # the running mean of path lengths
         self.g_steps = 0
         self.total = t.images
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
@@ -211,12 +218,14 @@ class GANTask:
                     self.augment.observe(out["D_real_sign"], self.rep.batch)
         out = self.g_step(self.g_steps)
         stats.update({} if self.rep.skipped(self.opt_G) else out)
-        self.g_steps += 1
         G, D = self.plain("G"), self.plain("D")
+        if hasattr(G, "track_w_avg"):  # StyleGAN2's w_avg, from the whole step's latents: alike on every rank
+            G.track_w_avg(*self._step_latents(Z_G, self.g_steps))
+        self.g_steps += 1
         self.rep.average_running_stats(G)
         self.rep.average_running_stats(D)
         t = self.cfg.train
-        update_ema(self.G_ema, G, feed.nimg, feed.nimg - before, t.ema_halflife_kimg, t.ema_start_kimg)
+        update_ema(self.G_ema, G, feed.nimg, feed.nimg - before, t.ema_halflife_kimg, t.ema_start_kimg, t.ema_rampup)
         if self.augment.on:
             stats["augment_p"] = self.augment.p
         return stats
@@ -233,11 +242,16 @@ class GANTask:
         share = self.rep.share
         return None if t is None else t[self.rep.rank * share : (self.rep.rank + 1) * share]
 
-    def _latents(self, stream: int, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """This rank's share of the step's z and labels (every rank draws the whole step: cheap)."""
+    def _step_latents(self, stream: int, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The whole step's z and labels (every rank draws them all: cheap)."""
         g = generator(self.seed, stream, step)
         z = torch.randn(self.rep.batch, self.dim_z, generator=g)
         y = torch.randint(self.n_classes, (self.rep.batch,), generator=g) if self.n_classes else None
+        return z, y
+
+    def _latents(self, stream: int, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """This rank's share of the step's z and labels."""
+        z, y = self._step_latents(stream, step)
         return self._share(z), self._share(y)
 
     def request(self, nimg: int) -> Step:
@@ -300,28 +314,76 @@ class GANTask:
         return stats
 
     def g_batch(self, step: int) -> tuple:
-        return *self._latents(Z_G, step), self._transforms(AUG_G, step)
+        """This rank's share of the G step: z, labels, transforms and, on a path length step, which images
+        it regularizes (those at global positions that are multiples of train.pl_batch_shrink)."""
+        regularized = None
+        if self._pl:
+            regularized = self._share(torch.arange(self.rep.batch) % self.cfg.train.pl_batch_shrink == 0)
+        return *self._latents(Z_G, step), self._transforms(AUG_G, step), regularized
 
-    def g_loss(self, micro: tuple) -> torch.Tensor:
-        z, y, aug = micro
+    def g_loss(self, micro: tuple) -> torch.Tensor | dict[str, torch.Tensor]:
+        z, y, aug, regularized = micro
         fake = self.G(z, y)
         if aug is not None:
             fake = self.augment(fake, aug)
-        loss = losses.G_LOSS[self.loss](self.D(fake, y).float())
-        return loss + self._ortho(self.G, self.cfg.train.g_ortho)
+        loss = losses.G_LOSS[self.loss](self.D(fake, y).float()) + self._ortho(self.G, self.cfg.train.g_ortho)
+        if regularized is None:
+            return loss
+        penalty, lengths = self._path_length(z[regularized], None if y is None else y[regularized])
+        # Sums over this micro-batch's regularized images, scaled so that the step's gradient is that of
+        # the mean over all of the step's (the engine divides each micro-batch by batch / len(z)).
+        per_image = self.rep.batch / len(z) / self._pl_images()
+        return {
+            "loss": loss + self._pl * per_image * penalty,
+            "loss_G": loss.detach(),
+            "pl_penalty": penalty.detach() * per_image,
+            "pl_length": lengths * per_image,
+        }
+
+    def _pl_images(self) -> int:
+        """How many of a step's images path length regularization sees."""
+        return -(-self.rep.batch // self.cfg.train.pl_batch_shrink)
+
+    def _path_length(self, z: torch.Tensor, y: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """StyleGAN2's path length penalty, summed over these images, and the sum of their lengths
+        |J_w^T r|, r each image's own random image of std 1 / sqrt(pixels) (seeded by its z)."""
+        if not len(z):
+            return torch.zeros((), device=self.rep.device), torch.zeros((), device=self.rep.device)
+        images, ws = self.G(z, y, return_ws=True)
+        n, c, h, w = images.shape
+        noise = torch.stack(
+            [torch.randn(c, h, w, generator=torch.Generator().manual_seed(s)) for s in row_seeds(z, PATH_LENGTH)]
+        )
+        noise = noise.to(images.device) / math.sqrt(h * w)
+        (grads,) = torch.autograd.grad((images.float() * noise).sum(), ws, create_graph=True)
+        lengths = grads.float().square().sum(dim=2).mean(dim=1).sqrt()
+        return (lengths - self.pl_mean).square().sum(), lengths.detach().sum()
 
     def g_step(self, step: int) -> dict[str, float]:
-        """One G optimizer step on `batch` fresh draws of z and labels."""
+        """One G optimizer step on `batch` fresh draws of z and labels (path length regularized on its lazy
+        steps, whose mean length then moves the running mean)."""
         self._train_only("G")
-        loss = self.rep.step(self.g_loss, self.g_batch(step), self.opt_G)
+        t = self.cfg.train
+        self._pl = t.pl_weight * t.pl_every if t.pl_weight and step % t.pl_every == 0 else 0.0
+        try:
+            out = self.rep.step(self.g_loss, self.g_batch(step), self.opt_G)
+        finally:
+            self._pl = 0.0
         self._train_only("D")
-        return {"loss_G": loss, "grad_norm_G": self.rep.grad_norm(self.opt_G)}
+        stats = {"grad_norm_G": self.rep.grad_norm(self.opt_G)}
+        if not isinstance(out, dict):
+            return {"loss_G": out, **stats}
+        # The engine's mean over micro-batches and ranks of each one's scaled sums: the step's means.
+        if not self.rep.skipped(self.opt_G):
+            self.pl_mean += t.pl_decay * (out["pl_length"] - self.pl_mean)
+        return {"loss_G": out["loss_G"], **stats, "pl_penalty": out["pl_penalty"], "pl_length": out["pl_length"]}
 
     def probe(self, m: int) -> None:
         """One D and one G forward/backward at micro-batch m (for micro_batch="auto")."""
         head: Any = lambda batch: tuple(None if t is None else t[:m] for t in batch)
         self._train_only("D")
-        self._r1 = float(self.cfg.train.r1_gamma)  # a D step with R1, the costliest
+        self._r1 = float(self.cfg.train.r1_gamma)  # a D step with R1 and a G step with path lengths, the costliest
+        self._pl = float(self.cfg.train.pl_weight)
         p, self.augment.p = self.augment.p, self.augment.highest_p  # every transform on that p can turn on
         try:
             self.rep.probe_step(self.d_loss, head(self.d_batch(0)))
@@ -329,7 +391,7 @@ class GANTask:
             self._train_only("G")
             self.rep.probe_step(self.g_loss, head(self.g_batch(0)))
         finally:
-            self._r1, self.augment.p = 0.0, p
+            self._r1, self._pl, self.augment.p = 0.0, 0.0, p
         self.opt_G.zero_grad(set_to_none=True)
         self._train_only("D")
 
@@ -339,6 +401,8 @@ class GANTask:
 
     def state_dict(self) -> dict[str, Any]:
         state = {"g_steps": self.g_steps, "opt_G": self.opt_G.state_dict(), "opt_D": self.opt_D.state_dict()}
+        if self.cfg.train.pl_weight:
+            state["pl_mean"] = self.pl_mean
         if self.augment.on:
             state["augment"] = self.augment.state_dict()
         return state
@@ -347,6 +411,7 @@ class GANTask:
         self.opt_G.load_state_dict(state["opt_G"])
         self.opt_D.load_state_dict(state["opt_D"])
         self.g_steps = int(state["g_steps"])
+        self.pl_mean = float(state.get("pl_mean", 0.0))
         if self.augment.on and "augment" in state:
             self.augment.load_state_dict(state["augment"])
 

@@ -1,0 +1,189 @@
+"""StyleGAN2 (model.name = "stylegan2"): the model's properties, and its regularizers' large-batch semantics
+(path length regularization, w_avg, style mixing) under accumulation and resume."""
+
+import pytest
+import torch
+
+import bigbatch
+from bigbatch import models
+from bigbatch.batching import replicator_for
+from bigbatch.cli import main
+from bigbatch.data import load_data
+from bigbatch.models.stylegan2 import SynthesisLayer, upsample
+from bigbatch.sampling import to_uint8
+from bigbatch.tasks import build_task
+from bigbatch.tasks.gan.load import load_generator
+
+SMALL_OPTIONS = {"ch_max": 16, "w_dim": 16, "map_layers": 2}
+SMALL = {"ch": 2, "dim_z": 16, **SMALL_OPTIONS}
+
+
+def pair(resolution=16, n_classes=10, **options):
+    torch.manual_seed(0)
+    opts = {k: v for k, v in SMALL.items() if k not in ("ch", "dim_z")} | options
+    return models.create(
+        "stylegan2", resolution, n_classes, ch=SMALL["ch"], dim_z=SMALL["dim_z"], img_channels=3, **opts
+    )
+
+
+def tiny(**overrides):
+    """The digits recipe on a StyleGAN2 of a few thousand weights, every regularizer on."""
+    return bigbatch.preset("digits").override(
+        {
+            "data.resolution": 16,
+            "model.name": "stylegan2",
+            "model.ch": 2,
+            "model.dim_z": 16,
+            "model.options": SMALL_OPTIONS,
+            "train.loss": "ns",
+            "train.pl_weight": 2.0,
+            "train.pl_every": 2,
+            "train.r1_gamma": 1.0,
+            "train.r1_every": 2,
+            "train.ema_rampup": 0.05,
+            "train.kimg": 0.512,
+            "train.batch": 32,
+            "train.micro_batch": 16,
+            "train.log_every_kimg": 0.128,
+            "checkpoint.every_kimg": 0.256,
+            "sample.every_kimg": 0.256,
+            "sample.n": 16,
+            "train.device": "cpu",
+        }
+        | overrides
+    )
+
+
+def test_each_image_is_a_function_of_its_own_z_whatever_shares_its_batch():
+    G, _ = pair()
+    G.train()  # noise and style mixing drawn per image
+    z, y = torch.randn(6, 16), torch.arange(6)
+    whole = G(z, y)
+    assert whole.shape == (6, 3, 16, 16)
+    alone = torch.cat([G(z[i : i + 1], y[i : i + 1]) for i in range(6)])
+    torch.testing.assert_close(alone, whole, rtol=0, atol=1e-5)
+    assert not torch.allclose(whole[0], whole[1], atol=1e-3)
+
+
+def test_style_mixing_switches_to_a_second_w_in_training_only():
+    z, y = torch.randn(8, 16), torch.zeros(8, dtype=torch.long)
+    G, _ = pair(mixing=1.0)
+    mixed, plain = G.train()(z, y), G.eval()(z, y)
+    assert (mixed - plain).flatten(1).abs().amax(dim=1).min() > 1e-4  # every image's later layers moved
+    G, _ = pair(mixing=0.0)
+    torch.testing.assert_close(G.train()(z, y), G.eval()(z, y), rtol=0, atol=1e-6)
+
+
+def test_demodulation_makes_a_layer_blind_to_the_scale_of_its_styles():
+    torch.manual_seed(0)
+    layer = SynthesisLayer(8, 4, 16, 8)
+    x, w = torch.randn(3, 8, 8, 8), torch.randn(3, 16)
+    before = layer(x, w, None)
+    with torch.no_grad():
+        layer.affine.weight *= 3
+        layer.affine.bias *= 3
+    torch.testing.assert_close(layer(x, w, None), before, rtol=1e-5, atol=1e-5)
+
+
+def test_truncation_to_psi_0_gives_the_image_of_the_average_w():
+    G, _ = pair(n_classes=0)
+    z = torch.randn(64, 16)
+    with torch.no_grad():
+        mean_w = G.mapping(z, None).mean(dim=0)
+    G.track_w_avg(z, None)
+    torch.testing.assert_close(G.w_avg, (1 - 0.995) * mean_w)
+    G.eval()
+    G.noise_mode, G.truncation_psi = "none", 0.0
+    images = G(torch.randn(3, 16))
+    torch.testing.assert_close(images[1:], images[:1].expand(2, -1, -1, -1))
+    G.truncation_psi = 1.0
+    assert not torch.allclose(G(torch.randn(2, 16))[0], G(torch.randn(2, 16))[1])
+
+
+def test_upsampling_keeps_a_constant_image_constant():
+    up = upsample(torch.ones(1, 2, 8, 8))
+    assert up.shape == (1, 2, 16, 16)
+    torch.testing.assert_close(up[..., 1:-1, 1:-1], torch.ones(1, 2, 14, 14))
+
+
+def test_minibatch_stddev_groups_consecutive_images_and_refuses_other_micro_batches():
+    _, D = pair()
+    x, y = torch.randn(8, 3, 16, 16), torch.arange(8)
+    D.train()
+    torch.testing.assert_close(torch.cat([D(x[:4], y[:4]), D(x[4:], y[4:])]), D(x, y), rtol=0, atol=1e-6)
+    with pytest.raises(bigbatch.BigbatchError, match="give train.micro_batch a multiple of 4"):
+        D(x[:6], y[:6])
+    assert D.eval()(x[:6], y[:6]).shape == (6,)  # scoring any batch
+
+
+def steps_with_regularizers(micro_batch):
+    cfg = tiny(
+        **{"train.batch": 16, "train.micro_batch": micro_batch, "train.pl_every": 1, "train.r1_every": 1},
+        **{"train.pl_batch_shrink": 4, "model.options": SMALL_OPTIONS | {"mbstd_group": 2}},
+    )
+    task = build_task(cfg, replicator_for(cfg), load_data("builtin:digits", 16))
+    out = {}
+    for step in range(2):  # the second uses the running mean of path lengths the first moved
+        out = task.d_step(step * 16)
+        out |= task.g_step(step)
+    nets = task.nets()
+    weights = torch.cat([p.detach().flatten() for name in ("G", "D") for p in nets[name].parameters()])
+    return weights, task.pl_mean, out
+
+
+def test_path_length_and_r1_steps_accumulated_equal_the_whole_batch():
+    whole, pl_whole, out_whole = steps_with_regularizers(16)
+    parts, pl_parts, out_parts = steps_with_regularizers(4)
+    assert float((parts - whole).norm() / whole.norm()) < 1e-5
+    assert pl_parts == pytest.approx(pl_whole, rel=1e-5) and pl_whole > 0
+    assert out_parts["pl_length"] == pytest.approx(out_whole["pl_length"], rel=1e-5)
+    assert out_parts["pl_penalty"] == pytest.approx(out_whole["pl_penalty"], rel=1e-4)
+    # One image in pl_batch_shrink (4) regularized: of the micro-batches of 2, one in two has one.
+    one, pl_one, _ = steps_with_regularizers(2)
+    assert float((one - whole).norm() / whole.norm()) < 1e-5 and pl_one == pytest.approx(pl_whole, rel=1e-5)
+
+
+def test_a_stylegan2_run_resumed_is_the_run_left_alone_bit_for_bit(tmp_path):
+    def weights(run):
+        ckpt = run / "checkpoints" / "000000.512"
+        return {net: (ckpt / f"{net}.safetensors").read_bytes() for net in ("G", "D", "G_ema")}
+
+    cfg = tiny()
+    whole = weights(bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True))
+    bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "parts", quiet=True)
+    assert weights(bigbatch.train(cfg, run_dir=tmp_path / "parts", resume=True, quiet=True)) == whole
+    lines = (tmp_path / "whole" / "metrics.jsonl").read_text()
+    assert '"pl_length"' in lines and '"r1_penalty"' in lines
+
+
+def test_path_length_regularization_needs_a_mapping_network(tmp_path, capsys):
+    code = main(
+        ["train", "--preset", "digits", "train.pl_weight=2", "train.kimg=0.032", "--run-dir", str(tmp_path / "r")]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "bigbatch: error: config key 'train.pl_weight' needs a G with a mapping network (model.name = \"stylegan2\"); "
+        "dcgan's has none: set it to 0"
+    ]
+
+
+def test_a_family_of_the_equalized_learning_rate_takes_no_other_init():
+    with pytest.raises(bigbatch.BigbatchError, match="option 'init' of 'stylegan2' must be one of equalized"):
+        models.create("stylegan2", 16, init="ortho")
+    with pytest.raises(bigbatch.BigbatchError, match="option 'init' of 'dcgan' must be one of N02, ortho"):
+        models.create("dcgan", 16, init="equalized")
+
+
+def test_exported_stylegan2_draws_each_layers_fixed_noise(tmp_path):
+    run = bigbatch.train(
+        tiny(**{"train.kimg": 0.064, "checkpoint.every_kimg": 0.064}), run_dir=tmp_path / "r", quiet=True
+    )
+    assert main(["export", str(run), str(tmp_path / "g.pt")]) == 0
+    exported = torch.jit.load(str(tmp_path / "g.pt"))
+    G = load_generator(run)
+    G.noise_mode = "const"
+    z, y = torch.randn(3, 16), torch.tensor([1, 2, 3])
+    expected = to_uint8(G(z, y))
+    got = exported(z, y)
+    assert got.shape == expected.shape and (got.int() - expected.int()).abs().max() <= 1
