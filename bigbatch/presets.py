@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from bigbatch.config import (
+    AugmentConfig,
     CheckpointConfig,
     Config,
     DataConfig,
     EvalConfig,
     ModelConfig,
     SampleConfig,
-    SwapConfig,
     TrainConfig,
 )
 from bigbatch.errors import BigbatchError
@@ -511,88 +511,78 @@ def finetune_resnet50() -> Config:
     return replace(cfg, **every, eval=EvalConfig(every_kimg=2, batch_size=128))
 
 
-def _saehd(name: str, data: DataConfig, options: dict, train: TrainConfig, swap: SwapConfig | None = None) -> Config:
-    """What the SAEHD presets share: DFL's trainer around the model (AdaBelief at 5e-5, masked training
-    when the data have masks, random warp, dst mirrored), previews every 1,000 iterations."""
-    per_iteration = train.batch
+def _stylegan2(
+    name: str, data: DataConfig, model: ModelConfig, train: TrainConfig, per_gpu: int, snapshot_kimg: float
+) -> Config:
+    """What StyleGAN2-ADA's configurations share (its train.py): the non-saturating loss, Adam with betas
+    (0, 0.99) and eps 1e-8, R1 every 16 D steps, path length regularization every 4 G steps, ADA's
+    augmentation (bgc, target 0.6, p moving at 500 kimg), FID on 50k images at every snapshot. Its lazy
+    regularization runs as separate optimizer steps, whose count it offsets by scaling Adam's rates and
+    betas (by 4/5 for G and 16/17 for D); here the penalties join the ordinary steps, so those stay as given.
+    `per_gpu`: its micro-batch on each of its reference GPUs."""
     return Config(
         name=name,
-        task="swap",
         data=data,
-        model=ModelConfig(name="saehd", options=options),
-        train=train,
-        checkpoint=CheckpointConfig(every_kimg=10_000 * per_iteration / 1000, keep=3),
-        sample=SampleConfig(every_kimg=1000 * per_iteration / 1000, n=8),
-        swap=swap or SwapConfig(),
-    )
-
-
-def _swap_train(**kw: object) -> TrainConfig:
-    """A TrainConfig for the swap task: only the keys it reads (the GAN's EMA default switched off)."""
-    return TrainConfig(ema_halflife_kimg=TrainConfig().ema_halflife_kimg, **kw)  # type: ignore[arg-type]
-
-
-@preset_fn
-def saehd128() -> Config:
-    """DeepFaceLab's SAEHD with its defaults: 128 px, liae-ud, ae/e/d/d_mask dims 256/64/64/22, batch 8.
-
-    DFL's numbers (models/Model_SAEHD/Model.py): AdaBelief at lr 5e-5 without bias correction, masked
-    training, random warp, random dst flip, no clipping (its clipgrad option off), fp32 (its use_fp16
-    off). 200k iterations (1,600 kimg), the length DFL users commonly train before turning random warp
-    off. Data: `bigbatch prepare src_faces data/src.h5 --resolution 128 --masks alpha` and the same for dst
-    (DFL's aligned folders: `--masks dfl --eyes-mouth dfl`).
-    """
-    return _saehd(
-        "saehd128",
-        DataConfig(path="data/src.h5", dst_path="data/dst.h5", resolution=128),
-        {"archi": "liae-ud", "ae_dims": 256, "e_dims": 64, "d_dims": 64, "d_mask_dims": 22},
-        _swap_train(kimg=200_000 * 8 / 1000, batch=8, micro_batch=8, log_every_kimg=100 * 8 / 1000),
-    )
-
-
-@preset_fn
-def saehd512_df_ud() -> Config:
-    """SAEHD at 512 px in 6 GiB: df-ud, dims 320/64/72/22, batch 8, bf16, activation checkpointing.
-
-    The run a user of a PyTorch port trained on a 6 GB RTX 2060 (2.6-3.1 s per iteration): the DFL model
-    at 512 px that DFL itself cannot fit there. Micro-batch "auto" under a 6 GiB budget (the whole batch
-    of 8 in one micro-batch fits: bench/memory.py); the rest as saehd128. Data: `bigbatch prepare ...
-    --resolution 512 --masks alpha` for src and dst.
-    """
-    return _saehd(
-        "saehd512_df_ud",
-        DataConfig(path="data/src512.h5", dst_path="data/dst512.h5", resolution=512),
-        {"archi": "df-ud", "ae_dims": 320, "e_dims": 64, "d_dims": 72, "d_mask_dims": 22},
-        _swap_train(
-            kimg=200_000 * 8 / 1000,
-            batch=8,
-            micro_batch="auto",
-            memory_budget="6GiB",
-            precision="bf16",
-            checkpointing=True,
-            log_every_kimg=100 * 8 / 1000,
+        model=model,
+        train=replace(
+            train,
+            micro_batch=per_gpu,
+            betas=(0.0, 0.99),
+            adam_eps=1e-8,
+            loss="ns",
+            r1_every=16,
+            pl_every=4,
+            log_every_kimg=4.0,
         ),
+        augment=AugmentConfig(pipeline="ada", policy="bgc", target=0.6, speed_kimg=500.0),
+        checkpoint=CheckpointConfig(every_kimg=snapshot_kimg, keep=3),
+        sample=SampleConfig(every_kimg=snapshot_kimg, n=64),
+        eval=EvalConfig(every_kimg=snapshot_kimg, metrics="fid", n=50_000),
     )
 
 
 @preset_fn
-def saehd_cpu() -> Config:
-    """A CPU-sized SAEHD swap between two data sets that ship offline: digits to Fashion-MNIST at 64 px.
+def stylegan2_cifar() -> Config:
+    """StyleGAN2 with ADA on CIFAR-10 at 32x32, class-conditional: StyleGAN2-ADA's --cfg=cifar --cond=1.
 
-    src: scikit-learn's 1,797 digits; dst: Fashion-MNIST's 60,000 training images (Debian's
-    dataset-fashion-mnist), both upscaled to 64 px, 5% of each held out and scored (held-out SSIM).
-    df-u at dims 64/16/16/8, batch 16, AdaBelief at 2e-4 (4x DFL's: a short run), no masks in the data.
+    Its numbers: batch 64 on 2 GPUs (32 each, one minibatch-statistic group of 32), fmaps 1 (512 channels
+    at every resolution here), a 2-layer mapping network, lr 0.0025, R1 gamma 0.01, no style mixing and no
+    path length regularization, EMA half-life 500 kimg ramped up as 5% of the images seen, 100,000 kimg;
+    x-flips off. Data: `bigbatch prepare CIFAR10_FOLDER data/cifar10.h5`.
     """
-    return Config(
-        name="saehd_cpu",
-        task="swap",
-        data=DataConfig(path="builtin:digits", dst_path="builtin:fashion-mnist", resolution=64, val_fraction=0.05),
-        model=ModelConfig(
-            name="saehd", options={"archi": "df-u", "ae_dims": 64, "e_dims": 16, "d_dims": 16, "d_mask_dims": 8}
+    return _stylegan2(
+        "stylegan2_cifar",
+        DataConfig(path="data/cifar10.h5", resolution=32),
+        ModelConfig(name="stylegan2", ch=128, dim_z=512, options={"map_layers": 2, "mixing": 0.0, "mbstd_group": 32}),
+        TrainConfig(
+            kimg=100_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=0.01, ema_halflife_kimg=500, ema_rampup=0.05
         ),
-        train=_swap_train(kimg=32, batch=16, micro_batch=16, log_every_kimg=0.8),
-        checkpoint=CheckpointConfig(every_kimg=8, keep=2),
-        sample=SampleConfig(every_kimg=4, n=8),
-        eval=EvalConfig(every_kimg=8, batch_size=64),
-        swap=SwapConfig(lr=2e-4),
+        per_gpu=32,
+        snapshot_kimg=200,
     )
+
+
+@preset_fn
+def stylegan2_256() -> Config:
+    """StyleGAN2 with ADA at 256x256, unconditional (FFHQ, LSUN): StyleGAN2-ADA's --cfg=paper256 --mirror=1.
+
+    Its numbers: batch 64 on 8 GPUs (8 each, a minibatch-statistic group of 8), fmaps 0.5 (64 channels at
+    256 px, doubling at each halving up to 512), an 8-layer mapping network at 0.01x the learning rate,
+    lr 0.0025, R1 gamma 1, style mixing 0.9, path length weight 2 on half the images, EMA half-life 20 kimg,
+    25,000 kimg. Data: `bigbatch prepare FACES_FOLDER data/ffhq256.h5 --resolution 256`.
+    """
+    return _stylegan2(
+        "stylegan2_256",
+        DataConfig(path="data/ffhq256.h5", resolution=256, xflip=True),
+        ModelConfig(name="stylegan2", ch=64, dim_z=512, conditional=False, options={"mbstd_group": 8}),
+        TrainConfig(kimg=25_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=1.0, pl_weight=2.0, ema_halflife_kimg=20),
+        per_gpu=8,
+        snapshot_kimg=200,
+    )
+
+
+# The face-swap recipes live in their own module and are registered here, with the others.
+from bigbatch.presets_swap import saehd128, saehd512_df_ud, saehd_cpu  # noqa: E402
+
+for _swap in (saehd128, saehd512_df_ud, saehd_cpu):
+    preset_fn(_swap)

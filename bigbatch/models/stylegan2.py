@@ -347,7 +347,7 @@ class StyleGAN2Discriminator(nn.Module):
         map_lr_mul: float,
     ):
         super().__init__()
-        self.n_classes, self.mbstd_group = n_classes, mbstd_group
+        self.resolution, self.n_classes, self.mbstd_group = resolution, n_classes, mbstd_group
         self.fromrgb = EqualConv(img_channels, channels[resolution], 1)
         resolutions = [2**i for i in range(int(math.log2(resolution)), 2, -1)]
         self.blocks = nn.ModuleList(DBlock(channels[r], channels[r // 2]) for r in resolutions)
