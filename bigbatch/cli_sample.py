@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,17 @@ def _sample(args: argparse.Namespace) -> None:
         out_named(args.out, ".npz" if args.npz else ".png")
     if args.standing_stats < 0:
         raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
+    if not math.isfinite(args.psi):
+        raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {args.psi}")
     G = load_generator(args.path)  # a run's newest checkpoint, even if the run prunes it meanwhile
     ckpt = G.checkpoint
+    if args.psi != 1:
+        if not hasattr(G, "truncation_psi"):
+            raise BigbatchError(
+                f'--psi needs a generator with a mapping network (model.name = "stylegan2"); this run\'s is '
+                f"{G.config.model.name}: use --truncation (BigGAN's truncation of z)"
+            )
+        G.truncation_psi = args.psi
     if not args.interp:
         _check_fits(args.n, G.config.data.resolution)
     if args.standing_stats:
@@ -114,6 +124,13 @@ def add_sample_command(sub: Any) -> None:
         type=float,
         default=float("inf"),
         help="resample z entries beyond this magnitude (BigGAN truncation; default: off)",
+    )
+    s.add_argument(
+        "--psi",
+        type=float,
+        default=1.0,
+        help="StyleGAN2's truncation: each w pulled toward the average w, to this fraction of its distance "
+        "(default 1: off; 0.5-0.7 typical)",
     )
     s.add_argument(
         "--standing-stats",

@@ -546,14 +546,21 @@ def stylegan2_cifar() -> Config:
     """StyleGAN2 with ADA on CIFAR-10 at 32x32, class-conditional: StyleGAN2-ADA's --cfg=cifar --cond=1.
 
     Its numbers: batch 64 on 2 GPUs (32 each, one minibatch-statistic group of 32), fmaps 1 (512 channels
-    at every resolution here), a 2-layer mapping network, lr 0.0025, R1 gamma 0.01, no style mixing and no
-    path length regularization, EMA half-life 500 kimg ramped up as 5% of the images seen, 100,000 kimg;
-    x-flips off. Data: `bigbatch prepare CIFAR10_FOLDER data/cifar10.h5`.
+    at every resolution here), a 2-layer mapping network in G (8 in D's class mapping), D without residual
+    skips ("orig"), lr 0.0025, R1 gamma 0.01, no style mixing and no path length regularization, EMA
+    half-life 500 kimg ramped up as 5% of the images seen, 100,000 kimg; x-flips off. Parameters: G
+    20,215,315 and D 23,089,664, ADA's own networks' counts at these settings (tests/test_models.py).
+    Data: `bigbatch prepare CIFAR10_FOLDER data/cifar10.h5`.
     """
     return _stylegan2(
         "stylegan2_cifar",
         DataConfig(path="data/cifar10.h5", resolution=32),
-        ModelConfig(name="stylegan2", ch=128, dim_z=512, options={"map_layers": 2, "mixing": 0.0, "mbstd_group": 32}),
+        ModelConfig(
+            name="stylegan2",
+            ch=128,
+            dim_z=512,
+            options={"map_layers": 2, "mixing": 0.0, "mbstd_group": 32, "d_resnet": False},
+        ),
         TrainConfig(
             kimg=100_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=0.01, ema_halflife_kimg=500, ema_rampup=0.05
         ),

@@ -79,6 +79,24 @@ def test_parameter_counts_equal_biggan_pytorch(name, resolution, kwargs, counts)
     assert (count_params(G), count_params(D)) == counts
 
 
+# StyleGAN2-ADA's networks (training/networks.py, fp32) at its configurations, counted with its own code:
+# paper256 (channel_base 16384), config F at 1024 (32768), and cifar as the stylegan2_cifar preset builds it.
+STYLEGAN2_COUNTS = [
+    (256, 0, dict(ch=64), (24_767_458, 24_001_089)),
+    (1024, 0, dict(ch=128), (30_370_060, 29_012_513)),
+    (32, 10, dict(ch=128, map_layers=2, d_resnet=False, mbstd_group=32), (20_215_315, 23_089_664)),
+]
+
+
+@pytest.mark.parametrize("resolution, n_classes, kwargs, counts", STYLEGAN2_COUNTS)
+def test_parameter_counts_equal_stylegan2_adas(resolution, n_classes, kwargs, counts):
+    from bigbatch.models.layers import count_params
+
+    with torch.device("meta"):
+        G, D = bigbatch.models.create("stylegan2", resolution, n_classes, dim_z=512, **kwargs)
+    assert (count_params(G), count_params(D)) == counts
+
+
 def test_biggan_hierarchical_z_drops_the_remainder_as_the_reference(capsys):
     with torch.device("meta"):
         G, _ = bigbatch.models.create("biggan", 256, 10, ch=4, dim_z=120)

@@ -1,6 +1,7 @@
 """StyleGAN2 (model.name = "stylegan2"): the model's properties, and its regularizers' large-batch semantics
 (path length regularization, w_avg, style mixing) under accumulation and resume."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -156,15 +157,20 @@ def test_a_stylegan2_run_resumed_is_the_run_left_alone_bit_for_bit(tmp_path):
     assert '"pl_length"' in lines and '"r1_penalty"' in lines
 
 
-def test_path_length_regularization_needs_a_mapping_network(tmp_path, capsys):
-    code = main(
-        ["train", "--preset", "digits", "train.pl_weight=2", "train.kimg=0.032", "--run-dir", str(tmp_path / "r")]
-    )
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [
+def test_path_length_and_psi_need_a_mapping_network(tmp_path, capsys):
+    args = ["train.kimg=0.032", "data.resolution=16", "model.ch=4", "checkpoint.every_kimg=0.032"]
+    assert main(["train", "--preset", "digits", *args, "train.pl_weight=2", "--run-dir", str(tmp_path / "r")]) == 2
+    assert not (tmp_path / "r").exists()
+    assert capsys.readouterr().err.strip().splitlines() == [
         "bigbatch: error: config key 'train.pl_weight' needs a G with a mapping network (model.name = \"stylegan2\"); "
         "dcgan's has none: set it to 0"
+    ]
+    assert main(["train", "--preset", "digits", *args, "--run-dir", str(tmp_path / "dcgan")]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(tmp_path / "dcgan"), "--psi", "0.5"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        'bigbatch: error: --psi needs a generator with a mapping network (model.name = "stylegan2"); this run\'s is '
+        "dcgan: use --truncation (BigGAN's truncation of z)"
     ]
 
 
@@ -175,10 +181,16 @@ def test_a_family_of_the_equalized_learning_rate_takes_no_other_init():
         models.create("dcgan", 16, init="equalized")
 
 
-def test_exported_stylegan2_draws_each_layers_fixed_noise(tmp_path):
+def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w(tmp_path):
     run = bigbatch.train(
         tiny(**{"train.kimg": 0.064, "checkpoint.every_kimg": 0.064}), run_dir=tmp_path / "r", quiet=True
     )
+    spread = {}
+    for psi in ("1", "0.5", "0"):
+        out = tmp_path / f"psi{psi}.npz"
+        assert main(["sample", str(run), "--psi", psi, "--npz", "--n", "16", "--out", str(out)]) == 0
+        spread[psi] = float(np.load(out)["arr_0"].astype(np.float32).std(axis=0).mean())
+    assert spread["0"] < 0.5 * spread["0.5"] < 0.5 * spread["1"]  # w toward w_avg: samples alike (noise aside)
     assert main(["export", str(run), str(tmp_path / "g.pt")]) == 0
     exported = torch.jit.load(str(tmp_path / "g.pt"))
     G = load_generator(run)

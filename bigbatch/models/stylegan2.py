@@ -315,16 +315,18 @@ def minibatch_stddev(x: torch.Tensor, group: int) -> torch.Tensor:
 
 
 class DBlock(nn.Module):
-    """D's residual block: two 3x3 convolutions (the second halving the size) beside a 1x1 skip, each
-    side times sqrt(1/2)."""
+    """D's block: two 3x3 convolutions, the second halving the size; `resnet`: beside a 1x1 skip, each side
+    times sqrt(1/2) (ADA's "resnet" architecture; without, its "orig")."""
 
-    def __init__(self, cin: int, cout: int):
+    def __init__(self, cin: int, cout: int, resnet: bool):
         super().__init__()
         self.conv0 = EqualConv(cin, cin, 3)
         self.conv1 = EqualConv(cin, cout, 3, down=True)
-        self.skip = EqualConv(cin, cout, 1, bias=False, act=False, down=True)
+        self.skip = EqualConv(cin, cout, 1, bias=False, act=False, down=True) if resnet else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.skip is None:
+            return self.conv1(self.conv0(x))
         return (self.skip(x) + self.conv1(self.conv0(x))) * math.sqrt(0.5)
 
 
@@ -345,12 +347,13 @@ class StyleGAN2Discriminator(nn.Module):
         mbstd_group: int,
         map_layers: int,
         map_lr_mul: float,
+        resnet: bool,
     ):
         super().__init__()
         self.resolution, self.n_classes, self.mbstd_group = resolution, n_classes, mbstd_group
         self.fromrgb = EqualConv(img_channels, channels[resolution], 1)
         resolutions = [2**i for i in range(int(math.log2(resolution)), 2, -1)]
-        self.blocks = nn.ModuleList(DBlock(channels[r], channels[r // 2]) for r in resolutions)
+        self.blocks = nn.ModuleList(DBlock(channels[r], channels[r // 2], resnet) for r in resolutions)
         c = channels[4]
         self.conv = EqualConv(c + 1, c, 3)
         self.fc = EqualLinear(c * 16, c, act=True)
@@ -387,14 +390,18 @@ def stylegan2(
     mixing: float = 0.9,
     mbstd_group: int = 4,
     w_avg_beta: float = 0.995,
+    d_map_layers: int = 8,
+    d_resnet: bool = True,
 ) -> tuple[nn.Module, nn.Module]:
     """StyleGAN2 at any power-of-two resolution >= 8. `ch`: the width at 256 px, doubling at each halving
     of the resolution up to `ch_max` (ADA's channel_base = 256 ch; ch 64 is its cifar and paper256
     configs, 128 config F). `mixing`: the share of G's training images whose w switches to a second
-    z's at a random layer (ADA: 0.9, 0 for cifar)."""
+    z's at a random layer (ADA: 0.9, 0 for cifar). `d_map_layers`: the layers of D's class mapping (ADA
+    keeps its default 8 whatever G's); `d_resnet`: D's residual skips (ADA's cifar config: off)."""
     if resolution < 8 or resolution & (resolution - 1):
         raise BigbatchError(f"stylegan2 supports power-of-two resolutions >= 8, got {resolution}")
-    for name, value in (("ch_max", ch_max), ("w_dim", w_dim), ("map_layers", map_layers), ("mbstd_group", mbstd_group)):
+    sizes = {"ch_max": ch_max, "w_dim": w_dim, "map_layers": map_layers, "d_map_layers": d_map_layers}
+    for name, value in (*sizes.items(), ("mbstd_group", mbstd_group)):
         if value < 1:
             raise BigbatchError(f"stylegan2 option {name} must be >= 1, got {value}")
     if not 0 <= mixing <= 1 or not 0 <= w_avg_beta < 1 or not map_lr_mul > 0:
@@ -418,7 +425,8 @@ def stylegan2(
         img_channels=img_channels,
         channels=channels,
         mbstd_group=mbstd_group,
-        map_layers=map_layers,
+        map_layers=d_map_layers,
         map_lr_mul=map_lr_mul,
+        resnet=d_resnet,
     )
     return G, D
