@@ -139,8 +139,10 @@ class SynthesisLayer(nn.Module):
     def forward(self, x: torch.Tensor, w: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         styles = self.affine(w)
         weight = self.weight
-        # Demodulation: each output channel of the per-image weight (weight x styles) scaled to unit norm.
-        dcoefs = ((weight[None] * styles[:, None, :, None, None]).square().sum(dim=[2, 3, 4]) + 1e-8).rsqrt()
+        # Demodulation: each output channel of the per-image weight (weight x styles) scaled to unit norm:
+        # sum_i,k (w_oik s_i)^2 = sum_i s_i^2 sum_k w_oik^2, a matmul, never the (N, O, I, 3, 3) weights.
+        with torch.autocast(x.device.type, enabled=False):  # in fp32 whatever the autocast: it is small
+            dcoefs = (styles.float().square() @ weight.square().sum(dim=[2, 3]).t() + 1e-8).rsqrt()
         x = x * styles.to(x.dtype)[:, :, None, None]
         if self.up:
             x = F.conv_transpose2d(x, weight.transpose(0, 1).flip([2, 3]), stride=2)
