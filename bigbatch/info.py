@@ -70,6 +70,7 @@ def describe_run(path: str | Path) -> str:
             f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
             f"{t.loss} loss, {t.precision}, seed {t.seed}"
             + (f", R1 gamma {t.r1_gamma:g} every {t.r1_every}" if t.r1_gamma else "")
+            + (f", path length {t.pl_weight:g} every {t.pl_every} on 1/{t.pl_batch_shrink}" if t.pl_weight else "")
         )
         a = cfg.augment
         if a.transforms:  # ADA's p now: the last log row's augment_p

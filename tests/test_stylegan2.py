@@ -157,6 +157,14 @@ def test_a_stylegan2_run_resumed_is_the_run_left_alone_bit_for_bit(tmp_path):
     assert '"pl_length"' in lines and '"r1_penalty"' in lines
 
 
+def test_info_names_the_regularizers(tmp_path, capsys):
+    run = bigbatch.train(
+        tiny(**{"train.kimg": 0.032, "checkpoint.every_kimg": 0.032}), run_dir=tmp_path / "r", quiet=True
+    )
+    assert main(["info", str(run)]) == 0
+    assert "R1 gamma 1 every 2, path length 2 every 2 on 1/2" in capsys.readouterr().out
+
+
 def test_path_length_and_psi_need_a_mapping_network(tmp_path, capsys):
     args = ["train.kimg=0.032", "data.resolution=16", "model.ch=4", "checkpoint.every_kimg=0.032"]
     assert main(["train", "--preset", "digits", *args, "train.pl_weight=2", "--run-dir", str(tmp_path / "r")]) == 2
