@@ -179,3 +179,25 @@ def test_adas_pipeline_on_the_gpu_is_the_cpus():
         got.append([out.detach().cpu(), torch.autograd.grad((out * weights.to(device)).sum(), xx)[0].cpu()])
     for a, b in zip(*got):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
+
+
+def test_stylegan2_on_the_gpu_is_the_cpus_and_trains_in_bf16(tmp_path):
+    # Noise and style mixing are drawn per image on the CPU from its z, so G's images are the CPU's; D's
+    # logits and the path length penalty's gradient too (TF32 off: the comparison is fp32 against fp32).
+    from test_stylegan2 import pair, tiny
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    G, D = pair(mixing=0.9)
+    z, y = torch.randn(8, 16), torch.arange(8)
+    got = []
+    for device in ("cpu", "cuda"):
+        g, d = copy.deepcopy(G).to(device).train(), copy.deepcopy(D).to(device).train()
+        images, ws = g(z.to(device), y.to(device), return_ws=True)
+        (grad,) = torch.autograd.grad(images.square().sum(), ws)
+        got.append([images.detach().cpu(), d(images.detach(), y.to(device)).detach().cpu(), grad.cpu()])
+    for a, b in zip(*got):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
+    run = bigbatch.train(
+        tiny(**{"train.precision": "bf16", "train.device": "cuda"}), run_dir=tmp_path / "r", quiet=True
+    )
+    assert (run / "checkpoints" / "latest").exists()
