@@ -1,8 +1,9 @@
 """A GPU proof in one command: BigGAN-128 img/s and peak memory in fp32 and bf16 with and without
 train.compile, BigGAN-128's memory plan at batch 2048 in 6 GiB, SAEHD 512 df-ud at batch 8 in 6 GiB,
 ResNet-50 img/s at 224 px in bf16, nvJPEG decoding, BigGAN-128's resampling layers as two ops and as one
-(bench/resample.py), where BigGAN-128's bf16 iteration spends its device time (torch.profiler), and
-tests/test_cuda.py; one dated table appended to bench/RESULTS.md.
+(bench/resample.py), where BigGAN-128's bf16 iteration spends its device time (torch.profiler), StyleGAN2 at
+256 px (ADA's paper256) img/s in fp32 and bf16, and tests/test_cuda.py; one dated table appended to
+bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
@@ -78,6 +79,8 @@ SIZES = {
         "plan": {"train.memory_budget": "6GiB"},  # the preset's batch 2048
         "swap": {},  # the saehd512_df_ud preset as it is: batch 8, bf16, checkpointing, 6 GiB
         "resnet": {"data.resolution": 224, "model.ch": 64, "train.batch": 256, "train.micro_batch": 256},
+        "stylegan2": {},  # the stylegan2_256 preset as it is: 256 px, ch 64, batch 64
+        "stylegan2_micro": 32,
         "steps": 5,
     },
     "toy": {
@@ -93,6 +96,17 @@ SIZES = {
             "train.memory_budget": "14MiB",
         },
         "resnet": {"data.resolution": 32, "model.ch": 8, "train.batch": 8, "train.micro_batch": 8},
+        "stylegan2": {
+            "data.resolution": 16,
+            "model.ch": 2,
+            "model.dim_z": 16,
+            "model.options.ch_max": 16,
+            "model.options.w_dim": 16,
+            "model.options.map_layers": 2,
+            "model.options.mbstd_group": 4,
+            "train.batch": 8,
+        },
+        "stylegan2_micro": 4,
         "steps": 2,
     },
 }
@@ -142,7 +156,8 @@ def config(args: argparse.Namespace, key: str) -> Config:
         base = {"name": "resnet50", "task": "classify", "model": {"name": "resnet50"}, "train": train}
         cfg = Config.from_dict(base)
     else:
-        cfg = bigbatch.preset("saehd512_df_ud" if key == "swap" else "biggan128_bs2048")
+        presets = {"swap": "saehd512_df_ud", "stylegan2": "stylegan2_256", "gan": "biggan128_bs2048"}
+        cfg = bigbatch.preset(presets[key])
     return cfg.override({**SIZES[args.sizes][key], "train.device": args.device})
 
 
@@ -199,6 +214,24 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool) -> dict:
         "s_per_iter": cfg.train.batch / r["img_per_s"],
         "peak": r["peak"],
         "note": note,
+    }
+
+
+def stylegan2(args: argparse.Namespace, precision: str) -> dict:
+    """img/s and peak memory of StyleGAN2's training step (one D and one G step) at ADA's paper256 settings,
+    style mixing on and the lazy penalties at their intervals among the timed steps, at a fixed micro-batch."""
+    cfg = config(args, "stylegan2")
+    r = measure(cfg, precision, False, SIZES[args.sizes]["stylegan2_micro"], SIZES[args.sizes]["steps"], 0, plain=False)
+    t = cfg.train
+    return {
+        "setting": f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch} (ADA's paper256), batch {t.batch}, "
+        + precision,
+        "plan": r["plan"].replace("x", " × "),
+        "img_per_s": r["img_per_s"],
+        "s_per_iter": t.batch / r["img_per_s"],
+        "peak": r["peak"],
+        "note": f"R1 every {t.r1_every} D steps, path length every {t.pl_every} G steps; "
+        + of_peak(r["flop_per_s"], args, precision),
     }
 
 
@@ -419,13 +452,15 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "resample": (resample, 60),
     "attention": (attention, 60),
     "biggan-bf16-profile": (biggan_profile, 90),
+    "stylegan2-fp32": (functools.partial(stylegan2, precision="fp32"), 120),
+    "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "cuda-tests": (cuda_tests, 180),
 }
 # What the issue asks for first, then the profile, then compiling (minutes of it, the compile parts at once:
 # run_in_turns), then the extras: what --budget cuts is last.
 RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode", "cuda-tests"]
 RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "resample", "attention"]
-RUN_ORDER += ["biggan-plan-bf16"]
+RUN_ORDER += ["biggan-plan-bf16", "stylegan2-bf16", "stylegan2-fp32"]
 IN_TURNS = {"biggan-bf16-compile", "biggan-fp32-compile"}  # compiled at once, timed one at a time
 TURN_S = 60  # what each part after the first adds to its group's limit: its turn at timing
 
@@ -505,6 +540,9 @@ def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> 
         '- Plan rows: what micro_batch "auto" picks at the preset\'s batch (each micro-batch probed, whether it fit), '
         "then one iteration at that plan, timed after one untimed.",
         "- SAEHD: bench/throughput.py's measure_swap (plan, 2 untimed iterations, then timed ones).",
+        f"- StyleGAN2: the stylegan2_256 preset (ADA at its starting p, 0) at the micro-batch shown, "
+        f"measured as BigGAN (no plain loop); its lazy penalties fall among the {steps} timed iterations as they "
+        "fall in training.",
         "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
         "output), median of 5 after 2 untimed; above 1 the one op is faster.",
         "- biggan-bf16-profile: busy is the kernels' time over the wall time (below 100%, the GPU waited on the "
