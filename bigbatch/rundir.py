@@ -360,8 +360,7 @@ def _release(run: Path, lock: IO | None, created: bool) -> None:
             run.rmdir()
         except OSError:
             pass
-    if lock is not None:
-        lock.close()  # closing the file releases the flock
+    unlock_folder(lock)
 
 
 def trainer(run: Path) -> tuple[int, str] | None:
@@ -410,11 +409,37 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
     return pid
 
 
+# The descriptors of the locks this process holds. A forked child (a DataLoader worker) inherits them, and an
+# flock lasts while any copy is open: its copies become /dev/null in the child, so that the lock ends with
+# this process however it ends (a SIGKILL leaves workers alive for seconds, holding the run against --resume).
+_HELD: set[int] = set()
+
+
+def _drop_held_locks() -> None:
+    if _HELD:
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd in _HELD:
+            os.dup2(null, fd)
+        os.close(null)
+        _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_held_locks)
+
+
+def unlock_folder(lock: IO | None) -> None:
+    """Release a lock `lock_folder` returned (None: nothing was locked)."""
+    if lock is not None:
+        _HELD.discard(lock.fileno())
+        lock.close()  # closing the file releases the flock
+
+
 def lock_folder(folder: Path, name: str = LOCK, busy: Callable[[Path, str, str], str] | None = None) -> IO | None:
-    """Hold an exclusive flock on FOLDER/`name` (RUN/.lock by default) for as long as the returned file stays
-    open (the kernel releases it when the process ends, however it ends); it holds the holder's PID and
-    host. Held by another process: BigbatchError(busy(folder, pid, host)) (default: the run is in use).
-    None where the OS or file system has no flock."""
+    """Hold an exclusive flock on FOLDER/`name` (RUN/.lock by default) until `unlock_folder` (the kernel
+    releases it when the process ends, however it ends; processes it forks do not hold it); the file holds
+    the holder's PID and host. Held by another process: BigbatchError(busy(folder, pid, host)) (default:
+    the run is in use). None where the OS or file system has no flock."""
     try:
         import fcntl
     except ImportError:  # Windows
@@ -443,6 +468,7 @@ def lock_folder(folder: Path, name: str = LOCK, busy: Callable[[Path, str, str],
             f.truncate()
             f.write(f"{os.getpid()} {socket.gethostname()}\n")
             f.flush()
+            _HELD.add(f.fileno())
             return f
         f.close()
 

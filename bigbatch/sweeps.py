@@ -26,7 +26,7 @@ from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
-from bigbatch.rundir import lock_folder, read_metrics, resume_config
+from bigbatch.rundir import lock_folder, read_metrics, resume_config, unlock_folder
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
 HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5"}
@@ -118,8 +118,7 @@ def _one_sweep(root: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        if lock is not None:
-            lock.close()
+        unlock_folder(lock)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import bigbatch
 from bigbatch import checkpoints
 from bigbatch.cli import main
 from bigbatch.data.prepare import prepare
-from bigbatch.rundir import open_run
+from bigbatch.rundir import open_run, trainer
 
 
 def weights(run, name="000000.512"):
@@ -65,6 +65,7 @@ def test_a_run_has_one_writer_and_the_lock_goes_with_its_process(tiny, tmp_path,
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "bigbatch.cli", "train", "--run-dir", str(run), "data.resolution=16", "model.ch=8"]
     cmd += ["model.dim_z=16", "train.kimg=1000", "train.log_every_kimg=0.032", "checkpoint.every_kimg=0.064"]
+    cmd += ["data.workers=2"]  # forked workers outlive a SIGKILLed trainer for seconds: they must not hold its lock
 
     def start_and_wait_for_a_checkpoint():
         old = checkpoints.find_checkpoint(run) if checkpoints.complete_checkpoints(run) else None
@@ -88,6 +89,7 @@ def test_a_run_has_one_writer_and_the_lock_goes_with_its_process(tiny, tmp_path,
     finally:
         p.kill()  # SIGKILL: no clean-up of any kind, the kernel releases the lock
         p.wait()
+        assert trainer(run) is None  # at once: its data workers, still alive, do not hold it
         cmd[cmd.index(str(run)) + 1 : cmd.index(str(run)) + 1] = ["--resume"]  # the same command, resuming
     p = start_and_wait_for_a_checkpoint()
     assert main(["stop", str(run)]) == 0  # SIGTERM to the holder of the lock; waits until it has saved
