@@ -206,3 +206,19 @@ def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path)
     with pytest.raises(BigbatchError, match=refused):
         bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "again.h5"), 8, workers=0)
     assert not (tmp_path / "again.h5").exists()
+
+
+def test_a_label_is_the_whole_field_spaces_included(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for name in ("one two", "three"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "train" / name / "a.png")
+    (tmp_path / "val").mkdir()
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "val" / f"v{i}.png")
+    (tmp_path / "val.csv").write_text('file,label\nv0.png,one two\nv1.png,"one two"\nv2.png, three \n')
+    assert main(["prepare", str(tmp_path / "train"), str(tmp_path / "train.h5"), "--resolution", "8"]) == 0
+    argv = ["prepare", str(tmp_path / "val"), str(tmp_path / "val.h5"), "--resolution", "8"]
+    assert main([*argv, "--labels", str(tmp_path / "val.csv"), "--classes", str(tmp_path / "train.h5")]) == 0
+    val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
+    assert val.class_names == ["one two", "three"] and sorted(val.get(torch.arange(3))[1].tolist()) == [0, 0, 1]

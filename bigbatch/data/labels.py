@@ -1,7 +1,8 @@
 """Labels from a file for a flat folder of images (ImageNet's validation set as it comes): `prepare
 --labels FILE.csv [--classes TRAIN.h5]`. Each row names a file (its path under the source, its name,
-or its name without extension) and its class (the first word of the second column, so ImageNet's
-LOC_val_solution.csv reads as it is); class indices follow the training file's class names."""
+or its name without extension) and its class (the second column, spaces included; the first word of it
+under ImageNet's header `ImageId,PredictionString`, so LOC_val_solution.csv reads as it is); class
+indices follow the training file's class names."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from bigbatch.urls import public_name
 
 
 def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dict[str, str]:
-    """{file name as written: class name} from a CSV of `file,label[ ...]` rows (a header row is
-    skipped: one whose label column reads `label`, `class`, or ImageNet's `PredictionString`)."""
+    """{file name as written: class name} from a CSV of `file,label` rows (a header row is skipped: one whose
+    label column reads `label`, `class`, `synset`, or ImageNet's `PredictionString`, after which a label is
+    the first word of its column: the synset before the boxes)."""
     import fsspec
 
     try:
@@ -31,6 +33,7 @@ def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dic
     except (OSError, UnicodeDecodeError) as e:
         raise BigbatchError(f"cannot read labels file {public_name(path)}: {e}") from None
     out: dict[str, str] = {}
+    first_word = False
     for i, row in enumerate(csv.reader(io.StringIO(text))):
         if not row or not "".join(row).strip():
             continue
@@ -38,9 +41,12 @@ def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dic
             raise BigbatchError(
                 f"labels file {public_name(path)}, line {i + 1}: expected `file,label`, got {','.join(row)!r}"
             )
-        name, label = row[0].strip(), row[1].split()[0]
+        name, label = row[0].strip(), row[1].strip()
         if i == 0 and label.lower() in ("label", "class", "predictionstring", "synset"):
+            first_word = label.lower() == "predictionstring"
             continue
+        if first_word:
+            label = label.split()[0]
         if name in out and out[name] != label:
             raise BigbatchError(
                 f"labels file {public_name(path)} gives {name} two labels ({out[name]} and {label}); keep one"
