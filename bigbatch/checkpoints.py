@@ -187,15 +187,20 @@ def eval_folder(run: str | Path, ckpt: Path, name: str, source: str) -> Path:
     """RUN/eval/<name>-<checkpoint>/, where `bigbatch eval` writes its report on data `name` (a file's
     stem; "heldout" for the run's held-out split) scored with `ckpt`: one folder per data set and
     checkpoint, so that no report replaces another's (a folder of another data set of the same stem
-    takes a digest of `source`, the data as the report names it)."""
+    takes a digest of `source`, the data as the report names it). checkpoints/best/ is named by the
+    images it had seen (best-000012.800): a later best gets a folder of its own."""
     root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
-    out = root / "eval" / f"{name}-{ckpt.name}"
+    which = ckpt.name
+    meta = read_meta(ckpt) if which == "best" else None
+    if meta is not None and _count(meta.get("nimg")):
+        which = f"best-{checkpoint_name(meta['nimg'])}"
+    out = root / "eval" / f"{name}-{which}"
     try:
         before = json.loads((out / "metrics.json").read_text()).get("data")
     except (OSError, ValueError, AttributeError):
         before = None
     if before is not None and before != source:
-        out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest(source)[:8]}")
+        out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest(source.encode())[:8]}")
     return out
 
 

@@ -39,7 +39,13 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert Image.open(folder / "confusion.png").size
     # Other data of the same classes; another checkpoint; data of other classes is one line.
     assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0
-    assert json.loads((run / "eval" / "digits-best" / "metrics.json").read_text())["n"] == 1797
+    (best,) = (run / "eval").glob("digits-best-0*")  # named by its kimg: a later best gets a folder of its own
+    assert json.loads((best / "metrics.json").read_text())["n"] == 1797
+    # Found from outside: two data files of one name in two folders crashed the second report (hashing the name).
+    for side in ("a", "b"):
+        assert main(["prepare", "builtin:digits", str(tmp_path / side / "d.h5"), "--resolution", "16"]) == 0
+        assert main(["eval", str(run), str(tmp_path / side / "d.h5")]) == 0
+    assert len(list((run / "eval").glob("d-*"))) == 2
     # Found from outside: every checkpoint's report, and a file named val.h5's, went to eval/val/, each
     # replacing the one before. One folder per data set and checkpoint now.
     assert main(["eval", str(run), "--checkpoint", "000000.256"]) == 0

@@ -38,10 +38,12 @@ def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_reque
     assert Image.open(held / "preview.png").size == (7 * 64, 3 * 64)
     # Other faces: each side through its own path; one side alone is scored alone.
     assert main(["eval", str(run), str(faces[0]), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
-    both = json.loads((run / "eval" / "src+dst-best" / "metrics.json").read_text())
+    (both_dir,) = (run / "eval").glob("src+dst-best-0*")
+    both = json.loads((both_dir / "metrics.json").read_text())
     assert both["src_n"] == both["dst_n"] == 12 and 0 < both["src_ssim"] <= 1
     assert main(["eval", str(run), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
-    alone = json.loads((run / "eval" / "dst-best" / "metrics.json").read_text())
+    (alone_dir,) = (run / "eval").glob("dst-best-0*")
+    alone = json.loads((alone_dir / "metrics.json").read_text())
     assert "src_ssim" not in alone and alone["ssim"] == alone["dst_ssim"] == pytest.approx(both["dst_ssim"], abs=1e-6)
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "src.h5"), "--dst", str(faces[1])]) == 2
