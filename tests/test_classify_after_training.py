@@ -155,3 +155,21 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert "holds no image files" in (err := capsys.readouterr().err) and "give image files, folders or .zip" in err
     assert main(["predict", str(run), str(tmp_path / "notes.zip")]) == 2
     assert "notes.zip is not a readable zip archive (damaged, or another kind of file)" in capsys.readouterr().err
+
+
+def test_eval_refuses_a_held_out_split_of_data_changed_since_training(tmp_path, capsys):
+    from bigbatch.cli import main
+
+    data = tmp_path / "d.h5"
+    assert main(["prepare", "builtin:digits", str(data), "--resolution", "16", "--limit", "300"]) == 0
+    cfg = tiny(**{"data.path": str(data), "train.kimg": 0.128, "checkpoint.every_kimg": 0.128})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    assert main(["eval", str(run)]) == 0
+    # Found from outside: the file prepared again from fewer images, its "held-out" split (which now holds
+    # images the run trained on) was scored without a word.
+    assert main(["prepare", "builtin:digits", str(data), "--resolution", "16", "--limit", "200", "--overwrite"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds other images than the run was trained on" in err and "DATA" in err
+    assert main(["eval", str(run), str(data)]) == 0  # scored as data given: the user's call

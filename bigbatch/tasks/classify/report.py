@@ -21,6 +21,7 @@ from bigbatch.checkpoints import pick_checkpoint
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resolution_trained
+from bigbatch.data.split import holdout
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
@@ -50,6 +51,7 @@ def evaluate_classifier(
             raise BigbatchError(
                 f"{run} has no held-out split (data.val_path, data.val_fraction): give DATA to score on"
             )
+        _check_held_out(cfg, ckpt, data)
         name = "heldout"
     else:
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
@@ -72,6 +74,25 @@ def evaluate_classifier(
     )
     _write(out, report, logits, labels, index, validation, resolution, list(net.class_names))
     return report
+
+
+def _check_held_out(cfg: Config, ckpt: Path, held_out: Any) -> None:
+    """Refuse a held-out split of data.val_fraction cut from other images than the run trained on: it would
+    hold images the run trained on (a data.val_path file is apart from the training data either way)."""
+    if cfg.data.val_path:
+        return
+    trained = (checkpoints.read_meta(ckpt) or {}).get("data")
+    parent = getattr(held_out, "data", None)
+    if not isinstance(trained, dict) or parent is None:
+        return  # a checkpoint from before data identities were recorded
+    now = str(holdout(parent, cfg.data.val_fraction)[0].content_hash)  # the training split, as recorded
+    if trained.get("content_hash") != now:
+        raise BigbatchError(
+            f"data {public_name(cfg.data.path)} holds other images than the run was trained on (content hash "
+            f"{now[:16]}…, the checkpoint recorded {str(trained.get('content_hash'))[:16]}…): "
+            "its held-out split is not the one held out in training; give the data to score as DATA "
+            "(bigbatch eval RUN DATA)"
+        )
 
 
 def _report(logits: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> dict[str, Any]:
