@@ -86,6 +86,30 @@ def test_zip_gives_the_same_data_as_the_folder(tmp_path):
     assert from_zip.content_hash == from_folder.content_hash
 
 
+def test_a_zip_of_utf8_names_without_the_utf8_flag_reads_them_as_utf8(tmp_path):
+    # Info-ZIP's zip (Linux, macOS) writes UTF-8 names without the flag that says so; zipfile reads them as
+    # CP437. Made here by clearing the flag of a zip Python wrote (its names are UTF-8, flagged).
+    pixels = _folder(tmp_path / "photos")
+    (tmp_path / "photos" / "dog house").rename(tmp_path / "photos" / "chïen")
+    archive = tmp_path / "photos.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for rel in pixels:
+            rel = rel.replace("dog house", "chïen")
+            z.write(tmp_path / "photos" / rel, rel)
+    data = bytearray(archive.read_bytes())
+    for signature, at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local and central headers' flags
+        i = data.find(signature)
+        while i >= 0:
+            data[i + at + 1] &= ~0x08 & 0xFF  # bit 11 of the little-endian flag field
+            i = data.find(signature, i + 4)
+    archive.write_bytes(bytes(data))
+    assert "├" in "".join(zipfile.ZipFile(archive).namelist())  # zipfile's reading: CP437
+    from_zip = prepare(str(archive), str(tmp_path / "z.h5"), resolution=8, workers=0)
+    from_folder = prepare(str(tmp_path / "photos"), str(tmp_path / "f.h5"), resolution=8, workers=0)
+    assert from_zip.class_names == ["cat", "chïen"] and not from_zip.skipped
+    assert from_zip.content_hash == from_folder.content_hash
+
+
 def test_workers_give_identical_files(tmp_path):
     _folder(tmp_path / "src", per_class=40)
     one = prepare(str(tmp_path / "src"), str(tmp_path / "a.h5"), resolution=8, workers=0)

@@ -206,13 +206,26 @@ def list_source(src: str, storage_options: dict[str, Any] | None = None) -> List
     return _listing(FolderSource(), [str(path / r) for r in rel], rel)
 
 
+def _utf8_name(info: zipfile.ZipInfo) -> str:
+    """A member's name as its writer meant it: Info-ZIP's zip (Linux, macOS) stores UTF-8 names without the
+    flag that says so, and zipfile then reads them as CP437 ("ünï" as "├╝n├»")."""
+    if info.flag_bits & 0x800:
+        return info.filename
+    try:
+        return info.filename.encode("cp437").decode("utf-8")
+    except UnicodeError:  # CP437 indeed (old DOS and Windows tools)
+        return info.filename
+
+
 def _list_zip(source: ZipSource) -> Listing:
-    names = sorted(n for n in source.open().namelist() if not n.endswith("/") and not _hidden(n))
-    rel = names
+    infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not _hidden(i.filename)]
+    infos.sort(key=_utf8_name)
+    names = [i.filename for i in infos]  # what the zip is read by
+    rel = [_utf8_name(i) for i in infos]  # what classes and labels are named by
     # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class.
-    tops = {n.split("/", 1)[0] for n in names}
-    if len(tops) == 1 and all("/" in n for n in names):
-        rel = [n.split("/", 1)[1] for n in names]
+    tops = {n.split("/", 1)[0] for n in rel}
+    if len(tops) == 1 and all("/" in n for n in rel):
+        rel = [n.split("/", 1)[1] for n in rel]
     return _listing(source, names, rel)
 
 
