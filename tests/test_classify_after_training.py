@@ -173,3 +173,20 @@ def test_eval_refuses_a_held_out_split_of_data_changed_since_training(tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds other images than the run was trained on" in err and "DATA" in err
     assert main(["eval", str(run), str(data)]) == 0  # scored as data given: the user's call
+    # Data without images of most classes: those have no accuracy (they were 0%, the "hardest" classes).
+    (tmp_path / "few").mkdir()
+    for i in range(3):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(tmp_path / "few" / f"{i}.png")
+    (tmp_path / "few.csv").write_text("0.png,1\n1.png,2\n2.png,2\n")
+    argv = ["prepare", str(tmp_path / "few"), str(tmp_path / "few.h5"), "--resolution", "16", "--labels"]
+    assert main([*argv, str(tmp_path / "few.csv"), "--classes", str(data)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run), str(tmp_path / "few.h5")]) == 0
+    out = capsys.readouterr().out
+    assert "no images of 8 classes (0, 3, 4, 5, 6, ...)" in out
+    hardest = next(line for line in out.splitlines() if line.startswith("hardest classes:"))
+    assert not any(f" {c} " in hardest.split(";")[0] for c in "03456789")
+    (folder,) = (run / "eval").glob("few-*")
+    rows = {r[0]: r[1:] for r in csv.reader((folder / "per_class.csv").open())}
+    assert rows["0"] == ["0", ""] and rows["2"][0] == "2"
+    assert json.loads((folder / "metrics.json").read_text())["per_class"]["0"] is None

@@ -100,13 +100,15 @@ def _report(logits: torch.Tensor, labels: torch.Tensor, class_names: list[str]) 
     top = logits.topk(min(5, k), dim=1).indices
     hits = top == labels[:, None]
     confusion = torch.bincount(labels * k + top[:, 0], minlength=k * k).view(k, k)
-    per_class = confusion.diagonal().double() / confusion.sum(1).clamp(min=1).double()
+    counts = confusion.sum(1)
+    per_class = confusion.diagonal().double() / counts.clamp(min=1).double()
     return {
         "n": n,
         "top1": round(100 * hits[:, 0].double().mean().item(), 4) if n else float("nan"),
         "top5": round(100 * hits.any(1).double().mean().item(), 4) if n else float("nan"),
         "loss": round(F.cross_entropy(logits, labels).item(), 6) if n else float("nan"),
-        "per_class": {c: round(100 * per_class[i].item(), 4) for i, c in enumerate(class_names)},
+        # A class the data holds no image of has no accuracy (null; an empty cell in per_class.csv).
+        "per_class": {c: round(100 * per_class[i].item(), 4) if counts[i] else None for i, c in enumerate(class_names)},
         "confusion": confusion.tolist(),
     }
 
@@ -127,7 +129,8 @@ def _write(
         out / "metrics.json", json.dumps({k: v for k, v in report.items() if k != "confusion"}, indent=1) + "\n"
     )
     atomic_write(out / "per_class.csv", _csv([["class", "images", "accuracy"]] + [
-        [c, sum(confusion[i]), report["per_class"][c]] for i, c in enumerate(class_names)
+        [c, sum(confusion[i]), "" if report["per_class"][c] is None else report["per_class"][c]]
+        for i, c in enumerate(class_names)
     ]))  # fmt: skip
     atomic_write(out / "confusion.csv", _csv([["true \\ predicted", *class_names]] + [
         [c, *confusion[i]] for i, c in enumerate(class_names)
@@ -188,8 +191,12 @@ def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], cl
 
 def describe(report: dict[str, Any]) -> str:
     """The few lines `bigbatch eval` prints."""
-    per_class = sorted(report["per_class"].items(), key=lambda kv: kv[1])
+    per_class = sorted(((c, a) for c, a in report["per_class"].items() if a is not None), key=lambda kv: kv[1])
     worst = ", ".join(f"{c} {a:.1f}%" for c, a in per_class[:3])
+    absent = [c for c, a in report["per_class"].items() if a is None]
+    if absent:
+        worst += f"; no images of {len(absent)} class{'es' if len(absent) > 1 else ''} ({', '.join(absent[:5])}"
+        worst += ", ...)" if len(absent) > 5 else ")"
     return "\n".join(
         [
             f"{report['data']}: {report['n']} images at {report['resolution']} px, checkpoint {report['checkpoint']}",
