@@ -46,3 +46,21 @@ def loads(data: bytes, what: str, kind: str = "DeepFaceLab file") -> Any:
         raise
     except Exception as e:  # noqa: BLE001 - any way a pickle can be cut short or garbled
         raise BigbatchError(f"{what} is not a readable {kind} ({type(e).__name__}: {e})") from None
+
+
+def torch_weights(data: bytes, what: str) -> Any:
+    """A PyTorch file's contents read with torch.load(weights_only=True) (tensors and plain data only), or
+    one BigbatchError naming `what`. torch's own message for a file it will not load that way suggests
+    weights_only=False, which is never an option here: it is not passed on."""
+    import torch
+
+    try:
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise BigbatchError(
+            f"{what} is not a PyTorch weights file, or holds objects beyond tensors and plain data (never "
+            "unpickled here): give a state dict saved with torch.save, or a .safetensors file"
+        ) from None
+    except (RuntimeError, EOFError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise BigbatchError(f"{what} is not a readable PyTorch file ({first})") from None

@@ -16,6 +16,8 @@ its u and v, so the imported model computes exactly the reference's sigma.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,6 +25,7 @@ from torch import nn
 from bigbatch.errors import BigbatchError
 from bigbatch.models import biggan, biggan_deep
 from bigbatch.models.layers import SpectralNorm
+from bigbatch.safe_pickle import torch_weights
 
 FAMILIES = ("biggan", "sagan", "biggan_deep")
 _IGNORED = ("sv0", "accumulation_counter")  # derived or bookkeeping entries of the reference layout
@@ -141,15 +144,13 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
 
 def load_reference_file(path: str) -> dict[str, torch.Tensor]:
     """A BigGAN-PyTorch .pth state dict, read without unpickling anything but tensors."""
-    import pickle
-
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise BigbatchError(f"{path} does not exist") from None
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BigbatchError(f"{path} is not a readable PyTorch state dict ({first[:200]})") from None
+    except OSError as e:
+        raise BigbatchError(f"cannot read {path}: {e.strerror or e}") from None
+    sd = torch_weights(data, str(path))
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise BigbatchError(f"{path} does not hold a state dict (a mapping of names to tensors)")
     return sd

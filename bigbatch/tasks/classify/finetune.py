@@ -6,7 +6,6 @@ or as safetensors: nothing is unpickled."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import torch
 from torch import nn
 
 from bigbatch.errors import BigbatchError, first_line
+from bigbatch.safe_pickle import torch_weights
 from bigbatch.urls import public_name
 
 HEAD = "fc."  # the classifier layer every bigbatch classifier family ends in
@@ -33,15 +33,17 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
         data = p.read_bytes()
     except OSError as e:
         raise BigbatchError(f"train.init_from {public_name(path)}: {e.strerror or e}") from None
-    try:
-        if p.suffix == ".safetensors":
-            from safetensors.torch import load
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load
 
+        try:
             state: Any = load(data)
-        else:
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- torch.load and safetensors raise many types on bad files
-        raise BigbatchError(f"train.init_from {public_name(path)} is not a state dict file ({first_line(e)})") from None
+        except Exception as e:  # noqa: BLE001 -- safetensors raises several types on bad files
+            raise BigbatchError(
+                f"train.init_from {public_name(path)} is not a safetensors file ({first_line(e)})"
+            ) from None
+    else:
+        state = torch_weights(data, f"train.init_from {public_name(path)}")
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
