@@ -22,7 +22,7 @@ from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.split import holdout
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.sampling import BLACK, RED, captioned_sheet, save_png
@@ -58,6 +58,12 @@ def evaluate_classifier(
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
     check_classes(data, net.class_names, "the run", "score it on data of the run's classes")
     resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
+    stored = getattr(data, "meta", {}).get("resolution", 0) if not getattr(data, "whole", False) else 0
+    if stored and stored < resolution:  # (a prepared file of squares)
+        warn(
+            f"data set {public_name(data_path or d.val_path or d.path)} holds {stored}px images, and the run "
+            f"scores at {resolution}px, where it last trained: they are upscaled, no sharper than at their own size"
+        )
     device = next(net.parameters()).device
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
     index, logits, labels = validation.predictions(net)
