@@ -7,6 +7,7 @@ split into batches, and the first k of n images are the images of sample(G, k, s
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFont
 from torch import nn
 
 from bigbatch.config import MIN_TRUNCATION
@@ -148,12 +149,36 @@ Caption = tuple[str, tuple[int, int, int]]  # a line of text under a picture, an
 BLACK, GREEN, RED = (0, 0, 0), (0, 128, 0), (200, 0, 0)
 
 
-def captioned_sheet(cells: Sequence[tuple[torch.Tensor, Sequence[Caption]]], ncol: int = 8) -> Image.Image:
+@functools.lru_cache(maxsize=1)
+def caption_font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    """DejaVu Sans at 10 px, from matplotlib's files: class names in Latin, Greek and Cyrillic letters
+    (Pillow's own default font draws ASCII only: "ünï" came out as boxes); Pillow's without matplotlib."""
+    try:
+        import matplotlib
+
+        return ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), 10)
+    except (ImportError, OSError):
+        return ImageFont.load_default()
+
+
+def _fit(draw: ImageDraw.ImageDraw, text: str, width: int) -> str:
+    """`text`, cut (with an ellipsis) to `width` pixels in the caption font."""
+    font = caption_font()
+    if draw.textlength(text, font=font) <= width:
+        return text
+    while text and draw.textlength(text + "…", font=font) > width:
+        text = text[:-1]
+    return text + "…"
+
+
+def captioned_sheet(
+    cells: Sequence[tuple[torch.Tensor, Sequence[Caption]]], ncol: int = 8, min_cell: int = 64
+) -> Image.Image:
     """Pictures (uint8 HWC, 1 or 3 channels, any sizes) `ncol` to a row, each scaled (nearest) into a
-    square cell at least 64 px wide, with its caption lines under it, cut to the cell's width."""
+    square cell at least `min_cell` px wide, with its caption lines under it, cut to the cell's width."""
     if not cells:
-        return Image.new("RGB", (64, 64), "white")
-    cell = max(64, max(max(img.shape[:2]) for img, _ in cells))
+        return Image.new("RGB", (min_cell, min_cell), "white")
+    cell = max(min_cell, max(max(img.shape[:2]) for img, _ in cells))
     lines = max(len(caption) for _, caption in cells)
     ncol = min(ncol, len(cells))
     width, height = cell + 2, cell + 2 + 12 * lines + (2 if lines else 0)  # a grey frame around each picture
@@ -167,7 +192,7 @@ def captioned_sheet(cells: Sequence[tuple[torch.Tensor, Sequence[Caption]]], nco
         draw.rectangle((x, y, x + cell + 1, y + cell + 1), fill=(160, 160, 160))
         sheet.paste(pic, (x + 1, y + 1))
         for i, (text, colour) in enumerate(caption):
-            draw.text((x + 2, y + cell + 2 + 12 * i), text[: cell // 6], fill=colour)
+            draw.text((x + 2, y + cell + 1 + 12 * i), _fit(draw, text, cell - 2), fill=colour, font=caption_font())
     return sheet
 
 

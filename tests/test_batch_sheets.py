@@ -144,3 +144,17 @@ def test_the_predictions_sheet_names_the_true_class_under_a_wrong_prediction():
     assert (first[66:78] != 255).any() and (second[66:78] != 255).any()  # the predicted class under each
     assert (first[line2] == 255).all() and (second[line2] != 255).any()  # the true class under the wrong one
     assert (first[66:78, :, 1] > first[66:78, :, 0]).any() and (second[66:78, :, 0] > second[66:78, :, 1]).any()
+
+
+def test_captions_draw_letters_beyond_ascii_and_fit_their_cell():
+    # Found from outside: class names such as "ünï" came out as boxes (Pillow's default font is ASCII only),
+    # and captions were cut by a count of characters, not by their width.
+    from bigbatch.sampling import captioned_sheet
+
+    def sheet(text):
+        return np.asarray(captioned_sheet([(torch.zeros(8, 8, 3, dtype=torch.uint8), [(text, (0, 0, 0))])]))
+
+    assert not np.array_equal(sheet("ü"), sheet("ï"))  # two letters, not the same missing-glyph box
+    assert not np.array_equal(sheet("Ж"), sheet("Д"))
+    long = sheet("a class name far longer than its cell")
+    assert (long[66:, -3:] == 255).all()  # the text stops inside the cell (cut, with an ellipsis)

@@ -35,7 +35,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert 100 * sum(confusion[i][i] for i in range(10)) / 360 == pytest.approx(metrics["top1"])
     per_class = list(csv.reader((folder / "per_class.csv").open()))
     assert [r[0] for r in per_class[1:]] == [str(i) for i in range(10)]
-    assert Image.open(folder / "top_losses.png").size == (4 * 66, 4 * (66 + 26))  # 16 images, 4 a row
+    assert Image.open(folder / "top_losses.png").size == (4 * 98, 4 * (98 + 26))  # 16 images, 4 a row
     assert Image.open(folder / "confusion.png").size
     # Other data of the same classes; another checkpoint; data of other classes is one line.
     assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0

@@ -189,10 +189,10 @@ def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], cl
     """The images a classifier got most wrong, 4 a row, each over two lines: its true class (and the
     probability given to it), and the prediction (and its probability)."""
     cells = [
-        (img, [(f"true {class_names[true]} {p_true:.2f}", BLACK), (f"pred {class_names[pred]} {p_pred:.2f}", RED)])
+        (img, [(f"true {p_true:.2f} {class_names[true]}", BLACK), (f"pred {p_pred:.2f} {class_names[pred]}", RED)])
         for img, true, pred, p_pred, p_true in rows
     ]
-    return captioned_sheet(cells, ncol=4)
+    return captioned_sheet(cells, ncol=4, min_cell=96)  # the probabilities first: a long name is what gets cut
 
 
 def describe(report: dict[str, Any]) -> str:
