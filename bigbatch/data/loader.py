@@ -273,7 +273,9 @@ class Loader:
         self.data = load_data(path, resolution, storage_options=storage_options)
         if augment == "rrc" and not getattr(self.data, "whole", False):
             raise BigbatchError(
-                f"augment='rrc' crops whole images: {self.data.source} holds cropped ones; prepare it with --crop none"
+                f"augment='rrc' cuts random-resized crops from whole stored images as they are decoded, and "
+                f"{self.data.source} holds squares: read it with augment='center' (bigbatch's classify task crops "
+                "squares after loading, on the device: train.crop_scale), or prepare the images with --crop none"
             )
         if not 0 < min_scale <= 1:
             raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")
