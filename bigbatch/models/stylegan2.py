@@ -145,7 +145,7 @@ class SynthesisLayer(nn.Module):
             dcoefs = (styles.float().square() @ weight.square().sum(dim=[2, 3]).t() + 1e-8).rsqrt()
         x = x * styles.to(x.dtype)[:, :, None, None]
         if self.up:
-            x = F.conv_transpose2d(x, weight.transpose(0, 1).flip([2, 3]), stride=2)
+            x = F.conv_transpose2d(x, weight.transpose(0, 1), stride=2)  # (unflipped, as ADA's)
             x = blur(x, 1, gain=4)
         else:
             x = F.conv2d(x, weight, padding=1)
