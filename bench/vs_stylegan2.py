@@ -5,6 +5,7 @@ against bigbatch's GAN task (model.name = "stylegan2"), the same networks, one t
         | tar -x -C /tmp/sg2ada
     OMP_NUM_THREADS=1 .venv/bin/python bench/vs_stylegan2.py --ada /tmp/sg2ada               # the table
     OMP_NUM_THREADS=1 .venv/bin/python bench/vs_stylegan2.py --ada /tmp/sg2ada --profile 25  # and where the time goes
+    OMP_NUM_THREADS=1 .venv/bin/python bench/vs_stylegan2.py --ada /tmp/sg2ada --check       # weights cross
 
 The model, alike on both sides: StyleGAN2 at 32 px, class-conditional on 10 classes, 3 channels, z_dim =
 w_dim = 64, 2 mapping layers in G (8 in D's class mapping, ADA's default), 128 channels at 4-16 px and 64
@@ -262,6 +263,45 @@ def bigbatch_worker(a: argparse.Namespace, variant: str) -> None:
 REFERENCE = "ADA's code"
 
 
+def check(a: argparse.Namespace) -> None:
+    """Weights cross: bigbatch's G, D and G_ema (built at this benchmark's sizes, conditional and not) copied into
+    ADA's networks through bigbatch.models.convert (ADA's layout), and both computing: G's images (each layer's
+    fixed noise, no style mixing; 8 of them) and D's logits (of 4 of them), the largest differences printed."""
+    sys.path.insert(0, a.ada)
+    import torch
+    from training import networks
+
+    import bigbatch
+    from bigbatch.models import convert
+
+    kw = {"channel_base": a.ch * 256, "channel_max": a.ch_max, "num_fp16_res": 0, "conv_clamp": None}
+    print("| classes | D | G: largest difference (largest value) | D: largest difference (largest value) |")
+    print("|---|---|---|---|")
+    for n_classes, d_resnet in ((N_CLASSES, True), (0, False)):
+        torch.manual_seed(0)
+        ours = bigbatch.models.create("stylegan2", RES, n_classes, ch=a.ch, dim_z=a.z_dim, ch_max=a.ch_max,
+                                      w_dim=a.z_dim, map_layers=2, mixing=0.0, d_resnet=d_resnet)  # fmt: skip
+        G = networks.Generator(z_dim=a.z_dim, c_dim=n_classes, w_dim=a.z_dim, img_resolution=RES, img_channels=3,
+                               mapping_kwargs={"num_layers": 2}, synthesis_kwargs=kw)  # fmt: skip
+        D = networks.Discriminator(c_dim=n_classes, img_resolution=RES, img_channels=3,
+                                   architecture="resnet" if d_resnet else "orig", **kw)  # fmt: skip
+        for theirs, mine in zip((G, D), ours):
+            theirs.load_state_dict(convert.to_reference(mine))  # strict: every name and shape of theirs
+            theirs.eval(), mine.eval()
+        ours[0].noise_mode = "const"
+        z = torch.randn(8, a.z_dim)
+        c = torch.nn.functional.one_hot(torch.arange(8) % n_classes, n_classes).float() if n_classes else None
+        with torch.no_grad():
+            images, mine = G(z, c, noise_mode="const"), ours[0](z, c)
+            # One minibatch-statistic group (4): ADA strides its groups across the batch, bigbatch groups
+            # consecutive images, so only a batch of one group is the same computation on both sides.
+            four, c4 = images[:4], None if c is None else c[:4]
+            logits, our_logits = D(four, c4).flatten(), ours[1](four, c4)
+        g = f"{(images - mine).abs().max():.1e} ({images.abs().max():.2f})"
+        d = f"{(logits - our_logits).abs().max():.1e} ({logits.abs().max():.2f})"
+        print(f"| {n_classes} | {'resnet' if d_resnet else 'orig'} | {g} | {d} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ada", required=True, help="stylegan2-ada-pytorch's source folder (unchanged)")
@@ -279,8 +319,12 @@ def main() -> None:
                    "GAN default), nchw (train.channels_last=False); comma-separated")  # fmt: skip
     p.add_argument("--profile", type=int, default=0, help="then print each row's top N ops of one round")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
+    p.add_argument("--check", action="store_true", help="only check that the weights cross: bigbatch's copied "
+                   "into ADA's networks compute the same images and logits")  # fmt: skip
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.check:
+        return check(a)
     if a.worker:
         become_worker()
         return ada_worker(a) if a.worker == "ada" else bigbatch_worker(a, a.worker)

@@ -295,10 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_train)
 
     c = sub.add_parser(
-        "convert", help="turn BigGAN-PyTorch weights or a DeepFaceLab SAEHD model folder into a bigbatch run"
+        "convert",
+        help="turn BigGAN-PyTorch weights, StyleGAN2-ADA state dicts or a DeepFaceLab SAEHD model folder into a "
+        "bigbatch run",
     )
     c.add_argument(
-        "src", metavar="SRC", help="BigGAN-PyTorch's weights folder or generator .pth, or a DFL SAEHD model folder"
+        "src",
+        metavar="SRC",
+        help="BigGAN-PyTorch's weights folder or generator .pth, StyleGAN2-ADA's (G.pth, G_ema.pth, D.pth: its "
+        "snapshot's state dicts, with model.name=stylegan2), or a DFL SAEHD model folder",
     )
     c.add_argument("out", metavar="OUT_RUN", help="new run directory to write")
     c.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. model.ch=64")

@@ -207,3 +207,35 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
     expected = to_uint8(G(z, y))
     got = exported(z, y)
     assert got.shape == expected.shape and (got.int() - expected.int()).abs().max() <= 1
+
+
+def test_weights_cross_to_stylegan2_adas_layout_and_back(tmp_path, capsys):
+    # ADA's layout (its G, D and G_ema state dicts, names and resample filters; checked against its own code
+    # by bench/vs_stylegan2.py --check): a run exported to it and converted back samples the same images.
+    from bigbatch.checkpoints import load_checkpoint
+    from bigbatch.models import convert
+
+    run = bigbatch.train(
+        tiny(**{"train.kimg": 0.032, "checkpoint.every_kimg": 0.032}), run_dir=tmp_path / "r", quiet=True
+    )
+    ckpt = run / "checkpoints" / "000000.032"
+    weights, _ = load_checkpoint(ckpt, nets=("G", "D", "G_ema"))
+    G, D = pair()
+    (tmp_path / "ada").mkdir()
+    for net, model in (("G", G), ("D", D), ("G_ema", G)):
+        model.load_state_dict(weights[net])
+        ada = convert.to_reference(model)
+        assert (net == "D") == ("b16.fromrgb.weight" in ada) and (net == "D") != ("synthesis.b16.torgb.weight" in ada)
+        assert net == "D" or ("mapping.fc1.weight" in ada and "mapping.w_avg" in ada)
+        torch.save(ada, tmp_path / "ada" / f"{net}.pth")
+    overrides = [f"{k}={v}" for k, v in (("model.name", "stylegan2"), ("data.resolution", 16), ("model.ch", 2))]
+    overrides += ["model.dim_z=16", "model.options={ch_max=16, w_dim=16, map_layers=2}"]
+    out = str(tmp_path / "converted")
+    assert main(["convert", str(tmp_path / "ada"), out, "--preset", "digits", *overrides]) == 0
+    assert "Wrote" in capsys.readouterr().out
+    for path in (run, out):
+        assert main(["sample", str(path), "--n", "8", "--npz", "--out", f"{path}.npz"]) == 0
+    assert np.array_equal(np.load(f"{run}.npz")["arr_0"], np.load(f"{out}.npz")["arr_0"])
+    wrong = ["convert", str(tmp_path / "ada"), str(tmp_path / "wrong"), "--preset", "digits", *overrides]
+    assert main([*wrong, "model.dim_z=8"]) == 2
+    assert "are not StyleGAN2-ADA weights of this model" in capsys.readouterr().err

@@ -23,11 +23,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.errors import BigbatchError
-from bigbatch.models import biggan, biggan_deep
+from bigbatch.models import biggan, biggan_deep, convert_ada
 from bigbatch.models.layers import SpectralNorm
 from bigbatch.safe_pickle import torch_weights
 
-FAMILIES = ("biggan", "sagan", "biggan_deep")
+FAMILIES = ("biggan", "sagan", "biggan_deep", "stylegan2")  # stylegan2: StyleGAN2-ADA's layout (convert_ada)
 _IGNORED = ("sv0", "accumulation_counter")  # derived or bookkeeping entries of the reference layout
 
 
@@ -83,8 +83,10 @@ def _sn_layers(net: nn.Module) -> dict[str, SpectralNorm]:
 
 
 def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "the weights") -> dict[str, torch.Tensor]:
-    """Our state dict for `net` from a state dict in BigGAN-PyTorch's layout; raises BigbatchError
-    naming the first missing, unexpected or misshapen entries."""
+    """Our state dict for `net` from a state dict in BigGAN-PyTorch's layout (a StyleGAN2's: in StyleGAN2-ADA's);
+    raises BigbatchError naming the first missing, unexpected or misshapen entries."""
+    if convert_ada.is_stylegan2(net):
+        return convert_ada.from_ada(net, ref, what)
     _check_family(net)
     ours = net.state_dict()
     out: dict[str, torch.Tensor] = {}
@@ -126,7 +128,9 @@ def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "th
 
 
 def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
-    """`net`'s weights in BigGAN-PyTorch's layout (u0 and sv0 from our estimate)."""
+    """`net`'s weights in BigGAN-PyTorch's layout (u0 and sv0 from our estimate); a StyleGAN2's in ADA's."""
+    if convert_ada.is_stylegan2(net):
+        return convert_ada.to_ada(net)
     _check_family(net)
     ours = net.state_dict()
     out = {}

@@ -42,7 +42,7 @@ def _lrelu(x: torch.Tensor) -> torch.Tensor:
     return F.leaky_relu(x, 0.2) * SQRT2  # the gain that keeps the activations' second moment
 
 
-def _fir() -> torch.Tensor:
+def fir() -> torch.Tensor:
     """The 4x4 [1, 3, 3, 1] filter, normalised to sum 1."""
     f = torch.tensor([1.0, 3.0, 3.0, 1.0])
     return torch.outer(f, f) / f.sum() ** 2
@@ -51,14 +51,14 @@ def _fir() -> torch.Tensor:
 def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
     """The FIR filter over every channel, `pad` zeros on each side (the output is 2 * pad - 3 larger)."""
     c = x.shape[1]
-    f = (_fir() * gain).to(x.device, x.dtype).expand(c, 1, 4, 4)
+    f = (fir() * gain).to(x.device, x.dtype).expand(c, 1, 4, 4)
     return F.conv2d(F.pad(x, [pad] * 4), f, groups=c)
 
 
 def upsample(x: torch.Tensor) -> torch.Tensor:
     """2x upsampling: zeros between the pixels, then the FIR filter with gain 4."""
     c = x.shape[1]
-    f = (_fir() * 4).to(x.device, x.dtype).expand(c, 1, 4, 4)
+    f = (fir() * 4).to(x.device, x.dtype).expand(c, 1, 4, 4)
     return F.conv_transpose2d(x, f, stride=2, padding=1, groups=c)
 
 

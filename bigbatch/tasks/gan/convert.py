@@ -1,5 +1,6 @@
-"""`bigbatch convert`: BigGAN-PyTorch's weight files as a bigbatch run (one checkpoint at 0 kimg), to
-sample from, evaluate or fine-tune. The name mapping is bigbatch.models.convert's."""
+"""`bigbatch convert`: BigGAN-PyTorch's weight files (or StyleGAN2-ADA's state dicts, for model.name =
+"stylegan2") as a bigbatch run (one checkpoint at 0 kimg), to sample from, evaluate or fine-tune. The name
+mappings are bigbatch.models.convert's and convert_ada's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from bigbatch.config import Config
 from bigbatch.engine.ema import make_ema
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
-from bigbatch.models import convert
+from bigbatch.models import convert, convert_ada
 from bigbatch.tasks.gan.task import build_models
 
 
@@ -21,22 +22,27 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     src, out = Path(src), Path(out)
     if cfg.model.name not in convert.FAMILIES:
         raise BigbatchError(
-            f"BigGAN-PyTorch weights convert into {', '.join(convert.FAMILIES)}; model.name is {cfg.model.name}"
+            f"BigGAN-PyTorch weights convert into {', '.join(convert.FAMILIES[:-1])} (StyleGAN2-ADA's into "
+            f"stylegan2); model.name is {cfg.model.name}"
         )
+    ada = cfg.model.name == "stylegan2"
+    source = "StyleGAN2-ADA's state dicts (G.pth, G_ema.pth, D.pth)" if ada else "BigGAN-PyTorch's weight files"
     if src.is_dir():
         files = {net: src / f"{net}.pth" for net in ("G", "G_ema", "D") if (src / f"{net}.pth").exists()}
         if "G" not in files and "G_ema" not in files:
             raise BigbatchError(
-                f"{src} holds neither G.pth nor G_ema.pth (BigGAN-PyTorch's weight files) nor a DeepFaceLab SAEHD "
-                "model (<name>_SAEHD_data.dat): convert reads one of those"
+                f"{src} holds neither G.pth nor G_ema.pth ({source}) nor a DeepFaceLab SAEHD model "
+                "(<name>_SAEHD_data.dat): convert reads one of those"
             )
     elif src.exists():
         files = {"G_ema": src}
     else:
-        raise BigbatchError(f"{src} does not exist; give BigGAN-PyTorch's weights folder or a G .pth file")
+        raise BigbatchError(f"{src} does not exist; give a folder of {source} or a G .pth file")
     if out.exists() and any(out.iterdir()):
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     ref = {net: convert.load_reference_file(str(path)) for net, path in files.items()}
+    if n_classes is None and ada:
+        n_classes = convert_ada.classes_of(next(iter(ref.values())))
     if n_classes is None:
         found = [sd[k].shape[0] for sd in ref.values() for k in ("shared.weight", "embed.weight") if k in sd]
         if not found:

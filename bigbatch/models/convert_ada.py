@@ -1,0 +1,119 @@
+"""StyleGAN2 weights in StyleGAN2-ADA's layout (the state dicts of its G, D and G_ema) to bigbatch's, and back.
+
+ADA's snapshots are pickles, which hold code and are never unpickled here: save the state dicts in ADA's
+own environment (`torch.save(snapshot[k].state_dict(), f"{k}.pth") for k in ("G", "D", "G_ema")`) and
+`bigbatch convert` that folder. The name mapping (ours -> ADA's):
+  G: mapping.fc.{i}.*        -> mapping.fc{i}.*          (mapping.embed.* as it is)
+     w_avg                   -> mapping.w_avg
+     blocks.{k}.*            -> synthesis.b{4 * 2^k}.*   (const, conv0, conv1, torgb and their noise images)
+  D: fromrgb.*               -> b{resolution}.fromrgb.*
+     blocks.{k}.*            -> b{resolution / 2^k}.*    (conv0, conv1, skip)
+     conv.*, fc.*, out.*     -> b4.conv.*, b4.fc.*, b4.out.*
+     mapping.fc.{i}.*        -> mapping.fc{i}.*
+ADA's resample_filter buffers are the [1, 3, 3, 1] filter both sides use: checked on import, written on
+export. With the weights copied, the two compute the same images (7.5e-6 apart at 32 px) and logits:
+`python bench/vs_stylegan2.py --ada PATH --check`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bigbatch.errors import BigbatchError
+from bigbatch.models.stylegan2 import StyleGAN2Discriminator, StyleGAN2Generator, fir
+
+KINDS = (StyleGAN2Generator, StyleGAN2Discriminator)
+
+
+def is_stylegan2(net: nn.Module) -> bool:
+    return isinstance(net, KINDS)
+
+
+def ada_name(net: nn.Module, key: str) -> str:
+    """ADA's name of our state-dict entry `key` of a StyleGAN2 G or D."""
+    parts = key.split(".")
+    if parts[0] == "mapping" and parts[1] == "fc":
+        return ".".join(["mapping", f"fc{parts[2]}", *parts[3:]])
+    if isinstance(net, StyleGAN2Generator):
+        if key == "w_avg":
+            return "mapping.w_avg"
+        if parts[0] == "blocks":
+            return ".".join(["synthesis", f"b{4 * 2 ** int(parts[1])}", *parts[2:]])
+        return key
+    if parts[0] == "fromrgb":
+        return f"b{net.resolution}.{key}"
+    if parts[0] == "blocks":
+        return ".".join([f"b{net.resolution // 2 ** int(parts[1])}", *parts[2:]])
+    if parts[0] in ("conv", "fc", "out"):
+        return f"b4.{key}"
+    return key
+
+
+def _filters(net: nn.Module) -> list[str]:
+    """ADA's names of the resample_filter buffers its version of `net` holds."""
+    if isinstance(net, StyleGAN2Generator):
+        out = []
+        for k, block in enumerate(net.blocks):
+            b = f"synthesis.b{4 * 2**k}"
+            out += [f"{b}.resample_filter"] + ([] if block.first else [f"{b}.conv0.resample_filter"])
+            out += [f"{b}.conv1.resample_filter"]
+        return out
+    out = []
+    for k, block in enumerate(net.blocks):
+        b = f"b{net.resolution // 2**k}"
+        out += [f"{b}.resample_filter", f"{b}.conv0.resample_filter", f"{b}.conv1.resample_filter"]
+        out += [f"{b}.skip.resample_filter"] if block.skip is not None else []
+        out += [f"{b}.fromrgb.resample_filter"] if k == 0 else []
+    return out + ["b4.conv.resample_filter"]
+
+
+def from_ada(net: nn.Module, ada: dict[str, torch.Tensor], what: str = "the weights") -> dict[str, torch.Tensor]:
+    """Our state dict for a StyleGAN2 `net` from one in ADA's layout; BigbatchError naming the first missing,
+    unexpected or misshapen entries."""
+    ours = net.state_dict()
+    out: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    problems: list[str] = []
+    for key, mine in ours.items():
+        name = ada_name(net, key)
+        if name not in ada:
+            problems.append(f"missing {name}")
+            continue
+        used.add(name)
+        if ada[name].shape != mine.shape:
+            problems.append(f"{name} has shape {tuple(ada[name].shape)}, the model needs {tuple(mine.shape)}")
+            continue
+        out[key] = ada[name].to(mine.dtype)
+    resample = fir()
+    for name in ada:
+        if name.endswith("resample_filter"):
+            used.add(name)
+            if ada[name].shape != resample.shape or not torch.allclose(ada[name].float(), resample):
+                problems.append(f"{name} is not the [1, 3, 3, 1] filter this StyleGAN2 resamples with")
+    problems += [f"unexpected {k}" for k in ada if k not in used]
+    if problems:
+        raise BigbatchError(
+            f"{what} are not StyleGAN2-ADA weights of this model ({len(problems)} problems: "
+            f"{'; '.join(problems[:3])}); check model.ch, model.dim_z, data.resolution and model.options "
+            "(ch_max, w_dim, map_layers, d_map_layers, d_resnet)"
+        )
+    return out
+
+
+def to_ada(net: nn.Module) -> dict[str, torch.Tensor]:
+    """A StyleGAN2 `net`'s weights in ADA's layout, its resample_filter buffers included."""
+    out = {ada_name(net, k): v.detach().clone() for k, v in net.state_dict().items()}
+    return out | {name: fir() for name in _filters(net)}
+
+
+def classes_of(ada: dict[str, torch.Tensor]) -> int:
+    """The number of classes of an ADA G or D state dict: the width of its class embedding's input."""
+    embed = ada.get("mapping.embed.weight")
+    return 0 if embed is None else int(embed.shape[1])
+
+
+def resolution_of(ada: dict[str, torch.Tensor]) -> int:
+    """The resolution of an ADA G state dict: its last synthesis block's."""
+    sizes = [int(k.split(".")[1][1:]) for k in ada if k.startswith("synthesis.b")]
+    return max(sizes) if sizes else 0
