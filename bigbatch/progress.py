@@ -84,7 +84,9 @@ class Progress:
 
             _quiet_tensorboard_thread()
             try:
-                self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg if resumed else None)
+                # A resumed run drops the events logged past its checkpoint (its row at the checkpoint stays, as
+                # in metrics.jsonl: purge_step is the first step purged).
+                self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg + 1 if resumed else None)
             except OSError as e:
                 self._drop_tb(e)
         self.bar = tqdm(

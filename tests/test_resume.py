@@ -31,6 +31,12 @@ def test_resume_after_a_shorter_run_is_bit_identical(tiny, tmp_path, uninterrupt
     assert weights(run) == uninterrupted
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512]
+    # TensorBoard too: found from outside, a resume purged the row logged at its checkpoint's step.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert sorted(e.step for e in events.Scalars("kimg")) == [128, 256, 384, 512]
     # Every row says how long the run has trained, its clock going on from the checkpoint resumed.
     seconds = [r["seconds"] for r in rows]
     assert seconds == sorted(seconds) and seconds[0] > 0
@@ -177,6 +183,12 @@ def test_a_damaged_checkpoint_is_refused_by_readers_and_passed_over_by_resume(
     assert weights(run) == uninterrupted
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512]
+    # TensorBoard too: found from outside, a resume purged the row logged at its checkpoint's step.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert sorted(e.step for e in events.Scalars("kimg")) == [128, 256, 384, 512]
 
     # A state.pt zeroed out, in every checkpoint: nothing left to resume from, said in one line.
     for ckpt in (run / "checkpoints").iterdir():
