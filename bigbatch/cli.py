@@ -189,11 +189,16 @@ def _info(args: argparse.Namespace) -> None:
         raise BigbatchError(
             f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
         )
-    print(describe_run(args.path))
-    if args.verify:
-        from bigbatch.info import verify_run
+    if not args.verify:
+        print(describe_run(args.path))
+        return
+    from bigbatch.info import verify_run
 
-        print(verify_run(args.path))
+    try:
+        print(describe_run(args.path))
+    except BigbatchError:  # (a run with no intact checkpoint to describe): verify names every damaged one
+        pass
+    print(verify_run(args.path))
 
 
 def _sweep(args: argparse.Namespace) -> None:

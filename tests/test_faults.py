@@ -472,6 +472,13 @@ def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys
     out, err = capsys.readouterr()
     assert "G.safetensors, which its meta.json lists, is missing" in out and "none is intact" in err
     assert main(["info", str(run / "checkpoints" / "000000.256"), "--verify"]) == 2  # one checkpoint alone
+    # Found from outside: with no checkpoint left to describe the run by, only the first damaged one was named.
+    for ckpt in ("000000.256", "000000.512"):
+        (run / "checkpoints" / ckpt / "state.pt").write_bytes(b"cut short")
+    capsys.readouterr()
+    assert main(["info", str(run), "--verify"]) == 2
+    out, err = capsys.readouterr()
+    assert out.count("damaged   ") == 2 and "2 of 2 checkpoints damaged (000000.512, 000000.256)" in err
 
 
 def test_a_full_disk_stops_tensorboard_with_a_warning_and_the_run_with_one_line(tiny, tmp_path, capsys, monkeypatch):
