@@ -83,16 +83,24 @@ def _check_local_data(cfg: Any) -> None:
 
 
 def _build_on_meta(cfg: Any) -> None:
-    """Build a classifier on the meta device (no memory, no data: 10 classes stand in), so that --dry-run
-    refuses the options only its constructor checks, as training would (a GAN's are checked with the
-    config; building BigGAN-128, even on meta, takes seconds)."""
+    """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
+    so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
+    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi)."""
     import torch
 
     from bigbatch import models
 
-    if cfg.task == "classify":
-        with torch.device("meta"):
+    with torch.device("meta"):
+        if cfg.task == "classify":
             models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
+        elif cfg.task == "gan":
+            from bigbatch.tasks.gan.task import build_models
+
+            build_models(cfg, 10, 3)
+        elif cfg.task == "swap":
+            from bigbatch.tasks.swap.task import build_model
+
+            build_model(cfg)
 
 
 def _convert(args: argparse.Namespace) -> None:
