@@ -23,7 +23,7 @@ import tomli_w
 from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
 from bigbatch.config_types import Section, positive
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
 
 # Below this, resampling |z| > threshold would take ever more draws for no visible change.
@@ -504,6 +504,15 @@ class Config(Section):
                     path = ".".join(parents[: i + 1])
                     raise BigbatchError(f"unknown config key '{dotted}': '{path}' is not a section")
                 node = child
+            before = node.get(leaf)
+            if isinstance(before, dict) and isinstance(value, dict) and before.keys() - value.keys():
+                # A table given whole replaces the table (TOML's meaning); say what that drops, which one key's
+                # change (a preset's model.options={archi=...}) silently did.
+                dropped = ", ".join(sorted(before.keys() - value.keys()))
+                warn(
+                    f"{dotted}={{...}} replaces the whole table: {dropped} go back to their defaults; to change one "
+                    f"key and keep the others, write {dotted}.KEY=VALUE"
+                )
             node[leaf] = value
         return Config.from_dict(tree)
 

@@ -110,3 +110,16 @@ def test_a_run_length_counts_whole_images_whatever_the_floats_noise():
     assert cfg.override({"train.kimg": 1.12 + 0.128}).train.images == 1248  # 1.2480000000000002
     assert cfg.override({"train.kimg": 0.0005}).train.images == 1  # a part of an image is one
     assert cfg.override({"train.kimg": 0.2561}).train.images == 257
+
+
+def test_a_table_given_whole_replaces_it_and_says_what_it_drops(capsys):
+    # Found from outside: model.options={archi=...} on the saehd_cpu preset dropped its dims without a word
+    # (a 279 MB model where the preset's is 13 MB). TOML's meaning stays; the loss is said.
+    cfg = bigbatch.preset("saehd_cpu")
+    whole = cfg.override({"model.options": {"archi": "liae-u"}})
+    assert whole.model.options == {"archi": "liae-u"}
+    err = capsys.readouterr().err
+    assert "model.options={...} replaces the whole table: ae_dims, d_dims, d_mask_dims, e_dims go back" in err
+    assert "write model.options.KEY=VALUE" in err
+    one = cfg.override({"model.options.archi": "liae-u"})
+    assert one.model.options == {**cfg.model.options, "archi": "liae-u"} and not capsys.readouterr().err
