@@ -18,7 +18,7 @@ from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, out_named
 from bigbatch.errors import BigbatchError
-from bigbatch.signals import ignore_late_sigterm
+from bigbatch.signals import ignore_late_sigterm, keep_sigterm_for_the_loop
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,6 +27,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _train(args: argparse.Namespace) -> None:
+    alone = os.environ.get("WORLD_SIZE", "1") == "1" and not os.environ.get("BIGBATCH_LAUNCH_PARENT")
+    if alone and not args.dry_run:
+        # A scheduler's SIGTERM while it starts: saved at step 0, exit 0. (Not in a rank of several: one that
+        # went on starting could wait for a peer that has stopped.)
+        keep_sigterm_for_the_loop()
     from bigbatch.batching import describe_plan
     from bigbatch.config import Config, parse_override
     from bigbatch.loop import train

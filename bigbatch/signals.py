@@ -37,12 +37,36 @@ def check_stop() -> None:
             raise EvaluationStopped
 
 
+_PENDING: list[int] = []  # SIGTERMs kept during `bigbatch train`'s start-up, for its loop
+
+
+def keep_sigterm_for_the_loop() -> None:
+    """`bigbatch train`'s start-up (imports, data, models) until its loop takes the signals: a SIGTERM is kept
+    rather than ending the process with status 143, and the loop, once it starts, saves (at step 0) and
+    returns, exit status 0, as for a SIGTERM a moment later. A forked process ends on it as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    pid = os.getpid()
+
+    def keep(signum: int, frame: object) -> None:
+        if os.getpid() != pid:  # a forked worker that inherited this handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        _PENDING.append(signum)
+
+    signal.signal(signal.SIGTERM, keep)
+
+
 @contextmanager
 def stop_signals() -> Iterator[StopRequest]:
     """SIGTERM sets `requested` (the loop checkpoints and returns); so does SIGINT once `armed`. A SIGINT
     before that, or a second one, raises KeyboardInterrupt (stop at once).
     Outside the main thread, where Python cannot take signals, nothing is installed."""
     stop = StopRequest()
+    if _PENDING:  # a SIGTERM during start-up
+        stop.requested = True
+        _PENDING.clear()
     stops = _LOCAL.__dict__.setdefault("stops", [])
     stops.append(stop)
     try:

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +100,26 @@ def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path):
     assert p.returncode == 0, err
     assert "Stopped by signal" in out and "--resume" in out
     assert find_checkpoint(run).parent.name == "checkpoints"
+
+
+def test_sigterm_while_the_cli_starts_saves_at_step_0_and_exits_0(tmp_path):
+    # Found from outside: a SIGTERM in a run's first seconds (imports, data, models) ended it with status 143
+    # and nothing saved, where the README promises a checkpoint even at step 0 and exit status 0.
+    run = tmp_path / "early"
+    cmd = [sys.executable, "-m", "bigbatch.cli", "train", "--run-dir", str(run), "data.resolution=16", "model.ch=8"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # until bigbatch handles SIGTERM (before that, Python's default ends it)
+        caught = next(line for line in Path(f"/proc/{p.pid}/status").read_text().splitlines() if "SigCgt" in line)
+        if int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1:
+            break
+        time.sleep(0.01)
+    time.sleep(0.3)  # (starting: importing torch, reading data, building models)
+    assert not (run / "metrics.jsonl").exists()  # still starting
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "Stopped by signal" in out and find_checkpoint(run).name == "000000.000"
 
 
 def test_a_run_stopped_mid_log_row_logs_the_rows_of_the_run_left_alone(tiny, tmp_path, uninterrupted, monkeypatch):
