@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -104,11 +105,43 @@ def register_check(section: str) -> Callable[[Callable[[Any], None]], Callable[[
     return add
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A section's fields and their types."""
+    return {f.name: typing.get_type_hints(cls)[f.name] for f in dataclasses.fields(cls)}
+
+
 class Section:
     """Base of every config section: checks field types on construction, then `_validate`, then the
     checks registered for it."""
 
     _name: typing.ClassVar[str] = ""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A field set from Python is checked as from TOML: an unknown key is refused naming the valid ones
+        (a typo was kept and ignored), a value of the wrong type naming the type (it failed deep inside
+        training); the section's value checks run when it is validated (`bigbatch.train` does)."""
+        if name.startswith("_"):
+            return object.__setattr__(self, name, value)
+        hints = _hints(type(self))
+        if name not in hints:
+            self._unknown(name)
+        tp = hints[name]
+        if not (dataclasses.is_dataclass(tp) and isinstance(value, (dict, Section))):
+            try:
+                value = coerce(value, tp)
+            except Mismatch:
+                raise BigbatchError(f"config key '{self._key(name)}' must be {describe(tp)}, got {value!r}") from None
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def _unknown(cls, key: str) -> typing.NoReturn:
+        known = [f.name for f in dataclasses.fields(cls)]
+        full = f"{cls._name}.{key}" if cls._name else key
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        where = f"[{cls._name}]" if cls._name else "the top level"
+        raise BigbatchError(f"unknown config key '{full}'{hint}; valid keys in {where}: {', '.join(known)}")
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -152,11 +185,7 @@ class Section:
         known = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in known:
-                full = f"{cls._name}.{key}" if cls._name else key
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                where = f"[{cls._name}]" if cls._name else "the top level"
-                raise BigbatchError(f"unknown config key '{full}'{hint}; valid keys in {where}: {', '.join(known)}")
+                cls._unknown(key)
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ def train(
     continue) and warnings stay.
 
     Under torchrun every process calls this; rank 0 alone writes the run directory."""
+    cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too
     # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during
     # start-up stops at once (KeyboardInterrupt), leaving nothing behind but what a resume can use.
     with stop_signals() as stop:

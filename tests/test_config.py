@@ -123,3 +123,19 @@ def test_a_table_given_whole_replaces_it_and_says_what_it_drops(capsys):
     assert "write model.options.KEY=VALUE" in err
     one = cfg.override({"model.options.archi": "liae-u"})
     assert one.model.options == {**cfg.model.options, "archi": "liae-u"} and not capsys.readouterr().err
+
+
+def test_fields_set_from_python_are_checked_as_from_toml(tmp_path):
+    # Found from outside: cfg.train.kimgg = 50 was kept and ignored; cfg.train.kimg = "abc" failed deep inside
+    # training with a TypeError; a value checked only with its section passed until then.
+    cfg = bigbatch.preset("digits")
+    with pytest.raises(bigbatch.BigbatchError, match=r"unknown config key 'train.kimgg' \(did you mean 'kimg'\?\)"):
+        cfg.train.kimgg = 50
+    with pytest.raises(bigbatch.BigbatchError, match="config key 'train.kimg' must be a number, got 'abc'"):
+        cfg.train.kimg = "abc"
+    cfg.train.kimg = 3  # an int where a number goes: taken as it is from TOML
+    assert cfg.train.kimg == 3.0 and isinstance(cfg.train.kimg, float)
+    cfg.train.lr_decay = "step"  # valid alone; without lr_steps the section is not
+    with pytest.raises(bigbatch.BigbatchError, match="train.lr_steps' must list at least one kimg"):
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    assert not (tmp_path / "r").exists()
