@@ -156,8 +156,8 @@ def config(args: argparse.Namespace, key: str) -> Config:
         base = {"name": "resnet50", "task": "classify", "model": {"name": "resnet50"}, "train": train}
         cfg = Config.from_dict(base)
     else:
-        presets = {"swap": "saehd512_df_ud", "stylegan2": "stylegan2_256", "gan": "biggan128_bs2048"}
-        cfg = bigbatch.preset(presets[key])
+        presets = {"swap": "saehd512_df_ud", "stylegan2": "stylegan2_256"}
+        cfg = bigbatch.preset(presets.get(key, "biggan128_bs2048"))  # (the "plan" parts: BigGAN too)
     return cfg.override({**SIZES[args.sizes][key], "train.device": args.device})
 
 

@@ -58,7 +58,7 @@ def _train(args: argparse.Namespace) -> None:
         cfg = base_config(args.preset, args.config, "digits")
     if args.init_from:
         overrides["train.init_from"] = args.init_from
-    cfg = cfg.override(overrides)
+    cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
         _build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
         _check_local_data(cfg)  # a missing or broken data file, as training would refuse it

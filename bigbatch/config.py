@@ -492,8 +492,10 @@ class Config(Section):
         for key, value in _strings(self.to_dict()):  # data paths, weights, init_from, ...: saved with the run
             refuse_credentials(value, f"config key '{key}'")
 
-    def override(self, updates: dict[str, Any]) -> Config:
-        """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other."""
+    def override(self, updates: dict[str, Any], warn_dropped: bool = False) -> Config:
+        """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other.
+        `warn_dropped`: warn of a table given whole (the command line's `model.options={...}`) that drops
+        keys the config had."""
         tree = copy.deepcopy(self.to_dict())
         for dotted, value in updates.items():
             *parents, leaf = dotted.split(".")
@@ -505,7 +507,7 @@ class Config(Section):
                     raise BigbatchError(f"unknown config key '{dotted}': '{path}' is not a section")
                 node = child
             before = node.get(leaf)
-            if isinstance(before, dict) and isinstance(value, dict) and before.keys() - value.keys():
+            if warn_dropped and isinstance(before, dict) and isinstance(value, dict) and before.keys() - value.keys():
                 # A table given whole replaces the table (TOML's meaning); say what that drops, which one key's
                 # change (a preset's model.options={archi=...}) silently did.
                 dropped = ", ".join(sorted(before.keys() - value.keys()))

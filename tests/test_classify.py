@@ -259,7 +259,7 @@ def test_training_refuses_validation_images_of_other_classes_and_bucketed_traini
                 Image.new("RGB", (20 + 4 * i, 16), (40 * i, 100, 200)).save(tmp_path / folder / cls / f"{i}.png")
         prepare(str(tmp_path / folder), str(tmp_path / f"{folder}.h5"), resolution=16, workers=0)
     prepare(str(tmp_path / "train"), str(tmp_path / "buckets.h5"), resolution=16, buckets=True, workers=0)
-    over = ["model.name=resnet_cifar", "model.ch=8", "model.options={depth=8}", "train.batch=8", "train.kimg=0.016"]
+    over = ["model.name=resnet_cifar", "model.ch=8", "model.options.depth=8", "train.batch=8", "train.kimg=0.016"]
     cases = [
         (
             f"data.val_path={tmp_path / 'val.h5'}",

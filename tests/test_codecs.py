@@ -251,7 +251,7 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     centre = list(bigbatch.data.Loader(path, 8, 48, "center"))[0][0]
     assert centre.shape == (8, 48, 48, 3)
     prepare(str(src), str(tmp_path / "sq.h5"), 48, workers=0)
-    with pytest.raises(bigbatch.BigbatchError, match="holds cropped ones; prepare it with --crop none"):
+    with pytest.raises(bigbatch.BigbatchError, match="holds squares: read it with augment='center'"):
         bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 48, augment="rrc")
     with pytest.raises(bigbatch.BigbatchError, match="start must be a whole number, 0 or more, got -8"):
         bigbatch.data.Loader(path, 8, 48, start=-8)

@@ -116,12 +116,12 @@ def test_a_table_given_whole_replaces_it_and_says_what_it_drops(capsys):
     # Found from outside: model.options={archi=...} on the saehd_cpu preset dropped its dims without a word
     # (a 279 MB model where the preset's is 13 MB). TOML's meaning stays; the loss is said.
     cfg = bigbatch.preset("saehd_cpu")
-    whole = cfg.override({"model.options": {"archi": "liae-u"}})
+    whole = cfg.override({"model.options": {"archi": "liae-u"}}, warn_dropped=True)  # (as the command line does)
     assert whole.model.options == {"archi": "liae-u"}
     err = capsys.readouterr().err
     assert "model.options={...} replaces the whole table: ae_dims, d_dims, d_mask_dims, e_dims go back" in err
     assert "write model.options.KEY=VALUE" in err
-    one = cfg.override({"model.options.archi": "liae-u"})
+    one = cfg.override({"model.options.archi": "liae-u"}, warn_dropped=True)
     assert one.model.options == {**cfg.model.options, "archi": "liae-u"} and not capsys.readouterr().err
 
 

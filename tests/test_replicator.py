@@ -323,7 +323,7 @@ def test_activation_checkpointing_changes_memory_not_results(family):
     for k in plain_state:
         assert torch.equal(plain_state[k], ckpt_state[k]), k
     counts = [v for k, v in plain_state.items() if k.endswith("num_batches_tracked")]
-    assert counts and all(c == 2 for c in counts)  # two micro-batches
+    assert (counts or family == "stylegan2") and all(c == 2 for c in counts)  # two micro-batches (StyleGAN2: no BN)
     assert ckpt_peak < plain_peak
 
 
