@@ -11,12 +11,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
-from bigbatch.cli_tools import add_tool_commands, out_named
+from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import ignore_late_sigterm, keep_sigterm_for_the_loop
 
@@ -60,52 +59,13 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
-        _build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
-        _check_local_data(cfg)  # a missing or broken data file, as training would refuse it
+        build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
+        check_local_data(cfg)  # a missing or broken data file, as training would refuse it
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         print(cfg.dumps())
         print(f"# plan: {plan}")
         return
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
-
-
-def _check_local_data(cfg: Any) -> None:
-    """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
-    foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
-    first). builtin: and URLs are left to training."""
-    from bigbatch.data.hdf5 import read_meta
-    from bigbatch.errors import warn
-    from bigbatch.urls import is_url
-
-    for path in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
-        if path and not path.startswith("builtin:") and not is_url(path):
-            if not Path(path).exists():
-                warn(f"data file {path} does not exist yet: training refuses it until `bigbatch prepare` makes it")
-                continue
-            if not Path(path).is_file():
-                raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
-            read_meta(path)
-
-
-def _build_on_meta(cfg: Any) -> None:
-    """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
-    so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
-    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi)."""
-    import torch
-
-    from bigbatch import models
-
-    with torch.device("meta"):
-        if cfg.task == "classify":
-            models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
-        elif cfg.task == "gan":
-            from bigbatch.tasks.gan.task import build_models
-
-            build_models(cfg, 10, 3)
-        elif cfg.task == "swap":
-            from bigbatch.tasks.swap.task import build_model
-
-            build_model(cfg)
 
 
 def _convert(args: argparse.Namespace) -> None:

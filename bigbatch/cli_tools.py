@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError
@@ -146,3 +147,42 @@ def add_tool_commands(sub: Any) -> None:
     sb.add_argument("--out", type=out_named, default="batch.png", help="where the sheet goes (default batch.png)")
     sb.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     sb.set_defaults(func=_show_batch)
+
+
+def check_local_data(cfg: Any) -> None:
+    """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
+    foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
+    first). builtin: and URLs are left to training."""
+    from bigbatch.data.hdf5 import read_meta
+    from bigbatch.errors import warn
+    from bigbatch.urls import is_url
+
+    for path in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
+        if path and not path.startswith("builtin:") and not is_url(path):
+            if not Path(path).exists():
+                warn(f"data file {path} does not exist yet: training refuses it until `bigbatch prepare` makes it")
+                continue
+            if not Path(path).is_file():
+                raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
+            read_meta(path)
+
+
+def build_on_meta(cfg: Any) -> None:
+    """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
+    so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
+    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi)."""
+    import torch
+
+    from bigbatch import models
+
+    with torch.device("meta"):
+        if cfg.task == "classify":
+            models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
+        elif cfg.task == "gan":
+            from bigbatch.tasks.gan.task import build_models
+
+            build_models(cfg, 10, 3)
+        elif cfg.task == "swap":
+            from bigbatch.tasks.swap.task import build_model
+
+            build_model(cfg)
