@@ -162,7 +162,8 @@ class TrainConfig(Section):
     """Clip the global gradient norm of each network to this before its step (0 = off)."""
     skip_limit: float = 0.2
     """A step with non-finite gradients is skipped; stop when more than this fraction of the last
-    skip_window steps of G or D were skipped."""
+    skip_window steps of G or D (of the steps so far while there are fewer, at least 5 counted) were
+    skipped; fp16's loss scaler settling at the start does not count."""
     skip_window: int = 50
     """How many recent optimizer steps skip_limit looks at."""
     d_steps: int = 1

@@ -37,16 +37,31 @@ def test_bf16_run_trains(tiny, tmp_path):
     assert rows[-1]["skipped_D"] == 0 and rows[-1]["loss_D"] < 3
 
 
+def test_a_short_run_of_skipped_steps_stops_too(tiny, tmp_path, capsys):
+    # Found from outside: 7 of a run's 8 steps skipped (g_lr 1e30), and it ended "Done" (a sweep listed it
+    # finished, with losses): the limit counted skips against the whole window of 50 steps.
+    cfg = tiny.override({"train.g_lr": 1e30, "train.kimg": 0.256, "train.batch": 32, "train.micro_batch": 32})
+    with pytest.raises(bigbatch.BigbatchError, match=r"of the last \d [GD] steps had a non-finite loss"):
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+
+
 def test_too_many_skipped_steps_stop_with_the_last_checkpoint_intact(tiny, tmp_path, capsys):
     # A learning rate this large overflows fp16 step after step: training must stop, not go on.
     run = tmp_path / "diverged"
     (tmp_path / "tiny.toml").write_text(tiny.dumps())
-    overrides = ["train.precision=fp16", "train.g_lr=1e4", "train.d_lr=1e4", "train.kimg=4"]
+    overrides = [
+        "train.precision=fp16",
+        "train.g_lr=1e4",
+        "train.d_lr=1e4",
+        "train.kimg=4",
+        "checkpoint.every_kimg=0.064",
+    ]
     code = main(["train", "--config", str(tmp_path / "tiny.toml"), *overrides, "--run-dir", str(run)])
     err = capsys.readouterr().err
     assert code == 2
     assert "had a non-finite loss or gradients and were skipped" in err.splitlines()[-1]
-    assert (run / "checkpoints" / "latest").read_text().strip() == "000000.256"
+    written = sorted(p.name for p in (run / "checkpoints").glob("0*"))
+    assert written and (run / "checkpoints" / "latest").read_text().strip() == written[-1]
     assert len(bigbatch.load_generator(run).state_dict()) > 0
 
 

@@ -96,8 +96,7 @@ class Replicator:
     compile: torch.compile each prepared model. channels_last: its convolutions in NHWC memory order.
     sync_bn: BatchNorm statistics over the same micro-batch index on all ranks (else per rank).
     grad_clip: clip the global gradient norm to this (0: off). A step whose gradients are not finite
-    is skipped; more than `skip_limit` of the last `skip_window` steps skipped stops training.
-    """
+    is skipped; more than `skip_limit` of the last `skip_window` steps (at least 5) skipped stops training."""
 
     def __init__(
         self,
@@ -409,8 +408,9 @@ class Replicator:
         scale = f"; fp16 loss scale now {state.scaler.get_scale():g}" if state.scaler.is_enabled() else ""
         if self.is_main:
             warn(f"{state.name} step {state.steps} skipped: its loss or gradients are not finite{scale}")
+        # Over the last skip_window steps, or the steps so far while fewer (at least 5 counted): a short run too.
         recent = sum(state.history)
-        if recent > self.skip_limit * self.skip_window:
+        if recent > self.skip_limit * max(len(state.history), min(5, self.skip_window)):
             instead = "use bf16 instead of fp16, " if state.scaler.is_enabled() else ""
             raise BigbatchError(
                 f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and "
