@@ -3,13 +3,22 @@ section appended to bench/RESULTS.md."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
+
+import torch
 
 import bigbatch
 from bigbatch.engine.memory import format_bytes
 from bigbatch.files import atomic_write
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def cell(row: dict, key: str, fmt: str) -> str:
@@ -48,3 +57,52 @@ def append_section(path: Path, text: str) -> None:
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     atomic_write(path, old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n")
     os.chmod(path, mode)
+
+
+def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compile_warmup: int) -> str:
+    """The dated section the run appends: heading (device; dry run), command, commit and sources, the table,
+    and what each kind of part measured (`steps` timed iterations; `compile_warmup` untimed under compile)."""
+    device = next((r["device_name"] for r in rows.values() if "device_name" in r), f"unknown {args.device} device")
+    title = f"## GPU proof, {datetime.date.today().isoformat()}, {device}"
+    if args.dry_run:
+        title += " (dry run: toy sizes, not a measurement)"
+    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"], capture_output=True, text=True)
+    commit = (git.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
+    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
+    allocator = os.environ.get("PYTORCH_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF")) or "default"
+    command = shlex.join(["python", *sys.argv])
+    failed = sum("error" in r for r in rows.values())
+    made = " (`make bench-gpu`)" if command == "python bench/gpu.py" else ""
+    tf32 = (
+        f"cudnn.allow_tf32 {torch.backends.cudnn.allow_tf32}, matmul allow_tf32 {torch.backends.cuda.matmul.allow_tf32}"
+    )
+    notes = [
+        f"`{command}`{made} at commit {commit}, sources {source_digest()} (`python bench/gpu.py --digest` prints a "
+        f"checkout's); torch {torch.__version__}{cuda}; {seconds / 60:.1f} minutes in all; "
+        f"{len(rows) - failed} of {len(rows)} parts succeeded.",
+        "",
+        table(rows),
+        "",
+        "- Each part ran in a process of its own; part s counts its start-up (building the models included).",
+        "- BigGAN: the biggan128_bs2048 preset at the batch shown, bench/throughput.py's measure: one D and one G "
+        f"step per iteration, {steps} timed after warm-up; plain loop: the same steps without the Replicator. Under "
+        f"train.compile: torch.compile's {args.compile_backend} backend, {compile_warmup} untimed iterations first "
+        "(their time in the note), no FLOP count and no plain loop. The compile parts ran at once, each in its own "
+        "process: they built, compiled and ran their untimed iterations side by side, then were timed one at a "
+        "time while the others waited; part s counts from their common start.",
+        '- Plan rows: what micro_batch "auto" picks at the preset\'s batch (each micro-batch probed, whether it fit), '
+        "then one iteration at that plan, timed after one untimed.",
+        "- SAEHD: bench/throughput.py's measure_swap (plan, 2 untimed iterations, then timed ones).",
+        f"- StyleGAN2: the stylegan2_256 preset (ADA at its starting p, 0) at the micro-batch shown, "
+        f"measured as BigGAN (no plain loop); its lazy penalties fall among the {steps} timed iterations as they "
+        "fall in training.",
+        "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
+        "output), median of 5 after 2 untimed; above 1 the one op is faster.",
+        "- biggan-bf16-profile: busy is the kernels' time over the wall time (below 100%, the GPU waited on the "
+        "CPU); the kinds and ops: the device time of the kernels each op launched itself.",
+        f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}; CUDA allocator "
+        f"settings: {allocator}.",
+        "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",
+    ]
+    return f"{title}\n\n" + "\n".join(notes) + "\n"

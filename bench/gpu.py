@@ -31,13 +31,11 @@ temporary file beside it and renamed over it, so edits made to the file meanwhil
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
 import os
 import platform
 import re
-import shlex
 import signal
 import subprocess
 import sys
@@ -54,7 +52,7 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
-from _gpu_report import append_section, source_digest, table  # noqa: E402
+from _gpu_report import append_section, section, source_digest  # noqa: E402
 from _procs import result_row, run_limited, wait_for_turn  # noqa: E402
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
 from _swap import native_bf16, synthetic_faces  # noqa: E402
@@ -506,54 +504,6 @@ def child(args: argparse.Namespace) -> None:
     Path(args.result).write_text(json.dumps(row))
 
 
-def section(rows: dict[str, dict], args: argparse.Namespace, seconds: float) -> str:
-    device = next((r["device_name"] for r in rows.values() if "device_name" in r), f"unknown {args.device} device")
-    title = f"## GPU proof, {datetime.date.today().isoformat()}, {device}"
-    if args.dry_run:
-        title += " (dry run: toy sizes, not a measurement)"
-    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"], capture_output=True, text=True)
-    commit = (git.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
-    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
-    allocator = os.environ.get("PYTORCH_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF")) or "default"
-    command = shlex.join(["python", *sys.argv])
-    failed = sum("error" in r for r in rows.values())
-    made = " (`make bench-gpu`)" if command == "python bench/gpu.py" else ""
-    tf32 = (
-        f"cudnn.allow_tf32 {torch.backends.cudnn.allow_tf32}, matmul allow_tf32 {torch.backends.cuda.matmul.allow_tf32}"
-    )
-    steps = SIZES[args.sizes]["steps"]
-    notes = [
-        f"`{command}`{made} at commit {commit}, sources {source_digest()} (`python bench/gpu.py --digest` prints a "
-        f"checkout's); torch {torch.__version__}{cuda}; {seconds / 60:.1f} minutes in all; "
-        f"{len(rows) - failed} of {len(rows)} parts succeeded.",
-        "",
-        table(rows),
-        "",
-        "- Each part ran in a process of its own; part s counts its start-up (building the models included).",
-        "- BigGAN: the biggan128_bs2048 preset at the batch shown, bench/throughput.py's measure: one D and one G "
-        f"step per iteration, {steps} timed after warm-up; plain loop: the same steps without the Replicator. Under "
-        f"train.compile: torch.compile's {args.compile_backend} backend, {COMPILE_WARMUP} untimed iterations first "
-        "(their time in the note), no FLOP count and no plain loop. The compile parts ran at once, each in its own "
-        "process: they built, compiled and ran their untimed iterations side by side, then were timed one at a "
-        "time while the others waited; part s counts from their common start.",
-        '- Plan rows: what micro_batch "auto" picks at the preset\'s batch (each micro-batch probed, whether it fit), '
-        "then one iteration at that plan, timed after one untimed.",
-        "- SAEHD: bench/throughput.py's measure_swap (plan, 2 untimed iterations, then timed ones).",
-        f"- StyleGAN2: the stylegan2_256 preset (ADA at its starting p, 0) at the micro-batch shown, "
-        f"measured as BigGAN (no plain loop); its lazy penalties fall among the {steps} timed iterations as they "
-        "fall in training.",
-        "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
-        "output), median of 5 after 2 untimed; above 1 the one op is faster.",
-        "- biggan-bf16-profile: busy is the kernels' time over the wall time (below 100%, the GPU waited on the "
-        "CPU); the kinds and ops: the device time of the kernels each op launched itself.",
-        f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}; CUDA allocator "
-        f"settings: {allocator}.",
-        "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",
-    ]
-    return f"{title}\n\n" + "\n".join(notes) + "\n"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -609,7 +559,7 @@ def main() -> None:
         for n in group:
             print(f"[bench/gpu.py] {n}: {rows[n].get('error', 'done')}", file=sys.stderr, flush=True)
     rows = {n: rows[n] for n in PARTS if n in rows}
-    text = section(rows, args, time.perf_counter() - start)
+    text = section(rows, args, time.perf_counter() - start, SIZES[args.sizes]["steps"], COMPILE_WARMUP)
     print(text, end="")
     append_section(args.out, text)
     print(f"appended to {args.out}", file=sys.stderr)
