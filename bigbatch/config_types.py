@@ -108,7 +108,8 @@ def register_check(section: str) -> Callable[[Callable[[Any], None]], Callable[[
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     """A section's fields and their types."""
-    return {f.name: typing.get_type_hints(cls)[f.name] for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 class Section:
@@ -127,7 +128,11 @@ class Section:
         if name not in hints:
             self._unknown(name)
         tp = hints[name]
-        if not (dataclasses.is_dataclass(tp) and isinstance(value, (dict, Section))):
+        if dataclasses.is_dataclass(tp):  # a section, or a table of its keys
+            value = tp.from_dict(value) if isinstance(value, dict) else value
+            if not isinstance(value, tp):
+                raise BigbatchError(f"config key '{self._key(name)}' must be a table")
+        else:
             try:
                 value = coerce(value, tp)
             except Mismatch:
@@ -143,23 +148,7 @@ class Section:
         where = f"[{cls._name}]" if cls._name else "the top level"
         raise BigbatchError(f"unknown config key '{full}'{hint}; valid keys in {where}: {', '.join(known)}")
 
-    def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if dataclasses.is_dataclass(hints[f.name]):
-                if isinstance(value, dict):
-                    value = hints[f.name].from_dict(value)
-                if not isinstance(value, hints[f.name]):
-                    raise BigbatchError(f"config key '{self._key(f.name)}' must be a table")
-                setattr(self, f.name, value)
-                continue
-            try:
-                setattr(self, f.name, coerce(value, hints[f.name]))
-            except Mismatch:
-                raise BigbatchError(
-                    f"config key '{self._key(f.name)}' must be {describe(hints[f.name])}, got {value!r}"
-                ) from None
+    def __post_init__(self) -> None:  # (each field was checked as __init__ set it: __setattr__)
         self._validate()
         for check in _CHECKS.get(self._name, ()):
             check(self)

@@ -43,6 +43,12 @@ def load_data(
     )
 
 
+def stored_side(data: Any) -> int:
+    """The side of a prepared file's stored squares (0: whole images, or a set made when read): what a
+    resolution above it upscales."""
+    return 0 if getattr(data, "whole", False) else int(getattr(data, "meta", {}).get("resolution", 0))
+
+
 def training_data(cfg: Config) -> Any:
     """The data set a config trains on: data.path, less the images held out by data.val_fraction (when
     there is no data.val_path)."""

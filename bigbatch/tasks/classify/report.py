@@ -19,7 +19,7 @@ from PIL import Image
 from bigbatch import checkpoints
 from bigbatch.checkpoints import pick_checkpoint
 from bigbatch.config import Config
-from bigbatch.data.load import load_data, validation_data
+from bigbatch.data.load import load_data, stored_side, validation_data
 from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.split import holdout
 from bigbatch.errors import BigbatchError, warn
@@ -58,7 +58,7 @@ def evaluate_classifier(
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
     check_classes(data, net.class_names, "the run", "score it on data of the run's classes")
     resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
-    stored = getattr(data, "meta", {}).get("resolution", 0) if not getattr(data, "whole", False) else 0
+    stored = stored_side(data)
     if stored and stored < resolution:  # (a prepared file of squares)
         warn(
             f"data set {public_name(data_path or d.val_path or d.path)} holds {stored}px images, and the run "

@@ -24,7 +24,7 @@ from torch import nn
 
 from bigbatch import models
 from bigbatch.config import Config
-from bigbatch.data.load import validation_data
+from bigbatch.data.load import stored_side, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.streams import CROP, generator
 from bigbatch.engine.replicator import Replicator
@@ -153,7 +153,7 @@ def build(
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
-    stored = getattr(data, "meta", {}).get("resolution", 0) if not getattr(data, "whole", False) else 0
+    stored = stored_side(data)
     largest = max(p.resolution for p in schedule_of(cfg).phases)
     if stored and largest > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
         warn(
