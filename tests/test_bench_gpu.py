@@ -97,6 +97,7 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
 
 
 def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
+    import _gpu_report
     import gpu
 
     crashed = gpu.run_part([sys.executable, "-c", "raise SystemExit(3)"], limit=60)
@@ -111,7 +112,7 @@ def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
     assert cut["error"] == "timed out after 10 s; at 1 s: compiling graph 3 (dynamo, 2/0)", cut
     write = "import json, sys; open(sys.argv[1], 'w').write(json.dumps({'note': 'ran'}))"
     assert gpu.run_part([sys.executable, "-c", write], limit=60)["note"] == "ran"
-    table = gpu.table({"ok": {"setting": "s", "img_per_s": 2.0, "peak": 3 * 2**20}, "bad": hung})
+    table = _gpu_report.table({"ok": {"setting": "s", "img_per_s": 2.0, "peak": 3 * 2**20}, "bad": hung})
     assert "| ok | s | - | 2.0 | - | 3.0 MiB | - |  |" in table
     assert "| bad | - | - | - | - | - | " in table and "**timed out after 1 s**" in table
 
