@@ -20,8 +20,13 @@ re-pinned four times since, each time for the same function computed in another 
 Floating-point results depend on the CPU's vector unit (AVX2 vs AVX-512 kernels sum in another
 order), so the pins hold on the capability they were taken on, AVX2. A CPU with more (AVX-512) runs
 the AVX2 kernels for them: PyTorch's (ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA); a CPU
-without AVX2 skips. The runs are NCHW (train.channels_last = false), as pinned; "biggan-nhwc" pins
-the channels-last default of GANs and classifiers (taken later, on an AVX-512 CPU running AVX2).
+without AVX2 skips. MKL's matmuls still pick their kernels by vendor and model (an Intel AVX-512 CPU
+gave other bits than the AMD ones the pins were taken on, with every MKL_CBWR branch tried), so each
+vendor has its own pins: AMD's (AVX2 and AVX-512 CPUs alike) and Intel AVX-512's (taken 2026-11-28 on
+an Intel Xeon with AVX-512 BF16 and AMX, from the same code as AMD's). A CPU of neither kind skips,
+naming the command that prints its hashes. The runs are NCHW (train.channels_last = false), as
+pinned; "biggan-nhwc" pins the channels-last default of GANs and classifiers (taken later, on an
+AVX-512 CPU running AVX2).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import pytest
 import torch
 
 PINNED_ON = "AVX2"
+AMD, INTEL = "AuthenticAMD", "GenuineIntel/AVX512"
 KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}  # what runs the pins on a larger CPU
 
 BIGGAN = {
@@ -50,13 +56,28 @@ BIGGAN = {
     "sample.n": 8,
 }
 
-# name -> (overrides of the digits preset, SHA-256 of the final checkpoint's G_ema.safetensors)
+# name -> (overrides of the digits preset, {platform: SHA-256 of the final checkpoint's G_ema.safetensors})
 RUNS = {
-    "digits": ({"train.kimg": 2}, "2541794fc26f762747cae572f280096fb03ea7a65f709fcb086c12d0873a03fb"),
-    "biggan": (BIGGAN, "7fcd4496a767f1a7c61d8f95af72ef89b51877ac3c7b61130ffa49be5ad9e053"),
+    "digits": (
+        {"train.kimg": 2},
+        {
+            AMD: "2541794fc26f762747cae572f280096fb03ea7a65f709fcb086c12d0873a03fb",
+            INTEL: "0be4890912f5494997a035a11d823c66f147ed56ef6425d1c955482f41074ed3",
+        },
+    ),
+    "biggan": (
+        BIGGAN,
+        {
+            AMD: "7fcd4496a767f1a7c61d8f95af72ef89b51877ac3c7b61130ffa49be5ad9e053",
+            INTEL: "9ad02b82388a07aac8591b2a46e64b565856d52f3140790f2340224078bc954c",
+        },
+    ),
     "biggan-nhwc": (
         {**BIGGAN, "train.channels_last": True},
-        "867fe3456972e40ab02a4b96923d705789f30cf73672fe17d378540b36c2f4b1",
+        {
+            AMD: "867fe3456972e40ab02a4b96923d705789f30cf73672fe17d378540b36c2f4b1",
+            INTEL: "68000e721b67aac1e8861330c5bbbffe0eb30e3fc1c0379c4e5846b2584f559f",
+        },
     ),
     "sngan": (
         {
@@ -71,7 +92,10 @@ RUNS = {
             "train.lr_decay": "linear",
             "sample.n": 8,
         },
-        "57ecd3bec071f121a0f607705340e10ca63c7f37fce6f56b65ec18ae8c200fb1",
+        {
+            AMD: "57ecd3bec071f121a0f607705340e10ca63c7f37fce6f56b65ec18ae8c200fb1",
+            INTEL: "1d1acc6d18779612fe3e1f923dbdf1a63e71b0a3f4a8c5797aa60d1bc5985ebb",
+        },
     ),
 }
 
@@ -85,6 +109,16 @@ run = bigbatch.train(bigbatch.preset("digits").override(overrides), run_dir=sys.
 latest = (run / "checkpoints" / "latest").read_text().strip()
 print(hashlib.sha256((run / "checkpoints" / latest / "G_ema.safetensors").read_bytes()).hexdigest())
 """
+
+
+def platform() -> str:
+    """The CPU's vendor, and for Intel its capability: whose pins apply (see the module's docstring)."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown"
+    vendor = next((v for v in ("AuthenticAMD", "GenuineIntel") if v in info), "unknown")
+    return f"{vendor}/{torch.backends.cpu.get_cpu_capability()}" if vendor == "GenuineIntel" else vendor
 
 
 def g_ema_hash(overrides: dict, run_dir: str) -> str:
@@ -106,8 +140,13 @@ def test_g_ema_bit_for_bit(name, tmp_path):
     capability = torch.backends.cpu.get_cpu_capability()
     if capability not in (PINNED_ON, "AVX512"):
         pytest.skip(f"hashes pinned on {PINNED_ON}; this CPU has {capability} kernels only")
-    overrides, expected = RUNS[name]
-    assert g_ema_hash(overrides, str(tmp_path / name)) == expected
+    overrides, pinned = RUNS[name]
+    if platform() not in pinned:
+        pytest.skip(
+            f"hashes pinned on {', '.join(pinned)}; this CPU is {platform()}: "
+            "`python tests/test_pinned.py` prints its own"
+        )
+    assert g_ema_hash(overrides, str(tmp_path / name)) == pinned[platform()]
 
 
 if __name__ == "__main__":  # print the current hashes (to pin them)
@@ -115,4 +154,4 @@ if __name__ == "__main__":  # print the current hashes (to pin them)
 
     with tempfile.TemporaryDirectory() as tmp:
         for name, (overrides, _) in sorted(RUNS.items()):
-            print(name, g_ema_hash(overrides, os.path.join(tmp, name)), flush=True)
+            print(platform(), name, g_ema_hash(overrides, os.path.join(tmp, name)), flush=True)

@@ -91,11 +91,13 @@ class Upscale(nn.Module):
     def forward(self, x: torch.Tensor | None, twin: torch.Tensor | None = None) -> torch.Tensor:
         """Of `x`; with `twin`, first of the inputs [twin, twin] (a code repeated along the channels:
         liae's src code), given once and convolved with the two halves of the weight summed (the
-        same sums, half the products): rows twin's, then x's."""
+        same sums, half the products): rows twin's, then x's. The halves are summed as a view's sum, whose
+        gradient is the same for both halves (slices' gradients were two zero-filled weight-sized tensors)."""
         outs = []
         if twin is not None:
-            w, half = self.conv1.weight, self.conv1.weight.shape[1] // 2
-            outs.append(F.conv2d(twin, w[:, :half] + w[:, half:], self.conv1.bias, padding=self.conv1.padding))
+            w = self.conv1.weight
+            halves = w.view(w.shape[0], 2, w.shape[1] // 2, *w.shape[2:]).sum(1)
+            outs.append(F.conv2d(twin, halves, self.conv1.bias, padding=self.conv1.padding))
         if x is not None:
             outs.append(self.conv1(x))
         return depth_to_space(self.act(torch.cat(outs) if len(outs) > 1 else outs[0]))
