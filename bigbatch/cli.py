@@ -134,7 +134,10 @@ def _stats(args: argparse.Namespace) -> None:
     resolution = args.resolution or (read_meta(args.data)["resolution"] if _is_data_file(args.data) else 32)
     data = load_data(args.data, resolution)
     ext = get_extractor(args.extractor, data=data)
-    stats = reference_stats(data, ext, n=args.n, features=args.kid)
+    from bigbatch.metrics.features import progress
+
+    with progress("stats"):
+        stats = reference_stats(data, ext, n=args.n, features=args.kid)
     kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
     from bigbatch.metrics.stats import stats_file
 

@@ -56,13 +56,21 @@ def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch,
 
     monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
     run = bigbatch.train(tiny, run_dir="run", quiet=True)
+    assert "features:" not in capsys.readouterr().err  # training's own evaluations show no extraction progress
+    monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a line each batch here
     assert main(["stats", "builtin:digits", "--extractor", "classifier", "--resolution", "16"]) == 0
-    said = capsys.readouterr().out
+    said, err = capsys.readouterr()
+    assert "stats: features: 64/1797 images" in err and "img/s, about" in err
     assert "reference statistics of builtin:digits" in said
     (file,) = (tmp_path / "cache" / "stats").glob("*.safetensors")  # cached for the next call
     assert f"in {file} (give it as B to bigbatch eval)" in said  # the file eval takes as B, by name
-    assert main(["eval", str(run), "--metrics", "fid,kid", "--n", "64", "--extractor", "classifier"]) == 0
-    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (
+        main(["eval", str(run), "--metrics", "fid,kid", "--n", "64", "--extractor", "classifier", "--batch-size", "16"])
+        == 0
+    )
+    out, err = capsys.readouterr()
+    assert "eval: features: 16/64 images" in err and "eval: features: 48/64 images" in err
+    scores = json.loads(out.strip().splitlines()[-1])
     assert scores["fcd"] > 0 and "kcd" in scores and "fid" not in scores  # never labelled FID
     assert main(["eval", str(run), "--metrics", "bogus"]) == 2
     assert "unknown metric 'bogus'" in capsys.readouterr().err

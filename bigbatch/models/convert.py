@@ -89,24 +89,11 @@ def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "th
         return convert_ada.from_ada(net, ref, what)
     _check_family(net)
     ours = net.state_dict()
-    out: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    problems: list[str] = []
-    for key, mine in ours.items():
-        name = reference_name(net, key)
-        if name is None:
-            continue
-        if name not in ref:
-            problems.append(f"missing {name}")
-            continue
-        used.add(name)
-        value = ref[name]
-        if key.endswith("sn_u"):
-            value = value.reshape(1, -1)
-        if value.shape != mine.shape:
-            problems.append(f"{name} has shape {tuple(value.shape)}, the model needs {tuple(mine.shape)}")
-            continue
-        out[key] = value.to(mine.dtype)
+
+    def adapt(key: str, value: torch.Tensor) -> torch.Tensor:
+        return value.reshape(1, -1) if key.endswith("sn_u") else value
+
+    out, used, problems = convert_ada.take_entries(ours, ref, lambda key: reference_name(net, key), adapt)
     unexpected = [k for k in ref if k not in used and k.rsplit(".", 1)[-1] not in _IGNORED]
     problems += [f"unexpected {k}" for k in unexpected]
     if problems:

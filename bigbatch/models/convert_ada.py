@@ -17,6 +17,8 @@ export. With the weights copied, the two compute the same images (1.3e-5 apart o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -68,23 +70,38 @@ def _filters(net: nn.Module) -> list[str]:
     return out + ["b4.conv.resample_filter"]
 
 
-def from_ada(net: nn.Module, ada: dict[str, torch.Tensor], what: str = "the weights") -> dict[str, torch.Tensor]:
-    """Our state dict for a StyleGAN2 `net` from one in ADA's layout; BigbatchError naming the first missing,
-    unexpected or misshapen entries."""
-    ours = net.state_dict()
+def take_entries(
+    ours: dict[str, torch.Tensor],
+    ref: dict[str, torch.Tensor],
+    name_of: Callable[[str], str | None],
+    adapt: Callable[[str, torch.Tensor], torch.Tensor] = lambda key, value: value,
+) -> tuple[dict[str, torch.Tensor], set[str], list[str]]:
+    """For each of our keys that `name_of` names in a reference layout, its entry of `ref` (`adapt`ed, in
+    our dtype): (what was taken, the reference names used, the problems: missing or misshapen entries).
+    Shared by the BigGAN-PyTorch and StyleGAN2-ADA conversions."""
     out: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     problems: list[str] = []
     for key, mine in ours.items():
-        name = ada_name(net, key)
-        if name not in ada:
+        name = name_of(key)
+        if name is None:
+            continue
+        if name not in ref:
             problems.append(f"missing {name}")
             continue
         used.add(name)
-        if ada[name].shape != mine.shape:
-            problems.append(f"{name} has shape {tuple(ada[name].shape)}, the model needs {tuple(mine.shape)}")
+        value = adapt(key, ref[name])
+        if value.shape != mine.shape:
+            problems.append(f"{name} has shape {tuple(value.shape)}, the model needs {tuple(mine.shape)}")
             continue
-        out[key] = ada[name].to(mine.dtype)
+        out[key] = value.to(mine.dtype)
+    return out, used, problems
+
+
+def from_ada(net: nn.Module, ada: dict[str, torch.Tensor], what: str = "the weights") -> dict[str, torch.Tensor]:
+    """Our state dict for a StyleGAN2 `net` from one in ADA's layout; BigbatchError naming the first missing,
+    unexpected or misshapen entries."""
+    out, used, problems = take_entries(net.state_dict(), ada, lambda key: ada_name(net, key))
     resample = fir()
     for name in ada:
         if name.endswith("resample_filter"):
