@@ -35,13 +35,16 @@ def run_eval(args: argparse.Namespace) -> None:
     if task == "classify":
         from bigbatch.tasks.classify.report import describe, evaluate_classifier
 
-        print(describe(evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device)))
+        with progress("eval"):
+            report = evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device)
+        print(describe(report))
         return
     if task == "swap":
         from bigbatch.tasks.swap.report import describe, evaluate_swap
 
-        device = dist.context().device
-        print(describe(evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, device)))
+        with progress("eval"):
+            report = evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, dist.context().device)
+        print(describe(report))
         return
     if args.checkpoint != "latest" and not _is_run(args.path):
         raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {args.path} is not a run")

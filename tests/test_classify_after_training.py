@@ -16,7 +16,7 @@ from bigbatch.data.load import validation_data
 from bigbatch.tasks.classify.validation import val_transform
 
 
-def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp_path, capsys):
+def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp_path, capsys, monkeypatch):
     from bigbatch.cli import main
 
     run = bigbatch.train(tiny(), run_dir=tmp_path / "run", quiet=True)
@@ -38,7 +38,10 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert Image.open(folder / "top_losses.png").size == (4 * 98, 4 * (98 + 26))  # 16 images, 4 a row
     assert Image.open(folder / "confusion.png").size
     # Other data of the same classes; another checkpoint; data of other classes is one line.
+    monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a progress line a batch
     assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0
+    err = capsys.readouterr().err
+    assert "eval: predictions: " in err and "/1797 images" in err
     (best,) = (run / "eval").glob("digits-best-0*")  # named by its kimg: a later best gets a folder of its own
     assert json.loads((best / "metrics.json").read_text())["n"] == 1797
     # Found from outside: two data files of one name in two folders crashed the second report (hashing the name).

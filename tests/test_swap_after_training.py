@@ -21,10 +21,13 @@ def test_lr_find_sweeps_swap_lr_on_the_src_and_dst_loss(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lr.png"]  # no run left behind
 
 
-def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_request(faces, tmp_path, capsys):
+def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_request(
+    faces, tmp_path, capsys, monkeypatch
+):
     from bigbatch.cli import main
 
     over = {"data.val_fraction": 0.25, "eval.every_kimg": 0.008, "swap.true_face_power": 0.0, "swap.gan_power": 0.0}
+    over["eval.batch_size"] = 4
     run = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "run", quiet=True)
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in logged if "ssim" in r][-1]
@@ -37,7 +40,10 @@ def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_reque
     assert metrics["dst_ssim"] == pytest.approx(last["dst_ssim"], abs=1e-6)
     assert Image.open(held / "preview.png").size == (7 * 64, 3 * 64)
     # Other faces: each side through its own path; one side alone is scored alone.
+    monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a progress line a batch
     assert main(["eval", str(run), str(faces[0]), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
+    err = capsys.readouterr().err
+    assert "eval: src faces: 4/12 images" in err and "eval: dst faces: 8/12 images" in err
     (both_dir,) = (run / "eval").glob("src+dst-best-0*")
     both = json.loads((both_dir / "metrics.json").read_text())
     assert both["src_n"] == both["dst_n"] == 12 and 0 < both["src_ssim"] <= 1

@@ -33,7 +33,7 @@ def progress(label: str) -> Iterator[None]:
         _PROGRESS.reset(token)
 
 
-class _Progress:
+class Progress:
     """Images done out of `total` (this rank's share), shown as `progress` says; silent outside it."""
 
     def __init__(self, total: int, what: str) -> None:
@@ -139,7 +139,7 @@ def extract_sharded(
         raise BigbatchError(f"need at least one image to extract features from, got n={n}")
     world, lo, hi, per = _shard(n, batch_size)
     real = hi - lo
-    parts, shown = [], _Progress(real, "features")
+    parts, shown = [], Progress(real, "features")
     for s in range(lo, lo + real, batch_size):
         check_stop()
         parts.append(extractor(images_at(s, min(batch_size, lo + real - s))))
@@ -174,7 +174,7 @@ def moments_sharded(
     shift = extractor(images_at(0, 1))["pool"].double().reshape(-1)  # the same on every rank
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
-    shown = _Progress(hi - lo, "features")
+    shown = Progress(hi - lo, "features")
     for start in range(lo, hi, batch_size):
         check_stop()
         x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift

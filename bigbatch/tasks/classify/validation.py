@@ -22,6 +22,7 @@ from torch import nn
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
 from bigbatch.errors import BigbatchError
+from bigbatch.metrics.features import Progress
 from bigbatch.sampling import from_uint8, to_uint8
 from bigbatch.signals import check_stop
 
@@ -179,11 +180,15 @@ class Validation:
         """(indices, float logits, labels) of this rank's share of the split, on the CPU."""
         was_training = model.training
         model.eval()
-        out = []
-        for index, x, y in self.inputs(self.size()):
+        out, size = [], self.size()
+        batches = self.whole_batches(size) if self.whole else [(index,) for index in self.batches]
+        shown = Progress(sum(len(b[0]) for b in batches), "predictions")
+        for index, x, y in self.inputs(size):
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
             out.append((index, logits.float().cpu(), y.cpu()))
+            shown.add(len(index))
+        shown.close()
         model.train(was_training)
         if not out:
             return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
