@@ -23,9 +23,10 @@ LINE_EVERY_S = 30.0  # off a terminal: one progress line this often
 
 @contextlib.contextmanager
 def progress(label: str) -> Iterator[None]:
-    """Within it, rank 0 shows on stderr how far each feature extraction has come, `label` first: a bar
-    on a terminal, else a line every LINE_EVERY_S (for `bigbatch eval` and `stats`, where Inception on a
-    CPU takes about 0.35 s an image). Training's evaluations stay quiet: its own progress line runs."""
+    """Within it, rank 0 shows on stderr how far each pass over images has come (feature extraction, a
+    classifier's predictions, a swap model's faces), `label` first: a bar on a terminal, else a line every
+    LINE_EVERY_S. For `bigbatch eval` and `stats`: Inception on a CPU takes about 0.35 s an image.
+    Training's evaluations stay quiet: its own progress line runs."""
     token = _PROGRESS.set(label)
     try:
         yield
@@ -57,7 +58,8 @@ class Progress:
         if now - self.last >= LINE_EVERY_S and self.done < self.total:
             self.last, rate = now, self.done / max(now - self.start, 1e-9)
             left = (self.total - self.done) / rate
-            print(f"{self.label}: {self.done}/{self.total} images, {rate:.1f} img/s, about {left / 60:.0f} min left",
+            eta = f"{left / 60:.0f} min" if left >= 90 else f"{left:.0f} s"
+            print(f"{self.label}: {self.done}/{self.total} images, {rate:.1f} img/s, about {eta} left",
                   file=sys.stderr, flush=True)  # fmt: skip
 
     def close(self) -> None:
