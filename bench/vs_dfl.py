@@ -157,7 +157,13 @@ def main() -> None:
     p.add_argument("--dims", default="256,64,64,22", help="ae, e, d, d_mask dims")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=4, help="timed iterations a row")
-    p.add_argument("--warmup", type=int, default=2, help="untimed iterations a row first")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed iterations a row first (bigbatch's process reuses its freed memory from about the third "
+        "step: its first steps fault pages in, 0.6, 0.2 and 0.04 million at 256 px)",
+    )
     p.add_argument("--clipgrad", action="store_true", help="gradient clipping on both sides (the preset: off)")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
     p.add_argument("--no-onednn-row", action="store_true", help="no DFL row with TF_ENABLE_ONEDNN_OPTS=1")
