@@ -17,16 +17,17 @@ re-pinned four times since, each time for the same function computed in another 
   again every parameter of G, D and G_ema of all four runs bit for bit, the running statistics moved by
   rounding (at most 2.7e-7 relative L2), the counts not at all.
 
-Floating-point results depend on the CPU's vector unit (AVX2 vs AVX-512 kernels sum in another
-order), so the pins hold on the capability they were taken on, AVX2. A CPU with more (AVX-512) runs
-the AVX2 kernels for them: PyTorch's (ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA); a CPU
-without AVX2 skips. MKL's matmuls still pick their kernels by vendor and model (an Intel AVX-512 CPU
-gave other bits than the AMD ones the pins were taken on, with every MKL_CBWR branch tried), so each
-vendor has its own pins: AMD's (AVX2 and AVX-512 CPUs alike) and Intel AVX-512's (taken 2026-11-28 on
-an Intel Xeon with AVX-512 BF16 and AMX, from the same code as AMD's). A CPU of neither kind skips,
-naming the command that prints its hashes. The runs are NCHW (train.channels_last = false), as
-pinned; "biggan-nhwc" pins the channels-last default of GANs and classifiers (taken later, on an
-AVX-512 CPU running AVX2).
+Floating-point results depend on the CPU's vector unit (AVX2 vs AVX-512 kernels sum in another order),
+so the pins hold on the capability they were taken on, AVX2. A CPU with more (AVX-512) runs the AVX2
+kernels for them: PyTorch's (ATEN_CPU_CAPABILITY) and oneDNN's (ONEDNN_MAX_CPU_ISA); a CPU without AVX2
+skips. Kernels are still picked by vendor and model below that: an Intel AVX-512 CPU gave other bits
+than the AMD ones the pins were taken on; MKL's matmuls are one cause (MKL_CBWR=COMPATIBLE, AVX2 or
+AVX2,STRICT and MKL_ENABLE_INSTRUCTIONS=AVX2 each changed the bits there, none to AMD's), and oneDNN
+sizes its blocks by the caches. So each vendor has its own pins: AMD's (AVX2 and AVX-512 CPUs alike) and
+Intel AVX-512's (taken 2026-11-28 on an Intel Xeon with AVX-512 BF16 and AMX, from the same code as
+AMD's). A CPU of neither kind skips, naming the command that prints its hashes. The runs are NCHW
+(train.channels_last = false), as pinned; "biggan-nhwc" pins the channels-last default of GANs and
+classifiers (taken later, on an AVX-512 CPU running AVX2).
 """
 
 from __future__ import annotations
