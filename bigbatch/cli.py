@@ -131,7 +131,14 @@ def _stats(args: argparse.Namespace) -> None:
     from bigbatch.data.hdf5 import read_meta
     from bigbatch.metrics import get_extractor, reference_stats
 
-    resolution = args.resolution or (read_meta(args.data)["resolution"] if _is_data_file(args.data) else 32)
+    if args.resolution is not None and args.resolution < 1:
+        raise BigbatchError(f"--resolution must be at least 1, got {args.resolution}")
+    stored = read_meta(args.data)["resolution"] if _is_data_file(args.data) else None
+    if stored is not None and args.resolution not in (None, stored):
+        raise BigbatchError(
+            f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
+        )
+    resolution = stored or args.resolution or 32
     data = load_data(args.data, resolution)
     ext = get_extractor(args.extractor, data=data)
     from bigbatch.metrics.features import progress

@@ -251,6 +251,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     np.savez(sets / "floats.npz", np.zeros((4, 8, 8, 3), np.float32))
     np.savez(sets / "two.npz", a=np.zeros((4, 8, 8, 3), np.uint8), b=np.zeros((4, 8, 8, 3), np.uint8))
     np.savez(sets / "flat.npz", arr_0=np.zeros((4, 64), np.uint8))
+    np.savez(sets / "none.npz", arr_0=np.zeros((0, 8, 8, 3), np.uint8))
     np.save(sets / "objects.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
     (sets / "noise.npz").write_bytes(np.random.default_rng(0).bytes(3000))
     stats = M.reference_stats(load_data(str(sets / "ref.h5"), 16), STANDIN, features=False)
@@ -269,6 +270,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["floats.npz", "ref.h5"], "must be uint8"),
         (["two.npz", "ref.h5"], "has no image array"),
         (["flat.npz", "ref.h5"], "images must be (N, H, W, C) or (N, C, H, W)"),
+        (["none.npz", "ref.h5"], "holds no images (shape (0, 8, 8, 3)): save at least one"),  # (its shape was blamed)
         (["objects.npy", "ref.h5"], "never unpickles"),
         (["noise.npz", "ref.h5"], "is not an .npz or .npy file"),  # (it said "holds Python objects")
         (["a", "mu_only.npz"], "has no sigma"),

@@ -36,12 +36,21 @@ def test_prepare_info_train(tmp_path, capsys):
 
 def test_prepare_bad_input_is_one_line(tmp_path, capsys):
     make_folder(tmp_path / "pets")
+    assert main(["prepare", str(tmp_path / "pets"), "pets.h5", "--resolution", "16", "--workers", "1"]) == 0
     (tmp_path / "labels.h5").write_text("file,label\n")  # (it said "file signature not found")
+    import h5py
+
+    with h5py.File(tmp_path / "whole.h5", "w") as f:
+        f["x"] = np.zeros(50_000, np.uint8)
+    (tmp_path / "cut.h5").write_bytes((tmp_path / "whole.h5").read_bytes()[:3000])  # (it said h5py's words alone)
     for argv, words in [
         (["prepare", "nowhere", "x.h5"], "nowhere"),
         (["prepare", str(tmp_path / "pets"), "x.h5", "--resolution", "16", "--strict"], "broken.png"),
         (["info", "missing.h5"], "missing.h5"),
         (["info", str(tmp_path / "labels.h5")], "labels.h5': not an HDF5 file (give a DATA.h5 that"),
+        (["info", str(tmp_path / "cut.h5")], "cut.h5': the file is cut short ("),
+        (["stats", "builtin:digits", "--resolution", "0"], "--resolution must be at least 1, got 0"),  # (took 32)
+        (["stats", "pets.h5", "--resolution", "32"], "pets.h5 holds images of 16 px: leave it out"),  # (ignored)
     ]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

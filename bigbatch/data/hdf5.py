@@ -66,6 +66,11 @@ def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool
             raise BigbatchError(
                 f"cannot open data set '{name}': not an HDF5 file (give a DATA.h5 that `bigbatch prepare` wrote)"
             ) from None
+        if "truncated file" in str(e):  # h5py: "truncated file: eof = 3000, ..., stored_eof = 200013"
+            raise BigbatchError(
+                f"cannot open data set '{name}': the file is cut short ({e}); copy it again, or write it again with "
+                "`bigbatch prepare`"
+            ) from None
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {e}") from None
 
 

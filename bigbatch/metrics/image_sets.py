@@ -170,7 +170,9 @@ def array_images(path: Path) -> ImageData:
         )
     if array.ndim == 3:
         array = array[..., None]  # grey (N, H, W)
-    if array.ndim != 4 or not ({array.shape[-1], array.shape[1]} & {1, 3}) or len(array) == 0:
+    if array.ndim == 4 and len(array) == 0:
+        raise BigbatchError(f"{what} holds no images (shape {array.shape}): save at least one")
+    if array.ndim != 4 or not ({array.shape[-1], array.shape[1]} & {1, 3}):
         raise BigbatchError(
             f"{what} has shape {array.shape}; images must be (N, H, W, C) or (N, C, H, W) with C 1 or 3"
         )
