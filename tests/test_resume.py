@@ -57,6 +57,12 @@ def test_a_run_that_lost_its_config_resumes_with_its_checkpoints_own(tiny, tmp_p
     assert weights(run) == uninterrupted
     assert main(["eval", str(run), "--checkpoint", "nosuch"]) == 2  # offers what it has: no best without eval
     assert "has no complete checkpoint 'nosuch'; it has: latest, 000000.256, 000000.512" in capsys.readouterr().err
+    # Found from outside: a damaged checkpoint asked for by name was called missing.
+    biggest = max((run / "checkpoints" / "000000.256").glob("*.safetensors"), key=lambda f: f.stat().st_size)
+    os.truncate(biggest, 100)
+    assert main(["eval", str(run), "--checkpoint", "000000.256"]) == 2
+    err = capsys.readouterr().err
+    assert f"{biggest.name} is 100 bytes" in err and "complete checkpoints of the run: 000000.512" in err
 
 
 def test_sigterm_saves_a_checkpoint_and_resume_is_bit_identical(tiny, tmp_path, uninterrupted, monkeypatch):
