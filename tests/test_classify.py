@@ -385,6 +385,7 @@ def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path):
     run = bigbatch.train(tiny(**{"train.kimg": 2, "checkpoint.every_kimg": 2}), run_dir=tmp_path / "r", quiet=True)
     ext = get_extractor(f"classifier:{run}", device="cpu")
     assert ext.family == "classifier" and ext.resolution == 16 and ext.dims == ext.net.feature_dim
+    assert ext.name == f"classifier:{run}"  # eval's JSON names it so (it said "classifier", as the data's own)
     val = validation_data(tiny())
     images, labels = val.get(torch.arange(len(val)))
     out = extract(ext, images, 128)

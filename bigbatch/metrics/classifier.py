@@ -170,7 +170,9 @@ def run_classifier_extractor(run: str | Path, device: torch.device | str = "auto
     cfg = Config.load(Path(net.checkpoint) / "config.toml")
     schedule = schedule_of(cfg)
     resolution = schedule.phases[-1].resolution or cfg.data.resolution
-    return ClassifierExtractor(net, resolution, 1.0, dev, key=str(net.checkpoint))
+    extractor = ClassifierExtractor(net, resolution, 1.0, dev, key=str(net.checkpoint))
+    extractor.name = f"classifier:{run}"  # what eval's JSON names: not the data set's own classifier
+    return extractor
 
 
 def load_classifier(path: str | Path, device: str | torch.device = "cpu", best: bool = False) -> nn.Module:
