@@ -432,16 +432,15 @@ def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
         return best
     found = path / "checkpoints" / which
     if not is_complete(found):
-        names = ["best"] * (best_checkpoint(path) is not None) + ["latest"]
-        names += [p.name for p in complete_checkpoints(path)]
+        whole = [p.name for p in complete_checkpoints(path)]
         if (found / "meta.json").exists():  # there, but damaged: say how (it was called missing)
             try:
                 check_complete(found)
             except (Corrupt, Pruned) as e:
-                whole = [p.name for p in complete_checkpoints(path)]
                 raise BigbatchError(
                     f"{damage(e)}; complete checkpoints of the run: {', '.join(whole) or 'none'}"
                 ) from None
+        names = ["best"] * (best_checkpoint(path) is not None) + ["latest"] + whole
         raise BigbatchError(f"{path} has no complete checkpoint {which!r}; it has: {', '.join(names)}")
     return found
 

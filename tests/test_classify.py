@@ -379,15 +379,22 @@ def test_loaded_weights_are_a_plain_classifier(tmp_path):
     assert net(torch.zeros(2, 3, 16, 16)).shape == (2, 10)
 
 
-def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path):
+def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path, capsys):
+    from bigbatch.cli import main
     from bigbatch.metrics import extract, get_extractor
 
     run = bigbatch.train(tiny(**{"train.kimg": 2, "checkpoint.every_kimg": 2}), run_dir=tmp_path / "r", quiet=True)
     ext = get_extractor(f"classifier:{run}", device="cpu")
     assert ext.family == "classifier" and ext.resolution == 16 and ext.dims == ext.net.feature_dim
-    assert ext.name == f"classifier:{run}"  # eval's JSON names it so (it said "classifier", as the data's own)
     val = validation_data(tiny())
     images, labels = val.get(torch.arange(len(val)))
+    # eval's JSON names which classifier scored (it said "classifier", as for the data set's own).
+    np.savez(tmp_path / "a.npz", images[::2].numpy())
+    np.savez(tmp_path / "b.npz", images[1::2].numpy())
+    argv = ["eval", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--extractor", f"classifier:{run}"]
+    capsys.readouterr()
+    assert main([*argv, "--metrics", "fid"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["extractor"] == f"classifier:{run}"
     out = extract(ext, images, 128)
     assert out["pool"].shape == (len(val), ext.dims)
     # Its predictions are the run's: the accuracy its last evaluation logged (of checkpoints/best/).

@@ -144,8 +144,9 @@ def extract_sharded(
     parts, shown = [], Progress(real, "features")
     for s in range(lo, lo + real, batch_size):
         check_stop()
-        parts.append(extractor(images_at(s, min(batch_size, lo + real - s))))
-        shown.add(min(batch_size, lo + real - s))
+        count = min(batch_size, lo + real - s)
+        parts.append(extractor(images_at(s, count)))
+        shown.add(count)
     shown.close()
     if real < per:
         last = extractor(images_at(n - 1, 1))

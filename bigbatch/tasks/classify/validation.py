@@ -164,10 +164,13 @@ class Validation:
         x, labels = self._transform(torch.tensor([i]), size)
         return to_uint8(x)[0], int(labels[0])
 
+    def _batches(self, size: int) -> list[tuple[torch.Tensor, list | None, tuple[int, int] | None]]:
+        """This rank's (index, boxes, output shape) batches at `size` (boxes and shape: whole images only)."""
+        return self.whole_batches(size) if self.whole else [(index, None, None) for index in self.batches]
+
     def inputs(self, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """This rank's batches at `size`: (indices in the split, float NCHW inputs on the device, labels)."""
-        batches = self.whole_batches(size) if self.whole else [(index, None, None) for index in self.batches]
-        for index, boxes, shape in batches:
+        for index, boxes, shape in self._batches(size):
             x, labels = self._transform(index, size, boxes, shape)
             y = labels.to(self.device)
             if self.rotation:  # train.labels = "rotation": image i of the split turned by (i mod 4) x 90 degrees
@@ -181,8 +184,7 @@ class Validation:
         was_training = model.training
         model.eval()
         out, size = [], self.size()
-        batches = self.whole_batches(size) if self.whole else [(index,) for index in self.batches]
-        shown = Progress(sum(len(b[0]) for b in batches), "predictions")
+        shown = Progress(sum(len(index) for index, _, _ in self._batches(size)), "predictions")
         for index, x, y in self.inputs(size):
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
