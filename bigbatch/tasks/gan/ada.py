@@ -319,10 +319,13 @@ def _only(x: torch.Tensor, changed: torch.Tensor, transform) -> torch.Tensor:
 def apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Tensor:
     """Images `x` (N, C, H, W, square; C 1 or 3) through their transforms (`params` from `draw`, where a
     group that is off holds its identity); an image whose transforms are all off passes unchanged.
-    Differentiable in `x`."""
+    Differentiable in `x`. `params` may be on x's device (as the task's micro-batches hand them over): they
+    are read on the host, where they were drawn, since which images move, the margins and the noise seeds are
+    decided there."""
+    params = params.cpu()
     if params[:, BLIT].any():
         x = blit(x, params[:, BLIT].to(x.device))
-    moved = (params[:, GEOM] != torch.tensor([1.0, 0, 0, 0, 1, 0])).any(1)
+    moved = (params[:, GEOM] != params.new_tensor([1.0, 0, 0, 0, 1, 0])).any(1)
     x = _only(x, moved, lambda images, rows: geometric(images, params[rows, GEOM]))
     if "color" in groups:
         x = colour(x, params[:, COLOR].to(x.device))

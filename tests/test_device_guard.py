@@ -1,0 +1,118 @@
+"""Every task's training on CPU as if its models lived on a GPU: a tensor made on the host inside a step that
+meets the step's tensors is an error naming both places (tests/device_guard.py), so a CPU tensor in a CUDA
+step fails here before a GPU run dies of it. Each run is a few steps of `bigbatch.train` at toy sizes, under
+every model family, every [augment] pipeline and group, R1, path length, the classify task's device-side
+crops and rotations, and the swap task's warp, colour transfer, masks and losses."""
+
+import pytest
+import torch
+from device_guard import DeviceGuard, DeviceMixError
+
+import bigbatch
+
+SHORT = {
+    "train.kimg": 0.064,
+    "train.log_every_kimg": 0.032,
+    "checkpoint.every_kimg": 0.064,
+    "sample.every_kimg": 0.064,
+    "sample.n": 8,
+}
+GAN = {**SHORT, "data.resolution": 16, "model.ch": 4, "model.dim_z": 8, "train.batch": 16, "train.micro_batch": 8}
+DIFFAUGMENT = {"augment.pipeline": "diffaugment", "augment.policy": "color,translation,cutout", "augment.p": 1.0}
+# ADA at a p where every group moves some images, and a target that moves p (after ADA_IMAGES)
+ADA = {"augment.pipeline": "ada", "augment.policy": "bgcfnc", "augment.p": 0.6, "augment.target": 0.6}
+STYLEGAN2 = {
+    "model.name": "stylegan2",
+    "model.ch": 2,
+    "model.options": {"ch_max": 8, "w_dim": 8, "map_layers": 2, "mbstd_group": 4, "mixing": 0.9},
+    "train.loss": "ns",
+    "train.pl_weight": 2.0,
+    "train.pl_every": 2,
+    "train.r1_gamma": 1.0,
+    "train.r1_every": 2,
+    "train.ema_rampup": 0.05,
+}
+GANS = {
+    "dcgan, DiffAugment": {**DIFFAUGMENT},
+    "biggan, ADA, orthogonal reg., R1": {
+        "model.name": "biggan",
+        "data.resolution": 32,
+        "model.options": {"g_attn": 16, "d_attn": 16},
+        "train.g_ortho": 1e-4,
+        "train.d_ortho": 1e-4,
+        "train.r1_gamma": 1.0,
+        "train.r1_every": 2,
+        **ADA,
+    },
+    "biggan_deep": {"model.name": "biggan_deep", "data.resolution": 128, "model.ch": 4, "train.kimg": 0.032},
+    "sagan": {"model.name": "sagan", "data.resolution": 32},
+    "sngan, unconditional": {"model.name": "sngan", "data.resolution": 32, "model.conditional": False},
+    "stylegan2, ADA, R1, path length": {**STYLEGAN2, **ADA},
+    "stylegan2, DiffAugment": {**STYLEGAN2, **DIFFAUGMENT},
+}
+
+
+def train_guarded(cfg, run_dir):
+    with DeviceGuard():
+        return bigbatch.train(cfg, run_dir=run_dir, quiet=True)
+
+
+@pytest.mark.parametrize("case", list(GANS))
+def test_gan_steps_keep_their_tensors_on_the_models_device(case, tmp_path):
+    cfg = bigbatch.preset("digits").override({**GAN, **GANS[case]})
+    assert (train_guarded(cfg, tmp_path / "r") / "checkpoints" / "latest").exists()
+
+
+def test_classify_steps_keep_their_tensors_on_the_models_device(tmp_path):
+    # Crops cut on the device from the stored squares, with flips, label smoothing; then rotation labels.
+    from test_classify import tiny
+
+    base = {**SHORT, "train.batch": 32, "train.micro_batch": 16, "eval.every_kimg": 0.064}
+    for name, over in {
+        "crops": {"train.crop_scale": 0.35, "train.label_smoothing": 0.1},
+        "rotation": {"train.labels": "rotation", "train.crop_scale": 0.5, "data.val_fraction": 0.0}
+        | {"eval.every_kimg": 0},
+    }.items():
+        cfg = tiny(**(base | over))
+        assert (train_guarded(cfg, tmp_path / name) / "checkpoints" / "latest").exists()
+
+
+def test_swap_steps_keep_their_tensors_on_the_models_device(faces, tmp_path):
+    # The warp, masks, eyes-and-mouth priority, true-face and GAN losses, style losses and colour transfer.
+    from test_swap import swap_config
+
+    src, dst = faces
+    for ct in ("rct", "sot"):
+        cfg = swap_config(
+            src,
+            dst,
+            **{
+                "model.options.archi": "liae-ud" if ct == "rct" else "df-ud",
+                "swap.ct_mode": ct,
+                "swap.true_face_power": 0.0 if ct == "rct" else 0.1,  # df archis only
+                "swap.random_hsv_power": 0.1,
+                "swap.face_style_power": 0.1,
+                "swap.bg_style_power": 0.1,
+                "swap.blur_out_mask": True,
+            },
+        )
+        assert (train_guarded(cfg, tmp_path / ct) / "checkpoints" / "latest").exists()
+
+
+def test_the_guard_names_a_host_tensor_in_a_device_step_and_lets_the_right_ways_through():
+    # The GPU's first StyleGAN2 step died of this (ada.apply compared its device parameters with a host
+    # constant); params on the images' device is how the task hands them over.
+    from bigbatch.tasks.gan import ada
+
+    x = torch.randn(8, 3, 16, 16)
+    with DeviceGuard():
+        x = x.to(torch.device("cpu"))  # the step's device, as the task moves its batch
+        params = ada.draw(["blit", "geom", "color", "filter", "noise", "cutout"], 0.7, 8, 16, 0, 9, 1).to(x.device)
+        assert ada.apply(x, params, ["blit", "geom", "color", "filter", "noise", "cutout"]).shape == x.shape
+        with pytest.raises(DeviceMixError, match=r"test_device_guard\.py:\d+ .*made at .*test_device_guard\.py"):
+            _ = x * torch.ones(16)
+        with pytest.raises(DeviceMixError, match="cat"):
+            torch.cat([x, torch.zeros(1, 3, 16, 16)])
+        # named, moved, derived, or a number: all fine, as on CUDA
+        _ = x * torch.ones(16, device=x.device) + torch.ones(16).to(x.device) + x.new_ones(16) + torch.tensor(2.0)
+        _ = x[torch.tensor([0, 2])]  # host indices
