@@ -180,7 +180,11 @@ class DeviceGuard(TorchFunctionMode):
             mark = f"{place()} ({getattr(func, '__name__', func)})"
         elif factory:
             device = kwargs.get("device")
-            mark = f"{place()} ({func.__name__} without device=)" if device is None or device == "cpu" else DEVICE
+            mark = (
+                f"{place()} ({func.__name__} without device=)"
+                if device is None or (isinstance(device, str) and device == "cpu")
+                else DEVICE
+            )
         elif func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.type_as):
             target = "device" if func is torch.Tensor.cuda else _target(args[1:], kwargs)
             if target is None:  # a dtype: the tensor stays where it was

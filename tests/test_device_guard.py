@@ -33,7 +33,7 @@ STYLEGAN2 = {
     "train.ema_rampup": 0.05,
 }
 GANS = {
-    "dcgan, DiffAugment": {**DIFFAUGMENT},
+    "dcgan, DiffAugment, fp16": {**DIFFAUGMENT, "train.precision": "fp16"},
     "biggan, ADA, orthogonal reg., R1": {
         "model.name": "biggan",
         "data.resolution": 32,
@@ -46,7 +46,12 @@ GANS = {
     },
     "biggan_deep": {"model.name": "biggan_deep", "data.resolution": 128, "model.ch": 4, "train.kimg": 0.032},
     "sagan": {"model.name": "sagan", "data.resolution": 32},
-    "sngan, unconditional": {"model.name": "sngan", "data.resolution": 32, "model.conditional": False},
+    "sngan, unconditional, bf16": {
+        "model.name": "sngan",
+        "data.resolution": 32,
+        "model.conditional": False,
+        "train.precision": "bf16",
+    },
     "stylegan2, ADA, R1, path length": {**STYLEGAN2, **ADA},
     "stylegan2, DiffAugment": {**STYLEGAN2, **DIFFAUGMENT},
 }
@@ -116,3 +121,29 @@ def test_the_guard_names_a_host_tensor_in_a_device_step_and_lets_the_right_ways_
         # named, moved, derived, or a number: all fine, as on CUDA
         _ = x * torch.ones(16, device=x.device) + torch.ones(16).to(x.device) + x.new_ones(16) + torch.tensor(2.0)
         _ = x[torch.tensor([0, 2])]  # host indices
+
+
+def test_commands_after_training_keep_their_tensors_on_the_models_device(tmp_path):
+    # sample (grid, interpolations, truncation), a classifier's eval and predict, lr-find and show-batch, run
+    # in this process under the guard. (Not export: it builds and traces on the CPU by design.)
+    import numpy as np
+    from PIL import Image
+    from test_classify import tiny
+
+    from bigbatch.cli import main
+
+    gan = bigbatch.train(bigbatch.preset("digits").override(GAN), run_dir=tmp_path / "gan", quiet=True)
+    over = SHORT | {"train.batch": 32, "train.micro_batch": 16, "eval.every_kimg": 0}
+    classifier = bigbatch.train(tiny(**over), run_dir=tmp_path / "cls", quiet=True)
+    Image.fromarray(np.full((20, 24, 3), 99, np.uint8)).save(tmp_path / "x.png")
+    commands = [
+        ["sample", str(gan), "--n", "8", "--truncation", "1.5", "--out", str(tmp_path / "s.png")],
+        ["sample", str(gan), "--interp", "--out", str(tmp_path / "i.png")],
+        ["eval", str(classifier)],
+        ["predict", str(classifier), str(tmp_path / "x.png")],
+        ["lr-find", "--config", str(classifier / "config.toml"), "train.kimg=0.128"],
+        ["show-batch", "--config", str(classifier / "config.toml")],
+    ]
+    for argv in commands:
+        with DeviceGuard():
+            assert main(argv) in (0, None), argv
