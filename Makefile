@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean bench-gpu bench-gpu-system
+.PHONY: demo test lint format clean bench-gpu bench-gpu-system gpu-check gpu-check-system
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,16 @@ bench-gpu: $(STAMP)
 # tomli-w was installed from a carried wheel) is kept after the checkout.
 bench-gpu-system:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu.py
+
+# On a CUDA GPU, about 5 minutes: every command through the CLI on runs it trains itself (each family and task,
+# a SIGTERM and --resume to the bit, eval, sample, predict, export, lr-find, show-batch, swap) and the CUDA tests,
+# one row each, appended to bench/RESULTS.md.
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
+
+# The same with the machine's own python3, as bench-gpu-system.
+gpu-check-system:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
 
 format: $(STAMP)
 	$(BIN)/ruff format bigbatch tests bench sweeps

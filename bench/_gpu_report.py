@@ -1,11 +1,14 @@
 """bench/gpu.py's report: the table of its parts' rows, the digest of the sources it measured, and the
-section appended to bench/RESULTS.md."""
+section appended to bench/RESULTS.md; the device's name and the provenance line bench/gpu_check.py's
+section shares."""
 
 from __future__ import annotations
 
 import datetime
 import hashlib
 import os
+import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -19,6 +22,19 @@ from bigbatch.engine.memory import format_bytes
 from bigbatch.files import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's with the threads torch uses."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or "CPU"
+    try:
+        cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text()).group(1).strip()
+    except (OSError, AttributeError):
+        pass
+    threads = torch.get_num_threads()
+    return f"{cpu}, {threads} thread{'s' * (threads != 1)}"
 
 
 def cell(row: dict, key: str, fmt: str) -> str:
@@ -59,6 +75,19 @@ def append_section(path: Path, text: str) -> None:
     os.chmod(path, mode)
 
 
+def provenance() -> str:
+    """What names the code a table measured: the commit (and whether the checkout had changes), the digest of
+    the sources, torch's version and CUDA's."""
+    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"], capture_output=True, text=True)
+    commit = (git.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
+    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
+    return (
+        f"commit {commit}, sources {source_digest()} (`python bench/gpu.py --digest` prints a checkout's); "
+        f"torch {torch.__version__}{cuda}"
+    )
+
+
 def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compile_warmup: int) -> str:
     """The dated section the run appends: heading (device; dry run), command, commit and sources, the table,
     and what each kind of part measured (`steps` timed iterations; `compile_warmup` untimed under compile)."""
@@ -66,10 +95,6 @@ def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compil
     title = f"## GPU proof, {datetime.date.today().isoformat()}, {device}"
     if args.dry_run:
         title += " (dry run: toy sizes, not a measurement)"
-    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "-uno"], capture_output=True, text=True)
-    commit = (git.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty.stdout.strip() else "")
-    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
     allocator = os.environ.get("PYTORCH_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF")) or "default"
     command = shlex.join(["python", *sys.argv])
     failed = sum("error" in r for r in rows.values())
@@ -78,8 +103,7 @@ def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compil
         f"cudnn.allow_tf32 {torch.backends.cudnn.allow_tf32}, matmul allow_tf32 {torch.backends.cuda.matmul.allow_tf32}"
     )
     notes = [
-        f"`{command}`{made} at commit {commit}, sources {source_digest()} (`python bench/gpu.py --digest` prints a "
-        f"checkout's); torch {torch.__version__}{cuda}; {seconds / 60:.1f} minutes in all; "
+        f"`{command}`{made} at {provenance()}; {seconds / 60:.1f} minutes in all; "
         f"{len(rows) - failed} of {len(rows)} parts succeeded.",
         "",
         table(rows),

@@ -2,7 +2,8 @@
 this under another Python).
 
 - `run_limited`: one process at most `limit` seconds, killed whole past it (bench/gpu.py's parts,
-  bench/throughput_all.py's cells); `result_row`: the row such a process wrote, or how it ended.
+  bench/throughput_all.py's cells, bench/gpu_check.py's steps); `result_row`: the row such a process
+  wrote, or how it ended.
 - `run_in_turns`, `wait_for_turn`: processes that do their untimed work at once and are timed one at a
   time (bench/gpu.py's compile parts).
 - `serve` and `Rows`: side-by-side runs against a peer's own code (bench/vs_dfl.py, bench/vs_biggan.py).
@@ -29,13 +30,22 @@ from typing import Any
 PROTO = sys.stdout  # a worker's replies
 
 
-def run_limited(cmd: list[str], limit: float, **popen: Any) -> tuple[int | None, float]:
+def run_limited(
+    cmd: list[str], limit: float, watch: Callable[[subprocess.Popen], None] | None = None, **popen: Any
+) -> tuple[int | None, float]:
     """Run `cmd` for at most `limit` seconds, in a process group of its own (killed whole past the limit,
-    a compiler's workers too): (its exit status, or None if it timed out; seconds)."""
+    a compiler's workers too): (its exit status, or None if it timed out; seconds). `watch(proc)` is
+    called every 50 ms while it runs (bench/gpu_check.py signals a training run from there)."""
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, start_new_session=True, **popen)
     try:
-        proc.wait(timeout=limit)
+        if watch is None:
+            proc.wait(timeout=limit)
+        while watch is not None and proc.poll() is None:
+            if time.perf_counter() - t > limit:
+                raise subprocess.TimeoutExpired(cmd, limit)
+            watch(proc)
+            time.sleep(0.05)
     except BaseException as e:  # the time limit, or Ctrl-C (which reaches this process only)
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

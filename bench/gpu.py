@@ -34,7 +34,6 @@ import argparse
 import functools
 import json
 import os
-import platform
 import re
 import signal
 import subprocess
@@ -52,7 +51,7 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
-from _gpu_report import append_section, section, source_digest  # noqa: E402
+from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
 from _procs import result_row, run_limited, wait_for_turn  # noqa: E402
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
 from _swap import native_bf16, synthetic_faces  # noqa: E402
@@ -108,18 +107,6 @@ SIZES = {
         "steps": 2,
     },
 }
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or "CPU"
-    try:
-        cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text()).group(1).strip()
-    except (OSError, AttributeError):
-        pass
-    threads = torch.get_num_threads()
-    return f"{cpu}, {threads} thread{'s' * (threads != 1)}"
 
 
 def timed(step: Callable[[], None], device: torch.device, models: list, steps: int, warmup: int) -> tuple[float, int]:

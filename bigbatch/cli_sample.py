@@ -53,7 +53,14 @@ def _sample(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
     if not math.isfinite(args.psi):
         raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {args.psi}")
-    G = load_generator(args.path)  # a run's newest checkpoint, even if the run prunes it meanwhile
+    if args.device not in ("auto", "cpu", "cuda"):
+        raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise BigbatchError("--device cuda: this machine has no CUDA GPU that torch can use; give --device cpu")
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    G = load_generator(args.path, device)  # a run's newest checkpoint, even if the run prunes it meanwhile
     ckpt = G.checkpoint
     if args.psi != 1:
         if not hasattr(G, "truncation_psi"):
@@ -144,4 +151,5 @@ def add_sample_command(sub: Any) -> None:
     s.add_argument("--interp", action="store_true", help="write an interpolation sheet (z, then class)")
     s.add_argument("--npz", action="store_true", help="write the images as arr_0 (uint8 NHWC) of an .npz")
     s.add_argument("--out", help="output file")
+    s.add_argument("--device", default="auto", help="auto (CUDA if there is one, as eval's), cpu or cuda")
     s.set_defaults(func=_sample)

@@ -262,6 +262,11 @@ class TrainConfig(Section):
     """Decides everything random: initialisation, data order, z, labels and augmentation."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train: "auto" takes CUDA when it is available."""
+    deterministic: bool = False
+    """Ask PyTorch for deterministic kernels while training (torch.use_deterministic_algorithms, cuDNN
+    without autotuning, CUBLAS_WORKSPACE_CONFIG=:4096:8), so that on a GPU a resumed run ends with the bits
+    of the run left alone, as it does on CPU: some CUDA backward kernels add with atomics, in an order that
+    changes from run to run. Slower; an op with no deterministic kernel on the device stops the run naming it."""
     log_every_kimg: float = 1.0
     """How often a line goes to metrics.jsonl and TensorBoard."""
 

@@ -1,7 +1,9 @@
 """`bigbatch export RUN OUT [--format torchscript|onnx|pt2]`: a trained run as one file to deploy,
 loadable with torch alone (torch.jit.load; torch.export.load for pt2, TorchScript's successor) or with
 onnxruntime, its settings inside (JSON: the extra file `bigbatch.json` of a TorchScript or pt2 file,
-the metadata property `bigbatch` of an ONNX model).
+the metadata property `bigbatch` of an ONNX model). Written on the CPU, each runs on a GPU too:
+torch.jit.load(OUT, map_location="cuda"); a pt2 program names its devices, so it moves with
+torch.export.passes.move_to_device_pass(program, "cuda") (bench/gpu_check.py runs each so).
 
 - classify: uint8 RGB image (H, W, 3) of any size -> class probabilities (1, classes), the
   preprocessing of `bigbatch predict` included (tasks/classify/inference.py); class names inside.

@@ -482,6 +482,7 @@ RESUMABLE_CHANGES = {
     "train.compile",
     "train.channels_last",
     "train.device",
+    "train.deterministic",
     "train.log_every_kimg",
     "checkpoint.every_kimg",
     "checkpoint.keep",

@@ -234,3 +234,32 @@ def test_noise_has_each_images_std_and_the_same_pixels_in_any_micro_batch():
     assert torch.allclose(measured, std[:64], rtol=0.2, atol=1e-3)
     halves = torch.cat([ada.apply(x[:24], params[:24], ["noise"]), ada.apply(x[24:], params[24:64], ["noise"])])
     assert torch.equal(halves, noisy)  # each image's pixels come from its own seed
+
+
+def test_geometric_sampling_has_a_second_derivative_as_r1_needs_it_on_any_device():
+    # R1 through ADA's geometric group differentiates grid_sample's backward, which CUDA's kernel cannot (the
+    # first StyleGAN2-ADA run on a GPU died at its first R1 step). bigbatch's sampling is twice
+    # differentiable by construction: checked numerically in float64, its first derivative bit for bit
+    # PyTorch's, and R1's gradient in D's weights equal to what PyTorch's CPU double backward gives.
+    from bigbatch.tasks.gan.grid_sample import grid_sample
+
+    g = torch.Generator().manual_seed(0)
+    grid = torch.rand(2, 5, 6, 2, generator=g, dtype=torch.float64) * 2.6 - 1.3  # beyond the edges: reflected
+    x = torch.randn(2, 3, 7, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: grid_sample(t, grid), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: grid_sample(t, grid), (x,))
+
+    theta = torch.randn(3, 5, 6, generator=g, requires_grad=True)
+    native = lambda t: F.grid_sample(t, grid.float(), "bilinear", "reflection", False)  # noqa: E731
+    got = []
+    for sample in (lambda t: grid_sample(t, grid.float()), native):
+        xx = x.detach().float().requires_grad_()
+        out = sample(xx)
+        logits = (out * theta).tanh().sum()  # a D with weights theta
+        (grad,) = torch.autograd.grad(logits, xx, create_graph=True)
+        r1 = grad.square().sum()
+        got.append((grad.detach(), torch.autograd.grad(r1, theta)[0]))
+    assert torch.equal(got[0][0], got[1][0])
+    torch.testing.assert_close(got[0][1], got[1][1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="grid"):
+        grid_sample(x, grid.clone().requires_grad_())

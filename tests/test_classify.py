@@ -199,6 +199,26 @@ def test_val_fraction_holds_out_the_same_images_whatever_the_seed():
     assert torch.equal(images, parent[0]) and torch.equal(labels, parent[1])
 
 
+def test_a_held_out_split_hands_the_device_the_crops_of_its_own_images(tmp_path):
+    # Found by bench/gpu_check.py: data.decode = "gpu" with data.val_fraction stopped at the first batch
+    # ('Subset' object has no attribute 'crop_boxes'): the training split did not pass the encoded reading on.
+    from test_codecs import photos
+
+    from bigbatch.data import H5Data, prepare
+    from bigbatch.data.loader import Step, read_batch
+    from bigbatch.data.split import holdout
+
+    prepare(str(photos(tmp_path / "src", n=8)), str(tmp_path / "d.h5"), 64, workers=0, codec="jpeg", crop="none")
+    data = H5Data(tmp_path / "d.h5")
+    train, _ = holdout(data, 0.25)
+    for scale in (0.35, 0.0):  # random-resized crops cut before decoding, and whole images' center squares
+        request = Step(nimg=0, batch=4, resolution=32, offset=0, indices=torch.tensor([0, 2, 3, 1]))
+        split = read_batch(train, request, xflip=True, seed=1, crop_scale=scale, on_device=True)
+        parent = read_batch(data, request._replace(indices=train.indices[request.indices]), True, 1, scale, True)
+        assert [bytes(d) for d in split.images.data] == [bytes(d) for d in parent.images.data]
+        assert split.images.boxes == parent.images.boxes and torch.equal(split.labels, parent.labels)
+
+
 # ---- rectangular validation ---------------------------------------------------------------------
 def test_rectangular_crops_keep_the_aspect_ratio_with_the_long_side_a_multiple_of_8():
     assert crop_size(300, 400, 224, rect=True) == (224, 296)  # 224 * 4/3 = 298.7 -> 296

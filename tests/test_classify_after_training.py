@@ -160,6 +160,25 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert "notes.zip is not a readable zip archive (damaged, or another kind of file)" in capsys.readouterr().err
 
 
+def test_predict_resizes_on_the_device_the_classifier_is_on():
+    # Found by bench/gpu_check.py on a GPU: `bigbatch predict` built its resize matrices on the host and met a
+    # CUDA image with them ("Expected all tensors to be on the same device"). tests/device_guard.py stands in
+    # for the GPU: a host tensor meeting the image's is an error.
+    from device_guard import DeviceGuard
+
+    from bigbatch import models
+    from bigbatch.tasks.classify.inference import Inference, predict
+
+    net = models.create_classifier("resnet_cifar", 3, ch=4, depth=8).eval()
+    module = Inference(net, 16, 1.14, ["a", "b", "c"]).eval()
+    image = torch.randint(0, 256, (21, 30, 3), dtype=torch.uint8)
+    (want,) = predict(module, [("x", image)], topk=3)
+    with DeviceGuard():
+        module.to(torch.device("cpu"))  # (the guard counts a device passed on as the step's: here, "the GPU")
+        (got,) = predict(module, [("x", image)], topk=3)
+    assert got == want
+
+
 def test_eval_refuses_a_held_out_split_of_data_changed_since_training(tmp_path, capsys):
     from bigbatch.cli import main
 

@@ -44,7 +44,7 @@ GANS = {
         "train.r1_every": 2,
         **ADA,
     },
-    "biggan_deep": {"model.name": "biggan_deep", "data.resolution": 128, "model.ch": 4, "train.kimg": 0.032},
+    "biggan_deep": {"model.name": "biggan_deep", "data.resolution": 128, "model.ch": 4, "train.kimg": 0.016},
     "sagan": {"model.name": "sagan", "data.resolution": 32},
     "sngan, unconditional, bf16": {
         "model.name": "sngan",
@@ -52,7 +52,8 @@ GANS = {
         "model.conditional": False,
         "train.precision": "bf16",
     },
-    "stylegan2, ADA, R1, path length": {**STYLEGAN2, **ADA},
+    # bf16: R1 differentiates ADA's sampling under autocast (its second derivative is bigbatch's own)
+    "stylegan2, ADA, R1, path length, bf16": {**STYLEGAN2, **ADA, "train.precision": "bf16"},
     "stylegan2, DiffAugment": {**STYLEGAN2, **DIFFAUGMENT},
 }
 

@@ -90,6 +90,15 @@ def test_cli_sample_and_info(run, capsys):
     out = capsys.readouterr().out
     assert "000000.512" in out and "dcgan" in out and "G_ema.safetensors" in out
     assert main(["sample", str(run), "--classes", "11"]) == 2
+    # The device, as eval's and swap's: CUDA where there is one (bench/gpu_check.py samples on it).
+    assert main(["sample", str(run), "--n", "12", "--classes", "3,4", "--device", "cpu", "--out", "c.png"]) == 0
+    assert Image.open("c.png").tobytes() == Image.open("g.png").tobytes()
+    capsys.readouterr()
+    for device, words in (("tpu", "--device must be auto, cpu or cuda"), ("cuda", "no CUDA GPU")):
+        if device == "cuda" and torch.cuda.is_available():
+            continue
+        assert main(["sample", str(run), "--device", device]) == 2
+        assert words in capsys.readouterr().err
 
 
 def test_sample_classes_are_names_before_numbers(run, tmp_path, capsys):

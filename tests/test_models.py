@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -59,6 +61,28 @@ def test_forward_backward_every_parameter_gets_a_gradient(name, resolution, n_cl
         assert net.checkpoint_blocks
         for block in net.checkpoint_blocks:
             net.get_submodule(block)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_a_traced_generator_names_no_device_so_an_export_runs_on_any(name):
+    # Found by bench/gpu_check.py on a GPU: BigGAN and StyleGAN2 exported (`bigbatch export`, a TorchScript trace
+    # on the CPU) failed there: a trace keeps `device=x.device` and `.to(x.device)` as the CPU they named, and the
+    # fused resampling's kernel map and StyleGAN2's FIR filter were made so. The one device left is the output's
+    # move to the host (sampling.to_uint8's .cpu(), whatever device G ran on).
+    import re
+
+    from bigbatch.export import GeneratorOut
+
+    ch = 16 if name == "biggan_deep" else 8
+    resolution = max(SMALL[name][0], 32)  # (BigGAN's blocks fuse their resampling from 32 px on)
+    G, _ = bigbatch.models.create(name, resolution, 5, ch=ch, dim_z=24, **OPTIONS.get(name, {}))
+    example = (torch.randn(2, G.dim_z), torch.tensor([0, 4]))
+    traced = torch.jit.trace(GeneratorOut(G.eval(), True).eval(), example, check_trace=False)
+    graph = str(traced.inlined_graph).splitlines()
+    named = {m.group(1) for line in graph if (m := re.match(r"\s*(%\w+) : Device = prim::Constant", line))}
+    uses = [line for line in graph if "prim::Constant" not in line and any(re.search(rf"{d}[,)]", line) for d in named)]
+    where = [line.rsplit("# ", 1)[-1] for line in uses]
+    assert len(where) == 1 and re.fullmatch(rf"{Path(bigbatch.__file__).parent}/sampling\.py:\d+:0", where[0]), where
 
 
 # BigGAN-PyTorch's reference configurations (1000 classes) and its parameter counts (G, D).

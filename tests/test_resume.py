@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import bigbatch
 from bigbatch.checkpoints import find_checkpoint
@@ -80,6 +81,38 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_bit_identical(tiny, tmp_path, 
     monkeypatch.setattr(GANTask, "g_step", g_step)
     bigbatch.train(tiny, run_dir=run, resume=True, quiet=True)
     assert weights(run) == uninterrupted
+
+
+def test_train_deterministic_holds_torch_to_deterministic_kernels_while_it_trains(tiny, tmp_path, monkeypatch):
+    # On a GPU some backward kernels add with atomics in a changing order: a resume is bit-identical there
+    # only with deterministic kernels, which train.deterministic asks for, for the run's length alone.
+    seen = []
+    g_step = GANTask.g_step
+
+    def g_step_and_look(self, step):
+        cudnn = torch.backends.cudnn
+        state = torch.are_deterministic_algorithms_enabled(), cudnn.benchmark, cudnn.deterministic
+        seen.append((*state, os.environ.get("CUBLAS_WORKSPACE_CONFIG")))
+        return g_step(self, step)
+
+    monkeypatch.setattr(GANTask, "g_step", g_step_and_look)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)  # the caller's own choice, kept around the run
+    short = tiny.override({"train.kimg": 0.064})
+    bigbatch.train(short.override({"train.deterministic": True}), run_dir=tmp_path / "on", quiet=True)
+    assert len(seen) == 2 and set(seen) == {(True, False, True, ":4096:8")}
+    assert not torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.benchmark
+    assert not torch.backends.cudnn.deterministic and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    seen.clear()
+    bigbatch.train(short, run_dir=tmp_path / "off", quiet=True)  # off by default: nothing asked of torch
+    assert set(seen) == {(False, True, False, None)}
+    # How a run runs, not what it trains: a resume may turn it on.
+    seen.clear()
+    more = tiny.override({"train.kimg": 0.128, "train.deterministic": True})
+    bigbatch.train(more, run_dir=tmp_path / "off", resume=True, quiet=True)
+    assert set(seen) == {(True, False, True, ":4096:8")}
+    with pytest.raises(bigbatch.BigbatchError, match="train.deterministic"):
+        tiny.override({"train.deterministic": "yes"})
 
 
 def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path):

@@ -44,6 +44,13 @@ class Subset:
     def get_regions(self, index: torch.Tensor, boxes: list, out: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return self.data.get_regions(self._picked(index), boxes, out)
 
+    # ... and data.decode = "gpu"'s (bigbatch/data/loader.py): the regions to cut, the encoded bytes.
+    def crop_boxes(self, index: torch.Tensor, draws: torch.Tensor, min_scale: float) -> list:
+        return self.data.crop_boxes(self._picked(index), draws, min_scale)
+
+    def get_encoded(self, index: torch.Tensor, boxes: list | None = None, out: Any = 0) -> tuple[Any, torch.Tensor]:
+        return self.data.get_encoded(self._picked(index), boxes, out)
+
     @property
     def encoded(self) -> bool:
         return bool(getattr(self.data, "encoded", False))

@@ -32,8 +32,10 @@ FUSE_FROM = 32
 def _box(transposed: bool, like: torch.Tensor) -> torch.Tensor:
     """(9, 16) map of a 3x3 kernel to the 4x4 one: the mean (conv then pool) or, flipped, the sum
     (upsample then conv) of its four 2x2 shifts; made on `like`'s device in its dtype (a few tiny ops:
-    a constant copied to a GPU on every call would wait for it, and a cached one is not for torch.compile)."""
-    eye = torch.eye(3, device=like.device, dtype=like.dtype)
+    a constant copied to a GPU on every call would wait for it, and a cached one is not for torch.compile).
+    From `like.new_ones`, not `device=like.device`: a TorchScript trace (`bigbatch export`) keeps a device
+    given by name as a constant, so a generator exported on the CPU failed on a GPU."""
+    eye = torch.diag_embed(like.new_ones(3))
     shifts = F.pad(eye, (0, 1)) + F.pad(eye, (1, 0))  # (3, 4): row i has ones at i and i + 1
     one_axis = shifts.flip(0) if transposed else shifts * 0.5
     return torch.kron(one_axis, one_axis)

@@ -42,23 +42,26 @@ def _lrelu(x: torch.Tensor) -> torch.Tensor:
     return F.leaky_relu(x, 0.2) * SQRT2  # the gain that keeps the activations' second moment
 
 
-def fir() -> torch.Tensor:
-    """The 4x4 [1, 3, 3, 1] filter, normalised to sum 1."""
-    f = torch.tensor([1.0, 3.0, 3.0, 1.0])
+def fir(like: torch.Tensor | None = None) -> torch.Tensor:
+    """The 4x4 [1, 3, 3, 1] filter, normalised to sum 1, in float32 (on `like`'s device: made from it, not
+    copied there, so that a TorchScript trace of G, which keeps a device given by name as a constant, runs
+    on any device)."""
+    one = torch.ones(1) if like is None else like.new_ones(1, dtype=torch.float32)
+    f = torch.cat([one, 3 * one, 3 * one, one])
     return torch.outer(f, f) / f.sum() ** 2
 
 
 def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
     """The FIR filter over every channel, `pad` zeros on each side (the output is 2 * pad - 3 larger)."""
     c = x.shape[1]
-    f = (fir() * gain).to(x.device, x.dtype).expand(c, 1, 4, 4)
+    f = (fir(x) * gain).to(x.dtype).expand(c, 1, 4, 4)
     return F.conv2d(F.pad(x, [pad] * 4), f, groups=c)
 
 
 def upsample(x: torch.Tensor) -> torch.Tensor:
     """2x upsampling: zeros between the pixels, then the FIR filter with gain 4."""
     c = x.shape[1]
-    f = (fir() * 4).to(x.device, x.dtype).expand(c, 1, 4, 4)
+    f = (fir(x) * 4).to(x.dtype).expand(c, 1, 4, 4)
     return F.conv_transpose2d(x, f, stride=2, padding=1, groups=c)
 
 

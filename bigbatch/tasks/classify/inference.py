@@ -26,19 +26,22 @@ from bigbatch.metrics.classifier import load_classifier
 from bigbatch.metrics.image_sets import ImageFiles
 
 
-def antialiased_weights(n_in: int, n_out: int, start: int, length: int) -> torch.Tensor:
+def antialiased_weights(
+    n_in: int, n_out: int, start: int, length: int, device: torch.device | None = None
+) -> torch.Tensor:
     """(n_out, n_in): the rows of a bilinear, antialiased resize (F.interpolate's, align_corners=False)
     of the span start .. start + length - 1 of an axis of n_in to n_out, in float32 as PyTorch's CPU
-    kernel computes them, zero outside the span. As matrix products the crop and resize export to
-    ONNX and torch.export for any image size with no branch on it, and match F.interpolate within
-    1e-6 (onnxruntime's own antialiased Resize is 5e-5 away); a span of n_out gives the identity."""
-    j = torch.arange(n_in, dtype=torch.float32) - start
-    i = torch.arange(n_out, dtype=torch.float32)[:, None]
-    scale = torch.ones((), dtype=torch.float32) * length / n_out
+    kernel computes them, zero outside the span, on `device` (the image's: `predict` runs on a GPU).
+    As matrix products the crop and resize export to ONNX and torch.export for any image size with no
+    branch on it, and match F.interpolate within 1e-6 (onnxruntime's own antialiased Resize is 5e-5
+    away); a span of n_out gives the identity."""
+    j = torch.arange(n_in, dtype=torch.float32, device=device) - start
+    i = torch.arange(n_out, dtype=torch.float32, device=device)[:, None]
+    scale = torch.ones((), dtype=torch.float32, device=device) * length / n_out
     support = scale.clamp(min=1.0)  # the triangle's radius, widened by the scale when shrinking
     center = scale * (i + 0.5)
     low = (center - support + 0.5).floor().clamp(min=0)
-    high = torch.minimum((center + support + 0.5).floor(), torch.ones((), dtype=torch.float32) * length)
+    high = torch.minimum((center + support + 0.5).floor(), torch.ones((), dtype=torch.float32, device=device) * length)
     w = (1 - ((j - center + 0.5) / support).abs()).clamp(min=0)
     w = torch.where((j >= low) & (j < high), w, torch.zeros_like(w))
     return w / w.sum(1, keepdim=True)
@@ -64,8 +67,8 @@ class Inference(nn.Module):
         x = x[..., :3].permute(0, 3, 1, 2).float()
         h, w = x.shape[2], x.shape[3]
         s = min(h, w) if torch.jit.is_scripting() else _sym_min(h, w)  # the center square, resized
-        rows = antialiased_weights(h, self.side, (h - s) // 2, s)
-        x = rows @ x @ antialiased_weights(w, self.side, (w - s) // 2, s).T
+        rows = antialiased_weights(h, self.side, (h - s) // 2, s, x.device)
+        x = rows @ x @ antialiased_weights(w, self.side, (w - s) // 2, s, x.device).T
         c = (self.side - self.resolution) // 2
         x = x[:, :, c : c + self.resolution, c : c + self.resolution] / 127.5 - 1
         return self.net(x).float().softmax(1)

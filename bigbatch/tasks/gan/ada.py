@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from bigbatch.data.streams import generator
+from bigbatch.tasks.gan.grid_sample import grid_sample
 
 PARAMS = 32
 BLIT, GEOM, COLOR, CUT = slice(0, 4), slice(4, 10), slice(10, 22), slice(22, 25)
@@ -222,7 +223,7 @@ def geometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     inverse = inverse.to(**on)
     source = torch.einsum("nij,hwj->nhwi", inverse[:, :, :2], points) + inverse[:, :, 2].view(n, 1, 1, 2)
     grid = (source - DELAY) / torch.tensor([wp / 2, hp / 2], **on)
-    sampled = F.grid_sample(up, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+    sampled = grid_sample(up, grid)  # with a second derivative on CUDA too, for R1 (grid_sample.py)
     return _down(sampled)[:, :, m : m + h, m : m + w].to(x.dtype)
 
 
