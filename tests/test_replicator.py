@@ -504,3 +504,39 @@ def test_micro_batch_auto_probes_eagerly_and_the_model_still_compiles():
     for _ in range(2):
         rep.step(lambda m: train(m).square().mean(), x, opt)
     assert rep.probes and counters["frames"]["ok"] > 0, dict(counters["frames"])
+
+
+def test_code_marked_eager_breaks_a_compiled_graph_and_nothing_imports_dynamo_before():
+    # What torch.compile must run as is (checkpointed blocks' calls, StyleGAN2's per-image draws) is marked,
+    # and disabled for Dynamo only when a model is compiled: importing Dynamo at import time cost every
+    # command that never compiles ~2.4 s.
+    import subprocess
+    import sys
+
+    from torch._dynamo.utils import counters
+
+    from bigbatch.compiling import disable_marked, eager
+
+    code = "import sys, bigbatch.loop, bigbatch.models.stylegan2; print('torch._dynamo' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+    class Net(torch.nn.Module):
+        @eager
+        def drawn(self, x):
+            return x + 1  # traceable: only the mark keeps Dynamo out
+
+        def forward(self, x):
+            return self.drawn(x * 2) * 3
+
+    breaks = []
+    for disable in (False, True):
+        net = Net()
+        if disable:
+            disable_marked(net)
+            disable_marked(net)  # once per class
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(net, backend="eager")
+        assert torch.equal(compiled(torch.ones(3)), net(torch.ones(3)))
+        breaks.append(sum(counters["graph_break"].values()))
+    assert breaks[0] == 0 and breaks[1] >= 1  # marked and disabled: the method ran outside the graph

@@ -14,6 +14,7 @@ import torch.distributed as torch_dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from bigbatch.compiling import disable_marked, eager
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError, warn
 
@@ -105,7 +106,7 @@ class _CheckpointedForward:
         so a compiled model runs its checkpointed blocks as separately compiled graphs."""
         self.forward = torch.compile(self.forward)
 
-    @torch.compiler.disable
+    @eager  # compiled models run it as is (the block compiles on its own: compile())
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not (torch.is_grad_enabled() and self.module.training):
             return self.forward(*args, **kwargs)
@@ -231,8 +232,10 @@ def prepare(
         checkpoint_blocks(model, names)
     wrapped: nn.Module = model
     if compile:
+        disable_marked(model)
         for m in model.modules():
             if isinstance(vars(m).get("forward"), _CheckpointedForward):
+                disable_marked(m.forward)
                 m.forward.compile()
         wrapped = torch.compile(wrapped)
     if world_size > 1:

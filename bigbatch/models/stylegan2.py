@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bigbatch.compiling import eager
 from bigbatch.data.streams import row_seeds
 from bigbatch.errors import BigbatchError
 from bigbatch.models.registry import register
@@ -245,7 +246,7 @@ class StyleGAN2Generator(nn.Module):
     def _layers(self) -> list[SynthesisLayer]:
         return [layer for b in self.blocks for layer in b.layers()]
 
-    @torch.compiler.disable
+    @eager  # per-image Python draws: run as they are under train.compile
     def _draws(self, z: torch.Tensor, noise: bool, mix: bool) -> tuple[list[torch.Tensor | None], torch.Tensor | None]:
         """Each image's noise images and style-mixing draws from its own seed: (noise per layer, or Nones;
         (z2 (N, dim_z), cut-off (N,)) stacked as one (N, dim_z + 1) tensor, or None)."""
