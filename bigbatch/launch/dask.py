@@ -4,6 +4,7 @@ launch dask`; `run(client, cfg, run_dir)` starts a run from Python and returns a
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import threading
@@ -83,6 +84,10 @@ def local_cluster(n_workers: int, attempts: int = 3, **options: Any) -> Any:
     distributed = _distributed()
     attempt = 1
     while True:
+        # A Client left to the garbage collector (one whose handshake failed, say) closes itself in __del__,
+        # taking the lock of Dask's loop runner; collected while a new cluster's loop starts under that
+        # same lock, it waits on itself forever (a test process hung so). Collect it first, here.
+        gc.collect()
         try:
             return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, **options)
         except (AssertionError, TimeoutError, RuntimeError) as e:
@@ -103,6 +108,7 @@ def _connect(distributed: Any, scheduler: str | None, patience: float = 40.0) ->
 
     def attempt() -> None:
         try:
+            gc.collect()  # as in local_cluster: no stray Client closing itself while this one's loop starts
             found["client"] = distributed.Client(scheduler, timeout="20s")
         except Exception as e:  # noqa: BLE001 - whatever the other end made of the handshake
             found["error"] = e
