@@ -12,7 +12,6 @@ number of workers and ranks), not bit-equal to CPU-decoded ones."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -50,55 +49,38 @@ def nvjpeg(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]
 def decode(batch: Encoded, device: torch.device, decoder: Decoder | None = None) -> torch.Tensor:
     """The batch's regions decoded on `device` (by `decoder`, default nvjpeg), each resized to
     `batch.out` (bilinear, antialiased) and mirrored where drawn: uint8 NHWC on `device`, ready for the
-    caller's current stream (on CUDA: decoded on a stream of its own, see DecodeStreams)."""
+    caller's current stream.
+
+    On CUDA the batch is decoded on a stream of the decoder's own, so that nvJPEG never writes memory another
+    stream still uses: torchvision's CUDA decode_jpeg allocates its outputs on the caller's current stream,
+    then decodes on another stream without waiting for the caller's (pytorch/vision PR #9606), and nvJPEG's
+    hardware engine does not wait even for the stream it is given (meta-pytorch/torchcodec PR #1634). The
+    caching allocator hands a block back as soon as it is freed on its stream: on the training stream the
+    decoder could be given a block that queued training kernels have yet to read, and overwrite it. So:
+    the decode stream is waited for first (no queued work on it can still read a block it reuses: it holds
+    the last batch's resizes); the batch is decoded with it current (its blocks from its pool); the caller's
+    stream waits for it, and the result is recorded on the caller's stream (its block returns to the decode
+    stream's pool only once the caller's work that reads it has run)."""
     if device.type != "cuda":
         return _decode(batch, device, decoder)
-    with _STREAMS.around(device) as done:
-        return done(_decode(batch, device, decoder))
+    stream, caller = _decode_stream(device), torch.cuda.current_stream(device)
+    stream.synchronize()
+    with torch.cuda.stream(stream):
+        x = _decode(batch, device, decoder)
+    caller.wait_stream(stream)
+    x.record_stream(caller)
+    return x
 
 
-class DecodeStreams:
-    """Where the decode runs on CUDA, so that nvJPEG never writes memory another stream still uses.
-
-    torchvision's CUDA decode_jpeg allocates its outputs on the caller's current stream, then decodes on
-    another stream without waiting for the caller's (pytorch/vision PR #9606), and nvJPEG's hardware engine
-    does not wait even for the stream it is given (meta-pytorch/torchcodec PR #1634). PyTorch's caching
-    allocator hands a block back as soon as it is freed on its stream, to be reused in that stream's order:
-    called on the training stream, the decoder can be given a block that queued training kernels have not
-    yet read, and overwrite it. So each device has a stream for decoding alone, and around each batch:
-    - the decode stream is waited for (host) first: no work queued on it can still read a block its
-      allocations reuse (it holds the last batch's resizes, done when decode_jpeg's own host sync returns);
-    - the batch is decoded, cropped and resized with that stream current (its blocks come from its pool);
-    - the caller's stream waits for it (no read before the writes end), and the result is recorded on the
-      caller's stream, so its block goes back to the decode stream's pool only once the caller's work that
-      reads it has run."""
-
-    def __init__(self) -> None:
-        self._streams: dict[int, torch.cuda.Stream] = {}
-
-    def stream(self, device: torch.device) -> torch.cuda.Stream:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if index not in self._streams:
-            self._streams[index] = torch.cuda.Stream(device=index)
-        return self._streams[index]
-
-    @contextmanager
-    def around(self, device: torch.device):
-        """`with streams.around(device) as done: x = done(work())`: `work` on the decode stream, `x` handed to
-        the caller's stream as the class says."""
-        stream, caller = self.stream(device), torch.cuda.current_stream(device)
-        stream.synchronize()
-
-        def done(x: torch.Tensor) -> torch.Tensor:
-            caller.wait_stream(stream)
-            x.record_stream(caller)
-            return x
-
-        with torch.cuda.stream(stream):
-            yield done
+_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
-_STREAMS = DecodeStreams()
+def _decode_stream(device: torch.device) -> torch.cuda.Stream:
+    """The device's stream for decoding alone."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _STREAMS:
+        _STREAMS[index] = torch.cuda.Stream(device=index)
+    return _STREAMS[index]
 
 
 def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> torch.Tensor:
