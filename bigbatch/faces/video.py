@@ -1,0 +1,208 @@
+"""Video in and out with PyAV (its wheels bundle FFmpeg: no system ffmpeg needed). Frames are numbered as
+DFL's VideoEd numbers them (`00001.png` on: ffmpeg's `%5d`), so a face extracted straight from a video and
+one extracted from its frames folder name the same source frame."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from bigbatch.errors import BigbatchError
+
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
+
+
+def _av():  # noqa: ANN202 - PyAV's module
+    try:
+        import av
+    except ImportError:
+        raise BigbatchError("video needs PyAV: pip install av") from None
+    return av
+
+
+def frame_name(index: int) -> str:
+    """The file name of frame `index` (0-based) as DFL's VideoEd writes it: 00001.png for the first."""
+    return f"{index + 1:05d}.png"
+
+
+class Video:
+    """A video file opened for reading: its frame rate, frame count (as the container says it, or None) and
+    frames as RGB uint8 arrays. Raises one line when the file is not a video PyAV can decode."""
+
+    def __init__(self, path: str | Path) -> None:
+        av = _av()
+        self.path = Path(path)
+        try:
+            self.container = av.open(str(self.path))
+        except (av.FFmpegError, UnicodeDecodeError) as e:
+            raise BigbatchError(f"{self.path} is not a video this FFmpeg can read ({e})") from None
+        if not self.container.streams.video:
+            self.container.close()
+            raise BigbatchError(f"{self.path} has no video stream")
+        self.stream = self.container.streams.video[0]
+        self.stream.thread_type = "AUTO"
+        self.rate = self.stream.average_rate or self.stream.guessed_rate or Fraction(25)
+        self.count = self.stream.frames or None
+
+    def frames(self) -> Iterator[np.ndarray]:
+        """Every frame, in order, as RGB uint8 (h, w, 3)."""
+        av = _av()
+        n = 0
+        try:
+            for frame in self.container.decode(self.stream):
+                n += 1
+                yield frame.to_ndarray(format="rgb24")
+        except av.FFmpegError as e:
+            raise BigbatchError(f"{self.path}: frame {n + 1} does not decode ({e})") from None
+        if n == 0:
+            raise BigbatchError(f"{self.path}: no frame decodes")
+
+    def close(self) -> None:
+        self.container.close()
+
+    def __enter__(self) -> Video:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def is_video(path: Path) -> bool:
+    return path.suffix.lower() in VIDEO_SUFFIXES
+
+
+def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = None) -> int:
+    """`bigbatch video frames`: every frame of `video` (or `fps` of them a second) as out/00001.png, ...;
+    returns how many. Each PNG is written whole (temporary name, then renamed)."""
+    import cv2
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with Video(video) as v:
+        step = float(v.rate) / fps if fps else 1.0
+        if fps is not None and fps <= 0:
+            raise BigbatchError(f"--fps must be positive, got {fps}")
+        due = 0.0
+        for i, frame in enumerate(v.frames()):
+            if i + 1e-9 < due:
+                continue
+            due += step
+            ok, png = cv2.imencode(".png", frame[:, :, ::-1])
+            path = out / frame_name(written)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_bytes(png.tobytes())
+            os.replace(tmp, path)
+            written += 1
+    return written
+
+
+def write_video(
+    frames: Iterator[np.ndarray], out: str | Path, fps: float | Fraction, audio_from: str | Path | None = None
+) -> int:
+    """Frames (RGB uint8, all one size) into `out` with libx264, yuv420p, 16 Mbit/s as DFL's video_from_sequence,
+    and, from `audio_from`, its first audio stream re-encoded to AAC 192 kbit/s. Written to a temporary file and
+    renamed, so `out` is a whole video or absent. Returns the frame count."""
+    av = _av()
+    out = Path(out)
+    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
+    rate = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
+    count = 0
+    try:
+        with av.open(str(tmp), "w") as container:
+            stream = None
+            for frame in frames:
+                if stream is None:
+                    h, w = frame.shape[:2]
+                    stream = container.add_stream("libx264", rate=rate)
+                    stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
+                    stream.pix_fmt, stream.bit_rate = "yuv420p", 16_000_000
+                    if audio_from is not None:
+                        # Every stream is added before the first packet; the audio goes first, as it is small
+                        # enough for the muxer to hold while it interleaves the video after it.
+                        _copy_audio(av, Path(audio_from), container)
+                frame = np.ascontiguousarray(frame[: stream.height, : stream.width])
+                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                    container.mux(packet)
+                count += 1
+            if stream is None:
+                raise BigbatchError("no frames to make a video of")
+            for packet in stream.encode():
+                container.mux(packet)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return count
+
+
+def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV objects
+    """The first audio stream of `source`, re-encoded to AAC 192 kbit/s 48 kHz into `container`."""
+    try:
+        src = av.open(str(source))
+    except av.FFmpegError as e:
+        raise BigbatchError(f"--audio-from {source}: not a file this FFmpeg can read ({e})") from None
+    with src:
+        if not src.streams.audio:
+            if not src.streams.video:
+                raise BigbatchError(f"--audio-from {source}: holds neither audio nor video")
+            return  # a silent source: a silent video
+        stream = container.add_stream("aac", rate=48000)
+        stream.bit_rate = 192_000
+        resampler = av.AudioResampler(format=stream.format.name, layout=stream.layout.name, rate=48000)
+        for frame in src.decode(src.streams.audio[0]):
+            frame.pts = None
+            for piece in resampler.resample(frame):
+                for packet in stream.encode(piece):
+                    container.mux(packet)
+        for piece in resampler.resample(None):
+            for packet in stream.encode(piece):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def folder_to_video(
+    folder: str | Path, out: str | Path, fps: float | None = None, audio_from: str | Path | None = None
+) -> tuple[int, Fraction]:
+    """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order as a video; the frame rate is `fps`,
+    else `audio_from`'s (a video), else 25. Returns (frames, rate)."""
+    import cv2
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BigbatchError(f"{folder}: no such folder of frames")
+    names = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.is_file())
+    if not names:
+        raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
+    if fps is not None and fps <= 0:
+        raise BigbatchError(f"--fps must be positive, got {fps}")
+    if audio_from is not None and not Path(audio_from).is_file():
+        raise BigbatchError(f"--audio-from {audio_from}: no such file")
+    rate: Fraction = Fraction(fps).limit_denominator(1001) if fps else Fraction(25)
+    if fps is None and audio_from is not None:
+        try:
+            with Video(audio_from) as v:
+                rate = v.rate
+        except BigbatchError:
+            pass  # an audio-only file: 25 frames a second
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+
+    def frames() -> Iterator[np.ndarray]:
+        size = None
+        for p in names:
+            image = cv2.imdecode(np.fromfile(str(p), np.uint8), cv2.IMREAD_COLOR)
+            if image is None:
+                raise BigbatchError(f"{p} does not decode as an image")
+            if size is not None and image.shape != size:
+                h, w = image.shape[:2]
+                raise BigbatchError(
+                    f"{p} is {w}x{h}, the frames before it {size[1]}x{size[0]}: give frames of one size"
+                )
+            size = image.shape
+            yield image[:, :, ::-1]
+
+    return write_video(frames(), out, rate, audio_from), rate

@@ -1,0 +1,192 @@
+"""bigbatch extract and bigbatch video: faces found, landmarked and aligned in made frames whose true geometry is
+known (bench/_faces.py moves a real photo by known similarities), written as DFL's aligned faces; video in and
+out; resume; bad input."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+pytest.importorskip("dlib")
+pytest.importorskip("av")
+pytest.importorskip("skimage")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import _faces  # noqa: E402
+
+from bigbatch.cli import main  # noqa: E402
+from bigbatch.data.dfl_faces import face_masks, read_metadata, write_metadata  # noqa: E402
+from bigbatch.faces import align  # noqa: E402
+from bigbatch.faces.extract import Extractor, Settings  # noqa: E402
+
+W, H, N = 320, 240, 4
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    """The photo's own 68 landmarks, as the pipeline finds them upright and unmoved."""
+    faces = Extractor(Settings()).find(_faces.photo())
+    assert len(faces) == 1
+    return faces[0].landmarks
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory) -> tuple[Path, Path, list]:
+    """A made clip (with audio) extracted straight from the video, as a user runs it."""
+    root = tmp_path_factory.mktemp("extract")
+    mats = _faces.write_video(root / "clip.mp4", N, W, H)
+    assert main(["extract", str(root / "clip.mp4"), str(root / "aligned"), "--workers", "1", "--size", "256"]) == 0
+    return root, root / "aligned", mats
+
+
+def test_extract_finds_each_frames_face_where_it_is(extracted, reference):
+    root, aligned, mats = extracted
+    names = sorted(p.name for p in aligned.glob("*.jpg"))
+    assert names == [f"{i + 1:05d}_0.jpg" for i in range(N)]  # DFL's {frame stem}_{i}.jpg, frames from 00001
+    for i, name in enumerate(names):
+        meta = read_metadata((aligned / name).read_bytes())
+        truth = align.transform_points(reference, mats[i])
+        found = np.array(meta["source_landmarks"])
+        # H.264 at crf 12 and a resample: within a pixel everywhere, a fraction of one on average.
+        assert np.abs(found - truth).max() < 1.5
+        assert np.abs(found - truth).mean() < 0.5
+        assert meta["source_filename"] == f"{i + 1:05d}.png"
+        assert meta["face_type"] == "whole_face"
+        x0, y0, x1, y1 = meta["source_rect"]
+        assert x0 < truth[:, 0].mean() < x1 and y0 < truth[:, 1].mean() < y1
+        # the stored matrix is the face type's transform of those landmarks, and maps them onto the stored ones
+        mat = np.array(meta["image_to_face_mat"])
+        np.testing.assert_allclose(mat, align.transform_mat(found, 256, "wf"), atol=1e-6)
+        np.testing.assert_allclose(np.array(meta["landmarks"]), align.transform_points(found, mat), atol=1e-6)
+        image = cv2.imread(str(aligned / name))
+        assert image.shape == (256, 256, 3)
+
+
+def test_the_aligned_face_is_the_same_face_whatever_the_frame_did(extracted):
+    """Alignment undoes the clip's drift, turn and zoom: every aligned face is the same picture."""
+    _, aligned, _ = extracted
+    faces = [cv2.imread(str(p)).astype(np.float32) for p in sorted(aligned.glob("*.jpg"))]
+    centre = slice(64, 192)  # (the corners hold the frame's grey border in some frames)
+    for face in faces[1:]:
+        assert np.abs(face[centre, centre] - faces[0][centre, centre]).mean() < 12
+
+
+def test_aligned_faces_carry_what_dfl_and_prepare_read(extracted):
+    _, aligned, _ = extracted
+    data = (aligned / "00001_0.jpg").read_bytes()
+    at = data.index(b"\xff\xef")
+    body = data[at + 4 : at + 2 + int.from_bytes(data[at + 2 : at + 4], "big")]
+    assert body[:2] == b"\x80\x03"  # pickle protocol 3: DFL's Python 3.6 reads it
+    meta = pickle.loads(body)
+    for key in ("landmarks", "source_landmarks", "image_to_face_mat", "source_rect"):
+        assert type(meta[key]) is list  # plain lists: a NumPy 2 pickle names numpy._core, which DFL cannot load
+    assert b"numpy" not in body
+    planes, kind = face_masks(data, (256, 256), eyes_mouth=True)
+    assert kind == "wf" and planes[0].mean() > 40 and planes[1].max() == 255
+    # the writer keeps the JPEG's other segments, and replaces an APP15 rather than adding one
+    again = write_metadata(data, {"face_type": "head", "landmarks": None})
+    assert read_metadata(again) == {"face_type": "head"} and again.count(b"\xff\xef") == 1
+    assert cv2.imdecode(np.frombuffer(again, np.uint8), cv2.IMREAD_COLOR).shape == (256, 256, 3)
+
+
+def test_debug_frames_and_the_journal(extracted):
+    root, aligned, _ = extracted
+    debug = sorted(p.name for p in (aligned / "debug").iterdir())
+    assert debug == [f"{i + 1:05d}.jpg" for i in range(N)]
+    frame = cv2.imread(str(aligned / "debug" / "00001.jpg"))
+    assert frame.shape == (H, W, 3)
+    lines = (aligned / ".extract.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["settings"]["face_type"] == "whole_face"
+    assert sorted(json.loads(x)["frame"] for x in lines[1:]) == [f"{i + 1:05d}.png" for i in range(N)]
+
+
+def test_a_frames_folder_resumes_and_names_faces_as_the_video_does(extracted, tmp_path, capsys):
+    """`video frames` names frames as extract names a video's; a rerun after a kill does only what is left (the
+    journal's last line cut short by the kill included); frames without a face are listed, not fatal."""
+    root, aligned, _ = extracted
+    assert main(["video", "frames", str(root / "clip.mp4"), "frames"]) == 0
+    assert sorted(p.name for p in Path("frames").iterdir()) == [f"{i + 1:05d}.png" for i in range(N)]
+    cv2.imwrite("frames/00009.png", np.full((H, W, 3), 96, np.uint8))  # no face in it
+    args = ["extract", "frames", "out", "--workers", "1", "--size", "256", "--no-debug", "--no-second-pass"]
+    assert main(args) == 0
+    first = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.jpg")}
+    assert sorted(first) == sorted(p.name for p in aligned.glob("*.jpg"))
+    assert Path("out/no_face.txt").read_text() == "00009.png\n"
+    # as a kill leaves it: 00004's face written, its journal line cut short, 00009 not reached
+    journal = Path("out/.extract.jsonl")
+    lines = journal.read_text().splitlines()
+    kept = [x for x in lines if "00004" not in x and "00009" not in x]
+    journal.write_text("\n".join(kept) + '\n{"frame": "000')
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "Extracted 4 faces from 5 frames" in capsys.readouterr().out
+    again = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.jpg")}
+    assert [n for n in again if again[n] != first[n]] == ["00004_0.jpg"]  # only the unfinished frame ran again
+    # other settings into the same folder: refused, naming what it holds
+    assert main(["extract", "frames", "out", "--face-type", "f"]) == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+def test_video_make_keeps_frames_and_audio(extracted, tmp_path):
+    import av
+
+    root, _, _ = extracted
+    assert main(["video", "frames", str(root / "clip.mp4"), "frames"]) == 0
+    assert main(["video", "make", "frames", "made/out.mp4", "--audio-from", str(root / "clip.mp4")]) == 0
+    with av.open("made/out.mp4") as c:
+        kinds = sorted(s.type for s in c.streams)
+        video = c.streams.video[0]
+        assert kinds == ["audio", "video"] and video.average_rate == 25
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(frames) == N and frames[0].shape == (H, W, 3)
+    png = cv2.imread("frames/00001.png")[:, :, ::-1].astype(np.float32)
+    assert np.abs(frames[0] - png).mean() < 3  # 16 Mbit/s H.264: near-lossless
+
+
+def test_turned_photos_are_found_and_mapped_back(tmp_path, reference):
+    """A photo on its side: found in the turned image (DFL's 90/270/180 tries) and its landmarks mapped back."""
+    image = np.ascontiguousarray(np.rot90(_faces.photo()))  # 90 degrees counter-clockwise
+    faces = Extractor(Settings()).find(image)
+    assert len(faces) == 1
+    x, y = reference[:, 0], reference[:, 1]
+    want = np.stack([y, 511 - x], 1)  # rot90 moves (x, y) to (y, w - 1 - x)
+    assert np.abs(faces[0].landmarks - want).mean() < 1.0
+
+
+@pytest.mark.parametrize(
+    "make, args, says",
+    [
+        (lambda: Path("notes.txt").write_text("hello"), ["notes.txt", "o"], "neither an image"),
+        (lambda: Path("bad.mp4").write_bytes(b"\x00" * 2000), ["bad.mp4", "o"], "bad.mp4"),
+        (lambda: Path("empty").mkdir(), ["empty", "o"], "holds no images"),
+        (lambda: None, ["missing", "o"], "no such file or folder"),
+        (lambda: None, ["*.png", "o"], "matches no images"),
+        (lambda: cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)), ["a.png", "o", "--face-type", "x"], "face type"),
+        (lambda: cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)), ["a.png", "o", "--size", "8"], "--size"),
+    ],
+)
+def test_bad_input_is_one_line(make, args, says, capsys):
+    make()
+    assert main(["extract", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not Path("o").exists() or not any(Path("o").glob("*.jpg"))
+
+
+def test_video_commands_refuse_bad_input(tmp_path, capsys):
+    Path("bad.mp4").write_bytes(b"\x00" * 2000)
+    assert main(["video", "frames", "bad.mp4", "f"]) == 2
+    assert main(["video", "make", "nothere", "o.mp4"]) == 2
+    Path("frames").mkdir()
+    cv2.imwrite("frames/00001.png", np.zeros((20, 30, 3), np.uint8))
+    cv2.imwrite("frames/00002.png", np.zeros((22, 30, 3), np.uint8))
+    assert main(["video", "make", "frames", "o.mp4"]) == 2
+    err = capsys.readouterr().err
+    assert "00002.png is 30x22" in err and not Path("o.mp4").exists()
+    assert not list(Path(".").glob(".o*"))  # no temporary file left
