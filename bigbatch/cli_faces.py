@@ -64,6 +64,39 @@ def _extract(args: argparse.Namespace) -> None:
         print(f"{len(broken)} files did not decode ({', '.join(broken[:5])}{' ...' * (len(broken) > 5)}): in {listed}")
 
 
+def _merge(args: argparse.Namespace) -> None:
+    from bigbatch.faces import video
+    from bigbatch.faces.merge import MergeSettings, merge_folder
+
+    settings = MergeSettings(
+        mode=args.mode,
+        mask=args.mask,
+        erode=args.erode,
+        blur=args.blur,
+        color=args.color,
+        scale=args.scale,
+        hist_threshold=args.hist_threshold,
+        masked_hist=not args.no_masked_hist,
+    )
+    if args.video and Path(args.video).suffix.lower() not in video.VIDEO_SUFFIXES:
+        raise BigbatchError(f"--video {args.video}: give a video file name ({', '.join(video.VIDEO_SUFFIXES)})")
+    if args.fps is not None and args.fps <= 0:
+        raise BigbatchError(f"--fps must be positive, got {args.fps}")
+    frames, faces = merge_folder(
+        args.run, args.frames, args.aligned, args.out, settings, _device(args.device), args.face_type
+    )
+    print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
+    if args.video:
+        src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
+        audio = args.audio_from or (args.frames if src_is_video else None)
+        fps = args.fps
+        if fps is None and src_is_video:
+            with video.Video(args.frames) as v:
+                fps = v.rate
+        n, rate = video.folder_to_video(args.out, args.video, fps, audio)
+        print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{' with the audio of ' + audio if audio else ''}")
+
+
 def _video(args: argparse.Namespace) -> None:
     from bigbatch.faces import video
 
@@ -98,6 +131,41 @@ def add_face_commands(sub: Any) -> None:
         "--no-second-pass", action="store_true", help="landmark once (faster; DFL's second pass is sub-pixel)"
     )
     ex.set_defaults(func=_extract)
+
+    mg = sub.add_parser(
+        "merge", help="swap the faces of frames with a swap run's model and merge them, as DFL's merger"
+    )
+    mg.add_argument("run", metavar="RUN", help="swap run, checkpoint folder or DFL SAEHD model folder")
+    mg.add_argument("frames", metavar="FRAMES", help="the frames the faces were extracted from: a folder or the video")
+    mg.add_argument("aligned", metavar="ALIGNED", help="their aligned faces (bigbatch extract's or DFL's)")
+    mg.add_argument("out", metavar="OUT", help="folder for the merged frames ({frame}.png) and masks/")
+    mg.add_argument(
+        "--mode",
+        default="overlay",
+        help="overlay (default), hist-match, seamless, seamless-hist-match, raw-rgb, raw-predict or original (DFL's)",
+    )
+    mg.add_argument(
+        "--mask",
+        default="learned",
+        help="learned (the model's src x dst masks, DFL's default), learned-prd, learned-dst, learned-sum, hull (the "
+        "landmarks'), hull*learned or full",
+    )
+    mg.add_argument("--erode", type=int, default=0, help="erode the mask (negative: dilate), -400..400")
+    mg.add_argument("--blur", type=int, default=0, help="feather the mask, 0..400")
+    mg.add_argument(
+        "--color",
+        default="rct",
+        help="colour transfer to the dst face: rct (default), lct, mkl, mkl-m, idt, idt-m, sot-m or none",
+    )
+    mg.add_argument("--scale", type=int, default=0, help="output face scale, percent, -50..50")
+    mg.add_argument("--hist-threshold", type=int, default=238, help="hist-match's threshold, 0..255 (238)")
+    mg.add_argument("--no-masked-hist", action="store_true", help="hist-match over the whole square, not the mask")
+    mg.add_argument("--face-type", help="the model's face type where the run does not record it (h, mf, f, wf, head)")
+    mg.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
+    mg.add_argument("--video", metavar="OUT.mp4", help="also write the merged frames as a video")
+    mg.add_argument("--fps", type=float, help="the video's frame rate (default: FRAMES's if a video, else 25)")
+    mg.add_argument("--audio-from", metavar="VIDEO", help="the video's audio (default: FRAMES's, if a video)")
+    mg.set_defaults(func=_merge)
 
     vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")
     actions = vi.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -95,6 +95,12 @@ class FrameSource:
                 )
             self.count = len(self.files)
 
+    def names(self) -> list[str] | None:
+        """The frames' names in order (None for a video whose container does not say its frame count)."""
+        if self.video is not None:
+            return [frame_name(i) for i in range(self.count)] if self.count else None
+        return [p.name for p in self.files]
+
     def frames(self, skip: set[str]) -> Iterator[tuple[str, np.ndarray | Path]]:
         """(name, image) of each frame not in `skip`: a video's decoded frames, or images' paths (decoded where
         they are processed)."""

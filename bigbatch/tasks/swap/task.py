@@ -230,7 +230,10 @@ def _d_loss(logits: torch.Tensor, real: bool) -> torch.Tensor:
 
 
 class SwapTask:
-    usage = "Swap with: bigbatch swap {run} IN_DIR OUT_DIR; to merge in DeepFaceLab: bigbatch export-dfl {run} OUT_DIR"
+    usage = (
+        "Merge into frames with: bigbatch merge {run} FRAMES ALIGNED OUT [--video OUT.mp4]; swap aligned faces: "
+        "bigbatch swap {run} IN_DIR OUT_DIR; for DeepFaceLab: bigbatch export-dfl {run} OUT_DIR"
+    )
 
     def __init__(
         self,

@@ -1,0 +1,372 @@
+"""Swapped faces put back into their frames as DeepFaceLab's merger does (merger/MergeMasked.py): per face, the
+frame warped into the model's square by the face type's transform of the face's source landmarks (recomputed,
+not the stored matrix), swapped by the model, its mask chosen and shaped (erode, blur) at 4x the model's
+resolution, recoloured like the dst face, warped back by the inverse transform (bicubic) and blended, or
+cloned (OpenCV's seamlessClone, as DFL calls it). Written from DFL's published behaviour and checked against
+its own MergeMasked's outputs (tests/data/dfl_faces_golden.npz); no DFL code. Images are RGB here (DFL's are
+BGR): every step is per channel or a colour transfer that takes RGB."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+
+from bigbatch.data.dfl_faces import hull_mask
+from bigbatch.errors import BigbatchError
+from bigbatch.faces import align
+from bigbatch.tasks.swap import color
+
+MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", "raw-predict", "original")
+# DFL's mask modes 0-5 by name, and the landmarks' hull times the model's masks (not one of DFL's: its XSeg
+# modes need DFL's XSeg model).
+MASKS = ("full", "hull", "learned-prd", "learned-dst", "learned", "learned-sum", "hull*learned")
+COLORS = ("none", *color.MERGE_MODES)
+
+Predictor = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""A face (res, res, 3) RGB float32 in [0, 1] -> (the swapped face, the src-path mask, the dst-path mask), the
+masks (res, res) in [0, 1]: what SAEHD's swap gives for one face."""
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    """How faces go back into frames; the defaults are DFL's merger's (MergerConfigMasked)."""
+
+    mode: str = "overlay"
+    mask: str = "learned"  # DFL's learned-prd*learned-dst
+    erode: int = 0  # mask erosion (dilation below 0), pixels at 4x the model's resolution; -400..400
+    blur: int = 0  # mask feather, the same pixels; 0..400
+    color: str = "rct"  # DFL's colour transfer of the swap to the dst face, or none
+    scale: int = 0  # output face scale, percent: -50..50
+    hist_threshold: int = 238  # hist-match's
+    masked_hist: bool = True
+
+    def __post_init__(self) -> None:
+        for name, value, valid in (("--mode", self.mode, MODES), ("--mask", self.mask, MASKS)):
+            if value not in valid:
+                raise BigbatchError(f"{name} {value!r} is not one of {', '.join(valid)}")
+        if self.color not in COLORS:
+            raise BigbatchError(
+                f"--color {self.color!r} is not one of {', '.join(COLORS)} (DFL's merger's but mix-m, which "
+                "round-trips through 8-bit L*a*b*)"
+            )
+        for name, value, low, high in (
+            ("--erode", self.erode, -400, 400),
+            ("--blur", self.blur, 0, 400),
+            ("--scale", self.scale, -50, 50),
+            ("--hist-threshold", self.hist_threshold, 0, 255),
+        ):
+            if not low <= value <= high:
+                raise BigbatchError(f"{name} must be {low} to {high}, got {value}")
+
+
+def _warp_in(image: np.ndarray, mat: np.ndarray, size: int) -> np.ndarray:
+    return cv2.warpAffine(image, mat, (size, size), flags=cv2.INTER_CUBIC)
+
+
+def _warp_out(face: np.ndarray, mat: np.ndarray, frame_size: tuple[int, int]) -> np.ndarray:
+    return cv2.warpAffine(face, mat, frame_size, flags=cv2.WARP_INVERSE_MAP | cv2.INTER_CUBIC)
+
+
+def hist_match(source: np.ndarray, template: np.ndarray, threshold: int = 255) -> np.ndarray:
+    """DFL's color_hist_match: each channel's values mapped so that their histogram follows the template's,
+    the source's quantiles scaled to `threshold`/255 of the range first (below 255: the brightest values are
+    held back)."""
+    out = np.empty(source.shape, np.float64)
+    for c in range(source.shape[2]):
+        s_values, s_index, s_counts = np.unique(source[..., c].ravel(), return_inverse=True, return_counts=True)
+        t_values, t_counts = np.unique(template[..., c].ravel(), return_counts=True)
+        s_q = np.cumsum(s_counts).astype(np.float64)
+        s_q = threshold * s_q / s_q[-1]
+        t_q = np.cumsum(t_counts).astype(np.float64)
+        t_q = 255 * t_q / t_q[-1]
+        out[..., c] = np.interp(s_q, t_q, t_values)[s_index].reshape(source.shape[:2])
+    return out.astype(source.dtype)
+
+
+def _transfer(mode: str, face: np.ndarray, dst: np.ndarray, area: np.ndarray, key: int) -> np.ndarray:
+    """The merger's colour transfer of `face` like `dst` inside `area` (res, res, 1), through the swap task's
+    batched implementation (tested against DFL's); idt's and sot's draws keyed by `key` (the frame)."""
+    kind = "idt" if "idt" in mode else "sot" if "sot" in mode else "none"
+    g = torch.Generator().manual_seed(key)
+    draws = color.draw(1, g, kind, 0.0, color.MERGE_SOT_BATCH)[0]
+
+    def chw(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x, np.float32)).permute(2, 0, 1)[None]
+
+    out = color.merge_transfer(mode, chw(face), chw(dst), chw(area), draws)
+    return out[0].permute(1, 2, 0).numpy()
+
+
+def _shape_mask(mask: np.ndarray, res: int, s: MergeSettings) -> np.ndarray:
+    """DFL's mask processing at 4x the model's resolution: padded by `res`, eroded or dilated (an ellipse), a
+    border of res + blur/2 cleared so the feather fades to zero inside the square, blurred, unpadded."""
+    mask = np.pad(mask, res)
+    if s.erode > 0:
+        mask = cv2.erode(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (s.erode, s.erode)), iterations=1)
+    elif s.erode < 0:
+        mask = cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (-s.erode, -s.erode)), iterations=1)
+    clip = res + s.blur // 2
+    mask[:clip], mask[-clip:], mask[:, :clip], mask[:, -clip:] = 0, 0, 0, 0
+    if s.blur > 0:
+        k = s.blur + (1 - s.blur % 2)
+        mask = cv2.GaussianBlur(mask, (k, k), 0)
+    return np.clip(mask[res:-res, res:-res], 0, 1)
+
+
+def merge_face(
+    frame: np.ndarray,
+    landmarks: np.ndarray,
+    predictor: Predictor,
+    res: int,
+    kind: align.FaceType,
+    s: MergeSettings,
+    key: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One face of a frame (RGB uint8) swapped and merged: (the frame, float32 RGB in [0, 1], and the merge mask
+    (h, w, 1)); with mode raw-predict, the model's face and its mask instead."""
+    image = frame.astype(np.float32) / 255
+    h, w = image.shape[:2]
+    sub = res * 4
+    face_mat = align.transform_mat(landmarks, res, kind)
+    out_mat = align.transform_mat(landmarks, res, kind, 1.0 + 0.01 * s.scale)
+    mask_mat = align.transform_mat(landmarks, sub, kind, 1.0 + 0.01 * s.scale)
+
+    dst = np.clip(_warp_in(image, face_mat, res), 0, 1)
+    hull = np.clip(_warp_in(hull_mask((h, w), landmarks), face_mat, res), 0, 1)
+    prd, prd_mask, dst_mask = (np.clip(np.asarray(x, np.float32), 0, 1) for x in predictor(dst))
+    mask = {
+        "full": lambda: np.ones_like(hull),
+        "hull": lambda: hull,
+        "learned-prd": lambda: prd_mask,
+        "learned-dst": lambda: dst_mask,
+        "learned": lambda: prd_mask * dst_mask,
+        "learned-sum": lambda: np.clip(prd_mask + dst_mask, 0, 1),
+        "hull*learned": lambda: hull * prd_mask * dst_mask,
+    }[s.mask]().copy()
+    mask[mask < 1 / 255] = 0  # DFL: noise
+    mask = cv2.resize(mask, (sub, sub), interpolation=cv2.INTER_CUBIC)
+    raw = s.mode.startswith("raw")
+    if not raw:
+        mask = _shape_mask(mask, res, s)
+    frame_mask = np.clip(_warp_out(mask, mask_mat, (w, h)), 0, 1)[..., None]
+    frame_mask[frame_mask < 1 / 255] = 0
+    mask = cv2.resize(mask, (res, res), interpolation=cv2.INTER_CUBIC)[..., None]
+
+    if s.mode == "original":
+        return image, frame_mask
+    if s.mode == "raw-predict":
+        return np.clip(prd, 0, 1), mask
+    if s.mode == "raw-rgb":
+        face = _warp_out(prd, out_mat, (w, h))
+        square = _warp_out(np.ones_like(prd), out_mat, (w, h))
+        return np.clip(image * (1 - square) + face * square, 0, 1), frame_mask
+
+    inside = np.argwhere(frame_mask[..., 0] >= 0.1)
+    if not inside.size or min(inside.max(0) - inside.min(0)) < 4:
+        return image, frame_mask  # nothing of the mask left to merge into: the frame as it was
+    area = (mask > 0).astype(np.float32)
+    seamless = s.mode.startswith("seamless")
+    if not seamless and s.color != "none":
+        prd = _transfer(s.color, prd, dst, area, key)
+    if s.mode == "hist-match":
+        m = area if s.masked_hist else np.ones_like(area)
+        white = 1.0 - m
+        prd = hist_match(np.minimum(prd * m + white, 1.0), dst * m + white, s.hist_threshold).astype(np.float32)
+    out = np.clip(_warp_out(prd, out_mat, (w, h)), 0, 1)
+    if seamless:
+        # the mask binarised at the first tenth that leaves pixels, cloned about its bounding box's centre
+        binary = None
+        for i in range(1, 10):
+            above = frame_mask > i / 10
+            if above.any():
+                binary = frame_mask.copy()
+                binary[above] = 1.0
+                binary[binary <= i / 10] = 0.0
+                break
+        binary_u8 = (binary * 255).astype(np.uint8)
+        x, y, bw, bh = cv2.boundingRect(binary_u8)
+        try:
+            out = (
+                cv2.seamlessClone(
+                    (out * 255).astype(np.uint8), frame, binary_u8, (int(x + bw / 2), int(y + bh / 2)), cv2.NORMAL_CLONE
+                ).astype(np.float32)
+                / 255
+            )
+        except cv2.error:  # (DFL too goes on with the overlay when OpenCV cannot clone: a mask at the border)
+            pass
+    out = image * (1 - frame_mask) + out * frame_mask
+    if seamless and (s.color != "none" or s.mode == "seamless-hist-match"):
+        # recoloured after cloning: the merged face taken back into the square, matched, and warped out again
+        face = _warp_in(out, face_mat, res)
+        if s.color != "none":
+            face = _transfer(s.color, face, dst, area, key)
+        if s.mode == "seamless-hist-match":
+            face = hist_match(face, dst, s.hist_threshold)
+        out = np.clip(image * (1 - frame_mask) + _warp_out(face, face_mat, (w, h)) * frame_mask, 0, 1)
+    return out, frame_mask
+
+
+def merge_frame(
+    frame: np.ndarray,
+    faces: list[np.ndarray],
+    predictor: Predictor,
+    res: int,
+    kind: align.FaceType,
+    s: MergeSettings,
+    key: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A frame (RGB uint8) with each face (its source landmarks) swapped in: (RGB uint8, the merge mask uint8),
+    each face merged into the original frame and the results laid over one another, as DFL's MergeMasked;
+    8-bit by truncation, as DFL converts. A frame without faces comes back as it was, with an empty mask."""
+    if not faces:
+        return frame.copy(), np.zeros(frame.shape[:2], np.uint8)
+    final = final_mask = None
+    for landmarks in faces:
+        out, mask = merge_face(frame, landmarks, predictor, res, kind, s, key)
+        if final is None:
+            final, final_mask = out, mask
+        else:
+            final = final * (1 - mask) + out * mask
+            final_mask = np.clip(final_mask + mask, 0, 1)
+    return (final * 255).astype(np.uint8), (final_mask[..., 0] * 255).astype(np.uint8)
+
+
+# -- bigbatch merge: a run, frames and aligned faces -> merged frames (and a video) ----------------------------------
+
+
+def _face_type_of(run: str, model: torch.nn.Module) -> str | None:
+    """The face type a swap model was trained on, as its run or DFL model folder records it."""
+    from bigbatch import checkpoints
+    from bigbatch.models.dfl import read_pickle
+    from bigbatch.tasks.swap.load import dfl_model
+
+    named = dfl_model(run)
+    if named is not None:
+        folder, name = named
+        file = folder / f"{name}_SAEHD_data.dat" if name else next(folder.glob("*_SAEHD_data.dat"))
+        data = read_pickle(file)
+        return (data.get("options") or {}).get("face_type") if isinstance(data, dict) else None
+    ckpt = getattr(model, "checkpoint", None)
+    known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
+    return known or getattr(getattr(model, "config", None), "swap", None) and model.config.swap.face_type
+
+
+def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
+    """{frame stem: [source landmarks of each face, in the faces' order]} of a folder of DFL aligned faces, and
+    the face types they were extracted with."""
+    from bigbatch.data.dfl_faces import NoFaceData, read_metadata
+
+    if not folder.is_dir():
+        raise BigbatchError(f"{folder} is not a folder of aligned faces (what bigbatch extract or DFL wrote)")
+    by_frame: dict[str, list[tuple[str, np.ndarray]]] = {}
+    kinds = set()
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file())
+    for p in files:
+        try:
+            meta = read_metadata(p.read_bytes(), str(p))
+        except NoFaceData as e:
+            raise BigbatchError(f"{p}: {e}") from None
+        if meta is None or "source_filename" not in meta or "source_landmarks" not in meta:
+            raise BigbatchError(
+                f"{p} carries no DFL face metadata with its frame's name and landmarks: give the aligned faces "
+                "bigbatch extract (or DFL's extractor) wrote"
+            )
+        landmarks = np.asarray(meta["source_landmarks"], np.float64)
+        if landmarks.shape != (68, 2):
+            raise BigbatchError(f"{p}: its source landmarks are {landmarks.shape}, not 68 points")
+        by_frame.setdefault(Path(str(meta["source_filename"])).stem, []).append((p.name, landmarks))
+        kinds.add(str(meta.get("face_type", "full_face")))
+    if not files:
+        raise BigbatchError(f"{folder} holds no aligned faces (.jpg)")
+    return {stem: [lm for _, lm in sorted(faces, key=lambda f: f[0])] for stem, faces in by_frame.items()}, kinds
+
+
+def merge_folder(
+    run: str,
+    frames: str,
+    aligned: str | Path,
+    out: str | Path,
+    s: MergeSettings = MergeSettings(),
+    device: str = "cpu",
+    face_type: str | None = None,
+    quiet: bool = False,
+) -> tuple[int, int]:
+    """`bigbatch merge`: every frame of `frames` (a folder or a video) with the faces `aligned` holds for it
+    swapped by `run`'s model and merged as DFL's merger merges, written whole to OUT/{stem}.png and its mask to
+    OUT/masks/{stem}.png; frames without a face pass through unchanged. A rerun with the same settings skips
+    frames already written (an interrupted merge continues). Returns (frames, faces merged)."""
+    import json
+    import os
+    import sys
+
+    from tqdm import tqdm
+
+    from bigbatch.faces.extract import FrameSource, read_image
+    from bigbatch.tasks.swap.load import load_autoencoder
+
+    source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
+    faces, kinds = aligned_faces(Path(aligned))
+    names = source.names()
+    missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
+    if missing:
+        raise BigbatchError(
+            f"{len(missing)} frames the aligned faces were extracted from are not in {frames} (such as "
+            f"{missing[0]}): give the frames (or video) they came from"
+        )
+    if not Path(run).exists():
+        raise BigbatchError(f"{run} does not exist; give a swap run, a checkpoint folder or a DFL SAEHD model folder")
+    model = load_autoencoder(run, device)
+    res = model.resolution
+    known = face_type or _face_type_of(run, model)
+    if known is None:
+        if len(kinds) != 1:
+            raise BigbatchError("the model's face type is unknown and the faces are of several: give --face-type")
+        known = next(iter(kinds))
+    kind = align.face_type(known)
+
+    def predictor(face: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x = torch.from_numpy(face).permute(2, 0, 1)[None].to(device)
+        with torch.inference_mode():
+            image, mask, dst_mask = model.swap(x)
+        return (
+            image[0].float().permute(1, 2, 0).cpu().numpy(),
+            mask[0, 0].float().cpu().numpy(),
+            dst_mask[0, 0].float().cpu().numpy(),
+        )
+
+    out = Path(out)
+    (out / "masks").mkdir(parents=True, exist_ok=True)
+    record = out / ".merge.json"
+    settings = {**s.__dict__, "run": str(run), "face_type": kind.dfl_name}
+    same = record.exists() and json.loads(record.read_text()) == settings
+    if not same:
+        tmp = record.with_name(f".{record.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(settings))
+        os.replace(tmp, record)
+    bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
+    merged = n = 0
+    done = {p.stem for p in out.glob("*.png")} if same else set()
+    for i, (name, image) in enumerate(source.frames(skip=set())):
+        n += 1
+        stem = Path(name).stem
+        bar.update(1)
+        if stem in done:
+            merged += len(faces.get(stem, ()))
+            continue
+        frame = read_image(image) if isinstance(image, Path) else image
+        if frame is None:
+            raise BigbatchError(f"{image} does not decode as an image")
+        rgb, mask = merge_frame(frame, faces.get(stem, []), predictor, res, kind, s, key=i)
+        merged += len(faces.get(stem, ()))
+        for path, data in ((out / "masks" / f"{stem}.png", mask), (out / f"{stem}.png", rgb[..., ::-1])):
+            ok, png = cv2.imencode(".png", data)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_bytes(png.tobytes())
+            os.replace(tmp, path)
+    bar.close()
+    return n, merged

@@ -1,0 +1,209 @@
+"""bigbatch merge: swapped faces put back into frames as DFL's merger puts them (checked against DFL's own
+MergeMasked's outputs, tests/data/dfl_faces_golden.npz), and the whole workflow a user runs, through the CLI:
+a video -> extract -> prepare --masks dfl -> train -> merge --video."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+pytest.importorskip("dlib")
+pytest.importorskip("av")
+pytest.importorskip("skimage")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import _faces  # noqa: E402
+
+from bigbatch.cli import main  # noqa: E402
+from bigbatch.errors import BigbatchError  # noqa: E402
+from bigbatch.faces import align, merge  # noqa: E402
+
+GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_faces_golden.npz", allow_pickle=False)
+DFL_MASKS = {0: "full", 1: "hull", 2: "learned-prd", 3: "learned-dst", 4: "learned", 5: "learned-sum"}
+
+
+def _golden_predictor(kind: str):
+    """The golden data's stand-in model (its masks, and a tint given in BGR), on RGB faces."""
+    prd_mask = GOLDEN["merge_prd_mask_u8"].astype(np.float32) / 255
+    dst_mask = GOLDEN["merge_dst_mask_u8"].astype(np.float32) / 255
+    mul = np.asarray(GOLDEN["merge_tint_mul"], np.float32)[::-1]
+    add = np.asarray(GOLDEN["merge_tint_add"], np.float32)[::-1]
+
+    def face(x):
+        return np.clip(x * mul + add, 0, 1).astype(np.float32) if kind == "tint" else x.copy()
+
+    return lambda x: (face(x), prd_mask.copy(), dst_mask.copy())
+
+
+def _settings(row) -> merge.MergeSettings:
+    mode, mask, erode, blur, ct, scale, masked, threshold, _ = (int(v) for v in row)
+    ct_name = str(GOLDEN["merge_ctm_names"][ct])
+    return merge.MergeSettings(
+        mode=str(GOLDEN["merge_mode_names"][mode]),
+        mask=DFL_MASKS[mask],
+        erode=erode,
+        blur=blur,
+        color="none" if ct_name == "None" else ct_name,
+        scale=scale,
+        hist_threshold=threshold,
+        masked_hist=bool(masked),
+    )
+
+
+@pytest.mark.parametrize("case", range(len(GOLDEN["merge_names"])), ids=list(GOLDEN["merge_names"]))
+def test_a_merge_is_dfls_within_a_few_levels(case):
+    """Every mode (overlay, hist-match, seamless, seamless-hist-match, raw-rgb), DFL's mask modes, erode and
+    dilate, blur, rct and the output scale give DFL's merged frame: the same pixels but a few, off by a few
+    levels at most (bicubic warps of float32 frames, where OpenCV's rounding and ours part)."""
+    frame = np.ascontiguousarray(GOLDEN["merge_frame"][..., ::-1])
+    want = (GOLDEN["merge_frame"].astype(np.int16) + GOLDEN["merge_out_delta"][case]).astype(np.uint8)[..., ::-1]
+    row = GOLDEN["merge_settings"][case]
+    predictor = _golden_predictor(str(GOLDEN["merge_predictors"][row[-1]]))
+    res = int(GOLDEN["merge_resolution"])
+    out, mask = merge.merge_frame(frame, [GOLDEN["merge_landmarks"]], predictor, res, align.FaceType.WHOLE_FACE,
+                                  _settings(row))  # fmt: skip
+    diff = np.abs(out.astype(int) - want)
+    assert diff.max() <= 8 and diff.mean() < 0.1 and (diff > 2).mean() < 2e-3  # (a full mask: its hard edge)
+    mask_diff = np.abs(mask.astype(int) - GOLDEN["merge_mask"][case])
+    assert mask_diff.max() <= 6 and mask_diff.mean() < 0.2
+
+
+def test_raw_predict_is_the_models_face_and_mask():
+    frame = np.ascontiguousarray(GOLDEN["merge_frame"][..., ::-1])
+    row = GOLDEN["merge_rawpredict_settings"]
+    res = int(GOLDEN["merge_resolution"])
+    out, mask = merge.merge_frame(frame, [GOLDEN["merge_landmarks"]], _golden_predictor("tint"), res,
+                                  align.FaceType.WHOLE_FACE, _settings(row))  # fmt: skip
+    diff = np.abs(out.astype(int) - GOLDEN["merge_rawpredict_out"][..., ::-1])
+    assert diff.max() <= 4 and diff.mean() < 0.25  # (the square sampled bicubically: an ulp moves a level)
+    assert np.abs(mask.astype(int) - GOLDEN["merge_rawpredict_mask"]).max() <= 2
+
+
+def test_an_identity_model_changes_nothing_but_resampling():
+    """A model that gives back its input merges into the frame it came from (bicubic there and back)."""
+    image = _faces.photo()
+    frame, mat = next(_faces.frames(1, 480, 360))
+    from bigbatch.faces.extract import Extractor, Settings
+
+    (face,) = Extractor(Settings()).find(frame)
+    ones = np.ones((256, 256), np.float32)
+    s = merge.MergeSettings(mask="full", color="none")
+    out, mask = merge.merge_frame(
+        frame, [face.landmarks], lambda x: (x.copy(), ones, ones), 256, align.FaceType.WHOLE_FACE, s
+    )
+    inside = mask > 250
+    assert inside.mean() > 0.1
+    error = np.abs(out.astype(np.float64) - frame)[inside].mean()
+    assert error < 1.5  # (DFL's own merge of this: 0.83/255 on the astronaut, FACES.md)
+    assert image is not None
+
+
+def test_settings_are_checked():
+    with pytest.raises(BigbatchError, match="--mode 'blend' is not one of overlay"):
+        merge.MergeSettings(mode="blend")
+    with pytest.raises(BigbatchError, match="--color 'mix-m'"):
+        merge.MergeSettings(color="mix-m")
+    with pytest.raises(BigbatchError, match="--erode must be -400 to 400"):
+        merge.MergeSettings(erode=500)
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    """The README's face-swap section on made clips: extract both, prepare with DFL's masks, train."""
+    import bigbatch
+
+    root = tmp_path_factory.mktemp("swap")
+    _faces.write_video(root / "src.mp4", 4, 320, 240, seed=1)
+    _faces.write_video(root / "dst.mp4", 4, 320, 240, seed=2)
+    for side in ("src", "dst"):
+        args = ["extract", str(root / f"{side}.mp4"), str(root / side), "--size", "64", "--workers", "1", "--no-debug"]
+        assert main(args) == 0
+        prepare = ["prepare", str(root / side), str(root / f"{side}.h5"), "--resolution", "64", "--masks", "dfl"]
+        assert main([*prepare, "--eyes-mouth", "dfl"]) == 0
+    cfg = bigbatch.preset("saehd_cpu").override(
+        {
+            "data.path": str(root / "src.h5"),
+            "data.dst_path": str(root / "dst.h5"),
+            "data.resolution": 64,
+            "model.options": {"archi": "df-u", "ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2},
+            "train.batch": 4,
+            "train.kimg": 0.008,
+            "checkpoint.every_kimg": 0.008,
+            "sample.every_kimg": 0.0,
+            "eval.every_kimg": 0.0,
+        }
+    )
+    run = bigbatch.train(cfg, run_dir=root / "run", quiet=True)
+    return root, run
+
+
+def test_extract_prepare_train_merge_video(workflow, capsys):
+    import av
+
+    root, run = workflow
+    args = ["merge", str(run), str(root / "dst.mp4"), str(root / "dst"), "merged", "--video", "merged.mp4"]
+    # (the mask of the landmarks: a model trained for two steps has not learned one)
+    assert (
+        main([*args, "--mode", "seamless", "--mask", "hull", "--blur", "20", "--erode", "10", "--device", "cpu"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "Merged 4 faces into 4 frames" in out and "Wrote merged.mp4: 4 frames at 25 fps with the audio" in out
+    names = sorted(p.name for p in Path("merged").glob("*.png"))
+    assert names == [f"{i + 1:05d}.png" for i in range(4)]
+    frame = cv2.imread("merged/00001.png")
+    mask = cv2.imread("merged/masks/00001.png", cv2.IMREAD_UNCHANGED)
+    assert frame.shape == (240, 320, 3) and mask.shape == (240, 320)
+    assert 0 < (mask > 128).mean() < 0.5  # the face, not the frame
+    with av.open("merged.mp4") as c:
+        assert sorted(s.type for s in c.streams) == ["audio", "video"]
+        assert sum(1 for _ in c.decode(video=0)) == 4
+    # outside the mask the frame is untouched (up to the source video's own decode)
+    with av.open(str(root / "dst.mp4")) as c:
+        first = next(c.decode(video=0)).to_ndarray(format="rgb24")[..., ::-1]
+    assert np.abs(frame.astype(int) - first)[mask == 0].max() == 0
+
+
+def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow, capsys):
+    root, run = workflow
+    assert main(["video", "frames", str(root / "dst.mp4"), "frames"]) == 0
+    blank = np.full((240, 320, 3), 96, np.uint8)
+    cv2.imwrite("frames/00005.png", blank)
+    args = ["merge", str(run), "frames", str(root / "dst"), "out", "--color", "none"]
+    assert main(args) == 0
+    assert "Merged 4 faces into 5 frames" in capsys.readouterr().out
+    assert np.array_equal(cv2.imread("out/00005.png"), blank)  # no face: the frame as it was
+    assert not cv2.imread("out/masks/00005.png", cv2.IMREAD_UNCHANGED).any()
+    before = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.png")}
+    Path("out/00003.png").unlink()  # as an interrupted merge leaves it
+    assert main(args) == 0
+    after = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.png")}
+    assert [n for n in after if after[n] != before.get(n)] == ["00003.png"]
+    assert main([*args[:-2], "--color", "rct"]) == 0  # other settings: every frame again
+    again = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.png")}
+    assert all(again[n] != after[n] for n in again)
+
+
+def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
+    root, run = workflow
+    assert main(["video", "frames", str(root / "dst.mp4"), "frames"]) == 0
+    Path("frames/00002.png").unlink()
+    Path("plain").mkdir()
+    cv2.imwrite("plain/00001_0.jpg", np.zeros((64, 64, 3), np.uint8))  # a face with no DFL metadata
+    cases = [
+        (["merge", str(run), "frames", str(root / "dst"), "o"], "not in frames (such as 00002)"),
+        (["merge", str(run), str(root / "dst.mp4"), "plain", "o"], "no DFL face metadata"),
+        (["merge", str(run), str(root / "dst.mp4"), "frames", "o"], "frames holds no aligned faces"),
+        (["merge", str(root), str(root / "dst.mp4"), str(root / "dst"), "o"], str(root)),
+        (["merge", str(run), str(root / "dst.mp4"), str(root / "dst"), "o", "--mode", "x"], "--mode 'x'"),
+        (["merge", str(run), str(root / "dst.mp4"), str(root / "dst"), "o", "--video", "o.gif"], "--video o.gif"),
+    ]
+    for args, says in cases:
+        capsys.readouterr()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
+    assert not Path("o").exists() or not any(Path("o").glob("*.png"))
