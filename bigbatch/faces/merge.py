@@ -8,6 +8,10 @@ BGR): every step is per channel or a colour transfer that takes RGB."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,7 @@ MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", 
 # modes need DFL's XSeg model).
 MASKS = ("full", "hull", "learned-prd", "learned-dst", "learned", "learned-sum", "hull*learned")
 COLORS = ("none", *color.MERGE_MODES)
+BATCH = 8  # faces the model swaps at once, and frames merged together
 
 Predictor = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 """A face (res, res, 3) RGB float32 in [0, 1] -> (the swapped face, the src-path mask, the dst-path mask), the
@@ -118,6 +123,13 @@ def _shape_mask(mask: np.ndarray, res: int, s: MergeSettings) -> np.ndarray:
     return np.clip(mask[res:-res, res:-res], 0, 1)
 
 
+def face_input(frame: np.ndarray, landmarks: np.ndarray, res: int, kind: align.FaceType) -> np.ndarray:
+    """What the model is given for a face of a frame (RGB uint8): the face type's square at the model's
+    resolution, bicubic, float32 RGB in [0, 1]."""
+    image = frame.astype(np.float32) / 255
+    return np.clip(_warp_in(image, align.transform_mat(landmarks, res, kind), res), 0, 1)
+
+
 def merge_face(
     frame: np.ndarray,
     landmarks: np.ndarray,
@@ -136,7 +148,7 @@ def merge_face(
     out_mat = align.transform_mat(landmarks, res, kind, 1.0 + 0.01 * s.scale)
     mask_mat = align.transform_mat(landmarks, sub, kind, 1.0 + 0.01 * s.scale)
 
-    dst = np.clip(_warp_in(image, face_mat, res), 0, 1)
+    dst = face_input(frame, landmarks, res, kind)
     hull = np.clip(_warp_in(hull_mask((h, w), landmarks), face_mat, res), 0, 1)
     prd, prd_mask, dst_mask = (np.clip(np.asarray(x, np.float32), 0, 1) for x in predictor(dst))
     mask = {
@@ -300,10 +312,6 @@ def merge_folder(
     swapped by `run`'s model and merged as DFL's merger merges, written whole to OUT/{stem}.png and its mask to
     OUT/masks/{stem}.png; frames without a face pass through unchanged. A rerun with the same settings skips
     frames already written (an interrupted merge continues). Returns (frames, faces merged)."""
-    import json
-    import os
-    import sys
-
     from tqdm import tqdm
 
     from bigbatch.faces.extract import FrameSource, read_image
@@ -329,15 +337,17 @@ def merge_folder(
         known = next(iter(kinds))
     kind = align.face_type(known)
 
-    def predictor(face: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        x = torch.from_numpy(face).permute(2, 0, 1)[None].to(device)
-        with torch.inference_mode():
-            image, mask, dst_mask = model.swap(x)
-        return (
-            image[0].float().permute(1, 2, 0).cpu().numpy(),
-            mask[0, 0].float().cpu().numpy(),
-            dst_mask[0, 0].float().cpu().numpy(),
-        )
+    def swap(inputs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The model on faces in batches: (face, src-path mask, dst-path mask) of each."""
+        found = []
+        for at in range(0, len(inputs), BATCH):
+            x = torch.from_numpy(np.stack(inputs[at : at + BATCH])).permute(0, 3, 1, 2).to(device)
+            with torch.inference_mode():
+                image, mask, dst_mask = (t.float().cpu() for t in model.swap(x))
+            found += [
+                (i.permute(1, 2, 0).numpy(), m[0].numpy(), d[0].numpy()) for i, m, d in zip(image, mask, dst_mask)
+            ]
+        return found
 
     out = Path(out)
     (out / "masks").mkdir(parents=True, exist_ok=True)
@@ -349,24 +359,42 @@ def merge_folder(
         tmp.write_text(json.dumps(settings))
         os.replace(tmp, record)
     bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
-    merged = n = 0
     done = {p.stem for p in out.glob("*.png")} if same else set()
-    for i, (name, image) in enumerate(source.frames(skip=set())):
-        n += 1
-        stem = Path(name).stem
-        bar.update(1)
-        if stem in done:
-            merged += len(faces.get(stem, ()))
-            continue
-        frame = read_image(image) if isinstance(image, Path) else image
-        if frame is None:
-            raise BigbatchError(f"{image} does not decode as an image")
-        rgb, mask = merge_frame(frame, faces.get(stem, []), predictor, res, kind, s, key=i)
-        merged += len(faces.get(stem, ()))
+
+    def finish(i: int, stem: str, frame: np.ndarray, outputs: list) -> None:
+        predictions = iter(outputs)  # (the model's outputs for this frame's faces, in order)
+        rgb, mask = merge_frame(frame, faces.get(stem, []), lambda x: next(predictions), res, kind, s, key=i)
         for path, data in ((out / "masks" / f"{stem}.png", mask), (out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)
             tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
             tmp.write_bytes(png.tobytes())
             os.replace(tmp, path)
+
+    def flush(chunk: list[tuple[int, str, np.ndarray]]) -> None:
+        # The model sees the chunk's faces in batches; the frames are merged on threads (OpenCV lets go of the GIL).
+        inputs = [face_input(frame, lm, res, kind) for _, stem, frame in chunk for lm in faces.get(stem, [])]
+        outputs = iter(swap(inputs))
+        work = [(i, stem, frame, [next(outputs) for _ in faces.get(stem, [])]) for i, stem, frame in chunk]
+        list(pool.map(lambda a: finish(*a), work))
+        bar.update(len(chunk))
+
+    n = merged = 0
+    chunk: list[tuple[int, str, np.ndarray]] = []
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        for i, (name, image) in enumerate(source.frames(skip=set())):
+            stem = Path(name).stem
+            n, merged = n + 1, merged + len(faces.get(stem, ()))
+            if stem in done:
+                bar.update(1)
+                continue
+            frame = read_image(image) if isinstance(image, Path) else image
+            if frame is None:
+                raise BigbatchError(f"{image} does not decode as an image")
+            chunk.append((i, stem, frame))
+            if len(chunk) == BATCH:
+                flush(chunk)
+                chunk = []
+        if chunk:
+            flush(chunk)
     bar.close()
     return n, merged
