@@ -41,10 +41,20 @@ def _extract(args: argparse.Namespace) -> None:
         min_face=_positive("--min-face", args.min_face, 12),
         max_faces=_positive("--max-faces", args.max_faces, 0),
         second_pass=not args.no_second_pass,
+        detector="dfl" if args.weights else "mtcnn+dlib",
     )
+    if args.weights and args.landmarks_model:
+        raise BigbatchError("--weights (DFL's S3FD and FAN) and --landmarks-model (dlib's) exclude each other")
     workers = _positive("--workers", args.workers if args.workers is not None else min(8, os.cpu_count() or 1))
     done = extract(
-        args.src, args.out, settings, workers, _device(args.device), args.landmarks_model, debug=not args.no_debug
+        args.src,
+        args.out,
+        settings,
+        workers,
+        _device(args.device),
+        args.landmarks_model,
+        debug=not args.no_debug,
+        dfl_weights=args.weights,
     )
     out = Path(args.out)
     faces = sum(n or 0 for n in done.values())
@@ -126,6 +136,11 @@ def add_face_commands(sub: Any) -> None:
     ex.add_argument("--workers", type=int, help="processes (default: the CPU count, at most 8)")
     ex.add_argument("--device", default="auto", help="where the detector runs: auto (CUDA if there is one), cpu, cuda")
     ex.add_argument("--landmarks-model", metavar="PATH", help="a dlib 68-point shape predictor .dat of your own")
+    ex.add_argument(
+        "--weights",
+        metavar="DFL/facelib",
+        help="a DeepFaceLab install's facelib folder: its S3FD.npy and 2DFAN.npy find and landmark faces, as DFL's",
+    )
     ex.add_argument("--no-debug", action="store_true", help="do not write OUT/debug/ (frames with faces drawn)")
     ex.add_argument(
         "--no-second-pass", action="store_true", help="landmark once (faster; DFL's second pass is sub-pixel)"

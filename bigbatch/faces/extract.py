@@ -45,6 +45,7 @@ class Settings:
     min_face: int = 40  # the smallest face side searched for, frame pixels (DFL's S3FD drops under 40)
     max_faces: int = 0  # per frame, largest first; 0: all
     second_pass: bool = True
+    detector: str = "mtcnn+dlib"  # or "dfl": DFL's own S3FD and 2DFAN (extract's dfl_weights)
 
 
 @dataclass
@@ -173,20 +174,25 @@ def _turn_back(face: Face, rot: int, w: int, h: int) -> Face:
 class Extractor:
     """Detector and landmarker, and what a frame's faces become. Built once per worker process."""
 
-    def __init__(self, settings: Settings, device: str = "cpu", landmarks_model: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        device: str = "cpu",
+        landmarks_model: str | None = None,
+        dfl_weights: str | Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.kind = align.face_type(settings.face_type)
+        if dfl_weights is not None:  # DFL's own S3FD and 2DFAN, from a DFL install's facelib/
+            from bigbatch.faces.dfl_nets import FANLandmarks, S3FDDetector
+
+            self.detect, self.landmarks = S3FDDetector(dfl_weights, device), FANLandmarks(dfl_weights, device)
+            return
         from bigbatch.faces.detect import MTCNN
         from bigbatch.faces.landmarks import DlibLandmarks
 
-        self.settings = settings
-        self.kind = align.face_type(settings.face_type)
         self.detect = MTCNN(device, min_face=settings.min_face)
         self.landmarks = DlibLandmarks(landmarks_model, say_licence=False)
-
-    def _landmarks(self, image: np.ndarray, box: np.ndarray, samples: bool = False) -> np.ndarray:
-        if not samples:
-            return self.landmarks(image, box)
-        shifts = ((0, 0), (-1, -1), (1, -1), (1, 1), (-1, 1))
-        return np.mean([self.landmarks(image, box + np.array([dx, dy, dx, dy])) for dx, dy in shifts], axis=0)
 
     def find(self, image: np.ndarray) -> list[Face]:
         """The faces of an RGB frame, largest first, each with its 68 landmarks in the frame's pixels."""
@@ -200,7 +206,7 @@ class Extractor:
             found = found[: self.settings.max_faces]
         faces = []
         for d in found:
-            lm = self._landmarks(turned, d.box)
+            lm = self.landmarks(turned, d.box)
             if self.settings.second_pass:
                 lm = self._refine(turned, lm)
             faces.append(_turn_back(Face(tuple(int(v) for v in d.box), lm), rot, w, h))
@@ -214,7 +220,7 @@ class Extractor:
         again = self.detect(face, min_face=96)  # the face fills most of the square: no small ones to look for
         if len(again) != 1:
             return lm
-        return align.transform_points(self._landmarks(face, again[0].box, samples=True), mat, invert=True)
+        return align.transform_points(self.landmarks(face, again[0].box, samples=True), mat, invert=True)
 
     def aligned(self, image: np.ndarray, faces: list[Face], source: str) -> tuple[list[bytes], np.ndarray]:
         """Each face as DFL's aligned JPEG with its metadata, and the debug frame (RGB) with what was found drawn."""
@@ -266,14 +272,22 @@ def _write(path: Path, data: bytes) -> None:
 _WORKER: tuple[Extractor, Path, bool] | None = None
 
 
-def _start_worker(settings: Settings, device: str, landmarks_model: str | None, out: Path, debug: bool, one: bool):
+def _start_worker(
+    settings: Settings,
+    device: str,
+    landmarks_model: str | None,
+    weights: Path | None,
+    out: Path,
+    debug: bool,
+    one: bool,
+) -> None:
     global _WORKER
     if one:
         import torch
 
         torch.set_num_threads(1)
         cv2.setNumThreads(1)
-    _WORKER = (Extractor(settings, device, landmarks_model), out, debug)
+    _WORKER = (Extractor(settings, device, landmarks_model, weights), out, debug)
 
 
 def _frame(name: str, image: np.ndarray | Path) -> tuple[str, int | None]:
@@ -327,27 +341,40 @@ def extract(
     landmarks_model: str | None = None,
     debug: bool = True,
     quiet: bool = False,
+    dfl_weights: str | Path | None = None,
 ) -> dict[str, int | None]:
     """Extract every frame of `src` into `out` (see the module's docstring); returns {frame name: faces found,
-    or None where the file did not decode}, frames done by an earlier, killed run included."""
+    or None where the file did not decode}, frames done by an earlier, killed run included. `dfl_weights`: a
+    DFL install's facelib/ folder, whose S3FD and 2DFAN find and landmark the faces (settings.detector "dfl")."""
     from tqdm import tqdm
 
     from bigbatch.faces.landmarks import LICENCE_NOTE
 
     source = FrameSource(src)
     align.face_type(settings.face_type)
+    if (dfl_weights is not None) != (settings.detector == "dfl"):
+        raise ValueError("settings.detector is 'dfl' exactly when dfl_weights are given")
+    weights = Path(dfl_weights) if dfl_weights is not None else None
+    if weights is not None:
+        from bigbatch.faces.dfl_nets import FAN_FILE, S3FD_FILE
+
+        lacking = [n for n in (S3FD_FILE, FAN_FILE) if not (weights / n).is_file()]
+        if lacking:
+            raise BigbatchError(
+                f"--weights {weights} lacks {' and '.join(lacking)}: give a DeepFaceLab install's facelib folder"
+            )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if debug:
         (out / "debug").mkdir(exist_ok=True)
     done = _journal(out, settings)
-    if landmarks_model is None and not quiet:
+    if landmarks_model is None and weights is None and not quiet:
         print(f"bigbatch: {LICENCE_NOTE}", file=sys.stderr)
     total = source.count
     bar = tqdm(
         total=total, initial=len(done), unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True
     )
-    init = (settings, device, landmarks_model, out, debug, workers > 1)
+    init = (settings, device, landmarks_model, weights, out, debug, workers > 1)
     with open(out / JOURNAL, "a") as journal:
 
         def record(name: str, faces: int | None) -> None:
@@ -363,15 +390,19 @@ def extract(
                 record(*_frame(name, image))
         else:
             ctx = multiprocessing.get_context("spawn")  # (torch's threads do not survive a fork)
-            with concurrent.futures.ProcessPoolExecutor(workers, ctx, _start_worker, init) as pool:
-                pending: set[concurrent.futures.Future] = set()
-                for name, image in frames:
-                    pending.add(pool.submit(_frame, name, image))
-                    if len(pending) >= 2 * workers:  # frames in flight: bounded, a video is not read ahead
-                        finished, pending = concurrent.futures.wait(pending, return_when="FIRST_COMPLETED")
-                        for f in finished:
-                            record(*f.result())
-                for f in concurrent.futures.as_completed(pending):
-                    record(*f.result())
+            try:
+                with concurrent.futures.ProcessPoolExecutor(workers, ctx, _start_worker, init) as pool:
+                    pending: set[concurrent.futures.Future] = set()
+                    for name, image in frames:
+                        pending.add(pool.submit(_frame, name, image))
+                        if len(pending) >= 2 * workers:  # frames in flight: bounded, a video is not read ahead
+                            finished, pending = concurrent.futures.wait(pending, return_when="FIRST_COMPLETED")
+                            for f in finished:
+                                record(*f.result())
+                    for f in concurrent.futures.as_completed(pending):
+                        record(*f.result())
+            except concurrent.futures.process.BrokenProcessPool:
+                _start_worker(*init)  # a worker could not start: here, its error is the user's one line
+                raise
     bar.close()
     return done
