@@ -111,41 +111,65 @@ def test_settings_are_checked():
         merge.MergeSettings(erode=500)
 
 
+README = Path(__file__).resolve().parents[1] / "README.md"
+SMALL = {  # what each README command gets added, for made clips on a CPU in seconds
+    "extract": ["--size", "64", "--workers", "1", "--no-debug"],
+    "train": [
+        'model.options={archi="df-u",ae_dims=16,e_dims=4,d_dims=4,d_mask_dims=2}', "data.resolution=64",
+        "train.batch=4", "train.micro_batch=4", "train.kimg=0.008", "checkpoint.every_kimg=0.008",
+        "sample.every_kimg=0", "eval.every_kimg=0", "--quiet",
+    ],
+    "merge": ["--mask", "hull", "--blur", "20"],  # (the landmarks' mask: a model trained for two steps has none)
+}  # fmt: skip
+
+
+def readme_swap_commands() -> list[list[str]]:
+    """The README's "from two videos to a merged video" commands, as argument lists."""
+    import re
+    import shlex
+
+    text = README.read_text()
+    section = text[text.index("#### From two videos to a merged video") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    return [shlex.split(line.split("  #")[0]) for line in block.strip().splitlines()]
+
+
 @pytest.fixture(scope="module")
 def workflow(tmp_path_factory):
-    """The README's face-swap section on made clips: extract both, prepare with DFL's masks, train."""
-    import bigbatch
+    """The README's face swap from two videos, run as printed (sizes shrunk) on made clips."""
+    import os
 
     root = tmp_path_factory.mktemp("swap")
-    _faces.write_video(root / "src.mp4", 4, 320, 240, seed=1)
-    _faces.write_video(root / "dst.mp4", 4, 320, 240, seed=2)
-    for side in ("src", "dst"):
-        args = ["extract", str(root / f"{side}.mp4"), str(root / side), "--size", "64", "--workers", "1", "--no-debug"]
-        assert main(args) == 0
-        prepare = ["prepare", str(root / side), str(root / f"{side}.h5"), "--resolution", "64", "--masks", "dfl"]
-        assert main([*prepare, "--eyes-mouth", "dfl"]) == 0
-    cfg = bigbatch.preset("saehd_cpu").override(
-        {
-            "data.path": str(root / "src.h5"),
-            "data.dst_path": str(root / "dst.h5"),
-            "data.resolution": 64,
-            "model.options": {"archi": "df-u", "ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2},
-            "train.batch": 4,
-            "train.kimg": 0.008,
-            "checkpoint.every_kimg": 0.008,
-            "sample.every_kimg": 0.0,
-            "eval.every_kimg": 0.0,
-        }
-    )
-    run = bigbatch.train(cfg, run_dir=root / "run", quiet=True)
-    return root, run
+    _faces.write_video(root / "data_src.mp4", 4, 320, 240, seed=1)
+    _faces.write_video(root / "data_dst.mp4", 4, 320, 240, seed=2)
+    commands = readme_swap_commands()
+    assert [c[1] for c in commands] == ["extract", "extract", "prepare", "prepare", "train", "merge"]
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        for command in commands:
+            args = [a.replace("128", "64") if command[1] == "prepare" else a for a in command[1:]]
+            assert main([*args, *SMALL.get(command[1], [])]) == 0, command
+    finally:
+        os.chdir(cwd)
+    return root, root / "runs" / "swap"
 
 
-def test_extract_prepare_train_merge_video(workflow, capsys):
+def test_the_readme_swap_made_a_video_and_merged_frames(workflow):
+    import av
+
+    root, _ = workflow
+    with av.open(str(root / "result.mp4")) as c:
+        assert sorted(s.type for s in c.streams) == ["audio", "video"]  # the dst video's audio kept
+        assert c.streams.video[0].average_rate == 25 and sum(1 for _ in c.decode(video=0)) == 4
+    assert sorted(p.name for p in (root / "merged").glob("*.png")) == [f"{i + 1:05d}.png" for i in range(4)]
+
+
+def test_merge_seamless_writes_frames_masks_and_video(workflow, capsys):
     import av
 
     root, run = workflow
-    args = ["merge", str(run), str(root / "dst.mp4"), str(root / "dst"), "merged", "--video", "merged.mp4"]
+    args = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "merged", "--video", "merged.mp4"]
     # (the mask of the landmarks: a model trained for two steps has not learned one)
     assert (
         main([*args, "--mode", "seamless", "--mask", "hull", "--blur", "20", "--erode", "10", "--device", "cpu"]) == 0
@@ -162,17 +186,17 @@ def test_extract_prepare_train_merge_video(workflow, capsys):
         assert sorted(s.type for s in c.streams) == ["audio", "video"]
         assert sum(1 for _ in c.decode(video=0)) == 4
     # outside the mask the frame is untouched (up to the source video's own decode)
-    with av.open(str(root / "dst.mp4")) as c:
+    with av.open(str(root / "data_dst.mp4")) as c:
         first = next(c.decode(video=0)).to_ndarray(format="rgb24")[..., ::-1]
     assert np.abs(frame.astype(int) - first)[mask == 0].max() == 0
 
 
 def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow, capsys):
     root, run = workflow
-    assert main(["video", "frames", str(root / "dst.mp4"), "frames"]) == 0
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "frames"]) == 0
     blank = np.full((240, 320, 3), 96, np.uint8)
     cv2.imwrite("frames/00005.png", blank)
-    args = ["merge", str(run), "frames", str(root / "dst"), "out", "--color", "none"]
+    args = ["merge", str(run), "frames", str(root / "dst_aligned"), "out", "--color", "none"]
     assert main(args) == 0
     assert "Merged 4 faces into 5 frames" in capsys.readouterr().out
     assert np.array_equal(cv2.imread("out/00005.png"), blank)  # no face: the frame as it was
@@ -189,17 +213,20 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
 
 def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
     root, run = workflow
-    assert main(["video", "frames", str(root / "dst.mp4"), "frames"]) == 0
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "frames"]) == 0
     Path("frames/00002.png").unlink()
     Path("plain").mkdir()
     cv2.imwrite("plain/00001_0.jpg", np.zeros((64, 64, 3), np.uint8))  # a face with no DFL metadata
     cases = [
-        (["merge", str(run), "frames", str(root / "dst"), "o"], "not in frames (such as 00002)"),
-        (["merge", str(run), str(root / "dst.mp4"), "plain", "o"], "no DFL face metadata"),
-        (["merge", str(run), str(root / "dst.mp4"), "frames", "o"], "frames holds no aligned faces"),
-        (["merge", str(root), str(root / "dst.mp4"), str(root / "dst"), "o"], str(root)),
-        (["merge", str(run), str(root / "dst.mp4"), str(root / "dst"), "o", "--mode", "x"], "--mode 'x'"),
-        (["merge", str(run), str(root / "dst.mp4"), str(root / "dst"), "o", "--video", "o.gif"], "--video o.gif"),
+        (["merge", str(run), "frames", str(root / "dst_aligned"), "o"], "not in frames (such as 00002)"),
+        (["merge", str(run), str(root / "data_dst.mp4"), "plain", "o"], "no DFL face metadata"),
+        (["merge", str(run), str(root / "data_dst.mp4"), "frames", "o"], "frames holds no aligned faces"),
+        (["merge", str(root), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o"], str(root)),
+        (["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o", "--mode", "x"], "--mode 'x'"),
+        (
+            ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o", "--video", "o.gif"],
+            "--video o.gif",
+        ),
     ]
     for args, says in cases:
         capsys.readouterr()
