@@ -130,7 +130,8 @@ def _prepare(args: argparse.Namespace) -> None:
 def _stats(args: argparse.Namespace) -> None:
     from bigbatch.data import load_data
     from bigbatch.data.hdf5 import read_meta
-    from bigbatch.metrics import get_extractor, reference_stats
+    from bigbatch.metrics import reference_stats
+    from bigbatch.tasks.classify.features import feature_extractor
 
     if args.resolution is not None and args.resolution < 1:
         raise BigbatchError(f"--resolution must be at least 1, got {args.resolution}")
@@ -141,7 +142,7 @@ def _stats(args: argparse.Namespace) -> None:
         )
     resolution = stored or args.resolution or 32
     data = load_data(args.data, resolution)
-    ext = get_extractor(args.extractor, data=data)
+    ext = feature_extractor(args.extractor, data)  # the data set's own classifier is trained (and cached) here
     from bigbatch.metrics.features import progress
 
     with progress("stats"):

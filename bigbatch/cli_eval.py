@@ -154,8 +154,9 @@ def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
 def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
     from bigbatch.data import load_data
-    from bigbatch.metrics import evaluate, get_extractor
+    from bigbatch.metrics import evaluate
     from bigbatch.sampling import standing_stats
+    from bigbatch.tasks.classify.features import feature_extractor
     from bigbatch.tasks.gan.load import load_generator
     from bigbatch.tasks.gan.scorer import classifier_options
 
@@ -174,11 +175,11 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     kind, ref = ("data", data)
     if args.reference is not None:
         kind, ref = _eval_input(args.reference, "B", args.resolution or cfg.data.resolution)
-    extractor = get_extractor(
+    extractor = feature_extractor(
         args.extractor or e.extractor,
-        path=args.weights or e.weights or None,
-        device=device,
-        data=data if kind == "stats" else ref,  # the classifier extractor trains on the reference images
+        data if kind == "stats" else ref,  # the classifier extractor trains on the reference images
+        args.weights or e.weights or None,
+        device,
         options=classifier_options(e),
     )
     n = 50_000 if args.n is None else args.n
@@ -215,14 +216,15 @@ def _metrics_for(metrics: str, extractor: Any) -> str:
 def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """A set of images (or a data set) against B, as pytorch-fid and torch-fidelity score two inputs."""
     from bigbatch.errors import warn
-    from bigbatch.metrics import evaluate_images, extractor_for
+    from bigbatch.metrics import evaluate_images
+    from bigbatch.tasks.classify.features import feature_extractor
 
     resolution = args.resolution or 32
     _, images = _eval_input(args.path, "A", resolution)
     kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
-    extractor = extractor_for(ref, args.extractor or "auto", path=args.weights, device=device)
+    extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     scores = evaluate_images(
         images,
         ref if compares else None,

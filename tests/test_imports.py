@@ -3,13 +3,16 @@ tasks and data, and nothing but `python -m bigbatch` imports the CLI.
 
 Read from the source with `ast` (nothing is imported), counting every import statement: at module level
 and inside functions and classes, relative ones resolved, and `from pkg import name` as an import of the
-submodule pkg.name when there is one, else of pkg. Importing the root package (`import bigbatch`) is not
-an edge: every import of a submodule runs it first anyway.
+submodule pkg.name when there is one, else of pkg; and `importlib.import_module("pkg.x")` with a literal
+name (a cycle dodged so is still a cycle). Importing the root package (`import bigbatch`) is not an
+edge: every import of a submodule runs it first anyway.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import deque
 from pathlib import Path
 
@@ -48,6 +51,14 @@ def import_graph(root: Path) -> Graph:
                 base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 source = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
                 names = [f"{source}.{a.name}" if f"{source}.{a.name}" in files else source for a in node.names]
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names = [node.args[0].value]
             else:
                 continue
             for target in filter(None, map(module_of, names)):
@@ -141,6 +152,25 @@ def test_the_engine_imports_nothing_from_models_tasks_or_data():
     assert not bad, "the engine reaches models/tasks/data:\n" + "\n".join(bad)
 
 
+def test_the_metrics_import_nothing_of_the_tasks():
+    # The tasks import the metrics (the classify task trains the fcd classifier and hands it to them), so the
+    # metrics, imported for real with every submodule, must not load any task, even by name.
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import bigbatch.metrics as m\n"
+        "for info in pkgutil.walk_packages(m.__path__, 'bigbatch.metrics.'):\n"
+        "    importlib.import_module(info.name)\n"
+        "print(sorted(n for n in sys.modules if n.startswith('bigbatch.tasks')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    # And no import inside a function (which the above does not run) reaches them either.
+    graph = import_graph(PACKAGE)
+    metrics = [m for m in graph if m.startswith("bigbatch.metrics")]
+    chains = [shortest_path(graph, m, lambda t: t.startswith("bigbatch.tasks")) for m in metrics]
+    assert not [describe(graph, c) for c in chains if c]
+
+
 def test_nothing_but_python_m_bigbatch_imports_the_cli():
     # The launchers start ranks as `python -m bigbatch ...`, so they need not import the CLI that calls them.
     graph = import_graph(PACKAGE)
@@ -173,3 +203,7 @@ def test_the_checker_finds_a_cycle_made_only_of_imports_inside_functions(tmp_pat
     files["pkg/sub/c.py"] = "def g():\n    from .. import f\n    return f\n"
     graph = import_graph(write_package(tmp_path / "acyclic", files))
     assert graph["pkg.sub.c"] == {} and cycles(graph) == []
+    # importlib.import_module with a literal name is an import all the same.
+    files["pkg/sub/c.py"] = "import importlib\n\n\ndef g():\n    return importlib.import_module('pkg.a')\n"
+    graph = import_graph(write_package(tmp_path / "by_name", files))
+    assert graph["pkg.sub.c"] == {"pkg.a": 5} and cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]

