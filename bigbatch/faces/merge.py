@@ -130,6 +130,24 @@ def face_input(frame: np.ndarray, landmarks: np.ndarray, res: int, kind: align.F
     return np.clip(_warp_in(image, align.transform_mat(landmarks, res, kind), res), 0, 1)
 
 
+def _box(mats: list[tuple[np.ndarray, int]], w: int, h: int, margin: int = 4) -> tuple[int, int, int, int]:
+    """The part of a (w, h) frame the squares of `mats` (matrix, side) cover, with a margin for the bicubic
+    kernel: the only pixels a face's merge reads or changes."""
+    corners = np.concatenate(
+        [align.transform_points([(0, 0), (n, 0), (n, n), (0, n)], m, invert=True) for m, n in mats]
+    )
+    x0, y0 = (max(int(np.floor(v)) - margin, 0) for v in corners.min(0))
+    x1, y1 = (int(np.ceil(v)) + margin for v in corners.max(0))
+    return x0, y0, min(max(x1, x0 + 1), w), min(max(y1, y0 + 1), h)
+
+
+def _shift(mat: np.ndarray, x0: int, y0: int) -> np.ndarray:
+    """A frame -> face matrix for the frame's part starting at (x0, y0)."""
+    out = np.array(mat, np.float64)
+    out[:, 2] += out[:, :2] @ (x0, y0)
+    return out
+
+
 def merge_face(
     frame: np.ndarray,
     landmarks: np.ndarray,
@@ -138,18 +156,24 @@ def merge_face(
     kind: align.FaceType,
     s: MergeSettings,
     key: int = 0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """One face of a frame (RGB uint8) swapped and merged: (the frame, float32 RGB in [0, 1], and the merge mask
-    (h, w, 1)); with mode raw-predict, the model's face and its mask instead."""
-    image = frame.astype(np.float32) / 255
-    h, w = image.shape[:2]
+) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray]:
+    """One face of a frame (RGB uint8) swapped and merged, in the part of the frame it can change: (that box
+    (x0, y0, x1, y1), the merged part float32 RGB in [0, 1], its merge mask (h, w, 1)); with mode raw-predict,
+    the box is None and the model's face and mask come instead. Only the box is warped and blended (a face
+    is a small part of a 720p frame); the pixels are those DFL's full-frame merge gives."""
+    fh, fw = frame.shape[:2]
     sub = res * 4
     face_mat = align.transform_mat(landmarks, res, kind)
     out_mat = align.transform_mat(landmarks, res, kind, 1.0 + 0.01 * s.scale)
     mask_mat = align.transform_mat(landmarks, sub, kind, 1.0 + 0.01 * s.scale)
+    x0, y0, x1, y1 = box = _box([(face_mat, res), (out_mat, res), (mask_mat, sub)], fw, fh)
+    part = frame[y0:y1, x0:x1]
+    image = part.astype(np.float32) / 255
+    h, w = image.shape[:2]
+    face_mat, out_mat, mask_mat = (_shift(m, x0, y0) for m in (face_mat, out_mat, mask_mat))
 
-    dst = face_input(frame, landmarks, res, kind)
-    hull = np.clip(_warp_in(hull_mask((h, w), landmarks), face_mat, res), 0, 1)
+    dst = np.clip(_warp_in(image, face_mat, res), 0, 1)
+    hull = np.clip(_warp_in(hull_mask((h, w), np.asarray(landmarks) - (x0, y0)), face_mat, res), 0, 1)
     prd, prd_mask, dst_mask = (np.clip(np.asarray(x, np.float32), 0, 1) for x in predictor(dst))
     mask = {
         "full": lambda: np.ones_like(hull),
@@ -162,25 +186,24 @@ def merge_face(
     }[s.mask]().copy()
     mask[mask < 1 / 255] = 0  # DFL: noise
     mask = cv2.resize(mask, (sub, sub), interpolation=cv2.INTER_CUBIC)
-    raw = s.mode.startswith("raw")
-    if not raw:
+    if not s.mode.startswith("raw"):
         mask = _shape_mask(mask, res, s)
     frame_mask = np.clip(_warp_out(mask, mask_mat, (w, h)), 0, 1)[..., None]
     frame_mask[frame_mask < 1 / 255] = 0
     mask = cv2.resize(mask, (res, res), interpolation=cv2.INTER_CUBIC)[..., None]
 
     if s.mode == "original":
-        return image, frame_mask
+        return box, image, frame_mask
     if s.mode == "raw-predict":
-        return np.clip(prd, 0, 1), mask
+        return None, np.clip(prd, 0, 1), mask
     if s.mode == "raw-rgb":
         face = _warp_out(prd, out_mat, (w, h))
         square = _warp_out(np.ones_like(prd), out_mat, (w, h))
-        return np.clip(image * (1 - square) + face * square, 0, 1), frame_mask
+        return box, np.clip(image * (1 - square) + face * square, 0, 1), frame_mask
 
     inside = np.argwhere(frame_mask[..., 0] >= 0.1)
     if not inside.size or min(inside.max(0) - inside.min(0)) < 4:
-        return image, frame_mask  # nothing of the mask left to merge into: the frame as it was
+        return box, image, frame_mask  # nothing of the mask left to merge into: the frame as it was
     area = (mask > 0).astype(np.float32)
     seamless = s.mode.startswith("seamless")
     if not seamless and s.color != "none":
@@ -191,26 +214,7 @@ def merge_face(
         prd = hist_match(np.minimum(prd * m + white, 1.0), dst * m + white, s.hist_threshold).astype(np.float32)
     out = np.clip(_warp_out(prd, out_mat, (w, h)), 0, 1)
     if seamless:
-        # the mask binarised at the first tenth that leaves pixels, cloned about its bounding box's centre
-        binary = None
-        for i in range(1, 10):
-            above = frame_mask > i / 10
-            if above.any():
-                binary = frame_mask.copy()
-                binary[above] = 1.0
-                binary[binary <= i / 10] = 0.0
-                break
-        binary_u8 = (binary * 255).astype(np.uint8)
-        x, y, bw, bh = cv2.boundingRect(binary_u8)
-        try:
-            out = (
-                cv2.seamlessClone(
-                    (out * 255).astype(np.uint8), frame, binary_u8, (int(x + bw / 2), int(y + bh / 2)), cv2.NORMAL_CLONE
-                ).astype(np.float32)
-                / 255
-            )
-        except cv2.error:  # (DFL too goes on with the overlay when OpenCV cannot clone: a mask at the border)
-            pass
+        out = _clone(out, frame, frame_mask, box)
     out = image * (1 - frame_mask) + out * frame_mask
     if seamless and (s.color != "none" or s.mode == "seamless-hist-match"):
         # recoloured after cloning: the merged face taken back into the square, matched, and warped out again
@@ -220,7 +224,32 @@ def merge_face(
         if s.mode == "seamless-hist-match":
             face = hist_match(face, dst, s.hist_threshold)
         out = np.clip(image * (1 - frame_mask) + _warp_out(face, face_mat, (w, h)) * frame_mask, 0, 1)
-    return out, frame_mask
+    return box, out, frame_mask
+
+
+def _clone(out: np.ndarray, frame: np.ndarray, mask: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """DFL's seamless step: the mask binarised at the first tenth that leaves pixels, and the face cloned into
+    the whole frame (OpenCV's Poisson blending sees the frame around it) about the mask's bounding box's centre.
+    Returns the box's part of the result."""
+    x0, y0, x1, y1 = box
+    binary = None
+    for i in range(1, 10):
+        above = mask > i / 10
+        if above.any():
+            binary = mask.copy()
+            binary[above] = 1.0
+            binary[binary <= i / 10] = 0.0
+            break
+    src = frame.copy()
+    src[y0:y1, x0:x1] = (out * 255).astype(np.uint8)
+    whole = np.zeros(frame.shape[:2], np.uint8)
+    whole[y0:y1, x0:x1] = (binary[..., 0] * 255).astype(np.uint8)
+    x, y, bw, bh = cv2.boundingRect(whole)
+    try:
+        cloned = cv2.seamlessClone(src, frame, whole, (int(x + bw / 2), int(y + bh / 2)), cv2.NORMAL_CLONE)
+    except cv2.error:  # (DFL too goes on with the overlay when OpenCV cannot clone: a mask at the border)
+        return out
+    return cloned[y0:y1, x0:x1].astype(np.float32) / 255
 
 
 def merge_frame(
@@ -234,18 +263,33 @@ def merge_frame(
 ) -> tuple[np.ndarray, np.ndarray]:
     """A frame (RGB uint8) with each face (its source landmarks) swapped in: (RGB uint8, the merge mask uint8),
     each face merged into the original frame and the results laid over one another, as DFL's MergeMasked;
-    8-bit by truncation, as DFL converts. A frame without faces comes back as it was, with an empty mask."""
-    if not faces:
-        return frame.copy(), np.zeros(frame.shape[:2], np.uint8)
+    8-bit by truncation, as DFL converts (outside the faces, the frame's own values). A frame without faces
+    comes back as it was, with an empty mask; mode raw-predict gives the model's face and mask instead."""
+    out, mask_out = frame.copy(), np.zeros(frame.shape[:2], np.uint8)
+    merged = [merge_face(frame, lm, predictor, res, kind, s, key) for lm in faces]
+    if s.mode == "raw-predict" and merged:
+        face, mask = merged[0][1], merged[0][2]
+        return (face * 255).astype(np.uint8), (mask[..., 0] * 255).astype(np.uint8)
+    if not merged:
+        return out, mask_out
+    # the faces' parts laid over one another inside the box that holds them all
+    x0, y0 = min(b[0] for b, _, _ in merged), min(b[1] for b, _, _ in merged)
+    x1, y1 = max(b[2] for b, _, _ in merged), max(b[3] for b, _, _ in merged)
+    base = frame[y0:y1, x0:x1].astype(np.float32) / 255
     final = final_mask = None
-    for landmarks in faces:
-        out, mask = merge_face(frame, landmarks, predictor, res, kind, s, key)
+    for (bx0, by0, bx1, by1), part, mask in merged:
+        face = base.copy()
+        face[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = part
+        whole = np.zeros((*base.shape[:2], 1), np.float32)
+        whole[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = mask
         if final is None:
-            final, final_mask = out, mask
+            final, final_mask = face, whole
         else:
-            final = final * (1 - mask) + out * mask
-            final_mask = np.clip(final_mask + mask, 0, 1)
-    return (final * 255).astype(np.uint8), (final_mask[..., 0] * 255).astype(np.uint8)
+            final = final * (1 - whole) + face * whole
+            final_mask = np.clip(final_mask + whole, 0, 1)
+    out[y0:y1, x0:x1] = (final * 255).astype(np.uint8)
+    mask_out[y0:y1, x0:x1] = (final_mask[..., 0] * 255).astype(np.uint8)
+    return out, mask_out
 
 
 # -- bigbatch merge: a run, frames and aligned faces -> merged frames (and a video) ----------------------------------
@@ -373,12 +417,16 @@ def merge_folder(
     def flush(chunk: list[tuple[int, str, np.ndarray]]) -> None:
         # The model sees the chunk's faces in batches; the frames are merged on threads (OpenCV lets go of the GIL).
         inputs = [face_input(frame, lm, res, kind) for _, stem, frame in chunk for lm in faces.get(stem, [])]
+        torch.set_num_threads(threads)  # the model's convolutions take every core
         outputs = iter(swap(inputs))
         work = [(i, stem, frame, [next(outputs) for _ in faces.get(stem, [])]) for i, stem, frame in chunk]
+        # one thread a frame: torch's small colour-transfer ops on several threads each were 7x slower
+        torch.set_num_threads(1)
         list(pool.map(lambda a: finish(*a), work))
         bar.update(len(chunk))
 
     n = merged = 0
+    threads = torch.get_num_threads()
     chunk: list[tuple[int, str, np.ndarray]] = []
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         for i, (name, image) in enumerate(source.frames(skip=set())):
@@ -396,5 +444,6 @@ def merge_folder(
                 chunk = []
         if chunk:
             flush(chunk)
+    torch.set_num_threads(threads)
     bar.close()
     return n, merged
