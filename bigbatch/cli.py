@@ -385,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--reference-n",
         type=int,
-        help="images of B for its statistics, a seeded subset (default: all; a run: eval.reference_n)",
+        help="images of B for its statistics, a seeded subset (0 or unset: all; a run: eval.reference_n)",
     )
     ev.add_argument(
         "--extractor",

@@ -19,6 +19,12 @@ def run_eval(args: argparse.Namespace) -> None:
     from bigbatch.metrics import parse_metrics
     from bigbatch.metrics.features import progress
 
+    for given in (args.path, args.reference):
+        if given and "=" in given and not Path(given).exists():  # (argparse took it for B)
+            raise BigbatchError(
+                f"{given!r} looks like a key=value override, which eval does not take: its options are flags "
+                "(bigbatch eval --help); a run's eval settings come from its config"
+            )
     task = _task_of(args.path, args.checkpoint) if _is_run(args.path) else None
     if args.dst is not None and task != "swap":
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
@@ -53,9 +59,11 @@ def run_eval(args: argparse.Namespace) -> None:
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool({"fid", "kid"} & set(parse_metrics(args.metrics)))  # IS alone needs no reference
-    for flag in ("n", "reference_n", "batch_size"):
+    for flag in ("n", "batch_size"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise BigbatchError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    if args.reference_n is not None and args.reference_n < 0:  # 0: all of B, as eval.reference_n = 0
+        raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)
     if not run:
         _check_exists(args.path, "A")
@@ -151,6 +159,16 @@ def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
     return min(n or len(ref), len(ref))
 
 
+def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str) -> None:
+    """A subset of B asked for when B is statistics (which cannot be subset): one line, not ignored."""
+    if kind == "stats" and reference_n:
+        n = ref.meta.get("n")
+        raise BigbatchError(
+            f"{where} {reference_n} asks for a subset of B's images, and B is statistics"
+            f"{f' of {n} images' if n else ''}, made from the images they were: drop it, or give B's images"
+        )
+
+
 def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
     from bigbatch.data import load_data
@@ -183,7 +201,9 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
         options=classifier_options(e),
     )
     n = 50_000 if args.n is None else args.n
-    reference_n = args.reference_n or e.reference_n or None
+    reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
+    if args.reference_n:
+        _subset_of_stats(kind, ref, reference_n, "--reference-n")
     scores = evaluate(
         G,
         data,
@@ -224,6 +244,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
+    _subset_of_stats(kind, ref, args.reference_n, "--reference-n")
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     scores = evaluate_images(
         images,
@@ -233,7 +254,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
         extractor=extractor,
         batch_size=args.batch_size or 64,
         seed=args.seed or 0,
-        reference_n=args.reference_n,
+        reference_n=args.reference_n or None,  # 0: all
     )
     out = {"images": args.path, "n": min(args.n or len(images), len(images)), "extractor": extractor.name}
     if compares:

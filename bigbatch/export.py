@@ -120,6 +120,7 @@ def export(run: str | Path, out: str | Path, which: str = "latest", fmt: str = "
         raise BigbatchError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     d = deployable(run, which)
     data = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)  # (every command makes the folders its output names)
     atomic_write(Path(out), data)
     return Path(out), d.usage
 

@@ -109,7 +109,9 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     # predict: an image at the data's size, one to shrink, one to enlarge, odd sizes (center square, resized).
     import onnxruntime
 
-    assert main(["export", str(run), str(tmp_path / "model.pt")]) == 0
+    # the folders the output names are made, as by every command that writes a file (sample --out, prepare, ...)
+    assert main(["export", str(run), str(tmp_path / "new" / "deep" / "model.pt")]) == 0
+    (tmp_path / "new" / "deep" / "model.pt").rename(tmp_path / "model.pt")
     assert main(["export", str(run), str(tmp_path / "model.onnx")]) == 0  # the format its name says (was TorchScript)
     model = torch.jit.load(str(tmp_path / "model.pt"))
     assert list(model.class_names) == [str(i) for i in range(10)]

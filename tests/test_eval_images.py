@@ -147,6 +147,18 @@ def test_statistics_files_stand_for_their_data_set(sets, capsys):
     (cached,) = (sets / "cache" / "stats").glob("*.safetensors")
     from_cache = score(capsys, sets / "a", cached, "--metrics", "fid,kid")
     assert from_cache["fid"] == direct["fid"] and from_cache["kid"] == direct["kid"] and from_cache["reference_n"] == 40
+    # a subset of statistics cannot be taken: said, not ignored; 0 means all, as eval.reference_n = 0 does
+    assert main(["eval", str(sets / "a"), str(cached), "--metrics", "fid", "--reference-n", "10"]) == 2
+    assert (
+        "--reference-n 10 asks for a subset of B's images, and B is statistics of 40 images" in capsys.readouterr().err
+    )
+    everything = score(capsys, sets / "a", sets / "ref.h5", "--metrics", "fid,kid", "--reference-n", "0")
+    assert everything["fid"] == direct["fid"] and everything["reference_n"] == 40
+    assert main(["eval", str(sets / "a"), str(sets / "ref.h5"), "--reference-n", "-1"]) == 2
+    assert "--reference-n must be 0 (all of B) or more, got -1" in capsys.readouterr().err
+    # an override after A is not read as B
+    assert main(["eval", str(sets / "a"), "eval.reference_n=10"]) == 2
+    assert "'eval.reference_n=10' looks like a key=value override, which eval does not take" in capsys.readouterr().err
 
 
 def test_a_generators_samples_score_as_the_generator_and_statistics_as_their_data(tmp_path):

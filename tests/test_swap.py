@@ -307,7 +307,12 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "a.jpg").write_bytes(b"\xff\xd8 not a jpeg")
     out = cli("swap", str(run), str(tmp_path / "broken"), str(tmp_path / "o"))
-    assert out.returncode == 2 and "a.jpg is not a usable image" in out.stderr and not (tmp_path / "o").exists()
+    assert out.returncode == 2 and "holds no readable image" in out.stderr and not (tmp_path / "o").exists()
+    # one unreadable face among good ones: skipped and named, as predict and extract do, the rest swapped
+    Image.open(tmp_path / "dst" / "img" / "00.png").save(tmp_path / "broken" / "b.png")
+    out = cli("swap", str(run), str(tmp_path / "broken"), str(tmp_path / "o"))
+    assert out.returncode == 0 and "bigbatch: skipped a.jpg: not a readable image" in out.stderr
+    assert "Swapped 1 faces" in out.stdout and sorted(p.name for p in (tmp_path / "o").glob("*.png")) == ["b.png"]
     out = cli("swap", str(tmp_path / "nowhere"), str(tmp_path / "dst" / "img"), str(tmp_path / "o"))
     assert out.returncode == 2 and "or a DeepFaceLab SAEHD model folder" in out.stderr
     (tmp_path / "a_file").write_text("")

@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import io
 import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -269,22 +270,28 @@ def swap_folder(
         stems[f.stem] = f
     model = load_autoencoder(path, device)
     res = model.resolution
+    done = 0
     for i in range(0, len(files), batch):
-        faces, originals = [], []
+        faces, originals, names = [], [], []
         for f in files[i : i + batch]:
-            try:
+            try:  # one rule with predict and extract: an unreadable file is skipped and named, not fatal
                 with Image.open(f) as img:
                     rgb = img.convert("RGB")
-            except (OSError, ValueError) as e:
-                raise BigbatchError(f"{f} is not a usable image ({e})") from None
+            except (OSError, ValueError, SyntaxError) as e:
+                print(f"bigbatch: skipped {f.name}: not a readable image ({e})", file=sys.stderr)
+                continue
             if rgb.width != rgb.height:
                 warn(f"{f} is {rgb.width}x{rgb.height}, not square as aligned faces are: stretched to the model's "
                      "square, and its swap back to the image's shape", once=True)  # fmt: skip
             originals.append(np.asarray(rgb))
             faces.append(np.asarray(rgb.resize((res, res), Image.Resampling.LANCZOS)))
+            names.append(f)
+        if not faces:
+            continue
         swapped, masks = swap_faces(model, torch.from_numpy(np.stack(faces)), batch, color_transfer, first=i)
         (out_dir / "masks").mkdir(parents=True, exist_ok=True)  # made once there is something to write
-        for f, original, face, mask in zip(files[i : i + batch], originals, swapped, masks):
+        done += len(names)
+        for f, original, face, mask in zip(names, originals, swapped, masks):
             face_image, mask_image = Image.fromarray(face.numpy()), Image.fromarray(mask.numpy())
             size = (original.shape[1], original.shape[0])
             if size != face_image.size:  # back to the input's size, as DFL's merger pastes its face
@@ -294,7 +301,9 @@ def swap_folder(
             blended = np.asarray(face_image, np.float32) * m + original.astype(np.float32) * (1 - m)
             _save_png(Image.fromarray(blended.round().astype(np.uint8)), out_dir / f"{f.stem}.png")
             _save_png(mask_image, out_dir / "masks" / f"{f.stem}.png")
-    return len(files)
+    if not done:
+        raise BigbatchError(f"{in_dir} holds no readable image (each one skipped above)")
+    return done
 
 
 def _save_png(image: Image.Image, path: Path) -> None:
