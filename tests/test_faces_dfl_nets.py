@@ -9,6 +9,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
+import torch
 
 from bigbatch.cli import main
 from bigbatch.faces import dfl_nets
@@ -56,3 +58,105 @@ def test_bad_weight_folders_are_one_line(tmp_path, capsys):
 
 
 GOLDEN_PATH = Path(__file__).parent / "data" / "dfl_detect_golden.npz"
+GOLDEN = np.load(GOLDEN_PATH, allow_pickle=False)
+
+
+def _made_weights(model: str) -> dict[str, np.ndarray]:
+    """The golden data's weights, drawn again by its recipe (bench/dfl_golden_detect.py's docstring): per key in
+    sorted order, a normal draw scaled by its kind, times its gain, plus its last-channel offset."""
+    rng = np.random.default_rng(int(GOLDEN[f"{model}_seed"]))
+    keys, shapes, ranks = GOLDEN[f"{model}_keys"], GOLDEN[f"{model}_shapes"], GOLDEN[f"{model}_ranks"]
+    kinds, gains, offsets = GOLDEN[f"{model}_kinds"], GOLDEN[f"{model}_gain"], GOLDEN[f"{model}_last_offset"]
+    out = {}
+    for key, shape, rank, kind, gain, offset in zip(keys, shapes, ranks, kinds, gains, offsets):
+        shape = tuple(int(v) for v in shape[:rank])
+        z = rng.standard_normal(shape)
+        if kind == "conv":
+            base = np.sqrt(2.0 / np.prod(shape[:-1])) * z
+        elif kind == "bias":
+            base = 0.05 * z
+        elif kind == "scale":
+            base = 1.0 + 0.1 * z
+        elif kind == "mean":
+            base = 0.1 * z
+        else:
+            base = 1.0 + 0.1 * np.abs(z)
+        w = gain * base
+        w[..., -1] += offset
+        out[str(key)] = w.astype(np.float32)
+        assert abs(float(out[str(key)].sum()) - float(GOLDEN[f"{model}_sum"][list(keys).index(key)])) < 1e-2
+    return out
+
+
+@pytest.fixture(scope="module")
+def facelib(tmp_path_factory) -> Path:
+    """A DFL facelib/ folder with the golden data's weights, pickled as DFL's save_weights writes them."""
+    folder = tmp_path_factory.mktemp("facelib")
+    for model, name in (("s3fd", dfl_nets.S3FD_FILE), ("fan", dfl_nets.FAN_FILE)):
+        (folder / name).write_bytes(pickle.dumps(_made_weights(model), 4))
+    return folder
+
+
+def _rgb(bgr: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(bgr[..., ::-1])
+
+
+def test_s3fd_is_dfls_layer_for_layer_and_box_for_box(facelib):
+    detector = dfl_nets.S3FDDetector(facelib)
+    image = GOLDEN["s3fd_0_image"]
+    small = cv2.resize(_rgb(image), (320, 240), interpolation=cv2.INTER_LINEAR)
+    x = torch.from_numpy(small.astype(np.float32)).permute(2, 0, 1)[None]
+    with torch.inference_mode():
+        levels = detector.net(x)
+    for i, (scores, offsets) in enumerate(levels, 1):
+        want_cls, want_reg = GOLDEN[f"s3fd_0_cls{i}"], GOLDEN[f"s3fd_0_reg{i}"]
+        np.testing.assert_allclose(scores[0].permute(1, 2, 0).numpy(), want_cls, atol=1e-4)
+        np.testing.assert_allclose(offsets[0].permute(1, 2, 0).numpy(), want_reg, atol=2e-3 * np.abs(want_reg).max())
+    # DFL's decoding of DFL's own outputs gives DFL's boxes (decode is checked apart from the network)
+    dfl_levels = [(GOLDEN[f"s3fd_0_cls{i}"].transpose(2, 0, 1), GOLDEN[f"s3fd_0_reg{i}"].transpose(2, 0, 1))
+                  for i in range(1, 7)]  # fmt: skip
+    assert np.array_equal(np.array(dfl_nets.decode(dfl_levels)), GOLDEN["s3fd_0_refine"])
+    # the whole extract: sizing, decoding, the 40-px floor, the longer box, the order
+    for k, frame in ((0, image), (1, None)):
+        if frame is None:  # a 320x240 window: (top, left, height, width)
+            y0, x0, h, w = (int(v) for v in GOLDEN["s3fd_1_image_window"])
+            frame = image[y0 : y0 + h, x0 : x0 + w]
+        found = [d.box.astype(np.int64) for d in detector(_rgb(frame))]
+        assert np.array_equal(np.array(found).reshape(-1, 4), GOLDEN[f"s3fd_{k}_rects"]), k
+
+
+def test_fan_is_dfls_crop_heatmap_and_point(facelib):
+    landmarks = dfl_nets.FANLandmarks(facelib)
+    image = _rgb(GOLDEN["s3fd_0_image"])
+    for j, rect in enumerate(GOLDEN["fan_rects"]):
+        centre, scale = GOLDEN["fan_centers"][j], float(GOLDEN["fan_scales"][j])
+        crop = dfl_nets.fan_crop(image, centre, scale)
+        assert np.array_equal(crop, GOLDEN["fan_crops"][j])
+        x = torch.from_numpy(crop.astype(np.float32) / 255).permute(2, 0, 1)[None]
+        with torch.inference_mode():
+            maps = landmarks.net(x)[0].numpy()
+        want = GOLDEN[f"fan_heatmaps_f16_{j}"].astype(np.float32)
+        got = maps if j == 0 else maps[GOLDEN["fan_heatmap_subset"]]
+        np.testing.assert_allclose(got, want, atol=2e-3 * np.abs(want).max())
+        # DFL's decoding of the stored heatmaps, exactly
+        np.testing.assert_allclose(dfl_nets.heatmap_points(want, centre, scale), GOLDEN[f"fan_pts_from_f16_{j}"],
+                                   atol=1e-9)  # fmt: skip
+        # the whole landmarker: points where DFL's argmax is not a near tie
+        firm = GOLDEN["fan_argmax_gap"][j] > 1e-2 * float(GOLDEN["fan_heatmap_absmax"][j])
+        got_pts = landmarks(image, rect.astype(np.float64))
+        np.testing.assert_allclose(got_pts[firm], GOLDEN["fan_landmarks"][j][firm], atol=1e-4)
+    firm = (GOLDEN["fan_multi_argmax_gap"] > 1e-2 * GOLDEN["fan_multi_heatmap_absmax"][:, None]).all(0)
+    got = landmarks(image, GOLDEN["fan_multi_rects"][0].astype(np.float64), samples=True)
+    np.testing.assert_allclose(got[firm], GOLDEN["fan_multi_landmarks"][0][firm], atol=1e-4)
+
+
+def test_dfls_second_pass_through_the_extractor(facelib):
+    """FAN on a box, the face aligned to full at 256, S3FD there (one face), FAN's five samples, mapped back."""
+    from bigbatch.faces.extract import Extractor, Settings
+
+    extractor = Extractor(Settings(detector="dfl"), dfl_weights=facelib)
+    image = _rgb(GOLDEN["s3fd_0_image"])
+    first = extractor.landmarks(image, GOLDEN["fan_second_rects"][0].astype(np.float64))
+    np.testing.assert_allclose(first, GOLDEN["fan_second_first_pass_pts"], atol=1e-3)
+    refined = extractor._refine(image, first)
+    np.testing.assert_allclose(refined, GOLDEN["fan_second_landmarks"][0], atol=1e-2)

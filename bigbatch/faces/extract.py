@@ -29,7 +29,7 @@ import numpy as np
 from bigbatch.data.dfl_faces import write_metadata
 from bigbatch.errors import BigbatchError
 from bigbatch.faces import align
-from bigbatch.faces.video import Video, frame_name, is_video
+from bigbatch.faces.video import VIDEO_SUFFIXES, Video, frame_name, is_video
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 JOURNAL = ".extract.jsonl"
@@ -60,8 +60,8 @@ class Face:
 
 
 class FrameSource:
-    """Where the frames come from, parsed once from SRC: `names` in order; `frames()` yields (name, RGB image or
-    None when the file does not decode)."""
+    """Where the frames come from, parsed once from SRC (a video, a folder of images, a glob or one image):
+    `count`, `names()` in order, and `frames()`."""
 
     def __init__(self, src: str) -> None:
         path = Path(src)
@@ -74,7 +74,7 @@ class FrameSource:
         elif path.is_file():
             if path.suffix.lower() not in IMAGE_SUFFIXES:
                 raise BigbatchError(
-                    f"{src} is neither an image ({', '.join(IMAGE_SUFFIXES)}) nor a video ({', '.join(_videos())})"
+                    f"{src} is neither an image ({', '.join(IMAGE_SUFFIXES)}) nor a video ({', '.join(VIDEO_SUFFIXES)})"
                 )
             self.files = [path]
         elif path.is_dir():
@@ -114,12 +114,6 @@ class FrameSource:
         for p in self.files:
             if p.name not in skip:
                 yield p.name, p
-
-
-def _videos() -> tuple[str, ...]:
-    from bigbatch.faces.video import VIDEO_SUFFIXES
-
-    return VIDEO_SUFFIXES
 
 
 def read_image(path: Path) -> np.ndarray | None:
