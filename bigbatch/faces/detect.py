@@ -190,9 +190,14 @@ class MTCNN:
 
         # Proposals: the 12-pixel net over a pyramid whose largest level makes a min_face face 12 pixels.
         scale, found = 12.0 / (min_face or self.min_face), []
-        full = self._tensor(image[None])
+        on_cpu = self.device.type == "cpu"  # (OpenCV's area resize is 5x torch's there; on a GPU, torch's)
+        full = image.astype(np.float32) if on_cpu else self._tensor(image[None])
         while min(h, w) * scale >= 12:
-            level = F.interpolate(full, size=(int(h * scale + 1), int(w * scale + 1)), mode="area")
+            size = (int(h * scale + 1), int(w * scale + 1))
+            if on_cpu:
+                level = self._tensor(cv2.resize(full, size[::-1], interpolation=cv2.INTER_AREA)[None])
+            else:
+                level = F.interpolate(full, size=size, mode="area")
             reg, prob = pnet(level)
             prob, reg = prob[0, 1].cpu().numpy(), reg[0].cpu().numpy()
             ys, xs = np.nonzero(prob >= t1)
