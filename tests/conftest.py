@@ -1,4 +1,6 @@
 import os
+import shutil
+from pathlib import Path
 
 # Idle torch threads sleep instead of spinning: on a shared 2-core machine spinning made Inception 5x slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -40,15 +42,42 @@ RESTART_ARGS = ["train.batch=32", "train.micro_batch=8", "train.kimg=0.512", "ch
 """The 2-process run the elastic-restart tests (torchrun, Dask) kill a rank of, on top of test_distributed.ARGS."""
 
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """`make(folder)` run once for the whole test run, under pytest-xdist too: a session fixture is made once
+    per worker, so two tests on two workers made the same run twice. The first worker to ask makes it (the
+    other waits on the lock) in the folder the workers share; its output is read, never written, by tests."""
+    from filelock import FileLock  # (torch's own dependency)
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder of every worker's basetemp
+    folder, done = root / f"made-once-{name}", root / f"made-once-{name}.done"
+    with FileLock(str(root / f"made-once-{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # (left by a make that failed)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def uninterrupted(tmp_path_factory):
     """The run directory of RESTART_ARGS trained by 2 torchrun processes, left alone: what a run that
-    lost a rank and restarted must end with. Trained once for the session."""
+    lost a rank and restarted must end with. Trained once for the test run."""
     from test_distributed import train
 
-    run = tmp_path_factory.mktemp("uninterrupted") / "whole"
-    train(run, 2, *RESTART_ARGS)
-    return run
+    return made_once(tmp_path_factory, "uninterrupted", lambda d: train(d / "whole", 2, *RESTART_ARGS)) / "whole"
+
+
+@pytest.fixture(scope="session")
+def one_process_run(tmp_path_factory):
+    """The last checkpoint of test_distributed.ARGS at batch 32 = micro-batch 8 x accumulation 4, trained by one
+    process: what 2 ranks launched any way (torchrun's nodes, Dask, Ray) must equal. Trained once for the test run."""
+    from test_distributed import train
+
+    made = made_once(tmp_path_factory, "one", lambda d: train(d / "one", 1, "train.batch=32", "train.micro_batch=8"))
+    return made / "one" / "checkpoints" / "000000.256"
 
 
 @pytest.fixture

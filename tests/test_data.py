@@ -17,6 +17,14 @@ def test_digits_upscaled_uint8_nhwc():
     assert d.images.shape == (1797, 32, 32, 3) and d.images.dtype == torch.uint8
     assert d.n_classes == 10 and sorted(d.labels.unique().tolist()) == list(range(10))
     assert d.images.max() > 200 and d.images.min() == 0
+    # Read from scikit-learn's CSV without importing it: the images and labels its load_digits gives.
+    from sklearn.datasets import load_digits
+
+    ref = load_digits()
+    assert torch.equal(
+        load_data("builtin:digits", 8).images[..., 0], torch.from_numpy(ref.images * 255 / 16).round().byte()
+    )
+    assert torch.equal(d.labels, torch.from_numpy(ref.target).long())
 
 
 def _write_idx(path: Path, array: np.ndarray) -> None:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 from conftest import RESTART_ARGS
-from test_distributed import ARGS, max_rel, train
+from test_distributed import ARGS, max_rel
 
 import bigbatch
 import bigbatch.checkpoints
@@ -139,7 +139,7 @@ def launch(scheduler, *command):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
+def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch, one_process_run):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' environment, which their ranks inherit
     with local_cluster(2, dashboard_address=None) as cluster:
         ok = launch(
@@ -161,9 +161,8 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch):
     )
     # Same batch, micro-batch and data as one process with accumulation 4: the same weights.
     dask = tmp_path / "dask" / "checkpoints" / "000000.256"
-    one = train(tmp_path / "one", 1, "train.batch=32", "train.micro_batch=8")
     for net in ("G", "D", "G_ema"):
-        assert max_rel(one, dask, net) <= 1e-4, net
+        assert max_rel(one_process_run, dask, net) <= 1e-4, net
     assert '"world_size": 2' in (tmp_path / "dask" / "plan.json").read_text()
     # Ctrl-C in a terminal (SIGINT to the launcher's whole process group: its local Dask workers too, which
     # died of it with tracebacks, losing the ranks) stops every rank: they save one checkpoint together, exit 0.
@@ -203,7 +202,7 @@ def stop_a_long_launch(run_dir, sig, engine="dask"):
     return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out_lines), err)
 
 
-def test_ray_actors_train_the_weights_of_one_process(tmp_path):
+def test_ray_actors_train_the_weights_of_one_process(tmp_path, one_process_run):
     pytest.importorskip("ray")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     base = [sys.executable, "-m", "bigbatch.cli", "launch", "ray", "--local", "2", "--", "train"]
@@ -216,9 +215,8 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path):
     )
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert "Done:" in ok.stdout  # rank 0's output reaches the launcher
-    one = train(tmp_path / "one", 1, "train.batch=32", "train.micro_batch=8")
     for net in ("G", "D", "G_ema"):
-        assert max_rel(one, tmp_path / "ray" / "checkpoints" / "000000.256", net) <= 1e-4, net
+        assert max_rel(one_process_run, tmp_path / "ray" / "checkpoints" / "000000.256", net) <= 1e-4, net
     bad = subprocess.run(
         [*base, "model.name=nope", "--run-dir", str(tmp_path / "bad")],
         env=env,
