@@ -188,7 +188,6 @@ class Decoder(nn.Module):
     def forward(self, z: torch.Tensor | None, twin: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(image, mask) of codes `z`; with `twin` (liae), first of the codes [twin, twin] (see Upscale)."""
         x = self.upscale0(z, twin)
-        m = self.upscalem0(z, twin)
         for i in range(self.n):
             x = getattr(self, f"res{i}")(x if i == 0 else getattr(self, f"upscale{i}")(x))
         if self.d:  # the four output convs as one (the 1×1 inside a zero 3×3): 3x faster than four of 3 channels
@@ -198,9 +197,14 @@ class Decoder(nn.Module):
             x = torch.sigmoid(depth_to_space(x))
         else:
             x = torch.sigmoid(self.out_conv(x))
+        return x, self.mask(z, twin)
+
+    def mask(self, z: torch.Tensor | None, twin: torch.Tensor | None = None) -> torch.Tensor:
+        """The mask branch alone (a merge needs the dst path's mask, not its image: 40% of a swap's work)."""
+        m = self.upscalem0(z, twin)
         for i in range(1, self.nm):
             m = getattr(self, f"upscalem{i}")(m)
-        return x, torch.sigmoid(self.out_convm(m))
+        return torch.sigmoid(self.out_convm(m))
 
 
 class SAEHD(nn.Module):
@@ -305,12 +309,11 @@ class SAEHD(nn.Module):
         code = self.encoder(x)
         if self.kind == "df":
             z = self.inter(code)
-            (image, mask), (_, dst_mask) = self.decoder_src(z), self.decoder_dst(z)
+            (image, mask), dst_mask = self.decoder_src(z), self.decoder_dst.mask(z)
             return image, mask, dst_mask
         ab = self.inter_AB(code)
         image, mask = self.decoder(None, twin=ab)
-        _, dst_mask = self.decoder(torch.cat([self.inter_B(code), ab], dim=1))
-        return image, mask, dst_mask
+        return image, mask, self.decoder.mask(torch.cat([self.inter_B(code), ab], dim=1))
 
 
 @register(init="xavier", task="swap")
