@@ -428,22 +428,24 @@ def merge_folder(
     n = merged = 0
     threads = torch.get_num_threads()
     chunk: list[tuple[int, str, np.ndarray]] = []
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        for i, (name, image) in enumerate(source.frames(skip=set())):
-            stem = Path(name).stem
-            n, merged = n + 1, merged + len(faces.get(stem, ()))
-            if stem in done:
-                bar.update(1)
-                continue
-            frame = read_image(image) if isinstance(image, Path) else image
-            if frame is None:
-                raise BigbatchError(f"{image} does not decode as an image")
-            chunk.append((i, stem, frame))
-            if len(chunk) == BATCH:
+    try:
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            for i, (name, image) in enumerate(source.frames(skip=set())):
+                stem = Path(name).stem
+                n, merged = n + 1, merged + len(faces.get(stem, ()))
+                if stem in done:
+                    bar.update(1)
+                    continue
+                frame = read_image(image) if isinstance(image, Path) else image
+                if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
+                    raise BigbatchError(f"{image} does not decode as an image")
+                chunk.append((i, stem, frame))
+                if len(chunk) == BATCH:
+                    flush(chunk)
+                    chunk = []
+            if chunk:
                 flush(chunk)
-                chunk = []
-        if chunk:
-            flush(chunk)
-    torch.set_num_threads(threads)
-    bar.close()
+    finally:
+        torch.set_num_threads(threads)  # (the caller's, whatever happened)
+        bar.close()
     return n, merged
