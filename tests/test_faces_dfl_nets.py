@@ -97,12 +97,21 @@ def facelib(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def extractor(facelib):
+    """bigbatch's extractor on DFL's nets, loaded once: its detect is S3FD, its landmarks 2DFAN."""
+    from bigbatch.faces.extract import Extractor, Settings
+
+    return Extractor(Settings(detector="dfl"), dfl_weights=facelib)
+
+
 def _rgb(bgr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bgr[..., ::-1])
 
 
-def test_s3fd_is_dfls_layer_for_layer_and_box_for_box(facelib):
-    detector = dfl_nets.S3FDDetector(facelib)
+def test_s3fd_is_dfls_layer_for_layer_and_box_for_box(extractor):
+    detector = extractor.detect
+    assert isinstance(detector, dfl_nets.S3FDDetector) and isinstance(extractor.landmarks, dfl_nets.FANLandmarks)
     image = GOLDEN["s3fd_0_image"]
     small = cv2.resize(_rgb(image), (320, 240), interpolation=cv2.INTER_LINEAR)
     x = torch.from_numpy(small.astype(np.float32)).permute(2, 0, 1)[None]
@@ -125,8 +134,8 @@ def test_s3fd_is_dfls_layer_for_layer_and_box_for_box(facelib):
         assert np.array_equal(np.array(found).reshape(-1, 4), GOLDEN[f"s3fd_{k}_rects"]), k
 
 
-def test_fan_is_dfls_crop_heatmap_and_point(facelib):
-    landmarks = dfl_nets.FANLandmarks(facelib)
+def test_fan_is_dfls_crop_heatmap_and_point(extractor):
+    landmarks = extractor.landmarks
     image = _rgb(GOLDEN["s3fd_0_image"])
     for j, rect in enumerate(GOLDEN["fan_rects"]):
         centre, scale = GOLDEN["fan_centers"][j], float(GOLDEN["fan_scales"][j])
@@ -150,11 +159,8 @@ def test_fan_is_dfls_crop_heatmap_and_point(facelib):
     np.testing.assert_allclose(got[firm], GOLDEN["fan_multi_landmarks"][0][firm], atol=1e-4)
 
 
-def test_dfls_second_pass_through_the_extractor(facelib):
+def test_dfls_second_pass_through_the_extractor(extractor):
     """FAN on a box, the face aligned to full at 256, S3FD there (one face), FAN's five samples, mapped back."""
-    from bigbatch.faces.extract import Extractor, Settings
-
-    extractor = Extractor(Settings(detector="dfl"), dfl_weights=facelib)
     image = _rgb(GOLDEN["s3fd_0_image"])
     first = extractor.landmarks(image, GOLDEN["fan_second_rects"][0].astype(np.float64))
     np.testing.assert_allclose(first, GOLDEN["fan_second_first_pass_pts"], atol=1e-3)

@@ -307,9 +307,9 @@ def _face_type_of(run: str, model: torch.nn.Module) -> str | None:
         file = folder / f"{name}_SAEHD_data.dat" if name else next(folder.glob("*_SAEHD_data.dat"))
         data = read_pickle(file)
         return (data.get("options") or {}).get("face_type") if isinstance(data, dict) else None
-    ckpt = getattr(model, "checkpoint", None)
+    ckpt, cfg = getattr(model, "checkpoint", None), getattr(model, "config", None)
     known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
-    return known or getattr(getattr(model, "config", None), "swap", None) and model.config.swap.face_type
+    return known or (cfg.swap.face_type if cfg is not None else None)
 
 
 def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:

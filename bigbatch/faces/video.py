@@ -80,14 +80,13 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
     returns how many. Each PNG is written whole (temporary name, then renamed)."""
     import cv2
 
+    if fps is not None and fps <= 0:
+        raise BigbatchError(f"--fps must be positive, got {fps}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = 0
     with Video(video) as v:
+        out.mkdir(parents=True, exist_ok=True)
+        written, due = 0, 0.0
         step = float(v.rate) / fps if fps else 1.0
-        if fps is not None and fps <= 0:
-            raise BigbatchError(f"--fps must be positive, got {fps}")
-        due = 0.0
         for i, frame in enumerate(v.frames()):
             if i + 1e-9 < due:
                 continue
