@@ -71,16 +71,14 @@ import hashlib
 import importlib
 import os
 import pickle
-import subprocess
 import sys
 import time
-import types
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import cv2
 import numpy as np
+from _dfl_golden import astronaut_bgr, dfl_commit, open_checkout, write_golden
 
 S3FD_SEED = 20261128
 FAN_SEED = 20261129
@@ -106,24 +104,12 @@ SECOND_PASS_RECT = (190, 60, 350, 250)
 
 def import_dfl(dfl: Path) -> SimpleNamespace:
     """leras initialised on the CPU, and DFL's extractor modules, imported from the checkout at `dfl` unchanged."""
-    dfl = dfl.resolve()
-    if not (dfl / "facelib" / "S3FDExtractor.py").is_file():
-        raise SystemExit(f"{dfl} is not a DeepFaceLab checkout (no facelib/S3FDExtractor.py)")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")  # CPU only, whatever TensorFlow wheel is installed
     # Two threads: this runs on small shared machines. TensorFlow reads these when it makes its thread pools.
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "2")
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
-    sys.path.insert(0, str(dfl))
-    # facelib/__init__ imports FaceEnhancer and XSeg too: registered as an empty package whose __path__ is the
-    # checkout's folder, so its plain modules still load from DFL's files; FaceType is what __init__ re-exports.
-    module = types.ModuleType("facelib")
-    module.__path__ = [str(dfl / "facelib")]
-    sys.modules["facelib"] = module
-    warnings.filterwarnings("ignore", message=".*np\\.(int|float).*", category=DeprecationWarning)
-    from facelib.FaceType import FaceType
-
-    sys.modules["facelib"].FaceType = FaceType
+    open_checkout(dfl, "facelib/S3FDExtractor.py", ("facelib",))  # (facelib/__init__: FaceEnhancer and XSeg too)
     from core.leras import nn
 
     nn.initialize(nn.DeviceConfig.CPU(), data_format="NHWC")
@@ -132,19 +118,6 @@ def import_dfl(dfl: Path) -> SimpleNamespace:
         s3fd_module=importlib.import_module("facelib.S3FDExtractor"),
         fan_module=importlib.import_module("facelib.FANExtractor"),
     )
-
-
-def dfl_commit(dfl: Path) -> str:
-    """The checkout's commit, if it is a git work tree; else the mirror's HEAD (what /tmp/dfl is archived from)."""
-    for args in (
-        ["git", f"--git-dir={dfl / '.git'}", "rev-parse", "HEAD"],
-        ["git", "--git-dir=/work/.mirror/iperov+DeepFaceLab/repo", "log", "-1", "--format=%H"],
-    ):
-        try:
-            return subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            continue
-    return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -298,13 +271,6 @@ def check_loaded(extractor, weights: dict[str, np.ndarray]) -> None:
 # inputs
 
 IMAGE1_WINDOW = (20, 130, 240, 320)  # top, left, height, width of the 320x240 image inside the 640x480 one
-
-
-def astronaut_bgr() -> np.ndarray:
-    """scikit-image's astronaut (public domain, NASA), 512x512 BGR uint8."""
-    from skimage import data
-
-    return np.ascontiguousarray(data.astronaut()[:, :, ::-1])
 
 
 def detect_images() -> list[np.ndarray]:
@@ -595,13 +561,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
         ),
     }
-    for key, value in golden.items():
-        assert value.dtype != object, key  # np.load(allow_pickle=False) must read every key
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out, **golden)
-    print(f"{args.out}: {args.out.stat().st_size / 1e6:.2f} MB, {len(golden)} keys")
-    for key, value in golden.items():
-        print(f"  {key:28s} {str(value.shape):22s} {value.dtype}")
+    write_golden(args.out, golden)
     return 0
 
 

@@ -42,16 +42,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import sys
 import tempfile
-import types
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import cv2
 import numpy as np
+from _dfl_golden import astronaut_bgr, dfl_commit, open_checkout, write_golden
 
 FRAME_W, FRAME_H = 1280, 720  # the frame the made landmarks lie in
 SIZES = (256, 512)
@@ -63,26 +61,14 @@ CT_SEEDS = 5  # seeds per random colour transfer (idt, sot, mix): their statisti
 
 def import_dfl(dfl: Path) -> SimpleNamespace:
     """DFL's modules, imported from the checkout at `dfl` without changing any of its files."""
-    dfl = dfl.resolve()
-    if not (dfl / "facelib" / "LandmarksProcessor.py").is_file():
-        raise SystemExit(f"{dfl} is not a DeepFaceLab checkout (no facelib/LandmarksProcessor.py)")
-    sys.path.insert(0, str(dfl))
     # facelib/__init__ imports S3FD, FAN, FaceEnhancer and XSeg (core.leras, so TensorFlow), merger/__init__ the
-    # interactive merger (its subprocess pool and screens): none is needed here. The two packages are registered as
-    # empty modules whose __path__ is the checkout's folder, so their plain modules still load from DFL's files.
-    for package in ("facelib", "merger"):
-        module = types.ModuleType(package)
-        module.__path__ = [str(dfl / package)]
-        sys.modules[package] = module
-    # LandmarksProcessor's np.int (deprecated in 1.20, removed in 1.24): the warning is expected, and noise.
-    warnings.filterwarnings("ignore", message=".*np.int.*", category=DeprecationWarning)
-    from facelib.FaceType import FaceType
-
-    sys.modules["facelib"].FaceType = FaceType  # what facelib/__init__ re-exports: the class, not its module
+    # interactive merger (its subprocess pool and screens): none is needed here.
+    open_checkout(dfl, "facelib/LandmarksProcessor.py", ("facelib", "merger"))
     from core import imagelib
     from core.mathlib.umeyama import umeyama
     from DFLIMG.DFLJPG import DFLJPG
     from facelib import LandmarksProcessor
+    from facelib.FaceType import FaceType
     from merger import MergeMasked, MergerConfig
     from merger.FrameInfo import FrameInfo
 
@@ -96,19 +82,6 @@ def import_dfl(dfl: Path) -> SimpleNamespace:
         MergerConfig=MergerConfig,
         FrameInfo=FrameInfo,
     )
-
-
-def dfl_commit(dfl: Path) -> str:
-    """The checkout's commit, if it is a git work tree; else the mirror's HEAD (what /tmp/dfl is archived from)."""
-    for args in (
-        ["git", f"--git-dir={dfl / '.git'}", "rev-parse", "HEAD"],
-        ["git", "--git-dir=/work/.mirror/iperov+DeepFaceLab/repo", "log", "-1", "--format=%H"],
-    ):
-        try:
-            return subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            continue
-    return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -232,13 +205,6 @@ def golden_masks(dfl: SimpleNamespace, lms: np.ndarray, which: tuple[int, ...] =
 
 # ---------------------------------------------------------------------------------------------------------------
 # e. colour transfer
-
-
-def astronaut_bgr() -> np.ndarray:
-    """scikit-image's astronaut (public domain, NASA), 512x512 BGR uint8."""
-    from skimage import data
-
-    return np.ascontiguousarray(data.astronaut()[:, :, ::-1])
 
 
 def soft_ellipse(size: int, centre, axes, blur: int) -> np.ndarray:
@@ -584,13 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             [f"numpy {np.__version__}", f"opencv {cv2.__version__}", f"python {sys.version.split()[0]}"]
         ),
     }
-    for key, value in golden.items():
-        assert value.dtype != object, key  # np.load(allow_pickle=False) must read every key
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out, **golden)
-    print(f"{args.out}: {args.out.stat().st_size / 1e6:.2f} MB, {len(golden)} keys")
-    for key, value in golden.items():
-        print(f"  {key:28s} {str(value.shape):22s} {value.dtype}")
+    write_golden(args.out, golden)
     return 0
 
 

@@ -5,6 +5,7 @@ DFL/facelib`. Checked against DFL's own code run on seeded weights written in DF
 from __future__ import annotations
 
 import pickle
+import sys
 from pathlib import Path
 
 import cv2
@@ -14,6 +15,8 @@ import torch
 
 from bigbatch.cli import main
 from bigbatch.faces import dfl_nets
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # (the golden data's recipe)
 
 
 def test_weights_in_dfls_layout_load_as_written(tmp_path):
@@ -62,29 +65,17 @@ GOLDEN = np.load(GOLDEN_PATH, allow_pickle=False)
 
 
 def _made_weights(model: str) -> dict[str, np.ndarray]:
-    """The golden data's weights, drawn again by its recipe (bench/dfl_golden_detect.py's docstring): per key in
-    sorted order, a normal draw scaled by its kind, times its gain, plus its last-channel offset."""
-    rng = np.random.default_rng(int(GOLDEN[f"{model}_seed"]))
+    """The golden data's weights, drawn again by the script's own recipe (bench/dfl_golden_detect.py's
+    make_weights, NumPy alone) and checked byte for byte against what DFL loaded there (its per-key MD5s)."""
+    import hashlib
+
+    from dfl_golden_detect import make_weights
+
     keys, shapes, ranks = GOLDEN[f"{model}_keys"], GOLDEN[f"{model}_shapes"], GOLDEN[f"{model}_ranks"]
-    kinds, gains, offsets = GOLDEN[f"{model}_kinds"], GOLDEN[f"{model}_gain"], GOLDEN[f"{model}_last_offset"]
-    out = {}
-    for key, shape, rank, kind, gain, offset in zip(keys, shapes, ranks, kinds, gains, offsets):
-        shape = tuple(int(v) for v in shape[:rank])
-        z = rng.standard_normal(shape)
-        if kind == "conv":
-            base = np.sqrt(2.0 / np.prod(shape[:-1])) * z
-        elif kind == "bias":
-            base = 0.05 * z
-        elif kind == "scale":
-            base = 1.0 + 0.1 * z
-        elif kind == "mean":
-            base = 0.1 * z
-        else:
-            base = 1.0 + 0.1 * np.abs(z)
-        w = gain * base
-        w[..., -1] += offset
-        out[str(key)] = w.astype(np.float32)
-        assert abs(float(out[str(key)].sum()) - float(GOLDEN[f"{model}_sum"][list(keys).index(key)])) < 1e-2
+    names_shapes = [(str(k), tuple(int(v) for v in shape[:rank])) for k, shape, rank in zip(keys, shapes, ranks)]
+    out = make_weights(names_shapes, int(GOLDEN[f"{model}_seed"]), model)
+    for (key, _), want in zip(sorted(names_shapes), GOLDEN[f"{model}_md5"]):
+        assert hashlib.md5(np.ascontiguousarray(out[key]).tobytes()).hexdigest() == want, key
     return out
 
 
