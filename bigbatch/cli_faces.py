@@ -8,17 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bigbatch.cli_tools import device_named
 from bigbatch.errors import BigbatchError
-
-
-def _device(name: str) -> str:
-    if name not in ("auto", "cpu", "cuda"):
-        raise BigbatchError(f"--device must be auto, cpu or cuda, got {name!r}")
-    import torch
-
-    if name == "cuda" and not torch.cuda.is_available():
-        raise BigbatchError("--device cuda: this machine has no CUDA GPU that torch can use; give --device cpu")
-    return "cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name
 
 
 def _positive(name: str, value: int, low: int = 1) -> int:
@@ -51,7 +42,7 @@ def _extract(args: argparse.Namespace) -> None:
         args.out,
         settings,
         workers,
-        _device(args.device),
+        device_named(args.device),
         args.landmarks_model,
         debug=not args.no_debug,
         dfl_weights=args.weights,
@@ -93,7 +84,7 @@ def _merge(args: argparse.Namespace) -> None:
     if args.fps is not None and args.fps <= 0:
         raise BigbatchError(f"--fps must be positive, got {args.fps}")
     frames, faces = merge_folder(
-        args.run, args.frames, args.aligned, args.out, settings, _device(args.device), args.face_type
+        args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type
     )
     print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
     if args.video:

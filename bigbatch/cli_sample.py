@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bigbatch.cli_tools import out_named
+from bigbatch.cli_tools import device_named, out_named
 from bigbatch.errors import BigbatchError
 
 
@@ -53,13 +53,7 @@ def _sample(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
     if not math.isfinite(args.psi):
         raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {args.psi}")
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise BigbatchError("--device cuda: this machine has no CUDA GPU that torch can use; give --device cpu")
-    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    device = device_named(args.device)
     G = load_generator(args.path, device)  # a run's newest checkpoint, even if the run prunes it meanwhile
     ckpt = G.checkpoint
     if args.psi != 1:

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError
+from bigbatch.cli_tools import device_named
 
 
 def _export_dfl(args: argparse.Namespace) -> None:
@@ -19,17 +19,9 @@ def _export_dfl(args: argparse.Namespace) -> None:
 
 
 def _swap(args: argparse.Namespace) -> None:
-    from bigbatch.engine import dist
     from bigbatch.tasks.swap.files import swap_folder
 
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise BigbatchError(f"--device must be auto, cpu or cuda, got {args.device!r}")
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise BigbatchError("--device cuda: this machine has no CUDA GPU that torch can use; give --device cpu")
-    device = dist.context(args.device).device
+    device = device_named(args.device)
     n = swap_folder(args.run, args.in_dir, args.out_dir, device, args.batch, args.color_transfer)
     print(f"Swapped {n} faces into {args.out_dir} (masks in {Path(args.out_dir) / 'masks'})")
 

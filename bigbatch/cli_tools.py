@@ -58,6 +58,18 @@ def _config(args: argparse.Namespace, default: str) -> Any:
     return base_config(args.preset, args.config, default).override(dict(parse_override(o) for o in args.overrides))
 
 
+def device_named(name: str) -> str:
+    """--device of the commands that run a model outside training: auto (CUDA when torch has a GPU), cpu or cuda;
+    the device to use, or one line."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise BigbatchError(f"--device must be auto, cpu or cuda, got {name!r}")
+    import torch
+
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BigbatchError("--device cuda: this machine has no CUDA GPU that torch can use; give --device cpu")
+    return "cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu"
+
+
 def out_named(value: str, suffix: str = ".png") -> str:
     """An --out whose name says what the command writes into it (a PNG, by default), else one line."""
     if not value.lower().endswith(suffix):
