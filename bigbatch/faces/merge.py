@@ -125,9 +125,11 @@ def _shape_mask(mask: np.ndarray, res: int, s: MergeSettings) -> np.ndarray:
 
 def face_input(frame: np.ndarray, landmarks: np.ndarray, res: int, kind: align.FaceType) -> np.ndarray:
     """What the model is given for a face of a frame (RGB uint8): the face type's square at the model's
-    resolution, bicubic, float32 RGB in [0, 1]."""
-    image = frame.astype(np.float32) / 255
-    return np.clip(_warp_in(image, align.transform_mat(landmarks, res, kind), res), 0, 1)
+    resolution, bicubic, float32 RGB in [0, 1] (from the part of the frame the square covers, as merge_face)."""
+    mat = align.transform_mat(landmarks, res, kind)
+    x0, y0, x1, y1 = _box([(mat, res)], frame.shape[1], frame.shape[0])
+    part = frame[y0:y1, x0:x1].astype(np.float32) / 255
+    return np.clip(_warp_in(part, _shift(mat, x0, y0), res), 0, 1)
 
 
 def _box(mats: list[tuple[np.ndarray, int]], w: int, h: int, margin: int = 4) -> tuple[int, int, int, int]:
