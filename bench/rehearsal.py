@@ -176,6 +176,8 @@ def make_imagenet(root: Path, fraction: float, workers: int) -> dict:
 
 @dataclass
 class Stage:
+    """One command's figures (printed as it ends, so that a long rehearsal shows them as it goes)."""
+
     name: str
     seconds: float
     peak: int  # bytes, the command's processes together (PSS)
@@ -183,17 +185,25 @@ class Stage:
     note: str = ""
     extra: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        print(
+            f"[rehearsal] {self.name}: {self.seconds:.1f} s, {_mib(self.peak)}, {_mib(self.disk)} {self.note}",
+            flush=True,
+        )
+
 
 def _tree_pss(proc: Any) -> int:
     """The proportional set size of a process and its children together: pages they share (a forked
-    worker's copy of its parent, the libraries) counted once, split among them."""
+    worker's copy of its parent, the libraries) counted once, split among them. Read from
+    /proc/PID/smaps_rollup, which costs the kernel little, so sampling does not slow what it measures."""
     import psutil
 
     total = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
-            total += p.memory_full_info().pss
-        except psutil.Error:
+            with open(f"/proc/{p.pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration, psutil.Error):
             pass
     return total
 
