@@ -247,6 +247,11 @@ def run(cmd: list[str], cwd: Path, kill_when: object = None, lines: list | None 
     return wall, peak, proc.returncode
 
 
+def _parts_written(folder: Path) -> int:
+    """Whole parts a prepare has kept (part-*.npz; not its manifest or a part being written)."""
+    return sum(name.startswith("part-") for name in os.listdir(folder)) if folder.is_dir() else 0
+
+
 def _summary(lines: list) -> str:
     """From prepare's report: its rate, and how many files it read back from a killed run's parts."""
     text = "\n".join(line for _, line in lines)
@@ -274,10 +279,8 @@ def rehearse(root: Path, fraction: float, workers: int) -> tuple[dict, list[Stag
     train_cmd = [*BIGBATCH, "prepare", str(root / "train"), "imagenet-train.h5", *store]
     parts = work / ".imagenet-train.h5.parts"
     half = made["train"] / 256 / 2
-    killed_wall, killed_peak, _ = run(
-        train_cmd, work, kill_when=lambda: parts.is_dir() and len(os.listdir(parts)) >= half
-    )
-    kept = len(os.listdir(parts)) if parts.is_dir() else 0
+    killed_wall, killed_peak, _ = run(train_cmd, work, kill_when=lambda: _parts_written(parts) >= half)
+    kept = _parts_written(parts)
     lines: list = []
     wall, peak, _ = run(train_cmd, work, lines=lines)
     stages.append(Stage("prepare train, killed at half", killed_wall, killed_peak, note=f"{kept} parts kept"))
