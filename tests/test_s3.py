@@ -1,8 +1,14 @@
 """S3 through s3fs against a local moto server: prepare from and to s3://, and training reads."""
 
+import io
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 import zipfile
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -134,3 +140,121 @@ def test_training_from_s3_with_the_endpoint_in_the_config(s3, photos, tmp_path, 
         ckpt = "checkpoints/000000.064"
         assert (a / ckpt / f"{net}.safetensors").read_bytes() == (b / ckpt / f"{net}.safetensors").read_bytes()
     assert SECRET not in (a / "config.toml").read_text()
+
+
+def _seed(bucket: str, files: dict[str, bytes]) -> None:
+    """Objects straight into the in-process moto server's store, as PUTs leave them (hundreds of PUTs
+    through HTTP would take seconds)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    for key, data in files.items():
+        backend.put_object(bucket, key, data)
+
+
+def _pngs(n: int, seed: int) -> dict[str, bytes]:
+    """n small PNGs in two class folders, by relative name."""
+    rng, out = np.random.default_rng(seed), {}
+    for i in range(n):
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(buffer, "PNG")
+        out[f"{'ab'[i % 2]}/{i:04d}.png"] = buffer.getvalue()
+    return out
+
+
+def _local_copy(files: dict[str, bytes], root):
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+def test_a_listing_of_many_pages_is_read_whole_with_one_get_a_file(s3, photos, tmp_path, monkeypatch):
+    # S3 answers ListObjectsV2 with at most 1,000 keys a page; moto here with 7, so the 25 files take 4 pages
+    # (a listing a folder would take 5: the top, then 2 pages each for cat/ and dog/).
+    fs, _ = s3
+    monkeypatch.setenv("MOTO_S3_DEFAULT_MAX_KEYS", "7")
+    fs.invalidate_cache()
+    calls: Counter[tuple[str, int | None]] = Counter()
+
+    def count(params, model, **_):
+        calls[model.name, params.get("MaxKeys")] += 1
+
+    fs.s3.meta.events.register("before-parameter-build.s3", count)  # (prepare gets this filesystem: fsspec caches it)
+    try:
+        remote = prepare("s3://bkt/photos", str(tmp_path / "remote.h5"), resolution=8, workers=2)
+    finally:
+        fs.s3.meta.events.unregister("before-parameter-build.s3", count)
+    local = prepare(str(photos), str(tmp_path / "local.h5"), resolution=8, workers=0)
+    assert remote.count == 24 and remote.content_hash == local.content_hash
+    assert calls["ListObjectsV2", None] == 4  # the pages (and a one-key listing or two: is the prefix a file?)
+    assert calls["GetObject", None] == 25 and calls["HeadObject", None] <= 2  # one request a file: no HEAD first
+
+
+def test_object_names_are_taken_as_they_are_and_folder_markers_are_not_files(s3, tmp_path):
+    # fsspec's cat globs a name holding [ ] * ? ("a[1].png" read "a1.png", or nothing); S3 consoles'
+    # "Create folder" leaves an empty key ending in "/".
+    pngs = _pngs(3, seed=6)
+    files = {"c/a[1].png": pngs["a/0000.png"], "c/a1.png": pngs["b/0001.png"], "c/b*.png": pngs["a/0002.png"]}
+    _seed("bkt", {f"names/{rel}": data for rel, data in {**files, "c/": b""}.items()})
+    remote = prepare("s3://bkt/names", str(tmp_path / "remote.h5"), resolution=8, workers=0)
+    local = prepare(str(_local_copy(files, tmp_path / "local")), str(tmp_path / "local.h5"), resolution=8, workers=0)
+    assert remote.count == 3 and not remote.skipped and remote.content_hash == local.content_hash
+
+
+# Parts of 16 files, not 256, so that a hundred files make six parts (each a GET from moto, milliseconds of CPU).
+SMALL_PARTS = "import importlib, sys; importlib.import_module('bigbatch.data.prepare').PART = 16; "
+
+
+def _small_parts(monkeypatch):
+    import importlib
+
+    preparing = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
+    monkeypatch.setattr(preparing, "PART", 16)
+    return preparing
+
+
+def test_a_killed_prepare_from_s3_resumes_and_ends_with_the_local_copys_content_hash(s3, tmp_path, monkeypatch):
+    _small_parts(monkeypatch)
+    files = _pngs(96, seed=3)
+    _seed("bkt", {f"killed/{rel}": data for rel, data in files.items()})
+    out, parts = tmp_path / "out.h5", tmp_path / ".out.h5.parts"
+    argv = ["prepare", "s3://bkt/killed", str(out), "--resolution", "8", "--workers", "2"]
+    code = SMALL_PARTS + "from bigbatch.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None and not list(parts.glob("part-*.npz")):
+        time.sleep(0.01)
+    p.send_signal(signal.SIGKILL)  # no clean-up of any kind
+    p.wait()
+    assert p.returncode == -signal.SIGKILL, "prepare ended before it could be killed: give it more files"
+    kept = len(list(parts.glob("part-*.npz")))
+    resumed = prepare("s3://bkt/killed", str(out), resolution=8, workers=2)
+    local = prepare(str(_local_copy(files, tmp_path / "local")), str(tmp_path / "local.h5"), resolution=8, workers=0)
+    assert kept >= 1 and resumed.resumed >= kept * 16 and resumed.count == 96 and not parts.exists()
+    assert resumed.content_hash == local.content_hash
+
+
+def test_an_object_replaced_since_an_interrupted_prepare_is_not_taken_from_its_parts(s3, tmp_path, monkeypatch):
+    preparing = _small_parts(monkeypatch)
+    files = _pngs(40, seed=4)
+    _seed("bkt", {f"changed/{rel}": data for rel, data in files.items()})
+    add, calls = preparing.H5Writer.add, [0]
+
+    def add_then_interrupt(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 20:  # Ctrl-C inside the second part: the first was kept
+            raise KeyboardInterrupt
+        return add(self, *args, **kwargs)
+
+    monkeypatch.setattr(preparing.H5Writer, "add", add_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        prepare("s3://bkt/changed", str(tmp_path / "out.h5"), 8, workers=0)
+    monkeypatch.setattr(preparing.H5Writer, "add", add)
+    assert list((tmp_path / ".out.h5.parts").glob("part-*.npz"))
+    files["a/0002.png"] = _pngs(1, seed=5)["a/0000.png"]  # replaced meanwhile: same name, same size
+    _seed("bkt", {"changed/a/0002.png": files["a/0002.png"]})
+    changed = prepare("s3://bkt/changed", str(tmp_path / "out.h5"), 8, workers=0)
+    local = prepare(str(_local_copy(files, tmp_path / "local")), str(tmp_path / "local.h5"), 8, workers=0)
+    assert changed.resumed == 0 and changed.content_hash == local.content_hash

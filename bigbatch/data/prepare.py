@@ -498,7 +498,7 @@ def _parts(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
     h = hashlib.sha256()
     local = isinstance(listing.source, FolderSource)  # (a zip's members are stamped by the zip's own)
     for key, name in zip(listing.keys, listing.names):
-        h.update(f"{key}\0{name}\0{_stamp(key) if local else ''}\0".encode())
+        h.update(f"{key}\0{name}\0{_stamp(key) if local else listing.source.stamp(key)}\0".encode())
     h.update(np.ascontiguousarray(listing.labels, "<i8").tobytes())
     source = getattr(listing.source, "path", None)  # a zip: its own size and time
     key = {**settings, "files": h.hexdigest(), "classes": listing.class_names, "part": PART}

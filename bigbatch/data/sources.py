@@ -91,6 +91,10 @@ class Source:
         """The bytes of each file, or a reason why it could not be read."""
         raise NotImplementedError
 
+    def stamp(self, key: str) -> str:
+        """What changes when the listed file does, as the listing saw it ("": nothing known)."""
+        return ""
+
 
 class FolderSource(Source):
     def read(self, keys: Sequence[str]) -> list[bytes | str]:
@@ -141,21 +145,30 @@ class ZipSource(Source):
 
 
 class FsspecSource(Source):
-    """Objects under a URL prefix, fetched by the main process many at a time (s3fs reads concurrently)."""
+    """Objects under a URL prefix, fetched by the main process many at a time (s3fs reads concurrently).
+    `stamps`: each object's ETag (else its size and time) as listed, so that an object replaced since a
+    killed prepare is not taken from its parts."""
 
     worker_reads = False
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, stamps: dict[str, str] | None = None):
         self.url, self.storage_options = url, storage_options
+        self.stamps = stamps or {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "stamps": {}}  # (a million of them; processes handed a source only read)
+
+    def stamp(self, key: str) -> str:
+        return self.stamps.get(key, "")
 
     def read(self, keys: Sequence[str]) -> list[bytes | str]:
         fs, _ = url_fs(self.url, self.storage_options)
-        got = fs.cat(list(keys), on_error="return")
-        out: list[bytes | str] = []
-        for k in keys:
-            v = got.get(k, FileNotFoundError(k)) if isinstance(got, dict) else got
-            out.append(v if isinstance(v, bytes) else f"unreadable ({type(v).__name__}: {v})")
-        return out
+        # One GET an object: cat_ranges takes each key as it is (cat globs a name holding [ ] * ?), and
+        # s3fs's max_concurrency=1 skips the size it otherwise asks first (a HEAD an object, once the
+        # listing is out of its cache) to split objects larger than 50 MB into concurrent ranges.
+        options = {"max_concurrency": 1} if getattr(fs, "max_concurrency", 1) > 1 else {}
+        got = fs.cat_ranges(list(keys), None, None, on_error="return", **options)
+        return [v if isinstance(v, bytes) else f"unreadable ({type(v).__name__}: {v})" for v in got]
 
 
 def list_source(src: str, storage_options: dict[str, Any] | None = None) -> Listing:
@@ -175,14 +188,13 @@ def list_source(src: str, storage_options: dict[str, Any] | None = None) -> List
                     return _list_zip(ZipSource(src, storage_options))
                 raise BigbatchError(f"source {name} is a single file; give a folder (prefix) of images or a .zip")
             root = root.rstrip("/")
-            paths = sorted(p for p in fs.find(root) if p.startswith(root + "/"))
+            stamps = _find(fs, root)
         except BigbatchError:
             raise
         except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
             raise BigbatchError(f"cannot list {name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
-        rel = [p[len(root) + 1 :] for p in paths]
-        keep = [i for i, r in enumerate(rel) if not _hidden(r)]
-        return _listing(FsspecSource(src, storage_options), [paths[i] for i in keep], [rel[i] for i in keep])
+        paths = sorted(p for p in stamps if not _hidden(p[len(root) + 1 :]))
+        return _listing(FsspecSource(src, storage_options, stamps), paths, [p[len(root) + 1 :] for p in paths])
     path = Path(src.removeprefix("file://"))
     if not path.exists():
         raise BigbatchError(f"source {name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
@@ -204,6 +216,28 @@ def list_source(src: str, storage_options: dict[str, Any] | None = None) -> List
         rel += [f if base == "." else f"{base}/{f}" for f in filenames]
     rel = sorted(r for r in rel if not _hidden(r))
     return _listing(FolderSource(), [str(path / r) for r in rel], rel)
+
+
+# What an object's listing says changes with it, by filesystem (s3fs, gcsfs, adlfs; local and memory).
+STAMP_FIELDS = ("ETag", "etag", "md5Hash", "mtime", "LastModified", "updated", "created")
+
+
+def _find(fs: Any, root: str) -> dict[str, str]:
+    """Every object under `root` (folder markers, the empty keys ending in "/" that S3 consoles make,
+    are not files) with its stamp, from one listing of the whole prefix, never one a folder: s3fs's
+    find pages through ListObjectsV2, 1,000 keys a request."""
+    found = fs.find(root, detail=True)
+    stamps: dict[str, str] = {}
+    for path, info in found.items():
+        if path.startswith(root + "/") and not path.endswith("/") and info.get("type", "file") == "file":
+            tag = next((info[f] for f in STAMP_FIELDS if info.get(f)), "")
+            stamps[path] = f"{info.get('size', '')}:{tag}"
+    del found
+    # s3fs keeps each listed object's detail (about 1 KB) in its listings cache for the filesystem's
+    # life, which decoding processes forked later copy page by page; nothing here reads it again.
+    for path in [p for p in fs.dircache if p == root or p.startswith(root + "/")]:
+        fs.dircache.pop(path, None)
+    return stamps
 
 
 def _utf8_name(info: zipfile.ZipInfo) -> str:
