@@ -6,6 +6,7 @@ resolution, workers and model width, so that it fits this disk and runs in under
     python bench/rehearsal.py --root /tmp/rehearsal --fraction 0.1   # 1/10 of the count
     python bench/rehearsal.py --root /tmp/rehearsal                  # the full count (6 GiB on disk)
     python bench/rehearsal.py --root /tmp/rehearsal --fraction 0.1 1 # both, and how each stage grows
+    python bench/rehearsal.py --fraction 0.1 1 --from-train       # train, eval, export again on those files
 
 The photos are natural ones: crops of the colour photographs scikit-image and scikit-learn ship, at
 random position and scale, aspect ratio 4:3 to 16:9 either way, mirrored at random, short side 48-100
@@ -264,17 +265,26 @@ def _size(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def rehearse(root: Path, fraction: float, workers: int) -> tuple[dict, list[Stage]]:
-    from bigbatch.data import Schedule
-    from bigbatch.presets import preset
-
+def rehearse(root: Path, fraction: float, workers: int, from_train: bool = False) -> tuple[dict, list[Stage]]:
     made = make_imagenet(root, fraction, workers)
     work = root / "work"
     work.mkdir(exist_ok=True)
-    for old in ("imagenet-train.h5", "imagenet-val.h5", "model.pt"):
+    if from_train:
+        missing = [n for n in ("imagenet-train.h5", "imagenet-val.h5") if not (work / n).is_file()]
+        if missing:
+            raise SystemExit(f"--from-train: {work} has no {' or '.join(missing)}; run the whole rehearsal once")
+    for old in ("model.pt",) if from_train else ("imagenet-train.h5", "imagenet-val.h5", "model.pt"):
         (work / old).unlink(missing_ok=True)
     stages = [Stage("make (not timed as a user's)", made["seconds"], 0, _size(root / "train") + _size(root / "val"))]
+    if not from_train:
+        stages += _prepare_stages(root, work, made, workers)
+    stages += _run_stages(work, made, workers)
+    return made, stages
 
+
+def _prepare_stages(root: Path, work: Path, made: dict, workers: int) -> list[Stage]:
+    """prepare train (killed at half, run again), prepare val, info --verify, the Loader."""
+    stages = []
     store = ["--resolution", str(STORED), "--codec", "jpeg", "--crop", "none", "--workers", str(workers)]
     train_cmd = [*BIGBATCH, "prepare", str(root / "train"), "imagenet-train.h5", *store]
     parts = work / ".imagenet-train.h5.parts"
@@ -295,7 +305,6 @@ def rehearse(root: Path, fraction: float, workers: int) -> tuple[dict, list[Stag
     wall, peak, _ = run([*BIGBATCH, "info", "imagenet-train.h5", "--verify"], work)
     stages.append(Stage("info --verify", wall, peak))
 
-    cfg = preset("imagenet_resnet50_fast")
     scale = STORED / 352
     lines = []
     child = [sys.executable, __file__, "--loader-child", "imagenet-train.h5", str(round(128 * scale)), str(workers)]
@@ -303,7 +312,15 @@ def rehearse(root: Path, fraction: float, workers: int) -> tuple[dict, list[Stag
     times = json.loads(lines[-1][1])
     note = f"to build {times['construct']:.2f} s, first batch {times['first']:.2f} s, 20 more {times['rest']:.1f} s"
     stages.append(Stage("Loader (Python API), 21 batches of 256", wall, peak, note=note, extra=times))
+    return stages
 
+
+def _run_stages(work: Path, made: dict, workers: int) -> list[Stage]:
+    """train a few steps, eval, export."""
+    from bigbatch.data import Schedule
+    from bigbatch.presets import preset
+
+    stages, cfg, scale = [], preset("imagenet_resnet50_fast"), STORED / 352
     phases, res, batch = [], cfg.data.resolution, cfg.train.batch
     for p in cfg.data.schedule:  # (a phase leaving out resolution or batch keeps the previous phase's)
         res, batch, lr = p.get("resolution", res), p.get("batch", batch), p.get("lr", [])
@@ -334,7 +351,7 @@ def rehearse(root: Path, fraction: float, workers: int) -> tuple[dict, list[Stag
 
     wall, peak, _ = run([*BIGBATCH, "export", str(run_dir), "model.pt"], work)
     stages.append(Stage("export", wall, peak, _size(work / "model.pt")))
-    return made, stages
+    return stages
 
 
 def loader_child(path: str, resolution: int, workers: int) -> None:
@@ -393,6 +410,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--make-only", action="store_true", help="make the data sets (resumable) and stop")
+    ap.add_argument(
+        "--from-train", action="store_true", help="train, eval and export on the files an earlier rehearsal prepared"
+    )
     ap.add_argument("--loader-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.loader_child:
@@ -404,7 +424,7 @@ def main() -> None:
         return
     results = {}
     for f in args.fraction:
-        results[f] = rehearse(args.root / f"count-{f:g}", f, args.workers)
+        results[f] = rehearse(args.root / f"count-{f:g}", f, args.workers, args.from_train)
         print(table({f: results[f]}), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"\n{time.strftime('%Y-%m-%d')}, commit {commit}, {os.cpu_count()} CPUs\n")

@@ -364,6 +364,37 @@ def test_auto_micro_batch_is_the_largest_that_fits_the_budget():
         planned(1000)
 
 
+def test_auto_micro_batch_on_cpu_extrapolates_above_64_and_the_extrapolation_holds():
+    # A CPU probe is a whole forward and backward: ImageNet's batch of 4,096 spent minutes in its probes.
+    # Above 64 the peaks are extrapolated from the two largest probed; a probe at the size picked agrees.
+    from bigbatch.engine import memory
+
+    def planned(budget):
+        rep = bigbatch.Replicator(batch=1024, micro_batch="auto", device="cpu", memory_budget=budget)
+        model = rep.prepare(classifier())
+        opt = rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2))
+
+        def probe(m):
+            x, y = torch.randn(m, 1, 8, 8), torch.randint(10, (m,))
+            rep.probe_step(lambda b: nn.functional.cross_entropy(model(b[0]), b[1]), (x, y))
+
+        rep.plan_micro_batch(probe, [opt])
+        return rep, probe
+
+    big, probe = planned("1GiB")
+    assert big.plan.micro_batch == 1024
+    assert [(p.micro_batch, p.measured) for p in big.probes] == [(32, True), (64, True), (1024, False)]
+    extrapolated = big.probes[-1].peak_bytes
+    at_64, at_1024 = (memory.measure(probe, m, big.device, 2**40, 0).peak_bytes for m in (64, 1024))
+    assert at_1024 - at_64 == pytest.approx(extrapolated - big.probes[1].peak_bytes, rel=0.02)
+    # A budget between the extrapolated peaks of 256 and 512 picks 256 (4 micro-batches), probing nothing above 64.
+    per_image = (extrapolated - big.probes[1].peak_bytes) / (1024 - 64)
+    small, _ = planned(int(big.probes[1].peak_bytes + per_image * (384 - 64)))
+    assert small.plan.micro_batch == 256 and small.plan.accumulation == 4
+    assert [p.micro_batch for p in small.probes if p.measured] == [32, 64]
+    assert [(p.micro_batch, p.fits) for p in small.probes if not p.measured] == [(256, True), (512, False), (1024, False)]
+
+
 def test_parse_bytes(capsys):
     assert parse_bytes("6GiB") == 6 * 2**30
     assert parse_bytes("512 MiB") == 512 * 2**20

@@ -8,12 +8,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from PIL import Image
 
 from bigbatch import checkpoints
@@ -26,7 +26,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.sampling import BLACK, RED, captioned_sheet, save_png
-from bigbatch.tasks.classify.validation import Validation, check_classes
+from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes
 from bigbatch.urls import public_name
 
 TOP_LOSSES = 16
@@ -66,8 +66,8 @@ def evaluate_classifier(
         )
     device = next(net.parameters()).device
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
-    index, logits, labels = validation.predictions(net)
-    report = _report(logits, labels, list(net.class_names))
+    predicted = validation.predictions(net)
+    report = _report(predicted, list(net.class_names))
     source = public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)"
     out = checkpoints.eval_folder(run, ckpt, name, source)
     report.update(
@@ -78,7 +78,7 @@ def evaluate_classifier(
         rect=d.val_rect,
         folder=str(out),
     )
-    _write(out, report, logits, labels, index, validation, resolution, list(net.class_names))
+    _write(out, report, predicted, validation, resolution, list(net.class_names))
     return report
 
 
@@ -101,9 +101,9 @@ def _check_held_out(cfg: Config, ckpt: Path, held_out: Any) -> None:
         )
 
 
-def _report(logits: torch.Tensor, labels: torch.Tensor, class_names: list[str]) -> dict[str, Any]:
+def _report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
+    labels, top = predicted.labels, predicted.top.long()
     n, k = len(labels), len(class_names)
-    top = logits.topk(min(5, k), dim=1).indices
     hits = top == labels[:, None]
     confusion = torch.bincount(labels * k + top[:, 0], minlength=k * k).view(k, k)
     counts = confusion.sum(1)
@@ -112,7 +112,7 @@ def _report(logits: torch.Tensor, labels: torch.Tensor, class_names: list[str]) 
         "n": n,
         "top1": round(100 * hits[:, 0].double().mean().item(), 4) if n else float("nan"),
         "top5": round(100 * hits.any(1).double().mean().item(), 4) if n else float("nan"),
-        "loss": round(F.cross_entropy(logits, labels).item(), 6) if n else float("nan"),
+        "loss": round(predicted.loss.double().mean().item(), 6) if n else float("nan"),
         # A class the data holds no image of has no accuracy (null; an empty cell in per_class.csv).
         "per_class": {c: round(100 * per_class[i].item(), 4) if counts[i] else None for i, c in enumerate(class_names)},
         "confusion": confusion.tolist(),
@@ -122,9 +122,7 @@ def _report(logits: torch.Tensor, labels: torch.Tensor, class_names: list[str]) 
 def _write(
     out: Path,
     report: dict[str, Any],
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    index: torch.Tensor,
+    predicted: Predictions,
     validation: Validation,
     resolution: int,
     class_names: list[str],
@@ -142,14 +140,12 @@ def _write(
         [c, *confusion[i]] for i, c in enumerate(class_names)
     ]))  # fmt: skip
     save_figure(_confusion_figure(confusion, class_names), out / "confusion.png")
-    losses = F.cross_entropy(logits, labels, reduction="none")
-    worst = losses.argsort(descending=True)[:TOP_LOSSES]
-    probs = logits.softmax(1)
+    worst = predicted.loss.argsort(descending=True)[:TOP_LOSSES]
     rows = []
     for j in worst.tolist():
-        image, _ = validation.seen(int(index[j]), resolution)  # as the network saw it: crop, aspect ratio
-        pred = int(probs[j].argmax())
-        rows.append((image, int(labels[j]), pred, float(probs[j, pred]), float(probs[j, labels[j]])))
+        image, _ = validation.seen(int(predicted.index[j]), resolution)  # as the network saw it: crop, aspect
+        label, pred, p_label = int(predicted.labels[j]), int(predicted.top[j, 0]), math.exp(-predicted.loss[j])
+        rows.append((image, label, pred, float(predicted.p_top[j]), p_label))
     save_png(top_losses_sheet(rows, class_names), out / "top_losses.png")
 
 
