@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -124,8 +125,11 @@ def why_it_failed(output: str) -> str:
     return (named or lines or ["no output"])[-1]
 
 
-def run_step(step: Step, work: Path, env: dict[str, str], limit: float) -> dict:
-    """Run one step; its row: command, seconds, peak memory, losses, passed, note (or why it failed)."""
+def run_step(
+    step: Step, work: Path, env: dict[str, str], limit: float, popen: Callable[..., Any] = subprocess.Popen
+) -> dict:
+    """Run one step; its row: command, seconds, peak memory, losses, passed, note (or why it failed).
+    `popen`: what starts its process (subprocess.Popen, or a _procs.ForkServer's popen)."""
     row: dict[str, Any] = {"command": shown(step, work), "passed": False}
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
@@ -139,7 +143,7 @@ def run_step(step: Step, work: Path, env: dict[str, str], limit: float) -> dict:
             cmd = [sys.executable, str(PEAK), str(peak_file), *step.argv]
             with open(log, "w") as out:
                 status, row["seconds"] = run_limited(
-                    cmd, limit, step.watch, stdout=out, stderr=out, env=env, cwd=step.cwd or work
+                    cmd, limit, step.watch, popen, stdout=out, stderr=out, env=env, cwd=step.cwd or work
                 )
             if peak_file.exists():
                 peak = json.loads(peak_file.read_text())
@@ -167,9 +171,17 @@ def run_step(step: Step, work: Path, env: dict[str, str], limit: float) -> dict:
     return row
 
 
-def run_steps(steps: list[Step], work: Path, env: dict[str, str], budget: float, jobs: int) -> dict[str, dict]:
+def run_steps(
+    steps: list[Step],
+    work: Path,
+    env: dict[str, str],
+    budget: float,
+    jobs: int,
+    popen: Callable[..., Any] = subprocess.Popen,
+) -> dict[str, dict]:
     """Every step in order, at most `jobs` at once, each once the steps it needs have passed, within `budget`
-    seconds in all; their rows by name. Progress lines go to stderr as each step starts and ends."""
+    seconds in all; their rows by name. Progress lines go to stderr as each step starts and ends. `popen`:
+    run_step's."""
     start, rows, done = time.perf_counter(), {}, {s.name: threading.Event() for s in steps}
     lock = threading.Lock()
 
@@ -190,7 +202,7 @@ def run_steps(steps: list[Step], work: Path, env: dict[str, str], budget: float,
                 return
             limit = min(step.limit, left)
             say(f"{step.name}: start (at most {limit:.0f} s): {shown(step, work)}")
-            rows[step.name] = row = run_step(step, work, env, limit)
+            rows[step.name] = row = run_step(step, work, env, limit, popen)
             verdict = "pass" if row["passed"] else f"FAIL: {row['error']}"
             say(f"{step.name}: {verdict} ({row['seconds']:.1f} s)")
         finally:

@@ -108,7 +108,12 @@ def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compil
         "",
         table(rows),
         "",
-        "- Each part ran in a process of its own; part s counts its start-up (building the models included).",
+        "- Each part ran in a process of its own; part s counts its start-up (building the models included)"
+        + (
+            ", not its imports: on a CPU each part's process is a fork of one that had imported torch and bigbatch."
+            if args.device == "cpu"
+            else "."
+        ),
         "- BigGAN: the biggan128_bs2048 preset at the batch shown, bench/throughput.py's measure: one D and one G "
         f"step per iteration, {steps} timed after warm-up; plain loop: the same steps without the Replicator. Under "
         f"train.compile: torch.compile's {args.compile_backend} backend, {compile_warmup} untimed iterations first "

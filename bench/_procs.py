@@ -6,6 +6,10 @@ this under another Python).
   wrote, or how it ended.
 - `run_in_turns`, `wait_for_turn`: processes that do their untimed work at once and are timed one at a
   time (bench/gpu.py's compile parts).
+- `ForkServer`: processes started as forks of one Python that has done their imports (torch, bigbatch:
+  seconds of start-up a process), for the CPU dry runs of bench/gpu.py and bench/gpu_check.py, where
+  that start-up was most of what each process did; `run_limited` and `run_in_turns` start them through
+  its `popen`. Not for a GPU run: each of its processes sets up CUDA for itself.
 - `serve` and `Rows`: side-by-side runs against a peer's own code (bench/vs_dfl.py, bench/vs_biggan.py).
   Each row is a worker process that runs one side's iteration when asked. The rows are built at once
   (not timed); then they take one timed iteration each in turn, round after round, the order reversed
@@ -15,13 +19,19 @@ this under another Python).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import runpy
+import select
 import signal
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -31,13 +41,18 @@ PROTO = sys.stdout  # a worker's replies
 
 
 def run_limited(
-    cmd: list[str], limit: float, watch: Callable[[subprocess.Popen], None] | None = None, **popen: Any
+    cmd: list[str],
+    limit: float,
+    watch: Callable[[subprocess.Popen], None] | None = None,
+    popen: Callable[..., Any] = subprocess.Popen,
+    **options: Any,
 ) -> tuple[int | None, float]:
     """Run `cmd` for at most `limit` seconds, in a process group of its own (killed whole past the limit,
     a compiler's workers too): (its exit status, or None if it timed out; seconds). `watch(proc)` is
-    called every 50 ms while it runs (bench/gpu_check.py signals a training run from there)."""
+    called every 50 ms while it runs (bench/gpu_check.py signals a training run from there). `popen`:
+    what starts it (subprocess.Popen, or a ForkServer's popen), given `options`."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+    proc = popen(cmd, start_new_session=True, **options)
     try:
         if watch is None:
             proc.wait(timeout=limit)
@@ -72,7 +87,11 @@ def result_row(result: Path, progress: Path, status: int | None, seconds: float,
 
 
 def run_in_turns(
-    cmds: dict[str, list[str]], limit: float, turns: Path, turn_s: float
+    cmds: dict[str, list[str]],
+    limit: float,
+    turns: Path,
+    turn_s: float,
+    popen: Callable[..., Any] = subprocess.Popen,
 ) -> dict[str, tuple[int | None, float]]:
     """Run processes at once, each doing its untimed work beside the others, then its timed work alone:
     {name: (exit status, or None if cut at the limit; seconds from the common start)}.
@@ -82,11 +101,11 @@ def run_in_turns(
     one before has ended: none is timed while another works. Only when the time left is less than
     `turn_s` for each warm one is a warm one let go while others still work (its go file says "beside"),
     rather than lose its figure with theirs. All within `limit` seconds: past it, those still running
-    are killed (process groups, their workers too)."""
+    are killed (process groups, their workers too). `popen`: as run_limited's."""
     start, procs, ended = time.perf_counter(), {}, {}
     try:
         for name, cmd in cmds.items():
-            procs[name] = subprocess.Popen(cmd, start_new_session=True)
+            procs[name] = popen(cmd, start_new_session=True)
         timing = None
         while len(ended) < len(procs) and time.perf_counter() - start < limit:
             for name, proc in procs.items():
@@ -120,6 +139,200 @@ def wait_for_turn(turns: Path, name: str) -> bool:
     while not go.exists():
         time.sleep(0.05)
     return go.read_text() == "alone"
+
+
+class ForkServer:
+    """Starts `python ARGS...` processes (`popen([sys.executable, *ARGS], ...)`, as subprocess.Popen takes
+    them) as forks of one Python that has imported `preload`: each runs ARGS (a script, `-m MODULE` or `-c
+    CODE`) as a new Python would, in the same environment, folder, session and files, but without paying
+    the imports again. For CPU runs only: a fork can't have a CUDA context of its own. A context manager;
+    on exit the server ends once its processes have.
+
+    The server is a child of this process, single-threaded, that forks on request; each request carries
+    the process's stdout and stderr and a pipe (file descriptors over a Unix socket) on which the server
+    writes the new process's pid, then its exit status once it has reaped it."""
+
+    def __init__(self, preload: list[str], env: dict[str, str] | None = None):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        cmd = [sys.executable, __file__, "--serve-forks", str(theirs.fileno()), *preload]
+        self.server = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.socket, self.lock = ours, threading.Lock()
+        if ours.recv(16) != b"ready":  # (its imports failed: it printed why)
+            self.server.wait()
+            raise RuntimeError(f"the fork server ended with exit status {self.server.returncode} before it was ready")
+
+    def popen(
+        self,
+        cmd: list[str],
+        start_new_session: bool = False,
+        stdout: Any = None,
+        stderr: Any = None,
+        env: dict[str, str] | None = None,
+        cwd: str | os.PathLike | None = None,
+    ) -> Forked:
+        """As subprocess.Popen(cmd, ...) with these keywords (stdout, stderr: None, a file, a descriptor,
+        subprocess.DEVNULL; stderr also subprocess.STDOUT)."""
+        if cmd[0] != sys.executable:
+            raise ValueError(f"a fork server runs this Python ({sys.executable}), not {cmd[0]}")
+        if subprocess.PIPE in (stdout, stderr):
+            raise ValueError("a fork server's process writes to files, not pipes to this process")
+        stderr = stdout if stderr == subprocess.STDOUT else stderr
+        fds = [1 if stdout is None else stdout, 2 if stderr is None else stderr]  # (None: this process's, as Popen)
+        fds = [os.open(os.devnull, os.O_WRONLY) if fd == subprocess.DEVNULL else fd for fd in fds]
+        fds = [fd if isinstance(fd, int) else fd.fileno() for fd in fds]
+        for f in (sys.stdout, sys.stderr, stdout, stderr):
+            if f is not None and not isinstance(f, int):
+                f.flush()
+        request = {"argv": cmd[1:], "env": dict(os.environ if env is None else env), "cwd": str(cwd or os.getcwd())}
+        request["session"] = start_new_session
+        read, write = os.pipe()
+        try:
+            with self.lock:
+                socket.send_fds(self.socket, [json.dumps(request).encode()], [*fds, write])
+        finally:
+            os.close(write)
+            for fd, given in zip(fds, (stdout, stderr)):
+                if given == subprocess.DEVNULL:
+                    os.close(fd)
+        return Forked(cmd, read)
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.socket.close()  # the server ends once its processes have
+        self.server.wait()
+
+
+class Forked:
+    """A ForkServer's process, as much of subprocess.Popen as run_limited and run_in_turns use: pid, poll,
+    wait, returncode."""
+
+    def __init__(self, args: list[str], status: int):
+        self.args, self.returncode, self._status, self._said = args, None, status, b""
+        while self._said.count(b"\n") < 1:
+            self._read(None)
+        self.pid = int(self._said.split(b"\n")[0])
+
+    def _read(self, timeout: float | None) -> None:
+        if self._status is not None and select.select([self._status], [], [], timeout)[0]:
+            more = os.read(self._status, 64)
+            self._said += more
+            if not more:  # the server is gone without saying how it ended
+                os.close(self._status)
+                self._status = None
+                if self._said.count(b"\n") < 2:
+                    self._said += b"\n" * (1 - self._said.count(b"\n")) + b"255\n"
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read(0)
+            if self._said.count(b"\n") >= 2:
+                self.returncode = int(self._said.split(b"\n")[1])
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._read(left)
+        return self.returncode
+
+
+def serve_forks(fd: int, preload: list[str]) -> None:
+    """The fork server's loop (ForkServer): import `preload`, then fork a process per request on socket `fd`
+    and report how each ended; once the socket is closed, wait for the processes left and end."""
+    before = dict(os.environ)
+    for name in preload:
+        importlib.import_module(name)
+    # What the imports set in the environment (bigbatch sets PYTORCH_CUDA_ALLOC_CONF): set where not given.
+    imported = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    server = socket.socket(fileno=fd)
+    server.send(b"ready")
+    children, open_ = {}, True
+    while open_ or children:
+        if open_ and select.select([server], [], [], 0.05)[0]:
+            message, fds, _, _ = socket.recv_fds(server, 1 << 20, 3)
+            if not message:
+                open_ = False
+            else:
+                request, (out, err, status) = json.loads(message), fds
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    code = 1
+                    try:
+                        server.close()
+                        for fd_ in [*children.values(), status]:
+                            os.close(fd_)
+                        code = _forked(request, out, err, imported)
+                    except BaseException:  # noqa: BLE001 -- (it could not become the process asked for)
+                        traceback.print_exc()
+                    finally:
+                        os._exit(code)
+                os.close(out)
+                os.close(err)
+                os.write(status, f"{pid}\n".encode())
+                children[pid] = status
+        elif not open_:
+            time.sleep(0.05)
+        while children:
+            pid, how = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            os.write(children[pid], f"{os.waitstatus_to_exitcode(how)}\n".encode())
+            os.close(children.pop(pid))
+
+
+def _forked(request: dict, out: int, err: int, imported: dict[str, str]) -> int:
+    """In a forked process: become `python ARGV...` in the request's session, files, environment and folder,
+    run it, and return its exit status as Python would."""
+    import atexit
+
+    if request["session"]:
+        os.setsid()
+    for number in signal.valid_signals():  # a new Python's handlers (the server's own imports may set some)
+        handler = signal.getsignal(number)
+        if callable(handler) and handler is not signal.default_int_handler:
+            signal.signal(number, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    for fd, to in ((devnull, 0), (out, 1), (err, 2)):
+        os.dup2(fd, to)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update({**imported, **request["env"]})
+    if "numpy" in sys.modules:  # (a new Python seeds it afresh; forks would all draw the same numbers)
+        sys.modules["numpy"].random.seed()
+    argv, status = request["argv"], 0
+    try:
+        if argv[0] == "-m":
+            sys.argv, sys.path[0] = argv[1:], os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        elif argv[0] == "-c":
+            sys.argv, sys.path[0] = ["-c", *argv[2:]], ""
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+        else:
+            sys.argv, sys.path[0] = argv, os.path.dirname(os.path.realpath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            status = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            status = 1
+    except BaseException:  # noqa: BLE001 -- as Python does at the top: the traceback, exit status 1
+        traceback.print_exc()
+        status = 1
+    atexit._run_exitfuncs()
+    for f in (sys.stdout, sys.stderr):
+        with suppress(Exception):
+            f.flush()
+    return status & 0xFF
 
 
 BEFORE_HELP = (
@@ -209,3 +422,7 @@ class Rows:
         """Row `key`'s (min, median) CPU seconds an iteration, and its CPU/wall ratio."""
         cpu = [t["cpu"] for t in self.times[key]]
         return min(cpu), statistics.median(cpu), sum(cpu) / sum(t["wall"] for t in self.times[key])
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--serve-forks"]:
+    serve_forks(int(sys.argv[2]), sys.argv[3:])

@@ -44,6 +44,7 @@ import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch._dynamo.utils import counters
@@ -52,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
 from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
-from _procs import result_row, run_limited, wait_for_turn  # noqa: E402
+from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E402
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
 from _swap import native_bf16, synthetic_faces  # noqa: E402
 from throughput import compute_peak, count_flops, measure, measure_swap  # noqa: E402
@@ -452,16 +453,18 @@ IN_TURNS = {"biggan-bf16-compile", "biggan-fp32-compile"}  # compiled at once, t
 TURN_S = 60  # what each part after the first adds to its group's limit: its turn at timing
 
 
-def run_part(cmd: list[str], limit: float) -> dict:
+def run_part(cmd: list[str], limit: float, popen: Callable[..., Any] = subprocess.Popen) -> dict:
     """Run a part's process (`cmd` writes its row as JSON to the path it is given last) for at most
-    `limit` seconds; its row, or an error saying how it ended."""
+    `limit` seconds; its row, or an error saying how it ended. `popen`: what starts it (run_limited's)."""
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
         out = Path(tmp) / "row.json"
-        status, seconds = run_limited([*cmd, str(out)], limit)
+        status, seconds = run_limited([*cmd, str(out)], limit, popen=popen)
         return result_row(out, out.with_suffix(".progress"), status, seconds, limit)
 
 
-def run_in_turns(cmds: dict[str, list[str]], limit: float) -> dict[str, dict]:
+def run_in_turns(
+    cmds: dict[str, list[str]], limit: float, popen: Callable[..., Any] = subprocess.Popen
+) -> dict[str, dict]:
     """Run parts' processes at once (`_procs.run_in_turns`: they build and compile side by side, then are
     timed one at a time), each given `--turns DIR` and its result path; their rows. Compiling is host work
     (Dynamo and Inductor in Python, Triton's builds), so parts that each compile for minutes take about
@@ -470,7 +473,7 @@ def run_in_turns(cmds: dict[str, list[str]], limit: float) -> dict[str, dict]:
         turns = Path(tmp)
         outs = {name: turns / f"{name}.json" for name in cmds}
         ended = _run_in_turns(
-            {n: [*cmd, "--turns", tmp, str(outs[n])] for n, cmd in cmds.items()}, limit, turns, TURN_S
+            {n: [*cmd, "--turns", tmp, str(outs[n])] for n, cmd in cmds.items()}, limit, turns, TURN_S, popen
         )
         return {n: result_row(outs[n], outs[n].with_suffix(".progress"), *ended[n], limit) for n in cmds}
 
@@ -526,6 +529,21 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("no CUDA GPU here; for every part at toy sizes on CPU: --device cpu --dry-run --out /tmp/proof.md")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as Ctrl-C: the running part is killed too
+    # On a CPU the parts' processes are forks of one that has imported what they import (this script: torch,
+    # bigbatch), which was most of a dry-run part's time; on a GPU each is a new Python with a CUDA context of
+    # its own.
+    with ForkServer([Path(__file__).stem]) if args.device == "cpu" else nullcontext() as forks:
+        rows, seconds = run_parts(args, wanted, forks.popen if forks else subprocess.Popen)
+    rows = {n: rows[n] for n in PARTS if n in rows}
+    text = section(rows, args, seconds, SIZES[args.sizes]["steps"], COMPILE_WARMUP)
+    print(text, end="")
+    append_section(args.out, text)
+    print(f"appended to {args.out}", file=sys.stderr)
+    sys.exit(1 if any("error" in r for r in rows.values()) else 0)
+
+
+def run_parts(args: argparse.Namespace, wanted: list[str], popen: Callable[..., Any]) -> tuple[dict[str, dict], float]:
+    """The `wanted` parts in RUN_ORDER, the compile parts at once, within --budget: their rows, and the seconds."""
     start = time.perf_counter()
     flags = ["--device", args.device, "--compile-backend", args.compile_backend] + ["--dry-run"] * args.dry_run
     rows: dict[str, dict] = {}
@@ -542,17 +560,12 @@ def main() -> None:
         print(f"[bench/gpu.py] {' and '.join(group)} (at most {limit:.0f} s)", file=sys.stderr, flush=True)
         cmds = {n: [sys.executable, __file__, "--part", n, *flags] for n in group}
         if len(group) > 1:
-            rows.update(run_in_turns(cmds, limit))
+            rows.update(run_in_turns(cmds, limit, popen))
         else:
-            rows[name] = run_part(cmds[name], limit)
+            rows[name] = run_part(cmds[name], limit, popen)
         for n in group:
             print(f"[bench/gpu.py] {n}: {rows[n].get('error', 'done')}", file=sys.stderr, flush=True)
-    rows = {n: rows[n] for n in PARTS if n in rows}
-    text = section(rows, args, time.perf_counter() - start, SIZES[args.sizes]["steps"], COMPILE_WARMUP)
-    print(text, end="")
-    append_section(args.out, text)
-    print(f"appended to {args.out}", file=sys.stderr)
-    sys.exit(1 if any("error" in r for r in rows.values()) else 0)
+    return rows, time.perf_counter() - start
 
 
 if __name__ == "__main__":

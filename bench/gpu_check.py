@@ -27,15 +27,18 @@ import os
 import re
 import shlex
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _check_run import CheckFailed, Step, final_checkpoint, metrics, run_steps, same_checkpoints, section  # noqa: E402
 from _gpu_report import append_section, device_name, source_digest  # noqa: E402
+from _procs import ForkServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 # (the same steps, only smaller). Keys of a step's own table are config overrides.
 SIZES = {
     "full": {
-        "photos": 256,  # bench/storage.py's photos of scikit-learn's two sample images, two classes
+        "photos": 256,  # bench/storage.py's ImageNet-sized photos of seven camera photographs, seven classes
         "jpeg_side": 160,  # the JPEG store's short side (whole images, --crop none)
         "raw_side": 128,  # the raw store's squares: BigGAN's and StyleGAN2 paper256's side here
         "small_side": 32,  # the second raw store's: StyleGAN2 cifar's
@@ -144,12 +147,20 @@ SIZES = {
     },
 }
 
+# What the steps' processes import, done once before they fork on a CPU (ForkServer): bigbatch, and what torch
+# imports as it is used (Dynamo, torch.export, the ONNX exporter: seconds a process). Not OpenCV or ONNX Runtime,
+# which start threads of their own as they are imported.
+PRELOAD = ["torch", "torch._dynamo", "torch.export", "torch._functorch.aot_autograd", "torch._inductor.decomposition"]
+PRELOAD += ["torch.onnx", "onnxscript", "networkx", "sympy", "torch.utils.tensorboard", "matplotlib", "bigbatch.cli"]
+PRELOAD += ["bigbatch.batching", "bigbatch.loop", "bigbatch.tasks", "bigbatch.metrics.evaluate", "bigbatch.export"]
+PRELOAD += ["bigbatch.sampling"]
+
 # Every training step: only the final checkpoint (and sample sheets), no scoring while it trains (eval runs after).
 QUIET = {"checkpoint.every_kimg": 1e6, "sample.every_kimg": 1e6, "eval.every_kimg": 0}
 
 
 def make_data(work: Path, sizes: dict) -> str:
-    """The photos (bench/storage.py's make_photos: crops of scikit-learn's two sample images, two classes),
+    """The photos (bench/storage.py's make_photos: ImageNet-sized crops of seven photographs, seven classes),
     and SAEHD's src and dst faces (bench/_swap.py's synthetic faces with masks) and aligned dst faces as PNGs."""
     import numpy as np
     import torch
@@ -431,13 +442,17 @@ NOTES = [
     "allocator, not the CUDA context's own); marked RSS: the process's peak resident set, where it used no GPU.",
     "Losses: every value of a key with `loss` in it (not fp16's loss scales) in the run's metrics.jsonl, finite.",
     "Training steps: the named preset with the sizes shown, a few kimg; checkpoints only at the end, no scoring "
-    "while training but the classifiers' held-out split. Data: bench/storage.py's photos (two classes) prepared "
+    "while training but the classifiers' held-out split. Data: bench/storage.py's photos (seven classes) prepared "
     "as raw stores and a JPEG store of whole images; bench/_swap.py's synthetic faces (noise, an elliptic mask).",
     "Resume: the run left alone, and the same config stopped by SIGTERM once a few rows were logged, then "
     "`--resume`d; their final checkpoints' safetensors compared byte for byte (train.deterministic on in both).",
     "exports-on-device: each exported file loaded as its format is (torch.jit.load, torch.export.load, "
     "onnxruntime), run on the device and compared with the same file run on the CPU (bench/_exported.py).",
 ]
+FORKED = (
+    "On a CPU each step's process was a fork of one that had imported torch and bigbatch (bench/_procs.py's "
+    "ForkServer): its s counts no imports."
+)
 
 
 def main() -> None:
@@ -485,13 +500,18 @@ def main() -> None:
         env["PYTHONUNBUFFERED"] = "1"
         if args.device == "cpu":
             env["BIGBATCH_CHECK_NVJPEG_STAND_IN"] = "1"
-        rows = run_steps(chosen, work, env, args.budget, args.jobs)
+        # On a CPU the steps' processes are forks of one that has imported what they import (torch, bigbatch), the
+        # most of a dry-run step's time; on a GPU each is a new Python with a CUDA context of its own.
+        fork = args.device == "cpu" and any(s.argv[:2] == ["-m", "bigbatch"] for s in chosen)
+        with ForkServer(PRELOAD, env) if fork else nullcontext() as forks:
+            rows = run_steps(chosen, work, env, args.budget, args.jobs, forks.popen if forks else subprocess.Popen)
     import torch
 
     device = next((r["device"] for r in rows.values() if r.get("device")), None)
     device = device or device_name(torch.device(args.device))
     command = shlex.join(["python", *sys.argv])
-    text = section(rows, device, args.dry_run, time.perf_counter() - start, command, NOTES)
+    notes = NOTES + [FORKED] * (args.device == "cpu")
+    text = section(rows, device, args.dry_run, time.perf_counter() - start, command, notes)
     print(text, end="")
     append_section(args.out, text)
     print(f"appended to {args.out} (sources {source_digest()})", file=sys.stderr)

@@ -160,7 +160,9 @@ class DeviceGuard(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        inputs = _tensors(args) + _tensors(kwargs)
+        # (A crossing op is not checked, nor marked from its inputs: not walked either. Tensor.__deepcopy__'s
+        # memo holds everything copied so far, and walking it made copying a model quadratic.)
+        inputs = [] if func in CROSSING else _tensors(args) + _tensors(kwargs)
         # A factory given a tensor to start from (torch.as_tensor(x), torch.normal(mean, std)) keeps its device.
         factory = func in FACTORIES and not (args and isinstance(args[0], torch.Tensor))
         hosts = [t for t in inputs if host_place(t)]

@@ -125,6 +125,49 @@ def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary file left beside it
 
 
+def test_a_fork_servers_processes_are_what_new_pythons_would_be(tmp_path):
+    # The CPU dry runs start their processes as forks of one that has done their imports (_procs.ForkServer):
+    # each must run as `python ARGS` would, in its own folder, environment, files and session, and end the same.
+    import signal
+
+    from _procs import ForkServer, run_limited
+
+    (tmp_path / "script.py").write_text(
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: print('at exit'))\n"
+        "print(__name__, sys.argv, sys.path[0] == os.path.dirname(__file__), os.getcwd(), os.environ.get('X'))\n"
+        "print('preloaded' if 'decimal' in sys.modules else 'imported', os.getpgid(0) == os.getpid(), flush=True)\n"
+        "sys.exit(int(sys.argv[1]))\n"
+    )
+    (tmp_path / "mod.py").write_text("import sys\nprint(__name__, sys.argv[1:])\nraise SystemExit('said so')\n")
+    log = tmp_path / "log"
+
+    def run(*args, limit=60, **options):
+        with open(log, "w") as out:
+            options = {"stdout": out, "stderr": subprocess.STDOUT, **options}
+            status, seconds = run_limited([sys.executable, *args], limit, popen=forks.popen, **options)
+        return status, log.read_text()
+
+    with ForkServer(["decimal"]) as forks:
+        env = {**os.environ, "X": "set"}
+        status, said = run(str(tmp_path / "script.py"), "3", env=env, cwd=tmp_path / "..")
+        assert status == 3, said
+        assert said.splitlines() == [
+            f"__main__ ['{tmp_path / 'script.py'}', '3'] True {tmp_path.parent} set",
+            "preloaded True",
+            "at exit",
+        ]
+        status, said = run("-m", "mod", "a", cwd=tmp_path)
+        assert (status, said) == (1, "__main__ ['a']\nsaid so\n")
+        status, said = run("-c", "raise ValueError('broke')")
+        assert status == 1 and said.startswith("Traceback") and said.endswith("ValueError: broke\n"), said
+        status, _ = run("-c", "import time; time.sleep(60)", limit=1)
+        assert status is None  # killed at its limit
+        sleeper = forks.popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        os.kill(sleeper.pid, signal.SIGTERM)
+        assert sleeper.wait(timeout=30) == -signal.SIGTERM and sleeper.poll() == -signal.SIGTERM
+
+
 def test_compile_parts_compile_at_once_and_are_timed_one_at_a_time(tmp_path):
     # Compiling is minutes of host work a part; the parts do it side by side, and no part's timed iterations
     # run beside another's work.

@@ -176,6 +176,7 @@ def _cross_rank_bn_step(model, opt, rank, world):
 def _cross_rank_bn_rank(rank, world, init_file, out):
     from bigbatch.engine.wrap import cross_rank_batch_norm
 
+    torch.set_num_threads(1)  # (forked from this process, whose OpenMP threads it does not have)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     model = _cross_rank_bn_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.5)  # made before the conversion, as a user may
@@ -191,8 +192,9 @@ def test_sync_bn_spans_ranks_for_every_batchnorm_and_keeps_the_parameters_an_opt
     # silently), its copy's new Parameters left an optimizer made before untrained, and float64 fell to float32.
     model = _cross_rank_bn_model()
     whole = _cross_rank_bn_step(model, torch.optim.SGD(model.parameters(), lr=0.5), 0, 1)
-    torch.multiprocessing.spawn(
-        _cross_rank_bn_rank, args=(2, str(tmp_path / "init"), str(tmp_path / "two.pt")), nprocs=2, join=True
+    # Forked, not spawned: a spawned rank spent seconds importing torch and this module again.
+    torch.multiprocessing.start_processes(
+        _cross_rank_bn_rank, (2, str(tmp_path / "init"), str(tmp_path / "two.pt")), 2, join=True, start_method="fork"
     )
     two = torch.load(tmp_path / "two.pt", weights_only=True)
     start = _cross_rank_bn_model().state_dict()

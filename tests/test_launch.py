@@ -133,26 +133,44 @@ def test_ray_rank_counts_follow_the_cluster():
             ray_ranks(resources, nprocs, per)
 
 
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """A local Dask cluster of 2 single-threaded workers for this module's tests that launch on one: started
+    once, as a start (workers' processes and imports) cost more than most of these runs; each test leaves it
+    as it found it (its ranks ended)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OMP_NUM_THREADS", "1")  # the workers' environment, which their ranks inherit
+        cluster = local_cluster(2, dashboard_address=None)
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray instance of 2 CPUs for this module's tests that launch on one, this process connected to it:
+    started once (its processes take tens of seconds to come up); its address is what `launch ray --address`
+    takes. (`--local`, where the launcher starts its own, is tested by stopping such a launch.)"""
+    ray = pytest.importorskip("ray")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OMP_NUM_THREADS", "1")  # the actors' environment, which their ranks inherit
+        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, logging_level="ERROR")
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
 def launch(scheduler, *command):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--scheduler", scheduler, "--", *command]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_dask_workers_train_the_weights_of_one_process(tmp_path, monkeypatch, one_process_run):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' environment, which their ranks inherit
-    with local_cluster(2, dashboard_address=None) as cluster:
-        ok = launch(
-            cluster.scheduler_address,
-            "train",
-            *ARGS,
-            "train.batch=32",
-            "train.micro_batch=8",
-            "--run-dir",
-            str(tmp_path / "dask"),
-        )
-        assert ok.returncode == 0, ok.stderr[-3000:]
-        bad = launch(cluster.scheduler_address, "train", "model.name=nope", "--run-dir", str(tmp_path / "bad"))
+def test_dask_workers_train_the_weights_of_one_process(tmp_path, dask_cluster, one_process_run):
+    scheduler = dask_cluster.scheduler_address
+    ok = launch(scheduler, "train", *ARGS, "train.batch=32", "train.micro_batch=8", "--run-dir", str(tmp_path / "dask"))
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    bad = launch(scheduler, "train", "model.name=nope", "--run-dir", str(tmp_path / "bad"))
     stopped = stop_a_long_launch(tmp_path / "long", signal.SIGINT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     # Whichever rank failed first (the other may have been stopped by it before reading its config).
@@ -202,10 +220,10 @@ def stop_a_long_launch(run_dir, sig, engine="dask"):
     return subprocess.CompletedProcess(cmd, proc.returncode, "".join(out_lines), err)
 
 
-def test_ray_actors_train_the_weights_of_one_process(tmp_path, one_process_run):
-    pytest.importorskip("ray")
+def test_ray_actors_train_the_weights_of_one_process(tmp_path, ray_cluster, one_process_run):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    base = [sys.executable, "-m", "bigbatch.cli", "launch", "ray", "--local", "2", "--", "train"]
+    launch = [sys.executable, "-m", "bigbatch.cli", "launch", "ray", "--address", ray_cluster, "--nprocs", "2"]
+    base = [*launch, "--", "train"]
     ok = subprocess.run(
         [*base, *ARGS, "train.batch=32", "train.micro_batch=8", "--run-dir", str(tmp_path / "ray")],
         env=env,
@@ -313,23 +331,21 @@ def _rank_processes(run_dir, rank):
     return found
 
 
-def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(tmp_path, monkeypatch, uninterrupted):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(tmp_path, dask_cluster, uninterrupted):
     args = [*ARGS, *RESTART_ARGS]
     run = tmp_path / "restarted"
-    with local_cluster(2, dashboard_address=None) as cluster:
-        address = cluster.scheduler_address
-        cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--scheduler", address, "--grace", "5"]
-        cmd += ["--restarts", "1", "--", "train", *args, "--run-dir", str(run), "--resume=auto"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline, killed = time.monotonic() + 240, False
-        while not killed and time.monotonic() < deadline and proc.poll() is None:
-            if (run / "checkpoints" / "000000.256" / "meta.json").exists():
-                for pid in _rank_processes(run, 1):
-                    os.kill(pid, signal.SIGKILL)  # the rank dies mid-run, between two checkpoints
-                    killed = True
-            time.sleep(0.05)
-        out, err = proc.communicate(timeout=300)
+    address = dask_cluster.scheduler_address
+    cmd = [sys.executable, "-m", "bigbatch.cli", "launch", "dask", "--scheduler", address, "--grace", "5"]
+    cmd += ["--restarts", "1", "--", "train", *args, "--run-dir", str(run), "--resume=auto"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, killed = time.monotonic() + 240, False
+    while not killed and time.monotonic() < deadline and proc.poll() is None:
+        if (run / "checkpoints" / "000000.256" / "meta.json").exists():
+            for pid in _rank_processes(run, 1):
+                os.kill(pid, signal.SIGKILL)  # the rank dies mid-run, between two checkpoints
+                killed = True
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=300)
     assert killed and proc.returncode == 0, err[-3000:]
     assert "restarting every rank (1 of 1)" in err
     assert "Traceback" not in err  # rank 0's broken collective is one line too (and the launcher's names rank 1)
@@ -340,16 +356,14 @@ def test_a_lost_rank_restarts_the_dask_group_which_resumes_to_the_same_weights(t
         ).read_bytes(), net
 
 
-def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps_side_by_side(tiny, tmp_path, capsys):
+def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps_side_by_side(
+    tiny, tmp_path, capsys, dask_cluster
+):
     from bigbatch.launch.dask import run
 
     long = tiny.override({"train.kimg": 1000, "train.log_every_kimg": 0.064, "sample.every_kimg": 0.128})
     path = tmp_path / "live"
-    with (
-        local_cluster(2, dashboard_address=None) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        client.run(os.environ.update, {"OMP_NUM_THREADS": "1"})
+    with distributed.Client(dask_cluster) as client:
         handle = run(client, long, path, nprocs=2)
         rows, sheets = [], []
         for update in handle.updates(timeout=120):  # while it trains: rows and sheets as they are written
@@ -390,25 +404,19 @@ def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps
     ]
 
 
-def test_a_ray_run_from_python_streams_rows_and_a_sweep_runs_side_by_side(tiny, tmp_path, monkeypatch):
-    ray = pytest.importorskip("ray")
+def test_a_ray_run_from_python_streams_rows_and_a_sweep_runs_side_by_side(tiny, tmp_path, ray_cluster):
     from bigbatch.launch.ray import run
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the actors' environment, which their ranks inherit
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, logging_level="ERROR")
-    try:
-        short = tiny.override({"train.kimg": 0.256, "train.log_every_kimg": 0.064})
-        handle = run(short, tmp_path / "live", nprocs=2)
-        rows = [u.row for u in handle.updates(timeout=120) if u.row]
-        result = handle.result()
-        assert result.status == 0 and result.final["kimg"] == 0.256 and "loss_D" in result.final
-        assert rows == result.rows == bigbatch.rundir.read_metrics(tmp_path / "live" / "metrics.jsonl")
-        assert handle.sheets.keys() >= {"grid"} and handle.sheet.kimg == 0.256
+    short = tiny.override({"train.kimg": 0.256, "train.log_every_kimg": 0.064})
+    handle = run(short, tmp_path / "live", nprocs=2)  # on the Ray instance this process is connected to
+    rows = [u.row for u in handle.updates(timeout=120) if u.row]
+    result = handle.result()
+    assert result.status == 0 and result.final["kimg"] == 0.256 and "loss_D" in result.final
+    assert rows == result.rows == bigbatch.rundir.read_metrics(tmp_path / "live" / "metrics.jsonl")
+    assert handle.sheets.keys() >= {"grid"} and handle.sheet.kimg == 0.256
 
-        grid = {"train.g_lr": [1e-4, 2e-4]}
-        results = bigbatch.sweep(short, grid, tmp_path / "sweep", launcher="ray")
-    finally:
-        ray.shutdown()
+    grid = {"train.g_lr": [1e-4, 2e-4]}
+    results = bigbatch.sweep(short, grid, tmp_path / "sweep", launcher="ray")
     assert [(r["train.g_lr"], r["status"], r["kimg"]) for r in results] == [
         (1e-4, "finished", 0.256),
         (2e-4, "finished", 0.256),
