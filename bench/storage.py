@@ -1,17 +1,26 @@
-"""What each storage codec costs: bytes per image and decode time per image at 64, 128 and 256 px, and
-one process's images/s reading a 128-px phase from a 256-px store (raw, JPEG with the reduced-size
-decode) against Pillow on the source JPEGs (open, center crop, resize: what users write first).
+"""What each storage codec costs: bytes per image and decode time per image at 64, 128 and 256 px; one
+process's images/s reading a 128-px phase from a 256-px store (raw, JPEG with the reduced-size decode)
+against Pillow on the source JPEGs (open, center crop, resize); and a classifier's read, random-resized
+crops at 224 and 128 px through bigbatch's Loader against the Pillow pipeline users write first.
 
     python bench/storage.py                  # 400 photos, one thread
     python bench/storage.py --n 2000 --out /tmp/codecs
     python bench/storage.py --prepare-n 100000 --workers 2   # prepare's rate and peak memory at 100k files
     python bench/storage.py --whole-side 352                  # crops from ImageNet's store (short side 352)
 
-The photos are crops of the two photographs scikit-learn ships (china.jpg, flower.jpg, 640x427),
-at ImageNet's typical size (about 400x330, random position, scale and aspect ratio, mirrored at
-random), saved as JPEG q90: real camera content, so the bytes compare with ImageNet's (110 KiB an
-image there at full size). Times are process CPU seconds, so that other load on the machine does
-not count; one thread (torch and Pillow)."""
+The photos are ImageNet-sized JPEGs (q90) cut from seven colour camera photographs that scikit-image
+and scikit-learn ship (SOURCES: a portrait, a cat, a cup of coffee, a rocket on its pad, a
+motorcycle, a palace roof, a flower), one class folder each: aspect ratio 3:4 (portrait) to 16:9,
+short side 240-500 px (mean about 445x385; ImageNet's about 400x350), each cut at its own scale and
+shrunk 1-2x, so that detail per pixel varies as in photos shrunk from a camera's, never enlarged
+beyond 1.25x (enlarged photos compress unrealistically well). They take about 0.27 bytes a pixel
+(46 KiB an image); ImageNet's files about 0.8 (110 KiB at about 400x350), as their authors saved
+them: these scenes are cleaner than its average photo. Its decodes spend more of their time
+entropy-decoding, which a reduced-size decode does not shorten (the Loader's advantage there is
+smaller), while Pillow on its original files also decodes more bytes than a q90 store holds. Times
+are process CPU seconds, so that other load on the machine does not count; one thread (torch and
+OpenCV); the random-resized crops' readers take turns batch by batch, each batch's fastest of five
+rounds counted."""
 
 from __future__ import annotations
 
@@ -35,27 +44,51 @@ from bigbatch.data.schedule import resize_batch  # noqa: E402
 CODECS = [("raw", None), ("jpeg", 90), ("jpeg", 95), ("png", None), ("webp", 90)]
 
 
-def make_photos(root: Path, n: int, seed: int = 0) -> list[Path]:
+# The source photographs: scikit-image's (Eileen Collins, Chelsea the cat, a cup of coffee, a SpaceX
+# rocket on its pad, the left view of Middlebury's stereo motorcycle) and scikit-learn's two (a roof of
+# the Summer Palace, a dahlia). Each is a class folder of its own.
+SOURCES = ("astronaut", "chelsea", "china", "coffee", "flower", "motorcycle", "rocket")
+
+
+def source_photos() -> dict[str, Image.Image]:
+    """The source photographs by name, RGB (640x427 and 741x500 at most: the sizes they ship at)."""
+    from skimage import data
     from sklearn.datasets import load_sample_images
 
+    sample = dict(zip(("china", "flower"), load_sample_images().images))
+    photos = {"astronaut": data.astronaut(), "chelsea": data.chelsea(), "coffee": data.coffee()}
+    photos |= {"rocket": data.rocket(), "motorcycle": data.stereo_motorcycle()[0], **sample}
+    return {name: Image.fromarray(photos[name]) for name in SOURCES}
+
+
+def make_photos(root: Path, n: int, seed: int = 0) -> list[Path]:
+    """`n` JPEGs (q90) of ImageNet's sizes cut from the source photographs, in turn, into a class folder
+    per source; returned in the order `prepare` lists them. Aspect ratio log-uniform in 3:4..16:9 (a
+    third of them portrait), short side uniform in 240..500 px, each a crop of its source shrunk by a
+    factor log-uniform in 1..2 (LANCZOS); where the source is too small for that, the largest crop that
+    fits, enlarged at most 1.25x (or a smaller short side). Mirrored at random."""
     rng = np.random.default_rng(seed)
-    sources = [Image.fromarray(a) for a in load_sample_images().images]
+    sources = source_photos()
     files = []
     for i in range(n):
-        src = sources[i % len(sources)]
-        scale, ratio = rng.uniform(0.45, 1.0), np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
-        w = min(src.width, int(src.height * scale * ratio))
-        h = min(src.height, int(src.height * scale))
-        x, y = int(rng.integers(0, src.width - w + 1)), int(rng.integers(0, src.height - h + 1))
-        out_w = int(rng.integers(360, 500))
-        img = src.crop((x, y, x + w, y + h)).resize((out_w, max(1, round(out_w * h / w))), Image.Resampling.LANCZOS)
+        name = SOURCES[i % len(SOURCES)]
+        src = sources[name]
+        ratio = float(np.exp(rng.uniform(np.log(3 / 4), np.log(16 / 9))))  # width / height
+        short, shrink = float(rng.uniform(240, 500)), float(np.exp(rng.uniform(0, np.log(2))))
+        fits = min(src.width / ratio, src.height) if ratio >= 1 else min(src.width, src.height * ratio)
+        shrink = max(min(shrink, fits / short), 1 / 1.25)  # the crop's short side is at most `fits`
+        short = min(short, fits / shrink)
+        out_w, out_h = (round(short * ratio), round(short)) if ratio >= 1 else (round(short), round(short / ratio))
+        w, h = min(src.width, out_w * shrink), min(src.height, out_h * shrink)
+        x, y = rng.uniform(0, src.width - w), rng.uniform(0, src.height - h)
+        img = src.resize((out_w, out_h), Image.Resampling.LANCZOS, box=(x, y, x + w, y + h))
         if rng.random() < 0.5:
             img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        folder = root / ("china" if i % 2 == 0 else "flower")
+        folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         files.append(folder / f"{i:05d}.jpg")
         img.save(files[-1], quality=90)
-    return files
+    return sorted(files)
 
 
 def cpu_time(fn, repeat: int = 3) -> float:
@@ -87,13 +120,18 @@ def main() -> None:
         prepare_at_scale(root, args.prepare_n, args.workers)
         return
     files = make_photos(root / "photos", args.n)
-    source_bytes = sum(f.stat().st_size for f in files) / len(files)
+    source_bytes = np.array([f.stat().st_size for f in files])
     sizes = np.array([Image.open(f).size for f in files])
-    mean = f"{sizes[:, 0].mean():.0f}x{sizes[:, 1].mean():.0f}"
-    print(f"{args.n} photos, mean {mean}, JPEG q90: {source_bytes / 1024:.1f} KiB an image")
+    short, pixels = sizes.min(1), sizes.prod(1)
+    print(
+        f"{args.n} photos of {len(SOURCES)} sources, mean {sizes[:, 0].mean():.0f}x{sizes[:, 1].mean():.0f} (short "
+        f"side {short.min()}-{short.max()}, mean {short.mean():.0f}; {(sizes[:, 0] < sizes[:, 1]).mean():.0%} "
+        f"portrait), JPEG q90: {source_bytes.mean() / 1024:.1f} KiB an image, "
+        f"{source_bytes.sum() / pixels.sum():.2f} bytes a pixel (ImageNet's: about 110 KiB at about 400x350, 0.8)"
+    )
 
     rows = []
-    batch = torch.arange(min(64, args.n))
+    batch = torch.from_numpy(np.linspace(0, args.n - 1, min(64, args.n)).round().astype(np.int64))  # every source
     for res in (64, 128, 256):
         for codec, quality in CODECS:
             out = root / f"{codec}{quality or ''}-{res}.h5"
@@ -115,7 +153,7 @@ def main() -> None:
     # A 128-px phase from a 256-px store, one process, images/s (CPU time): the store read and decoded
     # (reduced for JPEG) and resized, against Pillow on the source JPEGs.
     def pillow_folder() -> None:
-        for f in files[: len(batch)]:
+        for f in (files[i] for i in batch.tolist()):
             with Image.open(f) as img:
                 s = min(img.size)
                 left, top = (img.width - s) // 2, (img.height - s) // 2
@@ -133,7 +171,7 @@ def main() -> None:
     print("|---|---|---|")
     for name, v in speeds.items():
         print(f"| {name} | {v:.0f} | {v / base:.2f}x |")
-    random_resized_crops(root, files, len(batch), args.whole_side)
+    random_resized_crops(root, files, args.whole_side)
 
 
 def prepare_at_scale(root: Path, n: int, workers: int) -> None:
@@ -162,62 +200,120 @@ def prepare_at_scale(root: Path, n: int, workers: int) -> None:
         print(f"| {n} | {w} | {rate:.0f} | {rate / max(1, w):.0f} | {peak / 1024:.0f} MiB |")
 
 
-def random_resized_crops(root: Path, files: list[Path], n: int, side: int = 256) -> None:
-    """A classifier's training read: a random-resized crop (the same boxes, drawn by bigbatch.data.crops
-    for each image's own size) resized to 224 and 128 px and mirrored, on every side: Pillow + the
-    torchvision-style pipeline on the source JPEGs (open, convert, crop, resize), bigbatch's raw
-    256-px square store (the crop from the square), and bigbatch's JPEG store of whole images (short
-    side 256, `--crop none`; the crop cut before decoding, at a reduced DCT scale where it allows)."""
+def random_resized_crops(root: Path, files: list[Path], side: int = 256, batch: int = 64, rounds: int = 5) -> None:
+    """A classifier's training read in one process: random-resized crops (torchvision's: area 0.08..1,
+    ratio 3/4..4/3) resized to 224 and 128 px, half of them mirrored, as batches of uint8 tensors, the
+    same images, boxes (drawn for each image's own size) and flips on every side. bigbatch's Loader on
+    a JPEG store of whole images (short side `side`, `--crop none`: each crop cut to its MCUs before
+    decoding, at a reduced DCT scale where it allows, resized bicubic with antialiasing) against the
+    Pillow pipeline users write first on the source JPEGs: torchvision's RandomResizedCrop,
+    RandomHorizontalFlip and PILToTensor as Pillow calls run them (open, convert, crop, resize:
+    bilinear, its default; and bicubic, the Loader's filter), batched; and bigbatch's raw 256-px
+    squares, cropped and resized by Pillow (bicubic)."""
+    from bigbatch.data import Loader, RankSampler, Schedule
     from bigbatch.data.crops import rrc_box, rrc_draws
+    from bigbatch.data.streams import FLIP, GlobalOrder, generator
 
     whole = root / f"whole-jpeg90-{side}.h5"
     if not whole.exists():
         prepare(str(root / "photos"), str(whole), side, workers=0, codec="jpeg", crop="none")
-    data, raw = H5Data(whole, in_ram=True), H5Data(root / "raw-256.h5", in_ram=True)
-    index = torch.arange(n)
-    draws = rrc_draws(0, 0, n)
+    raw = H5Data(root / "raw-256.h5", in_ram=True)
+    steps = len(files) // batch
+    requests = []  # per step: its images, their crops' draws and their flips, as the Loader (seed 0) reads them
+    for step, _ in zip(RankSampler(GlobalOrder(len(files), 0), Schedule.constant(0, batch)), range(steps)):
+        flips = torch.rand(batch, generator=generator(0, FLIP, step.nimg)) < 0.5
+        requests.append((step.indices.tolist(), rrc_draws(0, step.nimg, batch), flips.tolist()))
 
-    def pillow(size: int) -> None:
-        for f, d in zip(files[:n], draws):
-            with Image.open(f) as img:
-                x, y, w, h = rrc_box(img.width, img.height, d, 0.08)
-                out = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC, box=(x, y, x + w, y + h))
-                np.asarray(out.transpose(Image.Transpose.FLIP_LEFT_RIGHT))
+    def loader(size: int) -> Any:
+        batches = iter(Loader(str(whole), batch, size, augment="rrc", xflip=True, steps=steps))
+        return lambda s: next(batches)[0]
 
-    def raw_store(size: int) -> None:
-        for image, d in zip(raw.get(index)[0].numpy(), draws):
-            x, y, w, h = rrc_box(256, 256, d, 0.08)
-            out = Image.fromarray(image).resize((size, size), Image.Resampling.BICUBIC, box=(x, y, x + w, y + h))
-            np.asarray(out.transpose(Image.Transpose.FLIP_LEFT_RIGHT))
+    def pillow(resample: Image.Resampling) -> Any:
+        def start(size: int) -> Any:
+            def read(s: int) -> torch.Tensor:
+                out = []
+                for i, d, flip in zip(*requests[s]):
+                    with Image.open(files[i]) as img:
+                        x, y, w, h = rrc_box(img.width, img.height, d, 0.08)
+                        img = img.convert("RGB").crop((x, y, x + w, y + h)).resize((size, size), resample)
+                        img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else img
+                        out.append(torch.from_numpy(np.array(img)))
+                return torch.stack(out)
 
-    def jpeg_store(size: int) -> None:
-        data.get_crops(index, size, draws, 0.08)[0].flip(2)
+            return read
 
-    readers = [
-        ("Pillow + torchvision-style RRC on the source JPEGs", pillow),
-        ("bigbatch raw 256-px squares", raw_store),
-        (f"bigbatch jpeg q90 whole images (short side {side})", jpeg_store),
-        *webdataset_readers(root, files[:n], side, draws),
-    ]
+        return start
+
+    def raw_squares(size: int) -> Any:
+        def read(s: int) -> torch.Tensor:
+            indices, draws, flips = requests[s]
+            out = []
+            for image, d, flip in zip(raw.get(torch.tensor(indices))[0].numpy(), draws, flips):
+                x, y, w, h = rrc_box(256, 256, d, 0.08)
+                img = Image.fromarray(image).resize((size, size), Image.Resampling.BICUBIC, box=(x, y, x + w, y + h))
+                img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else img
+                out.append(torch.from_numpy(np.array(img)))
+            return torch.stack(out)
+
+        return read
+
+    bilinear = "Pillow + torchvision's RandomResizedCrop (bilinear) on the source JPEGs"
+    readers = {
+        f"bigbatch Loader, jpeg q90 whole images (short side {side})": loader,
+        bilinear: pillow(Image.Resampling.BILINEAR),
+        "the same, bicubic": pillow(Image.Resampling.BICUBIC),
+        "bigbatch raw 256-px squares (Pillow crop, resize)": raw_squares,
+        **webdataset_readers(root, files, side, requests),
+    }
+    # The same images, boxes and flips on both sides (else they would differ by tens of levels): they differ by
+    # the store's re-encoding only, and the filter's rounding.
+    ours, theirs = (readers[name](128)(0).float() for name in (next(iter(readers)), "the same, bicubic"))
+    apart = (ours - theirs).abs().mean().item()
+    assert apart < 8, f"the Loader's crops are not the Pillow rows' ({apart:.1f} levels apart): update `requests`"
+    rates: dict[str, list[float]] = {name: [] for name in readers}
+    for size in (224, 128):
+        for name, seconds in batch_seconds({k: lambda f=f, z=size: f(z) for k, f in readers.items()}, steps, rounds):
+            rates[name].append(steps * batch / seconds)
     print("\n| random-resized crop + flip, one process | 224 px img/s | vs Pillow | 128 px img/s | vs Pillow |")
     print("|---|---|---|---|---|")
-    rates = {name: [n / cpu_time(lambda s=size, f=fn: f(s)) for size in (224, 128)] for name, fn in readers}
-    base = rates["Pillow + torchvision-style RRC on the source JPEGs"]
+    base, bicubic = rates[bilinear], rates["the same, bicubic"]
     for name, (r224, r128) in rates.items():
         print(f"| {name} | {r224:.0f} | {r224 / base[0]:.2f}x | {r128:.0f} | {r128 / base[1]:.2f}x |")
-    kib = read_meta(whole)["encoded_bytes"] / len(data) / 1024
+    ours = rates[next(iter(rates))]
+    print(
+        f"\nThe Loader against the bicubic row: {ours[0] / bicubic[0]:.2f}x at 224 px, {ours[1] / bicubic[1]:.2f}x "
+        f"at 128 px. Its crops against that row's, the first batch at 128 px: {apart:.2f} levels apart on average."
+    )
+    kib = read_meta(whole)["encoded_bytes"] / len(files) / 1024
     print(f"\nwhole-image JPEG store: {kib:.1f} KiB an image")
 
 
-def webdataset_readers(root: Path, files: list[Path], side: int, draws: torch.Tensor) -> list[tuple[str, Any]]:
+def batch_seconds(readers: dict[str, Any], steps: int, rounds: int) -> list[tuple[str, float]]:
+    """Process CPU seconds each reader takes for `steps` batches (`readers`: name -> a function that starts
+    a round and returns `read(step)`). The readers take turns batch by batch, and each batch counts its
+    fastest of `rounds` rounds: load from other work on a shared machine falls on all of them alike, and
+    its bursts drop out."""
+    best = {name: [float("inf")] * steps for name in readers}
+    for _ in range(rounds):
+        started = {name: start() for name, start in readers.items()}
+        for s in range(steps):
+            for name, read in started.items():
+                t = time.process_time()
+                read(s)
+                best[name][s] = min(best[name][s], time.process_time() - t)
+    return [(name, sum(times)) for name, times in best.items()]
+
+
+def webdataset_readers(root: Path, files: list[Path], side: int, requests: list) -> dict[str, Any]:
     """WebDataset (`pip install webdataset`) read as its ImageNet examples read it: a tar shard of JPEGs,
-    decoded by its "pil" decoder, then the same crop, resize and flip as the Pillow row. Two shards: the
-    source JPEGs, and JPEGs re-encoded at short side `side` (q90, as the whole-image store)."""
+    decoded by its "pil" decoder, then the same crop, resize (bilinear) and flip as the Pillow row. Two
+    shards, each holding the images of `requests` in their order (a shard is read in turn): the source
+    JPEGs, and JPEGs re-encoded at short side `side` (q90, as the whole-image store)."""
     try:
         import webdataset as wds
     except ImportError:
         print("(webdataset is not installed: pip install webdataset for its rows)")
-        return []
+        return {}
     from bigbatch.data.crops import rrc_box
 
     shards = {"source JPEGs": root / "wds-source.tar", f"JPEGs at short side {side}, q90": root / f"wds-{side}.tar"}
@@ -225,10 +321,10 @@ def webdataset_readers(root: Path, files: list[Path], side: int, draws: torch.Te
         if tar.exists():
             continue
         with wds.TarWriter(str(tar)) as writer:
-            for i, f in enumerate(files):
-                data = f.read_bytes()
+            for k, i in enumerate(i for indices, _, _ in requests for i in indices):
+                data = files[i].read_bytes()
                 if tar.name != "wds-source.tar":
-                    with Image.open(f) as img:
+                    with Image.open(files[i]) as img:
                         scale = min(1.0, side / min(img.size))
                         small = img.convert("RGB").resize(
                             (round(img.width * scale), round(img.height * scale)), Image.Resampling.LANCZOS
@@ -236,19 +332,27 @@ def webdataset_readers(root: Path, files: list[Path], side: int, draws: torch.Te
                         buffer = io.BytesIO()
                         small.save(buffer, format="JPEG", quality=90)
                         data = buffer.getvalue()
-                writer.write({"__key__": f"{i:06d}", "jpg": data, "cls": 0})
+                writer.write({"__key__": f"{k:06d}", "jpg": data, "cls": 0})
 
     def reader(tar: Path) -> Any:
-        def read(size: int) -> None:
-            for sample, d in zip(wds.WebDataset(str(tar), shardshuffle=False).decode("pil"), draws):
-                img = sample["jpg"]
-                x, y, w, h = rrc_box(img.width, img.height, d, 0.08)
-                out = img.resize((size, size), Image.Resampling.BICUBIC, box=(x, y, x + w, y + h))
-                np.asarray(out.transpose(Image.Transpose.FLIP_LEFT_RIGHT))
+        def start(size: int) -> Any:
+            samples = iter(wds.WebDataset(str(tar), shardshuffle=False).decode("pil"))
 
-        return read
+            def read(s: int) -> torch.Tensor:
+                out = []
+                for d, flip, sample in zip(*requests[s][1:], samples):  # (samples last: none read ahead)
+                    img = sample["jpg"]
+                    x, y, w, h = rrc_box(img.width, img.height, d, 0.08)
+                    img = img.crop((x, y, x + w, y + h)).resize((size, size), Image.Resampling.BILINEAR)
+                    img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if flip else img
+                    out.append(torch.from_numpy(np.array(img)))
+                return torch.stack(out)
 
-    return [(f"WebDataset tar of the {name} (PIL decode, same RRC)", reader(tar)) for name, tar in shards.items()]
+            return read
+
+        return start
+
+    return {f"WebDataset tar of the {name} (PIL decode, same RRC)": reader(tar) for name, tar in shards.items()}
 
 
 if __name__ == "__main__":

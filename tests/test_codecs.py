@@ -387,3 +387,28 @@ def test_a_crop_decodes_only_its_mcus_and_gets_the_full_decodes_pixels(monkeypat
     Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(buffer, format="JPEG", progressive=True)
     assert jpeg_region.layout(buffer.getvalue()) is None
     assert codecs.decode_box(buffer.getvalue(), (64, 64), (3, 5, 20, 30), 16).shape == (16, 16, 3)
+
+
+def test_a_crop_is_shrunk_as_pillows_bicubic_resize_shrinks_it():
+    # decode_box shrinks with PyTorch's antialiased bicubic, Pillow's filter: a level or so from Pillow's own
+    # resize of the same pixels, where OpenCV's area averaging, Pillow's bilinear or a plain bicubic are 1.5-8.
+    from bigbatch.data import codecs
+
+    rng = np.random.default_rng(5)
+    h, w = 200, 260
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([x * 255 / w, 128 + 100 * np.sin(x / 3) * np.cos(y / 4), (x // 20 + y // 20) % 2 * 200.0], -1)
+    data = codecs.encode((img + rng.normal(0, 20, (h, w, 3))).clip(0, 255).astype(np.uint8), "jpeg", 90).data
+    full = codecs.decode(data, (h, w))
+    # (each box less than twice its output on a side: decoded at full size, as `full`; the last one enlarged
+    # across, shrunk down)
+    for (left, top, bw, bh), (oh, ow) in (
+        ((10, 20, 190, 150), (128, 128)),
+        ((0, 0, 260, 200), (120, 150)),
+        ((37, 5, 101, 190), (64, 64)),
+        ((3, 40, 50, 150), (64, 64)),
+    ):
+        got = codecs.decode_box(data, (h, w), (left, top, bw, bh), (oh, ow)).astype(int)
+        crop = Image.fromarray(full[top : top + bh, left : left + bw])
+        diff = np.abs(got - np.asarray(crop.resize((ow, oh), Image.Resampling.BICUBIC)))
+        assert diff.mean() < 0.5 and diff.max() <= 4, ((left, top, bw, bh), diff.mean(), diff.max())

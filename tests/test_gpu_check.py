@@ -104,7 +104,8 @@ def test_dry_run_on_cpu_passes_every_step_and_resumes_to_the_bit(tmp_path):
                      r"the bit", rows["train-resume-continue"][5])  # fmt: skip
     # The commands after training, each with what it said.
     assert re.search(r'"fcd": [\d.]+', rows["eval-gan"][5]) and "top-1 " in rows["eval-classify"][5]
-    assert "SSIM" in rows["eval-swap"][5] and rows["predict"][5] == "pass: 12 images predicted"
+    assert "SSIM" in rows["eval-swap"][5]
+    assert rows["predict"][5] == "pass: 4 images predicted"  # china/: 4 of 24 photos in 7 class folders
     exported = rows["exports-on-device"][5]
     assert len(re.findall(r"\((torchscript|pt2|onnx)[^)]*\): on cpu", exported)) == 5, exported
     assert "suggested train.lr" in rows["lr-find"][5] and "[augment] at p 0.5" in rows["show-batch"][5]

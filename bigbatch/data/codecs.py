@@ -1,8 +1,8 @@
 """How a data file stores an image: its raw uint8 pixels, or its encoded bytes (JPEG, PNG, WebP; encoded
-by Pillow), and the decode back to pixels by OpenCV (libjpeg-turbo, with SIMD resizing: about three
-times Pillow's decode-crop-resize), at a reduced size where the phase asks for one (JPEG's DCT
-scaling: a 128-px phase reads a 256-px store at a fraction of a full decode), and of a crop's MCUs
-only (jpeg_region: JPEGs are written with a restart marker after every MCU)."""
+by Pillow), and the decode back to pixels by OpenCV (libjpeg-turbo), at a reduced size where the phase
+asks for one (JPEG's DCT scaling: a 128-px phase reads a 256-px store at a fraction of a full decode),
+and of a crop's MCUs only (jpeg_region: JPEGs are written with a restart marker after every MCU),
+resized by OpenCV or PyTorch's uint8 kernels."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import io
 from typing import NamedTuple
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from PIL import Image
 
 from bigbatch.data import jpeg_region
@@ -110,9 +112,10 @@ def decode_box(
     jpeg: bool = True,
 ) -> np.ndarray:
     """The region `box` (left, top, w, h, in pixels of the stored image of `size` (h, w)) of encoded
-    bytes, resized to out x out, or to `out` = (h, w) (OpenCV: area averaging to shrink, bicubic to
-    enlarge), RGB. A JPEG is decoded at the smallest DCT scale that keeps the region at least as large
-    as the output, so a low-resolution phase decodes a fraction of the pixels."""
+    bytes, resized to out x out, or to `out` = (h, w) (bicubic: `resize` where it shrinks on either
+    axis, OpenCV's where it only enlarges), RGB. A JPEG is decoded at the smallest DCT scale that keeps
+    the region at least as large as the output, so a low-resolution phase decodes a fraction of the
+    pixels, and only the MCUs the region touches (jpeg_region)."""
     import cv2
 
     left, top, w, h = box
@@ -127,5 +130,16 @@ def decode_box(
         data, dx, dy = part.data, part.left // factor, part.top // factor
         x0, x1, y0, y1 = x0 - dx, x1 - dx, y0 - dy, y1 - dy
     region = _imdecode(data, factor)[y0:y1, x0:x1]
-    shrink = region.shape[0] >= out_h and region.shape[1] >= out_w
-    return cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_CUBIC)
+    if region.shape[0] <= out_h and region.shape[1] <= out_w:  # enlarged (or kept) on both axes
+        return cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_CUBIC)
+    return resize(region, (out_h, out_w))
+
+
+def resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 HxWxC -> size (h, w): bicubic, antialiased where it shrinks, Pillow's BICUBIC filter (as
+    resize_batch and torchvision's antialiased resize; PyTorch's fixed-point uint8 kernel lands a level
+    or so from Pillow's). It shrinks by 1-2x where the reduced decode leaves a region, in half the
+    time of OpenCV's area averaging there, which it replaced: sharper, and less aliased."""
+    x = torch.from_numpy(image)[None].permute(0, 3, 1, 2)  # a channels-last view: no copy, and out
+    y = F.interpolate(x, size=size, mode="bicubic", align_corners=False, antialias=True)
+    return y.permute(0, 2, 3, 1)[0].numpy()  # (channels-last: HxWxC, contiguous)

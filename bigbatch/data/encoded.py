@@ -103,13 +103,19 @@ def read_images(
     chunk: int,
     chunk_offsets: np.ndarray,
     read_ranges: Callable[[list[tuple[int, int]]], list[bytes | bytearray | memoryview]],
-) -> list[bytearray]:
-    """Each image's encoded bytes, read as merged file ranges by `read_ranges`."""
+) -> list[memoryview | bytearray]:
+    """Each image's encoded bytes, read as merged file ranges by `read_ranges`: a view of the range that
+    holds it whole (no copy), or pieced together where chunks split it."""
     ranges, parts = byte_ranges(starts, ends, chunk, chunk_offsets)
-    out = [bytearray(int(e - s)) for s, e in zip(starts.tolist(), ends.tolist())]
+    sizes = (ends - starts).tolist()
+    out: list[Any] = [None] * len(sizes)
     for data, held in zip(read_ranges(ranges), parts):
         view, at = memoryview(data), 0
         for i, pos, n in held:
-            out[i][pos : pos + n] = view[at : at + n]
+            if n == sizes[i]:
+                out[i] = view[at : at + n]
+            else:
+                out[i] = bytearray(sizes[i]) if out[i] is None else out[i]
+                out[i][pos : pos + n] = view[at : at + n]
             at += n
     return out

@@ -23,7 +23,6 @@ import numpy as np
 RESTART_MCUS = 1  # prepare's restart interval: a marker after every MCU
 MARGIN = 2  # output pixels kept beyond the crop on each side (one chroma sample, upsampled 2x)
 _SOF = (0xC0, 0xC1)  # baseline and extended sequential Huffman: what the surgery handles
-_EOI = b"\xff\xd9"
 
 
 class Layout(NamedTuple):
@@ -103,32 +102,34 @@ def region(
     r0, r1 = max(0, (y0 - MARGIN) * factor // mh), min(rows, -(-(y1 + MARGIN) * factor // mh))
     if g0 == 0 and g1 == segments and r0 == 0 and r1 == rows:
         return None  # the whole image
-    scan = np.frombuffer(data, np.uint8)[lay.scan_at :]
-    ff = np.flatnonzero(scan[:-1] == 0xFF)
-    after = scan[ff + 1]
-    restart = (after & 0xF8) == 0xD0
-    other = ~restart & (after != 0)  # (0xFF 0x00 is a stuffed 0xFF byte of the data)
-    ends = ff[restart]
-    if len(ends) != rows * segments - 1 or not other.any() or after[other][0] != 0xD9:
+    at = lay.scan_at
+    source = np.frombuffer(data, np.uint8)
+    ff = np.flatnonzero(source[at:-1] == 0xFF)
+    code = source[ff + (at + 1)]
+    is_marker = code != 0  # (0xFF 0x00 is a stuffed 0xFF byte of the data)
+    ends, code = ff[is_marker], code[is_marker]  # where each segment's bytes end (from `at`), what ends it
+    if len(ends) != rows * segments or code[-1] != 0xD9 or np.count_nonzero((code & 0xF8) == 0xD0) != len(ends) - 1:
         return None  # not one restart marker after every `k` MCUs, then the end of the image
-    ends = np.append(ends, ff[other][0]) + lay.scan_at  # where each segment's bytes end
-    starts = np.concatenate(([lay.scan_at], ends[:-1] + 2))
-    firsts = np.arange(r0, r1) * segments
+    # The kept segments, row by row: a row's bytes run from its first segment's start (after the marker
+    # before it) to its last one's end, and every kept segment is followed by a restart marker,
+    # renumbered 0..7 in order, but the last one, by the end of the image.
+    kept = ends.reshape(rows, segments)[r0:r1, g0:g1]
+    before = r0 * segments + g0 - 1  # the segment before the first kept one
+    if before >= 0:
+        starts = ends[before : before + (r1 - r0) * segments : segments] + 2
+    else:  # (the scan's first segment)
+        starts = np.concatenate(([0], ends[segments - 1 : (r1 - 1) * segments : segments] + 2))
     view = memoryview(data)
-    out = bytearray(view[: lay.scan_at])
+    rows_kept = (view[at + a : at + b] for a, b in zip(starts.tolist(), (kept[:, -1] + 2).tolist()))
+    out = bytearray().join([view[:at], *rows_kept])
     left, top = g0 * k * mw, r0 * mh
     width = lay.width - left if g1 == segments else (g1 - g0) * k * mw
     height = lay.height - top if r1 == rows else (r1 - r0) * mh
     out[lay.sof_at + 5 : lay.sof_at + 9] = struct.pack(">HH", height, width)
-    body = len(out)
-    for i, (a, b) in enumerate(zip(starts[firsts + g0].tolist(), ends[firsts + g1 - 1].tolist())):
-        if i:
-            out += b"\xff\xd0"  # renumbered below
-        out += view[a:b]
-    out += _EOI
-    if (g1 - g0) * (r1 - r0) > 1:  # restart markers count 0..7 in order: renumber the kept ones
-        o = np.frombuffer(out, np.uint8)
-        ff = np.flatnonzero(o[body:-3] == 0xFF) + body
-        ff = ff[(o[ff + 1] & 0xF8) == 0xD0]
-        o[ff + 1] = 0xD0 + np.arange(len(ff)) % 8
+    # In the cut, row i starts at `at` + the bytes of the rows before it; a marker's code follows its 0xFF.
+    lengths = kept[:, -1] + 2 - starts
+    shift = np.cumsum(lengths) - lengths - starts + (at + 1)
+    codes = np.frombuffer(out, np.uint8)
+    codes[(kept + shift[:, None]).ravel()] = 0xD0 | np.arange(kept.size) & 7
+    codes[-1] = 0xD9
     return Part(out, left, top, height, width)

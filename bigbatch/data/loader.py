@@ -106,9 +106,18 @@ def read_batch(
         images, labels = data.get(request.indices)
     if request.resolution:
         images = resize_batch(images, request.resolution)
-    if flips is not None:
-        images = torch.where(flips[:, None, None, None], images.flip(2), images)
+    if flips is not None and flips.any():
+        images = mirrored(images, flips)
     return Batch(request.nimg, images, labels, flips)
+
+
+def mirrored(images: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:
+    """uint8 NHWC `images` with those where `flips` is set mirrored left-right, as a new tensor: image by
+    image (about a quarter of the time of torch.where over the batch, which mirrors all, then picks)."""
+    out = images.clone()
+    for k in flips.nonzero()[:, 0].tolist():
+        out[k] = images[k].flip(1)
+    return out
 
 
 class _Reader(Dataset):
