@@ -454,6 +454,7 @@ class Replicator:
         candidates = [d for d in range(1, self.share + 1) if self.share % d == 0]
         saved = _save_buffers(plain)
         rng = torch.get_rng_state(), (torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
+
         def fresh(m: int) -> None:  # each probe makes the gradients, as a step from zero_grad does (on CPU,
             for opt in optimizers:  # where new storages are counted, a probe after the first left them out)
                 opt.zero_grad(set_to_none=True)
