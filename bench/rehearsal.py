@@ -396,9 +396,15 @@ def table(results: dict[float, tuple[dict, list[Stage]]]) -> str:
         out.append(f"| {stage.name} | " + " | ".join(cells) + " |")
     if grow:
         (ma, sa), (mb, sb) = results[fractions[0]], results[fractions[1]]
-        extra = mb["train"] - ma["train"]
-        out.append("\nMemory a training image costs (the difference of the peaks over the difference of the counts): ")
-        costs = (f"{b.name.split(',')[0]} {(b.peak - a.peak) / extra:,.0f} B" for a, b in zip(sa, sb) if a.peak)
+        out.append("\nMemory an image costs (the difference of the peaks over the difference of the counts): ")
+        costs = []
+        for a, b in zip(sa, sb):
+            if a.peak:  # (a stage over the validation images: per validation image)
+                val = " val " in b.name or b.name.startswith("prepare val")
+                label = "eval" if b.name.startswith("eval") else b.name.split(",")[0].split(" (")[0]
+                extra = mb["val"] - ma["val"] if val else mb["train"] - ma["train"]
+                kind = "validation" if val else "training"
+                costs.append(f"{label} {(b.peak - a.peak) / extra:,.0f} B a {kind} image")
         out[-1] += ", ".join(costs)
     return "\n".join(out)
 
