@@ -107,6 +107,12 @@ def state_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.o
     return total
 
 
+def zero_grads(holders: Iterable[torch.nn.Module | torch.optim.Optimizer]) -> None:
+    """Free the gradients of modules and optimizers (set to None, as `zero_grad(set_to_none=True)`)."""
+    for holder in holders:
+        holder.zero_grad(set_to_none=True)
+
+
 @dataclass
 class Probe:
     micro_batch: int

@@ -448,31 +448,22 @@ class Replicator:
                 )
             # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
             torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, self.device)
-        plain = [p for p, _ in self.models]
-        weights = memory.state_bytes(plain, [])
-        baseline = memory.state_bytes(plain, optimizers) - (weights if self.device.type == "cuda" else 0)
-        candidates = [d for d in range(1, self.share + 1) if self.share % d == 0]
+        plain, cuda = [p for p, _ in self.models], [self.device] if self.device.type == "cuda" else []
+        baseline = memory.state_bytes(plain, optimizers) - (memory.state_bytes(plain, []) if cuda else 0)
+        sizes = [d for d in range(1, self.share + 1) if self.share % d == 0]  # (micro-batches to try)
         saved = _save_buffers(plain)
-        rng = torch.get_rng_state(), (torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
+        holders = [*optimizers, *plain]  # (of gradients)
 
         def fresh(m: int) -> None:  # each probe makes the gradients, as a step from zero_grad does (on CPU,
-            for opt in optimizers:  # where new storages are counted, a probe after the first left them out)
-                opt.zero_grad(set_to_none=True)
-            for p in plain:
-                p.zero_grad(set_to_none=True)
-            probe(m)
+            memory.zero_grads(holders)  # where new storages are counted, a probe after the first found them
+            probe(m)  # made and left them out)
 
         try:
-            micro, self.probes = memory.fit_micro_batch(fresh, candidates, self.device, budget, baseline, dist.agree)
+            with torch.random.fork_rng(devices=cuda):  # (the probes' random draws are not training's)
+                micro, self.probes = memory.fit_micro_batch(fresh, sizes, self.device, budget, baseline, dist.agree)
         finally:
             _restore_buffers(saved)
-            torch.set_rng_state(rng[0])
-            if rng[1] is not None:
-                torch.cuda.set_rng_state(rng[1], self.device)
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=True)
-            for p in plain:
-                p.zero_grad(set_to_none=True)
+            memory.zero_grads(holders)
             if self.device.type == "cuda":
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         self.budget = budget
