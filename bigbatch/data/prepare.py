@@ -26,10 +26,10 @@ from bigbatch.data.parts import PART, Parts, Result
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import (
     RESIZE,
-    FolderSource,
     Listing,
     decode_mask,
     decode_or_reason,
+    file_stamp,
     list_source,
     url_fs,
 )
@@ -496,24 +496,13 @@ def _parts(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
     import bigbatch
 
     h = hashlib.sha256()
-    local = isinstance(listing.source, FolderSource)  # (a zip's members are stamped by the zip's own)
     for key, name in zip(listing.keys, listing.names):
-        h.update(f"{key}\0{name}\0{_stamp(key) if local else listing.source.stamp(key)}\0".encode())
+        h.update(f"{key}\0{name}\0{listing.source.stamp(key)}\0".encode())
     h.update(np.ascontiguousarray(listing.labels, "<i8").tobytes())
     source = getattr(listing.source, "path", None)  # a zip: its own size and time
     key = {**settings, "files": h.hexdigest(), "classes": listing.class_names, "part": PART}
-    key.update(version=bigbatch.__version__, archive=_stamp(source) if isinstance(source, str) else "")
+    key.update(version=bigbatch.__version__, archive=file_stamp(source) if isinstance(source, str) else "")
     return Parts(out.with_name(f".{out.name}.parts"), key)
-
-
-def _stamp(path: str) -> str:
-    """A local file's size and modification time ("" for a remote one): a file changed since a killed
-    prepare is not taken from its parts."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return ""
-    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _through_parts(

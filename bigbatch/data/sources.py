@@ -92,11 +92,25 @@ class Source:
         raise NotImplementedError
 
     def stamp(self, key: str) -> str:
-        """What changes when the listed file does, as the listing saw it ("": nothing known)."""
+        """What changes when the listed file does, as the listing saw it ("": nothing known; a zip's
+        members are stamped by the zip's own)."""
         return ""
 
 
+def file_stamp(path: str) -> str:
+    """A local file's size and modification time ("" if it cannot be read): a file changed since a killed
+    prepare is not taken from its parts."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
 class FolderSource(Source):
+    def stamp(self, key: str) -> str:
+        return file_stamp(key)
+
     def read(self, keys: Sequence[str]) -> list[bytes | str]:
         out: list[bytes | str] = []
         for k in keys:
