@@ -249,6 +249,10 @@ class TrainConfig(Section):
     """classify, fine-tuning (fastai's fine_tune): only the head trains for this many kimg, then all."""
     body_lr_mult: float = 1.0
     """classify: the body trains at train.lr times this, the head at train.lr (e.g. 0.1 to fine-tune)."""
+    model_ema_kimg: float = 0.0
+    """classify: half-life, in thousands of images, of an exponential moving average of the model's weights
+    (Polyak averaging; timm's --model-ema), which is what validation, checkpoints/best/, eval, predict, export
+    and init_from use; BatchNorm statistics are the model's. Capped by train.ema_rampup when set (0 = off)."""
     ema_halflife_kimg: float = 10.0
     """Half-life of the EMA of G's weights, in thousands of images (independent of the batch size)."""
     ema_start_kimg: float = 0.0
@@ -309,7 +313,8 @@ class TrainConfig(Section):
         positive(self, "lr")
         if not 0 < self.pl_decay <= 1:
             self._fail("pl_decay", f"must be a fraction in (0, 1], got {self.pl_decay}")
-        names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "g_ortho", "d_ortho", "warmup_kimg")
+        names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "model_ema_kimg", "g_ortho", "d_ortho")
+        names += ("warmup_kimg",)
         for name in (*names, "weight_decay", "pl_weight"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")

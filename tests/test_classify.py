@@ -123,6 +123,8 @@ def test_no_weight_decay_on_norms_and_biases():
         ({"train.optimizer": "adamw", "train.momentum": 0.5}, ["'train.momentum'", "reads train.betas"]),
         ({"train.nesterov": False, "train.optimizer": "adamw"}, ["'train.nesterov'", '"adamw"']),
         ({"train.betas": [0.5, 0.9]}, ["'train.betas'", '"sgd"', "reads train.momentum"]),
+        ({"train.ema_rampup": 0.05}, ["'train.ema_rampup'", "train.model_ema_kimg"]),
+        ({"train.model_ema_kimg": -1}, ["'train.model_ema_kimg'", ">= 0"]),
     ],
 )
 def test_classify_config_mistakes_name_the_key(overrides, words):
@@ -182,6 +184,8 @@ def test_a_gan_refuses_classifier_keys():
         bigbatch.preset("digits").override({"train.lr": 0.5})
     with pytest.raises(BigbatchError, match="'swap.random_warp' is read by task = \"swap\" only"):
         bigbatch.preset("digits").override({"swap.random_warp": False})
+    with pytest.raises(BigbatchError, match="'train.model_ema_kimg' is not read by the GAN"):
+        bigbatch.preset("digits").override({"train.model_ema_kimg": 1.0})
     with pytest.raises(BigbatchError, match="power of two"):
         bigbatch.preset("digits").override({"data.resolution": 28})
 
@@ -324,7 +328,7 @@ PHASES = {"data.schedule": "0:12:32,0.256:16:64", "train.kimg": 0.768, "checkpoi
 
 
 def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical(tmp_path, monkeypatch):
-    cfg = tiny(**PHASES)
+    cfg = tiny(**PHASES, **{"train.model_ema_kimg": 0.2, "train.ema_rampup": 0.5})  # the average resumes too
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
     seen = []
     step = ClassifyTask.step
@@ -342,10 +346,10 @@ def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical
     assert seen[:9] == [12] * 8 + [16]  # 8 steps of 32 at 12 px, then steps of 64 at 16 px
     monkeypatch.setattr(ClassifyTask, "step", step)
     bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
-    for name in ("000000.768",):
-        a = (whole / "checkpoints" / name / "model.safetensors").read_bytes()
-        b = (part / "checkpoints" / name / "model.safetensors").read_bytes()
-        assert a == b
+    for name in ("model.safetensors", "model_ema.safetensors"):
+        a = (whole / "checkpoints" / "000000.768" / name).read_bytes()
+        b = (part / "checkpoints" / "000000.768" / name).read_bytes()
+        assert a == b, name
     plan = [r["batch"] for r in rows(whole) if "batch" in r]
     assert plan[0] == 32 and plan[-1] == 64
     # `bigbatch info` says the resolution the run last trained at, and which phase was in force.
@@ -431,6 +435,30 @@ def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path, capsys):
     gan_run = bigbatch.train(gan, run_dir=tmp_path / "gan", quiet=True)
     with pytest.raises(BigbatchError, match="not a classifier"):
         get_extractor(f"classifier:{gan_run}")
+
+
+def test_the_average_of_the_weights_is_what_is_scored_kept_and_put_to_use(tmp_path):
+    from bigbatch.metrics import extract, get_extractor
+    from bigbatch.tasks.classify.finetune import read_state_dict
+
+    over = {"train.kimg": 1.024, "eval.every_kimg": 1.024, "checkpoint.every_kimg": 1.024, "train.model_ema_kimg": 0.3}
+    run = bigbatch.train(tiny(**over), run_dir=tmp_path / "r", quiet=True)
+    ckpt = run / "checkpoints" / "000001.024"
+    trained, average = load_file(ckpt / "model.safetensors"), load_file(ckpt / "model_ema.safetensors")
+    assert not torch.equal(trained["fc.weight"], average["fc.weight"])
+    # BatchNorm statistics are averaged with the weights they normalise (a copy of the latest would not fit).
+    assert not torch.equal(trained["bn1.running_mean"], average["bn1.running_mean"])
+    assert torch.equal(trained["bn1.num_batches_tracked"], average["bn1.num_batches_tracked"])
+    # Scored: the accuracy logged is that of the average (the held-out split through the run's classifier).
+    ext = get_extractor(f"classifier:{run}", device="cpu")
+    assert all(torch.equal(v, average[k]) for k, v in ext.net.state_dict().items())
+    val = validation_data(tiny())
+    images, labels = val.get(torch.arange(len(val)))
+    logged = next(r for r in rows(run) if "val_top1" in r)["val_top1"]
+    logits = extract(ext, images, 128)["logits"]
+    assert 100 * (logits.argmax(1) == labels).float().mean() == pytest.approx(logged, abs=1e-3)
+    # Put to use: predict/export load it (load_classifier), and so does a fine-tuning from the run.
+    assert all(torch.equal(v, average[k]) for k, v in read_state_dict(str(run)).items())
 
 
 def test_rotation_labels_need_no_classes(tmp_path):

@@ -24,12 +24,15 @@ def update_ema(
     halflife_kimg: float,
     start_kimg: float,
     rampup: float = 0.0,
+    average_buffers: bool = False,
 ) -> None:
     """Blend G into G_ema after `images` more images (`nimg` seen in all); before `start_kimg` G_ema is
     a plain copy. With `rampup`, the half-life is at most rampup x nimg (StyleGAN2-ADA's ema_rampup).
 
     beta = 0.5 ** (images / half-life), so the average forgets at the same rate per image whatever
-    the batch size. Buffers (BN running statistics, spectral-norm vectors) are copied from G.
+    the batch size. Buffers (BN running statistics, spectral-norm vectors) are copied from G, or with
+    `average_buffers` their floating-point ones averaged like the weights (timm's ModelEmaV2): BN
+    statistics that belong to the averaged weights, not to the latest.
     """
     halflife = halflife_kimg * 1000
     if rampup:
@@ -41,4 +44,4 @@ def update_ema(
     for p_ema, p in zip(G_ema.parameters(), G.parameters()):
         p_ema.copy_(p.detach().lerp(p_ema, beta))
     for b_ema, b in zip(G_ema.buffers(), G.buffers()):
-        b_ema.copy_(b)
+        b_ema.copy_(b.lerp(b_ema, beta) if average_buffers and b.is_floating_point() else b)

@@ -202,6 +202,14 @@ def load_classifier(path: str | Path, device: str | torch.device = "cpu", best: 
     return checkpoints.read_newest(path, lambda ckpt: _load_classifier(ckpt, device))
 
 
+def classifier_weights(ckpt: Path, cfg: Config | None = None) -> dict[str, torch.Tensor]:
+    """The state dict of a classify checkpoint's network as it is put to use: the average of its
+    weights when the run kept one (train.model_ema_kimg), else the weights it trained."""
+    cfg = cfg or Config.load(Path(ckpt) / "config.toml")
+    key = "model_ema" if cfg.task == "classify" and cfg.train.model_ema_kimg else "model"
+    return checkpoints.load_checkpoint(ckpt, nets=(key,))[0][key]
+
+
 def _load_classifier(ckpt: Path, device: str | torch.device) -> nn.Module:
     meta = checkpoints.model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
@@ -212,8 +220,7 @@ def _load_classifier(ckpt: Path, device: str | torch.device) -> nn.Module:
         net = models.create_classifier(
             m.name, meta["n_classes"], ch=m.ch, img_channels=meta["img_channels"], **m.options
         )
-    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("model",))
-    checkpoints.load_weights(net, weights["model"], f"the classifier of checkpoint {ckpt}")
+    checkpoints.load_weights(net, classifier_weights(ckpt, cfg), f"the classifier of checkpoint {ckpt}")
     net.class_names = meta.get("class_names", [])
     net.checkpoint = str(ckpt)
     return net.to(device).eval().requires_grad_(False)

@@ -26,9 +26,9 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
     p = Path(path)
     if p.is_dir():
         from bigbatch import checkpoints
+        from bigbatch.metrics.classifier import classifier_weights
 
-        weights, _ = checkpoints.read_newest(p, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=("model",)))
-        return weights["model"]
+        return checkpoints.read_newest(p, classifier_weights)
     try:
         data = p.read_bytes()
     except OSError as e:

@@ -27,6 +27,7 @@ from bigbatch.config import Config
 from bigbatch.data.load import stored_side, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.streams import CROP, generator
+from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
@@ -47,7 +48,7 @@ ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0,
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 GAN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
-    "r1_gamma", "r1_every", "pl_weight", "pl_every", "pl_batch_shrink", "pl_decay", "ema_rampup",
+    "r1_gamma", "r1_every", "pl_weight", "pl_every", "pl_batch_shrink", "pl_decay",
 )  # fmt: skip
 
 
@@ -79,6 +80,8 @@ def check_config(cfg: Config) -> None:
         )
     if t.lr_decay == "step" and not t.lr_steps:
         t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
+    if t.changed("ema_rampup") and not t.model_ema_kimg:
+        t._fail("ema_rampup", "caps the half-life of the weights' average, which is off: set train.model_ema_kimg")
     if cfg.eval.every_kimg and not (cfg.data.val_path or cfg.data.val_fraction):
         raise BigbatchError(
             "config key 'eval.every_kimg' asks for validation, but there is no held-out split: set data.val_path "
@@ -192,6 +195,8 @@ class ClassifyTask:
         self.rotation = cfg.train.labels == "rotation"
         self.class_names = ROTATIONS if self.rotation else data.class_names
         self.steps = 0
+        # The average of the weights (train.model_ema_kimg): what is scored, kept as best and put to use.
+        self.ema = make_ema(self.plain()) if cfg.train.model_ema_kimg else None
         self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
         self.frozen_until = round(cfg.train.freeze_kimg * 1000)  # images for which the body is frozen
         self.val_data = validation_data(cfg, data)
@@ -230,6 +235,10 @@ class ClassifyTask:
     def plain(self) -> nn.Module:
         return self.rep.unwrap(self.model)
 
+    def evaluated(self) -> nn.Module:
+        """The network that is scored and put to use: the average of the weights when there is one."""
+        return self.ema if self.ema is not None else self.plain()
+
     def step(self, feed: Feed) -> dict[str, float]:
         """One SGD/AdamW step on the feed's next batch (BN statistics of momentum=None averaged over ranks)."""
         lr = self.lr(feed.nimg)
@@ -241,6 +250,9 @@ class ClassifyTask:
         out = self.rep.step(self.loss, self.batch(real.nimg, real.images, real.labels), self.opt)
         self.steps += 1
         self.rep.average_running_stats(self.model)
+        if self.ema is not None:
+            t, seen = self.cfg.train, feed.nimg - self.nimg  # (feed.nimg: the images seen after this step)
+            update_ema(self.ema, self.plain(), feed.nimg, seen, t.model_ema_kimg, 0.0, t.ema_rampup, True)
         stats = {"lr": lr, "grad_norm": self.rep.grad_norm(self.opt)}
         return stats if self.rep.skipped(self.opt) else {**out, **stats}
 
@@ -292,7 +304,7 @@ class ClassifyTask:
 
     # ---- checkpoints and previews --------------------------------------------------------------
     def nets(self) -> dict[str, nn.Module]:
-        return {"model": self.plain()}
+        return {"model": self.plain(), **({"model_ema": self.ema} if self.ema is not None else {})}
 
     def state_dict(self) -> dict[str, Any]:
         return {"steps": self.steps, "opt": self.opt.state_dict()}
@@ -317,7 +329,7 @@ class ClassifyTask:
         if n == 0:
             return {}
         index = torch.linspace(0, len(source) - 1, n).round().long()
-        model, size, d = self.plain(), self.resolution, self.cfg.data
+        model, size, d = self.evaluated(), self.resolution, self.cfg.data
         if self._shown is None:  # cut as validation cuts them (val_crop, val_rect, whole images)
             self._shown = Validation(source, lambda: size, 1, d.val_crop, d.val_rect, "fp32", torch.device("cpu"))
         rows = []
@@ -380,7 +392,7 @@ class ClassifyScorer:
         self.tracker = Best(metric, metric != "val_loss", settings, run, resumed_at, quiet)
 
     def __call__(self) -> dict[str, float]:
-        return self.validation(self.task.plain())
+        return self.validation(self.task.evaluated())
 
     def improved(self, scores: dict[str, float]) -> bool:
         return self.tracker.improved(scores)
