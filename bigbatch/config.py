@@ -252,7 +252,8 @@ class TrainConfig(Section):
     model_ema_kimg: float = 0.0
     """classify: half-life, in thousands of images, of an exponential moving average of the model's weights
     (Polyak averaging; timm's --model-ema), which is what validation, checkpoints/best/, eval, predict, export
-    and init_from use; BatchNorm statistics are the model's. Capped by train.ema_rampup when set (0 = off)."""
+    and init_from use; BatchNorm statistics are averaged alike (copies of the latest would not fit the
+    averaged weights). Capped by train.ema_rampup when set (0 = off)."""
     ema_halflife_kimg: float = 10.0
     """Half-life of the EMA of G's weights, in thousands of images (independent of the batch size)."""
     ema_start_kimg: float = 0.0
