@@ -252,7 +252,9 @@ class ClassifyTask:
         self.rep.average_running_stats(self.model)
         if self.ema is not None:
             t, seen = self.cfg.train, feed.nimg - self.nimg  # (feed.nimg: the images seen after this step)
-            update_ema(self.ema, self.plain(), feed.nimg, seen, t.model_ema_kimg, 0.0, t.ema_rampup, True)
+            update_ema(
+                self.ema, self.plain(), feed.nimg, seen, t.model_ema_kimg, 0.0, t.ema_rampup, average_buffers=True
+            )
         stats = {"lr": lr, "grad_norm": self.rep.grad_norm(self.opt)}
         return stats if self.rep.skipped(self.opt) else {**out, **stats}
 
