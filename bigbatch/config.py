@@ -457,8 +457,12 @@ class EvalConfig(Section):
     truncation: float = math.inf
     """Truncation threshold of the evaluated samples (inf = none, as FID is usually reported)."""
     standing_stats: int = 0
-    """Recompute G_ema's BatchNorm statistics from this many batches of fresh samples before scoring
-    (BigGAN's standing statistics); 0 = use the running statistics."""
+    """Recompute the scored network's BatchNorm statistics before scoring; 0 = use the running statistics.
+    GAN: G_ema's, from this many batches of fresh samples, on a copy (BigGAN's standing statistics).
+    Classify: the classifier's (its average with train.model_ema_kimg), from the images of the latest this
+    many training steps of the current phase, in place, so that they are kept and put to use ("precise
+    BN", Wu & Johnson 2021: the running statistics are an average over weights that kept changing, and
+    an average of weights has none of its own)."""
     best: str = ""
     """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics; for a
     classify run val_top1, or val_top5 or val_loss)."""

@@ -20,6 +20,7 @@ from torch import nn
 
 from bigbatch.config import MIN_TRUNCATION
 from bigbatch.data.streams import SAMPLE, generator
+from bigbatch.engine import running_stats
 from bigbatch.errors import BigbatchError, whole_number
 from bigbatch.files import atomic_write
 
@@ -59,25 +60,14 @@ def standing_stats(
     training mode, so nothing else (spectral-norm vectors) changes. Draws use the stream of `sample` at
     positions past 10**9, so they never coincide with the images being evaluated.
     """
-    bns = [m for m in G.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-    if not bns:
-        return G.eval()
     device = next(G.parameters()).device
-    momenta = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average over the batches below
-    G.eval()
-    for m in bns:
-        m.train()
-    try:
+
+    def latents() -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
         for i in range(n_batches):
             z, y = draw_latents(batch_size, G.dim_z, seed, G.n_classes, 10**9 + i * batch_size, truncation)
-            G(z.to(device), None if y is None else y.to(device))
-    finally:
-        for m, momentum in zip(bns, momenta):
-            m.momentum = momentum
-        G.eval()
+            yield z.to(device), None if y is None else y.to(device)
+
+    running_stats.reestimate(G, latents(), lambda zy: G(*zy))
     return G
 
 

@@ -144,3 +144,27 @@ def test_batchnorm_updates_that_are_not_finite_are_dropped_even_when_the_step_is
     for key, value in side[1].state_dict().items():
         assert torch.equal(value, before[key]), key
     assert "trunk step 1: BatchNorm statistics not finite" in capsys.readouterr().err
+
+
+def test_reestimated_statistics_are_the_plain_average_over_the_batches_given():
+    from bigbatch.engine.running_stats import reestimate
+
+    # Precise BN / standing statistics: whatever the statistics were, they become the mean of the
+    # batches' means and of their unbiased variances; nothing else in the network runs in training mode.
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.BatchNorm2d(3, momentum=0.1), nn.Dropout(0.5), nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4))
+    net[0].running_mean.fill_(7.0)
+    batches = [torch.randn(5, 3, 4, 4) * 2 + 1 for _ in range(3)]
+    assert reestimate(net, batches) == 3
+    means = torch.stack([b.mean((0, 2, 3)) for b in batches]).mean(0)
+    variances = torch.stack([b.var((0, 2, 3), unbiased=True) for b in batches]).mean(0)
+    assert torch.allclose(net[0].running_mean, means, atol=1e-6)
+    assert torch.allclose(net[0].running_var, variances, atol=1e-5)
+    assert int(net[0].num_batches_tracked) == 3 and net[0].momentum == 0.1  # (its momentum is back)
+    assert not any(m.training for m in net.modules())
+    x = batches[0]
+    assert torch.equal(net(x), net(x))  # eval mode: dropout is off, the statistics read
+    # With no batches, the statistics stay as they were (a reset would leave mean 0, variance 1).
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    assert reestimate(net, []) == 0
+    assert all(torch.equal(v, net.state_dict()[k]) for k, v in before.items())

@@ -328,7 +328,8 @@ PHASES = {"data.schedule": "0:12:32,0.256:16:64", "train.kimg": 0.768, "checkpoi
 
 
 def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical(tmp_path, monkeypatch):
-    cfg = tiny(**PHASES, **{"train.model_ema_kimg": 0.2, "train.ema_rampup": 0.5})  # the average resumes too
+    # The average resumes too, with its BatchNorm statistics re-estimated at each evaluation.
+    cfg = tiny(**PHASES, **{"train.model_ema_kimg": 0.2, "train.ema_rampup": 0.5, "eval.standing_stats": 2})
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
     seen = []
     step = ClassifyTask.step
@@ -459,6 +460,44 @@ def test_the_average_of_the_weights_is_what_is_scored_kept_and_put_to_use(tmp_pa
     assert 100 * (logits.argmax(1) == labels).float().mean() == pytest.approx(logged, abs=1e-3)
     # Put to use: predict/export load it (load_classifier), and so does a fine-tuning from the run.
     assert all(torch.equal(v, average[k]) for k, v in read_state_dict(str(run)).items())
+
+
+def test_precise_bn_gives_what_is_scored_and_kept_its_own_statistics(tmp_path):
+    from bigbatch.data.schedule import schedule_of
+    from bigbatch.metrics import extract, get_extractor
+    from bigbatch.sampling import from_uint8
+    from bigbatch.tasks.interface import peek
+
+    # eval.standing_stats = 3: before scoring, the average's BatchNorm statistics are re-estimated over
+    # the images of the last 3 steps (192 images, in micro-batches of 32), and kept so.
+    over = {"train.kimg": 0.512, "eval.every_kimg": 0.512, "checkpoint.every_kimg": 0.512}
+    cfg = tiny(**over, **{"train.model_ema_kimg": 0.2, "eval.standing_stats": 3})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    average = load_file(run / "checkpoints" / "000000.512" / "model_ema.safetensors")
+    net = bigbatch.models.create_classifier("resnet_cifar", 10, ch=8, depth=8)
+    net.load_state_dict(average)
+    data, schedule = training_data(cfg), schedule_of(cfg)
+    x = torch.cat([from_uint8(peek(data, schedule, cfg, start, 64).images) for start in (320, 384, 448)])
+    with torch.no_grad():
+        first = net.conv1(x).split(32)  # what the first BatchNorm normalises, micro-batch by micro-batch
+    means = torch.stack([f.mean((0, 2, 3)) for f in first]).mean(0)
+    variances = torch.stack([f.var((0, 2, 3)) for f in first]).mean(0)
+    assert torch.allclose(average["bn1.running_mean"], means, atol=1e-5)
+    assert torch.allclose(average["bn1.running_var"], variances, rtol=1e-4, atol=1e-6)
+    # What was scored is what is kept and put to use.
+    ext = get_extractor(f"classifier:{run}", device="cpu")
+    val = validation_data(cfg)
+    images, labels = val.get(torch.arange(len(val)))
+    logged = next(r for r in rows(run) if "val_top1" in r)["val_top1"]
+    logits = extract(ext, images, 128)["logits"]
+    assert 100 * (logits.argmax(1) == labels).float().mean() == pytest.approx(logged, abs=1e-3)
+    # Without the average, the model's own statistics are re-estimated (and training goes on from them).
+    plain = bigbatch.train(tiny(**over, **{"eval.standing_stats": 3}), run_dir=tmp_path / "p", quiet=True)
+    state = load_file(plain / "checkpoints" / "000000.512" / "model.safetensors")
+    net.load_state_dict(state)
+    with torch.no_grad():
+        first = net.conv1(x).split(32)
+    assert torch.allclose(state["bn1.running_mean"], torch.stack([f.mean((0, 2, 3)) for f in first]).mean(0), atol=1e-5)
 
 
 def test_rotation_labels_need_no_classes(tmp_path):

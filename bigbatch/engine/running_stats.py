@@ -24,7 +24,8 @@ averaged over ranks after the step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -135,3 +136,33 @@ class StepStatistics:
         self.updates.append(torch.cat([b.flatten() for b in self.buffers]))
         self.calls.append(torch.stack([m.num_batches_tracked for m in self.bns]) - self.before)
         self.open = False
+
+
+@torch.no_grad()
+def reestimate(model: nn.Module, batches: Iterable[Any], forward: Callable[[Any], object] | None = None) -> int:
+    """Recompute `model`'s BatchNorm running statistics as the plain average over `forward(batch)` (by
+    default `model(batch)`) for each of `batches`, with the BatchNorms alone in training mode, so nothing
+    else (dropout, spectral-norm vectors) changes: BigGAN's standing statistics, and the "precise BN" of
+    Wu & Johnson 2021 (SWA's `update_bn`). The statistics become a function of the weights and the inputs
+    only, whatever they were before. Leaves `model` in eval mode and returns the number of batches; with
+    none, the statistics stay as they were."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    model.eval()
+    saved = [{k: v.clone() for k, v in m.state_dict().items()} for m in bns]
+    momenta = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches below
+        m.train()
+    n = 0
+    try:
+        for batch in batches:
+            (model if forward is None else forward)(batch)
+            n += 1
+    finally:
+        for m, momentum, state in zip(bns, momenta, saved):
+            m.momentum = momentum
+            m.eval()
+            if not n:
+                m.load_state_dict(state)
+    return n

@@ -27,6 +27,8 @@ from bigbatch.config import Config
 from bigbatch.data.load import stored_side, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.streams import CROP, generator
+from bigbatch.engine import precision as prec
+from bigbatch.engine import running_stats
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
@@ -198,6 +200,7 @@ class ClassifyTask:
         # The average of the weights (train.model_ema_kimg): what is scored, kept as best and put to use.
         self.ema = make_ema(self.plain()) if cfg.train.model_ema_kimg else None
         self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
+        self.seen = resumed_at or 0  # images seen after it
         self.frozen_until = round(cfg.train.freeze_kimg * 1000)  # images for which the body is frozen
         self.val_data = validation_data(cfg, data)
         if self.val_data is not None and not self.rotation and cfg.eval.every_kimg and run is not None:
@@ -239,6 +242,39 @@ class ClassifyTask:
         """The network that is scored and put to use: the average of the weights when there is one."""
         return self.ema if self.ema is not None else self.plain()
 
+    def standing_stats(self, steps: int) -> int:
+        """Re-estimate the BatchNorm statistics of the network that is scored (in place: they are what is
+        kept and put to use) as the plain average over the images of the latest `steps` training steps of
+        the current phase, read as those steps read them (resolution, flips, crops), in chunks of the
+        micro-batch: "precise BN" (Wu & Johnson 2021). The running statistics of training are an average
+        over weights that kept changing, and an average of weights has none of its own; these are the
+        network's own. Every rank computes them from the whole steps, so they do not depend on the world
+        size; they depend only on the weights and the images seen (a resumed run gets the same). Returns
+        the number of forwards."""
+        schedule = self.schedule
+        if not self.seen:
+            return 0
+        phase = schedule.phase_at(self.seen - 1)
+        begin = max(b for b in schedule.begins() if b <= self.seen - 1)
+        starts = [s for s in range(self.seen - phase.batch, begin - 1, -phase.batch)][:steps]
+        micro, device = self.rep.plan.micro_batch, self.rep.device
+
+        def chunks():
+            for start in starts:
+                real = peek(self.data, schedule, self.cfg, start, phase.batch, crop_scale=self.loader_crop_scale)
+                images, labels, boxes = self._batch(start, phase.batch, 0, real.images, real.labels)
+                for i in range(0, len(images), micro):
+                    part = slice(i, i + micro)
+                    x = self.inputs(
+                        images[part].to(device),
+                        labels[part].to(device),
+                        None if boxes is None else boxes[part].to(device),
+                    )
+                    yield x.contiguous(memory_format=torch.channels_last) if self.rep.channels_last else x
+
+        with prec.autocast(self.rep.precision, device):
+            return running_stats.reestimate(self.evaluated(), chunks())
+
     def step(self, feed: Feed) -> dict[str, float]:
         """One SGD/AdamW step on the feed's next batch (BN statistics of momentum=None averaged over ranks)."""
         lr = self.lr(feed.nimg)
@@ -249,6 +285,7 @@ class ClassifyTask:
         real = feed.next()
         out = self.rep.step(self.loss, self.batch(real.nimg, real.images, real.labels), self.opt)
         self.steps += 1
+        self.seen = feed.nimg
         self.rep.average_running_stats(self.model)
         if self.ema is not None:
             t, seen = self.cfg.train, feed.nimg - self.nimg  # (feed.nimg: the images seen after this step)
@@ -394,6 +431,8 @@ class ClassifyScorer:
         self.tracker = Best(metric, metric != "val_loss", settings, run, resumed_at, quiet)
 
     def __call__(self) -> dict[str, float]:
+        if self.task.cfg.eval.standing_stats:
+            self.task.standing_stats(self.task.cfg.eval.standing_stats)
         return self.validation(self.task.evaluated())
 
     def improved(self, scores: dict[str, float]) -> bool:
