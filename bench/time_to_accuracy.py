@@ -38,13 +38,23 @@ from pathlib import Path
 
 # Each technique of the fast recipe, and the overrides that switch it off (everything else as is).
 ABLATIONS = {
-    "progressive_resizing": ["data.schedule=0:28:512,120:28:256"],
-    "dynamic_batch": ["train.batch=256", "data.schedule=0:16:256,120:22:256,240:28:256"],
+    "progressive_resizing": ["data.schedule=0:28:256,60:28:128"],
+    "dynamic_batch": ["data.schedule=0:16:128,60:28:128"],
+    "adamw": [  # the preset's SGD before issue 45: Nesterov momentum 0.9, 0.2 per 256 images, decay 5e-5
+        "train.optimizer=sgd",
+        "train.lr=0.1",
+        "train.momentum=0.9",
+        "train.nesterov=true",
+        "train.weight_decay=5e-5",
+        "train.betas=[0.0,0.999]",
+    ],
     "lr_scaling": ["train.lr_batch=0"],
     "warmup": ["train.warmup_kimg=0"],
     "no_norm_decay": ["train.norm_decay=true"],
     "zero_gamma": ["model.options.zero_init_residual=false"],
     "label_smoothing": ["train.label_smoothing=0"],
+    "weight_average": ["train.model_ema_kimg=0", "train.ema_rampup=0"],
+    "precise_bn": ["eval.standing_stats=0"],
 }
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
