@@ -525,7 +525,7 @@ def test_lr_find_sweeps_the_rate_and_suggests_fastais_points(tmp_path, capsys, m
     argv += ["--steps", "30"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "30 steps at batch 64, rates 1.0e-07..1.0e+01" in out and "suggested train.lr per 256 images" in out
+    assert "30 steps at batch 64, rates 1.0e-07..1.0e+01" in out and "suggested train.lr per 128 images" in out
     assert Image.open(tmp_path / "lr_find.png").size and sorted(p.name for p in tmp_path.iterdir()) == ["lr_find.png"]
     assert main(["lr-find", "--preset", "digits", "--steps", "10"]) == 2
     assert 'lr-find takes classify and swap configs; this one trains task = "gan"' in capsys.readouterr().err
