@@ -67,7 +67,7 @@ def standing_stats(
             z, y = draw_latents(batch_size, G.dim_z, seed, G.n_classes, 10**9 + i * batch_size, truncation)
             yield z.to(device), None if y is None else y.to(device)
 
-    running_stats.reestimate(G, latents(), lambda zy: G(*zy))
+    running_stats.reestimate(G.eval(), latents(), lambda zy: G(*zy))
     return G
 
 

@@ -150,7 +150,8 @@ def test_reestimated_statistics_are_the_plain_average_over_the_batches_given():
     from bigbatch.engine.running_stats import reestimate
 
     # Precise BN / standing statistics: whatever the statistics were, they become the mean of the
-    # batches' means and of their unbiased variances; nothing else in the network runs in training mode.
+    # batches' means and of their unbiased variances; nothing else in the network runs in training mode
+    # (the dropout would make the second BN's inputs random).
     torch.manual_seed(0)
     net = nn.Sequential(nn.BatchNorm2d(3, momentum=0.1), nn.Dropout(0.5), nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4))
     net[0].running_mean.fill_(7.0)
@@ -161,8 +162,12 @@ def test_reestimated_statistics_are_the_plain_average_over_the_batches_given():
     assert torch.allclose(net[0].running_mean, means, atol=1e-6)
     assert torch.allclose(net[0].running_var, variances, atol=1e-5)
     assert int(net[0].num_batches_tracked) == 3 and net[0].momentum == 0.1  # (its momentum is back)
-    assert not any(m.training for m in net.modules())
+    assert all(m.training for m in net.modules())  # a network in training goes on training
+    second = net[3].running_mean.clone()
+    reestimate(net, batches)
+    assert torch.equal(net[3].running_mean, second)  # the dropout between did not run in training mode
     x = batches[0]
+    net.eval()
     assert torch.equal(net(x), net(x))  # eval mode: dropout is off, the statistics read
     # With no batches, the statistics stay as they were (a reset would leave mean 0, variance 1).
     before = {k: v.clone() for k, v in net.state_dict().items()}

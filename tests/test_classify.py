@@ -491,13 +491,18 @@ def test_precise_bn_gives_what_is_scored_and_kept_its_own_statistics(tmp_path):
     logged = next(r for r in rows(run) if "val_top1" in r)["val_top1"]
     logits = extract(ext, images, 128)["logits"]
     assert 100 * (logits.argmax(1) == labels).float().mean() == pytest.approx(logged, abs=1e-3)
-    # Without the average, the model's own statistics are re-estimated (and training goes on from them).
-    plain = bigbatch.train(tiny(**over, **{"eval.standing_stats": 3}), run_dir=tmp_path / "p", quiet=True)
-    state = load_file(plain / "checkpoints" / "000000.512" / "model.safetensors")
+    # Without the average, the model's own statistics are re-estimated, and training goes on in training
+    # mode (normalising with each batch's statistics): the weights are those of a run without it.
+    mid = {**over, "eval.every_kimg": 0.256}
+    plain = bigbatch.train(tiny(**mid, **{"eval.standing_stats": 3}), run_dir=tmp_path / "p", quiet=True)
+    ref = bigbatch.train(tiny(**mid), run_dir=tmp_path / "ref", quiet=True)
+    state, ref = (load_file(r / "checkpoints" / "000000.512" / "model.safetensors") for r in (plain, ref))
     net.load_state_dict(state)
     with torch.no_grad():
         first = net.conv1(x).split(32)
     assert torch.allclose(state["bn1.running_mean"], torch.stack([f.mean((0, 2, 3)) for f in first]).mean(0), atol=1e-5)
+    stats = ("running_mean", "running_var", "num_batches_tracked")
+    assert all(torch.equal(v, ref[k]) for k, v in state.items() if not k.endswith(stats))
 
 
 def test_rotation_labels_need_no_classes(tmp_path):

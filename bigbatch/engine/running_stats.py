@@ -144,9 +144,10 @@ def reestimate(model: nn.Module, batches: Iterable[Any], forward: Callable[[Any]
     default `model(batch)`) for each of `batches`, with the BatchNorms alone in training mode, so nothing
     else (dropout, spectral-norm vectors) changes: BigGAN's standing statistics, and the "precise BN" of
     Wu & Johnson 2021 (SWA's `update_bn`). The statistics become a function of the weights and the inputs
-    only, whatever they were before. Leaves `model` in eval mode and returns the number of batches; with
-    none, the statistics stay as they were."""
+    only, whatever they were before. Every module's mode is left as it was (a network in training goes on
+    training); returns the number of batches; with none, the statistics stay as they were."""
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     saved = [{k: v.clone() for k, v in m.state_dict().items()} for m in bns]
     momenta = [m.momentum for m in bns]
@@ -162,7 +163,8 @@ def reestimate(model: nn.Module, batches: Iterable[Any], forward: Callable[[Any]
     finally:
         for m, momentum, state in zip(bns, momenta, saved):
             m.momentum = momentum
-            m.eval()
             if not n:
                 m.load_state_dict(state)
+        for m, training in modes:
+            m.train(training)
     return n
