@@ -438,8 +438,26 @@ def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path, capsys):
         get_extractor(f"classifier:{gan_run}")
 
 
+def accuracy(ext, cfg: Config) -> float:
+    """Top-1 (percent) of a loaded classifier (`get_extractor("classifier:RUN")`) on cfg's held-out split."""
+    from bigbatch.metrics import extract
+
+    val = validation_data(cfg)
+    images, labels = val.get(torch.arange(len(val)))
+    return float(100 * (extract(ext, images, 128)["logits"].argmax(1) == labels).float().mean())
+
+
+def first_bn_inputs(net, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-channel mean and unbiased variance of what the first BatchNorm normalises, averaged over
+    micro-batches of 32 (as training forms them)."""
+    with torch.no_grad():
+        parts = net.conv1(x).split(32)
+    means, variances = (torch.stack([f.mean((0, 2, 3)) for f in parts]), torch.stack([f.var((0, 2, 3)) for f in parts]))
+    return means.mean(0), variances.mean(0)
+
+
 def test_the_average_of_the_weights_is_what_is_scored_kept_and_put_to_use(tmp_path):
-    from bigbatch.metrics import extract, get_extractor
+    from bigbatch.metrics import get_extractor
     from bigbatch.tasks.classify.finetune import read_state_dict
 
     over = {"train.kimg": 1.024, "eval.every_kimg": 1.024, "checkpoint.every_kimg": 1.024, "train.model_ema_kimg": 0.3}
@@ -453,18 +471,14 @@ def test_the_average_of_the_weights_is_what_is_scored_kept_and_put_to_use(tmp_pa
     # Scored: the accuracy logged is that of the average (the held-out split through the run's classifier).
     ext = get_extractor(f"classifier:{run}", device="cpu")
     assert all(torch.equal(v, average[k]) for k, v in ext.net.state_dict().items())
-    val = validation_data(tiny())
-    images, labels = val.get(torch.arange(len(val)))
-    logged = next(r for r in rows(run) if "val_top1" in r)["val_top1"]
-    logits = extract(ext, images, 128)["logits"]
-    assert 100 * (logits.argmax(1) == labels).float().mean() == pytest.approx(logged, abs=1e-3)
+    assert accuracy(ext, tiny()) == pytest.approx(next(r for r in rows(run) if "val_top1" in r)["val_top1"], abs=1e-3)
     # Put to use: predict/export load it (load_classifier), and so does a fine-tuning from the run.
     assert all(torch.equal(v, average[k]) for k, v in read_state_dict(str(run)).items())
 
 
 def test_precise_bn_gives_what_is_scored_and_kept_its_own_statistics(tmp_path):
     from bigbatch.data.schedule import schedule_of
-    from bigbatch.metrics import extract, get_extractor
+    from bigbatch.metrics import get_extractor
     from bigbatch.sampling import from_uint8
     from bigbatch.tasks.interface import peek
 
@@ -478,19 +492,12 @@ def test_precise_bn_gives_what_is_scored_and_kept_its_own_statistics(tmp_path):
     net.load_state_dict(average)
     data, schedule = training_data(cfg), schedule_of(cfg)
     x = torch.cat([from_uint8(peek(data, schedule, cfg, start, 64).images) for start in (320, 384, 448)])
-    with torch.no_grad():
-        first = net.conv1(x).split(32)  # what the first BatchNorm normalises, micro-batch by micro-batch
-    means = torch.stack([f.mean((0, 2, 3)) for f in first]).mean(0)
-    variances = torch.stack([f.var((0, 2, 3)) for f in first]).mean(0)
+    means, variances = first_bn_inputs(net, x)
     assert torch.allclose(average["bn1.running_mean"], means, atol=1e-5)
     assert torch.allclose(average["bn1.running_var"], variances, rtol=1e-4, atol=1e-6)
     # What was scored is what is kept and put to use.
     ext = get_extractor(f"classifier:{run}", device="cpu")
-    val = validation_data(cfg)
-    images, labels = val.get(torch.arange(len(val)))
-    logged = next(r for r in rows(run) if "val_top1" in r)["val_top1"]
-    logits = extract(ext, images, 128)["logits"]
-    assert 100 * (logits.argmax(1) == labels).float().mean() == pytest.approx(logged, abs=1e-3)
+    assert accuracy(ext, cfg) == pytest.approx(next(r for r in rows(run) if "val_top1" in r)["val_top1"], abs=1e-3)
     # Without the average, the model's own statistics are re-estimated, and training goes on in training
     # mode (normalising with each batch's statistics): the weights are those of a run without it.
     mid = {**over, "eval.every_kimg": 0.256}
@@ -498,9 +505,7 @@ def test_precise_bn_gives_what_is_scored_and_kept_its_own_statistics(tmp_path):
     ref = bigbatch.train(tiny(**mid), run_dir=tmp_path / "ref", quiet=True)
     state, ref = (load_file(r / "checkpoints" / "000000.512" / "model.safetensors") for r in (plain, ref))
     net.load_state_dict(state)
-    with torch.no_grad():
-        first = net.conv1(x).split(32)
-    assert torch.allclose(state["bn1.running_mean"], torch.stack([f.mean((0, 2, 3)) for f in first]).mean(0), atol=1e-5)
+    assert torch.allclose(state["bn1.running_mean"], first_bn_inputs(net, x)[0], atol=1e-5)
     stats = ("running_mean", "running_var", "num_batches_tracked")
     assert all(torch.equal(v, ref[k]) for k, v in state.items() if not k.endswith(stats))
 

@@ -24,6 +24,7 @@ averaged over ranks after the step.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -138,6 +139,9 @@ class StepStatistics:
         self.open = False
 
 
+_NONE = object()  # (no first batch)
+
+
 @torch.no_grad()
 def reestimate(model: nn.Module, batches: Iterable[Any], forward: Callable[[Any], object] | None = None) -> int:
     """Recompute `model`'s BatchNorm running statistics as the plain average over `forward(batch)` (by
@@ -146,25 +150,26 @@ def reestimate(model: nn.Module, batches: Iterable[Any], forward: Callable[[Any]
     Wu & Johnson 2021 (SWA's `update_bn`). The statistics become a function of the weights and the inputs
     only, whatever they were before. Every module's mode is left as it was (a network in training goes on
     training); returns the number of batches; with none, the statistics stay as they were."""
+    batches = iter(batches)
+    first = next(batches, _NONE)
+    if first is _NONE:
+        return 0
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
     modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    saved = [{k: v.clone() for k, v in m.state_dict().items()} for m in bns]
     momenta = [m.momentum for m in bns]
+    model.eval()
     for m in bns:
         m.reset_running_stats()
         m.momentum = None  # a cumulative average over the batches below
         m.train()
     n = 0
     try:
-        for batch in batches:
+        for batch in itertools.chain([first], batches):
             (model if forward is None else forward)(batch)
             n += 1
     finally:
-        for m, momentum, state in zip(bns, momenta, saved):
+        for m, momentum in zip(bns, momenta):
             m.momentum = momentum
-            if not n:
-                m.load_state_dict(state)
         for m, training in modes:
             m.train(training)
     return n

@@ -256,7 +256,7 @@ class ClassifyTask:
             return 0
         phase = schedule.phase_at(self.seen - 1)
         begin = max(b for b in schedule.begins() if b <= self.seen - 1)
-        starts = [s for s in range(self.seen - phase.batch, begin - 1, -phase.batch)][:steps]
+        starts = range(self.seen - phase.batch, begin - 1, -phase.batch)[:steps]
         micro, device = self.rep.plan.micro_batch, self.rep.device
 
         def chunks():
@@ -288,9 +288,9 @@ class ClassifyTask:
         self.seen = feed.nimg
         self.rep.average_running_stats(self.model)
         if self.ema is not None:
-            t, seen = self.cfg.train, feed.nimg - self.nimg  # (feed.nimg: the images seen after this step)
+            t, images = self.cfg.train, self.seen - self.nimg
             update_ema(
-                self.ema, self.plain(), feed.nimg, seen, t.model_ema_kimg, 0.0, t.ema_rampup, average_buffers=True
+                self.ema, self.plain(), self.seen, images, t.model_ema_kimg, 0.0, t.ema_rampup, average_buffers=True
             )
         stats = {"lr": lr, "grad_norm": self.rep.grad_norm(self.opt)}
         return stats if self.rep.skipped(self.opt) else {**out, **stats}
