@@ -7,6 +7,7 @@ count, the median and worst images seen and CPU seconds to the target, and the a
     python bench/time_to_accuracy.py --seeds 0-4 --threads 1,2 --jobs 2 --to-end
     python bench/time_to_accuracy.py --target 91 --ablate --no-baseline
     python bench/time_to_accuracy.py --ablate --only warmup,zero_gamma --seeds 1
+    python bench/time_to_accuracy.py --results fast.json base.json --fastai fastai-s*.json   # runs made apart
 
 Each run is `bigbatch train` in a process of its own (the command a user runs) with OMP_NUM_THREADS set
 to the thread count and pinned to as many cores of its own, watched through its metrics.jsonl. When an
@@ -19,7 +20,10 @@ Figures per run: the kimg and wall `seconds` of the first evaluation at or above
 evaluations and checkpoints included, start-up excluded), the process's CPU seconds when that row was
 read (user + system, start-up included: a few seconds, alike for every preset), and its best and final
 val_top1. A run that ends without reaching the target counts as not reached: the table then shows how
-many did, and its worst is "never".
+many did, and its worst is "never". `--json` keeps every run's figures, and `--results` prints the table
+of several such files without running anything, so that the presets and seeds can be run apart (a
+session at a time) and tabled together. `--fastai` adds bench/fastai_fashion.py's runs (its --json
+files, from its throwaway environment) as rows of their own, timed from the start of their fit.
 """
 
 from __future__ import annotations
@@ -102,11 +106,13 @@ class Race:
         """Read new evaluation rows; stop the run at the target unless to_end. True once it is over."""
         proc = self._proc
         assert proc is not None
+        cpu = cpu_seconds(proc.pid)  # (before poll() reaps it: an ended run's figures last until then)
         done = proc.poll() is not None
-        cpu = cpu_seconds(proc.pid)
         metrics = self.run / "metrics.jsonl"
-        rows = metrics.read_text().splitlines() if metrics.exists() else []
+        rows = metrics.read_text().split("\n")[:-1] if metrics.exists() else []  # (whole lines only)
         for line in rows[self._seen :]:
+            if self.reached is not None and not self.to_end:
+                break  # rows it wrote before the stop took effect are not the race's
             row = json.loads(line)
             if "val_top1" in row:
                 self.scores.append(row["val_top1"])
@@ -128,6 +134,7 @@ class Race:
             "name": self.name,
             "seed": self.seed,
             "threads": self.threads,
+            "target": self.target,
             "reached": r is not None,
             "kimg": r["kimg"] if r else float("nan"),
             "seconds": r["seconds"] if r else float("nan"),
@@ -164,13 +171,34 @@ def summary(r: dict) -> str:
     return f"seed {r['seed']}, {r['threads']} thread(s): {at}; best {r['best']:.2f}, final {r['final']:.2f}"
 
 
-def table(results: list[dict], target: float) -> str:
+def fastai_result(path: Path, target: float) -> dict:
+    """One run of bench/fastai_fashion.py (its --json file) as a row of the table: its first evaluation at
+    or above `target`, the CPU seconds of its fit (start-up excluded, a few seconds less than ours)."""
+    run = json.loads(path.read_text())
+    rows = run["rows"]
+    hit = next((r for r in rows if r["top1"] >= target), None)
+    scores = [r["top1"] for r in rows]
+    return {
+        "name": f"fastai {run['fastai']} fit_one_cycle",
+        "seed": run["args"]["seed"],
+        "threads": run["args"]["threads"],
+        "reached": hit is not None,
+        "kimg": hit["kimg"] if hit else float("nan"),
+        "seconds": hit["wall_s"] if hit else float("nan"),
+        "cpu_seconds": hit["cpu_s"] if hit else float("nan"),
+        "best": max(scores),
+        "final": scores[-1],
+        "evaluations": scores,
+    }
+
+
+def table(results: list[dict], target: float, fast: str) -> str:
     """Per preset and thread count: runs reaching the target, median and worst kimg and CPU seconds to it,
-    median and worst best val_top1, worst final val_top1."""
+    median and worst best val_top1, worst final val_top1, and the median CPU seconds over those of
+    `fast` at the same thread count."""
     groups: dict[tuple[str, int], list[dict]] = {}
-    for r in results:
+    for r in sorted(results, key=lambda r: r["name"] != fast):  # (stable: fast's groups first)
         groups.setdefault((r["name"], r["threads"]), []).append(r)
-    fast = next(iter(groups))
     lines = [
         f"| run | threads | seeds reaching {target:g}% | kimg median | kimg worst | CPU s median | CPU s worst | "
         "best val_top1 median (worst) | final val_top1 worst | CPU s / fast's |",
@@ -187,7 +215,7 @@ def table(results: list[dict], target: float) -> str:
         worst_k = f"{max(kimg):g}" if all_hit else "never"
         worst_c = f"{max(cpu):.0f}" if all_hit else "never"
         best = [r["best"] for r in rs]
-        ref = medians.get((fast[0], threads), float("nan"))
+        ref = medians.get((fast, threads), float("nan"))
         lines.append(
             f"| {name} | {threads} | {len(hit)}/{len(rs)} | {statistics.median(kimg) if hit else float('nan'):g} | "
             f"{worst_k} | {med_cpu:.0f} | {worst_c} | {statistics.median(best):.2f} ({min(best):.2f}) | "
@@ -219,6 +247,21 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true", help="skip the baseline (ablations only)")
     parser.add_argument("--runs-dir", default="", help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--json", default="", help="also write every run's figures to this file")
+    parser.add_argument(
+        "--results",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="run nothing: the table of the "
+        "figures earlier --json runs wrote (e.g. the fast preset and the baseline run apart)",
+    )
+    parser.add_argument(
+        "--fastai",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="add bench/fastai_fashion.py's runs (their --json files) to the table",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run, e.g. eval.every_kimg=15")
     args = parser.parse_args()
     only = [a for a in args.only.split(",") if a]
@@ -229,6 +272,17 @@ def main() -> None:
     seeds = numbers(args.seeds)
     threads = numbers(args.threads) if args.threads else [len(os.sched_getaffinity(0))]
 
+    missing = [f for f in args.results + args.fastai if not Path(f).is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
+    if args.results:
+        results = [r for f in args.results for r in json.loads(Path(f).read_text())]
+        other = sorted({r["target"] for r in results if r.get("target", args.target) != args.target})
+        if other:
+            parser.error(f"those runs raced to {', '.join(f'{t:g}%' for t in other)}: give that --target")
+        results += [fastai_result(Path(f), args.target) for f in args.fastai]
+        print(table(results, args.target, args.fast))
+        return
     with tempfile.TemporaryDirectory(prefix="bigbatch-tta-") as tmp:
         root = Path(args.runs_dir or tmp)
         runs = [(args.fast, args.fast, [], args.to_end)]  # (name, preset, overrides, to the end)
@@ -242,8 +296,9 @@ def main() -> None:
         results = run_all(races, args.jobs)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    results += [fastai_result(Path(f), args.target) for f in args.fastai]
     print(f"\nTime to val_top1 >= {args.target:g}% ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs)\n")
-    print(table(results, args.target))
+    print(table(results, args.target, args.fast))
 
 
 if __name__ == "__main__":

@@ -45,3 +45,31 @@ def test_races_over_seeds_stop_at_the_target_and_the_table_gives_median_and_wors
         for n in ("fashion_resnet", "fashion_resnet_fast")
     }
     assert base.strip("|").split("|")[-1].strip() == f"{median['fashion_resnet'] / median['fashion_resnet_fast']:.2f}"
+
+    # Runs made apart are tabled together (--results, no run), fast first whatever the order, with
+    # fastai's side-by-side runs (bench/fastai_fashion.py --json) as rows of their own.
+    fast_json, base_json = tmp_path / "fast.json", tmp_path / "base.json"
+    fast_json.write_text(json.dumps([r for r in results if r["name"] == "fashion_resnet_fast"]))
+    base_json.write_text(json.dumps([r for r in results if r["name"] == "fashion_resnet"]))
+    fastai = []
+    for seed, scores in ((0, [12.0, 25.0, 31.0]), (1, [15.0, 18.0, 21.0])):
+        rows = [
+            {"epoch": 0.5 * (i + 1), "kimg": 0.5 * (i + 1), "wall_s": 10.0 * (i + 1), "cpu_s": 9.0 * (i + 1), "top1": s}
+            for i, s in enumerate(scores)
+        ]
+        fastai.append(tmp_path / f"fastai-s{seed}.json")
+        fastai[-1].write_text(json.dumps({"fastai": "2.8.12", "args": {"seed": seed, "threads": 1}, "rows": rows}))
+    argv = [sys.executable, str(BENCH), "--target", "20", "--results", str(base_json), str(fast_json), "--fastai"]
+    again = subprocess.run(argv + [str(f) for f in fastai], capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr[-3000:]
+    lines = [line for line in again.stdout.splitlines() if line.startswith("| ")]
+    assert lines[1] == row and lines[2] == base  # the same rows as the run's own table
+    cells = [c.strip() for c in lines[3].strip("|").split("|")]
+    # fastai: seed 0 reaches 20% at its second evaluation (1 kimg, 18 CPU s), seed 1 at its third (1.5, 27).
+    assert cells[:7] == ["fastai 2.8.12 fit_one_cycle", "1", "2/2", "1.25", "1.5", "22", "27"]
+    assert cells[-1] == f"{22.5 / median['fashion_resnet_fast']:.2f}"
+    assert cells[7:9] == ["26.00 (21.00)", "21.00"]
+    missing = subprocess.run(argv[:-1] + [str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
+    other = subprocess.run(argv[:-1] + ["--target", "30"], capture_output=True, text=True, timeout=60)
+    assert other.returncode == 2 and "raced to 20%: give that --target" in other.stderr
