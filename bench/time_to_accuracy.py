@@ -252,8 +252,7 @@ def main() -> None:
         nargs="+",
         default=[],
         metavar="JSON",
-        help="run nothing: the table of the "
-        "figures earlier --json runs wrote (e.g. the fast preset and the baseline run apart)",
+        help="run nothing: the table of the figures earlier --json runs wrote (e.g. the presets run apart)",
     )
     parser.add_argument(
         "--fastai",
@@ -275,13 +274,16 @@ def main() -> None:
     missing = [f for f in args.results + args.fastai if not Path(f).is_file()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
+    try:
+        earlier = [r for f in args.results for r in json.loads(Path(f).read_text())]
+        fastai = [fastai_result(Path(f), args.target) for f in args.fastai]
+        other = sorted({r["target"] for r in earlier if r.get("target", args.target) != args.target})
+    except (ValueError, KeyError, TypeError) as e:
+        parser.error(f"--results takes this script's --json files, --fastai bench/fastai_fashion.py's ({e!r})")
+    if other:
+        parser.error(f"those runs raced to {', '.join(f'{t:g}%' for t in other)}: give that --target")
     if args.results:
-        results = [r for f in args.results for r in json.loads(Path(f).read_text())]
-        other = sorted({r["target"] for r in results if r.get("target", args.target) != args.target})
-        if other:
-            parser.error(f"those runs raced to {', '.join(f'{t:g}%' for t in other)}: give that --target")
-        results += [fastai_result(Path(f), args.target) for f in args.fastai]
-        print(table(results, args.target, args.fast))
+        print(table(earlier + fastai, args.target, args.fast))
         return
     with tempfile.TemporaryDirectory(prefix="bigbatch-tta-") as tmp:
         root = Path(args.runs_dir or tmp)
@@ -296,7 +298,7 @@ def main() -> None:
         results = run_all(races, args.jobs)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
-    results += [fastai_result(Path(f), args.target) for f in args.fastai]
+    results += fastai
     print(f"\nTime to val_top1 >= {args.target:g}% ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs)\n")
     print(table(results, args.target, args.fast))
 

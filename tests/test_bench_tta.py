@@ -71,5 +71,8 @@ def test_races_over_seeds_stop_at_the_target_and_the_table_gives_median_and_wors
     assert cells[7:9] == ["26.00 (21.00)", "21.00"]
     missing = subprocess.run(argv[:-1] + [str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no such file" in missing.stderr and "Traceback" not in missing.stderr
+    wrong = subprocess.run(argv + [str(fast_json)], capture_output=True, text=True, timeout=60)  # not fastai's
+    assert wrong.returncode == 2 and "--fastai bench/fastai_fashion.py's" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
     other = subprocess.run(argv[:-1] + ["--target", "30"], capture_output=True, text=True, timeout=60)
     assert other.returncode == 2 and "raced to 20%: give that --target" in other.stderr
