@@ -1,8 +1,8 @@
 """The face pipeline's speed: a made clip (bench/_faces.py: a real photo moved, turned and zoomed across the
 frames, H.264 with audio) extracted, then merged back with a SAEHD model of saehd128's size, as a user runs
-`bigbatch extract` and `bigbatch merge --video`. One table: each stage's wall time, frames a second, and the
-target (a 10-second 720p clip of one face: extract in under 2 minutes, merge in under 1 on this machine's two
-cores).
+`bigbatch extract` and `bigbatch merge --video` (x264's medium preset, FFmpeg's and DFL's default, and
+veryfast). One table: each stage's wall time, frames a second, and the target (a 10-second 720p clip of one
+face: extract in under 2 minutes, merge to a video in under 1 on this machine's two cores).
 
     python bench/faces.py [--frames 250] [--size 1280x720] [--workers 2] [--device cpu|cuda] [--work DIR]
 
@@ -28,6 +28,39 @@ def _cli(*args: str) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "bigbatch", *args], check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
+
+
+def model_table(resolution: int, rounds: int = 4, batch: int = 8) -> None:
+    """saehd128's swap alone, ms a face at batch 8: plain, and packed for CPU inference as merge runs it
+    (SAEHD.pack_for_cpu), on one thread and on every core; interleaved rounds, the second best of each."""
+    import torch
+
+    from bigbatch.models.saehd import SAEHD
+
+    torch.manual_seed(0)
+    plain = SAEHD(resolution, "liae-ud").eval()
+    packed = SAEHD(resolution, "liae-ud").eval()
+    packed.load_state_dict(plain.state_dict())
+    packed.pack_for_cpu()
+    x = torch.rand(batch, resolution, resolution, 3).permute(0, 3, 1, 2)  # NHWC-strided, as merge's faces
+    every = torch.get_num_threads()
+    print("\n| SAEHD swap, batch 8 | threads | ms a face | plain / packed |")
+    print("|---|---|---|---|")
+    for threads in sorted({1, every}):
+        torch.set_num_threads(threads)
+        times: dict[str, list[float]] = {"plain": [], "packed": []}
+        with torch.inference_mode():
+            for model in (plain, packed):  # (the first call reorders the packed weights)
+                model.swap(x)
+            for _ in range(rounds):
+                for name, model in (("plain", plain), ("packed", packed)):
+                    start = time.perf_counter()
+                    model.swap(x)
+                    times[name].append((time.perf_counter() - start) / batch * 1e3)
+        ms = {k: sorted(v)[1] for k, v in times.items()}
+        print(f"| plain | {threads} | {ms['plain']:.0f} | |")
+        print(f"| packed for CPU inference | {threads} | {ms['packed']:.0f} | {ms['plain'] / ms['packed']:.2f}x |")
+    torch.set_num_threads(every)
 
 
 def main() -> None:
@@ -72,11 +105,15 @@ def main() -> None:
         }
     )
     run = bigbatch.train(cfg, run_dir=work / "run", quiet=True)
-    merge = _cli("merge", str(run), str(clip), str(work / "aligned"), str(work / "merged"), "--device", args.device)
+    merge_args = ("merge", str(run), str(clip), str(work / "aligned"))
+    merge = _cli(*merge_args, str(work / "merged"), "--device", args.device)
     rows.append(("merge (overlay, rct; PNG frames and masks)", merge, args.frames, None))
     video = _cli("video", "make", str(work / "merged"), str(work / "merged.mp4"), "--audio-from", str(clip))
-    rows.append(("video make (libx264, audio)", video, args.frames, None))
-    rows.append(("merge + video", merge + video, args.frames, 60.0))
+    rows.append(("video make from the PNGs (libx264 medium, audio)", video, args.frames, None))
+    for preset in ("medium", "veryfast"):  # (each a fresh merge: a rerun would skip the frames written)
+        out = work / f"merged-{preset}"
+        seconds = _cli(*merge_args, str(out), "--video", f"{out}.mp4", "--preset", preset, "--device", args.device)
+        rows.append((f"merge --video, x264 {preset} (PNGs too)", seconds, args.frames, 60.0))
     seamless = _cli("merge", str(run), str(clip), str(work / "aligned"), str(work / "seamless"), "--mode", "seamless",
                     "--device", args.device)  # fmt: skip
     rows.append(("merge, seamless", seamless, args.frames, None))
@@ -91,6 +128,8 @@ def main() -> None:
     for name, seconds, n, target in rows:
         goal = f"< {target:.0f} s: {'met' if seconds < target else 'missed'}" if target else ""
         print(f"| {name} | {seconds:.1f} | {n / seconds:.2f} | {goal} |")
+    if args.device == "cpu":
+        model_table(args.resolution)
 
 
 if __name__ == "__main__":

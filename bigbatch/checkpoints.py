@@ -458,9 +458,13 @@ def read_newest(path: str | Path, read: Callable[[Path], T], tries: int = 5) -> 
     raise AssertionError("unreachable")
 
 
-def load_checkpoint(ckpt: Path, nets: tuple[str, ...]) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
-    """Read the weights of `nets` and the training state of a complete checkpoint, each file checked
-    against its checksum as it is read (Corrupt, or Pruned if the checkpoint was deleted meanwhile)."""
+def load_checkpoint(
+    ckpt: Path, nets: tuple[str, ...], state: bool = True
+) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+    """Read the weights of `nets` and (if `state`; else {}) the training state of a complete checkpoint, each
+    file checked against its checksum as it is read (Corrupt, or Pruned if the checkpoint was deleted
+    meanwhile). A loader of weights alone passes state=False: state.pt holds the optimizers' moments, twice a
+    swap model's weights."""
     ckpt = Path(ckpt)
     meta = verify(ckpt, ("config.toml",))
     weights = {}
@@ -470,6 +474,8 @@ def load_checkpoint(ckpt: Path, nets: tuple[str, ...]) -> tuple[dict[str, dict[s
             weights[key] = load_safetensors(data)
         except SafetensorError as e:
             _raise_unreadable(ckpt, f"{key}.safetensors", str(e))
+    if not state:
+        return weights, {}
     data = _read_checked(ckpt, meta, "state.pt")
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
@@ -491,10 +497,11 @@ def _read_checked(ckpt: Path, meta: dict[str, Any], name: str) -> bytes:
     return data
 
 
-def load_weights(net: nn.Module, state_dict: dict[str, torch.Tensor], what: str) -> None:
-    """Load a state dict, turning a mismatch into one line naming the first differences."""
+def load_weights(net: nn.Module, state_dict: dict[str, torch.Tensor], what: str, assign: bool = False) -> None:
+    """Load a state dict, turning a mismatch into one line naming the first differences. `assign`: the tensors
+    themselves become the weights (for a model built on the meta device: nothing is allocated twice)."""
     try:
-        result = net.load_state_dict(state_dict, strict=False)
+        result = net.load_state_dict(state_dict, strict=False, assign=assign)
     except RuntimeError as e:
         detail = " ".join(str(e).split("\n\t")[1:2]).strip() or str(e).splitlines()[0]
         raise BigbatchError(f"{what} does not fit the model built from its config: {detail}") from None

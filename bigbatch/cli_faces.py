@@ -4,6 +4,7 @@ frames|make` (a video to numbered PNGs and back, with the source's audio)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ def _extract(args: argparse.Namespace) -> None:
 
 def _merge(args: argparse.Namespace) -> None:
     from bigbatch.faces import video
-    from bigbatch.faces.merge import MergeSettings, merge_folder
+    from bigbatch.faces.merge import MergeSettings, merge_folder, merge_threads
 
     settings = MergeSettings(
         mode=args.mode,
@@ -83,19 +84,28 @@ def _merge(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--video {args.video}: give a video file name ({', '.join(video.VIDEO_SUFFIXES)})")
     if args.fps is not None and args.fps <= 0:
         raise BigbatchError(f"--fps must be positive, got {args.fps}")
-    frames, faces = merge_folder(
-        args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type
+    if args.audio_from is not None and not Path(args.audio_from).is_file():
+        raise BigbatchError(f"--audio-from {args.audio_from}: no such file")
+    run = functools.partial(
+        merge_folder, args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type
     )
+    if not args.video:
+        frames, faces = run()
+        print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
+        return
+    # The video is encoded as the frames are merged (on a thread of its own), not read back from their PNGs.
+    src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
+    audio = args.audio_from or (args.frames if src_is_video else None)
+    rate = video.frame_rate(args.fps, args.frames if src_is_video else args.audio_from)
+    Path(args.video).parent.mkdir(parents=True, exist_ok=True)
+    # x264 on the cores the merge's threads leave (at least one): on two cores, one thread, which spends less
+    # CPU time than x264's own choice of three.
+    threads = max(1, (os.cpu_count() or 1) - merge_threads())
+    with video.VideoWriter(args.video, rate, audio, args.preset, threads) as writer:
+        frames, faces = run(writer=writer)
+        n = writer.close()
     print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
-    if args.video:
-        src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
-        audio = args.audio_from or (args.frames if src_is_video else None)
-        fps = args.fps
-        if fps is None and src_is_video:
-            with video.Video(args.frames) as v:
-                fps = v.rate
-        n, rate = video.folder_to_video(args.out, args.video, fps, audio)
-        print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{' with the audio of ' + audio if audio else ''}")
+    print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{' with the audio of ' + audio if audio else ''}")
 
 
 def _video(args: argparse.Namespace) -> None:
@@ -105,9 +115,22 @@ def _video(args: argparse.Namespace) -> None:
         n = video.frames_to_folder(args.src, args.out, args.fps)
         print(f"Wrote {n} frames to {args.out} (00001.png on)")
         return
-    n, rate = video.folder_to_video(args.src, args.out, args.fps, args.audio_from)
+    n, rate = video.folder_to_video(args.src, args.out, args.fps, args.audio_from, args.preset)
     audio = f" with the audio of {args.audio_from}" if args.audio_from else ""
     print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{audio}")
+
+
+def _preset_argument(parser: argparse.ArgumentParser) -> None:
+    from bigbatch.faces.video import PRESETS
+
+    parser.add_argument(
+        "--preset",
+        default="medium",
+        choices=PRESETS,
+        metavar="PRESET",
+        help="x264's speed preset, ultrafast to veryslow (medium, FFmpeg's and so DFL's; at 16 Mbit/s veryfast "
+        "encodes in half medium's CPU time, 0.4 dB below it on bench/faces.py's clip)",
+    )
 
 
 def add_face_commands(sub: Any) -> None:
@@ -171,6 +194,7 @@ def add_face_commands(sub: Any) -> None:
     mg.add_argument("--video", metavar="OUT.mp4", help="also write the merged frames as a video")
     mg.add_argument("--fps", type=float, help="the video's frame rate (default: FRAMES's if a video, else 25)")
     mg.add_argument("--audio-from", metavar="VIDEO", help="the video's audio (default: FRAMES's, if a video)")
+    _preset_argument(mg)
     mg.set_defaults(func=_merge)
 
     vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")
@@ -184,5 +208,6 @@ def add_face_commands(sub: Any) -> None:
     mk.add_argument("out", metavar="OUT.mp4")
     mk.add_argument("--fps", type=float, help="frame rate (default: --audio-from's, else 25)")
     mk.add_argument("--audio-from", metavar="VIDEO", help="copy this file's audio (AAC 192 kbit/s)")
+    _preset_argument(mk)
     for p in (fr, mk):
         p.set_defaults(func=_video)

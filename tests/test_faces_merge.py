@@ -4,6 +4,7 @@ a video -> extract -> prepare --masks dfl -> train -> merge --video."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -207,6 +208,19 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     assert main([*args[:-2], "--color", "rct"]) == 0  # other settings: every frame again
     again = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.png")}
     assert all(again[n] != after[n] for n in again)
+    # An interrupted merge --video goes on: the frames merged before are read back into the video, in order.
+    Path("out/00002.png").unlink()
+    capsys.readouterr()
+    assert main([*args[:-2], "--color", "rct", "--video", "out.mp4", "--preset", "ultrafast"]) == 0
+    assert "Wrote out.mp4: 5 frames at 25 fps" in capsys.readouterr().out  # (no audio: frames from a folder)
+    import av
+
+    with av.open("out.mp4") as c:
+        video = [f.to_ndarray(format="rgb24")[..., ::-1].astype(int) for f in c.decode(video=0)]
+    pngs = [cv2.imread(f"out/{i + 1:05d}.png").astype(int) for i in range(5)]
+    for i, frame in enumerate(video):
+        errors = [np.abs(frame - png).mean() for png in pngs]
+        assert int(np.argmin(errors)) == i and errors[i] < 3, (i, errors)
 
 
 def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
@@ -226,9 +240,23 @@ def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
             "--video o.gif",
         ),
     ]
+    good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o"]
+    cases.append(([*good, "--video", "o.mp4", "--audio-from", "none.mp4"], "--audio-from none.mp4: no such file"))
     for args, says in cases:
         capsys.readouterr()
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
     assert not Path("o").exists() or not any(Path("o").glob("*.png"))
+    # A merge --video that fails part of the way (a frame that does not decode, after chunks of frames have
+    # gone to the video) leaves no video behind.
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "whole"]) == 0
+    for i in range(4, 40):  # faceless frames after the four with faces
+        shutil.copy("whole/00001.png", f"whole/{i + 1:05d}.png")
+    Path("whole/00040.png").write_bytes(b"not a png")
+    capsys.readouterr()
+    args = ["merge", str(run), "whole", str(root / "dst_aligned"), "w", "--video", "w.mp4", "--preset", "ultrafast"]
+    assert main(args) == 2  # (ultrafast: x264 holds back no frames, so the video file is begun)
+    assert "00040.png does not decode" in capsys.readouterr().err
+    assert len(list(Path("w").glob("*.png"))) >= 16  # (two chunks at least were merged and went to the video)
+    assert not [p.name for p in Path().iterdir() if p.name.startswith(("w.mp4", ".w.tmp"))]

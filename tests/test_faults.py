@@ -214,11 +214,11 @@ def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
     load = checkpoints.load_checkpoint
     pruned = []
 
-    def prune_first(ckpt, nets):  # the training run deletes the checkpoint just as the reader opens it
+    def prune_first(ckpt, nets, **options):  # the training run deletes the checkpoint just as the reader opens it
         if not pruned:
             pruned.append(ckpt)
             shutil.rmtree(ckpt)
-        return load(ckpt, nets)
+        return load(ckpt, nets, **options)
 
     monkeypatch.setattr(checkpoints, "load_checkpoint", prune_first)
     # Named by its run: the reader goes on with the run's newest checkpoint.

@@ -164,6 +164,43 @@ def test_outputs_equal_a_numpy_computation_in_leras_order(archi):
             np.testing.assert_allclose(g.permute(0, 2, 3, 1).numpy(), w, rtol=1e-9, atol=1e-12, err_msg=side)
 
 
+@pytest.mark.parametrize("archi", ["df", "liae-ud", "df-udt", "liae-c"])
+def test_a_model_packed_for_cpu_inference_gives_the_plain_outputs_and_follows_its_weights(archi):
+    torch.manual_seed(2)
+    res = 64
+    plain = SAEHD(res, archi, ae_dims=16, e_dims=8, d_dims=8, d_mask_dims=4)
+    packed = SAEHD(res, archi, ae_dims=16, e_dims=8, d_dims=8, d_mask_dims=4)
+    packed.load_state_dict(plain.state_dict())
+    assert packed.pack_for_cpu() is packed
+    x = torch.rand(3, 3, res, res)
+
+    def outputs(model, x):
+        with torch.inference_mode():
+            return [*model.src(x), *model.dst(x), *model.swap(x)]
+
+    def same(x):
+        for got, want in zip(outputs(packed, x), outputs(plain, x), strict=True):
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+    same(x)
+    same(x[:1])  # another batch size
+    # A training step's in-place update (as an optimizer's) reaches the packed forward.
+    for model in (plain, packed):
+        with torch.no_grad():
+            for param in model.parameters():
+                param.mul_(1.5)
+    same(x)
+    # The training forward keeps its autograd graph, and gives the plain model's gradients.
+    grads = []
+    for model in (plain, packed):
+        model.zero_grad()
+        sum(t.sum() for t in model(x, x.flip(0))[:4]).backward()
+        grads.append([p.grad for p in model.parameters()])
+    for got, want in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_dfl_files_load_safely_and_write_back_byte_for_byte(tmp_path):
     torch.manual_seed(2)
     model = SAEHD(64, "df-ud", ae_dims=16, e_dims=8, d_dims=8, d_mask_dims=4)

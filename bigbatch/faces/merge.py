@@ -8,6 +8,7 @@ BGR): every step is per channel or a colour transfer that takes RGB."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import os
@@ -23,6 +24,7 @@ import torch
 from bigbatch.data.dfl_faces import hull_mask
 from bigbatch.errors import BigbatchError
 from bigbatch.faces import align
+from bigbatch.faces.video import VideoWriter
 from bigbatch.tasks.swap import color
 
 MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", "raw-predict", "original")
@@ -31,6 +33,12 @@ MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", 
 MASKS = ("full", "hull", "learned-prd", "learned-dst", "learned", "learned-sum", "hull*learned")
 COLORS = ("none", *color.MERGE_MODES)
 BATCH = 8  # faces the model swaps at once, and frames merged together
+
+
+def merge_threads() -> int:
+    """The threads a merge works on (each a chunk of frames: its faces swapped, then each frame merged)."""
+    return min(os.cpu_count() or 1, 8)
+
 
 Predictor = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 """A face (res, res, 3) RGB float32 in [0, 1] -> (the swapped face, the src-path mask, the dst-path mask), the
@@ -353,11 +361,14 @@ def merge_folder(
     device: str = "cpu",
     face_type: str | None = None,
     quiet: bool = False,
+    writer: VideoWriter | None = None,
 ) -> tuple[int, int]:
     """`bigbatch merge`: every frame of `frames` (a folder or a video) with the faces `aligned` holds for it
     swapped by `run`'s model and merged as DFL's merger merges, written whole to OUT/{stem}.png and its mask to
     OUT/masks/{stem}.png; frames without a face pass through unchanged. A rerun with the same settings skips
-    frames already written (an interrupted merge continues). Returns (frames, faces merged)."""
+    frames already written (an interrupted merge continues). Each merged frame, in order, also goes to
+    `writer` (`bigbatch merge --video`; a skipped frame is read back from its PNG). Frames are merged on
+    threads while the model swaps the next frames' faces. Returns (frames, faces merged)."""
     from tqdm import tqdm
 
     from bigbatch.faces.extract import FrameSource, read_image
@@ -374,7 +385,7 @@ def merge_folder(
         )
     if not Path(run).exists():
         raise BigbatchError(f"{run} does not exist; give a swap run, a checkpoint folder or a DFL SAEHD model folder")
-    model = load_autoencoder(run, device)
+    model = load_autoencoder(run, device).pack_for_cpu()  # (used on a CPU only)
     res = model.resolution
     known = face_type or _face_type_of(run, model)
     if known is None:
@@ -407,7 +418,7 @@ def merge_folder(
     bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
     done = {p.stem for p in out.glob("*.png")} if same else set()
 
-    def finish(i: int, stem: str, frame: np.ndarray, outputs: list) -> None:
+    def finish(i: int, stem: str, frame: np.ndarray, outputs: list) -> np.ndarray:
         predictions = iter(outputs)  # (the model's outputs for this frame's faces, in order)
         rgb, mask = merge_frame(frame, faces.get(stem, []), lambda x: next(predictions), res, kind, s, key=i)
         for path, data in ((out / "masks" / f"{stem}.png", mask), (out / f"{stem}.png", rgb[..., ::-1])):
@@ -415,28 +426,53 @@ def merge_folder(
             tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
             tmp.write_bytes(png.tobytes())
             os.replace(tmp, path)
+        return rgb
+
+    def written(stem: str) -> np.ndarray:
+        """A frame merged before (by an interrupted merge), for the video."""
+        rgb = read_image(out / f"{stem}.png")
+        if rgb is None:
+            raise BigbatchError(f"{out / stem}.png does not decode: delete it and merge again")
+        return rgb
+
+    # Chunks of frames are merged on threads of one torch thread each (torch's thread count is a thread's
+    # own), the model's swap and then each frame's merge and PNGs: with the swap on every core and the frames on
+    # threads beside it, the model's threads waited on each other whenever a frame's thread took a core.
+    workers = merge_threads()
+    pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's merged frames
+
+    def drain(keep: int = 0) -> None:
+        """Wait for the oldest chunks until `keep` are left, and give their frames, in order, to the video."""
+        while len(pending) > keep:
+            for rgb in pending.popleft().result():
+                if writer is not None:
+                    writer.add(rgb)
+                bar.update(1)
+
+    def merge_chunk(chunk: list[tuple[int, str, np.ndarray]], inputs: list[np.ndarray]) -> list[np.ndarray]:
+        outputs = iter(swap(inputs))
+        return [finish(i, stem, frame, [next(outputs) for _ in faces.get(stem, [])]) for i, stem, frame in chunk]
 
     def flush(chunk: list[tuple[int, str, np.ndarray]]) -> None:
-        # The model sees the chunk's faces in batches; the frames are merged on threads (OpenCV lets go of the GIL).
-        inputs = [face_input(frame, lm, res, kind) for _, stem, frame in chunk for lm in faces.get(stem, [])]
-        torch.set_num_threads(threads)  # the model's convolutions take every core
-        outputs = iter(swap(inputs))
-        work = [(i, stem, frame, [next(outputs) for _ in faces.get(stem, [])]) for i, stem, frame in chunk]
-        # one thread a frame: torch's small colour-transfer ops on several threads each were 7x slower
-        torch.set_num_threads(1)
-        list(pool.map(lambda a: finish(*a), work))
-        bar.update(len(chunk))
+        if chunk:
+            inputs = [face_input(frame, lm, res, kind) for _, stem, frame in chunk for lm in faces.get(stem, [])]
+            pending.append(pool.submit(merge_chunk, chunk, inputs))
+            drain(keep=workers)  # (a chunk a thread at most in flight)
 
     n = merged = 0
-    threads = torch.get_num_threads()
     chunk: list[tuple[int, str, np.ndarray]] = []
-    try:
-        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+    with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        try:
             for i, (name, image) in enumerate(source.frames(skip=set())):
                 stem = Path(name).stem
                 n, merged = n + 1, merged + len(faces.get(stem, ()))
                 if stem in done:
-                    bar.update(1)
+                    if writer is None:
+                        bar.update(1)
+                    else:  # (after the frames before it)
+                        flush(chunk)
+                        chunk = []
+                        pending.append(pool.submit(lambda stem=stem: [written(stem)]))
                     continue
                 frame = read_image(image) if isinstance(image, Path) else image
                 if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
@@ -445,9 +481,10 @@ def merge_folder(
                 if len(chunk) == BATCH:
                     flush(chunk)
                     chunk = []
-            if chunk:
-                flush(chunk)
-    finally:
-        torch.set_num_threads(threads)  # (the caller's, whatever happened)
-        bar.close()
+            flush(chunk)
+            drain()
+        finally:
+            for future in pending:
+                future.cancel()
+            bar.close()
     return n, merged

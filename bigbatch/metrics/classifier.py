@@ -207,7 +207,7 @@ def classifier_weights(ckpt: Path, cfg: Config | None = None) -> dict[str, torch
     weights when the run kept one (train.model_ema_kimg), else the weights it trained."""
     cfg = cfg or Config.load(Path(ckpt) / "config.toml")
     key = "model_ema" if cfg.task == "classify" and cfg.train.model_ema_kimg else "model"
-    return checkpoints.load_checkpoint(ckpt, nets=(key,))[0][key]
+    return checkpoints.load_checkpoint(ckpt, nets=(key,), state=False)[0][key]
 
 
 def _load_classifier(ckpt: Path, device: str | torch.device) -> nn.Module:

@@ -25,7 +25,7 @@ def _load_generator(ckpt: Path, device: str | torch.device) -> nn.Module:
     if cfg.task != "gan":
         raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a GAN: it has no generator to load or sample")
     G, _ = build_models(cfg, meta["n_classes"], meta["img_channels"])
-    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G_ema",))
+    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G_ema",), state=False)
     checkpoints.load_weights(G, weights["G_ema"], f"G_ema of checkpoint {ckpt}")
     G.class_names, G.checkpoint, G.config = meta.get("class_names", []), ckpt, cfg
     return G.to(device).eval().requires_grad_(False)

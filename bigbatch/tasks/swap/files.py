@@ -268,7 +268,7 @@ def swap_folder(
                 f"{stems[f.stem].name} and {f.name} would both be written as {out_dir / (f.stem + '.png')}: rename one"
             )
         stems[f.stem] = f
-    model = load_autoencoder(path, device)
+    model = load_autoencoder(path, device).pack_for_cpu()  # (used on a CPU only)
     res = model.resolution
     done = 0
     for i in range(0, len(files), batch):

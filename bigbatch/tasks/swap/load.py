@@ -55,9 +55,8 @@ def _load(ckpt: Path, device: str | torch.device) -> nn.Module:
         raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a face-swap (task swap) run")
     with torch.device("meta"):
         model = build_model(cfg)
-    model = model.to_empty(device="cpu")
-    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("model",))
-    checkpoints.load_weights(model, weights["model"], f"the model of checkpoint {ckpt}")
+    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("model",), state=False)
+    checkpoints.load_weights(model, weights["model"], f"the model of checkpoint {ckpt}", assign=True)
     model.checkpoint, model.config = ckpt, cfg
     return model.to(device).eval().requires_grad_(False)
 
