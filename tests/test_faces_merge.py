@@ -11,6 +11,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("dlib")
 pytest.importorskip("av")
@@ -260,3 +261,51 @@ def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
     assert "00040.png does not decode" in capsys.readouterr().err
     assert len(list(Path("w").glob("*.png"))) >= 16  # (two chunks at least were merged and went to the video)
     assert not [p.name for p in Path().iterdir() if p.name.startswith(("w.mp4", ".w.tmp"))]
+
+
+MODEL_GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_model_golden.npz", allow_pickle=False)
+
+
+def test_a_model_exported_to_dfl_swaps_and_merges_there_as_here(tmp_path):
+    """A SAEHD written by bigbatch's DFL exporter and loaded by DFL's own SAEHDModel (TensorFlow) predicts what
+    bigbatch's model predicts, and DFL's MergeMasked with that model merges the frame as bigbatch's merge does
+    (tests/data/dfl_model_golden.md). The exporter writes NumPy 1's names: DFL's NumPy read the files."""
+    import json
+
+    import dfl_golden_model as golden
+
+    from bigbatch.models import dfl
+    from bigbatch.tasks.swap.load import load_autoencoder
+
+    model = golden.golden_model()
+    dfl.save_model_folder(model, tmp_path, golden.NAME, options={"face_type": "wf"}, iteration=1)
+    for path in tmp_path.glob("*.npy"):  # what NumPy 1 can load: no numpy._core in the pickles
+        assert b"numpy._core" not in path.read_bytes()
+    model = load_autoencoder(tmp_path).pack_for_cpu()  # (back from the DFL folder, as merge loads it)
+    faces = torch.from_numpy(MODEL_GOLDEN["faces"][..., ::-1].copy()).permute(0, 3, 1, 2)
+    with torch.inference_mode():
+        image, mask, dst_mask = model.swap(faces)
+    np.testing.assert_allclose(image.permute(0, 2, 3, 1).numpy()[..., ::-1], MODEL_GOLDEN["pred_bgr"], atol=2e-5)
+    np.testing.assert_allclose(mask[:, 0].numpy(), MODEL_GOLDEN["pred_mask_src"], atol=2e-5)
+    np.testing.assert_allclose(dst_mask[:, 0].numpy(), MODEL_GOLDEN["pred_mask_dst"], atol=2e-5)
+
+    def predictor(face):
+        x = torch.from_numpy(face).permute(2, 0, 1)[None]
+        with torch.inference_mode():
+            return tuple(t[0].permute(1, 2, 0).numpy().squeeze(-1) if t.shape[1] == 1 else t[0].permute(1, 2, 0).numpy()
+                         for t in model.swap(x))  # fmt: skip
+
+    frame = np.ascontiguousarray(GOLDEN["merge_frame"][..., ::-1])
+    for case, delta, want_mask in zip(MODEL_GOLDEN["merge_cases"], MODEL_GOLDEN["merge_out_delta"],
+                                      MODEL_GOLDEN["merge_mask"], strict=True):  # fmt: skip
+        mode, mask_mode, erode, blur, ct = json.loads(str(case))
+        s = merge.MergeSettings(mode=mode, mask=DFL_MASKS[mask_mode], erode=erode, blur=blur, color=ct)
+        out, got_mask = merge.merge_frame(frame, [GOLDEN["merge_landmarks"]], predictor, golden.RES,
+                                          align.FaceType.WHOLE_FACE, s)  # fmt: skip
+        want = (GOLDEN["merge_frame"].astype(np.int16) + delta).astype(np.uint8)[..., ::-1]
+        diff = np.abs(out.astype(int) - want)
+        # (hist-match maps each level through the faces' cumulative histograms, so a face 2e-5 away moves some
+        # pixels across a step: 2.3% of this frame by more than 2 levels, at most 6)
+        off = 0.03 if mode == "hist-match" else 2e-3
+        assert diff.max() <= 8 and diff.mean() < 0.5 and (diff > 2).mean() < off, (case, diff.max(), diff.mean())
+        assert np.abs(got_mask.astype(int) - want_mask).max() <= 6, case

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import glob
 import io
-import pickle
 import sys
 from pathlib import Path
 from typing import Any
@@ -166,13 +165,13 @@ def _data_file(data: dict[str, Any], carried: bytes | None, what: str) -> bytes:
     """DFL's `_data.dat` for `data` (dfl.model_data's): on top of the DFL model's own file when the run
     started from one (its history kept), and that file's very bytes when nothing in it changed."""
     if carried is None:
-        return pickle.dumps(data)
+        return dfl.dumps(data)
     before = safe_pickle.loads(carried, f"the DeepFaceLab data {what} carries")
     if not isinstance(before, dict):
         before = {}
     merged = {**before, "iter": data["iter"], "options": _merged_options(before.get("options") or {}, data["options"])}
-    new = pickle.dumps(merged)
-    return carried if new == pickle.dumps(before) else new
+    new = dfl.dumps(merged)
+    return carried if new == dfl.dumps(before) else new
 
 
 def export_dfl(
