@@ -2,6 +2,7 @@
 written back byte for byte, and outputs equal to a NumPy computation written the way leras computes
 (NHWC, TF-layout kernels, its flatten/reshape order and its depth_to_space channel order)."""
 
+import copy
 import os
 import pickle
 
@@ -185,6 +186,10 @@ def test_a_model_packed_for_cpu_inference_gives_the_plain_outputs_and_follows_it
 
     same(x)
     same(x[:1])  # another batch size
+    # A used packed model copies (as export-dfl copies to flip its colour order): the copy packs afresh.
+    copied = copy.deepcopy(packed)
+    for got, want in zip(outputs(copied, x), outputs(plain, x), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     # A training step's in-place update (as an optimizer's) reaches the packed forward.
     for model in (plain, packed):
         with torch.no_grad():

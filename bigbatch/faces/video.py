@@ -120,6 +120,7 @@ def write_video(
     `threads` threads (0: x264's choice, 1.5 a core; one thread spends 13-20% less CPU time, for when other
     work has the cores), and, from `audio_from`, its first audio stream re-encoded to AAC 192 kbit/s. Written
     to a temporary file and renamed, so `out` is a whole video or absent. Returns the frame count."""
+    _check_preset(preset)
     av = _av()
     out = Path(out)
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
@@ -169,6 +170,7 @@ class VideoWriter:
         preset: str = "medium",
         threads: int = 0,
     ) -> None:
+        _check_preset(preset)  # (said here, not at the first frame)
         self._queue: queue.Queue = queue.Queue(maxsize=16)
         self._error: BaseException | None = None
         self.count = 0
@@ -228,6 +230,11 @@ class VideoWriter:
 
 class _Aborted(Exception):
     pass
+
+
+def _check_preset(preset: str) -> None:
+    if preset not in PRESETS:
+        raise BigbatchError(f"x264 preset {preset!r} is not one of {', '.join(PRESETS)}")
 
 
 def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV objects

@@ -66,6 +66,17 @@ def _conv(cin: int, cout: int, k: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2)  # leras "SAME": ((k-1)+1)//2 each side
 
 
+class _OneDNNWeights(dict):
+    """A conv's weights reordered for oneDNN, by input slot (see `_conv_act`). A copy or a pickle of the model
+    starts it empty: oneDNN's tensors have no storage to copy, and the copy's weights are its own."""
+
+    def __deepcopy__(self, memo: dict) -> _OneDNNWeights:
+        return _OneDNNWeights()
+
+    def __reduce__(self) -> tuple:
+        return (_OneDNNWeights, ())
+
+
 def _conv_act(
     conv: nn.Conv2d,
     x: torch.Tensor,
@@ -311,14 +322,14 @@ class SAEHD(nn.Module):
 
     def pack_for_cpu(self) -> SAEHD:
         """Run this model's inference on the CPU (fp32, no autograd: a merge's, a swap's) through oneDNN's
-        fused convolutions in channels-last, each weight reordered for oneDNN once (see `_conv_act`): 1.2x
-        fewer seconds a face for saehd128 on an AVX2 CPU (bench/RESULTS.md), the same outputs to float
+        fused convolutions in channels-last, each weight reordered for oneDNN once (see `_conv_act`): 1.15-1.2x
+        fewer seconds a face for saehd128 on an AVX2 CPU (bench/faces.py), the same outputs to float
         rounding. Training, autograd and other devices and dtypes take the plain path as before; a weight
         that changes is reordered again at its next use. Returns the model."""
         if torch.backends.mkldnn.is_available():
             for m in self.modules():
                 if isinstance(m, nn.Conv2d):
-                    m.onednn = {}
+                    m.onednn = _OneDNNWeights()
         return self
 
     @property
