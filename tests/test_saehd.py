@@ -190,6 +190,12 @@ def test_a_model_packed_for_cpu_inference_gives_the_plain_outputs_and_follows_it
     copied = copy.deepcopy(packed)
     for got, want in zip(outputs(copied, x), outputs(plain, x), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    # A model made under inference mode (its weights keep no version count) packs too.
+    with torch.inference_mode():
+        made_there = SAEHD(res, archi, ae_dims=16, e_dims=8, d_dims=8, d_mask_dims=4)
+        made_there.load_state_dict(plain.state_dict())
+    for got, want in zip(outputs(made_there.pack_for_cpu(), x), outputs(plain, x), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     # A training step's in-place update (as an optimizer's) reaches the packed forward.
     for model in (plain, packed):
         with torch.no_grad():

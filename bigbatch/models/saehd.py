@@ -77,6 +77,12 @@ class _OneDNNWeights(dict):
         return (_OneDNNWeights, ())
 
 
+def _stamp(t: torch.Tensor) -> tuple[int, int]:
+    """Which tensor `t` is and how often it was written in place; an inference tensor (made under
+    `torch.inference_mode`) keeps no count, and only inference mode can write it."""
+    return (t.data_ptr(), -1 if t.is_inference() else t._version)
+
+
 def _conv_act(
     conv: nn.Conv2d,
     x: torch.Tensor,
@@ -100,7 +106,7 @@ def _conv_act(
     pad, stride = list(conv.padding), list(conv.stride)
     slot, version = (
         (key, *x.shape[1:]),
-        tuple((t.data_ptr(), t._version) for c in (conv, *also) for t in (c.weight, c.bias)),
+        tuple(_stamp(t) for c in (conv, *also) for t in (c.weight, c.bias)),
     )
     hit = packed.get(slot)
     if hit is None or hit[0] != version:
