@@ -4,7 +4,7 @@ frames|make` (a video to numbered PNGs and back, with the source's audio)."""
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -86,26 +86,25 @@ def _merge(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--fps must be positive, got {args.fps}")
     if args.audio_from is not None and not Path(args.audio_from).is_file():
         raise BigbatchError(f"--audio-from {args.audio_from}: no such file")
-    run = functools.partial(
-        merge_folder, args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type
-    )
-    if not args.video:
-        frames, faces = run()
-        print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
-        return
-    # The video is encoded as the frames are merged (on a thread of its own), not read back from their PNGs.
-    src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
-    audio = args.audio_from or (args.frames if src_is_video else None)
-    rate = video.frame_rate(args.fps, args.frames if src_is_video else args.audio_from)
-    Path(args.video).parent.mkdir(parents=True, exist_ok=True)
-    # x264 on the cores the merge's threads leave (at least one): on two cores, one thread, which spends less
-    # CPU time than x264's own choice of three.
-    threads = max(1, (os.cpu_count() or 1) - merge_threads())
-    with video.VideoWriter(args.video, rate, audio, args.preset, threads) as writer:
-        frames, faces = run(writer=writer)
-        n = writer.close()
+    writer = None
+    with contextlib.ExitStack() as stack:
+        if args.video:  # encoded as the frames are merged (on a thread of its own), not read back from their PNGs
+            src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
+            audio = args.audio_from or (args.frames if src_is_video else None)
+            rate = video.frame_rate(args.fps, args.frames if src_is_video else args.audio_from)
+            Path(args.video).parent.mkdir(parents=True, exist_ok=True)
+            # x264 on the cores the merge's threads leave (at least one): on two cores one thread, which spends
+            # less CPU time than x264's own choice of three.
+            threads = max(1, (os.cpu_count() or 1) - merge_threads())
+            writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, args.preset, threads))
+        frames, faces = merge_folder(
+            args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type,
+            writer=writer,
+        )  # fmt: skip
+        n = writer.close() if writer is not None else 0
     print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
-    print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{' with the audio of ' + audio if audio else ''}")
+    if writer is not None:
+        print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{' with the audio of ' + audio if audio else ''}")
 
 
 def _video(args: argparse.Namespace) -> None:

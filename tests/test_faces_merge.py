@@ -289,11 +289,8 @@ def test_a_model_exported_to_dfl_swaps_and_merges_there_as_here(tmp_path):
     np.testing.assert_allclose(mask[:, 0].numpy(), MODEL_GOLDEN["pred_mask_src"], atol=2e-5)
     np.testing.assert_allclose(dst_mask[:, 0].numpy(), MODEL_GOLDEN["pred_mask_dst"], atol=2e-5)
 
-    def predictor(face):
-        x = torch.from_numpy(face).permute(2, 0, 1)[None]
-        with torch.inference_mode():
-            return tuple(t[0].permute(1, 2, 0).numpy().squeeze(-1) if t.shape[1] == 1 else t[0].permute(1, 2, 0).numpy()
-                         for t in model.swap(x))  # fmt: skip
+    def predictor(face):  # (as merge gives the model's faces to merge_frame)
+        return merge.predict_faces(model, [face])[0]
 
     frame = np.ascontiguousarray(GOLDEN["merge_frame"][..., ::-1])
     for case, delta, want_mask in zip(MODEL_GOLDEN["merge_cases"], MODEL_GOLDEN["merge_out_delta"],

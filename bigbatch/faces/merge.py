@@ -305,6 +305,19 @@ def merge_frame(
 # -- bigbatch merge: a run, frames and aligned faces -> merged frames (and a video) ----------------------------------
 
 
+def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A SAEHD's swap of `faces` ((res, res, 3) RGB float32 in [0, 1]), BATCH at a time on the model's device:
+    what a Predictor gives for each, (the swapped face, the src-path mask, the dst-path mask)."""
+    device = next(model.parameters()).device
+    found = []
+    for at in range(0, len(faces), BATCH):
+        x = torch.from_numpy(np.stack(faces[at : at + BATCH])).permute(0, 3, 1, 2).to(device)
+        with torch.inference_mode():
+            image, mask, dst_mask = (t.float().cpu() for t in model.swap(x))
+        found += [(i.permute(1, 2, 0).numpy(), m[0].numpy(), d[0].numpy()) for i, m, d in zip(image, mask, dst_mask)]
+    return found
+
+
 def _face_type_of(run: str, model: torch.nn.Module) -> str | None:
     """The face type a swap model was trained on, as its run or DFL model folder records it."""
     from bigbatch import checkpoints
@@ -394,18 +407,6 @@ def merge_folder(
         known = next(iter(kinds))
     kind = align.face_type(known)
 
-    def swap(inputs: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The model on faces in batches: (face, src-path mask, dst-path mask) of each."""
-        found = []
-        for at in range(0, len(inputs), BATCH):
-            x = torch.from_numpy(np.stack(inputs[at : at + BATCH])).permute(0, 3, 1, 2).to(device)
-            with torch.inference_mode():
-                image, mask, dst_mask = (t.float().cpu() for t in model.swap(x))
-            found += [
-                (i.permute(1, 2, 0).numpy(), m[0].numpy(), d[0].numpy()) for i, m, d in zip(image, mask, dst_mask)
-            ]
-        return found
-
     out = Path(out)
     (out / "masks").mkdir(parents=True, exist_ok=True)
     record = out / ".merge.json"
@@ -450,7 +451,7 @@ def merge_folder(
                 bar.update(1)
 
     def merge_chunk(chunk: list[tuple[int, str, np.ndarray]], inputs: list[np.ndarray]) -> list[np.ndarray]:
-        outputs = iter(swap(inputs))
+        outputs = iter(predict_faces(model, inputs))
         return [finish(i, stem, frame, [next(outputs) for _ in faces.get(stem, [])]) for i, stem, frame in chunk]
 
     def flush(chunk: list[tuple[int, str, np.ndarray]]) -> None:
