@@ -436,6 +436,12 @@ class EvalConfig(Section):
     every_kimg: float = 0.0
     """Score G_ema (a classifier: its held-out split) every this many kimg and at the end of the run
     (0 = never during training)."""
+    fine_from_kimg: float = 0.0
+    """With eval.fine_every_kimg: from this many kimg on, score at that finer cadence instead, where a run
+    nears its target, so that the time to reach it is known to the finer step (MLPerf's and DAWNBench's
+    entries score near the end of the run only)."""
+    fine_every_kimg: float = 0.0
+    """The cadence of the scores from eval.fine_from_kimg on (0 = eval.every_kimg throughout)."""
     metrics: str = "fid"
     """GAN: comma-separated metrics, fid, is, kid (with the classifier extractor they are reported as
     fcd, cs, kcd). A classify run always reports val_top1, val_top5 and val_loss on its held-out split."""
@@ -470,8 +476,12 @@ class EvalConfig(Section):
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
 
     def _validate(self) -> None:
-        if not (math.isfinite(self.every_kimg) and self.every_kimg >= 0):
-            self._fail("every_kimg", f"must be a finite number >= 0 (0 = off), got {self.every_kimg}")
+        for key in ("every_kimg", "fine_from_kimg", "fine_every_kimg"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                self._fail(key, f"must be a finite number >= 0 (0 = off), got {value}")
+        if self.fine_every_kimg and not self.every_kimg:
+            self._fail("fine_every_kimg", "refines eval.every_kimg, which is 0 (never): set eval.every_kimg too")
         names = ("auto", "inception", "inception-torchscript", "classifier")
         if self.extractor not in names and not re.fullmatch(r"classifier:.+", self.extractor):
             self._fail("extractor", f"must be one of {', '.join(names)} or classifier:RUN, got {self.extractor!r}")
@@ -484,6 +494,17 @@ class EvalConfig(Section):
             self._fail("standing_stats", f"must be a number of batches >= 0, got {self.standing_stats}")
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
+
+    def count(self, nimg: int) -> int:
+        """How many scores are due by `nimg` images seen (every eval.every_kimg, from eval.fine_from_kimg
+        every eval.fine_every_kimg), the run's end not counted: a score is due when a step moves it."""
+        if not self.every_kimg:
+            return 0
+        every, fine = max(1, round(self.every_kimg * 1000)), round(self.fine_every_kimg * 1000)
+        if not fine:
+            return nimg // every
+        start = round(self.fine_from_kimg * 1000)
+        return min(nimg, start) // every + max(0, nimg // fine - start // fine)
 
 
 @dataclass

@@ -82,6 +82,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         every = max(1, round(every_kimg * 1000))
         return nimg // every > before // every or nimg >= progress.total
 
+    def scores_due(before: int) -> bool:  # (eval.every_kimg, finer from eval.fine_from_kimg)
+        return cfg.eval.count(nimg) > cfg.eval.count(before) or nimg >= progress.total
+
     schedule = schedule_of(cfg)
     resizes = len({p.resolution for p in schedule.phases}) > 1
 
@@ -146,7 +149,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             progress.add(time.perf_counter() - began, before, nimg, stats)
 
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
-            if task.scorer is not None and due(cfg.eval.every_kimg, before):
+            if task.scorer is not None and scores_due(before):
                 eval_pending = not evaluate()
             if due(cfg.checkpoint.every_kimg, before):
                 check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights

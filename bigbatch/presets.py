@@ -17,6 +17,7 @@ from bigbatch.config import (
     TrainConfig,
 )
 from bigbatch.errors import BigbatchError
+from bigbatch.presets_classify import IMAGENET
 
 _PRESETS: dict[str, Callable[[], Config]] = {}
 
@@ -55,9 +56,6 @@ def reference_eval(images_per_iteration: int) -> EvalConfig:
 def ema_halflife_kimg(decay: float, images_per_update: int) -> float:
     """The half-life (kimg) of an EMA with `decay` per update of `images_per_update` images."""
     return math.log(0.5) / math.log(decay) * images_per_update / 1000
-
-
-IMAGENET = 1_281_167  # ImageNet-1k training images
 
 
 @preset_fn
@@ -304,218 +302,6 @@ def dcgan64() -> Config:
     )
 
 
-FASHION_TRAIN = 60_000  # Fashion-MNIST training images (one epoch, in images)
-
-
-def _fashion_classifier(name: str, model: ModelConfig, train: TrainConfig, schedule: list | None = None) -> Config:
-    """What the two Fashion-MNIST classifier presets share: the data, its official 10k test split as the
-    held-out split scored every half epoch, mirrored training images, checkpoints every 2 epochs."""
-    return Config(
-        name=name,
-        task="classify",
-        data=DataConfig(
-            path="builtin:fashion-mnist",
-            resolution=28,
-            xflip=True,
-            val_path="builtin:fashion-mnist-test",
-            schedule=schedule or [],
-        ),
-        model=model,
-        train=train,
-        checkpoint=CheckpointConfig(every_kimg=120, keep=3),
-        sample=SampleConfig(every_kimg=60, n=32),
-        eval=EvalConfig(every_kimg=30, batch_size=500),
-    )
-
-
-@preset_fn
-def fashion_resnet() -> Config:
-    """ResNet-20 on Fashion-MNIST at 28 px, the plain recipe: the baseline of `fashion_resnet_fast`.
-
-    He et al. 2016's CIFAR schedule (sec. 4.2) as most scripts run it: SGD with momentum 0.9 at lr 0.1
-    for batch 128, weight decay 5e-4 on every parameter, the rate divided by 10 at 50% and 75% of the
-    run, one resolution and one batch throughout, no warm-up, last BN gamma initialised to one, no
-    label smoothing; 10 epochs (600 kimg), scored on the 10k test images every half epoch.
-    """
-    train = TrainConfig(
-        kimg=10 * FASHION_TRAIN / 1000,
-        batch=128,
-        micro_batch=128,
-        optimizer="sgd",
-        lr=0.1,
-        lr_batch=128,
-        momentum=0.9,
-        nesterov=False,
-        weight_decay=5e-4,
-        norm_decay=True,
-        lr_decay="step",
-        lr_steps=[5 * FASHION_TRAIN / 1000, 7.5 * FASHION_TRAIN / 1000],
-        log_every_kimg=6,
-    )
-    return _fashion_classifier("fashion_resnet", ModelConfig(name="resnet_cifar", ch=16, options={"depth": 20}), train)
-
-
-@preset_fn
-def fashion_resnet_fast() -> Config:
-    """ResNet-20 on Fashion-MNIST with the fast-ImageNet recipe (fast.ai/DIU, DAWNBench 2018), scaled down
-    and tuned to reach 90% in fewer images than fastai's `fit_one_cycle` (bench/RESULTS.md, issue 45):
-    - progressive resizing with a dynamic batch (data.schedule, as diux-dev/imagenet18): the first epoch at
-      16 px and batch 256, then 28 px at 128. One change, early: each costs accuracy for about 30 kimg;
-    - AdamW with fastai's betas 0.9/0.99 and decoupled weight decay 0.01 (9 points ahead of SGD at 30 kimg
-      here), lr 4.5e-3 per 128 images (3e-3 is 0.15-0.75 points behind at 150 kimg) scaled to the batch
-      (train.lr_batch), a linear warm-up over half an epoch, then linear decay to 0 at 300 kimg;
-    - no weight decay on norms and biases (train.norm_decay = false: 93.2 -> 93.48% top-5 on ImageNet);
-      the last BN gamma of each residual block at zero (Goyal et al. 2017); label smoothing 0.1;
-    - what is scored and kept is an average of the weights of half-life 3 kimg (train.model_ema_kimg,
-      capped at a tenth of the images seen: train.ema_rampup) with BatchNorm statistics re-estimated
-      from the last 16 steps before each evaluation (eval.standing_stats, precise BN).
-    bench/time_to_accuracy.py races it against `fashion_resnet` to a val_top1 target.
-    """
-    epoch = FASHION_TRAIN / 1000
-    train = TrainConfig(
-        kimg=5 * epoch,
-        batch=128,
-        micro_batch=128,
-        optimizer="adamw",
-        lr=4.5e-3,
-        lr_batch=128,
-        betas=(0.9, 0.99),
-        weight_decay=0.01,
-        norm_decay=False,
-        warmup_kimg=0.5 * epoch,
-        lr_decay="linear",
-        label_smoothing=0.1,
-        model_ema_kimg=3.0,
-        ema_rampup=0.1,
-        log_every_kimg=6,
-    )
-    model = ModelConfig(name="resnet_cifar", ch=16, options={"depth": 20, "zero_init_residual": True})
-    schedule = [  # batches as multiples of train.batch (128), so that a batch sweep scales every phase
-        {"kimg": 0, "resolution": 16, "batch": "2x"},
-        {"kimg": 1 * epoch, "resolution": 28, "batch": "1x"},
-    ]
-    return _fashion_classifier("fashion_resnet_fast", model, train, schedule).override({"eval.standing_stats": 16})
-
-
-def _imagenet_classifier(name: str, train: TrainConfig, data: DataConfig, zero_init_residual: bool) -> Config:
-    """ResNet-50 on ImageNet-1k prepared as DATA.h5 files (`bigbatch prepare`): training images at
-    data.path, the 50k validation images at data.val_path (--buckets for rectangular validation)."""
-    return Config(
-        name=name,
-        task="classify",
-        data=data,
-        model=ModelConfig(name="resnet50", ch=64, options={"zero_init_residual": zero_init_residual}),
-        train=train,
-        checkpoint=CheckpointConfig(every_kimg=IMAGENET / 1000, keep=3),
-        sample=SampleConfig(every_kimg=IMAGENET / 1000, n=32),
-        eval=EvalConfig(every_kimg=IMAGENET / 1000, batch_size=250),
-    )
-
-
-@preset_fn
-def imagenet_resnet50_fast() -> Config:
-    """ResNet-50 on ImageNet, fast.ai/DIU's one-machine schedule: 93% top-5 in 28 epochs (109 minutes on 8 V100s).
-
-    diux-dev/imagenet18 train.py `one_machine` and training/train_imagenet_nv.py: epochs 0-7 at 128 px,
-    lr 1 -> 2 (warm-up); 7-13 at 128 px, lr 2 -> 0.25; 13-22 at 224 px, lr 0.4375 -> 0.04375; 22-25,
-    lr -> 0.004375; 25-28 at 288 px, lr 0.0025 -> 0.00025, with rectangular validation. Their batch
-    sizes (512, 224, 128) are per GPU, so 4096, 1792 and 1024 over 8 GPUs; their rates scale by the
-    batch (bs_scale), here train.lr_batch = 4096 with lr [1, 0.1] at 224 px etc. SGD momentum 0.9,
-    weight decay 1e-4 but none on BN parameters and biases (--no-bn-wd), zero last-BN gamma
-    (--init-bn0), fp16 (they used a static loss scale of 1024; here a dynamic one), random-resized
-    crops (min scale 0.08; they raised it to 0.087 and 0.5 in later phases), flips. Prepare the
-    training images whole, short side 352, as JPEG (one store for every phase: the loader cuts the
-    random-resized crops from the whole image before decoding), and the validation images the same
-    way: `bigbatch prepare train/ imagenet-train.h5 --resolution 352 --codec jpeg --crop none`,
-    `bigbatch prepare val/ imagenet-val.h5 --resolution 352 --codec jpeg --crop none --labels
-    LOC_val_solution.csv --classes imagenet-train.h5` (rectangular validation at each image's own ratio).
-    Not taken from fashion_resnet_fast's tuning, which was measured on 0.3M images only: AdamW, and the
-    average of weights with precise BN (eval.standing_stats); here the rate ends near 0, where it adds little.
-    """
-    e = IMAGENET / 1000  # one epoch in kimg
-    schedule = [  # batches 4096, 1792, 1024 as multiples of train.batch (1024), so a batch sweep scales them all
-        {"kimg": 0, "resolution": 128, "batch": "4x", "lr": [1.0, 2.0]},
-        {"kimg": 7 * e, "lr": [2.0, 0.25]},
-        {"kimg": 13 * e, "resolution": 224, "batch": "1.75x", "lr": [1.0, 0.1]},
-        {"kimg": 22 * e, "lr": [0.1, 0.01]},
-        {"kimg": 25 * e, "resolution": 288, "batch": "1x", "lr": [0.01, 0.001]},
-    ]
-    data = DataConfig(
-        path="imagenet-train.h5",
-        resolution=128,
-        xflip=True,
-        workers=8,
-        val_path="imagenet-val.h5",
-        val_rect=True,
-        val_crop=1.14,
-        schedule=schedule,
-    )
-    train = TrainConfig(
-        kimg=28 * e,
-        batch=1024,
-        micro_batch="auto",
-        precision="fp16",
-        optimizer="sgd",
-        lr=1.0,
-        lr_batch=4096,
-        momentum=0.9,
-        nesterov=False,
-        weight_decay=1e-4,
-        norm_decay=False,
-        crop_scale=0.08,
-        log_every_kimg=100,
-    )
-    return _imagenet_classifier("imagenet_resnet50_fast", train, data, zero_init_residual=True)
-
-
-@preset_fn
-def imagenet_resnet50() -> Config:
-    """ResNet-50 on ImageNet, the plain 90-epoch recipe (He et al. 2016; torchvision's reference script).
-
-    224 px throughout, batch 256, SGD momentum 0.9 at lr 0.1, weight decay 1e-4 on every parameter,
-    the rate divided by 10 at epochs 30 and 60, random-resized crops (min scale 0.08) and flips,
-    validation by resizing to 256 and cropping the center 224 (val_crop 1.14). The baseline of
-    `imagenet_resnet50_fast`; same data files.
-    """
-    e = IMAGENET / 1000
-    data = DataConfig(
-        path="imagenet-train.h5", resolution=224, xflip=True, workers=8, val_path="imagenet-val.h5", val_crop=1.14
-    )
-    train = TrainConfig(
-        kimg=90 * e,
-        batch=256,
-        micro_batch="auto",
-        optimizer="sgd",
-        lr=0.1,
-        lr_batch=256,
-        momentum=0.9,
-        nesterov=False,
-        weight_decay=1e-4,
-        norm_decay=True,
-        lr_decay="step",
-        lr_steps=[30 * e, 60 * e],
-        crop_scale=0.08,
-        log_every_kimg=100,
-    )
-    return _imagenet_classifier("imagenet_resnet50", train, data, zero_init_residual=False)
-
-
-@preset_fn
-def finetune_resnet50() -> Config:
-    """An ImageNet ResNet-50 fine-tuned on your classes, as fastai's first lesson (`fine_tune`).
-    224 px, the body from train.init_from (torchvision's or timm's resnet50 weights, .pth or .safetensors), the
-    head new; the head alone for the first 2 kimg, then everything, the body at a tenth of the rate
-    (AdamW 1e-3 per 64 images, warm-up, cosine decay), label smoothing, random-resized crops, flips,
-    10% held out. Set data.path to a prepared data file and train.init_from to the weights."""
-    data = DataConfig(path="data/train.h5", resolution=224, xflip=True, val_fraction=0.1, val_crop=1.14)
-    train = TrainConfig(kimg=20, batch=64, micro_batch="auto", optimizer="adamw", lr=1e-3, lr_batch=64)
-    train = replace(train, weight_decay=0.01, warmup_kimg=1, lr_decay="cosine", label_smoothing=0.1)
-    train = replace(train, crop_scale=0.35, init_from="resnet50.pth", freeze_kimg=2, body_lr_mult=0.1)
-    cfg = _imagenet_classifier("finetune_resnet50", train, data, zero_init_residual=False)
-    every = {"checkpoint": CheckpointConfig(every_kimg=2), "sample": SampleConfig(every_kimg=2, n=32)}
-    return replace(cfg, **every, eval=EvalConfig(every_kimg=2, batch_size=128))
-
-
 def _stylegan2(
     name: str, data: DataConfig, model: ModelConfig, train: TrainConfig, per_gpu: int, snapshot_kimg: float
 ) -> Config:
@@ -593,8 +379,17 @@ def stylegan2_256() -> Config:
     )
 
 
-# The face-swap recipes live in their own module and are registered here, with the others.
+# The classifier and face-swap recipes live in modules of their own and are registered here, with the others.
+from bigbatch.presets_classify import (  # noqa: E402
+    fashion_resnet,
+    fashion_resnet_fast,
+    finetune_resnet50,
+    imagenet_resnet50,
+    imagenet_resnet50_fast,
+)
 from bigbatch.presets_swap import saehd128, saehd512_df_ud, saehd_cpu  # noqa: E402
 
-for _swap in (saehd128, saehd512_df_ud, saehd_cpu):
-    preset_fn(_swap)
+for _fn in (fashion_resnet, fashion_resnet_fast, imagenet_resnet50_fast, imagenet_resnet50, finetune_resnet50):
+    preset_fn(_fn)
+for _fn in (saehd128, saehd512_df_ud, saehd_cpu):
+    preset_fn(_fn)

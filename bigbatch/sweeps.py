@@ -314,12 +314,11 @@ def _search(
     def watch(job: Job, handle: Any) -> None:
         """Report each new evaluation to the study, as its step the evaluation's number (1, 2, ...:
         runs with other batches evaluate at other image counts, and pruners compare equal steps)."""
-        every = max(1, round(job.cfg.eval.every_kimg * 1000))
         total = job.cfg.train.images
         for row in list(handle.rows):
             value = row.get(metric)
             nimg = round(row["kimg"] * 1000)
-            step = math.ceil(nimg / every)
+            step = job.cfg.eval.count(nimg - 1) + 1  # (a score at the run's end, off the cadence, has its own)
             if "eval_seconds" not in row or not _number(value) or step in job.reported or job.pruned:
                 continue
             job.reported.add(step)

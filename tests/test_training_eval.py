@@ -3,6 +3,7 @@ chosen metric across resumes, training itself untouched, and `bigbatch eval` agr
 The offline classifier stands in for the Inception here (a few seconds instead of minutes)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -111,6 +112,26 @@ def test_bad_eval_settings_are_one_line(override, words, capsys):
     assert main(["train", override, "--run-dir", "x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def test_a_finer_cadence_near_the_end_scores_there_and_changes_no_weight(scored, tiny, tmp_path):
+    # eval.fine_every_kimg: from eval.fine_from_kimg on, scores at the finer step (the time to a target
+    # then known to that step); before it, and for training itself, nothing changes.
+    fine = scored.override({"train.kimg": 0.64, "eval.fine_from_kimg": 0.256, "eval.fine_every_kimg": 0.128})
+    run = bigbatch.train(fine, run_dir=tmp_path / "fine", quiet=True)
+    assert [r["kimg"] for r in eval_rows(run)] == [0.256, 0.384, 0.512, 0.64]
+    plain = bigbatch.train(tiny.override({"train.kimg": 0.64}), run_dir=tmp_path / "plain", quiet=True)
+    assert weights(run / "checkpoints" / "000000.640") == weights(plain / "checkpoints" / "000000.640")
+    # What a sweep numbers each score by: 1, 2, ... in order, the run's end (off the cadence) one more.
+    assert [fine.eval.count(n - 1) + 1 for n in (256, 384, 512, 640)] == [1, 2, 3, 4]
+    coarse = replace(fine.eval, fine_every_kimg=0)
+    assert [coarse.count(n - 1) + 1 for n in (256, 512, 640)] == [1, 2, 3]
+
+
+def test_a_finer_cadence_needs_a_cadence_to_refine(capsys):
+    assert main(["train", "eval.every_kimg=0", "eval.fine_every_kimg=1", "--run-dir", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'eval.fine_every_kimg'" in err and "set eval.every_kimg" in err, err
 
 
 def test_missing_inception_weights_stop_the_run_before_it_trains(tiny, tmp_path, monkeypatch, capsys):
