@@ -135,16 +135,18 @@ def imagenet_resnet50_fast() -> Config:
     `bigbatch prepare val/ imagenet-val.h5 --resolution 352 --codec jpeg --crop none --labels
     LOC_val_solution.csv --classes imagenet-train.h5` (rectangular validation at each image's own ratio).
     From fashion_resnet_fast's tuning (bench/RESULTS.md, issue 45), what carries to this scale:
-    - label smoothing 0.1 (train.label_smoothing), not in the DIU run: the lever worth most there (without
-      it 90% took 1.74x the time), and at ImageNet scale Szegedy et al. 2016's value for 1,000 classes,
-      kept by He et al. 2019 ("Bag of Tricks") and torchvision's and timm's ResNet-50 recipes;
-    - the rate scaled to the batch, no decay on norms and biases, zero last-BN gamma: the DIU run's own.
+    - label smoothing 0.1 (train.label_smoothing), not in the DIU run: there second only to progressive
+      resizing (without it 90% took 1.74x the time); at ImageNet scale Szegedy et al. 2016's value for
+      1,000 classes, kept by He et al. 2019 ("Bag of Tricks"), torchvision's reference recipe
+      (--label-smoothing 0.1) and timm's train.py (--smoothing 0.1);
+    - progressive resizing with a dynamic batch, the rate scaled to the batch, no decay on norms and
+      biases, zero last-BN gamma: the DIU run's own, kept.
     What does not: AdamW (tuned on 0.3M images of 10 classes; SGD at batch 4096 is Goyal et al.'s and DIU's
     tuned setting), the average of weights and precise BN (eval.standing_stats: an average of weights gains
     while the rate is high, and this one ends at 0.00025; the running statistics are settled by each
     epoch-end evaluation, hundreds of steps after a resolution change), a finer evaluation cadence
-    (eval.fine_every_kimg: the target, 93% top-5, is reached in the last epochs), and one early
-    resolution change (the DIU phases are tuned for 8 GPUs' budget at this scale).
+    (eval.fine_every_kimg: the target, 93% top-5, is reached in the last epochs), and a single early
+    resolution change (DIU tuned its three phases at this scale; another plan needs ImageNet to test).
     """
     e = IMAGENET / 1000  # one epoch in kimg
     schedule = [  # batches 4096, 1792, 1024 as multiples of train.batch (1024), so a batch sweep scales them all
