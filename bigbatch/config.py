@@ -438,10 +438,11 @@ class EvalConfig(Section):
     (0 = never during training)."""
     fine_from_kimg: float = 0.0
     """With eval.fine_every_kimg: from this many kimg on, score at that finer cadence instead, where a run
-    nears its target, so that the time to reach it is known to the finer step (MLPerf's and DAWNBench's
-    entries score near the end of the run only)."""
+    nears its target, so that the time to reach it is known to the finer step (time-to-accuracy entries,
+    DAWNBench's and MLPerf's, often score only late in the run)."""
     fine_every_kimg: float = 0.0
-    """The cadence of the scores from eval.fine_from_kimg on (0 = eval.every_kimg throughout)."""
+    """The cadence of the scores from eval.fine_from_kimg on (0 = eval.every_kimg throughout). It refines
+    eval.every_kimg: with that at 0, nothing is scored during training."""
     metrics: str = "fid"
     """GAN: comma-separated metrics, fid, is, kid (with the classifier extractor they are reported as
     fcd, cs, kcd). A classify run always reports val_top1, val_top5 and val_loss on its held-out split."""
@@ -480,8 +481,6 @@ class EvalConfig(Section):
             value = getattr(self, key)
             if not (math.isfinite(value) and value >= 0):
                 self._fail(key, f"must be a finite number >= 0 (0 = off), got {value}")
-        if self.fine_every_kimg and not self.every_kimg:
-            self._fail("fine_every_kimg", "refines eval.every_kimg, which is 0 (never): set eval.every_kimg too")
         names = ("auto", "inception", "inception-torchscript", "classifier")
         if self.extractor not in names and not re.fullmatch(r"classifier:.+", self.extractor):
             self._fail("extractor", f"must be one of {', '.join(names)} or classifier:RUN, got {self.extractor!r}")

@@ -128,10 +128,11 @@ def test_a_finer_cadence_near_the_end_scores_there_and_changes_no_weight(scored,
     assert [coarse.count(n - 1) + 1 for n in (256, 512, 640)] == [1, 2, 3]
 
 
-def test_a_finer_cadence_needs_a_cadence_to_refine(capsys):
-    assert main(["train", "eval.every_kimg=0", "eval.fine_every_kimg=1", "--run-dir", "x"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'eval.fine_every_kimg'" in err and "set eval.every_kimg" in err, err
+def test_eval_every_kimg_0_still_switches_scoring_off_under_a_finer_cadence(scored, tmp_path):
+    # (a preset with a finer cadence, such as fashion_resnet_fast, and eval.every_kimg=0 on top: no scores)
+    off = scored.override({"eval.every_kimg": 0, "eval.fine_from_kimg": 0.128, "eval.fine_every_kimg": 0.128})
+    run = bigbatch.train(off, run_dir=tmp_path / "off", quiet=True)
+    assert eval_rows(run) == [] and off.eval.count(10**6) == 0
 
 
 def test_missing_inception_weights_stop_the_run_before_it_trains(tiny, tmp_path, monkeypatch, capsys):
