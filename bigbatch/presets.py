@@ -389,7 +389,14 @@ from bigbatch.presets_classify import (  # noqa: E402
 )
 from bigbatch.presets_swap import saehd128, saehd512_df_ud, saehd_cpu  # noqa: E402
 
-for _fn in (fashion_resnet, fashion_resnet_fast, imagenet_resnet50_fast, imagenet_resnet50, finetune_resnet50):
-    preset_fn(_fn)
-for _fn in (saehd128, saehd512_df_ud, saehd_cpu):
+for _fn in (
+    fashion_resnet,
+    fashion_resnet_fast,
+    imagenet_resnet50_fast,
+    imagenet_resnet50,
+    finetune_resnet50,
+    saehd128,
+    saehd512_df_ud,
+    saehd_cpu,
+):
     preset_fn(_fn)
