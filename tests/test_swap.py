@@ -576,10 +576,10 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
         os.kill(os.getpid(), signal.SIGTERM)  # saves a checkpoint before the first step
         return task
 
-    monkeypatch.setattr(training, "build_task", build_then_stop)
     over = {"swap.true_face_power": 0.0, "swap.gan_power": 0.0, "swap.face_type": "h"}
-    zero = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "z", quiet=True)
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:  # (not monkeypatch.undo(): that would leave tmp_path too)
+        patched.setattr(training, "build_task", build_then_stop)
+        zero = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "z", quiet=True)
     assert torch.load(zero / "checkpoints" / "000000.000" / "state.pt", weights_only=True)["steps"] == 0
     assert cli("export-dfl", str(zero), str(tmp_path / "z_dfl")).returncode == 0
     model, data = dfl.load_model_folder(tmp_path / "z_dfl")

@@ -250,15 +250,17 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
                 os.kill(os.getpid(), signal.SIGTERM)
         return generate(*args, **kwargs)
 
-    monkeypatch.setattr(bigbatch.sampling, "generate", signalled)
-    monkeypatch.setattr(Scorer, "__call__", scoring)
-    run = bigbatch.train(scored, run_dir=tmp_path / "cut")
+    # (patched in a context of its own: monkeypatch.undo() would also undo the fixture's BIGBATCH_CACHE,
+    # and the resumed run would read and write the user's cache)
+    with monkeypatch.context() as patched:
+        patched.setattr(bigbatch.sampling, "generate", signalled)
+        patched.setattr(Scorer, "__call__", scoring)
+        run = bigbatch.train(scored, run_dir=tmp_path / "cut")
     out = capsys.readouterr().out
     assert "evaluation stopped by the signal" in out and "Stopped by signal; saved" in out, out
     assert seen["evaluations"] == cut and seen["batches"] == 1  # one batch of three, then the save
     assert len(eval_rows(run)) == cut - 1
     assert (run / "checkpoints" / "latest").read_text().strip() == ("000000.256" if cut == 1 else "000000.512")
-    monkeypatch.undo()
     bigbatch.train(scored, run_dir=run, resume=True, quiet=True)
 
     def scores(r):
