@@ -35,7 +35,10 @@ def tiny():
 
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
+    # Each test in a folder of its own, with a cache of its own: what one caches (a classifier, reference
+    # statistics) neither leaks into the user's ~/.cache/bigbatch nor is read back by a later test or suite.
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
 
 
 RESTART_ARGS = ["train.batch=32", "train.micro_batch=8", "train.kimg=0.512", "checkpoint.every_kimg=0.128"]

@@ -404,11 +404,9 @@ def test_loaded_weights_are_a_plain_classifier(tmp_path):
     assert net(torch.zeros(2, 3, 16, 16)).shape == (2, 10)
 
 
-def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path, monkeypatch, capsys):
+def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path, capsys):
     from bigbatch.cli import main
     from bigbatch.metrics import extract, get_extractor
-
-    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))  # eval caches b.npz's statistics: not in ~/.cache
 
     run = bigbatch.train(tiny(**{"train.kimg": 2, "checkpoint.every_kimg": 2}), run_dir=tmp_path / "r", quiet=True)
     ext = get_extractor(f"classifier:{run}", device="cpu")

@@ -250,8 +250,8 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
                 os.kill(os.getpid(), signal.SIGTERM)
         return generate(*args, **kwargs)
 
-    # (patched in a context of its own: monkeypatch.undo() would also undo the fixture's BIGBATCH_CACHE,
-    # and the resumed run would read and write the user's cache)
+    # (patched in a context of its own: monkeypatch.undo() would also undo the fixtures' BIGBATCH_CACHE
+    # and working folder, and the resumed run would read and write the user's cache)
     with monkeypatch.context() as patched:
         patched.setattr(bigbatch.sampling, "generate", signalled)
         patched.setattr(Scorer, "__call__", scoring)
