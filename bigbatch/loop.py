@@ -15,7 +15,7 @@ from bigbatch.batching import describe_plan, plan_micro_batch, replicator_for
 from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Phase, schedule_of
-from bigbatch.engine import dist
+from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.determinism import deterministic_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
@@ -76,6 +76,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         if run.checkpoint:
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
+        if rep.compile:  # (the first step says how much came from the cache)
+            plan += f"; torch.compile, cache {compile_cache.in_use()}"
         print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg", flush=True)
 
     def due(every_kimg: float, before: int) -> bool:
@@ -140,6 +142,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # Train.
     crop_scale = getattr(task, "loader_crop_scale", 0.0)  # crops the task has the loader cut before decoding
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase, crop_scale=crop_scale)
+    compiling = compile_cache.CompileWatch() if rep.compile else None  # what the first step compiles, and from where
     with closing(feed):
         while nimg < progress.total and not dist.any_rank(stop.requested or failed is not None):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
@@ -147,6 +150,11 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             stats = task.step(feed)
             nimg = feed.nimg
             progress.add(time.perf_counter() - began, before, nimg, stats)
+            if compiling is not None:  # the models compiled in the first step: how long it took, how much was cached
+                compiled, compiling = compiling.compiled(time.perf_counter() - began), None
+                progress.say(f"First step compiled: {compiled.describe()}")
+                if main:
+                    run.record_compile(compiled)
 
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
             if task.scorer is not None and scores_due(before):

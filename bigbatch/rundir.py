@@ -20,6 +20,7 @@ import xxhash
 from bigbatch import checkpoints
 from bigbatch.config import Config, EvalConfig
 from bigbatch.engine import dist
+from bigbatch.engine.compile_cache import Compiled
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, metrics_row, remove_stale
@@ -59,6 +60,12 @@ class Run:
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path / "config.toml", self.cfg.dumps())
         atomic_write(self.path / "plan.json", json.dumps(plan_record(rep, self.cfg), indent=1) + "\n")
+
+    def record_compile(self, compiled: Compiled) -> None:
+        """plan.json's "compiled": what the first step compiled, in how long, how much from the cache."""
+        plan = self.path / "plan.json"
+        record = {**json.loads(plan.read_text()), "compiled": compiled.to_dict()}
+        atomic_write(plan, json.dumps(record, indent=1) + "\n")
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(

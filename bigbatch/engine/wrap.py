@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bigbatch.compiling import disable_marked, eager
 from bigbatch.engine import dist
+from bigbatch.engine.compile_cache import use_cache
 from bigbatch.errors import BigbatchError, warn
 
 
@@ -232,6 +233,7 @@ def prepare(
         checkpoint_blocks(model, names)
     wrapped: nn.Module = model
     if compile:
+        use_cache()  # Inductor's caches in the user's cache folder, for the next run of this model
         disable_marked(model)
         for m in model.modules():
             if isinstance(vars(m).get("forward"), _CheckpointedForward):

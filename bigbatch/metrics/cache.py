@@ -4,17 +4,14 @@ the data set digest that keys those files."""
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
 
 import torch
 
+from bigbatch.user_cache import cache_dir
+
+__all__ = ["cache_dir", "data_digest"]
+
 _HASH_CHUNK = 1024  # images per read while hashing a data set without a content hash
-
-
-def cache_dir() -> Path:
-    """Where bigbatch keeps weights, reference statistics and trained classifiers."""
-    return Path(os.environ.get("BIGBATCH_CACHE") or Path.home() / ".cache" / "bigbatch")
 
 
 def data_digest(data: object) -> str:

@@ -1,0 +1,98 @@
+"""Where torch.compile keeps what it compiles, and how much of a run's compiling came from there.
+
+Inductor caches each graph it compiles on disk (FX graphs with their generated code, AOTAutograd's
+forward-backward pairs, autotuning results, Triton's kernels), keyed by the graph, the torch version and
+the device; a later process compiling the same graph loads it instead. By default that cache is a folder
+in /tmp, which a reboot or a batch job's fresh node empties and which another user of the machine could
+have made first (Inductor unpickles what it finds there). bigbatch keeps it in the user's cache instead,
+$BIGBATCH_CACHE/compile (~/.cache/bigbatch/compile), made private to the user; a cluster pointing
+BIGBATCH_CACHE at shared storage lets a resume on another node start from it. A TORCHINDUCTOR_CACHE_DIR set
+by the user is left as it is. Not in the run directory: runs are copied and shared between people, and a
+pickle is not to be loaded from another person's folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from bigbatch.user_cache import cache_dir
+
+ENV = "TORCHINDUCTOR_CACHE_DIR"
+_ours: str | None = None  # the folder this module set ENV to (Inductor writes ENV back once it has read it)
+
+
+def use_cache() -> Path:
+    """Point Inductor's caches at $BIGBATCH_CACHE/compile, unless the user set TORCHINDUCTOR_CACHE_DIR;
+    the folder in use. Call before compiling; a later call follows a changed BIGBATCH_CACHE."""
+    global _ours
+    given = os.environ.get(ENV)
+    if given and given != _ours:  # the user's choice
+        return Path(given)
+    folder = os.path.abspath(cache_dir() / "compile")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)  # (makedirs leaves an existing folder's mode as it is)
+    if folder != given:
+        os.environ[ENV] = _ours = folder
+        if given:  # Inductor derived folders from the old one, and keeps some of them
+            from torch._inductor.utils import clear_caches
+
+            clear_caches()
+    return Path(folder)
+
+
+def in_use() -> Path | None:
+    """The folder Inductor's caches are in, if `use_cache` or the user chose one."""
+    given = os.environ.get(ENV)
+    return Path(given) if given else None
+
+
+@dataclass
+class Compiled:
+    """What Inductor compiled while a `CompileWatch` looked: graphs (a forward and a backward count as two)
+    and how many of them were loaded from the cache."""
+
+    graphs: int
+    from_cache: int
+    seconds: float
+    folder: Path | None
+
+    def describe(self) -> str:
+        where = f" in {self.folder}" if self.folder else ""
+        if not self.graphs:
+            return f"{self.seconds:.1f} s, no graph compiled by Inductor"
+        if self.from_cache == self.graphs:
+            cached = f"all {self.graphs} graphs from the compile cache{where}"
+        elif self.from_cache:
+            cached = f"{self.from_cache} of {self.graphs} graphs from the compile cache{where}, the rest kept there"
+        else:
+            cached = f"{self.graphs} graphs compiled, none from the cache: kept{where} for the next run of this model"
+        return f"{self.seconds:.1f} s, {cached}"
+
+    def to_dict(self) -> dict:
+        return {
+            "graphs": self.graphs,
+            "from_cache": self.from_cache,
+            "seconds": round(self.seconds, 3),
+            "folder": None if self.folder is None else str(self.folder),
+        }
+
+
+class CompileWatch:
+    """Counts Inductor's cache hits and misses from its creation on (torch._dynamo's counters, process-wide)."""
+
+    def __init__(self) -> None:
+        self.before = self._counts()
+
+    @staticmethod
+    def _counts() -> tuple[int, int]:
+        from torch._dynamo.utils import counters
+
+        inductor = counters["inductor"]
+        hits = inductor["fxgraph_cache_hit"]
+        return hits, hits + inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_bypass"]
+
+    def compiled(self, seconds: float) -> Compiled:
+        hits, graphs = self._counts()
+        return Compiled(graphs - self.before[1], hits - self.before[0], seconds, in_use())
