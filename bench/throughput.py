@@ -147,9 +147,12 @@ def measure(
     device = rep.device
     batch = cfg.train.batch
     t = time.perf_counter()
-    for _ in range(warmup):  # allocator, kernels, optimizer state
+    for i in range(warmup):  # allocator, kernels, optimizer state
         task.d_step(0)
         task.g_step(0)
+        if i == 0:  # (with train.compile: the first compiles, in a new process as a run's first step does)
+            sync(device)
+            first_s = time.perf_counter() - t
     if plain:
         bare_iteration(task, 0, 0, precision)
     sync(device)
@@ -198,6 +201,7 @@ def measure(
         "plan": f"{rep.plan.micro_batch}x{rep.plan.accumulation}",
         "device": str(device),
         "warmup_s": warmup_s,
+        "first_s": first_s,
     }
 
 

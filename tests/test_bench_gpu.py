@@ -86,6 +86,10 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
     for name in ("biggan-plan-fp32", "biggan-plan-bf16", "saehd512"):
         assert int(PLAN.fullmatch(rows[name][2]).group(2)) > 1, rows[name]
     assert "train.compile" in rows["biggan-bf16-compile"][1] and "graphs" in rows["biggan-bf16-compile"][7]
+    # Compiled again in a new process: how long its first iteration took, and what came from the compile cache.
+    again = rows["biggan-bf16-compile-again"]
+    assert "again in a new process" in again[1]
+    assert re.match(r"first iteration [\d.]+ s \(\d+ of \d+ Inductor graphs from the cache\)", again[7]), again
     assert "channels_last" in rows["resnet50"][7]
     for name in ("biggan-fp32", "biggan-bf16", "resnet50"):  # achieved FLOP/s against the peak measured beside them
         shares = r"\d+\.\d\d TFLOP/s, (\d+% of \d+\.\d measured|no native bf16 here)"  # (a CPU without AVX-512)
