@@ -294,6 +294,9 @@ def steps(args: argparse.Namespace, work: Path) -> list[Step]:
             "biggan128_bs2048",
             {"data.path": photos_raw, "train.precision": "bf16"},
             sizes["biggan"],
+            limit=240,  # train.compile "auto" compiles BigGAN on a GPU: minutes from a cold compile cache
+            # (on CPU "auto" does not compile: nothing to say)
+            check=None if cpu else grep(r"^First step (compiled: .*)$", "how its first step compiled"),
             needs=("prepare-raw",),
         ),
         train(

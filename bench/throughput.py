@@ -56,7 +56,8 @@ from _classify import classify_task  # noqa: E402
 from _gan import config, gan_task, sync  # noqa: E402
 from _swap import is_swap, native_bf16, swap_feed, swap_task, synthetic_faces  # noqa: E402
 
-from bigbatch.batching import plan_micro_batch  # noqa: E402
+from bigbatch.batching import compiles, plan_micro_batch  # noqa: E402
+from bigbatch.engine import dist  # noqa: E402
 from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
 from bigbatch.engine.precision import DTYPES, autocast  # noqa: E402
 
@@ -394,6 +395,8 @@ def main() -> None:
     args = p.parse_args()
     torch.manual_seed(0)
     cfg = config(args.preset, args.overrides)
+    device = dist.context(cfg.train.device).device  # train.compile "auto" as resolved there, said in the table
+    cfg = cfg.override({"train.compile": compiles(cfg, device)})
     if is_swap(cfg):
         return swap_main(cfg, args)
     if cfg.task == "classify":

@@ -3,6 +3,8 @@ the world size before anything runs, and the plan in one line (the banner, `trai
 
 from __future__ import annotations
 
+import torch
+
 from bigbatch.config import Config, TrainConfig, register_check
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist
@@ -28,6 +30,11 @@ def replicator_for(cfg: Config) -> Replicator:
     ctx = dist.context(t.device)
     check_schedule(cfg, ctx)
     _unread_budget(cfg, ctx)
+    compile = compiles(cfg, ctx.device)
+    if compile and t.compile == "auto":  # a graph that fails to compile runs eagerly (Dynamo warns), the run goes on
+        import torch._dynamo
+
+        torch._dynamo.config.suppress_errors = True
     return Replicator(
         schedule_of(cfg).phases[0].batch,
         t.micro_batch,
@@ -35,13 +42,28 @@ def replicator_for(cfg: Config) -> Replicator:
         device=t.device,
         memory_budget=t.memory_budget or None,
         checkpointing=t.checkpointing,
-        compile=t.compile,
+        compile=compile,
         channels_last=t.channels_last if t.channels_last != "auto" else cfg.task != "swap",
         sync_bn=t.sync_bn,
         grad_clip=t.grad_clip,
         skip_limit=t.skip_limit,
         skip_window=t.skip_window,
     )
+
+
+# The model families torch.compile was measured to speed up on a GPU, which train.compile "auto" compiles
+# there: BigGAN-128 on an H200 (bench/RESULTS.md, 2026-11-27, batch 256 as 64 x 4: bf16 468 -> 824 img/s, fp32
+# 361 -> 464, 4 graphs, no graph break; on 2026-11-28, with the fused attention kernels since, bf16 630 -> 760).
+COMPILED_BY_DEFAULT = ("biggan",)
+
+
+def compiles(cfg: Config, device: torch.device) -> bool:
+    """Whether a run of `cfg` on `device` compiles its models: train.compile, with "auto" resolved."""
+    t = cfg.train
+    if t.compile != "auto":
+        return t.compile
+    gan = cfg.task == "gan" and cfg.model.name in COMPILED_BY_DEFAULT and not (t.r1_gamma or t.pl_weight)
+    return device.type == "cuda" and gan
 
 
 def _unread_budget(cfg: Config, ctx: dist.Context) -> None:

@@ -148,8 +148,13 @@ class TrainConfig(Section):
     checkpointing: bool = False
     """Activation checkpointing of the blocks each model lists: recompute them in backward instead of
     storing their activations (less memory, about one more forward of time)."""
-    compile: bool = False
-    """torch.compile G and D (after checkpointing, before DDP)."""
+    compile: bool | Literal["auto"] = "auto"
+    """torch.compile the models (after checkpointing, before DDP); what Inductor compiles is kept in
+    $BIGBATCH_CACHE/compile, so the next run of the model loads it. "auto": on where it was measured to pay,
+    the GAN task's BigGAN (model.name "biggan") on a CUDA GPU without train.r1_gamma or train.pl_weight (on
+    an H200 BigGAN-128 ran 1.2-1.8x faster compiled, in 4 graphs without a graph break: bench/RESULTS.md),
+    where a graph that fails to compile runs eagerly instead of stopping the run; off elsewhere (on a CPU it
+    does not pay)."""
     channels_last: bool | Literal["auto"] = "auto"
     """Convolution weights in channels-last (NHWC) memory order, so convolutions run and return NHWC:
     the GAN step 1.16x faster on a CPU, the layout tensor cores want. "auto": on for GANs and classifiers

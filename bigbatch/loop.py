@@ -77,7 +77,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
         if rep.compile:  # (the first step says how much came from the cache)
-            plan += f"; torch.compile, cache {compile_cache.in_use()}"
+            auto = " (train.compile auto)" if cfg.train.compile == "auto" else ""
+            plan += f"; torch.compile{auto}, cache {compile_cache.in_use()}"
         print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg", flush=True)
 
     def due(every_kimg: float, before: int) -> bool:

@@ -535,7 +535,7 @@ def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
     record: dict[str, Any] = {
         **rep.plan.to_dict(),
         "checkpointing": cfg.train.checkpointing,
-        "compile": cfg.train.compile,
+        "compile": rep.compile,
         "sync_bn": cfg.train.sync_bn,
         "sn_update": cfg.model.sn_update,
     }

@@ -56,3 +56,21 @@ def test_the_cache_follows_bigbatch_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "b"))  # (a later run in the same process, from Python)
     assert compile_cache.use_cache() == tmp_path / "b" / "compile" == compile_cache.in_use()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "b" / "compile")
+
+
+def test_compile_auto_is_on_for_biggan_on_a_gpu_alone():
+    import torch
+
+    import bigbatch
+    from bigbatch.batching import compiles
+
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")  # (a device named, none needed)
+    biggan = bigbatch.preset("biggan128_bs2048")
+    assert biggan.train.compile == "auto" and compiles(biggan, gpu) and not compiles(biggan, cpu)
+    assert not compiles(biggan.override({"train.r1_gamma": 1.0}), gpu)  # (R1's double backward does not compile)
+    assert not compiles(biggan.override({"train.compile": False}), gpu)
+    for name in ("digits", "stylegan2_256", "imagenet_resnet50_fast", "saehd512_df_ud"):  # not measured to pay
+        assert not compiles(bigbatch.preset(name), gpu), name
+    assert compiles(bigbatch.preset("digits").override({"train.compile": True}), cpu)
+    # "auto" beside R1 is no conflict: it stays off (train.compile = true with R1 is refused: test_augment).
+    assert bigbatch.preset("stylegan2_cifar").override({"train.r1_gamma": 0.01}).train.compile == "auto"

@@ -80,7 +80,7 @@ def check_config(cfg: Config) -> None:
         foreign.append("train.lr_decay")
     refuse_sections(cfg, "the GAN task", "swap")
     for key in ("r1_gamma", "pl_weight"):
-        if getattr(cfg.train, key) and cfg.train.compile:
+        if getattr(cfg.train, key) and cfg.train.compile is True:  # ("auto" leaves it off)
             cfg.train._fail("compile", f"cannot be on with train.{key}: the penalty needs a double backward, which "
                             "torch.compile does not support; set one of them off")  # fmt: skip
     if foreign:
