@@ -49,7 +49,7 @@ def stand_in_nvjpeg() -> None:
         return [torch.from_numpy(image).permute(2, 0, 1).to(device) for image in decoded]
 
     device_decode.nvjpeg = opencv
-    device_decode.check = lambda data, device: None  # (it refuses a CPU training device)
+    device_decode.check = lambda *args: None  # (it refuses a CPU training device)
 
 
 def main() -> None:

@@ -1,7 +1,9 @@
 """A GPU proof in one command: BigGAN-128 img/s and peak memory in fp32 and bf16 with and without
 train.compile (and compiled again in a new process, from the compile cache the first compile left, as a
 resumed run does), BigGAN-128's memory plan at batch 2048 in 6 GiB, SAEHD 512 df-ud at batch 8 in 6 GiB,
-ResNet-50 img/s at 224 px in bf16, nvJPEG decoding, BigGAN-128's resampling layers as two ops and as one
+ResNet-50 img/s at 224 px in bf16 on a batch in memory and fed from a JPEG store by the Feed (CPU decode by
+every core, nvJPEG, nvImageCodec), JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a
+machine without a network needs its wheels carried), BigGAN-128's resampling layers as two ops and as one
 (bench/resample.py), where BigGAN-128's bf16 iteration spends its device time (torch.profiler), StyleGAN2 at
 256 px (ADA's paper256) img/s in fp32 and bf16, and tests/test_cuda.py; one dated table appended to
 bench/RESULTS.md.
@@ -54,112 +56,18 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
+from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
 from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
+from _gpu_sizes import CLASSES, COMPILE_WARMUP, REPO, SIZES, config, of_peak, timed  # noqa: E402
 from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E402
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
-from _swap import native_bf16, synthetic_faces  # noqa: E402
-from throughput import compute_peak, count_flops, measure, measure_swap  # noqa: E402
+from _swap import synthetic_faces  # noqa: E402
+from throughput import count_flops, measure, measure_swap  # noqa: E402
 
-import bigbatch  # noqa: E402
 from bigbatch.batching import plan_micro_batch  # noqa: E402
 from bigbatch.config import Config  # noqa: E402
 from bigbatch.engine import compile_cache  # noqa: E402
-from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-CLASSES = 1000  # BigGAN-128's and ResNet-50's ImageNet classes
-# Untimed iterations under train.compile: the first compiles each graph (G and D, in the D step and in the G
-# step); the next ones let lazily built kernels settle (on CPU, oneDNN's took seconds each).
-COMPILE_WARMUP = 5
-
-# What each part is run at: the GPU's sizes, and the dry run's toy sizes (the same code, only smaller).
-SIZES = {
-    "full": {
-        "gan": {"train.batch": 256},  # of the biggan128_bs2048 preset: 128 px, ch 96, dim_z 120
-        "gan_micro": 256,  # the whole batch, as micro_batch "auto" plans it on an H100/H200 (it was 64 x 4)
-        "plan": {"train.memory_budget": "6GiB"},  # the preset's batch 2048
-        "swap": {},  # the saehd512_df_ud preset as it is: batch 8, bf16, checkpointing, 6 GiB
-        "resnet": {"data.resolution": 224, "model.ch": 64, "train.batch": 256, "train.micro_batch": 256},
-        "stylegan2": {},  # the stylegan2_256 preset as it is: 256 px, ch 64, batch 64
-        "stylegan2_micro": 32,
-        "steps": 5,
-    },
-    "toy": {
-        "gan": {"data.resolution": 32, "model.ch": 8, "train.batch": 8},
-        "gan_micro": 4,
-        # Batch 16 in 12 MiB: micro_batch 4 fits and 8 does not in fp32 (8 and 16 in bf16), so the probes both
-        # fit and fail and the plan accumulates, at a quarter of batch 64's seconds (bf16 is emulated on a CPU).
-        "plan": {"data.resolution": 32, "model.ch": 8, "train.batch": 16, "train.memory_budget": "12MiB"},
-        "swap": {
-            "data.resolution": 64,
-            "model.options.ae_dims": 32,
-            "model.options.e_dims": 8,
-            "model.options.d_dims": 8,
-            "model.options.d_mask_dims": 4,
-            "train.memory_budget": "14MiB",
-        },
-        "resnet": {"data.resolution": 32, "model.ch": 8, "train.batch": 8, "train.micro_batch": 8},
-        "stylegan2": {
-            "data.resolution": 16,
-            "model.ch": 2,
-            "model.dim_z": 16,
-            "model.options.ch_max": 16,
-            "model.options.w_dim": 16,
-            "model.options.map_layers": 2,
-            "model.options.mbstd_group": 4,
-            "train.batch": 8,
-        },
-        "stylegan2_micro": 4,
-        "steps": 2,
-    },
-}
-
-
-def timed(step: Callable[[], None], device: torch.device, models: list, steps: int, warmup: int) -> tuple[float, int]:
-    """Seconds per `step()` over `steps` calls after `warmup` (>= 1), and the peak memory, as
-    throughput.measure_swap counts it: on a GPU max_memory_allocated over the timed calls, on CPU the
-    first call's count (CPUPeak; it also creates the optimizer state) plus the weights."""
-    counter = CPUPeak() if device.type == "cpu" else None
-    with counter if counter is not None else nullcontext():
-        step()
-    peak = counter.peak + state_bytes(models, []) if counter is not None else 0
-    for _ in range(warmup - 1):
-        step()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    sync(device)
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync(device)
-    seconds = (time.perf_counter() - t) / steps
-    return seconds, torch.cuda.max_memory_allocated(device) if device.type == "cuda" else peak
-
-
-# ---- the parts: each returns its row's cells (setting, plan, img_per_s, s_per_iter, peak, note) ----------
-
-
-def config(args: argparse.Namespace, key: str) -> Config:
-    """What the parts of SIZES' `key` train: their preset (ResNet-50: a plain bf16 channels-last classifier) at
-    the sizes."""
-    if key == "resnet":
-        train = {"precision": "bf16", "channels_last": True}
-        base = {"name": "resnet50", "task": "classify", "model": {"name": "resnet50"}, "train": train}
-        cfg = Config.from_dict(base)
-    else:
-        presets = {"swap": "saehd512_df_ud", "stylegan2": "stylegan2_256"}
-        cfg = bigbatch.preset(presets.get(key, "biggan128_bs2048"))  # (the "plan" parts: BigGAN too)
-    return cfg.override({**SIZES[args.sizes][key], "train.device": args.device})
-
-
-def of_peak(flop_per_s: float, args: argparse.Namespace, precision: str) -> str:
-    """Achieved FLOP/s and their share of the peak measured now, in this process (throughput.compute_peak: the
-    best of large matmuls and 3x3 convolutions in the precision's dtype, under the same TF32 settings)."""
-    device = torch.device(args.device)
-    if precision == "bf16" and not native_bf16(device):  # emulated: measuring it took two minutes on a CPU
-        return f"{flop_per_s / 1e12:.2f} TFLOP/s, no native bf16 here (no peak measured)"
-    peak = compute_peak(device, precision)
-    return f"{flop_per_s / 1e12:.2f} TFLOP/s, {100 * flop_per_s / peak:.0f}% of {peak / 1e12:.1f} measured"
+from bigbatch.engine.memory import format_bytes  # noqa: E402
 
 
 def describe_gan(cfg: Config) -> str:
@@ -338,48 +246,6 @@ def resnet50(args: argparse.Namespace) -> dict:
     }
 
 
-def opencv_decoder(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """The dry run's stand-in for nvJPEG (no torchvision on a CPU build): OpenCV's decode, RGB CHW."""
-    import cv2
-
-    decoded = (cv2.imdecode(d.numpy(), cv2.IMREAD_COLOR)[:, :, ::-1].copy() for d in data)
-    return [torch.from_numpy(image).permute(2, 0, 1).to(device) for image in decoded]
-
-
-def jpeg_decode(args: argparse.Namespace) -> dict:
-    """data.decode = "gpu" against the CPU path, in one process: a step's random-resized crops (with flips)
-    cut from a whole-image JPEG store, read and decoded (bench/storage.py's photos)."""
-    from storage import make_photos
-
-    from bigbatch.data import H5Data, device_decode, prepare
-    from bigbatch.data.loader import Step, read_batch
-
-    n, side, out = (512, 256, 224) if args.sizes == "full" else (16, 64, 32)
-    device = torch.device(args.device)
-    decoder = None if device.type == "cuda" else opencv_decoder
-    with tempfile.TemporaryDirectory() as tmp:
-        make_photos(Path(tmp) / "photos", n)
-        path = Path(tmp) / "d.h5"
-        prepare(str(Path(tmp) / "photos"), str(path), side, workers=os.cpu_count() or 1, codec="jpeg", crop="none")
-        data = H5Data(path, in_ram=True)
-        request = Step(0, n, out, 0, torch.arange(n))
-        cpu_s, _ = timed(lambda: read_batch(data, request, True, 0, 0.08), torch.device("cpu"), [], 2, 1)
-
-        def on_device() -> None:
-            device_decode.decode(read_batch(data, request, True, 0, 0.08, on_device=True).images, device, decoder)
-
-        device_s, peak = timed(on_device, device, [], 2, 1)
-    where = "nvJPEG" if decoder is None else "OpenCV standing in for nvJPEG"
-    return {
-        "setting": f"{n} random-resized crops + flips at {out} px of a JPEG store (short side {side}), one process",
-        "img_per_s": n / device_s,
-        "s_per_iter": device_s,
-        "peak": peak,
-        "note": f"data.decode gpu ({where}), {cpu_s / device_s:.1f}x as fast as the CPU path (OpenCV, one "
-        f"thread: {n / cpu_s:.0f} img/s)",
-    }
-
-
 # BigGAN-128 (ch 96)'s resampling layers as bench/resample.py times them (in = out channels): D's conv inputs and
 # G's conv inputs (half the output side), per resolution; and the dry run's.
 RESAMPLE_LAYERS = {
@@ -447,7 +313,9 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "biggan-plan-bf16": (functools.partial(biggan_plan, precision="bf16"), 90),
     "saehd512": (saehd, 150),
     "resnet50": (resnet50, 90),
+    "resnet50-fed": (resnet50_fed, 120),
     "jpeg-decode": (jpeg_decode, 90),
+    "jpeg-decode-nvimgcodec": (functools.partial(jpeg_decode, decode="nvimgcodec"), 90),
     "resample": (resample, 60),
     "attention": (attention, 60),
     "biggan-bf16-profile": (biggan_profile, 90),
@@ -457,7 +325,8 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
 }
 # What the issue asks for first, then the profile, then compiling (minutes of it, the compile parts at once:
 # run_in_turns), then the extras: what --budget cuts is last.
-RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode", "cuda-tests"]
+RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode"]
+RUN_ORDER += ["jpeg-decode-nvimgcodec", "resnet50-fed", "cuda-tests"]
 RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "biggan-bf16-compile-again"]
 RUN_ORDER += ["resample", "attention"]
 RUN_ORDER += ["biggan-plan-bf16", "stylegan2-bf16", "stylegan2-fp32"]

@@ -47,10 +47,12 @@ class DataConfig(Section):
     in_ram: bool = False
     """Read a DATA.h5's images into memory once at start instead of reading each batch from the file
     (built-in data sets are always in memory)."""
-    decode: Literal["cpu", "gpu"] = "cpu"
+    decode: Literal["cpu", "gpu", "nvimgcodec"] = "cpu"
     """Where a JPEG data file's training images are decoded: "cpu" in the loader's workers (the
-    default; bit-exact everywhere), "gpu" on the CUDA training device in batches (nvJPEG), the crops,
-    resizes and flips there too: the same regions, the pixels within a few levels of the CPU's."""
+    default; bit-exact everywhere), "gpu" on the CUDA training device in batches (nvJPEG, through
+    torchvision), the crops, resizes and flips there too: the same regions, the pixels within a few levels
+    of the CPU's. "nvimgcodec": as "gpu", decoded by NVIDIA's nvImageCodec (pip install
+    "nvidia-nvimgcodec-cu13[nvjpeg]", or -cu12), on the GPU's hardware JPEG engine where it has one."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for an s3://... data.path, e.g. {endpoint_url = "http://127.0.0.1:9000"} or
     {profile = "training"}. Credentials belong in the environment (AWS_ACCESS_KEY_ID,

@@ -241,3 +241,40 @@ def test_gpu_decode_never_overwrites_memory_the_training_stream_still_reads(tmp_
         device_decode.decode(encoded, torch.device("cuda"))
         expected = torch.tensor([float(i * sizes[i % 4]) for i in range(64)])
         assert torch.equal(sums.cpu(), expected)
+
+
+@pytest.mark.parametrize("decode", ["gpu", "nvimgcodec"])
+def test_batches_decoded_ahead_in_a_thread_are_those_decoded_in_turn(tmp_path, decode):
+    # The Feed's DecodeAhead: each batch decoded on the decode stream in a thread while the step runs, handed
+    # to the training stream; the same pixels as decoding in the training thread. "nvimgcodec": where installed.
+    from test_codecs import photos
+
+    from bigbatch.data import H5Data, device_decode, prepare
+    from bigbatch.data.loader import Step, read_batch
+
+    if decode == "nvimgcodec":
+        try:
+            device_decode.nvimgcodec_module()
+        except bigbatch.BigbatchError as e:
+            pytest.skip(str(e))
+    prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
+    data, cuda, decoder = H5Data(tmp_path / "d.h5"), torch.device("cuda"), device_decode.decoder_of(decode)
+    steps = [
+        Step(nimg=8 * i, batch=8, resolution=48, offset=0, indices=torch.arange(8) + 8 * (i % 2)) for i in range(4)
+    ]
+    batches = [read_batch(data, s, xflip=True, seed=2, crop_scale=0.3, on_device=True) for s in steps]
+    in_turn = [device_decode.decode(b.images, cuda, decoder) for b in batches]
+    taken = 0
+
+    def more() -> bool:
+        return taken < len(batches)
+
+    ahead = device_decode.DecodeAhead(iter(batches), cuda, decoder, more)
+    for want in in_turn:
+        taken += 1
+        got = next(ahead).images
+        torch.cuda._sleep(5_000_000)  # the training stream busy while the next batch decodes
+        assert torch.equal(got, want)
+    ahead.close()
+    cpu = read_batch(data, steps[0], xflip=True, seed=2, crop_scale=0.3)
+    assert (in_turn[0].cpu().float() - cpu.images.float()).abs().mean() < 3  # (nvImageCodec's pixels too)

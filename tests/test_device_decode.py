@@ -3,6 +3,8 @@ would cut, and they are decoded, cut, resized and mirrored on the device. Here t
 stood in for by OpenCV's (the CPU has no nvJPEG): what is checked is everything around the decoder;
 tests/test_cuda.py checks nvJPEG itself where a GPU is lent."""
 
+import threading
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -65,18 +67,51 @@ def config(path, **overrides) -> Config:
 
 def test_a_run_decoding_on_the_device_is_reproducible_for_any_workers(tmp_path, monkeypatch):
     prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
-    decoded = []  # the CPU stands in for the GPU here
-    monkeypatch.setattr(device_decode, "nvjpeg", lambda data, device: decoded.append(len(data)) or opencv(data, device))
-    monkeypatch.setattr(device_decode, "check", lambda data, device: None)
+    decoded, threads = [], set()  # the CPU stands in for the GPU here
+
+    def nvjpeg(data, device):
+        decoded.append(len(data))
+        threads.add(threading.current_thread().name)
+        return opencv(data, device)
+
+    monkeypatch.setattr(device_decode, "nvjpeg", nvjpeg)
+    monkeypatch.setattr(device_decode, "check", lambda *args: None)
     weights = []
     for workers in (0, 2):
         run = bigbatch.train(
             config(tmp_path / "d.h5", **{"data.workers": workers}), tmp_path / f"w{workers}", quiet=True
         )
         weights.append(load_file(run / "checkpoints" / "000000.032" / "model.safetensors"))
-    assert decoded == [8] * 8  # 4 steps of 8 images a run, each decoded on the device
+    # 4 steps of 8 images a run, each decoded on the device, in a thread beside the step (none past the last)
+    assert decoded == [8] * 8 and {t.split("_")[0] for t in threads} == {"bigbatch-decode"}
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    # data.decode = "nvimgcodec" (here its libjpeg-turbo, as OpenCV's) decodes the same pixels: the same weights.
+    cfg = config(tmp_path / "d.h5", **{"data.workers": 2, "data.decode": "nvimgcodec"})
+    run = bigbatch.train(cfg, tmp_path / "nvimgcodec", quiet=True)
+    assert decoded == [8] * 8  # (not through the stand-in)
+    nvimgcodec = load_file(run / "checkpoints" / "000000.032" / "model.safetensors")
+    assert all(torch.equal(weights[0][k], nvimgcodec[k]) for k in weights[0])
+
+
+def test_nvimgcodec_decodes_the_crops_the_loader_cuts_as_libjpeg_turbo_does(tmp_path):
+    # The loader hands the device each crop's MCUs as a JPEG of their own: nvImageCodec reads them.
+    prepare(str(photos(tmp_path / "src")), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
+    request = Step(nimg=0, batch=8, resolution=48, offset=0, indices=torch.arange(8))
+    encoded = read_batch(H5Data(tmp_path / "d.h5"), request, xflip=True, seed=1, crop_scale=0.3, on_device=True)
+    cpu = torch.device("cpu")
+    images = device_decode.decode(encoded.images, cpu, device_decode.decoder_of("nvimgcodec"))
+    assert torch.equal(images, device_decode.decode(encoded.images, cpu, opencv))
+
+
+def test_nvimgcodec_missing_or_without_nvjpeg_is_one_line_naming_the_install(monkeypatch):
+    monkeypatch.setattr(device_decode, "_NVIMGCODEC", {"module": None, "said": ""})
+    with pytest.raises(bigbatch.BigbatchError, match=r'nvImageCodec: pip install "nvidia-nvimgcodec-cu13\[nvjpeg\]"'):
+        device_decode.nvimgcodec_module()
+    said = "Failed to load nvjpeg library!\n[ERROR] [nvjpeg-ext] Failed to load nvJPEG library or retrieve version."
+    monkeypatch.setattr(device_decode, "_NVIMGCODEC", {"module": object(), "said": said})
+    with pytest.raises(bigbatch.BigbatchError, match=r"could not load NVIDIA's nvJPEG library.*pip install"):
+        device_decode.nvimgcodec([], torch.device("cuda"))  # (said before any CUDA call)
 
 
 def test_decoding_on_the_device_needs_a_jpeg_file_and_a_gpu(tmp_path, capsys):
@@ -90,7 +125,7 @@ def test_decoding_on_the_device_needs_a_jpeg_file_and_a_gpu(tmp_path, capsys):
         assert err.count("\n") == 1 and words in err, err
         assert not (tmp_path / "run").exists()
     assert main(["train", "data.decode=nvjpeg", "--dry-run"]) == 2
-    assert "'data.decode' must be 'cpu' | 'gpu'" in capsys.readouterr().err
+    assert "'data.decode' must be 'cpu' | 'gpu' | 'nvimgcodec'" in capsys.readouterr().err
 
 
 def test_the_standalone_loader_decodes_on_the_device_what_it_reads_on_the_cpu(tmp_path, monkeypatch):
@@ -98,7 +133,7 @@ def test_the_standalone_loader_decodes_on_the_device_what_it_reads_on_the_cpu(tm
 
     prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
     monkeypatch.setattr(device_decode, "nvjpeg", opencv)
-    monkeypatch.setattr(device_decode, "check", lambda data, device: None)
+    monkeypatch.setattr(device_decode, "check", lambda *args: None)
     args = dict(batch=8, resolution=48, augment="rrc", xflip=True, seed=3)
     cpu = list(Loader(str(tmp_path / "d.h5"), **args))
     gpu = list(Loader(str(tmp_path / "d.h5"), **args, workers=2, decode="gpu", device="cpu"))

@@ -2,6 +2,9 @@
 (torchvision.io.decode_jpeg: nvJPEG on CUDA) and cropped, resized and mirrored there, so that a few
 CPU cores feed a fast GPU, as DALI and torchvision's GPU decode do.
 
+data.decode = "nvimgcodec" decodes with NVIDIA's nvImageCodec instead (an optional package): batched on the
+GPU's hardware JPEG engine where it has one, with a pool of CPU threads for what the GPU does not do.
+
 The loader's workers read each step's encoded bytes and draw its crops and flips exactly as for the
 CPU path (keyed by seed and global position: the same regions of the same images); the Feed decodes
 them on the device. The pixels differ from the CPU path's in the last bits: nvJPEG's IDCT is not
@@ -46,6 +49,78 @@ def nvjpeg(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]
     return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
 
 
+def nvimgcodec(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """JPEG bytes -> RGB images (uint8 CHW) on `device`, decoded in one batch by NVIDIA's nvImageCodec: on
+    the GPU's hardware JPEG engine where it has one (A100, H100, H200), else on its CUDA cores with Huffman
+    decoding on a pool of CPU threads; ordered on the current stream. On a CPU (tests), by its libjpeg-turbo."""
+    codec = nvimgcodec_module()
+    decoder = _nvimgcodec_decoder(device)
+    params = codec.DecodeParams(color_spec=codec.ColorSpec.SRGB, sample_format=codec.SampleFormat.I_RGB)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    images = decoder.decode([codec.CodeStream(d.numpy()) for d in data], params=params, cuda_stream=stream)
+    if any(image is None for image in images):
+        bad = [i for i, image in enumerate(images) if image is None]
+        raise BigbatchError(f"nvImageCodec could not decode {len(bad)} of {len(images)} JPEGs (the first: #{bad[0]})")
+    if device.type != "cuda":
+        return [torch.from_numpy(np.asarray(image)).permute(2, 0, 1) for image in images]
+    return [torch.from_dlpack(image).permute(2, 0, 1) for image in images]  # (DLPack: waits on its stream)
+
+
+NVIMGCODEC_INSTALL = (
+    'pip install "nvidia-nvimgcodec-cu13[nvjpeg]" (CUDA 13; -cu12 for CUDA 12), or set data.decode = "gpu"'
+)
+_NVIMGCODEC: dict[str, Any] = {}  # the module, what its import said, and a decoder per device
+
+
+def nvimgcodec_module() -> Any:
+    """nvidia.nvimgcodec, imported once with what it prints kept (it names each codec library it could not
+    load, nvJPEG 2000's and nvTIFF's included, which JPEG decoding does not need); one line if missing, or if
+    nvJPEG itself could not be loaded."""
+    if "module" not in _NVIMGCODEC:
+        import os
+        import sys
+        import tempfile
+
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile() as said:
+            os.dup2(said.fileno(), 2)
+            try:
+                from nvidia import nvimgcodec as module
+            except ImportError:
+                module = None
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            said.seek(0)
+            _NVIMGCODEC.update(module=module, said=said.read().decode(errors="replace"))
+    if _NVIMGCODEC["module"] is None:
+        raise BigbatchError(f'data.decode = "nvimgcodec" needs NVIDIA\'s nvImageCodec: {NVIMGCODEC_INSTALL}')
+    return _NVIMGCODEC["module"]
+
+
+def _nvimgcodec_decoder(device: torch.device) -> Any:
+    codec = nvimgcodec_module()
+    if device.type == "cuda" and "[nvjpeg-ext] Failed" in _NVIMGCODEC["said"]:
+        raise BigbatchError(
+            f"nvImageCodec could not load NVIDIA's nvJPEG library, and decodes JPEGs on the CPU without it: "
+            f"{NVIMGCODEC_INSTALL}"
+        )
+    index = -2 if device.type != "cuda" else device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _NVIMGCODEC:
+        if device.type == "cuda":
+            _NVIMGCODEC[index] = codec.Decoder(device_id=index)
+        else:
+            backends = [codec.Backend(codec.CPU_ONLY)]
+            _NVIMGCODEC[index] = codec.Decoder(device_id=codec.NVIMGCODEC_DEVICE_CPU_ONLY, backends=backends)
+    return _NVIMGCODEC[index]
+
+
+def decoder_of(decode: str) -> Decoder:
+    """data.decode's device decoder: "gpu" torchvision's nvJPEG, "nvimgcodec" NVIDIA's nvImageCodec."""
+    return {"gpu": nvjpeg, "nvimgcodec": nvimgcodec}[decode]
+
+
 def decode(batch: Encoded, device: torch.device, decoder: Decoder | None = None) -> torch.Tensor:
     """The batch's regions decoded on `device` (by `decoder`, default nvjpeg), each resized to
     `batch.out` (bilinear, antialiased) and mirrored where drawn: uint8 NHWC on `device`, ready for the
@@ -61,15 +136,64 @@ def decode(batch: Encoded, device: torch.device, decoder: Decoder | None = None)
     the last batch's resizes); the batch is decoded with it current (its blocks from its pool); the caller's
     stream waits for it, and the result is recorded on the caller's stream (its block returns to the decode
     stream's pool only once the caller's work that reads it has run)."""
+    return _handed_over(*_decoded(batch, device, decoder), device)
+
+
+def _decoded(batch: Encoded, device: torch.device, decoder: Decoder | None) -> tuple[torch.Tensor, Any]:
+    """The batch decoded on the device's decode stream (waited for first), and the event that ends it."""
     if device.type != "cuda":
-        return _decode(batch, device, decoder)
-    stream, caller = _decode_stream(device), torch.cuda.current_stream(device)
+        return _decode(batch, device, decoder), None
+    stream = _decode_stream(device)
     stream.synchronize()
-    with torch.cuda.stream(stream):
+    with torch.cuda.device(device), torch.cuda.stream(stream):  # (a decode thread's own device is the first)
         x = _decode(batch, device, decoder)
-    caller.wait_stream(stream)
-    x.record_stream(caller)
+        done = torch.cuda.Event()
+        done.record(stream)
+    return x, done
+
+
+def _handed_over(x: torch.Tensor, done: Any, device: torch.device) -> torch.Tensor:
+    """`x` for the caller's current stream: it waits for the decode, and x's block is not reused before it ran."""
+    if done is not None:
+        caller = torch.cuda.current_stream(device)
+        caller.wait_event(done)
+        x.record_stream(caller)
     return x
+
+
+class DecodeAhead:
+    """The batches of `batches` (a loader's, their images Encoded) with their images decoded on `device`, each
+    in a thread of its own while the caller trains on the one before: the host's part of decoding (nvJPEG's
+    Huffman decoding, unless its hardware engine does it; the crops' kernel launches) runs beside the step's
+    instead of before it. The next batch is decoded as a batch is taken, if `more()`: so none is decoded
+    that no step takes (a run's last). The pixels are `decode`'s: the same with or without the thread."""
+
+    def __init__(self, batches: Any, device: torch.device, decoder: Decoder, more: Callable[[], bool]):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.batches, self.device, self.decoder, self.more = batches, device, decoder, more
+        if device.type == "cuda":
+            _decode_stream(device)  # (made here, not raced for by the thread)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="bigbatch-decode")
+        self.ahead: tuple[Any, Any] | None = None
+
+    def _submit(self) -> tuple[Any, Any]:
+        batch = next(self.batches)
+        return batch, self.pool.submit(_decoded, batch.images, self.device, self.decoder)
+
+    def __iter__(self) -> DecodeAhead:
+        return self
+
+    def __next__(self) -> Any:
+        batch, pending = self.ahead if self.ahead is not None else self._submit()
+        self.ahead = None
+        x = _handed_over(*pending.result(), self.device)
+        if self.more():
+            self.ahead = self._submit()
+        return batch._replace(images=x)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 _STREAMS: dict[int, torch.cuda.Stream] = {}
@@ -100,18 +224,22 @@ def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> to
     return x.permute(0, 2, 3, 1).contiguous()
 
 
-def check(data: Any, device: torch.device) -> None:
-    """data.decode = "gpu" needs a JPEG data file of RGB images and a CUDA device; one line otherwise."""
+def check(data: Any, device: torch.device, decode: str = "gpu") -> None:
+    """data.decode = "gpu" or "nvimgcodec" needs a JPEG data file of RGB images and a CUDA device (and
+    "nvimgcodec" the package, with nvJPEG); one line otherwise."""
+    said = f'data.decode = "{decode}"'
     codec = getattr(data, "meta", {}).get("codec", "raw") if getattr(data, "encoded", False) else "raw"
     if codec != "jpeg" or getattr(data, "channels", 3) != 3:
         raise BigbatchError(
-            f'data.decode = "gpu" decodes JPEG files of RGB images; {data.source} is {codec} with '
+            f"{said} decodes JPEG files of RGB images; {data.source} is {codec} with "
             f'{getattr(data, "channels", "?")} channels: prepare it with --codec jpeg, or set data.decode = "cpu"'
         )
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise BigbatchError('data.decode = "gpu" decodes on a CUDA device and none is available here: use "cpu"')
+        raise BigbatchError(f'{said} decodes on a CUDA device and none is available here: use "cpu"')
     if device.type != "cuda":
         raise BigbatchError(
-            f'data.decode = "gpu" decodes on a CUDA device and this run trains on {device.type}: '
+            f"{said} decodes on a CUDA device and this run trains on {device.type}: "
             'set data.decode = "cpu" (the default)'
         )
+    if decode == "nvimgcodec":
+        _nvimgcodec_decoder(device)

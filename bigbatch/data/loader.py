@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -236,7 +237,7 @@ class Loader:
     E = len(data) // batch x batch images seen; E is not the data's epoch, len(data): positions run on
     across the data's epochs, each image once per len(data) positions). `decode` = "gpu" (a JPEG file;
     data.decode's): the workers only read the bytes, and the Loader decodes, crops, resizes and mirrors
-    on `device` (nvJPEG), yielding images there."""
+    on `device` (nvJPEG), yielding images there; "nvimgcodec" the same, decoded by nvImageCodec."""
 
     def __init__(
         self,
@@ -300,11 +301,12 @@ class Loader:
         schedule = Schedule.constant(resolution, batch)
         sampler = RankSampler(GlobalOrder(len(self.data), seed), schedule, rank, world_size, start=start)
         requests = [step for step, _ in zip(sampler, range(steps))]
-        if decode not in ("cpu", "gpu"):
-            raise BigbatchError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
-        self.device = torch.device(device) if decode == "gpu" else None
+        if decode not in ("cpu", "gpu", "nvimgcodec"):
+            raise BigbatchError(f"decode must be 'cpu', 'gpu' or 'nvimgcodec', got {decode!r}")
+        self.device = torch.device(device) if decode != "cpu" else None
+        self.decoder = device_decode.decoder_of(decode) if decode != "cpu" else None
         if self.device is not None:
-            device_decode.check(self.data, self.device)
+            device_decode.check(self.data, self.device, decode)
         self._loader = BatchLoader(
             self.data, requests, workers, xflip, seed, crop_scale=min_scale if augment == "rrc" else 0.0,
             on_device=self.device is not None,
@@ -314,8 +316,17 @@ class Loader:
         return self.steps
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for b in self._loader:
-            if self.device is None:
+        if self.device is None:
+            for b in self._loader:
                 yield b.images, b.labels
-            else:
-                yield device_decode.decode(b.images, self.device), b.labels.to(self.device)
+            return
+        taken = 0  # decoded on the device in a thread, the next batch while the caller's step runs
+
+        def more() -> bool:
+            return taken < self.steps
+
+        with closing(device_decode.DecodeAhead(iter(self._loader), self.device, self.decoder, more)) as batches:
+            for _ in range(self.steps):
+                taken += 1
+                b = next(batches)
+                yield b.images, b.labels.to(self.device)

@@ -127,12 +127,21 @@ class Feed:
         self.order = GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
-        self.on_device = cfg.data.decode == "gpu"  # the loader hands over encoded batches; next() decodes them
+        self.on_device = cfg.data.decode != "cpu"  # the loader hands over encoded batches; next() decodes them
+        self.decoder = device_decode.decoder_of(cfg.data.decode) if self.on_device else None
         self.loader = BatchLoader(
             data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin, crop_scale=crop_scale,
             on_device=self.on_device,
         )  # fmt: skip
+        # Decoded on the device (data.decode "gpu", "nvimgcodec") in a thread, the next batch while a step trains.
+        self.batches: Any = self.loader
+        if self.decoder is not None:
+            self.batches = device_decode.DecodeAhead(self.loader, rep.device, self.decoder, self._more)
         self._companions: list[BatchLoader] = []
+
+    def _more(self) -> bool:
+        """Whether a step after the one at self.nimg takes a batch (a run ends at train.kimg)."""
+        return self.nimg + self.schedule.phase_at(self.nimg).batch < self.cfg.train.images
 
     def companion(self, data: Any) -> Callable[[], Batch]:
         """A second data set read in step with this one (the swap task's dst faces beside its src):
@@ -173,9 +182,7 @@ class Feed:
             if later and self.on_phase is not None:
                 self.on_phase(self.nimg, phase)
             self._phase = phase
-        real = next(self.loader)
-        if self.on_device:
-            real = real._replace(images=device_decode.decode(real.images, self.rep.device))
+        real = next(self.batches)
         if real.nimg != self.nimg or len(real.images) != self.rep.share:
             raise BigbatchError(
                 f"the loader's batch is for step {real.nimg} ({len(real.images)} images), not for step {self.nimg} "
@@ -185,7 +192,7 @@ class Feed:
         return real
 
     def close(self) -> None:
-        for loader in (self.loader, *self._companions):
+        for loader in (self.batches, self.loader, *self._companions):
             loader.close()
 
 
@@ -275,8 +282,8 @@ def build_task(
     (the run directory) and `resumed_at` (images seen at the checkpoint resumed) let its scorer pick up
     the run's best checkpoint; without `run` nothing is scored."""
     builder = _builder(cfg.task)
-    if cfg.data.decode == "gpu":
-        device_decode.check(data, rep.device)
+    if cfg.data.decode != "cpu":
+        device_decode.check(data, rep.device, cfg.data.decode)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
         return builder(cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)

@@ -1,0 +1,141 @@
+"""bench/gpu.py's data parts: JPEG decoding on the device (nvJPEG, nvImageCodec) against the CPU path, and
+ResNet-50 fed from a JPEG store as `bigbatch train` feeds it, against the same step on a batch in memory."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import torch
+from _classify import SameBatch
+from _gan import sync
+from _gpu_sizes import SIZES, config, timed
+
+import bigbatch
+from bigbatch.batching import replicator_for
+
+
+def resnet50_fed(args: argparse.Namespace) -> dict:
+    """ResNet-50's classify step (the resnet50 part's) fed as `bigbatch train` feeds it (the Feed) from a
+    whole-image JPEG store (bench/storage.py's photos): random-resized crops decoded on the CPU by data.workers =
+    the machine's cores, on the GPU (data.decode gpu), and by nvImageCodec where it is installed; each rate
+    against the same task's step on a batch held in memory, measured in the same process (issue 43: >= 95%)."""
+    from storage import make_photos
+
+    from bigbatch.data import device_decode, prepare
+    from bigbatch.data.load import training_data
+    from bigbatch.data.schedule import schedule_of
+    from bigbatch.tasks import Feed, build_task
+
+    n, side = (512, 256) if args.sizes == "full" else (16, 64)
+    steps, cores, device = 4 * SIZES[args.sizes]["steps"], os.cpu_count() or 1, torch.device(args.device)
+    modes = {"cpu": cores, "gpu": min(4, cores)}  # data.decode -> data.workers (on the GPU they only read bytes)
+    try:
+        device_decode.nvimgcodec_module()
+        modes["nvimgcodec"] = min(4, cores)
+        missing = ""
+    except bigbatch.BigbatchError:
+        missing = "; nvImageCodec not installed here"
+    with tempfile.TemporaryDirectory() as tmp:
+        make_photos(Path(tmp) / "photos", n)
+        path = Path(tmp) / "d.h5"
+        prepare(str(Path(tmp) / "photos"), str(path), side, workers=cores, codec="jpeg", crop="none")
+        base = {"data.path": str(path), "data.val_path": "", "data.val_fraction": 0.0, "data.schedule": []}
+        cfg = config(args, "resnet").override({**base, "train.crop_scale": 0.08, "eval.every_kimg": 0})
+        batch, data = cfg.train.batch, training_data(cfg)
+        rep = replicator_for(cfg)
+        task = build_task(cfg, rep, data)
+
+        def rate(feed: Any) -> float:
+            for _ in range(3):  # the loader's workers start, the allocator and kernels settle
+                task.step(feed)
+            sync(device)
+            t = time.perf_counter()
+            for _ in range(steps):
+                task.step(feed)
+            sync(device)
+            return steps * batch / (time.perf_counter() - t)
+
+        rates = {}
+        for decode, workers in modes.items():
+            fed = cfg.override({"data.decode": decode, "data.workers": workers})
+            with closing(Feed(data, schedule_of(fed), rep, fed, crop_scale=task.loader_crop_scale)) as feed:
+                if decode != "cpu" and device.type == "cpu":  # the dry run: a decoder that runs on a CPU
+                    feed.batches.decoder = opencv_decoder if decode == "gpu" else device_decode.nvimgcodec
+                if decode == "cpu":
+                    images, labels = feed.next()[1:3]
+                rates[decode] = rate(feed)
+        if device.type == "cuda":  # as the Feed hands over CPU-decoded batches
+            images, labels = images.pin_memory(), labels.pin_memory()
+        in_memory = rate(SameBatch(images, labels))
+    said = ", ".join(f"{d} ({modes[d]} workers) {r:.0f} img/s = {r / in_memory:.0%}" for d, r in rates.items())
+    return {
+        "setting": f"ResNet-50 ch {cfg.model.ch}, {cfg.data.resolution} px, batch {batch}, bf16, fed by the Feed from "
+        f"a JPEG store of {n} photos (short side {side}): random-resized crops, data.decode gpu",
+        "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
+        "img_per_s": rates["gpu"],
+        "s_per_iter": batch / rates["gpu"],
+        "note": f"a batch in memory {in_memory:.0f} img/s; fed, data.decode {said}{missing}",
+    }
+
+
+def opencv_decoder(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """The dry run's stand-in for nvJPEG (no torchvision on a CPU build): OpenCV's decode, RGB CHW."""
+    import cv2
+
+    decoded = (cv2.imdecode(d.numpy(), cv2.IMREAD_COLOR)[:, :, ::-1].copy() for d in data)
+    return [torch.from_numpy(image).permute(2, 0, 1).to(device) for image in decoded]
+
+
+def jpeg_decode(args: argparse.Namespace, decode: str = "gpu") -> dict:
+    """data.decode = `decode` ("gpu": torchvision's nvJPEG; "nvimgcodec": nvImageCodec) against the CPU path, in
+    one process: a step's random-resized crops (with flips) of a whole-image JPEG store (bench/storage.py's
+    photos), decoded, cut, resized and mirrored on the device from bytes read beforehand, as the Feed does with
+    what the loader's workers read; the reading, and the decoder alone, timed apart."""
+    from storage import make_photos
+
+    from bigbatch.data import H5Data, device_decode, prepare
+    from bigbatch.data.loader import Step, read_batch
+
+    n, side, out = (512, 256, 224) if args.sizes == "full" else (16, 64, 32)
+    setting = f"{n} random-resized crops + flips at {out} px of a JPEG store (short side {side}), data.decode {decode}"
+    device = torch.device(args.device)
+    if decode == "nvimgcodec":
+        try:
+            device_decode.nvimgcodec_module()
+        except bigbatch.BigbatchError as e:  # an optional package: said, not failed
+            return {"setting": setting, "note": f"not run: {e}"}
+        decoder = device_decode.nvimgcodec  # (on a CPU, its libjpeg-turbo)
+    else:
+        decoder = device_decode.nvjpeg if device.type == "cuda" else opencv_decoder
+    with tempfile.TemporaryDirectory() as tmp:
+        make_photos(Path(tmp) / "photos", n)
+        path = Path(tmp) / "d.h5"
+        prepare(str(Path(tmp) / "photos"), str(path), side, workers=os.cpu_count() or 1, codec="jpeg", crop="none")
+        data = H5Data(path, in_ram=True)
+        request = Step(0, n, out, 0, torch.arange(n))
+        cpu = torch.device("cpu")
+        cpu_s, _ = timed(lambda: read_batch(data, request, True, 0, 0.08), cpu, [], 2, 1)
+        read_s, _ = timed(lambda: read_batch(data, request, True, 0, 0.08, on_device=True), cpu, [], 2, 1)
+        encoded = read_batch(data, request, True, 0, 0.08, on_device=True).images
+        device_s, peak = timed(lambda: device_decode.decode(encoded, device, decoder), device, [], 3, 1)
+        crops = [torch.from_numpy(d) for d in encoded.data]
+        decoder_s, _ = timed(lambda: decoder(crops, device), device, [], 3, 1)
+    if decode == "gpu":
+        where = "nvJPEG" if device.type == "cuda" else "OpenCV standing in for nvJPEG"
+    else:
+        where = "nvImageCodec" + ("" if device.type == "cuda" else "'s CPU decoder")
+    return {
+        "setting": setting,
+        "img_per_s": n / device_s,
+        "s_per_iter": device_s,
+        "peak": peak,
+        "note": f"{where}: the decoder alone {n / decoder_s:.0f} img/s, the cuts, resizes and flips the rest; "
+        f"{cpu_s / device_s:.1f}x as fast as the CPU path (OpenCV, one thread: {n / cpu_s:.0f} img/s); reading "
+        f"the crops' bytes (a loader worker's part) {n / read_s:.0f} img/s a process",
+    }
