@@ -192,7 +192,9 @@ class Feed:
         return real
 
     def close(self) -> None:
-        for loader in (self.batches, self.loader, *self._companions):
+        if self.batches is not self.loader:  # the decode thread first: it may be decoding the loader's next batch
+            self.batches.close()
+        for loader in (self.loader, *self._companions):
             loader.close()
 
 
