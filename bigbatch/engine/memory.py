@@ -135,7 +135,10 @@ def measure(probe: Callable[[int], None], m: int, device: torch.device, budget: 
         torch.cuda.reset_peak_memory_stats(device)
         try:
             held = torch.empty(baseline, dtype=torch.uint8, device=device)
-            probe(m)
+            # Eagerly, as on CPU: compiled, each size probed would be a compile of minutes (BigGAN-128 on an
+            # H200), the second a dynamic-shape graph that training would then run; compile's peak is no larger.
+            with torch.compiler.set_stance("force_eager"):
+                probe(m)
             torch.cuda.synchronize(device)
         except torch.OutOfMemoryError:
             return Probe(m, False, budget + 1)
