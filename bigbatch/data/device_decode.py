@@ -69,7 +69,8 @@ def nvimgcodec(data: list[torch.Tensor], device: torch.device) -> list[torch.Ten
 NVIMGCODEC_INSTALL = (
     'pip install "nvidia-nvimgcodec-cu13[nvjpeg]" (CUDA 13; -cu12 for CUDA 12), or set data.decode = "gpu"'
 )
-_NVIMGCODEC: dict[str, Any] = {}  # the module, what its import said, and a decoder per device
+_NVIMGCODEC: dict[str, Any] = {}  # the module, and what its import printed
+_NVIMGCODEC_DECODERS: dict[str | int, Any] = {}  # a decoder per GPU index ("cpu": its CPU decoder)
 
 
 def nvimgcodec_module() -> Any:
@@ -106,14 +107,15 @@ def _nvimgcodec_decoder(device: torch.device) -> Any:
             f"nvImageCodec could not load NVIDIA's nvJPEG library, and decodes JPEGs on the CPU without it: "
             f"{NVIMGCODEC_INSTALL}"
         )
-    index = -2 if device.type != "cuda" else device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _NVIMGCODEC:
-        if device.type == "cuda":
-            _NVIMGCODEC[index] = codec.Decoder(device_id=index)
+    key = "cpu" if device.type != "cuda" else device.index if device.index is not None else torch.cuda.current_device()
+    if key not in _NVIMGCODEC_DECODERS:
+        if key == "cpu":
+            cpu_only = [codec.Backend(codec.CPU_ONLY)]
+            made = codec.Decoder(device_id=codec.NVIMGCODEC_DEVICE_CPU_ONLY, backends=cpu_only)
         else:
-            backends = [codec.Backend(codec.CPU_ONLY)]
-            _NVIMGCODEC[index] = codec.Decoder(device_id=codec.NVIMGCODEC_DEVICE_CPU_ONLY, backends=backends)
-    return _NVIMGCODEC[index]
+            made = codec.Decoder(device_id=key)  # (every backend, the hardware engine's first)
+        _NVIMGCODEC_DECODERS[key] = made
+    return _NVIMGCODEC_DECODERS[key]
 
 
 def decoder_of(decode: str) -> Decoder:
