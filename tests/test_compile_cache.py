@@ -39,6 +39,9 @@ def test_a_resumed_compiled_run_takes_its_graphs_from_the_cache_and_says_so(tmp_
     assert f"all {cold['graphs']} graphs from the compile cache in {folder}" in resumed
     warm = json.loads((tmp_path / "r" / "plan.json").read_text())["compiled"]
     assert warm["from_cache"] == warm["graphs"] == cold["graphs"]
+    # AOTAutograd's forward-backward pairs come from the cache too: spectral norm's fp32 autocast region in
+    # every layer made it refuse them, traced again at every start.
+    assert cold["uncached_pairs"] == warm["uncached_pairs"] == 0
     assert warm["seconds"] < cold["seconds"] / 2  # (on this CPU: 25 s -> 4 s)
 
 
@@ -47,6 +50,13 @@ def test_a_cache_folder_the_user_chose_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))
     assert compile_cache.use_cache() == mine and compile_cache.in_use() == mine
     assert not (tmp_path / "cache" / "compile").exists()
+
+
+def test_inductors_own_default_written_back_is_not_the_users_choice(tmp_path, monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # (as Inductor leaves it once it has run)
+    assert compile_cache.use_cache() == tmp_path / "cache" / "compile"
 
 
 def test_the_cache_follows_bigbatch_cache(tmp_path, monkeypatch):

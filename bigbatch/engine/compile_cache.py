@@ -23,22 +23,36 @@ ENV = "TORCHINDUCTOR_CACHE_DIR"
 _ours: str | None = None  # the folder this module set ENV to (Inductor writes ENV back once it has read it)
 
 
+# Calls that AOTAutograd's cache refuses by default, and so compiled again on every start, though what they do
+# is fixed by the graph that holds them (the cache key): the autocast regions the models open to keep a
+# computation in fp32 (spectral norm's sigma, resample's kernel, SAEHD's dense layers, StyleGAN2's mapping).
+CACHEABLE = ("torch.amp.autocast_mode._enter_autocast", "torch.amp.autocast_mode._exit_autocast")
+
+
 def use_cache() -> Path:
     """Point Inductor's caches at $BIGBATCH_CACHE/compile, unless the user set TORCHINDUCTOR_CACHE_DIR;
-    the folder in use. Call before compiling; a later call follows a changed BIGBATCH_CACHE."""
+    the folder in use. Call before compiling; a later call follows a changed BIGBATCH_CACHE. Graphs that
+    open an autocast region are cached whole (CACHEABLE)."""
     global _ours
-    given = os.environ.get(ENV)
-    if given and given != _ours:  # the user's choice
-        return Path(given)
-    folder = os.path.abspath(cache_dir() / "compile")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    os.chmod(folder, 0o700)  # (makedirs leaves an existing folder's mode as it is)
-    if folder != given:
-        os.environ[ENV] = _ours = folder
-        if given:  # Inductor derived folders from the old one, and keeps some of them
-            from torch._inductor.utils import clear_caches
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # (imports nothing of Inductor's)
 
-            clear_caches()
+    given = os.environ.get(ENV)
+    # Inductor writes the folder it used back into ENV, its own default too: that one is not the user's choice.
+    if given and given not in (_ours, os.path.abspath(default_cache_dir())):
+        folder = os.path.abspath(given)
+    else:
+        folder = os.path.abspath(cache_dir() / "compile")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)  # (makedirs leaves an existing folder's mode as it is)
+        os.environ[ENV] = _ours = folder
+    import torch
+    import torch._inductor.config
+    from torch._inductor.utils import clear_caches
+
+    if given and os.path.abspath(given) != folder:  # Inductor derived folders from the old one, and keeps some
+        clear_caches()
+    for name in CACHEABLE:  # (keyed by the torch version too, as Inductor's own entries are)
+        torch._inductor.config.unsafe_marked_cacheable_functions.setdefault(name, torch.__version__)
     return Path(folder)
 
 
@@ -50,13 +64,15 @@ def in_use() -> Path | None:
 
 @dataclass
 class Compiled:
-    """What Inductor compiled while a `CompileWatch` looked: graphs (a forward and a backward count as two)
-    and how many of them were loaded from the cache."""
+    """What Inductor compiled while a `CompileWatch` looked: graphs (a forward and a backward count as two),
+    how many of them were loaded from the cache, and how many forward-backward pairs AOTAutograd could not
+    cache (traced again at every start)."""
 
     graphs: int
     from_cache: int
     seconds: float
     folder: Path | None
+    uncached_pairs: int = 0
 
     def describe(self) -> str:
         where = f" in {self.folder}" if self.folder else ""
@@ -68,31 +84,36 @@ class Compiled:
             cached = f"{self.from_cache} of {self.graphs} graphs from the compile cache{where}, the rest kept there"
         else:
             cached = f"{self.graphs} graphs compiled, none from the cache: kept{where} for the next run of this model"
+        if self.uncached_pairs:
+            cached += f" ({self.uncached_pairs} of them traced again at every start: AOTAutograd cannot cache them)"
         return f"{self.seconds:.1f} s, {cached}"
 
     def to_dict(self) -> dict:
         return {
             "graphs": self.graphs,
             "from_cache": self.from_cache,
+            "uncached_pairs": self.uncached_pairs,
             "seconds": round(self.seconds, 3),
             "folder": None if self.folder is None else str(self.folder),
         }
 
 
 class CompileWatch:
-    """Counts Inductor's cache hits and misses from its creation on (torch._dynamo's counters, process-wide)."""
+    """Counts Inductor's and AOTAutograd's cache hits and misses from its creation on (torch._dynamo's
+    counters, process-wide)."""
 
     def __init__(self) -> None:
         self.before = self._counts()
 
     @staticmethod
-    def _counts() -> tuple[int, int]:
+    def _counts() -> tuple[int, int, int]:
         from torch._dynamo.utils import counters
 
         inductor = counters["inductor"]
         hits = inductor["fxgraph_cache_hit"]
-        return hits, hits + inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_bypass"]
+        graphs = hits + inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_bypass"]
+        return hits, graphs, counters["aot_autograd"]["autograd_cache_bypass"]
 
     def compiled(self, seconds: float) -> Compiled:
-        hits, graphs = self._counts()
-        return Compiled(graphs - self.before[1], hits - self.before[0], seconds, in_use())
+        hits, graphs, bypassed = (now - then for now, then in zip(self._counts(), self.before))
+        return Compiled(graphs, hits, seconds, in_use(), bypassed)
