@@ -48,11 +48,8 @@ class DataConfig(Section):
     """Read a DATA.h5's images into memory once at start instead of reading each batch from the file
     (built-in data sets are always in memory)."""
     decode: Literal["cpu", "gpu", "nvimgcodec"] = "cpu"
-    """Where a JPEG data file's training images are decoded: "cpu" in the loader's workers (the
-    default; bit-exact everywhere), "gpu" on the CUDA training device in batches (nvJPEG, through
-    torchvision), the crops, resizes and flips there too: the same regions, the pixels within a few levels
-    of the CPU's. "nvimgcodec": as "gpu", decoded by NVIDIA's nvImageCodec (pip install
-    "nvidia-nvimgcodec-cu13[nvjpeg]", or -cu12), on the GPU's hardware JPEG engine where it has one."""
+    """JPEG training images decoded "cpu" in the loader's workers (bit-exact), "gpu" in batches on the CUDA device
+    (nvJPEG; pixels within a few levels) or "nvimgcodec" there by NVIDIA's nvImageCodec (an optional package)."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for an s3://... data.path, e.g. {endpoint_url = "http://127.0.0.1:9000"} or
     {profile = "training"}. Credentials belong in the environment (AWS_ACCESS_KEY_ID,
@@ -151,12 +148,9 @@ class TrainConfig(Section):
     """Activation checkpointing of the blocks each model lists: recompute them in backward instead of
     storing their activations (less memory, about one more forward of time)."""
     compile: bool | Literal["auto"] = "auto"
-    """torch.compile the models (after checkpointing, before DDP); what Inductor compiles is kept in
-    $BIGBATCH_CACHE/compile, so the next run of the model loads it. "auto": on where it was measured to pay,
-    the GAN task's BigGAN (model.name "biggan") on a CUDA GPU without train.r1_gamma or train.pl_weight (on
-    an H200 BigGAN-128 ran 1.2-1.8x faster compiled, in 4 graphs without a graph break: bench/RESULTS.md),
-    where a graph that fails to compile runs eagerly instead of stopping the run; off elsewhere (on a CPU it
-    does not pay)."""
+    """torch.compile the models (after checkpointing, before DDP), cached in $BIGBATCH_CACHE/compile for the
+    next run. "auto": on where measured to pay, BigGAN on a CUDA GPU without R1 or pl_weight (1.2-1.8x on an
+    H200), a graph that fails to compile then running eagerly; off elsewhere (on a CPU it does not pay)."""
     channels_last: bool | Literal["auto"] = "auto"
     """Convolution weights in channels-last (NHWC) memory order, so convolutions run and return NHWC:
     the GAN step 1.16x faster on a CPU, the layout tensor cores want. "auto": on for GANs and classifiers
