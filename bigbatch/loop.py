@@ -16,7 +16,7 @@ from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import compile_cache, dist
-from bigbatch.engine.determinism import deterministic_kernels
+from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.progress import Progress
@@ -38,8 +38,9 @@ def train(
     cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too
     # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during
     # start-up stops at once (KeyboardInterrupt), leaving nothing behind but what a resume can use.
-    # train.deterministic: deterministic kernels from before the device is set up to the end of the run.
-    with stop_signals() as stop, deterministic_kernels(cfg.train.deterministic):
+    # The run's kernels, from before the device is set up to its end: deterministic ones (train.deterministic),
+    # else cuDNN's autotuned ones (not under a memory budget, which its trials' workspaces would pass).
+    with stop_signals() as stop, run_kernels(cfg.train.deterministic, autotune=not cfg.train.memory_budget):
         rep = replicator_for(cfg)
         try:
             # The run directory: a new one, or the run to resume (whose config must agree with cfg), locked.

@@ -106,6 +106,15 @@ def test_train_deterministic_holds_torch_to_deterministic_kernels_while_it_train
     seen.clear()
     bigbatch.train(short, run_dir=tmp_path / "off", quiet=True)  # off by default: nothing asked of torch
     assert set(seen) == {(False, True, False, None)}
+    # Off, cuDNN autotunes the run's convolutions (the caller's setting back after it); not under a memory budget.
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    seen.clear()
+    bigbatch.train(short, run_dir=tmp_path / "tuned", quiet=True)
+    assert set(seen) == {(False, True, False, None)} and not torch.backends.cudnn.benchmark
+    seen.clear()
+    budget = {"train.memory_budget": "4GiB", "train.micro_batch": "auto"}
+    bigbatch.train(short.override(budget), run_dir=tmp_path / "budget", quiet=True)
+    assert set(seen) == {(False, False, False, None)}
     # How a run runs, not what it trains: a resume may turn it on.
     seen.clear()
     more = tiny.override({"train.kimg": 0.128, "train.deterministic": True})

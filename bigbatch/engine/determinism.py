@@ -1,5 +1,6 @@
-"""train.deterministic: PyTorch's deterministic kernels for the length of a training run, the caller's own
-settings back after it (a library call leaves the process's global state as it found it)."""
+"""The kernels a training run asks for, for its length, the caller's own settings back after it (a library
+call leaves the process's global state as it found it): PyTorch's deterministic ones (train.deterministic),
+or else cuDNN's autotuned ones."""
 
 from __future__ import annotations
 
@@ -52,3 +53,23 @@ def deterministic_kernels(on: bool) -> Iterator[None]:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+
+
+@contextmanager
+def run_kernels(deterministic: bool, autotune: bool) -> Iterator[None]:
+    """While it is entered: `deterministic_kernels` (train.deterministic); else, if `autotune`, cuDNN's
+    autotuning (cudnn.benchmark): for each new input shape cuDNN times its convolution algorithms once and
+    keeps the fastest, as timm's, StyleGAN2-ADA's and NVIDIA's training scripts have it (PyTorch's default is
+    off: a heuristic pick). Results then differ in the last bits from run to run, as the atomics of CUDA's
+    backward kernels already make them. Not under a memory budget (`autotune` False): the trials' workspaces
+    would go past the memory the batch plan was made for."""
+    if deterministic or not autotune:
+        with deterministic_kernels(deterministic):
+            yield
+        return
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved

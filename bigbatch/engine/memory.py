@@ -137,8 +137,13 @@ def measure(probe: Callable[[int], None], m: int, device: torch.device, budget: 
             held = torch.empty(baseline, dtype=torch.uint8, device=device)
             # Eagerly, as on CPU: compiled, each size probed would be a compile of minutes (BigGAN-128 on an
             # H200), the second a dynamic-shape graph that training would then run; compile's peak is no larger.
-            with torch.compiler.set_stance("force_eager"):
-                probe(m)
+            # Without cuDNN's autotuning: its trials' workspaces would count in the probe's peak.
+            autotuning, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+            try:
+                with torch.compiler.set_stance("force_eager"):
+                    probe(m)
+            finally:
+                torch.backends.cudnn.benchmark = autotuning
             torch.cuda.synchronize(device)
         except torch.OutOfMemoryError:
             return Probe(m, False, budget + 1)
