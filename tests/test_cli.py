@@ -225,3 +225,11 @@ def test_progress_lines_show_the_kimg_of_each_log_row(capsys, tmp_path):
     assert code == 0, err
     shown = re.findall(r"^kimg ([0-9.]+)/0.5  ", out, re.M)
     assert len(shown) >= 7 and len(set(shown)) == len(shown) and shown[0] == "0.064", shown
+
+
+def test_a_dry_run_says_whether_the_models_compile(capsys):
+    # train.compile "auto" is on for BigGAN on a GPU alone: the dry run says what it resolves to here.
+    code, out, _ = run_cli(capsys, "train", "--preset", "biggan128_bs2048", "--dry-run", "train.device=cpu")
+    assert code == 0 and out.rstrip().endswith("# torch.compile (train.compile auto): off (device cpu)")
+    code, out, _ = run_cli(capsys, "train", "--dry-run", "train.compile=true")
+    assert code == 0 and out.rstrip().endswith("# torch.compile: on (device cpu)")
