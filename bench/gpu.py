@@ -142,15 +142,17 @@ def stylegan2(args: argparse.Namespace, precision: str) -> dict:
     }
 
 
-def biggan_profile(args: argparse.Namespace) -> dict:
+def biggan_profile(args: argparse.Namespace, compile: bool = False) -> dict:
     """Where BigGAN-128's bf16 iteration (the biggan-bf16 part's) goes on the device: torch.profiler over 2
     iterations after 2 untimed; the device's busy share of the wall time, and that time by kind of op
-    (bench/throughput_all.py's kinds) and by op. On CPU (the dry run) the device is the CPU: self CPU time."""
+    (bench/throughput_all.py's kinds) and by op. On CPU (the dry run) the device is the CPU: self CPU time.
+    `compile`: the step as a GPU trains it by default (train.compile "auto"), after the compile parts (their
+    cache); its first untimed iterations compile."""
     from throughput_all import kind_of
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    cfg = config(args, "gan")
+    cfg = config(args, "gan").override({"train.compile": compile})
     task, rep = gan_task(cfg, CLASSES, precision="bf16", micro_batch=SIZES[args.sizes]["gan_micro"])
     device, steps, cuda = rep.device, 2, rep.device.type == "cuda"
 
@@ -160,7 +162,8 @@ def biggan_profile(args: argparse.Namespace) -> dict:
             task.g_step(i)
         sync(device)
 
-    iterations(0)
+    for _ in range(COMPILE_WARMUP // steps + 1 if compile else 1):
+        iterations(0)
     with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
         t = time.perf_counter()
         iterations(steps)
@@ -181,7 +184,8 @@ def biggan_profile(args: argparse.Namespace) -> dict:
     by_kind = ", ".join(f"{k} {share(v)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0)
     top = ", ".join(f"`{a.key}` {own(a):.1f} ms" for a in sorted(ops, key=own, reverse=True)[:8])
     return {
-        "setting": f"{describe_gan(cfg)}, bf16, micro-batch {rep.plan.micro_batch}: torch.profiler over {steps} "
+        "setting": f"{describe_gan(cfg)}, bf16{', train.compile' * compile}, micro-batch {rep.plan.micro_batch}: "
+        f"torch.profiler over {steps} "
         f"iterations after {steps} untimed",
         "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
         "s_per_iter": wall_ms / 1e3,
@@ -324,6 +328,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "resample": (resample, 60),
     "attention": (attention, 60),
     "biggan-bf16-profile": (biggan_profile, 90),
+    "biggan-bf16-compile-profile": (functools.partial(biggan_profile, compile=True), 120),
     "stylegan2-fp32": (functools.partial(stylegan2, precision="fp32"), 120),
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "cuda-tests": (cuda_tests, 180),
@@ -333,6 +338,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
 RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode"]
 RUN_ORDER += ["jpeg-decode-nvimgcodec", "resnet50-fed", "cuda-tests", "stylegan2-bf16"]
 RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "biggan-bf16-compile-again"]
+RUN_ORDER += ["biggan-bf16-compile-profile"]  # (the default step on a GPU: from the compile parts' cache)
 RUN_ORDER += ["biggan-plan-bf16", "stylegan2-fp32", "resample", "attention"]  # (measured before: cut first)
 BUDGETED = {"biggan-plan-fp32", "biggan-plan-bf16", "saehd512"}  # parts whose config has train.memory_budget
 IN_TURNS = {"biggan-bf16-compile", "biggan-fp32-compile"}  # compiled at once, timed one at a time
