@@ -124,21 +124,33 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool, again: bool 
     }
 
 
-def stylegan2(args: argparse.Namespace, precision: str) -> dict:
+def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False) -> dict:
     """img/s and peak memory of StyleGAN2's training step (one D and one G step) at ADA's paper256 settings,
-    style mixing on and the lazy penalties at their intervals among the timed steps, at a fixed micro-batch."""
-    cfg = config(args, "stylegan2")
-    r = measure(cfg, precision, False, SIZES[args.sizes]["stylegan2_micro"], SIZES[args.sizes]["steps"], 0, plain=False)
+    style mixing on and the lazy penalties at their intervals among the timed steps, at a fixed micro-batch.
+    `compile`: train.compile (the lazy R1 and path length steps run eagerly: their double backward)."""
+    cfg = config(args, "stylegan2").override({"train.compile": compile})
+    micro, steps = SIZES[args.sizes]["stylegan2_micro"], SIZES[args.sizes]["steps"]
+    turn = (lambda: wait_for_turn(Path(args.turns), args.part)) if args.turns else None
+    warmup = COMPILE_WARMUP if compile else 1
+    r = measure(
+        cfg, precision, False, micro, steps, 0, plain=False, flops=not compile, warmup=warmup, after_warmup=turn
+    )
     t = cfg.train
+    lazy = f"R1 every {t.r1_every} D steps, path length every {t.pl_every} G steps"
+    if compile:
+        note = f"{lazy}, run eagerly; first iteration {r['first_s']:.1f} s, compile + {warmup} iterations "
+        note += f"{r['warmup_s']:.0f} s; {counters['stats']['unique_graphs']} graphs"
+    else:
+        note = f"{lazy}; {of_peak(r['flop_per_s'], args, precision)}"
     return {
         "setting": f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch} (ADA's paper256), batch {t.batch}, "
-        + precision,
+        + precision
+        + (", train.compile" if compile else ""),
         "plan": r["plan"].replace("x", " × "),
         "img_per_s": r["img_per_s"],
         "s_per_iter": t.batch / r["img_per_s"],
         "peak": r["peak"],
-        "note": f"R1 every {t.r1_every} D steps, path length every {t.pl_every} G steps; "
-        + of_peak(r["flop_per_s"], args, precision),
+        "note": note,
     }
 
 
@@ -331,17 +343,23 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "biggan-bf16-compile-profile": (functools.partial(biggan_profile, compile=True), 120),
     "stylegan2-fp32": (functools.partial(stylegan2, precision="fp32"), 120),
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
+    "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
     "cuda-tests": (cuda_tests, 180),
 }
 # What the issue asks for first, then the profile, then compiling (minutes of it, the compile parts at once:
 # run_in_turns), then the extras: what --budget cuts is last.
 RUN_ORDER = ["biggan-fp32", "biggan-bf16", "biggan-plan-fp32", "saehd512", "resnet50", "jpeg-decode"]
 RUN_ORDER += ["jpeg-decode-nvimgcodec", "resnet50-fed", "cuda-tests", "stylegan2-bf16"]
-RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "biggan-bf16-compile-again"]
+RUN_ORDER += ["biggan-bf16-profile", "biggan-bf16-compile", "biggan-fp32-compile", "stylegan2-bf16-compile"]
+RUN_ORDER += ["biggan-bf16-compile-again"]
 RUN_ORDER += ["biggan-bf16-compile-profile"]  # (the default step on a GPU: from the compile parts' cache)
 RUN_ORDER += ["biggan-plan-bf16", "stylegan2-fp32", "resample", "attention"]  # (measured before: cut first)
 BUDGETED = {"biggan-plan-fp32", "biggan-plan-bf16", "saehd512"}  # parts whose config has train.memory_budget
-IN_TURNS = {"biggan-bf16-compile", "biggan-fp32-compile"}  # compiled at once, timed one at a time
+IN_TURNS = {
+    "biggan-bf16-compile",
+    "biggan-fp32-compile",
+    "stylegan2-bf16-compile",
+}  # compiled at once, timed one at a time
 TURN_S = 60  # what each part after the first adds to its group's limit: its turn at timing
 
 

@@ -1,5 +1,6 @@
 """[augment]: DiffAugment's transforms of D's inputs, ADA's adaptive p, and the batch semantics they keep."""
 
+import functools
 import json
 
 import pytest
@@ -192,7 +193,29 @@ def test_r1_under_accumulation_and_lazily(monkeypatch):
     # Lazy: on the steps it falls on, r1_every times the weight; on the others no R1 at all.
     lazy = d_step_params(32, {"train.r1_gamma": 5.0, "train.r1_every": 2})  # step 0: 5 / 2 x 2 = 10 / 2
     assert torch.equal(lazy, full)
-    with pytest.raises(bigbatch.BigbatchError, match="'train.compile' cannot be on with train.r1_gamma"):
-        bigbatch.preset("digits").override({**r1, "train.compile": True})
     with pytest.raises(bigbatch.BigbatchError, match="'train.r1_gamma' is a GAN key, not read by task = \"classify\""):
         bigbatch.preset("fashion_resnet").override(r1)
+
+
+def test_a_compiled_run_takes_its_lazy_r1_steps_eagerly(monkeypatch):
+    # R1's penalty needs a double backward, which AOTAutograd (under every torch.compile backend but "eager")
+    # refuses: the compiled D runs eagerly on the R1 steps alone, and the steps between stay compiled.
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+
+    def two_d_steps(compile: bool) -> torch.Tensor:
+        cfg = bigbatch.preset("digits").override(
+            {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.batch": 32, "train.micro_batch": 32,
+             "train.device": "cpu", "train.r1_gamma": 10.0, "train.r1_every": 2, "train.compile": compile}
+        )  # fmt: skip
+        task = build_task(cfg, replicator_for(cfg), load_data("builtin:digits", 16))
+        task.d_step(0)  # R1 (the first of every 2): eagerly
+        task.d_step(32)  # compiled
+        return torch.cat([p.detach().flatten() for p in task.nets()["D"].parameters()])
+
+    counters.clear()
+    compiled = two_d_steps(True)
+    assert counters["aot_autograd"]["ok"] > 0  # (the step between went through AOTAutograd)
+    eager = two_d_steps(False)
+    assert float((compiled - eager).norm() / eager.norm()) <= 1e-5

@@ -11,6 +11,7 @@ whatever rank computes it, and the step sees the same data whatever micro_batch 
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,6 @@ def check_config(cfg: Config) -> None:
     if cfg.train.lr_decay not in ("none", "linear"):
         foreign.append("train.lr_decay")
     refuse_sections(cfg, "the GAN task", "swap")
-    for key in ("r1_gamma", "pl_weight"):
-        if getattr(cfg.train, key) and cfg.train.compile is True:  # ("auto" leaves it off)
-            cfg.train._fail("compile", f"cannot be on with train.{key}: the penalty needs a double backward, which "
-                            "torch.compile does not support; set one of them off")  # fmt: skip
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
@@ -309,10 +306,16 @@ class GANTask:
         t = self.cfg.train
         index = self.rep.counters()["D"]["steps"]  # D steps before this one (resumed with the engine's state)
         self._r1 = t.r1_gamma / 2 * t.r1_every if t.r1_gamma and index % t.r1_every == 0 else 0.0
-        out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
+        with self._eager_if(self._r1):
+            out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         self._r1 = 0.0
         stats = {"loss_D": out.pop("loss"), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
         return stats
+
+    def _eager_if(self, regularized: float) -> AbstractContextManager:
+        """Compiled models run eagerly for a step with R1 or path lengths: their penalties need a double
+        backward, which torch.compile does not support (lazy, those are 1 in r1_every / pl_every steps)."""
+        return torch.compiler.set_stance("force_eager") if regularized and self.rep.compile else nullcontext()
 
     def g_batch(self, step: int) -> tuple:
         """This rank's share of the G step: z, labels, transforms and, on a path length step, which images
@@ -367,7 +370,8 @@ class GANTask:
         t = self.cfg.train
         self._pl = t.pl_weight * t.pl_every if t.pl_weight and step % t.pl_every == 0 else 0.0
         try:
-            out = self.rep.step(self.g_loss, self.g_batch(step), self.opt_G)
+            with self._eager_if(self._pl):
+                out = self.rep.step(self.g_loss, self.g_batch(step), self.opt_G)
         finally:
             self._pl = 0.0
         self._train_only("D")
