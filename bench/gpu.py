@@ -1,12 +1,13 @@
-"""A GPU proof in one command: BigGAN-128 img/s and peak memory in fp32 and bf16 with and without
-train.compile (and compiled again in a new process, from the compile cache the first compile left, as a
-resumed run does), BigGAN-128's memory plan at batch 2048 in 6 GiB, SAEHD 512 df-ud at batch 8 in 6 GiB,
-ResNet-50 img/s at 224 px in bf16 on a batch in memory and fed from a JPEG store by the Feed (CPU decode by
-every core, nvJPEG, nvImageCodec), JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a
-machine without a network needs its wheels carried), BigGAN-128's resampling layers as two ops and as one
-(bench/resample.py), where BigGAN-128's bf16 iteration spends its device time (torch.profiler), StyleGAN2 at
-256 px (ADA's paper256) img/s in fp32 and bf16, and tests/test_cuda.py; one dated table appended to
-bench/RESULTS.md.
+"""A GPU proof in one command, each row a step as `bigbatch train` runs it (cuDNN autotuned but under a memory
+budget): BigGAN-128 img/s and peak memory in fp32 and bf16, eager and under train.compile (bf16 compiled again
+in a new process from the compile cache the first compile left, as a resumed run does; profiled eager and
+compiled, where the device's time goes: torch.profiler), its memory plan at batch 2048 in 6 GiB; SAEHD 512
+df-ud at batch 8 in 6 GiB; ResNet-50 at 224 px in bf16, eager (with and without cuDNN's autotuning) and
+compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode by every core, nvJPEG,
+nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
+network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
+BigGAN-128's resampling layers as two ops and as one (bench/resample.py); tests/test_cuda.py. One dated
+table appended to bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
