@@ -6,7 +6,8 @@ df-ud at batch 8 in 6 GiB; ResNet-50 at 224 px in bf16, eager (with and without 
 compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode by every core, nvJPEG,
 nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
 network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
-BigGAN-128's resampling layers as two ops and as one (bench/resample.py); tests/test_cuda.py. One dated
+BigGAN-128's resampling layers as two ops and as one (bench/resample.py) and its attention (the formula
+against the fused kernels: bench/attention.py); tests/test_cuda.py. One dated
 table appended to bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
