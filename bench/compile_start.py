@@ -30,13 +30,12 @@ def child(args: argparse.Namespace) -> None:
     from throughput import measure
 
     import bigbatch
+    from bigbatch.config import parse_override
     from bigbatch.engine import compile_cache
 
-    cfg = (
-        bigbatch.preset(args.preset)
-        .override({"train.batch": 2, **dict(o.split("=", 1) for o in args.overrides), "train.compile": True})
-        .override({"train.device": args.device})
-    )
+    given = dict(parse_override(o) for o in args.overrides)
+    cfg = bigbatch.preset(args.preset).override({"train.batch": 2, **given, "train.compile": True})
+    cfg = cfg.override({"train.device": args.device})
     imported = time.perf_counter() - began
     watch = compile_cache.CompileWatch()
     r = measure(cfg, args.precision, False, cfg.train.batch, 1, 1000, warmup=1, flops=False, plain=False)
@@ -62,7 +61,9 @@ def main() -> None:
         for start in range(args.starts):
             cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--device", args.device]
             out = subprocess.run([*cmd, "--precision", args.precision, *args.overrides], env=env, capture_output=True,
-                                 text=True, check=True)  # fmt: skip
+                                 text=True)  # fmt: skip
+            if out.returncode:
+                sys.exit(f"start {start + 1} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"[compile_start] start {start + 1}: {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
     given = " ".join(["train.batch=2", *args.overrides])

@@ -90,3 +90,18 @@ def test_world_size_bench_times_the_batchnorm_replay():
     assert re.fullmatch(
         r"53 BatchNorms, 2 micro-batches a step: [\d.]+ ms a step \(CPU, 1 thread\)", world_size.replay_cost(2, 1)
     )
+
+
+def test_compile_start_times_a_cold_start_then_one_from_the_cache():
+    # bench/compile_start.py: each start a new process on one fresh compile cache (the tiny digits GAN here).
+    import subprocess
+
+    bench = Path(__file__).parent.parent / "bench" / "compile_start.py"
+    tiny = ["--preset", "digits", "data.resolution=16", "model.ch=8", "model.dim_z=16"]
+    out = subprocess.run([sys.executable, str(bench), *tiny], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if re.match(r"\| \d", line)]
+    (cold, cold_s, graphs, cold_hits, cold_left, _), (warm, warm_s, warm_graphs, hits, left, _) = rows
+    assert cold.strip() == "1, cold (empty cache)" and warm.strip() == "2, warm"
+    assert int(cold_hits) == 0 and int(hits) == int(warm_graphs) == int(graphs) > 0
+    assert int(cold_left) == int(left) == 0 and float(warm_s) < float(cold_s)
