@@ -3,6 +3,9 @@ the world size before anything runs, and the plan in one line (the banner, `trai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from bigbatch.config import Config, TrainConfig, register_check
@@ -30,11 +33,6 @@ def replicator_for(cfg: Config) -> Replicator:
     ctx = dist.context(t.device)
     check_schedule(cfg, ctx)
     _unread_budget(cfg, ctx)
-    compile = compiles(cfg, ctx.device)
-    if compile and t.compile == "auto":  # a graph that fails to compile runs eagerly (Dynamo warns), the run goes on
-        import torch._dynamo
-
-        torch._dynamo.config.suppress_errors = True
     return Replicator(
         schedule_of(cfg).phases[0].batch,
         t.micro_batch,
@@ -42,7 +40,7 @@ def replicator_for(cfg: Config) -> Replicator:
         device=t.device,
         memory_budget=t.memory_budget or None,
         checkpointing=t.checkpointing,
-        compile=compile,
+        compile=compiles(cfg, ctx.device),
         channels_last=t.channels_last if t.channels_last != "auto" else cfg.task != "swap",
         sync_bn=t.sync_bn,
         grad_clip=t.grad_clip,
@@ -64,6 +62,20 @@ def compiles(cfg: Config, device: torch.device) -> bool:
         return t.compile
     gan = cfg.task == "gan" and cfg.model.name in COMPILED_BY_DEFAULT and not (t.r1_gamma or t.pl_weight)
     return device.type == "cuda" and gan
+
+
+@contextmanager
+def eager_fallback(cfg: Config) -> Iterator[None]:
+    """While it is entered, under train.compile "auto" where it compiles: a graph that fails to compile runs
+    eagerly (Dynamo warns) instead of stopping the run; the process's own setting back after."""
+    t = cfg.train
+    if t.compile != "auto" or not compiles(cfg, dist.context(t.device).device):
+        yield
+        return
+    import torch._dynamo
+
+    with torch._dynamo.config.patch(suppress_errors=True):
+        yield
 
 
 def _unread_budget(cfg: Config, ctx: dist.Context) -> None:

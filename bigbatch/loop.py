@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Literal
 
-from bigbatch.batching import describe_plan, plan_micro_batch, replicator_for
+from bigbatch.batching import describe_plan, eager_fallback, plan_micro_batch, replicator_for
 from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Phase, schedule_of
@@ -40,7 +40,9 @@ def train(
     # start-up stops at once (KeyboardInterrupt), leaving nothing behind but what a resume can use.
     # The run's kernels, from before the device is set up to its end: deterministic ones (train.deterministic),
     # else cuDNN's autotuned ones (not under a memory budget, which its trials' workspaces would pass).
-    with stop_signals() as stop, run_kernels(cfg.train.deterministic, autotune=not cfg.train.memory_budget):
+    # Under train.compile "auto", a graph that fails to compile runs eagerly.
+    autotune = not cfg.train.memory_budget
+    with stop_signals() as stop, run_kernels(cfg.train.deterministic, autotune), eager_fallback(cfg):
         rep = replicator_for(cfg)
         try:
             # The run directory: a new one, or the run to resume (whose config must agree with cfg), locked.

@@ -84,3 +84,19 @@ def test_compile_auto_is_on_for_biggan_on_a_gpu_alone():
     assert compiles(bigbatch.preset("digits").override({"train.compile": True}), cpu)
     # "auto" beside R1 is no conflict: it stays off (train.compile = true with R1 is refused: test_augment).
     assert bigbatch.preset("stylegan2_cifar").override({"train.r1_gamma": 0.01}).train.compile == "auto"
+
+
+def test_under_compile_auto_a_graph_that_fails_runs_eagerly_for_the_run_alone(monkeypatch):
+    import torch._dynamo
+
+    import bigbatch
+    from bigbatch import batching
+
+    monkeypatch.setattr(batching, "compiles", lambda cfg, device: True)  # (as on a GPU)
+    before = torch._dynamo.config.suppress_errors
+    biggan = bigbatch.preset("biggan128_bs2048")
+    with batching.eager_fallback(biggan):
+        assert torch._dynamo.config.suppress_errors
+    assert torch._dynamo.config.suppress_errors == before  # the process's own setting back
+    with batching.eager_fallback(biggan.override({"train.compile": True})):  # asked for: its errors are seen
+        assert torch._dynamo.config.suppress_errors == before
