@@ -6,15 +6,14 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import torch
 from _classify import SameBatch
-from _gan import sync
 from _gpu_sizes import SIZES, config, timed
+from _peak import opencv_decoder, stand_in_nvjpeg
 
 import bigbatch
 from bigbatch.batching import replicator_for
@@ -51,22 +50,15 @@ def resnet50_fed(args: argparse.Namespace) -> dict:
         rep = replicator_for(cfg)
         task = build_task(cfg, rep, data)
 
-        def rate(feed: Any) -> float:
-            for _ in range(3):  # the loader's workers start, the allocator and kernels settle
-                task.step(feed)
-            sync(device)
-            t = time.perf_counter()
-            for _ in range(steps):
-                task.step(feed)
-            sync(device)
-            return steps * batch / (time.perf_counter() - t)
+        def rate(feed: Any) -> float:  # (3 untimed: the loader's workers start, the allocator and kernels settle)
+            return batch / timed(lambda: task.step(feed), device, [], steps, 3)[0]
 
+        if device.type == "cpu":  # the dry run: nvJPEG stood in for (nvImageCodec has a CPU decoder of its own)
+            stand_in_nvjpeg()
         rates = {}
         for decode, workers in modes.items():
             fed = cfg.override({"data.decode": decode, "data.workers": workers})
             with closing(Feed(data, schedule_of(fed), rep, fed, crop_scale=task.loader_crop_scale)) as feed:
-                if decode != "cpu" and device.type == "cpu":  # the dry run: a decoder that runs on a CPU
-                    feed.batches.decoder = opencv_decoder if decode == "gpu" else device_decode.nvimgcodec
                 if decode == "cpu":
                     images, labels = feed.next()[1:3]
                 rates[decode] = rate(feed)
@@ -82,14 +74,6 @@ def resnet50_fed(args: argparse.Namespace) -> dict:
         "s_per_iter": batch / rates["gpu"],
         "note": f"a batch in memory {in_memory:.0f} img/s; fed, data.decode {said}{missing}",
     }
-
-
-def opencv_decoder(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """The dry run's stand-in for nvJPEG (no torchvision on a CPU build): OpenCV's decode, RGB CHW."""
-    import cv2
-
-    decoded = (cv2.imdecode(d.numpy(), cv2.IMREAD_COLOR)[:, :, ::-1].copy() for d in data)
-    return [torch.from_numpy(image).permute(2, 0, 1).to(device) for image in decoded]
 
 
 def jpeg_decode(args: argparse.Namespace, decode: str = "gpu") -> dict:

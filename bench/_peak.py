@@ -23,6 +23,7 @@ import resource
 import runpy
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def record(out: Path) -> None:
@@ -38,18 +39,21 @@ def record(out: Path) -> None:
     out.write_text(json.dumps(peak))
 
 
-def stand_in_nvjpeg() -> None:
+def opencv_decoder(data: list, device: Any) -> list:
+    """The CPU's stand-in for nvJPEG (no torchvision on a CPU build): OpenCV's decode, RGB CHW on `device`."""
     import cv2
     import torch
 
+    decoded = (cv2.imdecode(d.numpy(), cv2.IMREAD_COLOR)[:, :, ::-1].copy() for d in data)
+    return [torch.from_numpy(image).permute(2, 0, 1).to(device) for image in decoded]
+
+
+def stand_in_nvjpeg() -> None:
+    """data.decode = "gpu" decodes with `opencv_decoder` and is let run on a CPU (check refuses a CPU device)."""
     from bigbatch.data import device_decode
 
-    def opencv(data: list, device: torch.device) -> list:
-        decoded = (cv2.imdecode(d.numpy(), cv2.IMREAD_COLOR)[:, :, ::-1].copy() for d in data)
-        return [torch.from_numpy(image).permute(2, 0, 1).to(device) for image in decoded]
-
-    device_decode.nvjpeg = opencv
-    device_decode.check = lambda *args: None  # (it refuses a CPU training device)
+    device_decode.nvjpeg = opencv_decoder
+    device_decode.check = lambda *args: None
 
 
 def main() -> None:

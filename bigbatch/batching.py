@@ -55,21 +55,26 @@ def replicator_for(cfg: Config) -> Replicator:
 COMPILED_BY_DEFAULT = ("biggan",)
 
 
-def compiles(cfg: Config, device: torch.device) -> bool:
-    """Whether a run of `cfg` on `device` compiles its models: train.compile, with "auto" resolved."""
+def compiles(cfg: Config, device: torch.device | None = None) -> bool:
+    """Whether a run of `cfg` on `device` (default: the one train.device picks) compiles its models:
+    train.compile, with "auto" resolved."""
     t = cfg.train
     if t.compile != "auto":
         return t.compile
     gan = cfg.task == "gan" and cfg.model.name in COMPILED_BY_DEFAULT and not (t.r1_gamma or t.pl_weight)
-    return device.type == "cuda" and gan
+    return gan and (device or dist.context(t.device).device).type == "cuda"
+
+
+def describe_compile(cfg: Config) -> str:
+    """How the plan line and a dry run name compiling: said to be train.compile "auto"'s choice where it is."""
+    return "torch.compile" + (" (train.compile auto)" if cfg.train.compile == "auto" else "")
 
 
 @contextmanager
 def eager_fallback(cfg: Config) -> Iterator[None]:
     """While it is entered, under train.compile "auto" where it compiles: a graph that fails to compile runs
     eagerly (Dynamo warns) instead of stopping the run; the process's own setting back after."""
-    t = cfg.train
-    if t.compile != "auto" or not compiles(cfg, dist.context(t.device).device):
+    if cfg.train.compile != "auto" or not compiles(cfg):
         yield
         return
     import torch._dynamo

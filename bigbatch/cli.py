@@ -32,7 +32,7 @@ def _train(args: argparse.Namespace) -> None:
         # A scheduler's SIGTERM while it starts: saved at step 0, exit 0. (Not in a rank of several: one that
         # went on starting could wait for a peer that has stopped.)
         keep_sigterm_for_the_loop()
-    from bigbatch.batching import compiles, describe_plan
+    from bigbatch.batching import compiles, describe_compile, describe_plan
     from bigbatch.config import Config, parse_override
     from bigbatch.engine import dist
     from bigbatch.loop import train
@@ -67,8 +67,7 @@ def _train(args: argparse.Namespace) -> None:
         print(cfg.dumps())
         print(f"# plan: {plan}")
         device = dist.context(cfg.train.device).device
-        auto = " (train.compile auto)" if cfg.train.compile == "auto" else ""
-        print(f"# torch.compile{auto}: {'on' if compiles(cfg, device) else 'off'} (device {device.type})")
+        print(f"# {describe_compile(cfg)}: {'on' if compiles(cfg, device) else 'off'} (device {device.type})")
         return
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
 

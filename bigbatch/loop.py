@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Literal
 
-from bigbatch.batching import describe_plan, eager_fallback, plan_micro_batch, replicator_for
+from bigbatch.batching import describe_compile, describe_plan, eager_fallback, plan_micro_batch, replicator_for
 from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Phase, schedule_of
@@ -80,8 +80,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
         if rep.compile:  # (the first step says how much came from the cache)
-            auto = " (train.compile auto)" if cfg.train.compile == "auto" else ""
-            plan += f"; torch.compile{auto}, cache {compile_cache.in_use()}"
+            plan += f"; {describe_compile(cfg)}, cache {compile_cache.in_use()}"
         print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg", flush=True)
 
     def due(every_kimg: float, before: int) -> bool:

@@ -42,7 +42,7 @@ def test_a_resumed_compiled_run_takes_its_graphs_from_the_cache_and_says_so(tmp_
     # AOTAutograd's forward-backward pairs come from the cache too: spectral norm's fp32 autocast region in
     # every layer made it refuse them, traced again at every start.
     assert cold["uncached_pairs"] == warm["uncached_pairs"] == 0
-    assert warm["seconds"] < cold["seconds"] / 2  # (on this CPU: 25 s -> 4 s)
+    assert warm["seconds"] < cold["seconds"] / 2  # (on this CPU: 25 s -> 3 s)
 
 
 def test_a_cache_folder_the_user_chose_is_kept(tmp_path, monkeypatch):
@@ -82,8 +82,7 @@ def test_compile_auto_is_on_for_biggan_on_a_gpu_alone():
     for name in ("digits", "stylegan2_256", "imagenet_resnet50_fast", "saehd512_df_ud"):  # not measured to pay
         assert not compiles(bigbatch.preset(name), gpu), name
     assert compiles(bigbatch.preset("digits").override({"train.compile": True}), cpu)
-    # "auto" beside R1 is no conflict: it stays off (train.compile = true with R1 is refused: test_augment).
-    assert bigbatch.preset("stylegan2_cifar").override({"train.r1_gamma": 0.01}).train.compile == "auto"
+    assert not compiles(biggan)  # (the device train.device picks: this CPU)
 
 
 def test_under_compile_auto_a_graph_that_fails_runs_eagerly_for_the_run_alone(monkeypatch):
@@ -92,7 +91,7 @@ def test_under_compile_auto_a_graph_that_fails_runs_eagerly_for_the_run_alone(mo
     import bigbatch
     from bigbatch import batching
 
-    monkeypatch.setattr(batching, "compiles", lambda cfg, device: True)  # (as on a GPU)
+    monkeypatch.setattr(batching, "compiles", lambda cfg, device=None: True)  # (as on a GPU)
     before = torch._dynamo.config.suppress_errors
     biggan = bigbatch.preset("biggan128_bs2048")
     with batching.eager_fallback(biggan):

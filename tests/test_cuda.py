@@ -35,20 +35,10 @@ def test_auto_micro_batch_probes_under_a_capped_allocator():
 def test_auto_micro_batch_probes_eagerly_and_the_model_compiles_once_at_the_plan():
     # Compiled probes would compile each size tried (minutes each for BigGAN-128), the second as a dynamic-shape
     # graph that training then ran: probed eagerly, the model compiles once, at the micro-batch planned.
-    from torch import nn
-    from torch._dynamo.utils import counters
+    from test_replicator import planned_and_compiled
 
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
-    budget = torch.cuda.memory_allocated() + 2**30
-    rep = bigbatch.Replicator(batch=64, micro_batch="auto", compile=True, memory_budget=budget, device="cuda")
-    train = rep.prepare(model)
-    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
-    x = torch.randn(64, 64)
-    counters.clear()
-    for _ in range(2):
-        rep.step(lambda m: train(m).square().mean(), x, opt)
-    assert len(rep.probes) > 1 and dict(counters["frames"]) == {"total": 1, "ok": 1}, dict(counters["frames"])
+    probes, frames = planned_and_compiled("cuda", torch.cuda.memory_allocated() + 2**30)
+    assert probes > 1 and frames == {"total": 1, "ok": 1}, frames
 
 
 def test_cross_rank_batch_norm_is_syncbatchnorm_on_cuda():
@@ -288,7 +278,7 @@ def test_batches_decoded_ahead_in_a_thread_are_those_decoded_in_turn(tmp_path, d
     def more() -> bool:
         return taken < len(batches)
 
-    ahead = device_decode.DecodeAhead(iter(batches), cuda, decoder, more)
+    ahead = device_decode.DecodeAhead((b for b in batches), cuda, decoder, more)  # (a generator: closable)
     for want in in_turn:
         taken += 1
         got = next(ahead).images

@@ -522,21 +522,27 @@ def test_bigbatch_asks_cuda_for_expandable_segments_unless_the_user_chose():
         assert out.stdout.strip() == want, (own, out.stdout, out.stderr)
 
 
-def test_micro_batch_auto_probes_eagerly_and_the_model_still_compiles():
-    # A compiled model called under CPUPeak's dispatch mode stopped compiling for the whole process: with
-    # micro_batch "auto" on CPU, train.compile then never compiled.
+def planned_and_compiled(device: str, budget: int | str) -> tuple[int, dict]:
+    """Two steps of a compiled model under micro_batch "auto": how many sizes were probed, and Dynamo's frames."""
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-    rep = bigbatch.Replicator(batch=8, micro_batch="auto", compile=True, memory_budget="1GiB", device="cpu")
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+    rep = bigbatch.Replicator(batch=64, micro_batch="auto", compile=True, memory_budget=budget, device=device)
     train = rep.prepare(model)
     opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
-    x = torch.randn(8, 4)
+    x = torch.randn(64, 64)
     counters.clear()
     for _ in range(2):
         rep.step(lambda m: train(m).square().mean(), x, opt)
-    assert len(rep.probes) > 1 and dict(counters["frames"]) == {"total": 1, "ok": 1}  # once, at the plan
+    return len(rep.probes), dict(counters["frames"])
+
+
+def test_micro_batch_auto_probes_eagerly_and_the_model_still_compiles():
+    # A compiled model called under CPUPeak's dispatch mode stopped compiling for the whole process: with
+    # micro_batch "auto" on CPU, train.compile then never compiled. It compiles once, at the plan.
+    probes, frames = planned_and_compiled("cpu", "1GiB")
+    assert probes > 1 and frames == {"total": 1, "ok": 1}, frames
 
 
 def test_code_marked_eager_breaks_a_compiled_graph_and_nothing_imports_dynamo_before():

@@ -164,7 +164,7 @@ def _handed_over(x: torch.Tensor, done: Any, device: torch.device) -> torch.Tens
 
 
 class DecodeAhead:
-    """The batches of `batches` (a loader's, their images Encoded) with their images decoded on `device`, each
+    """The batches of `batches` (a loader, with next() and close(); their images Encoded) decoded on `device`, each
     in a thread of its own while the caller trains on the one before: the host's part of decoding (nvJPEG's
     Huffman decoding, unless its hardware engine does it; the crops' kernel launches) runs beside the step's
     instead of before it. The next batch is decoded as a batch is taken, if `more()`: so none is decoded
@@ -195,7 +195,9 @@ class DecodeAhead:
         return batch._replace(images=x)
 
     def close(self) -> None:
+        """The thread, then the source it may still have been reading from."""
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.batches.close()
 
 
 _STREAMS: dict[int, torch.cuda.Stream] = {}

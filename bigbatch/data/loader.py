@@ -325,7 +325,7 @@ class Loader:
         def more() -> bool:
             return taken < self.steps
 
-        with closing(device_decode.DecodeAhead(iter(self._loader), self.device, self.decoder, more)) as batches:
+        with closing(device_decode.DecodeAhead(self._loader, self.device, self.decoder, more)) as batches:
             for _ in range(self.steps):
                 taken += 1
                 b = next(batches)

@@ -67,8 +67,15 @@ def run_kernels(deterministic: bool, autotune: bool) -> Iterator[None]:
         with deterministic_kernels(deterministic):
             yield
         return
+    with cudnn_autotuning(True):
+        yield
+
+
+@contextmanager
+def cudnn_autotuning(on: bool) -> Iterator[None]:
+    """cudnn.benchmark set to `on` while it is entered, the caller's setting back after."""
     saved = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = on
     try:
         yield
     finally:

@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from bigbatch.engine.determinism import cudnn_autotuning
 from bigbatch.errors import BigbatchError, warn
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -138,12 +139,8 @@ def measure(probe: Callable[[int], None], m: int, device: torch.device, budget: 
             # Eagerly, as on CPU: compiled, each size probed would be a compile of minutes (BigGAN-128 on an
             # H200), the second a dynamic-shape graph that training would then run; compile's peak is no larger.
             # Without cuDNN's autotuning: its trials' workspaces would count in the probe's peak.
-            autotuning, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
-            try:
-                with torch.compiler.set_stance("force_eager"):
-                    probe(m)
-            finally:
-                torch.backends.cudnn.benchmark = autotuning
+            with torch.compiler.set_stance("force_eager"), cudnn_autotuning(False):
+                probe(m)
             torch.cuda.synchronize(device)
         except torch.OutOfMemoryError:
             return Probe(m, False, budget + 1)

@@ -11,7 +11,7 @@ The data set's own classifier (fcd) is trained by the classify task, above the m
     ext = bigbatch.tasks.classify.features.classifier_extractor(data)    # trained once, cached by hash
 """
 
-from bigbatch.metrics.cache import cache_dir, data_digest
+from bigbatch.metrics.cache import data_digest
 from bigbatch.metrics.classifier import (
     ClassifierExtractor,
     ClassifierOptions,
@@ -37,6 +37,7 @@ from bigbatch.metrics.inception import InceptionV3, convert_torchscript, state_d
 from bigbatch.metrics.inception_score import inception_score
 from bigbatch.metrics.kid import kid
 from bigbatch.metrics.stats import ReferenceStats, holds_stats, load_stats, read_stats, reference_stats, save_stats
+from bigbatch.user_cache import cache_dir
 
 __all__ = [
     "METRICS",

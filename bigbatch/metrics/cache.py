@@ -1,15 +1,11 @@
-"""Where metrics keep what they compute once (weights, reference statistics, trained classifiers), and
-the data set digest that keys those files."""
+"""The data set digest that keys what metrics compute once and keep in the user's cache (reference
+statistics, trained classifiers: bigbatch.user_cache)."""
 
 from __future__ import annotations
 
 import hashlib
 
 import torch
-
-from bigbatch.user_cache import cache_dir
-
-__all__ = ["cache_dir", "data_digest"]
 
 _HASH_CHUNK = 1024  # images per read while hashing a data set without a content hash
 

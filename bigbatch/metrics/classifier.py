@@ -30,9 +30,10 @@ from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-from bigbatch.metrics.cache import cache_dir, data_digest
+from bigbatch.metrics.cache import data_digest
 from bigbatch.metrics.features import Extractor, resolve_device, to_nchw
 from bigbatch.sampling import from_uint8
+from bigbatch.user_cache import cache_dir
 
 CLASSIFIER_VERSION = "2"  # 2: the convnet family trained by the classify task
 FEATURE_NET = "convnet"

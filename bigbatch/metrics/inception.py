@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.errors import BigbatchError
-from bigbatch.metrics.cache import cache_dir
+from bigbatch.user_cache import cache_dir
 
 PTH_NAME = "pt_inception-2015-12-05-6726825d.pth"
 PTH_URL = "https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/" + PTH_NAME

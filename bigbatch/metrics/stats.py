@@ -16,10 +16,11 @@ import torch
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-from bigbatch.metrics.cache import cache_dir, data_digest
+from bigbatch.metrics.cache import data_digest
 from bigbatch.metrics.features import Extractor, extract_sharded, moments_sharded
 from bigbatch.metrics.fid import feature_stats
 from bigbatch.metrics.image_sets import any_size, read_images
+from bigbatch.user_cache import cache_dir
 
 STATS_VERSION = "1"
 

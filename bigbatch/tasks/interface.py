@@ -127,16 +127,16 @@ class Feed:
         self.order = GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
-        self.on_device = cfg.data.decode != "cpu"  # the loader hands over encoded batches; next() decodes them
-        self.decoder = device_decode.decoder_of(cfg.data.decode) if self.on_device else None
+        on_device = cfg.data.decode != "cpu"  # the loader hands over encoded batches, decoded on the device
         self.loader = BatchLoader(
             data, sampler, cfg.data.workers, cfg.data.xflip, cfg.train.seed, pin_memory=pin, crop_scale=crop_scale,
-            on_device=self.on_device,
+            on_device=on_device,
         )  # fmt: skip
         # Decoded on the device (data.decode "gpu", "nvimgcodec") in a thread, the next batch while a step trains.
         self.batches: Any = self.loader
-        if self.decoder is not None:
-            self.batches = device_decode.DecodeAhead(self.loader, rep.device, self.decoder, self._more)
+        if on_device:
+            decoder = device_decode.decoder_of(cfg.data.decode)
+            self.batches = device_decode.DecodeAhead(self.loader, rep.device, decoder, self._more)
         self._companions: list[BatchLoader] = []
 
     def _more(self) -> bool:
@@ -192,9 +192,7 @@ class Feed:
         return real
 
     def close(self) -> None:
-        if self.batches is not self.loader:  # the decode thread first: it may be decoding the loader's next batch
-            self.batches.close()
-        for loader in (self.loader, *self._companions):
+        for loader in (self.batches, *self._companions):  # (a DecodeAhead closes the loader it reads)
             loader.close()
 
 
