@@ -287,3 +287,33 @@ def test_batches_decoded_ahead_in_a_thread_are_those_decoded_in_turn(tmp_path, d
     ahead.close()
     cpu = read_batch(data, steps[0], xflip=True, seed=2, crop_scale=0.3)
     assert (in_turn[0].cpu().float() - cpu.images.float()).abs().mean() < 3  # (nvImageCodec's pixels too)
+
+
+def test_dfl_optimizers_on_the_gpu_update_as_on_the_cpu():
+    # The GPU's parts (multi-tensor kernels over many weights, a large one cut) against the CPU's pieces.
+    from bigbatch.tasks.swap.optim import DEVICE_PART, AdaBelief, RMSprop
+
+    g = torch.Generator().manual_seed(0)
+    shapes = [(DEVICE_PART + 1000,), (64, 3, 3, 3), (64,), (512, 320)]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(3)]
+    for cls in (AdaBelief, RMSprop):
+        out = []
+        for device in ("cpu", "cuda"):
+            params = [torch.nn.Parameter(torch.full(s, 0.5, device=device)) for s in shapes]
+            opt = cls(params, lr=0.01, lr_cos=7)
+            for step in grads:
+                for p, grad in zip(params, step):
+                    p.grad = grad.to(device)
+                opt.step()
+            out.append([p.detach().cpu() for p in params])
+        for a, b in zip(*out):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+    # lr dropout on the GPU: drawn there, about 30% of the elements move, the same ones for the same seed.
+    moved = []
+    for _ in range(2):
+        p = torch.nn.Parameter(torch.zeros(DEVICE_PART + 300_000, device="cuda"))
+        opt = AdaBelief([p], lr=0.01, lr_dropout=0.3, seed=(4,))
+        p.grad = torch.ones_like(p)
+        opt.step()
+        moved.append((p.detach() != 0).cpu())
+    assert torch.equal(moved[0], moved[1]) and 0.29 < float(moved[0].float().mean()) < 0.31

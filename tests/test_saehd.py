@@ -372,6 +372,48 @@ def test_adabelief_and_rmsprop_update_as_dfls():
     torch.testing.assert_close(p.detach()[moved], torch.full_like(p[moved], -0.01 * 0.1 / (0.9 * 0.001**0.5 + 1e-6)))
 
 
+def test_dfl_optimizers_update_a_gpus_parts_as_the_cpus_pieces(monkeypatch):
+    """On a GPU the update runs over parts of many weights at once (multi-tensor kernels): the same
+    arithmetic element by element, so the same bits as the CPU's pieces (here both on CPU)."""
+    from bigbatch.tasks.swap import optim
+
+    shapes = [(700, 400), (3,), (5, 4, 3, 3), (64,), (300, 200), (2, 3)]  # a transposed one: not contiguous
+    grads = [
+        [torch.randn(s, generator=torch.Generator().manual_seed(10 * i + j)) for j, s in enumerate(shapes)]
+        for i in range(3)
+    ]
+
+    def train(cls: type, parts: bool) -> list[torch.Tensor]:
+        params = [torch.nn.Parameter(torch.full(s, 0.5)) for s in shapes]
+        params[-1] = torch.nn.Parameter(torch.full((3, 2), 0.5).t())
+        opt = cls(params, lr=0.01, lr_cos=7)
+        with monkeypatch.context() as m:
+            if parts:  # the GPU's layout, with parts of 70,000 elements: a weight cut, small ones together
+                m.setattr(optim, "_on_cpu", optim._on_device)
+                m.setattr(optim, "DEVICE_PART", 70_000)
+            for step in grads:
+                for p, g in zip(params, step):
+                    p.grad = g.reshape(p.shape)
+                opt.step()
+        return [p.detach().clone() for p in params] + [t for s in opt.state.values() for t in s.values()]
+
+    for cls in (optim.AdaBelief, optim.RMSprop):
+        for a, b in zip(train(cls, False), train(cls, True)):
+            assert torch.equal(a, b), cls.__name__
+    # lr dropout in parts: about 30% of the elements move, and the same ones for the same seed (every rank).
+    monkeypatch.setattr(optim, "_on_cpu", optim._on_device)
+    monkeypatch.setattr(optim, "DEVICE_PART", 70_000)
+    moved = []
+    for _ in range(2):
+        p = torch.nn.Parameter(torch.zeros(300_000))
+        opt = optim.AdaBelief([p], lr=0.01, lr_dropout=0.3, seed=(4,))
+        p.grad = torch.ones(300_000)
+        opt.step()
+        moved.append(p.detach() != 0)
+    assert torch.equal(moved[0], moved[1]) and 0.29 < float(moved[0].float().mean()) < 0.31
+    assert 0.25 < float(moved[0][-30_000:].float().mean()) < 0.35
+
+
 def test_a_dfl_model_folder_reads_as_an_rgb_model_and_writes_back(tmp_path):
     torch.manual_seed(3)
     model = SAEHD(64, "liae-ud", ae_dims=16, e_dims=8, d_dims=8, d_mask_dims=4)
