@@ -10,7 +10,7 @@ import torch
 
 from bigbatch.config import Config, TrainConfig, register_check
 from bigbatch.data.schedule import Phase, schedule_of
-from bigbatch.engine import dist
+from bigbatch.engine import dist, wrap
 from bigbatch.engine.memory import format_bytes, parse_bytes
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.engine.replicator import Replicator
@@ -40,7 +40,7 @@ def replicator_for(cfg: Config) -> Replicator:
         device=t.device,
         memory_budget=t.memory_budget or None,
         checkpointing=t.checkpointing,
-        compile=compiles(cfg, ctx.device),
+        compile=compile_mode(cfg, ctx.device),
         channels_last=t.channels_last if t.channels_last != "auto" else cfg.task != "swap",
         sync_bn=t.sync_bn,
         grad_clip=t.grad_clip,
@@ -60,14 +60,25 @@ def compiles(cfg: Config, device: torch.device | None = None) -> bool:
     train.compile, with "auto" resolved."""
     t = cfg.train
     if t.compile != "auto":
-        return t.compile
+        return bool(t.compile)
     gan = cfg.task == "gan" and cfg.model.name in COMPILED_BY_DEFAULT and not (t.r1_gamma or t.pl_weight)
     return gan and (device or dist.context(t.device).device).type == "cuda"
 
 
+def compile_mode(cfg: Config, device: torch.device | None = None) -> bool | str:
+    """How a run of `cfg` on `device` compiles its models (the Replicator's `compile`): False, True (torch.compile's
+    default mode) or the mode train.compile names."""
+    mode = cfg.train.compile
+    return compiles(cfg, device) and (mode if mode in wrap.CUDA_GRAPH_MODES else True)
+
+
 def describe_compile(cfg: Config) -> str:
-    """How the plan line and a dry run name compiling: said to be train.compile "auto"'s choice where it is."""
-    return "torch.compile" + (" (train.compile auto)" if cfg.train.compile == "auto" else "")
+    """How the plan line and a dry run name compiling: said to be train.compile "auto"'s choice where it is, and
+    the mode where one is asked for (its CUDA graphs: on a GPU alone)."""
+    mode = cfg.train.compile
+    if mode in wrap.CUDA_GRAPH_MODES:
+        return f"torch.compile mode {mode} (CUDA graphs on a GPU)"
+    return "torch.compile" + (" (train.compile auto)" if mode == "auto" else "")
 
 
 @contextmanager

@@ -147,10 +147,11 @@ class TrainConfig(Section):
     checkpointing: bool = False
     """Activation checkpointing of the blocks each model lists: recompute them in backward instead of
     storing their activations (less memory, about one more forward of time)."""
-    compile: bool | Literal["auto"] = "auto"
+    compile: bool | Literal["auto", "reduce-overhead", "max-autotune"] = "auto"
     """torch.compile the models (after checkpointing, before DDP), cached in $BIGBATCH_CACHE/compile for the
     next run. "auto": on where measured to pay, BigGAN on a CUDA GPU without R1 or pl_weight (1.2-1.8x on an
-    H200), a graph that fails to compile then running eagerly; off elsewhere (on a CPU it does not pay)."""
+    H200), a graph that fails to compile then running eagerly; off elsewhere (on a CPU it does not pay).
+    "reduce-overhead", "max-autotune": torch.compile's modes, which on a GPU replay each step as CUDA graphs."""
     channels_last: bool | Literal["auto"] = "auto"
     """Convolution weights in channels-last (NHWC) memory order, so convolutions run and return NHWC:
     the GAN step 1.16x faster on a CPU, the layout tensor cores want. "auto": on for GANs and classifiers
@@ -316,8 +317,7 @@ class TrainConfig(Section):
         if not 0 < self.pl_decay <= 1:
             self._fail("pl_decay", f"must be a fraction in (0, 1], got {self.pl_decay}")
         names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "model_ema_kimg", "g_ortho", "d_ortho")
-        names += ("warmup_kimg",)
-        for name in (*names, "weight_decay", "pl_weight"):
+        for name in (*names, "warmup_kimg", "weight_decay", "pl_weight"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 

@@ -233,3 +233,9 @@ def test_a_dry_run_says_whether_the_models_compile(capsys):
     assert code == 0 and out.rstrip().endswith("# torch.compile (train.compile auto): off (device cpu)")
     code, out, _ = run_cli(capsys, "train", "--dry-run", "train.compile=true")
     assert code == 0 and out.rstrip().endswith("# torch.compile: on (device cpu)")
+    code, out, _ = run_cli(capsys, "train", "--dry-run", "train.compile=reduce-overhead")
+    assert code == 0 and out.rstrip().endswith(
+        "# torch.compile mode reduce-overhead (CUDA graphs on a GPU): on (device cpu)"
+    )
+    code, _, err = run_cli(capsys, "train", "--dry-run", "train.compile=cudagraphs")
+    assert code == 2 and "train.compile" in err and "'reduce-overhead'" in err and "Traceback" not in err

@@ -72,7 +72,8 @@ def test_compile_auto_is_on_for_biggan_on_a_gpu_alone():
     import torch
 
     import bigbatch
-    from bigbatch.batching import compiles
+    from bigbatch.batching import compile_mode, compiles
+    from bigbatch.engine.wrap import replays
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")  # (a device named, none needed)
     biggan = bigbatch.preset("biggan128_bs2048")
@@ -83,6 +84,13 @@ def test_compile_auto_is_on_for_biggan_on_a_gpu_alone():
         assert not compiles(bigbatch.preset(name), gpu), name
     assert compiles(bigbatch.preset("digits").override({"train.compile": True}), cpu)
     assert not compiles(biggan)  # (the device train.device picks: this CPU)
+    # The mode the Replicator compiles with: torch.compile's default, or CUDA graphs where asked for.
+    assert compile_mode(biggan, gpu) is True and compile_mode(biggan, cpu) is False
+    for mode in ("reduce-overhead", "max-autotune"):
+        asked = biggan.override({"train.compile": mode})
+        assert compile_mode(asked, gpu) == compile_mode(asked, cpu) == mode
+        assert replays(mode, gpu) and not replays(mode, cpu)
+    assert not replays(True, gpu)
 
 
 def test_under_compile_auto_a_graph_that_fails_runs_eagerly_for_the_run_alone(monkeypatch):

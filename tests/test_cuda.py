@@ -317,3 +317,27 @@ def test_dfl_optimizers_on_the_gpu_update_as_on_the_cpu():
         opt.step()
         moved.append((p.detach() != 0).cpu())
     assert torch.equal(moved[0], moved[1]) and 0.29 < float(moved[0].float().mean()) < 0.31
+
+
+def test_cuda_graphs_accumulate_and_train_as_the_default_compile(faces, tmp_path):
+    # train.compile "reduce-overhead": each micro-batch is a new replay of the graphs, the gradients so far
+    # copied out of their memory first (a replay writes over it), so 4 micro-batches of 2 train D as the
+    # default mode's compiled kernels do; SAEHD's discriminators take the autoencoder's outputs as copies.
+    from test_swap import swap_config
+
+    def d_steps(compile):
+        torch.manual_seed(0)
+        _, D = bigbatch.models.create("biggan", 32, 10, ch=8, dim_z=16)
+        rep = bigbatch.Replicator(batch=8, micro_batch=2, precision="bf16", device="cuda", compile=compile)
+        D_train = rep.prepare(D)
+        opt = rep.wrap_optimizer(torch.optim.Adam(D.parameters(), lr=1e-3))
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            batch = (torch.randn(8, 3, 32, 32, generator=g), torch.randint(10, (8,), generator=g))
+            rep.step(lambda m: D_train(m[0], m[1]).square().mean(), batch, opt)
+        return torch.cat([p.detach().flatten() for p in D.parameters()]).cpu()
+
+    torch.testing.assert_close(d_steps("reduce-overhead"), d_steps(True), rtol=1e-5, atol=1e-6)
+    cfg = swap_config(*faces, **{"train.device": "cuda", "train.compile": "reduce-overhead", "train.kimg": 0.008})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "swap", quiet=True)
+    assert (run / "checkpoints" / "latest").exists()

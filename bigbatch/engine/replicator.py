@@ -93,7 +93,7 @@ class Replicator:
     on one rank, or "auto" (the largest that fits `memory_budget`, found by probing the first
     step). precision: "fp32", "bf16" or "fp16" (loss scaling, one GradScaler per optimizer).
     checkpointing: activation-checkpoint the blocks each model lists in `checkpoint_blocks`.
-    compile: torch.compile each prepared model. channels_last: its convolutions in NHWC memory order.
+    compile: torch.compile each prepared model (True or a mode). channels_last: convolutions in NHWC order.
     sync_bn: BatchNorm statistics over the same micro-batch index on all ranks (else per rank).
     grad_clip: clip the global gradient norm to this (0: off). A step whose gradients are not finite
     is skipped; more than `skip_limit` of the last `skip_window` steps (at least 5) skipped stops training."""
@@ -107,7 +107,7 @@ class Replicator:
         device: str = "auto",
         memory_budget: str | int | None = None,
         checkpointing: bool = False,
-        compile: bool = False,
+        compile: bool | str = False,
         channels_last: bool = False,
         sync_bn: bool = False,
         grad_clip: float = 0.0,
@@ -236,6 +236,7 @@ class Replicator:
         self._micro_hooks.append(hook)
 
     def _before_micro_batch(self, index: int) -> None:
+        wrap.new_micro_batch(self.compile, self.device, (p for p, _ in self.models), index)
         for module in self._micro_modules:
             module.before_micro_batch(index)
         for hook in self._micro_hooks:

@@ -209,11 +209,12 @@ def prepare(
     *,
     sync_bn: bool = False,
     checkpointing: bool | Iterable[str] = False,
-    compile: bool = False,
+    compile: bool | str = False,
     channels_last: bool = False,
 ) -> nn.Module:
     """Place `model` and wrap it: cross-rank BN → activation checkpointing → torch.compile → DDP.
     `channels_last`: its 4-d weights in NHWC order, so that convolutions run and return channels-last.
+    `compile`: True or torch.compile's mode ("default", "reduce-overhead", "max-autotune").
 
     `checkpointing=True` checkpoints the blocks the model lists in `checkpoint_blocks`; a list of
     submodule names checkpoints those. The model is modified in place; the returned module is what
@@ -239,7 +240,7 @@ def prepare(
             if isinstance(vars(m).get("forward"), _CheckpointedForward):
                 disable_marked(m.forward)
                 m.forward.compile()
-        wrapped = torch.compile(wrapped)
+        wrapped = torch.compile(wrapped, mode=compile if isinstance(compile, str) else None)
     if world_size > 1:
         ids = [device.index] if device.type == "cuda" else None
         # Buffers are not re-broadcast at each forward: spectral-norm vectors advance identically on
@@ -248,6 +249,29 @@ def prepare(
         if sums_in_rank_order(device):
             wrapped.register_comm_hook(None, _sum_in_rank_order)
     return wrapped
+
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that replay CUDA graphs
+
+
+def replays(compile: bool | str, device: torch.device) -> bool:
+    """Whether models compiled with `compile` (see prepare) on `device` run as CUDA graphs."""
+    return compile in CUDA_GRAPH_MODES and device.type == "cuda"
+
+
+def new_micro_batch(compile: bool | str, device: torch.device, models: Iterable[nn.Module], index: int) -> None:
+    """Before micro-batch `index` of a step, where `models` replay CUDA graphs (`replays`): a new replay of
+    each graph begins (torch.compiler.cudagraph_mark_step_begin), and the gradients so far leave the graphs'
+    memory, which the replay writes over (autograd keeps a backward graph's output as a parameter's first
+    gradient; later micro-batches add to it in place)."""
+    if not replays(compile, device):
+        return
+    if index > 0:
+        for model in models:
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad = p.grad.clone()
+    torch.compiler.cudagraph_mark_step_begin()
 
 
 def sums_in_rank_order(device: torch.device) -> bool:

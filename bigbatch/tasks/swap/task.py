@@ -41,6 +41,7 @@ from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.split import holdout
 from bigbatch.data.streams import COLOUR, ORDER_B, WARP, generator
 from bigbatch.engine.replicator import Replicator
+from bigbatch.engine.wrap import replays
 from bigbatch.errors import BigbatchError
 from bigbatch.sampling import BLACK, captioned_sheet
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
@@ -393,8 +394,9 @@ class SwapTask:
                 anti = 1 - blur
                 total = total + 0.02 * ((pred_src - src_t) * anti).float().square().mean(dim=(1, 2, 3))
                 total = total + 1e-6 * _total_variation_mse(pred_src)
-        if self.discs:  # the discriminators' steps take what this forward computed
-            self._kept.append((src_code.detach(), dst_code.detach(), fake_in.detach(), real_in.detach()))
+        if self.discs:  # the discriminators' steps take what this forward computed (copied out of CUDA graphs)
+            own = (lambda t: t.detach().clone()) if replays(self.rep.compile, self.rep.device) else torch.Tensor.detach
+            self._kept.append(tuple(own(t) for t in (src_code, dst_code, fake_in, real_in)))
         return {
             "loss": total.mean() * self.rep.batch,
             "src_loss": src_loss.detach().mean(),
