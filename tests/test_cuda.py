@@ -341,3 +341,27 @@ def test_cuda_graphs_accumulate_and_train_as_the_default_compile(faces, tmp_path
     cfg = swap_config(*faces, **{"train.device": "cuda", "train.compile": "reduce-overhead", "train.kimg": 0.008})
     run = bigbatch.train(cfg, run_dir=tmp_path / "swap", quiet=True)
     assert (run / "checkpoints" / "latest").exists()
+
+
+def test_the_optimizers_are_fused_on_the_gpu_and_resume_bit_exact(tiny, tmp_path):
+    # Adam (the GAN's) and SGD (the classifier's; AdamW as well) run their fused kernels on a GPU; with deterministic
+    # kernels, a resumed run ends with the bits of the run left alone (the fused optimizers' state resumed).
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    def weights(run):
+        return {n: (run / "checkpoints" / "000000.512" / f"{n}.safetensors").read_bytes() for n in ("G", "D", "G_ema")}
+
+    cfg = tiny.override({"train.device": "cuda", "train.deterministic": True})
+    classifier = bigbatch.preset("fashion_resnet").override(
+        {"data.path": "builtin:digits", "data.val_path": "", "data.resolution": 16, "model.name": "resnet_cifar",
+         "model.ch": 8, "model.options": {"depth": 8}, "train.batch": 32, "train.device": "cuda", "eval.every_kimg": 0}
+    )  # fmt: skip
+    for setting, names in ((cfg, ("opt_G", "opt_D")), (classifier, ("opt",))):
+        with replicator_for(setting) as rep:
+            task = build_task(setting, rep, training_data(setting))
+            assert all(getattr(task, n).defaults["fused"] for n in names), names
+    whole = weights(bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True))
+    bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "parts", quiet=True)
+    assert weights(bigbatch.train(cfg, run_dir=tmp_path / "parts", resume=True, quiet=True)) == whole

@@ -30,3 +30,10 @@ def autocast(precision: str, device: torch.device) -> ContextManager:
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     """A dynamic loss scaler, enabled only for fp16 (bf16 has fp32's exponent range and needs none)."""
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def optimizer_kernels(device: torch.device) -> dict[str, bool]:
+    """torch.optim's Adam, AdamW and SGD options for weights on `device`: on a CUDA GPU their fused kernels (one
+    pass over all the weights a step in a few launches, where the for-each kernels torch picks there by default
+    pass over them once per arithmetic op); on CPU torch's default, the bits the CPU's tests pin."""
+    return {"fused": True} if device.type == "cuda" else {}

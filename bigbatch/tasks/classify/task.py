@@ -151,11 +151,13 @@ def build(
     groups = param_groups(net, t.weight_decay, t.norm_decay)
     if t.freeze_kimg or t.body_lr_mult != 1:  # fine-tuning: the body's groups apart from the head's
         groups = body_and_head(groups, net, t.body_lr_mult)
+    kernels = prec.optimizer_kernels(rep.device)  # (fused on a GPU)
     if t.optimizer == "sgd":
-        opt = torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum, nesterov=t.nesterov and t.momentum > 0)
+        nesterov = t.nesterov and t.momentum > 0
+        opt = torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum, nesterov=nesterov, **kernels)
     else:
         betas = t.betas if t.changed("betas") else ADAMW_BETAS
-        opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps)
+        opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps, **kernels)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
     stored = stored_side(data)

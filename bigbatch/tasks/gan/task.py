@@ -25,6 +25,7 @@ from bigbatch.data.loader import Batch, Step, read_batch
 from bigbatch.data.schedule import schedule_of
 from bigbatch.data.streams import AUG_D, AUG_G, PATH_LENGTH, Z_D, Z_G, GlobalOrder, generator, row_seeds
 from bigbatch.engine.ema import make_ema, update_ema
+from bigbatch.engine.precision import optimizer_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.models.layers import set_sn_every_micro_batch
@@ -128,7 +129,8 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     G_ema.to(rep.device)
 
     def adam(net: nn.Module, lr: float) -> torch.optim.Optimizer:
-        return torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr, betas=t.betas, eps=t.adam_eps)
+        trained = [p for p in net.parameters() if p.requires_grad]
+        return torch.optim.Adam(trained, lr=lr, betas=t.betas, eps=t.adam_eps, **optimizer_kernels(rep.device))
 
     opt_G, opt_D = rep.wrap_optimizer(adam(G, t.g_lr), "G"), rep.wrap_optimizer(adam(D, t.d_lr), "D")
     # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.
