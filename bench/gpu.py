@@ -368,7 +368,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "stylegan2-fp32": (functools.partial(stylegan2, precision="fp32"), 120),
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
-    "cuda-tests": (cuda_tests, 180),
+    "cuda-tests": (cuda_tests, 240),
 }
 # Issue 43's targets first (bf16, as trained by default), the CUDA tests (the new CUDA paths), then compiling
 # (minutes of it: the compile parts at once, run_in_turns) and what loads from its cache; then the extras,
