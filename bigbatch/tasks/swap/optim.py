@@ -84,7 +84,7 @@ def _on_cpu(tensors: list[list[torch.Tensor]], keys: tuple[int, ...] | None, kee
     parameter, from one CPU stream keyed by `keys`."""
     draw = generator(*keys) if keys is not None else None
     for group in tensors:
-        masks = [torch.rand(group[0].shape, generator=draw) < keep] if draw is not None else []
+        masks = [torch.rand(group[0].shape, generator=draw, device=group[0].device) < keep] if draw is not None else []
         whole = group + masks
         for piece in (
             zip(*(t.view(-1).split(PIECE) for t in whole)) if all(t.is_contiguous() for t in whole) else [whole]
