@@ -128,8 +128,8 @@ def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compil
         "fall in training.",
         "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
         "output), median of 5 after 2 untimed; above 1 the one op is faster.",
-        "- biggan-bf16-profile: busy is the kernels' time over the wall time (below 100%, the GPU waited on the "
-        "CPU); the kinds and ops: the device time of the kernels each op launched itself.",
+        "- The profile rows (BigGAN, SAEHD, ResNet-50): busy is the kernels' time over the wall time (below 100%, "
+        "the GPU waited on the CPU); the kinds and ops: the device time of the kernels each op launched itself.",
         f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}; CUDA allocator "
         f"settings: {allocator}.",
         "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",

@@ -3,7 +3,8 @@ budget): BigGAN-128 img/s and peak memory in fp32 and bf16, eager and under trai
 in a new process from the compile cache the first compile left, as a resumed run does; bf16 as CUDA graphs,
 train.compile = "reduce-overhead", as ResNet-50 is too; profiled eager and
 compiled, where the device's time goes: torch.profiler), its memory plan at batch 2048 in 6 GiB; SAEHD 512
-df-ud at batch 8 in 6 GiB; ResNet-50 at 224 px in bf16, eager (with and without cuDNN's autotuning) and
+df-ud at batch 8 in 6 GiB, and profiled; ResNet-50 at 224 px in bf16, eager (with and without cuDNN's autotuning,
+and profiled) and
 compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode by every core, nvJPEG,
 nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
 network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
@@ -60,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
 from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
+from _gpu_profile import biggan_profile, describe_gan, resnet50_profile, saehd_profile  # noqa: E402
 from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
 from _gpu_sizes import CLASSES, COMPILE_WARMUP, REPO, SIZES, config, of_peak, timed  # noqa: E402
 from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E402
@@ -68,14 +70,9 @@ from _swap import synthetic_faces  # noqa: E402
 from throughput import count_flops, measure, measure_swap  # noqa: E402
 
 from bigbatch.batching import plan_micro_batch  # noqa: E402
-from bigbatch.config import Config  # noqa: E402
 from bigbatch.engine import compile_cache  # noqa: E402
 from bigbatch.engine.determinism import run_kernels  # noqa: E402
 from bigbatch.engine.memory import format_bytes  # noqa: E402
-
-
-def describe_gan(cfg: Config) -> str:
-    return f"BigGAN {cfg.data.resolution} px ch {cfg.model.ch}, {CLASSES} classes, batch {cfg.train.batch}"
 
 
 def biggan(args: argparse.Namespace, precision: str, compile: bool | str, again: bool = False) -> dict:
@@ -157,58 +154,6 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False) -
         "s_per_iter": t.batch / r["img_per_s"],
         "peak": r["peak"],
         "note": note,
-    }
-
-
-def biggan_profile(args: argparse.Namespace, compile: bool = False) -> dict:
-    """Where BigGAN-128's bf16 iteration (the biggan-bf16 part's) goes on the device: torch.profiler over 2
-    iterations after 2 untimed; the device's busy share of the wall time, and that time by kind of op
-    (bench/throughput_all.py's kinds) and by op. On CPU (the dry run) the device is the CPU: self CPU time.
-    `compile`: the step as a GPU trains it by default (train.compile "auto"), after the compile parts (their
-    cache); its first untimed iterations compile."""
-    from throughput_all import kind_of
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    cfg = config(args, "gan").override({"train.compile": compile})
-    task, rep = gan_task(cfg, CLASSES, precision="bf16", micro_batch=SIZES[args.sizes]["gan_micro"])
-    device, steps, cuda = rep.device, 2, rep.device.type == "cuda"
-
-    def iterations(first: int) -> None:
-        for i in range(first, first + steps):
-            task.d_step(i * cfg.train.batch)
-            task.g_step(i)
-        sync(device)
-
-    for _ in range(COMPILE_WARMUP // steps + 1 if compile else 1):
-        iterations(0)
-    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
-        t = time.perf_counter()
-        iterations(steps)
-        wall_ms = 1e3 * (time.perf_counter() - t) / steps
-    rows = prof.key_averages()
-    ops = [a for a in rows if a.device_type == DeviceType.CPU]
-    kernels = [a for a in rows if a.device_type != DeviceType.CPU] if cuda else ops  # on CPU the ops are the work
-
-    def own(a) -> float:  # ms per iteration on the device
-        return (a.self_device_time_total if cuda else a.self_cpu_time_total) / 1e3 / steps
-
-    busy_ms = sum(own(a) for a in kernels)
-    kinds: dict[str, float] = {}
-    for a in ops:
-        kind = kind_of(a.key)
-        kinds[kind] = kinds.get(kind, 0.0) + own(a)
-    share = lambda ms: f"{100 * ms / busy_ms:.0f}%"  # noqa: E731
-    by_kind = ", ".join(f"{k} {share(v)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v > 0)
-    top = ", ".join(f"`{a.key}` {own(a):.1f} ms" for a in sorted(ops, key=own, reverse=True)[:8])
-    return {
-        "setting": f"{describe_gan(cfg)}, bf16{', train.compile' * compile}, micro-batch {rep.plan.micro_batch}: "
-        f"torch.profiler over {steps} "
-        f"iterations after {steps} untimed",
-        "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
-        "s_per_iter": wall_ms / 1e3,
-        "note": f"{'GPU' if cuda else 'CPU'} busy {busy_ms:.0f} of {wall_ms:.0f} ms an iteration under the profiler "
-        f"({100 * busy_ms / wall_ms:.0f}%); by kind: {by_kind}; top ops: {top}",
     }
 
 
@@ -365,6 +310,8 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "attention": (attention, 60),
     "biggan-bf16-profile": (biggan_profile, 90),
     "biggan-bf16-compile-profile": (functools.partial(biggan_profile, compile=True), 120),
+    "saehd512-profile": (saehd_profile, 120),
+    "resnet50-profile": (resnet50_profile, 90),
     "stylegan2-fp32": (functools.partial(stylegan2, precision="fp32"), 120),
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
@@ -374,12 +321,17 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
 # (minutes of it: the compile parts at once, run_in_turns) and what loads from its cache; then the extras,
 # measured before, where --budget cuts.
 RUN_ORDER = ["biggan-bf16", "resnet50", "jpeg-decode", "jpeg-decode-nvimgcodec", "resnet50-fed", "saehd512"]
-RUN_ORDER += ["stylegan2-bf16", "cuda-tests", "biggan-bf16-profile"]
+RUN_ORDER += ["stylegan2-bf16", "cuda-tests", "biggan-bf16-profile", "saehd512-profile", "resnet50-profile"]
 RUN_ORDER += ["biggan-bf16-compile", "biggan-bf16-compile-cudagraphs", "stylegan2-bf16-compile", "resnet50-compile"]
 RUN_ORDER += ["resnet50-compile-cudagraphs", "biggan-bf16-compile-again"]
 RUN_ORDER += ["biggan-bf16-compile-profile", "biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16"]
 RUN_ORDER += ["biggan-fp32-compile", "stylegan2-fp32", "resample", "attention"]
-BUDGETED = {"biggan-plan-fp32", "biggan-plan-bf16", "saehd512"}  # parts whose config has train.memory_budget
+BUDGETED = {
+    "biggan-plan-fp32",
+    "biggan-plan-bf16",
+    "saehd512",
+    "saehd512-profile",
+}  # parts whose config has train.memory_budget
 # Compiled at once, timed one at a time (biggan-fp32-compile, an extra, alone at the end).
 IN_TURNS = {"biggan-bf16-compile", "stylegan2-bf16-compile", "resnet50-compile"}
 IN_TURNS |= {"biggan-bf16-compile-cudagraphs", "resnet50-compile-cudagraphs"}
