@@ -448,10 +448,12 @@ def test_spectral_norm_under_accumulation_compiles_one_graph_and_iterates_once_a
         opt = rep.wrap_optimizer(torch.optim.SGD(D.parameters(), lr=0.1))
         x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
         layer = next(m for m in D.modules() if isinstance(m, SNConv2d))
-        u, weights = layer.sn_u.clone(), []
+        u, weights, memory = layer.sn_u.clone(), [], (layer.sn_u.data_ptr(), layer.sn_v.data_ptr())
         for _ in range(2):
             weights.append(layer.weight.detach().flatten(1).clone())
             rep.step(lambda x: D_train(x).square().mean(), x, opt)
+        # u and v advance in their own memory: CUDA graphs read the buffers where they were recorded.
+        assert (layer.sn_u.data_ptr(), layer.sn_v.data_ptr()) == memory
         return D, layer, u, weights
 
     torch._dynamo.reset()

@@ -43,9 +43,11 @@ class SpectralNorm:
         self.iterate_before_forward(index == 0 or self.sn_every_micro_batch)
 
     def iterate_before_forward(self, now: bool) -> None:
-        """A power iteration now if `now` (in training mode), and none in the forwards that follow."""
+        """A power iteration now if `now` (in training mode), and none in the forwards that follow. Its vectors
+        are written into u's and v's own memory: no graph holds them between micro-batches, and CUDA graphs
+        read the buffers where they were recorded (new tensors would be a new recording a step)."""
         if now and self.training:
-            self._power_iteration()
+            self._power_iteration(in_place=True)
         self.sn_update = False
 
     def _init_sn(self, eps: float) -> None:
@@ -65,12 +67,16 @@ class SpectralNorm:
             sigma = (self.sn_u @ w @ self.sn_v.t()).squeeze()
             return self.weight / sigma
 
-    def _power_iteration(self) -> None:
+    def _power_iteration(self, in_place: bool = False) -> None:
         with torch.no_grad(), torch.autocast(self.weight.device.type, enabled=False):
             w = self.weight.flatten(1)
             v = F.normalize(self.sn_u @ w, dim=1, eps=self.sn_eps)
             u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
-        # New tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
+            if in_place:
+                self.sn_u.copy_(u)
+                self.sn_v.copy_(v)
+                return
+        # In a forward, new tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
         self.sn_u, self.sn_v = u, v
 
 
