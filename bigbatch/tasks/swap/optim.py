@@ -72,7 +72,7 @@ class _DFLOptimizer(torch.optim.Optimizer):
 
 
 PIECE = 1 << 18  # elements: on CPU, what the update's passes go over while it is in cache
-DEVICE_PART = 1 << 24  # elements: on a GPU, what the update's passes go over at once (bounds its temporaries)
+DEVICE_PART = 1 << 22  # elements: on a GPU, what the update's passes go over at once (its temporaries: 64 MiB)
 Part = tuple[list[torch.Tensor], ...]  # (parameters, gradients, each moment, lr dropout masks): matching pieces
 
 
@@ -94,7 +94,7 @@ def _on_cpu(tensors: list[list[torch.Tensor]], keys: tuple[int, ...] | None, kee
 
 def _on_device(tensors: list[list[torch.Tensor]], keys: tuple[int, ...] | None, keep: float) -> Iterator[Part]:
     """On a GPU, the parameters in parts of about DEVICE_PART elements (many small ones together, a large
-    one cut into pieces), each part's passes as multi-tensor kernels: a few dozen launches a step where
+    one cut into pieces), each part's passes as multi-tensor kernels: about 600 launches a step where
     CPU-sized pieces took ten thousand (SAEHD 512's 251M weights, 86 tensors). Its lr dropout masks are
     drawn on the device, piece by piece, from a device stream keyed by `keys` (the same on every rank)."""
     draw = generator(*keys, device=tensors[0][0].device) if keys is not None and tensors else None
