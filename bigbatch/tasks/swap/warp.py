@@ -37,16 +37,17 @@ def draw(n: int, g: torch.Generator, flip: bool) -> tuple[torch.Tensor, ...]:
 
 def _flow(offsets: torch.Tensor, cells: torch.Tensor, size: int) -> torch.Tensor:
     """(n, 2, size, size) displacements, normalised units: each image's coarse grid of cells + 1 points
-    (the border ones fixed) resized to size + cell and cropped by half a cell, as DFL does."""
+    (the border ones fixed) resized to size + cell and cropped by half a cell, as DFL does. Every image's
+    grid at every cell count, each image then taking its own: no step waits on the device to learn which
+    images have which count (a resize is image by image, so the same values)."""
     flow = offsets.new_zeros(len(offsets), 2, size, size)
-    for c in cells.unique().tolist():
-        pick = cells == c
-        coarse = offsets.new_zeros(int(pick.sum()), 2, c + 1, c + 1)
-        coarse[:, :, 1:-1, 1:-1] = offsets[pick][:, :, : c - 1, : c - 1] * (0.24 * 2 / c)
+    for c in CELLS:
+        coarse = offsets.new_zeros(len(offsets), 2, c + 1, c + 1)
+        coarse[:, :, 1:-1, 1:-1] = offsets[:, :, : c - 1, : c - 1] * (0.24 * 2 / c)
         cell = size // c
         full = F.interpolate(coarse, size=(size + cell, size + cell), mode="bilinear", align_corners=False)
         half = cell // 2
-        flow[pick] = full[:, :, half : half + size, half : half + size]
+        flow = torch.where((cells == c)[:, None, None, None], full[:, :, half : half + size, half : half + size], flow)
     return flow
 
 
