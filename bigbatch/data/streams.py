@@ -8,7 +8,11 @@ resumed run draws exactly what the uninterrupted run would have.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -24,6 +28,28 @@ def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torc
     """A torch.Generator whose stream depends only on `seed` and the non-negative integer `keys`."""
     state = np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, *keys]).generate_state(1, np.uint64)[0]
     return torch.Generator(device=device).manual_seed(int(state))
+
+
+def per_row(seeds: list[int], draw: Callable[[int, torch.Generator], T]) -> list[T]:
+    """`draw(i, g)` for each row i, g a CPU generator seeded with seeds[i], in threads: torch's samplers let go
+    of the GIL, and each row's stream is its own, so the same draws as one after another (StyleGAN2's noise
+    images, 11M numbers a batch of 64 at 256 px, took 40 ms a forward on one core)."""
+    rows = range(len(seeds))
+    if len(seeds) < 2:
+        return [draw(i, torch.Generator().manual_seed(seeds[i])) for i in rows]
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="bigbatch-draws"))
+    return list(_POOL[0].map(lambda i: draw(i, torch.Generator().manual_seed(seeds[i])), rows))
+
+
+def host_rows(n: int, size: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """An empty (n, *size) float32 tensor on the host for rows drawn there, in pinned memory when they go to a
+    CUDA device (copied with non_blocking=True: the host does not wait for the device's queue)."""
+    return torch.empty((n, *size), pin_memory=device.type == "cuda")
+
+
+T = TypeVar("T")
+_POOL: list[ThreadPoolExecutor] = []
 
 
 def row_seeds(t: torch.Tensor, salt: int = 0) -> list[int]:

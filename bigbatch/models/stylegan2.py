@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.compiling import eager
-from bigbatch.data.streams import row_seeds
+from bigbatch.data.streams import host_rows, per_row, row_seeds
 from bigbatch.errors import BigbatchError
 from bigbatch.models.registry import register
 
@@ -253,20 +253,23 @@ class StyleGAN2Generator(nn.Module):
         layers = self._layers()
         sizes = [layer.resolution**2 for layer in layers]
         n = len(z)
-        noise_rows, mix_rows = [], []
-        for seed in row_seeds(z):
-            g = torch.Generator().manual_seed(seed)
+        flat = host_rows(n, (sum(sizes),), z.device) if noise else None
+
+        def draw(i: int, g: torch.Generator) -> torch.Tensor | None:
+            row = None
             if mix:
                 mixes = bool(torch.rand((), generator=g) < self.mixing)
                 cut = int(torch.randint(1, self.num_ws, (), generator=g)) if mixes else self.num_ws
-                mix_rows.append(torch.cat([torch.randn(self.dim_z, generator=g), torch.tensor([float(cut)])]))
-            if noise:
-                noise_rows.append(torch.randn(sum(sizes), generator=g))
+                row = torch.cat([torch.randn(self.dim_z, generator=g), torch.tensor([float(cut)])])
+            if flat is not None:
+                torch.randn(sum(sizes), generator=g, out=flat[i])
+            return row
+
+        mix_rows = per_row(row_seeds(z), draw)
         mixed = torch.stack(mix_rows).to(z.device) if mix else None
-        if not noise:
+        if flat is None:
             return [None] * len(layers), mixed
-        flat = torch.stack(noise_rows).to(z.device)
-        parts = flat.split(sizes, dim=1)
+        parts = flat.to(z.device, non_blocking=True).split(sizes, dim=1)
         return [p.view(n, 1, layer.resolution, layer.resolution) for p, layer in zip(parts, layers)], mixed
 
     @torch.no_grad()

@@ -23,7 +23,18 @@ from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.loader import Batch, Step, read_batch
 from bigbatch.data.schedule import schedule_of
-from bigbatch.data.streams import AUG_D, AUG_G, PATH_LENGTH, Z_D, Z_G, GlobalOrder, generator, row_seeds
+from bigbatch.data.streams import (
+    AUG_D,
+    AUG_G,
+    PATH_LENGTH,
+    Z_D,
+    Z_G,
+    GlobalOrder,
+    generator,
+    host_rows,
+    per_row,
+    row_seeds,
+)
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import optimizer_kernels
 from bigbatch.engine.replicator import Replicator
@@ -357,10 +368,9 @@ class GANTask:
             return torch.zeros((), device=self.rep.device), torch.zeros((), device=self.rep.device)
         images, ws = self.G(z, y, return_ws=True)
         n, c, h, w = images.shape
-        noise = torch.stack(
-            [torch.randn(c, h, w, generator=torch.Generator().manual_seed(s)) for s in row_seeds(z, PATH_LENGTH)]
-        )
-        noise = noise.to(images.device) / math.sqrt(h * w)
+        noise = host_rows(n, (c, h, w), images.device)
+        per_row(row_seeds(z, PATH_LENGTH), lambda i, g: torch.randn(c, h, w, generator=g, out=noise[i]))
+        noise = noise.to(images.device, non_blocking=True) / math.sqrt(h * w)
         (grads,) = torch.autograd.grad((images.float() * noise).sum(), ws, create_graph=True)
         lengths = grads.float().square().sum(dim=2).mean(dim=1).sqrt()
         return (lengths - self.pl_mean).square().sum(), lengths.detach().sum()
