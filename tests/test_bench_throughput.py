@@ -105,3 +105,18 @@ def test_compile_start_times_a_cold_start_then_one_from_the_cache():
     assert cold.strip() == "1, cold (empty cache)" and warm.strip() == "2, warm"
     assert int(cold_hits) == 0 and int(hits) == int(warm_graphs) == int(graphs) > 0
     assert int(cold_left) == int(left) == 0 and float(warm_s) < float(cold_s)
+
+
+def test_host_ops_counts_fewer_launches_for_a_gpus_optimizer_and_ema_step():
+    # bench/host_ops.py: SAEHD's optimizer step over multi-tensor parts and G_ema's update as multi-tensor
+    # kernels dispatch a fraction of the ops the CPU's way does (each at least one kernel launch on a GPU).
+    import subprocess
+
+    script = Path(__file__).parent.parent / "bench" / "host_ops.py"
+    out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r.split(" | ")[0].strip("| "): r.split(" | ")[2:] for r in out.stdout.splitlines() if r.startswith("| ")}
+    for name in ("SAEHD 64 px df-ud 32/16/16/8: AdaBelief step", "BigGAN 32 px ch 8: G_ema update"):
+        before, now = (int(c.strip(" |").replace(",", "")) for c in rows[name])
+        assert 0 < 10 * now < before, (name, before, now)
+    assert any(name.startswith("StyleGAN2 64 px, batch 8") for name in rows)

@@ -30,12 +30,13 @@ def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torc
     return torch.Generator(device=device).manual_seed(int(state))
 
 
-def per_row(seeds: list[int], draw: Callable[[int, torch.Generator], T]) -> list[T]:
-    """`draw(i, g)` for each row i, g a CPU generator seeded with seeds[i], in threads: torch's samplers let go
-    of the GIL, and each row's stream is its own, so the same draws as one after another (StyleGAN2's noise
-    images, 11M numbers a batch of 64 at 256 px, took 40 ms a forward on one core)."""
+def per_row(seeds: list[int], draw: Callable[[int, torch.Generator], T], numbers: int) -> list[T]:
+    """`draw(i, g)` for each row i, g a CPU generator seeded with seeds[i], in threads where each row draws enough
+    `numbers` to pay for them: torch's samplers let go of the GIL, and each row's stream is its own, so the same
+    draws as one after another (StyleGAN2's noise images, 11M numbers a batch of 64 at 256 px, took 70-90 ms
+    a forward on one core of this project's CPU: bench/host_ops.py)."""
     rows = range(len(seeds))
-    if len(seeds) < 2:
+    if len(seeds) < 2 or numbers < ROW_THREADS_FROM:
         return [draw(i, torch.Generator().manual_seed(seeds[i])) for i in rows]
     if not _POOL:
         _POOL.append(ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="bigbatch-draws"))
@@ -50,6 +51,7 @@ def host_rows(n: int, size: tuple[int, ...], device: torch.device) -> torch.Tens
 
 T = TypeVar("T")
 _POOL: list[ThreadPoolExecutor] = []
+ROW_THREADS_FROM = 1 << 15  # numbers a row: below, a thread's hand-over costs more than the row's draws
 
 
 def row_seeds(t: torch.Tensor, salt: int = 0) -> list[int]:

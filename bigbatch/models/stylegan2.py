@@ -265,7 +265,7 @@ class StyleGAN2Generator(nn.Module):
                 torch.randn(sum(sizes), generator=g, out=flat[i])
             return row
 
-        mix_rows = per_row(row_seeds(z), draw)
+        mix_rows = per_row(row_seeds(z), draw, sum(sizes) if noise else self.dim_z)
         mixed = torch.stack(mix_rows).to(z.device) if mix else None
         if flat is None:
             return [None] * len(layers), mixed

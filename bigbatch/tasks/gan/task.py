@@ -369,7 +369,7 @@ class GANTask:
         images, ws = self.G(z, y, return_ws=True)
         n, c, h, w = images.shape
         noise = host_rows(n, (c, h, w), images.device)
-        per_row(row_seeds(z, PATH_LENGTH), lambda i, g: torch.randn(c, h, w, generator=g, out=noise[i]))
+        per_row(row_seeds(z, PATH_LENGTH), lambda i, g: torch.randn(c, h, w, generator=g, out=noise[i]), c * h * w)
         noise = noise.to(images.device, non_blocking=True) / math.sqrt(h * w)
         (grads,) = torch.autograd.grad((images.float() * noise).sum(), ws, create_graph=True)
         lengths = grads.float().square().sum(dim=2).mean(dim=1).sqrt()
