@@ -365,3 +365,16 @@ def test_the_optimizers_are_fused_on_the_gpu_and_resume_bit_exact(tiny, tmp_path
     whole = weights(bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True))
     bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "parts", quiet=True)
     assert weights(bigbatch.train(cfg, run_dir=tmp_path / "parts", resume=True, quiet=True)) == whole
+
+
+def test_a_run_as_cuda_graphs_resumes_bit_exact(tiny, tmp_path):
+    # Issue 43's point 5: replayed graphs run the kernels the recording ran, so a resumed run (recorded again)
+    # ends with the bits of the run left alone.
+    def weights(run):
+        return {n: (run / "checkpoints" / "000000.256" / f"{n}.safetensors").read_bytes() for n in ("G", "D", "G_ema")}
+
+    cfg = tiny.override({"train.device": "cuda", "train.deterministic": True, "train.compile": "reduce-overhead",
+                         "train.kimg": 0.256, "checkpoint.every_kimg": 0.128})  # fmt: skip
+    whole = weights(bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True))
+    bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "parts", quiet=True)
+    assert weights(bigbatch.train(cfg, run_dir=tmp_path / "parts", resume=True, quiet=True)) == whole
