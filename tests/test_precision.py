@@ -131,3 +131,27 @@ def test_a_new_budget_on_resume_plans_again_and_a_fixed_micro_batch_says_it_igno
     assert capsys.readouterr().err.count('train.memory_budget is read by micro_batch "auto" only') == 1
     assert main(["train", "--dry-run", "train.micro_batch=32", "train.memory_budget=4MiB"]) == 0  # (it said nothing)
     assert 'train.memory_budget is read by micro_batch "auto" only' in capsys.readouterr().err
+
+
+def test_a_resumed_optimizer_keeps_its_own_kernels_and_its_weights_layout():
+    # A checkpoint's param groups carry their run's kernels (fused on a GPU), and its moments their weights'
+    # layout then: resumed on another device, or after train.channels_last switched, the optimizer keeps what
+    # this run made it with (fused kernels refuse a moment laid out unlike its weight).
+    from bigbatch.engine.precision import load_optimizer
+
+    def adam(fused, channels_last):
+        w = torch.nn.Parameter(torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(0)))
+        if channels_last:
+            w.data = w.data.to(memory_format=torch.channels_last)
+        opt = torch.optim.Adam([w], lr=0.1, fused=fused)
+        w.grad = torch.ones_like(w)
+        opt.step()
+        return w, opt
+
+    _, saved = adam(True, False)  # as a GPU run saves it: fused, NCHW
+    w, opt = adam(None, True)
+    load_optimizer(opt, saved.state_dict())
+    assert opt.param_groups[0]["fused"] is None and opt.param_groups[0]["lr"] == 0.1
+    moments = opt.state[w]
+    assert all(moments[k].stride() == w.stride() for k in ("exp_avg", "exp_avg_sq"))
+    torch.testing.assert_close(moments["exp_avg"], saved.state_dict()["state"][0]["exp_avg"], rtol=0, atol=0)

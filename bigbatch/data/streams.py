@@ -8,7 +8,7 @@ resumed run draws exactly what the uninterrupted run would have.
 from __future__ import annotations
 
 import hashlib
-import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,12 +35,13 @@ def per_row(seeds: list[int], draw: Callable[[int, torch.Generator], T], numbers
     `numbers` to pay for them: torch's samplers let go of the GIL, and each row's stream is its own, so the same
     draws as one after another (StyleGAN2's noise images, 11M numbers a batch of 64 at 256 px, took 70-90 ms
     a forward on one core of this project's CPU: bench/host_ops.py)."""
-    rows = range(len(seeds))
-    if len(seeds) < 2 or numbers < ROW_THREADS_FROM:
+    rows, threads = range(len(seeds)), torch.get_num_threads()  # (torchrun's ranks on one node: 1 each)
+    if len(seeds) < 2 or numbers < ROW_THREADS_FROM or threads < 2:
         return [draw(i, torch.Generator().manual_seed(seeds[i])) for i in rows]
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="bigbatch-draws"))
-    return list(_POOL[0].map(lambda i: draw(i, torch.Generator().manual_seed(seeds[i])), rows))
+    with _POOL_LOCK:
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="bigbatch-draws")
+    return list(_POOLS[threads].map(lambda i: draw(i, torch.Generator().manual_seed(seeds[i])), rows))
 
 
 def host_rows(n: int, size: tuple[int, ...], device: torch.device) -> torch.Tensor:
@@ -50,7 +51,8 @@ def host_rows(n: int, size: tuple[int, ...], device: torch.device) -> torch.Tens
 
 
 T = TypeVar("T")
-_POOL: list[ThreadPoolExecutor] = []
+_POOLS: dict[int, ThreadPoolExecutor] = {}  # by size: torch's intra-op threads
+_POOL_LOCK = threading.Lock()
 ROW_THREADS_FROM = 1 << 15  # numbers a row: below, a thread's hand-over costs more than the row's draws
 
 

@@ -37,3 +37,17 @@ def optimizer_kernels(device: torch.device) -> dict[str, bool]:
     pass over all the weights a step in a few launches, where the for-each kernels torch picks there by default
     pass over them once per arithmetic op); on CPU torch's default, the bits the CPU's tests pin."""
     return {"fused": True} if device.type == "cuda" else {}
+
+
+def load_optimizer(opt: torch.optim.Optimizer, state: dict) -> None:
+    """`opt.load_state_dict(state)` keeping what `opt` was made with on this run's device: its kernels (a
+    checkpoint's param groups carry their run's fused/foreach flags, which load_state_dict would take: a CPU
+    checkpoint resumed on a GPU would lose the fused kernels, a GPU one resumed on a CPU take the CPU's fused
+    ones), and each weight's layout in its moments (a checkpoint keeps its run's: fused kernels refuse a
+    channels-last weight whose moment is not, as a resume that switches train.channels_last gives)."""
+    kept = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in opt.param_groups]
+    opt.load_state_dict({**state, "param_groups": [{**s, **k} for s, k in zip(state["param_groups"], kept)]})
+    for p, moments in opt.state.items():
+        for name, v in moments.items():
+            if torch.is_tensor(v) and v.shape == p.shape and v.stride() != p.stride():
+                moments[name] = torch.empty_strided(p.shape, p.stride(), dtype=v.dtype, device=v.device).copy_(v)

@@ -132,7 +132,7 @@ class Replicator:
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
-        self.channels_last = channels_last
+        self.channels_last, self._graph_grads = channels_last, set[int]()  # (the step's copies: wrap.new_micro_batch)
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
         self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
         self._auto = micro_batch == "auto"
@@ -236,7 +236,7 @@ class Replicator:
         self._micro_hooks.append(hook)
 
     def _before_micro_batch(self, index: int) -> None:
-        wrap.new_micro_batch(self.compile, self.device, (p for p, _ in self.models), index)
+        wrap.new_micro_batch(self.compile, self.device, (p for p, _ in self.models), index, self._graph_grads)
         for module in self._micro_modules:
             module.before_micro_batch(index)
         for hook in self._micro_hooks:

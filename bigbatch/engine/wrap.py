@@ -259,18 +259,24 @@ def replays(compile: bool | str, device: torch.device) -> bool:
     return compile in CUDA_GRAPH_MODES and device.type == "cuda"
 
 
-def new_micro_batch(compile: bool | str, device: torch.device, models: Iterable[nn.Module], index: int) -> None:
+def new_micro_batch(
+    compile: bool | str, device: torch.device, models: Iterable[nn.Module], index: int, copied: set[int]
+) -> None:
     """Before micro-batch `index` of a step, where `models` replay CUDA graphs (`replays`): a new replay of
     each graph begins (torch.compiler.cudagraph_mark_step_begin), and the gradients so far leave the graphs'
     memory, which the replay writes over (autograd keeps a backward graph's output as a parameter's first
-    gradient; later micro-batches add to it in place)."""
+    gradient; later micro-batches add to it in place). `copied`: the ids of the step's gradients copied so
+    far (the caller's, emptied at index 0), each copied once. (Activation-checkpointed blocks compile in the
+    default mode: their recomputation runs inside another graph's backward.)"""
     if not replays(compile, device):
         return
-    if index > 0:
-        for model in models:
-            for p in model.parameters():
-                if p.grad is not None:
-                    p.grad = p.grad.clone()
+    if index == 0:
+        copied.clear()
+    for model in models if index > 0 else ():
+        for p in model.parameters():
+            if p.grad is not None and id(p.grad) not in copied:
+                p.grad = p.grad.clone()
+                copied.add(id(p.grad))
     torch.compiler.cudagraph_mark_step_begin()
 
 

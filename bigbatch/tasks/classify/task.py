@@ -351,7 +351,7 @@ class ClassifyTask:
         return {"steps": self.steps, "opt": self.opt.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.opt.load_state_dict(state["opt"])
+        prec.load_optimizer(self.opt, state["opt"])
         self.steps = int(state["steps"])
 
     def model_info(self) -> dict[str, Any]:

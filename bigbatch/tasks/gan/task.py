@@ -36,7 +36,7 @@ from bigbatch.data.streams import (
     row_seeds,
 )
 from bigbatch.engine.ema import make_ema, update_ema
-from bigbatch.engine.precision import optimizer_kernels
+from bigbatch.engine.precision import load_optimizer, optimizer_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.models.layers import set_sn_every_micro_batch
@@ -425,8 +425,8 @@ class GANTask:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.opt_G.load_state_dict(state["opt_G"])
-        self.opt_D.load_state_dict(state["opt_D"])
+        load_optimizer(self.opt_G, state["opt_G"])
+        load_optimizer(self.opt_D, state["opt_D"])
         self.g_steps = int(state["g_steps"])
         self.pl_mean = float(state.get("pl_mean", 0.0))
         if self.augment.on and "augment" in state:
