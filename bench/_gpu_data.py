@@ -110,6 +110,10 @@ def jpeg_decode(args: argparse.Namespace, decode: str = "gpu") -> dict:
         device_s, peak = timed(lambda: device_decode.decode(encoded, device, decoder), device, [], 3, 1)
         crops = [torch.from_numpy(d) for d in encoded.data]
         decoder_s, _ = timed(lambda: decoder(crops, device), device, [], 3, 1)
+        try:
+            engine = hardware_engine(encoded.data, device, n) if decode == "nvimgcodec" else ""
+        except Exception as e:  # noqa: BLE001 -- a diagnostic: its failure said in the row, the figures kept
+            engine = f"; the hardware JPEG engine's check failed ({type(e).__name__}: {e})"
     if decode == "gpu":
         where = "nvJPEG" if device.type == "cuda" else "OpenCV standing in for nvJPEG"
     else:
@@ -121,5 +125,26 @@ def jpeg_decode(args: argparse.Namespace, decode: str = "gpu") -> dict:
         "peak": peak,
         "note": f"{where}: the decoder alone {n / decoder_s:.0f} img/s, the cuts, resizes and flips the rest; "
         f"{cpu_s / device_s:.1f}x as fast as the CPU path (OpenCV, one thread: {n / cpu_s:.0f} img/s); reading "
-        f"the crops' bytes (a loader worker's part) {n / read_s:.0f} img/s a process",
+        f"the crops' bytes (a loader worker's part) {n / read_s:.0f} img/s a process{engine}",
     }
+
+
+def hardware_engine(data: list, device: torch.device, n: int) -> str:
+    """How many of the loader's crops (each a JPEG of its MCUs, a restart marker after every one) the GPU's
+    hardware JPEG engine decodes, by an nvImageCodec decoder given that backend alone, and at what rate: whether
+    a batch goes through the engine or falls back to the CUDA cores (torchvision's batched nvJPEG falls back
+    image by image). A note for the row; "" on a CPU, which has no such engine; raises what the decoder raises
+    (a GPU without the engine)."""
+    from bigbatch.data import device_decode
+
+    if device.type != "cuda":
+        return ""
+    codec = device_decode.nvimgcodec_module()
+    hw = codec.Decoder(device_id=device.index or 0, backends=[codec.Backend(codec.HW_GPU_ONLY)])
+    params = codec.DecodeParams(color_spec=codec.ColorSpec.SRGB, sample_format=codec.SampleFormat.I_RGB)
+    stream = torch.cuda.current_stream(device).cuda_stream
+    decoded = hw.decode([codec.CodeStream(d) for d in data], params=params, cuda_stream=stream)
+    done = sum(image is not None for image in decoded)
+    seconds, _ = timed(lambda: hw.decode([codec.CodeStream(d) for d in data], params=params, cuda_stream=stream),
+                       device, [], 3, 1)  # fmt: skip
+    return f"; the hardware JPEG engine alone decoded {done} of {n} crops, {n / seconds:.0f} img/s"
