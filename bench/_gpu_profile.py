@@ -4,6 +4,7 @@ SAEHD 512 and ResNet-50 as their throughput parts run them. On CPU (the dry run)
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -62,7 +63,7 @@ def biggan_profile(args: argparse.Namespace, compile: bool = False) -> dict:
     (train.compile "auto"), after the compile parts (their cache); its first untimed iterations compile."""
     cfg = config(args, "gan").override({"train.compile": compile})
     task, rep = gan_task(cfg, CLASSES, precision="bf16", micro_batch=SIZES[args.sizes]["gan_micro"])
-    step = iter(range(10**9))
+    step = itertools.count()
 
     def iterate() -> None:
         i = next(step)

@@ -30,30 +30,34 @@ def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torc
     return torch.Generator(device=device).manual_seed(int(state))
 
 
+T = TypeVar("T")
+_POOLS: dict[int, ThreadPoolExecutor] = {}  # by size: torch's intra-op threads
+_POOL_LOCK = threading.Lock()
+ROW_THREADS_FROM = 1 << 15  # numbers a row: below, a thread's hand-over costs more than the row's draws
+
+
 def per_row(seeds: list[int], draw: Callable[[int, torch.Generator], T], numbers: int) -> list[T]:
     """`draw(i, g)` for each row i, g a CPU generator seeded with seeds[i], in threads where each row draws enough
     `numbers` to pay for them: torch's samplers let go of the GIL, and each row's stream is its own, so the same
     draws as one after another (StyleGAN2's noise images, 11M numbers a batch of 64 at 256 px, took 70-90 ms
     a forward on one core of this project's CPU: bench/host_ops.py)."""
-    rows, threads = range(len(seeds)), torch.get_num_threads()  # (torchrun's ranks on one node: 1 each)
+    threads = torch.get_num_threads()  # (torchrun's ranks on one node: 1 each)
+
+    def row(i: int) -> T:
+        return draw(i, torch.Generator().manual_seed(seeds[i]))
+
     if len(seeds) < 2 or numbers < ROW_THREADS_FROM or threads < 2:
-        return [draw(i, torch.Generator().manual_seed(seeds[i])) for i in rows]
+        return [row(i) for i in range(len(seeds))]
     with _POOL_LOCK:
         if threads not in _POOLS:
             _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="bigbatch-draws")
-    return list(_POOLS[threads].map(lambda i: draw(i, torch.Generator().manual_seed(seeds[i])), rows))
+    return list(_POOLS[threads].map(row, range(len(seeds))))
 
 
 def host_rows(n: int, size: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """An empty (n, *size) float32 tensor on the host for rows drawn there, in pinned memory when they go to a
     CUDA device (copied with non_blocking=True: the host does not wait for the device's queue)."""
     return torch.empty((n, *size), pin_memory=device.type == "cuda")
-
-
-T = TypeVar("T")
-_POOLS: dict[int, ThreadPoolExecutor] = {}  # by size: torch's intra-op threads
-_POOL_LOCK = threading.Lock()
-ROW_THREADS_FROM = 1 << 15  # numbers a row: below, a thread's hand-over costs more than the row's draws
 
 
 def row_seeds(t: torch.Tensor, salt: int = 0) -> list[int]:

@@ -40,6 +40,7 @@ from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.split import holdout
 from bigbatch.data.streams import COLOUR, ORDER_B, WARP, generator
+from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import replays
 from bigbatch.errors import BigbatchError
@@ -462,9 +463,9 @@ class SwapTask:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.opt.load_state_dict(state["opt"])
+        load_optimizer(self.opt, state["opt"])
         for name, (_, _, opt) in self.discs.items():
-            opt.load_state_dict(state[f"opt_{name}"])
+            load_optimizer(opt, state[f"opt_{name}"])
         self.steps = int(state["steps"])
         self.dfl_data, self.dfl_iter = state.get("dfl_data"), int(state.get("dfl_iter", 0))
 
