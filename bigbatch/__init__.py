@@ -24,7 +24,7 @@ _EXPORTS = {
     "BigbatchError": "bigbatch.errors",
     "Config": "bigbatch.config",
     "data": "bigbatch.data",
-    "InputContext": "bigbatch.engine.replicator",
+    "InputContext": "bigbatch.engine.context",
     "launch": "bigbatch.launch",
     "Replicator": "bigbatch.engine.replicator",
     "list_presets": "bigbatch.presets",
@@ -58,7 +58,8 @@ __all__ = [
 if TYPE_CHECKING:
     from bigbatch import data, launch, models
     from bigbatch.config import Config
-    from bigbatch.engine.replicator import InputContext, Replicator
+    from bigbatch.engine.context import InputContext
+    from bigbatch.engine.replicator import Replicator
     from bigbatch.errors import BigbatchError
     from bigbatch.loop import train
     from bigbatch.metrics.classifier import load_classifier

@@ -18,6 +18,7 @@ autograd's engine runs in C++ (their inputs were seen when the forward ran).
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -76,6 +77,30 @@ CROSSING = {
     torch.Tensor.__setstate__,
 }
 MARK = "_device_guard_host"  # the attribute a host tensor carries: where it was made
+# What makes the host wait for the device's queue on CUDA (torch.cuda.set_sync_debug_mode's findings):
+READS = {  # a device tensor read on the host
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.numpy,
+    torch.Tensor.cpu,
+    torch.Tensor.__bool__,
+    torch.Tensor.__float__,
+    torch.Tensor.__int__,
+    torch.Tensor.__index__,
+}
+SIZED_BY_VALUES = {  # an op whose output's size the host learns from the device
+    torch.nonzero,
+    torch.Tensor.nonzero,
+    torch.argwhere,
+    torch.masked_select,
+    torch.Tensor.masked_select,
+    torch.unique,
+    torch.Tensor.unique,
+    torch.unique_consecutive,
+    torch.equal,
+    torch.allclose,
+    torch.Tensor.allclose,
+}
 
 
 class DeviceMixError(RuntimeError):
@@ -149,10 +174,39 @@ def mark_constants(prefix: str = "bigbatch") -> None:
                         _mark(t, f"{name} (a module constant)")
 
 
+def _waits(func, args, kwargs) -> str | None:
+    """What makes the host wait for the device's queue in this call on CUDA, or None."""
+    first = args[0] if args else None
+    if func in READS or (func is torch.Tensor.to and _target(args[1:], kwargs) == "host"):
+        return f"{func.__name__} of a device tensor" if on_device(first) else None
+    if func in SIZED_BY_VALUES or (func is torch.where and len(args) == 1):
+        return f"{func.__name__} on the device" if any(on_device(t) for t in _tensors(args)) else None
+    if func is torch.Tensor.__getitem__:  # a boolean mask on the device: its count of Trues
+        masks = [t for t in _tensors(args[1:]) if t.dtype == torch.bool and on_device(t)]
+        return "indexing with a device mask" if masks else None
+    if func in (torch.Tensor.to, torch.Tensor.cuda) and host_place(first):
+        target = "device" if func is torch.Tensor.cuda else _target(args[1:], kwargs)
+        blocking = not (kwargs.get("non_blocking") or any(a is True for a in args[1:]))
+        return "a copy to the device without non_blocking=True" if target == "device" and blocking else None
+    if func in (torch.tensor, torch.as_tensor) and not isinstance(first, torch.Tensor):
+        device = kwargs.get("device")
+        named = device is not None and not (isinstance(device, str) and device == "cpu")
+        return "torch.tensor(data, device=the device)" if named else None
+    return None
+
+
 class DeviceGuard(TorchFunctionMode):
     """Within `with DeviceGuard():` a tensor made on the host (see the module's docstring) that meets a tensor
     of the step's device in one op raises DeviceMixError naming the op, where it ran and where the host tensor
-    was made. Tensors it has not seen made (gradients, loaded state) join whichever kind they meet."""
+    was made. Tensors it has not seen made (gradients, loaded state) join whichever kind they meet.
+
+    `waits` counts, by what and where, the calls that on CUDA make the host wait for the device's queue (a
+    device tensor read back, a copy to the device from the host without non_blocking=True, an op whose size
+    the values decide), which leave the GPU idle while the host catches up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: Counter[str] = Counter()
 
     def __enter__(self):
         mark_constants()
@@ -160,6 +214,9 @@ class DeviceGuard(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        wait = _waits(func, args, kwargs)
+        if wait is not None:
+            self.waits[f"{wait} at {place()}"] += 1
         # (A crossing op is not checked, nor marked from its inputs: not walked either. Tensor.__deepcopy__'s
         # memo holds everything copied so far, and walking it made copying a model quadratic.)
         inputs = [] if func in CROSSING else _tensors(args) + _tensors(kwargs)

@@ -66,6 +66,19 @@ def test_each_image_is_a_function_of_its_own_z_whatever_shares_its_batch():
     assert not torch.allclose(whole[0], whole[1], atol=1e-3)
 
 
+def test_draws_keyed_by_the_hosts_copy_of_z_are_the_draws_of_z():
+    # The task hands G its latents' host copy, so that on a GPU it draws without reading z back (a wait on
+    # the device's queue); the images are those of z, to the bit; a copy of other latents is refused.
+    G, _ = pair(mixing=0.9)
+    G.train()
+    z, y = torch.randn(6, 16), torch.arange(6)
+    with G.keyed(z.numpy().copy()):
+        keyed = G(z, y)
+    assert torch.equal(keyed, G(z, y)) and G.draw_keys is None
+    with G.keyed(z[:3].numpy()), pytest.raises(bigbatch.BigbatchError, match="keyed"):
+        G(z, y)
+
+
 def test_style_mixing_switches_to_a_second_w_in_training_only():
     z, y = torch.randn(8, 16), torch.zeros(8, dtype=torch.long)
     G, _ = pair(mixing=1.0)

@@ -1,11 +1,15 @@
 """A step's batch as the Replicator handles it: a tensor, or a tuple/list/dict of tensors (None allowed
-in tuples and lists), with the examples along dim 0: its length, its micro-batches, its device."""
+in tuples and lists), with the examples along dim 0: its length, its micro-batches, its device.
+
+A NumPy array in a batch is a host part: cut into micro-batches with the rest, it stays on the host, for
+what a step function reads there (augmentation parameters, a latent's bytes) without waiting on the device."""
 
 from __future__ import annotations
 
 import numbers
 from typing import Any
 
+import numpy as np
 import torch
 
 from bigbatch.errors import BigbatchError
@@ -35,8 +39,8 @@ def unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
 
 def length(batch: Any) -> int:
     """The examples in a batch: dim 0 of its tensors (a tensor, or a tuple/list/dict of them), which must agree."""
-    if isinstance(batch, torch.Tensor):
-        if batch.dim() == 0:
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
+        if batch.ndim == 0:
             raise BigbatchError("every tensor of a batch needs a batch dimension (dim 0); got a 0-d tensor")
         return batch.shape[0]
     if isinstance(batch, (tuple, list)):
@@ -51,7 +55,7 @@ def length(batch: Any) -> int:
 
 def cut(batch: Any, start: int, stop: int) -> Any:
     """Examples start..stop-1 of a batch (a micro-batch), the same structure."""
-    if isinstance(batch, torch.Tensor):
+    if isinstance(batch, (torch.Tensor, np.ndarray)):
         return batch[start:stop]
     if isinstance(batch, (tuple, list)):
         return type(batch)(None if b is None else cut(b, start, stop) for b in batch)
@@ -59,7 +63,8 @@ def cut(batch: Any, start: int, stop: int) -> Any:
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
-    """A batch's tensors on `device` (anything else as it is)."""
+    """A batch's tensors on `device` (anything else, host parts included, as it is). From the host without
+    waiting on the device: a copy from pageable memory is staged before the call returns."""
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (tuple, list)):

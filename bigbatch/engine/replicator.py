@@ -36,39 +36,9 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from bigbatch.engine import batch_parts, dist, memory, running_stats, wrap
 from bigbatch.engine import precision as prec
+from bigbatch.engine.context import InputContext
 from bigbatch.engine.plan import Plan, make_plan
 from bigbatch.errors import BigbatchError, warn
-
-
-class InputContext:
-    """What an input function needs to produce this rank's share of each step. `batch` and `share` are
-    read when asked, so after `Replicator.set_batch` (a dynamic-batch schedule) they are the new ones."""
-
-    def __init__(self, rep: Replicator):
-        self._rep = rep
-
-    @property
-    def rank(self) -> int:
-        return self._rep.rank
-
-    @property
-    def world_size(self) -> int:
-        return self._rep.world_size
-
-    @property
-    def batch(self) -> int:
-        """Examples per optimizer step, over all ranks."""
-        return self._rep.batch
-
-    @property
-    def share(self) -> int:
-        """Examples per optimizer step on this rank: batch / world_size, the global positions
-        rank * share .. (rank + 1) * share - 1 of each step."""
-        return self._rep.share
-
-    @property
-    def device(self) -> torch.device:
-        return self._rep.device
 
 
 @dataclass
@@ -305,16 +275,34 @@ class Replicator:
                     loss, stats = batch_parts.unpack(out)
                     state.scaler.scale(loss / divisor).backward()
                 keys = ["loss", *stats]
-                extra = (torch.as_tensor(v, device=loss.device).detach().float().reshape(()) for v in stats.values())
+                extra = (
+                    torch.as_tensor(v).to(loss.device, non_blocking=True).detach().float().reshape(())
+                    for v in stats.values()
+                )
                 values = torch.stack([loss.detach(), *extra]) / divisor
                 totals = values if totals is None else totals + values
         except BaseException:
             bn.abandon()
             raise
-        means = (dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)).tolist()
-        if self._apply(opt, state, loss_finite=math.isfinite(means[0])):
+        totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
+        if state.scaler.is_enabled():
+            state.scaler.unscale_(opt)
+        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        if not params:
+            raise BigbatchError(
+                f"{state.name} has no gradients after the step function: its loss does not depend on the "
+                "parameters it optimizes (or they do not require grad)"
+            )
+        norm = get_total_norm([p.grad for p in params])
+        # What the host decides by, read from the device at once (on a GPU, each read waits for its queue):
+        # the means, the gradient norm, and whether the BatchNorm updates were finite and how often each ran.
+        read = torch.cat([totals.double(), norm.double().reshape(1), *bn.close()]).tolist()
+        means, state.grad_norm = read[: len(totals)], read[len(totals)]
+        # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
+        # forward that overflowed) skips the step even when its gradients happen to be finite.
+        if self._apply(opt, state, params, norm, math.isfinite(means[0])):
             # every micro-batch's BatchNorm updates, of every rank, in global order
-            if not bn.end() and self.is_main:
+            if not bn.end(read[len(totals) + 1 :]) and self.is_main:
                 warn(f"{state.name} step {state.steps}: BatchNorm statistics not finite, left as before the step")
         else:  # a skipped step leaves the running statistics too as they were (its forward may have overflowed)
             bn.abandon()
@@ -371,21 +359,10 @@ class Replicator:
         except KeyError:
             raise BigbatchError("pass the optimizer through rep.wrap_optimizer(opt) before rep.step") from None
 
-    def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer, loss_finite: bool = True) -> bool:
-        """Unscale, check, clip and apply the accumulated gradients, then free them; whether they were
-        finite (and applied). `loss_finite`: whether the step's loss was (the same on every rank)."""
-        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        if not params:
-            raise BigbatchError(
-                f"{state.name} has no gradients after the step function: its loss does not depend on the "
-                "parameters it optimizes (or they do not require grad)"
-            )
-        if state.scaler.is_enabled():
-            state.scaler.unscale_(opt)
-        norm = get_total_norm([p.grad for p in params])
-        # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
-        # forward that overflowed) skips the step even when its gradients happen to be finite.
-        finite = bool(torch.isfinite(norm)) and loss_finite
+    def _apply(self, opt: torch.optim.Optimizer, state: _Optimizer, params: list, norm: Any, loss_finite: bool) -> bool:
+        """Check, clip and apply the accumulated (unscaled) gradients of `params`, whose global norm is `norm`
+        (state.grad_norm on the host), then free them; whether they and the loss were finite (and applied)."""
+        finite = math.isfinite(state.grad_norm) and loss_finite
         if finite:
             if self.grad_clip > 0:
                 clip_grads_with_norm_(params, self.grad_clip, norm)
@@ -398,7 +375,6 @@ class Replicator:
             state.scaler.update()
         opt.zero_grad(set_to_none=True)
         state.steps += 1
-        state.grad_norm = float(norm)
         state.last_skipped = not finite
         state.history.append(not finite and not settling)
         return finite
@@ -427,6 +403,10 @@ class Replicator:
     def grad_norm(self, opt: torch.optim.Optimizer) -> float:
         """The global gradient norm of the last step of `opt` (before clipping; not finite if skipped)."""
         return self._state(opt).grad_norm
+
+    def steps(self, opt: torch.optim.Optimizer) -> int:
+        """The steps of `opt` so far, skipped ones included (resumed with the engine's state)."""
+        return self._state(opt).steps
 
     # ---- memory planning -----------------------------------------------------------------------
     def plan_micro_batch(

@@ -95,31 +95,44 @@ class StepStatistics:
         self.open = True
 
     @torch.no_grad()
-    def end(self) -> bool:
-        """Replay every rank's micro-batches in global order onto the statistics before the step; whether
-        they were finite (if not, the statistics before the step stay: a forward that overflowed, its
-        loss not depending on every BatchNorm, would have made them NaN for good)."""
+    def close(self) -> list[torch.Tensor]:
+        """After the last micro-batch, on every rank (a collective): what `end` decides by, as float64 tensors
+        for the caller to read on the host with its own (on a GPU each read waits for the device's queue):
+        whether every update was finite, and each micro-batch's count of each BatchNorm's forwards. None
+        without BatchNorms in training."""
         self._close()
         if not self.updates:
-            self.abandon()
-            return True
+            return []
         updates, calls = torch.stack(self.updates), torch.stack(self.calls)
         if not self.across_ranks:  # every rank's micro-batches, rank 0's first
             updates, calls = torch.cat(dist.in_rank_order(updates)), torch.cat(dist.in_rank_order(calls))
+        self.gathered = updates, calls.shape
+        return [torch.isfinite(updates).all().double().reshape(1), calls.flatten().double()]
+
+    @torch.no_grad()
+    def end(self, read: list[float]) -> bool:
+        """Replay every rank's micro-batches in global order onto the statistics before the step; whether
+        they were finite (if not, the statistics before the step stay: a forward that overflowed, its
+        loss not depending on every BatchNorm, would have made them NaN for good). `read`: what `close`
+        gave, read on the host (the same on every rank: they agree)."""
+        if not self.updates:
+            self.abandon()
+            return True
+        (updates, shape), finite = self.gathered, bool(read[0])
         self.abandon()  # back to the statistics before the step
-        if not bool(torch.isfinite(updates).all()):  # (the same updates on every rank: they agree)
+        if not finite:
             return False
+        calls = [[int(k) for k in read[1 + i * shape[1] : 1 + (i + 1) * shape[1]]] for i in range(shape[0])]
         sizes = [b.numel() for b in self.buffers]
         factors = [1.0 - m.momentum for m in self.bns for _ in (0, 1)]
-        for r1, c in zip(updates, calls.tolist()):
+        for r1, c in zip(updates, calls):
             n = [k for m_calls in c for k in (m_calls, m_calls)]
             moved = torch._foreach_sub(self.buffers, self.start)  # (zero for the first: r1 stays as it is)
             torch._foreach_mul_(moved, [f**k for f, k in zip(factors, n)])
             torch._foreach_add_(moved, [v.view_as(b) for v, b in zip(r1.split(sizes), self.buffers)])
             torch._foreach_copy_(self.buffers, moved)
-        total = calls.sum(0)
-        for m, count, k in zip(self.bns, self.counts, total):
-            m.num_batches_tracked.copy_(count + k)
+        for i, (m, count) in enumerate(zip(self.bns, self.counts)):
+            m.num_batches_tracked.copy_(count + sum(c[i] for c in calls))
         return True
 
     @torch.no_grad()

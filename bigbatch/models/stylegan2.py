@@ -25,7 +25,10 @@ Weights are not interchangeable with ADA's pickles.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -242,6 +245,18 @@ class StyleGAN2Generator(nn.Module):
         self.truncation_psi = 1.0
         self.noise_mode = "random"
         self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))]
+        self.draw_keys: np.ndarray | None = None
+
+    @contextmanager
+    def keyed(self, z: np.ndarray) -> Iterator[None]:
+        """The forwards inside take their per-image draws from `z`, the host's copy of the latents they are
+        given: on a GPU they then draw without reading the latents back, which waits for the device's queue
+        and leaves it idle while the host draws. The same draws, bit for bit."""
+        before, self.draw_keys = self.draw_keys, z
+        try:
+            yield
+        finally:
+            self.draw_keys = before
 
     def _layers(self) -> list[SynthesisLayer]:
         return [layer for b in self.blocks for layer in b.layers()]
@@ -265,8 +280,12 @@ class StyleGAN2Generator(nn.Module):
                 torch.randn(sum(sizes), generator=g, out=flat[i])
             return row
 
-        mix_rows = per_row(row_seeds(z), draw, sum(sizes) if noise else self.dim_z)
-        mixed = torch.stack(mix_rows).to(z.device) if mix else None
+        keys = self.draw_keys
+        if keys is not None and keys.shape != z.shape:
+            raise BigbatchError(f"G.keyed: latents {tuple(keys.shape)} on the host for a forward of {tuple(z.shape)}")
+        keyed_by = z if keys is None else torch.from_numpy(keys)
+        mix_rows = per_row(row_seeds(keyed_by), draw, sum(sizes) if noise else self.dim_z)
+        mixed = torch.stack(mix_rows).to(z.device, non_blocking=True) if mix else None
         if flat is None:
             return [None] * len(layers), mixed
         parts = flat.to(z.device, non_blocking=True).split(sizes, dim=1)
@@ -276,7 +295,8 @@ class StyleGAN2Generator(nn.Module):
     def track_w_avg(self, z: torch.Tensor, y: torch.Tensor | None) -> None:
         """Move w_avg toward the mean w of a step's latents (all of them: every rank the same)."""
         device = self.w_avg.device
-        w = self.mapping(z.to(device), None if y is None else y.to(device)).float().mean(dim=0)
+        z, y = z.to(device, non_blocking=True), None if y is None else y.to(device, non_blocking=True)
+        w = self.mapping(z, y).float().mean(dim=0)
         self.w_avg.copy_(w.lerp(self.w_avg, self.w_avg_beta))
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None, return_ws: bool = False):

@@ -45,12 +45,11 @@ ROTATIONS = ["0", "90", "180", "270"]
 
 
 def rotate(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """NCHW square images, image i rotated by k[i] x 90 degrees."""
-    out = x.clone()
+    """NCHW square images, image i rotated by k[i] x 90 degrees (each turn of every image, kept where it is
+    the image's: no count of each turn's images read back from the device)."""
+    out = x
     for r in range(1, 4):
-        mask = k == r
-        if mask.any():
-            out[mask] = torch.rot90(x[mask], r, (2, 3))
+        out = torch.where((k == r).view(-1, 1, 1, 1), torch.rot90(x, r, (2, 3)), out)
     return out
 
 

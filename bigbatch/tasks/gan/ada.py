@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -189,7 +190,8 @@ def _resampling(n: int, dtype: torch.dtype, device: torch.device) -> tuple[torch
     m, j = torch.arange(2 * n).view(-1, 1), torch.arange(n).view(1, -1)
     t = m + 5 - 2 * j
     up = torch.where((t >= 0) & (t < len(SYM6)), math.sqrt(2) * taps[t.clamp(0, len(SYM6) - 1)], 0.0)
-    return up.to(dtype=dtype, device=device), (up.T / 2).to(dtype=dtype, device=device)
+    on = dict(dtype=dtype, device=device, non_blocking=True)
+    return up.to(**on), (up.T / 2).to(**on)
 
 
 def _up(x: torch.Tensor) -> torch.Tensor:
@@ -220,9 +222,9 @@ def geometric(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     ys = (torch.arange(2 * hp, **on) + 0.5) / 2 + DELAY - hp / 2
     xs = (torch.arange(2 * wp, **on) + 0.5) / 2 + DELAY - wp / 2
     points = torch.stack([xs.view(1, -1).expand(2 * hp, -1), ys.view(-1, 1).expand(-1, 2 * wp)], -1)
-    inverse = inverse.to(**on)
+    inverse = inverse.to(**on, non_blocking=True)  # (from the host: copies that do not wait on the device)
     source = torch.einsum("nij,hwj->nhwi", inverse[:, :, :2], points) + inverse[:, :, 2].view(n, 1, 1, 2)
-    grid = (source - DELAY) / torch.tensor([wp / 2, hp / 2], **on)
+    grid = (source - DELAY) / torch.tensor([wp / 2, hp / 2], dtype=dtype).to(x.device, non_blocking=True)
     sampled = grid_sample(up, grid)  # with a second derivative on CUDA too, for R1 (grid_sample.py)
     return _down(sampled)[:, :, m : m + h, m : m + w].to(x.dtype)
 
@@ -240,7 +242,7 @@ def colour(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
 def cutout(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """Zero a square of half the side centred at params' (y, x) in [0, 1), where params' first column is 1."""
     n, _, h, w = x.shape
-    on, cy, cx = (params[:, i].to(x.device).view(n, 1, 1) for i in range(3))
+    on, cy, cx = (params[:, i].to(x.device, non_blocking=True).view(n, 1, 1) for i in range(3))
     rows = ((torch.arange(h, device=x.device) + 0.5) / h).view(1, h, 1)
     cols = ((torch.arange(w, device=x.device) + 0.5) / w).view(1, 1, w)
     hole = ((rows - cy).abs() < CUTOUT / 2) & ((cols - cx).abs() < CUTOUT / 2) & on.bool()
@@ -288,8 +290,8 @@ def image_filter(x: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     n, c, h, w = x.shape
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     taps = gains.double() @ _bands()  # (n, 43): each image's filter
-    rows = torch.einsum("nt,tij->nij", taps, _band_matrices(h)).to(x.device, dtype).unsqueeze(1)
-    cols = torch.einsum("nt,tij->nij", taps, _band_matrices(w)).to(x.device, dtype).unsqueeze(1)
+    rows = torch.einsum("nt,tij->nij", taps, _band_matrices(h)).to(x.device, dtype, non_blocking=True).unsqueeze(1)
+    cols = torch.einsum("nt,tij->nij", taps, _band_matrices(w)).to(x.device, dtype, non_blocking=True).unsqueeze(1)
     return (rows @ x.to(dtype) @ cols.transpose(-1, -2)).to(x.dtype)
 
 
@@ -300,7 +302,7 @@ def noise(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     for img, (std, high, low) in zip(x, params.tolist()):
         if std:
             g = torch.Generator().manual_seed(int(high) << 24 | int(low))
-            img = img + std * torch.randn(img.shape, generator=g).to(img.device, img.dtype)
+            img = img + std * torch.randn(img.shape, generator=g).to(img.device, img.dtype, non_blocking=True)
         out.append(img)
     return torch.stack(out) if params[:, 0].any() else x
 
@@ -313,23 +315,24 @@ def _only(x: torch.Tensor, changed: torch.Tensor, transform) -> torch.Tensor:
         return x
     if len(rows) == len(x):
         return transform(x, rows)
-    at = rows.to(x.device)
+    at = rows.to(x.device, non_blocking=True)
     return x.index_put((at,), transform(x[at], rows))
 
 
-def apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Tensor:
+def apply(x: torch.Tensor, params: torch.Tensor | np.ndarray, groups: list[str]) -> torch.Tensor:
     """Images `x` (N, C, H, W, square; C 1 or 3) through their transforms (`params` from `draw`, where a
     group that is off holds its identity); an image whose transforms are all off passes unchanged.
-    Differentiable in `x`. `params` may be on x's device (as the task's micro-batches hand them over): they
-    are read on the host, where they were drawn, since which images move, the margins and the noise seeds are
-    decided there."""
-    params = params.cpu()
+    Differentiable in `x`. `params` are read on the host, where they were drawn, since which images move, the
+    margins and the noise seeds are decided there: the task hands them over on the host (a NumPy array, a
+    host part of its batch), and what goes to the device goes without waiting on it. On x's device they are
+    copied back first, which waits for the device's queue."""
+    params = torch.as_tensor(params).cpu()
     if params[:, BLIT].any():
-        x = blit(x, params[:, BLIT].to(x.device))
+        x = blit(x, params[:, BLIT].to(x.device, non_blocking=True))
     moved = (params[:, GEOM] != params.new_tensor([1.0, 0, 0, 0, 1, 0])).any(1)
     x = _only(x, moved, lambda images, rows: geometric(images, params[rows, GEOM]))
     if "color" in groups:
-        x = colour(x, params[:, COLOR].to(x.device))
+        x = colour(x, params[:, COLOR].to(x.device, non_blocking=True))
     filtered = (params[:, FILTER] != 1).any(1)
     x = _only(x, filtered, lambda images, rows: image_filter(images, params[rows, FILTER]))
     if "noise" in groups:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from bigbatch.config import AugmentConfig
@@ -53,10 +54,11 @@ def draw(policy: list[str], p: float, n: int, size: int, seed: int, stream: int,
     return out
 
 
-def apply(x: torch.Tensor, params: torch.Tensor, policy: list[str]) -> torch.Tensor:
-    """Images `x` (N, C, H, W, square) through their transforms (`params` from `draw`), in the policy's
-    order; differentiable in `x`. An image whose transform is off passes through that one unchanged."""
-    params = params.to(x.device)
+def apply(x: torch.Tensor, params: torch.Tensor | np.ndarray, policy: list[str]) -> torch.Tensor:
+    """Images `x` (N, C, H, W, square) through their transforms (`params` from `draw`, on the host or x's
+    device), in the policy's order; differentiable in `x`. An image whose transform is off passes through
+    that one unchanged."""
+    params = torch.as_tensor(params).to(x.device, non_blocking=True)
     n, _, h, w = x.shape
     rows = torch.arange(h, device=x.device).view(1, h, 1)
     cols = torch.arange(w, device=x.device).view(1, 1, w)
@@ -107,7 +109,7 @@ class Augment:
     def draw(self, n: int, size: int, stream: int, *keys: int) -> torch.Tensor:
         return self._draw(self.policy, self.p, n, size, self.seed, stream, *keys)
 
-    def __call__(self, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, params: torch.Tensor | np.ndarray) -> torch.Tensor:
         return self._apply(x, params, self.policy)
 
     def observe(self, sign_mean: float, images: int) -> None:

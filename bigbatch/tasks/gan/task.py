@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from PIL import Image
 from torch import nn
@@ -260,21 +261,30 @@ class GANTask:
         y = torch.randint(self.n_classes, (self.rep.batch,), generator=g) if self.n_classes else None
         return z, y
 
-    def _latents(self, stream: int, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """This rank's share of the step's z and labels."""
+    def _latents(self, stream: int, step: int) -> tuple[np.ndarray, torch.Tensor | None]:
+        """This rank's share of the step's z (a host part of the batch: see _fake) and labels."""
         z, y = self._step_latents(stream, step)
-        return self._share(z), self._share(y)
+        return self._share(z).numpy(), self._share(y)
+
+    def _fake(self, z: np.ndarray, y: torch.Tensor | None, **kw: Any) -> Any:
+        """G's images of latents `z` (the host's copy), copied to the device without waiting on it; a G that
+        draws per image (StyleGAN2's noise and mixing) keys its draws by `z` on the host, not by reading the
+        device's copy back, which would wait for the device's queue and leave it idle while the host draws."""
+        G = self.plain("G")
+        with G.keyed(z) if hasattr(G, "keyed") else nullcontext():
+            return self.G(torch.from_numpy(z).to(self.rep.device, non_blocking=True), y, **kw)
 
     def request(self, nimg: int) -> Step:
         """This rank's data request for the D step at `nimg` (what a RankSampler over `order` yields)."""
         offset = self.rep.rank * self.rep.share
         return Step(nimg, self.rep.batch, 0, offset, self.order.indices(nimg + offset, self.rep.share))
 
-    def _transforms(self, stream: int, *keys: int) -> torch.Tensor | None:
-        """This rank's share of the step's augmentation parameters (None without [augment])."""
+    def _transforms(self, stream: int, *keys: int) -> np.ndarray | None:
+        """This rank's share of the step's augmentation parameters (None without [augment]): a host part of
+        the batch, where ADA reads which images each transform moves."""
         if not self.augment.on:
             return None
-        return self._share(self.augment.draw(self.rep.batch, self.resolution, stream, *keys))
+        return self._share(self.augment.draw(self.rep.batch, self.resolution, stream, *keys)).numpy()
 
     def d_batch(self, nimg: int, real: Batch | None = None) -> tuple:
         """This rank's share of the D step at `nimg`: real images (uint8 NHWC, x-flipped if asked), their
@@ -292,7 +302,7 @@ class GANTask:
         real = from_uint8(images)
         shown = real.requires_grad_() if self._r1 else real  # R1: D's gradient with respect to the real images
         with torch.no_grad():
-            fake = self.G(z, y_fake).to(real.dtype)
+            fake = self._fake(z, y_fake).to(real.dtype)
         if aug_real is not None:
             real, fake = self.augment(real, aug_real), self.augment(fake, aug_fake)
         if self._joint_d:
@@ -317,7 +327,7 @@ class GANTask:
         rank's share of them as a Feed read it)."""
         self._train_only("D")
         t = self.cfg.train
-        index = self.rep.counters()["D"]["steps"]  # D steps before this one (resumed with the engine's state)
+        index = self.rep.steps(self.opt_D)  # D steps before this one (resumed with the engine's state)
         self._r1 = t.r1_gamma / 2 * t.r1_every if t.r1_gamma and index % t.r1_every == 0 else 0.0
         with self._eager_if(self._r1):
             out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
@@ -335,18 +345,19 @@ class GANTask:
         it regularizes (those at global positions that are multiples of train.pl_batch_shrink)."""
         regularized = None
         if self._pl:
-            regularized = self._share(torch.arange(self.rep.batch) % self.cfg.train.pl_batch_shrink == 0)
+            regularized = self._share(torch.arange(self.rep.batch) % self.cfg.train.pl_batch_shrink == 0).numpy()
         return *self._latents(Z_G, step), self._transforms(AUG_G, step), regularized
 
     def g_loss(self, micro: tuple) -> torch.Tensor | dict[str, torch.Tensor]:
         z, y, aug, regularized = micro
-        fake = self.G(z, y)
+        fake = self._fake(z, y)
         if aug is not None:
             fake = self.augment(fake, aug)
         loss = losses.G_LOSS[self.loss](self.D(fake, y).float()) + self._ortho(self.G, self.cfg.train.g_ortho)
         if regularized is None:
             return loss
-        penalty, lengths = self._path_length(z[regularized], None if y is None else y[regularized])
+        rows = torch.from_numpy(regularized.nonzero()[0]).to(self.rep.device, non_blocking=True)
+        penalty, lengths = self._path_length(z[regularized], None if y is None else y[rows])
         # Sums over this micro-batch's regularized images, scaled so that the step's gradient is that of
         # the mean over all of the step's (the engine divides each micro-batch by batch / len(z)).
         per_image = self.rep.batch / len(z) / self._pl_images()
@@ -361,15 +372,16 @@ class GANTask:
         """How many of a step's images path length regularization sees."""
         return -(-self.rep.batch // self.cfg.train.pl_batch_shrink)
 
-    def _path_length(self, z: torch.Tensor, y: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _path_length(self, z: np.ndarray, y: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """StyleGAN2's path length penalty, summed over these images, and the sum of their lengths
-        |J_w^T r|, r each image's own random image of std 1 / sqrt(pixels) (seeded by its z)."""
+        |J_w^T r|, r each image's own random image of std 1 / sqrt(pixels) (seeded by its z, on the host)."""
         if not len(z):
             return torch.zeros((), device=self.rep.device), torch.zeros((), device=self.rep.device)
-        images, ws = self.G(z, y, return_ws=True)
+        images, ws = self._fake(z, y, return_ws=True)
         n, c, h, w = images.shape
         noise = host_rows(n, (c, h, w), images.device)
-        per_row(row_seeds(z, PATH_LENGTH), lambda i, g: torch.randn(c, h, w, generator=g, out=noise[i]), c * h * w)
+        seeds = row_seeds(torch.from_numpy(z), PATH_LENGTH)
+        per_row(seeds, lambda i, g: torch.randn(c, h, w, generator=g, out=noise[i]), c * h * w)
         noise = noise.to(images.device, non_blocking=True) / math.sqrt(h * w)
         (grads,) = torch.autograd.grad((images.float() * noise).sum(), ws, create_graph=True)
         lengths = grads.float().square().sum(dim=2).mean(dim=1).sqrt()

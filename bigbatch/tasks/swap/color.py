@@ -46,7 +46,7 @@ def _matrix(
     m = torch.tensor(rows, dtype=torch.float64)
     w = torch.tensor(scale, dtype=torch.float64)
     m = m * w[None, :] if inverse else m / w[:, None]
-    return torch.einsum("ij,njhw->nihw", m.to(x.device, x.dtype), x)
+    return torch.einsum("ij,njhw->nihw", m.to(x.device, x.dtype, non_blocking=True), x)
 
 
 def rgb_to_lab(x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +94,8 @@ def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
     sector = torch.remainder(sector, 6).long()
     p, q, t = v * (1 - s), v * (1 - s * h), v * (1 - s * (1 - h))
     # per sector: which of (v, p, q, t) each of r, g, b takes
-    table = torch.tensor([[0, 3, 1], [2, 0, 1], [1, 0, 3], [1, 2, 0], [3, 1, 0], [0, 1, 2]], device=hsv.device)
+    table = torch.tensor([[0, 3, 1], [2, 0, 1], [1, 0, 3], [1, 2, 0], [3, 1, 0], [0, 1, 2]])
+    table = table.to(hsv.device, non_blocking=True)  # (torch.tensor(device=) waits for the device's queue)
     values = torch.stack([v, p, q, t], dim=1)
     rgb = values.gather(1, table[sector].permute(0, 3, 1, 2))
     return torch.where(s[:, None] == 0, v[:, None].expand_as(rgb), rgb)
@@ -129,7 +130,7 @@ def hsv_shift(faces: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     processor; in float32 whatever autocast says."""
     with torch.autocast(faces.device.type, enabled=False):
         hsv = rgb_to_hsv(faces.float())
-        shifts = shifts.to(hsv.device, hsv.dtype)[:, :, None, None]
+        shifts = shifts.to(hsv.device, hsv.dtype, non_blocking=True)[:, :, None, None]
         h = torch.remainder(hsv[:, 0] + shifts[:, 0], 360)
         s = (hsv[:, 1] + shifts[:, 1]).clamp(0, 1)
         v = (hsv[:, 2] + shifts[:, 2]).clamp(0, 1)
@@ -154,9 +155,9 @@ def transfer(
         elif mode == "mkl":
             out = _mkl(x, y)
         elif mode == "idt":
-            out = _idt(x, y, draws.to(x.device))
+            out = _idt(x, y, draws.to(x.device, non_blocking=True))
         else:
-            out = _sot(x, y, draws.to(x.device))
+            out = _sot(x, y, draws.to(x.device, non_blocking=True))
         return out.clamp(0, 1).to(faces.dtype)
 
 
@@ -181,13 +182,13 @@ def _rct(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> 
     lx, ly = rgb_to_lab(x), rgb_to_lab(y)
     sx_in, sy_in = lx, ly
     if mask is not None:  # DFL: the pixels outside are zeroed, and still counted
-        inside = mask.to(lx.device) >= 0.5
+        inside = mask.to(lx.device, non_blocking=True) >= 0.5
         sx_in, sy_in = lx * inside, ly * inside
     mx, sx = sx_in.mean(dim=(2, 3), keepdim=True), sx_in.std(dim=(2, 3), correction=0, keepdim=True)
     my, sy = sy_in.mean(dim=(2, 3), keepdim=True), sy_in.std(dim=(2, 3), correction=0, keepdim=True)
     lab = (lx - mx) * sy / sx.clamp_min(1e-12) + my  # (a flat channel stays flat, where DFL divides by 0)
-    low = torch.tensor([0.0, -127.0, -127.0], device=x.device)[None, :, None, None]
-    high = torch.tensor([100.0, 127.0, 127.0], device=x.device)[None, :, None, None]
+    bounds = torch.tensor([[0.0, -127.0, -127.0], [100.0, 127.0, 127.0]]).to(x.device, non_blocking=True)
+    low, high = bounds[0, None, :, None, None], bounds[1, None, :, None, None]
     return lab_to_rgb(torch.maximum(torch.minimum(lab, high), low))
 
 

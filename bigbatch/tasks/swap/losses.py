@@ -19,7 +19,7 @@ def _gaussian(size: int, sigma: float) -> torch.Tensor:
 
 def _separable(x: torch.Tensor, kernel: torch.Tensor, padding: int = 0) -> torch.Tensor:
     """x (N, C, H, W) filtered per channel by kernel ⊗ kernel, as two 1-D convolutions."""
-    return _Separable.apply(x, kernel.to(x.device, x.dtype), padding)
+    return _Separable.apply(x, kernel.to(x.device, x.dtype, non_blocking=True), padding)
 
 
 def _filter(x: torch.Tensor, kernel: torch.Tensor, padding: int) -> torch.Tensor:

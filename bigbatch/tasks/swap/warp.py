@@ -66,19 +66,20 @@ def apply(
     repeat their border; masks are zero outside. `picture`: the input's picture where it differs
     from the target's (DFL's HSV shift, which only the input gets)."""
     n, _, h, w = x.shape
-    theta, offsets = theta.to(x.device, x.dtype), offsets.to(x.device, x.dtype)
+    theta = theta.to(x.device, x.dtype, non_blocking=True)
+    offsets = offsets.to(x.device, x.dtype, non_blocking=True)
     grid = F.affine_grid(theta, [n, 1, h, w], align_corners=False)
 
     def sample(img: torch.Tensor, where: torch.Tensor, padding: str) -> torch.Tensor:
         out = F.grid_sample(img, where, mode="bilinear", padding_mode=padding, align_corners=False)
-        return torch.where(flips.to(x.device)[:, None, None, None], out.flip(-1), out)
+        return torch.where(flips.to(x.device, non_blocking=True)[:, None, None, None], out.flip(-1), out)
 
     target = sample(x[:, :colour], grid, "border")
     if x.shape[1] > colour:
         target = torch.cat([target, sample(x[:, colour:], grid, "zeros")], dim=1)
     if not warp:
         return (target[:, :colour] if picture is None else sample(picture, grid, "border")), target
-    flow = _flow(offsets, cells.to(x.device), max(h, w))[:, :, :h, :w]
+    flow = _flow(offsets, cells.to(x.device, non_blocking=True), max(h, w))[:, :, :h, :w]
     # DFL warps first, then transforms: the input at p is the picture at q + flow(q), q the affine's point.
     moved = F.grid_sample(flow, grid, mode="bilinear", padding_mode="border", align_corners=False)
     source = x[:, :colour] if picture is None else picture
