@@ -57,7 +57,7 @@ from _gan import config, gan_task, sync  # noqa: E402
 from _swap import is_swap, native_bf16, swap_feed, swap_task, synthetic_faces  # noqa: E402
 
 from bigbatch.batching import compiles, plan_micro_batch  # noqa: E402
-from bigbatch.engine import dist  # noqa: E402
+from bigbatch.engine import batch_parts, dist  # noqa: E402
 from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
 from bigbatch.engine.precision import DTYPES, autocast  # noqa: E402
 
@@ -118,7 +118,7 @@ def bare_iteration(task, nimg: int, step: int, precision: str) -> None:
         train.requires_grad_(True)
         frozen.requires_grad_(False)
         for j in range(acc):
-            micro = tuple(None if t is None else t[j * m : (j + 1) * m].to(task.rep.device) for t in batch)
+            micro = batch_parts.to_device(batch_parts.cut(batch, j * m, (j + 1) * m), task.rep.device)
             with autocast(precision, task.rep.device):
                 out = loss_fn(micro)
             loss = out["loss"] if isinstance(out, dict) else out
