@@ -9,8 +9,8 @@ compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode
 nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
 network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
 BigGAN-128's resampling layers as two ops and as one (bench/resample.py) and its attention (the formula
-against the fused kernels: bench/attention.py); tests/test_cuda.py. One dated
-table appended to bench/RESULTS.md.
+against the fused kernels: bench/attention.py); tests/test_cuda.py; how often an iteration of BigGAN, StyleGAN2
+and ResNet-50 waits for the GPU, and where (bench/_gpu_waits.py). One dated table appended to bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
@@ -64,6 +64,7 @@ from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
 from _gpu_profile import biggan_profile, describe_gan, resnet50_profile, saehd_profile  # noqa: E402
 from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
 from _gpu_sizes import CLASSES, COMPILE_WARMUP, REPO, SIZES, config, of_peak, timed  # noqa: E402
+from _gpu_waits import waits  # noqa: E402
 from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E402
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
 from _swap import synthetic_faces  # noqa: E402
@@ -316,6 +317,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
     "cuda-tests": (cuda_tests, 240),
+    "waits": (waits, 120),
 }
 # Issue 43's targets first: eager (bf16, as trained by default), then compiled and as CUDA graphs (minutes of
 # compiling: the compile parts at once, run_in_turns) and what loads from the compile cache; the CUDA tests
@@ -323,7 +325,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
 # extras, measured before, where --budget cuts.
 RUN_ORDER = ["biggan-bf16", "resnet50", "jpeg-decode", "jpeg-decode-nvimgcodec", "resnet50-fed", "saehd512"]
 RUN_ORDER += ["stylegan2-bf16", "biggan-bf16-compile", "biggan-bf16-compile-cudagraphs", "stylegan2-bf16-compile"]
-RUN_ORDER += ["resnet50-compile", "resnet50-compile-cudagraphs", "biggan-bf16-compile-again", "cuda-tests"]
+RUN_ORDER += ["resnet50-compile", "resnet50-compile-cudagraphs", "biggan-bf16-compile-again", "cuda-tests", "waits"]
 RUN_ORDER += ["saehd512-profile", "biggan-bf16-profile", "resnet50-profile", "biggan-bf16-compile-profile"]
 RUN_ORDER += ["biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16", "biggan-fp32-compile", "stylegan2-fp32"]
 RUN_ORDER += ["resample", "attention"]
