@@ -45,6 +45,6 @@ def classify_task(cfg: Config, n_classes: int, **train: object) -> tuple[Classif
     rep = replicator_for(cfg)
     task = build_task(cfg, rep, data)
     images, labels = data.get(torch.arange(batch))
-    if rep.device.type == "cuda":  # as the Feed hands them over
-        images, labels = images.pin_memory(), labels.pin_memory()
+    if rep.device.type == "cuda":  # as the Feed hands them over (copied to the GPU a batch ahead)
+        images, labels = images.to(rep.device), labels.to(rep.device)
     return task, rep, SameBatch(images, labels)

@@ -289,6 +289,27 @@ def test_batches_decoded_ahead_in_a_thread_are_those_decoded_in_turn(tmp_path, d
     assert (in_turn[0].cpu().float() - cpu.images.float()).abs().mean() < 3  # (nvImageCodec's pixels too)
 
 
+def test_batches_copied_ahead_are_the_loaders_on_the_gpu(tmp_path):
+    # The Feed's CopyAhead: CPU-decoded batches (pinned) copied on the side stream a batch ahead, handed to the
+    # training stream, which is busy while the next one copies; the same tensors.
+    from bigbatch.data import Batch, device_decode
+
+    cuda = torch.device("cuda")
+    batches = [
+        Batch(i, torch.randint(0, 256, (64, 224, 224, 3), dtype=torch.uint8).pin_memory(), torch.arange(64), None)
+        for i in range(4)
+    ]
+    taken = 0
+    ahead = device_decode.CopyAhead((b for b in batches), cuda, lambda: taken < len(batches))
+    for want in batches:
+        taken += 1
+        got = next(ahead)
+        torch.cuda._sleep(5_000_000)  # the training stream busy while the next batch copies
+        assert got.images.device.type == "cuda" and torch.equal(got.images.cpu(), want.images)
+        assert torch.equal(got.labels.cpu(), want.labels) and got.flips is None
+    ahead.close()
+
+
 def test_dfl_optimizers_on_the_gpu_update_as_on_the_cpu():
     # The GPU's parts (multi-tensor kernels over many weights, a large one cut) against the CPU's pieces.
     from bigbatch.tasks.swap.optim import DEVICE_PART, AdaBelief, RMSprop

@@ -140,3 +140,25 @@ def test_the_standalone_loader_decodes_on_the_device_what_it_reads_on_the_cpu(tm
     assert len(cpu) == len(gpu) == 2
     for (a, y), (b, z) in zip(cpu, gpu):
         assert torch.equal(y, z) and a.shape == b.shape and (a.float() - b.float()).abs().mean() < 2.5
+
+
+def test_batches_copied_ahead_come_in_order_and_none_past_the_last_step():
+    # The Feed's CopyAhead (CPU-decoded batches on a GPU): the next batch is taken from the loader as one is
+    # handed over, only while a later step takes one; on a CPU it hands the loader's batches over as they are.
+    from bigbatch.data import Batch
+
+    read = []
+
+    def loader():
+        for i in range(10):
+            read.append(i)
+            yield Batch(i, torch.full((2, 4, 4, 3), i, dtype=torch.uint8), torch.tensor([i, i]), None)
+
+    steps, taken = 3, 0
+    ahead = device_decode.CopyAhead(loader(), torch.device("cpu"), lambda: taken < steps)
+    for i in range(steps):
+        taken += 1
+        batch = next(ahead)
+        assert batch.nimg == i and int(batch.images[0, 0, 0, 0]) == i and batch.labels.tolist() == [i, i]
+        assert read == list(range(i + 1 + (taken < steps)))  # the next one read ahead, but after the last
+    ahead.close()

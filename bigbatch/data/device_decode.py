@@ -200,11 +200,57 @@ class DecodeAhead:
         self.batches.close()
 
 
+class CopyAhead:
+    """The batches of `batches` (a loader's: Batches with their tensors in pinned host memory) copied to `device`
+    one batch ahead, on a stream of their own: the next batch's copy runs beside the step on the one before
+    (the GPU's copy engines beside its compute), where the step's own copy at its start had the GPU wait for it
+    (ResNet-50's 256 crops at 224 px are 38 MB a step). The next batch is copied as a batch is taken, if
+    `more()`: so none is read that no step takes. The same tensors, on the device; on a CPU, as they are."""
+
+    def __init__(self, batches: Any, device: torch.device, more: Callable[[], bool]):
+        self.batches, self.device, self.more = batches, device, more
+        self.ahead: tuple[Any, Any] | None = None
+
+    def _submit(self) -> tuple[Any, Any]:
+        batch = next(self.batches)
+        if self.device.type != "cuda":
+            return batch, None
+        stream = _decode_stream(self.device)
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            moved = batch._replace(**{k: _on(v, self.device) for k, v in batch._asdict().items()})
+            done = torch.cuda.Event()
+            done.record(stream)
+        return moved, done
+
+    def __iter__(self) -> CopyAhead:
+        return self
+
+    def __next__(self) -> Any:
+        batch, done = self.ahead if self.ahead is not None else self._submit()
+        self.ahead = None
+        if done is not None:  # the caller's stream waits for the copy (not the host), and owns the memory after
+            caller = torch.cuda.current_stream(self.device)
+            caller.wait_event(done)
+            for value in batch:
+                if isinstance(value, torch.Tensor):
+                    value.record_stream(caller)
+        if self.more():
+            self.ahead = self._submit()
+        return batch
+
+    def close(self) -> None:
+        self.batches.close()
+
+
+def _on(value: Any, device: torch.device) -> Any:
+    return value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value
+
+
 _STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def _decode_stream(device: torch.device) -> torch.cuda.Stream:
-    """The device's stream for decoding alone."""
+    """The device's stream for decoding and copying ahead."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _STREAMS:
         _STREAMS[index] = torch.cuda.Stream(device=index)

@@ -137,7 +137,9 @@ class Feed:
         if on_device:
             decoder = device_decode.decoder_of(cfg.data.decode)
             self.batches = device_decode.DecodeAhead(self.loader, rep.device, decoder, self._more)
-        self._companions: list[BatchLoader] = []
+        elif pin:  # decoded by the CPU: copied to the GPU a batch ahead, beside the step before
+            self.batches = device_decode.CopyAhead(self.loader, rep.device, self._more)
+        self._companions: list[device_decode.CopyAhead] = []
 
     def _more(self) -> bool:
         """Whether a step after the one at self.nimg takes a batch (a run ends at train.kimg)."""
@@ -151,10 +153,12 @@ class Feed:
         sampler = RankSampler(order, self.schedule, self.rep.rank, self.rep.world_size, start=self.nimg)
         pin = self.rep.device.type == "cuda"
         loader = BatchLoader(data, sampler, self.cfg.data.workers, False, self.cfg.train.seed, pin_memory=pin)
-        self._companions.append(loader)
+        # (read after next(): self.nimg is the next step's, which takes a batch if the run has not ended there)
+        ahead = device_decode.CopyAhead(loader, self.rep.device, lambda: self.nimg < self.cfg.train.images)
+        self._companions.append(ahead)
 
         def read() -> Batch:
-            batch = next(loader)
+            batch = next(ahead)
             if batch.nimg != self.nimg - self.rep.batch:
                 raise BigbatchError(
                     f"the second data set's batch is for step {batch.nimg}, not {self.nimg - self.rep.batch}"
