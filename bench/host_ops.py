@@ -1,12 +1,14 @@
 """The host's share of a GPU step, measured on any machine: how many kernels the parts of a step that run
 between the models' graphs launch, and how long the draws StyleGAN2 makes on the host take.
 
-    python bench/host_ops.py                 # SAEHD 512's optimizer, BigGAN-128's G_ema, StyleGAN2's draws
+    python bench/host_ops.py                 # SAEHD 512's optimizer, BigGAN-128's G_ema, ResNet-50's
+                                             # BatchNorm statistics, StyleGAN2's draws
     python bench/host_ops.py --quick         # toy sizes (the test suite's run)
 
 Launches are counted as the aten ops dispatched (views excluded: they launch nothing), each at least one
 kernel launch on a GPU, where each costs the host some microseconds whatever its size: on meta tensors
-(shapes without data), so the count is the GPU's and no memory is used. A multi-tensor (_foreach_) op is one
+(shapes without data), so the count is the GPU's and no memory is used (the BatchNorm row on CPU tensors: its
+replay reads counts back). A multi-tensor (_foreach_) op is one
 dispatch and a launch per block of tensors on a GPU. Each row gives the layout the CPU runs (what a GPU ran
 before) beside the one a GPU now runs. StyleGAN2's draws are timed here, one thread against the pool
 bigbatch.data.streams.per_row uses (a ratio of one run; the machine's cores decide it).
@@ -24,6 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import bigbatch
+from bigbatch.engine import running_stats
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.models.saehd import SAEHD
 from bigbatch.tasks.swap import optim
@@ -83,6 +86,22 @@ def g_ema(res: int, ch: int) -> list[str]:
             f"{per_tensor:,}", f"{now:,}"]  # fmt: skip
 
 
+def batchnorm_statistics(arch: str, ch: int) -> list[str]:
+    """The engine's capture and replay of BatchNorm statistics around a step of one micro-batch (running_stats:
+    the statistics before the step kept, replayed after it). Its copies were made a tensor at a time before
+    (ResNet-50: 445 ops a step at 5e23e2f); there is no other way here to count, so the row has no "before"."""
+    model = bigbatch.models.create_classifier(arch, 1000, ch=ch)
+    bns = running_stats.captured([model])
+
+    def cycle() -> None:
+        step = running_stats.StepStatistics(bns)
+        step.micro_batch()
+        step.end(torch.cat(step.close()).tolist())
+
+    return [f"{arch} ch {ch}: BatchNorm statistics kept and replayed, a step", f"{len(bns)} BatchNorms", "-",
+            f"{launches(cycle):,}"]  # fmt: skip
+
+
 def stylegan2_draws(res: int, batch: int, quick: bool) -> list[str]:
     cfg = bigbatch.preset("stylegan2_256")
     ch = 4 if quick else cfg.model.ch
@@ -116,6 +135,7 @@ def main() -> None:
     rows = [
         saehd_optimizer(64, (32, 16, 16, 8)) if args.quick else saehd_optimizer(512, (320, 64, 72, 22)),
         g_ema(32, 8) if args.quick else g_ema(128, 96),
+        batchnorm_statistics("resnet50", 8 if args.quick else 64),
         stylegan2_draws(64 if args.quick else 256, 8 if args.quick else 64, args.quick),
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores\n")
