@@ -1,14 +1,14 @@
 """The host's share of a GPU step, measured on any machine: how many kernels the parts of a step that run
 between the models' graphs launch, and how long the draws StyleGAN2 makes on the host take.
 
-    python bench/host_ops.py                 # SAEHD 512's optimizer, BigGAN-128's G_ema, ResNet-50's
-                                             # BatchNorm statistics, StyleGAN2's draws
+    python bench/host_ops.py                 # SAEHD 512's optimizer, BigGAN-128's G_ema and spectral norm,
+                                             # ResNet-50's BatchNorm statistics, StyleGAN2's draws
     python bench/host_ops.py --quick         # toy sizes (the test suite's run)
 
 Launches are counted as the aten ops dispatched (views excluded: they launch nothing), each at least one
 kernel launch on a GPU, where each costs the host some microseconds whatever its size: on meta tensors
-(shapes without data), so the count is the GPU's and no memory is used (the BatchNorm row on CPU tensors: its
-replay reads counts back). A multi-tensor (_foreach_) op is one
+(shapes without data), so the count is the GPU's and no memory is used (the BatchNorm and spectral norm rows on CPU
+tensors: the replay reads counts back, and autocast takes no meta device). A multi-tensor (_foreach_) op is one
 dispatch and a launch per block of tensors on a GPU. Each row gives the layout the CPU runs (what a GPU ran
 before) beside the one a GPU now runs. StyleGAN2's draws are timed here, one thread against the pool
 bigbatch.data.streams.per_row uses (a ratio of one run; the machine's cores decide it).
@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import bigbatch
 from bigbatch.engine import running_stats
 from bigbatch.engine.ema import make_ema, update_ema
+from bigbatch.models.layers import SpectralNorm
 from bigbatch.models.saehd import SAEHD
 from bigbatch.tasks.swap import optim
 
@@ -86,6 +87,17 @@ def g_ema(res: int, ch: int) -> list[str]:
             f"{per_tensor:,}", f"{now:,}"]  # fmt: skip
 
 
+def power_iterations(res: int, ch: int) -> list[str]:
+    """Spectral norm's power iterations of G's and D's layers before a step: a layer at a time (each layer's
+    before_micro_batch) against all at once (SpectralNorm.before_micro_batches, what the engine calls)."""
+    nets = bigbatch.models.create("biggan", res, 1000, ch=ch, dim_z=120)
+    layers = [m for net in nets for m in net.modules() if isinstance(m, SpectralNorm)]
+    alone = launches(lambda: [m.before_micro_batch(0) for m in layers])
+    now = launches(lambda: SpectralNorm.before_micro_batches(layers, 0))
+    return [f"BigGAN {res} px ch {ch}: spectral norm's power iterations, a step", f"{len(layers)} layers",
+            f"{alone:,}", f"{now:,}"]  # fmt: skip
+
+
 def batchnorm_statistics(arch: str, ch: int) -> list[str]:
     """The engine's capture and replay of BatchNorm statistics around a step of one micro-batch (running_stats:
     the statistics before the step kept, replayed after it). Its copies were made a tensor at a time before
@@ -135,6 +147,7 @@ def main() -> None:
     rows = [
         saehd_optimizer(64, (32, 16, 16, 8)) if args.quick else saehd_optimizer(512, (320, 64, 72, 22)),
         g_ema(32, 8) if args.quick else g_ema(128, 96),
+        power_iterations(32, 8) if args.quick else power_iterations(128, 96),
         batchnorm_statistics("resnet50", 8 if args.quick else 64),
         stylegan2_draws(64 if args.quick else 256, 8 if args.quick else 64, args.quick),
     ]

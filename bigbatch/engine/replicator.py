@@ -200,15 +200,23 @@ class Replicator:
         """Call `hook(i)` before the forward of micro-batch i of every step (i = 0 for a probe): the
         place for state a model updates in training forwards at a rate of its own (spectral norm's
         power iteration once per step) when the model was not prepared by this Replicator; a prepared
-        model's submodules declare it themselves with a `before_micro_batch(i)` method. Such updates must
-        not repeat when an activation-checkpointed block is recomputed in backward: run them in the hook,
-        before the forward, as bigbatch's spectral-norm layers do."""
+        model's submodules declare it themselves with a `before_micro_batch(i)` method (a class may also have
+        a static `before_micro_batches(modules, i)` doing it for all of them at once, in fewer kernels).
+        Such updates must not repeat when an activation-checkpointed block is recomputed in backward: run
+        them in the hook, before the forward, as bigbatch's spectral-norm layers do."""
         self._micro_hooks.append(hook)
 
     def _before_micro_batch(self, index: int) -> None:
         wrap.new_micro_batch(self.compile, self.device, (p for p, _ in self.models), index, self._graph_grads)
+        together: dict[Callable, list[nn.Module]] = {}  # a class's before_micro_batches: all its modules at once
         for module in self._micro_modules:
-            module.before_micro_batch(index)
+            batched = getattr(type(module), "before_micro_batches", None)
+            if batched is None:
+                module.before_micro_batch(index)
+            else:
+                together.setdefault(batched, []).append(module)
+        for batched, modules in together.items():
+            batched(modules, index)
         for hook in self._micro_hooks:
             hook(index)
 

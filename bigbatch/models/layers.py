@@ -42,6 +42,24 @@ class SpectralNorm:
         self.sn_by_engine = True
         self.iterate_before_forward(index == 0 or self.sn_every_micro_batch)
 
+    @staticmethod
+    def before_micro_batches(layers: list[SpectralNorm], index: int) -> None:
+        """`before_micro_batch` of many layers at once (the engine calls it so when a class has it): their
+        power iterations' norms and copies in fewer kernels (BigGAN-128's 64 layers: 640 launches a step a
+        layer at a time, 388 together; each one costs the host microseconds on a GPU). The same arithmetic."""
+        now = [m for m in layers if m.training and (index == 0 or m.sn_every_micro_batch)]
+        for m in layers:
+            m.sn_by_engine, m.sn_update = True, False
+        if not now:
+            return
+        with torch.no_grad(), torch.autocast(now[0].weight.device.type, enabled=False):
+            ws = [m.weight.flatten(1) for m in now]
+            eps = [m.sn_eps for m in now]
+            vs = _normalized([m.sn_u @ w for m, w in zip(now, ws)], eps)
+            us = _normalized([v @ w.t() for v, w in zip(vs, ws)], eps)
+            torch._foreach_copy_([m.sn_u for m in now], us)
+            torch._foreach_copy_([m.sn_v for m in now], vs)
+
     def iterate_before_forward(self, now: bool) -> None:
         """A power iteration now if `now` (in training mode), and none in the forwards that follow. Its vectors
         are written into u's and v's own memory: no graph holds them between micro-batches, and CUDA graphs
@@ -78,6 +96,13 @@ class SpectralNorm:
                 return
         # In a forward, new tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
         self.sn_u, self.sn_v = u, v
+
+
+def _normalized(rows: list[torch.Tensor], eps: list[float]) -> list[torch.Tensor]:
+    """F.normalize(row, dim=1, eps) of each (1, n) row, the clamps in one multi-tensor kernel: the same ops."""
+    norms = [row.norm(2, 1, keepdim=True) for row in rows]
+    torch._foreach_clamp_min_(norms, eps)
+    return [row / norm for row, norm in zip(rows, norms)]
 
 
 class SNConv2d(SpectralNorm, nn.Conv2d):
