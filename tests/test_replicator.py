@@ -616,3 +616,26 @@ def test_code_marked_eager_breaks_a_compiled_graph_and_nothing_imports_dynamo_be
         assert torch.equal(compiled(torch.ones(3)), net(torch.ones(3)))
         breaks.append(sum(counters["graph_break"].values()))
     assert breaks[0] == 0 and breaks[1] >= 1  # marked and disabled: the method ran outside the graph
+
+
+def test_g_ema_blends_in_bounded_parts_to_the_bits_of_a_tensor_at_a_time(monkeypatch):
+    # update_ema's temporaries are a part's (at most ema.PART elements, a larger tensor alone), not all of G's
+    # weights at once; the same bits as p.lerp(p_ema, beta) tensor by tensor.
+    from bigbatch.engine import ema
+
+    G, _ = bigbatch.models.create("biggan", 32, 10, ch=8, dim_z=16)
+    G_ema, alone = ema.make_ema(G), ema.make_ema(G)
+    with torch.no_grad():
+        for p in G.parameters():
+            p.add_(torch.randn_like(p))
+    monkeypatch.setattr(ema, "PART", 5000)
+    sizes, lerp = [], torch._foreach_lerp
+    monkeypatch.setattr(torch, "_foreach_lerp", lambda a, b, w: sizes.append([t.numel() for t in a]) or lerp(a, b, w))
+    ema.update_ema(G_ema, G, 10_000, 256, 10.0, 0.0)
+    beta = 0.5 ** (256 / 10_000)
+    with torch.no_grad():
+        for e, p in zip(alone.parameters(), G.parameters()):
+            e.copy_(p.lerp(e, beta))
+    assert all(torch.equal(a, b) for a, b in zip(G_ema.state_dict().values(), alone.state_dict().values()))
+    assert len(sizes) > 3 and all(sum(s) <= 5000 or len(s) == 1 for s in sizes), sizes
+    assert sum(map(sum, sizes)) == sum(p.numel() for p in G.parameters())

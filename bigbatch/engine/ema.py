@@ -42,11 +42,12 @@ def update_ema(
     else:
         beta = 0.5 ** (images / halflife)
 
-    # Each list at once (multi-tensor kernels: a few launches on a GPU where a pair of ops per tensor took
-    # hundreds); element by element the same arithmetic as p.lerp(p_ema, beta), so the same bits.
+    # In parts of about PART elements, each at once (multi-tensor kernels: a few launches on a GPU where a pair
+    # of ops per tensor took hundreds; the blend's temporaries a part's, not all of G's weights: 280 MB for
+    # BigGAN-128); element by element the same arithmetic as p.lerp(p_ema, beta), so the same bits.
     def blend(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        if pairs:
-            ema, new = [e for e, _ in pairs], [x for _, x in pairs]
+        for part in _parts(pairs):
+            ema, new = [e for e, _ in part], [x for _, x in part]
             torch._foreach_copy_(ema, torch._foreach_lerp(new, ema, beta))
 
     buffers = list(zip(G_ema.buffers(), G.buffers()))
@@ -56,3 +57,20 @@ def update_ema(
     copied = [pair for pair, a in zip(buffers, averaged) if not a]
     if copied:
         torch._foreach_copy_([e for e, _ in copied], [b for _, b in copied])
+
+
+PART = 1 << 24  # elements blended at once (64 MiB of temporaries in fp32; a tensor larger than that alone)
+
+
+def _parts(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """`pairs` in order, cut into runs of at most PART elements (a larger tensor on its own)."""
+    parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+    size = PART
+    for pair in pairs:
+        n = pair[0].numel()
+        if size + n > PART:
+            parts.append([])
+            size = 0
+        parts[-1].append(pair)
+        size += n
+    return parts
