@@ -639,3 +639,25 @@ def test_g_ema_blends_in_bounded_parts_to_the_bits_of_a_tensor_at_a_time(monkeyp
     assert all(torch.equal(a, b) for a, b in zip(G_ema.state_dict().values(), alone.state_dict().values()))
     assert len(sizes) > 3 and all(sum(s) <= 5000 or len(s) == 1 for s in sizes), sizes
     assert sum(map(sum, sizes)) == sum(p.numel() for p in G.parameters())
+
+
+def test_a_numpy_array_in_a_batch_is_cut_with_it_and_stays_on_the_host():
+    import numpy as np
+
+    model = nn.Linear(3, 1)
+    rep = bigbatch.Replicator(batch=8, micro_batch=2, device="cpu")
+    model = rep.prepare(model)
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    x, keys = torch.randn(8, 3), np.arange(8) * 10
+    seen = []
+
+    def step_fn(micro):
+        x, keys = micro
+        seen.append(keys)
+        return model(x).square().mean()
+
+    rep.step(step_fn, (x, keys), opt)
+    assert all(isinstance(k, np.ndarray) for k in seen)
+    assert [k.tolist() for k in seen] == [[0, 10], [20, 30], [40, 50], [60, 70]]
+    with pytest.raises(bigbatch.BigbatchError, match="agree in dim 0"):
+        rep.step(step_fn, (x, keys[:4]), opt)
