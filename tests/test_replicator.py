@@ -287,41 +287,6 @@ def test_spectral_norm_accumulates_exactly_without_a_hook():
     assert rel(sn_discriminator_steps(8, hook=True, prepare=False), full) <= 1e-12  # a model it did not prepare
 
 
-def test_spectral_norm_layers_iterated_at_once_are_each_iterated_alone():
-    # The engine hands a class's layers to its before_micro_batches together (the accumulation tests above go
-    # through it): BigGAN's power iterations as each layer's own, to the bit, in fewer ops (each a kernel
-    # launch on a GPU).
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from bigbatch.models.layers import SpectralNorm
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.count = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.count += not func.is_view
-            return func(*args, **(kwargs or {}))
-
-    def sn_layers(nets):
-        return [m for net in nets for m in net.modules() if isinstance(m, SpectralNorm)]
-
-    nets = bigbatch.models.create("biggan", 32, 10, ch=8, dim_z=16)
-    alone = copy.deepcopy(nets)
-    layers, layers_alone = (sn_layers(n) for n in (nets, alone))
-    for _ in range(3):
-        with Ops() as together:
-            SpectralNorm.before_micro_batches(layers, 0)
-        with Ops() as each:
-            for m in layers_alone:
-                m.before_micro_batch(0)
-        assert together.count < 0.7 * each.count, (together.count, each.count)
-    for a, b in zip(alone, nets):
-        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
-    assert len(layers) > 10 and all(m.sn_by_engine and not m.sn_update for m in layers)
-
-
 def gan_grads(checkpointing, family):
     torch.manual_seed(0)
     options = {"g_sn": True} if family == "dcgan" else {}
@@ -616,48 +581,3 @@ def test_code_marked_eager_breaks_a_compiled_graph_and_nothing_imports_dynamo_be
         assert torch.equal(compiled(torch.ones(3)), net(torch.ones(3)))
         breaks.append(sum(counters["graph_break"].values()))
     assert breaks[0] == 0 and breaks[1] >= 1  # marked and disabled: the method ran outside the graph
-
-
-def test_g_ema_blends_in_bounded_parts_to_the_bits_of_a_tensor_at_a_time(monkeypatch):
-    # update_ema's temporaries are a part's (at most ema.PART elements, a larger tensor alone), not all of G's
-    # weights at once; the same bits as p.lerp(p_ema, beta) tensor by tensor.
-    from bigbatch.engine import ema
-
-    G, _ = bigbatch.models.create("biggan", 32, 10, ch=8, dim_z=16)
-    G_ema, alone = ema.make_ema(G), ema.make_ema(G)
-    with torch.no_grad():
-        for p in G.parameters():
-            p.add_(torch.randn_like(p))
-    monkeypatch.setattr(ema, "PART", 5000)
-    sizes, lerp = [], torch._foreach_lerp
-    monkeypatch.setattr(torch, "_foreach_lerp", lambda a, b, w: sizes.append([t.numel() for t in a]) or lerp(a, b, w))
-    ema.update_ema(G_ema, G, 10_000, 256, 10.0, 0.0)
-    beta = 0.5 ** (256 / 10_000)
-    with torch.no_grad():
-        for e, p in zip(alone.parameters(), G.parameters()):
-            e.copy_(p.lerp(e, beta))
-    assert all(torch.equal(a, b) for a, b in zip(G_ema.state_dict().values(), alone.state_dict().values()))
-    assert len(sizes) > 3 and all(sum(s) <= 5000 or len(s) == 1 for s in sizes), sizes
-    assert sum(map(sum, sizes)) == sum(p.numel() for p in G.parameters())
-
-
-def test_a_numpy_array_in_a_batch_is_cut_with_it_and_stays_on_the_host():
-    import numpy as np
-
-    model = nn.Linear(3, 1)
-    rep = bigbatch.Replicator(batch=8, micro_batch=2, device="cpu")
-    model = rep.prepare(model)
-    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
-    x, keys = torch.randn(8, 3), np.arange(8) * 10
-    seen = []
-
-    def step_fn(micro):
-        x, keys = micro
-        seen.append(keys)
-        return model(x).square().mean()
-
-    rep.step(step_fn, (x, keys), opt)
-    assert all(isinstance(k, np.ndarray) for k in seen)
-    assert [k.tolist() for k in seen] == [[0, 10], [20, 30], [40, 50], [60, 70]]
-    with pytest.raises(bigbatch.BigbatchError, match="agree in dim 0"):
-        rep.step(step_fn, (x, keys[:4]), opt)
