@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bigbatch.engine import batch_parts
 from bigbatch.errors import BigbatchError
 
 
@@ -154,86 +155,39 @@ def _decoded(batch: Encoded, device: torch.device, decoder: Decoder | None) -> t
     return x, done
 
 
-def _handed_over(x: torch.Tensor, done: Any, device: torch.device) -> torch.Tensor:
-    """`x` for the caller's current stream: it waits for the decode, and x's block is not reused before it ran."""
+def _handed_over(x: Any, done: Any, device: torch.device) -> Any:
+    """`x` (a tensor, or a Batch of them) for the caller's current stream: it waits for the work `done` ends (not
+    the host), and x's blocks are not reused before the caller's work that reads them has run."""
     if done is not None:
         caller = torch.cuda.current_stream(device)
         caller.wait_event(done)
-        x.record_stream(caller)
+        for t in x if isinstance(x, tuple) else (x,):
+            if isinstance(t, torch.Tensor):
+                t.record_stream(caller)
     return x
 
 
-class DecodeAhead:
-    """The batches of `batches` (a loader, with next() and close(); their images Encoded) decoded on `device`, each
-    in a thread of its own while the caller trains on the one before: the host's part of decoding (nvJPEG's
-    Huffman decoding, unless its hardware engine does it; the crops' kernel launches) runs beside the step's
-    instead of before it. The next batch is decoded as a batch is taken, if `more()`: so none is decoded
-    that no step takes (a run's last). The pixels are `decode`'s: the same with or without the thread."""
-
-    def __init__(self, batches: Any, device: torch.device, decoder: Decoder, more: Callable[[], bool]):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.batches, self.device, self.decoder, self.more = batches, device, decoder, more
-        if device.type == "cuda":
-            _decode_stream(device)  # (made here, not raced for by the thread)
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="bigbatch-decode")
-        self.ahead: tuple[Any, Any] | None = None
-
-    def _submit(self) -> tuple[Any, Any]:
-        batch = next(self.batches)
-        return batch, self.pool.submit(_decoded, batch.images, self.device, self.decoder)
-
-    def __iter__(self) -> DecodeAhead:
-        return self
-
-    def __next__(self) -> Any:
-        batch, pending = self.ahead if self.ahead is not None else self._submit()
-        self.ahead = None
-        x = _handed_over(*pending.result(), self.device)
-        if self.more():
-            self.ahead = self._submit()
-        return batch._replace(images=x)
-
-    def close(self) -> None:
-        """The thread, then the source it may still have been reading from."""
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.batches.close()
-
-
-class CopyAhead:
-    """The batches of `batches` (a loader's: Batches with their tensors in pinned host memory) copied to `device`
-    one batch ahead, on a stream of their own: the next batch's copy runs beside the step on the one before
-    (the GPU's copy engines beside its compute), where the step's own copy at its start had the GPU wait for it
-    (ResNet-50's 256 crops at 224 px are 38 MB a step). The next batch is copied as a batch is taken, if
-    `more()`: so none is read that no step takes. The same tensors, on the device; on a CPU, as they are."""
+class _Ahead:
+    """The batches of `batches` (a loader, with next() and close()) each prepared a batch ahead, while the caller
+    trains on the one before: the next one as a batch is taken, if `more()`, so none is prepared that no step
+    takes (a run's last). `_submit()` starts the next one; `_taken(batch, pending)` finishes one for the caller."""
 
     def __init__(self, batches: Any, device: torch.device, more: Callable[[], bool]):
         self.batches, self.device, self.more = batches, device, more
         self.ahead: tuple[Any, Any] | None = None
 
     def _submit(self) -> tuple[Any, Any]:
-        batch = next(self.batches)
-        if self.device.type != "cuda":
-            return batch, None
-        stream = _decode_stream(self.device)
-        with torch.cuda.device(self.device), torch.cuda.stream(stream):
-            moved = batch._replace(**{k: _on(v, self.device) for k, v in batch._asdict().items()})
-            done = torch.cuda.Event()
-            done.record(stream)
-        return moved, done
+        raise NotImplementedError
 
-    def __iter__(self) -> CopyAhead:
+    def _taken(self, batch: Any, pending: Any) -> Any:
+        raise NotImplementedError
+
+    def __iter__(self) -> _Ahead:
         return self
 
     def __next__(self) -> Any:
-        batch, done = self.ahead if self.ahead is not None else self._submit()
-        self.ahead = None
-        if done is not None:  # the caller's stream waits for the copy (not the host), and owns the memory after
-            caller = torch.cuda.current_stream(self.device)
-            caller.wait_event(done)
-            for value in batch:
-                if isinstance(value, torch.Tensor):
-                    value.record_stream(caller)
+        ahead, self.ahead = self.ahead if self.ahead is not None else self._submit(), None
+        batch = self._taken(*ahead)
         if self.more():
             self.ahead = self._submit()
         return batch
@@ -242,8 +196,53 @@ class CopyAhead:
         self.batches.close()
 
 
-def _on(value: Any, device: torch.device) -> Any:
-    return value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value
+class DecodeAhead(_Ahead):
+    """The batches of `batches` (their images Encoded) decoded on `device`, each in a thread of its own: the
+    host's part of decoding (nvJPEG's Huffman decoding, unless its hardware engine does it; the crops' kernel
+    launches) runs beside the step's instead of before it. The pixels are `decode`'s: the same with or without
+    the thread."""
+
+    def __init__(self, batches: Any, device: torch.device, decoder: Decoder, more: Callable[[], bool]):
+        from concurrent.futures import ThreadPoolExecutor
+
+        super().__init__(batches, device, more)
+        self.decoder = decoder
+        if device.type == "cuda":
+            _decode_stream(device)  # (made here, not raced for by the thread)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="bigbatch-decode")
+
+    def _submit(self) -> tuple[Any, Any]:
+        batch = next(self.batches)
+        return batch, self.pool.submit(_decoded, batch.images, self.device, self.decoder)
+
+    def _taken(self, batch: Any, pending: Any) -> Any:
+        return batch._replace(images=_handed_over(*pending.result(), self.device))
+
+    def close(self) -> None:
+        """The thread, then the source it may still have been reading from."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        super().close()
+
+
+class CopyAhead(_Ahead):
+    """The batches of `batches` (a loader's: Batches with their tensors in pinned host memory) copied to `device`
+    on a stream of their own: the next batch's copy runs beside the step on the one before (the GPU's copy
+    engines beside its compute), where the step's own copy at its start had the GPU wait for it (ResNet-50's
+    256 crops at 224 px are 38 MB a step). The same tensors, on the device; on a CPU, as they are."""
+
+    def _submit(self) -> tuple[Any, Any]:
+        batch = next(self.batches)
+        if self.device.type != "cuda":
+            return batch, None
+        stream = _decode_stream(self.device)
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            moved = batch._make(batch_parts.to_device(list(batch), self.device))
+            done = torch.cuda.Event()
+            done.record(stream)
+        return moved, done
+
+    def _taken(self, batch: Any, pending: Any) -> Any:
+        return _handed_over(batch, pending, self.device)
 
 
 _STREAMS: dict[int, torch.cuda.Stream] = {}

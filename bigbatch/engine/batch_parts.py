@@ -2,12 +2,14 @@
 in tuples and lists), with the examples along dim 0: its length, its micro-batches, its device.
 
 A NumPy array in a batch is a host part: cut into micro-batches with the rest, it stays on the host, for
-what a step function reads there (augmentation parameters, a latent's bytes) without waiting on the device."""
+what a step function reads there (augmentation parameters, a latent's bytes) without waiting on the device.
+And `runs`: tensors in runs of bounded size, as the multi-tensor kernels of a step's updates take them."""
 
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -72,3 +74,22 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, dict):
         return {k: to_device(v, device) for k, v in batch.items()}
     return batch
+
+
+T = TypeVar("T")
+
+
+def runs(items: Iterable[T], numel: Callable[[T], int], limit: int) -> Iterator[list[T]]:
+    """`items` in order, in runs of at most `limit` elements by `numel` (an item larger than that on its own): what
+    multi-tensor (torch._foreach_) kernels take at once, a few launches on a GPU and temporaries of a run's size."""
+    run: list[T] = []
+    size = 0
+    for item in items:
+        n = numel(item)
+        if run and size + n > limit:
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += n
+    if run:
+        yield run

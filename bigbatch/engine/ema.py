@@ -7,6 +7,8 @@ import copy
 import torch
 from torch import nn
 
+from bigbatch.engine.batch_parts import runs
+
 
 def make_ema(G: nn.Module) -> nn.Module:
     """A frozen copy of G in eval mode (without the engine's activation-checkpointing wrappers)."""
@@ -46,7 +48,7 @@ def update_ema(
     # of ops per tensor took hundreds; the blend's temporaries a part's, not all of G's weights: 280 MB for
     # BigGAN-128); element by element the same arithmetic as p.lerp(p_ema, beta), so the same bits.
     def blend(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        for part in _parts(pairs):
+        for part in runs(pairs, lambda pair: pair[0].numel(), PART):
             ema, new = [e for e, _ in part], [x for _, x in part]
             torch._foreach_copy_(ema, torch._foreach_lerp(new, ema, beta))
 
@@ -60,17 +62,3 @@ def update_ema(
 
 
 PART = 1 << 24  # elements blended at once (64 MiB of temporaries in fp32; a tensor larger than that alone)
-
-
-def _parts(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    """`pairs` in order, cut into runs of at most PART elements (a larger tensor on its own)."""
-    parts: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
-    size = PART
-    for pair in pairs:
-        n = pair[0].numel()
-        if size + n > PART:
-            parts.append([])
-            size = 0
-        parts[-1].append(pair)
-        size += n
-    return parts

@@ -11,6 +11,7 @@ import torch
 
 from bigbatch.data.streams import LR_DROPOUT as LR_DROPOUT_STREAM
 from bigbatch.data.streams import generator
+from bigbatch.engine.batch_parts import runs
 
 EPS = 1e-6  # np.finfo(np.float32).resolution, added outside the square root
 LR_DROPOUT, LR_COS = 0.3, 500  # DFL's lr_dropout option: these two together
@@ -98,28 +99,18 @@ def _on_device(tensors: list[list[torch.Tensor]], keys: tuple[int, ...] | None, 
     CPU-sized pieces took ten thousand (SAEHD 512's 251M weights, 86 tensors). Its lr dropout masks are
     drawn on the device, piece by piece, from a device stream keyed by `keys` (the same on every rank)."""
     draw = generator(*keys, device=tensors[0][0].device) if keys is not None and tensors else None
-    part: list[tuple[torch.Tensor, ...]] = []
-    size = 0
-
-    def done() -> Part:
-        lists = tuple(list(column) for column in zip(*part))
-        masks = (
-            [torch.rand(p.shape, generator=draw, device=p.device).lt_(keep) for p in lists[0]]
-            if draw is not None
-            else []
-        )
-        return (*lists, masks)
-
-    for group in tensors:
-        whole = all(t.is_contiguous() for t in group)
-        for piece in zip(*(t.view(-1).split(DEVICE_PART) for t in group)) if whole else [tuple(group)]:
-            if part and size + piece[0].numel() > DEVICE_PART:
-                yield done()
-                part, size = [], 0
-            part.append(piece)
-            size += piece[0].numel()
-    if part:
-        yield done()
+    pieces = (
+        piece
+        for group in tensors
+        for piece in (zip(*(t.view(-1).split(DEVICE_PART) for t in group)) if all(t.is_contiguous() for t in group)
+                      else [tuple(group)])
+    )  # fmt: skip
+    for run in runs(pieces, lambda piece: piece[0].numel(), DEVICE_PART):
+        part = tuple(list(column) for column in zip(*run))
+        masks = []
+        if draw is not None:
+            masks = [torch.rand(t.shape, generator=draw, device=t.device).lt_(keep) for t in part[0]]
+        yield (*part, masks)
 
 
 class AdaBelief(_DFLOptimizer):
