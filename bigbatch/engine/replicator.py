@@ -111,7 +111,9 @@ class Replicator:
         self.budget: int | None = None  # the memory budget micro_batch "auto" was planned for
         self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
         self._micro_hooks: list[Callable[[int], None]] = []
-        self._micro_modules: list[nn.Module] = []  # submodules of prepared models with before_micro_batch
+        # Submodules of prepared models with before_micro_batch, by what runs them: their class's static
+        # before_micro_batches (all of them at once, in fewer kernels), else each module's own.
+        self._micro_modules: dict[Callable, list[nn.Module]] = {}
         self.optimizers: dict[int, _Optimizer] = {}
         self._bn_list: list[nn.Module] = []
         self._bn_of = 0  # len(self.models) when _bn_list was found
@@ -190,10 +192,10 @@ class Replicator:
             channels_last=self.channels_last,
         )
         self.models.append((model, wrapped))
-        known = {id(m) for m in self._micro_modules}
-        self._micro_modules += [
-            m for m in model.modules() if callable(getattr(m, "before_micro_batch", None)) and id(m) not in known
-        ]
+        known = {id(m) for modules in self._micro_modules.values() for m in modules}
+        for m in model.modules():
+            if callable(getattr(m, "before_micro_batch", None)) and id(m) not in known:
+                self._micro_modules.setdefault(getattr(type(m), "before_micro_batches", _each), []).append(m)
         return wrapped
 
     def on_micro_batch(self, hook: Callable[[int], None]) -> None:
@@ -208,15 +210,8 @@ class Replicator:
 
     def _before_micro_batch(self, index: int) -> None:
         wrap.new_micro_batch(self.compile, self.device, (p for p, _ in self.models), index, self._graph_grads)
-        together: dict[Callable, list[nn.Module]] = {}  # a class's before_micro_batches: all its modules at once
-        for module in self._micro_modules:
-            batched = getattr(type(module), "before_micro_batches", None)
-            if batched is None:
-                module.before_micro_batch(index)
-            else:
-                together.setdefault(batched, []).append(module)
-        for batched, modules in together.items():
-            batched(modules, index)
+        for run, modules in self._micro_modules.items():
+            run(modules, index)
         for hook in self._micro_hooks:
             hook(index)
 
@@ -571,6 +566,11 @@ class Replicator:
             if s.scaler.is_enabled():
                 out[s.name]["loss_scale"] = s.scaler.get_scale()
         return out
+
+
+def _each(modules: list[nn.Module], index: int) -> None:
+    for m in modules:
+        m.before_micro_batch(index)
 
 
 def _local_world() -> int:

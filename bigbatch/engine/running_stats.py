@@ -101,7 +101,7 @@ class StepStatistics:
     def close(self) -> list[torch.Tensor]:
         """After the last micro-batch, on every rank (a collective): what `end` decides by, as float64 tensors
         for the caller to read on the host with its own (on a GPU each read waits for the device's queue):
-        whether every update was finite, and each micro-batch's count of each BatchNorm's forwards. None
+        whether every update was finite, and each micro-batch's count of each BatchNorm's forwards. Nothing
         without BatchNorms in training."""
         self._close()
         if not self.updates:
