@@ -146,8 +146,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     crop_scale = getattr(task, "loader_crop_scale", 0.0)  # crops the task has the loader cut before decoding
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase, crop_scale=crop_scale)
     compiling = compile_cache.CompileWatch() if rep.compile else None  # what the first step compiles, and from where
-    with closing(feed):
-        while nimg < progress.total and not dist.any_rank(stop.requested or failed is not None):
+    vote = dist.StopVote()  # several processes: every rank stops at the same iteration, none waiting for it
+    with closing(feed), closing(vote):
+        while nimg < progress.total and not vote(stop.requested or failed is not None):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
             began, before = time.perf_counter(), nimg
             stats = task.step(feed)

@@ -314,3 +314,56 @@ def test_replicas_that_diverge_stop_the_run_naming_the_rank(tiny, monkeypatch):
     monkeypatch.setattr(dist, "gather", lambda h: [gathered[0], h])
     with pytest.raises(bigbatch.BigbatchError, match="rank 1 held other weights"):
         check_replicas(task, 256)
+
+
+VOTER = """
+import json, sys, time
+from pathlib import Path
+import torch.distributed as td
+from bigbatch.engine.dist import StopVote
+
+rank, tmp, asks = int(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+td.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=2)
+vote, answers, waited = StopVote(), [], None
+for i, asked in enumerate(asks):
+    if rank == 0 and i == 2:  # rank 0 stays in its step until rank 1 has voted at iteration 2
+        start = time.monotonic()
+        while not (tmp / "voted").exists() and time.monotonic() - start < 20:
+            time.sleep(0.01)
+        waited = (tmp / "voted").exists()
+    answers.append(vote(asked))
+    if rank == 1 and i == 2:
+        (tmp / "voted").touch()
+    if answers[-1]:
+        break
+vote.close()
+td.destroy_process_group()
+print(json.dumps({"answers": answers, "waited": waited}))
+"""
+
+
+@pytest.mark.parametrize("asks", [[[0, 0, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1]], [[1, 1, 1], [0, 0, 0]]])
+def test_ranks_stop_at_one_iteration_and_never_wait_for_the_vote(tmp_path, asks):
+    """The loop's stop vote under torchrun: each rank answers the iteration before's flags without waiting for
+    the other ranks (rank 1 votes at iteration 2 while rank 0 has not yet), and all stop at the same
+    iteration; a stop asked before the first iteration comes before it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", VOTER, str(rank), str(tmp_path), json.dumps(asks[rank])],
+            env={**env, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    rows = [json.loads(out) for out, _ in outs]
+    if asks[0][0]:  # asked before the loop: answered at once, every rank
+        assert [r["answers"] for r in rows] == [[True], [True]]
+        return
+    # Rank 1 asked at iteration 2; each rank learns it at iteration 3, having voted at 2 on its own.
+    assert [r["answers"] for r in rows] == [[False, False, False, True]] * 2
+    assert rows[0]["waited"] is True

@@ -155,9 +155,47 @@ def agree(flag: bool) -> bool:
     return int(t.item()) == 0
 
 
-def any_rank(flag: bool) -> bool:
-    """True if `flag` is True on some rank."""
-    return not agree(not flag)
+class StopVote:
+    """Whether some rank asked to stop, for a loop that asks once an iteration. Each call starts the all-reduce
+    of this iteration's flag in the background and answers with the last call's, so that no rank waits for
+    the vote: every rank stops at the same iteration, the one after a rank first asked. The first call
+    answers its own flag (a stop asked before the loop comes before its first step), as one process does
+    every call.
+
+    The flags are host tensors on a gloo group. Under NCCL the default group takes device tensors only, and
+    their copy to the GPU and read back each wait until the GPU has run every step queued before them: twice
+    an iteration, the GPU then idle while the host makes the next step."""
+
+    def __init__(self) -> None:
+        self._under_way: tuple | None = None  # (the reduce's work, its tensor)
+        self._group = None
+
+    def __call__(self, flag: bool) -> bool:
+        import torch.distributed as td
+
+        if not active():
+            return flag
+        first = self._group is None
+        if first:  # (made by every rank at its first call, as a new group must be)
+            self._group = td.new_group(backend="gloo") if td.get_backend() != "gloo" else td.GroupMember.WORLD
+        answer = self._answer() if self._under_way is not None else False
+        vote = torch.tensor([int(flag)], dtype=torch.int32)
+        self._under_way = td.all_reduce(vote, op=td.ReduceOp.MAX, group=self._group, async_op=True), vote
+        return self._answer() if first else answer
+
+    def _answer(self) -> bool:
+        work, vote = self._under_way
+        work.wait()
+        self._under_way = None
+        return bool(vote.item())
+
+    def close(self) -> None:
+        """Wait for the reduce under way (every rank makes it, so none leaves one to a destroyed group), and let
+        go of the group: one still held when the process exits, after the group was destroyed, aborted it
+        now and then (gloo's "terminate called without an active exception")."""
+        if self._under_way is not None:
+            self._answer()
+        self._group = None
 
 
 def broadcast(obj):
