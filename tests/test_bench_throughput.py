@@ -124,3 +124,18 @@ def test_host_ops_counts_fewer_launches_for_a_gpus_optimizer_and_ema_step():
     row = next(r for r in out.stdout.splitlines() if r.startswith("| resnet50 ch 8: BatchNorm statistics"))
     _, bns, before, now = (c.strip() for c in row.strip("| ").split(" | "))
     assert before == "-" and 0 < int(now) < int(bns.split()[0]), row
+
+
+def test_step_ops_counts_a_whole_gan_iteration_against_a_bare_loop():
+    # bench/step_ops.py: BigGAN's iteration through bigbatch.train launches fewer kernels than a bare loop of the
+    # same models (spectral norm's power iterations once a step, all layers at once, not in every forward).
+    import subprocess
+
+    script = Path(__file__).parent.parent / "bench" / "step_ops.py"
+    out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = next(r for r in out.stdout.splitlines() if r.startswith("| BigGAN 32 px"))
+    name, bare, ours, ratio, more, fewer = (c.strip() for c in row.strip("| ").split(" | "))
+    bare, ours = int(bare.replace(",", "")), int(ours.replace(",", ""))
+    assert 0 < ours < bare and float(ratio) == round(ours / bare, 2), row
+    assert "clamp_min +" in fewer, row  # the bare loop's power iteration in every forward: F.normalize's clamps

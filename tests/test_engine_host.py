@@ -40,7 +40,7 @@ def test_spectral_norm_layers_iterated_at_once_are_each_iterated_alone():
         with Ops() as each:
             for m in layers_alone:
                 m.before_micro_batch(0)
-        assert together.count < 0.7 * each.count, (together.count, each.count)
+        assert together.count < 0.5 * each.count, (together.count, each.count)
     for a, b in zip(alone, nets):
         assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert len(layers) > 10 and all(m.sn_by_engine and not m.sn_update for m in layers)
