@@ -124,6 +124,14 @@ def test_batchnorm_running_statistics_replay_on_the_gpu():
         check_batchnorm_replay("cuda", checkpointing)
 
 
+def test_spectral_norm_iterated_at_once_on_the_gpu_is_each_layer_alone():
+    # The vectors' products written into one buffer (cuBLAS's output and input strides those of the buffer)
+    # are the products of each layer's own tensors, to the bit.
+    from test_engine_host import check_power_iterations
+
+    check_power_iterations("cuda")
+
+
 def test_biggan_attention_on_the_gpu_is_the_formula():
     # On a GPU BigGAN's attention runs scaled_dot_product_attention's fused kernels, q and k widened with zero
     # columns to a multiple of 8 where they are not (96 channels: 12); on CPU it computes the whole map.
