@@ -35,11 +35,11 @@ def resnet50_fed(args: argparse.Namespace) -> dict:
     steps, cores, device = 4 * SIZES[args.sizes]["steps"], os.cpu_count() or 1, torch.device(args.device)
     modes = {"cpu": cores, "gpu": min(4, cores)}  # data.decode -> data.workers (on the GPU they only read bytes)
     try:
-        device_decode.nvimgcodec_module()
+        device_decode.nvimgcodec_ready(device)  # (installed, and with nvJPEG on a GPU)
         modes["nvimgcodec"] = min(4, cores)
         missing = ""
-    except bigbatch.BigbatchError:
-        missing = "; nvImageCodec not installed here"
+    except bigbatch.BigbatchError as e:
+        missing = f"; nvImageCodec not run: {e}"
     with tempfile.TemporaryDirectory() as tmp:
         make_photos(Path(tmp) / "photos", n)
         path = Path(tmp) / "d.h5"
@@ -90,7 +90,7 @@ def jpeg_decode(args: argparse.Namespace, decode: str = "gpu") -> dict:
     device = torch.device(args.device)
     if decode == "nvimgcodec":
         try:
-            device_decode.nvimgcodec_module()
+            device_decode.nvimgcodec_ready(device)
         except bigbatch.BigbatchError as e:  # an optional package: said, not failed
             return {"setting": setting, "note": f"not run: {e}"}
         decoder = device_decode.nvimgcodec  # (on a CPU, its libjpeg-turbo)

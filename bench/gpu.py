@@ -9,8 +9,9 @@ compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode
 nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
 network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
 BigGAN-128's resampling layers as two ops and as one (bench/resample.py) and its attention (the formula
-against the fused kernels: bench/attention.py); tests/test_cuda.py; how often an iteration of BigGAN, StyleGAN2
-and ResNet-50 waits for the GPU, and where (bench/_gpu_waits.py). One dated table appended to bench/RESULTS.md.
+against the fused kernels: bench/attention.py); tests/test_cuda.py (the tests that compile last); how often an
+iteration of BigGAN, StyleGAN2 and ResNet-50 waits for the GPU, and where (bench/_gpu_waits.py). One dated table
+appended to bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
@@ -278,16 +279,23 @@ def attention(args: argparse.Namespace) -> dict:
     return {"setting": "softmax(q kᵀ) v forward+backward: the formula / attend", "note": "; ".join(cells)}
 
 
-def cuda_tests(args: argparse.Namespace) -> dict:
-    """tests/test_cuda.py under pytest (they skip without a GPU); its pass/fail count."""
-    cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-q", "-p", "no:cacheprovider"]
-    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    print(run.stdout + run.stderr, file=sys.stderr, flush=True)
-    lines = [line.strip("= ") for line in run.stdout.splitlines() if re.search(r"\d+ (passed|failed|skipped)", line)]
-    summary = lines[-1] if lines else f"no summary (pytest exit status {run.returncode})"
-    if run.returncode:
-        raise RuntimeError(f"pytest exit status {run.returncode}: {summary}")
-    return {"setting": "tests/test_cuda.py", "note": summary}
+def cuda_tests(args: argparse.Namespace, marks: str) -> dict:
+    """tests/test_cuda.py's tests that `marks` selects, under pytest (they skip without a GPU); its pass/fail
+    count. Each test's line is printed as it ends, so a part stopped at its limit still says how far it got."""
+    cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-v", "-m", marks, "-p", "no:cacheprovider"]
+    proc = subprocess.Popen(
+        [*cmd, "--durations=5"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines = []
+    for line in proc.stdout:
+        print(line, end="", file=sys.stderr, flush=True)
+        lines.append(line)
+    status = proc.wait()
+    counts = [line.strip("=\n ") for line in lines if re.search(r"\d+ (passed|failed|skipped|deselected)", line)]
+    summary = counts[-1] if counts else f"no summary (pytest exit status {status})"
+    if status:
+        raise RuntimeError(f"pytest exit status {status}: {summary}")
+    return {"setting": f"tests/test_cuda.py -m '{marks}'", "note": summary}
 
 
 # Name -> (what it runs, time limit in seconds on the GPU), in the table's order.
@@ -316,16 +324,18 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "stylegan2-fp32": (functools.partial(stylegan2, precision="fp32"), 120),
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
-    "cuda-tests": (cuda_tests, 240),
+    "cuda-tests": (functools.partial(cuda_tests, marks="not compiles"), 150),
+    "cuda-tests-compile": (functools.partial(cuda_tests, marks="compiles"), 240),
     "waits": (waits, 120),
 }
-# Issue 43's targets first: eager (bf16, as trained by default), then compiled and as CUDA graphs (minutes of
-# compiling: the compile parts at once, run_in_turns) and what loads from the compile cache; the CUDA tests
-# (the new CUDA paths); the profiles (where the time goes: SAEHD's, whose target is furthest, first); then the
-# extras, measured before, where --budget cuts.
+# Issue 43's targets first: eager (bf16, as trained by default); the CUDA tests that compile nothing (the new
+# CUDA paths, in under a minute); then compiled and as CUDA graphs (minutes of compiling: the compile parts at
+# once, run_in_turns) and what loads from the compile cache; the CUDA tests that compile; the profiles (where the
+# time goes: SAEHD's, whose target is furthest, first); then the extras, measured before, where --budget cuts.
 RUN_ORDER = ["biggan-bf16", "resnet50", "jpeg-decode", "jpeg-decode-nvimgcodec", "resnet50-fed", "saehd512"]
-RUN_ORDER += ["stylegan2-bf16", "biggan-bf16-compile", "biggan-bf16-compile-cudagraphs", "stylegan2-bf16-compile"]
-RUN_ORDER += ["resnet50-compile", "resnet50-compile-cudagraphs", "biggan-bf16-compile-again", "cuda-tests", "waits"]
+RUN_ORDER += ["stylegan2-bf16", "cuda-tests", "biggan-bf16-compile", "biggan-bf16-compile-cudagraphs"]
+RUN_ORDER += ["stylegan2-bf16-compile", "resnet50-compile", "resnet50-compile-cudagraphs", "biggan-bf16-compile-again"]
+RUN_ORDER += ["waits", "cuda-tests-compile"]
 RUN_ORDER += ["saehd512-profile", "biggan-bf16-profile", "resnet50-profile", "biggan-bf16-compile-profile"]
 RUN_ORDER += ["biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16", "biggan-fp32-compile", "stylegan2-fp32"]
 RUN_ORDER += ["resample", "attention"]

@@ -101,6 +101,12 @@ def nvimgcodec_module() -> Any:
     return _NVIMGCODEC["module"]
 
 
+def nvimgcodec_ready(device: torch.device) -> None:
+    """Whether nvImageCodec can decode JPEGs on `device`: installed, and on a GPU with nvJPEG loaded (its
+    decoder is made here, once); one line saying why not."""
+    _nvimgcodec_decoder(device)
+
+
 def _nvimgcodec_decoder(device: torch.device) -> Any:
     codec = nvimgcodec_module()
     if device.type == "cuda" and "[nvjpeg-ext] Failed" in _NVIMGCODEC["said"]:
@@ -291,4 +297,4 @@ def check(data: Any, device: torch.device, decode: str = "gpu") -> None:
             'set data.decode = "cpu" (the default)'
         )
     if decode == "nvimgcodec":
-        _nvimgcodec_decoder(device)
+        nvimgcodec_ready(device)
