@@ -413,3 +413,34 @@ def test_a_run_as_cuda_graphs_resumes_bit_exact(tiny, tmp_path):
     whole = weights(bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True))
     bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "parts", quiet=True)
     assert weights(bigbatch.train(cfg, run_dir=tmp_path / "parts", resume=True, quiet=True)) == whole
+
+
+def test_the_stop_vote_under_nccl_waits_for_no_step(monkeypatch):
+    # The loop's stop vote under torchrun with NCCL: the flag goes to the GPU and back without a copy that makes
+    # the host wait for the device's queue (CUDA's sync debug mode names any), and is answered the next call.
+    import warnings
+
+    import torch.distributed as td
+
+    from bigbatch.engine import dist
+
+    td.init_process_group("nccl", store=td.HashStore(), rank=0, world_size=1)
+    try:
+        monkeypatch.setattr(dist, "active", lambda: True)  # (one rank stands for several: its reduce is a copy)
+        vote = dist.StopVote()
+        answers = [vote(False)]
+        x = torch.randn(4096, 4096, device="cuda")
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                for flag in (False, True, False):
+                    x = x @ x / 64  # (a step queued before the vote)
+                    answers.append(vote(flag))
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        vote.close()
+    finally:
+        td.destroy_process_group()
+    assert answers == [False, False, False, True]
+    assert [str(w.message) for w in said if "synchroniz" in str(w.message)] == []

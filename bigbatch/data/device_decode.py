@@ -240,7 +240,7 @@ class CopyAhead(_Ahead):
         batch = next(self.batches)
         if self.device.type != "cuda":
             return batch, None
-        stream = _decode_stream(self.device)
+        stream = _decode_stream(self.device, "copy")
         with torch.cuda.device(self.device), torch.cuda.stream(stream):
             moved = batch._make(batch_parts.to_device(list(batch), self.device))
             done = torch.cuda.Event()
@@ -251,15 +251,16 @@ class CopyAhead(_Ahead):
         return _handed_over(batch, pending, self.device)
 
 
-_STREAMS: dict[int, torch.cuda.Stream] = {}
+_STREAMS: dict[tuple[str, int], torch.cuda.Stream] = {}
 
 
-def _decode_stream(device: torch.device) -> torch.cuda.Stream:
-    """The device's stream for decoding and copying ahead."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _STREAMS:
-        _STREAMS[index] = torch.cuda.Stream(device=index)
-    return _STREAMS[index]
+def _decode_stream(device: torch.device, purpose: str = "decode") -> torch.cuda.Stream:
+    """The device's stream for decoding ahead, or for `purpose` "copy", copying ahead: each its own, so that a
+    decode, which first waits for its stream's last work, never waits for a copy (the swap task's two feeds)."""
+    key = (purpose, device.index if device.index is not None else torch.cuda.current_device())
+    if key not in _STREAMS:
+        _STREAMS[key] = torch.cuda.Stream(device=key[1])
+    return _STREAMS[key]
 
 
 def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> torch.Tensor:

@@ -4,7 +4,9 @@ the few collectives the engine needs beyond DDP (metric means, agreement, broadc
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -162,40 +164,48 @@ class StopVote:
     answers its own flag (a stop asked before the loop comes before its first step), as one process does
     every call.
 
-    The flags are host tensors on a gloo group. Under NCCL the default group takes device tensors only, and
-    their copy to the GPU and read back each wait until the GPU has run every step queued before them: twice
-    an iteration, the GPU then idle while the host makes the next step."""
+    Under NCCL the flag is reduced on the GPU, and copied there and back without the host waiting for the
+    device's queue (a pinned host tensor, copies that do not block): the answer is read the next iteration,
+    once the GPU has run the step queued before the vote. A plain copy and read back there would each wait
+    for every step queued before them, twice an iteration, the GPU idle while the host makes the next step.
+    Under gloo the flags are host tensors, reduced by gloo's threads."""
 
     def __init__(self) -> None:
-        self._under_way: tuple | None = None  # (the reduce's work, its tensor)
-        self._group = None
+        self._started = False
+        self._under_way: tuple[Callable[[], Any], torch.Tensor] | None = None  # (what to wait for, the answer)
 
     def __call__(self, flag: bool) -> bool:
-        import torch.distributed as td
-
         if not active():
             return flag
-        first = self._group is None
-        if first:  # (made by every rank at its first call, as a new group must be)
-            self._group = td.new_group(backend="gloo") if td.get_backend() != "gloo" else td.GroupMember.WORLD
+        first, self._started = not self._started, True
         answer = self._answer() if self._under_way is not None else False
-        vote = torch.tensor([int(flag)], dtype=torch.int32)
-        self._under_way = td.all_reduce(vote, op=td.ReduceOp.MAX, group=self._group, async_op=True), vote
+        self._under_way = self._start(flag)
         return self._answer() if first else answer
 
+    @staticmethod
+    def _start(flag: bool) -> tuple[Callable[[], Any], torch.Tensor]:
+        import torch.distributed as td
+
+        vote = torch.tensor([int(flag)], dtype=torch.int32)
+        if td.get_backend() != "nccl":
+            return td.all_reduce(vote, op=td.ReduceOp.MAX, async_op=True).wait, vote
+        on_device = vote.pin_memory().to(torch.device("cuda", torch.cuda.current_device()), non_blocking=True)
+        td.all_reduce(on_device, op=td.ReduceOp.MAX, async_op=True).wait()  # (the stream waits for it, not the host)
+        answer = torch.empty(1, dtype=torch.int32, pin_memory=True).copy_(on_device, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return done.synchronize, answer
+
     def _answer(self) -> bool:
-        work, vote = self._under_way
-        work.wait()
+        wait, answer = self._under_way
         self._under_way = None
-        return bool(vote.item())
+        wait()
+        return bool(answer.item())
 
     def close(self) -> None:
-        """Wait for the reduce under way (every rank makes it, so none leaves one to a destroyed group), and let
-        go of the group: one still held when the process exits, after the group was destroyed, aborted it
-        now and then (gloo's "terminate called without an active exception")."""
+        """Wait for the reduce under way: every rank makes it, so none leaves one to a destroyed group."""
         if self._under_way is not None:
             self._answer()
-        self._group = None
 
 
 def broadcast(obj):
