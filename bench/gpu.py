@@ -281,15 +281,25 @@ def attention(args: argparse.Namespace) -> dict:
 
 def cuda_tests(args: argparse.Namespace, marks: str) -> dict:
     """tests/test_cuda.py's tests that `marks` selects, under pytest (they skip without a GPU); its pass/fail
-    count. Each test's line is printed as it ends, so a part stopped at its limit still says how far it got."""
+    count. Each test's line is printed as it ends, and the counts so far kept in the part's progress file, so
+    a part stopped at its limit still says how far it got (its row; the lines above the table)."""
     cmd = [sys.executable, "-m", "pytest", "tests/test_cuda.py", "-v", "-m", marks, "-p", "no:cacheprovider"]
     proc = subprocess.Popen(
         [*cmd, "--durations=5"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    lines = []
+    lines, ended, t0 = [], {}, time.perf_counter()
+    progress = Path(args.result).with_suffix(".progress")
     for line in proc.stdout:
         print(line, end="", file=sys.stderr, flush=True)
         lines.append(line)
+        test = re.search(r"::(\S+) (PASSED|FAILED|ERROR|SKIPPED)", line)
+        if test:  # (written whole: a temporary file renamed)
+            outcome = test.group(2).lower()
+            ended[outcome] = ended.get(outcome, 0) + 1
+            so_far = ", ".join(f"{n} {outcome}" for outcome, n in ended.items())
+            said = {"what": f"{so_far}, the last {test.group(1)}", "at": time.perf_counter() - t0}
+            progress.with_suffix(".tmp").write_text(json.dumps(said))
+            progress.with_suffix(".tmp").replace(progress)
     status = proc.wait()
     counts = [line.strip("=\n ") for line in lines if re.search(r"\d+ (passed|failed|skipped|deselected)", line)]
     summary = counts[-1] if counts else f"no summary (pytest exit status {status})"

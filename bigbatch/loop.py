@@ -109,7 +109,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if main and nimg == 0:  # a look at what the models are fed, before the first step
         run.write_batch_sheet(task, 0)
 
-    # A write that fails on rank 0 (a full disk) stops every rank at the next step, not rank 0 alone.
+    # A write that fails on rank 0 (a full disk) stops every rank, not rank 0 alone: at once in one process,
+    # after one more step under torchrun (the ranks' vote is read an iteration late: dist.StopVote), which
+    # writes nothing more; the first error is the one raised.
     failed: BaseException | None = None
 
     def evaluate() -> bool:
@@ -120,7 +122,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         except EvaluationStopped:  # (one process only: several finish, their collectives must meet)
             progress.say(f"kimg {nimg / 1000:g}: evaluation stopped by the signal; the resumed run makes it")
             return False
-        if main:
+        if main and failed is None:
             try:
                 progress.scores(nimg, task.steps, scores)
                 if task.scorer.improved(scores):
@@ -165,7 +167,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 eval_pending = not evaluate()
             if due(cfg.checkpoint.every_kimg, before):
                 check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
-            if not main:
+            if not main or failed is not None:
                 continue
             try:
                 # Rank 0's output, where due: a log row, previews, a checkpoint.

@@ -20,10 +20,10 @@ def test_spectral_norm_layers_iterated_at_once_are_each_iterated_alone():
 
 def check_power_iterations(device: str) -> None:
     """SpectralNorm.before_micro_batches on `device`: each layer's u and v those of its own power iteration, to
-    the bit, in under half the ops (tests/test_cuda.py runs it on a GPU)."""
+    the bit, in under half the ops, layers of two dtypes together (tests/test_cuda.py runs it on a GPU)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from bigbatch.models.layers import SpectralNorm
+    from bigbatch.models.layers import SNLinear, SpectralNorm
 
     class Ops(TorchDispatchMode):
         def __init__(self):
@@ -38,6 +38,7 @@ def check_power_iterations(device: str) -> None:
         return [m for net in nets for m in net.modules() if isinstance(m, SpectralNorm)]
 
     nets = [net.to(device) for net in bigbatch.models.create("biggan", 32, 10, ch=8, dim_z=16)]
+    nets.append(SNLinear(5, 3).double().to(device))  # (another dtype beside them: a group of its own)
     alone = copy.deepcopy(nets)
     layers, layers_alone = (sn_layers(n) for n in (nets, alone))
     for _ in range(3):

@@ -102,8 +102,8 @@ def nvimgcodec_module() -> Any:
 
 
 def nvimgcodec_ready(device: torch.device) -> None:
-    """Whether nvImageCodec can decode JPEGs on `device`: installed, and on a GPU with nvJPEG loaded (its
-    decoder is made here, once); one line saying why not."""
+    """Raise a BigbatchError (one line saying why) unless nvImageCodec can decode JPEGs on `device`: installed,
+    and on a GPU with nvJPEG loaded. Its decoder for `device` is made here, once."""
     _nvimgcodec_decoder(device)
 
 

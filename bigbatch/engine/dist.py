@@ -166,8 +166,9 @@ class StopVote:
 
     Under NCCL the flag is reduced on the GPU, and copied there and back without the host waiting for the
     device's queue (a pinned host tensor, copies that do not block): the answer is read the next iteration,
-    once the GPU has run the step queued before the vote. A plain copy and read back there would each wait
-    for every step queued before them, twice an iteration, the GPU idle while the host makes the next step.
+    once the GPU has run the step queued before the vote (so the host runs at most a step ahead). A plain
+    copy and read back there would each wait for every step queued before them, twice an iteration, the GPU
+    idle while the host makes the next step.
     Under gloo the flags are host tensors, reduced by gloo's threads."""
 
     def __init__(self) -> None:
@@ -186,7 +187,7 @@ class StopVote:
     def _start(flag: bool) -> tuple[Callable[[], Any], torch.Tensor]:
         import torch.distributed as td
 
-        vote = torch.tensor([int(flag)], dtype=torch.int32)
+        vote = torch.tensor([int(flag)], dtype=torch.int32, device="cpu")
         if td.get_backend() != "nccl":
             return td.all_reduce(vote, op=td.ReduceOp.MAX, async_op=True).wait, vote
         on_device = vote.pin_memory().to(torch.device("cuda", torch.cuda.current_device()), non_blocking=True)

@@ -52,21 +52,11 @@ class SpectralNorm:
         now = [m for m in layers if m.training and (index == 0 or m.sn_every_micro_batch)]
         for m in layers:
             m.sn_by_engine, m.sn_update = True, False
-        if not now:
-            return
-        with torch.no_grad(), torch.autocast(now[0].weight.device.type, enabled=False):
-            ws = [m.weight.flatten(1) for m in now]
-            eps = [m.sn_eps for m in now]
-            v_all, vs = _laid_out([w.shape[1] for w in ws], ws[0])
-            for m, w, v in zip(now, ws, vs):
-                torch.mm(m.sn_u, w, out=v)
-            _normalize(v_all, vs, eps)
-            u_all, us = _laid_out([w.shape[0] for w in ws], ws[0])
-            for v, w, u in zip(vs, ws, us):
-                torch.mm(v, w.t(), out=u)
-            _normalize(u_all, us, eps)
-            torch._foreach_copy_([m.sn_u for m in now], us)
-            torch._foreach_copy_([m.sn_v for m in now], vs)
+        alike: dict[tuple[torch.device, torch.dtype], list[SpectralNorm]] = {}
+        for m in now:  # (one buffer holds vectors of one dtype on one device)
+            alike.setdefault((m.weight.device, m.weight.dtype), []).append(m)
+        for group in alike.values():
+            _iterate_together(group)
 
     def iterate_before_forward(self, now: bool) -> None:
         """A power iteration now if `now` (in training mode), and none in the forwards that follow. Its vectors
@@ -106,28 +96,46 @@ class SpectralNorm:
         self.sn_u, self.sn_v = u, v
 
 
-ALIGN = 64  # elements: where each vector of _laid_out starts (256 bytes in fp32), aligned as a tensor of its own
+def _iterate_together(now: list[SpectralNorm]) -> None:
+    """One power iteration of each layer of `now` (weights of one dtype on one device), as F.normalize would
+    make it a layer at a time: the products and norms one per layer, the rest in a few kernels."""
+    with torch.no_grad(), torch.autocast(now[0].weight.device.type, enabled=False):
+        ws = [m.weight.flatten(1) for m in now]
+        eps = [m.sn_eps for m in now]
+        v_all, vs, v_widths = _laid_out([w.shape[1] for w in ws], ws[0])
+        for m, w, v in zip(now, ws, vs):
+            torch.mm(m.sn_u, w, out=v)
+        _normalize(v_all, vs, v_widths, eps)
+        u_all, us, u_widths = _laid_out([w.shape[0] for w in ws], ws[0])
+        for v, w, u in zip(vs, ws, us):
+            torch.mm(v, w.t(), out=u)
+        _normalize(u_all, us, u_widths, eps)
+        torch._foreach_copy_([m.sn_u for m in now], us)
+        torch._foreach_copy_([m.sn_v for m in now], vs)
 
 
-def _padded(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+ALIGN_BYTES = 512  # where each vector of _laid_out starts: as CUDA's caching allocator aligns a tensor of its own
 
 
-def _laid_out(sizes: list[int], like: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """One buffer, and a (1, n) row of it for each of `sizes`, end to end, each starting at a multiple of ALIGN
-    elements: a product written there (mm's out) is the one a tensor of its own gets, to the bit (a BLAS sums
-    in the same order from the same alignment)."""
-    starts = list(itertools.accumulate((_padded(n) for n in sizes), initial=0))
+def _laid_out(sizes: list[int], like: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
+    """One buffer of `like`'s dtype and device, a (1, n) row of it for each of `sizes`, end to end, each
+    starting ALIGN_BYTES-aligned within it, and the widths they take (padding included): a product written
+    there (mm's out) is the one a tensor of its own gets, to the bit (a BLAS sums in the same order from the
+    same alignment)."""
+    align = max(1, ALIGN_BYTES // like.element_size())
+    widths = [-(-n // align) * align for n in sizes]
+    starts = list(itertools.accumulate(widths, initial=0))
     buffer = like.new_empty(1, starts[-1])
-    return buffer, [buffer[:, a : a + n] for a, n in zip(starts, sizes)]
+    return buffer, [buffer[:, a : a + n] for a, n in zip(starts, sizes)], widths
 
 
-def _normalize(buffer: torch.Tensor, rows: list[torch.Tensor], eps: list[float]) -> None:
+def _normalize(buffer: torch.Tensor, rows: list[torch.Tensor], widths: list[int], eps: list[float]) -> None:
     """F.normalize(row, dim=1, eps) in place of each row `_laid_out` made, the same ops: the norms one per row,
-    their clamps in one multi-tensor kernel, and the divisions in one kernel over the whole buffer."""
+    their clamps in one multi-tensor kernel, and the divisions in one kernel over the whole buffer (its padding,
+    never read, divided too)."""
     norms = [row.norm(2, 1, keepdim=True) for row in rows]
     torch._foreach_clamp_min_(norms, eps)
-    buffer.div_(torch.cat([norm.expand(1, _padded(row.shape[1])) for norm, row in zip(norms, rows)], dim=1))
+    buffer.div_(torch.cat([norm.expand(1, width) for norm, width in zip(norms, widths)], dim=1))
 
 
 class SNConv2d(SpectralNorm, nn.Conv2d):
