@@ -77,9 +77,12 @@ def result_row(result: Path, progress: Path, status: int | None, seconds: float,
     without a result."""
     if status is None:
         error = f"timed out after {limit:.0f} s"
-        if progress.exists():  # how far a compiling part had got (throughput_all.CompileLog)
-            p = json.loads(progress.read_text())
-            error += f"; at {p['at']:.0f} s: {p['what']}"
+        if progress.exists():  # how far a part had got (throughput_all.CompileLog, gpu.cuda_tests)
+            try:
+                p = json.loads(progress.read_text())
+                error += f"; at {p['at']:.0f} s: {p['what']}"
+            except (ValueError, KeyError, TypeError):  # (a writer of another kind: said, not raised)
+                error += "; its progress file unreadable"
         return {"error": error, "seconds": seconds}
     if not result.exists():
         return {"error": f"its process ended with exit status {status}, no result", "seconds": seconds}

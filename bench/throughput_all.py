@@ -184,9 +184,10 @@ class CompileLog:
         self.write(f"{self.graphs} graphs compiled in {self.seconds:.0f} s, running")
 
     def write(self, what: str) -> None:
-        if self.path is not None:
+        if self.path is not None:  # (whole: a temporary file renamed, so a cell killed mid-write leaves the last)
             at = time.perf_counter() - self.t0
-            self.path.write_text(json.dumps({"what": what, "at": at, "compile_s": self.seconds}))
+            self.path.with_suffix(".tmp").write_text(json.dumps({"what": what, "at": at, "compile_s": self.seconds}))
+            self.path.with_suffix(".tmp").replace(self.path)
 
 
 def run_cell(name: str) -> dict:
