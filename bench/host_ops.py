@@ -23,6 +23,7 @@ from contextlib import nullcontext
 from unittest import mock
 
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import bigbatch
@@ -88,11 +89,21 @@ def g_ema(res: int, ch: int) -> list[str]:
 
 
 def power_iterations(res: int, ch: int) -> list[str]:
-    """Spectral norm's power iterations of G's and D's layers before a step: a layer at a time (each layer's
-    before_micro_batch) against all at once (SpectralNorm.before_micro_batches, what the engine calls)."""
+    """Spectral norm's power iterations of G's and D's layers before a step: a layer at a time (F.normalize and
+    copies into u and v, as each layer's before_micro_batch ran them before 1a0796a) against all at once
+    (SpectralNorm.before_micro_batches, what the engine calls)."""
     nets = bigbatch.models.create("biggan", res, 1000, ch=ch, dim_z=120)
     layers = [m for net in nets for m in net.modules() if isinstance(m, SpectralNorm)]
-    alone = launches(lambda: [m.before_micro_batch(0) for m in layers])
+
+    @torch.no_grad()
+    def one_at_a_time() -> None:
+        for m in layers:
+            w = m.weight.flatten(1)
+            v = F.normalize(m.sn_u @ w, dim=1, eps=m.sn_eps)
+            m.sn_u.copy_(F.normalize(v @ w.t(), dim=1, eps=m.sn_eps))
+            m.sn_v.copy_(v)
+
+    alone = launches(one_at_a_time)
     now = launches(lambda: SpectralNorm.before_micro_batches(layers, 0))
     return [f"BigGAN {res} px ch {ch}: spectral norm's power iterations, a step", f"{len(layers)} layers",
             f"{alone:,}", f"{now:,}"]  # fmt: skip

@@ -33,7 +33,6 @@ import bigbatch
 from bigbatch import loop
 from bigbatch.engine import precision
 from bigbatch.models.layers import SpectralNorm
-from bigbatch.tasks.gan import task as gan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from host_ops import Launches  # noqa: E402 -- bench/ is not a package
@@ -80,10 +79,7 @@ def through_bigbatch(cfg: bigbatch.Config) -> ByOp:
         return task
 
     with TemporaryDirectory() as tmp, mock.patch.object(loop, "build_task", counting):
-        with (
-            mock.patch.object(precision, "optimizer_kernels", fused),
-            mock.patch.object(gan, "optimizer_kernels", fused),
-        ):
+        with mock.patch.object(precision, "optimizer_kernels", fused):
             bigbatch.train(cfg, run_dir=Path(tmp) / "run", quiet=True)
     return counted[0]
 

@@ -12,15 +12,16 @@ import bigbatch
 
 
 def test_spectral_norm_layers_iterated_at_once_are_each_iterated_alone():
-    # The engine hands a class's layers to its before_micro_batches together (the accumulation tests above go
-    # through it): BigGAN's power iterations as each layer's own, to the bit, in fewer ops (each a kernel
-    # launch on a GPU).
+    # The engine hands a class's layers to its before_micro_batches together (test_replicator.py's accumulation
+    # tests go through it): BigGAN's power iterations as each layer's own in a forward outside an engine, to the
+    # bit, in fewer ops (each a kernel launch on a GPU).
     check_power_iterations("cpu")
 
 
 def check_power_iterations(device: str) -> None:
-    """SpectralNorm.before_micro_batches on `device`: each layer's u and v those of its own power iteration, to
-    the bit, in under half the ops, layers of two dtypes together (tests/test_cuda.py runs it on a GPU)."""
+    """SpectralNorm.before_micro_batches on `device`: each layer's u and v those its own training forward makes
+    outside an engine (F.normalize, a layer at a time), to the bit, in under half the ops, layers of two dtypes
+    together (tests/test_cuda.py runs it on a GPU)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from bigbatch.models.layers import SNLinear, SpectralNorm
@@ -44,9 +45,9 @@ def check_power_iterations(device: str) -> None:
     for _ in range(3):
         with Ops() as together:
             SpectralNorm.before_micro_batches(layers, 0)
-        with Ops() as each:
+        with Ops() as each, torch.no_grad():
             for m in layers_alone:
-                m.before_micro_batch(0)
+                m.normalized_weight()  # (training mode, sn_update: the layer's own power iteration first)
         assert together.count < 0.5 * each.count, (together.count, each.count)
     for a, b in zip(alone, nets):
         assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

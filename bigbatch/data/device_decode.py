@@ -152,7 +152,7 @@ def _decoded(batch: Encoded, device: torch.device, decoder: Decoder | None) -> t
     """The batch decoded on the device's decode stream (waited for first), and the event that ends it."""
     if device.type != "cuda":
         return _decode(batch, device, decoder), None
-    stream = _decode_stream(device)
+    stream = _side_stream(device, "decode")
     stream.synchronize()
     with torch.cuda.device(device), torch.cuda.stream(stream):  # (a decode thread's own device is the first)
         x = _decode(batch, device, decoder)
@@ -214,7 +214,7 @@ class DecodeAhead(_Ahead):
         super().__init__(batches, device, more)
         self.decoder = decoder
         if device.type == "cuda":
-            _decode_stream(device)  # (made here, not raced for by the thread)
+            _side_stream(device, "decode")  # (made here, not raced for by the thread)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="bigbatch-decode")
 
     def _submit(self) -> tuple[Any, Any]:
@@ -240,7 +240,7 @@ class CopyAhead(_Ahead):
         batch = next(self.batches)
         if self.device.type != "cuda":
             return batch, None
-        stream = _decode_stream(self.device, "copy")
+        stream = _side_stream(self.device, "copy")
         with torch.cuda.device(self.device), torch.cuda.stream(stream):
             moved = batch._make(batch_parts.to_device(list(batch), self.device))
             done = torch.cuda.Event()
@@ -254,9 +254,10 @@ class CopyAhead(_Ahead):
 _STREAMS: dict[tuple[str, int], torch.cuda.Stream] = {}
 
 
-def _decode_stream(device: torch.device, purpose: str = "decode") -> torch.cuda.Stream:
-    """The device's stream for decoding ahead, or for `purpose` "copy", copying ahead: each its own, so that a
-    decode, which first waits for its stream's last work, never waits for a copy (the swap task's two feeds)."""
+def _side_stream(device: torch.device, purpose: str) -> torch.cuda.Stream:
+    """The device's stream for `purpose`, "decode" (decoding ahead) or "copy" (copying ahead): each its own, so
+    that a decode, which first waits for its stream's last work, never waits for a copy (the swap task's two
+    feeds)."""
     key = (purpose, device.index if device.index is not None else torch.cuda.current_device())
     if key not in _STREAMS:
         _STREAMS[key] = torch.cuda.Stream(device=key[1])

@@ -9,6 +9,8 @@ from torch import nn
 
 from bigbatch.engine.batch_parts import runs
 
+PART = 1 << 24  # elements blended at once (64 MiB of temporaries in fp32; a tensor larger than that alone)
+
 
 def make_ema(G: nn.Module) -> nn.Module:
     """A frozen copy of G in eval mode (without the engine's activation-checkpointing wrappers)."""
@@ -59,6 +61,3 @@ def update_ema(
     copied = [pair for pair, a in zip(buffers, averaged) if not a]
     if copied:
         torch._foreach_copy_([e for e, _ in copied], [b for _, b in copied])
-
-
-PART = 1 << 24  # elements blended at once (64 MiB of temporaries in fp32; a tensor larger than that alone)

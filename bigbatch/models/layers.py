@@ -40,8 +40,7 @@ class SpectralNorm:
         """The engine's call before micro-batch `index` of a step (0 for a memory probe): in training
         mode, the step's power iteration now if `index` is 0 (each index with `sn_every_micro_batch`):
         the same arithmetic as in the forward that follows, outside it."""
-        self.sn_by_engine = True
-        self.iterate_before_forward(index == 0 or self.sn_every_micro_batch)
+        SpectralNorm.before_micro_batches([self], index)
 
     @staticmethod
     def before_micro_batches(layers: list[SpectralNorm], index: int) -> None:
@@ -49,22 +48,9 @@ class SpectralNorm:
         power iterations' divisions, clamps and copies in a few kernels, the products and norms one per layer
         (BigGAN-128's 64 layers: 640 launches a step a layer at a time, 266 together; each one costs the host
         microseconds on a GPU). The same arithmetic, to the bit."""
-        now = [m for m in layers if m.training and (index == 0 or m.sn_every_micro_batch)]
         for m in layers:
-            m.sn_by_engine, m.sn_update = True, False
-        alike: dict[tuple[torch.device, torch.dtype], list[SpectralNorm]] = {}
-        for m in now:  # (one buffer holds vectors of one dtype on one device)
-            alike.setdefault((m.weight.device, m.weight.dtype), []).append(m)
-        for group in alike.values():
-            _iterate_together(group)
-
-    def iterate_before_forward(self, now: bool) -> None:
-        """A power iteration now if `now` (in training mode), and none in the forwards that follow. Its vectors
-        are written into u's and v's own memory: no graph holds them between micro-batches, and CUDA graphs
-        read the buffers where they were recorded (new tensors would be a new recording a step)."""
-        if now and self.training:
-            self._power_iteration(in_place=True)
-        self.sn_update = False
+            m.sn_by_engine = True
+        iterate_before_forwards(layers, lambda m: index == 0 or m.sn_every_micro_batch)
 
     def _init_sn(self, eps: float) -> None:
         out = self.weight.shape[0]
@@ -83,22 +69,33 @@ class SpectralNorm:
             sigma = (self.sn_u @ w @ self.sn_v.t()).squeeze()
             return self.weight / sigma
 
-    def _power_iteration(self, in_place: bool = False) -> None:
+    def _power_iteration(self) -> None:
         with torch.no_grad(), torch.autocast(self.weight.device.type, enabled=False):
             w = self.weight.flatten(1)
             v = F.normalize(self.sn_u @ w, dim=1, eps=self.sn_eps)
             u = F.normalize(v @ w.t(), dim=1, eps=self.sn_eps)
-            if in_place:
-                self.sn_u.copy_(u)
-                self.sn_v.copy_(v)
-                return
         # In a forward, new tensors, not in-place copies: an earlier forward's graph may still hold the old ones.
         self.sn_u, self.sn_v = u, v
 
 
+def iterate_before_forwards(layers: list[SpectralNorm], now: Callable[[SpectralNorm], bool]) -> None:
+    """A power iteration now of each layer in training mode that `now(layer)` picks, and none in the forwards
+    that follow (of any of `layers`). The vectors are written into u's and v's own memory: no graph holds them
+    between micro-batches, and CUDA graphs read the buffers where they were recorded (new tensors would be a
+    new recording a step). The layers' weights of one dtype on one device iterate together."""
+    alike: dict[tuple[torch.device, torch.dtype], list[SpectralNorm]] = {}
+    for m in layers:
+        m.sn_update = False
+        if m.training and now(m):  # (one buffer holds vectors of one dtype on one device)
+            alike.setdefault((m.weight.device, m.weight.dtype), []).append(m)
+    for group in alike.values():
+        _iterate_together(group)
+
+
 def _iterate_together(now: list[SpectralNorm]) -> None:
-    """One power iteration of each layer of `now` (weights of one dtype on one device), as F.normalize would
-    make it a layer at a time: the products and norms one per layer, the rest in a few kernels."""
+    """One power iteration of each layer of `now` (weights of one dtype on one device), as F.normalize makes
+    it a layer at a time (the forwards' own iteration): the products and norms one per layer, the rest in a
+    few kernels."""
     with torch.no_grad(), torch.autocast(now[0].weight.device.type, enabled=False):
         ws = [m.weight.flatten(1) for m in now]
         eps = [m.sn_eps for m in now]
@@ -343,9 +340,7 @@ def spectral_norm_hook(*modules: nn.Module, every_micro_batch: bool = False) -> 
     sn_layers = [m for module in modules for m in module.modules() if isinstance(m, SpectralNorm)]
 
     def iterate(i: int) -> None:
-        for layer in sn_layers:
-            if not layer.sn_by_engine:
-                layer.iterate_before_forward(i == 0 or every_micro_batch)
+        iterate_before_forwards([m for m in sn_layers if not m.sn_by_engine], lambda m: i == 0 or every_micro_batch)
 
     return iterate
 

@@ -36,8 +36,9 @@ from bigbatch.data.streams import (
     per_row,
     row_seeds,
 )
+from bigbatch.engine import precision as prec
 from bigbatch.engine.ema import make_ema, update_ema
-from bigbatch.engine.precision import load_optimizer, optimizer_kernels
+from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.models.layers import set_sn_every_micro_batch
@@ -142,7 +143,7 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
 
     def adam(net: nn.Module, lr: float) -> torch.optim.Optimizer:
         trained = [p for p in net.parameters() if p.requires_grad]
-        return torch.optim.Adam(trained, lr=lr, betas=t.betas, eps=t.adam_eps, **optimizer_kernels(rep.device))
+        return torch.optim.Adam(trained, lr=lr, betas=t.betas, eps=t.adam_eps, **prec.optimizer_kernels(rep.device))
 
     opt_G, opt_D = rep.wrap_optimizer(adam(G, t.g_lr), "G"), rep.wrap_optimizer(adam(D, t.d_lr), "D")
     # Evaluation of G_ema (all ranks: feature extraction is split across them); the best is kept.

@@ -77,6 +77,14 @@ DEVICE_PART = 1 << 22  # elements: on a GPU, what the update's passes go over at
 Part = tuple[list[torch.Tensor], ...]  # (parameters, gradients, each moment, lr dropout masks): matching pieces
 
 
+def _pieces(group: list[torch.Tensor], size: int) -> Iterable[tuple[torch.Tensor, ...]]:
+    """A parameter's tensors (it, its gradient, its moments, ...) cut alike into flat pieces of at most `size`
+    elements, or whole when one of them is not contiguous."""
+    if all(t.is_contiguous() for t in group):
+        return zip(*(t.view(-1).split(size) for t in group))
+    return [tuple(group)]
+
+
 def _on_cpu(tensors: list[list[torch.Tensor]], keys: tuple[int, ...] | None, keep: float) -> Iterator[Part]:
     """On CPU, each parameter (with its gradient and moments) cut into flat pieces of PIECE elements (whole
     when one is not contiguous), one piece a part: the update's half-dozen elementwise passes then run over
@@ -86,10 +94,7 @@ def _on_cpu(tensors: list[list[torch.Tensor]], keys: tuple[int, ...] | None, kee
     draw = generator(*keys) if keys is not None else None
     for group in tensors:
         masks = [torch.rand(group[0].shape, generator=draw, device=group[0].device) < keep] if draw is not None else []
-        whole = group + masks
-        for piece in (
-            zip(*(t.view(-1).split(PIECE) for t in whole)) if all(t.is_contiguous() for t in whole) else [whole]
-        ):
+        for piece in _pieces(group + masks, PIECE):
             yield (*([t] for t in piece[: len(group)]), list(piece[len(group) :]))
 
 
@@ -99,12 +104,7 @@ def _on_device(tensors: list[list[torch.Tensor]], keys: tuple[int, ...] | None, 
     CPU-sized pieces took ten thousand (SAEHD 512's 251M weights, 86 tensors). Its lr dropout masks are
     drawn on the device, piece by piece, from a device stream keyed by `keys` (the same on every rank)."""
     draw = generator(*keys, device=tensors[0][0].device) if keys is not None and tensors else None
-    pieces = (
-        piece
-        for group in tensors
-        for piece in (zip(*(t.view(-1).split(DEVICE_PART) for t in group)) if all(t.is_contiguous() for t in group)
-                      else [tuple(group)])
-    )  # fmt: skip
+    pieces = (piece for group in tensors for piece in _pieces(group, DEVICE_PART))
     for run in runs(pieces, lambda piece: piece[0].numel(), DEVICE_PART):
         part = tuple(list(column) for column in zip(*run))
         masks = []

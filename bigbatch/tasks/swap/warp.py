@@ -69,10 +69,11 @@ def apply(
     theta = theta.to(x.device, x.dtype, non_blocking=True)
     offsets = offsets.to(x.device, x.dtype, non_blocking=True)
     grid = F.affine_grid(theta, [n, 1, h, w], align_corners=False)
+    mirrored = flips.to(x.device, non_blocking=True)[:, None, None, None]
 
     def sample(img: torch.Tensor, where: torch.Tensor, padding: str) -> torch.Tensor:
         out = F.grid_sample(img, where, mode="bilinear", padding_mode=padding, align_corners=False)
-        return torch.where(flips.to(x.device, non_blocking=True)[:, None, None, None], out.flip(-1), out)
+        return torch.where(mirrored, out.flip(-1), out)
 
     target = sample(x[:, :colour], grid, "border")
     if x.shape[1] > colour:
