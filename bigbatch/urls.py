@@ -4,7 +4,10 @@ refused before anything is written; they belong in the environment or in fsspec'
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError
@@ -91,3 +94,49 @@ def option_credentials(options: dict[str, Any], keys: bool = True, prefix: str =
         if isinstance(v, dict):
             found += option_credentials(v, keys, f"{name}.")
     return found
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path or URL a user named (a source of images, a data file), parsed once where it enters: a URL's
+    credentials refused, its public name kept. The layers below take it and ask it, not the string again."""
+
+    text: str
+    """As given, credentials refused (a URL's other parameters kept); a local path without file://."""
+    url: bool
+    """An fsspec URL (s3://bucket/key), not a local path."""
+    name: str
+    """What files and logs may show (public_name)."""
+
+    @classmethod
+    def of(cls, value: str | os.PathLike | Location, what: str = "") -> Location:
+        """`value` parsed (a Location as it is); credentials in it refused, naming it as `what` (default: its
+        public name)."""
+        if isinstance(value, Location):
+            return value
+        text = str(value)
+        refuse_credentials(text, what or public_name(text))
+        url = is_url(text)
+        return cls(text if url else text.removeprefix("file://"), url, public_name(text))
+
+    @property
+    def path(self) -> Path:
+        """The local path (a URL has none)."""
+        if self.url:
+            raise ValueError(f"{self.name} is a URL, not a local path")
+        return Path(self.text)
+
+    def fs(self, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+        """The fsspec filesystem and path of a URL; credentials come from `storage_options` or the
+        environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for S3)."""
+        import fsspec
+
+        try:
+            return fsspec.core.url_to_fs(self.text, **(storage_options or {}))
+        except ImportError as e:
+            raise BigbatchError(f"cannot read {self.name}: {e} (e.g. pip install s3fs for s3://)") from None
+        except ValueError as e:
+            raise BigbatchError(f"cannot read {self.name}: {e}") from None
+
+    def __str__(self) -> str:
+        return self.name

@@ -86,6 +86,19 @@ def test_zip_gives_the_same_data_as_the_folder(tmp_path):
     assert from_zip.content_hash == from_folder.content_hash
 
 
+def test_a_file_url_is_the_local_path_it_names_for_every_end(tmp_path, monkeypatch):
+    # fsspec's file:// names a local path: the source, the output and data.path alike (the output was once
+    # written under a folder named "file:" in the working directory, and said not to exist when it did).
+    _folder(tmp_path / "src")
+    monkeypatch.chdir(tmp_path)
+    url = f"file://{tmp_path / 'out.h5'}"
+    report = prepare(f"file://{tmp_path / 'src'}", url, workers=0)
+    assert (tmp_path / "out.h5").is_file() and not (tmp_path / "file:").exists()
+    assert load_data(url, 10).content_hash == report.content_hash == read_meta(tmp_path / "out.h5")["content_hash"]
+    with pytest.raises(bigbatch.BigbatchError, match="exists: give --overwrite"):
+        prepare(str(tmp_path / "src"), url, workers=0)
+
+
 def test_a_zip_of_utf8_names_without_the_utf8_flag_reads_them_as_utf8(tmp_path):
     # Info-ZIP's zip (Linux, macOS) writes UTF-8 names without the flag that says so; zipfile reads them as
     # CP437. Made here by clearing the flag of a zip Python wrote (its names are UTF-8, flagged).

@@ -204,15 +204,16 @@ def test_object_names_are_taken_as_they_are_and_folder_markers_are_not_files(s3,
 
 
 # Parts of 16 files, not 256, so that a hundred files make six parts (each a GET from moto, milliseconds of CPU).
-SMALL_PARTS = "import importlib, sys; importlib.import_module('bigbatch.data.prepare').PART = 16; "
+SMALL_PARTS = "import sys, bigbatch.data.prepare_pool; bigbatch.data.prepare_pool.PART = 16; "
 
 
 def _small_parts(monkeypatch):
     import importlib
 
-    preparing = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
-    monkeypatch.setattr(preparing, "PART", 16)
-    return preparing
+    import bigbatch.data.prepare_pool
+
+    monkeypatch.setattr(bigbatch.data.prepare_pool, "PART", 16)
+    return importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
 
 
 def test_a_killed_prepare_from_s3_resumes_and_ends_with_the_local_copys_content_hash(s3, tmp_path, monkeypatch):

@@ -21,10 +21,9 @@ import numpy as np
 
 from bigbatch.data import encoded as enc
 from bigbatch.data.codecs import Encoded, encode
-from bigbatch.data.sources import url_fs
 from bigbatch.errors import BigbatchError
 from bigbatch.files import remove_stale
-from bigbatch.urls import is_url, public_name
+from bigbatch.urls import Location
 
 FORMAT = "bigbatch-images/1"  # raw pixels
 FORMAT_ENCODED = "bigbatch-images/2"  # encoded images (older readers refuse it by its format, not as damaged)
@@ -189,10 +188,10 @@ class _WriteOnce(io.RawIOBase):
         self.file.close()
 
 
-def cannot_write(out: str | os.PathLike, e: OSError) -> BigbatchError:
+def cannot_write(out: Location, e: OSError) -> BigbatchError:
     """What a prepare that cannot write `out` (or the parts it resumes from) says: its partial files go."""
     return BigbatchError(
-        f"cannot write {public_name(out)}: {e.strerror or e} (its partial files are removed); "
+        f"cannot write {out.name}: {e.strerror or e} (its partial files are removed); "
         "free space or choose another output, then prepare again"
     )
 
@@ -204,22 +203,22 @@ class H5Writer:
 
     def __init__(
         self,
-        out: str,
+        out: str | os.PathLike | Location,
         class_names: Sequence[str],
         attrs: dict[str, Any],
         bucketed: bool = False,
         storage_options: dict[str, Any] | None = None,
     ):
-        self.out, self.class_names, self.attrs = str(out), list(class_names), dict(attrs)
+        self.out, self.class_names, self.attrs = Location.of(out, "the output"), list(class_names), dict(attrs)
         self.bucketed, self.storage_options = bucketed, storage_options
         self.codec, self.quality = str(attrs.get("codec", "raw")), int(attrs.get("quality", 0))
         self.whole = attrs.get("crop") == "none"  # whole images of their own sizes, in one group
         self._tmpdir: str | None = None
-        if is_url(self.out):
+        if self.out.url:
             self._tmpdir = tempfile.mkdtemp(prefix="bigbatch-prepare-")
             self.tmp = Path(self._tmpdir) / "data.h5"
         else:
-            target = Path(self.out)
+            target = self.out.path
             target.parent.mkdir(parents=True, exist_ok=True)
             remove_stale(target.parent.glob(f".{glob.escape(target.name)}.partial-*"))  # of killed prepares
             self.tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
@@ -295,9 +294,9 @@ class H5Writer:
         self.check()
         try:
             if self._tmpdir is None:
-                os.replace(self.tmp, self.out)
+                os.replace(self.tmp, self.out.path)
             else:
-                fs, path = url_fs(self.out, self.storage_options)
+                fs, path = self.out.fs(self.storage_options)
                 fs.put_file(str(self.tmp), path)  # an object store shows the object only once complete
         finally:
             self.abort()

@@ -23,29 +23,28 @@ from bigbatch.data.codecs import decode, decode_box
 from bigbatch.data.crops import center_box, rrc_box
 from bigbatch.data.device_decode import Encoded
 from bigbatch.data.h5write import FORMAT, FORMAT_ENCODED, content_hash
-from bigbatch.data.sources import url_fs
 from bigbatch.errors import BigbatchError
-from bigbatch.urls import is_url, public_name
+from bigbatch.urls import Location
 
 # The blocks fsspec fetches while h5py walks a remote file's metadata.
 REMOTE_BLOCK = 4 << 20
 
 
-def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool = False) -> h5py.File:
+def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential: bool = False) -> h5py.File:
     """The data file opened for reading, with a one-line error if it is missing or not HDF5.
     `sequential`: a remote file is streamed in big blocks (reading it all) rather than cached in small ones."""
-    name = public_name(path)
+    name = path.name
     try:
-        if is_url(path):
-            fs, p = url_fs(path, storage_options)
+        if path.url:
+            fs, p = path.fs(storage_options)
             if sequential:
                 handle = fs.open(p, "rb", block_size=64 << 20, cache_type="readahead")
             else:
                 handle = fs.open(p, "rb", block_size=REMOTE_BLOCK, cache_type="blockcache")
             return h5py.File(handle, "r")
-        if not Path(path).exists():
-            raise FileNotFoundError(path)
-        return h5py.File(path, "r")
+        if not path.path.exists():
+            raise FileNotFoundError(path.text)
+        return h5py.File(path.path, "r")
     except BigbatchError:
         raise
     except FileNotFoundError:
@@ -57,7 +56,7 @@ def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool
         hint = (
             "the object store refused the credentials (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or "
             "AWS_PROFILE, and the bucket's access)"
-            if is_url(path)
+            if path.url
             else "this user may not read it"
         )
         raise BigbatchError(f"cannot open data set '{name}': {hint}: {e}") from None
@@ -74,17 +73,18 @@ def _open_h5(path: str, storage_options: dict[str, Any] | None, sequential: bool
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {e}") from None
 
 
-def read_meta(path: str | Path, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def read_meta(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The metadata of a data file written by `prepare` (what `bigbatch info DATA.h5` prints)."""
-    with _open_h5(str(path), storage_options) as f:
-        return _meta(f, str(path))
+    location = Location.of(path, "the data file")
+    with _open_h5(location, storage_options) as f:
+        return _meta(f, location)
 
 
-def _meta(f: h5py.File, path: str) -> dict[str, Any]:
+def _meta(f: h5py.File, path: Location) -> dict[str, Any]:
     attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
     if attrs.get("format") not in (FORMAT, FORMAT_ENCODED):
         raise BigbatchError(
-            f"cannot open data set '{public_name(path)}': not a data file written by `bigbatch prepare` "
+            f"cannot open data set '{path.name}': not a data file written by `bigbatch prepare` "
             f"(format {attrs.get('format')!r}, expected {FORMAT!r} or {FORMAT_ENCODED!r}); run `bigbatch "
             "prepare` on the images (or a newer bigbatch)"
         )
@@ -102,11 +102,11 @@ def _meta(f: h5py.File, path: str) -> dict[str, Any]:
     return out
 
 
-def _damaged(path: str, problem: str) -> NoReturn:
-    raise BigbatchError(f"data file {public_name(path)} is damaged: {problem}; prepare it again")
+def _damaged(path: Location, problem: str) -> NoReturn:
+    raise BigbatchError(f"data file {path.name} is damaged: {problem}; prepare it again")
 
 
-def _check_meta(meta: dict[str, Any], path: str) -> None:
+def _check_meta(meta: dict[str, Any], path: Location) -> None:
     """The metadata's own consistency: the keys prepare writes, of their types, the counts adding up."""
 
     def count(v: Any) -> bool:
@@ -129,7 +129,7 @@ def _check_meta(meta: dict[str, Any], path: str) -> None:
         _damaged(path, f"its attribute count is {meta['count']}, but its groups hold {sum(g['count'] for g in groups)}")
 
 
-def _check_data(f: h5py.File, meta: dict[str, Any], path: str) -> None:
+def _check_data(f: h5py.File, meta: dict[str, Any], path: Location) -> None:
     """The metadata against what the file holds: each group's images and labels, of the recorded shapes."""
     for g in meta["groups"]:
         base = g["name"].rstrip("/")
@@ -147,8 +147,9 @@ def _check_data(f: h5py.File, meta: dict[str, Any], path: str) -> None:
             _damaged(path, f"group {g['name']} should hold {g['count']} integer labels")
 
 
-def describe_data(path: str | Path, storage_options: dict[str, Any] | None = None) -> str:
+def describe_data(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> str:
     """A data file's metadata as a few lines of text."""
+    path = Location.of(path, "the data file")
     m = read_meta(path, storage_options)
     names = m["class_names"]
     shapes = "shapes " + ", ".join(f"{g['height']}x{g['width']} ({g['count']})" for g in m["groups"])
@@ -165,7 +166,7 @@ def describe_data(path: str | Path, storage_options: dict[str, Any] | None = Non
             else "; crops decode whole images (no restart markers: prepare again to decode a crop's MCUs only)"
         )
     lines = [
-        f"data        {public_name(str(path))}",
+        f"data        {path.name}",
         f"images      {m['count']} {stored}, {m['channels']} channels, "
         + (f"{m['resolution']}px" if m["resolution"] and m.get("crop") != "none" else shapes),
         "classes     "
@@ -183,12 +184,13 @@ def describe_data(path: str | Path, storage_options: dict[str, Any] | None = Non
     return "\n".join(lines)
 
 
-def verify_data(path: str | Path, storage_options: dict[str, Any] | None = None) -> str:
+def verify_data(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> str:
     """Recompute a data file's content hash from what it holds; raise if it differs from the one written
     at prepare time (a damaged or edited file). Returns the hash."""
-    with _open_h5(str(path), storage_options, sequential=True) as f:
-        meta = _meta(f, str(path))
-        _check_data(f, meta, str(path))
+    path = Location.of(path, "the data file")
+    with _open_h5(path, storage_options, sequential=True) as f:
+        meta = _meta(f, path)
+        _check_data(f, meta, path)
         groups = []
         for g in meta["groups"]:
             if meta.get("codec", "raw") != "raw":
@@ -205,7 +207,7 @@ def verify_data(path: str | Path, storage_options: dict[str, Any] | None = None)
     found = content_hash(meta["class_names"], groups)
     if found != meta["content_hash"]:
         raise BigbatchError(
-            f"data file {public_name(str(path))} is damaged: its content hash is {found}, not the "
+            f"data file {path.name} is damaged: its content hash is {found}, not the "
             f"{meta['content_hash']} written by prepare; prepare it again"
         )
     return found
@@ -251,20 +253,23 @@ class H5Data:
     range requests for URLs. Nothing is held open across processes: each process (DataLoader worker,
     fork or spawn) opens its own handle on first use. `in_ram` reads all images once instead."""
 
-    def __init__(self, path: str | Path, in_ram: bool = False, storage_options: dict[str, Any] | None = None):
-        self.path, self.in_ram = str(path), in_ram
+    def __init__(
+        self, path: str | Path | Location, in_ram: bool = False, storage_options: dict[str, Any] | None = None
+    ):
+        self.location, self.in_ram = Location.of(path, "the data file"), in_ram
+        self.path = self.location.text
         self.storage_options = dict(storage_options or {})
         self.encoded = self.whole = False
-        self.remote = is_url(self.path)
+        self.remote = self.location.url
         self._pid, self._fd, self._fs, self._fs_path, self._h5 = -1, -1, None, "", None
-        with _open_h5(self.path, self.storage_options) as f:
-            self.meta = _meta(f, self.path)
+        with _open_h5(self.location, self.storage_options) as f:
+            self.meta = _meta(f, self.location)
             self.encoded = self.meta.get("codec", "raw") != "raw"
             self.whole = self.meta.get("crop") == "none"  # whole images, cropped as they are read
             self.groups: list[_Group] = []
             labels, start = [], 0
             try:
-                _check_data(f, self.meta, self.path)
+                _check_data(f, self.meta, self.location)
                 for g in self.meta["groups"]:
                     base = g["name"].rstrip("/")
                     shape = (g["height"], g["width"], self.meta["channels"])
@@ -282,17 +287,18 @@ class H5Data:
                     labels.append(np.asarray(f[base + "/labels"][...], np.int64))
                     start += g["count"]
             except (OSError, KeyError, ValueError, RuntimeError) as e:  # HDF5 internals that do not read back
-                _damaged(self.path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                _damaged(self.location, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             self.labels = torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64))
         n = len(self.meta["class_names"])
         if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= max(n, 1)):
-            _damaged(self.path, f"its labels run {int(self.labels.min())}..{int(self.labels.max())} for {n} classes")
+            low, high = int(self.labels.min()), int(self.labels.max())
+            _damaged(self.location, f"its labels run {low}..{high} for {n} classes")
         if in_ram:
             self._load_all()
         self._starts = np.array([g.start for g in self.groups], np.int64)
 
     def _load_all(self) -> None:
-        with _open_h5(self.path, self.storage_options, sequential=True) as f:
+        with _open_h5(self.location, self.storage_options, sequential=True) as f:
             for g in self.groups:
                 g.array = np.empty(f[g.path].shape if self.encoded else (g.count, *g.shape), np.uint8)
                 if g.array.size:
@@ -306,7 +312,7 @@ class H5Data:
             os.close(self._fd)
 
     def __repr__(self) -> str:  # never shows storage_options: they may hold credentials
-        return f"H5Data({public_name(self.path)!r}, {len(self)} images, in_ram={self.in_ram})"
+        return f"H5Data({self.location.name!r}, {len(self)} images, in_ram={self.in_ram})"
 
     def __len__(self) -> int:
         return int(self.meta["count"])
@@ -330,7 +336,7 @@ class H5Data:
 
     @property
     def source(self) -> str:
-        return public_name(self.path)
+        return self.location.name
 
     @property
     def content_hash(self) -> str:
@@ -347,11 +353,11 @@ class H5Data:
             return
         self._pid, self._fd, self._fs, self._h5 = os.getpid(), -1, None, None
         if self.remote:
-            self._fs, self._fs_path = url_fs(self.path, self.storage_options)
+            self._fs, self._fs_path = self.location.fs(self.storage_options)
         elif any(g.chunk_offsets is not None for g in self.groups):
-            self._fd = os.open(self.path, os.O_RDONLY)
+            self._fd = os.open(self.location.path, os.O_RDONLY)
         if any(g.chunk_offsets is None and g.array is None for g in self.groups):
-            self._h5 = _open_h5(self.path, self.storage_options)
+            self._h5 = _open_h5(self.location, self.storage_options)
 
     def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Images (N, H, W, C) uint8 and labels (N,) int64 at the given indices, in their order; all
@@ -530,5 +536,5 @@ class H5Data:
         while done < len(view):
             n = os.preadv(self._fd, [view[done:]], offset + done)  # Linux and macOS; a read may come up short
             if n <= 0:
-                raise BigbatchError(f"data file {self.path} is shorter than its index says: it is truncated")
+                raise BigbatchError(f"data file {self.location.name} is shorter than its index says: it is truncated")
             done += n

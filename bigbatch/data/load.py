@@ -29,16 +29,15 @@ def load_data(
                 f"unknown built-in data set '{name}'; valid: {', '.join('builtin:' + n for n in BUILTIN)}"
             )
         return BUILTIN[name](resolution)
-    from bigbatch.urls import is_url, public_name, refuse_credentials
+    from bigbatch.urls import Location, public_name
 
-    refuse_credentials(path, f"data set {public_name(path)}")
-
-    if is_url(path) or path.lower().endswith((".h5", ".hdf5")):
+    location = Location.of(path, f"data set {public_name(path)}")
+    if location.url or location.text.lower().endswith((".h5", ".hdf5")):
         from bigbatch.data.hdf5 import H5Data
 
-        return H5Data(path, in_ram=in_ram, storage_options=storage_options)
+        return H5Data(location, in_ram=in_ram, storage_options=storage_options)
     raise BigbatchError(
-        f"cannot open data set '{public_name(path)}': give a DATA.h5 written by `bigbatch prepare` (a path or "
+        f"cannot open data set '{location.name}': give a DATA.h5 written by `bigbatch prepare` (a path or "
         f"s3://... URL) or one of {', '.join('builtin:' + n for n in BUILTIN)}"
     )
 

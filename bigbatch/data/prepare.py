@@ -3,17 +3,10 @@ DATA.h5, decoded in parallel worker processes, bad files skipped and reported.""
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import multiprocessing
 import os
-import signal
 import sys
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,25 +14,20 @@ from typing import Any
 import numpy as np
 
 from bigbatch.data import codecs
-from bigbatch.data.h5write import H5Writer, cannot_write
-from bigbatch.data.parts import PART, Parts, Result
+from bigbatch.data.h5write import H5Writer
+from bigbatch.data.parts import Result
+from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import (
     RESIZE,
     Listing,
     decode_mask,
-    decode_or_reason,
-    file_stamp,
     list_source,
-    url_fs,
 )
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.signals import die_with_parent
-from bigbatch.urls import WHERE_CREDENTIALS_GO, is_url, option_credentials, public_name, refuse_credentials
+from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, is_url, option_credentials, public_name
 
-CHUNK = 32  # files per task sent to a worker: big enough to amortise the hand-off, small enough to balance
 SHOWN = 5  # skipped files named in the report
-FETCHERS = 4  # threads fetching chunks of a remote source at once (each chunk's files concurrently too)
 
 
 @dataclass
@@ -133,107 +121,206 @@ def prepare(
     labels' names sorted). A file without a label is skipped and listed, and so is a labelled file
     the source lacks (an error with `strict`). An existing `out` is refused unless `overwrite`."""
     start = time.perf_counter()
-    quality = codecs.check(codec, quality, 4 if masks else None)
-    if crop not in ("center", "none"):
-        raise BigbatchError(f"--crop must be center or none, got {crop!r}")
-    whole = crop == "none"
-    if whole and codec == "raw":
-        raise BigbatchError("--crop none keeps each image's own size, which raw storage cannot: add --codec jpeg")
-    if whole and buckets:
-        raise BigbatchError("--crop none keeps every aspect ratio already: drop --buckets")
-    if whole and resolution is None:
-        raise BigbatchError("--crop none needs --resolution: the short side the images are scaled down to")
+    settings = _Settings.checked(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, crop)
     if classes and not labels:
         raise BigbatchError("--classes orders the classes of a --labels file: give --labels FILE.csv too")
-    refuse_credentials(str(src), "the source")
-    refuse_credentials(str(out), "the output")
-    secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
-    if secrets:
-        raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
-    if not str(out).lower().endswith((".h5", ".hdf5")):
-        raise BigbatchError(f"output {public_name(out)} must end in .h5 (data.path recognises data files by it)")
-    if not overwrite and _exists(str(out), storage_options):
-        raise BigbatchError(
-            f"output {public_name(out)} exists: give --overwrite to replace it (runs trained on it then refuse to "
-            "resume: its content changes), or another name"
-        )
-    if resolution is not None and resolution < 1:
-        raise BigbatchError(f"--resolution must be a positive number of pixels, got {resolution}")
-    if buckets and resolution is None:
-        raise BigbatchError("aspect-ratio buckets need --resolution (the side of the square of the same area)")
-    if limit is not None and limit < 1:
-        raise BigbatchError(f"--limit must be at least 1, got {limit}")
-    folders = _mask_folders(masks, eyes_mouth)
-    workers = default_workers() if workers is None else workers
-    if workers < 0:
-        raise BigbatchError(f"--workers must be >= 0 (0: decode in this process), got {workers}")
+    source, target = Location.of(src, "the source"), Location.of(out, "the output")
+    _refuse_output(target, storage_options, overwrite)
     import bigbatch
 
-    attrs: dict[str, Any] = {"source": public_name(src), "bigbatch_version": bigbatch.__version__}
-    if codec != "raw":
-        attrs.update(codec=codec, quality=quality)
-    if whole:
+    attrs: dict[str, Any] = {"source": source.name, "bigbatch_version": bigbatch.__version__}
+    if settings.codec != "raw":
+        attrs.update(codec=settings.codec, quality=settings.quality)
+    if settings.whole:
         attrs.update(crop="none", short_side=resolution or 0)
-    if str(src).startswith("builtin:"):
+    if source.text.startswith("builtin:"):
         if masks or eyes_mouth:
             raise BigbatchError("built-in data sets have no masks: --masks and --eyes-mouth take image folders")
-        if labels or whole:
+        if labels or settings.whole:
             raise BigbatchError(
                 "built-in data sets come labelled and square: --labels and --crop none take image folders"
             )
-        return _prepare_builtin(str(src), str(out), resolution, limit, attrs, storage_options, start)
+        return _prepare_builtin(source, target, resolution, limit, attrs, storage_options, start)
 
-    listing = list_source(src, storage_options)
-    if not listing.keys:
-        raise BigbatchError(f"source {public_name(src)} holds no files to read; give a folder or zip of images")
     skipped: list[tuple[str, str]] = []
+    listing = _listed(source, settings, labels, classes, storage_options, skipped)
+    attrs.update(settings.attrs())
+    parts = None if target.url else parts_of(listing, target.path, settings.key())
+    with (
+        parts_kept_unless_refused(parts, target),
+        decoded(listing, settings.workers, settings.decoding(), parts) as results,
+    ):
+        meta = _write(
+            results, listing, target, settings, attrs, storage_options, skipped, progress, relabelled=bool(labels)
+        )
+    shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
+    return Report(
+        str(out),
+        meta["count"],
+        shape,
+        listing.class_names,
+        meta["source"],
+        meta["content_hash"],
+        time.perf_counter() - start,
+        settings.workers,
+        skipped,
+        parts.resumed if parts is not None else 0,
+        _empty_folders(source, listing) if not labels else [],
+    )
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What a prepare command asks of each file, checked: how it is decoded (and encoded), which files are
+    taken, and what makes one skipped or an error."""
+
+    resolution: int | None
+    workers: int
+    limit: int | None
+    strict: bool
+    buckets: bool
+    masks: str | None
+    eyes_mouth: str | None
+    codec: str
+    quality: int | None
+    whole: bool
+    folders: tuple[Path, ...]
+    """The mask folders read beside the images (none for masks "alpha" or "dfl")."""
+
+    @classmethod
+    def checked(
+        cls,
+        resolution: int | None,
+        workers: int | None,
+        limit: int | None,
+        strict: bool,
+        buckets: bool,
+        masks: str | None,
+        eyes_mouth: str | None,
+        codec: str,
+        quality: int | None,
+        crop: str,
+    ) -> _Settings:
+        """prepare's options, each checked (one line naming the option and what is valid)."""
+        quality = codecs.check(codec, quality, 4 if masks else None)
+        if crop not in ("center", "none"):
+            raise BigbatchError(f"--crop must be center or none, got {crop!r}")
+        whole = crop == "none"
+        if whole and codec == "raw":
+            raise BigbatchError("--crop none keeps each image's own size, which raw storage cannot: add --codec jpeg")
+        if whole and buckets:
+            raise BigbatchError("--crop none keeps every aspect ratio already: drop --buckets")
+        if whole and resolution is None:
+            raise BigbatchError("--crop none needs --resolution: the short side the images are scaled down to")
+        if resolution is not None and resolution < 1:
+            raise BigbatchError(f"--resolution must be a positive number of pixels, got {resolution}")
+        if buckets and resolution is None:
+            raise BigbatchError("aspect-ratio buckets need --resolution (the side of the square of the same area)")
+        if limit is not None and limit < 1:
+            raise BigbatchError(f"--limit must be at least 1, got {limit}")
+        folders = tuple(_mask_folders(masks, eyes_mouth))
+        workers = default_workers() if workers is None else workers
+        if workers < 0:
+            raise BigbatchError(f"--workers must be >= 0 (0: decode in this process), got {workers}")
+        return cls(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, whole, folders)
+
+    @property
+    def ratios(self) -> Sequence[float] | None:
+        return BUCKET_RATIOS if self.buckets else None
+
+    def decoding(self) -> dict[str, Any]:
+        """What the decoding processes are given: how each file is decoded and encoded."""
+        dfl = 0 if self.masks != "dfl" else 2 if self.eyes_mouth == "dfl" else 1  # planes from DFL's metadata
+        decoding = dict(resolution=self.resolution, ratios=self.ratios, alpha=self.masks == "alpha", dfl=dfl)
+        return {**decoding, "whole": self.whole, "codec": (self.codec, self.quality)}
+
+    def key(self) -> dict[str, Any]:
+        """What decides the decoded images besides the files: keys the parts a killed prepare kept."""
+        return {**self.decoding(), "masks": str(self.masks), "eyes_mouth": str(self.eyes_mouth)}
+
+    def attrs(self) -> dict[str, Any]:
+        """What the data file records of how its images were made."""
+        resize = RESIZE if self.resolution else "none (images kept at their size)"
+        if self.whole and self.resolution:
+            resize = (
+                "whole images, the short side scaled down (Pillow LANCZOS, antialiased) to the resolution if longer"
+            )
+        attrs: dict[str, Any] = {"resize": resize, "skipped": 0}
+        if self.masks:
+            em = "none" if not self.eyes_mouth else "dfl" if self.eyes_mouth == "dfl" else "folder"
+            attrs.update(masks=self.masks if self.masks in ("alpha", "dfl") else "folder", eyes_mouth=em)
+        return attrs
+
+
+def _refuse_output(target: Location, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
+    """An output that is not a .h5 name, or that exists (unless `overwrite`), refused; so are storage
+    options that carry credentials (they would be written with the run)."""
+    secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
+    if secrets:
+        raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
+    if not target.text.lower().endswith((".h5", ".hdf5")):
+        raise BigbatchError(f"output {target.name} must end in .h5 (data.path recognises data files by it)")
+    if not overwrite and _exists(target, storage_options):
+        raise BigbatchError(
+            f"output {target.name} exists: give --overwrite to replace it (runs trained on it then refuse to "
+            "resume: its content changes), or another name"
+        )
+
+
+def _listed(
+    source: Location,
+    settings: _Settings,
+    labels: str | None,
+    classes: str | None,
+    storage_options: dict[str, Any] | None,
+    skipped: list[tuple[str, str]],
+) -> Listing:
+    """The files to prepare, labelled (by their folders, or by the `labels` file), thinned to `limit`; the
+    files outside the class folders skipped."""
+    listing = list_source(source, storage_options)
+    if not listing.keys:
+        raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
     if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
-        listing = _labelled(listing, labels, classes, storage_options, skipped, strict)
-    if limit is not None:
-        listing = listing.subset(limit)
+        listing = _labelled(listing, labels, classes, storage_options, skipped, settings.strict)
+    if settings.limit is not None:
+        listing = listing.subset(settings.limit)
     for name in listing.outside:
-        _skip(skipped, name, "outside the class folders (every file must be in one when there are any)", strict)
-    resize = RESIZE if resolution else "none (images kept at their size)"
-    if whole and resolution:
-        resize = "whole images, the short side scaled down (Pillow LANCZOS, antialiased) to the resolution if longer"
-    attrs.update(resize=resize, skipped=0)
-    if masks:
-        em = "none" if not eyes_mouth else "dfl" if eyes_mouth == "dfl" else "folder"
-        attrs.update(masks=masks if masks in ("alpha", "dfl") else "folder", eyes_mouth=em)
-    dfl_masks = 0 if masks != "dfl" else 2 if eyes_mouth == "dfl" else 1  # planes from DFL's metadata
-    ratios = BUCKET_RATIOS if buckets else None
+        _skip(
+            skipped, name, "outside the class folders (every file must be in one when there are any)", settings.strict
+        )
+    return listing
+
+
+def _write(
+    decoded: Iterator[Result],
+    listing: Listing,
+    target: Location,
+    settings: _Settings,
+    attrs: dict[str, Any],
+    storage_options: dict[str, Any] | None,
+    skipped: list[tuple[str, str]],
+    progress: bool,
+    relabelled: bool,
+) -> dict[str, Any]:
+    """The `decoded` images of `listing` (or why each was skipped) written to `target`, with their masks;
+    the data file's metadata. Refused: images of different sizes where one is needed, a class left without
+    images (unless `relabelled` by a labels file, whose indices stay), faces of several DFL face types."""
     first: tuple[str, tuple[int, ...]] | None = None
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
     written = np.zeros(max(1, len(listing.class_names)), np.int64)  # images written per class
-    # How each file is decoded (what the decoding processes are given), which also keys the parts.
-    decoding = dict(resolution=resolution, ratios=ratios, alpha=masks == "alpha", dfl=dfl_masks, whole=whole)
-    decoding.update(codec=(codec, quality))
-    folders_key = {"masks": str(masks), "eyes_mouth": str(eyes_mouth)}
-    parts = None if is_url(out) else _parts(listing, Path(out), {**decoding, **folders_key})
-    with (
-        _parts_kept_unless_refused(parts, out),
-        _decoder(listing, workers, decoding, parts) as decoded,
-        H5Writer(out, listing.class_names, attrs, bucketed=buckets, storage_options=storage_options) as writer,
-    ):
+    bucketed = settings.buckets
+    with H5Writer(target, listing.class_names, attrs, bucketed=bucketed, storage_options=storage_options) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
             name = listing.names[i]
-            if isinstance(result, str):
-                _skip(skipped, name, result, strict)
+            image = _image_of(result, name, settings, face_types)
+            if isinstance(image, str):
+                _skip(skipped, name, image, settings.strict)
                 continue
-            image = result[1]
-            if result[2] is not None:
-                face_types.setdefault(result[2], name)
-            if folders:
-                found = _with_masks(image, result[3], name, folders, resolution, ratios)
-                if isinstance(found, str):
-                    _skip(skipped, name, found, strict)
-                    continue
-                image = found
             if first is None:
                 first = (name, image.shape)
-            elif image.shape != first[1] and not (buckets or whole):
+            elif image.shape != first[1] and not (settings.buckets or settings.whole):
                 raise BigbatchError(
                     f"images differ in size ({first[0]} is {first[1][1]}x{first[1][0]}, {name} is "
                     f"{image.shape[1]}x{image.shape[0]}); give --resolution N to center-crop and resize them all"
@@ -243,8 +330,8 @@ def prepare(
         bar.close()
         if writer.count == 0:
             reason = f"; e.g. {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
-            raise BigbatchError(f"source {public_name(src)} holds no usable images{reason}")
-        if not labels:  # (classes from a CSV, or a train file's --classes, keep their indices)
+            raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
+        if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
             _refuse_empty_classes(listing.class_names, written, listed, skipped)
         if len(face_types) > 1:
@@ -256,21 +343,19 @@ def prepare(
         if face_types:
             writer.attrs.update(face_type=next(iter(face_types)))
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
-        meta = writer.commit()
-    shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
-    return Report(
-        str(out),
-        meta["count"],
-        shape,
-        listing.class_names,
-        meta["source"],
-        meta["content_hash"],
-        time.perf_counter() - start,
-        workers,
-        skipped,
-        parts.resumed if parts is not None else 0,
-        _empty_folders(src, listing) if not labels else [],
-    )
+        return writer.commit()
+
+
+def _image_of(result: Result, name: str, settings: _Settings, face_types: dict[str, str]) -> np.ndarray | str:
+    """A decoded file's image with its masks from the mask folders, or why it is skipped; its DFL face type
+    (if any) noted in `face_types`."""
+    if isinstance(result, str):
+        return result
+    if result[2] is not None:
+        face_types.setdefault(result[2], name)
+    if not settings.folders:
+        return result[1]
+    return _with_masks(result[1], result[3], name, list(settings.folders), settings.resolution, settings.ratios)
 
 
 def _refuse_empty_classes(
@@ -293,11 +378,11 @@ def _refuse_empty_classes(
     )
 
 
-def _empty_folders(src: str, listing: Listing) -> list[str]:
+def _empty_folders(source: Location, listing: Listing) -> list[str]:
     """The sub-folders of a local source folder with classes that hold no image file (not classes, then)."""
-    folder = Path(src.removeprefix("file://"))
-    if not listing.class_names or is_url(src) or not folder.is_dir():
+    if not listing.class_names or source.url or not source.path.is_dir():
         return []
+    folder = source.path
     names = set(listing.class_names)
     return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and d.name not in names)
 
@@ -399,153 +484,16 @@ def _with_masks(
     return np.concatenate(channels, axis=2)
 
 
-_worker: dict[str, Any] = {}
-
-
-def _init_worker(listing_source: Any, decoding: dict[str, Any], parent: int | None = None) -> None:
-    """Set up a decoding process. A pool's workers (`parent`: the main process's PID) ignore SIGTERM and
-    SIGINT (sent to the whole process group by a terminal or a job scheduler): the main process stops
-    them after their current chunk. A worker killed while it writes a result leaves half a message in
-    the pool's pipe, and the pool's manager thread waits for the rest forever (a hang at shutdown and at
-    exit). A main process killed outright (SIGKILL) takes them with it."""
-    if parent is not None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        die_with_parent(parent)
-    _worker.update(source=listing_source, **decoding)
-
-
-def _decode_chunk(payload: list[Any]) -> list[Result]:
-    """In a worker: read the files (local sources) or take the bytes (remote), then decode them."""
-    source = _worker["source"]
-    data = source.read(payload) if source.worker_reads else payload
-    w = _worker
-    out = [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"], w["whole"]) for d in data]
-    codec, quality = w["codec"]
-    if codec == "raw":
-        return out
-    return [r if isinstance(r, str) else (r[0], codecs.encode(r[1], codec, quality), *r[2:]) for r in out]
-
-
-@contextmanager
-def _decoder(
-    listing: Listing, workers: int, decoding: dict[str, Any], parts: Parts | None = None
-) -> Iterator[Iterator[Result]]:
-    """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), as
-    `decoding` says (resolution, ratios, the mask planes `decode` adds: alpha, dfl; whole; (codec,
-    quality) to encode them with). Entered before the output file is opened, so
-    that no worker inherits its handle. With `parts`, the results of each PART files are kept as they
-    come and those a killed run kept are read back instead of decoded (`parts.resumed` counts them)."""
-    source = listing.source
-    n = len(listing.keys)
-    todo = [k for k in range(-(-n // PART)) if parts is None or not parts.done(k)]
-    spans = [
-        (i, min(i + CHUNK, (k + 1) * PART, n)) for k in todo for i in range(k * PART, min((k + 1) * PART, n), CHUNK)
-    ]
-    chunks = [listing.keys[a:b] for a, b in spans]
-    pool = fetcher = None
-    if workers > 1:
-        # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        context = multiprocessing.get_context(method)
-        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, decoding, os.getpid()))
-        pool.submit(int).result()  # start the workers now
-    else:
-        _init_worker(source, decoding)
-    if not source.worker_reads:
-        # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
-        fetcher = ThreadPoolExecutor(FETCHERS)
-    try:
-        computed = _results(chunks, source, pool, fetcher, workers)
-        yield computed if parts is None else _through_parts(computed, parts, n, set(todo))
-    finally:  # also when stopped early (--strict, a size mismatch): drop the work not yet started
-        for executor in (pool, fetcher):
-            if executor is not None:
-                executor.shutdown(wait=True, cancel_futures=True)
-
-
-def _exists(out: str, storage_options: dict[str, Any] | None) -> bool:
-    if not is_url(out):
-        return os.path.lexists(out)
-    fs, path = url_fs(out, storage_options)
+def _exists(out: Location, storage_options: dict[str, Any] | None) -> bool:
+    if not out.url:
+        return os.path.lexists(out.path)
+    fs, path = out.fs(storage_options)
     return bool(fs.exists(path))
 
 
-@contextmanager
-def _parts_kept_unless_refused(parts: Parts | None, out: str | os.PathLike) -> Iterator[None]:
-    """The parts go once the data file is written, or when prepare is refused (a bad file with
-    --strict, a full disk: nothing left behind); a prepare killed or interrupted keeps them to resume."""
-    try:
-        yield
-    except BigbatchError:
-        if parts is not None:
-            parts.remove()
-        raise
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or parts is None:
-            raise
-        parts.remove()  # (a full disk's parts are what fills it)
-        raise cannot_write(out, e) from None
-    if parts is not None:
-        parts.remove()
-
-
-def _parts(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
-    """The parts folder of this command: what decides the decoded images (the files, in order, with
-    their labels, and how they are decoded) keys it."""
-    import bigbatch
-
-    h = hashlib.sha256()
-    for key, name in zip(listing.keys, listing.names):
-        h.update(f"{key}\0{name}\0{listing.source.stamp(key)}\0".encode())
-    h.update(np.ascontiguousarray(listing.labels, "<i8").tobytes())
-    source = getattr(listing.source, "path", None)  # a zip: its own size and time
-    key = {**settings, "files": h.hexdigest(), "classes": listing.class_names, "part": PART}
-    key.update(version=bigbatch.__version__, archive=file_stamp(source) if isinstance(source, str) else "")
-    return Parts(out.with_name(f".{out.name}.parts"), key)
-
-
-def _through_parts(
-    computed: Iterator[Any], parts: Parts, n: int, todo: set[int]
-) -> Iterator[tuple[int, Any, str | None] | str]:
-    """Every file's result in order: a kept part's read back, the others' decoded and kept."""
-    for k in range(-(-n // PART)):
-        if k not in todo:
-            results = parts.load(k)
-        else:
-            results = [next(computed) for _ in range(min(PART, n - k * PART))]
-            parts.save(k, results)
-        yield from results
-
-
-def _ordered(submit: Any, items: Iterable[Any], window: int) -> Iterator[Any]:
-    """submit(item).result() for each item in order, with up to `window` in flight."""
-    pending: deque[Future] = deque()
-    for item in items:
-        pending.append(submit(item))
-        if len(pending) >= window:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
-
-
-def _results(
-    chunks: list[list[str]], source: Any, pool: Any, fetcher: Any, workers: int
-) -> Iterator[tuple[int, Any, str | None] | str]:
-    payloads: Iterable[Any] = chunks
-    if fetcher is not None:
-        payloads = _ordered(lambda keys: fetcher.submit(source.read, keys), chunks, 2 * FETCHERS)
-    if pool is None:
-        for payload in payloads:
-            yield from _decode_chunk(payload)
-    else:
-        for decoded in _ordered(lambda payload: pool.submit(_decode_chunk, payload), payloads, 2 * workers):
-            yield from decoded
-
-
 def _prepare_builtin(
-    src: str,
-    out: str,
+    src: Location,
+    out: Location,
     resolution: int | None,
     limit: int | None,
     attrs: dict[str, Any],
@@ -555,9 +503,9 @@ def _prepare_builtin(
     from bigbatch.data.builtin import NATIVE_RESOLUTION
     from bigbatch.data.load import load_data
 
-    name = src.removeprefix("builtin:")
+    name = src.text.removeprefix("builtin:")
     resolution = resolution or NATIVE_RESOLUTION.get(name, 32)
-    data = load_data(src, resolution)
+    data = load_data(src.text, resolution)
     n = len(data) if limit is None else min(limit, len(data))
     take = (np.arange(n) * len(data)) // n
     images, labels = data.images.numpy()[take], data.labels.numpy()[take]
@@ -567,7 +515,7 @@ def _prepare_builtin(
             writer.add(image, int(label))
         meta = writer.commit()
     return Report(
-        out,
+        out.text,
         meta["count"],
         (meta["height"], meta["width"], meta["channels"]),
         data.class_names,
@@ -578,4 +526,4 @@ def _prepare_builtin(
     )
 
 
-__all__ = ["Report", "default_workers", "is_url", "prepare"]
+__all__ = ["Report", "default_workers", "prepare"]

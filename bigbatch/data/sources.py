@@ -17,7 +17,7 @@ from PIL import Image, ImageOps
 from bigbatch.data.dfl_faces import NoFaceData, face_masks
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError
-from bigbatch.urls import is_url, public_name, refuse_credentials
+from bigbatch.urls import Location
 
 # One filter for every image, written into each data file: the resize filter alone moves FID.
 RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
@@ -25,18 +25,10 @@ RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialias
 BACKGROUND = (255, 255, 255)
 
 
-def url_fs(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """The fsspec filesystem and path of a URL; credentials come from `storage_options` or the
+def url_fs(url: str | Location, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """The fsspec filesystem and path of a URL (Location.fs); credentials come from `storage_options` or the
     environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for S3)."""
-    import fsspec
-
-    refuse_credentials(url, public_name(url))
-    try:
-        return fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except ImportError as e:
-        raise BigbatchError(f"cannot read {public_name(url)}: {e} (e.g. pip install s3fs for s3://)") from None
-    except ValueError as e:
-        raise BigbatchError(f"cannot read {public_name(url)}: {e}") from None
+    return Location.of(url).fs(storage_options)
 
 
 def _hidden(rel: str) -> bool:
@@ -124,9 +116,9 @@ class FolderSource(Source):
 class ZipSource(Source):
     """Members of a zip file; each process opens its own handle (zipfile handles are not fork-safe)."""
 
-    def __init__(self, path: str, storage_options: dict[str, Any] | None = None):
-        self.path, self.storage_options = path, storage_options
-        self.worker_reads = not is_url(path)
+    def __init__(self, location: Location, storage_options: dict[str, Any] | None = None):
+        self.location, self.storage_options = location, storage_options
+        self.worker_reads = not location.url
         self._zip: zipfile.ZipFile | None = None
         self._pid = -1
 
@@ -135,15 +127,15 @@ class ZipSource(Source):
 
     def open(self) -> zipfile.ZipFile:
         if self._zip is None or self._pid != os.getpid():
-            if is_url(self.path):
-                fs, p = url_fs(self.path, self.storage_options)
+            if self.location.url:
+                fs, p = self.location.fs(self.storage_options)
                 handle = fs.open(p, "rb", block_size=8 << 20, cache_type="readahead")
             else:
-                handle = open(self.path, "rb")  # noqa: SIM115 (kept open for the zip's lifetime)
+                handle = open(self.location.path, "rb")  # noqa: SIM115 (kept open for the zip's lifetime)
             try:
                 self._zip = zipfile.ZipFile(handle)
             except zipfile.BadZipFile as e:
-                raise BigbatchError(f"{public_name(self.path)} is not a readable zip file ({e})") from None
+                raise BigbatchError(f"{self.location.name} is not a readable zip file ({e})") from None
             self._pid = os.getpid()
         return self._zip
 
@@ -165,8 +157,10 @@ class FsspecSource(Source):
 
     worker_reads = False
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, stamps: dict[str, str] | None = None):
-        self.url, self.storage_options = url, storage_options
+    def __init__(
+        self, location: Location, storage_options: dict[str, Any] | None = None, stamps: dict[str, str] | None = None
+    ):
+        self.location, self.storage_options = location, storage_options
         self.stamps = stamps or {}
 
     def __getstate__(self) -> dict:
@@ -176,7 +170,7 @@ class FsspecSource(Source):
         return self.stamps.get(key, "")
 
     def read(self, keys: Sequence[str]) -> list[bytes | str]:
-        fs, _ = url_fs(self.url, self.storage_options)
+        fs, _ = self.location.fs(self.storage_options)
         # One GET an object: cat_ranges takes each key as it is (cat globs a name holding [ ] * ?), and
         # s3fs's max_concurrency=1 skips the size it otherwise asks first (a HEAD an object, once the
         # listing is out of its cache) to split objects larger than 50 MB into concurrent ranges.
@@ -185,39 +179,20 @@ class FsspecSource(Source):
         return [v if isinstance(v, bytes) else f"unreadable ({type(v).__name__}: {v})" for v in got]
 
 
-def list_source(src: str, storage_options: dict[str, Any] | None = None) -> Listing:
+def list_source(src: str | Location, storage_options: dict[str, Any] | None = None) -> Listing:
     """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder."""
-    src = str(src)
-    name = public_name(src)
-    if is_url(src):
-        fs, root = url_fs(src, storage_options)
-        try:
-            if not fs.exists(root):  # (s3fs says so too of a bucket these credentials may not list)
-                raise BigbatchError(
-                    f"source {name} does not exist, or cannot be listed with these credentials (check AWS_* and the "
-                    "endpoint); give a folder, a .zip, an s3://bucket/prefix URL"
-                )
-            if fs.isfile(root):
-                if root.lower().endswith(".zip"):
-                    return _list_zip(ZipSource(src, storage_options))
-                raise BigbatchError(f"source {name} is a single file; give a folder (prefix) of images or a .zip")
-            root = root.rstrip("/")
-            stamps = _find(fs, root)
-        except BigbatchError:
-            raise
-        except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
-            raise BigbatchError(f"cannot list {name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
-        paths = sorted(p for p in stamps if not _hidden(p[len(root) + 1 :]))
-        return _listing(FsspecSource(src, storage_options, stamps), paths, [p[len(root) + 1 :] for p in paths])
-    path = Path(src.removeprefix("file://"))
+    src = Location.of(src, "the source")
+    if src.url:
+        return _list_url(src, storage_options)
+    path = src.path
     if not path.exists():
-        raise BigbatchError(f"source {name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
+        raise BigbatchError(f"source {src.name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
     if path.is_file():
         if zipfile.is_zipfile(path):
-            return _list_zip(ZipSource(str(path)))
+            return _list_zip(ZipSource(src))
         if path.suffix.lower() == ".zip":
-            raise BigbatchError(f"source {name} is not a readable zip archive (damaged, or another kind of file)")
-        raise BigbatchError(f"source {name} is a single file; give a folder of images or a .zip")
+            raise BigbatchError(f"source {src.name} is not a readable zip archive (damaged, or another kind of file)")
+        raise BigbatchError(f"source {src.name} is a single file; give a folder of images or a .zip")
     rel = []
     seen: set[tuple[int, int]] = set()
     for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
@@ -230,6 +205,29 @@ def list_source(src: str, storage_options: dict[str, Any] | None = None) -> List
         rel += [f if base == "." else f"{base}/{f}" for f in filenames]
     rel = sorted(r for r in rel if not _hidden(r))
     return _listing(FolderSource(), [str(path / r) for r in rel], rel)
+
+
+def _list_url(src: Location, storage_options: dict[str, Any] | None) -> Listing:
+    """Every object under a URL prefix (or the members of a .zip object)."""
+    fs, root = src.fs(storage_options)
+    try:
+        if not fs.exists(root):  # (s3fs says so too of a bucket these credentials may not list)
+            raise BigbatchError(
+                f"source {src.name} does not exist, or cannot be listed with these credentials (check AWS_* and the "
+                "endpoint); give a folder, a .zip, an s3://bucket/prefix URL"
+            )
+        if fs.isfile(root):
+            if root.lower().endswith(".zip"):
+                return _list_zip(ZipSource(src, storage_options))
+            raise BigbatchError(f"source {src.name} is a single file; give a folder (prefix) of images or a .zip")
+        root = root.rstrip("/")
+        stamps = _find(fs, root)
+    except BigbatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
+        raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
+    paths = sorted(p for p in stamps if not _hidden(p[len(root) + 1 :]))
+    return _listing(FsspecSource(src, storage_options, stamps), paths, [p[len(root) + 1 :] for p in paths])
 
 
 # What an object's listing says changes with it, by filesystem (s3fs, gcsfs, adlfs; local and memory).

@@ -1,0 +1,167 @@
+"""`bigbatch prepare`'s decoding: the files of a listing decoded (and encoded) in worker processes, in listing
+order, a remote source's bytes fetched by threads ahead of them; each PART files' results kept as they come, so
+that a killed prepare resumes from them."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import multiprocessing
+import os
+import signal
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bigbatch.data import codecs
+from bigbatch.data.h5write import cannot_write
+from bigbatch.data.parts import PART, Parts, Result
+from bigbatch.data.sources import Listing, decode_or_reason, file_stamp
+from bigbatch.errors import BigbatchError
+from bigbatch.signals import die_with_parent
+from bigbatch.urls import Location
+
+CHUNK = 32  # files per task sent to a worker: big enough to amortise the hand-off, small enough to balance
+FETCHERS = 4  # threads fetching chunks of a remote source at once (each chunk's files concurrently too)
+
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(listing_source: Any, decoding: dict[str, Any], parent: int | None = None) -> None:
+    """Set up a decoding process. A pool's workers (`parent`: the main process's PID) ignore SIGTERM and
+    SIGINT (sent to the whole process group by a terminal or a job scheduler): the main process stops
+    them after their current chunk. A worker killed while it writes a result leaves half a message in
+    the pool's pipe, and the pool's manager thread waits for the rest forever (a hang at shutdown and at
+    exit). A main process killed outright (SIGKILL) takes them with it."""
+    if parent is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        die_with_parent(parent)
+    _worker.update(source=listing_source, **decoding)
+
+
+def _decode_chunk(payload: list[Any]) -> list[Result]:
+    """In a worker: read the files (local sources) or take the bytes (remote), then decode them."""
+    source = _worker["source"]
+    data = source.read(payload) if source.worker_reads else payload
+    w = _worker
+    out = [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"], w["whole"]) for d in data]
+    codec, quality = w["codec"]
+    if codec == "raw":
+        return out
+    return [r if isinstance(r, str) else (r[0], codecs.encode(r[1], codec, quality), *r[2:]) for r in out]
+
+
+@contextmanager
+def decoded(
+    listing: Listing, workers: int, decoding: dict[str, Any], parts: Parts | None = None
+) -> Iterator[Iterator[Result]]:
+    """Decoded images (or reasons) in listing order, from `workers` processes (0 or 1: this one), as
+    `decoding` says (resolution, ratios, the mask planes `decode` adds: alpha, dfl; whole; (codec,
+    quality) to encode them with). Entered before the output file is opened, so
+    that no worker inherits its handle. With `parts`, the results of each PART files are kept as they
+    come and those a killed run kept are read back instead of decoded (`parts.resumed` counts them)."""
+    source = listing.source
+    n = len(listing.keys)
+    todo = [k for k in range(-(-n // PART)) if parts is None or not parts.done(k)]
+    spans = [
+        (i, min(i + CHUNK, (k + 1) * PART, n)) for k in todo for i in range(k * PART, min((k + 1) * PART, n), CHUNK)
+    ]
+    chunks = [listing.keys[a:b] for a, b in spans]
+    pool = fetcher = None
+    if workers > 1:
+        # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        context = multiprocessing.get_context(method)
+        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, decoding, os.getpid()))
+        pool.submit(int).result()  # start the workers now
+    else:
+        _init_worker(source, decoding)
+    if not source.worker_reads:
+        # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
+        fetcher = ThreadPoolExecutor(FETCHERS)
+    try:
+        computed = _results(chunks, source, pool, fetcher, workers)
+        yield computed if parts is None else _through_parts(computed, parts, n, set(todo))
+    finally:  # also when stopped early (--strict, a size mismatch): drop the work not yet started
+        for executor in (pool, fetcher):
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def parts_kept_unless_refused(parts: Parts | None, out: Location) -> Iterator[None]:
+    """The parts go once the data file is written, or when prepare is refused (a bad file with
+    --strict, a full disk: nothing left behind); a prepare killed or interrupted keeps them to resume."""
+    try:
+        yield
+    except BigbatchError:
+        if parts is not None:
+            parts.remove()
+        raise
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or parts is None:
+            raise
+        parts.remove()  # (a full disk's parts are what fills it)
+        raise cannot_write(out, e) from None
+    if parts is not None:
+        parts.remove()
+
+
+def parts_of(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
+    """The parts folder of this command: what decides the decoded images (the files, in order, with
+    their labels, and how they are decoded) keys it."""
+    import bigbatch
+
+    h = hashlib.sha256()
+    for key, name in zip(listing.keys, listing.names):
+        h.update(f"{key}\0{name}\0{listing.source.stamp(key)}\0".encode())
+    h.update(np.ascontiguousarray(listing.labels, "<i8").tobytes())
+    zipped = getattr(listing.source, "location", None)  # a local zip: its own size and time
+    archive = file_stamp(str(zipped.path)) if zipped is not None and not zipped.url else ""
+    key = {**settings, "files": h.hexdigest(), "classes": listing.class_names, "part": PART}
+    key.update(version=bigbatch.__version__, archive=archive)
+    return Parts(out.with_name(f".{out.name}.parts"), key)
+
+
+def _through_parts(
+    computed: Iterator[Any], parts: Parts, n: int, todo: set[int]
+) -> Iterator[tuple[int, Any, str | None] | str]:
+    """Every file's result in order: a kept part's read back, the others' decoded and kept."""
+    for k in range(-(-n // PART)):
+        if k not in todo:
+            results = parts.load(k)
+        else:
+            results = [next(computed) for _ in range(min(PART, n - k * PART))]
+            parts.save(k, results)
+        yield from results
+
+
+def _ordered(submit: Any, items: Iterable[Any], window: int) -> Iterator[Any]:
+    """submit(item).result() for each item in order, with up to `window` in flight."""
+    pending: deque[Future] = deque()
+    for item in items:
+        pending.append(submit(item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def _results(
+    chunks: list[list[str]], source: Any, pool: Any, fetcher: Any, workers: int
+) -> Iterator[tuple[int, Any, str | None] | str]:
+    payloads: Iterable[Any] = chunks
+    if fetcher is not None:
+        payloads = _ordered(lambda keys: fetcher.submit(source.read, keys), chunks, 2 * FETCHERS)
+    if pool is None:
+        for payload in payloads:
+            yield from _decode_chunk(payload)
+    else:
+        for decoded in _ordered(lambda payload: pool.submit(_decode_chunk, payload), payloads, 2 * workers):
+            yield from decoded
