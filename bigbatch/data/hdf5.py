@@ -244,6 +244,99 @@ def _chunk_offsets(ds: h5py.Dataset) -> tuple[int, np.ndarray | None]:
     return rows, None if (offsets < 0).any() else offsets
 
 
+def _index(f: h5py.File, meta: dict[str, Any], location: Location) -> tuple[list[_Group], torch.Tensor]:
+    """Where a data file's images lie (a _Group per shape: its rows, chunks and, encoded, each image's bytes and
+    size), and every image's label, in global index order; a file whose layout does not read back is damaged."""
+    encoded = meta.get("codec", "raw") != "raw"
+    groups: list[_Group] = []
+    labels, start = [], 0
+    try:
+        _check_data(f, meta, location)
+        for g in meta["groups"]:
+            base = g["name"].rstrip("/")
+            shape = (g["height"], g["width"], meta["channels"])
+            if encoded:
+                ds = f[base + "/encoded"]
+                rows, offsets = _chunk_offsets(ds)
+                group = _Group(ds.name, start, g["count"], shape, rows, offsets)
+                group.offsets = np.asarray(f[base + "/offsets"][...], np.int64)
+                group.sizes = np.asarray(f[base + "/sizes"][...], np.int64)
+            else:
+                ds = f[base + "/images"]
+                rows, offsets = _chunk_offsets(ds)
+                group = _Group(ds.name, start, ds.shape[0], tuple(ds.shape[1:]), rows, offsets)
+            groups.append(group)
+            labels.append(np.asarray(f[base + "/labels"][...], np.int64))
+            start += g["count"]
+    except (OSError, KeyError, ValueError, RuntimeError) as e:  # HDF5 internals that do not read back
+        _damaged(location, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return groups, torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64))
+
+
+class _Reader:
+    """One process's access to a data file's bytes: positional reads of a local file, concurrent range
+    requests of a URL, h5py for a layout only it reads (filters, or no chunk index). Made on first use in each
+    process: a forked worker must not share its parent's handles."""
+
+    def __init__(self, location: Location, storage_options: dict[str, Any], groups: list[_Group]):
+        self.location, self.pid, self.fd, self.fs, self.fs_path, self.h5 = location, os.getpid(), -1, None, "", None
+        if location.url:
+            self.fs, self.fs_path = location.fs(storage_options)
+        elif any(g.chunk_offsets is not None for g in groups):
+            self.fd = os.open(location.path, os.O_RDONLY)
+        if any(g.chunk_offsets is None and g.array is None for g in groups):
+            self.h5 = _open_h5(location, storage_options)
+
+    def __del__(self) -> None:
+        if getattr(self, "fd", -1) >= 0 and self.pid == os.getpid():
+            os.close(self.fd)
+
+    def images(self, g: _Group, rows: np.ndarray) -> np.ndarray:
+        """Raw images at `rows` of group `g` (N, H, W, C)."""
+        if g.chunk_offsets is None:  # h5py wants increasing, unique indices
+            unique, inverse = np.unique(rows, return_inverse=True)
+            return self.h5[g.path][unique][inverse] if len(rows) else np.zeros((0, *g.shape), np.uint8)
+        nbytes = int(np.prod(g.shape))
+        out = np.empty((len(rows), nbytes), np.uint8)
+        offsets = g.chunk_offsets[rows // g.chunk_rows] + (rows % g.chunk_rows) * nbytes
+        # Images next to each other in the file are read as one range (sequential scans, small images).
+        order = np.argsort(offsets, kind="stable")
+        sorted_offsets = offsets[order]
+        runs = np.split(np.arange(len(rows)), np.flatnonzero(np.diff(sorted_offsets) != nbytes) + 1)
+        runs = [r for r in runs if len(r)]
+        ranges = [(int(sorted_offsets[r[0]]), int(sorted_offsets[r[0]]) + len(r) * nbytes) for r in runs]
+        for r, data in zip(runs, self.ranges(ranges)):
+            out[order[r]] = np.frombuffer(data, np.uint8).reshape(len(r), nbytes)
+        return out.reshape(len(rows), *g.shape)
+
+    def encoded(self, g: _Group, starts: np.ndarray, ends: np.ndarray) -> list[Any]:
+        """The bytes [starts[i], ends[i]) of group `g`'s byte stream, an image each."""
+        if g.chunk_offsets is not None:
+            return enc.read_images(starts, ends, g.chunk_rows, g.chunk_offsets, self.ranges)
+        return [self.h5[g.path][s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+
+    def ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
+        """File byte ranges, as concurrent range requests (remote) or positional reads (local)."""
+        if self.fs is not None:
+            starts, ends = [a for a, _ in ranges], [b for _, b in ranges]
+            return self.fs.cat_ranges([self.fs_path] * len(ranges), starts, ends, on_error="raise")
+        out = []
+        for a, b in ranges:
+            buffer = np.empty(b - a, np.uint8)
+            self._read_at(buffer, a)
+            out.append(buffer)
+        return out
+
+    def _read_at(self, target: np.ndarray, offset: int) -> None:
+        """Fill `target` from the file at `offset` (positional reads: safe from several threads)."""
+        view, done = memoryview(target).cast("B"), 0
+        while done < len(view):
+            n = os.preadv(self.fd, [view[done:]], offset + done)  # Linux and macOS; a read may come up short
+            if n <= 0:
+                raise BigbatchError(f"data file {self.location.name} is shorter than its index says: it is truncated")
+            done += n
+
+
 class H5Data:
     """A data file opened for training: the same interface as the built-in ImageData (`len`,
     `get(index) -> (uint8 NHWC, int64 labels)`, `n_classes`, `resolution`, `channels`, `class_names`,
@@ -260,35 +353,12 @@ class H5Data:
         self.path = self.location.text
         self.storage_options = dict(storage_options or {})
         self.encoded = self.whole = False
-        self.remote = self.location.url
-        self._pid, self._fd, self._fs, self._fs_path, self._h5 = -1, -1, None, "", None
+        self._reader: _Reader | None = None
         with _open_h5(self.location, self.storage_options) as f:
             self.meta = _meta(f, self.location)
             self.encoded = self.meta.get("codec", "raw") != "raw"
             self.whole = self.meta.get("crop") == "none"  # whole images, cropped as they are read
-            self.groups: list[_Group] = []
-            labels, start = [], 0
-            try:
-                _check_data(f, self.meta, self.location)
-                for g in self.meta["groups"]:
-                    base = g["name"].rstrip("/")
-                    shape = (g["height"], g["width"], self.meta["channels"])
-                    if self.encoded:
-                        ds = f[base + "/encoded"]
-                        rows, offsets = _chunk_offsets(ds)
-                        group = _Group(ds.name, start, g["count"], shape, rows, offsets)
-                        group.offsets = np.asarray(f[base + "/offsets"][...], np.int64)
-                        group.sizes = np.asarray(f[base + "/sizes"][...], np.int64)
-                    else:
-                        ds = f[base + "/images"]
-                        rows, offsets = _chunk_offsets(ds)
-                        group = _Group(ds.name, start, ds.shape[0], tuple(ds.shape[1:]), rows, offsets)
-                    self.groups.append(group)
-                    labels.append(np.asarray(f[base + "/labels"][...], np.int64))
-                    start += g["count"]
-            except (OSError, KeyError, ValueError, RuntimeError) as e:  # HDF5 internals that do not read back
-                _damaged(self.location, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            self.labels = torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64))
+            self.groups, self.labels = _index(f, self.meta, self.location)
         n = len(self.meta["class_names"])
         if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= max(n, 1)):
             low, high = int(self.labels.min()), int(self.labels.max())
@@ -305,11 +375,7 @@ class H5Data:
                     f[g.path].read_direct(g.array)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pid": -1, "_fd": -1, "_fs": None, "_h5": None}
-
-    def __del__(self) -> None:
-        if getattr(self, "_fd", -1) >= 0 and self._pid == os.getpid():
-            os.close(self._fd)
+        return {**self.__dict__, "_reader": None}
 
     def __repr__(self) -> str:  # never shows storage_options: they may hold credentials
         return f"H5Data({self.location.name!r}, {len(self)} images, in_ram={self.in_ram})"
@@ -347,17 +413,11 @@ class H5Data:
         """Images per group (aspect-ratio bucket) in global index order: for BucketOrder."""
         return [g.count for g in self.groups]
 
-    def _handles(self) -> None:
-        """Open this process's handle on first use (a forked worker must not share its parent's)."""
-        if self._pid == os.getpid():
-            return
-        self._pid, self._fd, self._fs, self._h5 = os.getpid(), -1, None, None
-        if self.remote:
-            self._fs, self._fs_path = self.location.fs(self.storage_options)
-        elif any(g.chunk_offsets is not None for g in self.groups):
-            self._fd = os.open(self.location.path, os.O_RDONLY)
-        if any(g.chunk_offsets is None and g.array is None for g in self.groups):
-            self._h5 = _open_h5(self.location, self.storage_options)
+    def _bytes(self) -> _Reader:
+        """This process's reader of the file (made on first use in each process)."""
+        if self._reader is None or self._reader.pid != os.getpid():
+            self._reader = _Reader(self.location, self.storage_options, self.groups)
+        return self._reader
 
     def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Images (N, H, W, C) uint8 and labels (N,) int64 at the given indices, in their order; all
@@ -376,11 +436,7 @@ class H5Data:
         rows = idx - g.start
         if self.encoded:
             return self._decoded(g, rows, idx, resolution), self.labels[torch.from_numpy(idx)]
-        if g.array is not None:
-            images = g.array[rows]
-        else:
-            self._handles()
-            images = self._read_raw(g, rows) if g.chunk_offsets is not None else self._read_h5(g, rows)
+        images = g.array[rows] if g.array is not None else self._bytes().images(g, rows)
         return torch.from_numpy(images), self.labels[torch.from_numpy(idx)]
 
     def get_crops(
@@ -467,11 +523,7 @@ class H5Data:
         starts, ends = g.offsets[rows], g.offsets[rows + 1]
         if g.array is not None:
             return [memoryview(g.array)[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
-        self._handles()
-        if g.chunk_offsets is not None:
-            return enc.read_images(starts, ends, g.chunk_rows, g.chunk_offsets, self._read_ranges)
-        # a layout h5py alone reads (filters, or no chunk index)
-        return [self._h5[g.path][s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+        return self._bytes().encoded(g, starts, ends)
 
     def get_encoded(
         self, index: torch.Tensor, boxes: list | None = None, out: int | tuple[int, int] = 0
@@ -498,43 +550,3 @@ class H5Data:
                     data[k], sizes[k] = np.frombuffer(part.data, np.uint8), (part.height, part.width)
                     boxes[k] = (left - part.left, top - part.top, w, h)
         return Encoded(data, sizes, boxes, shape, None), self.labels[torch.from_numpy(idx)]
-
-    def _read_ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
-        """File byte ranges, as concurrent range requests (remote) or positional reads (local)."""
-        if self.remote:
-            starts, ends = [a for a, _ in ranges], [b for _, b in ranges]
-            return self._fs.cat_ranges([self._fs_path] * len(ranges), starts, ends, on_error="raise")
-        out = []
-        for a, b in ranges:
-            buffer = np.empty(b - a, np.uint8)
-            self._read_at(buffer, a)
-            out.append(buffer)
-        return out
-
-    def _read_h5(self, g: _Group, rows: np.ndarray) -> np.ndarray:
-        # h5py wants increasing, unique indices.
-        unique, inverse = np.unique(rows, return_inverse=True)
-        return self._h5[g.path][unique][inverse] if len(rows) else np.zeros((0, *g.shape), np.uint8)
-
-    def _read_raw(self, g: _Group, rows: np.ndarray) -> np.ndarray:
-        nbytes = int(np.prod(g.shape))
-        out = np.empty((len(rows), nbytes), np.uint8)
-        offsets = g.chunk_offsets[rows // g.chunk_rows] + (rows % g.chunk_rows) * nbytes
-        # Images next to each other in the file are read as one range (sequential scans, small images).
-        order = np.argsort(offsets, kind="stable")
-        sorted_offsets = offsets[order]
-        runs = np.split(np.arange(len(rows)), np.flatnonzero(np.diff(sorted_offsets) != nbytes) + 1)
-        runs = [r for r in runs if len(r)]
-        ranges = [(int(sorted_offsets[r[0]]), int(sorted_offsets[r[0]]) + len(r) * nbytes) for r in runs]
-        for r, data in zip(runs, self._read_ranges(ranges)):
-            out[order[r]] = np.frombuffer(data, np.uint8).reshape(len(r), nbytes)
-        return out.reshape(len(rows), *g.shape)
-
-    def _read_at(self, target: np.ndarray, offset: int) -> None:
-        """Fill `target` from the file at `offset` (positional reads: safe from several threads)."""
-        view, done = memoryview(target).cast("B"), 0
-        while done < len(view):
-            n = os.preadv(self._fd, [view[done:]], offset + done)  # Linux and macOS; a read may come up short
-            if n <= 0:
-                raise BigbatchError(f"data file {self.location.name} is shorter than its index says: it is truncated")
-            done += n
