@@ -95,7 +95,8 @@ def main() -> None:
     for flight in (1, 8, 32):
         remote = load_data("s3://bench/photos.h5", args.resolution)
         remote.get(torch.arange(1))  # open this process's handle
-        remote._fs.cat_ranges = functools.partial(remote._fs.cat_ranges, batch_size=flight)
+        fs = remote._bytes().fs
+        fs.cat_ranges = functools.partial(fs.cat_ranges, batch_size=flight)
         print(f"| S3 (moto, 127.0.0.1) | {flight} | {rate(remote, random):.0f} | {rate(remote, adjacent):.0f} |")
 
 

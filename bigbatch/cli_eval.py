@@ -123,9 +123,10 @@ def _task_of(path: str, which: str) -> str:
 
 
 def _check_exists(path: str, role: str) -> None:
-    from bigbatch.urls import is_url
+    from bigbatch.urls import Location
 
-    if not (path.startswith("builtin:") or is_url(path) or Path(path).exists()):
+    where = Location.of(path)
+    if not (where.url or where.path.exists()):  # (builtin:NAME is a URL's shape)
         raise BigbatchError(f"{role}: {path} does not exist; give {EVAL_A if role == 'A' else EVAL_B}")
 
 

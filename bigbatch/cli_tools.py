@@ -10,7 +10,6 @@ import json
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError
@@ -167,14 +166,15 @@ def check_local_data(cfg: Any) -> None:
     first). builtin: and URLs are left to training."""
     from bigbatch.data.hdf5 import read_meta
     from bigbatch.errors import warn
-    from bigbatch.urls import is_url
+    from bigbatch.urls import Location
 
-    for path in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
-        if path and not path.startswith("builtin:") and not is_url(path):
-            if not Path(path).exists():
+    for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
+        path = Location.of(given) if given else None
+        if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
+            if not path.path.exists():
                 warn(f"data file {path} does not exist yet: training refuses it until `bigbatch prepare` makes it")
                 continue
-            if not Path(path).is_file():
+            if not path.path.is_file():
                 raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
             read_meta(path)
 

@@ -4,6 +4,11 @@ from pathlib import Path
 
 # Idle torch threads sleep instead of spinning: on a shared 2-core machine spinning made Inception 5x slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Inductor compiles in this process, not in a pool of worker processes (a Python importing torch per core, in
+# every compiling process and test subprocess): for the tests' tiny graphs on a machine whose cores are all test
+# workers already, the pool cost more CPU than it saved (bench/compile_start.py, two starts: 55 -> 46 CPU s).
+if (os.cpu_count() or 1) <= 4:
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest
 import torch

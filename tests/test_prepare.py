@@ -86,7 +86,7 @@ def test_zip_gives_the_same_data_as_the_folder(tmp_path):
     assert from_zip.content_hash == from_folder.content_hash
 
 
-def test_a_file_url_is_the_local_path_it_names_for_every_end(tmp_path, monkeypatch):
+def test_a_file_url_is_the_local_path_it_names_for_every_end(tmp_path, monkeypatch, capsys):
     # fsspec's file:// names a local path: the source, the output and data.path alike (the output was once
     # written under a folder named "file:" in the working directory, and said not to exist when it did).
     _folder(tmp_path / "src")
@@ -97,6 +97,10 @@ def test_a_file_url_is_the_local_path_it_names_for_every_end(tmp_path, monkeypat
     assert load_data(url, 10).content_hash == report.content_hash == read_meta(tmp_path / "out.h5")["content_hash"]
     with pytest.raises(bigbatch.BigbatchError, match="exists: give --overwrite"):
         prepare(str(tmp_path / "src"), url, workers=0)
+    from bigbatch.cli import main
+
+    main(["train", "--preset", "digits", f"data.path={url}", "--dry-run"])  # (its plan: whatever it says)
+    assert "does not exist" not in capsys.readouterr().err
 
 
 def test_a_zip_of_utf8_names_without_the_utf8_flag_reads_them_as_utf8(tmp_path):

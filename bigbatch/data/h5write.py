@@ -209,7 +209,7 @@ class H5Writer:
         bucketed: bool = False,
         storage_options: dict[str, Any] | None = None,
     ):
-        self.out, self.class_names, self.attrs = Location.of(out, "the output"), list(class_names), dict(attrs)
+        self.out, self.class_names, self.attrs = Location.of(out), list(class_names), dict(attrs)
         self.bucketed, self.storage_options = bucketed, storage_options
         self.codec, self.quality = str(attrs.get("codec", "raw")), int(attrs.get("quality", 0))
         self.whole = attrs.get("crop") == "none"  # whole images of their own sizes, in one group

@@ -75,7 +75,7 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
 
 def read_meta(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The metadata of a data file written by `prepare` (what `bigbatch info DATA.h5` prints)."""
-    location = Location.of(path, "the data file")
+    location = Location.of(path)
     with _open_h5(location, storage_options) as f:
         return _meta(f, location)
 
@@ -149,7 +149,7 @@ def _check_data(f: h5py.File, meta: dict[str, Any], path: Location) -> None:
 
 def describe_data(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> str:
     """A data file's metadata as a few lines of text."""
-    path = Location.of(path, "the data file")
+    path = Location.of(path)
     m = read_meta(path, storage_options)
     names = m["class_names"]
     shapes = "shapes " + ", ".join(f"{g['height']}x{g['width']} ({g['count']})" for g in m["groups"])
@@ -187,7 +187,7 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
 def verify_data(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> str:
     """Recompute a data file's content hash from what it holds; raise if it differs from the one written
     at prepare time (a damaged or edited file). Returns the hash."""
-    path = Location.of(path, "the data file")
+    path = Location.of(path)
     with _open_h5(path, storage_options, sequential=True) as f:
         meta = _meta(f, path)
         _check_data(f, meta, path)
@@ -349,7 +349,7 @@ class H5Data:
     def __init__(
         self, path: str | Path | Location, in_ram: bool = False, storage_options: dict[str, Any] | None = None
     ):
-        self.location, self.in_ram = Location.of(path, "the data file"), in_ram
+        self.location, self.in_ram = Location.of(path), in_ram
         self.path = self.location.text
         self.storage_options = dict(storage_options or {})
         self.encoded = self.whole = False

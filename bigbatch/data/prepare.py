@@ -121,11 +121,11 @@ def prepare(
     labels' names sorted). A file without a label is skipped and listed, and so is a labelled file
     the source lacks (an error with `strict`). An existing `out` is refused unless `overwrite`."""
     start = time.perf_counter()
-    settings = _Settings.checked(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, crop)
-    if classes and not labels:
-        raise BigbatchError("--classes orders the classes of a --labels file: give --labels FILE.csv too")
     source, target = Location.of(src, "the source"), Location.of(out, "the output")
     _refuse_output(target, storage_options, overwrite)
+    if classes and not labels:
+        raise BigbatchError("--classes orders the classes of a --labels file: give --labels FILE.csv too")
+    settings = _Settings.checked(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, crop)
     import bigbatch
 
     attrs: dict[str, Any] = {"source": source.name, "bigbatch_version": bigbatch.__version__}
@@ -155,7 +155,7 @@ def prepare(
         )
     shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
     return Report(
-        str(out),
+        target.text,
         meta["count"],
         shape,
         listing.class_names,

@@ -181,7 +181,7 @@ class FsspecSource(Source):
 
 def list_source(src: str | Location, storage_options: dict[str, Any] | None = None) -> Listing:
     """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder."""
-    src = Location.of(src, "the source")
+    src = Location.of(src)
     if src.url:
         return _list_url(src, storage_options)
     path = src.path
