@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError
+from bigbatch.urls import Location
 
 
 def run_eval(args: argparse.Namespace) -> None:
@@ -122,12 +123,12 @@ def _task_of(path: str, which: str) -> str:
     return Config.load(pick_checkpoint(path, which) / "config.toml").task
 
 
-def _check_exists(path: str, role: str) -> None:
-    from bigbatch.urls import Location
-
+def _check_exists(path: str, role: str) -> Location:
+    """What A or B names, parsed, if it exists (a URL is left to the reading)."""
     where = Location.of(path)
     if not (where.url or where.path.exists()):  # (builtin:NAME is a URL's shape)
         raise BigbatchError(f"{role}: {path} does not exist; give {EVAL_A if role == 'A' else EVAL_B}")
+    return where
 
 
 def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
@@ -135,22 +136,21 @@ def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
     statistics file (B only), ("images", image set) for a folder, .zip, URL prefix or .npz/.npy of images."""
     from bigbatch.data import load_data
     from bigbatch.metrics import holds_stats, open_images, read_stats
-    from bigbatch.urls import is_url
 
     if path.startswith("builtin:") or path.lower().endswith((".h5", ".hdf5")):
         return "data", load_data(path, resolution)
-    _check_exists(path, role)
+    where = _check_exists(path, role)
     if _is_run(path):  # only B gets here: A names a run is scored by _eval_run
         raise BigbatchError(
             f"B: {path} is a run; score its samples as A (bigbatch eval {shlex.quote(path)} [B]) and give B: {EVAL_B}"
         )
-    if not is_url(path) and holds_stats(path):
+    if not where.url and holds_stats(where.path):
         if role == "A":
             raise BigbatchError(
                 f"A: {path} holds feature statistics, not images; statistics can only be the reference B"
             )
-        return "stats", read_stats(path)
-    return "images", open_images(path)
+        return "stats", read_stats(where.path)
+    return "images", open_images(where)
 
 
 def _reference_n(kind: str, ref: object, n: int | None) -> int | None:

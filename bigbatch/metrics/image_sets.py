@@ -20,7 +20,7 @@ from bigbatch.data.images import ImageData
 from bigbatch.data.sources import Listing, decode_or_reason, list_source
 from bigbatch.errors import BigbatchError, first_line
 from bigbatch.metrics.features import Extractor
-from bigbatch.urls import is_url, public_name, refuse_credentials
+from bigbatch.urls import Location
 
 # Files with these endings are images (pytorch-fid's and torch-fidelity's list, and a few more Pillow
 # opens); anything else in a folder (captions, .json, .npz) is left alone, as those tools do.
@@ -37,20 +37,17 @@ NPZ_KEYS = ("arr_0", "x", "images", "imgs", "samples", "image", "img", "data")
 DECODE_VERSION = "pillow-rgb/v1"
 
 
-def open_images(path: str | Path, storage_options: dict | None = None) -> ImageFiles | ImageData:
+def open_images(path: str | Path | Location, storage_options: dict | None = None) -> ImageFiles | ImageData:
     """The images at `path`: a folder (recursively) or .zip of image files, an fsspec URL prefix, or an
     .npz/.npy holding one uint8 array (N, H, W, C), (N, C, H, W) or grey (N, H, W)."""
-    path = str(path)
-    name = public_name(path)
-    refuse_credentials(path, name)
-    if not is_url(path):
-        local = Path(path.removeprefix("file://"))
-        if not local.exists():
-            raise BigbatchError(f"{name} does not exist; give a folder, .zip or .npz of images")
-        if local.suffix.lower() in (".npz", ".npy"):
-            return array_images(local)
-    listing = list_source(path, storage_options)
-    return ImageFiles(listing, name, as_scorers=True)
+    where = Location.of(path)
+    if not where.url:
+        if not where.path.exists():
+            raise BigbatchError(f"{where.name} does not exist; give a folder, .zip or .npz of images")
+        if where.path.suffix.lower() in (".npz", ".npy"):
+            return array_images(where.path)
+    listing = list_source(where, storage_options)
+    return ImageFiles(listing, where.name, as_scorers=True)
 
 
 class ImageFiles:
