@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -399,7 +400,6 @@ def merge_folder(
     if not Path(run).exists():
         raise BigbatchError(f"{run} does not exist; give a swap run, a checkpoint folder or a DFL SAEHD model folder")
     model = load_autoencoder(run, device).pack_for_cpu()  # (used on a CPU only)
-    res = model.resolution
     known = face_type or _face_type_of(run, model)
     if known is None:
         if len(kinds) != 1:
@@ -409,83 +409,131 @@ def merge_folder(
 
     out = Path(out)
     (out / "masks").mkdir(parents=True, exist_ok=True)
-    record = out / ".merge.json"
-    settings = {**s.__dict__, "run": str(run), "face_type": kind.dfl_name}
-    same = record.exists() and json.loads(record.read_text()) == settings
-    if not same:
-        tmp = record.with_name(f".{record.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(settings))
-        os.replace(tmp, record)
-    bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
+    same = _same_settings(out, {**s.__dict__, "run": str(run), "face_type": kind.dfl_name})
     done = {p.stem for p in out.glob("*.png")} if same else set()
+    bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
+    n = merged = 0
+    workers = merge_threads()
+    with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        merging = _Merging(model, faces, kind, s, out, writer, bar, pool, workers)
+        try:
+            for i, (name, image) in enumerate(source.frames(skip=set())):
+                stem = Path(name).stem
+                n, merged = n + 1, merged + len(faces.get(stem, ()))
+                if stem in done:
+                    merging.merged_before(stem)
+                    continue
+                frame = read_image(image) if isinstance(image, Path) else image
+                if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
+                    raise BigbatchError(f"{image} does not decode as an image")
+                merging.add(i, stem, frame)
+            merging.flush()
+            merging.drain()
+        finally:
+            merging.cancel()
+            bar.close()
+    return n, merged
 
-    def finish(i: int, stem: str, frame: np.ndarray, outputs: list) -> np.ndarray:
-        predictions = iter(outputs)  # (the model's outputs for this frame's faces, in order)
-        rgb, mask = merge_frame(frame, faces.get(stem, []), lambda x: next(predictions), res, kind, s, key=i)
-        for path, data in ((out / "masks" / f"{stem}.png", mask), (out / f"{stem}.png", rgb[..., ::-1])):
+
+def _same_settings(out: Path, settings: dict) -> bool:
+    """Whether OUT's frames were merged with `settings` (an interrupted merge of the same command, whose frames
+    stand); records `settings` for the next merge otherwise."""
+    record = out / ".merge.json"
+    if record.exists() and json.loads(record.read_text()) == settings:
+        return True
+    tmp = record.with_name(f".{record.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(settings))
+    os.replace(tmp, record)
+    return False
+
+
+class _Merging:
+    """A merge under way: chunks of BATCH frames handed to threads of one torch thread each (torch's thread count is
+    a thread's own), each thread the model's swap of its chunk's faces and then each frame's merge and PNGs (with
+    the swap on every core and the frames on threads beside it, the model's threads waited on each other whenever a
+    frame's thread took a core); the merged frames given, in order, to the video as their chunks finish."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        faces: dict[str, list[np.ndarray]],
+        kind: align.FaceType,
+        s: MergeSettings,
+        out: Path,
+        writer: VideoWriter | None,
+        bar: Any,
+        pool: concurrent.futures.ThreadPoolExecutor,
+        workers: int,
+    ):
+        self.model, self.faces, self.kind, self.s, self.out = model, faces, kind, s, out
+        self.writer, self.bar, self.pool, self.workers = writer, bar, pool, workers
+        self.pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's frames
+        self.chunk: list[tuple[int, str, np.ndarray]] = []
+
+    def add(self, i: int, stem: str, frame: np.ndarray) -> None:
+        """Frame `i` to merge (its faces are those aligned from `stem`)."""
+        self.chunk.append((i, stem, frame))
+        if len(self.chunk) == BATCH:
+            self.flush()
+
+    def merged_before(self, stem: str) -> None:
+        """A frame an interrupted merge wrote: read back for the video, after the frames before it."""
+        if self.writer is None:
+            self.bar.update(1)
+            return
+        self.flush()
+        self.pending.append(self.pool.submit(lambda: [self._written(stem)]))
+
+    def flush(self) -> None:
+        """The frames added so far handed to a thread (a chunk a thread at most in flight)."""
+        if self.chunk:
+            res, kind = self.model.resolution, self.kind
+            inputs = [
+                face_input(frame, lm, res, kind) for _, stem, frame in self.chunk for lm in self.faces.get(stem, [])
+            ]
+            self.pending.append(self.pool.submit(self._merge_chunk, self.chunk, inputs))
+            self.chunk = []
+            self.drain(keep=self.workers)
+
+    def drain(self, keep: int = 0) -> None:
+        """Wait for the oldest chunks until `keep` are left, and give their frames, in order, to the video."""
+        while len(self.pending) > keep:
+            for rgb in self.pending.popleft().result():
+                if self.writer is not None:
+                    self.writer.add(rgb)
+                self.bar.update(1)
+
+    def cancel(self) -> None:
+        """Drop the chunks not started (a merge stopped by an error)."""
+        for future in self.pending:
+            future.cancel()
+
+    def _merge_chunk(self, chunk: list[tuple[int, str, np.ndarray]], inputs: list[np.ndarray]) -> list[np.ndarray]:
+        outputs = iter(predict_faces(self.model, inputs))
+        return [
+            self._finish(i, stem, frame, [next(outputs) for _ in self.faces.get(stem, [])]) for i, stem, frame in chunk
+        ]
+
+    def _finish(self, i: int, stem: str, frame: np.ndarray, outputs: list) -> np.ndarray:
+        """Frame `i` merged with the model's outputs for its faces (in order), written as OUT/{stem}.png and its
+        mask as OUT/masks/{stem}.png."""
+        predictions = iter(outputs)
+        res = self.model.resolution
+        rgb, mask = merge_frame(
+            frame, self.faces.get(stem, []), lambda x: next(predictions), res, self.kind, self.s, key=i
+        )
+        for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)
             tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
             tmp.write_bytes(png.tobytes())
             os.replace(tmp, path)
         return rgb
 
-    def written(stem: str) -> np.ndarray:
+    def _written(self, stem: str) -> np.ndarray:
         """A frame merged before (by an interrupted merge), for the video."""
-        rgb = read_image(out / f"{stem}.png")
+        from bigbatch.faces.extract import read_image
+
+        rgb = read_image(self.out / f"{stem}.png")
         if rgb is None:
-            raise BigbatchError(f"{out / stem}.png does not decode: delete it and merge again")
+            raise BigbatchError(f"{self.out / stem}.png does not decode: delete it and merge again")
         return rgb
-
-    # Chunks of frames are merged on threads of one torch thread each (torch's thread count is a thread's
-    # own), the model's swap and then each frame's merge and PNGs: with the swap on every core and the frames on
-    # threads beside it, the model's threads waited on each other whenever a frame's thread took a core.
-    workers = merge_threads()
-    pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's merged frames
-
-    def drain(keep: int = 0) -> None:
-        """Wait for the oldest chunks until `keep` are left, and give their frames, in order, to the video."""
-        while len(pending) > keep:
-            for rgb in pending.popleft().result():
-                if writer is not None:
-                    writer.add(rgb)
-                bar.update(1)
-
-    def merge_chunk(chunk: list[tuple[int, str, np.ndarray]], inputs: list[np.ndarray]) -> list[np.ndarray]:
-        outputs = iter(predict_faces(model, inputs))
-        return [finish(i, stem, frame, [next(outputs) for _ in faces.get(stem, [])]) for i, stem, frame in chunk]
-
-    def flush(chunk: list[tuple[int, str, np.ndarray]]) -> None:
-        if chunk:
-            inputs = [face_input(frame, lm, res, kind) for _, stem, frame in chunk for lm in faces.get(stem, [])]
-            pending.append(pool.submit(merge_chunk, chunk, inputs))
-            drain(keep=workers)  # (a chunk a thread at most in flight)
-
-    n = merged = 0
-    chunk: list[tuple[int, str, np.ndarray]] = []
-    with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        try:
-            for i, (name, image) in enumerate(source.frames(skip=set())):
-                stem = Path(name).stem
-                n, merged = n + 1, merged + len(faces.get(stem, ()))
-                if stem in done:
-                    if writer is None:
-                        bar.update(1)
-                    else:  # (after the frames before it)
-                        flush(chunk)
-                        chunk = []
-                        pending.append(pool.submit(lambda stem=stem: [written(stem)]))
-                    continue
-                frame = read_image(image) if isinstance(image, Path) else image
-                if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
-                    raise BigbatchError(f"{image} does not decode as an image")
-                chunk.append((i, stem, frame))
-                if len(chunk) == BATCH:
-                    flush(chunk)
-                    chunk = []
-            flush(chunk)
-            drain()
-        finally:
-            for future in pending:
-                future.cancel()
-            bar.close()
-    return n, merged
