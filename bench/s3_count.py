@@ -173,9 +173,10 @@ def child(argv: list[str], report: Path) -> None:
     if argv[0] == "list":
         import psutil
 
-        from bigbatch.data.sources import list_source, url_fs
+        from bigbatch.data.sources import list_source
+        from bigbatch.urls import Location
 
-        fs, _ = url_fs(argv[1])
+        fs, _ = Location.of(argv[1]).fs()
         fs.ls(BUCKET)  # (botocore's service model loaded: not the listing's memory)
         before = psutil.Process().memory_info().rss
         t, cpu = time.perf_counter(), time.process_time()
@@ -226,8 +227,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="work folder, kept (default: a new one in /tmp, removed after)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    work = args.out or Path(tempfile.mkdtemp(prefix="bench-s3-count-"))
     n = args.classes * args.per_class
+    if n < 512:  # (killed half way: after one of at least two parts of 256 files)
+        parser.error(f"--classes x --per-class is {n} files: the killed prepare needs two parts of 256 (512 files)")
+    work = args.out or Path(tempfile.mkdtemp(prefix="bench-s3-count-"))
     t = time.perf_counter()
     size = make_jpegs(work / "imgs", args.classes, args.per_class)
     made = time.perf_counter() - t

@@ -116,8 +116,10 @@ class Location:
             return value
         text = str(value)
         refuse_credentials(text, what or public_name(text))
-        url = is_url(text)
-        return cls(text if url else text.removeprefix("file://"), url, public_name(text))
+        if is_url(text):
+            return cls(text, True, public_name(text))
+        local = text.removeprefix("file://")
+        return cls(local, False, local)
 
     @property
     def path(self) -> Path:

@@ -25,12 +25,6 @@ RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialias
 BACKGROUND = (255, 255, 255)
 
 
-def url_fs(url: str | Location, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """The fsspec filesystem and path of a URL (Location.fs); credentials come from `storage_options` or the
-    environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for S3)."""
-    return Location.of(url).fs(storage_options)
-
-
 def _hidden(rel: str) -> bool:
     # Dot files, macOS resource forks and zip folders: operating-system litter, not images.
     return any(p.startswith(".") or p == "__MACOSX" for p in rel.split("/"))
