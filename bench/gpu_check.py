@@ -396,7 +396,7 @@ def steps(args: argparse.Namespace, work: Path) -> list[Step]:
         *(
             Step(
                 f"export-{name.replace('.', '-')}",
-                [*bigbatch, "export", str(runs / run), str(out / name)],
+                [*bigbatch, "export", str(runs / run), str(out / name), "--overwrite"],  # (a --keep folder again)
                 90,
                 needs=(f"train-{run}",),
                 check=grep(r"^(Wrote .*?):", "what it wrote"),

@@ -349,7 +349,7 @@ def _run_stages(work: Path, made: dict, workers: int) -> list[Stage]:
     top = next((line for _, line in lines if "top-1" in line), "")
     stages.append(Stage(f"eval on {made['val']:,} val images", wall, peak, note=top.strip()[:60]))
 
-    wall, peak, _ = run([*BIGBATCH, "export", str(run_dir), "model.pt"], work)
+    wall, peak, _ = run([*BIGBATCH, "export", str(run_dir), "model.pt", "--overwrite"], work)
     stages.append(Stage("export", wall, peak, _size(work / "model.pt")))
     return stages
 

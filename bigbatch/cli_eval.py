@@ -67,7 +67,11 @@ def run_eval(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)
     if not run:
-        _check_exists(args.path, "A")
+        where = _check_exists(args.path, "A")
+        if not where.url and where.text.lower().endswith((".h5", ".hdf5")):  # a file that is not data: said first
+            from bigbatch.data.hdf5 import read_meta
+
+            read_meta(where)
         given = [f"--{f.replace('_', '-')}" for f in ("truncation", "standing_stats") if getattr(args, f) is not None]
         if given:
             verb = "applies" if len(given) == 1 else "apply"

@@ -23,12 +23,13 @@ def _predict(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--topk must be at least 1, got {args.topk}")
     module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
     images, skipped = read_images(args.images)
+    if not images:  # (one line: the first file skipped says why)
+        more = f" (and {len(skipped) - 1} more skipped)" if len(skipped) > 1 else ""
+        raise BigbatchError(
+            "no image to predict: " + (f"{skipped[0][0]}: {skipped[0][1]}{more}" if skipped else "none given")
+        )
     for name, why in skipped:
         print(f"bigbatch: skipped {name}: {why}", file=sys.stderr)
-    if not images:
-        raise BigbatchError(
-            "no image to predict: " + (f"{skipped[0][0]}: {skipped[0][1]}" if skipped else "none given")
-        )
     rows = predict(module, images, args.topk)
     if args.json:
         print(json.dumps(rows))
@@ -43,6 +44,8 @@ def _export(args: argparse.Namespace) -> None:
     # The format the file's name says (model.onnx, model.pt2), unless --format gives one.
     suffix = {".onnx": "onnx", ".pt2": "pt2"}.get(os.path.splitext(args.out)[1].lower(), "torchscript")
     fmt = args.format or suffix
+    if os.path.lexists(args.out) and not args.overwrite:  # (as prepare and export-dfl refuse theirs)
+        raise BigbatchError(f"{args.out} exists: give --overwrite to replace it, or another name")
     out, usage = export(args.run, args.out, args.checkpoint, fmt)
     load = {"onnx": "onnxruntime.InferenceSession it", "pt2": "torch.export.load(it).module()"}.get(
         fmt, "torch.jit.load it"
@@ -139,6 +142,7 @@ def add_tool_commands(sub: Any) -> None:
         help="torchscript, onnx or pt2 (torch.export); default: as OUT's name says (.onnx, .pt2), else torchscript",
     )
     ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
+    ex.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     ex.set_defaults(func=_export)
 
     lf = sub.add_parser("lr-find", help="learning-rate range test of a classify or swap config; writes lr_find.png")

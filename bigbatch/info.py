@@ -3,6 +3,7 @@ evaluation, best checkpoint, recipe, model, training settings and files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bigbatch import checkpoints
@@ -10,6 +11,22 @@ from bigbatch.config import Config
 from bigbatch.data.schedule import phase_trained, resolution_trained, schedule_of
 from bigbatch.errors import BigbatchError
 from bigbatch.rundir import read_metrics
+
+
+def _batch_plan(cfg: Config, run: Path | None) -> str:
+    """The batch and how it was split, as the run resolved it (RUN/plan.json: micro_batch "auto", or one above a
+    process's share), else as the config asks; a data.schedule's phases say their own batch."""
+    t = cfg.train
+    try:
+        plan = json.loads((run / "plan.json").read_text()) if run is not None and not cfg.data.schedule else None
+    except (OSError, ValueError):
+        plan = None
+    if not isinstance(plan, dict) or not {"micro_batch", "accumulation", "world_size"} <= set(plan):
+        return f"batch {t.batch} (micro {t.micro_batch})"
+    split = f"micro {plan['micro_batch']} x {plan['accumulation']} accumulated"
+    split += f" x {plan['world_size']} processes" if plan["world_size"] > 1 else ""
+    asked = f"; train.micro_batch {t.micro_batch}" if str(t.micro_batch) != str(plan["micro_batch"]) else ""
+    return f"batch {t.batch} ({split}{asked})"
 
 
 def describe_run(path: str | Path) -> str:
@@ -54,20 +71,21 @@ def describe_run(path: str | Path) -> str:
         at = f"{cfg.data.resolution}px" + (f", last trained at {trained}px" if trained != cfg.data.resolution else "")
         lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {at}, {classes} classes")
     options = f" {m.options}" if m.options else ""
+    batch = _batch_plan(cfg, run)
     if cfg.task == "swap":
         s = cfg.swap
         extras = [f"{k} {getattr(s, k):g}" for k in ("true_face_power", "gan_power") if getattr(s, k)]
         flags = [k for k in ("masked_training", "eyes_mouth_prio", "random_warp", "lr_dropout") if getattr(s, k)]
         lines.append(f"model       {m.name}{options}")
         lines.append(
-            f"training    batch {t.batch} (micro {t.micro_batch}), {s.optimizer} lr {s.lr:g}, clip {t.grad_clip:g}, "
+            f"training    {batch}, {s.optimizer} lr {s.lr:g}, clip {t.grad_clip:g}, "
             f"{', '.join(flags + extras) or 'plain'}, {t.precision}"
             f"{' + checkpointing' if t.checkpointing else ''}, seed {t.seed}"
         )
     elif cfg.task == "gan":
         lines.append(f"model       {m.name} ch {m.ch} dim_z {m.dim_z}{options}")
         lines.append(
-            f"training    batch {t.batch} (micro {t.micro_batch}), d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
+            f"training    {batch}, d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
             f"{t.loss} loss, {t.precision}, seed {t.seed}"
             + (f", R1 gamma {t.r1_gamma:g} every {t.r1_every}" if t.r1_gamma else "")
             + (f", path length {t.pl_weight:g} every {t.pl_every} on 1/{t.pl_batch_shrink}" if t.pl_weight else "")
@@ -80,7 +98,7 @@ def describe_run(path: str | Path) -> str:
         lines.append(f"model       {cfg.task}: {m.name} ch {m.ch}{options}")
         decay = f"{t.lr_decay} decay" + (f" at {t.lr_steps} kimg" if t.lr_decay == "step" else "")
         lines.append(
-            f"training    batch {t.batch} (micro {t.micro_batch}), {t.optimizer} lr {t.lr:g} "
+            f"training    {batch}, {t.optimizer} lr {t.lr:g} "
             f"per {t.lr_batch or 'batch'}, "
             f"warm-up {t.warmup_kimg:g} kimg, {decay}, weight decay {t.weight_decay:g}"
             f"{'' if t.norm_decay else ' (not on norms, biases)'}, {t.precision}, seed {t.seed}"

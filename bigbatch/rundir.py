@@ -399,6 +399,8 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
     if not Path(run).is_dir():
         raise BigbatchError(f"{run} is not a run directory")
     found = trainer(run)
+    if found is None and not (Path(run) / "config.toml").is_file():  # (a run holds its lock before writing it)
+        raise BigbatchError(f"{run} is not a run directory (no config.toml): give the --run-dir a training writes to")
     if found is None:
         raise BigbatchError(f"{run} is not being trained: no process holds its lock")
     pid, host = found

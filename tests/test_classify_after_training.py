@@ -145,6 +145,11 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert torch.equal(torch.jit.load(str(tmp_path / "g.pt"))(z, y), want)
     assert main(["export", str(gan), str(tmp_path / "g.pt2"), "--format", "pt2"]) == 0
     assert torch.equal(torch.export.load(str(tmp_path / "g.pt2")).module()(z, y), want)
+    # An existing file is replaced only when asked (as prepare and export-dfl refuse theirs).
+    capsys.readouterr()
+    assert main(["export", str(gan), str(tmp_path / "g.pt2")]) == 2
+    assert "g.pt2 exists: give --overwrite to replace it" in capsys.readouterr().err
+    assert main(["export", str(gan), str(tmp_path / "g.pt2"), "--overwrite"]) == 0
     (got,) = onnxruntime.InferenceSession(str(tmp_path / "g.onnx")).run(None, {"z": z.numpy(), "y": y.numpy()})
     assert np.abs(got.astype(int) - want.numpy().astype(int)).max() <= 1  # float32 sums in another order
     # predict takes a classifier; a run of another task is one line, nothing written.
@@ -160,6 +165,9 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert "holds no image files" in (err := capsys.readouterr().err) and "give image files, folders or .zip" in err
     assert main(["predict", str(run), str(tmp_path / "notes.zip")]) == 2
     assert "notes.zip is not a readable zip archive (damaged, or another kind of file)" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("not an image")  # nothing to predict: one line (a "skipped" line came first)
+    assert main(["predict", str(run), str(tmp_path / "notes.txt")]) == 2
+    assert (err := capsys.readouterr().err).count("\n") == 1 and "no image to predict: " in err and "notes.txt" in err
 
 
 def test_predict_resizes_on_the_device_the_classifier_is_on():

@@ -112,6 +112,9 @@ def test_a_smaller_batch_than_the_micro_batch_just_trains(capsys, tmp_path):
     assert re.search(r"^kimg 0.0[0-9]{2}/0.064  ", out, re.M), out  # the progress line in the run's own units
     plan = json.loads((run / "plan.json").read_text())
     assert (plan["micro_batch"], plan["accumulation"], plan["micro_batch_asked"]) == (32, 1, 64)
+    # `info` says the split the run trained with, not the one asked for (it said "micro 64").
+    code, out, _ = run_cli(capsys, "info", str(run))
+    assert code == 0 and "batch 32 (micro 32 x 1 accumulated; train.micro_batch 64)" in out, out
 
 
 @pytest.mark.parametrize("name", bigbatch.list_presets())

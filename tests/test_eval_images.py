@@ -273,6 +273,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     assert "computing reference statistics of 40 images" in capsys.readouterr().err  # (said once, then cached)
     (sets / "run").mkdir()
     (sets / "run" / "config.toml").write_text("")
+    (sets / "notdata.h5").write_text("not data")
     for argv, words in [
         (["nowhere", "ref.h5"], "A: nowhere does not exist"),
         (["a", "nowhere"], "B: nowhere does not exist"),
@@ -290,6 +291,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "wrong_dims.npz"], "computed with another network"),
         (["stats.npz", "ref.h5"], "holds feature statistics, not images"),
         (["a"], "needs a reference B"),
+        (["notdata.h5"], "notdata.h5': not an HDF5 file"),  # (it said B was missing)
         (["a", "run"], "is a run"),
         (["a", "ref.h5", "--truncation", "1"], "--truncation applies to a run's generator"),
         (["a", "ref.h5", "--n", "0"], "--n must be at least 1"),

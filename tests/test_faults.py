@@ -97,6 +97,8 @@ def test_a_run_has_one_writer_and_the_lock_goes_with_its_process(tiny, tmp_path,
     assert p.wait(timeout=120) == 0
     assert main(["stop", str(run)]) == 2
     assert "is not being trained" in one_error_line(capsys)
+    assert main(["stop", str(run / "checkpoints")]) == 2  # a folder that is not a run: said so
+    assert "is not a run directory (no config.toml)" in one_error_line(capsys)
 
 
 def test_runs_started_together_never_share_an_auto_numbered_directory(tiny):

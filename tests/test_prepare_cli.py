@@ -121,6 +121,11 @@ def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_c
     assert "--classes builtin:digits: give the data file the training images were prepared into" in (
         capsys.readouterr().err
     )
+    # A labels file that cannot be read is one line, without --classes too (the warning about sorted names
+    # came first, a second line).
+    assert main(["prepare", str(tmp_path / "val"), str(tmp_path / "v2.h5"), "--labels", str(tmp_path / "no.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no.csv" in err, err
 
 
 def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(tmp_path):
@@ -213,7 +218,7 @@ def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path)
             Image.new("RGB", (12, 12), (80 * i, 0, 0)).save(tmp_path / "src" / cls / f"{i}.png")
     report = bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 8, workers=0)
     assert report.class_names == ["cats", "dogs"] and report.empty_folders == ["birds"]
-    assert "1 folders hold no image files, so they are not classes: birds" in report.summary()
+    assert "1 folder holds no image files, so they are not classes: birds" in report.summary()
     # A class folder whose every file is skipped (not an image, unreadable) would be a class of no images,
     # shifting the classes after it: refused, naming it and a skipped file, and nothing written.
     (tmp_path / "src" / "birds" / "notes.txt").write_text("not an image")

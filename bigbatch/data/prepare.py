@@ -63,7 +63,9 @@ class Report:
             lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them")
         if self.empty_folders:
             shown = ", ".join(self.empty_folders[:SHOWN]) + (", ..." if len(self.empty_folders) > SHOWN else "")
-            lines.append(f"{len(self.empty_folders)} folders hold no image files, so they are not classes: {shown}")
+            n = len(self.empty_folders)
+            held = f"{n} folder holds" if n == 1 else f"{n} folders hold"
+            lines.append(f"{held} no image files, so they are not classes: {shown}")
         if self.skipped:
             lines.append(f"skipped {len(self.skipped)} files (--strict: an error instead):")
             lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
@@ -407,13 +409,14 @@ def _labelled(
     names = read_meta(classes, storage_options)["class_names"] if classes else None
     if classes and not names:
         raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
+    table = read_labels(labels, storage_options)  # (a file it refuses is refused before the warning below)
     if names is None:  # (a validation set missing a class would be numbered off by one against its training set)
         warn(
             f"class indices from the names in {public_name(labels)} alone, sorted: to number them as a training "
             "file does, give --classes TRAIN.h5"
         )
     what = f"labels file {public_name(labels)}"
-    labelled, unlabelled, missing = relabel(listing, read_labels(labels, storage_options), names, what)
+    labelled, unlabelled, missing = relabel(listing, table, names, what)
     for name, reason in unlabelled:
         _skip(skipped, name, reason, strict)
     for name in missing:
@@ -423,7 +426,7 @@ def _labelled(
 
 def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:
     if strict:
-        raise BigbatchError(f"{name}: {reason} (--strict; drop it to skip such files and list them)")
+        raise BigbatchError(f"{name}: {reason} (--strict; without --strict such files are skipped and listed)")
     skipped.append((name, reason))
 
 

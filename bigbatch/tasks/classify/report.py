@@ -25,7 +25,7 @@ from bigbatch.data.split import holdout
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
-from bigbatch.sampling import BLACK, RED, captioned_sheet, save_png
+from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, save_png
 from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes
 from bigbatch.urls import public_name
 
@@ -183,9 +183,16 @@ def _confusion_figure(confusion: list[list[int]], class_names: list[str]) -> Any
 
 def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], class_names: list[str]) -> Image.Image:
     """The images a classifier got most wrong, 4 a row, each over two lines: its true class (and the
-    probability given to it), and the prediction (and its probability)."""
+    probability given to it), and the prediction (and its probability): red where wrong, green where right
+    (a right one given a low probability is among the top losses too)."""
     cells = [
-        (img, [(f"true {p_true:.2f} {class_names[true]}", BLACK), (f"pred {p_pred:.2f} {class_names[pred]}", RED)])
+        (
+            img,
+            [
+                (f"true {p_true:.2f} {class_names[true]}", BLACK),
+                (f"pred {p_pred:.2f} {class_names[pred]}", RED if pred != true else GREEN),
+            ],
+        )
         for img, true, pred, p_pred, p_true in rows
     ]
     return captioned_sheet(cells, ncol=4, min_cell=96)  # the probabilities first: a long name is what gets cut
