@@ -303,6 +303,12 @@ def test_training_refuses_validation_images_of_other_classes_and_bucketed_traini
     err = capsys.readouterr().err
     assert code == 2 and "holds images of several shapes (prepare --buckets)" in err
     assert not (tmp_path / "run").exists()  # refused before anything was written
+    # Not scored while training (eval.every_kimg = 0): trained, and said at its start (`eval` would refuse it after).
+    code = main(["train", "--preset", "fashion_resnet_fast", f"data.path={tmp_path / 'train.h5'}", *over,
+                 f"data.val_path={tmp_path / 'val.h5'}", "eval.every_kimg=0", "data.resolution=16", "data.schedule=[]",
+                 "--run-dir", str(tmp_path / "run"), "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0 and "val.h5 has other classes than data.path" in err and "training goes on" in err, err
 
 
 # ---- whole runs -------------------------------------------------------------------------------

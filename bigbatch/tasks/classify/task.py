@@ -205,14 +205,20 @@ class ClassifyTask:
         self.seen = resumed_at or 0  # images seen after it
         self.frozen_until = round(cfg.train.freeze_kimg * 1000)  # images for which the body is frozen
         self.val_data = validation_data(cfg, data)
-        if self.val_data is not None and not self.rotation and cfg.eval.every_kimg and run is not None:
-            check_classes(  # (what training validates on; lr-find and show-batch do not read it)
-                self.val_data,
-                data.class_names,
-                f"data.path {data.source}",
-                "give data.val_path images of its classes (prepare --classes DATA.h5 labels them so), or hold out "
-                'part of data.path instead: data.val_path="" data.val_fraction=0.1',
-            )
+        if self.val_data is not None and not self.rotation and run is not None:
+            try:  # (what training validates on; lr-find and show-batch do not read it)
+                check_classes(
+                    self.val_data,
+                    data.class_names,
+                    f"data.path {data.source}",
+                    "give data.val_path images of its classes (prepare --classes DATA.h5 labels them so), or hold "
+                    'out part of data.path instead: data.val_path="" data.val_fraction=0.1',
+                )
+            except BigbatchError as e:
+                if cfg.eval.every_kimg:
+                    raise
+                if rep.is_main:  # not scored while training: `bigbatch eval RUN` would refuse it afterwards
+                    warn(f"{e} (training goes on: eval.every_kimg is 0, but `bigbatch eval` of the run refuses it)")
         # A file of whole images: the random-resized crops are cut from the whole image by the loader,
         # before decoding (else the task crops the stored square on the device).
         whole = bool(getattr(data, "whole", False))
