@@ -53,6 +53,10 @@ def test_class_folders_become_labels_with_their_names(tmp_path):
     for i, rel in enumerate(sorted(pixels)):
         np.testing.assert_array_equal(images[i], pixels[rel])
         assert labels[i] == (0 if rel.startswith("cat/") else 1)
+    # `bigbatch info` lists the classes; a name holding a comma is quoted (it read as two classes).
+    _folder(tmp_path / "commas", classes=("a,b", "c"), per_class=1)
+    prepare(str(tmp_path / "commas"), str(tmp_path / "commas.h5"), workers=0)
+    assert "classes     2: 'a,b', c\n" in describe_data(tmp_path / "commas.h5")
 
 
 def test_flat_folder_is_unconditional_and_resolution_center_crops(tmp_path):

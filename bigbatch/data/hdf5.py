@@ -170,7 +170,11 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         f"images      {m['count']} {stored}, {m['channels']} channels, "
         + (f"{m['resolution']}px" if m["resolution"] and m.get("crop") != "none" else shapes),
         "classes     "
-        + (f"{len(names)}: {', '.join(names[:10])}{', ...' if len(names) > 10 else ''}" if names else "none"),
+        + (
+            f"{len(names)}: {', '.join(map(_shown, names[:10]))}{', ...' if len(names) > 10 else ''}"
+            if names
+            else "none"
+        ),
         f"source      {m.get('source', '?')}",
         f"resize      {m.get('resize', '?')}",
         f"skipped     {m.get('skipped', 0)} files"
@@ -182,6 +186,11 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         masks = "face mask" + (", eyes and mouth" if m["channels"] > 4 else "")
         lines.insert(2, f"masks       {masks}; face type {m.get('face_type') or 'unknown (not from DFL faces)'}")
     return "\n".join(lines)
+
+
+def _shown(name: str) -> str:
+    """A class name in a comma-separated list: quoted where it holds a comma or spaces at its ends."""
+    return repr(name) if "," in name or name != name.strip() else name
 
 
 def verify_data(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> str:
