@@ -112,8 +112,18 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
     fig.tight_layout()
     if out is None:
         given = [Path(p) for p in paths]
-        out = (given[0] if len(given) == 1 else Path(os.path.commonpath([p.resolve() for p in runs]))) / "plots.png"
+        out = given[0] if len(given) == 1 else _holding(runs, relative=not any(p.is_absolute() for p in given))
+        out = out / "plots.png"
     return save_figure(fig, out)
+
+
+def _holding(runs: Sequence[Path], relative: bool) -> Path:
+    """The folder that holds `runs`: relative to the working folder where it lies under it and `relative` (the
+    runs were named so), as the plot of one run is named."""
+    common = Path(os.path.commonpath([p.resolve() for p in runs]))
+    if relative and common.is_relative_to(Path.cwd().resolve()):
+        return common.relative_to(Path.cwd().resolve())
+    return common
 
 
 def _expand(paths: list[Path]) -> list[Path]:

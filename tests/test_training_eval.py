@@ -218,6 +218,9 @@ def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
     together, drawn[:] = drawn[:], []
     assert main(["plot", str(runs), "--out", str(tmp_path / "sweep.png")]) == 0  # a folder of runs: all of them
     assert [(ax.get_title(), label) for ax, label in drawn] == together and (tmp_path / "sweep.png").exists()
+    capsys.readouterr()
+    assert main(["plot", "sweep/batch16", "sweep/batch32"]) == 0  # (the working folder is tmp_path)
+    assert capsys.readouterr().out.strip() == "sweep/plots.png"  # named as the runs were, as one run's plot is
 
 
 @pytest.mark.parametrize("cut", [1, 2])  # the first evaluation, or the last (at the end of the run)
