@@ -138,7 +138,7 @@ def add_face_commands(sub: Any) -> None:
         "extract", help="find, landmark and align the faces of a video or photos, written as DFL's aligned faces"
     )
     ex.add_argument("src", metavar="SRC", help="a video file, a folder of images, a quoted glob, or one image")
-    ex.add_argument("out", metavar="OUT", help="folder for the aligned faces ({frame}_{i}.jpg) and debug/")
+    ex.add_argument("out", metavar="OUT", help="folder for the aligned faces ({frame}_{i}.jpg); OUT_debug/ beside it")
     ex.add_argument(
         "--face-type", default="wf", help="h, mf, f, wf (whole face, the default) or head, as DFL's (or its long names)"
     )
@@ -154,7 +154,7 @@ def add_face_commands(sub: Any) -> None:
         metavar="DFL/facelib",
         help="a DeepFaceLab install's facelib folder: its S3FD.npy and 2DFAN.npy find and landmark faces, as DFL's",
     )
-    ex.add_argument("--no-debug", action="store_true", help="do not write OUT/debug/ (frames with faces drawn)")
+    ex.add_argument("--no-debug", action="store_true", help="do not write OUT_debug/ (frames with faces drawn)")
     ex.add_argument(
         "--no-second-pass", action="store_true", help="landmark once (faster; DFL's second pass is sub-pixel)"
     )

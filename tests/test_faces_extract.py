@@ -97,9 +97,10 @@ def test_aligned_faces_carry_what_dfl_and_prepare_read(extracted):
 
 def test_debug_frames_and_the_journal(extracted):
     root, aligned, _ = extracted
-    debug = sorted(p.name for p in (aligned / "debug").iterdir())
-    assert debug == [f"{i + 1:05d}.jpg" for i in range(N)]
-    frame = cv2.imread(str(aligned / "debug" / "00001.jpg"))
+    folder = aligned.with_name(f"{aligned.name}_debug")  # beside OUT: prepare reads OUT as faces alone
+    debug = sorted(p.name for p in folder.iterdir())
+    assert debug == [f"{i + 1:05d}.jpg" for i in range(N)] and not (aligned / "debug").exists()
+    frame = cv2.imread(str(folder / "00001.jpg"))
     assert frame.shape == (H, W, 3)
     lines = (aligned / ".extract.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["settings"]["face_type"] == "whole_face"

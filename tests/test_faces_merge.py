@@ -113,7 +113,7 @@ def test_settings_are_checked():
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SMALL = {  # what each README command gets added, for made clips on a CPU in seconds
-    "extract": ["--size", "64", "--workers", "1", "--no-debug"],
+    "extract": ["--size", "64", "--workers", "1"],  # (with OUT_debug/, as printed: prepare took OUT/debug for a class)
     "train": [
         'model.options={archi="df-u",ae_dims=16,e_dims=4,d_dims=4,d_mask_dims=2}', "data.resolution=64",
         "train.batch=4", "train.micro_batch=4", "train.kimg=0.008", "checkpoint.every_kimg=0.008",

@@ -7,9 +7,9 @@ Per frame, as DFL: look for faces upright, then turned 90°, 270° and 180° unt
 each box; a second pass that aligns each face to `full` at 256 px, finds it again there and takes its
 landmarks again (averaged over the box moved by a pixel each way), mapped back to the frame, which makes them
 sub-pixel; the frame-to-face matrix of the face type; faces whose square is over 4x the detector's box are
-dropped (face types up to full_no_align). OUT/debug/ holds each frame with its boxes, landmarks and squares
-drawn (DFL's aligned_debug). A journal (OUT/.extract.jsonl) records each frame done, so a killed extract
-continues where it stopped."""
+dropped (face types up to full_no_align). OUT_debug/ beside OUT holds each frame with its boxes, landmarks and
+squares drawn (DFL's aligned_debug beside aligned: inside OUT, `prepare` took it for a class folder). A journal
+(OUT/.extract.jsonl) records each frame done, so a killed extract continues where it stopped."""
 
 from __future__ import annotations
 
@@ -298,7 +298,7 @@ def _frame(name: str, image: np.ndarray | Path) -> tuple[str, int | None]:
         _write(out / f"{stem}_{i}.jpg", data)
     if debug:
         ok, jpg = cv2.imencode(".jpg", drawn[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 50])
-        _write(out / "debug" / f"{stem}.jpg", jpg.tobytes())
+        _write(debug_folder(out) / f"{stem}.jpg", jpg.tobytes())
     return name, len(files)
 
 
@@ -324,6 +324,12 @@ def _journal(out: Path, settings: Settings) -> dict[str, int | None]:
             continue
         done[row["frame"]] = row["faces"]
     return done
+
+
+def debug_folder(out: Path) -> Path:
+    """Where extract draws each frame's faces: OUT_debug beside OUT (DFL's aligned_debug beside aligned), so that
+    OUT holds the aligned faces alone, as `prepare` reads it."""
+    return out.with_name(f"{out.name}_debug")
 
 
 def extract(
@@ -360,7 +366,7 @@ def extract(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if debug:
-        (out / "debug").mkdir(exist_ok=True)
+        debug_folder(out).mkdir(exist_ok=True)
     done = _journal(out, settings)
     if landmarks_model is None and weights is None and not quiet:
         print(f"bigbatch: {LICENCE_NOTE}", file=sys.stderr)
