@@ -104,7 +104,7 @@ def _merge(args: argparse.Namespace) -> None:
         n = writer.close() if writer is not None else 0
     print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
     if writer is not None:
-        print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{' with the audio of ' + audio if audio else ''}")
+        print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{video.audio_said(audio)}")
 
 
 def _video(args: argparse.Namespace) -> None:
@@ -115,8 +115,7 @@ def _video(args: argparse.Namespace) -> None:
         print(f"Wrote {n} frames to {args.out} (00001.png on)")
         return
     n, rate = video.folder_to_video(args.src, args.out, args.fps, args.audio_from, args.preset)
-    audio = f" with the audio of {args.audio_from}" if args.audio_from else ""
-    print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{audio}")
+    print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{video.audio_said(args.audio_from)}")
 
 
 def _preset_argument(parser: argparse.ArgumentParser) -> None:

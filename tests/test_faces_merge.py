@@ -222,6 +222,9 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     for i, frame in enumerate(video):
         errors = [np.abs(frame - png).mean() for png in pngs]
         assert int(np.argmin(errors)) == i and errors[i] < 3, (i, errors)
+    # A silent source of audio is said to be silent (it was said to give its audio).
+    assert main(["video", "make", "out", "again.mp4", "--audio-from", "out.mp4", "--preset", "ultrafast"]) == 0
+    assert "(no audio: out.mp4 has none)" in capsys.readouterr().out
 
 
 def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
@@ -243,6 +246,13 @@ def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
     ]
     good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o"]
     cases.append(([*good, "--video", "o.mp4", "--audio-from", "none.mp4"], "--audio-from none.mp4: no such file"))
+    # Found from outside: OUT the frames or the aligned faces (merged PNGs written over them), another face type
+    # than the run's (a crop it was not trained on), a missing folder of faces said to be no such folder.
+    cases.append((["merge", str(run), "frames", str(root / "dst_aligned"), "frames"], "is the FRAMES folder"))
+    aligned = str(root / "dst_aligned")
+    cases.append((["merge", str(run), str(root / "data_dst.mp4"), aligned, aligned], "is the ALIGNED folder"))
+    cases.append(([*good, "--face-type", "f"], "was trained on wf faces"))
+    cases.append(([*good[:3], "nowhere", "o"], "nowhere does not exist"))
     for args, says in cases:
         capsys.readouterr()
         assert main(args) == 2, args

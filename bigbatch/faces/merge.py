@@ -341,6 +341,8 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     the face types they were extracted with."""
     from bigbatch.data.dfl_faces import NoFaceData, read_metadata
 
+    if not folder.exists():
+        raise BigbatchError(f"{folder} does not exist; give the folder of aligned faces bigbatch extract or DFL wrote")
     if not folder.is_dir():
         raise BigbatchError(f"{folder} is not a folder of aligned faces (what bigbatch extract or DFL wrote)")
     by_frame: dict[str, list[tuple[str, np.ndarray]]] = {}
@@ -389,6 +391,9 @@ def merge_folder(
     from bigbatch.tasks.swap.load import load_autoencoder
 
     source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
+    for given, what in ((frames, "FRAMES"), (aligned, "ALIGNED")):  # (merged PNGs would replace what is read)
+        if Path(given).is_dir() and Path(out).resolve() == Path(given).resolve():
+            raise BigbatchError(f"OUT {out} is the {what} folder, whose files merging would replace: give another OUT")
     faces, kinds = aligned_faces(Path(aligned))
     names = source.names()
     missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
@@ -400,7 +405,13 @@ def merge_folder(
     if not Path(run).exists():
         raise BigbatchError(f"{run} does not exist; give a swap run, a checkpoint folder or a DFL SAEHD model folder")
     model = load_autoencoder(run, device).pack_for_cpu()  # (used on a CPU only)
-    known = face_type or _face_type_of(run, model)
+    own = _face_type_of(run, model)
+    if face_type and own and align.face_type(face_type).dfl_name != align.face_type(own).dfl_name:
+        raise BigbatchError(
+            f"--face-type {face_type}: {run} was trained on {own} faces, and merging crops as it was trained; "
+            "drop --face-type (it is for a model whose face type is unknown)"
+        )
+    known = face_type or own
     if known is None:
         if len(kinds) != 1:
             raise BigbatchError("the model's face type is unknown and the faces are of several: give --face-type")

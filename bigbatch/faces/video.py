@@ -237,6 +237,19 @@ def _check_preset(preset: str) -> None:
         raise BigbatchError(f"x264 preset {preset!r} is not one of {', '.join(PRESETS)}")
 
 
+def audio_said(source: str | Path | None) -> str:
+    """What a written video says of its sound: " with the audio of SOURCE", or that SOURCE had none to copy."""
+    if source is None:
+        return ""
+    av = _av()
+    try:
+        with av.open(str(source)) as c:
+            has = bool(c.streams.audio)
+    except av.FFmpegError:
+        has = False
+    return f" with the audio of {source}" if has else f" (no audio: {source} has none)"
+
+
 def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV objects
     """The first audio stream of `source`, re-encoded to AAC 192 kbit/s 48 kHz into `container`."""
     try:
