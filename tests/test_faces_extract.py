@@ -180,6 +180,17 @@ def test_bad_input_is_one_line(make, args, says, capsys):
     assert not Path("o").exists() or not any(Path("o").glob("*.jpg"))
 
 
+def test_a_bad_landmarks_model_is_one_line_with_workers_too(capfd):
+    # Found from outside: with several workers each one's start printed a traceback (on the process's own
+    # stderr, fd 2) before the one line.
+    cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8))
+    Path("notes.dat").write_text("not a model")
+    assert main(["extract", "a.png", "o", "--workers", "2", "--landmarks-model", "notes.dat"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert "is not a dlib shape predictor" in err and len(err.splitlines()) == 1, err
+    assert not Path("o").exists()
+
+
 def test_video_commands_refuse_bad_input(tmp_path, capsys):
     Path("bad.mp4").write_bytes(b"\x00" * 2000)
     assert main(["video", "frames", "bad.mp4", "f"]) == 2

@@ -363,6 +363,10 @@ def extract(
             raise BigbatchError(
                 f"--weights {weights} lacks {' and '.join(lacking)}: give a DeepFaceLab install's facelib folder"
             )
+    if landmarks_model is not None and weights is None and workers > 1:  # (a worker's start would print tracebacks)
+        from bigbatch.faces.landmarks import DlibLandmarks
+
+        DlibLandmarks(landmarks_model, say_licence=False)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if debug:
