@@ -488,6 +488,10 @@ def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
     try:
         runpy.run_path(str(path), run_name="__main__")
     except SyntaxError as e:
+        if e.lineno is None:  # (not text: a data file given by mistake)
+            raise BigbatchError(
+                f"sweep file {path} is not Python source ({e.msg}): give a .py that calls bigbatch.sweep"
+            ) from None
         raise BigbatchError(f"sweep file {path}, line {e.lineno}: {e.msg}") from None
     finally:
         sys.argv = argv

@@ -170,6 +170,11 @@ def test_turned_photos_are_found_and_mapped_back(tmp_path, reference):
         (lambda: None, ["*.png", "o"], "matches no images"),
         (lambda: cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)), ["a.png", "o", "--face-type", "x"], "face type"),
         (lambda: cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)), ["a.png", "o", "--size", "8"], "--size"),
+        (
+            lambda: Path("o").write_text("x") and cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)),
+            ["a.png", "o"],
+            "a file",
+        ),
     ],
 )
 def test_bad_input_is_one_line(make, args, says, capsys):

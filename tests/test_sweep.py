@@ -111,6 +111,9 @@ def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
     (tmp_path / "typo.py").write_text("import bigbatch\nbigbatch.sweep(\n")
     assert main(["sweep", str(tmp_path / "typo.py")]) == 2
     assert re.search(r"error: sweep file .*typo.py, line \d+: .*never closed", capsys.readouterr().err)
+    (tmp_path / "data.h5").write_bytes(b"\x89HDF\r\n\x1a\n\x00\x00")  # a data file given by mistake
+    assert main(["sweep", str(tmp_path / "data.h5")]) == 2
+    assert "data.h5 is not Python source" in capsys.readouterr().err  # (it said "line None")
     (tmp_path / "none.py").write_text("print('no sweep here')\n")
     assert main(["sweep", str(tmp_path / "none.py")]) == 0
     assert "ran without calling bigbatch.sweep: nothing was trained" in capsys.readouterr().err

@@ -363,6 +363,8 @@ def extract(
             raise BigbatchError(
                 f"--weights {weights} lacks {' and '.join(lacking)}: give a DeepFaceLab install's facelib folder"
             )
+    if Path(out).exists() and not Path(out).is_dir():
+        raise BigbatchError(f"OUT {out} is a file: give a folder for the aligned faces (made if it does not exist)")
     if landmarks_model is not None and weights is None and workers > 1:  # (a worker's start would print tracebacks)
         from bigbatch.faces.landmarks import DlibLandmarks
 
