@@ -231,6 +231,7 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         ({"batch": True}, "batch=True must be an int"),
         ({"batch": 8.0}, "batch=8.0 must be an int, a positive multiple"),
         ({"micro_batch": True}, "micro_batch must be a positive integer"),
+        ({"skip_limit": "x"}, "skip_limit must be in \\[0, 1\\] .* got 'x'"),  # (a TypeError from a comparison)
     ]:
         with pytest.raises(bigbatch.BigbatchError, match=message):
             bigbatch.Replicator(**{"batch": 8, "micro_batch": 4, "device": "cpu", **kwargs})

@@ -95,8 +95,11 @@ class Replicator:
             not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1
         ):
             raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
-        if not (0 <= skip_limit <= 1 and skip_window >= 1):
-            raise BigbatchError("skip_limit must be in [0, 1] and skip_window >= 1")
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
+        if not (numbers and 0 <= skip_limit <= 1 and skip_window >= 1):
+            raise BigbatchError(
+                f"skip_limit must be in [0, 1] and skip_window >= 1, got {skip_limit!r} and {skip_window!r}"
+            )
         if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)) or not grad_clip >= 0:
             raise BigbatchError(f"grad_clip must be a global gradient norm >= 0 (0: off), got {grad_clip!r}")
         self.batch, self.precision = batch, precision

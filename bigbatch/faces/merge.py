@@ -340,6 +340,7 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     """{frame stem: [source landmarks of each face, in the faces' order]} of a folder of DFL aligned faces, and
     the face types they were extracted with."""
     from bigbatch.data.dfl_faces import NoFaceData, read_metadata
+    from bigbatch.faces.extract import JOURNAL
 
     if not folder.exists():
         raise BigbatchError(f"{folder} does not exist; give the folder of aligned faces bigbatch extract or DFL wrote")
@@ -363,7 +364,7 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
             raise BigbatchError(f"{p}: its source landmarks are {landmarks.shape}, not 68 points")
         by_frame.setdefault(Path(str(meta["source_filename"])).stem, []).append((p.name, landmarks))
         kinds.add(str(meta.get("face_type", "full_face")))
-    if not files:
+    if not files and not (folder / JOURNAL).is_file():  # (with extract's journal: no face in any frame, none to merge)
         raise BigbatchError(f"{folder} holds no aligned faces (.jpg)")
     return {stem: [lm for _, lm in sorted(faces, key=lambda f: f[0])] for stem, faces in by_frame.items()}, kinds
 
