@@ -359,9 +359,7 @@ class H5Data:
         self, path: str | Path | Location, in_ram: bool = False, storage_options: dict[str, Any] | None = None
     ):
         self.location, self.in_ram = Location.of(path), in_ram
-        self.path = self.location.text
         self.storage_options = dict(storage_options or {})
-        self.encoded = self.whole = False
         self._reader: _Reader | None = None
         with _open_h5(self.location, self.storage_options) as f:
             self.meta = _meta(f, self.location)
@@ -408,6 +406,11 @@ class H5Data:
     @property
     def channels(self) -> int:
         return int(self.meta["channels"])
+
+    @property
+    def path(self) -> str:
+        """The file's path or URL, as given (file:// dropped)."""
+        return self.location.text
 
     @property
     def source(self) -> str:

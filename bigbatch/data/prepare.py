@@ -311,8 +311,7 @@ def _write(
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
     written = np.zeros(max(1, len(listing.class_names)), np.int64)  # images written per class
-    bucketed = settings.buckets
-    with H5Writer(target, listing.class_names, attrs, bucketed=bucketed, storage_options=storage_options) as writer:
+    with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
             name = listing.names[i]
@@ -384,9 +383,9 @@ def _empty_folders(source: Location, listing: Listing) -> list[str]:
     """The sub-folders of a local source folder with classes that hold no image file (not classes, then)."""
     if not listing.class_names or source.url or not source.path.is_dir():
         return []
-    folder = source.path
     names = set(listing.class_names)
-    return sorted(d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and d.name not in names)
+    folders = source.path.iterdir()
+    return sorted(d.name for d in folders if d.is_dir() and not d.name.startswith(".") and d.name not in names)
 
 
 def _labelled(
