@@ -363,13 +363,18 @@ def extract(
             raise BigbatchError(
                 f"--weights {weights} lacks {' and '.join(lacking)}: give a DeepFaceLab install's facelib folder"
             )
-    if Path(out).exists() and not Path(out).is_dir():
+    out = Path(out)
+    if out.exists() and not out.is_dir():
         raise BigbatchError(f"OUT {out} is a file: give a folder for the aligned faces (made if it does not exist)")
-    if landmarks_model is not None and weights is None and workers > 1:  # (a worker's start would print tracebacks)
+    # The models load before anything is written: a --landmarks-model that does not is one line, OUT not made
+    # (in a pool, each worker's start printed a traceback before it).
+    init = (settings, device, landmarks_model, weights, out, debug, workers > 1)
+    if workers <= 1:
+        _start_worker(*init)
+    elif landmarks_model is not None and weights is None:
         from bigbatch.faces.landmarks import DlibLandmarks
 
         DlibLandmarks(landmarks_model, say_licence=False)
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if debug:
         debug_folder(out).mkdir(exist_ok=True)
@@ -380,7 +385,6 @@ def extract(
     bar = tqdm(
         total=total, initial=len(done), unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True
     )
-    init = (settings, device, landmarks_model, weights, out, debug, workers > 1)
     with open(out / JOURNAL, "a") as journal:
 
         def record(name: str, faces: int | None) -> None:
@@ -391,7 +395,6 @@ def extract(
 
         frames = source.frames(set(done))
         if workers <= 1:
-            _start_worker(*init)
             for name, image in frames:
                 record(*_frame(name, image))
         else:
