@@ -67,20 +67,11 @@ def run_eval(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)
     if not run:
-        where = _check_exists(args.path, "A")
-        if not where.url and where.text.lower().endswith((".h5", ".hdf5")):  # a file that is not data: said first
-            from bigbatch.data.hdf5 import read_meta
-
-            read_meta(where)
+        _check_exists(args.path, "A")
         given = [f"--{f.replace('_', '-')}" for f in ("truncation", "standing_stats") if getattr(args, f) is not None]
         if given:
             verb = "applies" if len(given) == 1 else "apply"
             raise BigbatchError(f"{' and '.join(given)} {verb} to a run's generator, and {args.path} is not a run")
-        if compares and args.reference is None:
-            raise BigbatchError(
-                f"scoring the images {args.path} with {args.metrics} needs a reference B to compare with: {EVAL_B}; "
-                "or --metrics is"
-            )
     ctx = dist.context()  # under torchrun, feature extraction is split across the processes
     created = dist.init(ctx)
     try:
@@ -245,7 +236,12 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     from bigbatch.tasks.classify.features import feature_extractor
 
     resolution = args.resolution or 32
-    _, images = _eval_input(args.path, "A", resolution)
+    _, images = _eval_input(args.path, "A", resolution)  # (opened first: what is wrong with A is said before B)
+    if compares and args.reference is None:
+        raise BigbatchError(
+            f"scoring the images {args.path} with {args.metrics} needs a reference B to compare with: {EVAL_B}; "
+            "or --metrics is"
+        )
     kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
