@@ -1,5 +1,5 @@
-"""Atomic file writes: a reader (or a crash) sees the old file or the new one, never half of one; and
-the temporary files of killed processes, found and removed."""
+"""Atomic file writes: a reader (or a crash) sees the old file or the new one, never half of one; the
+temporary files of killed processes, found and removed; and a folder's lock, one writer at a time."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import json
 import math
 import os
 import shutil
+import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from bigbatch.errors import BigbatchError, warn
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:
@@ -89,3 +92,70 @@ def metrics_row(line: str | bytes) -> dict | None:
     if isinstance(kimg, int | float) and not isinstance(kimg, bool) and math.isfinite(kimg):
         return row
     return None
+
+
+# The descriptors of the locks this process holds. A forked child (a DataLoader worker) inherits them, and an
+# flock lasts while any copy is open: its copies become /dev/null in the child, so that the lock ends with
+# this process however it ends (a SIGKILL leaves workers alive for seconds, holding the run against --resume).
+_HELD: set[int] = set()
+
+
+def _drop_held_locks() -> None:
+    if _HELD:
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd in _HELD:
+            os.dup2(null, fd)
+        os.close(null)
+        _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_held_locks)
+
+
+def unlock_folder(lock: IO | None, remove: bool = False) -> None:
+    """Release a lock `lock_folder` returned (None: nothing was locked); `remove`: its file goes too (a
+    process waiting on it finds it gone and makes its own)."""
+    if lock is not None:
+        if remove:
+            Path(lock.name).unlink(missing_ok=True)  # (while held: no one else has locked this file)
+        _HELD.discard(lock.fileno())
+        lock.close()  # closing the file releases the flock
+
+
+def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) -> IO | None:
+    """Hold an exclusive flock on FOLDER/`name` (a run's RUN/.lock, a sweep's, a prepare's output's) until
+    `unlock_folder` (the kernel releases it when the process ends, however it ends; processes it forks do
+    not hold it); the file holds the holder's PID and host. Held by another process:
+    BigbatchError(busy(folder, pid, host)). None where the OS or file system has no flock."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return None
+    path = folder / name
+    while True:
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().split()
+            f.close()
+            pid, host = holder[0] if holder else "?", holder[1] if len(holder) > 1 else ""
+            raise BigbatchError(busy(folder, pid, host)) from None
+        except OSError as e:  # e.g. a network file system without locks
+            f.close()
+            warn(f"cannot lock {path} ({e.strerror}); make sure no other process uses {folder} meanwhile")
+            return None
+        try:
+            same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # not a lock file that its holder removed while we waited for it
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()} {socket.gethostname()}\n")
+            f.flush()
+            _HELD.add(f.fileno())
+            return f
+        f.close()

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import socket
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -23,7 +22,7 @@ from bigbatch.engine import dist
 from bigbatch.engine.compile_cache import Compiled
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write, metrics_row, remove_stale
+from bigbatch.files import atomic_write, lock_folder, metrics_row, remove_stale, unlock_folder
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
 from bigbatch.urls import public_name
@@ -308,7 +307,7 @@ def _claim_dir(
                 run.mkdir()  # fails if another process claimed it first: then try the next number
             except FileExistsError:
                 continue
-            return run, lock_folder(run), True, False
+            return run, lock_folder(run, LOCK, _in_use), True, False
         raise BigbatchError(f"runs/ holds 100000 runs named {name}-NNNNN; choose another --run-dir")
     run = Path(run_dir)
     try:
@@ -325,7 +324,7 @@ def _claim_dir(
     resume = _check_resume(run, resume)
     created = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
-    lock = lock_folder(run)
+    lock = lock_folder(run, LOCK, _in_use)
     try:
         resume = _check_resume(run, resume)
     except BigbatchError:
@@ -416,70 +415,6 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
             raise BigbatchError(f"process {pid} is still saving after {wait:g} s; it stops on its own")
         time.sleep(0.2)
     return pid
-
-
-# The descriptors of the locks this process holds. A forked child (a DataLoader worker) inherits them, and an
-# flock lasts while any copy is open: its copies become /dev/null in the child, so that the lock ends with
-# this process however it ends (a SIGKILL leaves workers alive for seconds, holding the run against --resume).
-_HELD: set[int] = set()
-
-
-def _drop_held_locks() -> None:
-    if _HELD:
-        null = os.open(os.devnull, os.O_RDONLY)
-        for fd in _HELD:
-            os.dup2(null, fd)
-        os.close(null)
-        _HELD.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_drop_held_locks)
-
-
-def unlock_folder(lock: IO | None) -> None:
-    """Release a lock `lock_folder` returned (None: nothing was locked)."""
-    if lock is not None:
-        _HELD.discard(lock.fileno())
-        lock.close()  # closing the file releases the flock
-
-
-def lock_folder(folder: Path, name: str = LOCK, busy: Callable[[Path, str, str], str] | None = None) -> IO | None:
-    """Hold an exclusive flock on FOLDER/`name` (RUN/.lock by default) until `unlock_folder` (the kernel
-    releases it when the process ends, however it ends; processes it forks do not hold it); the file holds
-    the holder's PID and host. Held by another process: BigbatchError(busy(folder, pid, host)) (default:
-    the run is in use). None where the OS or file system has no flock."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        return None
-    path = folder / name
-    while True:
-        f = open(path, "a+")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().split()
-            f.close()
-            pid, host = holder[0] if holder else "?", holder[1] if len(holder) > 1 else ""
-            raise BigbatchError((busy or _in_use)(folder, pid, host)) from None
-        except OSError as e:  # e.g. a network file system without locks
-            f.close()
-            warn(f"cannot lock {path} ({e.strerror}); make sure no other process uses {folder} meanwhile")
-            return None
-        try:
-            same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:  # not a lock file that its holder removed while we waited for it
-            f.seek(0)
-            f.truncate()
-            f.write(f"{os.getpid()} {socket.gethostname()}\n")
-            f.flush()
-            _HELD.add(f.fileno())
-            return f
-        f.close()
 
 
 # What a resumed run may change: its length, its output and how it runs, never what it trains.

@@ -25,8 +25,8 @@ from typing import Any
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write
-from bigbatch.rundir import lock_folder, read_metrics, resume_config, unlock_folder
+from bigbatch.files import atomic_write, lock_folder, unlock_folder
+from bigbatch.rundir import read_metrics, resume_config
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
 HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5"}

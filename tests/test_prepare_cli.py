@@ -244,3 +244,70 @@ def test_a_label_is_the_whole_field_spaces_included(tmp_path, capsys):
     assert main([*argv, "--labels", str(tmp_path / "val.csv"), "--classes", str(tmp_path / "train.h5")]) == 0
     val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
     assert val.class_names == ["one two", "three"] and sorted(val.get(torch.arange(3))[1].tolist()) == [0, 0, 1]
+
+
+def test_a_labels_file_labels_files_at_any_depth_of_the_source(tmp_path):
+    # Found from outside: one sub-folder made prepare take folders for classes, and every file beside it
+    # was called "labelled, but not in the source".
+    (tmp_path / "val" / "extra").mkdir(parents=True)
+    for i, name in enumerate(["a.png", "b.png", "extra/c.png"]):
+        Image.new("RGB", (12, 12), (60 * i, 0, 0)).save(tmp_path / "val" / name)
+    (tmp_path / "val.csv").write_text("a.png,cat\nb,dog\nextra/c.png,cat\n")
+    report = prepare(str(tmp_path / "val"), str(tmp_path / "val.h5"), 8, workers=0, labels=str(tmp_path / "val.csv"))
+    assert report.count == 3 and report.class_names == ["cat", "dog"] and not report.skipped
+    images, labels = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8).get(torch.arange(3))
+    assert labels.tolist() == [0, 1, 0] and images[:, 0, 0, 0].tolist() == [0, 60, 120]
+
+
+def test_a_linked_folder_is_followed_whatever_order_the_folder_lists_in_and_a_loop_is_not(tmp_path):
+    # Found from outside: a class folder linked from another was walked once, under whichever name the file
+    # system listed first: its images went to the other class, and prepare said the class held no images.
+    for cls, names in (("cat", ("a", "b")), ("dog", ("c",))):
+        (tmp_path / "src" / cls).mkdir(parents=True)
+        for name in names:
+            Image.new("RGB", (12, 12), (100, 0, 0) if cls == "cat" else (0, 0, 100)).save(
+                tmp_path / "src" / cls / f"{name}.png"
+            )
+    (tmp_path / "src" / "dog" / "cats_too").symlink_to("../cat")  # torchvision's ImageFolder: in both classes
+    (tmp_path / "src" / "dog" / "loop").symlink_to("..")  # a loop: not followed
+    report = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 8, workers=0)
+    assert report.class_names == ["cat", "dog"] and report.count == 5 and not report.empty_folders
+    images, labels = bigbatch.data.load_data(str(tmp_path / "out.h5"), 8).get(torch.arange(5))
+    assert labels.tolist() == [0, 0, 1, 1, 1] and (images[:, 0, 0, 0] > 0).tolist() == [True, True, False, True, True]
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_anything_is_decoded(tmp_path, capsys, monkeypatch):
+    import importlib
+    import subprocess
+    import sys
+
+    make_folder(tmp_path / "pets")
+    (tmp_path / "folder.h5").mkdir()
+    (tmp_path / "file").write_text("")
+    stage = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
+    decoded = stage.decoded
+    monkeypatch.setattr(stage, "decoded", lambda *a: pytest.fail("decoded before the output was checked"))
+    for out, words in [
+        ("folder.h5", "output folder.h5 is a folder; give a file in it"),
+        ("file/sub/x.h5", "output file/sub/x.h5 cannot be written: file is a file, not a folder"),
+    ]:
+        for extra in ([], ["--overwrite"]):  # (with --overwrite it decoded all, then named a temporary file)
+            assert main(["prepare", str(tmp_path / "pets"), out, "--resolution", "8", *extra]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+    assert main(["info", "folder.h5"]) == 2  # (HDF5's message of two lines)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'folder.h5': it is a folder; give a DATA.h5 that `bigbatch prepare` wrote" in err
+    # Two prepares to one output would share its parts folder: while one runs, another is refused.
+    hold = "import fcntl, sys; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); f.write('4242 otherhost')"
+    hold += "; f.flush(); print(flush=True); sys.stdin.read()"
+    lock = str(tmp_path / ".out.h5.lock")
+    holder = subprocess.Popen([sys.executable, "-c", hold, lock], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder.stdout.readline()  # (it holds the lock)
+    monkeypatch.setattr(stage, "decoded", decoded)
+    assert main(["prepare", str(tmp_path / "pets"), "out.h5", "--resolution", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "output out.h5 is being written by another prepare (process 4242 on otherhost)" in err, err
+    holder.communicate(b"")
+    assert main(["prepare", str(tmp_path / "pets"), "out.h5", "--resolution", "8"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.h5", "out.h5", "pets"]

@@ -117,6 +117,12 @@ def test_explicit_storage_options_and_errors(s3, photos, tmp_path, monkeypatch, 
     with pytest.raises(bigbatch.BigbatchError, match="cannot open data set 's3://bkt/nope.h5'") as e2:
         load_data("s3://bkt/nope.h5", 8, storage_options=options)
     remote = prepare(str(photos), "s3://bkt/o.h5", resolution=8, storage_options=options)
+    assert not [p for p in s3[0].ls("bkt", refresh=True) if "probe" in p]  # (the write check leaves nothing)
+    # A bucket that does not exist is said before anything is decoded (it was said after the whole decode).
+    stage = sys.modules["bigbatch.data.prepare"]  # (bigbatch.data.prepare is also the function's name)
+    monkeypatch.setattr(stage, "decoded", lambda *a: pytest.fail("decoded before the bucket check"))
+    with pytest.raises(bigbatch.BigbatchError, match=r"cannot write output s3://nobkt/o.h5: .*check the bucket"):
+        prepare(str(photos), "s3://nobkt/o.h5", resolution=8, storage_options=options)
     shown = [report.summary(), remote.summary(), describe_data(tmp_path / "o.h5"), repr(data), str(e.value)]
     shown += [str(e2.value), repr(H5Data("s3://bkt/o.h5", storage_options=options)), str(read_meta(tmp_path / "o.h5"))]
     out, err = capfd.readouterr()

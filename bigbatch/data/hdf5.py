@@ -44,6 +44,11 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
             return h5py.File(handle, "r")
         if not path.path.exists():
             raise FileNotFoundError(path.text)
+        if path.path.is_dir():
+            raise BigbatchError(
+                f"cannot open data set '{name}': it is a folder; give a DATA.h5 that `bigbatch prepare` wrote (a "
+                f"folder of images becomes one with `bigbatch prepare {shlex.quote(name)} DATA.h5`)"
+            )
         return h5py.File(path.path, "r")
     except BigbatchError:
         raise
@@ -70,7 +75,8 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
                 f"cannot open data set '{name}': the file is cut short ({e}); copy it again, or write it again with "
                 "`bigbatch prepare`"
             ) from None
-        raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {e}") from None
+        said = " ".join(str(e).split())  # (HDF5's messages run over lines)
+        raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {said}") from None
 
 
 def read_meta(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from bigbatch.data.sources import (
     list_source,
 )
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, is_url, option_credentials, public_name
 
 SHOWN = 5  # skipped files named in the report
@@ -147,14 +149,15 @@ def prepare(
     skipped: list[tuple[str, str]] = []
     listing = _listed(source, settings, labels, classes, storage_options, skipped)
     attrs.update(settings.attrs())
-    parts = None if target.url else parts_of(listing, target.path, settings.key())
-    with (
-        parts_kept_unless_refused(parts, target),
-        decoded(listing, settings.workers, settings.decoding(), parts) as results,
-    ):
-        meta = _write(
-            results, listing, target, settings, attrs, storage_options, skipped, progress, relabelled=bool(labels)
-        )
+    with _sole_writer(target, storage_options, overwrite):
+        parts = None if target.url else parts_of(listing, target.path, settings.key())
+        with (
+            parts_kept_unless_refused(parts, target),
+            decoded(listing, settings.workers, settings.decoding(), parts) as results,
+        ):
+            meta = _write(
+                results, listing, target, settings, attrs, storage_options, skipped, progress, relabelled=bool(labels)
+            )
     shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
     return Report(
         target.text,
@@ -262,11 +265,68 @@ def _refuse_output(target: Location, storage_options: dict[str, Any] | None, ove
         raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
     if not target.text.lower().endswith((".h5", ".hdf5")):
         raise BigbatchError(f"output {target.name} must end in .h5 (data.path recognises data files by it)")
+    if not target.url:
+        _refuse_local(target)
     if not overwrite and _exists(target, storage_options):
         raise BigbatchError(
             f"output {target.name} exists: give --overwrite to replace it (runs trained on it then refuse to "
             "resume: its content changes), or another name"
         )
+    if target.url:
+        _probe(target, storage_options)
+
+
+def _refuse_local(target: Location) -> None:
+    """A local output that is a folder, or under a file, refused before anything is decoded."""
+    if target.path.is_dir():
+        raise BigbatchError(f"output {target.name} is a folder; give a file in it, e.g. {target.path / 'data.h5'}")
+    above = target.path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise BigbatchError(f"output {target.name} cannot be written: {above} is a file, not a folder")
+
+
+def _probe(target: Location, storage_options: dict[str, Any] | None) -> None:
+    """An object written beside a URL output and removed, so that a missing bucket or a refused write is said
+    before anything is decoded, not after."""
+    fs, path = target.fs(storage_options)
+    probe = f"{path.rsplit('/', 1)[0]}/.{path.rsplit('/', 1)[-1]}.probe-{os.getpid()}"
+    try:
+        fs.pipe_file(probe, b"")
+    except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
+        raise BigbatchError(
+            f"cannot write output {target.name}: {type(e).__name__}: {e} (check the bucket, the credentials and "
+            "the endpoint)"
+        ) from None
+    try:
+        fs.rm_file(probe)
+    except Exception:  # noqa: BLE001 -- (allowed to write but not to delete: the empty object stays)
+        warn(f"could not remove the empty object {probe} this prepare wrote to check the output can be written")
+
+
+@contextmanager
+def _sole_writer(target: Location, storage_options: dict[str, Any] | None, overwrite: bool) -> Iterator[None]:
+    """One prepare at a time writes a local output: two would share its parts folder, and the one resumed
+    could take images made with the other's settings. (A URL output has no parts; its object is put whole.)"""
+    if target.url:
+        yield
+        return
+
+    def busy(folder: Path, pid: str, host: str) -> str:
+        where = f" on {host}" if host else ""
+        return (
+            f"output {target.name} is being written by another prepare (process {pid}{where}); wait for it to end, "
+            "or give this one another output"
+        )
+
+    target.path.parent.mkdir(parents=True, exist_ok=True)
+    lock = lock_folder(target.path.parent, f".{target.path.name}.lock", busy)
+    try:
+        _refuse_output(target, storage_options, overwrite)  # (again: the other may have written it meanwhile)
+        yield
+    finally:
+        unlock_folder(lock, remove=True)
 
 
 def _listed(
@@ -279,7 +339,7 @@ def _listed(
 ) -> Listing:
     """The files to prepare, labelled (by their folders, or by the `labels` file), thinned to `limit`; the
     files outside the class folders skipped."""
-    listing = list_source(source, storage_options)
+    listing = list_source(source, storage_options, classes=not labels)  # (a labels file names files at any depth)
     if not listing.keys:
         raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
     if labels:  # (before --limit: a label is missing only if the whole source lacks its file)

@@ -173,35 +173,40 @@ class FsspecSource(Source):
         return [v if isinstance(v, bytes) else f"unreadable ({type(v).__name__}: {v})" for v in got]
 
 
-def list_source(src: str | Location, storage_options: dict[str, Any] | None = None) -> Listing:
-    """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder."""
+def list_source(src: str | Location, storage_options: dict[str, Any] | None = None, classes: bool = True) -> Listing:
+    """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder; without
+    `classes`, every file at any depth, unlabelled (label 0: sub-folders are not classes)."""
     src = Location.of(src)
     if src.url:
-        return _list_url(src, storage_options)
+        return _list_url(src, storage_options, classes)
     path = src.path
     if not path.exists():
         raise BigbatchError(f"source {src.name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
     if path.is_file():
         if zipfile.is_zipfile(path):
-            return _list_zip(ZipSource(src))
+            return _list_zip(ZipSource(src), classes)
         if path.suffix.lower() == ".zip":
             raise BigbatchError(f"source {src.name} is not a readable zip archive (damaged, or another kind of file)")
         raise BigbatchError(f"source {src.name} is a single file; give a folder of images or a .zip")
     rel = []
-    seen: set[tuple[int, int]] = set()
+    # Each folder with the folders above it, by identity: a link to one of those is a loop, not followed. A
+    # link to any other folder is followed (as torchvision's ImageFolder does), whatever order the walk takes.
+    above: dict[str, frozenset[tuple[int, int]]] = {}
     for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
         st = os.stat(dirpath)
-        if (st.st_dev, st.st_ino) in seen:  # a symlink loop
+        chain = above.pop(dirpath, frozenset())
+        if (st.st_dev, st.st_ino) in chain:
             dirnames.clear()
             continue
-        seen.add((st.st_dev, st.st_ino))
+        chain |= {(st.st_dev, st.st_ino)}
+        above.update((os.path.join(dirpath, d), chain) for d in dirnames)
         base = Path(dirpath).relative_to(path).as_posix()
         rel += [f if base == "." else f"{base}/{f}" for f in filenames]
     rel = sorted(r for r in rel if not _hidden(r))
-    return _listing(FolderSource(), [str(path / r) for r in rel], rel)
+    return _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
 
 
-def _list_url(src: Location, storage_options: dict[str, Any] | None) -> Listing:
+def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bool) -> Listing:
     """Every object under a URL prefix (or the members of a .zip object)."""
     fs, root = src.fs(storage_options)
     try:
@@ -212,7 +217,7 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None) -> Listing:
             )
         if fs.isfile(root):
             if root.lower().endswith(".zip"):
-                return _list_zip(ZipSource(src, storage_options))
+                return _list_zip(ZipSource(src, storage_options), classes)
             raise BigbatchError(f"source {src.name} is a single file; give a folder (prefix) of images or a .zip")
         root = root.rstrip("/")
         stamps = _find(fs, root)
@@ -221,7 +226,7 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None) -> Listing:
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
         raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
     paths = sorted(p for p in stamps if not _hidden(p[len(root) + 1 :]))
-    return _listing(FsspecSource(src, storage_options, stamps), paths, [p[len(root) + 1 :] for p in paths])
+    return _listing(FsspecSource(src, storage_options, stamps), paths, [p[len(root) + 1 :] for p in paths], classes)
 
 
 # What an object's listing says changes with it, by filesystem (s3fs, gcsfs, adlfs; local and memory).
@@ -257,7 +262,7 @@ def _utf8_name(info: zipfile.ZipInfo) -> str:
         return info.filename
 
 
-def _list_zip(source: ZipSource) -> Listing:
+def _list_zip(source: ZipSource, classes: bool) -> Listing:
     infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not _hidden(i.filename)]
     infos.sort(key=_utf8_name)
     names = [i.filename for i in infos]  # what the zip is read by
@@ -266,10 +271,12 @@ def _list_zip(source: ZipSource) -> Listing:
     tops = {n.split("/", 1)[0] for n in rel}
     if len(tops) == 1 and all("/" in n for n in rel):
         rel = [n.split("/", 1)[1] for n in rel]
-    return _listing(source, names, rel)
+    return _listing(source, names, rel, classes)
 
 
-def _listing(source: Source, keys: list[str], rel: list[str]) -> Listing:
+def _listing(source: Source, keys: list[str], rel: list[str], classes: bool) -> Listing:
+    if not classes:
+        return Listing(source, keys, rel, np.zeros(len(keys), np.int64), [])
     labels, class_names, keep, outside = label_files(rel)
     return Listing(source, [keys[i] for i in keep], [rel[i] for i in keep], labels, class_names, outside)
 

@@ -46,7 +46,7 @@ def open_images(path: str | Path | Location, storage_options: dict | None = None
             raise BigbatchError(f"{where.name} does not exist; give a folder, .zip or .npz of images")
         if where.path.suffix.lower() in (".npz", ".npy"):
             return array_images(where.path)
-    listing = list_source(where, storage_options)
+    listing = list_source(where, storage_options, classes=False)
     return ImageFiles(listing, where.name, as_scorers=True)
 
 
@@ -65,14 +65,9 @@ class ImageFiles:
         as_scorers: bool = False,
     ):
         self.as_scorers = as_scorers
-        rel = listing.names + listing.outside
-        # Listing keys are the relative names under one prefix (the folder, or a zip's wrapper folder).
-        prefix = listing.keys[0][: len(listing.keys[0]) - len(listing.names[0])] if listing.keys else ""
-        keys = listing.keys + [prefix + r for r in listing.outside]
-        order = sorted(
-            (i for i, r in enumerate(rel) if Path(r).suffix.lower() in IMAGE_EXTENSIONS), key=rel.__getitem__
-        )
-        self.keys, self.names = [keys[i] for i in order], [rel[i] for i in order]
+        # (a listing of every file: list_source(..., classes=False); a class listing leaves some outside)
+        order = [i for i, r in enumerate(listing.names) if Path(r).suffix.lower() in IMAGE_EXTENSIONS]
+        self.keys, self.names = [listing.keys[i] for i in order], [listing.names[i] for i in order]
         self.reader, self.source = listing.source, source
         if not self.keys:
             raise BigbatchError(

@@ -103,7 +103,9 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
                 data = f"cannot be read ({e.strerror or e})"
             items = [(str(p), data)]
         elif p.exists():  # every image file of a folder or zip, as image sets list them (sub-folders too)
-            files = ImageFiles(list_source(str(p)), str(p), "give image files, folders or .zip files of images")
+            files = ImageFiles(
+                list_source(str(p), classes=False), str(p), "give image files, folders or .zip files of images"
+            )
             items = list(zip((f"{p}/{n}" for n in files.names), files.reader.read(files.keys)))
         else:
             raise BigbatchError(f"{path} does not exist; give image files, folders or .zip files of images")
