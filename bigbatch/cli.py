@@ -18,7 +18,7 @@ from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named
 from bigbatch.errors import BigbatchError
-from bigbatch.signals import ignore_late_sigterm, keep_sigterm_for_the_loop
+from bigbatch.signals import ignore_late_sigterm, interrupt_at_once, keep_sigterm_for_the_loop
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,11 +32,12 @@ def _train(args: argparse.Namespace) -> None:
         # A scheduler's SIGTERM while it starts: saved at step 0, exit 0. (Not in a rank of several: one that
         # went on starting could wait for a peer that has stopped.)
         keep_sigterm_for_the_loop()
-    from bigbatch.batching import compiles, describe_compile, describe_plan
-    from bigbatch.config import Config, parse_override
-    from bigbatch.engine import dist
-    from bigbatch.loop import train
-    from bigbatch.presets import base_config
+    with interrupt_at_once():
+        from bigbatch.batching import compiles, describe_compile, describe_plan
+        from bigbatch.config import Config, parse_override
+        from bigbatch.engine import dist
+        from bigbatch.loop import train
+        from bigbatch.presets import base_config
 
     overrides = dict(parse_override(o) for o in args.overrides)
     resume: bool | str = {"": False, "yes": True, "auto": "auto"}[args.resume or ""]
@@ -534,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="surrogateescape")
     in_main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    args = None
     try:
         args = parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -550,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except OSError as e:  # a path that cannot be written (disk full, read-only) or read
         where = f"{e.filename}: " if e.filename else ""
-        full = "; free space there (a run resumes from its latest checkpoint with --resume)" * (e.errno == errno.ENOSPC)
+        resumes = " (a run resumes from its latest checkpoint with --resume)" * (getattr(args, "func", None) is _train)
+        full = f"; free space there{resumes}" * (e.errno == errno.ENOSPC)
         print(f"bigbatch: error: {where}{e.strerror or e}{full}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -24,11 +24,19 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         write_file(tmp, data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
     except OSError as e:  # named after the file being written, not its temporary sibling
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise OSError(e.errno, e.strerror, str(path)) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
+
+
+def _remove(tmp: Path) -> None:
+    # (on a read-only file system even a file that is not there fails to go: EROFS, not ENOENT)
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def save_figure(fig: Any, path: str | Path) -> Path:

@@ -59,6 +59,29 @@ def keep_sigterm_for_the_loop() -> None:
 
 
 @contextmanager
+def interrupt_at_once() -> Iterator[None]:
+    """While the command's heavy modules import (torch, scipy): Ctrl-C ends the process at once, status
+    130, having written nothing. A KeyboardInterrupt raised inside an import leaves modules half made
+    (NumPy then recursed to a RecursionError), or inside C++ code that called Python, aborts the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+
+    def now(signum: int, frame: object) -> None:
+        if os.getpid() != pid:  # a forked process that inherited this handler
+            raise KeyboardInterrupt
+        os.write(2, b"bigbatch: interrupted\n")
+        os._exit(128 + signal.SIGINT)
+
+    before = signal.signal(signal.SIGINT, now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@contextmanager
 def stop_signals() -> Iterator[StopRequest]:
     """SIGTERM sets `requested` (the loop checkpoints and returns); so does SIGINT once `armed`. A SIGINT
     before that, or a second one, raises KeyboardInterrupt (stop at once).

@@ -210,6 +210,32 @@ def test_signals_during_start_up(tiny, tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err == "bigbatch: stopped by SIGTERM\n"
 
 
+def test_ctrl_c_while_train_imports_its_modules_ends_it_at_once(tmp_path):
+    # Found from outside: a Ctrl-C in a run's first second raised KeyboardInterrupt inside the imports of
+    # scipy and torch, where library code (C++ that called Python, an import that handles errors) caught or
+    # mangled it: a RecursionError's traceback, or an abort. Here the import that takes the signal swallows
+    # it, as such code does; the run must end anyway, with one line and status 130, having written nothing.
+    script = """
+import builtins, os, signal, sys, time
+real = builtins.__import__
+def hook(name, *args, **kwargs):
+    if name == "bigbatch.loop" and "bigbatch.loop" not in sys.modules:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+        except BaseException:
+            pass  # (library code that swallowed the interrupt)
+        print("went on", file=sys.stderr)
+    return real(name, *args, **kwargs)
+builtins.__import__ = hook
+from bigbatch.cli import main
+sys.exit(main(["train", "--run-dir", sys.argv[1], "train.kimg=0.001"]))
+"""
+    run = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stderr) == (130, "bigbatch: interrupted\n") and not run.exists()
+
+
 def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
     run = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "run", quiet=True)
     newest, before = run / "checkpoints" / "000000.512", run / "checkpoints" / "000000.256"
@@ -281,6 +307,34 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith("bigbatch: error: ") and "sheet.png: File too large" in p.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == ["run"]
+
+
+def test_an_output_on_a_read_only_file_system_is_named_in_its_one_line(tiny, tmp_path, capsys, monkeypatch):
+    # Found from outside (a tmpfs mounted read-only): `sample --out ro/x.png` said ".x.png.tmp-8388: Read-only
+    # file system". On such a file system removing the temporary file that was never made fails too (EROFS,
+    # not ENOENT), and that error replaced the first. The file system is played here, as Linux answers.
+    import errno
+    import pathlib
+
+    import bigbatch.files
+
+    run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(args[0]))
+
+    monkeypatch.setattr(bigbatch.files, "write_file", read_only)
+    monkeypatch.setattr(pathlib.Path, "unlink", read_only)
+    assert main(["sample", str(run), "--n", "4", "--out", str(tmp_path / "ro" / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"bigbatch: error: {tmp_path / 'ro' / 'x.png'}: Read-only file system\n", err
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[0]))
+
+    monkeypatch.setattr(bigbatch.files, "write_file", full)  # (sample resumes nothing: no advice to resume)
+    assert main(["sample", str(run), "--n", "4", "--out", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err.endswith("x.png: No space left on device; free space there\n")
 
 
 def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_leaves_none(tmp_path):

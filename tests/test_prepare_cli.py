@@ -51,6 +51,7 @@ def test_prepare_bad_input_is_one_line(tmp_path, capsys):
         (["info", str(tmp_path / "cut.h5")], "cut.h5': the file is cut short ("),
         (["stats", "builtin:digits", "--resolution", "0"], "--resolution must be at least 1, got 0"),  # (took 32)
         (["stats", "pets.h5", "--resolution", "32"], "pets.h5 holds images of 16 px: leave it out"),  # (ignored)
+        (["train", "data.path=pets.h5", "data.resolution=8", "--run-dir", "r"], "set data.resolution=16, or prepare"),
     ]:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err

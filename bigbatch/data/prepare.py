@@ -54,10 +54,11 @@ class Report:
 
     def summary(self) -> str:
         """A few lines for the terminal: what was written, and the first skipped files with reasons."""
-        classes = f"{len(self.class_names)} classes" if self.class_names else "unconditional (no classes)"
+        n = len(self.class_names)
+        classes = f"{n} class{'es' * (n != 1)}" if self.class_names else "unconditional (no classes)"
         shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
         lines = [
-            f"wrote {self.out}: {self.count} images {shape}, {classes}, from {self.source} "
+            f"wrote {self.out}: {self.count} image{'s' * (self.count != 1)} {shape}, {classes}, from {self.source} "
             f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {self.workers} workers)",
             f"content {self.content_hash}",
         ]
@@ -69,7 +70,8 @@ class Report:
             held = f"{n} folder holds" if n == 1 else f"{n} folders hold"
             lines.append(f"{held} no image files, so they are not classes: {shown}")
         if self.skipped:
-            lines.append(f"skipped {len(self.skipped)} files (--strict: an error instead):")
+            n = len(self.skipped)
+            lines.append(f"skipped {n} file{'s' * (n != 1)} (--strict: an error instead):")
             lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
             if len(self.skipped) > SHOWN:
                 lines.append(f"  ... and {len(self.skipped) - SHOWN} more")

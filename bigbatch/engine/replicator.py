@@ -557,7 +557,9 @@ class Replicator:
         number of images than before (another micro-batch, or with sync_bn another world size)."""
         before, self._batchnorm_before = self._batchnorm_before, None
         if self.is_main and running_stats.has_batchnorm(p for p, _ in self.models):
-            change = running_stats.span_changed(before, self.plan.micro_batch, self.world_size, self.sync_bn)
+            change = running_stats.span_changed(
+                before, self.plan.micro_batch, self.world_size, self.sync_bn, self.share
+            )
             if change:
                 warn(change)
 

@@ -53,18 +53,23 @@ def span(micro_batch: int, world_size: int, sync_bn: bool) -> int:
     return micro_batch * (world_size if sync_bn else 1)
 
 
-def span_changed(before: int, micro_batch: int, world_size: int, sync_bn: bool) -> str | None:
+def span_changed(before: int, micro_batch: int, world_size: int, sync_bn: bool, share: int) -> str | None:
     """What to tell a resumed run whose BatchNorm statistics spanned `before` images and now span another
-    number (another micro-batch, or with sync_bn another world size); None if unchanged."""
+    number (another micro-batch, or with sync_bn another world size), with what keeps them if this world
+    size can (a micro-batch divides a process's `share` of the step); None if unchanged."""
     now = span(micro_batch, world_size, sync_bn)
     if now == before:
         return None
     per = world_size if sync_bn else 1
     how = f"micro_batch {micro_batch}" + (f" x {per} processes with sync_bn" if per > 1 else "")
-    keep = f"micro_batch {before // per}" if before % per == 0 else f"{before} images a micro-batch"
+    if before % per == 0 and share % (before // per) == 0:
+        keep = f"give micro_batch {before // per} to keep them"
+    else:  # (a micro-batch is at most a process's share of the step, and divides it)
+        keep = f"at {world_size} processes a micro-batch divides a process's {share} images: resume at the world "
+        keep += "size the run had to keep them"
     return (
         f"BatchNorm statistics now span {now} images ({how}), {before} before this resume: training goes on, "
-        f"but not as the run left alone would have (give {keep} to keep them)"
+        f"but not as the run left alone would have ({keep})"
     )
 
 

@@ -419,8 +419,9 @@ def report(results: Sequence[RankResult]) -> int:
 
 def failure(results: Sequence[RankResult]) -> tuple[int, str]:
     """(exit status, "" or what failed): 0 when every rank succeeded or the launcher stopped them and
-    rank 0 saved; 130 when an interrupted launch did not end cleanly; else 2 (a usage error) or 1,
-    naming the rank that failed first of its own accord with its own error message."""
+    rank 0 saved; 130 when an interrupted launch did not end cleanly; else the status of the rank that
+    failed first of its own accord (128 + N for one killed by signal N, as a shell says), naming it with
+    its own error message."""
     failed = [r for r in results if r.returncode != 0]
     if not failed:
         return 0, ""
@@ -454,7 +455,8 @@ def failure(results: Sequence[RankResult]) -> tuple[int, str]:
     )
     others = len(failed) - 1
     also = f" ({others} other rank{'s' if others != 1 else ''} failed or stopped too)" if others else ""
-    return (2 if first.returncode == 2 else 1), f"rank {first.rank} on {first.worker}: {message(first)}{also}"
+    status = first.returncode if first.returncode > 0 else 128 - first.returncode  # (a shell's: 137 for SIGKILL)
+    return status, f"rank {first.rank} on {first.worker}: {message(first)}{also}"
 
 
 def with_restarts(

@@ -122,8 +122,11 @@ def check_config(cfg: Config) -> None:
 def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool) -> GANTask:
     """G, D and G_ema (fine-tuned from train.init_from, FreezeD), prepared by `rep`, with Adam for each."""
     if data.resolution != cfg.data.resolution:
+        held = "whole images of short side" if getattr(data, "whole", False) else "images of"
         raise BigbatchError(
-            f"data set {cfg.data.path} holds {data.resolution}px images but data.resolution is {cfg.data.resolution}"
+            f"data set {cfg.data.path} holds {held} {data.resolution} px but data.resolution is {cfg.data.resolution}: "
+            f"set data.resolution={data.resolution}, or prepare the images again with --resolution "
+            f"{cfg.data.resolution}"
         )
     refuse_face_sets(data, "the GAN task")
     t = cfg.train
