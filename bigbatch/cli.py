@@ -127,6 +127,8 @@ def _prepare(args: argparse.Namespace) -> None:
     if args.masks:  # face masks: a face set, one side of a swap
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
         print(f"train a face swap on it with: {swap}")
+    elif side and side & (side - 1):  # (a GAN is built for a power of two: a classifier takes any size)
+        print(f"train a classifier on it with: bigbatch train --preset fashion_resnet data.path={out}{at(0)}")
     else:
         print(f"train on it with: bigbatch train data.path={out}{at(32)}")
 

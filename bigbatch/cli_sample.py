@@ -39,10 +39,16 @@ def _sample(args: argparse.Namespace) -> None:
     from bigbatch.sampling import grid, interpolation_sheet, sample, save_png, standing_stats
     from bigbatch.tasks.gan.load import load_generator
 
-    if args.n < 1:
-        raise BigbatchError(f"--n must be at least 1, got {args.n}")
     if args.interp and args.npz:
         raise BigbatchError("--interp writes a PNG sheet and --npz an array of samples: give one of them")
+    if args.interp and (args.n is not None or args.ncol is not None):
+        raise BigbatchError(
+            "--interp draws a sheet of 4 rows of 8 steps (then 4 of classes, for a conditional G): --n and --ncol "
+            "are for a grid of samples; leave them out"
+        )
+    args.n, args.ncol = 64 if args.n is None else args.n, 8 if args.ncol is None else args.ncol
+    if args.n < 1:
+        raise BigbatchError(f"--n must be at least 1, got {args.n}")
     if not args.truncation >= MIN_TRUNCATION:
         raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION}, got {args.truncation}")
     if args.ncol < 1:
@@ -73,7 +79,7 @@ def _sample(args: argparse.Namespace) -> None:
     default_dir = ckpt.parent.parent / "samples" if ckpt.parent.name == "checkpoints" else ckpt
     if args.interp:
         out = Path(args.out or default_dir / f"interp-{ckpt.name}-seed{args.seed}.png")
-        save_png(interpolation_sheet(G, args.seed), out)
+        save_png(interpolation_sheet(G, args.seed, truncation=args.truncation, classes=classes), out)
     elif args.npz:
         images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
         out = Path(args.out or default_dir / f"samples-{ckpt.name}-seed{args.seed}-n{args.n}.npz")
@@ -107,9 +113,9 @@ def _check_fits(n: int, resolution: int) -> None:
 
 
 def seed(text: str) -> int:
-    """An argparse type: a seed, a whole number >= 0 (a negative one would alias a large one)."""
-    if not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    """An argparse type: a seed, a whole number >= 0 (a negative one would alias a large one) of 63 bits."""
+    if not (text.isascii() and text.isdigit()) or int(text) >= 2**63:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [0, 2**63), got {text!r}")
     return int(text)
 
 
@@ -117,7 +123,7 @@ def add_sample_command(sub: Any) -> None:
     """Add `sample` to the CLI's subcommands."""
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")
     s.add_argument("path", metavar="RUN_OR_CKPT")
-    s.add_argument("--n", type=int, default=64, help="number of images (default 64)")
+    s.add_argument("--n", type=int, help="number of images (default 64)")
     s.add_argument("--seed", type=seed, default=0)
     s.add_argument("--classes", help="comma-separated class numbers or names to cycle through")
     s.add_argument(
@@ -141,8 +147,12 @@ def add_sample_command(sub: Any) -> None:
         help="re-estimate G's BatchNorm statistics over N batches of 64 of its own samples first (default: "
         "use the running statistics of training)",
     )
-    s.add_argument("--ncol", type=int, default=8, help="images per row of the grid")
-    s.add_argument("--interp", action="store_true", help="write an interpolation sheet (z, then class)")
+    s.add_argument("--ncol", type=int, help="images per row of the grid (default 8)")
+    s.add_argument(
+        "--interp",
+        action="store_true",
+        help="write an interpolation sheet (z, then class), of --truncation's z and --classes' classes",
+    )
     s.add_argument("--npz", action="store_true", help="write the images as arr_0 (uint8 NHWC) of an .npz")
     s.add_argument("--out", help="output file")
     s.add_argument("--device", default="auto", help="auto (CUDA if there is one, as eval's), cpu or cuda")

@@ -21,13 +21,14 @@ from typing import Any, Literal
 import tomli_w
 
 from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
-from bigbatch.config_types import Section, positive
+from bigbatch.config_types import Section, at_least_zero, positive
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
 
 # Below this, resampling |z| > threshold would take ever more draws for no visible change.
 MIN_TRUNCATION = 0.05
+MAX_BATCH = 2**24  # images a step: 256 times the largest batch published (65,536, LARS on ImageNet)
 
 
 @dataclass
@@ -89,8 +90,7 @@ class DataConfig(Section):
             self._fail("val_fraction", f"must be a fraction in [0, 1), got {self.val_fraction}")
         if not 1 <= self.val_crop <= 2:
             self._fail("val_crop", f"must be a ratio in [1, 2] (ImageNet's usual: 1.14), got {self.val_crop}")
-        if self.workers < 0:
-            self._fail("workers", f"must be a number of processes >= 0, got {self.workers}")
+        at_least_zero(self, workers="a number of processes >= 0")
         secrets = sorted(option_credentials(self.storage_options))
         if secrets:
             self._fail(
@@ -279,24 +279,23 @@ class TrainConfig(Section):
 
     def _validate(self) -> None:
         positive(self, "kimg", "batch", "d_steps", "g_lr", "d_lr", "adam_eps", "log_every_kimg")
+        if self.batch > MAX_BATCH:
+            self._fail("batch", f"must be at most {MAX_BATCH} images a step, got {self.batch}")
+        at_least_zero(self, seed="a whole number >= 0")
         if self.micro_batch != "auto":
             positive(self, "micro_batch")  # a micro_batch above a process's share is the share (make_plan)
-        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
-            self._fail("grad_clip", f"must be a finite number >= 0 (0 = off), got {self.grad_clip}")
+        at_least_zero(self, grad_clip="a finite number >= 0 (0 = off)")
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
         positive(self, "skip_window", "r1_every", "pl_every", "pl_batch_shrink")
         for name in ("g_lr", "d_lr", "lr"):  # (the optimizers keep their rates as float32 numbers)
             if getattr(self, name) > 3.4e38:
                 self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
-        if not (math.isfinite(self.r1_gamma) and self.r1_gamma >= 0):
-            self._fail("r1_gamma", f"must be a finite number >= 0 (0 = off), got {self.r1_gamma}")
+        at_least_zero(self, r1_gamma="a finite number >= 0 (0 = off)")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
-        if self.freeze_d < 0:
-            self._fail("freeze_d", f"must be a number of blocks >= 0, got {self.freeze_d}")
-        if not (math.isfinite(self.freeze_kimg) and self.freeze_kimg >= 0):
-            self._fail("freeze_kimg", f"must be kimg >= 0 (0: no frozen start), got {self.freeze_kimg}")
+        at_least_zero(self, freeze_d="a number of blocks >= 0")
+        at_least_zero(self, freeze_kimg="kimg >= 0 (0: no frozen start)")
         if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
             self._fail("body_lr_mult", f"must be a factor > 0, got {self.body_lr_mult}")
         if self.lr_batch < 0:
@@ -424,6 +423,7 @@ class SampleConfig(Section):
 
     def _validate(self) -> None:
         positive(self, "n")
+        at_least_zero(self, seed="a whole number >= 0")
         if not self.every_kimg >= 0:
             self._fail("every_kimg", f"must be >= 0 kimg (0 = no sample grids), got {self.every_kimg}")
         if not self.truncation >= MIN_TRUNCATION:
@@ -487,11 +487,11 @@ class EvalConfig(Section):
             self._fail("extractor", f"must be one of {', '.join(names)} or classifier:RUN, got {self.extractor!r}")
         if self.n < 2:
             self._fail("n", f"must be at least 2 images, got {self.n}")
+        at_least_zero(self, seed="a whole number >= 0")
         if self.reference_n < 0 or self.reference_n == 1:
             self._fail("reference_n", f"must be 0 (all images) or at least 2, got {self.reference_n}")
         positive(self, "batch_size")
-        if self.standing_stats < 0:
-            self._fail("standing_stats", f"must be a number of batches >= 0, got {self.standing_stats}")
+        at_least_zero(self, standing_stats="a number of batches >= 0")
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
 

@@ -137,6 +137,8 @@ class Section:
                 value = coerce(value, tp)
             except Mismatch:
                 raise BigbatchError(f"config key '{self._key(name)}' must be {describe(tp)}, got {value!r}") from None
+            if isinstance(value, int) and not -(2**63) <= value < 2**63:  # (TOML's integers; torch's and NumPy's)
+                raise BigbatchError(f"config key '{self._key(name)}' must be an integer of 64 bits, got {value}")
         object.__setattr__(self, name, value)
 
     @classmethod
@@ -183,6 +185,14 @@ class Section:
             value = getattr(self, f.name)
             out[f.name] = value.to_dict() if isinstance(value, Section) else value
         return out
+
+
+def at_least_zero(section: Section, **what: str) -> None:
+    """Refuse any field of `section` (name="what it must be") below 0 or not finite, naming the key."""
+    for name, kind in what.items():
+        value = getattr(section, name)
+        if not value >= 0 or (isinstance(value, float) and not math.isfinite(value)):
+            section._fail(name, f"must be {kind}, got {value!r}")
 
 
 def positive(section: Section, *names: str) -> None:

@@ -33,7 +33,10 @@ def _quiet_tensorboard_thread() -> None:
 
 class Window:
     """The iterations between two log rows: mean of each scalar the task reported (non-finite values,
-    such as a skipped step's gradient norm, left out), optimizer steps skipped, images per second."""
+    such as a skipped step's gradient norm, left out; those of AT_ROW as they are at the row), optimizer
+    steps skipped, images per second."""
+
+    AT_ROW = frozenset({"augment_p"})  # a state, not a step's measure: ADA's p now, as StyleGAN2-ADA logs it
 
     def __init__(self, rep: Replicator) -> None:
         self.rep, self.seconds, self.images, self.sums, self.counts = rep, 0.0, 0, {}, {}
@@ -43,7 +46,11 @@ class Window:
         self.seconds += seconds
         self.images += images
         for k, v in stats.items():
-            if math.isfinite(v):
+            if not math.isfinite(v):
+                continue
+            if k in self.AT_ROW:
+                self.sums[k], self.counts[k] = v, 1
+            else:
                 self.sums[k] = self.sums.get(k, 0.0) + v
                 self.counts[k] = self.counts.get(k, 0) + 1
 

@@ -207,11 +207,22 @@ def class_sheet(G: nn.Module, seed: int, per_class: int = 8, truncation: float |
     return grid(_eval(G, z, y), ncol=per_class)
 
 
-def interpolation_sheet(G: nn.Module, seed: int, rows: int = 4, steps: int = 8) -> Image.Image:
+def interpolation_sheet(
+    G: nn.Module,
+    seed: int,
+    rows: int = 4,
+    steps: int = 8,
+    truncation: float | None = None,
+    classes: Sequence[int] | None = None,
+) -> Image.Image:
     """Rows interpolating z between two draws with the class fixed; for a conditional G, further rows
-    interpolate the class (a mix of class embeddings) with z fixed."""
+    interpolate the class (a mix of class embeddings) with z fixed. `truncation`: of the z drawn;
+    `classes`: the fixed class of each row (and the first of each class interpolation), cycled."""
     n_classes = getattr(G, "n_classes", 0)
-    ends, ends_y = draw_latents(2 * rows, G.dim_z, seed, n_classes)
+    cut = math.inf if truncation is None else truncation
+    ends, ends_y = draw_latents(2 * rows, G.dim_z, seed, n_classes, truncation=cut)
+    if classes and ends_y is not None:
+        ends_y[0::2] = torch.as_tensor(list(classes), dtype=torch.long)[torch.arange(rows) % len(classes)]
     t = torch.linspace(0, 1, steps)[None, :, None]
     z = torch.lerp(ends[0::2, None], ends[1::2, None], t).reshape(-1, G.dim_z)
     if not n_classes:

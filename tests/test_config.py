@@ -61,6 +61,13 @@ def test_dotted_override_is_typed_and_checked():
         ("data.resolution", 30, ["'data.resolution'", "power of two"]),
         ("nosection.key", 1, ["'nosection.key'"]),
         ("sample.every_kimg", -1, ["'sample.every_kimg' must be >= 0", "no sample grids"]),
+        # Found from outside: tracebacks from torch.manual_seed and the data order, or a plan of 2**64 steps.
+        ("train.seed", 10**20, ["'train.seed' must be an integer of 64 bits, got 100000000000000000000"]),
+        ("train.seed", -1, ["'train.seed' must be a whole number >= 0, got -1"]),
+        ("eval.seed", -1, ["'eval.seed' must be a whole number >= 0"]),
+        ("train.batch", 2**40, ["'train.batch' must be at most 16777216 images a step"]),
+        ("train.grad_clip", float("inf"), ["'train.grad_clip' must be a finite number >= 0 (0 = off), got inf"]),
+        ("train.lr_decay", "cosine", ['\'train.lr_decay\' must be "none" or "linear" for the GAN task']),
     ],
 )
 def test_bad_values_name_the_key(key, value, words):
@@ -139,3 +146,14 @@ def test_fields_set_from_python_are_checked_as_from_toml(tmp_path):
     with pytest.raises(bigbatch.BigbatchError, match="train.lr_steps' must list at least one kimg"):
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_starts():
+    # Found from outside: the dry run printed a plan, and the run made its directory before D refused the batch.
+    cfg = bigbatch.preset("digits").override({"model.name": "stylegan2", "model.ch": 4, "train.micro_batch": 32})
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        cfg.override({"model.options.mbstd_group": 3})
+    said = str(e.value)
+    assert "groups of 3 images, and its micro-batch is 32: set model.options.mbstd_group=2" in said, said
+    cfg.override({"model.options.mbstd_group": 8})  # (32 = 4 groups of 8)
+    cfg.override({"model.options.mbstd_group": 3, "train.micro_batch": "auto"})  # (what auto picks: unknown here)

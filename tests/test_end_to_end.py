@@ -82,6 +82,13 @@ def test_cli_sample_and_info(run, capsys):
     for bad in (["--out", "g.jpg"], ["--npz", "--out", "s.png"]):  # not a PNG under any name
         assert main(["sample", str(run), *bad]) == 2
     assert Image.open("i.png").size[0] == 8 * 18 + 2
+    # Found from outside: --interp drew the same sheet whatever --classes and --truncation said.
+    for i, extra in enumerate((["--classes", "3"], ["--truncation", "0.5"])):
+        assert main(["sample", str(run), "--interp", *extra, "--out", f"i{i}.png"]) == 0
+    sheets = [Image.open(f).tobytes() for f in ("i.png", "i0.png", "i1.png")]
+    assert len(set(sheets)) == 3
+    assert main(["sample", str(run), "--interp", "--n", "4"]) == 2  # (a grid's options: refused, not ignored)
+    assert "--n and --ncol are for a grid of samples" in capsys.readouterr().err
     assert main(["sample", str(run / "checkpoints" / "000000.256"), "--npz", "--n", "5", "--out", "s.npz"]) == 0
     arr = np.load("s.npz")["arr_0"]
     assert arr.shape == (5, 16, 16, 3) and arr.dtype == np.uint8

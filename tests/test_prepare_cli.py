@@ -32,6 +32,14 @@ def test_prepare_info_train(tmp_path, capsys):
     assert "cats" in out and "dogs" in out and "content hash verified" in out
     run = ["data.path=pets.h5", "data.resolution=16", "model.ch=8", "train.batch=8", "train.micro_batch=8"]
     assert main(["train", *run, "train.kimg=0.016", "--run-dir", "r", "--quiet"]) == 0
+    # The command prepare suggests works, for a size a GAN cannot take too (it suggested a GAN's).
+    assert main(["prepare", str(tmp_path / "pets"), "p12.h5", "--resolution", "12", "--workers", "1"]) == 0
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert (
+        said
+        == "train a classifier on it with: bigbatch train --preset fashion_resnet data.path=p12.h5 data.resolution=12"
+    )
+    assert main([*said.split(": ", 1)[1].split()[1:], "--dry-run"]) == 0
 
 
 def test_prepare_bad_input_is_one_line(tmp_path, capsys):
@@ -312,3 +320,16 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_decoded(
     holder.communicate(b"")
     assert main(["prepare", str(tmp_path / "pets"), "out.h5", "--resolution", "8"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.h5", "out.h5", "pets"]
+
+
+def test_a_conditional_gan_on_a_set_without_classes_says_it_trains_unconditional(tmp_path, capsys):
+    # Found from outside: the digits preset (conditional) on a flat folder trained unconditional in silence.
+    (tmp_path / "flat").mkdir()
+    for i in range(8):
+        Image.new("RGB", (16, 16), (30 * i, 0, 0)).save(tmp_path / "flat" / f"{i}.png")
+    assert main(["prepare", str(tmp_path / "flat"), str(tmp_path / "flat.h5"), "--resolution", "16"]) == 0
+    run = ["data.path=" + str(tmp_path / "flat.h5"), "data.resolution=16", "model.ch=8", "train.batch=8"]
+    assert main(["train", *run, "train.kimg=0.008", "--run-dir", str(tmp_path / "r"), "--quiet"]) == 0
+    assert (
+        "has no classes: G and D are unconditional, whatever model.conditional = true says" in capsys.readouterr().err
+    )

@@ -223,7 +223,10 @@ class H5Writer:
             remove_stale(target.parent.glob(f".{glob.escape(target.name)}.partial-*"))  # of killed prepares
             self.tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
         # v110: the extensible-array chunk index, one lookup per random read however large the file.
-        self.raw = _WriteOnce(self.tmp)
+        try:
+            self.raw = _WriteOnce(self.tmp)
+        except OSError as e:  # (a folder this user may not write, a read-only file system: the output's fault)
+            raise OSError(e.errno, e.strerror, self.out.name) from None
         self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
         self.groups: dict[tuple[int, ...], _GroupWriter | _EncodedGroupWriter] = {}
 

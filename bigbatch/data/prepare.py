@@ -322,8 +322,11 @@ def _sole_writer(target: Location, storage_options: dict[str, Any] | None, overw
             "or give this one another output"
         )
 
-    target.path.parent.mkdir(parents=True, exist_ok=True)
-    lock = lock_folder(target.path.parent, f".{target.path.name}.lock", busy)
+    try:
+        target.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = lock_folder(target.path.parent, f".{target.path.name}.lock", busy)
+    except OSError as e:  # (a folder this user may not write, a read-only file system)
+        raise BigbatchError(f"cannot write output {target.name}: {e.strerror or e}; choose another output") from None
     try:
         _refuse_output(target, storage_options, overwrite)  # (again: the other may have written it meanwhile)
         yield

@@ -11,6 +11,7 @@ whatever rank computes it, and the step sees the same data whatever micro_batch 
 from __future__ import annotations
 
 import math
+import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from bigbatch.engine import precision as prec
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.models.layers import set_sn_every_micro_batch
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
@@ -92,7 +93,9 @@ def check_config(cfg: Config) -> None:
         cfg.data._fail("resolution", f"must be a power of two for a GAN, got {r}")
     foreign = cfg.train.changed(*CLASSIFY_KEYS) + cfg.data.changed("val_path", "val_fraction", "val_rect", "val_crop")
     if cfg.train.lr_decay not in ("none", "linear"):
-        foreign.append("train.lr_decay")
+        cfg.train._fail(
+            "lr_decay", f'must be "none" or "linear" for the GAN task, got "{cfg.train.lr_decay}" (a classifier\'s)'
+        )
     refuse_sections(cfg, "the GAN task", "swap")
     if foreign:
         raise BigbatchError(
@@ -103,7 +106,17 @@ def check_config(cfg: Config) -> None:
         models.registry.check_options(m.name, m.options)
     except BigbatchError as e:
         raise BigbatchError(f"config key 'model.options': {e}") from None
+    group = {**models.registry.options(m.name), **m.options}.get("mbstd_group")
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # (as the plan's: torchrun's, or 1)
     for i, phase in enumerate(schedule_of(cfg).phases):
+        micro = min(cfg.train.micro_batch, phase.batch // world) if cfg.train.micro_batch != "auto" else None
+        if group and micro and micro % group:  # (a micro-batch above a process's share is the share: make_plan)
+            fits = max(d for d in range(1, group + 1) if micro % d == 0)
+            raise BigbatchError(
+                f"config key 'model.options.mbstd_group': {m.name}'s D computes a standard deviation over groups of "
+                f"{group} images, and its micro-batch is {micro}: set model.options.mbstd_group={fits}, or give "
+                f"train.micro_batch a multiple of {group} that divides a process's batch"
+            )
         if phase.lr is not None:
             raise BigbatchError(
                 f"config key 'data.schedule' phase {i} gives an lr, which the GAN task does not read (it uses "
@@ -129,6 +142,11 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
             f"{cfg.data.resolution}"
         )
     refuse_face_sets(data, "the GAN task")
+    if cfg.model.conditional and not data.n_classes and rep.is_main and resumed_at is None:
+        warn(
+            f"data set {cfg.data.path} has no classes: G and D are unconditional, whatever model.conditional = true "
+            "says (set it to false to say so; a folder of class sub-folders prepares a labelled set)"
+        )
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
     if t.pl_weight and not getattr(G, "supports_path_length", False):
