@@ -440,3 +440,18 @@ def test_a_dfl_model_folder_reads_as_an_rgb_model_and_writes_back(tmp_path):
     assert dfl.load_model_folder(tmp_path / "model", "other")[1]["iter"] == 0
     with pytest.raises(BigbatchError, match="holds no DeepFaceLab SAEHD model"):
         dfl.load_model_folder(tmp_path)
+
+
+def test_fp16_trains_a_u_archi_whose_codes_are_small():
+    # Found from outside: fp16 skipped every step of liae-ud, df-ud and df-u (the "u" pixel-normalizes the
+    # code): rsqrt's gradient at a code of mean square 1e-4 is 5e5, past fp16's 65,504. SAEHD's code is now
+    # normalized in fp32, and an fp16 step's gradients are fp32's, rounded.
+    from bigbatch.models.saehd import pixel_norm
+
+    code = torch.randn(4, 8192, dtype=torch.float64) * 0.01
+    grads = []
+    for dtype in (torch.float16, torch.float32):
+        x = code.to(dtype).requires_grad_()
+        (pixel_norm(x) * torch.linspace(-1, 1, 8192, dtype=dtype)).sum().backward()
+        grads.append(x.grad.double())
+    assert torch.isfinite(grads[0]).all() and torch.allclose(grads[0], grads[1], rtol=1e-3, atol=0.1)  # (of up to 100)

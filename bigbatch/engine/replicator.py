@@ -395,10 +395,13 @@ class Replicator:
         recent = sum(state.history)
         if recent > self.skip_limit * max(len(state.history), min(5, self.skip_window)):
             instead = "use bf16 instead of fp16, " if state.scaler.is_enabled() else ""
+            # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
+            also = f"; {state.skipped} of its {state.steps} skipped in all" if state.skipped > recent else ""
+            weights = "its first weights" if state.skipped >= state.steps else "the weights of the last good step"
             raise BigbatchError(
                 f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and "
-                f"were skipped (more than skip_limit={self.skip_limit:g} of them); training stopped with the weights "
-                f"of the last good step and the last checkpoint intact. Lower the learning rate, {instead}clip "
+                f"were skipped (more than skip_limit={self.skip_limit:g} of them{also}); training stopped with "
+                f"{weights} and the last checkpoint intact. Lower the learning rate, {instead}clip "
                 "gradients (train.grad_clip), or resume from an earlier checkpoint"
             )
 

@@ -47,7 +47,11 @@ def depth_to_space(x: torch.Tensor, size: int = 2) -> torch.Tensor:
 
 
 def pixel_norm(x: torch.Tensor) -> torch.Tensor:
-    """leras's pixel_norm over the last axis (the flattened code): x / sqrt(mean(x²) + 1e-6)."""
+    """leras's pixel_norm over the last axis (the flattened code): x / sqrt(mean(x²) + 1e-6). In fp16 it is
+    computed in fp32: rsqrt's gradient, -v^-1.5 / 2, passes fp16's 65,504 once a code's mean square is below
+    about 2e-3 (a -u archi's small codes), and every fp16 step was skipped."""
+    if x.dtype == torch.float16:
+        return pixel_norm(x.float()).to(x.dtype)
     return x * torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + 1e-6)
 
 
