@@ -62,13 +62,16 @@ class SwapConfig(Section):
         for name in ("true_face_power", "gan_power", "random_hsv_power", "face_style_power", "bg_style_power"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0 (0 = off), got {getattr(self, name)}")
-        if self.random_hsv_power > 0.3:
-            self._fail(
-                "random_hsv_power", f"must be in 0.0..0.3 (DFL's range; 0.05 typical), got {self.random_hsv_power}"
-            )
-        for name in ("face_style_power", "bg_style_power"):
-            if getattr(self, name) > 100:
-                self._fail(name, f"must be in 0.0..100.0 (DFL's range), got {getattr(self, name)}")
+        # DFL's ranges (its model asks for them so, and export-dfl writes them into DFL's options)
+        for name, top, typical in (
+            ("random_hsv_power", 0.3, "; 0.05 typical"),
+            ("true_face_power", 1.0, "; 0.01 typical"),
+            ("gan_power", 5.0, "; 0.1 typical"),
+            ("face_style_power", 100.0, ""),
+            ("bg_style_power", 100.0, ""),
+        ):
+            if getattr(self, name) > top:
+                self._fail(name, f"must be in 0.0..{top} (DFL's range{typical}), got {getattr(self, name)}")
         if self.gan_patch_size != 0 and not 3 <= self.gan_patch_size <= 640:
             self._fail(
                 "gan_patch_size", f"must be pixels in 3..640, or 0 for resolution / 8, got {self.gan_patch_size}"

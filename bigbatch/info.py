@@ -76,6 +76,8 @@ def describe_run(path: str | Path) -> str:
         s = cfg.swap
         extras = [f"{k} {getattr(s, k):g}" for k in ("true_face_power", "gan_power") if getattr(s, k)]
         flags = [k for k in ("masked_training", "eyes_mouth_prio", "random_warp", "lr_dropout") if getattr(s, k)]
+        if "masked_training" in flags and meta.get("masks") is False:  # (data without masks trains unmasked)
+            flags[0] = "masked_training (no masks in the data: unmasked)"
         lines.append(f"model       {m.name}{options}")
         lines.append(
             f"training    {batch}, {s.optimizer} lr {s.lr:g}, clip {t.grad_clip:g}, "

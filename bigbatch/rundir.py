@@ -452,7 +452,8 @@ def resume_config(saved_config: Path, cfg: Config, what: str) -> Config:
         raise BigbatchError(
             f"the config differs from the one {what} was trained with in {shown}{more}; a resumed run may "
             f"change only {', '.join(sorted(RESUMABLE_CHANGES))} (drop the override, or undo the edit of the "
-            f"run's config.toml: its checkpoints keep their own copy; start a new run to change more)"
+            f"run's config.toml: its checkpoints keep their own copy; to change more, start a new run from this "
+            "one's weights with train.init_from=RUN)"
         )
     return cfg
 

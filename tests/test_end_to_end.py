@@ -130,7 +130,7 @@ def test_sample_classes_are_names_before_numbers(run, tmp_path, capsys):
     for bad, words in (("3,,5", "empty entry"), ("cat", "neither a class number nor a class name")):
         assert main(["sample", str(ckpt), "--classes", bad]) == 2 and words in capsys.readouterr().err
     assert main(["sample", str(ckpt), "--seed", "-1"]) == 2
-    assert "--seed: must be a whole number >= 0" in capsys.readouterr().err
+    assert "--seed: must be a whole number in [0, 2**63)" in capsys.readouterr().err
 
 
 def test_sample_every_kimg_0_draws_no_grids(tiny, tmp_path):

@@ -322,3 +322,24 @@ def test_a_model_exported_to_dfl_swaps_and_merges_there_as_here(tmp_path):
         off = 0.03 if mode == "hist-match" else 2e-3
         assert diff.max() <= 8 and diff.mean() < 0.5 and (diff > 2).mean() < off, (case, diff.max(), diff.mean())
         assert np.abs(got_mask.astype(int) - want_mask).max() <= 6, case
+
+
+def test_a_model_whose_face_type_is_unknown_merges_with_the_aligned_faces_type(workflow, capsys):
+    # Found from outside: a run trained on faces of no known type (prepared with --masks alpha) merged with
+    # "unknown face type ''" where the aligned faces' own type is the one to crop by. Such a run is played here
+    # by the workflow's, its face type cleared where a run keeps it.
+    import json
+
+    root, run = workflow
+    shutil.copytree(run, "unknown")
+    (ckpt,) = [p for p in Path("unknown/checkpoints").iterdir() if p.name[0].isdigit()][-1:]
+    meta = json.loads((ckpt / "meta.json").read_text())
+    (ckpt / "meta.json").write_text(json.dumps({**meta, "face_type": None}))
+    for config in (Path("unknown/config.toml"), ckpt / "config.toml"):
+        config.write_text(config.read_text().replace('face_type = "wf"', 'face_type = ""'))
+    args = ["merge", "unknown", str(root / "data_dst.mp4"), str(root / "dst_aligned"), "m", "--color", "none"]
+    assert main(args) == 0, capsys.readouterr().err
+    assert main(["merge", str(run), *args[2:-3], "m_own", "--color", "none"]) == 0
+    assert [cv2.imread(f"m/{i + 1:05d}.png").tobytes() for i in range(4)] == [
+        cv2.imread(f"m_own/{i + 1:05d}.png").tobytes() for i in range(4)
+    ]

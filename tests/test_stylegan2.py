@@ -128,6 +128,10 @@ def test_minibatch_stddev_groups_consecutive_images_and_refuses_other_micro_batc
     with pytest.raises(bigbatch.BigbatchError, match="give train.micro_batch a multiple of 4"):
         D(x[:6], y[:6])
     assert D.eval()(x[:6], y[:6]).shape == (6,)  # scoring any batch
+    # A micro-batch smaller than a group is one group (ADA's min(group, N)): stylegan2_cifar's groups of 32
+    # at a batch of 8 (the dry run took it, the run's D refused it).
+    D.mbstd_group = 32
+    torch.testing.assert_close(D.train()(x, y), pair(mbstd_group=8)[1].train()(x, y), rtol=0, atol=0)
 
 
 def steps_with_regularizers(micro_batch):

@@ -369,6 +369,8 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
         ({"swap.random_hsv_power": 0.5}, "random_hsv_power' must be in 0.0..0.3"),
         ({"swap.face_style_power": -1.0}, "face_style_power' must be a finite number >= 0"),
         ({"swap.ct_mode": "fancy"}, "swap.ct_mode' must be 'none' | 'rct'"),
+        ({"swap.gan_power": 10.0}, "gan_power' must be in 0.0..5.0"),
+        ({"swap.true_face_power": 5.0}, "true_face_power' must be in 0.0..1.0"),
     ],
 )
 def test_config_mistakes_are_named(faces, over, words):
@@ -390,6 +392,23 @@ def test_eyes_mouth_priority_needs_the_region(tmp_path):
         _task(cfg)
     with pytest.raises(BigbatchError, match="blur_out_mask' needs face masks in both data sets"):
         _task(cfg.override({"swap.eyes_mouth_prio": False, "swap.blur_out_mask": True}))
+
+
+def test_masked_training_needs_masks_on_both_sides(faces, tmp_path):
+    # Found from outside: with masks on one side only, masked training was dropped in silence (src's masks
+    # still taught the mask decoder; dst's were taken as all face) and `info` said masked_training.
+    from bigbatch.data.prepare import prepare
+
+    src, _ = faces
+    prepare(str(tmp_path / "dst" / "img"), str(tmp_path / "plain.h5"), 64, workers=0)
+    cfg = swap_config(src, tmp_path / "plain.h5").override({"swap.eyes_mouth_prio": False})
+    with pytest.raises(BigbatchError, match="masked_training' needs face masks in both data sets, and only src's"):
+        _task(cfg)
+    # Neither side with masks: trained unmasked, as DFL does, and said so.
+    from bigbatch.info import describe_run
+
+    run = bigbatch.train(cfg.override({"data.path": str(tmp_path / "plain.h5"), "train.kimg": 0.004}), quiet=True)
+    assert "masked_training (no masks in the data: unmasked)" in describe_run(run)
 
 
 @pytest.mark.parametrize("mode", ["rct", "mkl"])

@@ -333,7 +333,7 @@ def _face_type_of(run: str, model: torch.nn.Module) -> str | None:
         return (data.get("options") or {}).get("face_type") if isinstance(data, dict) else None
     ckpt, cfg = getattr(model, "checkpoint", None), getattr(model, "config", None)
     known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
-    return known or (cfg.swap.face_type if cfg is not None else None)
+    return known or (cfg.swap.face_type if cfg is not None else None) or None  # ("": unknown, as None)
 
 
 def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:

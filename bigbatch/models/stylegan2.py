@@ -395,7 +395,8 @@ class StyleGAN2Discriminator(nn.Module):
         h = self.fromrgb(x)
         for block in self.blocks:
             h = block(h)
-        group = self.mbstd_group if self.training else math.gcd(self.mbstd_group, len(h))  # eval: any batch
+        # (training: a micro-batch smaller than a group is one group, as ADA's min(group, N); eval: any batch)
+        group = min(self.mbstd_group, len(h)) if self.training else math.gcd(self.mbstd_group, len(h))
         h = self.conv(minibatch_stddev(h, group))
         out = self.out(self.fc(h.flatten(1)))
         if self.mapping is None:

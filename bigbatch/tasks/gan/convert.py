@@ -37,7 +37,10 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     elif src.exists():
         files = {"G_ema": src}
     else:
-        raise BigbatchError(f"{src} does not exist; give a folder of {source} or a G .pth file")
+        raise BigbatchError(
+            f"{src} does not exist; give a folder of {source}, a G .pth file, or a DeepFaceLab SAEHD model (its "
+            "folder, or its <name>_SAEHD_data.dat)"
+        )
     if out.exists() and any(out.iterdir()):
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     ref = {net: convert.load_reference_file(str(path)) for net, path in files.items()}

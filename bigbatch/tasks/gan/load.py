@@ -23,7 +23,14 @@ def _load_generator(ckpt: Path, device: str | torch.device) -> nn.Module:
     meta = checkpoints.model_info(ckpt)
     cfg = Config.load(ckpt / "config.toml")
     if cfg.task != "gan":
-        raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a GAN: it has no generator to load or sample")
+        instead = {
+            "swap": "swap faces with `bigbatch swap RUN IN OUT`, or merge them into frames with `bigbatch merge`",
+            "classify": "predict with `bigbatch predict RUN IMAGES`",
+        }.get(cfg.task, "")
+        raise BigbatchError(
+            f"{ckpt} is a {cfg.task} run, not a GAN: it has no generator to load or sample"
+            + (f"; {instead}" if instead else "")
+        )
     G, _ = build_models(cfg, meta["n_classes"], meta["img_channels"])
     weights, _ = checkpoints.load_checkpoint(ckpt, nets=("G_ema",), state=False)
     checkpoints.load_weights(G, weights["G_ema"], f"G_ema of checkpoint {ckpt}")

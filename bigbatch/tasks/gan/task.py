@@ -110,7 +110,8 @@ def check_config(cfg: Config) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # (as the plan's: torchrun's, or 1)
     for i, phase in enumerate(schedule_of(cfg).phases):
         micro = min(cfg.train.micro_batch, phase.batch // world) if cfg.train.micro_batch != "auto" else None
-        if group and micro and micro % group:  # (a micro-batch above a process's share is the share: make_plan)
+        # (a micro-batch above a process's share is the share: make_plan; one below a group is one group)
+        if group and micro and micro % min(group, micro):
             fits = max(d for d in range(1, group + 1) if micro % d == 0)
             raise BigbatchError(
                 f"config key 'model.options.mbstd_group': {m.name}'s D computes a standard deviation over groups of "

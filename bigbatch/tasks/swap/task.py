@@ -149,6 +149,12 @@ def build(
             "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
             "bigbatch prepare --masks dfl|DIR --eyes-mouth dfl|DIR, or set it to false",
         )
+    if s.masked_training and (data.channels >= 4) != (dst.channels >= 4):  # (neither: trained unmasked, as DFL)
+        cfg.swap._fail(
+            "masked_training",
+            f"needs face masks in both data sets, and only {'src' if data.channels >= 4 else 'dst'}'s has them: "
+            "prepare the other with bigbatch prepare --masks alpha|dfl|DIR, or set it to false",
+        )
     if s.blur_out_mask and min(data.channels, dst.channels) < 4:
         cfg.swap._fail(
             "blur_out_mask",
