@@ -394,23 +394,6 @@ def test_eyes_mouth_priority_needs_the_region(tmp_path):
         _task(cfg.override({"swap.eyes_mouth_prio": False, "swap.blur_out_mask": True}))
 
 
-def test_masked_training_needs_masks_on_both_sides(faces, tmp_path):
-    # Found from outside: with masks on one side only, masked training was dropped in silence (src's masks
-    # still taught the mask decoder; dst's were taken as all face) and `info` said masked_training.
-    from bigbatch.data.prepare import prepare
-
-    src, _ = faces
-    prepare(str(tmp_path / "dst" / "img"), str(tmp_path / "plain.h5"), 64, workers=0)
-    cfg = swap_config(src, tmp_path / "plain.h5").override({"swap.eyes_mouth_prio": False})
-    with pytest.raises(BigbatchError, match="masked_training' needs face masks in both data sets, and only src's"):
-        _task(cfg)
-    # Neither side with masks: trained unmasked, as DFL does, and said so.
-    from bigbatch.info import describe_run
-
-    run = bigbatch.train(cfg.override({"data.path": str(tmp_path / "plain.h5"), "train.kimg": 0.004}), quiet=True)
-    assert "masked_training (no masks in the data: unmasked)" in describe_run(run)
-
-
 @pytest.mark.parametrize("mode", ["rct", "mkl"])
 def test_src_faces_take_their_rows_dst_colours_and_only_the_input_is_hsv_shifted(faces, monkeypatch, mode):
     cfg = swap_config(*faces, **{"swap.ct_mode": mode, "swap.random_hsv_power": 0.3, "swap.random_warp": False})

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_swap import _task, swap_config
 
 import bigbatch
 from bigbatch.data.prepare import prepare
@@ -88,3 +89,20 @@ def test_a_face_set_is_refused_by_the_gan_and_the_classifier_and_prepare_says_ho
     )
     assert main(["info", str(tmp_path / "s.h5")]) in (0, None)
     assert "masks       face mask; face type unknown (not from DFL faces)" in capsys.readouterr().out
+
+
+def test_masked_training_needs_masks_on_both_sides(faces, tmp_path):
+    # Found from outside: with masks on one side only, masked training was dropped in silence (src's masks
+    # still taught the mask decoder; dst's were taken as all face) and `info` said masked_training.
+    from bigbatch.data.prepare import prepare
+
+    src, _ = faces
+    prepare(str(tmp_path / "dst" / "img"), str(tmp_path / "plain.h5"), 64, workers=0)
+    cfg = swap_config(src, tmp_path / "plain.h5").override({"swap.eyes_mouth_prio": False})
+    with pytest.raises(BigbatchError, match="masked_training' needs face masks in both data sets, and only src's"):
+        _task(cfg)
+    # Neither side with masks: trained unmasked, as DFL does, and said so.
+    from bigbatch.info import describe_run
+
+    run = bigbatch.train(cfg.override({"data.path": str(tmp_path / "plain.h5"), "train.kimg": 0.004}), quiet=True)
+    assert "masked_training (no masks in the data: unmasked)" in describe_run(run)
