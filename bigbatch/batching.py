@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import torch
 
-from bigbatch.config import Config, TrainConfig, register_check
+from bigbatch.config import MAX_BATCH, Config, TrainConfig, register_check
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist, wrap
 from bigbatch.engine.memory import format_bytes, parse_bytes
@@ -105,6 +105,13 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
     """Every phase's batch splits over this many processes (and the fixed micro-batch): checked before
     anything is written, not when the phase begins hours later."""
     phases = schedule_of(cfg).phases
+    for p in phases:
+        if p.batch > MAX_BATCH:  # (train.batch is capped by its own check)
+            raise BigbatchError(
+                f"data.schedule's phase from {p.start / 1000:g} kimg has batch {p.batch}: at most {MAX_BATCH} images "
+                "a step"
+            )
+    _check_groups(cfg, phases, ctx)
     for p in phases if cfg.data.schedule else phases[1:]:  # (without one, train.batch is checked as itself)
         where = f"data.schedule's phase from {p.start / 1000:g} kimg"
         if cfg.train.micro_batch == "auto":
@@ -117,6 +124,25 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
                 times = p.batch // cfg.train.batch if p.batch % cfg.train.batch == 0 else 0
                 size = f"its batch {p.batch}" + (f" ({times}x train.batch)" if times > 1 else "")
                 raise BigbatchError(f"{where}: {str(e).replace(f'train.batch={p.batch}', size, 1)}") from None
+
+
+def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
+    """A D that computes statistics over groups of images (StyleGAN2's minibatch standard deviation) gets
+    micro-batches it can group, in every phase at this world size; one smaller than a group is one group."""
+    from bigbatch import models
+
+    group = {**models.registry.options(cfg.model.name), **cfg.model.options}.get("mbstd_group")
+    if cfg.task != "gan" or cfg.train.micro_batch == "auto" or not isinstance(group, int) or group < 1:
+        return
+    for p in phases:
+        micro = min(cfg.train.micro_batch, p.batch // ctx.world_size)  # (above a process's share: the share)
+        if micro and micro % min(group, micro):
+            fits = max(d for d in range(1, group + 1) if micro % d == 0)
+            raise BigbatchError(
+                f"config key 'model.options.mbstd_group': {cfg.model.name}'s D computes a standard deviation over "
+                f"groups of {group} images, and its micro-batch is {micro}: set model.options.mbstd_group={fits}, "
+                f"or give train.micro_batch a multiple of {group} that divides a process's batch"
+            )
 
 
 def describe_plan(cfg: Config, plan: Plan | None = None) -> str:

@@ -128,7 +128,13 @@ def _prepare(args: argparse.Namespace) -> None:
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
         print(f"train a face swap on it with: {swap}")
     elif side and side & (side - 1):  # (a GAN is built for a power of two: a classifier takes any size)
-        print(f"train a classifier on it with: bigbatch train --preset fashion_resnet data.path={out}{at(0)}")
+        if len(report.class_names) >= 2:
+            held_out = "'data.val_path=\"\"' data.val_fraction=0.1"  # (the preset's own validation set is another's)
+            train = f"bigbatch train --preset fashion_resnet data.path={out}{at(0)} {held_out}"
+            print(f"train a classifier on it with: {train}")
+        print(
+            f"a GAN needs a side that is a power of two: prepare again with --resolution {1 << side.bit_length() - 1}"
+        )
     else:
         print(f"train on it with: bigbatch train data.path={out}{at(32)}")
 

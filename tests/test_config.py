@@ -148,12 +148,24 @@ def test_fields_set_from_python_are_checked_as_from_toml(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_starts():
+def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_starts(tmp_path, capsys):
     # Found from outside: the dry run printed a plan, and the run made its directory before D refused the batch.
-    cfg = bigbatch.preset("digits").override({"model.name": "stylegan2", "model.ch": 4, "train.micro_batch": 32})
-    with pytest.raises(bigbatch.BigbatchError) as e:
-        cfg.override({"model.options.mbstd_group": 3})
-    said = str(e.value)
-    assert "groups of 3 images, and its micro-batch is 32: set model.options.mbstd_group=2" in said, said
-    cfg.override({"model.options.mbstd_group": 8})  # (32 = 4 groups of 8)
-    cfg.override({"model.options.mbstd_group": 3, "train.micro_batch": "auto"})  # (what auto picks: unknown here)
+    # (Checked with the plan, at the world size: a config that trained on 4 processes still loads on one.)
+    from bigbatch.cli import main
+
+    args = ["train", "--preset", "digits", "model.name=stylegan2", "model.ch=4", "train.micro_batch=32"]
+    for extra in (["--dry-run"], ["--run-dir", str(tmp_path / "run")]):
+        assert main([*args, "model.options.mbstd_group=3", *extra]) == 2
+        said = capsys.readouterr().err
+        assert "groups of 3 images, and its micro-batch is 32: set model.options.mbstd_group=2" in said, said
+    assert not (tmp_path / "run").exists()
+    assert main([*args, "model.options.mbstd_group=8", "--dry-run"]) == 0  # (32 = 4 groups of 8)
+    assert main([*args, "model.options.mbstd_group=3", "train.micro_batch=auto", "--dry-run"]) == 0
+    # (a config builds whatever its world size: sample, eval and info load one trained on 4 processes)
+    bigbatch.preset("digits").override(
+        {"model.name": "stylegan2", "train.micro_batch": 32, "model.options.mbstd_group": 3}
+    )
+    # A schedule's phase is capped as train.batch is (it passed the dry run as a batch of 2**70).
+    assert main(["train", "--dry-run", "data.schedule=0:32:2x,1:32:1180591620717411303424"]) == 2
+    err = capsys.readouterr().err
+    assert "phase from 1 kimg has batch 1180591620717411303424: at most 16777216 images a step" in err, err

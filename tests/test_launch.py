@@ -82,6 +82,25 @@ def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
     assert "interrupted, and not every rank ended cleanly (rank 0: -15)" in capsys.readouterr().err
 
 
+def test_a_rank_that_failed_of_its_own_accord_is_restarted_whatever_its_status():
+    from bigbatch.launch import with_restarts
+
+    def launches(*sessions):
+        runs = iter(sessions)
+        return lambda: next(runs)
+
+    said = []
+    # Found from a review: a rank ended by SIGINT (status 128 + 2 since ranks' statuses are passed on) was
+    # taken for an interrupted launch and not restarted; a lost rank is a lost rank.
+    status, _, _ = with_restarts(
+        launches([result(0, -15, stopped=True), result(1, -2)], [result(0, 0)]), 1, said.append
+    )
+    assert status == 0 and "restarting every rank (1 of 1)" in said[-1]
+    # An interrupted launch (the launcher stopped every rank) is not restarted: 130, as before.
+    stopped = [result(0, -15, stopped=True), result(1, 0, stopped=True)]
+    assert with_restarts(launches(stopped, [result(0, 0)]), 1, said.append)[0] == 130
+
+
 def test_a_sheet_names_the_kimg_its_checkpoint_folder_names():
     """A sheet's kimg equals the float of the checkpoint folder of the same kimg, so the two compare with ==."""
     from bigbatch.launch.handle import SampleSheet

@@ -226,7 +226,7 @@ class H5Writer:
         try:
             self.raw = _WriteOnce(self.tmp)
         except OSError as e:  # (a folder this user may not write, a read-only file system: the output's fault)
-            raise OSError(e.errno, e.strerror, self.out.name) from None
+            raise OSError(e.errno, e.strerror, str(self.tmp) if self.out.url else self.out.name) from None
         self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
         self.groups: dict[tuple[int, ...], _GroupWriter | _EncodedGroupWriter] = {}
 

@@ -59,7 +59,8 @@ class Report:
         shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
         lines = [
             f"wrote {self.out}: {self.count} image{'s' * (self.count != 1)} {shape}, {classes}, from {self.source} "
-            f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {self.workers} workers)",
+            f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, "
+            f"{self.workers} worker{'s' * (self.workers != 1)})",
             f"content {self.content_hash}",
         ]
         if self.resumed:

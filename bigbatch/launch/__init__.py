@@ -474,9 +474,11 @@ def with_restarts(
     for attempt in range(restarts + 1):
         results = session()
         status, message = failure(results)
-        # A usage error (2) would fail again, and an interrupted launch (130) was meant to stop; a lost
-        # worker or a crash gets the group started again.
-        if status in (0, 2, 130) or attempt == restarts or stopped():
+        # A usage error (2) would fail again, and an interrupted launch (every rank stopped by the launcher)
+        # was meant to stop; a lost worker or a crash (a rank's own failure, whatever its status) gets the
+        # group started again.
+        own = any(r.returncode != 0 and not r.stopped for r in results)
+        if status in (0, 2) or not own or attempt == restarts or stopped():
             return status, message, results
         say(f"bigbatch: error: {message}")
         say(

@@ -11,7 +11,6 @@ whatever rank computes it, and the step sees the same data whatever micro_batch 
 from __future__ import annotations
 
 import math
-import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -106,18 +105,7 @@ def check_config(cfg: Config) -> None:
         models.registry.check_options(m.name, m.options)
     except BigbatchError as e:
         raise BigbatchError(f"config key 'model.options': {e}") from None
-    group = {**models.registry.options(m.name), **m.options}.get("mbstd_group")
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # (as the plan's: torchrun's, or 1)
     for i, phase in enumerate(schedule_of(cfg).phases):
-        micro = min(cfg.train.micro_batch, phase.batch // world) if cfg.train.micro_batch != "auto" else None
-        # (a micro-batch above a process's share is the share: make_plan; one below a group is one group)
-        if group and micro and micro % min(group, micro):
-            fits = max(d for d in range(1, group + 1) if micro % d == 0)
-            raise BigbatchError(
-                f"config key 'model.options.mbstd_group': {m.name}'s D computes a standard deviation over groups of "
-                f"{group} images, and its micro-batch is {micro}: set model.options.mbstd_group={fits}, or give "
-                f"train.micro_batch a multiple of {group} that divides a process's batch"
-            )
         if phase.lr is not None:
             raise BigbatchError(
                 f"config key 'data.schedule' phase {i} gives an lr, which the GAN task does not read (it uses "
@@ -137,10 +125,11 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     """G, D and G_ema (fine-tuned from train.init_from, FreezeD), prepared by `rep`, with Adam for each."""
     if data.resolution != cfg.data.resolution:
         held = "whole images of short side" if getattr(data, "whole", False) else "images of"
+        r = data.resolution
+        fix = f"set data.resolution={r}, or " if r and not r & (r - 1) else ""  # (a GAN's: a power of two)
         raise BigbatchError(
-            f"data set {cfg.data.path} holds {held} {data.resolution} px but data.resolution is {cfg.data.resolution}: "
-            f"set data.resolution={data.resolution}, or prepare the images again with --resolution "
-            f"{cfg.data.resolution}"
+            f"data set {cfg.data.path} holds {held} {r} px but data.resolution is {cfg.data.resolution}: {fix}"
+            f"prepare the images again with --resolution {cfg.data.resolution}"
         )
     refuse_face_sets(data, "the GAN task")
     if cfg.model.conditional and not data.n_classes and rep.is_main and resumed_at is None:

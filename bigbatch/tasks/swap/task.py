@@ -43,7 +43,7 @@ from bigbatch.data.streams import COLOUR, ORDER_B, WARP, generator
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import replays
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, captioned_sheet
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
 from bigbatch.tasks.swap import color, warp
@@ -150,11 +150,15 @@ def build(
             "bigbatch prepare --masks dfl|DIR --eyes-mouth dfl|DIR, or set it to false",
         )
     if s.masked_training and (data.channels >= 4) != (dst.channels >= 4):  # (neither: trained unmasked, as DFL)
-        cfg.swap._fail(
-            "masked_training",
-            f"needs face masks in both data sets, and only {'src' if data.channels >= 4 else 'dst'}'s has them: "
-            "prepare the other with bigbatch prepare --masks alpha|dfl|DIR, or set it to false",
-        )
+        only = "src" if data.channels >= 4 else "dst"
+        if resumed_at is not None:  # (a run begun before this was refused trained unmasked: it goes on so)
+            warn(f"swap.masked_training: only {only}'s data has face masks, so this run trains unmasked, as it did")
+        else:
+            cfg.swap._fail(
+                "masked_training",
+                f"needs face masks in both data sets, and only {only}'s has them: prepare the other with bigbatch "
+                "prepare --masks alpha|dfl|DIR, or set it to false",
+            )
     if s.blur_out_mask and min(data.channels, dst.channels) < 4:
         cfg.swap._fail(
             "blur_out_mask",
