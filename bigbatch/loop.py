@@ -35,6 +35,10 @@ def train(
     continue) and warnings stay.
 
     Under torchrun every process calls this; rank 0 alone writes the run directory."""
+    if not isinstance(cfg, Config):
+        raise BigbatchError(
+            f"train takes a Config (bigbatch.preset(NAME) or Config.from_dict), got {type(cfg).__name__}"
+        )
     cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too
     # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during
     # start-up stops at once (KeyboardInterrupt), leaving nothing behind but what a resume can use.

@@ -169,3 +169,8 @@ def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_start
     assert main(["train", "--dry-run", "data.schedule=0:32:2x,1:32:1180591620717411303424"]) == 2
     err = capsys.readouterr().err
     assert "phase from 1 kimg has batch 1180591620717411303424: at most 16777216 images a step" in err, err
+
+
+def test_train_takes_a_config_and_says_so_of_anything_else():
+    with pytest.raises(bigbatch.BigbatchError, match=r"train takes a Config \(bigbatch.preset\(NAME\).*got dict"):
+        bigbatch.train({"name": "x"})  # (an AttributeError from deep inside, found from outside)

@@ -582,3 +582,17 @@ def test_code_marked_eager_breaks_a_compiled_graph_and_nothing_imports_dynamo_be
         assert torch.equal(compiled(torch.ones(3)), net(torch.ones(3)))
         breaks.append(sum(counters["graph_break"].values()))
     assert breaks[0] == 0 and breaks[1] >= 1  # marked and disabled: the method ran outside the graph
+
+
+def test_auto_checks_the_batch_before_it_probes_and_a_resumed_plan_fits_another_batch():
+    # Found from outside: with "auto", a bad batch was a probe's traceback; a plan of 48 loaded at batch 64 raised.
+    rep = bigbatch.Replicator(batch=64, memory_budget="1GiB")
+    model = rep.prepare(classifier())
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = torch.randn(64, 1, 8, 8), torch.randint(10, (64,))
+    for bad in ((x, y[:32]), (x.transpose(0, 1), y)):
+        with pytest.raises(bigbatch.BigbatchError, match="must agree in dim 0, got lengths"):
+            rep.step(lambda m: nn.functional.cross_entropy(model(m[0]), m[1]), bad, opt)
+    assert rep.use_micro_batch(48).micro_batch == 32 and rep.plan.accumulation == 2  # (48 does not divide 64)
+    with pytest.raises(bigbatch.BigbatchError, match="must be a positive multiple"):
+        rep.set_batch(True)

@@ -256,6 +256,7 @@ class Replicator:
         """
         state = self._state(opt)
         if self._plan is None:
+            self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
         plan = self.plan
         if self._batchnorm_before is not None:
@@ -324,13 +325,14 @@ class Replicator:
     def split(self, batch: Any) -> list[Any]:
         """This rank's share -> its micro-batches (slices along dim 0 of every tensor)."""
         plan = self.plan
-        n = batch_parts.length(batch)
-        if n != self.share:
-            raise BigbatchError(
-                f"a step's batch on this rank must hold batch / world_size = {self.share} examples, got {n}"
-            )
+        self._check_share(batch)
         m = plan.micro_batch
         return [batch_parts.cut(batch, j * m, (j + 1) * m) for j in range(plan.accumulation)]
+
+    def _check_share(self, batch: Any) -> None:
+        if (n := batch_parts.length(batch)) != self.share:
+            said = f"a step's batch on this rank must hold batch / world_size = {self.share} examples, got {n}"
+            raise BigbatchError(said)
 
     def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
         """Suspend DDP's gradient all-reduce on every prepared DDP module except those in `keep`."""
@@ -462,10 +464,9 @@ class Replicator:
         return self._plan
 
     def use_micro_batch(self, micro_batch: int) -> Plan:
-        """Settle micro_batch="auto" on a known value (e.g. the one a resumed run was planned with)."""
-        self._plan = make_plan(self.batch, micro_batch, self.precision, self.ctx)
+        """Settle micro_batch="auto" on a known value (a resumed run's; a batch it does not divide: as set_batch)."""
         self._planned_micro = micro_batch
-        return self._plan
+        return self._replan(self.batch)
 
     def set_batch(self, batch: int) -> Plan | None:
         """Change the examples per optimizer step mid-run (a dynamic-batch schedule) without a restart.
@@ -475,11 +476,14 @@ class Replicator:
         largest divisor below the planned micro-batch (which fits, being smaller), and a later batch
         it divides again returns to it. With a fixed micro_batch, a share below it is one micro-batch,
         and a larger share must be a multiple of it."""
-        if not isinstance(batch, int) or batch < 1 or batch % self.world_size:
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or batch % self.world_size:
             raise BigbatchError(f"batch={batch!r} must be a positive multiple of the world size {self.world_size}")
         if self._plan is None:  # "auto" not yet planned: the first step plans for this batch
             self.batch = batch
             return None
+        return self._replan(batch)
+
+    def _replan(self, batch: int) -> Plan:
         micro, share = self._planned_micro, batch // self.world_size
         if self._auto and share % micro:
             micro = max(d for d in range(1, micro + 1) if share % d == 0)
