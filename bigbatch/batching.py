@@ -123,7 +123,10 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
             except BigbatchError as e:
                 times = p.batch // cfg.train.batch if p.batch % cfg.train.batch == 0 else 0
                 size = f"its batch {p.batch}" + (f" ({times}x train.batch)" if times > 1 else "")
-                raise BigbatchError(f"{where}: {str(e).replace(f'train.batch={p.batch}', size, 1)}") from None
+                said = (
+                    str(e).replace(f"train.batch={p.batch}", size, 1).replace("choose a train.batch", "choose a batch")
+                )
+                raise BigbatchError(f"{where}: {said}") from None
 
 
 def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:

@@ -123,3 +123,24 @@ def test_a_phase_batch_that_cannot_split_over_the_processes_stops_before_anythin
     assert main([*args, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "phase from 1 kimg" in err and "micro_batch x world_size = 16 x 2" in err and err.count("\n") == 1, err
+
+
+def test_a_held_out_fraction_that_leaves_nothing_to_train_on_is_one_line():
+    # Found from outside: data.val_fraction 0.995 of 180 images held out all 180, and the first batch raised
+    # a ZeroDivisionError from the data order.
+    from bigbatch.data import load_data
+    from bigbatch.data.split import holdout
+
+    digits = load_data("builtin:digits", 8)
+    assert len(holdout(digits, 0.99)[0]) == 17  # (1797 - ceil(1797 * 0.99))
+    with pytest.raises(bigbatch.BigbatchError, match="data.val_fraction 0.9995 holds out all 1797 images, leaving"):
+        holdout(digits, 0.9995)
+
+
+def test_a_phase_batch_the_micro_batch_does_not_divide_is_not_blamed_on_train_batch(capsys):
+    from bigbatch.cli import main
+
+    args = ["train", "--preset", "fashion_resnet_fast", "--dry-run", "train.batch=32", "train.micro_batch=32"]
+    assert main([*args, 'data.schedule="0:12:48,0.1:16:1x"']) == 2
+    err = capsys.readouterr().err
+    assert "its batch 48 is not a multiple of train.micro_batch" in err and "choose a batch divisible by 32" in err

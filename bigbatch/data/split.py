@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from bigbatch.data.streams import VAL_SPLIT, generator
+from bigbatch.errors import BigbatchError
 
 # The split does not depend on train.seed: every run on a data set holds out the same images, so
 # their validation scores compare.
@@ -110,5 +111,9 @@ def holdout(data: Any, fraction: float) -> tuple[Subset, Subset]:
         start += n
     held = torch.zeros(len(data), dtype=torch.bool)
     held[torch.cat(val)] = True
+    if held.all():  # (a ZeroDivisionError deep in the data order, found from outside)
+        raise BigbatchError(
+            f"data.val_fraction {fraction:g} holds out all {len(data)} images, leaving none to train on: lower it"
+        )
     everything = torch.arange(len(data))
     return Subset(data, everything[~held], "train"), Subset(data, everything[held], "val")

@@ -211,8 +211,8 @@ class ClassifyTask:
                     self.val_data,
                     data.class_names,
                     f"data.path {data.source}",
-                    "give data.val_path images of its classes (prepare --classes DATA.h5 labels them so), or hold "
-                    'out part of data.path instead: data.val_path="" data.val_fraction=0.1',
+                    "give data.val_path images of its classes (prepare --labels FILE.csv --classes DATA.h5 numbers "
+                    'them so), or hold out part of data.path instead: data.val_path="" data.val_fraction=0.1',
                 )
             except BigbatchError as e:
                 if cfg.eval.every_kimg:
