@@ -68,13 +68,17 @@ def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 10
         raise BigbatchError(f"the loss diverged within {len(losses)} steps: start the range lower (--start-lr)")
     per = cfg.train.lr_batch if task.lr_key == "train.lr" else 0
     result = {"lr": lrs, "loss": losses, "key": task.lr_key, "lr_batch": per, "batch": first.batch}
-    return result | suggestions(lrs, losses) | {"loss_name": " + ".join(task.range_loss)}
+    return result | suggestions(lrs, losses, steps) | {"loss_name": " + ".join(task.range_loss)}
 
 
-def suggestions(lrs: list[float], losses: list[float]) -> dict[str, float]:
-    """fastai's suggestions from a range test: `valley` (within the longest run of falling loss, a
-    little past its middle), `steepest` (the steepest fall against log rate) and `minimum` (the rate
-    of the lowest loss, divided by 10)."""
+def suggestions(lrs: list[float], losses: list[float], planned: int | None = None) -> dict[str, float]:
+    """fastai's suggestions from a range test of `planned` steps (default: as many as ran): `valley`
+    (within the longest run of falling loss, a little past its middle), `steepest` (the steepest fall
+    against log rate) and `minimum` (the rate of the lowest loss, divided by 10); as fastai, on the curve
+    less its first tenth and its last 5 points (where the loss has diverged), when enough is left."""
+    first = (planned or len(losses)) // 10
+    if len(losses) - first - 5 >= 5:
+        lrs, losses = lrs[first:-5], losses[first:-5]
     n = len(losses)
     # The longest decreasing subsequence, fastai's `valley`.
     lds, max_start, max_end = [1] * n, 0, 0
@@ -88,7 +92,7 @@ def suggestions(lrs: list[float], losses: list[float]) -> dict[str, float]:
     valley = lrs[max(0, min(n - 1, max_start + int(sections) + int(sections / 2)))]
     logs = torch.tensor(lrs, dtype=torch.float64).log()
     slopes = (torch.tensor(losses[1:], dtype=torch.float64) - torch.tensor(losses[:-1])) / logs.diff()
-    steepest = lrs[int(slopes.argmin()) + 1]
+    steepest = lrs[int(slopes.argmin())]  # (fastai's: the rate the steepest step starts from)
     minimum = lrs[int(torch.tensor(losses).argmin())] / 10
     return {"valley": valley, "steepest": steepest, "minimum": minimum}
 

@@ -534,7 +534,9 @@ def test_lr_find_sweeps_the_rate_and_suggests_fastais_points(tmp_path, capsys, m
     losses = [1 + (math.log10(lr) + 2) ** 2 for lr in lrs]  # falls to 1e-2, then rises
     s = suggestions(lrs, losses)
     assert s["minimum"] == pytest.approx(lrs[losses.index(min(losses))] / 10)
-    assert s["steepest"] == lrs[1] and lrs[0] < s["valley"] < lrs[losses.index(min(losses))]
+    assert s["steepest"] == lrs[6] and lrs[6] < s["valley"] < lrs[losses.index(min(losses))]  # (fastai: 60 // 10)
+    tail = losses[:55] + [30.0, 20.0, 10.0, 5.0, 4.9]  # a diverged tail's last dip (it was steepest, at --end-lr)
+    assert suggestions(lrs, tail, 60)["steepest"] == lrs[6]
     monkeypatch.chdir(tmp_path)
     argv = ["lr-find", "data.path=builtin:digits", "data.resolution=16", "data.schedule=", "train.batch=64"]
     argv += ["train.micro_batch=32", "model.ch=8", "model.options.depth=8", "data.val_path=", "data.val_fraction=0.2"]
