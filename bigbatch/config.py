@@ -298,8 +298,7 @@ class TrainConfig(Section):
         at_least_zero(self, freeze_kimg="kimg >= 0 (0: no frozen start)")
         if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
             self._fail("body_lr_mult", f"must be a factor > 0, got {self.body_lr_mult}")
-        if self.lr_batch < 0:
-            self._fail("lr_batch", f"must be a batch >= 0 (0: rates as written), got {self.lr_batch}")
+        at_least_zero(self, lr_batch="a batch >= 0 (0: rates as written)")
         if not 0 <= self.momentum < 1:
             self._fail("momentum", f"must be in [0, 1), got {self.momentum}")
         if not 0 <= self.label_smoothing < 1:
@@ -478,10 +477,9 @@ class EvalConfig(Section):
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
 
     def _validate(self) -> None:
-        for key in ("every_kimg", "fine_from_kimg", "fine_every_kimg"):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and value >= 0):
-                self._fail(key, f"must be a finite number >= 0 (0 = off), got {value}")
+        at_least_zero(
+            self, **dict.fromkeys(("every_kimg", "fine_from_kimg", "fine_every_kimg"), "a finite number >= 0 (0 = off)")
+        )
         names = ("auto", "inception", "inception-torchscript", "classifier")
         if self.extractor not in names and not re.fullmatch(r"classifier:.+", self.extractor):
             self._fail("extractor", f"must be one of {', '.join(names)} or classifier:RUN, got {self.extractor!r}")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
-from bigbatch.config_types import Section, positive
+from bigbatch.config_types import Section, at_least_zero, positive
 
 
 @dataclass
@@ -59,10 +58,7 @@ class SwapConfig(Section):
 
     def _validate(self) -> None:
         positive(self, "lr", "gan_dims")
-        for name in ("true_face_power", "gan_power", "random_hsv_power", "face_style_power", "bg_style_power"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-                self._fail(name, f"must be a finite number >= 0 (0 = off), got {getattr(self, name)}")
-        # DFL's ranges (its model asks for them so, and export-dfl writes them into DFL's options)
+        # Each >= 0 and within DFL's range (its model asks for them so, and export-dfl writes them into its options)
         for name, top, typical in (
             ("random_hsv_power", 0.3, "; 0.05 typical"),
             ("true_face_power", 1.0, "; 0.01 typical"),
@@ -70,6 +66,7 @@ class SwapConfig(Section):
             ("face_style_power", 100.0, ""),
             ("bg_style_power", 100.0, ""),
         ):
+            at_least_zero(self, **{name: "a finite number >= 0 (0 = off)"})
             if getattr(self, name) > top:
                 self._fail(name, f"must be in 0.0..{top} (DFL's range{typical}), got {getattr(self, name)}")
         if self.gan_patch_size != 0 and not 3 <= self.gan_patch_size <= 640:

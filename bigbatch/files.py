@@ -121,6 +121,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_drop_held_locks)
 
 
+def held_by(pid: str | int, host: str) -> str:
+    """A lock's holder as its messages name it: "process PID", and "on HOST" where the file says."""
+    return f"process {pid}" + (f" on {host}" if host else "")
+
+
 def unlock_folder(lock: IO | None, remove: bool = False) -> None:
     """Release a lock `lock_folder` returned (None: nothing was locked); `remove`: its file goes too (a
     process waiting on it finds it gone and makes its own)."""
@@ -135,7 +140,7 @@ def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) 
     """Hold an exclusive flock on FOLDER/`name` (a run's RUN/.lock, a sweep's, a prepare's output's) until
     `unlock_folder` (the kernel releases it when the process ends, however it ends; processes it forks do
     not hold it); the file holds the holder's PID and host. Held by another process:
-    BigbatchError(busy(folder, pid, host)). None where the OS or file system has no flock."""
+    BigbatchError(busy(folder, pid, "process PID on HOST")). None where the OS or file system has no flock."""
     try:
         import fcntl
     except ImportError:  # Windows
@@ -150,7 +155,7 @@ def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) 
             holder = f.read().split()
             f.close()
             pid, host = holder[0] if holder else "?", holder[1] if len(holder) > 1 else ""
-            raise BigbatchError(busy(folder, pid, host)) from None
+            raise BigbatchError(busy(folder, pid, held_by(pid, host))) from None
         except OSError as e:  # e.g. a network file system without locks
             f.close()
             warn(f"cannot lock {path} ({e.strerror}); make sure no other process uses {folder} meanwhile")

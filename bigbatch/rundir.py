@@ -22,7 +22,7 @@ from bigbatch.engine import dist
 from bigbatch.engine.compile_cache import Compiled
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write, lock_folder, metrics_row, remove_stale, unlock_folder
+from bigbatch.files import atomic_write, held_by, lock_folder, metrics_row, remove_stale, unlock_folder
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
 from bigbatch.urls import public_name
@@ -346,14 +346,13 @@ def _check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["
         problem = f"{run} already holds a run; add --resume to continue it, or choose another --run-dir"
     if problem:
         holder = trainer(run)  # (reads the lock without taking it)
-        raise BigbatchError(_in_use(run, str(holder[0]), holder[1]) if holder else problem)
+        raise BigbatchError(_in_use(run, str(holder[0]), held_by(*holder)) if holder else problem)
     return resume
 
 
-def _in_use(run: Path, pid: str, host: str) -> str:
-    where = f" on {host}" if host else ""
+def _in_use(run: Path, pid: str, held_by: str) -> str:
     return (
-        f"{run} is in use by process {pid}{where}, which is training it; wait for it to end, or stop it "
+        f"{run} is in use by {held_by}, which is training it; wait for it to end, or stop it "
         f"first (kill -TERM {pid} saves a checkpoint), then resume"
     )
 

@@ -106,12 +106,8 @@ def _one_sweep(root: Path) -> Iterator[None]:
     """Hold RUNS_DIR/.sweep.lock while a sweep runs in it: a second sweep into the same folder would find
     the first one's runs in use, call them failed and write its table over the first one's."""
 
-    def busy(folder: Path, pid: str, host: str) -> str:
-        where = f" on {host}" if host else ""
-        return (
-            f"{folder} is in use by another sweep (process {pid}{where}); wait for it to end, or give this one "
-            "another RUNS_DIR"
-        )
+    def busy(folder: Path, pid: str, held_by: str) -> str:
+        return f"{folder} is in use by another sweep ({held_by}); wait for it to end, or give this one another RUNS_DIR"
 
     root.mkdir(parents=True, exist_ok=True)
     lock = lock_folder(root, ".sweep.lock", busy)

@@ -316,11 +316,10 @@ def _sole_writer(target: Location, storage_options: dict[str, Any] | None, overw
         yield
         return
 
-    def busy(folder: Path, pid: str, host: str) -> str:
-        where = f" on {host}" if host else ""
+    def busy(folder: Path, pid: str, held_by: str) -> str:
         return (
-            f"output {target.name} is being written by another prepare (process {pid}{where}); wait for it to end, "
-            "or give this one another output"
+            f"output {target.name} is being written by another prepare ({held_by}); wait for it to end, or give "
+            "this one another output"
         )
 
     try:

@@ -26,6 +26,7 @@ from bigbatch.data.dfl_faces import hull_mask
 from bigbatch.errors import BigbatchError
 from bigbatch.faces import align
 from bigbatch.faces.video import VideoWriter
+from bigbatch.files import atomic_write
 from bigbatch.tasks.swap import color
 
 MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", "raw-predict", "original")
@@ -453,9 +454,7 @@ def _same_settings(out: Path, settings: dict) -> bool:
     record = out / ".merge.json"
     if record.exists() and json.loads(record.read_text()) == settings:
         return True
-    tmp = record.with_name(f".{record.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(settings))
-    os.replace(tmp, record)
+    atomic_write(record, json.dumps(settings))
     return False
 
 
