@@ -16,7 +16,7 @@ from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
-from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named
+from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import ignore_late_sigterm, interrupt_at_once, keep_sigterm_for_the_loop
 
@@ -137,65 +137,6 @@ def _prepare(args: argparse.Namespace) -> None:
         )
     else:
         print(f"train on it with: bigbatch train data.path={out}{at(32)}")
-
-
-def _stats(args: argparse.Namespace) -> None:
-    from bigbatch.data import load_data
-    from bigbatch.data.hdf5 import read_meta
-    from bigbatch.metrics import reference_stats
-    from bigbatch.tasks.classify.features import feature_extractor
-
-    if args.resolution is not None and args.resolution < 1:
-        raise BigbatchError(f"--resolution must be at least 1, got {args.resolution}")
-    stored = read_meta(args.data)["resolution"] if _is_data_file(args.data) else None
-    if stored is not None and args.resolution not in (None, stored):
-        raise BigbatchError(
-            f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
-        )
-    resolution = stored or args.resolution or 32
-    data = load_data(args.data, resolution)
-    ext = feature_extractor(args.extractor, data)  # the data set's own classifier is trained (and cached) here
-    from bigbatch.metrics.features import progress
-
-    with progress("stats"):
-        stats = reference_stats(data, ext, n=args.n, features=args.kid)
-    kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
-    from bigbatch.metrics.stats import stats_file
-
-    file = stats_file(stats.key)
-    where = f"in {file} (give it as B to bigbatch eval)" if file.is_file() else f"key {stats.key}"
-    print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
-
-
-def _is_data_file(path: str) -> bool:
-    return path.endswith((".h5", ".hdf5")) or "://" in path
-
-
-def _info(args: argparse.Namespace) -> None:
-    if _is_data_file(args.path):
-        from bigbatch.data.hdf5 import describe_data, verify_data
-
-        print(describe_data(args.path))
-        if args.verify:
-            print(f"content hash verified: {verify_data(args.path)}")
-        return
-    from bigbatch.info import describe_run
-
-    if args.path.startswith("builtin:") or not Path(args.path).exists():
-        what = "is a data set made when read, not a file" if args.path.startswith("builtin:") else "does not exist"
-        raise BigbatchError(
-            f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
-        )
-    if not args.verify:
-        print(describe_run(args.path))
-        return
-    from bigbatch.info import verify_run
-
-    try:
-        print(describe_run(args.path))
-    except BigbatchError:  # (a run with no intact checkpoint to describe): verify names every damaged one
-        pass
-    print(verify_run(args.path))
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -331,7 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
     pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
     pr.add_argument("--labels", metavar="FILE.csv", help="file,label rows labelling a flat folder (ImageNet's val)")
-    pr.add_argument("--classes", metavar="TRAIN.h5", help="with --labels: class indices in this data file's order")
+    pr.add_argument(
+        "--classes",
+        metavar="TRAIN.h5",
+        help="class indices in this data file's order: of --labels, or of the class folders (a validation set that "
+        "lacks a class)",
+    )
     pr.add_argument(
         "--codec",
         choices=("raw", "jpeg", "png", "webp"),
@@ -370,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--n", type=int, help="images to use (default: all)")
     st.add_argument("--resolution", type=int, help="builtin data sets: the side to make them at (default 32)")
     st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID needs")
-    st.set_defaults(func=_stats)
+    st.set_defaults(func=run_stats)
 
     ev = sub.add_parser(
         "eval",
@@ -476,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--verify", action="store_true", help="read everything back: a data file's content hash, a run's checkpoints"
     )
-    i.set_defaults(func=_info)
+    i.set_defaults(func=run_info)
 
     ps = sub.add_parser("presets", help="list the named recipes")
     ps.set_defaults(func=_presets)
@@ -494,9 +440,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if hasattr(args, "overrides"):
         args.overrides += [a for a in extras if not a.startswith("-")]  # parse_override names a malformed one
         extras = [a for a in extras if a.startswith("-")]
+    elif extras and args.command in argv and not _has_subcommands(command := _subparser(parser, args.command)):
+        # A positional after an option (eval RUN --checkpoint best DATA): the command's own parser gathers them.
+        args = command.parse_intermixed_args(argv[argv.index(args.command) + 1 :], argparse.Namespace(**vars(args)))
+        extras = []
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     return args
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def _has_subcommands(parser: argparse.ArgumentParser) -> bool:
+    return any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
 
 
 class _Terminated(BaseException):

@@ -66,6 +66,8 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.reference_n is not None and args.reference_n < 0:  # 0: all of B, as eval.reference_n = 0
         raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)
+    if args.resolution is not None:
+        _check_resolution(args.resolution, [args.reference] if run else [args.path, args.reference])
     if not run:
         _check_exists(args.path, "A")
         given = [f"--{f.replace('_', '-')}" for f in ("truncation", "standing_stats") if getattr(args, f) is not None]
@@ -116,6 +118,18 @@ def _task_of(path: str, which: str) -> str:
     from bigbatch.config import Config
 
     return Config.load(pick_checkpoint(path, which) / "config.toml").task
+
+
+def _check_resolution(resolution: int, inputs: list[str | None]) -> None:
+    """--resolution makes a builtin data set at that side; given where no input is one, it would be ignored."""
+    if resolution < 1:
+        raise BigbatchError(f"--resolution must be at least 1, got {resolution}")
+    if not any(given and given.startswith("builtin:") for given in inputs):
+        named = " and ".join(f"{role}: {given}" for role, given in zip("AB", inputs) if given)
+        raise BigbatchError(
+            f"--resolution is the side a builtin:NAME data set is made at, and no input here is one ({named}): "
+            "images are scored at their own size (the extractor resizes them); leave it out"
+        )
 
 
 def _check_exists(path: str, role: str) -> Location:

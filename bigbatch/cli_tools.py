@@ -1,7 +1,8 @@
 """Commands around training: `bigbatch predict RUN IMAGES...` (a classifier's class names and
 probabilities per image), `bigbatch export RUN OUT` (one file to deploy: a classifier with its
 preprocessing and class names, a GAN's generator, a face swap), `bigbatch lr-find --preset P [k=v ...]`
-(the learning-rate range test) and `bigbatch show-batch --preset P [k=v ...]` (what the models are fed)."""
+(the learning-rate range test), `bigbatch show-batch --preset P [k=v ...]` (what the models are fed), and
+`bigbatch stats DATA` and `bigbatch info PATH`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError
@@ -176,7 +178,8 @@ def check_local_data(cfg: Any) -> None:
         path = Location.of(given) if given else None
         if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
             if not path.path.exists():
-                warn(f"data file {path} does not exist yet: training refuses it until `bigbatch prepare` makes it")
+                here = "" if path.path.is_absolute() else f" in the current folder {os.getcwd()}"
+                warn(f"data file {path} does not exist{here}: training refuses it until `bigbatch prepare` makes it")
                 continue
             if not path.path.is_file():
                 raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
@@ -195,10 +198,69 @@ def build_on_meta(cfg: Any) -> None:
         if cfg.task == "classify":
             models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
         elif cfg.task == "gan":
-            from bigbatch.tasks.gan.task import build_models
+            from bigbatch.tasks.gan.task import build_models, check_path_length
 
-            build_models(cfg, 10, 3)
+            check_path_length(cfg, build_models(cfg, 10, 3)[0])
         elif cfg.task == "swap":
             from bigbatch.tasks.swap.task import build_model
 
             build_model(cfg)
+
+
+def run_stats(args: argparse.Namespace) -> None:
+    from bigbatch.data import load_data
+    from bigbatch.data.hdf5 import read_meta
+    from bigbatch.metrics import reference_stats
+    from bigbatch.tasks.classify.features import feature_extractor
+
+    if args.resolution is not None and args.resolution < 1:
+        raise BigbatchError(f"--resolution must be at least 1, got {args.resolution}")
+    stored = read_meta(args.data)["resolution"] if _is_data_file(args.data) else None
+    if stored is not None and args.resolution not in (None, stored):
+        raise BigbatchError(
+            f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
+        )
+    resolution = stored or args.resolution or 32
+    data = load_data(args.data, resolution)
+    ext = feature_extractor(args.extractor, data)  # the data set's own classifier is trained (and cached) here
+    from bigbatch.metrics.features import progress
+
+    with progress("stats"):
+        stats = reference_stats(data, ext, n=args.n, features=args.kid)
+    kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
+    from bigbatch.metrics.stats import stats_file
+
+    file = stats_file(stats.key)
+    where = f"in {file} (give it as B to bigbatch eval)" if file.is_file() else f"key {stats.key}"
+    print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
+
+
+def _is_data_file(path: str) -> bool:
+    return path.endswith((".h5", ".hdf5")) or "://" in path
+
+
+def run_info(args: argparse.Namespace) -> None:
+    if _is_data_file(args.path):
+        from bigbatch.data.hdf5 import describe_data, verify_data
+
+        print(describe_data(args.path))
+        if args.verify:
+            print(f"content hash verified: {verify_data(args.path)}")
+        return
+    from bigbatch.info import describe_run
+
+    if args.path.startswith("builtin:") or not Path(args.path).exists():
+        what = "is a data set made when read, not a file" if args.path.startswith("builtin:") else "does not exist"
+        raise BigbatchError(
+            f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
+        )
+    if not args.verify:
+        print(describe_run(args.path))
+        return
+    from bigbatch.info import verify_run
+
+    try:
+        print(describe_run(args.path))
+    except BigbatchError:  # (a run with no intact checkpoint to describe): verify names every damaged one
+        pass
+    print(verify_run(args.path))

@@ -1,12 +1,14 @@
 """Bad input: one line naming the problem, exit status 2, no traceback."""
 
 import json
+import os
 import re
 import subprocess
 import sys
 
 import pytest
 import torch
+from PIL import Image
 
 import bigbatch
 from bigbatch.cli import main
@@ -55,6 +57,10 @@ def run_cli(capsys, *argv):
         (["train", "--dry-run", "data.path=/tmp"], "data file /tmp is not a file"),  # as training refuses it
         (["show-batch", "--kimg", "nan"], "--kimg must be a number >= 0, got nan"),
         (["show-batch", "--kimg", "inf"], "--kimg must be a number >= 0, got inf"),
+        (["train", "--dry-run", "train.pl_weight=2"], "'train.pl_weight' needs a G with a mapping network"),
+        # Found from outside: ignored without a word where no input is a builtin set.
+        (["eval", "a", "b.h5", "--resolution", "64"], "no input here is one (A: a and B: b.h5): images are scored"),
+        (["eval", "a", "builtin:digits", "--resolution", "0"], "--resolution must be at least 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
@@ -203,7 +209,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
 def test_a_dry_run_says_when_its_data_file_is_not_made_yet(capsys):
     code, out, err = run_cli(capsys, "train", "--dry-run", "data.path=/nowhere/x.h5")
     assert code == 0 and "# plan: batch 64" in out
-    assert "warning: data file /nowhere/x.h5 does not exist yet: training refuses it" in err
+    assert "warning: data file /nowhere/x.h5 does not exist: training refuses it" in err
+    code, out, err = run_cli(capsys, "train", "--dry-run", "data.path=data/x.h5")
+    assert code == 0 and f"data file data/x.h5 does not exist in the current folder {os.getcwd()}:" in err
 
 
 def test_out_of_memory_is_one_line(capsys, monkeypatch):
@@ -242,3 +250,15 @@ def test_a_dry_run_says_whether_the_models_compile(capsys):
     )
     code, _, err = run_cli(capsys, "train", "--dry-run", "train.compile=cudagraphs")
     assert code == 2 and "train.compile" in err and "'reduce-overhead'" in err and "Traceback" not in err
+
+
+def test_positionals_may_stand_after_the_options(capsys, tmp_path):
+    """`eval A --checkpoint best B` reads B as the reference (found from outside: 'unrecognized arguments: B')."""
+    a = tmp_path / "a"
+    a.mkdir()
+    Image.new("RGB", (16, 16)).save(a / "0.png")
+    code, out, err = run_cli(capsys, "eval", str(a), "--metrics", "fid", str(tmp_path / "nowhere"))
+    assert code == 2 and "unrecognized" not in err
+    assert "nowhere does not exist" in err and err.count("\n") == 1
+    code, out, err = run_cli(capsys, "eval", str(a), "--metrics", "fid", "b", "c")
+    assert code == 2 and "unrecognized arguments: c" in err

@@ -1,6 +1,7 @@
 """`prepare`: folders, zips and built-in sources into DATA.h5; bad files; metadata; reading it back."""
 
 import gzip
+import os
 import zipfile
 from pathlib import Path
 
@@ -319,8 +320,11 @@ def test_reader_is_lazy_per_worker_and_in_ram_agrees(tmp_path):
 
 
 def test_open_errors_are_one_line(tmp_path):
-    with pytest.raises(bigbatch.BigbatchError, match="cannot open data set .*does not exist"):
+    with pytest.raises(bigbatch.BigbatchError, match="cannot open data set .*does not exist \\("):
         load_data(str(tmp_path / "nothere.h5"), 32)
+    # A run's relative data.path read from another folder: where it was looked for is said.
+    with pytest.raises(bigbatch.BigbatchError, match=f"does not exist in the current folder {os.getcwd()} "):
+        load_data("data/nothere.h5", 32)
     with h5py.File(tmp_path / "other.h5", "w") as f:
         f["x"] = np.zeros(3)
     with pytest.raises(bigbatch.BigbatchError, match="not a data file written by `bigbatch prepare`"):

@@ -139,6 +139,26 @@ def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_c
     assert err.count("\n") == 1 and "no.csv" in err, err
 
 
+def test_a_validation_set_of_class_folders_lacking_a_class_takes_the_training_files_numbering(tmp_path, capsys):
+    # Found from outside: refused without --labels, and without --classes the folders read 0, 1 (n03 as 1).
+    rng = np.random.default_rng(0)
+    for split, synsets in (("train", ("n01", "n02", "n03")), ("val", ("n03", "n01"))):
+        for synset in synsets:
+            (tmp_path / split / synset).mkdir(parents=True)
+            image = Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8))
+            image.save(tmp_path / split / synset / "a.png")
+    assert main(["prepare", str(tmp_path / "train"), str(tmp_path / "train.h5"), "--resolution", "8"]) == 0
+    argv = ["prepare", str(tmp_path / "val"), str(tmp_path / "val.h5"), "--classes", str(tmp_path / "train.h5")]
+    assert main(argv) == 0, capsys.readouterr().err
+    val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
+    assert val.class_names == ["n01", "n02", "n03"] and sorted(val.get(torch.arange(2))[1].tolist()) == [0, 2]
+    (tmp_path / "val" / "n09").mkdir()
+    Image.new("RGB", (12, 12)).save(tmp_path / "val" / "n09" / "b.png")
+    assert main([*argv, "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "class folder n09 of the source is not a class of --classes" in err and err.count("\n") == 1
+
+
 def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(tmp_path):
     import signal
     import subprocess

@@ -92,3 +92,18 @@ def relabel(
         outside=[],
     )
     return out, unlabelled, missing
+
+
+def renumber(listing: Listing, class_names: list[str], what: str) -> Listing:
+    """`listing`'s class folders numbered by their place in `class_names` (a training file's classes), so
+    that a validation set lacking a class keeps the indices of the others."""
+    index = {n: i for i, n in enumerate(class_names)}
+    unknown = [n for n in listing.class_names if n not in index]
+    if unknown:
+        raise BigbatchError(
+            f"class folder{'s' * (len(unknown) > 1)} {', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''} "
+            f"of the source {'are' if len(unknown) > 1 else 'is'} not a class of {what}: rename "
+            f"{'them' if len(unknown) > 1 else 'it'} as the training set's class, or leave out --classes"
+        )
+    mapping = np.asarray([index[n] for n in listing.class_names], np.int64)
+    return replace(listing, labels=mapping[listing.labels], class_names=list(class_names))

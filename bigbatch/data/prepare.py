@@ -7,7 +7,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 from bigbatch.data import codecs
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.parts import Result
+from bigbatch.data.prepare_output import refuse_output, sole_writer
 from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import (
@@ -26,8 +26,7 @@ from bigbatch.data.sources import (
     list_source,
 )
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import lock_folder, unlock_folder
-from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, is_url, option_credentials, public_name
+from bigbatch.urls import Location, is_url, public_name
 
 SHOWN = 5  # skipped files named in the report
 
@@ -129,9 +128,7 @@ def prepare(
     the source lacks (an error with `strict`). An existing `out` is refused unless `overwrite`."""
     start = time.perf_counter()
     source, target = Location.of(src, "the source"), Location.of(out, "the output")
-    _refuse_output(target, storage_options, overwrite)
-    if classes and not labels:
-        raise BigbatchError("--classes orders the classes of a --labels file: give --labels FILE.csv too")
+    refuse_output(target, storage_options, overwrite)
     settings = _Settings.checked(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, crop)
     import bigbatch
 
@@ -152,14 +149,22 @@ def prepare(
     skipped: list[tuple[str, str]] = []
     listing = _listed(source, settings, labels, classes, storage_options, skipped)
     attrs.update(settings.attrs())
-    with _sole_writer(target, storage_options, overwrite):
+    with sole_writer(target, storage_options, overwrite):
         parts = None if target.url else parts_of(listing, target.path, settings.key())
         with (
             parts_kept_unless_refused(parts, target),
             decoded(listing, settings.workers, settings.decoding(), parts) as results,
         ):
             meta = _write(
-                results, listing, target, settings, attrs, storage_options, skipped, progress, relabelled=bool(labels)
+                results,
+                listing,
+                target,
+                settings,
+                attrs,
+                storage_options,
+                skipped,
+                progress,
+                relabelled=bool(labels or classes),
             )
     shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
     return Report(
@@ -260,80 +265,6 @@ class _Settings:
         return attrs
 
 
-def _refuse_output(target: Location, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
-    """An output that is not a .h5 name, or that exists (unless `overwrite`), refused; so are storage
-    options that carry credentials (they would be written with the run)."""
-    secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
-    if secrets:
-        raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
-    if not target.text.lower().endswith((".h5", ".hdf5")):
-        raise BigbatchError(f"output {target.name} must end in .h5 (data.path recognises data files by it)")
-    if not target.url:
-        _refuse_local(target)
-    if not overwrite and _exists(target, storage_options):
-        raise BigbatchError(
-            f"output {target.name} exists: give --overwrite to replace it (runs trained on it then refuse to "
-            "resume: its content changes), or another name"
-        )
-    if target.url:
-        _probe(target, storage_options)
-
-
-def _refuse_local(target: Location) -> None:
-    """A local output that is a folder, or under a file, refused before anything is decoded."""
-    if target.path.is_dir():
-        raise BigbatchError(f"output {target.name} is a folder; give a file in it, e.g. {target.path / 'data.h5'}")
-    above = target.path.parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
-    if not above.is_dir():
-        raise BigbatchError(f"output {target.name} cannot be written: {above} is a file, not a folder")
-
-
-def _probe(target: Location, storage_options: dict[str, Any] | None) -> None:
-    """An object written beside a URL output and removed, so that a missing bucket or a refused write is said
-    before anything is decoded, not after."""
-    fs, path = target.fs(storage_options)
-    probe = f"{path.rsplit('/', 1)[0]}/.{path.rsplit('/', 1)[-1]}.probe-{os.getpid()}"
-    try:
-        fs.pipe_file(probe, b"")
-    except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
-        raise BigbatchError(
-            f"cannot write output {target.name}: {type(e).__name__}: {e} (check the bucket, the credentials and "
-            "the endpoint)"
-        ) from None
-    try:
-        fs.rm_file(probe)
-    except Exception:  # noqa: BLE001 -- (allowed to write but not to delete: the empty object stays)
-        warn(f"could not remove the empty object {probe} this prepare wrote to check the output can be written")
-
-
-@contextmanager
-def _sole_writer(target: Location, storage_options: dict[str, Any] | None, overwrite: bool) -> Iterator[None]:
-    """One prepare at a time writes a local output: two would share its parts folder, and the one resumed
-    could take images made with the other's settings. (A URL output has no parts; its object is put whole.)"""
-    if target.url:
-        yield
-        return
-
-    def busy(folder: Path, pid: str, held_by: str) -> str:
-        return (
-            f"output {target.name} is being written by another prepare ({held_by}); wait for it to end, or give "
-            "this one another output"
-        )
-
-    try:
-        target.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = lock_folder(target.path.parent, f".{target.path.name}.lock", busy)
-    except OSError as e:  # (a folder this user may not write, a read-only file system)
-        raise BigbatchError(f"cannot write output {target.name}: {e.strerror or e}; choose another output") from None
-    try:
-        _refuse_output(target, storage_options, overwrite)  # (again: the other may have written it meanwhile)
-        yield
-    finally:
-        unlock_folder(lock, remove=True)
-
-
 def _listed(
     source: Location,
     settings: _Settings,
@@ -349,6 +280,15 @@ def _listed(
         raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
     if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
         listing = _labelled(listing, labels, classes, storage_options, skipped, settings.strict)
+    elif classes:  # class folders numbered as the training file's (a validation set lacking a class)
+        if not listing.class_names:
+            raise BigbatchError(
+                f"--classes numbers class folders or a --labels file's classes as TRAIN.h5 does, and {source.name} "
+                "has no class folders: give --labels FILE.csv too"
+            )
+        from bigbatch.data.labels import renumber
+
+        listing = renumber(listing, _training_classes(classes, storage_options), f"--classes {public_name(classes)}")
     if settings.limit is not None:
         listing = listing.subset(settings.limit)
     for name in listing.outside:
@@ -462,17 +402,9 @@ def _labelled(
     strict: bool,
 ) -> Listing:
     """The listing labelled by the `labels` file (class order from the data file `classes`)."""
-    from bigbatch.data.hdf5 import read_meta
     from bigbatch.data.labels import read_labels, relabel
 
-    if classes and classes.startswith("builtin:"):
-        raise BigbatchError(
-            f"--classes {classes}: give the data file the training images were prepared into (DATA.h5), whose "
-            "class order the labels take"
-        )
-    names = read_meta(classes, storage_options)["class_names"] if classes else None
-    if classes and not names:
-        raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
+    names = _training_classes(classes, storage_options) if classes else None
     table = read_labels(labels, storage_options)  # (a file it refuses is refused before the warning below)
     if names is None:  # (a validation set missing a class would be numbered off by one against its training set)
         warn(
@@ -486,6 +418,21 @@ def _labelled(
     for name in missing:
         _skip(skipped, f"{name} (in {what})", "labelled, but not in the source", strict)
     return labelled
+
+
+def _training_classes(classes: str, storage_options: dict[str, Any] | None) -> list[str]:
+    """The class names of the training data file `classes`, in its order."""
+    from bigbatch.data.hdf5 import read_meta
+
+    if classes.startswith("builtin:"):
+        raise BigbatchError(
+            f"--classes {classes}: give the data file the training images were prepared into (DATA.h5), whose "
+            "class order the labels take"
+        )
+    names = read_meta(classes, storage_options)["class_names"]
+    if not names:
+        raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
+    return names
 
 
 def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:
@@ -549,13 +496,6 @@ def _with_masks(
             return f"mask {found[0]} is {mask.shape[1]}x{mask.shape[0]}, the image {image.shape[1]}x{image.shape[0]}"
         channels.append(mask[..., None])
     return np.concatenate(channels, axis=2)
-
-
-def _exists(out: Location, storage_options: dict[str, Any] | None) -> bool:
-    if not out.url:
-        return os.path.lexists(out.path)
-    fs, path = out.fs(storage_options)
-    return bool(fs.exists(path))
 
 
 def _prepare_builtin(

@@ -51,6 +51,13 @@ from bigbatch.tasks.gan.sheets import Sheets
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_face_sets, refuse_sections, register
 
 
+def check_path_length(cfg: Config, G: nn.Module) -> None:
+    """train.pl_weight only where G has a mapping network to regularize (also checked by --dry-run)."""
+    if cfg.train.pl_weight and not getattr(G, "supports_path_length", False):
+        cfg.train._fail("pl_weight", f"needs a G with a mapping network (model.name = \"stylegan2\"); "
+                        f"{cfg.model.name}'s has none: set it to 0")  # fmt: skip
+
+
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
     """G and D as the config describes them, initialised from train.seed (the caller's global RNG is
     left as it was)."""
@@ -139,9 +146,7 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
         )
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
-    if t.pl_weight and not getattr(G, "supports_path_length", False):
-        t._fail("pl_weight", f"needs a G with a mapping network (model.name = \"stylegan2\"); {cfg.model.name}'s has "
-                "none: set it to 0")  # fmt: skip
+    check_path_length(cfg, G)
     # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
     announce = not quiet and rep.is_main
     pretrained = init_from(t.init_from, G, D, announce) if t.init_from and resumed_at is None else None

@@ -1,0 +1,95 @@
+"""`prepare`'s output, checked before anything is decoded: its name, whether it exists, that it can be
+written (a local folder, a bucket), and one writer at a time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.files import lock_folder, unlock_folder
+from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials
+
+
+def refuse_output(target: Location, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
+    """An output that is not a .h5 name, or that exists (unless `overwrite`), refused; so are storage
+    options that carry credentials (they would be written with the run)."""
+    secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
+    if secrets:
+        raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
+    if not target.text.lower().endswith((".h5", ".hdf5")):
+        raise BigbatchError(f"output {target.name} must end in .h5 (data.path recognises data files by it)")
+    if not target.url:
+        _refuse_local(target)
+    if not overwrite and _exists(target, storage_options):
+        raise BigbatchError(
+            f"output {target.name} exists: give --overwrite to replace it (runs trained on it then refuse to "
+            "resume: its content changes), or another name"
+        )
+    if target.url:
+        _probe(target, storage_options)
+
+
+def _refuse_local(target: Location) -> None:
+    """A local output that is a folder, or under a file, refused before anything is decoded."""
+    if target.path.is_dir():
+        raise BigbatchError(f"output {target.name} is a folder; give a file in it, e.g. {target.path / 'data.h5'}")
+    above = target.path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise BigbatchError(f"output {target.name} cannot be written: {above} is a file, not a folder")
+
+
+def _probe(target: Location, storage_options: dict[str, Any] | None) -> None:
+    """An object written beside a URL output and removed, so that a missing bucket or a refused write is said
+    before anything is decoded, not after."""
+    fs, path = target.fs(storage_options)
+    probe = f"{path.rsplit('/', 1)[0]}/.{path.rsplit('/', 1)[-1]}.probe-{os.getpid()}"
+    try:
+        fs.pipe_file(probe, b"")
+    except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
+        raise BigbatchError(
+            f"cannot write output {target.name}: {type(e).__name__}: {e} (check the bucket, the credentials and "
+            "the endpoint)"
+        ) from None
+    try:
+        fs.rm_file(probe)
+    except Exception:  # noqa: BLE001 -- (allowed to write but not to delete: the empty object stays)
+        warn(f"could not remove the empty object {probe} this prepare wrote to check the output can be written")
+
+
+@contextmanager
+def sole_writer(target: Location, storage_options: dict[str, Any] | None, overwrite: bool) -> Iterator[None]:
+    """One prepare at a time writes a local output: two would share its parts folder, and the one resumed
+    could take images made with the other's settings. (A URL output has no parts; its object is put whole.)"""
+    if target.url:
+        yield
+        return
+
+    def busy(folder: Path, pid: str, held_by: str) -> str:
+        return (
+            f"output {target.name} is being written by another prepare ({held_by}); wait for it to end, or give "
+            "this one another output"
+        )
+
+    try:
+        target.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = lock_folder(target.path.parent, f".{target.path.name}.lock", busy)
+    except OSError as e:  # (a folder this user may not write, a read-only file system)
+        raise BigbatchError(f"cannot write output {target.name}: {e.strerror or e}; choose another output") from None
+    try:
+        refuse_output(target, storage_options, overwrite)  # (again: the other may have written it meanwhile)
+        yield
+    finally:
+        unlock_folder(lock, remove=True)
+
+
+def _exists(out: Location, storage_options: dict[str, Any] | None) -> bool:
+    if not out.url:
+        return os.path.lexists(out.path)
+    fs, path = out.fs(storage_options)
+    return bool(fs.exists(path))
