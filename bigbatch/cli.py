@@ -387,7 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
     ry.add_argument("--address", help="the Ray cluster: auto (this node's), or ray://HEAD:10001")
     ry.add_argument("--local", type=int, default=0, help="instead: start a local Ray instance with N CPU ranks")
     ry.add_argument("--nprocs", type=int, help="ranks (default: one per GPU of the cluster, or --local N)")
-    ry.add_argument("--gpus-per-rank", type=float, help="GPUs each rank holds (default: 1 if the cluster has GPUs)")
+    ry.add_argument(
+        "--gpus-per-rank",
+        type=float,
+        help="GPUs each rank holds: 1, or 0 for CPU ranks (default: 1 if the cluster has GPUs)",
+    )
     for engine in (dk, ry):
         engine.add_argument(
             "--grace", type=float, default=60.0, help="seconds a stopped rank may take to save (then SIGKILL)"
@@ -535,6 +539,14 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
+        if "does not have a deterministic implementation" in str(e):  # (train.deterministic on a GPU)
+            op = str(e).split()[0]
+            print(
+                f"bigbatch: error: {op} has no deterministic kernel on this device, and train.deterministic = true "
+                "refuses the others: set train.deterministic = false, or drop what runs it",
+                file=sys.stderr,
+            )
+            return 2
         if not _lost_peer(e):
             raise
         # Another rank died: its own error is the one to read; this one's is one line, not a traceback.

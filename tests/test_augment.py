@@ -222,3 +222,21 @@ def test_a_compiled_run_takes_its_lazy_r1_steps_eagerly(monkeypatch):
     assert counters["aot_autograd"]["ok"] > 0  # (the step between went through AOTAutograd)
     eager = two_d_steps(False)
     assert float((compiled - eager).norm() / eager.norm()) <= 1e-5
+
+
+def test_r1_through_a_d_whose_attention_runs_fused_kernels(monkeypatch):
+    # Found by reading: on a GPU BigGAN's attention runs scaled_dot_product_attention, whose fused kernels have
+    # no derivative of their backward, and R1 differentiates D's gradient: its first step failed there. CPU
+    # attention takes a fused kernel here as well (PyTorch's flash kernel for CPU, as twice underivable).
+    from bigbatch.models import biggan
+
+    monkeypatch.setattr(biggan, "FUSED_ON", ("cpu", "cuda"))
+    cfg = bigbatch.preset("digits").override(
+        {"model.name": "biggan", "data.resolution": 32, "model.ch": 4, "model.dim_z": 8,
+         "model.options": {"g_attn": 16, "d_attn": 16}, "train.batch": 8, "train.micro_batch": 8,
+         "train.device": "cpu", "train.r1_gamma": 1.0}
+    )  # fmt: skip
+    task = build_task(cfg, replicator_for(cfg), load_data("builtin:digits", 32))
+    assert "r1_penalty" in task.d_step(0) and all(
+        p.grad is None or p.grad.isfinite().all() for p in task.D.parameters()
+    )

@@ -262,3 +262,20 @@ def test_positionals_may_stand_after_the_options(capsys, tmp_path):
     assert "nowhere does not exist" in err and err.count("\n") == 1
     code, out, err = run_cli(capsys, "eval", str(a), "--metrics", "fid", "b", "c")
     assert code == 2 and "unrecognized arguments: c" in err
+
+
+def test_an_op_without_a_deterministic_kernel_is_one_line(capsys, monkeypatch):
+    # Found by reading: on a GPU, train.deterministic met ops whose CUDA kernels are not (AdaptiveAvgPool2d's
+    # backward, a float cumsum) in a traceback. PyTorch's own error, from an op that has none on a CPU either.
+    import bigbatch.loop
+    from bigbatch.engine.determinism import deterministic_kernels
+
+    def train(*args, **kwargs):
+        with deterministic_kernels(True):
+            torch.zeros(3).put_(torch.tensor([0]), torch.tensor([1.0]))
+
+    monkeypatch.setattr(bigbatch.loop, "train", train)
+    code, out, err = run_cli(capsys, "train", "train.kimg=0.1", "train.deterministic=true")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "bigbatch: error: put_ has no deterministic kernel on this device" in err
+    assert "set train.deterministic = false" in err

@@ -401,6 +401,28 @@ def test_the_optimizers_are_fused_on_the_gpu_and_resume_bit_exact(tiny, tmp_path
     assert weights(bigbatch.train(cfg, run_dir=tmp_path / "parts", resume=True, quiet=True)) == whole
 
 
+def test_deterministic_classifiers_swaps_and_r1_through_attention_train_on_the_gpu(faces, tmp_path):
+    # Found by reading: ResNet's AdaptiveAvgPool2d backward and the idt colour transfer's float cumsum have no
+    # deterministic CUDA kernels; R1 differentiated the fused attention kernels' backward, which has none.
+    classifier = bigbatch.preset("fashion_resnet").override(
+        {"data.path": "builtin:digits", "data.val_path": "", "data.resolution": 16, "model.name": "resnet_cifar",
+         "model.ch": 8, "model.options": {"depth": 8}, "train.batch": 32, "train.device": "cuda", "eval.every_kimg": 0,
+         "train.kimg": 0.064, "train.deterministic": True}
+    )  # fmt: skip
+    assert (bigbatch.train(classifier, run_dir=tmp_path / "classify", quiet=True) / "checkpoints" / "latest").exists()
+    from test_swap import swap_config
+
+    swap = swap_config(*faces, **{"train.device": "cuda", "train.kimg": 0.008, "train.deterministic": True})
+    swap = swap.override({"swap.ct_mode": "idt"})
+    assert (bigbatch.train(swap, run_dir=tmp_path / "swap", quiet=True) / "checkpoints" / "latest").exists()
+    gan = bigbatch.preset("digits").override(
+        {"model.name": "biggan", "data.resolution": 32, "model.ch": 8, "model.dim_z": 16, "train.batch": 16,
+         "model.options": {"g_attn": 16, "d_attn": 16}, "train.device": "cuda", "train.r1_gamma": 1.0,
+         "train.kimg": 0.032, "train.precision": "bf16"}
+    )  # fmt: skip
+    assert (bigbatch.train(gan, run_dir=tmp_path / "r1", quiet=True) / "checkpoints" / "latest").exists()
+
+
 @pytest.mark.compiles
 def test_a_run_as_cuda_graphs_resumes_bit_exact(tiny, tmp_path):
     # Issue 43's point 5: replayed graphs run the kernels the recording ran, so a resumed run (recorded again)

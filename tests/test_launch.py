@@ -138,14 +138,14 @@ def test_a_launched_rank_that_has_ended_ignores_a_late_sigterm(tmp_path):
 def test_ray_rank_counts_follow_the_cluster():
     gpus = {"CPU": 32.0, "GPU": 8.0}
     assert ray_ranks(gpus, None, None) == (8, 1.0)  # one rank per GPU
-    assert ray_ranks(gpus, None, 0.5) == (16, 0.5)  # two ranks share each GPU
     assert ray_ranks(gpus, 4, None) == (4, 1.0)
     assert ray_ranks({"CPU": 4.0}, 2, None) == (2, 0.0)
     for resources, nprocs, per, words in [
         ({"CPU": 4.0}, None, None, r"give the number of CPU ranks \(--nprocs N, in Python nprocs=N\)"),
         ({"CPU": 4.0}, 5, None, "do not fit"),
         (gpus, 9, None, "do not fit"),
-        (gpus, None, 2.0, "a rank trains on one GPU"),
+        (gpus, None, 2.0, "a rank trains on a GPU of its own"),
+        (gpus, None, 0.5, r"must be 1 \(a rank trains on a GPU of its own\) or 0 \(CPU ranks\), got 0.5"),  # NCCL
         ({"CPU": 4.0}, 0, None, "--nprocs must be a number of ranks, 1 or more, got 0"),  # (it trained on all)
     ]:
         with pytest.raises(bigbatch.BigbatchError, match=words):

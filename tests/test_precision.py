@@ -175,3 +175,20 @@ def test_a_run_that_never_took_a_step_says_so_when_it_stops():
     said = str(e.value)
     assert "3 of the last 4 clf steps had a non-finite loss" in said and "; 19 of its 19 skipped in all)" in said
     assert "training stopped with its first weights and the last checkpoint intact" in said
+
+
+def test_bf16_is_refused_on_a_gpu_older_than_ampere(monkeypatch):
+    # Found by reading: torch.cuda.is_bf16_supported() says yes where bf16 is emulated (a V100, a T4), and
+    # asked GPU 0 before a rank of several had set its own.
+    from bigbatch.engine import precision
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: asked.append(d) or (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "Tesla T4")
+    with pytest.raises(
+        bigbatch.BigbatchError, match=r"this GPU \(Tesla T4\) has no bf16 kernels .* use precision 'fp16'"
+    ):
+        precision.check("bf16", torch.device("cuda", 3))
+    assert asked == [torch.device("cuda", 3)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (9, 0))
+    precision.check("bf16", torch.device("cuda", 3))  # an H100

@@ -16,8 +16,14 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def check(precision: str, device: torch.device) -> None:
     if precision not in DTYPES:
         raise BigbatchError(f"unknown precision {precision!r}; valid: {', '.join(DTYPES)}")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise BigbatchError("this GPU has no bf16 support; use precision 'fp16' (with loss scaling) or 'fp32'")
+    # bf16 kernels from Ampere (compute capability 8.0) on. (torch.cuda.is_bf16_supported() says yes to older GPUs
+    # too, where bf16 is emulated, slowly, and it asks the current GPU, before a rank of several has set its own.)
+    if precision == "bf16" and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
+        name = torch.cuda.get_device_name(device)
+        raise BigbatchError(
+            f"this GPU ({name}) has no bf16 kernels (they need compute capability 8.0, Ampere, or newer): use "
+            "precision 'fp16' (with loss scaling) or 'fp32'"
+        )
 
 
 def autocast(precision: str, device: torch.device) -> ContextManager:

@@ -45,8 +45,10 @@ def ray_ranks(resources: dict[str, float], nprocs: int | None, gpus_per_rank: fl
     ranks where there is none (then --nprocs is needed); checked against what the cluster holds."""
     gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
     per_rank = (1.0 if gpus else 0.0) if gpus_per_rank is None else gpus_per_rank
-    if not 0 <= per_rank <= 1:
-        raise BigbatchError(f"--gpus-per-rank must be in [0, 1] (a rank trains on one GPU), got {per_rank:g}")
+    if per_rank not in (0, 1):  # (two ranks on one GPU: NCCL refuses them, and both would see it as device 0)
+        raise BigbatchError(
+            f"--gpus-per-rank must be 1 (a rank trains on a GPU of its own) or 0 (CPU ranks), got {per_rank:g}"
+        )
     if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1):
         raise BigbatchError(f"--nprocs must be a number of ranks, 1 or more, got {nprocs!r}")
     n = nprocs if nprocs is not None else (int(gpus // per_rank) if per_rank else 0)

@@ -128,7 +128,6 @@ class ResNet(nn.Module):
             self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
         self.n_stages = len(depths)
         self.feature_dim = in_ch
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(in_ch, n_classes)
 
     def blocks(self) -> list[BasicBlock | Bottleneck]:
@@ -151,7 +150,9 @@ class ResNet(nn.Module):
             x = self.maxpool(x)
         for i in range(self.n_stages):
             x = self.get_submodule(f"layer{i + 1}")(x)
-        return torch.flatten(self.avgpool(x), 1)
+        # The global average as a mean: AdaptiveAvgPool2d's CUDA backward has no deterministic kernel, which
+        # train.deterministic would refuse.
+        return x.mean((2, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Images (N, img_channels, H, W) -> logits (N, n_classes)."""

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bigbatch.data.streams import generator
+from bigbatch.data.streams import generator, host_rows
 from bigbatch.tasks.gan.grid_sample import grid_sample
 
 PARAMS = 32
@@ -298,13 +298,17 @@ def image_filter(x: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
 def noise(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """Gaussian noise of each image's std (params (n, 3): std, its pixels' seed in two 24-bit halves; drawn on
     the CPU, so the same on any device and whichever images share the micro-batch)."""
-    out = []
-    for img, (std, high, low) in zip(x, params.tolist()):
-        if std:
-            g = torch.Generator().manual_seed(int(high) << 24 | int(low))
-            img = img + std * torch.randn(img.shape, generator=g).to(img.device, img.dtype, non_blocking=True)
-        out.append(img)
-    return torch.stack(out) if params[:, 0].any() else x
+    rows = params.tolist()
+    noised = [i for i, (std, _, _) in enumerate(rows) if std]
+    if not noised:
+        return x
+    drawn = host_rows(len(noised), tuple(x.shape[1:]), x.device)  # (pinned for a GPU: one copy that does not wait)
+    for j, i in enumerate(noised):
+        _, high, low = rows[i]
+        torch.randn(drawn.shape[1:], generator=torch.Generator().manual_seed(int(high) << 24 | int(low)), out=drawn[j])
+    drawn = drawn.to(x.device, x.dtype, non_blocking=True)
+    at = {i: j for j, i in enumerate(noised)}
+    return torch.stack([img + rows[i][0] * drawn[at[i]] if i in at else img for i, img in enumerate(x)])
 
 
 def _only(x: torch.Tensor, changed: torch.Tensor, transform) -> torch.Tensor:

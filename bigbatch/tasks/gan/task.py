@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bigbatch import models
 from bigbatch.config import Config
@@ -147,6 +148,12 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
     check_path_length(cfg, G)
+    if cfg.train.deterministic and rep.device.type == "cuda" and "geom" in cfg.augment.transforms:
+        raise BigbatchError(
+            "ADA's geom transform resamples the images with grid_sample, whose CUDA backward has no deterministic "
+            "kernel: with train.deterministic = true, drop geom from augment.policy, or set train.deterministic = "
+            "false"
+        )
     # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
     announce = not quiet and rep.is_main
     pretrained = init_from(t.init_from, G, D, announce) if t.init_from and resumed_at is None else None
@@ -322,13 +329,16 @@ class GANTask:
             fake = self._fake(z, y_fake).to(real.dtype)
         if aug_real is not None:
             real, fake = self.augment(real, aug_real), self.augment(fake, aug_fake)
-        if self._joint_d:
-            y = None if y_real is None else torch.cat([y_real, y_fake])
-            logits = self.D(torch.cat([real, fake]), y).float()
-            logits_real, logits_fake = logits[: len(real)], logits[len(real) :]
-        else:
-            logits_real = self.D(real, y_real).float()
-            logits_fake = self.D(fake, y_fake).float()
+        # R1 differentiates D's gradient, and the fused attention kernels (flash, memory-efficient, cuDNN) have
+        # no derivative of their backward: its steps run attention as the composite of its products.
+        with sdpa_kernel(SDPBackend.MATH) if self._r1 else nullcontext():
+            if self._joint_d:
+                y = None if y_real is None else torch.cat([y_real, y_fake])
+                logits = self.D(torch.cat([real, fake]), y).float()
+                logits_real, logits_fake = logits[: len(real)], logits[len(real) :]
+            else:
+                logits_real = self.D(real, y_real).float()
+                logits_fake = self.D(fake, y_fake).float()
         loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.cfg.train.d_ortho)
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
         if self._r1:

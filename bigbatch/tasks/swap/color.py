@@ -263,9 +263,9 @@ def _histogram_cdf(x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     index = ((x - lo) / (hi - lo).clamp_min(1e-30) * bins).floor().long().clamp(0, bins - 1)
     index = index - (x < edges.gather(1, index)).long()
     index = index + ((x >= edges.gather(1, index + 1)) & (index != bins - 1)).long()
-    ones = torch.ones_like(x, dtype=torch.float32)
-    counts = torch.zeros(x.shape[0], bins, device=x.device).scatter_add_(1, index, ones)
-    cdf = counts.cumsum(1)
+    ones = torch.ones_like(x, dtype=torch.int64)  # (counted in integers: a float cumsum has no deterministic
+    counts = torch.zeros(x.shape[0], bins, dtype=torch.int64, device=x.device).scatter_add_(1, index, ones)
+    cdf = counts.cumsum(1).float()  # CUDA kernel, which train.deterministic refuses; the same values)
     return cdf / cdf[:, -1:]
 
 
