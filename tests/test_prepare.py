@@ -362,3 +362,12 @@ def test_training_reads_a_prepared_file(tiny, tmp_path):
     G = bigbatch.load_generator(run)  # built for the file's classes, which the run recorded
     assert (G.n_classes, G.class_names, G.resolution) == (2, ["cat", "dog house"], 16)
     assert G(torch.randn(2, G.dim_z), torch.tensor([0, 1])).shape == (2, 3, 16, 16)
+
+
+def test_the_list_of_faceless_frames_extract_writes_is_not_a_file_to_prepare(tmp_path):
+    # Found from outside: prepare --strict refused extract's own output ("no_face.txt: not an image"), and without
+    # --strict every prepare of aligned faces listed it as skipped.
+    _folder(tmp_path / "aligned", classes=(), per_class=3)
+    (tmp_path / "aligned" / "no_face.txt").write_text("00009.png\n")
+    report = prepare(str(tmp_path / "aligned"), str(tmp_path / "faces.h5"), strict=True)
+    assert report.count == 3 and read_meta(tmp_path / "faces.h5")["skipped"] == 0

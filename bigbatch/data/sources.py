@@ -25,9 +25,14 @@ RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialias
 BACKGROUND = (255, 255, 255)
 
 
+# What `bigbatch extract` writes beside the aligned faces it makes: the frames in which it found no face.
+NO_FACE_LIST = "no_face.txt"
+
+
 def _hidden(rel: str) -> bool:
-    # Dot files, macOS resource forks and zip folders: operating-system litter, not images.
-    return any(p.startswith(".") or p == "__MACOSX" for p in rel.split("/"))
+    # Dot files, macOS resource forks and zip folders: operating-system litter, not images; and extract's list of
+    # frames without a face, at the top of its output (prepare reads what extract wrote, --strict too).
+    return rel == NO_FACE_LIST or any(p.startswith(".") or p == "__MACOSX" for p in rel.split("/"))
 
 
 @dataclass
