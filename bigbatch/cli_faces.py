@@ -26,9 +26,12 @@ def _extract(args: argparse.Namespace) -> None:
     kind = face_type(args.face_type)
     if not 1 <= args.jpeg_quality <= 100:
         raise BigbatchError(f"--jpeg-quality must be 1 to 100, got {args.jpeg_quality}")
+    size = args.size if args.size is not None else 768 if kind.dfl_name == "head" else 512  # DFL's defaults
+    if not 256 <= size <= 2048:  # DFL's extractor's range
+        raise BigbatchError(f"--size must be 256 to 2048 pixels (DFL's range), got {size}")
     settings = Settings(
         face_type=kind.dfl_name,
-        size=_positive("--size", args.size, 64),
+        size=size,
         jpeg_quality=args.jpeg_quality,
         min_face=_positive("--min-face", args.min_face, 12),
         max_faces=_positive("--max-faces", args.max_faces, 0),
@@ -80,8 +83,13 @@ def _merge(args: argparse.Namespace) -> None:
         hist_threshold=args.hist_threshold,
         masked_hist=not args.no_masked_hist,
     )
-    if args.video and Path(args.video).suffix.lower() not in video.VIDEO_SUFFIXES:
-        raise BigbatchError(f"--video {args.video}: give a video file name ({', '.join(video.VIDEO_SUFFIXES)})")
+    if args.video:
+        video.check_video_out(args.video, "--video")
+    for given, name in ((args.fps, "--fps"), (args.audio_from, "--audio-from"), (args.preset, "--preset")):
+        if given is not None and not args.video:
+            raise BigbatchError(
+                f"{name} needs --video (a setting of the merged video): add --video OUT.mp4, or drop {name}"
+            )
     if args.fps is not None and args.fps <= 0:
         raise BigbatchError(f"--fps must be positive, got {args.fps}")
     if args.audio_from is not None and not Path(args.audio_from).is_file():
@@ -96,13 +104,15 @@ def _merge(args: argparse.Namespace) -> None:
             # x264 on the cores the merge's threads leave (at least one): on two cores one thread, which spends
             # less CPU time than x264's own choice of three.
             threads = max(1, (os.cpu_count() or 1) - merge_threads())
-            writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, args.preset, threads))
-        frames, faces = merge_folder(
+            preset = args.preset or "medium"
+            writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, preset, threads))
+        frames, faces, kept = merge_folder(
             args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type,
             writer=writer,
         )  # fmt: skip
         n = writer.close() if writer is not None else 0
-    print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'})")
+    before = f"; kept {kept} frames merged before" if kept else ""
+    print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
     if writer is not None:
         print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{video.audio_said(audio)}")
 
@@ -114,7 +124,7 @@ def _video(args: argparse.Namespace) -> None:
         n = video.frames_to_folder(args.src, args.out, args.fps)
         print(f"Wrote {n} frames to {args.out} (00001.png on)")
         return
-    n, rate = video.folder_to_video(args.src, args.out, args.fps, args.audio_from, args.preset)
+    n, rate = video.folder_to_video(args.src, args.out, args.fps, args.audio_from, args.preset or "medium")
     print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{video.audio_said(args.audio_from)}")
 
 
@@ -123,7 +133,6 @@ def _preset_argument(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--preset",
-        default="medium",
         choices=PRESETS,
         metavar="PRESET",
         help="x264's speed preset, ultrafast to veryslow (medium, FFmpeg's and so DFL's; at 16 Mbit/s veryfast "
@@ -141,7 +150,9 @@ def add_face_commands(sub: Any) -> None:
     ex.add_argument(
         "--face-type", default="wf", help="h, mf, f, wf (whole face, the default) or head, as DFL's (or its long names)"
     )
-    ex.add_argument("--size", type=int, default=512, help="side of the aligned faces in pixels (default 512)")
+    ex.add_argument(
+        "--size", type=int, help="side of the aligned faces in pixels, 256..2048 (default 512; head: 768, as DFL's)"
+    )
     ex.add_argument("--jpeg-quality", type=int, default=90, help="JPEG quality of the faces (DFL's: 90)")
     ex.add_argument("--min-face", type=int, default=40, help="smallest face side looked for, frame pixels (40)")
     ex.add_argument("--max-faces", type=int, default=0, help="keep at most this many faces a frame, largest first")
@@ -202,7 +213,7 @@ def add_face_commands(sub: Any) -> None:
     fr.add_argument("out", metavar="DIR")
     fr.add_argument("--fps", type=float, help="take this many frames a second (default: every frame)")
     mk = actions.add_parser("make", help="bigbatch video make DIR OUT.mp4: the frames as H.264 (libx264, yuv420p)")
-    mk.add_argument("src", metavar="DIR", help="folder of frames (png or jpg), taken in name order")
+    mk.add_argument("src", metavar="DIR", help="folder of frames (png or jpg), in name order (2.png before 10.png)")
     mk.add_argument("out", metavar="OUT.mp4")
     mk.add_argument("--fps", type=float, help="frame rate (default: --audio-from's, else 25)")
     mk.add_argument("--audio-from", metavar="VIDEO", help="copy this file's audio (AAC 192 kbit/s)")

@@ -41,7 +41,8 @@ def extracted(tmp_path_factory) -> tuple[Path, Path, list]:
     """A made clip (with audio) extracted straight from the video, as a user runs it."""
     root = tmp_path_factory.mktemp("extract")
     mats = _faces.write_video(root / "clip.mp4", N, W, H)
-    assert main(["extract", str(root / "clip.mp4"), str(root / "aligned"), "--workers", "1", "--size", "256"]) == 0
+    args = ["--workers", "1", "--size", "256", "--min-face", "32"]  # (its faces are 38 to 50 px)
+    assert main(["extract", str(root / "clip.mp4"), str(root / "aligned"), *args]) == 0
     return root, root / "aligned", mats
 
 
@@ -114,7 +115,8 @@ def test_a_frames_folder_resumes_and_names_faces_as_the_video_does(extracted, tm
     assert main(["video", "frames", str(root / "clip.mp4"), "frames"]) == 0
     assert sorted(p.name for p in Path("frames").iterdir()) == [f"{i + 1:05d}.png" for i in range(N)]
     cv2.imwrite("frames/00009.png", np.full((H, W, 3), 96, np.uint8))  # no face in it
-    args = ["extract", "frames", "out", "--workers", "1", "--size", "256", "--no-debug", "--no-second-pass"]
+    args = ["extract", "frames", "out", "--workers", "1", "--size", "256", "--min-face", "32", "--no-debug",
+            "--no-second-pass"]  # fmt: skip
     assert main(args) == 0
     first = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.jpg")}
     assert sorted(first) == sorted(p.name for p in aligned.glob("*.jpg"))
@@ -170,6 +172,12 @@ def test_turned_photos_are_found_and_mapped_back(tmp_path, reference):
         (lambda: None, ["*.png", "o"], "matches no images"),
         (lambda: cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)), ["a.png", "o", "--face-type", "x"], "face type"),
         (lambda: cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)), ["a.png", "o", "--size", "8"], "--size"),
+        # found from outside: --size 99999 ran out of memory in a worker (a traceback); DFL's range is 256..2048
+        (
+            lambda: cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)),
+            ["a.png", "o", "--size", "99999"],
+            "--size must be 256 to 2048",
+        ),
         (
             lambda: Path("o").write_text("x") and cv2.imwrite("a.png", np.zeros((8, 8, 3), np.uint8)),
             ["a.png", "o"],
@@ -207,3 +215,104 @@ def test_video_commands_refuse_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "00002.png is 30x22" in err and not Path("o.mp4").exists()
     assert not list(Path(".").glob(".o*"))  # no temporary file left
+
+
+def test_a_rerun_redoes_frames_whose_faces_or_image_changed_and_refuses_another_source(extracted, capsys):
+    # Found from outside: the journal named frames only, so a rerun trusted it when face files were gone or SRC was
+    # another folder or video (a frame "done" there was never extracted from the new one).
+    root, _, _ = extracted
+    assert main(["video", "frames", str(root / "clip.mp4"), "frames"]) == 0
+    args = ["--workers", "1", "--size", "256", "--min-face", "32", "--no-debug", "--no-second-pass"]
+    assert main(["extract", "frames", "out", *args]) == 0
+    first = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.jpg")}
+    Path("out/00002_0.jpg").unlink()
+    cv2.imwrite("frames/00003.png", np.full((H, W, 3), 96, np.uint8))  # the frame replaced: no face now
+    capsys.readouterr()
+    assert main(["extract", "frames", "out", *args]) == 0
+    assert "Extracted 3 faces from 4 frames" in capsys.readouterr().out
+    again = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.jpg")}
+    assert sorted(again) == ["00001_0.jpg", "00002_0.jpg", "00004_0.jpg"]  # 00003's old face removed
+    assert again["00001_0.jpg"] == first["00001_0.jpg"] and again["00004_0.jpg"] == first["00004_0.jpg"]
+    assert Path("out/no_face.txt").read_text() == "00003.png\n"
+    # another source into the same OUT: refused in one line, as other settings are
+    Path("other").mkdir()
+    cv2.imwrite("other/00001.png", np.full((H, W, 3), 96, np.uint8))
+    for src in ("other", str(root / "clip.mp4")):
+        capsys.readouterr()
+        assert main(["extract", src, "out", *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "out holds faces extracted from" in err and "frames" in err and len(err.splitlines()) == 1, err
+    # a video rewritten in place is another video
+    assert main(["extract", str(root / "clip.mp4"), "from_video", *args]) == 0
+    Path("clip.mp4").write_bytes((root / "clip.mp4").read_bytes())
+    assert main(["extract", "clip.mp4", "copy_out", *args]) == 0
+    _faces.write_video(Path("clip.mp4"), 2, W, H, seed=3)
+    capsys.readouterr()
+    assert main(["extract", "clip.mp4", "copy_out", *args]) == 2
+    assert "an earlier version of" in capsys.readouterr().err
+
+
+def test_extract_refuses_an_out_inside_src(capsys):
+    # Found from outside: `extract one one` was accepted, and a rerun extracted faces of the faces.
+    Path("one").mkdir()
+    cv2.imwrite("one/00001.png", np.zeros((64, 64, 3), np.uint8))
+    for out in ("one", "one/faces", "./one/"):
+        capsys.readouterr()
+        assert main(["extract", "one", out, "--workers", "1"]) == 2, out
+        err = capsys.readouterr().err.strip()
+        assert "inside SRC one" in err and len(err.splitlines()) == 1, err
+    assert main(["extract", "one/*.png", "one", "--workers", "1"]) == 2
+    assert sorted(p.name for p in Path("one").iterdir()) == ["00001.png"]
+
+
+def test_video_frames_refuses_a_folder_holding_images_and_make_a_non_video_name(extracted, capsys):
+    # Found from outside: frames of a 12-frame clip written over an 80-frame one's left 80 files; DIR a file said
+    # only "File exists"; `video make FRAMES x.png` raised PyAV's ValueError.
+    root, _, _ = extracted
+    Path("old").mkdir()
+    cv2.imwrite("old/00080.png", np.zeros((8, 8, 3), np.uint8))
+    Path("afile").write_text("x")
+    Path("frames").mkdir()
+    cv2.imwrite("frames/1.png", np.zeros((8, 8, 3), np.uint8))
+    cases = [
+        (["video", "frames", str(root / "clip.mp4"), "old"], "DIR old already holds images: give a new or empty"),
+        (["video", "frames", str(root / "clip.mp4"), "afile"], "DIR afile is a file: give a new or empty folder"),
+        (["video", "make", "frames", "x.png"], "OUT x.png: give a video file name"),
+    ]
+    for args, says in cases:
+        capsys.readouterr()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
+    assert [p.name for p in Path("old").iterdir()] == ["00080.png"]
+
+
+def test_frames_are_taken_in_natural_order(tmp_path):
+    """1.png, 2.png, ..., 10.png: numbers in names compared as numbers by extract, merge and video make (string
+    order put 10.png and 11.png before 2.png)."""
+    import av
+
+    from bigbatch.faces.extract import FrameSource
+
+    Path("frames").mkdir()
+    for i in range(1, 13):
+        cv2.imwrite(f"frames/{i}.png", np.full((16, 16, 3), i * 20, np.uint8))
+    want = [f"{i}.png" for i in range(1, 13)]
+    assert FrameSource("frames").names() == want and FrameSource("frames/*.png").names() == want
+    assert main(["video", "make", "frames", "o.mp4", "--preset", "ultrafast"]) == 0
+    with av.open("o.mp4") as c:
+        levels = [int(f.to_ndarray(format="rgb24").mean().round()) for f in c.decode(video=0)]
+    assert np.abs(np.array(levels) - np.arange(1, 13) * 20).max() <= 3, levels
+
+
+def test_mtcnn_drops_boxes_smaller_than_min_face_after_regression():
+    # Found from outside: the output net's regression shrank boxes below --min-face (a 37 px box at 40), which DFL
+    # drops (no face box with a side under 40).
+    from bigbatch.faces.detect import MTCNN
+
+    image = cv2.resize(_faces.photo(), (96, 96), interpolation=cv2.INTER_AREA)  # a face of about 16 px
+    detect = MTCNN(min_face=12)
+    assert len(detect(image)) == 1
+    for min_face in (20, 24, 28):
+        sides = [min(d.box[2] - d.box[0], d.box[3] - d.box[1]) for d in detect(image, min_face=min_face)]
+        assert all(side >= min_face for side in sides), (min_face, sides)

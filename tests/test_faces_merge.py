@@ -113,7 +113,8 @@ def test_settings_are_checked():
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SMALL = {  # what each README command gets added, for made clips on a CPU in seconds
-    "extract": ["--size", "64", "--workers", "1"],  # (with OUT_debug/, as printed: prepare took OUT/debug for a class)
+    # (with OUT_debug/, as printed: prepare took OUT/debug for a class; the clips' faces are 38 to 50 px)
+    "extract": ["--size", "256", "--workers", "1", "--min-face", "32"],
     "train": [
         'model.options={archi="df-u",ae_dims=16,e_dims=4,d_dims=4,d_mask_dims=2}', "data.resolution=64",
         "train.batch=4", "train.micro_batch=4", "train.kimg=0.008", "checkpoint.every_kimg=0.008",
@@ -343,3 +344,71 @@ def test_a_model_whose_face_type_is_unknown_merges_with_the_aligned_faces_type(w
     assert [cv2.imread(f"m/{i + 1:05d}.png").tobytes() for i in range(4)] == [
         cv2.imread(f"m_own/{i + 1:05d}.png").tobytes() for i in range(4)
     ]
+
+
+def test_a_merge_again_after_its_inputs_changed_merges_every_frame(workflow, capsys):
+    # Found from outside: a frame counted as done when its PNG existed and the merge settings were the same, so a
+    # merge after more training, or after aligned faces were deleted, kept the old frames (and counted them).
+    import os
+
+    root, run = workflow
+    shutil.copytree(root / "dst_aligned", "aligned")
+    shutil.copytree(run, "run")  # (copied with its files' times: the same model)
+    args = ["merge", "run", str(root / "data_dst.mp4"), "aligned", "out", "--color", "none"]
+
+    def merged() -> tuple[str, str, dict]:
+        capsys.readouterr()
+        assert main(args) == 0
+        said = capsys.readouterr()
+        return said.out, said.err, {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.png")}
+
+    out, err, first = merged()
+    assert "Merged 4 faces into 4 frames" in out and "again" not in err and len(first) == 4
+    out, err, again = merged()  # nothing changed: every frame kept, and said to be kept, not merged
+    assert "Merged 0 faces into 0 frames" in out and "kept 4 frames merged before" in out and again == first
+    Path("aligned/00002_0.jpg").unlink()
+    out, err, after = merged()
+    assert "merging all frames again: the aligned faces changed since out was merged" in err
+    assert "Merged 3 faces into 4 frames" in out and "kept" not in out
+    assert all(after[n] != first[n] for n in first)
+    second = video_frames(root / "data_dst.mp4")[1][..., ::-1]
+    assert np.array_equal(cv2.imread("out/00002.png"), second)  # its face gone: the frame as it was
+    (ckpt,) = [p for p in Path("run/checkpoints").iterdir() if p.name[0].isdigit()][-1:]
+    weights = next(ckpt.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # (trained on)
+    out, err, last = merged()
+    assert "merging all frames again: the model changed since out was merged" in err
+    assert "Merged 3 faces into 4 frames" in out and all(last[n] != after[n] for n in after)
+
+
+def video_frames(path: Path) -> list[np.ndarray]:
+    """A video's frames, RGB."""
+    import av
+
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def test_merge_refuses_video_options_without_a_video_and_a_bad_target_before_merging(workflow, capsys):
+    # Found from outside: --fps, --audio-from and --preset without --video were ignored; --video naming a folder
+    # merged every frame and then failed naming a temporary file; OUT a file said "OUT/masks: Not a directory";
+    # a .webm (no H.264 in WebM) failed in PyAV after the merge.
+    root, run = workflow
+    good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned")]
+    Path("adir.mp4").mkdir()
+    Path("afile").write_text("x")
+    cases = [
+        ([*good, "o", "--fps", "30"], "--fps needs --video"),
+        ([*good, "o", "--audio-from", str(root / "data_dst.mp4")], "--audio-from needs --video"),
+        ([*good, "o", "--preset", "fast"], "--preset needs --video"),
+        ([*good, "o", "--video", "adir.mp4"], "--video adir.mp4 is a folder"),
+        ([*good, "o", "--video", "afile/x.mp4"], "afile is a file"),
+        ([*good, "o", "--video", "o.webm"], "--video o.webm: give a video file name"),
+        ([*good, "afile"], "OUT afile is a file"),
+    ]
+    for args, says in cases:
+        capsys.readouterr()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
+    assert not Path("o").exists()  # refused before anything was merged

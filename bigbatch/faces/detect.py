@@ -234,5 +234,9 @@ class MTCNN:
         points = np.stack([bw * points[:, :5] + boxes[:, 0:1] - 1, bh * points[:, 5:] + boxes[:, 1:2] - 1], -1)
         boxes = _regress(boxes, reg, inclusive=True)
         pick = _nms(boxes[:, :4], boxes[:, 4], 0.7, by_min=True)
+        # The regression can shrink a box below the pyramid's floor: drop those, as DFL drops any box with a
+        # side under its 40 px.
+        side = np.minimum(boxes[pick, 2] - boxes[pick, 0], boxes[pick, 3] - boxes[pick, 1])
+        pick = pick[side >= (min_face or self.min_face)]
         faces = [Detection(boxes[i, :4].copy(), float(boxes[i, 4]), points[i]) for i in pick]
         return sorted(faces, key=lambda f: -f.area)

@@ -29,9 +29,9 @@ import numpy as np
 from bigbatch.data.dfl_faces import write_metadata
 from bigbatch.errors import BigbatchError
 from bigbatch.faces import align
-from bigbatch.faces.video import VIDEO_SUFFIXES, Video, frame_name, is_video
+from bigbatch.faces.video import IMAGE_SUFFIXES, VIDEO_SUFFIXES, Video, frame_name, is_video, natural_key
+from bigbatch.files import atomic_write
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 JOURNAL = ".extract.jsonl"
 
 
@@ -61,12 +61,16 @@ class Face:
 
 class FrameSource:
     """Where the frames come from, parsed once from SRC (a video, a folder of images, a glob or one image):
-    `count`, `names()` in order, and `frames()`."""
+    `count`, `names()` in order (numbers in names as numbers: 2.png before 10.png), `frames()`, and what
+    identifies it (`identity()`, a frame's `stat`)."""
 
     def __init__(self, src: str) -> None:
         path = Path(src)
+        self.src = src
         self.video: Path | None = None
         self.files: list[Path] = []
+        self.folder: Path | None = None  # a folder of images
+        self.glob = False
         if path.is_file() and is_video(path):
             self.video = path
             with Video(path) as v:
@@ -78,11 +82,15 @@ class FrameSource:
                 )
             self.files = [path]
         elif path.is_dir():
-            self.files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            self.folder = path
+            images = (p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            self.files = sorted(images, key=natural_key)
             if not self.files:
                 raise BigbatchError(f"{src} holds no images ({', '.join(IMAGE_SUFFIXES)}): give a folder of frames")
         elif any(c in src for c in "*?["):
-            self.files = sorted(Path(p) for p in glob.glob(src) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
+            self.glob = True
+            images = (Path(p) for p in glob.glob(src) if Path(p).suffix.lower() in IMAGE_SUFFIXES)
+            self.files = sorted(images, key=natural_key)
             if not self.files:
                 raise BigbatchError(f"{src} matches no images: check the pattern (quote it so the shell keeps it)")
         else:
@@ -95,6 +103,31 @@ class FrameSource:
                     "would collide; keep one of each"
                 )
             self.count = len(self.files)
+
+    def identity(self) -> dict:
+        """What the source is, for a journal or record to tell it from another: its path (resolved; a glob's
+        pattern made absolute), and for a video its size and time (an image's own are taken by `stat`)."""
+        if self.video is not None:
+            st = self.video.stat()
+            return {"path": str(self.video.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if self.folder is None and not self.glob:
+            return {"path": str(self.files[0].resolve())}
+        return {"path": str(self.folder.resolve() if self.folder is not None else Path(self.src).absolute())}
+
+    def stat(self, name: str) -> list[int] | None:
+        """[size, mtime_ns] of image frame `name` (None for a video's frames)."""
+        if self.video is not None:
+            return None
+        if not hasattr(self, "_by_name"):
+            self._by_name = {p.name: p for p in self.files}
+        st = self._by_name[name].stat()
+        return [st.st_size, st.st_mtime_ns]
+
+    def folders(self) -> set[Path]:
+        """The folders (resolved) whose images are the frames; none for a video or one image."""
+        if self.folder is None and not self.glob:
+            return set()
+        return {p.parent.resolve() for p in self.files}
 
     def names(self) -> list[str] | None:
         """The frames' names in order (None for a video whose container does not say its frame count)."""
@@ -193,7 +226,7 @@ class Extractor:
         h, w = image.shape[:2]
         for rot in (0, 90, 270, 180):
             turned = np.ascontiguousarray(_turn(image, rot))
-            found = self.detect(turned)  # (its pyramid stops at min_face: no size filter after it)
+            found = self.detect(turned)  # (none with a side under min_face)
             if found:
                 break
         if self.settings.max_faces:
@@ -302,13 +335,14 @@ def _frame(name: str, image: np.ndarray | Path) -> tuple[str, int | None]:
     return name, len(files)
 
 
-def _journal(out: Path, settings: Settings) -> dict[str, int | None]:
-    """The frames a killed extract into `out` finished ({name: faces}), after checking it used `settings`."""
+def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, int | None]:
+    """The frames a killed extract into `out` finished ({name: faces}), after checking it used `settings` and
+    `source`. A frame whose image changed since (its size or time), or whose faces are no longer all there, is
+    not done: its faces written before are removed, and it runs again."""
     path = out / JOURNAL
     if not path.exists():
-        path.write_text(json.dumps({"settings": asdict(settings)}) + "\n")
+        atomic_write(path, json.dumps({"settings": asdict(settings), "source": source.identity()}) + "\n")
         return {}
-    done = {}
     lines = path.read_text().splitlines()
     first = json.loads(lines[0]) if lines else {}
     if first.get("settings") != asdict(settings):
@@ -317,12 +351,39 @@ def _journal(out: Path, settings: Settings) -> dict[str, int | None]:
             f"{out} holds faces extracted with other settings ({', '.join(f'{k} {v}' for k, v in was.items())}): "
             "give the same ones to continue, or another OUT"
         )
+    was, now = first.get("source"), source.identity()
+    if was is None:
+        raise BigbatchError(
+            f"{out} holds faces of an older bigbatch's extract, which did not record its source: give another OUT "
+            f"(or delete {path} to extract every frame again)"
+        )
+    if was != now and was.get("path") == now["path"]:
+        raise BigbatchError(
+            f"{out} holds faces extracted from an earlier version of {now['path']} (its size or time differs): "
+            f"give another OUT (or delete {path} to extract every frame again)"
+        )
+    if was != now:
+        raise BigbatchError(
+            f"{out} holds faces extracted from {was.get('path')}: give that source to continue, or another OUT"
+        )
+    rows: dict[str, dict] = {}
     for line in lines[1:]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError:  # the line a kill cut short: that frame runs again
             continue
-        done[row["frame"]] = row["faces"]
+        rows[row["frame"]] = row
+    names = set(source.names() or ())
+    done = {}
+    for name, row in rows.items():
+        faces = [out / f"{Path(name).stem}_{i}.jpg" for i in range(row["faces"] or 0)]
+        if name not in names and names:
+            continue  # (a frame SRC no longer holds: not counted)
+        if (source.stat(name) if name in names else None) == row.get("file") and all(f.is_file() for f in faces):
+            done[name] = row["faces"]
+        else:
+            for f in faces:  # (a frame with fewer faces now would leave its last ones behind)
+                f.unlink(missing_ok=True)
     return done
 
 
@@ -366,6 +427,13 @@ def extract(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BigbatchError(f"OUT {out} is a file: give a folder for the aligned faces (made if it does not exist)")
+    for folder in source.folders():  # (a rerun would extract faces of the faces written there)
+        for mine in (out, debug_folder(out)) if debug else (out,):
+            if mine.resolve() == folder or folder in mine.resolve().parents:
+                raise BigbatchError(
+                    f"{'OUT' if mine == out else 'OUT_debug'} {mine} is inside SRC {src}, whose images a rerun would "
+                    "take for frames: give an OUT outside it"
+                )
     # The models load before anything is written: a --landmarks-model that does not is one line, OUT not made
     # (in a pool, each worker's start printed a traceback before it).
     init = (settings, device, landmarks_model, weights, out, debug, workers > 1)
@@ -378,7 +446,7 @@ def extract(
     out.mkdir(parents=True, exist_ok=True)
     if debug:
         debug_folder(out).mkdir(exist_ok=True)
-    done = _journal(out, settings)
+    done = _journal(out, settings, source)
     if landmarks_model is None and weights is None and not quiet:
         print(f"bigbatch: {LICENCE_NOTE}", file=sys.stderr)
     total = source.count
@@ -389,7 +457,7 @@ def extract(
 
         def record(name: str, faces: int | None) -> None:
             done[name] = faces
-            journal.write(json.dumps({"frame": name, "faces": faces}) + "\n")
+            journal.write(json.dumps({"frame": name, "faces": faces, "file": source.stat(name)}) + "\n")
             journal.flush()
             bar.update(1)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -25,8 +24,7 @@ import torch
 from bigbatch.data.dfl_faces import hull_mask
 from bigbatch.errors import BigbatchError
 from bigbatch.faces import align
-from bigbatch.faces.video import VideoWriter
-from bigbatch.files import atomic_write
+from bigbatch.faces.video import VideoWriter, natural_key
 from bigbatch.tasks.swap import color
 
 MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", "raw-predict", "original")
@@ -349,7 +347,7 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
         raise BigbatchError(f"{folder} is not a folder of aligned faces (what bigbatch extract or DFL wrote)")
     by_frame: dict[str, list[tuple[str, np.ndarray]]] = {}
     kinds = set()
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file())
+    files = [p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file()]
     for p in files:
         try:
             meta = read_metadata(p.read_bytes(), str(p))
@@ -367,7 +365,10 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
         kinds.add(str(meta.get("face_type", "full_face")))
     if not files and not (folder / JOURNAL).is_file():  # (with extract's journal: no face in any frame, none to merge)
         raise BigbatchError(f"{folder} holds no aligned faces (.jpg)")
-    return {stem: [lm for _, lm in sorted(faces, key=lambda f: f[0])] for stem, faces in by_frame.items()}, kinds
+    by_name = {
+        stem: [lm for _, lm in sorted(faces, key=lambda f: natural_key(f[0]))] for stem, faces in by_frame.items()
+    }
+    return by_name, kinds
 
 
 def merge_folder(
@@ -380,15 +381,18 @@ def merge_folder(
     face_type: str | None = None,
     quiet: bool = False,
     writer: VideoWriter | None = None,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """`bigbatch merge`: every frame of `frames` (a folder or a video) with the faces `aligned` holds for it
     swapped by `run`'s model and merged as DFL's merger merges, written whole to OUT/{stem}.png and its mask to
-    OUT/masks/{stem}.png; frames without a face pass through unchanged. A rerun with the same settings skips
-    frames already written (an interrupted merge continues). Each merged frame, in order, also goes to
-    `writer` (`bigbatch merge --video`; a skipped frame is read back from its PNG). Frames are merged on
-    threads while the model swaps the next frames' faces. Returns (frames, faces merged)."""
+    OUT/masks/{stem}.png; frames without a face pass through unchanged. A rerun with the same settings, model,
+    aligned faces and frames (OUT/.merge.json, merge_record) keeps the frames already written (an interrupted
+    merge continues); when any of them changed, the frames merged before are removed and every frame is merged
+    again, said on stderr. Each merged frame, in order, also goes to `writer` (`bigbatch
+    merge --video`; a kept frame is read back from its PNG). Frames are merged on threads while the model swaps
+    the next frames' faces. Returns (frames merged, faces merged, frames kept from before)."""
     from tqdm import tqdm
 
+    from bigbatch.faces import merge_record
     from bigbatch.faces.extract import FrameSource, read_image
     from bigbatch.tasks.swap.load import load_autoencoder
 
@@ -396,6 +400,8 @@ def merge_folder(
     for given, what in ((frames, "FRAMES"), (aligned, "ALIGNED")):  # (merged PNGs would replace what is read)
         if Path(given).is_dir() and Path(out).resolve() == Path(given).resolve():
             raise BigbatchError(f"OUT {out} is the {what} folder, whose files merging would replace: give another OUT")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise BigbatchError(f"OUT {out} is a file: give a folder for the merged frames (made if it does not exist)")
     faces, kinds = aligned_faces(Path(aligned))
     names = source.names()
     missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
@@ -422,20 +428,37 @@ def merge_folder(
 
     out = Path(out)
     (out / "masks").mkdir(parents=True, exist_ok=True)
-    same = _same_settings(out, {**s.__dict__, "run": str(run), "face_type": kind.dfl_name})
-    done = {p.stem for p in out.glob("*.png")} if same else set()
+    record = {
+        "settings": {**s.__dict__, "face_type": kind.dfl_name},
+        "model": merge_record.model_identity(run, model),
+        "aligned": merge_record.aligned_identity(Path(aligned)),
+        "frames": merge_record.frames_identity(source),
+    }
+    changed = merge_record.changed_since(out, record)
+    written = {p.stem for p in out.glob("*.png")}
+    done = written if changed == [] else set()
+    if changed and written:
+        # Removed first: an interrupted merge's rerun (the record now this one's) keeps only frames merged by it,
+        # and frames FRAMES no longer has do not stay for `video make OUT` to mix with these.
+        for stem in written:
+            for path in (out / f"{stem}.png", out / "masks" / f"{stem}.png"):
+                path.unlink(missing_ok=True)
+        print(f"merging all frames again: {' and '.join(changed)} changed since {out} was merged", file=sys.stderr)
+    if changed != []:
+        merge_record.write(out, record)
     bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
-    n = merged = 0
+    n = merged = kept = 0
     workers = merge_threads()
     with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         merging = _Merging(model, faces, kind, s, out, writer, bar, pool, workers)
         try:
             for i, (name, image) in enumerate(source.frames(skip=set())):
                 stem = Path(name).stem
-                n, merged = n + 1, merged + len(faces.get(stem, ()))
                 if stem in done:
+                    kept += 1
                     merging.merged_before(stem)
                     continue
+                n, merged = n + 1, merged + len(faces.get(stem, ()))
                 frame = read_image(image) if isinstance(image, Path) else image
                 if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
                     raise BigbatchError(f"{image} does not decode as an image")
@@ -445,17 +468,7 @@ def merge_folder(
         finally:
             merging.cancel()
             bar.close()
-    return n, merged
-
-
-def _same_settings(out: Path, settings: dict) -> bool:
-    """Whether OUT's frames were merged with `settings` (an interrupted merge of the same command, whose frames
-    stand); records `settings` for the next merge otherwise."""
-    record = out / ".merge.json"
-    if record.exists() and json.loads(record.read_text()) == settings:
-        return True
-    atomic_write(record, json.dumps(settings))
-    return False
+    return n, merged, kept
 
 
 class _Merging:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import threading
 from collections.abc import Iterator
 from fractions import Fraction
@@ -29,6 +30,16 @@ def _av():  # noqa: ANN202 - PyAV's module
     except ImportError:
         raise BigbatchError("video needs PyAV: pip install av") from None
     return av
+
+
+def natural_key(path: str | Path) -> list:
+    """A sort key for frame names that compares runs of digits as numbers: 2.png before 10.png (string order put
+    10.png, 11.png before 2.png)."""
+    parts = re.split(r"(\d+)", Path(path).name)
+    return [(0, int(p), p) if p.isdigit() else (1, 0, p) for p in parts]
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
 
 def frame_name(index: int) -> str:
@@ -82,6 +93,23 @@ def is_video(path: Path) -> bool:
     return path.suffix.lower() in VIDEO_SUFFIXES
 
 
+# The containers that take H.264 (WebM holds VP8/VP9/AV1 only).
+WRITE_SUFFIXES = tuple(s for s in VIDEO_SUFFIXES if s != ".webm")
+
+
+def check_video_out(out: str | Path, name: str) -> None:
+    """Refuse, in one line, a video to write that could not be written: a name no H.264 container has, an
+    existing folder, or a place under a file (said before any work, not by the encoder after it)."""
+    path = Path(out)
+    if path.suffix.lower() not in WRITE_SUFFIXES:
+        raise BigbatchError(f"{name} {out}: give a video file name ({', '.join(WRITE_SUFFIXES)})")
+    if path.is_dir():
+        raise BigbatchError(f"{name} {out} is a folder: give a video file name such as {path / 'out.mp4'}")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise BigbatchError(f"{name} {out}: {parent} is a file, not a folder; give another path for the video")
+
+
 def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = None) -> int:
     """`bigbatch video frames`: every frame of `video` (or `fps` of them a second) as out/00001.png, ...;
     returns how many. Each PNG is written whole (temporary name, then renamed)."""
@@ -90,6 +118,11 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
     if fps is not None and fps <= 0:
         raise BigbatchError(f"--fps must be positive, got {fps}")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BigbatchError(f"DIR {out} is a file: give a new or empty folder for the frames")
+    if out.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in out.iterdir()):
+        # (older frames left there would be mixed with these by extract, merge and video make)
+        raise BigbatchError(f"DIR {out} already holds images: give a new or empty folder for the frames")
     with Video(video) as v:
         out.mkdir(parents=True, exist_ok=True)
         written, due = 0, 0.0
@@ -297,17 +330,19 @@ def folder_to_video(
     audio_from: str | Path | None = None,
     preset: str = "medium",
 ) -> tuple[int, Fraction]:
-    """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order as a video; the frame rate is `fps`,
-    else `audio_from`'s (a video), else 25. Returns (frames, rate)."""
+    """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order (numbers as numbers) as a video; the
+    frame rate is `fps`, else `audio_from`'s (a video), else 25. Returns (frames, rate)."""
     import cv2
     import numpy as np
 
     folder = Path(folder)
     if not folder.is_dir():
         raise BigbatchError(f"{folder}: no such folder of frames")
-    names = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.is_file())
+    frames = (p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.is_file())
+    names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
+    check_video_out(out, "OUT")
     if fps is not None and fps <= 0:
         raise BigbatchError(f"--fps must be positive, got {fps}")
     if audio_from is not None and not Path(audio_from).is_file():

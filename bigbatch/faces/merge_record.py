@@ -1,0 +1,73 @@
+"""What a merge's OUT was merged from (OUT/.merge.json): its settings, the model (its checkpoint or DFL folder and
+its weight files' names, sizes and times), the aligned faces and the frames, so that a rerun keeps the frames an
+interrupted merge of the same inputs wrote, and merges every frame again when any input changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bigbatch.files import atomic_write
+
+RECORD = ".merge.json"
+# The record's parts, and what changed when one differs (said in the line that says all frames merge again).
+PARTS = {"settings": "the merge settings", "model": "the model", "aligned": "the aligned faces", "frames": "the frames"}
+
+
+def files_digest(paths: Iterable[Path]) -> str:
+    """A short hash of files' names, sizes and modification times: changes when any is added, gone or rewritten."""
+    rows = []
+    for p in paths:
+        st = p.stat()
+        rows.append([p.name, st.st_size, st.st_mtime_ns])
+    return hashlib.sha256(json.dumps(sorted(rows)).encode()).hexdigest()[:20]
+
+
+def model_identity(run: str | Path, model: Any) -> dict:
+    """The model a merge swaps with: the checkpoint it was read from (a run's newest at the time), or the DFL
+    model's folder and name, with its files' digest (more training writes other weights)."""
+    from bigbatch.tasks.swap.load import dfl_model
+
+    named = dfl_model(run)
+    if named is not None:
+        folder, name = named
+        files = [p for p in folder.glob(f"{name}_SAEHD_*" if name else "*_SAEHD_*") if p.is_file()]
+        return {"path": str(folder.resolve()), "name": name, "files": files_digest(files)}
+    folder = Path(model.checkpoint).resolve()
+    return {"path": str(folder), "files": files_digest(p for p in folder.iterdir() if p.is_file())}
+
+
+def aligned_identity(folder: Path) -> dict:
+    """The aligned faces: the folder and its JPEGs' digest (faces deleted or extracted again change it)."""
+    faces = [p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file()]
+    return {"path": str(folder.resolve()), "files": files_digest(faces)}
+
+
+def frames_identity(source: Any) -> dict:
+    """The frames (an extract FrameSource): a video's path, size and time, or the images' folder and digest."""
+    found = dict(source.identity())
+    if source.files:
+        found["files"] = files_digest(source.files)
+    return found
+
+
+def changed_since(out: Path, record: dict) -> list[str] | None:
+    """What differs between OUT's record and `record` (named as PARTS): [] when nothing does (an interrupted
+    merge of the same inputs, whose frames stand), None when OUT has no record."""
+    try:
+        was = json.loads((out / RECORD).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # (a record not ours to read: merged again)
+        was = {}
+    if was == record:
+        return []
+    return [said for key, said in PARTS.items() if was.get(key) != record.get(key)] or [PARTS["settings"]]
+
+
+def write(out: Path, record: dict) -> None:
+    """`record` as OUT's, for the next merge into OUT."""
+    atomic_write(out / RECORD, json.dumps(record))
