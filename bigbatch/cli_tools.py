@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -171,7 +171,6 @@ def check_local_data(cfg: Any) -> None:
     foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
     first). builtin: and URLs are left to training."""
     from bigbatch.data.hdf5 import read_meta
-    from bigbatch.errors import warn
     from bigbatch.urls import Location
 
     for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
@@ -222,6 +221,8 @@ def run_stats(args: argparse.Namespace) -> None:
         )
     resolution = stored or args.resolution or 32
     data = load_data(args.data, resolution)
+    if args.n is not None and args.n > len(data):
+        warn(f"{args.data} holds {len(data)} images, fewer than --n {args.n}: using all of them")
     ext = feature_extractor(args.extractor, data)  # the data set's own classifier is trained (and cached) here
     from bigbatch.metrics.features import progress
 

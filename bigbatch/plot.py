@@ -65,7 +65,7 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
                 continue  # a constant batch says nothing; an fp32 run has no loss scale
             if title.startswith("steps skipped") and not any(r.get(k) for r in logs for k in present):
                 continue
-            series += [(_label(names[run], k, len(present), several), k, logs, None) for k in present]
+            series += [(_label(names[run], k, len(present), several), k, logs, None, run) for k in present]
         if series:
             panels.append((title, series, title.startswith("fp16")))
     for metric in EVAL_METRICS:
@@ -73,9 +73,10 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
         for run, (_, evals) in data.items():
             if any(_finite(r.get(metric)) for r in evals):
                 spread = f"{metric}_std" if any(f"{metric}_std" in r for r in evals) else None
-                series.append((names[run] if several else metric, metric, evals, spread))
+                series.append((names[run] if several else metric, metric, evals, spread, run))
         if series:
-            where = "held-out split" if metric.startswith("val_") else f"eval, n={_eval_n(runs)}"
+            shown = [run for *_, run in series]  # (eval.n of the runs drawn here, not of every run)
+            where = "held-out split" if metric.startswith("val_") else f"eval, n={_eval_n(shown)}"
             panels.append((f"{metric} ({where})", series, False))
     if not panels:
         where = f"{runs[0]}/metrics.jsonl holds" if not several else "the runs' metrics.jsonl hold"
@@ -84,23 +85,32 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
     cols = 2 if len(panels) > 1 else 1
     rows_n = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows_n, cols, figsize=(6 * cols, 3.2 * rows_n), squeeze=False)
+    # One colour per run in every panel (matplotlib's cycle restarts in each, giving a run another colour where
+    # another run has no curve); a run's several curves in a panel told apart by their line style.
+    colours = {run: f"C{i % 10}" for i, run in enumerate(runs)}
     for ax, (title, series, log_y) in zip(axes.flat, panels):
-        for label, key, source, spread in series:
+        styles: dict[Path, int] = {}
+        for label, key, source, spread, run in series:
             points = [
                 (r["kimg"], r[key], r[spread] if spread and _finite(r.get(spread)) else 0.0)
                 for r in source
                 if _finite(r.get(key))
             ]
             x, y, s = (list(v) for v in zip(*points))
-            ax.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=label)
+            colour = colours[run] if several else None
+            style = ("-", "--", ":", "-.")[styles.get(run, 0) % 4] if several else "-"
+            styles[run] = styles.get(run, 0) + 1
+            ax.plot(x, y, style, color=colour, marker="o" if len(x) < 30 else None, markersize=3, label=label)
             if spread:
-                ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], alpha=0.2)
+                ax.fill_between(
+                    x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], color=colour, alpha=0.2
+                )
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("kimg")
         ax.grid(alpha=0.3)
         if log_y:
             ax.set_yscale("log", base=2)
-        if len(series) > 1:
+        if len(series) > 1 or several:  # (whose curve it is, when several runs are drawn)
             ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
@@ -132,6 +142,9 @@ def _expand(paths: list[Path]) -> list[Path]:
     for p in paths:
         if not p.is_dir():
             raise BigbatchError(f"{p} is not a run directory (nor a folder of runs)")
+        if p.resolve().parent.name == "checkpoints" and (p.resolve().parent.parent / "metrics.jsonl").exists():
+            run = p.resolve().parent.parent
+            raise BigbatchError(f"{p} is a checkpoint of the run {run}, whose curves it does not hold: plot the run")
         if (p / "metrics.jsonl").exists() or (p / "config.toml").exists():
             runs.append(p)
             continue

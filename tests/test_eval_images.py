@@ -280,6 +280,10 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     (sets / "run").mkdir()
     (sets / "run" / "config.toml").write_text("")
     (sets / "notdata.h5").write_text("not data")
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.zeros(2)}, str(sets / "G_ema.safetensors"))  # a model's weights, not statistics
+    (sets / "junk.safetensors").write_text("hi")
     for argv, words in [
         (["nowhere", "ref.h5"], "A: nowhere does not exist"),
         (["a", "nowhere"], "B: nowhere does not exist"),
@@ -299,6 +303,10 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a"], "needs a reference B"),
         (["notdata.h5"], "notdata.h5': not an HDF5 file"),  # (it said B was missing)
         (["a", "run"], "is a run"),
+        # Found from outside: "delete it to recompute" of a user's own file, and weights called statistics.
+        (["a", "G_ema.safetensors"], "B: G_ema.safetensors holds no feature statistics (no mu and sigma"),
+        (["a", "junk.safetensors"], "B: junk.safetensors holds no feature statistics"),
+        (["G_ema.safetensors"], "A: G_ema.safetensors holds no feature statistics"),
         (["a", "ref.h5", "--truncation", "1"], "--truncation applies to a run's generator"),
         (["a", "ref.h5", "--n", "0"], "--n must be at least 1"),
         (["a", "ref.h5", "--metrics", "fid,lpips"], "unknown metric 'lpips'"),
@@ -310,3 +318,47 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     # The classifier extractor trains on the reference images, which a statistics file does not hold.
     assert main(["eval", str(sets / "a"), str(sets / "stats.npz"), "--extractor", "classifier"]) == 2
     assert "trains on the reference images" in capsys.readouterr().err
+
+
+def test_what_eval_can_score_without_is_said_before_the_work(sets, capsys, tiny):
+    """Found from outside: statistics without features failed the default metrics on KID; an A of one image was
+    refused only after B's statistics were made; IS of one image a split scored 1 without a word; a run was not
+    scored against B once its own data file had moved."""
+    stats = M.reference_stats(load_data(str(sets / "ref.h5"), 16), STANDIN, features=False)
+    np.savez(sets / "stats.npz", mu=stats.mu, sigma=stats.sigma)
+    assert main(["eval", str(sets / "a"), str(sets / "stats.npz"), "--extractor", "standin"]) == 0
+    out, err = capsys.readouterr()
+    scores = json.loads(out.strip().splitlines()[-1])
+    assert "fid" in scores and "kid" not in scores and "KID left out: B holds the mean and covariance" in err
+    np.savez(sets / "one.npz", pictures(1, 3))
+    assert main(["eval", str(sets / "one.npz"), str(sets / "other"), "--extractor", "standin"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"bigbatch: error: A: {sets / 'one.npz'} holds 1 image; scoring needs at least 2\n"
+    assert main(["eval", str(sets / "a"), "--metrics", "is", "--n", "12", "--extractor", "standin"]) == 0
+    assert "IS of 12 images in 10 splits: a split of one image scores 1" in capsys.readouterr().err
+    cfg = tiny.override({"data.path": str(sets / "ref.h5"), "model.conditional": False, "train.kimg": 0.064})
+    run = bigbatch.train(cfg, run_dir=sets / "run", quiet=True)
+    (sets / "ref.h5").rename(sets / "moved.h5")
+    against = score(capsys, run, sets / "stats.npz", "--metrics", "fid", "--n", "8")
+    assert against["reference"] == str(sets / "stats.npz") and against["fid"] > 0
+    for argv, words in [
+        ([run, "--resolution", "64"], "a run is scored against its own data set at its data.resolution"),
+        ([run, "--n", "8"], "cannot open data set"),  # (the run's own data set, when it is the reference)
+    ]:
+        assert main(["eval", *map(str, argv), "--extractor", "standin"]) == 2
+        assert words in capsys.readouterr().err
+
+
+def test_cached_statistics_do_not_stand_for_a_data_file_edited_in_place(sets, capsys):
+    # Found from outside: inverting ref.h5's images in place kept the content hash prepare wrote, and the
+    # statistics cached for that hash scored the edited file (the same FID as before).
+    import h5py
+
+    before = score(capsys, sets / "a", sets / "ref.h5", "--metrics", "fid")
+    os.utime(sets / "ref.h5")  # touched, not changed: checked once, then the statistics stand
+    assert score(capsys, sets / "a", sets / "ref.h5", "--metrics", "fid") == before
+    with h5py.File(sets / "ref.h5", "r+") as f:
+        f["images"][...] = 255 - f["images"][...]
+    assert main(["eval", str(sets / "a"), str(sets / "ref.h5"), "--metrics", "fid", "--extractor", "standin"]) == 2
+    err = capsys.readouterr().err
+    assert f"data file {sets / 'ref.h5'} is damaged: its content hash is" in err and "prepare it again" in err

@@ -221,6 +221,25 @@ def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["plot", "sweep/batch16", "sweep/batch32"]) == 0  # (the working folder is tmp_path)
     assert capsys.readouterr().out.strip() == "sweep/plots.png"  # named as the runs were, as one run's plot is
+    # Found from outside: colours restarted in each panel, so a panel only batch32 had (its FID) drew it in
+    # batch16's colour, with no legend.
+    with open(runs / "batch32" / "metrics.jsonl", "a") as f:
+        f.write('{"kimg": 0.128, "fid": 50.0, "eval_seconds": 1.0}\n')
+    coloured = []
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "plot", lambda self, *a, **kw: coloured.append((self, kw)) or plot(self, *a, **kw)
+    )
+    assert main(["plot", str(runs)]) == 0
+    colours = {}
+    for ax, kw in coloured:
+        run = kw["label"].split(":")[0]
+        assert colours.setdefault(run, kw["color"]) == kw["color"], (ax.get_title(), kw)
+    fid = [ax for ax, kw in coloured if ax.get_title().startswith("fid")]
+    assert len(fid) == 1 and [t.get_text() for t in fid[0].get_legend().get_texts()] == ["batch32"]
+    assert colours["batch32"] != colours["batch16"]
+    checkpoint = next(p for p in (runs / "batch16" / "checkpoints").iterdir() if p.is_dir())
+    assert main(["plot", str(checkpoint)]) == 2
+    assert "is a checkpoint of the run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("cut", [1, 2])  # the first evaluation, or the last (at the end of the run)

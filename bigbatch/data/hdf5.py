@@ -392,6 +392,11 @@ class H5Data:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_reader": None}
 
+    def verify(self) -> str:
+        """`verify_data` of this file: its content hash recomputed from what it holds (a BigbatchError if an edit
+        or damage changed it since prepare)."""
+        return verify_data(self.location, self.storage_options)
+
     def __repr__(self) -> str:  # never shows storage_options: they may hold credentials
         return f"H5Data({self.location.name!r}, {len(self)} images, in_ram={self.in_ram})"
 

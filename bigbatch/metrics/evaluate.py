@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics import inception as inc
 from bigbatch.metrics.extractors import get_extractor, inception_available
 from bigbatch.metrics.features import Extractor, extract_sharded
@@ -82,7 +82,7 @@ def check_reference(stats: ReferenceStats, extractor: Extractor, metrics: str | 
         raise BigbatchError(
             f"{names['kid']} needs every reference image's features and {where} holds only their mean and "
             f"covariance: give the reference images or data set instead, or leave {names['kid']} out of the "
-            "metrics (e.g. fid,is)"
+            f"metrics (--metrics {names['fid']})"
         )
 
 
@@ -141,7 +141,13 @@ def score(
         elif metric == "is":
             if "logits" not in features:
                 raise BigbatchError(no_logits_message())
-            mean, std = inception_score(features["logits"], min(is_splits, len(features["logits"])), seed)
+            count = len(features["logits"])
+            if count < 2 * is_splits:  # (a split of one image scores exactly 1, whatever the image)
+                warn(
+                    f"{names['is'].upper()} of {count} images in {min(is_splits, count)} splits: a split of one image "
+                    f"scores 1 whatever it shows; give at least {2 * is_splits} (the standard is 50,000)"
+                )
+            mean, std = inception_score(features["logits"], min(is_splits, count), seed)
             out[names["is"]], out[names["is"] + "_std"] = mean, std
     return out
 

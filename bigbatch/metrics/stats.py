@@ -4,8 +4,10 @@ extractor (weights and input pipeline) and the options; and statistics files giv
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +87,20 @@ def _reader(data: object, index: torch.Tensor):
     return lambda start, count: read_images(data, index[start : start + count])
 
 
+def _checked_against(data: object, cached: Path) -> Path:
+    """`cached`, the statistics of `data`'s content hash, once the data file is known to still hold that content:
+    a file edited in place keeps the hash prepare wrote, so one changed since the statistics were last checked
+    against it has its content hash recomputed first (a BigbatchError if it differs), and the check is noted."""
+    where = getattr(data, "location", None)
+    if where is None or where.url or not hasattr(data, "verify"):
+        return cached
+    if where.path.stat().st_mtime_ns > cached.stat().st_mtime_ns:
+        data.verify()
+        with contextlib.suppress(OSError):  # (a cache this user may read, not write: checked again next time)
+            os.utime(cached)
+    return cached
+
+
 def reference_stats(
     data: object,
     extractor: Extractor,
@@ -109,12 +125,12 @@ def reference_stats(
     full = stats_file(stats_key(digest, extractor, len(index), subset_seed), folder)
     # Every rank must take the same branch: computing is collective (extraction is split across ranks).
     if cache and dist.agree(full.is_file()):
-        return load_stats(full, features)
+        return load_stats(_checked_against(data, full), features)
     key = stats_key(digest, extractor, len(index), subset_seed, features)
     path = stats_file(key, folder)
     root = path.parent
     if not features and cache and dist.agree(path.is_file()):
-        return load_stats(path)
+        return load_stats(_checked_against(data, path))
     if not dist.active() or dist.context().is_main:  # (minutes for Inception on a CPU: say what it does)
         where = f"; cached in {root}" if cache else ""
         source = getattr(data, "source", "") or "the reference images"
@@ -171,15 +187,23 @@ def load_stats(path: str | Path, features: bool = True) -> ReferenceStats:
             t["features"] = f.get_tensor("features") if features else torch.zeros(0, t["mu"].shape[0])
         info = json.loads(meta["meta"])
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
-        raise BigbatchError(f"cannot read reference statistics {path} ({e}); delete it to recompute") from None
+        cached = path.resolve().parent == (cache_dir() / "stats").resolve()  # (a user's own file is not deleted)
+        fix = "delete it to recompute" if cached else "give statistics `bigbatch stats` wrote"
+        raise BigbatchError(f"cannot read reference statistics {path} ({e}); {fix}") from None
     return ReferenceStats(t["mu"].numpy(), t["sigma"].numpy(), t["features"].numpy(), meta.get("key", ""), info)
 
 
 def holds_stats(path: str | Path) -> bool:
     """True for a file `read_stats` reads: a .safetensors, or an .npz with a "mu" or "sigma" array."""
     path = Path(path)
-    if path.suffix.lower() == ".safetensors":
-        return True
+    if path.suffix.lower() == ".safetensors":  # (not a model's weights: those hold no mu)
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                return "mu" in f.keys()
+        except Exception:  # noqa: BLE001 - not a readable .safetensors: not statistics
+            return False
     if path.suffix.lower() != ".npz" or not path.is_file():
         return False
     try:
