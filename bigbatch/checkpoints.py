@@ -445,6 +445,14 @@ def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
     return found
 
 
+def read_picked(path: str | Path, which: str, read: Callable[[Path], T]) -> T:
+    """`read(checkpoint)` on the checkpoint of `path` that `which` names (pick_checkpoint); a run's latest that
+    its training prunes under the reader is read again at the run's newest (read_newest)."""
+    if which == "latest":
+        return read_newest(path, read)
+    return read(pick_checkpoint(path, which))
+
+
 def read_newest(path: str | Path, read: Callable[[Path], T], tries: int = 5) -> T:
     """`read(checkpoint)` on the checkpoint `path` names; when `path` names a run whose training prunes
     that checkpoint under the reader, again on the run's newest."""

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from bigbatch.checkpoints import pick_checkpoint
+from bigbatch.checkpoints import read_picked
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
@@ -76,8 +76,12 @@ class SwapOut(nn.Module):
 
 
 def deployable(run: str | Path, which: str = "latest") -> Deployable:
-    """What `export` writes for the run (or checkpoint) `run` at the checkpoint `which` names."""
-    ckpt = pick_checkpoint(run, which)
+    """What `export` writes for the run (or checkpoint) `run` at the checkpoint `which` names (a run's latest
+    that its training prunes meanwhile: its newest)."""
+    return read_picked(run, which, _deployable)
+
+
+def _deployable(ckpt: Path) -> Deployable:
     cfg = Config.load(ckpt / "config.toml")
     base = {"task": cfg.task, "checkpoint": str(ckpt)}
     if cfg.task == "classify":

@@ -166,6 +166,13 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 if main:
                     run.record_compile(compiled)
 
+            # Rank 0's log row, where due, before an evaluation's: a stop that cuts the evaluation short leaves the
+            # rows in the order of a run left alone (the resumed run logs the evaluation after this row).
+            if main and failed is None and due(cfg.train.log_every_kimg, before):
+                try:
+                    progress.log(nimg, task.steps)
+                except (BigbatchError, OSError) as e:
+                    failed = e
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
             if task.scorer is not None and scores_due(before):
                 eval_pending = not evaluate()
@@ -174,9 +181,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             if not main or failed is not None:
                 continue
             try:
-                # Rank 0's output, where due: a log row, previews, a checkpoint.
-                if due(cfg.train.log_every_kimg, before):
-                    progress.log(nimg, task.steps)
+                # Rank 0's output, where due: previews, a checkpoint.
                 if cfg.sample.every_kimg and due(cfg.sample.every_kimg, before):
                     run.write_previews(task, nimg, at_checkpoint=False)
                 if due(cfg.checkpoint.every_kimg, before):

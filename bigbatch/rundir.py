@@ -243,7 +243,7 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["au
         if picked is not None:
             run.checkpoint = Path(picked)
             run.cfg = resume_config(run.checkpoint / "config.toml", cfg, f"checkpoint {run.checkpoint}")
-            _check_length(run)
+            _check_length(run, resume)
         else:
             run.cfg = resume_config(path / "config.toml", cfg, f"run {path}")
     except BaseException:
@@ -252,12 +252,17 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["au
     return run
 
 
-def _check_length(run: Run) -> None:
+def _check_length(run: Run, resume: bool | Literal["auto"]) -> None:
     """A resume that shortens train.kimg to what the run has already trained would end at once, "done",
-    and keep the shorter length for later resumes: refused, naming where the run stands."""
+    and keep the shorter length for later resumes: refused, naming where the run stands. Under --resume=auto
+    (a job's one command, run again after the run was trained on by another), the run is done: it keeps its
+    length, said in a warning."""
     was = Config.load(run.checkpoint / "config.toml").train.kimg
     now, trained = run.cfg.train.kimg, (run.resumed_at or 0) / 1000
-    if now < was and trained >= now:
+    if now < was and trained >= now and resume == "auto":
+        warn(f"{run.path} has trained {trained:g} kimg, beyond train.kimg={now:g}: it is done (its length: {was:g})")
+        run.cfg = run.cfg.override({"train.kimg": was})
+    elif now < was and trained >= now:
         raise BigbatchError(
             f"train.kimg={now:g} is not beyond the {trained:g} kimg {run.path} has trained (its length: {was:g}): "
             "give a larger train.kimg to train it longer, or leave it out to finish the run"

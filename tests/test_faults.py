@@ -237,8 +237,9 @@ sys.exit(main(["train", "--run-dir", sys.argv[1], "train.kimg=0.001"]))
 
 
 def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
-    run = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "run", quiet=True)
-    newest, before = run / "checkpoints" / "000000.512", run / "checkpoints" / "000000.256"
+    cfg = tiny.override({"checkpoint.keep": 3, "checkpoint.every_kimg": 0.128})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    newest, before = run / "checkpoints" / "000000.512", run / "checkpoints" / "000000.384"
     load = checkpoints.load_checkpoint
     pruned = []
 
@@ -252,10 +253,15 @@ def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
     # Named by its run: the reader goes on with the run's newest checkpoint.
     G = bigbatch.load_generator(run)
     assert pruned == [newest] and G.checkpoint == before
+    # ... and so does export (found from outside: it failed, naming the pruned checkpoint).
+    from bigbatch.export import deployable
+
+    pruned.clear()
+    assert deployable(run).meta["checkpoint"] == str(run / "checkpoints" / "000000.256") and pruned == [before]
     # Named as a folder: said so in one line.
     pruned.clear()
     with pytest.raises(checkpoints.Pruned, match="000000.256 was deleted while being read"):
-        bigbatch.load_generator(before)
+        bigbatch.load_generator(run / "checkpoints" / "000000.256")
 
 
 def limited(max_bytes):

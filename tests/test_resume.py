@@ -46,6 +46,10 @@ def test_resume_after_a_shorter_run_is_bit_identical(tiny, tmp_path, uninterrupt
     with pytest.raises(bigbatch.BigbatchError, match=r"train.kimg=0.256 is not beyond the 0.512 kimg .* has trained"):
         bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=run, resume=True, quiet=True)
     assert bigbatch.Config.load(run / "config.toml").train.kimg == tiny.train.kimg == 0.512
+    # A job's --resume=auto command run again after the run was trained on is done, not refused (found from
+    # outside: a requeued job failed on a finished run), and the run keeps its length.
+    assert bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=run, resume="auto", quiet=True) == run
+    assert bigbatch.Config.load(run / "config.toml").train.kimg == 0.512 and weights(run) == uninterrupted
 
 
 def test_a_run_that_lost_its_config_resumes_with_its_checkpoints_own(tiny, tmp_path, uninterrupted, capsys):

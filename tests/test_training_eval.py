@@ -290,5 +290,11 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
 
     assert scores(run) == scores(whole) and len(scores(run)) == 2
     assert weights(run / "checkpoints" / "000000.512") == weights(whole / "checkpoints" / "000000.512")
+
+    def kinds(r):  # (found from outside: the resumed run logged its training row before the evaluation's)
+        rows = [json.loads(line) for line in (r / "metrics.jsonl").read_text().splitlines()]
+        return [(row["kimg"], "eval_seconds" in row) for row in rows]
+
+    assert kinds(run) == kinds(whole)
     bigbatch.train(scored, run_dir=run, resume=True, quiet=True)  # finished: the evaluation is not made again
     assert scores(run) == scores(whole)

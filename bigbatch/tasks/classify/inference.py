@@ -75,19 +75,21 @@ class Inference(nn.Module):
 
 
 def inference_of(run: str | Path, which: str = "latest", device: str | torch.device = "cpu") -> Inference:
-    """The `Inference` module of a classify run (or checkpoint) at the checkpoint `which` names."""
+    """The `Inference` module of a classify run (or checkpoint) at the checkpoint `which` names (a run's latest
+    that its training prunes meanwhile: its newest)."""
     from bigbatch import checkpoints
-    from bigbatch.checkpoints import pick_checkpoint
 
-    ckpt = pick_checkpoint(run, which)
-    cfg = Config.load(ckpt / "config.toml")
-    if cfg.task != "classify":
-        raise BigbatchError(f"{run} is a {cfg.task} run: predict takes a classify run's classifier")
-    net = load_classifier(ckpt, device)
-    resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
-    module = Inference(net, resolution, cfg.data.val_crop, list(net.class_names)).eval()
-    module.checkpoint = str(ckpt)  # type: ignore[assignment]
-    return module
+    def read(ckpt: Path) -> Inference:
+        cfg = Config.load(ckpt / "config.toml")
+        if cfg.task != "classify":
+            raise BigbatchError(f"{run} is a {cfg.task} run: predict takes a classify run's classifier")
+        net = load_classifier(ckpt, device)
+        resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
+        module = Inference(net, resolution, cfg.data.val_crop, list(net.class_names)).eval()
+        module.checkpoint = str(ckpt)  # type: ignore[assignment]
+        return module
+
+    return checkpoints.read_picked(run, which, read)
 
 
 def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, str]]]:

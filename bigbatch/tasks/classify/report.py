@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from bigbatch import checkpoints
-from bigbatch.checkpoints import pick_checkpoint
+from bigbatch.checkpoints import read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, stored_side, validation_data
 from bigbatch.data.schedule import resolution_trained
@@ -37,13 +37,16 @@ def evaluate_classifier(
 ) -> dict[str, Any]:
     """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
     confusion.csv, confusion.png, top_losses.png) and return the metrics."""
-    ckpt = pick_checkpoint(run, which)
-    cfg = Config.load(ckpt / "config.toml")
-    if cfg.task != "classify":
-        raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a classifier")
-    if cfg.train.labels == "rotation":
-        raise BigbatchError(f'{run} learned rotations (train.labels = "rotation"): eval scores class labels only')
-    net = load_classifier(ckpt, device)
+
+    def read(ckpt: Path) -> tuple[Path, Config, Any]:
+        cfg = Config.load(ckpt / "config.toml")
+        if cfg.task != "classify":
+            raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a classifier")
+        if cfg.train.labels == "rotation":
+            raise BigbatchError(f'{run} learned rotations (train.labels = "rotation"): eval scores class labels only')
+        return ckpt, cfg, load_classifier(ckpt, device)
+
+    ckpt, cfg, net = read_picked(run, which, read)  # (a run's latest pruned meanwhile: its newest)
     d = cfg.data
     if data_path is None:
         data = validation_data(cfg)

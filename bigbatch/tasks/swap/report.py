@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bigbatch.checkpoints import eval_folder, pick_checkpoint
+from bigbatch.checkpoints import eval_folder, read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.split import holdout
@@ -40,11 +40,14 @@ def evaluate_swap(
 ) -> dict[str, Any]:
     """Score a swap run's autoencoder; write RUN/eval/<data>-<checkpoint>/ (metrics.json, preview.png) and return
     the scores: src_ssim and dst_ssim (each side scored only when it has data) and their mean."""
-    ckpt = pick_checkpoint(run, which)
-    cfg = Config.load(ckpt / "config.toml")
-    if cfg.task != "swap":
-        raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a face swap")
-    model = load_autoencoder(ckpt, device)
+
+    def read(ckpt: Path) -> tuple[Path, Config, Any]:
+        cfg = Config.load(ckpt / "config.toml")
+        if cfg.task != "swap":
+            raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a face swap")
+        return ckpt, cfg, load_autoencoder(ckpt, device)
+
+    ckpt, cfg, model = read_picked(run, which, read)  # (a run's latest pruned meanwhile: its newest)
     d = cfg.data
     if src_path is None and dst_path is None:
         if not d.val_fraction:
