@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re
 import shlex
 import signal
 import sys
@@ -444,8 +445,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if hasattr(args, "overrides"):
         args.overrides += [a for a in extras if not a.startswith("-")]  # parse_override names a malformed one
         extras = [a for a in extras if a.startswith("-")]
-    elif extras and args.command in argv and not _has_subcommands(command := _subparser(parser, args.command)):
+    elif extras and _may_intermix(parser, args.command, argv, extras):
         # A positional after an option (eval RUN --checkpoint best DATA): the command's own parser gathers them.
+        command = _subparser(parser, args.command)
         args = command.parse_intermixed_args(argv[argv.index(args.command) + 1 :], argparse.Namespace(**vars(args)))
         extras = []
     if extras:
@@ -458,8 +460,14 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     return sub.choices[name]
 
 
-def _has_subcommands(parser: argparse.ArgumentParser) -> bool:
-    return any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+def _may_intermix(parser: argparse.ArgumentParser, name: str, argv: list[str], extras: list[str]) -> bool:
+    """Whether the command's own parser may gather positionals left after its options: none of the extras stands
+    before the command (an unknown option there is an error), and the command has no subcommands and no
+    argparse.REMAINDER (which parse_intermixed_args refuses: launch, sweep)."""
+    if name not in argv or any(a in argv[: argv.index(name)] for a in extras):
+        return False
+    actions = _subparser(parser, name)._actions
+    return not any(isinstance(a, argparse._SubParsersAction) or a.nargs == argparse.REMAINDER for a in actions)
 
 
 class _Terminated(BaseException):
@@ -540,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         if "does not have a deterministic implementation" in str(e):  # (train.deterministic on a GPU)
-            op = str(e).split()[0]
+            named = re.search(r"(\S+) does not have a deterministic implementation", str(e))
+            op = named.group(1) if named else "an op"
             print(
                 f"bigbatch: error: {op} has no deterministic kernel on this device, and train.deterministic = true "
                 "refuses the others: set train.deterministic = false, or drop what runs it",

@@ -62,7 +62,12 @@ def _extract(args: argparse.Namespace) -> None:
         os.replace(tmp, listed)
     else:
         listed.unlink(missing_ok=True)
-    print(f"Extracted {faces} faces from {len(done)} frames into {out} ({settings.face_type}, {settings.size} px)")
+    gone = sum(not (out / f"{Path(name).stem}_{i}.jpg").exists() for name, n in done.items() for i in range(n or 0))
+    deleted = f"; {gone} of them deleted from it since, which stay deleted" if gone else ""
+    print(
+        f"Extracted {faces} faces from {len(done)} frames into {out} ({settings.face_type}, {settings.size} px)"
+        f"{deleted}"
+    )
     if none:
         print(f"{len(none)} frames without a face: listed in {listed}")
     if broken:

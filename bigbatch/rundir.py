@@ -256,10 +256,10 @@ def _check_length(run: Run, resume: bool | Literal["auto"]) -> None:
     """A resume that shortens train.kimg to what the run has already trained would end at once, "done",
     and keep the shorter length for later resumes: refused, naming where the run stands. Under --resume=auto
     (a job's one command, run again after the run was trained on by another), the run is done: it keeps its
-    length, said in a warning."""
+    length, said in a warning (one not yet at its length is refused as on --resume)."""
     was = Config.load(run.checkpoint / "config.toml").train.kimg
     now, trained = run.cfg.train.kimg, (run.resumed_at or 0) / 1000
-    if now < was and trained >= now and resume == "auto":
+    if now < was and trained >= was and resume == "auto":
         warn(f"{run.path} has trained {trained:g} kimg, beyond train.kimg={now:g}: it is done (its length: {was:g})")
         run.cfg = run.cfg.override({"train.kimg": was})
     elif now < was and trained >= now:

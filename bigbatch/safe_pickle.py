@@ -41,11 +41,38 @@ def loads(data: bytes, what: str, kind: str = "DeepFaceLab file") -> Any:
     """The object pickled in `data` (from `what`, named in errors), if it is made only of arrays,
     containers, strings and numbers; else one BigbatchError line."""
     try:
-        return _ArraysOnly(io.BytesIO(data), what).load()
+        loaded = _ArraysOnly(io.BytesIO(data), what).load()
     except BigbatchError:
         raise
     except Exception as e:  # noqa: BLE001 - any way a pickle can be cut short or garbled
         raise BigbatchError(f"{what} is not a readable {kind} ({type(e).__name__}: {e})") from None
+    _refuse_shared(loaded, what)
+    return loaded
+
+
+def _refuse_shared(obj: Any, what: str) -> None:
+    """A container of containers held twice in the data refused: a pickle's memo lets a few hundred bytes hold
+    L = [L, L] nested 30 deep, which turns into 2**30 numbers when read (np.asarray of landmarks). Data dumped as
+    DFL dumps it holds each such container once."""
+    seen: set[int] = set()
+    todo = [obj]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            children = [*x.keys(), *x.values()]
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            children = list(x)
+        else:
+            continue
+        if not any(isinstance(c, (dict, list, tuple, set, frozenset)) for c in children):
+            continue  # (a tuple of numbers may be shared: a constant of the code that pickled it)
+        if id(x) in seen:
+            raise BigbatchError(
+                f"{what} holds one {type(x).__name__} in several places, as a pickle made to grow without bound "
+                "when read does (a DeepFaceLab file holds each once): refusing it"
+            )
+        seen.add(id(x))
+        todo += children
 
 
 def torch_weights(data: bytes, what: str) -> Any:

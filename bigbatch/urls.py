@@ -21,7 +21,7 @@ WHERE_CREDENTIALS_GO = (
 CREDENTIAL_KEYS = {"key", "secret", "token", "password", "passwd", "connection_string", "account_key"}
 CREDENTIAL_PARTS = ("secret", "token", "password", "passwd", "credential", "_key", "connection_string")
 # URL query, fragment and ;parameter names holding secrets (a signed URL's signature, a SAS token...).
-CREDENTIAL_PARAMS = ("token", "signature", "sig", "secret", "password", "credential", "key")
+CREDENTIAL_PARAMS = ("token", "signature", "sig", "secret", "password", "passwd", "pw", "auth", "credential", "key")
 
 
 def is_url(path: str) -> bool:
@@ -50,15 +50,21 @@ def _split(url: str) -> tuple[str, str | None, str, str]:
 
 
 def public_name(src: str) -> str:
-    """`src` as it may be written to files and logs: no user, password, parameters or query string."""
+    """`src` as it may be written to files and logs: no user, password, parameters or query string, in each
+    URL of an fsspec chain (zip://member::https://user:pass@host/f.zip)."""
     if not is_url(src) or "://" not in str(src):
         return str(src)
+    if "::" in str(src):
+        return "::".join(public_name(part) for part in str(src).split("::"))
     scheme, _, head, _ = _split(src)
     return f"{scheme}://{head}"
 
 
 def url_credentials(value: str) -> str | None:
-    """What in a URL is a credential ("user:password@", "?X-Amz-Signature=", ...), or None. Never the secret."""
+    """What in a URL is a credential ("user:password@", "?X-Amz-Signature=", ...), or None, in each URL of an
+    fsspec chain. Never the secret."""
+    if "::" in str(value):
+        return next(filter(None, (url_credentials(part) for part in str(value).split("::"))), None)
     if "://" not in str(value):
         return None
     _, user, _, tail = _split(str(value))

@@ -224,7 +224,8 @@ def test_a_compiled_run_takes_its_lazy_r1_steps_eagerly(monkeypatch):
     assert float((compiled - eager).norm() / eager.norm()) <= 1e-5
 
 
-def test_r1_through_a_d_whose_attention_runs_fused_kernels(monkeypatch):
+@pytest.mark.parametrize("checkpointing", [False, True])  # (checkpointed blocks recomputed in R1's backward too)
+def test_r1_through_a_d_whose_attention_runs_fused_kernels(monkeypatch, checkpointing):
     # Found by reading: on a GPU BigGAN's attention runs scaled_dot_product_attention, whose fused kernels have
     # no derivative of their backward, and R1 differentiates D's gradient: its first step failed there. CPU
     # attention takes a fused kernel here as well (PyTorch's flash kernel for CPU, as twice underivable).
@@ -234,7 +235,7 @@ def test_r1_through_a_d_whose_attention_runs_fused_kernels(monkeypatch):
     cfg = bigbatch.preset("digits").override(
         {"model.name": "biggan", "data.resolution": 32, "model.ch": 4, "model.dim_z": 8,
          "model.options": {"g_attn": 16, "d_attn": 16}, "train.batch": 8, "train.micro_batch": 8,
-         "train.device": "cpu", "train.r1_gamma": 1.0}
+         "train.device": "cpu", "train.r1_gamma": 1.0, "train.checkpointing": checkpointing}
     )  # fmt: skip
     task = build_task(cfg, replicator_for(cfg), load_data("builtin:digits", 32))
     assert "r1_penalty" in task.d_step(0) and all(

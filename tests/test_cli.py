@@ -58,6 +58,10 @@ def run_cli(capsys, *argv):
         (["show-batch", "--kimg", "nan"], "--kimg must be a number >= 0, got nan"),
         (["show-batch", "--kimg", "inf"], "--kimg must be a number >= 0, got inf"),
         (["train", "--dry-run", "train.pl_weight=2"], "'train.pl_weight' needs a G with a mapping network"),
+        # Positionals after options are gathered per command: not for REMAINDER's (a traceback), nor before it.
+        (["sweep", "--bad", "x.py"], "unrecognized arguments: --bad"),
+        (["--bogus", "stop", "RUN"], "unrecognized arguments: --bogus"),
+        (["prepare", "builtin:digits", "d.h5", "--classes", "x.h5"], "--labels, --classes and --crop none take image"),
         # Found from outside: ignored without a word where no input is a builtin set.
         (["eval", "a", "b.h5", "--resolution", "64"], "no input here is one (A: a and B: b.h5): images are scored"),
         (["eval", "a", "builtin:digits", "--resolution", "0"], "--resolution must be at least 1, got 0"),
@@ -278,4 +282,13 @@ def test_an_op_without_a_deterministic_kernel_is_one_line(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "train", "train.kimg=0.1", "train.deterministic=true")
     assert code == 2 and err.count("\n") == 1, err
     assert "bigbatch: error: put_ has no deterministic kernel on this device" in err
+
+    # Under torch.compile its message starts with the backend's words: the op is still the one named.
+    def compiled(*args, **kwargs):
+        said = "grid_sampler_2d_backward_cuda does not have a deterministic implementation, but you set 'torch..."
+        raise RuntimeError(f"backend='inductor' raised:\nRuntimeError: {said}")
+
+    monkeypatch.setattr(bigbatch.loop, "train", compiled)
+    code, out, err = run_cli(capsys, "train", "train.kimg=0.1", "train.deterministic=true")
+    assert code == 2 and "error: grid_sampler_2d_backward_cuda has no deterministic kernel" in err
     assert "set train.deterministic = false" in err

@@ -151,6 +151,13 @@ def test_metadata_that_would_run_code_is_refused(tmp_path):
     )  # fmt: skip
     assert out.returncode == 2 and "refusing it" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "hacked").exists()
+    # Found from outside: 254 bytes of nested shared lists grew to 2 GB read as landmarks (2**k numbers).
+    bomb = [0.0, 0.0]
+    for _ in range(30):
+        bomb = [bomb, bomb]
+    (folder / "b.jpg").write_bytes(dfl_jpeg(face_image(), {"landmarks": bomb}))
+    report = prepare(str(folder), str(tmp_path / "h.h5"), 64, workers=0, masks="dfl")
+    assert report.count == 1 and "holds one list in several places" in report.skipped[0][1]
 
 
 def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):

@@ -217,7 +217,7 @@ def test_video_commands_refuse_bad_input(tmp_path, capsys):
     assert not list(Path(".").glob(".o*"))  # no temporary file left
 
 
-def test_a_rerun_redoes_frames_whose_faces_or_image_changed_and_refuses_another_source(extracted, capsys):
+def test_a_rerun_redoes_frames_whose_image_changed_and_refuses_another_source(extracted, capsys):
     # Found from outside: the journal named frames only, so a rerun trusted it when face files were gone or SRC was
     # another folder or video (a frame "done" there was never extracted from the new one).
     root, _, _ = extracted
@@ -229,9 +229,10 @@ def test_a_rerun_redoes_frames_whose_faces_or_image_changed_and_refuses_another_
     cv2.imwrite("frames/00003.png", np.full((H, W, 3), 96, np.uint8))  # the frame replaced: no face now
     capsys.readouterr()
     assert main(["extract", "frames", "out", *args]) == 0
-    assert "Extracted 3 faces from 4 frames" in capsys.readouterr().out
+    assert "Extracted 3 faces from 4 frames into out (whole_face, 256 px); 1 of them deleted" in capsys.readouterr().out
     again = {p.name: p.stat().st_mtime_ns for p in Path("out").glob("*.jpg")}
-    assert sorted(again) == ["00001_0.jpg", "00002_0.jpg", "00004_0.jpg"]  # 00003's old face removed
+    # 00003's old face removed; the face deleted by hand (DFL's cleanup) not extracted again
+    assert sorted(again) == ["00001_0.jpg", "00004_0.jpg"]
     assert again["00001_0.jpg"] == first["00001_0.jpg"] and again["00004_0.jpg"] == first["00004_0.jpg"]
     assert Path("out/no_face.txt").read_text() == "00003.png\n"
     # another source into the same OUT: refused in one line, as other settings are
@@ -256,13 +257,23 @@ def test_extract_refuses_an_out_inside_src(capsys):
     # Found from outside: `extract one one` was accepted, and a rerun extracted faces of the faces.
     Path("one").mkdir()
     cv2.imwrite("one/00001.png", np.zeros((64, 64, 3), np.uint8))
-    for out in ("one", "one/faces", "./one/"):
+    for out in ("one", "./one/"):
         capsys.readouterr()
         assert main(["extract", "one", out, "--workers", "1"]) == 2, out
         err = capsys.readouterr().err.strip()
-        assert "inside SRC one" in err and len(err.splitlines()) == 1, err
+        assert "is the folder of SRC one" in err and len(err.splitlines()) == 1, err
     assert main(["extract", "one/*.png", "one", "--workers", "1"]) == 2
     assert sorted(p.name for p in Path("one").iterdir()) == ["00001.png"]
+    # DFL's layout, data_dst/aligned inside the frames' folder (not listed with them), is fine.
+    assert main(["extract", "one", "one/aligned", "--workers", "1", "--min-face", "32", "--no-debug"]) == 0
+    # An older bigbatch's journal (no source, no file per frame) goes on, its frames done.
+    journal = Path("one/aligned/.extract.jsonl")
+    rows = [json.loads(line) for line in journal.read_text().splitlines()]
+    old = [{"settings": rows[0]["settings"]}, *({"frame": r["frame"], "faces": r["faces"]} for r in rows[1:])]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in old))
+    assert main(["extract", "one", "one/aligned", "--workers", "1", "--min-face", "32", "--no-debug"]) == 0
+    assert json.loads(journal.read_text().splitlines()[0])["source"]["path"] == str(Path("one").resolve())
+    assert len(journal.read_text().splitlines()) == len(rows)  # (nothing extracted again)
 
 
 def test_video_frames_refuses_a_folder_holding_images_and_make_a_non_video_name(extracted, capsys):

@@ -333,6 +333,12 @@ def test_open_errors_are_one_line(tmp_path):
     with pytest.raises(bigbatch.BigbatchError, match="cannot open data set"):
         load_data(str(tmp_path / "text.h5"), 32)
     assert "secret" not in public_name("s3://key:secret@bucket/data.h5?token=secret")
+    # Found from outside: a chained fsspec URL's later parts were neither checked nor cleaned (the password was
+    # printed, and written into the data file as its source).
+    chained = "zip://a.png::https://user:secret@host/f.zip"
+    assert public_name(chained) == "zip://a.png::https://host/f.zip"
+    with pytest.raises(bigbatch.BigbatchError, match=r"the source carries credentials in its URL \(user info"):
+        prepare(chained, str(tmp_path / "chained.h5"))
 
 
 def test_aspect_ratio_buckets(tmp_path):
@@ -371,3 +377,18 @@ def test_the_list_of_faceless_frames_extract_writes_is_not_a_file_to_prepare(tmp
     (tmp_path / "aligned" / "no_face.txt").write_text("00009.png\n")
     report = prepare(str(tmp_path / "aligned"), str(tmp_path / "faces.h5"), strict=True)
     assert report.count == 3 and read_meta(tmp_path / "faces.h5")["skipped"] == 0
+
+
+def test_a_zip_member_that_inflates_past_any_image_is_skipped_unread(tmp_path, monkeypatch):
+    # Found from outside: a 1 MB zip whose member inflates to 1 GiB was read whole into memory (in each worker).
+    from bigbatch.data import sources
+
+    _folder(tmp_path / "src", classes=(), per_class=2)
+    big = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    Image.fromarray(big).save(tmp_path / "src" / "big.png")
+    with zipfile.ZipFile(tmp_path / "z.zip", "w") as z:
+        for f in sorted((tmp_path / "src").iterdir()):
+            z.write(f, f.name)
+    monkeypatch.setattr(sources, "MAX_MEMBER", 4000)  # (the big PNG is over 12 KB; the others a few hundred bytes)
+    report = prepare(str(tmp_path / "z.zip"), str(tmp_path / "z.h5"), resolution=8, workers=0)
+    assert report.count == 2 and report.skipped[0][0] == "big.png" and "more than any image" in report.skipped[0][1]

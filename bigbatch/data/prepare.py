@@ -140,9 +140,9 @@ def prepare(
     if source.text.startswith("builtin:"):
         if masks or eyes_mouth:
             raise BigbatchError("built-in data sets have no masks: --masks and --eyes-mouth take image folders")
-        if labels or settings.whole:
+        if labels or classes or settings.whole:
             raise BigbatchError(
-                "built-in data sets come labelled and square: --labels and --crop none take image folders"
+                "built-in data sets come labelled and square: --labels, --classes and --crop none take image folders"
             )
         return _prepare_builtin(source, target, resolution, limit, attrs, storage_options, start)
 

@@ -112,6 +112,9 @@ class FolderSource(Source):
         return out
 
 
+MAX_MEMBER = 512 << 20  # a zip member inflated beyond this is not read (a zip bomb: 1 MB holding gigabytes)
+
+
 class ZipSource(Source):
     """Members of a zip file; each process opens its own handle (zipfile handles are not fork-safe)."""
 
@@ -143,8 +146,14 @@ class ZipSource(Source):
         out: list[bytes | str] = []
         for k in keys:
             try:
+                size = z.getinfo(k).file_size  # (what zipfile inflates, at most: a bomb says so, or is cut there)
+                if size > MAX_MEMBER:
+                    out.append(
+                        f"{size / 2**20:.0f} MiB inflated, more than any image ({MAX_MEMBER >> 20} MiB): skipped"
+                    )
+                    continue
                 out.append(z.read(k))
-            except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as e:
+            except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError, KeyError) as e:
                 out.append(f"unreadable in the zip ({e})")
         return out
 

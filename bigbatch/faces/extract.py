@@ -337,8 +337,8 @@ def _frame(name: str, image: np.ndarray | Path) -> tuple[str, int | None]:
 
 def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, int | None]:
     """The frames a killed extract into `out` finished ({name: faces}), after checking it used `settings` and
-    `source`. A frame whose image changed since (its size or time), or whose faces are no longer all there, is
-    not done: its faces written before are removed, and it runs again."""
+    `source`. A frame whose image changed since (its size or time) is not done: its faces written before are
+    removed, and it runs again. Faces deleted by hand (DFL's cleanup of bad ones) stay deleted."""
     path = out / JOURNAL
     if not path.exists():
         atomic_write(path, json.dumps({"settings": asdict(settings), "source": source.identity()}) + "\n")
@@ -352,11 +352,10 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
             "give the same ones to continue, or another OUT"
         )
     was, now = first.get("source"), source.identity()
-    if was is None:
-        raise BigbatchError(
-            f"{out} holds faces of an older bigbatch's extract, which did not record its source: give another OUT "
-            f"(or delete {path} to extract every frame again)"
-        )
+    if was is None:  # an older bigbatch's journal, which did not record its source: taken to be this one's
+        lines[0] = json.dumps({**first, "source": now})
+        atomic_write(path, "".join(f"{line}\n" for line in lines))
+        was = now
     if was != now and was.get("path") == now["path"]:
         raise BigbatchError(
             f"{out} holds faces extracted from an earlier version of {now['path']} (its size or time differs): "
@@ -376,14 +375,13 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
     names = set(source.names() or ())
     done = {}
     for name, row in rows.items():
-        faces = [out / f"{Path(name).stem}_{i}.jpg" for i in range(row["faces"] or 0)]
         if name not in names and names:
             continue  # (a frame SRC no longer holds: not counted)
-        if (source.stat(name) if name in names else None) == row.get("file") and all(f.is_file() for f in faces):
+        if "file" not in row or (source.stat(name) if name in names else None) == row["file"]:  # (older rows: trusted)
             done[name] = row["faces"]
         else:
-            for f in faces:  # (a frame with fewer faces now would leave its last ones behind)
-                f.unlink(missing_ok=True)
+            for i in range(row["faces"] or 0):  # (a frame with fewer faces now would leave its last ones behind)
+                (out / f"{Path(name).stem}_{i}.jpg").unlink(missing_ok=True)
     return done
 
 
@@ -427,12 +425,12 @@ def extract(
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BigbatchError(f"OUT {out} is a file: give a folder for the aligned faces (made if it does not exist)")
-    for folder in source.folders():  # (a rerun would extract faces of the faces written there)
-        for mine in (out, debug_folder(out)) if debug else (out,):
-            if mine.resolve() == folder or folder in mine.resolve().parents:
+    for folder in source.folders():  # (a rerun would extract faces of the faces written there; a sub-folder, as
+        for mine in (out, debug_folder(out)) if debug else (out,):  # DFL's data_dst/aligned, is not listed)
+            if mine.resolve() == folder:
                 raise BigbatchError(
-                    f"{'OUT' if mine == out else 'OUT_debug'} {mine} is inside SRC {src}, whose images a rerun would "
-                    "take for frames: give an OUT outside it"
+                    f"{'OUT' if mine == out else 'OUT_debug'} {mine} is the folder of SRC {src}, whose images a "
+                    "rerun would take for frames: give another OUT (DFL's: a folder aligned inside it)"
                 )
     # The models load before anything is written: a --landmarks-model that does not is one line, OUT not made
     # (in a pool, each worker's start printed a traceback before it).

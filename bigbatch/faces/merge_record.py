@@ -27,17 +27,22 @@ def files_digest(paths: Iterable[Path]) -> str:
 
 
 def model_identity(run: str | Path, model: Any) -> dict:
-    """The model a merge swaps with: the checkpoint it was read from (a run's newest at the time), or the DFL
-    model's folder and name, with its files' digest (more training writes other weights)."""
+    """The model a merge swaps with: a run's checkpoint by its weights' checksums (meta.json's: the same weights
+    copied elsewhere, or their checkpoint written again, are the same model; more training writes others), or the
+    DFL model's folder and name with its weight files' digest."""
+    from bigbatch import checkpoints
     from bigbatch.tasks.swap.load import dfl_model
 
     named = dfl_model(run)
     if named is not None:
         folder, name = named
-        files = [p for p in folder.glob(f"{name}_SAEHD_*" if name else "*_SAEHD_*") if p.is_file()]
+        pattern = f"{name}_SAEHD_*" if name else "*_SAEHD_*"
+        files = [
+            p for p in folder.glob(pattern) if p.is_file() and (p.suffix == ".npy" or p.name.endswith("_data.dat"))
+        ]
         return {"path": str(folder.resolve()), "name": name, "files": files_digest(files)}
-    folder = Path(model.checkpoint).resolve()
-    return {"path": str(folder), "files": files_digest(p for p in folder.iterdir() if p.is_file())}
+    sums = ((checkpoints.read_meta(Path(model.checkpoint)) or {}).get("checksums") or {}).get(checkpoints.CHECKSUM, {})
+    return {"weights": {f: v for f, v in sorted(sums.items()) if f.endswith(".safetensors")}}
 
 
 def aligned_identity(folder: Path) -> dict:

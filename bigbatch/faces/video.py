@@ -35,8 +35,8 @@ def _av():  # noqa: ANN202 - PyAV's module
 def natural_key(path: str | Path) -> list:
     """A sort key for frame names that compares runs of digits as numbers: 2.png before 10.png (string order put
     10.png, 11.png before 2.png)."""
-    parts = re.split(r"(\d+)", Path(path).name)
-    return [(0, int(p), p) if p.isdigit() else (1, 0, p) for p in parts]
+    parts = re.split(r"([0-9]+)", Path(path).name)
+    return [(0, int(p), p) if p.isdecimal() and p.isascii() else (1, 0, p) for p in parts]
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")

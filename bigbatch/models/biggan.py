@@ -38,14 +38,15 @@ D_ARCH = {
 FUSED_ON = ("cuda",)  # device types whose attention goes through scaled_dot_product_attention
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fused: bool = True) -> torch.Tensor:
     """softmax(q kᵀ) v over the last two dims of (n, L, e), (n, S, e) and (n, S, ev), unscaled as SA-GAN's.
     On a GPU through `scaled_dot_product_attention`, whose fused kernels never hold the (n, L, S) map (at
     BigGAN-128's 64 px 4096 x 1024 an image: for D's 128 images 2 GiB in fp32, where autocast puts the
     softmax) and keep the softmax in fp32; they need q's and k's e to be a multiple of 8, so zero columns
     (q kᵀ unchanged) are added where it is not (D's at ch 96: 12). Elsewhere the formula as written: on CPU
-    PyTorch's attention runs the same products, 0.67-0.97x as fast in fp32 at BigGAN's 32 px layers."""
-    if q.device.type not in FUSED_ON:
+    PyTorch's attention runs the same products, 0.67-0.97x as fast in fp32 at BigGAN's 32 px layers; and where
+    not `fused`: the fused kernels have no derivative of their backward, which R1 takes."""
+    if not fused or q.device.type not in FUSED_ON:
         return torch.softmax(q @ k.transpose(1, 2), dim=-1) @ v
     e = q.shape[-1]
     if e % 8:
@@ -55,7 +56,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Self-attention (SA-GAN) with 1x1 spectral-normalised convs; phi and g are max-pooled 2x."""
+    """Self-attention (SA-GAN) with 1x1 spectral-normalised convs; phi and g are max-pooled 2x. `fused_attention`
+    False: as its formula on a GPU too (a D under R1, whose gradient is differentiated, recomputed blocks included)."""
+
+    fused_attention = True
 
     def __init__(self, ch: int, *, sn_eps: float):
         super().__init__()
@@ -72,7 +76,7 @@ class Attention(nn.Module):
         q = self.theta(x).flatten(2).transpose(1, 2)
         k = F.max_pool2d(self.phi(x), 2).flatten(2).transpose(1, 2)
         v = F.max_pool2d(self.g(x), 2).flatten(2).transpose(1, 2)
-        o = attend(q, k, v).transpose(1, 2).reshape(n, c // 2, h, w)  # a channels-last view
+        o = attend(q, k, v, self.fused_attention).transpose(1, 2).reshape(n, c // 2, h, w)  # a channels-last view
         layout = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
         return x + self.gamma * self.o(o.contiguous(memory_format=layout))
 

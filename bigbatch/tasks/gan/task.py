@@ -148,11 +148,15 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
     check_path_length(cfg, G)
+    if t.r1_gamma:  # D's gradient is differentiated: no fused attention kernels (they have no double backward)
+        for m in D.modules():
+            if hasattr(m, "fused_attention"):
+                m.fused_attention = False
     if cfg.train.deterministic and rep.device.type == "cuda" and "geom" in cfg.augment.transforms:
         raise BigbatchError(
-            "ADA's geom transform resamples the images with grid_sample, whose CUDA backward has no deterministic "
-            "kernel: with train.deterministic = true, drop geom from augment.policy, or set train.deterministic = "
-            "false"
+            "ADA's geom transform (the g of its bgc shorthands) resamples the images with grid_sample, whose CUDA "
+            "backward has no deterministic kernel: with train.deterministic = true, leave geom out of augment.policy "
+            '(e.g. "blit,color"), or set train.deterministic = false'
         )
     # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
     announce = not quiet and rep.is_main
