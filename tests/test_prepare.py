@@ -392,3 +392,15 @@ def test_a_zip_member_that_inflates_past_any_image_is_skipped_unread(tmp_path, m
     monkeypatch.setattr(sources, "MAX_MEMBER", 4000)  # (the big PNG is over 12 KB; the others a few hundred bytes)
     report = prepare(str(tmp_path / "z.zip"), str(tmp_path / "z.h5"), resolution=8, workers=0)
     assert report.count == 2 and report.skipped[0][0] == "big.png" and "more than any image" in report.skipped[0][1]
+
+
+def test_a_data_file_inside_a_zip_reads_through_a_chained_url(tmp_path):
+    # Found from outside: zip://DATA.h5::ARCHIVE.zip failed with "seek of closed file" (a traceback): the chained
+    # file system, collected, closed the archive under the open data file.
+    _folder(tmp_path / "src", classes=("a", "b"), per_class=2)
+    prepare(str(tmp_path / "src"), str(tmp_path / "d.h5"), resolution=8)
+    with zipfile.ZipFile(tmp_path / "d.zip", "w") as z:
+        z.write(tmp_path / "d.h5", "d.h5")
+    data = load_data(f"zip://d.h5::{tmp_path / 'd.zip'}", 8)
+    local = load_data(str(tmp_path / "d.h5"), 8)
+    assert len(data) == 4 and torch.equal(data.get(torch.arange(4))[0], local.get(torch.arange(4))[0])

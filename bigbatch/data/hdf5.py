@@ -41,6 +41,9 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
                 handle = fs.open(p, "rb", block_size=64 << 20, cache_type="readahead")
             else:
                 handle = fs.open(p, "rb", block_size=REMOTE_BLOCK, cache_type="blockcache")
+            # The file system lives as long as the file: a chained one (zip://DATA.h5::URL) closes the file it
+            # reads from when it is collected.
+            handle.bigbatch_fs = fs
             return h5py.File(handle, "r")
         if not path.path.exists():
             raise FileNotFoundError(path.text)
