@@ -11,7 +11,14 @@ from contextlib import closing
 from pathlib import Path
 from typing import Literal
 
-from bigbatch.batching import describe_compile, describe_plan, eager_fallback, plan_micro_batch, replicator_for
+from bigbatch.batching import (
+    describe_compile,
+    describe_plan,
+    eager_fallback,
+    plan_micro_batch,
+    replicator_for,
+    warn_auto_groups,
+)
 from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Phase, schedule_of
@@ -77,6 +84,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         truncate_metrics(run.path / "metrics.jsonl", 0)
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed
         plan_micro_batch(rep, task.probe, verbose=main and not quiet)
+        if main:
+            warn_auto_groups(cfg, rep.plan.micro_batch)
     progress = Progress(run, rep, nimg, seconds, run.resumed, quiet)
     if main:
         run.write_start(rep)

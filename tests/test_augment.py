@@ -241,3 +241,29 @@ def test_r1_through_a_d_whose_attention_runs_fused_kernels(monkeypatch, checkpoi
     assert "r1_penalty" in task.d_step(0) and all(
         p.grad is None or p.grad.isfinite().all() for p in task.D.parameters()
     )
+
+
+def test_an_iterations_d_values_are_the_mean_over_its_d_steps(monkeypatch):
+    # Found from outside: with train.d_steps = 4 a row kept the last D step's values (ADA's r_t among them), a
+    # quarter of the images that moved p.
+    from bigbatch.data.load import training_data
+    from bigbatch.data.schedule import schedule_of
+    from bigbatch.tasks import Feed
+
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.batch": 16, "train.micro_batch": 16,
+         "train.device": "cpu", "train.d_steps": 4, **ADA_ALL, "augment.target": 0.6}
+    )  # fmt: skip
+    task = build_task(cfg, replicator_for(cfg), training_data(cfg))
+    signs = iter([1.0, 0.5, 0.875, -0.375])
+    real_d_step = task.d_step
+
+    def d_step(nimg, real):
+        return {**real_d_step(nimg, real), "D_real_sign": next(signs)}
+
+    monkeypatch.setattr(task, "d_step", d_step)
+    feed = Feed(training_data(cfg), schedule_of(cfg), task.rep, cfg)
+    try:
+        assert task.step(feed)["D_real_sign"] == 0.5
+    finally:
+        feed.close()

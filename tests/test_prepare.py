@@ -358,6 +358,10 @@ def test_aspect_ratio_buckets(tmp_path):
         assert images.shape[0] == 2
     with pytest.raises(bigbatch.BigbatchError, match="mixes images of different shapes"):
         d.get(torch.arange(6))
+    # A Loader's batches are one shape: said when it is made (found from outside: at the first batch, with advice
+    # to read in BucketOrder, which a Loader cannot).
+    with pytest.raises(bigbatch.BigbatchError, match="holds images of several shapes .*prepare the images without"):
+        bigbatch.data.Loader(str(tmp_path / "b.h5"), batch=2, resolution=16)
 
 
 @pytest.mark.slow
@@ -404,3 +408,16 @@ def test_a_data_file_inside_a_zip_reads_through_a_chained_url(tmp_path):
     data = load_data(f"zip://d.h5::{tmp_path / 'd.zip'}", 8)
     local = load_data(str(tmp_path / "d.h5"), 8)
     assert len(data) == 4 and torch.equal(data.get(torch.arange(4))[0], local.get(torch.arange(4))[0])
+
+
+def test_pipes_links_above_the_source_and_names_that_are_not_utf8(tmp_path):
+    # Found from outside: a named pipe in the source hung prepare (SIGTERM ignored with workers); a link to a folder
+    # above the source was walked as a class (a link to / would crawl the whole tree); a file name that is not
+    # UTF-8 crashed every local prepare with a traceback.
+    _folder(tmp_path / "src", classes=("c1",), per_class=2)
+    _folder(tmp_path / "other", classes=(), per_class=2)
+    (tmp_path / "src" / "up").symlink_to("..")
+    os.mkfifo(tmp_path / "src" / "c1" / "pipe.png")
+    Image.new("RGB", (12, 10)).save(os.fsencode(tmp_path / "src" / "c1") + b"/caf\xe9.png")
+    report = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), workers=2)
+    assert report.count == 3 and report.class_names == ["c1"] and not report.skipped

@@ -355,3 +355,17 @@ def test_a_conditional_gan_on_a_set_without_classes_says_it_trains_unconditional
     assert (
         "has no classes: G and D are unconditional, whatever model.conditional = true says" in capsys.readouterr().err
     )
+
+
+def test_a_labels_row_that_names_several_files_is_refused(tmp_path, capsys):
+    # Found from outside: a row "x.png,red" labelled both x.png and sub/x.png (a blue image) red, without a word.
+    (tmp_path / "src" / "sub").mkdir(parents=True)
+    Image.new("RGB", (12, 12), (255, 0, 0)).save(tmp_path / "src" / "x.png")
+    Image.new("RGB", (12, 12), (0, 0, 255)).save(tmp_path / "src" / "sub" / "x.png")
+    (tmp_path / "rows.csv").write_text("x.png,red\n")
+    argv = ["prepare", str(tmp_path / "src"), str(tmp_path / "o.h5"), "--labels", str(tmp_path / "rows.csv")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "names x.png, which matches 2 files (sub/x.png, x.png): give each file's path" in err, err
+    (tmp_path / "rows.csv").write_text("x.png,red\nsub/x.png,blue\n")  # paths: each file its own row
+    assert main(argv) == 0

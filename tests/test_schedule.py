@@ -137,3 +137,20 @@ def test_a_phase_batch_auto_cannot_divide_says_the_micro_batch_changes(tiny, tmp
     bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
     err = capsys.readouterr().err
     assert "batch 40 (from kimg 0.032) is not a multiple of micro_batch 32: micro-batches of 20 from here" in err
+
+
+def test_a_resolution_no_phase_trains_at_is_said(capsys, tmp_path):
+    # Found from outside: data.resolution=32 on fashion_resnet_fast (phases at 16 and 28 px) was ignored without a
+    # word: the run trained, evaluated and exported at 28 px.
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    cfg = bigbatch.preset("fashion_resnet_fast").override(
+        {"data.path": "builtin:digits", "data.val_path": "", "data.resolution": 32, "model.ch": 8,
+         "train.warmup_kimg": 0, "train.kimg": 0.064, "eval.every_kimg": 0}
+    )  # fmt: skip
+    build_task(cfg, replicator_for(cfg), training_data(cfg))
+    assert "data.schedule's phases train at 16, 28 px and none at data.resolution = 32" in capsys.readouterr().err
+    build_task(cfg.override({"data.resolution": 28}), replicator_for(cfg), training_data(cfg))
+    assert "data.schedule's phases" not in capsys.readouterr().err

@@ -256,3 +256,32 @@ def test_weights_cross_to_stylegan2_adas_layout_and_back(tmp_path, capsys):
     wrong = ["convert", str(tmp_path / "ada"), str(tmp_path / "wrong"), "--preset", "digits", *overrides]
     assert main([*wrong, "model.dim_z=8"]) == 2
     assert "are not StyleGAN2-ADA weights of this model" in capsys.readouterr().err
+
+
+def test_fine_tuning_onto_other_classes_and_freezed_as_for_biggan():
+    # Found from outside: StyleGAN2's class embedding is a linear layer, so fine-tuning onto a data set of another
+    # number of classes was refused (BigGAN's re-initialises); FreezeD left its fromrgb, which feeds the frozen
+    # blocks, training.
+    from bigbatch.tasks.gan.finetune import freeze_d_blocks, load_pretrained
+
+    G10, D10 = bigbatch.models.create("stylegan2", 16, 10, ch=8, dim_z=16)
+    G2, D2 = bigbatch.models.create("stylegan2", 16, 2, ch=8, dim_z=16)
+    fresh = load_pretrained(G2, G10.state_dict(), "G") + load_pretrained(D2, D10.state_dict(), "D")
+    assert fresh and all("embed" in k for k in fresh)
+    taken = [k for k in G2.state_dict() if "embed" not in k]
+    assert taken and all(torch.equal(G2.state_dict()[k], G10.state_dict()[k]) for k in taken)
+    freeze_d_blocks(D2, 1)
+    assert not any(p.requires_grad for p in D2.fromrgb.parameters())
+    assert not any(p.requires_grad for p in D2.blocks[0].parameters())
+    assert all(p.requires_grad for p in D2.blocks[1].parameters())
+
+
+def test_micro_batch_auto_under_a_group_of_the_d_is_said(capsys):
+    # Found from outside: auto settled on 6 under mbstd_group 8 without a word (a number is refused or grouped).
+    from bigbatch.batching import warn_auto_groups
+
+    cfg = bigbatch.preset("stylegan2_256")
+    warn_auto_groups(cfg, 16)
+    assert capsys.readouterr().err == ""
+    warn_auto_groups(cfg, 6)
+    assert "micro_batch auto settled on 6, which stylegan2's D groups by min(" in capsys.readouterr().err

@@ -72,10 +72,22 @@ def relabel(
             f"{', ...' if len(unknown) > 3 else ''}): fix the labels, or give with --classes the training file whose "
             "classes they are"
         )
+    keys = [next((k for k in (rel, PurePosixPath(rel).name, PurePosixPath(rel).stem) if k in labels), None)
+            for rel in listing.names]  # fmt: skip
+    files: dict[str, list[str]] = {}
+    for rel, key in zip(listing.names, keys):
+        if key is not None:
+            files.setdefault(key, []).append(rel)
+    shared = next(((k, rels) for k, rels in files.items() if len(rels) > 1), None)
+    if shared:  # (one row would label several files, whatever they show)
+        key, rels = shared
+        raise BigbatchError(
+            f"{what} names {key}, which matches {len(rels)} files ({', '.join(rels[:3])}{', ...' * (len(rels) > 3)}): "
+            "give each file's path under the source in its row"
+        )
     keep, found, unlabelled, used = [], [], [], set()
     for i, rel in enumerate(listing.names):
-        p = PurePosixPath(rel)
-        key = next((k for k in (rel, p.name, p.stem) if k in labels), None)
+        key = keys[i]
         if key is None:
             unlabelled.append((rel, f"no label in {what}"))
             continue

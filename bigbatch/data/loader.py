@@ -281,6 +281,11 @@ class Loader:
         if not isinstance(xflip, bool):
             raise BigbatchError(f"xflip must be True or False, got {xflip!r}")
         self.data = load_data(path, resolution, storage_options=storage_options)
+        if len(getattr(self.data, "bucket_counts", [])) > 1:  # (said here, not at the first batch)
+            raise BigbatchError(
+                f"{self.data.source} holds images of several shapes (prepare --buckets), and a Loader's batch is one "
+                "shape: prepare the images without --buckets (a bucketed file reads in bigbatch.data.BucketOrder)"
+            )
         if augment == "rrc" and not getattr(self.data, "whole", False):
             raise BigbatchError(
                 f"augment='rrc' cuts random-resized crops from whole stored images as they are decoded, and "

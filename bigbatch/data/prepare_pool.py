@@ -120,7 +120,7 @@ def parts_of(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
 
     h = hashlib.sha256()
     for key, name in zip(listing.keys, listing.names):
-        h.update(f"{key}\0{name}\0{listing.source.stamp(key)}\0".encode())
+        h.update(f"{key}\0{name}\0{listing.source.stamp(key)}\0".encode(errors="surrogateescape"))  # (non-UTF-8 names)
     h.update(np.ascontiguousarray(listing.labels, "<i8").tobytes())
     zipped = getattr(listing.source, "location", None)  # a local zip: its own size and time
     archive = file_stamp(str(zipped.path)) if zipped is not None and not zipped.url else ""

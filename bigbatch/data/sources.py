@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -187,6 +188,13 @@ class FsspecSource(Source):
         return [v if isinstance(v, bytes) else f"unreadable ({type(v).__name__}: {v})" for v in got]
 
 
+def _regular_or_missing(file: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(file).st_mode)
+    except OSError:
+        return True
+
+
 def list_source(src: str | Location, storage_options: dict[str, Any] | None = None, classes: bool = True) -> Listing:
     """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder; without
     `classes`, every file at any depth, unlabelled (label 0: sub-folders are not classes)."""
@@ -205,7 +213,9 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
     rel = []
     # Each folder with the folders above it, by identity: a link to one of those is a loop, not followed. A
     # link to any other folder is followed (as torchvision's ImageFolder does), whatever order the walk takes.
-    above: dict[str, frozenset[tuple[int, int]]] = {}
+    # The source's own ancestors count as above it: a link back to one of them is not followed either.
+    ancestors = (os.stat(p) for p in path.resolve().parents)
+    above: dict[str, frozenset[tuple[int, int]]] = {str(path): frozenset((a.st_dev, a.st_ino) for a in ancestors)}
     for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
         st = os.stat(dirpath)
         chain = above.pop(dirpath, frozenset())
@@ -215,7 +225,9 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
         chain |= {(st.st_dev, st.st_ino)}
         above.update((os.path.join(dirpath, d), chain) for d in dirnames)
         base = Path(dirpath).relative_to(path).as_posix()
-        rel += [f if base == "." else f"{base}/{f}" for f in filenames]
+        # Regular files (and dangling links, listed as unreadable): a named pipe or a device would block its reader.
+        files = [f for f in filenames if _regular_or_missing(os.path.join(dirpath, f))]
+        rel += [f if base == "." else f"{base}/{f}" for f in files]
     rel = sorted(r for r in rel if not _hidden(r))
     return _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
 

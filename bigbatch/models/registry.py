@@ -139,7 +139,10 @@ def check_options(name: str, given: dict[str, Any]) -> None:
     valid = options(name)
     for key, value in given.items():
         if key not in valid:
-            raise BigbatchError(f"'{name}' has no option '{key}'; valid: {', '.join(valid)}")
+            raise BigbatchError(
+                f"'{name}' has no option '{key}'; valid: {', '.join(valid)} (another family's options, from a preset: "
+                "give model.options={} with model.name, which replaces them)"
+            )
         default = valid[key]
         ok = type(value) is type(default) or (isinstance(default, float) and type(value) is int)
         if default is not None and not ok:

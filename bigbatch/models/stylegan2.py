@@ -114,6 +114,8 @@ class Mapping(nn.Module):
         super().__init__()
         self.dim_z, self.n_classes = dim_z, n_classes
         self.embed = EqualLinear(n_classes, w_dim) if n_classes else None
+        if self.embed is not None:
+            self.embed.holds_classes = True  # (fine-tuning onto other classes starts it afresh, as an nn.Embedding)
         widths = [dim_z + (w_dim if n_classes else 0)] + [w_dim] * layers
         self.fc = nn.ModuleList(EqualLinear(a, b, lr_mul=lr_mul, act=True) for a, b in zip(widths[:-1], widths[1:]))
 

@@ -168,6 +168,14 @@ def build(
             "(data.resolution, data.schedule): they are upscaled, no sharper than at their own size; prepare the "
             f"images at {largest}px (or with --crop none) for the detail"
         )
+    sides = sorted({p.resolution for p in schedule_of(cfg).phases if p.resolution})
+    if cfg.data.schedule and cfg.data.resolution not in sides and rep.is_main and resumed_at is None:
+        # (a data.resolution override on a preset whose phases name theirs: the phases win)
+        warn(
+            f"data.schedule's phases train at {', '.join(map(str, sides))} px and none at data.resolution = "
+            f"{cfg.data.resolution}: the run trains and evaluates at theirs; to change them, write the phases' "
+            "resolutions (data.schedule)"
+        )
     if t.warmup_kimg >= t.kimg and rep.is_main and resumed_at is None:
         warn(
             f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "

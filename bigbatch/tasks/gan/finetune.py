@@ -16,7 +16,7 @@ def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
     class_keys = {
         f"{name}.{k}" if name else k
         for name, m in net.named_modules()
-        if isinstance(m, nn.Embedding)
+        if isinstance(m, nn.Embedding) or getattr(m, "holds_classes", False)  # (StyleGAN2's mapping: a linear layer)
         for k in m.state_dict()
     }
     take, fresh = {}, []
@@ -65,7 +65,8 @@ def freeze_d_blocks(D: nn.Module, n: int) -> None:
         raise BigbatchError(f"train.freeze_d={n}, but this D has {len(blocks or [])} blocks")
     for block in list(blocks)[:n]:
         block.requires_grad_(False)
-    if getattr(D, "input_conv", None) is not None:
-        D.input_conv.requires_grad_(False)
+    for name in ("input_conv", "fromrgb"):  # (BigGAN's and StyleGAN2's input layer, which feeds the blocks)
+        if getattr(D, name, None) is not None:
+            getattr(D, name).requires_grad_(False)
     if getattr(D, "attention", None) is not None and D.attn_after < n:
         D.attention.requires_grad_(False)

@@ -242,20 +242,22 @@ class GANTask:
     # ---- one iteration -------------------------------------------------------------------------
     def step(self, feed: Feed) -> dict[str, float]:
         """d_steps D steps on the feed's next batches, one G step (BN statistics of momentum=None averaged
-        over ranks), G_ema updated. A skipped step's losses are not reported."""
+        over ranks), G_ema updated. The D steps' values are reported as their mean; a skipped step's are not."""
         before = feed.nimg
         if self.cfg.train.lr_decay == "linear":  # by images seen, so a resumed run continues the same schedule
             for opt, lr in ((self.opt_G, self.cfg.train.g_lr), (self.opt_D, self.cfg.train.d_lr)):
                 for group in opt.param_groups:
                     group["lr"] = linear_decay(lr, before, self.total)
-        stats: dict[str, float] = {}
+        taken: dict[str, list[float]] = {}  # each D step's values: the iteration's are their means (ADA's r_t too)
         for _ in range(self.d_steps):
             real = feed.next()
             out = self.d_step(real.nimg, real)
             if not self.rep.skipped(self.opt_D):
-                stats.update(out)
+                for k, v in out.items():
+                    taken.setdefault(k, []).append(v)
                 if self.augment.on:  # ADA: p follows r_t = E[sign(D(real))], the step's over all ranks
                     self.augment.observe(out["D_real_sign"], self.rep.batch)
+        stats = {k: sum(v) / len(v) for k, v in taken.items()}
         out = self.g_step(self.g_steps)
         stats.update({} if self.rep.skipped(self.opt_G) else out)
         G, D = self.plain("G"), self.plain("D")
