@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -107,30 +106,6 @@ def state_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.o
                 if not opt.state.get(p):
                     total += per_param * p.numel() * p.element_size()
     return total
-
-
-@contextmanager
-def buffers_kept(models: Iterable[torch.nn.Module]) -> Iterator[None]:
-    """While it is entered, forwards may move buffers (BatchNorm's running statistics, spectral norm's vectors); at
-    its end they are back as they were, those of `models` and those of any other module whose forward ran
-    meanwhile (a model the Replicator did not prepare: a frozen teacher, a copy called in the step function)."""
-    saved: dict[tuple[int, str], tuple[torch.nn.Module, str, torch.Tensor]] = {}
-
-    def keep(module: torch.nn.Module, *_: object) -> None:
-        for k, b in module._buffers.items():
-            if b is not None and (id(module), k) not in saved:
-                saved[(id(module), k)] = (module, k, b.clone())
-
-    for net in models:
-        for m in net.modules():
-            keep(m)
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(keep)
-    try:
-        yield
-    finally:
-        hook.remove()
-        for m, k, b in saved.values():
-            m._buffers[k] = b
 
 
 def zero_grads(holders: Iterable[torch.nn.Module | torch.optim.Optimizer]) -> None:

@@ -443,6 +443,7 @@ class Replicator:
         plain, cuda = [p for p, _ in self.models], [self.device] if self.device.type == "cuda" else []
         baseline = memory.state_bytes(plain, optimizers) - (memory.state_bytes(plain, []) if cuda else 0)
         sizes = [d for d in range(1, self.share + 1) if self.share % d == 0]  # (micro-batches to try)
+        saved = _save_buffers(plain)
         holders = [*optimizers, *plain]  # (of gradients)
 
         def fresh(m: int) -> None:  # each probe makes the gradients, as a step from zero_grad does (on CPU,
@@ -450,10 +451,10 @@ class Replicator:
             probe(m)  # made and left them out)
 
         try:
-            # (the probes' random draws are not training's, nor their buffer updates: of any model they run)
-            with torch.random.fork_rng(devices=cuda), memory.buffers_kept(plain):
+            with torch.random.fork_rng(devices=cuda):  # (the probes' random draws are not training's)
                 micro, self.probes = memory.fit_micro_batch(fresh, sizes, self.device, budget, baseline, dist.agree)
         finally:
+            _restore_buffers(saved)
             memory.zero_grads(holders)
             if self.device.type == "cuda":
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
@@ -588,3 +589,12 @@ def _local_world() -> int:
     import os
 
     return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def _save_buffers(models: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    return [(m, k, b.clone()) for net in models for m in net.modules() for k, b in m._buffers.items() if b is not None]
+
+
+def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor]]) -> None:
+    for m, k, b in saved:
+        m._buffers[k] = b
