@@ -149,16 +149,16 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
 
 
 def warn_auto_groups(cfg: Config, micro: int) -> None:
-    """micro_batch "auto" settled on a micro-batch that a D's groups (StyleGAN2's mbstd_group) do not divide: its
-    groups follow the memory budget, and so does the step; said (a number given is checked by _check_groups)."""
+    """micro_batch "auto" settled on a micro-batch smaller than a D's group (StyleGAN2's mbstd_group), which then
+    groups it whole: its groups follow the memory budget, and so does the step; said."""
     from bigbatch import models
 
     group = {**models.registry.options(cfg.model.name), **cfg.model.options}.get("mbstd_group")
-    if cfg.task == "gan" and isinstance(group, int) and group > 1 and micro % group:
+    if cfg.task == "gan" and isinstance(group, int) and micro < group:
         warn(
-            f"micro_batch auto settled on {micro}, which {cfg.model.name}'s D groups by min({group}, {micro}) for its "
-            f"standard deviation: the step then depends on the memory budget; give train.micro_batch a multiple of "
-            f"{group} (model.options.mbstd_group)"
+            f"micro_batch auto settled on {micro}, under {cfg.model.name}'s D group of {group} images for its standard "
+            f"deviation, which then groups {micro}: the step depends on the memory budget; give train.micro_batch a "
+            f"multiple of {group}, or set model.options.mbstd_group={micro}"
         )
 
 

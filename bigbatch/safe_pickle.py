@@ -50,29 +50,38 @@ def loads(data: bytes, what: str, kind: str = "DeepFaceLab file") -> Any:
     return loaded
 
 
-def _refuse_shared(obj: Any, what: str) -> None:
-    """A container of containers held twice in the data refused: a pickle's memo lets a few hundred bytes hold
-    L = [L, L] nested 30 deep, which turns into 2**30 numbers when read (np.asarray of landmarks). Data dumped as
-    DFL dumps it holds each such container once."""
-    seen: set[int] = set()
-    todo = [obj]
-    while todo:
-        x = todo.pop()
-        if isinstance(x, dict):
-            children = [*x.keys(), *x.values()]
-        elif isinstance(x, (list, tuple, set, frozenset)):
-            children = list(x)
-        else:
-            continue
-        if not any(isinstance(c, (dict, list, tuple, set, frozenset)) for c in children):
-            continue  # (a tuple of numbers may be shared: a constant of the code that pickled it)
-        if id(x) in seen:
-            raise BigbatchError(
-                f"{what} holds one {type(x).__name__} in several places, as a pickle made to grow without bound "
-                "when read does (a DeepFaceLab file holds each once): refusing it"
-            )
-        seen.add(id(x))
-        todo += children
+def _refuse_shared(obj: Any, what: str, limit: int = 50_000_000) -> None:
+    """Refused: data whose containers, expanded, hold more than `limit` items (a pickle's memo lets a few hundred
+    bytes hold L = [L, L] nested 30 deep, or one tuple listed thousands of times: 2**30 numbers, or hundreds of
+    millions, when read), and NumPy arrays of Python objects (which DFL's files do not hold). Each container's
+    expanded size is counted once, so the check takes time in the size of the pickle."""
+    import numpy as np
+
+    sizes: dict[int, int] = {}
+
+    def size(x: Any) -> int:  # (iterative: a deep chain must not reach Python's recursion limit)
+        stack = [(x, False)]
+        while stack:
+            node, done = stack.pop()
+            if isinstance(node, np.ndarray) and node.dtype == object:
+                raise BigbatchError(f"{what} holds an array of Python objects, which a DeepFaceLab file does not")
+            if not isinstance(node, (dict, list, tuple, set, frozenset)) or id(node) in sizes:
+                continue
+            children = [*node.keys(), *node.values()] if isinstance(node, dict) else list(node)
+            if done:
+                total = len(children) + sum(sizes.get(id(c), 0) for c in children)
+                if total > limit:
+                    raise BigbatchError(
+                        f"{what} would hold more than {limit:,} items when read (its containers repeat one another, "
+                        "as a pickle made to grow without bound does): refusing it"
+                    )
+                sizes[id(node)] = total
+            else:
+                stack.append((node, True))
+                stack += [(c, False) for c in children]
+        return sizes.get(id(x), 0)
+
+    size(obj)
 
 
 def torch_weights(data: bytes, what: str) -> Any:

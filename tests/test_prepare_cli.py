@@ -369,3 +369,11 @@ def test_a_labels_row_that_names_several_files_is_refused(tmp_path, capsys):
     assert "names x.png, which matches 2 files (sub/x.png, x.png): give each file's path" in err, err
     (tmp_path / "rows.csv").write_text("x.png,red\nsub/x.png,blue\n")  # paths: each file its own row
     assert main(argv) == 0
+    # A file beside an image under its stem (ImageNet's annotation .xml) is not a second match of the row.
+    (tmp_path / "flat").mkdir()
+    Image.new("RGB", (12, 12)).save(tmp_path / "flat" / "a.png")
+    (tmp_path / "flat" / "a.xml").write_text("<annotation/>")
+    (tmp_path / "rows.csv").write_text("a,red\n")
+    assert (
+        main(["prepare", str(tmp_path / "flat"), str(tmp_path / "f.h5"), "--labels", str(tmp_path / "rows.csv")]) == 0
+    )

@@ -283,5 +283,5 @@ def test_micro_batch_auto_under_a_group_of_the_d_is_said(capsys):
     cfg = bigbatch.preset("stylegan2_256")
     warn_auto_groups(cfg, 16)
     assert capsys.readouterr().err == ""
-    warn_auto_groups(cfg, 6)
-    assert "micro_batch auto settled on 6, which stylegan2's D groups by min(" in capsys.readouterr().err
+    warn_auto_groups(cfg, 2)
+    assert "micro_batch auto settled on 2, under stylegan2's D group of" in capsys.readouterr().err

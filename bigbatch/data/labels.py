@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from bigbatch.data.sources import Listing
 from bigbatch.errors import BigbatchError
@@ -75,8 +76,9 @@ def relabel(
     keys = [next((k for k in (rel, PurePosixPath(rel).name, PurePosixPath(rel).stem) if k in labels), None)
             for rel in listing.names]  # fmt: skip
     files: dict[str, list[str]] = {}
+    images = {e.lower() for e in Image.registered_extensions()}  # (an image's .xml or .txt beside it is not one)
     for rel, key in zip(listing.names, keys):
-        if key is not None:
+        if key is not None and PurePosixPath(rel).suffix.lower() in images:
             files.setdefault(key, []).append(rel)
     shared = next(((k, rels) for k, rels in files.items() if len(rels) > 1), None)
     if shared:  # (one row would label several files, whatever they show)
