@@ -58,6 +58,7 @@ def _refuse_shared(obj: Any, what: str, limit: int = 50_000_000) -> None:
     import numpy as np
 
     sizes: dict[int, int] = {}
+    opened: set[int] = set()
 
     def size(x: Any) -> int:  # (iterative: a deep chain must not reach Python's recursion limit)
         stack = [(x, False)]
@@ -67,6 +68,9 @@ def _refuse_shared(obj: Any, what: str, limit: int = 50_000_000) -> None:
                 raise BigbatchError(f"{what} holds an array of Python objects, which a DeepFaceLab file does not")
             if not isinstance(node, (dict, list, tuple, set, frozenset)) or id(node) in sizes:
                 continue
+            if not done and id(node) in opened:  # (reached again inside itself)
+                raise BigbatchError(f"{what} holds a container inside itself, which a DeepFaceLab file does not")
+            opened.add(id(node))
             children = [*node.keys(), *node.values()] if isinstance(node, dict) else list(node)
             if done:
                 total = len(children) + sum(sizes.get(id(c), 0) for c in children)

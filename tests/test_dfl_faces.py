@@ -158,6 +158,11 @@ def test_metadata_that_would_run_code_is_refused(tmp_path):
     (folder / "b.jpg").write_bytes(dfl_jpeg(face_image(), {"landmarks": bomb}))
     report = prepare(str(folder), str(tmp_path / "h.h5"), 64, workers=0, masks="dfl")
     assert report.count == 1 and "would hold more than 50,000,000 items when read" in report.skipped[0][1]
+    loop: list = []
+    loop.append(loop)  # (a container inside itself: the check's walk ends, and refuses it)
+    (folder / "b.jpg").write_bytes(dfl_jpeg(face_image(), {"landmarks": loop}))
+    report = prepare(str(folder), str(tmp_path / "i.h5"), 64, workers=0, masks="dfl")
+    assert report.count == 1 and "holds a container inside itself" in report.skipped[0][1]
 
 
 def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
