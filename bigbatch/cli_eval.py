@@ -196,7 +196,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
     from bigbatch.data import load_data
     from bigbatch.metrics import evaluate
-    from bigbatch.metrics.extractors import inception_available
+    from bigbatch.metrics.extractors import falls_back
     from bigbatch.sampling import standing_stats
     from bigbatch.tasks.classify.features import feature_extractor
     from bigbatch.tasks.gan.load import load_generator
@@ -221,7 +221,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     )
     # The run's own data set: the reference when B is not given; else only what the classifier extractor trains
     # on when B is statistics (a run copied off its cluster is scored against B without its training data).
-    classifier = name == "classifier" or (name == "auto" and weights is None and not inception_available())
+    classifier = name == "classifier" or falls_back(name, weights)
     data = None
     if args.reference is None or (kind == "stats" and classifier):
         data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)

@@ -69,9 +69,8 @@ def relabel(
     unknown = sorted(set(labels.values()) - set(index))
     if unknown:
         raise BigbatchError(
-            f"{what} names classes the training data has not ({', '.join(unknown[:3])}"
-            f"{', ...' if len(unknown) > 3 else ''}): fix the labels, or give with --classes the training file whose "
-            "classes they are"
+            f"{what} names classes the training data has not ({_few(unknown)}): fix the labels, or give with "
+            "--classes the training file whose classes they are"
         )
     keys = [next((k for k in (rel, PurePosixPath(rel).name, PurePosixPath(rel).stem) if k in labels), None)
             for rel in listing.names]  # fmt: skip
@@ -84,7 +83,7 @@ def relabel(
     if shared:  # (one row would label several files, whatever they show)
         key, rels = shared
         raise BigbatchError(
-            f"{what} names {key}, which matches {len(rels)} files ({', '.join(rels[:3])}{', ...' * (len(rels) > 3)}): "
+            f"{what} names {key}, which matches {len(rels)} files ({_few(rels)}): "
             "give each file's path under the source in its row"
         )
     keep, found, unlabelled, used = [], [], [], set()
@@ -115,9 +114,14 @@ def renumber(listing: Listing, class_names: list[str], what: str) -> Listing:
     unknown = [n for n in listing.class_names if n not in index]
     if unknown:
         raise BigbatchError(
-            f"class folder{'s' * (len(unknown) > 1)} {', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''} "
+            f"class folder{'s' * (len(unknown) > 1)} {_few(unknown)} "
             f"of the source {'are' if len(unknown) > 1 else 'is'} not a class of {what}: rename "
             f"{'them' if len(unknown) > 1 else 'it'} as the training set's class, or leave out --classes"
         )
     mapping = np.asarray([index[n] for n in listing.class_names], np.int64)
     return replace(listing, labels=mapping[listing.labels], class_names=list(class_names))
+
+
+def _few(names: list[str]) -> str:
+    """The first three of `names` for a message, and "..." when there are more."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

@@ -103,6 +103,7 @@ class FrameSource:
                     "would collide; keep one of each"
                 )
             self.count = len(self.files)
+        self._by_name = {p.name: p for p in self.files}  # (an image frame's file, for `stat`)
 
     def identity(self) -> dict:
         """What the source is, for a journal or record to tell it from another: its path (resolved; a glob's
@@ -118,8 +119,6 @@ class FrameSource:
         """[size, mtime_ns] of image frame `name` (None for a video's frames)."""
         if self.video is not None:
             return None
-        if not hasattr(self, "_by_name"):
-            self._by_name = {p.name: p for p in self.files}
         st = self._by_name[name].stat()
         return [st.st_size, st.st_mtime_ns]
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics import inception as inc
-from bigbatch.metrics.extractors import get_extractor, inception_available
+from bigbatch.metrics.extractors import falls_back, get_extractor
 from bigbatch.metrics.features import Extractor, extract_sharded
 from bigbatch.metrics.fid import feature_stats, frechet_distance
 from bigbatch.metrics.image_sets import any_size, read_images
@@ -245,7 +245,7 @@ def extractor_for(
         return name
     train_on = None if isinstance(reference, ReferenceStats) else reference
     if train_on is None:
-        fallback = name == "auto" and path is None and not inception_available()
+        fallback = falls_back(name, path)
         if name == "classifier" or fallback:
             raise BigbatchError(
                 (f"{inc.missing_weights_message()}; and " if fallback else "")

@@ -148,12 +148,17 @@ def get_extractor(
     raise BigbatchError(f"unknown feature extractor {name!r}; valid: {', '.join(NAMES)}, classifier:RUN")
 
 
+def falls_back(name: str, path: str | Path | None = None) -> bool:
+    """Whether the extractor `name` is the classifier for want of Inception weights ("auto", none given or present)."""
+    return name == "auto" and path is None and not inception_available()
+
+
 def resolve_name(name: str, path: str | Path | None = None) -> str:
     """The extractor `name` stands for: "auto" is "inception" when weights are given or present, else
     "classifier" (said in a warning); any other name is itself."""
     if name != "auto":
         return name
-    if path is not None or inception_available():
+    if not falls_back(name, path):
         return "inception"
     warn(
         f"no Inception weights in {inc.weights_dir()}: scoring with a classifier trained on the data set "
