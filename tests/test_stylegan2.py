@@ -285,3 +285,15 @@ def test_micro_batch_auto_under_a_group_of_the_d_is_said(capsys):
     assert capsys.readouterr().err == ""
     warn_auto_groups(cfg, 2)
     assert "micro_batch auto settled on 2, under stylegan2's D group of" in capsys.readouterr().err
+
+
+def test_micro_batch_auto_settles_only_on_sizes_the_ds_groups_take():
+    # By reading: auto probed every divisor of the batch, and the D refused 12 under groups of 8 (a batch of 24).
+    cfg = tiny(**{"train.batch": 24, "train.micro_batch": "auto", "train.memory_budget": "4GiB"})
+    cfg = cfg.override({"model.options": SMALL_OPTIONS | {"mbstd_group": 8}})
+    rep = replicator_for(cfg)
+    task = build_task(cfg, rep, load_data("builtin:digits", 16))
+    assert rep.plan_micro_batch(task.probe).micro_batch == 24
+    assert [p.micro_batch for p in rep.probes if p.micro_batch > 8] == [24]
+    assert rep.set_batch(36).micro_batch == 6  # (a later batch 24 does not divide: under a group, not 12 or 18)
+    task.d_step(0)

@@ -110,8 +110,8 @@ class Replicator:
         self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
         self._auto = micro_batch == "auto"
         self._planned_micro = 0 if self._plan is None else micro_batch  # what set_batch keeps (as asked)
-        self.probes: list[memory.Probe] = []
-        self.budget: int | None = None  # the memory budget micro_batch "auto" was planned for
+        self.probes, self.budget = list[memory.Probe](), None  # (micro_batch "auto": its probes and budget)
+        self.takes_micro: Callable[[int], bool] = lambda m: True  # (the micro-batches "auto" may settle on)
         self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
         self._micro_hooks: list[Callable[[int], None]] = []
         # Submodules of prepared models with before_micro_batch, by what runs them: their class's static
@@ -423,8 +423,8 @@ class Replicator:
     def plan_micro_batch(
         self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer] | None = None
     ) -> Plan:
-        """Resolve micro_batch="auto": the largest divisor of this rank's share whose `probe(m)` (one
-        forward and backward at micro-batch m) fits the memory budget. Buffers, RNG and gradients are
+        """Resolve micro_batch="auto": the largest divisor of this rank's share that `takes_micro` and whose
+        `probe(m)` (one forward and backward at m) fits the memory budget. Buffers, RNG and gradients are
         restored after probing, so planning changes nothing that training sees. `optimizers`: those whose
         gradients the probe leaves (default: every registered one)."""
         optimizers = [s.opt for s in self.optimizers.values()] if optimizers is None else list(optimizers)
@@ -442,7 +442,7 @@ class Replicator:
             torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, self.device)
         plain, cuda = [p for p, _ in self.models], [self.device] if self.device.type == "cuda" else []
         baseline = memory.state_bytes(plain, optimizers) - (memory.state_bytes(plain, []) if cuda else 0)
-        sizes = [d for d in range(1, self.share + 1) if self.share % d == 0]  # (micro-batches to try)
+        sizes = [d for d in range(1, self.share + 1) if self.share % d == 0 and self.takes_micro(d)]  # (to try)
         saved = _save_buffers(plain)
         holders = [*optimizers, *plain]  # (of gradients)
 
@@ -486,7 +486,7 @@ class Replicator:
     def _replan(self, batch: int) -> Plan:
         micro, share = self._planned_micro, batch // self.world_size
         if self._auto and share % micro:
-            micro = max(d for d in range(1, micro + 1) if share % d == 0)
+            micro = max(d for d in range(1, micro + 1) if share % d == 0 and (d == 1 or self.takes_micro(d)))
         self._plan = make_plan(batch, micro, self.precision, self.ctx)  # a fixed one above the share: the share
         self.batch = batch
         return self._plan

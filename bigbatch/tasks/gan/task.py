@@ -167,6 +167,9 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
         load_pretrained(G_ema, pretrained, "G_ema")
     G_train, D_train = rep.prepare(G.train()), rep.prepare(D.train())
     G_ema.to(rep.device)
+    group = getattr(D, "mbstd_group", 1)  # (StyleGAN2's D groups a micro-batch, one below a group whole)
+    if group > 1:
+        rep.takes_micro = lambda m: m < group or m % group == 0
 
     def adam(net: nn.Module, lr: float) -> torch.optim.Optimizer:
         trained = [p for p in net.parameters() if p.requires_grad]
