@@ -137,6 +137,19 @@ def test_a_held_out_fraction_that_leaves_nothing_to_train_on_is_one_line():
         holdout(digits, 0.9995)
 
 
+def test_a_held_out_fraction_over_half_is_said_once(capsys):
+    # Found from outside: data.val_fraction 0.99 trained on 1% of the images without a word.
+    from bigbatch.data.load import training_data
+
+    cfg = bigbatch.preset("fashion_resnet")
+    cfg = cfg.override({"data.path": "builtin:digits", "data.val_path": "", "data.val_fraction": 0.9})
+    assert len(training_data(cfg)) == 179 and len(training_data(cfg)) == 179
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "holds out 1618 of the 1797 images and trains on the other 179" in err
+    training_data(cfg.override({"data.val_fraction": 0.4}))
+    assert capsys.readouterr().err == ""
+
+
 def test_a_phase_batch_the_micro_batch_does_not_divide_is_not_blamed_on_train_batch(capsys):
     from bigbatch.cli import main
 

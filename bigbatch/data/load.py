@@ -9,7 +9,7 @@ from bigbatch.config import Config
 from bigbatch.data.builtin import BUILTIN
 from bigbatch.data.images import ImageData
 from bigbatch.data.split import Subset, holdout
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 if TYPE_CHECKING:
     from bigbatch.data.hdf5 import H5Data
@@ -59,7 +59,16 @@ def training_data(cfg: Config) -> Any:
             "at a time; prepare the training images without --buckets (a bucketed file serves as data.val_path, "
             "with data.val_rect = true)"
         )
-    return holdout(data, d.val_fraction)[0] if d.val_fraction and not d.val_path else data
+    if not d.val_fraction or d.val_path:
+        return data
+    train, val = holdout(data, d.val_fraction)
+    if len(val) > len(train):  # (a typo for 0.09, or a fraction for the training split: said, not refused)
+        warn(
+            f"data.val_fraction {d.val_fraction:g} holds out {len(val)} of the {len(data)} images and trains on the "
+            f"other {len(train)}: it is the held-out share (e.g. 0.1)",
+            once=True,
+        )
+    return train
 
 
 def validation_data(cfg: Config, train: Any = None) -> Any:
