@@ -60,7 +60,7 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
     for title, keys in TRAINING_PANELS:
         series = []
         for run, (logs, _) in data.items():
-            present = [k for k in keys if any(_finite(r.get(k)) for r in logs)]
+            present = [k for k in keys if any(_number(r.get(k)) for r in logs)]
             if title.startswith("batch") and len({r.get("batch") for r in logs}) < 2 and not several:
                 continue  # a constant batch says nothing; an fp32 run has no loss scale
             if title.startswith("steps skipped") and not any(r.get(k) for r in logs for k in present):
@@ -71,14 +71,14 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
     for metric in EVAL_METRICS:
         series = []
         for run, (_, evals) in data.items():
-            if any(_finite(r.get(metric)) for r in evals):
+            if any(_number(r.get(metric)) for r in evals):
                 spread = f"{metric}_std" if any(f"{metric}_std" in r for r in evals) else None
                 series.append((names[run] if several else metric, metric, evals, spread, run))
         if series:
             shown = [run for *_, run in series]  # (eval.n of the runs drawn here, not of every run)
             where = "held-out split" if metric.startswith("val_") else f"eval, n={_eval_n(shown)}"
             panels.append((f"{metric} ({where})", series, False))
-    if not panels:
+    if not any(_finite(r.get(key)) for _, series, _ in panels for _, key, rows, *_ in series for r in rows):
         where = f"{runs[0]}/metrics.jsonl holds" if not several else "the runs' metrics.jsonl hold"
         raise BigbatchError(f"{where} no finite losses, speeds or scores to plot")
 
@@ -90,17 +90,25 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
     colours = {run: f"C{i % 10}" for i, run in enumerate(runs)}
     for ax, (title, series, log_y) in zip(axes.flat, panels):
         styles: dict[Path, int] = {}
+        marked = False  # (a value not finite drawn: the legend says what the red crosses are)
         for label, key, source, spread, run in series:
             points = [
                 (r["kimg"], r[key], r[spread] if spread and _finite(r.get(spread)) else 0.0)
                 for r in source
                 if _finite(r.get(key))
             ]
-            x, y, s = (list(v) for v in zip(*points))
+            x, y, s = (list(v) for v in zip(*points)) if points else ([], [], [])
             colour = colours[run] if several else None
             style = ("-", "--", ":", "-.")[styles.get(run, 0) % 4] if several else "-"
             styles[run] = styles.get(run, 0) + 1
-            ax.plot(x, y, style, color=colour, marker="o" if len(x) < 30 else None, markersize=3, label=label)
+            if points:
+                ax.plot(x, y, style, color=colour, marker="o" if len(x) < 30 else None, markersize=3, label=label)
+            bad = [r["kimg"] for r in source if isinstance(r.get(key), float) and not math.isfinite(r[key])]
+            if bad:  # (NaN or inf, which a line cannot show: marked at the foot of the panel)
+                at_foot, marked = ax.get_xaxis_transform(), True
+                ax.scatter(
+                    bad, [0.03] * len(bad), marker="x", color="red", transform=at_foot, label=f"{label}: not finite"
+                )
             if spread:
                 ax.fill_between(
                     x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], color=colour, alpha=0.2
@@ -110,7 +118,7 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
         ax.grid(alpha=0.3)
         if log_y:
             ax.set_yscale("log", base=2)
-        if len(series) > 1 or several:  # (whose curve it is, when several runs are drawn)
+        if len(series) > 1 or several or marked:  # (whose curve it is, when several are drawn)
             ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
@@ -167,6 +175,10 @@ def _label(run_name: str, key: str, keys: int, several: bool) -> str:
     if not several:
         return key
     return f"{run_name}: {key}" if keys > 1 else run_name
+
+
+def _number(v: object) -> bool:  # (NaN and inf too: drawn as marks)
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _finite(v: object) -> bool:

@@ -175,7 +175,15 @@ def test_plot_draws_training_curves_and_scores(scored, tiny, tmp_path, capsys):
     assert "no metrics.jsonl lines to plot" in capsys.readouterr().err
 
 
-def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_path, capsys):
+def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_path, capsys, monkeypatch):
+    import matplotlib.axes
+
+    marked, scatter = [], matplotlib.axes.Axes.scatter
+    monkeypatch.setattr(  # (found from outside: a NaN loss was left out of the plot without a mark)
+        matplotlib.axes.Axes,
+        "scatter",
+        lambda self, x, *a, **kw: marked.append((list(x), kw["label"])) or scatter(self, x, *a, **kw),
+    )
     run = tmp_path / "odd"
     run.mkdir()
     lines = [
@@ -188,6 +196,7 @@ def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_
     ]
     (run / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     assert main(["plot", str(run)]) == 0
+    assert marked == [([0.128], "loss_G: not finite"), ([0.128], "img_per_s: not finite"), ([0.256], "is: not finite")]
     (run / "metrics.jsonl").write_text('{"kimg": 0.1, "is": NaN, "eval_seconds": 1.0}\n{"loss_D": 1.0}\n')
     assert main(["plot", str(run)]) == 2
     err = capsys.readouterr().err
