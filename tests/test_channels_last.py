@@ -49,6 +49,20 @@ def test_channels_last_is_on_for_gans_and_classifiers_and_off_for_the_autoencode
             assert rep.channels_last is (not auto), preset
 
 
+def test_a_gans_average_is_kept_in_gs_memory_order(tiny):
+    # Found by reading for the GPU: G_ema stayed NCHW beside a channels-last G, so every EMA update took the
+    # per-tensor path of the multi-tensor kernels, and samples ran NCHW.
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    for channels_last in (True, False):
+        cfg = tiny.override({"train.channels_last": channels_last})
+        with replicator_for(cfg) as rep:
+            nets = build_task(cfg, rep, training_data(cfg)).nets()
+        strides = [[p.stride() for p in nets[n].parameters()] for n in ("G", "G_ema")]
+        assert strides[0] == strides[1] and (channels_last or all(p.is_contiguous() for p in nets["G"].parameters()))
+
+
 def test_a_channels_last_run_resumes_bit_exact(tiny, tmp_path):
     def weights(run):
         return {n: (run / "checkpoints" / "000000.512" / f"{n}.safetensors").read_bytes() for n in ("G", "D", "G_ema")}

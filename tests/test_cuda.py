@@ -466,3 +466,17 @@ def test_the_stop_vote_under_nccl_waits_for_no_step(monkeypatch):
         td.destroy_process_group()
     assert answers == [False, False, False, True]
     assert [str(w.message) for w in said if "synchroniz" in str(w.message)] == []
+
+
+def test_building_a_task_leaves_the_callers_gpu_rng_as_it_was(tiny):
+    # Found by reading: build_task's manual_seed reseeded the GPU's generator too, which it did not restore.
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    cfg = tiny.override({"train.device": "cuda"})
+    torch.cuda.manual_seed(12345)
+    before = torch.cuda.get_rng_state()
+    with replicator_for(cfg) as rep:
+        build_task(cfg, rep, training_data(cfg))
+    assert torch.equal(torch.cuda.get_rng_state(), before)

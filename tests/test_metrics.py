@@ -3,6 +3,7 @@ images and weights, the reference-statistics cache, and the offline classifier (
 
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -422,3 +423,22 @@ def test_feature_extraction_split_across_ranks_equals_one_process(tmp_path):
         assert all(torch.equal(two[k], one[k]) for k in one)
         # FID-only statistics from sums reduced across ranks equal those of the gathered features.
         assert np.allclose(two["mu"].numpy(), mu, rtol=1e-12) and np.allclose(two["sigma"].numpy(), sigma, rtol=1e-12)
+
+
+def test_features_are_extracted_when_the_user_turned_tf32_on_through_pytorchs_new_switch(tmp_path):
+    # Found by reading for the GPU: extraction set the legacy allow_tf32, which raises after a user set
+    # torch.backends.cuda.matmul.fp32_precision (PyTorch's documented switch since 2.9); every score failed.
+    script = (
+        "import torch\n"
+        "from bigbatch.metrics import Extractor, extract\n"
+        "class Flat(Extractor):\n"
+        "    def forward(self, images):\n"
+        "        return {'pool': images.flatten(1).float()}\n"
+        "torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+        "torch.backends.cudnn.conv.fp32_precision = 'tf32'\n"
+        "print(extract(Flat(), torch.zeros(2, 8, 8, 3, dtype=torch.uint8))['pool'].shape[1])\n"
+        "print(torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["192", "tf32", "tf32"]  # (the user's setting restored)

@@ -219,8 +219,8 @@ def fit_micro_batch(
 def default_budget(device: torch.device, local_world: int = 1) -> int:
     """The memory a process may use when no budget is given: the GPU's total, or its share of free RAM."""
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return free + torch.cuda.memory_allocated(device)
+        free, _ = torch.cuda.mem_get_info(device)  # (the driver counts this process's cached blocks as used)
+        return free + torch.cuda.memory_reserved(device)
     try:
         with open("/proc/meminfo") as f:
             info = dict(line.split(":", 1) for line in f)

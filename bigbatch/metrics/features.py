@@ -81,13 +81,16 @@ def to_nchw(images: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def exact_float32() -> Iterator[None]:
-    """Full float32 convolutions and matmuls (no TF32 on Ampere and later), restored afterwards."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    """Full float32 convolutions and matmuls (no TF32 on Ampere and later), restored afterwards. Through
+    PyTorch's fp32_precision switches, which read either API's setting (the legacy allow_tf32 raises where a
+    user set the new one)."""
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    saved = matmul.fp32_precision, conv.fp32_precision
+    matmul.fp32_precision = conv.fp32_precision = "ieee"
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        matmul.fp32_precision, conv.fp32_precision = saved
 
 
 class Extractor:

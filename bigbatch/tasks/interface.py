@@ -288,6 +288,6 @@ def build_task(
     builder = _builder(cfg.task)
     if cfg.data.decode != "cpu":
         device_decode.check(data, rep.device, cfg.data.decode)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed)
+    with torch.random.fork_rng(devices=[rep.device] if rep.device.type == "cuda" else []):  # (manual_seed seeds
+        torch.manual_seed(cfg.train.seed)  # the GPU's too, which fork_rng restores only when given)
         return builder(cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)

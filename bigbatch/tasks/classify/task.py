@@ -339,9 +339,10 @@ class ClassifyTask:
         """What the network receives for uint8 NHWC images: [-1, 1] NCHW, cropped to `boxes` on the
         device, rotated by their labels when it learns rotations."""
         x = from_uint8(images)
-        if boxes is not None:
-            grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
-            x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        if boxes is not None:  # (in float32 whatever autocast says: a bf16 grid moves a 224 px crop by half a pixel)
+            with torch.autocast(x.device.type, enabled=False):
+                grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
+                x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
         return rotate(x, labels) if self.rotation else x
 
     def loss(self, micro: tuple) -> dict[str, torch.Tensor]:

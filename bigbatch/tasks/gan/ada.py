@@ -329,8 +329,13 @@ def apply(x: torch.Tensor, params: torch.Tensor | np.ndarray, groups: list[str])
     Differentiable in `x`. `params` are read on the host, where they were drawn, since which images move, the
     margins and the noise seeds are decided there: the task hands them over on the host (a NumPy array, a
     host part of its batch), and what goes to the device goes without waiting on it. On x's device they are
-    copied back first, which waits for the device's queue."""
-    params = torch.as_tensor(params).cpu()
+    copied back first, which waits for the device's queue. Computed in float32 (float64 for float64 x), as
+    ADA does, whatever autocast says: its positions and matrices in bf16 would move pixels by one or more."""
+    with torch.autocast(x.device.type, enabled=False):
+        return _apply(x if x.dtype == torch.float64 else x.float(), torch.as_tensor(params).cpu(), groups)
+
+
+def _apply(x: torch.Tensor, params: torch.Tensor, groups: list[str]) -> torch.Tensor:
     if params[:, BLIT].any():
         x = blit(x, params[:, BLIT].to(x.device, non_blocking=True))
     moved = (params[:, GEOM] != params.new_tensor([1.0, 0, 0, 0, 1, 0])).any(1)

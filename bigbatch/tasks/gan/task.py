@@ -41,6 +41,7 @@ from bigbatch.engine import precision as prec
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
+from bigbatch.engine.wrap import to_channels_last
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.models.layers import set_sn_every_micro_batch
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
@@ -167,6 +168,8 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
         load_pretrained(G_ema, pretrained, "G_ema")
     G_train, D_train = rep.prepare(G.train()), rep.prepare(D.train())
     G_ema.to(rep.device)
+    if rep.channels_last:  # (G's memory order: the EMA's multi-tensor kernels need equal strides)
+        to_channels_last(G_ema, rep.device)
     group = getattr(D, "mbstd_group", 1)  # (StyleGAN2's D groups a micro-batch, one below a group whole)
     if group > 1:
         rep.takes_micro = lambda m: m < group or m % group == 0

@@ -64,7 +64,13 @@ def apply(
     """(input, target) of images `x` (N, C, H, W in [0, 1]; the first `colour` channels the picture,
     the rest masks): the target transformed, the input's picture also warped (when `warp`). Pictures
     repeat their border; masks are zero outside. `picture`: the input's picture where it differs
-    from the target's (DFL's HSV shift, which only the input gets)."""
+    from the target's (DFL's HSV shift, which only the input gets). In float32 whatever autocast says: its
+    grid in bf16 would sample a 512 px face up to two pixels off."""
+    with torch.autocast(x.device.type, enabled=False):
+        return _apply(x.float(), theta, offsets, cells, flips, warp, colour, picture)
+
+
+def _apply(x, theta, offsets, cells, flips, warp, colour, picture):  # (apply's, with autocast off)
     n, _, h, w = x.shape
     theta = theta.to(x.device, x.dtype, non_blocking=True)
     offsets = offsets.to(x.device, x.dtype, non_blocking=True)
