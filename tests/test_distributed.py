@@ -204,6 +204,46 @@ def test_sync_bn_spans_ranks_for_every_batchnorm_and_keeps_the_parameters_an_opt
         assert torch.allclose(two[k], v, rtol=1e-10, atol=1e-12), k
 
 
+def _two_heads_rank(rank, world, init_file, out):
+    """Two steps of a model whose second head no loss uses (DDP needs to be told), this rank's share."""
+    from torch import nn
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 1), nn.Linear(8, 1)
+
+        def forward(self, x, head="a"):
+            return getattr(self, head)(self.body(x))
+
+    torch.set_num_threads(1)
+    if world > 1:
+        torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.manual_seed(0)
+    model = TwoHeads()
+    x, y = torch.randn(8, 4, generator=torch.Generator().manual_seed(1)), torch.arange(8.0).view(8, 1)
+    with bigbatch.Replicator(batch=8, micro_batch=4, device="cpu") as rep:
+        net = rep.prepare(model, unused_parameters=True)
+        opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        share = slice(rank * 8 // world, (rank + 1) * 8 // world)
+        for _ in range(2):
+            rep.step(lambda m: (net(m[0]) - m[1]).square().mean(), (x[share], y[share]), opt)
+    if rank == 0:
+        torch.save(model.state_dict(), out)
+
+
+def test_a_model_with_parameters_no_loss_uses_trains_under_ddp_as_in_one_process(tmp_path):
+    # Found from outside: a head the loss skips stopped DDP ("Expected to have finished reduction"), with no
+    # way through the Replicator to say so.
+    _two_heads_rank(0, 1, None, tmp_path / "one.pt")
+    torch.multiprocessing.start_processes(
+        _two_heads_rank, (2, str(tmp_path / "init"), str(tmp_path / "two.pt")), 2, join=True, start_method="fork"
+    )
+    one, two = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("one", "two"))
+    assert all(torch.equal(one[k], two[k]) for k in one)
+
+
 def test_sync_bn_refuses_a_batchnorm_with_a_forward_of_its_own():
     from torch import nn
 

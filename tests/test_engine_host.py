@@ -2,6 +2,7 @@
 (spectral norm's power iterations, G_ema's blend), and what a batch keeps on the host."""
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -95,3 +96,28 @@ def test_a_numpy_array_in_a_batch_is_cut_with_it_and_stays_on_the_host():
     assert [k.tolist() for k in seen] == [[0, 10], [20, 30], [40, 50], [60, 70]]
     with pytest.raises(bigbatch.BigbatchError, match="agree in dim 0"):
         rep.step(step_fn, (x, keys[:4]), opt)
+
+
+def test_a_namedtuple_batch_is_cut_as_its_fields_and_a_wrong_return_says_what_it_was():
+    # Found from outside: a namedtuple batch raised a TypeError inside the engine, and a step function that
+    # forgot to return was told only what it should return.
+    import collections
+
+    Batch = collections.namedtuple("Batch", "x y")
+    model = nn.Linear(3, 1)
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, device="cpu")
+    model = rep.prepare(model)
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    seen = []
+
+    def step_fn(micro):
+        seen.append(type(micro))
+        return (model(micro.x) - micro.y).square().mean()
+
+    rep.step(step_fn, Batch(torch.randn(8, 3), torch.randn(8, 1)), opt)
+    assert seen == [Batch, Batch]
+    for returned, said in ((None, "got None (no return?)"), (1.0, "got a float"), (torch.ones(2), "shape (2,)")):
+        with pytest.raises(bigbatch.BigbatchError, match=re.escape(said)):
+            rep.step(lambda micro, r=returned: r, Batch(torch.randn(8, 3), torch.randn(8, 1)), opt)
+    with pytest.raises(bigbatch.BigbatchError, match=r"go in a NumPy array \(np.asarray"):
+        rep.step(step_fn, {"x": torch.randn(8, 3), "paths": "a.png"}, opt)

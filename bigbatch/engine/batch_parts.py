@@ -27,7 +27,13 @@ def unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     else:
         loss, rest = out, {}
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
-        raise BigbatchError("the step function must return the micro-batch's mean loss as a scalar tensor with a graph")
+        if isinstance(loss, torch.Tensor):
+            got = f"a tensor of shape {tuple(loss.shape)}" if loss.numel() != 1 else "a tensor without a graph"
+        else:  # (None: a step function that forgot to return)
+            got = "None (no return?)" if loss is None else f"a {type(loss).__name__}"
+        raise BigbatchError(
+            f"the step function must return the micro-batch's mean loss as a scalar tensor with a graph, got {got}"
+        )
     for key, value in rest.items():
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)
         if not (number or (isinstance(value, torch.Tensor) and value.numel() == 1)):
@@ -52,7 +58,10 @@ def length(batch: Any) -> int:
         return lengths.pop()
     if isinstance(batch, dict):
         return length(list(batch.values()))
-    raise BigbatchError(f"a batch must be a tensor or a tuple/list/dict of tensors, got {type(batch).__name__}")
+    raise BigbatchError(
+        f"a batch must be a tensor or a tuple/list/dict of tensors, got {type(batch).__name__}: per-example values "
+        "of another kind go in a NumPy array (np.asarray(paths)), cut with the batch and kept on the host"
+    )
 
 
 def cut(batch: Any, start: int, stop: int) -> Any:
@@ -60,7 +69,7 @@ def cut(batch: Any, start: int, stop: int) -> Any:
     if isinstance(batch, (torch.Tensor, np.ndarray)):
         return batch[start:stop]
     if isinstance(batch, (tuple, list)):
-        return type(batch)(None if b is None else cut(b, start, stop) for b in batch)
+        return _same(batch, [None if b is None else cut(b, start, stop) for b in batch])
     return {k: cut(v, start, stop) for k, v in batch.items()}
 
 
@@ -70,10 +79,15 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (tuple, list)):
-        return type(batch)(None if b is None else to_device(b, device) for b in batch)
+        return _same(batch, [None if b is None else to_device(b, device) for b in batch])
     if isinstance(batch, dict):
         return {k: to_device(v, device) for k, v in batch.items()}
     return batch
+
+
+def _same(batch: tuple | list, parts: list) -> tuple | list:
+    """`parts` in `batch`'s sequence type (a namedtuple's fields given one by one)."""
+    return type(batch)(*parts) if hasattr(batch, "_fields") else type(batch)(parts)
 
 
 T = TypeVar("T")

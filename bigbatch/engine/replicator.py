@@ -176,12 +176,16 @@ class Replicator:
         self.close()
 
     # ---- models, optimizers, inputs ------------------------------------------------------------
-    def prepare(self, model: nn.Module, checkpointing: bool | Iterable[str] | None = None) -> nn.Module:
+    def prepare(
+        self, model: nn.Module, checkpointing: bool | Iterable[str] | None = None, *, unused_parameters: bool = False
+    ) -> nn.Module:
         """Place `model` on this rank's device (its convolution weights channels-last if the Replicator's
         `channels_last`) and wrap it (cross-rank BN → checkpointing → compile → DDP).
 
         Returns the module to call; the plain model is changed in place and stays what to save.
         `checkpointing` overrides the Replicator's setting for this model (True, False or block names).
+        `unused_parameters`: some parameters may get no gradient in a step (a head the loss skips; DDP's
+        find_unused_parameters, which costs a pass over the graph each step).
         Submodules that define `before_micro_batch(index)` are called before each micro-batch's forward:
         the protocol for state a training forward updates at a rate of its own (see `on_micro_batch`).
         """
@@ -193,6 +197,7 @@ class Replicator:
             checkpointing=self.checkpointing if checkpointing is None else checkpointing,
             compile=self.compile,
             channels_last=self.channels_last,
+            unused_parameters=unused_parameters,
         )
         self.models.append((model, wrapped))
         known = {id(m) for modules in self._micro_modules.values() for m in modules}
@@ -233,13 +238,8 @@ class Replicator:
             raise BigbatchError(f"an optimizer is already wrapped under the name {name!r}: give each its own")
         if name is None:
             name = next(f"opt{i}" for i in itertools.count(len(self.optimizers)) if f"opt{i}" not in taken)
-        self.optimizers[id(opt)] = _Optimizer(
-            opt,
-            name,
-            prec.grad_scaler(self.precision, self.device),
-            deque(maxlen=self.skip_window),
-            params=params,
-        )
+        scaler = prec.grad_scaler(self.precision, self.device)
+        self.optimizers[id(opt)] = _Optimizer(opt, name, scaler, deque(maxlen=self.skip_window), params=params)
         return opt
 
     def batches(self, input_fn: Callable[[InputContext], Iterable[Any]]) -> Iterator[Any]:

@@ -211,6 +211,7 @@ def prepare(
     checkpointing: bool | Iterable[str] = False,
     compile: bool | str = False,
     channels_last: bool = False,
+    unused_parameters: bool = False,
 ) -> nn.Module:
     """Place `model` and wrap it: cross-rank BN → activation checkpointing → torch.compile → DDP.
     `channels_last`: its 4-d weights in NHWC order, so that convolutions run and return channels-last.
@@ -245,7 +246,9 @@ def prepare(
         ids = [device.index] if device.type == "cuda" else None
         # Buffers are not re-broadcast at each forward: spectral-norm vectors advance identically on
         # every rank; BN running statistics are replayed alike on every rank (running_stats.py).
-        wrapped = nn.parallel.DistributedDataParallel(wrapped, device_ids=ids, forward_sync_buffers=False)
+        wrapped = nn.parallel.DistributedDataParallel(
+            wrapped, device_ids=ids, forward_sync_buffers=False, find_unused_parameters=unused_parameters
+        )
         if sums_in_rank_order(device):
             wrapped.register_comm_hook(None, _sum_in_rank_order)
     return wrapped
