@@ -93,12 +93,24 @@ def sweep(
             _say(quiet, f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
             if state != "finished":
                 todo.append(job)
-        if launcher == "local":
-            for job in todo:
-                _train_here(job, quiet)
-        else:
-            _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
+        with _table_on_stop(root, jobs):
+            if launcher == "local":
+                for job in todo:
+                    _train_here(job, quiet)
+            else:
+                _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
         return _finish(root, jobs)
+
+
+@contextlib.contextmanager
+def _table_on_stop(root: Path, jobs: list[Job]) -> Iterator[None]:
+    """A sweep stopped (Ctrl-C, SIGTERM, bigbatch stop) still writes its table: the runs that finished,
+    the one stopped as interrupted, those not begun as new."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        write_results(root, [result_row(job.run, job.values, job.cfg, job) for job in jobs])
+        raise
 
 
 @contextlib.contextmanager
@@ -327,7 +339,8 @@ def _search(
     starter = _starter(launcher, nprocs)
     with _one_sweep(root):
         try:
-            _side_by_side(trials(), starter, quiet, watch)
+            with _table_on_stop(root, jobs):
+                _side_by_side(trials(), starter, quiet, watch)
         finally:
             for job in jobs:
                 _tell(study, job, metric, optuna.trial.TrialState)

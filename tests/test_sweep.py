@@ -68,6 +68,28 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
         assert [r["status"] for r in csv.DictReader(f)] == ["failed", "finished"]
 
 
+def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch):
+    # Found from outside: a sweep stopped by Ctrl-C wrote no results table, not even the runs that finished.
+    import bigbatch.loop
+
+    real = bigbatch.loop.train
+
+    def stopped_in_the_second(cfg, run_dir, **kw):  # (as a stop does: a checkpoint short of the run's end)
+        short = cfg.train.batch == 32
+        return real(cfg.override({"train.kimg": 0.064}) if short else cfg, run_dir=run_dir, **kw)
+
+    monkeypatch.setattr(bigbatch.loop, "train", stopped_in_the_second)
+    base = tiny.override({"train.kimg": 0.128, "checkpoint.every_kimg": 0.064, "train.micro_batch": 16})
+    with pytest.raises(KeyboardInterrupt):
+        bigbatch.sweep(base, {"train.batch": [16, 32, 64]}, tmp_path / "sweep")
+    with open(tmp_path / "sweep" / "results.csv") as f:
+        assert [(r["train.batch"], r["status"]) for r in csv.DictReader(f)] == [
+            ("16", "finished"),
+            ("32", "interrupted"),
+            ("64", "new"),
+        ]
+
+
 def test_no_two_combinations_share_a_run_folder():
     # Found from outside: names were cut at 200 characters, so a long value first and train.kimg last gave
     # two combinations one folder: the second "resumed" the first and the table reported both from it.
