@@ -96,7 +96,7 @@ def save_checkpoint(
     if not replace and is_complete(final) and _intact(final):  # nothing trained since (a signal right after a save)
         atomic_write(root / "latest", name + "\n")
         return final
-    tmp = _write_folder(root, name, nimg, nets, state, config_text, info)
+    tmp = write_folder(root, name, nimg, nets, state, config_text, info)
     shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
     os.replace(tmp, final)
     atomic_write(root / "latest", name + "\n")
@@ -121,7 +121,7 @@ def save_best(
     one is deleted last, and `best_checkpoint` falls back to it if a crash came in between."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    tmp = _write_folder(root, BEST, nimg, nets, state, config_text, info)
+    tmp = write_folder(root, BEST, nimg, nets, state, config_text, info)
     final, old = root / BEST, root / f".{BEST}-old"
     if not final.exists() and is_complete(old):  # a crash came between the renames last time
         os.replace(old, final)
@@ -142,7 +142,7 @@ def best_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def _write_folder(
+def write_folder(
     root: Path,
     name: str,
     nimg: int,
@@ -150,8 +150,10 @@ def _write_folder(
     state: dict[str, Any],
     config_text: str,
     info: dict[str, Any] | None,
+    then: str = "",
 ) -> Path:
-    """A complete checkpoint in a hidden temporary folder under `root` (meta.json last), to rename into place."""
+    """A complete checkpoint in a hidden temporary folder under `root` (meta.json last), to rename into place.
+    `then`: what to do once space is freed (default: resume the run `root` is the checkpoints of)."""
     remove_stale([*root.glob(".tmp-*"), *root.glob(".pruned-*")])  # of processes killed while saving or pruning
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -177,8 +179,8 @@ def _write_folder(
         raise BigbatchError(
             f"cannot write checkpoint {root / name}: {Path(e.filename).name + ': ' if e.filename else ''}"
             f"{e.strerror or e} (its partial folder is removed; the "
-            f"checkpoints before it are intact); free space, then resume with: bigbatch train --run-dir "
-            f"{shlex.quote(str(root.parent))} --resume"
+            f"checkpoints before it are intact); free space, then "
+            f"{then or 'resume with: bigbatch train --run-dir ' + shlex.quote(str(root.parent)) + ' --resume'}"
         ) from None
     return tmp
 

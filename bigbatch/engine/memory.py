@@ -14,12 +14,14 @@ activations it saves and their gradients, beside the weights' and the optimizer'
 
 from __future__ import annotations
 
+import os
 import re
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -270,3 +272,18 @@ def plan_holds(plan: dict, world_size: int, budget: int | None, speak: bool) -> 
                  'micro_batch "auto" is probed again')  # fmt: skip
         return False
     return True
+
+
+def local_world() -> int:
+    """Processes on this machine (torchrun's LOCAL_WORLD_SIZE): what share of free RAM one may plan for."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def save_buffers(models: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    """Copies of the models' buffers, which a probe's training forwards move (BatchNorm statistics)."""
+    return [(m, k, b.clone()) for net in models for m in net.modules() for k, b in m._buffers.items() if b is not None]
+
+
+def restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor]]) -> None:
+    for m, k, b in saved:
+        m._buffers[k] = b

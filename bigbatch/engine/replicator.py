@@ -28,13 +28,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from bigbatch.engine import batch_parts, dist, memory, running_stats, wrap
+from bigbatch.engine import batch_parts, dist, memory, running_stats, saving, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.context import InputContext
 from bigbatch.engine.plan import Plan, make_plan
@@ -431,7 +432,7 @@ class Replicator:
         if self.sync_bn and self.world_size > 1 and self.device.type == "cuda":
             # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
             raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")
-        budget = self.memory_budget or memory.default_budget(self.device, _local_world())
+        budget = self.memory_budget or memory.default_budget(self.device, memory.local_world())
         if self.device.type == "cuda":
             total = torch.cuda.get_device_properties(self.device).total_memory
             if budget > total:
@@ -443,7 +444,7 @@ class Replicator:
         plain, cuda = [p for p, _ in self.models], [self.device] if self.device.type == "cuda" else []
         baseline = memory.state_bytes(plain, optimizers) - (memory.state_bytes(plain, []) if cuda else 0)
         sizes = [d for d in range(1, self.share + 1) if self.share % d == 0 and self.takes_micro(d)]  # (to try)
-        saved = _save_buffers(plain)
+        saved = memory.save_buffers(plain)
         holders = [*optimizers, *plain]  # (of gradients)
 
         def fresh(m: int) -> None:  # each probe makes the gradients, as a step from zero_grad does (on CPU,
@@ -454,7 +455,7 @@ class Replicator:
             with torch.random.fork_rng(devices=cuda):  # (the probes' random draws are not training's)
                 micro, self.probes = memory.fit_micro_batch(fresh, sizes, self.device, budget, baseline, dist.agree)
         finally:
-            _restore_buffers(saved)
+            memory.restore_buffers(saved)
             memory.zero_grads(holders)
             if self.device.type == "cuda":
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
@@ -501,6 +502,16 @@ class Replicator:
             loss.backward()
 
     # ---- checkpoints ---------------------------------------------------------------------------
+    def save(self, path: str | Path, **objects: Any) -> Path:
+        """Write a checkpoint folder at `path` from the main process: models (prepared or not; weights in
+        safetensors), optimizers, plain values (a step count, ...), this engine's state and the RNG."""
+        return saving.save(self, path, objects)
+
+    def load(self, path: str | Path, **objects: Any) -> dict[str, Any]:
+        """Restore what `save` wrote into the models and optimizers given by the same names (every rank);
+        return the plain values saved. A step later is the step the saving run took then, bit for bit."""
+        return saving.load(self, path, objects)
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs: loss scalers and skip histories by optimizer name, and the plan
         micro_batch "auto" settled on (a resumed run keeps it: free memory varies, BN statistics must not)."""
@@ -583,18 +594,3 @@ class Replicator:
 def _each(modules: list[nn.Module], index: int) -> None:
     for m in modules:
         m.before_micro_batch(index)
-
-
-def _local_world() -> int:
-    import os
-
-    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-
-
-def _save_buffers(models: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Tensor]]:
-    return [(m, k, b.clone()) for net in models for m in net.modules() for k, b in m._buffers.items() if b is not None]
-
-
-def _restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor]]) -> None:
-    for m, k, b in saved:
-        m._buffers[k] = b

@@ -1,0 +1,115 @@
+"""A checkpoint of the engine used on its own (`Replicator.save` and `Replicator.load`): what a script
+needs to resume bit for bit, written as bigbatch writes a run's checkpoints. One folder, complete before
+it replaces the one before (a crash mid-save leaves the old one); models' weights in safetensors;
+optimizers, the engine's state (loss scalers, skip counts, the plan of micro_batch "auto"), the RNGs and
+the caller's values through torch.save, read back with weights_only=True, never unpickling anything else;
+every file checked against the checksum written with it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bigbatch import checkpoints
+from bigbatch.engine import precision as prec
+from bigbatch.errors import BigbatchError
+
+PLAIN = (bool, int, float, str, type(None), torch.Tensor)  # what a value may hold (weights_only reads it back)
+
+
+def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
+    """Write `objects` (name -> a model, an optimizer, or plain data: numbers, strings, tensors, and lists
+    and dicts of them) to the folder `path`, from the main process (every rank holds the same weights and
+    optimizer state; the RNG saved is the main process's)."""
+    path = Path(path)
+    nets = {k: _plain(rep, v) for k, v in objects.items() if isinstance(v, nn.Module)}
+    optimizers = {k: v.state_dict() for k, v in objects.items() if isinstance(v, torch.optim.Optimizer)}
+    values = {k: v for k, v in objects.items() if k not in nets and k not in optimizers}
+    for key, value in values.items():
+        if not _plain_data(value):
+            raise BigbatchError(
+                f"Replicator.save: {key!r} holds a {type(value).__name__} object; give models, optimizers, or plain "
+                "data (numbers, strings, tensors, lists and dicts of them), which load reads back without unpickling"
+            )
+    if path.exists() and not (path / "meta.json").is_file():  # (the folder is replaced whole)
+        raise BigbatchError(f"Replicator.save: {path} exists and is not a checkpoint; give a new path")
+    if not rep.is_main:
+        return path
+    state = {"optimizers": optimizers, "values": values, "replicator": rep.state_dict(), **_rng(rep.device)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info, then = {"saved_by": "Replicator.save"}, "save again"
+    tmp = checkpoints.write_folder(path.parent, path.name, 0, nets, state, "", info, then=then)
+    old = _old(path)
+    if not path.exists() and (old / "meta.json").is_file():  # a crash came between the renames last time
+        os.replace(old, path)
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def _old(path: Path) -> Path:
+    """Where the checkpoint before goes while the new one is renamed into place (load falls back to it)."""
+    return path.with_name(f".{path.name}-old")
+
+
+def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
+    """Restore the models and optimizers of `objects` (by the names they were saved under), the engine's
+    state and the RNGs from the folder `path`; return the plain values saved with them."""
+    path = Path(path)
+    if not path.exists() and checkpoints.read_meta(_old(path)) is not None:  # (a save cut between its renames)
+        path = _old(path)
+    meta = checkpoints.read_meta(path)
+    if meta is None:
+        raise BigbatchError(f"Replicator.load: {path} is not a complete checkpoint written by Replicator.save")
+    for key, value in objects.items():
+        if not isinstance(value, (nn.Module, torch.optim.Optimizer)):
+            raise BigbatchError(
+                f"Replicator.load restores models and optimizers, not {key!r} ({type(value).__name__}): the plain "
+                "values saved come back as what load returns"
+            )
+    nets = {k: _plain(rep, v) for k, v in objects.items() if isinstance(v, nn.Module)}
+    saved = {f[: -len(".safetensors")] for f in meta.get("files", {}) if f.endswith(".safetensors")}
+    weights, state = checkpoints.load_checkpoint(path, tuple(k for k in nets if k in saved))
+    held = saved | set(state["optimizers"])
+    missing = [k for k in objects if k not in held]
+    if missing:
+        raise BigbatchError(
+            f"Replicator.load: {path} holds no {', '.join(missing)}; it holds {', '.join(sorted(held)) or 'none'}"
+            " (models and optimizers are restored by the names they were saved under)"
+        )
+    for key, net in nets.items():
+        checkpoints.load_weights(net, weights[key], f"{path / key}.safetensors")
+    for key, opt in objects.items():
+        if isinstance(opt, torch.optim.Optimizer):
+            prec.load_optimizer(opt, state["optimizers"][key])
+    rep.load_state_dict(state["replicator"])
+    torch.set_rng_state(state["rng_cpu"])
+    if rep.device.type == "cuda" and "rng_cuda" in state:
+        torch.cuda.set_rng_state(state["rng_cuda"], rep.device)
+    return state["values"]
+
+
+def _plain(rep: Any, module: nn.Module) -> nn.Module:
+    """The plain model behind a prepared one (a module the Replicator did not prepare: itself)."""
+    return next((plain for plain, wrapped in rep.models if module is wrapped), module)
+
+
+def _plain_data(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _plain_data(v) for k, v in value.items())
+    return isinstance(value, PLAIN)
+
+
+def _rng(device: torch.device) -> dict[str, torch.Tensor]:
+    cuda = {"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}
+    return {"rng_cpu": torch.get_rng_state(), **cuda}

@@ -1,0 +1,67 @@
+"""The engine on its own saves and resumes (`Replicator.save` / `Replicator.load`): a script stopped and
+started again takes the steps it would have taken, bit for bit."""
+
+import pytest
+import torch
+from torch import nn
+
+import bigbatch
+
+X = torch.randn(64, 6, generator=torch.Generator().manual_seed(0))
+Y = torch.randint(0, 3, (64,), generator=torch.Generator().manual_seed(1))
+
+
+def setup(seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 3))
+    rep = bigbatch.Replicator(batch=16, micro_batch="auto", device="cpu", memory_budget="1GiB")
+    net = rep.prepare(model)
+    return rep, model, net, rep.wrap_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2))
+
+
+def steps(rep, net, opt, first, last):
+    for step in range(first, last):
+        rows = slice(step * 16 % 64, step * 16 % 64 + 16)
+        rep.step(lambda m: nn.functional.cross_entropy(net(m[0]), m[1]), (X[rows], Y[rows]), opt)
+
+
+def test_a_script_saved_and_loaded_takes_the_steps_it_would_have_taken(tmp_path):
+    rep, model, net, opt = setup()
+    steps(rep, net, opt, 0, 6)
+    whole = {k: v.clone() for k, v in model.state_dict().items()}
+
+    rep, model, net, opt = setup()
+    steps(rep, net, opt, 0, 3)
+    assert rep.save(tmp_path / "ckpt", model=net, opt=opt, step=3, note={"lr": [1e-2]}) == tmp_path / "ckpt"
+    rep.save(tmp_path / "ckpt", model=net, opt=opt, step=3, note={"lr": [1e-2]})  # (replaced whole)
+
+    (tmp_path / "ckpt").rename(tmp_path / ".ckpt-old")  # as a crash between the renames of a third save leaves it
+    rep, model, net, opt = setup(seed=5)  # other weights, other RNG: all restored
+    torch.manual_seed(99)
+    values = rep.load(tmp_path / "ckpt", model=model, opt=opt)
+    assert values == {"step": 3, "note": {"lr": [1e-2]}} and rep.plan.micro_batch == 16
+    steps(rep, net, opt, values["step"], 6)
+    assert all(torch.equal(v, whole[k]) for k, v in model.state_dict().items())
+
+
+def test_what_cannot_be_saved_or_loaded_is_one_line(tmp_path):
+    rep, model, net, opt = setup()
+    steps(rep, net, opt, 0, 1)
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(bigbatch.BigbatchError, match="exists and is not a checkpoint; give a new path"):
+        rep.save(tmp_path / "mine", model=model)
+    with pytest.raises(
+        bigbatch.BigbatchError, match="'data' holds a Generator object; give models, optimizers, or plain data"
+    ):
+        rep.save(tmp_path / "c", model=model, data=torch.Generator())
+    rep.save(tmp_path / "c", model=model, opt=opt)
+    with pytest.raises(bigbatch.BigbatchError, match="holds no ema; it holds model, opt"):
+        rep.load(tmp_path / "c", model=model, ema=model)
+    with pytest.raises(bigbatch.BigbatchError, match=r"restores models and optimizers, not 'step' \(int\)"):
+        rep.load(tmp_path / "c", model=model, step=3)
+    with pytest.raises(bigbatch.BigbatchError, match="not a complete checkpoint written by Replicator.save"):
+        rep.load(tmp_path / "mine", model=model)
+    state = tmp_path / "c" / "state.pt"
+    state.write_bytes(state.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(bigbatch.BigbatchError, match="state.pt"):
+        rep.load(tmp_path / "c", model=model, opt=opt)
