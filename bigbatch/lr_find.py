@@ -67,7 +67,10 @@ def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 10
     if len(losses) < 5:
         raise BigbatchError(f"the loss diverged within {len(losses)} steps: start the range lower (--start-lr)")
     per = cfg.train.lr_batch if task.lr_key == "train.lr" else 0
-    result = {"lr": lrs, "loss": losses, "key": task.lr_key, "lr_batch": per, "batch": first.batch}
+    key = task.lr_key
+    if key == "train.lr" and schedule_of(cfg).phases[0].lr is not None:  # (train.lr is not read then)
+        key = "peak of data.schedule's phase lr"
+    result = {"lr": lrs, "loss": losses, "key": key, "lr_batch": per, "batch": first.batch}
     return result | suggestions(lrs, losses, steps) | {"loss_name": " + ".join(task.range_loss)}
 
 

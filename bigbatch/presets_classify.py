@@ -179,8 +179,7 @@ def imagenet_resnet50_fast() -> Config:
         micro_batch="auto",
         precision="fp16",
         optimizer="sgd",
-        lr=1.0,
-        lr_batch=4096,
+        lr_batch=4096,  # (the phases give the rates: train.lr is not read)
         momentum=0.9,
         nesterov=False,
         weight_decay=1e-4,

@@ -1,5 +1,6 @@
 """After a classify run: `bigbatch eval` (the held-out split or other data, a report per data set and
-checkpoint), `predict` and `export` (TorchScript, ONNX, pt2) giving the classes eval gives."""
+checkpoint), `predict` and `export` (TorchScript, ONNX, pt2) giving the classes eval gives, and fine-tuning
+from it or from a state dict (train.init_from)."""
 
 import csv
 import json
@@ -8,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from safetensors.torch import load_file
 from test_classify import tiny
 
 import bigbatch
 from bigbatch.config import Config
-from bigbatch.data.load import validation_data
+from bigbatch.data.load import training_data, validation_data
+from bigbatch.errors import BigbatchError
 from bigbatch.tasks.classify.validation import val_transform
 
 
@@ -229,3 +232,70 @@ def test_eval_refuses_a_held_out_split_of_data_changed_since_training(tmp_path, 
     assert "holds 8px images, and the run scores at 16px, where it last trained: they are upscaled" in (
         capsys.readouterr().err
     )
+
+
+def test_fine_tuning_from_a_run_of_other_classes_of_the_same_count_gives_a_new_head(tmp_path):
+    # Found from outside: a head of the same shape was kept whatever its classes (5 Fashion classes onto 5 digit
+    # classes), so the "new" head started as the old task's and the frozen phase trained it as such.
+    from bigbatch.tasks.classify.finetune import load_pretrained
+
+    run = bigbatch.train(tiny(**{"train.kimg": 0.128}), run_dir=tmp_path / "run", quiet=True)
+    trained = bigbatch.load_classifier(run).state_dict()
+    for names, kept in (([str(i) for i in range(10)], True), ([f"c{i}" for i in range(10)], False)):
+        torch.manual_seed(0)
+        net = bigbatch.models.create_classifier("resnet_cifar", 10, ch=8, depth=8)
+        said = load_pretrained(net, str(run), names)
+        assert torch.equal(net.state_dict()["fc.weight"], trained["fc.weight"]) is kept
+        assert torch.equal(net.state_dict()["conv1.weight"], trained["conv1.weight"])
+        assert ("new for the data's 10 classes (the run's classes are others)" in said) is not kept
+
+
+def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    from bigbatch.cli import main
+
+    # A state dict in torchvision's resnet18 layout (1000 classes), randomly initialised: no download.
+    source = bigbatch.models.create_classifier("resnet18", 1000, ch=16)
+    body = {k: v.clone() for k, v in source.state_dict().items()}
+    torch.save({"state_dict": {f"module.{k}": v for k, v in body.items()}}, tmp_path / "r18.pth")  # DDP, wrapped
+    save_file(body, str(tmp_path / "r18.safetensors"))
+    over = {"model.name": "resnet18", "model.ch": 16, "model.options": {}, "data.resolution": 32, "train.kimg": 0.128}
+    over.update({"train.init_from": str(tmp_path / "r18.pth"), "train.freeze_kimg": 0.128, "train.body_lr_mult": 0.1})
+    frozen = bigbatch.train(tiny(**over), run_dir=tmp_path / "frozen", quiet=True)
+    trained = load_file(frozen / "checkpoints" / "000000.128" / "model.safetensors")
+    params = dict(source.named_parameters())
+    assert all(torch.equal(trained[k], body[k]) for k in params if not k.startswith("fc."))  # frozen: unmoved
+    from bigbatch.batching import replicator_for
+    from bigbatch.tasks import build_task
+
+    cfg = tiny(**over)
+    start = build_task(cfg, replicator_for(cfg), training_data(cfg)).nets()["model"].state_dict()
+    assert trained["fc.weight"].shape == (10, 16 * 8) and not torch.equal(trained["fc.weight"], start["fc.weight"])
+    assert torch.equal(start["conv1.weight"], body["conv1.weight"])  # the body as the file has it
+    # Past freeze_kimg the body trains too (here from the safetensors file).
+    over.update({"train.kimg": 0.256, "train.init_from": str(tmp_path / "r18.safetensors")})
+    thawed = load_file(
+        bigbatch.train(tiny(**over), run_dir=tmp_path / "thawed", quiet=False)
+        / "checkpoints"
+        / "000000.256"
+        / "model.safetensors"
+    )
+    assert "loaded 120 tensors; new for the data's 10 classes: fc.weight, fc.bias" in capsys.readouterr().out
+    assert not torch.equal(thawed["conv1.weight"], body["conv1.weight"])
+    # Another layout is one line naming what does not fit; the GAN task does not take these keys.
+    torch.save(bigbatch.models.create_classifier("resnet50", 1000, ch=16).state_dict(), tmp_path / "r50.pth")
+    bad = tiny(**{**over, "train.init_from": str(tmp_path / "r50.pth")})
+    (tmp_path / "bad.toml").write_text(bad.dumps())
+    argv = ["train", "--config", str(tmp_path / "bad.toml"), "--run-dir", str(tmp_path / "bad")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and "is another network's state dict: its layer1.0.conv1.weight is (16, 16, 1, 1)" in err
+    )
+    with pytest.raises(BigbatchError, match="'train.freeze_kimg' is not read by the GAN task"):
+        bigbatch.preset("digits").override({"train.freeze_kimg": 1.0})
+    # A GAN fine-tuned from this classify run: named as such, not "corrupt" for want of a G.
+    argv = ["train", "--preset", "digits", "--init-from", str(frozen), "--run-dir", str(tmp_path / "gan")]
+    assert main(argv) == 2
+    assert f"train.init_from {frozen} is a classify run; a GAN fine-tunes from a GAN run" in capsys.readouterr().err

@@ -19,16 +19,19 @@ from bigbatch.urls import public_name
 HEAD = "fc."  # the classifier layer every bigbatch classifier family ends in
 
 
-def read_state_dict(path: str) -> dict[str, torch.Tensor]:
+def read_state_dict(path: str) -> tuple[dict[str, torch.Tensor], list[str] | None]:
     """The tensors of a .pth/.pt (torch.load, weights_only) or .safetensors file, or of a classify
-    run's (or checkpoint's) network; a training checkpoint's `state_dict`/`model` entry is taken, and
-    DDP's `module.` prefixes dropped."""
+    run's (or checkpoint's) network, with its class names where known (a run's); a training checkpoint's
+    `state_dict`/`model` entry is taken, and DDP's `module.` prefixes dropped."""
     p = Path(path)
     if p.is_dir():
         from bigbatch import checkpoints
         from bigbatch.metrics.classifier import classifier_weights
 
-        return checkpoints.read_newest(p, classifier_weights)
+        def named(ckpt: Path) -> tuple[dict[str, torch.Tensor], list[str] | None]:
+            return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names")
+
+        return checkpoints.read_newest(p, named)
     try:
         data = p.read_bytes()
     except OSError as e:
@@ -49,13 +52,14 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
             state = state[key]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BigbatchError(f"train.init_from {public_name(path)} does not hold a state dict of named tensors")
-    return {k.removeprefix("module."): v for k, v in state.items()}
+    return {k.removeprefix("module."): v for k, v in state.items()}, None
 
 
-def load_pretrained(net: nn.Module, path: str) -> str:
+def load_pretrained(net: nn.Module, path: str, class_names: list[str]) -> str:
     """Load the body of `net` from `path` (every tensor but the head must be there, of the same shape);
-    the head too when it has the same shape, else it stays new. Returns the line that says which."""
-    theirs = read_state_dict(path)
+    the head too when it has the same shape and, from a run, the same classes (`class_names`, the data's),
+    else it stays new. Returns the line that says which."""
+    theirs, names = read_state_dict(path)
     mine = net.state_dict()
     for key, value in mine.items():
         if key.startswith(HEAD):
@@ -71,11 +75,16 @@ def load_pretrained(net: nn.Module, path: str) -> str:
                 f"{tuple(theirs[key].shape)}, this model's {tuple(value.shape)}"
             )
     head = [k for k in mine if k.startswith(HEAD)]
-    head_fits = all(k in theirs and theirs[k].shape == mine[k].shape for k in head)
+    shaped = all(k in theirs and theirs[k].shape == mine[k].shape for k in head)
+    head_fits = shaped and (names is None or list(names) == list(class_names))
     load = {k: theirs[k].to(mine[k].dtype) for k in mine if not k.startswith(HEAD) or head_fits}
     net.load_state_dict(load, strict=False)
     unused = sorted(set(theirs) - set(mine))
-    new = "" if head_fits else f"; new for the data's {net.fc.out_features} classes: {', '.join(head)}"
+    if head_fits:  # (a file names no classes: its head's are taken to be the data's, in order; said)
+        new = "" if names else f"; its head too: its {net.fc.out_features} classes taken as the data's, in order"
+    else:
+        other = " (the run's classes are others)" if shaped else ""
+        new = f"; new for the data's {net.fc.out_features} classes{other}: {', '.join(head)}"
     extra = f"; not used: {len(unused)} ({unused[0]}, ...)" if unused else ""
     return f"train.init_from {public_name(path)}: loaded {len(load)} tensors{new}{extra}"
 

@@ -54,6 +54,13 @@ GAN_TRAIN_KEYS = (
 )  # fmt: skip
 
 
+def _toml(value: Any) -> str:
+    """A default as a command line's key=value gives it."""
+    return (
+        str(value).lower() if isinstance(value, bool) else str(list(value)) if isinstance(value, tuple) else str(value)
+    )
+
+
 def check_config(cfg: Config) -> None:
     """What the classify task makes of the config: a classify model family and its options, a schedule
     whose phases all give an lr or none (then train.lr's warm-up and decay apply), a held-out split to
@@ -71,14 +78,28 @@ def check_config(cfg: Config) -> None:
     other = t.changed("betas", "adam_eps") if t.optimizer == "sgd" else t.changed("momentum", "nesterov")
     if other:
         uses = "train.momentum and train.nesterov" if t.optimizer == "sgd" else "train.betas and train.adam_eps"
+        defaults = type(t)()
+        reset = " ".join(f"{k}={_toml(getattr(defaults, k.removeprefix('train.')))}" for k in other)
         raise BigbatchError(
             f"config key '{other[0]}' is not read by train.optimizer = \"{t.optimizer}\", which reads {uses}; "
-            "remove it or choose the other optimizer"
+            f"remove it, or reset what a preset set ({reset}), or choose the other optimizer"
         )
     if schedule_of(cfg).phases[0].lr is not None and (t.warmup_kimg or t.lr_decay != "none"):
         raise BigbatchError(
             "config key 'data.schedule' gives each phase an lr, so train.warmup_kimg and train.lr_decay must stay "
             '0 and "none" (the phases are the whole learning-rate schedule); drop one or the other'
+        )
+    unread = t.changed("lr", "lr_steps", "lr_gamma") if schedule_of(cfg).phases[0].lr is not None else []
+    if unread:  # (said, not refused: a run saved with the preset's former train.lr = 1 still resumes)
+        warn(f"config key '{unread[0]}' is not read: data.schedule's phases give the learning rates", once=True)
+    if t.freeze_kimg and not t.init_from:  # (a linear probe of random features: said, as likely a mistake)
+        warn(
+            "train.freeze_kimg freezes the body, and there is no train.init_from to load it: it stays random", once=True
+        )
+    elif t.freeze_kimg >= t.kimg > 0:
+        warn(
+            f"train.freeze_kimg {t.freeze_kimg:g} lasts the whole run of {t.kimg:g} kimg: the body never trains",
+            once=True,
         )
     if t.lr_decay == "step" and not t.lr_steps:
         t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
@@ -144,7 +165,7 @@ def build(
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
-        said = load_pretrained(net, t.init_from)
+        said = load_pretrained(net, t.init_from, ROTATIONS if rotation else data.class_names)
         if rep.is_main and not quiet:
             print(said, flush=True)
     model = rep.prepare(net.train())
