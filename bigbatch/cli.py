@@ -125,17 +125,21 @@ def _prepare(args: argparse.Namespace) -> None:
     def at(default: int) -> str:
         return f" data.resolution={side}" if side and side != default else ""
 
+    whole = args.crop == "none" or args.buckets  # (images of their own shapes: a classifier's)
     if args.masks:  # face masks: a face set, one side of a swap
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
         print(f"train a face swap on it with: {swap}")
-    elif side and side & (side - 1):  # (a GAN is built for a power of two: a classifier takes any size)
+    elif args.classes or args.buckets:  # (the classes of a training file's, or rectangles: a held-out split)
+        print(f"score a classifier on it with: data.val_path={out}{' data.val_rect=true' if args.buckets else ''}")
+    elif whole or (side and side & (side - 1)):  # (a GAN is built for a power of two: a classifier takes any size)
         if len(report.class_names) >= 2:
             held_out = "'data.val_path=\"\"' data.val_fraction=0.1"  # (the preset's own validation set is another's)
-            train = f"bigbatch train --preset fashion_resnet data.path={out}{at(0)} {held_out}"
+            size = f" data.resolution={min(args.resolution, 224)}" if whole and args.resolution else at(0)
+            train = f"bigbatch train --preset fashion_resnet data.path={out}{size} {held_out}"
             print(f"train a classifier on it with: {train}")
-        print(
-            f"a GAN needs a side that is a power of two: prepare again with --resolution {1 << side.bit_length() - 1}"
-        )
+        if side:
+            power = 1 << side.bit_length() - 1
+            print(f"a GAN needs a side that is a power of two: prepare again with --resolution {power}")
     else:
         print(f"train on it with: bigbatch train data.path={out}{at(32)}")
 
