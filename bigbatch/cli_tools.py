@@ -52,7 +52,11 @@ def _export(args: argparse.Namespace) -> None:
     load = {"onnx": "onnxruntime.InferenceSession it", "pt2": "torch.export.load(it).module()"}.get(
         fmt, "torch.jit.load it"
     )
-    print(f"Wrote {out}: {load}; {usage}")
+    settings = {  # (the class names among them: found from outside, the usage named a pt2's that it has not)
+        "onnx": "the model's metadata property 'bigbatch'",
+        "pt2": "torch.export.load(it, extra_files={'bigbatch.json': ''}) fills it in",
+    }.get(fmt, "model.class_names, and torch.jit.load(it, _extra_files={'bigbatch.json': ''})")
+    print(f"Wrote {out}: {load}; {usage}; its settings (class names, ...) as JSON: {settings}")
 
 
 def _config(args: argparse.Namespace, default: str) -> Any:

@@ -90,7 +90,7 @@ def _deployable(ckpt: Path) -> Deployable:
         module = inference_of(ckpt, "latest", "cpu")
         meta = base | {"class_names": module.class_names, "resolution": module.resolution}
         example = (torch.zeros(module.side + 3, module.side + 5, 3, dtype=torch.uint8),)
-        usage = "model(uint8 RGB image (H, W, 3) of any size) gives class probabilities, named in class_names"
+        usage = "model(uint8 RGB image (H, W, 3) of any size, or a batch (N, H, W, 3)) gives class probabilities"
         free = {"images": {0: "H", 1: "W"}}
         return Deployable(module, example, ["images"], ["probabilities"], free, meta, usage)
     if cfg.task == "gan":

@@ -134,6 +134,15 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
         (onnx_p,) = session.run(None, {"images": image.numpy()})
         assert np.abs(onnx_p[0] - p.numpy()).max() < 1e-5
     assert torch.allclose(model(images[0])[0], want[0], atol=1e-5)
+    # Found from outside: a float image in [0, 1] (torchvision's habit) gave other probabilities without a word,
+    # and the pt2's usage named class_names it has not.
+    for wrong in (images[0].float() / 255, images[0][..., 0]):
+        with pytest.raises(torch.jit.Error, match="images must be"):
+            model(wrong)
+    assert torch.allclose(model(torch.stack([images[0], images[0]]))[1], want[0], atol=1e-5)  # (a batch)
+    extra = {"bigbatch.json": ""}
+    torch.export.load(str(tmp_path / "model.pt2"), extra_files=extra)
+    assert json.loads(extra["bigbatch.json"])["class_names"] == [str(i) for i in range(10)]
     # A GAN run: its EMA generator, z and classes in, the images `bigbatch sample` makes out.
     gan = tmp_path / "gan"
     argv = ["train", "--run-dir", str(gan), "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.kimg=0.064"]

@@ -63,6 +63,9 @@ class Inference(nn.Module):
         self.class_names = list(class_names)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        # (an exported module is called by code that may pass a float image in [0, 1], torchvision's habit: refused)
+        torch._assert(images.dtype == torch.uint8, "images must be uint8 RGB, 0..255, (H, W, 3) or (N, H, W, 3)")
+        torch._assert((images.dim() == 3 or images.dim() == 4) and images.shape[-1] >= 3, "images must be (H, W, 3)")
         x = images.unsqueeze(0) if images.dim() == 3 else images
         x = x[..., :3].permute(0, 3, 1, 2).float()
         h, w = x.shape[2], x.shape[3]
