@@ -88,8 +88,11 @@ class CPUPeak(TorchDispatchMode):
 CUDA_HEADROOM = 0.92
 
 
-def state_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer]) -> int:
-    """Bytes that live through a whole step: weights and buffers, plus optimizer state not yet created.
+def state_bytes(
+    modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer], existing: bool = False
+) -> int:
+    """Bytes that live through a whole step: weights and buffers, plus optimizer state not yet created
+    (and, when `existing`, the state there is: a resumed run's, which a CPU probe does not see made).
 
     Optimizer state appears at the first step, after any probe: it is estimated as two tensors per
     parameter for Adam-like optimizers, one for SGD with momentum.
@@ -107,6 +110,8 @@ def state_bytes(modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.o
             for p in group["params"]:
                 if not opt.state.get(p):
                     total += per_param * p.numel() * p.element_size()
+                elif existing:
+                    total += sum(t.numel() * t.element_size() for t in opt.state[p].values() if torch.is_tensor(t))
     return total
 
 

@@ -442,7 +442,7 @@ class Replicator:
             # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
             torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, self.device)
         plain, cuda = [p for p, _ in self.models], [self.device] if self.device.type == "cuda" else []
-        baseline = memory.state_bytes(plain, optimizers) - (memory.state_bytes(plain, []) if cuda else 0)
+        baseline = memory.state_bytes(plain, optimizers, not cuda) - (memory.state_bytes(plain, []) if cuda else 0)
         sizes = [d for d in range(1, self.share + 1) if self.share % d == 0 and self.takes_micro(d)]  # (to try)
         saved = memory.save_buffers(plain)
         holders = [*optimizers, *plain]  # (of gradients)
