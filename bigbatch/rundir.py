@@ -442,23 +442,31 @@ RESUMABLE_CHANGES = {
     "data.storage_options",
     *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
 }
+# ... and what rescues a run that diverged (said when changed; not in a sweep, whose runs keep their base's).
+RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "train.skip_window"}
 
 
-def resume_config(saved_config: Path, cfg: Config, what: str) -> Config:
+def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:
     """On resume the config must be the one `what` (a checkpoint, or a run without one) was trained
-    with, `saved_config`; only the run length, output cadences and how it runs may change."""
+    with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
+    the precision and what guards against divergence."""
     saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
     changed = [k for k in given if given[k] != saved.get(k)]
-    fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES)]
+    allowed = RESUMABLE_CHANGES | (RECOVERY_CHANGES if recovery else set())
+    fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in allowed)]
     if fixed:
         shown = ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4])
         more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
         raise BigbatchError(
             f"the config differs from the one {what} was trained with in {shown}{more}; a resumed run may "
-            f"change only {', '.join(sorted(RESUMABLE_CHANGES))} (drop the override, or undo the edit of the "
+            f"change only {', '.join(sorted(allowed))} (drop the override, or undo the edit of the "
             f"run's config.toml: its checkpoints keep their own copy; to change more, start a new run from this "
             "one's weights with train.init_from=RUN)"
         )
+    rescued = [k for k in changed if k in RECOVERY_CHANGES]
+    if rescued:
+        shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)
+        warn(f"resuming with {shown}: from here the run computes otherwise than it began", once=True)
     return cfg
 
 

@@ -403,7 +403,7 @@ def _check_unchanged(job: Job) -> None:
     if not saved.is_file():
         return
     try:
-        resume_config(saved, job.cfg, f"the sweep's run {job.run}")
+        resume_config(saved, job.cfg, f"the sweep's run {job.run}", recovery=False)
     except BigbatchError as e:
         raise BigbatchError(f"{e}; for a sweep of another base, give it another RUNS_DIR") from None
 

@@ -271,10 +271,17 @@ def test_a_damaged_checkpoint_is_refused_by_readers_and_passed_over_by_resume(
     assert capsys.readouterr().err.splitlines()[-1].startswith("bigbatch: error: no checkpoint of")
 
 
-def test_resume_refuses_a_changed_recipe(tiny, tmp_path):
+def test_resume_refuses_a_changed_recipe_but_takes_what_rescues_a_diverged_run(tiny, tmp_path, capsys):
     run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
     with pytest.raises(bigbatch.BigbatchError, match="was trained with in train.g_lr"):
         bigbatch.train(tiny.override({"train.g_lr": 1e-3}), run_dir=run, resume=True, quiet=True)
+    # Found from outside: a run stopped for non-finite steps was told to try bf16 or clipping, which a resume
+    # refused. They are taken, and said.
+    capsys.readouterr()
+    rescue = {"train.kimg": 0.64, "train.precision": "bf16", "train.grad_clip": 1.0}
+    bigbatch.train(tiny.override(rescue), run_dir=run, resume=True, quiet=True)
+    assert "resuming with train.grad_clip 0.0 -> 1.0, train.precision 'fp32' -> 'bf16'" in capsys.readouterr().err
+    assert json.loads((run / "plan.json").read_text())["precision"] == "bf16"
 
 
 def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, tmp_path, capsys):

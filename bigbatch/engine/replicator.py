@@ -397,15 +397,16 @@ class Replicator:
         # Over the last skip_window steps, or the steps so far while fewer (at least 5 counted): a short run too.
         recent = sum(state.history)
         if recent > self.skip_limit * max(len(state.history), min(5, self.skip_window)):
-            instead = "use bf16 instead of fp16, " if state.scaler.is_enabled() else ""
+            instead = "train.precision=bf16 (in place of fp16) or " if state.scaler.is_enabled() else ""
             # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
             also = f"; {state.skipped} of its {state.steps} skipped in all" if state.skipped > recent else ""
             weights = "its first weights" if state.skipped >= state.steps else "the weights of the last good step"
             raise BigbatchError(
                 f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and "
                 f"were skipped (more than skip_limit={self.skip_limit:g} of them{also}); training stopped with "
-                f"{weights} and the last checkpoint intact. Lower the learning rate, {instead}clip "
-                "gradients (train.grad_clip), or resume from an earlier checkpoint"
+                f"{weights} and the last checkpoint intact. Resume it with {instead}train.grad_clip set (a resume "
+                "may change them), or start a new run from a checkpoint before the trouble at a lower learning rate "
+                "(train.init_from=RUN/checkpoints/NAME)"
             )
 
     def skipped(self, opt: torch.optim.Optimizer) -> bool:
