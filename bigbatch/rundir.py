@@ -442,8 +442,16 @@ RESUMABLE_CHANGES = {
     "data.storage_options",
     *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
 }
-# ... and what rescues a run that diverged (said when changed; not in a sweep, whose runs keep their base's).
-RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "train.skip_window"}
+# ... and, said when changed (not in a sweep, whose runs keep their base's): what rescues a run that diverged,
+# and the SAEHD options DFL asks again at each restart, which its users switch between sessions (random warp off
+# late, then lr dropout); those that add or remove a discriminator are not among them.
+RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "train.skip_window"} | {
+    f"swap.{k}"
+    for k in (
+        "random_warp", "lr_dropout", "lr", "src_flip", "dst_flip", "masked_training", "eyes_mouth_prio", "ct_mode",
+        "random_hsv_power", "face_style_power", "bg_style_power", "blur_out_mask",
+    )
+}  # fmt: skip
 
 
 def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:

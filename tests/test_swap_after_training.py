@@ -1,5 +1,5 @@
-"""After training a swap run: `bigbatch eval` scores held-out or given faces as SSIM, and `bigbatch lr-find`
-sweeps swap.lr on DFL's src + dst loss."""
+"""After training a swap run: `bigbatch eval` scores held-out or given faces as SSIM, `bigbatch lr-find`
+sweeps swap.lr on DFL's src + dst loss, and a resume switches the options DFL users switch."""
 
 import json
 
@@ -64,3 +64,19 @@ def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_reque
     assert (
         err.count("\n") == 1 and "are 32 px, the model data.resolution = 64: prepare them with --resolution 64" in err
     )
+
+
+def test_a_resume_switches_the_options_dfl_users_switch_between_sessions(faces, tmp_path, capsys):
+    # Found from outside: DFL asks its options again at each restart (random warp off late, then lr dropout);
+    # a resume refused every swap key, and init_from started the discriminators anew.
+    over = {"train.kimg": 0.008, "swap.true_face_power": 0.0, "swap.gan_power": 0.0}
+    run = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "run", quiet=True)
+    flip = not swap_config(*faces).swap.lr_dropout
+    later = {**over, "train.kimg": 0.016, "swap.random_warp": False, "swap.lr_dropout": flip, "swap.ct_mode": "rct"}
+    capsys.readouterr()
+    bigbatch.train(swap_config(*faces, **later), run_dir=run, resume=True, quiet=True)
+    said = capsys.readouterr().err
+    assert f"swap.lr_dropout {not flip} -> {flip}" in said and "swap.random_warp True -> False" in said
+    assert (run / "checkpoints" / "000000.016").is_dir()
+    with pytest.raises(bigbatch.BigbatchError, match=r"in swap.gan_power \(0.0 -> 0.1\)"):
+        bigbatch.train(swap_config(*faces, **{**later, "swap.gan_power": 0.1}), run_dir=run, resume=True, quiet=True)
