@@ -4,6 +4,7 @@
 import json
 
 import pytest
+import torch
 
 import bigbatch
 from bigbatch.cli import main
@@ -129,12 +130,15 @@ def test_a_held_out_fraction_that_leaves_nothing_to_train_on_is_one_line():
     # Found from outside: data.val_fraction 0.995 of 180 images held out all 180, and the first batch raised
     # a ZeroDivisionError from the data order.
     from bigbatch.data import load_data
-    from bigbatch.data.split import holdout
+    from bigbatch.data.split import Subset, holdout
 
     digits = load_data("builtin:digits", 8)
     assert len(holdout(digits, 0.99)[0]) == 17  # (1797 - ceil(1797 * 0.99))
     with pytest.raises(bigbatch.BigbatchError, match="data.val_fraction 0.9995 holds out all 1797 images, leaving"):
         holdout(digits, 0.9995)
+    # Found from outside: a side of one face held out none of it, and the held-out preview of nothing crashed.
+    with pytest.raises(bigbatch.BigbatchError, match="holds out none of the 1 image"):
+        holdout(Subset(digits, torch.arange(1), "one"), 0.5)
 
 
 def test_a_held_out_fraction_over_half_is_said_once(capsys):

@@ -111,6 +111,12 @@ def holdout(data: Any, fraction: float) -> tuple[Subset, Subset]:
         start += n
     held = torch.zeros(len(data), dtype=torch.bool)
     held[torch.cat(val)] = True
+    if fraction and not held.any():  # (found from outside: one face held out none, and the preview of none crashed)
+        raise BigbatchError(
+            f"data.val_fraction {fraction:g} holds out none of the {len(data)} image(s) of "
+            f"{getattr(data, 'source', 'the data')}: give more images, or data.val_fraction = 0 (a classifier may "
+            "give its held-out images as data.val_path)"
+        )
     if held.all():  # (a ZeroDivisionError deep in the data order, found from outside)
         raise BigbatchError(
             f"data.val_fraction {fraction:g} holds out all {len(data)} images, leaving none to train on: lower it"
