@@ -560,6 +560,14 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():  # (not a peer lost: said so)
+            port = os.environ.get("MASTER_PORT", "")
+            print(
+                f"bigbatch: error: MASTER_PORT {port} is in use on this machine: give another (torchrun "
+                "--master-port N, or torchrun --standalone, which picks a free one)",
+                file=sys.stderr,
+            )
+            return 2
         if not _lost_peer(e):
             raise
         # Another rank died: its own error is the one to read; this one's is one line, not a traceback.
@@ -567,8 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(first) > 200:  # cut at a word, and say so
             first = first[:200].rsplit(" ", 1)[0] + " ..."
         print(
-            f"bigbatch: error: lost contact with another rank ({first}); the run resumes from its latest "
-            "checkpoint with --resume",
+            f"bigbatch: error: lost contact with another rank ({first}): its own error line says why; once "
+            "that is mended, --resume goes on from the latest checkpoint (--resume=auto: or starts the run anew)",
             file=sys.stderr,
         )
         return 1

@@ -407,3 +407,51 @@ def test_ranks_stop_at_one_iteration_and_never_wait_for_the_vote(tmp_path, asks)
     # Rank 1 asked at iteration 2; each rank learns it at iteration 3, having voted at 2 on its own.
     assert [r["answers"] for r in rows] == [[False, False, False, True]] * 2
     assert rows[0]["waited"] is True
+
+
+def test_a_master_port_in_use_is_named_not_taken_for_a_lost_rank(tmp_path, monkeypatch, capsys):
+    # Found from outside: rank 0 said "lost contact with another rank ... --resume" for a port another program held.
+    import socket
+
+    from bigbatch.cli import main
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    try:
+        assert main(["train", "--run-dir", str(tmp_path / "r"), "train.device=cpu"]) == 2
+    finally:
+        held.close()
+    err = capsys.readouterr().err
+    assert f"MASTER_PORT {port} is in use on this machine: give another" in err and err.count("\n") == 1
+
+
+def test_a_rank_waiting_for_a_peer_that_never_answers_stops_at_sigterm(tmp_path):
+    # Found from outside: rank 1 connected to a port something else held and waited (torch's 30 minutes) in C++,
+    # where the Python SIGTERM handler never ran: a rank of several processes did not stop at once.
+    import signal
+    import socket
+    import time
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    held.settimeout(120)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(held.getsockname()[1])}
+    env.update(WORLD_SIZE="2", RANK="1", LOCAL_RANK="0", OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "bigbatch", "train", "--run-dir", str(tmp_path / "r"), "train.device=cpu"]
+    rank = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        conn, _ = held.accept()  # it is in the wait to meet rank 0
+        time.sleep(1)
+        rank.send_signal(signal.SIGTERM)
+        assert rank.wait(timeout=20) == -signal.SIGTERM
+        conn.close()
+    finally:
+        rank.kill()
+        held.close()

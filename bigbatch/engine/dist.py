@@ -3,8 +3,9 @@ the few collectives the engine needs beyond DDP (metric means, agreement, broadc
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,12 +65,37 @@ def init(ctx: Context) -> bool:
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")
-    backend = "nccl" if ctx.device.type == "cuda" else "gloo"
+    with _stoppable():
+        _join(ctx, "nccl" if ctx.device.type == "cuda" else "gloo")
+    return True
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """SIGTERM and Ctrl-C end the process at once while it waits to meet the others: in that wait (C++, up to
+    torch's 30 minutes when the address answers but no peer does) a Python handler would not run until it ends."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _join(ctx: Context, backend: str) -> None:
+    import torch.distributed as td
+
     env = os.environ.get
     shared = env("TORCHELASTIC_USE_AGENT_STORE") == "True" and env("TORCHELASTIC_RESTART_COUNT") is not None
     if not shared:
         td.init_process_group(backend)
-        return True
+        return
     # Under torchrun the agent's store outlives a restart of the group (--max-restarts), and a restarted
     # rank can read the address a dead rank published there (gloo: "Connection refused" to its port).
     # With one agent (one node) its restart count numbers the groups: each meets at keys of its own.
@@ -84,11 +110,10 @@ def init(ctx: Context) -> bool:
                 "agents with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a restarted group may not connect"
             )
         td.init_process_group(backend)
-        return True
+        return
     store, rank, world = next(td.rendezvous("env://"))
     store = td.PrefixStore(f"bigbatch/attempt-{env('TORCHELASTIC_RESTART_COUNT')}", store)
     td.init_process_group(backend, store=store, rank=rank, world_size=world)
-    return True
 
 
 def active() -> bool:
