@@ -99,6 +99,7 @@ class Run:
         data that differ from the ones the checkpoint was trained on (the same images moved are fine)."""
         path = self.cfg.data.path
         self.data = {"path": public_name(path), "content_hash": str(data.content_hash)}
+        _same_on_every_rank(self.cfg, self.data["content_hash"])
         if self.checkpoint is None:
             return
         before = (checkpoints.read_meta(self.checkpoint) or {}).get("data")
@@ -452,6 +453,33 @@ RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "t
         "random_hsv_power", "face_style_power", "bg_style_power", "blur_out_mask",
     )
 }  # fmt: skip
+
+
+# What may differ between ranks: where each reads the data (another mount on another node), how it reads it.
+PER_RANK = ("data.path", "data.dst_path", "data.val_path", "data.storage_options", "data.workers", "data.in_ram")
+
+
+def _same_on_every_rank(cfg: Config, content_hash: str) -> None:
+    """Every rank trains the config and the images rank 0 does (found from outside: a rank started with
+    data.xflip=true trained beside rank 0 silently, and config.toml did not describe the run)."""
+    if not dist.active():
+        return
+    mine = {k: v for k, v in flatten(cfg.to_dict()).items() if k not in PER_RANK and k != "train.device"}
+    ranks = dist.gather((mine, content_hash))
+    first, images = ranks[0]
+    for rank, (theirs, their_images) in enumerate(ranks[1:], 1):
+        differ = sorted(k for k in first.keys() | theirs.keys() if first.get(k) != theirs.get(k))
+        if differ:
+            k = differ[0]
+            raise BigbatchError(
+                f"rank {rank}'s config differs from rank 0's in {k} ({theirs.get(k)!r}, rank 0: {first.get(k)!r})"
+                f"{f' and {len(differ) - 1} more' if len(differ) > 1 else ''}: start every rank with the same command"
+            )
+        if their_images != images:
+            raise BigbatchError(
+                f"rank {rank}'s data.path holds other images than rank 0's (content hash {their_images[:16]}…, rank "
+                f"0: {images[:16]}…): every rank must read the same data file"
+            )
 
 
 def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:

@@ -455,3 +455,27 @@ def test_a_rank_waiting_for_a_peer_that_never_answers_stops_at_sigterm(tmp_path)
     finally:
         rank.kill()
         held.close()
+
+
+def _differing_rank(rank, world, init_file, out, tiny):
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1")  # (the group is made here; Replicator finds it)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    cfg = tiny.override({"data.xflip": rank == 1})
+    try:
+        bigbatch.train(cfg, run_dir=out.parent / "run", quiet=True)
+    except bigbatch.BigbatchError as e:
+        (out.parent / f"rank{rank}.txt").write_text(str(e))
+
+
+def test_ranks_started_with_other_configs_stop_before_training(tiny, tmp_path):
+    # Found from outside: a rank given data.xflip=true trained beside rank 0 without a word (config.toml then
+    # described another run); other widths or rates stopped later with misleading errors.
+    torch.multiprocessing.start_processes(
+        _differing_rank, (2, str(tmp_path / "init"), tmp_path / "x", tiny), 2, join=True, start_method="fork"
+    )
+    said = {(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)}
+    differ = "rank 1's config differs from rank 0's in data.xflip (True, rank 0: False)"
+    assert said == {f"{differ}: start every rank with the same command"}
+    assert not (tmp_path / "run" / "checkpoints").exists()
