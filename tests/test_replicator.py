@@ -594,5 +594,5 @@ def test_auto_checks_the_batch_before_it_probes_and_a_resumed_plan_fits_another_
         with pytest.raises(bigbatch.BigbatchError, match="must agree in dim 0, got lengths"):
             rep.step(lambda m: nn.functional.cross_entropy(model(m[0]), m[1]), bad, opt)
     assert rep.use_micro_batch(48).micro_batch == 32 and rep.plan.accumulation == 2  # (48 does not divide 64)
-    with pytest.raises(bigbatch.BigbatchError, match="must be a positive multiple"):
+    with pytest.raises(bigbatch.BigbatchError, match="must be an int, a positive multiple"):
         rep.set_batch(True)

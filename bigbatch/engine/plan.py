@@ -38,6 +38,18 @@ class Plan:
         )
 
 
+def check_batch(batch: object, world_size: int) -> None:
+    """A batch is a positive int that the processes share equally; else one line naming what would do."""
+    whole = isinstance(batch, int) and not isinstance(batch, bool) and batch > 0
+    if whole and batch % world_size == 0:
+        return
+    fits = ""
+    if whole:  # (a fresh run takes another batch; a resumed one, whose batch is fixed, another world size)
+        divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]
+        fits = f" (train.batch={-(-batch // world_size) * world_size}, or {', '.join(map(str, divisors))} processes)"
+    raise BigbatchError(f"batch={batch!r} must be an int, a positive multiple of the world size {world_size}{fits}")
+
+
 def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context) -> Plan:
     """Check batch = micro_batch x accumulation x world_size and derive the accumulation.
 

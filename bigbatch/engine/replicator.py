@@ -38,7 +38,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 from bigbatch.engine import batch_parts, dist, memory, running_stats, saving, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.context import InputContext
-from bigbatch.engine.plan import Plan, make_plan
+from bigbatch.engine.plan import Plan, check_batch, make_plan
 from bigbatch.errors import BigbatchError, warn
 
 
@@ -89,9 +89,7 @@ class Replicator:
         prec.check(precision, self.ctx.device)
         if self.ctx.device.type == "cpu":  # a step's freed memory kept for the next (no page faults)
             memory.hold_freed_memory()
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or batch % self.ctx.world_size:
-            world = self.ctx.world_size
-            raise BigbatchError(f"batch={batch!r} must be an int, a positive multiple of the world size {world}")
+        check_batch(batch, self.ctx.world_size)
         if micro_batch != "auto" and (
             not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1
         ):
@@ -478,8 +476,7 @@ class Replicator:
         largest divisor below the planned micro-batch (which fits, being smaller), and a later batch
         it divides again returns to it. With a fixed micro_batch, a share below it is one micro-batch,
         and a larger share must be a multiple of it."""
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or batch % self.world_size:
-            raise BigbatchError(f"batch={batch!r} must be a positive multiple of the world size {self.world_size}")
+        check_batch(batch, self.world_size)
         if self._plan is None:  # "auto" not yet planned: the first step plans for this batch
             self.batch = batch
             return None
