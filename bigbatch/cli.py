@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import os
 import re
 import shlex
@@ -12,6 +13,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
@@ -66,12 +68,33 @@ def _train(args: argparse.Namespace) -> None:
         build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
         check_local_data(cfg)  # a missing or broken data file, as training would refuse it
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
+        resumed = _dry_resume(cfg, Path(args.run_dir)) if resume and args.run_dir else ""
         print(cfg.dumps())
-        print(f"# plan: {plan}")
+        print(f"# plan: {plan}{resumed}")
         device = dist.context(cfg.train.device).device
         print(f"# {describe_compile(cfg)}: {'on' if compiles(cfg, device) else 'off'} (device {device.type})")
         return
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
+
+
+def _dry_resume(cfg: Any, run: Path) -> str:
+    """What a resume of `run` would check and keep, without taking the run (found from outside: --dry-run
+    --resume passed a changed train.batch that the resume refused, and described an "auto" it would not probe)."""
+    from bigbatch.checkpoints import complete_checkpoints
+    from bigbatch.rundir import resume_config
+
+    found = complete_checkpoints(run) if (run / "checkpoints").is_dir() else []
+    if not found:
+        return ""
+    resume_config(found[-1] / "config.toml", cfg, f"checkpoint {found[-1]}")
+    said = f"; resumes {found[-1].name}"
+    try:
+        kept = json.loads((run / "plan.json").read_text()).get("micro_batch")
+    except (OSError, ValueError, AttributeError):
+        kept = None
+    if cfg.train.micro_batch == "auto" and isinstance(kept, int):
+        said += f", keeping the micro_batch {kept} its run planned"
+    return said
 
 
 def _convert(args: argparse.Namespace) -> None:

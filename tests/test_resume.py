@@ -282,6 +282,13 @@ def test_resume_refuses_a_changed_recipe_but_takes_what_rescues_a_diverged_run(t
     bigbatch.train(tiny.override(rescue), run_dir=run, resume=True, quiet=True)
     assert "resuming with train.grad_clip 0.0 -> 1.0, train.precision 'fp32' -> 'bf16'" in capsys.readouterr().err
     assert json.loads((run / "plan.json").read_text())["precision"] == "bf16"
+    # A dry run of a resume checks what the resume checks (found from outside: it passed a changed batch).
+    from bigbatch.cli import main
+
+    assert main(["train", "--run-dir", str(run), "--resume", "--dry-run", "train.batch=64"]) == 2
+    assert "was trained with in train.batch" in capsys.readouterr().err
+    assert main(["train", "--run-dir", str(run), "--resume", "--dry-run"]) == 0
+    assert "; resumes 000000.640" in capsys.readouterr().out
 
 
 def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, tmp_path, capsys):
