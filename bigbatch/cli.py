@@ -583,6 +583,12 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+        if "converted to type float without overflow" in str(e):  # (found from outside: train.d_lr=1e37, Adam's
+            print(  # lr / (1 - beta1) past float32's range, a traceback from inside torch.optim)
+                "bigbatch: error: a learning rate overflows float32 in the optimizer's update: give a smaller one",
+                file=sys.stderr,
+            )
+            return 2
         if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():  # (not a peer lost: said so)
             port = os.environ.get("MASTER_PORT", "")
             print(

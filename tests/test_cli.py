@@ -292,3 +292,12 @@ def test_an_op_without_a_deterministic_kernel_is_one_line(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "train", "train.kimg=0.1", "train.deterministic=true")
     assert code == 2 and "error: grid_sampler_2d_backward_cuda has no deterministic kernel" in err
     assert "set train.deterministic = false" in err
+
+
+def test_a_learning_rate_that_overflows_the_optimizer_is_one_line(tmp_path, capsys):
+    # Found from outside: train.d_lr=1e37 with beta1 0.99 passed the config's checks, and Adam's first step
+    # (lr / (1 - beta1), past float32's range) ended in a traceback from torch.optim.
+    argv = ["train", "--run-dir", str(tmp_path / "r"), "train.kimg=0.008", "train.batch=8", "model.ch=8"]
+    assert main([*argv, "train.d_lr=1e37", "train.betas=[0.99, 0.999]", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a learning rate overflows float32 in the optimizer's update" in err
