@@ -139,6 +139,13 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
         return
     for p in phases:
         micro = min(cfg.train.micro_batch, p.batch // ctx.world_size)  # (above a process's share: the share)
+        if 0 < micro < group:  # (found from outside: said for "auto" only)
+            warn(
+                f"train.micro_batch {micro} is under {cfg.model.name}'s D group of {group} images for its standard "
+                f"deviation, which then groups {micro}: the step depends on the micro-batch; give a multiple of "
+                f"{group}, or set model.options.mbstd_group={micro}",
+                once=True,
+            )
         if micro and micro % min(group, micro):
             fits = max(d for d in range(1, group + 1) if micro % d == 0)
             raise BigbatchError(

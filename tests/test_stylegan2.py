@@ -297,3 +297,12 @@ def test_micro_batch_auto_settles_only_on_sizes_the_ds_groups_take():
     assert [p.micro_batch for p in rep.probes if p.micro_batch > 8] == [24]
     assert rep.set_batch(36).micro_batch == 6  # (a later batch 24 does not divide: under a group, not 12 or 18)
     task.d_step(0)
+
+
+def test_a_fixed_micro_batch_under_a_group_of_the_d_is_said_too(capsys):
+    # Found from outside: the warning was for "auto" alone; a micro-batch of 8 under groups of 32 was silent.
+    from bigbatch.batching import describe_plan
+
+    cfg = bigbatch.preset("stylegan2_cifar").override({"train.batch": 64, "train.micro_batch": 8})
+    describe_plan(cfg)
+    assert "train.micro_batch 8 is under stylegan2's D group of 32 images" in capsys.readouterr().err
