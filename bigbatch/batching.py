@@ -193,9 +193,9 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
         sized = len({p.resolution for p in phases}) > 1  # progressive resizing: say the sizes too
 
         def phase(p: Phase) -> str:
-            return (f"{p.resolution}px " if sized else "") + f"{p.batch} from {p.start / 1000:g} kimg"
+            return (f"{p.resolution}px " if sized else "") + f"batch {p.batch} from {p.start / 1000:g} kimg"
 
-        line += "; then batch " + ", ".join(phase(p) for p in phases[1:])
+        line += "; then " + ", ".join(phase(p) for p in phases[1:])
         if sized:
             line = f"{phases[0].resolution}px " + line
     return line

@@ -8,6 +8,7 @@ from test_replicator import classifier
 
 import bigbatch
 from bigbatch.cli import main
+from bigbatch.engine import memory
 from bigbatch.rundir import read_metrics
 
 
@@ -221,3 +222,22 @@ def test_where_augments_and_crops_sample_is_float32_under_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         under = sampled()
     assert all(torch.equal(a, b) for a, b in zip(plain, under))
+
+
+def test_parse_bytes(capsys):
+    assert memory.parse_bytes("6GiB") == 6 * 2**30
+    assert memory.parse_bytes("512 MiB") == 512 * 2**20
+    assert memory.parse_bytes("8GB") == 8 * 10**9
+    assert [memory.format_bytes(n) for n in (1024, 3 * 2**20, 2**31)] == [
+        "1.0 KiB",
+        "3.0 MiB",
+        "2.00 GiB",
+    ]  # (1KiB: "0.0")
+    with pytest.raises(bigbatch.BigbatchError, match="write it like '6GiB'"):
+        memory.parse_bytes("six gigs")
+    with pytest.raises(bigbatch.BigbatchError, match="memory budget must be positive, got '0GiB'"):
+        memory.parse_bytes("0GiB")  # (it said it could not be read)
+    from bigbatch.cli import main
+
+    assert main(["train", "--dry-run", "train.memory_budget='0.0001'"]) == 2
+    assert "'train.memory_budget' must be positive, got '0.0001'" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import bigbatch
-from bigbatch.engine.memory import CPUPeak, parse_bytes
+from bigbatch.engine.memory import CPUPeak
 from bigbatch.models.layers import SNConv2d, spectral_norm_hook
 
 
@@ -396,20 +396,6 @@ def test_auto_micro_batch_on_cpu_extrapolates_above_64_and_the_extrapolation_hol
     assert [p.micro_batch for p in small.probes if p.measured] == [32, 64]
     extrapolated = [(p.micro_batch, p.fits) for p in small.probes if not p.measured]
     assert extrapolated == [(256, True), (512, False), (1024, False)]
-
-
-def test_parse_bytes(capsys):
-    assert parse_bytes("6GiB") == 6 * 2**30
-    assert parse_bytes("512 MiB") == 512 * 2**20
-    assert parse_bytes("8GB") == 8 * 10**9
-    with pytest.raises(bigbatch.BigbatchError, match="write it like '6GiB'"):
-        parse_bytes("six gigs")
-    with pytest.raises(bigbatch.BigbatchError, match="memory budget must be positive, got '0GiB'"):
-        parse_bytes("0GiB")  # (it said it could not be read)
-    from bigbatch.cli import main
-
-    assert main(["train", "--dry-run", "train.memory_budget='0.0001'"]) == 2
-    assert "'train.memory_budget' must be positive, got '0.0001'" in capsys.readouterr().err
 
 
 def test_compile_trains_the_same_weights():

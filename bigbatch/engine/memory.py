@@ -47,6 +47,8 @@ def parse_bytes(text: str | int) -> int:
 
 
 def format_bytes(n: float) -> str:
+    if n < 2**20:  # (a budget of 1KiB read "0.0 MiB")
+        return f"{n / 2**10:.1f} KiB" if n >= 2**10 else f"{n:.0f} bytes"
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
