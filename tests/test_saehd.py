@@ -5,6 +5,7 @@ written back byte for byte, and outputs equal to a NumPy computation written the
 import copy
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -240,6 +241,19 @@ def test_dfl_files_load_safely_and_write_back_byte_for_byte(tmp_path):
     }
     (tmp_path / "new_SAEHD_data.dat").write_bytes(pickle.dumps(data))
     assert dfl.read_pickle(tmp_path / "new_SAEHD_data.dat") == data
+    # Found from outside: well-formed pickles of wrong values ended in tracebacks; each is one line naming the key.
+    dims = {"resolution": 64, "archi": "df-ud", "ae_dims": 16, "e_dims": 8, "d_dims": 8, "d_mask_dims": 4}
+    for bad, said in (({"ae_dims": "abc"}, "ae_dims is 'abc', not int"), ({"resolution": None}, "resolution is None")):
+        (tmp_path / "new_SAEHD_data.dat").write_bytes(pickle.dumps({"iter": 5, "options": {**dims, **bad}}))
+        with pytest.raises(BigbatchError, match=re.escape(f"new_SAEHD_data.dat: its option {said}")):
+            dfl.load_model_folder(tmp_path, "new")
+    (tmp_path / "new_SAEHD_data.dat").write_bytes(pickle.dumps({"iter": "many", "options": dims}))
+    with pytest.raises(BigbatchError, match="its option iter is 'many', not int"):
+        dfl.load_model_folder(tmp_path, "new")
+    strings = dfl.read_weights(tmp_path / "new_SAEHD_encoder.npy")
+    strings[next(iter(strings))] = np.array(["x"])
+    with pytest.raises(BigbatchError, match="holds <U1 values, not weights"):
+        dfl.import_part(model.encoder, strings, "encoder")
 
 
 class _RunsCode:

@@ -123,6 +123,8 @@ def import_part(module: nn.Module, weights: dict[str, np.ndarray], what: str) ->
         )
     loaded = {}
     for key, name in expected.items():
+        if np.asarray(weights[key]).dtype.kind not in "fiu":
+            raise BigbatchError(f"{what}: {key} holds {np.asarray(weights[key]).dtype} values, not weights")
         value = from_dfl(weights[key])
         if value.shape != state[name].shape:
             raise BigbatchError(
@@ -235,16 +237,37 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
     need = ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
     if not isinstance(options, dict) or any(k not in options for k in need):
         raise BigbatchError(f"{found[0]} lacks SAEHD's options ({', '.join(need)}): is it a SAEHD model's data file?")
+    where = str(found[0])
     model = SAEHD(
-        int(options["resolution"]),
-        str(options["archi"]),
-        *(int(options[k]) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")),
+        option(options, "resolution", int, where),
+        option(options, "archi", str, where),
+        *(option(options, k, int, where) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")),
     )
+    if "iter" in data:
+        option(data, "iter", int, where)
     for part in model.parts:
         path = folder / f"{prefix}{part}.npy"
         import_part(getattr(model, part), read_weights(path), str(path))
     flip_colour_order(model)
     return model, data
+
+
+def option(options: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """A DFL option as `kind` (int: a whole number; float; str; bool), or one line naming the file and the key
+    (found from outside: an `ae_dims` of "abc" in a well-formed pickle ended in a traceback)."""
+    value = options[key]
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    fits = {
+        int: number and float(value).is_integer(),
+        float: number,
+        str: isinstance(value, str),
+        bool: isinstance(value, (bool, np.bool_, int, np.integer)),
+    }[kind]
+    if not fits:
+        raise BigbatchError(
+            f"{where}: its option {key} is {value!r}, not {kind.__name__}: the file is not a SAEHD model's"
+        )
+    return kind(value)
 
 
 def save_model_folder(

@@ -68,17 +68,19 @@ def config_of(options: dict[str, Any], base: Config | None = None) -> Config:
     """A swap config (saehd128's, or `base`) with a DFL model's options: its model, batch, clipping,
     face type and training options."""
     cfg = base or preset("saehd128")
+    where = "the DeepFaceLab model's _data.dat"
     updates: dict[str, Any] = {
-        "data.resolution": int(options["resolution"]),
-        "model.options": {k: (str(options[k]) if k == "archi" else int(options[k])) for k in DIMS},
+        "data.resolution": dfl.option(options, "resolution", int, where),
+        "model.options": {k: dfl.option(options, k, str if k == "archi" else int, where) for k in DIMS},
     }
     if str(options.get("face_type", "")) in FACE_TYPES:
         updates["swap.face_type"] = str(options["face_type"])
     for key, (ours, read) in _DFL_OPTIONS.items():
         if key in options:
-            updates[f"swap.{ours}"] = read(options[key])
+            typed = read in (bool, int, float, str)  # (the others read any value: lr_dropout's "y"/"cpu"/True)
+            updates[f"swap.{ours}"] = read(dfl.option(options, key, read, where) if typed else options[key])
     if "batch_size" in options:
-        batch = int(options["batch_size"])
+        batch = dfl.option(options, "batch_size", int, where)
         updates.update({"train.batch": batch, "train.micro_batch": batch})
     if "clipgrad" in options:
         updates["train.grad_clip"] = 1.0 if options["clipgrad"] else 0.0

@@ -111,7 +111,7 @@ def dfl_record(path: str | Path) -> tuple[bytes | None, int]:
             return None, 0
         raw = file.read_bytes()
         data = safe_pickle.loads(raw, str(file))
-        return raw, int(data.get("iter", 0) or 0) if isinstance(data, dict) else 0
+        return raw, dfl.option(data, "iter", int, str(file)) if isinstance(data, dict) and data.get("iter") else 0
     state = checkpoints.read_newest(path, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=())[1])
     return state.get("dfl_data"), int(state.get("dfl_iter", 0)) + int(state.get("steps", 0))
 
