@@ -4,6 +4,7 @@ sweeps swap.lr on DFL's src + dst loss, and a resume switches the options DFL us
 import json
 
 import pytest
+import torch
 from PIL import Image
 from test_swap import swap_config
 
@@ -80,3 +81,22 @@ def test_a_resume_switches_the_options_dfl_users_switch_between_sessions(faces, 
     assert (run / "checkpoints" / "000000.016").is_dir()
     with pytest.raises(bigbatch.BigbatchError, match=r"in swap.gan_power \(0.0 -> 0.1\)"):
         bigbatch.train(swap_config(*faces, **{**later, "swap.gan_power": 0.1}), run_dir=run, resume=True, quiet=True)
+
+
+def test_init_from_a_swap_run_carries_its_discriminators_on(faces, tmp_path, capsys):
+    # Found from outside: train.init_from a swap run trained with gan_power started the discriminators anew
+    # (DFL keeps its GAN.npy across restarts), so loss_gan went back to a fresh discriminator's.
+    from safetensors.torch import load_file
+
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    run = bigbatch.train(swap_config(*faces, **{"train.kimg": 0.008}), run_dir=tmp_path / "run", quiet=True)
+    cfg = swap_config(*faces, **{"train.init_from": str(run), "swap.random_warp": False})
+    with replicator_for(cfg) as rep:
+        nets = build_task(cfg, rep, training_data(cfg), quiet=False).nets()
+    assert "its code_discriminator, gan carried on" in capsys.readouterr().out
+    for name in ("gan", "code_discriminator"):
+        saved = load_file(run / "checkpoints" / "000000.008" / f"{name}.safetensors")
+        assert all(torch.equal(v, saved[k]) for k, v in nets[name].state_dict().items()), name

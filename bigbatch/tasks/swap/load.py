@@ -10,6 +10,7 @@ from torch import nn
 
 from bigbatch import checkpoints, models, safe_pickle
 from bigbatch.config import Config
+from bigbatch.engine.precision import load_optimizer
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
 from bigbatch.tasks.swap.optim import LR_COS, LR_DROPOUT, AdaBelief, RMSprop
@@ -154,3 +155,27 @@ def _init_optimizer_from_run(opt: torch.optim.Optimizer, model: nn.Module, path:
     for group in opt.param_groups:
         group["step"] = int(saved["param_groups"][0].get("step", 0))
     return True
+
+
+def init_discriminators(discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]], path: str) -> list[str]:
+    """train.init_from a swap run or checkpoint that trained the same discriminators (DFL keeps its GAN.npy
+    across restarts): their weights and optimizer moments, so that they go on where they were. Returns the
+    names carried (a DFL folder's, which bigbatch does not read, or one the source has not: none)."""
+    if not discs or is_dfl_folder(path):
+        return []
+
+    def read(ckpt: Path) -> tuple[dict, dict]:
+        saved = {f.removesuffix(".safetensors") for f in (checkpoints.read_meta(ckpt) or {}).get("files", {})}
+        return checkpoints.load_checkpoint(ckpt, nets=tuple(n for n in discs if n in saved))
+
+    weights, state = checkpoints.read_newest(path, read)
+    carried = []
+    for name, (plain, _, opt) in discs.items():
+        theirs, moments = weights.get(name), state.get(f"opt_{name}")
+        mine = plain.state_dict()
+        if theirs is None or moments is None or any(theirs.get(k, v).shape != v.shape for k, v in mine.items()):
+            continue  # (another gan_dims or patch size: a new one, as before)
+        checkpoints.load_weights(plain, theirs, f"the {name} of train.init_from {path}")
+        load_optimizer(opt, moments)
+        carried.append(name)
+    return carried

@@ -51,6 +51,7 @@ from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscr
 from bigbatch.tasks.swap.load import (
     build_model,
     dfl_record,
+    init_discriminators,
     init_from,
     init_optimizer,
     make_optimizer,
@@ -186,6 +187,10 @@ def build(
     discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
     for i, (name, plain) in enumerate(discriminators(cfg, net).items()):
         discs[name] = (plain, rep.prepare(plain, checkpointing=False), optimizer(list(plain.parameters()), i + 1, name))
+    if cfg.train.init_from and resumed_at is None:
+        carried_discs = init_discriminators(discs, cfg.train.init_from)
+        if carried_discs and rep.is_main and not quiet:
+            print(f"train.init_from {cfg.train.init_from}: its {', '.join(carried_discs)} carried on", flush=True)
     task = SwapTask(cfg, rep, data, dst, val, model, opt, discs, run, resumed_at, quiet)
     task.face_type = face_type_of(cfg, data, dst)
     task.dfl_data, task.dfl_iter = carried
