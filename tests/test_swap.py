@@ -550,6 +550,8 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     fresh = bigbatch.train(cfg.override({"train.init_from": str(src)}), run_dir=tmp_path / "fresh", quiet=True)
     again = bigbatch.train(cfg.override({"train.init_from": str(run)}), run_dir=tmp_path / "again", quiet=True)
     resumed = bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
+    with pytest.raises(BigbatchError, match="trained on faces of DFL's face type 'f', and these are 'wf'"):
+        bigbatch.train(cfg.override({"train.init_from": str(src), "swap.face_type": "wf"}), run_dir=tmp_path / "wf")
     a, b, c = (load_file(r / "checkpoints" / "000000.004" / "model.safetensors") for r in (resumed, fresh, again))
     assert a.keys() == b.keys() == c.keys() and all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)
     assert torch.load(again / "checkpoints" / "000000.004" / "state.pt", weights_only=True)["dfl_iter"] == 1200

@@ -179,3 +179,31 @@ def init_discriminators(discs: dict[str, tuple[nn.Module, nn.Module, torch.optim
         load_optimizer(opt, moments)
         carried.append(name)
     return carried
+
+
+def source_face_type(path: str) -> str | None:
+    """DFL's face type a train.init_from model was trained on, where known: a DFL folder's option, a swap
+    run's record (or its swap.face_type)."""
+    if is_dfl_folder(path):
+        file = _dfl_file(path, "data.dat")
+        data = safe_pickle.loads(file.read_bytes(), str(file)) if file is not None else None
+        options = data.get("options") if isinstance(data, dict) else None
+        found = options.get("face_type") if isinstance(options, dict) else None
+        return found if isinstance(found, str) and found else None
+
+    def read(ckpt: Path) -> str | None:
+        return checkpoints.model_info(ckpt).get("face_type") or Config.load(ckpt / "config.toml").swap.face_type
+
+    return checkpoints.read_newest(path, read) or None
+
+
+def check_source_face_type(path: str, face_type: str) -> None:
+    """train.init_from a model trained on faces of another DFL face type than these (found from outside: taken
+    silently, and export-dfl then wrote the faces' type for a model that learned the other's framing)."""
+    theirs = source_face_type(path)
+    if theirs and face_type and theirs != face_type:
+        raise BigbatchError(
+            f"train.init_from {path} was trained on faces of DFL's face type {theirs!r}, and these are "
+            f"{face_type!r}: the model learned that framing, and DFL's merger crops by it; extract the faces "
+            f"as {theirs!r} (bigbatch extract --face-type {theirs}), or train a new model"
+        )

@@ -50,6 +50,7 @@ from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
 from bigbatch.tasks.swap.load import (
     build_model,
+    check_source_face_type,
     dfl_record,
     init_discriminators,
     init_from,
@@ -193,6 +194,8 @@ def build(
             print(f"train.init_from {cfg.train.init_from}: its {', '.join(carried_discs)} carried on", flush=True)
     task = SwapTask(cfg, rep, data, dst, val, model, opt, discs, run, resumed_at, quiet)
     task.face_type = face_type_of(cfg, data, dst)
+    if cfg.train.init_from and resumed_at is None:
+        check_source_face_type(cfg.train.init_from, task.face_type)
     task.dfl_data, task.dfl_iter = carried
     return task
 
