@@ -540,6 +540,13 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == sorted(p.name for p in src.iterdir())
     for f in src.iterdir():
         assert (tmp_path / "back" / f.name).read_bytes() == f.read_bytes(), f.name
+    pretrained = tmp_path / "pretrained"  # (found from outside: DFL's pretrain option dropped without a word)
+    dfl_folder(pretrained)
+    data = dfl.read_pickle(pretrained / "dfl_SAEHD_data.dat")
+    (pretrained / "dfl_SAEHD_data.dat").write_bytes(
+        pickle.dumps({**data, "options": {**data["options"], "pretrain": 1}})
+    )
+    assert "was pretrained (DFL's pretrain option): DFL" in cli("convert", str(pretrained), str(tmp_path / "p")).stderr
     out = cli("export-dfl", str(run), str(tmp_path / "o"), "--face-type", "wf")
     assert out.returncode == 2 and "face type 'f', not 'wf'" in out.stderr and not (tmp_path / "o").exists()
 

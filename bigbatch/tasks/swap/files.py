@@ -99,6 +99,12 @@ def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | No
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     model, data = dfl.load_model_folder(*named)
     cfg = config_of(data["options"]).override(overrides or {})
+    if data["options"].get("pretrain"):  # (found from outside: dropped without a word)
+        parts = "inter" if model.kind == "df" else "inter_AB and inter_B"
+        warn(
+            f"{src} was pretrained (DFL's pretrain option): DFL, when pretraining ends, starts its {parts} afresh "
+            "and counts iterations from 0; the weights are converted as they are"
+        )
     # The optimizer's moments and step count (DFL's src_dst_opt.npy), so that training goes on where DFL
     # left it; DFL's _data.dat as it is (options bigbatch does not use, loss history, preview faces), so
     # that export-dfl gives back every file DFL wrote.
