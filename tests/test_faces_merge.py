@@ -227,12 +227,14 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     # A silent source of audio is said to be silent (it was said to give its audio).
     assert main(["video", "make", "out", "again.mp4", "--audio-from", "out.mp4", "--preset", "ultrafast"]) == 0
     assert "(no audio: out.mp4 has none)" in capsys.readouterr().out
-    # Frames none of which has a face (extract found none: its journal says so) pass through unchanged.
+    # Frames none of which has a face (extract found none: its journal says so) pass through unchanged, odd
+    # sides too (found from outside: a 300x451 frame came out 300x450).
     Path("faceless").mkdir()
-    cv2.imwrite("faceless/00001.png", blank)
+    odd = np.full((241, 321, 3), 96, np.uint8)
+    cv2.imwrite("faceless/00001.png", odd)
     assert main(["extract", "faceless", "none_found", "--workers", "1", "--no-debug"]) == 0
     assert main(["merge", str(run), "faceless", "none_found", "merged_faceless"]) == 0
-    assert np.array_equal(cv2.imread("merged_faceless/00001.png"), blank)
+    assert np.array_equal(cv2.imread("merged_faceless/00001.png"), odd)
 
 
 def test_merge_refuses_bad_input_in_one_line(workflow, capsys):

@@ -148,8 +148,9 @@ class FrameSource:
                 yield p.name, p
 
 
-def read_image(path: Path) -> np.ndarray | None:
-    """An image file as RGB uint8 with even sides (DFL's cut_odd_image), or None when it does not decode."""
+def read_image(path: Path, even: bool = True) -> np.ndarray | None:
+    """An image file as RGB uint8 with even sides (DFL's cut_odd_image; `even` False: as it is), or None when it
+    does not decode."""
     data = np.fromfile(str(path), np.uint8)
     image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
     if image is None:
@@ -163,7 +164,7 @@ def read_image(path: Path) -> np.ndarray | None:
     else:
         image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     h, w = image.shape[:2]
-    return image[: h - h % 2, : w - w % 2]
+    return image[: h - h % 2, : w - w % 2] if even else image
 
 
 # -- Finding faces ----------------------------------------------------------------------------------------------------

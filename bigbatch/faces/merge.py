@@ -459,7 +459,9 @@ def merge_folder(
                     merging.merged_before(stem)
                     continue
                 n, merged = n + 1, merged + len(faces.get(stem, ()))
-                frame = read_image(image) if isinstance(image, Path) else image
+                # (a frame without faces, for PNGs, as it is: found from outside, an odd side lost its last row)
+                even = writer is not None or bool(faces.get(stem))
+                frame = read_image(image, even) if isinstance(image, Path) else image
                 if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
                     raise BigbatchError(f"{image} does not decode as an image")
                 merging.add(i, stem, frame)
