@@ -111,6 +111,10 @@ def _convert(args: argparse.Namespace) -> None:
             f"--config {out}/config.toml data.path=SRC.h5 data.dst_path=DST.h5 train.init_from={out}"
         )
         return
+    if re.search(r"_SAEHD_\w+\.(npy|dat)$", args.src):  # (it was read as a GAN's torch.save file)
+        raise BigbatchError(
+            f"{args.src} is one file of a DeepFaceLab model: give its folder (or its <name>_SAEHD_data.dat)"
+        )
     cfg = base_config(args.preset, args.config, "biggan128_bs2048")
     cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
     ckpt = convert_reference(args.src, args.out, cfg, args.classes)

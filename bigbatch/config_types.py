@@ -112,6 +112,18 @@ def _hints(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+
+# Keys users of the peer projects reach for, and where bigbatch has them (found from outside: DFL's clipgrad
+# as swap.clipgrad was an unknown key without a pointer).
+ELSEWHERE = {
+    "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
+    "swap.batch_size": " (DFL's batch_size is train.batch here)",
+    "swap.resolution": " (the resolution is data.resolution)",
+    "swap.archi": " (archi and the dims are model.options: archi, ae_dims, e_dims, d_dims, d_mask_dims)",
+    "swap.uniform_yaw": " (DFL's uniform_yaw is not here: see README, Face swap, 'Not here')",
+    "swap.pretrain": " (DFL's pretraining mode is not here: train on any face set, then train.init_from the run)",
+}
+
 class Section:
     """Base of every config section: checks field types on construction, then `_validate`, then the
     checks registered for it."""
@@ -147,6 +159,7 @@ class Section:
         full = f"{cls._name}.{key}" if cls._name else key
         close = difflib.get_close_matches(key, known, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
+        hint = ELSEWHERE.get(full, hint)
         where = f"[{cls._name}]" if cls._name else "the top level"
         raise BigbatchError(f"unknown config key '{full}'{hint}; valid keys in {where}: {', '.join(known)}")
 

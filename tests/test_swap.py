@@ -371,6 +371,7 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
         ({"swap.ct_mode": "fancy"}, "swap.ct_mode' must be 'none' | 'rct'"),
         ({"swap.gan_power": 10.0}, "gan_power' must be in 0.0..5.0"),
         ({"swap.true_face_power": 5.0}, "true_face_power' must be in 0.0..1.0"),
+        ({"swap.clipgrad": True}, "DFL's clipgrad is train.grad_clip = 1.0 here"),  # (found from outside)
     ],
 )
 def test_config_mistakes_are_named(faces, over, words):
@@ -540,13 +541,12 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     assert sorted(p.name for p in (tmp_path / "back").iterdir()) == sorted(p.name for p in src.iterdir())
     for f in src.iterdir():
         assert (tmp_path / "back" / f.name).read_bytes() == f.read_bytes(), f.name
-    pretrained = tmp_path / "pretrained"  # (found from outside: DFL's pretrain option dropped without a word)
-    dfl_folder(pretrained)
-    data = dfl.read_pickle(pretrained / "dfl_SAEHD_data.dat")
-    (pretrained / "dfl_SAEHD_data.dat").write_bytes(
-        pickle.dumps({**data, "options": {**data["options"], "pretrain": 1}})
-    )
+    dfl_folder(pretrained := tmp_path / "pretrained")  # (found from outside: DFL's pretrain option dropped silently)
+    data = dfl.read_pickle(dat := pretrained / "dfl_SAEHD_data.dat")
+    dat.write_bytes(pickle.dumps({**data, "options": {**data["options"], "pretrain": 1}}))
     assert "was pretrained (DFL's pretrain option): DFL" in cli("convert", str(pretrained), str(tmp_path / "p")).stderr
+    one = cli("convert", str(pretrained / "dfl_SAEHD_encoder.npy"), str(tmp_path / "q")).stderr  # (read as a GAN's)
+    assert "is one file of a DeepFaceLab model: give its folder" in one
     out = cli("export-dfl", str(run), str(tmp_path / "o"), "--face-type", "wf")
     assert out.returncode == 2 and "face type 'f', not 'wf'" in out.stderr and not (tmp_path / "o").exists()
 

@@ -139,6 +139,8 @@ def dfl_options(cfg: Config, face_type: str) -> dict[str, Any]:
     for f in dataclasses.fields(s):
         if f.name in inverse and f.name not in ("optimizer", "lr_dropout"):
             options[inverse[f.name]] = getattr(s, f.name)
+    if cfg.train.grad_clip not in (0.0, 1.0):  # (found by reading: any clip was written as DFL's)
+        warn(f"train.grad_clip {cfg.train.grad_clip:g} goes to DFL as its clipgrad, which clips to a norm of 1")
     options.update(
         gan_patch_size=s.gan_patch_size or cfg.data.resolution // 8,
         adabelief=s.optimizer == "adabelief",
