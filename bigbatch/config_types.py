@@ -112,7 +112,6 @@ def _hints(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-
 # Keys users of the peer projects reach for, and where bigbatch has them (found from outside: DFL's clipgrad
 # as swap.clipgrad was an unknown key without a pointer).
 ELSEWHERE = {
@@ -123,6 +122,7 @@ ELSEWHERE = {
     "swap.uniform_yaw": " (DFL's uniform_yaw is not here: see README, Face swap, 'Not here')",
     "swap.pretrain": " (DFL's pretraining mode is not here: train on any face set, then train.init_from the run)",
 }
+
 
 class Section:
     """Base of every config section: checks field types on construction, then `_validate`, then the
