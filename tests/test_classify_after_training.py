@@ -98,6 +98,13 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert "broken.png: not an image" in err
     assert [r["file"].rsplit("/", 1)[1] for r in rows] == [f"{i}.png" for i in range(6)] + ["again.png"]
     assert rows[-1]["top"] == rows[0]["top"]
+    # Found from outside: a quoted pattern (for a list too long for the shell) "did not exist".
+    assert main(["predict", str(run), str(tmp_path / "imgs" / "[0-5].png"), "--json"]) == 0
+    assert [r["file"] for r in json.loads(capsys.readouterr().out)] == [
+        str(tmp_path / f"imgs/{i}.png") for i in range(6)
+    ]
+    assert main(["predict", str(run), str(tmp_path / "imgs" / "*.jpeg")]) == 2
+    assert "*.jpeg matches no file" in capsys.readouterr().err
     rows = rows[:6]
     assert all(len(r["top"]) == 3 and r["top"][0]["p"] >= r["top"][1]["p"] for r in rows)
     # The classifier on the validation transform of the same images (what eval scores): the same probabilities.

@@ -78,3 +78,18 @@ def test_global_order_is_a_permutation_per_epoch_and_split_invariant():
     parts = torch.cat([GlobalOrder(10, seed=3).indices(s, 7) for s in range(0, 28, 7)])
     assert torch.equal(parts, whole[:28])
     assert not torch.equal(GlobalOrder(10, seed=4).indices(0, 10), whole[:10])
+
+
+def test_an_image_too_large_to_decode_safely_is_said_so_not_corrupt():
+    # Found from outside: a 200-megapixel PNG was skipped as "corrupt or truncated (DecompressionBombError...)".
+    import struct
+    import zlib
+
+    from bigbatch.data.sources import decode_or_reason
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
+    png = b"\x89PNG\r\n\x1a\n" + header + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    assert decode_or_reason(png, None, None).startswith("too large to decode safely (Image size (400000000 pixels)")

@@ -443,5 +443,7 @@ def decode_or_reason(
         return "not an image Pillow can read"
     except (BigbatchError, NoFaceData) as e:  # DFL metadata missing, or refused (a pickle asking for code)
         return str(e)
+    except Image.DecompressionBombError as e:  # (not corrupt: larger than Pillow's guard lets decode)
+        return f"too large to decode safely ({e})"
     except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone
         return f"corrupt or truncated ({type(e).__name__}: {e})"

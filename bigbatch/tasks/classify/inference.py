@@ -99,7 +99,7 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
     """The images of files, folders (recursively) and zips, decoded as `prepare` decodes them (EXIF
     orientation, 8-bit RGB): ([(name, uint8 HWC)], [(name, why it was skipped)])."""
     images, skipped = [], []
-    for path in paths:
+    for path in _globbed(paths):
         p = Path(path)
         if p.is_file() and p.suffix.lower() != ".zip":
             try:
@@ -121,6 +121,20 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
             else:
                 images.append((name, torch.from_numpy(result[1].copy())))
     return images, skipped
+
+
+def _globbed(paths: list[str]) -> list[str]:
+    """A quoted pattern ('imgs/*.JPEG', for a list too long for the shell) as the files it matches; a name
+    that exists is itself, whatever its characters."""
+    import glob
+
+    out = []
+    for path in paths:
+        matches = sorted(glob.glob(path)) if not Path(path).exists() and glob.has_magic(path) else []
+        if glob.has_magic(path) and not Path(path).exists() and not matches:
+            raise BigbatchError(f"{path} matches no file; give image files, folders or .zip files of images")
+        out += matches or [path]
+    return out
 
 
 @torch.no_grad()
