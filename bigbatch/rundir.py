@@ -66,6 +66,16 @@ class Run:
         record = {**json.loads(plan.read_text()), "compiled": compiled.to_dict()}
         atomic_write(plan, json.dumps(record, indent=1) + "\n")
 
+    def record_phase(self, nimg: int, resolution: int, plan: Any) -> None:
+        """plan.json's "phases": the split of each data.schedule phase as it began (found from outside: the file
+        kept the first phase's alone, though a later one ran micro-batches of another size)."""
+        path = self.path / "plan.json"
+        record = json.loads(path.read_text())
+        begun = {"from_kimg": nimg / 1000, "resolution": resolution, "batch": plan.batch}
+        begun |= {"micro_batch": plan.micro_batch, "accumulation": plan.accumulation}
+        record["phases"] = [*(p for p in record.get("phases", []) if p["from_kimg"] < nimg / 1000), begun]
+        atomic_write(path, json.dumps(record, indent=1) + "\n")
+
     # ---- checkpoints -----------------------------------------------------------------------------
     def save(
         self,

@@ -56,6 +56,8 @@ def test_dynamic_batch_switches_at_the_phase_boundary_and_resumes_bit_identical(
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole")
     out = capsys.readouterr().out
     assert f"kimg 0.256: data.schedule phase begins: batch 64 = {plan}" in out
+    (phase,) = json.loads((whole / "plan.json").read_text())["phases"]  # (found from outside: the first's alone)
+    assert f"micro_batch {phase['micro_batch']} x accumulation {phase['accumulation']}" == plan and phase["batch"] == 64
     rows = read_metrics(whole / "metrics.jsonl")
     assert [(r["kimg"], r["batch"], r["step"]) for r in rows] == list(
         zip([0.128, 0.256, 0.384, 0.512], [32, 32, 64, 64], steps)
