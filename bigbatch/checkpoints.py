@@ -153,8 +153,10 @@ def write_folder(
     then: str = "",
 ) -> Path:
     """A complete checkpoint in a hidden temporary folder under `root` (meta.json last), to rename into place.
-    `then`: what to do once space is freed (default: resume the run `root` is the checkpoints of)."""
-    remove_stale([*root.glob(".tmp-*"), *root.glob(".pruned-*")])  # of processes killed while saving or pruning
+    `then`: what to do once space is freed (default: resume the run `root` is the checkpoints of; given, `root`
+    is the user's folder, where only this checkpoint's leftovers are swept)."""
+    mine = f".tmp-{name}-*" if then else ".tmp-*"  # (of processes killed while saving or pruning)
+    remove_stale([*root.glob(mine), *([] if then else root.glob(".pruned-*"))])
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:

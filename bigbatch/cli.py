@@ -68,7 +68,7 @@ def _train(args: argparse.Namespace) -> None:
         build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
         check_local_data(cfg)  # a missing or broken data file, as training would refuse it
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
-        resumed = _dry_resume(cfg, Path(args.run_dir)) if resume and args.run_dir else ""
+        resumed = _dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
         print(cfg.dumps())
         print(f"# plan: {plan}{resumed}")
         device = dist.context(cfg.train.device).device
@@ -77,17 +77,24 @@ def _train(args: argparse.Namespace) -> None:
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
 
 
-def _dry_resume(cfg: Any, run: Path) -> str:
+def _dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
     """What a resume of `run` would check and keep, without taking the run (found from outside: --dry-run
     --resume passed a changed train.batch that the resume refused, and described an "auto" it would not probe)."""
-    from bigbatch.checkpoints import complete_checkpoints
-    from bigbatch.rundir import resume_config
+    from bigbatch import checkpoints
+    from bigbatch.rundir import Run, _check_length, resume_config
 
-    found = complete_checkpoints(run) if (run / "checkpoints").is_dir() else []
-    if not found:
-        return ""
-    resume_config(found[-1] / "config.toml", cfg, f"checkpoint {found[-1]}")
-    said = f"; resumes {found[-1].name}"
+    try:
+        ckpt: Path | None = checkpoints.find_checkpoint(run)
+    except BigbatchError:  # (none complete, or latest damaged: the resume passes over those, to the newest intact)
+        found = checkpoints.complete_checkpoints(run) if (run / "checkpoints").is_dir() else []
+        ckpt = found[-1] if found else None
+    if ckpt is None:
+        if (run / "config.toml").is_file():
+            resume_config(run / "config.toml", cfg, f"run {run}")
+        return "; resumes from the start (the run has no checkpoint yet)"
+    resumed = Run(run, resume_config(ckpt / "config.toml", cfg, f"checkpoint {ckpt}"), ckpt, resumed=True)
+    _check_length(resumed, resume)
+    said = f"; resumes {ckpt.name}"
     try:
         kept = json.loads((run / "plan.json").read_text()).get("micro_batch")
     except (OSError, ValueError, AttributeError):
@@ -589,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if "converted to type float without overflow" in str(e):  # (found from outside: train.d_lr=1e37, Adam's
             print(  # lr / (1 - beta1) past float32's range, a traceback from inside torch.optim)
-                "bigbatch: error: a learning rate overflows float32 in the optimizer's update: give a smaller one",
+                "bigbatch: error: a learning rate or weight decay overflows float32 in the optimizer's update: give "
+                "smaller ones",
                 file=sys.stderr,
             )
             return 2

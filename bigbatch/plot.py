@@ -109,6 +109,8 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
                 ax.scatter(
                     bad, [0.03] * len(bad), marker="x", color="red", transform=at_foot, label=f"{label}: not finite"
                 )
+                ax.update_datalim([(k, 0.0) for k in bad], updatey=False)  # (a run that diverged: past its last
+                ax.autoscale_view()  # finite point, where the axis would end without them)
             if spread:
                 ax.fill_between(
                     x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], color=colour, alpha=0.2

@@ -467,6 +467,7 @@ RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "t
 
 # What may differ between ranks: where each reads the data (another mount on another node), how it reads it.
 PER_RANK = ("data.path", "data.dst_path", "data.val_path", "data.storage_options", "data.workers", "data.in_ram")
+PER_RANK += ("train.init_from", "eval.weights")  # (files each node may hold at a path of its own)
 
 
 def _same_on_every_rank(cfg: Config, content_hash: str) -> None:

@@ -4,6 +4,7 @@ from it or from a state dict (train.init_from)."""
 
 import csv
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -66,6 +67,16 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has other classes than the run (2 against 10; the first that differs" in err
     assert not list((run / "eval").glob("pets*"))
+    # A folder of class folders (found from outside: "cannot open data set") is named, with the command that
+    # prepares it in the run's class order; that command's file scores.
+    for c in ("3", "7"):
+        (tmp_path / "digits" / c).mkdir(parents=True)
+        Image.fromarray(np.full((20, 16, 3), 200, np.uint8)).save(tmp_path / "digits" / c / "a.png")
+    assert main(["eval", str(run), str(tmp_path / "digits")]) == 2
+    said = capsys.readouterr().err.split("write one with: ")[1].split(", then")[0]
+    assert "--classes builtin:digits" in said
+    argv = shlex.split(said.replace("scored.h5", str(tmp_path / "scored.h5")))[1:]
+    assert main(argv) == 0 and main(["eval", str(run), str(tmp_path / "scored.h5")]) == 0
     assert main(["eval", str(run), "--checkpoint", "000099.000"]) == 2
     assert "no complete checkpoint '000099.000'" in capsys.readouterr().err
     assert main(["eval", str(run), "--metrics", "fid", "--n", "50"]) == 2  # not ignored without a word

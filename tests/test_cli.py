@@ -300,4 +300,4 @@ def test_a_learning_rate_that_overflows_the_optimizer_is_one_line(tmp_path, caps
     argv = ["train", "--run-dir", str(tmp_path / "r"), "train.kimg=0.008", "train.batch=8", "model.ch=8"]
     assert main([*argv, "train.d_lr=1e37", "train.betas=[0.99, 0.999]", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "a learning rate overflows float32 in the optimizer's update" in err
+    assert err.count("\n") == 1 and "a learning rate or weight decay overflows float32" in err

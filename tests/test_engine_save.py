@@ -1,12 +1,14 @@
 """The engine on its own saves and resumes (`Replicator.save` / `Replicator.load`): a script stopped and
 started again takes the steps it would have taken, bit for bit."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import bigbatch
 
+TINY_RUN = {"train.kimg": 0.016, "train.batch": 16, "model.ch": 4, "data.resolution": 16, "train.device": "cpu"}
 X = torch.randn(64, 6, generator=torch.Generator().manual_seed(0))
 Y = torch.randint(0, 3, (64,), generator=torch.Generator().manual_seed(1))
 
@@ -32,8 +34,10 @@ def test_a_script_saved_and_loaded_takes_the_steps_it_would_have_taken(tmp_path)
 
     rep, model, net, opt = setup()
     steps(rep, net, opt, 0, 3)
+    (tmp_path / ".tmp-build-999999").mkdir()  # (another program's: found by review, swept as a save's leftover)
     assert rep.save(tmp_path / "ckpt", model=net, opt=opt, step=3, note={"lr": [1e-2]}) == tmp_path / "ckpt"
-    rep.save(tmp_path / "ckpt", model=net, opt=opt, step=3, note={"lr": [1e-2]})  # (replaced whole)
+    rep.save(tmp_path / "ckpt", model=net, opt=opt, step=3, note={"lr": [np.float64(1e-2)]})  # (replaced whole)
+    assert (tmp_path / ".tmp-build-999999").is_dir()
 
     (tmp_path / "ckpt").rename(tmp_path / ".ckpt-old")  # as a crash between the renames of a third save leaves it
     rep, model, net, opt = setup(seed=5)  # other weights, other RNG: all restored
@@ -55,12 +59,17 @@ def test_what_cannot_be_saved_or_loaded_is_one_line(tmp_path):
     ):
         rep.save(tmp_path / "c", model=model, data=torch.Generator())
     rep.save(tmp_path / "c", model=model, opt=opt)
-    with pytest.raises(bigbatch.BigbatchError, match="holds no ema; it holds model, opt"):
+    with pytest.raises(bigbatch.BigbatchError, match=r"holds no model 'ema'; it holds models \['model'\] and optim"):
         rep.load(tmp_path / "c", model=model, ema=model)
     with pytest.raises(bigbatch.BigbatchError, match=r"restores models and optimizers, not 'step' \(int\)"):
         rep.load(tmp_path / "c", model=model, step=3)
     with pytest.raises(bigbatch.BigbatchError, match="not a complete checkpoint written by Replicator.save"):
         rep.load(tmp_path / "mine", model=model)
+    with pytest.raises(bigbatch.BigbatchError, match="holds no model 'opt'"):
+        rep.load(tmp_path / "c", opt=model)  # (a name of the other kind: found by review, a KeyError)
+    run = bigbatch.train(bigbatch.preset("digits").override(TINY_RUN), run_dir=tmp_path / "run", quiet=True)
+    with pytest.raises(bigbatch.BigbatchError, match="is a checkpoint of a bigbatch run, not one Replicator.save"):
+        rep.load(run / "checkpoints" / "000000.016", model=model)
     state = tmp_path / "c" / "state.pt"
     state.write_bytes(state.read_bytes()[:-8] + b"\0" * 8)
     with pytest.raises(bigbatch.BigbatchError, match="state.pt"):

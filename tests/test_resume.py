@@ -289,6 +289,8 @@ def test_resume_refuses_a_changed_recipe_but_takes_what_rescues_a_diverged_run(t
     assert "was trained with in train.batch" in capsys.readouterr().err
     assert main(["train", "--run-dir", str(run), "--resume", "--dry-run"]) == 0
     assert "; resumes 000000.640" in capsys.readouterr().out
+    assert main(["train", "--run-dir", str(run), "--resume", "--dry-run", "train.kimg=0.256"]) == 2  # (review)
+    assert "train.kimg=0.256 is not beyond the 0.64 kimg" in capsys.readouterr().err
 
 
 def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, tmp_path, capsys):

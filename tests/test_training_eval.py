@@ -178,11 +178,13 @@ def test_plot_draws_training_curves_and_scores(scored, tiny, tmp_path, capsys):
 def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_path, capsys, monkeypatch):
     import matplotlib.axes
 
-    marked, scatter = [], matplotlib.axes.Axes.scatter
+    marked, axes, scatter = [], [], matplotlib.axes.Axes.scatter
     monkeypatch.setattr(  # (found from outside: a NaN loss was left out of the plot without a mark)
         matplotlib.axes.Axes,
         "scatter",
-        lambda self, x, *a, **kw: marked.append((list(x), kw["label"])) or scatter(self, x, *a, **kw),
+        lambda self, x, *a, **kw: (
+            marked.append((list(x), kw["label"])) or axes.append(self) or scatter(self, x, *a, **kw)
+        ),
     )
     run = tmp_path / "odd"
     run.mkdir()
@@ -193,10 +195,16 @@ def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_
         b'{"kimg": 0.256, "fid": 5.0, "fid_std": null, "is": NaN, "eval_seconds": 1.0}',
         b"\xff\xfe not text",
         b'{"kimg": 0.384, "loss_D": 0.5',  # cut short by a crash
+        b'{"kimg": 0.64, "loss_G": NaN}',  # (diverged past the last finite point)
     ]
     (run / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     assert main(["plot", str(run)]) == 0
-    assert marked == [([0.128], "loss_G: not finite"), ([0.128], "img_per_s: not finite"), ([0.256], "is: not finite")]
+    assert axes[0].get_xlim()[1] > 0.64  # (found by review: a cross past the last finite point fell off the axis)
+    assert marked == [
+        ([0.128, 0.64], "loss_G: not finite"),
+        ([0.128], "img_per_s: not finite"),
+        ([0.256], "is: not finite"),
+    ]
     (run / "metrics.jsonl").write_text('{"kimg": 0.1, "is": NaN, "eval_seconds": 1.0}\n{"loss_D": 1.0}\n')
     assert main(["plot", str(run)]) == 2
     err = capsys.readouterr().err

@@ -424,11 +424,10 @@ def _training_classes(classes: str, storage_options: dict[str, Any] | None) -> l
     """The class names of the training data file `classes`, in its order."""
     from bigbatch.data.hdf5 import read_meta
 
-    if classes.startswith("builtin:"):
-        raise BigbatchError(
-            f"--classes {classes}: give the data file the training images were prepared into (DATA.h5), whose "
-            "class order the labels take"
-        )
+    if classes.startswith("builtin:"):  # (a run trained on one: its held-out or other images, prepared in its order)
+        from bigbatch.data.load import load_data
+
+        return list(load_data(classes, 8).class_names)
     names = read_meta(classes, storage_options)["class_names"]
     if not names:
         raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")

@@ -29,7 +29,7 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
     path = Path(path)
     nets = {k: _plain(rep, v) for k, v in objects.items() if isinstance(v, nn.Module)}
     optimizers = {k: v.state_dict() for k, v in objects.items() if isinstance(v, torch.optim.Optimizer)}
-    values = {k: v for k, v in objects.items() if k not in nets and k not in optimizers}
+    values = {k: _plain_value(v) for k, v in objects.items() if k not in nets and k not in optimizers}
     for key, value in values.items():
         if not _plain_data(value):
             raise BigbatchError(
@@ -67,6 +67,11 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
     if not path.exists() and checkpoints.read_meta(_old(path)) is not None:  # (a save cut between its renames)
         path = _old(path)
     meta = checkpoints.read_meta(path)
+    if meta is not None and meta.get("saved_by") != "Replicator.save":  # (a run's checkpoint: KeyError 'optimizers')
+        raise BigbatchError(
+            f"Replicator.load: {path} is a checkpoint of a bigbatch run, not one Replicator.save wrote: read its "
+            "weights with safetensors (each net's .safetensors), or load the run with bigbatch's loaders"
+        )
     if meta is None:
         raise BigbatchError(f"Replicator.load: {path} is not a complete checkpoint written by Replicator.save")
     for key, value in objects.items():
@@ -78,12 +83,15 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
     nets = {k: _plain(rep, v) for k, v in objects.items() if isinstance(v, nn.Module)}
     saved = {f[: -len(".safetensors")] for f in meta.get("files", {}) if f.endswith(".safetensors")}
     weights, state = checkpoints.load_checkpoint(path, tuple(k for k in nets if k in saved))
-    held = saved | set(state["optimizers"])
-    missing = [k for k in objects if k not in held]
+    missing = [
+        k
+        for k, v in objects.items()
+        if k not in (saved if isinstance(v, nn.Module) else state["optimizers"])  # (of its kind: a model's name
+    ]  # given for an optimizer is missing too)
     if missing:
         raise BigbatchError(
-            f"Replicator.load: {path} holds no {', '.join(missing)}; it holds {', '.join(sorted(held)) or 'none'}"
-            " (models and optimizers are restored by the names they were saved under)"
+            f"Replicator.load: {path} holds no {_kind(objects[missing[0]])} {missing[0]!r}; it holds models "
+            f"{sorted(saved)} and optimizers {sorted(state['optimizers'])} (restored by the names saved under)"
         )
     for key, net in nets.items():
         checkpoints.load_weights(net, weights[key], f"{path / key}.safetensors")
@@ -102,12 +110,29 @@ def _plain(rep: Any, module: nn.Module) -> nn.Module:
     return next((plain for plain, wrapped in rep.models if module is wrapped), module)
 
 
+def _kind(value: Any) -> str:
+    return "model" if isinstance(value, nn.Module) else "optimizer"
+
+
+def _plain_value(value: Any) -> Any:
+    """NumPy's scalars as Python's (np.float64 is a float that weights_only would not read back)."""
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain_value(v) for k, v in value.items()}
+    return value
+
+
 def _plain_data(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return all(_plain_data(v) for v in value)
     if isinstance(value, dict):
         return all(isinstance(k, (str, int)) and _plain_data(v) for k, v in value.items())
-    return isinstance(value, PLAIN)
+    return isinstance(value, torch.Tensor) or type(value) in PLAIN
 
 
 def _rng(device: torch.device) -> dict[str, torch.Tensor]:

@@ -57,6 +57,12 @@ def evaluate_classifier(
         _check_held_out(cfg, ckpt, data)
         name = "heldout"
     else:
+        if Path(data_path).is_dir():  # (found from outside: "cannot open data set" for a folder of class folders)
+            raise BigbatchError(  # (--classes: the run's class order)
+                f"{data_path} is a folder: a classifier scores a prepared data set; write one with: bigbatch prepare "
+                f"{data_path} scored.h5 --classes {d.path} --codec jpeg --crop none --resolution {d.resolution}, then "
+                "eval it"
+            )
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
     check_classes(data, net.class_names, "the run", "score it on data of the run's classes")

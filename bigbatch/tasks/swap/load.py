@@ -207,3 +207,23 @@ def check_source_face_type(path: str, face_type: str) -> None:
             f"{face_type!r}: the model learned that framing, and DFL's merger crops by it; extract the faces "
             f"as {theirs!r} (bigbatch extract --face-type {theirs}), or train a new model"
         )
+
+
+def resume_optimizer(opt: torch.optim.Optimizer, saved: dict, cfg: Config, model: nn.Module | None = None) -> None:
+    """Load a swap run's optimizer state on resume, with the rates its config gives now (a resume may switch
+    swap.lr and lr_dropout: the saved groups' would stand). `model`: the autoencoder whose trained set a switch
+    of swap.random_warp changes (liae's inter_AB joins or leaves it): the moments follow their weights."""
+    mine = [p for g in opt.param_groups for p in g["params"]]
+    count = sum(len(g["params"]) for g in saved["param_groups"])
+    if model is not None and count != len(mine):
+        before = trained_parameters(model, cfg.override({"swap.random_warp": not cfg.swap.random_warp}))
+        if len(before) != count:
+            raise BigbatchError(f"the checkpoint's optimizer holds {count} weights, this model trains {len(mine)}")
+        by_param = {id(p): saved["state"][i] for i, p in enumerate(before) if i in saved["state"]}
+        state = {i: by_param[id(p)] for i, p in enumerate(mine) if id(p) in by_param}
+        saved = {"state": state, "param_groups": [{**saved["param_groups"][0], "params": list(range(len(mine)))}]}
+    load_optimizer(opt, saved)
+    s = cfg.swap
+    drop, cos = (LR_DROPOUT, LR_COS) if s.lr_dropout else (1.0, 0)
+    for group in opt.param_groups:
+        group.update(lr=s.lr, lr_dropout=drop, lr_cos=cos)

@@ -40,7 +40,6 @@ from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.split import holdout
 from bigbatch.data.streams import COLOUR, ORDER_B, WARP, generator
-from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import replays
 from bigbatch.errors import BigbatchError, warn
@@ -56,6 +55,7 @@ from bigbatch.tasks.swap.load import (
     init_from,
     init_optimizer,
     make_optimizer,
+    resume_optimizer,
     trained_parameters,
 )
 from bigbatch.tasks.swap.losses import blur_out, dssim, gaussian_blur, reconstruction_loss, style_loss
@@ -481,9 +481,9 @@ class SwapTask:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_optimizer(self.opt, state["opt"])
+        resume_optimizer(self.opt, state["opt"], self.cfg, self.plain())
         for name, (_, _, opt) in self.discs.items():
-            load_optimizer(opt, state[f"opt_{name}"])
+            resume_optimizer(opt, state[f"opt_{name}"], self.cfg)
         self.steps = int(state["steps"])
         self.dfl_data, self.dfl_iter = state.get("dfl_data"), int(state.get("dfl_iter", 0))
 

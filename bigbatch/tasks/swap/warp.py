@@ -67,7 +67,9 @@ def apply(
     from the target's (DFL's HSV shift, which only the input gets). In float32 whatever autocast says: its
     grid in bf16 would sample a 512 px face up to two pixels off."""
     with torch.autocast(x.device.type, enabled=False):
-        return _apply(x.float(), theta, offsets, cells, flips, warp, colour, picture)
+        return _apply(
+            x.float(), theta, offsets, cells, flips, warp, colour, None if picture is None else picture.float()
+        )
 
 
 def _apply(x, theta, offsets, cells, flips, warp, colour, picture):  # (apply's, with autocast off)
