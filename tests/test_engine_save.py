@@ -97,3 +97,19 @@ def test_a_resumed_engine_plans_auto_as_a_fresh_one_would():
 
     fresh, resumed = peaks(False), peaks(True)
     assert resumed == pytest.approx(fresh, rel=1e-3)  # (Adam's step counts: a few bytes the estimate leaves out)
+
+
+def test_a_plan_of_auto_made_for_another_precision_is_probed_again(capsys):
+    # Found by review: a resume may change train.precision, and kept the micro-batch probed for the old one
+    # (bf16 to fp32 doubles the activations).
+    rep, model, net, opt = setup()
+    steps(rep, net, opt, 0, 1)
+    state = rep.state_dict()
+    for precision, kept in (("fp32", True), ("bf16", False)):
+        again = bigbatch.Replicator(
+            batch=16, micro_batch="auto", precision=precision, device="cpu", memory_budget="1GiB"
+        )
+        again.prepare(setup()[1])
+        again.load_state_dict(state)
+        assert again.micro_batch_pending is not kept
+    assert "the checkpoint's plan was made for fp32, this run is bf16" in capsys.readouterr().err

@@ -531,6 +531,7 @@ class Replicator:
                 "micro_batch": self._planned_micro,
                 "world_size": self.world_size,
                 "memory_budget_bytes": self.budget,
+                "precision": self.precision,
                 "probes": [dataclasses.asdict(p) for p in self.probes],
             }
         return state
@@ -562,8 +563,8 @@ class Replicator:
                 s.history.clear()
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
-        plan = state.get("plan")
-        if self._auto and plan and memory.plan_holds(plan, self.world_size, self.memory_budget, self.is_main):
+        plan, holds = state.get("plan"), memory.plan_holds
+        if self._auto and plan and holds(plan, self.world_size, self.memory_budget, self.is_main, self.precision):
             self.use_micro_batch(int(plan["micro_batch"]))
             self.budget = plan["memory_budget_bytes"]
             self.probes = [memory.Probe(**p) for p in plan["probes"]]
