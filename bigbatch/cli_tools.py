@@ -97,7 +97,7 @@ def _show_batch(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--kimg must be a number >= 0, got {args.kimg:g}")
     cfg = _config(args, "digits")
     if cfg.train.init_from:  # (the images fed do not depend on the weights a run starts from, which need not be here)
-        cfg = cfg.override({"train.init_from": ""})
+        cfg = cfg.override({"train.init_from": "", "train.freeze_kimg": 0.0})  # (nothing frozen: nothing loaded)
     schedule = schedule_of(cfg)
     nimg = schedule.align(round(args.kimg * 1000))
     rep = replicator_for(cfg)

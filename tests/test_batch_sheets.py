@@ -135,7 +135,8 @@ def test_show_batch_draws_a_presets_batch_without_training(tmp_path, capsys):
     # Found from outside: a fine-tuning recipe's batch asked for the weights it starts from, not read to feed it.
     fine = ["show-batch", "--preset", "finetune_resnet50", "data.path=builtin:digits", "data.resolution=16"]
     assert main([*fine, "train.init_from=nowhere.pth", "--out", str(tmp_path / "f.png")]) == 0
-    assert "(16 px, batch 64)" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "(16 px, batch 64)" in out and "warning" not in err
 
 
 def test_the_predictions_sheet_names_the_true_class_under_a_wrong_prediction():

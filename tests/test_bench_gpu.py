@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-PEAK = re.compile(r"\d+\.\d+ (MiB|GiB)")
+PEAK = re.compile(r"\d+\.\d+ (KiB|MiB|GiB)")
 PLAN = re.compile(r"(\d+) × (\d+)")
 
 

@@ -127,7 +127,7 @@ def test_a_new_budget_on_resume_plans_again_and_a_fixed_micro_batch_says_it_igno
     capsys.readouterr()
     bigbatch.train(cfg.override({"train.memory_budget": "6MB"}), run_dir=run, resume=True, quiet=True)
     after = json.loads((run / "plan.json").read_text())
-    assert "train.memory_budget is 5.7 MiB, the checkpoint's plan was made for 0.6 MiB" in capsys.readouterr().err
+    assert "train.memory_budget is 5.7 MiB, the checkpoint's plan was made for 585.9 KiB" in capsys.readouterr().err
     assert after["memory_budget_bytes"] == 6_000_000 and after["micro_batch"] > before["micro_batch"]
     bigbatch.train(tiny.override({"train.memory_budget": "6MB"}), run_dir=tmp_path / "fixed", quiet=True)
     assert capsys.readouterr().err.count('train.memory_budget is read by micro_batch "auto" only') == 1

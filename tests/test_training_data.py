@@ -143,8 +143,9 @@ def test_a_held_out_fraction_that_leaves_nothing_to_train_on_is_one_line():
         holdout(Subset(digits, torch.arange(1), "one"), 0.5)
 
 
-def test_a_held_out_fraction_over_half_is_said_once(capsys):
+def test_a_held_out_fraction_over_half_is_said_once(capsys, monkeypatch):
     # Found from outside: data.val_fraction 0.99 trained on 1% of the images without a word.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (said once a process: maybe by another test)
     from bigbatch.data.load import training_data
 
     cfg = bigbatch.preset("fashion_resnet")
