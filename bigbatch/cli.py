@@ -375,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a run's checkpoint to score: latest (default), best, or a checkpoints/ folder name",
     )
     ev.add_argument("--dst", metavar="DATA", help="a swap run: dst faces to score (B: src faces)")
+    ev.add_argument(
+        "--tta", action="store_true", help="a classify run: each image's prediction averaged with its mirror image's"
+    )
     ev.add_argument("--metrics", default=DEFAULT_METRICS, help=f"comma-separated (default {DEFAULT_METRICS})")
     ev.add_argument(
         "--n", type=int, help="images of A: a run's samples (default 50000); of images, a subset (default: all)"

@@ -43,9 +43,11 @@ def run_eval(args: argparse.Namespace) -> None:
         from bigbatch.tasks.classify.report import describe, evaluate_classifier
 
         with progress("eval"):
-            report = evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device)
+            report = evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device, args.tta)
         print(describe(report))
         return
+    if args.tta:
+        raise BigbatchError(f"--tta averages a classifier's predictions; {args.path} is not a classify run")
     if task == "swap":
         from bigbatch.tasks.swap.report import describe, evaluate_swap
 

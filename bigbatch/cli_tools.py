@@ -32,7 +32,7 @@ def _predict(args: argparse.Namespace) -> None:
         )
     for name, why in skipped:
         print(f"bigbatch: skipped {name}: {why}", file=sys.stderr)
-    rows = predict(module, images, args.topk)
+    rows = predict(module, images, args.topk, args.tta)
     if args.json:
         print(json.dumps(rows))
         return
@@ -135,6 +135,7 @@ def add_tool_commands(sub: Any) -> None:
     pr.add_argument("run", metavar="RUN", help="classify run directory or checkpoint folder")
     pr.add_argument("images", metavar="IMAGE", nargs="+", help="image files, folders of images or .zip files")
     pr.add_argument("--topk", type=int, default=5, help="classes per image (default 5)")
+    pr.add_argument("--tta", action="store_true", help="average each image's prediction with its mirror image's")
     pr.add_argument("--json", action="store_true", help="one JSON list: file, top classes with probabilities")
     pr.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
     pr.set_defaults(func=_predict)

@@ -41,6 +41,18 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert [r[0] for r in per_class[1:]] == [str(i) for i in range(10)]
     assert Image.open(folder / "top_losses.png").size == (4 * 98, 4 * (98 + 26))  # 16 images, 4 a row
     assert Image.open(folder / "confusion.png").size
+    # --tta (fastai's test-time augmentation): each image's probabilities averaged with its mirror image's,
+    # in a report of its own; predict takes it too.
+    assert main(["eval", str(run), "--tta"]) == 0
+    tta = json.loads((run / "eval" / "heldout-tta-000000.512" / "metrics.json").read_text())
+    assert tta["tta"] is True and tta["n"] == 360 and tta["loss"] != metrics["loss"]
+    net = bigbatch.load_classifier(run)
+    held = validation_data(Config.load(run / "config.toml"))
+    images, labels = held.get(torch.arange(len(held)))
+    x = val_transform(images, 16, Config.load(run / "config.toml").data.val_crop, False)
+    with torch.no_grad():
+        p = (net(x).softmax(1) + net(x.flip(-1)).softmax(1)) / 2
+    assert tta["loss"] == pytest.approx(float(-p.gather(1, labels[:, None]).log().mean()), rel=1e-4)
     # Other data of the same classes; another checkpoint; data of other classes is one line.
     monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a progress line a batch
     assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0
@@ -116,6 +128,14 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     ]
     assert main(["predict", str(run), str(tmp_path / "imgs" / "*.jpeg")]) == 2
     assert "*.jpeg matches no file" in capsys.readouterr().err
+    assert main(["predict", str(run), str(tmp_path / "imgs" / "0.png"), "--json", "--tta", "--topk", "10"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    module = bigbatch.tasks.classify.inference.inference_of(run)
+    with torch.no_grad():
+        p = (module(images[0])[0] + module(images[0].flip(1))[0]) / 2
+    assert {t["class"]: t["p"] for t in row["top"]} == pytest.approx(
+        {c: float(v) for c, v in zip(module.class_names, p)}
+    )
     rows = rows[:6]
     assert all(len(r["top"]) == 3 and r["top"][0]["p"] >= r["top"][1]["p"] for r in rows)
     # The classifier on the validation transform of the same images (what eval scores): the same probabilities.

@@ -138,12 +138,17 @@ def _globbed(paths: list[str]) -> list[str]:
 
 
 @torch.no_grad()
-def predict(module: Inference, images: list[tuple[str, torch.Tensor]], topk: int = 5) -> list[dict[str, Any]]:
-    """Per image: its name and its top `topk` classes with their probabilities."""
+def predict(
+    module: Inference, images: list[tuple[str, torch.Tensor]], topk: int = 5, tta: bool = False
+) -> list[dict[str, Any]]:
+    """Per image: its name and its top `topk` classes with their probabilities (`tta`: averaged with those
+    of its mirror image)."""
     device = next(module.parameters()).device
     out = []
     for name, image in images:
         probs = module(image.to(device))[0].cpu()
+        if tta:
+            probs = (probs + module(image.flip(1).to(device))[0].cpu()) / 2
         p, k = probs.topk(min(topk, len(probs)))
         out.append({"file": name, "top": [{"class": module.class_names[i], "p": float(v)} for v, i in zip(p, k)]})
     return out

@@ -33,10 +33,15 @@ TOP_LOSSES = 16
 
 
 def evaluate_classifier(
-    run: str | Path, data_path: str | None = None, which: str = "latest", device: str | torch.device = "cpu"
+    run: str | Path,
+    data_path: str | None = None,
+    which: str = "latest",
+    device: str | torch.device = "cpu",
+    tta: bool = False,
 ) -> dict[str, Any]:
     """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
-    confusion.csv, confusion.png, top_losses.png) and return the metrics."""
+    confusion.csv, confusion.png, top_losses.png; `tta`: each image's prediction averaged with its mirror
+    image's, in <data>-tta-<checkpoint>/) and return the metrics."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
         cfg = Config.load(ckpt / "config.toml")
@@ -75,7 +80,8 @@ def evaluate_classifier(
         )
     device = next(net.parameters()).device
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
-    predicted = validation.predictions(net)
+    predicted = validation.predictions(net, tta)
+    name += "-tta" if tta else ""
     report = _report(predicted, list(net.class_names))
     source = public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)"
     out = checkpoints.eval_folder(run, ckpt, name, source)
@@ -85,6 +91,7 @@ def evaluate_classifier(
         resolution=resolution,
         crop=d.val_crop,
         rect=d.val_rect,
+        tta=tta,
         folder=str(out),
     )
     _write(out, report, predicted, validation, resolution, list(net.class_names))

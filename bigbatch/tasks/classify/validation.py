@@ -189,8 +189,9 @@ class Validation:
             yield index, x, y
 
     @torch.no_grad()
-    def predictions(self, model: nn.Module) -> Predictions:
-        """This rank's share of the split as `Predictions`, on the CPU, reduced batch by batch."""
+    def predictions(self, model: nn.Module, tta: bool = False) -> Predictions:
+        """This rank's share of the split as `Predictions`, on the CPU, reduced batch by batch. `tta`: each
+        image's probabilities averaged with its mirror image's (fastai's test-time augmentation, flips)."""
         was_training = model.training
         model.eval()
         out, size = [], self.size()
@@ -198,7 +199,10 @@ class Validation:
         for index, x, y in self.inputs(size):
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
+                mirrored = model(x.flip(-1)) if tta else None
             log_p = logits.float().log_softmax(1)
+            if mirrored is not None:
+                log_p = torch.logaddexp(log_p, mirrored.float().log_softmax(1)) - math.log(2)  # (the mean of the two)
             top = log_p.topk(min(5, log_p.shape[1]), dim=1)
             loss = -log_p.gather(1, y[:, None])[:, 0]
             small = torch.int16 if log_p.shape[1] <= 2**15 else torch.int32
