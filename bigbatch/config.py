@@ -13,7 +13,6 @@ import copy
 import math
 import re
 import tomllib
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +20,7 @@ from typing import Any, Literal
 import tomli_w
 
 from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
-from bigbatch.config_types import Section, at_least_zero, positive
+from bigbatch.config_types import Section, at_least_zero, positive, strings
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
@@ -210,6 +209,10 @@ class TrainConfig(Section):
     as fast.ai's ImageNet in 18 minutes: 93.2 -> 93.48% top-5)."""
     label_smoothing: float = 0.0
     """classify: label smoothing of the cross-entropy (Szegedy et al. 2016: 0.1)."""
+    mixup: float = 0.0
+    """classify: mixup's alpha (Zhang et al. 2018; timm's 0.8), pairs of neighbouring images (0: off)."""
+    cutmix: float = 0.0
+    """classify: CutMix's alpha (Yun et al. 2019; timm's 1.0); with mixup, each pair takes one of the two."""
     labels: Literal["data", "rotation"] = "data"
     """classify: learn the data set's class labels, or which of four rotations (0, 90, 180, 270 degrees,
     one per image by its global position) each image was given: a label-free task for unlabelled data
@@ -295,7 +298,7 @@ class TrainConfig(Section):
         if not all(0.0 <= b < 1.0 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         at_least_zero(self, freeze_d="a number of blocks >= 0")
-        at_least_zero(self, freeze_kimg="kimg >= 0 (0: no frozen start)")
+        at_least_zero(self, freeze_kimg="kimg >= 0 (0: no frozen start)", mixup="an alpha >= 0", cutmix="an alpha >= 0")
         if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
             self._fail("body_lr_mult", f"must be a factor > 0, got {self.body_lr_mult}")
         at_least_zero(self, lr_batch="a batch >= 0 (0: rates as written)")
@@ -524,7 +527,7 @@ class Config(Section):
     def _validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
             self._fail("name", f"must be letters, digits, '_', '.' or '-' (it names run folders), got {self.name!r}")
-        for key, value in _strings(self.to_dict()):  # data paths, weights, init_from, ...: saved with the run
+        for key, value in strings(self.to_dict()):  # data paths, weights, init_from, ...: saved with the run
             refuse_credentials(value, f"config key '{key}'")
 
     def override(self, updates: dict[str, Any], warn_dropped: bool = False) -> Config:
@@ -572,18 +575,6 @@ class Config(Section):
 
     def dumps(self) -> str:
         return tomli_w.dumps(self.to_dict())
-
-
-def _strings(tree: Any, prefix: str = "") -> typing.Iterator[tuple[str, str]]:
-    """(dotted key, value) of every string in a config tree, inside lists and tables too."""
-    if isinstance(tree, str):
-        yield prefix, tree
-    elif isinstance(tree, dict):
-        for k, v in tree.items():
-            yield from _strings(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(tree, (list, tuple)):
-        for v in tree:
-            yield from _strings(v, prefix)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -214,3 +214,15 @@ def positive(section: Section, *names: str) -> None:
         value = getattr(section, name)
         if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
             section._fail(name, f"must be a positive number, got {value!r}")
+
+
+def strings(tree: Any, prefix: str = "") -> typing.Iterator[tuple[str, str]]:
+    """(dotted key, value) of every string in a config tree, inside lists and tables too."""
+    if isinstance(tree, str):
+        yield prefix, tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from strings(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from strings(v, prefix)

@@ -34,6 +34,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.best import Best
+from bigbatch.tasks.classify import mixing
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import lr_schedule
 from bigbatch.tasks.classify.validation import (
@@ -169,6 +170,13 @@ def build(
         if rep.is_main and not quiet:
             print(said, flush=True)
     model = rep.prepare(net.train())
+    if t.mixup or t.cutmix:  # (pairs of neighbouring images: micro-batches that never cut one)
+        if rep.share % 2 or (isinstance(t.micro_batch, int) and min(t.micro_batch, rep.share) % 2):
+            raise BigbatchError(
+                "train.mixup and train.cutmix mix pairs of neighbouring images: give an even train.micro_batch and "
+                f"a batch whose share a process takes is even (now {rep.share}, micro-batch {t.micro_batch})"
+            )
+        rep.takes_micro = lambda m: m % 2 == 0
     groups = param_groups(net, t.weight_decay, t.norm_decay)
     if t.freeze_kimg or t.body_lr_mult != 1:  # fine-tuning: the body's groups apart from the head's
         groups = body_and_head(groups, net, t.body_lr_mult)
@@ -299,7 +307,7 @@ class ClassifyTask:
         def chunks():
             for start in starts:
                 real = peek(self.data, schedule, self.cfg, start, phase.batch, crop_scale=self.loader_crop_scale)
-                images, labels, boxes = self._batch(start, phase.batch, 0, real.images, real.labels)
+                images, labels, boxes, _ = self._batch(start, phase.batch, 0, real.images, real.labels)
                 for i in range(0, len(images), micro):
                     part = slice(i, i + micro)
                     x = self.inputs(
@@ -342,18 +350,23 @@ class ClassifyTask:
         n = len(images)
         if self.rotation:  # the label of an image is its rotation, decided by its global position
             labels = rotation_labels(nimg + offset, n)
-        boxes = None
-        if self.cfg.train.crop_scale < 1 and not self.loader_crop_scale:
-            boxes = crop_boxes(batch, self.cfg.train.crop_scale, generator(self.cfg.train.seed, CROP, nimg))
+        boxes, mixed, t = None, None, self.cfg.train
+        if t.crop_scale < 1 and not self.loader_crop_scale:
+            boxes = crop_boxes(batch, t.crop_scale, generator(t.seed, CROP, nimg))
             boxes = boxes[offset : offset + n]
-        return images, labels, boxes
+        if t.mixup or t.cutmix:  # drawn for the whole step, by pairs of global positions
+            mixed = mixing.draw(batch, t.mixup, t.cutmix, t.seed, nimg)[offset : offset + n]
+        return images, labels, boxes, mixed
 
     def batch_sheet(self, nimg: int) -> Image.Image:
         """The step's first images as the network receives them (loader crops and flips, device crops,
         rotations), each under its class name."""
         real = peek(self.data, self.schedule, self.cfg, nimg, BATCH_SHEET, crop_scale=self.loader_crop_scale)
-        images, labels, boxes = self._batch(nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels)
-        seen = to_uint8(self.inputs(images, labels, boxes))
+        images, labels, boxes, mixed = self._batch(
+            nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels
+        )
+        x = self.inputs(images, labels, boxes)
+        seen = to_uint8(x if mixed is None else mixing.mix(x, mixed))  # (captioned by each image's own class)
         return captioned_sheet([(img, [(self.class_names[int(y)], BLACK)]) for img, y in zip(seen, labels)])
 
     def inputs(self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None) -> torch.Tensor:
@@ -367,16 +380,21 @@ class ClassifyTask:
         return rotate(x, labels) if self.rotation else x
 
     def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, labels, boxes = micro
-        logits = self.model(self.inputs(images, labels, boxes)).float()
-        loss = F.cross_entropy(logits, labels, label_smoothing=self.cfg.train.label_smoothing)
+        images, labels, boxes, mixed = micro
+        x, smoothing = self.inputs(images, labels, boxes), self.cfg.train.label_smoothing
+        if mixed is None:
+            logits = self.model(x).float()
+            loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
+        else:
+            logits = self.model(mixing.mix(x, mixed)).float()
+            loss = mixing.loss(logits, labels, mixed, smoothing)
         return {"loss": loss, "train_top1": 100 * (logits.detach().argmax(1) == labels).float().mean()}
 
     def probe(self, m: int) -> None:
         """One forward/backward of m images at the largest resolution of the schedule."""
         size = max(p.resolution or self.cfg.data.resolution for p in self.schedule.phases)
         images, labels = self.data.get(torch.arange(min(m, len(self.data))).repeat(m)[:m])
-        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None))
+        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None, None))
         self.opt.zero_grad(set_to_none=True)
 
     # ---- checkpoints and previews --------------------------------------------------------------
