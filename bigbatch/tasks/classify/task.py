@@ -171,10 +171,11 @@ def build(
             print(said, flush=True)
     model = rep.prepare(net.train())
     if t.mixup or t.cutmix:  # (pairs of neighbouring images: micro-batches that never cut one)
-        if rep.share % 2 or (isinstance(t.micro_batch, int) and min(t.micro_batch, rep.share) % 2):
+        shares = [p.batch // rep.world_size for p in schedule_of(cfg).phases]  # (every phase's)
+        if any(n % 2 or (isinstance(t.micro_batch, int) and min(t.micro_batch, n) % 2) for n in shares):
             raise BigbatchError(
                 "train.mixup and train.cutmix mix pairs of neighbouring images: give an even train.micro_batch and "
-                f"a batch whose share a process takes is even (now {rep.share}, micro-batch {t.micro_batch})"
+                f"batches whose share a process takes is even (now {shares}, micro-batch {t.micro_batch})"
             )
         rep.takes_micro = lambda m: m % 2 == 0
     groups = param_groups(net, t.weight_decay, t.norm_decay)
