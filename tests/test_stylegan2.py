@@ -256,6 +256,10 @@ def test_weights_cross_to_stylegan2_adas_layout_and_back(tmp_path, capsys):
     wrong = ["convert", str(tmp_path / "ada"), str(tmp_path / "wrong"), "--preset", "digits", *overrides]
     assert main([*wrong, "model.dim_z=8"]) == 2
     assert "are not StyleGAN2-ADA weights of this model" in capsys.readouterr().err
+    assert main(["convert", str(tmp_path / "ada"), str(tmp_path / "wrong"), "--preset", "biggan_cifar"]) == 2  # (QA:
+    assert "holds StyleGAN2-ADA's weights, and model.name is biggan: give a stylegan2 preset" in (  # --classes asked)
+        capsys.readouterr().err
+    )
 
 
 def test_fine_tuning_onto_other_classes_and_freezed_as_for_biggan():

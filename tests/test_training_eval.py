@@ -315,3 +315,18 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
     assert kinds(run) == kinds(whole)
     bigbatch.train(scored, run_dir=run, resume=True, quiet=True)  # finished: the evaluation is not made again
     assert scores(run) == scores(whole)
+
+
+def test_an_evaluation_of_many_images_on_a_cpu_is_warned_of_before_training(scored, tmp_path, capsys):
+    # Found from outside: a stylegan2_cifar run of 0.128 kimg then spent hours, silently, in its end-of-run
+    # FID of 50,000 images on a CPU.
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    cfg = scored.override({"eval.n": 50_000})
+    with replicator_for(cfg) as rep:
+        build_task(cfg, rep, training_data(cfg), run=tmp_path, quiet=False)
+    assert "eval.n 50000 on a CPU: each evaluation, the one at the end of the run too, takes 1.4 hours" in (
+        capsys.readouterr().err
+    )

@@ -44,6 +44,14 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     if out.exists() and any(out.iterdir()):
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     ref = {net: convert.load_reference_file(str(path)) for net, path in files.items()}
+    ada_keys = any(k.startswith(("mapping.", "synthesis.")) for sd in ref.values() for k in sd)
+    if ada_keys != ada:  # (found from outside: ADA's weights under a BigGAN preset were asked their class count)
+        kind, want = (
+            ("StyleGAN2-ADA's", "a stylegan2 preset (--preset stylegan2_256)")
+            if ada_keys
+            else ("BigGAN-PyTorch's", "a BigGAN preset (--preset biggan128_bs2048)")
+        )
+        raise BigbatchError(f"{src} holds {kind} weights, and model.name is {cfg.model.name}: give {want}")
     if n_classes is None and ada:
         n_classes = convert_ada.classes_of(next(iter(ref.values())))
     if n_classes is None:

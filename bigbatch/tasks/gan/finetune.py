@@ -29,8 +29,8 @@ def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
         else:
             found = "is missing" if w is None else f"has shape {tuple(w.shape)}, this model needs {tuple(value.shape)}"
             raise BigbatchError(
-                f"cannot fine-tune from {what}: {key} {found}; model.name, ch, dim_z, options and data.resolution "
-                "must match the pretrained run's"
+                f"cannot fine-tune from {what}: {key} {found}; model.name, ch, dim_z, options, model.conditional and "
+                "data.resolution must match the pretrained run's (and, for dcgan, the number of classes)"
             )
     net.load_state_dict(take, strict=False)
     return fresh

@@ -11,7 +11,7 @@ import torch
 
 from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import typed
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.classifier import ClassifierOptions
 from bigbatch.metrics.evaluate import parse_metrics
 from bigbatch.tasks.best import Best
@@ -67,6 +67,12 @@ class Scorer:
         e = self.e = cfg.eval
         self.G_ema = G_ema
         self.device = device = next(G_ema.parameters()).device
+        if device.type == "cpu" and e.n >= 10_000 and not quiet:  # (found from outside: a 0.128 kimg run of a
+            hours = e.n * 0.1 / 3600  # preset then spent hours, silently, in its end-of-run FID)
+            warn(
+                f"eval.n {e.n} on a CPU: each evaluation, the one at the end of the run too, takes {hours:.1f} hours "
+                "or more (Inception-v3 at about 0.1 s an image): give a smaller eval.n, or eval.every_kimg=0"
+            )
         self.metric = best_metric(e)
         self.higher_is_better = self.metric == "is"
         with self._rng_untouched():
