@@ -102,7 +102,8 @@ def _deployable(ckpt: Path) -> Deployable:
         meta = base | {"dim_z": G.dim_z, "class_names": list(G.class_names) if conditional else []}
         example = (torch.randn(2, G.dim_z),) + ((torch.tensor([0, 1]) % len(G.class_names),) if conditional else ())
         inputs = ["z", "y"][: len(example)]
-        classes = ", classes (N,) int64" if conditional else ""
+        n = len(G.class_names) if conditional else 0  # (an ONNX runtime does not check the range: said)
+        classes = f", classes (N,) int64 in 0..{n - 1}" if conditional else ""
         usage = f"model(z of shape (N, {G.dim_z}){classes}) gives uint8 NHWC images"
         return Deployable(module, example, inputs, ["images"], {k: {0: "N"} for k in inputs}, meta, usage)
     if cfg.task == "swap":
