@@ -189,7 +189,14 @@ def check_local_data(cfg: Any) -> None:
                 continue
             if not path.path.is_file():
                 raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
-            read_meta(path)
+            meta = read_meta(path)
+            stored = meta.get("resolution") if not meta.get("whole") else None
+            if cfg.task == "gan" and given == cfg.data.path and stored and stored != cfg.data.resolution:
+                fix = f"set data.resolution={stored}, or " if not stored & (stored - 1) else ""  # (found from outside:
+                raise BigbatchError(  # the dry run passed what the run refused, the GAN task's check)
+                    f"data set {given} holds images of {stored} px but data.resolution is {cfg.data.resolution}: "
+                    f"{fix}prepare the images again with --resolution {cfg.data.resolution}"
+                )
 
 
 def build_on_meta(cfg: Any) -> None:

@@ -42,6 +42,8 @@ def test_prepare_info_train(tmp_path, capsys):
     assert main([*shlex.split(said[0].split(": ", 1)[1])[1:], "train.kimg=0.016", "--run-dir", "c", "--quiet"]) == 0
     assert main(["train", "data.path=p12.h5", "--run-dir", "g"]) == 2  # (a GAN: no data.resolution=12 offered)
     assert "holds images of 12 px but data.resolution is 32: prepare the images again" in capsys.readouterr().err
+    assert main(["train", "data.path=pets.h5", "--dry-run"]) == 2  # (found from outside: the dry run passed it)
+    assert "holds images of 16 px but data.resolution is 32: set data.resolution=16, or" in capsys.readouterr().err
     # Found from outside: whole images (--crop none) were offered a GAN's command, which refused them.
     whole = ["--resolution", "16", "--workers", "1", "--codec", "jpeg", "--crop", "none"]
     assert main(["prepare", str(tmp_path / "pets"), "w.h5", *whole]) == 0
