@@ -4,6 +4,7 @@ a classify or swap run scored on its held-out data or B (their own reports)."""
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -253,7 +254,8 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
         reference_n=reference_n,
         reference=ref,
     )
-    out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name}
+    out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name, "seed": seed}  # (what made the samples:
+    out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # two scores told apart, found from outside)
     if compares:
         out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
     return out | scores

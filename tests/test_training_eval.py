@@ -66,6 +66,7 @@ def test_scores_are_logged_and_the_best_checkpoint_kept(scored, tiny, tmp_path, 
     assert main(["eval", str(best), "--metrics", "fid", "--n", "96"]) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["fcd"] == pytest.approx(winner["fcd"], rel=1e-6)
+    assert again["seed"] == 0 and "truncation" not in again  # (what made the samples, said: found from outside)
 
 
 def best_meta(run):
