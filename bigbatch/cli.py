@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from bigbatch.cli_errors import runtime_error_line
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
@@ -526,27 +527,6 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _lost_peer(e: RuntimeError) -> bool:
-    """Whether a collective failed because another process of the group went away (gloo or NCCL)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) < 2:
-        return False
-    text = str(e)
-    return any(
-        sign in text
-        for sign in (
-            "Connection reset by peer",
-            "Connection closed by peer",
-            "Broken pipe",
-            "NCCL communicator was aborted",
-        )
-    ) or type(e).__name__ in ("DistNetworkError", "DistBackendError")
-
-
-def _out_of_memory(e: RuntimeError) -> bool:
-    """An allocation that failed: CUDA's OutOfMemoryError, or the CPU allocator's error."""
-    return type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(e)
-
-
 def main(argv: list[str] | None = None) -> int:
     global _MAIN_PID
     _MAIN_PID = os.getpid()
@@ -579,51 +559,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bigbatch: interrupted", file=sys.stderr)
         return 130
-    except RuntimeError as e:
-        if _out_of_memory(e):  # (torch.OutOfMemoryError is a RuntimeError too)
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            print(
-                f"bigbatch: error: out of memory ({first}); lower train.micro_batch or train.memory_budget (with "
-                'micro_batch "auto"), or turn on train.checkpointing; a run resumes from its latest checkpoint',
-                file=sys.stderr,
-            )
-            return 1
-        if "does not have a deterministic implementation" in str(e):  # (train.deterministic on a GPU)
-            named = re.search(r"(\S+) does not have a deterministic implementation", str(e))
-            op = named.group(1) if named else "an op"
-            print(
-                f"bigbatch: error: {op} has no deterministic kernel on this device, and train.deterministic = true "
-                "refuses the others: set train.deterministic = false, or drop what runs it",
-                file=sys.stderr,
-            )
-            return 2
-        if "converted to type float without overflow" in str(e):  # (found from outside: train.d_lr=1e37, Adam's
-            print(  # lr / (1 - beta1) past float32's range, a traceback from inside torch.optim)
-                "bigbatch: error: a learning rate or weight decay overflows float32 in the optimizer's update: give "
-                "smaller ones",
-                file=sys.stderr,
-            )
-            return 2
-        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():  # (not a peer lost: said so)
-            port = os.environ.get("MASTER_PORT", "")
-            print(
-                f"bigbatch: error: MASTER_PORT {port} is in use on this machine: give another (torchrun "
-                "--master-port N, or torchrun --standalone, which picks a free one)",
-                file=sys.stderr,
-            )
-            return 2
-        if not _lost_peer(e):
+    except RuntimeError as e:  # (a few of torch's are a user's to mend: one line each, as BigbatchError's)
+        said = runtime_error_line(e)
+        if said is None:
             raise
-        # Another rank died: its own error is the one to read; this one's is one line, not a traceback.
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if len(first) > 200:  # cut at a word, and say so
-            first = first[:200].rsplit(" ", 1)[0] + " ..."
-        print(
-            f"bigbatch: error: lost contact with another rank ({first}): its own error line says why; once "
-            "that is mended, --resume goes on from the latest checkpoint (--resume=auto: or starts the run anew)",
-            file=sys.stderr,
-        )
-        return 1
+        print(f"bigbatch: error: {said[0]}", file=sys.stderr)
+        return said[1]
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)

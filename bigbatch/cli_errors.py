@@ -1,0 +1,62 @@
+"""The few RuntimeErrors of torch that are a user's to mend, as the one line `bigbatch` prints for them (and the
+exit status): out of memory, an op without a deterministic kernel, a rate that overflows, a port in use, and a
+rank that went away. Any other RuntimeError is a bug, and keeps its traceback."""
+
+from __future__ import annotations
+
+import os
+import re
+
+
+def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:
+    """(the line, the exit status) for `e`, or None when it is not one of these."""
+    text = str(e)
+    if _out_of_memory(e):  # (torch.OutOfMemoryError is a RuntimeError too)
+        first = text.strip().splitlines()[0][:200] if text.strip() else type(e).__name__
+        return (
+            f'out of memory ({first}); lower train.micro_batch or train.memory_budget (with micro_batch "auto"), or '
+            "turn on train.checkpointing; a run resumes from its latest checkpoint",
+            1,
+        )
+    if "does not have a deterministic implementation" in text:  # (train.deterministic on a GPU)
+        named = re.search(r"(\S+) does not have a deterministic implementation", text)
+        op = named.group(1) if named else "an op"
+        return (
+            f"{op} has no deterministic kernel on this device, and train.deterministic = true refuses the others: "
+            "set train.deterministic = false, or drop what runs it",
+            2,
+        )
+    if "converted to type float without overflow" in text:  # (found from outside: train.d_lr=1e37, Adam's
+        # lr / (1 - beta1) past float32's range, a traceback from inside torch.optim)
+        return "a learning rate or weight decay overflows float32 in the optimizer's update: give smaller ones", 2
+    if "EADDRINUSE" in text or "address already in use" in text.lower():  # (not a peer lost: said so)
+        port = os.environ.get("MASTER_PORT", "")
+        return (
+            f"MASTER_PORT {port} is in use on this machine: give another (torchrun --master-port N, or torchrun "
+            "--standalone, which picks a free one)",
+            2,
+        )
+    if not _lost_peer(e):
+        return None
+    # Another rank died: its own error is the one to read; this one's is one line, not a traceback.
+    first = text.splitlines()[0] if text else type(e).__name__
+    if len(first) > 200:  # cut at a word, and say so
+        first = first[:200].rsplit(" ", 1)[0] + " ..."
+    return (
+        f"lost contact with another rank ({first}): its own error line says why; once that is mended, --resume "
+        "goes on from the latest checkpoint (--resume=auto: or starts the run anew)",
+        1,
+    )
+
+
+def _lost_peer(e: RuntimeError) -> bool:
+    """Whether a collective failed because another process of the group went away (gloo or NCCL)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) < 2:
+        return False
+    signs = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
+    return any(sign in str(e) for sign in signs) or type(e).__name__ in ("DistNetworkError", "DistBackendError")
+
+
+def _out_of_memory(e: RuntimeError) -> bool:
+    """An allocation that failed: CUDA's OutOfMemoryError, or the CPU allocator's error."""
+    return type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(e)
