@@ -231,6 +231,10 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     if args.reference is None or (kind == "stats" and classifier):
         data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
     ref = data if args.reference is None else ref
+    made_at = getattr(ref, "meta", {}).get("resolution") if kind == "stats" else None
+    if made_at and made_at != cfg.data.resolution:  # (found from outside: 32 px samples against 16 px statistics)
+        samples = cfg.data.resolution
+        warn(f"{args.reference} holds statistics of {made_at} px images, and the run's samples are {samples} px")
     extractor = feature_extractor(
         name,
         data if kind == "stats" else ref,  # the classifier extractor trains on the reference images

@@ -146,6 +146,7 @@ def reference_stats(
         feats = np.zeros((0, mu.shape[0]), np.float32)
     meta = {
         "source": str(getattr(data, "source", "")),
+        "resolution": int(getattr(data, "resolution", 0) or 0),  # (what images were: an eval of others is warned of)
         "extractor": extractor.name,
         "family": extractor.family,
         "extractor_digest": extractor.digest,
