@@ -189,14 +189,29 @@ def check_local_data(cfg: Any) -> None:
                 continue
             if not path.path.is_file():
                 raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
-            meta = read_meta(path)
-            stored = meta.get("resolution") if not meta.get("whole") else None
-            if cfg.task == "gan" and given == cfg.data.path and stored and stored != cfg.data.resolution:
-                fix = f"set data.resolution={stored}, or " if not stored & (stored - 1) else ""  # (found from outside:
-                raise BigbatchError(  # the dry run passed what the run refused, the GAN task's check)
-                    f"data set {given} holds images of {stored} px but data.resolution is {cfg.data.resolution}: "
-                    f"{fix}prepare the images again with --resolution {cfg.data.resolution}"
-                )
+            _check_stored_size(cfg, given, read_meta(path))
+
+
+def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
+    """A GAN's images, or a swap's faces, at another size than data.resolution: refused as the run refuses them
+    (found from outside: the dry run passed them)."""
+    stored, r = meta.get("resolution"), cfg.data.resolution
+    whole = meta.get("crop") == "none"
+    if not stored or stored == r:
+        return
+    if cfg.task == "gan" and given == cfg.data.path:
+        held = "whole images of short side" if whole else "images of"
+        fix = f"set data.resolution={stored}, or " if not stored & (stored - 1) else ""
+        raise BigbatchError(
+            f"data set {given} holds {held} {stored} px but data.resolution is {r}: {fix}prepare the images again "
+            f"with --resolution {r}"
+        )
+    if cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
+        side = "src" if given == cfg.data.path else "dst"
+        raise BigbatchError(
+            f"the {side} faces {given} are {stored} px, the model data.resolution = {r}: prepare them again with "
+            f"--resolution {r}, or set data.resolution={stored}"
+        )
 
 
 def build_on_meta(cfg: Any) -> None:

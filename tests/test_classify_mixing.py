@@ -32,9 +32,11 @@ def test_mixup_and_cutmix_draws_are_timms_and_each_pair_shares_them():
 
 
 def test_a_pair_is_mixed_each_with_the_other_and_the_loss_is_the_mixed_targets_cross_entropy():
-    x = torch.rand(4, 3, 8, 8)
-    rows = torch.tensor([[1, 0.7, 0, 0, 0, 0]] * 2 + [[2, 0.75, 0, 0, 0.5, 0.5]] * 2)
-    out = mixing.mix(x, rows)
+    x = torch.rand(6, 3, 8, 8)
+    rows = torch.tensor([[1, 0.7, 0, 0, 0, 0]] * 2 + [[2, 0.75, 0, 0, 0.5, 0.5]] * 2 + [[2, 0.91, 0, 0, 0.3, 0.3]] * 2)
+    out, own = mixing.mix(x, rows)
+    # CutMix's weight is the share of pixels the box covers at this size (found by review: its fractions' area).
+    assert own.tolist() == pytest.approx([0.7, 0.7, 0.75, 0.75, 1 - 4 / 64, 1 - 4 / 64])
     assert torch.allclose(out[0], 0.7 * x[0] + 0.3 * x[1]) and torch.allclose(out[1], 0.7 * x[1] + 0.3 * x[0])
     assert torch.equal(out[2][:, :4, :4], x[3][:, :4, :4]) and torch.equal(out[2][:, 4:, :], x[2][:, 4:, :])
     logits, labels = torch.randn(4, 5), torch.tensor([1, 3, 0, 2])
@@ -43,21 +45,27 @@ def test_a_pair_is_mixed_each_with_the_other_and_the_loss_is_the_mixed_targets_c
         smooth = F.one_hot(labels, 5).float() * 0.9 + 0.1 / 5
         target[i] = lam * smooth[i] + (1 - lam) * smooth[j]  # timm's mixed, smoothed targets
     want = -(target * logits.log_softmax(1)).sum(1).mean()
-    assert float(mixing.loss(logits, labels, rows, 0.1)) == pytest.approx(float(want), rel=1e-6)
+    assert float(mixing.loss(logits, labels, own[:4], 0.1)) == pytest.approx(float(want), rel=1e-6)
 
 
 def test_a_step_with_mixing_is_the_same_whatever_its_micro_batches():
-    def weights(micro):
-        cfg = tiny(**{"train.mixup": 0.8, "train.cutmix": 1.0, "train.micro_batch": micro, "eval.every_kimg": 0.0})
+    def weights(micro, mixed=True):
+        over = {"train.mixup": 0.8, "train.cutmix": 1.0} if mixed else {}
+        cfg = tiny(**over, **{"train.micro_batch": micro, "eval.every_kimg": 0.0})
         cfg = cfg.override({"model.name": "convnet", "model.options": {}})  # (no BatchNorm: its statistics would)
         rep = replicator_for(cfg)
         task = build_task(cfg, rep, training_data(cfg))
         images, labels = task.data.get(torch.arange(64))
         task.rep.step(task.loss, task.batch(0, images, labels), task.opt)
+        if mixed:  # "auto" settles on even micro-batches; a rank's share takes its part of the step's draws
+            assert rep.takes_micro(4) and not rep.takes_micro(3)
+            share = task._batch(0, 64, 32, images[32:], labels[32:])[3]
+            assert torch.equal(share, mixing.draw(64, 0.8, 1.0, cfg.train.seed, 0)[32:])
         return torch.cat([p.detach().flatten() for p in task.plain().parameters()])
 
     whole, parts = weights(64), weights(16)
     assert float((whole - parts).abs().max()) < 1e-5
+    assert float((whole - weights(64, mixed=False)).abs().max()) > 1e-4  # (the step mixed: found by review)
     odd = tiny(**{"train.mixup": 0.8, "train.batch": 28, "train.micro_batch": 7, "eval.every_kimg": 0.0})
     with pytest.raises(bigbatch.BigbatchError, match="give an even train.micro_batch"):
         build_task(odd, replicator_for(odd), training_data(odd))

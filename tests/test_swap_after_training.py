@@ -104,3 +104,14 @@ def test_init_from_a_swap_run_carries_its_discriminators_on(faces, tmp_path, cap
     for name in ("gan", "code_discriminator"):
         saved = load_file(run / "checkpoints" / "000000.008" / f"{name}.safetensors")
         assert all(torch.equal(v, saved[k]) for k, v in nets[name].state_dict().items()), name
+
+
+def test_a_dry_run_refuses_faces_of_another_size_as_the_run_does(faces, tmp_path, capsys):
+    # Found by review: the dry run passed src and dst faces the run refused for their size.
+    from bigbatch.cli import main
+
+    cfg = swap_config(*faces)
+    (tmp_path / "c.toml").write_text(cfg.override({"data.resolution": 2 * cfg.data.resolution}).dumps())
+    assert main(["train", "--config", str(tmp_path / "c.toml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"the src faces {faces[0]} are {cfg.data.resolution} px, the model data.resolution = " in err

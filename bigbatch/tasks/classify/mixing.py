@@ -1,6 +1,6 @@
 """Mixup (Zhang et al. 2018) and CutMix (Yun et al. 2019) for a classifier, as timm applies them (alphas
 train.mixup and train.cutmix; with both, each pair takes one of the two at even odds; CutMix's weight is
-the area its box really covers), in large-batch form: an image is mixed with its neighbour in the step
+the share of pixels its box really covers), in large-batch form: an image is mixed with its neighbour in the step
 (global positions 2k and 2k + 1, each of the pair with the other), and each pair's draws are keyed by the
 step and the pair's place in it. So a step's mixed images and its loss do not depend on how the batch is
 split into micro-batches or over processes (timm mixes each process's batch with itself reversed, which
@@ -45,8 +45,10 @@ def partner(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(len(t) // 2, 2, *t.shape[1:]).flip(1).reshape(t.shape)
 
 
-def mix(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Images NCHW mixed with their neighbours by their rows of `draw` (on x's device)."""
+def mix(x: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images NCHW mixed with their neighbours by their rows of `draw` (on x's device), and the weight of each
+    image's own label: a CutMix's, the share of its pixels left its own at this resolution (as timm's box of
+    whole pixels; the box's fractions are at any size)."""
     rows = rows.to(x.device, non_blocking=True)
     kind, lam = rows[:, 0].view(-1, 1, 1, 1), rows[:, 1].view(-1, 1, 1, 1).to(x.dtype)
     other = partner(x)
@@ -58,14 +60,16 @@ def mix(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     inside = rows_in & (xs.view(1, 1, w) >= left) & (xs.view(1, 1, w) < right)
     cut = torch.where(inside.unsqueeze(1), other, x)
     blended = lam * x + (1 - lam) * other
-    return torch.where(kind == CUTMIX, cut, torch.where(kind == MIXUP, blended, x))
+    mixed = torch.where(kind == CUTMIX, cut, torch.where(kind == MIXUP, blended, x))
+    own = torch.where(rows[:, 0] == CUTMIX, 1 - inside.float().mean((1, 2)), rows[:, 1])
+    return mixed, own
 
 
-def loss(logits: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor, smoothing: float) -> torch.Tensor:
-    """The cross-entropy against each image's mixed target: lam of its own (smoothed) label and 1 - lam of
-    its neighbour's, the mean over the micro-batch (smoothing is linear in the target: this is timm's loss
-    on its mixed, smoothed targets)."""
-    lam = rows[:, 1].to(logits.device, non_blocking=True)
+def loss(logits: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """The cross-entropy against each image's mixed target: `lam` (what `mix` returned) of its own (smoothed)
+    label and 1 - lam of its neighbour's, the mean over the micro-batch (smoothing is linear in the target:
+    this is timm's loss on its mixed, smoothed targets)."""
+    lam = lam.to(logits.device, non_blocking=True)
     own = F.cross_entropy(logits, labels, label_smoothing=smoothing, reduction="none")
     theirs = F.cross_entropy(logits, partner(labels), label_smoothing=smoothing, reduction="none")
     return (lam * own + (1 - lam) * theirs).mean()

@@ -367,7 +367,7 @@ class ClassifyTask:
             nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels
         )
         x = self.inputs(images, labels, boxes)
-        seen = to_uint8(x if mixed is None else mixing.mix(x, mixed))  # (captioned by each image's own class)
+        seen = to_uint8(x if mixed is None else mixing.mix(x, mixed)[0])  # (captioned by each image's own class)
         return captioned_sheet([(img, [(self.class_names[int(y)], BLACK)]) for img, y in zip(seen, labels)])
 
     def inputs(self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None) -> torch.Tensor:
@@ -387,8 +387,10 @@ class ClassifyTask:
             logits = self.model(x).float()
             loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
         else:
-            logits = self.model(mixing.mix(x, mixed)).float()
-            loss = mixing.loss(logits, labels, mixed, smoothing)
+            x, lam = mixing.mix(x, mixed)
+            logits = self.model(x).float()
+            loss = mixing.loss(logits, labels, lam, smoothing)
+            labels = torch.where(lam >= 0.5, labels, mixing.partner(labels))  # (train_top1: the larger share's)
         return {"loss": loss, "train_top1": 100 * (logits.detach().argmax(1) == labels).float().mean()}
 
     def probe(self, m: int) -> None:

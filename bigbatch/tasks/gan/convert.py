@@ -44,11 +44,13 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     if out.exists() and any(out.iterdir()):
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     ref = {net: convert.load_reference_file(str(path)) for net, path in files.items()}
-    ada_keys = any(k.startswith(("mapping.", "synthesis.")) for sd in ref.values() for k in sd)
-    if ada_keys != ada:  # (found from outside: ADA's weights under a BigGAN preset were asked their class count)
-        kind, want = (
+    keys = [k for sd in ref.values() for k in sd]  # (each layout known by its own keys; another is left to the
+    looks_ada = any(k.startswith(("mapping.", "synthesis.")) for k in keys)  # reader's own message)
+    looks_biggan = any(k == "shared.weight" or k.startswith("blocks.") for k in keys) and not looks_ada
+    if (looks_ada and not ada) or (looks_biggan and ada):  # (found from outside: ADA's under a BigGAN preset
+        kind, want = (  # were asked their class count)
             ("StyleGAN2-ADA's", "a stylegan2 preset (--preset stylegan2_256)")
-            if ada_keys
+            if looks_ada
             else ("BigGAN-PyTorch's", "a BigGAN preset (--preset biggan128_bs2048)")
         )
         raise BigbatchError(f"{src} holds {kind} weights, and model.name is {cfg.model.name}: give {want}")

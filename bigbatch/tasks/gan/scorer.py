@@ -90,8 +90,9 @@ class Scorer:
             "standing_stats": e.standing_stats,
         }
         self.tracker = Best(self.metric_name, self.higher_is_better, self.settings, run, resumed_at, quiet)
-        if device.type == "cpu" and e.n > 10_000 and not quiet:  # (found from outside: a 0.128 kimg run of a
-            hours = e.n * 0.1 / 3600  # preset then spent hours, silently, in its end-of-run FID)
+        # (found from outside: a 0.128 kimg run of a preset then spent hours, silently, in its end-of-run FID)
+        if device.type == "cpu" and e.n > 10_000 and self.extractor.family == "inception" and not quiet:
+            hours = e.n * 0.1 / 3600
             warn(
                 f"eval.n {e.n} on a CPU: each evaluation, the one at the end of the run too, takes {hours:.1f} hours "
                 "or more (Inception-v3 at about 0.1 s an image): give a smaller eval.n, or eval.every_kimg=0"
