@@ -22,7 +22,7 @@ def run_eval(args: argparse.Namespace) -> None:
     from bigbatch.metrics.features import progress
 
     # (found from outside: --metrics fid,is,kid given by name was taken for the default, and IS left out)
-    args.asked, args.metrics = args.metrics is not None, args.metrics or DEFAULT_METRICS
+    args.asked, args.metrics = bool(args.metrics), args.metrics or DEFAULT_METRICS
     for given in (args.path, args.reference):
         if given and "=" in given and not Path(given).exists():  # (argparse took it for B)
             raise BigbatchError(

@@ -105,11 +105,17 @@ def test_a_plan_of_auto_made_for_another_precision_is_probed_again(capsys):
     rep, model, net, opt = setup()
     steps(rep, net, opt, 0, 1)
     state = rep.state_dict()
-    for precision, kept in (("fp32", True), ("bf16", False)):
+    for precision, checkpointing, kept in (("fp32", False, True), ("bf16", False, False), ("fp32", True, False)):
         again = bigbatch.Replicator(
-            batch=16, micro_batch="auto", precision=precision, device="cpu", memory_budget="1GiB"
+            batch=16,
+            micro_batch="auto",
+            precision=precision,
+            device="cpu",
+            memory_budget="1GiB",
+            checkpointing=checkpointing,
         )
         again.prepare(setup()[1])
         again.load_state_dict(state)
         assert again.micro_batch_pending is not kept
-    assert "the checkpoint's plan was made for fp32, this run is bf16" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the checkpoint's plan was made for fp32, this run is bf16" in err and "train.checkpointing is true" in err

@@ -267,7 +267,9 @@ def hold_freed_memory() -> bool:
     return all(mallopt(param, value) == 1 for param, value in settings)
 
 
-def plan_holds(plan: dict, world_size: int, budget: int | None, speak: bool, precision: str = "") -> bool:
+def plan_holds(
+    plan: dict, world_size: int, budget: int | None, speak: bool, precision: str = "", checkpointing: bool = False
+) -> bool:
     """Whether a resumed micro_batch "auto" run keeps the plan its checkpoint holds: one made for this world
     size, this precision (a resume may change it: bf16 to fp32 doubles the activations) and, where a budget is
     given, for this budget (else it probes again, and `speak`s of a new budget or precision)."""
@@ -276,6 +278,11 @@ def plan_holds(plan: dict, world_size: int, budget: int | None, speak: bool, pre
     if precision and plan.get("precision", precision) != precision:
         if speak:
             warn(f'the checkpoint\'s plan was made for {plan["precision"]}, this run is {precision}: micro_batch '
+                 '"auto" is probed again')  # fmt: skip
+        return False
+    if plan.get("checkpointing", checkpointing) != checkpointing:  # (a resume may switch it: memory changes)
+        if speak:
+            warn(f"train.checkpointing is {str(checkpointing).lower()} since the checkpoint's plan: micro_batch "
                  '"auto" is probed again')  # fmt: skip
         return False
     if budget is not None and budget != plan["memory_budget_bytes"]:

@@ -532,6 +532,7 @@ class Replicator:
                 "world_size": self.world_size,
                 "memory_budget_bytes": self.budget,
                 "precision": self.precision,
+                "checkpointing": bool(self.checkpointing),
                 "probes": [dataclasses.asdict(p) for p in self.probes],
             }
         return state
@@ -564,7 +565,8 @@ class Replicator:
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
         plan, holds = state.get("plan"), memory.plan_holds
-        if self._auto and plan and holds(plan, self.world_size, self.memory_budget, self.is_main, self.precision):
+        how = (self.precision, bool(self.checkpointing))
+        if self._auto and plan and holds(plan, self.world_size, self.memory_budget, self.is_main, *how):
             self.use_micro_batch(int(plan["micro_batch"]))
             self.budget = plan["memory_budget_bytes"]
             self.probes = [memory.Probe(**p) for p in plan["probes"]]
