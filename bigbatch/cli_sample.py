@@ -72,6 +72,12 @@ def _sample(args: argparse.Namespace) -> None:
     if not args.interp:
         _check_fits(args.n, G.config.data.resolution)
     if args.standing_stats:
+        from bigbatch.engine.running_stats import has_batchnorm
+
+        if not has_batchnorm([G]):  # (found from outside: taken silently for StyleGAN2)
+            raise BigbatchError(
+                f"--standing-stats re-estimates BatchNorm statistics, and {G.config.model.name}'s G has none"
+            )
         standing_stats(G, args.standing_stats, seed=args.seed, truncation=args.truncation)
     if args.classes is not None and not G.n_classes:
         raise BigbatchError("--classes: this generator is unconditional")

@@ -216,6 +216,7 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
         assert main(["sample", str(run), "--psi", psi, "--npz", "--n", "16", "--out", str(out)]) == 0
         spread[psi] = float(np.load(out)["arr_0"].astype(np.float32).std(axis=0).mean())
     assert spread["0"] < 0.5 * spread["0.5"] < 0.5 * spread["1"]  # w toward w_avg: samples alike (noise aside)
+    assert main(["sample", str(run), "--standing-stats", "2"]) == 2  # (found from outside: taken silently; no BN)
     assert main(["export", str(run), str(tmp_path / "g.pt")]) == 0
     exported = torch.jit.load(str(tmp_path / "g.pt"))
     G = load_generator(run)

@@ -291,7 +291,7 @@ class ClassifyTask:
     def standing_stats(self, steps: int) -> int:
         """Re-estimate the BatchNorm statistics of the network that is scored (in place: they are what is
         kept and put to use) as the plain average over the images of the latest `steps` training steps of
-        the current phase, read as those steps read them (resolution, flips, crops), in chunks of the
+        the current phase, read as those steps read them (resolution, flips, crops; unmixed), in chunks of the
         micro-batch: "precise BN" (Wu & Johnson 2021). The running statistics of training are an average
         over weights that kept changing, and an average of weights has none of its own; these are the
         network's own. Every rank computes them from the whole steps, so they do not depend on the world
