@@ -406,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seed of the samples, or of the subset --n takes (default: the run's eval.seed, else 0)",
     )
     ev.add_argument("--truncation", type=float, help="z truncation threshold (default: the run's eval.truncation)")
+    ev.add_argument("--psi", type=float, help="StyleGAN2: truncation of w toward its average (1 = off, 0.7 typical)")
     ev.add_argument(
         "--standing-stats", type=int, help="batches of standing BN statistics (default: the run's eval.standing_stats)"
     )

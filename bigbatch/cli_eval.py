@@ -80,7 +80,9 @@ def run_eval(args: argparse.Namespace) -> None:
         _check_resolution(args.resolution, [None, args.reference] if run else [args.path, args.reference])
     if not run:
         _check_exists(args.path, "A")
-        given = [f"--{f.replace('_', '-')}" for f in ("truncation", "standing_stats") if getattr(args, f) is not None]
+        given = [
+            f"--{f.replace('_', '-')}" for f in ("truncation", "psi", "standing_stats") if getattr(args, f) is not None
+        ]
         if given:
             verb = "applies" if len(given) == 1 else "apply"
             raise BigbatchError(f"{' and '.join(given)} {verb} to a run's generator, and {args.path} is not a run")
@@ -106,6 +108,7 @@ GAN_ONLY = (
     "resolution",
     "seed",
     "truncation",
+    "psi",
     "standing_stats",
 )
 
@@ -214,6 +217,13 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     if standing < 0:
         raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {standing}")
     truncation = e.truncation if args.truncation is None else args.truncation
+    if args.psi is not None:  # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores)
+        if not math.isfinite(args.psi) or not hasattr(G, "truncation_psi"):
+            raise BigbatchError(
+                f"--psi is StyleGAN2's truncation of w (a number, 1 = off, 0.7 typical); this run's G is "
+                f"{cfg.model.name}, got {args.psi}: use --truncation (BigGAN's truncation of z)"
+            )
+        G.truncation_psi = args.psi
     seed = e.seed if args.seed is None else args.seed
     batch_size = args.batch_size or e.batch_size
     if standing:
@@ -260,6 +270,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     )
     out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name, "seed": seed}  # (what made the samples:
     out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # two scores told apart, found from outside)
+    out |= {"psi": args.psi} if args.psi is not None else {}
     if compares:
         out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
     return out | scores

@@ -1,6 +1,8 @@
 """StyleGAN2 (model.name = "stylegan2"): the model's properties, and its regularizers' large-batch semantics
 (path length regularization, w_avg, style mixing) under accumulation and resume."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -206,7 +208,7 @@ def test_a_family_of_the_equalized_learning_rate_takes_no_other_init():
         models.create("dcgan", 16, init="equalized")
 
 
-def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w(tmp_path):
+def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w(tmp_path, monkeypatch, capsys):
     run = bigbatch.train(
         tiny(**{"train.kimg": 0.064, "checkpoint.every_kimg": 0.064}), run_dir=tmp_path / "r", quiet=True
     )
@@ -217,6 +219,17 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
         spread[psi] = float(np.load(out)["arr_0"].astype(np.float32).std(axis=0).mean())
     assert spread["0"] < 0.5 * spread["0.5"] < 0.5 * spread["1"]  # w toward w_avg: samples alike (noise aside)
     assert main(["sample", str(run), "--standing-stats", "2"]) == 2  # (found from outside: taken silently; no BN)
+    # eval --psi scores the samples at that truncation of w, and says so (found from outside: no way to).
+    from types import SimpleNamespace
+
+    seen = []
+    stand_in = SimpleNamespace(name="stand-in", has_logits=True, family="inception", digest="x")
+    monkeypatch.setattr("bigbatch.tasks.classify.features.feature_extractor", lambda *a, **k: stand_in)
+    monkeypatch.setattr("bigbatch.metrics.evaluate", lambda G, *a, **k: seen.append(G.truncation_psi) or {"is": 1.0})
+    capsys.readouterr()
+    assert main(["eval", str(run), "--metrics", "is", "--psi", "0.5"]) == 0
+    assert seen == [0.5] and json.loads(capsys.readouterr().out.splitlines()[-1])["psi"] == 0.5
+    assert main(["eval", str(run), "--psi", "nan"]) == 2
     assert main(["export", str(run), str(tmp_path / "g.pt")]) == 0
     exported = torch.jit.load(str(tmp_path / "g.pt"))
     G = load_generator(run)
