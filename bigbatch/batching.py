@@ -132,20 +132,12 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
 def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
     """A D that computes statistics over groups of images (StyleGAN2's minibatch standard deviation) gets
     micro-batches it can group, in every phase at this world size; one smaller than a group is one group."""
-    from bigbatch import models
-
-    group = {**models.registry.options(cfg.model.name), **cfg.model.options}.get("mbstd_group")
-    if cfg.task != "gan" or cfg.train.micro_batch == "auto" or not isinstance(group, int) or group < 1:
+    group = _mbstd_group(cfg)
+    if cfg.train.micro_batch == "auto" or not group:
         return
     for p in phases:
         micro = min(cfg.train.micro_batch, p.batch // ctx.world_size)  # (above a process's share: the share)
-        if 0 < micro < group:  # (found from outside: said for "auto" only)
-            warn(
-                f"train.micro_batch {micro} is under {cfg.model.name}'s D group of {group} images for its standard "
-                f"deviation, which then groups {micro}: the step depends on the micro-batch; give a multiple of "
-                f"{group}, or set model.options.mbstd_group={micro}",
-                once=True,
-            )
+        warn_under_group(cfg, micro)  # (found from outside: said for "auto" only)
         if micro and micro % min(group, micro):
             fits = max(d for d in range(1, group + 1) if micro % d == 0)
             raise BigbatchError(
@@ -155,17 +147,26 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
             )
 
 
-def warn_auto_groups(cfg: Config, micro: int) -> None:
-    """micro_batch "auto" settled on a micro-batch smaller than a D's group (StyleGAN2's mbstd_group), which then
-    groups it whole: its groups follow the memory budget, and so does the step; said."""
+def _mbstd_group(cfg: Config) -> int:
+    """The size of the groups a GAN's D computes statistics over (StyleGAN2's mbstd_group), or 0."""
     from bigbatch import models
 
     group = {**models.registry.options(cfg.model.name), **cfg.model.options}.get("mbstd_group")
-    if cfg.task == "gan" and isinstance(group, int) and micro < group:
+    return group if cfg.task == "gan" and isinstance(group, int) and group >= 1 else 0
+
+
+def warn_under_group(cfg: Config, micro: int) -> None:
+    """A micro-batch smaller than a D's group (StyleGAN2's mbstd_group) is grouped whole: the step then depends on
+    the micro-batch (with micro_batch "auto", on the memory budget); said once."""
+    group = _mbstd_group(cfg)
+    if 0 < micro < group:
+        auto = cfg.train.micro_batch == "auto"
+        what = f"micro_batch auto settled on {micro}, under" if auto else f"train.micro_batch {micro} is under"
         warn(
-            f"micro_batch auto settled on {micro}, under {cfg.model.name}'s D group of {group} images for its standard "
-            f"deviation, which then groups {micro}: the step depends on the memory budget; give train.micro_batch a "
-            f"multiple of {group}, or set model.options.mbstd_group={micro}"
+            f"{what} {cfg.model.name}'s D group of {group} images for its standard deviation, which then groups "
+            f"{micro}: the step depends on the {'memory budget' if auto else 'micro-batch'}; give train.micro_batch a "
+            f"multiple of {group}, or set model.options.mbstd_group={micro}",
+            once=True,
         )
 
 

@@ -122,7 +122,13 @@ def save_best(
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     tmp = write_folder(root, BEST, nimg, nets, state, config_text, info)
-    final, old = root / BEST, root / f".{BEST}-old"
+    return replace_folder(tmp, root / BEST, root / f".{BEST}-old")
+
+
+def replace_folder(tmp: Path, final: Path, old: Path) -> Path:
+    """Put the complete folder `tmp` at `final`: the one there moves aside to `old` first and is deleted last,
+    so that a reader falls back to `old` if a crash comes between the renames (and the next replacement puts
+    it back first)."""
     if not final.exists() and is_complete(old):  # a crash came between the renames last time
         os.replace(old, final)
     shutil.rmtree(old, ignore_errors=True)

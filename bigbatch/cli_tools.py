@@ -193,25 +193,20 @@ def check_local_data(cfg: Any) -> None:
 
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
-    """A GAN's images, or a swap's faces, at another size than data.resolution: refused as the run refuses them
+    """A GAN's images, or a swap's faces, at another size than data.resolution: refused by the task's own check
     (found from outside: the dry run passed them)."""
-    stored, r = meta.get("resolution"), cfg.data.resolution
     whole = meta.get("crop") == "none"
-    if not stored or stored == r:
+    stored = meta.get("short_side" if whole else "resolution")
+    if not stored:
         return
     if cfg.task == "gan" and given == cfg.data.path:
-        held = "whole images of short side" if whole else "images of"
-        fix = f"set data.resolution={stored}, or " if not stored & (stored - 1) else ""
-        raise BigbatchError(
-            f"data set {given} holds {held} {stored} px but data.resolution is {r}: {fix}prepare the images again "
-            f"with --resolution {r}"
-        )
-    if cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
-        side = "src" if given == cfg.data.path else "dst"
-        raise BigbatchError(
-            f"the {side} faces {given} are {stored} px, the model data.resolution = {r}: prepare them again with "
-            f"--resolution {r}, or set data.resolution={stored}"
-        )
+        from bigbatch.tasks.gan.task import check_stored_size
+
+        check_stored_size(cfg, stored, whole)
+    elif cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
+        from bigbatch.tasks.swap.load import check_face_size
+
+        check_face_size(cfg, "src" if given == cfg.data.path else "dst", given, stored)
 
 
 def build_on_meta(cfg: Any) -> None:

@@ -17,7 +17,7 @@ from bigbatch.batching import (
     eager_fallback,
     plan_micro_batch,
     replicator_for,
-    warn_auto_groups,
+    warn_under_group,
 )
 from bigbatch.config import Config
 from bigbatch.data.load import training_data
@@ -85,7 +85,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed
         plan_micro_batch(rep, task.probe, verbose=main and not quiet)
         if main:
-            warn_auto_groups(cfg, rep.plan.micro_batch)
+            warn_under_group(cfg, rep.plan.micro_batch)
     progress = Progress(run, rep, nimg, seconds, run.resumed, quiet)
     if main:
         run.write_start(rep)

@@ -21,6 +21,7 @@ from bigbatch.config import Config, EvalConfig
 from bigbatch.engine import dist
 from bigbatch.engine.compile_cache import Compiled
 from bigbatch.engine.replicator import Replicator
+from bigbatch.engine.saving import restore_rng, rng_state
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, held_by, lock_folder, metrics_row, remove_stale, unlock_folder
 from bigbatch.sampling import save_png
@@ -152,9 +153,7 @@ class Run:
             rep.load_state_dict(engine)
             nimg, seconds = int(saved["nimg"]), float(saved.get("seconds", 0.0))
             self.log_window = saved.get("log_window")
-            torch.set_rng_state(saved["rng_cpu"])
-            if rep.device.type == "cuda" and "rng_cuda" in saved:
-                torch.cuda.set_rng_state(saved["rng_cuda"], rep.device)
+            restore_rng(saved, rep.device)
         except (KeyError, ValueError, TypeError, RuntimeError) as e:
             raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e})") from None
         if rep.is_main:
@@ -212,8 +211,7 @@ def snapshot(task: Task, rep: Replicator, nimg: int, seconds: float) -> dict[str
         "nimg": nimg,
         "seconds": seconds,
         "engine": rep.state_dict(),
-        "rng_cpu": torch.get_rng_state(),
-        **({"rng_cuda": torch.cuda.get_rng_state(rep.device)} if rep.device.type == "cuda" else {}),
+        **rng_state(rep.device),
     }
 
 

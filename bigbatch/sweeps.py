@@ -109,7 +109,7 @@ def _table_on_stop(root: Path, jobs: list[Job]) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        write_results(root, [result_row(job.run, job.values, job.cfg, job) for job in jobs])
+        _table(root, jobs)
         raise
 
 
@@ -256,9 +256,15 @@ def _side_by_side(jobs: Iterator[Job], starter: Starter, quiet: bool, watch: Cal
         raise
 
 
-def _finish(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
+def _table(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
+    """The jobs' rows, written to RUNS_DIR/results.csv and results.md."""
     rows = [result_row(job.run, job.values, job.cfg, job) for job in jobs]
     write_results(root, rows)
+    return rows
+
+
+def _finish(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
+    rows = _table(root, jobs)
     failed = [job for job in jobs if job.failed]
     if failed:
         names = "; ".join(f"{job.run.name}: {job.failed}" for job in failed)

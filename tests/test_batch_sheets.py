@@ -122,7 +122,8 @@ def test_runs_write_a_batch_sheet_at_their_start_and_at_each_phase(tmp_path):
     assert np.array_equal(np.asarray(at_start), np.asarray(task.batch_sheet(0)))
 
 
-def test_show_batch_draws_a_presets_batch_without_training(tmp_path, capsys):
+def test_show_batch_draws_a_presets_batch_without_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (a warning said earlier in this process would hide)
     assert main(["show-batch", "--preset", "digits", "--out", str(tmp_path / "b.png"), "train.batch=16"]) == 0
     out = capsys.readouterr().out
     assert "at kimg 0 (32 px, batch 16)" in out

@@ -294,14 +294,15 @@ def test_fine_tuning_onto_other_classes_and_freezed_as_for_biggan():
     assert all(p.requires_grad for p in D2.blocks[1].parameters())
 
 
-def test_micro_batch_auto_under_a_group_of_the_d_is_said(capsys):
+def test_micro_batch_auto_under_a_group_of_the_d_is_said(capsys, monkeypatch):
     # Found from outside: auto settled on 6 under mbstd_group 8 without a word (a number is refused or grouped).
-    from bigbatch.batching import warn_auto_groups
+    from bigbatch.batching import warn_under_group
 
-    cfg = bigbatch.preset("stylegan2_256")
-    warn_auto_groups(cfg, 16)
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (said once a process: maybe by another test)
+    cfg = bigbatch.preset("stylegan2_256").override({"train.micro_batch": "auto"})
+    warn_under_group(cfg, 16)
     assert capsys.readouterr().err == ""
-    warn_auto_groups(cfg, 2)
+    warn_under_group(cfg, 2)
     assert "micro_batch auto settled on 2, under stylegan2's D group of" in capsys.readouterr().err
 
 
@@ -317,7 +318,8 @@ def test_micro_batch_auto_settles_only_on_sizes_the_ds_groups_take():
     task.d_step(0)
 
 
-def test_a_fixed_micro_batch_under_a_group_of_the_d_is_said_too(capsys):
+def test_a_fixed_micro_batch_under_a_group_of_the_d_is_said_too(capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (said once a process: maybe by another test)
     # Found from outside: the warning was for "auto" alone; a micro-batch of 8 under groups of 32 was silent.
     from bigbatch.batching import describe_plan
 

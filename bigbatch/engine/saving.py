@@ -7,8 +7,6 @@ every file checked against the checksum written with it."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from bigbatch import checkpoints
 from bigbatch.engine import precision as prec
 from bigbatch.errors import BigbatchError
 
-PLAIN = (bool, int, float, str, type(None), torch.Tensor)  # what a value may hold (weights_only reads it back)
+PLAIN = (bool, int, float, str, type(None))  # what a value may hold, with tensors (weights_only reads them back)
 
 
 def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
@@ -40,19 +38,11 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
         raise BigbatchError(f"Replicator.save: {path} exists and is not a checkpoint; give a new path")
     if not rep.is_main:
         return path
-    state = {"optimizers": optimizers, "values": values, "replicator": rep.state_dict(), **_rng(rep.device)}
+    state = {"optimizers": optimizers, "values": values, "replicator": rep.state_dict(), **rng_state(rep.device)}
     path.parent.mkdir(parents=True, exist_ok=True)
     info, then = {"saved_by": "Replicator.save"}, "save again"
     tmp = checkpoints.write_folder(path.parent, path.name, 0, nets, state, "", info, then=then)
-    old = _old(path)
-    if not path.exists() and (old / "meta.json").is_file():  # a crash came between the renames last time
-        os.replace(old, path)
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
-    return path
+    return checkpoints.replace_folder(tmp, path, _old(path))
 
 
 def _old(path: Path) -> Path:
@@ -67,13 +57,13 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
     if not path.exists() and checkpoints.read_meta(_old(path)) is not None:  # (a save cut between its renames)
         path = _old(path)
     meta = checkpoints.read_meta(path)
-    if meta is not None and meta.get("saved_by") != "Replicator.save":  # (a run's checkpoint: KeyError 'optimizers')
+    if meta is None:
+        raise BigbatchError(f"Replicator.load: {path} is not a complete checkpoint written by Replicator.save")
+    if meta.get("saved_by") != "Replicator.save":  # (a run's checkpoint: it was a KeyError 'optimizers')
         raise BigbatchError(
             f"Replicator.load: {path} is a checkpoint of a bigbatch run, not one Replicator.save wrote: read its "
             "weights with safetensors (each net's .safetensors), or load the run with bigbatch's loaders"
         )
-    if meta is None:
-        raise BigbatchError(f"Replicator.load: {path} is not a complete checkpoint written by Replicator.save")
     for key, value in objects.items():
         if not isinstance(value, (nn.Module, torch.optim.Optimizer)):
             raise BigbatchError(
@@ -99,9 +89,7 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
         if isinstance(opt, torch.optim.Optimizer):
             prec.load_optimizer(opt, state["optimizers"][key])
     rep.load_state_dict(state["replicator"])
-    torch.set_rng_state(state["rng_cpu"])
-    if rep.device.type == "cuda" and "rng_cuda" in state:
-        torch.cuda.set_rng_state(state["rng_cuda"], rep.device)
+    restore_rng(state, rep.device)
     return state["values"]
 
 
@@ -135,6 +123,14 @@ def _plain_data(value: Any) -> bool:
     return isinstance(value, torch.Tensor) or type(value) in PLAIN
 
 
-def _rng(device: torch.device) -> dict[str, torch.Tensor]:
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """The global RNG's state, the CPU's and `device`'s, as checkpoints keep it (rng_cpu, rng_cuda)."""
     cuda = {"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}
     return {"rng_cpu": torch.get_rng_state(), **cuda}
+
+
+def restore_rng(state: dict[str, Any], device: torch.device) -> None:
+    """Put back what `rng_state` kept (a CPU checkpoint resumed on a GPU: the CPU's alone)."""
+    torch.set_rng_state(state["rng_cpu"])
+    if device.type == "cuda" and "rng_cuda" in state:
+        torch.cuda.set_rng_state(state["rng_cuda"], device)

@@ -130,10 +130,12 @@ def _globbed(paths: list[str]) -> list[str]:
 
     out = []
     for path in paths:
-        matches = sorted(glob.glob(path)) if not Path(path).exists() and glob.has_magic(path) else []
-        if glob.has_magic(path) and not Path(path).exists() and not matches:
+        if Path(path).exists() or not glob.has_magic(path):
+            out.append(path)
+        elif matches := sorted(glob.glob(path)):
+            out += matches
+        else:
             raise BigbatchError(f"{path} matches no file; give image files, folders or .zip files of images")
-        out += matches or [path]
     return out
 
 

@@ -50,19 +50,17 @@ def mix(x: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     image's own label: a CutMix's, the share of its pixels left its own at this resolution (as timm's box of
     whole pixels; the box's fractions are at any size)."""
     rows = rows.to(x.device, non_blocking=True)
-    kind, lam = rows[:, 0].view(-1, 1, 1, 1), rows[:, 1].view(-1, 1, 1, 1).to(x.dtype)
-    other = partner(x)
     h, w = x.shape[2], x.shape[3]
     ys = (torch.arange(h, device=x.device, dtype=torch.float32) + 0.5) / h
     xs = (torch.arange(w, device=x.device, dtype=torch.float32) + 0.5) / w
     top, left, bottom, right = (rows[:, i].view(-1, 1, 1) for i in range(2, 6))
     rows_in = (ys.view(1, h, 1) >= top) & (ys.view(1, h, 1) < bottom)
     inside = rows_in & (xs.view(1, 1, w) >= left) & (xs.view(1, 1, w) < right)
-    cut = torch.where(inside.unsqueeze(1), other, x)
-    blended = lam * x + (1 - lam) * other
-    mixed = torch.where(kind == CUTMIX, cut, torch.where(kind == MIXUP, blended, x))
-    own = torch.where(rows[:, 0] == CUTMIX, 1 - inside.float().mean((1, 2)), rows[:, 1])
-    return mixed, own
+    # Each pixel's weight of the image's own: mixup's lam everywhere, CutMix's 0 inside its box and 1 outside.
+    cutmix = rows[:, 0] == CUTMIX
+    weight = torch.where(cutmix.view(-1, 1, 1), (~inside).float(), rows[:, 1].view(-1, 1, 1)).unsqueeze(1)
+    mixed = weight.to(x.dtype) * x + (1 - weight.to(x.dtype)) * partner(x)
+    return mixed, torch.where(cutmix, weight.mean((1, 2, 3)), rows[:, 1])
 
 
 def loss(logits: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor, smoothing: float) -> torch.Tensor:

@@ -84,10 +84,14 @@ def trained_parameters(model: nn.Module, cfg: Config) -> list[nn.Parameter]:
 def make_optimizer(cfg: Config, params: list[nn.Parameter], stream: int) -> torch.optim.Optimizer:
     """DFL's optimizer as swap.* configures it (lr dropout and its cosine together, as DFL couples them);
     `stream` keys its dropout masks (0: the autoencoder's, 1 and 2: the discriminators')."""
-    s = cfg.swap
-    cls = AdaBelief if s.optimizer == "adabelief" else RMSprop
-    drop, cos = (LR_DROPOUT, LR_COS) if s.lr_dropout else (1.0, 0)
-    return cls(params, lr=s.lr, lr_dropout=drop, lr_cos=cos, seed=(cfg.train.seed, stream))
+    cls = AdaBelief if cfg.swap.optimizer == "adabelief" else RMSprop
+    return cls(params, **_rates(cfg), seed=(cfg.train.seed, stream))
+
+
+def _rates(cfg: Config) -> dict[str, float]:
+    """The optimizer's rate settings swap.* gives (lr dropout and its cosine together, as DFL couples them)."""
+    drop, cos = (LR_DROPOUT, LR_COS) if cfg.swap.lr_dropout else (1.0, 0)
+    return {"lr": cfg.swap.lr, "lr_dropout": drop, "lr_cos": cos}
 
 
 def _dfl_file(model: str | Path, part: str) -> Path | None:
@@ -223,7 +227,14 @@ def resume_optimizer(opt: torch.optim.Optimizer, saved: dict, cfg: Config, model
         state = {i: by_param[id(p)] for i, p in enumerate(mine) if id(p) in by_param}
         saved = {"state": state, "param_groups": [{**saved["param_groups"][0], "params": list(range(len(mine)))}]}
     load_optimizer(opt, saved)
-    s = cfg.swap
-    drop, cos = (LR_DROPOUT, LR_COS) if s.lr_dropout else (1.0, 0)
     for group in opt.param_groups:
-        group.update(lr=s.lr, lr_dropout=drop, lr_cos=cos)
+        group.update(_rates(cfg))
+
+
+def check_face_size(cfg: Config, side: str, source: str, r: int) -> None:
+    """One side's faces are at the model's resolution (also --dry-run's check, from the file's metadata)."""
+    if r != cfg.data.resolution:
+        raise BigbatchError(
+            f"the {side} faces {source} are {r} px, the model data.resolution = {cfg.data.resolution}: prepare "
+            f"them with --resolution {cfg.data.resolution}"
+        )

@@ -49,6 +49,7 @@ from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
 from bigbatch.tasks.swap.load import (
     build_model,
+    check_face_size,
     check_source_face_type,
     dfl_record,
     init_discriminators,
@@ -109,11 +110,7 @@ def check_faces(cfg: Config, data: Any, side: str) -> Any:
             "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare "
             "[--masks alpha|dfl|DIR]"
         )
-    if data.resolution != cfg.data.resolution:
-        raise BigbatchError(
-            f"the {side} faces {data.source} are {data.resolution} px, the model data.resolution = "
-            f"{cfg.data.resolution}: prepare them with --resolution {cfg.data.resolution}"
-        )
+    check_face_size(cfg, side, data.source, data.resolution)
     return data
 
 
@@ -181,21 +178,20 @@ def build(
         return rep.wrap_optimizer(make_optimizer(cfg, params, stream), name)
 
     opt = optimizer(trained, 0, "model")
-    carried: tuple[bytes | None, int] = (None, 0)
-    if cfg.train.init_from and resumed_at is None:
-        init_optimizer(opt, net, cfg.train.init_from, kind)
-        carried = dfl_record(cfg.train.init_from)
     discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
     for i, (name, plain) in enumerate(discriminators(cfg, net).items()):
         discs[name] = (plain, rep.prepare(plain, checkpointing=False), optimizer(list(plain.parameters()), i + 1, name))
-    if cfg.train.init_from and resumed_at is None:
+    face_type = face_type_of(cfg, data, dst)
+    carried: tuple[bytes | None, int] = (None, 0)
+    if cfg.train.init_from and resumed_at is None:  # (the model's face type; its moments, record, discriminators)
+        check_source_face_type(cfg.train.init_from, face_type)
+        init_optimizer(opt, net, cfg.train.init_from, kind)
+        carried = dfl_record(cfg.train.init_from)
         carried_discs = init_discriminators(discs, cfg.train.init_from)
         if carried_discs and rep.is_main and not quiet:
             print(f"train.init_from {cfg.train.init_from}: its {', '.join(carried_discs)} carried on", flush=True)
     task = SwapTask(cfg, rep, data, dst, val, model, opt, discs, run, resumed_at, quiet)
-    task.face_type = face_type_of(cfg, data, dst)
-    if cfg.train.init_from and resumed_at is None:
-        check_source_face_type(cfg.train.init_from, task.face_type)
+    task.face_type = face_type
     task.dfl_data, task.dfl_iter = carried
     return task
 
