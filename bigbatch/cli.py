@@ -355,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--n", type=int, help="images to use (default: all)")
     st.add_argument("--resolution", type=int, help="builtin data sets: the side to make them at (default 32)")
-    st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID needs")
+    st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID, pr and dc need")
     st.set_defaults(func=run_stats)
 
     ev = sub.add_parser(
@@ -379,7 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--tta", action="store_true", help="a classify run: each image's prediction averaged with its mirror image's"
     )
-    ev.add_argument("--metrics", help=f"comma-separated (default {DEFAULT_METRICS})")
+    ev.add_argument(
+        "--metrics",
+        help=f"comma-separated (default {DEFAULT_METRICS}); also pr (precision and recall, k=3) and dc (density and "
+        "coverage, k=5) against as many reference images as samples",
+    )
     ev.add_argument(
         "--n", type=int, help="images of A: a run's samples (default 50000); of images, a subset (default: all)"
     )

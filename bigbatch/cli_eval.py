@@ -19,6 +19,7 @@ def run_eval(args: argparse.Namespace) -> None:
 
     from bigbatch.engine import dist
     from bigbatch.metrics import parse_metrics
+    from bigbatch.metrics.evaluate import COMPARING
     from bigbatch.metrics.features import progress
 
     # (found from outside: --metrics fid,is,kid given by name was taken for the default, and IS left out)
@@ -64,7 +65,7 @@ def run_eval(args: argparse.Namespace) -> None:
         from bigbatch.checkpoints import pick_checkpoint
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
-    compares = bool({"fid", "kid"} & set(parse_metrics(args.metrics)))  # IS alone needs no reference
+    compares = bool(COMPARING & set(parse_metrics(args.metrics)))  # IS alone needs no reference
     for flag in ("n", "batch_size"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise BigbatchError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")

@@ -447,8 +447,11 @@ class EvalConfig(Section):
     """The cadence of the scores from eval.fine_from_kimg on (0 = eval.every_kimg throughout). It refines
     eval.every_kimg: with that at 0, nothing is scored during training."""
     metrics: str = "fid"
-    """GAN: comma-separated metrics, fid, is, kid (with the classifier extractor they are reported as
-    fcd, cs, kcd). A classify run always reports val_top1, val_top5 and val_loss on its held-out split."""
+    """GAN: comma-separated metrics, fid, is, kid, pr (precision and recall, Kynkäänniemi et al. 2019,
+    k = 3) and dc (density and coverage, Naeem et al. 2020, k = 5) of the pool features, these two against
+    a seeded subset of the reference as large as eval.n (with the classifier extractor they are reported
+    as fcd, cs, kcd, c_precision, c_recall, c_density, c_coverage). A classify run always reports
+    val_top1, val_top5 and val_loss on its held-out split."""
     n: int = 10_000
     """Generated images per evaluation (the papers' FID uses 50,000; fewer gives a biased, higher FID)."""
     reference_n: int = 0
@@ -474,8 +477,9 @@ class EvalConfig(Section):
     BN", Wu & Johnson 2021: the running statistics are an average over weights that kept changing, and
     an average of weights has none of its own)."""
     best: str = ""
-    """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics; for a
-    classify run val_top1, or val_top5 or val_loss)."""
+    """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics; of pr and
+    dc, one of their values: precision, recall, density or coverage, else the first; for a classify run
+    val_top1, or val_top5 or val_loss)."""
     classifier: dict[str, Any] = field(default_factory=dict)
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
 

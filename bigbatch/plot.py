@@ -25,7 +25,8 @@ TRAINING_PANELS = (
     ("fp16 loss scale", ("loss_scale_D", "loss_scale_G")),
 )
 # Evaluation scores, each with its spread where the metric has one.
-EVAL_METRICS = ("fid", "is", "kid", "fcd", "cs", "kcd", "val_top1", "val_top5", "val_loss")
+MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
+EVAL_METRICS = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss")
 
 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:

@@ -29,8 +29,9 @@ from bigbatch.files import atomic_write, lock_folder, unlock_folder
 from bigbatch.rundir import read_metrics, resume_config
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
-HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5"}
-SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", "val_top1", "val_top5", "val_loss")
+MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
+HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5", *MANIFOLD}
+SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss")
 LOSSES = ("loss_D", "loss_G", "loss", "train_top1")
 
 

@@ -113,6 +113,27 @@ def test_identical_sets_score_zero_and_other_images_more(sets, capsys):
     assert set(alone) == {"images", "n", "extractor", "is", "is_std"} and alone["is"] >= 1
 
 
+def test_precision_recall_density_and_coverage_of_image_sets(sets, capsys):
+    same = score(capsys, sets / "a", sets / "a_nested", "--metrics", "pr,dc")
+    assert same["precision"] == same["recall"] == same["coverage"] == 1.0 and same["density"] >= 1
+    assert not {"fid", "kid", "is"} & set(same)
+    other = score(capsys, sets / "a", sets / "other", "--metrics", "pr,dc")
+    assert other["precision"] < 0.5 and other["coverage"] < 0.5 and other["density"] < same["density"]
+    # B holds 40 images, A 24: compared with a seeded 24 of B's (equal sizes), the same every time.
+    assert score(capsys, sets / "a", sets / "ref.h5", "--metrics", "pr") == score(
+        capsys, sets / "a.zip", sets / "ref.h5", "--metrics", "pr"
+    ) | {"images": str(sets / "a")}
+    stats = M.reference_stats(load_data(str(sets / "ref.h5"), 16), STANDIN)
+    np.savez(sets / "mu_sigma.npz", mu=stats.mu, sigma=stats.sigma)
+    assert main(["eval", str(sets / "a"), str(sets / "mu_sigma.npz"), "--metrics", "pr", "--extractor", "standin"]) == 2
+    assert "pr needs every reference image's features" in capsys.readouterr().err
+    assert (
+        main(["eval", str(sets / "a"), str(sets / "a_nested"), "--metrics", "pr", "--n", "3", "--extractor", "standin"])
+        == 2
+    )
+    assert "need more than k = 3 images on each side, got 3 generated and 3 real" in capsys.readouterr().err
+
+
 def test_the_same_images_score_the_same_however_stored(sets, capsys):
     scores = [
         score(capsys, a, sets / "ref.h5", "--metrics", "fid,kid") for a in ("a", "a.zip", "a.npz", "a_biggan.npz")

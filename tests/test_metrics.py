@@ -92,6 +92,26 @@ def test_metric_functions_equal_torch_fidelitys():
     assert rel(mean, theirs[tf.KEY_METRIC_ISC_MEAN]) < 1e-9 and rel(std, theirs[tf.KEY_METRIC_ISC_STD]) < 1e-9
 
 
+def test_precision_and_recall_equal_torch_fidelitys_and_density_and_coverage_follow_their_definition():
+    torch_fidelity()
+    from torch_fidelity.metric_prc import calculate_precision_recall_full
+
+    g = torch.Generator().manual_seed(0)
+    real, fake = torch.randn(300, 32, generator=g), torch.randn(250, 32, generator=g) * 1.2 + 0.2
+    ours = M.precision_recall(fake, real, block=64)  # (blocks smaller than the sets: the same result)
+    theirs = calculate_precision_recall_full(fake, real, 3, 10_000)
+    assert (ours["precision"], ours["recall"]) == pytest.approx(theirs, abs=1e-6) and 0 < ours["precision"] < 1
+    # Density and coverage as Naeem et al. define them, with k = 5, in float64 numpy.
+    r, f = real.double().numpy(), fake.double().numpy()
+    dist = np.linalg.norm(r[:, None] - f[None], axis=2)  # real x fake
+    radius = np.sort(np.linalg.norm(r[:, None] - r[None], axis=2), axis=1)[:, 5]
+    expected = {"density": (dist < radius[:, None]).sum() / (5 * len(f)), "coverage": (dist.min(1) < radius).mean()}
+    assert M.density_coverage(fake.numpy(), real, block=100) == pytest.approx(expected, abs=1e-6)
+    # A set against itself is inside its own manifold; a distant one is outside it.
+    assert M.precision_recall(real, real) == {"precision": 1.0, "recall": 1.0}
+    assert M.density_coverage(real + 100, real) == {"density": 0.0, "coverage": 0.0}
+
+
 # ---- the pinned input pipeline -------------------------------------------------------------------------
 def test_resize_is_tensorflow_bilinear_as_torch_fidelity_computes_it():
     tf = torch_fidelity()  # noqa: F841 - imports torch_fidelity.interpolate_compat_tensorflow

@@ -104,6 +104,8 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     [
         ("eval.metrics=fid,lpips", "unknown metric 'lpips'"),
         ("eval.best=kid", "must name one of eval.metrics"),
+        ("eval.best=recall", "'recall' is a value of pr, which eval.metrics (fid) lacks"),
+        ("eval.best=precison", "unknown metric 'precison'; valid: "),
         ("eval.extractor=resnet", "eval.extractor"),
         ("eval.classifier={depth=3}", "unknown option 'depth'"),
         ("eval.n=1", "eval.n"),
@@ -113,6 +115,32 @@ def test_bad_eval_settings_are_one_line(override, words, capsys):
     assert main(["train", override, "--run-dir", "x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def test_precision_recall_density_and_coverage_are_logged_and_one_of_them_keeps_the_best(scored, tmp_path, capsys):
+    cfg = scored.override({"eval.metrics": "fid,pr,dc", "eval.best": "c_recall"})  # (the classifier's names)
+    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    rows = eval_rows(run)
+    assert [r["kimg"] for r in rows] == [0.256, 0.512]
+    for r in rows:
+        assert all(0 <= r[k] <= 1 for k in ("c_precision", "c_recall", "c_coverage")) and r["c_density"] >= 0
+        assert "precision" not in r and "pr" not in r
+    meta = best_meta(run)
+    assert meta["best"]["metric"] == "c_recall" and meta["best"]["value"] == max(r["c_recall"] for r in rows)
+    # `bigbatch eval` of the last checkpoint gives the logged values (its reference: eval.reference_n of the data).
+    assert main(["eval", str(run), "--metrics", "pr,dc", "--n", "96", "--reference-n", "300"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {k: again[k] for k in ("c_precision", "c_recall", "c_density", "c_coverage")} == {
+        k: rows[-1][k] for k in ("c_precision", "c_recall", "c_density", "c_coverage")
+    }
+    # pr gives two values: the best follows one of them, named.
+    assert main(["train", "eval.metrics=fid,pr", "eval.best=pr", "--run-dir", "x"]) == 2
+    assert (
+        "'pr' gives two values and the best checkpoint follows one: give precision or recall" in capsys.readouterr().err
+    )
+    # Too few samples for the k-th neighbours: said before training, not at the first evaluation.
+    assert main(["train", "eval.metrics=fid,dc", "eval.n=5", "--run-dir", "x"]) == 2
+    assert "eval.n' must be more than 5 images for dc" in capsys.readouterr().err
 
 
 def test_a_finer_cadence_near_the_end_scores_there_and_changes_no_weight(scored, tiny, tmp_path):

@@ -1,5 +1,6 @@
-"""Sample-quality metrics: FID, IS and KID with the TF Inception of 2015-12-05 (equal to torch-fidelity's
-on the same images and weights), or fcd/cs/kcd with a classifier trained on the data set itself.
+"""Sample-quality metrics: FID, IS, KID, precision/recall and density/coverage with the TF Inception of
+2015-12-05 (equal to torch-fidelity's on the same images and weights), or fcd/cs/kcd/... with a
+classifier trained on the data set itself.
 
     ext = get_extractor("inception")                  # weights from BIGBATCH_CACHE/weights, never fetched
     ref = reference_stats(data, ext)                  # computed once, cached by hash
@@ -36,6 +37,7 @@ from bigbatch.metrics.image_sets import ImageFiles, any_size, open_images
 from bigbatch.metrics.inception import InceptionV3, convert_torchscript, state_dict_from_torchscript
 from bigbatch.metrics.inception_score import inception_score
 from bigbatch.metrics.kid import kid
+from bigbatch.metrics.manifold import density_coverage, precision_recall
 from bigbatch.metrics.stats import ReferenceStats, holds_stats, load_stats, read_stats, reference_stats, save_stats
 from bigbatch.user_cache import cache_dir
 
@@ -55,6 +57,7 @@ __all__ = [
     "run_classifier_extractor",
     "convert_torchscript",
     "data_digest",
+    "density_coverage",
     "evaluate",
     "evaluate_images",
     "extract",
@@ -73,6 +76,7 @@ __all__ = [
     "moments_sharded",
     "open_images",
     "parse_metrics",
+    "precision_recall",
     "preprocess",
     "read_stats",
     "reference_stats",

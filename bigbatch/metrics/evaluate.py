@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -19,20 +20,34 @@ from bigbatch.metrics.fid import feature_stats, frechet_distance
 from bigbatch.metrics.image_sets import any_size, read_images
 from bigbatch.metrics.inception_score import inception_score
 from bigbatch.metrics.kid import kid
+from bigbatch.metrics.manifold import density_coverage, precision_recall
 from bigbatch.metrics.stats import ReferenceStats, reference_stats, subset_indices
 
-METRICS = ("fid", "is", "kid")
+METRICS = ("fid", "is", "kid")  # the default; pr and dc when asked for
 # What each metric is called for each extractor family: a classifier's Fréchet distance is not FID.
 NAMES = {
-    "inception": {"fid": "fid", "is": "is", "kid": "kid"},
-    "classifier": {"fid": "fcd", "is": "cs", "kid": "kcd"},
+    "inception": {"fid": "fid", "is": "is", "kid": "kid", "pr": "pr", "dc": "dc"},
+    "classifier": {"fid": "fcd", "is": "cs", "kid": "kcd", "pr": "cpr", "dc": "cdc"},
 }
 _ALIASES = {name: metric for names in NAMES.values() for metric, name in names.items()}
+COMPARING = {"fid", "kid", "pr", "dc"}  # what compares with reference images (IS does not)
+PER_IMAGE = {"kid", "pr", "dc"}  # what needs each reference image's features, not only their moments
+# The values pr and dc give, as logged (a classifier's with "c_" before them).
+MANIFOLD = {"pr": ("precision", "recall"), "dc": ("density", "coverage")}
+
+
+def score_names(metric: str, family: str = "inception") -> tuple[str, ...]:
+    """The values `metric` gives, as they are logged: ("fid",), ("kid", "kid_std"), ("precision",
+    "recall"), ...; for the classifier extractor ("fcd",), ("c_precision", "c_recall"), ..."""
+    if metric in MANIFOLD:
+        return tuple(("" if family == "inception" else "c_") + v for v in MANIFOLD[metric])
+    name = NAMES[family][metric]
+    return (name,) if metric == "fid" else (name, name + "_std")
 
 
 def parse_metrics(metrics: str | Iterable[str]) -> list[str]:
-    """ "fid,is,kid" or a list -> canonical metric names (fid, is, kid); fcd, cs and kcd are accepted as
-    the classifier's names for them."""
+    """ "fid,is,kid" or a list -> canonical metric names (fid, is, kid, pr, dc); fcd, cs, kcd, cpr and
+    cdc are accepted as the classifier's names for them."""
     items = metrics.split(",") if isinstance(metrics, str) else list(metrics)
     out = []
     for item in (m.strip().lower() for m in items):
@@ -78,11 +93,13 @@ def check_reference(stats: ReferenceStats, extractor: Extractor, metrics: str | 
             f"{where} was computed with other {stats.meta.get('extractor', '')} weights or input pipeline than "
             f"this {extractor.name} extractor; compute the statistics again with it"
         )
-    if "kid" in parse_metrics(metrics) and not stats.has_features:
+    per_image = [names[m] for m in parse_metrics(metrics) if m in PER_IMAGE]
+    if per_image and not stats.has_features:
         raise BigbatchError(
-            f"{names['kid']} needs every reference image's features and {where} holds only their mean and "
-            f"covariance: give the reference images or data set instead, or leave {names['kid']} out of the "
-            f"metrics (--metrics {names['fid']})"
+            f"{', '.join(per_image)} need{'s' * (len(per_image) == 1)} every reference image's features and {where} "
+            "holds only their mean and "
+            f"covariance: give the reference images or data set instead, or leave {', '.join(per_image)} out of "
+            f"the metrics (--metrics {names['fid']})"
         )
 
 
@@ -98,17 +115,18 @@ def reference_for(
     ReferenceStats once checked, else those of the data set or image set `reference` (cached)."""
     wanted = parse_metrics(metrics)
     names = NAMES[extractor.family]
-    if not {"fid", "kid"} & set(wanted):
+    if not COMPARING & set(wanted):
         return None
     if reference is None:
-        needs = ", ".join(names[m] for m in wanted if m != "is")
+        needs = ", ".join(names[m] for m in wanted if m in COMPARING)
         raise BigbatchError(
             f"{needs} compare with reference images: give a data set, images or statistics to compare with"
         )
     if isinstance(reference, ReferenceStats):
         check_reference(reference, extractor, wanted)
         return reference
-    return reference_stats(reference, extractor, n=n, batch_size=batch_size, cache=cache, features="kid" in wanted)
+    per_image = bool(PER_IMAGE & set(wanted))
+    return reference_stats(reference, extractor, n=n, batch_size=batch_size, cache=cache, features=per_image)
 
 
 def score(
@@ -122,20 +140,28 @@ def score(
     seed: int = 2020,
 ) -> dict[str, float]:
     """Scores of generated `features` ({"pool": ..., "logits": ...}) against `reference` statistics,
-    named for the extractor `family`: {"fid"}, {"is", "is_std"}, {"kid", "kid_std"} (or fcd, cs, kcd)."""
+    named for the extractor `family`: {"fid"}, {"is", "is_std"}, {"kid", "kid_std"}, {"precision",
+    "recall"}, {"density", "coverage"} (or fcd, cs, kcd, c_precision, ...). Precision, recall, density and
+    coverage compare with a seeded subset of the reference features as large as the generated set (equal
+    sizes, as the papers compute them: a larger set has smaller balls)."""
     names = NAMES[family]
     out: dict[str, float] = {}
     for metric in parse_metrics(metrics):
-        if metric in ("fid", "kid") and reference is None:
+        if metric in COMPARING and reference is None:
             raise BigbatchError(f"{names[metric]} needs reference statistics of the data set")
-        if metric == "fid":
+        if metric in PER_IMAGE and not reference.has_features:
+            raise BigbatchError(
+                f"{names[metric]} needs the reference images' features; these statistics were computed "
+                "for FID only (reference_stats(..., features=True) keeps them)"
+            )
+        if metric in MANIFOLD:
+            real = _equal_subset(reference.features, len(features["pool"]), seed)
+            measure = precision_recall if metric == "pr" else density_coverage
+            values = measure(features["pool"], real).values()
+            out |= dict(zip(score_names(metric, family), values, strict=True))
+        elif metric == "fid":
             out[names["fid"]] = frechet_distance(*feature_stats(features["pool"]), reference.mu, reference.sigma)
         elif metric == "kid":
-            if not reference.has_features:
-                raise BigbatchError(
-                    f"{names['kid']} needs the reference images' features; these statistics were computed "
-                    "for FID only (reference_stats(..., features=True) keeps them)"
-                )
             mean, std = kid(features["pool"], reference.features, kid_subsets, kid_subset_size, seed=seed)
             out[names["kid"]], out[names["kid"] + "_std"] = mean, std
         elif metric == "is":
@@ -150,6 +176,13 @@ def score(
             mean, std = inception_score(features["logits"], min(is_splits, count), seed)
             out[names["is"]], out[names["is"] + "_std"] = mean, std
     return out
+
+
+def _equal_subset(features: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """`n` of the reference `features` (all when it holds no more), drawn with `seed`, in their order."""
+    if len(features) <= n:
+        return features
+    return features[np.sort(np.random.RandomState(seed).choice(len(features), n, replace=False))]
 
 
 @torch.no_grad()

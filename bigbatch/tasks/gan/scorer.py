@@ -13,7 +13,8 @@ from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import typed
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.classifier import ClassifierOptions
-from bigbatch.metrics.evaluate import parse_metrics
+from bigbatch.metrics.evaluate import COMPARING, MANIFOLD, NAMES, PER_IMAGE, parse_metrics, score_names
+from bigbatch.metrics.manifold import DC_K, PR_K
 from bigbatch.tasks.best import Best
 
 
@@ -23,13 +24,25 @@ def check_eval(e: EvalConfig) -> None:
         wanted = parse_metrics(e.metrics)
     except BigbatchError as err:
         e._fail("metrics", str(err).replace("unknown metric", "names an unknown metric"))
-    if e.best:
+    if e.best and _manifold_value(e.best):
+        if _manifold_value(e.best) not in wanted:
+            e._fail(
+                "best", f"{e.best!r} is a value of {_manifold_value(e.best)}, which eval.metrics ({e.metrics}) lacks"
+            )
+    elif e.best:
         try:
             best = parse_metrics(e.best)
         except BigbatchError as err:
-            e._fail("best", str(err).replace("unknown metric", "names an unknown metric"))
+            values = ", ".join(v for pair in MANIFOLD.values() for v in pair)
+            e._fail("best", str(err).replace("unknown metric", "names an unknown metric") + f", {values}")
         if len(best) != 1 or best[0] not in wanted:
             e._fail("best", f"must name one of eval.metrics ({e.metrics}), got {e.best!r}")
+        if best[0] in MANIFOLD:
+            one = " or ".join(MANIFOLD[best[0]])
+            e._fail("best", f"{e.best!r} gives two values and the best checkpoint follows one: give {one}")
+    for metric, k in (("pr", PR_K), ("dc", DC_K)):
+        if metric in wanted and e.n <= k:
+            e._fail("n", f"must be more than {k} images for {metric} (its k-th nearest neighbours), got {e.n}")
     hints = typing.get_type_hints(ClassifierOptions)
     for key, value in e.classifier.items():
         if key not in hints:
@@ -48,9 +61,22 @@ def classifier_options(e: EvalConfig) -> ClassifierOptions:
     )
 
 
-def best_metric(e: EvalConfig) -> str:
-    """The canonical name (fid, is or kid) of the metric that picks checkpoints/best/."""
-    return parse_metrics(e.best or e.metrics)[0]
+def _manifold_value(name: str) -> str | None:
+    """ "pr" for "precision" or "c_recall", "dc" for "density" or "c_coverage"; None for other names."""
+    bare = name.strip().lower().removeprefix("c_")
+    return next((metric for metric, values in MANIFOLD.items() if bare in values), None)
+
+
+def best_value(e: EvalConfig, family: str) -> tuple[str, bool]:
+    """The logged value that picks checkpoints/best/ (eval.best, else the first value of the first of
+    eval.metrics: fid, is, kid, precision, density, or fcd, cs, ... with the classifier) and whether
+    higher is better (IS and the four of pr and dc)."""
+    metric = _manifold_value(e.best) or parse_metrics(e.best or e.metrics)[0]
+    if metric not in MANIFOLD:
+        return NAMES[family][metric], metric == "is"
+    names = score_names(metric, family)  # (precision, recall): the one eval.best names, else the first
+    bare = e.best.strip().lower().removeprefix("c_")
+    return next((n for n in names if bare and n.endswith(bare)), names[0]), True
 
 
 class Scorer:
@@ -61,24 +87,23 @@ class Scorer:
 
     def __init__(self, G_ema: torch.nn.Module, cfg: Config, data: Any, run: Path, resumed_at: int | None, quiet: bool):
         from bigbatch.metrics import reference_stats
-        from bigbatch.metrics.evaluate import NAMES, check_metrics
+        from bigbatch.metrics.evaluate import check_metrics
         from bigbatch.tasks.classify.features import feature_extractor
 
         e = self.e = cfg.eval
         self.G_ema = G_ema
         self.device = device = next(G_ema.parameters()).device
-        self.metric = best_metric(e)
-        self.higher_is_better = self.metric == "is"
         with self._rng_untouched():
             options = classifier_options(e)
             self.extractor = feature_extractor(e.extractor, data, e.weights or None, device, options=options)
             wanted = check_metrics(self.extractor, e.metrics)
             self.reference = None
-            if {"fid", "kid"} & set(wanted):  # features of every reference image only for KID
+            if COMPARING & set(wanted):  # features of every reference image only for KID, pr and dc
+                per_image = bool(PER_IMAGE & set(wanted))
                 self.reference = reference_stats(
-                    data, self.extractor, n=e.reference_n or None, batch_size=e.batch_size, features="kid" in wanted
+                    data, self.extractor, n=e.reference_n or None, batch_size=e.batch_size, features=per_image
                 )
-        self.metric_name = NAMES[self.extractor.family][self.metric]
+        self.metric_name, self.higher_is_better = best_value(e, self.extractor.family)
         # What makes two scores comparable: a best kept under other settings does not count.
         self.settings = {
             "metric": self.metric_name,

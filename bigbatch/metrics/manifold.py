@@ -1,0 +1,96 @@
+"""Precision and recall (Kynkäänniemi et al. 2019, "Improved precision and recall metric for assessing
+generative models") and density and coverage (Naeem et al. 2020, "Reliable fidelity and diversity
+metrics for generative models"): each set's manifold is the union of balls around its samples, each
+reaching its k-th nearest neighbour in the same set.
+
+- precision: the fraction of generated samples inside the real manifold (fidelity);
+- recall: the fraction of real samples inside the generated manifold (diversity);
+- density: how many real balls hold each generated sample, over k, averaged (1 for matching sets; more
+  than 1 where samples crowd the real modes);
+- coverage: the fraction of real samples whose ball holds a generated sample.
+
+Precision and recall take k = 3 with "inside" as distance <= radius (StyleGAN2-ADA's pr50k3 and
+torch-fidelity's prc), density and coverage k = 5 with distance < radius (the authors' prdc package and
+StudioGAN). Distances are Euclidean in float32, computed in blocks on the features' device, so 50,000
+of each set take 50,000 x 10,000 floats at a time, never the whole matrix. This is written here because
+torch-fidelity (which the tests compare with) extracts its own features and has no density or coverage,
+and prdc holds the whole N x N matrix in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from bigbatch.errors import BigbatchError
+
+PR_K = 3
+DC_K = 5
+BLOCK = 10_000
+
+
+def _tensor(f: torch.Tensor | np.ndarray, device: torch.device) -> torch.Tensor:
+    t = f if isinstance(f, torch.Tensor) else torch.from_numpy(np.asarray(f))
+    return t.detach().to(device=device, dtype=torch.float32)
+
+
+def _blocks(a: torch.Tensor, b: torch.Tensor, block: int) -> Iterator[tuple[slice, torch.Tensor]]:
+    """(rows, distances of a[rows] to every b) for each block of a's rows."""
+    for start in range(0, len(a), block):
+        rows = slice(start, start + block)
+        yield rows, torch.cat([torch.cdist(a[rows], part) for part in b.split(block)], dim=1)
+
+
+def radii(features: torch.Tensor, k: int, block: int = BLOCK) -> torch.Tensor:
+    """Each sample's distance to its k-th nearest neighbour in the same set (itself, at 0, not counted)."""
+    out = torch.empty(len(features), device=features.device)
+    for rows, d in _blocks(features, features, block):
+        out[rows] = d.kthvalue(k + 1, dim=1).values
+    return out
+
+
+def _check(fake: torch.Tensor, real: torch.Tensor, k: int) -> None:
+    if fake.ndim != 2 or real.ndim != 2 or fake.shape[1] != real.shape[1]:
+        raise BigbatchError(
+            f"precision and recall need two (N, D) feature sets of the same D, got {fake.shape} and {real.shape}"
+        )
+    if min(len(fake), len(real)) <= k:
+        raise BigbatchError(
+            f"precision, recall, density and coverage need more than k = {k} images on each side, got "
+            f"{len(fake)} generated and {len(real)} real: give more (the papers use 10,000 to 50,000 of each)"
+        )
+
+
+def precision_recall(
+    fake: torch.Tensor | np.ndarray, real: torch.Tensor | np.ndarray, k: int = PR_K, block: int = BLOCK
+) -> dict[str, float]:
+    """{"precision", "recall"} of generated features `fake` against `real` (both (N, D))."""
+    device = fake.device if isinstance(fake, torch.Tensor) else torch.device("cpu")
+    fake, real = _tensor(fake, device), _tensor(real, device)
+    _check(fake, real, k)
+    r_fake, r_real = radii(fake, k, block), radii(real, k, block)
+    inside_real = torch.zeros(len(fake), dtype=torch.bool, device=device)
+    inside_fake = torch.zeros(len(real), dtype=torch.bool, device=device)
+    for rows, d in _blocks(fake, real, block):  # d: fake rows x every real
+        inside_real[rows] = (d <= r_real).any(dim=1)
+        inside_fake |= (d <= r_fake[rows, None]).any(dim=0)
+    return {"precision": inside_real.double().mean().item(), "recall": inside_fake.double().mean().item()}
+
+
+def density_coverage(
+    fake: torch.Tensor | np.ndarray, real: torch.Tensor | np.ndarray, k: int = DC_K, block: int = BLOCK
+) -> dict[str, float]:
+    """{"density", "coverage"} of generated features `fake` against `real` (both (N, D))."""
+    device = fake.device if isinstance(fake, torch.Tensor) else torch.device("cpu")
+    fake, real = _tensor(fake, device), _tensor(real, device)
+    _check(fake, real, k)
+    r_real = radii(real, k, block)
+    held = torch.zeros(len(fake), dtype=torch.float64, device=device)  # real balls holding each fake
+    covered = torch.zeros(len(real), dtype=torch.bool, device=device)
+    for rows, d in _blocks(fake, real, block):
+        inside = d < r_real
+        held[rows] = inside.sum(dim=1, dtype=torch.float64)
+        covered |= inside.any(dim=0)
+    return {"density": (held.mean() / k).item(), "coverage": covered.double().mean().item()}
