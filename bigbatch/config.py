@@ -213,6 +213,10 @@ class TrainConfig(Section):
     """classify: mixup's alpha (Zhang et al. 2018; timm's 0.8), pairs of neighbouring images (0: off)."""
     cutmix: float = 0.0
     """classify: CutMix's alpha (Yun et al. 2019; timm's 1.0); with mixup, each pair takes one of the two."""
+    randaugment: str = ""
+    """classify: RandAugment (Cubuk et al. 2020) in timm's --aa form, e.g. "rand-m9-mstd0.5-inc1" (ResNet
+    strikes back, DeiT): magnitude m of 10 drawn per image with standard deviation mstd, the increasing set
+    of operations, n layers (2) each applied with chance p (0.5); on the device, after the crop ("": off)."""
     labels: Literal["data", "rotation"] = "data"
     """classify: learn the data set's class labels, or which of four rotations (0, 90, 180, 270 degrees,
     one per image by its global position) each image was given: a label-free task for unlabelled data

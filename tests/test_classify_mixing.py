@@ -59,7 +59,7 @@ def test_a_step_with_mixing_is_the_same_whatever_its_micro_batches():
         task.rep.step(task.loss, task.batch(0, images, labels), task.opt)
         if mixed:  # "auto" settles on even micro-batches; a rank's share takes its part of the step's draws
             assert rep.takes_micro(4) and not rep.takes_micro(3)
-            share = task._batch(0, 64, 32, images[32:], labels[32:])[3]
+            share = task._batch(0, 64, 32, images[32:], labels[32:])[4]
             assert torch.equal(share, mixing.draw(64, 0.8, 1.0, cfg.train.seed, 0)[32:])
         return torch.cat([p.detach().flatten() for p in task.plain().parameters()])
 
@@ -73,6 +73,7 @@ def test_a_step_with_mixing_is_the_same_whatever_its_micro_batches():
 
 def test_a_run_with_mixing_trains_and_resumes_bit_exact(tmp_path):
     cfg = tiny(**{"train.mixup": 0.2, "train.cutmix": 1.0, "train.micro_batch": "auto", "train.memory_budget": "1GiB"})
+    cfg = cfg.override({"train.randaugment": "rand-m9-mstd0.5-inc1"})  # (RandAugment's draws too)
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
     bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "part", quiet=True)
     part = bigbatch.train(cfg, run_dir=tmp_path / "part", resume=True, quiet=True)

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
@@ -34,7 +35,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.best import Best
-from bigbatch.tasks.classify import mixing
+from bigbatch.tasks.classify import mixing, randaugment
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import lr_schedule
 from bigbatch.tasks.classify.validation import (
@@ -102,6 +103,8 @@ def check_config(cfg: Config) -> None:
             f"train.freeze_kimg {t.freeze_kimg:g} lasts the whole run of {t.kimg:g} kimg: the body never trains",
             once=True,
         )
+    if t.randaugment:
+        randaugment.check(t.randaugment)
     if t.lr_decay == "step" and not t.lr_steps:
         t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
     if t.changed("ema_rampup") and not t.model_ema_kimg:
@@ -235,6 +238,7 @@ class ClassifyTask:
         self.schedule = schedule_of(cfg)
         self.lr = lr_schedule(cfg)
         self.rotation = cfg.train.labels == "rotation"
+        self.randaugment = randaugment.parse(cfg.train.randaugment) if cfg.train.randaugment else None
         self.class_names = ROTATIONS if self.rotation else data.class_names
         self.steps = 0
         # The average of the weights (train.model_ema_kimg): what is scored, kept as best and put to use.
@@ -291,7 +295,8 @@ class ClassifyTask:
     def standing_stats(self, steps: int) -> int:
         """Re-estimate the BatchNorm statistics of the network that is scored (in place: they are what is
         kept and put to use) as the plain average over the images of the latest `steps` training steps of
-        the current phase, read as those steps read them (resolution, flips, crops; unmixed), in chunks of the
+        the current phase, read as those steps read them (resolution, flips, crops; unmixed, without
+        RandAugment: the statistics are for unaugmented images), in chunks of the
         micro-batch: "precise BN" (Wu & Johnson 2021). The running statistics of training are an average
         over weights that kept changing, and an average of weights has none of its own; these are the
         network's own. Every rank computes them from the whole steps, so they do not depend on the world
@@ -308,7 +313,7 @@ class ClassifyTask:
         def chunks():
             for start in starts:
                 real = peek(self.data, schedule, self.cfg, start, phase.batch, crop_scale=self.loader_crop_scale)
-                images, labels, boxes, _ = self._batch(start, phase.batch, 0, real.images, real.labels)
+                images, labels, boxes, *_ = self._batch(start, phase.batch, 0, real.images, real.labels)
                 for i in range(0, len(images), micro):
                     part = slice(i, i + micro)
                     x = self.inputs(
@@ -342,8 +347,8 @@ class ClassifyTask:
         return stats if self.rep.skipped(self.opt) else {**out, **stats}
 
     def batch(self, nimg: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
-        """This rank's share of the step at `nimg`: images, labels and their crop boxes (None without
-        crop augmentation), the boxes drawn for the whole step and sliced by rank."""
+        """This rank's share of the step at `nimg`: images, labels, their crop boxes, RandAugment draws and
+        mixing draws (each None when off), drawn for the whole step and sliced by rank."""
         return self._batch(nimg, self.rep.batch, self.rep.rank * self.rep.share, images, labels)
 
     def _batch(self, nimg: int, batch: int, offset: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
@@ -351,38 +356,44 @@ class ClassifyTask:
         n = len(images)
         if self.rotation:  # the label of an image is its rotation, decided by its global position
             labels = rotation_labels(nimg + offset, n)
-        boxes, mixed, t = None, None, self.cfg.train
+        boxes, augs, mixed, t = None, None, None, self.cfg.train
         if t.crop_scale < 1 and not self.loader_crop_scale:
             boxes = crop_boxes(batch, t.crop_scale, generator(t.seed, CROP, nimg))
             boxes = boxes[offset : offset + n]
+        if self.randaugment:  # a NumPy array, kept on the host: which images take which operation is known there
+            augs = randaugment.draw(self.randaugment, batch, t.seed, nimg)[offset : offset + n]
         if t.mixup or t.cutmix:  # drawn for the whole step, by pairs of global positions
             mixed = mixing.draw(batch, t.mixup, t.cutmix, t.seed, nimg)[offset : offset + n]
-        return images, labels, boxes, mixed
+        return images, labels, boxes, augs, mixed
 
     def batch_sheet(self, nimg: int) -> Image.Image:
         """The step's first images as the network receives them (loader crops and flips, device crops,
         rotations), each under its class name."""
         real = peek(self.data, self.schedule, self.cfg, nimg, BATCH_SHEET, crop_scale=self.loader_crop_scale)
-        images, labels, boxes, mixed = self._batch(
+        images, labels, boxes, augs, mixed = self._batch(
             nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels
         )
-        x = self.inputs(images, labels, boxes)
+        x = self.inputs(images, labels, boxes, augs)
         seen = to_uint8(x if mixed is None else mixing.mix(x, mixed)[0])  # (captioned by each image's own class)
         return captioned_sheet([(img, [(self.class_names[int(y)], BLACK)]) for img, y in zip(seen, labels)])
 
-    def inputs(self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None) -> torch.Tensor:
+    def inputs(
+        self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None, augs: np.ndarray | None = None
+    ) -> torch.Tensor:
         """What the network receives for uint8 NHWC images: [-1, 1] NCHW, cropped to `boxes` on the
-        device, rotated by their labels when it learns rotations."""
+        device, through RandAugment's draws `augs`, rotated by their labels when it learns rotations."""
         x = from_uint8(images)
         if boxes is not None:  # (in float32 whatever autocast says: a bf16 grid moves a 224 px crop by half a pixel)
             with torch.autocast(x.device.type, enabled=False):
                 grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
                 x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        if augs is not None:
+            x = randaugment.apply(x, augs)
         return rotate(x, labels) if self.rotation else x
 
     def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, labels, boxes, mixed = micro
-        x, smoothing = self.inputs(images, labels, boxes), self.cfg.train.label_smoothing
+        images, labels, boxes, augs, mixed = micro
+        x, smoothing = self.inputs(images, labels, boxes, augs), self.cfg.train.label_smoothing
         if mixed is None:
             logits = self.model(x).float()
             loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
@@ -397,7 +408,8 @@ class ClassifyTask:
         """One forward/backward of m images at the largest resolution of the schedule."""
         size = max(p.resolution or self.cfg.data.resolution for p in self.schedule.phases)
         images, labels = self.data.get(torch.arange(min(m, len(self.data))).repeat(m)[:m])
-        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None, None))
+        augs = randaugment.draw(self.randaugment, m, self.cfg.train.seed, 0) if self.randaugment else None
+        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None, augs, None))
         self.opt.zero_grad(set_to_none=True)
 
     # ---- checkpoints and previews --------------------------------------------------------------
