@@ -213,6 +213,9 @@ class TrainConfig(Section):
     """classify: mixup's alpha (Zhang et al. 2018; timm's 0.8), pairs of neighbouring images (0: off)."""
     cutmix: float = 0.0
     """classify: CutMix's alpha (Yun et al. 2019; timm's 1.0); with mixup, each pair takes one of the two."""
+    random_erase: float = 0.0
+    """classify: random erasing's probability (Zhong et al. 2020; timm's --reprob, DeiT's 0.25): one
+    rectangle of 2% to 1/3 of the image filled with per-pixel noise (timm's pixel mode), after RandAugment."""
     randaugment: str = ""
     """classify: RandAugment (Cubuk et al. 2020) in timm's --aa form, e.g. "rand-m9-mstd0.5-inc1" (ResNet
     strikes back, DeiT): magnitude m of 10 drawn per image with standard deviation mstd, the increasing set
@@ -303,6 +306,8 @@ class TrainConfig(Section):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         at_least_zero(self, freeze_d="a number of blocks >= 0")
         at_least_zero(self, freeze_kimg="kimg >= 0 (0: no frozen start)", mixup="an alpha >= 0", cutmix="an alpha >= 0")
+        if not 0 <= self.random_erase <= 1:
+            self._fail("random_erase", f"is a probability, in [0, 1], got {self.random_erase}")
         if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
             self._fail("body_lr_mult", f"must be a factor > 0, got {self.body_lr_mult}")
         at_least_zero(self, lr_batch="a batch >= 0 (0: rates as written)")

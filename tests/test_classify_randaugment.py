@@ -1,6 +1,7 @@
-"""RandAugment for classifiers (train.randaugment, timm's --aa string), on the device for a whole
-micro-batch: each operation as PIL computes it at timm's strength, the draws as timm makes them, keyed by
-the step so that a step does not depend on its micro-batches."""
+"""RandAugment (train.randaugment, timm's --aa string) and random erasing (train.random_erase, timm's
+--reprob) for classifiers, on the device for a whole micro-batch: each operation as PIL computes it at
+timm's strength, the draws as timm makes them, keyed by the step so that a step does not depend on its
+micro-batches."""
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from bigbatch.batching import replicator_for
 from bigbatch.cli import main
 from bigbatch.data.load import training_data
 from bigbatch.tasks import build_task
+from bigbatch.tasks.classify import erasing
 from bigbatch.tasks.classify import randaugment as R
 
 
@@ -101,9 +103,34 @@ def test_a_bad_string_is_one_line(spec, words, capsys):
     assert "config key 'train.randaugment'" in err
 
 
-def test_a_step_with_randaugment_is_the_same_whatever_its_micro_batches():
-    def weights(micro, spec="rand-m9-mstd0.5-inc1-p1"):
-        cfg = tiny(**{"train.randaugment": spec, "train.micro_batch": micro, "eval.every_kimg": 0.0})
+def test_random_erasing_draws_timms_rectangles_and_fills_them_with_noise_of_their_own():
+    rows = erasing.draw(0.25, 20_000, 0, 512)
+    erased = rows[rows[:, erasing.ERASED] > 0]
+    assert len(erased) / len(rows) == pytest.approx(0.25, abs=0.01)
+    h, w = erased[:, erasing.HEIGHT], erased[:, erasing.WIDTH]
+    assert np.all((h * w >= 0.02 - 1e-6) & (h * w <= 1 / 3 + 1e-6) & (h < 1) & (w < 1))
+    assert np.all((h / w >= 0.3 - 1e-5) & (h / w <= 1 / 0.3 + 1e-4))
+    assert np.all((erased[:, erasing.TOP] + h <= 1) & (erased[:, erasing.LEFT] + w <= 1))
+    x = torch.rand(64, 3, 32, 32) * 2 - 1
+    rows = erasing.draw(0.5, 64, 0, 0)
+    out = erasing.apply(x, rows)
+    changed = (out != x).any(1)  # (N, H, W)
+    on = rows[:, erasing.ERASED] > 0
+    assert not changed[torch.from_numpy(~on)].any()  # an image not erased is as it was
+    for i in np.flatnonzero(on):  # one rectangle of whole pixels, of the drawn size
+        ys, xs = torch.nonzero(changed[i], as_tuple=True)
+        box = changed[i, ys.min() : ys.max() + 1, xs.min() : xs.max() + 1]
+        assert box.all() and int(box.shape[0]) == round(rows[i, erasing.HEIGHT] * 32)
+    fill = out.permute(0, 2, 3, 1)[changed]
+    assert abs(float(fill.mean())) < 0.05 and float(fill.std()) == pytest.approx(erasing.NOISE_STD, rel=0.05)
+    # The noise is the image's own: the same whichever images share its micro-batch.
+    assert torch.equal(torch.cat([erasing.apply(x[:7], rows[:7]), erasing.apply(x[7:], rows[7:])]), out)
+
+
+def test_a_step_with_randaugment_and_erasing_is_the_same_whatever_its_micro_batches(capsys):
+    def weights(micro, spec="rand-m9-mstd0.5-inc1-p1", erase=1.0):
+        over = {"train.randaugment": spec, "train.random_erase": erase if spec else 0.0}
+        cfg = tiny(**over, **{"train.micro_batch": micro, "eval.every_kimg": 0.0})
         cfg = cfg.override({"model.name": "convnet", "model.options": {}})  # (no BatchNorm: its statistics would)
         task = build_task(cfg, replicator_for(cfg), training_data(cfg))
         images, labels = task.data.get(torch.arange(64))
@@ -113,3 +140,5 @@ def test_a_step_with_randaugment_is_the_same_whatever_its_micro_batches():
     whole = weights(64)
     assert float((whole - weights(16)).abs().max()) < 1e-5
     assert float((whole - weights(64, "")).abs().max()) > 1e-4  # (the step augmented)
+    assert main(["train", "--preset", "fashion_resnet_fast", "train.random_erase=1.5", "--dry-run"]) == 2
+    assert "config key 'train.random_erase' is a probability, in [0, 1], got 1.5" in capsys.readouterr().err

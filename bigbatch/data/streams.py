@@ -24,6 +24,7 @@ AUG_D, AUG_G = 13, 14  # a GAN's differentiable augmentation of D's inputs (D st
 PATH_LENGTH = 15  # the random images of path length regularization (a salt of `row_seeds`, per image)
 MIX = 16  # a classifier's mixup and CutMix draws, per pair of neighbouring images of a step
 RAND_AUG = 17  # a classifier's RandAugment draws, per image of a step
+ERASE = 18  # a classifier's random erasing, per image of a step
 
 
 def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:

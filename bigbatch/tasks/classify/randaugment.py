@@ -53,7 +53,7 @@ GEOMETRIC = {"Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"}
 FILL = (124, 116, 104)  # timm's fill: the ImageNet mean in 0-255
 EXAMPLE = '"rand-m9-mstd0.5-inc1"'
 # A draw per layer of each image: [operation, applied (0/1), magnitude, sign (+1/-1), increasing set (0/1)].
-OP, APPLIED, LEVEL, SIGN, INC = range(5)
+OP, APPLIED, LEVEL, SIGN, INC = range(COLUMNS := 5)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.best import Best
-from bigbatch.tasks.classify import mixing, randaugment
+from bigbatch.tasks.classify import erasing, mixing, randaugment
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import lr_schedule
 from bigbatch.tasks.classify.validation import (
@@ -360,11 +360,19 @@ class ClassifyTask:
         if t.crop_scale < 1 and not self.loader_crop_scale:
             boxes = crop_boxes(batch, t.crop_scale, generator(t.seed, CROP, nimg))
             boxes = boxes[offset : offset + n]
-        if self.randaugment:  # a NumPy array, kept on the host: which images take which operation is known there
-            augs = randaugment.draw(self.randaugment, batch, t.seed, nimg)[offset : offset + n]
+        if self.randaugment or t.random_erase:  # NumPy arrays, kept on the host: which images change is known there
+            augs = self._augs(batch, nimg)[offset : offset + n]
         if t.mixup or t.cutmix:  # drawn for the whole step, by pairs of global positions
             mixed = mixing.draw(batch, t.mixup, t.cutmix, t.seed, nimg)[offset : offset + n]
         return images, labels, boxes, augs, mixed
+
+    def _augs(self, batch: int, nimg: int) -> np.ndarray:
+        """RandAugment's draws and random erasing's of the step at `nimg` of `batch` images, one row of each
+        image's (zeros where one is off: nothing applies)."""
+        t = self.cfg.train
+        ra = randaugment.draw(self.randaugment, batch, t.seed, nimg) if self.randaugment else np.zeros((batch, 1, 5))
+        er = erasing.draw(t.random_erase, batch, t.seed, nimg)
+        return np.concatenate([ra.reshape(batch, -1), er], 1).astype(np.float32)
 
     def batch_sheet(self, nimg: int) -> Image.Image:
         """The step's first images as the network receives them (loader crops and flips, device crops,
@@ -381,14 +389,16 @@ class ClassifyTask:
         self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None, augs: np.ndarray | None = None
     ) -> torch.Tensor:
         """What the network receives for uint8 NHWC images: [-1, 1] NCHW, cropped to `boxes` on the
-        device, through RandAugment's draws `augs`, rotated by their labels when it learns rotations."""
+        device, through RandAugment and random erasing by their draws `augs`, rotated by their labels when it
+        learns rotations."""
         x = from_uint8(images)
         if boxes is not None:  # (in float32 whatever autocast says: a bf16 grid moves a 224 px crop by half a pixel)
             with torch.autocast(x.device.type, enabled=False):
                 grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
                 x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-        if augs is not None:
-            x = randaugment.apply(x, augs)
+        if augs is not None:  # (rows of `_augs`: RandAugment's layers, then random erasing's)
+            x = randaugment.apply(x, augs[:, : -erasing.COLUMNS].reshape(len(augs), -1, randaugment.COLUMNS))
+            x = erasing.apply(x, augs[:, -erasing.COLUMNS :])
         return rotate(x, labels) if self.rotation else x
 
     def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
@@ -408,7 +418,7 @@ class ClassifyTask:
         """One forward/backward of m images at the largest resolution of the schedule."""
         size = max(p.resolution or self.cfg.data.resolution for p in self.schedule.phases)
         images, labels = self.data.get(torch.arange(min(m, len(self.data))).repeat(m)[:m])
-        augs = randaugment.draw(self.randaugment, m, self.cfg.train.seed, 0) if self.randaugment else None
+        augs = self._augs(m, 0) if self.randaugment or self.cfg.train.random_erase else None
         self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None, augs, None))
         self.opt.zero_grad(set_to_none=True)
 
