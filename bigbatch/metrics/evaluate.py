@@ -138,12 +138,14 @@ def score(
     kid_subsets: int = 100,
     kid_subset_size: int = 1000,
     seed: int = 2020,
+    device: torch.device | None = None,
 ) -> dict[str, float]:
     """Scores of generated `features` ({"pool": ..., "logits": ...}) against `reference` statistics,
     named for the extractor `family`: {"fid"}, {"is", "is_std"}, {"kid", "kid_std"}, {"precision",
     "recall"}, {"density", "coverage"} (or fcd, cs, kcd, c_precision, ...). Precision, recall, density and
     coverage compare with a seeded subset of the reference features as large as the generated set (equal
-    sizes, as the papers compute them: a larger set has smaller balls)."""
+    sizes, as the papers compute them: a larger set has smaller balls), on `device` (the extractor's: its
+    distances are the work; default the features')."""
     names = NAMES[family]
     out: dict[str, float] = {}
     for metric in parse_metrics(metrics):
@@ -157,7 +159,8 @@ def score(
         if metric in MANIFOLD:
             real = _equal_subset(reference.features, len(features["pool"]), seed)
             measure = precision_recall if metric == "pr" else density_coverage
-            values = measure(features["pool"], real).values()
+            fake = features["pool"] if device is None else features["pool"].to(device)
+            values = measure(fake, real).values()
             out |= dict(zip(score_names(metric, family), values, strict=True))
         elif metric == "fid":
             out[names["fid"]] = frechet_distance(*feature_stats(features["pool"]), reference.mu, reference.sigma)
@@ -248,7 +251,7 @@ def evaluate(
     wanted = check_metrics(ext, metrics)
     ref = reference_for(data if reference is None else reference, ext, wanted, reference_n, batch_size, cache)
     feats = generated_features(G, ext, n, seed, truncation, batch_size)
-    return score(feats, ref, wanted, ext.family, is_splits, kid_subsets, kid_subset_size)
+    return score(feats, ref, wanted, ext.family, is_splits, kid_subsets, kid_subset_size, device=ext.device)
 
 
 @torch.no_grad()
@@ -318,4 +321,4 @@ def evaluate_images(
     wanted = check_metrics(ext, metrics)
     ref = reference_for(reference, ext, wanted, reference_n, batch_size, cache)
     feats = image_features(images, ext, n, seed, batch_size)
-    return score(feats, ref, wanted, ext.family, is_splits, kid_subsets, kid_subset_size)
+    return score(feats, ref, wanted, ext.family, is_splits, kid_subsets, kid_subset_size, device=ext.device)

@@ -140,7 +140,7 @@ class Scorer:
             if e.standing_stats:
                 G = standing_stats(copy.deepcopy(G), e.standing_stats, e.batch_size, e.seed, e.truncation)
             feats = generated_features(G, self.extractor, e.n, e.seed, e.truncation, e.batch_size)
-            scores = score(feats, self.reference, e.metrics, self.extractor.family)
+            scores = score(feats, self.reference, e.metrics, self.extractor.family, device=self.extractor.device)
         return {**scores, "eval_seconds": round(time.perf_counter() - began, 3)}
 
     def improved(self, scores: dict[str, float]) -> bool:
