@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import cv2
@@ -150,6 +151,48 @@ def test_video_make_keeps_frames_and_audio(extracted, tmp_path):
     assert len(frames) == N and frames[0].shape == (H, W, 3)
     png = cv2.imread("frames/00001.png")[:, :, ::-1].astype(np.float32)
     assert np.abs(frames[0] - png).mean() < 3  # 16 Mbit/s H.264: near-lossless
+
+
+def _write_clip(path, frames, times_ms, rotation=0):
+    import av
+
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
+        s.codec_context.time_base = s.time_base = Fraction(1, 1000)
+        if rotation:
+            s.set_display_rotation(rotation)
+        for frame, t in zip(frames, times_ms):
+            vf = av.VideoFrame.from_ndarray(frame, format="rgb24")
+            vf.pts, vf.time_base = t, Fraction(1, 1000)
+            for packet in s.encode(vf):
+                c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+
+
+def test_video_frames_are_upright_and_at_a_constant_rate(tmp_path):
+    """Found from outside: a phone's portrait video came out on its side, and a variable-rate one's frames,
+    written at the average rate, drifted from its sound."""
+    from bigbatch.faces.video import Video
+
+    grey = [np.full((48, 64, 3), 20 * i, np.uint8) for i in range(6)]
+    for g in grey:
+        g[:8, :16] = 255  # a mark at the stored frame's top left
+    _write_clip(tmp_path / "portrait.mp4", grey, [40 * i for i in range(6)], rotation=90)
+    with Video(tmp_path / "portrait.mp4") as v:
+        frames = list(v.frames())
+    assert len(frames) == 6 and frames[0].shape == (64, 48, 3)  # shown turned a quarter counter-clockwise
+    assert frames[0][-8:, :8].mean() > 200 and frames[0][:8, :8].mean() < 100  # the mark now at the bottom left
+    # Frames shown 40 ms and 120 ms in turn: at the average rate, 1/80 ms, each keeps its time, the long ones
+    # repeated and the short ones dropped, as FFmpeg writes an image sequence.
+    times = [0, 40, 160, 200, 320, 360, 480, 520]
+    _write_clip(tmp_path / "vfr.mp4", [np.full((48, 64, 3), 30 * i, np.uint8) for i in range(8)], times)
+    with Video(tmp_path / "vfr.mp4") as v:
+        levels = [round(float(f.mean()) / 30) for f in v.frames()]
+        slot = 1 / float(v.rate)
+    assert len(levels) == round(times[-1] / 1000 / slot) + 1
+    assert all(levels[round(t / 1000 / slot)] == i for i, t in enumerate(times) if i % 2 == 0)
 
 
 def test_turned_photos_are_found_and_mapped_back(tmp_path, reference):

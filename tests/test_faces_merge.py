@@ -235,6 +235,14 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     assert main(["extract", "faceless", "none_found", "--workers", "1", "--no-debug"]) == 0
     assert main(["merge", str(run), "faceless", "none_found", "merged_faceless"]) == 0
     assert np.array_equal(cv2.imread("merged_faceless/00001.png"), odd)
+    # Odd frames with faces and without keep one size, the frames' own (found from outside: those with a face
+    # lost a row and a column, those without did not, and `video make` refused the two sizes).
+    Path("odd").mkdir()
+    for i in range(1, 6):
+        cv2.imwrite(f"odd/{i:05d}.png", np.pad(cv2.imread(f"frames/{i:05d}.png"), ((0, 1), (0, 1), (0, 0)), "edge"))
+    assert main(["merge", str(run), "odd", str(root / "dst_aligned"), "merged_odd", "--color", "none"]) == 0
+    assert {cv2.imread(f"merged_odd/{i:05d}.png").shape for i in range(1, 6)} == {(241, 321, 3)}
+    assert main(["video", "make", "merged_odd", "odd.mp4", "--preset", "ultrafast"]) == 0
 
 
 def test_merge_refuses_bad_input_in_one_line(workflow, capsys):

@@ -459,9 +459,10 @@ def merge_folder(
                     merging.merged_before(stem)
                     continue
                 n, merged = n + 1, merged + len(faces.get(stem, ()))
-                # (a frame without faces, for PNGs, as it is: found from outside, an odd side lost its last row)
-                even = writer is not None or bool(faces.get(stem))
-                frame = read_image(image, even) if isinstance(image, Path) else image
+                # PNGs at the frames' own size, faces or not (found from outside: an odd side lost its last row, and
+                # then only where a frame had a face, so that `video make` refused frames of two sizes); a video's
+                # all with even sides (yuv420p), as DFL's cut_odd_image
+                frame = read_image(image, writer is not None) if isinstance(image, Path) else image
                 if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
                     raise BigbatchError(f"{image} does not decode as an image")
                 merging.add(i, stem, frame)

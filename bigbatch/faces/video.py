@@ -67,13 +67,33 @@ class Video:
         self.count = self.stream.frames or None
 
     def frames(self) -> Iterator[np.ndarray]:
-        """Every frame, in order, as RGB uint8 (h, w, 3)."""
+        """Every frame, in order, as RGB uint8 (h, w, 3), at a constant rate: `rate` frames a second of the
+        video's time, a frame shown longer repeated and one shown for less than a frame's time left out (a
+        phone's variable-rate video, whose frames written at the average rate drifted from its sound: found
+        from outside), as FFmpeg writes an image sequence; upright: turned by the rotation the container says
+        it is displayed at (a phone's portrait video is stored on its side), as FFmpeg's autorotate does."""
+        import numpy
+
         av = _av()
-        n = 0
+        n, slot, start, last = 0, 0, None, None
         try:
             for frame in self.container.decode(self.stream):
                 n += 1
-                yield frame.to_ndarray(format="rgb24")
+                image = frame.to_ndarray(format="rgb24")
+                turns = round(getattr(frame, "rotation", 0) / 90) % 4  # (counter-clockwise, as np.rot90)
+                image = numpy.ascontiguousarray(numpy.rot90(image, turns)) if turns else image
+                if frame.time is None:  # (no timestamps: every frame, in order)
+                    yield image
+                    continue
+                start = frame.time if start is None else start
+                at = round((frame.time - start) * self.rate)  # the slot of the frame's time
+                if at < slot:
+                    continue  # shown for less than a slot: the frame before it has that slot
+                while last is not None and slot < at:  # the frame before shown until now
+                    yield last
+                    slot += 1
+                yield image
+                slot, last = at + 1, image
         except av.FFmpegError as e:
             raise BigbatchError(f"{self.path}: frame {n + 1} does not decode ({e})") from None
         if n == 0:
