@@ -195,6 +195,24 @@ def test_video_frames_are_upright_and_at_a_constant_rate(tmp_path):
     assert all(levels[round(t / 1000 / slot)] == i for i, t in enumerate(times) if i % 2 == 0)
 
 
+def test_a_torso_mtcnn_takes_for_a_face_is_dropped_and_the_face_kept():
+    """Found from outside: at 0.84, MTCNN took the astronaut's torso for a face larger than hers, so it was
+    face 0 (and the only one with --max-faces 1); the second pass does not find a face in its square."""
+    frame = np.full((720, 1280, 3), 50, np.uint8)
+    frame[100:612, 210:722] = _faces.photo()
+    found = Extractor(Settings()).detect(frame)
+    assert len(found) == 2 and found[0].score < 0.9 < found[1].score  # (what MTCNN finds: the torso first)
+    for settings in (Settings(), Settings(max_faces=1)):
+        (face,) = Extractor(settings).find(frame)
+        x0, y0, x1, y1 = face.rect
+        assert 370 < x0 < x1 < 500 and 140 < y0 < y1 < 300  # her face, not the torso
+    assert len(Extractor(Settings(second_pass=False)).find(frame)) == 2  # (what the second pass checks)
+    # Upside down: the turn that finds her face best, not the first that finds anything.
+    (face,) = Extractor(Settings()).find(np.ascontiguousarray(frame[::-1, ::-1]))
+    x0, y0, x1, y1 = face.rect
+    assert 1280 - 500 < x0 < x1 < 1280 - 370 and 720 - 300 < y0 < y1 < 720 - 140
+
+
 def test_turned_photos_are_found_and_mapped_back(tmp_path, reference):
     """A photo on its side: found in the turned image (DFL's 90/270/180 tries) and its landmarks mapped back."""
     image = np.ascontiguousarray(np.rot90(_faces.photo()))  # 90 degrees counter-clockwise

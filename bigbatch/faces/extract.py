@@ -198,6 +198,11 @@ def _turn_back(face: Face, rot: int, w: int, h: int) -> Face:
     return Face((min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)), lm)
 
 
+# MTCNN's output-net score of a face seen whole and upright is 0.99 and more; the false faces and sideways
+# faces found from outside scored 0.76 to 0.94.
+CONFIDENT = 0.95
+
+
 class Extractor:
     """Detector and landmarker, and what a frame's faces become. Built once per worker process."""
 
@@ -222,31 +227,53 @@ class Extractor:
         self.landmarks = DlibLandmarks(landmarks_model, say_licence=False)
 
     def find(self, image: np.ndarray) -> list[Face]:
-        """The faces of an RGB frame, largest first, each with its 68 landmarks in the frame's pixels."""
+        """The faces of an RGB frame, largest first, each with its 68 landmarks in the frame's pixels.
+
+        As DFL, the frame is searched upright, then turned 90, 270 and 180 degrees, and each face found is
+        aligned and found again there (the second pass). With MTCNN (not DFL's S3FD, whose results are
+        DFL's), two things more, each found from outside: a turn whose best face scores under CONFIDENT
+        does not end the search, the turn whose best face scores highest is taken (an upside-down face was
+        taken sideways, at 0.87, from the 270 degree turn); and a face the second pass does not find again
+        in its own aligned square is dropped (MTCNN took a torso for a face at 0.84, larger than the real
+        one and so face 0, and merge swapped a face onto it)."""
         h, w = image.shape[:2]
+        mtcnn = self.settings.detector == "mtcnn+dlib"
+        best: tuple[float, int, np.ndarray, list] | None = None
         for rot in (0, 90, 270, 180):
             turned = np.ascontiguousarray(_turn(image, rot))
             found = self.detect(turned)  # (none with a side under min_face)
-            if found:
+            if not found:
+                continue
+            top = max(d.score for d in found)
+            if best is None or top > best[0]:
+                best = (top, rot, turned, found)
+            if not mtcnn or top >= CONFIDENT:
                 break
-        if self.settings.max_faces:
-            found = found[: self.settings.max_faces]
+        if best is None:
+            return []
+        _, rot, turned, found = best
         faces = []
         for d in found:
+            if self.settings.max_faces and len(faces) == self.settings.max_faces:
+                break
             lm = self.landmarks(turned, d.box)
             if self.settings.second_pass:
-                lm = self._refine(turned, lm)
+                again = self._refine(turned, lm)
+                if again is None and mtcnn:
+                    continue
+                lm = lm if again is None else again
             faces.append(_turn_back(Face(tuple(int(v) for v in d.box), lm), rot, w, h))
         return faces
 
-    def _refine(self, image: np.ndarray, lm: np.ndarray) -> np.ndarray:
+    def _refine(self, image: np.ndarray, lm: np.ndarray) -> np.ndarray | None:
         """DFL's second pass: the face aligned to `full` at 256 px, found and landmarked again there (only when
-        exactly one face is found), mapped back to the frame."""
+        exactly one face is found: else the landmarks as they were), mapped back to the frame; None when no face
+        is found there."""
         mat = align.transform_mat(lm, 256, align.FaceType.FULL)
         face = np.ascontiguousarray(align.warp_face(image, mat, 256))
         again = self.detect(face, min_face=96)  # the face fills most of the square: no small ones to look for
         if len(again) != 1:
-            return lm
+            return None if not again else lm
         return align.transform_points(self.landmarks(face, again[0].box, samples=True), mat, invert=True)
 
     def aligned(self, image: np.ndarray, faces: list[Face], source: str) -> tuple[list[bytes], np.ndarray]:
