@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.cli_tools import device_named
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 def _positive(name: str, value: int, low: int = 1) -> int:
@@ -90,6 +90,11 @@ def _merge(args: argparse.Namespace) -> None:
     )
     if args.video:
         video.check_video_out(args.video, "--video")
+    if args.video and args.mode == "raw-predict":  # (found from outside: the faceless frames' corners filled it)
+        raise BigbatchError(
+            "--mode raw-predict writes the model's faces, each its size, and frames without a face as they are: "
+            "they make no video; drop --video (or merge with another --mode)"
+        )
     for given, name in ((args.fps, "--fps"), (args.audio_from, "--audio-from"), (args.preset, "--preset")):
         if given is not None and not args.video:
             raise BigbatchError(
@@ -105,6 +110,11 @@ def _merge(args: argparse.Namespace) -> None:
             src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
             audio = args.audio_from or (args.frames if src_is_video else None)
             rate = video.frame_rate(args.fps, args.frames if src_is_video else args.audio_from)
+            if not src_is_video and args.fps is None and args.audio_from is None:  # (found from outside: unsaid)
+                warn(
+                    f"--video of a frames folder, with neither --fps nor --audio-from: {float(rate):g} fps and no "
+                    "sound; give --audio-from DST.mp4 (the video the frames came from: its rate and its sound)"
+                )
             Path(args.video).parent.mkdir(parents=True, exist_ok=True)
             # x264 on the cores the merge's threads leave (at least one): on two cores one thread, which spends
             # less CPU time than x264's own choice of three.

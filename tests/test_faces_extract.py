@@ -195,6 +195,15 @@ def test_video_frames_are_upright_and_at_a_constant_rate(tmp_path):
     assert all(levels[round(t / 1000 / slot)] == i for i, t in enumerate(times) if i % 2 == 0)
 
 
+def test_a_16_bit_frame_reads_as_its_levels(tmp_path):
+    """Found from outside: stretched to its own range (its background changed brightness in the merge)."""
+    from bigbatch.faces.extract import read_image
+
+    levels = np.random.default_rng(0).integers(4, 200, (6, 8, 3)).astype(np.uint16)
+    cv2.imwrite(str(tmp_path / "deep.png"), levels * 257)
+    assert np.array_equal(read_image(tmp_path / "deep.png"), levels[:, :, ::-1].astype(np.uint8))
+
+
 def test_a_torso_mtcnn_takes_for_a_face_is_dropped_and_the_face_kept():
     """Found from outside: at 0.84, MTCNN took the astronaut's torso for a face larger than hers, so it was
     face 0 (and the only one with --max-faces 1); the second pass does not find a face in its square."""

@@ -214,8 +214,12 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     # An interrupted merge --video goes on: the frames merged before are read back into the video, in order.
     Path("out/00002.png").unlink()
     capsys.readouterr()
+    Path(".out.tmp-999999999.mp4").write_bytes(b"of a merge killed while writing its video")
     assert main([*args[:-2], "--color", "rct", "--video", "out.mp4", "--preset", "ultrafast"]) == 0
-    assert "Wrote out.mp4: 5 frames at 25 fps" in capsys.readouterr().out  # (no audio: frames from a folder)
+    said = capsys.readouterr()
+    assert "Wrote out.mp4: 5 frames at 25 fps" in said.out  # (no audio: frames from a folder)
+    assert "neither --fps nor --audio-from: 25 fps and no sound" in said.err  # (found from outside: unsaid)
+    assert not Path(".out.tmp-999999999.mp4").exists()  # (found from outside: left there)
     import av
 
     with av.open("out.mp4") as c:
@@ -271,6 +275,7 @@ def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
     cases.append((["merge", str(run), str(root / "data_dst.mp4"), aligned, aligned], "is the ALIGNED folder"))
     cases.append(([*good, "--face-type", "f"], "was trained on wf faces"))
     cases.append(([*good[:3], "nowhere", "o"], "nowhere does not exist"))
+    cases.append(([*good, "--mode", "raw-predict", "--video", "o.mp4"], "they make no video; drop --video"))
     for args, says in cases:
         capsys.readouterr()
         assert main(args) == 2, args

@@ -155,7 +155,9 @@ def read_image(path: Path, even: bool = True) -> np.ndarray | None:
     image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
     if image is None:
         return None
-    if image.dtype != np.uint8:  # 16-bit PNG, float TIFF
+    if image.dtype == np.uint16:  # 16-bit PNG or TIFF: its levels, scaled (found from outside: stretched to its range)
+        image = np.round(image / 257).astype(np.uint8)
+    elif image.dtype != np.uint8:  # float TIFF, 32-bit: its range stretched to 0..255
         image = cv2.normalize(image, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
     if image.ndim == 2:
         image = cv2.cvtColor(image, cv2.COLOR_GRAY2RGB)

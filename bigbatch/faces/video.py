@@ -5,6 +5,7 @@ one extracted from its frames folder name the same source frame."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import queue
 import re
@@ -176,6 +177,7 @@ def write_video(
     _check_preset(preset)
     av = _av()
     out = Path(out)
+    _remove_stale(out)
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
     rate = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
     count = 0
@@ -206,6 +208,18 @@ def write_video(
     finally:
         tmp.unlink(missing_ok=True)
     return count
+
+
+def _remove_stale(out: Path) -> None:
+    """The temporary files of writes of `out` by processes killed while writing it (found from outside: one
+    was left beside the video, a rerun did not remove it)."""
+    from bigbatch.files import pid_alive
+
+    prefix = f".{out.stem}.tmp-"
+    for path in out.parent.glob(f"{glob.escape(prefix)}*{glob.escape(out.suffix)}"):
+        pid = path.name[len(prefix) : len(path.name) - len(out.suffix)]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            path.unlink(missing_ok=True)
 
 
 class VideoWriter:
