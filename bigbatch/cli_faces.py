@@ -143,6 +143,14 @@ def _video(args: argparse.Namespace) -> None:
     print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{video.audio_said(args.audio_from)}")
 
 
+def _sort(args: argparse.Namespace) -> None:
+    from bigbatch.faces.sort import sort_folder
+
+    kept, trash = sort_folder(args.folder, args.by, args.target)
+    moved = f"; the rest moved to {trash}" if trash else ""
+    print(f"Sorted {kept} faces of {args.folder} by {args.by}: 00000.jpg on{moved}")
+
+
 def _preset_argument(parser: argparse.ArgumentParser) -> None:
     from bigbatch.faces.video import PRESETS
 
@@ -220,6 +228,21 @@ def add_face_commands(sub: Any) -> None:
     mg.add_argument("--audio-from", metavar="VIDEO", help="the video's audio (default: FRAMES's, if a video)")
     _preset_argument(mg)
     mg.set_defaults(func=_merge)
+
+    so = sub.add_parser(
+        "sort",
+        help="sort a folder of aligned faces as DFL's sort tool (renamed 00000.jpg on; the unwanted to FOLDER_trash)",
+    )
+    so.add_argument("folder", metavar="FOLDER", help="aligned faces (bigbatch extract's or DFL's)")
+    so.add_argument(
+        "--by",
+        required=True,
+        metavar="METHOD",
+        help="DFL's: blur, motion-blur, face-yaw, face-pitch, face-source-rect-size, hist, brightness, hue, black, "
+        "origname or final (the best --target faces over the yaws)",
+    )
+    so.add_argument("--target", type=int, default=2000, help="final: how many faces to keep (DFL's default 2000)")
+    so.set_defaults(func=_sort)
 
     vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")
     actions = vi.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -239,6 +239,13 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     assert main(["extract", "faceless", "none_found", "--workers", "1", "--no-debug"]) == 0
     assert main(["merge", str(run), "faceless", "none_found", "merged_faceless"]) == 0
     assert np.array_equal(cv2.imread("merged_faceless/00001.png"), odd)
+    # dst faces sorted (renamed 00000.jpg on, as DFL's sort does) merge as before: a face's frame is in its metadata.
+    shutil.copytree(root / "dst_aligned", "sorted_aligned")
+    assert main(["sort", "sorted_aligned", "--by", "blur"]) == 0
+    assert main(["merge", str(run), "frames", str(root / "dst_aligned"), "out_none", "--color", "none"]) == 0
+    assert main(["merge", str(run), "frames", "sorted_aligned", "merged_sorted", "--color", "none"]) == 0
+    for i in range(1, 5):
+        assert np.array_equal(cv2.imread(f"merged_sorted/{i:05d}.png"), cv2.imread(f"out_none/{i:05d}.png"))
     # Odd frames with faces and without keep one size, the frames' own (found from outside: those with a face
     # lost a row and a column, those without did not, and `video make` refused the two sizes).
     Path("odd").mkdir()

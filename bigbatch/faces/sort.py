@@ -1,0 +1,226 @@
+"""`bigbatch sort`: DFL's sort tool for a folder of aligned faces, to find the bad ones (blurry, turned away,
+false detections) or to keep the best N. As DFL's: the faces are renamed 00000.jpg, 00001.jpg, ... in the
+order asked for, and what a method leaves out (files that are not aligned faces; with `final`, the faces
+past the target) is moved to FOLDER_trash beside the folder. Merge finds a face's frame by its metadata,
+not its name, so a sorted dst set still merges.
+
+Methods, each DFL's (mainscripts/Sorter.py):
+- blur: sharpest first, by the variance of the Laplacian of the grey face over the inside of its landmarks'
+  hull (DFL scores CPBD, Narvekar & Karam's sharpness metric; the Laplacian's variance is the common
+  measure, and DFL's own motion-blur);
+- motion-blur: DFL's: the variance of an 11-pixel Laplacian of the face inside its hull, highest first;
+- face-yaw, face-pitch: turned most one way first, from the face's landmarks (yaw: the jaw line's distances
+  to the nose bridge, as DFL's head alignment measures it; pitch: where the nose tip falls between the eyes
+  and the mouth; DFL solves a 3D head pose for both, and the order is the same to within the landmarks' noise);
+- face-source-rect-size: the largest face in its frame first;
+- hist: DFL's chain of histogram similarity (each next face the nearest by Bhattacharyya distance of the
+  three channels' histograms), which brings faces of one person, light and scene together;
+- brightness, hue: by the mean V or H of HSV, highest first; black: fewest black pixels first;
+- origname: by the frame the face came from, then its index;
+- final: the best `target` faces: yaw in 128 bins, as many from each as the target allows (bins with fewer
+  give their share to the rest), the sharpest of each bin, the sharpest of the rest where that leaves the
+  target short; the others to the trash (DFL's `final` also spreads pitch and histogram dissimilarity
+  within a bin).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from bigbatch.data.dfl_faces import NoFaceData, hull_mask, landmarks_of, read_metadata
+from bigbatch.errors import BigbatchError
+from bigbatch.faces.video import natural_key
+
+SUFFIXES = (".jpg", ".jpeg")
+YAW_BINS = 128
+
+
+def _blur(face: np.ndarray, meta: dict) -> float:
+    """The variance of the grey face's Laplacian over the inside of its hull (away from its rim: the rim of a
+    masked face is an edge of its own, as sharp in a blurred face)."""
+    mask = cv2.erode(hull_mask(face.shape[:2], landmarks_of(meta)).astype(np.uint8), np.ones((5, 5), np.uint8))
+    laplacian = cv2.Laplacian(cv2.cvtColor(face, cv2.COLOR_BGR2GRAY).astype(np.float64), cv2.CV_64F)
+    inside = laplacian[mask > 0]
+    return float(inside.var()) if inside.size else 0.0
+
+
+def _motion_blur(face: np.ndarray, meta: dict) -> float:
+    mask = hull_mask(face.shape[:2], landmarks_of(meta))[..., None]
+    return float(cv2.Laplacian((face * mask).astype(np.uint8), cv2.CV_64F, ksize=11).var())
+
+
+def yaw(meta: dict) -> float:
+    """The face's yaw, in units of its width: the jaw line's distance to the nose bridge on the right less
+    that on the left, over the face's width (0 facing the camera)."""
+    p = landmarks_of(meta)
+    left = np.mean(p[27:30, 0] - p[0:3, 0])
+    right = np.mean(p[14:17, 0][::-1] - p[27:30, 0])
+    return float((right - left) / max(p[16, 0] - p[0, 0], 1e-6))
+
+
+def pitch(meta: dict) -> float:
+    """The face's pitch: 0.5 less where the nose tip falls between the eyes' line (0) and the mouth's (1);
+    higher when the face turns up (the nose, nearer the camera, rises past the eyes in the picture)."""
+    p = landmarks_of(meta)
+    eyes, mouth, tip = p[36:48, 1].mean(), p[48:68, 1].mean(), p[30, 1]
+    return float(0.5 - (tip - eyes) / max(mouth - eyes, 1e-6))
+
+
+def _rect_area(face: np.ndarray, meta: dict) -> float:
+    x0, y0, x1, y1 = (float(v) for v in meta.get("source_rect", (0, 0, 0, 0)))
+    return abs((x1 - x0) * (y1 - y0))
+
+
+def _hsv_mean(channel: int) -> Callable[[np.ndarray, dict], float]:
+    return lambda face, _: float(cv2.cvtColor(face, cv2.COLOR_BGR2HSV)[..., channel].mean())
+
+
+def _black(face: np.ndarray, _: dict) -> float:
+    return -float((face == 0).sum())  # (fewest first: the highest first, as the others)
+
+
+# method: (what it measures, highest first, of each face's pixels (BGR) and metadata)
+MEASURES: dict[str, Callable[[np.ndarray, dict], float]] = {
+    "blur": _blur,
+    "motion-blur": _motion_blur,
+    "face-yaw": lambda face, meta: yaw(meta),
+    "face-pitch": lambda face, meta: pitch(meta),
+    "face-source-rect-size": _rect_area,
+    "brightness": _hsv_mean(2),
+    "hue": _hsv_mean(0),
+    "black": _black,
+}
+METHODS = (*MEASURES, "hist", "origname", "final")
+NEEDS_PIXELS = {"blur", "motion-blur", "brightness", "hue", "black", "hist", "final"}
+
+
+def _faces(folder: Path) -> tuple[list[tuple[Path, dict]], list[Path]]:
+    """The aligned faces of `folder` in name order, with their metadata, and the images that are not ones."""
+    faces, other = [], []
+    for path in sorted((p for p in folder.iterdir() if p.is_file()), key=natural_key):
+        if path.suffix.lower() not in (*SUFFIXES, ".png"):
+            continue
+        try:
+            meta = read_metadata(path.read_bytes(), str(path))
+            if meta is None:
+                raise NoFaceData("no DeepFaceLab metadata")
+            landmarks_of(meta)
+        except (NoFaceData, BigbatchError, OSError):
+            other.append(path)
+            continue
+        faces.append((path, meta))
+    return faces, other
+
+
+def _hist_chain(faces: list[tuple[Path, Any]]) -> list[int]:
+    """DFL's sort by histogram similarity: from the first face, each next the nearest of those left."""
+    hists = []
+    for path, _ in faces:
+        image = cv2.imread(str(path))
+        hists.append([cv2.calcHist([image], [c], None, [256], [0, 256]) for c in range(3)])
+    order = list(range(len(faces)))
+    for i in range(len(order) - 1):
+        a = hists[order[i]]
+        scores = [
+            sum(cv2.compareHist(a[c], hists[order[j]][c], cv2.HISTCMP_BHATTACHARYYA) for c in range(3))
+            for j in range(i + 1, len(order))
+        ]
+        j = i + 1 + int(np.argmin(scores))
+        order[i + 1], order[j] = order[j], order[i + 1]
+    return order
+
+
+def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list[int]]:
+    """DFL's best faces, by yaw bins and sharpness (see the module)."""
+    yaws = np.array([yaw(meta) for _, meta in faces])
+    sharp = np.array([_blur(cv2.imread(str(p)), meta) for p, meta in faces])
+    edges = np.linspace(yaws.min(), yaws.max(), YAW_BINS + 1)[1:-1]
+    bins = [np.flatnonzero(np.digitize(yaws, edges) == b) for b in range(YAW_BINS)]
+    share = max(1, round(target / YAW_BINS))
+    share += sum(max(share - len(b), 0) for b in bins) // YAW_BINS  # (what thin bins lack, to the others)
+    kept = [int(i) for b in bins for i in b[np.argsort(-sharp[b], kind="stable")][:share]]
+    kept = sorted(kept, key=lambda i: -sharp[i])[:target]
+    chosen = set(kept)
+    rest = [int(i) for i in np.argsort(-sharp, kind="stable") if i not in chosen]
+    kept += rest[: target - len(kept)]  # (bins of one yaw, or a target short of a face a bin: the sharpest fill it)
+    kept = sorted(kept, key=lambda i: (-yaws[i], -sharp[i]))
+    return kept, sorted(set(range(len(faces))) - set(kept))
+
+
+def sort_order(folder: Path, method: str, target: int = 2000) -> tuple[list[Path], list[Path]]:
+    """The faces of `folder` in `method`'s order, and what goes to the trash."""
+    if method not in METHODS:
+        raise BigbatchError(f"--by {method!r} is not a sort method; valid: {', '.join(METHODS)}")
+    faces, other = _faces(folder)
+    if not faces:
+        raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
+    trash = list(other)
+    if method == "hist":
+        order = _hist_chain(faces)
+    elif method == "origname":
+        order = sorted(range(len(faces)), key=lambda i: natural_key(str(faces[i][1].get("source_filename", ""))))
+    elif method == "final":
+        if target < 1:
+            raise BigbatchError(f"--target must be at least 1 face, got {target}")
+        order, dropped = _final(faces, target)
+        trash += [faces[i][0] for i in dropped]
+    else:
+        measure = MEASURES[method]
+        values = []
+        for path, meta in faces:
+            image = cv2.imread(str(path)) if method in NEEDS_PIXELS else None
+            values.append(measure(image, meta))
+        order = sorted(range(len(faces)), key=lambda i: -values[i])
+    return [faces[i][0] for i in order], trash
+
+
+def apply_order(folder: Path, order: list[Path], trash: list[Path]) -> Path | None:
+    """DFL's final step: `trash` moved to FOLDER_trash (beside what an earlier sort put there: DFL empties it
+    first, which loses them), `order` renamed 00000.jpg, ... through temporary names (a name may be another
+    face's). Returns the trash folder if anything went there."""
+    bin_ = None
+    if trash:
+        bin_ = folder.parent / f"{folder.name}_trash"
+        bin_.mkdir(exist_ok=True)
+        for path in trash:
+            to, n = bin_ / path.name, 1
+            while to.exists():
+                to, n = bin_ / f"{path.stem}.{n}{path.suffix}", n + 1
+            shutil.move(str(path), str(to))
+    staged = []
+    for i, path in enumerate(order):
+        tmp = folder / f".sort-{os.getpid()}-{i:05d}{path.suffix.lower()}"
+        os.replace(path, tmp)
+        staged.append(tmp)
+    for i, tmp in enumerate(staged):
+        os.replace(tmp, folder / f"{i:05d}{tmp.suffix}")
+    return bin_
+
+
+def sort_folder(folder: str | Path, method: str, target: int = 2000) -> tuple[int, Path | None]:
+    """`bigbatch sort`: sort `folder`'s faces by `method` in place; (faces kept, the trash folder or None)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BigbatchError(f"{folder} is not a folder of aligned faces")
+    _recover(folder)
+    order, trash = sort_order(folder, method, target)
+    return len(order), apply_order(folder, order, trash)
+
+
+def _recover(folder: Path) -> None:
+    """Faces a killed sort left under their temporary names get names of their own again (after the others)."""
+    left = sorted(folder.glob(".sort-*"), key=natural_key)
+    taken = {p.name for p in folder.iterdir()}
+    n = 0
+    for path in left:
+        while f"sorted_{n:05d}{path.suffix}" in taken:
+            n += 1
+        os.replace(path, folder / f"sorted_{n:05d}{path.suffix}")
+        n += 1

@@ -1,0 +1,105 @@
+"""bigbatch sort: DFL's sort tool on a folder of aligned faces. The faces are the astronaut's, aligned by
+extract and then blurred, darkened or turned (their landmarks moved as a turned head's move), so each
+method's order is known."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+pytest.importorskip("dlib")
+pytest.importorskip("skimage")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import _faces  # noqa: E402
+
+from bigbatch.cli import main  # noqa: E402
+from bigbatch.data.dfl_faces import read_metadata, write_metadata  # noqa: E402
+from bigbatch.faces import align  # noqa: E402
+from bigbatch.faces.extract import Extractor, Settings  # noqa: E402
+from bigbatch.faces.sort import pitch, yaw  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def face():
+    """The astronaut's aligned whole face (BGR, 256 px) and its metadata, as extract writes them."""
+    image = _faces.photo()
+    (found,) = Extractor(Settings()).find(image)
+    ex = Extractor(Settings(size=256))
+    (data,), _ = ex.aligned(image, [found], "00001.png")
+    meta = read_metadata(data)
+    return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), meta
+
+
+def save(path, image, meta):
+    ok, jpg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    path.write_bytes(write_metadata(jpg.tobytes(), meta))
+
+
+def names(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_blur_brightness_and_final_order_the_faces_and_trash_what_is_not_one(face, tmp_path, capsys):
+    image, meta = face
+    folder = tmp_path / "aligned"
+    folder.mkdir()
+    sigmas = [3.0, 0.0, 6.0, 1.5]  # saved in this order; sharpest first is 1, 3, 0, 2
+    for i, s in enumerate(sigmas):
+        blurred = cv2.GaussianBlur(image, (0, 0), s) if s else image
+        save(folder / f"{i:05d}_0.jpg", blurred, {**meta, "source_filename": f"{i + 1:05d}.png"})
+    cv2.imwrite(str(folder / "notes.jpg"), image)  # no metadata: not an aligned face
+    assert main(["sort", str(folder), "--by", "blur"]) == 0
+    assert "Sorted 4 faces" in capsys.readouterr().out
+    assert names(folder) == ["00000.jpg", "00001.jpg", "00002.jpg", "00003.jpg"]
+    assert names(tmp_path / "aligned_trash") == ["notes.jpg"]  # (moved, as DFL's sort moves what it cannot read)
+    frames = [read_metadata((folder / f"{i:05d}.jpg").read_bytes())["source_filename"] for i in range(4)]
+    assert frames == ["00002.png", "00004.png", "00001.png", "00003.png"]  # sharpest first; metadata kept
+    assert main(["sort", str(folder), "--by", "origname"]) == 0  # back in frame order
+    frames = [read_metadata((folder / f"{i:05d}.jpg").read_bytes())["source_filename"] for i in range(4)]
+    assert frames == ["00001.png", "00002.png", "00003.png", "00004.png"]
+    # final: the sharpest of the target, the others to the trash beside what is there (DFL empties it first)
+    assert main(["sort", str(folder), "--by", "final", "--target", "2"]) == 0
+    kept = sorted(read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder))
+    assert kept == ["00002.png", "00004.png"] and len(names(tmp_path / "aligned_trash")) == 3
+    # brightness: a darkened copy last
+    save(folder / "dark.jpg", (image * 0.5).astype(np.uint8), {**meta, "source_filename": "dark.png"})
+    assert main(["sort", str(folder), "--by", "brightness"]) == 0
+    assert read_metadata((folder / "00002.jpg").read_bytes())["source_filename"] == "dark.png"
+    for args, says in [
+        (["--by", "x"], "--by 'x' is not a sort method; valid: blur"),
+        (["--by", "final", "--target", "0"], "--target must be at least 1 face"),
+    ]:
+        assert main(["sort", str(folder), *args]) == 2
+        assert says in capsys.readouterr().err
+    assert main(["sort", str(tmp_path / "aligned_trash" / "notes.jpg"), "--by", "blur"]) == 2
+    assert "is not a folder of aligned faces" in capsys.readouterr().err
+
+
+def test_a_killed_sorts_faces_come_back_and_yaw_and_pitch_follow_the_head(face, tmp_path):
+    image, meta = face
+    folder = tmp_path / "aligned"
+    folder.mkdir()
+    lm = np.asarray(meta["landmarks"])
+    # A head turned to its left: the nose (27..35) moves right of the jaw's middle; turned up: the nose tip
+    # rises towards the eyes.
+    for i, shift in enumerate([0.0, 12.0, -12.0]):
+        moved = lm.copy()
+        moved[27:36, 0] += shift
+        save(folder / f"yaw{i}.jpg", image, {**meta, "landmarks": moved.tolist(), "source_filename": f"{i}.png"})
+    assert yaw({"landmarks": lm.tolist()}) == pytest.approx(0, abs=0.08)
+    assert main(["sort", str(folder), "--by", "face-yaw"]) == 0
+    order = [read_metadata((folder / f"{i:05d}.jpg").read_bytes())["source_filename"] for i in range(3)]
+    assert order == ["2.png", "0.png", "1.png"]  # the jaw's right side longest first, as DFL's descending yaw
+    up = lm.copy()
+    up[30, 1] -= 10
+    assert pitch({"landmarks": up.tolist()}) > pitch({"landmarks": lm.tolist()})
+    # A sort killed between its two renames leaves faces under temporary names: the next one takes them in.
+    (folder / "00000.jpg").rename(folder / ".sort-999999-00000.jpg")
+    assert main(["sort", str(folder), "--by", "origname"]) == 0
+    assert names(folder) == ["00000.jpg", "00001.jpg", "00002.jpg"]
+    assert align.face_type(meta["face_type"]).dfl_name == "whole_face"
