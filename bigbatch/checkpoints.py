@@ -11,6 +11,7 @@ safetensors, the state goes through torch.load(weights_only=True).
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -184,10 +185,13 @@ def write_folder(
         atomic_write(tmp / "meta.json", json.dumps(meta, indent=1))
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        # (found from outside: the temporary folder was named, and "free space" was said of any error)
+        failed = Path(e.filename) if e.filename else None
+        what = f"{failed.name}: " if failed is not None and failed.parent == tmp else ""
+        fix = "free space" if e.errno in (errno.ENOSPC, errno.EDQUOT) else f"mend that (in {root})"
         raise BigbatchError(
-            f"cannot write checkpoint {root / name}: {Path(e.filename).name + ': ' if e.filename else ''}"
-            f"{e.strerror or e} (its partial folder is removed; the "
-            f"checkpoints before it are intact); free space, then "
+            f"cannot write checkpoint {root / name}: {what}{e.strerror or e} (its partial folder is removed; the "
+            f"checkpoints before it are intact); {fix}, then "
             f"{then or 'resume with: bigbatch train --run-dir ' + shlex.quote(str(root.parent)) + ' --resume'}"
         ) from None
     return tmp

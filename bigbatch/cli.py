@@ -540,6 +540,11 @@ def main(argv: list[str] | None = None) -> int:
             stream.reconfigure(errors="surrogateescape")
     in_main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    # A script's background job starts with SIGINT ignored; every command stops on it as train does (found from
+    # outside: `kill -INT` of a background prepare was ignored, and it went on to the end).
+    old_int = signal.getsignal(signal.SIGINT) if in_main else None
+    if old_int is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     args = None
     try:
         args = parse_args(argv)
@@ -573,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)
+            signal.signal(signal.SIGINT, old_int)
             ignore_late_sigterm()  # (a launched rank that has ended)
     return status or 0
 

@@ -55,11 +55,14 @@ def save_figure(fig: Any, path: str | Path) -> Path:
 
 
 def write_file(path: Path, data: bytes | memoryview) -> None:
-    """Write and fsync a file (OSError, with the path, if the disk is full)."""
+    """Write and fsync a file (OSError naming the path, if the disk is full: a failed write names no file)."""
     with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        try:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(path)) from None
 
 
 def pid_alive(pid: int) -> bool:

@@ -3,6 +3,7 @@ resume checks what it resumes, signals at any moment of start-up, checkpoints pr
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -303,6 +304,10 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     err = p.stderr.splitlines()[-1]
     assert err.startswith(f"bigbatch: error: cannot write checkpoint {run / 'checkpoints' / '000000.512'}: ")
     assert "File too large" in err and "--resume" in err  # (it named the file as if it were the checkpoint)
+    # The file that did not fit, named; "free space" only for a full disk (found from outside: said of any error).
+    failed = re.search(r"000000\.512: (\S+): File too large", err)
+    assert failed and failed[1] in {"G.safetensors", "D.safetensors", "G_ema.safetensors", "state.pt", "config.toml"}
+    assert "free space" not in err and "mend that" in err, err
     assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]
     assert [f.name for f in (run / "checkpoints").iterdir() if f.name.startswith(".")] == []
     assert main([*args[:3], "--resume", "train.kimg=0.512"]) == 0  # once there is space
@@ -516,6 +521,16 @@ def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
         assert "Traceback" not in err, err
         assert p.returncode == 128 + signal.SIGTERM and err == "bigbatch: stopped by SIGTERM\n", (p.returncode, err)
         assert not list(tmp_path.glob(".out.h5.partial-*"))
+    # Started by a script as a background job, SIGINT ignored: `kill -INT` still stops it, as it stops train
+    # (found from outside: ignored, and the prepare went on to the end).
+    ignoring = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignoring)
+    began = time.monotonic()
+    while not list(tmp_path.glob(".out.h5.partial-*")) and p.poll() is None and time.monotonic() - began < 60:
+        time.sleep(0.02)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.endswith("bigbatch: interrupted\n") and "Traceback" not in err, err
 
 
 def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys):
