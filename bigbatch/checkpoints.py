@@ -342,6 +342,8 @@ def verify(ckpt: Path, names: tuple[str, ...] | None = None) -> dict[str, Any]:
     for name in names if names is not None else tuple(meta["files"]):
         try:
             found = file_checksum(ckpt / name)
+        except PermissionError as e:
+            _refuse_permission(ckpt, name, e)
         except OSError as e:
             _raise_unreadable(ckpt, name, e.strerror or str(e))
         _check_sum(ckpt, meta, name, found)
@@ -357,6 +359,15 @@ def _check_sum(ckpt: Path, meta: dict[str, Any], name: str, found: str) -> None:
             f"checkpoint {ckpt} is corrupt: {name} does not match the {CHECKSUM} checksum recorded when it was "
             f"written (damaged on disk, or edited){ADVICE}"
         )
+
+
+def _refuse_permission(ckpt: Path, name: str, e: OSError) -> NoReturn:
+    """A file this user may not read is not a damaged one (found from outside: an intact newest checkpoint was
+    moved aside as corrupt, and the run went back one)."""
+    raise BigbatchError(
+        f"cannot read {Path(ckpt) / name}: {e.strerror or e}; give this user read access to {ckpt} (it is not "
+        "damaged), then run again"
+    )
 
 
 def _raise_unreadable(ckpt: Path, name: str, why: str) -> NoReturn:
@@ -513,6 +524,8 @@ def _read_checked(ckpt: Path, meta: dict[str, Any], name: str) -> bytes:
     """A checkpoint file's bytes, once they match the checksum meta.json recorded for them."""
     try:
         data = (ckpt / name).read_bytes()
+    except PermissionError as e:
+        _refuse_permission(ckpt, name, e)
     except OSError as e:
         _raise_unreadable(ckpt, name, e.strerror or str(e))
     _check_sum(ckpt, meta, name, xxhash.xxh3_128(data).hexdigest())

@@ -23,6 +23,7 @@ from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import ignore_late_sigterm, interrupt_at_once, keep_sigterm_for_the_loop
+from bigbatch.urls import is_url
 
 
 class _Parser(argparse.ArgumentParser):
@@ -499,7 +500,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         extras = []
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    _refuse_url_outputs(args, argv)
     return args
+
+
+# The commands whose output may be a URL (written there through fsspec); the others write local files.
+URL_OUTPUTS = {"prepare"}
+
+
+def _refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
+    """An output given as a URL to a command that writes local files, refused in one line (found from outside:
+    `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and `train --run-dir s3://b/run` trained a run there)."""
+    if args.command in URL_OUTPUTS:
+        return
+    out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "OUT"
+    for name, flag in (("out", out), ("run_dir", "--run-dir"), ("video", "--video")):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and is_url(value):
+            raise BigbatchError(
+                f"{flag} {value} is a URL, and {args.command} writes local files: give a local path (and copy the "
+                "result up afterwards)"
+            )
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

@@ -66,9 +66,10 @@ def run_eval(args: argparse.Namespace) -> None:
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool(COMPARING & set(parse_metrics(args.metrics)))  # IS alone needs no reference
-    for flag in ("n", "batch_size"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise BigbatchError(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    for flag, most in (("n", 100_000_000), ("batch_size", 1 << 20)):
+        value = getattr(args, flag, None)
+        if value is not None and not 1 <= value <= most:  # (found from outside: --n 2**63 ran for ever)
+            raise BigbatchError(f"--{flag.replace('_', '-')} must be 1 to {most:,}, got {value}")
     if args.reference_n is not None and args.reference_n < 0:  # 0: all of B, as eval.reference_n = 0
         raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)
@@ -215,8 +216,8 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     ckpt, cfg = G.checkpoint, G.config
     e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
     standing = e.standing_stats if args.standing_stats is None else args.standing_stats
-    if standing < 0:
-        raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {standing}")
+    if not 0 <= standing <= 1_000_000:
+        raise BigbatchError(f"--standing-stats must be a number of batches, 0 to 1,000,000, got {standing}")
     truncation = e.truncation if args.truncation is None else args.truncation
     if args.psi is not None:  # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores)
         if not math.isfinite(args.psi) or not hasattr(G, "truncation_psi"):

@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.cli_tools import device_named
+from bigbatch.config_types import MAX_PROCESSES
 from bigbatch.errors import BigbatchError, warn
 
 
-def _positive(name: str, value: int, low: int = 1) -> int:
+def _positive(name: str, value: int, low: int = 1, high: int | None = None) -> int:
     if value < low:
         raise BigbatchError(f"{name} must be at least {low}, got {value}")
+    if high is not None and value > high:
+        raise BigbatchError(f"{name} must be at most {high}, got {value}")
     return value
 
 
@@ -40,7 +43,8 @@ def _extract(args: argparse.Namespace) -> None:
     )
     if args.weights and args.landmarks_model:
         raise BigbatchError("--weights (DFL's S3FD and FAN) and --landmarks-model (dlib's) exclude each other")
-    workers = _positive("--workers", args.workers if args.workers is not None else min(8, os.cpu_count() or 1))
+    given = args.workers if args.workers is not None else min(8, os.cpu_count() or 1)
+    workers = _positive("--workers", given, high=MAX_PROCESSES)
     done = extract(
         args.src,
         args.out,

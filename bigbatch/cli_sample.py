@@ -53,10 +53,11 @@ def _sample(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION}, got {args.truncation}")
     if args.ncol < 1:
         raise BigbatchError(f"--ncol must be at least 1, got {args.ncol}")
+    args.ncol = min(args.ncol, args.n)  # (a row wider than the samples: found from outside, 342 GiB asked for)
     if args.out is not None:
         out_named(args.out, ".npz" if args.npz else ".png")
-    if args.standing_stats < 0:
-        raise BigbatchError(f"--standing-stats must be a number of batches >= 0, got {args.standing_stats}")
+    if not 0 <= args.standing_stats <= 1_000_000:
+        raise BigbatchError(f"--standing-stats must be a number of batches, 0 to 1,000,000, got {args.standing_stats}")
     if not math.isfinite(args.psi):
         raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {args.psi}")
     device = device_named(args.device)

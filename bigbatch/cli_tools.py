@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -93,8 +92,8 @@ def _show_batch(args: argparse.Namespace) -> None:
     from bigbatch.sampling import save_png
     from bigbatch.tasks import build_task
 
-    if not math.isfinite(args.kimg) or args.kimg < 0:
-        raise BigbatchError(f"--kimg must be a number >= 0, got {args.kimg:g}")
+    if not 0 <= args.kimg <= 1e12:  # (beyond: more images than an int64 counts; found from outside)
+        raise BigbatchError(f"--kimg must be a number of kimg, 0 to 1e12, got {args.kimg:g}")
     cfg = _config(args, "digits")
     if cfg.train.init_from:  # (the images fed do not depend on the weights a run starts from, which need not be here)
         cfg = cfg.override({"train.init_from": "", "train.freeze_kimg": 0.0})  # (nothing frozen: nothing loaded)

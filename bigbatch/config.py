@@ -20,7 +20,7 @@ from typing import Any, Literal
 import tomli_w
 
 from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
-from bigbatch.config_types import Section, at_least_zero, positive, strings
+from bigbatch.config_types import MAX_PROCESSES, Section, at_least_zero, at_most, positive, strings
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
@@ -85,11 +85,14 @@ class DataConfig(Section):
     def _validate(self) -> None:
         if self.resolution < 4:
             self._fail("resolution", f"must be at least 4 pixels, got {self.resolution}")
+        at_most(self, resolution=16384)
         if not (math.isfinite(self.val_fraction) and 0 <= self.val_fraction < 1):
             self._fail("val_fraction", f"must be a fraction in [0, 1), got {self.val_fraction}")
         if not 1 <= self.val_crop <= 2:
             self._fail("val_crop", f"must be a ratio in [1, 2] (ImageNet's usual: 1.14), got {self.val_crop}")
         at_least_zero(self, workers="a number of processes >= 0")
+        if self.workers > MAX_PROCESSES:  # (found from outside: 2**63 forked until memory ran out)
+            self._fail("workers", f"must be 0 to {MAX_PROCESSES} processes, got {self.workers}")
         secrets = sorted(option_credentials(self.storage_options))
         if secrets:
             self._fail(
@@ -119,6 +122,7 @@ class ModelConfig(Section):
 
     def _validate(self) -> None:
         positive(self, "ch", "dim_z")
+        at_most(self, ch=65536, dim_z=65536)
 
 
 @dataclass
@@ -434,6 +438,7 @@ class SampleConfig(Section):
 
     def _validate(self) -> None:
         positive(self, "n")
+        at_most(self, n=65536)
         at_least_zero(self, seed="a whole number >= 0")
         if not self.every_kimg >= 0:
             self._fail("every_kimg", f"must be >= 0 kimg (0 = no sample grids), got {self.every_kimg}")
@@ -506,6 +511,7 @@ class EvalConfig(Section):
             self._fail("reference_n", f"must be 0 (all images) or at least 2, got {self.reference_n}")
         positive(self, "batch_size")
         at_least_zero(self, standing_stats="a number of batches >= 0")
+        at_most(self, n=100_000_000, reference_n=1 << 40, standing_stats=1_000_000, batch_size=1 << 20)
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
 
@@ -582,8 +588,20 @@ class Config(Section):
             raise BigbatchError(
                 f"config file {path} is not UTF-8 text (at byte {e.start}), which a TOML file must be; save it as UTF-8"
             ) from None
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise BigbatchError(f"config file {path} is not valid TOML: {e}") from None
+        except OSError as e:  # (found from outside: a folder or an unreadable file was called invalid TOML)
+            raise BigbatchError(f"config file {path} cannot be read: {e.strerror or e}") from None
+        except RecursionError:  # (found from outside: a traceback)
+            raise BigbatchError(f"config file {path} nests arrays or tables too deep to read as a config") from None
+        except tomllib.TOMLDecodeError as e:
+            head = path.read_bytes()[:4]
+            hint = (
+                "; it begins with a byte-order mark: save it as UTF-8 without one"
+                if head.startswith(b"\xef\xbb\xbf")
+                else "; it looks like JSON: a config is TOML (bigbatch train --dry-run prints one)"
+                if head.lstrip()[:1] == b"{"
+                else ""
+            )  # (found from outside: neither was said)
+            raise BigbatchError(f"config file {path} is not valid TOML: {e}{hint}") from None
         return Config.from_dict(tree)
 
     def dumps(self) -> str:

@@ -114,6 +114,10 @@ def _hints(cls: type) -> dict[str, Any]:
 
 # Keys users of the peer projects reach for, and where bigbatch has them (found from outside: DFL's clipgrad
 # as swap.clipgrad was an unknown key without a pointer).
+# The most processes a count of them may ask for (data.workers, prepare's and extract's --workers): beyond any
+# machine, and far below what forks until memory runs out (found from outside: 2**63 did).
+MAX_PROCESSES = 1024
+
 ELSEWHERE = {
     "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
     "swap.batch_size": " (DFL's batch_size is train.batch here)",
@@ -214,6 +218,15 @@ def positive(section: Section, *names: str) -> None:
         value = getattr(section, name)
         if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
             section._fail(name, f"must be a positive number, got {value!r}")
+
+
+def at_most(section: Section, **limits: int) -> None:
+    """Refuse any field of `section` (name=its largest value) above its limit, naming the key: a size that
+    passed would overflow a tensor's size or run for ever (found from outside: a resolution of 2**40 and a
+    width of 2**63 were tracebacks, sample.n of 2**63 one at the first sheet)."""
+    for name, most in limits.items():
+        if getattr(section, name) > most:
+            section._fail(name, f"must be at most {most:,}, got {getattr(section, name)!r}")
 
 
 def strings(tree: Any, prefix: str = "") -> typing.Iterator[tuple[str, str]]:

@@ -19,6 +19,8 @@ from bigbatch.errors import BigbatchError, warn
 def atomic_write(path: Path, data: bytes | str) -> None:
     """Write a file through a temporary sibling and a rename, so readers see the old or the new file."""
     path = Path(path)
+    if not path.name:  # (found from outside: an empty OUT was a traceback)
+        raise BigbatchError(f"cannot write {str(path)!r}: give a file name")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data)

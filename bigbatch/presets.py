@@ -36,6 +36,11 @@ def base_config(name: str | None, config: str | None, default: str = "digits") -
     """The config a command starts from: --preset NAME, or --config FILE.toml, or the `default` preset."""
     if name and config:
         raise BigbatchError("give either --preset or --config, not both")
+    for flag, given in (("--preset", name), ("--config", config)):
+        if given is not None and not given.strip():  # (found from outside: taken for the default preset)
+            raise BigbatchError(
+                f"{flag} is empty: give a {'preset name (bigbatch presets)' if flag == '--preset' else 'TOML file'}"
+            )
     return Config.load(config) if config else preset(name or default)
 
 

@@ -33,6 +33,11 @@ def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dic
         raise BigbatchError(f"labels file {public_name(path)} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:
         raise BigbatchError(f"cannot read labels file {public_name(path)}: {e}") from None
+    except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base (found from outside: tracebacks)
+        raise BigbatchError(
+            f"cannot read labels file {public_name(path)}: {type(e).__name__}: {e} (check the URL, the credentials and "
+            "the endpoint)"
+        ) from None
     out: dict[str, str] = {}
     first_word = False
     for i, row in enumerate(csv.reader(io.StringIO(text))):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from bigbatch.config_types import MAX_PROCESSES
 from bigbatch.data import codecs
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.parts import Result
@@ -233,8 +234,8 @@ class _Settings:
             raise BigbatchError(f"--limit must be at least 1, got {limit}")
         folders = tuple(_mask_folders(masks, eyes_mouth))
         workers = default_workers() if workers is None else workers
-        if workers < 0:
-            raise BigbatchError(f"--workers must be >= 0 (0: decode in this process), got {workers}")
+        if not 0 <= workers <= MAX_PROCESSES:  # (found from outside: 2**63 forked until memory ran out)
+            raise BigbatchError(f"--workers must be 0 (decode in this process) to {MAX_PROCESSES}, got {workers}")
         return cls(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, whole, folders)
 
     @property

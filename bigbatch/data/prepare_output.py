@@ -91,5 +91,11 @@ def sole_writer(target: Location, storage_options: dict[str, Any] | None, overwr
 def _exists(out: Location, storage_options: dict[str, Any] | None) -> bool:
     if not out.url:
         return os.path.lexists(out.path)
-    fs, path = out.fs(storage_options)
-    return bool(fs.exists(path))
+    try:
+        fs, path = out.fs(storage_options)
+        return bool(fs.exists(path))
+    except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
+        raise BigbatchError(  # (found from outside: no credentials was a traceback)
+            f"cannot reach output {out.name}: {type(e).__name__}: {e} (check the bucket, the credentials and the "
+            "endpoint)"
+        ) from None

@@ -29,6 +29,14 @@ def read_state_dict(path: str) -> tuple[dict[str, torch.Tensor], list[str] | Non
         from bigbatch.metrics.classifier import classifier_weights
 
         def named(ckpt: Path) -> tuple[dict[str, torch.Tensor], list[str] | None]:
+            from bigbatch.config import Config
+
+            task = Config.load(ckpt / "config.toml").task
+            if task != "classify":  # (found from outside: a GAN run's checkpoint was called corrupt)
+                raise BigbatchError(
+                    f'train.init_from {path} is a {task} run, not a classifier (task = "classify"): give a classify '
+                    "run, its checkpoint, or a .pth/.safetensors file of a classifier's weights"
+                )
             return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names")
 
         return checkpoints.read_newest(p, named)

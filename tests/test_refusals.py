@@ -1,0 +1,82 @@
+"""Input found by fuzzing the command line from outside (a run of every command and config key with odd
+values): each refused in one line with exit status 2, never a traceback, a fork bomb or a silent misreading."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import bigbatch
+from bigbatch import checkpoints
+from bigbatch.cli import main
+
+
+def one_line(capsys, argv, words):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, (argv, err)
+    assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, (argv, err)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        # sizes and counts that passed, then forked until memory ran out, overflowed a tensor or ran for ever
+        (["train", "data.workers=9223372036854775807", "--dry-run"], "'data.workers' must be 0 to 1024 processes"),
+        (["prepare", "builtin:digits", "x.h5", "--workers", "9223372036854775808"], "--workers must be 0"),
+        (["extract", "nowhere.png", "o", "--workers", "2000"], "--workers must be at most 1024"),
+        (["train", "data.resolution=1099511627776", "--dry-run"], "'data.resolution' must be at most 16,384"),
+        (["train", "model.ch=9223372036854775807", "--dry-run"], "'model.ch' must be at most 65,536"),
+        (["train", "model.dim_z=9223372036854775807", "--dry-run"], "'model.dim_z' must be at most 65,536"),
+        (["train", "sample.n=9223372036854775807", "--dry-run"], "'sample.n' must be at most 65,536"),
+        (["train", "eval.n=9223372036854775807", "--dry-run"], "'eval.n' must be at most 100,000,000"),
+        (["show-batch", "--kimg=1e30"], "--kimg must be a number of kimg, 0 to 1e12"),
+        # outputs given as URLs to commands that write local files (they were written to ./s3:/...)
+        (["train", "--run-dir", "s3://bucket/run"], "--run-dir s3://bucket/run is a URL, and train writes local"),
+        (["export", "run", "s3://bucket/x.pt"], "OUT s3://bucket/x.pt is a URL, and export writes local files"),
+        (["video", "make", "frames", "s3://bucket/v.mp4"], "OUT s3://bucket/v.mp4 is a URL"),
+        (["sample", "run", "--out", "s3://bucket/s.png"], "--out s3://bucket/s.png is a URL"),
+        # configs: an empty name, a folder, a BOM, JSON, nesting too deep
+        (["train", "--preset=", "--dry-run"], "--preset is empty: give a preset name"),
+        (["train", "--config=", "--dry-run"], "--config is empty: give a TOML file"),
+        (["train", "--config", ".", "--dry-run"], "config file . cannot be read: Is a directory"),
+        (["train", "--config", "bom.toml", "--dry-run"], "it begins with a byte-order mark"),
+        (["train", "--config", "c.json", "--dry-run"], "it looks like JSON: a config is TOML"),
+        (["train", "--config", "deep.toml", "--dry-run"], "nests arrays or tables too deep"),
+    ],
+)
+def test_odd_input_is_one_line(argv, words, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf[train]\nkimg = 1\n")
+    (tmp_path / "c.json").write_text('{"train": {"kimg": 1}}\n')
+    (tmp_path / "deep.toml").write_text("a = " + "[" * 3000 + "]" * 3000 + "\n")
+    one_line(capsys, argv, words)
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_checkpoint_this_user_cannot_read_is_not_taken_for_a_damaged_one(tiny, tmp_path, capsys, monkeypatch):
+    """Found from outside: an intact newest checkpoint (state.pt without read permission) was moved aside as
+    corrupt, and the run resumed from the one before it, losing its progress."""
+    run = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
+    real = checkpoints.file_checksum
+
+    def refused(path):
+        if path.name == "state.pt":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(checkpoints, "file_checksum", refused)
+    one_line(capsys, ["train", "--run-dir", str(run), "--resume", "train.kimg=0.512"], "Permission denied; give")
+    assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]  # not moved aside
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".corrupt")]
+
+
+def test_a_classifier_initialised_from_a_gan_run_is_told_so(tiny, tmp_path, capsys):
+    """Found from outside: the GAN run's checkpoint was called corrupt (it has no classifier weights)."""
+    gan = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "gan", quiet=True)
+    argv = ["train", "--preset", "fashion_resnet_fast", f"train.init_from={gan}", "--run-dir", str(tmp_path / "c")]
+    one_line(capsys, argv, f"train.init_from {gan} is a gan run, not a classifier")
+    assert json.loads((gan / "checkpoints" / "000000.256" / "meta.json").read_text())["kimg"] == 0.256
+    assert os.path.isdir(gan / "checkpoints" / "000000.256")
