@@ -293,6 +293,13 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return [p for *_, p in sorted(found)]
 
 
+def holds_checkpoints(path: Path) -> bool:
+    """Whether `path` is a checkpoint folder or a run directory (intact or not), as find_checkpoint tells them."""
+    path = Path(path)
+    markers = ("meta.json", "state.pt", "config.toml")
+    return path.is_dir() and ((path / "checkpoints").is_dir() or any((path / m).exists() for m in markers))
+
+
 def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
@@ -309,7 +316,7 @@ def find_checkpoint(path: str | Path) -> Path:
                 "edited); use another one"
             )
         return path
-    if not (path / "checkpoints").is_dir() and not (path / "config.toml").exists():
+    if not holds_checkpoints(path):
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = complete_checkpoints(path)
     try:

@@ -281,8 +281,11 @@ def run_info(args: argparse.Namespace) -> None:
     if not args.verify:
         print(describe_run(args.path))
         return
+    from bigbatch.checkpoints import holds_checkpoints
     from bigbatch.info import verify_run
 
+    if not holds_checkpoints(Path(args.path)):  # (found from outside: an empty folder was a damaged checkpoint)
+        raise BigbatchError(f"{args.path} is neither a run directory nor a checkpoint folder")
     try:
         print(describe_run(args.path))
     except BigbatchError:  # (a run with no intact checkpoint to describe): verify names every damaged one

@@ -45,6 +45,12 @@ def one_line(capsys, argv, words):
         (["train", "--config", "bom.toml", "--dry-run"], "it begins with a byte-order mark"),
         (["train", "--config", "c.json", "--dry-run"], "it looks like JSON: a config is TOML"),
         (["train", "--config", "deep.toml", "--dry-run"], "nests arrays or tables too deep"),
+        # misreported causes
+        (["info", "--verify", "empty"], "empty is neither a run directory nor a checkpoint folder"),
+        (
+            ["train", "data.schedule=[{kimg=0.064,batch=16},{kimg=0,batch=32}]", "--dry-run"],
+            "a schedule's phases go in the order they start: phase 1 starts at 0 kimg",
+        ),
     ],
 )
 def test_odd_input_is_one_line(argv, words, tmp_path, monkeypatch, capsys):
@@ -52,6 +58,7 @@ def test_odd_input_is_one_line(argv, words, tmp_path, monkeypatch, capsys):
     (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf[train]\nkimg = 1\n")
     (tmp_path / "c.json").write_text('{"train": {"kimg": 1}}\n')
     (tmp_path / "deep.toml").write_text("a = " + "[" * 3000 + "]" * 3000 + "\n")
+    (tmp_path / "empty").mkdir()
     one_line(capsys, argv, words)
     assert not (tmp_path / "s3:").exists()
 

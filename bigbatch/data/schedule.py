@@ -40,6 +40,12 @@ class Schedule:
         if not phases:
             raise BigbatchError("a schedule needs at least one phase")
         if phases[0].start != 0:
+            later = next((i for i, p in enumerate(phases) if p.start == 0), None)
+            if later is not None:  # (found from outside: "must start at 0" of a schedule that has a phase at 0)
+                raise BigbatchError(
+                    f"a schedule's phases go in the order they start: phase {later} starts at 0 kimg and phase 0 at "
+                    f"{phases[0].start / 1000:g}; list them by kimg"
+                )
             raise BigbatchError(f"the first phase of a schedule must start at 0 images, got {phases[0].start}")
         for i, p in enumerate(phases):
             if p.resolution < 0 or p.batch < 1:
