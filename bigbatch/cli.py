@@ -69,6 +69,9 @@ def _train(args: argparse.Namespace) -> None:
     if args.dry_run:
         build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
         check_local_data(cfg)  # a missing or broken data file, as training would refuse it
+        given = cfg.train.init_from
+        if given and not is_url(given) and not Path(given).exists():  # (found from outside: passed the dry run)
+            raise BigbatchError(f"train.init_from {given} does not exist; give a run, a checkpoint or a weights file")
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         resumed = _dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
         print(cfg.dumps())

@@ -59,6 +59,11 @@ def _extract(args: argparse.Namespace) -> None:
     faces = sum(n or 0 for n in done.values())
     none = sorted(name for name, n in done.items() if n == 0)
     broken = sorted(name for name, n in done.items() if n is None)
+    if broken and len(broken) == len(done):  # (found from outside: nothing extracted, and exit status 0)
+        raise BigbatchError(
+            f"{args.src}: {'it does' if len(done) == 1 else f'none of its {len(done)} images does'} not decode as an "
+            "image; give photos or frames (png, jpg, ...)"
+        )
     listed = out / "no_face.txt"
     if none or broken:
         tmp = listed.with_name(f".{listed.name}.tmp-{os.getpid()}")

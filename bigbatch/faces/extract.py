@@ -152,7 +152,13 @@ def read_image(path: Path, even: bool = True) -> np.ndarray | None:
     """An image file as RGB uint8 with even sides (DFL's cut_odd_image; `even` False: as it is), or None when it
     does not decode."""
     data = np.fromfile(str(path), np.uint8)
-    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    logs = cv2.utils.logging
+    level = logs.getLogLevel()
+    logs.setLogLevel(logs.LOG_LEVEL_SILENT)  # (a broken file is said once, by us: found from outside, OpenCV's lines)
+    try:
+        image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    finally:
+        logs.setLogLevel(level)
     if image is None:
         return None
     if image.dtype == np.uint16:  # 16-bit PNG or TIFF: its levels, scaled (found from outside: stretched to its range)
