@@ -52,7 +52,10 @@ def run_cli(capsys, *argv):
         ),
         (["train", "--preset", "fashion_resnet_fast", "--dry-run", "model.options.depth=21"], "must be 6n+2"),
         # What only the models' constructors check, as training refuses it (found from outside: passed dry runs).
-        (["train", "--dry-run", "data.resolution=8"], "dcgan supports power-of-two resolutions >= 16, got 8"),
+        (
+            ["train", "--dry-run", "data.resolution=8"],
+            "dcgan supports power-of-two resolutions >= 16 (data.resolution), got 8",
+        ),
         (["train", "--preset", "saehd_cpu", "--dry-run", 'model.options.archi="foo"'], "SAEHD archi must be df"),
         (["train", "--dry-run", "data.path=/tmp"], "data file /tmp is not a file"),  # as training refuses it
         (["show-batch", "--kimg", "nan"], "--kimg must be a number >= 0, got nan"),

@@ -311,7 +311,9 @@ def check_values(
 ) -> None:
     """BigbatchError for a resolution the family lacks or an option that must be positive."""
     if resolution not in resolutions:
-        raise BigbatchError(f"{family} supports resolutions {', '.join(map(str, resolutions))}, got {resolution}")
+        raise BigbatchError(
+            f"{family} supports resolutions {', '.join(map(str, resolutions))} (data.resolution), got {resolution}"
+        )
     if not (sn_eps > 0 and bn_eps > 0 and shared_dim > 0):
         raise BigbatchError(f"{family} options sn_eps, bn_eps and shared_dim must be positive")
 

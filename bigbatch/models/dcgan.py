@@ -20,7 +20,7 @@ from bigbatch.models.registry import register
 
 def _levels(resolution: int) -> int:
     if resolution < 16 or resolution & (resolution - 1):
-        raise BigbatchError(f"dcgan supports power-of-two resolutions >= 16, got {resolution}")
+        raise BigbatchError(f"dcgan supports power-of-two resolutions >= 16 (data.resolution), got {resolution}")
     return int(math.log2(resolution)) - 2  # stride-2 layers between 4x4 and the output
 
 

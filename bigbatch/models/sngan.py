@@ -44,7 +44,9 @@ def sngan(
     """SN-GAN ResNet with projection D; ch 64 and dim_z 128 as in the authors' CIFAR and ImageNet models
     (BN eps 2e-5 as chainer's default; Xavier-uniform init where the authors scale it by sqrt(2))."""
     if resolution not in G_ARCH:
-        raise BigbatchError(f"sngan supports resolutions {', '.join(map(str, G_ARCH))}, got {resolution}")
+        raise BigbatchError(
+            f"sngan supports resolutions {', '.join(map(str, G_ARCH))} (data.resolution), got {resolution}"
+        )
     if not (sn_eps > 0 and bn_eps > 0):
         raise BigbatchError("sngan options sn_eps and bn_eps must be positive")
     G = biggan.BigGANGenerator(

@@ -431,7 +431,7 @@ def stylegan2(
     z's at a random layer (ADA: 0.9, 0 for cifar). `d_map_layers`: the layers of D's class mapping (ADA
     keeps its default 8 whatever G's); `d_resnet`: D's residual skips (ADA's cifar config: off)."""
     if resolution < 8 or resolution & (resolution - 1):
-        raise BigbatchError(f"stylegan2 supports power-of-two resolutions >= 8, got {resolution}")
+        raise BigbatchError(f"stylegan2 supports power-of-two resolutions >= 8 (data.resolution), got {resolution}")
     sizes = {"ch_max": ch_max, "w_dim": w_dim, "map_layers": map_layers, "d_map_layers": d_map_layers}
     for name, value in (*sizes.items(), ("mbstd_group", mbstd_group)):
         if value < 1:
