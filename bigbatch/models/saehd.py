@@ -301,7 +301,8 @@ class SAEHD(nn.Module):
         step = 32 if "d" in opts or "t" in opts else 16  # (-t: a fifth downscale)
         if not (64 <= resolution <= 640 and resolution % step == 0):
             raise BigbatchError(
-                f"SAEHD resolution (data.resolution) must be a multiple of {step} in 64..640 for {archi}, got {resolution}"
+                f"SAEHD resolution (data.resolution) must be a multiple of {step} in 64..640 for {archi}, "
+                f"got {resolution}"
             )
         for name, v in (("ae_dims", ae_dims), ("e_dims", e_dims), ("d_dims", d_dims), ("d_mask_dims", d_mask_dims)):
             if v < 1:
