@@ -171,7 +171,7 @@ def _write_clip(path, frames, times_ms, rotation=0):
             c.mux(packet)
 
 
-def test_video_frames_are_upright_and_at_a_constant_rate(tmp_path):
+def test_video_frames_are_upright_and_at_a_constant_rate(tmp_path, capsys):
     """Found from outside: a phone's portrait video came out on its side, and a variable-rate one's frames,
     written at the average rate, drifted from its sound."""
     from bigbatch.faces.video import Video
@@ -193,6 +193,31 @@ def test_video_frames_are_upright_and_at_a_constant_rate(tmp_path):
         slot = 1 / float(v.rate)
     assert len(levels) == round(times[-1] / 1000 / slot) + 1
     assert all(levels[round(t / 1000 / slot)] == i for i, t in enumerate(times) if i % 2 == 0)
+    # A slot shows the first frame of its time; one without repeats the newest before it, one dropped from a slot
+    # too (found by review: the frame before that was repeated).
+    times = [0, 40, 80, 200, 240, 260, 280, 400, 440, 480]
+    _write_clip(tmp_path / "vfr2.mp4", [np.full((48, 64, 3), 25 * i, np.uint8) for i in range(10)], times)
+    with Video(tmp_path / "vfr2.mp4") as v:
+        levels = [round(float(f.mean()) / 25) for f in v.frames()]
+        slots = [round(t / 1000 * float(v.rate)) for t in times]
+    first = {s: i for i, s in reversed(list(enumerate(slots)))}
+    expected = [first[k] if k in first else max(i for i, s in enumerate(slots) if s < k) for k in range(slots[-1] + 1)]
+    assert levels == expected
+    assert levels[6:8] == [6, 6]
+    # Faces an older bigbatch extracted from a rotated or variable-rate video (their places are another reading's
+    # frames'): neither resumed nor merged.
+    assert main(["extract", str(tmp_path / "portrait.mp4"), str(tmp_path / "al"), "--workers", "1"]) == 0
+    journal = tmp_path / "al" / ".extract.jsonl"
+    lines = journal.read_text().splitlines()
+    first = json.loads(lines[0])
+    assert first["source"]["frames"] == "upright"
+    del first["source"]["frames"]  # as an older bigbatch wrote it
+    journal.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    assert main(["extract", str(tmp_path / "portrait.mp4"), str(tmp_path / "al"), "--workers", "1"]) == 2
+    assert main(["merge", "no-run", str(tmp_path / "portrait.mp4"), str(tmp_path / "al"), str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err
+    assert "holds faces an older bigbatch extracted from" in err and "reading its frames otherwise than now" in err
+    assert "were extracted by an older bigbatch, which read" in err and "(upright)" in err
 
 
 def test_a_16_bit_frame_reads_as_its_levels(tmp_path):

@@ -71,10 +71,12 @@ class FrameSource:
         self.files: list[Path] = []
         self.folder: Path | None = None  # a folder of images
         self.glob = False
+        self._reading: str | None = None  # how its frames are read where an older bigbatch read them otherwise
         if path.is_file() and is_video(path):
             self.video = path
             with Video(path) as v:
                 self.count = v.count
+                self._reading = v.reading()
         elif path.is_file():
             if path.suffix.lower() not in IMAGE_SUFFIXES:
                 raise BigbatchError(
@@ -110,7 +112,8 @@ class FrameSource:
         pattern made absolute), and for a video its size and time (an image's own are taken by `stat`)."""
         if self.video is not None:
             st = self.video.stat()
-            return {"path": str(self.video.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            found = {"path": str(self.video.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            return found | ({"frames": self._reading} if self._reading else {})
         if self.folder is None and not self.glob:
             return {"path": str(self.files[0].resolve())}
         return {"path": str(self.folder.resolve() if self.folder is not None else Path(self.src).absolute())}
@@ -370,6 +373,17 @@ def _frame(name: str, image: np.ndarray | Path) -> tuple[str, int | None]:
     return name, len(files)
 
 
+def read_otherwise(aligned: Path, source: FrameSource) -> str | None:
+    """How `source` (a video) is read now where the faces in `aligned` were extracted from it by an older bigbatch
+    that read it otherwise (sideways, or retimed: see Video.reading), as its journal says; else None."""
+    try:
+        first = json.loads((aligned / JOURNAL).read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    was, now = first.get("source") or {}, source.identity()
+    return now["frames"] if "frames" in now and was.get("path") == now["path"] and "frames" not in was else None
+
+
 def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, int | None]:
     """The frames a killed extract into `out` finished ({name: faces}), after checking it used `settings` and
     `source`. A frame whose image changed since (its size or time) is not done: its faces written before are
@@ -391,6 +405,11 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
         lines[0] = json.dumps({**first, "source": now})
         atomic_write(path, "".join(f"{line}\n" for line in lines))
         was = now
+    if was != now and {**was, "frames": now.get("frames")} == now:
+        raise BigbatchError(  # (found by review: an older bigbatch read a phone's video sideways, or retimed)
+            f"{out} holds faces an older bigbatch extracted from {now['path']}, reading its frames otherwise than "
+            f"now ({now['frames']}: their places would not be these frames'): extract into another OUT"
+        )
     if was != now and was.get("path") == now["path"]:
         raise BigbatchError(
             f"{out} holds faces extracted from an earlier version of {now['path']} (its size or time differs): "

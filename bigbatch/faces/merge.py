@@ -393,7 +393,7 @@ def merge_folder(
     from tqdm import tqdm
 
     from bigbatch.faces import merge_record
-    from bigbatch.faces.extract import FrameSource, read_image
+    from bigbatch.faces.extract import FrameSource, read_image, read_otherwise
     from bigbatch.tasks.swap.load import load_autoencoder
 
     source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
@@ -403,6 +403,11 @@ def merge_folder(
     if Path(out).exists() and not Path(out).is_dir():
         raise BigbatchError(f"OUT {out} is a file: give a folder for the merged frames (made if it does not exist)")
     faces, kinds = aligned_faces(Path(aligned))
+    if otherwise := read_otherwise(Path(aligned), source):
+        raise BigbatchError(  # (found by review: faces of a phone's video, extracted sideways, pasted upright)
+            f"the faces in {aligned} were extracted by an older bigbatch, which read {frames}'s frames otherwise than "
+            f"now ({otherwise}): extract them again (bigbatch extract {frames} NEW_ALIGNED)"
+        )
     names = source.names()
     missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
     if missing:

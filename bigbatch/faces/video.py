@@ -88,8 +88,9 @@ class Video:
                     continue
                 start = frame.time if start is None else start
                 at = round((frame.time - start) * self.rate)  # the slot of the frame's time
-                if at < slot:
-                    continue  # shown for less than a slot: the frame before it has that slot
+                if at < slot:  # shown for less than a slot: the frame before it has that slot, and this one is
+                    last = image  # what shows until the next frame, repeated in the slots before it (FFmpeg's)
+                    continue
                 while last is not None and slot < at:  # the frame before shown until now
                     yield last
                     slot += 1
@@ -99,6 +100,20 @@ class Video:
             raise BigbatchError(f"{self.path}: frame {n + 1} does not decode ({e})") from None
         if n == 0:
             raise BigbatchError(f"{self.path}: no frame decodes")
+
+    def reading(self) -> str | None:
+        """How `frames` reads this video where an older bigbatch read it otherwise: "upright" (it has a display
+        rotation), "constant-rate" (its frame rate varies: the stream's nominal rate is not its average), both,
+        or None. Read from the stream and its first frame."""
+        said = []
+        first = next(self.container.decode(self.stream), None)
+        if first is not None and round(getattr(first, "rotation", 0) / 90) % 4:
+            said.append("upright")
+        nominal, average = self.stream.guessed_rate, self.stream.average_rate
+        if nominal and average and abs(float(nominal) - float(average)) > 1e-3 * float(average):
+            said.append("constant-rate")
+        self.container.seek(0)
+        return ", ".join(said) or None
 
     def close(self) -> None:
         self.container.close()
