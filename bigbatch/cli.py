@@ -516,10 +516,10 @@ def _refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
     `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and `train --run-dir s3://b/run` trained a run there)."""
     if args.command in URL_OUTPUTS:
         return
-    out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "OUT"
+    out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "the output"
     for name, flag in (("out", out), ("run_dir", "--run-dir"), ("video", "--video")):
-        value = getattr(args, name, None)
-        if isinstance(value, str) and is_url(value):
+        value = getattr(args, name, None)  # (scheme://: a local name may hold a colon, runs:v2; found by review)
+        if isinstance(value, str) and "://" in value and is_url(value):
             raise BigbatchError(
                 f"{flag} {value} is a URL, and {args.command} writes local files: give a local path (and copy the "
                 "result up afterwards)"

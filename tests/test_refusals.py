@@ -36,9 +36,10 @@ def one_line(capsys, argv, words):
         (["show-batch", "--kimg=1e30"], "--kimg must be a number of kimg, 0 to 1e12"),
         # outputs given as URLs to commands that write local files (they were written to ./s3:/...)
         (["train", "--run-dir", "s3://bucket/run"], "--run-dir s3://bucket/run is a URL, and train writes local"),
-        (["export", "run", "s3://bucket/x.pt"], "OUT s3://bucket/x.pt is a URL, and export writes local files"),
-        (["video", "make", "frames", "s3://bucket/v.mp4"], "OUT s3://bucket/v.mp4 is a URL"),
+        (["export", "run", "s3://bucket/x.pt"], "the output s3://bucket/x.pt is a URL, and export writes local files"),
+        (["video", "make", "frames", "s3://bucket/v.mp4"], "the output s3://bucket/v.mp4 is a URL"),
         (["sample", "run", "--out", "s3://bucket/s.png"], "--out s3://bucket/s.png is a URL"),
+        (["video", "frames", "nowhere.mp4", "clip:1"], "nowhere.mp4"),  # (a colon in a local name is no URL)
         # configs: an empty name, a folder, a BOM, JSON, nesting too deep
         (["train", "--preset=", "--dry-run"], "--preset is empty: give a preset name"),
         (["train", "--config=", "--dry-run"], "--config is empty: give a TOML file"),

@@ -141,6 +141,8 @@ def test_precision_recall_density_and_coverage_are_logged_and_one_of_them_keeps_
     # Too few samples for the k-th neighbours: said before training, not at the first evaluation.
     assert main(["train", "eval.metrics=fid,dc", "eval.n=5", "--run-dir", "x"]) == 2
     assert "eval.n' must be more than 5 images for dc" in capsys.readouterr().err
+    assert main(["train", "eval.metrics=fid,pr", "eval.reference_n=3", "--run-dir", "x"]) == 2
+    assert "eval.reference_n' must be 0 (all) or more than 3 images for pr" in capsys.readouterr().err
 
 
 def test_a_finer_cadence_near_the_end_scores_there_and_changes_no_weight(scored, tiny, tmp_path):

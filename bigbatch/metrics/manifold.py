@@ -11,8 +11,8 @@ reaching its k-th nearest neighbour in the same set.
 
 Precision and recall take k = 3 with "inside" as distance <= radius (StyleGAN2-ADA's pr50k3 and
 torch-fidelity's prc), density and coverage k = 5 with distance < radius (the authors' prdc package and
-StudioGAN). Distances are Euclidean in float32, computed in blocks on the features' device, so 50,000
-of each set take 50,000 x 10,000 floats at a time, never the whole matrix. This is written here because
+StudioGAN). Distances are Euclidean in full float32 (no TF32), computed in blocks of 4096 x 4096 on
+the features' device, never the whole matrix. This is written here because
 torch-fidelity (which the tests compare with) extracts its own features and has no density or coverage,
 and prdc holds the whole N x N matrix in memory.
 """
@@ -25,10 +25,11 @@ import numpy as np
 import torch
 
 from bigbatch.errors import BigbatchError
+from bigbatch.metrics.features import exact_float32
 
 PR_K = 3
 DC_K = 5
-BLOCK = 10_000
+BLOCK = 4096
 
 
 def _tensor(f: torch.Tensor | np.ndarray, device: torch.device) -> torch.Tensor:
@@ -36,18 +37,27 @@ def _tensor(f: torch.Tensor | np.ndarray, device: torch.device) -> torch.Tensor:
     return t.detach().to(device=device, dtype=torch.float32)
 
 
-def _blocks(a: torch.Tensor, b: torch.Tensor, block: int) -> Iterator[tuple[slice, torch.Tensor]]:
-    """(rows, distances of a[rows] to every b) for each block of a's rows."""
-    for start in range(0, len(a), block):
-        rows = slice(start, start + block)
-        yield rows, torch.cat([torch.cdist(a[rows], part) for part in b.split(block)], dim=1)
+def _pairs(a: torch.Tensor, b: torch.Tensor, block: int) -> Iterator[tuple[slice, slice, torch.Tensor]]:
+    """(rows of a, rows of b, their distances) for each block of each: block x block floats at a time (at 50,000
+    of each, never the whole 10 GB matrix)."""
+    for i in range(0, len(a), block):
+        rows = slice(i, i + block)
+        for j in range(0, len(b), block):
+            cols = slice(j, j + block)
+            yield rows, cols, torch.cdist(a[rows], b[cols])
 
 
 def radii(features: torch.Tensor, k: int, block: int = BLOCK) -> torch.Tensor:
-    """Each sample's distance to its k-th nearest neighbour in the same set (itself, at 0, not counted)."""
+    """Each sample's distance to its k-th nearest neighbour in the same set (itself, at 0, not counted): the
+    k + 1 smallest of each row kept as the column blocks pass."""
     out = torch.empty(len(features), device=features.device)
-    for rows, d in _blocks(features, features, block):
-        out[rows] = d.kthvalue(k + 1, dim=1).values
+    for i in range(0, len(features), block):
+        rows, nearest = features[i : i + block], None
+        for j in range(0, len(features), block):
+            d = torch.cdist(rows, features[j : j + block])
+            d = d if nearest is None else torch.cat([nearest, d], 1)
+            nearest = d.topk(min(k + 1, d.shape[1]), dim=1, largest=False).values
+        out[i : i + block] = nearest[:, k]
     return out
 
 
@@ -66,31 +76,38 @@ def _check(fake: torch.Tensor, real: torch.Tensor, k: int) -> None:
 def precision_recall(
     fake: torch.Tensor | np.ndarray, real: torch.Tensor | np.ndarray, k: int = PR_K, block: int = BLOCK
 ) -> dict[str, float]:
-    """{"precision", "recall"} of generated features `fake` against `real` (both (N, D))."""
+    """{"precision", "recall"} of generated features `fake` against `real` (both (N, D)), in full float32
+    (TF32 distances would move samples across the balls' edges)."""
     device = fake.device if isinstance(fake, torch.Tensor) else torch.device("cpu")
     fake, real = _tensor(fake, device), _tensor(real, device)
     _check(fake, real, k)
-    r_fake, r_real = radii(fake, k, block), radii(real, k, block)
-    inside_real = torch.zeros(len(fake), dtype=torch.bool, device=device)
-    inside_fake = torch.zeros(len(real), dtype=torch.bool, device=device)
-    for rows, d in _blocks(fake, real, block):  # d: fake rows x every real
-        inside_real[rows] = (d <= r_real).any(dim=1)
-        inside_fake |= (d <= r_fake[rows, None]).any(dim=0)
-    return {"precision": inside_real.double().mean().item(), "recall": inside_fake.double().mean().item()}
+    with exact_float32():
+        r_fake, r_real = radii(fake, k, block), radii(real, k, block)
+        inside_real = torch.zeros(len(fake), dtype=torch.bool, device=device)
+        inside_fake = torch.zeros(len(real), dtype=torch.bool, device=device)
+        for rows, cols, d in _pairs(fake, real, block):  # d: fake rows x real columns
+            inside_real[rows] |= (d <= r_real[cols]).any(dim=1)
+            inside_fake[cols] |= (d <= r_fake[rows, None]).any(dim=0)
+    return {"precision": _share(inside_real), "recall": _share(inside_fake)}
+
+
+def _share(flags: torch.Tensor) -> float:
+    return flags.sum().item() / len(flags)
 
 
 def density_coverage(
     fake: torch.Tensor | np.ndarray, real: torch.Tensor | np.ndarray, k: int = DC_K, block: int = BLOCK
 ) -> dict[str, float]:
-    """{"density", "coverage"} of generated features `fake` against `real` (both (N, D))."""
+    """{"density", "coverage"} of generated features `fake` against `real` (both (N, D)), in full float32."""
     device = fake.device if isinstance(fake, torch.Tensor) else torch.device("cpu")
     fake, real = _tensor(fake, device), _tensor(real, device)
     _check(fake, real, k)
-    r_real = radii(real, k, block)
-    held = torch.zeros(len(fake), dtype=torch.float64, device=device)  # real balls holding each fake
-    covered = torch.zeros(len(real), dtype=torch.bool, device=device)
-    for rows, d in _blocks(fake, real, block):
-        inside = d < r_real
-        held[rows] = inside.sum(dim=1, dtype=torch.float64)
-        covered |= inside.any(dim=0)
-    return {"density": (held.mean() / k).item(), "coverage": covered.double().mean().item()}
+    with exact_float32():
+        r_real = radii(real, k, block)
+        held = torch.zeros(len(fake), dtype=torch.int64, device=device)  # real balls holding each fake
+        covered = torch.zeros(len(real), dtype=torch.bool, device=device)
+        for rows, cols, d in _pairs(fake, real, block):
+            inside = d < r_real[cols]
+            held[rows] += inside.sum(dim=1)
+            covered[cols] |= inside.any(dim=0)
+    return {"density": held.sum().item() / (k * len(fake)), "coverage": _share(covered)}

@@ -144,7 +144,7 @@ def _argument(op: str, rows: np.ndarray) -> np.ndarray:
     if op.startswith("Translate"):
         return level * 0.45 * sign
     if op in ("Color", "Contrast", "Brightness", "Sharpness"):
-        return np.where(increasing, 1 + level * 0.9 * sign, level * 1.8 + 0.1)
+        return np.where(increasing, np.maximum(0.1, 1 + level * 0.9 * sign), level * 1.8 + 0.1)  # (timm's floor)
     if op == "Posterize":  # bits kept
         bits = np.floor(level * 4)
         return np.where(increasing, 4 - bits, bits)

@@ -43,6 +43,8 @@ def check_eval(e: EvalConfig) -> None:
     for metric, k in (("pr", PR_K), ("dc", DC_K)):
         if metric in wanted and e.n <= k:
             e._fail("n", f"must be more than {k} images for {metric} (its k-th nearest neighbours), got {e.n}")
+        if metric in wanted and 0 < e.reference_n <= k:  # (found by review: said at the first evaluation)
+            e._fail("reference_n", f"must be 0 (all) or more than {k} images for {metric}, got {e.reference_n}")
     hints = typing.get_type_hints(ClassifierOptions)
     for key, value in e.classifier.items():
         if key not in hints:
