@@ -58,8 +58,8 @@ def run_cli(capsys, *argv):
         ),
         (["train", "--preset", "saehd_cpu", "--dry-run", 'model.options.archi="foo"'], "SAEHD archi must be df"),
         (["train", "--dry-run", "data.path=/tmp"], "data file /tmp is not a file"),  # as training refuses it
-        (["show-batch", "--kimg", "nan"], "--kimg must be a number >= 0, got nan"),
-        (["show-batch", "--kimg", "inf"], "--kimg must be a number >= 0, got inf"),
+        (["show-batch", "--kimg", "nan"], "--kimg must be a number of kimg, 0 to 1e12, got nan"),
+        (["show-batch", "--kimg", "inf"], "--kimg must be a number of kimg, 0 to 1e12, got inf"),
         (["train", "--dry-run", "train.pl_weight=2"], "'train.pl_weight' needs a G with a mapping network"),
         # Positionals after options are gathered per command: not for REMAINDER's (a traceback), nor before it.
         (["sweep", "--bad", "x.py"], "unrecognized arguments: --bad"),

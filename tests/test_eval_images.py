@@ -332,7 +332,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "junk.safetensors"], "B: junk.safetensors holds no feature statistics"),
         (["G_ema.safetensors"], "A: G_ema.safetensors holds no feature statistics"),
         (["a", "ref.h5", "--truncation", "1"], "--truncation applies to a run's generator"),
-        (["a", "ref.h5", "--n", "0"], "--n must be at least 1"),
+        (["a", "ref.h5", "--n", "0"], "--n must be 1 to 100,000,000, got 0"),
         (["a", "ref.h5", "--metrics", "fid,lpips"], "unknown metric 'lpips'"),
     ]:
         code = main(["eval", *argv, "--extractor", "standin"])  # the working folder is sets
