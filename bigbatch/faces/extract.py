@@ -214,6 +214,11 @@ def _turn_back(face: Face, rot: int, w: int, h: int) -> Face:
 CONFIDENT = 0.95
 
 
+def _centred(box: tuple, size: int) -> bool:
+    """Whether a box's centre is within 25 px of the centre of a `size`-pixel square (of 256: a tenth)."""
+    return max(abs(box[0] + box[2] - size), abs(box[1] + box[3] - size)) <= 2 * 25 * size / 256
+
+
 class Extractor:
     """Detector and landmarker, and what a frame's faces become. Built once per worker process."""
 
@@ -242,49 +247,60 @@ class Extractor:
 
         As DFL, the frame is searched upright, then turned 90, 270 and 180 degrees, and each face found is
         aligned and found again there (the second pass). With MTCNN (not DFL's S3FD, whose results are
-        DFL's), two things more, each found from outside: a turn whose best face scores under CONFIDENT
-        does not end the search, the turn whose best face scores highest is taken (an upside-down face was
-        taken sideways, at 0.87, from the 270 degree turn); and a face the second pass does not find again
-        in its own aligned square is dropped (MTCNN took a torso for a face at 0.84, larger than the real
-        one and so face 0, and merge swapped a face onto it)."""
+        DFL's), two things more, each found from outside: a face the second pass does not find again, centred
+        in its own aligned square, is dropped (MTCNN took a torso, or a whole picture, for a face at 0.73 to
+        0.84, larger than the real one and so face 0, and merge swapped a face onto it); and a turn ends the
+        search only if a face it found scores CONFIDENT and is kept, else the turn whose kept faces score
+        highest is taken (an upside-down face was taken sideways, at 0.87 to 0.98, from a 270 degree turn)."""
         h, w = image.shape[:2]
         mtcnn = self.settings.detector == "mtcnn+dlib"
-        best: tuple[float, int, np.ndarray, list] | None = None
+        best: tuple[float, int, list[Face]] | None = None
         for rot in (0, 90, 270, 180):
             turned = np.ascontiguousarray(_turn(image, rot))
             found = self.detect(turned)  # (none with a side under min_face)
             if not found:
                 continue
-            top = max(d.score for d in found)
+            kept = self._kept(turned, found, confirm=mtcnn)
+            if not kept:
+                continue
+            top = max(score for score, _ in kept)
             if best is None or top > best[0]:
-                best = (top, rot, turned, found)
+                best = (top, rot, [face for _, face in kept])
             if not mtcnn or top >= CONFIDENT:
                 break
         if best is None:
             return []
-        _, rot, turned, found = best
-        faces = []
+        _, rot, faces = best
+        return [_turn_back(face, rot, w, h) for face in faces]
+
+    def _kept(self, turned: np.ndarray, found: list, confirm: bool) -> list[tuple[float, Face]]:
+        """(score, face) of the detections `found` in a turned frame that are kept, in their order, up to
+        max_faces: landmarked, and with the second pass, refined (dropped where `confirm` and not found again)."""
+        kept: list[tuple[float, Face]] = []
         for d in found:
-            if self.settings.max_faces and len(faces) == self.settings.max_faces:
+            if self.settings.max_faces and len(kept) == self.settings.max_faces:
                 break
             lm = self.landmarks(turned, d.box)
             if self.settings.second_pass:
-                again = self._refine(turned, lm)
-                if again is None and mtcnn:
+                lm = self._refine(turned, lm, confirm)
+                if lm is None:
                     continue
-                lm = lm if again is None else again
-            faces.append(_turn_back(Face(tuple(int(v) for v in d.box), lm), rot, w, h))
-        return faces
+            kept.append((d.score, Face(tuple(int(v) for v in d.box), lm)))
+        return kept
 
-    def _refine(self, image: np.ndarray, lm: np.ndarray) -> np.ndarray | None:
+    def _refine(self, image: np.ndarray, lm: np.ndarray, confirm: bool = False) -> np.ndarray | None:
         """DFL's second pass: the face aligned to `full` at 256 px, found and landmarked again there (only when
-        exactly one face is found: else the landmarks as they were), mapped back to the frame; None when no face
-        is found there."""
+        exactly one face is found: else the landmarks as they were), mapped back to the frame. With `confirm`,
+        None when no face found there scores 0.9 and is centred in the square (a real face scores 0.99 there, its
+        box's centre within 15 px of the square's; what MTCNN took for a face is not found, or found off centre
+        and lower: a torso's square, at 0.875 and 32 px off)."""
         mat = align.transform_mat(lm, 256, align.FaceType.FULL)
         face = np.ascontiguousarray(align.warp_face(image, mat, 256))
         again = self.detect(face, min_face=96)  # the face fills most of the square: no small ones to look for
+        if confirm and not any(a.score >= 0.9 and _centred(a.box, 256) for a in again):
+            return None
         if len(again) != 1:
-            return None if not again else lm
+            return lm
         return align.transform_points(self.landmarks(face, again[0].box, samples=True), mat, invert=True)
 
     def aligned(self, image: np.ndarray, faces: list[Face], source: str) -> tuple[list[bytes], np.ndarray]:
