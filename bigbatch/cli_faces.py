@@ -250,7 +250,7 @@ def add_face_commands(sub: Any) -> None:
         help="DFL's: blur, motion-blur, face-yaw, face-pitch, face-source-rect-size, hist, brightness, hue, black, "
         "origname or final (the best --target faces over the yaws)",
     )
-    so.add_argument("--target", type=int, default=2000, help="final: how many faces to keep (DFL's default 2000)")
+    so.add_argument("--target", type=int, help="final: how many faces to keep (DFL's default 2000)")
     so.set_defaults(func=_sort)
 
     vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")

@@ -255,7 +255,10 @@ def run_stats(args: argparse.Namespace) -> None:
     from bigbatch.metrics.stats import stats_file
 
     file = stats_file(stats.key)
-    where = f"in {file} (give it as B to bigbatch eval)" if file.is_file() else f"key {stats.key}"
+    # (the classifier's are of the data's own classifier: B to the eval of a run, whose data it is, not to the
+    # eval of images, whose classifier trains on B's images: found from outside, said and then refused)
+    use = "give it as B to bigbatch eval" + ("" if ext.family == "inception" else f" of a run on {args.data}")
+    where = f"in {file} ({use})" if file.is_file() else f"key {stats.key}"
     print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
 
 

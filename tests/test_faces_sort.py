@@ -53,8 +53,11 @@ def test_blur_brightness_and_final_order_the_faces_and_trash_what_is_not_one(fac
         blurred = cv2.GaussianBlur(image, (0, 0), s) if s else image
         save(folder / f"{i:05d}_0.jpg", blurred, {**meta, "source_filename": f"{i + 1:05d}.png"})
     cv2.imwrite(str(folder / "notes.jpg"), image)  # no metadata: not an aligned face
+    cv2.imwrite(str(folder / "dfl1.png"), image)  # DFL 1's PNG face (its metadata not read): left where it is
     assert main(["sort", str(folder), "--by", "blur"]) == 0
-    assert "Sorted 4 faces" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "Sorted 4 faces" in said.out and "1 PNG files in" in said.err
+    (folder / "dfl1.png").unlink()
     assert names(folder) == ["00000.jpg", "00001.jpg", "00002.jpg", "00003.jpg"]
     assert names(tmp_path / "aligned_trash") == ["notes.jpg"]  # (moved, as DFL's sort moves what it cannot read)
     frames = [read_metadata((folder / f"{i:05d}.jpg").read_bytes())["source_filename"] for i in range(4)]
@@ -73,6 +76,7 @@ def test_blur_brightness_and_final_order_the_faces_and_trash_what_is_not_one(fac
     for args, says in [
         (["--by", "x"], "--by 'x' is not a sort method; valid: blur"),
         (["--by", "final", "--target", "0"], "--target must be at least 1 face"),
+        (["--by", "blur", "--target", "3"], "--target is the number of faces `--by final` keeps"),
     ]:
         assert main(["sort", str(folder), *args]) == 2
         assert says in capsys.readouterr().err

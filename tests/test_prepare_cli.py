@@ -91,7 +91,7 @@ def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch,
     assert "stats: features: 64/1797 images" in err and "img/s, about" in err
     assert "reference statistics of builtin:digits" in said
     (file,) = (tmp_path / "cache" / "stats").glob("*.safetensors")  # cached for the next call
-    assert f"in {file} (give it as B to bigbatch eval)" in said  # the file eval takes as B, by name
+    assert f"in {file} (give it as B to bigbatch eval of a run on builtin:digits)" in said  # (a run's: its data's)
     assert (
         main(["eval", str(run), "--metrics", "fid,kid", "--n", "64", "--extractor", "classifier", "--batch-size", "16"])
         == 0

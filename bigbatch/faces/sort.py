@@ -35,7 +35,7 @@ import cv2
 import numpy as np
 
 from bigbatch.data.dfl_faces import NoFaceData, hull_mask, landmarks_of, read_metadata
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces.video import natural_key
 
 SUFFIXES = (".jpg", ".jpeg")
@@ -102,10 +102,13 @@ NEEDS_PIXELS = {"blur", "motion-blur", "brightness", "hue", "black", "hist", "fi
 
 
 def _faces(folder: Path) -> tuple[list[tuple[Path, dict]], list[Path]]:
-    """The aligned faces of `folder` in name order, with their metadata, and the images that are not ones."""
-    faces, other = [], []
+    """The aligned faces of `folder` in name order, with their metadata, and the JPEGs that are not ones. PNGs
+    are left as they are (DFL 1's aligned faces were PNGs, with their metadata in a chunk of their own: found
+    from outside, moved to the trash as if they had none), said in a warning."""
+    faces, other, pngs = [], [], 0
     for path in sorted((p for p in folder.iterdir() if p.is_file()), key=natural_key):
-        if path.suffix.lower() not in (*SUFFIXES, ".png"):
+        pngs += path.suffix.lower() == ".png"
+        if path.suffix.lower() not in SUFFIXES:
             continue
         try:
             meta = read_metadata(path.read_bytes(), str(path))
@@ -116,6 +119,11 @@ def _faces(folder: Path) -> tuple[list[tuple[Path, dict]], list[Path]]:
             other.append(path)
             continue
         faces.append((path, meta))
+    if pngs:
+        warn(
+            f"{pngs} PNG files in {folder} left as they are, unsorted: the aligned faces sorted are JPEGs (DFL 2's; "
+            "DFL's util converts DFL 1's PNG faces)"
+        )
     return faces, other
 
 
@@ -154,10 +162,13 @@ def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list
     return kept, sorted(set(range(len(faces))) - set(kept))
 
 
-def sort_order(folder: Path, method: str, target: int = 2000) -> tuple[list[Path], list[Path]]:
-    """The faces of `folder` in `method`'s order, and what goes to the trash."""
+def sort_order(folder: Path, method: str, target: int | None = None) -> tuple[list[Path], list[Path]]:
+    """The faces of `folder` in `method`'s order, and what goes to the trash. `target`: final's (2000)."""
     if method not in METHODS:
         raise BigbatchError(f"--by {method!r} is not a sort method; valid: {', '.join(METHODS)}")
+    if target is not None and method != "final":  # (found from outside: taken silently)
+        raise BigbatchError(f"--target is the number of faces `--by final` keeps; --by {method} keeps them all")
+    target = 2000 if target is None else target
     faces, other = _faces(folder)
     if not faces:
         raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
@@ -204,7 +215,7 @@ def apply_order(folder: Path, order: list[Path], trash: list[Path]) -> Path | No
     return bin_
 
 
-def sort_folder(folder: str | Path, method: str, target: int = 2000) -> tuple[int, Path | None]:
+def sort_folder(folder: str | Path, method: str, target: int | None = None) -> tuple[int, Path | None]:
     """`bigbatch sort`: sort `folder`'s faces by `method` in place; (faces kept, the trash folder or None)."""
     folder = Path(folder)
     if not folder.is_dir():
