@@ -15,13 +15,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bigbatch.cli_errors import runtime_error_line
+from bigbatch.cli_errors import refuse_url_outputs, runtime_error_line
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.signals import ignore_late_sigterm, interrupt_at_once, keep_sigterm_for_the_loop
 from bigbatch.urls import is_url
 
@@ -70,8 +70,8 @@ def _train(args: argparse.Namespace) -> None:
         build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
         check_local_data(cfg)  # a missing or broken data file, as training would refuse it
         given = cfg.train.init_from
-        if given and not is_url(given) and not Path(given).exists():  # (found from outside: passed the dry run)
-            raise BigbatchError(f"train.init_from {given} does not exist; give a run, a checkpoint or a weights file")
+        if given and not is_url(given) and not Path(given).exists():  # (found from outside: unsaid; said as the
+            warn(f"train.init_from {given} does not exist: training refuses it until it does")  # data file is)
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         resumed = _dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
         print(cfg.dumps())
@@ -503,27 +503,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         extras = []
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
-    _refuse_url_outputs(args, argv)
+    refuse_url_outputs(args, argv)
     return args
-
-
-# The commands whose output may be a URL (written there through fsspec); the others write local files.
-URL_OUTPUTS = {"prepare"}
-
-
-def _refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
-    """An output given as a URL to a command that writes local files, refused in one line (found from outside:
-    `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and `train --run-dir s3://b/run` trained a run there)."""
-    if args.command in URL_OUTPUTS:
-        return
-    out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "the output"
-    for name, flag in (("out", out), ("run_dir", "--run-dir"), ("video", "--video")):
-        value = getattr(args, name, None)  # (scheme://: a local name may hold a colon, runs:v2; found by review)
-        if isinstance(value, str) and "://" in value and is_url(value):
-            raise BigbatchError(
-                f"{flag} {value} is a URL, and {args.command} writes local files: give a local path (and copy the "
-                "result up afterwards)"
-            )
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

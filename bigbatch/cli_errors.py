@@ -1,11 +1,16 @@
 """The few RuntimeErrors of torch that are a user's to mend, as the one line `bigbatch` prints for them (and the
 exit status): out of memory, an op without a deterministic kernel, a rate that overflows, a port in use, and a
-rank that went away. Any other RuntimeError is a bug, and keeps its traceback."""
+rank that went away. Any other RuntimeError is a bug, and keeps its traceback. And outputs given as URLs to
+commands that write local files, refused as the command line is read."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+
+from bigbatch.errors import BigbatchError
+from bigbatch.urls import is_url
 
 
 def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:
@@ -60,3 +65,22 @@ def _lost_peer(e: RuntimeError) -> bool:
 def _out_of_memory(e: RuntimeError) -> bool:
     """An allocation that failed: CUDA's OutOfMemoryError, or the CPU allocator's error."""
     return type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(e)
+
+
+# The commands whose output may be a URL (written there through fsspec); the others write local files.
+URL_OUTPUTS = {"prepare"}
+
+
+def refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
+    """An output given as a URL to a command that writes local files, refused in one line (found from outside:
+    `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and `train --run-dir s3://b/run` trained a run there)."""
+    if args.command in URL_OUTPUTS:
+        return
+    out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "the output"
+    for name, flag in (("out", out), ("run_dir", "--run-dir"), ("video", "--video")):
+        value = getattr(args, name, None)  # (scheme://: a local name may hold a colon, runs:v2; found by review)
+        if isinstance(value, str) and "://" in value and is_url(value):
+            raise BigbatchError(
+                f"{flag} {value} is a URL, and {args.command} writes local files: give a local path (and copy the "
+                "result up afterwards)"
+            )

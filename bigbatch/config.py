@@ -20,7 +20,7 @@ from typing import Any, Literal
 import tomli_w
 
 from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
-from bigbatch.config_types import MAX_PROCESSES, Section, at_least_zero, at_most, positive, strings
+from bigbatch.config_types import MAX_PROCESSES, Section, at_least_zero, at_most, positive, read_toml, strings
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
@@ -578,31 +578,7 @@ class Config(Section):
     @staticmethod
     def load(path: str | Path) -> Config:
         """Read a TOML config file (for example a run's config.toml)."""
-        path = Path(path)
-        try:
-            with open(path, "rb") as f:
-                tree = tomllib.load(f)
-        except FileNotFoundError:
-            raise BigbatchError(f"config file {path} does not exist") from None
-        except UnicodeDecodeError as e:
-            raise BigbatchError(
-                f"config file {path} is not UTF-8 text (at byte {e.start}), which a TOML file must be; save it as UTF-8"
-            ) from None
-        except OSError as e:  # (found from outside: a folder or an unreadable file was called invalid TOML)
-            raise BigbatchError(f"config file {path} cannot be read: {e.strerror or e}") from None
-        except RecursionError:  # (found from outside: a traceback)
-            raise BigbatchError(f"config file {path} nests arrays or tables too deep to read as a config") from None
-        except tomllib.TOMLDecodeError as e:
-            head = path.read_bytes()[:4]
-            hint = (
-                "; it begins with a byte-order mark: save it as UTF-8 without one"
-                if head.startswith(b"\xef\xbb\xbf")
-                else "; it looks like JSON: a config is TOML (bigbatch train --dry-run prints one)"
-                if head.lstrip()[:1] == b"{"
-                else ""
-            )  # (found from outside: neither was said)
-            raise BigbatchError(f"config file {path} is not valid TOML: {e}{hint}") from None
-        return Config.from_dict(tree)
+        return Config.from_dict(read_toml(Path(path)))
 
     def dumps(self) -> str:
         return tomli_w.dumps(self.to_dict())

@@ -8,9 +8,11 @@ import dataclasses
 import difflib
 import functools
 import math
+import tomllib
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from bigbatch.errors import BigbatchError
@@ -239,3 +241,30 @@ def strings(tree: Any, prefix: str = "") -> typing.Iterator[tuple[str, str]]:
     elif isinstance(tree, (list, tuple)):
         for v in tree:
             yield from strings(v, prefix)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A config file's tree, or one line saying why it cannot be read as one."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise BigbatchError(f"config file {path} does not exist") from None
+    except UnicodeDecodeError as e:
+        raise BigbatchError(
+            f"config file {path} is not UTF-8 text (at byte {e.start}), which a TOML file must be; save it as UTF-8"
+        ) from None
+    except OSError as e:  # (found from outside: a folder or an unreadable file was called invalid TOML)
+        raise BigbatchError(f"config file {path} cannot be read: {e.strerror or e}") from None
+    except RecursionError:  # (found from outside: a traceback)
+        raise BigbatchError(f"config file {path} nests arrays or tables too deep to read as a config") from None
+    except tomllib.TOMLDecodeError as e:
+        head = path.read_bytes()[:4]
+        hint = (
+            "; it begins with a byte-order mark: save it as UTF-8 without one"
+            if head.startswith(b"\xef\xbb\xbf")
+            else "; it looks like JSON: a config is TOML (bigbatch train --dry-run prints one)"
+            if head.lstrip()[:1] == b"{"
+            else ""
+        )  # (found from outside: neither was said)
+        raise BigbatchError(f"config file {path} is not valid TOML: {e}{hint}") from None
