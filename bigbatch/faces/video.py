@@ -105,14 +105,17 @@ class Video:
         """How `frames` reads this video where an older bigbatch read it otherwise: "upright" (it has a display
         rotation), "constant-rate" (its frame rate varies: the stream's nominal rate is not its average), both,
         or None. Read from the stream and its first frame."""
-        said = []
-        first = next(self.container.decode(self.stream), None)
+        av, said = _av(), []
+        try:  # (a first frame that does not decode is said by `frames`, in one line, where it is read)
+            first = next(self.container.decode(self.stream), None)
+            self.container.seek(0)
+        except av.FFmpegError:
+            first = None
         if first is not None and round(getattr(first, "rotation", 0) / 90) % 4:
             said.append("upright")
         nominal, average = self.stream.guessed_rate, self.stream.average_rate
         if nominal and average and abs(float(nominal) - float(average)) > 1e-3 * float(average):
             said.append("constant-rate")
-        self.container.seek(0)
         return ", ".join(said) or None
 
     def close(self) -> None:
