@@ -99,3 +99,21 @@ def test_the_dry_run_says_a_missing_init_from(capsys):
     weights file to download still dry-runs)."""
     assert main(["train", "--init-from", "nowhere", "--dry-run"]) == 0
     assert "train.init_from nowhere does not exist: training refuses it until it does" in capsys.readouterr().err
+
+
+def test_a_folder_this_user_cannot_read_is_said_so_not_empty(tmp_path, monkeypatch, capsys):
+    """Found from outside (as another user): prepare said such a folder held no files to read."""
+    from PIL import Image
+
+    (tmp_path / "images" / "locked").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp_path / "images" / "a.png")
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    argv = ["prepare", str(tmp_path / "images"), str(tmp_path / "out.h5"), "--workers", "0"]
+    one_line(capsys, argv, "locked: Permission denied; give this user read access to it")

@@ -216,7 +216,11 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
     # The source's own ancestors count as above it: a link back to one of them is not followed either.
     ancestors = (os.stat(p) for p in path.resolve().parents)
     above: dict[str, frozenset[tuple[int, int]]] = {str(path): frozenset((a.st_dev, a.st_ino) for a in ancestors)}
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+
+    def unreadable(e: OSError) -> None:  # (found from outside: a folder this user may not read was "empty")
+        raise BigbatchError(f"cannot read folder {e.filename}: {e.strerror or e}; give this user read access to it")
+
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=True, onerror=unreadable):
         st = os.stat(dirpath)
         chain = above.pop(dirpath, frozenset())
         if (st.st_dev, st.st_ino) in chain:
