@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from bigbatch.config_types import MAX_EVAL_BATCH, MAX_SCORED, MAX_STANDING
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location
 
@@ -66,7 +67,7 @@ def run_eval(args: argparse.Namespace) -> None:
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool(COMPARING & set(parse_metrics(args.metrics)))  # IS alone needs no reference
-    for flag, most in (("n", 100_000_000), ("batch_size", 1 << 20)):
+    for flag, most in (("n", MAX_SCORED), ("batch_size", MAX_EVAL_BATCH)):
         value = getattr(args, flag, None)
         if value is not None and not 1 <= value <= most:  # (found from outside: --n 2**63 ran for ever)
             raise BigbatchError(f"--{flag.replace('_', '-')} must be 1 to {most:,}, got {value}")
@@ -216,8 +217,8 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     ckpt, cfg = G.checkpoint, G.config
     e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
     standing = e.standing_stats if args.standing_stats is None else args.standing_stats
-    if not 0 <= standing <= 1_000_000:
-        raise BigbatchError(f"--standing-stats must be a number of batches, 0 to 1,000,000, got {standing}")
+    if not 0 <= standing <= MAX_STANDING:
+        raise BigbatchError(f"--standing-stats must be a number of batches, 0 to {MAX_STANDING:,}, got {standing}")
     truncation = e.truncation if args.truncation is None else args.truncation
     if args.psi is not None:  # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores)
         if not math.isfinite(args.psi) or not hasattr(G, "truncation_psi"):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.cli_tools import device_named, out_named
+from bigbatch.config_types import MAX_STANDING
 from bigbatch.errors import BigbatchError
 
 
@@ -56,8 +57,10 @@ def _sample(args: argparse.Namespace) -> None:
     args.ncol = min(args.ncol, args.n)  # (a row wider than the samples: found from outside, 342 GiB asked for)
     if args.out is not None:
         out_named(args.out, ".npz" if args.npz else ".png")
-    if not 0 <= args.standing_stats <= 1_000_000:
-        raise BigbatchError(f"--standing-stats must be a number of batches, 0 to 1,000,000, got {args.standing_stats}")
+    if not 0 <= args.standing_stats <= MAX_STANDING:
+        raise BigbatchError(
+            f"--standing-stats must be a number of batches, 0 to {MAX_STANDING:,}, got {args.standing_stats}"
+        )
     if not math.isfinite(args.psi):
         raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {args.psi}")
     device = device_named(args.device)

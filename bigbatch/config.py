@@ -19,8 +19,9 @@ from typing import Any, Literal
 
 import tomli_w
 
+from bigbatch import config_types as limits  # (their MAX_... counts)
 from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
-from bigbatch.config_types import MAX_PROCESSES, Section, at_least_zero, at_most, positive, read_toml, strings
+from bigbatch.config_types import Section, at_least_zero, at_most, positive, read_toml, strings
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
@@ -91,8 +92,8 @@ class DataConfig(Section):
         if not 1 <= self.val_crop <= 2:
             self._fail("val_crop", f"must be a ratio in [1, 2] (ImageNet's usual: 1.14), got {self.val_crop}")
         at_least_zero(self, workers="a number of processes >= 0")
-        if self.workers > MAX_PROCESSES:  # (found from outside: 2**63 forked until memory ran out)
-            self._fail("workers", f"must be 0 to {MAX_PROCESSES} processes, got {self.workers}")
+        if self.workers > limits.MAX_PROCESSES:  # (found from outside: 2**63 forked until memory ran out)
+            self._fail("workers", f"must be 0 to {limits.MAX_PROCESSES} processes, got {self.workers}")
         secrets = sorted(option_credentials(self.storage_options))
         if secrets:
             self._fail(
@@ -511,7 +512,10 @@ class EvalConfig(Section):
             self._fail("reference_n", f"must be 0 (all images) or at least 2, got {self.reference_n}")
         positive(self, "batch_size")
         at_least_zero(self, standing_stats="a number of batches >= 0")
-        at_most(self, n=100_000_000, reference_n=1 << 40, standing_stats=1_000_000, batch_size=1 << 20)
+        at_most(
+            self, n=limits.MAX_SCORED, reference_n=1 << 40, standing_stats=limits.MAX_STANDING,
+            batch_size=limits.MAX_EVAL_BATCH,
+        )  # fmt: skip
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")
 

@@ -114,12 +114,16 @@ def _hints(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+# The most a count may ask for, in the config and on the command line (found from outside: 2**63 of them forked
+# until memory ran out, or ran for ever): processes (data.workers, prepare's and extract's --workers), images
+# scored (eval.n, eval --n), batches of standing statistics, images a batch of extraction.
+MAX_PROCESSES = 1024
+MAX_SCORED = 100_000_000
+MAX_STANDING = 1_000_000
+MAX_EVAL_BATCH = 1 << 20
+
 # Keys users of the peer projects reach for, and where bigbatch has them (found from outside: DFL's clipgrad
 # as swap.clipgrad was an unknown key without a pointer).
-# The most processes a count of them may ask for (data.workers, prepare's and extract's --workers): beyond any
-# machine, and far below what forks until memory runs out (found from outside: 2**63 did).
-MAX_PROCESSES = 1024
-
 ELSEWHERE = {
     "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
     "swap.batch_size": " (DFL's batch_size is train.batch here)",

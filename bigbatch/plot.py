@@ -10,6 +10,7 @@ from pathlib import Path
 from bigbatch.errors import BigbatchError
 from bigbatch.files import save_figure
 from bigbatch.rundir import read_metrics
+from bigbatch.sweeps import SCORES
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
 TRAINING_PANELS = (
@@ -25,8 +26,7 @@ TRAINING_PANELS = (
     ("fp16 loss scale", ("loss_scale_D", "loss_scale_G")),
 )
 # Evaluation scores, each with its spread where the metric has one.
-MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
-EVAL_METRICS = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss")
+EVAL_METRICS = SCORES
 
 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:

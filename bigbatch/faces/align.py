@@ -145,7 +145,7 @@ def transform_points(points: np.ndarray, mat: np.ndarray, invert: bool = False) 
     return points @ mat[:, :2].T + mat[:, 2]
 
 
-def _yaw(points: np.ndarray) -> float:
+def jaw_yaw(points: np.ndarray) -> float:
     """DFL's yaw estimate from the jaw line's distances to the nose bridge, in the mean face's units."""
     left = ((points[27, 0] - points[0, 0]) + (points[28, 0] - points[1, 0]) + (points[29, 0] - points[2, 0])) / 3
     right = ((points[16, 0] - points[27, 0]) + (points[15, 0] - points[28, 0]) + (points[14, 0] - points[29, 0])) / 3
@@ -175,7 +175,7 @@ def transform_mat(landmarks: np.ndarray, size: int, kind: FaceType | str, scale:
         centre += up * 0.07
     elif kind == FaceType.HEAD:
         # sideways by the yaw (damped near zero), then half the face's height up
-        yaw = _yaw(transform_points(landmarks, fit))
+        yaw = jaw_yaw(transform_points(landmarks, fit))
         side = (g[0] - g[1]).astype(np.float32)
         side_len = np.linalg.norm(side)
         yaw *= abs(math.tanh(yaw * 2))

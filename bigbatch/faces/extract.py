@@ -209,8 +209,8 @@ def _turn_back(face: Face, rot: int, w: int, h: int) -> Face:
     return Face((min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)), lm)
 
 
-# MTCNN's output-net score of a face seen whole and upright is 0.99 and more; the false faces and sideways
-# faces found from outside scored 0.76 to 0.94.
+# MTCNN's output-net score of a face seen whole and upright is 0.99 and more; the false faces found from outside
+# scored 0.73 to 0.94, sideways faces up to 0.98 (which the second pass then drops).
 CONFIDENT = 0.95
 
 
@@ -396,8 +396,13 @@ def read_otherwise(aligned: Path, source: FrameSource) -> str | None:
         first = json.loads((aligned / JOURNAL).read_text().splitlines()[0])
     except (OSError, ValueError, IndexError):
         return None
-    was, now = first.get("source") or {}, source.identity()
-    return now["frames"] if "frames" in now and was.get("path") == now["path"] and "frames" not in was else None
+    return _reading_changed(first.get("source") or {}, source.identity())
+
+
+def _reading_changed(was: dict, now: dict) -> str | None:
+    """How the frames of the video a journal's source `was` names are read now where an older bigbatch read them
+    otherwise (the source as `identity` gives it `now`), else None."""
+    return now["frames"] if "frames" in now and "frames" not in was and was.get("path") == now["path"] else None
 
 
 def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, int | None]:
@@ -421,7 +426,7 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
         lines[0] = json.dumps({**first, "source": now})
         atomic_write(path, "".join(f"{line}\n" for line in lines))
         was = now
-    if was != now and {**was, "frames": now.get("frames")} == now:
+    if _reading_changed(was, now):
         raise BigbatchError(  # (found by review: an older bigbatch read a phone's video sideways, or retimed)
             f"{out} holds faces an older bigbatch extracted from {now['path']}, reading its frames otherwise than "
             f"now ({now['frames']}: their places would not be these frames'): extract into another OUT"

@@ -36,6 +36,7 @@ import numpy as np
 
 from bigbatch.data.dfl_faces import NoFaceData, hull_mask, landmarks_of, read_metadata
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.faces.align import jaw_yaw
 from bigbatch.faces.video import natural_key
 
 SUFFIXES = (".jpg", ".jpeg")
@@ -60,9 +61,7 @@ def yaw(meta: dict) -> float:
     """The face's yaw, in units of its width: the jaw line's distance to the nose bridge on the right less
     that on the left, over the face's width (0 facing the camera)."""
     p = landmarks_of(meta)
-    left = np.mean(p[27:30, 0] - p[0:3, 0])
-    right = np.mean(p[14:17, 0][::-1] - p[27:30, 0])
-    return float((right - left) / max(p[16, 0] - p[0, 0], 1e-6))
+    return jaw_yaw(p) / max(p[16, 0] - p[0, 0], 1e-6)
 
 
 def pitch(meta: dict) -> float:
@@ -98,7 +97,7 @@ MEASURES: dict[str, Callable[[np.ndarray, dict], float]] = {
     "black": _black,
 }
 METHODS = (*MEASURES, "hist", "origname", "final")
-NEEDS_PIXELS = {"blur", "motion-blur", "brightness", "hue", "black", "hist", "final"}
+NEEDS_PIXELS = {"blur", "motion-blur", "brightness", "hue", "black"}  # (the other measures read metadata alone)
 
 
 def _faces(folder: Path) -> tuple[list[tuple[Path, dict]], list[Path]]:

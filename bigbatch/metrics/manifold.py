@@ -61,7 +61,12 @@ def radii(features: torch.Tensor, k: int, block: int = BLOCK) -> torch.Tensor:
     return out
 
 
-def _check(fake: torch.Tensor, real: torch.Tensor, k: int) -> None:
+def _sets(
+    fake: torch.Tensor | np.ndarray, real: torch.Tensor | np.ndarray, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.device]:
+    """Both sets as float32 on fake's device (the host for NumPy), checked: (fake, real, device)."""
+    device = fake.device if isinstance(fake, torch.Tensor) else torch.device("cpu")
+    fake, real = _tensor(fake, device), _tensor(real, device)
     if fake.ndim != 2 or real.ndim != 2 or fake.shape[1] != real.shape[1]:
         raise BigbatchError(
             f"precision and recall need two (N, D) feature sets of the same D, got {fake.shape} and {real.shape}"
@@ -71,6 +76,7 @@ def _check(fake: torch.Tensor, real: torch.Tensor, k: int) -> None:
             f"precision, recall, density and coverage need more than k = {k} images on each side, got "
             f"{len(fake)} generated and {len(real)} real: give more (the papers use 10,000 to 50,000 of each)"
         )
+    return fake, real, device
 
 
 def precision_recall(
@@ -78,9 +84,7 @@ def precision_recall(
 ) -> dict[str, float]:
     """{"precision", "recall"} of generated features `fake` against `real` (both (N, D)), in full float32
     (TF32 distances would move samples across the balls' edges)."""
-    device = fake.device if isinstance(fake, torch.Tensor) else torch.device("cpu")
-    fake, real = _tensor(fake, device), _tensor(real, device)
-    _check(fake, real, k)
+    fake, real, device = _sets(fake, real, k)
     with exact_float32():
         r_fake, r_real = radii(fake, k, block), radii(real, k, block)
         inside_real = torch.zeros(len(fake), dtype=torch.bool, device=device)
@@ -99,9 +103,7 @@ def density_coverage(
     fake: torch.Tensor | np.ndarray, real: torch.Tensor | np.ndarray, k: int = DC_K, block: int = BLOCK
 ) -> dict[str, float]:
     """{"density", "coverage"} of generated features `fake` against `real` (both (N, D)), in full float32."""
-    device = fake.device if isinstance(fake, torch.Tensor) else torch.device("cpu")
-    fake, real = _tensor(fake, device), _tensor(real, device)
-    _check(fake, real, k)
+    fake, real, device = _sets(fake, real, k)
     with exact_float32():
         r_real = radii(real, k, block)
         held = torch.zeros(len(fake), dtype=torch.int64, device=device)  # real balls holding each fake

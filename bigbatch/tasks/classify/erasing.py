@@ -31,7 +31,7 @@ def draw(p: float, batch: int, seed: int, nimg: int) -> np.ndarray:
     """The step's rectangles (batch, 6), as timm's RandomErasing draws one: up to ten tries of an area and
     an aspect ratio until the rectangle fits, then its place uniformly."""
     rng = np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, ERASE, nimg]))
-    out = np.zeros((batch, 6), np.float32)
+    out = np.zeros((batch, COLUMNS), np.float32)
     erased = rng.random(batch) < p
     area = rng.uniform(*AREA, (batch, TRIES))
     ratio = np.exp(rng.uniform(math.log(RATIO[0]), math.log(RATIO[1]), (batch, TRIES)))

@@ -100,7 +100,7 @@ def draw(policy: Policy, batch: int, seed: int, nimg: int) -> np.ndarray:
     about m (uniform in [0, m] with mstd inf) clipped to [0, mmax], a sign for the signed operations."""
     rng = np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, RAND_AUG, nimg]))
     shape = (batch, policy.layers)
-    out = np.empty((*shape, 5), np.float32)
+    out = np.empty((*shape, COLUMNS), np.float32)
     out[..., OP] = rng.integers(0, len(OPS), shape)
     out[..., APPLIED] = rng.random(shape) < policy.p
     if math.isinf(policy.std):

@@ -28,8 +28,8 @@ from bigbatch.config import Config
 from bigbatch.data.load import stored_side, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.streams import CROP, generator
+from bigbatch.engine import batch_parts, running_stats
 from bigbatch.engine import precision as prec
-from bigbatch.engine import running_stats
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
@@ -356,23 +356,23 @@ class ClassifyTask:
         n = len(images)
         if self.rotation:  # the label of an image is its rotation, decided by its global position
             labels = rotation_labels(nimg + offset, n)
-        boxes, augs, mixed, t = None, None, None, self.cfg.train
+        boxes, mixed, t = None, None, self.cfg.train
         if t.crop_scale < 1 and not self.loader_crop_scale:
             boxes = crop_boxes(batch, t.crop_scale, generator(t.seed, CROP, nimg))
             boxes = boxes[offset : offset + n]
-        if self.randaugment or t.random_erase:  # NumPy arrays, kept on the host: which images change is known there
-            augs = self._augs(batch, nimg)[offset : offset + n]
+        augs = self._augs(batch, nimg)  # (host arrays: they stay there, cut with the batch)
+        augs = None if augs is None else batch_parts.cut(augs, offset, offset + n)
         if t.mixup or t.cutmix:  # drawn for the whole step, by pairs of global positions
             mixed = mixing.draw(batch, t.mixup, t.cutmix, t.seed, nimg)[offset : offset + n]
         return images, labels, boxes, augs, mixed
 
-    def _augs(self, batch: int, nimg: int) -> np.ndarray:
-        """RandAugment's draws and random erasing's of the step at `nimg` of `batch` images, one row of each
-        image's (zeros where one is off: nothing applies)."""
+    def _augs(self, batch: int, nimg: int) -> tuple[np.ndarray | None, np.ndarray | None] | None:
+        """RandAugment's draws and random erasing's of the step at `nimg` of `batch` images (each None where
+        off; None when both are)."""
         t = self.cfg.train
-        ra = randaugment.draw(self.randaugment, batch, t.seed, nimg) if self.randaugment else np.zeros((batch, 1, 5))
-        er = erasing.draw(t.random_erase, batch, t.seed, nimg)
-        return np.concatenate([ra.reshape(batch, -1), er], 1).astype(np.float32)
+        ra = randaugment.draw(self.randaugment, batch, t.seed, nimg) if self.randaugment else None
+        er = erasing.draw(t.random_erase, batch, t.seed, nimg) if t.random_erase else None
+        return None if ra is None and er is None else (ra, er)
 
     def batch_sheet(self, nimg: int) -> Image.Image:
         """The step's first images as the network receives them (loader crops and flips, device crops,
@@ -386,7 +386,7 @@ class ClassifyTask:
         return captioned_sheet([(img, [(self.class_names[int(y)], BLACK)]) for img, y in zip(seen, labels)])
 
     def inputs(
-        self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None, augs: np.ndarray | None = None
+        self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None, augs: tuple | None = None
     ) -> torch.Tensor:
         """What the network receives for uint8 NHWC images: [-1, 1] NCHW, cropped to `boxes` on the
         device, through RandAugment and random erasing by their draws `augs`, rotated by their labels when it
@@ -396,9 +396,9 @@ class ClassifyTask:
             with torch.autocast(x.device.type, enabled=False):
                 grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
                 x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-        if augs is not None:  # (rows of `_augs`: RandAugment's layers, then random erasing's)
-            x = randaugment.apply(x, augs[:, : -erasing.COLUMNS].reshape(len(augs), -1, randaugment.COLUMNS))
-            x = erasing.apply(x, augs[:, -erasing.COLUMNS :])
+        ra, er = augs or (None, None)  # (`_augs`)
+        x = x if ra is None else randaugment.apply(x, ra)
+        x = x if er is None else erasing.apply(x, er)
         return rotate(x, labels) if self.rotation else x
 
     def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
@@ -418,8 +418,7 @@ class ClassifyTask:
         """One forward/backward of m images at the largest resolution of the schedule."""
         size = max(p.resolution or self.cfg.data.resolution for p in self.schedule.phases)
         images, labels = self.data.get(torch.arange(min(m, len(self.data))).repeat(m)[:m])
-        augs = self._augs(m, 0) if self.randaugment or self.cfg.train.random_erase else None
-        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None, augs, None))
+        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None, self._augs(m, 0), None))
         self.opt.zero_grad(set_to_none=True)
 
     # ---- checkpoints and previews --------------------------------------------------------------
