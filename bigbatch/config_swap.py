@@ -50,6 +50,10 @@ class SwapConfig(Section):
     from 0.001 after 10k iterations, DFL advises)."""
     bg_style_power: float = 0.0
     """DFL's background style loss: the swapped face outside the mask learns dst's (0.0..100.0; 2.0 typical)."""
+    uniform_yaw: bool = False
+    """DFL's uniform_yaw: each side's faces drawn evenly over 128 bins of yaw (from their landmarks, which
+    `prepare` keeps from aligned DFL faces), not as often as each yaw is in the set, so that the few side views
+    train as much as the many frontal ones (DFL: "helps to fix blurry side faces")."""
     blur_out_mask: bool = False
     """Blur the targets' background near the face mask (needs masks in the data), DFL's blur_out_mask."""
     face_type: Literal["", "h", "mf", "f", "wf", "head"] = ""

@@ -129,7 +129,6 @@ ELSEWHERE = {
     "swap.batch_size": " (DFL's batch_size is train.batch here)",
     "swap.resolution": " (the resolution is data.resolution)",
     "swap.archi": " (archi and the dims are model.options: archi, ae_dims, e_dims, d_dims, d_mask_dims)",
-    "swap.uniform_yaw": " (DFL's uniform_yaw is not here: see README, Face swap, 'Not here')",
     "swap.pretrain": " (DFL's pretraining mode is not here: train on any face set, then train.init_from the run)",
 }
 

@@ -41,7 +41,8 @@ def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 10
         if not hasattr(task, "set_lr"):
             raise BigbatchError(f'lr-find takes classify and swap configs; this one trains task = "{cfg.task}"')
         rates = [start * (end / start) ** (i / (steps - 1)) for i in range(steps)]
-        feed = Feed(data, Schedule([first]), rep, cfg, crop_scale=getattr(task, "loader_crop_scale", 0.0))
+        crop_scale, order = getattr(task, "loader_crop_scale", 0.0), getattr(task, "data_order", None)
+        feed = Feed(data, Schedule([first]), rep, cfg, crop_scale=crop_scale, order=order)
         lrs, losses, average, best, skipped = [], [], 0.0, math.inf, 0
         try:
             for i in range(steps):

@@ -458,7 +458,7 @@ RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "t
     f"swap.{k}"
     for k in (
         "random_warp", "lr_dropout", "lr", "src_flip", "dst_flip", "masked_training", "eyes_mouth_prio", "ct_mode",
-        "random_hsv_power", "face_style_power", "bg_style_power", "blur_out_mask",
+        "random_hsv_power", "face_style_power", "bg_style_power", "blur_out_mask", "uniform_yaw",
     )
 }  # fmt: skip
 

@@ -25,6 +25,8 @@ import numpy as np
 from PIL import Image
 
 from bigbatch import safe_pickle
+from bigbatch.errors import BigbatchError
+from bigbatch.faces.align import jaw_yaw
 
 APP15 = 0xEF
 
@@ -95,6 +97,24 @@ def landmarks_of(meta: dict[str, Any]) -> np.ndarray:
     if points.shape != (68, 2):
         raise NoFaceData(f"its DeepFaceLab metadata has no 68 landmarks (landmarks of shape {points.shape})")
     return points
+
+
+def face_yaw(points: np.ndarray) -> float:
+    """A face's yaw from its 68 landmarks, in units of its width: the jaw line's distance to the nose bridge
+    on the right less that on the left (DFL's head alignment's measure), over the face's width; 0 facing the
+    camera, near +-1 in profile. `bigbatch sort` orders by it and swap.uniform_yaw bins it (DFL solves a 3D
+    head pose for both: the order is the same to within the landmarks' noise)."""
+    return jaw_yaw(points) / max(float(points[16, 0] - points[0, 0]), 1e-6)
+
+
+def yaw_of(data: bytes) -> float | None:
+    """The yaw (`face_yaw`) of an aligned DFL face from the landmarks in its metadata; None for any other image
+    (no metadata, no landmarks, or metadata the restricted unpickler refuses)."""
+    try:
+        meta = read_metadata(data)
+        return face_yaw(landmarks_of(meta)) if meta is not None else None
+    except (NoFaceData, BigbatchError):
+        return None
 
 
 def _fill(size: tuple[int, int], parts: list[np.ndarray]) -> np.ndarray:

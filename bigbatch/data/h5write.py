@@ -229,6 +229,7 @@ class H5Writer:
             raise OSError(e.errno, e.strerror, str(self.tmp) if self.out.url else self.out.name) from None
         self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
         self.groups: dict[tuple[int, ...], _GroupWriter | _EncodedGroupWriter] = {}
+        self.arrays: dict[str, np.ndarray] = {}  # per-image arrays beside the images, in index order (e.g. "yaws")
 
     def __enter__(self) -> H5Writer:
         return self
@@ -291,6 +292,10 @@ class H5Writer:
         }
         for key, value in meta.items():
             self.f.attrs[key] = json.dumps(value) if isinstance(value, list | dict) else value
+        for name, array in self.arrays.items():
+            if len(array) != meta["count"]:
+                raise ValueError(f"{name} holds {len(array)} values for {meta['count']} images")
+            self.f.create_dataset(name, data=array)
         self.f.close()
         self.raw.flush()  # fsync
         self.raw.close()

@@ -196,6 +196,8 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
     if m["channels"] > 3:  # a face set: what channels 4 and 5 hold, and DFL's face type of the faces
         masks = "face mask" + (", eyes and mouth" if m["channels"] > 4 else "")
         lines.insert(2, f"masks       {masks}; face type {m.get('face_type') or 'unknown (not from DFL faces)'}")
+    if m.get("face_yaws"):  # aligned DFL faces: their yaws, for swap.uniform_yaw
+        lines.insert(2, "yaws        each face's, from its landmarks (swap.uniform_yaw)")
     return "\n".join(lines)
 
 
@@ -293,6 +295,19 @@ def _index(f: h5py.File, meta: dict[str, Any], location: Location) -> tuple[list
     return groups, torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64))
 
 
+def _yaws(f: h5py.File, meta: dict[str, Any], location: Location) -> np.ndarray | None:
+    """Each face's yaw (float32, index order) where prepare kept them (aligned DFL faces), else None."""
+    if "yaws" not in f:
+        return None
+    try:
+        yaws = np.asarray(f["yaws"][...], np.float32)
+    except (OSError, KeyError, ValueError, RuntimeError) as e:
+        _damaged(location, f"its yaws do not read ({type(e).__name__})")
+    if yaws.shape != (meta["count"],) or not np.isfinite(yaws).all():
+        _damaged(location, f"its yaws hold {yaws.shape} values for {meta['count']} images, or not finite ones")
+    return yaws
+
+
 class _Reader:
     """One process's access to a data file's bytes: positional reads of a local file, concurrent range
     requests of a URL, h5py for a layout only it reads (filters, or no chunk index). Made on first use in each
@@ -377,6 +392,7 @@ class H5Data:
             self.encoded = self.meta.get("codec", "raw") != "raw"
             self.whole = self.meta.get("crop") == "none"  # whole images, cropped as they are read
             self.groups, self.labels = _index(f, self.meta, self.location)
+            self.yaws = _yaws(f, self.meta, self.location)
         n = len(self.meta["class_names"])
         if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= max(n, 1)):
             low, high = int(self.labels.min()), int(self.labels.max())

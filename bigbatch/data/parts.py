@@ -20,9 +20,9 @@ from bigbatch.data.codecs import Encoded
 from bigbatch.files import atomic_write
 
 PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
-# (bucket, image or Encoded, face type, the source image's (height, width); None in parts from before it was kept),
-# or why the file was skipped
-Result = tuple[int, Any, str | None, tuple[int, int] | None] | str
+# (bucket, image or Encoded, face type, the source image's (height, width), an aligned face's yaw; None in parts
+# from before they were kept), or why the file was skipped
+Result = tuple[int, Any, str | None, tuple[int, int] | None, float | None] | str
 
 
 class Parts:
@@ -60,6 +60,7 @@ class Parts:
             "encoded": np.array([isinstance(r[1], Encoded) for r in ok], bool),
             "face_types": np.array([json.dumps(r[2]) for r in ok]),
             "sizes": np.array([r[3] for r in ok], np.int64).reshape(-1, 2),
+            "yaws": np.array([np.nan if r[4] is None else r[4] for r in ok], np.float64),
             "lengths": np.array([len(p) for p in payloads], np.int64),
             "data": np.frombuffer(b"".join(payloads), np.uint8),
         }
@@ -73,6 +74,8 @@ class Parts:
             buckets, shapes, encoded = z["buckets"], z["shapes"], z["encoded"]
             face_types = [json.loads(s) for s in z["face_types"].tolist()]
             sizes = [tuple(int(v) for v in hw) for hw in z["sizes"]] if "sizes" in z.files else [None] * len(buckets)
+            kept = z["yaws"] if "yaws" in z.files else np.full(len(buckets), np.nan)
+            yaws = [None if np.isnan(v) else float(v) for v in kept]
             data, ends = z["data"], np.cumsum(z["lengths"])
         starts = ends - np.diff(ends, prepend=0)
         out: list[Result] = []
@@ -84,7 +87,7 @@ class Parts:
             payload = data[starts[j] : ends[j]]
             shape = tuple(int(v) for v in shapes[j])
             image = Encoded(payload.tobytes(), shape) if encoded[j] else payload.reshape(shape)  # type: ignore[arg-type]
-            out.append((int(buckets[j]), image, face_types[j], sizes[j]))
+            out.append((int(buckets[j]), image, face_types[j], sizes[j], yaws[j]))
             j += 1
         self.resumed += len(out)
         return out

@@ -317,6 +317,7 @@ def _write(
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
     written = np.zeros(max(1, len(listing.class_names)), np.int64)  # images written per class
+    yaws: list[float | None] = []  # each written image's, if an aligned DFL face (swap.uniform_yaw bins them)
     with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
@@ -334,6 +335,7 @@ def _write(
                 )
             writer.add(image, int(listing.labels[i]))
             written[int(listing.labels[i])] += 1
+            yaws.append(result[4])  # type: ignore[index]
         bar.close()
         if writer.count == 0:
             reason = f"; e.g. {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
@@ -349,6 +351,9 @@ def _write(
             )
         if face_types:
             writer.attrs.update(face_type=next(iter(face_types)))
+        if None not in yaws and not (settings.buckets or settings.whole):  # (one group: written order is index order)
+            writer.arrays["yaws"] = np.array(yaws, np.float32)
+            writer.attrs.update(face_yaws=True)
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
         return writer.commit()
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from bigbatch.data.dfl_faces import NoFaceData, face_masks
+from bigbatch.data.dfl_faces import NoFaceData, face_masks, yaw_of
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location
@@ -377,15 +377,16 @@ def decode(
     dfl_masks: int = 0,
     whole: bool = False,
     as_scorers: bool = False,
-) -> tuple[int, np.ndarray, str | None, tuple[int, int]]:
-    """Decode one image file to (bucket, uint8 HxWx3, face type, its (height, width) as stored). With
+) -> tuple[int, np.ndarray, str | None, tuple[int, int], float | None]:
+    """Decode one image file to (bucket, uint8 HxWx3, face type, its (height, width) as stored, yaw). With
     `resolution`: center-cropped to a square, or with `ratios` (width/height) to the nearest shape of
     `bucket_shapes(resolution, ratios)` (bucket is its index), and resized with LANCZOS. EXIF
     orientation is applied first. `alpha`: a fourth channel, the image's transparency (the face mask of
     the swap task), the colours kept as they are under it (not composited: the background stays the
     background); an image without transparency is refused. `dfl_masks` 1 or 2: the face mask (and the
     eyes-and-mouth region) a DeepFaceLab aligned face carries in its metadata, as channels 4 (and 5),
-    and its face type (SAEHD's name for it; None for other images). `as_scorers`: as pytorch-fid,
+    and its face type (SAEHD's name for it; None for other images). The yaw is an aligned DFL face's
+    (`dfl_faces.yaw_of`, whatever `dfl_masks` says; None for other images). `as_scorers`: as pytorch-fid,
     clean-fid and torch-fidelity read a file, `Image.open(f).convert("RGB")`: no EXIF orientation, the
     colours under any transparency kept (16-bit images are still scaled, where Pillow clips them).
     Raises on bad data."""
@@ -414,7 +415,7 @@ def decode(
     out = np.asarray(img, dtype=np.uint8)
     if planes:
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
-    return bucket, out, face_type, size
+    return bucket, out, face_type, size, None if as_scorers else yaw_of(data)
 
 
 def decode_mask(
@@ -437,7 +438,7 @@ def decode_or_reason(
     dfl_masks: int = 0,
     whole: bool = False,
     as_scorers: bool = False,
-) -> tuple[int, np.ndarray, str | None, tuple[int, int]] | str:
+) -> tuple[int, np.ndarray, str | None, tuple[int, int], float | None] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data

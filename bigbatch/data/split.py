@@ -66,6 +66,12 @@ class Subset:
         return getattr(self.data, "meta", {})
 
     @property
+    def yaws(self) -> Any:
+        """The subset's faces' yaws (a data file's from aligned DFL faces), or None."""
+        yaws = getattr(self.data, "yaws", None)
+        return None if yaws is None else yaws[self.indices.numpy()]
+
+    @property
     def n_classes(self) -> int:
         return self.data.n_classes
 

@@ -25,6 +25,7 @@ PATH_LENGTH = 15  # the random images of path length regularization (a salt of `
 MIX = 16  # a classifier's mixup and CutMix draws, per pair of neighbouring images of a step
 RAND_AUG = 17  # a classifier's RandAugment draws, per image of a step
 ERASE = 18  # a classifier's random erasing, per image of a step
+UNIFORM_YAW = 19  # the swap task's order of faces by yaw bins (swap.uniform_yaw)
 
 
 def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
@@ -95,4 +96,45 @@ class GlobalOrder:
         for e in epochs.unique().tolist():
             mask = epochs == e
             out[mask] = self._perm(e)[pos[mask] % self.n]
+        return out
+
+
+YAW_BINS = 128  # DFL's uniform_yaw: bins of yaw over YAW_RANGE (SampleGeneratorFace's 128 "grads")
+YAW_RANGE = (-1.0, 1.0)  # the yaw measure's range (bigbatch.data.dfl_faces.face_yaw: facing sideways at +-1)
+
+
+class YawOrder:
+    """Endless data order of faces spread evenly over their yaw, DeepFaceLab's uniform_yaw: the faces in
+    YAW_BINS bins of yaw over YAW_RANGE (those past it in the end bins), each round of positions takes every
+    bin that holds faces once, in a seeded order, and each bin gives its faces in seeded permutations, one
+    after another (DFL's Index2DHost: a shuffled pass over the bins, then over a bin's faces). Position p is in
+    round r = p // B (B bins with faces) and takes the r-th face of its bin, so, as GlobalOrder, the order
+    depends only on the seed and the position (resuming needs only the images seen; any rank count)."""
+
+    def __init__(self, yaws: np.ndarray, seed: int, stream: int = ORDER):
+        yaws = np.asarray(yaws, np.float64)
+        if not len(yaws) or not np.isfinite(yaws).all():
+            raise ValueError("YawOrder needs a finite yaw for each of at least one face")
+        edges = np.linspace(*YAW_RANGE, YAW_BINS + 1)[1:-1]
+        which = np.digitize(yaws, edges)
+        self.bins = [torch.from_numpy(np.flatnonzero(which == b)) for b in np.unique(which)]
+        self.seed, self.stream = seed, stream
+        self._perms: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+
+    def _perm(self, n: int, *keys: int) -> torch.Tensor:
+        if keys not in self._perms:
+            self._perms[keys] = torch.randperm(n, generator=generator(self.seed, self.stream, UNIFORM_YAW, *keys))
+            if len(self._perms) > 4 * len(self.bins) + 8:
+                self._perms.popitem(last=False)
+        return self._perms[keys]
+
+    def indices(self, start: int, count: int) -> torch.Tensor:
+        """Data indices of the faces at global positions start, ..., start + count - 1."""
+        b = len(self.bins)
+        out = torch.empty(count, dtype=torch.long)
+        for i, p in enumerate(range(start, start + count)):
+            r = p // b
+            k = int(self._perm(b, 0, r)[p % b])  # the bin, then its face of round r
+            n = len(self.bins[k])
+            out[i] = self.bins[k][self._perm(n, 1, k, r // n)[r % n]]
         return out

@@ -34,9 +34,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from bigbatch.data.dfl_faces import NoFaceData, hull_mask, landmarks_of, read_metadata
+from bigbatch.data.dfl_faces import NoFaceData, face_yaw, hull_mask, landmarks_of, read_metadata
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.faces.align import jaw_yaw
 from bigbatch.faces.video import natural_key
 
 SUFFIXES = (".jpg", ".jpeg")
@@ -58,10 +57,8 @@ def _motion_blur(face: np.ndarray, meta: dict) -> float:
 
 
 def yaw(meta: dict) -> float:
-    """The face's yaw, in units of its width: the jaw line's distance to the nose bridge on the right less
-    that on the left, over the face's width (0 facing the camera)."""
-    p = landmarks_of(meta)
-    return jaw_yaw(p) / max(p[16, 0] - p[0, 0], 1e-6)
+    """The face's yaw from its landmarks (`face_yaw`: in units of its width, 0 facing the camera)."""
+    return face_yaw(landmarks_of(meta))
 
 
 def pitch(meta: dict) -> float:

@@ -46,7 +46,7 @@ from torch import nn
 from bigbatch import models
 from bigbatch.config import Config, register_check
 from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule, device_decode
-from bigbatch.data.loader import Step, read_batch
+from bigbatch.data.loader import Order, Step, read_batch
 from bigbatch.data.streams import ORDER, ORDER_B, GlobalOrder
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
@@ -93,13 +93,14 @@ BATCH_SHEET = 32  # images a batch sheet shows (the step's first ones)
 
 def peek(
     data: Any, schedule: Schedule, cfg: Config, nimg: int, n: int, stream: int = ORDER, xflip: bool | None = None,
-    crop_scale: float = 0.0,
+    crop_scale: float = 0.0, order: Order | None = None,
 ) -> Batch:  # fmt: skip
     """The images at global positions nimg .. nimg + n - 1 of the step at `nimg` (at most its batch), read
     as a Feed reads them for that step (the same order, resolution, flips and loader crops), whatever
-    the world size: what a batch sheet shows. `stream`: the data set's order (ORDER_B for a second one)."""
+    the world size: what a batch sheet shows. `stream`: the data set's order (ORDER_B for a second one);
+    `order`: the task's own order of it instead (the swap task's by yaw)."""
     phase = schedule.phase_at(nimg)
-    order = GlobalOrder(len(data), cfg.train.seed, stream)
+    order = order or GlobalOrder(len(data), cfg.train.seed, stream)
     request = Step(nimg, phase.batch, phase.resolution, 0, order.indices(nimg, min(n, phase.batch)))
     flip = cfg.data.xflip if xflip is None else xflip
     return read_batch(data, request, flip, cfg.train.seed, crop_scale)
@@ -110,7 +111,7 @@ class Feed:
     positions, read ahead in data.workers processes. The batch follows data.schedule: at a phase boundary
     the Replicator's batch changes with it (its micro-batch stays, its accumulation follows).
     `crop_scale` > 0: random-resized crops cut by the loader from whole stored images (the task's
-    `loader_crop_scale`)."""
+    `loader_crop_scale`). `order`: the task's order of the data (its `data_order`), else GlobalOrder's."""
 
     def __init__(
         self,
@@ -121,10 +122,11 @@ class Feed:
         start: int = 0,
         on_phase: Callable[[int, Phase], None] | None = None,
         crop_scale: float = 0.0,
+        order: Order | None = None,
     ):
         self.rep, self.schedule, self.nimg, self.on_phase, self.cfg = rep, schedule, start, on_phase, cfg
         self._phase: Phase | None = None
-        self.order = GlobalOrder(len(data), cfg.train.seed)
+        self.order = order or GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
         on_device = cfg.data.decode != "cpu"  # the loader hands over encoded batches, decoded on the device
@@ -145,11 +147,12 @@ class Feed:
         """Whether a step after the one at self.nimg takes a batch (a run ends at train.kimg)."""
         return self.nimg + self.schedule.phase_at(self.nimg).batch < self.cfg.train.images
 
-    def companion(self, data: Any) -> Callable[[], Batch]:
+    def companion(self, data: Any, order: Order | None = None) -> Callable[[], Batch]:
         """A second data set read in step with this one (the swap task's dst faces beside its src):
         each call after `next()` returns this rank's share of the same step from `data`, in an order of
-        its own (stream ORDER_B), the same positions, batch and phase; read ahead like the first."""
-        order = GlobalOrder(len(data), self.cfg.train.seed, ORDER_B)
+        its own (`order`, else GlobalOrder's of stream ORDER_B), the same positions, batch and phase; read
+        ahead like the first."""
+        order = order or GlobalOrder(len(data), self.cfg.train.seed, ORDER_B)
         sampler = RankSampler(order, self.schedule, self.rep.rank, self.rep.world_size, start=self.nimg)
         pin = self.rep.device.type == "cuda"
         loader = BatchLoader(data, sampler, self.cfg.data.workers, False, self.cfg.train.seed, pin_memory=pin)

@@ -58,6 +58,7 @@ _DFL_OPTIONS: dict[str, tuple[str, Any]] = {
     "face_style_power": ("face_style_power", float),
     "bg_style_power": ("bg_style_power", float),
     "blur_out_mask": ("blur_out_mask", bool),
+    "uniform_yaw": ("uniform_yaw", bool),
 }
 
 

@@ -4,6 +4,7 @@ folder (`load_autoencoder`; train.init_from)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from bigbatch.engine.precision import load_optimizer
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
 from bigbatch.tasks.swap.optim import LR_COS, LR_DROPOUT, AdaBelief, RMSprop
+from bigbatch.urls import public_name
 
 DIMS = ("archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
 
@@ -237,4 +239,41 @@ def check_face_size(cfg: Config, side: str, source: str, r: int) -> None:
         raise BigbatchError(
             f"the {side} faces {source} are {r} px, the model data.resolution = {cfg.data.resolution}: prepare "
             f"them with --resolution {cfg.data.resolution}"
+        )
+
+
+def check_faces(cfg: Config, data: Any, side: str) -> Any:
+    """`data` if the swap task can read it: 3, 4 or 5 channels at the model's resolution."""
+    if data.channels not in (3, 4, 5):
+        raise BigbatchError(
+            f"the {side} faces {data.source} have {data.channels} channels; the swap task reads RGB (3), "
+            "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare "
+            "[--masks alpha|dfl|DIR]"
+        )
+    check_face_size(cfg, side, data.source, data.resolution)
+    return data
+
+
+def check_yaws(cfg: Config, src: Any, dst: Any) -> None:
+    """swap.uniform_yaw needs each face's yaw, which prepare keeps from aligned DFL faces."""
+    for side, data in (("src", src), ("dst", dst)):
+        if cfg.swap.uniform_yaw and getattr(data, "yaws", None) is None:
+            cfg.swap._fail(
+                "uniform_yaw",
+                f"needs each face's yaw, and the {side} faces {data.source} have none: prepare them again from "
+                "aligned DeepFaceLab faces (bigbatch extract's or DFL's, which carry their landmarks), or set it "
+                "to false",
+            )
+
+
+def check_resumed_dst(run: Path, resumed_at: int, path: str, dst: Any) -> None:
+    """On resume, the dst faces must be those the checkpoint was trained on (as the loop checks src's)."""
+    meta = checkpoints.read_meta(run / "checkpoints" / checkpoints.checkpoint_name(resumed_at)) or {}
+    before = meta.get("dst") if isinstance(meta.get("dst"), dict) else {}
+    recorded, now = str(before.get("content_hash", "")), str(dst.content_hash)
+    if recorded and recorded != now:
+        raise BigbatchError(
+            f"data.dst_path {public_name(path)} holds other images than the run was trained on (content hash "
+            f"{now[:16]}…, the checkpoint recorded {recorded[:16]}… for {before.get('path')}); resume on that data "
+            "(data.dst_path=...), or start a new run"
         )

@@ -20,9 +20,9 @@ from bigbatch.data.split import holdout
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.sampling import save_png
-from bigbatch.tasks.swap.load import load_autoencoder
+from bigbatch.tasks.swap.load import check_faces, load_autoencoder
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
-from bigbatch.tasks.swap.task import PREVIEW_ROWS, check_faces, preview_sheet
+from bigbatch.tasks.swap.task import PREVIEW_ROWS, preview_sheet
 from bigbatch.urls import public_name
 
 

@@ -34,12 +34,12 @@ from PIL import Image
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from bigbatch import checkpoints, models
+from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.split import holdout
-from bigbatch.data.streams import COLOUR, ORDER_B, WARP, generator
+from bigbatch.data.streams import COLOUR, ORDER_B, WARP, YawOrder, generator
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import replays
 from bigbatch.errors import BigbatchError, warn
@@ -49,8 +49,10 @@ from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
 from bigbatch.tasks.swap.load import (
     build_model,
-    check_face_size,
+    check_faces,
+    check_resumed_dst,
     check_source_face_type,
+    check_yaws,
     dfl_record,
     init_discriminators,
     init_from,
@@ -102,31 +104,6 @@ def check_config(cfg: Config) -> None:
             cfg.data._fail(key, "is a classify key; the swap task holds out data.val_fraction of src and dst")
 
 
-def check_faces(cfg: Config, data: Any, side: str) -> Any:
-    """`data` if the swap task can read it: 3, 4 or 5 channels at the model's resolution."""
-    if data.channels not in (3, 4, 5):
-        raise BigbatchError(
-            f"the {side} faces {data.source} have {data.channels} channels; the swap task reads RGB (3), "
-            "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare "
-            "[--masks alpha|dfl|DIR]"
-        )
-    check_face_size(cfg, side, data.source, data.resolution)
-    return data
-
-
-def _check_resumed_dst(run: Path, resumed_at: int, path: str, dst: Any) -> None:
-    """On resume, the dst faces must be those the checkpoint was trained on (as the loop checks src's)."""
-    meta = checkpoints.read_meta(run / "checkpoints" / checkpoints.checkpoint_name(resumed_at)) or {}
-    before = meta.get("dst") if isinstance(meta.get("dst"), dict) else {}
-    recorded, now = str(before.get("content_hash", "")), str(dst.content_hash)
-    if recorded and recorded != now:
-        raise BigbatchError(
-            f"data.dst_path {public_name(path)} holds other images than the run was trained on (content hash "
-            f"{now[:16]}…, the checkpoint recorded {recorded[:16]}… for {before.get('path')}); resume on that data "
-            "(data.dst_path=...), or start a new run"
-        )
-
-
 @register("swap", check=check_config)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
@@ -141,7 +118,8 @@ def build(
         dst, dst_val = holdout(dst, d.val_fraction)
         val = (validation_data(cfg, data), dst_val)
     if run is not None and resumed_at is not None:
-        _check_resumed_dst(run, resumed_at, d.dst_path, dst)
+        check_resumed_dst(run, resumed_at, d.dst_path, dst)
+    check_yaws(cfg, data, dst)
     if s.eyes_mouth_prio and min(data.channels, dst.channels) < 5:
         cfg.swap._fail(
             "eyes_mouth_prio",
@@ -276,6 +254,12 @@ class SwapTask:
         self.dfl_iter = 0  # the iterations of the model it started from (DFL's or a swap run's) before this run's
         self._read_dst: Any = None
         self._kept: list[tuple[torch.Tensor, ...]] = []  # what each micro-batch hands the discriminators
+        # swap.uniform_yaw: each side's faces in an order spread over yaw (the loop's Feed reads src's by data_order)
+        self.data_order = YawOrder(src.yaws, cfg.train.seed) if cfg.swap.uniform_yaw else None
+        self.dst_order = YawOrder(dst.yaws, cfg.train.seed, ORDER_B) if cfg.swap.uniform_yaw else None
+        if self.data_order and self.dst_order and rep.is_main and not quiet:
+            bins = f"src's {len(self.data_order.bins)}, dst's {len(self.dst_order.bins)}"
+            print(f"swap.uniform_yaw: the faces in {bins} bins of yaw, each bin drawn as often", flush=True)
         self.scorer = None
         if cfg.eval.every_kimg and run is not None and val is not None:
             from bigbatch.tasks.swap.scorer import SwapScorer
@@ -296,7 +280,7 @@ class SwapTask:
     # ---- one iteration --------------------------------------------------------------------------
     def step(self, feed: Feed) -> dict[str, float]:
         if self._read_dst is None:
-            self._read_dst = feed.companion(self.dst)
+            self._read_dst = feed.companion(self.dst, self.dst_order)
         nimg = feed.nimg
         src, dst = feed.next(), self._read_dst()
         batch = (src.images, dst.images, *self.draws(nimg))
@@ -515,8 +499,8 @@ class SwapTask:
         background blur applied as training applies them)."""
         schedule, cfg = schedule_of(self.cfg), self.cfg
         n = min(PREVIEW_ROWS, schedule.phase_at(nimg).batch)
-        src = peek(self.src, schedule, cfg, nimg, n).images
-        dst = peek(self.dst, schedule, cfg, nimg, n, stream=ORDER_B, xflip=False).images
+        src = peek(self.src, schedule, cfg, nimg, n, order=self.data_order).images
+        dst = peek(self.dst, schedule, cfg, nimg, n, stream=ORDER_B, xflip=False, order=self.dst_order).images
         draws = [d[:n] for d in _draws(schedule.phase_at(nimg).batch, cfg.train.seed, cfg.swap, nimg)]
         with torch.no_grad():
             sides = self.sides((src, dst, *draws), torch.device("cpu"))
