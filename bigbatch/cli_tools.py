@@ -45,6 +45,8 @@ def _export(args: argparse.Namespace) -> None:
     # The format the file's name says (model.onnx, model.pt2), unless --format gives one.
     suffix = {".onnx": "onnx", ".pt2": "pt2"}.get(os.path.splitext(args.out)[1].lower(), "torchscript")
     fmt = args.format or suffix
+    if os.path.isdir(args.out):  # (found from outside: --overwrite, which the line below suggests, then failed)
+        raise BigbatchError(f"{args.out} is a folder; export writes one file: name it, e.g. {args.out}/model.pt")
     if os.path.lexists(args.out) and not args.overwrite:  # (as prepare and export-dfl refuse theirs)
         raise BigbatchError(f"{args.out} exists: give --overwrite to replace it, or another name")
     out, usage = export(args.run, args.out, args.checkpoint, fmt)

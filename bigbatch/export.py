@@ -38,6 +38,9 @@ from bigbatch.sampling import to_uint8
 FORMATS = ("torchscript", "onnx", "pt2")
 
 
+LEAST = {"C": 3}  # a free size's least value, where not 1: an image's channels (RGB, or RGBA's alpha left out)
+
+
 class Deployable(NamedTuple):
     module: nn.Module
     example: tuple[torch.Tensor, ...]
@@ -89,9 +92,11 @@ def _deployable(ckpt: Path) -> Deployable:
 
         module = inference_of(ckpt, "latest", "cpu")
         meta = base | {"class_names": module.class_names, "resolution": module.resolution}
-        example = (torch.zeros(module.side + 3, module.side + 5, 3, dtype=torch.uint8),)
-        usage = "model(uint8 RGB image (H, W, 3) of any size, or a batch (N, H, W, 3)) gives class probabilities"
-        free = {"images": {0: "H", 1: "W"}}
+        # Traced on a batch: the graph formats (ONNX, pt2) fix the rank, and take (N, H, W, C) of any N, size and
+        # C >= 3 (RGBA's alpha left out); TorchScript's scripted wrapper takes one image (H, W, C) as well.
+        example = (torch.zeros(2, module.side + 3, module.side + 5, 4, dtype=torch.uint8),)  # (4 planes: C not 3 only)
+        usage = "model(uint8 RGB images (N, H, W, 3) of any size) gives class probabilities (N, classes)"
+        free = {"images": {0: "N", 1: "H", 2: "W", 3: "C"}}
         return Deployable(module, example, ["images"], ["probabilities"], free, meta, usage)
     if cfg.task == "gan":
         from bigbatch.tasks.gan.load import load_generator
@@ -152,7 +157,7 @@ def _torchscript(d: Deployable) -> bytes:
 def _dynamic(d: Deployable) -> dict[str, dict[int, Any]]:
     """torch.export's dynamic_shapes for the sizes that vary."""
     names = {name for sizes in d.free.values() for name in sizes.values()}
-    dims = {name: torch.export.Dim(name, min=1) for name in names}
+    dims = {name: torch.export.Dim(name, min=LEAST.get(name, 1)) for name in names}
     return {k: {i: dims[n] for i, n in d.free[k].items()} for k in d.inputs}
 
 

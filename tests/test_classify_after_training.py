@@ -154,6 +154,10 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert main(["export", str(run), str(tmp_path / "new" / "deep" / "model.pt")]) == 0
     (tmp_path / "new" / "deep" / "model.pt").rename(tmp_path / "model.pt")
     assert main(["export", str(run), str(tmp_path / "model.onnx")]) == 0  # the format its name says (was TorchScript)
+    for extra in ([], ["--overwrite"]):  # a folder named as OUT: one line saying so (--overwrite was suggested)
+        capsys.readouterr()
+        assert main(["export", str(run), str(tmp_path / "new"), *extra]) == 2
+        assert "is a folder; export writes one file" in capsys.readouterr().err
     model = torch.jit.load(str(tmp_path / "model.pt"))
     assert list(model.class_names) == [str(i) for i in range(10)]
     assert main(["export", str(run), str(tmp_path / "model.pt2")]) == 0  # torch.export's
@@ -168,9 +172,16 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     for image in (images[0], *odd):
         (row,) = predict(module, [("x", image)], topk=10)
         p = torch.tensor([t["p"] for t in sorted(row["top"], key=lambda t: int(t["class"]))])
-        assert torch.allclose(model(image)[0], p, atol=1e-5) and torch.allclose(exported(image)[0], p, atol=1e-5)
-        (onnx_p,) = session.run(None, {"images": image.numpy()})
-        assert np.abs(onnx_p[0] - p.numpy()).max() < 1e-5
+        # TorchScript takes one image or a batch; the graph formats (ONNX, pt2) a batch (found from outside: they
+        # took one image and refused batches, and RGBA, which the README promised).
+        assert torch.allclose(model(image)[0], p, atol=1e-5) and torch.allclose(exported(image[None])[0], p, atol=1e-5)
+        two = torch.stack([image, image.flip(0)])
+        (onnx_p,) = session.run(None, {"images": two.numpy()})
+        assert onnx_p.shape == (2, 10) and np.abs(onnx_p[0] - p.numpy()).max() < 1e-5
+        assert np.abs(onnx_p[1] - exported(two)[1].numpy()).max() < 1e-5
+        rgba = torch.cat([two, torch.full_like(two[..., :1], 7)], dim=-1)
+        (onnx_rgba,) = session.run(None, {"images": rgba.numpy()})
+        assert np.abs(onnx_rgba - onnx_p).max() < 1e-6 and torch.allclose(exported(rgba), exported(two))
     assert torch.allclose(model(images[0])[0], want[0], atol=1e-5)
     # Found from outside: a float image in [0, 1] (torchvision's habit) gave other probabilities without a word,
     # and the pt2's usage named class_names it has not.
@@ -295,6 +306,22 @@ def test_fine_tuning_from_a_run_of_other_classes_of_the_same_count_gives_a_new_h
         assert torch.equal(net.state_dict()["fc.weight"], trained["fc.weight"]) is kept
         assert torch.equal(net.state_dict()["conv1.weight"], trained["conv1.weight"])
         assert ("new for the data's 10 classes (the run's classes are others)" in said) is not kept
+
+
+def test_old_and_ema_only_state_dicts_load_as_pytorch_loads_them(tmp_path):
+    """Found from outside: a state dict saved before PyTorch 0.4 (no BatchNorm num_batches_tracked) was "another
+    network's", and a timm checkpoint holding only its EMA's weights held "no state dict"."""
+    from bigbatch.tasks.classify.finetune import load_pretrained
+
+    source = bigbatch.models.create_classifier("resnet18", 10, ch=16)
+    old = {k: v for k, v in source.state_dict().items() if not k.endswith("num_batches_tracked")}
+    torch.save(old, tmp_path / "old.pth")
+    torch.save({"state_dict_ema": old, "epoch": 3}, tmp_path / "ema.pth")
+    for name in ("old.pth", "ema.pth"):
+        net = bigbatch.models.create_classifier("resnet18", 10, ch=16)
+        load_pretrained(net, str(tmp_path / name), [str(i) for i in range(10)])
+        assert all(torch.equal(net.state_dict()[k], v) for k, v in old.items())
+        assert int(net.state_dict()["bn1.num_batches_tracked"]) == 0
 
 
 def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tmp_path, capsys):

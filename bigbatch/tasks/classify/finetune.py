@@ -55,9 +55,10 @@ def read_state_dict(path: str) -> tuple[dict[str, torch.Tensor], list[str] | Non
             ) from None
     else:
         state = torch_weights(data, f"train.init_from {public_name(path)}")
-    for key in ("state_dict", "model"):
+    for key in ("state_dict", "model", "state_dict_ema", "model_ema"):  # (timm's and DeiT's wrappers; the EMA's alone)
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
+            break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BigbatchError(f"train.init_from {public_name(path)} does not hold a state dict of named tensors")
     return {k.removeprefix("module."): v for k, v in state.items()}, None
@@ -70,8 +71,8 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str]) -> str:
     theirs, names = read_state_dict(path)
     mine = net.state_dict()
     for key, value in mine.items():
-        if key.startswith(HEAD):
-            continue
+        if key.startswith(HEAD) or (key.endswith("num_batches_tracked") and key not in theirs):
+            continue  # (BatchNorm's step count, which files saved before PyTorch 0.4 lack: PyTorch loads them so)
         if key not in theirs:
             raise BigbatchError(
                 f"train.init_from {public_name(path)} is another network's state dict: it lacks {key} "
@@ -85,7 +86,7 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str]) -> str:
     head = [k for k in mine if k.startswith(HEAD)]
     shaped = all(k in theirs and theirs[k].shape == mine[k].shape for k in head)
     head_fits = shaped and (names is None or list(names) == list(class_names))
-    load = {k: theirs[k].to(mine[k].dtype) for k in mine if not k.startswith(HEAD) or head_fits}
+    load = {k: theirs[k].to(mine[k].dtype) for k in mine if k in theirs and (not k.startswith(HEAD) or head_fits)}
     net.load_state_dict(load, strict=False)
     unused = sorted(set(theirs) - set(mine))
     if head_fits:  # (a file names no classes: its head's are taken to be the data's, in order; said)

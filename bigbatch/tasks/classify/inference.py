@@ -67,7 +67,8 @@ class Inference(nn.Module):
         torch._assert(images.dtype == torch.uint8, "images must be uint8 RGB, 0..255, (H, W, 3) or (N, H, W, 3)")
         torch._assert((images.dim() == 3 or images.dim() == 4) and images.shape[-1] >= 3, "images must be (H, W, 3)")
         x = images.unsqueeze(0) if images.dim() == 3 else images
-        x = x[..., :3].permute(0, 3, 1, 2).float()
+        # (the RGB planes by index, not a slice: torch.export would trace a slice of 3 planes apart from one of more)
+        x = x.index_select(3, torch.arange(3, device=x.device)).permute(0, 3, 1, 2).float()
         h, w = x.shape[2], x.shape[3]
         s = min(h, w) if torch.jit.is_scripting() else _sym_min(h, w)  # the center square, resized
         rows = antialiased_weights(h, self.side, (h - s) // 2, s, x.device)
