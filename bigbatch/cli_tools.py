@@ -17,12 +17,15 @@ from bigbatch.errors import BigbatchError, warn
 
 
 def _predict(args: argparse.Namespace) -> None:
+    from bigbatch.config import Config
     from bigbatch.engine import dist
-    from bigbatch.tasks.classify.inference import inference_of, predict, read_images
+    from bigbatch.tasks.classify.inference import check_tta, inference_of, predict, read_images
 
     if args.topk < 1:
         raise BigbatchError(f"--topk must be at least 1, got {args.topk}")
     module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
+    if args.tta:
+        check_tta(Config.load(Path(str(module.checkpoint)) / "config.toml"), args.run)
     images, skipped = read_images(args.images)
     if not images:  # (one line: the first file skipped says why)
         more = f" (and {len(skipped) - 1} more skipped)" if len(skipped) > 1 else ""

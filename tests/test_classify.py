@@ -54,6 +54,26 @@ def test_warmup_then_decay_at_chosen_steps():
     assert [step(n) for n in (0, 3999, 4000, 8000)] == pytest.approx([0.4, 0.4, 0.04, 0.004])
 
 
+def test_a_run_shorter_than_its_step_decay_or_phases_says_so(capsys, monkeypatch):
+    """Found from outside: a preset's step decay at 300 and 450 kimg and progressive resizing at 60 kimg, in a run
+    shortened below them, trained at the full rate (and the small size) throughout, without a word."""
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.tasks import build_task
+
+    def warned(**over):
+        monkeypatch.setattr("bigbatch.errors._WARNED", set())
+        cfg = tiny(**over)
+        build_task(cfg, replicator_for(cfg), training_data(cfg))
+        return capsys.readouterr().err
+
+    said = warned(**{"train.lr_decay": "step", "train.lr_steps": [0.256, 0.512, 3.0]})
+    assert "train.lr_steps 0.512, 3 kimg lie at or past the run's end (train.kimg 0.512)" in said
+    said = warned(**{"data.schedule": "0:16:64,0.256:16:64,0.6:24:64"})
+    assert "data.schedule's phases from kimg 0.6 (24 px, batch 64) begin at or past the run's end" in said
+    assert warned(**{"train.lr_decay": "step", "train.lr_steps": [0.256]}) == ""
+
+
 def test_lr_scales_with_the_batch_of_the_phase():
     cfg = tiny(**{"data.schedule": "0:16:64,1:16:128", "train.lr_batch": 256, "train.lr": 1.0})
     lr = lr_schedule(cfg)

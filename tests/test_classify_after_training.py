@@ -308,6 +308,27 @@ def test_fine_tuning_from_a_run_of_other_classes_of_the_same_count_gives_a_new_h
         assert ("new for the data's 10 classes (the run's classes are others)" in said) is not kept
 
 
+def test_tta_is_refused_for_rotations_and_said_for_a_run_trained_without_mirrors(tmp_path, capsys, monkeypatch):
+    """Found from outside: --tta mirrored the images of a run that never saw a mirror image, and of one that
+    learned rotations (a mirror swaps 90 and 270 degrees), without a word."""
+    from bigbatch.cli import main
+
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    run = bigbatch.train(tiny(**{"train.kimg": 0.064, "data.xflip": False}), run_dir=tmp_path / "run", quiet=True)
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "x.png")
+    capsys.readouterr()
+    for argv in (["eval", str(run), "--tta"], ["predict", str(run), str(tmp_path / "x.png"), "--tta"]):
+        monkeypatch.setattr("bigbatch.errors._WARNED", set())
+        assert main(argv) == 0
+        assert "trained without mirrored images (data.xflip = false)" in capsys.readouterr().err
+    assert main(["predict", str(run), str(tmp_path / "x.png")]) == 0 and "mirror" not in capsys.readouterr().err
+    cfg = Config.load(run / "config.toml").override({"train.labels": "rotation"})
+    from bigbatch.tasks.classify.inference import check_tta
+
+    with pytest.raises(BigbatchError, match="learned rotations .* drop --tta"):
+        check_tta(cfg, "rot")
+
+
 def test_old_and_ema_only_state_dicts_load_as_pytorch_loads_them(tmp_path):
     """Found from outside: a state dict saved before PyTorch 0.4 (no BatchNorm num_batches_tracked) was "another
     network's", and a timm checkpoint holding only its EMA's weights held "no state dict"."""

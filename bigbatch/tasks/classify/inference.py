@@ -21,7 +21,7 @@ from torch import nn
 from bigbatch.config import Config
 from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.sources import decode_or_reason, list_source
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.metrics.image_sets import ImageFiles
 
@@ -138,6 +138,21 @@ def _globbed(paths: list[str]) -> list[str]:
         else:
             raise BigbatchError(f"{path} matches no file; give image files, folders or .zip files of images")
     return out
+
+
+def check_tta(cfg: Config, run: str | Path) -> None:
+    """--tta averages with the mirror image: refused for a run that learned rotations (a mirror turns 90 degrees
+    into 270), said for one trained without mirrored images (found from outside: both taken without a word)."""
+    if cfg.train.labels == "rotation":
+        raise BigbatchError(
+            f'{run} learned rotations (train.labels = "rotation"), which a mirror image swaps (90 for 270 degrees): '
+            "drop --tta"
+        )
+    if not cfg.data.xflip:
+        warn(
+            f"{run} trained without mirrored images (data.xflip = false): --tta averages each image with its "
+            "mirror, which the model never saw; drop --tta unless mirrored images mean the same"
+        )
 
 
 @torch.no_grad()

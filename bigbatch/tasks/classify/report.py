@@ -26,6 +26,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, save_png
+from bigbatch.tasks.classify.inference import check_tta
 from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes
 from bigbatch.urls import public_name
 
@@ -52,6 +53,8 @@ def evaluate_classifier(
         return ckpt, cfg, load_classifier(ckpt, device)
 
     ckpt, cfg, net = read_picked(run, which, read)  # (a run's latest pruned meanwhile: its newest)
+    if tta:
+        check_tta(cfg, run)
     d = cfg.data
     if data_path is None:
         data = validation_data(cfg)

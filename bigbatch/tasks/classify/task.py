@@ -209,12 +209,33 @@ def build(
             f"{cfg.data.resolution}: the run trains and evaluates at theirs; to change them, write the phases' "
             "resolutions (data.schedule)"
         )
+    if rep.is_main and resumed_at is None:
+        _warn_past_the_end(cfg)
     if t.warmup_kimg >= t.kimg and rep.is_main and resumed_at is None:
         warn(
             f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "
             "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
         )
     return task
+
+
+def _warn_past_the_end(cfg: Config) -> None:
+    """Step decays and phases (absolute kimg) that a run shortened below them never reaches, said (found from
+    outside: fashion_resnet at train.kimg=60 trained at its full rate throughout, its steps at 300 and 450)."""
+    t, kimg = cfg.train, cfg.train.kimg
+    late = [k for k in t.lr_steps if k >= kimg] if t.lr_decay == "step" else []
+    if late:
+        warn(
+            f"train.lr_steps {', '.join(f'{k:g}' for k in late)} kimg lie at or past the run's end (train.kimg "
+            f"{kimg:g}): the learning rate never steps down there; give steps within the run (train.lr_steps=[...])"
+        )
+    phases = [p for p in schedule_of(cfg).phases if p.start >= t.images]
+    if phases:
+        shown = ", ".join(f"{p.start / 1000:g} ({p.resolution} px, batch {p.batch})" for p in phases)
+        warn(
+            f"data.schedule's phases from kimg {shown} begin at or past the run's end (train.kimg {kimg:g}): the run "
+            "never trains (or evaluates) so; write the phases for this length (data.schedule)"
+        )
 
 
 class ClassifyTask:
