@@ -245,8 +245,16 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     for (x, y), (x2, y2), (a, la), (b, lb) in zip(one, two, *ranks):
         assert torch.equal(x, x2) and torch.equal(y, y2)
         assert torch.equal(torch.cat([a, b]), x) and torch.equal(torch.cat([la, lb]), y)
-    later = list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, start=16))  # resumes mid-epoch
-    assert len(later) == 1 and torch.equal(later[0][0], one[2][0])
+    later = bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, start=16)  # resumes mid-epoch
+    first = list(later)
+    assert len(first) == 1 and torch.equal(first[0][0], one[2][0])
+    # A second pass reads the next epoch, as a DataLoader's does (found from outside: it read the first again), and
+    # equals what a Loader started there reads.
+    assert len(later) == 3 and later.start == 24
+    again = list(later)
+    assert len(again) == 3 and not torch.equal(again[0][0], one[0][0])
+    there = list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, start=24))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(again, there))
     assert not torch.equal(one[0][0], list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=4))[0][0])
     centre = list(bigbatch.data.Loader(path, 8, 48, "center"))[0][0]
     assert centre.shape == (8, 48, 48, 3)

@@ -230,7 +230,8 @@ class Loader:
     The batches are the bytes bigbatch's own training loop reads for the same seed and position: the
     order (a seeded permutation per epoch), the crops and flips are keyed by global position, so any
     `workers` and any `world_size` give the same images (the ranks' shares together are the
-    one-process batch), and `start` (images seen, a multiple of `batch`) resumes mid-epoch. `augment`:
+    one-process batch), and `start` (images seen, a multiple of `batch`) resumes mid-epoch; each pass
+    over the Loader moves `start` past the batches it read, so that the next pass reads on (the next epoch). `augment`:
     "rrc" random-resized crops of at least `min_scale` of the image's area, from a file of whole
     images (`prepare --crop none`), cut before decoding; "center": the center square. `xflip`
     mirrors half of them. `steps`: how many batches (default: up to the next multiple of
@@ -300,38 +301,46 @@ class Loader:
                 f"batch {batch} is more than the {len(self.data)} images of {self.data.source}: no whole batch in an "
                 "epoch; give a smaller batch, or steps=N (the stream then goes on across epochs)"
             )
-        if steps is None:
-            steps = (epoch - start % epoch) // batch
-        self.steps, self.batch = steps, batch
-        schedule = Schedule.constant(resolution, batch)
-        sampler = RankSampler(GlobalOrder(len(self.data), seed), schedule, rank, world_size, start=start)
-        requests = [step for step, _ in zip(sampler, range(steps))]
+        self.batch, self.start, self._steps, self._epoch = batch, start, steps, epoch
+        self._order = (GlobalOrder(len(self.data), seed), Schedule.constant(resolution, batch), rank, world_size)
+        self._reading = (workers, xflip, seed, min_scale if augment == "rrc" else 0.0)
         if decode not in ("cpu", "gpu", "nvimgcodec"):
             raise BigbatchError(f"decode must be 'cpu', 'gpu' or 'nvimgcodec', got {decode!r}")
         self.device = torch.device(device) if decode != "cpu" else None
         self.decoder = device_decode.decoder_of(decode) if decode != "cpu" else None
         if self.device is not None:
             device_decode.check(self.data, self.device, decode)
-        self._loader = BatchLoader(
-            self.data, requests, workers, xflip, seed, crop_scale=min_scale if augment == "rrc" else 0.0,
-            on_device=self.device is not None,
-        )  # fmt: skip
+
+    @property
+    def steps(self) -> int:
+        """The batches of the next pass: `steps`, or those up to the next multiple of E images seen."""
+        return self._steps if self._steps is not None else (self._epoch - self.start % self._epoch) // self.batch
 
     def __len__(self) -> int:
         return self.steps
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """A pass: `steps` batches from `start`, which then moves past them, so that the next pass reads the next
+        epoch (as a DataLoader's and FFCV's passes do; found from outside: every pass read the first again)."""
+        steps = self.steps
+        sampler = RankSampler(*self._order, start=self.start)
+        requests = [step for step, _ in zip(sampler, range(steps))]
+        self.start += steps * self.batch
+        workers, xflip, seed, crop_scale = self._reading
+        loader = BatchLoader(
+            self.data, requests, workers, xflip, seed, crop_scale=crop_scale, on_device=self.device is not None
+        )
         if self.device is None:
-            for b in self._loader:
+            for b in loader:
                 yield b.images, b.labels
             return
         taken = 0  # decoded on the device in a thread, the next batch while the caller's step runs
 
         def more() -> bool:
-            return taken < self.steps
+            return taken < steps
 
-        with closing(device_decode.DecodeAhead(self._loader, self.device, self.decoder, more)) as batches:
-            for _ in range(self.steps):
+        with closing(device_decode.DecodeAhead(loader, self.device, self.decoder, more)) as batches:
+            for _ in range(steps):
                 taken += 1
                 b = next(batches)
                 yield b.images, b.labels.to(self.device)
