@@ -41,7 +41,7 @@ def replicator_for(cfg: Config) -> Replicator:
         memory_budget=t.memory_budget or None,
         checkpointing=t.checkpointing,
         compile=compile_mode(cfg, ctx.device),
-        channels_last=t.channels_last if t.channels_last != "auto" else cfg.task != "swap",
+        channels_last=channels_last_of(cfg),
         sync_bn=t.sync_bn,
         grad_clip=t.grad_clip,
         skip_limit=t.skip_limit,
@@ -214,3 +214,9 @@ def plan_micro_batch(rep: Replicator, probe, verbose: bool) -> Plan:
             peak = f"peak {format_bytes(p.peak_bytes)}{share}{how}"
             print(f"  micro_batch {p.micro_batch:5d}: {peak}, {verdict}", flush=True)
     return plan
+
+
+def channels_last_of(cfg: Config) -> bool:
+    """Whether the run's models train in channels-last order (train.channels_last; "auto": all but SAEHD)."""
+    t = cfg.train
+    return t.channels_last if t.channels_last != "auto" else cfg.task != "swap"

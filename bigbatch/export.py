@@ -101,7 +101,7 @@ def _deployable(ckpt: Path) -> Deployable:
     if cfg.task == "gan":
         from bigbatch.tasks.gan.load import load_generator
 
-        G = load_generator(ckpt)
+        G = load_generator(ckpt, as_trained=False)  # (traced NCHW, as the formats run it)
         conditional = bool(cfg.model.conditional and G.class_names)
         module = GeneratorOut(G, conditional).eval()
         meta = base | {"dim_z": G.dim_z, "class_names": list(G.class_names) if conditional else []}
