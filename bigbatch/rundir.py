@@ -113,7 +113,10 @@ class Run:
         _same_on_every_rank(self.cfg, self.data["content_hash"])
         if self.checkpoint is None:
             return
-        before = (checkpoints.read_meta(self.checkpoint) or {}).get("data")
+        meta = checkpoints.read_meta(self.checkpoint) or {}
+        before = meta.get("data")
+        if meta.get("converted_from") and not isinstance(before, dict):
+            return  # (weights `convert` brought from elsewhere, trained on no data of this run: any data goes on)
         if not isinstance(before, dict) or "content_hash" not in before:
             # A checkpoint from before data identities were recorded: only its own data path is known.
             saved = Config.load(self.checkpoint / "config.toml").data.path
