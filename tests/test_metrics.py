@@ -92,7 +92,9 @@ def test_metric_functions_equal_torch_fidelitys():
     assert rel(mean, theirs[tf.KEY_METRIC_ISC_MEAN]) < 1e-9 and rel(std, theirs[tf.KEY_METRIC_ISC_STD]) < 1e-9
 
 
-def test_precision_and_recall_equal_torch_fidelitys_and_density_and_coverage_follow_their_definition():
+def test_precision_and_recall_equal_torch_fidelitys_and_density_and_coverage_follow_their_definition(
+    monkeypatch, capsys
+):
     torch_fidelity()
     from torch_fidelity.metric_prc import calculate_precision_recall_full
 
@@ -107,6 +109,17 @@ def test_precision_and_recall_equal_torch_fidelitys_and_density_and_coverage_fol
     radius = np.sort(np.linalg.norm(r[:, None] - r[None], axis=2), axis=1)[:, 5]
     expected = {"density": (dist < radius[:, None]).sum() / (5 * len(f)), "coverage": (dist.min(1) < radius).mean()}
     assert M.density_coverage(fake.numpy(), real, block=100) == pytest.approx(expected, abs=1e-6)
+    # Through `score`, both sides are of one size: a larger generated set is cut to the reference's, said (found
+    # from outside: 10,000 samples against 1,797 digits, silently).
+    from bigbatch.metrics.evaluate import score
+    from bigbatch.metrics.stats import ReferenceStats
+
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    small = ReferenceStats(np.zeros(32), np.eye(32), real[:40].numpy(), "test", {})
+    got = score({"pool": fake}, small, "pr")
+    assert "compare sets of one size: 40 of the 250 generated images" in capsys.readouterr().err
+    cut = torch.from_numpy(np.sort(np.random.RandomState(2020).choice(250, 40, replace=False)))
+    assert got == M.precision_recall(fake[cut], real[:40])
     # A set against itself is inside its own manifold; a distant one is outside it.
     assert M.precision_recall(real, real) == {"precision": 1.0, "recall": 1.0}
     assert M.density_coverage(real + 100, real) == {"density": 0.0, "coverage": 0.0}
