@@ -204,8 +204,9 @@ def test_sync_bn_spans_ranks_for_every_batchnorm_and_keeps_the_parameters_an_opt
         assert torch.allclose(two[k], v, rtol=1e-10, atol=1e-12), k
 
 
-def _two_heads_rank(rank, world, init_file, out):
-    """Two steps of a model whose second head no loss uses (DDP needs to be told), this rank's share."""
+def _two_heads_rank(rank, world, init_file, out, told=True):
+    """Two steps of a model whose second head no loss uses (DDP needs to be told), this rank's share; untold,
+    the error each rank meets written to `out`.RANK."""
     from torch import nn
 
     class TwoHeads(nn.Module):
@@ -224,11 +225,16 @@ def _two_heads_rank(rank, world, init_file, out):
     model = TwoHeads()
     x, y = torch.randn(8, 4, generator=torch.Generator().manual_seed(1)), torch.arange(8.0).view(8, 1)
     with bigbatch.Replicator(batch=8, micro_batch=4, device="cpu") as rep:
-        net = rep.prepare(model, unused_parameters=True)
+        net = rep.prepare(model, unused_parameters=told)
         opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
         share = slice(rank * 8 // world, (rank + 1) * 8 // world)
-        for _ in range(2):
-            rep.step(lambda m: (net(m[0]) - m[1]).square().mean(), (x[share], y[share]), opt)
+        try:
+            for _ in range(2):
+                rep.step(lambda m: (net(m[0]) - m[1]).square().mean(), (x[share], y[share]), opt)
+        except bigbatch.BigbatchError as e:
+            with open(f"{out}.{rank}", "w") as f:
+                f.write(str(e))
+            return
     if rank == 0:
         torch.save(model.state_dict(), out)
 
@@ -242,6 +248,13 @@ def test_a_model_with_parameters_no_loss_uses_trains_under_ddp_as_in_one_process
     )
     one, two = (torch.load(tmp_path / f"{n}.pt", weights_only=True) for n in ("one", "two"))
     assert all(torch.equal(one[k], two[k]) for k in one)
+    # Untold, DDP's own error (naming its find_unused_parameters) became one line naming the Replicator's switch.
+    torch.multiprocessing.start_processes(
+        _two_heads_rank, (2, str(tmp_path / "init2"), str(tmp_path / "untold"), False), 2, join=True,
+        start_method="fork",
+    )  # fmt: skip
+    said = (tmp_path / "untold.0").read_text()
+    assert "rep.prepare(model, unused_parameters=True)" in said and "\n" not in said
 
 
 def test_sync_bn_refuses_a_batchnorm_with_a_forward_of_its_own():

@@ -287,8 +287,13 @@ class Replicator:
                 )
                 values = torch.stack([loss.detach(), *extra]) / divisor
                 totals = values if totals is None else totals + values
-        except BaseException:
+        except BaseException as e:
             bn.abandon()
+            if isinstance(e, RuntimeError) and "find_unused_parameters" in str(e):  # (DDP's, naming its own switch)
+                raise BigbatchError(
+                    "a prepared model has parameters that got no gradient in the last step (its loss leaves them "
+                    "out), which DDP cannot all-reduce: prepare it with rep.prepare(model, unused_parameters=True)"
+                ) from e
             raise
         totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
         if state.scaler.is_enabled():
