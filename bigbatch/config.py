@@ -21,7 +21,7 @@ import tomli_w
 
 from bigbatch import config_types as limits  # (their MAX_... counts)
 from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
-from bigbatch.config_types import Section, at_least_zero, at_most, positive, read_toml, strings
+from bigbatch.config_types import MAX_RESOLUTION, Section, at_least_zero, at_most, positive, read_toml, strings
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
@@ -86,7 +86,7 @@ class DataConfig(Section):
     def _validate(self) -> None:
         if self.resolution < 4:
             self._fail("resolution", f"must be at least 4 pixels, got {self.resolution}")
-        at_most(self, resolution=16384)
+        at_most(self, resolution=MAX_RESOLUTION)
         if not (math.isfinite(self.val_fraction) and 0 <= self.val_fraction < 1):
             self._fail("val_fraction", f"must be a fraction in [0, 1), got {self.val_fraction}")
         if not 1 <= self.val_crop <= 2:

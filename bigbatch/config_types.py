@@ -121,6 +121,7 @@ MAX_PROCESSES = 1024
 MAX_SCORED = 100_000_000
 MAX_STANDING = 1_000_000
 MAX_EVAL_BATCH = 1 << 20
+MAX_RESOLUTION = 16384  # pixels a side: data.resolution's, and prepare --resolution's
 
 # Keys users of the peer projects reach for, and where bigbatch has them (found from outside: DFL's clipgrad
 # as swap.clipgrad was an unknown key without a pointer).

@@ -421,3 +421,15 @@ def test_pipes_links_above_the_source_and_names_that_are_not_utf8(tmp_path):
     Image.new("RGB", (12, 10)).save(os.fsencode(tmp_path / "src" / "c1") + b"/caf\xe9.png")
     report = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), workers=2)
     assert report.count == 3 and report.class_names == ["c1"] and not report.skipped
+
+
+def test_running_out_of_memory_decoding_is_said_not_called_corruption(monkeypatch):
+    """Found from outside: a MemoryError (a huge --resolution) skipped good files as "corrupt or truncated"."""
+    from bigbatch.data import sources
+
+    def short_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(sources, "decode", short_of_memory)
+    with pytest.raises(bigbatch.BigbatchError, match="out of memory decoding an image"):
+        sources.decode_or_reason(b"\x89PNG", 16, None)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bigbatch.config_types import MAX_PROCESSES
+from bigbatch.config_types import MAX_PROCESSES, MAX_RESOLUTION
 from bigbatch.data import codecs
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.parts import Result
@@ -226,8 +226,9 @@ class _Settings:
             raise BigbatchError("--crop none keeps every aspect ratio already: drop --buckets")
         if whole and resolution is None:
             raise BigbatchError("--crop none needs --resolution: the short side the images are scaled down to")
-        if resolution is not None and resolution < 1:
-            raise BigbatchError(f"--resolution must be a positive number of pixels, got {resolution}")
+        if resolution is not None and not 1 <= resolution <= MAX_RESOLUTION:  # (found from outside: 100000 px was
+            # an image of 30 GB a worker, and the kernel's kill, without a word)
+            raise BigbatchError(f"--resolution must be 1..{MAX_RESOLUTION} pixels as data's, got {resolution}")
         if buckets and resolution is None:
             raise BigbatchError("aspect-ratio buckets need --resolution (the side of the square of the same area)")
         if limit is not None and limit < 1:

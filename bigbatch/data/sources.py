@@ -450,5 +450,10 @@ def decode_or_reason(
         return str(e)
     except Image.DecompressionBombError as e:  # (not corrupt: larger than Pillow's guard lets decode)
         return f"too large to decode safely ({e})"
+    except MemoryError:  # (not corrupt either: found from outside, a good file was called so)
+        raise BigbatchError(
+            "out of memory decoding an image (its size, or --resolution's): give a smaller --resolution, fewer "
+            "--workers, or more memory"
+        ) from None
     except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone
         return f"corrupt or truncated ({type(e).__name__}: {e})"
