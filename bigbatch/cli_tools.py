@@ -201,13 +201,11 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
     (found from outside: the dry run passed them)."""
     whole = meta.get("crop") == "none"
     stored = meta.get("short_side" if whole else "resolution")
-    if not stored:
-        return
-    if cfg.task == "gan" and given == cfg.data.path:
+    if cfg.task == "gan" and given == cfg.data.path and (stored or (not whole and meta.get("height"))):
         from bigbatch.tasks.gan.task import check_stored_size
 
-        check_stored_size(cfg, stored, whole)
-    elif cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
+        check_stored_size(cfg, stored or 0, whole, meta)
+    elif stored and cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
         from bigbatch.tasks.swap.load import check_face_size
 
         check_face_size(cfg, "src" if given == cfg.data.path else "dst", given, stored)

@@ -433,3 +433,20 @@ def test_running_out_of_memory_decoding_is_said_not_called_corruption(monkeypatc
     monkeypatch.setattr(sources, "decode", short_of_memory)
     with pytest.raises(bigbatch.BigbatchError, match="out of memory decoding an image"):
         sources.decode_or_reason(b"\x89PNG", 16, None)
+
+
+def test_a_file_of_rectangles_is_refused_where_squares_are_read_naming_its_shape(tmp_path, capsys):
+    """Found from outside: a GAN said the file held "images of 0 px", and the Loader read it as neither squares
+    nor refused."""
+    from bigbatch.cli import main
+
+    (tmp_path / "rect").mkdir()
+    for i in range(4):
+        Image.fromarray(_image(i, (40, 30))).save(tmp_path / "rect" / f"{i}.png")  # 40 wide, 30 high
+    prepare(str(tmp_path / "rect"), str(tmp_path / "rect.h5"), workers=0)
+    with pytest.raises(bigbatch.BigbatchError, match="holds 40x30 images, and augment='center' reads squares"):
+        bigbatch.data.Loader(str(tmp_path / "rect.h5"), batch=2, resolution=16)
+    argv = ["train", "--preset", "digits", f"data.path={tmp_path / 'rect.h5'}", "data.resolution=16", "--dry-run"]
+    for run in (argv, argv[:-1] + ["--run-dir", str(tmp_path / "run")]):
+        assert main(run) == 2
+        assert "holds 40x30 images, not squares" in capsys.readouterr().err

@@ -63,7 +63,7 @@ def test_prepare_bad_input_is_one_line(tmp_path, capsys):
     (tmp_path / "cut.h5").write_bytes((tmp_path / "whole.h5").read_bytes()[:3000])  # (it said h5py's words alone)
     for argv, words in [
         (["prepare", "nowhere", "x.h5"], "nowhere"),
-        (["prepare", str(tmp_path / "pets"), "x.h5", "--resolution", "100000"], "--resolution must be 1..16384"),
+        (["prepare", str(tmp_path / "pets"), "x.h5", "--resolution", "100000"], "pixels up to 16384"),
         (["prepare", str(tmp_path / "pets"), "x.h5", "--resolution", "16", "--strict"], "broken.png"),
         (["info", "missing.h5"], "missing.h5"),
         (["info", str(tmp_path / "labels.h5")], "labels.h5': not an HDF5 file (give a DATA.h5 that"),

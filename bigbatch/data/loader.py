@@ -287,6 +287,12 @@ class Loader:
                 f"{self.data.source} holds images of several shapes (prepare --buckets), and a Loader's batch is one "
                 "shape: prepare the images without --buckets (a bucketed file reads in bigbatch.data.BucketOrder)"
             )
+        shape = (self.data.meta.get("width"), self.data.meta.get("height")) if hasattr(self.data, "meta") else (0, 0)
+        if augment == "center" and not getattr(self.data, "whole", False) and shape[0] != shape[1]:
+            raise BigbatchError(  # (found from outside: read as one bucket of another shape, neither square nor said)
+                f"{self.data.source} holds {shape[0]}x{shape[1]} images, and augment='center' reads squares: prepare "
+                f"them with --resolution {resolution} (their center squares), or with --crop none for augment='rrc'"
+            )
         if augment == "rrc" and not getattr(self.data, "whole", False):
             raise BigbatchError(
                 f"augment='rrc' cuts random-resized crops from whole stored images as they are decoded, and "

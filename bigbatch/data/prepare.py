@@ -228,7 +228,10 @@ class _Settings:
             raise BigbatchError("--crop none needs --resolution: the short side the images are scaled down to")
         if resolution is not None and not 1 <= resolution <= MAX_RESOLUTION:  # (found from outside: 100000 px was
             # an image of 30 GB a worker, and the kernel's kill, without a word)
-            raise BigbatchError(f"--resolution must be 1..{MAX_RESOLUTION} pixels as data's, got {resolution}")
+            raise BigbatchError(
+                f"--resolution must be a positive number of pixels up to {MAX_RESOLUTION} (data.resolution's bound), "
+                f"got {resolution}"
+            )
         if buckets and resolution is None:
             raise BigbatchError("aspect-ratio buckets need --resolution (the side of the square of the same area)")
         if limit is not None and limit < 1:

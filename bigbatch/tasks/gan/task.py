@@ -129,9 +129,14 @@ def check_config(cfg: Config) -> None:
     check_eval(cfg.eval)
 
 
-def check_stored_size(cfg: Config, r: int, whole: bool) -> None:
+def check_stored_size(cfg: Config, r: int, whole: bool, meta: dict | None = None) -> None:
     """data.path's images (`whole`: of that short side) are at data.resolution, which the models are built for
     (also --dry-run's check, from the file's metadata)."""
+    if not r and not whole and (meta or {}).get("height"):  # (found from outside: "images of 0 px")
+        raise BigbatchError(
+            f"data set {cfg.data.path} holds {meta['width']}x{meta['height']} images, not squares, and a GAN's are: "
+            f"prepare the images again with --resolution {cfg.data.resolution} (their center squares)"
+        )
     if r != cfg.data.resolution:
         held = "whole images of short side" if whole else "images of"
         fix = f"set data.resolution={r}, or " if r and not r & (r - 1) else ""  # (a GAN's: a power of two)
@@ -144,7 +149,7 @@ def check_stored_size(cfg: Config, r: int, whole: bool) -> None:
 @register("gan", check=check_config)
 def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool) -> GANTask:
     """G, D and G_ema (fine-tuned from train.init_from, FreezeD), prepared by `rep`, with Adam for each."""
-    check_stored_size(cfg, data.resolution, getattr(data, "whole", False))
+    check_stored_size(cfg, data.resolution, getattr(data, "whole", False), getattr(data, "meta", None))
     refuse_face_sets(data, "the GAN task")
     if cfg.model.conditional and not data.n_classes and rep.is_main and resumed_at is None:
         warn(
