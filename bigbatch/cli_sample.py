@@ -91,13 +91,14 @@ def _sample(args: argparse.Namespace) -> None:
         out = Path(args.out or default_dir / f"interp-{ckpt.name}-seed{args.seed}.png")
         save_png(interpolation_sheet(G, args.seed, truncation=args.truncation, classes=classes), out)
     elif args.npz:
-        images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
+        images, y = sample(G, args.n, args.seed, classes, args.truncation, with_labels=True)
         out = Path(args.out or default_dir / f"samples-{ckpt.name}-seed{args.seed}-n{args.n}.npz")
         out.parent.mkdir(parents=True, exist_ok=True)
         import io
 
         buf = io.BytesIO()
-        np.savez(buf, arr_0=images.numpy())  # arr_0: uint8 NHWC, the layout external scorers read
+        # arr_0: uint8 NHWC, the layout external scorers read; y: a conditional G's labels (BigGAN-PyTorch's key)
+        np.savez(buf, arr_0=images.numpy(), **({} if y is None else {"y": y.numpy()}))
         atomic_write(out, buf.getvalue())
     else:
         images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)

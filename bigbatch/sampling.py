@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -99,9 +100,11 @@ def sample(
     classes: Sequence[int] | None = None,
     truncation: float | None = None,
     batch_size: int = 64,
-) -> torch.Tensor:
+    with_labels: bool = False,
+) -> Any:
     """n images from G as a uint8 NHWC tensor. `classes`: labels to cycle through (image i gets
-    classes[i % len(classes)]); by default each image's label is drawn from its seed."""
+    classes[i % len(classes)]); by default each image's label is drawn from its seed. `with_labels`:
+    (images, labels int64, None for an unconditional G)."""
     if not isinstance(G, nn.Module) or not hasattr(G, "dim_z"):
         raise BigbatchError(
             f"sample takes a generator (bigbatch.load_generator(RUN) or one of bigbatch.models), got {type(G).__name__}"
@@ -121,7 +124,8 @@ def sample(
     z, y = draw_latents(n, G.dim_z, seed, n_classes, truncation=math.inf if truncation is None else truncation)
     if classes is not None:
         y = torch.tensor([labels[i % len(labels)] for i in range(n)], dtype=torch.long)
-    return _eval(G, z, y, batch_size)
+    images = _eval(G, z, y, batch_size)
+    return (images, y if n_classes else None) if with_labels else images
 
 
 def grid(images: torch.Tensor, ncol: int = 8, pad: int = 2) -> Image.Image:

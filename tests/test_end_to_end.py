@@ -90,8 +90,14 @@ def test_cli_sample_and_info(run, capsys):
     assert main(["sample", str(run), "--interp", "--n", "4"]) == 2  # (a grid's options: refused, not ignored)
     assert "--n and --ncol are for a grid of samples" in capsys.readouterr().err
     assert main(["sample", str(run / "checkpoints" / "000000.256"), "--npz", "--n", "5", "--out", "s.npz"]) == 0
-    arr = np.load("s.npz")["arr_0"]
+    saved = np.load("s.npz")
+    arr = saved["arr_0"]
     assert arr.shape == (5, 16, 16, 3) and arr.dtype == np.uint8
+    # The labels beside a conditional G's images, as BigGAN-PyTorch's samples.npz holds them (found from outside:
+    # without them no per-class score): those sample() drew.
+    G = bigbatch.load_generator(run / "checkpoints" / "000000.256")
+    images, labels = bigbatch.sample(G, 5, 0, with_labels=True)
+    assert np.array_equal(saved["y"], labels.numpy()) and np.array_equal(arr, images.numpy())
     capsys.readouterr()
     assert main(["info", str(run)]) == 0
     out = capsys.readouterr().out
