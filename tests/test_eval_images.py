@@ -300,6 +300,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     np.savez(sets / "mu_only.npz", mu=stats.mu)
     np.savez(sets / "stats.npz", mu=stats.mu, sigma=stats.sigma)
     np.savez(sets / "wrong_dims.npz", mu=np.zeros(2048), sigma=np.eye(2048))
+    np.savez(sets / "nan_stats.npz", mu=stats.mu * np.nan, sigma=stats.sigma)
     assert "computing reference statistics of 40 images" in capsys.readouterr().err  # (said once, then cached)
     (sets / "run").mkdir()
     (sets / "run" / "config.toml").write_text("")
@@ -323,6 +324,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "mu_only.npz"], "has no sigma"),
         (["a", "stats.npz", "--metrics", "fid,kid"], "kid needs every reference image's features"),
         (["a", "wrong_dims.npz"], "computed with another network"),
+        (["a", "nan_stats.npz"], "statistics file nan_stats.npz holds NaN or infinity"),  # (blamed on the images)
         (["stats.npz", "ref.h5"], "holds feature statistics, not images"),
         (["a"], "needs a reference B"),
         (["notdata.h5"], "notdata.h5': not an HDF5 file"),  # (it said B was missing)

@@ -243,6 +243,8 @@ def read_stats(path: str | Path) -> ReferenceStats:
             raise BigbatchError(
                 f"statistics file {path} holds mu {mu.shape} and sigma {sigma.shape}; need mu (D,) and sigma (D, D)"
             )
+        if not (np.isfinite(mu).all() and np.isfinite(sigma).all()):  # (found from outside: blamed on the images)
+            raise BigbatchError(f"statistics file {path} holds NaN or infinity in its mu or sigma; compute it again")
         stats = ReferenceStats(mu, sigma, np.zeros((0, mu.shape[0]), np.float32), "", {"source": str(path)})
     stats.meta["file"] = str(path)
     return stats
