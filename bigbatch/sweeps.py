@@ -456,7 +456,9 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Job | None = 
     speeds = [r["img_per_s"] for r in logs if _number(r.get("img_per_s"))]
     state = "failed" if job and job.failed else "pruned" if job and job.pruned else status(run, cfg)
     out: dict[str, Any] = {"run": run.name, **combo, "status": state}
-    out["kimg"] = rows[-1]["kimg"] if rows else 0.0
+    kept = checkpoints.complete_checkpoints(run)  # (a run stopped before its first log row has trained: its checkpoint)
+    saved = (checkpoints.read_meta(kept[-1]) or {}).get("kimg", 0.0) if kept else 0.0
+    out["kimg"] = max(rows[-1]["kimg"] if rows else 0.0, saved)
     out["wall_s"] = round(rows[-1].get("seconds", math.nan), 1) if rows else math.nan
     out["img_per_s"] = round(sum(speeds) / len(speeds), 1) if speeds else math.nan
     for key in LOSSES:

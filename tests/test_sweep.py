@@ -83,10 +83,10 @@ def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         bigbatch.sweep(base, {"train.batch": [16, 32, 64]}, tmp_path / "sweep")
     with open(tmp_path / "sweep" / "results.csv") as f:
-        assert [(r["train.batch"], r["status"]) for r in csv.DictReader(f)] == [
-            ("16", "finished"),
-            ("32", "interrupted"),
-            ("64", "new"),
+        assert [(r["train.batch"], r["status"], r["kimg"]) for r in csv.DictReader(f)] == [
+            ("16", "finished", "0.128"),
+            ("32", "interrupted", "0.064"),  # (found from outside: 0, as no row was logged before the stop)
+            ("64", "new", "0.0"),
         ]
 
 
