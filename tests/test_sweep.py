@@ -85,9 +85,15 @@ def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch):
     with open(tmp_path / "sweep" / "results.csv") as f:
         assert [(r["train.batch"], r["status"], r["kimg"]) for r in csv.DictReader(f)] == [
             ("16", "finished", "0.128"),
-            ("32", "interrupted", "0.064"),  # (found from outside: 0, as no row was logged before the stop)
+            ("32", "interrupted", "0.064"),
             ("64", "new", "0.0"),
         ]
+    # Found from outside: a run stopped before its first log row showed kimg 0, though its checkpoint held more.
+    from bigbatch.sweeps import result_row
+
+    stopped = tmp_path / "sweep" / "batch=32"
+    (stopped / "metrics.jsonl").write_text("")
+    assert result_row(stopped, {"train.batch": 32}, base.override({"train.batch": 32}))["kimg"] == 0.064
 
 
 def test_no_two_combinations_share_a_run_folder():
