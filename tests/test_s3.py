@@ -118,6 +118,11 @@ def test_explicit_storage_options_and_errors(s3, photos, tmp_path, monkeypatch, 
         load_data("s3://bkt/nope.h5", 8, storage_options=options)
     remote = prepare(str(photos), "s3://bkt/o.h5", resolution=8, storage_options=options)
     assert not [p for p in s3[0].ls("bkt", refresh=True) if "probe" in p]  # (the write check leaves nothing)
+    # An option of the wrong type: the error points at them (found from outside: a bare "'int' object is not
+    # iterable" for endpoint_url=5), never showing their values (the secret).
+    with pytest.raises(bigbatch.BigbatchError, match=r"took data.storage_options \[.*'endpoint_url'.*check") as e3:
+        load_data("s3://bkt/o.h5", 8, storage_options={**options, "endpoint_url": 5})
+    assert SECRET not in str(e3.value)
     # A bucket that does not exist is said before anything is decoded (it was said after the whole decode).
     stage = sys.modules["bigbatch.data.prepare"]  # (bigbatch.data.prepare is also the function's name)
     monkeypatch.setattr(stage, "decoded", lambda *a: pytest.fail("decoded before the bucket check"))

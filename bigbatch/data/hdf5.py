@@ -81,6 +81,9 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
                 "`bigbatch prepare`"
             ) from None
         said = " ".join(str(e).split())  # (HDF5's messages run over lines)
+        if path.url and storage_options and isinstance(e, (TypeError, ValueError)):  # (found from outside: a bare
+            # "'int' object is not iterable" for endpoint_url=5)
+            said += f" (the file system took data.storage_options {sorted(storage_options)}: check their values)"
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {said}") from None
 
 
