@@ -39,7 +39,12 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert 100 * sum(confusion[i][i] for i in range(10)) / 360 == pytest.approx(metrics["top1"])
     per_class = list(csv.reader((folder / "per_class.csv").open()))
     assert [r[0] for r in per_class[1:]] == [str(i) for i in range(10)]
-    assert Image.open(folder / "top_losses.png").size == (4 * 98, 4 * (98 + 26))  # 16 images, 4 a row
+    # fastai's most_confused: the off-diagonal cells, largest first (found from outside: missing).
+    pairs = sorted((-confusion[i][j], i, j) for i in range(10) for j in range(10) if i != j and confusion[i][j])
+    assert metrics["most_confused"] == [[str(i), str(j), -n] for n, i, j in pairs[:20]]
+    t, p, n = metrics["most_confused"][0]
+    assert f"most confused: {t} as {p} ({n})" in out
+    assert Image.open(folder / "top_losses.png").size == (4 * 98, 4 * (98 + 38))  # 16 images, 4 a row, 3 lines
     assert Image.open(folder / "confusion.png").size
     # --tta (fastai's test-time augmentation): each image's probabilities averaged with its mirror image's,
     # in a report of its own; predict takes it too.

@@ -31,6 +31,7 @@ from bigbatch.tasks.classify.validation import Predictions, Validation, check_cl
 from bigbatch.urls import public_name
 
 TOP_LOSSES = 16
+MOST_CONFUSED = 20  # pairs of classes metrics.json lists (eval prints the first 3)
 
 
 def evaluate_classifier(
@@ -134,8 +135,19 @@ def _report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
         "loss": round(predicted.loss.double().mean().item(), 6) if n else float("nan"),
         # A class the data holds no image of has no accuracy (null; an empty cell in per_class.csv).
         "per_class": {c: round(100 * per_class[i].item(), 4) if counts[i] else None for i, c in enumerate(class_names)},
+        "most_confused": _most_confused(confusion, class_names),
         "confusion": confusion.tolist(),
     }
+
+
+def _most_confused(confusion: torch.Tensor, class_names: list[str], shown: int = MOST_CONFUSED) -> list[list[Any]]:
+    """fastai's interp.most_confused(): [true class, predicted class, images], the largest off the diagonal first
+    (ties in class order), those of at least one image, at most `shown`."""
+    off = confusion.clone()
+    off.fill_diagonal_(0)
+    k = len(class_names)
+    cells = sorted((-int(n), i) for i, n in enumerate(off.flatten().tolist()) if n)[:shown]
+    return [[class_names[i // k], class_names[i % k], -n] for n, i in cells]
 
 
 def _write(
@@ -201,15 +213,16 @@ def _confusion_figure(confusion: list[list[int]], class_names: list[str]) -> Any
 
 
 def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], class_names: list[str]) -> Image.Image:
-    """The images a classifier got most wrong, 4 a row, each over two lines: its true class (and the
-    probability given to it), and the prediction (and its probability): red where wrong, green where right
-    (a right one given a low probability is among the top losses too)."""
+    """The images a classifier got most wrong, 4 a row, each over three lines: its true class (and the
+    probability given to it), the prediction (and its probability): red where wrong, green where right (a right
+    one given a low probability is among the top losses too), and its loss (as fastai's plot_top_losses)."""
     cells = [
         (
             img,
             [
                 (f"true {p_true:.2f} {class_names[true]}", BLACK),
                 (f"pred {p_pred:.2f} {class_names[pred]}", RED if pred != true else GREEN),
+                (f"loss {-math.log(max(p_true, 1e-45)):.2f}", BLACK),
             ],
         )
         for img, true, pred, p_pred, p_true in rows
@@ -230,6 +243,8 @@ def describe(report: dict[str, Any]) -> str:
             f"{report['data']}: {report['n']} images at {report['resolution']} px, checkpoint {report['checkpoint']}",
             f"top-1 {report['top1']:.2f}%  top-5 {report['top5']:.2f}%  loss {report['loss']:.4f}",
             f"hardest classes: {worst}",
-            f"wrote {report['folder']}/: metrics.json, per_class.csv, confusion.csv, confusion.png, top_losses.png",
+            "most confused: " + (", ".join(f"{t} as {p} ({n})" for t, p, n in report["most_confused"][:3]) or "none"),
+            f"wrote {report['folder']}/: metrics.json (most_confused: fastai's), per_class.csv, confusion.csv, "
+            "confusion.png, top_losses.png",
         ]
     )
