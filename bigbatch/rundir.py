@@ -428,7 +428,10 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
     deadline = time.monotonic() + wait
     while wait and trainer(run) is not None:
         if time.monotonic() > deadline:
-            raise BigbatchError(f"process {pid} is still saving after {wait:g} s; it stops on its own")
+            raise BigbatchError(  # (found from outside: "saving" said of a rank blocked on a stopped peer)
+                f"process {pid} has not stopped after {wait:g} s: it finishes its step and saves, then stops on its "
+                "own; under torchrun it waits for every rank (a rank that hangs holds it: see its log)"
+            )
         time.sleep(0.2)
     return pid
 
