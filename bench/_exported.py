@@ -56,9 +56,9 @@ def load(path: Path, device: str):
 def inputs(meta: dict) -> tuple[torch.Tensor, ...]:
     """Inputs of the shapes the file takes (exported runs: classify, gan, swap), the same on every call."""
     g = torch.Generator().manual_seed(0)
-    if meta["task"] == "classify":  # one image of a size it was not trained at
+    if meta["task"] == "classify":  # a batch of two images of a size it was not trained at (every format takes one)
         side = meta["resolution"]
-        return (torch.randint(0, 256, (side + 7, side + 19, 3), dtype=torch.uint8, generator=g),)
+        return (torch.randint(0, 256, (2, side + 7, side + 19, 3), dtype=torch.uint8, generator=g),)
     if meta["task"] == "gan":
         z = torch.randn(4, meta["dim_z"], generator=g)
         classes = len(meta["class_names"])

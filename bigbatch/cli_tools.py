@@ -205,10 +205,14 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
         from bigbatch.tasks.gan.task import check_stored_size
 
         check_stored_size(cfg, stored or 0, whole, meta)
-    elif stored and cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
-        from bigbatch.tasks.swap.load import check_face_size
+    elif cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
+        from bigbatch.tasks.swap.load import NO_YAWS, check_face_size
 
-        check_face_size(cfg, "src" if given == cfg.data.path else "dst", given, stored)
+        side = "src" if given == cfg.data.path else "dst"
+        if stored or meta.get("height"):
+            check_face_size(cfg, side, given, stored or 0, meta)
+        if cfg.swap.uniform_yaw and not meta.get("face_yaws"):  # (found by review: the dry run passed them)
+            cfg.swap._fail("uniform_yaw", f"needs each face's yaw, and the {side} faces {given} have none: {NO_YAWS}")
 
 
 def build_on_meta(cfg: Any) -> None:

@@ -255,6 +255,13 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     assert len(again) == 3 and not torch.equal(again[0][0], one[0][0])
     there = list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, start=24))
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(again, there))
+    # `start` counts the batches handed over (found by review: it jumped to the pass's end at its first batch).
+    broken = bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True)
+    for i, _ in enumerate(broken):
+        assert broken.start == 8 * (i + 1)
+        if i == 1:
+            break
+    assert broken.start == 16 and torch.equal(next(iter(broken))[0], one[2][0])
     assert not torch.equal(one[0][0], list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=4))[0][0])
     centre = list(bigbatch.data.Loader(path, 8, 48, "center"))[0][0]
     assert centre.shape == (8, 48, 48, 3)

@@ -444,9 +444,14 @@ def test_a_file_of_rectangles_is_refused_where_squares_are_read_naming_its_shape
     for i in range(4):
         Image.fromarray(_image(i, (40, 30))).save(tmp_path / "rect" / f"{i}.png")  # 40 wide, 30 high
     prepare(str(tmp_path / "rect"), str(tmp_path / "rect.h5"), workers=0)
-    with pytest.raises(bigbatch.BigbatchError, match="holds 40x30 images, and augment='center' reads squares"):
+    with pytest.raises(bigbatch.BigbatchError, match="holds 40x30 images, not squares, which augment='center' reads"):
         bigbatch.data.Loader(str(tmp_path / "rect.h5"), batch=2, resolution=16)
     argv = ["train", "--preset", "digits", f"data.path={tmp_path / 'rect.h5'}", "data.resolution=16", "--dry-run"]
     for run in (argv, argv[:-1] + ["--run-dir", str(tmp_path / "run")]):
         assert main(run) == 2
         assert "holds 40x30 images, not squares" in capsys.readouterr().err
+    # The swap task's faces too (found by review: "are 0 px", and its dry run passed them).
+    rect = str(tmp_path / "rect.h5")
+    argv = ["train", "--preset", "saehd_cpu", f"data.path={rect}", f"data.dst_path={rect}", "--dry-run"]
+    assert main(argv) == 2
+    assert "the src faces" in (err := capsys.readouterr().err) and "are 40x30 images, not squares" in err

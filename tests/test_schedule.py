@@ -153,4 +153,4 @@ def test_a_resolution_no_phase_trains_at_is_said(capsys, tmp_path):
     build_task(cfg, replicator_for(cfg), training_data(cfg))
     assert "data.schedule's phases train at 16, 28 px and none at data.resolution = 32" in capsys.readouterr().err
     build_task(cfg.override({"data.resolution": 28}), replicator_for(cfg), training_data(cfg))
-    assert "data.schedule's phases" not in capsys.readouterr().err
+    assert "phases train at" not in capsys.readouterr().err  # (the phase at 60 kimg, past this short run, is said)

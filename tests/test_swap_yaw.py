@@ -115,12 +115,14 @@ def test_train_runs_with_uniform_yaw_and_refuses_faces_without_yaws(yawed_faces,
     # DFL asks the option again at each restart: a resume may turn it off (said), the order then the loop's own.
     assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=0.012", "swap.uniform_yaw=false"]) == 0
     assert "swap.uniform_yaw" in capsys.readouterr().err
-    # Faces prepared from images without DFL's landmarks: one line naming the key and the fix.
+    # Faces prepared from images without DFL's landmarks: one line naming the key and the fix, in training and
+    # in the dry run (found by review: the dry run passed them).
     argv = [*base, *small, f"data.path='{faces[0]}'", f"data.dst_path='{dst}'", "swap.uniform_yaw=true"]
-    assert main([*argv, "--run-dir", str(tmp_path / "no")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "swap.uniform_yaw" in err and "have none" in err and "aligned DeepFaceLab faces" in err
-    assert len(err.splitlines()) == 1
+    for extra in (["--run-dir", str(tmp_path / "no")], ["--dry-run"]):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "swap.uniform_yaw" in err and "have none" in err and "aligned DeepFaceLab faces" in err
+        assert len(err.splitlines()) == 1
 
 
 def test_the_loop_reads_src_in_the_tasks_order(yawed_faces, tmp_path, monkeypatch):
@@ -157,3 +159,46 @@ def test_a_killed_prepares_parts_keep_the_yaws(tmp_path):
     parts.save(0, [(0, image, "wf", (4, 4), -0.25), "not an image", (0, image, None, (4, 4), None)])
     back = Parts(tmp_path / "parts", {"k": 1}).load(0)
     assert [r if isinstance(r, str) else r[4] for r in back] == [-0.25, "not an image", None]
+
+
+def test_a_face_without_usable_landmarks_keeps_its_image_and_says_why_no_yaws_are_kept(tmp_path, capsys, monkeypatch):
+    """Found by review: a NaN landmark made the whole file "damaged", a landmark that is not a number skipped a
+    good image as "corrupt", and one face without landmarks dropped every yaw without a word."""
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    folder = tmp_path / "faces"
+    folder.mkdir()
+    nan = turned(0.0)
+    nan[0, 0] = np.nan
+    for i, points in enumerate([turned(0.0), nan, [["a", "b"]] * 68]):
+        meta = {"face_type": "whole_face", "landmarks": points if isinstance(points, list) else points.tolist()}
+        (folder / f"{i}.jpg").write_bytes(dfl_jpeg(face_image(64, seed=i), meta))
+    report = prepare(str(folder), str(tmp_path / "f.h5"), 64, workers=0)
+    assert report.count == 3 and not report.skipped
+    assert "2 of the 3 images carry no DeepFaceLab landmarks (e.g. 1.jpg)" in capsys.readouterr().err
+    assert load_data(str(tmp_path / "f.h5"), 64).yaws is None  # (and the file reads)
+
+
+def test_a_prepare_out_of_memory_keeps_what_it_decoded(tmp_path, monkeypatch):
+    """Found by review: memory running out deleted the parts a rerun resumes from, though the message said to
+    run again with fewer workers."""
+    from PIL import Image
+
+    from bigbatch.data import sources
+    from bigbatch.data.parts import PART
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(PART + 8):
+        Image.fromarray(np.full((4, 4, 3), i % 256, np.uint8)).save(folder / f"{i:04d}.png")
+    real, calls = sources.decode, []
+
+    def runs_out(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > PART + 4:
+            raise MemoryError
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sources, "decode", runs_out)
+    with pytest.raises(bigbatch.BigbatchError, match="out of memory decoding an image"):
+        prepare(str(folder), str(tmp_path / "m.h5"), workers=0)
+    assert list((tmp_path / ".m.h5.parts").glob("part-*.npz"))  # the first PART images, kept for the rerun

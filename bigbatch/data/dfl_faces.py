@@ -26,7 +26,6 @@ from PIL import Image
 
 from bigbatch import safe_pickle
 from bigbatch.errors import BigbatchError
-from bigbatch.faces.align import jaw_yaw
 
 APP15 = 0xEF
 
@@ -99,6 +98,14 @@ def landmarks_of(meta: dict[str, Any]) -> np.ndarray:
     return points
 
 
+def jaw_yaw(points: np.ndarray) -> float:
+    """DFL's yaw estimate from the jaw line's distances to the nose bridge (its head alignment's), in the units
+    of `points`."""
+    left = ((points[27, 0] - points[0, 0]) + (points[28, 0] - points[1, 0]) + (points[29, 0] - points[2, 0])) / 3
+    right = ((points[16, 0] - points[27, 0]) + (points[15, 0] - points[28, 0]) + (points[14, 0] - points[29, 0])) / 3
+    return float(right - left)
+
+
 def face_yaw(points: np.ndarray) -> float:
     """A face's yaw from its 68 landmarks, in units of its width: the jaw line's distance to the nose bridge
     on the right less that on the left (DFL's head alignment's measure), over the face's width; 0 facing the
@@ -109,12 +116,14 @@ def face_yaw(points: np.ndarray) -> float:
 
 def yaw_of(data: bytes) -> float | None:
     """The yaw (`face_yaw`) of an aligned DFL face from the landmarks in its metadata; None for any other image
-    (no metadata, no landmarks, or metadata the restricted unpickler refuses)."""
+    (no metadata, no landmarks or landmarks that are not finite numbers, or metadata the restricted unpickler
+    refuses): never an error, the image is good either way."""
     try:
         meta = read_metadata(data)
-        return face_yaw(landmarks_of(meta)) if meta is not None else None
-    except (NoFaceData, BigbatchError):
+        yaw = face_yaw(landmarks_of(meta)) if meta is not None else None
+    except (NoFaceData, BigbatchError, ValueError, TypeError):
         return None
+    return yaw if yaw is not None and np.isfinite(yaw) else None
 
 
 def _fill(size: tuple[int, int], parts: list[np.ndarray]) -> np.ndarray:

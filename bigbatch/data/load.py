@@ -48,6 +48,13 @@ def stored_side(data: Any) -> int:
     return 0 if getattr(data, "whole", False) else int(getattr(data, "meta", {}).get("resolution", 0))
 
 
+def rectangles(meta: dict[str, Any]) -> str:
+    """'WxH images, not squares' for a data file of one shape that is not square (neither whole images nor
+    buckets), else '': what a task or Loader that reads squares names when it refuses the file."""
+    w, h = meta.get("width") or 0, meta.get("height") or 0
+    return f"{w}x{h} images, not squares" if meta.get("crop") != "none" and w and h and w != h else ""
+
+
 def training_data(cfg: Config) -> Any:
     """The data set a config trains on: data.path, less the images held out by data.val_fraction (when
     there is no data.val_path)."""

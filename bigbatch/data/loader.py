@@ -230,8 +230,9 @@ class Loader:
     The batches are the bytes bigbatch's own training loop reads for the same seed and position: the
     order (a seeded permutation per epoch), the crops and flips are keyed by global position, so any
     `workers` and any `world_size` give the same images (the ranks' shares together are the
-    one-process batch), and `start` (images seen, a multiple of `batch`) resumes mid-epoch; each pass
-    over the Loader moves `start` past the batches it read, so that the next pass reads on (the next epoch). `augment`:
+    one-process batch), and `start` (images seen, a multiple of `batch`) resumes mid-epoch; each batch
+    handed over moves `start` past it, so that the next pass reads on (the next epoch) and `start` is what a
+    resume takes. `augment`:
     "rrc" random-resized crops of at least `min_scale` of the image's area, from a file of whole
     images (`prepare --crop none`), cut before decoding; "center": the center square. `xflip`
     mirrors half of them. `steps`: how many batches (default: up to the next multiple of
@@ -258,7 +259,7 @@ class Loader:
         decode: str = "cpu",
         device: str | torch.device = "cuda",
     ) -> None:
-        from bigbatch.data.load import load_data
+        from bigbatch.data.load import load_data, rectangles
         from bigbatch.data.streams import GlobalOrder
 
         if augment not in ("rrc", "center"):
@@ -287,11 +288,10 @@ class Loader:
                 f"{self.data.source} holds images of several shapes (prepare --buckets), and a Loader's batch is one "
                 "shape: prepare the images without --buckets (a bucketed file reads in bigbatch.data.BucketOrder)"
             )
-        shape = (self.data.meta.get("width"), self.data.meta.get("height")) if hasattr(self.data, "meta") else (0, 0)
-        if augment == "center" and not getattr(self.data, "whole", False) and shape[0] != shape[1]:
+        if augment == "center" and (rect := rectangles(getattr(self.data, "meta", {}))):
             raise BigbatchError(  # (found from outside: read as one bucket of another shape, neither square nor said)
-                f"{self.data.source} holds {shape[0]}x{shape[1]} images, and augment='center' reads squares: prepare "
-                f"them with --resolution {resolution} (their center squares), or with --crop none for augment='rrc'"
+                f"{self.data.source} holds {rect}, which augment='center' reads: prepare them with "
+                f"--resolution {resolution} (their center squares), or with --crop none for augment='rrc'"
             )
         if augment == "rrc" and not getattr(self.data, "whole", False):
             raise BigbatchError(
@@ -326,18 +326,19 @@ class Loader:
         return self.steps
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """A pass: `steps` batches from `start`, which then moves past them, so that the next pass reads the next
-        epoch (as a DataLoader's and FFCV's passes do; found from outside: every pass read the first again)."""
+        """A pass: `steps` batches from `start`, which moves past each batch as it is handed over, so that the next
+        pass reads on (the next epoch, as a DataLoader's and FFCV's passes do; found from outside: every pass read
+        the first again), and `start` is always the images read: what a resume starts from."""
         steps = self.steps
         sampler = RankSampler(*self._order, start=self.start)
         requests = [step for step, _ in zip(sampler, range(steps))]
-        self.start += steps * self.batch
         workers, xflip, seed, crop_scale = self._reading
         loader = BatchLoader(
             self.data, requests, workers, xflip, seed, crop_scale=crop_scale, on_device=self.device is not None
         )
         if self.device is None:
             for b in loader:
+                self.start += self.batch
                 yield b.images, b.labels
             return
         taken = 0  # decoded on the device in a thread, the next batch while the caller's step runs
@@ -349,4 +350,5 @@ class Loader:
             for _ in range(steps):
                 taken += 1
                 b = next(batches)
+                self.start += self.batch
                 yield b.images, b.labels.to(self.device)

@@ -322,6 +322,7 @@ def _write(
     bar = _progress(len(listing.keys), progress)
     written = np.zeros(max(1, len(listing.class_names)), np.int64)  # images written per class
     yaws: list[float | None] = []  # each written image's, if an aligned DFL face (swap.uniform_yaw bins them)
+    no_yaw: str | None = None  # the first written image without one
     with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
@@ -340,6 +341,7 @@ def _write(
             writer.add(image, int(listing.labels[i]))
             written[int(listing.labels[i])] += 1
             yaws.append(result[4])  # type: ignore[index]
+            no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         bar.close()
         if writer.count == 0:
             reason = f"; e.g. {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
@@ -355,11 +357,28 @@ def _write(
             )
         if face_types:
             writer.attrs.update(face_type=next(iter(face_types)))
-        if None not in yaws and not (settings.buckets or settings.whole):  # (one group: written order is index order)
-            writer.arrays["yaws"] = np.array(yaws, np.float32)
-            writer.attrs.update(face_yaws=True)
+        _keep_yaws(writer, yaws, no_yaw, settings)
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
         return writer.commit()
+
+
+def _keep_yaws(writer: H5Writer, yaws: list[float | None], no_yaw: str | None, settings: _Settings) -> None:
+    """Each face's yaw beside the images, when every image is an aligned DFL face (with landmarks) and the file
+    is one group (its written order is its index order); said when some faces have one and it is not kept
+    (found by review: one face without landmarks dropped every yaw without a word)."""
+    if not any(y is not None for y in yaws):
+        return
+    if no_yaw is not None:
+        missing = sum(y is None for y in yaws)
+        warn(
+            f"{missing} of the {len(yaws)} images carry no DeepFaceLab landmarks (e.g. {no_yaw}): the faces' yaws "
+            "(swap.uniform_yaw) are not kept; prepare the aligned faces alone"
+        )
+    elif settings.buckets or settings.whole:
+        warn("the faces' yaws (swap.uniform_yaw) are not kept with --buckets or --crop none")
+    else:
+        writer.arrays["yaws"] = np.array(yaws, np.float32)
+        writer.attrs.update(face_yaws=True)
 
 
 def _image_of(result: Result, name: str, settings: _Settings, face_types: dict[str, str]) -> np.ndarray | str:

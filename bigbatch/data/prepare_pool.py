@@ -21,7 +21,7 @@ import numpy as np
 from bigbatch.data import codecs
 from bigbatch.data.h5write import cannot_write
 from bigbatch.data.parts import PART, Parts, Result
-from bigbatch.data.sources import Listing, decode_or_reason, file_stamp
+from bigbatch.data.sources import Listing, OutOfMemory, decode_or_reason, file_stamp
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import die_with_parent
 from bigbatch.urls import Location
@@ -50,7 +50,7 @@ def _decode_chunk(payload: list[Any]) -> list[Result]:
     source = _worker["source"]
     data = source.read(payload) if source.worker_reads else payload
     w = _worker
-    out = [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"], w["whole"]) for d in data]
+    out = [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"], w["whole"], yaw=True) for d in data]
     codec, quality = w["codec"]
     if codec == "raw":
         return out
@@ -97,11 +97,12 @@ def decoded(
 @contextmanager
 def parts_kept_unless_refused(parts: Parts | None, out: Location) -> Iterator[None]:
     """The parts go once the data file is written, or when prepare is refused (a bad file with
-    --strict, a full disk: nothing left behind); a prepare killed or interrupted keeps them to resume."""
+    --strict, a full disk: nothing left behind); a prepare killed, interrupted or out of memory keeps them to
+    resume."""
     try:
         yield
-    except BigbatchError:
-        if parts is not None:
+    except BigbatchError as e:
+        if parts is not None and not isinstance(e, OutOfMemory):  # (found by review: its parts went too)
             parts.remove()
         raise
     except OSError as e:

@@ -377,6 +377,7 @@ def decode(
     dfl_masks: int = 0,
     whole: bool = False,
     as_scorers: bool = False,
+    yaw: bool = False,
 ) -> tuple[int, np.ndarray, str | None, tuple[int, int], float | None]:
     """Decode one image file to (bucket, uint8 HxWx3, face type, its (height, width) as stored, yaw). With
     `resolution`: center-cropped to a square, or with `ratios` (width/height) to the nearest shape of
@@ -385,10 +386,11 @@ def decode(
     the swap task), the colours kept as they are under it (not composited: the background stays the
     background); an image without transparency is refused. `dfl_masks` 1 or 2: the face mask (and the
     eyes-and-mouth region) a DeepFaceLab aligned face carries in its metadata, as channels 4 (and 5),
-    and its face type (SAEHD's name for it; None for other images). The yaw is an aligned DFL face's
-    (`dfl_faces.yaw_of`, whatever `dfl_masks` says; None for other images). `as_scorers`: as pytorch-fid,
-    clean-fid and torch-fidelity read a file, `Image.open(f).convert("RGB")`: no EXIF orientation, the
-    colours under any transparency kept (16-bit images are still scaled, where Pillow clips them).
+    and its face type (SAEHD's name for it; None for other images). `yaw`: an aligned DFL face's yaw
+    (`dfl_faces.yaw_of`, whatever `dfl_masks` says; None for other images, and without `yaw`).
+    `as_scorers`: as pytorch-fid, clean-fid and torch-fidelity read a file, `Image.open(f).convert("RGB")`:
+    no EXIF orientation, the colours under any transparency kept (16-bit images are still scaled, where Pillow
+    clips them).
     Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
         img.load()  # decode now: truncated files fail here, not later
@@ -415,7 +417,7 @@ def decode(
     out = np.asarray(img, dtype=np.uint8)
     if planes:
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
-    return bucket, out, face_type, size, None if as_scorers else yaw_of(data)
+    return bucket, out, face_type, size, yaw_of(data) if yaw else None
 
 
 def decode_mask(
@@ -430,6 +432,10 @@ def decode_mask(
     return np.asarray(fit(img, resolution, ratios)[1], dtype=np.uint8), (img.height, img.width)
 
 
+class OutOfMemory(BigbatchError):
+    """Memory ran out decoding: not the file's fault, and not the command's (a prepare keeps what it decoded)."""
+
+
 def decode_or_reason(
     data: bytes | str,
     resolution: int | None,
@@ -438,12 +444,13 @@ def decode_or_reason(
     dfl_masks: int = 0,
     whole: bool = False,
     as_scorers: bool = False,
+    yaw: bool = False,
 ) -> tuple[int, np.ndarray, str | None, tuple[int, int], float | None] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data
     try:
-        return decode(data, resolution, ratios, alpha, dfl_masks, whole, as_scorers)
+        return decode(data, resolution, ratios, alpha, dfl_masks, whole, as_scorers, yaw)
     except Image.UnidentifiedImageError:
         return "not an image Pillow can read"
     except (BigbatchError, NoFaceData) as e:  # DFL metadata missing, or refused (a pickle asking for code)
@@ -451,9 +458,9 @@ def decode_or_reason(
     except Image.DecompressionBombError as e:  # (not corrupt: larger than Pillow's guard lets decode)
         return f"too large to decode safely ({e})"
     except MemoryError:  # (not corrupt either: found from outside, a good file was called so)
-        raise BigbatchError(
+        raise OutOfMemory(
             "out of memory decoding an image (its size, or --resolution's): give a smaller --resolution, fewer "
-            "--workers, or more memory"
+            "--workers, or more memory (prepare, run again, resumes where it stopped)"
         ) from None
     except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone
         return f"corrupt or truncated ({type(e).__name__}: {e})"

@@ -11,6 +11,7 @@ import math
 import cv2
 import numpy as np
 
+from bigbatch.data.dfl_faces import jaw_yaw
 from bigbatch.errors import BigbatchError
 
 
@@ -143,13 +144,6 @@ def transform_points(points: np.ndarray, mat: np.ndarray, invert: bool = False) 
         mat = cv2.invertAffineTransform(mat)
     points = np.asarray(points, np.float64).reshape(-1, 2)
     return points @ mat[:, :2].T + mat[:, 2]
-
-
-def jaw_yaw(points: np.ndarray) -> float:
-    """DFL's yaw estimate from the jaw line's distances to the nose bridge, in the mean face's units."""
-    left = ((points[27, 0] - points[0, 0]) + (points[28, 0] - points[1, 0]) + (points[29, 0] - points[2, 0])) / 3
-    right = ((points[16, 0] - points[27, 0]) + (points[15, 0] - points[28, 0]) + (points[14, 0] - points[29, 0])) / 3
-    return float(right - left)
 
 
 def transform_mat(landmarks: np.ndarray, size: int, kind: FaceType | str, scale: float = 1.0) -> np.ndarray:

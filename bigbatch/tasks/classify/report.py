@@ -175,8 +175,8 @@ def _write(
     rows = []
     for j in worst.tolist():
         image, _ = validation.seen(int(predicted.index[j]), resolution)  # as the network saw it: crop, aspect
-        label, pred, p_label = int(predicted.labels[j]), int(predicted.top[j, 0]), math.exp(-predicted.loss[j])
-        rows.append((image, label, pred, float(predicted.p_top[j]), p_label))
+        label, pred, loss = int(predicted.labels[j]), int(predicted.top[j, 0]), float(predicted.loss[j])
+        rows.append((image, label, pred, float(predicted.p_top[j]), math.exp(-loss), loss))
     save_png(top_losses_sheet(rows, class_names), out / "top_losses.png")
 
 
@@ -212,7 +212,9 @@ def _confusion_figure(confusion: list[list[int]], class_names: list[str]) -> Any
     return fig
 
 
-def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], class_names: list[str]) -> Image.Image:
+def top_losses_sheet(
+    rows: list[tuple[torch.Tensor, int, int, float, float, float]], class_names: list[str]
+) -> Image.Image:
     """The images a classifier got most wrong, 4 a row, each over three lines: its true class (and the
     probability given to it), the prediction (and its probability): red where wrong, green where right (a right
     one given a low probability is among the top losses too), and its loss (as fastai's plot_top_losses)."""
@@ -222,10 +224,10 @@ def top_losses_sheet(rows: list[tuple[torch.Tensor, int, int, float, float]], cl
             [
                 (f"true {p_true:.2f} {class_names[true]}", BLACK),
                 (f"pred {p_pred:.2f} {class_names[pred]}", RED if pred != true else GREEN),
-                (f"loss {-math.log(max(p_true, 1e-45)):.2f}", BLACK),
+                (f"loss {loss:.2f}", BLACK),
             ],
         )
-        for img, true, pred, p_pred, p_true in rows
+        for img, true, pred, p_pred, p_true, loss in rows
     ]
     return captioned_sheet(cells, ncol=4, min_cell=96)  # the probabilities first: a long name is what gets cut
 

@@ -23,6 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bigbatch import models
 from bigbatch.config import Config
+from bigbatch.data.load import rectangles
 from bigbatch.data.loader import Batch, Step, read_batch
 from bigbatch.data.schedule import schedule_of
 from bigbatch.data.streams import (
@@ -132,10 +133,10 @@ def check_config(cfg: Config) -> None:
 def check_stored_size(cfg: Config, r: int, whole: bool, meta: dict | None = None) -> None:
     """data.path's images (`whole`: of that short side) are at data.resolution, which the models are built for
     (also --dry-run's check, from the file's metadata)."""
-    if not r and not whole and (meta or {}).get("height"):  # (found from outside: "images of 0 px")
+    if rect := rectangles(meta or {}):  # (found from outside: "images of 0 px")
         raise BigbatchError(
-            f"data set {cfg.data.path} holds {meta['width']}x{meta['height']} images, not squares, and a GAN's are: "
-            f"prepare the images again with --resolution {cfg.data.resolution} (their center squares)"
+            f"data set {cfg.data.path} holds {rect}, and a GAN's are: prepare the images again with --resolution "
+            f"{cfg.data.resolution} (their center squares)"
         )
     if r != cfg.data.resolution:
         held = "whole images of short side" if whole else "images of"

@@ -11,6 +11,7 @@ from torch import nn
 
 from bigbatch import checkpoints, models, safe_pickle
 from bigbatch.config import Config
+from bigbatch.data.load import rectangles
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
@@ -233,8 +234,12 @@ def resume_optimizer(opt: torch.optim.Optimizer, saved: dict, cfg: Config, model
         group.update(_rates(cfg))
 
 
-def check_face_size(cfg: Config, side: str, source: str, r: int) -> None:
+def check_face_size(cfg: Config, side: str, source: str, r: int, meta: dict | None = None) -> None:
     """One side's faces are at the model's resolution (also --dry-run's check, from the file's metadata)."""
+    if rect := rectangles(meta or {}):  # (found by review: "are 0 px")
+        raise BigbatchError(
+            f"the {side} faces {source} are {rect}: prepare them with --resolution {cfg.data.resolution}"
+        )
     if r != cfg.data.resolution:
         raise BigbatchError(
             f"the {side} faces {source} are {r} px, the model data.resolution = {cfg.data.resolution}: prepare "
@@ -250,20 +255,22 @@ def check_faces(cfg: Config, data: Any, side: str) -> Any:
             "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare "
             "[--masks alpha|dfl|DIR]"
         )
-    check_face_size(cfg, side, data.source, data.resolution)
+    check_face_size(cfg, side, data.source, data.resolution, getattr(data, "meta", None))
     return data
+
+
+NO_YAWS = (
+    "prepare them again from aligned DeepFaceLab faces alone (bigbatch extract's or DFL's, which carry their "
+    "landmarks; not with --buckets or --crop none), or set it to false"
+)
 
 
 def check_yaws(cfg: Config, src: Any, dst: Any) -> None:
     """swap.uniform_yaw needs each face's yaw, which prepare keeps from aligned DFL faces."""
     for side, data in (("src", src), ("dst", dst)):
         if cfg.swap.uniform_yaw and getattr(data, "yaws", None) is None:
-            cfg.swap._fail(
-                "uniform_yaw",
-                f"needs each face's yaw, and the {side} faces {data.source} have none: prepare them again from "
-                "aligned DeepFaceLab faces (bigbatch extract's or DFL's, which carry their landmarks), or set it "
-                "to false",
-            )
+            said = f"needs each face's yaw, and the {side} faces {data.source} have none: {NO_YAWS}"
+            cfg.swap._fail("uniform_yaw", said)
 
 
 def check_resumed_dst(run: Path, resumed_at: int, path: str, dst: Any) -> None:
