@@ -71,7 +71,8 @@ def _extract(args: argparse.Namespace) -> None:
         os.replace(tmp, listed)
     else:
         listed.unlink(missing_ok=True)
-    gone = sum(not (out / f"{Path(name).stem}_{i}.jpg").exists() for name, n in done.items() for i in range(n or 0))
+    # (counted, not looked up by name: `bigbatch sort` renames the faces, found from outside to be "deleted")
+    gone = max(0, faces - sum(1 for p in out.glob("*.jpg") if not p.name.startswith(".")))
     deleted = f"; {gone} of them deleted from it since, which stay deleted" if gone else ""
     print(
         f"Extracted {faces} faces from {len(done)} frames into {out} ({settings.face_type}, {settings.size} px)"

@@ -361,6 +361,16 @@ def test_a_rerun_redoes_frames_whose_image_changed_and_refuses_another_source(ex
     assert sorted(again) == ["00001_0.jpg", "00004_0.jpg"]
     assert again["00001_0.jpg"] == first["00001_0.jpg"] and again["00004_0.jpg"] == first["00004_0.jpg"]
     assert Path("out/no_face.txt").read_text() == "00003.png\n"
+    # Faces renamed by `bigbatch sort` are not "deleted" (found from outside: all of them were said to be).
+    assert main(["sort", "out", "--by", "origname"]) == 0
+    capsys.readouterr()
+    assert main(["extract", "frames", "out", *args]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "Extracted 3 faces from 4 frames" in said
+        and "1 of them deleted" in said
+        and len(list(Path("out").glob("*.jpg"))) == 2
+    )
     # another source into the same OUT: refused in one line, as other settings are
     Path("other").mkdir()
     cv2.imwrite("other/00001.png", np.full((H, W, 3), 96, np.uint8))

@@ -239,6 +239,15 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     assert main(["extract", "faceless", "none_found", "--workers", "1", "--no-debug"]) == 0
     assert main(["merge", str(run), "faceless", "none_found", "merged_faceless"]) == 0
     assert np.array_equal(cv2.imread("merged_faceless/00001.png"), odd)
+    # A frame that does not decode (extract listed it and went on): skipped into PNGs, said; refused into a
+    # video, which would lose it (found from outside: refused either way, the user left to delete it).
+    Path("faceless/00002.png").write_bytes(b"not a png")
+    capsys.readouterr()
+    assert main(["merge", str(run), "faceless", "none_found", "merged_broken"]) == 0
+    assert "00002.png does not decode as an image: skipped" in capsys.readouterr().err
+    assert sorted(p.name for p in Path("merged_broken").glob("*.png")) == ["00001.png"]
+    assert main(["merge", str(run), "faceless", "none_found", "merged_b2", "--video", "b.mp4"]) == 2
+    assert "the video would lose its frame" in capsys.readouterr().err
     # dst faces sorted (renamed 00000.jpg on, as DFL's sort does) merge as before: a face's frame is in its metadata.
     shutil.copytree(root / "dst_aligned", "sorted_aligned")
     assert main(["sort", "sorted_aligned", "--by", "blur"]) == 0

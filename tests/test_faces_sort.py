@@ -107,3 +107,22 @@ def test_a_killed_sorts_faces_come_back_and_yaw_and_pitch_follow_the_head(face, 
     assert main(["sort", str(folder), "--by", "origname"]) == 0
     assert names(folder) == ["00000.jpg", "00001.jpg", "00002.jpg"]
     assert align.face_type(meta["face_type"]).dfl_name == "whole_face"
+
+
+def test_final_below_the_bins_spreads_over_yaw_and_unreadable_landmarks_go_to_the_trash(face, tmp_path, capsys):
+    """Found from outside: --target below the bins that hold faces kept the sharpest (the frontal ones) and lost
+    every side view; a face whose landmarks are not numbers stopped sort with a traceback."""
+    image, meta = face
+    folder = tmp_path / "aligned"
+    folder.mkdir()
+    lm = np.asarray(meta["landmarks"])
+    for i, shift in enumerate([-16.0, -8.0, 0.0, 8.0, 16.0]):  # the side views blurred, as they usually are
+        moved = lm.copy()
+        moved[27:36, 0] += shift
+        shown = cv2.GaussianBlur(image, (0, 0), 3.0) if shift else image
+        save(folder / f"{i}.jpg", shown, {**meta, "landmarks": moved.tolist(), "source_filename": f"{i}.png"})
+    save(folder / "bad.jpg", image, {**meta, "landmarks": [["a", "b"]] * 68})
+    assert main(["sort", str(folder), "--by", "final", "--target", "2"]) == 0
+    kept = sorted(read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder))
+    assert kept == ["0.png", "4.png"]  # the two ends of the yaws, not the sharp frontal face
+    assert "bad.jpg" in names(tmp_path / "aligned_trash")

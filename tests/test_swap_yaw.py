@@ -176,6 +176,11 @@ def test_a_face_without_usable_landmarks_keeps_its_image_and_says_why_no_yaws_ar
     assert report.count == 3 and not report.skipped
     assert "2 of the 3 images carry no DeepFaceLab landmarks (e.g. 1.jpg)" in capsys.readouterr().err
     assert load_data(str(tmp_path / "f.h5"), 64).yaws is None  # (and the file reads)
+    # Their masks come from those landmarks: with --masks dfl such faces are skipped, saying why (found from
+    # outside: a NaN one was kept with an empty mask, a string one called "corrupt").
+    report = prepare(str(folder), str(tmp_path / "m.h5"), 64, workers=0, masks="dfl")
+    assert report.count == 1 and [name for name, _ in report.skipped] == ["1.jpg", "2.jpg"]
+    assert "not all finite numbers" in report.skipped[0][1] and "are not numbers" in report.skipped[1][1]
 
 
 def test_a_prepare_out_of_memory_keeps_what_it_decoded(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from bigbatch.data.dfl_faces import hull_mask
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces import align
 from bigbatch.faces.video import VideoWriter, natural_key
 from bigbatch.tasks.swap import color
@@ -463,13 +463,19 @@ def merge_folder(
                     kept += 1
                     merging.merged_before(stem)
                     continue
-                n, merged = n + 1, merged + len(faces.get(stem, ()))
                 # PNGs at the frames' own size, faces or not (found from outside: an odd side lost its last row, and
                 # then only where a frame had a face, so that `video make` refused frames of two sizes); a video's
                 # all with even sides (yuv420p), as DFL's cut_odd_image
                 frame = read_image(image, writer is not None) if isinstance(image, Path) else image
-                if frame is None:  # (unlike extract, not skipped: the merged video would lose a frame)
-                    raise BigbatchError(f"{image} does not decode as an image")
+                if frame is None:  # into a video, refused: it would lose a frame; into PNGs, skipped as extract does
+                    if writer is not None:
+                        raise BigbatchError(
+                            f"{image} does not decode as an image, and the video would lose its frame: remove or "
+                            "replace it, or merge into PNGs alone (without --video)"
+                        )
+                    warn(f"{image} does not decode as an image: skipped, no merged frame for it")
+                    continue
+                n, merged = n + 1, merged + len(faces.get(stem, ()))
                 merging.add(i, stem, frame)
             merging.flush()
             merging.drain()

@@ -11,7 +11,7 @@ Methods, each DFL's (mainscripts/Sorter.py):
 - motion-blur: DFL's: the variance of an 11-pixel Laplacian of the face inside its hull, highest first;
 - face-yaw, face-pitch: turned most one way first, from the face's landmarks (yaw: the jaw line's distances
   to the nose bridge, as DFL's head alignment measures it; pitch: where the nose tip falls between the eyes
-  and the mouth; DFL solves a 3D head pose for both, and the order is the same to within the landmarks' noise);
+  and the mouth; DFL solves a 3D head pose for both, and the order is nearly the same);
 - face-source-rect-size: the largest face in its frame first;
 - hist: DFL's chain of histogram similarity (each next face the nearest by Bhattacharyya distance of the
   three channels' histograms), which brings faces of one person, light and scene together;
@@ -147,8 +147,14 @@ def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list
     sharp = np.array([_blur(cv2.imread(str(p)), meta) for p, meta in faces])
     edges = np.linspace(yaws.min(), yaws.max(), YAW_BINS + 1)[1:-1]
     bins = [np.flatnonzero(np.digitize(yaws, edges) == b) for b in range(YAW_BINS)]
-    share = max(1, round(target / YAW_BINS))
-    share += sum(max(share - len(b), 0) for b in bins) // YAW_BINS  # (what thin bins lack, to the others)
+    filled = [b for b in bins if len(b)]
+    if target < len(filled):  # fewer faces than bins with faces: bins spread evenly over the yaws, the sharpest of
+        # each (found from outside: the sharpest of all bins were kept, the frontal ones, and the side views lost)
+        bins = [filled[k] for k in sorted(set(np.linspace(0, len(filled) - 1, target).round().astype(int)))]
+        share = 1
+    else:
+        share = max(1, round(target / YAW_BINS))
+        share += sum(max(share - len(b), 0) for b in bins) // YAW_BINS  # (what thin bins lack, to the others)
     kept = [int(i) for b in bins for i in b[np.argsort(-sharp[b], kind="stable")][:share]]
     kept = sorted(kept, key=lambda i: -sharp[i])[:target]
     chosen = set(kept)
