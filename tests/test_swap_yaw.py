@@ -207,3 +207,14 @@ def test_a_prepare_out_of_memory_keeps_what_it_decoded(tmp_path, monkeypatch):
     with pytest.raises(bigbatch.BigbatchError, match="out of memory decoding an image"):
         prepare(str(folder), str(tmp_path / "m.h5"), workers=0)
     assert list((tmp_path / ".m.h5.parts").glob("part-*.npz"))  # the first PART images, kept for the rerun
+
+
+def test_a_model_converted_without_data_paths_resumes_on_the_data_given_then(faces, tmp_path):
+    """Found from outside: refused for ever, as a checkpoint "from before data hashes were recorded" that could
+    resume only on convert's placeholder paths. (Here beside uniform_yaw, which crosses convert too.)"""
+    from test_swap import dfl_folder
+
+    dfl_folder(tmp_path / "dfl")
+    assert main(["convert", str(tmp_path / "dfl"), str(tmp_path / "run")]) == 0
+    paths = [f"data.path={faces[0]}", f"data.dst_path={faces[1]}", "data.val_fraction=0.0", "eval.every_kimg=0.0"]
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "--resume", "train.kimg=0.004", *paths]) == 0

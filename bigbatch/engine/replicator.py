@@ -289,14 +289,8 @@ class Replicator:
                 totals = values if totals is None else totals + values
         except BaseException as e:
             bn.abandon()
-            said = str(e) if isinstance(e, RuntimeError) else ""
-            if "Expected to have finished reduction" in said:  # (DDP's, naming its own find_unused_parameters)
-                which = said[said.find("Parameter indices") :].split("\n")[0] if "Parameter indices" in said else ""
-                raise BigbatchError(
-                    "a prepared model has parameters that got no gradient in the last step (its loss leaves them "
-                    "out), which DDP cannot all-reduce: prepare it with rep.prepare(model, unused_parameters=True)"
-                    + (f" ({which.strip().rstrip('.')})" if which else "")
-                ) from e
+            if isinstance(e, RuntimeError) and "Expected to have finished reduction" in str(e):
+                raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
             raise
         totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
         if state.scaler.is_enabled():

@@ -300,3 +300,16 @@ def _sum_in_rank_order(_state, bucket):  # (unannotated: DDP checks the annotati
     parts = [torch.empty_like(grads) for _ in range(torch_dist.get_world_size())]
     gathered = torch_dist.all_gather(parts, grads, async_op=True).get_future()  # (async: DDP overlaps it)
     return gathered.then(lambda _: dist.add_in_order(parts))
+
+
+def unused_parameters_error(said: str) -> BigbatchError:
+    """DDP's error for parameters a step left without a gradient, said in the Replicator's terms (found from
+    outside: DDP's traceback named its own find_unused_parameters), with the parameter indices DDP gives."""
+    which = (
+        said[said.find("Parameter indices") :].split("\n")[0].strip().rstrip(".") if "Parameter indices" in said else ""
+    )
+    return BigbatchError(
+        "a prepared model has parameters that got no gradient in the last step (its loss leaves them out), which "
+        "DDP cannot all-reduce: prepare it with rep.prepare(model, unused_parameters=True)"
+        + (f" ({which})" if which else "")
+    )
