@@ -182,6 +182,7 @@ def check_local_data(cfg: Any) -> None:
     foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
     first). builtin: and URLs are left to training."""
     from bigbatch.data.hdf5 import read_meta
+    from bigbatch.data.load import check_one_shape
     from bigbatch.urls import Location
 
     for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
@@ -193,7 +194,11 @@ def check_local_data(cfg: Any) -> None:
                 continue
             if not path.path.is_file():
                 raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
-            _check_stored_size(cfg, given, read_meta(path))
+            meta = read_meta(path)
+            if given in (cfg.data.path, cfg.data.dst_path):  # (found by review: the dry run passed them)
+                key = "data.path" if given == cfg.data.path else "data.dst_path"
+                check_one_shape(key, str(path), len(meta.get("groups") or []))
+            _check_stored_size(cfg, given, meta)
 
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:

@@ -345,6 +345,12 @@ def test_training_refuses_validation_images_of_other_classes_and_bucketed_traini
     err = capsys.readouterr().err
     assert code == 2 and "holds images of several shapes (prepare --buckets)" in err
     assert not (tmp_path / "run").exists()  # refused before anything was written
+    val = ["data.val_path=", "data.val_fraction=0.25"]
+    for preset, more in [("fashion_resnet_fast", val), ("digits", [])]:  # found by review: a GAN's dry run passed
+        code = main(["train", "--preset", preset, "--dry-run", f"data.path={tmp_path / 'buckets.h5'}",
+                     "data.resolution=16", "data.schedule=[]", *more])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and "buckets.h5 holds images of several shapes (prepare --buckets)" in err, err
     # Not scored while training (eval.every_kimg = 0): trained, and said at its start (`eval` would refuse it after).
     code = main(["train", "--preset", "fashion_resnet_fast", f"data.path={tmp_path / 'train.h5'}", *over,
                  f"data.val_path={tmp_path / 'val.h5'}", "eval.every_kimg=0", "data.resolution=16", "data.schedule=[]",

@@ -301,6 +301,8 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     np.savez(sets / "stats.npz", mu=stats.mu, sigma=stats.sigma)
     np.savez(sets / "wrong_dims.npz", mu=np.zeros(2048), sigma=np.eye(2048))
     np.savez(sets / "nan_stats.npz", mu=stats.mu * np.nan, sigma=stats.sigma)
+    nan = M.ReferenceStats(stats.mu, stats.sigma * np.nan, stats.features, "", {})
+    M.save_stats(nan, sets / "nan_stats.safetensors")  # (found by review: checked in an .npz alone)
     assert "computing reference statistics of 40 images" in capsys.readouterr().err  # (said once, then cached)
     (sets / "run").mkdir()
     (sets / "run" / "config.toml").write_text("")
@@ -325,6 +327,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "stats.npz", "--metrics", "fid,kid"], "kid needs every reference image's features"),
         (["a", "wrong_dims.npz"], "computed with another network"),
         (["a", "nan_stats.npz"], "statistics file nan_stats.npz holds NaN or infinity"),  # (blamed on the images)
+        (["a", "nan_stats.safetensors"], "(it holds NaN or infinity in its mu or sigma); compute it again with"),
         (["stats.npz", "ref.h5"], "holds feature statistics, not images"),
         (["a"], "needs a reference B"),
         (["notdata.h5"], "notdata.h5': not an HDF5 file"),  # (it said B was missing)

@@ -122,7 +122,16 @@ def test_final_below_the_bins_spreads_over_yaw_and_unreadable_landmarks_go_to_th
         shown = cv2.GaussianBlur(image, (0, 0), 3.0) if shift else image
         save(folder / f"{i}.jpg", shown, {**meta, "landmarks": moved.tolist(), "source_filename": f"{i}.png"})
     save(folder / "bad.jpg", image, {**meta, "landmarks": [["a", "b"]] * 68})
+    save(folder / "huge.jpg", image, {**meta, "landmarks": [[10**400, 0]] * 68})  # (past float64: OverflowError)
+    far = np.zeros((68, 2))
+    far[:, 0] = np.where(np.arange(68) % 2, 1.5e308, -1.5e308)  # (finite, but a yaw of NaN)
+    save(folder / "far.jpg", image, {**meta, "landmarks": far.tolist()})
     assert main(["sort", str(folder), "--by", "final", "--target", "2"]) == 0
     kept = sorted(read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder))
     assert kept == ["0.png", "4.png"]  # the two ends of the yaws, not the sharp frontal face
-    assert "bad.jpg" in names(tmp_path / "aligned_trash")
+    assert {"bad.jpg", "huge.jpg", "far.jpg"} <= set(names(tmp_path / "aligned_trash"))
+    # one face to keep: the middle of the yaws (it kept a profile)
+    for path in (tmp_path / "aligned_trash").glob("[0-9]*.jpg"):
+        path.rename(folder / f"back_{path.name}")
+    assert main(["sort", str(folder), "--by", "final", "--target", "1"]) == 0
+    assert [read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder)] == ["2.png"]

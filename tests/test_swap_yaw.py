@@ -169,17 +169,19 @@ def test_a_face_without_usable_landmarks_keeps_its_image_and_says_why_no_yaws_ar
     folder.mkdir()
     nan = turned(0.0)
     nan[0, 0] = np.nan
-    for i, points in enumerate([turned(0.0), nan, [["a", "b"]] * 68]):
+    for i, points in enumerate([turned(0.0), nan, [["a", "b"]] * 68, [[10**400, 0]] * 68]):
         meta = {"face_type": "whole_face", "landmarks": points if isinstance(points, list) else points.tolist()}
         (folder / f"{i}.jpg").write_bytes(dfl_jpeg(face_image(64, seed=i), meta))
     report = prepare(str(folder), str(tmp_path / "f.h5"), 64, workers=0)
-    assert report.count == 3 and not report.skipped
-    assert "2 of the 3 images carry no DeepFaceLab landmarks (e.g. 1.jpg)" in capsys.readouterr().err
+    assert report.count == 4 and not report.skipped
+    assert "3 of the 4 images carry no usable DeepFaceLab landmarks (none, NaN or not numbers; e.g. 1.jpg)" in (
+        capsys.readouterr().err
+    )
     assert load_data(str(tmp_path / "f.h5"), 64).yaws is None  # (and the file reads)
     # Their masks come from those landmarks: with --masks dfl such faces are skipped, saying why (found from
     # outside: a NaN one was kept with an empty mask, a string one called "corrupt").
     report = prepare(str(folder), str(tmp_path / "m.h5"), 64, workers=0, masks="dfl")
-    assert report.count == 1 and [name for name, _ in report.skipped] == ["1.jpg", "2.jpg"]
+    assert report.count == 1 and [name for name, _ in report.skipped] == ["1.jpg", "2.jpg", "3.jpg"]
     assert "not all finite numbers" in report.skipped[0][1] and "are not numbers" in report.skipped[1][1]
 
 
@@ -204,8 +206,9 @@ def test_a_prepare_out_of_memory_keeps_what_it_decoded(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sources, "decode", runs_out)
-    with pytest.raises(bigbatch.BigbatchError, match="out of memory decoding an image"):
+    with pytest.raises(bigbatch.BigbatchError, match="out of memory decoding an image") as refused:
         prepare(str(folder), str(tmp_path / "m.h5"), workers=0)
+    assert "again with fewer --workers or more memory, and it resumes where it stopped" in str(refused.value)
     assert list((tmp_path / ".m.h5.parts").glob("part-*.npz"))  # the first PART images, kept for the rerun
 
 

@@ -91,17 +91,20 @@ def write_metadata(data: bytes, meta: dict[str, Any]) -> bytes:
     return data[:2] + b"".join(parts) + data[at:]
 
 
+LANDMARK_RANGE = 1e7  # pixels: past any frame's size (a yaw of larger ones overflowed to NaN)
+
+
 def landmarks_of(meta: dict[str, Any]) -> np.ndarray:
     """The 68 (x, y) landmarks of an aligned face's metadata; NoFaceData (one line) for any that are not 68
     finite numbers (found from outside: NaN ones made an empty mask, strings a traceback in sort)."""
     try:
         points = np.asarray(meta.get("landmarks", ()), dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (OverflowError: an integer past float64's range)
         raise NoFaceData("its DeepFaceLab metadata's landmarks are not numbers") from None
     if points.shape != (68, 2):
         raise NoFaceData(f"its DeepFaceLab metadata has no 68 landmarks (landmarks of shape {points.shape})")
-    if not np.isfinite(points).all():
-        raise NoFaceData("its DeepFaceLab metadata's landmarks are not all finite numbers")
+    if not (np.isfinite(points).all() and (np.abs(points) < LANDMARK_RANGE).all()):
+        raise NoFaceData("its DeepFaceLab metadata's landmarks are not all finite numbers within any image")
     return points
 
 
@@ -128,7 +131,7 @@ def yaw_of(data: bytes) -> float | None:
     try:
         meta = read_metadata(data)
         yaw = face_yaw(landmarks_of(meta)) if meta is not None else None
-    except (NoFaceData, BigbatchError, ValueError, TypeError):
+    except (NoFaceData, BigbatchError, ValueError, TypeError, OverflowError):
         return None
     return yaw if yaw is not None and np.isfinite(yaw) else None
 

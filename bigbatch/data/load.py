@@ -55,17 +55,23 @@ def rectangles(meta: dict[str, Any]) -> str:
     return f"{w}x{h} images, not squares" if meta.get("crop") != "none" and w and h and w != h else ""
 
 
+def check_one_shape(key: str, source: str, groups: int) -> None:
+    """Training reads a data file of one shape: one of `groups` > 1 (prepare --buckets) is refused, as training
+    and the dry run say it."""
+    if groups > 1:
+        raise BigbatchError(
+            f"{key} {source} holds images of several shapes (prepare --buckets): training reads one shape "
+            "at a time; prepare the training images without --buckets (a bucketed file serves as data.val_path, "
+            "with data.val_rect = true)"
+        )
+
+
 def training_data(cfg: Config) -> Any:
     """The data set a config trains on: data.path, less the images held out by data.val_fraction (when
     there is no data.val_path)."""
     d = cfg.data
     data = load_data(d.path, d.resolution, d.in_ram, d.storage_options or None)
-    if len(getattr(data, "bucket_counts", [])) > 1:
-        raise BigbatchError(
-            f"data.path {data.source} holds images of several shapes (prepare --buckets): training reads one shape "
-            "at a time; prepare the training images without --buckets (a bucketed file serves as data.val_path, "
-            "with data.val_rect = true)"
-        )
+    check_one_shape("data.path", data.source, len(getattr(data, "bucket_counts", [])))
     if not d.val_fraction or d.val_path:
         return data
     train, val = holdout(data, d.val_fraction)

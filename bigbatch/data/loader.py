@@ -308,6 +308,7 @@ class Loader:
                 "epoch; give a smaller batch, or steps=N (the stream then goes on across epochs)"
             )
         self.batch, self.start, self._steps, self._epoch = batch, start, steps, epoch
+        self._passing: int | None = None  # the steps of the pass under way (len stays put while `start` moves)
         self._order = (GlobalOrder(len(self.data), seed), Schedule.constant(resolution, batch), rank, world_size)
         self._reading = (workers, xflip, seed, min_scale if augment == "rrc" else 0.0)
         if decode not in ("cpu", "gpu", "nvimgcodec"):
@@ -319,7 +320,10 @@ class Loader:
 
     @property
     def steps(self) -> int:
-        """The batches of the next pass: `steps`, or those up to the next multiple of E images seen."""
+        """The batches of a pass: `steps`, or those up to the next multiple of E images seen; during a pass, that
+        pass's (found by review: it shrank as batches were handed over, and a progress bar's total with it)."""
+        if self._passing is not None:
+            return self._passing
         return self._steps if self._steps is not None else (self._epoch - self.start % self._epoch) // self.batch
 
     def __len__(self) -> int:
@@ -330,6 +334,13 @@ class Loader:
         pass reads on (the next epoch, as a DataLoader's and FFCV's passes do; found from outside: every pass read
         the first again), and `start` is always the images read: what a resume starts from."""
         steps = self.steps
+        self._passing = steps
+        try:
+            yield from self._pass(steps)
+        finally:
+            self._passing = None
+
+    def _pass(self, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         sampler = RankSampler(*self._order, start=self.start)
         requests = [step for step, _ in zip(sampler, range(steps))]
         workers, xflip, seed, crop_scale = self._reading

@@ -371,8 +371,9 @@ def _keep_yaws(writer: H5Writer, yaws: list[float | None], no_yaw: str | None, s
     if no_yaw is not None:
         missing = sum(y is None for y in yaws)
         warn(
-            f"{missing} of the {len(yaws)} images carry no DeepFaceLab landmarks (e.g. {no_yaw}): the faces' yaws "
-            "(swap.uniform_yaw) are not kept; prepare the aligned faces alone"
+            f"{missing} of the {len(yaws)} images carry no usable DeepFaceLab landmarks (none, NaN or not numbers; "
+            f"e.g. {no_yaw}): the faces' yaws (swap.uniform_yaw) are not kept; remove those images or extract them "
+            "again, and prepare the aligned faces alone"
         )
     elif settings.buckets or settings.whole:
         warn("the faces' yaws (swap.uniform_yaw) are not kept with --buckets or --crop none")

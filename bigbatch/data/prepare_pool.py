@@ -101,8 +101,11 @@ def parts_kept_unless_refused(parts: Parts | None, out: Location) -> Iterator[No
     resume."""
     try:
         yield
-    except BigbatchError as e:
-        if parts is not None and not isinstance(e, OutOfMemory):  # (found by review: its parts went too)
+    except OutOfMemory as e:  # (found by review: its parts went too; then, what a rerun keeps was not said)
+        kept = ", and it resumes where it stopped (a new --resolution starts over)" if parts is not None else ""
+        raise OutOfMemory(f"{e}{kept or ' (a target on S3 keeps no parts: it starts over)'}") from None
+    except BigbatchError:
+        if parts is not None:
             parts.remove()
         raise
     except OSError as e:

@@ -459,8 +459,8 @@ def decode_or_reason(
         return f"too large to decode safely ({e})"
     except MemoryError:  # (not corrupt either: found from outside, a good file was called so)
         raise OutOfMemory(
-            "out of memory decoding an image (its size, or --resolution's): give a smaller --resolution, fewer "
-            "--workers, or more memory (prepare, run again, resumes where it stopped)"
+            "out of memory decoding an image (its size, or --resolution's): run the same prepare again with fewer "
+            "--workers or more memory"
         ) from None
     except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone
         return f"corrupt or truncated ({type(e).__name__}: {e})"

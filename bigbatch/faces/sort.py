@@ -11,7 +11,8 @@ Methods, each DFL's (mainscripts/Sorter.py):
 - motion-blur: DFL's: the variance of an 11-pixel Laplacian of the face inside its hull, highest first;
 - face-yaw, face-pitch: turned most one way first, from the face's landmarks (yaw: the jaw line's distances
   to the nose bridge, as DFL's head alignment measures it; pitch: where the nose tip falls between the eyes
-  and the mouth; DFL solves a 3D head pose for both, and the order is nearly the same);
+  and the mouth; DFL solves a 3D head pose for both: yaw's order is nearly the same, rank correlation 0.99 on
+  test faces; pitch's was not compared);
 - face-source-rect-size: the largest face in its frame first;
 - hist: DFL's chain of histogram similarity (each next face the nearest by Bhattacharyya distance of the
   three channels' histograms), which brings faces of one person, light and scene together;
@@ -150,7 +151,9 @@ def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list
     filled = [b for b in bins if len(b)]
     if target < len(filled):  # fewer faces than bins with faces: bins spread evenly over the yaws, the sharpest of
         # each (found from outside: the sharpest of all bins were kept, the frontal ones, and the side views lost)
-        bins = [filled[k] for k in sorted(set(np.linspace(0, len(filled) - 1, target).round().astype(int)))]
+        # (both ends included, the side views being the scarce ones; --target 1 keeps the middle one, not a profile)
+        picks = np.linspace(0, len(filled) - 1, target) if target > 1 else [(len(filled) - 1) / 2]
+        bins = [filled[k] for k in sorted(set(np.round(picks).astype(int)))]
         share = 1
     else:
         share = max(1, round(target / YAW_BINS))

@@ -187,9 +187,11 @@ def load_stats(path: str | Path, features: bool = True) -> ReferenceStats:
             t = {k: f.get_tensor(k) for k in ("mu", "sigma")}
             t["features"] = f.get_tensor("features") if features else torch.zeros(0, t["mu"].shape[0])
         info = json.loads(meta["meta"])
+        if not (torch.isfinite(t["mu"]).all() and torch.isfinite(t["sigma"]).all()):  # (found by review: read as
+            raise ValueError("it holds NaN or infinity in its mu or sigma")  # numbers, and blamed on the images)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
         cached = path.resolve().parent == (cache_dir() / "stats").resolve()  # (a user's own file is not deleted)
-        fix = "delete it to recompute" if cached else "give statistics `bigbatch stats` wrote"
+        fix = "delete it to recompute" if cached else "compute it again with `bigbatch stats`"
         raise BigbatchError(f"cannot read reference statistics {path} ({e}); {fix}") from None
     return ReferenceStats(t["mu"].numpy(), t["sigma"].numpy(), t["features"].numpy(), meta.get("key", ""), info)
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from bigbatch import checkpoints, models, safe_pickle
 from bigbatch.config import Config
-from bigbatch.data.load import rectangles
+from bigbatch.data.load import check_one_shape, rectangles
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
@@ -255,6 +255,7 @@ def check_faces(cfg: Config, data: Any, side: str) -> Any:
             "RGB + mask (4) or RGB + mask + eyes-and-mouth (5): prepare them with bigbatch prepare "
             "[--masks alpha|dfl|DIR]"
         )
+    check_one_shape(f"data.{'dst_' if side == 'dst' else ''}path", data.source, len(getattr(data, "bucket_counts", [])))
     check_face_size(cfg, side, data.source, data.resolution, getattr(data, "meta", None))
     return data
 
