@@ -26,7 +26,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from bigbatch.data.dfl_faces import write_metadata
+from bigbatch.data.dfl_faces import read_metadata, write_metadata
 from bigbatch.errors import BigbatchError
 from bigbatch.faces import align
 from bigbatch.faces.video import IMAGE_SUFFIXES, VIDEO_SUFFIXES, Video, frame_name, is_video, natural_key
@@ -448,16 +448,33 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
             continue
         rows[row["frame"]] = row
     names = set(source.names() or ())
-    done = {}
+    done, again = {}, set()
     for name, row in rows.items():
         if name not in names and names:
             continue  # (a frame SRC no longer holds: not counted)
         if "file" not in row or (source.stat(name) if name in names else None) == row["file"]:  # (older rows: trusted)
             done[name] = row["faces"]
-        else:
-            for i in range(row["faces"] or 0):  # (a frame with fewer faces now would leave its last ones behind)
-                (out / f"{Path(name).stem}_{i}.jpg").unlink(missing_ok=True)
+        elif row["faces"]:
+            again.add(name)
+    for face in faces_from(out, again):  # (a frame with fewer faces now would leave its last ones behind)
+        face.unlink(missing_ok=True)
     return done
+
+
+def faces_from(out: Path, frames: set[str]) -> list[Path]:
+    """The aligned faces in `out` extracted from `frames`, known by their metadata's frame name, not by their file
+    names (found by review: those `bigbatch sort` had renamed stayed beside the frame's new faces)."""
+    if not frames:
+        return []
+    found = []
+    for path in out.glob("*.jpg"):
+        try:
+            meta = read_metadata(path.read_bytes(), str(path))
+        except (BigbatchError, ValueError, OSError):  # (not a face extract wrote: left as it is)
+            continue
+        if meta is not None and meta.get("source_filename") in frames:
+            found.append(path)
+    return found
 
 
 def debug_folder(out: Path) -> Path:
