@@ -46,13 +46,16 @@ def _export(args: argparse.Namespace) -> None:
     from bigbatch.export import export
 
     # The format the file's name says (model.onnx, model.pt2), unless --format gives one.
-    suffix = {".onnx": "onnx", ".pt2": "pt2"}.get(os.path.splitext(args.out)[1].lower(), "torchscript")
+    suffix = {".onnx": "onnx", ".pt2": "pt2", ".dfm": "dfm"}.get(os.path.splitext(args.out)[1].lower(), "torchscript")
     fmt = args.format or suffix
     if os.path.isdir(args.out):  # (found from outside: --overwrite, which the line below suggests, then failed)
         raise BigbatchError(f"{args.out} is a folder; export writes one file: name it, e.g. {args.out}/model.pt")
     if os.path.lexists(args.out) and not args.overwrite:  # (as prepare and export-dfl refuse theirs)
         raise BigbatchError(f"{args.out} exists: give --overwrite to replace it, or another name")
     out, usage = export(args.run, args.out, args.checkpoint, fmt)
+    if fmt == "dfm":
+        print(f"Wrote {out}: {usage}")
+        return
     load = {"onnx": "onnxruntime.InferenceSession it", "pt2": "torch.export.load(it).module()"}.get(
         fmt, "torch.jit.load it"
     )
@@ -146,13 +149,17 @@ def add_tool_commands(sub: Any) -> None:
 
     ex = sub.add_parser(
         "export", help="a run as one file to deploy (TorchScript or ONNX): a classifier with its preprocessing, "
-        "a GAN's EMA generator, a face swap",
+        "a GAN's EMA generator, a face swap (also as DeepFaceLive's .dfm)",
     )  # fmt: skip
-    ex.add_argument("run", metavar="RUN", help="run directory or checkpoint folder (classify, gan or swap)")
+    ex.add_argument(
+        "run", metavar="RUN", help="run directory or checkpoint folder (classify, gan or swap; for .dfm, also a "
+        "DeepFaceLab SAEHD model folder)",
+    )  # fmt: skip
     ex.add_argument("out", metavar="OUT", help="the file to write (e.g. model.pt, model.onnx)")
     ex.add_argument(
         "--format",
-        help="torchscript, onnx or pt2 (torch.export); default: as OUT's name says (.onnx, .pt2), else torchscript",
+        help="torchscript, onnx, pt2 (torch.export) or dfm (DeepFaceLive's model of a swap); default: as OUT's name "
+        "says (.onnx, .pt2, .dfm), else torchscript",
     )
     ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
     ex.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")

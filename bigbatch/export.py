@@ -15,6 +15,9 @@ torch.export.passes.move_to_device_pass(program, "cuda") (bench/gpu_check.py run
 
 ONNX goes through torch.onnx's dynamo exporter (onnx and onnxscript installed: the `onnx` extra);
 the sizes that vary (the image's sides, the batch) stay free in the graph.
+
+--format dfm (or OUT named *.dfm): a swap run, or a DeepFaceLab SAEHD model folder, as DeepFaceLive's model
+file (tasks/swap/dfm.py), the ONNX graph DFL's own `exportdfm` writes.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.sampling import to_uint8
 
-FORMATS = ("torchscript", "onnx", "pt2")
+FORMATS = ("torchscript", "onnx", "pt2", "dfm")
 
 
 LEAST = {"C": 3}  # a free size's least value, where not 1: an image's channels (RGB, or RGBA's alpha left out)
@@ -128,11 +131,44 @@ def export(run: str | Path, out: str | Path, which: str = "latest", fmt: str = "
     """Write the run's `deployable` to `out` as one file; returns (out, how to call it)."""
     if fmt not in FORMATS:
         raise BigbatchError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
-    d = deployable(run, which)
-    data = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d)
+    if fmt == "dfm":
+        data, usage = _dfm(run, which)
+    else:
+        d = deployable(run, which)
+        data, usage = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d), d.usage
     Path(out).parent.mkdir(parents=True, exist_ok=True)  # (every command makes the folders its output names)
     atomic_write(Path(out), data)
-    return Path(out), d.usage
+    return Path(out), usage
+
+
+def _dfm(run: str | Path, which: str) -> tuple[bytes, str]:
+    """DeepFaceLive's .dfm of a swap run, or of a DeepFaceLab SAEHD model folder (tasks/swap/dfm.py)."""
+    from bigbatch.faces.align import face_type
+    from bigbatch.models import dfl
+    from bigbatch.tasks.swap.dfm import dfm_bytes
+    from bigbatch.tasks.swap.load import dfl_model, load_autoencoder
+
+    def from_run(ckpt: Path) -> tuple[nn.Module, str, dict[str, Any]]:
+        cfg = Config.load(ckpt / "config.toml")
+        if cfg.task != "swap":
+            raise BigbatchError(
+                f"{ckpt} is a {cfg.task} run: a .dfm is DeepFaceLive's face-swap model; give a swap run or a "
+                "DeepFaceLab SAEHD model folder"
+            )
+        return load_autoencoder(ckpt), cfg.swap.face_type, {"checkpoint": str(ckpt)}
+
+    if (named := dfl_model(run)) is not None:
+        model, data = dfl.load_model_folder(*named)
+        kind, meta = str(data["options"].get("face_type", "")), {"dfl_model": str(run)}
+    else:
+        model, kind, meta = read_picked(run, which, from_run)
+    r = model.resolution
+    aligner = f"face type {face_type(kind).dfl_name}" if kind else "the face type the faces were extracted with"
+    usage = (
+        f"DeepFaceLive: put it in its dfm_models folder and pick it in the face swapper; set its face aligner to "
+        f"{aligner} (it swaps {r} px faces)"
+    )
+    return dfm_bytes(model, {"task": "swap", "resolution": r, "face_type": kind or None, **meta}), usage
 
 
 def _torchscript(d: Deployable) -> bytes:
