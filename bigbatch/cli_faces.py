@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,21 @@ def _sort(args: argparse.Namespace) -> None:
     print(f"Sorted {kept} faces of {args.folder} by {args.by}: 00000.jpg on{moved}")
 
 
+def _xseg(args: argparse.Namespace) -> None:
+    from bigbatch.faces.xseg import apply_xseg, remove_xseg, said_skipped
+
+    if args.action == "remove":
+        print(f"Removed the XSeg masks of {remove_xseg(args.faces)} faces in {args.faces}")
+        return
+    device = device_named(args.device)
+    done, skipped = apply_xseg(args.model, args.faces, args.face_type, device, args.batch)
+    if not done and skipped:
+        raise BigbatchError(f"no face in {args.faces} was masked: {said_skipped(skipped)}")
+    print(f"Applied XSeg to {done} faces in {args.faces}: prepare --masks dfl takes their masks")
+    if skipped:
+        print(f"bigbatch: {said_skipped(skipped)}", file=sys.stderr)
+
+
 def _preset_argument(parser: argparse.ArgumentParser) -> None:
     from bigbatch.faces.video import PRESETS
 
@@ -253,6 +269,23 @@ def add_face_commands(sub: Any) -> None:
     )
     so.add_argument("--target", type=int, help="final: how many faces to keep (DFL's default 2000)")
     so.set_defaults(func=_sort)
+
+    xs = sub.add_parser("xseg", help="DFL's XSeg masks: apply a trained XSeg model to aligned faces, or remove them")
+    xa = xs.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ap = xa.add_parser("apply", help="bigbatch xseg apply MODEL FACES: each face's mask into its metadata, as DFL's")
+    ap.add_argument("model", metavar="MODEL", help="a DFL XSeg model's folder (its XSeg_256.npy), or that file")
+    ap.add_argument("faces", metavar="FACES", help="a folder of aligned faces (bigbatch extract's or DFL's)")
+    ap.add_argument(
+        "--face-type",
+        help="the face type the model was trained on, where its XSeg_data.dat does not say (h, mf, f, wf, head; "
+        "default: the faces' own)",
+    )
+    ap.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
+    ap.add_argument("--batch", type=int, default=8, help="faces per forward (8)")
+    rm = xa.add_parser("remove", help="bigbatch xseg remove FACES: take the applied masks out again")
+    rm.add_argument("faces", metavar="FACES")
+    for p in (ap, rm):
+        p.set_defaults(func=_xseg)
 
     vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")
     actions = vi.add_subparsers(dest="action", metavar="ACTION", required=True)

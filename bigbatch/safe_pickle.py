@@ -104,3 +104,30 @@ def torch_weights(data: bytes, what: str) -> Any:
     except (RuntimeError, EOFError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise BigbatchError(f"{what} is not a readable PyTorch file ({first})") from None
+
+
+class _NumPy1Pickler(pickle._Pickler):
+    """A pickler whose NumPy names are those every NumPy reads: NumPy 2 pickles an array as
+    `numpy._core.multiarray._reconstruct`, a module NumPy 1 (DFL's) has not, and DFL then cannot load the
+    file; `numpy.core.multiarray`, the name NumPy 1 writes, is NumPy 2's alias of the same module."""
+
+    def save_global(self, obj: Any, name: str | None = None) -> None:
+        module = getattr(obj, "__module__", None) or ""
+        if module == "numpy._core" or module.startswith("numpy._core."):
+            module, name = "numpy.core" + module[len("numpy._core") :], name or obj.__qualname__
+            if self.proto >= 4:
+                self.save(module)
+                self.save(name)
+                self.write(pickle.STACK_GLOBAL)
+            else:
+                self.write(pickle.GLOBAL + f"{module}\n{name}\n".encode())
+            self.memoize(obj)
+            return
+        super().save_global(obj, name)
+
+
+def numpy1_dumps(obj: Any, protocol: int) -> bytes:
+    """`obj` pickled at `protocol` with NumPy 1's module names (see _NumPy1Pickler): what DFL's NumPy reads."""
+    out = io.BytesIO()
+    _NumPy1Pickler(out, protocol).dump(obj)
+    return out.getvalue()

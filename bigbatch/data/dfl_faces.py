@@ -17,7 +17,6 @@ test_dfl_faces.py compares with DFL's code written out). The pickle is read by t
 from __future__ import annotations
 
 import io
-import pickle
 import struct
 from typing import Any
 
@@ -72,11 +71,13 @@ def _plain(value: Any) -> Any:
 
 def write_metadata(data: bytes, meta: dict[str, Any]) -> bytes:
     """The JPEG `data` with `meta` in an APP15 segment after its last APPn segment (any earlier APP15 is
-    replaced), as DFL's DFLJPG.dump writes it: None values dropped, arrays as lists, pickle protocol 3
-    (DFL's Python 3.6 reads it). Raises ValueError when the dict does not fit one segment (65533 bytes)."""
+    replaced), as DFL's DFLJPG.dump writes it: None values dropped, arrays as lists but `xseg_mask` (the PNG's
+    bytes, a uint8 array as DFL keeps it), pickle protocol 3 (DFL's Python 3.6 reads it). Raises ValueError
+    when the dict does not fit one segment (65533 bytes)."""
     if data[:2] != b"\xff\xd8":
         raise ValueError("not a JPEG")
-    body = pickle.dumps({k: _plain(v) for k, v in meta.items() if v is not None}, protocol=3)
+    plain = {k: v if k == "xseg_mask" else _plain(v) for k, v in meta.items() if v is not None}
+    body = safe_pickle.numpy1_dumps(plain, 3)  # (xseg_mask stays an array: DFL cv2.imdecode's it)
     if len(body) > 0xFFFF - 2:
         raise ValueError(f"DeepFaceLab metadata of {len(body)} bytes does not fit one JPEG segment")
     headers, at = [], 2  # the segments before the scan, each (marker, bytes)

@@ -11,8 +11,6 @@ strings, numbers and booleans, and refuses anything else with one line naming wh
 
 from __future__ import annotations
 
-import io
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -45,27 +43,9 @@ def read_weights(path: str | Path) -> dict[str, np.ndarray]:
     return weights
 
 
-class _NumPy1Pickler(pickle._Pickler):
-    """A pickler whose NumPy names are those every NumPy reads: NumPy 2 pickles an array as
-    `numpy._core.multiarray._reconstruct`, a module NumPy 1 (DFL's) has not, and DFL then cannot load the
-    file; `numpy.core.multiarray`, the name NumPy 1 writes, is NumPy 2's alias of the same module."""
-
-    def save_global(self, obj: Any, name: str | None = None) -> None:
-        module = getattr(obj, "__module__", None) or ""
-        if self.proto >= 4 and (module == "numpy._core" or module.startswith("numpy._core.")):
-            self.save("numpy.core" + module[len("numpy._core") :])
-            self.save(name or obj.__qualname__)
-            self.write(pickle.STACK_GLOBAL)
-            self.memoize(obj)
-            return
-        super().save_global(obj, name)
-
-
 def dumps(obj: Any) -> bytes:
     """`obj` pickled as DFL pickles its files (protocol 4), readable under NumPy 1 and 2."""
-    out = io.BytesIO()
-    _NumPy1Pickler(out, 4).dump(obj)
-    return out.getvalue()
+    return safe_pickle.numpy1_dumps(obj, 4)
 
 
 def write_weights(path: str | Path, weights: dict[str, np.ndarray]) -> None:

@@ -1,0 +1,165 @@
+"""`bigbatch xseg apply MODEL FACES` and `bigbatch xseg remove FACES`: DeepFaceLab's XSeg masks, as its
+`XSegUtil.apply_xseg` and `remove_xseg` write them into aligned faces, from a trained XSeg model in DFL's own
+files (its model folder's `XSeg_256.npy`, e.g. the generic XSeg model DFL ships), without DFL's TensorFlow.
+
+Each face (BGR in [0, 1], DFL's order) is resized to 256 px with Lanczos and masked by the network; the
+mask's sigmoid is clipped, set to 0 under 0.1 and cut at 0.5, as DFL's, and stored in the face's metadata as
+`xseg_mask`: a 256 px PNG (DFL falls back to a JPEG past 50,000 bytes), a uint8 array as DFL keeps it.
+`prepare --masks dfl` and training then take it, as DFL's trainer does. A model trained on another face type
+(its `XSeg_data.dat` says, or --face-type) sees each face cut to its type from the frame's landmarks and
+gives the mask back through the same warp, as DFL's (its forward warp bilinear: DFL's LANCZOS4 flag lands in
+warpAffine's `dst`, as in its extractor).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+
+from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
+from bigbatch.errors import BigbatchError
+from bigbatch.faces import align
+from bigbatch.faces.video import natural_key
+from bigbatch.files import atomic_write
+from bigbatch.models import dfl
+from bigbatch.models.xseg import RESOLUTION, XSeg
+
+WEIGHTS = f"XSeg_{RESOLUTION}.npy"
+MAX_BYTES = 50_000  # DFL's set_xseg_mask: a larger PNG is written as a JPEG of the highest quality that fits
+
+
+def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
+    """DFL's XSeg model in `path` (its model folder, or the `XSeg_256.npy` itself), in eval mode, and the face type
+    its `XSeg_data.dat` says it was trained on (None: none said, the faces' own)."""
+    path = Path(path)
+    file = path if path.is_file() else path / WEIGHTS
+    if not file.is_file():
+        raise BigbatchError(
+            f"{path} holds no DeepFaceLab XSeg model ({WEIGHTS}): give a trained XSeg model's folder (DFL's "
+            "workspace/model, or its _internal/model_generic_xseg) or that file"
+        )
+    weights = dfl.read_weights(file)
+    first = np.asarray(weights.get("conv01/conv/weight:0", np.zeros((3, 3, 3, 32))))
+    model = XSeg(base_ch=int(first.shape[-1]) if first.ndim == 4 else 32)  # (DFL's is 32; smaller in tests)
+    dfl.import_part(model, weights, str(file))
+    kind = None
+    dat = file.parent / "XSeg_data.dat"
+    if dat.is_file():
+        data = dfl.read_pickle(dat)
+        options = data.get("options") if isinstance(data, dict) else None
+        kind = options.get("face_type") if isinstance(options, dict) else None
+    return model.eval().requires_grad_(False), (str(kind) if kind else None)
+
+
+def _faces(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise BigbatchError(f"{folder} is not a folder of aligned faces (bigbatch extract's or DFL's)")
+    faces = (p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file())
+    return sorted(faces, key=natural_key)
+
+
+def _mask_png(mask: np.ndarray) -> np.ndarray:
+    """A 0/1 mask as DFL's set_xseg_mask stores it: PNG, or the best JPEG under MAX_BYTES."""
+    img = np.clip(mask * 255, 0, 255).astype(np.uint8)
+    ok, buf = cv2.imencode(".png", img)
+    if not ok or len(buf) > MAX_BYTES:
+        for quality in range(100, -1, -1):
+            ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, quality])
+            if ok and len(buf) <= MAX_BYTES:
+                break
+    return buf
+
+
+def _to_model(image: np.ndarray, meta: dict, kind: align.FaceType | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The face (float BGR) as the model reads it (256 px, cut to its face type), and the matrix of that cut."""
+    w = image.shape[1]
+    own = align.face_type(str(meta.get("face_type", "full_face")))
+    mat = None
+    if kind is not None and kind != own:
+        points = np.asarray(meta.get("source_landmarks", ()), np.float64)
+        if points.shape != (68, 2):
+            raise NoFaceData("its metadata has no source landmarks, which cutting it to the model's face type needs")
+        corners = np.float32([(0, 0), (w, 0), (0, w)])
+        there = align.transform_points(corners, align.transform_mat(points, w, kind), invert=True)
+        here = align.transform_points(there, align.transform_mat(points, w, own))
+        mat = cv2.getAffineTransform(here.astype(np.float32), corners)
+        image = cv2.warpAffine(image, mat, (w, w))  # (bilinear: see the module)
+    if image.shape[:2] != (RESOLUTION, RESOLUTION):
+        image = cv2.resize(image, (RESOLUTION, RESOLUTION), interpolation=cv2.INTER_LANCZOS4)
+    return image, mat
+
+
+def _from_model(mask: np.ndarray, mat: np.ndarray | None, w: int) -> np.ndarray:
+    """The model's mask (256 px) back on the face as it is, cut at 0.5 (DFL's)."""
+    if mat is not None:
+        mask = cv2.resize(mask, (w, w), interpolation=cv2.INTER_LANCZOS4)
+        mask = cv2.warpAffine(mask, mat, (w, w), flags=cv2.WARP_INVERSE_MAP | cv2.INTER_LANCZOS4)
+        mask = cv2.resize(mask, (RESOLUTION, RESOLUTION), interpolation=cv2.INTER_LANCZOS4)
+    return (mask >= 0.5).astype(np.float32)
+
+
+def apply_xseg(
+    model_path: str | Path, folder: str | Path, face_type: str | None = None, device: str = "cpu", batch: int = 8
+) -> tuple[int, list[tuple[str, str]]]:
+    """Mask every aligned face in `folder` with the XSeg model in `model_path` (see the module); `face_type`:
+    the model's, where its files do not say ("same": the faces' own). Returns (faces masked, [(file, why
+    skipped)])."""
+    model, said = load_xseg(model_path)
+    given = None if face_type in (None, "same") else face_type
+    kind = align.face_type(given or said) if (given or said) else None
+    if batch < 1:
+        raise BigbatchError(f"--batch must be at least 1, got {batch}")
+    model = model.to(device)
+    files, done, skipped = _faces(Path(folder)), 0, []
+    for start in range(0, len(files), batch):
+        chunk = []
+        for path in files[start : start + batch]:
+            data = path.read_bytes()
+            try:
+                meta = read_metadata(data, str(path))
+                if meta is None:
+                    raise NoFaceData("not an aligned DeepFaceLab face (no metadata)")
+                image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+                if image is None:
+                    raise NoFaceData("it does not decode as an image")
+                face, mat = _to_model(image.astype(np.float32) / 255, meta, kind)
+            except (NoFaceData, BigbatchError) as e:
+                skipped.append((path.name, str(e)))
+                continue
+            chunk.append((path, data, meta, face, mat, image.shape[1]))
+        if not chunk:
+            continue
+        x = torch.from_numpy(np.stack([c[3] for c in chunk])).permute(0, 3, 1, 2).to(device)
+        with torch.no_grad():
+            masks = torch.sigmoid(model(x)).clamp(0, 1)[:, 0].cpu().numpy()
+        masks[masks < 0.1] = 0  # (DFL's XSegNet.extract: its noise)
+        for (path, data, meta, _, mat, w), mask in zip(chunk, masks):
+            meta["xseg_mask"] = _mask_png(_from_model(mask, mat, w))
+            atomic_write(path, write_metadata(data, meta))
+            done += 1
+    return done, skipped
+
+
+def remove_xseg(folder: str | Path) -> int:
+    """Take the applied XSeg masks out of the aligned faces in `folder` (DFL's remove_xseg); how many had one."""
+    removed = 0
+    for path in _faces(Path(folder)):
+        data = path.read_bytes()
+        try:
+            meta = read_metadata(data, str(path))
+        except (NoFaceData, BigbatchError):  # (not a face: nothing to remove)
+            continue
+        if meta is not None and meta.get("xseg_mask") is not None:
+            del meta["xseg_mask"]
+            atomic_write(path, write_metadata(data, meta))
+            removed += 1
+    return removed
+
+
+def said_skipped(skipped: list[tuple[str, str]]) -> str:
+    """One line on the files apply left as they were."""
+    first, why = skipped[0]
+    return f"{len(skipped)} files left as they were ({first}: {why}{' ...' if len(skipped) > 1 else ''})"
