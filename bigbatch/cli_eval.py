@@ -205,16 +205,11 @@ def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str
 
 def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
-    from bigbatch.data import load_data
-    from bigbatch.metrics import evaluate
-    from bigbatch.metrics.extractors import falls_back
-    from bigbatch.sampling import standing_stats
-    from bigbatch.tasks.classify.features import feature_extractor
+    from bigbatch.engine.determinism import run_kernels
     from bigbatch.tasks.gan.load import load_generator
-    from bigbatch.tasks.gan.scorer import classifier_options
 
     G = load_generator(args.path, device=device)  # a run's newest checkpoint, even if the run prunes it meanwhile
-    ckpt, cfg = G.checkpoint, G.config
+    cfg = G.config
     e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
     standing = e.standing_stats if args.standing_stats is None else args.standing_stats
     if not 0 <= standing <= MAX_STANDING:
@@ -229,6 +224,25 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
         G.truncation_psi = args.psi
     seed = e.seed if args.seed is None else args.seed
     batch_size = args.batch_size or e.batch_size
+    # The kernels the run scored with (found by review: eval ran cuDNN's heuristic pick where training ran its
+    # autotuned one, or deterministic ones, so a GPU's score moved in its last bits).
+    kernels = run_kernels(cfg.train.deterministic, not cfg.train.memory_budget)
+    with kernels:
+        return _scored(args, G, device, standing, truncation, seed, batch_size, compares)
+
+
+def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, truncation: float, seed: int,
+            batch_size: int, compares: bool) -> dict:  # fmt: skip
+    """_eval_run's scores, under the run's kernels."""
+    from bigbatch.data import load_data
+    from bigbatch.metrics import evaluate
+    from bigbatch.metrics.extractors import falls_back
+    from bigbatch.sampling import standing_stats
+    from bigbatch.tasks.classify.features import feature_extractor
+    from bigbatch.tasks.gan.scorer import classifier_options
+
+    cfg, ckpt = G.config, G.checkpoint
+    e = cfg.eval
     if standing:
         standing_stats(G, standing, e.batch_size, seed, truncation)
     name, weights = args.extractor or e.extractor, args.weights or e.weights or None

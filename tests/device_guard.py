@@ -188,6 +188,9 @@ def _waits(func, args, kwargs) -> str | None:
         target = "device" if func is torch.Tensor.cuda else _target(args[1:], kwargs)
         blocking = not (kwargs.get("non_blocking") or any(a is True for a in args[1:]))
         return "a copy to the device without non_blocking=True" if target == "device" and blocking else None
+    if func is torch.Tensor.new_tensor and on_device(first) and not isinstance(args[1] if len(args) > 1 else None,
+                                                                             torch.Tensor):  # fmt: skip
+        return "new_tensor(data) of a device tensor"  # (found by review: data copied to the device, blocking)
     if func in (torch.tensor, torch.as_tensor) and not isinstance(first, torch.Tensor):
         device = kwargs.get("device")
         named = device is not None and not (isinstance(device, str) and device == "cpu")

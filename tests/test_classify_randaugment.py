@@ -67,6 +67,23 @@ def test_each_operation_is_pils_at_timms_strength(increasing):
     assert torch.equal(torch.cat([R.apply(batch[:5], rows[:5]), R.apply(batch[5:], rows[5:])]), out)
 
 
+class _CUDADeterminism(torch.overrides.TorchFunctionMode):
+    """CUDA's rule under torch.use_deterministic_algorithms on the CPU: a floating cumsum raises there."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.cumsum, torch.Tensor.cumsum) and args[0].is_floating_point():
+            raise RuntimeError("cumsum_cuda_kernel does not have a deterministic implementation")
+        return func(*args, **(kwargs or {}))
+
+
+def test_every_operation_runs_under_cudas_deterministic_rules():
+    """Found by review: Equalize's float cumsum stopped a run of train.deterministic on CUDA."""
+    x = torch.rand(2, 3, 16, 16) * 2 - 1
+    with _CUDADeterminism():
+        for i, _ in enumerate(R.OPS):
+            R.apply(x, np.array([[[i, 1, 7.0, 1.0, 1]]] * 2, np.float32))
+
+
 def test_the_draws_are_timms():
     p = R.parse("rand-m9-mstd0.5-inc1")
     assert p == R.Policy(9.0, 2, 0.5, 10.0, True, 0.5)

@@ -142,6 +142,16 @@ def test_the_standalone_loader_decodes_on_the_device_what_it_reads_on_the_cpu(tm
         assert torch.equal(y, z) and a.shape == b.shape and (a.float() - b.float()).abs().mean() < 2.5
 
 
+def test_the_loader_decodes_on_the_gpu_its_rank_works_on(monkeypatch):
+    """Found by review: "cuda" reached the decode thread as it was, and a new thread's GPU is the first, so
+    every rank of a torchrun decoded onto cuda:0."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # (torch.cuda.set_device(3) on rank 3)
+    assert device_decode.indexed(torch.device("cuda")) == torch.device("cuda", 3)
+    assert device_decode.indexed(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert device_decode.indexed(torch.device("cpu")) == torch.device("cpu")
+
+
 def test_batches_copied_ahead_come_in_order_and_none_past_the_last_step():
     # The Feed's CopyAhead (CPU-decoded batches on a GPU): the next batch is taken from the loader as one is
     # handed over, only while a later step takes one; on a CPU it hands the loader's batches over as they are.

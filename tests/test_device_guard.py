@@ -112,6 +112,8 @@ def test_classify_steps_keep_their_tensors_on_the_models_device(tmp_path, monkey
         "crops": {"train.crop_scale": 0.35, "train.label_smoothing": 0.1},
         "rotation": {"train.labels": "rotation", "train.crop_scale": 0.5, "data.val_fraction": 0.0}
         | {"eval.every_kimg": 0},
+        # (found by review: their weights and fills were copied to the device blocking, 16 waits a step)
+        "randaugment": {"train.randaugment": "rand-m9-n4-mstd0.5-inc1", "train.random_erase": 0.5},
     }.items():
         cfg = tiny(**(base | over))
         assert outside_the_engine(train_guarded(cfg, tmp_path / name, monkeypatch), optimizer_steps=1) == []

@@ -148,6 +148,14 @@ def decode(batch: Encoded, device: torch.device, decoder: Decoder | None = None)
     return _handed_over(*_decoded(batch, device, decoder), device)
 
 
+def indexed(device: torch.device) -> torch.device:
+    """"cuda" as the GPU this thread works on now, cuda:N (found by review: the decode thread read "cuda" as its
+    own first GPU, cuda:0 on every rank of a torchrun); other devices as they are."""
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _decoded(batch: Encoded, device: torch.device, decoder: Decoder | None) -> tuple[torch.Tensor, Any]:
     """The batch decoded on the device's decode stream (waited for first), and the event that ends it."""
     if device.type != "cuda":
@@ -209,6 +217,7 @@ class DecodeAhead(_Ahead):
     the thread."""
 
     def __init__(self, batches: Any, device: torch.device, decoder: Decoder, more: Callable[[], bool]):
+        device = indexed(device)
         from concurrent.futures import ThreadPoolExecutor
 
         super().__init__(batches, device, more)
@@ -277,7 +286,7 @@ def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> to
         out.append(F.interpolate(region, size=batch.out, mode="bilinear", align_corners=False, antialias=True))
     x = torch.cat(out).round_().clamp_(0, 255).to(torch.uint8)
     if batch.flips is not None:
-        x = torch.where(batch.flips.to(device)[:, None, None, None], x.flip(3), x)
+        x = torch.where(batch.flips.to(device, non_blocking=True)[:, None, None, None], x.flip(3), x)
     return x.permute(0, 2, 3, 1).contiguous()
 
 

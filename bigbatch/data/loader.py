@@ -313,7 +313,7 @@ class Loader:
         self._reading = (workers, xflip, seed, min_scale if augment == "rrc" else 0.0)
         if decode not in ("cpu", "gpu", "nvimgcodec"):
             raise BigbatchError(f"decode must be 'cpu', 'gpu' or 'nvimgcodec', got {decode!r}")
-        self.device = torch.device(device) if decode != "cpu" else None
+        self.device = device_decode.indexed(torch.device(device)) if decode != "cpu" else None
         self.decoder = device_decode.decoder_of(decode) if decode != "cpu" else None
         if self.device is not None:
             device_decode.check(self.data, self.device, decode)
@@ -362,4 +362,4 @@ class Loader:
                 taken += 1
                 b = next(batches)
                 self.start += self.batch
-                yield b.images, b.labels.to(self.device)
+                yield b.images, b.labels.to(self.device, non_blocking=True)  # (blocking drained the caller's step)

@@ -76,7 +76,9 @@ def _fill(c: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     std = [2 * s for s in IMAGENET_STD]
     if c != 3:
         mean, std = [sum(mean) / 3] * c, [sum(std) / 3] * c
-    return torch.tensor(mean, device=device).view(1, c, 1, 1), torch.tensor(std, device=device).view(1, c, 1, 1)
+    # (made on the host and copied without waiting: torch.tensor(data, device=cuda) copies blocking, found by review)
+    both = torch.tensor([mean, std], device="cpu").to(device, non_blocking=True)
+    return both[0].view(1, c, 1, 1), both[1].view(1, c, 1, 1)
 
 
 def apply(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:

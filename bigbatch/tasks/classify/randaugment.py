@@ -164,11 +164,17 @@ def _per_image(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1, 1, 1, 1)
 
 
+def _on(p: torch.Tensor, values: tuple[float, ...]) -> torch.Tensor:
+    """Constants on p's device and dtype, copied without waiting (found by review: p.new_tensor(data) copies
+    blocking, and made the host wait for the GPU at each operation)."""
+    return torch.tensor(values, dtype=p.dtype, device="cpu").to(p.device, non_blocking=True)
+
+
 def _grey(p: torch.Tensor) -> torch.Tensor:
     """PIL's L of RGB (ITU-R 601-2 luma), (N, 1, H, W); a grey image as it is."""
     if p.shape[1] != 3:
         return p[:, :1]
-    weights = p.new_tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+    weights = _on(p, (0.299, 0.587, 0.114)).view(1, 3, 1, 1)
     return (p * weights).sum(1, keepdim=True)
 
 
@@ -188,14 +194,15 @@ def _equalize(p: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
     present left out."""
     n, c, h, w = p.shape
     levels = _q(p).long().reshape(n * c, h * w)
-    hist = torch.zeros(n * c, 256, device=p.device).scatter_add_(1, levels, torch.ones_like(levels, dtype=torch.float))
+    # (counted in int64: CUDA's float cumsum is refused under train.deterministic, found by review)
+    hist = torch.zeros(n * c, 256, device=p.device, dtype=torch.long).scatter_add_(1, levels, torch.ones_like(levels))
     last = (hist > 0) * torch.arange(256, device=p.device)
     last_count = hist.gather(1, last.argmax(1, keepdim=True))
     step = torch.div(h * w - last_count, 255, rounding_mode="floor")
     before = hist.cumsum(1) - hist  # pixels below each level
     lut = torch.div(step // 2 + before, step.clamp(min=1), rounding_mode="floor").clamp(max=255)
     lut = torch.where(step > 0, lut, torch.arange(256, device=p.device, dtype=lut.dtype).expand_as(lut))
-    return lut.gather(1, levels).view(n, c, h, w)
+    return lut.gather(1, levels).view(n, c, h, w).to(p.dtype)
 
 
 def _invert(p: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
@@ -258,7 +265,7 @@ def _geometric(op: str):
             theta[:, 0, 2] = 2 * arg
         else:
             theta[:, 1, 2] = 2 * arg
-        fill = p.new_tensor(FILL[:c] if c == 3 else FILL[:1]).view(1, c, 1, 1)
+        fill = _on(p, FILL[:c] if c == 3 else FILL[:1]).view(1, c, 1, 1)
         grid = F.affine_grid(theta, [n, c, h, w], align_corners=False)
         return _q(F.grid_sample(p - fill, grid, mode="bilinear", padding_mode="zeros", align_corners=False) + fill)
 
