@@ -149,7 +149,7 @@ def decode(batch: Encoded, device: torch.device, decoder: Decoder | None = None)
 
 
 def indexed(device: torch.device) -> torch.device:
-    """"cuda" as the GPU this thread works on now, cuda:N (found by review: the decode thread read "cuda" as its
+    """ "cuda" as the GPU this thread works on now, cuda:N (found by review: the decode thread read "cuda" as its
     own first GPU, cuda:0 on every rank of a torchrun); other devices as they are."""
     if device.type == "cuda" and device.index is None and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
