@@ -87,7 +87,8 @@ def _extract(args: argparse.Namespace) -> None:
 
 def _merge(args: argparse.Namespace) -> None:
     from bigbatch.faces import video
-    from bigbatch.faces.merge import MergeSettings, merge_folder, merge_threads
+    from bigbatch.faces.merge import MergeSettings, merge_threads
+    from bigbatch.faces.merge_run import merge_folder
 
     settings = MergeSettings(
         mode=args.mode,
@@ -134,7 +135,7 @@ def _merge(args: argparse.Namespace) -> None:
             writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, preset, threads))
         frames, faces, kept = merge_folder(
             args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type,
-            writer=writer,
+            writer=writer, xseg=args.xseg,
         )  # fmt: skip
         n = writer.close() if writer is not None else 0
     before = f"; kept {kept} frames merged before" if kept else ""
@@ -235,8 +236,9 @@ def add_face_commands(sub: Any) -> None:
         "--mask",
         default="learned",
         help="learned (the model's src x dst masks, DFL's default), learned-prd, learned-dst, learned-sum, hull (the "
-        "landmarks'), hull*learned or full",
+        "landmarks'), hull*learned, full, or with --xseg: xseg-prd, xseg-dst, xseg (both), learned*xseg (all four)",
     )
+    mg.add_argument("--xseg", metavar="MODEL", help="a DFL XSeg model (its folder or XSeg_256.npy), for the xseg masks")
     mg.add_argument("--erode", type=int, default=0, help="erode the mask (negative: dilate), -400..400")
     mg.add_argument("--blur", type=int, default=0, help="feather the mask, 0..400")
     mg.add_argument(

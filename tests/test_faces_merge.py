@@ -23,7 +23,7 @@ import _faces  # noqa: E402
 import bigbatch  # noqa: E402
 from bigbatch.cli import main  # noqa: E402
 from bigbatch.errors import BigbatchError  # noqa: E402
-from bigbatch.faces import align, merge  # noqa: E402
+from bigbatch.faces import align, merge, merge_run  # noqa: E402
 
 GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_faces_golden.npz", allow_pickle=False)
 DFL_MASKS = {0: "full", 1: "hull", 2: "learned-prd", 3: "learned-dst", 4: "learned", 5: "learned-sum"}
@@ -101,6 +101,29 @@ def test_an_identity_model_changes_nothing_but_resampling():
     assert inside.mean() > 0.1
     error = np.abs(out.astype(np.float64) - frame)[inside].mean()
     assert error < 1.5  # (DFL's own merge of this: 0.83/255 on the astronaut, FACES.md)
+
+
+def test_the_xseg_masks_are_dfls_mask_modes_6_to_9():
+    """xseg-prd, xseg-dst, xseg (both) and learned*xseg (all four) take XSeg's masks of the swap and of the dst
+    face where DFL's MergeMasked takes them: each merges as the learned mask of the same values would."""
+    frame, _ = next(_faces.frames(1, 480, 360))
+    from bigbatch.faces.extract import Extractor, Settings
+
+    (face,) = Extractor(Settings()).find(frame)
+    ones, left = np.ones((64, 64), np.float32), np.zeros((64, 64), np.float32)
+    left[:, :32] = 1
+    top = left.T.copy()
+
+    def merged(mask, outputs):
+        s = merge.MergeSettings(mask=mask, color="none")
+        return merge.merge_frame(frame, [face.landmarks], lambda x: (x.copy(), *outputs), 64, align.FaceType.FULL, s)
+
+    learned = merged("learned", (left * top, ones))  # (the learned masks' product)
+    for mask, xseg in [("xseg-prd", (left * top, ones)), ("xseg-dst", (ones, left * top)), ("xseg", (left, top))]:
+        got = merged(mask, (ones, ones, *xseg))
+        assert all(np.array_equal(a, b) for a, b in zip(got, learned)), mask
+    got = merged("learned*xseg", (left, ones, ones, top))
+    assert all(np.array_equal(a, b) for a, b in zip(got, learned))
 
 
 def test_settings_are_checked():
@@ -312,6 +335,34 @@ def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
     assert not [p.name for p in Path().iterdir() if p.name.startswith(("w.mp4", ".w.tmp"))]
 
 
+def test_merge_with_an_xseg_model_masks_by_it_and_merges_again_when_it_changes(workflow, capsys):
+    from test_xseg import dfl_weights
+
+    from bigbatch.models import dfl
+
+    root, run = workflow
+    Path("xseg").mkdir()
+    dfl.write_weights("xseg/XSeg_256.npy", dfl_weights(base=4, seed=5))
+    good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned")]
+    for args, says in [
+        ([*good, "o", "--mask", "xseg"], "--mask xseg needs --xseg MODEL, a DFL XSeg model"),
+        ([*good, "o", "--xseg", "xseg"], "--xseg is the XSeg model of the XSeg masks"),
+        ([*good, "o", "--mask", "xseg", "--xseg", "nowhere"], "nowhere holds no DeepFaceLab XSeg model"),
+    ]:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, (args, err)
+    assert main([*good, "learned", "--color", "none"]) == 0
+    assert main([*good, "x", "--mask", "learned*xseg", "--xseg", "xseg", "--color", "none"]) == 0
+    masks = [cv2.imread(f"{o}/masks/00001.png", cv2.IMREAD_GRAYSCALE).astype(int) for o in ("learned", "x")]
+    # learned's times XSeg's: less, and nowhere more but for bicubic's ringing
+    assert masks[1].sum() < 0.9 * masks[0].sum() and (masks[1] > masks[0] + 8).mean() < 0.01
+    capsys.readouterr()
+    dfl.write_weights("xseg/XSeg_256.npy", dfl_weights(base=4, seed=6))  # another XSeg model: merged again
+    assert main([*good, "x", "--mask", "learned*xseg", "--xseg", "xseg", "--color", "none"]) == 0
+    assert "merging all frames again" in capsys.readouterr().err
+
+
 MODEL_GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_model_golden.npz", allow_pickle=False)
 
 
@@ -339,7 +390,7 @@ def test_a_model_exported_to_dfl_swaps_and_merges_there_as_here(tmp_path):
     np.testing.assert_allclose(dst_mask[:, 0].numpy(), MODEL_GOLDEN["pred_mask_dst"], atol=2e-5)
 
     def predictor(face):  # (as merge gives the model's faces to merge_frame)
-        return merge.predict_faces(model, [face])[0]
+        return merge_run.predict_faces(model, [face])[0]
 
     frame = np.ascontiguousarray(GOLDEN["merge_frame"][..., ::-1])
     for case, delta, want_mask in zip(MODEL_GOLDEN["merge_cases"], MODEL_GOLDEN["merge_out_delta"],

@@ -31,9 +31,8 @@ WEIGHTS = f"XSeg_{RESOLUTION}.npy"
 MAX_BYTES = 50_000  # DFL's set_xseg_mask: a larger PNG is written as a JPEG of the highest quality that fits
 
 
-def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
-    """DFL's XSeg model in `path` (its model folder, or the `XSeg_256.npy` itself), in eval mode, and the face type
-    its `XSeg_data.dat` says it was trained on (None: none said, the faces' own)."""
+def weights_of(path: str | Path) -> Path:
+    """The XSeg weight file `path` names (a model folder, or the file); one line if there is none."""
     path = Path(path)
     file = path if path.is_file() else path / WEIGHTS
     if not file.is_file():
@@ -41,6 +40,13 @@ def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
             f"{path} holds no DeepFaceLab XSeg model ({WEIGHTS}): give a trained XSeg model's folder (DFL's "
             "workspace/model, or its _internal/model_generic_xseg) or that file"
         )
+    return file
+
+
+def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
+    """DFL's XSeg model in `path` (its model folder, or the `XSeg_256.npy` itself), in eval mode, and the face type
+    its `XSeg_data.dat` says it was trained on (None: none said, the faces' own)."""
+    file = weights_of(path)
     weights = dfl.read_weights(file)
     first = np.asarray(weights.get("conv01/conv/weight:0", np.zeros((3, 3, 3, 32))))
     model = XSeg(base_ch=int(first.shape[-1]) if first.ndim == 4 else 32)  # (DFL's is 32; smaller in tests)
@@ -163,3 +169,24 @@ def said_skipped(skipped: list[tuple[str, str]]) -> str:
     """One line on the files apply left as they were."""
     first, why = skipped[0]
     return f"{len(skipped)} files left as they were ({first}: {why}{' ...' if len(skipped) > 1 else ''})"
+
+
+def merge_masks(
+    model: XSeg, swapped: list[np.ndarray], dst: list[np.ndarray], res: int
+) -> list[tuple[np.ndarray, ...]]:
+    """The merger's XSeg masks (DFL's MergeMasked): of each swapped face (RGB (res, res, 3) in [0, 1], resized to
+    256 bicubic) and of each dst face (RGB, the face type's square of the frame at 256, bicubic), each XSeg's
+    (clipped, 0 under 0.1) and resized to `res` bicubic; [(of the swap, of the dst face)]."""
+    if not swapped:
+        return []
+    device = next(model.parameters()).device
+    faces = [cv2.resize(f, (RESOLUTION, RESOLUTION), interpolation=cv2.INTER_CUBIC) for f in swapped] + list(dst)
+    x = torch.from_numpy(np.stack(faces)[..., ::-1].copy()).permute(0, 3, 1, 2).float()  # (BGR, as DFL's)
+    masks = []
+    with torch.inference_mode():
+        for at in range(0, len(x), 8):
+            masks.append(torch.sigmoid(model(x[at : at + 8].to(device))).clamp(0, 1)[:, 0].cpu().numpy())
+    found = np.concatenate(masks)
+    found[found < 0.1] = 0
+    found = [cv2.resize(m, (res, res), interpolation=cv2.INTER_CUBIC) for m in found]
+    return list(zip(found[: len(swapped)], found[len(swapped) :]))

@@ -1,0 +1,319 @@
+"""`bigbatch merge`: a swap run's model, the frames and their aligned faces -> merged frames (and a video), each
+frame merged as faces/merge.py merges one (DFL's MergeMasked), the model's swap of the next frames' faces batched
+beside the threads that merge them; a rerun keeps what an interrupted one wrote (merge_record)."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.faces import align
+from bigbatch.faces.merge import BATCH, XSEG_MASKS, MergeSettings, face_input, merge_frame, merge_threads
+from bigbatch.faces.video import VideoWriter, natural_key
+
+
+def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A SAEHD's swap of `faces` ((res, res, 3) RGB float32 in [0, 1]), BATCH at a time on the model's device:
+    what a Predictor gives for each, (the swapped face, the src-path mask, the dst-path mask)."""
+    device = next(model.parameters()).device
+    found = []
+    for at in range(0, len(faces), BATCH):
+        x = torch.from_numpy(np.stack(faces[at : at + BATCH])).permute(0, 3, 1, 2).to(device)
+        with torch.inference_mode():
+            image, mask, dst_mask = (t.float().cpu() for t in model.swap(x))
+        found += [(i.permute(1, 2, 0).numpy(), m[0].numpy(), d[0].numpy()) for i, m, d in zip(image, mask, dst_mask)]
+    return found
+
+
+def _face_type_of(run: str, model: torch.nn.Module) -> str | None:
+    """The face type a swap model was trained on, as its run or DFL model folder records it."""
+    from bigbatch import checkpoints
+    from bigbatch.models.dfl import read_pickle
+    from bigbatch.tasks.swap.load import dfl_model
+
+    named = dfl_model(run)
+    if named is not None:
+        folder, name = named
+        file = folder / f"{name}_SAEHD_data.dat" if name else next(folder.glob("*_SAEHD_data.dat"))
+        data = read_pickle(file)
+        return (data.get("options") or {}).get("face_type") if isinstance(data, dict) else None
+    ckpt, cfg = getattr(model, "checkpoint", None), getattr(model, "config", None)
+    known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
+    return known or (cfg.swap.face_type if cfg is not None else None) or None  # ("": unknown, as None)
+
+
+def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
+    """{frame stem: [source landmarks of each face, in the faces' order]} of a folder of DFL aligned faces, and
+    the face types they were extracted with."""
+    from bigbatch.data.dfl_faces import NoFaceData, read_metadata
+    from bigbatch.faces.extract import JOURNAL
+
+    if not folder.exists():
+        raise BigbatchError(f"{folder} does not exist; give the folder of aligned faces bigbatch extract or DFL wrote")
+    if not folder.is_dir():
+        raise BigbatchError(f"{folder} is not a folder of aligned faces (what bigbatch extract or DFL wrote)")
+    by_frame: dict[str, list[tuple[str, np.ndarray]]] = {}
+    kinds = set()
+    files = [p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file()]
+    for p in files:
+        try:
+            meta = read_metadata(p.read_bytes(), str(p))
+        except NoFaceData as e:
+            raise BigbatchError(f"{p}: {e}") from None
+        if meta is None or "source_filename" not in meta or "source_landmarks" not in meta:
+            raise BigbatchError(
+                f"{p} carries no DFL face metadata with its frame's name and landmarks: give the aligned faces "
+                "bigbatch extract (or DFL's extractor) wrote"
+            )
+        landmarks = np.asarray(meta["source_landmarks"], np.float64)
+        if landmarks.shape != (68, 2):
+            raise BigbatchError(f"{p}: its source landmarks are {landmarks.shape}, not 68 points")
+        by_frame.setdefault(Path(str(meta["source_filename"])).stem, []).append((p.name, landmarks))
+        kinds.add(str(meta.get("face_type", "full_face")))
+    if not files and not (folder / JOURNAL).is_file():  # (with extract's journal: no face in any frame, none to merge)
+        raise BigbatchError(f"{folder} holds no aligned faces (.jpg)")
+    by_name = {
+        stem: [lm for _, lm in sorted(faces, key=lambda f: natural_key(f[0]))] for stem, faces in by_frame.items()
+    }
+    return by_name, kinds
+
+
+def merge_folder(
+    run: str,
+    frames: str,
+    aligned: str | Path,
+    out: str | Path,
+    s: MergeSettings = MergeSettings(),  # noqa: B008 -- frozen: one default shared is safe
+    device: str = "cpu",
+    face_type: str | None = None,
+    quiet: bool = False,
+    writer: VideoWriter | None = None,
+    xseg: str | None = None,
+) -> tuple[int, int, int]:
+    """`bigbatch merge`: every frame of `frames` (a folder or a video) with the faces `aligned` holds for it
+    swapped by `run`'s model and merged as DFL's merger merges, written whole to OUT/{stem}.png and its mask to
+    OUT/masks/{stem}.png; frames without a face pass through unchanged. A rerun with the same settings, model,
+    aligned faces and frames (OUT/.merge.json, merge_record) keeps the frames already written (an interrupted
+    merge continues); when any of them changed, the frames merged before are removed and every frame is merged
+    again, said on stderr. Each merged frame, in order, also goes to `writer` (`bigbatch
+    merge --video`; a kept frame is read back from its PNG). Frames are merged on threads while the model swaps
+    the next frames' faces. `xseg`: a DFL XSeg model (faces/xseg.py), which the XSeg masks need. Returns (frames
+    merged, faces merged, frames kept from before)."""
+    from tqdm import tqdm
+
+    from bigbatch.faces import merge_record
+    from bigbatch.faces.extract import FrameSource, read_image, read_otherwise
+    from bigbatch.tasks.swap.load import load_autoencoder
+
+    if (s.mask in XSEG_MASKS) != (xseg is not None):
+        raise BigbatchError(
+            f"--mask {s.mask} needs --xseg MODEL, a DFL XSeg model (e.g. DFL's _internal/model_generic_xseg)"
+            if xseg is None
+            else f"--xseg is the XSeg model of the XSeg masks ({', '.join(XSEG_MASKS)}); --mask {s.mask} is not one"
+        )
+    source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
+    for given, what in ((frames, "FRAMES"), (aligned, "ALIGNED")):  # (merged PNGs would replace what is read)
+        if Path(given).is_dir() and Path(out).resolve() == Path(given).resolve():
+            raise BigbatchError(f"OUT {out} is the {what} folder, whose files merging would replace: give another OUT")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise BigbatchError(f"OUT {out} is a file: give a folder for the merged frames (made if it does not exist)")
+    faces, kinds = aligned_faces(Path(aligned))
+    if otherwise := read_otherwise(Path(aligned), source):
+        raise BigbatchError(  # (found by review: faces of a phone's video, extracted sideways, pasted upright)
+            f"the faces in {aligned} were extracted by an older bigbatch, which read {frames}'s frames otherwise than "
+            f"now ({otherwise}): extract them again (bigbatch extract {frames} NEW_ALIGNED)"
+        )
+    names = source.names()
+    missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
+    if missing:
+        raise BigbatchError(
+            f"{len(missing)} frames the aligned faces were extracted from are not in {frames} (such as "
+            f"{missing[0]}): give the frames (or video) they came from"
+        )
+    if not Path(run).exists():
+        raise BigbatchError(f"{run} does not exist; give a swap run, a checkpoint folder or a DFL SAEHD model folder")
+    model = load_autoencoder(run, device).pack_for_cpu()  # (used on a CPU only)
+    segmenter = None
+    if xseg is not None:
+        from bigbatch.faces.xseg import load_xseg, weights_of
+
+        segmenter = load_xseg(xseg)[0].to(device)
+    own = _face_type_of(run, model)
+    if face_type and own and align.face_type(face_type).dfl_name != align.face_type(own).dfl_name:
+        raise BigbatchError(
+            f"--face-type {face_type}: {run} was trained on {own} faces, and merging crops as it was trained; "
+            "drop --face-type (it is for a model whose face type is unknown)"
+        )
+    known = face_type or own
+    if known is None:
+        if len(kinds) != 1:
+            raise BigbatchError("the model's face type is unknown and the faces are of several: give --face-type")
+        known = next(iter(kinds))
+    kind = align.face_type(known)
+
+    out = Path(out)
+    (out / "masks").mkdir(parents=True, exist_ok=True)
+    record = {
+        "settings": {**s.__dict__, "face_type": kind.dfl_name}
+        | ({"xseg": merge_record.files_digest([weights_of(xseg)])} if xseg is not None else {}),
+        "model": merge_record.model_identity(run, model),
+        "aligned": merge_record.aligned_identity(Path(aligned)),
+        "frames": merge_record.frames_identity(source),
+    }
+    changed = merge_record.changed_since(out, record)
+    written = {p.stem for p in out.glob("*.png")}
+    done = written if changed == [] else set()
+    if changed and written:
+        # Removed first: an interrupted merge's rerun (the record now this one's) keeps only frames merged by it,
+        # and frames FRAMES no longer has do not stay for `video make OUT` to mix with these.
+        for stem in written:
+            for path in (out / f"{stem}.png", out / "masks" / f"{stem}.png"):
+                path.unlink(missing_ok=True)
+        print(f"merging all frames again: {' and '.join(changed)} changed since {out} was merged", file=sys.stderr)
+    if changed != []:
+        merge_record.write(out, record)
+    bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
+    n = merged = kept = 0
+    workers = merge_threads()
+    with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        merging = _Merging(model, faces, kind, s, out, writer, bar, pool, workers, segmenter)
+        try:
+            for i, (name, image) in enumerate(source.frames(skip=set())):
+                stem = Path(name).stem
+                if stem in done:
+                    kept += 1
+                    merging.merged_before(stem)
+                    continue
+                # PNGs at the frames' own size, faces or not (found from outside: an odd side lost its last row, and
+                # then only where a frame had a face, so that `video make` refused frames of two sizes); a video's
+                # all with even sides (yuv420p), as DFL's cut_odd_image
+                frame = read_image(image, writer is not None) if isinstance(image, Path) else image
+                if frame is None:  # into a video, refused: it would lose a frame; into PNGs, skipped as extract does
+                    if writer is not None:
+                        raise BigbatchError(
+                            f"{image} does not decode as an image, and the video would lose its frame: remove or "
+                            "replace it, or merge into PNGs alone (without --video)"
+                        )
+                    warn(f"{image} does not decode as an image: skipped, no merged frame for it")
+                    continue
+                n, merged = n + 1, merged + len(faces.get(stem, ()))
+                merging.add(i, stem, frame)
+            merging.flush()
+            merging.drain()
+        finally:
+            merging.cancel()
+            bar.close()
+    return n, merged, kept
+
+
+class _Merging:
+    """A merge under way: chunks of BATCH frames handed to threads of one torch thread each (torch's thread count is
+    a thread's own), each thread the model's swap of its chunk's faces and then each frame's merge and PNGs (with
+    the swap on every core and the frames on threads beside it, the model's threads waited on each other whenever a
+    frame's thread took a core); the merged frames given, in order, to the video as their chunks finish."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        faces: dict[str, list[np.ndarray]],
+        kind: align.FaceType,
+        s: MergeSettings,
+        out: Path,
+        writer: VideoWriter | None,
+        bar: Any,
+        pool: concurrent.futures.ThreadPoolExecutor,
+        workers: int,
+        xseg: torch.nn.Module | None = None,
+    ):
+        self.xseg = xseg
+        self.model, self.faces, self.kind, self.s, self.out = model, faces, kind, s, out
+        self.writer, self.bar, self.pool, self.workers = writer, bar, pool, workers
+        self.pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's frames
+        self.chunk: list[tuple[int, str, np.ndarray]] = []
+
+    def add(self, i: int, stem: str, frame: np.ndarray) -> None:
+        """Frame `i` to merge (its faces are those aligned from `stem`)."""
+        self.chunk.append((i, stem, frame))
+        if len(self.chunk) == BATCH:
+            self.flush()
+
+    def merged_before(self, stem: str) -> None:
+        """A frame an interrupted merge wrote: read back for the video, after the frames before it."""
+        if self.writer is None:
+            self.bar.update(1)
+            return
+        self.flush()
+        self.pending.append(self.pool.submit(lambda: [self._written(stem)]))
+
+    def flush(self) -> None:
+        """The frames added so far handed to a thread (a chunk a thread at most in flight)."""
+        if self.chunk:
+            res, kind = self.model.resolution, self.kind
+            sizes = (res, 256) if self.xseg is not None else (res,)  # (XSeg reads the dst face at 256, as DFL's)
+            inputs = [
+                [face_input(frame, lm, size, kind) for _, stem, frame in self.chunk for lm in self.faces.get(stem, [])]
+                for size in sizes
+            ]
+            self.pending.append(self.pool.submit(self._merge_chunk, self.chunk, *inputs))
+            self.chunk = []
+            self.drain(keep=self.workers)
+
+    def drain(self, keep: int = 0) -> None:
+        """Wait for the oldest chunks until `keep` are left, and give their frames, in order, to the video."""
+        while len(self.pending) > keep:
+            for rgb in self.pending.popleft().result():
+                if self.writer is not None:
+                    self.writer.add(rgb)
+                self.bar.update(1)
+
+    def cancel(self) -> None:
+        """Drop the chunks not started (a merge stopped by an error)."""
+        for future in self.pending:
+            future.cancel()
+
+    def _merge_chunk(
+        self, chunk: list[tuple[int, str, np.ndarray]], inputs: list[np.ndarray], dst256: list | None = None
+    ) -> list[np.ndarray]:
+        outputs = predict_faces(self.model, inputs)
+        if self.xseg is not None:
+            from bigbatch.faces.xseg import merge_masks
+
+            masks = merge_masks(self.xseg, [o[0] for o in outputs], dst256 or [], self.model.resolution)
+            outputs = [o + m for o, m in zip(outputs, masks)]
+        outputs = iter(outputs)
+        return [
+            self._finish(i, stem, frame, [next(outputs) for _ in self.faces.get(stem, [])]) for i, stem, frame in chunk
+        ]
+
+    def _finish(self, i: int, stem: str, frame: np.ndarray, outputs: list) -> np.ndarray:
+        """Frame `i` merged with the model's outputs for its faces (in order), written as OUT/{stem}.png and its
+        mask as OUT/masks/{stem}.png."""
+        predictions = iter(outputs)
+        res = self.model.resolution
+        rgb, mask = merge_frame(
+            frame, self.faces.get(stem, []), lambda x: next(predictions), res, self.kind, self.s, key=i
+        )
+        for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
+            ok, png = cv2.imencode(".png", data)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            tmp.write_bytes(png.tobytes())
+            os.replace(tmp, path)
+        return rgb
+
+    def _written(self, stem: str) -> np.ndarray:
+        """A frame merged before (by an interrupted merge), for the video."""
+        from bigbatch.faces.extract import read_image
+
+        rgb = read_image(self.out / f"{stem}.png")
+        if rgb is None:
+            raise BigbatchError(f"{self.out / stem}.png does not decode: delete it and merge again")
+        return rgb
