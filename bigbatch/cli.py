@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         "cadence may differ)",
     )
     t.add_argument("--dry-run", action="store_true", help="print the resolved config and batch plan, then exit")
-    t.add_argument("--quiet", action="store_true", help="no progress output")
+    t.add_argument("--quiet", action="store_true", help="no progress rows (the lines that start and end the run stay)")
     t.add_argument(
         "--init-from",
         metavar="RUN_OR_CKPT",
@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto, inception, inception-torchscript, classifier or classifier:RUN (a classify run)",
     )
-    st.add_argument("--n", type=int, help="images to use (default: all)")
+    st.add_argument("--n", type=int, help="images to use (default, or 0: all)")
     st.add_argument("--resolution", type=int, help="builtin data sets: the side to make them at (default 32)")
     st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID, pr and dc need")
     st.set_defaults(func=run_stats)

@@ -31,6 +31,12 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"{given!r} looks like a key=value override, which eval does not take: its options are flags "
                 "(bigbatch eval --help); a run's eval settings come from its config"
             )
+    from bigbatch.config import MIN_TRUNCATION
+
+    if args.truncation is not None and not args.truncation >= MIN_TRUNCATION:  # (found from outside: said late,
+        raise BigbatchError(  # after the generator loaded, without the flag's name)
+            f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {args.truncation}"
+        )
     task = _task_of(args.path, args.checkpoint) if _is_run(args.path) else None
     if args.dst is not None and task != "swap":
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
@@ -288,6 +294,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name, "seed": seed}  # (what made the samples:
     out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # two scores told apart, found from outside)
     out |= {"psi": args.psi} if args.psi is not None else {}
+    out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
     if compares:
         out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
     return out | scores

@@ -263,6 +263,7 @@ def run_stats(args: argparse.Namespace) -> None:
         )
     resolution = stored or args.resolution or 32
     data = load_data(args.data, resolution)
+    args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
     if args.n is not None and args.n > len(data):
         warn(f"{args.data} holds {len(data)} images, fewer than --n {args.n}: using all of them")
     ext = feature_extractor(args.extractor, data)  # the data set's own classifier is trained (and cached) here

@@ -28,8 +28,14 @@ def preset_fn(fn: Callable[[], Config]) -> Callable[[], Config]:
 
 
 def list_presets() -> dict[str, str]:
-    """Preset names and the first line of their docstrings."""
-    return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in sorted(_PRESETS.items())}
+    """Preset names and the first sentence of their docstrings (found from outside: a first line cut one short)."""
+    import re
+
+    def first(doc: str) -> str:
+        text = " ".join(doc.split())
+        return re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
+
+    return {name: first(fn.__doc__ or "") for name, fn in sorted(_PRESETS.items())}
 
 
 def base_config(name: str | None, config: str | None, default: str = "digits") -> Config:

@@ -61,8 +61,9 @@ def fashion_resnet() -> Config:
 
 
 def fashion_resnet_fast() -> Config:
-    """ResNet-20 on Fashion-MNIST with the fast-ImageNet recipe (fast.ai/DIU, DAWNBench 2018), scaled down
-    and tuned to reach 90% in fewer images than fastai's `fit_one_cycle` (bench/RESULTS.md, issue 45):
+    """ResNet-20 on Fashion-MNIST with the fast-ImageNet recipe (fast.ai/DIU, DAWNBench 2018), scaled down.
+
+    Tuned to reach 90% in fewer images than fastai's `fit_one_cycle` (bench/RESULTS.md, issue 45):
     - progressive resizing with a dynamic batch (data.schedule, as diux-dev/imagenet18): the first epoch at
       16 px and batch 256, then 28 px at 128. One change, early: each costs accuracy for about 30 kimg;
     - AdamW with fastai's betas 0.9/0.99 and decoupled weight decay 0.01 (9 points ahead of SGD at 30 kimg

@@ -92,10 +92,25 @@ def torch_weights(data: bytes, what: str) -> Any:
     """A PyTorch file's contents read with torch.load(weights_only=True) (tensors and plain data only), or
     one BigbatchError naming `what`. torch's own message for a file it will not load that way suggests
     weights_only=False, which is never an option here: it is not passed on."""
+    import warnings
+    import zipfile
+
     import torch
 
+    if data[:2] == b"PK":  # (a TorchScript archive: torch warned over several lines, then refused; found from outside)
+        try:
+            names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+        except zipfile.BadZipFile:
+            names = []
+        if any(n.endswith("/constants.pkl") for n in names):
+            raise BigbatchError(
+                f"{what} is a TorchScript file (such as bigbatch export writes), not weights: give the run it was "
+                "exported from, a state dict saved with torch.save, or a .safetensors file"
+            )
     try:
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch's notes: what goes wrong is said below, in one line)
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise BigbatchError(
             f"{what} is not a PyTorch weights file, or holds objects beyond tensors and plain data (never "

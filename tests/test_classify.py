@@ -198,6 +198,14 @@ def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):
         tiny(**{"data.path": str(tmp_path / "d8.h5"), "train.kimg": 0.064}), run_dir=tmp_path / "up", quiet=True
     )
     assert "d8.h5 (train) holds 8px images, and the run trains at up to 16px" in capsys.readouterr().err
+    # ... and held-out images of data.val_path (found from outside: scored upscaled without a word)
+    bigbatch.data.prepare("builtin:digits", str(tmp_path / "d16.h5"), 16, limit=100, workers=0)
+    over = {"data.path": str(tmp_path / "d16.h5"), "data.val_path": str(tmp_path / "d8.h5"), "train.kimg": 0.064}
+    over |= {"data.val_fraction": 0.0}
+    bigbatch.train(tiny(**over), run_dir=tmp_path / "val", quiet=True)
+    err = capsys.readouterr().err
+    assert "d8.h5 holds 8px images, and the run scores its held-out images at up to 16px" in err
+    assert "d16.h5" not in err
 
 
 def test_random_resized_crops_of_square_images_are_torchvisions():
@@ -565,10 +573,12 @@ def test_precise_bn_gives_what_is_scored_and_kept_its_own_statistics(tmp_path):
     assert all(torch.equal(v, ref[k]) for k, v in state.items() if not k.endswith(stats))
 
 
-def test_rotation_labels_need_no_classes(tmp_path):
+def test_rotation_labels_need_no_classes(tmp_path, capsys):
     # Which of four rotations each digit was given: learnable without labels (what fcd uses on unlabelled data).
     cfg = tiny(**{"train.labels": "rotation", "train.kimg": 4, "eval.every_kimg": 4, "checkpoint.every_kimg": 4})
-    run = bigbatch.train(cfg, run_dir=tmp_path / "rot", quiet=True)
+    run = bigbatch.train(cfg, run_dir=tmp_path / "rot")
+    said = capsys.readouterr().out  # (found from outside: it named eval, which scores class labels only)
+    assert "Fine-tune it on your classes: bigbatch train ... train.init_from=" in said and "bigbatch eval" not in said
     (score,) = [r for r in rows(run) if "val_top1" in r]
     assert score["val_top1"] > 60  # chance: 25
     meta = json.loads((run / "checkpoints" / "000004.032" / "meta.json").read_text())

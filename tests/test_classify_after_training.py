@@ -16,6 +16,7 @@ from test_classify import tiny
 import bigbatch
 from bigbatch.config import Config
 from bigbatch.data.load import training_data, validation_data
+from bigbatch.data.sources import to_rgb
 from bigbatch.errors import BigbatchError
 from bigbatch.tasks.classify.validation import val_transform
 
@@ -91,7 +92,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
         Image.fromarray(np.full((20, 16, 3), 200, np.uint8)).save(tmp_path / "digits" / c / "a.png")
     assert main(["eval", str(run), str(tmp_path / "digits")]) == 2
     said = capsys.readouterr().err.split("write one with: ")[1].split(", then")[0]
-    assert "--classes builtin:digits" in said
+    assert "--classes builtin:digits" in said and "--codec png" in said  # (lossless: predict's score)
     argv = shlex.split(said.replace("scored.h5", str(tmp_path / "scored.h5")))[1:]
     assert main(argv) == 0 and main(["eval", str(run), str(tmp_path / "scored.h5")]) == 0
     assert main(["eval", str(run), "--checkpoint", "000099.000"]) == 2
@@ -105,6 +106,14 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert "is a checkpoint already" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "pets"), "--checkpoint", "best"]) == 2
     assert "--checkpoint picks a checkpoint of a run" in capsys.readouterr().err
+
+
+def predict_p(module, image):
+    """predict's probabilities of one image, in class order."""
+    from bigbatch.tasks.classify.inference import predict
+
+    (row,) = predict(module, [("x", image)], topk=len(module.class_names))
+    return torch.tensor([t["p"] for t in sorted(row["top"], key=lambda t: module.class_names.index(t["class"]))])
 
 
 def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
@@ -184,9 +193,22 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
         (onnx_p,) = session.run(None, {"images": two.numpy()})
         assert onnx_p.shape == (2, 10) and np.abs(onnx_p[0] - p.numpy()).max() < 1e-5
         assert np.abs(onnx_p[1] - exported(two)[1].numpy()).max() < 1e-5
-        rgba = torch.cat([two, torch.full_like(two[..., :1], 7)], dim=-1)
+        opaque = torch.cat([two, torch.full_like(two[..., :1], 255)], dim=-1)
+        (onnx_opaque,) = session.run(None, {"images": opaque.numpy()})
+        assert np.abs(onnx_opaque - onnx_p).max() < 1e-6 and torch.allclose(exported(opaque), exported(two))
+        # Transparency composited onto white, as predict decodes a transparent PNG (found from outside: the
+        # alpha was dropped, and the class changed)
+        alpha = torch.randint(
+            0, 256, (*two.shape[:3], 1), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+        )
+        rgba = torch.cat([two, alpha], dim=-1)
+        on_white = [torch.from_numpy(np.asarray(to_rgb(Image.fromarray(im.numpy(), "RGBA")))) for im in rgba]
+        want_rgba = torch.stack([predict_p(module, im) for im in on_white])
         (onnx_rgba,) = session.run(None, {"images": rgba.numpy()})
-        assert np.abs(onnx_rgba - onnx_p).max() < 1e-6 and torch.allclose(exported(rgba), exported(two))
+        assert np.abs(onnx_rgba - want_rgba.numpy()).max() < 1e-5 and torch.allclose(
+            exported(rgba), want_rgba, atol=1e-5
+        )
+        assert torch.allclose(model(rgba[0])[0], want_rgba[0], atol=1e-5)
     assert torch.allclose(model(images[0])[0], want[0], atol=1e-5)
     # Found from outside: a float image in [0, 1] (torchvision's habit) gave other probabilities without a word,
     # and the pt2's usage named class_names it has not.

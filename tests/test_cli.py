@@ -92,6 +92,7 @@ def test_presets_lists_one_line_each(capsys):
     assert code == 0
     lines = out.strip().splitlines()
     assert [line.split()[0] for line in lines] == list(bigbatch.list_presets())
+    assert all(line.endswith(".") for line in lines)  # a whole sentence (found from outside: one ended mid-way)
 
 
 def test_dry_run_prints_config_and_plan(capsys):

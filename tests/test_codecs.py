@@ -264,6 +264,11 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     assert broken.start == 16 and len(broken) == 1 and torch.equal(next(iter(broken))[0], one[2][0])
     assert not torch.equal(one[0][0], list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=4))[0][0])
     centre = list(bigbatch.data.Loader(path, 8, 48, "center"))[0][0]
+    from pathlib import Path
+
+    assert torch.equal(list(bigbatch.data.Loader(Path(path), 8, 48, "center"))[0][0], centre)  # (a Path crashed)
+    with pytest.raises(bigbatch.BigbatchError, match="min_scale is the random-resized crops'"):
+        bigbatch.data.Loader(path, 8, 48, "center", min_scale=0.5)  # (taken, and nothing done with it)
     assert centre.shape == (8, 48, 48, 3)
     prepare(str(src), str(tmp_path / "sq.h5"), 48, workers=0)
     with pytest.raises(bigbatch.BigbatchError, match="holds squares: read it with augment='center'"):

@@ -63,6 +63,7 @@ def test_prepare_bad_input_is_one_line(tmp_path, capsys):
     (tmp_path / "cut.h5").write_bytes((tmp_path / "whole.h5").read_bytes()[:3000])  # (it said h5py's words alone)
     for argv, words in [
         (["prepare", "nowhere", "x.h5"], "nowhere"),
+        (["prepare", str(tmp_path / "pets"), "s3://b/x.h5?versionId=1"], "an output URL takes no query string"),
         (["prepare", str(tmp_path / "pets"), "x.h5", "--resolution", "100000"], "pixels up to 16384"),
         (["prepare", str(tmp_path / "pets"), "x.h5", "--resolution", "16", "--strict"], "broken.png"),
         (["info", "missing.h5"], "missing.h5"),
@@ -246,6 +247,13 @@ def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_
     interrupted()
     again = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)
     assert again.resumed == 512
+    # A damaged part (found from outside: every rerun stopped on it with a traceback) is decoded again.
+    interrupted()
+    kept = sorted((tmp_path / ".out.h5.parts").glob("part-*.npz"))
+    kept[1].write_bytes(kept[1].read_bytes()[:1000])
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    mended = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
+    assert mended.resumed == 256 and mended.content_hash == again.content_hash
     interrupted()
     Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(tmp_path / "src" / "0003.png")  # changed meanwhile
     changed = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
@@ -391,3 +399,16 @@ def test_a_labels_row_that_names_several_files_is_refused(tmp_path, capsys):
     assert (
         main(["prepare", str(tmp_path / "flat"), str(tmp_path / "f.h5"), "--labels", str(tmp_path / "rows.csv")]) == 0
     )
+
+
+def test_an_output_inside_its_source_is_not_read_as_one_of_its_images(tmp_path, capsys):
+    """Found from outside: a second prepare listed the first's output as a corrupt image (and --strict failed)."""
+    rng = np.random.default_rng(0)
+    (tmp_path / "flat").mkdir()
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(tmp_path / "flat" / f"{i}.png")
+    out = str(tmp_path / "flat" / "out.h5")
+    for extra in ([], ["--overwrite", "--strict"]):
+        assert main(["prepare", str(tmp_path / "flat"), out, "--resolution", "16", "--workers", "0", *extra]) == 0
+        said = capsys.readouterr()
+        assert "out.h5" not in said.err and ": 4 images 16x16x3" in said.out and "skipped" not in said.out, said

@@ -67,6 +67,9 @@ def test_scores_are_logged_and_the_best_checkpoint_kept(scored, tiny, tmp_path, 
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["fcd"] == winner["fcd"]  # (found from outside: 7.6e-7 apart, G_ema channels-last only in training)
     assert again["seed"] == 0 and "truncation" not in again  # (what made the samples, said: found from outside)
+    assert again["standing_stats"] == 2  # (found from outside: a score with and one without, on one line each)
+    assert main(["eval", str(best), "--truncation", "0"]) == 2  # (said after loading, without the flag's name)
+    assert "--truncation must be a threshold >= " in capsys.readouterr().err
 
 
 def best_meta(run):

@@ -149,6 +149,10 @@ def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
             ["train", "--preset", "fashion_resnet", "data.path=builtin:digits", "train.init_from=junk.pth"],
             "train.init_from junk.pth is not a PyTorch weights file",
         ),
+        (  # (found from outside: torch's warning over several lines, then its refusal)
+            ["train", "--preset", "fashion_resnet", "data.path=builtin:digits", "train.init_from=model.pt"],
+            "train.init_from model.pt is a TorchScript file (such as bigbatch export writes), not weights",
+        ),
         (["convert", "weights", "out", "model.name=dcgan"], "convert into biggan, sagan, biggan_deep"),
         (["convert", "weights", "out", *TINY_RUN, "model.ch=16"], "not BigGAN-PyTorch weights of this model"),
         (["train", "--init-from", "nowhere"], "nowhere does not exist"),
@@ -159,6 +163,7 @@ def test_convert_and_fine_tune_bad_input(tmp_path, capsys, argv, words):
     G, D = tiny_pair("biggan")
     write_reference_weights(tmp_path / "weights", G, D)
     (tmp_path / "junk.pth").write_bytes(b"not a zip file at all")
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), str(tmp_path / "model.pt"))
     code = main(argv)
     out, err = capsys.readouterr()
     assert code == 2 and err.startswith("bigbatch: error: ") and err.count("\n") == 1, err

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from bigbatch.config import Config
@@ -16,12 +17,13 @@ if TYPE_CHECKING:
 
 
 def load_data(
-    path: str, resolution: int, in_ram: bool = False, storage_options: dict[str, Any] | None = None
+    path: str | os.PathLike, resolution: int, in_ram: bool = False, storage_options: dict[str, Any] | None = None
 ) -> ImageData | H5Data:
     """Open a data set named by `data.path`: builtin:NAME (made at `resolution`), or a DATA.h5 written
     by `bigbatch prepare`, local or at an fsspec URL (s3://bucket/DATA.h5), as it was prepared.
     `in_ram` reads a data file's images into memory once; `storage_options` go to fsspec (credentials
     are better left to the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)."""
+    path = os.fspath(path)  # (a pathlib.Path as a string: found from outside, Loader(Path(...)) crashed)
     if path.startswith("builtin:"):
         name = path.removeprefix("builtin:")
         if name not in BUILTIN:

@@ -301,6 +301,8 @@ class Loader:
             )
         if not 0 < min_scale <= 1:
             raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")
+        if augment == "center" and min_scale != 0.08:  # (found from outside: taken, and nothing done with it)
+            raise BigbatchError("min_scale is the random-resized crops' (augment='rrc'); augment='center' cuts none")
         epoch = len(self.data) // batch * batch
         if steps is None and not epoch:
             raise BigbatchError(

@@ -11,18 +11,23 @@ import hashlib
 import io
 import json
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bigbatch.data.codecs import Encoded
+from bigbatch.errors import warn
 from bigbatch.files import atomic_write
 
 PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
 # (bucket, image or Encoded, face type, the source image's (height, width), an aligned face's yaw; None in parts
 # from before they were kept), or why the file was skipped
 Result = tuple[int, Any, str | None, tuple[int, int] | None, float | None] | str
+
+
+PARTS_HOLD = ("skipped", "buckets", "shapes", "encoded", "face_types", "data", "lengths")  # (sizes, yaws: later)
 
 
 class Parts:
@@ -48,7 +53,20 @@ class Parts:
         return self.folder / f"part-{k:07d}.npz"
 
     def done(self, k: int) -> bool:
-        return self.path(k).is_file()
+        """Whether part `k` was kept whole; a damaged one (a disk fault, a bad copy: found from outside, every rerun
+        then stopped on it) is removed, said, and decoded again."""
+        path = self.path(k)
+        if not path.is_file():
+            return False
+        try:
+            with zipfile.ZipFile(path) as z:
+                whole = z.testzip() is None and {f"{name}.npy" for name in PARTS_HOLD} <= set(z.namelist())
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            whole = False
+        if not whole:
+            warn(f"{path} is damaged: its images are decoded again")
+            path.unlink(missing_ok=True)
+        return whole
 
     def save(self, k: int, results: list[Result]) -> None:
         ok = [r for r in results if not isinstance(r, str)]

@@ -148,7 +148,7 @@ def prepare(
         return _prepare_builtin(source, target, resolution, limit, attrs, storage_options, start)
 
     skipped: list[tuple[str, str]] = []
-    listing = _listed(source, settings, labels, classes, storage_options, skipped)
+    listing = _listed(source, settings, labels, classes, storage_options, skipped, target)
     attrs.update(settings.attrs())
     with sole_writer(target, storage_options, overwrite):
         parts = None if target.url else parts_of(listing, target.path, settings.key())
@@ -277,10 +277,19 @@ def _listed(
     classes: str | None,
     storage_options: dict[str, Any] | None,
     skipped: list[tuple[str, str]],
+    target: Location | None = None,
 ) -> Listing:
     """The files to prepare, labelled (by their folders, or by the `labels` file), thinned to `limit`; the
     files outside the class folders skipped."""
     listing = list_source(source, storage_options, classes=not labels)  # (a labels file names files at any depth)
+    if target is not None and not target.url and not source.url:  # the output itself, inside its source (found
+        out = os.path.realpath(target.path)  # from outside: listed as corrupt, and --strict failed on it)
+        mine = {os.path.realpath(source.path / name) == out for name in (*listing.names, *listing.outside)}
+        if True in mine:
+            keep = [i for i, k in enumerate(listing.keys) if os.path.realpath(k) != out]
+            outside = [n for n in listing.outside if os.path.realpath(source.path / n) != out]
+            listing = Listing(listing.source, [listing.keys[i] for i in keep], [listing.names[i] for i in keep],
+                              listing.labels[keep], listing.class_names, outside)  # fmt: skip
     if not listing.keys:
         raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
     if labels:  # (before --limit: a label is missing only if the whole source lacks its file)

@@ -20,6 +20,11 @@ def refuse_output(target: Location, storage_options: dict[str, Any] | None, over
     secrets = option_credentials(storage_options or {}, keys=False)  # a key and secret given here are never written
     if secrets:
         raise BigbatchError(f"the storage options hold credentials ({', '.join(secrets)}); {WHERE_CREDENTIALS_GO}")
+    if target.url and ("?" in target.text or "#" in target.text):  # (found from outside: "x.h5 must end in .h5")
+        raise BigbatchError(
+            f"output {target.name}: an output URL takes no query string or fragment ({target.text}); name the object "
+            "alone"
+        )
     if not target.text.lower().endswith((".h5", ".hdf5")):
         raise BigbatchError(f"output {target.name} must end in .h5 (data.path recognises data files by it)")
     if not target.url:

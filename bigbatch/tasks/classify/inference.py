@@ -68,7 +68,13 @@ class Inference(nn.Module):
         torch._assert((images.dim() == 3 or images.dim() == 4) and images.shape[-1] >= 3, "images must be (H, W, 3)")
         x = images.unsqueeze(0) if images.dim() == 3 else images
         # (the RGB planes by index, not a slice: torch.export would trace a slice of 3 planes apart from one of more)
-        x = x.index_select(3, torch.arange(3, device=x.device)).permute(0, 3, 1, 2).float()
+        rgb = x.index_select(3, torch.arange(3, device=x.device)).float()
+        # An alpha plane composited onto white, as predict and prepare decode a transparent file (Pillow's
+        # alpha_composite, exactly: found from outside, the alpha was dropped and the class changed). Without
+        # one, an opaque plane after the image's is its alpha.
+        opaque = torch.full_like(x.narrow(3, 0, 1), 255)
+        alpha = torch.cat([x, opaque], dim=3).index_select(3, torch.full((1,), 3, device=x.device)).float()
+        x = torch.floor((rgb * alpha + 255 * (255 - alpha)) / 255 + 0.5).permute(0, 3, 1, 2)
         h, w = x.shape[2], x.shape[3]
         s = min(h, w) if torch.jit.is_scripting() else _sym_min(h, w)  # the center square, resized
         rows = antialiased_weights(h, self.side, (h - s) // 2, s, x.device)

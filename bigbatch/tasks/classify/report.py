@@ -67,10 +67,19 @@ def evaluate_classifier(
         name = "heldout"
     else:
         if Path(data_path).is_dir():  # (found from outside: "cannot open data set" for a folder of class folders)
-            raise BigbatchError(  # (--classes: the run's class order)
+            # (--classes: the run's class order; --codec png: lossless, so the score is predict's on the same files,
+            # found from outside; class names no folder can carry: --labels)
+            slash = [c for c in net.class_names if "/" in c]
+            labels = (
+                f" (class names such as {slash[0]!r} cannot be folders: put the images in one folder and name their "
+                "classes with --labels FILE.csv, rows of file,label)"
+                if slash
+                else ""
+            )
+            raise BigbatchError(
                 f"{data_path} is a folder: a classifier scores a prepared data set; write one with: bigbatch prepare "
-                f"{data_path} scored.h5 --classes {d.path} --codec jpeg --crop none --resolution {d.resolution}, then "
-                "eval it"
+                f"{data_path} scored.h5 --classes {d.path} --codec png --crop none --resolution {d.resolution}, then "
+                f"eval it{labels}"
             )
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"

@@ -193,14 +193,17 @@ def build(
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps, **kernels)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
-    stored = stored_side(data)
     largest = max(p.resolution for p in schedule_of(cfg).phases)
-    if stored and largest > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
-        warn(
-            f"data set {data.source} holds {stored}px images, and the run trains at up to {largest}px "
-            "(data.resolution, data.schedule): they are upscaled, no sharper than at their own size; prepare the "
-            f"images at {largest}px (or with --crop none) for the detail"
-        )
+    # (the held-out images too: found from outside, 16 px ones scored at 32 px without a word)
+    val = task.val_data if cfg.data.val_path else None  # (a share of data.path is stored as data.path is)
+    for which, held in (("trains", data), ("scores its held-out images", val)):
+        stored = stored_side(held) if held is not None else None
+        if stored and largest > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
+            warn(
+                f"data set {held.source} holds {stored}px images, and the run {which} at up to {largest}px "
+                "(data.resolution, data.schedule): they are upscaled, no sharper than at their own size; prepare "
+                f"the images at {largest}px (or with --crop none) for the detail"
+            )
     sides = sorted({p.resolution for p in schedule_of(cfg).phases if p.resolution})
     if cfg.data.schedule and cfg.data.resolution not in sides and rep.is_main and resumed_at is None:
         # (a data.resolution override on a preset whose phases name theirs: the phases win)
@@ -256,6 +259,8 @@ class ClassifyTask:
         quiet: bool,
     ):
         self.cfg, self.rep, self.data, self.model, self.opt = cfg, rep, data, model, opt
+        if cfg.train.labels == "rotation":  # (found from outside: it named eval, which scores class labels only)
+            self.usage = "Fine-tune it on your classes: bigbatch train ... train.init_from={run}"
         self.schedule = schedule_of(cfg)
         self.lr = lr_schedule(cfg)
         self.rotation = cfg.train.labels == "rotation"
@@ -274,8 +279,9 @@ class ClassifyTask:
                     self.val_data,
                     data.class_names,
                     f"data.path {data.source}",
-                    "give data.val_path images of its classes (prepare --labels FILE.csv --classes DATA.h5 numbers "
-                    'them so), or hold out part of data.path instead: data.val_path="" data.val_fraction=0.1',
+                    "give data.val_path images of its classes (prepare VAL val.h5 --classes DATA.h5 numbers VAL's "
+                    "class folders as DATA.h5's classes; with --labels FILE.csv, a flat folder's), or hold out part "
+                    'of data.path instead: data.val_path="" data.val_fraction=0.1',
                 )
             except BigbatchError as e:
                 if cfg.eval.every_kimg:
