@@ -211,9 +211,20 @@ def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str
 
 def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
+    from bigbatch.checkpoints import read_newest
+    from bigbatch.config import Config
     from bigbatch.engine.determinism import run_kernels
     from bigbatch.tasks.gan.load import load_generator
 
+    # The kernels the run scored with, entered before the generator reaches the device (as training enters them
+    # before its device is set up: found by review, deterministic ones warned of CUDA used first). Eval ran
+    # cuDNN's heuristic pick where training ran its autotuned one, or deterministic ones, so a GPU's score moved.
+    trained = read_newest(args.path, lambda ckpt: Config.load(ckpt / "config.toml").train)
+    with run_kernels(trained.deterministic, not trained.memory_budget):
+        return _generated(args, device, compares, load_generator)
+
+
+def _generated(args: argparse.Namespace, device: object, compares: bool, load_generator: Any) -> dict:
     G = load_generator(args.path, device=device)  # a run's newest checkpoint, even if the run prunes it meanwhile
     cfg = G.config
     e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
@@ -230,11 +241,7 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
         G.truncation_psi = args.psi
     seed = e.seed if args.seed is None else args.seed
     batch_size = args.batch_size or e.batch_size
-    # The kernels the run scored with (found by review: eval ran cuDNN's heuristic pick where training ran its
-    # autotuned one, or deterministic ones, so a GPU's score moved in its last bits).
-    kernels = run_kernels(cfg.train.deterministic, not cfg.train.memory_budget)
-    with kernels:
-        return _scored(args, G, device, standing, truncation, seed, batch_size, compares)
+    return _scored(args, G, device, standing, truncation, seed, batch_size, compares)
 
 
 def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, truncation: float, seed: int,

@@ -99,6 +99,7 @@ def _merge(args: argparse.Namespace) -> None:
         scale=args.scale,
         hist_threshold=args.hist_threshold,
         masked_hist=not args.no_masked_hist,
+        super_resolution=args.super_resolution,
     )
     if args.video:
         video.check_video_out(args.video, "--video")
@@ -135,7 +136,7 @@ def _merge(args: argparse.Namespace) -> None:
             writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, preset, threads))
         frames, faces, kept = merge_folder(
             args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type,
-            writer=writer, xseg=args.xseg,
+            writer=writer, xseg=args.xseg, weights=args.weights,
         )  # fmt: skip
         n = writer.close() if writer is not None else 0
     before = f"; kept {kept} frames merged before" if kept else ""
@@ -238,6 +239,14 @@ def add_face_commands(sub: Any) -> None:
         help="learned (the model's src x dst masks, DFL's default), learned-prd, learned-dst, learned-sum, hull (the "
         "landmarks'), hull*learned, full, or with --xseg: xseg-prd, xseg-dst, xseg (both), learned*xseg (all four)",
     )
+    mg.add_argument(
+        "--super-resolution",
+        type=int,
+        default=0,
+        metavar="POWER",
+        help="DFL's face enhancer's 4x swap mixed in, percent 0..100 (needs --weights DFL/facelib)",
+    )
+    mg.add_argument("--weights", metavar="DFL/facelib", help="a DeepFaceLab install's facelib folder: its FaceEnhancer")
     mg.add_argument("--xseg", metavar="MODEL", help="a DFL XSeg model (its folder or XSeg_256.npy), for the xseg masks")
     mg.add_argument("--erode", type=int, default=0, help="erode the mask (negative: dilate), -400..400")
     mg.add_argument("--blur", type=int, default=0, help="feather the mask, 0..400")

@@ -119,7 +119,7 @@ def _deployable(ckpt: Path) -> Deployable:
 
         model = load_autoencoder(ckpt)
         r = model.resolution
-        meta = base | {"resolution": r, "face_type": cfg.swap.face_type or None}
+        meta = base | {"resolution": r, "face_type": _recorded_face_type(ckpt, cfg)}
         example = (torch.zeros(2, r, r, 3, dtype=torch.uint8),)
         usage = f"model(aligned faces uint8 (N, {r}, {r}, 3)) gives the swapped faces and their masks"
         module = SwapOut(model).eval()
@@ -141,6 +141,14 @@ def export(run: str | Path, out: str | Path, which: str = "latest", fmt: str = "
     return Path(out), usage
 
 
+def _recorded_face_type(ckpt: Path, cfg: Config) -> str | None:
+    """The face type a swap checkpoint trained on: its meta.json's (from the faces), else swap.face_type (found
+    from outside: the config's alone, empty when the faces said it)."""
+    from bigbatch.checkpoints import model_info
+
+    return model_info(ckpt).get("face_type") or cfg.swap.face_type or None
+
+
 def _dfm(run: str | Path, which: str) -> tuple[bytes, str]:
     """DeepFaceLive's .dfm of a swap run, or of a DeepFaceLab SAEHD model folder (tasks/swap/dfm.py)."""
     from bigbatch.faces.align import face_type
@@ -155,9 +163,11 @@ def _dfm(run: str | Path, which: str) -> tuple[bytes, str]:
                 f"{ckpt} is a {cfg.task} run: a .dfm is DeepFaceLive's face-swap model; give a swap run or a "
                 "DeepFaceLab SAEHD model folder"
             )
-        return load_autoencoder(ckpt), cfg.swap.face_type, {"checkpoint": str(ckpt)}
+        return load_autoencoder(ckpt), _recorded_face_type(ckpt, cfg) or "", {"checkpoint": str(ckpt)}
 
     if (named := dfl_model(run)) is not None:
+        if which != "latest":  # (found by review: taken, and nothing done with it)
+            raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {run} is a DeepFaceLab model folder")
         model, data = dfl.load_model_folder(*named)
         kind, meta = str(data["options"].get("face_type", "")), {"dfl_model": str(run)}
     else:

@@ -28,12 +28,11 @@ def preset_fn(fn: Callable[[], Config]) -> Callable[[], Config]:
 
 
 def list_presets() -> dict[str, str]:
-    """Preset names and the first sentence of their docstrings (found from outside: a first line cut one short)."""
+    """Preset names and the first paragraph of their docstrings (found from outside: a first line cut one short)."""
     import re
 
-    def first(doc: str) -> str:
-        text = " ".join(doc.split())
-        return re.split(r"(?<=\.)\s", text, maxsplit=1)[0]
+    def first(doc: str) -> str:  # (its first paragraph: a sentence split at "." cut "He et al.", found by review)
+        return " ".join(re.split(r"\n\s*\n", doc.strip(), maxsplit=1)[0].split())
 
     return {name: first(fn.__doc__ or "") for name, fn in sorted(_PRESETS.items())}
 

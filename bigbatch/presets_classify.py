@@ -225,6 +225,7 @@ def imagenet_resnet50() -> Config:
 
 def finetune_resnet50() -> Config:
     """An ImageNet ResNet-50 fine-tuned on your classes, as fastai's first lesson (`fine_tune`).
+
     224 px, the body from train.init_from (torchvision's or timm's resnet50 weights, .pth or .safetensors), the
     head new; the head alone for the first 2 kimg, then everything, the body at a tenth of the rate
     (AdamW 1e-3 per 64 images, warm-up, cosine decay), label smoothing, random-resized crops, flips,

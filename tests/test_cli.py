@@ -92,7 +92,8 @@ def test_presets_lists_one_line_each(capsys):
     assert code == 0
     lines = out.strip().splitlines()
     assert [line.split()[0] for line in lines] == list(bigbatch.list_presets())
-    assert all(line.endswith(".") for line in lines)  # a whole sentence (found from outside: one ended mid-way)
+    # whole sentences, one line (found from outside: one ended mid-way; then by review: cut at "He et al.")
+    assert all(line.endswith(".") and len(line) < 160 for line in lines) and "et al. 2016;" in out
 
 
 def test_dry_run_prints_config_and_plan(capsys):

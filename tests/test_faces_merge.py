@@ -103,6 +103,31 @@ def test_an_identity_model_changes_nothing_but_resampling():
     assert error < 1.5  # (DFL's own merge of this: 0.83/255 on the astronaut, FACES.md)
 
 
+def test_super_resolution_merges_the_enhanced_swap_at_4x_where_the_face_was():
+    """An identity model whose 'enhancer' is a plain 4x resize merges back into the frame it came from, at 4x:
+    the geometry of DFL's output_size (the face cut at 4x, the model fed it resized down, the masks at 4x)."""
+    frame, _ = next(_faces.frames(1, 480, 360))
+    from bigbatch.faces.extract import Extractor, Settings
+
+    (face,) = Extractor(Settings()).find(frame)
+    ones = np.ones((64, 64), np.float32)
+    errors = []
+    for power in (0, 100):
+        s = merge.MergeSettings(mask="full", color="none", super_resolution=power)
+
+        def up(x):
+            return cv2.resize(x, (256, 256), interpolation=cv2.INTER_CUBIC)
+
+        out, mask = merge.merge_frame(
+            frame, [face.landmarks], lambda x: (x.copy(), ones, ones), 64, align.FaceType.FULL, s, enhancer=up
+        )
+        inside = mask > 250
+        errors.append(np.abs(out.astype(np.float64) - frame)[inside].mean())
+    assert errors[1] < 0.9 * errors[0] and errors[1] < 3.5  # (the face at 4x: nearer the frame than at 64 px)
+    with pytest.raises(BigbatchError, match="not yet together"):
+        merge.MergeSettings(mask="xseg", super_resolution=50)
+
+
 def test_the_xseg_masks_are_dfls_mask_modes_6_to_9():
     """xseg-prd, xseg-dst, xseg (both) and learned*xseg (all four) take XSeg's masks of the swap and of the dst
     face where DFL's MergeMasked takes them: each merges as the learned mask of the same values would."""
@@ -358,9 +383,45 @@ def test_merge_with_an_xseg_model_masks_by_it_and_merges_again_when_it_changes(w
     # learned's times XSeg's: less, and nowhere more but for bicubic's ringing
     assert masks[1].sum() < 0.9 * masks[0].sum() and (masks[1] > masks[0] + 8).mean() < 0.01
     capsys.readouterr()
-    dfl.write_weights("xseg/XSeg_256.npy", dfl_weights(base=4, seed=6))  # another XSeg model: merged again
+    import os
+    import shutil
+
+    shutil.copytree("xseg", "xseg_copy")  # the same model elsewhere: kept
+    assert main([*good, "x", "--mask", "learned*xseg", "--xseg", "xseg_copy", "--color", "none"]) == 0
+    assert "merging all frames again" not in capsys.readouterr().err
+    # another XSeg model of the same size and time (found from outside: taken for the one merged with)
+    when = os.stat("xseg/XSeg_256.npy").st_mtime_ns
+    dfl.write_weights("xseg/XSeg_256.npy", dfl_weights(base=4, seed=6))
+    os.utime("xseg/XSeg_256.npy", ns=(when, when))
     assert main([*good, "x", "--mask", "learned*xseg", "--xseg", "xseg", "--color", "none"]) == 0
     assert "merging all frames again" in capsys.readouterr().err
+    # export of the run to DeepFaceLive names the face type the faces recorded (found from outside: not said)
+    assert main(["export", str(run), "w.dfm"]) == 0
+    assert "set its face aligner to face type whole_face" in capsys.readouterr().out
+
+
+def test_merge_with_super_resolution_runs_dfls_face_enhancer_from_its_weight_file(workflow, capsys):
+    from bigbatch.models import dfl
+    from bigbatch.models.face_enhancer import FaceEnhancer
+
+    root, run = workflow
+    Path("facelib").mkdir()
+    torch.manual_seed(0)
+    dfl.write_weights("facelib/FaceEnhancer.npy", dfl.export_part(FaceEnhancer(width=0.125)))
+    good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned")]
+    for args, says in [
+        ([*good, "o", "--super-resolution", "50"], "--super-resolution runs DFL's face enhancer: give --weights"),
+        ([*good, "o", "--weights", "facelib"], "--weights is the face enhancer of --super-resolution"),
+        ([*good, "o", "--super-resolution", "50", "--weights", "nowhere"], "--weights nowhere holds no FaceEnhancer"),
+        ([*good, "o", "--super-resolution", "101", "--weights", "facelib"], "--super-resolution must be 0 to 100"),
+    ]:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, (args, err)
+    assert main([*good, "sr", "--super-resolution", "50", "--weights", "facelib"]) == 0
+    assert main([*good, "plain"]) == 0
+    a, b = (cv2.imread(f"{o}/00001.png").astype(int) for o in ("sr", "plain"))
+    assert a.shape == b.shape and 0 < np.abs(a - b).mean() < 20  # (the same face, with the enhancer's half)
 
 
 MODEL_GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_model_golden.npz", allow_pickle=False)

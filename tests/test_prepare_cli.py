@@ -254,6 +254,17 @@ def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
     mended = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
     assert mended.resumed == 256 and mended.content_hash == again.content_hash
+    # ... and one damaged past its directory is named and removed when read, the rerun decoding it anew
+    interrupted()
+    kept = sorted((tmp_path / ".out.h5.parts").glob("part-*.npz"))
+    data = bytearray(kept[1].read_bytes())
+    data[200:1200] = bytes(1000)  # (inside its first member: the directory at the end reads)
+    kept[1].write_bytes(bytes(data))
+    with pytest.raises(bigbatch.BigbatchError, match="was damaged .* and is removed: run the same prepare again"):
+        prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
+    assert kept[0].exists() and not kept[1].exists()
+    mended = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
+    assert mended.resumed == 256 and mended.content_hash == again.content_hash
     interrupted()
     Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(tmp_path / "src" / "0003.png")  # changed meanwhile
     changed = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)

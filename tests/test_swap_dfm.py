@@ -58,6 +58,12 @@ def test_a_dfl_model_and_its_run_export_to_dfm_as_deepfacelive_reads_it(archi, t
 
 def test_a_dfm_of_what_is_not_a_swap_is_refused_in_one_line(tmp_path, capsys):
     (tmp_path / "notes").mkdir()
-    assert main(["export", str(tmp_path / "notes"), str(tmp_path / "x.dfm")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and not (tmp_path / "x.dfm").exists()
+    dfl.save_model_folder(SAEHD(64, "df-ud", **TINY), tmp_path / "dfl", "me")
+    for argv, words in [
+        ([str(tmp_path / "notes")], "notes"),
+        ([str(tmp_path / "dfl"), "--checkpoint", "best"], "is a DeepFaceLab model folder"),
+    ]:
+        assert main(["export", argv[0], str(tmp_path / "x.dfm"), *argv[1:]]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+        assert not (tmp_path / "x.dfm").exists()

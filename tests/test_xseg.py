@@ -176,6 +176,28 @@ def test_xseg_apply_writes_dfls_mask_into_each_face_and_remove_takes_it_out(alig
     cut = cv2.imdecode(read_metadata((faces / "1.jpg").read_bytes())["xseg_mask"], cv2.IMREAD_UNCHANGED)
     assert cut.shape == (256, 256) and not np.array_equal(cut, mask)
     assert cut[:8].max() == 0 and cut[:, :8].max() == 0  # (outside the full face's square: nothing)
+    # The model's file says its face type; --face-type is for a model whose file does not (found by review: the
+    # flag won over the file)
+    capsys.readouterr()
+    assert main(["xseg", "apply", str(tmp_path / "model"), str(faces), "--device", "cpu", "--face-type", "wf"]) == 0
+    assert "--face-type wf left aside: the model's XSeg_data.dat says it was trained on f faces" in (
+        capsys.readouterr().err
+    )
+    again = cv2.imdecode(read_metadata((faces / "1.jpg").read_bytes())["xseg_mask"], cv2.IMREAD_UNCHANGED)
+    assert np.array_equal(again, cut)
+    # A face whose metadata and mask outgrow one JPEG segment is left as it was, said (found by review: a
+    # traceback)
+    for n in range(4000, 0, -50):  # (the most polygon points that fit, as a heavily labelled face's)
+        crowded = {**meta, "seg_ie_polys": {"polys": [{"type": 1, "pts": [[i * 1.5, i * 2.5] for i in range(n)]}]}}
+        try:
+            (faces / "4.jpg").write_bytes(write_metadata(small.tobytes(), crowded))
+            break
+        except ValueError:
+            continue
+    assert main(["xseg", "apply", str(tmp_path / "model"), str(faces), "--device", "cpu"]) == 0
+    assert "2 files left as they were" in capsys.readouterr().err  # (3.jpg, not a face, and 4.jpg)
+    assert "xseg_mask" not in read_metadata((faces / "4.jpg").read_bytes())
+    (faces / "4.jpg").unlink()
     capsys.readouterr()
     assert main(["xseg", "remove", str(faces)]) == 0
     assert "Removed the XSeg masks of 2 faces" in capsys.readouterr().out
@@ -184,7 +206,125 @@ def test_xseg_apply_writes_dfls_mask_into_each_face_and_remove_takes_it_out(alig
         (["xseg", "apply", str(faces), str(faces)], "holds no DeepFaceLab XSeg model (XSeg_256.npy)"),
         (["xseg", "apply", str(tmp_path / "model"), str(tmp_path / "nowhere")], "is not a folder of aligned faces"),
         (["xseg", "apply", str(tmp_path / "model"), str(faces), "--face-type", "x"], "unknown face type 'x'"),
+        (["xseg", "apply", str(tmp_path / "model"), str(tmp_path / "model")], "holds no aligned faces (.jpg)"),
     ]:
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def _tf1_upsample(x):
+    """tf.compat.v1's resize_images, bilinear, twice the size, no half-pixel centres: out[i] reads in[i / 2]."""
+
+    def along(a, axis):
+        n = a.shape[axis]
+        src = np.arange(2 * n) / 2
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, n - 1)
+        f = (src - lo).reshape([-1 if d == axis else 1 for d in range(a.ndim)])
+        return np.take(a, lo, axis) * (1 - f) + np.take(a, hi, axis) * f
+
+    return along(along(x, 1), 2)
+
+
+def leras_enhancer(x, weights, params=(0.2, 1.0)):
+    """DFL's FaceEnhancer.forward on one BGR patch (3, H, W) in [-1, 1], as leras defines its layers."""
+
+    def conv(name, a):
+        return conv_same(a, weights[f"{name}/weight:0"], weights[f"{name}/bias:0"])
+
+    def act(name, a):
+        a = conv(name, a)
+        return np.where(a > 0, a, 0.1 * a)
+
+    def pool(a):
+        c, h, w = a.shape
+        return a.reshape(c, h // 2, 2, w // 2, 2).mean(axis=(2, 4))
+
+    a = conv("conv1", x) + (np.array([[params[0]]]) @ weights["dense1/weight:0"])[0][:, None, None]
+    a = a + (np.array([[params[1]]]) @ weights["dense2/weight:0"])[0][:, None, None]
+    a = np.where(a > 0, a, 0.1 * a)
+    skips = []
+    for level in range(5):
+        a = pool(a) if level else a
+        a = act(f"e{level}_conv1", act(f"e{level}_conv0", a))
+        skips.append(a)
+    a = pool(a)
+    for k in range(4):
+        a = act(f"center_conv{k}", a)
+    for level in (4, 3, 2, 1, 0):
+        a = np.concatenate([_tf1_upsample(a), skips[level]])
+        a = act(f"d{level}_conv1", act(f"d{level}_conv0", a))
+    d0 = a
+    out1x = x + np.tanh(conv("out1x_conv1", act("out1x_conv0", d0)))
+    d2x = _tf1_upsample(act("dec2x_conv1", act("dec2x_conv0", d0)))
+    out2x = _tf1_upsample(out1x) + np.tanh(conv("out2x_conv1", act("out2x_conv0", d2x)))
+    d4x = _tf1_upsample(act("dec4x_conv1", act("dec4x_conv0", d2x)))
+    return _tf1_upsample(out2x) + np.tanh(conv("out4x_conv1", act("out4x_conv0", d4x)))
+
+
+def test_face_enhancer_computes_what_lerass_layers_do_from_dfls_weight_file(tmp_path):
+    from bigbatch.models.face_enhancer import FaceEnhancer
+
+    rng = np.random.default_rng(2)
+    shapes = {dfl.dfl_key(k): dfl.to_dfl(v).shape for k, v in FaceEnhancer(width=0.05).state_dict().items()}
+    weights = {
+        k: (rng.standard_normal(s) * (0.2 if len(s) == 4 else 0.5)).astype(np.float32) for k, s in shapes.items()
+    }
+    dfl.write_weights(tmp_path / "FaceEnhancer.npy", weights)
+    model = FaceEnhancer(width=0.05)
+    dfl.import_part(model, dfl.read_weights(tmp_path / "FaceEnhancer.npy"), "FaceEnhancer.npy")
+    x = rng.random((3, 64, 96)) * 2 - 1
+    with torch.no_grad():
+        got = model(torch.from_numpy(x)[None].float(), torch.tensor([[0.2]]), torch.tensor([[1.0]]))[0].numpy()
+    want = leras_enhancer(x, {k: v.astype(np.float64) for k, v in weights.items()})
+    assert got.shape == (3, 256, 384) and np.abs(got - want).max() < 5e-4 * np.abs(want).max()  # (float32)
+
+
+def test_enhance_tiles_a_face_in_dfls_patches_and_puts_it_back_together():
+    """DFL's enhance: padded to 192, patches half a patch apart blended by a pyramid, cut back. A network that
+    repeats each pixel 4x4 gives, tile by tile, the whole face so (each output pixel reads its own pixel only)."""
+    from bigbatch.models import face_enhancer as fe
+
+    class Repeater(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x, a, b):
+            return x.repeat_interleave(4, 2).repeat_interleave(4, 3)
+
+    rng = np.random.default_rng(0)
+    for h, w in ((64, 64), (300, 230)):  # smaller than a patch (padded), and larger (three patches a side)
+        face = rng.random((h, w, 3)).astype(np.float32)
+        got = fe.enhance(Repeater(), face)
+        want = face.repeat(4, 0).repeat(4, 1)
+        # (but for the outermost ring, where every patch's pyramid weight is 0, as in DFL's: grey there)
+        assert got.shape == (4 * h, 4 * w, 3) and np.abs(got - want)[1:-1, 1:-1].max() < 1e-5, (h, w)
+    assert fe.enhance(Repeater(), face, preserve_size=True).shape == face.shape
+
+
+def test_merges_xseg_masks_are_xsegs_of_the_swap_at_256_and_of_the_dst_face_in_bgr():
+    """Found by review: nothing checked what merge_masks computes (the BGR flip, which half is which, the sizes)."""
+    import cv2
+
+    from bigbatch.faces.xseg import merge_masks
+
+    weights = dfl_weights(base=2, seed=4)
+    model = XSeg(base_ch=2)
+    dfl.import_part(model, weights, "XSeg_256.npy")
+    rng = np.random.default_rng(3)
+    swap, dst = rng.random((64, 64, 3)).astype(np.float32), rng.random((256, 256, 3)).astype(np.float32)
+    double = {k: v.astype(np.float64) for k, v in weights.items()}
+
+    def want(face_rgb):  # DFL's: XSeg of the BGR face, clipped, 0 under 0.1, back to the model's 64 px bicubic
+        logits = leras_xseg(face_rgb[..., ::-1].transpose(2, 0, 1).astype(np.float64), double, 2)[0]
+        mask = np.clip(1 / (1 + np.exp(-logits)), 0, 1)
+        mask[mask < 0.1] = 0
+        return cv2.resize(mask.astype(np.float32), (64, 64), interpolation=cv2.INTER_CUBIC)
+
+    ((of_swap, of_dst),) = merge_masks(model, [swap], [dst], 64)
+    assert np.abs(of_swap - want(cv2.resize(swap, (256, 256), interpolation=cv2.INTER_CUBIC))).max() < 1e-4
+    assert np.abs(of_dst - want(dst)).max() < 1e-4 and np.abs(of_swap - of_dst).max() > 0.05
+    ((none, only_dst),) = merge_masks(model, [swap], [dst], 64, need=(False, True))  # (what xseg-dst reads)
+    assert not none.any() and np.abs(only_dst - of_dst).max() < 1e-5

@@ -18,13 +18,17 @@ from typing import Any
 import numpy as np
 
 from bigbatch.data.codecs import Encoded
-from bigbatch.errors import warn
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
 
 PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
 # (bucket, image or Encoded, face type, the source image's (height, width), an aligned face's yaw; None in parts
 # from before they were kept), or why the file was skipped
 Result = tuple[int, Any, str | None, tuple[int, int] | None, float | None] | str
+
+
+class DamagedPart(BigbatchError):
+    """A kept part that does not read back: removed, the others kept for the rerun."""
 
 
 PARTS_HOLD = ("skipped", "buckets", "shapes", "encoded", "face_types", "data", "lengths")  # (sizes, yaws: later)
@@ -53,14 +57,14 @@ class Parts:
         return self.folder / f"part-{k:07d}.npz"
 
     def done(self, k: int) -> bool:
-        """Whether part `k` was kept whole; a damaged one (a disk fault, a bad copy: found from outside, every rerun
-        then stopped on it) is removed, said, and decoded again."""
+        """Whether part `k` was kept; one whose zip directory is damaged (a disk fault, a bad copy: found from
+        outside, every rerun then stopped on it) is removed, said, and decoded again."""
         path = self.path(k)
         if not path.is_file():
             return False
-        try:
+        try:  # (its directory, not every byte: a rerun would read the parts twice; load checks the rest)
             with zipfile.ZipFile(path) as z:
-                whole = z.testzip() is None and {f"{name}.npy" for name in PARTS_HOLD} <= set(z.namelist())
+                whole = {f"{name}.npy" for name in PARTS_HOLD} <= set(z.namelist())
         except (zipfile.BadZipFile, OSError, EOFError, ValueError):
             whole = False
         if not whole:
@@ -87,6 +91,16 @@ class Parts:
         atomic_write(self.path(k), buffer.getvalue())
 
     def load(self, k: int) -> list[Result]:
+        try:
+            return self._load(k)
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError) as e:  # (damaged past its directory)
+            self.path(k).unlink(missing_ok=True)
+            raise DamagedPart(
+                f"{self.path(k)} was damaged ({e}) and is removed: run the same prepare again, which decodes its "
+                "images anew and keeps the other parts"
+            ) from None
+
+    def _load(self, k: int) -> list[Result]:
         with np.load(self.path(k), allow_pickle=False) as z:
             skipped = [json.loads(s) for s in z["skipped"].tolist()]
             buckets, shapes, encoded = z["buckets"], z["shapes"], z["encoded"]

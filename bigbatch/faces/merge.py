@@ -28,6 +28,7 @@ XSEG_MASKS = ("xseg-prd", "xseg-dst", "xseg", "learned*xseg")
 MASKS = ("full", "hull", "learned-prd", "learned-dst", "learned", "learned-sum", "hull*learned", *XSEG_MASKS)
 COLORS = ("none", *color.MERGE_MODES)
 BATCH = 8  # faces the model swaps at once, and frames merged together
+UP = 4  # DFL's merge masks are shaped at 4x the model's resolution, and its face enhancer's output is 4x
 
 
 def merge_threads() -> int:
@@ -39,6 +40,10 @@ Predictor = Callable[[np.ndarray], tuple[np.ndarray, ...]]
 """A face (res, res, 3) RGB float32 in [0, 1] -> (the swapped face, the src-path mask, the dst-path mask), the
 masks (res, res) in [0, 1]: what SAEHD's swap gives for one face; for the XSeg masks, then XSeg's masks of the
 swapped face and of the dst face (faces/xseg.merge_masks)."""
+
+
+Enhancer = Callable[[np.ndarray], np.ndarray]
+"""The swapped face (res, res, 3) RGB -> 4x, as DFL's merger calls its FaceEnhancer (faces/xseg.enhancer_of)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class MergeSettings:
     scale: int = 0  # output face scale, percent: -50..50
     hist_threshold: int = 238  # hist-match's
     masked_hist: bool = True
+    super_resolution: int = 0  # DFL's super_resolution_power: percent of its FaceEnhancer's 4x swap, 0..100
 
     def __post_init__(self) -> None:
         for name, value, valid in (("--mode", self.mode, MODES), ("--mask", self.mask, MASKS)):
@@ -68,9 +74,15 @@ class MergeSettings:
             ("--blur", self.blur, 0, 400),
             ("--scale", self.scale, -50, 50),
             ("--hist-threshold", self.hist_threshold, 0, 255),
+            ("--super-resolution", self.super_resolution, 0, 100),
         ):
             if not low <= value <= high:
                 raise BigbatchError(f"{name} must be {low} to {high}, got {value}")
+        if self.super_resolution and self.mask in ("xseg-prd", "xseg", "learned*xseg"):
+            raise BigbatchError(  # (XSeg of the swap is taken before its enhancement here; DFL's reads the 4x face)
+                f"--mask {self.mask} reads XSeg's mask of the swap, which --super-resolution changes: not yet "
+                "together; use --mask xseg-dst or a learned mask with it"
+            )
 
 
 def _warp_in(image: np.ndarray, mat: np.ndarray, size: int) -> np.ndarray:
@@ -127,13 +139,18 @@ def _shape_mask(mask: np.ndarray, res: int, s: MergeSettings) -> np.ndarray:
     return np.clip(mask[res:-res, res:-res], 0, 1)
 
 
-def face_input(frame: np.ndarray, landmarks: np.ndarray, res: int, kind: align.FaceType) -> np.ndarray:
+def face_input(
+    frame: np.ndarray, landmarks: np.ndarray, res: int, kind: align.FaceType, enhanced: bool = False
+) -> np.ndarray:
     """What the model is given for a face of a frame (RGB uint8): the face type's square at the model's
-    resolution, bicubic, float32 RGB in [0, 1] (from the part of the frame the square covers, as merge_face)."""
-    mat = align.transform_mat(landmarks, res, kind)
-    x0, y0, x1, y1 = _box([(mat, res)], frame.shape[1], frame.shape[0])
+    resolution, bicubic, float32 RGB in [0, 1] (from the part of the frame the square covers, as merge_face);
+    `enhanced` (super resolution): cut at 4x and resized down (bilinear), as DFL's merger then does."""
+    size = res * UP if enhanced else res
+    mat = align.transform_mat(landmarks, size, kind)
+    x0, y0, x1, y1 = _box([(mat, size)], frame.shape[1], frame.shape[0])
     part = frame[y0:y1, x0:x1].astype(np.float32) / 255
-    return np.clip(_warp_in(part, _shift(mat, x0, y0), res), 0, 1)
+    face = np.clip(_warp_in(part, _shift(mat, x0, y0), size), 0, 1)
+    return cv2.resize(face, (res, res)) if enhanced else face
 
 
 def _box(mats: list[tuple[np.ndarray, int]], w: int, h: int, margin: int = 4) -> tuple[int, int, int, int]:
@@ -162,26 +179,39 @@ def merge_face(
     kind: align.FaceType,
     s: MergeSettings,
     key: int = 0,
+    enhancer: Enhancer | None = None,
 ) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray]:
     """One face of a frame (RGB uint8) swapped and merged, in the part of the frame it can change: (that box
     (x0, y0, x1, y1), the merged part float32 RGB in [0, 1], its merge mask (h, w, 1)); with mode raw-predict,
     the box is None and the model's face and mask come instead. Only the box is warped and blended (a face
-    is a small part of a 720p frame); the pixels are those DFL's full-frame merge gives."""
+    is a small part of a 720p frame); the pixels are those DFL's full-frame merge gives. With
+    s.super_resolution, `enhancer` makes the swap 4x (DFL's FaceEnhancer) and the face is merged at that size."""
     fh, fw = frame.shape[:2]
-    sub = res * 4
-    face_mat = align.transform_mat(landmarks, res, kind)
-    out_mat = align.transform_mat(landmarks, res, kind, 1.0 + 0.01 * s.scale)
+    sub = res * UP
+    size = sub if s.super_resolution else res  # (DFL's output_size)
+    face_mat = align.transform_mat(landmarks, size, kind)
+    out_mat = align.transform_mat(landmarks, size, kind, 1.0 + 0.01 * s.scale)
     mask_mat = align.transform_mat(landmarks, sub, kind, 1.0 + 0.01 * s.scale)
-    x0, y0, x1, y1 = box = _box([(face_mat, res), (out_mat, res), (mask_mat, sub)], fw, fh)
+    x0, y0, x1, y1 = box = _box([(face_mat, size), (out_mat, size), (mask_mat, sub)], fw, fh)
     part = frame[y0:y1, x0:x1]
     image = part.astype(np.float32) / 255
     h, w = image.shape[:2]
     face_mat, out_mat, mask_mat = (_shift(m, x0, y0) for m in (face_mat, out_mat, mask_mat))
 
-    dst = np.clip(_warp_in(image, face_mat, res), 0, 1)
-    hull = np.clip(_warp_in(hull_mask((h, w), np.asarray(landmarks) - (x0, y0)), face_mat, res), 0, 1)
-    prd, prd_mask, dst_mask, *xseg = (np.clip(np.asarray(x, np.float32), 0, 1) for x in predictor(dst))
+    dst = np.clip(_warp_in(image, face_mat, size), 0, 1)
+    hull = np.clip(_warp_in(hull_mask((h, w), np.asarray(landmarks) - (x0, y0)), face_mat, size), 0, 1)
+    given = cv2.resize(dst, (res, res)) if size != res else dst
+    prd, prd_mask, dst_mask, *xseg = (np.clip(np.asarray(x, np.float32), 0, 1) for x in predictor(given))
     x_prd, x_dst = xseg if xseg else (None, None)
+    if s.super_resolution:  # DFL's: the swap and its 4x enhancement mixed by the power; the masks resized
+        if enhancer is None:
+            raise ValueError("super_resolution needs the enhancer")
+        power = s.super_resolution / 100
+        prd = np.clip(cv2.resize(prd, (size, size)) * (1 - power) + enhancer(prd) * power, 0, 1)
+        prd_mask, dst_mask, x_dst = (
+            None if m is None else cv2.resize(m, (size, size), interpolation=cv2.INTER_CUBIC)
+            for m in (prd_mask, dst_mask, x_dst)
+        )
     mask = {
         "full": lambda: np.ones_like(hull),
         "hull": lambda: hull,
@@ -201,7 +231,7 @@ def merge_face(
         mask = _shape_mask(mask, res, s)
     frame_mask = np.clip(_warp_out(mask, mask_mat, (w, h)), 0, 1)[..., None]
     frame_mask[frame_mask < 1 / 255] = 0
-    mask = cv2.resize(mask, (res, res), interpolation=cv2.INTER_CUBIC)[..., None]
+    mask = cv2.resize(mask, (size, size), interpolation=cv2.INTER_CUBIC)[..., None]
 
     if s.mode == "original":
         return box, image, frame_mask
@@ -229,7 +259,7 @@ def merge_face(
     out = image * (1 - frame_mask) + out * frame_mask
     if seamless and (s.color != "none" or s.mode == "seamless-hist-match"):
         # recoloured after cloning: the merged face taken back into the square, matched, and warped out again
-        face = _warp_in(out, face_mat, res)
+        face = _warp_in(out, face_mat, size)
         if s.color != "none":
             face = _transfer(s.color, face, dst, area, key)
         if s.mode == "seamless-hist-match":
@@ -271,13 +301,14 @@ def merge_frame(
     kind: align.FaceType,
     s: MergeSettings,
     key: int = 0,
+    enhancer: Enhancer | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A frame (RGB uint8) with each face (its source landmarks) swapped in: (RGB uint8, the merge mask uint8),
     each face merged into the original frame and the results laid over one another, as DFL's MergeMasked;
     8-bit by truncation, as DFL converts (outside the faces, the frame's own values). A frame without faces
     comes back as it was, with an empty mask; mode raw-predict gives the model's face and mask instead."""
     out, mask_out = frame.copy(), np.zeros(frame.shape[:2], np.uint8)
-    merged = [merge_face(frame, lm, predictor, res, kind, s, key) for lm in faces]
+    merged = [merge_face(frame, lm, predictor, res, kind, s, key, enhancer) for lm in faces]
     if s.mode == "raw-predict" and merged:
         face, mask = merged[0][1], merged[0][2]
         return (face * 255).astype(np.uint8), (mask[..., 0] * 255).astype(np.uint8)

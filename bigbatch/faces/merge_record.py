@@ -17,6 +17,16 @@ RECORD = ".merge.json"
 PARTS = {"settings": "the merge settings", "model": "the model", "aligned": "the aligned faces", "frames": "the frames"}
 
 
+def content_digest(path: Path) -> str:
+    """A short hash of a file's bytes (found from outside: another XSeg model of the same name, size and time was
+    taken for the one merged with; and a copy of it for another)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:20]
+
+
 def files_digest(paths: Iterable[Path]) -> str:
     """A short hash of files' names, sizes and modification times: changes when any is added, gone or rewritten."""
     rows = []

@@ -17,7 +17,15 @@ import torch
 
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces import align
-from bigbatch.faces.merge import BATCH, XSEG_MASKS, MergeSettings, face_input, merge_frame, merge_threads
+from bigbatch.faces.merge import (
+    BATCH,
+    XSEG_MASKS,
+    Enhancer,
+    MergeSettings,
+    face_input,
+    merge_frame,
+    merge_threads,
+)
 from bigbatch.faces.video import VideoWriter, natural_key
 
 
@@ -87,6 +95,29 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     return by_name, kinds
 
 
+ENHANCER_FILE = "FaceEnhancer.npy"
+
+
+def enhancer_of(weights: str | Path, device: str) -> Enhancer:
+    """DFL's FaceEnhancer from a DFL install's facelib folder (or its FaceEnhancer.npy), as the merger calls it:
+    the swap (RGB here, BGR to the network) in and its 4x out, unconverted (models/face_enhancer.enhance)."""
+    from bigbatch.models import dfl
+    from bigbatch.models.face_enhancer import FaceEnhancer, enhance
+
+    file = _enhancer_file(weights)
+    if not file.is_file():
+        raise BigbatchError(
+            f"--weights {weights} holds no {ENHANCER_FILE}: give a DeepFaceLab install's facelib folder (its face "
+            "enhancer is what --super-resolution runs)"
+        )
+    arrays = dfl.read_weights(file)
+    first = np.asarray(arrays.get("conv1/weight:0", np.zeros((3, 3, 3, 64))))
+    model = FaceEnhancer(width=first.shape[-1] / 64 if first.ndim == 4 else 1.0)  # (DFL's: 1; narrower in tests)
+    dfl.import_part(model, arrays, str(file))
+    model = model.to(device).eval().requires_grad_(False)
+    return lambda face: np.ascontiguousarray(enhance(model, face[..., ::-1], is_tanh=True)[..., ::-1])
+
+
 def merge_folder(
     run: str,
     frames: str,
@@ -98,6 +129,7 @@ def merge_folder(
     quiet: bool = False,
     writer: VideoWriter | None = None,
     xseg: str | None = None,
+    weights: str | None = None,
 ) -> tuple[int, int, int]:
     """`bigbatch merge`: every frame of `frames` (a folder or a video) with the faces `aligned` holds for it
     swapped by `run`'s model and merged as DFL's merger merges, written whole to OUT/{stem}.png and its mask to
@@ -106,8 +138,9 @@ def merge_folder(
     merge continues); when any of them changed, the frames merged before are removed and every frame is merged
     again, said on stderr. Each merged frame, in order, also goes to `writer` (`bigbatch
     merge --video`; a kept frame is read back from its PNG). Frames are merged on threads while the model swaps
-    the next frames' faces. `xseg`: a DFL XSeg model (faces/xseg.py), which the XSeg masks need. Returns (frames
-    merged, faces merged, frames kept from before)."""
+    the next frames' faces. `xseg`: a DFL XSeg model (faces/xseg.py), which the XSeg masks need; `weights`: a DFL
+    install's facelib folder, whose FaceEnhancer s.super_resolution runs. Returns (frames merged, faces merged,
+    frames kept from before)."""
     from tqdm import tqdm
 
     from bigbatch.faces import merge_record
@@ -119,6 +152,12 @@ def merge_folder(
             f"--mask {s.mask} needs --xseg MODEL, a DFL XSeg model (e.g. DFL's _internal/model_generic_xseg)"
             if xseg is None
             else f"--xseg is the XSeg model of the XSeg masks ({', '.join(XSEG_MASKS)}); --mask {s.mask} is not one"
+        )
+    if bool(s.super_resolution) != (weights is not None):
+        raise BigbatchError(
+            "--super-resolution runs DFL's face enhancer: give --weights DFL/facelib (its FaceEnhancer.npy)"
+            if weights is None
+            else "--weights is the face enhancer of --super-resolution POWER (1..100): give both, or neither"
         )
     source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
     for given, what in ((frames, "FRAMES"), (aligned, "ALIGNED")):  # (merged PNGs would replace what is read)
@@ -142,6 +181,7 @@ def merge_folder(
     if not Path(run).exists():
         raise BigbatchError(f"{run} does not exist; give a swap run, a checkpoint folder or a DFL SAEHD model folder")
     model = load_autoencoder(run, device).pack_for_cpu()  # (used on a CPU only)
+    enhancer = enhancer_of(weights, device) if weights is not None else None
     segmenter = None
     if xseg is not None:
         from bigbatch.faces.xseg import load_xseg, weights_of
@@ -164,7 +204,8 @@ def merge_folder(
     (out / "masks").mkdir(parents=True, exist_ok=True)
     record = {
         "settings": {**s.__dict__, "face_type": kind.dfl_name}
-        | ({"xseg": merge_record.files_digest([weights_of(xseg)])} if xseg is not None else {}),
+        | ({"xseg": merge_record.content_digest(weights_of(xseg))} if xseg is not None else {})
+        | ({"enhancer": merge_record.content_digest(_enhancer_file(weights))} if weights is not None else {}),
         "model": merge_record.model_identity(run, model),
         "aligned": merge_record.aligned_identity(Path(aligned)),
         "frames": merge_record.frames_identity(source),
@@ -185,7 +226,7 @@ def merge_folder(
     n = merged = kept = 0
     workers = merge_threads()
     with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        merging = _Merging(model, faces, kind, s, out, writer, bar, pool, workers, segmenter)
+        merging = _Merging(model, faces, kind, s, out, writer, bar, pool, workers, segmenter, enhancer)
         try:
             for i, (name, image) in enumerate(source.frames(skip=set())):
                 stem = Path(name).stem
@@ -233,8 +274,9 @@ class _Merging:
         pool: concurrent.futures.ThreadPoolExecutor,
         workers: int,
         xseg: torch.nn.Module | None = None,
+        enhancer: Enhancer | None = None,
     ):
-        self.xseg = xseg
+        self.xseg, self.enhancer = xseg, enhancer
         self.model, self.faces, self.kind, self.s, self.out = model, faces, kind, s, out
         self.writer, self.bar, self.pool, self.workers = writer, bar, pool, workers
         self.pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's frames
@@ -259,8 +301,13 @@ class _Merging:
         if self.chunk:
             res, kind = self.model.resolution, self.kind
             sizes = (res, 256) if self.xseg is not None else (res,)  # (XSeg reads the dst face at 256, as DFL's)
+            enhanced = bool(self.s.super_resolution)  # (the model's input cut at 4x, as DFL's merger then does)
             inputs = [
-                [face_input(frame, lm, size, kind) for _, stem, frame in self.chunk for lm in self.faces.get(stem, [])]
+                [
+                    face_input(frame, lm, size, kind, enhanced and size == res)
+                    for _, stem, frame in self.chunk
+                    for lm in self.faces.get(stem, [])
+                ]
                 for size in sizes
             ]
             self.pending.append(self.pool.submit(self._merge_chunk, self.chunk, *inputs))
@@ -287,7 +334,9 @@ class _Merging:
         if self.xseg is not None:
             from bigbatch.faces.xseg import merge_masks
 
-            masks = merge_masks(self.xseg, [o[0] for o in outputs], dst256 or [], self.model.resolution)
+            mode = self.s.mask  # (only the masks the mode reads, as DFL's: found by review)
+            need = (mode in ("xseg-prd", "xseg", "learned*xseg"), mode in ("xseg-dst", "xseg", "learned*xseg"))
+            masks = merge_masks(self.xseg, [o[0] for o in outputs], dst256 or [], self.model.resolution, need)
             outputs = [o + m for o, m in zip(outputs, masks)]
         outputs = iter(outputs)
         return [
@@ -300,7 +349,7 @@ class _Merging:
         predictions = iter(outputs)
         res = self.model.resolution
         rgb, mask = merge_frame(
-            frame, self.faces.get(stem, []), lambda x: next(predictions), res, self.kind, self.s, key=i
+            frame, self.faces.get(stem, []), lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer
         )
         for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)
@@ -317,3 +366,8 @@ class _Merging:
         if rgb is None:
             raise BigbatchError(f"{self.out / stem}.png does not decode: delete it and merge again")
         return rgb
+
+
+def _enhancer_file(weights: str) -> Path:
+    path = Path(weights)
+    return path if path.is_file() else path / ENHANCER_FILE

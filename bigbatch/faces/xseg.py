@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces import align
 from bigbatch.faces.video import natural_key
 from bigbatch.files import atomic_write
@@ -63,8 +63,12 @@ def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
 def _faces(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise BigbatchError(f"{folder} is not a folder of aligned faces (bigbatch extract's or DFL's)")
-    faces = (p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file())
-    return sorted(faces, key=natural_key)
+    faces = sorted(
+        (p for p in folder.iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file()), key=natural_key
+    )
+    if not faces:  # (found by review: "Applied XSeg to 0 faces", exit 0)
+        raise BigbatchError(f"{folder} holds no aligned faces (.jpg): give the folder bigbatch extract or DFL wrote")
+    return faces
 
 
 def _mask_png(mask: np.ndarray) -> np.ndarray:
@@ -115,7 +119,9 @@ def apply_xseg(
     skipped)])."""
     model, said = load_xseg(model_path)
     given = None if face_type in (None, "same") else face_type
-    kind = align.face_type(given or said) if (given or said) else None
+    if said and given and align.face_type(given) != align.face_type(said):  # (found by review: the flag won)
+        warn(f"--face-type {given} left aside: the model's XSeg_data.dat says it was trained on {said} faces")
+    kind = align.face_type(said or given) if (said or given) else None
     if batch < 1:
         raise BigbatchError(f"--batch must be at least 1, got {batch}")
     model = model.to(device)
@@ -144,7 +150,12 @@ def apply_xseg(
         masks[masks < 0.1] = 0  # (DFL's XSegNet.extract: its noise)
         for (path, data, meta, _, mat, w), mask in zip(chunk, masks):
             meta["xseg_mask"] = _mask_png(_from_model(mask, mat, w))
-            atomic_write(path, write_metadata(data, meta))
+            try:
+                written = write_metadata(data, meta)
+            except ValueError as e:  # (found by review: a face's metadata and its mask past one JPEG segment)
+                skipped.append((path.name, str(e)))
+                continue
+            atomic_write(path, written)
             done += 1
     return done, skipped
 
@@ -172,21 +183,27 @@ def said_skipped(skipped: list[tuple[str, str]]) -> str:
 
 
 def merge_masks(
-    model: XSeg, swapped: list[np.ndarray], dst: list[np.ndarray], res: int
-) -> list[tuple[np.ndarray, ...]]:
+    model: XSeg, swapped: list[np.ndarray], dst: list[np.ndarray], res: int, need: tuple[bool, bool] = (True, True)
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The merger's XSeg masks (DFL's MergeMasked): of each swapped face (RGB (res, res, 3) in [0, 1], resized to
     256 bicubic) and of each dst face (RGB, the face type's square of the frame at 256, bicubic), each XSeg's
-    (clipped, 0 under 0.1) and resized to `res` bicubic; [(of the swap, of the dst face)]."""
+    (clipped, 0 under 0.1) and resized to `res` bicubic; [(of the swap, of the dst face)]. `need`: which of the
+    two the mask mode reads (the other is not computed: zeros; DFL's runs only those too)."""
     if not swapped:
         return []
     device = next(model.parameters()).device
-    faces = [cv2.resize(f, (RESOLUTION, RESOLUTION), interpolation=cv2.INTER_CUBIC) for f in swapped] + list(dst)
-    x = torch.from_numpy(np.stack(faces)[..., ::-1].copy()).permute(0, 3, 1, 2).float()  # (BGR, as DFL's)
-    masks = []
-    with torch.inference_mode():
-        for at in range(0, len(x), 8):
-            masks.append(torch.sigmoid(model(x[at : at + 8].to(device))).clamp(0, 1)[:, 0].cpu().numpy())
-    found = np.concatenate(masks)
-    found[found < 0.1] = 0
-    found = [cv2.resize(m, (res, res), interpolation=cv2.INTER_CUBIC) for m in found]
-    return list(zip(found[: len(swapped)], found[len(swapped) :]))
+    faces = [cv2.resize(f, (RESOLUTION, RESOLUTION), interpolation=cv2.INTER_CUBIC) for f in swapped] if need[0] else []
+    faces += list(dst) if need[1] else []
+    found = []
+    if faces:
+        x = torch.from_numpy(np.stack(faces)[..., ::-1].copy()).permute(0, 3, 1, 2).float()  # (BGR, as DFL's)
+        with torch.inference_mode():
+            for at in range(0, len(x), 8):
+                found.append(torch.sigmoid(model(x[at : at + 8].to(device))).clamp(0, 1)[:, 0].cpu().numpy())
+        masks = np.concatenate(found)
+        masks[masks < 0.1] = 0
+        found = [cv2.resize(m, (res, res), interpolation=cv2.INTER_CUBIC) for m in masks]
+    none = [np.zeros((res, res), np.float32)] * len(swapped)
+    of_swap = found[: len(swapped)] if need[0] else none
+    of_dst = found[len(swapped) if need[0] else 0 :] if need[1] else none
+    return list(zip(of_swap, of_dst))

@@ -59,7 +59,7 @@ def dfm_bytes(model: nn.Module, meta: dict[str, Any]) -> bytes:
             "a .dfm is an ONNX file: writing one needs the onnx package: pip install 'bigbatch[onnx]'"
         ) from None
     r = model.resolution
-    module = DFMOut(model.float().cpu()).eval()
+    module = DFMOut(model).float().cpu().eval()  # (a copy: the caller's model stays as it was)
     axes = {name: {0: "N"} for name in (INPUT, *OUTPUTS)}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.dfm"
