@@ -198,14 +198,6 @@ def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):
         tiny(**{"data.path": str(tmp_path / "d8.h5"), "train.kimg": 0.064}), run_dir=tmp_path / "up", quiet=True
     )
     assert "d8.h5 (train) holds 8px images, and the run trains at up to 16px" in capsys.readouterr().err
-    # ... and held-out images of data.val_path (found from outside: scored upscaled without a word)
-    bigbatch.data.prepare("builtin:digits", str(tmp_path / "d16.h5"), 16, limit=100, workers=0)
-    over = {"data.path": str(tmp_path / "d16.h5"), "data.val_path": str(tmp_path / "d8.h5"), "train.kimg": 0.064}
-    over |= {"data.val_fraction": 0.0}
-    bigbatch.train(tiny(**over), run_dir=tmp_path / "val", quiet=True)
-    err = capsys.readouterr().err
-    assert "d8.h5 holds 8px images, and the run scores its held-out images at up to 16px" in err
-    assert "d16.h5" not in err
 
 
 def test_random_resized_crops_of_square_images_are_torchvisions():

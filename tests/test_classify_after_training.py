@@ -421,3 +421,14 @@ def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tm
     argv = ["train", "--preset", "digits", "--init-from", str(frozen), "--run-dir", str(tmp_path / "gan")]
     assert main(argv) == 2
     assert f"train.init_from {frozen} is a classify run; a GAN fine-tunes from a GAN run" in capsys.readouterr().err
+
+
+def test_held_out_images_stored_smaller_than_training_reads_are_said(tmp_path, capsys):
+    """Found from outside: data.val_path's 8 px images were scored upscaled to 16 px without a word."""
+    for side in (8, 16):
+        bigbatch.data.prepare("builtin:digits", str(tmp_path / f"d{side}.h5"), side, limit=100, workers=0)
+    over = {"data.path": str(tmp_path / "d16.h5"), "data.val_path": str(tmp_path / "d8.h5"), "train.kimg": 0.064}
+    bigbatch.train(tiny(**over, **{"data.val_fraction": 0.0}), run_dir=tmp_path / "val", quiet=True)
+    err = capsys.readouterr().err
+    assert "d8.h5 holds 8px images, and the run scores its held-out images at up to 16px" in err
+    assert "d16.h5" not in err
