@@ -43,7 +43,7 @@ swapped face and of the dst face (faces/xseg.merge_masks)."""
 
 
 Enhancer = Callable[[np.ndarray], np.ndarray]
-"""The swapped face (res, res, 3) RGB -> 4x, as DFL's merger calls its FaceEnhancer (faces/xseg.enhancer_of)."""
+"""The swapped face (res, res, 3) RGB -> 4x, as DFL's merger calls its FaceEnhancer (merge_run.enhancer_of)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def merge_face(
             raise ValueError("super_resolution needs the enhancer")
         power = s.super_resolution / 100
         prd = np.clip(cv2.resize(prd, (size, size)) * (1 - power) + enhancer(prd) * power, 0, 1)
-        prd_mask, dst_mask, x_dst = (
+        prd_mask, dst_mask, x_dst = (  # (XSeg's dst mask by way of res: DFL resizes it from 256 to 4x at once)
             None if m is None else cv2.resize(m, (size, size), interpolation=cv2.INTER_CUBIC)
             for m in (prd_mask, dst_mask, x_dst)
         )
