@@ -284,8 +284,7 @@ def _listed(
     listing = list_source(source, storage_options, classes=not labels)  # (a labels file names files at any depth)
     if target is not None and not target.url and not source.url:  # the output itself, inside its source (found
         out = os.path.realpath(target.path)  # from outside: listed as corrupt, and --strict failed on it)
-        mine = {os.path.realpath(source.path / name) == out for name in (*listing.names, *listing.outside)}
-        if True in mine:
+        if any(os.path.realpath(source.path / name) == out for name in (*listing.names, *listing.outside)):
             keep = [i for i, k in enumerate(listing.keys) if os.path.realpath(k) != out]
             outside = [n for n in listing.outside if os.path.realpath(source.path / n) != out]
             listing = Listing(listing.source, [listing.keys[i] for i in keep], [listing.names[i] for i in keep],

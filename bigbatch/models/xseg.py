@@ -66,28 +66,19 @@ class BlurPool(nn.Module):
 
 
 class ConvBlock(nn.Module):
-    def __init__(self, cin: int, cout: int) -> None:
+    """3x3 convolution, FRN, TLU; `up`: leras's Conv2DTranspose 3x3 stride 2 SAME instead (see the module)."""
+
+    def __init__(self, cin: int, cout: int, up: bool = False) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
-        self.frn = FRNorm(cout)
-        self.tlu = TLU(cout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.tlu(self.frn(self.conv(x)))
-
-
-class UpConvBlock(nn.Module):
-    """leras's Conv2DTranspose 3x3 stride 2 SAME (see the module), FRN, TLU."""
-
-    def __init__(self, cin: int, cout: int) -> None:
-        super().__init__()
-        self.conv = nn.ConvTranspose2d(cin, cout, 3, stride=2)
+        self.up = up
+        self.conv = nn.ConvTranspose2d(cin, cout, 3, stride=2) if up else nn.Conv2d(cin, cout, 3, padding=1)
         self.frn = FRNorm(cout)
         self.tlu = TLU(cout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[2:]
-        return self.tlu(self.frn(self.conv(x)[:, :, : 2 * h, : 2 * w]))
+        y = self.conv(x)
+        return self.tlu(self.frn(y[:, :, : 2 * h, : 2 * w] if self.up else y))
 
 
 # (name, its in and out channels in units of base_ch) of each stage, in leras's order and names
@@ -128,7 +119,7 @@ class XSeg(nn.Module):
         self.dense1 = nn.Linear(4 * 4 * base_ch * 8, 512)
         self.dense2 = nn.Linear(512, 4 * 4 * base_ch * 8)
         for (up, cin, cout), convs in _UP:
-            self.add_module(up, UpConvBlock(ch(cin), ch(cout)))
+            self.add_module(up, ConvBlock(ch(cin), ch(cout), up=True))
             for name, cin, cout in convs:
                 self.add_module(name, ConvBlock(ch(cin), ch(cout)))
         self.out_conv = nn.Conv2d(base_ch, 1, 3, padding=1)
