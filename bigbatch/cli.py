@@ -165,7 +165,9 @@ def _prepare(args: argparse.Namespace) -> None:
         return f" data.resolution={side}" if side and side != default else ""
 
     whole = args.crop == "none" or args.buckets  # (images of their own shapes: a classifier's)
-    if args.masks:  # face masks: a face set, one side of a swap
+    if args.masks == "labels":  # XSeg's labels
+        print(f"train XSeg on it with: bigbatch train --preset xseg data.path={out}{at(256)}")
+    elif args.masks:  # face masks: a face set, one side of a swap
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
         print(f"train a face swap on it with: {swap}")
     elif args.classes or args.buckets:  # (the classes of a training file's, or rectangles: a held-out split)
@@ -339,9 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument(
         "--masks",
-        metavar="alpha|dfl|DIR",
+        metavar="alpha|dfl|labels|DIR",
         help="swap task: keep a face mask: the alpha channel, the mask in DeepFaceLab's aligned faces "
-        "(XSeg's, else the landmarks' hull) or a folder of masks",
+        "(XSeg's, else the landmarks' hull) or a folder of masks; xseg task: labels, the masks drawn in DFL's "
+        "XSeg editor (faces without are skipped)",
     )
     pr.add_argument(
         "--eyes-mouth",

@@ -247,7 +247,9 @@ def add_face_commands(sub: Any) -> None:
         help="DFL's face enhancer's 4x swap mixed in, percent 0..100 (needs --weights DFL/facelib)",
     )
     mg.add_argument("--weights", metavar="DFL/facelib", help="a DeepFaceLab install's facelib folder: its FaceEnhancer")
-    mg.add_argument("--xseg", metavar="MODEL", help="a DFL XSeg model (its folder or XSeg_256.npy), for the xseg masks")
+    mg.add_argument(
+        "--xseg", metavar="MODEL", help="an XSeg model (DFL's folder or XSeg_256.npy, or an xseg run), for its masks"
+    )
     mg.add_argument("--erode", type=int, default=0, help="erode the mask (negative: dilate), -400..400")
     mg.add_argument("--blur", type=int, default=0, help="feather the mask, 0..400")
     mg.add_argument(
@@ -284,7 +286,9 @@ def add_face_commands(sub: Any) -> None:
     xs = sub.add_parser("xseg", help="DFL's XSeg masks: apply a trained XSeg model to aligned faces, or remove them")
     xa = xs.add_subparsers(dest="action", metavar="ACTION", required=True)
     ap = xa.add_parser("apply", help="bigbatch xseg apply MODEL FACES: each face's mask into its metadata, as DFL's")
-    ap.add_argument("model", metavar="MODEL", help="a DFL XSeg model's folder (its XSeg_256.npy), or that file")
+    ap.add_argument(
+        "model", metavar="MODEL", help="a DFL XSeg model's folder (its XSeg_256.npy), that file, or an xseg run"
+    )
     ap.add_argument("faces", metavar="FACES", help="a folder of aligned faces (bigbatch extract's or DFL's)")
     ap.add_argument(
         "--face-type",

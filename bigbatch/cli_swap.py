@@ -12,8 +12,16 @@ from bigbatch.cli_tools import device_named
 
 
 def _export_dfl(args: argparse.Namespace) -> None:
+    from bigbatch.checkpoints import find_checkpoint
+    from bigbatch.config import Config
+    from bigbatch.faces import xseg
     from bigbatch.tasks.swap.files import export_dfl
 
+    ckpt = find_checkpoint(args.run) if xseg.is_run(args.run) else None
+    if ckpt is not None and (ckpt / "config.toml").is_file() and Config.load(ckpt / "config.toml").task == "xseg":
+        out = xseg.export_dfl(ckpt, args.out, args.overwrite)
+        print(f"Wrote DeepFaceLab XSeg model to {out}: DFL's XSeg trainer, apply and merger read it from there")
+        return
     out = export_dfl(args.run, args.out, args.name, args.face_type, args.overwrite)
     print(f"Wrote DeepFaceLab model {args.name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
 
@@ -28,9 +36,13 @@ def _swap(args: argparse.Namespace) -> None:
 
 def add_swap_commands(sub: Any) -> None:
     """Add export-dfl and swap to the CLI's subcommands."""
-    ex = sub.add_parser("export-dfl", help="write a swap run's model as a DeepFaceLab SAEHD model folder")
-    ex.add_argument("run", metavar="RUN", help="swap run directory or checkpoint folder")
-    ex.add_argument("out", metavar="OUT_DIR", help="folder to write <name>_SAEHD_*.npy and _data.dat into")
+    ex = sub.add_parser(
+        "export-dfl", help="write a swap run's model as a DeepFaceLab SAEHD model folder (an xseg run's: XSeg's)"
+    )
+    ex.add_argument("run", metavar="RUN", help="swap or xseg run directory, or checkpoint folder")
+    ex.add_argument(
+        "out", metavar="OUT_DIR", help="folder to write <name>_SAEHD_*.npy and _data.dat into (XSeg_256.npy and its)"
+    )
     ex.add_argument("--name", default="new", help="DFL's model name (default: new)")
     ex.add_argument(
         "--face-type",

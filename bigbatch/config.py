@@ -3,8 +3,7 @@
 Every field carries a docstring. Types are checked when a section is built (from Python, TOML or
 the command line), values in `_validate`; any mistake is a `BigbatchError` that names the key. What
 needs the modules a section configures (the model registry, the metric names, the schedule parser)
-is checked by those modules, which register their checks with `register_check`: config.py imports none
-of them.
+is checked by those modules, which register their checks with `register_check`: config.py imports none of them.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Any, Literal
 import tomli_w
 
 from bigbatch import config_types as limits  # (their MAX_... counts)
-from bigbatch.config_swap import SwapConfig as SwapConfig  # the swap section, in its own file
+from bigbatch.config_swap import SwapConfig, XSegConfig  # the face tasks' sections, in their own file
 from bigbatch.config_types import MAX_RESOLUTION, Section, at_least_zero, at_most, positive, read_toml, strings
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
@@ -546,6 +545,7 @@ class Config(Section):
     sample: SampleConfig = field(default_factory=SampleConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     swap: SwapConfig = field(default_factory=SwapConfig)
+    xseg: XSegConfig = field(default_factory=XSegConfig)
 
     def _validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):

@@ -1,4 +1,5 @@
-"""The [swap] section of the config: DeepFaceLab SAEHD's training options (bigbatch.config's tree holds it)."""
+"""The [swap] and [xseg] sections of the config: DeepFaceLab SAEHD's and XSeg's training options
+(bigbatch.config's tree holds them)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,21 @@ class SwapConfig(Section):
             self._fail(
                 "gan_patch_size", f"must be pixels in 3..640, or 0 for resolution / 8, got {self.gan_patch_size}"
             )
+
+
+@dataclass
+class XSegConfig(Section):
+    """The xseg task's training options, DeepFaceLab XSeg's (its defaults)."""
+
+    _name = "xseg"
+
+    lr: float = 1e-4
+    """RMSprop's learning rate (DFL's fixed 1e-4)."""
+    lr_dropout: bool = True
+    """DFL's XSeg optimizer: each weight updated with probability 0.3 per step (no cosine, unlike SAEHD's option)."""
+    face_type: Literal["", "h", "mf", "f", "wf", "head"] = ""
+    """DFL's face type of the faces the model masks ("": the one `prepare --masks labels` read from them);
+    `bigbatch xseg apply` and `merge --xseg` cut faces of other types to it."""
+
+    def _validate(self) -> None:
+        positive(self, "lr")

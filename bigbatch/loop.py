@@ -162,6 +162,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # Train.
     crop_scale = getattr(task, "loader_crop_scale", 0.0)  # crops the task has the loader cut before decoding
     order = getattr(task, "data_order", None)  # the task's own order of its data (the swap task's by yaw)
+    data = getattr(task, "feed_data", data)  # what the task reads through the feed (the xseg task's faces, joined)
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase, crop_scale=crop_scale, order=order)
     compiling = compile_cache.CompileWatch() if rep.compile else None  # what the first step compiles, and from where
     vote = dist.StopVote()  # several processes: every rank stops at the same iteration, none waiting for it

@@ -397,7 +397,7 @@ from bigbatch.presets_classify import (  # noqa: E402
     imagenet_resnet50,
     imagenet_resnet50_fast,
 )
-from bigbatch.presets_swap import saehd128, saehd512_df_ud, saehd_cpu  # noqa: E402
+from bigbatch.presets_swap import saehd128, saehd512_df_ud, saehd_cpu, xseg  # noqa: E402
 
 for _fn in (
     fashion_resnet,
@@ -408,5 +408,6 @@ for _fn in (
     saehd128,
     saehd512_df_ud,
     saehd_cpu,
+    xseg,
 ):
     preset_fn(_fn)

@@ -11,6 +11,7 @@ from bigbatch.config import (
     SampleConfig,
     SwapConfig,
     TrainConfig,
+    XSegConfig,
 )
 
 
@@ -95,4 +96,27 @@ def saehd_cpu() -> Config:
         sample=SampleConfig(every_kimg=4, n=8),
         eval=EvalConfig(every_kimg=8, batch_size=64),
         swap=SwapConfig(lr=2e-4),
+    )
+
+
+def xseg() -> Config:
+    """DeepFaceLab's XSeg face segmenter, trained on the faces you labelled in DFL's XSeg editor: 256 px, batch 8.
+
+    DFL's numbers (models/Model_XSeg/Model.py): RMSprop at lr 1e-4 with each weight updated with probability
+    0.3, sigmoid cross-entropy, every face with another face's background and DFL's augmentation; its default
+    batch is 4. 50k iterations; DFL users stop when the previews look right, often sooner, and start from DFL's
+    generic XSeg model (train.init_from=DFL/_internal/model_generic_xseg) to need fewer labels. Data: `bigbatch
+    prepare workspace/data_src/aligned data/xseg_src.h5 --masks labels --resolution 256`, the same for dst
+    (data.dst_path); then `bigbatch xseg apply RUN ALIGNED` writes its masks into the faces.
+    """
+    return Config(
+        name="xseg",
+        task="xseg",
+        data=DataConfig(path="data/xseg_src.h5", resolution=256),
+        model=ModelConfig(name="xseg", options={}),
+        train=_swap_train(kimg=50_000 * 8 / 1000, batch=8, micro_batch=8, log_every_kimg=100 * 8 / 1000),
+        checkpoint=CheckpointConfig(every_kimg=5_000 * 8 / 1000, keep=3),
+        sample=SampleConfig(every_kimg=500 * 8 / 1000, n=8),
+        eval=EvalConfig(every_kimg=0),
+        xseg=XSegConfig(),
     )

@@ -21,12 +21,16 @@ def test_every_preset_builds_models_for_its_data(name):
         assert net.n_classes == n_classes and net.checkpoint_blocks
         assert len((getattr(bigbatch.presets, name).__doc__ or "").split()) > 20
         return
-    if cfg.task == "swap":
+    if cfg.task in ("swap", "xseg"):
         from bigbatch.tasks.swap.task import build_model
 
         with torch.device("meta"):
-            net = build_model(cfg)
-        assert net.resolution == cfg.data.resolution and net.checkpoint_blocks
+            net = (
+                build_model(cfg)
+                if cfg.task == "swap"
+                else bigbatch.models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
+            )
+        assert getattr(net, "resolution", 256) == cfg.data.resolution and net.checkpoint_blocks  # (XSeg's: 256)
         for block in net.checkpoint_blocks:
             net.get_submodule(block)
         assert len((getattr(bigbatch.presets, name).__doc__ or "").split()) > 20

@@ -370,7 +370,7 @@ def test_merge_with_an_xseg_model_masks_by_it_and_merges_again_when_it_changes(w
     dfl.write_weights("xseg/XSeg_256.npy", dfl_weights(base=4, seed=5))
     good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned")]
     for args, says in [
-        ([*good, "o", "--mask", "xseg"], "--mask xseg needs --xseg MODEL, a DFL XSeg model"),
+        ([*good, "o", "--mask", "xseg"], "--mask xseg needs --xseg MODEL, an XSeg model"),
         ([*good, "o", "--xseg", "xseg"], "--xseg is the XSeg model of the XSeg masks"),
         ([*good, "o", "--mask", "xseg", "--xseg", "nowhere"], "nowhere holds no DeepFaceLab XSeg model"),
     ]:

@@ -34,7 +34,8 @@ def test_every_family_is_tested():
     assert sorted(SMALL) == bigbatch.models.list_models("gan")
     assert sorted(CLASSIFIERS) == bigbatch.models.list_models("classify")
     assert AUTOENCODERS == bigbatch.models.list_models("swap")
-    assert sorted([*SMALL, *CLASSIFIERS, *AUTOENCODERS]) == bigbatch.models.list_models()
+    assert bigbatch.models.list_models("xseg") == ["xseg"]  # (tests/test_xseg.py, test_xseg_train.py)
+    assert sorted([*SMALL, *CLASSIFIERS, *AUTOENCODERS, "xseg"]) == bigbatch.models.list_models()
 
 
 @pytest.mark.parametrize("name, resolution", [(n, r) for n, rs in SMALL.items() for r in rs])

@@ -7,7 +7,9 @@ or JPEG of the mask). `bigbatch prepare --masks dfl [--eyes-mouth dfl]` reads th
 - the face mask is the XSeg mask when there is one, else the landmarks' hull with the eyebrows
   raised (facelib/LandmarksProcessor.py: get_image_hull_mask), what DFL's trainer uses;
 - the eyes-and-mouth region is the hull of each eye and of the inner mouth, dilated (an ellipse of
-  size/32) and blurred (a Gaussian of size/16), as get_image_eye_mask + get_image_mouth_mask.
+  size/32) and blurred (a Gaussian of size/16), as get_image_eye_mask + get_image_mouth_mask;
+- with `--masks labels`, the mask drawn by hand in DFL's XSeg editor (`seg_ie_polys`: include polygons
+  filled, then exclude polygons cleared, as SegIEPolys.overlay_mask), what XSeg trains on.
 
 Polygons are filled, dilated and blurred by OpenCV's calls as DFL makes them (pixel for pixel: tests/
 test_dfl_faces.py compares with DFL's code written out). The pickle is read by the restricted unpickler
@@ -199,22 +201,53 @@ def eyes_mouth_mask(size: tuple[int, int], points: np.ndarray) -> np.ndarray:
     return np.clip(total, 0, 1)
 
 
+LABELS = 3  # `decode`'s dfl_masks for the XSeg labels (1: the face mask, 2: and the eyes-and-mouth region)
+
+
+def label_mask(meta: dict[str, Any], size: tuple[int, int]) -> np.ndarray:
+    """The face's XSeg label (h, w float32 in {0, 1}) as DFL's SegIEPolys.overlay_mask draws it: its
+    include polygons filled with 1, then its exclude polygons with 0, each by cv2.fillPoly on the
+    points truncated to integers. NoFaceData when the face has no labelled points (DFL's XSeg trainer
+    leaves such faces out)."""
+    import cv2
+
+    polys = meta.get("seg_ie_polys")
+    if isinstance(polys, dict):
+        polys = [(p.get("type"), p.get("pts")) for p in polys.get("polys", []) if isinstance(p, dict)]
+    drawn = []
+    for kind, pts in polys if isinstance(polys, list | tuple) else []:
+        pts = np.asarray(pts if pts is not None else [], dtype=np.float64).reshape(-1, 2)
+        if not np.isfinite(pts).all() or (np.abs(pts) > 2**20).any():
+            raise NoFaceData("its XSeg polygons hold points that are no pixels (not finite, or far outside)")
+        if len(pts):
+            drawn.append((int(kind) == 1, pts.astype(np.int32)))
+    if not drawn:
+        raise NoFaceData("it has no XSeg labels (polygons drawn in DeepFaceLab's XSeg editor, which XSeg trains on)")
+    mask = np.zeros(size, np.float32)
+    for include, pts in sorted(drawn, key=lambda d: not d[0]):  # (SegIEPolys.sort: includes first, stable)
+        cv2.fillPoly(mask, [pts], 1.0 if include else 0.0)
+    return mask
+
+
 # DFL's face types as its extractor writes them into a face (FaceType.toString) -> SAEHD's face_type option.
 FACE_TYPES = {"half_face": "h", "midfull_face": "mf", "full_face": "f", "whole_face": "wf", "head": "head"}
 
 
 def face_masks(
-    data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str = "image"
+    data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str = "image", labels: bool = False
 ) -> tuple[list[np.ndarray], str]:
     """The mask planes (uint8, h × w of the image) an aligned DFL face carries: the face mask, and with
-    `eyes_mouth` the eyes-and-mouth region; and its face type as SAEHD's option names it (h, mf, f, wf,
-    head). Raises NoFaceData (one line) when it carries none, or a type SAEHD does not train."""
+    `eyes_mouth` the eyes-and-mouth region (or with `labels`, its XSeg label alone); and its face type as
+    SAEHD's option names it (h, mf, f, wf, head). Raises NoFaceData (one line) when it carries none, or a
+    type SAEHD does not train."""
     meta = read_metadata(data, what)
     if meta is None:
         raise NoFaceData("it has no DeepFaceLab metadata (an aligned face from DFL's extractor is a JPEG that has)")
     extracted = str(meta.get("face_type", "full_face"))  # DFLJPG.get_face_type's default
     if extracted not in FACE_TYPES:
         raise NoFaceData(f"its face type {extracted!r} is not one SAEHD trains ({', '.join(FACE_TYPES)})")
+    if labels:
+        return [np.round(label_mask(meta, size) * 255).astype(np.uint8)], FACE_TYPES[extracted]
     xseg = meta.get("xseg_mask")
     points = landmarks_of(meta) if eyes_mouth or xseg is None else None
     if xseg is not None:  # the compressed mask XSeg wrote into the image

@@ -15,6 +15,7 @@ import numpy as np
 
 from bigbatch.config_types import MAX_PROCESSES, MAX_RESOLUTION
 from bigbatch.data import codecs
+from bigbatch.data.dfl_faces import LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import refuse_output, sole_writer
@@ -114,7 +115,8 @@ def prepare(
     `strict`: a file that is not a usable image is an error instead of being skipped.
     `masks` (the swap task's face masks, a fourth channel): "alpha" keeps each image's transparency
     (opaque where it has none), "dfl" takes the mask a DeepFaceLab aligned face carries (its XSeg
-    mask, else its landmarks' hull), or a local folder holds a greyscale mask per image under the same
+    mask, else its landmarks' hull), "labels" the mask drawn in DFL's XSeg editor (what `task = "xseg"`
+    trains on; a face without one is skipped), or a local folder holds a greyscale mask per image under the same
     relative name (any image extension: faces/a.jpg -> MASKS/faces/a.png). `eyes_mouth`: a folder of
     eyes-and-mouth masks the same way, or "dfl" (from the landmarks, with masks "dfl"), a fifth
     channel (needs `masks`). An image without its mask is skipped (an error with `strict`).
@@ -199,7 +201,7 @@ class _Settings:
     quality: int | None
     whole: bool
     folders: tuple[Path, ...]
-    """The mask folders read beside the images (none for masks "alpha" or "dfl")."""
+    """The mask folders read beside the images (none for masks "alpha", "dfl" or "labels")."""
 
     @classmethod
     def checked(
@@ -248,7 +250,7 @@ class _Settings:
 
     def decoding(self) -> dict[str, Any]:
         """What the decoding processes are given: how each file is decoded and encoded."""
-        dfl = 0 if self.masks != "dfl" else 2 if self.eyes_mouth == "dfl" else 1  # planes from DFL's metadata
+        dfl = {"dfl": 2 if self.eyes_mouth == "dfl" else 1, "labels": LABELS}.get(str(self.masks), 0)
         decoding = dict(resolution=self.resolution, ratios=self.ratios, alpha=self.masks == "alpha", dfl=dfl)
         return {**decoding, "whole": self.whole, "codec": (self.codec, self.quality)}
 
@@ -266,7 +268,7 @@ class _Settings:
         attrs: dict[str, Any] = {"resize": resize, "skipped": 0}
         if self.masks:
             em = "none" if not self.eyes_mouth else "dfl" if self.eyes_mouth == "dfl" else "folder"
-            attrs.update(masks=self.masks if self.masks in ("alpha", "dfl") else "folder", eyes_mouth=em)
+            attrs.update(masks=self.masks if self.masks in OWN_MASKS else "folder", eyes_mouth=em)
         return attrs
 
 
@@ -484,21 +486,24 @@ def _progress(total: int, enabled: bool) -> Any:
     return tqdm(total=total, unit="img", disable=not enabled or not sys.stderr.isatty(), dynamic_ncols=True)
 
 
+OWN_MASKS = ("alpha", "dfl", "labels")  # --masks read from the images themselves, not a folder
 MASK_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 
 def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
-    """The mask folders to read (none for --masks alpha or dfl), checked."""
+    """The mask folders to read (none for --masks alpha, dfl or labels), checked."""
     if eyes_mouth and not masks:
         raise BigbatchError("--eyes-mouth is channel 5, after the mask: give --masks alpha, dfl or DIR too")
     if eyes_mouth == "dfl" and masks != "dfl":
         raise BigbatchError("--eyes-mouth dfl reads DeepFaceLab's aligned faces: give --masks dfl with it")
-    folders = [Path(f) for f in (masks, eyes_mouth) if f and f not in ("alpha", "dfl")]
+    if eyes_mouth and masks == "labels":
+        raise BigbatchError("--eyes-mouth is for a swap's faces, --masks labels for XSeg's: give one of them")
+    folders = [Path(f) for f in (masks, eyes_mouth) if f and f not in OWN_MASKS]
     for folder in folders:
         if is_url(str(folder)) or not folder.is_dir():
             raise BigbatchError(
                 f"mask folder {folder} is not a local folder; give --masks alpha (the images' alpha channel), dfl "
-                "(DeepFaceLab's aligned faces' own masks) or a folder of masks"
+                "(DeepFaceLab's aligned faces' own masks), labels (their XSeg editor's) or a folder of masks"
             )
     return folders
 

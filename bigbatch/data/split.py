@@ -129,3 +129,69 @@ def holdout(data: Any, fraction: float) -> tuple[Subset, Subset]:
         )
     everything = torch.arange(len(data))
     return Subset(data, everything[~held], "train"), Subset(data, everything[held], "val")
+
+
+class Joined:
+    """Two data sets of one shape as one (`a`'s images, then `b`'s): what a step reads through `get` (DFL's XSeg
+    trains on src's and dst's labelled faces as one list). Whole-image crops and device decoding are not
+    offered: a task that joins data sets reads square stored images."""
+
+    def __init__(self, a: Any, b: Any):
+        if (a.channels, a.resolution) != (b.channels, b.resolution):
+            raise BigbatchError(
+                f"{a.source} holds {a.channels}-channel {a.resolution} px images and {b.source} "
+                f"{b.channels}-channel {b.resolution} px ones: prepare both alike"
+            )
+        self.a, self.b = a, b
+
+    def __len__(self) -> int:
+        return len(self.a) + len(self.b)
+
+    def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(index, dtype=torch.long)
+        in_b = index >= len(self.a)
+        images, labels = [], []
+        for part, data, offset in ((~in_b, self.a, 0), (in_b, self.b, len(self.a))):
+            if part.any():
+                i = index[part] - offset
+                got = data.get(i, resolution) if resolution else data.get(i)
+                images.append(got[0])
+                labels.append(got[1])
+        order = torch.cat([torch.nonzero(~in_b).flatten(), torch.nonzero(in_b).flatten()]).argsort()
+        return torch.cat(images)[order], torch.cat(labels)[order]
+
+    @property
+    def encoded(self) -> bool:
+        return bool(getattr(self.a, "encoded", False) or getattr(self.b, "encoded", False))
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return getattr(self.a, "meta", {})
+
+    @property
+    def n_classes(self) -> int:
+        return 0
+
+    @property
+    def class_names(self) -> list[str]:
+        return []
+
+    @property
+    def channels(self) -> int:
+        return self.a.channels
+
+    @property
+    def resolution(self) -> int:
+        return self.a.resolution
+
+    @property
+    def source(self) -> str:
+        return f"{self.a.source} + {self.b.source}"
+
+    @property
+    def bucket_counts(self) -> list[int]:
+        return [len(self)]
+
+    @property
+    def content_hash(self) -> str:
+        return f"{self.a.content_hash}+{self.b.content_hash}"

@@ -26,6 +26,7 @@ MIX = 16  # a classifier's mixup and CutMix draws, per pair of neighbouring imag
 RAND_AUG = 17  # a classifier's RandAugment draws, per image of a step
 ERASE = 18  # a classifier's random erasing, per image of a step
 UNIFORM_YAW = 19  # the swap task's order of faces by yaw bins (swap.uniform_yaw)
+XSEG_AUG = 20  # the xseg task's augmentation draws, per step (tasks/xseg/augment.py)
 
 
 def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:

@@ -138,9 +138,9 @@ def merge_folder(
     merge continues); when any of them changed, the frames merged before are removed and every frame is merged
     again, said on stderr. Each merged frame, in order, also goes to `writer` (`bigbatch
     merge --video`; a kept frame is read back from its PNG). Frames are merged on threads while the model swaps
-    the next frames' faces. `xseg`: a DFL XSeg model (faces/xseg.py), which the XSeg masks need; `weights`: a DFL
-    install's facelib folder, whose FaceEnhancer s.super_resolution runs. Returns (frames merged, faces merged,
-    frames kept from before)."""
+    the next frames' faces. `xseg`: an XSeg model (DFL's or an xseg run's; faces/xseg.py), which the XSeg masks
+    need; `weights`: a DFL install's facelib folder, whose FaceEnhancer s.super_resolution runs. Returns (frames
+    merged, faces merged, frames kept from before)."""
     from tqdm import tqdm
 
     from bigbatch.faces import merge_record
@@ -149,7 +149,7 @@ def merge_folder(
 
     if (s.mask in XSEG_MASKS) != (xseg is not None):
         raise BigbatchError(
-            f"--mask {s.mask} needs --xseg MODEL, a DFL XSeg model (e.g. DFL's _internal/model_generic_xseg)"
+            f"--mask {s.mask} needs --xseg MODEL, an XSeg model (DFL's _internal/model_generic_xseg, or an xseg run)"
             if xseg is None
             else f"--xseg is the XSeg model of the XSeg masks ({', '.join(XSEG_MASKS)}); --mask {s.mask} is not one"
         )
@@ -184,7 +184,7 @@ def merge_folder(
     enhancer = enhancer_of(weights, device) if weights is not None else None
     segmenter = None
     if xseg is not None:
-        from bigbatch.faces.xseg import load_xseg, weights_of
+        from bigbatch.faces.xseg import load_xseg, model_file
 
         segmenter = load_xseg(xseg)[0].to(device)
     own = _face_type_of(run, model)
@@ -204,7 +204,7 @@ def merge_folder(
     (out / "masks").mkdir(parents=True, exist_ok=True)
     record = {
         "settings": {**s.__dict__, "face_type": kind.dfl_name}
-        | ({"xseg": merge_record.content_digest(weights_of(xseg))} if xseg is not None else {})
+        | ({"xseg": merge_record.content_digest(model_file(xseg))} if xseg is not None else {})
         | ({"enhancer": merge_record.content_digest(_enhancer_file(weights))} if weights is not None else {}),
         "model": merge_record.model_identity(run, model),
         "aligned": merge_record.aligned_identity(Path(aligned)),

@@ -19,6 +19,8 @@ import cv2
 import numpy as np
 import torch
 
+from bigbatch import checkpoints, models
+from bigbatch.config import Config
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces import align
@@ -43,9 +45,22 @@ def weights_of(path: str | Path) -> Path:
     return file
 
 
+def is_run(path: str | Path) -> bool:
+    """Whether `path` names a bigbatch run or one of its checkpoints (not a DFL model folder or file)."""
+    path = Path(path)
+    return (
+        path.is_dir()
+        and not (path / WEIGHTS).is_file()
+        and any((path / name).exists() for name in ("checkpoints", "meta.json", "state.pt"))
+    )
+
+
 def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
-    """DFL's XSeg model in `path` (its model folder, or the `XSeg_256.npy` itself), in eval mode, and the face type
-    its `XSeg_data.dat` says it was trained on (None: none said, the faces' own)."""
+    """The XSeg model in `path`, in eval mode, and the face type it was trained on (None: none said, the faces'
+    own): DFL's (its model folder, or the `XSeg_256.npy` itself; the type its `XSeg_data.dat` says), or an xseg
+    run's (its latest checkpoint, or the checkpoint folder named; the type its faces were)."""
+    if is_run(path):
+        return checkpoints.read_newest(path, _load_run)
     file = weights_of(path)
     weights = dfl.read_weights(file)
     first = np.asarray(weights.get("conv01/conv/weight:0", np.zeros((3, 3, 3, 32))))
@@ -58,6 +73,45 @@ def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
         options = data.get("options") if isinstance(data, dict) else None
         kind = options.get("face_type") if isinstance(options, dict) else None
     return model.eval().requires_grad_(False), (str(kind) if kind else None)
+
+
+def model_file(path: str | Path) -> Path:
+    """The file holding the weights of the XSeg model `path` names: DFL's `XSeg_256.npy`, or the run's checkpoint's."""
+    return checkpoints.find_checkpoint(path) / "model.safetensors" if is_run(path) else weights_of(path)
+
+
+def _load_run(ckpt: Path) -> tuple[XSeg, str | None]:
+    cfg = Config.load(ckpt / "config.toml")
+    if cfg.task != "xseg":
+        raise BigbatchError(f"{ckpt} is a {cfg.task} run, not an XSeg (task xseg) run")
+    with torch.random.fork_rng(devices=[]):  # (built on the host, not on "meta": BlurPool's kernels are made here)
+        model = models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
+    weights, _ = checkpoints.load_checkpoint(ckpt, nets=("model",), state=False)
+    checkpoints.load_weights(model, weights["model"], f"the model of checkpoint {ckpt}")
+    kind = checkpoints.model_info(ckpt).get("face_type") or cfg.xseg.face_type or None
+    return model.eval().requires_grad_(False), kind
+
+
+def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Write an xseg run's model (its latest checkpoint, or the one named) as DFL's XSeg model folder `out`:
+    `XSeg_256.npy` and `XSeg_data.dat` (its face type, iteration count and DFL's options), which DFL's XSeg
+    trainer goes on training and its apply and merger read. Its RMSprop moments are not written: DFL starts them
+    afresh."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BigbatchError(f"{out} is a file: give a folder for the DeepFaceLab XSeg model (made if missing)")
+    if (out / WEIGHTS).exists() and not overwrite:
+        raise BigbatchError(f"{out} already holds a DeepFaceLab XSeg model ({WEIGHTS}): give --overwrite to replace it")
+    ckpt = checkpoints.find_checkpoint(path)
+    model, kind = checkpoints.read_newest(ckpt, _load_run)
+    state = torch.load(ckpt / "state.pt", weights_only=True, map_location="cpu")
+    cfg = Config.load(ckpt / "config.toml")
+    options = {"face_type": kind or "f", "pretrain": False, "batch_size": cfg.train.batch}
+    out.mkdir(parents=True, exist_ok=True)
+    dfl.write_weights(out / WEIGHTS, dfl.export_part(model))
+    data = {"iter": max(1, int(state.get("steps", 0))), "options": options, "loss_history": []}
+    atomic_write(out / "XSeg_data.dat", dfl.dumps({**data, "sample_for_preview": None, "choosed_gpu_indexes": None}))
+    return out
 
 
 def _faces(folder: Path) -> list[Path]:

@@ -33,6 +33,7 @@ COMMON = {
     "gan": ("resolution", "n_classes", "ch", "dim_z", "img_channels"),
     "classify": ("n_classes", "ch", "img_channels"),
     "swap": ("resolution", "img_channels"),
+    "xseg": ("resolution", "img_channels"),
 }
 TASKS = tuple(COMMON)
 
@@ -50,6 +51,7 @@ _KIND = {
     "gan": ("a GAN", "create", "the GAN families"),
     "classify": ("an image classifier", "create_classifier", "the classifier families"),
     "swap": ("a face-swap autoencoder", "create_autoencoder", "the autoencoder families"),
+    "xseg": ("a face segmenter", "create_segmenter", "the segmenter families"),
 }
 
 
@@ -222,7 +224,17 @@ def create_classifier(
 def create_autoencoder(name: str, resolution: int, *, img_channels: int = 3, **opts: Any) -> nn.Module:
     """Build and initialise a face-swap autoencoder family's network (SAEHD) from the global RNG; `opts`
     are the family's options (archi, ae_dims, ...; BigbatchError naming the valid ones for any other)."""
-    family = _family(name, "swap")
+    return _create_one("swap", name, resolution, img_channels, opts)
+
+
+def create_segmenter(name: str, resolution: int, *, img_channels: int = 3, **opts: Any) -> nn.Module:
+    """Build and initialise a face segmenter family's network (DFL's XSeg) from the global RNG; `opts` are
+    the family's options (BigbatchError naming the valid ones for any other)."""
+    return _create_one("xseg", name, resolution, img_channels, opts)
+
+
+def _create_one(task: str, name: str, resolution: int, img_channels: int, opts: dict[str, Any]) -> nn.Module:
+    family = _family(name, task)
     check_options(name, opts)
     init = opts.pop("init", family.init)
     net = family.build(resolution=resolution, img_channels=img_channels, **opts)

@@ -19,6 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bigbatch.errors import BigbatchError, whole_number
+from bigbatch.models.registry import register
+
 RESOLUTION = 256  # (the dense bottleneck is at 4x4 after six halvings: the network reads 256 px only)
 
 
@@ -124,6 +127,11 @@ class XSeg(nn.Module):
                 self.add_module(name, ConvBlock(ch(cin), ch(cout)))
         self.out_conv = nn.Conv2d(base_ch, 1, 3, padding=1)
 
+    @property
+    def checkpoint_blocks(self) -> list[str]:
+        """The convolution blocks (the activations that weigh, at 256 px and 128 px)."""
+        return [name for name, m in self.named_children() if isinstance(m, ConvBlock)]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Mask logits (N, 1, 256, 256) of BGR faces (N, 3, 256, 256) in [0, 1]."""
         if tuple(x.shape[2:]) != (RESOLUTION, RESOLUTION):
@@ -142,3 +150,15 @@ class XSeg(nn.Module):
             for name, _, _ in convs:
                 x = getattr(self, name)(x)
         return self.out_conv(x)
+
+
+@register(init="xavier", task="xseg")
+def xseg(*, resolution: int, img_channels: int, base_ch: int = 32) -> XSeg:
+    """DFL's XSeg (Glorot-uniform weights and zero biases, as leras initialises it): 256 px BGR faces in, their
+    mask's logits out. `base_ch`: 32, DFL's (its weight files load into that only)."""
+    if resolution != RESOLUTION:
+        raise BigbatchError(f"XSeg reads {RESOLUTION} px faces (DFL's network): set data.resolution={RESOLUTION}")
+    if img_channels != 3:
+        raise BigbatchError(f"XSeg reads colour faces (3 channels), not {img_channels}")
+    whole_number("base_ch", base_ch, 1)
+    return XSeg(base_ch=base_ch)

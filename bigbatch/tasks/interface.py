@@ -259,11 +259,11 @@ def refuse_face_sets(data: Any, task: str) -> None:
 
 
 # Config sections that one task reads, and which.
-SECTION_OWNERS = {"swap": "swap", "augment": "gan"}
+SECTION_OWNERS = {"swap": "swap", "xseg": "xseg", "augment": "gan"}
 
 
 def refuse_sections(cfg: Config, task: str, *sections: str) -> None:
-    """Keys of `sections` ([swap], [augment]) are read by one task each: set in another task's config
+    """Keys of `sections` ([swap], [xseg], [augment]) are read by one task each: set in another task's config
     (`task` says which, for the message), they would do nothing."""
     for section in sections:
         if foreign := getattr(cfg, section).changed():

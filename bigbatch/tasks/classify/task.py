@@ -76,7 +76,7 @@ def check_config(cfg: Config) -> None:
             "train.optimizer, train.momentum, train.weight_decay, train.warmup_kimg, train.lr_decay; remove it"
         )
     t = cfg.train
-    refuse_sections(cfg, 'task = "classify"', "swap", "augment")
+    refuse_sections(cfg, 'task = "classify"', "swap", "xseg", "augment")
     other = t.changed("betas", "adam_eps") if t.optimizer == "sgd" else t.changed("momentum", "nesterov")
     if other:
         uses = "train.momentum and train.nesterov" if t.optimizer == "sgd" else "train.betas and train.adam_eps"

@@ -105,7 +105,7 @@ def check_config(cfg: Config) -> None:
         cfg.train._fail(
             "lr_decay", f'must be "none" or "linear" for the GAN task, got "{cfg.train.lr_decay}" (a classifier\'s)'
         )
-    refuse_sections(cfg, "the GAN task", "swap")
+    refuse_sections(cfg, "the GAN task", "swap", "xseg")
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "

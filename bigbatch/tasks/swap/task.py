@@ -86,7 +86,7 @@ def check_config(cfg: Config) -> None:
             f"config key '{foreign[0]}' is not read by task = \"swap\": its model is set by model.options (archi, "
             "ae_dims, e_dims, d_dims, d_mask_dims), its optimizer by [swap] (optimizer, lr, lr_dropout); remove it"
         )
-    refuse_sections(cfg, 'task = "swap"', "augment")
+    refuse_sections(cfg, 'task = "swap"', "xseg", "augment")
     if not cfg.data.dst_path:
         cfg.data._fail("dst_path", 'must name the dst faces (a DATA.h5 or builtin:NAME) for task = "swap"')
     if cfg.data.xflip:
@@ -189,27 +189,30 @@ def discriminators(cfg: Config, net: nn.Module) -> dict[str, nn.Module]:
     return out
 
 
-def face_type_of(cfg: Config, src: Any, dst: Any) -> str:
-    """DFL's face type of the faces: swap.face_type, or the one `prepare --masks dfl` recorded ("" if
-    neither says); the two sides and the config must agree."""
+def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap") -> str:
+    """DFL's face type of the faces: `section`.face_type, or the one `prepare --masks dfl|labels` recorded (""
+    if neither says); the two sides and the config must agree."""
     found = {}
     for side, data in (("src", src), ("dst", dst)):
         face_type = getattr(data, "meta", {}).get("face_type")
         if face_type:
             found[side] = face_type
+    model = "a SAEHD model" if section == "swap" else "an XSeg model"
     if len(set(found.values())) > 1:
         raise BigbatchError(
             f"the src faces were extracted with DFL's face type {found['src']!r} and the dst faces with "
-            f"{found['dst']!r}; a SAEHD model takes one: extract both sides with the same face type"
+            f"{found['dst']!r}; {model} takes one: extract both sides with the same face type"
         )
     recorded = next(iter(found.values()), "")
-    if cfg.swap.face_type and recorded and cfg.swap.face_type != recorded:
-        cfg.swap._fail(
+    options = getattr(cfg, section)
+    if options.face_type and recorded and options.face_type != recorded:
+        options._fail(
             "face_type",
-            f"is {cfg.swap.face_type!r}, but the faces were extracted as {recorded!r}: give swap.face_type={recorded} "
-            f"(a model of another face type, e.g. train.init_from, needs faces extracted as {cfg.swap.face_type!r})",
+            f"is {options.face_type!r}, but the faces were extracted as {recorded!r}: give {section}.face_type="
+            f"{recorded} (a model of another face type, e.g. train.init_from, needs faces extracted as "
+            f"{options.face_type!r})",
         )
-    return cfg.swap.face_type or recorded
+    return options.face_type or recorded
 
 
 def _float(images: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -19,19 +19,23 @@ import torch.nn.functional as F
 CELLS = (2, 4, 8)  # cells per side: DFL's cell_size w // 2, w // 4, w // 8
 
 
-def draw(n: int, g: torch.Generator, flip: bool) -> tuple[torch.Tensor, ...]:
+def draw(
+    n: int, g: torch.Generator, flip: bool, rotation: float = 10.0, scale: float = 0.05, shift: float = 0.05
+) -> tuple[torch.Tensor, ...]:
     """One step's draws for `n` images: (affine theta (n, 2, 3) mapping output to input coordinates in
-    grid_sample's normalised units, warp offsets (n, 2, 7, 7) in cells, cell counts (n,), flips (n,))."""
-    angle = torch.empty(n, dtype=torch.float64).uniform_(-10, 10, generator=g) * (math.pi / 180)
-    scale = torch.empty(n, dtype=torch.float64).uniform_(1 / 1.05, 1.05, generator=g)
-    shift = torch.empty(n, 2, dtype=torch.float64).uniform_(-0.05, 0.05, generator=g) * 2  # of the width 2
+    grid_sample's normalised units, warp offsets (n, 2, 7, 7) in cells, cell counts (n,), flips (n,)).
+    The affine's ranges are gen_warp_params's: rotation ±`rotation`°, scale 1/(1 + `scale`)..1 + `scale`,
+    shift ±`shift` of the width each way (SAEHD's and XSeg's defaults)."""
+    angle = torch.empty(n, dtype=torch.float64).uniform_(-rotation, rotation, generator=g) * (math.pi / 180)
+    scale_ = torch.empty(n, dtype=torch.float64).uniform_(1 / (1 + scale), 1 + scale, generator=g)
+    shift_ = torch.empty(n, 2, dtype=torch.float64).uniform_(-shift, shift, generator=g) * 2  # of the width 2
     flips = (torch.randint(10, (n,), generator=g) < 4) & flip
     cells = torch.tensor(CELLS)[torch.randint(len(CELLS), (n,), generator=g)]
     offsets = torch.randn(n, 2, max(CELLS) - 1, max(CELLS) - 1, generator=g)
     # Output point p comes from input point q = (R^T (p - t)) / s: the inverse of DFL's rotate-scale-shift.
     cos, sin = torch.cos(angle), torch.sin(angle)
-    inv = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2) / scale[:, None, None]
-    theta = torch.cat([inv, -(inv @ shift[:, :, None])], dim=2)
+    inv = torch.stack([torch.stack([cos, -sin], -1), torch.stack([sin, cos], -1)], -2) / scale_[:, None, None]
+    theta = torch.cat([inv, -(inv @ shift_[:, :, None])], dim=2)
     return theta.float(), offsets, cells, flips
 
 
@@ -60,19 +64,20 @@ def apply(
     warp: bool,
     colour: int = 3,
     picture: torch.Tensor | None = None,
+    masks_too: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(input, target) of images `x` (N, C, H, W in [0, 1]; the first `colour` channels the picture,
     the rest masks): the target transformed, the input's picture also warped (when `warp`). Pictures
     repeat their border; masks are zero outside. `picture`: the input's picture where it differs
-    from the target's (DFL's HSV shift, which only the input gets). In float32 whatever autocast says: its
+    from the target's (DFL's HSV shift, which only the input gets). `masks_too`: the input keeps its masks,
+    warped as its picture (XSeg's sample and label). In float32 whatever autocast says: its
     grid in bf16 would sample a 512 px face up to two pixels off."""
     with torch.autocast(x.device.type, enabled=False):
-        return _apply(
-            x.float(), theta, offsets, cells, flips, warp, colour, None if picture is None else picture.float()
-        )
+        picture = None if picture is None else picture.float()
+        return _apply(x.float(), theta, offsets, cells, flips, warp, colour, picture, masks_too)
 
 
-def _apply(x, theta, offsets, cells, flips, warp, colour, picture):  # (apply's, with autocast off)
+def _apply(x, theta, offsets, cells, flips, warp, colour, picture, masks_too):  # (apply's, with autocast off)
     n, _, h, w = x.shape
     theta = theta.to(x.device, x.dtype, non_blocking=True)
     offsets = offsets.to(x.device, x.dtype, non_blocking=True)
@@ -92,4 +97,8 @@ def _apply(x, theta, offsets, cells, flips, warp, colour, picture):  # (apply's,
     # DFL warps first, then transforms: the input at p is the picture at q + flow(q), q the affine's point.
     moved = F.grid_sample(flow, grid, mode="bilinear", padding_mode="border", align_corners=False)
     source = x[:, :colour] if picture is None else picture
-    return sample(source, grid + moved.permute(0, 2, 3, 1), "border"), target
+    where = grid + moved.permute(0, 2, 3, 1)
+    warped = sample(source, where, "border")
+    if masks_too and x.shape[1] > colour:
+        warped = torch.cat([warped, sample(x[:, colour:], where, "zeros")], dim=1)
+    return warped, target

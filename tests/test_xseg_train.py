@@ -1,0 +1,187 @@
+"""XSeg trained here, as DeepFaceLab trains it: the faces labelled in DFL's XSeg editor prepare with their
+polygons drawn as DFL draws them (`prepare --masks labels`), `task = "xseg"` trains DFL's network on them with
+DFL's augmentation, resumes bit for bit, and the model crosses to DFL's files and back, masks faces (`xseg
+apply RUN`) and starts from DFL's own model (train.init_from)."""
+
+import os
+import signal
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_dfl_faces import dfl_jpeg, face_image, landmarks
+
+import bigbatch
+from bigbatch.batching import replicator_for
+from bigbatch.cli import main
+from bigbatch.data.dfl_faces import read_metadata
+from bigbatch.data.load import training_data
+from bigbatch.data.prepare import prepare
+from bigbatch.data.streams import generator
+from bigbatch.errors import BigbatchError
+from bigbatch.faces.xseg import load_xseg, model_file
+from bigbatch.models import dfl
+from bigbatch.tasks import build_task
+from bigbatch.tasks.swap import warp
+from bigbatch.tasks.xseg import augment
+from bigbatch.tasks.xseg.task import XSegTask
+
+RES = 256
+
+
+def polygons(i):
+    """A face's labels as DFL's editor saves them: an include polygon (an ellipse) and an exclude one inside."""
+    cx, cy = 120 + 4 * i, 130 - 3 * i
+    face = cv2.ellipse2Poly((cx, cy), (70, 90), 0, 0, 360, 10).astype(np.float32) + 0.7  # (DFL truncates them)
+    hole = np.float32([[cx - 12, cy + 40], [cx + 12, cy + 40], [cx, cy + 62]])
+    return {"polys": [{"type": 0, "pts": hole}, {"type": 1, "pts": face}]}  # (excludes saved first: drawn last)
+
+
+def drawn(i):
+    """DFL's SegIEPolys.overlay_mask of `polygons(i)`."""
+    mask = np.zeros((RES, RES, 1), np.float32)
+    polys = polygons(i)["polys"]
+    for poly in sorted(polys, key=lambda p: p["type"] != 1):
+        cv2.fillPoly(mask, [poly["pts"].astype(np.int32)], (1.0,) if poly["type"] == 1 else (0.0,))
+    return mask[..., 0]
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """Eight aligned DFL faces, six of them labelled, and their prepared labels."""
+    root = tmp_path_factory.mktemp("xseg")
+    folder = root / "aligned"
+    folder.mkdir()
+    for i in range(8):
+        image = face_image(RES, seed=i)
+        image[drawn(i) > 0] = (190, 140, 110)  # the face: the labelled region
+        meta = {"face_type": "whole_face", "landmarks": landmarks(seed=i), "source_filename": f"{i:05d}.png"}
+        if i not in (2, 5):
+            meta["seg_ie_polys"] = polygons(i)
+        (folder / f"{i:05d}.jpg").write_bytes(dfl_jpeg(image, meta))
+    report = prepare(str(folder), str(root / "labels.h5"), RES, workers=0, masks="labels")
+    return folder, root / "labels.h5", report
+
+
+def test_prepare_draws_dfls_labels_and_skips_faces_without(labelled):
+    folder, h5, report = labelled
+    assert report.count == 6 and sorted(name for name, _ in report.skipped) == ["00002.jpg", "00005.jpg"]
+    assert all("no XSeg labels" in why for _, why in report.skipped)
+    data = bigbatch.data.load_data(str(h5), RES)
+    assert data.channels == 4 and data.meta.get("face_type") == "wf"
+    images, _ = data.get(torch.arange(6))
+    for row, i in enumerate((0, 1, 3, 4, 6, 7)):
+        assert np.array_equal(images[row, ..., 3].numpy(), (drawn(i) * 255).astype(np.uint8))  # pixel for pixel
+    assert drawn(0)[130 + 50, 120] == 0 and drawn(0)[130, 120] == 1  # (the exclude polygon cut out of the face)
+    with pytest.raises(BigbatchError, match="--eyes-mouth is for a swap's faces"):
+        prepare(str(folder), str(h5.parent / "x.h5"), RES, workers=0, masks="labels", eyes_mouth="some_folder")
+
+
+def test_the_augmentation_moves_the_label_with_the_face_and_does_not_depend_on_the_ranks(labelled):
+    _, h5, _ = labelled
+    faces, _ = bigbatch.data.load_data(str(h5), RES).get(torch.arange(4))
+    x = faces.permute(0, 3, 1, 2).float() / 255
+    draws = augment.draw(4, RES, generator(7, 20, 0))
+    image, label = augment.apply(x, x.roll(1, 0), draws)
+    assert image.shape == (4, 3, RES, RES) and label.shape == (4, 1, RES, RES)
+    assert 0 <= image.min() and image.max() <= 1 and set(label.unique().tolist()) <= {0.0, 1.0}
+    # The label is the face's label through the same warp the picture took (DFL warps both by one set of params).
+    warped, _ = warp.apply(x, *draws[7:11], warp=True, masks_too=True)
+    assert torch.equal(label, (warped[:, 3:4] >= 0.5).float())
+    # Two ranks of two faces each augment exactly as one rank of four.
+    halves = [augment.apply(x[s], x.roll(1, 0)[s], [d[s] for d in draws]) for s in (slice(0, 2), slice(2, 4))]
+    assert torch.equal(torch.cat([h[0] for h in halves]), image)
+    assert torch.equal(torch.cat([h[1] for h in halves]), label)
+    again = augment.apply(x, x.roll(1, 0), augment.draw(4, RES, generator(7, 20, 0)))[0]
+    other = augment.apply(x, x.roll(1, 0), augment.draw(4, RES, generator(7, 20, 4)))[0]
+    assert torch.equal(again, image) and not torch.equal(other, image)  # the step's stream decides
+
+
+def xseg_config(h5, **over):
+    cfg = bigbatch.preset("xseg").override(
+        {
+            "data.path": str(h5),
+            "model.options": {"base_ch": 4},
+            "train.batch": 4,
+            "train.micro_batch": 2,
+            "train.kimg": 0.016,
+            "train.log_every_kimg": 0.004,
+            "checkpoint.every_kimg": 0.008,
+            "sample.every_kimg": 0.008,
+        }
+    )
+    return cfg.override(over)
+
+
+def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp_path, monkeypatch, capsys):
+    folder, h5, _ = labelled
+    cfg = xseg_config(h5, **{"data.dst_path": str(h5)})  # (src's and dst's labelled faces, joined)
+    whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
+    assert sorted(p.name for p in (whole / "samples").glob("preview-*.png"))
+    step = XSegTask.step
+
+    def stop_after_two(self, feed):
+        out = step(self, feed)
+        if feed.nimg == 8:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(XSegTask, "step", stop_after_two)
+    part = bigbatch.train(cfg, run_dir=tmp_path / "part", quiet=True)
+    monkeypatch.setattr(XSegTask, "step", step)
+    bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
+    ckpt = "checkpoints/000000.016/model.safetensors"
+    assert (whole / ckpt).read_bytes() == (part / ckpt).read_bytes()
+
+    # To DFL's files and back; DFL's files as train.init_from; the run masks faces.
+    assert main(["export-dfl", str(whole), str(tmp_path / "dfl")]) == 0
+    model, kind = load_xseg(tmp_path / "dfl")
+    trained = load_file(whole / ckpt)
+    assert kind == "wf" and all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())
+    start = xseg_config(h5, **{"train.init_from": str(tmp_path / "dfl")})
+    first = build_task(start, replicator_for(start), training_data(start)).nets()["model"].state_dict()
+    assert all(torch.equal(first[k], v) for k, v in trained.items())
+    with pytest.raises(BigbatchError, match="was trained on f faces, and these are wf"):
+        (tmp_path / "dfl" / "XSeg_data.dat").write_bytes(dfl.dumps({"iter": 1, "options": {"face_type": "f"}}))
+        build_task(start, replicator_for(start), training_data(start))
+    assert model_file(whole).read_bytes() == (whole / ckpt).read_bytes()  # (what merge's record digests)
+    assert main(["xseg", "apply", str(whole), str(folder)]) == 0
+    meta = read_metadata((folder / "00000.jpg").read_bytes())
+    assert meta["xseg_mask"] is not None and cv2.imdecode(np.asarray(meta["xseg_mask"]), 0).shape == (RES, RES)
+
+
+def test_xseg_learns_the_labels(labelled, tmp_path):
+    _, h5, _ = labelled
+    fast = {"xseg.lr": 2e-3, "xseg.lr_dropout": False, "train.kimg": 0.12, "train.micro_batch": 4}
+    cfg = xseg_config(h5, **fast, **{"checkpoint.every_kimg": 0.12, "sample.every_kimg": 0.0})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "r")
+    model, _ = load_xseg(run)
+    faces, _ = bigbatch.data.load_data(str(h5), RES).get(torch.arange(6))
+    x = faces.permute(0, 3, 1, 2).float() / 255
+    with torch.no_grad():
+        pred = torch.sigmoid(model(x[:, :3].flip(1))) >= 0.5
+    truth = x[:, 3:4] >= 0.5
+    iou = (pred & truth).sum() / (pred | truth).sum()
+    assert iou > 0.8  # (an untrained network's: 0.0 to 0.3 over three seeds)
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"data.resolution": 128}, 'must be 256 for task = "xseg"'),
+        ({"train.lr": 0.05}, 'is not read by task = "xseg"'),
+        ({"swap.lr": 0.1}, 'is read by task = "swap" only'),
+        ({"eval.every_kimg": 1.0}, 'must be 0 for task = "xseg"'),
+        ({"data.val_fraction": 0.1}, "it holds out no faces"),
+    ],
+)
+def test_xseg_configs_that_would_do_nothing_are_refused(labelled, over, message):
+    with pytest.raises(BigbatchError, match=message):
+        xseg_config(labelled[1], **over)
+
+
+def test_xseg_keys_are_refused_by_the_other_tasks():
+    with pytest.raises(BigbatchError, match="'xseg.lr' is read by task = \"xseg\" only"):
+        bigbatch.preset("saehd_cpu").override({"xseg.lr": 0.1})
