@@ -124,8 +124,19 @@ def test_super_resolution_merges_the_enhanced_swap_at_4x_where_the_face_was():
         inside = mask > 250
         errors.append(np.abs(out.astype(np.float64) - frame)[inside].mean())
     assert errors[1] < 0.9 * errors[0] and errors[1] < 3.5  # (the face at 4x: nearer the frame than at 64 px)
-    with pytest.raises(BigbatchError, match="not yet together"):
-        merge.MergeSettings(mask="xseg", super_resolution=50)
+    # XSeg's mask of the swap is taken of the enhanced 4x swap, as DFL's (before, it was refused with super resolution)
+    seen, zeros = [], np.zeros((64, 64), np.float32)
+
+    def segmenter(face):
+        seen.append(face.shape)
+        return np.ones(face.shape[:2], np.float32)
+
+    def merged(mask, **kw):
+        s = merge.MergeSettings(mask=mask, color="none", super_resolution=100)
+        predict = lambda x: (x.copy(), ones, ones, zeros, ones)  # noqa: E731  (XSeg's masks before the enhancement: 0)
+        return merge.merge_frame(frame, [face.landmarks], predict, 64, align.FaceType.FULL, s, enhancer=up, **kw)[0]
+
+    assert np.array_equal(merged("xseg-prd", segmenter=segmenter), merged("full")) and seen == [(256, 256, 3)]
 
 
 def test_the_xseg_masks_are_dfls_mask_modes_6_to_9():
@@ -422,6 +433,18 @@ def test_merge_with_super_resolution_runs_dfls_face_enhancer_from_its_weight_fil
     assert main([*good, "plain"]) == 0
     a, b = (cv2.imread(f"{o}/00001.png").astype(int) for o in ("sr", "plain"))
     assert a.shape == b.shape and 0 < np.abs(a - b).mean() < 20  # (the same face, with the enhancer's half)
+    # With the XSeg masks of the swap too (an XSeg model that masks everything: the merge of the full mask).
+    from test_xseg import dfl_weights
+
+    Path("xseg").mkdir()
+    weights = dfl_weights(base=4, seed=5)
+    weights["out_conv/bias:0"] = np.full_like(weights["out_conv/bias:0"], 50.0)
+    weights["out_conv/weight:0"] = np.zeros_like(weights["out_conv/weight:0"])
+    dfl.write_weights("xseg/XSeg_256.npy", weights)
+    sr = [*good, "--super-resolution", "50", "--weights", "facelib", "--color", "none"]
+    assert main([*sr, "x", "--mask", "xseg", "--xseg", "xseg"]) == 0
+    assert main([*sr, "f", "--mask", "full"]) == 0
+    assert all(np.array_equal(cv2.imread(f"x/{n}"), cv2.imread(f"f/{n}")) for n in ("00000.png", "00001.png"))
 
 
 MODEL_GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_model_golden.npz", allow_pickle=False)

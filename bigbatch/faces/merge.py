@@ -25,6 +25,7 @@ MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", 
 # DFL's mask modes 0-9 by name (xseg: XSeg-prd*XSeg-dst; learned*xseg: all four), and the landmarks' hull times
 # the model's masks (not one of DFL's).
 XSEG_MASKS = ("xseg-prd", "xseg-dst", "xseg", "learned*xseg")
+PRD_MASKS = ("xseg-prd", "xseg", "learned*xseg")  # those that read XSeg's mask of the swap
 MASKS = ("full", "hull", "learned-prd", "learned-dst", "learned", "learned-sum", "hull*learned", *XSEG_MASKS)
 COLORS = ("none", *color.MERGE_MODES)
 BATCH = 8  # faces the model swaps at once, and frames merged together
@@ -44,6 +45,10 @@ swapped face and of the dst face (faces/xseg.merge_masks)."""
 
 Enhancer = Callable[[np.ndarray], np.ndarray]
 """The swapped face (res, res, 3) RGB -> 4x, as DFL's merger calls its FaceEnhancer (merge_run.enhancer_of)."""
+
+Segmenter = Callable[[np.ndarray], np.ndarray]
+"""A swapped face (n, n, 3) RGB -> XSeg's mask of it (n, n), as DFL's merger takes it (faces/xseg.merge_masks):
+for super resolution, XSeg's mask of the enhanced swap."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +83,6 @@ class MergeSettings:
         ):
             if not low <= value <= high:
                 raise BigbatchError(f"{name} must be {low} to {high}, got {value}")
-        if self.super_resolution and self.mask in ("xseg-prd", "xseg", "learned*xseg"):
-            raise BigbatchError(  # (XSeg of the swap is taken before its enhancement here; DFL's reads the 4x face)
-                f"--mask {self.mask} reads XSeg's mask of the swap, which --super-resolution changes: not yet "
-                "together; use --mask xseg-dst or a learned mask with it"
-            )
 
 
 def _warp_in(image: np.ndarray, mat: np.ndarray, size: int) -> np.ndarray:
@@ -180,12 +180,14 @@ def merge_face(
     s: MergeSettings,
     key: int = 0,
     enhancer: Enhancer | None = None,
+    segmenter: Segmenter | None = None,
 ) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray]:
     """One face of a frame (RGB uint8) swapped and merged, in the part of the frame it can change: (that box
     (x0, y0, x1, y1), the merged part float32 RGB in [0, 1], its merge mask (h, w, 1)); with mode raw-predict,
     the box is None and the model's face and mask come instead. Only the box is warped and blended (a face
     is a small part of a 720p frame); the pixels are those DFL's full-frame merge gives. With
-    s.super_resolution, `enhancer` makes the swap 4x (DFL's FaceEnhancer) and the face is merged at that size."""
+    s.super_resolution, `enhancer` makes the swap 4x (DFL's FaceEnhancer) and the face is merged at that size; XSeg's
+    mask of the swap is then `segmenter`'s of the enhanced swap, as DFL's (the predictor's, without)."""
     fh, fw = frame.shape[:2]
     sub = res * UP
     size = sub if s.super_resolution else res  # (DFL's output_size)
@@ -212,6 +214,8 @@ def merge_face(
             None if m is None else cv2.resize(m, (size, size), interpolation=cv2.INTER_CUBIC)
             for m in (prd_mask, dst_mask, x_dst)
         )
+        if segmenter is not None:  # XSeg of the enhanced swap (DFL's XSeg-prd reads the face it merges)
+            x_prd = np.clip(segmenter(prd), 0, 1).astype(np.float32)
     mask = {
         "full": lambda: np.ones_like(hull),
         "hull": lambda: hull,
@@ -302,13 +306,14 @@ def merge_frame(
     s: MergeSettings,
     key: int = 0,
     enhancer: Enhancer | None = None,
+    segmenter: Segmenter | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A frame (RGB uint8) with each face (its source landmarks) swapped in: (RGB uint8, the merge mask uint8),
     each face merged into the original frame and the results laid over one another, as DFL's MergeMasked;
     8-bit by truncation, as DFL converts (outside the faces, the frame's own values). A frame without faces
     comes back as it was, with an empty mask; mode raw-predict gives the model's face and mask instead."""
     out, mask_out = frame.copy(), np.zeros(frame.shape[:2], np.uint8)
-    merged = [merge_face(frame, lm, predictor, res, kind, s, key, enhancer) for lm in faces]
+    merged = [merge_face(frame, lm, predictor, res, kind, s, key, enhancer, segmenter) for lm in faces]
     if s.mode == "raw-predict" and merged:
         face, mask = merged[0][1], merged[0][2]
         return (face * 255).astype(np.uint8), (mask[..., 0] * 255).astype(np.uint8)

@@ -19,6 +19,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces import align
 from bigbatch.faces.merge import (
     BATCH,
+    PRD_MASKS,
     XSEG_MASKS,
     Enhancer,
     MergeSettings,
@@ -334,8 +335,9 @@ class _Merging:
         if self.xseg is not None:
             from bigbatch.faces.xseg import merge_masks
 
-            mode = self.s.mask  # (only the masks the mode reads, as DFL's: found by review)
-            need = (mode in ("xseg-prd", "xseg", "learned*xseg"), mode in ("xseg-dst", "xseg", "learned*xseg"))
+            mode = self.s.mask  # (only the masks the mode reads, as DFL's: found by review; with super resolution,
+            # XSeg reads the swap once enhanced, in merge_face)
+            need = (mode in PRD_MASKS and not self.s.super_resolution, mode in ("xseg-dst", "xseg", "learned*xseg"))
             masks = merge_masks(self.xseg, [o[0] for o in outputs], dst256 or [], self.model.resolution, need)
             outputs = [o + m for o, m in zip(outputs, masks)]
         outputs = iter(outputs)
@@ -348,8 +350,14 @@ class _Merging:
         mask as OUT/masks/{stem}.png."""
         predictions = iter(outputs)
         res = self.model.resolution
+        segmenter = None
+        if self.xseg is not None and self.s.super_resolution and self.s.mask in PRD_MASKS:
+            from bigbatch.faces.xseg import merge_masks
+
+            segmenter = lambda face: merge_masks(self.xseg, [face], [], face.shape[0], (True, False))[0][0]  # noqa: E731
+        faces = self.faces.get(stem, [])
         rgb, mask = merge_frame(
-            frame, self.faces.get(stem, []), lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer
+            frame, faces, lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer, segmenter
         )
         for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)
