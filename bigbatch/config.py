@@ -491,9 +491,9 @@ class EvalConfig(Section):
     BN", Wu & Johnson 2021: the running statistics are an average over weights that kept changing, and
     an average of weights has none of its own)."""
     best: str = ""
-    """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics; of pr and
-    dc, one of their values: precision, recall, density or coverage, else the first; for a classify run
-    val_top1, or val_top5 or val_loss)."""
+    """The metric whose best value keeps RUN/checkpoints/best/ ("" = the first of eval.metrics; of pr and dc, one
+    of their values: precision, recall, density or coverage, else the first; classify: val_top1, or val_top5 or
+    val_loss; swap: ssim, src_ssim or dst_ssim; xseg: iou, or val_loss)."""
     classifier: dict[str, Any] = field(default_factory=dict)
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
 

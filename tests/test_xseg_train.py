@@ -3,6 +3,7 @@ polygons drawn as DFL draws them (`prepare --masks labels`), `task = "xseg"` tra
 DFL's augmentation, resumes bit for bit, and the model crosses to DFL's files and back, masks faces (`xseg
 apply RUN`) and starts from DFL's own model (train.init_from)."""
 
+import json
 import os
 import signal
 
@@ -152,11 +153,16 @@ def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp
     assert meta["xseg_mask"] is not None and cv2.imdecode(np.asarray(meta["xseg_mask"]), 0).shape == (RES, RES)
 
 
-def test_xseg_learns_the_labels(labelled, tmp_path):
+def test_xseg_learns_the_labels_and_scores_faces_it_never_trained_on(labelled, tmp_path):
     _, h5, _ = labelled
     fast = {"xseg.lr": 2e-3, "xseg.lr_dropout": False, "train.kimg": 0.12, "train.micro_batch": 4}
-    cfg = xseg_config(h5, **fast, **{"checkpoint.every_kimg": 0.12, "sample.every_kimg": 0.0})
+    held = {"data.val_fraction": 0.2, "eval.every_kimg": 0.04, "eval.batch_size": 2}  # (2 of the 6 faces)
+    cfg = xseg_config(h5, **fast, **held, **{"checkpoint.every_kimg": 0.12, "sample.every_kimg": 0.0})
     run = bigbatch.train(cfg, run_dir=tmp_path / "r")
+    scored = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"iou"' in line]
+    assert len(scored) == 3 and all(0 <= r["iou"] <= 1 and r["val_loss"] > 0 for r in scored)
+    assert scored[-1]["iou"] > 0.6 and scored[-1]["val_loss"] < scored[0]["val_loss"]
+    assert (run / "checkpoints" / "best" / "model.safetensors").is_file()
     model, _ = load_xseg(run)
     faces, _ = bigbatch.data.load_data(str(h5), RES).get(torch.arange(6))
     x = faces.permute(0, 3, 1, 2).float() / 255
@@ -173,8 +179,9 @@ def test_xseg_learns_the_labels(labelled, tmp_path):
         ({"data.resolution": 128}, 'must be 256 for task = "xseg"'),
         ({"train.lr": 0.05}, 'is not read by task = "xseg"'),
         ({"swap.lr": 0.1}, 'is read by task = "swap" only'),
-        ({"eval.every_kimg": 1.0}, 'must be 0 for task = "xseg"'),
-        ({"data.val_fraction": 0.1}, "it holds out no faces"),
+        ({"eval.every_kimg": 1.0, "data.val_fraction": 0.0}, "asks for held-out scores"),
+        ({"eval.every_kimg": 1.0, "data.val_fraction": 0.1, "eval.best": "fid"}, "must be one of iou, val_loss"),
+        ({"data.val_path": "x.h5"}, "holds out data.val_fraction"),
     ],
 )
 def test_xseg_configs_that_would_do_nothing_are_refused(labelled, over, message):

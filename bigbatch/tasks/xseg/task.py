@@ -8,12 +8,16 @@ sigmoid cross-entropy of the mask's logits per pixel, mean per face; the optimiz
 each weight updated with probability 0.3). As for SAEHD, each step's loss is the batch's mean times
 train.batch: DFL's gradient at that batch, whatever the micro-batches and ranks.
 
+data.val_fraction holds out that fraction of each labelled set, scored every eval.every_kimg (`iou`, `val_loss`;
+the best keeps RUN/checkpoints/best/): what DFL does not measure, whether the masks hold on faces not trained on.
+
 DFL's pretraining mode (on unlabelled faces, DSSIM and MSE) is not here: start from DFL's generic XSeg model
 instead (`train.init_from = "DFL/_internal/model_generic_xseg"`), as DFL users do.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +28,18 @@ from torch import nn
 
 from bigbatch import models
 from bigbatch.config import Config
-from bigbatch.data.load import load_data
+from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import schedule_of
-from bigbatch.data.split import Joined
+from bigbatch.data.split import Joined, holdout
 from bigbatch.data.streams import ORDER_B, XSEG_AUG, generator
+from bigbatch.engine import dist
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.faces.xseg import load_xseg
 from bigbatch.models.xseg import RESOLUTION
 from bigbatch.sampling import BLACK, captioned_sheet
+from bigbatch.tasks.best import Best
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
 from bigbatch.tasks.swap.load import check_face_size
 from bigbatch.tasks.swap.optim import LR_DROPOUT, RMSprop
@@ -52,11 +58,16 @@ def check_config(cfg: Config) -> None:
         cfg.data._fail("resolution", f'must be {RESOLUTION} for task = "xseg" (DFL\'s XSeg reads 256 px faces)')
     if cfg.data.xflip:
         cfg.data._fail("xflip", 'is not read by task = "xseg": its augmentation mirrors faces as DFL\'s (p 0.4)')
-    for key in ("val_path", "val_rect", "val_fraction"):
+    for key in ("val_path", "val_rect"):
         if cfg.data.changed(key):
-            cfg.data._fail(key, 'is not read by task = "xseg": it holds out no faces (train on all your labels)')
-    if cfg.eval.every_kimg:
-        cfg.eval._fail("every_kimg", 'must be 0 for task = "xseg": it has no held-out score; watch its previews')
+            cfg.data._fail(key, "is a classify key; the xseg task holds out data.val_fraction of its labelled faces")
+    if cfg.eval.every_kimg and not cfg.data.val_fraction:
+        raise BigbatchError(
+            "config key 'eval.every_kimg' asks for held-out scores, but there are none to hold out: set "
+            "data.val_fraction (e.g. 0.1: that fraction of the labelled faces, src's and dst's, is never trained on)"
+        )
+    if cfg.eval.best not in ("", *SCORES):
+        cfg.eval._fail("best", f'must be one of {", ".join(SCORES)} for task = "xseg", got {cfg.eval.best!r}')
 
 
 def labelled(cfg: Config, data: Any, side: str) -> Any:
@@ -77,9 +88,14 @@ def build(
     """XSeg on the labelled faces of data.path (and data.dst_path), prepared by `rep`, with DFL's RMSprop."""
     d = cfg.data
     labelled(cfg, data, "src")
-    dst = None
+    dst = val = None
     if d.dst_path:
         dst = labelled(cfg, load_data(d.dst_path, d.resolution, d.in_ram, d.storage_options or None), "dst")
+    if d.val_fraction:  # the same fraction of each, never trained on
+        val = validation_data(cfg, data)
+        if dst is not None:
+            dst, dst_val = holdout(dst, d.val_fraction)
+            val = Joined(val, dst_val)
     face_type = face_type_of(cfg, data, dst if dst is not None else data, "xseg")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
@@ -88,7 +104,10 @@ def build(
         init_from(net, cfg.train.init_from, face_type)
     model = rep.prepare(net.train())
     opt = rep.wrap_optimizer(RMSprop(list(net.parameters()), **_rates(cfg), seed=(cfg.train.seed, 0)), "model")
-    return XSegTask(cfg, rep, data if dst is None else Joined(data, dst), model, opt, face_type)
+    task = XSegTask(cfg, rep, data if dst is None else Joined(data, dst), model, opt, face_type)
+    if cfg.eval.every_kimg and run is not None and val is not None:
+        task.scorer = XSegScorer(task, val, run, resumed_at, quiet or not rep.is_main)
+    return task
 
 
 def _rates(cfg: Config) -> dict[str, float]:
@@ -114,7 +133,7 @@ class XSegTask:
         "Mask aligned faces with: bigbatch xseg apply {run} ALIGNED; merge with it: bigbatch merge SWAP_RUN ... "
         "--mask xseg --xseg {run}; for DeepFaceLab: bigbatch export-dfl {run} OUT_DIR"
     )
-    scorer = None
+    scorer: Any = None
     lr_key, range_loss = "xseg.lr", ("loss_xseg",)
 
     def __init__(self, cfg: Config, rep: Replicator, data: Any, model: nn.Module, opt: Any, face_type: str) -> None:
@@ -181,8 +200,9 @@ class XSegTask:
 
     def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]:
         """DFL's XSeg preview: per face, the face with its label (the rest greened), the predicted mask, the
-        face with the prediction; of faces evenly spaced over the labelled ones (src's, then dst's)."""
-        data = self.feed_data
+        face with the prediction; of faces evenly spaced over the labelled ones (src's, then dst's; the held-out
+        ones when there are)."""
+        data = self.scorer.val if self.scorer is not None else self.feed_data
         n = min(PREVIEW_ROWS, self.cfg.sample.n, len(data))
         faces, _ = data.get(torch.linspace(0, len(data) - 1, n).round().long())
         return {"preview": preview_sheet(self.plain(), faces)}
@@ -203,6 +223,58 @@ class XSegTask:
                 pixels = (img.float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)
                 cells.append((pixels, [(what, BLACK)]))
         return captioned_sheet(cells, ncol=4)
+
+
+SCORES = ("iou", "val_loss")  # the held-out scores; the first keeps RUN/checkpoints/best/ unless eval.best says
+
+
+@torch.no_grad()
+def held_out_scores(model: nn.Module, data: Any, batch: int = 16, rank: int = 0, world: int = 1) -> dict[str, float]:
+    """XSeg on labelled faces it never trained on, unaugmented: `iou`, the mean over faces of the intersection
+    over union of its mask (cut at 0.5, as `xseg apply` cuts it) and the label (a face where both are empty
+    counts 1), and `val_loss`, the training loss's cross-entropy; with `world` ranks each scores every
+    world-th batch and the sums are combined."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # IoUs, losses, faces
+    for start in range(rank * batch, len(data), batch * world):
+        faces, _ = data.get(torch.arange(start, min(start + batch, len(data))))
+        x = _float(faces, device)
+        logits = model(x[:, :3].flip(1)).float()
+        label = (x[:, 3:4] >= 0.5).float()
+        pred = (logits >= 0).float()  # (sigmoid >= 0.5)
+        inter, union = (pred * label).sum(dim=(1, 2, 3)), ((pred + label) > 0).float().sum(dim=(1, 2, 3))
+        iou = torch.where(union > 0, inter / union.clamp(min=1), torch.ones_like(union))
+        loss = F.binary_cross_entropy_with_logits(logits, label, reduction="none").mean(dim=(1, 2, 3))
+        sums += torch.stack([iou.sum(), loss.sum(), torch.tensor(float(len(x)), device=device)]).double()
+    model.train(was)
+    sums = dist.sum(sums).cpu()
+    n = max(1.0, float(sums[2]))
+    return {"iou": float(sums[0]) / n, "val_loss": float(sums[1]) / n}
+
+
+class XSegScorer:
+    """The held-out scores every eval.every_kimg; the best `iou` (or eval.best) keeps RUN/checkpoints/best/."""
+
+    def __init__(self, task: XSegTask, val: Any, run: Path, resumed_at: int | None, quiet: bool) -> None:
+        self.task, self.val = task, val
+        cfg = task.cfg
+        metric = cfg.eval.best or SCORES[0]
+        settings = {"metric": metric, "val_fraction": cfg.data.val_fraction}
+        self.tracker = Best(metric, metric == "iou", settings, run, resumed_at, quiet)
+
+    def __call__(self) -> dict[str, float]:
+        began = time.perf_counter()
+        rep = self.task.rep
+        scores = held_out_scores(self.task.plain(), self.val, self.task.cfg.eval.batch_size, rep.rank, rep.world_size)
+        return {**scores, "eval_seconds": time.perf_counter() - began}
+
+    def improved(self, scores: dict[str, float]) -> bool:
+        return self.tracker.improved(scores)
+
+    def best_record(self) -> dict[str, Any]:
+        return self.tracker.record()
 
 
 def _draws(n: int, seed: int, nimg: int) -> tuple[torch.Tensor, ...]:
