@@ -6,6 +6,8 @@ apply RUN`) and starts from DFL's own model (train.init_from)."""
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import cv2
 import numpy as np
@@ -192,3 +194,33 @@ def test_xseg_configs_that_would_do_nothing_are_refused(labelled, over, message)
 def test_xseg_keys_are_refused_by_the_other_tasks():
     with pytest.raises(BigbatchError, match="'xseg.lr' is read by task = \"xseg\" only"):
         bigbatch.preset("saehd_cpu").override({"xseg.lr": 0.1})
+
+
+def test_two_processes_train_the_xseg_of_one_bit_for_bit(labelled, tmp_path):
+    # 2 processes x 1 micro-batch of 2 against 1 process x 2: the augmentation's draws, the backgrounds and the
+    # lr dropout follow global positions, so every weight is equal.
+    _, h5, _ = labelled
+    args = [
+        "--preset", "xseg", f"data.path={h5}", f"data.dst_path={h5}", "model.options={base_ch=4}", "train.batch=4",
+        "train.micro_batch=2", "train.kimg=0.008", "checkpoint.every_kimg=0.008", "sample.every_kimg=0.008",
+        "train.log_every_kimg=0.004",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "BIGBATCH_CACHE": str(tmp_path / "cache")}
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    runs = {}
+    for procs in (1, 2):
+        launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"] if procs > 1 else []
+        cmd = [sys.executable, *launch, "-m", "bigbatch.cli", "train", *args, "--run-dir", str(tmp_path / str(procs))]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs[procs] = tmp_path / str(procs)
+    assert '"world_size": 2' in (runs[2] / "plan.json").read_text()
+    a, b = (load_file(runs[n] / "checkpoints" / "000000.008" / "model.safetensors") for n in (1, 2))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    def logged(run):
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in row.items() if k not in ("seconds", "img_per_s")} for row in rows]
+
+    assert logged(runs[1]) == logged(runs[2]) and "loss_xseg" in logged(runs[1])[0]
