@@ -165,8 +165,10 @@ def _prepare(args: argparse.Namespace) -> None:
         return f" data.resolution={side}" if side and side != default else ""
 
     whole = args.crop == "none" or args.buckets  # (images of their own shapes: a classifier's)
-    if args.masks == "labels":  # XSeg's labels
-        print(f"train XSeg on it with: bigbatch train --preset xseg data.path={out}{at(256)}")
+    if args.masks == "labels" and side != 256:  # (found from outside: a hint the preset refused)
+        print(f"XSeg trains on 256 px faces: prepare them again with --resolution 256 (these are {side} px)")
+    elif args.masks == "labels":  # XSeg's labels
+        print(f"train XSeg on it with: bigbatch train --preset xseg data.path={out}")
     elif args.masks:  # face masks: a face set, one side of a swap
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
         print(f"train a face swap on it with: {swap}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.cli_tools import device_named
+from bigbatch.errors import BigbatchError
 
 
 def _export_dfl(args: argparse.Namespace) -> None:
@@ -19,11 +20,14 @@ def _export_dfl(args: argparse.Namespace) -> None:
 
     ckpt = find_checkpoint(args.run) if xseg.is_run(args.run) else None
     if ckpt is not None and (ckpt / "config.toml").is_file() and Config.load(ckpt / "config.toml").task == "xseg":
-        out = xseg.export_dfl(ckpt, args.out, args.overwrite)
+        if args.name is not None:
+            raise BigbatchError("DFL's XSeg model has no name (its files: XSeg_256.npy, XSeg_data.dat): drop --name")
+        out = xseg.export_dfl(ckpt, args.out, args.overwrite, args.face_type)
         print(f"Wrote DeepFaceLab XSeg model to {out}: DFL's XSeg trainer, apply and merger read it from there")
         return
-    out = export_dfl(args.run, args.out, args.name, args.face_type, args.overwrite)
-    print(f"Wrote DeepFaceLab model {args.name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
+    name = args.name or "new"
+    out = export_dfl(args.run, args.out, name, args.face_type, args.overwrite)
+    print(f"Wrote DeepFaceLab model {name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
 
 
 def _swap(args: argparse.Namespace) -> None:
@@ -43,7 +47,7 @@ def add_swap_commands(sub: Any) -> None:
     ex.add_argument(
         "out", metavar="OUT_DIR", help="folder to write <name>_SAEHD_*.npy and _data.dat into (XSeg_256.npy and its)"
     )
-    ex.add_argument("--name", default="new", help="DFL's model name (default: new)")
+    ex.add_argument("--name", help="DFL's model name (default: new; an XSeg model has none)")
     ex.add_argument(
         "--face-type",
         choices=("h", "mf", "f", "wf", "head"),

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
@@ -209,8 +210,8 @@ def check_local_data(cfg: Any) -> None:
 
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
-    """A GAN's images, or a swap's faces, at another size than data.resolution: refused by the task's own check
-    (found from outside: the dry run passed them)."""
+    """A GAN's images, or a swap's or XSeg's faces, at another size than data.resolution (or XSeg's without their
+    labels): refused by the task's own check (found from outside: the dry run passed them)."""
     whole = meta.get("crop") == "none"
     stored = meta.get("short_side" if whole else "resolution")
     if cfg.task == "gan" and given == cfg.data.path and (stored or (not whole and meta.get("height"))):
@@ -225,6 +226,15 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
             check_face_size(cfg, side, given, stored or 0, meta)
         if cfg.swap.uniform_yaw and not meta.get("face_yaws"):  # (found by review: the dry run passed them)
             cfg.swap._fail("uniform_yaw", f"needs each face's yaw, and the {side} faces {given} have none: {NO_YAWS}")
+    elif cfg.task == "xseg" and given in (cfg.data.path, cfg.data.dst_path):  # (found by review: passed them)
+        from bigbatch.tasks.swap.task import face_type_of
+        from bigbatch.tasks.xseg.task import labelled
+
+        side = "src" if given == cfg.data.path else "dst"
+        shown = SimpleNamespace(channels=meta.get("channels", 4), source=given, resolution=stored or 0, meta=meta)
+        if stored or meta.get("height"):
+            labelled(cfg, shown, side)
+        face_type_of(cfg, shown, shown, "xseg")  # (xseg.face_type against the faces')
 
 
 def build_on_meta(cfg: Any) -> None:
@@ -246,6 +256,8 @@ def build_on_meta(cfg: Any) -> None:
             from bigbatch.tasks.swap.task import build_model
 
             build_model(cfg)
+        elif cfg.task == "xseg":
+            models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
 
 
 def run_stats(args: argparse.Namespace) -> None:

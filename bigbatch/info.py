@@ -65,6 +65,9 @@ def describe_run(path: str | Path) -> str:
     lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
     if cfg.task == "swap":
         lines.append(f"recipe      {cfg.name}: src {cfg.data.path}, dst {cfg.data.dst_path} at {cfg.data.resolution}px")
+    elif cfg.task == "xseg":
+        dst = f" and {cfg.data.dst_path}" if cfg.data.dst_path else ""
+        lines.append(f"recipe      {cfg.name}: labelled faces {cfg.data.path}{dst} at {cfg.data.resolution}px")
     else:
         classes = meta.get("n_classes") or "no"
         trained = resolution_trained(cfg, int(meta.get("nimg", 0)))
@@ -83,6 +86,13 @@ def describe_run(path: str | Path) -> str:
             f"training    {batch}, {s.optimizer} lr {s.lr:g}, clip {t.grad_clip:g}, "
             f"{', '.join(flags + extras) or 'plain'}, {t.precision}"
             f"{' + checkpointing' if t.checkpointing else ''}, seed {t.seed}"
+        )
+    elif cfg.task == "xseg":
+        x, face = cfg.xseg, meta.get("face_type") or cfg.xseg.face_type or "unknown"
+        lines.append(f"model       {m.name}{options}, face type {face}")
+        lines.append(
+            f"training    {batch}, rmsprop lr {x.lr:g}{', lr_dropout' if x.lr_dropout else ''}, clip "
+            f"{t.grad_clip:g}, {t.precision}{' + checkpointing' if t.checkpointing else ''}, seed {t.seed}"
         )
     elif cfg.task == "gan":
         lines.append(f"model       {m.name} ch {m.ch} dim_z {m.dim_z}{options}")

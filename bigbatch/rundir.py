@@ -451,7 +451,7 @@ RESUMABLE_CHANGES = {
     "checkpoint.keep",
     "sample.every_kimg",
     "data.path",  # the same images at another path (the content hash is checked)
-    "data.dst_path",  # (the swap task's dst faces: the same)
+    "data.dst_path",  # (the swap and xseg tasks' dst faces: the same, checked by the task)
     "data.workers",
     "data.in_ram",
     "data.storage_options",
@@ -466,7 +466,7 @@ RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "t
         "random_warp", "lr_dropout", "lr", "src_flip", "dst_flip", "masked_training", "eyes_mouth_prio", "ct_mode",
         "random_hsv_power", "face_style_power", "bg_style_power", "blur_out_mask", "uniform_yaw",
     )
-}  # fmt: skip
+} | {"xseg.lr", "xseg.lr_dropout"}  # fmt: skip
 
 
 # What may differ between ranks: where each reads the data (another mount on another node), how it reads it.

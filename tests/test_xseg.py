@@ -180,9 +180,7 @@ def test_xseg_apply_writes_dfls_mask_into_each_face_and_remove_takes_it_out(alig
     # flag won over the file)
     capsys.readouterr()
     assert main(["xseg", "apply", str(tmp_path / "model"), str(faces), "--device", "cpu", "--face-type", "wf"]) == 0
-    assert "--face-type wf left aside: the model's XSeg_data.dat says it was trained on f faces" in (
-        capsys.readouterr().err
-    )
+    assert "--face-type wf left aside: the model says it was trained on f faces" in (capsys.readouterr().err)
     again = cv2.imdecode(read_metadata((faces / "1.jpg").read_bytes())["xseg_mask"], cv2.IMREAD_UNCHANGED)
     assert np.array_equal(again, cut)
     # A face whose metadata and mask outgrow one JPEG segment is left as it was, said (found by review: a

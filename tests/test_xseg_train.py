@@ -12,6 +12,7 @@ import sys
 import cv2
 import numpy as np
 import pytest
+import skimage.data
 import torch
 from safetensors.torch import load_file
 from test_dfl_faces import dfl_jpeg, face_image, landmarks
@@ -19,6 +20,7 @@ from test_dfl_faces import dfl_jpeg, face_image, landmarks
 import bigbatch
 from bigbatch.batching import replicator_for
 from bigbatch.cli import main
+from bigbatch.data import dfl_faces
 from bigbatch.data.dfl_faces import read_metadata
 from bigbatch.data.load import training_data
 from bigbatch.data.prepare import prepare
@@ -78,6 +80,12 @@ def test_prepare_draws_dfls_labels_and_skips_faces_without(labelled):
     for row, i in enumerate((0, 1, 3, 4, 6, 7)):
         assert np.array_equal(images[row, ..., 3].numpy(), (drawn(i) * 255).astype(np.uint8))  # pixel for pixel
     assert drawn(0)[130 + 50, 120] == 0 and drawn(0)[130, 120] == 1  # (the exclude polygon cut out of the face)
+    # DFL's older list form draws the same; polygons that are not DFL's are a reason, not a traceback
+    meta = {"seg_ie_polys": [(p["type"], p["pts"].tolist()) for p in polygons(0)["polys"]]}
+    assert np.array_equal(dfl_faces.label_mask(meta, (RES, RES)), drawn(0))
+    for bad in ({"polys": [{"pts": polygons(0)["polys"][1]["pts"]}]}, [(1, np.zeros((4, 3)))]):
+        with pytest.raises(dfl_faces.NoFaceData, match="XSeg polygons are not DFL's"):
+            dfl_faces.label_mask({"seg_ie_polys": bad}, (RES, RES))
     with pytest.raises(BigbatchError, match="--eyes-mouth is for a swap's faces"):
         prepare(str(folder), str(h5.parent / "x.h5"), RES, workers=0, masks="labels", eyes_mouth="some_folder")
 
@@ -100,6 +108,18 @@ def test_the_augmentation_moves_the_label_with_the_face_and_does_not_depend_on_t
     again = augment.apply(x, x.roll(1, 0), augment.draw(4, RES, generator(7, 20, 0)))[0]
     other = augment.apply(x, x.roll(1, 0), augment.draw(4, RES, generator(7, 20, 4)))[0]
     assert torch.equal(again, image) and not torch.equal(other, image)  # the step's stream decides
+
+
+def test_the_jpeg_round_trip_on_the_device_is_opencvs_within_a_level():
+    # DFL's last augmentation re-compresses the face with cv2.imencode/imdecode; here it is computed on the device.
+    image = skimage.data.astronaut()[:256, 128:384].copy()
+    x = torch.from_numpy(image).permute(2, 0, 1)[None].float() / 255
+    for quality in (10, 30, 50, 75, 95):
+        ours = augment.jpeg(x, torch.tensor([quality]))[0].permute(1, 2, 0).numpy() * 255
+        _, encoded = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, quality])
+        theirs = cv2.imdecode(encoded, cv2.IMREAD_COLOR)[..., ::-1].astype(np.float64)
+        off, lost = np.abs(ours - theirs).mean(), np.abs(theirs - image).mean()
+        assert off < 1.0 and off < 0.4 * lost, (quality, off, lost)  # (mean 0.4-0.7 levels; JPEG's own loss 1.8-7.8)
 
 
 def xseg_config(h5, **over):
@@ -137,22 +157,50 @@ def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp
     bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
     ckpt = "checkpoints/000000.016/model.safetensors"
     assert (whole / ckpt).read_bytes() == (part / ckpt).read_bytes()
+    # A resume may change the rate and the dropout (DFL asks again at each start), not the faces it reads.
+    with pytest.raises(BigbatchError, match="the run was trained with the dst faces .* data.dst_path .none. differs"):
+        bigbatch.train(cfg.override({"data.dst_path": "", "train.kimg": 0.02}), run_dir=part, resume=True, quiet=True)
+    changed = cfg.override({"xseg.lr": 5e-4, "xseg.lr_dropout": False, "train.kimg": 0.02})
+    bigbatch.train(changed, run_dir=part, resume=True, quiet=True)
 
-    # To DFL's files and back; DFL's files as train.init_from; the run masks faces.
-    assert main(["export-dfl", str(whole), str(tmp_path / "dfl")]) == 0
+    # The run masks faces; DFL's XSeg is base_ch 32 (its loader would start this one afresh): refused in one line.
+    assert main(["info", str(whole)]) == 0
+    said = capsys.readouterr().out
+    assert "rmsprop lr 0.0001, lr_dropout" in said and f"labelled faces {h5} and {h5}" in said and " sgd " not in said
+    assert model_file(whole).read_bytes() == (whole / ckpt).read_bytes()  # (what merge's record digests)
+    assert main(["xseg", "apply", str(whole), str(folder)]) == 0
+    meta = read_metadata((folder / "00000.jpg").read_bytes())
+    assert meta["xseg_mask"] is not None and cv2.imdecode(np.asarray(meta["xseg_mask"]), 0).shape == (RES, RES)
+    capsys.readouterr()
+    assert main(["export-dfl", str(whole), str(tmp_path / "dfl")]) == 2
+    assert "base_ch 4, and DFL's is 32" in capsys.readouterr().err
+
+
+def test_an_xseg_run_crosses_to_dfls_files_and_back(labelled, tmp_path, capsys):
+    _, h5, _ = labelled
+    cfg = xseg_config(h5, **{"model.options": {}, "train.batch": 2, "train.kimg": 0.002})  # (DFL's size: one step)
+    run = bigbatch.train(
+        cfg.override({"checkpoint.every_kimg": 0.002, "sample.every_kimg": 0.0}), run_dir=tmp_path / "r"
+    )
+    for args, says in [
+        (["--name", "me"], "DFL's XSeg model has no name"),
+        (["--face-type", "f"], "was trained on faces of DFL's face type 'wf', not 'f'"),
+    ]:
+        assert main(["export-dfl", str(run), str(tmp_path / "dfl"), *args]) == 2
+        assert says in capsys.readouterr().err
+    assert main(["export-dfl", str(run), str(tmp_path / "dfl")]) == 0
     model, kind = load_xseg(tmp_path / "dfl")
-    trained = load_file(whole / ckpt)
+    trained = load_file(next((run / "checkpoints").glob("0*/model.safetensors")))
     assert kind == "wf" and all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())
-    start = xseg_config(h5, **{"train.init_from": str(tmp_path / "dfl")})
+    assert dfl.read_pickle(tmp_path / "dfl" / "XSeg_data.dat")["options"] == {
+        "face_type": "wf", "pretrain": False, "batch_size": 2
+    }  # fmt: skip
+    start = cfg.override({"train.init_from": str(tmp_path / "dfl")})
     first = build_task(start, replicator_for(start), training_data(start)).nets()["model"].state_dict()
     assert all(torch.equal(first[k], v) for k, v in trained.items())
     with pytest.raises(BigbatchError, match="was trained on f faces, and these are wf"):
         (tmp_path / "dfl" / "XSeg_data.dat").write_bytes(dfl.dumps({"iter": 1, "options": {"face_type": "f"}}))
         build_task(start, replicator_for(start), training_data(start))
-    assert model_file(whole).read_bytes() == (whole / ckpt).read_bytes()  # (what merge's record digests)
-    assert main(["xseg", "apply", str(whole), str(folder)]) == 0
-    meta = read_metadata((folder / "00000.jpg").read_bytes())
-    assert meta["xseg_mask"] is not None and cv2.imdecode(np.asarray(meta["xseg_mask"]), 0).shape == (RES, RES)
 
 
 def test_xseg_learns_the_labels_and_scores_faces_it_never_trained_on(labelled, tmp_path):
@@ -224,3 +272,24 @@ def test_two_processes_train_the_xseg_of_one_bit_for_bit(labelled, tmp_path):
         return [{k: v for k, v in row.items() if k not in ("seconds", "img_per_s")} for row in rows]
 
     assert logged(runs[1]) == logged(runs[2]) and "loss_xseg" in logged(runs[1])[0]
+
+
+def test_the_dry_run_refuses_what_xseg_training_refuses(labelled, tmp_path, capsys):
+    folder, h5, _ = labelled
+    prepare(str(folder), str(tmp_path / "small.h5"), 128, workers=0, masks="labels")
+    prepare(str(folder), str(tmp_path / "plain.h5"), RES, workers=0)  # (no labels: RGB only)
+    for over, says in [
+        ([f"data.path={tmp_path / 'small.h5'}"], "are 128 px, the model data.resolution = 256"),
+        ([f"data.path={h5}", f"data.dst_path={tmp_path / 'plain.h5'}"], "XSeg trains on RGB + its label (4)"),
+        ([f"data.path={h5}", "model.options={width=2}"], "'xseg' has no option 'width'"),
+        ([f"data.path={h5}", "xseg.face_type=f"], "but the faces were extracted as 'wf'"),
+    ]:
+        assert main(["train", "--preset", "xseg", *over, "--dry-run"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+    assert main(["train", "--preset", "xseg", f"data.path={h5}", "--dry-run"]) == 0
+    # prepare's closing hint names a config that trains (found from outside: it named data.resolution=128)
+    assert main(["prepare", str(folder), str(tmp_path / "s.h5"), "--masks", "labels", "--resolution", "128"]) == 0
+    assert "XSeg trains on 256 px faces: prepare them again with --resolution 256" in capsys.readouterr().out
+    assert main(["info", str(h5)]) == 0
+    assert "XSeg labels (drawn in DFL's XSeg editor); face type wf" in capsys.readouterr().out

@@ -216,7 +216,12 @@ def label_mask(meta: dict[str, Any], size: tuple[int, int]) -> np.ndarray:
         polys = [(p.get("type"), p.get("pts")) for p in polys.get("polys", []) if isinstance(p, dict)]
     drawn = []
     for kind, pts in polys if isinstance(polys, list | tuple) else []:
-        pts = np.asarray(pts if pts is not None else [], dtype=np.float64).reshape(-1, 2)
+        try:
+            pts = np.asarray(pts if pts is not None else np.zeros((0, 2)), dtype=np.float64)
+        except (TypeError, ValueError):
+            pts = np.zeros((0, 3))
+        if kind not in (0, 1) or pts.ndim != 2 or pts.shape[1] != 2:
+            raise NoFaceData("its XSeg polygons are not DFL's (a type 0 or 1 and (x, y) points each)")
         if not np.isfinite(pts).all() or (np.abs(pts) > 2**20).any():
             raise NoFaceData("its XSeg polygons hold points that are no pixels (not finite, or far outside)")
         if len(pts):

@@ -361,10 +361,13 @@ def _write(
             _refuse_empty_classes(listing.class_names, written, listed, skipped)
         if len(face_types) > 1:
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
-            raise BigbatchError(
-                f"the faces were extracted with different DeepFaceLab face types: {shown}; a SAEHD model takes "
-                "one (its merger crops by it): prepare each face type into its own file"
+            fix = (
+                "an XSeg model here trains on one (DFL's cuts faces of other types to its own; not here): prepare "
+                "the faces of your swap model's type"
+                if settings.masks == "labels"
+                else "a SAEHD model takes one (its merger crops by it): prepare each face type into its own file"
             )
+            raise BigbatchError(f"the faces were extracted with different DeepFaceLab face types: {shown}; {fix}")
         if face_types:
             writer.attrs.update(face_type=next(iter(face_types)))
         _keep_yaws(writer, yaws, no_yaw, settings)

@@ -92,11 +92,11 @@ def _load_run(ckpt: Path) -> tuple[XSeg, str | None]:
     return model.eval().requires_grad_(False), kind
 
 
-def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False, face_type: str | None = None) -> Path:
     """Write an xseg run's model (its latest checkpoint, or the one named) as DFL's XSeg model folder `out`:
     `XSeg_256.npy` and `XSeg_data.dat` (its face type, iteration count and DFL's options), which DFL's XSeg
     trainer goes on training and its apply and merger read. Its RMSprop moments are not written: DFL starts them
-    afresh."""
+    afresh. `face_type`: the faces' (h, mf, f, wf, head), where the run does not know it; DFL cuts faces by it."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BigbatchError(f"{out} is a file: give a folder for the DeepFaceLab XSeg model (made if missing)")
@@ -104,9 +104,22 @@ def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False) -> Pa
         raise BigbatchError(f"{out} already holds a DeepFaceLab XSeg model ({WEIGHTS}): give --overwrite to replace it")
     ckpt = checkpoints.find_checkpoint(path)
     model, kind = checkpoints.read_newest(ckpt, _load_run)
+    if model.base_ch != 32:  # (DFL builds XSeg(3, 32, 1) and would start afresh: its loader reshapes to that)
+        raise BigbatchError(
+            f"{path} is an XSeg of base_ch {model.base_ch}, and DFL's is 32: train with model.options={{}} to hand it "
+            "to DFL"
+        )
+    if face_type and kind and face_type != kind:
+        raise BigbatchError(f"{path} was trained on faces of DFL's face type {kind!r}, not {face_type!r}: drop it")
+    kind = kind or face_type
+    if not kind:
+        raise BigbatchError(
+            f"the DFL face type of {path} is unknown (its faces were not prepared from DFL's aligned faces, and "
+            "xseg.face_type is unset): give --face-type h|mf|f|wf|head, the type DFL extracted them with"
+        )
     state = torch.load(ckpt / "state.pt", weights_only=True, map_location="cpu")
     cfg = Config.load(ckpt / "config.toml")
-    options = {"face_type": kind or "f", "pretrain": False, "batch_size": cfg.train.batch}
+    options = {"face_type": kind, "pretrain": False, "batch_size": cfg.train.batch}
     out.mkdir(parents=True, exist_ok=True)
     dfl.write_weights(out / WEIGHTS, dfl.export_part(model))
     data = {"iter": max(1, int(state.get("steps", 0))), "options": options, "loss_history": []}
@@ -174,7 +187,7 @@ def apply_xseg(
     model, said = load_xseg(model_path)
     given = None if face_type in (None, "same") else face_type
     if said and given and align.face_type(given) != align.face_type(said):  # (found by review: the flag won)
-        warn(f"--face-type {given} left aside: the model's XSeg_data.dat says it was trained on {said} faces")
+        warn(f"--face-type {given} left aside: the model says it was trained on {said} faces")
     kind = align.face_type(said or given) if (said or given) else None
     if batch < 1:
         raise BigbatchError(f"--batch must be at least 1, got {batch}")

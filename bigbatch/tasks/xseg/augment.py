@@ -10,15 +10,15 @@ in its order, on the training device:
    half a background flare;
 4. under a random faded circle: an HSV shift or random RGB levels; then a sharpening (box or Gaussian) or a
    motion blur and a Gaussian blur, each with p 0.25; then a nearest or bilinear down-and-up resize to
-   25..100% of the width (p 0.25); clipped to [0, 1].
+   25..100% of the width (p 0.25); clipped to [0, 1]; then a JPEG re-compression at quality 10..100 (p 0.25).
 
-DFL's last step, a JPEG re-compression (p 0.25), is left out: it has no differentiable or device-side
-form here, and it would send each batch back to the host.
+The JPEG round trip is computed on the device (`jpeg`: libjpeg's steps and tables, with a float DCT), so that no
+batch goes back to the host; it is within a level of OpenCV's on average.
 
 Every draw comes from one stream keyed by the step (`draw`), drawn for the whole step and sliced per rank,
-so that the augmentation does not depend on the rank count. The linear filters' kernels (OpenCV's, built
-by OpenCV on the host: cv2.getGaussianKernel, its motion-blur line) and the resize's matrices are drawn
-there too; the images never leave the device.
+so that the augmentation does not depend on the rank count. The draws are numbers per face; the linear
+filters' kernels are built from them by OpenCV (cv2.getGaussianKernel, its motion-blur line) on the host, for
+a micro-batch's faces only; the images never leave the device.
 """
 
 from __future__ import annotations
@@ -45,27 +45,19 @@ def draw(n: int, res: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
     flares = torch.stack([u(n) < 0.5, u(n) < 0.5], 1), _odd(ints(res - res // 4, n, 2) + res // 4)
     colour = (u(n) < 0.5, *_colour_draws(n, u, ints), _circles(n, res, ints))
     sharpen = u(n) < 0.5  # else motion blur then Gaussian blur
-    first, second = np.zeros((n, TAPS, TAPS), np.float32), np.zeros((n, TAPS, TAPS), np.float32)
-    first[:, TAPS // 2, TAPS // 2] = second[:, TAPS // 2, TAPS // 2] = 1  # (identity: not applied)
-    for i in range(n):
-        if sharpen[i]:
-            size, chance, box, amount = int(ints(5)) + 1, int(ints(100)), bool(ints(2) == 0), 0
-            amount = int(ints(10)) if box else int(ints(50))
-            if chance < 25 and amount > 0:
-                first[i] = _centred(_sharpen_kernel(size, box, amount))
-        else:
-            size, angle, chance = int(ints(5)) + 1, int(ints(360)), int(ints(100))
-            if chance < 25:
-                first[i] = _centred(_motion_kernel(size, angle))
-            size, chance = int(ints(5)) * 2 + 1, int(ints(100))
-            if chance < 25:
-                k = cv2.getGaussianKernel(size, 0).astype(np.float32)
-                second[i] = _centred(k @ k.T)
-    filters = torch.from_numpy(first), torch.from_numpy(second), _circles(n, res, ints), _circles(n, res, ints)
-    resize = _resize_matrices(n, res, u(n) < 0.25, u(n) < 0.5, u(n)), _circles(n, res, ints)
+    size, box, amount10, amount50, angle = ints(5, n) + 1, ints(2, n) == 0, ints(10, n), ints(50, n), ints(360, n)
+    amount = torch.where(box, amount10, amount50)
+    first_on = (ints(100, n) < 25) & (~sharpen | (amount > 0))  # (blursharpen: an amount of 0 does nothing)
+    blur = torch.where(~sharpen & (ints(100, n) < 25), ints(5, n) * 2 + 1, 0)  # the Gaussian blur's size, 0: none
+    filters = torch.stack([sharpen, first_on, size, box, amount, angle, blur], 1).long()
+    filters = filters, _circles(n, res, ints), _circles(n, res, ints)
+    on, nearest, trg = u(n) < 0.25, u(n) < 0.5, u(n)
+    small = res - (trg * int(res * 0.75)).long()  # (DFL's w - int(trg * int(w * max_size_per / 100)))
+    resize = torch.stack([on, nearest, small], 1).long(), _circles(n, res, ints)
+    compress = u(n) < 0.25, ints(91, n) + 10, _circles(n, res, ints)
     return (
         bg_on, bg_theta, bg_flips, *bg_colour, bg_strength, theta, offsets, cells, flips,
-        *flares, *colour, *filters, *resize,
+        *flares, *colour, *filters, *resize, *compress,
     )  # fmt: skip
 
 
@@ -75,14 +67,21 @@ def apply(
     """(augmented faces (N, 3, H, W) in [0, 1], their labels (N, 1, H, W) in {0, 1}) of labelled faces
     (N, 4, H, W: the picture and its label, floats in [0, 1]), each with another labelled face for its
     background (`backgrounds`, the same form), by one step's `draw` (this rank's rows). float32."""
+    draws = list(draws)
+    filters, resizes = draws[17], draws[20]  # (read on the host: the kernels are built there, for these rows only)
+    draws[17] = torch.from_numpy(_kernels(filters.cpu().numpy()))
     with torch.autocast(faces.device.type, enabled=False):
-        return _apply(faces.float(), backgrounds.float(), [d.to(faces.device, non_blocking=True) for d in draws])
+        d = [t.to(faces.device, non_blocking=True) for t in draws]
+        return _apply(faces.float(), backgrounds.float(), d, resizes.cpu().tolist())
 
 
-def _apply(x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _apply(
+    x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor], resizes: list[list[int]]
+) -> tuple[torch.Tensor, torch.Tensor]:
     bg_on, bg_theta, bg_flips, bg_hsv_on, bg_hsv, bg_levels, bg_strength = d[:7]
     theta, offsets, cells, flips, flare_on, flare_size = d[7:13]
-    hsv_on, hsv, levels, circle, first, second, circle1, circle2, resize, circle3 = d[13:]
+    hsv_on, hsv, levels, circle, kernels, circle1, circle2, _, circle3 = d[13:22]
+    jpeg_on, quality, circle4 = d[22:]
     n, _, res, _ = x.shape
     image, mask = x[:, :3], x[:, 3:4]
     # 1. another face's background behind this one
@@ -102,13 +101,70 @@ def _apply(x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor]) -> tuple[to
         image = torch.where(flare_on[:, j].view(-1, 1, 1, 1), image + flare, image)
     # 4. under faded circles: colours, sharpening or blurs, a resize
     image = _recolour(image, hsv_on, hsv, levels, _circle(circle, res))
-    for kernel, where in ((first, circle1), (second, circle2)):
+    for j, where in enumerate((circle1, circle2)):  # sharpening or motion blur, then the Gaussian blur
         fade = _circle(where, res)
-        image = image * (1 - fade) + _filter(image, kernel) * fade
-    resized = torch.einsum("nij,ncjk,nlk->ncil", resize, image, resize)
+        image = image * (1 - fade) + _filter(image, kernels[:, j]) * fade
+    resized = [image[i : i + 1] for i in range(n)]  # down to its size and back up, face by face where drawn
+    for i, (on, nearest, small) in enumerate(resizes):
+        if on:
+            mode = {"mode": "nearest"} if nearest else {"mode": "bilinear", "align_corners": False}
+            down = F.interpolate(resized[i], size=(small, small), **mode)
+            resized[i] = F.interpolate(down, size=(res, res), **mode)
     fade = _circle(circle3, res)
-    image = (image * (1 - fade) + resized * fade).clamp(0, 1)
-    return image, mask
+    image = (image * (1 - fade) + torch.cat(resized) * fade).clamp(0, 1)
+    fade = _circle(circle4, res)
+    compressed = image * (1 - fade) + jpeg(image, quality) * fade
+    return torch.where(jpeg_on.view(-1, 1, 1, 1), compressed, image), mask
+
+
+# libjpeg's quantisation tables at quality 50 (ITU T.81 Annex K), luminance then chrominance, in row order.
+_LUMA = (
+    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55, 14, 13, 16, 24, 40, 57, 69, 56,
+    14, 17, 22, 29, 51, 87, 80, 62, 18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99,
+)  # fmt: skip
+_CHROMA = (17, 18, 24, 47, *(99,) * 4, 18, 21, 26, 66, *(99,) * 4, 24, 26, 56, *(99,) * 5, 47, 66, *(99,) * 38)
+
+
+def jpeg(x: torch.Tensor, quality: torch.Tensor) -> torch.Tensor:
+    """Images (N, 3, H, W) RGB in [0, 1] through a JPEG encode and decode at `quality` (N,) each, as OpenCV's
+    imencode and imdecode do it with libjpeg, computed on the images' device: 8-bit (truncated, as DFL casts),
+    YCbCr (JFIF), chroma averaged over 2 x 2 (4:2:0), each 8 x 8 block's DCT quantised by libjpeg's tables scaled
+    to the quality, then decoded with libjpeg's "fancy" chroma upsampling (linear, 3/4 and 1/4). The DCT is a
+    float one where libjpeg's is integer: within a level or two of OpenCV's (tests/test_xseg_train.py). H and W
+    multiples of 16."""
+    n, _, h, w = x.shape
+    q = quality.to(x.device, torch.float32).view(-1, 1, 1)
+    scale = torch.where(q < 50, 5000 / q, 200 - 2 * q)
+    tables = []
+    for base in (_LUMA, _CHROMA):
+        t = torch.tensor(base, device=x.device, dtype=torch.float32).view(1, 8, 8)
+        tables.append(torch.floor((t * scale + 50) / 100).clamp(1, 255))  # (N, 8, 8)
+    rgb = (x.clamp(0, 1) * 255).floor()
+    r, g, b = rgb[:, 0], rgb[:, 1], rgb[:, 2]
+    y = torch.round(0.299 * r + 0.587 * g + 0.114 * b)  # (libjpeg's samples are 8-bit at every stage)
+    cb = torch.round(-0.168736 * r - 0.331264 * g + 0.5 * b + 128)
+    cr = torch.round(0.5 * r - 0.418688 * g - 0.081312 * b + 128)
+    chroma = torch.floor(F.avg_pool2d(torch.stack([cb, cr], 1), 2) + 0.375)  # ((sum + bias 1 or 2) >> 2)
+    k = torch.arange(8, device=x.device, dtype=torch.float32)
+    norm = torch.where(k == 0, 0.5**0.5, 1.0).view(-1, 1) / 2
+    dct = torch.cos((2 * k.view(1, -1) + 1) * k.view(-1, 1) * torch.pi / 16) * norm  # (orthonormal DCT-II)
+
+    def through(plane: torch.Tensor, table: torch.Tensor) -> torch.Tensor:  # (N, h, w) -> quantised and back
+        ph, pw = plane.shape[1:]
+        blocks = (plane - 128).view(n, ph // 8, 8, pw // 8, 8).permute(0, 1, 3, 2, 4)
+        coef = dct @ blocks @ dct.T
+        t = table.view(n, 1, 1, 8, 8)
+        back = dct.T @ (torch.round(coef / t) * t) @ dct
+        return torch.round(back.permute(0, 1, 3, 2, 4).reshape(n, ph, pw) + 128).clamp(0, 255)
+
+    y = through(y, tables[0])
+    chroma = torch.stack([through(chroma[:, i], tables[1]) for i in range(2)], 1)
+    cb, cr = torch.round(F.interpolate(chroma, size=(h, w), mode="bilinear", align_corners=False)).unbind(1)
+    r = y + 1.402 * (cr - 128)
+    g = y - 0.344136 * (cb - 128) - 0.714136 * (cr - 128)
+    b = y + 1.772 * (cb - 128)
+    return torch.stack([r, g, b], 1).round().clamp(0, 255) / 255
 
 
 def _colour_draws(n: int, u, ints) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
@@ -152,7 +208,7 @@ def _odd(k: torch.Tensor) -> torch.Tensor:
 def _gaussian(x: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """cv2.GaussianBlur(x, (k, k), 0) per image, k odd (its σ: 0.3((k - 1)/2 - 1) + 0.8), reflect-101 border."""
     n, c, h, w = x.shape
-    top = int(_odd(torch.tensor(w - 1)))  # every kernel zero-padded to the largest size drawn (k < w, made odd)
+    top = (w - 1) - (w - 1) % 2 + 1  # every kernel zero-padded to the largest size drawn (k < w, made odd)
     d = torch.arange(top, device=x.device, dtype=torch.float32) - top // 2
     sigma = (0.3 * ((sizes.float() - 1) * 0.5 - 1) + 0.8).view(-1, 1)
     k = torch.exp(-(d.view(1, -1) ** 2) / (2 * sigma**2)) * (d.view(1, -1).abs() <= (sizes.view(-1, 1) // 2))
@@ -197,17 +253,16 @@ def _motion_kernel(size: int, angle: int) -> np.ndarray:
     return k / k.sum()
 
 
-def _resize_matrices(n: int, res: int, on: torch.Tensor, nearest: torch.Tensor, trg: torch.Tensor) -> torch.Tensor:
-    """DFL's apply_random_resize (chance 25, max_size_per 75) as a matrix per face, R (res x res): the image
-    resized down to res - int(trg · int(0.75 res)) and back up (cv2's INTER_NEAREST or INTER_LINEAR, which
-    torch's `nearest` and `linear` without antialiasing are) is R · image · Rᵀ; the identity where not on."""
-    eye = torch.eye(res, dtype=torch.float64)
-    out = eye.repeat(n, 1, 1)
-    for i in torch.nonzero(on).flatten().tolist():
-        small = res - int(float(trg[i]) * int(res * 0.75))
-        mode = "nearest" if nearest[i] else "linear"
-        kw = {} if mode == "nearest" else {"align_corners": False}
-        down = F.interpolate(eye[:, None], size=small, mode=mode, **kw)
-        up = F.interpolate(down, size=res, mode=mode, **kw)[:, 0]  # row j: what input pixel j gives each output
-        out[i] = up.T
-    return out.float()
+def _kernels(filters: np.ndarray) -> np.ndarray:
+    """Each face's two filter kernels (N, 2, TAPS, TAPS) from `draw`'s filter draws, by OpenCV as DFL makes them:
+    the sharpening (blursharpen) or motion blur (LinearMotionBlur) kernel, then the Gaussian blur's
+    (cv2.getGaussianKernel); the identity where one is not applied."""
+    out = np.zeros((len(filters), 2, TAPS, TAPS), np.float32)
+    out[:, :, TAPS // 2, TAPS // 2] = 1
+    for i, (sharpen, first_on, size, box, amount, angle, blur) in enumerate(filters.tolist()):
+        if first_on:
+            out[i, 0] = _centred(_sharpen_kernel(size, bool(box), amount) if sharpen else _motion_kernel(size, angle))
+        if blur:
+            k = cv2.getGaussianKernel(blur, 0).astype(np.float32)
+            out[i, 1] = _centred(k @ k.T)
+    return out

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from bigbatch import models
+from bigbatch import checkpoints, models
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import schedule_of
@@ -45,6 +45,7 @@ from bigbatch.tasks.swap.load import check_face_size
 from bigbatch.tasks.swap.optim import LR_DROPOUT, RMSprop
 from bigbatch.tasks.swap.task import FOREIGN_TRAIN_KEYS, PREVIEW_ROWS, _float, face_type_of
 from bigbatch.tasks.xseg import augment
+from bigbatch.urls import public_name
 
 
 def check_config(cfg: Config) -> None:
@@ -96,6 +97,8 @@ def build(
         if dst is not None:
             dst, dst_val = holdout(dst, d.val_fraction)
             val = Joined(val, dst_val)
+    if run is not None and resumed_at is not None:
+        check_resumed_dst(run, resumed_at, d.dst_path, dst)
     face_type = face_type_of(cfg, data, dst if dst is not None else data, "xseg")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
@@ -105,9 +108,26 @@ def build(
     model = rep.prepare(net.train())
     opt = rep.wrap_optimizer(RMSprop(list(net.parameters()), **_rates(cfg), seed=(cfg.train.seed, 0)), "model")
     task = XSegTask(cfg, rep, data if dst is None else Joined(data, dst), model, opt, face_type)
+    task.dst_hash = "" if dst is None else str(dst.content_hash)
     if cfg.eval.every_kimg and run is not None and val is not None:
         task.scorer = XSegScorer(task, val, run, resumed_at, quiet or not rep.is_main)
     return task
+
+
+def check_resumed_dst(run: Path, resumed_at: int, path: str, dst: Any) -> None:
+    """On resume, the dst faces must be those the checkpoint trained on, or none if it trained on none (the loop
+    checks src's): a set added, dropped or changed would change every step's faces."""
+    meta = checkpoints.read_meta(run / "checkpoints" / checkpoints.checkpoint_name(resumed_at)) or {}
+    if not isinstance(meta.get("dst"), dict):
+        return
+    recorded, now = str(meta["dst"].get("content_hash") or ""), "" if dst is None else str(dst.content_hash)
+    if recorded != now:
+        said = f"with the dst faces {meta['dst'].get('path')}" if recorded else "without dst faces"
+        raise BigbatchError(
+            f"the run was trained {said}, and data.dst_path {public_name(path) if path else '(none)'} "
+            f"{'holds other faces' if now and recorded else 'differs'}: resume with the faces it trained on, or "
+            "start a new run"
+        )
 
 
 def _rates(cfg: Config) -> dict[str, float]:
@@ -140,6 +160,7 @@ class XSegTask:
         self.cfg, self.rep, self.model, self.opt, self.face_type = cfg, rep, model, opt, face_type
         self.feed_data = data  # (the loop's feed reads it: src's labelled faces, and dst's after them)
         self.steps = 0
+        self.dst_hash = ""  # (of the dst faces, "" without: recorded, and checked on resume)
         self._backgrounds: Any = None
 
     def plain(self) -> nn.Module:
@@ -196,7 +217,8 @@ class XSegTask:
         self.steps = int(state["steps"])
 
     def model_info(self) -> dict[str, Any]:
-        return {"img_channels": 3, "resolution": RESOLUTION, "face_type": self.face_type or None}
+        dst = {"path": public_name(self.cfg.data.dst_path), "content_hash": self.dst_hash}
+        return {"img_channels": 3, "resolution": RESOLUTION, "face_type": self.face_type or None, "dst": dst}
 
     def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]:
         """DFL's XSeg preview: per face, the face with its label (the rest greened), the predicted mask, the
