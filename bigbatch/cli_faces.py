@@ -179,6 +179,18 @@ def _xseg(args: argparse.Namespace) -> None:
         print(f"bigbatch: {said_skipped(skipped)}", file=sys.stderr)
 
 
+def _enhance(args: argparse.Namespace) -> None:
+    from bigbatch.faces.enhance import enhance_folder
+    from bigbatch.faces.xseg import said_skipped
+
+    done, skipped, where = enhance_folder(args.faces, args.weights, args.out, args.in_place, device_named(args.device))
+    if not done and skipped:
+        raise BigbatchError(f"no face in {args.faces} was enhanced: {said_skipped(skipped)}")
+    print(f"Enhanced {done} faces of {args.faces} " + ("in place" if args.in_place else f"into {where}"))
+    if skipped:
+        print(f"bigbatch: {said_skipped(skipped)}", file=sys.stderr)
+
+
 def _preset_argument(parser: argparse.ArgumentParser) -> None:
     from bigbatch.faces.video import PRESETS
 
@@ -301,6 +313,14 @@ def add_face_commands(sub: Any) -> None:
     rm.add_argument("faces", metavar="FACES")
     for p in (ap, rm):
         p.set_defaults(func=_xseg)
+
+    en = sub.add_parser("enhance", help="DFL's faceset enhancer: sharpen aligned faces with its FaceEnhancer, kept")
+    en.add_argument("faces", metavar="FACES", help="a folder of aligned faces (bigbatch extract's or DFL's)")
+    en.add_argument("--weights", required=True, metavar="DFL/facelib", help="a DeepFaceLab install's facelib folder")
+    en.add_argument("--out", metavar="DIR", help="where the enhanced faces go (default: FACES_enhanced, as DFL's)")
+    en.add_argument("--in-place", action="store_true", help="then move each over its original (DFL's merge answer)")
+    en.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
+    en.set_defaults(func=_enhance)
 
     vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")
     actions = vi.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -17,6 +17,7 @@ import torch
 
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces import align
+from bigbatch.faces.enhance import enhancer_file
 from bigbatch.faces.merge import (
     BATCH,
     PRD_MASKS,
@@ -96,26 +97,13 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     return by_name, kinds
 
 
-ENHANCER_FILE = "FaceEnhancer.npy"
-
-
 def enhancer_of(weights: str | Path, device: str) -> Enhancer:
     """DFL's FaceEnhancer from a DFL install's facelib folder (or its FaceEnhancer.npy), as the merger calls it:
     the swap (RGB here, BGR to the network) in and its 4x out, unconverted (models/face_enhancer.enhance)."""
-    from bigbatch.models import dfl
-    from bigbatch.models.face_enhancer import FaceEnhancer, enhance
+    from bigbatch.faces.enhance import load_enhancer
+    from bigbatch.models.face_enhancer import enhance
 
-    file = _enhancer_file(weights)
-    if not file.is_file():
-        raise BigbatchError(
-            f"--weights {weights} holds no {ENHANCER_FILE}: give a DeepFaceLab install's facelib folder (its face "
-            "enhancer is what --super-resolution runs)"
-        )
-    arrays = dfl.read_weights(file)
-    first = np.asarray(arrays.get("conv1/weight:0", np.zeros((3, 3, 3, 64))))
-    model = FaceEnhancer(width=first.shape[-1] / 64 if first.ndim == 4 else 1.0)  # (DFL's: 1; narrower in tests)
-    dfl.import_part(model, arrays, str(file))
-    model = model.to(device).eval().requires_grad_(False)
+    model = load_enhancer(weights, device)
     return lambda face: np.ascontiguousarray(enhance(model, face[..., ::-1], is_tanh=True)[..., ::-1])
 
 
@@ -206,7 +194,7 @@ def merge_folder(
     record = {
         "settings": {**s.__dict__, "face_type": kind.dfl_name}
         | ({"xseg": merge_record.content_digest(model_file(xseg))} if xseg is not None else {})
-        | ({"enhancer": merge_record.content_digest(_enhancer_file(weights))} if weights is not None else {}),
+        | ({"enhancer": merge_record.content_digest(enhancer_file(weights))} if weights is not None else {}),
         "model": merge_record.model_identity(run, model),
         "aligned": merge_record.aligned_identity(Path(aligned)),
         "frames": merge_record.frames_identity(source),
@@ -374,8 +362,3 @@ class _Merging:
         if rgb is None:
             raise BigbatchError(f"{self.out / stem}.png does not decode: delete it and merge again")
         return rgb
-
-
-def _enhancer_file(weights: str) -> Path:
-    path = Path(weights)
-    return path if path.is_file() else path / ENHANCER_FILE

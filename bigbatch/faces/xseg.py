@@ -127,7 +127,8 @@ def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False, face_
     return out
 
 
-def _faces(folder: Path) -> list[Path]:
+def face_files(folder: Path) -> list[Path]:
+    """The aligned faces (.jpg) in `folder`, in natural order; one line if it is no folder or holds none."""
     if not folder.is_dir():
         raise BigbatchError(f"{folder} is not a folder of aligned faces (bigbatch extract's or DFL's)")
     faces = sorted(
@@ -192,7 +193,7 @@ def apply_xseg(
     if batch < 1:
         raise BigbatchError(f"--batch must be at least 1, got {batch}")
     model = model.to(device)
-    files, done, skipped = _faces(Path(folder)), 0, []
+    files, done, skipped = face_files(Path(folder)), 0, []
     for start in range(0, len(files), batch):
         chunk = []
         for path in files[start : start + batch]:
@@ -230,7 +231,7 @@ def apply_xseg(
 def remove_xseg(folder: str | Path) -> int:
     """Take the applied XSeg masks out of the aligned faces in `folder` (DFL's remove_xseg); how many had one."""
     removed = 0
-    for path in _faces(Path(folder)):
+    for path in face_files(Path(folder)):
         data = path.read_bytes()
         try:
             meta = read_metadata(data, str(path))

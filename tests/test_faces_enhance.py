@@ -1,0 +1,99 @@
+"""`bigbatch enhance`: DeepFaceLab's faceset enhancer without DFL. Each aligned face goes through DFL's FaceEnhancer
+at 4x and back to its size and is written with its metadata as it was; a rerun keeps what was done, and
+--in-place puts the faces over their originals as DFL's merge answer does."""
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from test_dfl_faces import dfl_jpeg, face_image, landmarks
+
+from bigbatch.cli import main
+from bigbatch.data.dfl_faces import read_metadata
+from bigbatch.faces.enhance import load_enhancer
+from bigbatch.models import dfl
+from bigbatch.models.face_enhancer import FaceEnhancer, enhance
+
+
+def faces_and_weights(root: Path, n: int = 3, seed: int = 0) -> tuple[Path, Path]:
+    folder = root / "aligned"
+    folder.mkdir()
+    for i in range(n):
+        meta = {"face_type": "whole_face", "landmarks": landmarks(seed=i), "source_filename": f"{i:05d}.png"}
+        meta["seg_ie_polys"] = {"polys": [{"type": 1, "pts": np.float32([[10, 10], [200, 20], [100, 200]])}]}
+        image = cv2.GaussianBlur(face_image(256, seed=i), (9, 9), 3)  # (a soft face: the enhancer sharpens it)
+        (folder / f"{i:05d}.jpg").write_bytes(dfl_jpeg(image, meta))
+    (folder / "notes.jpg").write_bytes(cv2.imencode(".jpg", face_image(64))[1].tobytes())  # (no metadata)
+    facelib = root / "facelib"
+    facelib.mkdir()
+    torch.manual_seed(seed)
+    dfl.write_weights(facelib / "FaceEnhancer.npy", dfl.export_part(FaceEnhancer(width=0.125)))
+    return folder, facelib
+
+
+def plain(x):
+    """Metadata as plain lists and dicts (arrays as lists), to compare."""
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [plain(v) for v in x]
+    return x.tolist() if isinstance(x, np.ndarray | np.generic) else x
+
+
+def same(a: dict, b: dict) -> bool:
+    return plain(a) == plain(b)
+
+
+def test_enhance_runs_dfls_enhancer_over_each_face_and_keeps_its_metadata(tmp_path, capsys):
+    folder, facelib = faces_and_weights(tmp_path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--device", "cpu"]) == 0
+    out = tmp_path / "aligned_enhanced"  # DFL's folder
+    said = capsys.readouterr()
+    assert f"Enhanced 3 faces of {folder} into {out}" in said.out and "notes.jpg" in said.err
+    model = load_enhancer(facelib, "cpu")
+    for name in ("00000.jpg", "00002.jpg"):
+        data = (out / name).read_bytes()
+        assert same(read_metadata(data), read_metadata(before[name]))  # landmarks, labels: as they were
+        got = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR).astype(np.float64)
+        source = cv2.imdecode(np.frombuffer(before[name], np.uint8), cv2.IMREAD_COLOR).astype(np.float32) / 255
+        want = np.clip(enhance(model, source, preserve_size=True) * 255, 0, 255).astype(np.uint8)
+        assert got.shape == want.shape == (256, 256, 3) and np.abs(got - want).mean() < 1.0  # (JPEG of quality 100)
+        assert np.abs(got - source * 255).mean() > 2  # (it did something)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # the faces themselves untouched
+
+    # A rerun keeps what was done; an interrupted in-place run moves the rest back, enhancing none twice.
+    stamp = (out / "00001.jpg").stat().st_mtime_ns
+    (out / "00002.jpg").unlink()  # (as if killed before it)
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--in-place", "--device", "cpu"]) == 0
+    assert not out.exists() and "Enhanced 3 faces" in capsys.readouterr().out
+    assert (folder / "00001.jpg").stat().st_mtime_ns == stamp  # (moved, not made again)
+    assert same(read_metadata((folder / "00002.jpg").read_bytes()), read_metadata(before["00002.jpg"]))
+    assert (folder / "00002.jpg").read_bytes() != before["00002.jpg"]
+
+
+def test_enhance_redoes_faces_of_other_weights_and_never_deletes_what_it_did_not_write(tmp_path, capsys):
+    folder, facelib = faces_and_weights(tmp_path, n=1)
+    out = tmp_path / "mine"
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--out", str(out)]) == 0
+    first = (out / "00000.jpg").read_bytes()
+    torch.manual_seed(1)
+    dfl.write_weights(facelib / "FaceEnhancer.npy", dfl.export_part(FaceEnhancer(width=0.125)))
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--out", str(out)]) == 0
+    assert (out / "00000.jpg").read_bytes() != first  # (other weights: done again)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "00000.jpg").write_bytes(b"the user's own")
+    capsys.readouterr()
+    for args, says in [
+        (["--out", str(other)], "already holds faces named as those of"),
+        (["--out", str(folder)], "is FACES itself: give --in-place"),
+        (["--out", str(out), "--in-place"], "give one of them"),
+        (["--weights", str(tmp_path)], "holds no FaceEnhancer.npy"),
+    ]:
+        weights = [] if "--weights" in args else ["--weights", str(facelib)]
+        assert main(["enhance", str(folder), *weights, *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+    assert (other / "00000.jpg").read_bytes() == b"the user's own"
