@@ -165,9 +165,9 @@ def _prepare(args: argparse.Namespace) -> None:
         return f" data.resolution={side}" if side and side != default else ""
 
     whole = args.crop == "none" or args.buckets  # (images of their own shapes: a classifier's)
-    if args.masks == "labels" and side != 256:  # (found from outside: a hint the preset refused)
+    if args.masks in ("labels", "xseg-applied") and side != 256:  # (found from outside: a hint the preset refused)
         print(f"XSeg trains on 256 px faces: prepare them again with --resolution 256 (these are {side} px)")
-    elif args.masks == "labels":  # XSeg's labels
+    elif args.masks in ("labels", "xseg-applied"):  # XSeg's labels
         print(f"train XSeg on it with: bigbatch train --preset xseg data.path={out}")
     elif args.masks:  # face masks: a face set, one side of a swap
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
@@ -343,10 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument(
         "--masks",
-        metavar="alpha|dfl|labels|DIR",
+        metavar="alpha|dfl|labels|xseg-applied|DIR",
         help="swap task: keep a face mask: the alpha channel, the mask in DeepFaceLab's aligned faces "
         "(XSeg's, else the landmarks' hull) or a folder of masks; xseg task: labels, the masks drawn in DFL's "
-        "XSeg editor (faces without are skipped)",
+        "XSeg editor, or xseg-applied, their applied XSeg masks (faces without are skipped)",
     )
     pr.add_argument(
         "--eyes-mouth",

@@ -90,6 +90,25 @@ def test_prepare_draws_dfls_labels_and_skips_faces_without(labelled):
         prepare(str(folder), str(h5.parent / "x.h5"), RES, workers=0, masks="labels", eyes_mouth="some_folder")
 
 
+def test_prepare_takes_applied_xseg_masks_cut_at_half_where_no_face_is_labelled(labelled, tmp_path):
+    # DFL's XSeg trainer falls back to the faces' applied masks, cut at 0.5 (fine-tuning on a model's own masks).
+    folder, _, _ = labelled
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    soft = np.tile(np.linspace(0, 255, RES).astype(np.uint8), (RES, 1))  # (a ramp: half of it past 0.5)
+    for i, path in enumerate(sorted(folder.glob("*.jpg"))[:3]):
+        data = path.read_bytes()
+        meta = read_metadata(data)
+        meta.pop("xseg_mask", None)
+        if i != 1:
+            meta["xseg_mask"] = cv2.imencode(".png", soft)[1]
+        (faces / path.name).write_bytes(dfl_faces.write_metadata(data, meta))
+    report = prepare(str(faces), str(tmp_path / "applied.h5"), RES, workers=0, masks="xseg-applied")
+    assert report.count == 2 and "no XSeg mask applied" in report.skipped[0][1]
+    images, _ = bigbatch.data.load_data(str(tmp_path / "applied.h5"), RES).get(torch.arange(2))
+    assert np.array_equal(images[0, ..., 3].numpy(), np.where(soft >= 128, 255, 0).astype(np.uint8))
+
+
 def test_the_augmentation_moves_the_label_with_the_face_and_does_not_depend_on_the_ranks(labelled):
     _, h5, _ = labelled
     faces, _ = bigbatch.data.load_data(str(h5), RES).get(torch.arange(4))

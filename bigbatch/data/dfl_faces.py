@@ -201,7 +201,9 @@ def eyes_mouth_mask(size: tuple[int, int], points: np.ndarray) -> np.ndarray:
     return np.clip(total, 0, 1)
 
 
-LABELS = 3  # `decode`'s dfl_masks for the XSeg labels (1: the face mask, 2: and the eyes-and-mouth region)
+# `decode`'s dfl_masks beyond 1 (the face mask) and 2 (and the eyes-and-mouth region): the XSeg labels (drawn in
+# DFL's editor), or the XSeg mask applied (what DFL's XSeg trainer takes where no face of a set is labelled).
+LABELS, APPLIED = 3, 4
 
 
 def label_mask(meta: dict[str, Any], size: tuple[int, int]) -> np.ndarray:
@@ -239,10 +241,11 @@ FACE_TYPES = {"half_face": "h", "midfull_face": "mf", "full_face": "f", "whole_f
 
 
 def face_masks(
-    data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str = "image", labels: bool = False
+    data: bytes, size: tuple[int, int], eyes_mouth: bool, what: str = "image", xseg: str = ""
 ) -> tuple[list[np.ndarray], str]:
     """The mask planes (uint8, h × w of the image) an aligned DFL face carries: the face mask, and with
-    `eyes_mouth` the eyes-and-mouth region (or with `labels`, its XSeg label alone); and its face type as
+    `eyes_mouth` the eyes-and-mouth region (or with `xseg` "labels", its XSeg label alone; "applied", its applied
+    XSeg mask alone, cut at 0.5 as DFL's XSeg trainer cuts it, NoFaceData without one); and its face type as
     SAEHD's option names it (h, mf, f, wf, head). Raises NoFaceData (one line) when it carries none, or a
     type SAEHD does not train."""
     meta = read_metadata(data, what)
@@ -251,13 +254,19 @@ def face_masks(
     extracted = str(meta.get("face_type", "full_face"))  # DFLJPG.get_face_type's default
     if extracted not in FACE_TYPES:
         raise NoFaceData(f"its face type {extracted!r} is not one SAEHD trains ({', '.join(FACE_TYPES)})")
-    if labels:
+    if xseg == "labels":
         return [np.round(label_mask(meta, size) * 255).astype(np.uint8)], FACE_TYPES[extracted]
+    if xseg == "applied" and meta.get("xseg_mask") is None:
+        raise NoFaceData("it has no XSeg mask applied (bigbatch xseg apply, or DFL's, writes one)")
+    applied = xseg == "applied"
     xseg = meta.get("xseg_mask")
     points = landmarks_of(meta) if eyes_mouth or xseg is None else None
     if xseg is not None:  # the compressed mask XSeg wrote into the image
         with Image.open(io.BytesIO(np.asarray(xseg, dtype=np.uint8).tobytes())) as img:
-            mask = np.asarray(img.convert("L").resize(size[::-1], Image.Resampling.BICUBIC), dtype=np.float32) / 255
+            img = img.convert("L")
+            if applied:  # (DFL's XSeg trainer: cut at 0.5 as stored, at 256 px)
+                img = img.point(lambda v: 255 if v >= 128 else 0)
+            mask = np.asarray(img.resize(size[::-1], Image.Resampling.BICUBIC), dtype=np.float32) / 255
     else:
         mask = hull_mask(size, points, float(meta.get("eyebrows_expand_mod", 1.0) or 1.0))
     planes = [mask]

@@ -15,7 +15,7 @@ import numpy as np
 
 from bigbatch.config_types import MAX_PROCESSES, MAX_RESOLUTION
 from bigbatch.data import codecs
-from bigbatch.data.dfl_faces import LABELS
+from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import refuse_output, sole_writer
@@ -116,10 +116,11 @@ def prepare(
     `masks` (the swap task's face masks, a fourth channel): "alpha" keeps each image's transparency
     (opaque where it has none), "dfl" takes the mask a DeepFaceLab aligned face carries (its XSeg
     mask, else its landmarks' hull), "labels" the mask drawn in DFL's XSeg editor (what `task = "xseg"`
-    trains on; a face without one is skipped), or a local folder holds a greyscale mask per image under the same
-    relative name (any image extension: faces/a.jpg -> MASKS/faces/a.png). `eyes_mouth`: a folder of
-    eyes-and-mouth masks the same way, or "dfl" (from the landmarks, with masks "dfl"), a fifth
-    channel (needs `masks`). An image without its mask is skipped (an error with `strict`).
+    trains on; a face without one is skipped), "xseg-applied" its applied XSeg mask cut at 0.5 (what DFL's XSeg
+    trainer takes where no face is labelled; a face without one is skipped), or a local folder holds a greyscale
+    mask per image under the same relative name (any image extension: faces/a.jpg -> MASKS/faces/a.png).
+    `eyes_mouth`: a folder of eyes-and-mouth masks the same way, or "dfl" (from the landmarks, with masks "dfl"),
+    a fifth channel (needs `masks`). An image without its mask is skipped (an error with `strict`).
     `codec`: "raw" stores the pixels; "jpeg", "png" or "webp" each image's encoded bytes (`quality`
     for jpeg and webp, default 90), encoded in the decoding processes. `crop`: "center" crops to the
     square (or bucket) as above; "none" keeps each image whole, its short side scaled down to
@@ -250,7 +251,8 @@ class _Settings:
 
     def decoding(self) -> dict[str, Any]:
         """What the decoding processes are given: how each file is decoded and encoded."""
-        dfl = {"dfl": 2 if self.eyes_mouth == "dfl" else 1, "labels": LABELS}.get(str(self.masks), 0)
+        own = {"dfl": 2 if self.eyes_mouth == "dfl" else 1, "labels": LABELS, "xseg-applied": APPLIED}
+        dfl = own.get(str(self.masks), 0)  # the planes from DFL's metadata
         decoding = dict(resolution=self.resolution, ratios=self.ratios, alpha=self.masks == "alpha", dfl=dfl)
         return {**decoding, "whole": self.whole, "codec": (self.codec, self.quality)}
 
@@ -364,7 +366,7 @@ def _write(
             fix = (
                 "an XSeg model here trains on one (DFL's cuts faces of other types to its own; not here): prepare "
                 "the faces of your swap model's type"
-                if settings.masks == "labels"
+                if settings.masks in ("labels", "xseg-applied")
                 else "a SAEHD model takes one (its merger crops by it): prepare each face type into its own file"
             )
             raise BigbatchError(f"the faces were extracted with different DeepFaceLab face types: {shown}; {fix}")
@@ -489,7 +491,7 @@ def _progress(total: int, enabled: bool) -> Any:
     return tqdm(total=total, unit="img", disable=not enabled or not sys.stderr.isatty(), dynamic_ncols=True)
 
 
-OWN_MASKS = ("alpha", "dfl", "labels")  # --masks read from the images themselves, not a folder
+OWN_MASKS = ("alpha", "dfl", "labels", "xseg-applied")  # --masks read from the images themselves, not a folder
 MASK_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 
@@ -499,14 +501,15 @@ def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
         raise BigbatchError("--eyes-mouth is channel 5, after the mask: give --masks alpha, dfl or DIR too")
     if eyes_mouth == "dfl" and masks != "dfl":
         raise BigbatchError("--eyes-mouth dfl reads DeepFaceLab's aligned faces: give --masks dfl with it")
-    if eyes_mouth and masks == "labels":
-        raise BigbatchError("--eyes-mouth is for a swap's faces, --masks labels for XSeg's: give one of them")
+    if eyes_mouth and masks in ("labels", "xseg-applied"):
+        raise BigbatchError(f"--eyes-mouth is for a swap's faces, --masks {masks} for XSeg's: give one of them")
     folders = [Path(f) for f in (masks, eyes_mouth) if f and f not in OWN_MASKS]
     for folder in folders:
         if is_url(str(folder)) or not folder.is_dir():
             raise BigbatchError(
                 f"mask folder {folder} is not a local folder; give --masks alpha (the images' alpha channel), dfl "
-                "(DeepFaceLab's aligned faces' own masks), labels (their XSeg editor's) or a folder of masks"
+                "(DeepFaceLab's aligned faces' own masks), labels or xseg-applied (their XSeg labels or masks) or a "
+                "folder of masks"
             )
     return folders
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from bigbatch.data.dfl_faces import LABELS, NoFaceData, face_masks, yaw_of
+from bigbatch.data.dfl_faces import APPLIED, LABELS, NoFaceData, face_masks, yaw_of
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location
@@ -386,7 +386,7 @@ def decode(
     the swap task), the colours kept as they are under it (not composited: the background stays the
     background); an image without transparency is refused. `dfl_masks` 1 or 2: the face mask (and the
     eyes-and-mouth region) a DeepFaceLab aligned face carries in its metadata, as channels 4 (and 5), or
-    3 (dfl_faces.LABELS): its XSeg label as channel 4,
+    3 or 4 (dfl_faces.LABELS, APPLIED): its XSeg label, or its applied XSeg mask, as channel 4,
     and its face type (SAEHD's name for it; None for other images). `yaw`: an aligned DFL face's yaw
     (`dfl_faces.yaw_of`, whatever `dfl_masks` says; None for other images, and without `yaw`).
     `as_scorers`: as pytorch-fid, clean-fid and torch-fidelity read a file, `Image.open(f).convert("RGB")`:
@@ -412,7 +412,8 @@ def decode(
     size = (img.height, img.width)
     face_type = None
     if dfl_masks:
-        found, face_type = face_masks(data, (img.height, img.width), dfl_masks == 2, labels=dfl_masks == LABELS)
+        xseg = {LABELS: "labels", APPLIED: "applied"}.get(dfl_masks, "")
+        found, face_type = face_masks(data, (img.height, img.width), dfl_masks == 2, xseg=xseg)
         planes += [Image.fromarray(p) for p in found]
     bucket, img = fit(img, resolution, ratios, whole)
     out = np.asarray(img, dtype=np.uint8)
