@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +88,23 @@ def _sample(args: argparse.Namespace) -> None:
         raise BigbatchError("--classes: this generator is unconditional")
     classes = _parse_classes(args.classes, G.class_names)
     default_dir = ckpt.parent.parent / "samples" if ckpt.parent.name == "checkpoints" else ckpt
+    # The settings that change the images, in the default name (found from outside: one sample replaced another)
+    named = f"{ckpt.name}-seed{args.seed}" + "".join(
+        f"-{key}{value}"
+        for key, value, used in (
+            ("trunc", f"{args.truncation:g}", args.truncation != float("inf")),
+            ("psi", f"{args.psi:g}", args.psi != 1),
+            ("classes", re.sub(r"[^\w.,-]+", "_", str(args.classes)), args.classes is not None),
+            ("standing", args.standing_stats, args.standing_stats),
+        )
+        if used
+    )
     if args.interp:
-        out = Path(args.out or default_dir / f"interp-{ckpt.name}-seed{args.seed}.png")
+        out = Path(args.out or default_dir / f"interp-{named}.png")
         save_png(interpolation_sheet(G, args.seed, truncation=args.truncation, classes=classes), out)
     elif args.npz:
         images, y = sample(G, args.n, args.seed, classes, args.truncation, with_labels=True)
-        out = Path(args.out or default_dir / f"samples-{ckpt.name}-seed{args.seed}-n{args.n}.npz")
+        out = Path(args.out or default_dir / f"samples-{named}-n{args.n}.npz")
         out.parent.mkdir(parents=True, exist_ok=True)
         import io
 
@@ -102,7 +114,7 @@ def _sample(args: argparse.Namespace) -> None:
         atomic_write(out, buf.getvalue())
     else:
         images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
-        out = Path(args.out or default_dir / f"sample-{ckpt.name}-seed{args.seed}.png")
+        out = Path(args.out or default_dir / f"sample-{named}.png")
         save_png(grid(images, ncol=args.ncol), out)
     print(out)
 

@@ -63,7 +63,7 @@ def _export(args: argparse.Namespace) -> None:
     settings = {  # (the class names among them: found from outside, the usage named a pt2's that it has not)
         "onnx": "the model's metadata property 'bigbatch'",
         "pt2": "torch.export.load(it, extra_files={'bigbatch.json': ''}) fills it in",
-    }.get(fmt, "model.class_names, and torch.jit.load(it, _extra_files={'bigbatch.json': ''})")
+    }.get(fmt, "torch.jit.load(it, _extra_files={'bigbatch.json': ''}) fills it in (a classifier's: model.class_names)")
     print(f"Wrote {out}: {load}; {usage}; its settings (class names, ...) as JSON: {settings}")
 
 

@@ -71,7 +71,8 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     if "D" in ref:
         D.load_state_dict(convert.from_reference(D, ref["D"], f"the weights in {files['D']}"))
     else:
-        warn(f"no D.pth in {src}: D is freshly initialised (fine-tuning will train it from scratch)")
+        where = Path(src).parent if Path(src).is_file() else src  # (found from outside: "no D.pth in .../G.pth")
+        warn(f"no D.pth in {where}: D is freshly initialised (fine-tuning will train it from scratch)")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "config.toml", cfg.dumps())
     info = {
