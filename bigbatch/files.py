@@ -3,6 +3,7 @@ temporary files of killed processes, found and removed; and a folder's lock, one
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -152,7 +153,14 @@ def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) 
         return None
     path = folder / name
     while True:
-        f = open(path, "a+")
+        try:
+            f = open(path, "a+")  # noqa: SIM115 (held until unlock_folder)
+        except OSError as e:  # (found from outside: a read-only run directory said only "Read-only file system")
+            if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            raise BigbatchError(
+                f"cannot write in {folder} ({e.strerror}): give a folder on storage this user may write to"
+            ) from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

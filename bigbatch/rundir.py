@@ -304,12 +304,27 @@ def _catch(fn: Any) -> tuple[bool, Any]:
 LOCK = ".lock"  # RUN/.lock: flock-ed by the process training the run; it holds that process's PID and host
 
 
+def refuse_checkpoint(run_dir: str | Path) -> None:
+    """A run's checkpoint folder given as a run directory (found from outside: a run started from scratch in it,
+    which the run's pruning would delete): one line, naming the run."""
+    path = Path(run_dir)
+    if (path / "meta.json").is_file() or (path / "state.pt").is_file():
+        run = path.parent.parent if path.parent.name == "checkpoints" else None
+        where = f"a checkpoint of run {run}" if run is not None else "a checkpoint"
+        raise BigbatchError(
+            f"{run_dir} is {where}, not a run directory: give --run-dir {run or 'RUN'} (a run resumes from its newest "
+            f"complete checkpoint), or start a new run from these weights with train.init_from={run_dir}"
+        )
+
+
 def _claim_dir(
     run_dir: str | Path | None, name: str, resume: bool | Literal["auto"]
 ) -> tuple[Path, IO | None, bool, bool]:
     """(run directory, its lock, whether made here, whether it resumes): a new numbered one by default
     (made atomically, so runs started together never share one), an existing run only with --resume
     (with "auto": resumed if it holds a run, else started)."""
+    if run_dir is not None:
+        refuse_checkpoint(run_dir)
     if run_dir is None:
         if resume:
             raise BigbatchError("--resume needs --run-dir naming the run to continue")
@@ -508,9 +523,12 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     if fixed:
         shown = ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4])
         more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
+        # (the face tasks' own sections named only for them: found from outside, a GAN's line ran past 1,000 chars)
+        own = {"swap", "xseg"} - {cfg.task}
+        listed = sorted(k for k in allowed if k.split(".", 1)[0] not in own)
         raise BigbatchError(
             f"the config differs from the one {what} was trained with in {shown}{more}; a resumed run may "
-            f"change only {', '.join(sorted(allowed))} (drop the override, or undo the edit of the "
+            f"change only {', '.join(listed)} (drop the override, or undo the edit of the "
             f"run's config.toml: its checkpoints keep their own copy; to change more, start a new run from this "
             "one's weights with train.init_from=RUN)"
         )

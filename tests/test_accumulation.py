@@ -3,6 +3,7 @@
 G is put in eval mode so that its BatchNorms use running statistics (train-mode BN computes
 statistics per micro-batch by design, which no accumulation can reproduce)."""
 
+import pytest
 import torch
 
 import bigbatch
@@ -10,6 +11,7 @@ from bigbatch.batching import replicator_for
 from bigbatch.data import load_data
 from bigbatch.engine.dist import Context
 from bigbatch.engine.plan import make_plan
+from bigbatch.errors import BigbatchError
 from bigbatch.tasks import build_task
 
 
@@ -54,6 +56,10 @@ def test_plan_records_accumulation():
     plan = make_plan(64, 16, "fp32", Context(1, 1, 2, torch.device("cpu")))
     assert plan.accumulation == 2
     assert plan.describe().startswith("batch 64 = micro_batch 16 x accumulation 2 x world_size 2")
+    # A batch whose share the micro-batch does not divide names the micro-batch that does (found from outside:
+    # a run trained on 2 processes, resumed on 1, was told to change its batch, which a resume may not).
+    with pytest.raises(BigbatchError, match="give train.micro_batch=15 .a resumed run keeps its batch."):
+        make_plan(30, 16, "fp32", Context(0, 0, 1, torch.device("cpu")))
 
 
 def test_d_reads_real_and_fake_as_one_batch_unless_it_keeps_batch_statistics(monkeypatch):

@@ -58,6 +58,14 @@ def test_a_run_that_lost_its_config_resumes_with_its_checkpoints_own(tiny, tmp_p
     run = tmp_path / "lost"
     bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=run, quiet=True)
     (run / "config.toml").unlink()
+    # Found from outside: a checkpoint folder as --run-dir trained a new run from scratch inside it.
+    ckpt = run / "checkpoints" / "000000.256"
+    for args in (["--resume"], ["--resume=auto"], []):
+        assert main(["train", "--run-dir", str(ckpt), *args, "train.kimg=0.512", "--quiet"]) == 2
+        assert f"is a checkpoint of run {run}, not a run directory: give --run-dir {run}" in capsys.readouterr().err
+    assert sorted(p.name for p in ckpt.iterdir() if not p.name.endswith(".safetensors")) == [
+        "config.toml", "meta.json", "state.pt"
+    ]  # fmt: skip
     assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=0.512", "--quiet"]) == 0
     assert weights(run) == uninterrupted
     assert main(["eval", str(run), "--checkpoint", "nosuch"]) == 2  # offers what it has: no best without eval

@@ -67,8 +67,10 @@ def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context) -> Pla
         asked, micro_batch = micro_batch, share
     if share % micro_batch:
         per_step = micro_batch * ctx.world_size
+        fits = max(d for d in range(1, micro_batch + 1) if share % d == 0)  # (the largest micro-batch that divides)
         raise BigbatchError(
             f"train.batch={batch} is not a multiple of train.micro_batch x world_size = "
-            f"{micro_batch} x {ctx.world_size}; choose a train.batch divisible by {per_step} or another micro_batch"
+            f"{micro_batch} x {ctx.world_size}; give train.micro_batch={fits} (a resumed run keeps its batch), or a "
+            f"train.batch divisible by {per_step}"
         )
     return Plan(batch, micro_batch, share // micro_batch, ctx.world_size, ctx.rank, precision, str(ctx.device), asked)
