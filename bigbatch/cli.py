@@ -162,33 +162,9 @@ def _prepare(args: argparse.Namespace) -> None:
         progress=sys.stderr.isatty(),
     )
     print(report.summary())
-    out = shlex.quote(args.out)
-    side = report.shape[0] if report.shape else None  # the preset's resolution, or the one to give
+    from bigbatch.cli_tools import next_steps
 
-    def at(default: int) -> str:
-        return f" data.resolution={side}" if side and side != default else ""
-
-    whole = args.crop == "none" or args.buckets  # (images of their own shapes: a classifier's)
-    if args.masks in ("labels", "xseg-applied") and side != 256:  # (found from outside: a hint the preset refused)
-        print(f"XSeg trains on 256 px faces: prepare them again with --resolution 256 (these are {side} px)")
-    elif args.masks in ("labels", "xseg-applied"):  # XSeg's labels
-        print(f"train XSeg on it with: bigbatch train --preset xseg data.path={out}")
-    elif args.masks:  # face masks: a face set, one side of a swap
-        swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
-        print(f"train a face swap on it with: {swap}")
-    elif args.classes or args.buckets:  # (the classes of a training file's, or rectangles: a held-out split)
-        print(f"score a classifier on it with: data.val_path={out}{' data.val_rect=true' if args.buckets else ''}")
-    elif whole or (side and side & (side - 1)):  # (a GAN is built for a power of two: a classifier takes any size)
-        if len(report.class_names) >= 2:
-            held_out = "'data.val_path=\"\"' data.val_fraction=0.1"  # (the preset's own validation set is another's)
-            size = f" data.resolution={min(args.resolution, 224)}" if whole and args.resolution else at(0)
-            train = f"bigbatch train --preset fashion_resnet data.path={out}{size} {held_out}"
-            print(f"train a classifier on it with: {train}")
-        if side:
-            power = 1 << side.bit_length() - 1
-            print(f"a GAN needs a side that is a power of two: prepare again with --resolution {power}")
-    else:
-        print(f"train on it with: bigbatch train data.path={out}{at(32)}")
+    next_steps(args, report)
 
 
 def _sweep(args: argparse.Namespace) -> None:

@@ -119,3 +119,22 @@ def test_a_plan_of_auto_made_for_another_precision_is_probed_again(capsys):
         assert again.micro_batch_pending is not kept
     err = capsys.readouterr().err
     assert "the checkpoint's plan was made for fp32, this run is bf16" in err and "train.checkpointing is true" in err
+
+
+def test_a_read_only_run_directory_is_one_line_naming_the_fix(tmp_path, monkeypatch):
+    # Found from outside: a run on a read-only file system said only "RUN/.lock: Read-only file system".
+    import builtins
+    import errno
+
+    from bigbatch.files import lock_folder
+
+    real_open = builtins.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", read_only)
+    with pytest.raises(bigbatch.BigbatchError, match=r"cannot write in .* \(Read-only file system\): give a folder"):
+        lock_folder(tmp_path, ".lock", lambda *a: "busy")

@@ -597,22 +597,3 @@ def test_a_full_disk_stops_tensorboard_with_a_warning_and_the_run_with_one_line(
     assert main([*argv, "--run-dir", str(tmp_path / "full")]) == 2
     err = one_error_line(capsys)
     assert "metrics.jsonl: No space left on device; free space there" in err and "--resume" in err
-
-
-def test_a_read_only_run_directory_is_one_line_naming_the_fix(tmp_path, monkeypatch):
-    # Found from outside: a run on a read-only file system said only "RUN/.lock: Read-only file system".
-    import builtins
-    import errno
-
-    from bigbatch.files import lock_folder
-
-    real_open = builtins.open
-
-    def read_only(path, *args, **kwargs):
-        if str(path).endswith(".lock"):
-            raise OSError(errno.EROFS, "Read-only file system", str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", read_only)
-    with pytest.raises(bigbatch.BigbatchError, match=r"cannot write in .* \(Read-only file system\): give a folder"):
-        lock_folder(tmp_path, ".lock", lambda *a: "busy")

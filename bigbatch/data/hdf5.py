@@ -197,9 +197,8 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         f"content     {m['content_hash']}",
     ]
     if m["channels"] > 3:  # a face set: what channels 4 and 5 hold, and DFL's face type of the faces
-        masks = "face mask" + (", eyes and mouth" if m["channels"] > 4 else "")
         xseg = {"labels": "XSeg labels (drawn in DFL's XSeg editor)", "xseg-applied": "XSeg masks applied, cut at 0.5"}
-        masks = xseg.get(m.get("masks"), masks)
+        masks = xseg.get(m.get("masks"), "face mask" + (", eyes and mouth" if m["channels"] > 4 else ""))
         lines.insert(2, f"masks       {masks}; face type {m.get('face_type') or 'unknown (not from DFL faces)'}")
     if m.get("face_yaws"):  # aligned DFL faces: their yaws, for swap.uniform_yaw
         lines.insert(2, "yaws        each face's, from its landmarks (swap.uniform_yaw)")
