@@ -123,9 +123,8 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
             except BigbatchError as e:
                 times = p.batch // cfg.train.batch if p.batch % cfg.train.batch == 0 else 0
                 size = f"its batch {p.batch}" + (f" ({times}x train.batch)" if times > 1 else "")
-                said = (
-                    str(e).replace(f"train.batch={p.batch}", size, 1).replace("choose a train.batch", "choose a batch")
-                )
+                said = str(e).replace(f"train.batch={p.batch}", size, 1).replace(" (a resumed run keeps its batch)", "")
+                said = said.replace("a train.batch divisible", "a batch divisible")
                 raise BigbatchError(f"{where}: {said}") from None
 
 

@@ -183,12 +183,16 @@ def _enhance(args: argparse.Namespace) -> None:
     from bigbatch.faces.enhance import enhance_folder
     from bigbatch.faces.xseg import said_skipped
 
-    done, skipped, where = enhance_folder(args.faces, args.weights, args.out, args.in_place, device_named(args.device))
-    if not done and skipped:
-        raise BigbatchError(f"no face in {args.faces} was enhanced: {said_skipped(skipped)}")
-    print(f"Enhanced {done} faces of {args.faces} " + ("in place" if args.in_place else f"into {where}"))
-    if skipped:
-        print(f"bigbatch: {said_skipped(skipped)}", file=sys.stderr)
+    result = enhance_folder(args.faces, args.weights, args.out, args.in_place, device_named(args.device))
+    if not result.done and not result.moved and result.skipped:
+        raise BigbatchError(f"no face in {args.faces} was enhanced: {said_skipped(result.skipped)}")
+    if result.done:
+        where = "in place" if args.in_place else f"into {result.where}"
+        print(f"Enhanced {result.done} faces of {args.faces} {where}")
+    else:  # (a rerun of an in-place run stopped while moving its faces back)
+        print(f"Moved the {result.moved} enhanced faces left over those of {args.faces}")
+    if result.skipped:
+        print(f"bigbatch: {said_skipped(result.skipped)}", file=sys.stderr)
 
 
 def _preset_argument(parser: argparse.ArgumentParser) -> None:

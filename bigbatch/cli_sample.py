@@ -96,6 +96,8 @@ def _sample(args: argparse.Namespace) -> None:
             ("psi", f"{args.psi:g}", args.psi != 1),
             ("classes", re.sub(r"[^\w.,-]+", "_", str(args.classes)), args.classes is not None),
             ("standing", args.standing_stats, args.standing_stats),
+            ("n", args.n, not args.interp and not args.npz and args.n != 64),  # (npz names carry n anyway)
+            ("ncol", args.ncol, not args.interp and not args.npz and args.ncol != min(8, args.n)),
         )
         if used
     )

@@ -104,10 +104,10 @@ def test_cli_sample_and_info(run, capsys):
     assert "000000.512" in out and "dcgan" in out and "G_ema.safetensors" in out
     assert main(["sample", str(run), "--classes", "11"]) == 2
     # The default names carry the settings that change the images (found from outside: one replaced another).
-    for extra in ([], ["--classes", "3,4"], ["--truncation", "1.5"]):
+    for extra in ([], ["--classes", "3,4"], ["--truncation", "1.5"], ["--n", "8"]):
         assert main(["sample", str(run), "--n", "4", *extra]) == 0
     names = sorted(p.name for p in (run / "samples").glob("sample-000000.512-seed0*.png"))
-    assert names == sorted(f"sample-000000.512-seed0{s}.png" for s in ("", "-classes3,4", "-trunc1.5"))
+    assert names == sorted(f"sample-000000.512-seed0{s}.png" for s in ("-n4", "-classes3,4-n4", "-trunc1.5-n4", "-n8"))
     # The device, as eval's and swap's: CUDA where there is one (bench/gpu_check.py samples on it).
     assert main(["sample", str(run), "--n", "12", "--classes", "3,4", "--device", "cpu", "--out", "c.png"]) == 0
     assert Image.open("c.png").tobytes() == Image.open("g.png").tobytes()

@@ -2,16 +2,18 @@
 at 4x and back to its size and is written with its metadata as it was; a rerun keeps what was done, and
 --in-place puts the faces over their originals as DFL's merge answer does."""
 
+import os
 from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 import torch
 from test_dfl_faces import dfl_jpeg, face_image, landmarks
 
 from bigbatch.cli import main
 from bigbatch.data.dfl_faces import read_metadata
-from bigbatch.faces.enhance import load_enhancer
+from bigbatch.faces.enhance import enhance_folder, load_enhancer
 from bigbatch.models import dfl
 from bigbatch.models.face_enhancer import FaceEnhancer, enhance
 
@@ -63,14 +65,49 @@ def test_enhance_runs_dfls_enhancer_over_each_face_and_keeps_its_metadata(tmp_pa
         assert np.abs(got - source * 255).mean() > 2  # (it did something)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # the faces themselves untouched
 
-    # A rerun keeps what was done; an interrupted in-place run moves the rest back, enhancing none twice.
+    # A rerun keeps what was done and redoes what changed since: here two faces swapped names (found by review:
+    # the old enhanced copies went over the new faces), and one face's output was lost (as if killed before it).
     stamp = (out / "00001.jpg").stat().st_mtime_ns
-    (out / "00002.jpg").unlink()  # (as if killed before it)
-    assert main(["enhance", str(folder), "--weights", str(facelib), "--in-place", "--device", "cpu"]) == 0
-    assert not out.exists() and "Enhanced 3 faces" in capsys.readouterr().out
-    assert (folder / "00001.jpg").stat().st_mtime_ns == stamp  # (moved, not made again)
-    assert same(read_metadata((folder / "00002.jpg").read_bytes()), read_metadata(before["00002.jpg"]))
-    assert (folder / "00002.jpg").read_bytes() != before["00002.jpg"]
+    (out / "00002.jpg").unlink()
+    os.replace(folder / "00000.jpg", folder / "swap.tmp")
+    os.replace(folder / "00001.jpg", folder / "00000.jpg")
+    os.replace(folder / "swap.tmp", folder / "00001.jpg")
+    (folder / "00001.jpg").touch()  # (a rename keeps the time: sort's renames are caught by the size, or by this)
+    os.utime(folder / "00000.jpg", ns=(stamp, stamp + 1))
+    source = {n: read_metadata((folder / n).read_bytes())["source_filename"] for n in ("00000.jpg", "00001.jpg")}
+
+    # In place, interrupted while moving the faces back: a rerun without --in-place is refused, with it it finishes.
+    real_replace, calls = os.replace, []
+
+    def stop_after_one(a, b):  # (the moves back over the faces: the second one is interrupted)
+        if Path(b).parent == folder and not Path(b).name.startswith("."):
+            calls.append(a)
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+        real_replace(a, b)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", stop_after_one)
+        with pytest.raises(KeyboardInterrupt):
+            enhance_folder(folder, facelib, in_place=True)
+    assert main(["enhance", str(folder), "--weights", str(facelib)]) == 2
+    assert "stopped while moving its faces back" in capsys.readouterr().err
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--in-place"]) == 0
+    assert "Moved the 2 enhanced faces left over those of" in capsys.readouterr().out
+    assert not out.exists()
+    for name in ("00000.jpg", "00001.jpg", "00002.jpg"):
+        data = (folder / name).read_bytes()
+        assert data != before[name] and read_metadata(data)["source_filename"] == source.get(name, "00002.png")
+
+
+def test_enhance_takes_any_jpeg_name_and_the_current_folder(tmp_path, monkeypatch, capsys):
+    folder, facelib = faces_and_weights(tmp_path, n=2)
+    os.replace(folder / "00001.jpg", folder / "00001.JPG")  # (found by review: left behind, then deleted)
+    before = (folder / "00001.JPG").read_bytes()
+    monkeypatch.chdir(folder)
+    assert main(["enhance", ".", "--weights", str(facelib), "--in-place"]) == 0  # (".": found by review)
+    assert "Enhanced 2 faces of . in place" in capsys.readouterr().out
+    assert (folder / "00001.JPG").read_bytes() != before and not (tmp_path / "aligned_enhanced").exists()
 
 
 def test_enhance_redoes_faces_of_other_weights_and_never_deletes_what_it_did_not_write(tmp_path, capsys):

@@ -124,19 +124,26 @@ def test_super_resolution_merges_the_enhanced_swap_at_4x_where_the_face_was():
         inside = mask > 250
         errors.append(np.abs(out.astype(np.float64) - frame)[inside].mean())
     assert errors[1] < 0.9 * errors[0] and errors[1] < 3.5  # (the face at 4x: nearer the frame than at 64 px)
-    # XSeg's mask of the swap is taken of the enhanced 4x swap, as DFL's (before, it was refused with super resolution)
-    seen, zeros = [], np.zeros((64, 64), np.float32)
+    # XSeg's mask of the swap is taken of the enhanced 4x swap, as DFL's: the swap and its enhancement mixed by the
+    # power (before, it was refused with super resolution)
+    given, seen, zeros = [], [], np.zeros((64, 64), np.float32)
 
     def segmenter(face):
-        seen.append(face.shape)
+        seen.append(face)
         return np.ones(face.shape[:2], np.float32)
 
     def merged(mask, **kw):
-        s = merge.MergeSettings(mask=mask, color="none", super_resolution=100)
-        predict = lambda x: (x.copy(), ones, ones, zeros, ones)  # noqa: E731  (XSeg's masks before the enhancement: 0)
+        s = merge.MergeSettings(mask=mask, color="none", super_resolution=50)
+
+        def predict(x):  # (XSeg's masks of the swap before its enhancement: 0)
+            given.append(x)
+            return x.copy(), ones, ones, zeros, ones
+
         return merge.merge_frame(frame, [face.landmarks], predict, 64, align.FaceType.FULL, s, enhancer=up, **kw)[0]
 
-    assert np.array_equal(merged("xseg-prd", segmenter=segmenter), merged("full")) and seen == [(256, 256, 3)]
+    assert np.array_equal(merged("xseg-prd", segmenter=segmenter), merged("full"))
+    enhanced = np.clip(cv2.resize(given[0], (256, 256)) * 0.5 + up(given[0]) * 0.5, 0, 1)
+    assert len(seen) == 1 and np.allclose(seen[0], enhanced)
 
 
 def test_the_xseg_masks_are_dfls_mask_modes_6_to_9():

@@ -163,4 +163,5 @@ def test_a_phase_batch_the_micro_batch_does_not_divide_is_not_blamed_on_train_ba
     args = ["train", "--preset", "fashion_resnet_fast", "--dry-run", "train.batch=32", "train.micro_batch=32"]
     assert main([*args, 'data.schedule="0:12:48,0.1:16:1x"']) == 2
     err = capsys.readouterr().err
-    assert "its batch 48 is not a multiple of train.micro_batch" in err and "choose a batch divisible by 32" in err
+    assert "its batch 48 is not a multiple of train.micro_batch" in err and "or a batch divisible by 32" in err
+    assert "give train.micro_batch=24" in err and "resumed" not in err

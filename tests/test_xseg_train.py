@@ -22,7 +22,7 @@ from bigbatch.batching import replicator_for
 from bigbatch.cli import main
 from bigbatch.data import dfl_faces
 from bigbatch.data.dfl_faces import read_metadata
-from bigbatch.data.load import training_data
+from bigbatch.data.load import training_data, validation_data
 from bigbatch.data.prepare import prepare
 from bigbatch.data.streams import generator
 from bigbatch.errors import BigbatchError
@@ -141,6 +141,28 @@ def test_the_jpeg_round_trip_on_the_device_is_opencvs_within_a_level():
         assert off < 1.0 and off < 0.4 * lost, (quality, off, lost)  # (mean 0.4-0.7 levels; JPEG's own loss 1.8-7.8)
 
 
+ZIGZAG = [0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6, 7, 14,
+          21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53,
+          60, 61, 54, 47, 55, 62, 63]  # fmt: skip
+
+
+def test_the_jpeg_tables_are_libjpegs_at_every_quality():
+    # Read from OpenCV's own files (its DQT segments, in zigzag order); found by review: 33 of 91 qualities off by one.
+    image = np.zeros((16, 16, 3), np.uint8)
+    for quality in range(10, 101):
+        data = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, quality])[1].tobytes()
+        theirs, at = [], data.find(b"\xff\xdb")
+        while at >= 0:
+            length = int.from_bytes(data[at + 2 : at + 4], "big")
+            segment = data[at + 4 : at + 2 + length]
+            while segment:  # (one segment may hold several tables: precision/id byte, then 64 values)
+                theirs.append(list(segment[1:65]))
+                segment = segment[65:]
+            at = data.find(b"\xff\xdb", at + 2 + length)
+        ours = [t[0].flatten()[ZIGZAG].int().tolist() for t in augment.quantisation_tables(torch.tensor([quality]))]
+        assert ours == theirs[:2], quality
+
+
 def xseg_config(h5, **over):
     cfg = bigbatch.preset("xseg").override(
         {
@@ -227,6 +249,9 @@ def test_xseg_learns_the_labels_and_scores_faces_it_never_trained_on(labelled, t
     fast = {"xseg.lr": 2e-3, "xseg.lr_dropout": False, "train.kimg": 0.12, "train.micro_batch": 4}
     held = {"data.val_fraction": 0.2, "eval.every_kimg": 0.04, "eval.batch_size": 2}  # (2 of the 6 faces)
     cfg = xseg_config(h5, **fast, **held, **{"checkpoint.every_kimg": 0.12, "sample.every_kimg": 0.0})
+    train_faces, val_faces = training_data(cfg), validation_data(cfg)  # (the scores are of faces never trained on)
+    assert len(train_faces) == 4 and len(val_faces) == 2
+    assert not set(train_faces.indices.tolist()) & set(val_faces.indices.tolist())
     run = bigbatch.train(cfg, run_dir=tmp_path / "r")
     scored = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"iou"' in line]
     assert len(scored) == 3 and all(0 <= r["iou"] <= 1 and r["val_loss"] > 0 for r in scored)

@@ -5,16 +5,20 @@ which sharpens low-resolution aligned faces before a swap trains on them: each f
 mask), as DFL's does, without DFL's TensorFlow.
 
 The faces go to FACES_enhanced (DFL's folder; `--out` another); `--in-place` then moves each over its original,
-as DFL's "merge" answer does. A rerun goes on where an interrupted one stopped: faces already enhanced with the
-same weights are kept (`.enhance.json` records the weights' hash), and an in-place run that was moving its
-faces back moves the rest without enhancing any face twice. Faces enhanced with other weights are redone.
+as DFL's "merge" answer does. A rerun goes on where an interrupted one stopped: `.enhance.json` records the
+weights' hash and each face's source (size and time), so faces enhanced with the same weights from the same
+source are kept, and faces changed, renamed or deleted since, or enhanced with other weights, are redone or
+dropped; an in-place run that was moving its faces back moves the rest it recorded, enhancing none twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
-import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -22,6 +26,7 @@ import numpy as np
 import torch
 
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
+from bigbatch.data.sources import file_stamp
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
@@ -58,61 +63,107 @@ def _digest(file: Path) -> str:
     return content_digest(file)
 
 
+@dataclass
+class Enhanced:
+    """What `enhance_folder` did: faces enhanced (`done`), faces moved over their originals (`moved`, with
+    in_place), [(file, why skipped)], and where the enhanced faces are."""
+
+    done: int
+    moved: int
+    skipped: list[tuple[str, str]]
+    where: Path
+
+
 def enhance_folder(
     folder: str | Path,
     weights: str | Path,
     out: str | Path | None = None,
     in_place: bool = False,
     device: str | torch.device = "cpu",
-) -> tuple[int, list[tuple[str, str]], Path]:
-    """Enhance every aligned face in `folder` (see the module). Returns (faces enhanced, [(file, why skipped)],
-    where they are: `out`, FOLDER_enhanced, or `folder` itself with `in_place`)."""
+) -> Enhanced:
+    """Enhance every aligned face in `folder` (see the module): into `out` (default FOLDER_enhanced), then with
+    `in_place` over the faces themselves. The record beside the enhanced faces holds the weights' hash and each
+    face's source stamp (a face changed, renamed or deleted since is redone or dropped), and, while an in-place
+    run moves them back, the names it moves."""
     from bigbatch.faces.xseg import face_files
 
-    folder = Path(folder)
-    faces = face_files(folder)
+    folder = Path(folder).resolve()  # (found by review: "." had no name to put "_enhanced" after)
     if in_place and out is not None:
         raise BigbatchError("--in-place writes the faces over FACES; --out writes them elsewhere: give one of them")
-    target = Path(out) if out is not None else folder.with_name(folder.name + "_enhanced")
-    if target.resolve() == folder.resolve():
-        raise BigbatchError(f"--out {target} is FACES itself: give --in-place to replace the faces, or another folder")
-    model = load_enhancer(weights, device)
-    digest = _digest(enhancer_file(weights))
-    target.mkdir(parents=True, exist_ok=True)
+    target = Path(out).resolve() if out is not None else folder.with_name(folder.name + "_enhanced")
+    if target == folder:
+        raise BigbatchError(f"--out {out} is FACES itself: give --in-place to replace the faces, or another folder")
     record = _read_record(target)
+    digest = _digest(enhancer_file(weights)) if enhancer_file(weights).is_file() else None
+    if record.get("moving") is not None:  # an in-place run stopped while it moved the faces back
+        if not in_place or record.get("weights") != digest:
+            raise BigbatchError(
+                f"an in-place enhance of {folder} stopped while moving its faces back from {target}: run it again "
+                "with --in-place and the same --weights to finish"
+            )
+        return Enhanced(0, _move_back(record, target, folder), [], folder)
+    faces = face_files(folder)
+    model = load_enhancer(weights, device)
+    target.mkdir(parents=True, exist_ok=True)
     if not record and any((target / f.name).exists() for f in faces):  # (not ours: never deleted)
         raise BigbatchError(
             f"{target} already holds faces named as those of {folder} that bigbatch enhance did not write: give an "
             "empty or new folder (--out)"
         )
-    if record.get("weights") != digest:  # (another enhancer's faces, or none: start afresh, as DFL empties it)
-        if record.get("moving"):
-            raise BigbatchError(
-                f"{target} holds faces an in-place enhance was moving back with other weights: run it again with "
-                "those weights to finish, or delete the folder"
-            )
-        for name in [f.name for f in faces]:
+    now = {f.name: file_stamp(str(f)) for f in faces}
+    kept = record.get("faces", {}) if record.get("weights") == digest else {}
+    for name in record.get("faces", {}):  # ours, but of other weights, or of a face changed or gone since
+        if kept.get(name) != now.get(name):
             (target / name).unlink(missing_ok=True)
-        record = {"weights": digest, "moving": False}
-        atomic_write(target / RECORD, json.dumps(record).encode())
-    done, skipped = 0, []
-    if not record.get("moving"):
-        for path in faces:
-            if (target / path.name).is_file():
-                done += 1
-                continue
-            try:
-                atomic_write(target / path.name, _enhanced(model, path))
-                done += 1
-            except NoFaceData as e:
-                skipped.append((path.name, str(e)))
+    record = {"weights": digest, "faces": {k: v for k, v in kept.items() if now.get(k) == v}, "moving": None}
+    _write_record(target, record)
+    done, skipped, saved = 0, [], time.monotonic()
+    for path in faces:
+        if path.name in record["faces"] and (target / path.name).is_file():
+            done += 1
+            continue
+        try:
+            atomic_write(target / path.name, _enhanced(model, path))
+        except NoFaceData as e:
+            skipped.append((path.name, str(e)))
+            continue
+        done += 1
+        record["faces"][path.name] = now[path.name]
+        if time.monotonic() - saved > 10:  # (a face enhanced but not yet recorded is only done again)
+            _write_record(target, record)
+            saved = time.monotonic()
+    _write_record(target, record)
     if not in_place:
-        return done, skipped, target
-    atomic_write(target / RECORD, json.dumps({**record, "moving": True}).encode())
-    for path in sorted(target.glob("*.jpg")):  # (each move atomic; a rerun moves the rest)
-        os.replace(path, folder / path.name)
-    shutil.rmtree(target)
-    return done, skipped, folder
+        return Enhanced(done, 0, skipped, target)
+    record["moving"] = sorted(record["faces"])
+    _write_record(target, record)
+    return Enhanced(done, _move_back(record, target, folder), skipped, folder)
+
+
+def _move_back(record: dict, target: Path, folder: Path) -> int:
+    """Move the faces the record names over their originals (each atomically; a rerun moves the rest), then take
+    the record and, when nothing else is in it, the folder away. How many were moved now."""
+    moved = 0
+    for name in record["moving"]:
+        path = target / name
+        if not path.is_file():
+            continue  # (moved before an interruption)
+        try:
+            os.replace(path, folder / name)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            atomic_write(folder / name, path.read_bytes())  # (across file systems: a copy, then the original gone)
+            path.unlink()
+        moved += 1
+    (target / RECORD).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        target.rmdir()  # (only when empty: what else the user put there stays)
+    return moved
+
+
+def _write_record(target: Path, record: dict) -> None:
+    atomic_write(target / RECORD, json.dumps(record).encode())
 
 
 def _enhanced(model: FaceEnhancer, path: Path) -> bytes:

@@ -126,6 +126,17 @@ _LUMA = (
 _CHROMA = (17, 18, 24, 47, *(99,) * 4, 18, 21, 26, 66, *(99,) * 4, 24, 26, 56, *(99,) * 5, 47, 66, *(99,) * 38)
 
 
+def quantisation_tables(quality: torch.Tensor) -> list[torch.Tensor]:
+    """libjpeg's luminance and chrominance tables (N, 8, 8), in row order, at `quality` (N,) each (jpeg_set_quality)."""
+    q = quality.float().view(-1, 1, 1)
+    scale = torch.where(q < 50, torch.floor(5000 / q), 200 - 2 * q)  # (libjpeg's integer division: found by review)
+    tables = []
+    for base in (_LUMA, _CHROMA):
+        t = torch.tensor(base, device=q.device, dtype=torch.float32).view(1, 8, 8)
+        tables.append(torch.floor((t * scale + 50) / 100).clamp(1, 255))
+    return tables
+
+
 def jpeg(x: torch.Tensor, quality: torch.Tensor) -> torch.Tensor:
     """Images (N, 3, H, W) RGB in [0, 1] through a JPEG encode and decode at `quality` (N,) each, as OpenCV's
     imencode and imdecode do it with libjpeg, computed on the images' device: 8-bit (truncated, as DFL casts),
@@ -134,12 +145,7 @@ def jpeg(x: torch.Tensor, quality: torch.Tensor) -> torch.Tensor:
     float one where libjpeg's is integer: within a level or two of OpenCV's (tests/test_xseg_train.py). H and W
     multiples of 16."""
     n, _, h, w = x.shape
-    q = quality.to(x.device, torch.float32).view(-1, 1, 1)
-    scale = torch.where(q < 50, 5000 / q, 200 - 2 * q)
-    tables = []
-    for base in (_LUMA, _CHROMA):
-        t = torch.tensor(base, device=x.device, dtype=torch.float32).view(1, 8, 8)
-        tables.append(torch.floor((t * scale + 50) / 100).clamp(1, 255))  # (N, 8, 8)
+    tables = quantisation_tables(quality.to(x.device))
     rgb = (x.clamp(0, 1) * 255).floor()
     r, g, b = rgb[:, 0], rgb[:, 1], rgb[:, 2]
     y = torch.round(0.299 * r + 0.587 * g + 0.114 * b)  # (libjpeg's samples are 8-bit at every stage)
