@@ -153,6 +153,7 @@ def _prepare(args: argparse.Namespace) -> None:
         buckets=args.buckets,
         masks=args.masks,
         eyes_mouth=args.eyes_mouth,
+        face_type=args.face_type,
         codec=args.codec,
         quality=args.quality,
         crop=args.crop,
@@ -327,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="swap task: keep a face mask: the alpha channel, the mask in DeepFaceLab's aligned faces "
         "(XSeg's, else the landmarks' hull) or a folder of masks; xseg task: labels, the masks drawn in DFL's "
         "XSeg editor, or xseg-applied, their applied XSeg masks (faces without are skipped)",
+    )
+    pr.add_argument(
+        "--face-type",
+        metavar="h|mf|f|wf|head",
+        help="DFL's aligned faces of another type cut to this one by their landmarks (with their masks), as DFL's "
+        "trainers cut them: an XSeg or SAEHD model of this type from faces of several",
     )
     pr.add_argument(
         "--eyes-mouth",

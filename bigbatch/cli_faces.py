@@ -24,7 +24,7 @@ def _positive(name: str, value: int, low: int = 1, high: int | None = None) -> i
 
 
 def _extract(args: argparse.Namespace) -> None:
-    from bigbatch.faces.align import face_type
+    from bigbatch.data.align import face_type
     from bigbatch.faces.extract import Settings, extract
 
     kind = face_type(args.face_type)

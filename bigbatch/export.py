@@ -151,7 +151,7 @@ def _recorded_face_type(ckpt: Path, cfg: Config) -> str | None:
 
 def _dfm(run: str | Path, which: str) -> tuple[bytes, str]:
     """DeepFaceLive's .dfm of a swap run, or of a DeepFaceLab SAEHD model folder (tasks/swap/dfm.py)."""
-    from bigbatch.faces.align import face_type
+    from bigbatch.data.align import face_type
     from bigbatch.models import dfl
     from bigbatch.tasks.swap.dfm import dfm_bytes
     from bigbatch.tasks.swap.load import dfl_model, load_autoencoder

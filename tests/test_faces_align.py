@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bigbatch.data import align
 from bigbatch.data.dfl_faces import hull_mask
 from bigbatch.errors import BigbatchError
-from bigbatch.faces import align
 
 GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_faces_golden.npz", allow_pickle=False)
 

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import _faces  # noqa: E402
 
 from bigbatch.cli import main  # noqa: E402
+from bigbatch.data import align  # noqa: E402
 from bigbatch.data.dfl_faces import face_masks, read_metadata, write_metadata  # noqa: E402
-from bigbatch.faces import align  # noqa: E402
 from bigbatch.faces.extract import Extractor, Settings  # noqa: E402
 
 W, H, N = 320, 240, 4

@@ -22,8 +22,9 @@ import _faces  # noqa: E402
 
 import bigbatch  # noqa: E402
 from bigbatch.cli import main  # noqa: E402
+from bigbatch.data import align  # noqa: E402
 from bigbatch.errors import BigbatchError  # noqa: E402
-from bigbatch.faces import align, merge, merge_run  # noqa: E402
+from bigbatch.faces import merge, merge_run  # noqa: E402
 
 GOLDEN = np.load(Path(__file__).parent / "data" / "dfl_faces_golden.npz", allow_pickle=False)
 DFL_MASKS = {0: "full", 1: "hull", 2: "learned-prd", 3: "learned-dst", 4: "learned", 5: "learned-sum"}

@@ -109,6 +109,39 @@ def test_prepare_takes_applied_xseg_masks_cut_at_half_where_no_face_is_labelled(
     assert np.array_equal(images[0, ..., 3].numpy(), np.where(soft >= 128, 255, 0).astype(np.uint8))
 
 
+def test_prepare_cuts_faces_of_other_types_to_one_as_dfls_xseg_trainer_does(labelled, tmp_path):
+    from PIL import Image
+
+    from bigbatch.data.align import transform_mat
+
+    folder, _, _ = labelled
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for i, path in enumerate(sorted(folder.glob("*.jpg"))[:2]):  # (the second face extracted as full face)
+        data = path.read_bytes()
+        meta = read_metadata(data)
+        meta["face_type"] = "full_face" if i else "whole_face"
+        (mixed / path.name).write_bytes(dfl_faces.write_metadata(data, meta))
+    with pytest.raises(BigbatchError, match="different DeepFaceLab face types.*an XSeg model here trains on one"):
+        prepare(str(mixed), str(tmp_path / "m.h5"), RES, workers=0, masks="labels")
+    report = prepare(str(mixed), str(tmp_path / "m.h5"), RES, workers=0, masks="labels", face_type="wf")
+    data = bigbatch.data.load_data(str(tmp_path / "m.h5"), RES)
+    assert report.count == 2 and data.meta["face_type"] == "wf"
+    second = sorted(mixed.glob("*.jpg"))[1]
+    raw = second.read_bytes()
+    mat = transform_mat(dfl_faces.landmarks_of(read_metadata(raw)), RES, "wf")  # DFL's get_transform_mat
+    image = np.asarray(Image.open(second).convert("RGB"))
+    want = cv2.warpAffine(image, mat, (RES, RES), flags=cv2.INTER_LANCZOS4)
+    label = cv2.warpAffine((dfl_faces.label_mask(read_metadata(raw), (RES, RES)) * 255).astype(np.uint8), mat,
+                           (RES, RES), flags=cv2.INTER_LANCZOS4)  # fmt: skip
+    got, _ = data.get(torch.tensor([1]))
+    assert np.array_equal(got[0, ..., :3].numpy(), want) and np.array_equal(got[0, ..., 3].numpy(), label)
+    first, _ = data.get(torch.tensor([0]))  # (the whole face as it was)
+    assert np.array_equal(first[0, ..., :3].numpy(), np.asarray(Image.open(sorted(mixed.glob("*.jpg"))[0])))
+    with pytest.raises(BigbatchError, match="--face-type cuts DeepFaceLab's aligned faces"):
+        prepare(str(mixed), str(tmp_path / "x.h5"), RES, workers=0, masks="alpha", face_type="wf")
+
+
 def test_the_augmentation_moves_the_label_with_the_face_and_does_not_depend_on_the_ranks(labelled):
     _, h5, _ = labelled
     faces, _ = bigbatch.data.load_data(str(h5), RES).get(torch.arange(4))

@@ -3,6 +3,7 @@ DATA.h5, decoded in parallel worker processes, bad files skipped and reported.""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -24,6 +25,7 @@ from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import (
     RESIZE,
     Listing,
+    cut_to_name,
     decode_mask,
     list_source,
 )
@@ -103,6 +105,7 @@ def prepare(
     labels: str | None = None,
     classes: str | None = None,
     overwrite: bool = False,
+    face_type: str | None = None,
 ) -> Report:
     """Write the images of `src` to the data file `out` (a local .h5 path or a URL to one).
 
@@ -134,6 +137,8 @@ def prepare(
     source, target = Location.of(src, "the source"), Location.of(out, "the output")
     refuse_output(target, storage_options, overwrite)
     settings = _Settings.checked(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, crop)
+    if face_type:  # DFL's aligned faces of another type cut to this one, as its trainers cut them
+        settings = dataclasses.replace(settings, cut_to=cut_to_name(face_type, masks))
     import bigbatch
 
     attrs: dict[str, Any] = {"source": source.name, "bigbatch_version": bigbatch.__version__}
@@ -203,6 +208,7 @@ class _Settings:
     whole: bool
     folders: tuple[Path, ...]
     """The mask folders read beside the images (none for masks "alpha", "dfl" or "labels")."""
+    cut_to: str | None = None  # --face-type: DFL's faces of other types cut to this one (SAEHD's name for it)
 
     @classmethod
     def checked(
@@ -254,7 +260,8 @@ class _Settings:
         own = {"dfl": 2 if self.eyes_mouth == "dfl" else 1, "labels": LABELS, "xseg-applied": APPLIED}
         dfl = own.get(str(self.masks), 0)  # the planes from DFL's metadata
         decoding = dict(resolution=self.resolution, ratios=self.ratios, alpha=self.masks == "alpha", dfl=dfl)
-        return {**decoding, "whole": self.whole, "codec": (self.codec, self.quality)}
+        cut = {"cut_to": self.cut_to} if self.cut_to else {}  # (keys of parts kept from before stay as they were)
+        return {**decoding, "whole": self.whole, "codec": (self.codec, self.quality), **cut}
 
     def key(self) -> dict[str, Any]:
         """What decides the decoded images besides the files: keys the parts a killed prepare kept."""

@@ -50,7 +50,8 @@ def _decode_chunk(payload: list[Any]) -> list[Result]:
     source = _worker["source"]
     data = source.read(payload) if source.worker_reads else payload
     w = _worker
-    out = [decode_or_reason(d, w["resolution"], w["ratios"], w["alpha"], w["dfl"], w["whole"], yaw=True) for d in data]
+    args = w["resolution"], w["ratios"], w["alpha"], w["dfl"], w["whole"]
+    out = [decode_or_reason(d, *args, yaw=True, cut_to=w.get("cut_to")) for d in data]
     codec, quality = w["codec"]
     if codec == "raw":
         return out

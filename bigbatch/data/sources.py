@@ -15,7 +15,16 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
-from bigbatch.data.dfl_faces import APPLIED, LABELS, NoFaceData, face_masks, yaw_of
+from bigbatch.data.dfl_faces import (
+    APPLIED,
+    FACE_TYPES,
+    LABELS,
+    NoFaceData,
+    face_masks,
+    landmarks_of,
+    read_metadata,
+    yaw_of,
+)
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location
@@ -378,6 +387,7 @@ def decode(
     whole: bool = False,
     as_scorers: bool = False,
     yaw: bool = False,
+    cut_to: str | None = None,
 ) -> tuple[int, np.ndarray, str | None, tuple[int, int], float | None]:
     """Decode one image file to (bucket, uint8 HxWx3, face type, its (height, width) as stored, yaw). With
     `resolution`: center-cropped to a square, or with `ratios` (width/height) to the nearest shape of
@@ -387,7 +397,9 @@ def decode(
     background); an image without transparency is refused. `dfl_masks` 1 or 2: the face mask (and the
     eyes-and-mouth region) a DeepFaceLab aligned face carries in its metadata, as channels 4 (and 5), or
     3 or 4 (dfl_faces.LABELS, APPLIED): its XSeg label, or its applied XSeg mask, as channel 4,
-    and its face type (SAEHD's name for it; None for other images). `yaw`: an aligned DFL face's yaw
+    and its face type (SAEHD's name for it; None for other images); with `cut_to` (a face type's SAEHD name), a face
+    of another type is cut to that one from its landmarks, with its masks, as DFL's trainers cut it (`cut_face`).
+    `yaw`: an aligned DFL face's yaw
     (`dfl_faces.yaw_of`, whatever `dfl_masks` says; None for other images, and without `yaw`).
     `as_scorers`: as pytorch-fid, clean-fid and torch-fidelity read a file, `Image.open(f).convert("RGB")`:
     no EXIF orientation, the colours under any transparency kept (16-bit images are still scaled, where Pillow
@@ -415,11 +427,50 @@ def decode(
         xseg = {LABELS: "labels", APPLIED: "applied"}.get(dfl_masks, "")
         found, face_type = face_masks(data, (img.height, img.width), dfl_masks == 2, xseg=xseg)
         planes += [Image.fromarray(p) for p in found]
+        if cut_to and face_type != cut_to:
+            img, planes = cut_face(data, img, planes, cut_to, resolution or img.width, bool(xseg))
+            face_type = cut_to
     bucket, img = fit(img, resolution, ratios, whole)
     out = np.asarray(img, dtype=np.uint8)
     if planes:
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
     return bucket, out, face_type, size, yaw_of(data) if yaw else None
+
+
+def cut_face(
+    data: bytes, img: Image.Image, planes: list[Image.Image], kind: str, side: int, xseg: bool
+) -> tuple[Image.Image, list[Image.Image]]:
+    """An aligned DFL face and its mask planes cut to face type `kind` at `side` px from the face's own landmarks
+    (DFL's get_transform_mat, in one resampling, the outside black), as DFL's trainers cut a face of another type:
+    XSeg's (SampleGeneratorFaceXSeg) by Lanczos, SAEHD's (SampleProcessor) the face by bicubic and its masks by
+    bilinear interpolation."""
+    import cv2
+
+    from bigbatch.data.align import transform_mat
+
+    meta = read_metadata(data)
+    mat = transform_mat(landmarks_of(meta or {}), side, kind)
+
+    def cut(x: Image.Image, flags: int) -> Image.Image:
+        return Image.fromarray(cv2.warpAffine(np.asarray(x), mat, (side, side), flags=flags))
+
+    face, mask = (cv2.INTER_LANCZOS4,) * 2 if xseg else (cv2.INTER_CUBIC, cv2.INTER_LINEAR)
+    return cut(img, face), [cut(p, mask) for p in planes]
+
+
+def cut_to_name(face_type: str, masks: str | None) -> str:
+    """--face-type as SAEHD names it, checked: DFL's aligned faces (--masks dfl, labels or xseg-applied) only."""
+    from bigbatch.data.align import face_type as kind_of
+
+    if masks not in ("dfl", "labels", "xseg-applied"):
+        raise BigbatchError(
+            "--face-type cuts DeepFaceLab's aligned faces to another type by their landmarks: give --masks dfl, "
+            "labels or xseg-applied with it"
+        )
+    short = FACE_TYPES.get(kind_of(face_type).dfl_name)
+    if short is None:
+        raise BigbatchError(f"--face-type must be one of h, mf, f, wf, head, got {face_type!r}")
+    return short
 
 
 def decode_mask(
@@ -447,12 +498,13 @@ def decode_or_reason(
     whole: bool = False,
     as_scorers: bool = False,
     yaw: bool = False,
+    cut_to: str | None = None,
 ) -> tuple[int, np.ndarray, str | None, tuple[int, int], float | None] | str:
     """`decode`, or a one-line reason why the file is not a usable image."""
     if isinstance(data, str):
         return data
     try:
-        return decode(data, resolution, ratios, alpha, dfl_masks, whole, as_scorers, yaw)
+        return decode(data, resolution, ratios, alpha, dfl_masks, whole, as_scorers, yaw, cut_to)
     except Image.UnidentifiedImageError:
         return "not an image Pillow can read"
     except (BigbatchError, NoFaceData) as e:  # DFL metadata missing, or refused (a pickle asking for code)

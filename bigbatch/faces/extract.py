@@ -26,9 +26,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from bigbatch.data import align
 from bigbatch.data.dfl_faces import read_metadata, write_metadata
 from bigbatch.errors import BigbatchError
-from bigbatch.faces import align
 from bigbatch.faces.video import IMAGE_SUFFIXES, VIDEO_SUFFIXES, Video, frame_name, is_video, natural_key
 from bigbatch.files import atomic_write
 

@@ -16,9 +16,9 @@ import cv2
 import numpy as np
 import torch
 
+from bigbatch.data import align
 from bigbatch.data.dfl_faces import hull_mask
 from bigbatch.errors import BigbatchError
-from bigbatch.faces import align
 from bigbatch.tasks.swap import color
 
 MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", "raw-predict", "original")

@@ -15,8 +15,8 @@ import cv2
 import numpy as np
 import torch
 
+from bigbatch.data import align
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.faces import align
 from bigbatch.faces.enhance import enhancer_file
 from bigbatch.faces.merge import (
     BATCH,

@@ -21,9 +21,9 @@ import torch
 
 from bigbatch import checkpoints, models
 from bigbatch.config import Config
+from bigbatch.data import align
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.faces import align
 from bigbatch.faces.video import natural_key
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl

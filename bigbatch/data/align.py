@@ -1,7 +1,9 @@
 """DeepFaceLab's face alignment (facelib/LandmarksProcessor.py, FaceType.py): the similarity that maps a face's
 68 landmarks onto DFL's mean face, and from it the square each face type crops, so that a face bigbatch aligns
 and one DFL aligns are the same pixels (tests/test_faces_align.py checks against DFL's own outputs,
-tests/data/dfl_faces_golden.npz). Written from DFL's published constants and Umeyama's paper; no DFL code."""
+tests/data/dfl_faces_golden.npz). Written from DFL's published constants and Umeyama's paper; no DFL code.
+In the data layer, as DFL's aligned faces are: `prepare` cuts faces to another face type by it, as the faces
+pipeline (bigbatch/faces) extracts and merges by it."""
 
 from __future__ import annotations
 
