@@ -102,7 +102,7 @@ def _merge(args: argparse.Namespace) -> None:
         super_resolution=args.super_resolution,
     )
     if args.video:
-        video.check_video_out(args.video, "--video")
+        video.check_video_out(args.video, "--video", args.frames, args.audio_from)
     if args.video and args.mode == "raw-predict":  # (found from outside: the faceless frames' corners filled it)
         raise BigbatchError(
             "--mode raw-predict writes the model's faces, each its size, and frames without a face as they are: "

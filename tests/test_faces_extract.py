@@ -342,6 +342,10 @@ def test_video_commands_refuse_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "00002.png is 30x22" in err and not Path("o.mp4").exists()
     assert not list(Path(".").glob(".o*"))  # no temporary file left
+    # Found from outside: the video giving the audio was replaced by the one made.
+    Path("keep.mp4").write_bytes(b"\x00" * 100)
+    assert main(["video", "make", "frames", "keep.mp4", "--audio-from", "keep.mp4"]) == 2
+    assert "is the video it is made from" in capsys.readouterr().err and Path("keep.mp4").stat().st_size == 100
 
 
 def test_a_rerun_redoes_frames_whose_image_changed_and_refuses_another_source(extracted, capsys):

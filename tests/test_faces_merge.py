@@ -433,6 +433,7 @@ def test_merge_with_super_resolution_runs_dfls_face_enhancer_from_its_weight_fil
         ([*good, "o", "--weights", "facelib"], "--weights is the face enhancer of --super-resolution"),
         ([*good, "o", "--super-resolution", "50", "--weights", "nowhere"], "--weights nowhere holds no FaceEnhancer"),
         ([*good, "o", "--super-resolution", "101", "--weights", "facelib"], "--super-resolution must be 0 to 100"),
+        ([*good, "o", "--video", str(root / "data_dst.mp4")], "is the video it is made from"),  # (it replaced it)
     ]:
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()

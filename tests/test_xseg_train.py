@@ -238,6 +238,8 @@ def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp
     bigbatch.train(changed, run_dir=part, resume=True, quiet=True)
 
     # The run masks faces; DFL's XSeg is base_ch 32 (its loader would start this one afresh): refused in one line.
+    assert main(["eval", str(whole)]) == 2  # (found from outside: "not a GAN", and no way on)
+    assert "the iou and val_loss rows of its metrics.jsonl" in capsys.readouterr().err
     assert main(["info", str(whole)]) == 0
     said = capsys.readouterr().out
     assert "rmsprop lr 0.0001, lr_dropout" in said and f"labelled faces {h5} and {h5}" in said and " sgd " not in said

@@ -136,10 +136,14 @@ def is_video(path: Path) -> bool:
 WRITE_SUFFIXES = tuple(s for s in VIDEO_SUFFIXES if s != ".webm")
 
 
-def check_video_out(out: str | Path, name: str) -> None:
+def check_video_out(out: str | Path, name: str, *sources: str | Path | None) -> None:
     """Refuse, in one line, a video to write that could not be written: a name no H.264 container has, an
-    existing folder, or a place under a file (said before any work, not by the encoder after it)."""
+    existing folder, or a place under a file (said before any work, not by the encoder after it); or one of the
+    `sources` it is made from (found from outside: the dst video was replaced by its merge)."""
     path = Path(out)
+    for source in sources:
+        if source is not None and Path(source).is_file() and Path(source).resolve() == path.resolve():
+            raise BigbatchError(f"{name} {out} is the video it is made from: give another name for the video")
     if path.suffix.lower() not in WRITE_SUFFIXES:
         raise BigbatchError(f"{name} {out}: give a video file name ({', '.join(WRITE_SUFFIXES)})")
     if path.is_dir():
@@ -394,7 +398,7 @@ def folder_to_video(
     names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
-    check_video_out(out, "OUT")
+    check_video_out(out, "OUT", audio_from)
     if fps is not None and fps <= 0:
         raise BigbatchError(f"--fps must be positive, got {fps}")
     if audio_from is not None and not Path(audio_from).is_file():

@@ -30,6 +30,8 @@ def _load_generator(ckpt: Path, device: str | torch.device, as_trained: bool) ->
         instead = {
             "swap": "swap faces with `bigbatch swap RUN IN OUT`, or merge them into frames with `bigbatch merge`",
             "classify": "predict with `bigbatch predict RUN IMAGES`",
+            "xseg": "its held-out scores (data.val_fraction) are the iou and val_loss rows of its metrics.jsonl; "
+            "mask faces with `bigbatch xseg apply RUN FACES`",
         }.get(cfg.task, "")
         raise BigbatchError(
             f"{ckpt} is a {cfg.task} run, not a GAN: it has no generator to load or sample"
