@@ -49,10 +49,6 @@ def _train(args: argparse.Namespace) -> None:
     saved = Path(args.run_dir) / "config.toml" if args.run_dir else None
     if resume and not args.run_dir:
         raise BigbatchError(f"--resume{'=auto' if resume == 'auto' else ''} needs --run-dir naming the run")
-    if args.run_dir:
-        from bigbatch.rundir import refuse_checkpoint
-
-        refuse_checkpoint(args.run_dir)
     if resume is True and not saved.exists() and not (saved.parent / "checkpoints").exists():
         raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
     if resume and not (args.preset or args.config) and saved.exists():

@@ -325,7 +325,7 @@ def _claim_dir(
     (with "auto": resumed if it holds a run, else started)."""
     if run_dir is not None:
         refuse_checkpoint(run_dir)
-    if run_dir is None:
+    else:
         if resume:
             raise BigbatchError("--resume needs --run-dir naming the run to continue")
         root = Path("runs")

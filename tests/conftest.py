@@ -115,3 +115,23 @@ def faces(tmp_path):
         )
         paths.append(out)
     return paths
+
+
+def stopped_then_resumed(task_class, cfg, run_dir: Path, at: int) -> Path:
+    """Train `cfg` in `run_dir`, stopped by SIGTERM after the step that reaches `at` images (a task's `step`
+    signalling, as a batch system would), then resumed to its end: the run a test compares with an uninterrupted one."""
+    import signal
+
+    step = task_class.step
+
+    def step_then_signal(self, feed):
+        out = step(self, feed)
+        if feed.nimg == at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(task_class, "step", step_then_signal)
+        run = bigbatch.train(cfg, run_dir=run_dir, quiet=True)
+    bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
+    return run

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import stopped_then_resumed
 from PIL import Image
 from safetensors.torch import load_file
 
@@ -162,7 +163,7 @@ def test_each_loss_term_is_dfls(faces):
     )
 
 
-def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path, monkeypatch):
+def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path):
     # with every DFL option on: both discriminators, lr dropout, colour transfer, HSV shift, styles, blur-out
     colour = {"swap.ct_mode": "idt", "swap.random_hsv_power": 0.1, "swap.blur_out_mask": True}
     cfg = swap_config(*faces, **colour, **{"swap.face_style_power": 0.1, "swap.bg_style_power": 1.0})
@@ -179,18 +180,7 @@ def test_training_with_both_discriminators_resumes_bit_exact(faces, tmp_path, mo
     preview = Image.open(sorted((whole / "samples").glob("preview-*.png"))[-1])
     assert preview.size == (7 * 64, 8 * 64)  # src, rec, dst, rec, swap, mask, blend; a row per face (sample.n 8)
 
-    step = SwapTask.step
-
-    def stop_after_two(self, feed):
-        out = step(self, feed)
-        if feed.nimg == 8:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return out
-
-    monkeypatch.setattr(SwapTask, "step", stop_after_two)
-    part = bigbatch.train(cfg, run_dir=tmp_path / "part", quiet=True)
-    monkeypatch.setattr(SwapTask, "step", step)
-    bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
+    part = stopped_then_resumed(SwapTask, cfg, tmp_path / "part", at=8)
     for name in ("model", "code_discriminator", "gan"):
         a = (ckpt / f"{name}.safetensors").read_bytes()
         assert a == (part / "checkpoints" / "000000.016" / f"{name}.safetensors").read_bytes(), name

@@ -5,7 +5,6 @@ apply RUN`) and starts from DFL's own model (train.init_from)."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import skimage.data
 import torch
+from conftest import stopped_then_resumed
 from safetensors.torch import load_file
 from test_dfl_faces import dfl_jpeg, face_image, landmarks
 
@@ -212,23 +212,12 @@ def xseg_config(h5, **over):
     return cfg.override(over)
 
 
-def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp_path, monkeypatch, capsys):
+def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp_path, capsys):
     folder, h5, _ = labelled
     cfg = xseg_config(h5, **{"data.dst_path": str(h5)})  # (src's and dst's labelled faces, joined)
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
     assert sorted(p.name for p in (whole / "samples").glob("preview-*.png"))
-    step = XSegTask.step
-
-    def stop_after_two(self, feed):
-        out = step(self, feed)
-        if feed.nimg == 8:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return out
-
-    monkeypatch.setattr(XSegTask, "step", stop_after_two)
-    part = bigbatch.train(cfg, run_dir=tmp_path / "part", quiet=True)
-    monkeypatch.setattr(XSegTask, "step", step)
-    bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)
+    part = stopped_then_resumed(XSegTask, cfg, tmp_path / "part", at=8)
     ckpt = "checkpoints/000000.016/model.safetensors"
     assert (whole / ckpt).read_bytes() == (part / ckpt).read_bytes()
     # A resume may change the rate and the dropout (DFL asks again at each start), not the faces it reads.

@@ -25,9 +25,11 @@ import cv2
 import numpy as np
 import torch
 
-from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
+from bigbatch.data.dfl_faces import NoFaceData, write_metadata
 from bigbatch.data.sources import file_stamp
 from bigbatch.errors import BigbatchError
+from bigbatch.faces.merge_record import content_digest
+from bigbatch.faces.xseg import face_files, read_face
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
 from bigbatch.models.face_enhancer import FaceEnhancer, enhance
@@ -57,12 +59,6 @@ def load_enhancer(weights: str | Path, device: str | torch.device, what: str = "
     return model.to(device).eval().requires_grad_(False)
 
 
-def _digest(file: Path) -> str:
-    from bigbatch.faces.merge_record import content_digest
-
-    return content_digest(file)
-
-
 @dataclass
 class Enhanced:
     """What `enhance_folder` did: faces enhanced (`done`), faces moved over their originals (`moved`, with
@@ -85,8 +81,6 @@ def enhance_folder(
     `in_place` over the faces themselves. The record beside the enhanced faces holds the weights' hash and each
     face's source stamp (a face changed, renamed or deleted since is redone or dropped), and, while an in-place
     run moves them back, the names it moves."""
-    from bigbatch.faces.xseg import face_files
-
     folder = Path(folder).resolve()  # (found by review: "." had no name to put "_enhanced" after)
     if in_place and out is not None:
         raise BigbatchError("--in-place writes the faces over FACES; --out writes them elsewhere: give one of them")
@@ -94,7 +88,8 @@ def enhance_folder(
     if target == folder:
         raise BigbatchError(f"--out {out} is FACES itself: give --in-place to replace the faces, or another folder")
     record = _read_record(target)
-    digest = _digest(enhancer_file(weights)) if enhancer_file(weights).is_file() else None
+    file = enhancer_file(weights)
+    digest = content_digest(file) if file.is_file() else None
     if record.get("moving") is not None:  # an in-place run stopped while it moved the faces back
         if not in_place or record.get("weights") != digest:
             raise BigbatchError(
@@ -168,14 +163,8 @@ def _write_record(target: Path, record: dict) -> None:
 
 def _enhanced(model: FaceEnhancer, path: Path) -> bytes:
     """The face in `path` enhanced, as a JPEG of quality 100 carrying its metadata; NoFaceData if it is none."""
-    data = path.read_bytes()
-    meta = read_metadata(data, str(path))
-    if meta is None:
-        raise NoFaceData("not an aligned DeepFaceLab face (no metadata)")
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if image is None:
-        raise NoFaceData("it does not decode as an image")
-    out = enhance(model, image.astype(np.float32) / 255, preserve_size=True)
+    _, meta, image = read_face(path)
+    out = enhance(model, image, preserve_size=True)
     ok, jpeg = cv2.imencode(".jpg", np.clip(out * 255, 0, 255).astype(np.uint8), [cv2.IMWRITE_JPEG_QUALITY, 100])
     if not ok:
         raise NoFaceData("its enhanced face did not encode")

@@ -266,6 +266,11 @@ class _Merging:
         enhancer: Enhancer | None = None,
     ):
         self.xseg, self.enhancer = xseg, enhancer
+        self.segmenter = None  # with super resolution, XSeg of the enhanced swap (merge_face calls it)
+        if xseg is not None and s.super_resolution and s.mask in PRD_MASKS:
+            from bigbatch.faces.xseg import merge_masks
+
+            self.segmenter = lambda face: merge_masks(xseg, [face], [], face.shape[0], (True, False))[0][0]
         self.model, self.faces, self.kind, self.s, self.out = model, faces, kind, s, out
         self.writer, self.bar, self.pool, self.workers = writer, bar, pool, workers
         self.pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's frames
@@ -338,14 +343,9 @@ class _Merging:
         mask as OUT/masks/{stem}.png."""
         predictions = iter(outputs)
         res = self.model.resolution
-        segmenter = None
-        if self.xseg is not None and self.s.super_resolution and self.s.mask in PRD_MASKS:
-            from bigbatch.faces.xseg import merge_masks
-
-            segmenter = lambda face: merge_masks(self.xseg, [face], [], face.shape[0], (True, False))[0][0]  # noqa: E731
         faces = self.faces.get(stem, [])
         rgb, mask = merge_frame(
-            frame, faces, lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer, segmenter
+            frame, faces, lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer, self.segmenter
         )
         for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)

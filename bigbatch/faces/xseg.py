@@ -127,6 +127,18 @@ def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False, face_
     return out
 
 
+def read_face(path: Path) -> tuple[bytes, dict, np.ndarray]:
+    """An aligned DFL face's (bytes, metadata, image float32 BGR in [0, 1]); NoFaceData (one line) if it is none."""
+    data = path.read_bytes()
+    meta = read_metadata(data, str(path))
+    if meta is None:
+        raise NoFaceData("not an aligned DeepFaceLab face (no metadata)")
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if image is None:
+        raise NoFaceData("it does not decode as an image")
+    return data, meta, image.astype(np.float32) / 255
+
+
 def face_files(folder: Path) -> list[Path]:
     """The aligned faces (.jpg) in `folder`, in natural order; one line if it is no folder or holds none."""
     if not folder.is_dir():
@@ -197,15 +209,9 @@ def apply_xseg(
     for start in range(0, len(files), batch):
         chunk = []
         for path in files[start : start + batch]:
-            data = path.read_bytes()
             try:
-                meta = read_metadata(data, str(path))
-                if meta is None:
-                    raise NoFaceData("not an aligned DeepFaceLab face (no metadata)")
-                image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-                if image is None:
-                    raise NoFaceData("it does not decode as an image")
-                face, mat = _to_model(image.astype(np.float32) / 255, meta, kind)
+                data, meta, image = read_face(path)
+                face, mat = _to_model(image, meta, kind)
             except (NoFaceData, BigbatchError) as e:
                 skipped.append((path.name, str(e)))
                 continue

@@ -107,8 +107,7 @@ def build(
         init_from(net, cfg.train.init_from, face_type)
     model = rep.prepare(net.train())
     opt = rep.wrap_optimizer(RMSprop(list(net.parameters()), **_rates(cfg), seed=(cfg.train.seed, 0)), "model")
-    task = XSegTask(cfg, rep, data if dst is None else Joined(data, dst), model, opt, face_type)
-    task.dst_hash = "" if dst is None else str(dst.content_hash)
+    task = XSegTask(cfg, rep, data if dst is None else Joined(data, dst), model, opt, face_type, dst)
     if cfg.eval.every_kimg and run is not None and val is not None:
         task.scorer = XSegScorer(task, val, run, resumed_at, quiet or not rep.is_main)
     return task
@@ -156,11 +155,13 @@ class XSegTask:
     scorer: Any = None
     lr_key, range_loss = "xseg.lr", ("loss_xseg",)
 
-    def __init__(self, cfg: Config, rep: Replicator, data: Any, model: nn.Module, opt: Any, face_type: str) -> None:
+    def __init__(
+        self, cfg: Config, rep: Replicator, data: Any, model: nn.Module, opt: Any, face_type: str, dst: Any = None
+    ) -> None:
         self.cfg, self.rep, self.model, self.opt, self.face_type = cfg, rep, model, opt, face_type
         self.feed_data = data  # (the loop's feed reads it: src's labelled faces, and dst's after them)
         self.steps = 0
-        self.dst_hash = ""  # (of the dst faces, "" without: recorded, and checked on resume)
+        self.dst_hash = "" if dst is None else str(dst.content_hash)  # (recorded, and checked on resume)
         self._backgrounds: Any = None
 
     def plain(self) -> nn.Module:
