@@ -68,20 +68,24 @@ def apply(
     (N, 4, H, W: the picture and its label, floats in [0, 1]), each with another labelled face for its
     background (`backgrounds`, the same form), by one step's `draw` (this rank's rows). float32."""
     draws = list(draws)
-    filters, resizes = draws[17], draws[20]  # (read on the host: the kernels are built there, for these rows only)
-    draws[17] = torch.from_numpy(_kernels(filters.cpu().numpy()))
+    # Read on the host (draws are drawn there): the filter kernels, built for these rows only; which faces get a
+    # flare, a resize, a JPEG round trip (computed for those faces alone: each is a p 0.25-0.5 draw).
+    host = {
+        "flares": [torch.nonzero(draws[11][:, j]).flatten().tolist() for j in range(2)],
+        "resizes": draws[20].cpu().tolist(),
+        "jpeg": torch.nonzero(draws[22]).flatten().tolist(),
+    }
+    draws[17] = torch.from_numpy(_kernels(draws[17].cpu().numpy()))
     with torch.autocast(faces.device.type, enabled=False):
         d = [t.to(faces.device, non_blocking=True) for t in draws]
-        return _apply(faces.float(), backgrounds.float(), d, resizes.cpu().tolist())
+        return _apply(faces.float(), backgrounds.float(), d, host)
 
 
-def _apply(
-    x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor], resizes: list[list[int]]
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _apply(x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor], host: dict) -> tuple[torch.Tensor, torch.Tensor]:
     bg_on, bg_theta, bg_flips, bg_hsv_on, bg_hsv, bg_levels, bg_strength = d[:7]
-    theta, offsets, cells, flips, flare_on, flare_size = d[7:13]
+    theta, offsets, cells, flips, _, flare_size = d[7:13]
     hsv_on, hsv, levels, circle, kernels, circle1, circle2, _, circle3 = d[13:22]
-    jpeg_on, quality, circle4 = d[22:]
+    _, quality, circle4 = d[22:]
     n, _, res, _ = x.shape
     image, mask = x[:, :3], x[:, 3:4]
     # 1. another face's background behind this one
@@ -97,24 +101,27 @@ def _apply(
     image, mask = warped[:, :3].clamp(0, 1), (warped[:, 3:4] >= 0.5).float()
     # 3. flares: the face (then the background) blurred and added
     for j, region in enumerate((mask, 1 - mask)):
-        flare = _gaussian(image * region, flare_size[:, j])
-        image = torch.where(flare_on[:, j].view(-1, 1, 1, 1), image + flare, image)
+        if rows := host["flares"][j]:
+            at = torch.tensor(rows, device=x.device)
+            image = image.index_add(0, at, _gaussian(image[at] * region[at], flare_size[at, j]))
     # 4. under faded circles: colours, sharpening or blurs, a resize
     image = _recolour(image, hsv_on, hsv, levels, _circle(circle, res))
     for j, where in enumerate((circle1, circle2)):  # sharpening or motion blur, then the Gaussian blur
         fade = _circle(where, res)
         image = image * (1 - fade) + _filter(image, kernels[:, j]) * fade
     resized = [image[i : i + 1] for i in range(n)]  # down to its size and back up, face by face where drawn
-    for i, (on, nearest, small) in enumerate(resizes):
+    for i, (on, nearest, small) in enumerate(host["resizes"]):
         if on:
             mode = {"mode": "nearest"} if nearest else {"mode": "bilinear", "align_corners": False}
             down = F.interpolate(resized[i], size=(small, small), **mode)
             resized[i] = F.interpolate(down, size=(res, res), **mode)
     fade = _circle(circle3, res)
     image = (image * (1 - fade) + torch.cat(resized) * fade).clamp(0, 1)
-    fade = _circle(circle4, res)
-    compressed = image * (1 - fade) + jpeg(image, quality) * fade
-    return torch.where(jpeg_on.view(-1, 1, 1, 1), compressed, image), mask
+    if rows := host["jpeg"]:
+        at = torch.tensor(rows, device=x.device)
+        fade, part = _circle(circle4[at], res), image[at]
+        image = image.index_copy(0, at, part * (1 - fade) + jpeg(part, quality[at]) * fade)
+    return image, mask
 
 
 # libjpeg's quantisation tables at quality 50 (ITU T.81 Annex K), luminance then chrominance, in row order.
