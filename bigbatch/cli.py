@@ -286,7 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sample_command(sub)
 
-    pr = sub.add_parser("prepare", help="turn a folder, zip, s3:// prefix or builtin:NAME into one HDF5 data file")
+    pr = sub.add_parser(
+        "prepare",
+        help="turn a folder, zip, tar or WebDataset shards, s3:// prefix or builtin:NAME into one HDF5 data file",
+    )
     pr.add_argument("src", metavar="SRC")
     pr.add_argument("out", metavar="OUT.h5")
     pr.add_argument("--resolution", type=int, help="center-crop and resize (Pillow LANCZOS) to N x N")

@@ -122,9 +122,10 @@ GAN_ONLY = (
 )
 
 # What `bigbatch eval` takes as A (besides a run) and as B, for messages.
-EVAL_A = "a run, a checkpoint, a folder, .zip or .npz of images, a DATA.h5 or builtin:NAME"
+EVAL_A = "a run, a checkpoint, a folder, .zip, .tar or .npz of images, a DATA.h5 or builtin:NAME"
 EVAL_B = (
-    "a DATA.h5, builtin:NAME, a folder, .zip or .npz of images, or statistics (.npz with mu and sigma, .safetensors)"
+    "a DATA.h5, builtin:NAME, a folder, .zip, .tar or .npz of images, or statistics (.npz with mu and sigma, "
+    ".safetensors)"
 )
 
 
@@ -155,9 +156,11 @@ def _check_resolution(resolution: int, inputs: list[str | None]) -> None:
 
 
 def _check_exists(path: str, role: str) -> Location:
-    """What A or B names, parsed, if it exists (a URL is left to the reading)."""
+    """What A or B names, parsed, if it exists (a URL, and a pattern of tar shards, are left to the reading)."""
+    from bigbatch.data.tars import shards_named
+
     where = Location.of(path)
-    if not (where.url or where.path.exists()):  # (builtin:NAME is a URL's shape)
+    if not (where.url or where.path.exists() or shards_named(where) is not None):  # (builtin:NAME: a URL's shape)
         raise BigbatchError(f"{role}: {path} does not exist; give {EVAL_A if role == 'A' else EVAL_B}")
     return where
 
@@ -175,6 +178,8 @@ def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
         raise BigbatchError(
             f"B: {path} is a run; score its samples as A (bigbatch eval {shlex.quote(path)} [B]) and give B: {EVAL_B}"
         )
+    if not where.url and not where.path.exists():  # (a pattern of tar shards)
+        return "images", open_images(where)
     if not where.url and where.path.suffix.lower() == ".safetensors" and not holds_stats(where.path):
         raise BigbatchError(
             f"{role}: {path} holds no feature statistics (no mu and sigma: a model's weights?); give "

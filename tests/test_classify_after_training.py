@@ -5,6 +5,7 @@ from it or from a state dict (train.init_from)."""
 import csv
 import json
 import shlex
+import subprocess
 
 import numpy as np
 import pytest
@@ -140,6 +141,13 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert [r["file"] for r in json.loads(capsys.readouterr().out)] == [
         str(tmp_path / f"imgs/{i}.png") for i in range(6)
     ]
+    # A tar of them (WebDataset's shard, or a tar of a folder): the same classes as the files.
+    subprocess.run(["tar", "cf", tmp_path / "imgs.tar", "-C", tmp_path, "imgs"], check=True)
+    assert main(["predict", str(run), str(tmp_path / "imgs.tar"), "--json", "--topk", "3"]) == 0
+    tarred = json.loads(capsys.readouterr().out)
+    assert [r["file"] for r in tarred] == [f"{tmp_path / 'imgs.tar'}/{i}.png" for i in range(6)] + [
+        f"{tmp_path / 'imgs.tar'}/sub/again.png"
+    ] and [r["top"] for r in tarred] == [r["top"] for r in rows]
     assert main(["predict", str(run), str(tmp_path / "imgs" / "*.jpeg")]) == 2
     assert "*.jpeg matches no file" in capsys.readouterr().err
     assert main(["predict", str(run), str(tmp_path / "imgs" / "0.png"), "--json", "--tta", "--topk", "10"]) == 0
@@ -250,7 +258,7 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     (tmp_path / "none").mkdir()  # what predict takes, not what eval takes (.npz)
     (tmp_path / "notes.zip").write_text("not a zip")
     assert main(["predict", str(run), str(tmp_path / "none")]) == 2
-    assert "holds no image files" in (err := capsys.readouterr().err) and "give image files, folders or .zip" in err
+    assert "holds no image files" in (err := capsys.readouterr().err) and "give image files, folders, .zip or .tar" in err
     assert main(["predict", str(run), str(tmp_path / "notes.zip")]) == 2
     assert "notes.zip is not a readable zip archive (damaged, or another kind of file)" in capsys.readouterr().err
     (tmp_path / "notes.txt").write_text("not an image")  # nothing to predict: one line (a "skipped" line came first)

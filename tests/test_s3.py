@@ -84,6 +84,18 @@ def test_zip_on_s3(s3, photos, tmp_path):
     assert report.count == 24 and report.content_hash == prepare(str(photos), str(tmp_path / "l.h5"), 8).content_hash
 
 
+def test_tar_shards_on_s3_by_pattern_and_by_prefix(s3, photos, tmp_path):
+    fs, _ = s3
+    for i, c in enumerate(("cat", "dog")):  # a shard a class folder, with its folder inside: cat/00.png ...
+        subprocess.run(["tar", "cf", tmp_path / f"shard-{i}.tar", "-C", photos, c], check=True)
+        fs.put(str(tmp_path / f"shard-{i}.tar"), f"bkt/shards/shard-{i}.tar")
+    local = prepare(str(photos), str(tmp_path / "l.h5"), resolution=8, workers=0)
+    for src in ("s3://bkt/shards/shard-{0..1}.tar", "s3://bkt/shards"):
+        report = prepare(src, str(tmp_path / "t.h5"), resolution=8, workers=2, overwrite=True)
+        assert (report.count, report.class_names) == (24, ["cat", "dog"]) and report.content_hash == local.content_hash
+        assert [name for name, _ in report.skipped] == ["dog/broken.png"]
+
+
 def test_training_reads_straight_from_s3(s3, photos, tmp_path):
     fs, _ = s3
     url = "s3://bkt/data/photos.h5"

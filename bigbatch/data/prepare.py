@@ -24,6 +24,7 @@ from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import (
     RESIZE,
+    FolderSource,
     Listing,
     cut_to_name,
     decode_mask,
@@ -173,7 +174,7 @@ def prepare(
                 storage_options,
                 skipped,
                 progress,
-                relabelled=bool(labels or classes),
+                relabelled=bool(labels or classes or listing.indexed),
             )
     shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
     return Report(
@@ -293,17 +294,20 @@ def _listed(
     """The files to prepare, labelled (by their folders, or by the `labels` file), thinned to `limit`; the
     files outside the class folders skipped."""
     listing = list_source(source, storage_options, classes=not labels)  # (a labels file names files at any depth)
-    if target is not None and not target.url and not source.url:  # the output itself, inside its source (found
+    folder = isinstance(listing.source, FolderSource)
+    if target is not None and not target.url and folder:  # the output itself, inside its source (found
         out = os.path.realpath(target.path)  # from outside: listed as corrupt, and --strict failed on it)
         if any(os.path.realpath(source.path / name) == out for name in (*listing.names, *listing.outside)):
             keep = [i for i, k in enumerate(listing.keys) if os.path.realpath(k) != out]
             outside = [n for n in listing.outside if os.path.realpath(source.path / n) != out]
-            listing = Listing(listing.source, [listing.keys[i] for i in keep], [listing.names[i] for i in keep],
-                              listing.labels[keep], listing.class_names, outside)  # fmt: skip
+            keys, names = [listing.keys[i] for i in keep], [listing.names[i] for i in keep]
+            listing = dataclasses.replace(listing, keys=keys, names=names, labels=listing.labels[keep], outside=outside)
     if not listing.keys:
         raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
     if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
         listing = _labelled(listing, labels, classes, storage_options, skipped, settings.strict)
+    elif classes and listing.indexed:  # WebDataset's class indices, named as the training file's
+        listing = _named(listing, _training_classes(classes, storage_options), classes)
     elif classes:  # class folders numbered as the training file's (a validation set lacking a class)
         if not listing.class_names:
             raise BigbatchError(
@@ -315,6 +319,8 @@ def _listed(
         listing = renumber(listing, _training_classes(classes, storage_options), f"--classes {public_name(classes)}")
     if settings.limit is not None:
         listing = listing.subset(settings.limit)
+    for name, why in listing.skipped:
+        _skip(skipped, name, why, settings.strict)
     for name in listing.outside:
         _skip(
             skipped, name, "outside the class folders (every file must be in one when there are any)", settings.strict
@@ -438,7 +444,7 @@ def _refuse_empty_classes(
 
 def _empty_folders(source: Location, listing: Listing) -> list[str]:
     """The sub-folders of a local source folder with classes that hold no image file (not classes, then)."""
-    if not listing.class_names or source.url or not source.path.is_dir():
+    if not listing.class_names or not isinstance(listing.source, FolderSource):
         return []
     names = set(listing.class_names)
     folders = source.path.iterdir()
@@ -470,6 +476,17 @@ def _labelled(
     for name in missing:
         _skip(skipped, f"{name} (in {what})", "labelled, but not in the source", strict)
     return labelled
+
+
+def _named(listing: Listing, names: list[str], classes: str) -> Listing:
+    """Class indices as the source gave them (WebDataset's .cls), named by the training file's classes."""
+    top = int(listing.labels.max(initial=-1))
+    if top >= len(names):
+        raise BigbatchError(
+            f"the source's .cls class indices run to {top}, and --classes {public_name(classes)} has "
+            f"{len(names)} classes (0 to {len(names) - 1}): give the training file these shards' classes come from"
+        )
+    return dataclasses.replace(listing, class_names=list(names))
 
 
 def _training_classes(classes: str, storage_options: dict[str, Any] | None) -> list[str]:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import io
 import os
 import stat
+import tarfile
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
 
+from bigbatch.data import tars
 from bigbatch.data.dfl_faces import (
     APPLIED,
     FACE_TYPES,
@@ -25,6 +26,7 @@ from bigbatch.data.dfl_faces import (
     read_metadata,
     yaw_of,
 )
+from bigbatch.data.listing import Listing, Source, file_stamp, hidden, label_files, object_stamp
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location
@@ -33,79 +35,6 @@ from bigbatch.urls import Location
 RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
 # Transparent pixels become this colour rather than whatever RGB values they happen to hold.
 BACKGROUND = (255, 255, 255)
-
-
-# What `bigbatch extract` writes beside the aligned faces it makes: the frames in which it found no face.
-NO_FACE_LIST = "no_face.txt"
-
-
-def _hidden(rel: str) -> bool:
-    # Dot files, macOS resource forks and zip folders: operating-system litter, not images; and extract's list of
-    # frames without a face, at the top of its output (prepare reads what extract wrote, --strict too).
-    return rel == NO_FACE_LIST or any(p.startswith(".") or p == "__MACOSX" for p in rel.split("/"))
-
-
-@dataclass
-class Listing:
-    """The files of a source in a fixed order, with labels; `outside` lists files that sit beside
-    class folders and so have no class."""
-
-    source: Source
-    keys: list[str]
-    names: list[str]
-    labels: np.ndarray
-    class_names: list[str]
-    outside: list[str] = field(default_factory=list)
-
-    def subset(self, limit: int) -> Listing:
-        """`limit` files spread evenly over the listing (so every class keeps its share)."""
-        take = (np.arange(limit) * len(self.keys)) // limit if limit < len(self.keys) else np.arange(len(self.keys))
-        return Listing(
-            self.source,
-            [self.keys[i] for i in take],
-            [self.names[i] for i in take],
-            self.labels[take],
-            self.class_names,
-            self.outside,
-        )
-
-
-def label_files(rel: list[str]) -> tuple[np.ndarray, list[str], list[int], list[str]]:
-    """Class labels from the first folder of each relative path: (labels, class names, indices of the
-    files in a class, files outside any class). No sub-folders at all: unconditional, label 0."""
-    tops = sorted({p.split("/", 1)[0] for p in rel if "/" in p})
-    if not tops:
-        return np.zeros(len(rel), np.int64), [], list(range(len(rel))), []
-    index = {name: i for i, name in enumerate(tops)}
-    keep = [i for i, p in enumerate(rel) if "/" in p]
-    labels = np.array([index[rel[i].split("/", 1)[0]] for i in keep], np.int64)
-    return labels, tops, keep, [p for p in rel if "/" not in p]
-
-
-class Source:
-    """Reads the bytes of listed files. `worker_reads`: decoding processes read files themselves
-    (local); otherwise the main process fetches them, concurrently, and ships the bytes."""
-
-    worker_reads = True
-
-    def read(self, keys: Sequence[str]) -> list[bytes | str]:
-        """The bytes of each file, or a reason why it could not be read."""
-        raise NotImplementedError
-
-    def stamp(self, key: str) -> str:
-        """What changes when the listed file does, as the listing saw it ("": nothing known; a zip's
-        members are stamped by the zip's own)."""
-        return ""
-
-
-def file_stamp(path: str) -> str:
-    """A local file's size and modification time ("" if it cannot be read): a file changed since a killed
-    prepare is not taken from its parts."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return ""
-    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 class FolderSource(Source):
@@ -206,19 +135,27 @@ def _regular_or_missing(file: str) -> bool:
 
 def list_source(src: str | Location, storage_options: dict[str, Any] | None = None, classes: bool = True) -> Listing:
     """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder; without
-    `classes`, every file at any depth, unlabelled (label 0: sub-folders are not classes)."""
+    `classes`, every file at any depth, unlabelled (label 0: sub-folders are not classes). Tar files (one, a
+    brace pattern of WebDataset shards, a folder or prefix of them) as bigbatch.data.tars lists them."""
     src = Location.of(src)
+    shards = tars.shards_named(src)
+    if shards is not None:
+        return tars.list_tars(shards, storage_options, classes)
     if src.url:
         return _list_url(src, storage_options, classes)
     path = src.path
     if not path.exists():
-        raise BigbatchError(f"source {src.name} does not exist; give a folder, a .zip, an s3://bucket/prefix URL")
+        raise BigbatchError(
+            f"source {src.name} does not exist; give a folder, a .zip, a .tar, an s3://bucket/prefix URL"
+        )
     if path.is_file():
         if zipfile.is_zipfile(path):
             return _list_zip(ZipSource(src), classes)
         if path.suffix.lower() == ".zip":
             raise BigbatchError(f"source {src.name} is not a readable zip archive (damaged, or another kind of file)")
-        raise BigbatchError(f"source {src.name} is a single file; give a folder of images or a .zip")
+        if tars.is_tar_name(src.text) or tarfile.is_tarfile(path):
+            return tars.list_tars([src], storage_options, classes)
+        raise BigbatchError(f"source {src.name} is a single file; give a folder of images, a .zip or a .tar")
     rel = []
     # Each folder with the folders above it, by identity: a link to one of those is a loop, not followed. A
     # link to any other folder is followed (as torchvision's ImageFolder does), whatever order the walk takes.
@@ -241,7 +178,10 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
         # Regular files (and dangling links, listed as unreadable): a named pipe or a device would block its reader.
         files = [f for f in filenames if _regular_or_missing(os.path.join(dirpath, f))]
         rel += [f if base == "." else f"{base}/{f}" for f in files]
-    rel = sorted(r for r in rel if not _hidden(r))
+    rel = sorted(r for r in rel if not hidden(r))
+    shards = tars.shards_in(src, rel)
+    if shards is not None:
+        return tars.list_tars(shards, storage_options, classes)
     return _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
 
 
@@ -252,24 +192,25 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
         if not fs.exists(root):  # (s3fs says so too of a bucket these credentials may not list)
             raise BigbatchError(
                 f"source {src.name} does not exist, or cannot be listed with these credentials (check AWS_* and the "
-                "endpoint); give a folder, a .zip, an s3://bucket/prefix URL"
+                "endpoint); give a folder, a .zip, a .tar, an s3://bucket/prefix URL"
             )
         if fs.isfile(root):
             if root.lower().endswith(".zip"):
                 return _list_zip(ZipSource(src, storage_options), classes)
-            raise BigbatchError(f"source {src.name} is a single file; give a folder (prefix) of images or a .zip")
+            raise BigbatchError(
+                f"source {src.name} is a single file; give a folder (prefix) of images, a .zip or .tar shards"
+            )
         root = root.rstrip("/")
         stamps = _find(fs, root)
     except BigbatchError:
         raise
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
         raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
-    paths = sorted(p for p in stamps if not _hidden(p[len(root) + 1 :]))
+    paths = sorted(p for p in stamps if not hidden(p[len(root) + 1 :]))
+    shards = tars.shards_in(src, [p[len(root) + 1 :] for p in paths])
+    if shards is not None:
+        return tars.list_tars(shards, storage_options, classes)
     return _listing(FsspecSource(src, storage_options, stamps), paths, [p[len(root) + 1 :] for p in paths], classes)
-
-
-# What an object's listing says changes with it, by filesystem (s3fs, gcsfs, adlfs; local and memory).
-STAMP_FIELDS = ("ETag", "etag", "md5Hash", "mtime", "LastModified", "updated", "created")
 
 
 def _find(fs: Any, root: str) -> dict[str, str]:
@@ -280,8 +221,7 @@ def _find(fs: Any, root: str) -> dict[str, str]:
     stamps: dict[str, str] = {}
     for path, info in found.items():
         if path.startswith(root + "/") and not path.endswith("/") and info.get("type", "file") == "file":
-            tag = next((info[f] for f in STAMP_FIELDS if info.get(f)), "")
-            stamps[path] = f"{info.get('size', '')}:{tag}"
+            stamps[path] = object_stamp(info)
     del found
     # s3fs keeps each listed object's detail (about 1 KB) in its listings cache for the filesystem's
     # life, which decoding processes forked later copy page by page; nothing here reads it again.
@@ -302,7 +242,7 @@ def _utf8_name(info: zipfile.ZipInfo) -> str:
 
 
 def _list_zip(source: ZipSource, classes: bool) -> Listing:
-    infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not _hidden(i.filename)]
+    infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not hidden(i.filename)]
     infos.sort(key=_utf8_name)
     names = [i.filename for i in infos]  # what the zip is read by
     rel = [_utf8_name(i) for i in infos]  # what classes and labels are named by

@@ -14,22 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 from bigbatch.data.images import ImageData
-from bigbatch.data.sources import Listing, decode_or_reason, list_source
+from bigbatch.data.listing import IMAGE_EXTENSIONS, Listing
+from bigbatch.data.sources import decode_or_reason, list_source
+from bigbatch.data.tars import shards_named
 from bigbatch.errors import BigbatchError, first_line
 from bigbatch.metrics.features import Extractor
 from bigbatch.urls import Location
 
-# Files with these endings are images (pytorch-fid's and torch-fidelity's list, and a few more Pillow
-# opens); anything else in a folder (captions, .json, .npz) is left alone, as those tools do.
-IMAGE_EXTENSIONS = frozenset(
-    e
-    for e in (".bmp", ".gif", ".jpeg", ".jpg", ".jpe", ".jfif", ".pbm", ".pgm", ".png", ".pnm", ".ppm", ".tga")
-    + (".tif", ".tiff", ".webp", ".avif", ".qoi", ".jp2", ".j2k")
-    if Image.registered_extensions().get(e) in Image.OPEN
-)
 # Where sample files keep their images: "arr_0" (np.savez(f, images); bigbatch sample --npz, ADM),
 # "x" (BigGAN-PyTorch's and StudioGAN's samples.npz), then other common names.
 NPZ_KEYS = ("arr_0", "x", "images", "imgs", "samples", "image", "img", "data")
@@ -38,10 +31,11 @@ DECODE_VERSION = "pillow-rgb/v1"
 
 
 def open_images(path: str | Path | Location, storage_options: dict | None = None) -> ImageFiles | ImageData:
-    """The images at `path`: a folder (recursively) or .zip of image files, an fsspec URL prefix, or an
+    """The images at `path`: a folder (recursively), .zip or .tar (or WebDataset's shards) of image files, an fsspec
+    URL prefix, or an
     .npz/.npy holding one uint8 array (N, H, W, C), (N, C, H, W) or grey (N, H, W)."""
     where = Location.of(path)
-    if not where.url:
+    if not where.url and shards_named(where) is None:  # (a pattern of tar shards names no file itself)
         if not where.path.exists():
             raise BigbatchError(f"{where.name} does not exist; give a folder, .zip or .npz of images")
         if where.path.suffix.lower() in (".npz", ".npy"):

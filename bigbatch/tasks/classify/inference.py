@@ -103,24 +103,24 @@ def inference_of(run: str | Path, which: str = "latest", device: str | torch.dev
 
 
 def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, str]]]:
-    """The images of files, folders (recursively) and zips, decoded as `prepare` decodes them (EXIF
+    """The images of files, folders (recursively), zips and tars, decoded as `prepare` decodes them (EXIF
     orientation, 8-bit RGB): ([(name, uint8 HWC)], [(name, why it was skipped)])."""
     images, skipped = [], []
     for path in _globbed(paths):
         p = Path(path)
-        if p.is_file() and p.suffix.lower() != ".zip":
+        if p.is_file() and p.suffix.lower() not in (".zip", ".tar"):
             try:
                 data: bytes | str = p.read_bytes()
             except OSError as e:
                 data = f"cannot be read ({e.strerror or e})"
             items = [(str(p), data)]
-        elif p.exists():  # every image file of a folder or zip, as image sets list them (sub-folders too)
+        elif p.exists():  # every image file of a folder, zip or tar, as image sets list them (sub-folders too)
             files = ImageFiles(
-                list_source(str(p), classes=False), str(p), "give image files, folders or .zip files of images"
+                list_source(str(p), classes=False), str(p), "give image files, folders, .zip or .tar files of images"
             )
             items = list(zip((f"{p}/{n}" for n in files.names), files.reader.read(files.keys)))
         else:
-            raise BigbatchError(f"{path} does not exist; give image files, folders or .zip files of images")
+            raise BigbatchError(f"{path} does not exist; give image files, folders, .zip or .tar files of images")
         for name, data in items:
             result = decode_or_reason(data, None, None)
             if isinstance(result, str):
@@ -142,7 +142,7 @@ def _globbed(paths: list[str]) -> list[str]:
         elif matches := sorted(glob.glob(path)):
             out += matches
         else:
-            raise BigbatchError(f"{path} matches no file; give image files, folders or .zip files of images")
+            raise BigbatchError(f"{path} matches no file; give image files, folders, .zip or .tar files of images")
     return out
 
 

@@ -1,0 +1,110 @@
+"""What a source of images lists: its files in a fixed order with their labels, and the reader of their bytes.
+`bigbatch prepare`, image sets (`eval`) and `predict` take these from folders, zips, URL prefixes and tar shards."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+# Files with these endings are images (pytorch-fid's and torch-fidelity's list, and a few more Pillow
+# opens); anything else in a folder (captions, .json, .npz) is left alone, as those tools do.
+IMAGE_EXTENSIONS = frozenset(
+    e
+    for e in (".bmp", ".gif", ".jpeg", ".jpg", ".jpe", ".jfif", ".pbm", ".pgm", ".png", ".pnm", ".ppm", ".tga")
+    + (".tif", ".tiff", ".webp", ".avif", ".qoi", ".jp2", ".j2k")
+    if Image.registered_extensions().get(e) in Image.OPEN
+)
+
+# What `bigbatch extract` writes beside the aligned faces it makes: the frames in which it found no face.
+NO_FACE_LIST = "no_face.txt"
+
+
+def hidden(rel: str) -> bool:
+    # Dot files, macOS resource forks and zip folders: operating-system litter, not images; and extract's list of
+    # frames without a face, at the top of its output (prepare reads what extract wrote, --strict too).
+    return rel == NO_FACE_LIST or any(p.startswith(".") or p == "__MACOSX" for p in rel.split("/"))
+
+
+@dataclass
+class Listing:
+    """The files of a source in a fixed order, with labels; `outside` lists files that sit beside
+    class folders and so have no class."""
+
+    source: Source
+    keys: list[str]
+    names: list[str]
+    labels: np.ndarray
+    class_names: list[str]
+    outside: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """Files (or WebDataset samples) the listing already knows cannot be taken, and why."""
+    indexed: bool = False
+    """The labels are class indices as the source gave them (WebDataset's .cls), not places in sorted folder
+    names: a class without images shifts nothing, and --classes only names them."""
+
+    def subset(self, limit: int) -> Listing:
+        """`limit` files spread evenly over the listing (so every class keeps its share)."""
+        take = (np.arange(limit) * len(self.keys)) // limit if limit < len(self.keys) else np.arange(len(self.keys))
+        return Listing(
+            self.source,
+            [self.keys[i] for i in take],
+            [self.names[i] for i in take],
+            self.labels[take],
+            self.class_names,
+            self.outside,
+            self.skipped,
+            self.indexed,
+        )
+
+
+def label_files(rel: list[str]) -> tuple[np.ndarray, list[str], list[int], list[str]]:
+    """Class labels from the first folder of each relative path: (labels, class names, indices of the
+    files in a class, files outside any class). No sub-folders at all: unconditional, label 0."""
+    tops = sorted({p.split("/", 1)[0] for p in rel if "/" in p})
+    if not tops:
+        return np.zeros(len(rel), np.int64), [], list(range(len(rel))), []
+    index = {name: i for i, name in enumerate(tops)}
+    keep = [i for i, p in enumerate(rel) if "/" in p]
+    labels = np.array([index[rel[i].split("/", 1)[0]] for i in keep], np.int64)
+    return labels, tops, keep, [p for p in rel if "/" not in p]
+
+
+class Source:
+    """Reads the bytes of listed files. `worker_reads`: decoding processes read files themselves
+    (local); otherwise the main process fetches them, concurrently, and ships the bytes."""
+
+    worker_reads = True
+
+    def read(self, keys: Sequence[str]) -> list[bytes | str]:
+        """The bytes of each file, or a reason why it could not be read."""
+        raise NotImplementedError
+
+    def stamp(self, key: str) -> str:
+        """What changes when the listed file does, as the listing saw it ("": nothing known; a zip's
+        members are stamped by the zip's own)."""
+        return ""
+
+
+def file_stamp(path: str) -> str:
+    """A local file's size and modification time ("" if it cannot be read): a file changed since a killed
+    prepare is not taken from its parts."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ""
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+# What an object's listing says changes with it, by filesystem (s3fs, gcsfs, adlfs; local and memory).
+STAMP_FIELDS = ("ETag", "etag", "md5Hash", "mtime", "LastModified", "updated", "created")
+
+
+def object_stamp(info: dict[str, Any]) -> str:
+    """What changes when a remote object does, from its fsspec listing (its size, and its ETag or time)."""
+    tag = next((info[f] for f in STAMP_FIELDS if info.get(f)), "")
+    return f"{info.get('size', '')}:{tag}"

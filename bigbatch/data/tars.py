@@ -1,0 +1,323 @@
+"""Tar files of images as a source: WebDataset's shards (`train-{000000..000146}.tar`, a folder of .tar files,
+local or at a URL), whose samples carry a class index in their `.cls`, and any uncompressed tar of an image
+folder (its sub-folders are classes, as a folder's are). Nothing is unpacked: listing reads the headers (a local
+tar seeks from header to header; one at a URL is read through once, 8 MiB ahead), and each image is then read at
+the offset its header gives, a remote shard's neighbouring members fetched as one byte range. Written here:
+webdataset's own reader streams samples in order, and `prepare` needs its listing first (labels, resume, --limit).
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+
+from bigbatch.data.listing import IMAGE_EXTENSIONS, Listing, Source, file_stamp, hidden, label_files, object_stamp
+from bigbatch.errors import BigbatchError
+from bigbatch.urls import Location
+
+# WebDataset's fields that are never images (the names its default decoders know): not listed as files.
+METADATA = frozenset(
+    ("cls", "cls2", "index", "inx", "id", "txt", "text", "transcript", "json", "jsn", "pyd", "pickle", "pth")
+    + ("ten", "tb", "mp", "msg", "npy", "npz", "cbor", "seed", "key")
+)
+# A sample's image where it holds several, most preferred first; then any other image field.
+PREFERRED = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "tif", "tiff")
+# What a compressed tar starts with: its members have no offsets to read them at.
+COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+LISTERS = 8  # shards whose headers are read at once
+MAX_CLASSES = 1 << 20  # a .cls past this is not a class index (ImageNet-21k has 21,841)
+MAX_MEMBER = 512 << 20  # a member larger than this is not read (no image is)
+GAP = 1 << 20  # members of a remote shard at most this far apart are fetched in one byte range
+MAX_RANGE = 64 << 20  # ... and one range is at most this long
+# WebDataset's split of a member's name into the sample's key and the field: the key runs to the first dot of
+# the file name ("a/b.seg.png": key "a/b", field "seg.png").
+_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+
+
+def sample_key(name: str) -> tuple[str, str]:
+    """(key, field) of a member's name, as WebDataset groups members into samples."""
+    m = _KEY.match(name)
+    return (m.group(1), m.group(2)) if m else (name, "")
+
+
+def is_tar_name(text: str) -> bool:
+    return text.lower().endswith(".tar")
+
+
+def shards_named(src: Location) -> list[Location] | None:
+    """The shards a brace pattern names (`train-{000000..000146}.tar`, WebDataset's notation, local or at a
+    URL), or a `.tar` URL as one shard; None for anything else (a local file is told a tar by its contents)."""
+    text = src.text
+    if "{" in text and "}" in text and (src.url or not src.path.exists()):
+        from braceexpand import braceexpand
+
+        try:
+            names = list(braceexpand(text))
+        except Exception as e:  # noqa: BLE001 -- braceexpand raises plain errors on a malformed pattern
+            raise BigbatchError(f"source {src.name} is not a shard pattern braceexpand reads ({e})") from None
+        if names != [text]:
+            if not all(is_tar_name(n) for n in names):
+                raise BigbatchError(
+                    f"source {src.name} names files other than .tar shards; a pattern names WebDataset shards, "
+                    "as train-{000000..000146}.tar"
+                )
+            shards = [Location.of(n) for n in names]
+            if not src.url:
+                missing = [s.name for s in shards if not s.path.is_file()]
+                if missing:
+                    raise BigbatchError(
+                        f"shard {missing[0]} does not exist ({len(missing)} of the {len(shards)} shards "
+                        f"{src.name} names are missing); give a pattern of the shards there are"
+                    )
+            return shards
+    if src.url and is_tar_name(text.split("?", 1)[0]):
+        return [src]
+    return None
+
+
+def shards_in(folder: Location, rel: list[str]) -> list[Location] | None:
+    """A folder or URL prefix holding .tar files and no images (listed as `rel`): its shards, in sorted order."""
+    if not any(is_tar_name(r) for r in rel) or any(_ext(r) in IMAGE_EXTENSIONS for r in rel):
+        return None
+    base = folder.text.rstrip("/")
+    return [Location.of(f"{base}/{r}") for r in sorted(rel) if is_tar_name(r)]
+
+
+def _ext(name: str) -> str:
+    return "." + name.rsplit(".", 1)[-1].lower() if "." in name.rsplit("/", 1)[-1] else ""
+
+
+class TarSource(Source):
+    """Members of tar shards by (shard, offset, size) keys, "i:offset:size"; local shards read by the decoding
+    processes, remote ones fetched by byte ranges in the main process."""
+
+    def __init__(self, shards: list[Location], storage_options: dict[str, Any] | None, stamps: list[str]):
+        self.shards, self.storage_options, self.stamps = shards, storage_options, stamps
+        self.worker_reads = not shards[0].url
+
+    def stamp(self, key: str) -> str:
+        return self.stamps[int(key.split(":", 1)[0])]
+
+    def read(self, keys: Sequence[str]) -> list[bytes | str]:
+        spans = [tuple(int(v) for v in k.split(":")) for k in keys]
+        out: list[bytes | str] = [""] * len(keys)
+        wanted: dict[int, list[int]] = {}
+        for j, (shard, _, size) in enumerate(spans):
+            if size > MAX_MEMBER:
+                out[j] = f"{size / 2**20:.0f} MiB, more than any image ({MAX_MEMBER >> 20} MiB): skipped"
+            else:
+                wanted.setdefault(shard, []).append(j)
+        for shard, js in wanted.items():
+            got = self._local(shard, [spans[j] for j in js]) if self.worker_reads else self._remote(shard, spans, js)
+            for j, data in zip(js, got):
+                size = spans[j][2]
+                short = isinstance(data, bytes) and len(data) < size
+                out[j] = f"truncated: {len(data)} of its {size} bytes in the shard" if short else data
+        return out
+
+    def _local(self, shard: int, spans: list[tuple[int, ...]]) -> list[bytes | str]:
+        try:
+            with open(self.shards[shard].path, "rb") as f:
+                got: list[bytes | str] = []
+                for _, offset, size in spans:
+                    f.seek(offset)
+                    got.append(f.read(size))
+                return got
+        except OSError as e:
+            return [f"unreadable ({e.strerror or e})"] * len(spans)
+
+    def _remote(self, shard: int, spans: list[tuple[int, ...]], js: list[int]) -> list[bytes | str]:
+        """The members `js` of a remote shard, neighbours fetched as one range."""
+        fs, path = self.shards[shard].fs(self.storage_options)
+        order = sorted(js, key=lambda j: spans[j][1])
+        ranges: list[list[int]] = []  # [start, end, members...]
+        for j in order:
+            _, offset, size = spans[j]
+            last = ranges[-1] if ranges else None
+            if last is not None and offset - last[1] <= GAP and offset + size - last[0] <= MAX_RANGE:
+                last[1] = max(last[1], offset + size)
+                last.append(j)
+            else:
+                ranges.append([offset, offset + size, j])
+        options = {"max_concurrency": 1} if getattr(fs, "max_concurrency", 1) > 1 else {}
+        blobs = fs.cat_ranges(
+            [path] * len(ranges), [r[0] for r in ranges], [r[1] for r in ranges], on_error="return", **options
+        )
+        found: dict[int, bytes | str] = {}
+        for r, blob in zip(ranges, blobs):
+            for j in r[2:]:
+                if isinstance(blob, bytes):
+                    start = spans[j][1] - r[0]
+                    found[j] = blob[start : start + spans[j][2]]
+                else:
+                    found[j] = f"unreadable ({type(blob).__name__}: {blob})"
+        return [found[j] for j in js]
+
+
+def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, classes: bool) -> Listing:
+    """Every image member of the shards, shard by shard, in sorted order: with WebDataset's `.cls` fields (any in
+    the shards), one image a sample, labelled by its class index (`classes`); otherwise every file, labelled by
+    its top folder as a folder's files are."""
+    members: list[tuple[int, str, int, int]] = []  # (shard, name, offset, size)
+    cls: dict[tuple[int, str], bytes] = {}
+    stamps: list[str] = []
+    damaged: list[tuple[str, str]] = []
+    # Shards listed LISTERS at a time (a remote one is a download; a local one, seeks).
+    with ThreadPoolExecutor(min(LISTERS, len(shards))) as pool:
+        for i, scanned in enumerate(pool.map(lambda s: _scan(s, storage_options), shards)):
+            members += [(i, *m) for m in scanned.members]
+            cls.update(((i, k), v) for k, v in scanned.cls.items())
+            damaged += scanned.damaged
+            stamps.append(scanned.stamp)
+    members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
+    source = TarSource(shards, storage_options, stamps)
+    names = _unwrapped([m[1] for m in members])
+    keys = [f"{m[0]}:{m[2]}:{m[3]}" for m in members]
+    if cls:
+        listing = _samples(source, members, names, keys, cls, classes)
+    else:
+        keep = [i for i, n in enumerate(names) if sample_key(n)[1].rsplit(".", 1)[-1].lower() not in METADATA]
+        keys, names = [keys[i] for i in keep], [names[i] for i in keep]
+        if classes:
+            labels, class_names, keep, outside = label_files(names)
+            listing = Listing(source, [keys[i] for i in keep], [names[i] for i in keep], labels, class_names, outside)
+        else:
+            listing = Listing(source, keys, names, np.zeros(len(keys), np.int64), [])
+    listing.skipped = damaged + listing.skipped
+    return listing
+
+
+def _unwrapped(names: list[str]) -> list[str]:
+    """Member names relative to the tar's own folder: "./" dropped (`tar -C DIR .`), and one folder holding
+    everything (`tar cf train.tar train/`) is a wrapper, not a class, as in a zip."""
+    names = [n.removeprefix("./").lstrip("/") for n in names]
+    tops = {n.split("/", 1)[0] for n in names}
+    if len(tops) == 1 and all("/" in n for n in names):
+        names = [n.split("/", 1)[1] for n in names]
+    return names
+
+
+def _samples(
+    source: TarSource,
+    members: list[tuple[int, str, int, int]],
+    names: list[str],
+    keys: list[str],
+    cls: dict[tuple[int, str], bytes],
+    classes: bool,
+) -> Listing:
+    """One member a WebDataset sample (its image, by PREFERRED), labelled by its .cls."""
+    chosen: dict[tuple[int, str], tuple[int, int]] = {}  # sample -> (rank, member index)
+    for j, (shard, name, _, _) in enumerate(members):
+        key, field = sample_key(name)
+        last = field.rsplit(".", 1)[-1].lower()
+        if last in METADATA:
+            chosen.setdefault((shard, key), (1000, -1))
+            continue
+        if f".{last}" in IMAGE_EXTENSIONS:  # a field such as "seg.png" after the sample's plain "png"
+            rank = (PREFERRED.index(last) if last in PREFERRED else len(PREFERRED)) + 20 * ("." in field)
+        else:  # (listed where the sample has no image: decoding says what it is instead)
+            rank = 500
+        if rank < chosen.get((shard, key), (1000, -1))[0]:
+            chosen[(shard, key)] = (rank, j)
+    out_keys, out_names, labels, skipped = [], [], [], []
+    for (shard, key), (_, j) in chosen.items():  # (in the order samples first appear)
+        shown = key.removeprefix("./") if j < 0 else names[j]
+        if j < 0:
+            skipped.append((shown, "a sample with no file but its fields (.cls, .json, ...): no image"))
+            continue
+        label = 0
+        if classes:
+            text = cls.get((shard, key))
+            label = _class_index(text)
+            if label < 0:
+                why = "no .cls class index" if text is None else f"its .cls holds {text[:20]!r}, not a class index"
+                skipped.append((shown, why))
+                continue
+        out_keys.append(keys[j])
+        out_names.append(names[j])
+        labels.append(label)
+    class_names = [str(c) for c in range(max(labels) + 1)] if classes and labels else []
+    return Listing(source, out_keys, out_names, np.asarray(labels, np.int64), class_names, [], skipped, classes)
+
+
+def _class_index(text: bytes | None) -> int:
+    """The class index a .cls field holds (WebDataset writes it as decimal text), or -1."""
+    try:
+        value = int(text.decode("ascii").strip()) if text is not None else -1
+    except (UnicodeDecodeError, ValueError):
+        return -1
+    return value if value < MAX_CLASSES else -1
+
+
+def _open(shard: Location, storage_options: dict[str, Any] | None) -> tuple[IO[bytes], str]:
+    """The shard opened for reading, and its stamp (local: size and time; remote: size and ETag)."""
+    try:
+        if not shard.url:
+            return open(shard.path, "rb"), file_stamp(str(shard.path))  # noqa: SIM115 (closed by _scan)
+        fs, path = shard.fs(storage_options)
+        stamp = object_stamp(fs.info(path))
+        return fs.open(path, "rb", block_size=8 << 20, cache_type="readahead"), stamp
+    except FileNotFoundError:
+        raise BigbatchError(f"shard {shard.name} does not exist; give the shards there are") from None
+    except BigbatchError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- OSError locally; s3fs/botocore errors have no common base
+        raise BigbatchError(f"cannot read shard {shard.name}: {type(e).__name__}: {e}") from None
+
+
+@dataclass
+class _Scanned:
+    """What one shard's headers say: its regular files (name, offset, size), its .cls fields' bytes by sample key,
+    the damage found, and its stamp."""
+
+    stamp: str
+    members: list[tuple[str, int, int]] = field(default_factory=list)
+    cls: dict[str, bytes] = field(default_factory=dict)
+    damaged: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
+    """The regular files of one shard; where the tar is damaged, the members before the damage are kept and the
+    damage is listed."""
+    f, stamp = _open(shard, storage_options)
+    out = _Scanned(stamp)
+    members, damaged = out.members, out.damaged
+    with f:
+        head = f.read(6)
+        kind = next((k for magic, k in COMPRESSED.items() if head.startswith(magic)), None)
+        if kind:
+            raise BigbatchError(
+                f"shard {shard.name} is a {kind}-compressed tar; decompress it first (a compressed tar's images "
+                "cannot be read where they lie; WebDataset's shards are plain .tar)"
+            )
+        f.seek(0)
+        try:
+            tar = tarfile.open(fileobj=f, mode="r:")
+        except tarfile.ReadError as e:
+            raise BigbatchError(f"{shard.name} is not a readable tar file ({e})") from None
+        try:
+            while (m := tar.next()) is not None:
+                del tar.members[:]  # (only `next` is used: a million TarInfos need not be kept)
+                if not m.isreg() or m.issparse() or hidden(m.name.removeprefix("./")):
+                    continue
+                members.append((m.name, m.offset_data, m.size))
+                key, kind = sample_key(m.name)
+                if kind.lower() == "cls" and m.size <= 64:
+                    f.seek(m.offset_data)
+                    out.cls[key] = f.read(m.size)
+        except (tarfile.TarError, EOFError, OSError) as e:
+            damaged.append((shard.name, f"a damaged tar: the {len(members)} members before byte {tar.offset} "
+                                        f"are read, none after ({e})"))  # fmt: skip
+            return out
+        f.seek(tar.offset)
+        rest = f.read(tarfile.BLOCKSIZE)  # where `next` stopped: the end's zero block, or a header it could not read
+        if rest.strip(b"\0"):
+            damaged.append((shard.name, f"a damaged tar: byte {tar.offset} is not a tar header; the members after "
+                                        "it are not read"))  # fmt: skip
+    return out

@@ -1,0 +1,232 @@
+"""`prepare` from tar files: WebDataset's shards (a brace pattern, a folder of them) with .cls labels, and a plain
+tar of class folders; damaged, compressed and missing shards; image sets (`eval`) from a tar."""
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from test_refusals import one_line
+
+from bigbatch.data import load_data, prepare
+from bigbatch.metrics.image_sets import open_images
+
+
+def _all(d) -> tuple[np.ndarray, np.ndarray]:
+    images, labels = d.get(torch.arange(len(d)))
+    return images.numpy(), labels.numpy()
+
+
+def _png(seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (10, 12, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG")
+    return out.getvalue()
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _shards(root: Path, n_shards=3, per_shard=4) -> dict[str, int]:
+    """WebDataset shards as its TarWriter writes them (KEY.png, KEY.cls, KEY.json a sample) under root, and the
+    same images as a folder root.flat: {key: class index}."""
+    root.mkdir(parents=True, exist_ok=True)
+    flat = root.with_suffix(".flat")
+    flat.mkdir()
+    labels = {}
+    for s in range(n_shards):
+        with tarfile.open(root / f"train-{s:06d}.tar", "w") as tar:
+            for i in range(per_shard):
+                key = f"s{s}_{i:03d}"
+                labels[key] = (3 * s + i) % 5
+                _add(tar, f"{key}.png", _png(10 * s + i))
+                (flat / f"{key}.png").write_bytes(_png(10 * s + i))
+                _add(tar, f"{key}.cls", f"{labels[key]}\n".encode())
+                _add(tar, f"{key}.json", json.dumps({"key": key}).encode())
+    return labels
+
+
+def test_webdataset_shards_by_pattern_keep_each_sample_image_and_its_class_index(tmp_path):
+    labels = _shards(tmp_path / "wds")
+    report = prepare(str(tmp_path / "wds" / "train-{000000..000002}.tar"), "wds.h5", workers=0)
+    assert report.count == 12 and not report.skipped  # (the .json and .cls fields are not files to decode)
+    assert report.class_names == ["0", "1", "2", "3", "4"]  # (WebDataset's class indices, as they are)
+    d = load_data("wds.h5", 4)
+    images, got = _all(d)
+    assert d.n_classes == 5 and got.tolist() == [labels[k] for k in sorted(labels)]
+    # The same images as a folder of the files give the same pixels (one class here: labels differ).
+    flat = prepare(str(tmp_path / "wds.flat"), "flat.h5", workers=0)
+    assert np.array_equal(_all(load_data("flat.h5", 4))[0], images) and flat.class_names == []
+    # A folder holding the shards (and no images) is the shards; in worker processes too.
+    again = prepare(str(tmp_path / "wds"), "again.h5", workers=2)
+    assert again.content_hash == report.content_hash
+
+
+def _solid(value: int, kind: str = "PNG") -> bytes:
+    out = io.BytesIO()
+    lossless = {"lossless": True} if kind == "WEBP" else {}
+    Image.fromarray(np.full((8, 8, 3), value, np.uint8)).save(out, kind, **lossless)
+    return out.getvalue()
+
+
+def test_samples_without_a_class_index_are_skipped_and_named_and_the_plain_image_is_taken(tmp_path):
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        _add(tar, "k0.png", _solid(10))
+        _add(tar, "k0.cls", b"1")
+        _add(tar, "k1.png", _solid(20))  # no .cls
+        _add(tar, "k2.png", _solid(30))
+        _add(tar, "k2.cls", b"cat")
+        _add(tar, "k3.webp", _solid(40, "WEBP"))
+        _add(tar, "k3.cls", b" 0\n")
+        _add(tar, "k4.cls", b"2")  # a sample of fields only
+        _add(tar, "k5.seg.png", _solid(200))  # two images: the plain field is the sample's image
+        _add(tar, "k5.png", _solid(50))
+        _add(tar, "k5.cls", b"1")
+    report = prepare(str(tmp_path / "a.tar"), "a.h5", workers=0)
+    assert report.count == 3
+    reasons = dict(report.skipped)
+    assert set(reasons) == {"k1.png", "k2.png", "k4"}
+    assert "no .cls class index" in reasons["k1.png"] and "'cat'" in reasons["k2.png"] and "no image" in reasons["k4"]
+    images, labels = _all(load_data("a.h5", 4))
+    assert labels.tolist() == [1, 0, 1] and images.reshape(3, -1).max(1).tolist() == [10, 40, 50]
+    with pytest.raises(Exception, match="k1.png: no .cls class index.*--strict"):
+        prepare(str(tmp_path / "a.tar"), "s.h5", workers=0, strict=True)
+
+
+def test_a_tar_of_class_folders_prepares_as_the_folder_does(tmp_path):
+    src = tmp_path / "pets"
+    for c, name in enumerate(("cat", "dog")):
+        (src / name).mkdir(parents=True)
+        for i in range(3):
+            (src / name / f"{i}.png").write_bytes(_png(10 * c + i))
+    (src / "cat" / "._0.png").write_bytes(b"AppleDouble litter")  # (macOS tar's resource forks: not images)
+    folder = prepare(str(src), "folder.h5", workers=0)
+    subprocess.run(["tar", "cf", tmp_path / "dot.tar", "-C", src, "."], check=True)  # ./cat/0.png ...
+    subprocess.run(["tar", "cf", tmp_path / "wrapped.tar", "-C", tmp_path, "pets"], check=True)  # pets/cat/0.png
+    for tar in ("dot.tar", "wrapped.tar"):
+        report = prepare(str(tmp_path / tar), f"{tar}.h5", workers=2)
+        assert (report.class_names, report.count, report.skipped) == (["cat", "dog"], 6, [])
+        assert report.content_hash == folder.content_hash
+    # An image set (eval's A or B) from a tar: every image, sub-folders not classes.
+    images = open_images(tmp_path / "wrapped.tar")
+    assert images.names == ["cat/0.png", "cat/1.png", "cat/2.png", "dog/0.png", "dog/1.png", "dog/2.png"]
+
+
+def test_classes_of_a_training_file_name_the_class_indices(tmp_path):
+    _shards(tmp_path / "wds")
+    prepare("builtin:digits", "digits.h5", workers=0)
+    prepare(str(tmp_path / "wds"), "plain.h5", workers=0)
+    report = prepare(str(tmp_path / "wds"), "named.h5", workers=0, classes="digits.h5")
+    assert report.class_names == load_data("digits.h5", 4).class_names  # (all ten, though 5 to 9 have no image here)
+    assert np.array_equal(_all(load_data("named.h5", 4))[1], _all(load_data("plain.h5", 4))[1])
+    with tarfile.open(tmp_path / "big.tar", "w") as tar:
+        _add(tar, "a.png", _png(0))
+        _add(tar, "a.cls", b"12")
+    with pytest.raises(Exception, match=r"indices run to 12, and --classes digits.h5 has 10 classes"):
+        prepare(str(tmp_path / "big.tar"), "big.h5", workers=0, classes="digits.h5")
+
+
+def test_a_damaged_shard_keeps_the_members_before_the_damage_and_says_so(tmp_path):
+    _shards(tmp_path / "wds", n_shards=1, per_shard=6)
+    whole = (tmp_path / "wds" / "train-000000.tar").read_bytes()
+    cut = tmp_path / "cut" / "train-000000.tar"
+    cut.parent.mkdir()
+    # Cut inside the fourth sample's image: three samples whole, the fourth without its .cls.
+    cut.write_bytes(whole[: whole.index(b"s0_003.png") + 512 + 100])
+    report = prepare(str(cut), "cut.h5", workers=0)
+    assert report.count == 3
+    assert [name for name, _ in report.skipped] == [str(cut), "s0_003.png"], report.skipped
+    assert "damaged tar" in report.skipped[0][1] and "no .cls" in report.skipped[1][1]
+    # A plain tar cut inside its last image: that image is short, the others are read.
+    with tarfile.open(tmp_path / "plain.tar", "w") as tar:
+        for i in range(3):
+            _add(tar, f"{i}.png", _png(i))
+    plain = (tmp_path / "plain.tar").read_bytes()
+    cut.write_bytes(plain[: plain.index(b"2.png") + 512 + 100])
+    report = prepare(str(cut), "plain.h5", workers=0)
+    assert report.count == 2 and [name for name, _ in report.skipped] == [str(cut), "2.png"]
+    assert "truncated: 100 of its" in report.skipped[1][1]
+    # A header overwritten mid-shard: the members before it are read, and the damage is listed.
+    bad = bytearray(whole)
+    at = whole.index(b"s0_002.png")
+    bad[at : at + 512] = b"\xff" * 512
+    cut.write_bytes(bytes(bad))
+    report = prepare(str(cut), "bad.h5", workers=0, overwrite=True)
+    assert report.count == 2 and "is not a tar header" in report.skipped[0][1]
+
+
+@pytest.mark.parametrize(
+    "make, source, words",
+    [
+        ("gzip", "a.tar.gz", "a.tar.gz is a gzip-compressed tar; decompress it first"),
+        (None, "wds/train-{000000..000005}.tar", "shard wds/train-000003.tar does not exist (3 of the 6 shards"),
+        (None, "wds/train-{000000..000002}.png", "names files other than .tar shards"),
+        ("junk", "junk.tar", "junk.tar is not a readable tar file"),
+    ],
+)
+def test_tars_that_cannot_be_read_are_one_line(make, source, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _shards(tmp_path / "wds", per_shard=1)
+    if make == "gzip":
+        subprocess.run(["tar", "czf", "a.tar.gz", "wds"], check=True)
+    if make == "junk":
+        Path("junk.tar").write_bytes(b"not a tar at all" * 100)
+    one_line(capsys, ["prepare", source, "out.h5"], words)
+
+
+def test_remote_shards_are_read_in_byte_ranges_a_chunk_not_an_image(tmp_path, monkeypatch):
+    import fsspec
+
+    labels = _shards(tmp_path / "wds")
+    fs = fsspec.filesystem("memory")
+    for tar in sorted((tmp_path / "wds").glob("*.tar")):
+        fs.pipe(f"/wds/{tar.name}", tar.read_bytes())
+    ranges = []
+    cat_ranges = type(fs).cat_ranges
+    monkeypatch.setattr(type(fs), "cat_ranges", lambda self, paths, *a, **k: ranges.append(len(paths))
+                        or cat_ranges(self, paths, *a, **k))  # fmt: skip
+    local = prepare(str(tmp_path / "wds"), "local.h5", workers=0)
+    for source in ("memory://wds/train-{000000..000002}.tar", "memory://wds"):
+        remote = prepare(source, "remote.h5", workers=2, overwrite=True)
+        assert remote.content_hash == local.content_hash and remote.class_names == local.class_names
+    assert len(labels) == 12 and ranges and max(ranges) == 1  # one range a shard's chunk, not one a member
+
+
+def test_an_interrupted_prepare_of_shards_resumes_unless_a_shard_changed(tmp_path, monkeypatch):
+    import importlib
+
+    preparing = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
+    _shards(tmp_path / "wds", n_shards=2, per_shard=300)
+    add, calls = preparing.H5Writer.add, [0]
+
+    def add_then_interrupt(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 300:  # Ctrl-C inside the second part of 256: two parts were kept
+            raise KeyboardInterrupt
+        return add(self, *args, **kwargs)
+
+    def interrupted():
+        calls[0] = 0
+        monkeypatch.setattr(preparing.H5Writer, "add", add_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True)
+        monkeypatch.setattr(preparing.H5Writer, "add", add)
+
+    interrupted()
+    again = prepare(str(tmp_path / "wds"), "out.h5", workers=0)
+    whole = prepare(str(tmp_path / "wds"), "whole.h5", workers=0)
+    assert again.resumed == 512 and again.content_hash == whole.content_hash
+    interrupted()
+    shard = tmp_path / "wds" / "train-000000.tar"
+    shard.write_bytes(shard.read_bytes())  # (rewritten: its time changed, so its images may have)
+    os.utime(shard, ns=(1, 1))
+    assert prepare(str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True).resumed == 0
