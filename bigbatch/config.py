@@ -265,6 +265,9 @@ class TrainConfig(Section):
     """classify, fine-tuning (fastai's fine_tune): only the head trains for this many kimg, then all."""
     body_lr_mult: float = 1.0
     """classify: the body trains at train.lr times this, the head at train.lr (e.g. 0.1 to fine-tune)."""
+    train_bn: bool = True
+    """classify, while train.freeze_kimg lasts: the body's normalization layers (BatchNorm, InstanceNorm,
+    LayerNorm) train too, at the body's rate, as fastai's train_bn (its default) has them; false: they stay."""
     model_ema_kimg: float = 0.0
     """classify: half-life, in thousands of images, of an exponential moving average of the model's weights
     (Polyak averaging; timm's --model-ema), which is what validation, checkpoints/best/, eval, predict, export

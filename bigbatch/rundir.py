@@ -512,11 +512,25 @@ def _same_on_every_rank(cfg: Config, content_hash: str) -> None:
             )
 
 
+def as_begun(saved_config: Path, saved: dict[str, Any]) -> dict[str, Any]:
+    """The keys added to the config since `saved_config` was written that would change how its run goes on, with
+    the value the run had: train.train_bn (fastai's, now the default) was not there for runs frozen before it."""
+    from bigbatch.config_types import read_toml
+
+    raw = read_toml(saved_config).get("train", {})
+    return {"train.train_bn": False} if "train_bn" not in raw and saved.get("train.freeze_kimg", 0) > 0 else {}
+
+
 def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:
     """On resume the config must be the one `what` (a checkpoint, or a run without one) was trained
     with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
     the precision and what guards against divergence."""
     saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
+    begun = as_begun(saved_config, saved)
+    if begun:  # (a key added since the run was saved: it resumes as it began)
+        cfg = cfg.override(begun)
+        saved.update(begun)
+        given = flatten(cfg.to_dict())
     changed = [k for k in given if given[k] != saved.get(k)]
     allowed = RESUMABLE_CHANGES | (RECOVERY_CHANGES if recovery else set())
     fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in allowed)]

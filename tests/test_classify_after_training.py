@@ -395,7 +395,24 @@ def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tm
     frozen = bigbatch.train(tiny(**over), run_dir=tmp_path / "frozen", quiet=True)
     trained = load_file(frozen / "checkpoints" / "000000.128" / "model.safetensors")
     params = dict(source.named_parameters())
-    assert all(torch.equal(trained[k], body[k]) for k in params if not k.startswith("fc."))  # frozen: unmoved
+    norms = {k for k in params if ".bn" in k or k.startswith("bn1.") or ".downsample.1." in k}
+    assert len(norms) == 40 and all(k.endswith((".weight", ".bias")) for k in norms)
+    # Frozen: the body unmoved but for its BatchNorms, which train as fastai's train_bn (its default) has them.
+    assert all(torch.equal(trained[k], body[k]) for k in params if not k.startswith("fc.") and k not in norms)
+    assert all(not torch.equal(trained[k], body[k]) for k in norms)
+    # train.train_bn = false: all of the body stays; a run frozen before train_bn was a key resumes as it began.
+    over["train.train_bn"] = False
+    still = bigbatch.train(tiny(**over), run_dir=tmp_path / "still", quiet=True)
+    kept = load_file(still / "checkpoints" / "000000.128" / "model.safetensors")
+    assert all(torch.equal(kept[k], body[k]) for k in params if not k.startswith("fc."))
+    from bigbatch.rundir import resume_config
+
+    older = tmp_path / "older.toml"  # (a config saved before train_bn was a key: its groups, its frozen norms)
+    older.write_text((still / "config.toml").read_text().replace("train_bn = false\n", ""))
+    assert "train_bn" in (still / "config.toml").read_text() and "train_bn" not in older.read_text()
+    del over["train.train_bn"]
+    assert not resume_config(older, tiny(**over), "an older run").train.train_bn
+    assert resume_config(frozen / "config.toml", tiny(**over), "a run").train.train_bn
     from bigbatch.batching import replicator_for
     from bigbatch.tasks import build_task
 

@@ -98,14 +98,28 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str]) -> str:
     return f"train.init_from {public_name(path)}: loaded {len(load)} tensors{new}{extra}"
 
 
-def body_and_head(groups: list[dict[str, Any]], net: nn.Module, body_lr_mult: float) -> list[dict[str, Any]]:
+# What fastai's train_bn keeps training in a frozen body (its `norm_types`).
+NORM_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
+NORM_TYPES += (nn.LayerNorm, nn.SyncBatchNorm)
+
+
+def body_and_head(
+    groups: list[dict[str, Any]], net: nn.Module, body_lr_mult: float, train_bn: bool = False
+) -> list[dict[str, Any]]:
     """Each optimizer group split into the body's part (`body`, at `body_lr_mult` x the rate; frozen
-    while train.freeze_kimg lasts) and the head's."""
+    while train.freeze_kimg lasts) and the head's; `train_bn`: the body's normalization layers in a part of
+    their own (`norm`), which trains while the rest of the body is frozen."""
     head = {id(p) for p in net.fc.parameters()}
+    norms = {id(p) for m in net.modules() if isinstance(m, NORM_TYPES) for p in m.parameters(recurse=False)}
     out = []
     for g in groups:
-        for is_body in (True, False):
-            params = [p for p in g["params"] if (id(p) not in head) == is_body]
+        for part in ("body", "norm", "head") if train_bn else ("body", "head"):
+            params = [p for p in g["params"] if _part(p, head, norms if train_bn else set()) == part]
             if params:
-                out.append({**g, "params": params, "body": is_body, "lr_mult": body_lr_mult if is_body else 1.0})
+                mult = 1.0 if part == "head" else body_lr_mult
+                out.append({**g, "params": params, "body": part != "head", "norm": part == "norm", "lr_mult": mult})
     return out
+
+
+def _part(p: torch.Tensor, head: set[int], norms: set[int]) -> str:
+    return "head" if id(p) in head else "norm" if id(p) in norms else "body"

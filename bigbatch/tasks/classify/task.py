@@ -183,7 +183,7 @@ def build(
         rep.takes_micro = lambda m: m % 2 == 0
     groups = param_groups(net, t.weight_decay, t.norm_decay)
     if t.freeze_kimg or t.body_lr_mult != 1:  # fine-tuning: the body's groups apart from the head's
-        groups = body_and_head(groups, net, t.body_lr_mult)
+        groups = body_and_head(groups, net, t.body_lr_mult, train_bn=t.train_bn and t.freeze_kimg > 0)
     kernels = prec.optimizer_kernels(rep.device)  # (fused on a GPU)
     if t.optimizer == "sgd":
         nesterov = t.nesterov and t.momentum > 0
@@ -356,9 +356,10 @@ class ClassifyTask:
     def step(self, feed: Feed) -> dict[str, float]:
         """One SGD/AdamW step on the feed's next batch (BN statistics of momentum=None averaged over ranks)."""
         lr = self.lr(feed.nimg)
-        frozen = feed.nimg < self.frozen_until  # fine-tuning: the head alone at first
+        frozen = feed.nimg < self.frozen_until  # fine-tuning: the head alone at first (and the body's norms: train_bn)
         for group in self.opt.param_groups:
-            group["lr"] = 0.0 if frozen and group.get("body") else lr * group.get("lr_mult", 1.0)
+            still = frozen and group.get("body") and not group.get("norm")
+            group["lr"] = 0.0 if still else lr * group.get("lr_mult", 1.0)
         self.nimg = feed.nimg
         real = feed.next()
         out = self.rep.step(self.loss, self.batch(real.nimg, real.images, real.labels), self.opt)

@@ -81,7 +81,7 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
 CLASSIFY_KEYS = (
     "optimizer", "lr", "lr_batch", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
     "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "freeze_kimg", "body_lr_mult",
-    "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase",
+    "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase",
 )  # fmt: skip
 
 
