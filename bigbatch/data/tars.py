@@ -165,7 +165,8 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
     the shards), one image a sample, labelled by its class index (`classes`); otherwise every file, labelled by
     its top folder as a folder's files are."""
     members: list[tuple[int, str, int, int]] = []  # (shard, name, offset, size)
-    cls: dict[tuple[int, str], bytes] = {}
+    cls: dict[tuple[int, str], int | bytes] = {}
+    fields_only: list[tuple[int, str]] = []
     stamps: list[str] = []
     damaged: list[tuple[str, str]] = []
     # Shards listed LISTERS at a time (a remote one is a download; a local one, seeks).
@@ -173,6 +174,7 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
         for i, scanned in enumerate(pool.map(lambda s: _scan(s, storage_options), shards)):
             members += [(i, *m) for m in scanned.members]
             cls.update(((i, k), v) for k, v in scanned.cls.items())
+            fields_only += [(i, k) for k in scanned.fields_only]
             damaged += scanned.damaged
             stamps.append(scanned.stamp)
     members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
@@ -180,10 +182,8 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
     names = _unwrapped([m[1] for m in members])
     keys = [f"{m[0]}:{m[2]}:{m[3]}" for m in members]
     if cls:
-        listing = _samples(source, members, names, keys, cls, classes)
+        listing = _samples(source, members, names, keys, cls, fields_only, classes)
     else:
-        keep = [i for i, n in enumerate(names) if sample_key(n)[1].rsplit(".", 1)[-1].lower() not in METADATA]
-        keys, names = [keys[i] for i in keep], [names[i] for i in keep]
         if classes:
             labels, class_names, keep, outside = label_files(names)
             listing = Listing(source, [keys[i] for i in keep], [names[i] for i in keep], labels, class_names, outside)
@@ -208,17 +208,16 @@ def _samples(
     members: list[tuple[int, str, int, int]],
     names: list[str],
     keys: list[str],
-    cls: dict[tuple[int, str], bytes],
+    cls: dict[tuple[int, str], int | bytes],
+    fields_only: list[tuple[int, str]],
     classes: bool,
 ) -> Listing:
-    """One member a WebDataset sample (its image, by PREFERRED), labelled by its .cls."""
+    """One member a WebDataset sample (its image, by PREFERRED), labelled by its .cls; the samples of nothing but
+    fields (`fields_only`) skipped."""
     chosen: dict[tuple[int, str], tuple[int, int]] = {}  # sample -> (rank, member index)
     for j, (shard, name, _, _) in enumerate(members):
         key, field = sample_key(name)
         last = field.rsplit(".", 1)[-1].lower()
-        if last in METADATA:
-            chosen.setdefault((shard, key), (1000, -1))
-            continue
         if f".{last}" in IMAGE_EXTENSIONS:  # a field such as "seg.png" after the sample's plain "png"
             rank = (PREFERRED.index(last) if last in PREFERRED else len(PREFERRED)) + 20 * ("." in field)
         else:  # (listed where the sample has no image: decoding says what it is instead)
@@ -227,32 +226,30 @@ def _samples(
             chosen[(shard, key)] = (rank, j)
     out_keys, out_names, labels, skipped = [], [], [], []
     for (shard, key), (_, j) in chosen.items():  # (in the order samples first appear)
-        shown = key.removeprefix("./") if j < 0 else names[j]
-        if j < 0:
-            skipped.append((shown, "a sample with no file but its fields (.cls, .json, ...): no image"))
-            continue
         label = 0
         if classes:
-            text = cls.get((shard, key))
-            label = _class_index(text)
-            if label < 0:
-                why = "no .cls class index" if text is None else f"its .cls holds {text[:20]!r}, not a class index"
-                skipped.append((shown, why))
+            found = cls.get((shard, key))
+            if not isinstance(found, int):
+                reason = "no .cls class index" if found is None else f"its .cls holds {found[:20]!r}, not a class index"
+                skipped.append((names[j], reason))
                 continue
+            label = found
         out_keys.append(keys[j])
         out_names.append(names[j])
         labels.append(label)
+    why = "a sample with no file but its fields (.cls, .json, ...): no image"
+    skipped += [(key.removeprefix("./"), why) for _, key in fields_only]
     class_names = [str(c) for c in range(max(labels) + 1)] if classes and labels else []
     return Listing(source, out_keys, out_names, np.asarray(labels, np.int64), class_names, [], skipped, classes)
 
 
-def _class_index(text: bytes | None) -> int:
-    """The class index a .cls field holds (WebDataset writes it as decimal text), or -1."""
+def _class_index(text: bytes) -> int | bytes:
+    """The class index a .cls field holds (WebDataset writes it as decimal text), or the text where it holds none."""
     try:
-        value = int(text.decode("ascii").strip()) if text is not None else -1
+        value = int(text.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
-        return -1
-    return value if value < MAX_CLASSES else -1
+        return text
+    return value if 0 <= value < MAX_CLASSES else text
 
 
 def _open(shard: Location, storage_options: dict[str, Any] | None) -> tuple[IO[bytes], str]:
@@ -273,12 +270,13 @@ def _open(shard: Location, storage_options: dict[str, Any] | None) -> tuple[IO[b
 
 @dataclass
 class _Scanned:
-    """What one shard's headers say: its regular files (name, offset, size), its .cls fields' bytes by sample key,
-    the damage found, and its stamp."""
+    """What one shard's headers say: its files but WebDataset's fields (name, offset, size), its .cls class indices
+    by sample key (or the text of one that is none), the samples of fields alone, the damage found, its stamp."""
 
     stamp: str
     members: list[tuple[str, int, int]] = field(default_factory=list)
-    cls: dict[str, bytes] = field(default_factory=dict)
+    cls: dict[str, int | bytes] = field(default_factory=dict)
+    fields_only: list[str] = field(default_factory=list)
     damaged: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -288,6 +286,7 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
     f, stamp = _open(shard, storage_options)
     out = _Scanned(stamp)
     members, damaged = out.members, out.damaged
+    fields: set[str] = set()  # the samples that have fields (.cls, .json, ...)
     with f:
         head = f.read(6)
         kind = next((k for magic, k in COMPRESSED.items() if head.startswith(magic)), None)
@@ -306,18 +305,23 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
                 del tar.members[:]  # (only `next` is used: a million TarInfos need not be kept)
                 if not m.isreg() or m.issparse() or hidden(m.name.removeprefix("./")):
                     continue
-                members.append((m.name, m.offset_data, m.size))
                 key, kind = sample_key(m.name)
-                if kind.lower() == "cls" and m.size <= 64:
+                if kind.rsplit(".", 1)[-1].lower() not in METADATA:
+                    members.append((m.name, m.offset_data, m.size))
+                    continue
+                fields.add(key)
+                if kind.lower() == "cls":
                     f.seek(m.offset_data)
-                    out.cls[key] = f.read(m.size)
+                    out.cls[key] = _class_index(f.read(min(m.size, 64)))
         except (tarfile.TarError, EOFError, OSError) as e:
-            damaged.append((shard.name, f"a damaged tar: the {len(members)} members before byte {tar.offset} "
-                                        f"are read, none after ({e})"))  # fmt: skip
-            return out
-        f.seek(tar.offset)
-        rest = f.read(tarfile.BLOCKSIZE)  # where `next` stopped: the end's zero block, or a header it could not read
-        if rest.strip(b"\0"):
-            damaged.append((shard.name, f"a damaged tar: byte {tar.offset} is not a tar header; the members after "
-                                        "it are not read"))  # fmt: skip
+            damaged.append((shard.name, f"a damaged tar: what lies before byte {tar.offset} is read, nothing after "
+                                        f"({e})"))  # fmt: skip
+        else:
+            f.seek(tar.offset)
+            rest = f.read(tarfile.BLOCKSIZE)  # where `next` stopped: the end, or a header it could not read
+            if rest.strip(b"\0"):
+                damaged.append((shard.name, f"a damaged tar: byte {tar.offset} is not a tar header; the members "
+                                            "after it are not read"))  # fmt: skip
+    images = {sample_key(name)[0] for name, _, _ in members}
+    out.fields_only = sorted(fields - images)
     return out
