@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bigbatch.cli_errors import refuse_url_outputs, runtime_error_line
+from bigbatch.cli_errors import refuse_url_outputs, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bigbatch: stopped by SIGTERM", file=sys.stderr)
         return 128 + signal.SIGTERM
     except BigbatchError as e:
-        print(f"bigbatch: error: {e}", file=sys.stderr)
+        say_error(str(e))
         return 2
     except BrokenPipeError:  # the reader of stdout went away (`bigbatch info RUN | head -1`): quietly, as `ls`
         with contextlib.suppress(OSError):
@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         resumes = " (a run resumes from its latest checkpoint with --resume)" * (getattr(args, "func", None) is _train)
         full = f"; free space there{resumes}" * (e.errno == errno.ENOSPC)
-        print(f"bigbatch: error: {where}{e.strerror or e}{full}", file=sys.stderr)
+        say_error(f"{where}{e.strerror or e}{full}")
         return 2
     except KeyboardInterrupt:
         print("bigbatch: interrupted", file=sys.stderr)
@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         said = runtime_error_line(e)
         if said is None:
             raise
-        print(f"bigbatch: error: {said[0]}", file=sys.stderr)
+        say_error(said[0])
         return said[1]
     finally:
         if in_main:

@@ -6,11 +6,44 @@ commands that write local files, refused as the command line is read."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
+import sys
+import tempfile
+import time
 
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import is_url
+
+SAID_FOR = 60.0  # seconds a line said by one rank stands for the others of its launch on this machine
+
+
+def say_error(line: str) -> None:
+    """`bigbatch: error: LINE` on stderr, once a machine under torchrun: every rank meets a bad command alike, and
+    one line says it (a line only some ranks meet, or another one, is said by each that meets it)."""
+    if _first_to_say(line):
+        print(f"bigbatch: error: {line}", file=sys.stderr)
+
+
+def _first_to_say(line: str) -> bool:
+    """Whether no other process of this torchrun launch (the agent, our parent, starts them all) on this machine has
+    said `line` in the last SAID_FOR seconds; always, outside torchrun."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or "LOCAL_RANK" not in os.environ:
+        return True
+    launch = f"{os.getppid()}\0{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}\0{line}"
+    folder = os.path.join(tempfile.gettempdir(), f"bigbatch-said-{os.getuid()}")
+    mark = os.path.join(folder, hashlib.sha256(launch.encode(errors="surrogateescape")).hexdigest()[:32])
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if os.path.exists(mark) and time.time() - os.path.getmtime(mark) > SAID_FOR:  # (a launch long gone)
+            os.remove(mark)
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:  # (nowhere to keep the mark: say it)
+        return True
+    return True
 
 
 def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:

@@ -492,3 +492,16 @@ def test_ranks_started_with_other_configs_stop_before_training(tiny, tmp_path):
     differ = "rank 1's config differs from rank 0's in data.xflip (True, rank 0: False)"
     assert said == {f"{differ}: start every rank with the same command"}
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_bad_command_under_torchrun_is_one_line_not_one_a_rank(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "bigbatch.cli"]
+    for _ in range(2):  # (a second launch says it again: the mark is its launch's)
+        done = subprocess.run([*cmd, "train", "--preset", "digits", "train.batch=-1", "--run-dir", str(tmp_path / "r")],
+                              env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        said = [line for line in done.stderr.splitlines() if line.startswith("bigbatch: error: ")]
+        assert done.returncode != 0 and said == ["bigbatch: error: config key 'train.batch' must be a positive number, "
+                                                 "got -1"], done.stderr[-2000:]  # fmt: skip
