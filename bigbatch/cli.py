@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--classes",
         metavar="TRAIN.h5",
         help="class indices in this data file's order: of --labels, or of the class folders (a validation set that "
-        "lacks a class)",
+        "lacks a class); names for WebDataset's .cls indices; or a .txt file, a class name a line",
     )
     pr.add_argument(
         "--codec",

@@ -258,7 +258,8 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     (tmp_path / "none").mkdir()  # what predict takes, not what eval takes (.npz)
     (tmp_path / "notes.zip").write_text("not a zip")
     assert main(["predict", str(run), str(tmp_path / "none")]) == 2
-    assert "holds no image files" in (err := capsys.readouterr().err) and "give image files, folders, .zip or .tar" in err
+    err = capsys.readouterr().err
+    assert "holds no image files" in err and "give image files, folders, .zip or .tar" in err
     assert main(["predict", str(run), str(tmp_path / "notes.zip")]) == 2
     assert "notes.zip is not a readable zip archive (damaged, or another kind of file)" in capsys.readouterr().err
     (tmp_path / "notes.txt").write_text("not an image")  # nothing to predict: one line (a "skipped" line came first)

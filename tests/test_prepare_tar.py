@@ -230,3 +230,14 @@ def test_an_interrupted_prepare_of_shards_resumes_unless_a_shard_changed(tmp_pat
     shard.write_bytes(shard.read_bytes())  # (rewritten: its time changed, so its images may have)
     os.utime(shard, ns=(1, 1))
     assert prepare(str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True).resumed == 0
+
+
+def test_classes_from_a_text_file_name_the_class_indices(tmp_path):
+    _shards(tmp_path / "wds", n_shards=1)
+    names = ["n01440764 tench, Tinca tinca", "n01443537 goldfish", "c2", "c3", "c4", "c5"]
+    (tmp_path / "synsets.txt").write_text("\n".join(names) + "\n\n")
+    report = prepare(str(tmp_path / "wds"), "named.h5", workers=0, classes=str(tmp_path / "synsets.txt"))
+    assert report.class_names == names
+    (tmp_path / "twice.txt").write_text("a\nb\na\n")
+    with pytest.raises(Exception, match="twice.txt names 'a' twice: give one class name a line"):
+        prepare(str(tmp_path / "wds"), "twice.h5", workers=0, classes=str(tmp_path / "twice.txt"))

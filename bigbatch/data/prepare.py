@@ -490,9 +490,11 @@ def _named(listing: Listing, names: list[str], classes: str) -> Listing:
 
 
 def _training_classes(classes: str, storage_options: dict[str, Any] | None) -> list[str]:
-    """The class names of the training data file `classes`, in its order."""
+    """The class names of the training data file `classes`, in its order (or of a text file, a class a line)."""
     from bigbatch.data.hdf5 import read_meta
 
+    if classes.lower().endswith(".txt"):
+        return _class_list(classes, storage_options)
     if classes.startswith("builtin:"):  # (a run trained on one: its held-out or other images, prepared in its order)
         from bigbatch.data.load import load_data
 
@@ -500,6 +502,26 @@ def _training_classes(classes: str, storage_options: dict[str, Any] | None) -> l
     names = read_meta(classes, storage_options)["class_names"]
     if not names:
         raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
+    return names
+
+
+def _class_list(path: str, storage_options: dict[str, Any] | None) -> list[str]:
+    """Class names a line each (blank lines left out; ImageNet's LOC_synset_mapping.txt as it comes)."""
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb", **(storage_options or {})) as f:
+            lines = f.read().decode("utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise BigbatchError(f"--classes {public_name(path)} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BigbatchError(f"cannot read --classes {public_name(path)}: {e}") from None
+    names = [line.strip() for line in lines if line.strip()]
+    seen: set[str] = set()
+    twice = next((n for n in names if n in seen or seen.add(n)), None)
+    if not names or twice is not None:
+        why = f"names {twice!r} twice" if twice is not None else "holds no class names"
+        raise BigbatchError(f"--classes {public_name(path)} {why}: give one class name a line, each once")
     return names
 
 
