@@ -94,7 +94,7 @@ def test_samples_without_a_class_index_are_skipped_and_named_and_the_plain_image
     report = prepare(str(tmp_path / "a.tar"), "a.h5", workers=0)
     assert report.count == 3
     reasons = dict(report.skipped)
-    assert set(reasons) == {"k1.png", "k2.png", "k4"}
+    assert set(reasons) == {"k1.png", "k2.png", "k4", "k5.seg.png"} and "whose image is k5.png" in reasons["k5.seg.png"]
     assert "no .cls class index" in reasons["k1.png"] and "'cat'" in reasons["k2.png"] and "no image" in reasons["k4"]
     images, labels = _all(load_data("a.h5", 4))
     assert labels.tolist() == [1, 0, 1] and images.reshape(3, -1).max(1).tolist() == [10, 40, 50]
@@ -241,3 +241,81 @@ def test_classes_from_a_text_file_name_the_class_indices(tmp_path):
     (tmp_path / "twice.txt").write_text("a\nb\na\n")
     with pytest.raises(Exception, match="twice.txt names 'a' twice: give one class name a line"):
         prepare(str(tmp_path / "wds"), "twice.h5", workers=0, classes=str(tmp_path / "twice.txt"))
+
+
+def test_links_in_a_tar_read_as_the_files_they_name_and_a_file_added_again_counts_once(tmp_path):
+    src = tmp_path / "t3"
+    for c, name in enumerate(("cat", "dog")):
+        (src / name).mkdir(parents=True)
+        for i in range(2):
+            (src / name / f"{i}.png").write_bytes(_png(10 * c + i))
+    os.link(src / "cat" / "0.png", src / "dog" / "dup.png")  # (GNU tar stores its second name as a link)
+    os.symlink("../cat/1.png", src / "dog" / "sym.png")
+    folder = prepare(str(src), "folder.h5", workers=0, strict=True)
+    subprocess.run(["tar", "cf", tmp_path / "t3.tar", "-C", tmp_path, "t3"], check=True)
+    tarred = prepare(str(tmp_path / "t3.tar"), "tar.h5", workers=0, strict=True)
+    assert tarred.count == folder.count == 6 and tarred.content_hash == folder.content_hash
+    # A file appended again (`tar rf`) is its last copy, as extracting it gives; a link to nothing is listed.
+    (src / "cat" / "0.png").unlink()
+    (src / "cat" / "0.png").write_bytes(_png(99))
+    subprocess.run(["tar", "rf", tmp_path / "t3.tar", "-C", tmp_path, "t3/cat/0.png"], check=True)
+    (src / "dog" / "dup.png").unlink()
+    (src / "dog" / "dup.png").write_bytes(_png(0))
+    assert prepare(str(tmp_path / "t3.tar"), "again.h5", workers=0).content_hash == prepare(
+        str(src), "again_folder.h5", workers=0).content_hash  # fmt: skip
+    with tarfile.open(tmp_path / "dangling.tar", "w") as tar:
+        _add(tar, "a.png", _png(0))
+        info = tarfile.TarInfo("b.png")
+        info.type, info.linkname = tarfile.SYMTYPE, "nowhere.png"
+        tar.addfile(info)
+    report = prepare(str(tmp_path / "dangling.tar"), "dangling.h5", workers=0)
+    assert report.count == 1 and report.skipped == [("b.png", "a link to nowhere.png, which is no file of the shard")]
+
+
+def test_a_tar_of_a_folder_contents_keeps_its_one_class_folder(tmp_path):
+    (tmp_path / "one" / "cat").mkdir(parents=True)
+    for i in range(2):
+        (tmp_path / "one" / "cat" / f"{i}.png").write_bytes(_png(i))
+    subprocess.run(["tar", "cf", tmp_path / "dot.tar", "-C", tmp_path / "one", "."], check=True)  # ./cat/0.png
+    report = prepare(str(tmp_path / "dot.tar"), "dot.h5", workers=0)
+    assert report.class_names == ["cat"] and report.content_hash == prepare(str(tmp_path / "one"), "f.h5").content_hash
+
+
+def test_eval_refuses_a_damaged_tar_and_predict_lists_the_damage_and_names_each_shard(tmp_path):
+    from bigbatch.errors import BigbatchError
+    from bigbatch.tasks.classify.inference import read_images
+
+    _shards(tmp_path / "wds", n_shards=2, per_shard=2)
+    images, skipped = read_images([str(tmp_path / "wds" / "train-{000000..000001}.tar")])
+    assert [name for name, _ in images] == [
+        str(tmp_path / "wds" / f"train-00000{s}.tar" / f"s{s}_00{i}.png") for s in (0, 1) for i in (0, 1)
+    ] and not skipped  # (WebDataset's fields are not images, and no sample of fields alone is listed here)
+    whole = (tmp_path / "wds" / "train-000001.tar").read_bytes()
+    bad = bytearray(whole)
+    at = whole.index(b"s1_001.png")
+    bad[at : at + 512] = b"\xff" * 512
+    (tmp_path / "bad.tar").write_bytes(bytes(bad))
+    images, skipped = read_images([str(tmp_path / "bad.tar")])
+    assert len(images) == 1 and "is not a tar header" in skipped[0][1]
+    with pytest.raises(BigbatchError, match="bad.tar: .*is not a tar header.*a score needs every image"):
+        open_images(tmp_path / "bad.tar")
+
+
+def test_classes_from_a_synset_mapping_number_class_folders_and_labels_by_their_first_word(tmp_path):
+    (tmp_path / "syn.txt").write_text("n01 tench, Tinca\nn02 goldfish\nn03 shark\n")
+    for c in ("n01", "n03"):
+        (tmp_path / "val" / c).mkdir(parents=True)
+        (tmp_path / "val" / c / "a.png").write_bytes(_png(len(c)))
+    report = prepare(str(tmp_path / "val"), "val.h5", workers=0, classes=str(tmp_path / "syn.txt"))
+    assert report.class_names == ["n01 tench, Tinca", "n02 goldfish", "n03 shark"]
+    assert _all(load_data("val.h5", 4))[1].tolist() == [0, 2]
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "x.png").write_bytes(_png(0))
+    (tmp_path / "val.csv").write_text("ImageId,PredictionString\nx,n03 1 2 3 4\n")
+    flat = prepare(str(tmp_path / "flat"), "flat.h5", workers=0, labels=str(tmp_path / "val.csv"),
+                   classes=str(tmp_path / "syn.txt"))  # fmt: skip
+    assert flat.count == 1 and _all(load_data("flat.h5", 4))[1].tolist() == [2]
+
+
+def test_webdataset_s_joined_sources_are_refused_in_one_line(tmp_path, capsys):
+    one_line(capsys, ["prepare", "a-{0..1}.tar::b-{0..1}.tar", "out.h5"], "'::' joins WebDataset's sources")

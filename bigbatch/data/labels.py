@@ -70,7 +70,7 @@ def relabel(
     names): (the labelled files, the files without a label with a reason each, the labelled names
     no file matches)."""
     names = sorted(set(labels.values())) if class_names is None else list(class_names)
-    index = {n: i for i, n in enumerate(names)}
+    index = class_index(names)
     unknown = sorted(set(labels.values()) - set(index))
     if unknown:
         raise BigbatchError(
@@ -112,10 +112,21 @@ def relabel(
     return out, unlabelled, missing
 
 
+def class_index(names: list[str]) -> dict[str, int]:
+    """{name: index} of class names, each also by its first word where those are unique: the synset of a line of
+    ImageNet's LOC_synset_mapping.txt ("n01440764 tench, Tinca tinca") names its class folder and its labels."""
+    index = {n: i for i, n in enumerate(names)}
+    firsts = [n.split(maxsplit=1)[0] if n.strip() else n for n in names]
+    if len(set(firsts)) == len(firsts):
+        for first, i in zip(firsts, range(len(names))):
+            index.setdefault(first, i)
+    return index
+
+
 def renumber(listing: Listing, class_names: list[str], what: str) -> Listing:
     """`listing`'s class folders numbered by their place in `class_names` (a training file's classes), so
     that a validation set lacking a class keeps the indices of the others."""
-    index = {n: i for i, n in enumerate(class_names)}
+    index = class_index(class_names)
     unknown = [n for n in listing.class_names if n not in index]
     if unknown:
         raise BigbatchError(

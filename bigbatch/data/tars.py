@@ -8,6 +8,7 @@ webdataset's own reader streams samples in order, and `prepare` needs its listin
 
 from __future__ import annotations
 
+import posixpath
 import re
 import tarfile
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ PREFERRED = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "tif", "tiff")
 # What a compressed tar starts with: its members have no offsets to read them at.
 COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 LISTERS = 8  # shards whose headers are read at once
-MAX_CLASSES = 1 << 20  # a .cls past this is not a class index (ImageNet-21k has 21,841)
+MAX_CLASSES = 1 << 17  # a .cls past this is not a class index (ImageNet-21k has 21,841)
 MAX_MEMBER = 512 << 20  # a member larger than this is not read (no image is)
 GAP = 1 << 20  # members of a remote shard at most this far apart are fetched in one byte range
 MAX_RANGE = 64 << 20  # ... and one range is at most this long
@@ -54,6 +55,11 @@ def shards_named(src: Location) -> list[Location] | None:
     """The shards a brace pattern names (`train-{000000..000146}.tar`, WebDataset's notation, local or at a
     URL), or a `.tar` URL as one shard; None for anything else (a local file is told a tar by its contents)."""
     text = src.text
+    if "::" in text and not src.url:
+        raise BigbatchError(
+            f"source {src.name}: '::' joins WebDataset's sources, and prepare takes one: a brace pattern, a folder or "
+            "prefix of the shards, or one .tar"
+        )
     if "{" in text and "}" in text and (src.url or not src.path.exists()):
         from braceexpand import braceexpand
 
@@ -103,6 +109,10 @@ class TarSource(Source):
 
     def stamp(self, key: str) -> str:
         return self.stamps[int(key.split(":", 1)[0])]
+
+    def shown(self, key: str, name: str) -> str:
+        """A member as a reader names it: its shard, then its name there."""
+        return f"{self.shards[int(key.split(':', 1)[0])].name}/{name}"
 
     def read(self, keys: Sequence[str]) -> list[bytes | str]:
         spans = [tuple(int(v) for v in k.split(":")) for k in keys]
@@ -194,11 +204,12 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
 
 
 def _unwrapped(names: list[str]) -> list[str]:
-    """Member names relative to the tar's own folder: "./" dropped (`tar -C DIR .`), and one folder holding
-    everything (`tar cf train.tar train/`) is a wrapper, not a class, as in a zip."""
+    """Member names relative to the tar's own folder: one folder holding everything (`tar cf train.tar train/`)
+    is a wrapper, not a class, as in a zip; names under "./" (`tar -C DIR .`) are the folder's own already."""
+    contents = bool(names) and all(n.startswith("./") for n in names)
     names = [n.removeprefix("./").lstrip("/") for n in names]
     tops = {n.split("/", 1)[0] for n in names}
-    if len(tops) == 1 and all("/" in n for n in names):
+    if not contents and len(tops) == 1 and all("/" in n for n in names):
         names = [n.split("/", 1)[1] for n in names]
     return names
 
@@ -215,6 +226,7 @@ def _samples(
     """One member a WebDataset sample (its image, by PREFERRED), labelled by its .cls; the samples of nothing but
     fields (`fields_only`) skipped."""
     chosen: dict[tuple[int, str], tuple[int, int]] = {}  # sample -> (rank, member index)
+    others: list[int] = []  # the members of a sample besides its image
     for j, (shard, name, _, _) in enumerate(members):
         key, field = sample_key(name)
         last = field.rsplit(".", 1)[-1].lower()
@@ -222,8 +234,10 @@ def _samples(
             rank = (PREFERRED.index(last) if last in PREFERRED else len(PREFERRED)) + 20 * ("." in field)
         else:  # (listed where the sample has no image: decoding says what it is instead)
             rank = 500
-        if rank < chosen.get((shard, key), (1000, -1))[0]:
+        before = chosen.get((shard, key), (1000, -1))
+        if rank < before[0]:
             chosen[(shard, key)] = (rank, j)
+        others.append(before[1] if rank < before[0] else j)
     out_keys, out_names, labels, skipped = [], [], [], []
     for (shard, key), (_, j) in chosen.items():  # (in the order samples first appear)
         label = 0
@@ -237,8 +251,13 @@ def _samples(
         out_keys.append(keys[j])
         out_names.append(names[j])
         labels.append(label)
-    why = "a sample with no file but its fields (.cls, .json, ...): no image"
-    skipped += [(key.removeprefix("./"), why) for _, key in fields_only]
+    for j in sorted(o for o in others if o >= 0):  # (found from outside: frame.0000.jpg ... frame.0003.jpg, one key)
+        image = names[chosen[(members[j][0], sample_key(members[j][1])[0])][1]]
+        why = f"another file of the sample whose image is {image} (a sample: the files of one key, up to the first dot)"
+        skipped.append((names[j], why))
+    if classes:  # (a sample of fields alone is no image to score or predict: left alone there, as a folder's .json)
+        why = "a sample with no file but its fields (.cls, .json, ...): no image"
+        skipped += [(key.removeprefix("./"), why) for _, key in fields_only]
     class_names = [str(c) for c in range(max(labels) + 1)] if classes and labels else []
     return Listing(source, out_keys, out_names, np.asarray(labels, np.int64), class_names, [], skipped, classes)
 
@@ -287,6 +306,7 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
     out = _Scanned(stamp)
     members, damaged = out.members, out.damaged
     fields: set[str] = set()  # the samples that have fields (.cls, .json, ...)
+    links: list[str] = []  # the member each link names (a link's member holds offset -1 and its place here)
     with f:
         head = f.read(6)
         kind = next((k for magic, k in COMPRESSED.items() if head.startswith(magic)), None)
@@ -303,10 +323,17 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
         try:
             while (m := tar.next()) is not None:
                 del tar.members[:]  # (only `next` is used: a million TarInfos need not be kept)
-                if not m.isreg() or m.issparse() or hidden(m.name.removeprefix("./")):
+                if hidden(m.name.removeprefix("./")) or not (m.isreg() or m.islnk() or m.issym()) or m.issparse():
                     continue
                 key, kind = sample_key(m.name)
-                if kind.rsplit(".", 1)[-1].lower() not in METADATA:
+                field = kind.rsplit(".", 1)[-1].lower() in METADATA
+                if not m.isreg():  # (hard links: `cp -al` trees, GNU tar's second name of a file; symbolic ones)
+                    target = m.linkname if m.islnk() else posixpath.join(posixpath.dirname(m.name), m.linkname)
+                    if not field:  # (a link as a field, .cls or .json, is not followed)
+                        members.append((m.name, -1, len(links)))
+                        links.append(posixpath.normpath(target))
+                    continue
+                if not field:
                     members.append((m.name, m.offset_data, m.size))
                     continue
                 fields.add(key)
@@ -322,6 +349,32 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
             if rest.strip(b"\0"):
                 damaged.append((shard.name, f"a damaged tar: byte {tar.offset} is not a tar header; the members "
                                             "after it are not read"))  # fmt: skip
+    if len({name for name, _, _ in members}) < len(members):  # (`tar rf` appends a file again: the last one stands)
+        last = {name: i for i, (name, _, _) in enumerate(members)}
+        members[:] = [m for i, m in enumerate(members) if last[m[0]] == i]
+    if links:
+        _resolve(links, out)
     images = {sample_key(name)[0] for name, _, _ in members}
     out.fields_only = sorted(fields - images)
     return out
+
+
+def _resolve(links: list[str], out: _Scanned) -> None:
+    """The shard's links (members at offset -1) read as the files they name in it (a link to a link followed, up to
+    8), in their places; one naming no file of the shard is listed as damage."""
+    found = {posixpath.normpath(name): (at, size) for name, at, size in out.members if at >= 0}
+    named = {posixpath.normpath(name): links[i] for name, at, i in out.members if at < 0}
+    resolved = []
+    for name, at, size in out.members:
+        if at < 0:
+            target = links[size]
+            for _ in range(8):
+                if target in found or target not in named:
+                    break
+                target = named[target]
+            if target not in found:
+                out.damaged.append((name.removeprefix("./"), f"a link to {target}, which is no file of the shard"))
+                continue
+            at, size = found[target]
+        resolved.append((name, at, size))
+    out.members[:] = resolved

@@ -41,6 +41,9 @@ def open_images(path: str | Path | Location, storage_options: dict | None = None
         if where.path.suffix.lower() in (".npz", ".npy"):
             return array_images(where.path)
     listing = list_source(where, storage_options, classes=False)
+    if listing.skipped:  # (a damaged tar: the images after the damage are not there to score)
+        name, why = listing.skipped[0]
+        raise BigbatchError(f"{where.name}: {name}: {why}; a score needs every image of the set: mend it")
     return ImageFiles(listing, where.name, as_scorers=True)
 
 
@@ -63,6 +66,7 @@ class ImageFiles:
         order = [i for i, r in enumerate(listing.names) if Path(r).suffix.lower() in IMAGE_EXTENSIONS]
         self.keys, self.names = [listing.keys[i] for i in order], [listing.names[i] for i in order]
         self.reader, self.source = listing.source, source
+        self.skipped = list(listing.skipped)  # (what the listing could not take: a damaged tar's rest)
         if not self.keys:
             raise BigbatchError(
                 f"{source} holds no image files ({', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))}); {give}"
@@ -112,9 +116,10 @@ class ImageFiles:
         """SHA-256 of the files' bytes in order (and of the decoder's version): what keys cached statistics."""
         h = hashlib.sha256(f"{DECODE_VERSION}:{self.as_scorers}:{len(self)}".encode())
         for start in range(0, len(self), 256):
-            for key, data in zip(self.keys[start : start + 256], self.reader.read(self.keys[start : start + 256])):
+            chunk = range(start, min(start + 256, len(self)))
+            for i, data in zip(chunk, self.reader.read([self.keys[i] for i in chunk])):
                 if isinstance(data, str):
-                    raise BigbatchError(f"{self.source}: {key} is {data}")
+                    raise BigbatchError(f"{self.source}: {self.names[i]} is {data}")
                 h.update(len(data).to_bytes(8, "little") + data)
         return "files:" + h.hexdigest()
 

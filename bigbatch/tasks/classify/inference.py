@@ -21,9 +21,11 @@ from torch import nn
 from bigbatch.config import Config
 from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.sources import decode_or_reason, list_source
+from bigbatch.data.tars import shards_named
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.metrics.image_sets import ImageFiles
+from bigbatch.urls import Location
 
 
 def antialiased_weights(
@@ -108,17 +110,21 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
     images, skipped = [], []
     for path in _globbed(paths):
         p = Path(path)
-        if p.is_file() and p.suffix.lower() not in (".zip", ".tar"):
+        shards = shards_named(Location.of(path))
+        if shards is None and p.is_file() and p.suffix.lower() not in (".zip", ".tar"):
             try:
                 data: bytes | str = p.read_bytes()
             except OSError as e:
                 data = f"cannot be read ({e.strerror or e})"
             items = [(str(p), data)]
-        elif p.exists():  # every image file of a folder, zip or tar, as image sets list them (sub-folders too)
+        elif shards is not None or p.exists():  # every image of a folder, zip or tars, as image sets list them
             files = ImageFiles(
-                list_source(str(p), classes=False), str(p), "give image files, folders, .zip or .tar files of images"
+                list_source(path, classes=False), str(p), "give image files, folders, .zip or .tar files of images"
             )
-            items = list(zip((f"{p}/{n}" for n in files.names), files.reader.read(files.keys)))
+            shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
+            names = [shown(k, n) if shown else f"{p}/{n}" for k, n in zip(files.keys, files.names)]
+            items = list(zip(names, files.reader.read(files.keys)))
+            skipped += files.skipped
         else:
             raise BigbatchError(f"{path} does not exist; give image files, folders, .zip or .tar files of images")
         for name, data in items:
@@ -132,7 +138,7 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
 
 def _globbed(paths: list[str]) -> list[str]:
     """A quoted pattern ('imgs/*.JPEG', for a list too long for the shell) as the files it matches; a name
-    that exists is itself, whatever its characters."""
+    that exists is itself, whatever its characters (and a brace pattern of tar shards is read as those)."""
     import glob
 
     out = []
