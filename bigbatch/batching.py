@@ -13,7 +13,7 @@ from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist, wrap
 from bigbatch.engine.memory import format_bytes, parse_bytes
 from bigbatch.engine.plan import Plan, make_plan
-from bigbatch.engine.replicator import Replicator
+from bigbatch.engine.replicator import Replicator, config_terms
 from bigbatch.errors import BigbatchError, warn
 
 
@@ -33,20 +33,21 @@ def replicator_for(cfg: Config) -> Replicator:
     ctx = dist.context(t.device)
     check_schedule(cfg, ctx)
     _unread_budget(cfg, ctx)
-    return Replicator(
-        schedule_of(cfg).phases[0].batch,
-        t.micro_batch,
-        t.precision,
-        device=t.device,
-        memory_budget=t.memory_budget or None,
-        checkpointing=t.checkpointing,
-        compile=compile_mode(cfg, ctx.device),
-        channels_last=channels_last_of(cfg),
-        sync_bn=t.sync_bn,
-        grad_clip=t.grad_clip,
-        skip_limit=t.skip_limit,
-        skip_window=t.skip_window,
-    )
+    with config_terms():  # (its errors name the config's keys)
+        return Replicator(
+            schedule_of(cfg).phases[0].batch,
+            t.micro_batch,
+            t.precision,
+            device=t.device,
+            memory_budget=t.memory_budget or None,
+            checkpointing=t.checkpointing,
+            compile=compile_mode(cfg, ctx.device),
+            channels_last=channels_last_of(cfg),
+            sync_bn=t.sync_bn,
+            grad_clip=t.grad_clip,
+            skip_limit=t.skip_limit,
+            skip_window=t.skip_window,
+        )
 
 
 # The model families torch.compile was measured to speed up on a GPU, which train.compile "auto" compiles

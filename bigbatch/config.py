@@ -560,6 +560,8 @@ class Config(Section):
         """A new config with dotted keys replaced, e.g. {"train.batch": 256}; checked like any other.
         `warn_dropped`: warn of a table given whole (the command line's `model.options={...}`) that drops
         keys the config had."""
+        if not isinstance(updates, dict):
+            raise BigbatchError(f'override takes a dict of dotted keys, as {{"train.batch": 256}}, got {updates!r:.80}')
         tree = copy.deepcopy(self.to_dict())
         for dotted, value in updates.items():
             *parents, leaf = dotted.split(".")

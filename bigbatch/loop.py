@@ -26,6 +26,7 @@ from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
+from bigbatch.models.registry import is_own
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
 from bigbatch.signals import EvaluationStopped, StopRequest, stop_signals
@@ -46,6 +47,8 @@ def train(
         raise BigbatchError(
             f"train takes a Config (bigbatch.preset(NAME) or Config.from_dict), got {type(cfg).__name__}"
         )
+    if resume not in (True, False, "auto") or not isinstance(resume, (bool, str)):  # (1 == True: refused too)
+        raise BigbatchError(f'resume must be True, False or "auto" (start or resume), got {resume!r}')
     cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too
     # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during
     # start-up stops at once (KeyboardInterrupt), leaving nothing behind but what a resume can use.
@@ -73,6 +76,7 @@ def train(
 
 def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     cfg, main = run.cfg, rep.is_main
+    own_family = f"{cfg.model.name!r} is registered: the command line knows bigbatch's own model families only"
 
     # The task: data, models, optimizers and averages, all random draws decided by train.seed. Built
     # before anything is written, so a bad config leaves nothing behind.
@@ -212,11 +216,15 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             path = run.save(task, rep, nimg, progress.seconds(), window())
             run.write_previews(task, nimg, at_checkpoint=True)
             resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
-            if rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)
+            if not is_own(cfg.model.name):  # (a user's own family: the command line cannot build it)
+                resume_with = f"bigbatch.train(cfg, run_dir={str(run.path)!r}, resume=True), where {own_family}"
+            elif rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)
                 resume_with = f"{resume_with}, started as this run was ({rep.world_size} processes)"
             print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
     if main and not stopped:
         usage = task.usage.format(run=shlex.quote(str(run.path)))
+        if not is_own(cfg.model.name):  # (found from outside: `bigbatch sample` said "names no GAN model family")
+            usage = f"Load it from Python (bigbatch.load_generator, load_classifier), where {own_family}"
         print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {usage}", flush=True)
     return run.path

@@ -458,3 +458,23 @@ def test_held_out_images_stored_smaller_than_training_reads_are_said(tmp_path, c
     err = capsys.readouterr().err
     assert "d8.h5 holds 8px images, and the run scores its held-out images at up to 16px" in err
     assert "d16.h5" not in err
+
+
+def test_a_run_of_a_family_registered_in_the_script_says_how_to_load_it_not_a_command_that_cannot(
+    tmp_path, capsys, monkeypatch
+):
+    from bigbatch.models import registry
+    from bigbatch.models.convnet import ConvNet
+    from bigbatch.models.registry import is_own, register
+
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))  # (the others' tests list the families)
+
+    @register(init="kaiming", task="classify")
+    def script_net(*, n_classes: int, ch: int = 8, img_channels: int = 3):
+        return ConvNet(n_classes, ch, img_channels)
+
+    assert is_own("resnet_cifar") and not is_own("script_net")
+    over = {"model.name": "script_net", "model.options": {}, "train.kimg": 0.128, "eval.every_kimg": 0.128}
+    bigbatch.train(tiny(**over), run_dir=tmp_path / "r", quiet=True)
+    said = capsys.readouterr().out
+    assert "Load it from Python" in said and "'script_net' is registered" in said and "bigbatch train" not in said

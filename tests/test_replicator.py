@@ -54,7 +54,7 @@ def test_set_batch_changes_the_accumulation_not_the_micro_batch():
     # A dynamic-batch schedule: a step after set_batch(64) is the full-batch step of 64 examples.
     rep = bigbatch.Replicator(batch=32, micro_batch=8, device="cpu")
     assert rep.set_batch(64).accumulation == 8 and rep.plan.micro_batch == 8 and rep.share == 64
-    with pytest.raises(bigbatch.BigbatchError, match="not a multiple of train.micro_batch"):
+    with pytest.raises(bigbatch.BigbatchError, match="not a multiple of micro_batch x world_size"):
         rep.set_batch(12)
     # A share below a fixed micro-batch is one micro-batch; a later larger batch splits by the one asked.
     capped = bigbatch.Replicator(batch=4, micro_batch=8, device="cpu")
@@ -582,3 +582,36 @@ def test_auto_checks_the_batch_before_it_probes_and_a_resumed_plan_fits_another_
     assert rep.use_micro_batch(48).micro_batch == 32 and rep.plan.accumulation == 2  # (48 does not divide 64)
     with pytest.raises(bigbatch.BigbatchError, match="must be an int, a positive multiple"):
         rep.set_batch(True)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: bigbatch.Replicator(64, compile="fast"), "compile must be True, False or one of default"),
+        (lambda: bigbatch.Replicator(64, sync_bn="no"), "sync_bn must be True or False, got 'no'"),
+        (lambda: bigbatch.Replicator(64, checkpointing="yes"), "checkpointing must be True, False or a list"),
+        # The Replicator's own arguments named, not the config's keys (train.micro_batch) nor a resume.
+        (lambda: bigbatch.Replicator(64, 24), "give micro_batch=16, or a batch divisible by 24"),
+        (lambda: bigbatch.Replicator(64, 16).prepare(lambda x: x), "prepare takes a torch.nn.Module, got function"),
+        (lambda: bigbatch.Replicator(64, 16).wrap_optimizer(nn.Linear(2, 2)), "takes a torch.optim.Optimizer"),
+        (lambda: bigbatch.preset("digits").override([("train.batch", 1)]), "override takes a dict of dotted keys"),
+        (lambda: bigbatch.train(bigbatch.preset("digits"), run_dir="r", resume="yes"), "resume must be True, False"),
+    ],
+)
+def test_misuse_of_the_python_api_is_one_clear_error(make, words):
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        make()
+    assert words in str(e.value) and "train.micro_batch" not in str(e.value) and "resumed" not in str(e.value)
+
+
+def test_a_custom_loop_stopped_by_skipped_steps_is_told_in_its_own_terms():
+    model = nn.Linear(2, 1)
+    with bigbatch.Replicator(8, 8, skip_window=5) as rep:
+        net = rep.prepare(model)
+        opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        x = torch.randn(8, 2)
+        with pytest.raises(bigbatch.BigbatchError) as e:
+            for _ in range(6):
+                rep.step(lambda m: net(m).mean() * float("nan"), x, opt)
+    said = str(e.value)
+    assert "give the Replicator grad_clip" in said and "Replicator.save" in said and "train." not in said

@@ -20,6 +20,8 @@ registered with `on_micro_batch` (for modules it did not prepare).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import gc
 import itertools
@@ -57,6 +59,32 @@ class _Optimizer:
     trained_of: int = -1  # len(Replicator.models) when `trained` was found
 
 
+# Set while replicator_for builds a Replicator from a config: its errors name the config's keys (train.micro_batch);
+# a Replicator a user builds is told of in its own arguments' names (micro_batch=).
+_CONFIG_TERMS = contextvars.ContextVar("bigbatch_config_terms", default=False)
+# The config's words for the Replicator's arguments, and what a user of the Replicator has not (a run to resume).
+API_TERMS = (
+    (" (a resumed run keeps its batch)", ""),
+    ("train.precision=bf16", 'precision="bf16"'),
+    *((f"train.{k}", k) for k in ("micro_batch", "batch", "memory_budget", "grad_clip", "checkpointing")),
+)
+
+
+@contextlib.contextmanager
+def config_terms() -> Iterator[None]:
+    """Replicators built inside name the config's keys in their errors."""
+    token = _CONFIG_TERMS.set(True)
+    try:
+        yield
+    finally:
+        _CONFIG_TERMS.reset(token)
+
+
+def _names(value: Any) -> bool:
+    """Whether `value` is a list (or tuple, set) of block names."""
+    return isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value)
+
+
 class Replicator:
     """Large-batch training on one process or many (torchrun), with exact accumulation.
 
@@ -85,6 +113,7 @@ class Replicator:
         skip_limit: float = 0.2,
         skip_window: int = 50,
     ):
+        self._config_terms = _CONFIG_TERMS.get()  # (errors name train.* keys: built by replicator_for)
         self.ctx = dist.context(device)
         prec.check(precision, self.ctx.device)
         if self.ctx.device.type == "cpu":  # a step's freed memory kept for the next (no page faults)
@@ -101,12 +130,20 @@ class Replicator:
             )
         if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)) or not grad_clip >= 0:
             raise BigbatchError(f"grad_clip must be a global gradient norm >= 0 (0: off), got {grad_clip!r}")
+        for flag, value in (("sync_bn", sync_bn), ("channels_last", channels_last)):
+            if not isinstance(value, bool):
+                raise BigbatchError(f"{flag} must be True or False, got {value!r}")
+        if not (isinstance(checkpointing, bool) or _names(checkpointing)):
+            raise BigbatchError(f"checkpointing must be True, False or a list of block names, got {checkpointing!r}")
+        if not (isinstance(compile, bool) or compile in wrap.COMPILE_MODES):
+            modes = ", ".join(wrap.COMPILE_MODES)
+            raise BigbatchError(f"compile must be True, False or one of {modes}, got {compile!r}")
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
         self.channels_last, self._graph_grads = channels_last, set[int]()  # (the step's copies: wrap.new_micro_batch)
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
-        self._plan = None if micro_batch == "auto" else make_plan(batch, micro_batch, precision, self.ctx)
+        self._plan = None if micro_batch == "auto" else self._said(make_plan, batch, micro_batch, precision, self.ctx)
         self._auto = micro_batch == "auto"
         self._planned_micro = 0 if self._plan is None else micro_batch  # what set_batch keeps (as asked)
         self.probes, self.budget = list[memory.Probe](), None  # (micro_batch "auto": its probes and budget)
@@ -121,6 +158,18 @@ class Replicator:
         self._bn_of = 0  # len(self.models) when _bn_list was found
         self._batchnorm_before: int | None = None  # images BatchNorm spanned before a resume (load_state_dict)
         self._owns_group = dist.init(self.ctx)
+
+    def _said(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args), its errors in this Replicator's terms: the config's keys, or its own arguments' names."""
+        try:
+            return fn(*args)
+        except BigbatchError as e:
+            if self._config_terms:
+                raise
+            text = str(e)
+            for word, instead in API_TERMS:
+                text = text.replace(word, instead)
+            raise BigbatchError(text) from None
 
     # ---- where we run ------------------------------------------------------------------------
     @property
@@ -188,6 +237,8 @@ class Replicator:
         Submodules that define `before_micro_batch(index)` are called before each micro-batch's forward:
         the protocol for state a training forward updates at a rate of its own (see `on_micro_batch`).
         """
+        if not isinstance(model, nn.Module):
+            raise BigbatchError(f"prepare takes a torch.nn.Module, got {type(model).__name__}")
         wrapped = wrap.prepare(
             model,
             self.device,
@@ -231,6 +282,8 @@ class Replicator:
 
     def wrap_optimizer(self, opt: torch.optim.Optimizer, name: str | None = None) -> torch.optim.Optimizer:
         """Register `opt` (its loss scaler and skip count); returns it unchanged, so its state_dict is the usual one."""
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise BigbatchError(f"wrap_optimizer takes a torch.optim.Optimizer, got {type(opt).__name__}")
         params = {id(p) for g in opt.param_groups for p in g["params"]}
         taken = {s.name for key, s in self.optimizers.items() if key != id(opt)}
         if name in taken:  # its loss scaler and skip history would share one entry of state_dict()
@@ -265,6 +318,15 @@ class Replicator:
         if state.trained_of != len(self.models):
             state.trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
             state.trained_of = len(self.models)
+            if self.world_size > 1:  # (found from outside: each rank trained weights of its own, without a word)
+                prepared = {id(q) for p, _ in self.models for q in p.parameters()}
+                if state.params - prepared:
+                    raise BigbatchError(
+                        f"{state.name} updates parameters of no model prepared by this Replicator: under "
+                        f"{self.world_size} processes their gradients would not be averaged, and each process would "
+                        "train weights of its own; call rep.prepare(model) on the model holding them, and call what it "
+                        "returns"
+                    )
         totals: torch.Tensor | None = None
         keys: list[str] = []
         # In rank order (CPU): each rank scales by the whole step's micro-batches, the sums are plain ones.
@@ -401,6 +463,14 @@ class Replicator:
             # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
             also = f"; {state.skipped} of its {state.steps} skipped in all" if state.skipped > recent else ""
             weights = "its first weights" if state.skipped >= state.steps else "the weights of the last good step"
+            if not self._config_terms:  # (a user's own loop: no run, no checkpoint, no config keys)
+                instead = 'precision="bf16" (in place of fp16), ' if state.scaler.is_enabled() else ""
+                raise BigbatchError(
+                    f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients "
+                    f"and were skipped (more than skip_limit={self.skip_limit:g} of them{also}); training stopped "
+                    f"with {weights}: give the Replicator {instead}grad_clip, or a lower learning rate, and go on "
+                    "from weights saved before the trouble (Replicator.save and load)"
+                )
             raise BigbatchError(
                 f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and "
                 f"were skipped (more than skip_limit={self.skip_limit:g} of them{also}); training stopped with "
@@ -429,6 +499,11 @@ class Replicator:
         `probe(m)` (one forward and backward at m) fits the memory budget. Buffers, RNG and gradients are
         restored after probing, so planning changes nothing that training sees. `optimizers`: those whose
         gradients the probe leaves (default: every registered one)."""
+        return self._said(self._plan_micro_batch, probe, optimizers)
+
+    def _plan_micro_batch(
+        self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer] | None
+    ) -> Plan:
         optimizers = [s.opt for s in self.optimizers.values()] if optimizers is None else list(optimizers)
         if self.sync_bn and self.world_size > 1 and self.device.type == "cuda":
             # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
@@ -488,7 +563,8 @@ class Replicator:
         micro, share = self._planned_micro, batch // self.world_size
         if self._auto and share % micro:
             micro = max(d for d in range(1, micro + 1) if share % d == 0 and (d == 1 or self.takes_micro(d)))
-        self._plan = make_plan(batch, micro, self.precision, self.ctx)  # a fixed one above the share: the share
+        # (a fixed one above the share: the share)
+        self._plan = self._said(make_plan, batch, micro, self.precision, self.ctx)
         self.batch = batch
         return self._plan
 

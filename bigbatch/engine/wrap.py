@@ -255,6 +255,7 @@ def prepare(
 
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that replay CUDA graphs
+COMPILE_MODES = ("default", *CUDA_GRAPH_MODES, "max-autotune-no-cudagraphs")  # torch.compile's modes
 
 
 def replays(compile: bool | str, device: torch.device) -> bool:

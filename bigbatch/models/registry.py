@@ -88,6 +88,12 @@ def register(*, init: str, task: str = "gan") -> Callable[[_B], _B]:
     return add
 
 
+def is_own(name: str) -> bool:
+    """Whether the family `name` is one of bigbatch's (registered by any `bigbatch` command), not a user's own."""
+    family = _FAMILIES.get(name)
+    return family is None or family.build.__module__.startswith("bigbatch.")
+
+
 def check_classifier(name: str, n_classes: int, ch: int, img_channels: int) -> None:
     """What every classify builder checks of its common arguments."""
     if n_classes < 1 or ch < 1 or img_channels < 1:
