@@ -175,7 +175,7 @@ def test_a_run_that_never_took_a_step_says_so_when_it_stops():
             rep.step(step_fn, x, opt)
     said = str(e.value)
     assert "3 of the last 4 clf steps had a non-finite loss" in said and "; 19 of its 19 skipped in all)" in said
-    assert "training stopped with its first weights: give the Replicator precision=\"bf16\" (in place of fp16)" in said
+    assert 'training stopped with its first weights: give the Replicator precision="bf16" (in place of fp16)' in said
 
 
 def test_bf16_is_refused_on_a_gpu_older_than_ampere(monkeypatch):
