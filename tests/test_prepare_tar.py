@@ -319,3 +319,13 @@ def test_classes_from_a_synset_mapping_number_class_folders_and_labels_by_their_
 
 def test_webdataset_s_joined_sources_are_refused_in_one_line(tmp_path, capsys):
     one_line(capsys, ["prepare", "a-{0..1}.tar::b-{0..1}.tar", "out.h5"], "'::' joins WebDataset's sources")
+
+
+def test_an_image_set_of_webdataset_shards_is_each_sample_s_image(tmp_path):
+    with tarfile.open(tmp_path / "seg.tar", "w") as tar:
+        for k in range(3):
+            _add(tar, f"k{k}.png", _solid(10 * k))
+            _add(tar, f"k{k}.seg.png", _solid(200))
+            _add(tar, f"k{k}.cls", b"0")
+    images = open_images(tmp_path / "seg.tar")  # (eval's A or B: the masks beside are not images of the set)
+    assert images.names == ["k0.png", "k1.png", "k2.png"] and images.skipped == []

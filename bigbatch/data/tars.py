@@ -251,7 +251,8 @@ def _samples(
         out_keys.append(keys[j])
         out_names.append(names[j])
         labels.append(label)
-    for j in sorted(o for o in others if o >= 0):  # (found from outside: frame.0000.jpg ... frame.0003.jpg, one key)
+    # (found from outside: frame.0000.jpg ... frame.0003.jpg, one key; an image set, eval's, takes a sample's image)
+    for j in sorted(o for o in others if o >= 0 and classes):
         image = names[chosen[(members[j][0], sample_key(members[j][1])[0])][1]]
         why = f"another file of the sample whose image is {image} (a sample: the files of one key, up to the first dot)"
         skipped.append((names[j], why))
