@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -499,12 +500,23 @@ def test_a_bad_command_under_torchrun_is_one_line_not_one_a_rank(tmp_path):
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "bigbatch.cli"]
-    for _ in range(2):  # (a second launch says it again: the mark is its launch's)
-        done = subprocess.run([*cmd, "train", "--preset", "digits", "train.batch=-1", "--run-dir", str(tmp_path / "r")],
-                              env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
-        said = [line for line in done.stderr.splitlines() if line.startswith("bigbatch: error: ")]
-        assert done.returncode != 0 and said == ["bigbatch: error: config key 'train.batch' must be a positive number, "
-                                                 "got -1"], done.stderr[-2000:]  # fmt: skip
+    done = subprocess.run([*cmd, "train", "--preset", "digits", "train.batch=-1", "--run-dir", str(tmp_path / "r")],
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    said = [line for line in done.stderr.splitlines() if line.startswith("bigbatch: error: ")]
+    assert done.returncode != 0 and said == ["bigbatch: error: config key 'train.batch' must be a positive number, "
+                                             "got -1"], done.stderr[-2000:]  # fmt: skip
+
+
+def test_a_line_said_under_one_torchrun_launch_is_said_again_under_the_next(monkeypatch, capsys):
+    from bigbatch.cli_errors import say_error
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # (torchrun's default: the same for every launch)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    line = f"a line of this test only, {os.getpid()} {time.time()}"
+    for agent in (1001, 1001, 1002):  # two ranks of one launch, then a rank of another (its agent's pid)
+        monkeypatch.setattr(os, "getppid", lambda agent=agent: agent)
+        say_error(line)
+    assert capsys.readouterr().err == f"bigbatch: error: {line}\n" * 2
 
 
 def _unprepared_rank(rank, world, init_file, out):
