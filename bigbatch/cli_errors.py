@@ -10,13 +10,9 @@ import hashlib
 import os
 import re
 import sys
-import tempfile
-import time
 
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import is_url
-
-SAID_FOR = 60.0  # seconds a line said by one rank stands for the others of its launch on this machine
 
 
 def say_error(line: str) -> None:
@@ -27,17 +23,17 @@ def say_error(line: str) -> None:
 
 
 def _first_to_say(line: str) -> bool:
-    """Whether no other process of this torchrun launch (the agent, our parent, starts them all) on this machine has
-    said `line` in the last SAID_FOR seconds; always, outside torchrun."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ or "LOCAL_RANK" not in os.environ:
+    """Whether no other rank of this torchrun launch on this machine has said `line`: each marks it in the
+    launch's own folder, which torchrun makes for this attempt of the group (private, removed when it ends);
+    always, outside torchrun (or where that folder is not there)."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    attempt = os.path.dirname(os.path.dirname(error_file))  # (.../attempt_N/RANK/error.json)
+    if not error_file or "LOCAL_RANK" not in os.environ or not os.path.isdir(attempt):
         return True
-    launch = f"{os.getppid()}\0{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}\0{line}"
-    folder = os.path.join(tempfile.gettempdir(), f"bigbatch-said-{os.getuid()}")
-    mark = os.path.join(folder, hashlib.sha256(launch.encode(errors="surrogateescape")).hexdigest()[:32])
+    # (the agent's pid too: a command a rank itself starts inherits the folder, and says its own lines)
+    said = f"{os.getppid()}\0{line}".encode(errors="surrogateescape")
+    mark = os.path.join(attempt, f"bigbatch-said-{hashlib.sha256(said).hexdigest()[:32]}")
     try:
-        os.makedirs(folder, exist_ok=True)
-        if os.path.exists(mark) and time.time() - os.path.getmtime(mark) > SAID_FOR:  # (a launch long gone)
-            os.remove(mark)
         os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         return False

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -507,41 +506,16 @@ def test_a_bad_command_under_torchrun_is_one_line_not_one_a_rank(tmp_path):
                                              "got -1"], done.stderr[-2000:]  # fmt: skip
 
 
-def test_a_line_said_under_one_torchrun_launch_is_said_again_under_the_next(monkeypatch, capsys):
+def test_a_line_said_under_one_torchrun_launch_is_said_again_under_the_next(monkeypatch, capsys, tmp_path):
     from bigbatch.cli_errors import say_error
 
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # (torchrun's default: the same for every launch)
     monkeypatch.setenv("LOCAL_RANK", "1")
-    line = f"a line of this test only, {os.getpid()} {time.time()}"
-    for agent in (1001, 1001, 1002):  # two ranks of one launch, then a rank of another (its agent's pid)
+    line = "a line every rank meets"
+    for attempt, agent in (("a", 1001), ("a", 1001), ("b", 1001), ("a", 1002)):
+        # two ranks of one launch; then another launch (its attempt's folder, which torchrun makes and removes);
+        # then a command a rank itself started (its parent the rank, not the agent)
+        (tmp_path / attempt / "1").mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / attempt / "1" / "error.json"))
         monkeypatch.setattr(os, "getppid", lambda agent=agent: agent)
         say_error(line)
-    assert capsys.readouterr().err == f"bigbatch: error: {line}\n" * 2
-
-
-def _unprepared_rank(rank, world, init_file, out):
-    """A step of a model the Replicator never prepared: the error this rank meets written to `out`.RANK."""
-    from torch import nn
-
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    model = nn.Linear(4, 3)
-    with bigbatch.Replicator(batch=8, micro_batch=4, device="cpu") as rep:
-        opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.5))
-        x, y = torch.randn(4, 4), torch.zeros(4, dtype=torch.long)
-        try:
-            rep.step(lambda m: torch.nn.functional.cross_entropy(model(m[0]), m[1]), (x, y), opt)
-        except bigbatch.BigbatchError as e:
-            with open(f"{out}.{rank}", "w") as f:
-                f.write(str(e))
-
-
-def test_a_step_of_a_model_never_prepared_is_refused_under_two_processes(tmp_path):
-    # Found from outside: each rank trained weights of its own, the averaged loss looking as ever.
-    torch.multiprocessing.start_processes(
-        _unprepared_rank, (2, str(tmp_path / "init"), str(tmp_path / "said")), 2, join=True, start_method="fork"
-    )
-    for rank in (0, 1):
-        said = (tmp_path / f"said.{rank}").read_text()
-        assert "updates parameters of no model prepared by this Replicator" in said and "rep.prepare(model)" in said
+    assert capsys.readouterr().err == f"bigbatch: error: {line}\n" * 3

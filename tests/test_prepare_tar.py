@@ -329,3 +329,53 @@ def test_an_image_set_of_webdataset_shards_is_each_sample_s_image(tmp_path):
             _add(tar, f"k{k}.cls", b"0")
     images = open_images(tmp_path / "seg.tar")  # (eval's A or B: the masks beside are not images of the set)
     assert images.names == ["k0.png", "k1.png", "k2.png"] and images.skipped == []
+
+
+def test_imagenet_s_class_tars_are_its_classes_and_shards_in_two_folders_are_refused(tmp_path, capsys):
+    (tmp_path / "train").mkdir()
+    for c, synset in enumerate(("n01443537", "n01440764")):  # ILSVRC2012_img_train.tar holds a tar a class
+        with tarfile.open(tmp_path / "train" / f"{synset}.tar", "w") as tar:
+            for i in range(2):
+                _add(tar, f"{synset}_{i}.JPEG", _png(10 * c + i))
+    report = prepare(str(tmp_path / "train"), "train.h5", workers=0)
+    images, labels = _all(load_data("train.h5", 4))  # (shards in sorted order: n01440764's images first)
+    assert report.class_names == ["n01440764", "n01443537"] and labels.tolist() == [0, 0, 1, 1]
+    flat = np.asarray(Image.open(io.BytesIO(_png(10))).convert("RGB"))
+    assert np.array_equal(images[0], flat)
+    # Train and validation shards under one root are two data sets: refused, naming them.
+    for part in ("train", "validation"):
+        (tmp_path / "both" / part).mkdir(parents=True)
+        with tarfile.open(tmp_path / "both" / part / "shard-000000.tar", "w") as tar:
+            _add(tar, "a.png", _png(0))
+    one_line(capsys, ["prepare", str(tmp_path / "both"), "x.h5"], "holds .tar shards in 2 folders (train, validation)")
+
+
+def test_a_source_whose_every_sample_is_skipped_says_why(tmp_path, capsys):
+    with tarfile.open(tmp_path / "names.tar", "w") as tar:
+        for k in range(2):
+            _add(tar, f"k{k}.png", _png(k))
+            _add(tar, f"k{k}.cls", b"n01440764")  # (a synset where WebDataset writes a class index)
+    one_line(capsys, ["prepare", str(tmp_path / "names.tar"), "x.h5"], "k0.png: its .cls holds b'n01440764', not a")
+
+
+def test_skipped_files_of_several_shards_name_their_shard(tmp_path):
+    for s in range(2):
+        with tarfile.open(tmp_path / f"s-{s}.tar", "w") as tar:
+            _add(tar, "a.png", _png(s))
+            _add(tar, "a.cls", b"0")
+            _add(tar, "b.png", _png(s))  # (no .cls)
+    report = prepare(str(tmp_path / "s-{0..1}.tar"), "x.h5", workers=0)
+    assert [name for name, _ in report.skipped] == [str(tmp_path / f"s-{s}.tar/b.png") for s in (0, 1)]
+
+
+def test_predict_reads_a_url_prefix_of_shards(tmp_path):
+    import fsspec
+
+    from bigbatch.tasks.classify.inference import read_images
+
+    _shards(tmp_path / "wds", n_shards=2, per_shard=1)
+    fs = fsspec.filesystem("memory")
+    for tar in sorted((tmp_path / "wds").glob("*.tar")):
+        fs.pipe(f"/predict_wds/{tar.name}", tar.read_bytes())
+    images, skipped = read_images(["memory://predict_wds"])
+    assert [name for name, _ in images] == [f"memory://predict_wds/train-00000{s}.tar/s{s}_000.png" for s in (0, 1)]

@@ -615,3 +615,17 @@ def test_a_custom_loop_stopped_by_skipped_steps_is_told_in_its_own_terms():
                 rep.step(lambda m: net(m).mean() * float("nan"), x, opt)
     said = str(e.value)
     assert "give the Replicator grad_clip" in said and "Replicator.save" in said and "train." not in said
+
+
+def test_an_error_of_a_kind_of_its_own_from_a_step_function_keeps_its_kind():
+    class MyDataError(bigbatch.BigbatchError):
+        pass
+
+    def step_fn(micro):
+        raise MyDataError("the user's own")
+
+    with bigbatch.Replicator(8, "auto") as rep:
+        net = rep.prepare(nn.Linear(2, 1))
+        opt = rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+        with pytest.raises(MyDataError, match="the user's own"):
+            rep.step(step_fn, torch.randn(8, 2), opt)

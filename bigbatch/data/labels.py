@@ -7,6 +7,7 @@ indices follow the training file's class names."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from dataclasses import replace
 from pathlib import PurePosixPath
@@ -64,13 +65,13 @@ def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dic
 
 
 def relabel(
-    listing: Listing, labels: dict[str, str], class_names: list[str] | None, what: str
+    listing: Listing, labels: dict[str, str], class_names: list[str] | None, what: str, first_words: bool = False
 ) -> tuple[Listing, list[tuple[str, str]], list[str]]:
     """`listing` with the labels of `labels` (class indices in `class_names`' order, or the sorted label
-    names): (the labelled files, the files without a label with a reason each, the labelled names
-    no file matches)."""
+    names; `first_words`: see class_index): (the labelled files, the files without a label with a reason each,
+    the labelled names no file matches)."""
     names = sorted(set(labels.values())) if class_names is None else list(class_names)
-    index = class_index(names)
+    index = class_index(names, first_words)
     unknown = sorted(set(labels.values()) - set(index))
     if unknown:
         raise BigbatchError(
@@ -112,10 +113,13 @@ def relabel(
     return out, unlabelled, missing
 
 
-def class_index(names: list[str]) -> dict[str, int]:
-    """{name: index} of class names, each also by its first word where those are unique: the synset of a line of
-    ImageNet's LOC_synset_mapping.txt ("n01440764 tench, Tinca tinca") names its class folder and its labels."""
+def class_index(names: list[str], first_words: bool = False) -> dict[str, int]:
+    """{name: index} of class names; `first_words` (a list of lines), each also by its first word where those are
+    unique: the synset of a line of ImageNet's LOC_synset_mapping.txt ("n01440764 tench, Tinca tinca") names its
+    class folder and its labels."""
     index = {n: i for i, n in enumerate(names)}
+    if not first_words:
+        return index
     firsts = [n.split(maxsplit=1)[0] if n.strip() else n for n in names]
     if len(set(firsts)) == len(firsts):
         for first, i in zip(firsts, range(len(names))):
@@ -123,10 +127,10 @@ def class_index(names: list[str]) -> dict[str, int]:
     return index
 
 
-def renumber(listing: Listing, class_names: list[str], what: str) -> Listing:
+def renumber(listing: Listing, class_names: list[str], what: str, first_words: bool = False) -> Listing:
     """`listing`'s class folders numbered by their place in `class_names` (a training file's classes), so
-    that a validation set lacking a class keeps the indices of the others."""
-    index = class_index(class_names)
+    that a validation set lacking a class keeps the indices of the others (`first_words`: see class_index)."""
+    index = class_index(class_names, first_words)
     unknown = [n for n in listing.class_names if n not in index]
     if unknown:
         raise BigbatchError(
@@ -141,3 +145,55 @@ def renumber(listing: Listing, class_names: list[str], what: str) -> Listing:
 def _few(names: list[str]) -> str:
     """The first three of `names` for a message, and "..." when there are more."""
     return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def name_indices(listing: Listing, names: list[str], classes: str) -> Listing:
+    """Class indices as the source gave them (WebDataset's .cls), named by the training file's classes."""
+    top = int(listing.labels.max(initial=-1))
+    if top >= len(names):
+        raise BigbatchError(
+            f"the source's .cls class indices run to {top}, and --classes {public_name(classes)} has "
+            f"{len(names)} classes (0 to {len(names) - 1}): give the training file these shards' classes come from"
+        )
+    return dataclasses.replace(listing, class_names=list(names))
+
+
+def training_classes(classes: str, storage_options: dict[str, Any] | None) -> list[str]:
+    """The class names of the training data file `classes`, in its order (or of a text file, a class a line)."""
+    from bigbatch.data.hdf5 import read_meta
+
+    if is_class_list(classes):
+        return class_list(classes, storage_options)
+    if classes.startswith("builtin:"):  # (a run trained on one: its held-out or other images, prepared in its order)
+        from bigbatch.data.load import load_data
+
+        return list(load_data(classes, 8).class_names)
+    names = read_meta(classes, storage_options)["class_names"]
+    if not names:
+        raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
+    return names
+
+
+def is_class_list(classes: str) -> bool:
+    """Whether --classes names a text file of class names (not a data file's)."""
+    return classes.lower().endswith(".txt")
+
+
+def class_list(path: str, storage_options: dict[str, Any] | None) -> list[str]:
+    """Class names a line each (blank lines left out; ImageNet's LOC_synset_mapping.txt as it comes)."""
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb", **(storage_options or {})) as f:
+            lines = f.read().decode("utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise BigbatchError(f"--classes {public_name(path)} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BigbatchError(f"cannot read --classes {public_name(path)}: {e}") from None
+    names = [line.strip() for line in lines if line.strip()]
+    seen: set[str] = set()
+    twice = next((n for n in names if n in seen or seen.add(n)), None)
+    if not names or twice is not None:
+        why = f"names {twice!r} twice" if twice is not None else "holds no class names"
+        raise BigbatchError(f"--classes {public_name(path)} {why}: give one class name a line, each once")
+    return names

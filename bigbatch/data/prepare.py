@@ -18,6 +18,7 @@ from bigbatch.config_types import MAX_PROCESSES, MAX_RESOLUTION
 from bigbatch.data import codecs
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
+from bigbatch.data.labels import is_class_list, name_indices, read_labels, relabel, renumber, training_classes
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import refuse_output, sole_writer
 from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
@@ -303,20 +304,24 @@ def _listed(
             keys, names = [listing.keys[i] for i in keep], [listing.names[i] for i in keep]
             listing = dataclasses.replace(listing, keys=keys, names=names, labels=listing.labels[keep], outside=outside)
     if not listing.keys:
+        if listing.skipped:  # (found by review: every sample's .cls a synset, and the reason went unsaid)
+            name, why = listing.skipped[0]
+            more = f" (and {len(listing.skipped) - 1} more)" if len(listing.skipped) > 1 else ""
+            raise BigbatchError(f"source {source.name} holds no file to take: {name}: {why}{more}")
         raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
     if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
         listing = _labelled(listing, labels, classes, storage_options, skipped, settings.strict)
     elif classes and listing.indexed:  # WebDataset's class indices, named as the training file's
-        listing = _named(listing, _training_classes(classes, storage_options), classes)
+        listing = name_indices(listing, training_classes(classes, storage_options), classes)
     elif classes:  # class folders numbered as the training file's (a validation set lacking a class)
         if not listing.class_names:
             raise BigbatchError(
                 f"--classes numbers class folders or a --labels file's classes as TRAIN.h5 does, and {source.name} "
                 "has no class folders: give --labels FILE.csv too"
             )
-        from bigbatch.data.labels import renumber
 
-        listing = renumber(listing, _training_classes(classes, storage_options), f"--classes {public_name(classes)}")
+        names, lines = training_classes(classes, storage_options), is_class_list(classes)
+        listing = renumber(listing, names, f"--classes {public_name(classes)}", first_words=lines)
     if settings.limit is not None:
         listing = listing.subset(settings.limit)
     for name, why in listing.skipped:
@@ -460,9 +465,8 @@ def _labelled(
     strict: bool,
 ) -> Listing:
     """The listing labelled by the `labels` file (class order from the data file `classes`)."""
-    from bigbatch.data.labels import read_labels, relabel
 
-    names = _training_classes(classes, storage_options) if classes else None
+    names = training_classes(classes, storage_options) if classes else None
     table = read_labels(labels, storage_options)  # (a file it refuses is refused before the warning below)
     if names is None:  # (a validation set missing a class would be numbered off by one against its training set)
         warn(
@@ -470,59 +474,13 @@ def _labelled(
             "file does, give --classes TRAIN.h5"
         )
     what = f"labels file {public_name(labels)}"
-    labelled, unlabelled, missing = relabel(listing, table, names, what)
+    lines = bool(classes) and is_class_list(classes)
+    labelled, unlabelled, missing = relabel(listing, table, names, what, first_words=lines)
     for name, reason in unlabelled:
         _skip(skipped, name, reason, strict)
     for name in missing:
         _skip(skipped, f"{name} (in {what})", "labelled, but not in the source", strict)
     return labelled
-
-
-def _named(listing: Listing, names: list[str], classes: str) -> Listing:
-    """Class indices as the source gave them (WebDataset's .cls), named by the training file's classes."""
-    top = int(listing.labels.max(initial=-1))
-    if top >= len(names):
-        raise BigbatchError(
-            f"the source's .cls class indices run to {top}, and --classes {public_name(classes)} has "
-            f"{len(names)} classes (0 to {len(names) - 1}): give the training file these shards' classes come from"
-        )
-    return dataclasses.replace(listing, class_names=list(names))
-
-
-def _training_classes(classes: str, storage_options: dict[str, Any] | None) -> list[str]:
-    """The class names of the training data file `classes`, in its order (or of a text file, a class a line)."""
-    from bigbatch.data.hdf5 import read_meta
-
-    if classes.lower().endswith(".txt"):
-        return _class_list(classes, storage_options)
-    if classes.startswith("builtin:"):  # (a run trained on one: its held-out or other images, prepared in its order)
-        from bigbatch.data.load import load_data
-
-        return list(load_data(classes, 8).class_names)
-    names = read_meta(classes, storage_options)["class_names"]
-    if not names:
-        raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")
-    return names
-
-
-def _class_list(path: str, storage_options: dict[str, Any] | None) -> list[str]:
-    """Class names a line each (blank lines left out; ImageNet's LOC_synset_mapping.txt as it comes)."""
-    import fsspec
-
-    try:
-        with fsspec.open(path, "rb", **(storage_options or {})) as f:
-            lines = f.read().decode("utf-8-sig").splitlines()
-    except FileNotFoundError:
-        raise BigbatchError(f"--classes {public_name(path)} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BigbatchError(f"cannot read --classes {public_name(path)}: {e}") from None
-    names = [line.strip() for line in lines if line.strip()]
-    seen: set[str] = set()
-    twice = next((n for n in names if n in seen or seen.add(n)), None)
-    if not names or twice is not None:
-        why = f"names {twice!r} twice" if twice is not None else "holds no class names"
-        raise BigbatchError(f"--classes {public_name(path)} {why}: give one class name a line, each once")
-    return names
 
 
 def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:

@@ -88,11 +88,20 @@ def shards_named(src: Location) -> list[Location] | None:
 
 
 def shards_in(folder: Location, rel: list[str]) -> list[Location] | None:
-    """A folder or URL prefix holding .tar files and no images (listed as `rel`): its shards, in sorted order."""
+    """A folder or URL prefix holding .tar files and no images (listed as `rel`, at any depth): its shards, in
+    sorted order, all in one folder (train/ and validation/ shards are two data sets, not one)."""
     if not any(is_tar_name(r) for r in rel) or any(_ext(r) in IMAGE_EXTENSIONS for r in rel):
         return None
+    tars = sorted(r for r in rel if is_tar_name(r))
+    places = sorted({posixpath.dirname(r) for r in tars})
+    if len(places) > 1:
+        shown = ", ".join(p or "(the top)" for p in places[:4]) + (", ..." if len(places) > 4 else "")
+        raise BigbatchError(
+            f"source {folder.name} holds .tar shards in {len(places)} folders ({shown}): give the folder of one set "
+            "of shards, or a pattern of them"
+        )
     base = folder.text.rstrip("/")
-    return [Location.of(f"{base}/{r}") for r in sorted(rel) if is_tar_name(r)]
+    return [Location.of(f"{base}/{r}") for r in tars]
 
 
 def _ext(name: str) -> str:
@@ -185,22 +194,40 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
             members += [(i, *m) for m in scanned.members]
             cls.update(((i, k), v) for k, v in scanned.cls.items())
             fields_only += [(i, k) for k in scanned.fields_only]
-            damaged += scanned.damaged
+            # (a file's damage, a dangling link, named with its shard where there are several)
+            damaged += [(n if n == shards[i].name or len(shards) == 1 else f"{shards[i].name}/{n}", why)
+                        for n, why in scanned.damaged]  # fmt: skip
             stamps.append(scanned.stamp)
     members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
     source = TarSource(shards, storage_options, stamps)
     names = _unwrapped([m[1] for m in members])
     keys = [f"{m[0]}:{m[2]}:{m[3]}" for m in members]
     if cls:
-        listing = _samples(source, members, names, keys, cls, fields_only, classes)
+        listing = _samples(source, members, names, keys, cls, fields_only, classes, several=len(shards) > 1)
+    elif classes and _class_tars(shards, members):  # ImageNet's train set: n01440764.tar holds n01440764_*.JPEG
+        stems = sorted({_stem(s) for s in shards})
+        at = {stem: i for i, stem in enumerate(stems)}
+        labels = np.asarray([at[_stem(shards[m[0]])] for m in members], np.int64)
+        listing = Listing(source, keys, names, labels, stems)
+    elif classes:
+        labels, class_names, keep, outside = label_files(names)
+        listing = Listing(source, [keys[i] for i in keep], [names[i] for i in keep], labels, class_names, outside)
     else:
-        if classes:
-            labels, class_names, keep, outside = label_files(names)
-            listing = Listing(source, [keys[i] for i in keep], [names[i] for i in keep], labels, class_names, outside)
-        else:
-            listing = Listing(source, keys, names, np.zeros(len(keys), np.int64), [])
+        listing = Listing(source, keys, names, np.zeros(len(keys), np.int64), [])
     listing.skipped = damaged + listing.skipped
     return listing
+
+
+def _stem(shard: Location) -> str:
+    return posixpath.basename(shard.text.split("?", 1)[0])[: -len(".tar")]
+
+
+def _class_tars(shards: list[Location], members: list[tuple[int, str, int, int]]) -> bool:
+    """Whether each of several shards is a class: its files, in no folder, all named after it (ImageNet's
+    ILSVRC2012_img_train.tar holds n01440764.tar, whose files are n01440764_10026.JPEG ...)."""
+    stems = [_stem(s) for s in shards]
+    flat = ((i, name.removeprefix("./")) for i, name, _, _ in members)
+    return len(shards) > 1 and all("/" not in name and name.startswith(f"{stems[i]}_") for i, name in flat)
 
 
 def _unwrapped(names: list[str]) -> list[str]:
@@ -222,6 +249,7 @@ def _samples(
     cls: dict[tuple[int, str], int | bytes],
     fields_only: list[tuple[int, str]],
     classes: bool,
+    several: bool,
 ) -> Listing:
     """One member a WebDataset sample (its image, by PREFERRED), labelled by its .cls; the samples of nothing but
     fields (`fields_only`) skipped."""
@@ -239,13 +267,17 @@ def _samples(
             chosen[(shard, key)] = (rank, j)
         others.append(before[1] if rank < before[0] else j)
     out_keys, out_names, labels, skipped = [], [], [], []
+
+    def shown(shard: int, name: str) -> str:  # (which shard a skipped file is in, where there are several)
+        return f"{source.shards[shard].name}/{name}" if several else name
+
     for (shard, key), (_, j) in chosen.items():  # (in the order samples first appear)
         label = 0
         if classes:
             found = cls.get((shard, key))
             if not isinstance(found, int):
                 reason = "no .cls class index" if found is None else f"its .cls holds {found[:20]!r}, not a class index"
-                skipped.append((names[j], reason))
+                skipped.append((shown(shard, names[j]), reason))
                 continue
             label = found
         out_keys.append(keys[j])
@@ -255,10 +287,10 @@ def _samples(
     for j in sorted(o for o in others if o >= 0 and classes):
         image = names[chosen[(members[j][0], sample_key(members[j][1])[0])][1]]
         why = f"another file of the sample whose image is {image} (a sample: the files of one key, up to the first dot)"
-        skipped.append((names[j], why))
+        skipped.append((shown(members[j][0], names[j]), why))
     if classes:  # (a sample of fields alone is no image to score or predict: left alone there, as a folder's .json)
         why = "a sample with no file but its fields (.cls, .json, ...): no image"
-        skipped += [(key.removeprefix("./"), why) for _, key in fields_only]
+        skipped += [(shown(shard, key.removeprefix("./")), why) for shard, key in fields_only]
     class_names = [str(c) for c in range(max(labels) + 1)] if classes and labels else []
     return Listing(source, out_keys, out_names, np.asarray(labels, np.int64), class_names, [], skipped, classes)
 

@@ -109,20 +109,21 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
     orientation, 8-bit RGB): ([(name, uint8 HWC)], [(name, why it was skipped)])."""
     images, skipped = [], []
     for path in _globbed(paths):
-        p = Path(path)
-        shards = shards_named(Location.of(path))
-        if shards is None and p.is_file() and p.suffix.lower() not in (".zip", ".tar"):
+        p, where = Path(path), Location.of(path)
+        listed = shards_named(where) is not None or where.url  # (read by listing: shards, a URL prefix)
+        if not listed and p.is_file() and p.suffix.lower() not in (".zip", ".tar"):
             try:
                 data: bytes | str = p.read_bytes()
             except OSError as e:
                 data = f"cannot be read ({e.strerror or e})"
             items = [(str(p), data)]
-        elif shards is not None or p.exists():  # every image of a folder, zip or tars, as image sets list them
+        elif listed or p.exists():  # every image of a folder, zip or tars, as image sets list them
             files = ImageFiles(
-                list_source(path, classes=False), str(p), "give image files, folders, .zip or .tar files of images"
+                list_source(where, classes=False), where.name, "give image files, folders, .zip or .tar files of images"
             )
             shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
-            names = [shown(k, n) if shown else f"{p}/{n}" for k, n in zip(files.keys, files.names)]
+            base = where.name.rstrip("/") if where.url else str(p)
+            names = [shown(k, n) if shown else f"{base}/{n}" for k, n in zip(files.keys, files.names)]
             items = list(zip(names, files.reader.read(files.keys)))
             skipped += files.skipped
         else:
