@@ -11,9 +11,10 @@ import torch
 from bigbatch.config import MAX_BATCH, Config, TrainConfig, register_check
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import dist, wrap
+from bigbatch.engine.arguments import config_terms
 from bigbatch.engine.memory import format_bytes, parse_bytes
 from bigbatch.engine.plan import Plan, make_plan
-from bigbatch.engine.replicator import Replicator, config_terms
+from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 
 

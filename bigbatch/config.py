@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +20,7 @@ import tomli_w
 from bigbatch import config_types as limits  # (their MAX_... counts)
 from bigbatch.config_swap import SwapConfig, XSegConfig  # the face tasks' sections, in their own file
 from bigbatch.config_types import MAX_RESOLUTION, Section, at_least_zero, at_most, positive, read_toml, strings
+from bigbatch.config_types import parse_override as parse_override  # (the command line's key=value, parsed)
 from bigbatch.config_types import register_check as register_check  # modules register their checks here
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import WHERE_CREDENTIALS_GO, option_credentials, refuse_credentials
@@ -591,15 +591,3 @@ class Config(Section):
 
     def dumps(self) -> str:
         return tomli_w.dumps(self.to_dict())
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """Parse one command-line override `key=value`; the value is read as TOML, else as a plain string."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise BigbatchError(f"cannot read override '{text}': write it as key=value, e.g. train.batch=256")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key.strip(), value

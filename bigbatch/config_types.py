@@ -272,3 +272,15 @@ def read_toml(path: Path) -> dict[str, Any]:
             else ""
         )  # (found from outside: neither was said)
         raise BigbatchError(f"config file {path} is not valid TOML: {e}{hint}") from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one command-line override `key=value`; the value is read as TOML, else as a plain string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise BigbatchError(f"cannot read override '{text}': write it as key=value, e.g. train.batch=256")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value

@@ -18,6 +18,7 @@ import xxhash
 
 from bigbatch import checkpoints
 from bigbatch.config import Config, EvalConfig
+from bigbatch.config_types import read_toml
 from bigbatch.engine import dist
 from bigbatch.engine.compile_cache import Compiled
 from bigbatch.engine.replicator import Replicator
@@ -475,12 +476,10 @@ RESUMABLE_CHANGES = {
 # ... and, said when changed (not in a sweep, whose runs keep their base's): what rescues a run that diverged,
 # and the SAEHD options DFL asks again at each restart, which its users switch between sessions (random warp off
 # late, then lr dropout); those that add or remove a discriminator are not among them.
-RECOVERY_CHANGES = {"train.precision", "train.grad_clip", "train.skip_limit", "train.skip_window"} | {
-    f"swap.{k}"
-    for k in (
-        "random_warp", "lr_dropout", "lr", "src_flip", "dst_flip", "masked_training", "eyes_mouth_prio", "ct_mode",
-        "random_hsv_power", "face_style_power", "bg_style_power", "blur_out_mask", "uniform_yaw",
-    )
+_SAEHD_RECOVERY = ("random_warp", "lr_dropout", "lr", "src_flip", "dst_flip", "masked_training", "eyes_mouth_prio")
+RECOVERY_CHANGES = {f"train.{k}" for k in ("precision", "grad_clip", "skip_limit", "skip_window")} | {
+    f"swap.{k}" for k in (*_SAEHD_RECOVERY, "ct_mode", "random_hsv_power", "face_style_power", "bg_style_power",
+                          "blur_out_mask", "uniform_yaw")
 } | {"xseg.lr", "xseg.lr_dropout"}  # fmt: skip
 
 
@@ -515,8 +514,6 @@ def _same_on_every_rank(cfg: Config, content_hash: str) -> None:
 def as_begun(saved_config: Path, saved: dict[str, Any]) -> dict[str, Any]:
     """The keys added to the config since `saved_config` was written that would change how its run goes on, with
     the value the run had: train.train_bn (fastai's, now the default) was not there for runs frozen before it."""
-    from bigbatch.config_types import read_toml
-
     raw = read_toml(saved_config).get("train", {})
     return {"train.train_bn": False} if "train_bn" not in raw and saved.get("train.freeze_kimg", 0) > 0 else {}
 
@@ -526,11 +523,9 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
     the precision and what guards against divergence."""
     saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
-    begun = as_begun(saved_config, saved)
-    if begun:  # (a key added since the run was saved: it resumes as it began)
-        cfg = cfg.override(begun)
+    if begun := as_begun(saved_config, saved):  # (a key added since the run was saved: it resumes as it began)
+        cfg, given = cfg.override(begun), {**given, **begun}
         saved.update(begun)
-        given = flatten(cfg.to_dict())
     changed = [k for k in given if given[k] != saved.get(k)]
     allowed = RESUMABLE_CHANGES | (RECOVERY_CHANGES if recovery else set())
     fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in allowed)]

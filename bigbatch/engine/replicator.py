@@ -20,8 +20,6 @@ registered with `on_micro_batch` (for modules it did not prepare).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import gc
 import itertools
@@ -39,6 +37,7 @@ from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
 from bigbatch.engine import batch_parts, dist, memory, running_stats, saving, wrap
 from bigbatch.engine import precision as prec
+from bigbatch.engine.arguments import api_terms, check_arguments, check_prepared, in_config_terms, skip_limit_reached
 from bigbatch.engine.context import InputContext
 from bigbatch.engine.plan import Plan, check_batch, make_plan
 from bigbatch.errors import BigbatchError, warn
@@ -57,32 +56,6 @@ class _Optimizer:
     params: set[int] = field(default_factory=set)
     trained: list[nn.Module] = field(default_factory=list)  # prepared modules holding these params
     trained_of: int = -1  # len(Replicator.models) when `trained` was found
-
-
-# Set while replicator_for builds a Replicator from a config: its errors name the config's keys (train.micro_batch);
-# a Replicator a user builds is told of in its own arguments' names (micro_batch=).
-_CONFIG_TERMS = contextvars.ContextVar("bigbatch_config_terms", default=False)
-# The config's words for the Replicator's arguments, and what a user of the Replicator has not (a run to resume).
-API_TERMS = (
-    (" (a resumed run keeps its batch)", ""),
-    ("train.precision=bf16", 'precision="bf16"'),
-    *((f"train.{k}", k) for k in ("micro_batch", "batch", "memory_budget", "grad_clip", "checkpointing")),
-)
-
-
-@contextlib.contextmanager
-def config_terms() -> Iterator[None]:
-    """Replicators built inside name the config's keys in their errors."""
-    token = _CONFIG_TERMS.set(True)
-    try:
-        yield
-    finally:
-        _CONFIG_TERMS.reset(token)
-
-
-def _names(value: Any) -> bool:
-    """Whether `value` is a list (or tuple, set) of block names."""
-    return isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value)
 
 
 class Replicator:
@@ -113,31 +86,13 @@ class Replicator:
         skip_limit: float = 0.2,
         skip_window: int = 50,
     ):
-        self._config_terms = _CONFIG_TERMS.get()  # (errors name train.* keys: built by replicator_for)
+        self._config_terms = in_config_terms()  # (errors name train.* keys: built by replicator_for)
         self.ctx = dist.context(device)
         prec.check(precision, self.ctx.device)
         if self.ctx.device.type == "cpu":  # a step's freed memory kept for the next (no page faults)
             memory.hold_freed_memory()
         check_batch(batch, self.ctx.world_size)
-        if micro_batch != "auto" and (
-            not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1
-        ):
-            raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
-        if not (numbers and 0 <= skip_limit <= 1 and skip_window >= 1):
-            raise BigbatchError(
-                f"skip_limit must be in [0, 1] and skip_window >= 1, got {skip_limit!r} and {skip_window!r}"
-            )
-        if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)) or not grad_clip >= 0:
-            raise BigbatchError(f"grad_clip must be a global gradient norm >= 0 (0: off), got {grad_clip!r}")
-        for flag, value in (("sync_bn", sync_bn), ("channels_last", channels_last)):
-            if not isinstance(value, bool):
-                raise BigbatchError(f"{flag} must be True or False, got {value!r}")
-        if not (isinstance(checkpointing, bool) or _names(checkpointing)):
-            raise BigbatchError(f"checkpointing must be True, False or a list of block names, got {checkpointing!r}")
-        if not (isinstance(compile, bool) or compile in wrap.COMPILE_MODES):
-            modes = ", ".join(wrap.COMPILE_MODES)
-            raise BigbatchError(f"compile must be True, False or one of {modes}, got {compile!r}")
+        check_arguments(micro_batch, skip_limit, skip_window, grad_clip, sync_bn, channels_last, checkpointing, compile)
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
@@ -154,22 +109,17 @@ class Replicator:
         # before_micro_batches (all of them at once, in fewer kernels), else each module's own.
         self._micro_modules: dict[Callable, list[nn.Module]] = {}
         self.optimizers: dict[int, _Optimizer] = {}
-        self._bn_list: list[nn.Module] = []
-        self._bn_of = 0  # len(self.models) when _bn_list was found
+        self._bn_list, self._bn_of = list[nn.Module](), 0  # (the BatchNorms, found when there were _bn_of models)
         self._batchnorm_before: int | None = None  # images BatchNorm spanned before a resume (load_state_dict)
         self._owns_group = dist.init(self.ctx)
 
-    def _said(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args), its errors in this Replicator's terms: the config's keys, or its own arguments' names."""
+    def _said(self, fn: Callable[..., Any], *args: Any) -> Any:  # fn(*args), its errors in this Replicator's terms
         try:
             return fn(*args)
         except BigbatchError as e:
             if self._config_terms or type(e) is not BigbatchError:  # (a kind of its own: a step function's, kept)
                 raise
-            text = str(e)
-            for word, instead in API_TERMS:
-                text = text.replace(word, instead)
-            raise BigbatchError(text) from None
+            raise BigbatchError(api_terms(str(e))) from None
 
     # ---- where we run ------------------------------------------------------------------------
     @property
@@ -318,15 +268,8 @@ class Replicator:
         if state.trained_of != len(self.models):
             state.trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
             state.trained_of = len(self.models)
-            if self.world_size > 1:  # (found from outside: each rank trained weights of its own, without a word)
-                prepared = {id(q) for p, _ in self.models for q in p.parameters()}
-                if state.params - prepared:
-                    raise BigbatchError(
-                        f"{state.name} updates parameters of no model prepared by this Replicator: under "
-                        f"{self.world_size} processes their gradients would not be averaged, and each process would "
-                        "train weights of its own; call rep.prepare(model) on the model holding them, and call what it "
-                        "returns"
-                    )
+            prepared = {id(q) for p, _ in self.models for q in p.parameters()}
+            check_prepared(state.name, state.params, prepared, self.world_size)
         totals: torch.Tensor | None = None
         keys: list[str] = []
         # In rank order (CPU): each rank scales by the whole step's micro-batches, the sums are plain ones.
@@ -459,25 +402,7 @@ class Replicator:
         # Over the last skip_window steps, or the steps so far while fewer (at least 5 counted): a short run too.
         recent = sum(state.history)
         if recent > self.skip_limit * max(len(state.history), min(5, self.skip_window)):
-            instead = "train.precision=bf16 (in place of fp16) or " if state.scaler.is_enabled() else ""
-            # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
-            also = f"; {state.skipped} of its {state.steps} skipped in all" if state.skipped > recent else ""
-            weights = "its first weights" if state.skipped >= state.steps else "the weights of the last good step"
-            if not self._config_terms:  # (a user's own loop: no run, no checkpoint, no config keys)
-                instead = 'precision="bf16" (in place of fp16), ' if state.scaler.is_enabled() else ""
-                raise BigbatchError(
-                    f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients "
-                    f"and were skipped (more than skip_limit={self.skip_limit:g} of them{also}); training stopped "
-                    f"with {weights}: give the Replicator {instead}grad_clip, or a lower learning rate, and go on "
-                    "from weights saved before the trouble (Replicator.save and load)"
-                )
-            raise BigbatchError(
-                f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and "
-                f"were skipped (more than skip_limit={self.skip_limit:g} of them{also}); training stopped with "
-                f"{weights} and the last checkpoint intact. Resume it with {instead}train.grad_clip set (a resume "
-                "may change them), or start a new run from a checkpoint before the trouble at a lower learning rate "
-                "(train.init_from=RUN/checkpoints/NAME)"
-            )
+            raise BigbatchError(skip_limit_reached(state, recent, self.skip_limit, self._config_terms))
 
     def skipped(self, opt: torch.optim.Optimizer) -> bool:
         """Whether the last step of `opt` was skipped for non-finite gradients."""

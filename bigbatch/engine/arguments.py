@@ -1,0 +1,115 @@
+"""The Replicator's arguments checked, and its errors worded for whoever built it: `bigbatch train` (the config's
+keys, a run to resume) or a user's own loop (the Replicator's own arguments, Replicator.save and load)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+from bigbatch.engine import wrap
+from bigbatch.errors import BigbatchError
+
+# Set while replicator_for builds a Replicator from a config: its errors name the config's keys (train.micro_batch);
+# a Replicator a user builds is told of in its own arguments' names (micro_batch=).
+_CONFIG_TERMS = contextvars.ContextVar("bigbatch_config_terms", default=False)
+# The config's words for the Replicator's arguments, and what a user of the Replicator has not (a run to resume).
+API_TERMS = (
+    (" (a resumed run keeps its batch)", ""),
+    ("train.precision=bf16", 'precision="bf16"'),
+    *((f"train.{k}", k) for k in ("micro_batch", "batch", "memory_budget", "grad_clip", "checkpointing")),
+)
+
+
+@contextlib.contextmanager
+def config_terms() -> Iterator[None]:
+    """Replicators built inside name the config's keys in their errors."""
+    token = _CONFIG_TERMS.set(True)
+    try:
+        yield
+    finally:
+        _CONFIG_TERMS.reset(token)
+
+
+def in_config_terms() -> bool:
+    """Whether a Replicator built now is built from a config (inside config_terms)."""
+    return _CONFIG_TERMS.get()
+
+
+def api_terms(text: str) -> str:
+    """An engine error as a user of the Replicator reads it: its arguments' names for the config's keys."""
+    for word, instead in API_TERMS:
+        text = text.replace(word, instead)
+    return text
+
+
+def _names(value: Any) -> bool:
+    """Whether `value` is a list (or tuple, set) of block names."""
+    return isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value)
+
+
+def check_arguments(
+    micro_batch: Any,
+    skip_limit: Any,
+    skip_window: Any,
+    grad_clip: Any,
+    sync_bn: Any,
+    channels_last: Any,
+    checkpointing: Any,
+    compile: Any,
+) -> None:
+    """The Replicator's arguments of these kinds, one line for the first that is not."""
+    if micro_batch != "auto" and (not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1):
+        raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
+    if not (numbers and 0 <= skip_limit <= 1 and skip_window >= 1):
+        raise BigbatchError(
+            f"skip_limit must be in [0, 1] and skip_window >= 1, got {skip_limit!r} and {skip_window!r}"
+        )
+    if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)) or not grad_clip >= 0:
+        raise BigbatchError(f"grad_clip must be a global gradient norm >= 0 (0: off), got {grad_clip!r}")
+    for flag, value in (("sync_bn", sync_bn), ("channels_last", channels_last)):
+        if not isinstance(value, bool):
+            raise BigbatchError(f"{flag} must be True or False, got {value!r}")
+    if not (isinstance(checkpointing, bool) or _names(checkpointing)):
+        raise BigbatchError(f"checkpointing must be True, False or a list of block names, got {checkpointing!r}")
+    if not (isinstance(compile, bool) or compile in wrap.COMPILE_MODES):
+        raise BigbatchError(f"compile must be True, False or one of {', '.join(wrap.COMPILE_MODES)}, got {compile!r}")
+
+
+def check_prepared(name: str, params: set[int], prepared: set[int], world_size: int) -> None:
+    """Under several processes, an optimizer (`name`, the ids of its `params`) whose parameters some are of no
+    prepared model (`prepared`) is refused: their gradients would not be averaged (found from outside: each
+    rank trained weights of its own, the averaged loss looking as ever)."""
+    if world_size > 1 and params - prepared:
+        raise BigbatchError(
+            f"{name} updates parameters of no model prepared by this Replicator: under {world_size} processes their "
+            "gradients would not be averaged, and each process would train weights of its own; call "
+            "rep.prepare(model) on the model holding them, and call what it returns"
+        )
+
+
+def skip_limit_reached(state: Any, recent: int, skip_limit: float, config_terms: bool) -> str:
+    """What stopped training: more than `skip_limit` of an optimizer's recent steps (`state`: its count, history and
+    loss scaler) skipped for a non-finite loss or gradients, and what to do."""
+    # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
+    also = f"; {state.skipped} of its {state.steps} skipped in all" if state.skipped > recent else ""
+    weights = "its first weights" if state.skipped >= state.steps else "the weights of the last good step"
+    said = (
+        f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and were "
+        f"skipped (more than skip_limit={skip_limit:g} of them{also}); training stopped with {weights}"
+    )
+    fp16 = state.scaler.is_enabled()
+    if not config_terms:  # (a user's own loop: no run, no checkpoint, no config keys)
+        instead = 'precision="bf16" (in place of fp16), ' if fp16 else ""
+        return (
+            f"{said}: give the Replicator {instead}grad_clip, or a lower learning rate, and go on from weights saved "
+            "before the trouble (Replicator.save and load)"
+        )
+    instead = "train.precision=bf16 (in place of fp16) or " if fp16 else ""
+    return (
+        f"{said} and the last checkpoint intact. Resume it with {instead}train.grad_clip set (a resume may change "
+        "them), or start a new run from a checkpoint before the trouble at a lower learning rate "
+        "(train.init_from=RUN/checkpoints/NAME)"
+    )

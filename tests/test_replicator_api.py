@@ -1,0 +1,55 @@
+"""The Python API used wrongly: one clear line naming the Replicator's own arguments (not the config's keys), and a
+user's own errors kept as they are."""
+
+import pytest
+import torch
+from torch import nn
+
+import bigbatch
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: bigbatch.Replicator(64, compile="fast"), "compile must be True, False or one of default"),
+        (lambda: bigbatch.Replicator(64, sync_bn="no"), "sync_bn must be True or False, got 'no'"),
+        (lambda: bigbatch.Replicator(64, checkpointing="yes"), "checkpointing must be True, False or a list"),
+        # The Replicator's own arguments named, not the config's keys (train.micro_batch) nor a resume.
+        (lambda: bigbatch.Replicator(64, 24), "give micro_batch=16, or a batch divisible by 24"),
+        (lambda: bigbatch.Replicator(64, 16).prepare(lambda x: x), "prepare takes a torch.nn.Module, got function"),
+        (lambda: bigbatch.Replicator(64, 16).wrap_optimizer(nn.Linear(2, 2)), "takes a torch.optim.Optimizer"),
+        (lambda: bigbatch.preset("digits").override([("train.batch", 1)]), "override takes a dict of dotted keys"),
+        (lambda: bigbatch.train(bigbatch.preset("digits"), run_dir="r", resume="yes"), "resume must be True, False"),
+    ],
+)
+def test_misuse_of_the_python_api_is_one_clear_error(make, words):
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        make()
+    assert words in str(e.value) and "train.micro_batch" not in str(e.value) and "resumed" not in str(e.value)
+
+
+def test_a_custom_loop_stopped_by_skipped_steps_is_told_in_its_own_terms():
+    model = nn.Linear(2, 1)
+    with bigbatch.Replicator(8, 8, skip_window=5) as rep:
+        net = rep.prepare(model)
+        opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        x = torch.randn(8, 2)
+        with pytest.raises(bigbatch.BigbatchError) as e:
+            for _ in range(6):
+                rep.step(lambda m: net(m).mean() * float("nan"), x, opt)
+    said = str(e.value)
+    assert "give the Replicator grad_clip" in said and "Replicator.save" in said and "train." not in said
+
+
+def test_an_error_of_a_kind_of_its_own_from_a_step_function_keeps_its_kind():
+    class MyDataError(bigbatch.BigbatchError):
+        pass
+
+    def step_fn(micro):
+        raise MyDataError("the user's own")
+
+    with bigbatch.Replicator(8, "auto") as rep:
+        net = rep.prepare(nn.Linear(2, 1))
+        opt = rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+        with pytest.raises(MyDataError, match="the user's own"):
+            rep.step(step_fn, torch.randn(8, 2), opt)
