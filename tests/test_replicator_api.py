@@ -1,6 +1,8 @@
 """The Python API used wrongly: one clear line naming the Replicator's own arguments (not the config's keys), and a
 user's own errors kept as they are."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -53,3 +55,23 @@ def test_an_error_of_a_kind_of_its_own_from_a_step_function_keeps_its_kind():
         opt = rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1))
         with pytest.raises(MyDataError, match="the user's own"):
             rep.step(step_fn, torch.randn(8, 2), opt)
+
+
+def test_a_frozen_param_group_takes_no_step_no_moments_and_no_part_in_the_norm_or_its_clip():
+    # Found from outside: a fine-tuning's frozen body (rate 0) counted in train.grad_clip, cutting the head's step
+    # 2.3 times more than clipping what trains would, and built AdamW moments it then started from.
+    torch.manual_seed(0)
+    body, head = nn.Linear(4, 4), nn.Linear(4, 1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    with bigbatch.Replicator(8, 8, grad_clip=0.5) as rep:
+        net = rep.prepare(nn.Sequential(body, head))
+        groups = [{"params": body.parameters(), "frozen": True, "lr": 0.0}, {"params": head.parameters()}]
+        opt = rep.wrap_optimizer(torch.optim.AdamW(groups, lr=0.1))
+        before = [p.detach().clone() for p in body.parameters()]
+        ref = copy.deepcopy(nn.Sequential(body, head))
+        (ref(x) - y).square().mean().backward()  # (what trains: the head alone)
+        head_norm = torch.nn.utils.get_total_norm([p.grad for p in ref[1].parameters()])
+        rep.step(lambda m: (net(m[0]) - m[1]).square().mean(), (x, y), opt)
+        assert rep.grad_norm(opt) == pytest.approx(float(head_norm), rel=1e-6)
+    assert all(torch.equal(p, b) for p, b in zip(body.parameters(), before))
+    assert not any(p in opt.state for p in body.parameters()) and all(p in opt.state for p in head.parameters())

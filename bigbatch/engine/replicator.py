@@ -207,13 +207,11 @@ class Replicator:
         return wrapped
 
     def on_micro_batch(self, hook: Callable[[int], None]) -> None:
-        """Call `hook(i)` before the forward of micro-batch i of every step (i = 0 for a probe): the
-        place for state a model updates in training forwards at a rate of its own (spectral norm's
-        power iteration once per step) when the model was not prepared by this Replicator; a prepared
-        model's submodules declare it themselves with a `before_micro_batch(i)` method (a class may also have
-        a static `before_micro_batches(modules, i)` doing it for all of them at once, in fewer kernels).
-        Such updates must not repeat when an activation-checkpointed block is recomputed in backward: run
-        them in the hook, before the forward, as bigbatch's spectral-norm layers do."""
+        """Call `hook(i)` before the forward of micro-batch i of every step (i = 0 for a probe): the place for state a
+        model updates in training forwards at a rate of its own (spectral norm's power iteration once per step) when
+        the model was not prepared by this Replicator; a prepared model's submodules declare it with a
+        `before_micro_batch(i)` method (or their class's static `before_micro_batches(modules, i)`, all at once).
+        Such updates must not repeat when a checkpointed block is recomputed in backward: run them here."""
         self._micro_hooks.append(hook)
 
     def _before_micro_batch(self, index: int) -> None:
@@ -225,10 +223,9 @@ class Replicator:
 
     def unwrap(self, module: nn.Module) -> nn.Module:
         """The plain model behind a prepared module."""
-        for plain, wrapped in self.models:
-            if module is wrapped or module is plain:
-                return plain
-        raise BigbatchError("this module was not prepared by this Replicator")
+        if (plain := next((p for p, w in self.models if module is w or module is p), None)) is None:
+            raise BigbatchError("this module was not prepared by this Replicator")
+        return plain
 
     def wrap_optimizer(self, opt: torch.optim.Optimizer, name: str | None = None) -> torch.optim.Optimizer:
         """Register `opt` (its loss scaler and skip count); returns it unchanged, so its state_dict is the usual one."""
@@ -254,7 +251,8 @@ class Replicator:
 
         `step_fn(micro)` returns the mean loss over the micro-batch, or a dict with "loss" and other
         scalars to average. Returns the step's mean loss over all ranks as a float (or the dict of
-        means). If the gradients are not finite the step is skipped (`skipped(opt)` says so).
+        means). If the gradients are not finite the step is skipped (`skipped(opt)` says so). A param group
+        with "frozen" true takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or clip.
         """
         state = self._state(opt)
         if self._plan is None:
@@ -298,6 +296,8 @@ class Replicator:
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
             raise
         totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
+        for p in (p for group in opt.param_groups if group.get("frozen") for p in group["params"]):
+            p.grad = None  # (a frozen group: no step, no moments, out of the norm and its clip)
         if state.scaler.is_enabled():
             state.scaler.unscale_(opt)
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]

@@ -359,7 +359,7 @@ class ClassifyTask:
         frozen = feed.nimg < self.frozen_until  # fine-tuning: the head alone at first (and the body's norms: train_bn)
         for group in self.opt.param_groups:
             still = frozen and group.get("body") and not group.get("norm")
-            group["lr"] = 0.0 if still else lr * group.get("lr_mult", 1.0)
+            group["lr"], group["frozen"] = (0.0 if still else lr * group.get("lr_mult", 1.0)), bool(still)
         self.nimg = feed.nimg
         real = feed.next()
         out = self.rep.step(self.loss, self.batch(real.nimg, real.images, real.labels), self.opt)
