@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,27 +21,43 @@ from bigbatch.errors import BigbatchError, warn
 def _predict(args: argparse.Namespace) -> None:
     from bigbatch.config import Config
     from bigbatch.engine import dist
-    from bigbatch.tasks.classify.inference import check_tta, inference_of, predict, read_images
+    from bigbatch.tasks.classify.inference import check_tta, each_image, inference_of, predict_each
 
     if args.topk < 1:
         raise BigbatchError(f"--topk must be at least 1, got {args.topk}")
     module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
     if args.tta:
         check_tta(Config.load(Path(str(module.checkpoint)) / "config.toml"), args.run)
-    images, skipped = read_images(args.images)
-    if not images:  # (one line: the first file skipped says why)
+    skipped: list[tuple[str, str]] = []  # (said once an image is predicted; with none, the first says why)
+
+    def images() -> Iterator[tuple[str, Any]]:
+        for name, got in each_image(args.images):
+            if isinstance(got, str):
+                skipped.append((name, got))
+            else:
+                yield name, got
+
+    def say_skipped() -> None:
+        for name, why in skipped:
+            print(f"bigbatch: skipped {name}: {why}", file=sys.stderr)
+        skipped.clear()
+
+    rows, count = [], 0
+    for row in predict_each(module, images(), args.topk, args.tta):  # (each image as it is read: a folder of
+        count += 1  # photos is not held decoded at once)
+        say_skipped()
+        if args.json:
+            rows.append(row)
+        else:
+            print(f"{row['file']}: " + ", ".join(f"{t['class']} {t['p']:.3f}" for t in row["top"]), flush=True)
+    if not count:  # (one line: the first file skipped says why)
         more = f" (and {len(skipped) - 1} more skipped)" if len(skipped) > 1 else ""
         raise BigbatchError(
             "no image to predict: " + (f"{skipped[0][0]}: {skipped[0][1]}{more}" if skipped else "none given")
         )
-    for name, why in skipped:
-        print(f"bigbatch: skipped {name}: {why}", file=sys.stderr)
-    rows = predict(module, images, args.topk, args.tta)
+    say_skipped()
     if args.json:
         print(json.dumps(rows))
-        return
-    for row in rows:
-        print(f"{row['file']}: " + ", ".join(f"{t['class']} {t['p']:.3f}" for t in row["top"]))
 
 
 def _export(args: argparse.Namespace) -> None:

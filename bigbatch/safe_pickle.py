@@ -5,6 +5,7 @@ for: a pickle can run code, and these come from outside."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import pickle
 from typing import Any
@@ -108,7 +109,9 @@ def torch_weights(data: bytes, what: str) -> Any:
                 "exported from, a state dict saved with torch.save, or a .safetensors file"
             )
     try:
-        with warnings.catch_warnings():
+        # argparse's Namespace: the `args` timm's and torchvision's training scripts save beside the weights (its
+        # fields plain data, still checked by weights_only; found from outside: their checkpoints were refused).
+        with warnings.catch_warnings(), torch.serialization.safe_globals([argparse.Namespace]):
             warnings.simplefilter("ignore")  # (torch's notes: what goes wrong is said below, in one line)
             return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:

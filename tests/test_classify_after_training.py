@@ -478,3 +478,20 @@ def test_a_run_of_a_family_registered_in_the_script_says_how_to_load_it_not_a_co
     bigbatch.train(tiny(**over), run_dir=tmp_path / "r", quiet=True)
     said = capsys.readouterr().out
     assert "Load it from Python" in said and "'script_net' is registered" in said and "bigbatch train" not in said
+
+
+def test_init_from_takes_a_reference_script_checkpoint_and_refuses_weights_that_are_not_finite(tmp_path):
+    import argparse
+
+    from bigbatch.tasks.classify.finetune import load_pretrained
+
+    net = bigbatch.models.create_classifier("resnet18", 10, ch=16)
+    body = {k: v.clone() for k, v in bigbatch.models.create_classifier("resnet18", 1000, ch=16).state_dict().items()}
+    # timm's and torchvision's training scripts save their argparse arguments beside the weights.
+    torch.save({"model": body, "epoch": 3, "args": argparse.Namespace(lr=0.1, model="resnet18")}, tmp_path / "c.pth")
+    assert "loaded 120 tensors" in load_pretrained(net, str(tmp_path / "c.pth"), [str(i) for i in range(10)])
+    assert torch.equal(net.state_dict()["conv1.weight"], body["conv1.weight"])
+    body["layer1.0.conv1.weight"][0, 0, 0, 0] = float("nan")
+    torch.save(body, tmp_path / "nan.pth")
+    with pytest.raises(BigbatchError, match="its layer1.0.conv1.weight holds NaN or infinite values"):
+        load_pretrained(net, str(tmp_path / "nan.pth"), [str(i) for i in range(10)])

@@ -379,3 +379,30 @@ def test_predict_reads_a_url_prefix_of_shards(tmp_path):
         fs.pipe(f"/predict_wds/{tar.name}", tar.read_bytes())
     images, skipped = read_images(["memory://predict_wds"])
     assert [name for name, _ in images] == [f"memory://predict_wds/train-00000{s}.tar/s{s}_000.png" for s in (0, 1)]
+
+
+def test_predict_reads_a_folder_a_chunk_at_a_time_and_says_what_it_cannot_read(tmp_path):
+    from bigbatch.data.sources import FolderSource
+    from bigbatch.errors import BigbatchError
+    from bigbatch.tasks.classify.inference import each_image
+
+    (tmp_path / "many").mkdir()
+    for i in range(150):
+        (tmp_path / "many" / f"{i:03d}.png").write_bytes(_png(i))
+    asked, read = [], FolderSource.read
+    FolderSource.read = lambda self, keys: asked.append(len(keys)) or read(self, keys)
+    try:
+        images = each_image([str(tmp_path / "many")], chunk=64)
+        next(images)  # (found from outside: every image of a folder decoded before the first was predicted)
+        assert asked == [64]
+        assert len(list(images)) == 149 and asked == [64, 64, 22]
+    finally:
+        FolderSource.read = read
+    # file:// names the path; a compressed tar says so; a data file points to eval.
+    subprocess.run(["tar", "czf", tmp_path / "many.tar.gz", "-C", tmp_path, "many"], check=True)
+    assert len(list(each_image([f"file://{tmp_path / 'many'}"]))) == 150
+    with pytest.raises(BigbatchError, match="is a gzip-compressed tar; decompress it first"):
+        list(each_image([str(tmp_path / "many.tar.gz")]))
+    prepare(str(tmp_path / "many"), str(tmp_path / "many.h5"), workers=0)
+    ((name, why),) = each_image([str(tmp_path / "many.h5")])
+    assert "a data file, not an image: score a run on it with bigbatch eval RUN" in why

@@ -87,6 +87,9 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str]) -> str:
     shaped = all(k in theirs and theirs[k].shape == mine[k].shape for k in head)
     head_fits = shaped and (names is None or list(names) == list(class_names))
     load = {k: theirs[k].to(mine[k].dtype) for k in mine if k in theirs and (not k.startswith(HEAD) or head_fits)}
+    broken = next((k for k, v in load.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    if broken is not None:  # (found from outside: loaded without a word, then every step skipped)
+        raise BigbatchError(f"train.init_from {public_name(path)}: its {broken} holds NaN or infinite values")
     net.load_state_dict(load, strict=False)
     unused = sorted(set(theirs) - set(mine))
     if head_fits:  # (a file names no classes: its head's are taken to be the data's, in order; said)

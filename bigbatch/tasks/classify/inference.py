@@ -12,6 +12,7 @@ reproduced). `bigbatch export` (bigbatch.export) writes this module as one file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,35 +107,52 @@ def inference_of(run: str | Path, which: str = "latest", device: str | torch.dev
 
 def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, str]]]:
     """The images of files, folders (recursively), zips and tars, decoded as `prepare` decodes them (EXIF
-    orientation, 8-bit RGB): ([(name, uint8 HWC)], [(name, why it was skipped)])."""
+    orientation, 8-bit RGB): ([(name, uint8 HWC)], [(name, why it was skipped)]). All in memory: `each_image`
+    gives them one at a time."""
     images, skipped = [], []
+    for name, got in each_image(paths):
+        (skipped if isinstance(got, str) else images).append((name, got))
+    return images, skipped
+
+
+def each_image(paths: list[str], chunk: int = 64) -> Iterator[tuple[str, torch.Tensor | str]]:
+    """(name, uint8 HWC image, or why it was skipped) for each image of `paths` in turn, a folder's, zip's or tar's
+    read `chunk` files at a time (found from outside: predict held every image of a folder decoded at once)."""
     for path in _globbed(paths):
-        p, where = Path(path), Location.of(path)
+        where = Location.of(path)
+        p = Path(where.text) if not where.url else Path(path)  # (file://PATH is the path)
         listed = shards_named(where) is not None or where.url  # (read by listing: shards, a URL prefix)
-        if not listed and p.is_file() and p.suffix.lower() not in (".zip", ".tar"):
+        if not listed and p.is_file() and p.suffix.lower() in (".h5", ".hdf5"):  # (not "corrupt or truncated")
+            yield str(p), f"a data file, not an image: score a run on it with bigbatch eval RUN {p}"
+            continue
+        if not listed and p.is_file() and not p.name.lower().endswith(ARCHIVES):
             try:
                 data: bytes | str = p.read_bytes()
             except OSError as e:
                 data = f"cannot be read ({e.strerror or e})"
-            items = [(str(p), data)]
-        elif listed or p.exists():  # every image of a folder, zip or tars, as image sets list them
-            files = ImageFiles(
-                list_source(where, classes=False), where.name, "give image files, folders, .zip or .tar files of images"
-            )
-            shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
-            base = where.name.rstrip("/") if where.url else str(p)
-            names = [shown(k, n) if shown else f"{base}/{n}" for k, n in zip(files.keys, files.names)]
-            items = list(zip(names, files.reader.read(files.keys)))
-            skipped += files.skipped
-        else:
+            yield str(p), _decoded(data)
+            continue
+        if not (listed or p.exists()):
             raise BigbatchError(f"{path} does not exist; give image files, folders, .zip or .tar files of images")
-        for name, data in items:
-            result = decode_or_reason(data, None, None)
-            if isinstance(result, str):
-                skipped.append((name, result))
-            else:
-                images.append((name, torch.from_numpy(result[1].copy())))
-    return images, skipped
+        files = ImageFiles(
+            list_source(where, classes=False), where.name, "give image files, folders, .zip or .tar files of images"
+        )
+        yield from files.skipped
+        shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
+        base = where.name.rstrip("/") if where.url else str(p)
+        for start in range(0, len(files.keys), chunk):
+            keys, names = files.keys[start : start + chunk], files.names[start : start + chunk]
+            for key, name, data in zip(keys, names, files.reader.read(keys)):
+                yield (shown(key, name) if shown else f"{base}/{name}"), _decoded(data)
+
+
+def _decoded(data: bytes | str) -> torch.Tensor | str:
+    result = decode_or_reason(data, None, None)
+    return result if isinstance(result, str) else torch.from_numpy(result[1].copy())
+
+
+# What predict reads as a folder of images, not one image file (a compressed tar: one line saying so).
+ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 
 
 def _globbed(paths: list[str]) -> list[str]:
@@ -168,18 +186,23 @@ def check_tta(cfg: Config, run: str | Path) -> None:
         )
 
 
-@torch.no_grad()
 def predict(
-    module: Inference, images: list[tuple[str, torch.Tensor]], topk: int = 5, tta: bool = False
+    module: Inference, images: Iterable[tuple[str, torch.Tensor]], topk: int = 5, tta: bool = False
 ) -> list[dict[str, Any]]:
     """Per image: its name and its top `topk` classes with their probabilities (`tta`: averaged with those
     of its mirror image)."""
+    return list(predict_each(module, images, topk, tta))
+
+
+@torch.no_grad()
+def predict_each(
+    module: Inference, images: Iterable[tuple[str, torch.Tensor]], topk: int = 5, tta: bool = False
+) -> Iterator[dict[str, Any]]:
+    """`predict`'s rows one image at a time, as `images` come."""
     device = next(module.parameters()).device
-    out = []
     for name, image in images:
         probs = module(image.to(device))[0].cpu()
         if tta:
             probs = (probs + module(image.flip(1).to(device))[0].cpu()) / 2
         p, k = probs.topk(min(topk, len(probs)))
-        out.append({"file": name, "top": [{"class": module.class_names[i], "p": float(v)} for v, i in zip(p, k)]})
-    return out
+        yield {"file": name, "top": [{"class": module.class_names[i], "p": float(v)} for v, i in zip(p, k)]}

@@ -170,7 +170,9 @@ def build(
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
         said = load_pretrained(net, t.init_from, ROTATIONS if rotation else data.class_names)
-        if rep.is_main and not quiet:
+        if rep.is_main and "taken as the data's" in said:  # (an assumption: said under --quiet too, as a warning)
+            warn(said)
+        elif rep.is_main and not quiet:
             print(said, flush=True)
     model = rep.prepare(net.train())
     if t.mixup or t.cutmix:  # (pairs of neighbouring images: micro-batches that never cut one)
