@@ -22,13 +22,14 @@ from bigbatch.config import Config
 from bigbatch.data.load import load_data, stored_side, validation_data
 from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.split import holdout
+from bigbatch.data.tars import is_tar_name, shards_named
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, save_png
 from bigbatch.tasks.classify.inference import check_tta
 from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes
-from bigbatch.urls import public_name
+from bigbatch.urls import Location, public_name
 
 TOP_LOSSES = 16
 MOST_CONFUSED = 20  # pairs of classes metrics.json lists (eval prints the first 3)
@@ -66,7 +67,9 @@ def evaluate_classifier(
         _check_held_out(cfg, ckpt, data)
         name = "heldout"
     else:
-        if Path(data_path).is_dir():  # (found from outside: "cannot open data set" for a folder of class folders)
+        # A folder of class folders, a tar or shards of images (found from outside: "cannot open data set").
+        source = Location.of(data_path)
+        if Path(data_path).is_dir() or is_tar_name(source.text) or shards_named(source) is not None:
             # (--classes: the run's class order; --codec png: lossless, so the score is predict's on the same files,
             # found from outside; class names no folder can carry: --labels)
             slash = [c for c in net.class_names if "/" in c]
@@ -77,7 +80,7 @@ def evaluate_classifier(
                 else ""
             )
             raise BigbatchError(
-                f"{data_path} is a folder: a classifier scores a prepared data set; write one with: bigbatch prepare "
+                f"{data_path} holds images: a classifier scores a prepared data set; write one with: bigbatch prepare "
                 f"{data_path} scored.h5 --classes {d.path} --codec png --crop none --resolution {d.resolution}, then "
                 f"eval it{labels}"
             )
