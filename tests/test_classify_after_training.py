@@ -497,3 +497,17 @@ def test_init_from_takes_a_reference_script_checkpoint_and_refuses_weights_that_
     torch.save(body, tmp_path / "nan.pth")
     with pytest.raises(BigbatchError, match="its layer1.0.conv1.weight holds NaN or infinite values"):
         load_pretrained(net, str(tmp_path / "nan.pth"), [str(i) for i in range(10)])
+
+
+def test_a_fine_tuning_resumed_inside_its_frozen_phase_ends_with_the_weights_of_one_left_alone(tmp_path):
+    from safetensors.torch import save_file as save
+
+    save(bigbatch.models.create_classifier("resnet18", 1000, ch=16).state_dict(), str(tmp_path / "r18.safetensors"))
+    over = {"model.name": "resnet18", "model.ch": 16, "model.options": {}, "data.resolution": 32, "train.kimg": 0.256}
+    over.update({"train.init_from": str(tmp_path / "r18.safetensors"), "train.freeze_kimg": 0.192,
+                 "train.optimizer": "adamw", "train.grad_clip": 1.0, "checkpoint.every_kimg": 0.128})  # fmt: skip
+    whole = bigbatch.train(tiny(**over), run_dir=tmp_path / "whole", quiet=True)
+    half = bigbatch.train(tiny(**{**over, "train.kimg": 0.128}), run_dir=tmp_path / "half", quiet=True)
+    bigbatch.train(tiny(**over), run_dir=half, resume=True, quiet=True)
+    end = "checkpoints/000000.256/model.safetensors"
+    assert (half / end).read_bytes() == (whole / end).read_bytes()
