@@ -6,6 +6,7 @@ for: a pickle can run code, and these come from outside."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import pickle
 from typing import Any
@@ -111,7 +112,9 @@ def torch_weights(data: bytes, what: str) -> Any:
     try:
         # argparse's Namespace: the `args` timm's and torchvision's training scripts save beside the weights (its
         # fields plain data, still checked by weights_only; found from outside: their checkpoints were refused).
-        with warnings.catch_warnings(), torch.serialization.safe_globals([argparse.Namespace]):
+        # (torch.serialization.safe_globals came in torch 2.5: on 2.4 such a file is refused, as before)
+        allowed = getattr(torch.serialization, "safe_globals", lambda names: contextlib.nullcontext())
+        with warnings.catch_warnings(), allowed([argparse.Namespace]):
             warnings.simplefilter("ignore")  # (torch's notes: what goes wrong is said below, in one line)
             return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -119,7 +122,9 @@ def torch_weights(data: bytes, what: str) -> Any:
             f"{what} is not a PyTorch weights file, or holds objects beyond tensors and plain data (never "
             "unpickled here): give a state dict saved with torch.save, or a .safetensors file"
         ) from None
-    except (RuntimeError, EOFError, ValueError, OSError) as e:
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- a damaged or crafted pickle fails in many ways (TypeError, IndexError...)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise BigbatchError(f"{what} is not a readable PyTorch file ({first})") from None
 

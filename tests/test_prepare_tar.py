@@ -406,3 +406,15 @@ def test_predict_reads_a_folder_a_chunk_at_a_time_and_says_what_it_cannot_read(t
     prepare(str(tmp_path / "many"), str(tmp_path / "many.h5"), workers=0)
     ((name, why),) = each_image([str(tmp_path / "many.h5")])
     assert "a data file, not an image: score a run on it with bigbatch eval RUN" in why
+
+
+def test_predict_lists_every_path_before_reading_an_image(tmp_path):
+    from bigbatch.errors import BigbatchError
+    from bigbatch.tasks.classify.inference import each_image
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.png").write_bytes(_png(0))
+    (tmp_path / "empty").mkdir()
+    for bad, words in (("missing", "missing does not exist"), ("empty", "holds no image files")):
+        with pytest.raises(BigbatchError, match=words):  # (found by review: rows were predicted, then it failed)
+            each_image([str(tmp_path / "d"), str(tmp_path / bad)])

@@ -304,7 +304,7 @@ class Replicator:
         if not params:
             raise BigbatchError(
                 f"{state.name} has no gradients after the step function: its loss does not depend on the "
-                "parameters it optimizes (or they do not require grad)"
+                "parameters it optimizes (or they do not require grad, or their param groups are all frozen)"
             )
         norm = get_total_norm([p.grad for p in params])
         # What the host decides by, read from the device at once (on a GPU, each read waits for its queue):

@@ -117,33 +117,43 @@ def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[
 
 def each_image(paths: list[str], chunk: int = 64) -> Iterator[tuple[str, torch.Tensor | str]]:
     """(name, uint8 HWC image, or why it was skipped) for each image of `paths` in turn, a folder's, zip's or tar's
-    read `chunk` files at a time (found from outside: predict held every image of a folder decoded at once)."""
-    for path in _globbed(paths):
-        where = Location.of(path)
-        p = Path(where.text) if not where.url else Path(path)  # (file://PATH is the path)
-        listed = shards_named(where) is not None or where.url  # (read by listing: shards, a URL prefix)
-        if not listed and p.is_file() and p.suffix.lower() in (".h5", ".hdf5"):  # (not "corrupt or truncated")
-            yield str(p), f"a data file, not an image: score a run on it with bigbatch eval RUN {p}"
-            continue
-        if not listed and p.is_file() and not p.name.lower().endswith(ARCHIVES):
+    read `chunk` files at a time (found from outside: predict held every image of a folder decoded at once). Every
+    path is listed first: one missing, or a folder of no images, is refused before any image is read."""
+    sources = [_source(path) for path in _globbed(paths)]
+    return _images(sources, chunk)
+
+
+def _source(path: str) -> tuple[str, Path, ImageFiles | None]:
+    """(what its images are named under, its path, its listing; None for one image file)."""
+    where = Location.of(path)
+    p = Path(where.text) if not where.url else Path(path)  # (file://PATH is the path)
+    listed = shards_named(where) is not None or where.url  # (read by listing: shards, a URL prefix)
+    if not listed and p.is_file() and not p.name.lower().endswith(ARCHIVES):
+        return str(p), p, None
+    if not (listed or p.exists()):
+        raise BigbatchError(f"{path} does not exist; give image files, folders, .zip or .tar files of images")
+    give = "give image files, folders, .zip or .tar files of images"
+    files = ImageFiles(list_source(where, classes=False), where.name, give)
+    return (where.name.rstrip("/") if where.url else str(p)), p, files
+
+
+def _images(sources: list[tuple[str, Path, ImageFiles | None]], chunk: int) -> Iterator[tuple[str, torch.Tensor | str]]:
+    for base, p, files in sources:
+        if files is None and p.suffix.lower() in (".h5", ".hdf5"):  # (not "corrupt or truncated")
+            yield base, f"a data file, not an image: score a run on it with bigbatch eval RUN {p}"
+        elif files is None:
             try:
                 data: bytes | str = p.read_bytes()
             except OSError as e:
                 data = f"cannot be read ({e.strerror or e})"
-            yield str(p), _decoded(data)
-            continue
-        if not (listed or p.exists()):
-            raise BigbatchError(f"{path} does not exist; give image files, folders, .zip or .tar files of images")
-        files = ImageFiles(
-            list_source(where, classes=False), where.name, "give image files, folders, .zip or .tar files of images"
-        )
-        yield from files.skipped
-        shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
-        base = where.name.rstrip("/") if where.url else str(p)
-        for start in range(0, len(files.keys), chunk):
-            keys, names = files.keys[start : start + chunk], files.names[start : start + chunk]
-            for key, name, data in zip(keys, names, files.reader.read(keys)):
-                yield (shown(key, name) if shown else f"{base}/{name}"), _decoded(data)
+            yield base, _decoded(data)
+        else:
+            yield from files.skipped
+            shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
+            for start in range(0, len(files.keys), chunk):
+                keys, names = files.keys[start : start + chunk], files.names[start : start + chunk]
+                for key, name, data in zip(keys, names, files.reader.read(keys)):
+                    yield (shown(key, name) if shown else f"{base}/{name}"), _decoded(data)
 
 
 def _decoded(data: bytes | str) -> torch.Tensor | str:

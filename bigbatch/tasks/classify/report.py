@@ -10,6 +10,7 @@ import io
 import json
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,8 @@ def evaluate_classifier(
             )
             raise BigbatchError(
                 f"{data_path} holds images: a classifier scores a prepared data set; write one with: bigbatch prepare "
-                f"{data_path} scored.h5 --classes {d.path} --codec png --crop none --resolution {d.resolution}, then "
+                f"{shlex.quote(data_path)} scored.h5 --classes {shlex.quote(d.path)} --codec png --crop none "
+                f"--resolution {d.resolution}, then "
                 f"eval it{labels}"
             )
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
