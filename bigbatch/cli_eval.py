@@ -157,10 +157,10 @@ def _check_resolution(resolution: int, inputs: list[str | None]) -> None:
 
 def _check_exists(path: str, role: str) -> Location:
     """What A or B names, parsed, if it exists (a URL, and a pattern of tar shards, are left to the reading)."""
-    from bigbatch.data.tars import shards_named
+    from bigbatch.data.tars import read_by_listing
 
     where = Location.of(path)
-    if not (where.url or where.path.exists() or shards_named(where) is not None):  # (builtin:NAME: a URL's shape)
+    if not (read_by_listing(where) or where.path.exists()):  # (builtin:NAME is a URL's shape)
         raise BigbatchError(f"{role}: {path} does not exist; give {EVAL_A if role == 'A' else EVAL_B}")
     return where
 

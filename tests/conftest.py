@@ -135,3 +135,25 @@ def stopped_then_resumed(task_class, cfg, run_dir: Path, at: int) -> Path:
         run = bigbatch.train(cfg, run_dir=run_dir, quiet=True)
     bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
     return run
+
+
+def interrupted_prepare(monkeypatch, *args, **kwargs) -> None:
+    """prepare(*args, **kwargs) stopped by Ctrl-C at its 300th image written, inside the second part of 256: two
+    parts kept (their decoding runs ahead of the writing) for the next prepare to resume from."""
+    import importlib
+
+    from bigbatch.data import prepare
+
+    preparing = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
+    add, calls = preparing.H5Writer.add, [0]
+
+    def add_then_interrupt(self, *a, **k):
+        calls[0] += 1
+        if calls[0] == 300:
+            raise KeyboardInterrupt
+        return add(self, *a, **k)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(preparing.H5Writer, "add", add_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(*args, **kwargs)

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import interrupted_prepare
 from PIL import Image
 
 import bigbatch
@@ -219,30 +220,15 @@ def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(t
 
 
 def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_path, monkeypatch):
-    import importlib
-
-    preparing = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
-
     rng = np.random.default_rng(2)
     for i in range(700):
         Image.fromarray(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(tmp_path / f"{i:04d}.png")
     (tmp_path / "src").mkdir()
     for f in tmp_path.glob("*.png"):
         f.rename(tmp_path / "src" / f.name)
-    add, calls = preparing.H5Writer.add, [0]
-
-    def add_then_interrupt(self, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 300:  # Ctrl-C inside the second part of 256: two parts were kept
-            raise KeyboardInterrupt
-        return add(self, *args, **kwargs)
 
     def interrupted():
-        calls[0] = 0
-        monkeypatch.setattr(preparing.H5Writer, "add", add_then_interrupt)
-        with pytest.raises(KeyboardInterrupt):
-            prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
-        monkeypatch.setattr(preparing.H5Writer, "add", add)
+        interrupted_prepare(monkeypatch, str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
 
     interrupted()
     again = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0)

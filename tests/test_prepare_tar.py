@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import interrupted_prepare
 from PIL import Image
 from test_refusals import one_line
 
@@ -28,6 +29,23 @@ def _png(seed: int) -> bytes:
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, "PNG")
     return out.getvalue()
+
+
+def _read(paths: list[str]) -> tuple[list, list]:
+    """predict's inputs: ([(name, image)], [(name, why skipped)])."""
+    from bigbatch.tasks.classify.inference import each_image
+
+    got = list(each_image(paths))
+    return [g for g in got if not isinstance(g[1], str)], [g for g in got if isinstance(g[1], str)]
+
+
+def _class_folders(src: Path, per_class: int) -> Path:
+    """src/cat/0.png ... and src/dog/0.png ..., each image its own."""
+    for c, name in enumerate(("cat", "dog")):
+        (src / name).mkdir(parents=True)
+        for i in range(per_class):
+            (src / name / f"{i}.png").write_bytes(_png(10 * c + i))
+    return src
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -103,11 +121,7 @@ def test_samples_without_a_class_index_are_skipped_and_named_and_the_plain_image
 
 
 def test_a_tar_of_class_folders_prepares_as_the_folder_does(tmp_path):
-    src = tmp_path / "pets"
-    for c, name in enumerate(("cat", "dog")):
-        (src / name).mkdir(parents=True)
-        for i in range(3):
-            (src / name / f"{i}.png").write_bytes(_png(10 * c + i))
+    src = _class_folders(tmp_path / "pets", 3)
     (src / "cat" / "._0.png").write_bytes(b"AppleDouble litter")  # (macOS tar's resource forks: not images)
     folder = prepare(str(src), "folder.h5", workers=0)
     subprocess.run(["tar", "cf", tmp_path / "dot.tar", "-C", src, "."], check=True)  # ./cat/0.png ...
@@ -202,24 +216,10 @@ def test_remote_shards_are_read_in_byte_ranges_a_chunk_not_an_image(tmp_path, mo
 
 
 def test_an_interrupted_prepare_of_shards_resumes_unless_a_shard_changed(tmp_path, monkeypatch):
-    import importlib
-
-    preparing = importlib.import_module("bigbatch.data.prepare")  # (bigbatch.data.prepare is also the function)
     _shards(tmp_path / "wds", n_shards=2, per_shard=300)
-    add, calls = preparing.H5Writer.add, [0]
-
-    def add_then_interrupt(self, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 300:  # Ctrl-C inside the second part of 256: two parts were kept
-            raise KeyboardInterrupt
-        return add(self, *args, **kwargs)
 
     def interrupted():
-        calls[0] = 0
-        monkeypatch.setattr(preparing.H5Writer, "add", add_then_interrupt)
-        with pytest.raises(KeyboardInterrupt):
-            prepare(str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True)
-        monkeypatch.setattr(preparing.H5Writer, "add", add)
+        interrupted_prepare(monkeypatch, str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True)
 
     interrupted()
     again = prepare(str(tmp_path / "wds"), "out.h5", workers=0)
@@ -244,11 +244,7 @@ def test_classes_from_a_text_file_name_the_class_indices(tmp_path):
 
 
 def test_links_in_a_tar_read_as_the_files_they_name_and_a_file_added_again_counts_once(tmp_path):
-    src = tmp_path / "t3"
-    for c, name in enumerate(("cat", "dog")):
-        (src / name).mkdir(parents=True)
-        for i in range(2):
-            (src / name / f"{i}.png").write_bytes(_png(10 * c + i))
+    src = _class_folders(tmp_path / "t3", 2)
     os.link(src / "cat" / "0.png", src / "dog" / "dup.png")  # (GNU tar stores its second name as a link)
     os.symlink("../cat/1.png", src / "dog" / "sym.png")
     folder = prepare(str(src), "folder.h5", workers=0, strict=True)
@@ -283,10 +279,9 @@ def test_a_tar_of_a_folder_contents_keeps_its_one_class_folder(tmp_path):
 
 def test_eval_refuses_a_damaged_tar_and_predict_lists_the_damage_and_names_each_shard(tmp_path):
     from bigbatch.errors import BigbatchError
-    from bigbatch.tasks.classify.inference import read_images
 
     _shards(tmp_path / "wds", n_shards=2, per_shard=2)
-    images, skipped = read_images([str(tmp_path / "wds" / "train-{000000..000001}.tar")])
+    images, skipped = _read([str(tmp_path / "wds" / "train-{000000..000001}.tar")])
     assert [name for name, _ in images] == [
         str(tmp_path / "wds" / f"train-00000{s}.tar" / f"s{s}_00{i}.png") for s in (0, 1) for i in (0, 1)
     ] and not skipped  # (WebDataset's fields are not images, and no sample of fields alone is listed here)
@@ -295,7 +290,7 @@ def test_eval_refuses_a_damaged_tar_and_predict_lists_the_damage_and_names_each_
     at = whole.index(b"s1_001.png")
     bad[at : at + 512] = b"\xff" * 512
     (tmp_path / "bad.tar").write_bytes(bytes(bad))
-    images, skipped = read_images([str(tmp_path / "bad.tar")])
+    images, skipped = _read([str(tmp_path / "bad.tar")])
     assert len(images) == 1 and "is not a tar header" in skipped[0][1]
     with pytest.raises(BigbatchError, match="bad.tar: .*is not a tar header.*a score needs every image"):
         open_images(tmp_path / "bad.tar")
@@ -371,13 +366,11 @@ def test_skipped_files_of_several_shards_name_their_shard(tmp_path):
 def test_predict_reads_a_url_prefix_of_shards(tmp_path):
     import fsspec
 
-    from bigbatch.tasks.classify.inference import read_images
-
     _shards(tmp_path / "wds", n_shards=2, per_shard=1)
     fs = fsspec.filesystem("memory")
     for tar in sorted((tmp_path / "wds").glob("*.tar")):
         fs.pipe(f"/predict_wds/{tar.name}", tar.read_bytes())
-    images, skipped = read_images(["memory://predict_wds"])
+    images, skipped = _read(["memory://predict_wds"])
     assert [name for name, _ in images] == [f"memory://predict_wds/train-00000{s}.tar/s{s}_000.png" for s in (0, 1)]
 
 

@@ -122,7 +122,7 @@ def class_index(names: list[str], first_words: bool = False) -> dict[str, int]:
         return index
     firsts = [n.split(maxsplit=1)[0] if n.strip() else n for n in names]
     if len(set(firsts)) == len(firsts):
-        for first, i in zip(firsts, range(len(names))):
+        for i, first in enumerate(firsts):
             index.setdefault(first, i)
     return index
 

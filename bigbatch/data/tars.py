@@ -14,6 +14,7 @@ import tarfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import IO, Any
 
 import numpy as np
@@ -87,10 +88,16 @@ def shards_named(src: Location) -> list[Location] | None:
     return None
 
 
+def read_by_listing(src: Location) -> bool:
+    """Whether `src` names no local file or folder of its own and is read by listing it: a URL, or a pattern of
+    tar shards."""
+    return src.url or shards_named(src) is not None
+
+
 def shards_in(folder: Location, rel: list[str]) -> list[Location] | None:
     """A folder or URL prefix holding .tar files and no images (listed as `rel`, at any depth): its shards, in
     sorted order, all in one folder (train/ and validation/ shards are two data sets, not one)."""
-    if not any(is_tar_name(r) for r in rel) or any(_ext(r) in IMAGE_EXTENSIONS for r in rel):
+    if not any(is_tar_name(r) for r in rel) or any(PurePosixPath(r).suffix.lower() in IMAGE_EXTENSIONS for r in rel):
         return None
     tars = sorted(r for r in rel if is_tar_name(r))
     places = sorted({posixpath.dirname(r) for r in tars})
@@ -102,10 +109,6 @@ def shards_in(folder: Location, rel: list[str]) -> list[Location] | None:
         )
     base = folder.text.rstrip("/")
     return [Location.of(f"{base}/{r}") for r in tars]
-
-
-def _ext(name: str) -> str:
-    return "." + name.rsplit(".", 1)[-1].lower() if "." in name.rsplit("/", 1)[-1] else ""
 
 
 class TarSource(Source):
@@ -133,7 +136,8 @@ class TarSource(Source):
             else:
                 wanted.setdefault(shard, []).append(j)
         for shard, js in wanted.items():
-            got = self._local(shard, [spans[j] for j in js]) if self.worker_reads else self._remote(shard, spans, js)
+            mine = [spans[j][1:] for j in js]
+            got = self._local(shard, mine) if self.worker_reads else self._remote(shard, mine)
             for j, data in zip(js, got):
                 size = spans[j][2]
                 short = isinstance(data, bytes) and len(data) < size
@@ -141,23 +145,23 @@ class TarSource(Source):
         return out
 
     def _local(self, shard: int, spans: list[tuple[int, ...]]) -> list[bytes | str]:
+        """The (offset, size) `spans` of a local shard."""
         try:
             with open(self.shards[shard].path, "rb") as f:
                 got: list[bytes | str] = []
-                for _, offset, size in spans:
+                for offset, size in spans:
                     f.seek(offset)
                     got.append(f.read(size))
                 return got
         except OSError as e:
             return [f"unreadable ({e.strerror or e})"] * len(spans)
 
-    def _remote(self, shard: int, spans: list[tuple[int, ...]], js: list[int]) -> list[bytes | str]:
-        """The members `js` of a remote shard, neighbours fetched as one range."""
+    def _remote(self, shard: int, spans: list[tuple[int, ...]]) -> list[bytes | str]:
+        """The (offset, size) `spans` of a remote shard, neighbours fetched as one range."""
         fs, path = self.shards[shard].fs(self.storage_options)
-        order = sorted(js, key=lambda j: spans[j][1])
-        ranges: list[list[int]] = []  # [start, end, members...]
-        for j in order:
-            _, offset, size = spans[j]
+        ranges: list[list[int]] = []  # [start, end, spans...]
+        for j in sorted(range(len(spans)), key=lambda j: spans[j][0]):
+            offset, size = spans[j]
             last = ranges[-1] if ranges else None
             if last is not None and offset - last[1] <= GAP and offset + size - last[0] <= MAX_RANGE:
                 last[1] = max(last[1], offset + size)
@@ -172,11 +176,11 @@ class TarSource(Source):
         for r, blob in zip(ranges, blobs):
             for j in r[2:]:
                 if isinstance(blob, bytes):
-                    start = spans[j][1] - r[0]
-                    found[j] = blob[start : start + spans[j][2]]
+                    start = spans[j][0] - r[0]
+                    found[j] = blob[start : start + spans[j][1]]
                 else:
                     found[j] = f"unreadable ({type(blob).__name__}: {blob})"
-        return [found[j] for j in js]
+        return [found[j] for j in range(len(spans))]
 
 
 def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, classes: bool) -> Listing:

@@ -18,7 +18,7 @@ import torch
 from bigbatch.data.images import ImageData
 from bigbatch.data.listing import IMAGE_EXTENSIONS, Listing
 from bigbatch.data.sources import decode_or_reason, list_source
-from bigbatch.data.tars import shards_named
+from bigbatch.data.tars import read_by_listing
 from bigbatch.errors import BigbatchError, first_line
 from bigbatch.metrics.features import Extractor
 from bigbatch.urls import Location
@@ -35,7 +35,7 @@ def open_images(path: str | Path | Location, storage_options: dict | None = None
     URL prefix, or an
     .npz/.npy holding one uint8 array (N, H, W, C), (N, C, H, W) or grey (N, H, W)."""
     where = Location.of(path)
-    if not where.url and shards_named(where) is None:  # (a pattern of tar shards names no file itself)
+    if not read_by_listing(where):
         if not where.path.exists():
             raise BigbatchError(f"{where.name} does not exist; give a folder, .zip or .npz of images")
         if where.path.suffix.lower() in (".npz", ".npy"):

@@ -113,11 +113,12 @@ def body_and_head(
     while train.freeze_kimg lasts) and the head's; `train_bn`: the body's normalization layers in a part of
     their own (`norm`), which trains while the rest of the body is frozen."""
     head = {id(p) for p in net.fc.parameters()}
-    norms = {id(p) for m in net.modules() if isinstance(m, NORM_TYPES) for p in m.parameters(recurse=False)}
+    modules = net.modules() if train_bn else ()
+    norms = {id(p) for m in modules if isinstance(m, NORM_TYPES) for p in m.parameters(recurse=False)}
     out = []
     for g in groups:
-        for part in ("body", "norm", "head") if train_bn else ("body", "head"):
-            params = [p for p in g["params"] if _part(p, head, norms if train_bn else set()) == part]
+        for part in ("body", "norm", "head"):  # (no "norm" part without train_bn: its groups as before)
+            params = [p for p in g["params"] if _part(p, head, norms) == part]
             if params:
                 mult = 1.0 if part == "head" else body_lr_mult
                 out.append({**g, "params": params, "body": part != "head", "norm": part == "norm", "lr_mult": mult})

@@ -22,7 +22,7 @@ from torch import nn
 from bigbatch.config import Config
 from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.sources import decode_or_reason, list_source
-from bigbatch.data.tars import shards_named
+from bigbatch.data.tars import read_by_listing
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.metrics.image_sets import ImageFiles
@@ -105,16 +105,6 @@ def inference_of(run: str | Path, which: str = "latest", device: str | torch.dev
     return checkpoints.read_picked(run, which, read)
 
 
-def read_images(paths: list[str]) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, str]]]:
-    """The images of files, folders (recursively), zips and tars, decoded as `prepare` decodes them (EXIF
-    orientation, 8-bit RGB): ([(name, uint8 HWC)], [(name, why it was skipped)]). All in memory: `each_image`
-    gives them one at a time."""
-    images, skipped = [], []
-    for name, got in each_image(paths):
-        (skipped if isinstance(got, str) else images).append((name, got))
-    return images, skipped
-
-
 def each_image(paths: list[str], chunk: int = 64) -> Iterator[tuple[str, torch.Tensor | str]]:
     """(name, uint8 HWC image, or why it was skipped) for each image of `paths` in turn, a folder's, zip's or tar's
     read `chunk` files at a time (found from outside: predict held every image of a folder decoded at once). Every
@@ -127,7 +117,7 @@ def _source(path: str) -> tuple[str, Path, ImageFiles | None]:
     """(what its images are named under, its path, its listing; None for one image file)."""
     where = Location.of(path)
     p = Path(where.text) if not where.url else Path(path)  # (file://PATH is the path)
-    listed = shards_named(where) is not None or where.url  # (read by listing: shards, a URL prefix)
+    listed = read_by_listing(where)
     if not listed and p.is_file() and not p.name.lower().endswith(ARCHIVES):
         return str(p), p, None
     if not (listed or p.exists()):
