@@ -409,3 +409,19 @@ def test_an_output_inside_its_source_is_not_read_as_one_of_its_images(tmp_path, 
         assert main(["prepare", str(tmp_path / "flat"), out, "--resolution", "16", "--workers", "0", *extra]) == 0
         said = capsys.readouterr()
         assert "out.h5" not in said.err and ": 4 images 16x16x3" in said.out and "skipped" not in said.out, said
+
+
+def test_images_over_pillows_bomb_guard_are_one_warning_line_and_twice_over_are_listed(tmp_path, capfd, monkeypatch):
+    # A data set of large photos made Pillow print two lines of its own per image; now one line a decoding process.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 24 * 20 - 1)  # every 24×20 image is over the guard
+    make_folder(tmp_path / "pets")
+    Image.new("RGB", (24, 41)).save(tmp_path / "pets" / "cats" / "huge.png")  # over twice the guard
+    pets = [str(tmp_path / "pets"), str(tmp_path / "pets.h5"), "--resolution", "16", "--workers", "2"]
+    assert main(["prepare", *pets]) == 0
+    captured = capfd.readouterr()
+    lines = captured.err.splitlines()
+    assert 1 <= sum("Pillow's guard against decompression bombs" in line for line in lines) <= 2, captured.err
+    assert not [line for line in lines if "DecompressionBomb" in line or not line.startswith("bigbatch: ")]
+    assert "cats/huge.png: too large to decode safely" in captured.out + captured.err
+    assert "24 images" in captured.out

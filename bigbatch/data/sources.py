@@ -7,6 +7,7 @@ import io
 import os
 import stat
 import tarfile
+import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,13 +29,16 @@ from bigbatch.data.dfl_faces import (
 )
 from bigbatch.data.listing import Listing, Source, file_stamp, hidden, label_files, object_stamp
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location
 
 # One filter for every image, written into each data file: the resize filter alone moves FID.
 RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
 # Transparent pixels become this colour rather than whatever RGB values they happen to hold.
 BACKGROUND = (255, 255, 255)
+# Pillow warns of each image over its decompression-bomb guard in two lines of its own (a large photo data set:
+# thousands); `decode` says it once, in one line. (Over twice the guard Pillow refuses: the file is listed.)
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 class FolderSource(Source):
@@ -346,6 +350,12 @@ def decode(
     clips them).
     Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
+        if Image.MAX_IMAGE_PIXELS and img.width * img.height > Image.MAX_IMAGE_PIXELS:
+            warn(
+                f"images over {Image.MAX_IMAGE_PIXELS:,} pixels (Pillow's guard against decompression bombs) are "
+                "decoded as they are; those over twice that are refused and listed",
+                once=True,
+            )
         img.load()  # decode now: truncated files fail here, not later
         if not as_scorers:
             img = ImageOps.exif_transpose(img) or img
