@@ -19,6 +19,7 @@ import pickle
 import re
 import shlex
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -75,6 +76,7 @@ def checkpoint_name(nimg: int) -> str:
 
 CHECKPOINT_NAME = re.compile(r"\d{6,}\.\d{3}")  # what checkpoint_name writes (and nothing else: never a path)
 ASIDE = ".corrupt-"  # a damaged checkpoint moved aside: kept to look at, never resumed nor counted as newest
+SUPERSEDED = ".superseded-"  # one newer than the checkpoint a run resumed from (rolled back to): kept, never pruned
 
 
 def save_checkpoint(
@@ -439,6 +441,7 @@ def resume_checkpoint(run: Path) -> Path | None:
         try:
             check_complete(ckpt)
             verify(ckpt)
+            set_aside_newer(ckpt, found)
             return ckpt
         except (Corrupt, Pruned) as e:
             aside = ckpt.with_name(f"{ASIDE}{ckpt.name}")
@@ -448,6 +451,23 @@ def resume_checkpoint(run: Path) -> Path | None:
             moved = f" (moved aside to {aside.name})" if isinstance(e, Corrupt) else ""
             warn(f"{damage(e)}{moved}; passing over it to the checkpoint before")
     raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
+
+
+def set_aside_newer(ckpt: Path, found: list[Path]) -> None:
+    """Move aside the checkpoints newer than `ckpt`, which the run resumes from: a user rolled the run back by
+    writing an older one's name in `latest`, and the run trains another history from there. Found from outside:
+    a newer one of the same name was kept as the new one (nothing trained since, it seemed), and the older ones
+    outnumbered the new in the prune, so the weights left no longer matched the logs."""
+    newer = [c for c in found if float(c.name) > float(ckpt.name) and c.exists()]
+    for c in sorted(newer, key=lambda c: float(c.name)):
+        aside = c.with_name(f"{SUPERSEDED}{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(c, aside)
+    if newer:
+        warn(
+            f"checkpoints/latest names {ckpt.name}, the run resumes from it: {len(newer)} newer checkpoint(s) moved "
+            f"aside to checkpoints/{SUPERSEDED}* ({', '.join(sorted(c.name for c in newer))}); delete them, or move "
+            "one back and name it in latest to resume from it"
+        )
 
 
 def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:

@@ -73,10 +73,10 @@ def run_eval(args: argparse.Namespace) -> None:
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool(COMPARING & set(parse_metrics(args.metrics)))  # IS alone needs no reference
-    for flag, most in (("n", MAX_SCORED), ("batch_size", MAX_EVAL_BATCH)):
+    for flag, least, most in (("n", 2, MAX_SCORED), ("batch_size", 1, MAX_EVAL_BATCH)):
         value = getattr(args, flag, None)
-        if value is not None and not 1 <= value <= most:  # (found from outside: --n 2**63 ran for ever)
-            raise BigbatchError(f"--{flag.replace('_', '-')} must be 1 to {most:,}, got {value}")
+        if value is not None and not least <= value <= most:  # (found from outside: --n 2**63 ran for ever)
+            raise BigbatchError(f"--{flag.replace('_', '-')} must be {least} to {most:,}, got {value}")
     if args.reference_n is not None and args.reference_n < 0:  # 0: all of B, as eval.reference_n = 0
         raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)

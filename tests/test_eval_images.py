@@ -103,7 +103,7 @@ def sets(tmp_path):
 
 def test_identical_sets_score_zero_and_other_images_more(sets, capsys):
     same = score(capsys, sets / "a", sets / "a_nested", "--metrics", "fid,kid")
-    assert abs(same["fid"]) < 1e-6 and abs(same["kid"]) < 0.05
+    assert 0 <= same["fid"] < 1e-6 and abs(same["kid"]) < 0.05  # (a distance: never the -1e-13 of rounding)
     assert same["n"] == same["reference_n"] == 24 and same["images"] == str(sets / "a")
     assert same["reference"] == str(sets / "a_nested") and same["extractor"] == "standin"
     other = score(capsys, sets / "a", sets / "other", "--metrics", "fid,kid")
@@ -301,6 +301,11 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     np.savez(sets / "stats.npz", mu=stats.mu, sigma=stats.sigma)
     np.savez(sets / "wrong_dims.npz", mu=np.zeros(2048), sigma=np.eye(2048))
     np.savez(sets / "nan_stats.npz", mu=stats.mu * np.nan, sigma=stats.sigma)
+    # Found from outside: a sigma that is no covariance scored a wrong FID (of -I: a negative one), exit status 0.
+    np.savez(sets / "negative.npz", mu=stats.mu, sigma=-np.eye(len(stats.mu)))
+    skewed = stats.sigma.copy()
+    skewed[0, 1] += 5
+    np.savez(sets / "skewed.npz", mu=stats.mu, sigma=skewed)
     nan = M.ReferenceStats(stats.mu, stats.sigma * np.nan, stats.features, "", {})
     M.save_stats(nan, sets / "nan_stats.safetensors")  # (found by review: checked in an .npz alone)
     assert "computing reference statistics of 40 images" in capsys.readouterr().err  # (said once, then cached)
@@ -327,6 +332,8 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "stats.npz", "--metrics", "fid,kid"], "kid needs every reference image's features"),
         (["a", "wrong_dims.npz"], "computed with another network"),
         (["a", "nan_stats.npz"], "statistics file nan_stats.npz holds NaN or infinity"),  # (blamed on the images)
+        (["a", "negative.npz"], "negative.npz: its sigma is not positive semi-definite (an eigenvalue of -1)"),
+        (["a", "skewed.npz"], "skewed.npz: its sigma is not symmetric, as no covariance is; compute it again"),
         (["a", "nan_stats.safetensors"], "(it holds NaN or infinity in its mu or sigma); compute it again with"),
         (["stats.npz", "ref.h5"], "holds feature statistics, not images"),
         (["a"], "needs a reference B"),
@@ -337,7 +344,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "junk.safetensors"], "B: junk.safetensors holds no feature statistics"),
         (["G_ema.safetensors"], "A: G_ema.safetensors holds no feature statistics"),
         (["a", "ref.h5", "--truncation", "1"], "--truncation applies to a run's generator"),
-        (["a", "ref.h5", "--n", "0"], "--n must be 1 to 100,000,000, got 0"),
+        (["a", "ref.h5", "--n", "1"], "--n must be 2 to 100,000,000, got 1"),
         (["a", "ref.h5", "--metrics", "fid,lpips"], "unknown metric 'lpips'"),
     ]:
         code = main(["eval", *argv, "--extractor", "standin"])  # the working folder is sets

@@ -331,3 +331,27 @@ def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, 
     )
     assert (short / "metrics.jsonl.damaged").read_text().count("not a row") == 1
     assert len((short / "metrics.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_run_rolled_back_to_an_older_checkpoint_keeps_what_it_trains_from_there(tiny, tmp_path, capsys):
+    # Found from outside: with `latest` naming an older checkpoint (rolling back a run that diverged, to resume
+    # with grad_clip), the newer folders of the old history were kept over the new one's checkpoints (intact, of
+    # the same names) and outnumbered them in the prune: the weights left did not match the logs.
+    every = tiny.override({"checkpoint.every_kimg": 0.128})
+    run = bigbatch.train(every, run_dir=tmp_path / "run", quiet=True)
+    old = weights(run)
+    (run / "checkpoints" / "latest").write_text("000000.256\n")
+    capsys.readouterr()
+    bigbatch.train(every.override({"train.grad_clip": 1.0}), run_dir=run, resume=True, quiet=True)
+    err = capsys.readouterr().err
+    assert "checkpoints/latest names 000000.256, the run resumes from it: 2 newer checkpoint(s) moved aside" in err
+    assert "(000000.384, 000000.512)" in err
+    # As trained to 0.256 and resumed from there with the rescue: the run's own newest, and nothing lost.
+    parts = tmp_path / "parts"
+    bigbatch.train(every.override({"train.kimg": 0.256}), run_dir=parts, quiet=True)
+    bigbatch.train(every.override({"train.grad_clip": 1.0}), run_dir=parts, resume=True, quiet=True)
+    assert weights(run) == weights(parts) != old
+    assert find_checkpoint(run).name == "000000.512"
+    aside = sorted(p.name.rsplit("-", 2)[0] for p in (run / "checkpoints").glob(".superseded-*"))
+    assert aside == [".superseded-000000.384", ".superseded-000000.512"]
+    assert weights(run, next((run / "checkpoints").glob(".superseded-000000.512-*")).name) == old

@@ -23,6 +23,19 @@ def feature_stats(features: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.n
     return x.mean(0), np.cov(x, rowvar=False)
 
 
+def covariance_fault(sigma: np.ndarray) -> str | None:
+    """Why `sigma` is not a covariance matrix (symmetric, no eigenvalue below zero beyond float32's rounding
+    of one), or None. A hand-made or damaged statistics file otherwise scores a wrong FID, even a negative one:
+    the factorization reads one triangle, and the eigenvalues below zero are clipped."""
+    scale = float(np.abs(sigma).max(initial=0.0)) or 1.0
+    if float(np.abs(sigma - sigma.T).max(initial=0.0)) > 1e-6 * scale:
+        return "its sigma is not symmetric"
+    eig = np.linalg.eigvalsh(sigma)
+    if eig.size and eig[0] < -1e-4 * max(float(eig[-1]), scale):
+        return f"its sigma is not positive semi-definite (an eigenvalue of {eig[0]:.3g})"
+    return None
+
+
 def trace_sqrt_product(sigma1: np.ndarray, sigma2: np.ndarray) -> float:
     """tr sqrt(sigma1 sigma2) for covariance matrices, singular ones included.
 
@@ -55,7 +68,8 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
             "feature statistics hold NaN or infinity: the images or the extractor produced non-finite features"
         )
     diff = mu1 - mu2
-    return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * trace_sqrt_product(sigma1, sigma2))
+    distance = float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * trace_sqrt_product(sigma1, sigma2))
+    return max(distance, 0.0)  # (a distance: identical sets gave -1e-13, the rounding of the sum)
 
 
 def fid(features_a: torch.Tensor | np.ndarray, features_b: torch.Tensor | np.ndarray) -> float:

@@ -20,7 +20,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.metrics.cache import data_digest
 from bigbatch.metrics.features import Extractor, extract_sharded, moments_sharded
-from bigbatch.metrics.fid import feature_stats
+from bigbatch.metrics.fid import covariance_fault, feature_stats
 from bigbatch.metrics.image_sets import any_size, read_images
 from bigbatch.user_cache import cache_dir
 
@@ -247,6 +247,9 @@ def read_stats(path: str | Path) -> ReferenceStats:
             )
         if not (np.isfinite(mu).all() and np.isfinite(sigma).all()):  # (found from outside: blamed on the images)
             raise BigbatchError(f"statistics file {path} holds NaN or infinity in its mu or sigma; compute it again")
+        fault = covariance_fault(sigma)  # (found from outside: a sigma of -I scored a negative FID)
+        if fault:
+            raise BigbatchError(f"statistics file {path}: {fault}, as no covariance is; compute it again")
         stats = ReferenceStats(mu, sigma, np.zeros((0, mu.shape[0]), np.float32), "", {"source": str(path)})
     stats.meta["file"] = str(path)
     return stats
