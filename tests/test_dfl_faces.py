@@ -180,7 +180,10 @@ def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
             meta = {"face_type": face_type, "landmarks": landmarks(seed=i)}
             (folder / f"{i}.jpg").write_bytes(dfl_jpeg(face_image(seed=i), meta))
         paths[side] = tmp_path / f"{side}.h5"
-    with pytest.raises(BigbatchError, match=r"different DeepFaceLab face types: f \(0.jpg\), head \(1.jpg\)"):
+    with pytest.raises(
+        BigbatchError,
+        match=r"face types: f \(0.jpg\), head \(1.jpg\); a SAEHD model trains on one: give --face-type",
+    ):
         prepare(str(tmp_path / "mixed"), str(paths["mixed"]), 64, workers=0, masks="dfl")
     assert not paths["mixed"].exists()
     for side in ("src", "dst"):

@@ -430,7 +430,6 @@ def test_merge_with_super_resolution_runs_dfls_face_enhancer_from_its_weight_fil
     good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned")]
     for args, says in [
         ([*good, "o", "--super-resolution", "50"], "--super-resolution runs DFL's face enhancer: give --weights"),
-        ([*good, "o", "--weights", "facelib"], "--weights is the face enhancer of --super-resolution"),
         ([*good, "o", "--super-resolution", "50", "--weights", "nowhere"], "--weights nowhere holds no FaceEnhancer"),
         ([*good, "o", "--super-resolution", "101", "--weights", "facelib"], "--super-resolution must be 0 to 100"),
         ([*good, "o", "--video", str(root / "data_dst.mp4")], "is the video it is made from"),  # (it replaced it)
@@ -442,6 +441,11 @@ def test_merge_with_super_resolution_runs_dfls_face_enhancer_from_its_weight_fil
     assert main([*good, "plain"]) == 0
     a, b = (cv2.imread(f"{o}/00001.png").astype(int) for o in ("sr", "plain"))
     assert a.shape == b.shape and 0 < np.abs(a - b).mean() < 20  # (the same face, with the enhancer's half)
+    # Power 0 is DFL's "off" (found from outside: refused with the weights given), said and merged without it.
+    capsys.readouterr()
+    assert main([*good, "off", "--super-resolution", "0", "--weights", "facelib"]) == 0
+    assert "which is 0 (off): merged without it" in capsys.readouterr().err
+    assert np.array_equal(cv2.imread("off/00001.png"), cv2.imread("plain/00001.png"))
     # With the XSeg masks of the swap too (an XSeg model that masks everything: the merge of the full mask).
     from test_xseg import dfl_weights
 

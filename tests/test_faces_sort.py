@@ -82,6 +82,14 @@ def test_blur_brightness_and_final_order_the_faces_and_trash_what_is_not_one(fac
         assert says in capsys.readouterr().err
     assert main(["sort", str(tmp_path / "aligned_trash" / "notes.jpg"), "--by", "blur"]) == 2
     assert "is not a folder of aligned faces" in capsys.readouterr().err
+    # The trash's name taken by a file: one line naming it, nothing moved (found from outside: "File exists").
+    (tmp_path / "other").mkdir()
+    save(tmp_path / "other" / "a.jpg", image, meta)
+    (tmp_path / "other" / "b.jpg").write_bytes(b"not a face")
+    (tmp_path / "other_trash").write_text("")
+    assert main(["sort", str(tmp_path / "other"), "--by", "blur"]) == 2
+    assert "other_trash is a file, where sort puts what it leaves out: move it away" in capsys.readouterr().err
+    assert names(tmp_path / "other") == ["a.jpg", "b.jpg"]
 
 
 def test_a_killed_sorts_faces_come_back_and_yaw_and_pitch_follow_the_head(face, tmp_path):
@@ -135,3 +143,22 @@ def test_final_below_the_bins_spreads_over_yaw_and_unreadable_landmarks_go_to_th
         path.rename(folder / f"back_{path.name}")
     assert main(["sort", str(folder), "--by", "final", "--target", "1"]) == 0
     assert [read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder)] == ["2.png"]
+
+
+def test_final_keeps_the_sharpest_of_faces_of_one_yaw_not_the_one_whose_landmarks_strayed(face, tmp_path):
+    """Found from outside: bins over the set's own yaws spread frontal faces over their landmarks' noise, a face
+    a bin, and `final` kept a blurred face whose yaw was an end of that noise over the sharpest ones."""
+    image, meta = face
+    folder = tmp_path / "aligned"
+    folder.mkdir()
+    lm = np.asarray(meta["landmarks"])
+    shifts = [-0.4, -0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4]  # a tenth of a pixel apart: noise, one yaw
+    for i, shift in enumerate(shifts):
+        moved = lm.copy()
+        moved[27:36, 0] += shift
+        sigma = 4.0 if i == len(shifts) - 1 else 0.2 * i  # the last (an end of the yaws) blurred the most
+        shown = cv2.GaussianBlur(image, (0, 0), sigma) if sigma else image
+        save(folder / f"{i}.jpg", shown, {**meta, "landmarks": moved.tolist(), "source_filename": f"{i}.png"})
+    assert main(["sort", str(folder), "--by", "final", "--target", "5"]) == 0
+    kept = sorted(read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder))
+    assert kept == ["0.png", "1.png", "2.png", "3.png", "4.png"]  # the five sharpest

@@ -381,13 +381,11 @@ def _write(
             _refuse_empty_classes(listing.class_names, written, listed, skipped)
         if len(face_types) > 1:
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
-            fix = (
-                "an XSeg model here trains on one (DFL's cuts faces of other types to its own; not here): prepare "
-                "the faces of your swap model's type"
-                if settings.masks in ("labels", "xseg-applied")
-                else "a SAEHD model takes one (its merger crops by it): prepare each face type into its own file"
+            model = "an XSeg model" if settings.masks in ("labels", "xseg-applied") else "a SAEHD model"
+            raise BigbatchError(  # (found from outside: it said the faces could not be cut to one type here)
+                f"the faces were extracted with different DeepFaceLab face types: {shown}; {model} trains on one: "
+                "give --face-type (h, mf, f, wf or head; your model's) to cut each face to it, as DFL's trainers do"
             )
-            raise BigbatchError(f"the faces were extracted with different DeepFaceLab face types: {shown}; {fix}")
         if face_types:
             writer.attrs.update(face_type=next(iter(face_types)))
         _keep_yaws(writer, yaws, no_yaw, settings)

@@ -42,6 +42,7 @@ def _init_worker(listing_source: Any, decoding: dict[str, Any], parent: int | No
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         die_with_parent(parent)
+    _worker.clear()  # (a prepare before in this process, workers 0 or 1: its --face-type cut the next one's faces)
     _worker.update(source=listing_source, **decoding)
 
 

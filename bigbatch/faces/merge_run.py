@@ -142,12 +142,13 @@ def merge_folder(
             if xseg is None
             else f"--xseg is the XSeg model of the XSeg masks ({', '.join(XSEG_MASKS)}); --mask {s.mask} is not one"
         )
-    if bool(s.super_resolution) != (weights is not None):
+    if s.super_resolution and weights is None:
         raise BigbatchError(
             "--super-resolution runs DFL's face enhancer: give --weights DFL/facelib (its FaceEnhancer.npy)"
-            if weights is None
-            else "--weights is the face enhancer of --super-resolution POWER (1..100): give both, or neither"
         )
+    if weights is not None and not s.super_resolution:  # (found from outside: power 0, DFL's "off", was refused)
+        warn("--weights is the face enhancer of --super-resolution, which is 0 (off): merged without it")
+        weights = None
     source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
     for given, what in ((frames, "FRAMES"), (aligned, "ALIGNED")):  # (merged PNGs would replace what is read)
         if Path(given).is_dir() and Path(out).resolve() == Path(given).resolve():

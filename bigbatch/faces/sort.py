@@ -18,10 +18,10 @@ Methods, each DFL's (mainscripts/Sorter.py):
   three channels' histograms), which brings faces of one person, light and scene together;
 - brightness, hue: by the mean V or H of HSV, highest first; black: fewest black pixels first;
 - origname: by the frame the face came from, then its index;
-- final: the best `target` faces: yaw in 128 bins, as many from each as the target allows (bins with fewer
-  give their share to the rest), the sharpest of each bin, the sharpest of the rest where that leaves the
-  target short; the others to the trash (DFL's `final` also spreads pitch and histogram dissimilarity
-  within a bin).
+- final: the best `target` faces: yaw in 128 bins over -1..1 (DFL's: over its -1.2..1.2 radians), as many
+  from each as the target allows (bins with fewer give their share to the rest), the sharpest of each bin,
+  the sharpest of the rest where that leaves the target short; the others to the trash (DFL's `final` also
+  spreads pitch and histogram dissimilarity within a bin).
 """
 
 from __future__ import annotations
@@ -146,7 +146,10 @@ def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list
     """DFL's best faces, by yaw bins and sharpness (see the module)."""
     yaws = np.array([yaw(meta) for _, meta in faces])
     sharp = np.array([_blur(cv2.imread(str(p)), meta) for p, meta in faces])
-    edges = np.linspace(yaws.min(), yaws.max(), YAW_BINS + 1)[1:-1]
+    # Bins over a fixed range, as DFL's (-1.2..1.2 of its radians; face_yaw is near +-1 in profile). Found from
+    # outside: bins over the set's own yaws spread frontal faces over their landmarks' noise, a face a bin, and
+    # kept the blurred one whose landmarks had strayed (an end) over the sharpest.
+    edges = np.linspace(-1.0, 1.0, YAW_BINS + 1)[1:-1]
     bins = [np.flatnonzero(np.digitize(yaws, edges) == b) for b in range(YAW_BINS)]
     filled = [b for b in bins if len(b)]
     if target < len(filled):  # fewer faces than bins with faces: bins spread evenly over the yaws, the sharpest of
@@ -204,6 +207,8 @@ def apply_order(folder: Path, order: list[Path], trash: list[Path]) -> Path | No
     bin_ = None
     if trash:
         bin_ = folder.parent / f"{folder.name}_trash"
+        if bin_.exists() and not bin_.is_dir():  # (found from outside: "File exists", the fix unsaid)
+            raise BigbatchError(f"{bin_} is a file, where sort puts what it leaves out: move it away and sort again")
         bin_.mkdir(exist_ok=True)
         for path in trash:
             to, n = bin_ / path.name, 1
