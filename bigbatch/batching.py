@@ -211,7 +211,7 @@ def plan_micro_batch(rep: Replicator, probe, verbose: bool) -> Plan:
         for p in rep.probes:
             verdict = "fits" if p.fits else "does not fit"
             share = f" ({100 * p.peak_bytes / rep.budget:.0f}% of it)" if rep.budget else ""
-            how = "" if p.measured else " (extrapolated from the two probes below)"
+            how = "" if p.measured else " (extrapolated from the two largest measured)"
             peak = f"peak {format_bytes(p.peak_bytes)}{share}{how}"
             print(f"  micro_batch {p.micro_batch:5d}: {peak}, {verdict}", flush=True)
     return plan

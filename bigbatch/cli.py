@@ -560,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         resumes = " (a run resumes from its latest checkpoint with --resume)" * (getattr(args, "func", None) is _train)
         full = f"; free space there{resumes}" * (e.errno == errno.ENOSPC)
+        # (found from outside: a read-only mount named, the fix not)
+        full += "; give a path on storage this user may write to" * (e.errno in (errno.EROFS, errno.EACCES))
         say_error(f"{where}{e.strerror or e}{full}")
         return 2
     except KeyboardInterrupt:

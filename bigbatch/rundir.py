@@ -140,9 +140,8 @@ class Run:
         self.lock, self.created = None, False
 
     def restore(self, task: Task, rep: Replicator) -> tuple[int, float]:
-        """Load the checkpoint resumed from into `task` and `rep` (weights, optimizer moments, loss scalers,
-        the batch plan, RNG); return the images seen and the seconds of training up to it. metrics.jsonl
-        loses the rows past it."""
+        """Load the checkpoint resumed from into `task` and `rep` (weights, optimizer moments, loss scalers, the
+        batch plan, RNG); return the images seen and the seconds trained up to it. metrics.jsonl loses rows past it."""
         ckpt = self.checkpoint
         assert ckpt is not None
         nets = task.nets()
@@ -541,6 +540,8 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
             f"run's config.toml: its checkpoints keep their own copy; to change more, start a new run from this "
             "one's weights with train.init_from=RUN)"
         )
+    if (was := saved.get("train.kimg", 0.0)) < (now := given.get("train.kimg", 0.0)):  # (from outside: unsaid)
+        warn(f"resuming with train.kimg {was:g} -> {now:g}: the run trains on to {now:g} kimg", once=True)
     rescued = [k for k in changed if k in RECOVERY_CHANGES]
     if rescued:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)

@@ -338,7 +338,8 @@ def test_an_output_on_a_read_only_file_system_is_named_in_its_one_line(tiny, tmp
     monkeypatch.setattr(pathlib.Path, "unlink", read_only)
     assert main(["sample", str(run), "--n", "4", "--out", str(tmp_path / "ro" / "x.png")]) == 2
     err = capsys.readouterr().err
-    assert err == f"bigbatch: error: {tmp_path / 'ro' / 'x.png'}: Read-only file system\n", err
+    fix = "give a path on storage this user may write to"  # (found from outside: the fix unsaid)
+    assert err == f"bigbatch: error: {tmp_path / 'ro' / 'x.png'}: Read-only file system; {fix}\n", err
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[0]))

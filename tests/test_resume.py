@@ -26,11 +26,15 @@ def uninterrupted(tiny, tmp_path):
     return weights(bigbatch.train(tiny, run_dir=tmp_path / "whole", quiet=True))
 
 
-def test_resume_after_a_shorter_run_is_bit_identical(tiny, tmp_path, uninterrupted):
+def test_resume_after_a_shorter_run_is_bit_identical(tiny, tmp_path, uninterrupted, capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
     run = tmp_path / "parts"
     bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=run, quiet=True)
+    capsys.readouterr()
     bigbatch.train(tiny, run_dir=run, resume=True, quiet=True)
     assert weights(run) == uninterrupted
+    # A longer run is said (found from outside: --resume=auto with its --preset took the preset's length, unsaid).
+    assert "resuming with train.kimg 0.256 -> 0.512: the run trains on to 0.512 kimg" in capsys.readouterr().err
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512]
     # TensorBoard too: found from outside, a resume purged the row logged at its checkpoint's step.
