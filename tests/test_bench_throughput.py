@@ -84,6 +84,18 @@ def test_resample_bench_times_both_ways_for_every_layer_and_width():
     assert all(row.count(" = **") == 4 for row in rows)  # two ops / one op at 8, 16, 32 and 64 px
 
 
+def test_frozen_step_bench_times_each_way_for_each_train_bn(capsys):
+    import frozen_step
+
+    frozen_step.main(["--models", "resnet18", "--steps", "1"])
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| resnet18")]
+    assert [r[1].strip() for r in rows] == ["True", "False"]
+    assert all(re.fullmatch(r" \d+\.\d{3} ", c) for r in rows for c in r[2:5]) and all(float(r[5]) > 0 for r in rows)
+    from bigbatch.engine import frozen
+
+    assert frozen.hold is frozen_step.hold_of_the_engine  # (put back, whatever the bench patched)
+
+
 def test_world_size_bench_times_the_batchnorm_replay():
     import world_size
 

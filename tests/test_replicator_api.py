@@ -75,3 +75,36 @@ def test_a_frozen_param_group_takes_no_step_no_moments_and_no_part_in_the_norm_o
         assert rep.grad_norm(opt) == pytest.approx(float(head_norm), rel=1e-6)
     assert all(torch.equal(p, b) for p, b in zip(body.parameters(), before))
     assert not any(p in opt.state for p in body.parameters()) and all(p in opt.state for p in head.parameters())
+
+
+def test_a_frozen_group_computes_no_gradient_in_one_process_and_trains_the_rest_to_the_same_bits(monkeypatch):
+    # fastai freezes by requires_grad, so that backward skips the frozen body's weight gradients (about a third
+    # of a fine-tuning's frozen-phase work); computed and dropped, they cost that time for nothing.
+    def run(hold: bool) -> tuple[list[torch.Tensor], int, list[bool]]:
+        torch.manual_seed(0)
+        low, body, head = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)  # (low: a norm that trains, as train_bn)
+        mine = nn.Parameter(torch.ones(4), requires_grad=False)  # the user's own frozen parameter
+        x, y = torch.randn(16, 4), torch.randn(16, 1)
+        computed = []
+        body.weight.register_hook(lambda g: computed.append(1))
+        if not hold:  # as under DDP: computed, then dropped
+            monkeypatch.setattr("bigbatch.engine.frozen.hold", lambda *args, **kwargs: None)
+        with bigbatch.Replicator(16, 8) as rep:
+            net = rep.prepare(nn.Sequential(low, body, head))
+            groups = [{"params": body.parameters(), "frozen": True}, {"params": [*low.parameters(), mine]}]
+            opt = rep.wrap_optimizer(torch.optim.AdamW([*groups, {"params": head.parameters()}], lr=0.1))
+            step = lambda m: (net(m[0] * mine) - m[1]).square().mean()  # noqa: E731
+            for _ in range(3):
+                rep.step(step, (x, y), opt)
+            frozen_calls = len(computed)
+            opt.param_groups[0]["frozen"] = False  # thawed: the body trains from the next step
+            rep.step(step, (x, y), opt)
+        monkeypatch.undo()
+        states = [body.weight.requires_grad, mine.requires_grad]
+        return [p.detach().clone() for p in net.parameters()], frozen_calls, states
+
+    held, calls, states = run(hold=True)
+    dropped, dropped_calls, _ = run(hold=False)
+    assert calls == 0 and dropped_calls == 3 * 2  # (two micro-batches a step)
+    assert all(torch.equal(a, b) for a, b in zip(held, dropped))
+    assert states == [True, False]  # thawed; the user's own left as the user set it

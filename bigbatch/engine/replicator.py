@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from bigbatch.engine import batch_parts, dist, memory, running_stats, saving, wrap
+from bigbatch.engine import batch_parts, dist, frozen, memory, running_stats, saving, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.arguments import api_terms, check_arguments, check_prepared, in_config_terms, skip_limit_reached
 from bigbatch.engine.context import InputContext
@@ -56,6 +56,7 @@ class _Optimizer:
     params: set[int] = field(default_factory=set)
     trained: list[nn.Module] = field(default_factory=list)  # prepared modules holding these params
     trained_of: int = -1  # len(Replicator.models) when `trained` was found
+    held: list[nn.Parameter] = field(default_factory=list)  # (of frozen groups: not requiring grad, frozen.py)
 
 
 class Replicator:
@@ -154,10 +155,9 @@ class Replicator:
         return self._plan
 
     def close(self) -> None:
-        """Leave the process group if this Replicator joined it, after releasing every DDP wrapper it
-        holds (its models, and its optimizers' lists of them): a DDP reducer freed after its gloo
-        process group was destroyed frees the group itself, with the GIL held, and can deadlock with
-        the group's worker thread."""
+        """Leave the process group if this Replicator joined it, after releasing every DDP wrapper it holds
+        (its models, and its optimizers' lists of them): a DDP reducer freed after its gloo process group was
+        destroyed frees the group itself, with the GIL held, and can deadlock with the group's worker thread."""
         if self._owns_group:
             self.models.clear()
             self.optimizers.clear()
@@ -185,8 +185,7 @@ class Replicator:
         `unused_parameters`: some parameters may get no gradient in a step (a head the loss skips; DDP's
         find_unused_parameters, which costs a pass over the graph each step).
         Submodules that define `before_micro_batch(index)` are called before each micro-batch's forward:
-        the protocol for state a training forward updates at a rate of its own (see `on_micro_batch`).
-        """
+        the protocol for state a training forward updates at a rate of its own (see `on_micro_batch`)."""
         if not isinstance(model, nn.Module):
             raise BigbatchError(f"prepare takes a torch.nn.Module, got {type(model).__name__}")
         wrapped = wrap.prepare(
@@ -252,12 +251,13 @@ class Replicator:
         `step_fn(micro)` returns the mean loss over the micro-batch, or a dict with "loss" and other
         scalars to average. Returns the step's mean loss over all ranks as a float (or the dict of
         means). If the gradients are not finite the step is skipped (`skipped(opt)` says so). A param group
-        with "frozen" true takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or clip.
-        """
+        with "frozen" true takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or
+        clip, and in one process no gradient computed (frozen.py)."""
         state = self._state(opt)
         if self._plan is None:
             self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
+        frozen.hold(opt, state.held, everything=self.world_size > 1)
         plan = self.plan
         if self._batchnorm_before is not None:
             self._check_resumed_batchnorm()
@@ -296,8 +296,7 @@ class Replicator:
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
             raise
         totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
-        for p in (p for group in opt.param_groups if group.get("frozen") for p in group["params"]):
-            p.grad = None  # (a frozen group: no step, no moments, out of the norm and its clip)
+        frozen.drop_grads(opt)  # (under DDP, which computed them: no step, no moments, out of the norm and its clip)
         if state.scaler.is_enabled():
             state.scaler.unscale_(opt)
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
@@ -430,6 +429,7 @@ class Replicator:
         self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer] | None
     ) -> Plan:
         optimizers = [s.opt for s in self.optimizers.values()] if optimizers is None else list(optimizers)
+        frozen.thaw(self.optimizers.values())  # (the probes measure every gradient: a frozen body's too)
         if self.sync_bn and self.world_size > 1 and self.device.type == "cuda":
             # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
             raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")
