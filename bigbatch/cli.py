@@ -564,8 +564,10 @@ def main(argv: list[str] | None = None) -> int:
         full += "; give a path on storage this user may write to" * (e.errno in (errno.EROFS, errno.EACCES))
         say_error(f"{where}{e.strerror or e}{full}")
         return 2
-    except KeyboardInterrupt:
-        print("bigbatch: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        sweeps = sys.modules.get("bigbatch.sweeps")  # (a sweep's Stopped has said where, in its one line)
+        if not (sweeps and isinstance(e, sweeps.Stopped)):
+            print("bigbatch: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as e:  # (a few of torch's are a user's to mend: one line each, as BigbatchError's)
         said = runtime_error_line(e)

@@ -155,7 +155,11 @@ def _train_here(job: Job, quiet: bool) -> None:
         return
     if status(job.run, job.cfg) != "finished":
         _complain(f"bigbatch sweep: stopped at {job.run.name}; run the sweep again to resume it")
-        raise KeyboardInterrupt
+        raise Stopped
+
+
+class Stopped(KeyboardInterrupt):
+    """A sweep stopped by a signal to one of its runs, which said so in its line (the CLI adds none)."""
 
 
 def _failed(job: Job, error: BaseException) -> None:
@@ -322,6 +326,11 @@ def _search(
                 raise
             digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:8]
             job = Job(root / f"trial-{trial.number:04d}-{digest}", dict(values), cfg, trial=trial)
+            try:  # (found from outside: a search of another base into RUNS_DIR took its runs, and called them failed)
+                _check_unchanged(job)
+            except BigbatchError:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                raise
             jobs.append(job)
             _say(quiet, f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
             yield job
@@ -501,6 +510,8 @@ def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
     path = Path(path)
     if not path.is_file():
         raise BigbatchError(f"sweep file {path} does not exist; give a Python file that calls bigbatch.sweep")
+    if path.suffix.lower() != ".py":  # (found from outside: a results.csv read as Python, a NameError's traceback)
+        raise BigbatchError(f"sweep file {path} is not Python source (not a .py): give a .py that calls bigbatch.sweep")
     argv, calls = sys.argv, _CALLS[0]
     sys.argv = [str(path), *args]
     try:

@@ -68,7 +68,7 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
         assert [r["status"] for r in csv.DictReader(f)] == ["failed", "finished"]
 
 
-def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch):
+def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch, capsys):
     # Found from outside: a sweep stopped by Ctrl-C wrote no results table, not even the runs that finished.
     import bigbatch.loop
 
@@ -88,6 +88,18 @@ def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch):
             ("32", "interrupted", "0.064"),
             ("64", "new", "0.0"),
         ]
+    # `bigbatch sweep` says so in one line, as the README has it (found from outside: a second, "interrupted").
+    (tmp_path / "base.toml").write_text(base.dumps())
+    script = tmp_path / "batch.py"
+    script.write_text(
+        f"import bigbatch\nbase = bigbatch.Config.load({str(tmp_path / 'base.toml')!r})\n"
+        f"bigbatch.sweep(base, {{'train.batch': [16, 32, 64]}}, {str(tmp_path / 'sweep')!r})\n"
+    )
+    capsys.readouterr()
+    assert main(["sweep", str(script)]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "bigbatch sweep: stopped at batch=32; run the sweep again to resume it", err
+    assert "bigbatch: interrupted" not in err  # (the run's warnings before it are its own)
     # Found from outside: a run stopped before its first log row showed kimg 0, though its checkpoint held more.
     from bigbatch.sweeps import result_row
 
@@ -142,9 +154,32 @@ def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
     (tmp_path / "data.h5").write_bytes(b"\x89HDF\r\n\x1a\n\x00\x00")  # a data file given by mistake
     assert main(["sweep", str(tmp_path / "data.h5")]) == 2
     assert "data.h5 is not Python source" in capsys.readouterr().err  # (it said "line None")
+    (tmp_path / "results.csv").write_text("run,status\nrun,finished\n")  # (it parses: a NameError's traceback)
+    assert main(["sweep", str(tmp_path / "results.csv")]) == 2
+    assert "results.csv is not Python source (not a .py)" in capsys.readouterr().err
     (tmp_path / "none.py").write_text("print('no sweep here')\n")
     assert main(["sweep", str(tmp_path / "none.py")]) == 0
     assert "ran without calling bigbatch.sweep: nothing was trained" in capsys.readouterr().err
+
+
+def test_a_search_into_a_folder_of_another_bases_trials_is_refused_before_it_trains(tiny, tmp_path):
+    # Found from outside: a second search (another base, the same seeded sampler) took the first one's trial
+    # folders, failed to resume each, and wrote `failed` over their rows in results.md.
+    import hashlib
+    import json
+
+    optuna = pytest.importorskip("optuna")
+    values = {"train.seed": 7}
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+    earlier = tmp_path / "runs" / f"trial-0000-{digest}"
+    earlier.mkdir(parents=True)
+    (earlier / "config.toml").write_text(tiny.override({**values, "train.g_lr": 1e-3}).dumps())
+    (tmp_path / "runs" / "results.csv").write_text(f"run,status\n{earlier.name},finished\n")
+    study = optuna.create_study(direction="minimize")
+    with pytest.raises(bigbatch.BigbatchError, match=r"differs from .* in train.g_lr .* give it another RUNS_DIR"):
+        bigbatch.sweep(tiny, {"train.seed": [7]}, tmp_path / "runs", search=study, n_trials=1, metric="fcd")
+    assert (tmp_path / "runs" / "results.csv").read_text() == f"run,status\n{earlier.name},finished\n"
+    assert [t.state.name for t in study.get_trials()] == ["FAIL"] and not (earlier / "metrics.jsonl").exists()
 
 
 def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(tmp_path, monkeypatch):
