@@ -366,9 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"what to compare with (default for a run: its data set; IS needs none): {EVAL_B}",
     )
     ev.add_argument(
-        "--checkpoint",
-        default="latest",
-        help="a run's checkpoint to score: latest (default), best, or a checkpoints/ folder name",
+        "--checkpoint", help="a run's checkpoint to score: latest (default), best, or a checkpoints/ folder name"
     )
     ev.add_argument("--dst", metavar="DATA", help="a swap run: dst faces to score (B: src faces)")
     ev.add_argument(
@@ -396,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights", help="Inception weights file (default: found in $BIGBATCH_CACHE/weights; a run: eval.weights)"
     )
     ev.add_argument(
-        "--batch-size", type=int, help="images per extractor batch (default: the run's eval.batch_size, else 64)"
+        "--batch-size", type=int, help="images per extractor batch (default: a GAN run's eval.batch_size, else 64)"
     )
     ev.add_argument("--resolution", type=int, help="builtin:NAME: the side to make it at (default: the run's, else 32)")
     ev.add_argument(
@@ -407,7 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--truncation", type=float, help="z truncation threshold (default: the run's eval.truncation)")
     ev.add_argument("--psi", type=float, help="StyleGAN2: truncation of w toward its average (1 = off, 0.7 typical)")
     ev.add_argument(
-        "--standing-stats", type=int, help="batches of standing BN statistics (default: the run's eval.standing_stats)"
+        "--standing-stats",
+        type=int,
+        help="a GAN run's batches of standing BN statistics (default: its eval.standing_stats)",
     )
     ev.set_defaults(func=run_eval)
 
@@ -495,7 +495,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     refuse_url_outputs(args, argv)
+    _checkpoint_named(args)
     return args
+
+
+def _checkpoint_named(args: argparse.Namespace) -> None:
+    """--checkpoint (eval, predict, export): "latest" unless given; given, it names one of a run directory (found
+    from outside: `--checkpoint latest` of a checkpoint folder scored that folder, without a word)."""
+    if "checkpoint" not in args:
+        return
+    where = getattr(args, "run", None) or getattr(args, "path", None)
+    if args.checkpoint is not None and where and (Path(where) / "meta.json").is_file():
+        raise BigbatchError(
+            f"{where} is a checkpoint already: --checkpoint {args.checkpoint} names one of a run directory"
+        )
+    args.checkpoint = args.checkpoint or "latest"
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

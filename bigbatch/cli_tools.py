@@ -158,11 +158,11 @@ def add_tool_commands(sub: Any) -> None:
     """Add predict, export, lr-find and show-batch to the CLI's subcommands."""
     pr = sub.add_parser("predict", help="a classify run's classes and probabilities for image files, folders or zips")
     pr.add_argument("run", metavar="RUN", help="classify run directory or checkpoint folder")
-    pr.add_argument("images", metavar="IMAGE", nargs="+", help="image files, folders of images or .zip files")
+    pr.add_argument("images", metavar="IMAGE", nargs="+", help="image files, folders of images, .zip or .tar files")
     pr.add_argument("--topk", type=int, default=5, help="classes per image (default 5)")
     pr.add_argument("--tta", action="store_true", help="average each image's prediction with its mirror image's")
     pr.add_argument("--json", action="store_true", help="one JSON list: file, top classes with probabilities")
-    pr.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
+    pr.add_argument("--checkpoint", help="latest (default), best, or a checkpoints/ folder name")
     pr.set_defaults(func=_predict)
 
     ex = sub.add_parser(
@@ -179,7 +179,7 @@ def add_tool_commands(sub: Any) -> None:
         help="torchscript, onnx, pt2 (torch.export) or dfm (DeepFaceLive's model of a swap); default: as OUT's name "
         "says (.onnx, .pt2, .dfm), else torchscript",
     )
-    ex.add_argument("--checkpoint", default="latest", help="latest (default), best, or a checkpoints/ folder name")
+    ex.add_argument("--checkpoint", help="latest (default), best, or a checkpoints/ folder name")
     ex.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     ex.set_defaults(func=_export)
 

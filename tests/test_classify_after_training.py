@@ -85,6 +85,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert main(["eval", str(run), str(tmp_path / "pets.h5")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has other classes than the run (2 against 10; the first that differs" in err
+    assert "is number 0: 'cat' here, '0' in the run); prepare it again with --classes builtin:digits" in err
     assert not list((run / "eval").glob("pets*"))
     # A folder of class folders (found from outside: "cannot open data set") is named, with the command that
     # prepares it in the run's class order; that command's file scores.
@@ -105,6 +106,9 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     ckpt = next(p for p in (run / "checkpoints").iterdir() if p.name[0].isdigit())
     assert main(["eval", str(ckpt), "--checkpoint", "best"]) == 2  # a checkpoint is one already
     assert "is a checkpoint already" in capsys.readouterr().err
+    for command in (["eval", str(ckpt)], ["predict", str(ckpt), str(tmp_path / "pets")], ["export", str(ckpt), "m.pt"]):
+        assert main([*command, "--checkpoint", "latest"]) == 2  # (found from outside: the folder's own, unsaid)
+        assert "is a checkpoint already: --checkpoint latest names one of a run directory" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "pets"), "--checkpoint", "best"]) == 2
     assert "--checkpoint picks a checkpoint of a run" in capsys.readouterr().err
 
@@ -344,6 +348,9 @@ def test_fine_tuning_from_a_run_of_other_classes_of_the_same_count_gives_a_new_h
         assert torch.equal(net.state_dict()["fc.weight"], trained["fc.weight"]) is kept
         assert torch.equal(net.state_dict()["conv1.weight"], trained["conv1.weight"])
         assert ("new for the data's 10 classes (the run's classes are others)" in said) is not kept
+    # A run of another family is named as one (found from outside: "another network's state dict").
+    with pytest.raises(BigbatchError, match=r"is a resnet_cifar run, and this config's model.name is convnet: give"):
+        load_pretrained(bigbatch.models.create_classifier("convnet", 10, ch=8), str(run), names, "convnet")
 
 
 def test_tta_is_refused_for_rotations_and_said_for_a_run_trained_without_mirrors(tmp_path, capsys, monkeypatch):

@@ -19,10 +19,11 @@ from bigbatch.urls import public_name
 HEAD = "fc."  # the classifier layer every bigbatch classifier family ends in
 
 
-def read_state_dict(path: str) -> tuple[dict[str, torch.Tensor], list[str] | None]:
+def read_state_dict(path: str, family: str = "") -> tuple[dict[str, torch.Tensor], list[str] | None]:
     """The tensors of a .pth/.pt (torch.load, weights_only) or .safetensors file, or of a classify
     run's (or checkpoint's) network, with its class names where known (a run's); a training checkpoint's
-    `state_dict`/`model` entry is taken, and DDP's `module.` prefixes dropped."""
+    `state_dict`/`model` entry is taken, and DDP's `module.` prefixes dropped. `family`: the model.name to load
+    into, which a run of another is refused by name."""
     p = Path(path)
     if p.is_dir():
         from bigbatch import checkpoints
@@ -31,11 +32,16 @@ def read_state_dict(path: str) -> tuple[dict[str, torch.Tensor], list[str] | Non
         def named(ckpt: Path) -> tuple[dict[str, torch.Tensor], list[str] | None]:
             from bigbatch.config import Config
 
-            task = Config.load(ckpt / "config.toml").task
-            if task != "classify":  # (found from outside: a GAN run's checkpoint was called corrupt)
+            cfg = Config.load(ckpt / "config.toml")
+            if cfg.task != "classify":  # (found from outside: a GAN run's checkpoint was called corrupt)
                 raise BigbatchError(
-                    f'train.init_from {path} is a {task} run, not a classifier (task = "classify"): give a classify '
-                    "run, its checkpoint, or a .pth/.safetensors file of a classifier's weights"
+                    f'train.init_from {path} is a {cfg.task} run, not a classifier (task = "classify"): give a '
+                    "classify run, its checkpoint, or a .pth/.safetensors file of a classifier's weights"
+                )
+            if family and cfg.model.name != family:  # (found from outside: called "another network's state dict")
+                raise BigbatchError(
+                    f"train.init_from {path} is a {cfg.model.name} run, and this config's model.name is {family}: "
+                    f"give weights of a {family}, or model.name = {cfg.model.name!r} (and its options) to fine-tune it"
                 )
             return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names")
 
@@ -64,11 +70,11 @@ def read_state_dict(path: str) -> tuple[dict[str, torch.Tensor], list[str] | Non
     return {k.removeprefix("module."): v for k, v in state.items()}, None
 
 
-def load_pretrained(net: nn.Module, path: str, class_names: list[str]) -> str:
+def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: str = "") -> str:
     """Load the body of `net` from `path` (every tensor but the head must be there, of the same shape);
     the head too when it has the same shape and, from a run, the same classes (`class_names`, the data's),
-    else it stays new. Returns the line that says which."""
-    theirs, names = read_state_dict(path)
+    else it stays new. Returns the line that says which. `family`: read_state_dict's."""
+    theirs, names = read_state_dict(path, family)
     mine = net.state_dict()
     for key, value in mine.items():
         if key.startswith(HEAD) or (key.endswith("num_batches_tracked") and key not in theirs):
@@ -76,7 +82,7 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str]) -> str:
         if key not in theirs:
             raise BigbatchError(
                 f"train.init_from {public_name(path)} is another network's state dict: it lacks {key} "
-                f"(its first key is {next(iter(theirs), 'none')}); give one of this model's layout"
+                f"(it holds {min(theirs, default='nothing')}, ...); give one of this model's layout"
             )
         if theirs[key].shape != value.shape:
             raise BigbatchError(

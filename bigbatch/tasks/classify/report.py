@@ -88,7 +88,13 @@ def evaluate_classifier(
             )
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
-    check_classes(data, net.class_names, "the run", "score it on data of the run's classes")
+    check_classes(  # (found from outside: the fix unsaid for a test set that lacks some of the run's classes)
+        data,
+        net.class_names,
+        "the run",
+        f"prepare it again with --classes {shlex.quote(d.path)} (the run's training data, or a text file of its "
+        "class names), which numbers its classes as the run's, or score data of the run's classes",
+    )
     resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     stored = stored_side(data)
     if stored and stored < resolution:  # (a prepared file of squares)

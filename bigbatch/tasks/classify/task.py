@@ -169,7 +169,7 @@ def build(
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
-        said = load_pretrained(net, t.init_from, ROTATIONS if rotation else data.class_names)
+        said = load_pretrained(net, t.init_from, ROTATIONS if rotation else data.class_names, m.name)
         if rep.is_main and "taken as the data's" in said:  # (an assumption: said under --quiet too, as a warning)
             warn(said)
         elif rep.is_main and not quiet:

@@ -21,7 +21,7 @@ from torch import nn
 
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.features import Progress
 from bigbatch.sampling import from_uint8, to_uint8
 from bigbatch.signals import check_stop
@@ -123,6 +123,13 @@ class Validation:
         counts = list(getattr(data, "bucket_counts", [len(data)]))
         self.batches = val_batches(counts, batch_size)[rank::world_size]
         self.whole = bool(getattr(data, "whole", False))
+        if rect and not self.whole and len(counts) == 1 and rank == 0:  # (found from outside: taken without a word)
+            warn(
+                f"data.val_rect keeps each image's aspect ratio, and {getattr(data, 'source', 'the data')} holds "
+                "images of one shape: it changes nothing here (prepare with --crop none, or --buckets, for rectangular "
+                "ones)",
+                once=True,
+            )
         self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
         self._sizes = data.stored_sizes(torch.arange(len(data))) if self.whole else None
         self._whole_batches: dict[int, list[tuple[torch.Tensor, list, tuple[int, int]]]] = {}
@@ -256,8 +263,8 @@ def check_classes(data: Any, class_names: Sequence[str], whose: str, fix: str) -
     theirs, mine = list(data.class_names), list(class_names)
     if theirs != mine:
         first = next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))
+        here, there = (repr(names[first]) if first < len(names) else "none" for names in (theirs, mine))
         raise BigbatchError(
             f"{data.source} has other classes than {whose} ({len(theirs)} against {len(mine)}; the first that "
-            f"differs is number {first}: {theirs[first] if first < len(theirs) else '-'} against "
-            f"{mine[first] if first < len(mine) else '-'}); {fix}"
+            f"differs is number {first}: {here} here, {there} in {whose}); {fix}"
         )
