@@ -441,7 +441,6 @@ def resume_checkpoint(run: Path) -> Path | None:
         try:
             check_complete(ckpt)
             verify(ckpt)
-            set_aside_newer(ckpt, found)
             return ckpt
         except (Corrupt, Pruned) as e:
             aside = ckpt.with_name(f"{ASIDE}{ckpt.name}")
@@ -453,20 +452,20 @@ def resume_checkpoint(run: Path) -> Path | None:
     raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
 
 
-def set_aside_newer(ckpt: Path, found: list[Path]) -> None:
-    """Move aside the checkpoints newer than `ckpt`, which the run resumes from: a user rolled the run back by
-    writing an older one's name in `latest`, and the run trains another history from there. Found from outside:
-    a newer one of the same name was kept as the new one (nothing trained since, it seemed), and the older ones
-    outnumbered the new in the prune, so the weights left no longer matched the logs."""
-    newer = [c for c in found if float(c.name) > float(ckpt.name) and c.exists()]
-    for c in sorted(newer, key=lambda c: float(c.name)):
-        aside = c.with_name(f"{SUPERSEDED}{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(c, aside)
+def set_aside_newer(run_dir: Path, nimg: int) -> None:
+    """Before a run's first save since it (re)started at `nimg` images: move aside the checkpoints after `nimg`,
+    of another history (a run rolled back by naming an older checkpoint in `latest`, or a save cut short before
+    `latest` named it: trained again from there). Found from outside: a newer one of the same name was kept as
+    the new one, nothing having trained since it seemed, and the old ones outnumbered the new in the prune, so
+    the weights left no longer matched the logs. Moved aside, not deleted: nothing is lost."""
+    newer = [c for c in published(run_dir) if round(float(c.name) * 1000) > nimg]
+    for c in newer:
+        os.replace(c, c.with_name(f"{SUPERSEDED}{c.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"))
     if newer:
         warn(
-            f"checkpoints/latest names {ckpt.name}, the run resumes from it: {len(newer)} newer checkpoint(s) moved "
-            f"aside to checkpoints/{SUPERSEDED}* ({', '.join(sorted(c.name for c in newer))}); delete them, or move "
-            "one back and name it in latest to resume from it"
+            f"{len(newer)} checkpoint(s) after {checkpoint_name(nimg)}, where this run went on from, moved aside to "
+            f"checkpoints/{SUPERSEDED}* ({', '.join(sorted(c.name for c in newer))}): another history (latest named "
+            "an older one); delete them, or move one back and name it in checkpoints/latest to resume from it"
         )
 
 

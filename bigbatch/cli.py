@@ -172,7 +172,7 @@ def _sweep(args: argparse.Namespace) -> None:
 
 def _stop(args: argparse.Namespace) -> None:
     from bigbatch.checkpoints import find_checkpoint
-    from bigbatch.rundir import stop_run
+    from bigbatch.run_stop import stop_run
 
     if args.wait < 0:
         raise BigbatchError(f"--wait must be a number of seconds >= 0, got {args.wait:g}")
@@ -542,6 +542,15 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _one_line_warnings() -> None:
+    """Pillow's two lines per image over its decompression-bomb guard left out: bigbatch's decode says it in one."""
+    import warnings
+
+    from PIL import Image
+
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+
+
 def main(argv: list[str] | None = None) -> int:
     global _MAIN_PID
     _MAIN_PID = os.getpid()
@@ -555,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     old_int = signal.getsignal(signal.SIGINT) if in_main else None
     if old_int is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _one_line_warnings()
     args = None
     try:
         args = parse_args(argv)
@@ -575,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         resumes = " (a run resumes from its latest checkpoint with --resume)" * (getattr(args, "func", None) is _train)
         full = f"; free space there{resumes}" * (e.errno == errno.ENOSPC)
         # (found from outside: a read-only mount named, the fix not)
-        full += "; give a path on storage this user may write to" * (e.errno in (errno.EROFS, errno.EACCES))
+        full += "; give a path on storage this user may write to" * (e.errno == errno.EROFS)
+        full += "; give this user access to it (to read it, or to write there)" * (e.errno == errno.EACCES)
         say_error(f"{where}{e.strerror or e}{full}")
         return 2
     except KeyboardInterrupt as e:

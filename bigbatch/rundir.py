@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import shutil
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -47,6 +46,7 @@ class Run:
     """The training data's identity (path, content_hash), recorded in every checkpoint's meta.json."""
     log_window: dict[str, Any] | None = None
     """The log row under way at the checkpoint resumed from (progress.Window.state), to go on with."""
+    saved: bool = False  # whether this process has saved a checkpoint of it yet
 
     @property
     def resumed_at(self) -> int | None:
@@ -92,6 +92,9 @@ class Run:
         `log_window`: the log row under way (so that a resumed run logs the rows an uninterrupted one does);
         `replace`: rewrite an intact checkpoint at `nimg` (its state changed though nothing trained)."""
         state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data}
+        if not self.saved:  # (the first save since the run began here: what follows it on disk is another history)
+            checkpoints.set_aside_newer(self.path, self.resumed_at or 0)
+            self.saved = True
         if log_window is not None:
             state["log_window"] = log_window
         return checkpoints.save_checkpoint(
@@ -279,6 +282,8 @@ def _check_length(run: Run, resume: bool | Literal["auto"]) -> None:
             f"train.kimg={now:g} is not beyond the {trained:g} kimg {run.path} has trained (its length: {was:g}): "
             "give a larger train.kimg to train it longer, or leave it out to finish the run"
         )
+    elif now > was and dist.context().rank == 0:  # (found from outside: --resume=auto with its --preset took 80 kimg)
+        warn(f"train.kimg {was:g} -> {now:g}: the run trains on to {now:g} kimg", once=True)
 
 
 def _pick_checkpoint(run: Path) -> str | None:
@@ -420,37 +425,6 @@ def trainer(run: Path) -> tuple[int, str] | None:
         return None
 
 
-def stop_run(run: Path, wait: float = 300.0) -> int:
-    """Ask the process training `run` to save a checkpoint and exit (SIGTERM: what the loop saves on;
-    under torchrun every rank then stops with it), and wait up to `wait` seconds for it; its PID."""
-    import signal
-    import time
-
-    if not Path(run).is_dir():
-        raise BigbatchError(f"{run} is not a run directory")
-    found = trainer(run)
-    if found is None and not (Path(run) / "config.toml").is_file():  # (a run holds its lock before writing it)
-        raise BigbatchError(f"{run} is not a run directory (no config.toml): give the --run-dir a training writes to")
-    if found is None:
-        raise BigbatchError(f"{run} is not being trained: no process holds its lock")
-    pid, host = found
-    if host and host != socket.gethostname():
-        raise BigbatchError(f"{run} is trained by process {pid} on {host}; run `bigbatch stop` there")
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        raise BigbatchError(f"{run}: its trainer, process {pid}, has just ended") from None
-    deadline = time.monotonic() + wait
-    while wait and trainer(run) is not None:
-        if time.monotonic() > deadline:
-            raise BigbatchError(  # (found from outside: "saving" said of a rank blocked on a stopped peer)
-                f"process {pid} has not stopped after {wait:g} s: it finishes its step and saves, then stops on its "
-                "own; under torchrun it waits for every rank (a rank that hangs holds it: see its log)"
-            )
-        time.sleep(0.2)
-    return pid
-
-
 # What a resumed run may change: its length, its output and how it runs, never what it trains.
 RESUMABLE_CHANGES = {
     "train.kimg",
@@ -540,8 +514,6 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
             f"run's config.toml: its checkpoints keep their own copy; to change more, start a new run from this "
             "one's weights with train.init_from=RUN)"
         )
-    if (was := saved.get("train.kimg", 0.0)) < (now := given.get("train.kimg", 0.0)):  # (from outside: unsaid)
-        warn(f"resuming with train.kimg {was:g} -> {now:g}: the run trains on to {now:g} kimg", once=True)
     rescued = [k for k in changed if k in RECOVERY_CHANGES]
     if rescued:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)

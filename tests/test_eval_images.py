@@ -308,6 +308,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     np.savez(sets / "skewed.npz", mu=stats.mu, sigma=skewed)
     nan = M.ReferenceStats(stats.mu, stats.sigma * np.nan, stats.features, "", {})
     M.save_stats(nan, sets / "nan_stats.safetensors")  # (found by review: checked in an .npz alone)
+    M.save_stats(M.ReferenceStats(stats.mu, -np.eye(len(stats.mu)), stats.features, "", {}), sets / "neg.safetensors")
     assert "computing reference statistics of 40 images" in capsys.readouterr().err  # (said once, then cached)
     (sets / "run").mkdir()
     (sets / "run" / "config.toml").write_text("")
@@ -334,6 +335,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "nan_stats.npz"], "statistics file nan_stats.npz holds NaN or infinity"),  # (blamed on the images)
         (["a", "negative.npz"], "negative.npz: its sigma is not positive semi-definite (an eigenvalue of -1)"),
         (["a", "skewed.npz"], "skewed.npz: its sigma is not symmetric, as no covariance is; compute it again"),
+        (["a", "neg.safetensors"], "neg.safetensors: its sigma is not positive semi-definite"),  # (review: FID 0.0)
         (["a", "nan_stats.safetensors"], "(it holds NaN or infinity in its mu or sigma); compute it again with"),
         (["stats.npz", "ref.h5"], "holds feature statistics, not images"),
         (["a"], "needs a reference B"),

@@ -91,7 +91,7 @@ def test_a_frozen_group_computes_no_gradient_in_one_process_and_trains_the_rest_
             monkeypatch.setattr("bigbatch.engine.frozen.hold", lambda *args, **kwargs: None)
         with bigbatch.Replicator(16, 8) as rep:
             net = rep.prepare(nn.Sequential(low, body, head))
-            groups = [{"params": body.parameters(), "frozen": True}, {"params": [*low.parameters(), mine]}]
+            groups = [{"params": [*body.parameters(), mine], "frozen": True}, {"params": low.parameters()}]
             opt = rep.wrap_optimizer(torch.optim.AdamW([*groups, {"params": head.parameters()}], lr=0.1))
             step = lambda m: (net(m[0] * mine) - m[1]).square().mean()  # noqa: E731
             for _ in range(3):
@@ -107,4 +107,23 @@ def test_a_frozen_group_computes_no_gradient_in_one_process_and_trains_the_rest_
     dropped, dropped_calls, _ = run(hold=False)
     assert calls == 0 and dropped_calls == 3 * 2  # (two micro-batches a step)
     assert all(torch.equal(a, b) for a, b in zip(held, dropped))
-    assert states == [True, False]  # thawed; the user's own left as the user set it
+    assert states == [True, False]  # thawed; the user's own, though in the frozen group, left as the user set it
+
+
+def test_a_frozen_body_trains_under_the_next_optimizer_and_requires_grad_once_the_replicator_closes():
+    # Found by review: the parameters held frozen stayed so after the Replicator closed, and under a new optimizer
+    # (plain PyTorch's way to unfreeze), which then trained nothing of them without a word.
+    body, head = nn.Linear(4, 4), nn.Linear(4, 1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    with bigbatch.Replicator(8, 8) as rep:
+        net = rep.prepare(nn.Sequential(body, head))
+        step = lambda m: (net(m[0]) - m[1]).square().mean()  # noqa: E731
+        frozen = [{"params": body.parameters(), "frozen": True}, {"params": head.parameters()}]
+        rep.step(step, (x, y), rep.wrap_optimizer(torch.optim.SGD(frozen, lr=0.1)))
+        assert not body.weight.requires_grad
+        before = body.weight.detach().clone()
+        rep.step(step, (x, y), rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1)))
+        assert body.weight.requires_grad and not torch.equal(body.weight, before)
+        rep.step(step, (x, y), rep.wrap_optimizer(torch.optim.SGD(frozen, lr=0.1)))
+        assert not body.weight.requires_grad
+    assert body.weight.requires_grad and body.bias.requires_grad  # (closed: as before the Replicator)

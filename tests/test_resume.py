@@ -34,7 +34,7 @@ def test_resume_after_a_shorter_run_is_bit_identical(tiny, tmp_path, uninterrupt
     bigbatch.train(tiny, run_dir=run, resume=True, quiet=True)
     assert weights(run) == uninterrupted
     # A longer run is said (found from outside: --resume=auto with its --preset took the preset's length, unsaid).
-    assert "resuming with train.kimg 0.256 -> 0.512: the run trains on to 0.512 kimg" in capsys.readouterr().err
+    assert "train.kimg 0.256 -> 0.512: the run trains on to 0.512 kimg" in capsys.readouterr().err
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512]
     # TensorBoard too: found from outside, a resume purged the row logged at its checkpoint's step.
@@ -345,17 +345,28 @@ def test_a_run_rolled_back_to_an_older_checkpoint_keeps_what_it_trains_from_ther
     run = bigbatch.train(every, run_dir=tmp_path / "run", quiet=True)
     old = weights(run)
     (run / "checkpoints" / "latest").write_text("000000.256\n")
+    # A resume refused (found by review: the newer ones were moved aside before its checks) moves nothing.
+    with pytest.raises(bigbatch.BigbatchError, match="train.g_lr"):
+        bigbatch.train(every.override({"train.g_lr": 1e-3}), run_dir=run, resume=True, quiet=True)
+    assert not list((run / "checkpoints").glob(".superseded-*"))
     capsys.readouterr()
     bigbatch.train(every.override({"train.grad_clip": 1.0}), run_dir=run, resume=True, quiet=True)
     err = capsys.readouterr().err
-    assert "checkpoints/latest names 000000.256, the run resumes from it: 2 newer checkpoint(s) moved aside" in err
-    assert "(000000.384, 000000.512)" in err
+    assert "2 checkpoint(s) after 000000.256, where this run went on from, moved aside to checkpoints/" in err
+    assert "(000000.384, 000000.512): another history" in err
     # As trained to 0.256 and resumed from there with the rescue: the run's own newest, and nothing lost.
     parts = tmp_path / "parts"
     bigbatch.train(every.override({"train.kimg": 0.256}), run_dir=parts, quiet=True)
     bigbatch.train(every.override({"train.grad_clip": 1.0}), run_dir=parts, resume=True, quiet=True)
     assert weights(run) == weights(parts) != old
     assert find_checkpoint(run).name == "000000.512"
-    aside = sorted(p.name.rsplit("-", 2)[0] for p in (run / "checkpoints").glob(".superseded-*"))
+    aside = sorted(p.name.rsplit("-", 3)[0] for p in (run / "checkpoints").glob(".superseded-*"))
     assert aside == [".superseded-000000.384", ".superseded-000000.512"]
     assert weights(run, next((run / "checkpoints").glob(".superseded-000000.512-*")).name) == old
+    # A save cut short before latest named it: the run trains it again, the same bits, the first kept aside.
+    (run / "checkpoints" / "latest").write_text("000000.384\n")
+    bigbatch.train(every, run_dir=tmp_path / "cut", quiet=True)
+    cut = tmp_path / "cut"
+    (cut / "checkpoints" / "latest").write_text("000000.384\n")  # (000000.512 published, latest not yet written)
+    bigbatch.train(every, run_dir=cut, resume=True, quiet=True)
+    assert weights(cut) == old and find_checkpoint(cut).name == "000000.512"

@@ -7,7 +7,6 @@ import io
 import os
 import stat
 import tarfile
-import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,9 +35,6 @@ from bigbatch.urls import Location
 RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
 # Transparent pixels become this colour rather than whatever RGB values they happen to hold.
 BACKGROUND = (255, 255, 255)
-# Pillow warns of each image over its decompression-bomb guard in two lines of its own (a large photo data set:
-# thousands); `decode` says it once, in one line. (Over twice the guard Pillow refuses: the file is listed.)
-warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 class FolderSource(Source):
@@ -350,6 +346,8 @@ def decode(
     clips them).
     Raises on bad data."""
     with Image.open(io.BytesIO(data)) as img:
+        # Pillow warns of each in two lines of its own (a large photo data set: thousands; the CLI silences them),
+        # this once a process, in one. (Over twice its guard Pillow refuses: the file is listed.)
         if Image.MAX_IMAGE_PIXELS and img.width * img.height > Image.MAX_IMAGE_PIXELS:
             warn(
                 f"images over {Image.MAX_IMAGE_PIXELS:,} pixels (Pillow's guard against decompression bombs) are "

@@ -56,7 +56,6 @@ class _Optimizer:
     params: set[int] = field(default_factory=set)
     trained: list[nn.Module] = field(default_factory=list)  # prepared modules holding these params
     trained_of: int = -1  # len(Replicator.models) when `trained` was found
-    held: list[nn.Parameter] = field(default_factory=list)  # (of frozen groups: not requiring grad, frozen.py)
 
 
 class Replicator:
@@ -110,6 +109,7 @@ class Replicator:
         # before_micro_batches (all of them at once, in fewer kernels), else each module's own.
         self._micro_modules: dict[Callable, list[nn.Module]] = {}
         self.optimizers: dict[int, _Optimizer] = {}
+        self._held: list[nn.Parameter] = []  # frozen groups' parameters set not to require grad (frozen.py)
         self._bn_list, self._bn_of = list[nn.Module](), 0  # (the BatchNorms, found when there were _bn_of models)
         self._batchnorm_before: int | None = None  # images BatchNorm spanned before a resume (load_state_dict)
         self._owns_group = dist.init(self.ctx)
@@ -157,12 +157,12 @@ class Replicator:
     def close(self) -> None:
         """Leave the process group if this Replicator joined it, after releasing every DDP wrapper it holds
         (its models, and its optimizers' lists of them): a DDP reducer freed after its gloo process group was
-        destroyed frees the group itself, with the GIL held, and can deadlock with the group's worker thread."""
+        destroyed frees the group itself, with the GIL held, and can deadlock with the group's worker thread.
+        Frozen groups' parameters require grad again (frozen.py)."""
+        frozen.thaw(self._held)
         if self._owns_group:
-            self.models.clear()
-            self.optimizers.clear()
-            self._micro_hooks.clear()
-            self._micro_modules.clear()
+            for held in (self.models, self.optimizers, self._micro_hooks, self._micro_modules):
+                held.clear()
             gc.collect()
         dist.close(self._owns_group)
         self._owns_group = False
@@ -257,7 +257,7 @@ class Replicator:
         if self._plan is None:
             self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
-        frozen.hold(opt, state.held, everything=self.world_size > 1)
+        frozen.hold(opt, self._held, everything=self.world_size > 1)
         plan = self.plan
         if self._batchnorm_before is not None:
             self._check_resumed_batchnorm()
@@ -429,7 +429,7 @@ class Replicator:
         self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer] | None
     ) -> Plan:
         optimizers = [s.opt for s in self.optimizers.values()] if optimizers is None else list(optimizers)
-        frozen.thaw(self.optimizers.values())  # (the probes measure every gradient: a frozen body's too)
+        frozen.thaw(self._held)  # (the probes measure every gradient: a frozen body's too)
         if self.sync_bn and self.world_size > 1 and self.device.type == "cuda":
             # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
             raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")

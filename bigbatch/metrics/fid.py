@@ -68,7 +68,10 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
             "feature statistics hold NaN or infinity: the images or the extractor produced non-finite features"
         )
     diff = mu1 - mu2
-    distance = float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * trace_sqrt_product(sigma1, sigma2))
+    traces = float(np.trace(sigma1) + np.trace(sigma2))
+    distance = float(diff @ diff + traces - 2 * trace_sqrt_product(sigma1, sigma2))
+    if distance < -1e-9 * max(traces, 1.0):  # (more than the rounding of the sum: no covariances, found by review)
+        raise BigbatchError(f"FID came out negative ({distance:.3g}): a statistics file's sigma is not a covariance")
     return max(distance, 0.0)  # (a distance: identical sets gave -1e-13, the rounding of the sum)
 
 

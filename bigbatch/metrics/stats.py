@@ -247,9 +247,9 @@ def read_stats(path: str | Path) -> ReferenceStats:
             )
         if not (np.isfinite(mu).all() and np.isfinite(sigma).all()):  # (found from outside: blamed on the images)
             raise BigbatchError(f"statistics file {path} holds NaN or infinity in its mu or sigma; compute it again")
-        fault = covariance_fault(sigma)  # (found from outside: a sigma of -I scored a negative FID)
-        if fault:
-            raise BigbatchError(f"statistics file {path}: {fault}, as no covariance is; compute it again")
         stats = ReferenceStats(mu, sigma, np.zeros((0, mu.shape[0]), np.float32), "", {"source": str(path)})
+    fault = covariance_fault(np.asarray(stats.sigma, np.float64))  # (found from outside: -I scored a negative FID)
+    if fault:
+        raise BigbatchError(f"statistics file {path}: {fault}, as no covariance is; compute it again")
     stats.meta["file"] = str(path)
     return stats

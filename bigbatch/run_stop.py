@@ -1,0 +1,41 @@
+"""`bigbatch stop RUN`: the process training a run asked to save a checkpoint and exit."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from bigbatch.errors import BigbatchError
+from bigbatch.rundir import trainer
+
+
+def stop_run(run: Path, wait: float = 300.0) -> int:
+    """Ask the process training `run` to save a checkpoint and exit (SIGTERM: what the loop saves on;
+    under torchrun every rank then stops with it), and wait up to `wait` seconds for it; its PID."""
+    import signal
+    import time
+
+    if not Path(run).is_dir():
+        raise BigbatchError(f"{run} is not a run directory")
+    found = trainer(run)
+    if found is None and not (Path(run) / "config.toml").is_file():  # (a run holds its lock before writing it)
+        raise BigbatchError(f"{run} is not a run directory (no config.toml): give the --run-dir a training writes to")
+    if found is None:
+        raise BigbatchError(f"{run} is not being trained: no process holds its lock")
+    pid, host = found
+    if host and host != socket.gethostname():
+        raise BigbatchError(f"{run} is trained by process {pid} on {host}; run `bigbatch stop` there")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        raise BigbatchError(f"{run}: its trainer, process {pid}, has just ended") from None
+    deadline = time.monotonic() + wait
+    while wait and trainer(run) is not None:
+        if time.monotonic() > deadline:
+            raise BigbatchError(  # (found from outside: "saving" said of a rank blocked on a stopped peer)
+                f"process {pid} has not stopped after {wait:g} s: it finishes its step and saves, then stops on its "
+                "own; under torchrun it waits for every rank (a rank that hangs holds it: see its log)"
+            )
+        time.sleep(0.2)
+    return pid
