@@ -349,9 +349,10 @@ def test_an_output_on_a_read_only_file_system_is_named_in_its_one_line(tiny, tmp
     assert capsys.readouterr().err.endswith("x.png: No space left on device; free space there\n")
 
 
-def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_leaves_none(tmp_path):
+def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_resumes_from_them(tmp_path):
     # The parts a killed prepare resumes from are written ahead of the data file (a part of 256 images before
-    # the file holds them): a full disk can fail there first. They go with the refused prepare, in one line.
+    # the file holds them): a full disk can fail there first. They stay, said in one line, for the rerun (found
+    # from outside: a full disk at the data file's end took hours of decoded parts with it).
     src = tmp_path / "src"
     src.mkdir()
     ramp = np.linspace(0, 255, 64, dtype=np.uint8)
@@ -360,10 +361,18 @@ def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_leaves_none(t
             src / f"{i:03d}.png"
         )
     argv = ["prepare", "src", "out.h5", "--resolution", "64"]
-    p = bigbatch_limited(1_500_000, *argv, cwd=tmp_path)  # a part of 256 raw images is 3 MB
+    p = bigbatch_limited(1_500_000, *argv, cwd=tmp_path)  # a part of 256 raw images is 3 MB: none kept whole
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith("bigbatch: error: cannot write out.h5: File too large (its partial files are removed)")
     assert sorted(f.name for f in tmp_path.iterdir()) == ["src"]
+    p = bigbatch_limited(3_500_000, *argv, cwd=tmp_path)  # the part fits, the data file of 300 (3.7 MB) does not
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("bigbatch: error: cannot write out.h5: File too large; the images decoded so far are")
+    assert "and prepare run again resumes from them: free space there" in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == [".out.h5.parts", "src"]  # (no partial data file)
+    again = subprocess.run([sys.executable, "-m", "bigbatch", *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert again.returncode == 0 and "resumed: 300 files as an interrupted prepare" in again.stdout, again.stdout
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["out.h5", "src"]
 
 
 def test_damaged_run_records_are_passed_over_or_one_line(tiny, tmp_path, capsys):

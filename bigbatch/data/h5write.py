@@ -188,11 +188,21 @@ class _WriteOnce(io.RawIOBase):
         self.file.close()
 
 
-def cannot_write(out: Location, e: OSError) -> BigbatchError:
+class CannotWrite(BigbatchError):
+    """The data file could not be written (`error`: the OS's): its partial file goes, and the parts, if any are
+    whole, stay for the rerun (prepare_pool.parts_kept_unless_refused)."""
+
+    def __init__(self, message: str, error: OSError):
+        super().__init__(message)
+        self.error = error
+
+
+def cannot_write(out: Location, e: OSError) -> CannotWrite:
     """What a prepare that cannot write `out` (or the parts it resumes from) says: its partial files go."""
-    return BigbatchError(
+    return CannotWrite(
         f"cannot write {out.name}: {e.strerror or e} (its partial files are removed); "
-        "free space or choose another output, then prepare again"
+        "free space or choose another output, then prepare again",
+        e,
     )
 
 

@@ -14,12 +14,12 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from bigbatch.data import codecs
-from bigbatch.data.h5write import cannot_write
+from bigbatch.data.h5write import CannotWrite, cannot_write
 from bigbatch.data.parts import PART, DamagedPart, Parts, Result
 from bigbatch.data.sources import Listing, OutOfMemory, decode_or_reason, file_stamp
 from bigbatch.errors import BigbatchError
@@ -98,9 +98,9 @@ def decoded(
 
 @contextmanager
 def parts_kept_unless_refused(parts: Parts | None, out: Location) -> Iterator[None]:
-    """The parts go once the data file is written, or when prepare is refused (a bad file with
-    --strict, a full disk: nothing left behind); a prepare killed, interrupted or out of memory keeps them to
-    resume."""
+    """The parts go once the data file is written, or when prepare is refused (a bad file with --strict);
+    a prepare killed, interrupted, out of memory or out of disk keeps them to resume (found from outside: a full
+    disk at the data file's end took hours of decoded parts with it)."""
     try:
         yield
     except OutOfMemory as e:  # (found by review: its parts went too; then, what a rerun keeps was not said)
@@ -108,17 +108,32 @@ def parts_kept_unless_refused(parts: Parts | None, out: Location) -> Iterator[No
         raise OutOfMemory(f"{e}{kept or ' (a target on S3 keeps no parts: it starts over)'}") from None
     except DamagedPart:  # (the others kept: a rerun decodes that one anew)
         raise
-    except BigbatchError:
-        if parts is not None:
-            parts.remove()
-        raise
+    except BigbatchError as refused:
+        e = refused.error if isinstance(refused, CannotWrite) else None  # (the data file's write: full, say)
+        if parts is None or e is None or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            if parts is not None:
+                parts.remove()
+            raise
+        _out_of_disk(parts, out, e)
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or parts is None:
             raise
-        parts.remove()  # (a full disk's parts are what fills it)
-        raise cannot_write(out, e) from None
+        _out_of_disk(parts, out, e)
     if parts is not None:
         parts.remove()
+
+
+def _out_of_disk(parts: Parts, out: Location, e: OSError) -> NoReturn:
+    """A full disk (or a file size limit) while prepare writes: the parts kept whole stay for the rerun."""
+    size = sum(f.stat().st_size for f in parts.folder.glob("part-*.npz")) / 2**20
+    if not size:  # (none whole: nothing to resume from)
+        parts.remove()
+        raise cannot_write(out, e) from None
+    raise BigbatchError(
+        f"cannot write {out.name}: {e.strerror or e}; the images decoded so far are kept in {parts.folder} "
+        f"({size:,.0f} MiB), and prepare run again resumes from them: free space there (the data file takes "
+        "about as much again), or delete that folder to start over elsewhere"
+    ) from None
 
 
 def parts_of(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
