@@ -74,9 +74,13 @@ def _train(args: argparse.Namespace) -> None:
             warn(f"train.init_from {given} does not exist: training refuses it until it does")  # data file is)
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         resumed = _dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
+        device = dist.context(cfg.train.device).device
+        if cfg.data.decode != "cpu":  # (found from outside: passed here, refused by the run)
+            from bigbatch.data.device_decode import check_device
+
+            check_device(device, cfg.data.decode)
         print(cfg.dumps())
         print(f"# plan: {plan}{resumed}")
-        device = dist.context(cfg.train.device).device
         print(f"# {describe_compile(cfg)}: {'on' if compiles(cfg, device) else 'off'} (device {device.type})")
         return
     train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)

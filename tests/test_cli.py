@@ -58,6 +58,10 @@ def run_cli(capsys, *argv):
         ),
         (["train", "--preset", "saehd_cpu", "--dry-run", 'model.options.archi="foo"'], "SAEHD archi must be df"),
         (["train", "--dry-run", "data.path=/tmp"], "data file /tmp is not a file"),  # as training refuses it
+        (  # (found from outside: passed by the dry run, refused by the run)
+            ["train", "--preset", "fashion_resnet_fast", "--dry-run", "data.decode=gpu", "train.device=cpu"],
+            'data.decode = "gpu" decodes on a CUDA device and this run trains on cpu',
+        ),
         (["show-batch", "--kimg", "nan"], "--kimg must be a number of kimg, 0 to 1e12, got nan"),
         (["show-batch", "--kimg", "inf"], "--kimg must be a number of kimg, 0 to 1e12, got inf"),
         (["train", "--dry-run", "train.pl_weight=2"], "'train.pl_weight' needs a G with a mapping network"),

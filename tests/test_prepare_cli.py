@@ -153,6 +153,20 @@ def test_a_flat_validation_folder_takes_its_labels_from_a_file_in_the_training_c
     assert main(["prepare", str(tmp_path / "val"), str(tmp_path / "v2.h5"), "--labels", str(tmp_path / "no.csv")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no.csv" in err, err
+    # Labels that are numbers are numbered as numbers (found from outside: 10 before 2, sorted as text).
+    rows = [f"ILSVRC2012_val_{i:08d},{label}" for i, label in enumerate([10, 9, 2, 10], start=1)]
+    (tmp_path / "numbers.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "numbers.h5"
+    assert (
+        main(
+            ["prepare", str(tmp_path / "val"), str(out), "--resolution", "8", "--labels", str(tmp_path / "numbers.csv")]
+        )
+        == 0
+    )
+    assert "sorted (as numbers where all are)" in capsys.readouterr().err
+    data = bigbatch.data.load_data(str(out), 8)
+    assert data.class_names == ["2", "9", "10"]
+    assert data.get(torch.arange(4))[1].tolist() == [2, 1, 0, 2]
 
 
 def test_a_validation_set_of_class_folders_lacking_a_class_takes_the_training_files_numbering(tmp_path, capsys):

@@ -290,6 +290,18 @@ def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> to
     return x.permute(0, 2, 3, 1).contiguous()
 
 
+def check_device(device: torch.device, decode: str) -> None:
+    """data.decode = "gpu" or "nvimgcodec" needs the run on a CUDA device (the dry run checks this alone)."""
+    said = f'data.decode = "{decode}"'
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BigbatchError(f'{said} decodes on a CUDA device and none is available here: use "cpu"')
+    if device.type != "cuda":
+        raise BigbatchError(
+            f"{said} decodes on a CUDA device and this run trains on {device.type}: "
+            'set data.decode = "cpu" (the default)'
+        )
+
+
 def check(data: Any, device: torch.device, decode: str = "gpu") -> None:
     """data.decode = "gpu" or "nvimgcodec" needs a JPEG data file of RGB images and a CUDA device (and
     "nvimgcodec" the package, with nvJPEG); one line otherwise."""
@@ -300,12 +312,6 @@ def check(data: Any, device: torch.device, decode: str = "gpu") -> None:
             f"{said} decodes JPEG files of RGB images; {data.source} is {codec} with "
             f'{getattr(data, "channels", "?")} channels: prepare it with --codec jpeg, or set data.decode = "cpu"'
         )
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise BigbatchError(f'{said} decodes on a CUDA device and none is available here: use "cpu"')
-    if device.type != "cuda":
-        raise BigbatchError(
-            f"{said} decodes on a CUDA device and this run trains on {device.type}: "
-            'set data.decode = "cpu" (the default)'
-        )
+    check_device(device, decode)
     if decode == "nvimgcodec":
         nvimgcodec_ready(device)

@@ -64,13 +64,21 @@ def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dic
     return out
 
 
+def label_order(names: set[str]) -> list[str]:
+    """Class names as their indices follow them without a training file: sorted, as numbers where all are whole
+    numbers (found from outside: `file,10` before `file,2` as text, unlike WebDataset's .cls and what a user
+    numbering classes meant)."""
+    numbers = all(n.isascii() and n.isdigit() and str(int(n)) == n for n in names)
+    return sorted(names, key=int) if numbers else sorted(names)
+
+
 def relabel(
     listing: Listing, labels: dict[str, str], class_names: list[str] | None, what: str, first_words: bool = False
 ) -> tuple[Listing, list[tuple[str, str]], list[str]]:
     """`listing` with the labels of `labels` (class indices in `class_names`' order, or the sorted label
     names; `first_words`: see class_index): (the labelled files, the files without a label with a reason each,
     the labelled names no file matches)."""
-    names = sorted(set(labels.values())) if class_names is None else list(class_names)
+    names = label_order(set(labels.values())) if class_names is None else list(class_names)
     index = class_index(names, first_words)
     unknown = sorted(set(labels.values()) - set(index))
     if unknown:

@@ -468,7 +468,8 @@ def _labelled(
     table = read_labels(labels, storage_options)  # (a file it refuses is refused before the warning below)
     if names is None:  # (a validation set missing a class would be numbered off by one against its training set)
         warn(
-            f"class indices from the names in {public_name(labels)} alone, sorted: to number them as a training "
+            f"class indices from the names in {public_name(labels)} alone, sorted (as numbers where all are): to "
+            "number them as a training "
             "file does, give --classes TRAIN.h5"
         )
     what = f"labels file {public_name(labels)}"
