@@ -138,6 +138,8 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
         return
     for p in phases:
         micro = min(cfg.train.micro_batch, p.batch // ctx.world_size)  # (above a process's share: the share)
+        if micro and (p.batch // ctx.world_size) % micro:  # (the batch plan's check says so, first: found from
+            continue  # outside, a group that fits a micro-batch the batch could not split into was offered)
         warn_under_group(cfg, micro)  # (found from outside: said for "auto" only)
         if micro and micro % min(group, micro):
             fits = max(d for d in range(1, group + 1) if micro % d == 0)

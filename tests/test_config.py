@@ -165,6 +165,10 @@ def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_start
     assert not (tmp_path / "run").exists()
     assert main([*args, "model.options.mbstd_group=8", "--dry-run"]) == 0  # (32 = 4 groups of 8)
     assert main([*args, "model.options.mbstd_group=3", "train.micro_batch=auto", "--dry-run"]) == 0
+    # A micro-batch the batch cannot split into is the plan's to refuse, first (found from outside: a group that
+    # fits it was offered, then the plan refused the micro-batch).
+    assert main([*args, "model.options.mbstd_group=4", "train.micro_batch=6", "--dry-run"]) == 2
+    assert "is not a multiple of train.micro_batch x world_size = 6 x 1" in capsys.readouterr().err
     # (a config builds whatever its world size: sample, eval and info load one trained on 4 processes)
     bigbatch.preset("digits").override(
         {"model.name": "stylegan2", "train.micro_batch": 32, "model.options.mbstd_group": 3}
