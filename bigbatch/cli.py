@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bigbatch.cli_errors import refuse_url_outputs, runtime_error_line, say_error
+from bigbatch import cli_tools
+from bigbatch.cli_errors import one_line_warnings, refuse_url_outputs, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
@@ -499,21 +500,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if extras:
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     refuse_url_outputs(args, argv)
-    _checkpoint_named(args)
+    cli_tools.checkpoint_named(args)
     return args
-
-
-def _checkpoint_named(args: argparse.Namespace) -> None:
-    """--checkpoint (eval, predict, export): "latest" unless given; given, it names one of a run directory (found
-    from outside: `--checkpoint latest` of a checkpoint folder scored that folder, without a word)."""
-    if "checkpoint" not in args:
-        return
-    where = getattr(args, "run", None) or getattr(args, "path", None)
-    if args.checkpoint is not None and where and (Path(where) / "meta.json").is_file():
-        raise BigbatchError(
-            f"{where} is a checkpoint already: --checkpoint {args.checkpoint} names one of a run directory"
-        )
-    args.checkpoint = args.checkpoint or "latest"
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -546,15 +534,6 @@ def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _one_line_warnings() -> None:
-    """Pillow's two lines per image over its decompression-bomb guard left out: bigbatch's decode says it in one."""
-    import warnings
-
-    from PIL import Image
-
-    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
-
-
 def main(argv: list[str] | None = None) -> int:
     global _MAIN_PID
     _MAIN_PID = os.getpid()
@@ -568,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     old_int = signal.getsignal(signal.SIGINT) if in_main else None
     if old_int is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    _one_line_warnings()
+    one_line_warnings()
     args = None
     try:
         args = parse_args(argv)

@@ -113,3 +113,12 @@ def refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
                 f"{flag} {value} is a URL, and {args.command} writes local files: give a local path (and copy the "
                 "result up afterwards)"
             )
+
+
+def one_line_warnings() -> None:
+    """Pillow's two lines per image over its decompression-bomb guard left out: bigbatch's decode says it in one."""
+    import warnings
+
+    from PIL import Image
+
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)

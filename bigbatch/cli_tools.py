@@ -378,3 +378,16 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
             print(f"a GAN needs a side that is a power of two: prepare again with --resolution {power}")
     else:
         print(f"train on it with: bigbatch train data.path={out}{at(32)}")
+
+
+def checkpoint_named(args: argparse.Namespace) -> None:
+    """--checkpoint (eval, predict, export): "latest" unless given; given, it names one of a run directory (found
+    from outside: `--checkpoint latest` of a checkpoint folder scored that folder, without a word)."""
+    if "checkpoint" not in args:
+        return
+    where = getattr(args, "run", None) or getattr(args, "path", None)
+    if args.checkpoint is not None and where and (Path(where) / "meta.json").is_file():
+        raise BigbatchError(
+            f"{where} is a checkpoint already: --checkpoint {args.checkpoint} names one of a run directory"
+        )
+    args.checkpoint = args.checkpoint or "latest"

@@ -1,5 +1,8 @@
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 # Idle torch threads sleep instead of spinning: on a shared 2-core machine spinning made Inception 5x slower.
@@ -157,3 +160,20 @@ def interrupted_prepare(monkeypatch, *args, **kwargs) -> None:
         patched.setattr(preparing.H5Writer, "add", add_then_interrupt)
         with pytest.raises(KeyboardInterrupt):
             prepare(*args, **kwargs)
+
+
+def limited(max_bytes):
+    """preexec_fn: files this process writes stop growing at max_bytes, the write failing with EFBIG as a
+    full disk fails with ENOSPC (SIGXFSZ ignored, so the write returns the error instead of killing)."""
+    import resource
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return apply
+
+
+def bigbatch_limited(max_bytes, *argv, cwd):
+    cmd = [sys.executable, "-m", "bigbatch", *argv]
+    return subprocess.run(cmd, preexec_fn=limited(max_bytes), capture_output=True, text=True, cwd=cwd, timeout=300)

@@ -112,15 +112,6 @@ def test_a_frozen_body_with_nothing_to_load_or_frozen_throughout_is_said(capsys,
     assert "lasts the whole run of 1 kimg: the body never trains" in capsys.readouterr().err
 
 
-def test_rectangular_validation_of_images_of_one_shape_is_said_to_change_nothing(tmp_path, capsys, monkeypatch):
-    # Found from outside: data.val_rect on square images (digits) was taken without a word.
-    monkeypatch.setattr("bigbatch.errors._WARNED", set())
-    bigbatch.train(tiny(**{"data.val_rect": True, "train.kimg": 0.064}), run_dir=tmp_path / "r", quiet=True)
-    assert "data.val_rect keeps each image's aspect ratio, and builtin:digits (val) holds images of one shape" in (
-        capsys.readouterr().err
-    )
-
-
 def test_a_phase_batch_may_be_a_multiple_of_train_batch():
     cfg = tiny(**{"train.batch": 32, "data.schedule": "0:12:2x,0.256:16:1x"})
     assert [p.batch for p in bigbatch.data.schedule.schedule_of(cfg).phases] == [64, 32]

@@ -518,3 +518,12 @@ def test_a_fine_tuning_resumed_inside_its_frozen_phase_ends_with_the_weights_of_
     bigbatch.train(tiny(**over), run_dir=half, resume=True, quiet=True)
     end = "checkpoints/000000.256/model.safetensors"
     assert (half / end).read_bytes() == (whole / end).read_bytes()
+
+
+def test_rectangular_validation_of_images_of_one_shape_is_said_to_change_nothing(tmp_path, capsys, monkeypatch):
+    # Found from outside: data.val_rect on square images (digits) was taken without a word.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    bigbatch.train(tiny(**{"data.val_rect": True, "train.kimg": 0.064}), run_dir=tmp_path / "r", quiet=True)
+    assert "data.val_rect keeps each image's aspect ratio, and builtin:digits (val) holds images of one shape" in (
+        capsys.readouterr().err
+    )

@@ -11,8 +11,8 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pytest
+from conftest import bigbatch_limited
 from PIL import Image
 from test_resume import flip_byte
 
@@ -265,23 +265,6 @@ def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
         bigbatch.load_generator(run / "checkpoints" / "000000.256")
 
 
-def limited(max_bytes):
-    """preexec_fn: files this process writes stop growing at max_bytes, the write failing with EFBIG as a
-    full disk fails with ENOSPC (SIGXFSZ ignored, so the write returns the error instead of killing)."""
-    import resource
-
-    def apply():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
-
-    return apply
-
-
-def bigbatch_limited(max_bytes, *argv, cwd):
-    cmd = [sys.executable, "-m", "bigbatch", *argv]
-    return subprocess.run(cmd, preexec_fn=limited(max_bytes), capture_output=True, text=True, cwd=cwd, timeout=300)
-
-
 def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     # prepare: no crash of the interpreter (HDF5's own write errors used to end in a segfault).
     stale = tmp_path / ".data.h5.partial-999999999"  # a prepare killed earlier: no such process
@@ -347,32 +330,6 @@ def test_an_output_on_a_read_only_file_system_is_named_in_its_one_line(tiny, tmp
     monkeypatch.setattr(bigbatch.files, "write_file", full)  # (sample resumes nothing: no advice to resume)
     assert main(["sample", str(run), "--n", "4", "--out", str(tmp_path / "x.png")]) == 2
     assert capsys.readouterr().err.endswith("x.png: No space left on device; free space there\n")
-
-
-def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_resumes_from_them(tmp_path):
-    # The parts a killed prepare resumes from are written ahead of the data file (a part of 256 images before
-    # the file holds them): a full disk can fail there first. They stay, said in one line, for the rerun (found
-    # from outside: a full disk at the data file's end took hours of decoded parts with it).
-    src = tmp_path / "src"
-    src.mkdir()
-    ramp = np.linspace(0, 255, 64, dtype=np.uint8)
-    for i in range(300):
-        Image.fromarray(np.stack([np.add.outer(ramp, ramp) // 2 + i % 50] * 3, -1).astype(np.uint8)).save(
-            src / f"{i:03d}.png"
-        )
-    argv = ["prepare", "src", "out.h5", "--resolution", "64"]
-    p = bigbatch_limited(1_500_000, *argv, cwd=tmp_path)  # a part of 256 raw images is 3 MB: none kept whole
-    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert p.stderr.startswith("bigbatch: error: cannot write out.h5: File too large (its partial files are removed)")
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["src"]
-    p = bigbatch_limited(3_500_000, *argv, cwd=tmp_path)  # the part fits, the data file of 300 (3.7 MB) does not
-    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert p.stderr.startswith("bigbatch: error: cannot write out.h5: File too large; the images decoded so far are")
-    assert "and prepare run again resumes from them: free space there" in p.stderr
-    assert sorted(f.name for f in tmp_path.iterdir()) == [".out.h5.parts", "src"]  # (no partial data file)
-    again = subprocess.run([sys.executable, "-m", "bigbatch", *argv], cwd=tmp_path, capture_output=True, text=True)
-    assert again.returncode == 0 and "resumed: 300 files as an interrupted prepare" in again.stdout, again.stdout
-    assert sorted(f.name for f in tmp_path.iterdir()) == ["out.h5", "src"]
 
 
 def test_damaged_run_records_are_passed_over_or_one_line(tiny, tmp_path, capsys):
@@ -512,7 +469,6 @@ def test_a_run_directory_that_cannot_be_made_is_one_line(tiny, tmp_path, capsys)
 
 
 def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
-    from PIL import Image
 
     src = tmp_path / "images"
     src.mkdir()

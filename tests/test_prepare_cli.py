@@ -1,12 +1,14 @@
 """`bigbatch prepare` and `bigbatch info DATA.h5` from the command line, then training on the file."""
 
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import interrupted_prepare
+from conftest import bigbatch_limited, interrupted_prepare
 from PIL import Image
 
 import bigbatch
@@ -439,3 +441,29 @@ def test_images_over_pillows_bomb_guard_are_one_warning_line_and_twice_over_are_
     assert not [line for line in lines if "DecompressionBomb" in line or not line.startswith("bigbatch: ")]
     assert "cats/huge.png: too large to decode safely" in captured.out + captured.err
     assert "24 images" in captured.out
+
+
+def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_resumes_from_them(tmp_path):
+    # The parts a killed prepare resumes from are written ahead of the data file (a part of 256 images before
+    # the file holds them): a full disk can fail there first. They stay, said in one line, for the rerun (found
+    # from outside: a full disk at the data file's end took hours of decoded parts with it).
+    src = tmp_path / "src"
+    src.mkdir()
+    ramp = np.linspace(0, 255, 64, dtype=np.uint8)
+    for i in range(300):
+        Image.fromarray(np.stack([np.add.outer(ramp, ramp) // 2 + i % 50] * 3, -1).astype(np.uint8)).save(
+            src / f"{i:03d}.png"
+        )
+    argv = ["prepare", "src", "out.h5", "--resolution", "64"]
+    p = bigbatch_limited(1_500_000, *argv, cwd=tmp_path)  # a part of 256 raw images is 3 MB: none kept whole
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("bigbatch: error: cannot write out.h5: File too large (its partial files are removed)")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["src"]
+    p = bigbatch_limited(3_500_000, *argv, cwd=tmp_path)  # the part fits, the data file of 300 (3.7 MB) does not
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("bigbatch: error: cannot write out.h5: File too large; the images decoded so far are")
+    assert "and prepare run again resumes from them: free space there" in p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == [".out.h5.parts", "src"]  # (no partial data file)
+    again = subprocess.run([sys.executable, "-m", "bigbatch", *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert again.returncode == 0 and "resumed: 300 files as an interrupted prepare" in again.stdout, again.stdout
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["out.h5", "src"]
