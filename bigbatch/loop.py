@@ -25,7 +25,7 @@ from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.models.registry import is_own
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
@@ -94,6 +94,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if main:
         run.write_start(rep)
         if run.checkpoint:
+            was = Config.load(run.checkpoint / "config.toml").train.kimg
+            if cfg.train.kimg > was:  # (found from outside: --resume=auto with its --preset took 80 kimg, unsaid)
+                warn(f"train.kimg {was:g} -> {cfg.train.kimg:g}: the run trains on to {cfg.train.kimg:g} kimg")
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
         if rep.compile:  # (the first step says how much came from the cache)

@@ -282,8 +282,6 @@ def _check_length(run: Run, resume: bool | Literal["auto"]) -> None:
             f"train.kimg={now:g} is not beyond the {trained:g} kimg {run.path} has trained (its length: {was:g}): "
             "give a larger train.kimg to train it longer, or leave it out to finish the run"
         )
-    elif now > was and dist.context().rank == 0:  # (found from outside: --resume=auto with its --preset took 80 kimg)
-        warn(f"train.kimg {was:g} -> {now:g}: the run trains on to {now:g} kimg", once=True)
 
 
 def _pick_checkpoint(run: Path) -> str | None:

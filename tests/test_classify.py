@@ -330,7 +330,7 @@ def test_training_refuses_validation_images_of_other_classes_and_bucketed_traini
         (
             f"data.val_path={tmp_path / 'val.h5'}",
             "val.h5 has other classes than data.path",
-            "number 0: green against blue",
+            "number 0: 'green' here, 'blue' in data.path",
         ),
         ("data.val_path=builtin:digits", "builtin:digits has other classes", "data.val_fraction=0.1"),
     ]
