@@ -469,8 +469,7 @@ def _labelled(
     if names is None:  # (a validation set missing a class would be numbered off by one against its training set)
         warn(
             f"class indices from the names in {public_name(labels)} alone, sorted (as numbers where all are): to "
-            "number them as a training "
-            "file does, give --classes TRAIN.h5"
+            "number them as a training file does, give --classes TRAIN.h5"
         )
     what = f"labels file {public_name(labels)}"
     lines = bool(classes) and is_class_list(classes)

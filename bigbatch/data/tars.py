@@ -8,6 +8,7 @@ webdataset's own reader streams samples in order, and `prepare` needs its listin
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import tarfile
@@ -198,16 +199,14 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
             members += [(i, *m) for m in scanned.members]
             cls.update(((i, k), v) for k, v in scanned.cls.items())
             fields_only += [(i, k) for k in scanned.fields_only]
-            # (a file's damage, a dangling link, named with its shard where there are several)
-            damaged += [(n if n == shards[i].name or len(shards) == 1 else f"{shards[i].name}/{n}", why)
-                        for n, why in scanned.damaged]  # fmt: skip
+            damaged += [(_in_shard(shards, i, n), why) for n, why in scanned.damaged]  # (a file's, a dangling link's)
             stamps.append(scanned.stamp)
     members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
     source = TarSource(shards, storage_options, stamps)
     names = _unwrapped([m[1] for m in members])
     keys = [f"{m[0]}:{m[2]}:{m[3]}" for m in members]
     if cls:
-        listing = _samples(source, members, names, keys, cls, fields_only, classes, several=len(shards) > 1)
+        listing = _samples(source, members, names, keys, cls, fields_only, classes)
     elif classes and _class_tars(shards, members):  # ImageNet's train set: n01440764.tar holds n01440764_*.JPEG
         stems = sorted({_stem(s) for s in shards})
         at = {stem: i for i, stem in enumerate(stems)}
@@ -220,6 +219,11 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
         listing = Listing(source, keys, names, np.zeros(len(keys), np.int64), [])
     listing.skipped = damaged + listing.skipped
     return listing
+
+
+def _in_shard(shards: list[Location], i: int, name: str) -> str:
+    """A member of shard `i` as a listing's skipped files name it: with its shard where there are several."""
+    return name if len(shards) == 1 or name == shards[i].name else f"{shards[i].name}/{name}"
 
 
 def _stem(shard: Location) -> str:
@@ -253,7 +257,6 @@ def _samples(
     cls: dict[tuple[int, str], int | bytes],
     fields_only: list[tuple[int, str]],
     classes: bool,
-    several: bool,
 ) -> Listing:
     """One member a WebDataset sample (its image, by PREFERRED), labelled by its .cls; the samples of nothing but
     fields (`fields_only`) skipped."""
@@ -271,10 +274,7 @@ def _samples(
             chosen[(shard, key)] = (rank, j)
         others.append(before[1] if rank < before[0] else j)
     out_keys, out_names, labels, skipped = [], [], [], []
-
-    def shown(shard: int, name: str) -> str:  # (which shard a skipped file is in, where there are several)
-        return f"{source.shards[shard].name}/{name}" if several else name
-
+    shown = functools.partial(_in_shard, source.shards)
     for (shard, key), (_, j) in chosen.items():  # (in the order samples first appear)
         label = 0
         if classes:

@@ -17,6 +17,8 @@ def hold(opt: torch.optim.Optimizer, held: list[torch.nn.Parameter], everything:
     another optimizer holds frozen (a GAN's G and D each keep theirs). An optimizer whose groups are all frozen
     is left to the step, which says so in one line."""
     groups = opt.param_groups
+    if not held and (everything or not any(g.get("frozen") for g in groups)):  # (most steps: nothing to do)
+        return
     everything = everything or all(g.get("frozen") for g in groups)
     trains = {id(p) for g in groups if everything or not g.get("frozen") for p in g["params"]}
     for p in held:

@@ -120,9 +120,9 @@ def _source(path: str) -> tuple[str, Path, ImageFiles | None]:
     listed = read_by_listing(where)
     if not listed and p.is_file() and not p.name.lower().endswith(ARCHIVES):
         return str(p), p, None
-    if not (listed or p.exists()):
-        raise BigbatchError(f"{path} does not exist; give image files, folders, .zip or .tar files of images")
     give = "give image files, folders, .zip or .tar files of images"
+    if not (listed or p.exists()):
+        raise BigbatchError(f"{path} does not exist; {give}")
     files = ImageFiles(list_source(where, classes=False), where.name, give)
     return (where.name.rstrip("/") if where.url else str(p)), p, files
 
