@@ -94,9 +94,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if main:
         run.write_start(rep)
         if run.checkpoint:
-            was = Config.load(run.checkpoint / "config.toml").train.kimg
-            if cfg.train.kimg > was:  # (found from outside: --resume=auto with its --preset took 80 kimg, unsaid)
-                warn(f"train.kimg {was:g} -> {cfg.train.kimg:g}: the run trains on to {cfg.train.kimg:g} kimg")
+            was = run.length_before
+            if was is not None and cfg.train.kimg > was:  # (found from outside: --resume=auto with its --preset
+                warn(f"train.kimg {was:g} -> {cfg.train.kimg:g}: the run trains on to {cfg.train.kimg:g} kimg")  # 80)
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
         if rep.compile:  # (the first step says how much came from the cache)

@@ -47,6 +47,7 @@ class Run:
     log_window: dict[str, Any] | None = None
     """The log row under way at the checkpoint resumed from (progress.Window.state), to go on with."""
     saved: bool = False  # whether this process has saved a checkpoint of it yet
+    length_before: float | None = None  # train.kimg of the checkpoint resumed from (_check_length read it)
 
     @property
     def resumed_at(self) -> int | None:
@@ -272,7 +273,7 @@ def _check_length(run: Run, resume: bool | Literal["auto"]) -> None:
     and keep the shorter length for later resumes: refused, naming where the run stands. Under --resume=auto
     (a job's one command, run again after the run was trained on by another), the run is done: it keeps its
     length, said in a warning (one not yet at its length is refused as on --resume)."""
-    was = Config.load(run.checkpoint / "config.toml").train.kimg
+    was = run.length_before = Config.load(run.checkpoint / "config.toml").train.kimg
     now, trained = run.cfg.train.kimg, (run.resumed_at or 0) / 1000
     if now < was and trained >= was and resume == "auto":
         warn(f"{run.path} has trained {trained:g} kimg, beyond train.kimg={now:g}: it is done (its length: {was:g})")
