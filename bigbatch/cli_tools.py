@@ -70,7 +70,7 @@ def _export(args: argparse.Namespace) -> None:
         raise BigbatchError(f"{args.out} is a folder; export writes one file: name it, e.g. {args.out}/model.pt")
     if os.path.lexists(args.out) and not args.overwrite:  # (as prepare and export-dfl refuse theirs)
         raise BigbatchError(f"{args.out} exists: give --overwrite to replace it, or another name")
-    out, usage = export(args.run, args.out, args.checkpoint, fmt)
+    out, usage = export(args.run, args.out, args.checkpoint, fmt, args.psi)
     if fmt == "dfm":
         print(f"Wrote {out}: {usage}")
         return
@@ -181,6 +181,10 @@ def add_tool_commands(sub: Any) -> None:
     )
     ex.add_argument("--checkpoint", help="latest (default), best, or a checkpoints/ folder name")
     ex.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    ex.add_argument(
+        "--psi", type=float, help="a StyleGAN2: its truncation of w toward the average w, built into the file (1 = "
+        "off, 0.7 typical; as `sample --psi`)",
+    )  # fmt: skip
     ex.set_defaults(func=_export)
 
     lf = sub.add_parser("lr-find", help="learning-rate range test of a classify or swap config; writes lr_find.png")

@@ -8,7 +8,8 @@ torch.export.passes.move_to_device_pass(program, "cuda") (bench/gpu_check.py run
 - classify: uint8 RGB image (H, W, 3) of any size -> class probabilities (1, classes), the
   preprocessing of `bigbatch predict` included (tasks/classify/inference.py); class names inside.
 - gan: the EMA generator, z (N, dim_z) float32 [and class y (N,) int64 when conditional] -> uint8
-  images (N, H, W, C), what `bigbatch sample` writes for the same z and classes.
+  images (N, H, W, C), what `bigbatch sample` writes for the same z and classes (a StyleGAN2's at
+  `--psi`, its truncation of w toward w_avg, built in: ADA's `truncation_psi`).
 - swap: aligned faces uint8 RGB (N, R, R, 3) at the model's resolution -> the src->dst swap: swapped
   faces uint8 (N, R, R, 3) and its mask uint8 (N, R, R) (the src-path mask times the dst path's, the
   mask DFL's merger blends with), what `bigbatch swap` writes.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import tempfile
 import warnings
 from pathlib import Path
@@ -81,15 +83,23 @@ class SwapOut(nn.Module):
         return swapped, both
 
 
-def deployable(run: str | Path, which: str = "latest") -> Deployable:
+def deployable(run: str | Path, which: str = "latest", psi: float | None = None) -> Deployable:
     """What `export` writes for the run (or checkpoint) `run` at the checkpoint `which` names (a run's latest
-    that its training prunes meanwhile: its newest)."""
-    return read_picked(run, which, _deployable)
+    that its training prunes meanwhile: its newest). `psi`: a StyleGAN2's truncation of w (1 or None: off)."""
+    if psi is not None and not math.isfinite(psi):
+        raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {psi}")
+    return read_picked(run, which, lambda ckpt: _deployable(ckpt, psi))
 
 
-def _deployable(ckpt: Path) -> Deployable:
+def _deployable(ckpt: Path, psi: float | None) -> Deployable:
     cfg = Config.load(ckpt / "config.toml")
     base = {"task": cfg.task, "checkpoint": str(ckpt)}
+    if psi is not None and (cfg.task != "gan" or cfg.model.name != "stylegan2"):
+        what = f"a {cfg.task} run" if cfg.task != "gan" else f"a {cfg.model.name} generator"
+        raise BigbatchError(
+            f'--psi is StyleGAN2\'s truncation of w (model.name = "stylegan2"); {ckpt} is {what}'
+            + (": draw z truncated for BigGAN's trick (bigbatch.sampling.draw_latents)" if cfg.task == "gan" else "")
+        )
     if cfg.task == "classify":
         from bigbatch.tasks.classify.inference import inference_of
 
@@ -106,8 +116,11 @@ def _deployable(ckpt: Path) -> Deployable:
 
         G = load_generator(ckpt, as_trained=False)  # (traced NCHW, as the formats run it)
         conditional = bool(cfg.model.conditional and G.class_names)
+        if psi is not None:
+            G.truncation_psi = psi  # (a constant of the traced graph)
         module = GeneratorOut(G, conditional).eval()
         meta = base | {"dim_z": G.dim_z, "class_names": list(G.class_names) if conditional else []}
+        meta |= {"psi": psi} if psi is not None else {}
         example = (torch.randn(2, G.dim_z),) + ((torch.tensor([0, 1]) % len(G.class_names),) if conditional else ())
         inputs = ["z", "y"][: len(example)]
         n = len(G.class_names) if conditional else 0  # (an ONNX runtime does not check the range: said)
@@ -127,14 +140,18 @@ def _deployable(ckpt: Path) -> Deployable:
     raise BigbatchError(f"{ckpt} is a {cfg.task} run: export takes classify, gan and swap runs")
 
 
-def export(run: str | Path, out: str | Path, which: str = "latest", fmt: str = "torchscript") -> tuple[Path, str]:
+def export(
+    run: str | Path, out: str | Path, which: str = "latest", fmt: str = "torchscript", psi: float | None = None
+) -> tuple[Path, str]:
     """Write the run's `deployable` to `out` as one file; returns (out, how to call it)."""
     if fmt not in FORMATS:
         raise BigbatchError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt == "dfm":
+        if psi is not None:
+            raise BigbatchError("--psi is a StyleGAN2's truncation; a .dfm is a face swap: leave --psi out")
         data, usage = _dfm(run, which)
     else:
-        d = deployable(run, which)
+        d = deployable(run, which, psi)
         data, usage = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d), d.usage
     Path(out).parent.mkdir(parents=True, exist_ok=True)  # (every command makes the folders its output names)
     atomic_write(Path(out), data)

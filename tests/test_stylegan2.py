@@ -199,6 +199,9 @@ def test_path_length_and_psi_need_a_mapping_network(tmp_path, capsys):
         'bigbatch: error: --psi needs a generator with a mapping network (model.name = "stylegan2"); this run\'s is '
         "dcgan: use --truncation (BigGAN's truncation of z)"
     ]
+    assert main(["export", str(tmp_path / "dcgan"), str(tmp_path / "g.pt"), "--psi", "0.7"]) == 2
+    assert 'error: --psi is StyleGAN2\'s truncation of w (model.name = "stylegan2");' in capsys.readouterr().err
+    assert not (tmp_path / "g.pt").exists()
 
 
 def test_a_family_of_the_equalized_learning_rate_takes_no_other_init():
@@ -238,6 +241,17 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
     expected = to_uint8(G(z, y))
     got = exported(z, y)
     assert got.shape == expected.shape and (got.int() - expected.int()).abs().max() <= 1
+    # --psi builds the truncation of w into the file, as sample --psi draws (found missing: only psi 1 went out).
+    assert main(["export", str(run), str(tmp_path / "g05.pt"), "--psi", "0.5"]) == 0
+    extra = {"bigbatch.json": ""}
+    exported = torch.jit.load(str(tmp_path / "g05.pt"), _extra_files=extra)
+    G.truncation_psi = 0.5
+    truncated = to_uint8(G(z, y))
+    assert (exported(z, y).int() - truncated.int()).abs().max() <= 1 < (truncated.int() - expected.int()).abs().max()
+    assert json.loads(extra["bigbatch.json"])["psi"] == 0.5
+    capsys.readouterr()
+    assert main(["export", str(run), str(tmp_path / "g.dfm"), "--psi", "0.5"]) == 2
+    assert "--psi is a StyleGAN2's truncation; a .dfm is a face swap" in capsys.readouterr().err
 
 
 def test_weights_cross_to_stylegan2_adas_layout_and_back(tmp_path, capsys):
