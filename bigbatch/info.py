@@ -32,7 +32,7 @@ def _batch_plan(cfg: Config, run: Path | None) -> str:
 def describe_run(path: str | Path) -> str:
     """What a run directory or checkpoint holds, as a few lines of text."""
     path = Path(path)
-    damaged = None
+    damaged, ckpt = None, None
     try:
         ckpt = checkpoints.find_checkpoint(path)
     except checkpoints.Corrupt as e:  # a run's latest checkpoint damaged: describe the run by its newest intact one
@@ -40,15 +40,23 @@ def describe_run(path: str | Path) -> str:
         if not intact:
             raise
         ckpt, damaged = intact[-1], str(e)
-    run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
-    meta = checkpoints.model_info(ckpt)
-    cfg = Config.load(ckpt / "config.toml")
+    except BigbatchError:
+        # A run before its first checkpoint (found from outside: info only refused): its start record and log.
+        if not (path / "config.toml").is_file() or checkpoints.complete_checkpoints(path):
+            raise
+    run = path if ckpt is None else ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
+    meta = checkpoints.model_info(ckpt) if ckpt is not None else {}
+    cfg = Config.load((ckpt or path) / "config.toml")
     t, m = cfg.train, cfg.model
     lines = []
     if run is not None and path.resolve() == run.resolve():
         ckpts = checkpoints.complete_checkpoints(run)
         lines.append(f"run         {run}")
-        lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
+        if ckpt is None:
+            first = min(cfg.checkpoint.every_kimg, t.kimg)
+            lines.append(f"checkpoints none yet (the first at {first:g} kimg; a stopped run saves where it stops)")
+        else:
+            lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
         if damaged:
             lines.append(f"damaged     {damaged}")
         rows = read_metrics(run / "metrics.jsonl")
@@ -62,17 +70,18 @@ def describe_run(path: str | Path) -> str:
         record = (checkpoints.read_meta(best) or {}).get("best") if best is not None else None
         if isinstance(record, dict):
             lines.append(f"best        {best} ({record.get('metric')} {record.get('value', float('nan')):.4g})")
-    lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
+    if ckpt is not None:
+        lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
     if cfg.task == "swap":
         lines.append(f"recipe      {cfg.name}: src {cfg.data.path}, dst {cfg.data.dst_path} at {cfg.data.resolution}px")
     elif cfg.task == "xseg":
         dst = f" and {cfg.data.dst_path}" if cfg.data.dst_path else ""
         lines.append(f"recipe      {cfg.name}: labelled faces {cfg.data.path}{dst} at {cfg.data.resolution}px")
     else:
-        classes = meta.get("n_classes") or "no"
+        classes = f", {meta.get('n_classes') or 'no'} classes" if ckpt is not None else ""  # (what its data gives)
         trained = resolution_trained(cfg, int(meta.get("nimg", 0)))
         at = f"{cfg.data.resolution}px" + (f", last trained at {trained}px" if trained != cfg.data.resolution else "")
-        lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {at}, {classes} classes")
+        lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {at}{classes}")
     options = f" {m.options}" if m.options else ""
     batch = _batch_plan(cfg, run)
     if cfg.task == "swap":
@@ -127,8 +136,8 @@ def describe_run(path: str | Path) -> str:
                 for p in phases
             )
         )
-    files = meta["files"]
-    lines.append("files       " + ", ".join(f"{k} ({v / 1e6:.1f} MB)" for k, v in files.items()))
+    if ckpt is not None:
+        lines.append("files       " + ", ".join(f"{k} ({v / 1e6:.1f} MB)" for k, v in meta["files"].items()))
     return "\n".join(lines)
 
 

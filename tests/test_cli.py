@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -134,6 +135,18 @@ def test_a_smaller_batch_than_the_micro_batch_just_trains(capsys, tmp_path):
     # `info` says the split the run trained with, not the one asked for (it said "micro 64").
     code, out, _ = run_cli(capsys, "info", str(run))
     assert code == 0 and "batch 32 (micro 32 x 1 accumulated; train.micro_batch 64)" in out, out
+    # Before its first checkpoint (a run killed early, or still on its way), a run is described by its start
+    # record and log (found from outside: info only refused).
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").mkdir()
+    code, out, err = run_cli(capsys, "info", str(run))
+    assert code == 0, err
+    assert "checkpoints none yet (the first at 0.064 kimg; a stopped run saves where it stops)" in out, out
+    assert "batch 32 (micro 32 x 1 accumulated; train.micro_batch 64)" in out and "last log    kimg 0.064" in out
+    assert "files" not in out and "dcgan" in out
+    (run / "config.toml").unlink()
+    code, _, err = run_cli(capsys, "info", str(run))
+    assert code == 2 and err == f"bigbatch: error: run {run} has no complete checkpoint yet\n"
 
 
 @pytest.mark.parametrize("name", bigbatch.list_presets())
