@@ -152,7 +152,9 @@ def _video(args: argparse.Namespace) -> None:
         n = video.frames_to_folder(args.src, args.out, args.fps)
         print(f"Wrote {n} frames to {args.out} (00001.png on)")
         return
-    n, rate = video.folder_to_video(args.src, args.out, args.fps, args.audio_from, args.preset or "medium")
+    n, rate = video.folder_to_video(
+        args.src, args.out, args.fps, args.audio_from, args.preset or "medium", overwrite=args.overwrite
+    )
     print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{video.audio_said(args.audio_from)}")
 
 
@@ -337,6 +339,7 @@ def add_face_commands(sub: Any) -> None:
     mk.add_argument("out", metavar="OUT.mp4")
     mk.add_argument("--fps", type=float, help="frame rate (default: --audio-from's, else 25)")
     mk.add_argument("--audio-from", metavar="VIDEO", help="copy this file's audio (AAC 192 kbit/s)")
+    mk.add_argument("--overwrite", action="store_true", help="replace OUT.mp4 if it exists")
     _preset_argument(mk)
     for p in (fr, mk):
         p.set_defaults(func=_video)

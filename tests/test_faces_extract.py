@@ -346,6 +346,10 @@ def test_video_commands_refuse_bad_input(tmp_path, capsys):
     Path("keep.mp4").write_bytes(b"\x00" * 100)
     assert main(["video", "make", "frames", "keep.mp4", "--audio-from", "keep.mp4"]) == 2
     assert "is the video it is made from" in capsys.readouterr().err and Path("keep.mp4").stat().st_size == 100
+    # Found from outside: an existing video was replaced without a word (export and prepare refuse theirs).
+    assert main(["video", "make", "frames", "keep.mp4"]) == 2
+    assert "keep.mp4 exists: give --overwrite to replace it" in capsys.readouterr().err
+    assert Path("keep.mp4").stat().st_size == 100
 
 
 def test_a_rerun_redoes_frames_whose_image_changed_and_refuses_another_source(extracted, capsys):
@@ -462,6 +466,12 @@ def test_frames_are_taken_in_natural_order(tmp_path):
     with av.open("o.mp4") as c:
         levels = [int(f.to_ndarray(format="rgb24").mean().round()) for f in c.decode(video=0)]
     assert np.abs(np.array(levels) - np.arange(1, 13) * 20).max() <= 3, levels
+    # A name that is another's stem and digits comes after it, as DFL's string order has it (found from outside:
+    # gray16.png came before gray.png, the '.' compared with the digits).
+    Path("mixed").mkdir()
+    for name in ("gray16.png", "gray.png", "gray2.jpg", "a.b.png", "a.png"):
+        cv2.imwrite(f"mixed/{name}", np.zeros((8, 8, 3), np.uint8))
+    assert FrameSource("mixed").names() == ["a.png", "a.b.png", "gray.png", "gray2.jpg", "gray16.png"]
 
 
 def test_mtcnn_drops_boxes_smaller_than_min_face_after_regression():

@@ -33,11 +33,13 @@ def _av():  # noqa: ANN202 - PyAV's module
     return av
 
 
-def natural_key(path: str | Path) -> list:
+def natural_key(path: str | Path) -> tuple:
     """A sort key for frame names that compares runs of digits as numbers: 2.png before 10.png (string order put
-    10.png, 11.png before 2.png)."""
-    parts = re.split(r"([0-9]+)", Path(path).name)
-    return [(0, int(p), p) if p.isdecimal() and p.isascii() else (1, 0, p) for p in parts]
+    10.png, 11.png before 2.png); the stem before the suffix (gray.png before gray16.png, as DFL's string order:
+    found from outside, the '.' compared after the digits)."""
+    name = Path(path)
+    parts = re.split(r"([0-9]+)", name.stem)
+    return [(0, int(p), p) if p.isdecimal() and p.isascii() else (1, 0, p) for p in parts], name.suffix
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -385,9 +387,11 @@ def folder_to_video(
     fps: float | None = None,
     audio_from: str | Path | None = None,
     preset: str = "medium",
+    overwrite: bool = True,
 ) -> tuple[int, Fraction]:
     """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order (numbers as numbers) as a video; the
-    frame rate is `fps`, else `audio_from`'s (a video), else 25. Returns (frames, rate)."""
+    frame rate is `fps`, else `audio_from`'s (a video), else 25. Returns (frames, rate). `overwrite`: False
+    refuses an `out` that exists."""
     import cv2
     import numpy as np
 
@@ -399,6 +403,8 @@ def folder_to_video(
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
     check_video_out(out, "OUT", audio_from)
+    if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
+        raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name")
     if fps is not None and fps <= 0:
         raise BigbatchError(f"--fps must be positive, got {fps}")
     if audio_from is not None and not Path(audio_from).is_file():
