@@ -258,9 +258,22 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--overwrite to replace it" in out.stderr
     assert cli(*again, "--overwrite").returncode == 0
     assert {f.name: f.read_bytes() for f in (tmp_path / "dfl").iterdir()} == written
+    # Found from outside: the replaced model's other weights stayed (DFL loads a GAN.npy whose shapes fit).
+    for stale in ("me_SAEHD_GAN.npy", "me_SAEHD_GAN_opt.npy", "me_SAEHD_inter_AB.npy", "me_SAEHD_summary.txt"):
+        (tmp_path / "dfl" / stale).write_bytes(b"old")
+    assert cli(*again, "--overwrite").returncode == 0
+    kept = {f.name: f.read_bytes() for f in (tmp_path / "dfl").iterdir()}
+    assert kept == {**written, "me_SAEHD_summary.txt": b"old"}  # (DFL's summary is not a weight: left)
+    (tmp_path / "dfl" / "me_SAEHD_summary.txt").unlink()
+    out = cli("export-dfl", str(tmp_path / "dfl"), str(tmp_path / "dfl2"))  # (found from outside: a traceback)
+    assert out.returncode == 2 and "dfl is a DeepFaceLab model folder already" in out.stderr, out.stderr
     data = dfl.read_pickle(tmp_path / "dfl" / "me_SAEHD_data.dat")
     assert data["options"]["archi"] == "df-u" and data["options"]["eyes_mouth_prio"] is True and data["iter"] == 1
     assert data["options"]["face_type"] == "wf"
+    # The model is DFL's: an override of its shape is refused (found from outside: a run no command could load).
+    out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"), "model.options.ae_dims=64")
+    assert out.returncode == 2 and not (tmp_path / "back").exists()
+    assert "error: model.options.ae_dims: the model is the one" in out.stderr and "(df-u, 64 px" in out.stderr
     out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"))
     assert out.returncode == 0, out.stderr
     a, b = load_autoencoder(run), load_autoencoder(tmp_path / "back")

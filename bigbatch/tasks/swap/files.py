@@ -99,7 +99,16 @@ def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | No
     if out.exists() and any(out.iterdir()):
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     model, data = dfl.load_model_folder(*named)
-    cfg = config_of(data["options"]).override(overrides or {})
+    base = config_of(data["options"])
+    cfg = base.override(overrides or {})
+    if cfg.model != base.model or cfg.data.resolution != base.data.resolution:  # (found from outside: a run written
+        # whose weights did not fit its config, refused by every later command)
+        keys = [k for k in overrides or {} if k.startswith("model.") or k == "data.resolution"]
+        raise BigbatchError(
+            f"{', '.join(keys) or 'the overrides'}: the model is the one {src} holds ({model.archi}, "
+            f"{model.resolution} px, as its options say); drop {'them' if len(keys) > 1 else 'it'} (data paths and "
+            "training settings may be given)"
+        )
     if data["options"].get("pretrain"):  # (found from outside: dropped without a word)
         parts = "inter" if model.kind == "df" else "inter_AB and inter_B"
         warn(
@@ -195,9 +204,15 @@ def export_dfl(
     `face_type` gives it where the run does not know it. A run converted from DFL gives back DFL's
     options and history with it. A run of no step is written as iteration 1: DFL takes a model at
     iteration 0 for a new one and initialises every weight afresh. A model of the same name already in
-    `out` is refused, unless `overwrite`."""
+    `out` is refused, unless `overwrite`: then its weight files this model has not (another archi's parts,
+    its discriminators and their moments) are removed, so that DFL does not load them with the new model."""
     if Path(out).exists() and not Path(out).is_dir():
         raise BigbatchError(f"{out} is a file: give a folder for the DeepFaceLab model (made if missing)")
+    if dfl_model(path) is not None:  # (found from outside: a traceback)
+        raise BigbatchError(
+            f"{path} is a DeepFaceLab model folder already: DFL reads it as it is (copy its files to move it); "
+            "export-dfl writes a swap run's model"
+        )
     existing = sorted(Path(out).glob(f"{glob.escape(name)}_SAEHD_*")) if Path(out).is_dir() else []
     if existing and not overwrite:
         raise BigbatchError(
@@ -234,6 +249,13 @@ def export_dfl(
         step = int(saved["param_groups"][0].get("step", 0))
         arrays = dfl.export_optimizer(model, moments, step, cfg.swap.optimizer)
         dfl.write_weights(Path(out) / f"{name}_SAEHD_src_dst_opt.npy", arrays)
+    # The replaced model's weights that this one has not (found from outside: another archi's decoders, a GAN's
+    # discriminator and its moments were left, and DFL loads a GAN.npy whose shapes fit)
+    written = {f"{name}_SAEHD_{part}.npy" for part in model.parts} | {f"{name}_SAEHD_data.dat"}
+    written |= {f"{name}_SAEHD_src_dst_opt.npy"} if "opt" in state else set()
+    for stale in existing:
+        if stale.name not in written and stale.suffix == ".npy" and stale.is_file():
+            stale.unlink()
     return Path(out)
 
 
