@@ -102,6 +102,13 @@ def test_warp_moves_the_input_only_and_is_the_identity_at_rest():
     many = warp.draw(4000, torch.Generator().manual_seed(1), flip=True)
     assert 0.37 < many[3].float().mean() < 0.43  # DFL mirrors with p 0.4
     assert set(many[2].tolist()) == set(warp.CELLS)
+    # SAEHD's training draws scale 1/1.15..1.15 (its scale_range; found from outside: the sample processor's
+    # default 1/1.05..1.05, XSeg's, was drawn).
+    from bigbatch.tasks.swap.task import _draws
+
+    theta = _draws(4000, 0, bigbatch.preset("saehd_cpu").swap, 0)[0].double()
+    scale = 1 / torch.linalg.det(theta[:, :, :2]).sqrt()
+    assert 1 / 1.15 - 1e-6 < scale.min() < 1 / 1.14 and 1.14 < scale.max() < 1.15 + 1e-6
 
 
 def swap_config(src, dst, **over):

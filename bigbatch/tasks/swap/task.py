@@ -521,7 +521,7 @@ def _draws(n: int, seed: int, s: Any, nimg: int) -> tuple[torch.Tensor, ...]:
     draws (ct_mode's and the HSV shift's)."""
     out: list[torch.Tensor] = []
     for side, flip in ((0, s.src_flip), (1, s.dst_flip)):
-        out += warp.draw(n, generator(seed, WARP, side, nimg), flip)
+        out += warp.draw(n, generator(seed, WARP, side, nimg), flip, scale=warp.SAEHD_SCALE)
     return (*out, *color.draw(n, generator(seed, COLOUR, nimg), s.ct_mode, s.random_hsv_power))
 
 

@@ -1,8 +1,8 @@
 """SAEHD's training augmentation, as DeepFaceLab's sample processor draws it (core/imagelib/warp.py):
-a random affine (rotation ±10°, scale 1/1.05..1.05, shift ±5% each way) applied to the input and its
-target alike, a random mirror (p 0.4, per side), and for the input alone a random warp: a grid of
-2, 4 or 8 cells whose inner points move by N(0, 0.24 cell), interpolated linearly over the image. The
-model learns to undo the warp, which is what makes its codes generalise across faces.
+a random affine (rotation ±10°, scale 1/1.15..1.15 as SAEHD sets it, 1/1.05..1.05 XSeg's, shift ±5% each
+way) applied to the input and its target alike, a random mirror (p 0.4, per side), and for the input alone
+a random warp: a grid of 2, 4 or 8 cells whose inner points move by N(0, 0.24 cell), interpolated linearly
+over the image. The model learns to undo the warp, which is what makes its codes generalise across faces.
 
 The draws follow DFL's distributions; the pixels are torch's (bilinear `grid_sample` where DFL uses
 OpenCV's remap and warpAffine), computed on the training device. Every draw comes from a stream keyed
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 CELLS = (2, 4, 8)  # cells per side: DFL's cell_size w // 2, w // 4, w // 8
+SAEHD_SCALE = 0.15  # SAEHD's scale_range [-0.15, 0.15] (models/Model_SAEHD/Model.py); the sample processor's own 0.05
 
 
 def draw(
@@ -25,7 +26,8 @@ def draw(
     """One step's draws for `n` images: (affine theta (n, 2, 3) mapping output to input coordinates in
     grid_sample's normalised units, warp offsets (n, 2, 7, 7) in cells, cell counts (n,), flips (n,)).
     The affine's ranges are gen_warp_params's: rotation ±`rotation`°, scale 1/(1 + `scale`)..1 + `scale`,
-    shift ±`shift` of the width each way (SAEHD's and XSeg's defaults)."""
+    shift ±`shift` of the width each way (the sample processor's defaults, XSeg's; SAEHD's scale is
+    SAEHD_SCALE)."""
     angle = torch.empty(n, dtype=torch.float64).uniform_(-rotation, rotation, generator=g) * (math.pi / 180)
     scale_ = torch.empty(n, dtype=torch.float64).uniform_(1 / (1 + scale), 1 + scale, generator=g)
     shift_ = torch.empty(n, 2, dtype=torch.float64).uniform_(-shift, shift, generator=g) * 2  # of the width 2
