@@ -287,6 +287,17 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     back = bigbatch.Config.load(tmp_path / "back" / "config.toml")
     assert back.task == "swap" and back.swap.eyes_mouth_prio and back.model.options["ae_dims"] == TINY["ae_dims"]
+    # DFL's aligned faces of another face type than the model's are refused (found from outside: swapped framed
+    # as the model never saw); faces of its own type, or without DFL's metadata, are swapped.
+    from test_dfl_faces import dfl_jpeg
+
+    (tmp_path / "typed").mkdir()
+    face = np.asarray(Image.open(tmp_path / "dst" / "img" / "00.png").convert("RGB"))
+    for kind in ("whole_face", "full_face"):
+        (tmp_path / "typed" / f"{kind}.jpg").write_bytes(dfl_jpeg(face, {"face_type": kind}))
+        out = cli("swap", str(tmp_path / "back"), str(tmp_path / "typed"), str(tmp_path / f"swapped_{kind}"))
+        assert out.returncode == (0 if kind == "whole_face" else 2), out.stderr
+    assert "full_face.jpg is a full_face face and" in out.stderr and "swaps whole_face faces: extract" in out.stderr
     n = swap_folder(tmp_path / "back", tmp_path / "dst" / "img", tmp_path / "swapped")
     assert n == 12 and len(list((tmp_path / "swapped" / "masks").glob("*.png"))) == 12
     assert Image.open(tmp_path / "swapped" / "00.png").size == (72, 72)  # the dst face's own size, as DFL pastes it

@@ -44,23 +44,6 @@ def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple
     return found
 
 
-def _face_type_of(run: str, model: torch.nn.Module) -> str | None:
-    """The face type a swap model was trained on, as its run or DFL model folder records it."""
-    from bigbatch import checkpoints
-    from bigbatch.models.dfl import read_pickle
-    from bigbatch.tasks.swap.load import dfl_model
-
-    named = dfl_model(run)
-    if named is not None:
-        folder, name = named
-        file = folder / f"{name}_SAEHD_data.dat" if name else next(folder.glob("*_SAEHD_data.dat"))
-        data = read_pickle(file)
-        return (data.get("options") or {}).get("face_type") if isinstance(data, dict) else None
-    ckpt, cfg = getattr(model, "checkpoint", None), getattr(model, "config", None)
-    known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
-    return known or (cfg.swap.face_type if cfg is not None else None) or None  # ("": unknown, as None)
-
-
 def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     """{frame stem: [source landmarks of each face, in the faces' order]} of a folder of DFL aligned faces, and
     the face types they were extracted with."""
@@ -134,7 +117,7 @@ def merge_folder(
 
     from bigbatch.faces import merge_record
     from bigbatch.faces.extract import FrameSource, read_image, read_otherwise
-    from bigbatch.tasks.swap.load import load_autoencoder
+    from bigbatch.tasks.swap.load import load_autoencoder, trained_face_type
 
     if (s.mask in XSEG_MASKS) != (xseg is not None):
         raise BigbatchError(
@@ -177,7 +160,7 @@ def merge_folder(
         from bigbatch.faces.xseg import load_xseg, model_file
 
         segmenter = load_xseg(xseg)[0].to(device)
-    own = _face_type_of(run, model)
+    own = trained_face_type(run, model)
     if face_type and own and align.face_type(face_type).dfl_name != align.face_type(own).dfl_name:
         raise BigbatchError(
             f"--face-type {face_type}: {run} was trained on {own} faces, and merging crops as it was trained; "

@@ -33,6 +33,7 @@ from bigbatch.tasks.swap.load import (
     init_optimizer,
     load_autoencoder,
     make_optimizer,
+    trained_face_type,
     trained_parameters,
 )
 from bigbatch.tasks.swap.task import discriminators, swap_faces
@@ -259,6 +260,30 @@ def export_dfl(
     return Path(out)
 
 
+def _check_face_types(path: str | Path, model: torch.nn.Module, files: list[Path]) -> None:
+    """Refuse DFL aligned faces of another face type than the model's (found from outside: swapped without a word,
+    framed as the model never saw faces); faces without DFL's metadata are taken as they are."""
+    from bigbatch.data.align import face_type
+    from bigbatch.data.dfl_faces import NoFaceData, read_metadata
+
+    own = trained_face_type(path, model)
+    if not own:
+        return
+    own = face_type(own).dfl_name
+    for f in files:
+        if f.suffix.lower() not in (".jpg", ".jpeg"):
+            continue
+        try:
+            kind = face_type(str((read_metadata(f.read_bytes(), str(f)) or {}).get("face_type", own))).dfl_name
+        except (NoFaceData, OSError, BigbatchError):  # (no DFL face, or a type of DFL's no model trains on)
+            continue
+        if kind != own:
+            raise BigbatchError(
+                f"{f} is a {kind} face and {path} swaps {own} faces: extract the faces with --face-type {own}, or "
+                "swap them in their frames with bigbatch merge (it cuts them as the model was trained)"
+            )
+
+
 def swap_folder(
     path: str | Path,
     in_dir: str | Path,
@@ -302,6 +327,7 @@ def swap_folder(
             )
         stems[f.stem] = f
     model = load_autoencoder(path, device).pack_for_cpu()  # (used on a CPU only)
+    _check_face_types(path, model, files)
     res = model.resolution
     done = 0
     for i in range(0, len(files), batch):

@@ -21,6 +21,20 @@ from bigbatch.urls import public_name
 DIMS = ("archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
 
 
+def trained_face_type(run: str | Path, model: nn.Module) -> str | None:
+    """The face type a swap model was trained on, as its run or DFL model folder records it (None: unknown);
+    `model` is `load_autoencoder(run)`'s."""
+    named = dfl_model(run)
+    if named is not None:
+        folder, name = named
+        file = folder / f"{name}_SAEHD_data.dat" if name else next(folder.glob("*_SAEHD_data.dat"))
+        data = dfl.read_pickle(file)
+        return (data.get("options") or {}).get("face_type") or None if isinstance(data, dict) else None
+    ckpt, cfg = getattr(model, "checkpoint", None), getattr(model, "config", None)
+    known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
+    return known or (cfg.swap.face_type if cfg is not None else None) or None  # ("": unknown, as None)
+
+
 def build_model(cfg: Config) -> nn.Module:
     """The autoencoder the config describes, initialised from train.seed (the global RNG left as it was)."""
     with torch.random.fork_rng(devices=[]):
