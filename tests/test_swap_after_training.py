@@ -3,12 +3,16 @@ sweeps swap.lr on DFL's src + dst loss, and a resume switches the options DFL us
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 from test_swap import TINY, swap_config
 
 import bigbatch
+from bigbatch.cli import main
+from bigbatch.models import dfl
+from bigbatch.tasks.swap.load import load_autoencoder, optimizer_parameters
 
 
 def test_lr_find_sweeps_swap_lr_on_the_src_and_dst_loss(tmp_path, capsys):
@@ -83,6 +87,22 @@ def test_a_resume_switches_the_options_dfl_users_switch_between_sessions(faces, 
     state = torch.load(run / "checkpoints" / "000000.016" / "state.pt", weights_only=True)
     (group,) = state["opt"]["param_groups"]
     assert (group["lr"], group["lr_dropout"], group["lr_cos"]) == (1e-5, 0.3, 500)
+    # inter_AB, untrained without random warp, keeps its moments, as DFL's optimizer does (found from outside: they
+    # were dropped, then zeros went to DFL's file and a resume with random warp on started them from zero).
+    names = [name for name, _ in load_autoencoder(run).named_parameters()]
+    before = torch.load(run / "checkpoints" / "000000.008" / "state.pt", weights_only=True)["opt"]["state"]
+    inter_ab = [i for i, name in enumerate(names) if name.startswith("inter_AB.")]
+    assert inter_ab and all(torch.equal(before[i]["m"], state["opt"]["state"][i]["m"]) for i in inter_ab)
+    assert not torch.equal(before[0]["m"], state["opt"]["state"][0]["m"])  # (the encoder trained on)
+    assert main(["export-dfl", str(run), str(tmp_path / "dfl"), "--face-type", "wf"]) == 0
+    moments = dfl.read_weights(tmp_path / "dfl" / "new_SAEHD_src_dst_opt.npy")
+    assert any(k.startswith("ms_inter_AB/") and np.abs(v).max() > 0 for k, v in moments.items())
+    # A checkpoint saved before this, without random warp, held the weights without inter_AB: read in that order.
+    model = load_autoencoder(run)
+    without = [p for name, p in model.named_parameters() if not name.startswith("inter_AB.")]
+    assert optimizer_parameters(model, len(without)) == without
+    with pytest.raises(bigbatch.BigbatchError, match="the saved optimizer holds 3 weights, and this model has"):
+        optimizer_parameters(model, 3)
     with pytest.raises(bigbatch.BigbatchError, match=r"in swap.gan_power \(0.0 -> 0.1\)"):
         bigbatch.train(swap_config(*faces, **{**later, "swap.gan_power": 0.1}), run_dir=run, resume=True)
 

@@ -33,8 +33,8 @@ from bigbatch.tasks.swap.load import (
     init_optimizer,
     load_autoencoder,
     make_optimizer,
+    optimizer_parameters,
     trained_face_type,
-    trained_parameters,
 )
 from bigbatch.tasks.swap.task import discriminators, swap_faces
 
@@ -119,7 +119,7 @@ def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | No
     # The optimizer's moments and step count (DFL's src_dst_opt.npy), so that training goes on where DFL
     # left it; DFL's _data.dat as it is (options bigbatch does not use, loss history, preview faces), so
     # that export-dfl gives back every file DFL wrote.
-    opt = make_optimizer(cfg, trained_parameters(model, cfg), 0)
+    opt = make_optimizer(cfg, optimizer_parameters(model), 0)
     init_optimizer(opt, model, str(src), cfg.swap.optimizer)
     dfl_data, dfl_iter = dfl_record(src)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,8 +244,8 @@ def export_dfl(
     dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
     if "opt" in state:  # the optimizer's moments, so that DFL's trainer goes on where this run stopped
         saved = state["opt"]
-        params = trained_parameters(model, cfg)
         index = [i for group in saved["param_groups"] for i in group["params"]]
+        params = optimizer_parameters(model, len(index))
         moments = {params[i]: saved["state"][i] for i in index if i in saved["state"]}
         step = int(saved["param_groups"][0].get("step", 0))
         arrays = dfl.export_optimizer(model, moments, step, cfg.swap.optimizer)

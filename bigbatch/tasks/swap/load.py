@@ -92,10 +92,25 @@ def init_from(model: nn.Module, path: str) -> None:
 
 
 def trained_parameters(model: nn.Module, cfg: Config) -> list[nn.Parameter]:
-    """What the autoencoder's optimizer trains, in its order: every weight, but a liae model's
-    inter_AB when random warp is off (DFL leaves it as it is then)."""
+    """What the autoencoder's optimizer trains (the rest gets no gradient), in its order: every weight, but a
+    liae model's inter_AB when random warp is off (DFL leaves it as it is then)."""
     frozen = set() if cfg.swap.random_warp or model.kind == "df" else {id(p) for p in model.inter_AB.parameters()}
     return [p for p in model.parameters() if id(p) not in frozen]
+
+
+def optimizer_parameters(model: nn.Module, count: int | None = None) -> list[nn.Parameter]:
+    """The autoencoder's optimizer's parameters in its order: every weight, as DFL's optimizer holds them all
+    (a liae model's inter_AB too, whose moments stay as they are while random warp is off: found from outside,
+    they were dropped, and zeros went to DFL). `count`: the size of a saved optimizer state to read, whose
+    order, if a run saved before without random warp, is the weights without inter_AB."""
+    every = list(model.parameters())
+    if count is None or count == len(every):
+        return every
+    held = {id(p) for p in model.inter_AB.parameters()} if model.kind == "liae" else set()
+    without = [p for p in every if id(p) not in held]
+    if held and count == len(without):
+        return without
+    raise BigbatchError(f"the saved optimizer holds {count} weights, and this model has {len(every)}")
 
 
 def make_optimizer(cfg: Config, params: list[nn.Parameter], stream: int) -> torch.optim.Optimizer:
@@ -167,7 +182,7 @@ def _init_optimizer_from_run(opt: torch.optim.Optimizer, model: nn.Module, path:
         return False
     # The saved state indexes the parameters its run trained (their names map onto this same model's).
     names = {id(p): name for name, p in model.named_parameters()}
-    trained = [names[id(p)] for p in trained_parameters(model, cfg)]
+    trained = [names[id(p)] for p in optimizer_parameters(model, sum(len(g["params"]) for g in saved["param_groups"]))]
     by_name = {trained[i]: moments for i, moments in saved["state"].items()}
     mine = [p for g in opt.param_groups for p in g["params"]]
     for p in mine:
@@ -233,13 +248,12 @@ def check_source_face_type(path: str, face_type: str) -> None:
 def resume_optimizer(opt: torch.optim.Optimizer, saved: dict, cfg: Config, model: nn.Module | None = None) -> None:
     """Load a swap run's optimizer state on resume, with the rates its config gives now (a resume may switch
     swap.lr and lr_dropout: the saved groups' would stand). `model`: the autoencoder whose trained set a switch
-    of swap.random_warp changes (liae's inter_AB joins or leaves it): the moments follow their weights."""
+    of a checkpoint saved before without random warp (liae's inter_AB not in its optimizer): the moments follow
+    their weights."""
     mine = [p for g in opt.param_groups for p in g["params"]]
     count = sum(len(g["params"]) for g in saved["param_groups"])
     if model is not None and count != len(mine):
-        before = trained_parameters(model, cfg.override({"swap.random_warp": not cfg.swap.random_warp}))
-        if len(before) != count:
-            raise BigbatchError(f"the checkpoint's optimizer holds {count} weights, this model trains {len(mine)}")
+        before = optimizer_parameters(model, count)
         by_param = {id(p): saved["state"][i] for i, p in enumerate(before) if i in saved["state"]}
         state = {i: by_param[id(p)] for i, p in enumerate(mine) if id(p) in by_param}
         saved = {"state": state, "param_groups": [{**saved["param_groups"][0], "params": list(range(len(mine)))}]}

@@ -58,6 +58,7 @@ from bigbatch.tasks.swap.load import (
     init_from,
     init_optimizer,
     make_optimizer,
+    optimizer_parameters,
     resume_optimizer,
     trained_parameters,
 )
@@ -155,7 +156,7 @@ def build(
     def optimizer(params: list[nn.Parameter], stream: int, name: str) -> torch.optim.Optimizer:
         return rep.wrap_optimizer(make_optimizer(cfg, params, stream), name)
 
-    opt = optimizer(trained, 0, "model")
+    opt = optimizer(optimizer_parameters(net), 0, "model")  # (inter_AB's moments kept while it gets no gradient)
     discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
     for i, (name, plain) in enumerate(discriminators(cfg, net).items()):
         discs[name] = (plain, rep.prepare(plain, checkpointing=False), optimizer(list(plain.parameters()), i + 1, name))
