@@ -5,6 +5,7 @@ and out (prepare --masks, export-dfl, convert, swap)."""
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -283,6 +284,15 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     assert "error: model.options.ae_dims: the model is the one" in out.stderr and "(df-u, 64 px" in out.stderr
     out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"))
     assert out.returncode == 0, out.stderr
+    # An older DFL model's _data.dat, before d_mask_dims, and without a face type: DFL's defaults filled in (d_dims
+    # // 3 made even, "f"), as its load_or_def_option does (found from outside: refused).
+    shutil.copytree(tmp_path / "dfl", tmp_path / "old")
+    old = dfl.read_pickle(tmp_path / "old" / "me_SAEHD_data.dat")
+    old["options"] = {k: v for k, v in old["options"].items() if k not in ("d_mask_dims", "face_type")}
+    (tmp_path / "old" / "me_SAEHD_data.dat").write_bytes(dfl.dumps(old))
+    assert cli("convert", str(tmp_path / "old"), str(tmp_path / "old_run")).returncode == 0
+    converted = bigbatch.Config.load(tmp_path / "old_run" / "config.toml")
+    assert converted.model.options["d_mask_dims"] == TINY["d_mask_dims"] == 2 and converted.swap.face_type == "f"
     a, b = load_autoencoder(run), load_autoencoder(tmp_path / "back")
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     back = bigbatch.Config.load(tmp_path / "back" / "config.toml")

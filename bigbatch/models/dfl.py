@@ -213,7 +213,7 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
         )
     prefix = found[0].name.removesuffix("data.dat")
     data = read_pickle(found[0])
-    options = data.get("options") if isinstance(data, dict) else None
+    options = with_defaults(data.get("options")) if isinstance(data, dict) else None
     need = ("resolution", "archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
     if not isinstance(options, dict) or any(k not in options for k in need):
         raise BigbatchError(f"{found[0]} lacks SAEHD's options ({', '.join(need)}): is it a SAEHD model's data file?")
@@ -230,6 +230,18 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
         import_part(getattr(model, part), read_weights(path), str(path))
     flip_colour_order(model)
     return model, data
+
+
+def with_defaults(options: Any) -> Any:
+    """A model's options with what DFL's SAEHD fills in where its _data.dat lacks them (load_or_def_option):
+    d_mask_dims (added in 2020; d_dims // 3, made even) and face_type ("f"). Found from outside: an older
+    model's file was refused."""
+    if not isinstance(options, dict):
+        return options
+    filled = {"face_type": "f", **options}
+    if "d_mask_dims" not in filled and isinstance(d := filled.get("d_dims"), (int, np.integer)):
+        filled["d_mask_dims"] = int(d) // 3 + (int(d) // 3) % 2
+    return filled
 
 
 def option(options: dict[str, Any], key: str, kind: type, where: str) -> Any:

@@ -71,6 +71,7 @@ def config_of(options: dict[str, Any], base: Config | None = None) -> Config:
     face type and training options."""
     cfg = base or preset("saehd128")
     where = "the DeepFaceLab model's _data.dat"
+    options = dfl.with_defaults(options)
     updates: dict[str, Any] = {
         "data.resolution": dfl.option(options, "resolution", int, where),
         "model.options": {k: dfl.option(options, k, str if k == "archi" else int, where) for k in DIMS},

@@ -29,7 +29,7 @@ def trained_face_type(run: str | Path, model: nn.Module) -> str | None:
         folder, name = named
         file = folder / f"{name}_SAEHD_data.dat" if name else next(folder.glob("*_SAEHD_data.dat"))
         data = dfl.read_pickle(file)
-        return (data.get("options") or {}).get("face_type") or None if isinstance(data, dict) else None
+        return dfl.with_defaults(data.get("options") or {}).get("face_type") or None if isinstance(data, dict) else None
     ckpt, cfg = getattr(model, "checkpoint", None), getattr(model, "config", None)
     known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
     return known or (cfg.swap.face_type if cfg is not None else None) or None  # ("": unknown, as None)
