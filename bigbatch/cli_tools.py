@@ -368,7 +368,8 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
         )
     elif args.masks:  # face masks: a face set, one side of a swap
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
-        print(f"train a face swap on it with: {swap}")
+        # (found from outside: the dst faces were named as src, the only way the hint gave)
+        print(f"train a face swap on it with: {swap} (as the dst faces: data.path=SRC.h5 data.dst_path={out})")
     elif args.classes or args.buckets:  # (the classes of a training file's, or rectangles: a held-out split)
         print(f"score a classifier on it with: data.val_path={out}{' data.val_rect=true' if args.buckets else ''}")
     elif whole or (side and side & (side - 1)):  # (a GAN is built for a power of two: a classifier takes any size)

@@ -85,7 +85,8 @@ def test_a_face_set_is_refused_by_the_gan_and_the_classifier_and_prepare_says_ho
     hint = capsys.readouterr().out.strip().splitlines()[-1]
     assert hint == (
         f"train a face swap on it with: bigbatch train --preset saehd128 data.path={tmp_path / 's.h5'} "
-        "data.dst_path=DST.h5 data.resolution=64"
+        "data.dst_path=DST.h5 data.resolution=64 (as the dst faces: data.path=SRC.h5 "
+        f"data.dst_path={tmp_path / 's.h5'})"
     )
     assert main(["info", str(tmp_path / "s.h5")]) in (0, None)
     assert "masks       face mask; face type unknown (not from DFL faces)" in capsys.readouterr().out
