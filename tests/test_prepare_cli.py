@@ -274,7 +274,7 @@ def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_
     assert changed.resumed == 0 and changed.content_hash == fresh.content_hash != again.content_hash
 
 
-def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path):
+def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path, capsys):
     # Found from outside: an empty class folder left the file one class short, and prepare said nothing.
     for cls in ("cats", "dogs"):
         (tmp_path / "src" / cls).mkdir(parents=True)
@@ -294,6 +294,17 @@ def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path)
     with pytest.raises(BigbatchError, match=refused):
         bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "again.h5"), 8, workers=0)
     assert not (tmp_path / "again.h5").exists()
+    # Under --limit, the one file taken of a class that holds usable images may be a skipped one: warned of, not
+    # refused as a folder of no image (found from outside).
+    (tmp_path / "src" / "birds" / "notes.txt").rename(tmp_path / "src" / "birds" / "0.txt")
+    for i in (1, 2):
+        Image.new("RGB", (12, 12), (0, 80 * i, 0)).save(tmp_path / "src" / "birds" / f"{i}.png")
+    capsys.readouterr()
+    limited = bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "limited.h5"), 8, workers=0, limit=3)
+    assert limited.count == 2 and limited.class_names == ["birds", "cats", "dogs"]
+    assert "--limit 3: the files taken of class folder birds were all skipped (e.g. birds/0.txt:" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_label_is_the_whole_field_spaces_included(tmp_path, capsys):

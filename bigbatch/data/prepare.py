@@ -378,7 +378,7 @@ def _write(
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
-            _refuse_empty_classes(listing.class_names, written, listed, skipped)
+            _refuse_empty_classes(listing.class_names, written, listed, skipped, settings.limit)
         if len(face_types) > 1:
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
             model = "an XSeg model" if settings.masks in ("labels", "xseg-applied") else "a SAEHD model"
@@ -426,18 +426,31 @@ def _image_of(result: Result, name: str, settings: _Settings, face_types: dict[s
 
 
 def _refuse_empty_classes(
-    class_names: list[str], written: np.ndarray, listed: np.ndarray, skipped: list[tuple[str, str]]
+    class_names: list[str],
+    written: np.ndarray,
+    listed: np.ndarray,
+    skipped: list[tuple[str, str]],
+    limit: int | None = None,
 ) -> None:
     """A class folder whose files were all skipped (unreadable, not images) would be a class of no image,
     shifting the class indices and leaving a classifier an output it never learns: refused, naming it.
-    (`listed`: files per class in the listing; one that --limit left without files is not refused.)"""
+    (`listed`: files per class in the listing; one that --limit left without files is not refused. Under
+    `limit`, a class whose few files taken were all skipped is warned of: the folder may hold usable ones, found
+    from outside refused as holding none.)"""
     empty = [name for name, n, m in zip(class_names, written.tolist(), listed.tolist()) if n == 0 and m > 0]
     if not empty:
         return
     example = next(((f, why) for f, why in skipped if any(f.startswith(f"{c}/") for c in empty)), None)
-    files = f" (every file skipped, e.g. {example[0]}: {example[1]})" if example else ""
     shown = ", ".join(empty[:SHOWN]) + (", ..." if len(empty) > SHOWN else "")
     one = len(empty) == 1
+    if limit is not None:
+        warn(
+            f"--limit {limit}: the files taken of class folder{'' if one else 's'} {shown} were all skipped"
+            + (f" (e.g. {example[0]}: {example[1]})" if example else "")
+            + f", so {'it has' if one else 'they have'} no image in this file; a larger --limit takes others"
+        )
+        return
+    files = f" (every file skipped, e.g. {example[0]}: {example[1]})" if example else ""
     raise BigbatchError(
         f"class folder{'' if one else 's'} {shown} hold{'s' if one else ''} no usable image{files}: a class of no "
         f"images shifts the other classes' indices; remove {'it' if one else 'them'} or put images in "
