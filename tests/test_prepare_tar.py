@@ -361,6 +361,13 @@ def test_skipped_files_of_several_shards_name_their_shard(tmp_path):
             _add(tar, "b.png", _png(s))  # (no .cls)
     report = prepare(str(tmp_path / "s-{0..1}.tar"), "x.h5", workers=0)
     assert [name for name, _ in report.skipped] == [str(tmp_path / f"s-{s}.tar/b.png") for s in (0, 1)]
+    # A member that does not decode is named with its shard too (found from outside: "c.png", of either shard).
+    for s in range(2):
+        with tarfile.open(tmp_path / f"t-{s}.tar", "w") as tar:
+            _add(tar, "c.png", _png(s) if s == 0 else b"not a png")
+            _add(tar, "c.cls", b"0")
+    report = prepare(str(tmp_path / "t-{0..1}.tar"), "y.h5", workers=0)
+    assert [name for name, _ in report.skipped] == [str(tmp_path / "t-1.tar/c.png")] and report.count == 1
 
 
 def test_predict_reads_a_url_prefix_of_shards(tmp_path):

@@ -47,6 +47,11 @@ class Listing:
     """The labels are class indices as the source gave them (WebDataset's .cls), not places in sorted folder
     names: a class without images shifts nothing, and --classes only names them."""
 
+    def shown(self, i: int) -> str:
+        """How messages name file `i` (found from outside: a tar member without its shard, as the listing's own
+        skips name it)."""
+        return self.source.member_name(self.keys[i], self.names[i])
+
     def subset(self, limit: int) -> Listing:
         """`limit` files spread evenly over the listing (so every class keeps its share)."""
         take = (np.arange(limit) * len(self.keys)) // limit if limit < len(self.keys) else np.arange(len(self.keys))
@@ -88,6 +93,10 @@ class Source:
         """What changes when the listed file does, as the listing saw it ("": nothing known; a zip's
         members are stamped by the zip's own)."""
         return ""
+
+    def member_name(self, key: str, name: str) -> str:
+        """How messages name the listed file `name` (a shard's member: with its shard where there are several)."""
+        return name
 
 
 def file_stamp(path: str) -> str:

@@ -356,8 +356,8 @@ def _write(
     with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
-            name = listing.names[i]
-            image = _image_of(result, name, settings, face_types)
+            name = listing.shown(i)  # (with its shard: a member of one of several)
+            image = _image_of(result, listing.names[i], settings, face_types)
             if isinstance(image, str):
                 _skip(skipped, name, image, settings.strict)
                 continue
@@ -440,7 +440,7 @@ def _refuse_empty_classes(
     empty = [name for name, n, m in zip(class_names, written.tolist(), listed.tolist()) if n == 0 and m > 0]
     if not empty:
         return
-    example = next(((f, why) for f, why in skipped if any(f.startswith(f"{c}/") for c in empty)), None)
+    example = next(((f, why) for f, why in skipped if any(f.startswith(f"{c}/") or f"/{c}/" in f for c in empty)), None)
     shown = ", ".join(empty[:SHOWN]) + (", ..." if len(empty) > SHOWN else "")
     one = len(empty) == 1
     if limit is not None:

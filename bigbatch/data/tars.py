@@ -127,6 +127,9 @@ class TarSource(Source):
         """A member as a reader names it: its shard, then its name there."""
         return f"{self.shards[int(key.split(':', 1)[0])].name}/{name}"
 
+    def member_name(self, key: str, name: str) -> str:
+        return _in_shard(self.shards, int(key.split(":", 1)[0]), name)
+
     def read(self, keys: Sequence[str]) -> list[bytes | str]:
         spans = [tuple(int(v) for v in k.split(":")) for k in keys]
         out: list[bytes | str] = [""] * len(keys)
