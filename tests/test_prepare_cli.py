@@ -478,3 +478,30 @@ def test_a_full_disk_while_prepare_keeps_its_parts_is_one_line_and_resumes_from_
     again = subprocess.run([sys.executable, "-m", "bigbatch", *argv], cwd=tmp_path, capture_output=True, text=True)
     assert again.returncode == 0 and "resumed: 300 files as an interrupted prepare" in again.stdout, again.stdout
     assert sorted(f.name for f in tmp_path.iterdir()) == ["out.h5", "src"]
+
+
+def test_class_names_match_whatever_unicode_form_the_file_system_writes(tmp_path, capsys):
+    # Found from outside: a validation folder élan (decomposed, as macOS writes it) was not the training file's élan
+    # (composed), and the fix given, to rename it as the training set's class, changed nothing one could see.
+    import unicodedata
+
+    rng = np.random.default_rng(0)
+    for root, form in (("train", "NFC"), ("val", "NFD")):
+        for name in ("élan", "zèbre"):
+            (tmp_path / root / unicodedata.normalize(form, name)).mkdir(parents=True)
+            image = rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)
+            Image.fromarray(image).save(tmp_path / root / unicodedata.normalize(form, name) / "a.png")
+    (tmp_path / "val" / unicodedata.normalize("NFD", "zèbre") / "a.png").unlink()  # (a class the val set lacks)
+    (tmp_path / "val" / unicodedata.normalize("NFD", "zèbre")).rmdir()
+    assert main(["prepare", str(tmp_path / "train"), str(tmp_path / "train.h5"), "--resolution", "8"]) == 0
+    argv = ["prepare", str(tmp_path / "val"), str(tmp_path / "val.h5"), "--resolution", "8"]
+    assert main([*argv, "--classes", str(tmp_path / "train.h5")]) == 0, capsys.readouterr().err
+    val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
+    assert val.class_names == ["zèbre", "élan"] and val.get(torch.arange(1))[1].tolist() == [1]  # (é after z)
+    # ... and a labels file's names alike
+    (tmp_path / "flat").mkdir()
+    Image.fromarray(rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "flat" / "x.png")
+    (tmp_path / "l.csv").write_text(f"file,label\nx.png,{unicodedata.normalize('NFD', 'zèbre')}\n")
+    argv = ["prepare", str(tmp_path / "flat"), str(tmp_path / "flat.h5"), "--resolution", "8"]
+    assert main([*argv, "--labels", str(tmp_path / "l.csv"), "--classes", str(tmp_path / "train.h5")]) == 0
+    assert bigbatch.data.load_data(str(tmp_path / "flat.h5"), 8).get(torch.arange(1))[1].tolist() == [0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import unicodedata
 from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
@@ -80,7 +81,7 @@ def relabel(
     the labelled names no file matches)."""
     names = label_order(set(labels.values())) if class_names is None else list(class_names)
     index = class_index(names, first_words)
-    unknown = sorted(set(labels.values()) - set(index))
+    unknown = sorted(v for v in set(labels.values()) if nfc(v) not in index)
     if unknown:
         raise BigbatchError(
             f"{what} names classes the training data has not ({_few(unknown)}): fix the labels, or give with "
@@ -107,7 +108,7 @@ def relabel(
             unlabelled.append((rel, f"no label in {what}"))
             continue
         keep.append(i)
-        found.append(index[labels[key]])
+        found.append(index[nfc(labels[key])])
         used.add(key)
     missing = sorted(set(labels) - used)
     out = replace(
@@ -121,10 +122,17 @@ def relabel(
     return out, unlabelled, missing
 
 
+def nfc(name: str) -> str:
+    """A class name in Unicode's composed form (NFC), as names are matched: the same text, as macOS's file names
+    (decomposed) and others write it, is one class."""
+    return unicodedata.normalize("NFC", name)
+
+
 def class_index(names: list[str], first_words: bool = False) -> dict[str, int]:
     """{name: index} of class names; `first_words` (a list of lines), each also by its first word where those are
     unique: the synset of a line of ImageNet's LOC_synset_mapping.txt ("n01440764 tench, Tinca tinca") names its
     class folder and its labels."""
+    names = [nfc(n) for n in names]  # (found from outside: macOS's decomposed é did not match the training file's)
     index = {n: i for i, n in enumerate(names)}
     if not first_words:
         return index
@@ -139,14 +147,14 @@ def renumber(listing: Listing, class_names: list[str], what: str, first_words: b
     """`listing`'s class folders numbered by their place in `class_names` (a training file's classes), so
     that a validation set lacking a class keeps the indices of the others (`first_words`: see class_index)."""
     index = class_index(class_names, first_words)
-    unknown = [n for n in listing.class_names if n not in index]
+    unknown = [n for n in listing.class_names if nfc(n) not in index]
     if unknown:
         raise BigbatchError(
             f"class folder{'s' * (len(unknown) > 1)} {_few(unknown)} "
             f"of the source {'are' if len(unknown) > 1 else 'is'} not a class of {what}: rename "
             f"{'them' if len(unknown) > 1 else 'it'} as the training set's class, or leave out --classes"
         )
-    mapping = np.asarray([index[n] for n in listing.class_names], np.int64)
+    mapping = np.asarray([index[nfc(n)] for n in listing.class_names], np.int64)
     return replace(listing, labels=mapping[listing.labels], class_names=list(class_names))
 
 
