@@ -84,11 +84,13 @@ def _export(args: argparse.Namespace) -> None:
     print(f"Wrote {out}: {load}; {usage}; its settings (class names, ...) as JSON: {settings}")
 
 
-def _config(args: argparse.Namespace, default: str) -> Any:
+def _config(args: argparse.Namespace, default: str, then: dict[str, Any] | None = None) -> Any:
+    """The config of --preset or --config with the overrides given, and `then` on top (checked once, together)."""
     from bigbatch.config import parse_override
     from bigbatch.presets import base_config
 
-    return base_config(args.preset, args.config, default).override(dict(parse_override(o) for o in args.overrides))
+    given = dict(parse_override(o) for o in args.overrides)
+    return base_config(args.preset, args.config, default).override({**given, **(then or {})})
 
 
 def device_named(name: str) -> str:
@@ -120,7 +122,8 @@ def _show_batch(args: argparse.Namespace) -> None:
 
     if not 0 <= args.kimg <= 1e12:  # (beyond: more images than an int64 counts; found from outside)
         raise BigbatchError(f"--kimg must be a number of kimg, 0 to 1e12, got {args.kimg:g}")
-    cfg = _config(args, "digits")
+    # The images fed depend on no evaluation (found from outside: a classifier with no held-out split was refused)
+    cfg = _config(args, "digits", {"eval.every_kimg": 0.0})
     if cfg.train.init_from:  # (the images fed do not depend on the weights a run starts from, which need not be here)
         cfg = cfg.override({"train.init_from": "", "train.freeze_kimg": 0.0})  # (nothing frozen: nothing loaded)
     schedule = schedule_of(cfg)

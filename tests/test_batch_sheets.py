@@ -138,6 +138,12 @@ def test_show_batch_draws_a_presets_batch_without_training(tmp_path, capsys, mon
     assert main([*fine, "train.init_from=nowhere.pth", "--out", str(tmp_path / "f.png")]) == 0
     out, err = capsys.readouterr()
     assert "(16 px, batch 64)" in out and "warning" not in err
+    # ... nor a classifier's held-out split, which evaluation needs and a sheet of training images does not (found
+    # from outside: refused).
+    plain = ["show-batch", "--preset", "fashion_resnet_fast", "data.path=builtin:digits", "data.resolution=16"]
+    assert main([*plain, 'data.val_path=""', "data.val_fraction=0", "--out", str(tmp_path / "c.png")]) == 0, (
+        capsys.readouterr().err
+    )
 
 
 def test_the_predictions_sheet_names_the_true_class_under_a_wrong_prediction():
