@@ -101,6 +101,13 @@ def test_the_plan_of_auto_is_restored_through_state_dict():
         return rep, opt
 
     first, _ = planned()
+    # A takes_micro that no divisor of the share passes is one line (found from outside: min() of no probes).
+    rep = bigbatch.Replicator(batch=32, micro_batch="auto", device="cpu", memory_budget="1GiB")
+    model = rep.prepare(classifier())
+    rep.wrap_optimizer(torch.optim.Adam(model.parameters()), "clf")
+    rep.takes_micro = lambda m: m % 3 == 0
+    with pytest.raises(bigbatch.BigbatchError, match="no micro-batch to try: no divisor of this rank's share"):
+        rep.plan_micro_batch(lambda m: rep.probe_step(lambda x: model(x).mean(), torch.randn(m, 1, 8, 8)))
     again, opt = planned(first.state_dict())
     assert not again.micro_batch_pending  # settled by the state: no probing
     assert (again.plan, again.budget, again.probes) == (first.plan, first.budget, first.probes)

@@ -183,8 +183,13 @@ def fit_micro_batch(
     CPU_MEASURED, by extrapolation: the module's docstring); with the probes, ascending.
 
     `agree` makes all ranks take the same branch (fits only if it fits everywhere).
-    Raises BigbatchError if even the smallest does not fit.
+    Raises BigbatchError if even the smallest does not fit, or if there is none to try.
     """
+    if not candidates:  # (found from outside: min() of no probes, a traceback)
+        raise BigbatchError(
+            "no micro-batch to try: no divisor of this rank's share of the batch is one the Replicator's "
+            "takes_micro accepts; accept one (1 always divides), or give micro_batch a number"
+        )
     measurable = [c for c in candidates if c <= CPU_MEASURED]
     if device.type == "cpu" and 2 <= len(measurable) < len(candidates):
         a, b = (measure(probe, m, device, budget, baseline) for m in measurable[-2:])
