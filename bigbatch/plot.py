@@ -70,14 +70,22 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
         if series:
             panels.append((title, series, title.startswith("fp16")))
     for metric in EVAL_METRICS:
-        series = []
+        series, ns = [], {}
         for run, (_, evals) in data.items():
             if any(_number(r.get(metric)) for r in evals):
                 spread = f"{metric}_std" if any(f"{metric}_std" in r for r in evals) else None
-                series.append((names[run] if several else metric, metric, evals, spread, run))
+                # Scores of another eval.n apart, each said (found from outside: joined in one curve, labelled with
+                # the n the config says now); a row of before eval_n was logged: the config's
+                by_n: dict[str, list[dict]] = {}
+                now = _eval_n([run]) if any("eval_n" not in r for r in evals) else ""
+                for r in evals:
+                    by_n.setdefault(str(r.get("eval_n", now)), []).append(r)
+                for n, rows in by_n.items():
+                    label = (names[run] if several else metric) + (f" (n={n})" if len(by_n) > 1 else "")
+                    series.append((label, metric, rows, spread, run))
+                ns.update(dict.fromkeys(by_n))
         if series:
-            shown = [run for *_, run in series]  # (eval.n of the runs drawn here, not of every run)
-            where = "held-out split" if metric.startswith("val_") else f"eval, n={_eval_n(shown)}"
+            where = "held-out split" if metric.startswith("val_") else f"eval, n={'/'.join(ns)}"
             panels.append((f"{metric} ({where})", series, False))
     if not any(_finite(r.get(key)) for _, series, _ in panels for _, key, rows, *_ in series for r in rows):
         where = f"{runs[0]}/metrics.jsonl holds" if not several else "the runs' metrics.jsonl hold"

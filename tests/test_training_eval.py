@@ -260,6 +260,30 @@ def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_
     assert err.count("\n") == 1 and "holds no finite losses, speeds or scores to plot" in err
 
 
+def test_plot_keeps_scores_of_another_eval_n_apart(tmp_path, monkeypatch):
+    # Found from outside: a run resumed with another eval.n drew its scores as one curve, labelled with the n its
+    # config says now; each evaluation's row says its n, and the curves part by it.
+    import matplotlib.axes
+
+    drawn, plot = [], matplotlib.axes.Axes.plot
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "plot",
+        lambda self, *a, **kw: drawn.append((self, kw.get("label"))) or plot(self, *a, **kw),
+    )
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [(0.1, 64, 9.0), (0.2, 64, 8.0), (0.3, 32, 7.5), (0.4, 32, 7.0)]
+    (run / "metrics.jsonl").write_text(
+        "".join(f'{{"kimg": {k}, "fid": {f}, "eval_n": {n}, "eval_seconds": 1.0}}\n' for k, n, f in rows)
+    )
+    assert main(["plot", str(run)]) == 0
+    assert [(ax.get_title(), label) for ax, label in drawn] == [
+        ("fid (eval, n=64/32)", "fid (n=64)"),
+        ("fid (eval, n=64/32)", "fid (n=32)"),
+    ]
+
+
 def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
     import matplotlib.axes
 

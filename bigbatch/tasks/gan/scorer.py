@@ -144,7 +144,7 @@ class Scorer:
                 G = standing_stats(copy.deepcopy(G), e.standing_stats, e.batch_size, e.seed, e.truncation)
             feats = generated_features(G, self.extractor, e.n, e.seed, e.truncation, e.batch_size)
             scores = score(feats, self.reference, self.metrics, self.extractor.family, device=self.extractor.device)
-        return {**scores, "eval_seconds": round(time.perf_counter() - began, 3)}
+        return {**scores, "eval_n": e.n, "eval_seconds": round(time.perf_counter() - began, 3)}  # (n: plot's)
 
     def improved(self, scores: dict[str, float]) -> bool:
         return self.tracker.improved(scores)
