@@ -104,6 +104,19 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     capsys.readouterr()
     assert main(["eval", str(run), "--metrics", "fid", "--n", "64"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["fcd"] == rows[-1]["fcd"]
+    # A damaged best is not kept through a resume (found from outside: kept, a worse score not replacing it, and
+    # only `eval --checkpoint best` refused it later): said, and the next evaluation replaces it.
+    meta = best_meta(run)
+    meta["best"]["value"] = 1e9
+    (run / "checkpoints" / "best" / "meta.json").write_text(json.dumps(meta))
+    weights = run / "checkpoints" / "best" / "G_ema.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    bigbatch.train(cfg.override({"train.kimg": 1.024, "eval.n": 64}), run_dir=run, resume=True)
+    said = capsys.readouterr().out
+    assert "best is damaged (G_ema.safetensors does not match the" in said and "the next evaluation replaces it" in said
+    assert best_meta(run)["kimg"] == 1.024 and main(["info", str(run), "--verify"]) == 0
 
 
 @pytest.mark.parametrize(

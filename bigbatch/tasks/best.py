@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch import checkpoints
+from bigbatch.errors import BigbatchError
 
 
 class Best:
@@ -37,7 +38,8 @@ class Best:
             elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
                 why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"
             else:
-                why, self.value = "", float(record["value"])
+                why, self.value = _damage(best), float(record["value"])
+                self.value = math.nan if why else self.value
             if why and not quiet:
                 print(f"{best} {why}: the next evaluation replaces it", flush=True)
 
@@ -55,3 +57,13 @@ class Best:
     def record(self) -> dict[str, Any]:
         """What meta.json of checkpoints/best/ records."""
         return {"metric": self.metric, "value": self.value, "settings": self.settings}
+
+
+def _damage(best: Path) -> str:
+    """Why the best checkpoint kept cannot stand ("" if it is whole): found from outside, a damaged best was kept
+    on resume while a worse score did not replace it, and only `eval --checkpoint best` later refused it."""
+    try:
+        checkpoints.verify(best)
+    except BigbatchError as e:
+        return f"is damaged ({checkpoints.damage(e).removeprefix(f'checkpoint {best} is corrupt: ')})"
+    return ""
