@@ -558,14 +558,21 @@ def _read_checked(ckpt: Path, meta: dict[str, Any], name: str) -> bytes:
     return data
 
 
-def load_weights(net: nn.Module, state_dict: dict[str, torch.Tensor], what: str, assign: bool = False) -> None:
+def load_weights(
+    net: nn.Module,
+    state_dict: dict[str, torch.Tensor],
+    what: str,
+    assign: bool = False,
+    model: str = "the model built from its config",
+) -> None:
     """Load a state dict, turning a mismatch into one line naming the first differences. `assign`: the tensors
-    themselves become the weights (for a model built on the meta device: nothing is allocated twice)."""
+    themselves become the weights (for a model built on the meta device: nothing is allocated twice). `model`:
+    what the message calls `net`."""
     try:
         result = net.load_state_dict(state_dict, strict=False, assign=assign)
     except RuntimeError as e:
         detail = " ".join(str(e).split("\n\t")[1:2]).strip() or str(e).splitlines()[0]
-        raise BigbatchError(f"{what} does not fit the model built from its config: {detail}") from None
+        raise BigbatchError(f"{what} does not fit {model}: {detail}") from None
     problems = [f"missing {k}" for k in result.missing_keys] + [f"unexpected {k}" for k in result.unexpected_keys]
     if problems:
-        raise BigbatchError(f"{what} does not fit the model built from its config: {', '.join(problems[:3])}")
+        raise BigbatchError(f"{what} does not fit {model}: {', '.join(problems[:3])}")

@@ -4,6 +4,7 @@ image counts, so a resumed run and one of another world size do the same things 
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 import traceback
@@ -47,6 +48,8 @@ def train(
         raise BigbatchError(
             f"train takes a Config (bigbatch.preset(NAME) or Config.from_dict), got {type(cfg).__name__}"
         )
+    if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):  # (found from outside: a TypeError)
+        raise BigbatchError(f"run_dir must be a path (a str or a Path), got {type(run_dir).__name__} {run_dir!r}")
     if resume not in (True, False, "auto") or not isinstance(resume, (bool, str)):  # (1 == True: refused too)
         raise BigbatchError(f'resume must be True, False or "auto" (start or resume), got {resume!r}')
     cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too

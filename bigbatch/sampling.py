@@ -110,6 +110,7 @@ def sample(
             f"sample takes a generator (bigbatch.load_generator(RUN) or one of bigbatch.models), got {type(G).__name__}"
         )
     n, batch_size = whole_number("n", n, 0), whole_number("batch_size", batch_size, 1)
+    seed = whole_number("seed", seed, 0)  # (found from outside: seed="a", a TypeError deep in the streams)
     n_classes = getattr(G, "n_classes", 0)
     if classes is not None and not n_classes:
         raise BigbatchError("this generator is unconditional: it takes no classes")

@@ -182,3 +182,5 @@ def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_start
 def test_train_takes_a_config_and_says_so_of_anything_else():
     with pytest.raises(bigbatch.BigbatchError, match=r"train takes a Config \(bigbatch.preset\(NAME\).*got dict"):
         bigbatch.train({"name": "x"})  # (an AttributeError from deep inside, found from outside)
+    with pytest.raises(bigbatch.BigbatchError, match="run_dir must be a path .a str or a Path., got int 3"):
+        bigbatch.train(bigbatch.preset("digits"), run_dir=3)  # (a TypeError from pathlib)

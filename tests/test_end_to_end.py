@@ -67,12 +67,19 @@ def test_sample_api_is_deterministic_and_split_invariant(run):
         ({"classes": ["zebra"]}, "classes must be"),
         ({"n": -3}, "n must be a whole number, 0 or more, got -3"),
         ({"batch_size": 0}, "batch_size must be a whole number, 1 or more, got 0"),
+        ({"seed": "a"}, "seed must be a whole number, 0 or more, got 'a'"),  # (a TypeError, found from outside)
     ]
     for kwargs, message in bad:
         with pytest.raises(bigbatch.BigbatchError, match=message):
             bigbatch.sample(G, **{"n": 2, **kwargs})
     with pytest.raises(bigbatch.BigbatchError, match="sample takes a generator"):
         bigbatch.sample(str(run))
+    # A device this machine has not, or that torch does not know, is one line (found from outside: torch's errors).
+    if not torch.cuda.is_available():
+        with pytest.raises(bigbatch.BigbatchError, match="device 'cuda': this machine has no CUDA GPU"):
+            bigbatch.load_generator(run, device="cuda")
+    with pytest.raises(bigbatch.BigbatchError, match="device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"):
+        bigbatch.load_generator(run, device="gpu")
 
 
 def test_cli_sample_and_info(run, capsys):

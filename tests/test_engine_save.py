@@ -58,6 +58,9 @@ def test_what_cannot_be_saved_or_loaded_is_one_line(tmp_path):
         bigbatch.BigbatchError, match="'data' holds a Generator object; give models, optimizers, or plain data"
     ):
         rep.save(tmp_path / "c", model=model, data=torch.Generator())
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)  # (found from outside: refused without saying how to keep it)
+    with pytest.raises(bigbatch.BigbatchError, match=r"give sched.state_dict\(\), and load_state_dict what load"):
+        rep.save(tmp_path / "c", model=model, sched=sched)
     rep.save(tmp_path / "c", model=model, opt=opt)
     with pytest.raises(bigbatch.BigbatchError, match=r"holds no model 'ema'; it holds models \['model'\] and optim"):
         rep.load(tmp_path / "c", model=model, ema=model)
@@ -67,6 +70,8 @@ def test_what_cannot_be_saved_or_loaded_is_one_line(tmp_path):
         rep.load(tmp_path / "mine", model=model)
     with pytest.raises(bigbatch.BigbatchError, match="holds no model 'opt'"):
         rep.load(tmp_path / "c", opt=model)  # (a name of the other kind: found by review, a KeyError)
+    with pytest.raises(bigbatch.BigbatchError, match="model.safetensors does not fit the model given as 'model': "):
+        rep.load(tmp_path / "c", model=torch.nn.Linear(2, 2))  # (it said "built from its config": there is none)
     run = bigbatch.train(bigbatch.preset("digits").override(TINY_RUN), run_dir=tmp_path / "run", quiet=True)
     with pytest.raises(bigbatch.BigbatchError, match="is a checkpoint of a bigbatch run, not one Replicator.save"):
         rep.load(run / "checkpoints" / "000000.016", model=model)

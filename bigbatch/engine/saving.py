@@ -30,9 +30,16 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
     values = {k: _plain_value(v) for k, v in objects.items() if k not in nets and k not in optimizers}
     for key, value in values.items():
         if not _plain_data(value):
+            # (found from outside: a scheduler, which Accelerate and Lightning save, refused without the way to)
+            hint = (
+                f": give {key}.state_dict(), and load_state_dict what load returns"
+                if hasattr(objects[key], "state_dict")
+                else ""
+            )
             raise BigbatchError(
                 f"Replicator.save: {key!r} holds a {type(value).__name__} object; give models, optimizers, or plain "
                 "data (numbers, strings, tensors, lists and dicts of them), which load reads back without unpickling"
+                + hint
             )
     if path.exists() and not (path / "meta.json").is_file():  # (the folder is replaced whole)
         raise BigbatchError(f"Replicator.save: {path} exists and is not a checkpoint; give a new path")
@@ -84,7 +91,7 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
             f"{sorted(saved)} and optimizers {sorted(state['optimizers'])} (restored by the names saved under)"
         )
     for key, net in nets.items():
-        checkpoints.load_weights(net, weights[key], f"{path / key}.safetensors")
+        checkpoints.load_weights(net, weights[key], f"{path / key}.safetensors", model=f"the model given as {key!r}")
     for key, opt in objects.items():
         if isinstance(opt, torch.optim.Optimizer):
             prec.load_optimizer(opt, state["optimizers"][key])

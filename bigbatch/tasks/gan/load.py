@@ -20,7 +20,20 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", as_trai
     with `class_names`, `checkpoint` (the folder read) and `config` (the run's). `as_trained`: in the memory order
     the run trained it in (channels-last convolutions round apart from NCHW ones: found from outside, `bigbatch
     eval` scored a run's G_ema 7.6e-7 apart from the score logged in training); False: NCHW."""
+    device = _device(device)
     return checkpoints.read_newest(path, lambda ckpt: _load_generator(ckpt, device, as_trained))
+
+
+def _device(device: str | torch.device) -> torch.device:
+    """`device` as torch's, or one line (found from outside: "cuda" on a machine without one was torch's
+    AssertionError, "gpu" its list of every device type)."""
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BigbatchError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
+    if found.type == "cuda" and not torch.cuda.is_available():
+        raise BigbatchError(f"device {device!r}: this machine has no CUDA GPU that torch can use; give device='cpu'")
+    return found
 
 
 def _load_generator(ckpt: Path, device: str | torch.device, as_trained: bool) -> nn.Module:
