@@ -117,6 +117,9 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     said = capsys.readouterr().out
     assert "best is damaged (G_ema.safetensors does not match the" in said and "the next evaluation replaces it" in said
     assert best_meta(run)["kimg"] == 1.024 and main(["info", str(run), "--verify"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(run / "checkpoints" / "best")]) == 0  # (found from outside: its score not said)
+    assert f"best of run cs {best_meta(run)['best']['value']:.4g}\n" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
