@@ -44,6 +44,7 @@ FORMATS = ("torchscript", "onnx", "pt2", "dfm")
 
 
 LEAST = {"C": 3}  # a free size's least value, where not 1: an image's channels (RGB, or RGBA's alpha left out)
+MOST = {"C": 4}  # ... and most (found from outside: an NCHW batch was taken as 28 "channels" of 3 rows)
 
 
 class Deployable(NamedTuple):
@@ -220,7 +221,7 @@ def _torchscript(d: Deployable) -> bytes:
 def _dynamic(d: Deployable) -> dict[str, dict[int, Any]]:
     """torch.export's dynamic_shapes for the sizes that vary."""
     names = {name for sizes in d.free.values() for name in sizes.values()}
-    dims = {name: torch.export.Dim(name, min=LEAST.get(name, 1)) for name in names}
+    dims = {name: torch.export.Dim(name, min=LEAST.get(name, 1), max=MOST.get(name)) for name in names}
     return {k: {i: dims[n] for i, n in d.free[k].items()} for k in d.inputs}
 
 

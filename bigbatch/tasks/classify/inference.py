@@ -56,7 +56,7 @@ def _sym_min(a: int, b: int) -> int:
 
 
 class Inference(nn.Module):
-    """uint8 images (H, W, C) or (N, H, W, C) of one size, C >= 3 -> class probabilities (N, classes)."""
+    """uint8 images (H, W, C) or (N, H, W, C) of one size, C 3 or 4 -> class probabilities (N, classes)."""
 
     def __init__(self, net: nn.Module, resolution: int, crop: float, class_names: list[str]):
         super().__init__()
@@ -68,7 +68,11 @@ class Inference(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         # (an exported module is called by code that may pass a float image in [0, 1], torchvision's habit: refused)
         torch._assert(images.dtype == torch.uint8, "images must be uint8 RGB, 0..255, (H, W, 3) or (N, H, W, 3)")
-        torch._assert((images.dim() == 3 or images.dim() == 4) and images.shape[-1] >= 3, "images must be (H, W, 3)")
+        # (found from outside: an NCHW batch was taken as an image of 3 rows and 28 "channels", without a word)
+        torch._assert(
+            (images.dim() == 3 or images.dim() == 4) and images.shape[-1] >= 3 and images.shape[-1] <= 4,
+            "images must be channels last, (H, W, 3 or 4) or (N, H, W, 3 or 4): an NCHW tensor is permute(0, 2, 3, 1)",
+        )
         x = images.unsqueeze(0) if images.dim() == 3 else images
         # (the RGB planes by index, not a slice: torch.export would trace a slice of 3 planes apart from one of more)
         rgb = x.index_select(3, torch.arange(3, device=x.device)).float()
