@@ -50,6 +50,33 @@ def test_weights_in_biggan_pytorch_layout_load_with_identical_outputs(key):
     torch.testing.assert_close(D2(x, y), D(x, y), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("key", ["biggan", "biggan_deep"])
+def test_biggan_pytorchs_forward_of_exported_weights_divides_by_our_sigma(key):
+    # BigGAN-PyTorch's spectral norm runs a power iteration from u0 in every forward, eval mode too (its
+    # layers.SN.W_: v = normalize(u0 W), u = normalize(v W^T), sv = v W^T u^T). Found from outside: u0 was our u, so
+    # its forward divided by another sigma than ours (images 0.05 apart) unless the vectors had converged.
+    import torch.nn.functional as F
+
+    G, _ = tiny_pair(key)
+    torch.manual_seed(1)
+    for m in G.modules():  # vectors one iteration from a random start, as early in training: not converged
+        if isinstance(m, SpectralNorm):
+            m.sn_u = F.normalize(torch.randn_like(m.sn_u), dim=1)
+            m._power_iteration()
+    ref = convert.to_reference(G)
+    checked = 0
+    for name, m in G.named_modules():
+        if isinstance(m, SpectralNorm):
+            w = m.weight.detach().flatten(1)
+            u0 = ref[convert.reference_name(G, f"{name}.sn_u")]
+            v = F.normalize(u0 @ w, dim=1)
+            u = F.normalize(v @ w.t(), dim=1)
+            theirs, ours = (v @ w.t() @ u.t()).squeeze(), (m.sn_u @ w @ m.sn_v.t()).squeeze()
+            torch.testing.assert_close(theirs, ours, rtol=2e-5, atol=0)
+            checked += 1
+    assert checked > 10
+
+
 def test_reference_names_at_the_reference_configurations():
     with torch.device("meta"):
         G, D = bigbatch.models.create("biggan", 128, 1000, ch=96, dim_z=120)

@@ -115,7 +115,13 @@ def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "th
 
 
 def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
-    """`net`'s weights in BigGAN-PyTorch's layout (u0 and sv0 from our estimate); a StyleGAN2's in ADA's."""
+    """`net`'s weights in BigGAN-PyTorch's layout (sv0 our estimate); a StyleGAN2's in ADA's.
+
+    BigGAN-PyTorch's spectral norm runs a power iteration from u0 in every forward, in eval mode too, and divides
+    by v W^T u of that iteration's v = normalize(u0 W) and u: |W v|. Ours divides by u W v^T of the vectors our
+    last iteration left, which is |W v| as well (u is normalize(v W^T)). So u0 is the u whose u0 W points along
+    our v (least squares, in float64): its one iteration then gives our v, and its forward our sigma (found from
+    outside: u0 = our u, one iteration further, gave other images, 0.05 apart on outputs of 0.4)."""
     if convert_ada.is_stylegan2(net):
         return convert_ada.to_ada(net)
     _check_family(net)
@@ -128,8 +134,16 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
     for name, layer in _sn_layers(net).items():
         prefix = f"{name}." if name else ""
         with torch.no_grad():
-            sigma = layer.sn_u @ layer.weight.flatten(1) @ layer.sn_v.t()
-        out[reference_name(net, prefix + "sn_u")[: -len("u0")] + "sv0"] = sigma.reshape(1).detach().clone()
+            w = layer.weight.flatten(1)
+            sigma = layer.sn_u @ w @ layer.sn_v.t()
+            if w.is_meta:  # (names alone, of a model not allocated)
+                u0 = layer.sn_u
+            else:
+                u0 = torch.linalg.lstsq(w.double().t(), layer.sn_v.double().t()).solution.t()
+                u0 = F.normalize(u0, dim=1).to(layer.sn_u.dtype)
+        u_name = reference_name(net, prefix + "sn_u")
+        out[u_name] = u0.contiguous()
+        out[u_name[: -len("u0")] + "sv0"] = sigma.reshape(1).detach().clone()
     return out
 
 
