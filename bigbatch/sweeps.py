@@ -453,7 +453,11 @@ def status(run: Path, cfg: Config) -> str:
         return "new"
     done = checkpoints.complete_checkpoints(run)
     total = cfg.train.images
-    if done and int((checkpoints.read_meta(done[-1]) or {}).get("nimg", 0)) >= total:
+    nimg = int((checkpoints.read_meta(done[-1]) or {}).get("nimg", 0)) if done else 0
+    # Stopped past a shorter length than its own, a run is not finished (its resume refuses the length, naming it:
+    # found from outside, called finished and tabulated beside runs of the new length); one that reached its own
+    # length is (its resume says it is done).
+    if done and nimg >= total and (nimg == total or nimg >= Config.load(done[-1] / "config.toml").train.images):
         return "finished"
     return "interrupted" if (run / "config.toml").exists() else "new"
 

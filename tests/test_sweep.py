@@ -67,6 +67,16 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
     with open(tmp_path / "failing" / "results.csv") as f:
         assert [r["status"] for r in csv.DictReader(f)] == ["failed", "finished"]
 
+    # A run stopped past a shorter length than its own is not finished: its resume refuses the length, naming it
+    # (found from outside: called finished, beside runs of the new length). One that reached its own length is.
+    long = base.override({"train.batch": 16, "train.kimg": 0.256})
+    (run,) = [tmp_path / "short" / r["run"] for r in bigbatch.sweep(long, {"train.seed": [0]}, tmp_path / "short")]
+    for ckpt in checkpoints.complete_checkpoints(run)[2:]:  # (stopped at 0.128 of its 0.256)
+        ckpt.rename(ckpt.with_name(f".gone-{ckpt.name}"))
+    (run / "checkpoints" / "latest").write_text("000000.128\n")
+    with pytest.raises(bigbatch.BigbatchError, match=r"1 of 1 sweep runs failed \(seed=0: .*is not beyond"):
+        bigbatch.sweep(long.override({"train.kimg": 0.064}), {"train.seed": [0]}, tmp_path / "short")
+
 
 def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch, capsys):
     # Found from outside: a sweep stopped by Ctrl-C wrote no results table, not even the runs that finished.
