@@ -440,3 +440,24 @@ def test_a_ray_run_from_python_streams_rows_and_a_sweep_runs_side_by_side(tiny, 
         (1e-4, "finished", 0.256),
         (2e-4, "finished", 0.256),
     ]
+
+
+def test_rows_trained_again_after_a_restart_are_not_updates_again():
+    # Found from outside: after a restart, each row past the checkpoint came again as an update (the same values
+    # trained again, bit for bit, but for their timings), and a plot went back in kimg.
+    from bigbatch.launch.handle import RunHandle
+
+    rows = [{"kimg": 0.1, "loss": 1.0, "seconds": 1.0}, {"kimg": 0.2, "loss": 0.5, "seconds": 2.0, "img_per_s": 9}]
+
+    def session(sink, stop):
+        again = {**rows[1], "seconds": 7.0, "img_per_s": 3}
+        sink([("row", rows[0]), ("row", rows[1]), ("reset", None), ("row", rows[0]), ("row", again)])
+        sink([("row", {"kimg": 0.3, "loss": 0.4, "seconds": 8.0}), ("reset", None), ("row", rows[0])])
+        sink([("row", {"kimg": 0.2, "loss": 0.6, "seconds": 9.0})])  # (another value: a row of its own)
+        return []
+
+    handle = RunHandle("run", session)
+    assert [(u.row["kimg"], u.row["loss"]) for u in handle.updates(timeout=10)] == [
+        (0.1, 1.0), (0.2, 0.5), (0.3, 0.4), (0.2, 0.6)
+    ]  # fmt: skip
+    assert [r["loss"] for r in handle.rows] == [1.0, 0.6]  # (the rows a resume dropped are dropped)
