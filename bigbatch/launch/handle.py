@@ -75,7 +75,8 @@ class Update:
 class RunResult:
     run_dir: str
     status: int
-    """0: the run reached its end, or was stopped and saved a checkpoint."""
+    """0: the run reached its end, or was stopped and saved a checkpoint; 130 or 143: stopped (`stop`) before every
+    rank could save, as in its start-up (it resumes from its last checkpoint)."""
     rows: list[dict[str, Any]]
     """Every row of its metrics.jsonl."""
     ranks: list[RankResult] = field(default_factory=list)
@@ -124,7 +125,9 @@ class RunHandle:
                 status, message, ranks = with_restarts(
                     lambda: self._ended(session(self._receive, self._stop)), restarts, self._say, self._stop.is_set
                 )
-                if status != 0:
+                # A stop asked for that came before a rank could save (its start-up: nothing trained, nothing lost;
+                # found from outside, raised as a failure) is the result asked for, its status saying so.
+                if status != 0 and not (self._stop.is_set() and status in (130, 143)):
                     self._error = BigbatchError(message or f"the run ended with exit status {status}")
                 self._result = RunResult(run_dir, status, list(self.rows), ranks)
             except BaseException as e:  # noqa: BLE001 - given to whoever asks for the result
