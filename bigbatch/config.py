@@ -178,8 +178,8 @@ class TrainConfig(Section):
     d_lr: float = 2e-4
     """Adam learning rate of D."""
     betas: tuple[float, float] = (0.0, 0.999)
-    """Adam (beta1, beta2) of both G and D (BigGAN's); a classifier's AdamW takes (0.9, 0.999),
-    PyTorch's, unless this is set."""
+    """Adam (beta1, beta2) of both G and D (BigGAN's); a classifier's AdamW takes (0.9, 0.999), PyTorch's, where this
+    is left at (0.0, 0.999) (so AdamW's beta1 is never exactly 0: give 1e-8)."""
     adam_eps: float = 1e-8
     """Adam epsilon of both G and D."""
     loss: Literal["hinge", "ns"] = "hinge"
