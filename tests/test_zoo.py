@@ -124,6 +124,21 @@ def write_reference_weights(folder, G, D):
 TINY_RUN = ["data.resolution=32", "model.ch=8", "model.dim_z=16", "model.options={g_attn=16, d_attn=16}"]
 
 
+def test_a_lone_unshared_g_tells_its_classes_by_its_embeddings(tmp_path):
+    # The CIFAR script's G (no shared embedding: each conditional BN's gain an embedding of the classes), alone
+    # (found from outside: "pass --classes N", though the weights say it).
+    G, _ = tiny_pair("biggan unshared")
+    (tmp_path / "w").mkdir()
+    torch.save(convert.to_reference(G), tmp_path / "w" / "G.pth")
+    options = "model.options={shared=false, hier=false, g_attn=0, d_attn=0}"
+    argv = ["convert", str(tmp_path / "w" / "G.pth"), str(tmp_path / "run"), *TINY_RUN[:3], options]
+    assert main(argv) == 0
+    G_loaded = bigbatch.load_generator(tmp_path / "run")
+    assert G_loaded.n_classes == 5
+    z, y = torch.randn(2, 16), torch.tensor([1, 4])
+    torch.testing.assert_close(G_loaded(z, y), G(z, y), rtol=1e-5, atol=1e-5)
+
+
 def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
     G, D = tiny_pair("biggan")
     write_reference_weights(tmp_path / "weights", G, D)

@@ -58,6 +58,14 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
         n_classes = convert_ada.classes_of(next(iter(ref.values())))
     if n_classes is None:
         found = [sd[k].shape[0] for sd in ref.values() for k in ("shared.weight", "embed.weight") if k in sd]
+        # A G without a shared embedding (the CIFAR script's): each conditional BN's gain is an embedding, (classes,
+        # channels), where a shared one's is a spectrally normalised linear map with its u0 (found from outside).
+        found += [
+            sd[k].shape[0]
+            for sd in ref.values()
+            for k in sd
+            if k.endswith(".gain.weight") and sd[k].dim() == 2 and k.removesuffix("weight") + "u0" not in sd
+        ]
         if not found:
             raise BigbatchError("cannot tell the number of classes from the weights; pass --classes N")
         n_classes = int(found[0])
