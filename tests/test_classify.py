@@ -176,8 +176,7 @@ def test_classify_config_mistakes_name_the_key(overrides, words):
 
 
 def test_adamw_takes_pytorchs_betas_unless_they_are_set(tmp_path):
-    # train.betas's default is BigGAN's Adam's (0.0, 0.999): a classifier's AdamW (the finetune_resnet50
-    # preset's) ran without momentum.
+    # train.betas's default is BigGAN's Adam's (0.0, 0.999): a classifier's AdamW (finetune_resnet50's) had no momentum.
     def betas(run_dir, **overrides):
         cfg = tiny(**{"train.optimizer": "adamw", "train.kimg": 0.064, **overrides})
         bigbatch.train(cfg, run_dir=run_dir, quiet=True)
@@ -186,8 +185,7 @@ def test_adamw_takes_pytorchs_betas_unless_they_are_set(tmp_path):
 
     assert betas(tmp_path / "default") == {(0.9, 0.999)}
     assert betas(tmp_path / "set", **{"train.betas": [0.5, 0.99]}) == {(0.5, 0.99)}
-    # The preset's config says the betas it trains with (found from outside: config.toml said BigGAN's).
-    assert bigbatch.preset("finetune_resnet50").train.betas == (0.9, 0.999)
+    assert bigbatch.preset("finetune_resnet50").train.betas == (0.9, 0.999)  # (its config.toml said BigGAN's)
 
 
 def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):
