@@ -231,10 +231,7 @@ def finetune_resnet50() -> Config:
     (AdamW 1e-3 per 64 images, warm-up, cosine decay), label smoothing, random-resized crops, flips,
     10% held out. Set data.path to a prepared data file and train.init_from to the weights."""
     data = DataConfig(path="data/train.h5", resolution=224, xflip=True, val_fraction=0.1, val_crop=1.14)
-    # (betas written out: found from outside, config.toml said BigGAN's (0, 0.999), the field's default, where AdamW
-    # took PyTorch's (0.9, 0.999))
     train = TrainConfig(kimg=20, batch=64, micro_batch="auto", optimizer="adamw", lr=1e-3, lr_batch=64)
-    train = replace(train, betas=(0.9, 0.999))
     train = replace(train, weight_decay=0.01, warmup_kimg=1, lr_decay="cosine", label_smoothing=0.1)
     train = replace(train, crop_scale=0.35, init_from="resnet50.pth", freeze_kimg=2, body_lr_mult=0.1)
     cfg = _imagenet_classifier("finetune_resnet50", train, data, zero_init_residual=False)

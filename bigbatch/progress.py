@@ -15,6 +15,8 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import warn
 from bigbatch.rundir import Run
 
+NOT_SCORES = ("eval_seconds", "eval_n")  # what an evaluation's row holds beside its scores
+
 
 def _quiet_tensorboard_thread() -> None:
     """TensorBoard's writer thread re-raises a failed write (a full disk) after handing it to the writer, whose
@@ -153,7 +155,7 @@ class Progress:
 
     def scores(self, nimg: int, step: int, scores: dict[str, float]) -> None:
         self.write(nimg, {**self.where(nimg, step), **scores})
-        shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k != "eval_seconds")
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k not in NOT_SCORES)
         self.say(f"kimg {nimg / 1000:g}  {shown}  ({scores['eval_seconds']:.0f} s)")
 
     def write(self, nimg: int, row: dict[str, Any]) -> None:
@@ -162,7 +164,7 @@ class Progress:
             return
         try:
             for k, v in row.items():
-                if k not in ("kimg", "step", "seconds"):
+                if k not in ("kimg", "step", "seconds", "eval_n"):
                     self.tb.add_scalar(k, v, nimg)
             self.tb.add_scalar("kimg", row["kimg"], nimg)
             self.tb.flush()

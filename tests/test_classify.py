@@ -185,7 +185,6 @@ def test_adamw_takes_pytorchs_betas_unless_they_are_set(tmp_path):
 
     assert betas(tmp_path / "default") == {(0.9, 0.999)}
     assert betas(tmp_path / "set", **{"train.betas": [0.5, 0.99]}) == {(0.5, 0.99)}
-    assert bigbatch.preset("finetune_resnet50").train.betas == (0.9, 0.999)  # (its config.toml said BigGAN's)
 
 
 def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):

@@ -3,6 +3,7 @@ chosen metric across resumes, training itself untouched, and `bigbatch eval` agr
 The offline classifier stands in for the Inception here (a few seconds instead of minutes)."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -215,11 +216,11 @@ def test_is_without_the_inception_output_layer_stops_the_run_before_it_trains(tm
     tiny_bg = ["data.path=builtin:digits", "data.resolution=32", "model.ch=8", "train.batch=16", "train.micro_batch=16"]
     tiny_bg += ["data.schedule=[]", "train.kimg=0.016", "eval.n=16", "eval.reference_n=16"]
     assert main(["train", "--preset", "biggan128_bs2048", *tiny_bg, "--run-dir", "bg"]) == 0
-    assert "IS left out of the preset's eval.metrics (fid,is): these Inception weights have no output layer" in (
-        capsys.readouterr().err
-    )
+    out, err = capsys.readouterr()
+    assert "IS left out of the preset's eval.metrics (fid,is): these Inception weights have no output layer" in err
     (row,) = [r for r in map(json.loads, open("bg/metrics.jsonl")) if "eval_seconds" in r]
-    assert "fid" in row and "is" not in row
+    assert "fid" in row and "is" not in row and row["eval_n"] == 16  # (the n it was scored at: plot's)
+    assert re.search(r"^kimg 0.016  fid [\d.]+  \(\d+ s\)$", out, re.M), out  # (the n is no score to print)
 
 
 def test_plot_draws_training_curves_and_scores(scored, tiny, tmp_path, capsys):
