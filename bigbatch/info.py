@@ -42,7 +42,8 @@ def describe_run(path: str | Path) -> str:
         ckpt, damaged = intact[-1], str(e)
     except BigbatchError:
         # A run before its first checkpoint (found from outside: info only refused): its start record and log.
-        if not (path / "config.toml").is_file() or checkpoints.complete_checkpoints(path):
+        folder = (path / "meta.json").exists() or (path / "state.pt").exists()  # (a checkpoint's own refusal stands)
+        if folder or not (path / "config.toml").is_file() or checkpoints.complete_checkpoints(path):
             raise
     run = path if ckpt is None else ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
     meta = checkpoints.model_info(ckpt) if ckpt is not None else {}

@@ -147,6 +147,11 @@ def test_a_smaller_batch_than_the_micro_batch_just_trains(capsys, tmp_path):
     (run / "config.toml").unlink()
     code, _, err = run_cli(capsys, "info", str(run))
     assert code == 2 and err == f"bigbatch: error: run {run} has no complete checkpoint yet\n"
+    (tmp_path / "ck").mkdir()  # an incomplete checkpoint folder is refused as one, not described as a run
+    (tmp_path / "ck" / "config.toml").write_text(bigbatch.preset("digits").dumps())
+    (tmp_path / "ck" / "meta.json").write_text("{")
+    code, _, err = run_cli(capsys, "info", str(tmp_path / "ck"))
+    assert code == 2 and "is incomplete or damaged" in err, err
 
 
 @pytest.mark.parametrize("name", bigbatch.list_presets())

@@ -305,6 +305,10 @@ def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path,
     assert "--limit 3: the files taken of class folder birds were all skipped (e.g. birds/0.txt:" in (
         capsys.readouterr().err
     )
+    for i in (1, 2):  # a --limit that leaves nothing out refuses as prepare does (found by review: it warned)
+        (tmp_path / "src" / "birds" / f"{i}.png").unlink()
+    with pytest.raises(BigbatchError, match=refused.replace("notes.txt", "0.txt")):
+        bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "all.h5"), 8, workers=0, limit=100)
 
 
 def test_a_label_is_the_whole_field_spaces_included(tmp_path, capsys):

@@ -46,6 +46,8 @@ class Listing:
     indexed: bool = False
     """The labels are class indices as the source gave them (WebDataset's .cls), not places in sorted folder
     names: a class without images shifts nothing, and --classes only names them."""
+    thinned: bool = False
+    """Some of the source's files left out (--limit)."""
 
     def shown(self, i: int) -> str:
         """How messages name file `i` (found from outside: a tar member without its shard, as the listing's own
@@ -64,6 +66,7 @@ class Listing:
             self.outside,
             self.skipped,
             self.indexed,
+            thinned=self.thinned or limit < len(self.keys),
         )
 
 

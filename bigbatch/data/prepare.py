@@ -378,7 +378,9 @@ def _write(
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
-            _refuse_empty_classes(listing.class_names, written, listed, skipped, settings.limit)
+            _refuse_empty_classes(
+                listing.class_names, written, listed, skipped, settings.limit if listing.thinned else None
+            )
         if len(face_types) > 1:
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
             model = "an XSeg model" if settings.masks in ("labels", "xseg-applied") else "a SAEHD model"
