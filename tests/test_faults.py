@@ -431,6 +431,8 @@ def test_one_command_starts_or_resumes(tiny, tmp_path, capsys):
     assert main([*command, "train.kimg=0.256"]) == 0  # nothing there: starts
     assert main(["train", "--run-dir", str(tmp_path / "none"), "--resume"]) == 2  # plain --resume needs a run
     assert "holds no run to resume" in one_error_line(capsys)
+    assert main(["train", "--run-dir", str(tmp_path / "none"), "--resume", "yes"]) == 2  # (spaced: not an override)
+    assert "holds no run to resume" in one_error_line(capsys)
     assert main([*command[:-1], "--resume", "auto"]) == 0  # the same command again: resumes (train.kimg may change)
     assert "Resuming" in capsys.readouterr().out  # (--resume auto, spaced: found from outside, read as an override)
     assert weights(run) == weights(bigbatch.train(tiny, run_dir=tmp_path / "whole", quiet=True))

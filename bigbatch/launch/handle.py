@@ -217,6 +217,7 @@ class RunHandle:
     def _row(self, row: dict[str, Any]) -> None:
         if self._replay is not None:
             if self._replay < len(self.rows) and _same(self.rows[self._replay], row):
+                self.rows[self._replay] = row  # (the file's, its timings too)
                 self._replay += 1
                 return
             del self.rows[self._replay :]  # a resume dropped the rows past its checkpoint

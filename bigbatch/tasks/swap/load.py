@@ -110,7 +110,10 @@ def optimizer_parameters(model: nn.Module, count: int | None = None) -> list[nn.
     without = [p for p in every if id(p) not in held]
     if held and count == len(without):
         return without
-    raise BigbatchError(f"the saved optimizer holds {count} weights, and this model has {len(every)}")
+    raise BigbatchError(
+        f"the saved optimizer holds {count} weights, and this model has {len(every)}: it is another model's (archi or "
+        "dims); start from its weights alone with a new run, or give the model the config it was trained with"
+    )
 
 
 def make_optimizer(cfg: Config, params: list[nn.Parameter], stream: int) -> torch.optim.Optimizer:
@@ -223,7 +226,7 @@ def source_face_type(path: str) -> str | None:
     if is_dfl_folder(path):
         file = _dfl_file(path, "data.dat")
         data = safe_pickle.loads(file.read_bytes(), str(file)) if file is not None else None
-        options = data.get("options") if isinstance(data, dict) else None
+        options = dfl.with_defaults(data.get("options")) if isinstance(data, dict) else None  # (DFL's "f" if unset)
         found = options.get("face_type") if isinstance(options, dict) else None
         return found if isinstance(found, str) and found else None
 
