@@ -35,8 +35,8 @@ def _av():  # noqa: ANN202 - PyAV's module
 
 def natural_key(path: str | Path) -> tuple:
     """A sort key for frame names that compares runs of digits as numbers: 2.png before 10.png (string order put
-    10.png, 11.png before 2.png); the stem before the suffix (gray.png before gray16.png, as DFL's string order:
-    found from outside, the '.' compared after the digits)."""
+    10.png, 11.png before 2.png); stem first, then the suffix (gray.png before gray16.png, a.png before a.b.png:
+    found from outside, gray16.png came first, its '.' compared with the other's digits)."""
     name = Path(path)
     parts = re.split(r"([0-9]+)", name.stem)
     return [(0, int(p), p) if p.isdecimal() and p.isascii() else (1, 0, p) for p in parts], name.suffix

@@ -139,8 +139,9 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
             if w.is_meta:  # (names alone, of a model not allocated)
                 u0 = layer.sn_u
             else:
-                u0 = torch.linalg.lstsq(w.double().t(), layer.sn_v.double().t()).solution.t()
-                u0 = F.normalize(u0, dim=1).to(layer.sn_u.dtype)
+                # (on the CPU, whose driver takes a rank-deficient W: CUDA's assumes full rank)
+                u0 = torch.linalg.lstsq(w.double().cpu().t(), layer.sn_v.double().cpu().t()).solution.t()
+                u0 = F.normalize(u0, dim=1).to(layer.sn_u.dtype).to(layer.sn_u.device)
         u_name = reference_name(net, prefix + "sn_u")
         out[u_name] = u0.contiguous()
         out[u_name[: -len("u0")] + "sv0"] = sigma.reshape(1).detach().clone()
