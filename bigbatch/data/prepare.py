@@ -428,11 +428,7 @@ def _image_of(result: Result, name: str, settings: _Settings, face_types: dict[s
 
 
 def _refuse_empty_classes(
-    class_names: list[str],
-    written: np.ndarray,
-    listed: np.ndarray,
-    skipped: list[tuple[str, str]],
-    limit: int | None = None,
+    class_names: list[str], written: np.ndarray, listed: np.ndarray, skipped: list[tuple[str, str]], limit: int | None
 ) -> None:
     """A class folder whose files were all skipped (unreadable, not images) would be a class of no image,
     shifting the class indices and leaving a classifier an output it never learns: refused, naming it.
