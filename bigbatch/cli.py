@@ -484,13 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed command line; `key=value` overrides of train and convert may stand anywhere among the options."""
     parser = build_parser()
-    # A bare --resume takes no override as its value (--resume train.kimg=120); --resume auto is --resume=auto.
     given, argv = list(sys.argv[1:] if argv is None else argv), []
-    for a in given:  # (a sweep file's own arguments as given)
-        if a in ("auto", "yes") and argv[-1:] == ["--resume=yes"] and given[:1] != ["sweep"]:
+    ours = given[:1] != ["sweep"]  # --resume: no override its value; --resume auto: =auto (a sweep file's: as given)
+    for a in given:
+        if ours and a in ("auto", "yes") and argv[-1:] == ["--resume=yes"]:
             argv[-1] = f"--resume={a}"
         else:
-            argv.append("--resume=yes" if a == "--resume" and given[:1] != ["sweep"] else a)
+            argv.append("--resume=yes" if ours and a == "--resume" else a)
     # argparse fills a positional list from one run of arguments only, so overrides after an option come
     # back unparsed (parse_intermixed_args would gather them, but it refuses subparsers).
     args, extras = parser.parse_known_args(argv)

@@ -117,7 +117,7 @@ def merge_folder(
 
     from bigbatch.faces import merge_record
     from bigbatch.faces.extract import FrameSource, read_image, read_otherwise
-    from bigbatch.tasks.swap.load import load_autoencoder, trained_face_type
+    from bigbatch.tasks.swap.load import load_autoencoder, source_face_type
 
     if (s.mask in XSEG_MASKS) != (xseg is not None):
         raise BigbatchError(
@@ -160,7 +160,7 @@ def merge_folder(
         from bigbatch.faces.xseg import load_xseg, model_file
 
         segmenter = load_xseg(xseg)[0].to(device)
-    own = trained_face_type(run, model)
+    own = source_face_type(run)
     if face_type and own and align.face_type(face_type).dfl_name != align.face_type(own).dfl_name:
         raise BigbatchError(
             f"--face-type {face_type}: {run} was trained on {own} faces, and merging crops as it was trained; "

@@ -36,9 +36,8 @@ class Best:
                 why = "was scored with other eval settings" + (f" ({'; '.join(changed)})" if changed else "")
             elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
                 why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"
-            else:
-                why, self.value = _damage(best), float(record["value"])
-                self.value = math.nan if why else self.value
+            elif not (why := _damage(best)):
+                self.value = float(record["value"])
             if why and not quiet:
                 print(f"{best} {why}: the next evaluation replaces it", flush=True)
 

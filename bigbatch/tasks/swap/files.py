@@ -34,7 +34,7 @@ from bigbatch.tasks.swap.load import (
     load_autoencoder,
     make_optimizer,
     optimizer_parameters,
-    trained_face_type,
+    source_face_type,
 )
 from bigbatch.tasks.swap.task import discriminators, swap_faces
 
@@ -261,13 +261,13 @@ def export_dfl(
     return Path(out)
 
 
-def _check_face_types(path: str | Path, model: torch.nn.Module, files: list[Path]) -> None:
+def _check_face_types(path: str | Path, files: list[Path]) -> None:
     """Refuse DFL aligned faces of another face type than the model's (found from outside: swapped without a word,
     framed as the model never saw faces); faces without DFL's metadata are taken as they are."""
     from bigbatch.data.align import face_type
     from bigbatch.data.dfl_faces import NoFaceData, read_metadata
 
-    own = trained_face_type(path, model)
+    own = source_face_type(path)
     if not own:
         return
     own = face_type(own).dfl_name
@@ -328,7 +328,7 @@ def swap_folder(
             )
         stems[f.stem] = f
     model = load_autoencoder(path, device).pack_for_cpu()  # (used on a CPU only)
-    _check_face_types(path, model, files)
+    _check_face_types(path, files)
     res = model.resolution
     done = 0
     for i in range(0, len(files), batch):

@@ -21,20 +21,6 @@ from bigbatch.urls import public_name
 DIMS = ("archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
 
 
-def trained_face_type(run: str | Path, model: nn.Module) -> str | None:
-    """The face type a swap model was trained on, as its run or DFL model folder records it (None: unknown);
-    `model` is `load_autoencoder(run)`'s."""
-    named = dfl_model(run)
-    if named is not None:
-        folder, name = named
-        file = folder / f"{name}_SAEHD_data.dat" if name else next(folder.glob("*_SAEHD_data.dat"))
-        data = dfl.read_pickle(file)
-        return dfl.with_defaults(data.get("options") or {}).get("face_type") or None if isinstance(data, dict) else None
-    ckpt, cfg = getattr(model, "checkpoint", None), getattr(model, "config", None)
-    known = checkpoints.model_info(ckpt).get("face_type") if ckpt is not None else None
-    return known or (cfg.swap.face_type if cfg is not None else None) or None  # ("": unknown, as None)
-
-
 def build_model(cfg: Config) -> nn.Module:
     """The autoencoder the config describes, initialised from train.seed (the global RNG left as it was)."""
     with torch.random.fork_rng(devices=[]):
@@ -220,13 +206,13 @@ def init_discriminators(discs: dict[str, tuple[nn.Module, nn.Module, torch.optim
     return carried
 
 
-def source_face_type(path: str) -> str | None:
-    """DFL's face type a train.init_from model was trained on, where known: a DFL folder's option, a swap
-    run's record (or its swap.face_type)."""
+def source_face_type(path: str | Path) -> str | None:
+    """DFL's face type a swap model (a train.init_from, or what swap and merge apply) was trained on, where known:
+    a DFL folder's option (DFL's "f" if unset), a swap run's or checkpoint's record (or its swap.face_type)."""
     if is_dfl_folder(path):
         file = _dfl_file(path, "data.dat")
         data = safe_pickle.loads(file.read_bytes(), str(file)) if file is not None else None
-        options = dfl.with_defaults(data.get("options")) if isinstance(data, dict) else None  # (DFL's "f" if unset)
+        options = dfl.with_defaults(data.get("options")) if isinstance(data, dict) else None
         found = options.get("face_type") if isinstance(options, dict) else None
         return found if isinstance(found, str) and found else None
 
