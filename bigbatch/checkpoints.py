@@ -295,9 +295,22 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return [p for *_, p in sorted(found)]
 
 
-def holds_checkpoints(path: Path) -> bool:
-    """Whether `path` is a checkpoint folder or a run directory (intact or not), as find_checkpoint tells them."""
+def run_named(path: str | Path) -> Path:
+    """`path`, or the run directory it names when it is the run's checkpoints/ folder or its checkpoints/latest
+    file (what a shell's completion offers one step past the run; found from outside: both were refused as
+    neither a run nor a checkpoint, an XSeg model's `latest` as an unreadable DeepFaceLab file)."""
     path = Path(path)
+    if path.name == "latest" and path.is_file() and path.parent.name == "checkpoints":
+        return path.parent.parent
+    if path.name == "checkpoints" and path.is_dir() and (path / "latest").is_file():
+        return path.parent
+    return path
+
+
+def holds_checkpoints(path: Path) -> bool:
+    """Whether `path` is a checkpoint folder or a run directory (intact or not; see run_named), as find_checkpoint
+    tells them."""
+    path = run_named(path)
     markers = ("meta.json", "state.pt", "config.toml")
     return path.is_dir() and ((path / "checkpoints").is_dir() or any((path / m).exists() for m in markers))
 
@@ -306,7 +319,7 @@ def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
     refuse_credentials(str(path), public_name(str(path)))
-    path = Path(path)
+    path = run_named(path)
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
     if (path / "meta.json").exists() or (path / "state.pt").exists():
@@ -471,7 +484,7 @@ def set_aside_newer(run_dir: Path, nimg: int) -> None:
 
 def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
     """The checkpoint of a run that `which` names: latest, best (checkpoints/best/) or a folder name."""
-    path = Path(path)
+    path = run_named(path)
     if (path / "meta.json").exists() and which != "latest":
         raise BigbatchError(f"{path} is a checkpoint already: --checkpoint {which} names one of a run directory")
     if which == "latest" or (path / "meta.json").exists():

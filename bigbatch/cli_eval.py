@@ -37,6 +37,10 @@ def run_eval(args: argparse.Namespace) -> None:
         raise BigbatchError(  # after the generator loaded, without the flag's name)
             f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {args.truncation}"
         )
+    if _is_run(args.path):  # (RUN/checkpoints/latest names RUN: run_named)
+        from bigbatch.checkpoints import run_named
+
+        args.path = str(run_named(args.path))
     task = _task_of(args.path, args.checkpoint) if _is_run(args.path) else None
     if args.dst is not None and task != "swap":
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
@@ -131,8 +135,9 @@ EVAL_B = (
 
 def _is_run(path: str) -> bool:
     """A run directory or one of its checkpoints (as `find_checkpoint` recognizes them)."""
-    p = Path(path)
-    return p.is_dir() and any((p / name).exists() for name in ("meta.json", "state.pt", "checkpoints", "config.toml"))
+    from bigbatch.checkpoints import holds_checkpoints
+
+    return holds_checkpoints(Path(path))
 
 
 def _task_of(path: str, which: str) -> str:

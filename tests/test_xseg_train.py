@@ -238,6 +238,12 @@ def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp
     said = capsys.readouterr().out
     assert "rmsprop lr 0.0001, lr_dropout" in said and f"labelled faces {h5} and {h5}" in said and " sgd " not in said
     assert model_file(whole).read_bytes() == (whole / ckpt).read_bytes()  # (what merge's record digests)
+    # Its checkpoints/ folder or checkpoints/latest (a shell's completion one step on) name the run (found from
+    # outside: "not a readable DeepFaceLab file" and "holds no DeepFaceLab XSeg model").
+    for named in (whole / "checkpoints" / "latest", whole / "checkpoints"):
+        assert main(["xseg", "apply", str(named), str(folder)]) == 0
+    assert main(["info", str(whole / "checkpoints" / "latest")]) == 0
+    assert f"checkpoint  {whole / 'checkpoints' / '000000.016'}" in capsys.readouterr().out
     assert main(["xseg", "apply", str(whole), str(folder)]) == 0
     meta = read_metadata((folder / "00000.jpg").read_bytes())
     assert meta["xseg_mask"] is not None and cv2.imdecode(np.asarray(meta["xseg_mask"]), 0).shape == (RES, RES)

@@ -47,7 +47,7 @@ def weights_of(path: str | Path) -> Path:
 
 def is_run(path: str | Path) -> bool:
     """Whether `path` names a bigbatch run or one of its checkpoints (not a DFL model folder or file)."""
-    path = Path(path)
+    path = checkpoints.run_named(path)
     return (
         path.is_dir()
         and not (path / WEIGHTS).is_file()
