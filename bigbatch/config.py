@@ -368,11 +368,11 @@ class AugmentConfig(Section):
     """Probability that each transform applies to an image. "auto": 0 at the start with augment.target
     (ADA), else 1 (DiffAugment; ADA's pipeline takes a number there, its fixed-p runs use 0.2-0.8)."""
     target: float = 0.0
-    """ADA: adjust p so that the fraction of real images D scores positive, r_t = E[sign(D(real))], stays at
-    this (ADA: 0.6); 0 = p fixed."""
+    """ADA: adjust p so that the mean sign of D's outputs on the real images, r_t = E[sign(D(real))] (from -1
+    to 1: 0.6 is 80% of them scored positive), stays at this (ADA: 0.6); 0 = p fixed."""
     speed_kimg: float = 500.0
     """ADA: p moves by at most 1 in this many kimg (ADA's ada_kimg), by a step every 256 real images or
-    every D step, whichever is longer."""
+    every D step, whichever is longer (ADA fine-tunes with 100)."""
 
     def _validate(self) -> None:
         names = self.transforms

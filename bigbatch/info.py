@@ -116,8 +116,9 @@ def describe_run(path: str | Path) -> str:
             + (f", path length {t.pl_weight:g} every {t.pl_every} on 1/{t.pl_batch_shrink}" if t.pl_weight else "")
         )
         a = cfg.augment
-        if a.transforms:  # ADA's p now: the last log row's augment_p
+        if a.transforms:  # ADA's p where the checkpoint is (found from outside: not shown; a resume starts there)
             p = f"target {a.target:g} (speed {a.speed_kimg:g} kimg)" if a.target else f"p {a.start_p:g}"
+            p += f", p {meta['augment_p']:.4g} at the checkpoint" if "augment_p" in meta else ""
             lines.append(f"augment     {a.pipeline} {','.join(a.transforms)}, {p}")
     else:
         lines.append(f"model       {cfg.task}: {m.name} ch {m.ch}{options}")

@@ -146,6 +146,9 @@ def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path, policy):
     # p at the row, not its mean since the row before (found from outside: 0.672 logged where p was 0.768)
     state = torch.load(whole / "checkpoints/000000.512/state.pt", weights_only=True)
     assert rows[-1]["kimg"] == 0.512 and p[-1] == pytest.approx(state["augment"]["p"], abs=0, rel=1e-12)
+    # info of a checkpoint says the p a resume from it starts at (found from outside: only the settings)
+    half = torch.load(parts / "checkpoints/000000.256/state.pt", weights_only=True)["augment"]["p"]
+    assert f"(speed 2 kimg), p {half:.4g} at the checkpoint" in describe_run(parts / "checkpoints/000000.256")
     assert all(-1 <= r["D_real_sign"] <= 1 for r in rows)
 
 

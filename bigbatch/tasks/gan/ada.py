@@ -14,8 +14,9 @@ so that one or both happen with p), with the paper's strengths.
   (an orthogonal wavelet's pair: up then down is the identity), the filter's delay (0.2 px) allowed for.
 - color is one 4x4 matrix per image acting on RGB in [-1, 1] (on one channel: its mean over RGB).
 - filter splits each image, along rows and along columns, into four octave bands (filters built from the
-  sym2 wavelet that sum to the identity, the image mirrored at its edges) and scales each by 2^N(0, 1),
-  the gains scaled together to keep the expected power (10/13 of it taken to lie in the lowest band).
+  sym2 wavelet that sum to the identity, the image mirrored at its edges) and scales each, with probability p
+  of its own, by 2^N(0, 1), each band's change of the expected power (10/13 of it taken to lie in the lowest
+  band) undone by scaling all four: as ADA's code, whose four scalings multiply.
 - noise adds Gaussian noise of std |N(0, 0.1^2)| per image, its pixels drawn from the image's own seed.
 - cutout zeroes a square of half the side centred anywhere in the image.
 
@@ -84,8 +85,8 @@ def draw(groups: list[str], p: float, n: int, size: int, seed: int, stream: int,
     g = generator(seed, stream, *keys)
     f64 = dict(dtype=torch.float64, generator=g)
     on = torch.rand(n, 14, **f64)  # xflip rot90 xint scale rot aniso rot xfrac | bright contrast luma hue sat | cut
-    # u: xint (0-1), the rotations (2-3), hue (4), cutout's centre (5-6), 7-11 spare; normal: scale, aniso,
-    # xfrac (2-3), brightness, contrast, saturation
+    # u: xint (0-1), the rotations (2-3), hue (4), cutout's centre (5-6), filter's bands 1-3 (7-9), 10-11 spare;
+    # normal: scale, aniso, xfrac (2-3), brightness, contrast, saturation
     u, normal = torch.rand(n, 12, **f64), torch.randn(n, 7, **f64)
     coin = torch.randint(0, 2, (n, 2), generator=g)  # xflip, luma flip
     quarter = torch.randint(0, 4, (n,), generator=g)
@@ -137,9 +138,12 @@ def draw(groups: list[str], p: float, n: int, size: int, seed: int, stream: int,
     # filter and noise: drawn after the rest, so that the groups above draw as they did before these
     on2, bands, sigma = torch.rand(n, 2, **f64), torch.randn(n, 4, **f64), torch.randn(n, **f64)
     pixels = torch.randint(0, 2**24, (n, 2), generator=g)  # a 48-bit seed in two numbers float32 holds exactly
-    gains = torch.exp2(bands * BAND_STD)
-    power = (gains.square() * torch.tensor(BAND_POWER, dtype=torch.float64)).sum(1, keepdim=True)
-    out[:, FILTER] = torch.where((on2[:, 0:1] < p) & ("filter" in groups), gains / power.sqrt(), 1.0)
+    # Each band on with its own coin (the first of on2, then three of u's spare), as in ADA's augment.py: its gain's
+    # change of the expected power undone by scaling all four, the bands' scalings multiplied.
+    coins = torch.cat([on2[:, 0:1], u[:, 7:10]], 1)
+    gains = torch.where((coins < p) & ("filter" in groups), torch.exp2(bands * BAND_STD), 1.0)
+    weight = torch.tensor(BAND_POWER, dtype=torch.float64)
+    out[:, FILTER] = gains / (1 - weight + weight * gains.square()).prod(1, keepdim=True).sqrt()
     if "noise" in groups:
         out[:, 29] = torch.where(on2[:, 1] < p, sigma.abs() * NOISE_STD, 0.0)
         out[:, 30:32] = pixels.double()

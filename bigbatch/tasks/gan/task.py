@@ -495,7 +495,10 @@ class GANTask:
             self.augment.load_state_dict(state["augment"])
 
     def model_info(self) -> dict[str, Any]:
-        return {"n_classes": self.n_classes, "img_channels": self.data.channels, "class_names": self.data.class_names}
+        info = {"n_classes": self.n_classes, "img_channels": self.data.channels, "class_names": self.data.class_names}
+        if self.augment.on and self.augment.target:  # ADA's p where the checkpoint is (what `info` shows of it)
+            info["augment_p"] = self.augment.p
+        return info
 
     def previews(self, at_checkpoint: bool) -> dict[str, Image.Image]:
         return self._sheets(self.G_ema, at_checkpoint)
