@@ -158,12 +158,22 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     assert "*.jpeg matches no file" in capsys.readouterr().err
     assert main(["predict", str(run), str(tmp_path / "imgs" / "0.png"), "--json", "--tta", "--topk", "10"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    module = bigbatch.tasks.classify.inference.inference_of(run)
-    with torch.no_grad():
-        p = (module(images[0])[0] + module(images[0].flip(1))[0]) / 2
-    assert {t["class"]: t["p"] for t in row["top"]} == pytest.approx(
-        {c: float(v) for c, v in zip(module.class_names, p)}
-    )
+    inference = bigbatch.tasks.classify.inference
+    module, net = inference.inference_of(run), bigbatch.load_classifier(run)
+    for crop in (1.0, 1.2):  # eval's --tta: the network's input mirrored, after the crop (found from outside: the
+        # image mirrored before it, the crop moved a pixel where its margin is odd: 19 - 16 here)
+        x = val_transform(images[:1], 16, crop, False)
+        with torch.no_grad():
+            p = (net(x).softmax(1)[0] + net(x.flip(-1)).softmax(1)[0]) / 2
+        if crop == 1.0:
+            assert {t["class"]: t["p"] for t in row["top"]} == pytest.approx(
+                {c: float(v) for c, v in zip(module.class_names, p)}
+            )
+        other = inference.Inference(net, 16, crop, module.class_names)
+        (top,) = inference.predict(other, [("x", images[0])], topk=10, tta=True)
+        assert {t["class"]: t["p"] for t in top["top"]} == pytest.approx(
+            {c: float(v) for c, v in zip(module.class_names, p)}, abs=1e-6
+        )
     rows = rows[:6]
     assert all(len(r["top"]) == 3 and r["top"][0]["p"] >= r["top"][1]["p"] for r in rows)
     # The classifier on the validation transform of the same images (what eval scores): the same probabilities.

@@ -66,6 +66,10 @@ class Inference(nn.Module):
         self.class_names = list(class_names)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net(self.inputs(images)).float().softmax(1)
+
+    def inputs(self, images: torch.Tensor) -> torch.Tensor:
+        """What the network is given: the images composited, resized and cropped as validation's, in [-1, 1], NCHW."""
         # (an exported module is called by code that may pass a float image in [0, 1], torchvision's habit: refused)
         torch._assert(images.dtype == torch.uint8, "images must be uint8 RGB, 0..255, (H, W, 3) or (N, H, W, 3)")
         # (found from outside: an NCHW batch was taken as an image of 3 rows and 28 "channels", without a word)
@@ -87,8 +91,7 @@ class Inference(nn.Module):
         rows = antialiased_weights(h, self.side, (h - s) // 2, s, x.device)
         x = rows @ x @ antialiased_weights(w, self.side, (w - s) // 2, s, x.device).T
         c = (self.side - self.resolution) // 2
-        x = x[:, :, c : c + self.resolution, c : c + self.resolution] / 127.5 - 1
-        return self.net(x).float().softmax(1)
+        return x[:, :, c : c + self.resolution, c : c + self.resolution] / 127.5 - 1
 
 
 def inference_of(run: str | Path, which: str = "latest", device: str | torch.device = "cpu") -> Inference:
@@ -205,8 +208,10 @@ def predict_each(
     """`predict`'s rows one image at a time, as `images` come."""
     device = next(module.parameters()).device
     for name, image in images:
-        probs = module(image.to(device))[0].cpu()
-        if tta:
-            probs = (probs + module(image.flip(1).to(device))[0].cpu()) / 2
+        x = module.inputs(image.to(device))
+        probs = module.net(x).float().softmax(1)[0].cpu()
+        if tta:  # the network's input mirrored, as eval's (found from outside: the image mirrored before its crop
+            # moved the crop by a pixel where its margin is odd, and the probabilities differed from eval's)
+            probs = (probs + module.net(x.flip(-1)).float().softmax(1)[0].cpu()) / 2
         p, k = probs.topk(min(topk, len(probs)))
         yield {"file": name, "top": [{"class": module.class_names[i], "p": float(v)} for v, i in zip(p, k)]}
