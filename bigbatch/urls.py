@@ -145,6 +145,8 @@ class Location:
             raise BigbatchError(f"cannot read {self.name}: {e} (e.g. pip install s3fs for s3://)") from None
         except ValueError as e:
             raise BigbatchError(f"cannot read {self.name}: {e}") from None
+        except OSError as e:  # (a filesystem that connects as it is made, ftp's: found from outside, the error alone)
+            raise BigbatchError(f"cannot reach {self.name}: {e.strerror or e}") from None
 
     def __str__(self) -> str:
         return self.name

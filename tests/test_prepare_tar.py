@@ -406,6 +406,15 @@ def test_predict_reads_a_folder_a_chunk_at_a_time_and_says_what_it_cannot_read(t
     prepare(str(tmp_path / "many"), str(tmp_path / "many.h5"), workers=0)
     ((name, why),) = each_image([str(tmp_path / "many.h5")])
     assert "a data file, not an image: score a run on it with bigbatch eval RUN" in why
+    # What a folder holds besides images is listed, not passed over unsaid (found from outside: a zip in it).
+    (tmp_path / "few").mkdir()
+    (tmp_path / "few" / "a.png").write_bytes(_png(0))
+    (tmp_path / "few" / "more.zip").write_bytes(b"PK")
+    (tmp_path / "few" / "noext").write_bytes(_png(1))
+    got = dict(each_image([str(tmp_path / "few")]))
+    assert got.keys() == {str(tmp_path / "few" / n) for n in ("a.png", "more.zip", "noext")}
+    assert got[str(tmp_path / "few" / "more.zip")] == "not opened inside a folder: give it to predict on its own"
+    assert got[str(tmp_path / "few" / "noext")].startswith("not an image file by its name (avif, bmp,")
 
 
 def test_predict_lists_every_path_before_reading_an_image(tmp_path):
@@ -418,3 +427,65 @@ def test_predict_lists_every_path_before_reading_an_image(tmp_path):
     for bad, words in (("missing", "missing does not exist"), ("empty", "holds no image files")):
         with pytest.raises(BigbatchError, match=words):  # (found by review: rows were predicted, then it failed)
             each_image([str(tmp_path / "d"), str(tmp_path / bad)])
+
+
+def test_a_tar_over_http_reads_its_members_by_range_and_a_server_that_ignores_ranges_is_said(tmp_path):
+    import functools
+    import http.server
+    import re
+    import threading
+
+    from bigbatch.errors import BigbatchError
+
+    (tmp_path / "imgs").mkdir()
+    with tarfile.open(tmp_path / "t.tar", "w") as tar:
+        for i in range(3):
+            _add(tar, f"d{i}.png", _png(i))
+            (tmp_path / "imgs" / f"d{i}.png").write_bytes(_png(i))
+    local, _ = _read([str(tmp_path / "t.tar")])
+
+    class Ranged(http.server.SimpleHTTPRequestHandler):  # one range a request, as S3 and most servers take them
+        def send_head(self):
+            wanted = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+            if not wanted:
+                return super().send_head()
+            data = Path(self.translate_path(self.path)).read_bytes()
+            start, end = int(wanted[1]), min(int(wanted[2]), len(data) - 1)
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            self.send_header("Content-Length", str(end + 1 - start))
+            self.end_headers()
+            return io.BytesIO(data[start : end + 1])
+
+        def log_message(self, *args):
+            pass
+
+    class Plain(Ranged):  # python -m http.server's: every answer the whole file
+        def send_head(self):
+            return http.server.SimpleHTTPRequestHandler.send_head(self)
+
+    for handler in (Ranged, Plain):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=tmp_path))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            top = f"http://127.0.0.1:{server.server_address[1]}"
+            url = f"{top}/t.tar"
+            images, skipped = _read([url])
+            # A folder (its URL ending in /, the server's page of links) and one image, on any server (found from
+            # outside: both refused as "a single file", and the advice, a folder, too).
+            folder, missed = _read([f"{top}/imgs/", f"{top}/imgs/d1.png"])
+            assert [n for n, _ in folder] == [f"{top}/imgs/d{i}.png" for i in (0, 1, 2, 1)] and not missed
+            assert all(torch.equal(a, b) for (_, a), (_, b) in zip(folder, [*local, local[1]]))
+            with pytest.raises(BigbatchError, match=r"/imgs is a single file; .* \(over HTTP, a folder's URL ends in"):
+                _read([f"{top}/imgs"])
+            with pytest.raises(BigbatchError, match="imgs/d9.png does not exist, or cannot be read"):
+                _read([f"{top}/imgs/d9.png"])
+        finally:
+            server.shutdown()
+            server.server_close()
+        if handler is Ranged:
+            assert [n for n, _ in images] == [f"{url}/d{i}.png" for i in range(3)] and not skipped
+            assert all(torch.equal(a, b) for (_, a), (_, b) in zip(images, local))
+        else:  # (found from outside: the file's first bytes were decoded as each member, "not an image")
+            assert not images and len(skipped) == 3
+            assert "it ignores HTTP range requests, which reading a tar's members needs" in skipped[0][1]

@@ -194,11 +194,13 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
                 f"source {src.name} does not exist, or cannot be listed with these credentials (check AWS_* and the "
                 "endpoint); give a folder, a .zip, a .tar, an s3://bucket/prefix URL"
             )
-        if fs.isfile(root):
+        # (an HTTP server's folder page is a file too: a URL ending in "/" names the folder it lists)
+        if not src.text.endswith("/") and fs.isfile(root):
             if root.lower().endswith(".zip"):
                 return _list_zip(ZipSource(src, storage_options), classes)
+            slash = " (over HTTP, a folder's URL ends in /)" if src.text.startswith(("http:", "https:")) else ""
             raise BigbatchError(
-                f"source {src.name} is a single file; give a folder (prefix) of images, a .zip or .tar shards"
+                f"source {src.name} is a single file; give a folder (prefix) of images{slash}, a .zip or .tar shards"
             )
         root = root.rstrip("/")
         stamps = _find(fs, root)

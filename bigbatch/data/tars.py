@@ -178,10 +178,17 @@ class TarSource(Source):
         )
         found: dict[int, bytes | str] = {}
         for r, blob in zip(ranges, blobs):
+            if isinstance(blob, bytes) and len(blob) > r[1] - r[0]:  # (found from outside: decoded as the images)
+                blob = (
+                    f"the server sent {len(blob):,} bytes for a range of {r[1] - r[0]:,}: it ignores HTTP range "
+                    "requests, which reading a tar's members needs; serve it from one that takes them, or download it"
+                )
             for j in r[2:]:
                 if isinstance(blob, bytes):
                     start = spans[j][0] - r[0]
                     found[j] = blob[start : start + spans[j][1]]
+                elif isinstance(blob, str):
+                    found[j] = f"unreadable ({blob})"
                 else:
                     found[j] = f"unreadable ({type(blob).__name__}: {blob})"
         return [found[j] for j in range(len(spans))]

@@ -65,6 +65,7 @@ class ImageFiles:
         # (a listing of every file: list_source(..., classes=False); a class listing leaves some outside)
         order = [i for i, r in enumerate(listing.names) if Path(r).suffix.lower() in IMAGE_EXTENSIONS]
         self.keys, self.names = [listing.keys[i] for i in order], [listing.names[i] for i in order]
+        self.others = sorted(set(listing.names) - set(self.names))  # the files passed over (predict lists them)
         self.reader, self.source = listing.source, source
         self.skipped = list(listing.skipped)  # (what the listing could not take: a damaged tar's rest)
         if not self.keys:

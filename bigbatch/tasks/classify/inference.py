@@ -13,13 +13,14 @@ reproduced). `bigbatch export` (bigbatch.export) writes this module as one file.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
 from torch import nn
 
 from bigbatch.config import Config
+from bigbatch.data.listing import IMAGE_EXTENSIONS
 from bigbatch.data.schedule import resolution_trained
 from bigbatch.data.sources import decode_or_reason, list_source
 from bigbatch.data.tars import read_by_listing
@@ -120,13 +121,22 @@ def each_image(paths: list[str], chunk: int = 64) -> Iterator[tuple[str, torch.T
     return _images(sources, chunk)
 
 
-def _source(path: str) -> tuple[str, Path, ImageFiles | None]:
-    """(what its images are named under, its path, its listing; None for one image file)."""
+def _source(path: str) -> tuple[str, Path | Location, ImageFiles | None]:
+    """(what its images are named under, its path (a URL's Location), its listing; None for one image file)."""
     where = Location.of(path)
     p = Path(where.text) if not where.url else Path(path)  # (file://PATH is the path)
     listed = read_by_listing(where)
     if not listed and p.is_file() and not p.name.lower().endswith(ARCHIVES):
         return str(p), p, None
+    if where.url and PurePosixPath(where.text).suffix.lower() in IMAGE_EXTENSIONS:  # (found from outside: refused)
+        fs, root = where.fs()
+        try:
+            there = fs.isfile(root)
+        except Exception as e:  # noqa: BLE001 - fsspec's filesystems raise their own: one line for all
+            raise BigbatchError(f"cannot read {where.name}: {type(e).__name__}: {e}") from None
+        if not there:
+            raise BigbatchError(f"{where.name} does not exist, or cannot be read with these credentials")
+        return where.name, where, None
     give = "give image files, folders, .zip or .tar files of images"
     if not (listed or p.exists()):
         raise BigbatchError(f"{path} does not exist; {give}")
@@ -134,23 +144,42 @@ def _source(path: str) -> tuple[str, Path, ImageFiles | None]:
     return (where.name.rstrip("/") if where.url else str(p)), p, files
 
 
-def _images(sources: list[tuple[str, Path, ImageFiles | None]], chunk: int) -> Iterator[tuple[str, torch.Tensor | str]]:
+def _fetched(where: Location) -> bytes | str:
+    """The bytes of one object at a URL, or why they could not be read."""
+    fs, root = where.fs()
+    try:
+        return fs.cat_file(root)
+    except Exception as e:  # noqa: BLE001 - as _source
+        return f"cannot be read ({type(e).__name__}: {e})"
+
+
+def _images(
+    sources: list[tuple[str, Path | Location, ImageFiles | None]], chunk: int
+) -> Iterator[tuple[str, torch.Tensor | str]]:
     for base, p, files in sources:
-        if files is None and p.suffix.lower() in (".h5", ".hdf5"):  # (not "corrupt or truncated")
+        if files is None and isinstance(p, Path) and p.suffix.lower() in (".h5", ".hdf5"):  # (not "corrupt")
             yield base, f"a data file, not an image: score a run on it with bigbatch eval RUN {p}"
         elif files is None:
             try:
-                data: bytes | str = p.read_bytes()
+                data: bytes | str = p.read_bytes() if isinstance(p, Path) else _fetched(p)
             except OSError as e:
                 data = f"cannot be read ({e.strerror or e})"
             yield base, _decoded(data)
         else:
             yield from files.skipped
             shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
+            if shown is None:  # (found from outside: a zip in a folder passed over unsaid; a sample's fields are not)
+                yield from ((f"{base}/{name}", _not_an_image(name)) for name in files.others)
             for start in range(0, len(files.keys), chunk):
                 keys, names = files.keys[start : start + chunk], files.names[start : start + chunk]
                 for key, name, data in zip(keys, names, files.reader.read(keys)):
                     yield (shown(key, name) if shown else f"{base}/{name}"), _decoded(data)
+
+
+def _not_an_image(name: str) -> str:
+    if name.lower().endswith(ARCHIVES):
+        return "not opened inside a folder: give it to predict on its own"
+    return f"not an image file by its name ({', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))})"
 
 
 def _decoded(data: bytes | str) -> torch.Tensor | str:
