@@ -271,8 +271,12 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
         bigbatch.data.Loader(path, 8, 48, "center", min_scale=0.5)  # (taken, and nothing done with it)
     assert centre.shape == (8, 48, 48, 3)
     prepare(str(src), str(tmp_path / "sq.h5"), 48, workers=0)
-    with pytest.raises(bigbatch.BigbatchError, match="holds squares: read it with augment='center'"):
-        bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 48, augment="rrc")
+    squares = list(bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 32, augment="rrc", seed=4))  # cut as stored
+    assert squares[0][0].shape == (8, 32, 32, 3) and not torch.equal(
+        squares[0][0], list(bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 32, "center", seed=4))[0][0]
+    )
+    with pytest.raises(bigbatch.BigbatchError, match="holds squares: read them with decode='cpu'"):
+        bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 48, augment="rrc", decode="gpu")
     with pytest.raises(bigbatch.BigbatchError, match="start must be a whole number, 0 or more, got -8"):
         bigbatch.data.Loader(path, 8, 48, start=-8)
     # Found from outside: a ZeroDivisionError, a rank called a batch problem, a string taken as True, ...
@@ -326,6 +330,55 @@ def test_a_classifier_crops_whole_images_in_the_loader_and_resumes_bit_exact(tmp
     task = build_task(cfg, replicator_for(cfg), training_data(cfg))
     assert task.loader_crop_scale == 0.25  # the loader cuts the crops; the task does not crop again
     assert task.batch(0, torch.zeros(16, 32, 32, 3, dtype=torch.uint8), torch.zeros(16).long())[2] is None
+
+
+def test_random_resized_crops_of_stored_squares_are_cut_at_the_stored_size(tmp_path):
+    # Found from outside: squares were shrunk to the phase's size first and the crops enlarged from that (an 8%
+    # crop of a 352 px image at 128 px: a third of its detail lost). torchvision's RandomResizedCrop cuts the image
+    # it is given, then resizes.
+    from bigbatch.data.codecs import resize, resized
+    from bigbatch.data.crops import rrc_box, rrc_draws
+
+    stripes = np.zeros((64, 64, 3), np.uint8)
+    stripes[:, np.arange(64) % 8 < 4] = 255  # period 8 stored: 2 px at 16 px, gone when shrunk 4x first
+    for i in range(8):  # (two classes, for a classifier below)
+        (tmp_path / "src" / "ab"[i % 2]).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.roll(stripes, i, axis=1)).save(tmp_path / "src" / "ab"[i % 2] / f"{i}.png")
+    prepare(str(tmp_path / "src"), str(tmp_path / "s.h5"), 64, workers=0)
+    data = H5Data(tmp_path / "s.h5")
+    request = Step(nimg=32, batch=16, resolution=16, offset=8, indices=torch.arange(8))
+    batch = read_batch(data, request, xflip=True, seed=3, crop_scale=0.08)
+    stored = data.get(torch.arange(8))[0].numpy()
+    for k, (image, d) in enumerate(zip(stored, rrc_draws(3, 32, 16)[8:])):
+        left, top, w, h = rrc_box(64, 64, d, 0.08)
+        want = resize(image[top : top + h, left : left + w], (16, 16)) if w > 16 else None
+        if want is not None:  # (the mirrored ones mirrored after the cut)
+            got = batch.images[k].numpy()
+            assert np.array_equal(got[:, ::-1] if batch.flips[k] else got, want), k
+    # The stripes' contrast across each row, which shrinking first lost (the crops cut from the shrunk squares
+    # and enlarged, as before).
+    shrunk = resize_batch(data.get(torch.arange(8))[0], 16).numpy()
+    boxes = [rrc_box(16, 16, d, 0.08) for d in rrc_draws(3, 32, 16)[8:]]
+    before = torch.from_numpy(
+        np.stack([resized(x[t : t + h, x0 : x0 + w], (16, 16)) for x, (x0, t, w, h) in zip(shrunk, boxes)])
+    )
+    assert batch.images.float().std(dim=2).mean() > 2 * before.float().std(dim=2).mean()  # (96.6 and 40.6)
+    # A classifier on the squares has the loader cut its crops (unless the GPU decodes them) and crops no more.
+    from bigbatch.batching import replicator_for
+    from bigbatch.tasks import build_task
+
+    cfg = bigbatch.preset("fashion_resnet").override(
+        {
+            "data.path": str(tmp_path / "s.h5"),
+            "data.val_path": "",
+            "data.resolution": 64,
+            "train.crop_scale": 0.08,
+            "eval.every_kimg": 0,
+        }
+    )
+    task = build_task(cfg, replicator_for(cfg), data)
+    assert task.loader_crop_scale == 0.08
+    assert task.batch(0, torch.zeros(16, 64, 64, 3, dtype=torch.uint8), torch.zeros(16).long())[2] is None
 
 
 def test_rectangular_validation_crops_each_whole_image_at_its_own_aspect_ratio(tmp_path):

@@ -116,8 +116,6 @@ def decode_box(
     axis, OpenCV's where it only enlarges), RGB. A JPEG is decoded at the smallest DCT scale that keeps
     the region at least as large as the output, so a low-resolution phase decodes a fraction of the
     pixels, and only the MCUs the region touches (jpeg_region)."""
-    import cv2
-
     left, top, w, h = box
     out_h, out_w = (out, out) if isinstance(out, int) else out
     factor = _reduction(min(w / out_w, h / out_h), 1, jpeg)
@@ -129,9 +127,18 @@ def decode_box(
     if part is not None:  # only the crop's MCUs, from the same coefficients
         data, dx, dy = part.data, part.left // factor, part.top // factor
         x0, x1, y0, y1 = x0 - dx, x1 - dx, y0 - dy, y1 - dy
-    region = _imdecode(data, factor)[y0:y1, x0:x1]
-    if region.shape[0] <= out_h and region.shape[1] <= out_w:  # enlarged (or kept) on both axes
-        return cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_CUBIC)
+    return resized(_imdecode(data, factor)[y0:y1, x0:x1], (out_h, out_w))
+
+
+def resized(region: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 HxWxC `region` -> `size` (h, w), bicubic: `resize` where it shrinks on either axis, OpenCV's where it
+    only enlarges (or keeps) both."""
+    import cv2
+
+    out_h, out_w = size
+    if region.shape[0] <= out_h and region.shape[1] <= out_w:
+        out = cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_CUBIC)
+        return out[..., None] if out.ndim == 2 else out  # (OpenCV drops a single channel's axis)
     return resize(region, (out_h, out_w))
 
 

@@ -6,7 +6,8 @@ minibatch SGD": lr = train.lr x batch / train.lr_batch):
 - train.lr with a linear warm-up over train.warmup_kimg, then train.lr_decay: none, linear or cosine
   to 0 at train.kimg, or step (x train.lr_gamma at each of train.lr_steps);
 - or the lr of each data.schedule phase, [start, end] linear over the phase, as fast.ai's ImageNet in
-  18 minutes writes its schedule (one rate per phase per batch of 512 there; train.lr_batch = 512).
+  18 minutes writes its schedule (its rates are for a GPU's batch, and DDP averages the gradients of its 8 GPUs:
+  a rate applies to 8 such batches, so train.lr_batch = 8 x that batch: 4,096 for its 512 a GPU).
 """
 
 from __future__ import annotations

@@ -290,10 +290,12 @@ class ClassifyTask:
                     raise
                 if rep.is_main:  # not scored while training: `bigbatch eval RUN` would refuse it afterwards
                     warn(f"{e} (training goes on: eval.every_kimg is 0, but `bigbatch eval` of the run refuses it)")
-        # A file of whole images: the random-resized crops are cut from the whole image by the loader,
-        # before decoding (else the task crops the stored square on the device).
+        # The random-resized crops are cut by the loader: from a file of whole images before decoding, from stored
+        # squares as stored, then resized to the phase's size (found from outside: the squares were shrunk to it
+        # first, the crops enlarged from that). Squares decoded on the GPU are cropped by the task, after it.
         whole = bool(getattr(data, "whole", False))
-        self.loader_crop_scale = cfg.train.crop_scale if whole and cfg.train.crop_scale < 1 else 0.0
+        loader_crops = whole or cfg.data.decode == "cpu"
+        self.loader_crop_scale = cfg.train.crop_scale if loader_crops and cfg.train.crop_scale < 1 else 0.0
         self._shown: Validation | None = None  # what previews read their images through
         self.scorer: ClassifyScorer | None = None
         if cfg.eval.every_kimg and run is not None and self.val_data is not None:
