@@ -180,7 +180,8 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
     if plan is None:  # (a resolved plan was built by replicator_for, which checked the schedule)
         check_schedule(cfg, ctx)
         _unread_budget(cfg, ctx)
-    phases = schedule_of(cfg).phases
+    schedule = schedule_of(cfg)
+    phases, begins = schedule.phases, schedule.begins()
     batch = phases[0].batch
     if plan is not None:
         line = plan.describe()
@@ -196,10 +197,10 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
     if len(phases) > 1:
         sized = len({p.resolution for p in phases}) > 1  # progressive resizing: say the sizes too
 
-        def phase(p: Phase) -> str:
-            return (f"{p.resolution}px " if sized else "") + f"batch {p.batch} from {p.start / 1000:g} kimg"
+        def phase(p: Phase, begin: int) -> str:  # (where its first step starts: found from outside, its kimg said)
+            return (f"{p.resolution}px " if sized else "") + f"batch {p.batch} from {begin / 1000:g} kimg"
 
-        line += "; then " + ", ".join(phase(p) for p in phases[1:])
+        line += "; then " + ", ".join(phase(p, b) for p, b in zip(phases[1:], begins[1:]))
         if sized:
             line = f"{phases[0].resolution}px " + line
     return line

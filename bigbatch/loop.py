@@ -99,7 +99,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         if run.checkpoint:
             was = run.length_before
             if was is not None and cfg.train.kimg > was:  # (found from outside: --resume=auto with its --preset
-                warn(f"train.kimg {was:g} -> {cfg.train.kimg:g}: the run trains on to {cfg.train.kimg:g} kimg")  # 80)
+                said = getattr(task, "lengthened", lambda was, nimg: "")(was, nimg)  # (found from outside: unsaid)
+                warn(f"train.kimg {was:g} -> {cfg.train.kimg:g}: the run trains on to {cfg.train.kimg:g} kimg{said}")
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
         if rep.compile:  # (the first step says how much came from the cache)

@@ -544,3 +544,16 @@ def test_rectangular_validation_of_images_of_one_shape_is_said_to_change_nothing
     assert "data.val_rect keeps each image's aspect ratio, and builtin:digits (val) holds images of one shape" in (
         capsys.readouterr().err
     )
+
+
+def test_a_resume_to_a_longer_run_says_its_decay_stretches_with_it(tmp_path, capsys, monkeypatch):
+    # Found from outside: the rate rose sixfold where the run resumed, said as "the run trains on" alone.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    over = {"train.lr_decay": "linear", "train.kimg": 0.128, "eval.every_kimg": 0, "checkpoint.every_kimg": 0.128}
+    cfg = tiny(**over)
+    run = bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    capsys.readouterr()
+    bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=run, resume=True, quiet=True)
+    # The shorter run's rate after its last step: 0.2 x (1 - 128/128); the longer one's there: 0.2 x (1 - 128/256).
+    said = "train.kimg 0.128 -> 0.256: the run trains on to 0.256 kimg (its learning rate's schedule with it: 0.1 "
+    assert said + "from here, where the shorter run had 0)" in capsys.readouterr().err

@@ -66,9 +66,12 @@ def test_a_step_with_mixing_is_the_same_whatever_its_micro_batches():
     whole, parts = weights(64), weights(16)
     assert float((whole - parts).abs().max()) < 1e-5
     assert float((whole - weights(64, mixed=False)).abs().max()) > 1e-4  # (the step mixed: found by review)
-    odd = tiny(**{"train.mixup": 0.8, "train.batch": 28, "train.micro_batch": 7, "eval.every_kimg": 0.0})
-    with pytest.raises(bigbatch.BigbatchError, match="give an even train.micro_batch"):
-        build_task(odd, replicator_for(odd), training_data(odd))
+    with pytest.raises(bigbatch.BigbatchError, match="give an even train.micro_batch"):  # (said with the config:
+        tiny(**{"train.mixup": 0.8, "train.batch": 28, "train.micro_batch": 7})  # found from outside, --dry-run passed)
+    from bigbatch.cli import main
+
+    argv = ["train", "--preset", "fashion_resnet_fast", "train.mixup=0.8", "train.batch=30", "train.micro_batch=15"]
+    assert main([*argv, "--dry-run"]) == 2
 
 
 def test_a_run_with_mixing_trains_and_resumes_bit_exact(tmp_path):

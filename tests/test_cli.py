@@ -106,6 +106,9 @@ def test_dry_run_prints_config_and_plan(capsys):
     assert code == 0
     assert "batch = 256" in out
     assert "batch 256 = micro_batch 32 x accumulation 8 x world_size 1" in out
+    # A later phase from where its first step starts (found from outside: the kimg written, 60, where 60.16 is)
+    code, out, _ = run_cli(capsys, "train", "--preset", "fashion_resnet_fast", "--dry-run")
+    assert code == 0 and "; then 28px batch 128 from 60.16 kimg" in out
 
 
 def test_batch_plan_must_divide(capsys, monkeypatch):

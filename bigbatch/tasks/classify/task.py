@@ -105,6 +105,8 @@ def check_config(cfg: Config) -> None:
         )
     if t.randaugment:
         randaugment.check(t.randaugment)
+    if t.mixup or t.cutmix:  # (what any world size refuses, here: found from outside, --dry-run passed it)
+        _check_pairs(cfg, 1)
     if t.lr_decay == "step" and not t.lr_steps:
         t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
     if t.changed("ema_rampup") and not t.model_ema_kimg:
@@ -153,6 +155,17 @@ def crop_boxes(n: int, min_scale: float, g: torch.Generator) -> torch.Tensor:
     return theta
 
 
+def _check_pairs(cfg: Config, world_size: int) -> None:
+    """Mixup and CutMix mix pairs of neighbouring images: every micro-batch of every process holds whole pairs."""
+    t = cfg.train
+    shares = [p.batch // world_size for p in schedule_of(cfg).phases]  # (every phase's)
+    if any(n % 2 or (isinstance(t.micro_batch, int) and min(t.micro_batch, n) % 2) for n in shares):
+        raise BigbatchError(
+            "train.mixup and train.cutmix mix pairs of neighbouring images: give an even train.micro_batch and "
+            f"batches whose share a process takes is even (now {shares}, micro-batch {t.micro_batch})"
+        )
+
+
 @register("classify", check=check_config)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
@@ -176,12 +189,7 @@ def build(
             print(said, flush=True)
     model = rep.prepare(net.train())
     if t.mixup or t.cutmix:  # (pairs of neighbouring images: micro-batches that never cut one)
-        shares = [p.batch // rep.world_size for p in schedule_of(cfg).phases]  # (every phase's)
-        if any(n % 2 or (isinstance(t.micro_batch, int) and min(t.micro_batch, n) % 2) for n in shares):
-            raise BigbatchError(
-                "train.mixup and train.cutmix mix pairs of neighbouring images: give an even train.micro_batch and "
-                f"batches whose share a process takes is even (now {shares}, micro-batch {t.micro_batch})"
-            )
+        _check_pairs(cfg, rep.world_size)
         rep.takes_micro = lambda m: m % 2 == 0
     groups = param_groups(net, t.weight_decay, t.norm_decay)
     if t.freeze_kimg or t.body_lr_mult != 1:  # fine-tuning: the body's groups apart from the head's
@@ -463,6 +471,17 @@ class ClassifyTask:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         prec.load_optimizer(self.opt, state["opt"])
         self.steps = int(state["steps"])
+
+    def lengthened(self, was_kimg: float, nimg: int) -> str:
+        """What a resume's longer train.kimg does to the rate at `nimg` ("" where nothing): a decay runs to the end."""
+        try:
+            before = lr_schedule(self.cfg.override({"train.kimg": was_kimg}))(nimg)
+        except BigbatchError:  # (a schedule the shorter length could not hold)
+            return ""
+        now = self.lr(nimg)
+        if math.isclose(now, before, rel_tol=1e-9):
+            return ""
+        return f" (its learning rate's schedule with it: {now:.3g} from here, where the shorter run had {before:.3g})"
 
     def model_info(self) -> dict[str, Any]:
         return {
