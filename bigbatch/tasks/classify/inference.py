@@ -1,7 +1,7 @@
 """A trained classifier put to use: `bigbatch predict RUN IMAGES...` and `bigbatch export RUN OUT`.
 
 Both run the same module, `Inference`: a uint8 RGB image (H, W, 3) of any size -> its center square
--> resized (bilinear, antialiased, as F.interpolate within 1e-6) so that its side is data.val_crop x
+-> resized (bicubic, antialiased, as F.interpolate and training's resizes) so that its side is data.val_crop x
 the resolution the run last trained at -> center-cropped to that resolution -> [-1, 1] -> the
 network -> class probabilities.
 That is the run's validation transform applied to the image as `prepare` stores it (center square),
@@ -33,20 +33,26 @@ from bigbatch.urls import Location
 def antialiased_weights(
     n_in: int, n_out: int, start: int, length: int, device: torch.device | None = None
 ) -> torch.Tensor:
-    """(n_out, n_in): the rows of a bilinear, antialiased resize (F.interpolate's, align_corners=False)
-    of the span start .. start + length - 1 of an axis of n_in to n_out, in float32 as PyTorch's CPU
-    kernel computes them, zero outside the span, on `device` (the image's: `predict` runs on a GPU).
-    As matrix products the crop and resize export to ONNX and torch.export for any image size with no
-    branch on it, and match F.interpolate within 1e-6 (onnxruntime's own antialiased Resize is 5e-5
-    away); a span of n_out gives the identity."""
+    """(n_out, n_in): the rows of a bicubic, antialiased resize (F.interpolate's, align_corners=False: Pillow's
+    BICUBIC filter, a = -0.5, widened by the scale where it shrinks; what training's resizes are) of the span
+    start .. start + length - 1 of an axis of n_in to n_out, in float32 as PyTorch's CPU kernel computes them,
+    zero outside the span, on `device` (the image's: `predict` runs on a GPU). As matrix products the crop and
+    resize export to ONNX and torch.export for any image size with no branch on it, and match F.interpolate
+    within 3e-4 of a level of 255; a span of n_out gives the identity."""
     j = torch.arange(n_in, dtype=torch.float32, device=device) - start
     i = torch.arange(n_out, dtype=torch.float32, device=device)[:, None]
     scale = torch.ones((), dtype=torch.float32, device=device) * length / n_out
-    support = scale.clamp(min=1.0)  # the triangle's radius, widened by the scale when shrinking
+    stretch = scale.clamp(min=1.0)  # the filter widened by the scale when shrinking
     center = scale * (i + 0.5)
-    low = (center - support + 0.5).floor().clamp(min=0)
-    high = torch.minimum((center + support + 0.5).floor(), torch.ones((), dtype=torch.float32, device=device) * length)
-    w = (1 - ((j - center + 0.5) / support).abs()).clamp(min=0)
+    low = (center - 2 * stretch + 0.5).floor().clamp(min=0)
+    high = torch.minimum(
+        (center + 2 * stretch + 0.5).floor(), torch.ones((), dtype=torch.float32, device=device) * length
+    )
+    t = ((j - center + 0.5) / stretch).abs()
+    a = -0.5
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    w = torch.where(t < 1, near, torch.where(t < 2, far, torch.zeros_like(t)))
     w = torch.where((j >= low) & (j < high), w, torch.zeros_like(w))
     return w / w.sum(1, keepdim=True)
 
