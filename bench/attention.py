@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import name_list, positive_int  # noqa: E402
 from resample import seconds  # noqa: E402
 
 from bigbatch.engine.memory import CPUPeak, format_bytes  # noqa: E402
@@ -141,12 +142,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--sizes", choices=tuple(LAYERS), help="default: full on a GPU, small on CPU")
-    p.add_argument("--precisions", default="fp32,bf16")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")
+    p.add_argument("--repeats", type=positive_int, default=5)
     args = p.parse_args()
     device = torch.device(args.device)
     sizes = args.sizes or ("full" if device.type == "cuda" else "small")
-    print(table(rows(device, sizes, args.precisions.split(","), args.repeats)))
+    print(table(rows(device, sizes, args.precisions, args.repeats)))
 
 
 if __name__ == "__main__":

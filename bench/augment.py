@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _args import name_list, positive_float, positive_int
 from digits_quality import recognised
 from sklearn.datasets import load_digits
 from sklearn.svm import SVC
@@ -40,9 +41,11 @@ VARIANTS = {
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=100, help="training images (spread over the classes)")
-    p.add_argument("--kimg", type=float, default=30)
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    p.add_argument("--n", type=positive_int, default=100, help="training images (spread over the classes)")
+    p.add_argument("--kimg", type=positive_float, default=30)
+    p.add_argument(
+        "--variants", type=name_list(tuple(VARIANTS)), default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}"
+    )
     p.add_argument("--ada-speed-kimg", type=float, default=10, help="augment.speed_kimg of the ada variants")
     p.add_argument("--out", type=Path, default=Path("/tmp/augment-bench"))
     args = p.parse_args()
@@ -54,7 +57,7 @@ def main() -> None:
     d = load_digits()
     clf = SVC(gamma=0.001).fit(d.data, d.target)
     rows = []
-    for name in args.variants.split(","):
+    for name in args.variants:
         overrides = {"data.path": str(data), "train.kimg": args.kimg, "eval.every_kimg": 0, **VARIANTS[name]}
         if name.startswith("ada"):
             overrides["augment.speed_kimg"] = args.ada_speed_kimg

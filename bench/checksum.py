@@ -21,6 +21,9 @@ from pathlib import Path
 import xxhash
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import positive_float  # noqa: E402
+
 from bigbatch.checkpoints import CHECKSUM  # noqa: E402
 
 HASHES = {
@@ -42,8 +45,10 @@ def biggan128_checkpoint_bytes() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gib", type=float, default=1.0, help="GiB of data to hash per run")
+    parser.add_argument("--gib", type=positive_float, default=1.0, help="GiB of data to hash per run")
     args = parser.parse_args()
+    if int(args.gib * 2**30) < 1:
+        parser.error(f"--gib {args.gib:g} is less than a byte: give more")
     data = os.urandom(int(args.gib * 2**30))
     ckpt = biggan128_checkpoint_bytes()
     print(f"\nChecksums, {args.gib:g} GiB in RAM, one core, best of 3 ({time.strftime('%Y-%m-%d')})\n")

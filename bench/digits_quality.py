@@ -7,6 +7,8 @@ EMA samples of each requested class (downsampled back to 8x8). Prints one table.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -15,6 +17,9 @@ from sklearn.datasets import load_digits
 from sklearn.svm import SVC
 
 import bigbatch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import one_line_errors, positive_int  # noqa: E402
 
 
 def to_digits_scale(images: torch.Tensor) -> np.ndarray:
@@ -35,14 +40,18 @@ def recognised(G: torch.nn.Module, clf: SVC, n_per_class: int, seed: int) -> lis
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run")
-    p.add_argument("--n-per-class", type=int, default=100)
+    p.add_argument("--n-per-class", type=positive_int, default=100)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
+    with one_line_errors():  # (no run there, or not a GAN's)
+        G = bigbatch.load_generator(args.run)
+    if not G.n_classes:
+        p.error(f"{args.run} is an unconditional GAN's run: give a class-conditional digits run")
     d = load_digits()
     clf = SVC(gamma=0.001).fit(d.data[::2], d.target[::2])
     held_out = clf.score(d.data[1::2], d.target[1::2])
-    rows = recognised(bigbatch.load_generator(args.run), clf, args.n_per_class, args.seed)
+    rows = recognised(G, clf, args.n_per_class, args.seed)
     print(f"{'class':>5}  {'accuracy':>8}")
     for c, acc in rows:
         print(f"{c:>5}  {acc:>8.1%}")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _faces  # noqa: E402
+from _args import at_least, positive_int  # noqa: E402
 
 
 def _cli(*args: str) -> float:
@@ -63,16 +64,25 @@ def model_table(resolution: int, rounds: int = 4, batch: int = 8) -> None:
     torch.set_num_threads(every)
 
 
+def frame_size(text: str) -> tuple[int, int]:
+    """--size: 'WIDTHxHEIGHT' -> (width, height), each a whole number 1 or more."""
+    width, _, height = text.partition("x")
+    try:
+        return positive_int(width), positive_int(height)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"give WIDTHxHEIGHT, e.g. 1280x720 (got {text!r})") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--frames", type=int, default=250)
-    parser.add_argument("--size", default="1280x720")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--frames", type=positive_int, default=250)
+    parser.add_argument("--size", type=frame_size, default="1280x720", help="WIDTHxHEIGHT of the clip")
+    parser.add_argument("--workers", type=at_least(0), default=os.cpu_count() or 1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--resolution", type=int, default=128, help="the model's (saehd128's)")
+    parser.add_argument("--resolution", type=positive_int, default=128, help="the model's (saehd128's)")
     parser.add_argument("--work", help="folder to work in (default: a temporary one)")
     args = parser.parse_args()
-    width, height = (int(v) for v in args.size.split("x"))
+    width, height = args.size
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-faces-"))
     work.mkdir(parents=True, exist_ok=True)
     clip = work / "clip.mp4"

@@ -36,6 +36,8 @@ import time
 import types
 from pathlib import Path
 
+from _args import at_least, positive_int  # (this folder: on the path of a script run from it)
+
 ROOT = Path(__file__).resolve().parents[1]
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"  # bigbatch.data.builtin.FASHION_DIR
 
@@ -75,15 +77,15 @@ def bigbatch_resnet20():
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--batch", type=int, default=128, help="batch size (fastai's default is 64)")
+    p.add_argument("--epochs", type=positive_int, default=5)
+    p.add_argument("--batch", type=positive_int, default=128, help="batch size (fastai's default is 64)")
     p.add_argument("--lr-max", type=float, default=3e-3)
     p.add_argument("--lr-find", action="store_true", help="use lr_find()'s valley suggestion as lr_max")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--target", type=float, default=90.0, help="top-1 %% whose first reaching is summarised")
     p.add_argument("--stop", action="store_true", help="end the fit at the first evaluation at or above --target")
-    p.add_argument("--limit", type=int, default=0, help="train on the first N training images (smoke tests)")
+    p.add_argument("--limit", type=at_least(0), default=0, help="train on the first N training images (smoke tests)")
     p.add_argument("--json", metavar="OUT", help="write the evaluation rows there")
     args = p.parse_args()
     try:

@@ -20,6 +20,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+from _args import name_list, positive_int  # noqa: E402
+
 import bigbatch  # noqa: E402
 from bigbatch.engine import frozen  # noqa: E402
 from bigbatch.models import create_classifier  # noqa: E402
@@ -66,13 +69,12 @@ def seconds_per_step(name: str, train_bn: bool, way: str, steps: int, device: st
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--models", default="resnet18,resnet50", help="comma-separated first words of MODELS' names")
+    p.add_argument("--steps", type=positive_int, default=5)
+    models = tuple(n.split()[0] for n in MODELS)
+    p.add_argument("--models", type=name_list(models), default=",".join(models), help=f"of {', '.join(models)}")
     args = p.parse_args(argv)
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    names = [n for n in MODELS if n.split()[0] in args.models.split(",")]
-    if not names:
-        p.error(f"--models: none of {', '.join(n.split()[0] for n in MODELS)}")
+    names = [n for n in MODELS if n.split()[0] in args.models]
     print(f"Fine-tuning's frozen phase, s a step (median of {args.steps}), {args.device}, "
           f"{torch.get_num_threads()} thread(s), torch {torch.__version__}\n")  # fmt: skip
     print("| model | train_bn | " + " | ".join(WAYS) + " | no gradient / dropped |")

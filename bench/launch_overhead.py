@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import positive_int  # noqa: E402
+
 import bigbatch  # noqa: E402
 from bigbatch.config import parse_override  # noqa: E402
 
@@ -49,7 +52,7 @@ def timed(cmd: list[str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=positive_int, default=3)
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
     tmp = Path(tempfile.mkdtemp(prefix="bigbatch-launch-"))

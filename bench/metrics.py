@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _args import at_least, int_list, one_line_errors, positive_int
 
 from bigbatch import metrics as M
 from bigbatch.errors import BigbatchError
@@ -93,9 +94,11 @@ def fid_seconds(d: int = 2048) -> tuple[float, float | None]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto")
-    p.add_argument("--batch", type=int, default=0, help="images per call (default 16 on CPU, 200 on CUDA)")
-    p.add_argument("--batches", type=int, default=3, help="timed calls per row (the best counts)")
-    p.add_argument("--sizes", default="32,128", help="input resolutions, resized to 299 by the pipeline")
+    p.add_argument("--batch", type=at_least(0), default=0, help="images per call (default 16 on CPU, 200 on CUDA)")
+    p.add_argument("--batches", type=positive_int, default=3, help="timed calls per row (the best counts)")
+    p.add_argument(
+        "--sizes", type=int_list(), default="32,128", help="input resolutions, resized to 299 by the pipeline"
+    )
     args = p.parse_args()
     load = os.getloadavg()[0]  # other processes on the machine slow CPU rows: say how busy it was
     device = M.extractors.resolve_device(args.device)
@@ -115,7 +118,7 @@ def main() -> None:
         }
         runners = {name: fn for name, fn in runners.items() if fn is not None}
         rows = []
-        for size in (int(s) for s in args.sizes.split(",")):
+        for size in args.sizes:
             for name, ips in rates(runners, images(batch, size), args.batches, device).items():
                 rows.append((name, size, ips))
     ours_fid, theirs_fid = fid_seconds()
@@ -139,4 +142,5 @@ def _hours(seconds: float) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    with one_line_errors():  # (no Inception weights here: where to get them)
+        main()

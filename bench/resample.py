@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import int_list, name_list, positive_int  # noqa: E402
 from _gan import sync  # noqa: E402
 
 from bigbatch.models.resample import FUSE_FROM, conv_pool, upsample_conv  # noqa: E402
@@ -66,10 +67,10 @@ def cell(
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--channels", default="128,512", help="comma-separated conv widths (in = out)")
-    p.add_argument("--precisions", default="fp32,bf16")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch", type=positive_int, default=8)
+    p.add_argument("--channels", type=int_list(), default="128,512", help="comma-separated conv widths (in = out)")
+    p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")
+    p.add_argument("--repeats", type=positive_int, default=3)
     a = p.parse_args()
     torch.set_num_threads(1)
     sides = {"D": (8, 16, 32, 64), "G": (4, 8, 16, 32)}
@@ -77,9 +78,9 @@ def main() -> None:
           f"from a full resolution of {FUSE_FROM} px (D: the conv's input; G: its output)\n")  # fmt: skip
     print("| precision | layer | channels | " + " | ".join(f"{r} px" for r in (8, 16, 32, 64)) + " |")
     print("|---|---|---|" + "---|" * 4)
-    for precision in a.precisions.split(","):
+    for precision in a.precisions:
         for kind in ("D", "G"):
-            for c in map(int, a.channels.split(",")):
+            for c in a.channels:
                 cells = []
                 for side in sides[kind]:
                     two, one = cell(kind, a.batch, c, side, precision, a.repeats)

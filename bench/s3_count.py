@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _args import at_least, positive_int
 
 BUCKET = "bench"
 COUNTS = "/__bench_counts"  # the counter's own paths, answered without reaching moto
@@ -220,9 +221,9 @@ def run_child(argv: list[str], work: Path, kill_at_parts: int = 0, parts: Path |
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--classes", type=int, default=100)
-    parser.add_argument("--per-class", type=int, default=1000)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--classes", type=positive_int, default=100)
+    parser.add_argument("--per-class", type=positive_int, default=1000)
+    parser.add_argument("--workers", type=at_least(0), default=2)
     parser.add_argument("--put-all", action="store_true", help="every object through s3fs's put (default: one folder)")
     parser.add_argument("--out", type=Path, help="work folder, kept (default: a new one in /tmp, removed after)")
     args = parser.parse_args()

@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _args import positive_int  # noqa: E402
 from storage import make_photos  # noqa: E402
 
 from bigbatch.data import H5Data, load_data, prepare  # noqa: E402
@@ -65,10 +66,12 @@ def rate(data: H5Data, batches: list[torch.Tensor]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=400, help="photos")
-    parser.add_argument("--batch", type=int, default=64, help="images per read (a step's share)")
-    parser.add_argument("--resolution", type=int, default=256)
+    parser.add_argument("--n", type=positive_int, default=400, help="photos")
+    parser.add_argument("--batch", type=positive_int, default=64, help="images per read (a step's share)")
+    parser.add_argument("--resolution", type=positive_int, default=256)
     args = parser.parse_args()
+    if args.batch > args.n:
+        parser.error(f"--batch {args.batch} is more than --n {args.n} photos: give a smaller batch or more photos")
     import cv2
 
     cv2.setNumThreads(0)

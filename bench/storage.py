@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +38,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import at_least, positive_int  # noqa: E402
 
 from bigbatch.data import H5Data, prepare, read_meta  # noqa: E402
 from bigbatch.data.schedule import resize_batch  # noqa: E402
@@ -103,11 +107,15 @@ def cpu_time(fn, repeat: int = 3) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=400, help="photos")
+    parser.add_argument("--n", type=positive_int, default=400, help="photos")
     parser.add_argument("--out", help="folder for the photos and data files (default: a temporary one)")
-    parser.add_argument("--prepare-n", type=int, default=0, help="instead: prepare's rate and memory on N small files")
-    parser.add_argument("--workers", type=int, default=2, help="prepare workers for --prepare-n")
-    parser.add_argument("--whole-side", type=int, default=256, help="short side of the whole-image store for crops")
+    parser.add_argument(
+        "--prepare-n", type=at_least(0), default=0, help="instead: prepare's rate and memory on N small files"
+    )
+    parser.add_argument("--workers", type=at_least(0), default=2, help="prepare workers for --prepare-n")
+    parser.add_argument(
+        "--whole-side", type=positive_int, default=256, help="short side of the whole-image store for crops"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     import cv2
@@ -218,6 +226,7 @@ def random_resized_crops(root: Path, files: list[Path], side: int = 256, batch: 
     if not whole.exists():
         prepare(str(root / "photos"), str(whole), side, workers=0, codec="jpeg", crop="none")
     raw = H5Data(root / "raw-256.h5", in_ram=True)
+    batch = min(batch, len(files))  # (fewer photos than a batch: one batch of them all)
     steps = len(files) // batch
     requests = []  # per step: its images, their crops' draws and their flips, as the Loader (seed 0) reads them
     for step, _ in zip(RankSampler(GlobalOrder(len(files), 0), Schedule.constant(0, batch)), range(steps)):

@@ -15,6 +15,7 @@ import functools
 import time
 
 import torch
+from _args import positive_int
 
 from bigbatch.data.streams import COLOUR, generator
 from bigbatch.models.saehd import SAEHD
@@ -44,10 +45,10 @@ def _time(fn, repeat: int, device: torch.device) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--resolution", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--resolution", type=positive_int, default=128)
+    parser.add_argument("--batch", type=positive_int, default=8)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     args = parser.parse_args()
     device = torch.device(args.device)
     n, res = args.batch, args.resolution

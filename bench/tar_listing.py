@@ -27,6 +27,9 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import at_least, positive_int  # noqa: E402
+
 from bigbatch.data import prepare  # noqa: E402
 from bigbatch.data.sources import list_source  # noqa: E402
 
@@ -66,8 +69,8 @@ def _timed(fn):  # (seconds, result, peak bytes): timed without tracemalloc (whi
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", type=int, default=4)
-    ap.add_argument("--per-shard", type=int, default=10_000)
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--per-shard", type=positive_int, default=10_000)
+    ap.add_argument("--workers", type=at_least(0), default=len(os.sched_getaffinity(0)))
     args = ap.parse_args()
     if not 1 <= args.shards <= 10:
         ap.error("--shards 1 to 10 (a class a shard, named 0 to 9: the folder's sorted order is the shards')")

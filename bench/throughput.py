@@ -52,6 +52,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import name_list, one_line_errors, positive_int  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import config, gan_task, sync  # noqa: E402
 from _swap import is_swap, native_bf16, swap_feed, swap_task, synthetic_faces  # noqa: E402
@@ -328,11 +329,11 @@ def print_table(rows: list[tuple], middle: str, cells) -> None:
 
 def swap_main(cfg, args: argparse.Namespace) -> None:
     """The swap task's table: precisions x activation checkpointing x micro-batches."""
-    micros = [m if m == "auto" else int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
+    micros = args.micro or [cfg.train.micro_batch]
     rows = []
     with synthetic_faces(cfg) as faces:
-        for precision in args.precisions.split(","):
-            for ckpt in (c == "on" for c in args.checkpointing.split(",")):
+        for precision in args.precisions:
+            for ckpt in (c == "on" for c in args.checkpointing):
                 for micro in micros:
                     torch.manual_seed(0)
                     r = measure_swap(faces, precision, ckpt, micro, args.steps, args.warmup)
@@ -361,10 +362,10 @@ def swap_main(cfg, args: argparse.Namespace) -> None:
 
 def classify_main(cfg, args: argparse.Namespace) -> None:
     """The classify task's table: precisions x activation checkpointing x micro-batches."""
-    micros = [int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
+    micros = args.micro or [cfg.train.micro_batch]
     rows = []
-    for precision in args.precisions.split(","):
-        for ckpt in (c == "on" for c in args.checkpointing.split(",")):
+    for precision in args.precisions:
+        for ckpt in (c == "on" for c in args.checkpointing):
             for micro in micros:
                 r = measure_classify(cfg, precision, ckpt, micro, args.steps, args.classes, warmup=args.warmup)
                 rows.append((precision, ckpt, r))
@@ -382,16 +383,21 @@ def classify_main(cfg, args: argparse.Namespace) -> None:
     )
 
 
+def micro_batches(text: str) -> list[int | str]:
+    """--micro: comma-separated whole numbers, or "auto" (a swap preset's micro-batch, planned)."""
+    return [m if m == "auto" else positive_int(m) for m in text.split(",")]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("overrides", nargs="*", metavar="key=value")
     p.add_argument("--preset", default="digits")
-    p.add_argument("--precisions", default="fp32,bf16,fp16")
-    p.add_argument("--checkpointing", default="off,on", help="off, on or off,on")
-    p.add_argument("--micro", default="", help="micro-batches to compare, e.g. 64,16 (default: the config's)")
-    p.add_argument("--steps", type=int, default=5, help="timed iterations (GAN: one D and one G step each)")
-    p.add_argument("--classes", type=int, default=10, help="GAN and classify presets: classes of the synthetic data")
-    p.add_argument("--warmup", type=int, default=1, help="untimed iterations first (under train.compile: 3 or more)")
+    p.add_argument("--precisions", type=name_list(tuple(DTYPES)), default="fp32,bf16,fp16", help="of fp32, bf16, fp16")
+    p.add_argument("--checkpointing", type=name_list(("off", "on")), default="off,on", help="off, on or off,on")
+    p.add_argument("--micro", type=micro_batches, help="micro-batches to compare, e.g. 64,16 (default: the config's)")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed iterations (GAN: one D and one G step each)")
+    p.add_argument("--classes", type=positive_int, default=10, help="GAN and classify presets: classes of the data")
+    p.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (train.compile: 3 or more)")
     args = p.parse_args()
     torch.manual_seed(0)
     cfg = config(args.preset, args.overrides)
@@ -399,11 +405,13 @@ def main() -> None:
     cfg = cfg.override({"train.compile": compiles(cfg, device)})
     if is_swap(cfg):
         return swap_main(cfg, args)
+    if "auto" in (args.micro or []):
+        p.error("--micro auto: only a swap preset plans its micro-batch; give numbers, e.g. 64,16")
     if cfg.task == "classify":
         return classify_main(cfg, args)
-    micros = [int(m) for m in args.micro.split(",")] if args.micro else [cfg.train.micro_batch]
-    ckpts = [c == "on" for c in args.checkpointing.split(",")]
-    precisions = args.precisions.split(",")
+    micros = args.micro or [cfg.train.micro_batch]
+    ckpts = [c == "on" for c in args.checkpointing]
+    precisions = args.precisions
     plain = not cfg.train.compile  # compiled, the plain loop would compile graphs of its own
     rows = []
     for precision in precisions:
@@ -425,4 +433,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with one_line_errors():
+        main()

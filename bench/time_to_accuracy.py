@@ -40,6 +40,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import positive_int  # noqa: E402
+
 # Each technique of the fast recipe, and the overrides that switch it off (everything else as is).
 ABLATIONS = {
     "progressive_resizing": ["data.schedule=0:28:256,60:28:128"],
@@ -224,12 +227,23 @@ def table(results: list[dict], target: float, fast: str) -> str:
     return "\n".join(lines)
 
 
-def numbers(text: str) -> list[int]:
-    """'0-4' or '0,2,5' -> a list of ints."""
+def numbers(text: str, least: int = 0) -> list[int]:
+    """'0-4' or '0,2,5' -> a list of ints, each `least` or more (an argparse type: else its one-line error)."""
     out: list[int] = []
     for part in text.split(","):
         a, _, b = part.partition("-")
-        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+        try:
+            first, last = int(a), int(b or a)
+        except ValueError:
+            first, last = least - 1, least - 1
+        if first < least or last < first:
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: give whole numbers {least} or more, as '{least}-{least + 4}' (first to last) or "
+                f"'{least},{least + 3}'"
+            )
+        out += range(first, last + 1)
+    if len(set(out)) < len(out):  # (the same run twice, in one run folder)
+        raise argparse.ArgumentTypeError(f"{text!r} gives a number twice: give each once")
     return out
 
 
@@ -238,9 +252,11 @@ def main() -> None:
     parser.add_argument("--fast", default="fashion_resnet_fast")
     parser.add_argument("--baseline", default="fashion_resnet")
     parser.add_argument("--target", type=float, default=90.0, help="val_top1 to reach, percent")
-    parser.add_argument("--seeds", default="0", help="train.seed of each run: '0-4' or '0,3' (default 0)")
-    parser.add_argument("--threads", default="", help="OMP threads per run: '1,2' (default: all cores)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs side by side, each on cores of its own")
+    parser.add_argument("--seeds", type=numbers, default="0", help="train.seed of each run: '0-4' or '0,3' (default 0)")
+    parser.add_argument(
+        "--threads", type=lambda t: numbers(t, 1), help="OMP threads per run: '1,2' (default: all cores)"
+    )
+    parser.add_argument("--jobs", type=positive_int, default=1, help="runs side by side, each on cores of its own")
     parser.add_argument("--to-end", action="store_true", help="let the fast runs finish (final accuracy)")
     parser.add_argument("--ablate", action="store_true", help="also the fast preset with each technique off")
     parser.add_argument("--only", default="", help="comma-separated ablations (default: all with --ablate)")
@@ -268,8 +284,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown ablations {sorted(unknown)}; valid: {', '.join(ABLATIONS)}")
     ablations = only or (list(ABLATIONS) if args.ablate else [])
-    seeds = numbers(args.seeds)
-    threads = numbers(args.threads) if args.threads else [len(os.sched_getaffinity(0))]
+    seeds = args.seeds
+    threads = args.threads or [len(os.sched_getaffinity(0))]
 
     missing = [f for f in args.results + args.fastai if not Path(f).is_file()]
     if missing:
@@ -278,10 +294,15 @@ def main() -> None:
         earlier = [r for f in args.results for r in json.loads(Path(f).read_text())]
         fastai = [fastai_result(Path(f), args.target) for f in args.fastai]
         other = sorted({r["target"] for r in earlier if r.get("target", args.target) != args.target})
-    except (ValueError, KeyError, TypeError) as e:
+        given = [(r["name"], r["threads"], r["seed"]) for r in earlier + fastai]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         parser.error(f"--results takes this script's --json files, --fastai bench/fastai_fashion.py's ({e!r})")
     if other:
         parser.error(f"those runs raced to {', '.join(f'{t:g}%' for t in other)}: give that --target")
+    twice = sorted({run for run in given if given.count(run) > 1})
+    if twice:  # (one run counted twice would be two seeds in the table)
+        name, t, seed = twice[0]
+        parser.error(f"{name}, seed {seed}, {t} thread(s) is given twice in --results/--fastai: give each run once")
     if args.results:
         print(table(earlier + fastai, args.target, args.fast))
         return

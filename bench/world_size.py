@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _args import int_list
 from safetensors.torch import load_file
 
 STATS = ("running_mean", "running_var", "num_batches_tracked")
@@ -75,7 +76,7 @@ def replay_cost(micro_batches: int = 8, repeats: int = 20) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--procs", default="3,4", help="comma-separated process counts k")
+    p.add_argument("--procs", type=int_list(2), default="3,4", help="comma-separated process counts k, 2 or more")
     p.add_argument("--before", help="another checkout to run the same way")
     args = p.parse_args()
     codes = {"this code": Path(__file__).resolve().parents[1]}
@@ -84,7 +85,7 @@ def main() -> None:
     print("| code | split (batch 4k, micro 4) | parameters unequal, max abs diff | BN statistics unequal, max rel |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for k in (int(n) for n in args.procs.split(",")):
+        for k in args.procs:
             for name, code in codes.items():
                 root = Path(tmp) / f"{name.replace(' ', '_')}-{k}"
                 one = train(code, root / "one", 1, 4 * k, 4)

@@ -1,0 +1,81 @@
+"""Shared by the benchmarks: argparse types that refuse a bad number or name as the command line is read
+(argparse's one line, exit status 2), and bigbatch's own errors said as that one line too."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number, `least` or more."""
+
+    def whole_number(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = None
+        if number is None or number < least:
+            raise argparse.ArgumentTypeError(f"give a whole number, {least} or more (got {text!r})")
+        return number
+
+    return whole_number
+
+
+positive_int = at_least(1)
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0 (not nan or infinite)."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = float("nan")
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"give a number above 0 (got {text!r})")
+    return number
+
+
+def int_list(least: int = 1) -> Callable[[str], list[int]]:
+    """An argparse type: comma-separated whole numbers, each `least` or more ('64,16')."""
+    one = at_least(least)
+
+    def whole_numbers(text: str) -> list[int]:
+        try:
+            return [one(part) for part in text.split(",")]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"give comma-separated whole numbers, each {least} or more (got {text!r})"
+            ) from None
+
+    return whole_numbers
+
+
+def name_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each one of `choices` ('fp32,bf16')."""
+
+    def names(text: str) -> list[str]:
+        given = text.split(",")
+        unknown = [n for n in given if n not in choices]
+        if unknown:
+            named = ", ".join(map(repr, unknown))
+            raise argparse.ArgumentTypeError(f"{named}: give comma-separated {', '.join(choices)}")
+        return given
+
+    return names
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A BigbatchError (an unknown preset, a bad override, a missing run) as `bigbatch: error: ...`, one line on
+    stderr and exit status 2, as the `bigbatch` command says it, not a traceback."""
+    from bigbatch.cli_errors import say_error
+    from bigbatch.errors import BigbatchError
+
+    try:
+        yield
+    except BigbatchError as e:
+        say_error(str(e))
+        sys.exit(2)

@@ -1,0 +1,70 @@
+"""The bench scripts refuse a bad command line in one line (argparse's, or bigbatch's own error) with exit status
+2: no traceback, no hang, no table of nonsense."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+def refused(*argv: str) -> str:
+    """Run bench/ARGV[0] with the rest; the one error line it gave (after it exited with status 2)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, f"bench/{argv[0]}", *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    errors = [line for line in out.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1, out.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["checksum.py", "--gib", "0"], ["--gib", "above 0"]),
+        (["checksum.py", "--gib", "-1"], ["--gib", "above 0"]),
+        (["time_to_accuracy.py", "--seeds", "x"], ["--seeds", "'0-4'"]),
+        (["time_to_accuracy.py", "--seeds", "3-1"], ["--seeds", "first to last"]),
+        (["time_to_accuracy.py", "--threads", "0"], ["--threads", "1 or more"]),
+        (["resample.py", "--repeats", "0"], ["--repeats", "1 or more"]),
+        (["resample.py", "--channels", "x"], ["--channels", "comma-separated whole numbers"]),
+        (["resample.py", "--precisions", "fp16"], ["--precisions", "'fp16'", "fp32, bf16"]),
+        (["frozen_step.py", "--steps", "0"], ["--steps", "1 or more"]),
+        (["throughput.py", "--checkpointing", "maybe"], ["--checkpointing", "'maybe'", "off, on"]),
+        (["throughput.py", "--preset", "nosuch"], ["bigbatch: error:", "unknown preset 'nosuch'"]),
+        (["throughput.py", "--micro", "48"], ["bigbatch: error:", "train.micro_batch"]),
+        (["digits_quality.py", "run", "--n-per-class", "0"], ["--n-per-class", "1 or more"]),
+        (["digits_quality.py", "/nonexistent/run"], ["bigbatch: error:", "/nonexistent/run"]),
+        (["data.py", "--workers", "x"], ["--workers", "comma-separated whole numbers"]),
+        (["storage.py", "--n", "0"], ["--n", "1 or more"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) and v[0].endswith(".py") else None,
+)
+def test_a_bad_argument_is_one_line_and_status_2(argv, said):
+    line = refused(*argv)
+    assert all(word in line for word in said), line
+
+
+def test_no_jobs_is_refused_at_once_not_waited_on_forever():
+    start = time.perf_counter()
+    assert "--jobs" in refused("time_to_accuracy.py", "--jobs", "0")
+    assert time.perf_counter() - start < 30
+
+
+def test_one_fastai_run_given_twice_is_refused(tmp_path):
+    # fastai-t1-s0.json and fastai-t1-s0-again.json from one glob: seed 0 would count twice ("2/2 seeds").
+    rows = [{"epoch": 1, "kimg": 1.0, "wall_s": 10.0, "cpu_s": 9.0, "top1": 91.0}]
+    run = {"fastai": "2.8.12", "args": {"seed": 0, "threads": 1}, "rows": rows}
+    files = [tmp_path / "fastai-t1-s0.json", tmp_path / "fastai-t1-s0-again.json"]
+    for f in files:
+        f.write_text(json.dumps(run))
+    (tmp_path / "ours.json").write_text("[]")  # (--results: run nothing, table the files)
+    line = refused("time_to_accuracy.py", "--results", str(tmp_path / "ours.json"), "--fastai", *map(str, files))
+    assert "seed 0" in line and "given twice" in line
