@@ -337,10 +337,13 @@ def run_info(args: argparse.Namespace) -> None:
         raise BigbatchError(
             f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
         )
+    from bigbatch.checkpoints import holds_checkpoints, run_named
+
+    if holds_checkpoints(Path(args.path)):  # (RUN/checkpoints/latest names RUN: found by review, --verify called it
+        args.path = str(run_named(args.path))  # damaged)
     if not args.verify:
         print(describe_run(args.path))
         return
-    from bigbatch.checkpoints import holds_checkpoints
     from bigbatch.info import verify_run
 
     if not holds_checkpoints(Path(args.path)):  # (found from outside: an empty folder was a damaged checkpoint)

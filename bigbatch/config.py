@@ -231,8 +231,8 @@ class TrainConfig(Section):
     crop_scale: float = 1.0
     """classify: random-resized-crop augmentation, the least fraction of an image's area a crop keeps
     (ImageNet: 0.08; 1.0 = off), cut from the image as stored (whole, or its square) and then resized to the
-    phase's resolution, as torchvision's RandomResizedCrop (squares decoded on the GPU, data.decode = "gpu": cut
-    from the square at the phase's resolution)."""
+    phase's resolution, as torchvision's RandomResizedCrop (a JPEG square is decoded whole for it; squares decoded
+    on the GPU, data.decode = "gpu": cut from the square at the phase's resolution)."""
     g_ortho: float = 0.0
     """Orthogonal regularization strength beta of G (BigGAN: 1e-4; BigGAN-PyTorch's scripts: 0). Adds
     beta * 2 (W W^T - I off-diagonal) W to the gradient of every weight of >= 2 dims except embeddings,

@@ -363,6 +363,12 @@ def test_random_resized_crops_of_stored_squares_are_cut_at_the_stored_size(tmp_p
         np.stack([resized(x[t : t + h, x0 : x0 + w], (16, 16)) for x, (x0, t, w, h) in zip(shrunk, boxes)])
     )
     assert batch.images.float().std(dim=2).mean() > 2 * before.float().std(dim=2).mean()  # (96.6 and 40.6)
+    # A store of one rectangular shape keeps it, as its resize and the batch plan do (found by review: squared).
+    from bigbatch.data.loader import square_crops
+    from bigbatch.data.schedule import target_shape
+
+    wide = torch.zeros(2, 20, 40, 3, dtype=torch.uint8)
+    assert square_crops(wide, rrc_draws(0, 0, 2), 0.5, 16).shape == (2, *target_shape(20, 40, 16), 3) != (2, 16, 16, 3)
     # A classifier on the squares has the loader cut its crops (unless the GPU decodes them) and crops no more.
     from bigbatch.batching import replicator_for
     from bigbatch.tasks import build_task

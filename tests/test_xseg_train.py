@@ -243,7 +243,9 @@ def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp
     for named in (whole / "checkpoints" / "latest", whole / "checkpoints"):
         assert main(["xseg", "apply", str(named), str(folder)]) == 0
     assert main(["info", str(whole / "checkpoints" / "latest")]) == 0
-    assert f"checkpoint  {whole / 'checkpoints' / '000000.016'}" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"checkpoint  {whole / 'checkpoints' / '000000.016'}" in said and f"run         {whole}" in said
+    assert main(["info", "--verify", str(whole / "checkpoints")]) == 0  # (found by review: called damaged)
     assert main(["xseg", "apply", str(whole), str(folder)]) == 0
     meta = read_metadata((folder / "00000.jpg").read_bytes())
     assert meta["xseg_mask"] is not None and cv2.imdecode(np.asarray(meta["xseg_mask"]), 0).shape == (RES, RES)

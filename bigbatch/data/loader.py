@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 from bigbatch.data import device_decode
 from bigbatch.data.codecs import resized
 from bigbatch.data.crops import rrc_box, rrc_draws
-from bigbatch.data.schedule import Schedule, resize_batch
+from bigbatch.data.schedule import Schedule, resize_batch, target_shape
 from bigbatch.data.streams import FLIP, generator
 from bigbatch.errors import BigbatchError, first_line, whole_number
 
@@ -120,16 +120,17 @@ def read_batch(
 
 def square_crops(images: torch.Tensor, draws: torch.Tensor, min_scale: float, out: int) -> torch.Tensor:
     """uint8 NHWC stored `images`: the random-resized crops their `draws` (n, TRIES, 4: crops.rrc_draws) make, each
-    cut at the stored size and then resized to out x out, as torchvision's RandomResizedCrop cuts the image it is
-    given (found from outside: the images were shrunk to the phase's size first and the crops enlarged from that,
-    a third of the detail of an 8% crop lost)."""
+    cut at the stored size and then resized to out x out (one rectangular shape: its shape at `out`), as
+    torchvision's RandomResizedCrop cuts the image it is given (found from outside: the images were shrunk to the
+    phase's size first and the crops enlarged from that, a third of the detail of an 8% crop lost)."""
     h, w = images.shape[1:3]
+    shape = target_shape(h, w, out)  # (a store of one rectangular shape keeps it, as resize_batch and the plan do)
     stored = images.numpy()
     cut = []
     for image, d in zip(stored, draws):
         left, top, cw, ch = rrc_box(w, h, d, min_scale)
-        cut.append(resized(image[top : top + ch, left : left + cw], (out, out)))
-    return torch.from_numpy(np.stack(cut)) if cut else images.new_zeros((0, out, out, images.shape[3]))
+        cut.append(resized(image[top : top + ch, left : left + cw], shape))
+    return torch.from_numpy(np.stack(cut)) if cut else images.new_zeros((0, *shape, images.shape[3]))
 
 
 def mirrored(images: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 from torch import nn
@@ -98,7 +99,7 @@ class Inference(nn.Module):
         rows = antialiased_weights(h, self.side, (h - s) // 2, s, x.device)
         x = rows @ x @ antialiased_weights(w, self.side, (w - s) // 2, s, x.device).T
         c = (self.side - self.resolution) // 2
-        return x[:, :, c : c + self.resolution, c : c + self.resolution] / 127.5 - 1
+        return x[:, :, c : c + self.resolution, c : c + self.resolution].clamp(0, 255) / 127.5 - 1  # (as eval's)
 
 
 def inference_of(run: str | Path, which: str = "latest", device: str | torch.device = "cpu") -> Inference:
@@ -134,7 +135,7 @@ def _source(path: str) -> tuple[str, Path | Location, ImageFiles | None]:
     listed = read_by_listing(where)
     if not listed and p.is_file() and not p.name.lower().endswith(ARCHIVES):
         return str(p), p, None
-    if where.url and PurePosixPath(where.text).suffix.lower() in IMAGE_EXTENSIONS:  # (found from outside: refused)
+    if where.url and PurePosixPath(urlsplit(where.text).path).suffix.lower() in IMAGE_EXTENSIONS:  # (was refused)
         fs, root = where.fs()
         try:
             there = fs.isfile(root)

@@ -97,8 +97,8 @@ def val_transform(images: torch.Tensor, size: int, crop: float, rect: bool) -> t
     _, rh, rw, ch, cw = val_geometry(h, w, size, crop, rect)
     if (rh, rw) != (h, w):
         x = F.interpolate(x, size=(rh, rw), mode="bicubic", align_corners=False, antialias=True)
-    top, left = (rh - ch) // 2, (rw - cw) // 2
-    return x[:, :, top : top + ch, left : left + cw] / 127.5 - 1
+    top, left = (rh - ch) // 2, (rw - cw) // 2  # (bicubic's overshoot clamped, as training's resizes clamp it)
+    return x[:, :, top : top + ch, left : left + cw].clamp(0, 255) / 127.5 - 1
 
 
 class Validation:
