@@ -37,11 +37,12 @@ def run_eval(args: argparse.Namespace) -> None:
         raise BigbatchError(  # after the generator loaded, without the flag's name)
             f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {args.truncation}"
         )
-    if _is_run(args.path):  # (RUN/checkpoints/latest names RUN: run_named)
+    task = None
+    if _is_run(args.path):
         from bigbatch.checkpoints import run_named
 
-        args.path = str(run_named(args.path))
-    task = _task_of(args.path, args.checkpoint) if _is_run(args.path) else None
+        args.path = str(run_named(args.path))  # (RUN/checkpoints/latest names RUN)
+        task = _task_of(args.path, args.checkpoint)
     if args.dst is not None and task != "swap":
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
     if task in ("classify", "swap"):  # their own reports: the options of FID/IS/KID would be ignored

@@ -97,21 +97,20 @@ def read_batch(
     if crop_scale:
         share = slice(request.offset, request.offset + len(request.indices))
         draws = rrc_draws(seed, request.nimg, request.batch)[share]
-    if crop_scale and not whole_crops and not on_device:  # stored squares: cut, then resized to the phase's size
-        images, labels = data.get(request.indices)
-        images = square_crops(images, draws, crop_scale, request.resolution or data.resolution)
-        return Batch(request.nimg, mirrored(images, flips) if flips is not None else images, labels, flips)
     if on_device:
         boxes = data.crop_boxes(request.indices, draws, crop_scale) if whole_crops else None
         encoded, labels = data.get_encoded(request.indices, boxes, request.resolution or data.resolution)
         return Batch(request.nimg, encoded._replace(flips=flips), labels, flips)
     if whole_crops:
         images, labels = data.get_crops(request.indices, request.resolution or data.resolution, draws, crop_scale)
+    elif crop_scale:  # stored squares: cut as stored, then resized to the phase's size
+        images, labels = data.get(request.indices)
+        images = square_crops(images, draws, crop_scale, request.resolution or data.resolution)
     elif request.resolution and getattr(data, "encoded", False):  # decode no larger than needed
         images, labels = data.get(request.indices, request.resolution)
     else:
         images, labels = data.get(request.indices)
-    if request.resolution:
+    if request.resolution and not crop_scale:  # (crops come at the phase's size)
         images = resize_batch(images, request.resolution)
     if flips is not None and flips.any():
         images = mirrored(images, flips)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch import checkpoints
+from bigbatch.engine import dist
 
 
 class Best:
@@ -61,9 +62,7 @@ def _damage(best: Path) -> str:
     """Why the best checkpoint kept cannot stand ("" if it is whole): found from outside, a damaged best was kept
     on resume while a worse score did not replace it, and only `eval --checkpoint best` later refused it. Read by
     the main process alone (the one that keeps the best); a file it may not read is refused, not called damaged."""
-    import torch.distributed as td
-
-    if td.is_available() and td.is_initialized() and td.get_rank() != 0:
+    if dist.active() and not dist.context().is_main:
         return ""
     try:
         checkpoints.verify(best)

@@ -74,7 +74,11 @@ class Inference(nn.Module):
         self.class_names = list(class_names)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.net(self.inputs(images)).float().softmax(1)
+        return self.probabilities(self.inputs(images))
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """The class probabilities of the network's input `x` (`inputs`'s)."""
+        return self.net(x).float().softmax(1)
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
         """What the network is given: the images composited, resized and cropped as validation's, in [-1, 1], NCHW."""
@@ -245,9 +249,9 @@ def predict_each(
     device = next(module.parameters()).device
     for name, image in images:
         x = module.inputs(image.to(device))
-        probs = module.net(x).float().softmax(1)[0].cpu()
+        probs = module.probabilities(x)[0].cpu()
         if tta:  # the network's input mirrored, as eval's (found from outside: the image mirrored before its crop
             # moved the crop by a pixel where its margin is odd, and the probabilities differed from eval's)
-            probs = (probs + module.net(x.flip(-1)).float().softmax(1)[0].cpu()) / 2
+            probs = (probs + module.probabilities(x.flip(-1))[0].cpu()) / 2
         p, k = probs.topk(min(topk, len(probs)))
         yield {"file": name, "top": [{"class": module.class_names[i], "p": float(v)} for v, i in zip(p, k)]}
