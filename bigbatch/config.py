@@ -231,8 +231,8 @@ class TrainConfig(Section):
     crop_scale: float = 1.0
     """classify: random-resized-crop augmentation, the least fraction of an image's area a crop keeps
     (ImageNet: 0.08; 1.0 = off), cut from the image as stored (whole, or its square) and then resized to the
-    phase's resolution, as torchvision's RandomResizedCrop (a JPEG square is decoded whole for it; squares decoded
-    on the GPU, data.decode = "gpu": cut from the square at the phase's resolution)."""
+    phase's resolution, as torchvision's RandomResizedCrop; from an encoded file before decoding, on the CPU or
+    the GPU (a JPEG's crop decodes only its own MCUs, at the smallest scale that keeps it at the resolution)."""
     g_ortho: float = 0.0
     """Orthogonal regularization strength beta of G (BigGAN: 1e-4; BigGAN-PyTorch's scripts: 0). Adds
     beta * 2 (W W^T - I off-diagonal) W to the gradient of every weight of >= 2 dims except embeddings,
@@ -280,8 +280,8 @@ class TrainConfig(Section):
     ema_start_kimg: float = 0.0
     """Until this many kimg, G_ema is a plain copy of G (BigGAN starts its EMA at 20k iterations)."""
     ema_rampup: float = 0.0
-    """The EMA's half-life is at most this fraction of the images seen so far (StyleGAN2-ADA: 0.05), so
-    an early G_ema forgets its random start quickly (0 = off)."""
+    """The EMA's half-life is at most this fraction of the images seen before the step (StyleGAN2-ADA: 0.05), so
+    an early G_ema forgets its random start quickly, its first step a copy (0 = off)."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Compute precision of forward and backward; weights, optimizer state and losses stay fp32."""
     seed: int = 0

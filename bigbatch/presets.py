@@ -389,6 +389,47 @@ def stylegan2_256() -> Config:
     )
 
 
+@preset_fn
+def stylegan2_512() -> Config:
+    """StyleGAN2 with ADA at 512x512, unconditional (MetFaces, AFHQ): StyleGAN2-ADA's --cfg=paper512 --mirror=1.
+
+    Its numbers: batch 64 on 8 GPUs (8 each, a minibatch-statistic group of 8), fmaps 1 (64 channels at
+    512 px, doubling at each halving up to 512), an 8-layer mapping network at 0.01x the learning rate,
+    lr 0.0025, R1 gamma 0.5, style mixing 0.9, path length weight 2 on half the images, EMA half-life 20 kimg,
+    25,000 kimg. Parameters: G 30,276,583 and D 28,982,849, ADA's own networks' (tests/test_models.py).
+    Data: `bigbatch prepare FACES_FOLDER data/afhq512.h5 --resolution 512`.
+    """
+    return _stylegan2(
+        "stylegan2_512",
+        DataConfig(path="data/afhq512.h5", resolution=512, xflip=True),
+        ModelConfig(name="stylegan2", ch=128, dim_z=512, conditional=False, options={"mbstd_group": 8}),
+        TrainConfig(kimg=25_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=0.5, pl_weight=2.0, ema_halflife_kimg=20),
+        per_gpu=8,
+        snapshot_kimg=200,
+    )
+
+
+@preset_fn
+def stylegan2_1024() -> Config:
+    """StyleGAN2 with ADA at 1024x1024, unconditional (FFHQ, MetFaces): StyleGAN2-ADA's --cfg=paper1024 --mirror=1.
+
+    With train.r1_gamma=10, its --cfg=stylegan2 (StyleGAN2's config F). Its numbers: batch 32 on 8 GPUs (4
+    each, a minibatch-statistic group of 4), fmaps 1 (32 channels at 1024 px, doubling at each halving up to
+    512), an 8-layer mapping network at 0.01x the learning rate,
+    lr 0.002, R1 gamma 2, style mixing 0.9, path length weight 2 on half the images, EMA half-life 10 kimg,
+    25,000 kimg. Parameters: G 30,370,060 and D 29,012,513, ADA's own networks' (tests/test_models.py).
+    Data: `bigbatch prepare FACES_FOLDER data/ffhq1024.h5 --resolution 1024`.
+    """
+    return _stylegan2(
+        "stylegan2_1024",
+        DataConfig(path="data/ffhq1024.h5", resolution=1024, xflip=True),
+        ModelConfig(name="stylegan2", ch=128, dim_z=512, conditional=False, options={"mbstd_group": 4}),
+        TrainConfig(kimg=25_000, batch=32, g_lr=0.002, d_lr=0.002, r1_gamma=2.0, pl_weight=2.0, ema_halflife_kimg=10),
+        per_gpu=4,
+        snapshot_kimg=200,
+    )
+
+
 # The classifier and face-swap recipes live in modules of their own and are registered here, with the others.
 from bigbatch.presets_classify import (  # noqa: E402
     fashion_resnet,

@@ -59,7 +59,7 @@ def test_a_step_with_mixing_is_the_same_whatever_its_micro_batches():
         task.rep.step(task.loss, task.batch(0, images, labels), task.opt)
         if mixed:  # "auto" settles on even micro-batches; a rank's share takes its part of the step's draws
             assert rep.takes_micro(4) and not rep.takes_micro(3)
-            share = task._batch(0, 64, 32, images[32:], labels[32:])[4]
+            share = task._batch(0, 64, 32, images[32:], labels[32:])[3]
             assert torch.equal(share, mixing.draw(64, 0.8, 1.0, cfg.train.seed, 0)[32:])
         return torch.cat([p.detach().flatten() for p in task.plain().parameters()])
 

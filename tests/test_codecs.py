@@ -329,7 +329,6 @@ def test_a_classifier_crops_whole_images_in_the_loader_and_resumes_bit_exact(tmp
 
     task = build_task(cfg, replicator_for(cfg), training_data(cfg))
     assert task.loader_crop_scale == 0.25  # the loader cuts the crops; the task does not crop again
-    assert task.batch(0, torch.zeros(16, 32, 32, 3, dtype=torch.uint8), torch.zeros(16).long())[2] is None
 
 
 def test_random_resized_crops_of_stored_squares_are_cut_at_the_stored_size(tmp_path):
@@ -369,7 +368,7 @@ def test_random_resized_crops_of_stored_squares_are_cut_at_the_stored_size(tmp_p
 
     wide = torch.zeros(2, 20, 40, 3, dtype=torch.uint8)
     assert square_crops(wide, rrc_draws(0, 0, 2), 0.5, 16).shape == (2, *target_shape(20, 40, 16), 3) != (2, 16, 16, 3)
-    # A classifier on the squares has the loader cut its crops (unless the GPU decodes them) and crops no more.
+    # A classifier on the squares has the loader cut its crops (on the GPU too: tests/test_device_decode.py).
     from bigbatch.batching import replicator_for
     from bigbatch.tasks import build_task
 
@@ -382,9 +381,7 @@ def test_random_resized_crops_of_stored_squares_are_cut_at_the_stored_size(tmp_p
             "eval.every_kimg": 0,
         }
     )
-    task = build_task(cfg, replicator_for(cfg), data)
-    assert task.loader_crop_scale == 0.08
-    assert task.batch(0, torch.zeros(16, 64, 64, 3, dtype=torch.uint8), torch.zeros(16).long())[2] is None
+    assert build_task(cfg, replicator_for(cfg), data).loader_crop_scale == 0.08
 
 
 def test_rectangular_validation_crops_each_whole_image_at_its_own_aspect_ratio(tmp_path):
@@ -491,3 +488,24 @@ def test_a_crop_is_shrunk_as_pillows_bicubic_resize_shrinks_it():
         crop = Image.fromarray(full[top : top + bh, left : left + bw])
         diff = np.abs(got - np.asarray(crop.resize((ow, oh), Image.Resampling.BICUBIC)))
         assert diff.mean() < 0.5 and diff.max() <= 4, ((left, top, bw, bh), diff.mean(), diff.max())
+
+
+def test_crops_of_a_jpeg_file_of_squares_decode_only_what_they_need(tmp_path, monkeypatch):
+    # A random-resized crop of a stored JPEG square decoded the whole square, then cut it: now only the crop's
+    # MCUs, at the smallest DCT scale that keeps it as large as the phase's size, as a file of whole images does.
+    import cv2
+
+    from bigbatch.data.crops import rrc_draws
+    from bigbatch.data.loader import square_crops
+
+    prepare(str(photos(tmp_path / "src", n=8)), str(tmp_path / "j.h5"), 128, workers=0, codec="jpeg")
+    data = H5Data(tmp_path / "j.h5")
+    decoded, imdecode = [], cv2.imdecode
+    monkeypatch.setattr(cv2, "imdecode", lambda *a: decoded.append(imdecode(*a).shape[:2]) or imdecode(*a))
+    request = Step(nimg=16, batch=8, resolution=32, offset=0, indices=torch.arange(8))
+    batch = read_batch(data, request, seed=1, crop_scale=0.08)
+    assert batch.images.shape == (8, 32, 32, 3) and len(decoded) == 8
+    assert sum(h * w for h, w in decoded) < 0.25 * 8 * 128 * 128  # (a whole decode of each: 1)
+    whole = square_crops(data.get(torch.arange(8))[0], rrc_draws(1, 16, 8), 0.08, 32)
+    assert (batch.images.float() - whole.float()).abs().mean() < 3  # the same crops, decoded smaller
+    assert "a crop decodes only its own MCUs" in describe_data(tmp_path / "j.h5")

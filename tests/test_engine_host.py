@@ -129,3 +129,17 @@ def test_a_batch_the_processes_cannot_share_names_a_batch_and_world_sizes_that_w
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(bigbatch.BigbatchError, match=r"world size 3 \(train.batch=18, or 1, 2, 4, 8, 16 processes\)"):
         bigbatch.Replicator(batch=16, micro_batch=4, device="cpu")
+
+
+def test_ema_rampup_counts_the_images_before_the_step_as_stylegan2_ada():
+    # Found from outside: the ramp-up's half-life took the count after the step, so the first step blended G in at
+    # 1 - 1e-6 where ADA's (ema_nimg = min(ema_nimg, cur_nimg * ema_rampup), cur_nimg before it) copies it.
+    from bigbatch.engine.ema import update_ema
+
+    G, G_ema = nn.Linear(3, 2), nn.Linear(3, 2)
+    update_ema(G_ema, G, 64, 64, halflife_kimg=10, start_kimg=0, rampup=0.05)
+    assert torch.equal(G_ema.weight, G.weight)
+    before, G2 = G_ema.weight.detach().clone(), nn.Linear(3, 2)
+    update_ema(G_ema, G2, 128, 64, halflife_kimg=10, start_kimg=0, rampup=0.05)
+    beta = 0.5 ** (64 / (0.05 * 64))  # ADA's: batch / min(ema_nimg, 64 seen before * ema_rampup)
+    assert torch.allclose(G_ema.weight, G2.weight + beta * (before - G2.weight), atol=1e-7)

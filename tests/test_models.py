@@ -105,9 +105,11 @@ def test_parameter_counts_equal_biggan_pytorch(name, resolution, kwargs, counts)
 
 
 # StyleGAN2-ADA's networks (training/networks.py, fp32) at its configurations, counted with its own code:
-# paper256 (channel_base 16384), config F at 1024 (32768), and cifar as the stylegan2_cifar preset builds it.
+# paper256 (channel_base 16384), paper512 and config F at 1024 (32768), and cifar as the stylegan2_cifar preset
+# builds it.
 STYLEGAN2_COUNTS = [
     (256, 0, dict(ch=64), (24_767_458, 24_001_089)),
+    (512, 0, dict(ch=128), (30_276_583, 28_982_849)),
     (1024, 0, dict(ch=128), (30_370_060, 29_012_513)),
     (32, 10, dict(ch=128, map_layers=2, d_resnet=False, mbstd_group=32), (20_215_315, 23_089_664)),
 ]
@@ -497,3 +499,23 @@ def test_blocks_compute_biggan_pytorchs_blocks_fused_or_not(name, resolution):
         outs.append((G(z, y), D(x, y)))
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "name, counts",
+    [
+        ("stylegan2_256", (24_767_458, 24_001_089)),
+        ("stylegan2_512", (30_276_583, 28_982_849)),
+        ("stylegan2_1024", (30_370_060, 29_012_513)),
+    ],
+)
+def test_stylegan2_presets_build_adas_networks(name, counts):
+    # Each of ADA's paper configurations as its preset builds it: ADA's own parameter counts (STYLEGAN2_COUNTS).
+    from bigbatch.models.layers import count_params
+    from bigbatch.tasks.gan.task import build_models
+
+    cfg = bigbatch.preset(name)
+    with torch.device("meta"):
+        G, D = build_models(cfg, 0, 3)
+    assert (count_params(G), count_params(D)) == counts
+    assert cfg.model.options["mbstd_group"] == cfg.train.micro_batch == cfg.train.batch // 8  # (8 reference GPUs)

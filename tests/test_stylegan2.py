@@ -340,3 +340,24 @@ def test_a_fixed_micro_batch_under_a_group_of_the_d_is_said_too(capsys, monkeypa
     cfg = bigbatch.preset("stylegan2_cifar").override({"train.batch": 64, "train.micro_batch": 8})
     describe_plan(cfg)
     assert "train.micro_batch 8 is under stylegan2's D group of 32 images" in capsys.readouterr().err
+
+
+def test_a_grayscale_stylegan2_ada_model_converts(tmp_path, capsys):
+    # Found from outside: ADA's networks of a 1-channel data set (img_channels=1) were refused as "not StyleGAN2-ADA
+    # weights of this model", naming settings none of which could fix it: the channels come from the weights.
+    from bigbatch.checkpoints import load_checkpoint
+    from bigbatch.models import convert
+
+    torch.manual_seed(0)
+    G, D = models.create("stylegan2", 16, 0, ch=2, dim_z=16, img_channels=1, ch_max=16, w_dim=16, map_layers=2)
+    (tmp_path / "ada").mkdir()
+    for net, model in (("G", G), ("D", D), ("G_ema", G)):
+        torch.save(convert.to_reference(model), tmp_path / "ada" / f"{net}.pth")
+    overrides = ["model.name=stylegan2", "data.resolution=16", "model.ch=2", "model.dim_z=16"]
+    overrides += ["model.options={ch_max=16, w_dim=16, map_layers=2}"]
+    assert main(["convert", str(tmp_path / "ada"), str(tmp_path / "c"), "--preset", "digits", *overrides]) == 0
+    weights, _ = load_checkpoint(tmp_path / "c" / "checkpoints" / "000000.000", nets=("G", "D"))
+    assert all(torch.equal(weights["G"][k], v) for k, v in G.state_dict().items())
+    assert all(torch.equal(weights["D"][k], v) for k, v in D.state_dict().items())
+    assert main(["sample", str(tmp_path / "c"), "--n", "4", "--npz", "--out", str(tmp_path / "s.npz")]) == 0
+    assert np.load(tmp_path / "s.npz")["arr_0"].shape[-1] == 1

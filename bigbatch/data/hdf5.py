@@ -173,7 +173,7 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
     stored = "uint8 NHWC" if codec == "raw" else f"{codec}" + (f" q{m['quality']}" if m.get("quality") else "")
     if codec != "raw" and m.get("encoded_bytes") is not None:
         stored += f" ({m['encoded_bytes'] / max(1, m['count']) / 1024:.1f} KiB an image)"
-    if codec == "jpeg" and m.get("crop") == "none" and m["count"]:
+    if codec == "jpeg" and m["count"]:
         stored += (
             "; a crop decodes only its own MCUs"
             if H5Data(path, storage_options=storage_options).crops_decode_partially()
@@ -496,37 +496,37 @@ class H5Data:
         return self.get_regions(index, self.crop_boxes(index, draws, min_scale), resolution)
 
     def crop_boxes(self, index: torch.Tensor, draws: torch.Tensor, min_scale: float) -> list:
-        """The random-resized crops (left, top, w, h) that `draws` make of the whole images at `index`."""
+        """The random-resized crops (left, top, w, h) that `draws` make of the images at `index` as stored."""
         sizes = self.stored_sizes(index)
         return [rrc_box(int(w), int(h), d, min_scale) for (h, w), d in zip(sizes, draws)]
 
     def crops_decode_partially(self) -> bool:
-        """A JPEG file of whole images with restart markers (its first image says): a crop decodes only its
-        own MCUs (jpeg_region). Files prepared before bigbatch wrote the markers are decoded whole."""
-        if self.meta.get("codec") != "jpeg" or not self.whole or not len(self):
+        """A JPEG file with restart markers (its first image says): a crop decodes only its own MCUs
+        (jpeg_region). Files prepared before bigbatch wrote the markers are decoded whole."""
+        if self.meta.get("codec") != "jpeg" or not len(self):
             return False
-        first = self._encoded_bytes(self._whole_group(), np.zeros(1, np.int64))[0]
+        first = self._encoded_bytes(self.groups[0], np.zeros(1, np.int64))[0]
         layout = jpeg_region.layout(first)
         return layout is not None and layout.interval > 0
 
     def stored_sizes(self, index: torch.Tensor) -> np.ndarray:
-        """A file of whole images: the stored (h, w) of the images at `index`."""
-        g = self._whole_group()
-        return g.sizes[torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy() - g.start]  # type: ignore[index]
+        """The stored (h, w) of the images at `index` (of one group: a file of whole images is one)."""
+        idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
+        g = self._group_of(idx)
+        return g.sizes[idx - g.start] if g.sizes is not None else np.tile(g.shape[:2], (len(idx), 1))
 
-    def _whole_group(self) -> _Group:
-        if not self.whole:
-            raise BigbatchError(f"data file {self.source} holds cropped images: prepare it with --crop none")
-        return self.groups[0]  # (whole images are one group)
+    def _group_of(self, idx: np.ndarray) -> _Group:
+        """The group of the images at `idx` (a batch's, which reads one; whole images are one group)."""
+        return self.groups[int(np.searchsorted(self._starts, idx[0], "right") - 1) if len(idx) else 0]
 
     def get_regions(
         self, index: torch.Tensor, boxes: list, out: int | tuple[int, int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A file of whole images: the regions `boxes` (left, top, w, h, in each stored image's pixels)
-        of the images at `index`, each decoded no larger than it needs and resized to `out` (a side, or
-        (h, w)); and their labels."""
+        """An encoded file (of whole images, or of squares: of one group): the regions `boxes` (left, top, w, h,
+        in each stored image's pixels) of the images at `index`, each decoded no larger than it needs and resized
+        to `out` (a side, or (h, w)); and their labels."""
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
-        g = self._whole_group()
+        g = self._group_of(idx)
         images = self._decoded(g, idx - g.start, idx, 0, boxes, out)
         return images, self.labels[torch.from_numpy(idx)]
 
@@ -582,7 +582,7 @@ class H5Data:
         if not self.encoded:
             raise BigbatchError(f'data file {self.source} is raw: data.decode = "gpu" decodes encoded files')
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
-        g = self._whole_group() if self.whole else self.groups[int(np.searchsorted(self._starts, idx[0], "right") - 1)]
+        g = self._group_of(idx)
         rows = idx - g.start
         sizes = g.sizes[rows] if g.sizes is not None else np.array([g.shape[:2]] * len(rows))
         if boxes is None:

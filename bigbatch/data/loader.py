@@ -82,10 +82,10 @@ def read_batch(
     """The batch a request names, read from `data`: resized to the step's resolution and, with
     `xflip`, mirrored by a draw keyed by (seed, step) over the whole step, of which this rank takes
     its share, so the flips of an image do not depend on the rank count. `crop_scale` > 0: random-resized
-    crops of at least that area fraction, drawn the same way: of a file of whole images (`prepare --crop none`),
-    cut before decoding; of stored squares, cut from them as stored (not with `on_device`). `on_device`
-    (data.decode = "gpu"): the images stay encoded, with the regions to cut and the flips (device_decode.Encoded),
-    for the Feed to decode. What BatchLoader's workers run."""
+    crops of at least that area fraction, drawn the same way, cut from the images as stored, then resized to
+    the phase's size: of an encoded file (whole images, `prepare --crop none`, or squares), cut before decoding,
+    a JPEG's crop decoding only its own MCUs. `on_device` (data.decode = "gpu"): the images stay encoded, with the
+    regions to cut and the flips (device_decode.Encoded), for the Feed to decode. What BatchLoader's workers run."""
     if isinstance(request, torch.Tensor):
         images, labels = data.get(request)
         return Batch(-1, images, labels, None)
@@ -93,20 +93,23 @@ def read_batch(
     if xflip:
         draw = torch.rand(request.batch, generator=generator(seed, FLIP, request.nimg))
         flips = draw[request.offset : request.offset + len(request.indices)] < 0.5
-    whole_crops = bool(crop_scale and getattr(data, "whole", False))
+    out: int | tuple[int, int] = request.resolution or data.resolution
+    is_encoded = getattr(data, "encoded", False)
+    if (on_device or crop_scale and is_encoded) and not getattr(data, "whole", False) and len(request.indices):
+        out = target_shape(*data.stored_sizes(request.indices[:1])[0].tolist(), out)  # (a rectangle keeps its shape)
     if crop_scale:
         share = slice(request.offset, request.offset + len(request.indices))
         draws = rrc_draws(seed, request.nimg, request.batch)[share]
+    boxes = data.crop_boxes(request.indices, draws, crop_scale) if crop_scale and is_encoded else None
     if on_device:
-        boxes = data.crop_boxes(request.indices, draws, crop_scale) if whole_crops else None
-        encoded, labels = data.get_encoded(request.indices, boxes, request.resolution or data.resolution)
+        encoded, labels = data.get_encoded(request.indices, boxes, out)
         return Batch(request.nimg, encoded._replace(flips=flips), labels, flips)
-    if whole_crops:
-        images, labels = data.get_crops(request.indices, request.resolution or data.resolution, draws, crop_scale)
-    elif crop_scale:  # stored squares: cut as stored, then resized to the phase's size
+    if boxes is not None:
+        images, labels = data.get_regions(request.indices, boxes, out)
+    elif crop_scale:  # raw squares: cut as stored, then resized to the phase's size
         images, labels = data.get(request.indices)
         images = square_crops(images, draws, crop_scale, request.resolution or data.resolution)
-    elif request.resolution and getattr(data, "encoded", False):  # decode no larger than needed
+    elif request.resolution and is_encoded:  # decode no larger than needed
         images, labels = data.get(request.indices, request.resolution)
     else:
         images, labels = data.get(request.indices)

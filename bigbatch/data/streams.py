@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 # Stream tags: one per kind of draw, so that streams never overlap.
-ORDER, Z_D, Z_G, FLIP, SAMPLE, VAL_SPLIT, CROP, ORDER_B, WARP, LR_DROPOUT, COLOUR = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
-RRC = 12  # random-resized crops of whole stored images, drawn before decoding
+# (7 was the crops a classifier cut from decoded squares itself: the loader cuts them all now, by RRC's draws.)
+ORDER, Z_D, Z_G, FLIP, SAMPLE, VAL_SPLIT, ORDER_B, WARP, LR_DROPOUT, COLOUR = 1, 2, 3, 4, 5, 6, 8, 9, 10, 11
+RRC = 12  # random-resized crops of the images as stored (whole or squares), drawn before decoding
 AUG_D, AUG_G = 13, 14  # a GAN's differentiable augmentation of D's inputs (D step, G step)
 PATH_LENGTH = 15  # the random images of path length regularization (a salt of `row_seeds`, per image)
 MIX = 16  # a classifier's mixup and CutMix draws, per pair of neighbouring images of a step

@@ -31,7 +31,8 @@ def update_ema(
     average_buffers: bool = False,
 ) -> None:
     """Blend G into G_ema after `images` more images (`nimg` seen in all); before `start_kimg` G_ema is
-    a plain copy. With `rampup`, the half-life is at most rampup x nimg (StyleGAN2-ADA's ema_rampup).
+    a plain copy. With `rampup`, the half-life is at most rampup x the images seen before these (StyleGAN2-ADA's
+    ema_rampup, whose first step copies G: found from outside, the count after them blended it in at 1 - 1e-6).
 
     beta = 0.5 ** (images / half-life), so the average forgets at the same rate per image whatever
     the batch size. Buffers (BN running statistics, spectral-norm vectors) are copied from G, or with
@@ -40,7 +41,7 @@ def update_ema(
     """
     halflife = halflife_kimg * 1000
     if rampup:
-        halflife = min(halflife, rampup * nimg)
+        halflife = min(halflife, rampup * (nimg - images))
     if nimg < start_kimg * 1000 or halflife == 0:
         beta = 0.0
     else:

@@ -130,6 +130,15 @@ def classes_of(ada: dict[str, torch.Tensor]) -> int:
     return 0 if embed is None else int(embed.shape[1])
 
 
+def channels_of(ada: dict[str, torch.Tensor]) -> int:
+    """The image channels of an ADA G or D state dict (its toRGB layers' outputs, its fromRGB's inputs; 1 for a
+    grayscale data set's, found from outside: 3 was assumed)."""
+    for k, w in ada.items():
+        if k.endswith((".torgb.weight", ".fromrgb.weight")):
+            return int(w.shape[0] if k.endswith(".torgb.weight") else w.shape[1])
+    return 3
+
+
 def resolution_of(ada: dict[str, torch.Tensor]) -> int:
     """The resolution of an ADA G state dict: its last synthesis block's."""
     sizes = [int(k.split(".")[1][1:]) for k in ada if k.startswith("synthesis.b")]

@@ -27,7 +27,6 @@ from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.load import stored_side, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
-from bigbatch.data.streams import CROP, generator
 from bigbatch.engine import batch_parts, running_stats
 from bigbatch.engine import precision as prec
 from bigbatch.engine.ema import make_ema, update_ema
@@ -132,27 +131,6 @@ def param_groups(model: nn.Module, weight_decay: float, norm_decay: bool) -> lis
             (decay if norm_decay or p.ndim > 1 else exempt).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}]
     return groups + ([{"params": exempt, "weight_decay": 0.0}] if exempt else [])
-
-
-def crop_boxes(n: int, min_scale: float, g: torch.Generator) -> torch.Tensor:
-    """Affine maps (n, 2, 3) of random resized crops (Szegedy et al. 2015, as torchvision's
-    RandomResizedCrop on a square image): a box of area fraction U(min_scale, 1) and aspect ratio
-    log-uniform in [3/4, 4/3], drawn up to ten times until it fits the image (else the whole image),
-    placed uniformly; for F.affine_grid."""
-    tries = 10
-    area = torch.empty(n, tries).uniform_(min_scale, 1.0, generator=g)
-    ratio = torch.empty(n, tries).uniform_(math.log(3 / 4), math.log(4 / 3), generator=g).exp()
-    w, h = (area * ratio).sqrt(), (area / ratio).sqrt()
-    fits = (w <= 1) & (h <= 1)
-    first = fits.int().argmax(1, keepdim=True)  # the first try that fits
-    found = fits.any(1)
-    w = torch.where(found, w.gather(1, first).squeeze(1), torch.ones(n))
-    h = torch.where(found, h.gather(1, first).squeeze(1), torch.ones(n))
-    cx = (torch.rand(n, generator=g) * 2 - 1) * (1 - w)
-    cy = (torch.rand(n, generator=g) * 2 - 1) * (1 - h)
-    theta = torch.zeros(n, 2, 3)
-    theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = w, cx, h, cy
-    return theta
 
 
 def _check_pairs(cfg: Config, world_size: int) -> None:
@@ -298,12 +276,10 @@ class ClassifyTask:
                     raise
                 if rep.is_main:  # not scored while training: `bigbatch eval RUN` would refuse it afterwards
                     warn(f"{e} (training goes on: eval.every_kimg is 0, but `bigbatch eval` of the run refuses it)")
-        # The random-resized crops are cut by the loader: from a file of whole images before decoding, from stored
-        # squares as stored, then resized to the phase's size (found from outside: the squares were shrunk to it
-        # first, the crops enlarged from that). Squares decoded on the GPU are cropped by the task, after it.
-        whole = bool(getattr(data, "whole", False))
-        loader_crops = whole or cfg.data.decode == "cpu"
-        self.loader_crop_scale = cfg.train.crop_scale if loader_crops and cfg.train.crop_scale < 1 else 0.0
+        # The random-resized crops are cut by the loader from the images as stored, then resized to the phase's size
+        # (found from outside: stored squares were shrunk to it first, the crops enlarged from that); an encoded
+        # file's before decoding, on the CPU or on the GPU.
+        self.loader_crop_scale = cfg.train.crop_scale if cfg.train.crop_scale < 1 else 0.0
         self._shown: Validation | None = None  # what previews read their images through
         self.scorer: ClassifyScorer | None = None
         if cfg.eval.every_kimg and run is not None and self.val_data is not None:
@@ -352,14 +328,9 @@ class ClassifyTask:
         def chunks():
             for start in starts:
                 real = peek(self.data, schedule, self.cfg, start, phase.batch, crop_scale=self.loader_crop_scale)
-                images, labels, boxes, *_ = self._batch(start, phase.batch, 0, real.images, real.labels)
+                images, labels, *_ = self._batch(start, phase.batch, 0, real.images, real.labels)
                 for i in range(0, len(images), micro):
-                    part = slice(i, i + micro)
-                    x = self.inputs(
-                        images[part].to(device),
-                        labels[part].to(device),
-                        None if boxes is None else boxes[part].to(device),
-                    )
+                    x = self.inputs(images[i : i + micro].to(device), labels[i : i + micro].to(device))
                     yield x.contiguous(memory_format=torch.channels_last) if self.rep.channels_last else x
 
         with prec.autocast(self.rep.precision, device):
@@ -387,8 +358,8 @@ class ClassifyTask:
         return stats if self.rep.skipped(self.opt) else {**out, **stats}
 
     def batch(self, nimg: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
-        """This rank's share of the step at `nimg`: images, labels, their crop boxes, RandAugment draws and
-        mixing draws (each None when off), drawn for the whole step and sliced by rank."""
+        """This rank's share of the step at `nimg`: images, labels, RandAugment draws and mixing draws (each None
+        when off), drawn for the whole step and sliced by rank (the loader cut the random-resized crops)."""
         return self._batch(nimg, self.rep.batch, self.rep.rank * self.rep.share, images, labels)
 
     def _batch(self, nimg: int, batch: int, offset: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
@@ -396,15 +367,12 @@ class ClassifyTask:
         n = len(images)
         if self.rotation:  # the label of an image is its rotation, decided by its global position
             labels = rotation_labels(nimg + offset, n)
-        boxes, mixed, t = None, None, self.cfg.train
-        if t.crop_scale < 1 and not self.loader_crop_scale:
-            boxes = crop_boxes(batch, t.crop_scale, generator(t.seed, CROP, nimg))
-            boxes = boxes[offset : offset + n]
+        mixed, t = None, self.cfg.train
         augs = self._augs(batch, nimg)  # (host arrays: they stay there, cut with the batch)
         augs = None if augs is None else batch_parts.cut(augs, offset, offset + n)
         if t.mixup or t.cutmix:  # drawn for the whole step, by pairs of global positions
             mixed = mixing.draw(batch, t.mixup, t.cutmix, t.seed, nimg)[offset : offset + n]
-        return images, labels, boxes, augs, mixed
+        return images, labels, augs, mixed
 
     def _augs(self, batch: int, nimg: int) -> tuple[np.ndarray | None, np.ndarray | None] | None:
         """RandAugment's draws and random erasing's of the step at `nimg` of `batch` images (each None where
@@ -415,35 +383,26 @@ class ClassifyTask:
         return None if ra is None and er is None else (ra, er)
 
     def batch_sheet(self, nimg: int) -> Image.Image:
-        """The step's first images as the network receives them (loader crops and flips, device crops,
+        """The step's first images as the network receives them (the loader's crops and flips, augmentations,
         rotations), each under its class name."""
         real = peek(self.data, self.schedule, self.cfg, nimg, BATCH_SHEET, crop_scale=self.loader_crop_scale)
-        images, labels, boxes, augs, mixed = self._batch(
-            nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels
-        )
-        x = self.inputs(images, labels, boxes, augs)
+        images, labels, augs, mixed = self._batch(nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels)
+        x = self.inputs(images, labels, augs)
         seen = to_uint8(x if mixed is None else mixing.mix(x, mixed)[0])  # (captioned by each image's own class)
         return captioned_sheet([(img, [(self.class_names[int(y)], BLACK)]) for img, y in zip(seen, labels)])
 
-    def inputs(
-        self, images: torch.Tensor, labels: torch.Tensor, boxes: torch.Tensor | None, augs: tuple | None = None
-    ) -> torch.Tensor:
-        """What the network receives for uint8 NHWC images: [-1, 1] NCHW, cropped to `boxes` on the
-        device, through RandAugment and random erasing by their draws `augs`, rotated by their labels when it
-        learns rotations."""
+    def inputs(self, images: torch.Tensor, labels: torch.Tensor, augs: tuple | None = None) -> torch.Tensor:
+        """What the network receives for uint8 NHWC images: [-1, 1] NCHW, through RandAugment and random erasing
+        by their draws `augs`, rotated by their labels when it learns rotations."""
         x = from_uint8(images)
-        if boxes is not None:  # (in float32 whatever autocast says: a bf16 grid moves a 224 px crop by half a pixel)
-            with torch.autocast(x.device.type, enabled=False):
-                grid = F.affine_grid(boxes.to(x.dtype), list(x.shape), align_corners=False)
-                x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
         ra, er = augs or (None, None)  # (`_augs`)
         x = x if ra is None else randaugment.apply(x, ra)
         x = x if er is None else erasing.apply(x, er)
         return rotate(x, labels) if self.rotation else x
 
     def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, labels, boxes, augs, mixed = micro
-        x, smoothing = self.inputs(images, labels, boxes, augs), self.cfg.train.label_smoothing
+        images, labels, augs, mixed = micro
+        x, smoothing = self.inputs(images, labels, augs), self.cfg.train.label_smoothing
         if mixed is None:
             logits = self.model(x).float()
             loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
@@ -458,7 +417,7 @@ class ClassifyTask:
         """One forward/backward of m images at the largest resolution of the schedule."""
         size = max(p.resolution or self.cfg.data.resolution for p in self.schedule.phases)
         images, labels = self.data.get(torch.arange(min(m, len(self.data))).repeat(m)[:m])
-        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, None, self._augs(m, 0), None))
+        self.rep.probe_step(self.loss, (resize_batch(images, size), labels, self._augs(m, 0), None))
         self.opt.zero_grad(set_to_none=True)
 
     # ---- checkpoints and previews --------------------------------------------------------------

@@ -69,7 +69,7 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
         if not found:
             raise BigbatchError("cannot tell the number of classes from the weights; pass --classes N")
         n_classes = int(found[0])
-    G, D = build_models(cfg, n_classes, 3)
+    G, D = build_models(cfg, n_classes, convert_ada.channels_of(next(iter(ref.values()))) if ada else 3)
     for net, model in (("G_ema", G), ("G", G)):
         if net in ref:  # G carries G_ema's weights while G.pth is read, so G_ema is never empty
             model.load_state_dict(convert.from_reference(model, ref[net], f"the weights in {files[net]}"))
