@@ -33,7 +33,8 @@ class SwapConfig(Section):
     eyes_mouth_prio: bool = False
     """Add 300·L1 inside the eyes and mouth (needs data prepared with an eyes-and-mouth channel)."""
     true_face_power: float = 0.0
-    """df archis: the weight of a code discriminator pushing dst codes toward src's (DFL: 0.0..1.0)."""
+    """df archis: the weight of a code discriminator pushing src codes toward dst's, so that the swap looks more
+    like src's face (DFL's "True face power": 0.0..1.0)."""
     gan_power: float = 0.0
     """The weight of a U-Net patch discriminator on src reconstructions (DFL: 0.0..5.0; usually 0.1)."""
     gan_patch_size: int = 0

@@ -129,7 +129,13 @@ ELSEWHERE = {
     "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
     "swap.batch_size": " (DFL's batch_size is train.batch here)",
     "swap.resolution": " (the resolution is data.resolution)",
-    "swap.archi": " (archi and the dims are model.options: archi, ae_dims, e_dims, d_dims, d_mask_dims)",
+    **dict.fromkeys(
+        ("swap.archi", "swap.ae_dims", "swap.e_dims", "swap.d_dims", "swap.d_mask_dims"),
+        " (archi and the dims are model.options: archi, ae_dims, e_dims, d_dims, d_mask_dims)",
+    ),
+    "swap.adabelief": ' (DFL\'s adabelief is swap.optimizer = "adabelief", the default; "rmsprop" its other)',
+    "swap.use_fp16": ' (DFL\'s use_fp16 is train.precision = "fp16" here, or "bf16")',
+    "swap.models_opt_on_gpu": " (the models and their optimizers are on train.device here)",
     "swap.pretrain": " (DFL's pretraining mode is not here: train on any face set, then train.init_from the run)",
 }
 

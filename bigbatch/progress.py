@@ -136,6 +136,8 @@ class Progress:
         self.write(nimg, row)
         self.window = Window(self.rep)
         self.losses |= {k for k in row if k.startswith("loss") and not k.startswith("loss_scale")}
+        self.losses |= {k for k in row if k.endswith("_loss")}  # (a swap's src_loss and dst_loss, DFL's per-sample
+        # numbers: found from outside, its console showed only the batch's sum, as "loss")
         self.losses |= {"augment_p"} & row.keys()  # [augment]'s p, which ADA moves
         shown = {k: row.get(k, math.nan) for k in sorted(self.losses)}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})

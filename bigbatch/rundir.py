@@ -453,6 +453,8 @@ RECOVERY_CHANGES = {f"train.{k}" for k in ("precision", "grad_clip", "skip_limit
     f"swap.{k}" for k in (*_SAEHD_RECOVERY, "ct_mode", "random_hsv_power", "face_style_power", "bg_style_power",
                           "blur_out_mask", "uniform_yaw")
 } | {"xseg.lr", "xseg.lr_dropout"}  # fmt: skip
+POWERS = ("swap.gan_power", "swap.true_face_power")
+POWERS_SAID = ", and swap.gan_power and swap.true_face_power from one value above 0 to another"
 
 
 # What may differ between ranks: where each reads the data (another mount on another node), how it reads it.
@@ -500,20 +502,24 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
         saved.update(begun)
     changed = [k for k in given if given[k] != saved.get(k)]
     allowed = RESUMABLE_CHANGES | (RECOVERY_CHANGES if recovery else set())
+    # DFL asks a discriminator's power again at each restart (found from outside: refused here): its weight may
+    # change, not whether there is one.
+    allowed |= {k for k in POWERS if recovery and k in changed and saved.get(k) and given[k]}
     fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in allowed)]
     if fixed:
         shown = ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4])
         more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
         # (the face tasks' own sections named only for them: found from outside, a GAN's line ran past 1,000 chars)
         own = {"swap", "xseg"} - {cfg.task}
-        listed = sorted(k for k in allowed if k.split(".", 1)[0] not in own)
+        listed = ", ".join(sorted(k for k in allowed - set(POWERS) if k.split(".", 1)[0] not in own))
+        listed += POWERS_SAID if cfg.task == "swap" and recovery else ""
         raise BigbatchError(
             f"the config differs from the one {what} was trained with in {shown}{more}; a resumed run may "
-            f"change only {', '.join(listed)} (drop the override, or undo the edit of the "
+            f"change only {listed} (drop the override, or undo the edit of the "
             f"run's config.toml: its checkpoints keep their own copy; to change more, start a new run from this "
             "one's weights with train.init_from=RUN)"
         )
-    rescued = [k for k in changed if k in RECOVERY_CHANGES]
+    rescued = [k for k in changed if k in RECOVERY_CHANGES or k in POWERS]
     if rescued:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)
         warn(f"resuming with {shown}: from here the run computes otherwise than it began", once=True)

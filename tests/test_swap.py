@@ -338,6 +338,9 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
         ({"swap.gan_power": 10.0}, "gan_power' must be in 0.0..5.0"),
         ({"swap.true_face_power": 5.0}, "true_face_power' must be in 0.0..1.0"),
         ({"swap.clipgrad": True}, "DFL's clipgrad is train.grad_clip = 1.0 here"),  # (found from outside)
+        ({"swap.ae_dims": 128}, "the dims are model.options: archi, ae_dims"),  # (found from outside: "did you
+        ({"swap.adabelief": False}, 'swap.optimizer = "adabelief"'),  # mean 'gan_dims'?", or nothing)
+        ({"swap.use_fp16": True}, 'train.precision = "fp16"'),
     ],
 )
 def test_config_mistakes_are_named(faces, over, words):

@@ -2,6 +2,7 @@
 sweeps swap.lr on DFL's src + dst loss, and a resume switches the options DFL users switch."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -135,3 +136,22 @@ def test_a_dry_run_refuses_faces_of_another_size_as_the_run_does(faces, tmp_path
     assert main(["train", "--config", str(tmp_path / "c.toml"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"the src faces {faces[0]} are {cfg.data.resolution} px, the model data.resolution = " in err
+
+
+def test_a_resume_changes_a_discriminators_power_but_not_whether_there_is_one(faces, tmp_path, capsys):
+    # Found from outside: DFL asks gan_power and true_face_power again at each restart (users lower them late), and
+    # a resume refused any change of them; adding or removing a discriminator still needs a new run.
+    over = {"train.kimg": 0.008, "swap.lr_dropout": False}
+    run = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "run")
+    # (the console shows DFL's per-sample src and dst losses: found from outside, only the batch's sum, "loss")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("kimg ")]
+    assert lines and all(re.search(r"  dst_loss \d+\.\d{3}  .*  src_loss \d+\.\d{3}  ", line) for line in lines)
+    later = {**over, "train.kimg": 0.016, "swap.gan_power": 0.05, "swap.true_face_power": 0.2}
+    capsys.readouterr()
+    bigbatch.train(swap_config(*faces, **later), run_dir=run, resume=True, quiet=True)
+    said = capsys.readouterr().err
+    assert "swap.gan_power 0.1 -> 0.05" in said and "swap.true_face_power 0.1 -> 0.2" in said
+    assert (run / "checkpoints" / "000000.016" / "gan.safetensors").exists()
+    off = {**later, "train.kimg": 0.024, "swap.gan_power": 0.0}
+    with pytest.raises(bigbatch.BigbatchError, match=r"in swap.gan_power \(0.05 -> 0.0\).*from one value above 0 to"):
+        bigbatch.train(swap_config(*faces, **off), run_dir=run, resume=True)

@@ -92,7 +92,7 @@ def test_a_face_set_is_refused_by_the_gan_and_the_classifier_and_prepare_says_ho
     assert "masks       face mask; face type unknown (not from DFL faces)" in capsys.readouterr().out
 
 
-def test_masked_training_needs_masks_on_both_sides(faces, tmp_path):
+def test_masked_training_needs_masks_on_both_sides(faces, tmp_path, capsys):
     # Found from outside: with masks on one side only, masked training was dropped in silence (src's masks
     # still taught the mask decoder; dst's were taken as all face) and `info` said masked_training.
     from bigbatch.data.prepare import prepare
@@ -105,5 +105,8 @@ def test_masked_training_needs_masks_on_both_sides(faces, tmp_path):
     # Neither side with masks: trained unmasked, as DFL does, and said so.
     from bigbatch.info import describe_run
 
+    capsys.readouterr()
     run = bigbatch.train(cfg.override({"data.path": str(tmp_path / "plain.h5"), "train.kimg": 0.004}), quiet=True)
     assert "masked_training (no masks in the data: unmasked)" in describe_run(run)
+    # ... and said as it starts (found from outside: by `info` only, where a DFL user forgot --masks dfl)
+    assert "neither data set has face masks, so this run trains unmasked" in capsys.readouterr().err

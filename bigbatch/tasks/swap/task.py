@@ -8,8 +8,9 @@ mask when the data carry masks (masked training), 10·MSE on the predicted mask,
 eyes and mouth (eyes_mouth_prio), DFL's style losses on the swap (face_style_power, bg_style_power),
 and the discriminators' terms. Then, when they are on, one step of
 the code discriminator (true_face_power) and one of the patch discriminator (gan_power), each on
-what the autoencoder's step computed (its codes, its reconstructions), as DFL computes all three
-updates from one forward.
+what the autoencoder's forward computed (its codes, its reconstructions) before its update: DFL runs
+each discriminator's step as a session of its own, which computes them again with the updated
+autoencoder, one more forward (found from outside; a step's lag here, said in README).
 
 DFL differentiates each loss summed over its samples; here each optimizer step's loss is the mean
 over the whole batch times train.batch: the same gradient as DFL on one GPU at that batch (which
@@ -126,6 +127,11 @@ def build(
             "eyes_mouth_prio",
             "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
             "bigbatch prepare --masks dfl|DIR --eyes-mouth dfl|DIR, or set it to false",
+        )
+    if s.masked_training and max(data.channels, dst.channels) < 4 and run and resumed_at is None and rep.is_main:
+        warn(  # (found from outside: said by `bigbatch info` only, where a DFL user forgot --masks dfl)
+            "swap.masked_training: neither data set has face masks, so this run trains unmasked, on whole faces (as "
+            "DFL without masks): prepare both with --masks dfl|alpha|DIR to train inside the faces' masks"
         )
     if s.masked_training and (data.channels >= 4) != (dst.channels >= 4):  # (neither: trained unmasked, as DFL)
         only = "src" if data.channels >= 4 else "dst"
