@@ -155,3 +155,23 @@ def test_a_resume_changes_a_discriminators_power_but_not_whether_there_is_one(fa
     off = {**later, "train.kimg": 0.024, "swap.gan_power": 0.0}
     with pytest.raises(bigbatch.BigbatchError, match=r"in swap.gan_power \(0.05 -> 0.0\).*from one value above 0 to"):
         bigbatch.train(swap_config(*faces, **off), run_dir=run, resume=True)
+
+
+def test_the_discriminators_judge_the_autoencoder_as_its_step_left_it(faces, tmp_path, monkeypatch):
+    # Found from outside: DFL runs each discriminator's step as a session of its own, which computes the codes
+    # and reconstructions again after the autoencoder's update; they were taken from the forward before it.
+    from bigbatch.tasks.swap.task import SwapTask
+
+    sides, judged = [], {"code_d_loss": [], "gan_d_loss": []}
+    for method, original in ((m, getattr(SwapTask, m)) for m in judged):
+        monkeypatch.setattr(SwapTask, method, lambda self, m, o=original, k=method: judged[k].append(m) or o(self, m))
+    original_sides = SwapTask.sides
+    monkeypatch.setattr(SwapTask, "sides", lambda self, *a: sides.append(original_sides(self, *a)) or sides[-1])
+    over = {"train.kimg": 0.004, "checkpoint.every_kimg": 0.004, "swap.lr_dropout": False}
+    run = bigbatch.train(swap_config(*faces, **over, **{"swap.masked_training": False}), run_dir=tmp_path / "run")
+    src_in, dst_in = (torch.cat([s[k][0] for s in sides[-2:]]) for k in (0, 1))  # (a step of 2 micro-batches)
+    with torch.no_grad():
+        pred_src, _, _, _, src_code, dst_code = load_autoencoder(run)(src_in, dst_in)  # the weights after the step
+    codes = [torch.cat(t) for t in zip(*judged["code_d_loss"])]
+    assert torch.allclose(codes[0], src_code, atol=1e-6) and torch.allclose(codes[1], dst_code, atol=1e-6)
+    assert torch.allclose(torch.cat([m[0] for m in judged["gan_d_loss"]]), pred_src, atol=1e-6)

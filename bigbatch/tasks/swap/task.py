@@ -8,9 +8,8 @@ mask when the data carry masks (masked training), 10·MSE on the predicted mask,
 eyes and mouth (eyes_mouth_prio), DFL's style losses on the swap (face_style_power, bg_style_power),
 and the discriminators' terms. Then, when they are on, one step of
 the code discriminator (true_face_power) and one of the patch discriminator (gan_power), each on
-what the autoencoder's forward computed (its codes, its reconstructions) before its update: DFL runs
-each discriminator's step as a session of its own, which computes them again with the updated
-autoencoder, one more forward (found from outside; a step's lag here, said in README).
+the codes and reconstructions of the autoencoder as its step left it, as DFL's sessions compute them
+again for its discriminators' steps (one more forward of the autoencoder, without gradients).
 
 DFL differentiates each loss summed over its samples; here each optimizer step's loss is the mean
 over the whole batch times train.batch: the same gradient as DFL on one GPU at that batch (which
@@ -41,8 +40,9 @@ from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.data.split import holdout
 from bigbatch.data.streams import COLOUR, ORDER_B, WARP, YawOrder, generator
+from bigbatch.engine import batch_parts
+from bigbatch.engine import precision as prec
 from bigbatch.engine.replicator import Replicator
-from bigbatch.engine.wrap import replays
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, captioned_sheet
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
@@ -263,7 +263,6 @@ class SwapTask:
         self.dfl_data: bytes | None = None  # the _data.dat of the DFL model it started from, carried to export-dfl
         self.dfl_iter = 0  # the iterations of the model it started from (DFL's or a swap run's) before this run's
         self._read_dst: Any = None
-        self._kept: list[tuple[torch.Tensor, ...]] = []  # what each micro-batch hands the discriminators
         # swap.uniform_yaw: each side's faces in an order spread over yaw (the loop's Feed reads src's by data_order)
         self.data_order = YawOrder(src.yaws, cfg.train.seed) if cfg.swap.uniform_yaw else None
         self.dst_order = YawOrder(dst.yaws, cfg.train.seed, ORDER_B) if cfg.swap.uniform_yaw else None
@@ -294,25 +293,41 @@ class SwapTask:
         nimg = feed.nimg
         src, dst = feed.next(), self._read_dst()
         batch = (src.images, dst.images, *self.draws(nimg))
-        self._kept.clear()
         self._train_only(None)
         out = self.rep.step(self.loss, batch, self.opt)
-        kept = self._kept[-self.rep.plan.accumulation :]
         stats = {"grad_norm": self.rep.grad_norm(self.opt)}
         if not self.rep.skipped(self.opt):
             stats.update(out)
+        judged = self.judged(self.rep.split(batch)) if self.discs else ()
         for name, (_, _, opt) in self.discs.items():
             self._train_only(name)
-            column = 0 if name == "code_discriminator" else 2
-            parts = tuple(torch.cat([k[column + j] for k in kept]) for j in range(2))
+            parts = judged[:2] if name == "code_discriminator" else judged[2:]
             loss_fn = self.code_d_loss if name == "code_discriminator" else self.gan_d_loss
             d_out = self.rep.step(loss_fn, parts, opt)
             if not self.rep.skipped(opt):
                 stats[f"loss_{name}"] = d_out / self.rep.batch
         self._train_only(None)
-        self._kept.clear()
         self.steps += 1
         return stats
+
+    def judged(self, micros: list) -> tuple[torch.Tensor, ...]:
+        """What the discriminators judge, of the micro-batches `micros` of a step, from the autoencoder as its step
+        left it: the src and dst codes, and the src reconstructions and targets the patch discriminator sees.
+        DFL runs each discriminator's step as a session of its own, which computes them again after the
+        autoencoder's update (found from outside: the forward before it was taken here, a step behind DFL's)."""
+        net, device, parts = self.plain(), self.rep.device, []
+        with torch.no_grad(), prec.autocast(self.rep.precision, device):
+            for micro in micros:
+                (src_in, src_t, src_m, _), (dst_in, *_) = self.sides(batch_parts.to_device(micro, device), device)
+                pred_src, _, _, _, src_code, dst_code = net(src_in, dst_in)
+                parts.append((src_code, dst_code, *self.patch_inputs(pred_src, src_t, src_m)))
+        return tuple(torch.cat(p) for p in zip(*parts))
+
+    def patch_inputs(self, pred_src: torch.Tensor, src_t: torch.Tensor, src_m: torch.Tensor) -> tuple:
+        """What the patch discriminator judges, fake and real: src's reconstructions and targets, inside the blurred
+        mask with masked training (DFL's)."""
+        blur = self._blur(src_m) if self.masks and self.cfg.swap.masked_training else None
+        return (pred_src, src_t) if blur is None else (pred_src * blur, src_t * blur)
 
     def draws(self, nimg: int) -> tuple[torch.Tensor, ...]:
         """This rank's share of the step's random draws, drawn for the whole step: the warp's, src's then
@@ -388,24 +403,18 @@ class SwapTask:
             image, _ = net.swap_from_code(dst_code)
             src_loss = src_loss + kept(self.bg_style_loss)(image, dst_t, src_m)
         total = src_loss + dst_loss
-        masked = self.masks and s.masked_training
-        blur = self._blur(src_m) if masked and s.gan_power else None
-        fake_in = pred_src * blur if blur is not None else pred_src  # what the patch discriminator judges
-        real_in = src_t * blur if blur is not None else src_t
         if s.true_face_power:
             _, code_d, _ = self.discs["code_discriminator"]
             total = total + s.true_face_power * _d_loss(code_d(src_code), True)
         if s.gan_power:
             _, gan, _ = self.discs["gan"]
-            center, pixels = gan(fake_in)
+            blur = self._blur(src_m) if self.masks and s.masked_training else None  # (as patch_inputs)
+            center, pixels = gan(pred_src if blur is None else pred_src * blur)
             total = total + s.gan_power * (_d_loss(center, True) + _d_loss(pixels, True))
             if blur is not None:  # DFL: a faint background term and total variation against the GAN's bright dots
                 anti = 1 - blur
                 total = total + 0.02 * ((pred_src - src_t) * anti).float().square().mean(dim=(1, 2, 3))
                 total = total + 1e-6 * _total_variation_mse(pred_src)
-        if self.discs:  # the discriminators' steps take what this forward computed (copied out of CUDA graphs)
-            own = (lambda t: t.detach().clone()) if replays(self.rep.compile, self.rep.device) else torch.Tensor.detach
-            self._kept.append(tuple(own(t) for t in (src_code, dst_code, fake_in, real_in)))
         return {
             "loss": total.mean() * self.rep.batch,
             "src_loss": src_loss.detach().mean(),
@@ -444,15 +453,13 @@ class SwapTask:
         src, _ = self.src.get(torch.arange(m) % len(self.src))
         dst, _ = self.dst.get(torch.arange(m) % len(self.dst))
         micro = (src, dst, *_draws(m, 0, self.cfg.swap, 0))
-        self._kept.clear()
         self.rep.probe_step(self.loss, micro)
-        kept = self._kept[-1] if self.discs else ()
+        kept = self.judged([micro]) if self.discs else ()
         for name in self.discs:
             self._train_only(name)
             parts = kept[:2] if name == "code_discriminator" else kept[2:]
             self.rep.probe_step(self.code_d_loss if name == "code_discriminator" else self.gan_d_loss, parts)
         self._train_only(None)
-        self._kept.clear()
         for opt in (self.opt, *(d[2] for d in self.discs.values())):
             opt.zero_grad(set_to_none=True)
 
