@@ -74,6 +74,12 @@ def _sample(args: argparse.Namespace) -> None:
                 f"{G.config.model.name}: use --truncation (BigGAN's truncation of z)"
             )
         G.truncation_psi = args.psi
+    if args.noise_mode != "random":
+        if not hasattr(G, "noise_mode"):
+            raise BigbatchError(
+                f"--noise-mode is a StyleGAN2's (model.name = \"stylegan2\"); this run's is {G.config.model.name}"
+            )
+        G.noise_mode = args.noise_mode
     if not args.interp:
         _check_fits(args.n, G.config.data.resolution)
     if args.standing_stats:
@@ -94,6 +100,7 @@ def _sample(args: argparse.Namespace) -> None:
         for key, value, used in (
             ("trunc", f"{args.truncation:g}", args.truncation != float("inf")),
             ("psi", f"{args.psi:g}", args.psi != 1),
+            ("noise", args.noise_mode, args.noise_mode != "random"),
             ("classes", re.sub(r"[^\w.,-]+", "_", str(args.classes)), args.classes is not None),
             ("standing", args.standing_stats, args.standing_stats),
             ("n", args.n, not args.interp and not args.npz and args.n != 64),  # (npz names carry n anyway)
@@ -163,6 +170,13 @@ def add_sample_command(sub: Any) -> None:
         default=1.0,
         help="StyleGAN2's truncation: each w pulled toward the average w, to this fraction of its distance "
         "(default 1: off; 0.5-0.7 typical)",
+    )
+    s.add_argument(
+        "--noise-mode",
+        choices=("random", "const", "none"),
+        default="random",
+        help="StyleGAN2's noise inputs: each image's own, drawn from its z (default), each layer's fixed noise image "
+        "(ADA's generate.py default, and what an exported G computes), or none",
     )
     s.add_argument(
         "--standing-stats",

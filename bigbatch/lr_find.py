@@ -26,13 +26,17 @@ from bigbatch.tasks import Feed, build_task
 
 SMOOTHING = 0.98  # fastai's exponential moving average of the loss, bias-corrected
 DIVERGED = 4.0  # stop once the smoothed loss is this many times its minimum
+MAX_STEPS = 10_000  # (fastai's default is 100; found from outside: 10^8 built its rates for minutes, then ran out)
+SKIP_END = 5  # the last points of the curve left out of the plot, where the loss diverged (fastai's skip_end)
 
 
 def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 100) -> dict[str, Any]:
     """Run the range test; rates are in the config's own units (the task's `lr_key`). Returns the
     rates, smoothed losses and fastai's three suggestions: valley, steepest, minimum/10."""
-    if not (0 < start < end and math.isfinite(end)) or steps < 5:
-        raise BigbatchError(f"lr-find needs 0 < start < end and at least 5 steps, got {start:g}..{end:g}, {steps}")
+    if not (0 < start < end and math.isfinite(end)) or not 5 <= steps <= MAX_STEPS:
+        raise BigbatchError(
+            f"lr-find needs 0 < start < end and 5 to {MAX_STEPS:,} steps, got {start:g}..{end:g}, {steps}"
+        )
     first = schedule_of(cfg).phases[0]  # the first phase's resolution and batch, as training begins
     rep = replicator_for(cfg)
     try:
@@ -111,15 +115,17 @@ def plot(result: dict[str, Any], out: str | Path) -> Path:
     from bigbatch.files import save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(result["lr"], result["loss"])
+    shown = slice(None, -SKIP_END if len(result["lr"]) > 2 * SKIP_END else None)  # (as fastai's plot_lr_find)
+    ax.plot(result["lr"][shown], result["loss"][shown])
     ax.set_xscale("log")
     per = f" per {result['lr_batch']} images" if result["lr_batch"] else ""
     ax.set_xlabel(f"{result['key']}{per}")
     ax.set_ylabel(f"{result['loss_name']} (smoothed)")
     for name, marker in (("valley", "o"), ("steepest", "s"), ("minimum", "^")):
         lr = result[name]
-        i = min(range(len(result["lr"])), key=lambda k: abs(math.log(result["lr"][k] / lr)))
-        ax.plot([lr], [result["loss"][i]], marker, label=f"{name} {lr:.2e}")
+        at = lr * 10 if name == "minimum" else lr  # (marked where the loss is lowest, as fastai marks it)
+        i = min(range(len(result["lr"])), key=lambda k: abs(math.log(result["lr"][k] / at)))
+        ax.plot([at], [result["loss"][i]], marker, label=f"{'minimum/10' if name == 'minimum' else name} {lr:.2e}")
     ax.legend()
     fig.tight_layout()
     return save_figure(fig, out)

@@ -10,11 +10,13 @@ from pathlib import Path
 from bigbatch.errors import BigbatchError
 from bigbatch.files import save_figure
 from bigbatch.rundir import read_metrics
-from bigbatch.sweeps import SCORES
+from bigbatch.sweeps import FACES, SCORES
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
 TRAINING_PANELS = (
     ("losses", ("loss_D", "loss_G", "loss")),
+    ("losses per face (DFL's)", ("src_loss", "dst_loss", "loss_xseg")),  # (found from outside: a swap run's
+    ("discriminators' losses", ("loss_code_discriminator", "loss_gan")),  # were not drawn)
     ("D outputs (mean logits)", ("D_real", "D_fake")),
     ("D augmentation: p, and r_t = E[sign(D(real))]", ("augment_p", "D_real_sign")),
     ("training top-1 accuracy (%, augmented batches)", ("train_top1",)),
@@ -85,7 +87,8 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
                     series.append((label, metric, rows, spread, run))
                 ns.update(dict.fromkeys(by_n))
         if series:
-            where = "held-out split" if metric.startswith("val_") else f"eval, n={'/'.join(ns)}"
+            held_out = metric.startswith("val_") or metric in FACES
+            where = "held-out split" if held_out else f"eval, n={'/'.join(ns)}"
             panels.append((f"{metric} ({where})", series, False))
     if not any(_finite(r.get(key)) for _, series, _ in panels for _, key, rows, *_ in series for r in rows):
         where = f"{runs[0]}/metrics.jsonl holds" if not several else "the runs' metrics.jsonl hold"
@@ -148,8 +151,11 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
 
 def _holding(runs: Sequence[Path], relative: bool) -> Path:
     """The folder that holds `runs`: relative to the working folder where it lies under it and `relative` (the
-    runs were named so), as the plot of one run is named."""
+    runs were named so), as the plot of one run is named; the working folder where only the file system's root
+    holds them all (found from outside: /plots.png was written)."""
     common = Path(os.path.commonpath([p.resolve() for p in runs]))
+    if common == Path(common.anchor):
+        return Path(".")
     if relative and common.is_relative_to(Path.cwd().resolve()):
         return common.relative_to(Path.cwd().resolve())
     return common

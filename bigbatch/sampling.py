@@ -31,7 +31,9 @@ def draw_latents(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """z (n, dim_z) and labels (n,) (None when unconditional) of images start, ..., start + n - 1.
 
-    Truncation resamples every entry of z whose magnitude exceeds the threshold (Brock et al. 2019).
+    Truncation resamples every entry of z whose magnitude exceeds the threshold (Brock et al. 2019); an image's
+    label is drawn before that, so it is the same at every threshold (found from outside: it moved with it, and
+    a truncation sheet compared images of other classes).
     """
     if not truncation >= MIN_TRUNCATION:  # below it, resampling until every entry fits takes forever
         raise BigbatchError(f"truncation must be a threshold >= {MIN_TRUNCATION} (None or inf: off), got {truncation}")
@@ -40,11 +42,11 @@ def draw_latents(
     for row in range(n):
         g = generator(seed, SAMPLE, start + row)
         zi = torch.randn(dim_z, generator=g)
+        if y is not None:
+            y[row] = torch.randint(n_classes, (1,), generator=g)
         while (out := zi.abs() > truncation).any():
             zi[out] = torch.randn(int(out.sum()), generator=g)
         z[row] = zi
-        if y is not None:
-            y[row] = torch.randint(n_classes, (1,), generator=g)
     return z, y
 
 

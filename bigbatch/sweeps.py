@@ -30,9 +30,10 @@ from bigbatch.rundir import read_metrics, resume_config
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
 MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
-HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5", *MANIFOLD}
-SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss")
-LOSSES = ("loss_D", "loss_G", "loss", "train_top1")
+FACES = ("ssim", "src_ssim", "dst_ssim", "iou")  # a swap run's held-out scores, an xseg run's (its val_loss too)
+HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5", *MANIFOLD, *FACES}
+SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss", *FACES)
+LOSSES = ("loss_D", "loss_G", "loss", "train_top1", "src_loss", "dst_loss", "loss_xseg")
 
 
 def sweep(

@@ -4,6 +4,7 @@ from it or from a state dict (train.init_from)."""
 
 import csv
 import json
+import math
 import shlex
 import subprocess
 
@@ -567,3 +568,23 @@ def test_validation_resizes_as_training_does():
     trained = resize_batch(images, 16).permute(0, 3, 1, 2).float() / 127.5 - 1  # (rounded to levels, clamped)
     scored = val_transform(images, 16, 1.0, False)
     assert float((scored - trained).abs().max()) <= 0.5 / 127.5 + 1e-6
+
+
+def test_lr_find_plots_as_fastai_and_bounds_its_steps(tmp_path, capsys, monkeypatch):
+    # Found from outside: the plot kept the diverged tail (fastai leaves out its last 5 points) and marked the
+    # minimum at a tenth of its rate; --steps 10^8 built its rates for minutes, then ran out of memory.
+    import matplotlib.axes
+
+    from bigbatch.cli import main
+    from bigbatch.lr_find import plot, suggestions
+
+    drawn, original = [], matplotlib.axes.Axes.plot
+    recorded = lambda self, *a, **kw: drawn.append(a) or original(self, *a, **kw)  # noqa: E731
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recorded)
+    lrs = [10 ** (-6 + 6 * i / 59) for i in range(60)]
+    losses = [1 + (math.log10(lr) + 2) ** 2 for lr in lrs]
+    result = {"lr": lrs, "loss": losses, "key": "train.lr", "lr_batch": 256, "loss_name": "loss"}
+    plot(result | suggestions(lrs, losses), tmp_path / "lr.png")
+    assert len(drawn[0][0]) == 55 and drawn[3][0] == [lrs[losses.index(min(losses))]]  # (the curve, then 3 marks)
+    assert main(["lr-find", "--steps", "100000000"]) == 2
+    assert "5 to 10,000 steps" in capsys.readouterr().err

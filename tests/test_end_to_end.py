@@ -82,6 +82,20 @@ def test_sample_api_is_deterministic_and_split_invariant(run):
         bigbatch.load_generator(run, device="gpu")
 
 
+def test_a_seeds_classes_are_the_same_at_every_truncation(run, tmp_path):
+    # Found from outside: the label was drawn after z's resampling, so a truncation sheet (BigGAN's) compared
+    # images of other classes at each threshold.
+    labels = []
+    for truncation in ("inf", "2", "0.5"):
+        out = str(tmp_path / f"t{truncation}.npz")
+        assert (
+            main(["sample", str(run), "--n", "16", "--seed", "3", "--truncation", truncation, "--npz", "--out", out])
+            == 0
+        )
+        labels.append(np.load(out)["y"])
+    assert len(set(labels[0].tolist())) > 1 and all(np.array_equal(labels[0], y) for y in labels[1:])
+
+
 def test_cli_sample_and_info(run, capsys):
     assert main(["sample", str(run), "--n", "12", "--classes", "3,4", "--out", "g.png"]) == 0
     assert Image.open("g.png").size == (8 * 18 + 2, 2 * 18 + 2)

@@ -241,6 +241,15 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
     expected = to_uint8(G(z, y))
     got = exported(z, y)
     assert got.shape == expected.shape and (got.int() - expected.int()).abs().max() <= 1
+    # sample --noise-mode const draws what the exported file computes, ADA's generate.py's default (found from
+    # outside: no way to; each image's own noise only).
+    from bigbatch.sampling import draw_latents
+
+    out = str(tmp_path / "const.npz")
+    assert main(["sample", str(run), "--noise-mode", "const", "--n", "5", "--seed", "4", "--npz", "--out", out]) == 0
+    drawn = draw_latents(5, 16, 4, 10)
+    assert (exported(*drawn).int() - torch.from_numpy(np.load(out)["arr_0"]).int()).abs().max() <= 1
+    assert main(["sample", str(tmp_path / "r"), "--noise-mode", "fixed"]) == 2
     # --psi builds the truncation of w into the file, as sample --psi draws (found missing: only psi 1 went out).
     assert main(["export", str(run), str(tmp_path / "g05.pt"), "--psi", "0.5"]) == 0
     extra = {"bigbatch.json": ""}

@@ -4,7 +4,9 @@ The offline classifier stands in for the Inception here (a few seconds instead o
 
 import json
 import re
+import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -299,6 +301,42 @@ def test_plot_keeps_scores_of_another_eval_n_apart(tmp_path, monkeypatch):
         ("fid (eval, n=64/32)", "fid (n=64)"),
         ("fid (eval, n=64/32)", "fid (n=32)"),
     ]
+
+
+def test_plot_draws_a_face_runs_losses_and_scores(tmp_path, monkeypatch, capsys):
+    # Found from outside: a swap run's plot drew only "loss" (the batch's sum), not DFL's src and dst losses, its
+    # discriminators' or its held-out SSIM.
+    import tempfile
+
+    import matplotlib.axes
+
+    drawn, plot = [], matplotlib.axes.Axes.plot
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "plot",
+        lambda self, *a, **kw: drawn.append((self, kw.get("label"))) or plot(self, *a, **kw),
+    )
+    run = tmp_path / "swap"
+    run.mkdir()
+    rows = [
+        '{"kimg": 0.1, "loss": 70.0, "src_loss": 9.0, "dst_loss": 8.5, "loss_gan": 0.7, "img_per_s": 30.0}',
+        '{"kimg": 0.2, "loss": 60.0, "src_loss": 7.0, "dst_loss": 7.5, "loss_gan": 0.6, "img_per_s": 31.0}',
+        '{"kimg": 0.2, "src_ssim": 0.4, "dst_ssim": 0.5, "ssim": 0.45, "eval_seconds": 1.0}',
+    ]
+    (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    assert main(["plot", str(run)]) == 0
+    titles = {(ax.get_title(), label) for ax, label in drawn}
+    assert {("losses per face (DFL's)", "src_loss"), ("losses per face (DFL's)", "dst_loss")} <= titles
+    assert ("discriminators' losses", "loss_gan") in titles and ("ssim (held-out split)", "ssim") in titles
+    # Runs held only by the file system's root together are plotted into the working folder, not at the root.
+    if Path("/dev/shm").is_dir():
+        other = Path(tempfile.mkdtemp(dir="/dev/shm")) / "swap2"
+        shutil.copytree(run, other)
+        monkeypatch.chdir(tmp_path)
+        capsys.readouterr()
+        assert main(["plot", str(run), str(other)]) == 0
+        assert capsys.readouterr().out.strip() == "plots.png" and (tmp_path / "plots.png").exists()
+        shutil.rmtree(other.parent)
 
 
 def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):

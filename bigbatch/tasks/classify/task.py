@@ -200,9 +200,10 @@ def build(
             f"{cfg.data.resolution}: the run trains and evaluates at theirs; to change them, write the phases' "
             "resolutions (data.schedule)"
         )
-    if rep.is_main and resumed_at is None:
+    trains = run is not None and rep.is_main and resumed_at is None  # (lr-find and show-batch hold the rate or train
+    if trains:  # not: their run's length is none of theirs, found from outside)
         _warn_past_the_end(cfg)
-    if t.warmup_kimg >= t.kimg and rep.is_main and resumed_at is None:
+    if t.warmup_kimg >= t.kimg and trains:
         warn(
             f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "
             "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
