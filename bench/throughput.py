@@ -21,7 +21,7 @@ smaller kernels is the gap between micro-batch splits of the plain loop. On CPU,
 (slow); it is there for completeness, GPUs are where it matters.
 
 A classify preset (task = "classify", e.g. fashion_resnet_fast, imagenet_resnet50) times `task.step` on one
-synthetic batch held in memory (no data reading; the device crops and the loss included), at
+synthetic batch held in memory (no data reading: the loader cuts the crops; the loss included), at
 data.resolution and train.batch: the preset's data.schedule is set aside. --classes sets its classes.
 
 A swap preset (task = "swap", e.g. saehd512_df_ud) times its training iteration instead: `task.step`
@@ -218,8 +218,8 @@ def measure_classify(
     warmup: int = 1,
     flops: bool = True,
 ) -> dict:
-    """img/s of the classify task's step (ClassifyTask.step: the device crops, the loss, one SGD/AdamW
-    step) on one synthetic batch held in memory, after `warmup` (>= 1) untimed steps (with
+    """img/s of the classify task's step (ClassifyTask.step: the loss, one SGD/AdamW step; the loader cuts the
+    crops) on one synthetic batch held in memory, after `warmup` (>= 1) untimed steps (with
     train.compile, the second compiles); FLOPs of one more step; peak memory as measure_swap counts it."""
     task, rep, feed = classify_task(cfg, classes, precision=precision, checkpointing=checkpointing, micro_batch=micro)
     device = rep.device

@@ -108,7 +108,7 @@ WORKLOADS = {
         "classify",
         "imagenet_resnet50",
         {"data.resolution": 224, "train.batch": 16, "train.micro_batch": 16},
-        "ResNet-50 (imagenet_resnet50: random-resized crops on the device) 224 px, batch 16, 1000 classes",
+        "ResNet-50 (imagenet_resnet50, a batch held in memory) 224 px, batch 16, 1000 classes",
         steps=3,
         classes=1000,
     ),

@@ -275,8 +275,6 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     assert squares[0][0].shape == (8, 32, 32, 3) and not torch.equal(
         squares[0][0], list(bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 32, "center", seed=4))[0][0]
     )
-    with pytest.raises(bigbatch.BigbatchError, match="holds squares: read them with decode='cpu'"):
-        bigbatch.data.Loader(str(tmp_path / "sq.h5"), 8, 48, augment="rrc", decode="gpu")
     with pytest.raises(bigbatch.BigbatchError, match="start must be a whole number, 0 or more, got -8"):
         bigbatch.data.Loader(path, 8, 48, start=-8)
     # Found from outside: a ZeroDivisionError, a rank called a batch problem, a string taken as True, ...
@@ -368,7 +366,8 @@ def test_random_resized_crops_of_stored_squares_are_cut_at_the_stored_size(tmp_p
 
     wide = torch.zeros(2, 20, 40, 3, dtype=torch.uint8)
     assert square_crops(wide, rrc_draws(0, 0, 2), 0.5, 16).shape == (2, *target_shape(20, 40, 16), 3) != (2, 16, 16, 3)
-    # A classifier on the squares has the loader cut its crops (on the GPU too: tests/test_device_decode.py).
+    # A classifier on the squares asks the loader for its crops, which no one else cuts (on the GPU's decode too:
+    # tests/test_device_decode.py).
     from bigbatch.batching import replicator_for
     from bigbatch.tasks import build_task
 
@@ -509,3 +508,5 @@ def test_crops_of_a_jpeg_file_of_squares_decode_only_what_they_need(tmp_path, mo
     whole = square_crops(data.get(torch.arange(8))[0], rrc_draws(1, 16, 8), 0.08, 32)
     assert (batch.images.float() - whole.float()).abs().mean() < 3  # the same crops, decoded smaller
     assert "a crop decodes only its own MCUs" in describe_data(tmp_path / "j.h5")
+    none = Step(nimg=16, batch=8, resolution=32, offset=0, indices=torch.arange(0))  # (a share of none: its shape)
+    assert read_batch(data, none, seed=1, crop_scale=0.08).images.shape == (0, 32, 32, 3)

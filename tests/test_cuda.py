@@ -353,7 +353,7 @@ def test_dfl_optimizers_on_the_gpu_update_as_on_the_cpu():
 def test_cuda_graphs_accumulate_and_train_as_the_default_compile(faces, tmp_path):
     # train.compile "reduce-overhead": each micro-batch is a new replay of the graphs, the gradients so far
     # copied out of their memory first (a replay writes over it), so 4 micro-batches of 2 train D as the
-    # default mode's compiled kernels do; SAEHD's discriminators take the autoencoder's outputs as copies.
+    # default mode's compiled kernels do; SAEHD's discriminators judge the autoencoder by a forward of their own.
     from test_swap import swap_config
 
     from bigbatch.engine.determinism import deterministic_kernels

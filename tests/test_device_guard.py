@@ -1,8 +1,8 @@
 """Every task's training on CPU as if its models lived on a GPU: a tensor made on the host inside a step that
 meets the step's tensors is an error naming both places (tests/device_guard.py), so a CPU tensor in a CUDA
 step fails here before a GPU run dies of it. Each run is a few steps of `bigbatch.train` at toy sizes, under
-every model family, every [augment] pipeline and group, R1, path length, the classify task's device-side
-crops and rotations, and the swap task's warp, colour transfer, masks and losses."""
+every model family, every [augment] pipeline and group, R1, path length, the classify task's RandAugment,
+erasing, mixing and rotations, and the swap task's warp, colour transfer, masks, losses and discriminators."""
 
 from collections import Counter
 
@@ -104,7 +104,7 @@ def test_gan_steps_keep_their_tensors_on_the_models_device(case, tmp_path, monke
 
 
 def test_classify_steps_keep_their_tensors_on_the_models_device(tmp_path, monkeypatch):
-    # Crops cut on the device from the stored squares, with flips, label smoothing; then rotation labels.
+    # Crops (cut by the loader) and flips, label smoothing; then rotation labels.
     from test_classify import tiny
 
     base = {**SHORT, "train.batch": 32, "train.micro_batch": 16, "eval.every_kimg": 0.064}

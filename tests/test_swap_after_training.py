@@ -162,14 +162,22 @@ def test_the_discriminators_judge_the_autoencoder_as_its_step_left_it(faces, tmp
     # and reconstructions again after the autoencoder's update; they were taken from the forward before it.
     from bigbatch.tasks.swap.task import SwapTask
 
-    sides, judged = [], {"code_d_loss": [], "gan_d_loss": []}
+    steps, judged = [], {"code_d_loss": [], "gan_d_loss": []}
     for method, original in ((m, getattr(SwapTask, m)) for m in judged):
         monkeypatch.setattr(SwapTask, method, lambda self, m, o=original, k=method: judged[k].append(m) or o(self, m))
-    original_sides = SwapTask.sides
-    monkeypatch.setattr(SwapTask, "sides", lambda self, *a: sides.append(original_sides(self, *a)) or sides[-1])
+    original_step = SwapTask.step
+
+    def step(self, feed):  # each step's inputs, as the autoencoder's forward takes them
+        loss, inputs = SwapTask.loss.__get__(self), []
+        self.loss = lambda micro: inputs.append(self.sides(micro, self.rep.device)) or loss(micro)
+        steps.append(inputs)
+        return original_step(self, feed)
+
+    monkeypatch.setattr(SwapTask, "step", step)
     over = {"train.kimg": 0.004, "checkpoint.every_kimg": 0.004, "swap.lr_dropout": False}
     run = bigbatch.train(swap_config(*faces, **over, **{"swap.masked_training": False}), run_dir=tmp_path / "run")
-    src_in, dst_in = (torch.cat([s[k][0] for s in sides[-2:]]) for k in (0, 1))  # (a step of 2 micro-batches)
+    (inputs,) = steps  # one step of 2 micro-batches
+    src_in, dst_in = (torch.cat([side[k][0] for side in inputs]) for k in (0, 1))
     with torch.no_grad():
         pred_src, _, _, _, src_code, dst_code = load_autoencoder(run)(src_in, dst_in)  # the weights after the step
     codes = [torch.cat(t) for t in zip(*judged["code_d_loss"])]

@@ -475,25 +475,12 @@ class H5Data:
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(f"index out of range for {len(self)} images")
-        gi = np.searchsorted(self._starts, idx, side="right") - 1 if len(idx) else np.zeros(0, np.int64)
-        if len(idx) and (gi != gi[0]).any():
-            raise BigbatchError(
-                "one batch mixes images of different shapes (aspect-ratio buckets); read it in BucketOrder"
-            )
-        g = self.groups[int(gi[0])] if len(idx) else self.groups[0]
+        g = self._group_of(idx)
         rows = idx - g.start
         if self.encoded:
             return self._decoded(g, rows, idx, resolution), self.labels[torch.from_numpy(idx)]
         images = g.array[rows] if g.array is not None else self._bytes().images(g, rows)
         return torch.from_numpy(images), self.labels[torch.from_numpy(idx)]
-
-    def get_crops(
-        self, index: torch.Tensor, resolution: int, draws: torch.Tensor, min_scale: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A file of whole images (`prepare --crop none`): random-resized crops of the images at
-        `index`, from their draws (n, TRIES, 4: crops.rrc_draws), each decoded no larger than it needs
-        and resized to resolution x resolution; and their labels."""
-        return self.get_regions(index, self.crop_boxes(index, draws, min_scale), resolution)
 
     def crop_boxes(self, index: torch.Tensor, draws: torch.Tensor, min_scale: float) -> list:
         """The random-resized crops (left, top, w, h) that `draws` make of the images at `index` as stored."""
@@ -517,7 +504,12 @@ class H5Data:
 
     def _group_of(self, idx: np.ndarray) -> _Group:
         """The group of the images at `idx` (a batch's, which reads one; whole images are one group)."""
-        return self.groups[int(np.searchsorted(self._starts, idx[0], "right") - 1) if len(idx) else 0]
+        groups = np.searchsorted(self._starts, idx, side="right") - 1 if len(idx) else np.zeros(1, np.int64)
+        if (groups != groups[0]).any():
+            raise BigbatchError(
+                "one batch mixes images of different shapes (aspect-ratio buckets); read it in BucketOrder"
+            )
+        return self.groups[int(groups[0])]
 
     def get_regions(
         self, index: torch.Tensor, boxes: list, out: int | tuple[int, int]
@@ -562,7 +554,8 @@ class H5Data:
                 ) from None
         if not images:
             shape = (out, out) if isinstance(out, int) else out
-            return torch.zeros((0, *shape, g.shape[2]) if self.whole else (0, *g.shape), dtype=torch.uint8)
+            cut = self.whole or boxes is not None
+            return torch.zeros((0, *shape, g.shape[2]) if cut else (0, *g.shape), dtype=torch.uint8)
         return torch.from_numpy(np.stack(images))
 
     def _encoded_bytes(self, g: _Group, rows: np.ndarray) -> list[Any]:

@@ -256,9 +256,9 @@ class Loader:
     one-process batch), and `start` (images seen, a multiple of `batch`) resumes mid-epoch; each batch
     handed over moves `start` past it, so that the next pass reads on (the next epoch) and `start` is what a
     resume takes. `augment`:
-    "rrc" random-resized crops of at least `min_scale` of the image's area, then resized to `resolution`: from a
-    file of whole images (`prepare --crop none`), cut before decoding; of squares, cut from each as stored (on
-    the CPU); "center": the center square. `xflip`
+    "rrc" random-resized crops of at least `min_scale` of the image's area, cut from each image as stored (whole,
+    `prepare --crop none`, or a square), then resized to `resolution`; an encoded file's before decoding, on the
+    CPU or the GPU; "center": the center square. `xflip`
     mirrors half of them. `steps`: how many batches (default: up to the next multiple of
     E = len(data) // batch x batch images seen; E is not the data's epoch, len(data): positions run on
     across the data's epochs, each image once per len(data) positions). `decode` = "gpu" (a JPEG file;
@@ -316,12 +316,6 @@ class Loader:
             raise BigbatchError(  # (found from outside: read as one bucket of another shape, neither square nor said)
                 f"{self.data.source} holds {rect}, which augment='center' reads: prepare them with "
                 f"--resolution {resolution} (their center squares), or with --crop none for augment='rrc'"
-            )
-        if augment == "rrc" and not getattr(self.data, "whole", False) and decode != "cpu":
-            raise BigbatchError(
-                f"augment='rrc' with decode={decode!r} cuts random-resized crops from whole stored images as they are "
-                f"decoded, and {self.data.source} holds squares: read them with decode='cpu' (cut from each square "
-                "as stored), or prepare the images with --crop none"
             )
         if not 0 < min_scale <= 1:
             raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")

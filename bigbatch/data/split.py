@@ -34,11 +34,6 @@ class Subset:
         return self.data.get(self._picked(index), resolution) if resolution else self.data.get(self._picked(index))
 
     # A data file's reading of encoded and whole images (bigbatch/data/hdf5.py), for the subset's images.
-    def get_crops(
-        self, index: torch.Tensor, resolution: int, draws: torch.Tensor, min_scale: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.data.get_crops(self._picked(index), resolution, draws, min_scale)
-
     def stored_sizes(self, index: torch.Tensor) -> Any:
         return self.data.stored_sizes(self._picked(index))
 

@@ -110,7 +110,7 @@ class Feed:
     """The real images, step after step: this rank's share of the images at each optimizer step's global
     positions, read ahead in data.workers processes. The batch follows data.schedule: at a phase boundary
     the Replicator's batch changes with it (its micro-batch stays, its accumulation follows).
-    `crop_scale` > 0: random-resized crops cut by the loader from whole stored images (the task's
+    `crop_scale` > 0: random-resized crops cut by the loader from the images as stored (the task's
     `loader_crop_scale`). `order`: the task's order of the data (its `data_order`), else GlobalOrder's."""
 
     def __init__(
