@@ -54,7 +54,7 @@ def test_warmup_then_decay_at_chosen_steps():
     assert [step(n) for n in (0, 3999, 4000, 8000)] == pytest.approx([0.4, 0.4, 0.04, 0.004])
 
 
-def test_a_run_shorter_than_its_step_decay_or_phases_says_so(capsys, monkeypatch):
+def test_a_run_shorter_than_its_step_decay_or_phases_says_so(capsys, monkeypatch, tmp_path):
     """Found from outside: a preset's step decay at 300 and 450 kimg and progressive resizing at 60 kimg, in a run
     shortened below them, trained at the full rate (and the small size) throughout, without a word."""
     from bigbatch.batching import replicator_for
@@ -64,8 +64,8 @@ def test_a_run_shorter_than_its_step_decay_or_phases_says_so(capsys, monkeypatch
     def warned(**over):
         monkeypatch.setattr("bigbatch.errors._WARNED", set())
         cfg = tiny(**over)
-        build_task(cfg, replicator_for(cfg), training_data(cfg))
-        return capsys.readouterr().err
+        build_task(cfg, replicator_for(cfg), training_data(cfg), run=tmp_path, resumed_at=None, quiet=True)
+        return capsys.readouterr().err  # (a run's: lr-find and show-batch, which build none, say nothing of it)
 
     said = warned(**{"train.lr_decay": "step", "train.lr_steps": [0.256, 0.512, 3.0]})
     assert "train.lr_steps 0.512, 3 kimg lie at or past the run's end (train.kimg 0.512)" in said
