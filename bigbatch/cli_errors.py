@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import LOST_PEER, BigbatchError
 from bigbatch.urls import is_url
 
 
@@ -77,7 +77,7 @@ def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:
     if len(first) > 200:  # cut at a word, and say so
         first = first[:200].rsplit(" ", 1)[0] + " ..."
     return (
-        f"lost contact with another rank ({first}): its own error line says why; once that is mended, --resume "
+        f"{LOST_PEER} ({first}): its own error line says why; once that is mended, --resume "
         "goes on from the latest checkpoint (--resume=auto: or starts the run anew)",
         1,
     )

@@ -1,5 +1,7 @@
 """The one exception type for mistakes a user can cause (bad key, missing file, corrupt checkpoint)."""
 
+LOST_PEER = "lost contact with another rank"  # how a rank whose collective another's end broke says so (cli_errors)
+
 
 class BigbatchError(Exception):
     """A problem the user can fix. The CLI prints its message on one line and exits with status 2."""

@@ -75,6 +75,11 @@ def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
     # A rank killed from outside (the OOM killer) is the cause, not the rank the launcher then stopped.
     assert report([result(0, -15, "", ended=5.0, stopped=True), result(1, -9, "", ended=1.0)]) == 137  # (a shell's)
     assert capsys.readouterr().err.startswith("bigbatch: error: rank 1 on tcp://h:1: killed by signal 9")
+    # ... also when the survivor's broken collective ended it first, said as its own line (found from outside:
+    # "rank 1: lost contact with another rank" was reported for rank 0, killed by SIGKILL).
+    lost = "bigbatch: error: lost contact with another rank ([gloo] Connection reset by peer): its own error line"
+    assert report([result(0, -9, "", ended=2.0), result(1, 1, lost, ended=1.0)]) == 137
+    assert capsys.readouterr().err.startswith("bigbatch: error: rank 0 on tcp://h:0: killed by signal 9")
     # Stopped by the launcher: rank 0 saved and exited 0; a rank whose loop had already ended on rank 0's
     # signal took its own SIGTERM by default: a clean stop. Without rank 0's clean exit it is not.
     assert report([result(0, 0, stopped=True), result(1, -15, stopped=True)]) == 0
@@ -108,6 +113,10 @@ def test_a_sheet_names_the_kimg_its_checkpoint_folder_names():
     for kimg in ("000001.632", "000000.256", "000123.457", "001000.001"):
         sheet = SampleSheet(f"interp-{kimg}.png", b"")
         assert sheet.kimg == float(kimg) and sheet.kind == "interp"
+    assert (
+        repr(SampleSheet("grid-000001.000.png", b"\x89PNG" * 1000))
+        == "SampleSheet('grid-000001.000.png', 4,000 bytes of PNG)"
+    )
     assert SampleSheet("notes.png", b"").kimg != SampleSheet("notes.png", b"").kimg  # no kimg in the name: nan
 
 
@@ -312,6 +321,49 @@ def test_an_address_that_is_not_a_dask_scheduler_is_one_line(capsys):
     assert err.startswith(f"bigbatch: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: ")
     assert err.count("\n") == 1, err
     server.close()
+
+
+def test_a_ray_address_where_ray_does_not_answer_is_one_line_and_a_sigterm_while_ray_starts_ctrl_cs(monkeypatch):
+    # Found from outside: `launch ray --address` at a web server's port waited for ever (Ray's GCS, or its client
+    # server, speaks gRPC: it answers HTTP/2's preface); a SIGTERM while ray.init ran exited 15 through Ray's
+    # handler, a local instance's processes left running.
+    import http.server
+    from concurrent import futures
+
+    import grpc
+
+    from bigbatch.launch import ray as launch
+
+    web = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    with pytest.raises(bigbatch.BigbatchError, match="no Ray cluster answered at 127.0.0.1:.*something else listens"):
+        launch.launch_ray(["train"], address=f"127.0.0.1:{web.server_address[1]}")
+    web.shutdown()
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    launch._reachable(f"ray://127.0.0.1:{port}")  # (a gRPC server: taken for Ray's)
+    server.stop(None)
+    shut = []
+
+    def init(**options):
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # as ours would on a SIGTERM now...
+        raise AssertionError("not interrupted")
+
+    class Ray:  # ... and Ray's own, which ray.init puts in
+        def init(self, **options):
+            raise SystemExit(signal.SIGTERM)
+
+        def shutdown(self):
+            shut.append(True)
+
+    monkeypatch.setattr(launch, "_ray", lambda: Ray())
+    with pytest.raises(KeyboardInterrupt):
+        launch.launch_ray(["train"], local=2)
+    assert shut == [True]
+    monkeypatch.setattr(Ray, "init", lambda self, **options: init(**options))
+    with pytest.raises(KeyboardInterrupt):
+        launch.launch_ray(["train"], local=2)
 
 
 def test_a_local_cluster_whose_loop_was_slow_to_start_is_tried_again(monkeypatch):

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import LOST_PEER, BigbatchError
 from bigbatch.files import metrics_row
 
 GRACE_SECONDS = 60.0  # after SIGTERM, how long a rank may take to save its checkpoint
@@ -444,15 +444,15 @@ def failure(results: Sequence[RankResult]) -> tuple[int, str]:
             return f"killed by signal {-r.returncode}" + (f" ({lines[-1]})" if lines else "")
         return lines[-1] if lines else f"exit status {r.returncode}"
 
-    # Its own bigbatch error first (the others' are usually broken collectives it caused), then the earliest.
-    first = min(
-        own,
-        key=lambda r: (
-            not any(line.startswith("bigbatch: error: ") for line in r.stderr_tail.splitlines()),
-            r.ended,
-            r.rank,
-        ),
-    )
+    def blame(r: RankResult) -> int:
+        """Its own bigbatch error first, then an end without one (killed, a crash), then a rank that only lost
+        contact with another (found from outside: a survivor's was reported for a rank killed by SIGKILL)."""
+        errors = [line for line in r.stderr_tail.splitlines() if line.startswith("bigbatch: error: ")]
+        if not errors:
+            return 1
+        return 2 if errors[-1].startswith(f"bigbatch: error: {LOST_PEER}") else 0
+
+    first = min(own, key=lambda r: (blame(r), r.ended, r.rank))
     others = len(failed) - 1
     also = f" ({others} other rank{'s' if others != 1 else ''} failed or stopped too)" if others else ""
     status = first.returncode if first.returncode > 0 else 128 - first.returncode  # (a shell's: 137 for SIGKILL)

@@ -38,6 +38,9 @@ class SampleSheet:
     name: str
     png: bytes
 
+    def __repr__(self) -> str:  # (found from outside: printed, a sheet showed its whole PNG as bytes)
+        return f"SampleSheet({self.name!r}, {len(self.png):,} bytes of PNG)"
+
     @property
     def kind(self) -> str:
         """What it shows: the first part of its name (grid-000012.345.png: "grid")."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ from urllib.parse import urlparse
 
 from bigbatch.errors import BigbatchError
 from bigbatch.launch import (
+    APART,
     GRACE_SECONDS,
     LOST,
     RankResult,
@@ -24,6 +26,7 @@ from bigbatch.launch import (
     _results,
     _run_rank,
     _show,
+    _sigterm_interrupts,
     _visible_gpus,
     _wait,
     rank_environments,
@@ -85,24 +88,51 @@ def launch_ray(
     args = _command(args)
     if address not in (None, "auto", "local"):
         _reachable(address)
-    try:
-        if local:
-            ray.init(
-                num_cpus=local,
-                num_gpus=0 if not gpus_per_rank else None,
-                include_dashboard=False,
-                logging_level=logging.ERROR,
-            )
-        else:
-            ray.init(address=address, logging_level=logging.ERROR)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
-    try:
-        ranks = nprocs if nprocs is not None else (local or None)
-        n, per_rank = ray_ranks(ray.cluster_resources(), ranks, gpus_per_rank)
-        return session(n, per_rank, args, grace, _show)
-    finally:
-        ray.shutdown()
+    # A SIGTERM while Ray starts ends the launch as Ctrl-C does, Ray's processes shut down (found from outside:
+    # ray.init puts in a handler of its own, which exited with status 15 and left a local instance's running).
+    with _sigterm_interrupts():
+        try:
+            try:
+                ours = signal.getsignal(signal.SIGTERM)
+                if local:
+                    ray.init(
+                        num_cpus=local,
+                        num_gpus=0 if not gpus_per_rank else None,
+                        include_dashboard=False,
+                        logging_level=logging.ERROR,
+                    )
+                else:
+                    ray.init(address=address, logging_level=logging.ERROR)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
+            except SystemExit as e:  # (Ray's handler, on SIGTERM while it starts)
+                if e.code != signal.SIGTERM:
+                    raise
+                raise KeyboardInterrupt from None
+            finally:
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, ours)
+            ranks = nprocs if nprocs is not None else (local or None)
+            n, per_rank = ray_ranks(ray.cluster_resources(), ranks, gpus_per_rank)
+            return session(n, per_rank, args, grace, _show)
+        finally:
+            ray.shutdown()
+            if local and os.environ.get(APART):
+                _end_strays()
+
+
+def _end_strays() -> None:
+    """A local Ray instance's processes left after its shutdown, ended: a launcher started by `apart` leads its own
+    process group, which they share (found from outside: shut down while it started, Ray left its dashboard and
+    runtime-env agents running, deaf to SIGTERM)."""
+    group, me = os.getpgid(0), os.getpid()
+    if group != me or not os.path.isdir("/proc"):
+        return
+    time.sleep(1)  # (its own shutdown ends them when it can)
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError):
+            if entry.isdigit() and int(entry) != me and os.getpgid(int(entry)) == group:
+                os.kill(int(entry), signal.SIGKILL)
 
 
 def run(
@@ -208,9 +238,26 @@ def _reachable(address: str) -> None:
     if host is None or port is None:
         raise BigbatchError(f"cannot read the Ray address {address!r}: give auto, HOST:PORT or ray://HOST:PORT")
     try:
-        socket.create_connection((host, port), timeout=5).close()
+        with socket.create_connection((host, port), timeout=5) as s:
+            if os.environ.get("RAY_USE_TLS", "0") in ("0", ""):  # (a TLS cluster's handshake comes first)
+                s.sendall(HTTP2_PREFACE)
+                answer = s.recv(9)
+            else:
+                answer = HTTP2_PREFACE[24:]
     except OSError as e:
-        raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
+        if not isinstance(e, TimeoutError):
+            raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
+        answer = b""
+    if len(answer) < 9 or answer[3] != 4:  # Ray's GCS and its client server speak gRPC: a SETTINGS frame first
+        raise BigbatchError(
+            f"no Ray cluster answered at {address}: something else listens there (Ray's head prints its address as "
+            "it starts, e.g. HOST:6379, or ray://HOST:10001 for Ray Client)"
+        )
+
+
+# What an HTTP/2 client sends first: the connection preface, then its (empty) SETTINGS frame; a gRPC server answers
+# with a SETTINGS frame (its 4th byte: type 4). Found from outside: ray.init waited on a web server's port for ever.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 class _Flag:
