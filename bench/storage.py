@@ -216,10 +216,12 @@ def random_resized_crops(root: Path, files: list[Path], side: int = 256, batch: 
     decoding, at a reduced DCT scale where it allows, resized bicubic with antialiasing) against the
     Pillow pipeline users write first on the source JPEGs: torchvision's RandomResizedCrop,
     RandomHorizontalFlip and PILToTensor as Pillow calls run them (open, convert, crop, resize:
-    bilinear, its default; and bicubic, the Loader's filter), batched; and bigbatch's raw 256-px
-    squares, cropped and resized by Pillow (bicubic)."""
+    bilinear, its default; and bicubic, the Loader's filter), batched; bigbatch's raw 256-px squares, cropped
+    and resized by Pillow (bicubic); and its JPEG 256-px squares through the Loader (each crop's MCUs decoded) and
+    decoded whole, then cut (as the Loader read them before 2026-12-03)."""
     from bigbatch.data import Loader, RankSampler, Schedule
     from bigbatch.data.crops import rrc_box, rrc_draws
+    from bigbatch.data.loader import mirrored, square_crops
     from bigbatch.data.streams import FLIP, GlobalOrder, generator
 
     whole = root / f"whole-jpeg90-{side}.h5"
@@ -233,9 +235,19 @@ def random_resized_crops(root: Path, files: list[Path], side: int = 256, batch: 
         flips = torch.rand(batch, generator=generator(0, FLIP, step.nimg)) < 0.5
         requests.append((step.indices.tolist(), rrc_draws(0, step.nimg, batch), flips.tolist()))
 
-    def loader(size: int) -> Any:
-        batches = iter(Loader(str(whole), batch, size, augment="rrc", xflip=True, steps=steps))
+    def loader(size: int, path: Path = whole) -> Any:
+        batches = iter(Loader(str(path), batch, size, augment="rrc", xflip=True, steps=steps))
         return lambda s: next(batches)[0]
+
+    squares = H5Data(root / "jpeg90-256.h5")  # (main's store of 256-px squares)
+
+    def squares_whole(size: int) -> Any:
+        def read(s: int) -> torch.Tensor:
+            indices, draws, flips = requests[s]
+            images = square_crops(squares.get(torch.tensor(indices))[0], draws, 0.08, size)
+            return mirrored(images, torch.tensor(flips))
+
+        return read
 
     def pillow(resample: Image.Resampling) -> Any:
         def start(size: int) -> Any:
@@ -272,6 +284,8 @@ def random_resized_crops(root: Path, files: list[Path], side: int = 256, batch: 
         bilinear: pillow(Image.Resampling.BILINEAR),
         "the same, bicubic": pillow(Image.Resampling.BICUBIC),
         "bigbatch raw 256-px squares (Pillow crop, resize)": raw_squares,
+        "bigbatch Loader, jpeg q90 256-px squares (each crop's MCUs)": lambda z: loader(z, root / "jpeg90-256.h5"),
+        "the same squares decoded whole, then cut": squares_whole,
         **webdataset_readers(root, files, side, requests),
     }
     # The same images, boxes and flips on both sides (else they would differ by tens of levels): they differ by
