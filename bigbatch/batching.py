@@ -114,6 +114,10 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
                 "a step"
             )
     _check_groups(cfg, phases, ctx)
+    # Mixup's pairs: an even micro-batch suggested (found from outside: an odd one was, which the pairs then refused).
+    pairs = 2 if cfg.task == "classify" and (cfg.train.mixup or cfg.train.cutmix) else 1
+    if pairs > 1 and not cfg.data.schedule and cfg.train.micro_batch != "auto":
+        make_plan(cfg.train.batch, cfg.train.micro_batch, cfg.train.precision, ctx, pairs)  # (in train.batch's words)
     for p in phases if cfg.data.schedule else phases[1:]:  # (without one, train.batch is checked as itself)
         where = f"data.schedule's phase from {p.start / 1000:g} kimg"
         if cfg.train.micro_batch == "auto":
@@ -121,7 +125,7 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
                 raise BigbatchError(f"{where} has batch {p.batch}, not a multiple of the {ctx.world_size} processes")
         else:
             try:
-                make_plan(p.batch, cfg.train.micro_batch, cfg.train.precision, ctx)
+                make_plan(p.batch, cfg.train.micro_batch, cfg.train.precision, ctx, pairs)
             except BigbatchError as e:
                 times = p.batch // cfg.train.batch if p.batch % cfg.train.batch == 0 else 0
                 size = f"its batch {p.batch}" + (f" ({times}x train.batch)" if times > 1 else "")

@@ -222,7 +222,8 @@ class TrainConfig(Section):
     rectangle of 2% to 1/3 of the image filled with per-pixel noise (timm's pixel mode), after RandAugment."""
     randaugment: str = ""
     """classify: RandAugment (Cubuk et al. 2020) in timm's --aa form, e.g. "rand-m9-mstd0.5-inc1" (ResNet
-    strikes back, DeiT): magnitude m of 10 drawn per image with standard deviation mstd, the increasing set
+    strikes back, DeiT): magnitude m of 10 drawn per image with standard deviation mstd (above 100, or inf:
+    uniform in [0, m], as timm), the increasing set
     of operations, n layers (2) each applied with chance p (0.5); on the device, after the crop ("": off)."""
     labels: Literal["data", "rotation"] = "data"
     """classify: learn the data set's class labels, or which of four rotations (0, 90, 180, 270 degrees,

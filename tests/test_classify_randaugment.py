@@ -3,6 +3,8 @@
 timm's strength, the draws as timm makes them, keyed by the step so that a step does not depend on its
 micro-batches."""
 
+import math
+
 import numpy as np
 import pytest
 import skimage.data
@@ -58,6 +60,11 @@ def test_each_operation_is_pils_at_timms_strength(increasing):
                 assert diff.mean() < 1.2 and (diff.max(2) > 3).mean() < 0.03, (op, arg)
             else:  # enhancing: a level apart at most (rounding)
                 assert diff.mean() < 0.6 and np.percentile(diff, 99) <= 1, (op, arg)
+    # A level on Solarize's threshold is solarized, as PIL's (found from outside: 26 came back as 25.999998, kept).
+    row = np.array([[[R.OPS.index("Solarize"), 1, 9.0, 1.0, 1]]], np.float32)
+    level = math.ceil(float(R._argument("Solarize", row[:, 0])[0]))
+    got = R.apply(torch.full((1, 3, 2, 2), level / 127.5 - 1), row)
+    assert torch.equal(((got + 1) * 127.5).round(), torch.full_like(got, 255 - level))
     # An image no layer applies to passes unchanged; the others do not depend on which share its micro-batch.
     rows = R.draw(R.parse("rand-m9-mstd0.5-inc1"), 16, 0, 0)
     batch = x.repeat(16, 1, 1, 1) * torch.linspace(0.5, 1, 16).view(16, 1, 1, 1)
@@ -98,6 +105,9 @@ def test_the_draws_are_timms():
     assert rows[..., R.LEVEL].max() <= 10  # clipped at mmax
     uniform = R.draw(R.parse("rand-m8-mstdinf"), 20_000, 0, 0)[..., R.LEVEL]
     assert uniform.min() >= 0 and uniform.max() <= 8 and uniform.mean() == pytest.approx(4, abs=0.1)
+    # timm's own spelling of it, an mstd above 100; and its mmax0, its default 10 (found from outside: a normal
+    # draw of deviation 101, all but 4% at 0 or 10; every magnitude 0)
+    assert R.parse("rand-m8-mstd101") == R.parse("rand-m8-mstdinf") and R.parse("rand-m8-mmax0").most == 10
     assert not np.array_equal(R.draw(p, 64, 0, 2048), R.draw(p, 64, 0, 1024))  # keyed by the step
     # Past magnitude 10 (mmax20), timm floors an increasing enhancement's factor at 0.1 (found by review: < 0)
     row = np.array([[R.OPS.index("Brightness"), 1, 20, -1, 1]], np.float32)

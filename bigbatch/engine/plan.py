@@ -50,12 +50,13 @@ def check_batch(batch: object, world_size: int) -> None:
     raise BigbatchError(f"batch={batch!r} must be an int, a positive multiple of the world size {world_size}{fits}")
 
 
-def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context) -> Plan:
+def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context, multiple: int = 1) -> Plan:
     """Check batch = micro_batch x accumulation x world_size and derive the accumulation.
 
     A micro-batch larger than a process's share of the batch means no accumulation: the share is the
     micro-batch (a micro_batch is a memory cap, so a smaller batch just works). A smaller micro-batch
-    must divide the share."""
+    must divide the share. `multiple`: what the micro-batch a refusal suggests must be a multiple of (a task's
+    pairs of images), where one divides the share."""
     if batch % ctx.world_size:
         raise BigbatchError(
             f"train.batch={batch} is not a multiple of the world size {ctx.world_size}; "
@@ -68,6 +69,7 @@ def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context) -> Pla
     if share % micro_batch:
         per_step = micro_batch * ctx.world_size
         fits = max(d for d in range(1, micro_batch + 1) if share % d == 0)  # (the largest micro-batch that divides)
+        fits = max((d for d in range(multiple, fits + 1, multiple) if share % d == 0), default=fits)
         raise BigbatchError(
             f"train.batch={batch} is not a multiple of train.micro_batch x world_size = "
             f"{micro_batch} x {ctx.world_size}; give train.micro_batch={fits} (a resumed run keeps its batch), or a "

@@ -79,11 +79,12 @@ def parse(spec: str) -> Policy:
         values[found[1]] = float(found[2])
     if "m" not in values:
         raise ValueError(f"needs a magnitude, m0 to m10 (e.g. {EXAMPLE}), got {spec!r}")
+    std = values.get("mstd", 0.0)
     policy = Policy(
         values["m"],
         int(values.get("n", 2)),
-        values.get("mstd", 0.0),
-        values.get("mmax", 10.0),
+        math.inf if std > 100 else std,  # (timm's: uniform magnitudes above 100, "mstd101"; found from outside)
+        values.get("mmax", 10.0) or 10.0,  # (timm's: mmax0 is the default, 10)
         bool(values.get("inc", 0)),
         values.get("p", 0.5),
     )
@@ -123,7 +124,7 @@ def apply(x: torch.Tensor, draws: np.ndarray) -> torch.Tensor:
     draws = draws[touched]
     with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
         at_touched = torch.from_numpy(touched).to(x.device, non_blocking=True)
-        p = (x[at_touched].float() + 1) * 127.5
+        p = _q((x[at_touched].float() + 1) * 127.5)  # (whole levels: Solarize's threshold compares them, as PIL)
         for layer in range(draws.shape[1]):
             rows = draws[:, layer]
             for op in np.unique(rows[rows[:, APPLIED] > 0, OP]).astype(int):
