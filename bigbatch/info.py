@@ -158,21 +158,27 @@ def verify_run(path: str | Path) -> str:
     if (path / "checkpoints").is_dir():
         best = checkpoints.best_checkpoint(path)
         found = checkpoints.published(path) + ([best] if best is not None else [])
-    else:
+    elif (path / "config.toml").is_file() and not any((path / m).exists() for m in ("meta.json", "state.pt")):
+        found = [] if not any(path.glob("*.safetensors")) else [path]  # (a run with no checkpoint yet, found from
+    else:  # outside: called a damaged checkpoint)
         found = [path]
     lines, damaged = [], []
-    for ckpt in found:
+    for ckpt in list(found):
         try:
             checkpoints.check_complete(ckpt)
             meta = checkpoints.verify(ckpt)
         except BigbatchError as e:
+            if not ckpt.exists():  # (pruned by the run training meanwhile, found from outside: called damaged)
+                found.remove(ckpt)
+                lines.append(f"pruned    {ckpt}: removed meanwhile by the run that trains (checkpoint.keep)")
+                continue
             damaged.append(ckpt.name)
             lines.append(f"damaged   {checkpoints.damage(e)}")
             continue
         sums = (meta.get("checksums") or {}).get(checkpoints.CHECKSUM)
         how = f"{checkpoints.CHECKSUM} checksums" if isinstance(sums, dict) else "sizes (written before checksums)"
         lines.append(f"verified  {ckpt}: {len(meta['files'])} files, by their {how}")
-    if not found:
+    if not found and not lines:
         lines.append(f"{path} has no checkpoint yet")
     print("\n".join(lines), flush=True)
     if damaged:

@@ -163,8 +163,9 @@ class Run:
             restore_rng(saved, rep.device)
         except (KeyError, ValueError, TypeError, RuntimeError) as e:
             raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e})") from None
-        if rep.is_main:
-            truncate_metrics(self.path / "metrics.jsonl", nimg)
+        if rep.is_main:  # (an evaluation the checkpoint says is still due is made again: a row of it goes, found
+            redo = bool((self.log_window or {}).get("eval_pending")) and getattr(task, "scorer", None) is not None
+            truncate_metrics(self.path / "metrics.jsonl", nimg, scores_too=redo)  # from outside: logged twice)
         return nimg, seconds
 
     def write_previews(self, task: Task, nimg: int, at_checkpoint: bool) -> None:
@@ -558,9 +559,11 @@ def read_metrics(path: Path) -> list[dict]:
     return [row for row in map(metrics_row, lines) if row is not None]
 
 
-def truncate_metrics(path: Path, nimg: int) -> None:
-    """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run. Lines that are
-    not rows, but for a last one cut short by a crash, are damage: warned about, the file kept beside."""
+def truncate_metrics(path: Path, nimg: int, scores_too: bool = False) -> None:
+    """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run; `scores_too`: its
+    evaluation's rows at the checkpoint too (the resumed run makes it again: a run stopped after it had made it
+    once, before the checkpoint said so). Lines that are not rows, but for a last one cut short by a crash, are
+    damage: warned about, the file kept beside."""
     if not path.exists():
         return
     lines = path.read_text(errors="replace").splitlines()
@@ -574,4 +577,6 @@ def truncate_metrics(path: Path, nimg: int) -> None:
             f"out of it; the file as it was is kept as {aside.name}"
         )
     keep = [row for row in rows if row is not None and round(row["kimg"] * 1000) <= nimg]
+    if scores_too:
+        keep = [row for row in keep if not ("eval_seconds" in row and round(row["kimg"] * 1000) == nimg)]
     atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))

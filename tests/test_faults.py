@@ -501,7 +501,7 @@ def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
     assert p.returncode == 130 and err.endswith("bigbatch: interrupted\n") and "Traceback" not in err, err
 
 
-def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys):
+def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys, monkeypatch):
     run = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "run", quiet=True)
     capsys.readouterr()
     assert main(["info", str(run), "--verify"]) == 0
@@ -524,6 +524,25 @@ def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys
     assert main(["info", str(run), "--verify"]) == 2
     out, err = capsys.readouterr()
     assert out.count("damaged   ") == 2 and "2 of 2 checkpoints damaged (000000.512, 000000.256)" in err
+    # Found from outside: a run with no checkpoint yet was called a damaged checkpoint; one pruned while --verify
+    # read the others (by the run training), damaged.
+    young = tmp_path / "young"
+    young.mkdir()
+    (young / "config.toml").write_text((run / "config.toml").read_text())
+    assert main(["info", str(young), "--verify"]) == 0 and "has no checkpoint yet" in capsys.readouterr().out
+    published = checkpoints.published
+
+    def pruned_meanwhile(path):
+        found = published(path)
+        shutil.rmtree(found[0])
+        return found
+
+    fresh = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "fresh", quiet=True)
+    monkeypatch.setattr(checkpoints, "published", pruned_meanwhile)
+    capsys.readouterr()
+    assert main(["info", str(fresh), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("pruned    ") == 1 and out.count("verified  ") == 1 and "1 checkpoint verified" in out
 
 
 def test_a_full_disk_stops_tensorboard_with_a_warning_and_the_run_with_one_line(tiny, tmp_path, capsys, monkeypatch):

@@ -99,6 +99,22 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_bit_identical(tiny, tmp_path, 
     assert weights(run) == uninterrupted
 
 
+def test_sigterm_to_the_whole_process_group_with_loader_workers_saves(tmp_path):
+    # Found from outside: a job scheduler signals every process of the job; the DataLoader's workers died of the
+    # SIGTERM, and the run of a traceback, with no checkpoint saved.
+    run = tmp_path / "group"
+    cmd = [sys.executable, "-m", "bigbatch.cli", "train", "--run-dir", str(run), "data.resolution=16", "model.ch=8"]
+    cmd += ["train.kimg=1000", "train.log_every_kimg=0.064", "checkpoint.every_kimg=1000", "data.workers=2"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not (run / "metrics.jsonl").exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGTERM)  # (the training process and its workers)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "Stopped by signal" in out and find_checkpoint(run).parent.name == "checkpoints"
+
+
 def test_train_deterministic_holds_torch_to_deterministic_kernels_while_it_trains(tiny, tmp_path, monkeypatch):
     # On a GPU some backward kernels add with atomics in a changing order: a resume is bit-identical there
     # only with deterministic kernels, which train.deterministic asks for, for the run's length alone.
@@ -370,3 +386,17 @@ def test_a_run_rolled_back_to_an_older_checkpoint_keeps_what_it_trains_from_ther
     (cut / "checkpoints" / "latest").write_text("000000.384\n")  # (000000.512 published, latest not yet written)
     bigbatch.train(every, run_dir=cut, resume=True, quiet=True)
     assert weights(cut) == old and find_checkpoint(cut).name == "000000.512"
+
+
+def test_an_evaluation_made_again_on_resume_is_logged_once(tmp_path):
+    # Found from outside: stopped in an evaluation, a run resumed, made it and logged it, and was stopped again before
+    # its checkpoint said so: the next resume made it again, and metrics.jsonl held its row twice.
+    from bigbatch.rundir import truncate_metrics
+
+    rows = [{"kimg": 0.224, "loss": 1.0}, {"kimg": 0.256, "loss": 0.9}, {"kimg": 0.256, "fid": 9.0, "eval_seconds": 1}]
+    rows += [{"kimg": 0.288, "loss": 0.8}]
+    path = tmp_path / "metrics.jsonl"
+    for scores_too, kept in ((False, rows[:3]), (True, rows[:2])):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        truncate_metrics(path, 256, scores_too=scores_too)
+        assert [json.loads(line) for line in path.read_text().splitlines()] == kept

@@ -3,7 +3,9 @@ boundaries) and a loader that reads its batches in DataLoader worker processes, 
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 from collections.abc import Iterable, Iterator
 from contextlib import closing
 from typing import Any, NamedTuple, Protocol
@@ -182,12 +184,17 @@ def _identity(batch: Batch) -> Batch:
     return batch
 
 
-def _decoding_worker(_: int) -> None:
-    """A DataLoader worker that decodes: OpenCV in the worker's own thread (the workers are the
-    parallelism; its thread pool in each would oversubscribe the cores)."""
-    import cv2
+def _worker(decoding: bool, _: int) -> None:
+    """A DataLoader worker: deaf to SIGTERM, which a job scheduler sends the whole process group (found from
+    outside: a worker died of it, and the run of a traceback, with no checkpoint saved, where the training
+    process saves one and stops them); the main process ends it, and PyTorch's watchdog should the main process
+    die. One that decodes runs OpenCV in its own thread (the workers are the parallelism; its thread pool in each
+    would oversubscribe the cores)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if decoding:
+        import cv2
 
-    cv2.setNumThreads(0)
+        cv2.setNumThreads(0)
 
 
 class BatchLoader:
@@ -223,7 +230,7 @@ class BatchLoader:
             multiprocessing_context=context if workers else None,
             pin_memory=pin_memory,
             generator=torch.Generator(),  # its base seed is unused here: leave the global RNG alone
-            worker_init_fn=_decoding_worker if workers and getattr(data, "encoded", False) else None,
+            worker_init_fn=functools.partial(_worker, bool(getattr(data, "encoded", False))) if workers else None,
         )
         self._it: Iterator[Batch] | None = None
 
