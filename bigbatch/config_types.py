@@ -125,6 +125,8 @@ MAX_RESOLUTION = 16384  # pixels a side: data.resolution's, and prepare --resolu
 
 # Keys users of the peer projects reach for, and where bigbatch has them (found from outside: DFL's clipgrad
 # as swap.clipgrad was an unknown key without a pointer).
+# A key's form, said where a value of another type is given (found from outside: "must be a string, got 6").
+FORMS = {"train.memory_budget": ', a size with its unit, e.g. "6GiB" or "512MiB"'}
 ELSEWHERE = {
     "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
     "swap.batch_size": " (DFL's batch_size is train.batch here)",
@@ -164,7 +166,8 @@ class Section:
             try:
                 value = coerce(value, tp)
             except Mismatch:
-                raise BigbatchError(f"config key '{self._key(name)}' must be {describe(tp)}, got {value!r}") from None
+                key, hint = self._key(name), FORMS.get(self._key(name), "")
+                raise BigbatchError(f"config key '{key}' must be {describe(tp)}{hint}, got {value!r}") from None
             if isinstance(value, int) and not -(2**63) <= value < 2**63:  # (TOML's integers; torch's and NumPy's)
                 raise BigbatchError(f"config key '{self._key(name)}' must be an integer of 64 bits, got {value}")
         object.__setattr__(self, name, value)

@@ -8,10 +8,11 @@ import os
 import shlex
 import time
 import traceback
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Literal
 
+from bigbatch import checkpoints
 from bigbatch.batching import (
     describe_compile,
     describe_plan,
@@ -24,6 +25,7 @@ from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import compile_cache, dist
+from bigbatch.engine.arguments import SkipLimitReached
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
@@ -181,7 +183,14 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         while nimg < progress.total and not vote(stop.requested or failed is not None):
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
             began, before = time.perf_counter(), nimg
-            stats = task.step(feed)
+            try:
+                stats = task.step(feed)
+            except SkipLimitReached as e:  # (its last row logged, skipped steps counted: found from outside, lost)
+                if main and failed is None:
+                    with suppress(BigbatchError, OSError):
+                        progress.log(feed.nimg, task.steps)
+                progress.close()
+                raise e if checkpoints.published(run.path) else BigbatchError(e.unsaved) from None
             nimg = feed.nimg
             progress.add(time.perf_counter() - began, before, nimg, stats)
             if compiling is not None:  # the models compiled in the first step: how long it took, how much was cached

@@ -151,7 +151,7 @@ class Progress:
                     places = max(places, min(4, len(written.split(".")[1])))  # 0.128/0.128, 0.576 then 0.640
             print(
                 f"kimg {row['kimg']:.{places}f}/{total:g}  {losses}  {row['img_per_s']:.0f} img/s"
-                f"  ETA {format_seconds(eta)}",
+                + (f"  ETA {format_seconds(eta)}" if row["img_per_s"] > 0 else ""),  # (a row of no step: none)
                 flush=True,
             )
 

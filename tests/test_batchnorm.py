@@ -179,10 +179,10 @@ def test_a_resume_that_changes_what_batchnorm_spans_is_told_a_fix_that_works_at_
     from bigbatch.engine.running_stats import span_changed
 
     assert span_changed(16, 16, 2, False, 16) is None
-    assert "give micro_batch 16 to keep them" in span_changed(16, 8, 1, True, 16)  # 2 x 8 with sync_bn -> 1 x 16
+    assert "give train.micro_batch=16 to keep them" in span_changed(16, 8, 1, True, 16)  # 2 x 8 with sync_bn -> 1 x 16
     # Found from outside: micro 32 on one process, resumed on two (a share of 16 images a process) was told
     # to give micro_batch 32, which the plan caps at the share: the same warning again.
     said = span_changed(32, 16, 2, False, 16)
     assert "micro_batch 32" not in said and "at 2 processes a micro-batch divides a process's 16 images" in said
-    assert "give micro_batch 4" in span_changed(16, 16, 4, True, 16)  # (4 ranks x 4 images)
+    assert "give train.micro_batch=4" in span_changed(16, 16, 4, True, 16)  # (4 ranks x 4 images)
     assert "resume at the world size the run had" in span_changed(16, 4, 3, True, 4)  # (16 images in 3 ranks: none)

@@ -144,7 +144,7 @@ def test_cross_rank_batch_norm_matches_the_whole_micro_batch(tmp_path):
     out = subprocess.run([*cmd, "train.kimg=0.272"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "BatchNorm statistics now span 8 images (micro_batch 8), 16 before this resume" in out.stderr
-    assert "give micro_batch 16 to keep them" in out.stderr
+    assert "give train.micro_batch=16 to keep them" in out.stderr
 
 
 def _cross_rank_bn_model():

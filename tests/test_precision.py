@@ -43,8 +43,15 @@ def test_a_short_run_of_skipped_steps_stops_too(tiny, tmp_path, capsys):
     # Found from outside: 7 of a run's 8 steps skipped (g_lr 1e30), and it ended "Done" (a sweep listed it
     # finished, with losses): the limit counted skips against the whole window of 50 steps.
     cfg = tiny.override({"train.g_lr": 1e30, "train.kimg": 0.256, "train.batch": 32, "train.micro_batch": 32})
-    with pytest.raises(bigbatch.BigbatchError, match=r"of the last \d [GD] steps had a non-finite loss"):
+    with pytest.raises(bigbatch.BigbatchError, match=r"of the last \d [GD] steps had a non-finite loss") as stopped:
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    # Before its first checkpoint: said so (found from outside: "the last checkpoint intact", where none was), and
+    # the row of the steps since the last one logged, their skips counted (it was lost).
+    assert "before its first checkpoint: start it again" in str(stopped.value)
+    rows, said = read_metrics(tmp_path / "r" / "metrics.jsonl"), capsys.readouterr().err
+    skips = said.count("skipped: its loss or gradients are not finite")
+    assert skips >= 2 and sum(r.get("skipped_G", 0) + r.get("skipped_D", 0) for r in rows) == skips
+    assert not (tmp_path / "r" / "checkpoints").exists()
 
 
 def test_too_many_skipped_steps_stop_with_the_last_checkpoint_intact(tiny, tmp_path, capsys):
@@ -87,6 +94,7 @@ def test_auto_micro_batch_plan_is_printed_and_saved(tiny, tmp_path, capsys):
     [
         ("train.precision=fp8", "'train.precision' must be"),
         ("train.memory_budget=lots", "'train.memory_budget' cannot be read"),
+        ("train.memory_budget=6", 'a size with its unit, e.g. "6GiB"'),  # (found from outside: the form not said)
         ("train.skip_limit=2", "'train.skip_limit' must be a fraction"),
         ("train.g_lr=1e39", "'train.g_lr' must be below 3.4e38, float32's largest number"),  # (was a traceback)
     ],

@@ -90,7 +90,15 @@ def check_prepared(name: str, params: set[int], prepared: set[int], world_size: 
         )
 
 
-def skip_limit_reached(state: Any, recent: int, skip_limit: float, config_terms: bool) -> str:
+class SkipLimitReached(BigbatchError):
+    """Training stopped past train.skip_limit; `unsaved`: the message for a run that saved no checkpoint yet."""
+
+    def __init__(self, message: str, unsaved: str = ""):
+        super().__init__(message)
+        self.unsaved = unsaved or message
+
+
+def skip_limit_reached(state: Any, recent: int, skip_limit: float, config_terms: bool) -> SkipLimitReached:
     """What stopped training: more than `skip_limit` of an optimizer's recent steps (`state`: its count, history and
     loss scaler) skipped for a non-finite loss or gradients, and what to do."""
     # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
@@ -103,13 +111,15 @@ def skip_limit_reached(state: Any, recent: int, skip_limit: float, config_terms:
     fp16 = state.scaler.is_enabled()
     if not config_terms:  # (a user's own loop: no run, no checkpoint, no config keys)
         instead = 'precision="bf16" (in place of fp16), ' if fp16 else ""
-        return (
+        return SkipLimitReached(
             f"{said}: give the Replicator {instead}grad_clip, or a lower learning rate, and go on from weights saved "
             "before the trouble (Replicator.save and load)"
         )
     instead = "train.precision=bf16 (in place of fp16) or " if fp16 else ""
-    return (
+    return SkipLimitReached(
         f"{said} and the last checkpoint intact. Resume it with {instead}train.grad_clip set (a resume may change "
         "them), or start a new run from a checkpoint before the trouble at a lower learning rate "
-        "(train.init_from=RUN/checkpoints/NAME)"
+        "(train.init_from=RUN/checkpoints/NAME)",
+        f"{said}, before its first checkpoint: start it again with {instead}train.grad_clip set, or at a lower "
+        "learning rate",  # (found from outside: a checkpoint was said to be intact where none was written)
     )

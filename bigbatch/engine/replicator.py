@@ -401,7 +401,7 @@ class Replicator:
         # Over the last skip_window steps, or the steps so far while fewer (at least 5 counted): a short run too.
         recent = sum(state.history)
         if recent > self.skip_limit * max(len(state.history), min(5, self.skip_window)):
-            raise BigbatchError(skip_limit_reached(state, recent, self.skip_limit, self._config_terms))
+            raise skip_limit_reached(state, recent, self.skip_limit, self._config_terms)
 
     def skipped(self, opt: torch.optim.Optimizer) -> bool:
         """Whether the last step of `opt` was skipped for non-finite gradients."""
@@ -583,7 +583,7 @@ class Replicator:
                 before, self.plan.micro_batch, self.world_size, self.sync_bn, self.share
             )
             if change:
-                warn(change)
+                warn(change if self._config_terms else api_terms(change))
 
     def counters(self) -> dict[str, Any]:
         """Per optimizer: steps taken, steps skipped, last gradient norm, fp16 loss scale."""

@@ -63,7 +63,7 @@ def span_changed(before: int, micro_batch: int, world_size: int, sync_bn: bool, 
     per = world_size if sync_bn else 1
     how = f"micro_batch {micro_batch}" + (f" x {per} processes with sync_bn" if per > 1 else "")
     if before % per == 0 and share % (before // per) == 0:
-        keep = f"give micro_batch {before // per} to keep them"
+        keep = f"give train.micro_batch={before // per} to keep them"  # (a Replicator's user reads micro_batch=)
     else:  # (a micro-batch is at most a process's share of the step, and divides it)
         keep = f"at {world_size} processes a micro-batch divides a process's {share} images: resume at the world "
         keep += "size the run had to keep them"
