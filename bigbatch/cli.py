@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bigbatch import cli_tools
+from bigbatch import cli_tools, signals
 from bigbatch.cli_errors import one_line_warnings, refuse_url_outputs, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
@@ -38,6 +38,7 @@ def _train(args: argparse.Namespace) -> None:
         # A scheduler's SIGTERM while it starts: saved at step 0, exit 0. (Not in a rank of several: one that
         # went on starting could wait for a peer that has stopped.)
         keep_sigterm_for_the_loop()
+    signals.EXITING_AFTER[0] = True  # (a stopped run's later SIGTERMs: taken, its exit status 0)
     with interrupt_at_once():
         from bigbatch.batching import compiles, describe_compile, describe_plan
         from bigbatch.config import Config, parse_override
@@ -590,7 +591,10 @@ def main(argv: list[str] | None = None) -> int:
         return said[1]
     finally:
         if in_main:
-            signal.signal(signal.SIGTERM, old)
+            stopped = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN and signals.EXITING_AFTER[0]
+            if not (stopped and argv is None):  # (the process exits next: a run stopped by a signal stays deaf)
+                signal.signal(signal.SIGTERM, old)
+            signals.EXITING_AFTER[0] = False
             signal.signal(signal.SIGINT, old_int)
             ignore_late_sigterm()  # (a launched rank that has ended)
     return status or 0

@@ -182,6 +182,29 @@ def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path):
     assert find_checkpoint(run).parent.name == "checkpoints"
 
 
+def test_a_second_sigterm_while_a_stopped_run_exits_keeps_its_status_0(tmp_path):
+    # Found from outside: a scheduler's second SIGTERM in the half second a saved run took to exit made its status
+    # 143 (the defaults were back), which a requeue reads as killed.
+    run = tmp_path / "twice"
+    cmd = [sys.executable, "-m", "bigbatch.cli", "train", "--run-dir", str(run), "data.resolution=16", "model.ch=8"]
+    cmd += ["train.kimg=1000", "train.log_every_kimg=0.064", "checkpoint.every_kimg=1000"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (run / "metrics.jsonl").exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    said = ""
+    while "Stopped by signal" not in said and p.poll() is None:
+        said += p.stdout.readline()
+    for _ in range(5):  # (through the exit's half second)
+        time.sleep(0.1)
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert find_checkpoint(run).parent.name == "checkpoints"
+
+
 def test_sigterm_while_the_cli_starts_saves_at_step_0_and_exits_0(tmp_path):
     # Found from outside: a SIGTERM in a run's first seconds (imports, data, models) ended it with status 143
     # and nothing saved, where the README promises a checkpoint even at step 0 and exit status 0.
