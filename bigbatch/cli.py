@@ -23,7 +23,6 @@ from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.signals import ignore_late_sigterm, interrupt_at_once, keep_sigterm_for_the_loop
 from bigbatch.urls import is_url
 
 
@@ -37,9 +36,9 @@ def _train(args: argparse.Namespace) -> None:
     if alone and not args.dry_run:
         # A scheduler's SIGTERM while it starts: saved at step 0, exit 0. (Not in a rank of several: one that
         # went on starting could wait for a peer that has stopped.)
-        keep_sigterm_for_the_loop()
+        signals.keep_sigterm_for_the_loop()
     signals.EXITING_AFTER[0] = True  # (a stopped run's later SIGTERMs: taken, its exit status 0)
-    with interrupt_at_once():
+    with signals.interrupt_at_once():
         from bigbatch.batching import compiles, describe_compile, describe_plan
         from bigbatch.config import Config, parse_override
         from bigbatch.engine import dist
@@ -591,12 +590,9 @@ def main(argv: list[str] | None = None) -> int:
         return said[1]
     finally:
         if in_main:
-            stopped = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN and signals.EXITING_AFTER[0]
-            if not (stopped and argv is None):  # (the process exits next: a run stopped by a signal stays deaf)
-                signal.signal(signal.SIGTERM, old)
-            signals.EXITING_AFTER[0] = False
+            signals.restore_sigterm(old, exits=argv is None)
             signal.signal(signal.SIGINT, old_int)
-            ignore_late_sigterm()  # (a launched rank that has ended)
+            signals.ignore_late_sigterm()  # (a launched rank that has ended)
     return status or 0
 
 

@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class StopRequest:
@@ -123,6 +124,15 @@ def _handled(stop: StopRequest) -> Iterator[None]:
 
 
 EXITING_AFTER = [False]  # set by the command line: the process ends when its training does
+
+
+def restore_sigterm(old: Any, exits: bool) -> None:
+    """The handler of SIGTERM from before a command put back as it ends; but where the process `exits` next after
+    a run a signal stopped, SIGTERM stays ignored (_handled)."""
+    stopped = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN and EXITING_AFTER[0]
+    if not (stopped and exits):
+        signal.signal(signal.SIGTERM, old)
+    EXITING_AFTER[0] = False
 
 
 def ignore_late_sigterm() -> None:
