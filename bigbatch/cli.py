@@ -37,7 +37,7 @@ def _train(args: argparse.Namespace) -> None:
         # A scheduler's SIGTERM while it starts: saved at step 0, exit 0. (Not in a rank of several: one that
         # went on starting could wait for a peer that has stopped.)
         signals.keep_sigterm_for_the_loop()
-    signals.EXITING_AFTER[0] = True  # (a stopped run's later SIGTERMs: taken, its exit status 0)
+    signals.EXITING_AFTER[0] = threading.current_thread() is threading.main_thread()  # (see restore_sigterm)
     with signals.interrupt_at_once():
         from bigbatch.batching import compiles, describe_compile, describe_plan
         from bigbatch.config import Config, parse_override

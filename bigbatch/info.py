@@ -158,7 +158,7 @@ def verify_run(path: str | Path) -> str:
     if (path / "checkpoints").is_dir():
         best = checkpoints.best_checkpoint(path)
         found = checkpoints.published(path) + ([best] if best is not None else [])
-    elif (path / "config.toml").is_file() and not any((path / m).exists() for m in ("meta.json", "state.pt")):
+    elif (path / "config.toml").is_file() and path.parent.name != "checkpoints" and not (path / "state.pt").exists():
         found = [] if not any(path.glob("*.safetensors")) else [path]  # (a run with no checkpoint yet, found from
     else:  # outside: called a damaged checkpoint)
         found = [path]

@@ -190,7 +190,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                     with suppress(BigbatchError, OSError):
                         progress.log(feed.nimg, task.steps)
                 progress.close()
-                raise e if checkpoints.published(run.path) else BigbatchError(e.unsaved) from None
+                if failed is not None:
+                    raise failed from None
+                raise e if not main or checkpoints.published(run.path) else BigbatchError(e.unsaved) from None
             nimg = feed.nimg
             progress.add(time.perf_counter() - began, before, nimg, stats)
             if compiling is not None:  # the models compiled in the first step: how long it took, how much was cached

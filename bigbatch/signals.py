@@ -116,11 +116,11 @@ def _handled(stop: StopRequest) -> Iterator[None]:
     try:
         yield
     finally:
+        if stop.requested and EXITING_AFTER[0]:  # (found from outside: a scheduler's second SIGTERM while the
+            old[signal.SIGTERM] = signal.SIG_IGN  # command, saved, exited made its status 143, not 0)
         for s, h in old.items():
             signal.signal(s, h)
         ignore_late_sigterm()
-        if stop.requested and EXITING_AFTER[0]:  # (found from outside: a scheduler's second SIGTERM while the
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # command, saved, exited made its status 143, not 0)
 
 
 EXITING_AFTER = [False]  # set by the command line: the process ends when its training does

@@ -510,3 +510,16 @@ def test_crops_of_a_jpeg_file_of_squares_decode_only_what_they_need(tmp_path, mo
     assert "a crop decodes only its own MCUs" in describe_data(tmp_path / "j.h5")
     none = Step(nimg=16, batch=8, resolution=32, offset=0, indices=torch.arange(0))  # (a share of none: its shape)
     assert read_batch(data, none, seed=1, crop_scale=0.08).images.shape == (0, 32, 32, 3)
+
+
+def test_a_script_that_leaves_a_loader_unfinished_ends(tmp_path):
+    # Found by review: the loader's workers ignore SIGTERM (a job scheduler's, to the whole process group), which
+    # multiprocessing sends them at exit before it waits for them: a script that read part of a pass never ended.
+    import subprocess
+    import sys
+
+    prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 48, workers=0)
+    script = f"import bigbatch.data\nb = iter(bigbatch.data.Loader({str(tmp_path / 'd.h5')!r}, 8, 32, workers=2))\n"
+    script += "next(b)\nprint('read')\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout == "read\n" and "Traceback" not in out.stderr, out.stderr

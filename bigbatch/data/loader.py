@@ -3,11 +3,13 @@ boundaries) and a loader that reads its batches in DataLoader worker processes, 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import signal
+import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import closing
+from contextlib import closing, suppress
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -235,11 +237,11 @@ class BatchLoader:
         self._it: Iterator[Batch] | None = None
 
     def __iter__(self) -> Iterator[Batch]:
-        return iter(self.loader)
+        return _reading(self.loader)
 
     def __next__(self) -> Batch:
         if self._it is None:
-            self._it = iter(self.loader)
+            self._it = _reading(self.loader)
         return next(self._it)
 
     def close(self) -> None:
@@ -248,6 +250,38 @@ class BatchLoader:
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()
+            _end_workers(it)
+
+
+# The iterators of loaders with workers. Their workers ignore SIGTERM (_worker), which DataLoader's shutdown of a
+# stuck worker and multiprocessing's at exit send: those still alive then are killed, as at the process's exit,
+# before multiprocessing waits on them (found by review: a script that left an iterator unfinished never ended).
+_READING: weakref.WeakSet = weakref.WeakSet()
+
+
+def _reading(loader: DataLoader) -> Iterator[Batch]:
+    it = iter(loader)
+    if loader.num_workers:
+        _READING.add(it)
+    return it
+
+
+def _end_workers(it: Any) -> None:
+    alive = [w for w in getattr(it, "_workers", ()) if w.is_alive()]
+    if alive and getattr(it, "_worker_pids_set", False):  # (else PyTorch's SIGCHLD handler calls it a failure)
+        with suppress(Exception):
+            torch.utils.data._utils.signal_handling._remove_worker_pids(id(it))
+            it._worker_pids_set = False
+    for w in alive:
+        if w.is_alive() and w.pid:
+            with suppress(OSError):
+                os.kill(w.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+
+
+@atexit.register  # (registered after multiprocessing's own, so run before it)
+def _end_all_workers() -> None:
+    for it in list(_READING):
+        _end_workers(it)
 
 
 class Loader:

@@ -128,11 +128,20 @@ def _end_strays() -> None:
     group, me = os.getpgid(0), os.getpid()
     if group != me or not os.path.isdir("/proc"):
         return
-    time.sleep(1)  # (its own shutdown ends them when it can)
-    for entry in os.listdir("/proc"):
-        with contextlib.suppress(OSError, ValueError):
-            if entry.isdigit() and int(entry) != me and os.getpgid(int(entry)) == group:
-                os.kill(int(entry), signal.SIGKILL)
+
+    def strays() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            with contextlib.suppress(OSError, ValueError):
+                if entry.isdigit() and int(entry) != me and os.getpgid(int(entry)) == group:
+                    found.append(int(entry))
+        return found
+
+    if strays():
+        time.sleep(1)  # (its own shutdown ends them when it can)
+    for pid in strays():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def run(
@@ -238,16 +247,16 @@ def _reachable(address: str) -> None:
     if host is None or port is None:
         raise BigbatchError(f"cannot read the Ray address {address!r}: give auto, HOST:PORT or ray://HOST:PORT")
     try:
-        with socket.create_connection((host, port), timeout=5) as s:
-            if os.environ.get("RAY_USE_TLS", "0") in ("0", ""):  # (a TLS cluster's handshake comes first)
-                s.sendall(HTTP2_PREFACE)
-                answer = s.recv(9)
-            else:
-                answer = HTTP2_PREFACE[24:]
+        s = socket.create_connection((host, port), timeout=5)
     except OSError as e:
-        if not isinstance(e, TimeoutError):
-            raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
-        answer = b""
+        raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
+    answer = HTTP2_PREFACE[24:]  # (a TLS cluster's handshake comes first; a proxy's: not probed)
+    with s, contextlib.suppress(OSError):
+        if os.environ.get("RAY_USE_TLS", "0") in ("0", "") and not _PROXIED.intersection(os.environ):
+            s.sendall(HTTP2_PREFACE)
+            answer = b""
+            while len(answer) < 9 and (part := s.recv(9 - len(answer))):
+                answer += part
     if len(answer) < 9 or answer[3] != 4:  # Ray's GCS and its client server speak gRPC: a SETTINGS frame first
         raise BigbatchError(
             f"no Ray cluster answered at {address}: something else listens there (Ray's head prints its address as "
@@ -257,6 +266,7 @@ def _reachable(address: str) -> None:
 
 # What an HTTP/2 client sends first: the connection preface, then its (empty) SETTINGS frame; a gRPC server answers
 # with a SETTINGS frame (its 4th byte: type 4). Found from outside: ray.init waited on a web server's port for ever.
+_PROXIED = {"grpc_proxy", "https_proxy", "http_proxy", "GRPC_PROXY", "HTTPS_PROXY", "HTTP_PROXY"}
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
