@@ -70,7 +70,7 @@ def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context, multip
         per_step = micro_batch * ctx.world_size
         fits = max(d for d in range(1, micro_batch + 1) if share % d == 0)  # (the largest micro-batch that divides)
         fits = max((d for d in range(multiple, fits + 1, multiple) if share % d == 0), default=fits)
-        micro = f"train.micro_batch={fits}" if fits % multiple == 0 else f"a train.batch of {multiple}s a process"
+        micro = f"train.micro_batch={fits}" if fits % multiple == 0 else f"each process a multiple of {multiple} images"
         raise BigbatchError(
             f"train.batch={batch} is not a multiple of train.micro_batch x world_size = "
             f"{micro_batch} x {ctx.world_size}; give {micro} (a resumed run keeps its batch), or a "
