@@ -342,6 +342,25 @@ def _stylegan2(
     )
 
 
+def _ada_paper(
+    name: str, path: str, resolution: int, ch: int, batch: int, lr: float, r1_gamma: float, ema_kimg: float
+) -> Config:
+    """StyleGAN2-ADA's paper256, paper512 and paper1024 (--mirror=1): unconditional, with x-flips, an 8-layer mapping
+    and path length regularization, 25,000 kimg on 8 reference GPUs, each a minibatch-statistic group; what
+    differs between them is given."""
+    per_gpu = batch // 8
+    return _stylegan2(
+        name,
+        DataConfig(path=path, resolution=resolution, xflip=True),
+        ModelConfig(name="stylegan2", ch=ch, dim_z=512, conditional=False, options={"mbstd_group": per_gpu}),
+        TrainConfig(
+            kimg=25_000, batch=batch, g_lr=lr, d_lr=lr, r1_gamma=r1_gamma, pl_weight=2.0, ema_halflife_kimg=ema_kimg
+        ),
+        per_gpu=per_gpu,
+        snapshot_kimg=200,
+    )
+
+
 @preset_fn
 def stylegan2_cifar() -> Config:
     """StyleGAN2 with ADA on CIFAR-10 at 32x32, class-conditional: StyleGAN2-ADA's --cfg=cifar --cond=1.
@@ -379,14 +398,7 @@ def stylegan2_256() -> Config:
     lr 0.0025, R1 gamma 1, style mixing 0.9, path length weight 2 on half the images, EMA half-life 20 kimg,
     25,000 kimg. Data: `bigbatch prepare FACES_FOLDER data/ffhq256.h5 --resolution 256`.
     """
-    return _stylegan2(
-        "stylegan2_256",
-        DataConfig(path="data/ffhq256.h5", resolution=256, xflip=True),
-        ModelConfig(name="stylegan2", ch=64, dim_z=512, conditional=False, options={"mbstd_group": 8}),
-        TrainConfig(kimg=25_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=1.0, pl_weight=2.0, ema_halflife_kimg=20),
-        per_gpu=8,
-        snapshot_kimg=200,
-    )
+    return _ada_paper("stylegan2_256", "data/ffhq256.h5", 256, ch=64, batch=64, lr=0.0025, r1_gamma=1.0, ema_kimg=20)
 
 
 @preset_fn
@@ -399,14 +411,7 @@ def stylegan2_512() -> Config:
     25,000 kimg. Parameters: G 30,276,583 and D 28,982,849, ADA's own networks' (tests/test_models.py).
     Data: `bigbatch prepare FACES_FOLDER data/afhq512.h5 --resolution 512`.
     """
-    return _stylegan2(
-        "stylegan2_512",
-        DataConfig(path="data/afhq512.h5", resolution=512, xflip=True),
-        ModelConfig(name="stylegan2", ch=128, dim_z=512, conditional=False, options={"mbstd_group": 8}),
-        TrainConfig(kimg=25_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=0.5, pl_weight=2.0, ema_halflife_kimg=20),
-        per_gpu=8,
-        snapshot_kimg=200,
-    )
+    return _ada_paper("stylegan2_512", "data/afhq512.h5", 512, ch=128, batch=64, lr=0.0025, r1_gamma=0.5, ema_kimg=20)
 
 
 @preset_fn
@@ -420,14 +425,7 @@ def stylegan2_1024() -> Config:
     25,000 kimg. Parameters: G 30,370,060 and D 29,012,513, ADA's own networks' (tests/test_models.py).
     Data: `bigbatch prepare FACES_FOLDER data/ffhq1024.h5 --resolution 1024`.
     """
-    return _stylegan2(
-        "stylegan2_1024",
-        DataConfig(path="data/ffhq1024.h5", resolution=1024, xflip=True),
-        ModelConfig(name="stylegan2", ch=128, dim_z=512, conditional=False, options={"mbstd_group": 4}),
-        TrainConfig(kimg=25_000, batch=32, g_lr=0.002, d_lr=0.002, r1_gamma=2.0, pl_weight=2.0, ema_halflife_kimg=10),
-        per_gpu=4,
-        snapshot_kimg=200,
-    )
+    return _ada_paper("stylegan2_1024", "data/ffhq1024.h5", 1024, ch=128, batch=32, lr=0.002, r1_gamma=2.0, ema_kimg=10)
 
 
 # The classifier and face-swap recipes live in modules of their own and are registered here, with the others.

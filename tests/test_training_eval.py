@@ -279,17 +279,25 @@ def test_plot_survives_odd_log_lines_and_says_when_there_is_nothing_to_draw(tmp_
     assert err.count("\n") == 1 and "holds no finite losses, speeds or scores to plot" in err
 
 
-def test_plot_keeps_scores_of_another_eval_n_apart(tmp_path, monkeypatch):
-    # Found from outside: a run resumed with another eval.n drew its scores as one curve, labelled with the n its
-    # config says now; each evaluation's row says its n, and the curves part by it.
+@pytest.fixture
+def curves(monkeypatch):
+    """Every curve `bigbatch plot` draws, as (its axes, its keyword arguments): the panel's title is set after."""
     import matplotlib.axes
 
     drawn, plot = [], matplotlib.axes.Axes.plot
     monkeypatch.setattr(
-        matplotlib.axes.Axes,
-        "plot",
-        lambda self, *a, **kw: drawn.append((self, kw.get("label"))) or plot(self, *a, **kw),
+        matplotlib.axes.Axes, "plot", lambda self, *a, **kw: drawn.append((self, kw)) or plot(self, *a, **kw)
     )
+    return drawn
+
+
+def titled(curves):
+    return [(ax.get_title(), kw.get("label")) for ax, kw in curves]
+
+
+def test_plot_keeps_scores_of_another_eval_n_apart(tmp_path, curves):
+    # Found from outside: a run resumed with another eval.n drew its scores as one curve, labelled with the n its
+    # config says now; each evaluation's row says its n, and the curves part by it.
     run = tmp_path / "run"
     run.mkdir()
     rows = [(0.1, 64, 9.0), (0.2, 64, 8.0), (0.3, 32, 7.5), (0.4, 32, 7.0)]
@@ -297,25 +305,17 @@ def test_plot_keeps_scores_of_another_eval_n_apart(tmp_path, monkeypatch):
         "".join(f'{{"kimg": {k}, "fid": {f}, "eval_n": {n}, "eval_seconds": 1.0}}\n' for k, n, f in rows)
     )
     assert main(["plot", str(run)]) == 0
-    assert [(ax.get_title(), label) for ax, label in drawn] == [
+    assert titled(curves) == [
         ("fid (eval, n=64/32)", "fid (n=64)"),
         ("fid (eval, n=64/32)", "fid (n=32)"),
     ]
 
 
-def test_plot_draws_a_face_runs_losses_and_scores(tmp_path, monkeypatch, capsys):
+def test_plot_draws_a_face_runs_losses_and_scores(tmp_path, monkeypatch, capsys, curves):
     # Found from outside: a swap run's plot drew only "loss" (the batch's sum), not DFL's src and dst losses, its
     # discriminators' or its held-out SSIM.
     import tempfile
 
-    import matplotlib.axes
-
-    drawn, plot = [], matplotlib.axes.Axes.plot
-    monkeypatch.setattr(
-        matplotlib.axes.Axes,
-        "plot",
-        lambda self, *a, **kw: drawn.append((self, kw.get("label"))) or plot(self, *a, **kw),
-    )
     run = tmp_path / "swap"
     run.mkdir()
     rows = [
@@ -325,7 +325,7 @@ def test_plot_draws_a_face_runs_losses_and_scores(tmp_path, monkeypatch, capsys)
     ]
     (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     assert main(["plot", str(run)]) == 0
-    titles = {(ax.get_title(), label) for ax, label in drawn}
+    titles = set(titled(curves))
     assert {("losses per face (DFL's)", "src_loss"), ("losses per face (DFL's)", "dst_loss")} <= titles
     assert ("discriminators' losses", "loss_gan") in titles and ("ssim (held-out split)", "ssim") in titles
     # Runs held only by the file system's root together are plotted into the working folder, not at the root.
@@ -339,30 +339,21 @@ def test_plot_draws_a_face_runs_losses_and_scores(tmp_path, monkeypatch, capsys)
         shutil.rmtree(other.parent)
 
 
-def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
-    import matplotlib.axes
-
+def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, curves):
     runs = tmp_path / "sweep"
     for batch in (16, 32):
         cfg = tiny.override({"train.batch": batch, "train.micro_batch": 16, "train.kimg": 0.128})
         bigbatch.train(cfg, run_dir=runs / f"batch{batch}", quiet=True)
-    drawn, plot = [], matplotlib.axes.Axes.plot
-
-    def recording(self, *args, **kwargs):
-        drawn.append((self, kwargs.get("label")))  # the panel's title is set after its curves
-        return plot(self, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", recording)
     capsys.readouterr()
     assert main(["plot", str(runs / "batch16"), str(runs / "batch32")]) == 0
     assert capsys.readouterr().out.strip() == str((runs / "plots.png").resolve())
-    drawn = [(ax.get_title(), label) for ax, label in drawn]
+    drawn = titled(curves)
     # Each panel has one curve per run, labelled with the run; the batch panel shows the two batches.
     assert ("losses", "batch16: loss_D") in drawn and ("losses", "batch32: loss_G") in drawn
     assert {label for title, label in drawn if title.startswith("batch")} == {"batch16", "batch32"}
-    together, drawn[:] = drawn[:], []
+    curves.clear()
     assert main(["plot", str(runs), "--out", str(tmp_path / "sweep.png")]) == 0  # a folder of runs: all of them
-    assert [(ax.get_title(), label) for ax, label in drawn] == together and (tmp_path / "sweep.png").exists()
+    assert titled(curves) == drawn and (tmp_path / "sweep.png").exists()
     capsys.readouterr()
     assert main(["plot", "sweep/batch16", "sweep/batch32"]) == 0  # (the working folder is tmp_path)
     assert capsys.readouterr().out.strip() == "sweep/plots.png"  # named as the runs were, as one run's plot is
@@ -370,16 +361,13 @@ def test_plot_draws_several_runs_together(tiny, tmp_path, capsys, monkeypatch):
     # batch16's colour, with no legend.
     with open(runs / "batch32" / "metrics.jsonl", "a") as f:
         f.write('{"kimg": 0.128, "fid": 50.0, "eval_seconds": 1.0}\n')
-    coloured = []
-    monkeypatch.setattr(
-        matplotlib.axes.Axes, "plot", lambda self, *a, **kw: coloured.append((self, kw)) or plot(self, *a, **kw)
-    )
+    curves.clear()
     assert main(["plot", str(runs)]) == 0
     colours = {}
-    for ax, kw in coloured:
+    for ax, kw in curves:
         run = kw["label"].split(":")[0]
         assert colours.setdefault(run, kw["color"]) == kw["color"], (ax.get_title(), kw)
-    fid = [ax for ax, kw in coloured if ax.get_title().startswith("fid")]
+    fid = [ax for ax, kw in curves if ax.get_title().startswith("fid")]
     assert len(fid) == 1 and [t.get_text() for t in fid[0].get_legend().get_texts()] == ["batch32"]
     assert colours["batch32"] != colours["batch16"]
     checkpoint = next(p for p in (runs / "batch16" / "checkpoints").iterdir() if p.is_dir())

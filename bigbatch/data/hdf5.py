@@ -251,6 +251,10 @@ class _Group:
     offsets: np.ndarray | None = None  # encoded: where each image starts in the byte stream (N + 1)
     sizes: np.ndarray | None = None  # encoded: each image's stored (h, w)
 
+    def sizes_of(self, rows: np.ndarray) -> np.ndarray:
+        """The stored (h, w) of the images at `rows` (n, 2): their own, or the group's shape."""
+        return self.sizes[rows] if self.sizes is not None else np.tile(self.shape[:2], (len(rows), 1))
+
 
 def _chunk_offsets(ds: h5py.Dataset) -> tuple[int, np.ndarray | None]:
     """(rows per chunk, byte offset of each chunk) when the images can be read as plain byte ranges."""
@@ -500,7 +504,7 @@ class H5Data:
         """The stored (h, w) of the images at `index` (of one group: a file of whole images is one)."""
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
         g = self._group_of(idx)
-        return g.sizes[idx - g.start] if g.sizes is not None else np.tile(g.shape[:2], (len(idx), 1))
+        return g.sizes_of(idx - g.start)
 
     def _group_of(self, idx: np.ndarray) -> _Group:
         """The group of the images at `idx` (a batch's, which reads one; whole images are one group)."""
@@ -539,7 +543,7 @@ class H5Data:
             boxes = [center_box(int(w), int(h)) for h, w in g.sizes[rows]]  # type: ignore[index]
         data = self._encoded_bytes(g, rows)
         jpeg = self.meta.get("codec") == "jpeg"
-        sizes = g.sizes[rows].tolist() if g.sizes is not None else [g.shape[:2]] * len(rows)
+        sizes = g.sizes_of(rows).tolist()
         images = []
         for k, (i, d) in enumerate(zip(idx.tolist(), data)):
             try:
@@ -577,7 +581,7 @@ class H5Data:
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
         g = self._group_of(idx)
         rows = idx - g.start
-        sizes = g.sizes[rows] if g.sizes is not None else np.array([g.shape[:2]] * len(rows))
+        sizes = g.sizes_of(rows)
         if boxes is None:
             boxes = [center_box(int(w), int(h)) if self.whole else (0, 0, int(w), int(h)) for h, w in sizes]
         out = out or self.resolution

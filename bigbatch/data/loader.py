@@ -273,9 +273,8 @@ def _end_workers(it: Any) -> None:
             torch.utils.data._utils.signal_handling._remove_worker_pids(id(it))
             it._worker_pids_set = False
     for w in alive:
-        if w.is_alive() and w.pid:
-            with suppress(OSError):
-                os.kill(w.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+        with suppress(OSError, TypeError):  # (gone meanwhile; a pid None)
+            os.kill(w.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 @atexit.register  # (registered after multiprocessing's own, so run before it)

@@ -68,9 +68,8 @@ def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context, multip
         asked, micro_batch = micro_batch, share
     if share % micro_batch:
         per_step = micro_batch * ctx.world_size
-        fits = max(d for d in range(1, micro_batch + 1) if share % d == 0)  # (the largest micro-batch that divides)
-        fits = max((d for d in range(multiple, fits + 1, multiple) if share % d == 0), default=fits)
-        micro = f"train.micro_batch={fits}" if fits % multiple == 0 else f"each process a multiple of {multiple} images"
+        fits = [d for d in range(multiple, micro_batch + 1, multiple) if share % d == 0]  # (the largest is said)
+        micro = f"train.micro_batch={fits[-1]}" if fits else f"each process a multiple of {multiple} images"
         raise BigbatchError(
             f"train.batch={batch} is not a multiple of train.micro_batch x world_size = "
             f"{micro_batch} x {ctx.world_size}; give {micro} (a resumed run keeps its batch), or a "

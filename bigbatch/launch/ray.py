@@ -88,30 +88,12 @@ def launch_ray(
     args = _command(args)
     if address not in (None, "auto", "local"):
         _reachable(address)
-    # A SIGTERM while Ray starts ends the launch as Ctrl-C does, Ray's processes shut down (found from outside:
-    # ray.init puts in a handler of its own, which exited with status 15 and left a local instance's running).
-    with _sigterm_interrupts():
+    with _sigterm_interrupts():  # (a SIGTERM while Ray starts too: _init)
         try:
-            try:
-                ours = signal.getsignal(signal.SIGTERM)
-                if local:
-                    ray.init(
-                        num_cpus=local,
-                        num_gpus=0 if not gpus_per_rank else None,
-                        include_dashboard=False,
-                        logging_level=logging.ERROR,
-                    )
-                else:
-                    ray.init(address=address, logging_level=logging.ERROR)
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                raise BigbatchError(f"cannot reach the Ray cluster at {address}: {e}") from None
-            except SystemExit as e:  # (Ray's handler, on SIGTERM while it starts)
-                if e.code != signal.SIGTERM:
-                    raise
-                raise KeyboardInterrupt from None
-            finally:
-                if threading.current_thread() is threading.main_thread():
-                    signal.signal(signal.SIGTERM, ours)
+            if local:
+                _init(ray, num_cpus=local, num_gpus=0 if not gpus_per_rank else None, include_dashboard=False)
+            else:
+                _init(ray, address=address)
             ranks = nprocs if nprocs is not None else (local or None)
             n, per_rank = ray_ranks(ray.cluster_resources(), ranks, gpus_per_rank)
             return session(n, per_rank, args, grace, _show)
@@ -119,6 +101,24 @@ def launch_ray(
             ray.shutdown()
             if local and os.environ.get(APART):
                 _end_strays()
+
+
+def _init(ray: Any, **options: Any) -> None:
+    """ray.init, a SIGTERM meanwhile a KeyboardInterrupt as at any other time of the launch (found from outside:
+    ray.init puts in a handler of its own, which exited with status 15, a local instance's processes left running);
+    the handler of SIGTERM the launch had, back after it."""
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(logging_level=logging.ERROR, **options)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise BigbatchError(f"cannot reach the Ray cluster at {options.get('address')}: {e}") from None
+    except SystemExit as e:  # (Ray's handler, on SIGTERM while it starts)
+        if e.code != signal.SIGTERM:
+            raise
+        raise KeyboardInterrupt from None
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, ours)
 
 
 def _end_strays() -> None:

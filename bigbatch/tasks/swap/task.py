@@ -326,8 +326,12 @@ class SwapTask:
     def patch_inputs(self, pred_src: torch.Tensor, src_t: torch.Tensor, src_m: torch.Tensor) -> tuple:
         """What the patch discriminator judges, fake and real: src's reconstructions and targets, inside the blurred
         mask with masked training (DFL's)."""
-        blur = self._blur(src_m) if self.masks and self.cfg.swap.masked_training else None
+        blur = self._patch_mask(src_m)
         return (pred_src, src_t) if blur is None else (pred_src * blur, src_t * blur)
+
+    def _patch_mask(self, src_m: torch.Tensor) -> torch.Tensor | None:
+        """The blurred face mask the patch discriminator judges inside (masked training), or None."""
+        return self._blur(src_m) if self.masks and self.cfg.swap.masked_training else None
 
     def draws(self, nimg: int) -> tuple[torch.Tensor, ...]:
         """This rank's share of the step's random draws, drawn for the whole step: the warp's, src's then
@@ -408,7 +412,7 @@ class SwapTask:
             total = total + s.true_face_power * _d_loss(code_d(src_code), True)
         if s.gan_power:
             _, gan, _ = self.discs["gan"]
-            blur = self._blur(src_m) if self.masks and s.masked_training else None  # (as patch_inputs)
+            blur = self._patch_mask(src_m)
             center, pixels = gan(pred_src if blur is None else pred_src * blur)
             total = total + s.gan_power * (_d_loss(center, True) + _d_loss(pixels, True))
             if blur is not None:  # DFL: a faint background term and total variation against the GAN's bright dots
