@@ -1,8 +1,10 @@
 """Checkpoints: RUN/checkpoints/<kimg>/ with a task's nets in safetensors (a GAN's G, D, G_ema) and
 the rest of the state.
 
-A checkpoint is written into a hidden temporary folder, its meta.json last, then renamed into place;
-`latest` is rewritten (atomically) after that. A folder without a valid meta.json is never used.
+A checkpoint is written into a hidden temporary folder, its meta.json last; `latest` is rewritten
+(atomically) to name it, then it is renamed into place, so that a checkpoint once in place is the one `latest`
+names (a kill between the two: `latest` names a folder not there yet, and the one before is used). A folder
+without a valid meta.json is never used.
 meta.json records each file's size and checksum (xxh3_128: about 0.1 s per GB on one core, see
 bench/checksum.py); a file
 that no longer matches is corrupt, and is never loaded. Nothing is unpickled: weights are
@@ -100,9 +102,11 @@ def save_checkpoint(
         atomic_write(root / "latest", name + "\n")
         return final
     tmp = write_folder(root, name, nimg, nets, state, config_text, info)
+    # latest first (found from outside: killed between the rename and latest, a run resumed from the checkpoint
+    # before and set the newer one aside as another history)
+    atomic_write(root / "latest", name + "\n")
     shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
     os.replace(tmp, final)
-    atomic_write(root / "latest", name + "\n")
     for old in complete_checkpoints(run_dir)[:-keep]:
         if old != final:  # hidden first, so that a prune cut short leaves no published half of a checkpoint
             gone = old.with_name(f".pruned-{old.name}-{os.getpid()}")

@@ -404,13 +404,43 @@ def test_a_run_rolled_back_to_an_older_checkpoint_keeps_what_it_trains_from_ther
     aside = sorted(p.name.rsplit("-", 3)[0] for p in (run / "checkpoints").glob(".superseded-*"))
     assert aside == [".superseded-000000.384", ".superseded-000000.512"]
     assert weights(run, next((run / "checkpoints").glob(".superseded-000000.512-*")).name) == old
-    # A save cut short before latest named it: the run trains it again, the same bits, the first kept aside.
-    (run / "checkpoints" / "latest").write_text("000000.384\n")
-    bigbatch.train(every, run_dir=tmp_path / "cut", quiet=True)
-    cut = tmp_path / "cut"
-    (cut / "checkpoints" / "latest").write_text("000000.384\n")  # (000000.512 published, latest not yet written)
+    # Rolled back one checkpoint: the run trains it again, the same bits, the first kept aside.
+    cut = bigbatch.train(every, run_dir=tmp_path / "cut", quiet=True)
+    (cut / "checkpoints" / "latest").write_text("000000.384\n")
     bigbatch.train(every, run_dir=cut, resume=True, quiet=True)
     assert weights(cut) == old and find_checkpoint(cut).name == "000000.512"
+
+
+class Killed(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_run_killed_as_a_checkpoint_goes_into_place_resumes_from_the_newest_there(
+    tiny, tmp_path, uninterrupted, monkeypatch, capsys, when
+):
+    # Found from outside: killed between the checkpoint's rename and `latest`'s rewrite, a run resumed from the
+    # checkpoint before and set the newer one aside as another history.
+    replace = os.replace
+
+    def killed(src, dst):
+        if Path(src).name.startswith(".tmp-000000.512"):
+            if when == "after":
+                replace(src, dst)
+            raise Killed
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(Killed):
+        bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+    monkeypatch.setattr(os, "replace", replace)
+    run = tmp_path / "run"
+    assert find_checkpoint(run).name == ("000000.512" if when == "after" else "000000.256")
+    capsys.readouterr()
+    bigbatch.train(tiny, run_dir=run, resume=True, quiet=True)
+    assert "another history" not in capsys.readouterr().err
+    assert weights(run) == uninterrupted
+    assert not list((run / "checkpoints").glob(".superseded-*"))
 
 
 def test_an_evaluation_made_again_on_resume_is_logged_once(tmp_path):
