@@ -108,6 +108,11 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         if rep.compile:  # (the first step says how much came from the cache)
             plan += f"; {describe_compile(cfg)}, cache {compile_cache.in_use()}"
         print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg", flush=True)
+        if cfg.eval.best and not cfg.eval.every_kimg:  # (found from outside: silent)
+            warn(
+                f"eval.best={cfg.eval.best!r} keeps no checkpoints/best/: nothing is scored while the run trains "
+                "(eval.every_kimg is 0); set eval.every_kimg, or score its checkpoints with `bigbatch eval` after"
+            )
 
     def due(every_kimg: float, before: int) -> bool:
         every = max(1, round(every_kimg * 1000))

@@ -143,6 +143,12 @@ def test_bad_eval_settings_are_one_line(override, words, capsys):
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
 
 
+def test_a_best_metric_without_scores_during_training_is_said(tiny, tmp_path, capsys):
+    run = bigbatch.train(tiny.override({"eval.best": "fid", "train.kimg": 0.128}), run_dir=tmp_path / "r", quiet=True)
+    assert "eval.best='fid' keeps no checkpoints/best/: nothing is scored while the run trains" in capsys.readouterr().err
+    assert not (run / "checkpoints" / "best").exists()
+
+
 def test_precision_recall_density_and_coverage_are_logged_and_one_of_them_keeps_the_best(scored, tmp_path, capsys):
     cfg = scored.override({"eval.metrics": "fid,pr,dc", "eval.best": "c_recall"})  # (the classifier's names)
     run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
