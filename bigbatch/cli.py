@@ -401,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--batch-size", type=int, help="images per extractor batch (default: a GAN run's eval.batch_size, else 64)"
     )
-    ev.add_argument("--resolution", type=int, help="builtin:NAME: the side to make it at (default: the run's, else 32)")
+    ev.add_argument("--resolution", type=int, help="builtin:NAME: the side to make it at; classify run: to score at")
     ev.add_argument(
         "--seed",
         type=seed,

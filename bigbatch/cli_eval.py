@@ -46,7 +46,8 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.dst is not None and task != "swap":
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
     if task in ("classify", "swap"):  # their own reports: the options of FID/IS/KID would be ignored
-        given = [f"--{f.replace('_', '-')}" for f in GAN_ONLY if getattr(args, f, None) is not None]
+        own = ("resolution",) if task == "classify" else ()  # (the side it is scored at)
+        given = [f"--{f.replace('_', '-')}" for f in GAN_ONLY if f not in own and getattr(args, f, None) is not None]
         if args.asked:
             given.insert(0, "--metrics")
         if given:
@@ -56,10 +57,15 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
             )
     if task == "classify":
+        from bigbatch.config_types import MAX_RESOLUTION
         from bigbatch.tasks.classify.report import describe, evaluate_classifier
 
+        if args.resolution is not None and not 4 <= args.resolution <= MAX_RESOLUTION:
+            raise BigbatchError(f"--resolution must be 4 to {MAX_RESOLUTION} pixels, got {args.resolution}")
         with progress("eval"):
-            report = evaluate_classifier(args.path, args.reference, args.checkpoint, dist.context().device, args.tta)
+            report = evaluate_classifier(
+                args.path, args.reference, args.checkpoint, dist.context().device, args.tta, args.resolution
+            )
         print(describe(report))
         return
     if args.tta:

@@ -502,6 +502,10 @@ class EvalConfig(Section):
     val_loss; swap: ssim, src_ssim or dst_ssim; xseg: iou, or val_loss)."""
     classifier: dict[str, Any] = field(default_factory=dict)
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
+    resolution: int = 0
+    """Classify: the side the held-out split is scored, and `predict` and exports take images, at (0 = where the
+    last step trained). Above the training side scores higher after random-resized crops (FixRes, Touvron et al.
+    2019; FFCV's ResNet-50 trains at 160-192 px and scores at 256): `bigbatch eval RUN --resolution N` tries one."""
 
     def _validate(self) -> None:
         at_least_zero(
@@ -512,14 +516,14 @@ class EvalConfig(Section):
             self._fail("extractor", f"must be one of {', '.join(names)} or classifier:RUN, got {self.extractor!r}")
         if self.n < 2:
             self._fail("n", f"must be at least 2 images, got {self.n}")
-        at_least_zero(self, seed="a whole number >= 0")
+        at_least_zero(self, seed="a whole number >= 0", resolution="0 (where it trained) or a side in pixels")
         if self.reference_n < 0 or self.reference_n == 1:
             self._fail("reference_n", f"must be 0 (all images) or at least 2, got {self.reference_n}")
         positive(self, "batch_size")
         at_least_zero(self, standing_stats="a number of batches >= 0")
         at_most(
             self, n=limits.MAX_SCORED, reference_n=1 << 40, standing_stats=limits.MAX_STANDING,
-            batch_size=limits.MAX_EVAL_BATCH,
+            batch_size=limits.MAX_EVAL_BATCH, resolution=MAX_RESOLUTION,
         )  # fmt: skip
         if not self.truncation >= MIN_TRUNCATION:
             self._fail("truncation", f"must be a threshold >= {MIN_TRUNCATION} (inf = off), got {self.truncation}")

@@ -85,6 +85,7 @@ def describe_run(path: str | Path) -> str:
         classes = f", {meta.get('n_classes') or 'no'} classes" if ckpt is not None else ""  # (what its data gives)
         trained = resolution_trained(cfg, int(meta.get("nimg", 0)))
         at = f"{cfg.data.resolution}px" + (f", last trained at {trained}px" if trained != cfg.data.resolution else "")
+        at += f", scored at {cfg.eval.resolution}px" if cfg.eval.resolution else ""
         lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {at}{classes}")
     options = f" {m.options}" if m.options else ""
     batch = _batch_plan(cfg, run)

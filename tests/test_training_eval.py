@@ -145,7 +145,8 @@ def test_bad_eval_settings_are_one_line(override, words, capsys):
 
 def test_a_best_metric_without_scores_during_training_is_said(tiny, tmp_path, capsys):
     run = bigbatch.train(tiny.override({"eval.best": "fid", "train.kimg": 0.128}), run_dir=tmp_path / "r", quiet=True)
-    assert "eval.best='fid' keeps no checkpoints/best/: nothing is scored while the run trains" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "eval.best='fid' keeps no checkpoints/best/: nothing is scored while the run trains" in err
     assert not (run / "checkpoints" / "best").exists()
 
 

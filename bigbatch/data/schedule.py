@@ -187,6 +187,12 @@ def resolution_trained(cfg: Config, nimg: int) -> int:
     return phase_trained(cfg, nimg).resolution or cfg.data.resolution
 
 
+def resolution_scored(cfg: Config, nimg: int) -> int:
+    """The side a classifier's checkpoint at `nimg` images seen is scored, and predicts, at: eval.resolution, else
+    the resolution it last trained at."""
+    return cfg.eval.resolution or resolution_trained(cfg, nimg)
+
+
 @register_check("")
 def _check_phases(cfg: Config) -> None:
     """Every phase parses. How each phase's batch splits into micro-batches depends on the number of

@@ -230,6 +230,10 @@ def _builder(name: str) -> Builder:
 @register_check("")
 def _check_task(cfg: Config) -> None:
     _builder(cfg.task)
+    if cfg.eval.resolution and cfg.task != "classify":
+        cfg.eval._fail(
+            "resolution", f"is the side a classifier is scored at; a {cfg.task} run's is data.resolution: leave it 0"
+        )
     if cfg.task in _CONFIG_CHECKS:
         _CONFIG_CHECKS[cfg.task](cfg)
 

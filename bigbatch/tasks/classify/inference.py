@@ -22,7 +22,7 @@ from torch import nn
 
 from bigbatch.config import Config
 from bigbatch.data.listing import IMAGE_EXTENSIONS
-from bigbatch.data.schedule import resolution_trained
+from bigbatch.data.schedule import resolution_scored
 from bigbatch.data.sources import decode_or_reason, list_source
 from bigbatch.data.tars import read_by_listing
 from bigbatch.errors import BigbatchError, warn
@@ -116,7 +116,7 @@ def inference_of(run: str | Path, which: str = "latest", device: str | torch.dev
         if cfg.task != "classify":
             raise BigbatchError(f"{run} is a {cfg.task} run: predict takes a classify run's classifier")
         net = load_classifier(ckpt, device)
-        resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
+        resolution = resolution_scored(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
         module = Inference(net, resolution, cfg.data.val_crop, list(net.class_names)).eval()
         module.checkpoint = str(ckpt)  # type: ignore[assignment]
         return module

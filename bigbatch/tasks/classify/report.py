@@ -21,7 +21,7 @@ from bigbatch import checkpoints
 from bigbatch.checkpoints import read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, stored_side, validation_data
-from bigbatch.data.schedule import resolution_trained
+from bigbatch.data.schedule import resolution_scored
 from bigbatch.data.split import holdout
 from bigbatch.data.tars import is_tar_name, shards_named
 from bigbatch.errors import BigbatchError, warn
@@ -42,10 +42,12 @@ def evaluate_classifier(
     which: str = "latest",
     device: str | torch.device = "cpu",
     tta: bool = False,
+    resolution: int | None = None,
 ) -> dict[str, Any]:
     """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
     confusion.csv, confusion.png, top_losses.png; `tta`: each image's prediction averaged with its mirror
-    image's, in <data>-tta-<checkpoint>/) and return the metrics."""
+    image's, in <data>-tta-<checkpoint>/; `resolution`: scored at that side instead of eval.resolution's or where
+    it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
         cfg = Config.load(ckpt / "config.toml")
@@ -95,17 +97,19 @@ def evaluate_classifier(
         f"prepare it again with --classes {shlex.quote(d.path)} (the run's training data, or a text file of its "
         "class names), which numbers its classes as the run's, or score data of the run's classes",
     )
-    resolution = resolution_trained(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
+    given = resolution
+    resolution = given or resolution_scored(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     stored = stored_side(data)
     if stored and stored < resolution:  # (a prepared file of squares)
+        where = "" if given or cfg.eval.resolution else ", where it last trained"
         warn(
             f"data set {public_name(data_path or d.val_path or d.path)} holds {stored}px images, and the run "
-            f"scores at {resolution}px, where it last trained: they are upscaled, no sharper than at their own size"
+            f"scores at {resolution}px{where}: they are upscaled, no sharper than at their own size"
         )
     device = next(net.parameters()).device
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
     predicted = validation.predictions(net, tta)
-    name += "-tta" if tta else ""
+    name += (f"-{given}px" if given else "") + ("-tta" if tta else "")
     report = _report(predicted, list(net.class_names))
     source = public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)"
     out = checkpoints.eval_folder(run, ckpt, name, source)

@@ -184,11 +184,11 @@ def build(
     largest = max(p.resolution for p in schedule_of(cfg).phases)
     # (the held-out images too: found from outside, 16 px ones scored at 32 px without a word)
     val = task.val_data if cfg.data.val_path else None  # (a share of data.path is stored as data.path is)
-    for which, held in (("trains", data), ("scores its held-out images", val)):
-        stored = stored_side(held) if held is not None else None
-        if stored and largest > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
+    for which, held, side in (("trains", data, largest), ("scores its held-out images", val, cfg.eval.resolution)):
+        stored, side = (stored_side(held) if held is not None else None), side or largest
+        if stored and side > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
             warn(
-                f"data set {held.source} holds {stored}px images, and the run {which} at up to {largest}px "
+                f"data set {held.source} holds {stored}px images, and the run {which} at up to {side}px "
                 "(data.resolution, data.schedule): they are upscaled, no sharper than at their own size; prepare "
                 f"the images at {largest}px (or with --crop none) for the detail"
             )
@@ -298,8 +298,12 @@ class ClassifyTask:
 
     @property
     def resolution(self) -> int:
-        """The resolution the last step trained at (validation follows it)."""
+        """The resolution the last step trained at."""
         return self.schedule.phase_at(self.nimg).resolution or self.cfg.data.resolution
+
+    def scored_at(self) -> int:
+        """The side the held-out split is scored at: eval.resolution, else where the last step trained."""
+        return self.cfg.eval.resolution or self.resolution
 
     def plain(self) -> nn.Module:
         return self.rep.unwrap(self.model)
@@ -459,7 +463,7 @@ class ClassifyTask:
         if n == 0:
             return {}
         index = torch.linspace(0, len(source) - 1, n).round().long()
-        model, size, d = self.evaluated(), self.resolution, self.cfg.data
+        model, size, d = self.evaluated(), self.scored_at(), self.cfg.data
         if self._shown is None:  # cut as validation cuts them (val_crop, val_rect, whole images)
             self._shown = Validation(source, lambda: size, 1, d.val_crop, d.val_rect, "fp32", torch.device("cpu"))
         rows = []
@@ -494,15 +498,15 @@ def prediction_sheet(rows: list[tuple[torch.Tensor, int]], preds: list[int], cla
 
 
 class ClassifyScorer:
-    """eval.every_kimg: the held-out split scored (val_top1, val_top5, val_loss) at the phase's
-    resolution; the best val_top1 (or eval.best) keeps RUN/checkpoints/best/."""
+    """eval.every_kimg: the held-out split scored (val_top1, val_top5, val_loss) at eval.resolution, else the
+    phase's; the best val_top1 (or eval.best) keeps RUN/checkpoints/best/."""
 
     def __init__(self, task: ClassifyTask, run: Path, resumed_at: int | None, quiet: bool):
         cfg, rep = task.cfg, task.rep
         self.task = task
         self.validation = Validation(
             task.val_data,
-            lambda: task.resolution,
+            task.scored_at,
             cfg.eval.batch_size,
             cfg.data.val_crop,
             cfg.data.val_rect,
@@ -518,6 +522,7 @@ class ClassifyScorer:
             "data": task.val_data.content_hash,
             "crop": cfg.data.val_crop,
             "rect": cfg.data.val_rect,
+            **({"resolution": cfg.eval.resolution} if cfg.eval.resolution else {}),
         }
         self.tracker = Best(metric, metric != "val_loss", settings, run, resumed_at, quiet)
 

@@ -1,0 +1,42 @@
+"""eval.resolution: a classifier scored, predicting and exported at another side than it trained at (FixRes),
+and `bigbatch eval RUN --resolution N` trying a side on a trained run."""
+
+import json
+
+import pytest
+from test_classify import tiny
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.tasks.classify.inference import inference_of
+
+
+def test_a_classifier_scored_above_its_training_side_is_scored_predicts_and_reports_there(tmp_path, capsys):
+    run = bigbatch.train(tiny(**{"eval.resolution": 20}), run_dir=tmp_path / "run", quiet=True)
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in logged if "val_top1" in r][-1]
+    # eval of the run scores where its validation scored, and says so; predict and export take images there.
+    assert main(["eval", str(run)]) == 0
+    assert "360 images at 20 px" in capsys.readouterr().out
+    at20 = json.loads((run / "eval" / "heldout-000000.512" / "metrics.json").read_text())
+    assert at20["resolution"] == 20 and at20["loss"] == pytest.approx(last["val_loss"])
+    assert inference_of(run).resolution == 20
+    assert main(["info", str(run)]) == 0 and "at 16px, scored at 20px" in capsys.readouterr().out
+    # --resolution tries another side, in a report of its own; the run's is left as it was.
+    assert main(["eval", str(run), "--resolution", "16"]) == 0
+    at16 = json.loads((run / "eval" / "heldout-16px-000000.512" / "metrics.json").read_text())
+    assert at16["resolution"] == 16 and at16["loss"] != at20["loss"]
+    assert json.loads((run / "eval" / "heldout-000000.512" / "metrics.json").read_text()) == at20
+    # The best checkpoint's scores are kept with the side they were scored at.
+    assert json.loads((run / "checkpoints" / "best" / "meta.json").read_text())["best"]["settings"]["resolution"] == 20
+    capsys.readouterr()
+    assert main(["eval", str(run), "--resolution", "2"]) == 2
+    assert capsys.readouterr().err == "bigbatch: error: --resolution must be 4 to 16384 pixels, got 2\n"
+
+
+def test_a_scoring_side_is_refused_for_runs_that_score_at_their_data_resolution(capsys):
+    assert main(["train", "--preset", "digits", "eval.resolution=64", "--run-dir", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'eval.resolution' is the side a classifier is scored at; a gan run's is" in err
+    assert main(["train", "--preset", "fashion_resnet", "eval.resolution=-1", "--run-dir", "x"]) == 2
+    assert "'eval.resolution' must be 0 (where it trained) or a side in pixels, got -1" in capsys.readouterr().err
