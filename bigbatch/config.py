@@ -191,11 +191,13 @@ class TrainConfig(Section):
     optimizer: Literal["sgd", "adamw"] = "sgd"
     """classify: SGD with momentum (train.momentum, train.nesterov) or AdamW (train.betas)."""
     lr: float = 0.1
-    """classify: peak learning rate at train.lr_batch images per step; the rate in use is scaled
-    linearly to the batch in force (Goyal et al. 2017), so a data.schedule phase of twice the batch
-    steps twice as far."""
+    """classify: peak learning rate at train.lr_batch images per step; the rate in use is scaled to the batch in
+    force, linearly (Goyal et al. 2017: a data.schedule phase of twice the batch steps twice as far) or by its
+    square root (train.lr_scale)."""
     lr_batch: int = 256
     """classify: the batch train.lr (and a phase's lr) is given for; 0 = use the rates as written."""
+    lr_scale: Literal["linear", "sqrt"] = "linear"
+    """classify: how a rate follows the batch (timm's --lr-base-scale: "sqrt" for Adam's family and LAMB)."""
     warmup_kimg: float = 0.0
     """classify: linear learning-rate warm-up from 0 over this many kimg (Goyal et al. 2017: 5 epochs)."""
     lr_steps: list[float] = field(default_factory=list)
@@ -222,9 +224,9 @@ class TrainConfig(Section):
     rectangle of 2% to 1/3 of the image filled with per-pixel noise (timm's pixel mode), after RandAugment."""
     randaugment: str = ""
     """classify: RandAugment (Cubuk et al. 2020) in timm's --aa form, e.g. "rand-m9-mstd0.5-inc1" (ResNet
-    strikes back, DeiT): magnitude m of 10 drawn per image with standard deviation mstd (above 100, or inf:
-    uniform in [0, m], as timm), the increasing set
-    of operations, n layers (2) each applied with chance p (0.5); on the device, after the crop ("": off)."""
+    strikes back, DeiT): magnitude m of 10 drawn per image with standard deviation mstd (above 100, or inf: uniform
+    in [0, m], as timm), the increasing set of operations, n layers (2) each applied with chance p (0.5); on the
+    device, after the crop ("": off)."""
     labels: Literal["data", "rotation"] = "data"
     """classify: learn the data set's class labels, or which of four rotations (0, 90, 180, 270 degrees,
     one per image by its global position) each image was given: a label-free task for unlabelled data
@@ -321,10 +323,9 @@ class TrainConfig(Section):
         if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
             self._fail("body_lr_mult", f"must be a factor > 0, got {self.body_lr_mult}")
         at_least_zero(self, lr_batch="a batch >= 0 (0: rates as written)")
-        if not 0 <= self.momentum < 1:
-            self._fail("momentum", f"must be in [0, 1), got {self.momentum}")
-        if not 0 <= self.label_smoothing < 1:
-            self._fail("label_smoothing", f"must be in [0, 1), got {self.label_smoothing}")
+        for name in ("momentum", "label_smoothing"):
+            if not 0 <= getattr(self, name) < 1:
+                self._fail(name, f"must be in [0, 1), got {getattr(self, name)}")
         if not 0 < self.crop_scale <= 1:
             self._fail("crop_scale", f"must be an area fraction in (0, 1] (1 = off), got {self.crop_scale}")
         if not 0 < self.lr_gamma <= 1:
@@ -503,9 +504,8 @@ class EvalConfig(Section):
     classifier: dict[str, Any] = field(default_factory=dict)
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
     resolution: int = 0
-    """Classify: the side the held-out split is scored, and `predict` and exports take images, at (0 = where the
-    last step trained). Above the training side scores higher after random-resized crops (FixRes, Touvron et al.
-    2019; FFCV's ResNet-50 trains at 160-192 px and scores at 256): `bigbatch eval RUN --resolution N` tries one."""
+    """Classify: the side the held-out split is scored, and `predict` and exports take images, at (0: where the last
+    step trained); above it scores higher after random-resized crops (FixRes; FFCV's ResNet-50: 160-192 px, 256)."""
 
     def _validate(self) -> None:
         at_least_zero(

@@ -126,7 +126,7 @@ def describe_run(path: str | Path) -> str:
         decay = f"{t.lr_decay} decay" + (f" at {t.lr_steps} kimg" if t.lr_decay == "step" else "")
         lines.append(
             f"training    {batch}, {t.optimizer} lr {t.lr:g} "
-            f"per {t.lr_batch or 'batch'}, "
+            f"per {t.lr_batch or 'batch'}{' (sqrt-scaled)' if t.lr_batch and t.lr_scale == 'sqrt' else ''}, "
             f"warm-up {t.warmup_kimg:g} kimg, {decay}, weight decay {t.weight_decay:g}"
             f"{'' if t.norm_decay else ' (not on norms, biases)'}, {t.precision}, seed {t.seed}"
         )

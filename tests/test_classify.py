@@ -76,8 +76,8 @@ def test_a_run_shorter_than_its_step_decay_or_phases_says_so(capsys, monkeypatch
 
 def test_lr_scales_with_the_batch_of_the_phase():
     cfg = tiny(**{"data.schedule": "0:16:64,1:16:128", "train.lr_batch": 256, "train.lr": 1.0})
-    lr = lr_schedule(cfg)
-    assert lr(0) == pytest.approx(0.25) and lr(1024) == pytest.approx(0.5)
+    lr, sqrt = lr_schedule(cfg), lr_schedule(cfg.override({"train.lr_scale": "sqrt"}))  # (timm's for Adam's family)
+    assert (lr(0), lr(1024), sqrt(0), sqrt(1024)) == pytest.approx((0.25, 0.5, 0.5, 0.5**0.5))
 
 
 def test_fast_imagenet_preset_has_the_published_rates():

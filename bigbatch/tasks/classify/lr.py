@@ -1,8 +1,9 @@
 """The classifier's learning rate as a pure function of images seen (nanoGPT's `get_lr(it)`), so a
 resumed run and one of another world size step with the same rates.
 
-Two ways to give it, both scaled linearly to the batch in force (Goyal et al. 2017, "Accurate, large
-minibatch SGD": lr = train.lr x batch / train.lr_batch):
+Two ways to give it, both scaled to the batch in force, linearly (Goyal et al. 2017, "Accurate, large
+minibatch SGD": lr = train.lr x batch / train.lr_batch) or with train.lr_scale = "sqrt" by the square root of
+that ratio (timm's --lr-base-scale, its default for Adam's family and LAMB; Hoffer et al. 2017):
 - train.lr with a linear warm-up over train.warmup_kimg, then train.lr_decay: none, linear or cosine
   to 0 at train.kimg, or step (x train.lr_gamma at each of train.lr_steps);
 - or the lr of each data.schedule phase, [start, end] linear over the phase, as fast.ai's ImageNet in
@@ -55,6 +56,13 @@ def phase_rate(schedule: Schedule, nimg: int, total: int) -> float:
     return start + (end - start) * min(1.0, p)
 
 
+def batch_scale(cfg: Config, batch: int) -> float:
+    """What a rate given per train.lr_batch images is multiplied by at `batch` images a step (train.lr_scale)."""
+    t = cfg.train
+    ratio = batch / t.lr_batch if t.lr_batch else 1.0
+    return math.sqrt(ratio) if t.lr_scale == "sqrt" else ratio
+
+
 def lr_schedule(cfg: Config) -> Callable[[int], float]:
     """`lr(nimg)`: the learning rate of the step starting at `nimg` images seen, as the config gives it."""
     t = cfg.train
@@ -65,8 +73,7 @@ def lr_schedule(cfg: Config) -> Callable[[int], float]:
     by_phase = schedule.phases[0].lr is not None
 
     def lr(nimg: int) -> float:
-        batch = schedule.phase_at(nimg).batch
-        scale = batch / t.lr_batch if t.lr_batch else 1.0
+        scale = batch_scale(cfg, schedule.phase_at(nimg).batch)
         if by_phase:
             return phase_rate(schedule, nimg, total) * scale
         return warmup_decay(t.lr, nimg, total, warmup, t.lr_decay, steps, t.lr_gamma) * scale

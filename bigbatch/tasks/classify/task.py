@@ -36,7 +36,7 @@ from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify import erasing, mixing, randaugment
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
-from bigbatch.tasks.classify.lr import lr_schedule
+from bigbatch.tasks.classify.lr import batch_scale, lr_schedule
 from bigbatch.tasks.classify.validation import (
     METRICS,
     ROTATIONS,
@@ -292,9 +292,9 @@ class ClassifyTask:
     def set_lr(self, rate: float) -> None:
         """Hold train.lr at `rate` for the steps that follow (scaled to the phase's batch as configured),
         for the whole network: a fine-tuning's frozen start is set aside."""
-        lr_batch, schedule = self.cfg.train.lr_batch, self.schedule
+        cfg, schedule = self.cfg, self.schedule
         self.frozen_until = 0
-        self.lr = lambda nimg: rate * (schedule.phase_at(nimg).batch / lr_batch if lr_batch else 1.0)
+        self.lr = lambda nimg: rate * batch_scale(cfg, schedule.phase_at(nimg).batch)
 
     @property
     def resolution(self) -> int:

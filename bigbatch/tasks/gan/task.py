@@ -79,7 +79,7 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
 
 # The train keys of the classify task, which the GAN task does not read.
 CLASSIFY_KEYS = (
-    "optimizer", "lr", "lr_batch", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
+    "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
     "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "freeze_kimg", "body_lr_mult",
     "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase",
 )  # fmt: skip
