@@ -32,7 +32,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.models.registry import is_own
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
-from bigbatch.signals import EvaluationStopped, StopRequest, stop_signals
+from bigbatch.signals import EvaluationStopped, StartupStopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 
 
@@ -87,7 +87,17 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # before anything is written, so a bad config leaves nothing behind.
     data = training_data(cfg)
     run.check_data(data)  # on resume: the images the run was trained on
-    task = build_task(cfg, rep, data, run=run.path, resumed_at=run.resumed_at, quiet=quiet)
+    try:
+        task = build_task(cfg, rep, data, run=run.path, resumed_at=run.resumed_at, quiet=quiet)
+    except StartupStopped as e:  # (one process: in the reference statistics, before the first step)
+        if main:
+            kept = f" ({e})" if str(e) else ""
+            print(
+                f"Stopped by signal while computing reference statistics{kept}; nothing trained yet. Start it again "
+                f"with: bigbatch train --run-dir {shlex.quote(str(run.path))} --resume",
+                flush=True,
+            )
+        return run.path
     nimg, seconds = run.restore(task, rep) if run.checkpoint else (0, 0.0)
     if run.resumed and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
         truncate_metrics(run.path / "metrics.jsonl", 0)

@@ -23,19 +23,24 @@ class EvaluationStopped(Exception):
     resumed run evaluates (several processes finish the evaluation first: their collectives must meet)."""
 
 
+class StartupStopped(EvaluationStopped):
+    """A stop was asked for while `bigbatch train` started (one process), in the reference statistics: the run ends
+    there, before its first step, their sums kept (metrics.features.moments_sharded) for its next start."""
+
+
 _LOCAL = threading.local()  # .stops: the stop requests of the training loops under way in this thread
 
 
 def check_stop() -> None:
     """Raise EvaluationStopped if the training loop under way was asked to stop (between batches of a
-    long evaluation, where waiting for its end could outlast a scheduler's grace period). In one
-    process only: several finish the evaluation, their collectives must meet."""
+    long evaluation, where waiting for its end could outlast a scheduler's grace period), StartupStopped if before
+    its first step. In one process only: several finish the evaluation, their collectives must meet."""
     stops = getattr(_LOCAL, "stops", None)
-    if stops and stops[-1].armed and stops[-1].requested:  # (not while it starts: reference statistics)
+    if stops and stops[-1].requested:  # (while it starts: in its reference statistics)
         from bigbatch.engine import dist
 
         if not dist.active():
-            raise EvaluationStopped
+            raise EvaluationStopped if stops[-1].armed else StartupStopped
 
 
 _PENDING: list[int] = []  # SIGTERMs kept during `bigbatch train`'s start-up, for its loop

@@ -475,3 +475,67 @@ def test_features_are_extracted_when_the_user_turned_tf32_on_through_pytorchs_ne
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["192", "tf32", "tf32"]  # (the user's setting restored)
+
+
+class _Moments(M.Extractor):
+    """Features whose sums take every bit of float64: a stopped and resumed sum shows any difference."""
+
+    dims = 4
+
+    def forward(self, images):
+        x = images.float() / 255
+        return {"pool": torch.stack([x.mean((1, 2, 3)), x.std((1, 2, 3)), x[:, 0, 0, 0], x.amax((1, 2, 3))], 1) ** 1.5}
+
+
+def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path, monkeypatch, capsys):
+    # Found from outside: a SIGTERM while a run computed ImageNet's reference statistics waited for their end (past
+    # a scheduler's grace period), and the next start began them again.
+    from bigbatch.signals import StartupStopped, stop_signals
+
+    images = torch.randint(0, 256, (50, 4, 4, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    data = Images(images)
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    straight = M.reference_stats(data, _Moments(), batch_size=8, features=False, cache=False)
+    reader = M.stats._reader
+
+    def stopped_at(stop, at):
+        def read(data, index):
+            def images_at(start, count):
+                stop.requested = stop.requested or start == at
+                return reader(data, index)(start, count)
+
+            return images_at
+
+        return read
+
+    # A stop while `bigbatch train` starts: the sums of the whole batches done kept, and said.
+    with stop_signals() as stop:
+        monkeypatch.setattr(M.stats, "_reader", stopped_at(stop, 24))
+        with pytest.raises(StartupStopped, match=r"^32 of 50 images done, kept in .*\.partial-0of1\.safetensors"):
+            M.reference_stats(data, _Moments(), batch_size=8, features=False)
+    monkeypatch.setattr(M.stats, "_reader", reader)
+    (kept,) = (tmp_path / "cache" / "stats").glob("*.partial-0of1.safetensors")
+    went_on = M.reference_stats(data, _Moments(), batch_size=8, features=False)
+    assert "32 of 50 images were done before; going on from there" in capsys.readouterr().err
+    assert np.array_equal(went_on.mu, straight.mu) and np.array_equal(went_on.sigma, straight.sigma)
+    assert not kept.exists()  # (gone with the statistics saved)
+    # Killed outright: the sums kept every KEEP_EVERY_S are taken up.
+    keep = tmp_path / "k.safetensors"
+    monkeypatch.setattr("bigbatch.metrics.features.KEEP_EVERY_S", 0.0)
+
+    def killed(start, count):
+        if start == 40:
+            raise KeyboardInterrupt
+        return images[start : start + count]
+
+    with pytest.raises(KeyboardInterrupt):
+        M.moments_sharded(_Moments(), 50, killed, batch_size=8, keep=keep)
+    mu, sigma = M.moments_sharded(_Moments(), 50, lambda s, c: images[s : s + c], batch_size=8, keep=keep)
+    assert "40 of 50 images were done before" in capsys.readouterr().err
+    assert np.array_equal(mu, straight.mu) and np.array_equal(sigma, straight.sigma)
+    # Sums of other images (another first image) are not taken: computed anew, said.
+    other = torch.flip(images, (0,))
+    with pytest.raises(KeyboardInterrupt):
+        M.moments_sharded(_Moments(), 50, lambda s, c: killed(s, c) if s else other[s : s + c], batch_size=8, keep=keep)
+    M.moments_sharded(_Moments(), 50, lambda s, c: images[s : s + c], batch_size=8, keep=keep)
+    assert "holds no sums of these images (not of these images); computing them anew" in capsys.readouterr().err

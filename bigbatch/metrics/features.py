@@ -4,21 +4,24 @@ many images: in batches, or split across ranks (every rank gets all rows, or onl
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as td
 
 from bigbatch.engine import dist
-from bigbatch.errors import BigbatchError
-from bigbatch.signals import check_stop
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.signals import EvaluationStopped, check_stop
 
 _PROGRESS: ContextVar[str | None] = ContextVar("bigbatch_feature_progress", default=None)
 LINE_EVERY_S = 30.0  # off a terminal: one progress line this often
+KEEP_EVERY_S = 60.0  # moments_sharded's sums under way kept this often (and when a stop is asked for)
 
 
 @contextlib.contextmanager
@@ -168,25 +171,45 @@ def extract_sharded(
 
 
 def moments_sharded(
-    extractor: Extractor, n: int, images_at: Callable[[int, int], torch.Tensor], batch_size: int = 64
+    extractor: Extractor,
+    n: int,
+    images_at: Callable[[int, int], torch.Tensor],
+    batch_size: int = 64,
+    keep: Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean (D,) and unbiased covariance (D, D), float64, of the "pool" features of images 0 .. n-1,
     each rank summing its contiguous shard: only the sums (D + D^2 numbers) cross ranks, never the
     features, so FID statistics of a million images need no (N, D) matrix anywhere. Sums are taken
-    around the first image's features, which keeps the float64 covariance accurate for any N."""
+    around the first image's features, which keeps the float64 covariance accurate for any N.
+    `keep`: the sums under way are kept in a file of this rank's beside it (`kept_file`) every KEEP_EVERY_S and
+    when a stop is asked for, and a call that finds one goes on from there, to the same bits (a stop while
+    `bigbatch train` starts ends it there: StartupStopped; found from outside, ImageNet's reference statistics
+    were taken to their end first, past a scheduler's grace period, and began again at the next start)."""
     if n < 2:
         raise BigbatchError(f"need at least two images for a covariance, got n={n}")
     world, lo, hi, _ = _shard(n, batch_size)
     shift = extractor(images_at(0, 1))["pool"].double().reshape(-1)  # the same on every rank
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
-    shown = Progress(hi - lo, "features")
-    for start in range(lo, hi, batch_size):
-        check_stop()
+    kept = kept_file(keep) if keep is not None else None
+    done = _restore(kept, shift, total, outer, hi - lo) if kept is not None else 0
+    shown, last = Progress(hi - lo - done, "features"), time.monotonic()
+    for start in range(lo + done, hi, batch_size):
+        try:
+            check_stop()
+        except EvaluationStopped as e:
+            if kept is None or not done:
+                raise
+            _keep(kept, shift, total, outer, done)  # (where a batch begins: the sums are of whole batches)
+            raise type(e)(f"{done:,} of {hi - lo:,} images done, kept in {kept} for the next start") from None
         x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
         total += x.sum(0)
         outer += x.T @ x
+        done += x.shape[0]
         shown.add(x.shape[0])
+        if kept is not None and time.monotonic() - last >= KEEP_EVERY_S and done < hi - lo:
+            _keep(kept, shift, total, outer, done)
+            last = time.monotonic()
     shown.close()
     if world > 1:
         flat = torch.cat([total, outer.reshape(-1)]).to(_collective_device())
@@ -196,6 +219,42 @@ def moments_sharded(
     mean = total / n
     cov = (outer - n * torch.outer(mean, mean)) / (n - 1)
     return (mean + shift).numpy(), ((cov + cov.T) / 2).numpy()
+
+
+def kept_file(keep: Path) -> Path:
+    """Where this rank keeps moments_sharded's sums under way for `keep`: beside it, one file a rank and world size."""
+    world, rank = (td.get_world_size(), td.get_rank()) if dist.active() else (1, 0)
+    return keep.with_name(f"{keep.name.removesuffix('.safetensors')}.partial-{rank}of{world}.safetensors")
+
+
+def _keep(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, done: int) -> None:
+    from safetensors.torch import save_file
+
+    tmp = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    save_file({"shift": shift, "total": total, "outer": outer, "done": torch.tensor([done])}, str(tmp))
+    os.replace(tmp, kept)
+
+
+def _restore(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, share: int) -> int:
+    """The images of its share a kept file says were summed, its sums put in `total` and `outer`; 0 when there is
+    none, or none of these images' (another first image: another data set or extractor)."""
+    from safetensors.torch import load_file
+
+    if not kept.is_file():
+        return 0
+    try:
+        saved = load_file(str(kept))
+        done = int(saved["done"][0])
+        if not (0 < done < share and torch.equal(saved["shift"], shift)):
+            raise ValueError("not of these images")
+        total.copy_(saved["total"])
+        outer.copy_(saved["outer"])
+    except Exception as e:  # noqa: BLE001 (a damaged or foreign file: begun again)
+        warn(f"{kept} holds no sums of these images ({e}); computing them anew")
+        return 0
+    print(f"reference statistics: {done:,} of {share:,} images were done before; going on from there", file=sys.stderr)
+    return done
 
 
 def _shard(n: int, batch_size: int) -> tuple[int, int, int, int]:

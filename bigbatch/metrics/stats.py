@@ -19,7 +19,7 @@ from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.metrics.cache import data_digest
-from bigbatch.metrics.features import Extractor, extract_sharded, moments_sharded
+from bigbatch.metrics.features import Extractor, extract_sharded, kept_file, moments_sharded
 from bigbatch.metrics.fid import covariance_fault, feature_stats
 from bigbatch.metrics.image_sets import any_size, read_images
 from bigbatch.user_cache import cache_dir
@@ -142,7 +142,8 @@ def reference_stats(
     if features:
         mu, sigma, feats = compute_stats(data, extractor, index, batch_size)
     else:
-        mu, sigma = moments_sharded(any_size(extractor), len(index), _reader(data, index), batch_size)
+        keep = path if cache else None  # (the sums under way kept beside it: a stopped start goes on from there)
+        mu, sigma = moments_sharded(any_size(extractor), len(index), _reader(data, index), batch_size, keep)
         feats = np.zeros((0, mu.shape[0]), np.float32)
     meta = {
         "source": str(getattr(data, "source", "")),
@@ -157,6 +158,8 @@ def reference_stats(
     stats = ReferenceStats(mu, sigma, feats, key, meta)
     if cache and (not dist.active() or dist.context().is_main):
         save_stats(stats, path)
+    if cache and not features:
+        kept_file(path).unlink(missing_ok=True)  # (each rank its own, once the statistics are saved)
     return stats
 
 
