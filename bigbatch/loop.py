@@ -93,8 +93,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         if main:
             kept = f" ({e})" if str(e) else ""
             print(
-                f"Stopped by signal while computing reference statistics{kept}; nothing trained yet. Start it again "
-                f"with: bigbatch train --run-dir {shlex.quote(str(run.path))} --resume",
+                f"Stopped by signal while computing reference statistics{kept}; nothing trained since the start: the "
+                "same command starts it again",
                 flush=True,
             )
         return run.path

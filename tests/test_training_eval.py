@@ -463,3 +463,38 @@ def test_an_evaluation_of_many_images_on_a_cpu_is_warned_of_before_training(scor
         with replicator_for(cfg) as rep:
             build_task(cfg, rep, training_data(cfg), run=tmp_path / family, quiet=False)
         assert (said in capsys.readouterr().err) is (family == "inception")
+
+
+def test_a_sigterm_in_the_reference_statistics_ends_the_start_and_the_next_goes_on_from_their_sums(
+    scored, tmp_path, capsys, monkeypatch
+):
+    import os
+    import signal
+
+    from bigbatch.metrics import stats
+
+    cfg = scored.override({"eval.metrics": "fid"})  # (FID's statistics are sums: kept as they grow)
+    alone = eval_rows(bigbatch.train(cfg, run_dir=tmp_path / "alone", quiet=True))
+    for cached in (tmp_path / "cache" / "stats").glob("*"):
+        cached.unlink()
+    reader = stats._reader
+
+    def signalled(data, index):
+        def images_at(start, count):
+            if start == 96:
+                os.kill(os.getpid(), signal.SIGTERM)  # (the run's handler: a stop asked for)
+            return reader(data, index)(start, count)
+
+        return images_at
+
+    monkeypatch.setattr(stats, "_reader", signalled)
+    capsys.readouterr()
+    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    out = capsys.readouterr().out
+    assert "Stopped by signal while computing reference statistics (128 of 300 images done, kept in " in out
+    assert "nothing trained since the start: the same command starts it again" in out
+    assert not run.exists()  # (nothing written: the same command starts it)
+    monkeypatch.setattr(stats, "_reader", reader)
+    bigbatch.train(cfg, run_dir=run, quiet=True)
+    assert "128 of 300 images were done before; going on from there" in capsys.readouterr().err
+    assert [(r["kimg"], r["fcd"]) for r in eval_rows(run)] == [(r["kimg"], r["fcd"]) for r in alone]  # (the bits)
