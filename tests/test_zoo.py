@@ -77,6 +77,30 @@ def test_biggan_pytorchs_forward_of_exported_weights_divides_by_our_sigma(key):
     assert checked > 10
 
 
+@pytest.mark.parametrize("key", ["biggan", "biggan_deep"])
+def test_the_exported_conditioning_weights_read_the_references_order(key):
+    # BigGAN.py joins each block's [shared(y), z chunk]; BigGANdeep.py's forward z = torch.cat([y, z], 1) for the
+    # first linear and every block. Found from outside: the deep G's columns were exported in our [z, shared(y)]
+    # order, which loads silently at dim_z = shared_dim (128 each) and gives other images.
+    import torch.nn.functional as F
+
+    G, _ = tiny_pair(key)
+    ref = convert.to_reference(G)
+    z, y = torch.randn(3, G.dim_z), torch.tensor([0, 2, 4])
+    e = G.shared(y)
+    if key == "biggan_deep":
+        ours, theirs = torch.cat([z, e], 1), torch.cat([e, z], 1)
+        torch.testing.assert_close(F.linear(theirs, ref["linear.weight"]), F.linear(ours, G.linear.weight))
+    else:
+        chunk = z[:, : G.blocks[0].bn1.gain.weight.shape[1] - e.shape[1]]
+        ours = theirs = torch.cat([e, chunk], 1)  # (BigGAN's own order: nothing moved)
+    gain = G.blocks[0].bn1.gain.weight
+    torch.testing.assert_close(F.linear(theirs, ref["blocks.0.0.bn1.gain.weight"]), F.linear(ours, gain))
+    back, _ = tiny_pair(key, seed=1)
+    back.load_state_dict(convert.from_reference(back, ref))
+    assert torch.equal(back.linear.weight, G.linear.weight) and torch.equal(back.blocks[0].bn1.gain.weight, gain)
+
+
 def test_reference_names_at_the_reference_configurations():
     with torch.device("meta"):
         G, D = bigbatch.models.create("biggan", 128, 1000, ch=96, dim_z=120)

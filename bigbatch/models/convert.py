@@ -8,14 +8,18 @@ The name mapping, per module (ours -> BigGAN-PyTorch):
   <bn>.bn.running_mean/var  -> <bn>.stored_mean / stored_var   (conditional BN)
   out_bn.weight/bias/running_* -> output_layer.0.gain / bias / stored_*
   <sn layer>.sn_u           -> <sn layer>.u0        (sv0 and our sn_v are derived, see below)
-Everything else keeps its name (shared, linear, embed, input_conv, conv1..4, conv_sc, theta, phi, g, o,
-gamma, gain, bias). BigGAN-PyTorch runs one power iteration from its stored u0 at every forward, even
-in eval mode, and divides by the resulting sigma; the import runs that same iteration once and stores
-its u and v, so the imported model computes exactly the reference's sigma.
+Everything else keeps its name (shared, linear, embed, input_conv, conv1..4, conv_sc, theta, phi, g, o, gamma,
+gain, bias). BigGAN-deep's G joins its conditioning as [shared(y), z] (BigGANdeep.py's forward), ours as [z,
+shared(y)]: the columns of the weights that read it (its first linear, every conditional BN's) change places
+(found from outside: with dim_z = shared_dim, 128 each, the weights loaded and gave other images). BigGAN-PyTorch
+runs one power iteration from its stored u0 at every forward, even in eval mode, and divides by the resulting
+sigma; the import runs that same iteration once and stores its u and v, so the imported model computes exactly the
+reference's sigma.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -78,6 +82,20 @@ def _check_family(net: nn.Module) -> None:
         )
 
 
+def _joined(net: nn.Module) -> list[str]:
+    """The entries of a BigGAN-deep G that read its conditioning (their columns in the other order than the
+    reference's, see the module's docstring)."""
+    if not isinstance(net, biggan_deep.BigGANDeepGenerator) or net.shared is None:
+        return []
+    keys = net.state_dict()
+    return [k for k in keys if k == "linear.weight" or re.fullmatch(r"blocks\.\d+\.bn\d+\.(gain|bias)\.weight", k)]
+
+
+def _first_last(w: torch.Tensor, first: int) -> torch.Tensor:
+    """`w` with its first `first` columns moved after the others."""
+    return torch.cat([w[:, first:], w[:, :first]], dim=1)
+
+
 def _sn_layers(net: nn.Module) -> dict[str, SpectralNorm]:
     return {name: m for name, m in net.named_modules() if isinstance(m, SpectralNorm)}
 
@@ -101,6 +119,8 @@ def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "th
             f"{what} are not BigGAN-PyTorch weights of this model ({len(problems)} problems: "
             f"{'; '.join(problems[:3])}); check model.name, ch, dim_z, data.resolution and the options"
         )
+    for key in _joined(net):  # [shared(y), z] -> [z, shared(y)]
+        out[key] = _first_last(out[key], out[key].shape[1] - net.dim_z)
     for name, layer in _sn_layers(net).items():
         prefix = f"{name}." if name else ""
         w = out[prefix + "weight"].float().flatten(1)
@@ -145,6 +165,8 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
         u_name = reference_name(net, prefix + "sn_u")
         out[u_name] = u0.contiguous()
         out[u_name[: -len("u0")] + "sv0"] = sigma.reshape(1).detach().clone()
+    for key in _joined(net):  # [z, shared(y)] -> [shared(y), z] (u0 reads the rows: the same either way)
+        out[reference_name(net, key)] = _first_last(out[reference_name(net, key)], net.dim_z)
     return out
 
 
