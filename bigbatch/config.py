@@ -238,8 +238,8 @@ class TrainConfig(Section):
     the GPU (a JPEG's crop decodes only its own MCUs, at the smallest scale that keeps it at the resolution)."""
     g_ortho: float = 0.0
     """Orthogonal regularization strength beta of G (BigGAN: 1e-4; BigGAN-PyTorch's scripts: 0). Adds
-    beta * 2 (W W^T - I off-diagonal) W to the gradient of every weight of >= 2 dims except embeddings,
-    as BigGAN-PyTorch's utils.ortho does."""
+    beta * 2 (W W^T - I off-diagonal) W to the gradient of every weight of >= 2 dims but the shared class
+    embedding, as BigGAN-PyTorch's utils.ortho does."""
     d_ortho: float = 0.0
     """Orthogonal regularization strength of D (0 = off), as g_ortho."""
     r1_gamma: float = 0.0

@@ -145,16 +145,22 @@ def test_ortho_penalty_gradient_is_biggan_pytorchs():
     from bigbatch.tasks.gan.losses import ortho_penalty
 
     torch.manual_seed(0)
-    G, _ = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16)
-    ortho_penalty(G).backward()
-    shared = G.shared.weight
-    assert shared.grad is None  # embeddings are excluded
-    for p in G.parameters():
-        if p.ndim < 2 or p is shared:
-            continue
-        w = p.detach().flatten(1)
-        expected = 2 * ((w @ w.t()) * (1 - torch.eye(w.shape[0]))) @ w  # BigGAN-PyTorch's utils.ortho
-        torch.testing.assert_close(p.grad.flatten(1), expected, rtol=1e-4, atol=1e-6)
+    G, D = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16)
+    unshared, _ = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16, shared=False, hier=False)
+    for net in (G, D, unshared):
+        ortho_penalty(net).backward()
+        shared = getattr(net, "shared", None)
+        assert shared is None or shared.weight.grad is None  # BigGAN-PyTorch's blacklist: G.shared alone
+        checked = 0
+        for p in net.parameters():
+            if p.ndim < 2 or (shared is not None and p is shared.weight):
+                continue
+            w = p.detach().flatten(1)
+            expected = 2 * ((w @ w.t()) * (1 - torch.eye(w.shape[0]))) @ w  # BigGAN-PyTorch's utils.ortho
+            torch.testing.assert_close(p.grad.flatten(1), expected, rtol=1e-4, atol=1e-6)
+            checked += 1
+        embeddings = [m.weight for m in net.modules() if isinstance(m, torch.nn.Embedding)]
+        assert checked > 10 and all(e.grad is not None for e in embeddings if shared is None or e is not shared.weight)
 
 
 def test_class_weights_equal_labels_and_mix_linearly():

@@ -36,13 +36,16 @@ def r1_penalty(logits_real: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
 
 
 def ortho_penalty(module: nn.Module) -> torch.Tensor:
-    """BigGAN's orthogonal regularization, summed over every weight of >= 2 dims except embeddings.
+    """BigGAN's orthogonal regularization, summed over every weight of >= 2 dims but a G's shared class embedding
+    (BigGAN-PyTorch's blacklist: G.shared; D's projection embedding and an unshared G's per-class BN gains and
+    biases are regularized, found from outside to be left out).
 
     Its gradient is 2 (W W^T * (1 - I)) W for each weight W viewed as (out, -1): the gradient that
     BigGAN-PyTorch's utils.ortho adds, so strength beta here equals its G_ortho / D_ortho. (The paper
     writes R = beta ||W^T W * (1 - I)||_F^2, whose gradient is twice that.) Computed in fp32.
     """
-    skip = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    shared = getattr(module, "shared", None)
+    skip = {id(p) for p in shared.parameters()} if isinstance(shared, nn.Module) else set()
     total = torch.zeros((), device=next(module.parameters()).device)
     with torch.autocast(total.device.type, enabled=False):
         for p in module.parameters():
