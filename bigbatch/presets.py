@@ -161,14 +161,15 @@ def biggan_deep128() -> Config:
     """BigGAN-deep at 128x128 on ImageNet, batch 2048: BigGAN-PyTorch's scripts/launch_BigGAN_deep.sh.
 
     Its numbers: 256 x 8 accumulations, G lr 1e-4, D lr 4e-4, betas (0, 0.999), eps 1e-6, ch 128, depth 2,
-    dim_z 128 with shared embedding 128, attention at 64, SN eps 1e-6, BN eps 1e-5, orthogonal init, no
-    orthogonal regularization, EMA 0.9999 from iteration 20k, G sampled in eval mode; its default 100
+    dim_z 128 with shared embedding 128, attention at 64, SN eps 1e-6, BN eps 1e-5, PyTorch's own initialisation
+    (its --G_init ortho comes with --skip_init, which skips it: model.options.init "none"), no orthogonal
+    regularization, EMA 0.9999 from iteration 20k, G sampled in eval mode; its default 100
     epochs of ImageNet as the run length. micro_batch "auto" as in biggan128_bs2048.
     """
     return Config(
         name="biggan_deep128",
         data=DataConfig(path="data/imagenet128.h5", resolution=128),
-        model=ModelConfig(name="biggan_deep", ch=128, dim_z=128),
+        model=ModelConfig(name="biggan_deep", ch=128, dim_z=128, options={"init": "none"}),
         train=TrainConfig(
             kimg=100 * IMAGENET / 1000,
             batch=2048,

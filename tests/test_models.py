@@ -236,6 +236,12 @@ def test_init_scheme_is_the_familys_default_or_the_option():
     G, _ = bigbatch.models.create("dcgan", 32, 0, ch=16, dim_z=64, init="ortho")
     w = G.input.weight.detach().flatten(1)  # 64 x 1024: orthonormal rows
     torch.testing.assert_close(w @ w.t(), torch.eye(64), rtol=0, atol=1e-5)
+    # "none": PyTorch's own, biases and all (BigGAN-PyTorch's --skip_init, which biggan_deep128's script gives).
+    for init, drawn in (("ortho", False), ("none", True)):
+        G, _ = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16, init=init)
+        biases = [m.bias for m in G.modules() if isinstance(m, torch.nn.modules.conv._ConvNd) and m.bias is not None]
+        assert biases and all(bool(b.any()) == drawn for b in biases)  # (the schemes zero them)
+    assert bigbatch.preset("biggan_deep128").model.options["init"] == "none"
 
 
 @pytest.mark.parametrize(

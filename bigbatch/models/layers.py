@@ -217,7 +217,7 @@ class ClassEmbedding(nn.Embedding):
 
 # How a conditional BN's gain and bias start (ConditionalBatchNorm2d's `start`).
 BN_STARTS = ("scheme", "identity", "scheme_then_identity")
-INIT_SCHEMES = ("N02", "ortho", "xavier", "kaiming", "equalized")
+INIT_SCHEMES = ("N02", "ortho", "xavier", "kaiming", "none", "equalized")
 
 
 class ConditionalBatchNorm2d(nn.Module):
@@ -278,14 +278,15 @@ def init_weights(module: nn.Module, scheme: str) -> None:
     """Initialise conv, linear and embedding weights in module order: 'N02' (DCGAN), 'ortho' (BigGAN),
     'xavier' (SN-GAN) or 'kaiming' (the ResNets); biases of convs and linears to zero. Conditional BNs'
     gains and biases follow their `start`. 'equalized' (StyleGAN2's equalized learning rate) leaves the
-    module as it is: its layers draw their N(0, 1) weights themselves.
+    module as it is: its layers draw their N(0, 1) weights themselves. 'none' leaves PyTorch's own
+    initialisation, as the layers drew it (BigGAN-PyTorch's --skip_init).
 
     'kaiming' is torchvision's ResNet initialisation: convs He-normal with the fan-out (He et al. 2015),
     BatchNorm weight 1 and bias 0; linears (and embeddings) N(0, 0.01) as in Goyal et al. 2017, where
     torchvision leaves the head at PyTorch's default."""
     if scheme not in INIT_SCHEMES:
         raise BigbatchError(f"unknown init scheme '{scheme}'; valid: {', '.join(INIT_SCHEMES)}")
-    if scheme == "equalized":
+    if scheme in ("equalized", "none"):
         return
     start = {
         id(e): m.start
