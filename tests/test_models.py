@@ -531,3 +531,15 @@ def test_stylegan2_presets_build_adas_networks(name, counts):
         G, D = build_models(cfg, 0, 3)
     assert (count_params(G), count_params(D)) == counts
     assert cfg.model.options["mbstd_group"] == cfg.train.micro_batch == cfg.train.batch // 8  # (8 reference GPUs)
+
+
+def test_an_attention_size_that_no_block_puts_out_is_refused():
+    # Found from outside: model.options={g_attn=48} built a BigGAN without attention, without a word.
+    with pytest.raises(bigbatch.BigbatchError, match=r"g_attn = 48: no block of this model puts out 48 px; give one "):
+        bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16, g_attn=48)
+    with pytest.raises(bigbatch.BigbatchError, match=r"d_attn = 128: no block of this model puts out 128 px"):
+        bigbatch.models.create("biggan_deep", 128, 5, ch=4, dim_z=16, d_attn=128)
+    G, D = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16)  # the default 64: none at 32 px (BigGAN-PyTorch's)
+    assert G.attention is None and D.attention is None
+    G, D = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16, g_attn=16, d_attn=8)
+    assert G.attn_after == 1 and D.attn_after == 1  # (D's 32-px blocks put out 16, 8, 8, 8: after the first 8)

@@ -194,7 +194,7 @@ def hierarchical_dim_z(family: str, *, resolution: int, dim_z: int, slots: int) 
 class BigGANGenerator(nn.Module):
     """BigGAN's G, which also serves SA-GAN (no hierarchical z) and SN-GAN (its own widths, per-class
     BN, no spectral norm, no attention). `g_attn` is the resolution after whose block attention sits
-    (none if no block has it); `arch` maps resolutions to channel multipliers (in, out) per block."""
+    (attention_index); `arch` maps resolutions to channel multipliers (in, out) per block."""
 
     def __init__(
         self,
@@ -242,8 +242,7 @@ class BigGANGenerator(nn.Module):
             )
             for i, (a, b) in enumerate(zip(ins, outs))
         )
-        res = [8 * 2**i for i in range(len(ins))]
-        self.attn_after = res.index(g_attn) if g_attn in res else None
+        self.attn_after = attention_index("g_attn", g_attn, [8 * 2**i for i in range(len(ins))])
         self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.out_bn = nn.BatchNorm2d(outs[-1], eps=bn_eps)
         self.out_conv = layers.conv2d(outs[-1], img_channels, 3, padding=1, sn=sn, sn_eps=sn_eps)
@@ -299,11 +298,28 @@ class BigGANDiscriminator(ProjectionDiscriminator):
             DBlock(a, b, downsample=d, preactivation=i > 0, sn_eps=sn_eps, wide=wide, fused=2 * r >= FUSE_FROM)
             for i, (a, b, d, r) in enumerate(zip(ins, outs, down, res))
         )
-        self.attn_after = res.index(d_attn) if d_attn in res else None
+        self.attn_after = attention_index("d_attn", d_attn, res)
         self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
         self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
         self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
+
+
+ATTN_DEFAULT = 64  # g_attn's and d_attn's default: ImageNet-128's, which a smaller model has no block of
+
+
+def attention_index(option: str, size: int, sizes: list[int]) -> int | None:
+    """The block (of outputs `sizes` px) that attention follows, for option `option` = `size` (0: none). A size no
+    block puts out is refused (found from outside: dropped without a word), but for the default, which smaller
+    models lack (and BigGAN-PyTorch's drop too)."""
+    if size in sizes:
+        return sizes.index(size)
+    if size and size != ATTN_DEFAULT:
+        raise BigbatchError(
+            f"model.options.{option} = {size}: no block of this model puts out {size} px; give one of "
+            f"{', '.join(map(str, sorted(set(sizes))))}, or 0 for no attention"
+        )
+    return None
 
 
 def check_values(

@@ -16,7 +16,7 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.models import layers
-from bigbatch.models.biggan import Attention, ProjectionDiscriminator, check_values, checkpointable
+from bigbatch.models.biggan import Attention, ProjectionDiscriminator, attention_index, check_values, checkpointable
 from bigbatch.models.registry import register
 from bigbatch.models.resample import FUSE_FROM, upsample_conv
 
@@ -120,6 +120,7 @@ class BigGANDeepGenerator(nn.Module):
         self.linear = layers.linear(cond_dim, ins[0] * 16, sn=True, sn_eps=sn_eps)
         blocks: list[nn.Module] = []
         self.attn_after = None
+        attn_stage = attention_index("g_attn", g_attn, [8 * 2**stage for stage in range(len(ins))])
         for stage, (a, b) in enumerate(zip(ins, outs)):
             # Within a stage the channels stay at `a` until the last block, which changes them and upsamples.
             for j in range(depth):
@@ -130,7 +131,7 @@ class BigGANDeepGenerator(nn.Module):
                         a, b if last else a, cond_dim=cond_dim, upsample=last, bn_eps=bn_eps, sn_eps=sn_eps, fused=fused
                     )
                 )
-            if 8 * 2**stage == g_attn:
+            if stage == attn_stage:
                 self.attn_after = len(blocks) - 1
                 self.attention = Attention(b, sn_eps=sn_eps)
         self.blocks = nn.ModuleList(blocks)
@@ -162,10 +163,11 @@ class BigGANDeepDiscriminator(ProjectionDiscriminator):
         self.input_conv = layers.conv2d(img_channels, ins[0], 3, padding=1, sn=True, sn_eps=sn_eps)
         blocks: list[nn.Module] = []
         self.attn_after, self.attention = None, None
+        attn_stage = attention_index("d_attn", d_attn, [resolution // 2 ** (stage + 1) for stage in range(len(ins))])
         for stage, (a, b) in enumerate(zip(ins, outs)):
             for j in range(depth):  # the first block of a stage changes the channels and downsamples
                 blocks.append(DeepDBlock(a if j == 0 else b, b, downsample=j == 0, sn_eps=sn_eps))
-            if resolution // 2 ** (stage + 1) == d_attn:
+            if stage == attn_stage:
                 self.attn_after = len(blocks) - 1
                 self.attention = Attention(b, sn_eps=sn_eps)
         self.blocks = nn.ModuleList(blocks)
