@@ -191,9 +191,8 @@ class TrainConfig(Section):
     optimizer: Literal["sgd", "adamw"] = "sgd"
     """classify: SGD with momentum (train.momentum, train.nesterov) or AdamW (train.betas)."""
     lr: float = 0.1
-    """classify: peak learning rate at train.lr_batch images per step; the rate in use is scaled to the batch in
-    force, linearly (Goyal et al. 2017: a data.schedule phase of twice the batch steps twice as far) or by its
-    square root (train.lr_scale)."""
+    """classify: peak learning rate at train.lr_batch images per step, scaled to the batch in force: linearly (Goyal
+    et al. 2017: a phase of twice the batch steps twice as far) or by its square root (train.lr_scale)."""
     lr_batch: int = 256
     """classify: the batch train.lr (and a phase's lr) is given for; 0 = use the rates as written."""
     lr_scale: Literal["linear", "sqrt"] = "linear"
@@ -274,10 +273,9 @@ class TrainConfig(Section):
     """classify, while train.freeze_kimg lasts: the body's normalization layers (BatchNorm, InstanceNorm,
     LayerNorm) train too, at the body's rate, as fastai's train_bn (its default) has them; false: they stay."""
     model_ema_kimg: float = 0.0
-    """classify: half-life, in thousands of images, of an exponential moving average of the model's weights
-    (Polyak averaging; timm's --model-ema), which is what validation, checkpoints/best/, eval, predict, export
-    and init_from use; BatchNorm statistics are averaged alike (copies of the latest would not fit the
-    averaged weights). Capped by train.ema_rampup when set (0 = off)."""
+    """classify: half-life in kimg of an average of the model's weights (Polyak; timm's --model-ema), which is what
+    validation, checkpoints/best/, eval, predict, export and init_from use; BatchNorm statistics averaged alike
+    (copies of the latest would not fit the averaged weights). Capped by train.ema_rampup when set (0 = off)."""
     ema_halflife_kimg: float = 10.0
     """Half-life of the EMA of G's weights, in thousands of images (independent of the batch size)."""
     ema_start_kimg: float = 0.0
@@ -285,6 +283,9 @@ class TrainConfig(Section):
     ema_rampup: float = 0.0
     """The EMA's half-life is at most this fraction of the images seen before the step (StyleGAN2-ADA: 0.05), so
     an early G_ema forgets its random start quickly, its first step a copy (0 = off)."""
+    ema_buffers: Literal["copy", "average"] = "copy"
+    """G_ema's BatchNorm statistics: G's at each step (StyleGAN2-ADA's), or "average": averaged as the weights are,
+    theirs (BigGAN-PyTorch's and StudioGAN's; the BigGAN presets'). Spectral-norm vectors are G's either way."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Compute precision of forward and backward; weights, optimizer state and losses stay fp32."""
     seed: int = 0
@@ -292,10 +293,9 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where to train: "auto" takes CUDA when it is available."""
     deterministic: bool = False
-    """Ask PyTorch for deterministic kernels while training (torch.use_deterministic_algorithms, cuDNN
-    without autotuning, CUBLAS_WORKSPACE_CONFIG=:4096:8), so that on a GPU a resumed run ends with the bits
-    of the run left alone, as it does on CPU: some CUDA backward kernels add with atomics, in an order that
-    changes from run to run. Slower; an op with no deterministic kernel on the device stops the run naming it."""
+    """Deterministic kernels while training (torch.use_deterministic_algorithms, cuDNN without autotuning,
+    CUBLAS_WORKSPACE_CONFIG=:4096:8): on a GPU a resumed run then ends with the bits of the run left alone, as on a
+    CPU (some CUDA backward kernels add with atomics, in a changing order). Slower; an op without one stops the run."""
     log_every_kimg: float = 1.0
     """How often a line goes to metrics.jsonl and TensorBoard."""
 

@@ -148,6 +148,7 @@ def biggan128_bs2048() -> Config:
             adam_eps=1e-6,
             ema_halflife_kimg=ema_halflife_kimg(0.9999, 2048),
             ema_start_kimg=20_000 * 2048 / 1000,
+            ema_buffers="average",  # (its utils.ema blends the whole state dict)
             log_every_kimg=20 * 2048 / 1000,
         ),
         checkpoint=CheckpointConfig(every_kimg=1000 * 2048 / 1000, keep=2),
@@ -180,6 +181,7 @@ def biggan_deep128() -> Config:
             adam_eps=1e-6,
             ema_halflife_kimg=ema_halflife_kimg(0.9999, 2048),
             ema_start_kimg=20_000 * 2048 / 1000,
+            ema_buffers="average",  # (its utils.ema blends the whole state dict)
             log_every_kimg=20 * 2048 / 1000,
         ),
         checkpoint=CheckpointConfig(every_kimg=500 * 2048 / 1000, keep=2),
@@ -218,6 +220,7 @@ def biggan_cifar() -> Config:
             adam_eps=1e-8,
             ema_halflife_kimg=ema_halflife_kimg(0.9999, per_iteration),
             ema_start_kimg=1000 * per_iteration / 1000,
+            ema_buffers="average",  # (its utils.ema blends the whole state dict)
             log_every_kimg=20.0,
         ),
         checkpoint=CheckpointConfig(every_kimg=2000 * per_iteration / 1000, keep=2),
@@ -277,6 +280,7 @@ def sagan128() -> Config:
             betas=(0.0, 0.999),
             ema_halflife_kimg=ema_halflife_kimg(0.9999, 256),
             ema_start_kimg=2000 * 256 / 1000,
+            ema_buffers="average",  # (its utils.ema blends the whole state dict)
             log_every_kimg=25.6,
         ),
         checkpoint=CheckpointConfig(every_kimg=256.0, keep=2),

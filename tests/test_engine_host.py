@@ -143,3 +143,36 @@ def test_ema_rampup_counts_the_images_before_the_step_as_stylegan2_ada():
     update_ema(G_ema, G2, 128, 64, halflife_kimg=10, start_kimg=0, rampup=0.05)
     beta = 0.5 ** (64 / (0.05 * 64))  # ADA's: batch / min(ema_nimg, 64 seen before * ema_rampup)
     assert torch.allclose(G_ema.weight, G2.weight + beta * (before - G2.weight), atol=1e-7)
+
+
+def test_an_average_of_buffers_averages_bn_statistics_as_biggan_pytorch_and_copies_spectral_norms_vectors(tmp_path):
+    # Found from outside: G_ema's BatchNorm statistics were G's latest, where BigGAN-PyTorch's utils.ema and
+    # StudioGAN's Ema blend them as the weights; train.ema_buffers = "average" (the BigGAN presets') does so.
+    from safetensors.torch import load_file
+
+    from bigbatch.engine.ema import make_ema, update_ema
+
+    G, _ = bigbatch.models.create("biggan", 32, 10, ch=8, dim_z=16)
+    G_ema = make_ema(G)
+    with torch.no_grad():
+        for b in G.buffers():
+            b.add_(torch.rand_like(b.float()).to(b.dtype) + 1)
+    before = {k: v.clone() for k, v in G_ema.state_dict().items()}
+    update_ema(G_ema, G, 10_000, 256, 10.0, 0.0, average_buffers=True)
+    beta = 0.5 ** (256 / 10_000)
+    now, new = G_ema.state_dict(), G.state_dict()
+    for kind in ("running_mean", "running_var"):
+        keys = [k for k in now if k.endswith(kind)]
+        assert keys and all(torch.equal(now[k], new[k].lerp(before[k], beta)) for k in keys)
+    for kind in ("sn_u", "sn_v", "num_batches_tracked"):  # (vectors read as unit ones; counts)
+        keys = [k for k in now if k.endswith(kind)]
+        assert keys and all(torch.equal(now[k], new[k]) for k in keys)
+    # Through a run: the BigGAN presets average; others copy, as StyleGAN2-ADA.
+    assert bigbatch.preset("biggan128_bs2048").train.ema_buffers == "average"
+    tiny = {"model.name": "biggan", "model.ch": 8, "model.dim_z": 16, "train.kimg": 0.064, "train.batch": 32}
+    for how in ("copy", "average"):
+        cfg = bigbatch.preset("digits").override({**tiny, "train.ema_buffers": how, "checkpoint.every_kimg": 0.064})
+        ckpt = bigbatch.train(cfg, run_dir=tmp_path / how, quiet=True) / "checkpoints" / "000000.064"
+        g, g_ema = load_file(ckpt / "G.safetensors"), load_file(ckpt / "G_ema.safetensors")
+        stats = [k for k in g if k.endswith("running_mean")]
+        assert stats and all(torch.equal(g[k], g_ema[k]) == (how == "copy") for k in stats)

@@ -12,6 +12,17 @@ from bigbatch.engine.batch_parts import runs
 PART = 1 << 24  # elements blended at once (64 MiB of temporaries in fp32; a tensor larger than that alone)
 
 
+def _averaged(net: nn.Module) -> list[bool]:
+    """Which of `net`'s buffers (in `buffers()` order) an average of buffers takes: the floating-point ones but
+    those its modules name in `ema_copies`. Worked out once a network (its buffers' names do not change)."""
+    known = net.__dict__.get("_ema_averaged")
+    if known is None:
+        copied = {f"{name}.{b}".lstrip(".") for name, m in net.named_modules() for b in getattr(m, "ema_copies", ())}
+        known = [b.is_floating_point() and name not in copied for name, b in net.named_buffers()]
+        net.__dict__["_ema_averaged"] = known
+    return known
+
+
 def make_ema(G: nn.Module) -> nn.Module:
     """A frozen copy of G in eval mode (without the engine's activation-checkpointing wrappers)."""
     from bigbatch.engine.wrap import strip_wrappers
@@ -36,8 +47,10 @@ def update_ema(
 
     beta = 0.5 ** (images / half-life), so the average forgets at the same rate per image whatever
     the batch size. Buffers (BN running statistics, spectral-norm vectors) are copied from G, or with
-    `average_buffers` their floating-point ones averaged like the weights (timm's ModelEmaV2): BN
-    statistics that belong to the averaged weights, not to the latest.
+    `average_buffers` their floating-point ones averaged like the weights (timm's ModelEmaV2, BigGAN-PyTorch's
+    and StudioGAN's EMA): BN statistics that belong to the averaged weights, not to the latest; but those a
+    module names in its `ema_copies` (spectral norm's vectors: they are read as unit vectors, and an average
+    of them is none) are copied still.
     """
     halflife = halflife_kimg * 1000
     if rampup:
@@ -56,7 +69,7 @@ def update_ema(
             torch._foreach_copy_(ema, torch._foreach_lerp(new, ema, beta))
 
     buffers = list(zip(G_ema.buffers(), G.buffers()))
-    averaged = [average_buffers and b.is_floating_point() for _, b in buffers]
+    averaged = _averaged(G_ema) if average_buffers else [False] * len(buffers)
     blend(list(zip(G_ema.parameters(), G.parameters())))
     blend([pair for pair, a in zip(buffers, averaged) if a])
     copied = [pair for pair, a in zip(buffers, averaged) if not a]

@@ -34,6 +34,7 @@ class SpectralNorm:
 
     sn_update: bool = True
     sn_every_micro_batch: bool = False
+    ema_copies = ("sn_u", "sn_v")  # an average of G's weights takes these from G (engine.ema.update_ema)
     sn_by_engine: bool = False  # the engine calls before_micro_batch (spectral_norm_hook leaves the layer)
 
     def before_micro_batch(self, index: int) -> None:

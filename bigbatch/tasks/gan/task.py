@@ -284,7 +284,10 @@ class GANTask:
         self.rep.average_running_stats(G)
         self.rep.average_running_stats(D)
         t = self.cfg.train
-        update_ema(self.G_ema, G, feed.nimg, feed.nimg - before, t.ema_halflife_kimg, t.ema_start_kimg, t.ema_rampup)
+        average = t.ema_buffers == "average"
+        update_ema(
+            self.G_ema, G, feed.nimg, feed.nimg - before, t.ema_halflife_kimg, t.ema_start_kimg, t.ema_rampup, average
+        )
         if self.augment.on:
             stats["augment_p"] = self.augment.p
         return stats

@@ -69,10 +69,10 @@ from bigbatch.urls import public_name
 # train keys of the other tasks, which the swap task does not read (its own are under [swap]).
 FOREIGN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
-    "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
-    "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas", "adam_eps",
-    "freeze_kimg", "body_lr_mult", "r1_gamma", "r1_every", "pl_weight", "pl_every", "pl_batch_shrink", "pl_decay",
-    "ema_rampup", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "train_bn",
+    "ema_buffers", "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum",
+    "nesterov", "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas",
+    "adam_eps", "freeze_kimg", "body_lr_mult", "r1_gamma", "r1_every", "pl_weight", "pl_every", "pl_batch_shrink",
+    "pl_decay", "ema_rampup", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "train_bn",
 )  # fmt: skip
 PREVIEW_ROWS = 8
 
