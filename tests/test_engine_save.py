@@ -143,3 +143,56 @@ def test_a_read_only_run_directory_is_one_line_naming_the_fix(tmp_path, monkeypa
     monkeypatch.setattr(builtins, "open", read_only)
     with pytest.raises(bigbatch.BigbatchError, match=r"cannot write in .* \(Read-only file system\): give a folder"):
         lock_folder(tmp_path, ".lock", lambda *a: "busy")
+
+
+def test_each_optimizers_engine_state_comes_back_by_the_name_it_was_saved_under(tmp_path):
+    # Found from outside: the loss scalers and skip histories were saved by wrap order, so a script that wrapped
+    # its two optimizers in the other order swapped them; one loaded before it was wrapped dropped its own.
+    def pair():
+        torch.manual_seed(0)
+        a, b = nn.Linear(4, 2), nn.Linear(4, 2)
+        rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", precision="fp16")
+        return (
+            rep,
+            rep.prepare(a),
+            rep.prepare(b),
+            torch.optim.SGD(a.parameters(), 0.1),
+            torch.optim.SGD(b.parameters(), 0.1),
+        )
+
+    rep, a, b, oa, ob = pair()
+    rep.wrap_optimizer(oa), rep.wrap_optimizer(ob)
+    x = torch.randn(8, 4)
+    for _ in range(3):  # A's scale settles (its loss overflows fp16), B's stays
+        rep.step(lambda m: a(m).float().sum() * 1e6, x, oa)
+        rep.step(lambda m: b(m).float().sum() * 1e-6, x, ob)
+    scales = {n: s.scaler.get_scale() for n, s in zip("AB", rep.optimizers.values())}
+    assert scales["A"] != scales["B"]
+    rep.save(tmp_path / "ckpt", A=a, B=b, optA=oa, optB=ob)
+
+    rep, a, b, oa, ob = pair()
+    rep.wrap_optimizer(ob), rep.wrap_optimizer(oa)  # (the other order)
+    rep.load(tmp_path / "ckpt", A=a, B=b, optA=oa, optB=ob)
+    assert (
+        rep.optimizers[id(oa)].scaler.get_scale() == scales["A"]
+        and rep.optimizers[id(ob)].scaler.get_scale() == scales["B"]
+    )
+    rep, a, b, oa, ob = pair()
+    rep.wrap_optimizer(oa)
+    with pytest.raises(
+        bigbatch.BigbatchError, match="the optimizer given as 'optB' is not wrapped: rep.wrap_optimizer"
+    ):
+        rep.load(tmp_path / "ckpt", A=a, B=b, optA=oa, optB=ob)
+    # Another kind of optimizer, or other parameter groups: one line, before anything is restored.
+    rep, a, b, oa, ob = pair()
+    adam = rep.wrap_optimizer(torch.optim.Adam(a.parameters()))
+    rep.wrap_optimizer(ob)
+    before = a.weight.detach().clone()
+    with pytest.raises(bigbatch.BigbatchError, match="'optA' was saved as a SGD, and is given as a Adam"):
+        rep.load(tmp_path / "ckpt", A=a, B=b, optA=adam, optB=ob)
+    assert torch.equal(a.weight, before)
+    rep, a, b, oa, ob = pair()
+    one = rep.wrap_optimizer(torch.optim.SGD([a.weight], 0.1))
+    rep.wrap_optimizer(ob)
+    with pytest.raises(bigbatch.BigbatchError, match=r"'optA' was saved over parameter groups of \[2\] tensors"):
+        rep.load(tmp_path / "ckpt", A=a, B=b, optA=one, optB=ob)

@@ -45,7 +45,16 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
         raise BigbatchError(f"Replicator.save: {path} exists and is not a checkpoint; give a new path")
     if not rep.is_main:
         return path
-    state = {"optimizers": optimizers, "values": values, "replicator": rep.state_dict(), **rng_state(rep.device)}
+    # The engine's state of each optimizer (loss scaler, skip history) under the name it is saved under, as its
+    # torch state is (found from outside: by wrap order, so a script that wrapped them in another order swapped it)
+    engine = rep.state_dict()
+    engine["optimizers"] = {
+        k: engine["optimizers"][rep.optimizers[id(v)].name] for k, v in objects.items() if id(v) in rep.optimizers
+    }
+    kinds = {k: type(v).__name__ for k, v in objects.items() if k in optimizers}
+    state = {"optimizers": optimizers, "values": values, "replicator": engine, "kinds": kinds}
+    state["engine_by"] = "saved name"
+    state.update(rng_state(rep.device))
     path.parent.mkdir(parents=True, exist_ok=True)
     info, then = {"saved_by": "Replicator.save"}, "save again"
     tmp = checkpoints.write_folder(path.parent, path.name, 0, nets, state, "", info, then=then)
@@ -90,14 +99,50 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
             f"Replicator.load: {path} holds no {_kind(objects[missing[0]])} {missing[0]!r}; it holds models "
             f"{sorted(saved)} and optimizers {sorted(state['optimizers'])} (restored by the names saved under)"
         )
+    engine = _engine_state(rep, objects, state)  # (checked before anything is restored)
+    for key, opt in objects.items():
+        if isinstance(opt, torch.optim.Optimizer):
+            _check_optimizer(key, opt, state)
     for key, net in nets.items():
         checkpoints.load_weights(net, weights[key], f"{path / key}.safetensors", model=f"the model given as {key!r}")
     for key, opt in objects.items():
         if isinstance(opt, torch.optim.Optimizer):
             prec.load_optimizer(opt, state["optimizers"][key])
-    rep.load_state_dict(state["replicator"])
+    rep.load_state_dict(engine)
     restore_rng(state, rep.device)
     return state["values"]
+
+
+def _engine_state(rep: Any, objects: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """The engine's state saved, its optimizers' under the names they are wrapped under here (saved by the names
+    given to save; a checkpoint of before that: by the names wrapped then); one wrapped but not given keeps its own."""
+    engine = state["replicator"]
+    if state.get("engine_by") != "saved name":
+        return engine
+    given = {k: v for k, v in objects.items() if isinstance(v, torch.optim.Optimizer)}
+    if unwrapped := [k for k, v in given.items() if id(v) not in rep.optimizers]:  # (found from outside: its loss
+        raise BigbatchError(  # scale and skip history were dropped without a word)
+            f"Replicator.load: the optimizer given as {unwrapped[0]!r} is not wrapped: rep.wrap_optimizer(opt) before "
+            "load, so that its loss scaler and skip history come back with it"
+        )
+    now = rep.state_dict()["optimizers"]  # (a wrapped optimizer not given keeps its own)
+    names = {k: rep.optimizers[id(v)].name for k, v in given.items()}
+    return {**engine, "optimizers": {**now, **{names[k]: engine["optimizers"].get(k, now[names[k]]) for k in given}}}
+
+
+def _check_optimizer(key: str, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """The optimizer given as `key` is of the kind saved under that name, over as many parameters in each group
+    (found from outside: an SGD took an Adam's state and failed at its first step; one of other groups failed in
+    torch's words, the models already restored)."""
+    was = state.get("kinds", {}).get(key)
+    if was is not None and was != type(opt).__name__:
+        raise BigbatchError(f"Replicator.load: {key!r} was saved as a {was}, and is given as a {type(opt).__name__}")
+    saved = [len(g["params"]) for g in state["optimizers"][key]["param_groups"]]
+    if saved != [len(g["params"]) for g in opt.param_groups]:
+        raise BigbatchError(
+            f"Replicator.load: {key!r} was saved over parameter groups of {saved} tensors, and is given over "
+            f"{[len(g['params']) for g in opt.param_groups]}: build it over the same parameters, in the same groups"
+        )
 
 
 def _plain(rep: Any, module: nn.Module) -> nn.Module:
