@@ -241,3 +241,16 @@ def test_parse_bytes(capsys):
 
     assert main(["train", "--dry-run", "train.memory_budget='0.0001'"]) == 2
     assert "'train.memory_budget' must be positive, got '0.0001'" in capsys.readouterr().err
+
+
+def test_fp16s_loss_scale_settling_is_said_once(capsys, monkeypatch):
+    # Found from outside: a line for each halving of the scale, which the README calls normal.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", precision="fp16")
+    lin = torch.nn.Linear(4, 2)
+    net, opt = rep.prepare(lin), rep.wrap_optimizer(torch.optim.SGD(lin.parameters(), 0.1))
+    for _ in range(4):  # a finite loss whose scaled gradients overflow fp16: settling
+        rep.step(lambda m: net(m).float().sum() * 1e6, torch.randn(8, 4), opt)
+    err = capsys.readouterr().err
+    assert err.count("opt0: fp16 loss scale settling: a step whose scaled gradients overflow is skipped") == 1
+    assert "skipped: its loss or gradients are not finite" not in err and rep.skipped(opt)

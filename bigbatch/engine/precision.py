@@ -11,6 +11,10 @@ import torch
 from bigbatch.errors import BigbatchError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SETTLING = (
+    "{}: fp16 loss scale settling: a step whose scaled gradients overflow is skipped and the scale halved (at the "
+    "start, and now and then after each growth); normal, and not counted towards the skip limit"
+)
 
 
 def check(precision: str, device: torch.device) -> None:

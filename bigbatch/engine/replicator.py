@@ -396,8 +396,9 @@ class Replicator:
         """Count and report a skipped step; stop training past the skip limit."""
         state.skipped += 1
         scale = f"; fp16 loss scale now {state.scaler.get_scale():g}" if state.scaler.is_enabled() else ""
-        if self.is_main:
-            warn(f"{state.name} step {state.steps} skipped: its loss or gradients are not finite{scale}")
+        said = f"{state.name} step {state.steps} skipped: its loss or gradients are not finite{scale}"
+        if self.is_main:  # fp16's scale settling said once (found from outside: a line a halving)
+            warn(prec.SETTLING.format(state.name) if not state.history[-1] else said, once=not state.history[-1])
         # Over the last skip_window steps, or the steps so far while fewer (at least 5 counted): a short run too.
         recent = sum(state.history)
         if recent > self.skip_limit * max(len(state.history), min(5, self.skip_window)):
@@ -473,11 +474,10 @@ class Replicator:
     def set_batch(self, batch: int) -> Plan | None:
         """Change the examples per optimizer step mid-run (a dynamic-batch schedule) without a restart.
 
-        The micro-batch stays, so memory use and BatchNorm statistics do not change, and the
-        accumulation follows the batch. With micro_batch "auto", a share it does not divide takes the
-        largest divisor below the planned micro-batch (which fits, being smaller), and a later batch
-        it divides again returns to it. With a fixed micro_batch, a share below it is one micro-batch,
-        and a larger share must be a multiple of it."""
+        The micro-batch stays, so memory use and BatchNorm statistics do not change, and the accumulation follows
+        the batch. With micro_batch "auto", a share it does not divide takes the largest divisor below the planned
+        micro-batch (which fits, being smaller), and a later batch it divides again returns to it. With a fixed
+        micro_batch, a share below it is one micro-batch, and a larger share must be a multiple of it."""
         check_batch(batch, self.world_size)
         if self._plan is None:  # "auto" not yet planned: the first step plans for this batch
             self.batch = batch
