@@ -12,9 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-import torch
-import xxhash
-
 from bigbatch import checkpoints
 from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import read_toml
@@ -193,16 +190,7 @@ class Run:
 def check_replicas(task: Task, nimg: int) -> None:
     """Before a checkpoint of a run on several processes: every rank must hold rank 0's parameters (one
     hash each, gathered); a rank that differs stops the run, on every rank, with one line naming it."""
-    if not dist.active():
-        return
-    h = xxhash.xxh3_64()
-    for key, net in sorted(task.nets().items()):
-        for name, p in net.named_parameters():
-            h.update(f"{key}.{name}".encode())
-            h.update(p.detach().reshape(-1).contiguous().view(torch.uint8).cpu().numpy())
-    hashes = dist.gather(h.hexdigest())
-    differ = [rank for rank, value in enumerate(hashes) if value != hashes[0]]
-    if differ:
+    if differ := dist.ranks_differing(task.nets()):
         ranks = ", ".join(map(str, differ))
         raise BigbatchError(
             f"before the checkpoint at kimg {nimg / 1000:g}, rank {ranks} held other weights than rank 0: the "

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from bigbatch import checkpoints
+from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
 from bigbatch.errors import BigbatchError
 
@@ -43,8 +44,34 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
             )
     if path.exists() and not (path / "meta.json").is_file():  # (the folder is replaced whole)
         raise BigbatchError(f"Replicator.save: {path} exists and is not a checkpoint; give a new path")
-    if not rep.is_main:
-        return path
+    if differ := dist.ranks_differing(nets):  # (found from outside: saved, the replicas having drifted apart)
+        raise BigbatchError(
+            f"Replicator.save: rank {', '.join(map(str, differ))} holds other weights than rank 0: a step called a "
+            "model itself, not what rep.prepare returned (its gradients were never averaged), or a rank's kernels "
+            "differ; nothing was saved"
+        )
+    failed = None
+    if rep.is_main:
+        try:
+            _write(rep, path, objects, nets, optimizers, values)
+        except BigbatchError as e:
+            failed = str(e)
+    if rep.world_size > 1:  # every rank returns once the checkpoint is written, or raises as rank 0 does
+        failed = dist.broadcast(failed)
+    if failed is not None:
+        raise BigbatchError(failed)
+    return path
+
+
+def _write(
+    rep: Any,
+    path: Path,
+    objects: dict[str, Any],
+    nets: dict[str, nn.Module],
+    optimizers: dict[str, Any],
+    values: dict[str, Any],
+) -> None:
+    """Rank 0's part of `save`: the folder written, and put in place of the one before."""
     # The engine's state of each optimizer (loss scaler, skip history) under the name it is saved under, as its
     # torch state is (found from outside: by wrap order, so a script that wrapped them in another order swapped it)
     engine = rep.state_dict()
@@ -58,7 +85,7 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     info, then = {"saved_by": "Replicator.save"}, "save again"
     tmp = checkpoints.write_folder(path.parent, path.name, 0, nets, state, "", info, then=then)
-    return checkpoints.replace_folder(tmp, path, _old(path))
+    checkpoints.replace_folder(tmp, path, _old(path))
 
 
 def _old(path: Path) -> Path:
