@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -559,3 +560,31 @@ def test_replicator_save_returns_once_written_and_refuses_replicas_that_drifted_
         said = json.loads((tmp_path / str(rank)).read_text())
         assert said[0] == "saved", said
         assert said[1].startswith("Replicator.save: rank 1 holds other weights than rank 0: a step called a model")
+
+
+def _two_replicators_rank(rank, world, folder):
+    from torch import nn
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=(Path(folder) / "port").read_text())
+    first, second = (bigbatch.Replicator(batch=8, micro_batch=4, device="cpu") for _ in range(2))
+    model = nn.Linear(4, 1)
+    net = second.prepare(model)
+    opt = second.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    first.close()  # (it destroyed the group the second was using)
+    loss = second.step(lambda m: net(m).square().mean(), torch.ones(4, 4), opt)
+    second.close()
+    (Path(folder) / str(rank)).write_text(json.dumps([loss, torch.distributed.is_initialized()]))
+
+
+def test_closing_one_of_two_replicators_leaves_the_group_to_the_other(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        (tmp_path / "port").write_text(str(s.getsockname()[1]))
+    torch.multiprocessing.start_processes(_two_replicators_rank, (2, str(tmp_path)), 2, join=True, start_method="fork")
+    for rank in (0, 1):
+        loss, still = json.loads((tmp_path / str(rank)).read_text())
+        assert loss > 0 and not still  # (the last one out destroyed it)

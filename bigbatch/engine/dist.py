@@ -54,19 +54,28 @@ def context(device: str = "auto") -> Context:
     return Context(rank, local_rank, world, dev)
 
 
+_USERS = [0]  # the holders of the process group bigbatch created (each close() lets go; the last destroys it)
+
+
 def init(ctx: Context) -> bool:
-    """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU); True if this call created it."""
+    """Join the process group torchrun describes (NCCL on CUDA, gloo on CPU); True if this call created it, or
+    holds it with the others that use bigbatch's (found from outside: closing one of two Replicators destroyed
+    the group under the other); False for one of the user's own, or in one process."""
     import torch.distributed as td
 
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)  # collectives on NCCL use the current device
-    if ctx.world_size == 1 or td.is_initialized():
+    if ctx.world_size == 1 or (td.is_initialized() and not _USERS[0]):
         return False
+    if td.is_initialized():
+        _USERS[0] += 1
+        return True
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")
     with _stoppable():
         _join(ctx, "nccl" if ctx.device.type == "cuda" else "gloo")
+    _USERS[0] = 1
     return True
 
 
@@ -274,7 +283,11 @@ def ranks_differing(nets: dict[str, torch.nn.Module]) -> list[int]:
 
 
 def close(created: bool) -> None:
+    """Let go of the process group `init` created or held (`created`); the last holder destroys it."""
     import torch.distributed as td
 
-    if created and td.is_initialized():
+    if not created:
+        return
+    _USERS[0] = max(0, _USERS[0] - 1)
+    if not _USERS[0] and td.is_initialized():
         td.destroy_process_group()
