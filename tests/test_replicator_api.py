@@ -10,6 +10,12 @@ from torch import nn
 import bigbatch
 
 
+def _stepped(step_fn, half=False):
+    rep, model = bigbatch.Replicator(4, 4, device="cpu", precision="fp16"), nn.Linear(2, 1)
+    net = rep.prepare(model.half() if half else model)
+    rep.step(step_fn, torch.ones(4, 2), rep.wrap_optimizer(torch.optim.SGD(net.parameters(), 0.1)))
+
+
 @pytest.mark.parametrize(
     "make, words",
     [
@@ -22,6 +28,10 @@ import bigbatch
         (lambda: bigbatch.Replicator(64, 16).wrap_optimizer(nn.Linear(2, 2)), "takes a torch.optim.Optimizer"),
         (lambda: bigbatch.preset("digits").override([("train.batch", 1)]), "override takes a dict of dotted keys"),
         (lambda: bigbatch.train(bigbatch.preset("digits"), run_dir="r", resume="yes"), "resume must be True, False"),
+        # (found from outside: torch's and Python's own errors at the first step)
+        (lambda: _stepped(lambda: 0), "the step function '<lambda>' must take one argument, the micro-batch"),
+        (lambda: _stepped(5), "rep.step's first argument is the step function, got int"),
+        (lambda: _stepped(lambda m: m.sum(), half=True), 'weights are float16: keep them float32 (no model.half())'),
     ],
 )
 def test_misuse_of_the_python_api_is_one_clear_error(make, words):

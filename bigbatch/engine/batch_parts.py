@@ -17,6 +17,23 @@ import torch
 from bigbatch.errors import BigbatchError
 
 
+def check_step_fn(step_fn: Any) -> None:
+    """A step function is called with one micro-batch: anything else is one line (found from outside: "'int' object
+    is not callable", or a TypeError from inside the step)."""
+    import inspect
+
+    if not callable(step_fn):
+        raise BigbatchError(f"rep.step's first argument is the step function, got {type(step_fn).__name__}")
+    try:
+        inspect.signature(step_fn).bind(None)
+    except TypeError:
+        raise BigbatchError(
+            f"the step function {getattr(step_fn, '__name__', step_fn)!r} must take one argument, the micro-batch"
+        ) from None
+    except ValueError:  # (a builtin without a signature: called as it is)
+        pass
+
+
 def unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     """A step function's result -> (its loss as an fp32 scalar, the other scalars it returned)."""
     if isinstance(out, dict):

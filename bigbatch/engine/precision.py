@@ -37,6 +37,17 @@ def autocast(precision: str, device: torch.device) -> ContextManager:
     return torch.autocast(device.type, dtype=DTYPES[precision])
 
 
+def check_weights(opt: torch.optim.Optimizer, precision: str) -> None:
+    """fp16's loss scaler unscales float32 gradients only: an optimizer over half-precision weights is refused in
+    one line (found from outside: "Attempting to unscale FP16 gradients" at the first step)."""
+    dtypes = {p.dtype for g in opt.param_groups for p in g["params"] if p.is_floating_point()}
+    if precision == "fp16" and dtypes - {torch.float32}:
+        raise BigbatchError(
+            f"the optimizer's weights are {', '.join(sorted(str(d).removeprefix('torch.') for d in dtypes))}: keep "
+            'them float32 (no model.half()); precision="fp16" computes in fp16 (autocast), the weights stay float32'
+        )
+
+
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     """A dynamic loss scaler, enabled only for fp16 (bf16 has fp32's exponent range and needs none)."""
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")

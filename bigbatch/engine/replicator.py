@@ -155,10 +155,9 @@ class Replicator:
         return self._plan
 
     def close(self) -> None:
-        """Leave the process group if this Replicator joined it, after releasing every DDP wrapper it holds
-        (its models, and its optimizers' lists of them): a DDP reducer freed after its gloo process group was
-        destroyed frees the group itself, with the GIL held, and can deadlock with the group's worker thread.
-        Frozen groups' parameters require grad again (frozen.py)."""
+        """Leave the process group if this Replicator held it, after releasing its DDP wrappers (models, optimizers'
+        lists of them): a DDP reducer freed after its gloo group was destroyed frees the group itself, GIL held, and
+        can deadlock with the group's worker thread. Frozen groups' parameters require grad again (frozen.py)."""
         frozen.thaw(self._held)
         if self._owns_group:
             for held in (self.models, self.optimizers, self._micro_hooks, self._micro_modules):
@@ -230,6 +229,7 @@ class Replicator:
         """Register `opt` (its loss scaler and skip count); returns it unchanged, so its state_dict is the usual one."""
         if not isinstance(opt, torch.optim.Optimizer):
             raise BigbatchError(f"wrap_optimizer takes a torch.optim.Optimizer, got {type(opt).__name__}")
+        prec.check_weights(opt, self.precision)
         params = {id(p) for g in opt.param_groups for p in g["params"]}
         taken = {s.name for key, s in self.optimizers.items() if key != id(opt)}
         if name in taken:  # its loss scaler and skip history would share one entry of state_dict()
@@ -253,7 +253,7 @@ class Replicator:
         means). If the gradients are not finite the step is skipped (`skipped(opt)` says so). A param group
         with "frozen" true takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or
         clip, and in one process no gradient computed (frozen.py)."""
-        state = self._state(opt)
+        state, _ = self._state(opt), batch_parts.check_step_fn(step_fn)
         if self._plan is None:
             self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
