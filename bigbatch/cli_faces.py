@@ -193,6 +193,12 @@ def _enhance(args: argparse.Namespace) -> None:
         print(f"Enhanced {result.done} faces of {args.faces} {where}")
     else:  # (a rerun of an in-place run stopped while moving its faces back)
         print(f"Moved the {result.moved} enhanced faces left over those of {args.faces}")
+    if result.left:
+        print(
+            f"bigbatch: {result.left} enhanced faces were left in {result.where}: their originals were renamed, "
+            "changed or deleted since (sort renames them); enhance those again if you want them",
+            file=sys.stderr,
+        )
     if result.skipped:
         print(f"bigbatch: {said_skipped(result.skipped)}", file=sys.stderr)
 

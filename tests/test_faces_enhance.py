@@ -134,3 +134,36 @@ def test_enhance_redoes_faces_of_other_weights_and_never_deletes_what_it_did_not
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1, err
     assert (other / "00000.jpg").read_bytes() == b"the user's own"
+
+
+def test_an_interrupted_in_place_run_finished_after_a_sort_leaves_the_stale_copies_out_of_the_faces(tmp_path, capsys):
+    # Found from outside: after `sort` renamed the faces between an interrupted in-place run and its rerun, the
+    # rerun moved the enhanced copies back under the old names, beside the renamed faces: each face twice.
+    folder, facelib = faces_and_weights(tmp_path, n=3)
+    real_replace, calls = os.replace, []
+
+    def stop_after_one(a, b):
+        if Path(b).parent == folder and not Path(b).name.startswith("."):
+            calls.append(a)
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+        real_replace(a, b)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", stop_after_one)
+        with pytest.raises(KeyboardInterrupt):
+            enhance_folder(folder, facelib, in_place=True)
+    for i, face in enumerate(sorted(folder.glob("0*.jpg"))):  # as sort renames them
+        os.replace(face, folder / f"sorted{i}.jpg")
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--in-place"]) == 0
+    out, err = capsys.readouterr()
+    assert "Moved the 0 enhanced faces left over those of" in out
+    assert "2 enhanced faces were left in " in err and "their originals were renamed, changed or deleted" in err
+    assert sorted(p.name for p in folder.glob("*.jpg")) == ["notes.jpg", "sorted0.jpg", "sorted1.jpg", "sorted2.jpg"]
+    assert len(list((tmp_path / "aligned_enhanced").glob("*.jpg"))) == 2  # (kept: nothing lost)
+    # A folder of no aligned face: refused, and no folder left behind holding the record alone.
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "a.jpg").write_bytes(cv2.imencode(".jpg", face_image(64))[1].tobytes())
+    for in_place in ([], ["--in-place"]):
+        assert main(["enhance", str(tmp_path / "photos"), "--weights", str(facelib), *in_place]) == 2
+        assert not (tmp_path / "photos_enhanced").exists()

@@ -62,12 +62,14 @@ def load_enhancer(weights: str | Path, device: str | torch.device, what: str = "
 @dataclass
 class Enhanced:
     """What `enhance_folder` did: faces enhanced (`done`), faces moved over their originals (`moved`, with
-    in_place), [(file, why skipped)], and where the enhanced faces are."""
+    in_place), [(file, why skipped)], where the enhanced faces are, and how many of an interrupted in-place run were
+    left there (`left`: their originals renamed, changed or deleted since)."""
 
     done: int
     moved: int
     skipped: list[tuple[str, str]]
     where: Path
+    left: int = 0
 
 
 def enhance_folder(
@@ -96,7 +98,8 @@ def enhance_folder(
                 f"an in-place enhance of {folder} stopped while moving its faces back from {target}: run it again "
                 "with --in-place and the same --weights to finish"
             )
-        return Enhanced(0, _move_back(record, target, folder), [], folder)
+        moved, left = _move_back(record, target, folder)
+        return Enhanced(0, moved, [], target if left else folder, left)
     faces = face_files(folder)
     model = load_enhancer(weights, device)
     target.mkdir(parents=True, exist_ok=True)
@@ -128,21 +131,30 @@ def enhance_folder(
             _write_record(target, record)
             saved = time.monotonic()
     _write_record(target, record)
+    if not record["faces"]:  # (found from outside: a folder of no face left one holding the record alone)
+        (target / RECORD).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            target.rmdir()
     if not in_place:
         return Enhanced(done, 0, skipped, target)
     record["moving"] = sorted(record["faces"])
     _write_record(target, record)
-    return Enhanced(done, _move_back(record, target, folder), skipped, folder)
+    return Enhanced(done, _move_back(record, target, folder)[0], skipped, folder)
 
 
-def _move_back(record: dict, target: Path, folder: Path) -> int:
+def _move_back(record: dict, target: Path, folder: Path) -> tuple[int, int]:
     """Move the faces the record names over their originals (each atomically; a rerun moves the rest), then take
-    the record and, when nothing else is in it, the folder away. How many were moved now."""
-    moved = 0
+    the record and, when nothing else is in it, the folder away. How many were moved now, and how many were left in
+    `target`: those whose original is no longer what was enhanced (found from outside: after a `sort` between an
+    interrupted run and its rerun, the enhanced copies came back under the old names beside the renamed faces)."""
+    moved = left = 0
     for name in record["moving"]:
         path = target / name
         if not path.is_file():
             continue  # (moved before an interruption)
+        if file_stamp(str(folder / name)) != record["faces"].get(name):
+            left += 1
+            continue
         try:
             os.replace(path, folder / name)
         except OSError as e:
@@ -154,7 +166,7 @@ def _move_back(record: dict, target: Path, folder: Path) -> int:
     (target / RECORD).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         target.rmdir()  # (only when empty: what else the user put there stays)
-    return moved
+    return moved, left
 
 
 def _write_record(target: Path, record: dict) -> None:
