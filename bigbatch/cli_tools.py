@@ -217,6 +217,7 @@ def check_local_data(cfg: Any) -> None:
     from bigbatch.data.load import check_one_shape
     from bigbatch.urls import Location
 
+    metas = {}
     for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
         path = Location.of(given) if given else None
         if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
@@ -226,11 +227,16 @@ def check_local_data(cfg: Any) -> None:
                 continue
             if not path.path.is_file():
                 raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
-            meta = read_meta(path)
+            meta = metas[given] = read_meta(path)
             if given in (cfg.data.path, cfg.data.dst_path):  # (found by review: the dry run passed them)
                 key = "data.path" if given == cfg.data.path else "data.dst_path"
                 check_one_shape(key, str(path), len(meta.get("groups") or []))
             _check_stored_size(cfg, given, meta)
+    if cfg.task in ("swap", "xseg") and cfg.data.path in metas and cfg.data.dst_path in metas:  # (two face types)
+        from bigbatch.tasks.swap.task import face_type_of
+
+        sides = (SimpleNamespace(meta=metas[key]) for key in (cfg.data.path, cfg.data.dst_path))
+        face_type_of(cfg, *sides, cfg.task)
 
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:

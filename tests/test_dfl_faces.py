@@ -197,5 +197,5 @@ def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
     task = build_task(cfg, replicator_for(cfg), training_data(cfg))
     assert task.model_info()["face_type"] == "f"
     wrong = cfg.override({"swap.face_type": "wf"})
-    with pytest.raises(BigbatchError, match="'swap.face_type' is 'wf', but the faces were extracted as 'f'"):
+    with pytest.raises(BigbatchError, match="'swap.face_type' is 'wf', but the faces are 'f'"):
         build_task(wrong, replicator_for(wrong), training_data(wrong))

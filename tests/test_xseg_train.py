@@ -359,11 +359,17 @@ def test_the_dry_run_refuses_what_xseg_training_refuses(labelled, tmp_path, caps
     folder, h5, _ = labelled
     prepare(str(folder), str(tmp_path / "small.h5"), 128, workers=0, masks="labels")
     prepare(str(folder), str(tmp_path / "plain.h5"), RES, workers=0)  # (no labels: RGB only)
+    prepare(str(folder), str(tmp_path / "f.h5"), RES, workers=0, masks="labels", face_type="f")
     for over, says in [
+        (  # (found from outside: it said to extract them again, where prepare --face-type cuts them)
+            [f"data.path={h5}", f"data.dst_path={tmp_path / 'f.h5'}"],
+            "the src faces are of DFL's face type 'wf' and the dst faces of 'f'; an XSeg model takes one: prepare one "
+            "side again with --face-type wf",
+        ),
         ([f"data.path={tmp_path / 'small.h5'}"], "are 128 px, the model data.resolution = 256"),
         ([f"data.path={h5}", f"data.dst_path={tmp_path / 'plain.h5'}"], "XSeg trains on RGB + its label (4)"),
         ([f"data.path={h5}", "model.options={width=2}"], "'xseg' has no option 'width'"),
-        ([f"data.path={h5}", "xseg.face_type=f"], "but the faces were extracted as 'wf'"),
+        ([f"data.path={h5}", "xseg.face_type=f"], "but the faces are 'wf': give xseg.face_type=wf"),
     ]:
         assert main(["train", "--preset", "xseg", *over, "--dry-run"]) == 2
         err = capsys.readouterr().err.strip()

@@ -207,17 +207,16 @@ def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap") -> str:
     model = "a SAEHD model" if section == "swap" else "an XSeg model"
     if len(set(found.values())) > 1:
         raise BigbatchError(
-            f"the src faces were extracted with DFL's face type {found['src']!r} and the dst faces with "
-            f"{found['dst']!r}; {model} takes one: extract both sides with the same face type"
+            f"the src faces are of DFL's face type {found['src']!r} and the dst faces of {found['dst']!r}; {model} "
+            f"takes one: prepare one side again with --face-type {found['src']} (DFL's cut to it by the landmarks)"
         )
     recorded = next(iter(found.values()), "")
     options = getattr(cfg, section)
     if options.face_type and recorded and options.face_type != recorded:
         options._fail(
             "face_type",
-            f"is {options.face_type!r}, but the faces were extracted as {recorded!r}: give {section}.face_type="
-            f"{recorded} (a model of another face type, e.g. train.init_from, needs faces extracted as "
-            f"{options.face_type!r})",
+            f"is {options.face_type!r}, but the faces are {recorded!r}: give {section}.face_type={recorded} (a model "
+            f"of another face type, e.g. train.init_from, needs faces prepared with --face-type {options.face_type})",
         )
     return options.face_type or recorded
 
