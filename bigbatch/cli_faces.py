@@ -301,8 +301,9 @@ def add_face_commands(sub: Any) -> None:
         "--by",
         required=True,
         metavar="METHOD",
-        help="DFL's: blur, motion-blur, face-yaw, face-pitch, face-source-rect-size, hist, brightness, hue, black, "
-        "origname or final (the best --target faces over the yaws)",
+        help="DFL's: blur, motion-blur, face-yaw, face-pitch, face-source-rect-size, hist, hist-dissim, brightness, "
+        "hue, black, origname, oneface (frames of more than one face to the trash) or final (the best --target faces "
+        "over the yaws; final-fast: the same)",
     )
     so.add_argument("--target", type=int, help="final: how many faces to keep (DFL's default 2000)")
     so.set_defaults(func=_sort)

@@ -162,3 +162,32 @@ def test_final_keeps_the_sharpest_of_faces_of_one_yaw_not_the_one_whose_landmark
     assert main(["sort", str(folder), "--by", "final", "--target", "5"]) == 0
     kept = sorted(read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder))
     assert kept == ["0.png", "1.png", "2.png", "3.png", "4.png"]  # the five sharpest
+
+
+def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_frames_of_several(face, tmp_path):
+    # Found from outside: DFL's hist-dissim and oneface (a dst set's usual clean-up) were not methods.
+    from bigbatch.data.dfl_faces import hull_mask, landmarks_of
+    from bigbatch.faces.sort import sort_order
+
+    image, meta = face
+    folder = tmp_path / "aligned"
+    folder.mkdir()
+    looks = [image, cv2.GaussianBlur(image, (0, 0), 1), (image * 0.3).astype(np.uint8), image[:, :, ::-1].copy()]
+    for i, look in enumerate(looks):
+        save(folder / f"{i:05d}_0.jpg", look, {**meta, "source_filename": f"{i:05d}.png"})
+    order, trash = sort_order(folder, "hist-dissim")
+    # DFL's score: the sum of OpenCV's Bhattacharyya distances of the grey hull histograms to every other face
+    hists = []
+    for path in sorted(folder.iterdir()):
+        img = cv2.imread(str(path))
+        grey = cv2.cvtColor((img * hull_mask(img.shape[:2], landmarks_of(meta))[..., None]).astype(np.uint8), 6)
+        hists.append(cv2.calcHist([grey], [0], None, [256], [0, 256]))
+    dfl = [sum(cv2.compareHist(a, b, cv2.HISTCMP_BHATTACHARYYA) for b in hists if b is not a) for a in hists]
+    assert [p.name for p in order] == [f"{i:05d}_0.jpg" for i in np.argsort(dfl)[::-1]] and not trash
+    assert order[0].name == "00002_0.jpg"  # (the darkened face)
+    # oneface: frames 1 and 3 hold two faces each (by their metadata, whatever the names): all four to the trash.
+    save(folder / "x.jpg", image, {**meta, "source_filename": "00001.png"})
+    save(folder / "y.jpg", image, {**meta, "source_filename": "00003.png"})
+    assert main(["sort", str(folder), "--by", "oneface"]) == 0
+    kept = sorted(read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder))
+    assert kept == ["00000.png", "00002.png"] and len(names(tmp_path / "aligned_trash")) == 4

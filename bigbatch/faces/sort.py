@@ -1,6 +1,7 @@
 """`bigbatch sort`: DFL's sort tool for a folder of aligned faces, to find the bad ones (blurry, turned away,
 false detections) or to keep the best N. As DFL's: the faces are renamed 00000.jpg, 00001.jpg, ... in the
-order asked for, and what a method leaves out (files that are not aligned faces; with `final`, the faces
+order asked for, and what a method leaves out (files that are not aligned faces; with `oneface`, the faces of
+frames of several; with `final`, the faces
 past the target) is moved to FOLDER_trash beside the folder. Merge finds a face's frame by its metadata,
 not its name, so a sorted dst set still merges.
 
@@ -16,12 +17,18 @@ Methods, each DFL's (mainscripts/Sorter.py):
 - face-source-rect-size: the largest face in its frame first;
 - hist: DFL's chain of histogram similarity (each next face the nearest by Bhattacharyya distance of the
   three channels' histograms), which brings faces of one person, light and scene together;
+- hist-dissim: DFL's: the face (its grey pixels inside the landmarks' hull) least like all the others first, by
+  its summed Bhattacharyya distance to every other face's histogram: outliers, false faces and other people;
+- oneface: DFL's clean-up of a dst set: the faces of every frame that holds more than one face go to the trash
+  (DFL reads the frame and face index from the names `extract` gives; here the frame is each face's own
+  source_filename, so a set already sorted or renamed is cleaned too);
 - brightness, hue: by the mean V or H of HSV, highest first; black: fewest black pixels first;
 - origname: by the frame the face came from, then its index;
 - final: the best `target` faces: yaw in 128 bins over -1..1 (DFL's: over its -1.2..1.2 radians), as many
   from each as the target allows (bins with fewer give their share to the rest), the sharpest of each bin,
   the sharpest of the rest where that leaves the target short; the others to the trash (DFL's `final` also
-  spreads pitch and histogram dissimilarity within a bin).
+  spreads pitch and histogram dissimilarity within a bin); final-fast is the same here (DFL's skips that
+  spreading).
 """
 
 from __future__ import annotations
@@ -94,7 +101,7 @@ MEASURES: dict[str, Callable[[np.ndarray, dict], float]] = {
     "hue": _hsv_mean(0),
     "black": _black,
 }
-METHODS = (*MEASURES, "hist", "origname", "final")
+METHODS = (*MEASURES, "hist", "hist-dissim", "origname", "oneface", "final", "final-fast")
 NEEDS_PIXELS = {"blur", "motion-blur", "brightness", "hue", "black"}  # (the other measures read metadata alone)
 
 
@@ -142,6 +149,36 @@ def _hist_chain(faces: list[tuple[Path, Any]]) -> list[int]:
     return order
 
 
+def _hist_dissim(faces: list[tuple[Path, Any]], block: int = 1024) -> list[int]:
+    """DFL's sort by histogram dissimilarity: each face's summed Bhattacharyya distance (OpenCV's) of its grey
+    histogram inside the landmarks' hull to every other face's, highest first. As a product of the histograms'
+    square roots, a block of rows at a time (DFL's pairs of compareHist calls: 10^8 of them for 10,000 faces)."""
+    roots = []
+    for path, meta in faces:
+        image = cv2.imread(str(path))
+        grey = cv2.cvtColor((image * hull_mask(image.shape[:2], landmarks_of(meta))[..., None]).astype(np.uint8),
+                            cv2.COLOR_BGR2GRAY)  # fmt: skip
+        h = cv2.calcHist([grey], [0], None, [256], [0, 256]).reshape(-1).astype(np.float64)
+        roots.append(np.sqrt(h / max(h.sum(), 1e-12)))
+    r = np.stack(roots)
+    score = np.zeros(len(faces))
+    for start in range(0, len(faces), block):
+        near = r[start : start + block] @ r.T  # (the Bhattacharyya coefficients)
+        distance = np.sqrt(np.clip(1 - near, 0, None))
+        distance[np.arange(len(near)), np.arange(start, start + len(near))] = 0  # (not against itself)
+        score[start : start + block] = distance.sum(1)
+    return [int(i) for i in np.argsort(-score, kind="stable")]
+
+
+def _one_face(faces: list[tuple[Path, dict]]) -> tuple[list[int], list[int]]:
+    """DFL's oneface: (the faces kept, in name order; those of frames that hold more than one face)."""
+    frames: dict[str, list[int]] = {}
+    for i, (_, meta) in enumerate(faces):
+        frames.setdefault(str(meta.get("source_filename", "")), []).append(i)
+    crowded = {i for frame, members in frames.items() if frame and len(members) > 1 for i in members}
+    return [i for i in range(len(faces)) if i not in crowded], sorted(crowded)
+
+
 def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list[int]]:
     """DFL's best faces, by yaw bins and sharpness (see the module)."""
     yaws = np.array([yaw(meta) for _, meta in faces])
@@ -174,7 +211,7 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> tuple[li
     """The faces of `folder` in `method`'s order, and what goes to the trash. `target`: final's (2000)."""
     if method not in METHODS:
         raise BigbatchError(f"--by {method!r} is not a sort method; valid: {', '.join(METHODS)}")
-    if target is not None and method != "final":  # (found from outside: taken silently)
+    if target is not None and not method.startswith("final"):  # (found from outside: taken silently)
         raise BigbatchError(f"--target is the number of faces `--by final` keeps; --by {method} keeps them all")
     target = 2000 if target is None else target
     faces, other = _faces(folder)
@@ -183,9 +220,14 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> tuple[li
     trash = list(other)
     if method == "hist":
         order = _hist_chain(faces)
+    elif method == "hist-dissim":
+        order = _hist_dissim(faces)
+    elif method == "oneface":
+        order, dropped = _one_face(faces)
+        trash += [faces[i][0] for i in dropped]
     elif method == "origname":
         order = sorted(range(len(faces)), key=lambda i: natural_key(str(faces[i][1].get("source_filename", ""))))
-    elif method == "final":
+    elif method.startswith("final"):
         if target < 1:
             raise BigbatchError(f"--target must be at least 1 face, got {target}")
         order, dropped = _final(faces, target)
