@@ -132,7 +132,9 @@ def biggan128_bs2048() -> Config:
     off, as in that script (--G_ortho 0.0); the paper used beta = 1e-4: set train.g_ortho=1e-4 for it.
     micro_batch "auto" takes the largest per-process micro-batch that fits (the reference split 256 over
     8 V100s); spectral norm updates once per step (model.sn_update="micro" for the reference's per
-    micro-batch updates). Data: `bigbatch prepare IMAGENET_TRAIN data/imagenet128.h5 --resolution 128`.
+    micro-batch updates). G's BatchNorm statistics span one micro-batch, so they follow what fits: the
+    reference's spanned a GPU's 32 images (DataParallel without --cross_replica): train.micro_batch=32 for
+    those. Data: `bigbatch prepare IMAGENET_TRAIN data/imagenet128.h5 --resolution 128`.
     """
     return Config(
         name="biggan128_bs2048",

@@ -101,7 +101,11 @@ def sweep(
                     _train_here(job, quiet)
             else:
                 _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
-        return _finish(root, jobs)
+        rows = _finish(root, jobs)
+        runs, before = f"{len(jobs)} run" + "s" * (len(jobs) != 1), len(jobs) - len(todo)
+        said = f" ({before} before this call)" if before else ""
+        print(f"Sweep {root}: {runs} finished{said}; results in {root / 'results.md'}", flush=True)
+        return rows  # (found from outside: a sweep run again once done said nothing at all)
 
 
 @contextlib.contextmanager

@@ -156,6 +156,10 @@ def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
     ]
     with open(tmp_path / "runs" / "results.csv") as f:  # both calls' runs: a later call keeps earlier rows
         assert [r["run"] for r in csv.DictReader(f)] == ["g_lr=0.0001,d_lr=0.0001", "g_lr=0.0002,d_lr=0.0002"]
+    capsys.readouterr()
+    assert main(["sweep", str(script)]) == 0  # again, once done: said so (found from outside: not a word)
+    out = capsys.readouterr().out
+    assert out.count(f"Sweep {tmp_path / 'runs'}: 1 run finished (1 before this call); results in ") == 2
     assert main(["sweep", str(tmp_path / "missing.py")]) == 2
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "typo.py").write_text("import bigbatch\nbigbatch.sweep(\n")
