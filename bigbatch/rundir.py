@@ -474,11 +474,21 @@ def _same_on_every_rank(cfg: Config, content_hash: str) -> None:
             )
 
 
-def as_begun(saved_config: Path, saved: dict[str, Any]) -> dict[str, Any]:
+def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """The keys added to the config since `saved_config` was written that would change how its run goes on, with
-    the value the run had: train.train_bn (fastai's, now the default) was not there for runs frozen before it."""
-    raw = read_toml(saved_config).get("train", {})
-    return {"train.train_bn": False} if "train_bn" not in raw and saved.get("train.freeze_kimg", 0) > 0 else {}
+    the value the run had: train.train_bn (fastai's, now the default) was not there for runs frozen before it,
+    train.ema_buffers (the BigGAN presets' "average") for any; and model.options as the run began where the given
+    ones differ in `init` alone, which a resumed run does not use (found by review: a preset's run of before they
+    changed was refused its own preset's --resume)."""
+    raw, begun = read_toml(saved_config).get("train", {}), {}
+    if "train_bn" not in raw and saved.get("train.freeze_kimg", 0) > 0:
+        begun["train.train_bn"] = False
+    if "ema_buffers" not in raw:
+        begun["train.ema_buffers"] = "copy"
+    old, new = saved.get("model.options") or {}, given.get("model.options") or {}
+    if old != new and {k: v for k, v in old.items() if k != "init"} == {k: v for k, v in new.items() if k != "init"}:
+        begun["model.options"] = old
+    return begun
 
 
 def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:
@@ -486,7 +496,7 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
     the precision and what guards against divergence."""
     saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
-    if begun := as_begun(saved_config, saved):  # (a key added since the run was saved: it resumes as it began)
+    if begun := as_begun(saved_config, saved, given):  # (a key added since the run was saved: resumed as begun)
         cfg, given = cfg.override(begun), {**given, **begun}
         saved.update(begun)
     changed = [k for k in given if given[k] != saved.get(k)]

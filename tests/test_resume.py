@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import tomli_w
 import torch
 
 import bigbatch
@@ -455,3 +456,22 @@ def test_an_evaluation_made_again_on_resume_is_logged_once(tmp_path):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         truncate_metrics(path, 256, scores_too=scores_too)
         assert [json.loads(line) for line in path.read_text().splitlines()] == kept
+
+
+@pytest.mark.parametrize("name", ["biggan_cifar", "biggan_deep128"])
+def test_a_preset_run_of_before_its_ema_and_init_keys_resumes_with_its_preset(tmp_path, name):
+    # Found by review: the BigGAN presets' train.ema_buffers = "average" and biggan_deep128's init "none" made their
+    # runs of before refused by --preset NAME --resume (a job script's --resume=auto, a sweep).
+    from bigbatch.presets import base_config
+    from bigbatch.rundir import resume_config
+
+    old = base_config(name, None).to_dict()
+    del old["train"]["ema_buffers"]
+    old["model"]["options"].pop("init", None)
+    path = tmp_path / "config.toml"
+    path.write_text(tomli_w.dumps(old))
+    cfg = resume_config(path, base_config(name, None), "the checkpoint")
+    assert cfg.train.ema_buffers == "copy" and "init" not in cfg.model.options  # (as the run began)
+    other = {**old["model"]["options"], "init": "none", "d_attn": 32}  # (another option too: refused, as ever)
+    with pytest.raises(bigbatch.BigbatchError, match=r"trained with in model.options \("):
+        resume_config(path, base_config(name, None).override({"model.options": other}), "the checkpoint")
