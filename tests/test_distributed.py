@@ -546,6 +546,18 @@ def _saving_rank(rank, world, init_file, folder):
                 said.append("saved")
             except bigbatch.BigbatchError as e:
                 said.append(str(e))
+        model.weight.data.copy_(torch.zeros_like(model.weight))  # (the same again on every rank)
+        model.bias.data.zero_()
+        from bigbatch.engine import saving
+
+        def full(*args):
+            raise OSError(28, "No space left on device")
+
+        saving.checkpoints.replace_folder = full  # (rank 0's write fails with an error of its own kind)
+        try:
+            rep.save(f"{folder}/ckpt", model=net, opt=opt)
+        except Exception as e:  # noqa: BLE001
+            said.append(f"{type(e).__name__}: {e}")
     with open(f"{folder}/{rank}", "w") as f:
         json.dump(said, f)
 
@@ -560,6 +572,9 @@ def test_replicator_save_returns_once_written_and_refuses_replicas_that_drifted_
         said = json.loads((tmp_path / str(rank)).read_text())
         assert said[0] == "saved", said
         assert said[1].startswith("Replicator.save: rank 1 holds other weights than rank 0: a step called a model")
+        # A failure of rank 0's write reaches every rank (found by review: an OSError left the others waiting).
+        full = "OSError: [Errno 28] No space left on device"
+        assert said[2] == (full if rank == 0 else f"BigbatchError: Replicator.save failed on rank 0: {full}")
 
 
 def _two_replicators_rank(rank, world, folder):

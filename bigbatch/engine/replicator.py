@@ -504,8 +504,8 @@ class Replicator:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path, **objects: Any) -> Path:
-        """Write a checkpoint folder at `path` from the main process: models (prepared or not; weights in
-        safetensors), optimizers, plain values (a step count, ...), this engine's state and the RNG."""
+        """Write a checkpoint folder at `path` (call it on every rank; the main process writes): models (prepared or
+        not; weights in safetensors), optimizers, plain values (a step count, ...), this engine's state and the RNG."""
         return saving.save(self, path, objects)
 
     def load(self, path: str | Path, **objects: Any) -> dict[str, Any]:

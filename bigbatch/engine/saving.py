@@ -23,8 +23,8 @@ PLAIN = (bool, int, float, str, type(None))  # what a value may hold, with tenso
 
 def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
     """Write `objects` (name -> a model, an optimizer, or plain data: numbers, strings, tensors, and lists
-    and dicts of them) to the folder `path`, from the main process (every rank holds the same weights and
-    optimizer state; the RNG saved is the main process's)."""
+    and dicts of them) to the folder `path`. Called on every rank: they check that they hold rank 0's weights,
+    the main process writes (the RNG saved is its), and every rank returns once it has written, or raises."""
     path = Path(path)
     nets = {k: _plain(rep, v) for k, v in objects.items() if isinstance(v, nn.Module)}
     optimizers = {k: v.state_dict() for k, v in objects.items() if isinstance(v, torch.optim.Optimizer)}
@@ -50,16 +50,18 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
             "model itself, not what rep.prepare returned (its gradients were never averaged), or a rank's kernels "
             "differ; nothing was saved"
         )
-    failed = None
+    failed, error = None, None
     if rep.is_main:
         try:
             _write(rep, path, objects, nets, optimizers, values)
-        except BigbatchError as e:
-            failed = str(e)
+        except Exception as e:  # (any: the other ranks wait for the word; found by review, an OSError hung them)
+            failed, error = (str(e) if isinstance(e, BigbatchError) else f"{type(e).__name__}: {e}"), e
     if rep.world_size > 1:  # every rank returns once the checkpoint is written, or raises as rank 0 does
         failed = dist.broadcast(failed)
+    if error is not None:
+        raise error
     if failed is not None:
-        raise BigbatchError(failed)
+        raise BigbatchError(f"Replicator.save failed on rank 0: {failed}")
     return path
 
 
