@@ -102,9 +102,10 @@ def sweep(
             else:
                 _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
         rows = _finish(root, jobs)
-        runs, before = f"{len(jobs)} run" + "s" * (len(jobs) != 1), len(jobs) - len(todo)
+        done, before = sum(r.get("status") == "finished" for r in rows), len(jobs) - len(todo)
         said = f" ({before} before this call)" if before else ""
-        print(f"Sweep {root}: {runs} finished{said}; results in {root / 'results.md'}", flush=True)
+        said += f"; {len(jobs) - done} not (interrupted)" if done < len(jobs) else ""
+        print(f"Sweep {root}: {done} of {len(jobs)} runs finished{said}; results in {root / 'results.md'}", flush=True)
         return rows  # (found from outside: a sweep run again once done said nothing at all)
 
 

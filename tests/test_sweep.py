@@ -159,7 +159,7 @@ def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
     capsys.readouterr()
     assert main(["sweep", str(script)]) == 0  # again, once done: said so (found from outside: not a word)
     out = capsys.readouterr().out
-    assert out.count(f"Sweep {tmp_path / 'runs'}: 1 run finished (1 before this call); results in ") == 2
+    assert out.count(f"Sweep {tmp_path / 'runs'}: 1 of 1 runs finished (1 before this call); results in ") == 2
     assert main(["sweep", str(tmp_path / "missing.py")]) == 2
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "typo.py").write_text("import bigbatch\nbigbatch.sweep(\n")
