@@ -160,7 +160,9 @@ def test_an_interrupted_in_place_run_finished_after_a_sort_leaves_the_stale_copi
     assert "Moved the 0 enhanced faces left over those of" in out
     assert "2 enhanced faces were left in " in err and "their originals were renamed, changed or deleted" in err
     assert sorted(p.name for p in folder.glob("*.jpg")) == ["notes.jpg", "sorted0.jpg", "sorted1.jpg", "sorted2.jpg"]
-    assert len(list((tmp_path / "aligned_enhanced").glob("*.jpg"))) == 2  # (kept: nothing lost)
+    (aside,) = (tmp_path / "aligned_enhanced").glob("left-*")  # (kept, nothing lost; out of the next run's way)
+    assert len(list(aside.glob("*.jpg"))) == 2 and str(aside) in err
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--in-place"]) == 0  # (review: it was refused)
     # A folder of no aligned face: refused, and no folder left behind holding the record alone.
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "a.jpg").write_bytes(cv2.imencode(".jpg", face_image(64))[1].tobytes())

@@ -98,8 +98,8 @@ def enhance_folder(
                 f"an in-place enhance of {folder} stopped while moving its faces back from {target}: run it again "
                 "with --in-place and the same --weights to finish"
             )
-        moved, left = _move_back(record, target, folder)
-        return Enhanced(0, moved, [], target if left else folder, left)
+        moved, left, aside = _move_back(record, target, folder)
+        return Enhanced(0, moved, [], aside if left else folder, left)
     faces = face_files(folder)
     model = load_enhancer(weights, device)
     target.mkdir(parents=True, exist_ok=True)
@@ -139,20 +139,24 @@ def enhance_folder(
         return Enhanced(done, 0, skipped, target)
     record["moving"] = sorted(record["faces"])
     _write_record(target, record)
-    return Enhanced(done, _move_back(record, target, folder)[0], skipped, folder)
+    moved, left, aside = _move_back(record, target, folder)
+    return Enhanced(done, moved, skipped, aside if left else folder, left)
 
 
-def _move_back(record: dict, target: Path, folder: Path) -> tuple[int, int]:
+def _move_back(record: dict, target: Path, folder: Path) -> tuple[int, int, Path]:
     """Move the faces the record names over their originals (each atomically; a rerun moves the rest), then take
-    the record and, when nothing else is in it, the folder away. How many were moved now, and how many were left in
-    `target`: those whose original is no longer what was enhanced (found from outside: after a `sort` between an
-    interrupted run and its rerun, the enhanced copies came back under the old names beside the renamed faces)."""
+    the record and, when nothing else is in it, the folder away. How many were moved now, how many were left, and
+    where (a folder in `target`): those whose original is no longer what was enhanced (found from outside: after a
+    `sort` between an interrupted run and its rerun, the enhanced copies came back beside the renamed faces)."""
     moved = left = 0
+    aside = target / time.strftime("left-%Y%m%d-%H%M%S")  # (found by review: left among the names of the next run)
     for name in record["moving"]:
         path = target / name
         if not path.is_file():
             continue  # (moved before an interruption)
         if file_stamp(str(folder / name)) != record["faces"].get(name):
+            aside.mkdir(exist_ok=True)
+            os.replace(path, aside / name)
             left += 1
             continue
         try:
@@ -166,7 +170,7 @@ def _move_back(record: dict, target: Path, folder: Path) -> tuple[int, int]:
     (target / RECORD).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         target.rmdir()  # (only when empty: what else the user put there stays)
-    return moved, left
+    return moved, left, aside
 
 
 def _write_record(target: Path, record: dict) -> None:
