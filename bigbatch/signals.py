@@ -31,12 +31,13 @@ class StartupStopped(EvaluationStopped):
 _LOCAL = threading.local()  # .stops: the stop requests of the training loops under way in this thread
 
 
-def check_stop() -> None:
+def check_stop(starting: bool = True) -> None:
     """Raise EvaluationStopped if the training loop under way was asked to stop (between batches of a
     long evaluation, where waiting for its end could outlast a scheduler's grace period), StartupStopped if before
-    its first step. In one process only: several finish the evaluation, their collectives must meet."""
+    its first step (not with `starting` False: work that would be lost, not kept). In one process only: several
+    finish the evaluation, their collectives must meet."""
     stops = getattr(_LOCAL, "stops", None)
-    if stops and stops[-1].requested:  # (while it starts: in its reference statistics)
+    if stops and stops[-1].requested and (starting or stops[-1].armed):  # (starting: in its reference statistics)
         from bigbatch.engine import dist
 
         if not dist.active():

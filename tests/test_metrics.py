@@ -519,6 +519,9 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
     assert "32 of 50 images were done before; going on from there" in capsys.readouterr().err
     assert np.array_equal(went_on.mu, straight.mu) and np.array_equal(went_on.sigma, straight.sigma)
     assert not kept.exists()  # (gone with the statistics saved)
+    with stop_signals() as stop:  # per-image features are not kept: at start-up a stop waits for their end (review)
+        stop.requested = True
+        assert M.extract_sharded(_Moments(), 10, lambda s, c: images[s : s + c], batch_size=4)["pool"].shape[0] == 10
     # Killed outright: the sums kept every KEEP_EVERY_S are taken up.
     keep = tmp_path / "k.safetensors"
     monkeypatch.setattr("bigbatch.metrics.features.KEEP_EVERY_S", 0.0)

@@ -149,7 +149,7 @@ def extract_sharded(
     real = hi - lo
     parts, shown = [], Progress(real, "features")
     for s in range(lo, lo + real, batch_size):
-        check_stop()
+        check_stop(starting=False)  # (features of every image are not kept: at start-up, taken to their end)
         count = min(batch_size, lo + real - s)
         parts.append(extractor(images_at(s, count)))
         shown.add(count)
