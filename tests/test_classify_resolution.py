@@ -8,6 +8,7 @@ from test_classify import tiny
 
 import bigbatch
 from bigbatch.cli import main
+from bigbatch.metrics import get_extractor
 from bigbatch.tasks.classify.inference import inference_of
 
 
@@ -21,6 +22,7 @@ def test_a_classifier_scored_above_its_training_side_is_scored_predicts_and_repo
     at20 = json.loads((run / "eval" / "heldout-000000.512" / "metrics.json").read_text())
     assert at20["resolution"] == 20 and at20["loss"] == pytest.approx(last["val_loss"])
     assert inference_of(run).resolution == 20
+    assert get_extractor(f"classifier:{run}", device="cpu").resolution == 20  # (a GAN's FCD by it: review)
     assert main(["info", str(run)]) == 0 and "at 16px, scored at 20px" in capsys.readouterr().out
     # --resolution tries another side, in a report of its own; the run's is left as it was.
     assert main(["eval", str(run), "--resolution", "16"]) == 0

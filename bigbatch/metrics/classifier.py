@@ -26,7 +26,7 @@ from torch import nn
 
 from bigbatch import checkpoints, models
 from bigbatch.config import Config
-from bigbatch.data.schedule import resize_batch, schedule_of
+from bigbatch.data.schedule import resize_batch, resolution_scored
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
@@ -180,12 +180,12 @@ def cached_classifier_extractor(
 
 def run_classifier_extractor(run: str | Path, device: torch.device | str = "auto") -> ClassifierExtractor:
     """ "classifier:RUN": the classifier of a classify run (checkpoints/best/ if it has one, else its
-    latest checkpoint), at the resolution it last trained at, its features unscaled."""
+    latest checkpoint), at the resolution it is scored at (eval.resolution, else where that checkpoint last trained:
+    found by review, the last phase's), its features unscaled."""
     dev = resolve_device(device)
     net = load_classifier(run, best=True)
     cfg = Config.load(Path(net.checkpoint) / "config.toml")
-    schedule = schedule_of(cfg)
-    resolution = schedule.phases[-1].resolution or cfg.data.resolution
+    resolution = resolution_scored(cfg, int((checkpoints.read_meta(Path(net.checkpoint)) or {}).get("nimg", 0)))
     extractor = ClassifierExtractor(net, resolution, 1.0, dev, key=str(net.checkpoint))
     extractor.name = f"classifier:{run}"  # what eval's JSON names: not the data set's own classifier
     return extractor
