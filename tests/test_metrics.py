@@ -515,10 +515,12 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
             M.reference_stats(data, _Moments(), batch_size=8, features=False)
     monkeypatch.setattr(M.stats, "_reader", reader)
     (kept,) = (tmp_path / "cache" / "stats").glob("*.partial-0of1.safetensors")
-    went_on = M.reference_stats(data, _Moments(), batch_size=8, features=False)
+    other_world = kept.with_name(kept.name.replace("0of1", "1of2"))
+    other_world.write_bytes(b"")  # (kept by a run of another world size)
+    went_on = M.reference_stats(data, _Moments(), batch_size=5, features=False)  # (the batch kept goes on: review)
     assert "32 of 50 images were done before; going on from there" in capsys.readouterr().err
     assert np.array_equal(went_on.mu, straight.mu) and np.array_equal(went_on.sigma, straight.sigma)
-    assert not kept.exists()  # (gone with the statistics saved)
+    assert not kept.exists() and not other_world.exists()  # (gone with the statistics saved)
     with stop_signals() as stop:  # per-image features are not kept: at start-up a stop waits for their end (review)
         stop.requested = True
         assert M.extract_sharded(_Moments(), 10, lambda s, c: images[s : s + c], batch_size=4)["pool"].shape[0] == 10

@@ -192,7 +192,8 @@ def moments_sharded(
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
     kept = kept_file(keep) if keep is not None else None
-    done = _restore(kept, shift, total, outer, hi - lo) if kept is not None else 0
+    done, batch = _restore(kept, shift, total, outer, hi - lo) if kept is not None else (0, None)
+    batch_size = batch or batch_size
     shown, last = Progress(hi - lo - done, "features"), time.monotonic()
     for start in range(lo + done, hi, batch_size):
         try:
@@ -200,7 +201,7 @@ def moments_sharded(
         except EvaluationStopped as e:
             if kept is None or not done:
                 raise
-            _keep(kept, shift, total, outer, done)  # (where a batch begins: the sums are of whole batches)
+            _keep(kept, shift, total, outer, done, batch_size)  # (where a batch begins: of whole batches)
             raise type(e)(f"{done:,} of {hi - lo:,} images done, kept in {kept} for the next start") from None
         x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
         total += x.sum(0)
@@ -208,7 +209,7 @@ def moments_sharded(
         done += x.shape[0]
         shown.add(x.shape[0])
         if kept is not None and time.monotonic() - last >= KEEP_EVERY_S and done < hi - lo:
-            _keep(kept, shift, total, outer, done)
+            _keep(kept, shift, total, outer, done, batch_size)
             last = time.monotonic()
     shown.close()
     if world > 1:
@@ -227,34 +228,44 @@ def kept_file(keep: Path) -> Path:
     return keep.with_name(f"{keep.name.removesuffix('.safetensors')}.partial-{rank}of{world}.safetensors")
 
 
-def _keep(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, done: int) -> None:
+def drop_kept(keep: Path) -> None:
+    """The sums kept for `keep` by every rank of any world size, gone (once its statistics are saved or found)."""
+    for f in keep.parent.glob(f"{keep.name.removesuffix('.safetensors')}.partial-*of*.safetensors"):
+        f.unlink(missing_ok=True)
+
+
+def _keep(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, done: int, batch: int) -> None:
     from safetensors.torch import save_file
 
     tmp = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
     kept.parent.mkdir(parents=True, exist_ok=True)
-    save_file({"shift": shift, "total": total, "outer": outer, "done": torch.tensor([done])}, str(tmp))
+    numbers = torch.tensor([done, batch])
+    save_file({"shift": shift, "total": total, "outer": outer, "done_batch": numbers}, str(tmp))
     os.replace(tmp, kept)
 
 
-def _restore(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, share: int) -> int:
-    """The images of its share a kept file says were summed, its sums put in `total` and `outer`; 0 when there is
+def _restore(
+    kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, share: int
+) -> tuple[int, int | None]:
+    """The images of its share a kept file says were summed, its sums put in `total` and `outer`, and the batch
+    they were summed in (the rest is, so that the sums are the same bits: found by review); (0, None) when there is
     none, or none of these images' (another first image: another data set or extractor)."""
     from safetensors.torch import load_file
 
     if not kept.is_file():
-        return 0
+        return 0, None
     try:
         saved = load_file(str(kept))
-        done = int(saved["done"][0])
-        if not (0 < done < share and torch.equal(saved["shift"], shift)):
+        done, batch = (int(v) for v in saved["done_batch"])
+        if not (0 < done < share and batch > 0 and torch.equal(saved["shift"], shift)):
             raise ValueError("not of these images")
         total.copy_(saved["total"])
         outer.copy_(saved["outer"])
     except Exception as e:  # noqa: BLE001 (a damaged or foreign file: begun again)
         warn(f"{kept} holds no sums of these images ({e}); computing them anew")
-        return 0
+        return 0, None
     print(f"reference statistics: {done:,} of {share:,} images were done before; going on from there", file=sys.stderr)
-    return done
+    return done, batch
 
 
 def _shard(n: int, batch_size: int) -> tuple[int, int, int, int]:

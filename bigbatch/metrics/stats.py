@@ -19,7 +19,7 @@ from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.metrics.cache import data_digest
-from bigbatch.metrics.features import Extractor, extract_sharded, kept_file, moments_sharded
+from bigbatch.metrics.features import Extractor, drop_kept, extract_sharded, kept_file, moments_sharded
 from bigbatch.metrics.fid import covariance_fault, feature_stats
 from bigbatch.metrics.image_sets import any_size, read_images
 from bigbatch.user_cache import cache_dir
@@ -160,6 +160,8 @@ def reference_stats(
         save_stats(stats, path)
     if cache and not features:
         kept_file(path).unlink(missing_ok=True)  # (each rank its own, once the statistics are saved)
+        if not dist.active() or dist.context().is_main:
+            drop_kept(path)  # (and those of another world size)
     return stats
 
 
