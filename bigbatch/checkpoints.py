@@ -1,13 +1,11 @@
 """Checkpoints: RUN/checkpoints/<kimg>/ with a task's nets in safetensors (a GAN's G, D, G_ema) and
 the rest of the state.
 
-A checkpoint is written into a hidden temporary folder, its meta.json last; `latest` is rewritten
-(atomically) to name it, then it is renamed into place, so that a checkpoint once in place is the one `latest`
-names (a kill between the two: `latest` names a folder not there yet, and the one before is used). A folder
-without a valid meta.json is never used.
-meta.json records each file's size and checksum (xxh3_128: about 0.1 s per GB on one core, see
-bench/checksum.py); a file
-that no longer matches is corrupt, and is never loaded. Nothing is unpickled: weights are
+A checkpoint is written into a hidden temporary folder, its meta.json last; `latest` is rewritten (atomically) to
+name it, then it is renamed into place, so that a checkpoint once in place is the one `latest` names (a kill between
+the two: `latest` names a folder not there yet, and the one before is used). A folder without a valid meta.json is
+never used. meta.json records each file's size and checksum (xxh3_128: about 0.1 s per GB on one core, see
+bench/checksum.py); a file that no longer matches is corrupt, and is never loaded. Nothing is unpickled: weights are
 safetensors, the state goes through torch.load(weights_only=True).
 """
 
@@ -102,11 +100,16 @@ def save_checkpoint(
         atomic_write(root / "latest", name + "\n")
         return final
     tmp = write_folder(root, name, nimg, nets, state, config_text, info)
-    # latest first (found from outside: killed between the rename and latest, a run resumed from the checkpoint
-    # before and set the newer one aside as another history)
+    # latest first (found from outside: killed between the rename and latest, a run resumed from the one before)
+    before = (root / "latest").read_bytes() if (root / "latest").is_file() else None
     atomic_write(root / "latest", name + "\n")
     shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
-    os.replace(tmp, final)
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        if before is not None:  # (found by review: latest left naming a folder not there)
+            atomic_write(root / "latest", before)
+        raise
     for old in complete_checkpoints(run_dir)[:-keep]:
         if old != final:  # hidden first, so that a prune cut short leaves no published half of a checkpoint
             gone = old.with_name(f".pruned-{old.name}-{os.getpid()}")
@@ -350,10 +353,12 @@ def find_checkpoint(path: str | Path) -> Path:
         raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:
         raise BigbatchError(f"run {path} has no complete checkpoint yet")
-    warn(
-        f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using {complete[-1].name}",
-        once=True,
-    )
+    if not (name and any((path / "checkpoints").glob(f".tmp-{name}-*"))):  # (not while one goes into place: review)
+        warn(
+            f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using "
+            f"{complete[-1].name}",
+            once=True,
+        )
     return complete[-1]
 
 

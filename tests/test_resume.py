@@ -475,3 +475,30 @@ def test_a_preset_run_of_before_its_ema_and_init_keys_resumes_with_its_preset(tm
     other = {**old["model"]["options"], "init": "none", "d_attn": 32}  # (another option too: refused, as ever)
     with pytest.raises(bigbatch.BigbatchError, match=r"trained with in model.options \("):
         resume_config(path, base_config(name, None).override({"model.options": other}), "the checkpoint")
+
+
+def test_a_reader_while_a_checkpoint_goes_into_place_is_not_warned_and_a_failed_rename_puts_latest_back(
+    tiny, tmp_path, monkeypatch, capsys
+):
+    # Found by review of latest-first: a reader in the window between the two was warned that latest named no
+    # complete checkpoint; a rename that failed left latest naming a folder not there.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+    (run / "checkpoints" / ".tmp-000000.768-999").mkdir()
+    (run / "checkpoints" / "latest").write_text("000000.768\n")
+    capsys.readouterr()
+    assert find_checkpoint(run).name == "000000.512" and "names no complete" not in capsys.readouterr().err
+    (run / "checkpoints" / ".tmp-000000.768-999").rmdir()
+    (run / "checkpoints" / "latest").write_text("000000.512\n")
+    replace = os.replace
+
+    def failing(src, dst):
+        if Path(src).name.startswith(".tmp-000000.768"):
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        bigbatch.train(tiny.override({"train.kimg": 0.768}), run_dir=run, resume=True, quiet=True)
+    monkeypatch.setattr(os, "replace", replace)
+    assert (run / "checkpoints" / "latest").read_text() == "000000.512\n"
