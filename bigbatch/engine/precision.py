@@ -40,7 +40,8 @@ def autocast(precision: str, device: torch.device) -> ContextManager:
 def check_weights(opt: torch.optim.Optimizer, precision: str) -> None:
     """fp16's loss scaler unscales float32 gradients only: an optimizer over half-precision weights is refused in
     one line (found from outside: "Attempting to unscale FP16 gradients" at the first step)."""
-    dtypes = {p.dtype for g in opt.param_groups for p in g["params"] if p.is_floating_point()}
+    trained = (p for g in opt.param_groups if not g.get("frozen") for p in g["params"] if p.requires_grad)
+    dtypes = {p.dtype for p in trained if p.is_floating_point()}  # (frozen ones get no gradient to unscale: review)
     if precision == "fp16" and dtypes - {torch.float32}:
         raise BigbatchError(
             f"the optimizer's weights are {', '.join(sorted(str(d).removeprefix('torch.') for d in dtypes))}: keep "
