@@ -524,9 +524,10 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
     with stop_signals() as stop:  # per-image features are not kept: at start-up a stop waits for their end (review)
         stop.requested = True
         assert M.extract_sharded(_Moments(), 10, lambda s, c: images[s : s + c], batch_size=4)["pool"].shape[0] == 10
-    # Killed outright: the sums kept every KEEP_EVERY_S are taken up.
+    # Interrupted (Ctrl-C, or `bigbatch stats`' SIGTERM): the sums of the batches done are kept and taken up
+    # (found from outside: a command's stop kept nothing).
     keep = tmp_path / "k.safetensors"
-    monkeypatch.setattr("bigbatch.metrics.features.KEEP_EVERY_S", 0.0)
+    from safetensors.torch import load_file
 
     def killed(start, count):
         if start == 40:
@@ -535,9 +536,22 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
 
     with pytest.raises(KeyboardInterrupt):
         M.moments_sharded(_Moments(), 50, killed, batch_size=8, keep=keep)
+    assert "reference statistics: 40 of 50 images done, kept in " in capsys.readouterr().err
     mu, sigma = M.moments_sharded(_Moments(), 50, lambda s, c: images[s : s + c], batch_size=8, keep=keep)
     assert "40 of 50 images were done before" in capsys.readouterr().err
     assert np.array_equal(mu, straight.mu) and np.array_equal(sigma, straight.sigma)
+    # ... and every KEEP_EVERY_S while they are computed, for a kill that no handler sees (SIGKILL).
+    monkeypatch.setattr("bigbatch.metrics.features.KEEP_EVERY_S", 0.0)
+    seen = []
+
+    def looking(start, count):
+        if start == 40:
+            seen.append(load_file(str(M.features.kept_file(keep)))["done_batch"].tolist())
+        return images[start : start + count]
+
+    M.features.kept_file(keep).unlink()
+    M.moments_sharded(_Moments(), 50, looking, batch_size=8, keep=keep)
+    assert seen == [[40, 8]]  # (the batches before image 40)
     # Sums of other images (another first image) are not taken: computed anew, said.
     other = torch.flip(images, (0,))
     with pytest.raises(KeyboardInterrupt):

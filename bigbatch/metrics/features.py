@@ -194,23 +194,33 @@ def moments_sharded(
     kept = kept_file(keep) if keep is not None else None
     done, batch = _restore(kept, shift, total, outer, hi - lo) if kept is not None else (0, None)
     batch_size = batch or batch_size
-    shown, last = Progress(hi - lo - done, "features"), time.monotonic()
-    for start in range(lo + done, hi, batch_size):
-        try:
-            check_stop()
-        except EvaluationStopped as e:
-            if kept is None or not done:
-                raise
-            _keep(kept, shift, total, outer, done, batch_size)  # (where a batch begins: of whole batches)
-            raise type(e)(f"{done:,} of {hi - lo:,} images done, kept in {kept} for the next start") from None
-        x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
-        total += x.sum(0)
-        outer += x.T @ x
-        done += x.shape[0]
-        shown.add(x.shape[0])
-        if kept is not None and time.monotonic() - last >= KEEP_EVERY_S and done < hi - lo:
-            _keep(kept, shift, total, outer, done, batch_size)
-            last = time.monotonic()
+    shown, last, began = Progress(hi - lo - done, "features"), time.monotonic(), done
+    # The sums and their count as one object, replaced whole after each batch: an exception a signal raises
+    # between two statements (Ctrl-C, a command's SIGTERM) finds them of the same batches, and they are kept.
+    acc = (total, outer, done)
+    try:
+        for start in range(lo + done, hi, batch_size):
+            try:
+                check_stop()
+            except EvaluationStopped as e:
+                if kept is None or not acc[2]:
+                    raise
+                _keep(kept, shift, *acc, batch_size)  # (where a batch begins: of whole batches)
+                raise type(e)(f"{acc[2]:,} of {hi - lo:,} images done, kept in {kept} for the next start") from None
+            x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
+            acc = (acc[0] + x.sum(0), acc[1] + x.T @ x, acc[2] + x.shape[0])
+            shown.add(x.shape[0])
+            if kept is not None and time.monotonic() - last >= KEEP_EVERY_S and acc[2] < hi - lo:
+                _keep(kept, shift, *acc, batch_size)
+                last = time.monotonic()
+    except EvaluationStopped:
+        raise
+    except BaseException:  # (found from outside: `bigbatch stats` stopped by SIGTERM or Ctrl-C kept nothing)
+        if kept is not None and began < acc[2] < hi - lo:
+            _keep(kept, shift, *acc, batch_size)
+            print(f"reference statistics: {acc[2]:,} of {hi - lo:,} images done, kept in {kept}", file=sys.stderr)
+        raise
+    total, outer, _ = acc
     shown.close()
     if world > 1:
         flat = torch.cat([total, outer.reshape(-1)]).to(_collective_device())
