@@ -497,6 +497,12 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     the precision and what guards against divergence."""
     saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
     if begun := as_begun(saved_config, saved, given):  # (a key added since the run was saved: resumed as begun)
+        for key in [k for k in begun if k != "model.options" and given.get(k) != begun[k]]:  # (QA: unsaid)
+            warn(
+                f"{key} {given.get(key)!r}: this run began before the key and goes on as it began ({begun[key]!r}); "
+                f"for {given.get(key)!r}, start a new run from its weights (train.init_from=RUN)",
+                once=True,
+            )
         cfg, given = cfg.override(begun), {**given, **begun}
         saved.update(begun)
     changed = [k for k in given if given[k] != saved.get(k)]

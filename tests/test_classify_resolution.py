@@ -32,6 +32,8 @@ def test_a_classifier_scored_above_its_training_side_is_scored_predicts_and_repo
     # The best checkpoint's scores are kept with the side they were scored at.
     assert json.loads((run / "checkpoints" / "best" / "meta.json").read_text())["best"]["settings"]["resolution"] == 20
     capsys.readouterr()
+    bigbatch.train(tiny(**{"train.kimg": 0.768}), run_dir=run, resume=True)  # (back to where it trains: said how)
+    assert "was scored with other eval settings (resolution 20, now none)" in capsys.readouterr().out
     assert main(["eval", str(run), "--resolution", "2"]) == 2
     assert capsys.readouterr().err == "bigbatch: error: --resolution must be 4 to 16384 pixels, got 2\n"
 
@@ -42,3 +44,5 @@ def test_a_scoring_side_is_refused_for_runs_that_score_at_their_data_resolution(
     assert err.count("\n") == 1 and "'eval.resolution' is the side a classifier is scored at; a gan run's is" in err
     assert main(["train", "--preset", "fashion_resnet", "eval.resolution=-1", "--run-dir", "x"]) == 2
     assert "'eval.resolution' must be 0 (where it trained) or a side in pixels, got -1" in capsys.readouterr().err
+    assert main(["train", "--preset", "fashion_resnet", "eval.resolution=2", "--run-dir", "x"]) == 2
+    assert "'eval.resolution' must be 0 (where it trained) or at least 4 pixels, got 2" in capsys.readouterr().err

@@ -459,7 +459,8 @@ def test_an_evaluation_made_again_on_resume_is_logged_once(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["biggan_cifar", "biggan_deep128"])
-def test_a_preset_run_of_before_its_ema_and_init_keys_resumes_with_its_preset(tmp_path, name):
+def test_a_preset_run_of_before_its_ema_and_init_keys_resumes_with_its_preset(tmp_path, name, capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
     # Found by review: the BigGAN presets' train.ema_buffers = "average" and biggan_deep128's init "none" made their
     # runs of before refused by --preset NAME --resume (a job script's --resume=auto, a sweep).
     from bigbatch.presets import base_config
@@ -472,6 +473,9 @@ def test_a_preset_run_of_before_its_ema_and_init_keys_resumes_with_its_preset(tm
     path.write_text(tomli_w.dumps(old))
     cfg = resume_config(path, base_config(name, None), "the checkpoint")
     assert cfg.train.ema_buffers == "copy" and "init" not in cfg.model.options  # (as the run began)
+    assert "train.ema_buffers 'average': this run began before the key and goes on as it began ('copy')" in (
+        capsys.readouterr().err
+    )
     other = {**old["model"]["options"], "init": "none", "d_attn": 32}  # (another option too: refused, as ever)
     with pytest.raises(bigbatch.BigbatchError, match=r"trained with in model.options \("):
         resume_config(path, base_config(name, None).override({"model.options": other}), "the checkpoint")

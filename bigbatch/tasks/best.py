@@ -34,6 +34,7 @@ class Best:
             before = record.get("settings") if isinstance(record.get("settings"), dict) else {}
             if before != settings:
                 changed = [f"{k} {before.get(k)!r}, now {v!r}" for k, v in settings.items() if before.get(k) != v]
+                changed += [f"{k} {before[k]!r}, now none" for k in before.keys() - settings.keys()]  # (QA: unsaid)
                 why = "was scored with other eval settings" + (f" ({'; '.join(changed)})" if changed else "")
             elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
                 why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"

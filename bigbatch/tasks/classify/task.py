@@ -119,6 +119,8 @@ def check_config(cfg: Config) -> None:
         cfg.data._fail("val_fraction", "holds out part of data.path, but data.val_path is the held-out split: set one")
     if cfg.eval.best not in ("", *METRICS):
         cfg.eval._fail("best", f"must be one of {', '.join(METRICS)} for a classifier, got {cfg.eval.best!r}")
+    if 0 < cfg.eval.resolution < 4:  # (as eval --resolution; found from outside: scored at 1 px)
+        cfg.eval._fail("resolution", f"must be 0 (where it trained) or at least 4 pixels, got {cfg.eval.resolution}")
 
 
 def param_groups(model: nn.Module, weight_decay: float, norm_decay: bool) -> list[dict[str, Any]]:
