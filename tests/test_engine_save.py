@@ -145,7 +145,7 @@ def test_a_read_only_run_directory_is_one_line_naming_the_fix(tmp_path, monkeypa
         lock_folder(tmp_path, ".lock", lambda *a: "busy")
 
 
-def test_each_optimizers_engine_state_comes_back_by_the_name_it_was_saved_under(tmp_path):
+def test_each_optimizers_engine_state_comes_back_by_the_name_it_was_saved_under(tmp_path, capsys):
     # Found from outside: the loss scalers and skip histories were saved by wrap order, so a script that wrapped
     # its two optimizers in the other order swapped them; one loaded before it was wrapped dropped its own.
     def pair():
@@ -173,12 +173,15 @@ def test_each_optimizers_engine_state_comes_back_by_the_name_it_was_saved_under(
     rep, a, b, oa, ob = pair()
     rep.wrap_optimizer(ob), rep.wrap_optimizer(oa)  # (the other order)
     rep.load(tmp_path / "ckpt", A=a, B=b, optA=oa, optB=ob)
+    assert "not restored" not in capsys.readouterr().err
     assert (
         rep.optimizers[id(oa)].scaler.get_scale() == scales["A"]
         and rep.optimizers[id(ob)].scaler.get_scale() == scales["B"]
     )
     rep, a, b, oa, ob = pair()
     rep.wrap_optimizer(oa)
+    rep.load(tmp_path / "ckpt", A=a, optA=oa)  # (a part: what is left out is said)
+    assert "ckpt also holds 'B', 'optB', not restored (not given to load)" in capsys.readouterr().err
     with pytest.raises(
         bigbatch.BigbatchError, match="the optimizer given as 'optB' is not wrapped: rep.wrap_optimizer"
     ):

@@ -16,7 +16,7 @@ from torch import nn
 from bigbatch import checkpoints
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 PLAIN = (bool, int, float, str, type(None))  # what a value may hold, with tensors (weights_only reads them back)
 
@@ -139,6 +139,8 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
             prec.load_optimizer(opt, state["optimizers"][key])
     rep.load_state_dict(engine)
     restore_rng(state, rep.device)
+    if left := sorted((saved | set(state["optimizers"])) - set(objects)):  # (found from outside: unsaid)
+        warn(f"Replicator.load: {path} also holds {', '.join(map(repr, left))}, not restored (not given to load)")
     return state["values"]
 
 
