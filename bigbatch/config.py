@@ -505,7 +505,7 @@ class EvalConfig(Section):
     """Options of the "classifier" extractor (resolution, width, steps, batch, lr, seed)."""
     resolution: int = 0
     """Classify: the side the held-out split is scored, and `predict` and exports take images, at (0: where the last
-    step trained); above it scores higher after random-resized crops (FixRes; FFCV's ResNet-50: 160-192 px, 256)."""
+    step trained); above it ImageNet nets score higher after random-resized crops (FixRes; FFCV's: 160-192 px, 256)."""
 
     def _validate(self) -> None:
         at_least_zero(
