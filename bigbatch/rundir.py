@@ -438,7 +438,9 @@ RESUMABLE_CHANGES = {
 # and the SAEHD options DFL asks again at each restart, which its users switch between sessions (random warp off
 # late, then lr dropout); those that add or remove a discriminator are not among them.
 _SAEHD_RECOVERY = ("random_warp", "lr_dropout", "lr", "src_flip", "dst_flip", "masked_training", "eyes_mouth_prio")
-RECOVERY_CHANGES = {f"train.{k}" for k in ("precision", "grad_clip", "skip_limit", "skip_window")} | {
+# G_ema's statistics averaged or copied (train.ema_buffers) train nothing: a run of before the key (copy) goes on
+# with its BigGAN preset's average, said (found by review: refused its preset's --resume).
+RECOVERY_CHANGES = {f"train.{k}" for k in ("precision", "grad_clip", "skip_limit", "skip_window", "ema_buffers")} | {
     f"swap.{k}" for k in (*_SAEHD_RECOVERY, "ct_mode", "random_hsv_power", "face_style_power", "bg_style_power",
                           "blur_out_mask", "uniform_yaw")
 } | {"xseg.lr", "xseg.lr_dropout"}  # fmt: skip
@@ -475,16 +477,14 @@ def _same_on_every_rank(cfg: Config, content_hash: str) -> None:
 
 
 def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """The keys added to the config since `saved_config` was written that would change how its run goes on, with
-    the value the run had: train.train_bn (fastai's, now the default) was not there for runs frozen before it,
-    train.ema_buffers (the BigGAN presets' "average") for any; and model.options as the run began where the given
-    ones differ in `init` alone, which a resumed run does not use (found by review: a preset's run of before they
-    changed was refused its own preset's --resume)."""
+    """What of the given config yields to the run's own: train.train_bn given at its default (fastai's True) where
+    the run froze without it (runs frozen before the key had none, and their checkpoints since carry false: found by
+    review, refused at their second resume); and model.options as the run began where the given ones differ in
+    `init` alone, which a resumed run does not use (found by review: a preset's run of before biggan_deep128 took
+    init "none" was refused its own preset's --resume)."""
     raw, begun = read_toml(saved_config).get("train", {}), {}
-    if "train_bn" not in raw and saved.get("train.freeze_kimg", 0) > 0:
+    if saved.get("train.freeze_kimg", 0) > 0 and not raw.get("train_bn", False) and given.get("train.train_bn"):
         begun["train.train_bn"] = False
-    if "ema_buffers" not in raw:
-        begun["train.ema_buffers"] = "copy"
     old, new = saved.get("model.options") or {}, given.get("model.options") or {}
     if old != new and {k: v for k, v in old.items() if k != "init"} == {k: v for k, v in new.items() if k != "init"}:
         begun["model.options"] = old
@@ -497,12 +497,6 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     the precision and what guards against divergence."""
     saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
     if begun := as_begun(saved_config, saved, given):  # (a key added since the run was saved: resumed as begun)
-        for key in [k for k in begun if k != "model.options" and given.get(k) != begun[k]]:  # (QA: unsaid)
-            warn(
-                f"{key} {given.get(key)!r}: this run began before the key and goes on as it began ({begun[key]!r}); "
-                f"for {given.get(key)!r}, start a new run from its weights (train.init_from=RUN)",
-                once=True,
-            )
         cfg, given = cfg.override(begun), {**given, **begun}
         saved.update(begun)
     changed = [k for k in given if given[k] != saved.get(k)]

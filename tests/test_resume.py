@@ -472,13 +472,30 @@ def test_a_preset_run_of_before_its_ema_and_init_keys_resumes_with_its_preset(tm
     path = tmp_path / "config.toml"
     path.write_text(tomli_w.dumps(old))
     cfg = resume_config(path, base_config(name, None), "the checkpoint")
-    assert cfg.train.ema_buffers == "copy" and "init" not in cfg.model.options  # (as the run began)
-    assert "train.ema_buffers 'average': this run began before the key and goes on as it began ('copy')" in (
-        capsys.readouterr().err
-    )
+    assert cfg.train.ema_buffers == "average" and "init" not in cfg.model.options  # (init: as the run began)
+    assert "resuming with train.ema_buffers 'copy' -> 'average'" in capsys.readouterr().err  # (G_ema's statistics)
+    path.write_text(cfg.dumps())  # as its checkpoint after that resume holds it: the next one goes on (review)
+    assert resume_config(path, base_config(name, None), "the checkpoint").to_dict() == cfg.to_dict()
     other = {**old["model"]["options"], "init": "none", "d_attn": 32}  # (another option too: refused, as ever)
     with pytest.raises(bigbatch.BigbatchError, match=r"trained with in model.options \("):
         resume_config(path, base_config(name, None).override({"model.options": other}), "the checkpoint")
+
+
+def test_a_run_frozen_before_train_bn_resumes_as_it_began_at_every_resume(tmp_path):
+    # Found by review: resumed once with train_bn false (as begun), its checkpoints then held false, and the next
+    # resume with the default (True) was refused.
+    from bigbatch.presets import base_config
+    from bigbatch.rundir import resume_config
+
+    old = base_config("finetune_resnet50", None).override({"train.freeze_kimg": 10}).to_dict()
+    del old["train"]["train_bn"]
+    path = tmp_path / "config.toml"
+    path.write_text(tomli_w.dumps(old))
+    given = base_config("finetune_resnet50", None).override({"train.freeze_kimg": 10})
+    for _ in range(2):
+        cfg = resume_config(path, given, "the checkpoint")
+        assert cfg.train.train_bn is False
+        path.write_text(cfg.dumps())
 
 
 def test_a_reader_while_a_checkpoint_goes_into_place_is_not_warned_and_a_failed_rename_puts_latest_back(
