@@ -11,6 +11,7 @@ safetensors, the state goes through torch.load(weights_only=True).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -32,7 +33,7 @@ from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write, remove_stale, write_file
+from bigbatch.files import atomic_write, owner_alive, remove_stale, write_file
 from bigbatch.urls import public_name, refuse_credentials
 
 BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
@@ -101,13 +102,13 @@ def save_checkpoint(
         return final
     tmp = write_folder(root, name, nimg, nets, state, config_text, info)
     # latest first (found from outside: killed between the rename and latest, a run resumed from the one before)
-    before = (root / "latest").read_bytes() if (root / "latest").is_file() else None
+    before = (root / "latest").read_bytes() if (root / "latest").is_file() else b""
     atomic_write(root / "latest", name + "\n")
     shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
     try:
         os.replace(tmp, final)
     except OSError:
-        if before is not None:  # (found by review: latest left naming a folder not there)
+        with contextlib.suppress(OSError):  # (found by review: latest left naming a folder not there)
             atomic_write(root / "latest", before)
         raise
     for old in complete_checkpoints(run_dir)[:-keep]:
@@ -353,7 +354,7 @@ def find_checkpoint(path: str | Path) -> Path:
         raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:
         raise BigbatchError(f"run {path} has no complete checkpoint yet")
-    if not (name and any((path / "checkpoints").glob(f".tmp-{name}-*"))):  # (not while one goes into place: review)
+    if not (name and any(map(owner_alive, (path / "checkpoints").glob(f".tmp-{name}-*")))):  # (one going into place)
         warn(
             f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using "
             f"{complete[-1].name}",
@@ -475,11 +476,10 @@ def resume_checkpoint(run: Path) -> Path | None:
 
 
 def set_aside_newer(run_dir: Path, nimg: int) -> None:
-    """Before a run's first save since it (re)started at `nimg` images: move aside the checkpoints after `nimg`,
-    of another history (a run rolled back by naming an older checkpoint in `latest`, or a save cut short before
-    `latest` named it: trained again from there). Found from outside: a newer one of the same name was kept as
-    the new one, nothing having trained since it seemed, and the old ones outnumbered the new in the prune, so
-    the weights left no longer matched the logs. Moved aside, not deleted: nothing is lost."""
+    """Before a run's first save since it (re)started at `nimg` images: move aside the checkpoints after `nimg`, of
+    another history (a run rolled back by naming an older checkpoint in `latest`). Found from outside: a newer one
+    of the same name was kept as the new one, and the old ones outnumbered the new in the prune, so the weights
+    left no longer matched the logs. Moved aside, not deleted: nothing is lost."""
     newer = [c for c in published(run_dir) if round(float(c.name) * 1000) > nimg]
     for c in newer:
         os.replace(c, c.with_name(f"{SUPERSEDED}{c.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"))

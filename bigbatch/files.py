@@ -84,11 +84,16 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def owner_alive(path: Path) -> bool:
+    """Whether the temporary file or folder `path`, named ...-PID, is a process's that runs (or one of this one's)."""
+    pid = path.name.rpartition("-")[2]
+    return not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid))
+
+
 def remove_stale(paths: Iterable[Path]) -> None:
     """Delete temporary files or folders named ...-PID whose process is gone (killed while writing)."""
     for path in paths:
-        pid = path.name.rpartition("-")[2]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+        if not owner_alive(path):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:

@@ -505,11 +505,14 @@ def test_a_reader_while_a_checkpoint_goes_into_place_is_not_warned_and_a_failed_
     # complete checkpoint; a rename that failed left latest naming a folder not there.
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
     run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
-    (run / "checkpoints" / ".tmp-000000.768-999").mkdir()
+    saving = run / "checkpoints" / f".tmp-000000.768-{os.getpid()}"  # (a process alive writes it)
+    saving.mkdir()
     (run / "checkpoints" / "latest").write_text("000000.768\n")
     capsys.readouterr()
     assert find_checkpoint(run).name == "000000.512" and "names no complete" not in capsys.readouterr().err
-    (run / "checkpoints" / ".tmp-000000.768-999").rmdir()
+    saving.rename(run / "checkpoints" / ".tmp-000000.768-4194999")  # a dead one's (killed between the two): said
+    assert find_checkpoint(run).name == "000000.512" and "names no complete" in capsys.readouterr().err
+    (run / "checkpoints" / ".tmp-000000.768-4194999").rmdir()
     (run / "checkpoints" / "latest").write_text("000000.512\n")
     replace = os.replace
 
