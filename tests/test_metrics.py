@@ -517,8 +517,8 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
     (kept,) = (tmp_path / "cache" / "stats").glob("*.partial-0of1.safetensors")
     other_world = kept.with_name(kept.name.replace("0of1", "1of2"))
     other_world.write_bytes(b"")  # (kept by a run of another world size)
-    went_on = M.reference_stats(data, _Moments(), batch_size=5, features=False)  # (the batch kept goes on: review)
-    assert "32 of 50 images were done before; going on from there" in capsys.readouterr().err
+    went_on = M.reference_stats(data, _Moments(), batch_size=16, features=False)  # (the batch kept goes on: review)
+    assert "32 of 50 images were done before (in batches of 8); going on from there" in capsys.readouterr().err
     assert np.array_equal(went_on.mu, straight.mu) and np.array_equal(went_on.sigma, straight.sigma)
     assert not kept.exists() and not other_world.exists()  # (gone with the statistics saved)
     with stop_signals() as stop:  # per-image features are not kept: at start-up a stop waits for their end (review)
@@ -552,6 +552,9 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
     M.features.kept_file(keep).unlink()
     M.moments_sharded(_Moments(), 50, looking, batch_size=8, keep=keep)
     assert seen == [[40, 8]]  # (the batches before image 40)
+    # Sums of batches larger than now asked (kept on a larger GPU, or before running out of memory): begun again.
+    M.moments_sharded(_Moments(), 50, lambda s, c: images[s : s + c], batch_size=4, keep=keep)
+    assert "summed in batches of 8, more than the 4 asked); computing them anew" in capsys.readouterr().err
     # Sums of other images (another first image) are not taken: computed anew, said.
     other = torch.flip(images, (0,))
     with pytest.raises(KeyboardInterrupt):

@@ -496,5 +496,5 @@ def test_a_sigterm_in_the_reference_statistics_ends_the_start_and_the_next_goes_
     assert not run.exists()  # (nothing written: the same command starts it)
     monkeypatch.setattr(stats, "_reader", reader)
     bigbatch.train(cfg, run_dir=run, quiet=True)
-    assert "128 of 300 images were done before; going on from there" in capsys.readouterr().err
+    assert "128 of 300 images were done before (in batches of 32); going on from there" in capsys.readouterr().err
     assert [(r["kimg"], r["fcd"]) for r in eval_rows(run)] == [(r["kimg"], r["fcd"]) for r in alone]  # (the bits)

@@ -139,7 +139,7 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
             prec.load_optimizer(opt, state["optimizers"][key])
     rep.load_state_dict(engine)
     restore_rng(state, rep.device)
-    if left := sorted((saved | set(state["optimizers"])) - set(objects)):  # (found from outside: unsaid)
+    if rep.is_main and (left := sorted((saved | set(state["optimizers"])) - set(objects))):  # (outside: unsaid)
         warn(f"Replicator.load: {path} also holds {', '.join(map(repr, left))}, not restored (not given to load)")
     return state["values"]
 

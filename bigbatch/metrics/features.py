@@ -192,13 +192,13 @@ def moments_sharded(
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
     kept = kept_file(keep) if keep is not None else None
-    done, batch = _restore(kept, shift, total, outer, hi - lo) if kept is not None else (0, None)
+    done, batch = _restore(kept, shift, total, outer, hi - lo, batch_size) if kept is not None else (0, None)
     batch_size = batch or batch_size
     shown, last, began = Progress(hi - lo - done, "features"), time.monotonic(), done
     # The sums and their count as one object, replaced whole after each batch: an exception a signal raises
     # between two statements (Ctrl-C, a command's SIGTERM) finds them of the same batches, and they are kept.
     acc = (total, outer, done)
-    try:
+    try:  # (the reduce too: a rank done first waits in it, and is stopped there)
         for start in range(lo + done, hi, batch_size):
             try:
                 check_stop()
@@ -213,20 +213,23 @@ def moments_sharded(
             if kept is not None and time.monotonic() - last >= KEEP_EVERY_S and acc[2] < hi - lo:
                 _keep(kept, shift, *acc, batch_size)
                 last = time.monotonic()
+        total, outer, _ = acc
+        shown.close()
+        if world > 1:
+            flat = torch.cat([total, outer.reshape(-1)]).to(_collective_device())
+            td.all_reduce(flat)
+            flat = flat.cpu()
+            total, outer = flat[: total.numel()], flat[total.numel() :].view_as(outer)
     except EvaluationStopped:
         raise
     except BaseException:  # (found from outside: `bigbatch stats` stopped by SIGTERM or Ctrl-C kept nothing)
-        if kept is not None and began < acc[2] < hi - lo:
-            _keep(kept, shift, *acc, batch_size)
-            print(f"reference statistics: {acc[2]:,} of {hi - lo:,} images done, kept in {kept}", file=sys.stderr)
+        if kept is not None and began < acc[2]:
+            try:  # (an error of its own, or a second signal, must not hide the first: review)
+                _keep(kept, shift, *acc, batch_size)
+                print(f"reference statistics: {acc[2]:,} of {hi - lo:,} images done, kept in {kept}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001
+                warn(f"the reference statistics' sums so far could not be kept in {kept}: {e}")
         raise
-    total, outer, _ = acc
-    shown.close()
-    if world > 1:
-        flat = torch.cat([total, outer.reshape(-1)]).to(_collective_device())
-        td.all_reduce(flat)
-        flat = flat.cpu()
-        total, outer = flat[: total.numel()], flat[total.numel() :].view_as(outer)
     mean = total / n
     cov = (outer - n * torch.outer(mean, mean)) / (n - 1)
     return (mean + shift).numpy(), ((cov + cov.T) / 2).numpy()
@@ -239,7 +242,7 @@ def kept_file(keep: Path) -> Path:
 
 
 def drop_kept(keep: Path) -> None:
-    """The sums kept for `keep` by every rank of any world size, gone (once its statistics are saved or found)."""
+    """The sums kept for `keep` by every rank of any world size, gone (once its statistics are saved)."""
     for f in keep.parent.glob(f"{keep.name.removesuffix('.safetensors')}.partial-*of*.safetensors"):
         f.unlink(missing_ok=True)
 
@@ -250,16 +253,20 @@ def _keep(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Ten
     tmp = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
     kept.parent.mkdir(parents=True, exist_ok=True)
     numbers = torch.tensor([done, batch])
-    save_file({"shift": shift, "total": total, "outer": outer, "done_batch": numbers}, str(tmp))
-    os.replace(tmp, kept)
+    try:
+        save_file({"shift": shift, "total": total, "outer": outer, "done_batch": numbers}, str(tmp))
+        os.replace(tmp, kept)
+    finally:
+        tmp.unlink(missing_ok=True)  # (cut short: nothing left in the cache, where nothing sweeps it; review)
 
 
 def _restore(
-    kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, share: int
+    kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, share: int, batch_size: int
 ) -> tuple[int, int | None]:
     """The images of its share a kept file says were summed, its sums put in `total` and `outer`, and the batch
     they were summed in (the rest is, so that the sums are the same bits: found by review); (0, None) when there is
-    none, or none of these images' (another first image: another data set or extractor)."""
+    none, none of these images' (another first image: another data set or extractor), or of batches larger than
+    `batch_size` (which may not fit where it is asked smaller: found by review)."""
     from safetensors.torch import load_file
 
     if not kept.is_file():
@@ -267,14 +274,17 @@ def _restore(
     try:
         saved = load_file(str(kept))
         done, batch = (int(v) for v in saved["done_batch"])
-        if not (0 < done < share and batch > 0 and torch.equal(saved["shift"], shift)):
+        if not (0 < done <= share and batch > 0 and torch.equal(saved["shift"], shift)):
             raise ValueError("not of these images")
+        if batch > batch_size:
+            raise ValueError(f"summed in batches of {batch}, more than the {batch_size} asked")
         total.copy_(saved["total"])
         outer.copy_(saved["outer"])
     except Exception as e:  # noqa: BLE001 (a damaged or foreign file: begun again)
         warn(f"{kept} holds no sums of these images ({e}); computing them anew")
         return 0, None
-    print(f"reference statistics: {done:,} of {share:,} images were done before; going on from there", file=sys.stderr)
+    print(f"reference statistics: {done:,} of {share:,} images were done before (in batches of {batch}); going on "
+          "from there", file=sys.stderr)  # fmt: skip
     return done, batch
 
 
