@@ -17,6 +17,16 @@ import torch
 from bigbatch.errors import BigbatchError
 
 
+def call(step_fn: Any, micro: Any) -> Any:
+    """`step_fn(micro)`; where that raises a TypeError, a step function of another signature (or none) is one line
+    instead (check_step_fn: asked then, so that the steps that run pay nothing for it)."""
+    try:
+        return step_fn(micro)
+    except TypeError:
+        check_step_fn(step_fn)
+        raise
+
+
 def check_step_fn(step_fn: Any) -> None:
     """A step function is called with one micro-batch: anything else is one line (found from outside: "'int' object
     is not callable", or a TypeError from inside the step)."""

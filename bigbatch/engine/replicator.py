@@ -253,7 +253,7 @@ class Replicator:
         means). If the gradients are not finite the step is skipped (`skipped(opt)` says so). A param group
         with "frozen" true takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or
         clip, and in one process no gradient computed (frozen.py)."""
-        state, _ = self._state(opt), batch_parts.check_step_fn(step_fn)
+        state = self._state(opt)
         if self._plan is None:
             self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
@@ -280,7 +280,7 @@ class Replicator:
                 self._before_micro_batch(i)
                 with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
                     with prec.autocast(self.precision, self.device):
-                        out = step_fn(batch_parts.to_device(micro, self.device))
+                        out = batch_parts.call(step_fn, batch_parts.to_device(micro, self.device))
                     loss, stats = batch_parts.unpack(out)
                     state.scaler.scale(loss / divisor).backward()
                 keys = ["loss", *stats]
@@ -499,7 +499,7 @@ class Replicator:
         self._before_micro_batch(0)
         with self.no_sync():
             with prec.autocast(self.precision, self.device):
-                loss, _ = batch_parts.unpack(step_fn(batch_parts.to_device(micro, self.device)))
+                loss, _ = batch_parts.unpack(batch_parts.call(step_fn, batch_parts.to_device(micro, self.device)))
             loss.backward()
 
     # ---- checkpoints ---------------------------------------------------------------------------
