@@ -47,6 +47,23 @@ def same(a: dict, b: dict) -> bool:
     return plain(a) == plain(b)
 
 
+def interrupted_in_place(folder: Path, facelib: Path) -> None:
+    """An in-place enhance of `folder` interrupted (Ctrl-C) at the second of its moves back over the faces."""
+    real_replace, calls = os.replace, []
+
+    def stop_after_one(a, b):
+        if Path(b).parent == folder and not Path(b).name.startswith("."):
+            calls.append(a)
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+        real_replace(a, b)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", stop_after_one)
+        with pytest.raises(KeyboardInterrupt):
+            enhance_folder(folder, facelib, in_place=True)
+
+
 def test_enhance_runs_dfls_enhancer_over_each_face_and_keeps_its_metadata(tmp_path, capsys):
     folder, facelib = faces_and_weights(tmp_path)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
@@ -77,19 +94,7 @@ def test_enhance_runs_dfls_enhancer_over_each_face_and_keeps_its_metadata(tmp_pa
     source = {n: read_metadata((folder / n).read_bytes())["source_filename"] for n in ("00000.jpg", "00001.jpg")}
 
     # In place, interrupted while moving the faces back: a rerun without --in-place is refused, with it it finishes.
-    real_replace, calls = os.replace, []
-
-    def stop_after_one(a, b):  # (the moves back over the faces: the second one is interrupted)
-        if Path(b).parent == folder and not Path(b).name.startswith("."):
-            calls.append(a)
-            if len(calls) > 1:
-                raise KeyboardInterrupt
-        real_replace(a, b)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(os, "replace", stop_after_one)
-        with pytest.raises(KeyboardInterrupt):
-            enhance_folder(folder, facelib, in_place=True)
+    interrupted_in_place(folder, facelib)
     assert main(["enhance", str(folder), "--weights", str(facelib)]) == 2
     assert "stopped while moving its faces back" in capsys.readouterr().err
     assert main(["enhance", str(folder), "--weights", str(facelib), "--in-place"]) == 0
@@ -140,19 +145,7 @@ def test_an_interrupted_in_place_run_finished_after_a_sort_leaves_the_stale_copi
     # Found from outside: after `sort` renamed the faces between an interrupted in-place run and its rerun, the
     # rerun moved the enhanced copies back under the old names, beside the renamed faces: each face twice.
     folder, facelib = faces_and_weights(tmp_path, n=3)
-    real_replace, calls = os.replace, []
-
-    def stop_after_one(a, b):
-        if Path(b).parent == folder and not Path(b).name.startswith("."):
-            calls.append(a)
-            if len(calls) > 1:
-                raise KeyboardInterrupt
-        real_replace(a, b)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(os, "replace", stop_after_one)
-        with pytest.raises(KeyboardInterrupt):
-            enhance_folder(folder, facelib, in_place=True)
+    interrupted_in_place(folder, facelib)
     for i, face in enumerate(sorted(folder.glob("0*.jpg"))):  # as sort renames them
         os.replace(face, folder / f"sorted{i}.jpg")
     assert main(["enhance", str(folder), "--weights", str(facelib), "--in-place"]) == 0
