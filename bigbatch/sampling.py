@@ -182,6 +182,7 @@ def captioned_sheet(
     sheet = Image.new("RGB", (ncol * width, math.ceil(len(cells) / ncol) * height), "white")
     draw = ImageDraw.Draw(sheet)
     for k, (img, caption) in enumerate(cells):
+        img = img.cpu()  # (a picture on the GPU: NumPy takes only the host's)
         pic = Image.fromarray(img[..., 0].numpy() if img.shape[-1] == 1 else img[..., :3].numpy()).convert("RGB")
         scale = cell / max(pic.size)
         pic = pic.resize((max(1, round(pic.width * scale)), max(1, round(pic.height * scale))), Image.NEAREST)

@@ -11,6 +11,7 @@ How a tensor counts as the host's (the rest are the step device's, as a GPU run'
 - the result of an op whose tensor inputs are all the host's (a host tensor stays one through arithmetic).
 `.to(device)`, `.to(other)`, `.cuda()` move a tensor to the step's device. As on CUDA, a 0-dim host tensor
 may join a device op (it is read as a number), indexing may use host indices, and `copy_` crosses devices.
+A device tensor made a NumPy array (`.numpy()`, `np.asarray`) raises too: CUDA refuses it.
 Not seen: a CPU `torch.Generator` passed with a device (the devices are the same here), and ops that
 autograd's engine runs in C++ (their inputs were seen when the forward ran).
 """
@@ -87,7 +88,10 @@ READS = {  # a device tensor read on the host
     torch.Tensor.__float__,
     torch.Tensor.__int__,
     torch.Tensor.__index__,
+    torch.Tensor.__array__,  # np.asarray(t)
+    torch.Tensor.__format__,  # f"{t:.3f}" (a 0-dim tensor is read)
 }
+TO_NUMPY = {torch.Tensor.numpy, torch.Tensor.__array__}  # refused by CUDA for a device tensor
 SIZED_BY_VALUES = {  # an op whose output's size the host learns from the device
     torch.nonzero,
     torch.Tensor.nonzero,
@@ -217,6 +221,11 @@ class DeviceGuard(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in TO_NUMPY and args and on_device(args[0]):  # (found by review: only counted as a wait)
+            raise DeviceMixError(
+                f"{func.__name__} of a device tensor at {place()}: CUDA cannot make a NumPy array of it; read it "
+                "with .cpu() first (or keep what the host reads on the host)"
+            )
         wait = _waits(func, args, kwargs)
         if wait is not None:
             self.waits[f"{wait} at {place()}"] += 1

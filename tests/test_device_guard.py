@@ -6,9 +6,11 @@ erasing, mixing and rotations, and the swap task's warp, colour transfer, masks,
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from device_guard import DeviceGuard, DeviceMixError
+from test_xseg_train import labelled  # noqa: F401 (a fixture)
 
 import bigbatch
 from bigbatch import loop
@@ -141,6 +143,15 @@ def test_swap_steps_keep_their_tensors_on_the_models_device(faces, tmp_path, mon
         assert outside_the_engine(train_guarded(cfg, tmp_path / ct, monkeypatch)) == []
 
 
+def test_xseg_steps_keep_their_tensors_on_the_models_device(labelled, tmp_path, monkeypatch):  # noqa: F811
+    # DFL's XSeg augmentation: backgrounds, warp, flares, colours, filters, resizes, the JPEG round trip. Found from
+    # outside: its draws went to the device with the batch and were read back, 23 waits an iteration.
+    from test_xseg_train import xseg_config
+
+    cfg = xseg_config(labelled[1], **{"train.batch": 8, "train.micro_batch": 4})
+    assert outside_the_engine(train_guarded(cfg, tmp_path / "r", monkeypatch), optimizer_steps=1) == []
+
+
 def test_the_guard_names_a_host_tensor_in_a_device_step_and_lets_the_right_ways_through():
     # The GPU's first StyleGAN2 step died of this (ada.apply compared its device parameters with a host
     # constant); params on the images' device is how the task hands them over.
@@ -158,6 +169,10 @@ def test_the_guard_names_a_host_tensor_in_a_device_step_and_lets_the_right_ways_
         # named, moved, derived, or a number: all fine, as on CUDA
         _ = x * torch.ones(16, device=x.device) + torch.ones(16).to(x.device) + x.new_ones(16) + torch.tensor(2.0)
         _ = x[torch.tensor([0, 2])]  # host indices
+        for to_numpy in (lambda t: t.numpy(), np.asarray):  # CUDA refuses both
+            with pytest.raises(DeviceMixError, match="NumPy"):
+                to_numpy(x.sum(0))
+        _ = x.cpu().numpy(), np.asarray(torch.ones(2))
 
 
 def test_commands_after_training_keep_their_tensors_on_the_models_device(tmp_path):

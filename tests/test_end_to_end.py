@@ -43,11 +43,13 @@ def test_refuses_to_overwrite_a_run(run, tiny):
         bigbatch.train(tiny, run_dir=run, quiet=True)
 
 
-def test_sample_api_is_deterministic_and_split_invariant(run):
+def test_sample_api_is_deterministic_and_split_invariant(run, monkeypatch):
     torch.manual_seed(123)
     rng = torch.get_rng_state()
+    gpus_seeded = []  # (found from outside: torch.manual_seed reseeded every GPU, which fork_rng(devices=[]) leaves)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", gpus_seeded.append)
     G = bigbatch.load_generator(run)
-    assert torch.equal(torch.get_rng_state(), rng)  # loading leaves the caller's global RNG alone
+    assert torch.equal(torch.get_rng_state(), rng) and gpus_seeded == []  # the caller's global RNGs left alone
     assert not G.training
     a = bigbatch.sample(G, n=10, seed=5)
     assert a.shape == (10, 16, 16, 3) and a.dtype == torch.uint8

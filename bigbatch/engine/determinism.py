@@ -19,6 +19,17 @@ REPRODUCIBLE_WORKSPACES = (":4096:8", ":16:8")
 
 
 @contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """The host's global generator seeded with `seed` inside (models are built and initialised there), and put
+    back after. Not torch.manual_seed: it seeds every GPU's generator too, for good (or at CUDA's start, where it
+    has not started yet), which fork_rng(devices=[]) does not undo (found from outside: load_generator, sample and
+    eval reset a user's CUDA draws to the run's train.seed)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        yield
+
+
+@contextmanager
 def deterministic_kernels(on: bool) -> Iterator[None]:
     """While it is entered (`on`): torch.use_deterministic_algorithms(True), cuDNN's deterministic
     algorithms without autotuning (cudnn.benchmark off), and CUBLAS_WORKSPACE_CONFIG set, unless the

@@ -39,6 +39,7 @@ from bigbatch.data.streams import (
     row_seeds,
 )
 from bigbatch.engine import precision as prec
+from bigbatch.engine.determinism import seeded
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
@@ -64,8 +65,7 @@ def check_path_length(cfg: Config, G: nn.Module) -> None:
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
     """G and D as the config describes them, initialised from train.seed (the caller's global RNG is
     left as it was)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed)
+    with seeded(cfg.train.seed):
         return models.create(
             cfg.model.name,
             resolution=cfg.data.resolution,

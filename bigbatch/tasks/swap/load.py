@@ -12,6 +12,7 @@ from torch import nn
 from bigbatch import checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.data.load import check_one_shape, rectangles
+from bigbatch.engine.determinism import seeded
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.errors import BigbatchError
 from bigbatch.models import dfl
@@ -23,8 +24,7 @@ DIMS = ("archi", "ae_dims", "e_dims", "d_dims", "d_mask_dims")
 
 def build_model(cfg: Config) -> nn.Module:
     """The autoencoder the config describes, initialised from train.seed (the global RNG left as it was)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed)
+    with seeded(cfg.train.seed):
         return models.create_autoencoder(cfg.model.name, cfg.data.resolution, **cfg.model.options)
 
 

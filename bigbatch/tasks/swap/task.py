@@ -42,6 +42,7 @@ from bigbatch.data.split import holdout
 from bigbatch.data.streams import COLOUR, ORDER_B, WARP, YawOrder, generator
 from bigbatch.engine import batch_parts
 from bigbatch.engine import precision as prec
+from bigbatch.engine.determinism import seeded
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, captioned_sheet
@@ -186,8 +187,7 @@ def discriminators(cfg: Config, net: nn.Module) -> dict[str, nn.Module]:
     U-Net patch discriminator), initialised from train.seed + 1, the global RNG left as it was; the
     i-th's optimizer takes dropout stream i + 1."""
     s, out = cfg.swap, {}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed + 1)
+    with seeded(cfg.train.seed + 1):
         if s.true_face_power:
             code_res = net.inter.lowest * (1 if net.inter.upscale1 is None else 2)
             out["code_discriminator"] = CodeDiscriminator(net.ae_dims, code_res).train()

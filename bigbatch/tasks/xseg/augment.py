@@ -62,23 +62,31 @@ def draw(n: int, res: int, g: torch.Generator) -> tuple[torch.Tensor, ...]:
 
 
 def apply(
-    faces: torch.Tensor, backgrounds: torch.Tensor, draws: tuple[torch.Tensor, ...]
+    faces: torch.Tensor, backgrounds: torch.Tensor, draws: tuple[np.ndarray, ...]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(augmented faces (N, 3, H, W) in [0, 1], their labels (N, 1, H, W) in {0, 1}) of labelled faces
     (N, 4, H, W: the picture and its label, floats in [0, 1]), each with another labelled face for its
-    background (`backgrounds`, the same form), by one step's `draw` (this rank's rows). float32."""
-    draws = list(draws)
-    # Read on the host (draws are drawn there): the filter kernels, built for these rows only; which faces get a
-    # flare, a resize, a JPEG round trip (computed for those faces alone: each is a p 0.25-0.5 draw).
+    background (`backgrounds`, the same form), by one step's `draw` (this rank's rows, NumPy: host parts of the
+    step's batch). float32."""
+    draws = [np.asarray(t) for t in draws]  # (a tensor given: on the host, as drawn)
+    # Read on the host, where the draws stay (found from outside: sent to the GPU with the batch, they were read
+    # back 10 times a micro-batch, each read waiting for the device's queue): the filter kernels, built for these
+    # rows only; which faces get a flare, a resize, a JPEG round trip (computed for those faces alone: each is a
+    # p 0.25-0.5 draw), and those faces' rows as index tensors.
     host = {
-        "flares": [torch.nonzero(draws[11][:, j]).flatten().tolist() for j in range(2)],
-        "resizes": draws[20].cpu().tolist(),
-        "jpeg": torch.nonzero(draws[22]).flatten().tolist(),
+        "flares": [_rows(np.flatnonzero(draws[11][:, j]), faces.device) for j in range(2)],
+        "resizes": draws[20].tolist(),
+        "jpeg": _rows(np.flatnonzero(draws[22]), faces.device),
     }
-    draws[17] = torch.from_numpy(_kernels(draws[17].cpu().numpy()))
+    draws[17] = _kernels(draws[17])
     with torch.autocast(faces.device.type, enabled=False):
-        d = [t.to(faces.device, non_blocking=True) for t in draws]
+        d = [torch.from_numpy(np.ascontiguousarray(t)).to(faces.device, non_blocking=True) for t in draws]
         return _apply(faces.float(), backgrounds.float(), d, host)
+
+
+def _rows(rows: np.ndarray, device: torch.device) -> torch.Tensor | None:
+    """Row numbers on `device`, copied without waiting for its queue (None: no rows)."""
+    return torch.from_numpy(rows.astype(np.int64)).to(device, non_blocking=True) if len(rows) else None
 
 
 def _apply(x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor], host: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,8 +109,7 @@ def _apply(x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor], host: dict)
     image, mask = warped[:, :3].clamp(0, 1), (warped[:, 3:4] >= 0.5).float()
     # 3. flares: the face (then the background) blurred and added
     for j, region in enumerate((mask, 1 - mask)):
-        if rows := host["flares"][j]:
-            at = torch.tensor(rows, device=x.device)
+        if (at := host["flares"][j]) is not None:
             image = image.index_add(0, at, _gaussian(image[at] * region[at], flare_size[at, j]))
     # 4. under faded circles: colours, sharpening or blurs, a resize
     image = _recolour(image, hsv_on, hsv, levels, _circle(circle, res))
@@ -117,8 +124,7 @@ def _apply(x: torch.Tensor, bg: torch.Tensor, d: list[torch.Tensor], host: dict)
             resized[i] = F.interpolate(down, size=(res, res), **mode)
     fade = _circle(circle3, res)
     image = (image * (1 - fade) + torch.cat(resized) * fade).clamp(0, 1)
-    if rows := host["jpeg"]:
-        at = torch.tensor(rows, device=x.device)
+    if (at := host["jpeg"]) is not None:
         fade, part = _circle(circle4[at], res), image[at]
         image = image.index_copy(0, at, part * (1 - fade) + jpeg(part, quality[at]) * fade)
     return image, mask
@@ -138,8 +144,8 @@ def quantisation_tables(quality: torch.Tensor) -> list[torch.Tensor]:
     q = quality.float().view(-1, 1, 1)
     scale = torch.where(q < 50, torch.floor(5000 / q), 200 - 2 * q)  # (libjpeg's integer division: found by review)
     tables = []
-    for base in (_LUMA, _CHROMA):
-        t = torch.tensor(base, device=q.device, dtype=torch.float32).view(1, 8, 8)
+    for base in (_LUMA, _CHROMA):  # (made on the host and copied without waiting: torch.tensor(device=) waits)
+        t = torch.tensor(base, dtype=torch.float32).view(1, 8, 8).to(q.device, non_blocking=True)
         tables.append(torch.floor((t * scale + 50) / 100).clamp(1, 255))
     return tables
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
@@ -33,6 +34,7 @@ from bigbatch.data.schedule import schedule_of
 from bigbatch.data.split import Joined, holdout
 from bigbatch.data.streams import ORDER_B, XSEG_AUG, generator
 from bigbatch.engine import dist
+from bigbatch.engine.determinism import seeded
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
@@ -100,8 +102,7 @@ def build(
     if run is not None and resumed_at is not None:
         check_resumed_dst(run, resumed_at, d.dst_path, dst)
     face_type = face_type_of(cfg, data, dst if dst is not None else data, "xseg")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.train.seed)
+    with seeded(cfg.train.seed):
         net = models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
     if cfg.train.init_from and resumed_at is None:
         init_from(net, cfg.train.init_from, face_type)
@@ -183,7 +184,7 @@ class XSegTask:
         self.steps += 1
         return stats
 
-    def draws(self, nimg: int) -> tuple[torch.Tensor, ...]:
+    def draws(self, nimg: int) -> tuple[np.ndarray, ...]:
         rep = self.rep
         lo, hi = rep.rank * rep.share, (rep.rank + 1) * rep.share
         return tuple(t[lo:hi] for t in _draws(rep.batch, self.cfg.train.seed, nimg))
@@ -270,7 +271,7 @@ def held_out_scores(model: nn.Module, data: Any, batch: int = 16, rank: int = 0,
         inter, union = (pred * label).sum(dim=(1, 2, 3)), ((pred + label) > 0).float().sum(dim=(1, 2, 3))
         iou = torch.where(union > 0, inter / union.clamp(min=1), torch.ones_like(union))
         loss = F.binary_cross_entropy_with_logits(logits, label, reduction="none").mean(dim=(1, 2, 3))
-        sums += torch.stack([iou.sum(), loss.sum(), torch.tensor(float(len(x)), device=device)]).double()
+        sums += torch.stack([iou.sum(), loss.sum(), iou.new_full((), len(x))]).double()  # (no copy that waits)
     model.train(was)
     sums = dist.sum(sums).cpu()
     n = max(1.0, float(sums[2]))
@@ -300,9 +301,10 @@ class XSegScorer:
         return self.tracker.record()
 
 
-def _draws(n: int, seed: int, nimg: int) -> tuple[torch.Tensor, ...]:
-    """The augmentation's draws for the `n` faces of the step at `nimg`."""
-    return augment.draw(n, RESOLUTION, generator(seed, XSEG_AUG, nimg))
+def _draws(n: int, seed: int, nimg: int) -> tuple[np.ndarray, ...]:
+    """The augmentation's draws for the `n` faces of the step at `nimg`, as NumPy: host parts of the step's batch
+    (the Replicator sends tensors to the device, where the augmentation would read them back)."""
+    return tuple(t.numpy() for t in augment.draw(n, RESOLUTION, generator(seed, XSEG_AUG, nimg)))
 
 
 @torch.no_grad()
