@@ -236,6 +236,40 @@ def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5", "src", "whole.h5"]
 
 
+KILLED_WORKER = """
+import os, signal, sys
+from bigbatch.cli import main
+from bigbatch.data import prepare_pool
+
+decode = prepare_pool.decode_or_reason
+
+def dies_at_its_file(data, *args, **kwargs):  # (the kernel's out-of-memory killer, on the file it decodes)
+    if data == b"KILL ME":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return decode(data, *args, **kwargs)
+
+prepare_pool.decode_or_reason = dies_at_its_file  # (forked into the workers)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_decoding_worker_killed_ends_prepare_in_one_line_and_its_parts_resume(tmp_path):
+    # Found from outside: a worker killed (as the out-of-memory killer does) left prepare hung at 100% CPU, deaf to
+    # SIGTERM (the pool's shutdown waited for the other worker, which ignores SIGTERM), or ended it in a traceback.
+    rng = np.random.default_rng(3)
+    for i in range(400):
+        (tmp_path / "src").mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(tmp_path / "src" / f"{i:04d}.png")
+    (tmp_path / "src" / "0300.png").write_bytes(b"KILL ME")
+    out = tmp_path / "out.h5"
+    argv = ["prepare", str(tmp_path / "src"), str(out), "--workers", "2"]
+    p = subprocess.run([sys.executable, "-c", KILLED_WORKER, *argv], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "a decoding worker died (killed by signal 9" in p.stderr and "resumes where it stopped" in p.stderr
+    again = prepare(str(tmp_path / "src"), str(out), workers=2)  # (the file that killed it: not an image)
+    assert again.resumed == 256 and again.count == 399
+
+
 def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_path, monkeypatch):
     rng = np.random.default_rng(2)
     for i in range(700):

@@ -12,6 +12,7 @@ import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,9 +36,8 @@ _worker: dict[str, Any] = {}
 def _init_worker(listing_source: Any, decoding: dict[str, Any], parent: int | None = None) -> None:
     """Set up a decoding process. A pool's workers (`parent`: the main process's PID) ignore SIGTERM and
     SIGINT (sent to the whole process group by a terminal or a job scheduler): the main process stops
-    them after their current chunk. A worker killed while it writes a result leaves half a message in
-    the pool's pipe, and the pool's manager thread waits for the rest forever (a hang at shutdown and at
-    exit). A main process killed outright (SIGKILL) takes them with it."""
+    them after their current chunk, or kills them where one died (`_kill_workers`: the pool's own SIGTERM does
+    not end them). A main process killed outright (SIGKILL) takes them with it."""
     if parent is not None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -82,18 +82,45 @@ def decoded(
         context = multiprocessing.get_context(method)
         pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, decoding, os.getpid()))
         pool.submit(int).result()  # start the workers now
+        started = dict(getattr(pool, "_processes", None) or {})  # (their handles: a private field, read softly)
     else:
         _init_worker(source, decoding)
     if not source.worker_reads:
         # Remote bytes are fetched by threads here, several chunks ahead, while the workers decode.
         fetcher = ThreadPoolExecutor(FETCHERS)
+    broken = False
     try:
         computed = _results(chunks, source, pool, fetcher, workers)
         yield computed if parts is None else _through_parts(computed, parts, n, set(todo))
+    except BrokenProcessPool:  # (found from outside: a traceback, or a hang with the pool's shutdown below)
+        broken = True
+        raise _died(started) from None
     finally:  # also when stopped early (--strict, a size mismatch): drop the work not yet started
+        if broken:
+            _kill_workers(pool, started)
         for executor in (pool, fetcher):
             if executor is not None:
-                executor.shutdown(wait=True, cancel_futures=True)
+                executor.shutdown(wait=not broken, cancel_futures=True)
+
+
+def _died(workers: dict[int, Any]) -> OutOfMemory:
+    """A pool's worker died (the kernel's out-of-memory killer, mostly): one line, the parts kept for a rerun."""
+    codes = [p.exitcode for p in workers.values() if p.exitcode is not None]
+    how = next((f"killed by signal {-c}" for c in codes if c < 0), f"exited with status {codes[0]}" if codes else "")
+    oom = ", as the kernel's out-of-memory killer does" if f"signal {int(signal.SIGKILL)}" in how else ""
+    return OutOfMemory(
+        f"a decoding worker died ({how or 'ended abruptly'}{oom}): run prepare again, with fewer --workers if memory "
+        "is short"
+    )
+
+
+def _kill_workers(pool: Any, started: dict[int, Any]) -> None:
+    """The pool's workers still alive killed: they ignore SIGTERM (see `_init_worker`), so the pool's own ending of a
+    broken pool waited for them forever, one of them blocked writing a result nobody reads (found from outside: a
+    decoding worker killed by the out-of-memory killer left prepare hung at 100% CPU, deaf to SIGTERM)."""
+    for process in {**started, **(getattr(pool, "_processes", None) or {})}.values():
+        if process.exitcode is None:
+            process.kill()
 
 
 @contextmanager
