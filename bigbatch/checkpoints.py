@@ -150,13 +150,11 @@ def replace_folder(tmp: Path, final: Path, old: Path) -> Path:
     return final
 
 
-def best_checkpoint(run_dir: Path) -> Path | None:
-    """RUN/checkpoints/best/ if complete (else the previous best, if a crash interrupted its replacement)."""
-    root = Path(run_dir) / "checkpoints"
-    for folder in (root / BEST, root / f".{BEST}-old"):
-        if is_complete(folder):
-            return folder
-    return None
+def best_checkpoint(run_dir: Path, damaged_too: bool = False) -> Path | None:
+    """RUN/checkpoints/best/ if complete (else the previous best, if a crash interrupted its replacement); with
+    `damaged_too`, best/ wherever it is there (found from outside: a damaged one was left out of info --verify)."""
+    folders = (Path(run_dir) / "checkpoints" / name for name in (BEST, f".{BEST}-old"))
+    return next((f for f in folders if is_complete(f) or (damaged_too and f.is_dir())), None)
 
 
 def write_folder(
@@ -499,9 +497,9 @@ def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
     if which == "latest" or (path / "meta.json").exists():
         return find_checkpoint(path)
     if which == "best":
-        best = best_checkpoint(path)
-        if best is None:
+        if (best := best_checkpoint(path, damaged_too=True)) is None:
             raise BigbatchError(f"{path} has no checkpoints/best/ (eval.every_kimg was off): use --checkpoint latest")
+        check_complete(best)  # (found from outside: a damaged best/ was said to be missing)
         return best
     found = path / "checkpoints" / which
     if not is_complete(found):

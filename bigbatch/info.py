@@ -157,7 +157,7 @@ def verify_run(path: str | Path) -> str:
     raises BigbatchError naming the first damaged one."""
     path = Path(path)
     if (path / "checkpoints").is_dir():
-        best = checkpoints.best_checkpoint(path)
+        best = checkpoints.best_checkpoint(path, damaged_too=True)
         found = checkpoints.published(path) + ([best] if best is not None else [])
     elif (path / "config.toml").is_file() and path.parent.name != "checkpoints" and not (path / "state.pt").exists():
         found = [] if not any(path.glob("*.safetensors")) else [path]  # (a run with no checkpoint yet, found from

@@ -123,6 +123,11 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     capsys.readouterr()
     assert main(["info", str(run / "checkpoints" / "best")]) == 0  # (found from outside: its score not said)
     assert f"best of run cs {best_meta(run)['best']['value']:.4g}\n" in capsys.readouterr().out
+    # A best cut short is damaged, not missing (found from outside: left out of --verify, "eval.every_kimg was off")
+    weights.write_bytes(weights.read_bytes()[:-1])
+    assert main(["info", str(run), "--verify"]) == 2 and "best" in capsys.readouterr().err
+    assert main(["eval", str(run), "--checkpoint", "best"]) == 2
+    assert "checkpoints/best is corrupt" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,8 @@ def refuse_output(target: Location, storage_options: dict[str, Any] | None, over
         _refuse_local(target)
     if not overwrite and _exists(target, storage_options):
         raise BigbatchError(
-            f"output {target.name} exists: give --overwrite to replace it (runs trained on it then refuse to "
-            "resume: its content changes), or another name"
+            f"output {target.name} exists: give --overwrite to replace it (runs trained on it refuse to resume if "
+            "its content changes), or another name"
         )
     if target.url:
         _probe(target, storage_options)
