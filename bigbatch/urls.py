@@ -18,8 +18,10 @@ WHERE_CREDENTIALS_GO = (
     "fsspec's own config (~/.config/fsspec/*.json)"
 )
 # Storage options (at any depth) whose values are secrets: these names, or names containing these parts.
-CREDENTIAL_KEYS = {"key", "secret", "token", "password", "passwd", "connection_string", "account_key"}
-CREDENTIAL_PARTS = ("secret", "token", "password", "passwd", "credential", "_key", "connection_string")
+# (Found from outside: HTTP headers' Authorization, an auth, sftp's pkey were saved in config.toml.)
+CREDENTIAL_KEYS = {"key", "secret", "token", "password", "passwd", "connection_string", "account_key", "auth", "pkey"}
+CREDENTIAL_KEYS |= {"headers", "cookies", "cookie", "authorization", "apikey", "api-key", "api_key", "session"}
+CREDENTIAL_PARTS = ("secret", "token", "password", "passwd", "credential", "_key", "connection_string", "auth")
 # URL query, fragment and ;parameter names holding secrets (a signed URL's signature, a SAS token...).
 CREDENTIAL_PARAMS = ("token", "signature", "sig", "secret", "password", "passwd", "pw", "auth", "credential", "key")
 
@@ -92,12 +94,13 @@ def option_credentials(options: dict[str, Any], keys: bool = True, prefix: str =
     (client_kwargs.endpoint_url = "http://u:p@host") and, with `keys`, a credential key (key, secret,
     token, ...: refused where the options are saved, as in a config; the Python API may pass them)."""
     found = []
-    for k, v in options.items():
+    items = options.items() if isinstance(options, dict) else enumerate(options)
+    for k, v in items:
         name = prefix + str(k)
         secret_name = str(k).lower() in CREDENTIAL_KEYS or any(p in str(k).lower() for p in CREDENTIAL_PARTS)
         if (keys and secret_name) or (isinstance(v, str) and url_credentials(v)):
             found.append(name)
-        if isinstance(v, dict):
+        if isinstance(v, (dict, list, tuple)):  # (lists too: found from outside)
             found += option_credentials(v, keys, f"{name}.")
     return found
 

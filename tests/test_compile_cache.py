@@ -68,6 +68,23 @@ def test_the_cache_follows_bigbatch_cache(tmp_path, monkeypatch):
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "b" / "compile")
 
 
+def test_a_compile_cache_that_is_not_the_users_own_folder_is_refused(tmp_path, monkeypatch):
+    # Found from outside: under a shared BIGBATCH_CACHE, another user's link was taken, and Inductor unpickles there.
+    import pytest
+
+    from bigbatch.errors import BigbatchError
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "shared"))
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "shared" / "compile").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(BigbatchError, match=r"compile is a link: compiled graphs are unpickled from it"):
+        compile_cache.use_cache()
+    (tmp_path / "shared" / "compile").unlink()
+    assert compile_cache.use_cache() == tmp_path / "shared" / "compile"
+
+
 def test_compile_auto_is_on_for_biggan_on_a_gpu_alone():
     import torch
 

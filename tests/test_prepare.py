@@ -341,6 +341,29 @@ def test_open_errors_are_one_line(tmp_path):
         prepare(chained, str(tmp_path / "chained.h5"))
 
 
+def test_a_data_file_that_reads_bytes_from_outside_itself_is_refused(tmp_path):
+    # Found from outside: images stored "externally" in /etc/passwd trained, and were drawn into the sample sheets.
+    _folder(tmp_path / "src", per_class=2)
+    for codec in ("raw", "jpeg"):
+        prepare(str(tmp_path / "src"), str(tmp_path / f"{codec}.h5"), resolution=8, workers=0, codec=codec)
+        (tmp_path / "secret.txt").write_bytes(bytes(range(256)) * 8)
+        name = "images" if codec == "raw" else "encoded"
+        with h5py.File(tmp_path / f"{codec}.h5", "r+") as f:
+            old = f[name]
+            shape, dtype = old.shape, old.dtype
+            del f[name]
+            f.create_dataset(
+                name, shape=shape, dtype=dtype, external=[(str(tmp_path / "secret.txt"), 0, h5py.h5f.UNLIMITED)]
+            )
+        with pytest.raises(bigbatch.BigbatchError, match=f"{name} keeps its bytes outside the file"):
+            load_data(str(tmp_path / f"{codec}.h5"), 8)
+    with h5py.File(tmp_path / "raw.h5", "r+") as f:
+        del f["images"]
+        f["images"] = h5py.ExternalLink(str(tmp_path / "jpeg.h5"), "/encoded")
+    with pytest.raises(bigbatch.BigbatchError, match="images is a link .ExternalLink., which bigbatch does not follow"):
+        load_data(str(tmp_path / "raw.h5"), 8)
+
+
 def test_aspect_ratio_buckets(tmp_path):
     src = tmp_path / "rect"
     src.mkdir()

@@ -99,6 +99,11 @@ def test_a_run_resumes_only_with_its_own_schedule(phased, tiny, tmp_path, capsys
             'data.storage_options={client_kwargs={aws_secret_access_key="s3cr3t"}}',
             "holds credentials (client_kwargs.aws_secret_access_key)",
         ),
+        (  # (found from outside: saved in config.toml)
+            'data.storage_options={headers={Authorization="s3cr3t"}, client_kwargs={auth="s3cr3t"}, pkey="s3cr3t", '
+            'list=[{secret="s3cr3t"}]}',
+            "holds credentials (client_kwargs.auth, headers, headers.Authorization, list.0.secret, pkey)",
+        ),
         ("data.workers=-1", "data.workers"),
     ],
 )

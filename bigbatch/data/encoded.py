@@ -32,6 +32,26 @@ def hash_encoded(h: Any, lengths: np.ndarray, stream: np.ndarray, sizes: np.ndar
         at += n
 
 
+def stored_elsewhere(f: h5py.File, base: str, names: tuple[str, ...]) -> str | None:
+    """What makes a dataset `base/name` of `names` read bytes from outside the file (a link, external storage, a
+    virtual dataset), or None: prepare writes none, and a file made to read, say, /etc/passwd as images would draw
+    it into the run's sample sheets (found from outside)."""
+    for name in names:
+        node, path = f, f"{base}/{name}".strip("/")
+        for part in path.split("/"):
+            link = node.get(part, getlink=True)
+            if link is None:
+                break  # (missing: the shape checks say it)
+            if not isinstance(link, h5py.HardLink):
+                return f"{path} is a link ({type(link).__name__}), which bigbatch does not follow"
+            node = node[part]
+        if isinstance(node, h5py.Dataset) and (node.external or node.is_virtual):
+            return (
+                f"{path} keeps its bytes outside the file (external or virtual storage), which bigbatch does not read"
+            )
+    return None
+
+
 def check_group(f: h5py.File, base: str, count: int) -> str | None:
     """What is wrong with an encoded group of `count` images, or None."""
     encoded, offsets = f.get(base + "/encoded"), f.get(base + "/offsets")

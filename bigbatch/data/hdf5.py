@@ -147,6 +147,8 @@ def _check_data(f: h5py.File, meta: dict[str, Any], path: Location) -> None:
     """The metadata against what the file holds: each group's images and labels, of the recorded shapes."""
     for g in meta["groups"]:
         base = g["name"].rstrip("/")
+        if problem := enc.stored_elsewhere(f, base, ("images", "labels", "encoded", "offsets", "sizes")):
+            _damaged(path, problem)
         if meta.get("codec", "raw") != "raw":
             problem = enc.check_group(f, base, g["count"])
             if problem:

@@ -14,9 +14,11 @@ pickle is not to be loaded from another person's folder.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from bigbatch.errors import BigbatchError
 from bigbatch.user_cache import cache_dir
 
 ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -43,6 +45,7 @@ def use_cache() -> Path:
     else:
         folder = os.path.abspath(cache_dir() / "compile")
         os.makedirs(folder, mode=0o700, exist_ok=True)
+        _check_private(folder)
         os.chmod(folder, 0o700)  # (makedirs leaves an existing folder's mode as it is)
         os.environ[ENV] = _ours = folder
     import torch
@@ -54,6 +57,26 @@ def use_cache() -> Path:
     for name in CACHEABLE:  # (keyed by the torch version too, as Inductor's own entries are)
         torch._inductor.config.unsafe_marked_cacheable_functions.setdefault(name, torch.__version__)
     return Path(folder)
+
+
+def _check_private(folder: str) -> None:
+    """The compile cache a folder of this user's, not a link, in a folder no one else may rename it out of: else
+    one line (found from outside: under a shared BIGBATCH_CACHE, another user's `compile` folder, or a link to one,
+    was taken, and Inductor unpickles what it finds there)."""
+    own, parent = os.lstat(folder), os.lstat(os.path.dirname(folder))
+    others_rename = parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX
+    if stat.S_ISLNK(own.st_mode) or own.st_uid != os.getuid() or (parent.st_uid != os.getuid() and others_rename):
+        why = (
+            "a link"
+            if stat.S_ISLNK(own.st_mode)
+            else "not yours"
+            if own.st_uid != os.getuid()
+            else "in a folder others may write"
+        )
+        raise BigbatchError(
+            f"the compile cache {folder} is {why}: compiled graphs are unpickled from it, so it must be a folder of "
+            "your own; remove it, or set BIGBATCH_CACHE to a folder of yours"
+        )
 
 
 def in_use() -> Path | None:
