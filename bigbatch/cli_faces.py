@@ -86,7 +86,7 @@ def _extract(args: argparse.Namespace) -> None:
 
 
 def _merge(args: argparse.Namespace) -> None:
-    from bigbatch.faces import video
+    from bigbatch.faces import merge_record, video
     from bigbatch.faces.merge import MergeSettings, merge_threads
     from bigbatch.faces.merge_run import merge_folder
 
@@ -103,12 +103,21 @@ def _merge(args: argparse.Namespace) -> None:
     )
     if args.video:
         video.check_video_out(args.video, "--video", args.frames, args.audio_from)
+        # (found from outside: any file of its name was replaced, such as another folder's source video; as
+        # `video make`, but a video an earlier merge into OUT wrote is this merge's again, run or resumed)
+        if (
+            os.path.lexists(args.video)
+            and not args.overwrite
+            and not merge_record.wrote_video(Path(args.out), args.video)
+        ):
+            raise BigbatchError(f"--video {args.video} exists: give --overwrite to replace it, or another name")
     if args.video and args.mode == "raw-predict":  # (found from outside: the faceless frames' corners filled it)
         raise BigbatchError(
             "--mode raw-predict writes the model's faces, each its size, and frames without a face as they are: "
             "they make no video; drop --video (or merge with another --mode)"
         )
-    for given, name in ((args.fps, "--fps"), (args.audio_from, "--audio-from"), (args.preset, "--preset")):
+    video_options = [(args.fps, "--fps"), (args.audio_from, "--audio-from"), (args.preset, "--preset")]
+    for given, name in [*video_options, (args.overwrite or None, "--overwrite")]:
         if given is not None and not args.video:
             raise BigbatchError(
                 f"{name} needs --video (a setting of the merged video): add --video OUT.mp4, or drop {name}"
@@ -136,9 +145,11 @@ def _merge(args: argparse.Namespace) -> None:
             writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, preset, threads))
         frames, faces, kept = merge_folder(
             args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type,
-            writer=writer, xseg=args.xseg, weights=args.weights,
+            writer=writer, xseg=args.xseg, weights=args.weights, any_source=args.any_source,
         )  # fmt: skip
         n = writer.close() if writer is not None else 0
+    if writer is not None:
+        merge_record.add_video(Path(args.out), args.video)
     before = f"; kept {kept} frames merged before" if kept else ""
     print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
     if writer is not None:
@@ -287,6 +298,17 @@ def add_face_commands(sub: Any) -> None:
     mg.add_argument("--face-type", help="the model's face type where the run does not record it (h, mf, f, wf, head)")
     mg.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
     mg.add_argument("--video", metavar="OUT.mp4", help="also write the merged frames as a video")
+    mg.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --video's file if it exists (else refused, but for a video an earlier merge into OUT wrote)",
+    )
+    mg.add_argument(
+        "--any-source",
+        action="store_true",
+        help="merge faces extracted from other frames than FRAMES (as ALIGNED's journal says) by frame name all "
+        "the same (refused without it)",
+    )
     mg.add_argument("--fps", type=float, help="the video's frame rate (default: FRAMES's if a video, else 25)")
     mg.add_argument("--audio-from", metavar="VIDEO", help="the video's audio (default: FRAMES's, if a video)")
     _preset_argument(mg)

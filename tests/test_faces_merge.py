@@ -265,7 +265,8 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     assert main(["video", "frames", str(root / "data_dst.mp4"), "frames"]) == 0
     blank = np.full((240, 320, 3), 96, np.uint8)
     cv2.imwrite("frames/00005.png", blank)
-    args = ["merge", str(run), "frames", str(root / "dst_aligned"), "out", "--color", "none"]
+    # (--any-source: the faces are the video's, and the frames its frames and one more)
+    args = ["merge", "--any-source", str(run), "frames", str(root / "dst_aligned"), "out", "--color", "none"]
     assert main(args) == 0
     assert "Merged 4 faces into 5 frames" in capsys.readouterr().out
     assert np.array_equal(cv2.imread("out/00005.png"), blank)  # no face: the frame as it was
@@ -318,8 +319,8 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     # dst faces sorted (renamed 00000.jpg on, as DFL's sort does) merge as before: a face's frame is in its metadata.
     shutil.copytree(root / "dst_aligned", "sorted_aligned")
     assert main(["sort", "sorted_aligned", "--by", "blur"]) == 0
-    assert main(["merge", str(run), "frames", str(root / "dst_aligned"), "out_none", "--color", "none"]) == 0
-    assert main(["merge", str(run), "frames", "sorted_aligned", "merged_sorted", "--color", "none"]) == 0
+    assert main([*args[:3], "frames", str(root / "dst_aligned"), "out_none", "--color", "none"]) == 0
+    assert main([*args[:3], "frames", "sorted_aligned", "merged_sorted", "--color", "none"]) == 0
     for i in range(1, 5):
         assert np.array_equal(cv2.imread(f"merged_sorted/{i:05d}.png"), cv2.imread(f"out_none/{i:05d}.png"))
     # Odd frames with faces and without keep one size, the frames' own (found from outside: those with a face
@@ -327,7 +328,7 @@ def test_merge_from_a_frames_folder_passes_faceless_frames_and_resumes(workflow,
     Path("odd").mkdir()
     for i in range(1, 6):
         cv2.imwrite(f"odd/{i:05d}.png", np.pad(cv2.imread(f"frames/{i:05d}.png"), ((0, 1), (0, 1), (0, 0)), "edge"))
-    assert main(["merge", str(run), "odd", str(root / "dst_aligned"), "merged_odd", "--color", "none"]) == 0
+    assert main([*args[:3], "odd", str(root / "dst_aligned"), "merged_odd", "--color", "none"]) == 0
     assert {cv2.imread(f"merged_odd/{i:05d}.png").shape for i in range(1, 6)} == {(241, 321, 3)}
     assert main(["video", "make", "merged_odd", "odd.mp4", "--preset", "ultrafast"]) == 0
 
@@ -373,6 +374,7 @@ def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
     Path("whole/00040.png").write_bytes(b"not a png")
     capsys.readouterr()
     args = ["merge", str(run), "whole", str(root / "dst_aligned"), "w", "--video", "w.mp4", "--preset", "ultrafast"]
+    args.insert(1, "--any-source")
     assert main(args) == 2  # (ultrafast: x264 holds back no frames, so the video file is begun)
     assert "00040.png does not decode" in capsys.readouterr().err
     assert len(list(Path("w").glob("*.png"))) >= 16  # (two chunks at least were merged and went to the video)

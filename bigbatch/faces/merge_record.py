@@ -1,6 +1,7 @@
 """What a merge's OUT was merged from (OUT/.merge.json): its settings, the model (its checkpoint or DFL folder and
 its weight files' names, sizes and times), the aligned faces and the frames, so that a rerun keeps the frames an
-interrupted merge of the same inputs wrote, and merges every frame again when any input changed."""
+interrupted merge of the same inputs wrote, and merges every frame again when any input changed; and the videos
+merges of OUT wrote (--video), which a merge again may replace without --overwrite."""
 
 from __future__ import annotations
 
@@ -69,20 +70,45 @@ def frames_identity(source: Any) -> dict:
     return found
 
 
+def _read(out: Path) -> dict:
+    """OUT's record, or {} where it has none or one not ours to read."""
+    try:
+        was = json.loads((out / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return was if isinstance(was, dict) else {}
+
+
 def changed_since(out: Path, record: dict) -> list[str] | None:
     """What differs between OUT's record and `record` (named as PARTS): [] when nothing does (an interrupted
     merge of the same inputs, whose frames stand), None when OUT has no record."""
-    try:
-        was = json.loads((out / RECORD).read_text())
-    except FileNotFoundError:
+    if not (out / RECORD).exists():
         return None
-    except (OSError, ValueError):  # (a record not ours to read: merged again)
-        was = {}
-    if was == record:
+    was = _read(out)  # (a record not ours to read: merged again)
+    if all(was.get(key) == record.get(key) for key in PARTS):  # (the videos written are not an input)
         return []
     return [said for key, said in PARTS.items() if was.get(key) != record.get(key)] or [PARTS["settings"]]
 
 
 def write(out: Path, record: dict) -> None:
-    """`record` as OUT's, for the next merge into OUT."""
-    atomic_write(out / RECORD, json.dumps(record))
+    """`record` as OUT's, for the next merge into OUT (the videos its merges wrote kept)."""
+    videos = _read(out).get("videos") or []
+    atomic_write(out / RECORD, json.dumps({**record, **({"videos": videos} if videos else {})}))
+
+
+def _video_key(video: str | Path) -> str:
+    return str(Path(video).resolve())
+
+
+def wrote_video(out: Path, video: str | Path) -> bool:
+    """Whether a merge into OUT wrote `video` (its --video), as OUT's record says."""
+    return _video_key(video) in (_read(out).get("videos") or [])
+
+
+def add_video(out: Path, video: str | Path) -> None:
+    """`video` written by the merge into OUT: recorded, so that the same merge run again may replace it (found
+    from outside: --video replaced any file of its name, another folder's source video among them)."""
+    was = _read(out)
+    if not was or wrote_video(out, video):
+        return
+    atomic_write(out / RECORD, json.dumps({**was, "videos": [*(was.get("videos") or []), _video_key(video)]}))

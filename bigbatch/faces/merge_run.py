@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import json
 import os
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from bigbatch.faces.merge import (
     merge_frame,
     merge_threads,
 )
-from bigbatch.faces.video import VideoWriter, natural_key
+from bigbatch.faces.video import IMAGE_SUFFIXES, VideoWriter, check_one_size, natural_key
 
 
 def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -80,6 +81,50 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     return by_name, kinds
 
 
+def check_source(aligned: Path, frames: str, source: Any) -> None:
+    """Refuse, in one line, faces extracted from other frames than FRAMES (an extract FrameSource): they are
+    matched to frames by name alone and would be pasted on other frames (found from outside: a video's faces on
+    the frames taken of it at another rate, exit 0). ALIGNED's journal (bigbatch extract's) names their source;
+    the same frames elsewhere (a video and the folder of all its frames, a folder moved) pass by their names, and
+    DFL's aligned folders, with no journal, are taken as they are."""
+    from bigbatch.faces.extract import JOURNAL
+
+    try:
+        lines = (aligned / JOURNAL).read_text().splitlines()
+        was = json.loads(lines[0])["source"]["path"]
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        return
+    if was == source.identity()["path"]:
+        return
+    stems = set()
+    for line in lines[1:]:
+        try:
+            stems.add(Path(json.loads(line)["frame"]).stem)
+        except (ValueError, KeyError, TypeError):  # (the line a killed extract cut short)
+            continue
+    names = source.names()
+    if names is not None and stems == {Path(name).stem for name in names}:
+        return
+    here = f"{len(names)} here" if names is not None else "an unknown count here"
+    raise BigbatchError(
+        f"the faces in {aligned} were extracted from {was}, whose frames are not {frames}'s ({len(stems)} frames "
+        f"there, {here}): by name they would be pasted on other frames; give {was} as FRAMES, or extract "
+        f"{frames}'s faces (bigbatch extract {frames} NEW_ALIGNED), or --any-source if they are its frames"
+    )
+
+
+def check_inside(faces: list[np.ndarray], frame: np.ndarray, stem: str, aligned: str | Path, frames: str) -> None:
+    """Refuse a face (its source landmarks) whose centre lies outside its frame: extracted from other frames."""
+    h, w = frame.shape[:2]
+    for landmarks in faces:
+        x, y = landmarks.mean(0)
+        if not (0 <= x < w and 0 <= y < h):
+            raise BigbatchError(
+                f"a face in {aligned} of frame {stem} lies outside that frame of {frames} ({w}x{h}, its centre at "
+                f"{x:.0f},{y:.0f}): give the frames it was extracted from, or --any-source to merge it all the same"
+            )
+
+
 def enhancer_of(weights: str | Path, device: str) -> Enhancer:
     """DFL's FaceEnhancer from a DFL install's facelib folder (or its FaceEnhancer.npy), as the merger calls it:
     the swap (RGB here, BGR to the network) in and its 4x out, unconverted (models/face_enhancer.enhance)."""
@@ -102,6 +147,7 @@ def merge_folder(
     writer: VideoWriter | None = None,
     xseg: str | None = None,
     weights: str | None = None,
+    any_source: bool = False,
 ) -> tuple[int, int, int]:
     """`bigbatch merge`: every frame of `frames` (a folder or a video) with the faces `aligned` holds for it
     swapped by `run`'s model and merged as DFL's merger merges, written whole to OUT/{stem}.png and its mask to
@@ -111,8 +157,9 @@ def merge_folder(
     again, said on stderr. Each merged frame, in order, also goes to `writer` (`bigbatch
     merge --video`; a kept frame is read back from its PNG). Frames are merged on threads while the model swaps
     the next frames' faces. `xseg`: an XSeg model (DFL's or an xseg run's; faces/xseg.py), which the XSeg masks
-    need; `weights`: a DFL install's facelib folder, whose FaceEnhancer s.super_resolution runs. Returns (frames
-    merged, faces merged, frames kept from before)."""
+    need; `weights`: a DFL install's facelib folder, whose FaceEnhancer s.super_resolution runs. Faces extracted
+    from other frames than `frames` (check_source) are refused unless `any_source`. Returns (frames merged, faces
+    merged, frames kept from before)."""
     from tqdm import tqdm
 
     from bigbatch.faces import merge_record
@@ -138,11 +185,24 @@ def merge_folder(
             raise BigbatchError(f"OUT {out} is the {what} folder, whose files merging would replace: give another OUT")
     if Path(out).exists() and not Path(out).is_dir():
         raise BigbatchError(f"OUT {out} is a file: give a folder for the merged frames (made if it does not exist)")
+    if Path(out).is_dir() and not (Path(out) / merge_record.RECORD).exists():
+        # (found from outside: they stayed beside the merged frames, for `video make OUT` to mix in; DFL's merger
+        # deletes them, but they are the user's)
+        if n := sum(1 for p in Path(out).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
+            images = f"{n} image{'s' * (n != 1)}"
+            raise BigbatchError(f"OUT {out} holds {images} a merge did not record: give an empty folder or remove them")
+    if writer is not None and source.files:  # (found from outside: cropped or stretched into the video)
+        check_one_size(source.files)
     faces, kinds = aligned_faces(Path(aligned))
     if otherwise := read_otherwise(Path(aligned), source):
         raise BigbatchError(  # (found by review: faces of a phone's video, extracted sideways, pasted upright)
             f"the faces in {aligned} were extracted by an older bigbatch, which read {frames}'s frames otherwise than "
             f"now ({otherwise}): extract them again (bigbatch extract {frames} NEW_ALIGNED)"
+        )
+    if s.mode == "raw-predict" and (several := sorted((k for k, v in faces.items() if len(v) > 1), key=natural_key)):
+        warn(  # (found from outside: unsaid)
+            f"--mode raw-predict writes the first face of a frame alone; {len(several)} of the frames have more "
+            f"than one (such as {several[0]}), whose others are not written"
         )
     names = source.names()
     missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
@@ -151,6 +211,8 @@ def merge_folder(
             f"{len(missing)} frames the aligned faces were extracted from are not in {frames} (such as "
             f"{missing[0]}): give the frames (or video) they came from"
         )
+    if not any_source:
+        check_source(Path(aligned), frames, source)
     if not Path(run).exists():
         raise BigbatchError(f"{run} does not exist; give a swap run, a checkpoint folder or a DFL SAEHD model folder")
     model = load_autoencoder(run, device).pack_for_cpu()  # (used on a CPU only)
@@ -197,6 +259,7 @@ def merge_folder(
         merge_record.write(out, record)
     bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
     n = merged = kept = 0
+    size = None  # the frames' size, for the video (one size, as `video make` takes them)
     workers = merge_threads()
     with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         merging = _Merging(model, faces, kind, s, out, writer, bar, pool, workers, segmenter, enhancer)
@@ -207,10 +270,10 @@ def merge_folder(
                     kept += 1
                     merging.merged_before(stem)
                     continue
-                # PNGs at the frames' own size, faces or not (found from outside: an odd side lost its last row, and
-                # then only where a frame had a face, so that `video make` refused frames of two sizes); a video's
-                # all with even sides (yuv420p), as DFL's cut_odd_image
-                frame = read_image(image, writer is not None) if isinstance(image, Path) else image
+                # PNGs at the frames' own size, faces or not, video or not (found from outside: an odd side lost its
+                # last row, where a frame had a face or --video was given; `video make` refused the two sizes); the
+                # video's cut to even sides (yuv420p) by its writer, as DFL's cut_odd_image
+                frame = read_image(image, False) if isinstance(image, Path) else image
                 if frame is None:  # into a video, refused: it would lose a frame; into PNGs, skipped as extract does
                     if writer is not None:
                         raise BigbatchError(
@@ -219,6 +282,17 @@ def merge_folder(
                         )
                     warn(f"{image} does not decode as an image: skipped, no merged frame for it")
                     continue
+                if writer is not None and size is not None and frame.shape[:2] != size:
+                    merging.flush()  # (the frames before it merged and written, for a rerun once it is mended)
+                    merging.drain()
+                    h, w = frame.shape[:2]
+                    said = image if isinstance(image, Path) else f"{frames}'s frame {name}"
+                    raise BigbatchError(
+                        f"{said} is {w}x{h}, the frames before it {size[1]}x{size[0]}: give frames of one size"
+                    )
+                size = frame.shape[:2]
+                if not any_source:
+                    check_inside(faces.get(stem, ()), frame, stem, aligned, frames)
                 n, merged = n + 1, merged + len(faces.get(stem, ()))
                 merging.add(i, stem, frame)
             merging.flush()

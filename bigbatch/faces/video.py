@@ -155,6 +155,30 @@ def check_video_out(out: str | Path, name: str, *sources: str | Path | None) -> 
         raise BigbatchError(f"{name} {out}: {parent} is a file, not a folder; give another path for the video")
 
 
+def check_one_size(paths: list[Path]) -> None:
+    """Refuse images of more than one size in one line, before a video is made of them, as `video make` refuses
+    them: sizes read from the files' headers (PIL decodes no pixels), so said before hours of merging. A file PIL
+    cannot read is left to its decoder to say."""
+    import warnings
+
+    from PIL import Image
+
+    size = None
+    for p in paths:
+        try:
+            with warnings.catch_warnings():  # (a frame larger than PIL's bomb limit is still a frame)
+                warnings.simplefilter("ignore")
+                with Image.open(p) as image:
+                    got = image.size
+        except Exception:  # (unreadable here: its decoder says why, where the frame is read)
+            continue
+        if size is not None and got != size:
+            raise BigbatchError(
+                f"{p} is {got[0]}x{got[1]}, the frames before it {size[0]}x{size[1]}: give frames of one size"
+            )
+        size = got
+
+
 def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = None) -> int:
     """`bigbatch video frames`: every frame of `video` (or `fps` of them a second) as out/00001.png, ...;
     returns how many. Each PNG is written whole (temporary name, then renamed)."""
@@ -193,11 +217,12 @@ def write_video(
     preset: str = "medium",
     threads: int = 0,
 ) -> int:
-    """Frames (RGB uint8, all one size) into `out` with libx264, yuv420p, 16 Mbit/s as DFL's video_from_sequence,
-    at x264's `preset` (one of PRESETS: at 16 Mbit/s a faster one costs little quality, bench/RESULTS.md) on
-    `threads` threads (0: x264's choice, 1.5 a core; one thread spends 13-20% less CPU time, for when other
-    work has the cores), and, from `audio_from`, its first audio stream re-encoded to AAC 192 kbit/s. Written
-    to a temporary file and renamed, so `out` is a whole video or absent. Returns the frame count."""
+    """Frames (RGB uint8, all one size, else refused; odd sides cut even) into `out` with libx264, yuv420p,
+    16 Mbit/s as DFL's video_from_sequence, at x264's `preset` (one of PRESETS: at 16 Mbit/s a faster one costs
+    little quality, bench/RESULTS.md) on `threads` threads (0: x264's choice, 1.5 a core; one thread spends 13-20%
+    less CPU time, for when other work has the cores), and, from `audio_from`, its first audio stream re-encoded
+    to AAC 192 kbit/s. Written to a temporary file and renamed, so `out` is a whole video or absent. Returns the
+    frame count."""
     _check_preset(preset)
     av = _av()
     out = Path(out)
@@ -210,7 +235,7 @@ def write_video(
             stream = None
             for frame in frames:
                 if stream is None:
-                    h, w = frame.shape[:2]
+                    size = h, w = frame.shape[:2]
                     stream = container.add_stream("libx264", rate=rate)
                     stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
                     stream.pix_fmt, stream.bit_rate = "yuv420p", 16_000_000
@@ -219,6 +244,12 @@ def write_video(
                         # Every stream is added before the first packet; the audio goes first, as it is small
                         # enough for the muxer to hold while it interleaves the video after it.
                         _copy_audio(av, Path(audio_from), container)
+                if frame.shape[:2] != size:  # (found from outside: merge --video cropped or stretched them)
+                    h, w = frame.shape[:2]
+                    was = f"{size[1]}x{size[0]}"
+                    raise BigbatchError(
+                        f"frame {count + 1} is {w}x{h}, the frames before it {was}: give frames of one size"
+                    )
                 frame = frame[: stream.height, : stream.width]
                 frame = frame if frame.flags.c_contiguous else frame.copy()
                 for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):

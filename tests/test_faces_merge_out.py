@@ -1,0 +1,175 @@
+"""bigbatch merge's outputs and what it refuses to merge from (found from outside, a review of `bigbatch merge`):
+the file --video names, frames of two sizes into one video, faces extracted from other frames, OUT holding images
+no merge wrote, PNGs at the frames' own size with --video too, raw-predict of frames of two faces."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+pytest.importorskip("dlib")
+pytest.importorskip("av")
+pytest.importorskip("skimage")
+
+import test_faces_merge  # noqa: E402
+
+from bigbatch.cli import main  # noqa: E402
+from bigbatch.errors import BigbatchError  # noqa: E402
+from bigbatch.faces import merge_record, merge_run, video  # noqa: E402
+
+workflow = test_faces_merge.workflow  # the README's swap from two videos, run on made clips (once in this module)
+
+
+def refused(capsys, args: list[str], says: str) -> str:
+    """`args` exit 2 with one line that says `says`; the line."""
+    capsys.readouterr()
+    assert main(args) == 2, args
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
+    return err
+
+
+def test_merge_video_replaces_no_file_but_one_a_merge_into_out_wrote(workflow, capsys):
+    # Found from outside: --video replaced any file of its name (another folder's source video, a typo).
+    root, run = workflow
+    good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned")]
+    fast = ["--preset", "ultrafast", "--color", "none"]
+    Path("precious.mp4").write_bytes(b"another folder's source video")
+    refused(capsys, [*good, "o", "--video", "precious.mp4", *fast], "--video precious.mp4 exists: give --overwrite")
+    assert Path("precious.mp4").read_bytes() == b"another folder's source video"
+    assert not Path("o").exists()  # (refused before merging)
+    refused(capsys, [*good, "o", "--overwrite"], "--overwrite needs --video")
+    # The same merge again, resumed or with other settings, replaces the video it wrote.
+    assert main([*good, "m", "--video", "m.mp4", *fast]) == 0
+    assert main([*good, "m", "--video", "m.mp4", *fast[:2], "--color", "rct"]) == 0  # (all merged again)
+    assert main([*good, "m", "--video", "m.mp4", *fast[:2], "--color", "rct"]) == 0  # (all kept)
+    # (recorded through a merge with other inputs, which rewrites the record: such a merge stopped before its
+    # video was written is resumed)
+    merge_record.write(Path("m"), {"settings": {"other": True}})
+    assert merge_record.wrote_video(Path("m"), "m.mp4") and not merge_record.wrote_video(Path("m"), "n.mp4")
+    assert "Wrote m.mp4: 4 frames" in capsys.readouterr().out
+    # Another OUT's video is not this merge's; --overwrite replaces it.
+    refused(capsys, [*good, "n", "--video", "m.mp4", *fast], "--video m.mp4 exists")
+    assert main([*good, "n", "--video", "m.mp4", *fast, "--overwrite"]) == 0
+    assert main([*good, "n", "--video", "precious.mp4", *fast, "--overwrite"]) == 0
+    assert len(video_frames("precious.mp4")) == 4
+
+
+def test_merge_video_refuses_frames_of_two_sizes_before_merging(workflow, capsys, monkeypatch):
+    # Found from outside: cropped to the first frame's size, or stretched to it by PyAV, without a word.
+    root, run = workflow
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "frames"]) == 0
+    wide = np.pad(cv2.imread("frames/00003.png"), ((0, 0), (0, 20), (0, 0)), "edge")
+    cv2.imwrite("frames/00003.png", wide)
+    args = [
+        "merge",
+        str(run),
+        "frames",
+        str(root / "dst_aligned"),
+        "o",
+        "--video",
+        "o.mp4",
+        "--fps",
+        "25",
+        "--preset",
+        "ultrafast",
+    ]
+    refused(capsys, args, "00003.png is 340x240, the frames before it 320x240: give frames of one size")
+    assert not any(Path("o").glob("*.png"))  # (from the headers: said before any frame was merged)
+    # Frames whose size the headers do not give are refused when the first of another size is read, the frames
+    # merged before it left for a rerun.
+    monkeypatch.setattr(merge_run, "check_one_size", lambda paths: None)
+    refused(capsys, args, "00003.png is 340x240, the frames before it 320x240: give frames of one size")
+    assert {p.name for p in Path("o").glob("*.png")} == {"00001.png", "00002.png"}
+    assert not Path("o.mp4").exists()
+    # and the video's writer takes no frame of another size (it cropped them)
+    frames = [np.zeros((240, 320, 3), np.uint8), np.zeros((240, 322, 3), np.uint8)]
+    with pytest.raises(BigbatchError, match="frame 2 is 322x240, the frames before it 320x240"):
+        video.write_video(iter(frames), "x.mp4", 25)
+    assert not Path("x.mp4").exists()
+
+
+def test_merge_refuses_faces_extracted_from_other_frames(workflow, capsys):
+    # Found from outside: faces were matched to frames by name alone, so faces of the frames taken of a video at
+    # another rate were pasted on other frames of the video, exit 0.
+    root, run = workflow
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "half", "--fps", "12.5"]) == 0
+    assert main(["extract", "half", "half_aligned", "--size", "256", "--workers", "1", "--min-face", "32",
+                 "--no-debug"]) == 0  # fmt: skip
+    args = ["merge", str(run), str(root / "data_dst.mp4"), "half_aligned", "o", "--color", "none"]
+    err = refused(capsys, args, f"were extracted from {Path('half').resolve()}, whose frames are not")
+    assert "(2 frames there, 4 here)" in err and "or --any-source if they are its frames" in err
+    assert main([*args, "--any-source"]) == 0  # (said to be the same frames: merged by name)
+    # The same frames elsewhere (the folder of all the video's frames) pass, as do DFL's faces (no journal).
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "all"]) == 0
+    assert main(["merge", str(run), "all", str(root / "dst_aligned"), "a", "--color", "none"]) == 0
+    shutil.copytree("half_aligned", "dfl_aligned")
+    Path("dfl_aligned/.extract.jsonl").unlink()
+    assert main([*args[:3], "dfl_aligned", "d", "--color", "none"]) == 0
+    # A face whose centre lies outside its frame was extracted from other frames (here: ones 16 px wide).
+    Path("tiny").mkdir()
+    for i in range(4):
+        cv2.imwrite(f"tiny/{i + 1:05d}.png", np.zeros((12, 16, 3), np.uint8))
+    refused(capsys, [*args[:2], "tiny", str(root / "dst_aligned"), "t"], "of frame 00001 lies outside that frame")
+
+
+def test_merge_refuses_an_out_holding_images_no_merge_wrote(workflow, capsys):
+    # Found from outside: they stayed beside the merged frames, and `video make OUT` mixed them in.
+    root, run = workflow
+    Path("o").mkdir()
+    cv2.imwrite("o/00009.png", np.zeros((8, 8, 3), np.uint8))
+    args = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o", "--color", "none"]
+    refused(capsys, args, "OUT o holds 1 image a merge did not record: give an empty folder or remove them")
+    assert [p.name for p in Path("o").iterdir()] == ["00009.png"]  # (the user's: not deleted, nothing written)
+    Path("o/00009.png").unlink()
+    assert main(args) == 0
+    assert main(args) == 0  # (its own frames: kept)
+
+
+def test_merge_video_writes_pngs_of_odd_frames_whole(workflow, capsys):
+    # Found from outside: with --video the PNGs were cut to even sides, without it not, so that a resumed merge
+    # mixed sizes; README says OUT/{frame}.png are written whole.
+    root, run = workflow
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "frames"]) == 0
+    Path("odd").mkdir()
+    for i in range(1, 5):
+        cv2.imwrite(f"odd/{i:05d}.png", np.pad(cv2.imread(f"frames/{i:05d}.png"), ((0, 1), (0, 1), (0, 0)), "edge"))
+    args = [
+        "merge",
+        str(run),
+        "odd",
+        str(root / "dst_aligned"),
+        "o",
+        "--video",
+        "o.mp4",
+        "--fps",
+        "25",
+        "--preset",
+        "ultrafast",
+    ]
+    assert main(args) == 0
+    assert {cv2.imread(f"o/{i:05d}.png").shape for i in range(1, 5)} == {(241, 321, 3)}
+    assert {f.shape for f in video_frames("o.mp4")} == {(240, 320, 3)}
+
+
+def test_raw_predict_says_it_writes_one_face_of_a_frame_of_two(workflow, capsys):
+    root, run = workflow
+    shutil.copytree(root / "dst_aligned", "two")
+    shutil.copy("two/00002_0.jpg", "two/00002_1.jpg")  # (a second face of frame 00002)
+    capsys.readouterr()
+    assert main(["merge", str(run), str(root / "data_dst.mp4"), "two", "o", "--mode", "raw-predict"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "raw-predict writes the first face of a frame alone; 1 of the frames have more than one (such as 00002)" in err
+    )
+
+
+def video_frames(path: str | Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
