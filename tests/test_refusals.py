@@ -117,3 +117,29 @@ def test_a_folder_this_user_cannot_read_is_said_so_not_empty(tmp_path, monkeypat
     monkeypatch.setattr(os, "scandir", scandir)
     argv = ["prepare", str(tmp_path / "images"), str(tmp_path / "out.h5"), "--workers", "0"]
     one_line(capsys, argv, "locked: Permission denied; give this user read access to it")
+
+
+def test_a_crafted_state_that_fails_to_unpickle_is_one_line(tiny, tmp_path, capsys):
+    # Found from outside: a crafted state.pt (its checksum made to match) whose unpickling fails otherwise than torch
+    # expects (a TypeError) ended a resume in a traceback; every way is one line, no object but plain data built.
+    import collections
+    import io
+
+    import torch
+    import xxhash
+
+    class Crafted:
+        def __reduce__(self):
+            return collections.OrderedDict, (5,)
+
+    buffer = io.BytesIO()
+    torch.save({"x": Crafted()}, buffer)
+    run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+    ckpt = checkpoints.find_checkpoint(run)
+    (ckpt / "state.pt").write_bytes(buffer.getvalue())
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["files"]["state.pt"] = len(buffer.getvalue())
+    meta["checksums"][checkpoints.CHECKSUM]["state.pt"] = xxhash.xxh3_128(buffer.getvalue()).hexdigest()
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=1"]) == 2
+    assert "state.pt" in capsys.readouterr().err

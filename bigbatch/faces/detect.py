@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bigbatch import safe_pickle
 from bigbatch.errors import BigbatchError
 
 
@@ -169,7 +170,7 @@ class MTCNN:
         self.device = torch.device(device)
         self.nets = []
         for name, net in (("pnet", _PNet()), ("rnet", _RNet()), ("onet", _ONet())):
-            state = torch.load(folder / f"{name}.pt", map_location="cpu", weights_only=True)
+            state = safe_pickle.torch_weights((folder / f"{name}.pt").read_bytes(), str(folder / f"{name}.pt"))
             net.load_state_dict(state)
             self.nets.append(net.eval().requires_grad_(False).to(self.device))
         self.min_face, self.thresholds, self.factor = min_face, thresholds, factor

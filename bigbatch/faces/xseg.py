@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import torch
 
-from bigbatch import checkpoints, models
+from bigbatch import checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
@@ -117,7 +117,7 @@ def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False, face_
             f"the DFL face type of {path} is unknown (its faces were not prepared from DFL's aligned faces, and "
             "xseg.face_type is unset): give --face-type h|mf|f|wf|head, the type DFL extracted them with"
         )
-    state = torch.load(ckpt / "state.pt", weights_only=True, map_location="cpu")
+    state = safe_pickle.torch_weights((ckpt / "state.pt").read_bytes(), str(ckpt / "state.pt"))
     cfg = Config.load(ckpt / "config.toml")
     options = {"face_type": kind, "pretrain": False, "batch_size": cfg.train.batch}
     out.mkdir(parents=True, exist_ok=True)

@@ -206,8 +206,20 @@ def _write(
 
 def _csv(rows: list[list[Any]]) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer).writerows(rows)
+    csv.writer(buffer).writerows([[_cell(v) for v in row] for row in rows])
     return buffer.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (= + - @, tab, CR first; OWASP's CSV injection) quoted by a
+    leading ' (found from outside: class folders named "=HYPERLINK(...)" were written as they are); numbers kept."""
+    if not isinstance(value, str) or not value.startswith(("=", "+", "-", "@", "\t", "\r")):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
 
 
 def _confusion_figure(confusion: list[list[int]], class_names: list[str]) -> Any:

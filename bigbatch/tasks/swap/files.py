@@ -239,7 +239,8 @@ def export_dfl(
             "them with (its merger crops by it)"
         )
     # (map_location: a GPU run's optimizer moments were saved on its device)
-    state = torch.load(io.BytesIO((ckpt / "state.pt").read_bytes()), weights_only=True, map_location="cpu")
+    state = safe_pickle.torch_weights((ckpt / "state.pt").read_bytes(), str(ckpt / "state.pt"))  # (one line, not
+    # torch's traceback advising weights_only=False for a crafted file: found from outside)
     iteration = max(1, int(state.get("steps", 0)) + int(state.get("dfl_iter", 0)))
     data = dfl.model_data(model, dfl_options(cfg, face_type), iteration)
     dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
