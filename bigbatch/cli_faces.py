@@ -26,6 +26,7 @@ def _positive(name: str, value: int, low: int = 1, high: int | None = None) -> i
 def _extract(args: argparse.Namespace) -> None:
     from bigbatch.data.align import face_type
     from bigbatch.faces.extract import Settings, extract
+    from bigbatch.files import atomic_write
 
     kind = face_type(args.face_type)
     if not 1 <= args.jpeg_quality <= 100:
@@ -67,9 +68,7 @@ def _extract(args: argparse.Namespace) -> None:
         )
     listed = out / "no_face.txt"
     if none or broken:
-        tmp = listed.with_name(f".{listed.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(f"{n}\n" for n in none) + "".join(f"{n}\tdoes not decode\n" for n in broken))
-        os.replace(tmp, listed)
+        atomic_write(listed, "".join(f"{n}\n" for n in none) + "".join(f"{n}\tdoes not decode\n" for n in broken))
     else:
         listed.unlink(missing_ok=True)
     # (counted, not looked up by name: `bigbatch sort` renames the faces, found from outside to be "deleted")

@@ -3,12 +3,14 @@ temporary files of killed processes, found and removed; and a folder's lock, one
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
 import shutil
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,15 +19,18 @@ from typing import IO, Any
 from bigbatch.errors import BigbatchError, warn
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write a file through a temporary sibling and a rename, so readers see the old or the new file."""
+def atomic_write(path: Path, data: bytes | str, sync: bool = True) -> None:
+    """Write a file through a temporary sibling and a rename, so readers see the old or the new file (`sync`
+    False: not fsynced first, for files written by the thousand: faces, frames)."""
     path = Path(path)
     if not path.name:  # (found from outside: an empty OUT was a traceback)
         raise BigbatchError(f"cannot write {str(path)!r}: give a file name")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
     try:
-        write_file(tmp, data.encode() if isinstance(data, str) else data)
+        write_file(tmp, data.encode() if isinstance(data, str) else data, sync=sync)
         os.replace(tmp, path)
+    except BigbatchError:  # (something in the way at `tmp`: not this call's to remove)
+        raise
     except OSError as e:  # named after the file being written, not its temporary sibling
         _remove(tmp)
         raise OSError(e.errno, e.strerror, str(path)) from None
@@ -57,15 +62,48 @@ def save_figure(fig: Any, path: str | Path) -> Path:
     return path
 
 
-def write_file(path: Path, data: bytes | memoryview) -> None:
-    """Write and fsync a file (OSError naming the path, if the disk is full: a failed write names no file)."""
-    with open(path, "wb") as f:
+def write_file(path: Path, data: bytes | memoryview, sync: bool = True) -> None:
+    """Write a new file (`create_new`) and fsync it unless not `sync` (OSError naming the path, if the disk is
+    full: a failed write names no file)."""
+    with create_new(path) as f:
         try:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         except OSError as e:
             raise OSError(e.errno, e.strerror, str(path)) from None
+
+
+def create_new(path: Path, mode: str = "wb") -> IO[bytes]:
+    """Create the file `path` and open it ("wb"; "w+b" to read it back too), never through what is there
+    (O_EXCL, O_NOFOLLOW: found by review, a link another user planted at a temporary file's predictable name in
+    a shared folder such as /tmp had bigbatch overwrite the file it points to). A regular file of this user's
+    there (a killed process's of the same PID, an earlier try's) goes first; anything else is refused."""
+    path = Path(path)
+    if _own_file(path):
+        path.unlink(missing_ok=True)
+    try:
+        return open(path, mode.replace("w", "x"), opener=_no_follow)  # noqa: SIM115 (the caller's to close)
+    except FileExistsError:
+        raise BigbatchError(
+            f"{path} is in the way of a file bigbatch writes (a link, or not this user's): remove it, or write "
+            "elsewhere"
+        ) from None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """open()'s opener: a link at `path` is not followed (ELOOP)."""
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
+
+
+def _own_file(path: Path) -> bool:
+    """Whether `path` is a regular file (not a link) of this process's user."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == (os.geteuid() if hasattr(os, "geteuid") else st.st_uid)
 
 
 def pid_alive(pid: int) -> bool:
@@ -94,10 +132,11 @@ def remove_stale(paths: Iterable[Path]) -> None:
     """Delete temporary files or folders named ...-PID whose process is gone (killed while writing)."""
     for path in paths:
         if not owner_alive(path):
-            if path.is_dir():
+            if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            else:  # (a link goes, not what it points to; another user's, in a shared folder, stays)
+                with contextlib.suppress(OSError):
+                    path.unlink(missing_ok=True)
 
 
 def metrics_row(line: str | bytes) -> dict | None:
@@ -159,8 +198,14 @@ def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) 
     path = folder / name
     while True:
         try:
-            f = open(path, "a+")  # noqa: SIM115 (held until unlock_folder)
+            f = open(path, "a+", opener=_no_follow)  # noqa: SIM115 (held until unlock_folder)
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # (another name of a file: see create_new)
+                f.close()
+                raise OSError(errno.ELOOP, "not a lock file", str(path))
         except OSError as e:  # (found from outside: a read-only run directory said only "Read-only file system")
+            if e.errno == errno.ELOOP:  # (found by review: a link planted there had the lock overwrite its file)
+                raise BigbatchError(f"{path} is in the way of bigbatch's lock file (a link): remove it") from None
             if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
             raise BigbatchError(

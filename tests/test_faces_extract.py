@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import struct
 import sys
+import zlib
 from fractions import Fraction
 from pathlib import Path
 
@@ -350,6 +352,61 @@ def test_video_commands_refuse_bad_input(tmp_path, capsys):
     assert main(["video", "make", "frames", "keep.mp4"]) == 2
     assert "keep.mp4 exists: give --overwrite to replace it" in capsys.readouterr().err
     assert Path("keep.mp4").stat().st_size == 100
+
+
+def test_video_make_writes_nothing_through_a_link_at_its_temporary_name(capsys):
+    # Found by review: a link another user planted at .OUT.tmp-PID.mp4 (a shared folder such as /tmp) had FFmpeg
+    # write the video into the file it points to.
+    Path("frames").mkdir()
+    cv2.imwrite("frames/00001.png", np.zeros((16, 16, 3), np.uint8))
+    Path("victim.txt").write_text("mine")
+    Path(f".o.tmp-{os.getpid()}.mp4").symlink_to(Path("victim.txt").absolute())
+    assert main(["video", "make", "frames", "o.mp4", "--preset", "ultrafast"]) == 2
+    assert "is in the way of a file bigbatch writes" in capsys.readouterr().err
+    assert Path("victim.txt").read_text() == "mine" and not Path("o.mp4").exists()
+
+
+def bomb_png(path: Path, side: int = 30000) -> bytes:
+    """A 57-byte PNG whose header says side x side pixels (none of them there: a decode would make them)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    path.write_bytes(data)
+    return data
+
+
+def test_an_image_over_pillows_bomb_guard_is_refused_from_its_header(monkeypatch, capsys):
+    # Found by review: a 1.1 MB PNG of 20000x20000 pixels took extract 10.7 GB and 3.5 minutes (OpenCV's own limit
+    # is 2^30 pixels), where predict refused it in one line (Pillow's guard).
+    from PIL import Image
+
+    from bigbatch.faces.extract import read_image
+
+    Path("frames").mkdir()
+    bomb = bomb_png(Path("frames/huge.png"))
+    cv2.imwrite("frames/a.png", np.zeros((16, 16, 3), np.uint8))
+    decode = cv2.imdecode
+
+    def no_bomb(data, flags):
+        assert bytes(data[:40]) != bomb[:40], "the bomb was decoded"
+        return decode(data, flags)
+
+    monkeypatch.setattr(cv2, "imdecode", no_bomb)
+    refusal = "huge.png: too large to decode safely (Image size (900000000 pixels) exceeds limit"
+    assert main(["extract", "frames/huge.png", "o", "--workers", "1"]) == 2  # one image: one line
+    err = capsys.readouterr().err
+    assert refusal in err and len(err.splitlines()) == 1 and not Path("o").exists(), err
+    assert main(["extract", "frames", "o", "--workers", "1"]) == 0  # among others: skipped, said, listed
+    captured = capsys.readouterr()
+    assert refusal in captured.err and "1 files did not decode (huge.png)" in captured.out, captured
+    assert Path("o/no_face.txt").read_text() == "a.png\nhuge.png\tdoes not decode\n"
+    assert main(["video", "make", "frames", "o.mp4"]) == 2 and refusal in capsys.readouterr().err
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # (a user's own limit is theirs: here, none)
+    with pytest.raises(AssertionError, match="the bomb was decoded"):
+        read_image(Path("frames/huge.png"))
 
 
 def test_a_rerun_redoes_frames_whose_image_changed_and_refuses_another_source(extracted, capsys):

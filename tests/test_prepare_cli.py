@@ -544,3 +544,24 @@ def test_class_names_match_whatever_unicode_form_the_file_system_writes(tmp_path
     argv = ["prepare", str(tmp_path / "flat"), str(tmp_path / "flat.h5"), "--resolution", "8"]
     assert main([*argv, "--labels", str(tmp_path / "l.csv"), "--classes", str(tmp_path / "train.h5")]) == 0
     assert bigbatch.data.load_data(str(tmp_path / "flat.h5"), 8).get(torch.arange(1))[1].tolist() == [0]
+
+
+def test_links_planted_at_prepares_temporary_names_are_refused_and_their_files_kept(tmp_path, capsys):
+    # Found by review: another user's link at .OUT.partial-PID (in a shared folder such as /tmp) had prepare write
+    # the data file into the file it points to, and put the link in place as OUT; one at .OUT.lock, the lock.
+    import os
+
+    make_folder(tmp_path / "pets")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    argv = ["prepare", str(tmp_path / "pets"), str(tmp_path / "out.h5"), "--resolution", "16", "--workers", "1"]
+    for name in (f".out.h5.partial-{os.getpid()}", ".out.h5.lock"):
+        link = tmp_path / name
+        link.symlink_to(victim)
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{link} is in the way" in err, err
+        assert victim.read_text() == "mine" and not (tmp_path / "out.h5").exists()
+        link.unlink()
+    assert main(argv) == 0
+    assert (tmp_path / "out.h5").is_file() and not (tmp_path / "out.h5").is_symlink()

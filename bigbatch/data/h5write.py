@@ -22,7 +22,7 @@ import numpy as np
 from bigbatch.data import encoded as enc
 from bigbatch.data.codecs import Encoded, encode
 from bigbatch.errors import BigbatchError
-from bigbatch.files import remove_stale
+from bigbatch.files import create_new, remove_stale
 from bigbatch.urls import Location
 
 FORMAT = "bigbatch-images/1"  # raw pixels
@@ -139,7 +139,7 @@ class _WriteOnce(io.RawIOBase):
 
     def __init__(self, path: Path):
         super().__init__()
-        self.file, self.error = open(path, "w+b"), None
+        self.file, self.error = create_new(path, "w+b"), None
 
     def readable(self) -> bool:
         return True

@@ -17,7 +17,6 @@ import concurrent.futures
 import glob
 import json
 import multiprocessing
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -28,7 +27,8 @@ import numpy as np
 
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import read_metadata, write_metadata
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.faces.image_file import TooLarge, check_size, imdecode
 from bigbatch.faces.video import IMAGE_SUFFIXES, VIDEO_SUFFIXES, Video, frame_name, is_video, natural_key
 from bigbatch.files import atomic_write
 
@@ -82,6 +82,7 @@ class FrameSource:
                 raise BigbatchError(
                     f"{src} is neither an image ({', '.join(IMAGE_SUFFIXES)}) nor a video ({', '.join(VIDEO_SUFFIXES)})"
                 )
+            check_size(path)  # (one image: refused in one line, before the models load)
             self.files = [path]
         elif path.is_dir():
             self.folder = path
@@ -153,13 +154,16 @@ class FrameSource:
 
 def read_image(path: Path, even: bool = True) -> np.ndarray | None:
     """An image file as RGB uint8 with even sides (DFL's cut_odd_image; `even` False: as it is), or None when it
-    does not decode."""
+    does not decode (or is too large to decode safely: said in a warning)."""
     data = np.fromfile(str(path), np.uint8)
     logs = cv2.utils.logging
     level = logs.getLogLevel()
     logs.setLogLevel(logs.LOG_LEVEL_SILENT)  # (a broken file is said once, by us: found from outside, OpenCV's lines)
     try:
-        image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+        image = imdecode(data, cv2.IMREAD_UNCHANGED, str(path)) if data.size else None
+    except TooLarge as e:
+        warn(str(e))
+        return None
     finally:
         logs.setLogLevel(level)
     if image is None:
@@ -344,12 +348,6 @@ def _draw(image: np.ndarray, face: Face, square: np.ndarray) -> None:
 # -- The run: journal, workers, progress ------------------------------------------------------------------------------
 
 
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 _WORKER: tuple[Extractor, Path, bool] | None = None
 
 
@@ -382,10 +380,10 @@ def _frame(name: str, image: np.ndarray | Path) -> tuple[str, int | None]:
     files, drawn = extractor.aligned(image, faces, name)
     stem = Path(name).stem
     for i, data in enumerate(files):
-        _write(out / f"{stem}_{i}.jpg", data)
+        atomic_write(out / f"{stem}_{i}.jpg", data, sync=False)
     if debug:
         ok, jpg = cv2.imencode(".jpg", drawn[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 50])
-        _write(debug_folder(out) / f"{stem}.jpg", jpg.tobytes())
+        atomic_write(debug_folder(out) / f"{stem}.jpg", jpg.tobytes(), sync=False)
     return name, len(files)
 
 

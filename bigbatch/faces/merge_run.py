@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from bigbatch.faces.merge import (
     merge_threads,
 )
 from bigbatch.faces.video import IMAGE_SUFFIXES, VideoWriter, check_one_size, natural_key
+from bigbatch.files import atomic_write
 
 
 def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -407,9 +407,7 @@ class _Merging:
         )
         for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_bytes(png.tobytes())
-            os.replace(tmp, path)
+            atomic_write(path, png.tobytes(), sync=False)
         return rgb
 
     def _written(self, stem: str) -> np.ndarray:

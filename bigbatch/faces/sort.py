@@ -44,6 +44,7 @@ import numpy as np
 
 from bigbatch.data.dfl_faces import NoFaceData, face_yaw, hull_mask, landmarks_of, read_metadata
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.faces.image_file import imread
 from bigbatch.faces.video import natural_key
 
 SUFFIXES = (".jpg", ".jpeg")
@@ -135,7 +136,7 @@ def _hist_chain(faces: list[tuple[Path, Any]]) -> list[int]:
     """DFL's sort by histogram similarity: from the first face, each next the nearest of those left."""
     hists = []
     for path, _ in faces:
-        image = cv2.imread(str(path))
+        image = imread(path)
         hists.append([cv2.calcHist([image], [c], None, [256], [0, 256]) for c in range(3)])
     order = list(range(len(faces)))
     for i in range(len(order) - 1):
@@ -155,7 +156,7 @@ def _hist_dissim(faces: list[tuple[Path, Any]], block: int = 1024) -> list[int]:
     square roots, a block of rows at a time (DFL's pairs of compareHist calls: 10^8 of them for 10,000 faces)."""
     roots = []
     for path, meta in faces:
-        image = cv2.imread(str(path))
+        image = imread(path)
         grey = cv2.cvtColor((image * hull_mask(image.shape[:2], landmarks_of(meta))[..., None]).astype(np.uint8),
                             cv2.COLOR_BGR2GRAY)  # fmt: skip
         h = cv2.calcHist([grey], [0], None, [256], [0, 256]).reshape(-1).astype(np.float64)
@@ -182,7 +183,7 @@ def _one_face(faces: list[tuple[Path, dict]]) -> tuple[list[int], list[int]]:
 def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list[int]]:
     """DFL's best faces, by yaw bins and sharpness (see the module)."""
     yaws = np.array([yaw(meta) for _, meta in faces])
-    sharp = np.array([_blur(cv2.imread(str(p)), meta) for p, meta in faces])
+    sharp = np.array([_blur(imread(p), meta) for p, meta in faces])
     # Bins over a fixed range, as DFL's (-1.2..1.2 of its radians; face_yaw is near +-1 in profile). Found from
     # outside: bins over the set's own yaws spread frontal faces over their landmarks' noise, a face a bin, and
     # kept the blurred one whose landmarks had strayed (an end) over the sharpest.
@@ -236,7 +237,7 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> tuple[li
         measure = MEASURES[method]
         values = []
         for path, meta in faces:
-            image = cv2.imread(str(path)) if method in NEEDS_PIXELS else None
+            image = imread(path) if method in NEEDS_PIXELS else None
             values.append(measure(image, meta))
         order = sorted(range(len(faces)), key=lambda i: -values[i])
     return [faces[i][0] for i in order], trash

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write, create_new, pid_alive
 
 if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's parser reads PRESETS from here)
     import numpy as np
@@ -202,9 +203,7 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
             due += step
             ok, png = cv2.imencode(".png", frame[:, :, ::-1])
             path = out / frame_name(written)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            tmp.write_bytes(png.tobytes())
-            os.replace(tmp, path)
+            atomic_write(path, png.tobytes(), sync=False)
             written += 1
     return written
 
@@ -230,6 +229,7 @@ def write_video(
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
     rate = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
     count = 0
+    create_new(tmp).close()  # (ours before FFmpeg opens it, which would follow a link planted there)
     try:
         with av.open(str(tmp), "w") as container:
             stream = None
@@ -268,8 +268,6 @@ def write_video(
 def _remove_stale(out: Path) -> None:
     """The temporary files of writes of `out` by processes killed while writing it (found from outside: one
     was left beside the video, a rerun did not remove it)."""
-    from bigbatch.files import pid_alive
-
     prefix = f".{out.stem}.tmp-"
     for path in out.parent.glob(f"{glob.escape(prefix)}*{glob.escape(out.suffix)}"):
         pid = path.name[len(prefix) : len(path.name) - len(out.suffix)]
@@ -423,8 +421,7 @@ def folder_to_video(
     """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order (numbers as numbers) as a video; the
     frame rate is `fps`, else `audio_from`'s (a video), else 25. Returns (frames, rate). `overwrite`: False
     refuses an `out` that exists."""
-    import cv2
-    import numpy as np
+    from bigbatch.faces.image_file import imread
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -446,9 +443,7 @@ def folder_to_video(
     def frames() -> Iterator[np.ndarray]:
         size = None
         for p in names:
-            image = cv2.imdecode(np.fromfile(str(p), np.uint8), cv2.IMREAD_COLOR)
-            if image is None:
-                raise BigbatchError(f"{p} does not decode as an image")
+            image = imread(p)
             if size is not None and image.shape != size:
                 h, w = image.shape[:2]
                 raise BigbatchError(

@@ -24,6 +24,7 @@ from bigbatch.config import Config
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.faces.image_file import TooLarge, imdecode
 from bigbatch.faces.video import natural_key
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
@@ -133,7 +134,10 @@ def read_face(path: Path) -> tuple[bytes, dict, np.ndarray]:
     meta = read_metadata(data, str(path))
     if meta is None:
         raise NoFaceData("not an aligned DeepFaceLab face (no metadata)")
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    try:  # (a decompression bomb refused from its header: found by review)
+        image = imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR, str(path))
+    except TooLarge as e:
+        raise NoFaceData(str(e)) from None
     if image is None:
         raise NoFaceData("it does not decode as an image")
     return data, meta, image.astype(np.float32) / 255

@@ -4,7 +4,6 @@ many images: in batches, or split across ranks (every rank gets all rows, or onl
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ import torch.distributed as td
 
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.files import atomic_write
 from bigbatch.signals import EvaluationStopped, check_stop
 
 _PROGRESS: ContextVar[str | None] = ContextVar("bigbatch_feature_progress", default=None)
@@ -248,16 +248,12 @@ def drop_kept(keep: Path) -> None:
 
 
 def _keep(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, done: int, batch: int) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    tmp = kept.with_name(f".{kept.name}.tmp-{os.getpid()}")
     kept.parent.mkdir(parents=True, exist_ok=True)
     numbers = torch.tensor([done, batch])
-    try:
-        save_file({"shift": shift, "total": total, "outer": outer, "done_batch": numbers}, str(tmp))
-        os.replace(tmp, kept)
-    finally:
-        tmp.unlink(missing_ok=True)  # (cut short: nothing left in the cache, where nothing sweeps it; review)
+    # (atomic_write: cut short, nothing is left in the cache, where nothing sweeps it; found by review)
+    atomic_write(kept, save({"shift": shift, "total": total, "outer": outer, "done_batch": numbers}))
 
 
 def _restore(
