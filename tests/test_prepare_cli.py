@@ -555,9 +555,11 @@ def test_links_planted_at_prepares_temporary_names_are_refused_and_their_files_k
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")
     argv = ["prepare", str(tmp_path / "pets"), str(tmp_path / "out.h5"), "--resolution", "16", "--workers", "1"]
-    for name in (f".out.h5.partial-{os.getpid()}", ".out.h5.lock"):
+    (tmp_path / "theirs").mkdir()
+    planted = [(f".out.h5.partial-{os.getpid()}", victim), (".out.h5.lock", victim)]
+    for name, target in [*planted, (".out.h5.parts", tmp_path / "theirs")]:  # (the last: their parts as ours)
         link = tmp_path / name
-        link.symlink_to(victim)
+        link.symlink_to(target)
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"{link} is in the way" in err, err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -41,6 +42,10 @@ class Parts:
         self.folder = folder
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
         manifest = folder / "manifest.json"
+        if folder.is_symlink() or (folder.exists() and folder.stat().st_uid != os.geteuid()):  # (found by review)
+            raise BigbatchError(
+                f"{folder} is in the way of prepare's parts (a link, or not this user's): remove it, or write elsewhere"
+            )
         try:
             same = json.loads(manifest.read_text()).get("key") == digest
         except (OSError, ValueError):
