@@ -1,5 +1,6 @@
 """`bigbatch prepare` and `bigbatch info DATA.h5` from the command line, then training on the file."""
 
+import os
 import shlex
 import subprocess
 import sys
@@ -249,11 +250,30 @@ def dies_at_its_file(data, *args, **kwargs):  # (the kernel's out-of-memory kill
     return decode(data, *args, **kwargs)
 
 prepare_pool.decode_or_reason = dies_at_its_file  # (forked into the workers)
+if os.environ.get("MID_MESSAGE"):  # killed half way through writing its result: the pool never says it broke
+    import struct
+    from concurrent.futures import process
+
+    send = process._sendback_result
+
+    def half_sent(result_queue, work_id, result=None, **kwargs):
+        if isinstance(result, list) and any(isinstance(r, tuple) and r[0] == -7 for r in result):
+            os.write(result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"cut short")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return send(result_queue, work_id, result=result, **kwargs)
+
+    process._sendback_result = half_sent
+
+    def dies_at_its_file(data, *args, **kwargs):
+        return (-7, None, None, None, None) if data == b"KILL ME" else decode(data, *args, **kwargs)
+
+    prepare_pool.decode_or_reason = dies_at_its_file
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_a_decoding_worker_killed_ends_prepare_in_one_line_and_its_parts_resume(tmp_path):
+@pytest.mark.parametrize("mid_message", ["", "1"])
+def test_a_decoding_worker_killed_ends_prepare_in_one_line_and_its_parts_resume(tmp_path, mid_message):
     # Found from outside: a worker killed (as the out-of-memory killer does) left prepare hung at 100% CPU, deaf to
     # SIGTERM (the pool's shutdown waited for the other worker, which ignores SIGTERM), or ended it in a traceback.
     rng = np.random.default_rng(3)
@@ -263,7 +283,10 @@ def test_a_decoding_worker_killed_ends_prepare_in_one_line_and_its_parts_resume(
     (tmp_path / "src" / "0300.png").write_bytes(b"KILL ME")
     out = tmp_path / "out.h5"
     argv = ["prepare", str(tmp_path / "src"), str(out), "--workers", "2"]
-    p = subprocess.run([sys.executable, "-c", KILLED_WORKER, *argv], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "MID_MESSAGE": mid_message}
+    p = subprocess.run(
+        [sys.executable, "-c", KILLED_WORKER, *argv], capture_output=True, text=True, timeout=60, env=env
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
     assert "a decoding worker died (killed by signal 9" in p.stderr and "resumes where it stopped" in p.stderr
     again = prepare(str(tmp_path / "src"), str(out), workers=2)  # (the file that killed it: not an image)

@@ -27,6 +27,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.signals import die_with_parent
 from bigbatch.urls import Location
 
+WATCH_S = 1.0  # how often a wait for a chunk's result looks whether a worker died
 CHUNK = 32  # files per task sent to a worker: big enough to amortise the hand-off, small enough to balance
 FETCHERS = 4  # threads fetching chunks of a remote source at once (each chunk's files concurrently too)
 
@@ -37,7 +38,10 @@ def _init_worker(listing_source: Any, decoding: dict[str, Any], parent: int | No
     """Set up a decoding process. A pool's workers (`parent`: the main process's PID) ignore SIGTERM and
     SIGINT (sent to the whole process group by a terminal or a job scheduler): the main process stops
     them after their current chunk, or kills them where one died (`_kill_workers`: the pool's own SIGTERM does
-    not end them). A main process killed outright (SIGKILL) takes them with it."""
+    not end them). A worker killed while it writes a result leaves half a message in the pool's pipe, and the
+    pool's manager thread waits for the rest forever, never saying the pool broke: the waits for results look at
+    the workers themselves (`_watch`), and the pipe is closed under that thread (`_kill_workers`). A main process
+    killed outright (SIGKILL) takes them with it."""
     if parent is not None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -76,6 +80,7 @@ def decoded(
     ]
     chunks = [listing.keys[a:b] for a, b in spans]
     pool = fetcher = None
+    started: dict[int, Any] = {}
     if workers > 1:
         # fork: workers start at once (spawn would re-import torch in each); they run only Pillow and file reads.
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -90,7 +95,7 @@ def decoded(
         fetcher = ThreadPoolExecutor(FETCHERS)
     broken = False
     try:
-        computed = _results(chunks, source, pool, fetcher, workers)
+        computed = _results(chunks, source, pool, fetcher, workers, lambda: _watch(started))
         yield computed if parts is None else _through_parts(computed, parts, n, set(todo))
     except BrokenProcessPool:  # (found from outside: a traceback, or a hang with the pool's shutdown below)
         broken = True
@@ -114,6 +119,12 @@ def _died(workers: dict[int, Any]) -> OutOfMemory:
     )
 
 
+def _watch(workers: dict[int, Any]) -> None:
+    """BrokenProcessPool where a worker has ended (the pool says so itself only where none died mid-message)."""
+    if any(p.exitcode is not None for p in workers.values()):
+        raise BrokenProcessPool("a worker ended")
+
+
 def _kill_workers(pool: Any, started: dict[int, Any]) -> None:
     """The pool's workers still alive killed: they ignore SIGTERM (see `_init_worker`), so the pool's own ending of a
     broken pool waited for them forever, one of them blocked writing a result nobody reads (found from outside: a
@@ -121,6 +132,12 @@ def _kill_workers(pool: Any, started: dict[int, Any]) -> None:
     for process in {**started, **(getattr(pool, "_processes", None) or {})}.values():
         if process.exitcode is None:
             process.kill()
+            process.join()
+    # The pool's manager thread may wait for the rest of a message the dead worker cut short, which the exit of
+    # Python joins forever (found by review): with the workers dead, closing this end too gives it an EOF.
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        writer.close()
 
 
 @contextmanager
@@ -192,19 +209,30 @@ def _through_parts(
         yield from results
 
 
-def _ordered(submit: Any, items: Iterable[Any], window: int) -> Iterator[Any]:
-    """submit(item).result() for each item in order, with up to `window` in flight."""
+def _ordered(submit: Any, items: Iterable[Any], window: int, watch: Any = None) -> Iterator[Any]:
+    """submit(item).result() for each item in order, with up to `window` in flight; `watch()` called every
+    WATCH_S of a wait (to raise where the work cannot come)."""
     pending: deque[Future] = deque()
+
+    def first() -> Any:
+        future = pending.popleft()
+        while watch is not None:
+            try:
+                return future.result(timeout=WATCH_S)
+            except TimeoutError:
+                watch()
+        return future.result()
+
     for item in items:
         pending.append(submit(item))
         if len(pending) >= window:
-            yield pending.popleft().result()
+            yield first()
     while pending:
-        yield pending.popleft().result()
+        yield first()
 
 
 def _results(
-    chunks: list[list[str]], source: Any, pool: Any, fetcher: Any, workers: int
+    chunks: list[list[str]], source: Any, pool: Any, fetcher: Any, workers: int, watch: Any
 ) -> Iterator[tuple[int, Any, str | None] | str]:
     payloads: Iterable[Any] = chunks
     if fetcher is not None:
@@ -213,5 +241,5 @@ def _results(
         for payload in payloads:
             yield from _decode_chunk(payload)
     else:
-        for decoded in _ordered(lambda payload: pool.submit(_decode_chunk, payload), payloads, 2 * workers):
+        for decoded in _ordered(lambda payload: pool.submit(_decode_chunk, payload), payloads, 2 * workers, watch):
             yield from decoded
