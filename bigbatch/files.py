@@ -98,12 +98,23 @@ def _no_follow(path: str, flags: int) -> int:
 
 
 def _own_file(path: Path) -> bool:
-    """Whether `path` is a regular file (not a link) of this process's user."""
+    """Whether `path` is a regular file (not a link) of this process's user (`foreign`)."""
     try:
-        st = os.lstat(path)
+        return stat.S_ISREG(os.lstat(path).st_mode) and not foreign(path)
     except OSError:
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == (os.geteuid() if hasattr(os, "geteuid") else st.st_uid)
+
+
+def foreign(path: Path) -> bool:
+    """Whether `path` (there) may be another user's: a link, or owned by another user in a folder others may write
+    too. In a folder only its owner (and root) may write, what is in it is taken as this user's whatever owner it
+    shows (found by review: on root-squashed or id-mapped NFS, one's own files show another owner)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return True
+    if not hasattr(os, "geteuid") or st.st_uid == os.geteuid():
+        return False
+    return bool(os.stat(os.path.dirname(os.path.abspath(path))).st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def pid_alive(pid: int) -> bool:

@@ -33,3 +33,21 @@ def test_a_leftover_of_this_users_own_at_the_temporary_name_is_replaced(tmp_path
     (tmp_path / f".out.txt.tmp-{os.getpid()}").write_text("half")
     atomic_write(tmp_path / "out.txt", "new", sync=False)
     assert (tmp_path / "out.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
+def test_a_leftover_showing_another_owner_is_this_users_where_no_one_else_may_write(tmp_path):
+    # Found by review: on root-squashed or id-mapped NFS one's own files show another owner, and a same-PID leftover
+    # (containers reuse low PIDs) was refused; in a folder only its owner may write, it is one's own.
+    tmp_path.chmod(0o755)
+    leftover = tmp_path / f".out.txt.tmp-{os.getpid()}"
+    leftover.write_text("half")
+    os.chown(leftover, 65534, 65534)
+    atomic_write(tmp_path / "out.txt", "new", sync=False)
+    assert (tmp_path / "out.txt").read_text() == "new" and not leftover.exists()
+    tmp_path.chmod(0o1777)  # (a folder others may write, such as /tmp: another user's file there is theirs)
+    leftover.write_text("theirs")
+    os.chown(leftover, 65534, 65534)
+    with pytest.raises(BigbatchError, match="is in the way"):
+        atomic_write(tmp_path / "out.txt", "new")
+    assert leftover.read_text() == "theirs"

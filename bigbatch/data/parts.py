@@ -20,7 +20,7 @@ import numpy as np
 
 from bigbatch.data.codecs import Encoded
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, foreign
 
 PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
 # (bucket, image or Encoded, face type, the source image's (height, width), an aligned face's yaw; None in parts
@@ -42,7 +42,7 @@ class Parts:
         self.folder = folder
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
         manifest = folder / "manifest.json"
-        if folder.is_symlink() or (folder.exists() and folder.stat().st_uid != os.geteuid()):  # (found by review)
+        if os.path.lexists(folder) and foreign(folder):  # (found by review)
             raise BigbatchError(
                 f"{folder} is in the way of prepare's parts (a link, or not this user's): remove it, or write elsewhere"
             )

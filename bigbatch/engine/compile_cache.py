@@ -44,6 +44,7 @@ def use_cache() -> Path:
         folder = os.path.abspath(given)
     else:
         folder = os.path.abspath(cache_dir() / "compile")
+        _check_private(folder, made=False)  # (its parent: before a folder is left there; found by review)
         os.makedirs(folder, mode=0o700, exist_ok=True)
         _check_private(folder)
         os.chmod(folder, 0o700)  # (makedirs leaves an existing folder's mode as it is)
@@ -59,20 +60,23 @@ def use_cache() -> Path:
     return Path(folder)
 
 
-def _check_private(folder: str) -> None:
-    """The compile cache a folder of this user's, not a link, in a folder no one else may rename it out of: else
-    one line (found from outside: under a shared BIGBATCH_CACHE, another user's `compile` folder, or a link to one,
-    was taken, and Inductor unpickles what it finds there)."""
-    own, parent = os.lstat(folder), os.lstat(os.path.dirname(folder))
-    others_rename = parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX
-    if stat.S_ISLNK(own.st_mode) or own.st_uid != os.getuid() or (parent.st_uid != os.getuid() and others_rename):
-        why = (
-            "a link"
-            if stat.S_ISLNK(own.st_mode)
-            else "not yours"
-            if own.st_uid != os.getuid()
-            else "in a folder others may write"
-        )
+def _check_private(folder: str, made: bool = True) -> None:
+    """The compile cache a folder of this user's (files.foreign), not a link, in a folder no one else may rename it
+    out of (`made` False: that folder alone, before the cache is made): else one line (found from outside: under a
+    shared BIGBATCH_CACHE, another user's `compile` folder, or a link to one, was taken, and Inductor unpickles
+    what it finds there)."""
+    from bigbatch.files import foreign
+
+    parent = os.path.dirname(folder)
+    if os.path.isdir(parent):
+        st = os.stat(parent)
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX and st.st_uid != os.geteuid():
+            raise BigbatchError(
+                f"the compile cache's folder {parent} may be written by others, who could put their own there: "
+                "compiled graphs are unpickled from it; set BIGBATCH_CACHE to a folder of your own"
+            )
+    if made and foreign(Path(folder)):
+        why = "a link" if os.path.islink(folder) else "not yours"
         raise BigbatchError(
             f"the compile cache {folder} is {why}: compiled graphs are unpickled from it, so it must be a folder of "
             "your own; remove it, or set BIGBATCH_CACHE to a folder of yours"
