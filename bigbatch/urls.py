@@ -18,10 +18,11 @@ WHERE_CREDENTIALS_GO = (
     "fsspec's own config (~/.config/fsspec/*.json)"
 )
 # Storage options (at any depth) whose values are secrets: these names, or names containing these parts.
-# (Found from outside: HTTP headers' Authorization, an auth, sftp's pkey were saved in config.toml.)
+# (Found from outside: HTTP headers' Authorization, an auth, sftp's pkey were saved in config.toml; review: not
+# auth_timeout, gss_auth, authority or a User-Agent header, which hold none.)
 CREDENTIAL_KEYS = {"key", "secret", "token", "password", "passwd", "connection_string", "account_key", "auth", "pkey"}
-CREDENTIAL_KEYS |= {"headers", "cookies", "cookie", "authorization", "apikey", "api-key", "api_key", "session"}
-CREDENTIAL_PARTS = ("secret", "token", "password", "passwd", "credential", "_key", "connection_string", "auth")
+CREDENTIAL_KEYS |= {"authorization", "proxy-authorization", "cookie", "cookies", "basic_auth", "http_auth"}
+CREDENTIAL_PARTS = ("secret", "token", "password", "passwd", "credential", "_key", "-key", "apikey", "connection_str")
 # URL query, fragment and ;parameter names holding secrets (a signed URL's signature, a SAS token...).
 CREDENTIAL_PARAMS = ("token", "signature", "sig", "secret", "password", "passwd", "pw", "auth", "credential", "key")
 

@@ -102,7 +102,7 @@ def test_a_run_resumes_only_with_its_own_schedule(phased, tiny, tmp_path, capsys
         (  # (found from outside: saved in config.toml)
             'data.storage_options={headers={Authorization="s3cr3t"}, client_kwargs={auth="s3cr3t"}, pkey="s3cr3t", '
             'list=[{secret="s3cr3t"}]}',
-            "holds credentials (client_kwargs.auth, headers, headers.Authorization, list.0.secret, pkey)",
+            "holds credentials (client_kwargs.auth, headers.Authorization, list.0.secret, pkey)",
         ),
         ("data.workers=-1", "data.workers"),
     ],
@@ -113,6 +113,12 @@ def test_bad_data_settings_are_one_line(override, words, capsys):
     err = capsys.readouterr().err
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
     assert "s3cr3t" not in err
+
+
+def test_storage_options_that_hold_no_secret_are_taken():
+    # (found by review: a User-Agent header, sftp's auth_timeout and gss_auth, adlfs's authority were refused)
+    options = {"headers": {"User-Agent": "lab"}, "auth_timeout": 5, "gss_auth": False, "authority": "x", "anon": True}
+    assert bigbatch.preset("digits").override({"data.storage_options": options}).data.storage_options == options
 
 
 def test_schedule_round_trips_through_the_saved_config(phased, tmp_path):
