@@ -110,7 +110,7 @@ def test_merge_refuses_faces_extracted_from_other_frames(workflow, capsys):
     shutil.copytree("half_aligned", "dfl_aligned")
     Path("dfl_aligned/.extract.jsonl").unlink()
     assert main([*args[:3], "dfl_aligned", "d", "--color", "none"]) == 0
-    # A face whose centre lies outside its frame was extracted from other frames (here: ones 16 px wide).
+    # A face whose landmarks all lie outside its frame was extracted from other frames (here: ones 16 px wide).
     Path("tiny").mkdir()
     for i in range(4):
         cv2.imwrite(f"tiny/{i + 1:05d}.png", np.zeros((12, 16, 3), np.uint8))

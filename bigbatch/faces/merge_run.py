@@ -113,16 +113,19 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
     )
 
 
-def check_inside(faces: list[np.ndarray], frame: np.ndarray, stem: str, aligned: str | Path, frames: str) -> None:
-    """Refuse a face (its source landmarks) whose centre lies outside its frame: extracted from other frames."""
+def outside(faces: list[np.ndarray], frame: np.ndarray, stem: str, aligned: str | Path, frames: str) -> str | None:
+    """Why a face (its source landmarks) cannot be of this frame, or None: its landmarks' box misses the frame
+    entirely (extracted from other frames; one at the edge, mostly outside, is DFL's too: found by review)."""
     h, w = frame.shape[:2]
     for landmarks in faces:
-        x, y = landmarks.mean(0)
-        if not (0 <= x < w and 0 <= y < h):
-            raise BigbatchError(
-                f"a face in {aligned} of frame {stem} lies outside that frame of {frames} ({w}x{h}, its centre at "
-                f"{x:.0f},{y:.0f}): give the frames it was extracted from, or --any-source to merge it all the same"
+        (x0, y0), (x1, y1) = landmarks.min(0), landmarks.max(0)
+        if x1 < 0 or y1 < 0 or x0 >= w or y0 >= h:
+            return (
+                f"a face in {aligned} of frame {stem} lies outside that frame of {frames} ({w}x{h}; its landmarks "
+                f"from {x0:.0f},{y0:.0f} to {x1:.0f},{y1:.0f}): give the frames it was extracted from, or --any-source "
+                "to merge it all the same"
             )
+    return None
 
 
 def enhancer_of(weights: str | Path, device: str) -> Enhancer:
@@ -291,8 +294,10 @@ def merge_folder(
                         f"{said} is {w}x{h}, the frames before it {size[1]}x{size[0]}: give frames of one size"
                     )
                 size = frame.shape[:2]
-                if not any_source:
-                    check_inside(faces.get(stem, ()), frame, stem, aligned, frames)
+                if not any_source and (why := outside(faces.get(stem, ()), frame, stem, aligned, frames)):
+                    merging.flush()  # (the frames before it merged and written, for a rerun)
+                    merging.drain()
+                    raise BigbatchError(why)
                 n, merged = n + 1, merged + len(faces.get(stem, ()))
                 merging.add(i, stem, frame)
             merging.flush()
