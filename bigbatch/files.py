@@ -215,7 +215,8 @@ def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) 
                 f.close()
                 raise OSError(errno.ELOOP, "not a lock file", str(path))
         except OSError as e:  # (found from outside: a read-only run directory said only "Read-only file system")
-            if e.errno == errno.ELOOP:  # (found by review: a link planted there had the lock overwrite its file)
+            # (found by review: a link planted there had the lock overwrite its file; EMLINK: BSD's O_NOFOLLOW)
+            if e.errno in (errno.ELOOP, errno.EMLINK):
                 raise BigbatchError(f"{path} is in the way of bigbatch's lock file (a link): remove it") from None
             if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
