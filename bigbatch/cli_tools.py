@@ -330,7 +330,8 @@ def _is_data_file(path: str) -> bool:
 
 def run_info(args: argparse.Namespace) -> None:
     if _is_data_file(args.path):
-        from bigbatch.data.hdf5 import describe_data, verify_data
+        from bigbatch.data.h5describe import describe_data
+        from bigbatch.data.hdf5 import verify_data
 
         print(describe_data(args.path))
         if args.verify:

@@ -1,6 +1,7 @@
 """Data sets and the order in which they are read."""
 
-from bigbatch.data.hdf5 import H5Data, describe_data, read_meta, verify_data
+from bigbatch.data.h5describe import describe_data
+from bigbatch.data.hdf5 import H5Data, read_meta, verify_data
 from bigbatch.data.images import ImageData
 from bigbatch.data.load import load_data
 from bigbatch.data.loader import Batch, BatchLoader, Loader, RankSampler, Step

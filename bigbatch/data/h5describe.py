@@ -1,0 +1,58 @@
+"""A data file's metadata as text (describe_data: `bigbatch info DATA.h5`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bigbatch.data.hdf5 import H5Data, read_meta
+from bigbatch.urls import Location
+
+
+def describe_data(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> str:
+    """A data file's metadata as a few lines of text."""
+    path = Location.of(path)
+    m = read_meta(path, storage_options)
+    names = m["class_names"]
+    shapes = "shapes " + ", ".join(f"{g['height']}x{g['width']} ({g['count']})" for g in m["groups"])
+    codec = m.get("codec", "raw")
+    if m.get("crop") == "none":
+        shapes = f"whole images, short side {'at most ' + str(m['resolution']) if m['resolution'] else 'as found'}"
+    stored = "uint8 NHWC" if codec == "raw" else f"{codec}" + (f" q{m['quality']}" if m.get("quality") else "")
+    if codec != "raw" and m.get("encoded_bytes") is not None:
+        stored += f" ({m['encoded_bytes'] / max(1, m['count']) / 1024:.1f} KiB an image)"
+    if codec == "jpeg" and m["count"]:
+        stored += (
+            "; a crop decodes only its own MCUs"
+            if H5Data(path, storage_options=storage_options).crops_decode_partially()
+            else "; crops decode whole images (no restart markers: prepare again to decode a crop's MCUs only)"
+        )
+    lines = [
+        f"data        {path.name}",
+        f"images      {m['count']} {stored}, {m['channels']} channels, "
+        + (f"{m['resolution']}px" if m["resolution"] and m.get("crop") != "none" else shapes),
+        "classes     "
+        + (
+            f"{len(names)}: {', '.join(map(_shown, names[:10]))}{', ...' if len(names) > 10 else ''}"
+            if names
+            else "none"
+        ),
+        f"source      {m.get('source', '?')}",
+        f"resize      {m.get('resize', '?')}",
+        f"skipped     {m.get('skipped', 0)} files"
+        + "".join(f"\n              {name}: {reason}" for name, reason in m.get("skipped_examples", [])),
+        f"written     {m.get('created', '?')} by bigbatch {m.get('bigbatch_version', '?')}",
+        f"content     {m['content_hash']}",
+    ]
+    if m["channels"] > 3:  # a face set: what channels 4 and 5 hold, and DFL's face type of the faces
+        xseg = {"labels": "XSeg labels (drawn in DFL's XSeg editor)", "xseg-applied": "XSeg masks applied, cut at 0.5"}
+        masks = xseg.get(m.get("masks"), "face mask" + (", eyes and mouth" if m["channels"] > 4 else ""))
+        lines.insert(2, f"masks       {masks}; face type {m.get('face_type') or 'unknown (not from DFL faces)'}")
+    if m.get("face_yaws"):  # aligned DFL faces: their yaws, for swap.uniform_yaw
+        lines.insert(2, "yaws        each face's, from its landmarks (swap.uniform_yaw)")
+    return "\n".join(lines)
+
+
+def _shown(name: str) -> str:
+    """A class name in a comma-separated list: quoted where it holds a comma or spaces at its ends."""
+    return repr(name) if "," in name or name != name.strip() else name
