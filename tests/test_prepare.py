@@ -364,6 +364,20 @@ def test_a_data_file_that_reads_bytes_from_outside_itself_is_refused(tmp_path):
         load_data(str(tmp_path / "raw.h5"), 8)
 
 
+def test_a_data_file_replaced_after_it_was_opened_is_not_read_under_the_old_hash(tmp_path):
+    # Found from outside: prepare --overwrite onto data.path as a run started had it train on the new images while
+    # its checkpoints recorded the old ones' content hash (each process opens the file by name at its first read).
+    _folder(tmp_path / "a", per_class=2)
+    _folder(tmp_path / "b", classes=("cat", "dog house"), per_class=3)
+    prepare(str(tmp_path / "a"), str(tmp_path / "data.h5"), resolution=8, workers=0)
+    prepare(str(tmp_path / "b"), str(tmp_path / "new.h5"), resolution=8, workers=0)
+    opened = load_data(str(tmp_path / "data.h5"), 8)
+    os.replace(tmp_path / "new.h5", tmp_path / "data.h5")
+    with pytest.raises(bigbatch.BigbatchError, match="data.h5 was replaced since it was opened .prepare --overwrite"):
+        opened.get(torch.arange(2))
+    assert len(load_data(str(tmp_path / "data.h5"), 8)) == 6  # (opened again: the new file)
+
+
 def test_aspect_ratio_buckets(tmp_path):
     src = tmp_path / "rect"
     src.mkdir()

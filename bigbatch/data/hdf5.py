@@ -269,19 +269,51 @@ def _yaws(f: h5py.File, meta: dict[str, Any], location: Location) -> np.ndarray 
     return yaws
 
 
+def _fd_of(f: h5py.File) -> int | None:
+    """The descriptor h5py reads a local file through, or None (another driver)."""
+    try:
+        return int(f.id.get_vfd_handle())
+    except Exception:  # noqa: BLE001 -- (a driver without one)
+        return None
+
+
+def _stamp(fd: int | None) -> tuple | None:
+    """What tells one local file from another put at its path (as prepare puts one, by a rename): device, inode,
+    size (not its time: a `touch` changes no image)."""
+    if fd is None:
+        return None
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def _same_file(location: Location, fd: int | None, stamp: tuple | None) -> None:
+    """One line where the file a process opens is not the one whose index (and content hash) the data was read
+    with (found from outside: a prepare --overwrite onto data.path as a run started had it train on the new
+    images while its checkpoints recorded the old ones' hash)."""
+    if stamp is not None and fd is not None and _stamp(fd) != stamp:
+        raise BigbatchError(
+            f"data file {location.name} was replaced since it was opened (prepare --overwrite?): the images read "
+            "would not be those its content hash names; start the command again"
+        )
+
+
 class _Reader:
     """One process's access to a data file's bytes: positional reads of a local file, concurrent range
     requests of a URL, h5py for a layout only it reads (filters, or no chunk index). Made on first use in each
     process: a forked worker must not share its parent's handles."""
 
-    def __init__(self, location: Location, storage_options: dict[str, Any], groups: list[_Group]):
+    def __init__(
+        self, location: Location, storage_options: dict[str, Any], groups: list[_Group], stamp: tuple | None = None
+    ):
         self.location, self.pid, self.fd, self.fs, self.fs_path, self.h5 = location, os.getpid(), -1, None, "", None
         if location.url:
             self.fs, self.fs_path = location.fs(storage_options)
         elif any(g.chunk_offsets is not None for g in groups):
             self.fd = os.open(location.path, os.O_RDONLY)
+            _same_file(location, self.fd, stamp)
         if any(g.chunk_offsets is None and g.array is None for g in groups):
             self.h5 = _open_h5(location, storage_options)
+            _same_file(location, _fd_of(self.h5), stamp)
 
     def __del__(self) -> None:
         if getattr(self, "fd", -1) >= 0 and self.pid == os.getpid():
@@ -349,6 +381,7 @@ class H5Data:
         self.storage_options = dict(storage_options or {})
         self._reader: _Reader | None = None
         with _open_h5(self.location, self.storage_options) as f:
+            self._stamp = None if self.location.url else _stamp(_fd_of(f))
             self.meta = _meta(f, self.location)
             self.encoded = self.meta.get("codec", "raw") != "raw"
             self.whole = self.meta.get("crop") == "none"  # whole images, cropped as they are read
@@ -364,6 +397,7 @@ class H5Data:
 
     def _load_all(self) -> None:
         with _open_h5(self.location, self.storage_options, sequential=True) as f:
+            _same_file(self.location, None if self.location.url else _fd_of(f), self._stamp)
             for g in self.groups:
                 g.array = np.empty(f[g.path].shape if self.encoded else (g.count, *g.shape), np.uint8)
                 if g.array.size:
@@ -421,7 +455,7 @@ class H5Data:
     def _bytes(self) -> _Reader:
         """This process's reader of the file (made on first use in each process)."""
         if self._reader is None or self._reader.pid != os.getpid():
-            self._reader = _Reader(self.location, self.storage_options, self.groups)
+            self._reader = _Reader(self.location, self.storage_options, self.groups, self._stamp)
         return self._reader
 
     def get(self, index: torch.Tensor, resolution: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
