@@ -248,9 +248,7 @@ def model_info(ckpt: Path) -> dict[str, Any]:
     classifiers), or a BigbatchError saying it has none."""
     meta = read_meta(ckpt)
     if meta is None or "img_channels" not in meta:
-        raise BigbatchError(
-            f"checkpoint {ckpt} has no usable meta.json; it was not written by this version of bigbatch"
-        )
+        raise BigbatchError(f"checkpoint {ckpt} has no usable meta.json: it was not written by this bigbatch version")
     return meta
 
 
@@ -314,8 +312,7 @@ def run_named(path: str | Path) -> Path:
 
 
 def holds_checkpoints(path: Path) -> bool:
-    """Whether `path` is a checkpoint folder or a run directory (intact or not; see run_named), as find_checkpoint
-    tells them."""
+    """Whether `path` is a checkpoint folder or a run directory (intact or not; see run_named)."""
     path = run_named(path)
     markers = ("meta.json", "state.pt", "config.toml")
     return path.is_dir() and ((path / "checkpoints").is_dir() or any((path / m).exists() for m in markers))
@@ -339,15 +336,18 @@ def find_checkpoint(path: str | Path) -> Path:
         return path
     if not holds_checkpoints(path):
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
-    complete = complete_checkpoints(path)
-    try:
-        name = (path / "checkpoints" / "latest").read_bytes().decode("utf-8", "replace").strip()
-    except OSError:
-        name = ""
-    if name and not CHECKPOINT_NAME.fullmatch(name):
-        name = "not a checkpoint name"
-    if name and (path / "checkpoints" / name) in complete:
-        return path / "checkpoints" / name
+    for _ in range(3):  # (the run renames a checkpoint in, then prunes the one before: found from outside, a
+        complete = complete_checkpoints(path)  # reader between the two looks found none, or warned of damage)
+        try:
+            name = (path / "checkpoints" / "latest").read_bytes().decode("utf-8", "replace").strip()
+        except OSError:
+            name = ""
+        if name and not CHECKPOINT_NAME.fullmatch(name):
+            name = "not a checkpoint name"
+        if name and (path / "checkpoints" / name) in complete:
+            return path / "checkpoints" / name
+        if not (name and is_complete(path / "checkpoints" / name)):  # (else placed since the listing: look again)
+            break
     if name and (corrupt := _corrupt_by_size(path / "checkpoints" / name)) is not None:
         raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 from conftest import bigbatch_limited
@@ -263,6 +264,19 @@ def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
     pruned.clear()
     with pytest.raises(checkpoints.Pruned, match="000000.256 was deleted while being read"):
         bigbatch.load_generator(run / "checkpoints" / "000000.256")
+
+
+def test_a_reader_that_listed_before_the_newest_checkpoint_went_into_place_looks_again(tiny, tmp_path, monkeypatch):
+    # Found from outside: a reader that listed the folder before the run renamed its new checkpoint in, and found the
+    # one before pruned, said "no complete checkpoint yet" (exit 2) or warned of damage.
+    run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+    listed, looks = checkpoints.complete_checkpoints, []
+    stale = lambda run: [] if not looks.append(1) and len(looks) == 1 else listed(run)  # noqa: E731 (000000.256 pruned)
+    monkeypatch.setattr(checkpoints, "complete_checkpoints", stale)
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert checkpoints.find_checkpoint(run) == run / "checkpoints" / "000000.512" and len(looks) == 2
 
 
 def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):

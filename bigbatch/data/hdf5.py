@@ -278,12 +278,12 @@ def _fd_of(f: h5py.File) -> int | None:
 
 
 def _stamp(fd: int | None) -> tuple | None:
-    """What tells one local file from another put at its path (as prepare puts one, by a rename): device, inode,
-    size (not its time: a `touch` changes no image)."""
+    """What tells one local file from another put at its path (as prepare puts one, by a rename): device and inode
+    (one cut short in place is said as truncated where its reads fall short)."""
     if fd is None:
         return None
     st = os.fstat(fd)
-    return st.st_dev, st.st_ino, st.st_size
+    return st.st_dev, st.st_ino
 
 
 def _same_file(location: Location, fd: int | None, stamp: tuple | None) -> None:
