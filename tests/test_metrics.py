@@ -521,6 +521,9 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
     assert "32 of 50 images were done before (in batches of 8); going on from there" in capsys.readouterr().err
     assert np.array_equal(went_on.mu, straight.mu) and np.array_equal(went_on.sigma, straight.sigma)
     assert not kept.exists() and not other_world.exists()  # (gone with the statistics saved)
+    other_world.write_bytes(b"")  # (found from outside: kept by a process stopped after another saved them)
+    assert np.array_equal(M.reference_stats(data, _Moments(), batch_size=8, features=False).mu, straight.mu)
+    assert not other_world.exists()  # (the cached statistics read: gone too, not left for good)
     with stop_signals() as stop:  # per-image features are not kept: at start-up a stop waits for their end (review)
         stop.requested = True
         assert M.extract_sharded(_Moments(), 10, lambda s, c: images[s : s + c], batch_size=4)["pool"].shape[0] == 10

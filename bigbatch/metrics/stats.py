@@ -130,6 +130,8 @@ def reference_stats(
     path = stats_file(key, folder)
     root = path.parent
     if not features and cache and dist.agree(path.is_file()):
+        if not dist.active() or dist.context().is_main:  # (sums another process kept when it was stopped after these
+            drop_kept(path)  # were saved: found from outside, left in the cache for good, 33 MB each)
         return load_stats(_checked_against(data, path))
     if not dist.active() or dist.context().is_main:  # (minutes for Inception on a CPU: say what it does)
         where = f"; cached in {root}" if cache else ""
