@@ -336,18 +336,17 @@ def find_checkpoint(path: str | Path) -> Path:
         return path
     if not holds_checkpoints(path):
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
-    for _ in range(3):  # (the run renames a checkpoint in, then prunes the one before: found from outside, a
-        complete = complete_checkpoints(path)  # reader between the two looks found none, or warned of damage)
-        try:
-            name = (path / "checkpoints" / "latest").read_bytes().decode("utf-8", "replace").strip()
-        except OSError:
-            name = ""
-        if name and not CHECKPOINT_NAME.fullmatch(name):
-            name = "not a checkpoint name"
-        if name and (path / "checkpoints" / name) in complete:
-            return path / "checkpoints" / name
-        if not (name and is_complete(path / "checkpoints" / name)):  # (else placed since the listing: look again)
-            break
+    complete = complete_checkpoints(path)
+    try:
+        name = (path / "checkpoints" / "latest").read_bytes().decode("utf-8", "replace").strip()
+    except OSError:
+        name = ""
+    if name and not CHECKPOINT_NAME.fullmatch(name):
+        name = "not a checkpoint name"
+    # (complete though not listed: the run renamed it in after the listing, and may have pruned the one before;
+    # found from outside, a reader between the two said "no complete checkpoint yet" or warned of damage)
+    if name and ((path / "checkpoints" / name) in complete or is_complete(path / "checkpoints" / name)):
+        return path / "checkpoints" / name
     if name and (corrupt := _corrupt_by_size(path / "checkpoints" / name)) is not None:
         raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:

@@ -106,15 +106,26 @@ def _own_file(path: Path) -> bool:
 
 
 def foreign(path: Path) -> bool:
-    """Whether `path` (there) may be another user's: a link, or owned by another user in a folder others may write
-    too. In a folder only its owner (and root) may write, what is in it is taken as this user's whatever owner it
-    shows (found by review: on root-squashed or id-mapped NFS, one's own files show another owner)."""
+    """Whether `path` (there) may be another user's: a link, or owned by another user, unless its folder is this
+    user's and no one else may write it (found by review: on root-squashed or id-mapped NFS one's own files show
+    another owner; there both show the server's overflow id)."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         return True
     if not hasattr(os, "geteuid") or st.st_uid == os.geteuid():
         return False
-    return bool(os.stat(os.path.dirname(os.path.abspath(path))).st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    parent = os.stat(os.path.dirname(os.path.abspath(path)))
+    if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return True
+    return parent.st_uid != os.geteuid() and not (parent.st_uid == st.st_uid == _overflow_uid())
+
+
+def _overflow_uid() -> int:
+    """The id a file of an unmapped owner shows (NFS's root squash: nobody's)."""
+    try:
+        return int(Path("/proc/sys/fs/overflowuid").read_text())
+    except (OSError, ValueError):
+        return 65534
 
 
 def pid_alive(pid: int) -> bool:

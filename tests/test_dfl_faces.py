@@ -189,7 +189,7 @@ def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
     for side in ("src", "dst"):
         prepare(str(tmp_path / side), str(paths[side]), 64, workers=0, masks="dfl")
     assert bigbatch.data.hdf5.read_meta(paths["src"])["face_type"] == "f"
-    assert "face mask; face type f" in bigbatch.data.hdf5.describe_data(paths["src"])  # bigbatch info
+    assert "face mask; face type f" in bigbatch.data.describe_data(paths["src"])  # bigbatch info
     tiny = {"archi": "df", "ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2}
     over = {"data.path": str(paths["src"]), "data.dst_path": str(paths["dst"]), "model.options": tiny}
     over.update({"train.batch": 2, "data.val_fraction": 0.0, "eval.every_kimg": 0.0})

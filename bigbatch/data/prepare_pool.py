@@ -11,7 +11,7 @@ import os
 import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,11 +132,11 @@ def _kill_workers(pool: Any, started: dict[int, Any]) -> None:
     for process in {**started, **(getattr(pool, "_processes", None) or {})}.values():
         if process.exitcode is None:
             process.kill()
-            process.join()
+            process.join(timeout=5)  # (one in uninterruptible I/O dies when it ends: not waited for; review)
     # The pool's manager thread may wait for the rest of a message the dead worker cut short, which the exit of
     # Python joins forever (found by review): with the workers dead, closing this end too gives it an EOF.
     writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
-    if writer is not None:
+    if writer is not None and all(p.exitcode is not None for p in started.values()):
         writer.close()
 
 
@@ -216,11 +216,8 @@ def _ordered(submit: Any, items: Iterable[Any], window: int, watch: Any = None) 
 
     def first() -> Any:
         future = pending.popleft()
-        while watch is not None:
-            try:
-                return future.result(timeout=WATCH_S)
-            except TimeoutError:
-                watch()
+        while watch is not None and not wait([future], WATCH_S).done:  # (not result(timeout): a TimeoutError the
+            watch()  # work raised would look like the wait's, for ever; review)
         return future.result()
 
     for item in items:

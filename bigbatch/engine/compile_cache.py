@@ -61,8 +61,9 @@ def use_cache() -> Path:
 
 
 def _check_private(folder: str, made: bool = True) -> None:
-    """The compile cache a folder of this user's (files.foreign), not a link, in a folder no one else may rename it
-    out of (`made` False: that folder alone, before the cache is made): else one line (found from outside: under a
+    """The compile cache a folder of this user's (files.foreign), not a link, in a folder others may not write without
+    the sticky bit unless it is this user's (one's own group-writable folder is taken as one's private group's; `made`
+    False: that folder alone, before the cache is made): else one line (found from outside: under a
     shared BIGBATCH_CACHE, another user's `compile` folder, or a link to one, was taken, and Inductor unpickles
     what it finds there)."""
     from bigbatch.files import foreign

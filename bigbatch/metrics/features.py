@@ -242,9 +242,11 @@ def kept_file(keep: Path) -> Path:
 
 
 def drop_kept(keep: Path) -> None:
-    """The sums kept for `keep` by every rank of any world size, gone (once its statistics are saved)."""
+    """The sums kept for `keep` by every rank of any world size, gone (once its statistics are saved); one that may
+    not go (another user's, in a shared cache) stays: review."""
     for f in keep.parent.glob(f"{keep.name.removesuffix('.safetensors')}.partial-*of*.safetensors"):
-        f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            f.unlink(missing_ok=True)
 
 
 def _keep(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, done: int, batch: int) -> None:
