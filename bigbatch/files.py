@@ -47,6 +47,15 @@ def _remove(tmp: Path) -> None:
         pass
 
 
+def read_record(path: Path) -> dict:
+    """A JSON object file's contents, or {} where it is missing, unreadable or not an object (a record not ours)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Write a matplotlib figure as a PNG atomically (100 dpi), and close it."""
     import io

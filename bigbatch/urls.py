@@ -20,17 +20,8 @@ WHERE_CREDENTIALS_GO = (
 # Storage options (at any depth) whose values are secrets: these names, or names containing these parts.
 # (Found from outside: HTTP headers' Authorization, an auth, sftp's pkey were saved in config.toml; review: not
 # auth_timeout, gss_auth, authority or a User-Agent header, which hold none.)
-CREDENTIAL_KEYS = {"key", "secret", "token", "password", "passwd", "connection_string", "account_key", "auth", "pkey"}
-CREDENTIAL_KEYS |= {
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "cookies",
-    "basic_auth",
-    "http_auth",
-    "proxy_auth",
-}
-CREDENTIAL_KEYS |= {"passphrase", "creds", "x-auth", "x-auth-token"}
+CREDENTIAL_KEYS = {"key", "passphrase", "pkey", "creds", "auth", "authorization", "proxy-authorization", "proxy_auth"}
+CREDENTIAL_KEYS |= {"basic_auth", "http_auth", "x-auth", "cookie", "cookies"}  # (and any name with a part below)
 CREDENTIAL_PARTS = ("secret", "token", "password", "passwd", "credential", "_key", "-key", "apikey", "connection_str")
 # URL query, fragment and ;parameter names holding secrets (a signed URL's signature, a SAS token...).
 CREDENTIAL_PARAMS = ("token", "signature", "sig", "secret", "password", "passwd", "pw", "auth", "credential", "key")

@@ -22,6 +22,7 @@ from bigbatch.errors import BigbatchError  # noqa: E402
 from bigbatch.faces import merge_record, merge_run, video  # noqa: E402
 
 workflow = test_faces_merge.workflow  # the README's swap from two videos, run on made clips (once in this module)
+VIDEO = ["--video", "o.mp4", "--fps", "25", "--preset", "ultrafast"]  # a merge's video, made fast
 
 
 def refused(capsys, args: list[str], says: str) -> str:
@@ -65,19 +66,7 @@ def test_merge_video_refuses_frames_of_two_sizes_before_merging(workflow, capsys
     assert main(["video", "frames", str(root / "data_dst.mp4"), "frames"]) == 0
     wide = np.pad(cv2.imread("frames/00003.png"), ((0, 0), (0, 20), (0, 0)), "edge")
     cv2.imwrite("frames/00003.png", wide)
-    args = [
-        "merge",
-        str(run),
-        "frames",
-        str(root / "dst_aligned"),
-        "o",
-        "--video",
-        "o.mp4",
-        "--fps",
-        "25",
-        "--preset",
-        "ultrafast",
-    ]
+    args = ["merge", str(run), "frames", str(root / "dst_aligned"), "o", *VIDEO]
     refused(capsys, args, "00003.png is 340x240, the frames before it 320x240: give frames of one size")
     assert not any(Path("o").glob("*.png"))  # (from the headers: said before any frame was merged)
     # Frames whose size the headers do not give are refused when the first of another size is read, the frames
@@ -138,19 +127,7 @@ def test_merge_video_writes_pngs_of_odd_frames_whole(workflow, capsys):
     Path("odd").mkdir()
     for i in range(1, 5):
         cv2.imwrite(f"odd/{i:05d}.png", np.pad(cv2.imread(f"frames/{i:05d}.png"), ((0, 1), (0, 1), (0, 0)), "edge"))
-    args = [
-        "merge",
-        str(run),
-        "odd",
-        str(root / "dst_aligned"),
-        "o",
-        "--video",
-        "o.mp4",
-        "--fps",
-        "25",
-        "--preset",
-        "ultrafast",
-    ]
+    args = ["merge", str(run), "odd", str(root / "dst_aligned"), "o", *VIDEO]
     assert main(args) == 0
     assert {cv2.imread(f"o/{i:05d}.png").shape for i in range(1, 5)} == {(241, 321, 3)}
     assert {f.shape for f in video_frames("o.mp4")} == {(240, 320, 3)}

@@ -244,13 +244,15 @@ from bigbatch.data import prepare_pool
 
 decode = prepare_pool.decode_or_reason
 
-def dies_at_its_file(data, *args, **kwargs):  # (the kernel's out-of-memory killer, on the file it decodes)
-    if data == b"KILL ME":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return decode(data, *args, **kwargs)
+def dies_at_its_file(data, *args, **kwargs):  # (forked into the workers)
+    if data != b"KILL ME":
+        return decode(data, *args, **kwargs)
+    if not os.environ.get("MID_MESSAGE"):
+        os.kill(os.getpid(), signal.SIGKILL)  # (the kernel's out-of-memory killer, on the file it decodes)
+    return (-7, None, None, None, None)  # (marked: killed half way through sending its result, below)
 
-prepare_pool.decode_or_reason = dies_at_its_file  # (forked into the workers)
-if os.environ.get("MID_MESSAGE"):  # killed half way through writing its result: the pool never says it broke
+prepare_pool.decode_or_reason = dies_at_its_file
+if os.environ.get("MID_MESSAGE"):  # (then the pool never says it broke)
     import struct
     from concurrent.futures import process
 
@@ -263,11 +265,6 @@ if os.environ.get("MID_MESSAGE"):  # killed half way through writing its result:
         return send(result_queue, work_id, result=result, **kwargs)
 
     process._sendback_result = half_sent
-
-    def dies_at_its_file(data, *args, **kwargs):
-        return (-7, None, None, None, None) if data == b"KILL ME" else decode(data, *args, **kwargs)
-
-    prepare_pool.decode_or_reason = dies_at_its_file
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -572,8 +569,6 @@ def test_class_names_match_whatever_unicode_form_the_file_system_writes(tmp_path
 def test_links_planted_at_prepares_temporary_names_are_refused_and_their_files_kept(tmp_path, capsys):
     # Found by review: another user's link at .OUT.partial-PID (in a shared folder such as /tmp) had prepare write
     # the data file into the file it points to, and put the link in place as OUT; one at .OUT.lock, the lock.
-    import os
-
     make_folder(tmp_path / "pets")
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")

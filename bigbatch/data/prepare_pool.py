@@ -129,14 +129,15 @@ def _kill_workers(pool: Any, started: dict[int, Any]) -> None:
     """The pool's workers still alive killed: they ignore SIGTERM (see `_init_worker`), so the pool's own ending of a
     broken pool waited for them forever, one of them blocked writing a result nobody reads (found from outside: a
     decoding worker killed by the out-of-memory killer left prepare hung at 100% CPU, deaf to SIGTERM)."""
-    for process in {**started, **(getattr(pool, "_processes", None) or {})}.values():
+    workers = {**started, **(getattr(pool, "_processes", None) or {})}.values()
+    for process in workers:
         if process.exitcode is None:
             process.kill()
             process.join(timeout=5)  # (one in uninterruptible I/O dies when it ends: not waited for; review)
     # The pool's manager thread may wait for the rest of a message the dead worker cut short, which the exit of
     # Python joins forever (found by review): with the workers dead, closing this end too gives it an EOF.
     writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
-    if writer is not None and all(p.exitcode is not None for p in started.values()):
+    if writer is not None and all(p.exitcode is not None for p in workers):
         writer.close()
 
 

@@ -44,10 +44,7 @@ def use_cache() -> Path:
         folder = os.path.abspath(given)
     else:
         folder = os.path.abspath(cache_dir() / "compile")
-        _check_private(folder, made=False)  # (its parent: before a folder is left there; found by review)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        _check_private(folder)
-        os.chmod(folder, 0o700)  # (makedirs leaves an existing folder's mode as it is)
+        _make_private(folder)
         os.environ[ENV] = _ours = folder
     import torch
     import torch._inductor.config
@@ -60,12 +57,12 @@ def use_cache() -> Path:
     return Path(folder)
 
 
-def _check_private(folder: str, made: bool = True) -> None:
-    """The compile cache a folder of this user's (files.foreign), not a link, in a folder others may not write without
-    the sticky bit unless it is this user's (one's own group-writable folder is taken as one's private group's; `made`
-    False: that folder alone, before the cache is made): else one line (found from outside: under a
-    shared BIGBATCH_CACHE, another user's `compile` folder, or a link to one, was taken, and Inductor unpickles
-    what it finds there)."""
+def _make_private(folder: str) -> None:
+    """The compile cache made (mode 0700) as a folder of this user's (files.foreign), not a link, in a folder others
+    may not write without the sticky bit unless it is this user's (one's own group-writable folder is taken as one's
+    private group's): else one line, the folder's parent said before a folder is left there (found from outside:
+    under a shared BIGBATCH_CACHE, another user's `compile` folder, or a link to one, was taken, and Inductor
+    unpickles what it finds there)."""
     from bigbatch.files import foreign
 
     parent = os.path.dirname(folder)
@@ -76,12 +73,14 @@ def _check_private(folder: str, made: bool = True) -> None:
                 f"the compile cache's folder {parent} may be written by others, who could put their own there: "
                 "compiled graphs are unpickled from it; set BIGBATCH_CACHE to a folder of your own"
             )
-    if made and foreign(Path(folder)):
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    if foreign(Path(folder)):
         why = "a link" if os.path.islink(folder) else "not yours"
         raise BigbatchError(
             f"the compile cache {folder} is {why}: compiled graphs are unpickled from it, so it must be a folder of "
             "your own; remove it, or set BIGBATCH_CACHE to a folder of yours"
         )
+    os.chmod(folder, 0o700)  # (makedirs leaves an existing folder's mode as it is)
 
 
 def in_use() -> Path | None:

@@ -30,7 +30,7 @@ from bigbatch.data.sources import file_stamp
 from bigbatch.errors import BigbatchError
 from bigbatch.faces.merge_record import content_digest
 from bigbatch.faces.xseg import face_files, read_face
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, read_record
 from bigbatch.models import dfl
 from bigbatch.models.face_enhancer import FaceEnhancer, enhance
 
@@ -89,7 +89,7 @@ def enhance_folder(
     target = Path(out).resolve() if out is not None else folder.with_name(folder.name + "_enhanced")
     if target == folder:
         raise BigbatchError(f"--out {out} is FACES itself: give --in-place to replace the faces, or another folder")
-    record = _read_record(target)
+    record = read_record(target / RECORD)
     file = enhancer_file(weights)
     digest = content_digest(file) if file.is_file() else None
     if record.get("moving") is not None:  # an in-place run stopped while it moved the faces back
@@ -185,11 +185,3 @@ def _enhanced(model: FaceEnhancer, path: Path) -> bytes:
     if not ok:
         raise NoFaceData("its enhanced face did not encode")
     return write_metadata(jpeg.tobytes(), meta)
-
-
-def _read_record(target: Path) -> dict:
-    try:
-        record = json.loads((target / RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}

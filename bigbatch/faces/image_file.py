@@ -22,6 +22,26 @@ def check_size(image: Path | np.ndarray | bytes, name: str | None = None) -> Non
     only the header is read) gives more pixels than Pillow decodes: twice Image.MAX_IMAGE_PIXELS, or what a user
     who changed it set (None: no limit). OpenCV's own limit is 2^30 pixels (found by review: a 1.1 MB PNG of
     20000x20000 took extract 10.7 GB and 3.5 minutes); formats Pillow does not read are left to it."""
+    from PIL import Image
+
+    try:
+        _header_size(image)
+    except Image.DecompressionBombError as e:
+        raise TooLarge(f"{name or image}: too large to decode safely ({e})") from None
+    except Exception:  # noqa: BLE001 -- not a format Pillow reads, or a damaged header: OpenCV's to say
+        pass
+
+
+def header_size(image: Path | np.ndarray | bytes) -> tuple[int, int] | None:
+    """(height, width) as the header of `image` gives it, or None where Pillow does not read it (or refuses it: see
+    check_size)."""
+    try:
+        return _header_size(image)
+    except Exception:  # noqa: BLE001 -- as check_size
+        return None
+
+
+def _header_size(image: Path | np.ndarray | bytes) -> tuple[int, int]:
     import warnings
 
     from PIL import Image
@@ -29,15 +49,10 @@ def check_size(image: Path | np.ndarray | bytes, name: str | None = None) -> Non
     # (a file's first MiB holds its header: found by review, the whole file copied to read it cost 10% of a PNG's
     # decode; a JPEG's metadata past it leaves the file to OpenCV's limit)
     head = image if isinstance(image, Path) else io.BytesIO(memoryview(image).cast("B")[:HEADER].tobytes())
-    try:
-        with warnings.catch_warnings():  # (Pillow's warning between 1x and 2x its limit: the frame is decoded)
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(head):
-                pass
-    except Image.DecompressionBombError as e:
-        raise TooLarge(f"{name or image}: too large to decode safely ({e})") from None
-    except Exception:  # noqa: BLE001 -- not a format Pillow reads, or a damaged header: OpenCV's to say
-        pass
+    with warnings.catch_warnings():  # (Pillow's warning between 1x and 2x its limit: the image is decoded)
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        with Image.open(head) as opened:
+            return opened.size[1], opened.size[0]
 
 
 def imdecode(data: np.ndarray, flags: int, name: str) -> np.ndarray | None:

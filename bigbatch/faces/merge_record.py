@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, read_record
 
 RECORD = ".merge.json"
 # The record's parts, and what changed when one differs (said in the line that says all frames merge again).
@@ -70,21 +70,12 @@ def frames_identity(source: Any) -> dict:
     return found
 
 
-def _read(out: Path) -> dict:
-    """OUT's record, or {} where it has none or one not ours to read."""
-    try:
-        was = json.loads((out / RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return was if isinstance(was, dict) else {}
-
-
 def changed_since(out: Path, record: dict) -> list[str] | None:
     """What differs between OUT's record and `record` (named as PARTS): [] when nothing does (an interrupted
     merge of the same inputs, whose frames stand), None when OUT has no record."""
     if not (out / RECORD).exists():
         return None
-    was = _read(out)  # (a record not ours to read: merged again)
+    was = read_record(out / RECORD)  # (a record not ours to read: merged again)
     if all(was.get(key) == record.get(key) for key in PARTS):  # (the videos written are not an input)
         return []
     return [said for key, said in PARTS.items() if was.get(key) != record.get(key)] or [PARTS["settings"]]
@@ -92,7 +83,7 @@ def changed_since(out: Path, record: dict) -> list[str] | None:
 
 def write(out: Path, record: dict) -> None:
     """`record` as OUT's, for the next merge into OUT (the videos its merges wrote kept)."""
-    videos = _read(out).get("videos") or []
+    videos = read_record(out / RECORD).get("videos") or []
     atomic_write(out / RECORD, json.dumps({**record, **({"videos": videos} if videos else {})}))
 
 
@@ -102,13 +93,13 @@ def _video_key(video: str | Path) -> str:
 
 def wrote_video(out: Path, video: str | Path) -> bool:
     """Whether a merge into OUT wrote `video` (its --video), as OUT's record says."""
-    return _video_key(video) in (_read(out).get("videos") or [])
+    return _video_key(video) in (read_record(out / RECORD).get("videos") or [])
 
 
 def add_video(out: Path, video: str | Path) -> None:
     """`video` written by the merge into OUT: recorded, so that the same merge run again may replace it (found
     from outside: --video replaced any file of its name, another folder's source video among them)."""
-    was = _read(out)
+    was = read_record(out / RECORD)
     if not was or wrote_video(out, video):
         return
     atomic_write(out / RECORD, json.dumps({**was, "videos": [*(was.get("videos") or []), _video_key(video)]}))

@@ -28,7 +28,7 @@ from bigbatch.faces.merge import (
     merge_frame,
     merge_threads,
 )
-from bigbatch.faces.video import IMAGE_SUFFIXES, VideoWriter, check_one_size, natural_key
+from bigbatch.faces.video import IMAGE_SUFFIXES, VideoWriter, another_size, check_one_size, natural_key
 from bigbatch.files import atomic_write
 
 
@@ -288,10 +288,8 @@ def merge_folder(
                 if writer is not None and size is not None and frame.shape[:2] != size:
                     merging.flush()  # (the frames before it merged and written, for a rerun once it is mended)
                     merging.drain()
-                    h, w = frame.shape[:2]
-                    said = image if isinstance(image, Path) else f"{frames}'s frame {name}"
-                    raise BigbatchError(
-                        f"{said} is {w}x{h}, the frames before it {size[1]}x{size[0]}: give frames of one size"
+                    raise another_size(
+                        image if isinstance(image, Path) else f"{frames}'s frame {name}", frame.shape, size
                     )
                 size = frame.shape[:2]
                 if not any_source and (why := outside(faces.get(stem, ()), frame, stem, aligned, frames)):

@@ -158,26 +158,24 @@ def check_video_out(out: str | Path, name: str, *sources: str | Path | None) -> 
 
 def check_one_size(paths: list[Path]) -> None:
     """Refuse images of more than one size in one line, before a video is made of them, as `video make` refuses
-    them: sizes read from the files' headers (PIL decodes no pixels), so said before hours of merging. A file PIL
-    cannot read is left to its decoder to say."""
-    import warnings
-
-    from PIL import Image
+    them: sizes read from the files' headers (image_file.header_size: no pixels decoded), so said before hours of
+    merging. A file whose header does not read is left to its decoder to say."""
+    from bigbatch.faces.image_file import header_size
 
     size = None
     for p in paths:
-        try:
-            with warnings.catch_warnings():  # (a frame larger than PIL's bomb limit is still a frame)
-                warnings.simplefilter("ignore")
-                with Image.open(p) as image:
-                    got = image.size
-        except Exception:  # (unreadable here: its decoder says why, where the frame is read)
+        if (got := header_size(p)) is None:
             continue
         if size is not None and got != size:
-            raise BigbatchError(
-                f"{p} is {got[0]}x{got[1]}, the frames before it {size[0]}x{size[1]}: give frames of one size"
-            )
+            raise another_size(p, got, size)
         size = got
+
+
+def another_size(what: object, got: tuple[int, ...], size: tuple[int, ...]) -> BigbatchError:
+    """The one line refusing a frame (`what`) of (height, width) `got` after frames of `size`: a video has one size."""
+    return BigbatchError(
+        f"{what} is {got[1]}x{got[0]}, the frames before it {size[1]}x{size[0]}: give frames of one size"
+    )
 
 
 def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = None) -> int:
@@ -245,11 +243,7 @@ def write_video(
                         # enough for the muxer to hold while it interleaves the video after it.
                         _copy_audio(av, Path(audio_from), container)
                 if frame.shape[:2] != size:  # (found from outside: merge --video cropped or stretched them)
-                    h, w = frame.shape[:2]
-                    was = f"{size[1]}x{size[0]}"
-                    raise BigbatchError(
-                        f"frame {count + 1} is {w}x{h}, the frames before it {was}: give frames of one size"
-                    )
+                    raise another_size(f"frame {count + 1}", frame.shape, size)
                 frame = frame[: stream.height, : stream.width]
                 frame = frame if frame.flags.c_contiguous else frame.copy()
                 for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
@@ -445,10 +439,7 @@ def folder_to_video(
         for p in names:
             image = imread(p)
             if size is not None and image.shape != size:
-                h, w = image.shape[:2]
-                raise BigbatchError(
-                    f"{p} is {w}x{h}, the frames before it {size[1]}x{size[0]}: give frames of one size"
-                )
+                raise another_size(p, image.shape, size)
             size = image.shape
             yield image[:, :, ::-1]
 
