@@ -126,10 +126,23 @@ def why_it_failed(output: str) -> str:
 
 
 def run_step(
-    step: Step, work: Path, env: dict[str, str], limit: float, popen: Callable[..., Any] = subprocess.Popen
+    step: Step,
+    work: Path,
+    env: dict[str, str],
+    limit: float,
+    popen: Callable[..., Any] = subprocess.Popen,
+    stop: threading.Event | None = None,
 ) -> dict:
     """Run one step; its row: command, seconds, peak memory, losses, passed, note (or why it failed).
-    `popen`: what starts its process (subprocess.Popen, or a _procs.ForkServer's popen)."""
+    `popen`: what starts its process (subprocess.Popen, or a _procs.ForkServer's popen); `stop`, once set, ends
+    it (its process group killed)."""
+
+    def watch(proc: Any) -> None:
+        if stop is not None and stop.is_set():
+            raise CheckFailed("stopped by a signal")
+        if step.watch is not None:
+            step.watch(proc)
+
     row: dict[str, Any] = {"command": shown(step, work), "passed": False}
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
@@ -143,7 +156,7 @@ def run_step(
             cmd = [sys.executable, str(PEAK), str(peak_file), *step.argv]
             with open(log, "w") as out:
                 status, row["seconds"] = run_limited(
-                    cmd, limit, step.watch, popen, stdout=out, stderr=out, env=env, cwd=step.cwd or work
+                    cmd, limit, watch, popen, stdout=out, stderr=out, env=env, cwd=step.cwd or work
                 )
             if peak_file.exists():
                 peak = json.loads(peak_file.read_text())
@@ -178,10 +191,11 @@ def run_steps(
     budget: float,
     jobs: int,
     popen: Callable[..., Any] = subprocess.Popen,
+    stop: threading.Event | None = None,
 ) -> dict[str, dict]:
     """Every step in order, at most `jobs` at once, each once the steps it needs have passed, within `budget`
     seconds in all; their rows by name. Progress lines go to stderr as each step starts and ends. `popen`:
-    run_step's."""
+    run_step's; `stop`, once set, ends the steps under way and starts no more (their rows say so)."""
     start, rows, done = time.perf_counter(), {}, {s.name: threading.Event() for s in steps}
     lock = threading.Lock()
 
@@ -195,14 +209,15 @@ def run_steps(
                 done[need].wait()
             failed = [n for n in step.needs if not rows[n]["passed"]]
             left = budget - (time.perf_counter() - start)
-            if failed or left < 10:
+            if failed or left < 10 or stop is not None and stop.is_set():
                 why = f"needs {', '.join(failed)}, which failed" if failed else f"the {budget:.0f} s budget was spent"
+                why = "stopped by a signal" if stop is not None and stop.is_set() else why
                 rows[step.name] = {"command": shown(step, work), "passed": False, "error": f"not run: {why}"}
                 say(f"{step.name}: not run: {why}")
                 return
             limit = min(step.limit, left)
             say(f"{step.name}: start (at most {limit:.0f} s): {shown(step, work)}")
-            rows[step.name] = row = run_step(step, work, env, limit, popen)
+            rows[step.name] = row = run_step(step, work, env, limit, popen, stop)
             verdict = "pass" if row["passed"] else f"FAIL: {row['error']}"
             say(f"{step.name}: {verdict} ({row['seconds']:.1f} s)")
         finally:

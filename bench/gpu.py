@@ -51,7 +51,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -372,18 +372,27 @@ def run_part(cmd: list[str], limit: float, popen: Callable[..., Any] = subproces
 
 
 def run_in_turns(
-    cmds: dict[str, list[str]], limit: float, popen: Callable[..., Any] = subprocess.Popen
+    cmds: dict[str, list[str]], limit: float, popen: Callable[..., Any] = subprocess.Popen, stopped: dict | None = None
 ) -> dict[str, dict]:
     """Run parts' processes at once (`_procs.run_in_turns`: they build and compile side by side, then are
     timed one at a time), each given `--turns DIR` and its result path; their rows. Compiling is host work
     (Dynamo and Inductor in Python, Triton's builds), so parts that each compile for minutes take about
-    as long together as the longest."""
+    as long together as the longest. Stopped (SIGTERM, Ctrl-C), the rows of those that had ended go to
+    `stopped`."""
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-") as tmp:
         turns = Path(tmp)
         outs = {name: turns / f"{name}.json" for name in cmds}
-        ended = _run_in_turns(
-            {n: [*cmd, "--turns", tmp, str(outs[n])] for n, cmd in cmds.items()}, limit, turns, TURN_S, popen
-        )
+        try:
+            ended = _run_in_turns(
+                {n: [*cmd, "--turns", tmp, str(outs[n])] for n, cmd in cmds.items()}, limit, turns, TURN_S, popen
+            )
+        except (SystemExit, KeyboardInterrupt):
+            at = time.perf_counter() - start  # (when it was stopped: those that ended, ended before)
+            for n in [n for n, out in outs.items() if out.exists() and stopped is not None]:
+                with suppress(ValueError):  # (written in half: the part was under way)
+                    stopped[n] = result_row(outs[n], outs[n], 0, at, limit)  # type: ignore[index]
+            raise
         return {n: result_row(outs[n], outs[n].with_suffix(".progress"), *ended[n], limit) for n in cmds}
 
 
@@ -447,22 +456,32 @@ def main() -> None:
     # On a CPU the parts' processes are forks of one that has imported what they import (this script: torch,
     # bigbatch), which was most of a dry-run part's time; on a GPU each is a new Python with a CUDA context of
     # its own.
-    with ForkServer([Path(__file__).stem]) if args.device == "cpu" else nullcontext() as forks:
-        rows, seconds = run_parts(args, wanted, forks.popen if forks else subprocess.Popen)
+    # A stop (SIGTERM, Ctrl-C: a `timeout` around this, a scheduler) ends the part under way, and the table of those
+    # that ended is still appended (found on a GPU: a `timeout` a few seconds short of --budget lost every row).
+    rows: dict[str, dict] = {}
+    start, stopped = time.perf_counter(), 0
+    try:
+        with ForkServer([Path(__file__).stem]) if args.device == "cpu" else nullcontext() as forks:
+            run_parts(args, wanted, forks.popen if forks else subprocess.Popen, rows)
+    except (SystemExit, KeyboardInterrupt) as e:
+        stopped = 130 if isinstance(e, KeyboardInterrupt) else e.code if isinstance(e.code, int) else 1
+        at = time.perf_counter() - start
+        cut = {"error": f"not run, or cut: stopped by a signal at {at:.0f} s"}
+        rows.update({n: dict(cut) for n in wanted if n not in rows})
     shutil.rmtree(cache, ignore_errors=True)
     rows = {n: rows[n] for n in PARTS if n in rows}
-    text = section(rows, args, seconds, SIZES[args.sizes]["steps"], COMPILE_WARMUP)
+    text = section(rows, args, time.perf_counter() - start, SIZES[args.sizes]["steps"], COMPILE_WARMUP)
     print(text, end="")
     append_section(args.out, text)
     print(f"appended to {args.out}", file=sys.stderr)
-    sys.exit(1 if any("error" in r for r in rows.values()) else 0)
+    sys.exit(stopped or (1 if any("error" in r for r in rows.values()) else 0))
 
 
-def run_parts(args: argparse.Namespace, wanted: list[str], popen: Callable[..., Any]) -> tuple[dict[str, dict], float]:
-    """The `wanted` parts in RUN_ORDER, the compile parts at once, within --budget: their rows, and the seconds."""
+def run_parts(args: argparse.Namespace, wanted: list[str], popen: Callable[..., Any], rows: dict[str, dict]) -> None:
+    """The `wanted` parts in RUN_ORDER, the compile parts at once, within --budget: their rows into `rows`, each as
+    it ends."""
     start = time.perf_counter()
     flags = ["--device", args.device, "--compile-backend", args.compile_backend] + ["--dry-run"] * args.dry_run
-    rows: dict[str, dict] = {}
     for name in [n for n in RUN_ORDER if n in wanted]:
         if name in rows:  # run with its group
             continue
@@ -476,12 +495,11 @@ def run_parts(args: argparse.Namespace, wanted: list[str], popen: Callable[..., 
         print(f"[bench/gpu.py] {' and '.join(group)} (at most {limit:.0f} s)", file=sys.stderr, flush=True)
         cmds = {n: [sys.executable, __file__, "--part", n, *flags] for n in group}
         if len(group) > 1:
-            rows.update(run_in_turns(cmds, limit, popen))
+            rows.update(run_in_turns(cmds, limit, popen, rows))
         else:
             rows[name] = run_part(cmds[name], limit, popen)
         for n in group:
             print(f"[bench/gpu.py] {n}: {rows[n].get('error', 'done')}", file=sys.stderr, flush=True)
-    return rows, time.perf_counter() - start
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -487,7 +488,11 @@ def main() -> None:
 
         if not torch.cuda.is_available():
             p.error("no CUDA GPU here; for every step at toy sizes on CPU: --device cpu --dry-run --out /tmp/x.md")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as Ctrl-C: the running step is killed too
+    # A stop (SIGTERM, Ctrl-C: a `timeout` around this, a scheduler) ends the steps under way and starts no more; the
+    # table of what ran is still appended (found on a GPU: a `timeout` short of --budget lost a whole table).
+    stop, stopped_by = threading.Event(), []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, _: (stopped_by.append(number), stop.set()))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bigbatch-gpu-check-") as tmp:
         work = args.keep.resolve() if args.keep else Path(tmp)
@@ -507,7 +512,9 @@ def main() -> None:
         # most of a dry-run step's time; on a GPU each is a new Python with a CUDA context of its own.
         fork = args.device == "cpu" and any(s.argv[:2] == ["-m", "bigbatch"] for s in chosen)
         with ForkServer(PRELOAD, env) if fork else nullcontext() as forks:
-            rows = run_steps(chosen, work, env, args.budget, args.jobs, forks.popen if forks else subprocess.Popen)
+            rows = run_steps(
+                chosen, work, env, args.budget, args.jobs, forks.popen if forks else subprocess.Popen, stop
+            )
     import torch
 
     device = next((r["device"] for r in rows.values() if r.get("device")), None)
@@ -518,7 +525,7 @@ def main() -> None:
     print(text, end="")
     append_section(args.out, text)
     print(f"appended to {args.out} (sources {source_digest()})", file=sys.stderr)
-    sys.exit(0 if all(r["passed"] for r in rows.values()) else 1)
+    sys.exit(128 + stopped_by[0] if stopped_by else 0 if all(r["passed"] for r in rows.values()) else 1)
 
 
 def pick(chosen: list[Step], names: list[str], p: argparse.ArgumentParser) -> list[Step]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -165,3 +166,18 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
         return
     if os.getppid() != parent:
         os._exit(1)
+
+
+@contextmanager
+def forking() -> Iterator[None]:
+    """Around the start of worker processes forked from this one (a DataLoader's, prepare's pool): the objects
+    the garbage collector tracks frozen, then thawed. A fork inherits what this process left for the collector,
+    and a collection in the fork frees it there: a CUDA tensor freed in a fork aborts the fork, where CUDA cannot
+    run ("CUDA error: initialization error"; found on a GPU: a loader's worker killed by SIGABRT as a second
+    loader started, the first's batches on the device waiting for the collector). Frozen, the forks' collectors
+    never look at them; this process's does again once the workers have started."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

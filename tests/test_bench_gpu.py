@@ -4,6 +4,7 @@ run takes (toy sizes), and a part that fails or hangs becomes a row saying so.""
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -144,6 +145,23 @@ def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
     assert out.read_text() == "# Results\n\nkept\n\n## New\n\nrow\n"
     assert out.stat().st_mode & 0o777 == 0o664
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary file left beside it
+
+
+def test_a_stopped_proof_still_appends_the_rows_of_the_parts_that_ended(tmp_path):
+    # Found on a GPU: a `timeout` a few seconds short of --budget ended the proof before its table, every row lost.
+    out = tmp_path / "RESULTS.md"
+    cmd = [sys.executable, str(REPO / "bench" / "gpu.py"), "--device", "cpu", "--dry-run", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([*cmd, "--parts", "resample,attention"], env=env, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if line.startswith("[bench/gpu.py] attention ("):  # resample has ended; attention is under way
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stderr.read()
+    assert proc.wait(timeout=60) == 143
+    rows = {line.split(" | ")[0][2:]: line for line in out.read_text().splitlines() if line.startswith("| ")}
+    assert "error" not in rows["resample"] and "D 32 px" in rows["resample"]
+    assert "stopped by a signal at" in rows["attention"]
 
 
 def test_a_fork_servers_processes_are_what_new_pythons_would_be(tmp_path):

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -192,6 +193,28 @@ def test_the_command_exits_1_when_a_step_fails(tmp_path):
     rows = _rows(out.read_text())
     assert list(rows) == ["bad"] and "**FAIL: CheckFailed: exit status 1: this step fails on purpose" in rows["bad"][5]
     assert "0 of 1 steps passed" in out.read_text() and "bad: FAIL" in run.stderr
+
+
+def test_a_stopped_check_ends_its_steps_and_still_appends_its_table(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    quick, slow = tmp_path / "quick.py", tmp_path / "slow.py"
+    quick.write_text("print('done')\n")
+    slow.write_text("import time\ntime.sleep(600)\n")
+    cmd = [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--device", "cpu", "--dry-run", "--out", str(out)]
+    cmd += ["--step", f"quick={quick}", "--step", f"slow={slow}", "--step", f"later={quick}", "--jobs", "2"]
+    proc = subprocess.Popen([*cmd, "--only", "quick,slow,later"], stderr=subprocess.PIPE, text=True)
+    seen = set()
+    for line in proc.stderr:
+        seen |= {name for name in ("quick: pass", "slow: start", "later: pass") if name in line}
+        if seen == {"quick: pass", "slow: start", "later: pass"}:
+            start = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stderr.read()
+    assert proc.wait(timeout=60) == 143 and time.perf_counter() - start < 30  # (not the 600 s the step sleeps)
+    rows = _rows(out.read_text())
+    assert rows["quick"][5] == "pass" and rows["later"][5] == "pass"
+    assert "**FAIL: CheckFailed: stopped by a signal**" == rows["slow"][5], rows["slow"]
 
 
 def test_the_gpu_run_trains_what_the_issue_asks():

@@ -22,6 +22,7 @@ from bigbatch.data.crops import rrc_box, rrc_draws
 from bigbatch.data.schedule import Schedule, resize_batch, target_shape
 from bigbatch.data.streams import FLIP, generator
 from bigbatch.errors import BigbatchError, first_line, whole_number
+from bigbatch.signals import forking
 
 
 class Order(Protocol):
@@ -260,9 +261,11 @@ _READING: weakref.WeakSet = weakref.WeakSet()
 
 
 def _reading(loader: DataLoader) -> Iterator[Batch]:
-    it = iter(loader)
-    if loader.num_workers:
-        _READING.add(it)
+    if not loader.num_workers:
+        return iter(loader)
+    with forking():  # (the workers start here)
+        it = iter(loader)
+    _READING.add(it)
     return it
 
 

@@ -24,7 +24,7 @@ from bigbatch.data.h5write import CannotWrite, cannot_write
 from bigbatch.data.parts import PART, DamagedPart, Parts, Result
 from bigbatch.data.sources import Listing, OutOfMemory, decode_or_reason, file_stamp
 from bigbatch.errors import BigbatchError
-from bigbatch.signals import die_with_parent
+from bigbatch.signals import die_with_parent, forking
 from bigbatch.urls import Location
 
 WATCH_S = 1.0  # how often a wait for a chunk's result looks whether a worker died
@@ -86,7 +86,8 @@ def decoded(
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
         pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(source, decoding, os.getpid()))
-        pool.submit(int).result()  # start the workers now
+        with forking():
+            pool.submit(int).result()  # start the workers now
         started = dict(getattr(pool, "_processes", None) or {})  # (their handles: a private field, read softly)
     else:
         _init_worker(source, decoding)

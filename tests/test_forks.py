@@ -1,0 +1,72 @@
+"""Worker processes forked from a training process: what it left for the garbage collector is not freed in them.
+A CUDA tensor freed in a fork aborts it (found on a GPU: a DataLoader worker killed by SIGABRT as a second loader
+started). On a CPU a finalizer that writes down its process stands in for the CUDA tensor's."""
+
+import gc
+import os
+
+import numpy as np
+import torch
+from PIL import Image
+
+from bigbatch.data import BatchLoader, prepare, prepare_pool
+
+
+class Left:
+    """Left for the collector (it refers to itself); its finalizer writes down the process it runs in."""
+
+    def __init__(self, log):
+        self.log, self.me = log, self
+
+    def __del__(self):
+        with open(self.log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+class Collecting:
+    """Data whose every read runs the reading process's collector first."""
+
+    resolution = 4
+
+    def get(self, index):
+        gc.collect()
+        return torch.zeros(len(index), 4, 4, 3, dtype=torch.uint8), torch.zeros(len(index), dtype=torch.long)
+
+
+def finalized_in(log, make_workers):
+    """The processes that finalized an object this one left for the collector just before `make_workers()` forked
+    its workers (the collector held off until then, as in a process that had not yet run it)."""
+    gc.disable()
+    try:
+        Left(log)
+        make_workers()
+    finally:
+        gc.enable()
+    gc.collect()
+    return log.read_text().split()
+
+
+def test_a_loaders_workers_leave_alone_what_the_training_process_left_for_the_collector(tmp_path):
+    def read():
+        loader = BatchLoader(Collecting(), [torch.arange(4), torch.arange(4)], workers=2)
+        assert [len(b.images) for b in loader] == [4, 4]  # (each worker read a batch, its collector run first)
+
+    assert finalized_in(tmp_path / "log", read) == [str(os.getpid())]
+
+
+def test_prepares_workers_leave_alone_what_the_calling_process_left_for_the_collector(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    (tmp_path / "photos" / "a").mkdir(parents=True)
+    for i in range(8):
+        Image.fromarray(rng.integers(0, 255, (12, 12, 3), dtype=np.uint8)).save(tmp_path / "photos" / "a" / f"{i}.png")
+    start = prepare_pool._init_worker
+
+    def collecting(*args):  # (the workers are forks: they run this as patched here)
+        gc.collect()
+        start(*args)
+
+    monkeypatch.setattr(prepare_pool, "_init_worker", collecting)
+    out = tmp_path / "d.h5"
+    made = finalized_in(tmp_path / "log", lambda: prepare(str(tmp_path / "photos"), str(out), 8, workers=2))
+    assert made == [str(os.getpid())]
+    assert out.exists()
