@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean bench-gpu bench-gpu-system gpu-check gpu-check-system
+.PHONY: demo test lint format clean bench-gpu bench-gpu-system gpu-check gpu-check-system gpu-session-system
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ gpu-check: $(STAMP)
 # The same with the machine's own python3, as bench-gpu-system.
 gpu-check-system:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
+
+# A lent GPU machine's one call (bench/gpu_session.sh): the proof, then the check in the time left, all within
+# GPU_SECONDS; both tables appended to $(OUT)/RESULTS.md (OUT: default bench), their logs beside it. WHEELS=DIR:
+# wheels the machine lacks, installed first.
+GPU_SECONDS ?= 570
+gpu-session-system:
+	bash bench/gpu_session.sh $(GPU_SECONDS) $(or $(OUT),bench)
 
 format: $(STAMP)
 	$(BIN)/ruff format bigbatch tests bench sweeps

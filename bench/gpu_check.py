@@ -8,6 +8,7 @@ and `swap` on those runs, and tests/test_cuda.py; one dated table appended to be
     make gpu-check                                                   # = python bench/gpu_check.py; ~5 minutes
     python bench/gpu_check.py --device cpu --dry-run --out /tmp/x.md  # the same steps at toy sizes on CPU
     python bench/gpu_check.py --only train-digits-bf16,eval-gan --keep /tmp/w   # some steps (and those they need)
+    python bench/gpu_check.py --skip cuda-tests,train-biggan128     # not these (nor the steps that need them)
 
 Each step is one process, `python -m bigbatch ...` (or a script) under bench/_peak.py, which records its
 peak memory, and under a time limit (bench/_procs.py's run_limited), up to --jobs (3) at once once the
@@ -34,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -473,6 +475,7 @@ def main() -> None:
         "each step's seconds its own)",
     )
     p.add_argument("--only", help="comma-separated steps to run, with the steps they need")
+    p.add_argument("--skip", help="comma-separated steps to leave out, with the steps that need them")
     p.add_argument(
         "--step",
         action="append",
@@ -503,6 +506,8 @@ def main() -> None:
             chosen.append(Step(name, shlex.split(command), 60))
         if args.only:
             chosen = pick(chosen, args.only.split(","), p)
+        if args.skip:
+            chosen = leave_out(chosen, args.skip.split(","), p)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         env["BIGBATCH_CACHE"] = str(work / "cache")  # the eval classifier and statistics: made here, not reused
         env["PYTHONUNBUFFERED"] = "1"
@@ -541,6 +546,19 @@ def pick(chosen: list[Step], names: list[str], p: argparse.ArgumentParser) -> li
             wanted.add(name)
             todo.extend((*by_name[name].needs, *by_name[name].after))
     return [s for s in chosen if s.name in wanted]
+
+
+def leave_out(chosen: list[Step], names: list[str], p: argparse.ArgumentParser) -> list[Step]:
+    """The steps but those named and those that need them (and those in turn); a step that only waits for one
+    left out runs without it."""
+    unknown = [n for n in names if n not in {s.name for s in chosen}]
+    if unknown:
+        p.error(f"--skip: unknown {', '.join(unknown)}; valid: {', '.join(s.name for s in chosen)}")
+    out = set(names)
+    for s in chosen:  # (in order: a step needs only steps before it)
+        if out.intersection(s.needs):
+            out.add(s.name)
+    return [replace(s, after=tuple(a for a in s.after if a not in out)) for s in chosen if s.name not in out]
 
 
 if __name__ == "__main__":

@@ -152,16 +152,31 @@ def test_a_stopped_proof_still_appends_the_rows_of_the_parts_that_ended(tmp_path
     out = tmp_path / "RESULTS.md"
     cmd = [sys.executable, str(REPO / "bench" / "gpu.py"), "--device", "cpu", "--dry-run", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([*cmd, "--parts", "resample,attention"], env=env, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        if line.startswith("[bench/gpu.py] attention ("):  # resample has ended; attention is under way
+    proc = subprocess.Popen([*cmd, "--parts", "attention,resample"], env=env, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # (the parts run in the order given)
+        if line.startswith("[bench/gpu.py] resample ("):  # attention has ended; resample is under way
             proc.send_signal(signal.SIGTERM)
             break
     proc.stderr.read()
     assert proc.wait(timeout=60) == 143
     rows = {line.split(" | ")[0][2:]: line for line in out.read_text().splitlines() if line.startswith("| ")}
-    assert "error" not in rows["resample"] and "D 32 px" in rows["resample"]
-    assert "stopped by a signal at" in rows["attention"]
+    assert "G 16 px fp32: " in rows["attention"] and "**" not in rows["attention"]  # (its figures; no error)
+    assert "stopped by a signal at" in rows["resample"]
+
+
+def test_the_one_call_of_a_gpu_session_runs_the_proof_then_the_check_in_the_time_given(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "DRY": "1", "PARTS": "resample", "STEPS": "--only make-data", "PYTHON": sys.executable}
+    env["OMP_NUM_THREADS"] = "1"
+    run = subprocess.run(["bash", str(REPO / "bench" / "gpu_session.sh"), "300", str(out)], env=env, timeout=280)
+    assert run.returncode == 0, (out / "gpu.log").read_text()[-2000:] + (out / "check.log").read_text()[-2000:]
+    text = (out / "RESULTS.md").read_text()
+    assert text.index("## GPU proof, ") < text.index("## GPU check, ")
+    assert "| resample |" in text and "| make-data |" in text
+    assert "--budget 186 --parts resample" in text  # (62% of the 300 s)
+    assert "bench/gpu.py: exit status 0 at" in (out / "gpu.log").read_text()
+    assert "bench/gpu_check.py: exit status 0 at" in (out / "check.log").read_text()
+    assert {p.name for p in out.iterdir()} == {"RESULTS.md", "gpu.log", "check.log", "check-logs.tgz", "machine.txt"}
 
 
 def test_a_fork_servers_processes_are_what_new_pythons_would_be(tmp_path):

@@ -256,3 +256,21 @@ def test_the_gpu_run_trains_what_the_issue_asks():
     for name, cfg in cfgs.items():  # a few kimg each (SAEHD: 20 iterations of 8 faces)
         assert cfg.train.kimg <= 20 and (cfg.train.kimg <= 7 or "resume" in name), name
     assert json.dumps(sorted(gpu_check.SIZES["full"])) == json.dumps(sorted(gpu_check.SIZES["toy"]))
+
+
+def test_steps_left_out_take_those_that_need_them_with_them():
+    import argparse
+
+    import gpu_check
+
+    every = gpu_check.steps(argparse.Namespace(sizes="full", device="cuda"), Path("/w"))
+    kept = {s.name: s for s in gpu_check.leave_out(every, ["cuda-tests", "train-biggan128"], argparse.ArgumentParser())}
+    gone = {s.name for s in every} - set(kept)
+    assert gone == {"cuda-tests", "train-biggan128", "sample-biggan", "export-biggan-pt"}
+    # The check of the exports only waited for BigGAN's: it runs, on those that were made.
+    after = kept["exports-on-device"].after
+    assert "export-biggan-pt" not in after and "export-saehd-pt" in after
+    parser = argparse.ArgumentParser()
+    parser.error = lambda message: (_ for _ in ()).throw(ValueError(message))
+    with pytest.raises(ValueError, match="--skip: unknown train-nothing; valid: make-data, cuda-tests"):
+        gpu_check.leave_out(every, ["train-nothing"], parser)
