@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import pickle
-from typing import Any
+from typing import Any, NoReturn
 
 from bigbatch.errors import BigbatchError
 
@@ -31,12 +32,38 @@ class _ArraysOnly(pickle.Unpickler):
         self.what = what
 
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("numpy", "ndarray"):
+            return _Subtype(self.what)
+        if name == "_reconstruct" and (module, name) in _ALLOWED:
+            return functools.partial(_reconstruct, self.what)
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
         raise BigbatchError(
             f"{self.what} asks to load {module}.{name}, which is not an array, number or string: "
             "refusing it (a DeepFaceLab file holds only those; this one may run code)"
         )
+
+
+class _Subtype:
+    """What `numpy.ndarray` reads as: the type an array's pickle names for `_reconstruct`, never called (an array
+    of any size, its memory uninitialised, otherwise: found by review)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __call__(self, *args: Any) -> NoReturn:
+        raise BigbatchError(f"{self.what} asks to make an array of uninitialised memory: refusing it")
+
+
+def _reconstruct(what: str, subtype: Any, shape: Any, dtype: Any) -> Any:
+    """NumPy's `_reconstruct` as an array's pickle calls it, `(ndarray, (0,), b"b")`: an empty array, whose
+    pickled state then gives its shape, type and bytes (checked against each other). Any other call (a shape
+    of its own: uninitialised memory of any size) is refused."""
+    import numpy as np
+
+    if not isinstance(subtype, _Subtype) or shape != (0,) or dtype not in (b"b", "b"):
+        raise BigbatchError(f"{what} asks to make an array other than as NumPy pickles one: refusing it")
+    return np.ndarray((0,), "b")
 
 
 def loads(data: bytes, what: str, kind: str = "DeepFaceLab file") -> Any:

@@ -131,6 +131,16 @@ def test_prepare_reads_dfls_aligned_faces(tmp_path):
         prepare(str(folder), str(tmp_path / "x.h5"), 64, workers=0, masks="alpha", eyes_mouth="dfl")
 
 
+class Made:
+    """Pickled as the call `call` (a callable and its arguments)."""
+
+    def __init__(self, call):
+        self.call = call
+
+    def __reduce__(self):
+        return self.call
+
+
 def test_metadata_that_would_run_code_is_refused(tmp_path):
     class Exploit:
         def __reduce__(self):
@@ -163,6 +173,17 @@ def test_metadata_that_would_run_code_is_refused(tmp_path):
     (folder / "b.jpg").write_bytes(dfl_jpeg(face_image(), {"landmarks": loop}))
     report = prepare(str(folder), str(tmp_path / "i.h5"), 64, workers=0, masks="dfl")
     assert report.count == 1 and "holds a container inside itself" in report.skipped[0][1]
+    # Arrays only as NumPy pickles them: not one of any size made of uninitialised memory (found by review).
+    reconstruct = np.arange(1).__reduce__()[0]  # (NumPy's _reconstruct, what an array's pickle calls)
+    for k, (call, words) in enumerate(
+        [
+            ((np.ndarray, ((68, 2),)), "asks to make an array of uninitialised memory"),
+            ((reconstruct, (np.ndarray, (1 << 40,), b"b")), "asks to make an array other than as NumPy pickles one"),
+        ]
+    ):
+        (folder / "b.jpg").write_bytes(dfl_jpeg(face_image(), {"landmarks": Made(call)}))
+        report = prepare(str(folder), str(tmp_path / f"j{k}.h5"), 64, workers=0, masks="dfl")
+        assert report.count == 1 and words in report.skipped[0][1], report.skipped
 
 
 def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
