@@ -12,6 +12,7 @@ import shutil
 import socket
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -217,11 +218,15 @@ def unlock_folder(lock: IO | None, remove: bool = False) -> None:
         lock.close()  # closing the file releases the flock
 
 
-def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) -> IO | None:
+def lock_folder(
+    folder: Path, name: str, busy: Callable[[Path, str, str], str], waiting: Callable[[str], None] | None = None
+) -> IO | None:
     """Hold an exclusive flock on FOLDER/`name` (a run's RUN/.lock, a sweep's, a prepare's output's) until
     `unlock_folder` (the kernel releases it when the process ends, however it ends; processes it forks do
     not hold it); the file holds the holder's PID and host. Held by another process:
-    BigbatchError(busy(folder, pid, "process PID on HOST")). None where the OS or file system has no flock."""
+    BigbatchError(busy(folder, pid, "process PID on HOST")), or with `waiting`, waited for: `waiting("process
+    PID on HOST")` is called every second until it is free (and may raise, to stop waiting). None where the OS or
+    file system has no flock."""
     try:
         import fcntl
     except ImportError:  # Windows
@@ -250,7 +255,11 @@ def lock_folder(folder: Path, name: str, busy: Callable[[Path, str, str], str]) 
             holder = f.read().split()
             f.close()
             pid, host = holder[0] if holder else "?", holder[1] if len(holder) > 1 else ""
-            raise BigbatchError(busy(folder, pid, held_by(pid, host))) from None
+            if waiting is None:
+                raise BigbatchError(busy(folder, pid, held_by(pid, host))) from None
+            waiting(held_by(pid, host))
+            time.sleep(1.0)
+            continue
         except OSError as e:  # e.g. a network file system without locks
             f.close()
             warn(f"cannot lock {path} ({e.strerror}); make sure no other process uses {folder} meanwhile")

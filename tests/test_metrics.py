@@ -357,6 +357,39 @@ class Counting(M.Extractor):
         return self.inner.forward(images)
 
 
+def test_a_process_after_statistics_another_is_computing_waits_and_reads_them(
+    digits16, classifier, tmp_path, monkeypatch, capsys
+):
+    # A sweep's trials, or runs started together, each computed the same statistics (found by review).
+    import threading
+    import time
+
+    from bigbatch.files import lock_folder, unlock_folder
+    from bigbatch.metrics.stats import stats_file
+
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path))
+    ext = Counting(classifier)
+    theirs = M.reference_stats(digits16, ext, n=300, cache=False)  # what the other process is computing
+    path = stats_file(theirs.key)
+    path.parent.mkdir(parents=True)
+    held = lock_folder(path.parent, f".{path.stem}.lock", lambda *_: "")  # (flock: per open file, as a process)
+
+    def other():  # the other process saves them, then lets go
+        time.sleep(1.5)
+        M.save_stats(theirs, path)
+        unlock_folder(held, remove=True)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    seen, _ = ext.seen, capsys.readouterr()
+    ours = M.reference_stats(digits16, ext, n=300)
+    thread.join()
+    assert ext.seen == seen and np.array_equal(ours.mu, theirs.mu)  # read, not computed again
+    err = capsys.readouterr().err
+    assert err.count(f"waiting for process {os.getpid()}") == 1 and "computing reference statistics" not in err
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no lock file left
+
+
 def test_reference_stats_are_computed_once_and_keyed_by_data_extractor_and_options(
     digits16, classifier, tmp_path, monkeypatch
 ):

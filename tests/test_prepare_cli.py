@@ -238,15 +238,20 @@ def test_a_killed_prepare_resumes_and_ends_with_the_uninterrupted_content_hash(t
 
 
 KILLED_WORKER = """
-import os, signal, sys
+import os, signal, sys, time
 from bigbatch.cli import main
 from bigbatch.data import prepare_pool
 
 decode = prepare_pool.decode_or_reason
+out = sys.argv[3]  # (python -c CODE prepare SRC OUT ...)
+first_part = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".parts", "part-0000000.npz")
 
 def dies_at_its_file(data, *args, **kwargs):  # (forked into the workers)
     if data != b"KILL ME":
         return decode(data, *args, **kwargs)
+    deadline = time.monotonic() + 30  # (once the other worker has made the first part whole: the test resumes it)
+    while not os.path.exists(first_part) and time.monotonic() < deadline:
+        time.sleep(0.02)
     if not os.environ.get("MID_MESSAGE"):
         os.kill(os.getpid(), signal.SIGKILL)  # (the kernel's out-of-memory killer, on the file it decodes)
     return (-7, None, None, None, None)  # (marked: killed half way through sending its result, below)

@@ -11,17 +11,19 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import torch
 
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, lock_folder, unlock_folder
 from bigbatch.metrics.cache import data_digest
 from bigbatch.metrics.features import Extractor, drop_kept, extract_sharded, kept_file, moments_sharded
 from bigbatch.metrics.fid import covariance_fault, feature_stats
 from bigbatch.metrics.image_sets import any_size, read_images
+from bigbatch.signals import check_stop
 from bigbatch.user_cache import cache_dir
 
 STATS_VERSION = "1"
@@ -112,7 +114,8 @@ def reference_stats(
     features: bool = True,
 ) -> ReferenceStats:
     """The reference statistics of `data` (all images, or a seeded subset of n) under `extractor`,
-    from the cache when computed before. `folder` overrides the cache folder.
+    from the cache when computed before. `folder` overrides the cache folder. A process after statistics that
+    another is computing into the cache (a sweep's trials, runs started together) waits for them, then reads them.
 
     features=False (enough for FID) keeps no per-image features: mu and sigma come from sums
     reduced across ranks, so a million-image data set costs a D x D matrix, not an (N, D) one; cached
@@ -123,18 +126,64 @@ def reference_stats(
     subset_seed = seed if len(index) < len(data) else None
     digest = data_digest(data)
     full = stats_file(stats_key(digest, extractor, len(index), subset_seed), folder)
-    # Every rank must take the same branch: computing is collective (extraction is split across ranks).
-    if cache and dist.agree(full.is_file()):
-        return load_stats(_checked_against(data, full), features)
     key = stats_key(digest, extractor, len(index), subset_seed, features)
     path = stats_file(key, folder)
-    root = path.parent
-    if not features and cache and dist.agree(path.is_file()):
+    if not cache:
+        return _computed(data, extractor, index, subset_seed, batch_size, features, key, None)
+    found = _cached(data, full, path, features)
+    if found is not None:
+        return found
+    main = not dist.active() or dist.context().is_main
+    lock = _computing_alone(path) if main else None
+    try:
+        found = _cached(data, full, path, features)  # (made meanwhile by the process waited for)
+        if found is not None:
+            return found
+        return _computed(data, extractor, index, subset_seed, batch_size, features, key, path)
+    finally:
+        unlock_folder(lock, remove=True)
+
+
+def _cached(data: object, full: Path, path: Path, features: bool) -> ReferenceStats | None:
+    """The statistics in the cache (`full`: with features, used for either; `path`: those asked for), or None.
+    Every rank must take the same branch: computing is collective (extraction is split across ranks)."""
+    if dist.agree(full.is_file()):
+        return load_stats(_checked_against(data, full), features)
+    if not features and dist.agree(path.is_file()):
         if not dist.active() or dist.context().is_main:  # (sums another process kept when it was stopped after these
             drop_kept(path)  # were saved: found from outside, left in the cache for good, 33 MB each)
         return load_stats(_checked_against(data, path))
+    return None
+
+
+def _computing_alone(path: Path) -> IO | None:
+    """The lock on computing the statistics `path` caches, once another process computing them has let it go
+    (said once while waited for; a stop asked for meanwhile ends the wait as it ends the statistics)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    said: list[str] = []
+
+    def waiting(holder: str) -> None:
+        if not said:
+            said.append(holder)
+            print(f"waiting for {holder}, which computes the same reference statistics", file=sys.stderr, flush=True)
+        check_stop()
+
+    return lock_folder(path.parent, f".{path.stem}.lock", lambda *_: "", waiting)
+
+
+def _computed(
+    data: object,
+    extractor: Extractor,
+    index: torch.Tensor,
+    subset_seed: int | None,
+    batch_size: int,
+    features: bool,
+    key: str,
+    path: Path | None,
+) -> ReferenceStats:
+    """The statistics computed, and saved at `path` (None: not cached)."""
     if not dist.active() or dist.context().is_main:  # (minutes for Inception on a CPU: say what it does)
-        where = f"; cached in {root}" if cache else ""
+        where = f"; cached in {path.parent}" if path is not None else ""
         source = getattr(data, "source", "") or "the reference images"
         print(
             f"computing reference statistics of {len(index)} images of {source} with {extractor.name} (once{where})",
@@ -144,8 +193,8 @@ def reference_stats(
     if features:
         mu, sigma, feats = compute_stats(data, extractor, index, batch_size)
     else:
-        keep = path if cache else None  # (the sums under way kept beside it: a stopped start goes on from there)
-        mu, sigma = moments_sharded(any_size(extractor), len(index), _reader(data, index), batch_size, keep)
+        # (the sums under way kept beside it: a stopped start goes on from there)
+        mu, sigma = moments_sharded(any_size(extractor), len(index), _reader(data, index), batch_size, path)
         feats = np.zeros((0, mu.shape[0]), np.float32)
     meta = {
         "source": str(getattr(data, "source", "")),
@@ -158,9 +207,9 @@ def reference_stats(
         "version": STATS_VERSION,
     }
     stats = ReferenceStats(mu, sigma, feats, key, meta)
-    if cache and (not dist.active() or dist.context().is_main):
+    if path is not None and (not dist.active() or dist.context().is_main):
         save_stats(stats, path)
-    if cache and not features:
+    if path is not None and not features:
         kept_file(path).unlink(missing_ok=True)  # (each rank its own, once the statistics are saved)
         if not dist.active() or dist.context().is_main:
             drop_kept(path)  # (and those of another world size)
