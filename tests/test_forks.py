@@ -70,3 +70,31 @@ def test_prepares_workers_leave_alone_what_the_calling_process_left_for_the_coll
     made = finalized_in(tmp_path / "log", lambda: prepare(str(tmp_path / "photos"), str(out), 8, workers=2))
     assert made == [str(os.getpid())]
     assert out.exists()
+
+
+def test_a_feed_and_what_it_read_ahead_go_with_its_last_reference_not_with_the_collector():
+    # (its batches ahead on the device were garbage in a cycle: a fork's collector freed them, and the GPU's memory
+    # held them until the training process's ran)
+    import weakref
+
+    import bigbatch
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.data.schedule import schedule_of
+    from bigbatch.tasks import Feed
+
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "train.batch": 8, "train.micro_batch": 8, "train.device": "cpu"}
+    )
+    data = training_data(cfg)
+    feed = Feed(data, schedule_of(cfg), replicator_for(cfg), cfg)
+    read = feed.companion(data)
+    assert len(feed.next().images) == len(read().images) == 8
+    feed.close()
+    gone = weakref.ref(feed)
+    gc.disable()
+    try:
+        del feed, read
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -35,6 +35,7 @@ decorated with `@register("name")`, import it in bigbatch/tasks/__init__.py, and
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -106,6 +107,13 @@ def peek(
     return read_batch(data, request, flip, cfg.train.seed, crop_scale)
 
 
+def _weakly(method: Callable[[], bool]) -> Callable[[], bool]:
+    """A Feed's `method` called through a weak reference: the batches a Feed reads ahead (on the device) go with it,
+    not with the garbage collector's next pass (a cycle: a Feed -> its reader ahead -> the Feed's method)."""
+    ref = weakref.WeakMethod(method)
+    return lambda: ref()()  # type: ignore[misc]
+
+
 class Feed:
     """The real images, step after step: this rank's share of the images at each optimizer step's global
     positions, read ahead in data.workers processes. The batch follows data.schedule: at a phase boundary
@@ -138,14 +146,19 @@ class Feed:
         self.batches: Any = self.loader
         if on_device:
             decoder = device_decode.decoder_of(cfg.data.decode)
-            self.batches = device_decode.DecodeAhead(self.loader, rep.device, decoder, self._more)
+            self.batches = device_decode.DecodeAhead(self.loader, rep.device, decoder, _weakly(self._more))
         elif pin:  # decoded by the CPU: copied to the GPU a batch ahead, beside the step before
-            self.batches = device_decode.CopyAhead(self.loader, rep.device, self._more)
+            self.batches = device_decode.CopyAhead(self.loader, rep.device, _weakly(self._more))
         self._companions: list[device_decode.CopyAhead] = []
 
     def _more(self) -> bool:
         """Whether a step after the one at self.nimg takes a batch (a run ends at train.kimg)."""
         return self.nimg + self.schedule.phase_at(self.nimg).batch < self.cfg.train.images
+
+    def _more_companion(self) -> bool:
+        """Whether the step at self.nimg takes a batch: a companion's, read after next() (self.nimg is then the next
+        step's, which takes one if the run has not ended there)."""
+        return self.nimg < self.cfg.train.images
 
     def companion(self, data: Any, order: Order | None = None) -> Callable[[], Batch]:
         """A second data set read in step with this one (the swap task's dst faces beside its src):
@@ -156,8 +169,7 @@ class Feed:
         sampler = RankSampler(order, self.schedule, self.rep.rank, self.rep.world_size, start=self.nimg)
         pin = self.rep.device.type == "cuda"
         loader = BatchLoader(data, sampler, self.cfg.data.workers, False, self.cfg.train.seed, pin_memory=pin)
-        # (read after next(): self.nimg is the next step's, which takes a batch if the run has not ended there)
-        ahead = device_decode.CopyAhead(loader, self.rep.device, lambda: self.nimg < self.cfg.train.images)
+        ahead = device_decode.CopyAhead(loader, self.rep.device, _weakly(self._more_companion))
         self._companions.append(ahead)
 
         def read() -> Batch:
