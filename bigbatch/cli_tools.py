@@ -63,14 +63,25 @@ def _predict(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     from bigbatch.export import export
 
-    # The format the file's name says (model.onnx, model.pt2), unless --format gives one.
-    suffix = {".onnx": "onnx", ".pt2": "pt2", ".dfm": "dfm"}.get(os.path.splitext(args.out)[1].lower(), "torchscript")
-    fmt = args.format or suffix
+    # The format the file's name says (model.onnx, model.pt2), else --format's (found from outside: an ONNX file named
+    # .dfm, which DeepFaceLive then fails on, and TorchScript named .safetensors).
+    ext = os.path.splitext(args.out)[1].lower()
+    if ext == ".safetensors":
+        raise BigbatchError(
+            f"{args.out}: export writes a model to run (.pt, .pt2, .onnx, .dfm); a run's weights are safetensors "
+            "already, in RUN/checkpoints/KIMG/"
+        )
+    named = {".onnx": "onnx", ".pt2": "pt2", ".dfm": "dfm", ".pt": "torchscript", ".pth": "torchscript"}.get(ext)
+    fmt = args.format or named or "torchscript"
+    if named and fmt != named and (fmt, named) != ("dfm", "onnx"):  # (a .dfm is an ONNX model: it may be named so)
+        raise BigbatchError(
+            f"--format {fmt} writes no {ext} file: name OUT for its format ({ext} is {named}'s), or leave --format out"
+        )
     if os.path.isdir(args.out):  # (found from outside: --overwrite, which the line below suggests, then failed)
         raise BigbatchError(f"{args.out} is a folder; export writes one file: name it, e.g. {args.out}/model.pt")
     if os.path.lexists(args.out) and not args.overwrite:  # (as prepare and export-dfl refuse theirs)
         raise BigbatchError(f"{args.out} exists: give --overwrite to replace it, or another name")
-    out, usage = export(args.run, args.out, args.checkpoint, fmt, args.psi)
+    out, usage = export(args.run, args.out, args.checkpoint, fmt, args.psi, overwrite=args.overwrite)
     if fmt == "dfm":
         print(f"Wrote {out}: {usage}")
         return
@@ -80,8 +91,10 @@ def _export(args: argparse.Namespace) -> None:
     settings = {  # (the class names among them: found from outside, the usage named a pt2's that it has not)
         "onnx": "the model's metadata property 'bigbatch'",
         "pt2": "torch.export.load(it, extra_files={'bigbatch.json': ''}) fills it in",
-    }.get(fmt, "torch.jit.load(it, _extra_files={'bigbatch.json': ''}) fills it in (a classifier's: model.class_names)")
-    print(f"Wrote {out}: {load}; {usage}; its settings (class names, ...) as JSON: {settings}")
+    }.get(fmt, "torch.jit.load(it, _extra_files={'bigbatch.json': ''}) fills it in")
+    if fmt == "torchscript" and "class probabilities" in usage:
+        settings += " (a classifier's: model.class_names)"
+    print(f"Wrote {out}: {load}; {usage}; its settings (the run's, its classes, ...) as JSON: {settings}")
 
 
 def _config(args: argparse.Namespace, default: str, then: dict[str, Any] | None = None) -> Any:
@@ -169,7 +182,8 @@ def add_tool_commands(sub: Any) -> None:
     pr.set_defaults(func=_predict)
 
     ex = sub.add_parser(
-        "export", help="a run as one file to deploy (TorchScript or ONNX): a classifier with its preprocessing, "
+        "export", help="a run as one file to deploy (TorchScript, torch.export's pt2 or ONNX): a classifier with its "
+        "preprocessing, "
         "a GAN's EMA generator, a face swap (also as DeepFaceLive's .dfm)",
     )  # fmt: skip
     ex.add_argument(
@@ -179,6 +193,7 @@ def add_tool_commands(sub: Any) -> None:
     ex.add_argument("out", metavar="OUT", help="the file to write (e.g. model.pt, model.onnx)")
     ex.add_argument(
         "--format",
+        type=str.lower,
         help="torchscript, onnx, pt2 (torch.export) or dfm (DeepFaceLive's model of a swap); default: as OUT's name "
         "says (.onnx, .pt2, .dfm), else torchscript",
     )

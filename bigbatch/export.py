@@ -94,7 +94,7 @@ def deployable(run: str | Path, which: str = "latest", psi: float | None = None)
 
 def _deployable(ckpt: Path, psi: float | None) -> Deployable:
     cfg = Config.load(ckpt / "config.toml")
-    base = {"task": cfg.task, "checkpoint": str(ckpt)}
+    base = {"task": cfg.task, "checkpoint": str(Path(ckpt).resolve())}  # (as typed, it named nothing once deployed)
     if psi is not None and (cfg.task != "gan" or cfg.model.name != "stylegan2"):
         what = f"a {cfg.task} run" if cfg.task != "gan" else f"a {cfg.model.name} generator"
         raise BigbatchError(
@@ -142,9 +142,15 @@ def _deployable(ckpt: Path, psi: float | None) -> Deployable:
 
 
 def export(
-    run: str | Path, out: str | Path, which: str = "latest", fmt: str = "torchscript", psi: float | None = None
+    run: str | Path,
+    out: str | Path,
+    which: str = "latest",
+    fmt: str = "torchscript",
+    psi: float | None = None,
+    overwrite: bool = True,
 ) -> tuple[Path, str]:
-    """Write the run's `deployable` to `out` as one file; returns (out, how to call it)."""
+    """Write the run's `deployable` to `out` as one file; returns (out, how to call it). `overwrite` False: a file at
+    `out`, there before or come meanwhile, stays (one line)."""
     if fmt not in FORMATS:
         raise BigbatchError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt == "dfm":
@@ -154,9 +160,16 @@ def export(
     else:
         d = deployable(run, which, psi)
         data, usage = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d), d.usage
-    Path(out).parent.mkdir(parents=True, exist_ok=True)  # (every command makes the folders its output names)
-    atomic_write(Path(out), data)
-    return Path(out), usage
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # (every command makes the folders its output names)
+    except (FileExistsError, NotADirectoryError):  # (found from outside: "cls.pt: File exists")
+        raise BigbatchError(f"cannot write {out}: a file is in the way of its folder {out.parent}") from None
+    try:
+        atomic_write(out, data, replace=overwrite)
+    except FileExistsError:  # (came while the export ran: found from outside, replaced)
+        raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name") from None
+    return out, usage
 
 
 def _recorded_face_type(ckpt: Path, cfg: Config) -> str | None:

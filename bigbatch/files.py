@@ -20,16 +20,21 @@ from typing import IO, Any
 from bigbatch.errors import BigbatchError, warn
 
 
-def atomic_write(path: Path, data: bytes | str, sync: bool = True) -> None:
+def atomic_write(path: Path, data: bytes | str, sync: bool = True, replace: bool = True) -> None:
     """Write a file through a temporary sibling and a rename, so readers see the old or the new file (`sync`
-    False: not fsynced first, for files written by the thousand: faces, frames)."""
+    False: not fsynced first, for files written by the thousand: faces, frames). `replace` False: a file at `path`
+    (one that came while this one was written too) stays, and FileExistsError is raised."""
     path = Path(path)
     if not path.name:  # (found from outside: an empty OUT was a traceback)
         raise BigbatchError(f"cannot write {str(path)!r}: give a file name")
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data, sync=sync)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:  # (a link fails where a file is: no window between a look and the rename; found from outside)
+            _link_new(tmp, path)
+            _remove(tmp)
     except BigbatchError:  # (something in the way at `tmp`: not this call's to remove)
         raise
     except OSError as e:  # named after the file being written, not its temporary sibling
@@ -38,6 +43,21 @@ def atomic_write(path: Path, data: bytes | str, sync: bool = True) -> None:
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _link_new(tmp: Path, path: Path) -> None:
+    """`tmp` also named `path`, unless something is there (FileExistsError); on a file system without hard links,
+    renamed there if nothing is there when it looks."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            raise
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "File exists", str(path)) from None
+        os.replace(tmp, path)
 
 
 def _remove(tmp: Path) -> None:

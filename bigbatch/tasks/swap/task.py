@@ -236,7 +236,8 @@ def _d_loss(logits: torch.Tensor, real: bool) -> torch.Tensor:
 class SwapTask:
     usage = (
         "Merge into frames with: bigbatch merge {run} FRAMES ALIGNED OUT [--video OUT.mp4]; swap aligned faces: "
-        "bigbatch swap {run} IN_DIR OUT_DIR; for DeepFaceLab: bigbatch export-dfl {run} OUT_DIR"
+        "bigbatch swap {run} IN_DIR OUT_DIR; deploy: bigbatch export {run} OUT.pt (or .onnx, .dfm for DeepFaceLive); "
+        "for DeepFaceLab: bigbatch export-dfl {run} OUT_DIR"
     )
 
     def __init__(

@@ -1,0 +1,55 @@
+"""`bigbatch export`'s file: its format as its name says, never over a file that came while it was made, and
+where it came from named wherever the file goes."""
+
+import json
+
+import pytest
+import torch
+
+import bigbatch
+from bigbatch import export as export_module
+from bigbatch.cli import main
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.kimg": 0.064, "train.batch": 32}
+    )
+    return bigbatch.train(cfg, run_dir=tmp_path_factory.mktemp("export") / "run", quiet=True)
+
+
+def test_a_file_named_for_another_format_is_refused(run, tmp_path, capsys):
+    for name, fmt, words in [
+        ("m.dfm", "onnx", "--format onnx writes no .dfm file: name OUT for its format (.dfm is dfm's)"),
+        ("m.onnx", "torchscript", "--format torchscript writes no .onnx file"),
+        ("m.pt", "pt2", "--format pt2 writes no .pt file"),
+    ]:
+        assert main(["export", str(run), str(tmp_path / name), "--format", fmt]) == 2
+        assert words in capsys.readouterr().err and not (tmp_path / name).exists()
+    assert main(["export", str(run), str(tmp_path / "G.safetensors")]) == 2
+    assert "a run's weights are safetensors already, in RUN/checkpoints/KIMG/" in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / "m.pt"), "--format", "TorchScript"]) == 0  # (any case)
+    (tmp_path / "f.pt").write_text("a file")
+    assert main(["export", str(run), str(tmp_path / "f.pt" / "m.pt")]) == 2
+    assert "a file is in the way of its folder" in capsys.readouterr().err
+
+
+def test_a_file_that_came_while_the_export_ran_stays(run, tmp_path, monkeypatch, capsys):
+    # Found from outside: it was checked for before the export (seconds, for ONNX), and replaced after.
+    out = tmp_path / "m.pt"
+    made = export_module._torchscript
+
+    def meanwhile(d):
+        data = made(d)
+        out.write_text("another's file")
+        return data
+
+    monkeypatch.setattr(export_module, "_torchscript", meanwhile)
+    assert main(["export", str(run), str(out)]) == 2
+    assert f"{out} exists: give --overwrite to replace it" in capsys.readouterr().err
+    assert out.read_text() == "another's file" and [p.name for p in tmp_path.iterdir()] == ["m.pt"]
+    assert main(["export", str(run), str(out), "--overwrite"]) == 0
+    extra = {"bigbatch.json": ""}
+    torch.jit.load(str(out), _extra_files=extra)
+    assert json.loads(extra["bigbatch.json"])["checkpoint"].startswith(str(run.resolve()))  # (not as typed)
