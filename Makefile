@@ -52,9 +52,9 @@ gpu-check: $(STAMP)
 gpu-check-system:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
 
-# A lent GPU machine's one call (bench/gpu_session.sh): the proof, then the check in the time left, all within
-# GPU_SECONDS; both tables appended to $(OUT)/RESULTS.md (OUT: default bench), their logs beside it. WHEELS=DIR:
-# wheels the machine lacks, installed first.
+# A lent GPU machine's call (bench/gpu_session.sh): the proof within GPU_SECONDS (SHARE=62: the check after it in
+# the time left; SHARE=0: the check alone); tables appended to $(OUT)/RESULTS.md (OUT: default bench), logs beside
+# it. WHEELS=DIR: wheels the machine lacks (tomli-w; nvImageCodec's), installed first.
 GPU_SECONDS ?= 570
 gpu-session-system:
 	bash bench/gpu_session.sh $(GPU_SECONDS) $(or $(OUT),bench)

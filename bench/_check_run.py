@@ -192,10 +192,12 @@ def run_steps(
     jobs: int,
     popen: Callable[..., Any] = subprocess.Popen,
     stop: threading.Event | None = None,
+    min_left: float = 10,
 ) -> dict[str, dict]:
     """Every step in order, at most `jobs` at once, each once the steps it needs have passed, within `budget`
-    seconds in all; their rows by name. Progress lines go to stderr as each step starts and ends. `popen`:
-    run_step's; `stop`, once set, ends the steps under way and starts no more (their rows say so)."""
+    seconds in all (none started with less than `min_left` left); their rows by name. Progress lines go to stderr
+    as each step starts and ends. `popen`: run_step's; `stop`, once set, ends the steps under way and starts no
+    more (their rows say so)."""
     start, rows, done = time.perf_counter(), {}, {s.name: threading.Event() for s in steps}
     lock = threading.Lock()
 
@@ -209,7 +211,7 @@ def run_steps(
                 done[need].wait()
             failed = [n for n in step.needs if not rows[n]["passed"]]
             left = budget - (time.perf_counter() - start)
-            if failed or left < 10 or stop is not None and stop.is_set():
+            if failed or left < min_left or stop is not None and stop.is_set():
                 why = f"needs {', '.join(failed)}, which failed" if failed else f"the {budget:.0f} s budget was spent"
                 why = "stopped by a signal" if stop is not None and stop.is_set() else why
                 rows[step.name] = {"command": shown(step, work), "passed": False, "error": f"not run: {why}"}

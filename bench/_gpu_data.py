@@ -91,8 +91,8 @@ def jpeg_decode(args: argparse.Namespace, decode: str = "gpu") -> dict:
     if decode == "nvimgcodec":
         try:
             device_decode.nvimgcodec_ready(device)
-        except bigbatch.BigbatchError as e:  # an optional package: said, not failed
-            return {"setting": setting, "note": f"not run: {e}"}
+        except bigbatch.BigbatchError as e:  # an optional package, but a part not run is no figure (found by review)
+            return {"setting": setting, "error": f"not run: {e}"}
         decoder = device_decode.nvimgcodec  # (on a CPU, its libjpeg-turbo)
     else:
         decoder = device_decode.nvjpeg if device.type == "cuda" else opencv_decoder

@@ -124,11 +124,13 @@ def run_in_turns(
                 go.with_suffix(".tmp").write_text("alone" if len(warm) == len(running) else "beside")
                 go.with_suffix(".tmp").rename(go)
             time.sleep(0.05)
-    finally:
+    finally:  # (all killed, then waited for: each CUDA context's teardown beside the others')
         for name, proc in procs.items():
             if name not in ended:
                 with suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
+        for name, proc in procs.items():
+            if name not in ended:
                 proc.wait()
     seconds = time.perf_counter() - start
     return {name: ended.get(name, (None, seconds)) for name in cmds}

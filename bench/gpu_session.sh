@@ -1,31 +1,39 @@
 #!/bin/bash
 # One call on a lent GPU machine with a few minutes of it: bench/gpu.py (issue 43's figures) first, then
 # bench/gpu_check.py (every command through the CLI) in the time left, both tables appended to OUT/RESULTS.md,
-# their logs beside it. All within SECONDS_ALL (default 570): each script has its --budget and a timeout 25 s
-# past it (a script stopped by its timeout still appends the rows of what had ended).
+# their logs beside it. All within SECONDS_ALL (default 570): the proof has SHARE percent of it (default 100: the
+# proof alone; the check runs where 60 s or more are left; SHARE=0: the check alone, for a second call), each a
+# --budget and a timeout 25 s past it (a script stopped by its timeout still appends the rows of what had ended;
+# each part's figures are in gpu.log as it ends).
 #
 #   bash bench/gpu_session.sh [SECONDS_ALL [OUT]]       # OUT: default bench/ (bench/RESULTS.md)
 #   make gpu-session-system                             # the same, with the machine's own python3
 #
 # Wheels the machine lacks (tomli-w; nvImageCodec's, nvidia-nvimgcodec-cu13 and nvidia-nvjpeg, for its parts):
 # WHEELS=DIR installs DIR/*.whl into a folder of its own first. PARTS: the proof's parts, in the order they run
-# (bench/gpu.py --parts; the compile parts together, where the first of them is). STEPS: which of the check's
-# steps (default "--skip cuda-tests": the proof runs them). DRY=1: both at toy sizes on this CPU (a test of this
-# script).
+# (bench/gpu.py --parts; the compile parts together, where the first of them is): by default the eager targets
+# and the data parts, then the compile group (the CUDA-graph rows are BigGAN's and ResNet-50's targets), BigGAN's
+# start from the compile cache they leave (the warm first step) and its compiled profile (GPU busy), the CUDA
+# tests last. STEPS: which of the check's steps (default: all). DRY=1: both at toy sizes on this CPU (a test of
+# this script).
 set -u
 ALL=${1:-570}
 OUT=${2:-${OUT:-bench}}
 PYTHON=${PYTHON:-python3}
+SHARE=${SHARE:-100}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-PARTS=${PARTS:-biggan-bf16,resnet50,saehd512,stylegan2-bf16,biggan-bf16-compile,biggan-bf16-compile-cudagraphs,stylegan2-bf16-compile,resnet50-compile-cudagraphs,jpeg-decode,jpeg-decode-nvimgcodec,resnet50-fed,cuda-tests,waits,cuda-tests-compile}
-STEPS=${STEPS:---skip cuda-tests}
+PARTS=${PARTS:-biggan-bf16,resnet50,saehd512,jpeg-decode,jpeg-decode-nvimgcodec,resnet50-fed,stylegan2-bf16,biggan-bf16-compile-cudagraphs,resnet50-compile-cudagraphs,biggan-bf16-compile,biggan-bf16-compile-again,biggan-bf16-compile-profile,waits,cuda-tests}
+STEPS=${STEPS:-}
 FLAGS=()
 if [ "${DRY:-0}" = 1 ]; then FLAGS=(--device cpu --dry-run); fi
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 if [ -n "${WHEELS:-}" ]; then
     SITE=$(mktemp -d /tmp/bigbatch-wheels-XXXXXX)
-    $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl || exit 2
+    if ! $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$WHEELS"/*.whl; then
+        echo "gpu_session: the wheels in WHEELS=$WHEELS did not install (carried there?)" >&2
+        exit 2
+    fi
     export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
@@ -34,23 +42,42 @@ export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
     $PYTHON -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'cuDNN', torch.backends.cudnn.version())"
     echo "cores: $(nproc)"
 } >"$OUT/machine.txt" 2>&1
+# Before any budget is spent: bigbatch imports (tomli-w is not on a GPU image: WHEELS) and sees the GPU.
+READY="import bigbatch, torch; assert torch.cuda.is_available() or '${DRY:-0}' == '1', 'torch sees no CUDA GPU'"
+if ! WHY=$($PYTHON -c "$READY" 2>&1); then
+    echo "gpu_session: not ready: $(echo "$WHY" | tail -1)" | tee -a "$OUT/machine.txt" >&2
+    exit 2
+fi
 
-PROOF=$((ALL * 62 / 100))
-timeout $((PROOF + 25)) $PYTHON "$REPO/bench/gpu.py" "${FLAGS[@]}" --budget $PROOF --parts "$PARTS" \
-    --out "$OUT/RESULTS.md" >"$OUT/gpu.log" 2>&1
-PROOF_STATUS=$?
-echo "bench/gpu.py: exit status $PROOF_STATUS at ${SECONDS} s" >>"$OUT/gpu.log"
+# Each script in the background, waited for, so that a stop of this one reaches it (it then writes its table).
+CHILD=
+STOPPED=
+trap 'STOPPED=1; [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null' TERM INT
+PROOF_STATUS=0
+PROOF=$((ALL * SHARE / 100))
+if [ "$PROOF" -gt 0 ]; then
+    timeout -k 10 $((PROOF + 25)) $PYTHON "$REPO/bench/gpu.py" "${FLAGS[@]}" --budget $PROOF --parts "$PARTS" \
+        --out "$OUT/RESULTS.md" >"$OUT/gpu.log" 2>&1 &
+    CHILD=$!
+    wait $CHILD
+    PROOF_STATUS=$?
+    wait $CHILD 2>/dev/null  # (a trapped signal ends the first wait early)
+    echo "bench/gpu.py: exit status $PROOF_STATUS at ${SECONDS} s" >>"$OUT/gpu.log"
+fi
 
 CHECK=$((ALL - SECONDS - 25))
-if [ $CHECK -lt 60 ]; then
-    echo "bench/gpu_check.py: not run, ${CHECK} s left" >"$OUT/check.log"
-    exit 1
+if [ $CHECK -lt 60 ] || [ -n "$STOPPED" ]; then
+    echo "bench/gpu_check.py: not run (${CHECK} s left${STOPPED:+; stopped})" >"$OUT/check.log"
+    exit $PROOF_STATUS
 fi
 KEEP=$(mktemp -d /tmp/bigbatch-gpu-check-XXXXXX)
 # shellcheck disable=SC2086 # (STEPS: options, split as words)
-timeout $((CHECK + 20)) $PYTHON "$REPO/bench/gpu_check.py" "${FLAGS[@]}" --budget $CHECK $STEPS --keep "$KEEP" \
-    --out "$OUT/RESULTS.md" >"$OUT/check.log" 2>&1
+timeout -k 10 $((CHECK + 20)) $PYTHON "$REPO/bench/gpu_check.py" "${FLAGS[@]}" --budget $CHECK $STEPS --keep "$KEEP" \
+    --out "$OUT/RESULTS.md" >"$OUT/check.log" 2>&1 &
+CHILD=$!
+wait $CHILD
 CHECK_STATUS=$?
+wait $CHILD 2>/dev/null
 echo "bench/gpu_check.py: exit status $CHECK_STATUS at ${SECONDS} s" >>"$OUT/check.log"
 tar czf "$OUT/check-logs.tgz" -C "$KEEP" logs 2>/dev/null
 exit $((PROOF_STATUS || CHECK_STATUS))

@@ -167,6 +167,7 @@ def test_a_stopped_proof_still_appends_the_rows_of_the_parts_that_ended(tmp_path
 def test_the_one_call_of_a_gpu_session_runs_the_proof_then_the_check_in_the_time_given(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "DRY": "1", "PARTS": "resample", "STEPS": "--only make-data", "PYTHON": sys.executable}
+    env["SHARE"] = "62"  # (default 100: the proof alone)
     env["OMP_NUM_THREADS"] = "1"
     run = subprocess.run(["bash", str(REPO / "bench" / "gpu_session.sh"), "300", str(out)], env=env, timeout=280)
     assert run.returncode == 0, (out / "gpu.log").read_text()[-2000:] + (out / "check.log").read_text()[-2000:]
@@ -177,6 +178,25 @@ def test_the_one_call_of_a_gpu_session_runs_the_proof_then_the_check_in_the_time
     assert "bench/gpu.py: exit status 0 at" in (out / "gpu.log").read_text()
     assert "bench/gpu_check.py: exit status 0 at" in (out / "check.log").read_text()
     assert {p.name for p in out.iterdir()} == {"RESULTS.md", "gpu.log", "check.log", "check-logs.tgz", "machine.txt"}
+
+
+def test_a_stopped_gpu_session_stops_its_script_which_still_writes_its_table(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "DRY": "1", "PARTS": "attention,resample", "SHARE": "62", "PYTHON": sys.executable}
+    env["OMP_NUM_THREADS"] = "1"
+    session = subprocess.Popen(["bash", str(REPO / "bench" / "gpu_session.sh"), "300", str(out)], env=env)
+    deadline = time.monotonic() + 120
+    while "[bench/gpu.py] resample (" not in _text(out / "gpu.log") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    session.send_signal(signal.SIGTERM)
+    assert session.wait(timeout=60) != 0
+    rows = {line.split(" | ")[0][2:]: line for line in _text(out / "RESULTS.md").splitlines() if line.startswith("| ")}
+    assert "G 16 px fp32: " in rows["attention"] and "stopped by a signal" in rows["resample"]
+    assert "exit status 143" in _text(out / "gpu.log") and "not run" in _text(out / "check.log")
+
+
+def _text(path):
+    return path.read_text() if path.exists() else ""
 
 
 def test_a_fork_servers_processes_are_what_new_pythons_would_be(tmp_path):

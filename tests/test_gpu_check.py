@@ -268,8 +268,9 @@ def test_steps_left_out_take_those_that_need_them_with_them():
     gone = {s.name for s in every} - set(kept)
     assert gone == {"cuda-tests", "train-biggan128", "sample-biggan", "export-biggan-pt"}
     # The check of the exports only waited for BigGAN's: it runs, on those that were made.
-    after = kept["exports-on-device"].after
-    assert "export-biggan-pt" not in after and "export-saehd-pt" in after
+    on_device = kept["exports-on-device"]
+    assert "export-biggan-pt" not in on_device.after and "export-saehd-pt" in on_device.after
+    assert [Path(a).name for a in on_device.argv[3:]] == ["classify.pt", "classify.onnx", "stylegan2.pt2", "saehd.pt"]
     parser = argparse.ArgumentParser()
     parser.error = lambda message: (_ for _ in ()).throw(ValueError(message))
     with pytest.raises(ValueError, match="--skip: unknown train-nothing; valid: make-data, cuda-tests"):
