@@ -4,6 +4,7 @@ image counts, so a resumed run and one of another world size do the same things 
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import time
@@ -11,6 +12,8 @@ import traceback
 from contextlib import closing, suppress
 from pathlib import Path
 from typing import Literal
+
+import torch
 
 from bigbatch import checkpoints
 from bigbatch.batching import (
@@ -76,7 +79,14 @@ def train(
             finally:
                 run.close()
         finally:
+            # What the run left in reference cycles (its task, models, optimizers, batches on the device: torch's
+            # lazy imports keep a first run's frames in one) goes now, not at the collector's next pass in a later
+            # run (a sweep's next trial, which finds the GPU's memory taken) or in a fork, where a CUDA tensor freed
+            # aborts it (found by review); before the process group goes, as the DDP wrappers must.
+            gc.collect()
             rep.close()
+            if torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
 
 
 def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:

@@ -168,6 +168,10 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
+_FORKING = threading.Lock()
+_forking: list[int] = []  # the freeze count before the outermost forking() under way, one entry per one under way
+
+
 @contextmanager
 def forking() -> Iterator[None]:
     """Around the start of worker processes forked from this one (a DataLoader's, prepare's pool): the objects
@@ -175,9 +179,17 @@ def forking() -> Iterator[None]:
     and a collection in the fork frees it there: a CUDA tensor freed in a fork aborts the fork, where CUDA cannot
     run ("CUDA error: initialization error"; found on a GPU: a loader's worker killed by SIGABRT as a second
     loader started, the first's batches on the device waiting for the collector). Frozen, the forks' collectors
-    never look at them; this process's does again once the workers have started."""
-    gc.freeze()
+    never look at them; this process's does again once the workers have started (a freeze of the caller's own,
+    for copy-on-write, is left as it was; nested and concurrent uses thaw at the last one's end).
+    What a fork frees by reference count is not covered: the values other threads hold in threading.local()s
+    and the exceptions they are handling go in the fork (so no device tensor is kept in either)."""
+    with _FORKING:
+        _forking.append(gc.get_freeze_count() if not _forking else _forking[0])
+        gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _FORKING:
+            before = _forking.pop()
+            if not _forking and before == 0:
+                gc.unfreeze()

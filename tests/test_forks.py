@@ -98,3 +98,79 @@ def test_a_feed_and_what_it_read_ahead_go_with_its_last_reference_not_with_the_c
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_a_feed_closed_lets_go_of_its_callers_callback():
+    # Found by review: a swap task holds its companion's reader (which holds the Feed) and the Feed held the task
+    # through on_phase: the task, its models and batches lived on after train() returned, until the collector ran.
+    import weakref
+
+    import bigbatch
+    from bigbatch.batching import replicator_for
+    from bigbatch.data.load import training_data
+    from bigbatch.data.schedule import schedule_of
+    from bigbatch.tasks import Feed
+
+    class Task:
+        pass
+
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "train.batch": 8, "train.micro_batch": 8, "train.device": "cpu"}
+    )
+    data, task = training_data(cfg), Task()
+    feed = Feed(data, schedule_of(cfg), replicator_for(cfg), cfg, on_phase=lambda nimg, phase, held=task: held)
+    task.read = feed.companion(data)
+    feed.next(), task.read()
+    feed.close()
+    gone = weakref.ref(task)
+    gc.disable()
+    try:
+        del feed, task
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
+def test_what_a_run_left_in_cycles_goes_as_train_returns(tiny, tmp_path, monkeypatch):
+    # (a sweep's next trial found the GPU's memory taken; a fork after it freed the run's CUDA tensors)
+    import weakref
+
+    import bigbatch
+    from bigbatch import loop
+
+    built = []
+    build = loop.build_task
+
+    def remembered(*args, **kwargs):
+        task = build(*args, **kwargs)
+        built.append(weakref.ref(task))
+        return task
+
+    monkeypatch.setattr(loop, "build_task", remembered)
+    gc.disable()  # (only train's own collection runs)
+    try:
+        Left(tmp_path / "log").task = built  # (a cycle of its own, made before: collected with the run's)
+        bigbatch.train(tiny.override({"train.kimg": 0.064}), run_dir=tmp_path / "run", quiet=True)
+        assert built and built[0]() is None
+        assert (tmp_path / "log").read_text().split() == [str(os.getpid())]
+    finally:
+        gc.enable()
+
+
+def test_forking_leaves_a_callers_freeze_and_thaws_at_the_last_ones_end():
+    from bigbatch.signals import forking
+
+    gc.collect()
+    try:
+        with forking():
+            with forking():
+                pass
+            assert gc.get_freeze_count() > 0  # (the inner one's end thawed nothing: the outer forks still)
+        assert gc.get_freeze_count() == 0
+        gc.freeze()  # the caller's own, for copy-on-write in its forks
+        frozen = gc.get_freeze_count()
+        with forking():
+            pass
+        assert gc.get_freeze_count() >= frozen > 0
+    finally:
+        gc.unfreeze()

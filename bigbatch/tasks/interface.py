@@ -213,6 +213,9 @@ class Feed:
     def close(self) -> None:
         for loader in (self.batches, *self._companions):  # (a DecodeAhead closes the loader it reads)
             loader.close()
+        # (the caller's callback let go: a task that holds a companion's reader, which holds this Feed, and is held
+        # by it through on_phase, was a cycle, found by review: a swap run's task lived on after train() returned)
+        self.on_phase = None
 
 
 Builder = Callable[..., Task]
