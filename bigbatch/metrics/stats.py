@@ -114,8 +114,9 @@ def reference_stats(
     features: bool = True,
 ) -> ReferenceStats:
     """The reference statistics of `data` (all images, or a seeded subset of n) under `extractor`,
-    from the cache when computed before. `folder` overrides the cache folder. A process after statistics that
-    another is computing into the cache (a sweep's trials, runs started together) waits for them, then reads them.
+    from the cache when computed before. `folder` overrides the cache folder. A process (of a run in one process)
+    after statistics that another is computing into the cache (a sweep's trials, runs started together) waits for
+    them, then reads them.
 
     features=False (enough for FID) keeps no per-image features: mu and sigma come from sums
     reduced across ranks, so a million-image data set costs a D x D matrix, not an (N, D) one; cached
@@ -133,8 +134,9 @@ def reference_stats(
     found = _cached(data, full, path, features)
     if found is not None:
         return found
-    main = not dist.active() or dist.context().is_main
-    lock = _computing_alone(path) if main else None
+    # One process: the lock, waited for while another computes them. Several ranks compute as they did: the others
+    # would wait in a collective meanwhile, which times out (NCCL's watchdog: 10 minutes) before Inception is done.
+    lock = _computing_alone(path) if not dist.active() else None
     try:
         found = _cached(data, full, path, features)  # (made meanwhile by the process waited for)
         if found is not None:
