@@ -54,7 +54,7 @@ CHILD=
 STOPPED=
 trap 'STOPPED=1; [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null' TERM INT
 PROOF_STATUS=0
-PROOF=$((ALL * SHARE / 100))
+PROOF=$(((ALL - SECONDS) * SHARE / 100 - 35))  # (the preflight's seconds; its timeout's 25 s and -k 10 after)
 if [ "$PROOF" -gt 0 ]; then
     timeout -k 10 $((PROOF + 25)) $PYTHON "$REPO/bench/gpu.py" "${FLAGS[@]}" --budget $PROOF --parts "$PARTS" \
         --out "$OUT/RESULTS.md" >"$OUT/gpu.log" 2>&1 &

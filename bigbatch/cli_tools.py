@@ -61,7 +61,7 @@ def _predict(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    from bigbatch.export import export
+    from bigbatch.export import FORMATS, export
 
     # The format the file's name says (model.onnx, model.pt2), else --format's (found from outside: an ONNX file named
     # .dfm, which DeepFaceLive then fails on, and TorchScript named .safetensors).
@@ -73,6 +73,8 @@ def _export(args: argparse.Namespace) -> None:
         )
     named = {".onnx": "onnx", ".pt2": "pt2", ".dfm": "dfm", ".pt": "torchscript", ".pth": "torchscript"}.get(ext)
     fmt = args.format or named or "torchscript"
+    if fmt not in FORMATS:
+        raise BigbatchError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     if named and fmt != named and (fmt, named) != ("dfm", "onnx"):  # (a .dfm is an ONNX model: it may be named so)
         raise BigbatchError(
             f"--format {fmt} writes no {ext} file: name OUT for its format ({ext} is {named}'s), or leave --format out"

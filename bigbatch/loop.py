@@ -83,8 +83,10 @@ def train(
             # lazy imports keep a first run's frames in one) goes now, not at the collector's next pass in a later
             # run (a sweep's next trial, which finds the GPU's memory taken) or in a fork, where a CUDA tensor freed
             # aborts it (found by review); before the process group goes, as the DDP wrappers must.
-            gc.collect()
-            rep.close()
+            try:
+                gc.collect()
+            finally:  # (a second Ctrl-C in the collection: the process group goes still)
+                rep.close()
             if torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
 

@@ -179,17 +179,19 @@ def forking() -> Iterator[None]:
     and a collection in the fork frees it there: a CUDA tensor freed in a fork aborts the fork, where CUDA cannot
     run ("CUDA error: initialization error"; found on a GPU: a loader's worker killed by SIGABRT as a second
     loader started, the first's batches on the device waiting for the collector). Frozen, the forks' collectors
-    never look at them; this process's does again once the workers have started (a freeze of the caller's own,
-    for copy-on-write, is left as it was; nested and concurrent uses thaw at the last one's end).
+    never look at them; this process's does again once the workers have started (nested and concurrent uses thaw
+    at the last one's end). Where the caller has frozen objects of its own (for copy-on-write) nothing is done: a
+    freeze here would keep all made since from the collector for good, and a thaw would undo the caller's.
     What a fork frees by reference count is not covered: the values other threads hold in threading.local()s
     and the exceptions they are handling go in the fork (so no device tensor is kept in either)."""
-    with _FORKING:
-        _forking.append(gc.get_freeze_count() if not _forking else _forking[0])
-        gc.freeze()
     try:
+        with _FORKING:
+            _forking.append(gc.get_freeze_count() if not _forking else _forking[0])
+            if _forking[0] == 0:
+                gc.freeze()
         yield
     finally:
         with _FORKING:
-            before = _forking.pop()
+            before = _forking.pop() if _forking else -1
             if not _forking and before == 0:
                 gc.unfreeze()

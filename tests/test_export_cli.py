@@ -53,3 +53,21 @@ def test_a_file_that_came_while_the_export_ran_stays(run, tmp_path, monkeypatch,
     extra = {"bigbatch.json": ""}
     torch.jit.load(str(out), _extra_files=extra)
     assert json.loads(extra["bigbatch.json"])["checkpoint"].startswith(str(run.resolve()))  # (not as typed)
+
+
+def test_a_file_system_without_hard_links_still_takes_a_new_file(tmp_path, monkeypatch):
+    # (FUSE mounts answer link() with ENOSYS: found by review, an export failed there)
+    import errno
+    import os
+
+    from bigbatch.files import atomic_write
+
+    def no_links(src, dst):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "link", no_links)
+    atomic_write(tmp_path / "new.pt", b"made", replace=False)
+    assert (tmp_path / "new.pt").read_bytes() == b"made"
+    with pytest.raises(FileExistsError):
+        atomic_write(tmp_path / "new.pt", b"again", replace=False)
+    assert (tmp_path / "new.pt").read_bytes() == b"made" and [p.name for p in tmp_path.iterdir()] == ["new.pt"]

@@ -158,6 +158,8 @@ def test_what_a_run_left_in_cycles_goes_as_train_returns(tiny, tmp_path, monkeyp
 
 
 def test_forking_leaves_a_callers_freeze_and_thaws_at_the_last_ones_end():
+    import weakref
+
     from bigbatch.signals import forking
 
     gc.collect()
@@ -167,10 +169,14 @@ def test_forking_leaves_a_callers_freeze_and_thaws_at_the_last_ones_end():
                 pass
             assert gc.get_freeze_count() > 0  # (the inner one's end thawed nothing: the outer forks still)
         assert gc.get_freeze_count() == 0
-        gc.freeze()  # the caller's own, for copy-on-write in its forks
+        gc.freeze()  # the caller's own, for copy-on-write in its forks: left as it is
         frozen = gc.get_freeze_count()
         with forking():
-            pass
-        assert gc.get_freeze_count() >= frozen > 0
+            cycle = Left("/dev/null")  # (made after the caller's freeze: not frozen for good by this one)
+        assert gc.get_freeze_count() == frozen > 0
+        gone = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert gone() is None
     finally:
         gc.unfreeze()
