@@ -168,8 +168,12 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
-_FORKING = threading.Lock()
-_forking: list[int] = []  # the freeze count before the outermost forking() under way, one entry per one under way
+class _Forks:
+    """The forking() blocks under way in this process, and whether the outermost froze (none of the caller's was)."""
+
+    lock = threading.Lock()
+    depth = 0
+    froze = False
 
 
 @contextmanager
@@ -184,14 +188,18 @@ def forking() -> Iterator[None]:
     freeze here would keep all made since from the collector for good, and a thaw would undo the caller's.
     What a fork frees by reference count is not covered: the values other threads hold in threading.local()s
     and the exceptions they are handling go in the fork (so no device tensor is kept in either)."""
+    entered = False
     try:
-        with _FORKING:
-            _forking.append(gc.get_freeze_count() if not _forking else _forking[0])
-            if _forking[0] == 0:
-                gc.freeze()
+        with _Forks.lock:
+            if _Forks.depth == 0:
+                _Forks.froze = gc.get_freeze_count() == 0
+                if _Forks.froze:
+                    gc.freeze()
+            _Forks.depth += 1
+            entered = True
         yield
     finally:
-        with _FORKING:
-            before = _forking.pop() if _forking else -1
-            if not _forking and before == 0:
+        with _Forks.lock:
+            _Forks.depth -= entered
+            if entered and _Forks.depth == 0 and _Forks.froze:
                 gc.unfreeze()

@@ -4,12 +4,19 @@ started). On a CPU a finalizer that writes down its process stands in for the CU
 
 import gc
 import os
+import weakref
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from PIL import Image
 
+import bigbatch
+from bigbatch.batching import replicator_for
 from bigbatch.data import BatchLoader, prepare, prepare_pool
+from bigbatch.data.load import training_data
+from bigbatch.data.schedule import schedule_of
+from bigbatch.tasks import Feed
 
 
 class Left:
@@ -33,15 +40,32 @@ class Collecting:
         return torch.zeros(len(index), 4, 4, 3, dtype=torch.uint8), torch.zeros(len(index), dtype=torch.long)
 
 
+@contextmanager
+def collector_off():
+    """The garbage collector held off: what goes meanwhile goes by reference count alone (or by a collection the
+    code itself runs)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def digits_feed(**options):
+    """A Feed of the digits at 16 px on the CPU (`options`: Feed's), and its data."""
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "train.batch": 8, "train.micro_batch": 8, "train.device": "cpu"}
+    )
+    data = training_data(cfg)
+    return Feed(data, schedule_of(cfg), replicator_for(cfg), cfg, **options), data
+
+
 def finalized_in(log, make_workers):
     """The processes that finalized an object this one left for the collector just before `make_workers()` forked
     its workers (the collector held off until then, as in a process that had not yet run it)."""
-    gc.disable()
-    try:
+    with collector_off():
         Left(log)
         make_workers()
-    finally:
-        gc.enable()
     gc.collect()
     return log.read_text().split()
 
@@ -75,67 +99,35 @@ def test_prepares_workers_leave_alone_what_the_calling_process_left_for_the_coll
 def test_a_feed_and_what_it_read_ahead_go_with_its_last_reference_not_with_the_collector():
     # (its batches ahead on the device were garbage in a cycle: a fork's collector freed them, and the GPU's memory
     # held them until the training process's ran)
-    import weakref
-
-    import bigbatch
-    from bigbatch.batching import replicator_for
-    from bigbatch.data.load import training_data
-    from bigbatch.data.schedule import schedule_of
-    from bigbatch.tasks import Feed
-
-    cfg = bigbatch.preset("digits").override(
-        {"data.resolution": 16, "train.batch": 8, "train.micro_batch": 8, "train.device": "cpu"}
-    )
-    data = training_data(cfg)
-    feed = Feed(data, schedule_of(cfg), replicator_for(cfg), cfg)
+    feed, data = digits_feed()
     read = feed.companion(data)
     assert len(feed.next().images) == len(read().images) == 8
     feed.close()
     gone = weakref.ref(feed)
-    gc.disable()
-    try:
+    with collector_off():
         del feed, read
         assert gone() is None
-    finally:
-        gc.enable()
 
 
 def test_a_feed_closed_lets_go_of_its_callers_callback():
     # Found by review: a swap task holds its companion's reader (which holds the Feed) and the Feed held the task
     # through on_phase: the task, its models and batches lived on after train() returned, until the collector ran.
-    import weakref
-
-    import bigbatch
-    from bigbatch.batching import replicator_for
-    from bigbatch.data.load import training_data
-    from bigbatch.data.schedule import schedule_of
-    from bigbatch.tasks import Feed
-
     class Task:
         pass
 
-    cfg = bigbatch.preset("digits").override(
-        {"data.resolution": 16, "train.batch": 8, "train.micro_batch": 8, "train.device": "cpu"}
-    )
-    data, task = training_data(cfg), Task()
-    feed = Feed(data, schedule_of(cfg), replicator_for(cfg), cfg, on_phase=lambda nimg, phase, held=task: held)
+    task = Task()
+    feed, data = digits_feed(on_phase=lambda nimg, phase, held=task: held)
     task.read = feed.companion(data)
     feed.next(), task.read()
     feed.close()
     gone = weakref.ref(task)
-    gc.disable()
-    try:
+    with collector_off():
         del feed, task
         assert gone() is None
-    finally:
-        gc.enable()
 
 
 def test_what_a_run_left_in_cycles_goes_as_train_returns(tiny, tmp_path, monkeypatch):
     # (a sweep's next trial found the GPU's memory taken; a fork after it freed the run's CUDA tensors)
-    import weakref
-
-    import bigbatch
     from bigbatch import loop
 
     built = []
@@ -147,19 +139,14 @@ def test_what_a_run_left_in_cycles_goes_as_train_returns(tiny, tmp_path, monkeyp
         return task
 
     monkeypatch.setattr(loop, "build_task", remembered)
-    gc.disable()  # (only train's own collection runs)
-    try:
+    with collector_off():  # (only train's own collection runs)
         Left(tmp_path / "log").task = built  # (a cycle of its own, made before: collected with the run's)
         bigbatch.train(tiny.override({"train.kimg": 0.064}), run_dir=tmp_path / "run", quiet=True)
         assert built and built[0]() is None
         assert (tmp_path / "log").read_text().split() == [str(os.getpid())]
-    finally:
-        gc.enable()
 
 
 def test_forking_leaves_a_callers_freeze_and_thaws_at_the_last_ones_end():
-    import weakref
-
     from bigbatch.signals import forking
 
     gc.collect()
