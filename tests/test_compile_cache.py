@@ -124,3 +124,30 @@ def test_under_compile_auto_a_graph_that_fails_runs_eagerly_for_the_run_alone(mo
     assert torch._dynamo.config.suppress_errors == before  # the process's own setting back
     with batching.eager_fallback(biggan.override({"train.compile": True})):  # asked for: its errors are seen
         assert torch._dynamo.config.suppress_errors == before
+
+
+def test_a_compiled_pair_is_cached_by_its_forward_on_the_calling_thread(tmp_path, monkeypatch):
+    # AOTAutograd's forward-backward pair is compiled and pickled into the cache at the forward, in the thread
+    # that calls the model: left to the first backward, a CUDA backward did it on autograd's device thread, where
+    # pickle crashed the process now and then (an H200's CUDA tests ended by SIGSEGV there).
+    import threading
+
+    import torch
+    from torch._functorch._aot_autograd import autograd_cache
+
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    compile_cache.use_cache()
+    threads = []
+    save = autograd_cache.AOTAutogradCache.save
+    monkeypatch.setattr(
+        autograd_cache.AOTAutogradCache,
+        "save",
+        staticmethod(lambda *a, **k: (threads.append(threading.current_thread()), save(*a, **k))[1]),
+    )
+    torch._dynamo.reset()
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1)))
+    out = model(torch.randn(3, 5)).sum()
+    assert threads == [threading.main_thread()]  # saved by the forward, before any backward
+    out.backward()
+    assert len(threads) == 1

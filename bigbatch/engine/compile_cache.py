@@ -34,7 +34,8 @@ CACHEABLE = ("torch.amp.autocast_mode._enter_autocast", "torch.amp.autocast_mode
 def use_cache() -> Path:
     """Point Inductor's caches at $BIGBATCH_CACHE/compile, unless the user set TORCHINDUCTOR_CACHE_DIR;
     the folder in use. Call before compiling; a later call follows a changed BIGBATCH_CACHE. Graphs that
-    open an autocast region are cached whole (CACHEABLE)."""
+    open an autocast region are cached whole (CACHEABLE); a backward is compiled, and its pair cached, at
+    the forward."""
     global _ours
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir  # (imports nothing of Inductor's)
 
@@ -47,6 +48,7 @@ def use_cache() -> Path:
         _make_private(folder)
         os.environ[ENV] = _ours = folder
     import torch
+    import torch._functorch.config
     import torch._inductor.config
     from torch._inductor.utils import clear_caches
 
@@ -54,6 +56,13 @@ def use_cache() -> Path:
         clear_caches()
     for name in CACHEABLE:  # (keyed by the torch version too, as Inductor's own entries are)
         torch._inductor.config.unsafe_marked_cacheable_functions.setdefault(name, torch.__version__)
+    # A graph's backward compiled with its forward, so that its cache entry is pickled there, on the calling
+    # thread: left to the first backward, a CUDA backward pickles it on autograd's device thread, where pickle
+    # crashes the process now and then (SIGSEGV in AOTAutogradCache._pickle_entry, found on an H200 with torch
+    # 2.11; pytorch/pytorch#177442). It changes which thread compiles, not what.
+    functorch_config = torch._functorch.config
+    if hasattr(functorch_config, "force_non_lazy_backward_lowering"):
+        functorch_config.force_non_lazy_backward_lowering = True
     return Path(folder)
 
 
