@@ -171,3 +171,57 @@ def test_batches_copied_ahead_come_in_order_and_none_past_the_last_step():
         assert batch.nimg == i and int(batch.images[0, 0, 0, 0]) == i and batch.labels.tolist() == [i, i]
         assert read == list(range(i + 1 + (taken < steps)))  # the next one read ahead, but after the last
     ahead.close()
+
+
+def test_regions_of_any_sizes_are_resized_as_torch_resizes_each_in_kernels_that_do_not_grow_with_the_batch(
+    monkeypatch,
+):
+    # Each region resized as F.interpolate (bilinear, antialiased) resizes it alone, up or down, mirrored where
+    # drawn, from images of any size, 3 channels or 4, CHW or HWC in memory (nvImageCodec's); within a level of
+    # rounding. The device work is a fixed number of ops (each a kernel launch on a GPU) whatever the batch: it
+    # was three an image, launched from the decode thread beside the step's own.
+    import numpy as np
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from bigbatch.data import device_resize
+
+    rng = np.random.default_rng(0)
+    g = torch.Generator().manual_seed(0)
+
+    def batch(n):
+        images, regions = [], []
+        for i in range(n):
+            h, w = int(rng.integers(20, 90)), int(rng.integers(20, 90))
+            image = torch.randint(0, 256, (3 + (i % 5 == 0), h, w), dtype=torch.uint8, generator=g)
+            images.append(image.permute(1, 2, 0).contiguous().permute(2, 0, 1) if i % 3 == 0 else image)
+            y0, x0 = int(rng.integers(0, h - 1)), int(rng.integers(0, w - 1))
+            regions.append((y0, int(rng.integers(y0 + 1, h + 1)), x0, int(rng.integers(x0 + 1, w + 1))))
+        return images, np.array(regions), torch.from_numpy(rng.random(n) < 0.5)
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count = getattr(self, "count", 0) + (not func.is_view)  # (a view launches nothing)
+            return func(*args, **(kwargs or {}))
+
+    out = (24, 32)
+    images, regions, flips = batch(40)
+    want = torch.cat([
+        F.interpolate(image[None, :3, y0:y1, x0:x1].float(), size=out, mode="bilinear", antialias=True)
+        for image, (y0, y1, x0, x1) in zip(images, regions)
+    ]).round_().clamp_(0, 255).to(torch.uint8)  # fmt: skip
+    want = torch.where(flips[:, None, None, None], want.flip(3), want).permute(0, 2, 3, 1)
+    for group in (device_resize.GROUP, 5000):  # (one group; several, the largest regions first)
+        monkeypatch.setattr(device_resize, "GROUP", group)
+        got = device_resize.resized(images, regions, out, flips, torch.device("cpu"))
+        assert got.shape == (40, 24, 32, 3) and got.dtype == torch.uint8 and got.is_contiguous()
+        assert (got.int() - want.int()).abs().max() <= 1
+        assert (got != want).float().mean() < 0.01
+    monkeypatch.undo()
+    counts = []
+    for n in (8, 64):
+        images, regions, flips = batch(n)
+        with Ops() as ops:
+            device_resize.resized(images, regions, out, flips, torch.device("cpu"))
+        counts.append(ops.count)
+    assert counts[0] == counts[1] < 100, counts

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from bigbatch.data.device_resize import resized
 from bigbatch.engine import batch_parts
 from bigbatch.errors import BigbatchError
 
@@ -277,17 +277,13 @@ def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> to
     if not batch.data:
         return torch.zeros((0, *batch.out, 3), dtype=torch.uint8, device=device)
     images = (decoder or nvjpeg)([torch.from_numpy(d) for d in batch.data], device)
-    out = []
+    regions = []
     for image, (h, w), (left, top, bw, bh) in zip(images, batch.sizes.tolist(), batch.boxes):
         fy, fx = image.shape[1] / h, image.shape[2] / w  # 1 unless the decoder scaled
-        x0, y0 = int(left * fx), int(top * fy)
-        x1, y1 = max(x0 + 1, round((left + bw) * fx)), max(y0 + 1, round((top + bh) * fy))
-        region = image[None, :3, y0:y1, x0:x1].float()
-        out.append(F.interpolate(region, size=batch.out, mode="bilinear", align_corners=False, antialias=True))
-    x = torch.cat(out).round_().clamp_(0, 255).to(torch.uint8)
-    if batch.flips is not None:
-        x = torch.where(batch.flips.to(device, non_blocking=True)[:, None, None, None], x.flip(3), x)
-    return x.permute(0, 2, 3, 1).contiguous()
+        x0, y0 = min(int(left * fx), image.shape[2] - 1), min(int(top * fy), image.shape[1] - 1)
+        x1, y1 = min(round((left + bw) * fx), image.shape[2]), min(round((top + bh) * fy), image.shape[1])
+        regions.append((y0, max(y0 + 1, y1), x0, max(x0 + 1, x1)))  # (within the image, a pixel at least)
+    return resized(images, np.array(regions, dtype=np.int64), batch.out, batch.flips, device)
 
 
 def check_device(device: torch.device, decode: str) -> None:
