@@ -1,5 +1,6 @@
 """bench/gpu.py's profile parts: where an iteration's time goes on the device (torch.profiler), for BigGAN-128,
-SAEHD 512 and ResNet-50 as their throughput parts run them. On CPU (the dry run) the device is the CPU."""
+SAEHD 512, ResNet-50 and StyleGAN2 256 as their throughput parts run them. On CPU (the dry run) the device is the
+CPU."""
 
 from __future__ import annotations
 
@@ -75,6 +76,27 @@ def biggan_profile(args: argparse.Namespace, compile: bool = False) -> dict:
     sync(rep.device)
     wall_ms, note = profiled(iterate, rep.device)
     setting = f"{describe_gan(cfg)}, bf16{', train.compile' * compile}, micro-batch {rep.plan.micro_batch}"
+    return _row(setting, f"{rep.plan.micro_batch} × {rep.plan.accumulation}", wall_ms, note)
+
+
+def stylegan2_profile(args: argparse.Namespace) -> dict:
+    """StyleGAN2 256's bf16 iteration (the stylegan2-bf16 part's) on steps without the lazy penalties."""
+    cfg = config(args, "stylegan2")
+    task, rep = gan_task(cfg, 0, precision="bf16", micro_batch=SIZES[args.sizes]["stylegan2_micro"])
+    t = cfg.train
+    # G steps off path length's; D's R1 falls on its first step (the engine's count), among the untimed.
+    step = (i for i in itertools.count(1) if i % t.pl_every)
+
+    def iterate() -> None:
+        i = next(step)
+        task.d_step(i * t.batch)
+        task.g_step(i)
+
+    for _ in range(STEPS):
+        iterate()
+    sync(rep.device)
+    wall_ms, note = profiled(iterate, rep.device)
+    setting = f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch}, batch {t.batch}, bf16, no lazy penalty"
     return _row(setting, f"{rep.plan.micro_batch} × {rep.plan.accumulation}", wall_ms, note)
 
 

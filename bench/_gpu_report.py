@@ -128,11 +128,14 @@ def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compil
         "fall in training.",
         "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
         "output), median of 5 after 2 untimed; above 1 the one op is faster.",
+        "- fir: bench/fir.py's layers (D's blur and stride-2 conv at the px of its input, G's transposed conv and "
+        "blur at the px of its output; in = out channels), median of 5 after 2 untimed, each way of filtering.",
         "- waits: the ops of an iteration that synchronize the host with the GPU (torch.cuda.set_sync_debug_mode "
         '"warn"; mean of 4 iterations after 2, each a D and a G step for the GANs), with the lines that called the '
         "most; the engine's one read of each optimizer step's results is expected (2 for a GAN, 1 for ResNet-50).",
-        "- The profile rows (BigGAN, SAEHD, ResNet-50): busy is the kernels' time over the wall time (below 100%, "
-        "the GPU waited on the CPU); the kinds and ops: the device time of the kernels each op launched itself.",
+        "- The profile rows (BigGAN, SAEHD, ResNet-50, StyleGAN2): busy is the kernels' time over the wall time "
+        "(below 100%, the GPU waited on the CPU); the kinds and ops: the device time of the kernels each op launched "
+        "itself.",
         f"- fp32 is PyTorch's default: {tf32}; cudnn.benchmark {torch.backends.cudnn.benchmark}; CUDA allocator "
         f"settings: {allocator}.",
         "- Peak memory: max_memory_allocated over the timed iterations on a GPU; on CPU counted by CPUPeak.",

@@ -8,6 +8,7 @@ and profiled) and
 compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode by every core, nvJPEG,
 nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
 network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
+StyleGAN2 bf16 profiled, its FIR filter three ways (bench/fir.py) and its step with the separable way;
 BigGAN-128's resampling layers as two ops and as one (bench/resample.py) and its attention (the formula
 against the fused kernels: bench/attention.py); tests/test_cuda.py (the tests that compile last); how often an
 iteration of BigGAN, StyleGAN2 and ResNet-50 waits for the GPU, and where (bench/_gpu_waits.py). One dated table
@@ -62,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
 from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
-from _gpu_profile import biggan_profile, describe_gan, resnet50_profile, saehd_profile  # noqa: E402
+from _gpu_profile import biggan_profile, describe_gan, resnet50_profile, saehd_profile, stylegan2_profile  # noqa: E402
 from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
 from _gpu_sizes import CLASSES, COMPILE_WARMUP, REPO, SIZES, config, of_peak, timed  # noqa: E402
 from _gpu_waits import waits  # noqa: E402
@@ -128,10 +129,17 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool | str, again:
     }
 
 
-def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False) -> dict:
+def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, fir: str = "") -> dict:
     """img/s and peak memory of StyleGAN2's training step (one D and one G step) at ADA's paper256 settings,
     style mixing on and the lazy penalties at their intervals among the timed steps, at a fixed micro-batch.
-    `compile`: train.compile (the lazy R1 and path length steps run eagerly: their double backward)."""
+    `compile`: train.compile (the lazy R1 and path length steps run eagerly: their double backward). `fir`: the
+    layers' FIR filter computed another way of bench/fir.py's (this part's process alone)."""
+    if fir:
+        from fir import WAYS
+
+        from bigbatch.models import stylegan2 as model
+
+        model.blur = WAYS[fir]
     cfg = config(args, "stylegan2").override({"train.compile": compile})
     micro, steps = SIZES[args.sizes]["stylegan2_micro"], SIZES[args.sizes]["steps"]
     turn = (lambda: wait_for_turn(Path(args.turns), args.part)) if args.turns else None
@@ -150,7 +158,8 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False) -
     return {
         "setting": f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch} (ADA's paper256), batch {t.batch}, "
         + precision
-        + (", train.compile" if compile else ""),
+        + (", train.compile" if compile else "")
+        + (f", FIR filter {fir} (bench/fir.py)" if fir else ""),
         "plan": r["plan"].replace("x", " × "),
         "img_per_s": r["img_per_s"],
         "s_per_iter": t.batch / r["img_per_s"],
@@ -211,10 +220,10 @@ def resnet50(args: argparse.Namespace, compile: bool | str = False) -> dict:
         task.step(feed)
         sync(rep.device)
         first = watch.compiled(time.perf_counter() - t)
-        if args.turns:
-            wait_for_turn(Path(args.turns), args.part)
+        alone = wait_for_turn(Path(args.turns), args.part) if args.turns else True
         seconds, peak = timed(lambda: task.step(feed), rep.device, models, steps, COMPILE_WARMUP)
         note = f"first iteration {first.seconds:.1f} s ({first.graphs} Inductor graphs); channels_last"
+        note += "" if alone else "; **timed while another part still compiled** (little time was left)"
     else:
         torch.backends.cudnn.benchmark = False  # first PyTorch's default, then cuDNN's autotuning (train's)
         heuristic_s, _ = timed(lambda: task.step(feed), rep.device, models, steps, 3)
@@ -262,6 +271,26 @@ def resample(args: argparse.Namespace) -> dict:
     return {
         "setting": f"a 3x3 conv and its 2x resampling, forward+backward, bf16, batch {batch}: two ops / one op",
         "note": "; ".join(ratios) + f" (BigGAN's blocks use one op from {FUSE_FROM} px on)",
+    }
+
+
+def fir_ways(args: argparse.Namespace) -> dict:
+    """StyleGAN2's FIR filter in its resampling layers, the model's way and two others (bench/fir.py), on the
+    device in bf16 at paper256's widths: which way its layers should take on this GPU."""
+    from fir import PAPER256, WAYS
+    from fir import cell as fir_cell
+
+    batch, largest = (32, 256) if args.sizes == "full" else (2, 16)
+    cells = []
+    for kind in ("D", "G"):
+        for side, channels in (layer for layer in PAPER256 if layer[0] <= largest):
+            ways = fir_cell(kind, batch, channels, side, "bf16", 5, torch.device(args.device))
+            cells.append(f"{kind} {side} px ×{channels}: " + " / ".join(f"{1e3 * s:.2f}" for s, _ in ways.values()))
+    return {
+        "setting": f"StyleGAN2's FIR filter in D's down and G's up layers, forward+backward, bf16, batch {batch}: "
+        + "ms "
+        + " / ".join(WAYS),
+        "note": "; ".join(cells),
     }
 
 
@@ -334,6 +363,9 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "stylegan2-fp32": (functools.partial(stylegan2, precision="fp32"), 120),
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
+    "stylegan2-bf16-separable": (functools.partial(stylegan2, precision="bf16", fir="separable"), 120),
+    "stylegan2-bf16-profile": (stylegan2_profile, 120),
+    "fir": (fir_ways, 90),
     "cuda-tests": (functools.partial(cuda_tests, marks="not compiles"), 90),
     "cuda-tests-compile": (functools.partial(cuda_tests, marks="compiles"), 240),
     "waits": (waits, 120),
@@ -349,7 +381,7 @@ RUN_ORDER += ["stylegan2-bf16-compile", "resnet50-compile", "resnet50-compile-cu
 RUN_ORDER += ["waits", "cuda-tests-compile"]
 RUN_ORDER += ["saehd512-profile", "biggan-bf16-profile", "resnet50-profile", "biggan-bf16-compile-profile"]
 RUN_ORDER += ["biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16", "biggan-fp32-compile", "stylegan2-fp32"]
-RUN_ORDER += ["resample", "attention"]
+RUN_ORDER += ["resample", "attention", "stylegan2-bf16-profile", "fir", "stylegan2-bf16-separable"]
 BUDGETED = {
     "biggan-plan-fp32",
     "biggan-plan-bf16",

@@ -1,0 +1,127 @@
+"""StyleGAN2's FIR resampling (bigbatch/models/stylegan2.py's `blur`: the 4x4 [1, 3, 3, 1] filter over every
+channel) as the model computes it and two other ways, in the layers that use it: D's downsampling convolution
+(blur, then a stride-2 3x3 conv) and G's upsampling one (a stride-2 transposed 3x3 conv, then blur), forward
+and backward, per layer shape, in one process. On an H200 StyleGAN2 256 trained at 48 img/s, 2% of the GPU's
+measured bf16 rate (bench/RESULTS.md, 2026-12-04): this says how much of it a way of filtering is.
+
+    python bench/fir.py                                  # on the CPU, fp32 and bf16, batch 4
+    python bench/fir.py --device cuda --batch 32 --precisions bf16
+
+The ways (the same linear map; each cell also gives its largest difference from the model's, over the
+largest output):
+- grouped: the model's, a depthwise 4x4 convolution (conv2d with groups = channels);
+- separable: the filter is an outer product: a 4-tap pass along each axis, each a weighted sum of 4 shifted
+  slices (elementwise ops: memory-bound, no convolution kernel);
+- one-channel: the channels as images, a 4x4 convolution of (N x C, 1, H, W).
+Each cell: median ms of --repeats forward+backward passes (input, weight and bias gradients) after two untimed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import name_list, positive_int  # noqa: E402
+from resample import seconds  # noqa: E402
+
+from bigbatch.models import stylegan2  # noqa: E402
+
+TAPS = (1.0, 3.0, 3.0, 1.0)
+
+
+def separable(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
+    """`blur` as a 4-tap pass along the width, then the height: each a weighted sum of shifted slices."""
+    x = F.pad(x, [pad] * 4)
+    a, b = (t * gain**0.5 / sum(TAPS) for t in TAPS[:2])
+    x = (x[..., :-3] + x[..., 3:]) * a + (x[..., 1:-2] + x[..., 2:-1]) * b
+    return (x[..., :-3, :] + x[..., 3:, :]) * a + (x[..., 1:-2, :] + x[..., 2:-1, :]) * b
+
+
+def one_channel(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
+    """`blur` with the channels as images: one 4x4 convolution of (N x C, 1, H, W)."""
+    n, c, h, w = x.shape
+    f = (stylegan2.fir(x) * gain).to(x.dtype)[None, None]
+    y = F.conv2d(F.pad(x.reshape(n * c, 1, h, w), [pad] * 4), f)
+    return y.reshape(n, c, *y.shape[2:])
+
+
+WAYS: dict[str, Callable[..., torch.Tensor]] = {"grouped": stylegan2.blur, "separable": separable}
+WAYS["one-channel"] = one_channel
+# (full resolution, channels) of ADA's paper256 (cbase 16384, cmax 512): D's input and G's output sizes.
+PAPER256 = ((256, 64), (128, 128), (64, 256), (32, 512), (16, 512), (8, 512))
+
+
+def layer(
+    kind: str, channels: int, side: int, device: torch.device
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
+    """D's down layer (`side`: its input) or G's up layer (`side`: its output), and its input's side."""
+    torch.manual_seed(0)
+    if kind == "D":
+        conv = stylegan2.EqualConv(channels, channels, 3, down=True).to(device, memory_format=torch.channels_last)
+        return conv, side
+    layer = stylegan2.SynthesisLayer(channels, channels, 32, side, up=True).to(
+        device, memory_format=torch.channels_last
+    )
+    w = torch.randn(1, 32, device=device)
+    return (lambda x: layer(x, w.expand(len(x), -1), None)), side // 2
+
+
+def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeats: int, device: torch.device) -> dict:
+    """ms per forward+backward of the layer with each way's blur, and each way's error against the model's."""
+    f, insize = layer(kind, channels, side, device)
+    x = torch.randn(batch, channels, insize, insize, device=device).to(memory_format=torch.channels_last)
+    x.requires_grad_()
+    out: dict[str, tuple[float, float]] = {}
+    reference = None
+    for name, way in WAYS.items():
+        stylegan2.blur = way  # (the module's name the layers call)
+        try:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                y = f(x).float()
+            reference = y.detach() if reference is None else reference
+            error = float((y.detach() - reference).abs().max() / reference.abs().max())
+
+            def step() -> None:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+                    y = f(x)
+                y.float().sum().backward()
+
+            out[name] = (seconds(step, repeats, device), error)
+        finally:
+            stylegan2.blur = WAYS["grouped"]
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", type=positive_int, default=4)
+    p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--largest", type=positive_int, default=256, help="the largest full resolution measured")
+    a = p.parse_args()
+    device = torch.device(a.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    print(f"# {device}, batch {a.batch}, channels-last; ms per forward+backward: " + ", ".join(WAYS))
+    print("# (in brackets: the largest difference from grouped's output over its largest)\n")
+    print("| precision | layer | px | channels | " + " | ".join(WAYS) + " |")
+    print("|---|---|---|---|" + "---|" * len(WAYS))
+    for precision in a.precisions:
+        for kind in ("D", "G"):
+            for side, channels in PAPER256:
+                if side > a.largest:
+                    continue
+                ways = cell(kind, a.batch, channels, side, precision, a.repeats, device)
+                cells = [f"{1e3 * s:.2f} ({e:.0e})" for s, e in ways.values()]
+                print(f"| {precision} | {kind} | {side} | {channels} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
