@@ -2,7 +2,8 @@
 between the models' graphs launch, and how long the draws StyleGAN2 makes on the host take.
 
     python bench/host_ops.py                 # SAEHD 512's optimizer, BigGAN-128's G_ema and spectral norm,
-                                             # ResNet-50's BatchNorm statistics, StyleGAN2's draws
+                                             # ResNet-50's BatchNorm statistics, StyleGAN2's draws, the GPU
+                                             # decode's crops
     python bench/host_ops.py --quick         # toy sizes (the test suite's run)
 
 Launches are counted as the aten ops dispatched (views excluded: they launch nothing), each at least one
@@ -151,6 +152,35 @@ def stylegan2_draws(res: int, batch: int, quick: bool) -> list[str]:
             f"{alone:.0f} ms (one thread)", f"{threaded:.0f} ms ({alone / threaded:.2f}x, the pool)"]  # fmt: skip
 
 
+def device_crops(n: int, out: int, quick: bool) -> list[str]:
+    """data.decode = "gpu"'s cuts, resizes and flips of a step's crops (random-resized, of 256 x 340 images): one
+    region at a time (F.interpolate each, as the Feed did before ef29df3) against bigbatch.data.device_resize."""
+    import numpy as np
+
+    from bigbatch.data.device_resize import resized
+
+    rng = np.random.default_rng(0)
+    h, w = (64, 85) if quick else (256, 340)
+    images = [torch.empty(3, h, w, dtype=torch.uint8, device="meta") for _ in range(n)]
+    regions = []
+    for area, aspect in zip(rng.uniform(0.08, 1, n) * h * w, np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3), n))):
+        rh, rw = min(h, round((area / aspect) ** 0.5)), min(w, round((area * aspect) ** 0.5))
+        y0, x0 = int(rng.integers(0, h - rh + 1)), int(rng.integers(0, w - rw + 1))
+        regions.append((y0, y0 + rh, x0, x0 + rw))
+    flips = torch.from_numpy(rng.random(n) < 0.5)
+
+    def one_at_a_time() -> None:
+        x = torch.cat([
+            F.interpolate(image[None, :, y0:y1, x0:x1].float(), size=(out, out), mode="bilinear", antialias=True)
+            for image, (y0, y1, x0, x1) in zip(images, regions)
+        ]).round_().clamp_(0, 255).to(torch.uint8)  # fmt: skip
+        torch.where(flips.to(x.device)[:, None, None, None], x.flip(3), x).permute(0, 2, 3, 1).contiguous()
+
+    as_batch = launches(lambda: resized(images, np.array(regions), (out, out), flips, torch.device("meta")))
+    return [f"data.decode gpu: {n} crops at {out} px of {h} x {w} images cut, resized and mirrored", "-",
+            f"{launches(one_at_a_time):,} (one region at a time)", f"{as_batch:,}"]  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="toy sizes (the test suite's run)")
@@ -161,6 +191,7 @@ def main() -> None:
         power_iterations(32, 8) if args.quick else power_iterations(128, 96),
         batchnorm_statistics("resnet50", 8 if args.quick else 64),
         stylegan2_draws(64 if args.quick else 256, 8 if args.quick else 64, args.quick),
+        device_crops(128, 32, True) if args.quick else device_crops(512, 224, False),
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores\n")
     print("| part of a step | weights | before (the CPU's way) | now, on a GPU |")

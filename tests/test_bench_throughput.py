@@ -136,6 +136,10 @@ def test_host_ops_counts_fewer_launches_for_a_gpus_optimizer_and_ema_step():
     row = next(r for r in out.stdout.splitlines() if r.startswith("| resnet50 ch 8: BatchNorm statistics"))
     _, bns, before, now = (c.strip() for c in row.strip("| ").split(" | "))
     assert before == "-" and 0 < int(now) < int(bns.split()[0]), row
+    # The GPU decode's 128 crops cut, resized and mirrored as a batch: a third of the ops of one region at a time.
+    row = next(r for r in out.stdout.splitlines() if r.startswith("| data.decode gpu: 128 crops"))
+    before, now = (int(c.split()[0].replace(",", "")) for c in row.strip("| ").split(" | ")[2:])
+    assert 0 < 3 * now < before, row
 
 
 def test_step_ops_counts_a_whole_gan_iteration_against_a_bare_loop():
