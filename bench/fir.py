@@ -76,9 +76,11 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
     """ms per forward+backward of the layer with each way's blur, and each way's error against the model's."""
     f, insize = layer(kind, channels, side, device)
     x = torch.randn(batch, channels, insize, insize, device=device).to(memory_format=torch.channels_last)
+    if precision == "bf16":  # (as the layers get them under autocast: D's filter reads its input as it comes)
+        x = x.to(torch.bfloat16)
     x.requires_grad_()
     out: dict[str, tuple[float, float]] = {}
-    reference = None
+    reference, before = None, stylegan2.blur
     for name, way in WAYS.items():
         stylegan2.blur = way  # (the module's name the layers call)
         try:
@@ -94,7 +96,7 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
 
             out[name] = (seconds(step, repeats, device), error)
         finally:
-            stylegan2.blur = WAYS["grouped"]
+            stylegan2.blur = before
     return out
 
 

@@ -159,7 +159,7 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, f
         "setting": f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch} (ADA's paper256), batch {t.batch}, "
         + precision
         + (", train.compile" if compile else "")
-        + (f", FIR filter {fir} (bench/fir.py)" if fir else ""),
+        + (f", the layers' FIR filter {fir} (bench/fir.py; the skip image's upsampling as it is)" if fir else ""),
         "plan": r["plan"].replace("x", " × "),
         "img_per_s": r["img_per_s"],
         "s_per_iter": t.batch / r["img_per_s"],

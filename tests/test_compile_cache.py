@@ -133,10 +133,13 @@ def test_a_compiled_pair_is_cached_by_its_forward_on_the_calling_thread(tmp_path
     import threading
 
     import torch
+    import torch._functorch.config
     from torch._functorch._aot_autograd import autograd_cache
 
     monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    config = torch._functorch.config  # (the process's setting back after the test)
+    monkeypatch.setattr(config, "force_non_lazy_backward_lowering", config.force_non_lazy_backward_lowering)
     compile_cache.use_cache()
     threads = []
     save = autograd_cache.AOTAutogradCache.save

@@ -218,6 +218,10 @@ def test_regions_of_any_sizes_are_resized_as_torch_resizes_each_in_kernels_that_
         assert (got.int() - want.int()).abs().max() <= 1
         assert (got != want).float().mean() < 0.01
     monkeypatch.undo()
+    assert device_resize.resized([], np.zeros((0, 4), np.int64), out, None, torch.device("cpu")).shape == (0, 24, 32, 3)
+    gray = torch.zeros(1, 30, 30, dtype=torch.uint8)  # (its channels 1 and 2 would be the next image's pixels)
+    with pytest.raises(bigbatch.BigbatchError, match="fewer than 3 channels"):
+        device_resize.resized([gray, images[1]], regions[:2], out, None, torch.device("cpu"))
     counts = []
     for n in (8, 64):
         images, regions, flips = batch(n)

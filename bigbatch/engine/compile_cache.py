@@ -59,7 +59,9 @@ def use_cache() -> Path:
     # A graph's backward compiled with its forward, so that its cache entry is pickled there, on the calling
     # thread: left to the first backward, a CUDA backward pickles it on autograd's device thread, where pickle
     # crashes the process now and then (SIGSEGV in AOTAutogradCache._pickle_entry, found on an H200 with torch
-    # 2.11; pytorch/pytorch#177442). It changes which thread compiles, not what.
+    # 2.11; pytorch/pytorch#177442). The same graphs compiled, at the forward: a backward that cannot compile
+    # fails there (under train.compile "auto": that graph runs eagerly), and a training graph whose backward
+    # never runs is compiled whole. A setting of the process's, for every torch.compile after this.
     functorch_config = torch._functorch.config
     if hasattr(functorch_config, "force_non_lazy_backward_lowering"):
         functorch_config.force_non_lazy_backward_lowering = True
