@@ -59,22 +59,26 @@ def _row(setting: str, plan: str, wall_ms: float, note: str) -> dict:
             "s_per_iter": wall_ms / 1e3, "note": note}  # fmt: skip
 
 
+def _gan_profile(task, rep, steps, warmup: int) -> tuple[float, str]:  # noqa: ANN001
+    """A GAN's iterations (one D and one G step each, at the G steps `steps` gives) profiled after `warmup`."""
+
+    def iterate() -> None:
+        i = next(steps)
+        task.d_step(i * task.cfg.train.batch)
+        task.g_step(i)
+
+    for _ in range(warmup):
+        iterate()
+    sync(rep.device)
+    return profiled(iterate, rep.device)
+
+
 def biggan_profile(args: argparse.Namespace, compile: bool = False) -> dict:
     """BigGAN-128's bf16 iteration (the biggan-bf16 part's). `compile`: the step as a GPU trains it by default
     (train.compile "auto"), after the compile parts (their cache); its first untimed iterations compile."""
     cfg = config(args, "gan").override({"train.compile": compile})
     task, rep = gan_task(cfg, CLASSES, precision="bf16", micro_batch=SIZES[args.sizes]["gan_micro"])
-    step = itertools.count()
-
-    def iterate() -> None:
-        i = next(step)
-        task.d_step(i * cfg.train.batch)
-        task.g_step(i)
-
-    for _ in range(COMPILE_WARMUP if compile else STEPS):
-        iterate()
-    sync(rep.device)
-    wall_ms, note = profiled(iterate, rep.device)
+    wall_ms, note = _gan_profile(task, rep, itertools.count(), COMPILE_WARMUP if compile else STEPS)
     setting = f"{describe_gan(cfg)}, bf16{', train.compile' * compile}, micro-batch {rep.plan.micro_batch}"
     return _row(setting, f"{rep.plan.micro_batch} × {rep.plan.accumulation}", wall_ms, note)
 
@@ -85,17 +89,7 @@ def stylegan2_profile(args: argparse.Namespace) -> dict:
     task, rep = gan_task(cfg, 0, precision="bf16", micro_batch=SIZES[args.sizes]["stylegan2_micro"])
     t = cfg.train
     # G steps off path length's; D's R1 falls on its first step (the engine's count), among the untimed.
-    step = (i for i in itertools.count(1) if i % t.pl_every)
-
-    def iterate() -> None:
-        i = next(step)
-        task.d_step(i * t.batch)
-        task.g_step(i)
-
-    for _ in range(STEPS):
-        iterate()
-    sync(rep.device)
-    wall_ms, note = profiled(iterate, rep.device)
+    wall_ms, note = _gan_profile(task, rep, (i for i in itertools.count(1) if i % t.pl_every), STEPS)
     setting = f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch}, batch {t.batch}, bf16, no lazy penalty"
     return _row(setting, f"{rep.plan.micro_batch} × {rep.plan.accumulation}", wall_ms, note)
 

@@ -153,21 +153,19 @@ def stylegan2_draws(res: int, batch: int, quick: bool) -> list[str]:
 
 
 def device_crops(n: int, out: int, quick: bool) -> list[str]:
-    """data.decode = "gpu"'s cuts, resizes and flips of a step's crops (random-resized, of 256 x 340 images): one
-    region at a time (F.interpolate each, as the Feed did before ef29df3) against bigbatch.data.device_resize."""
+    """data.decode = "gpu"'s cuts, resizes and flips of a step's crops (the loader's random-resized crops, of
+    256 x 340 images): one region at a time (F.interpolate each, as the Feed did before ef29df3) against
+    bigbatch.data.device_resize."""
     import numpy as np
 
+    from bigbatch.data.crops import rrc_box, rrc_draws
     from bigbatch.data.device_resize import resized
 
-    rng = np.random.default_rng(0)
     h, w = (64, 85) if quick else (256, 340)
     images = [torch.empty(3, h, w, dtype=torch.uint8, device="meta") for _ in range(n)]
-    regions = []
-    for area, aspect in zip(rng.uniform(0.08, 1, n) * h * w, np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3), n))):
-        rh, rw = min(h, round((area / aspect) ** 0.5)), min(w, round((area * aspect) ** 0.5))
-        y0, x0 = int(rng.integers(0, h - rh + 1)), int(rng.integers(0, w - rw + 1))
-        regions.append((y0, y0 + rh, x0, x0 + rw))
-    flips = torch.from_numpy(rng.random(n) < 0.5)
+    boxes = [rrc_box(w, h, draws, 0.08) for draws in rrc_draws(0, 0, n)]  # (left, top, width, height)
+    regions = [(top, top + bh, left, left + bw) for left, top, bw, bh in boxes]
+    flips = torch.arange(n) % 2 == 1
 
     def one_at_a_time() -> None:
         x = torch.cat([

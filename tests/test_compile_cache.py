@@ -143,11 +143,12 @@ def test_a_compiled_pair_is_cached_by_its_forward_on_the_calling_thread(tmp_path
     compile_cache.use_cache()
     threads = []
     save = autograd_cache.AOTAutogradCache.save
-    monkeypatch.setattr(
-        autograd_cache.AOTAutogradCache,
-        "save",
-        staticmethod(lambda *a, **k: (threads.append(threading.current_thread()), save(*a, **k))[1]),
-    )
+
+    def saved(*args, **kwargs):  # (where each cache entry is pickled)
+        threads.append(threading.current_thread())
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(autograd_cache.AOTAutogradCache, "save", staticmethod(saved))
     torch._dynamo.reset()
     model = torch.compile(torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1)))
     out = model(torch.randn(3, 5)).sum()

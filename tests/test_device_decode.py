@@ -179,10 +179,10 @@ def test_regions_of_any_sizes_are_resized_as_torch_resizes_each_in_kernels_that_
     # Each region resized as F.interpolate (bilinear, antialiased) resizes it alone, up or down, mirrored where
     # drawn, from images of any size, 3 channels or 4, CHW or HWC in memory (nvImageCodec's); within a level of
     # rounding. The device work is a fixed number of ops (each a kernel launch on a GPU) whatever the batch: it
-    # was three an image, launched from the decode thread beside the step's own.
+    # was two an image, launched from the decode thread beside the step's own.
     import numpy as np
     import torch.nn.functional as F
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from op_count import Ops
 
     from bigbatch.data import device_resize
 
@@ -198,11 +198,6 @@ def test_regions_of_any_sizes_are_resized_as_torch_resizes_each_in_kernels_that_
             y0, x0 = int(rng.integers(0, h - 1)), int(rng.integers(0, w - 1))
             regions.append((y0, int(rng.integers(y0 + 1, h + 1)), x0, int(rng.integers(x0 + 1, w + 1))))
         return images, np.array(regions), torch.from_numpy(rng.random(n) < 0.5)
-
-    class Ops(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.count = getattr(self, "count", 0) + (not func.is_view)  # (a view launches nothing)
-            return func(*args, **(kwargs or {}))
 
     out = (24, 32)
     images, regions, flips = batch(40)

@@ -9,7 +9,7 @@ rows by an (out_h, h) matrix, its columns by an (out_w, w) one, whose rows hold 
 bilinear resize (`F.interpolate(mode="bilinear", antialias=True)`, PIL's triangle filter stretched by the
 downscaling factor; the same weights, to float rounding), a flip being the column matrix's rows reversed. The
 images are taken in groups whose padded batch stays under GROUP elements, the largest regions together (about
-200 ops for 512 crops of 256 x 340 images: `python bench/host_ops.py`). The products follow torch's float32
+280 ops for 512 crops of 256 x 340 images: `python bench/host_ops.py`). The products follow torch's float32
 matmul precision: in fp32 (PyTorch's default) a pixel differs from torch's resize by a level of rounding at most
 and rarely; under TF32 (`torch.set_float32_matmul_precision("high")`) about 3% of them do.
 """

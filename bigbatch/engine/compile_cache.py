@@ -62,9 +62,7 @@ def use_cache() -> Path:
     # 2.11; pytorch/pytorch#177442). The same graphs compiled, at the forward: a backward that cannot compile
     # fails there (under train.compile "auto": that graph runs eagerly), and a training graph whose backward
     # never runs is compiled whole. A setting of the process's, for every torch.compile after this.
-    functorch_config = torch._functorch.config
-    if hasattr(functorch_config, "force_non_lazy_backward_lowering"):
-        functorch_config.force_non_lazy_backward_lowering = True
+    torch._functorch.config.force_non_lazy_backward_lowering = True
     return Path(folder)
 
 
