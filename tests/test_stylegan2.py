@@ -6,16 +6,31 @@ import json
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import bigbatch
 from bigbatch import models
 from bigbatch.batching import replicator_for
 from bigbatch.cli import main
 from bigbatch.data import load_data
-from bigbatch.models.stylegan2 import SynthesisLayer, upsample
+from bigbatch.models.stylegan2 import SynthesisLayer, blur, fir, upsample
 from bigbatch.sampling import to_uint8
 from bigbatch.tasks import build_task
 from bigbatch.tasks.gan.load import load_generator
+
+
+class Convolutions(TorchDispatchMode):
+    """Counts the convolutions dispatched while entered, forward and backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += "convolution" in func._overloadpacket.__name__
+        return func(*args, **(kwargs or {}))
+
 
 SMALL_OPTIONS = {"ch_max": 16, "w_dim": 16, "map_layers": 2}
 SMALL = {"ch": 2, "dim_z": 16, **SMALL_OPTIONS}
@@ -120,6 +135,29 @@ def test_upsampling_keeps_a_constant_image_constant():
     up = upsample(torch.ones(1, 2, 8, 8))
     assert up.shape == (1, 2, 16, 16)
     torch.testing.assert_close(up[..., 1:-1, 1:-1], torch.ones(1, 2, 14, 14))
+
+
+def gradients_of_two_orders(fn, x: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
+    """fn's gradient at x and the gradient of its square's sum (as R1 takes them), and the convolutions both ran."""
+    with Convolutions() as counted:
+        (g,) = torch.autograd.grad(fn(x).square().sum(), x, create_graph=True)
+        (gg,) = torch.autograd.grad(g.square().sum(), x)
+    return (g, gg), counted.n
+
+
+@pytest.mark.parametrize("pad, gain", [(1, 4.0), (2, 1.0)])  # G's upsampling layer's, D's downsampling conv's
+def test_the_blurs_gradients_of_every_order_are_the_grouped_convolutions_at_one_convolution_each(pad, gain):
+    """R1 and path length differentiate through the FIR filter twice: its gradients are the filter's own (float64),
+    and the double backward runs a convolution or two, not one for each of its 32 channels."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 11, 11, dtype=torch.float64, requires_grad=True)
+    f = (fir(x) * gain).double().expand(32, 1, 4, 4)
+    mine, n_mine = gradients_of_two_orders(lambda x: blur(x, pad, gain), x)
+    own, n_own = gradients_of_two_orders(lambda x: F.conv2d(F.pad(x, [pad] * 4), f, groups=32), x)
+    torch.testing.assert_close(mine, own, rtol=1e-12, atol=1e-12)
+    assert n_mine <= 4 and n_own > 32  # (autograd's own: a convolution a channel)
+    with pytest.raises(ValueError, match="blur pads 0 to 3"):
+        blur(x, 4)
 
 
 def test_minibatch_stddev_groups_consecutive_images_and_refuses_other_micro_batches():

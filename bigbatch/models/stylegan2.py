@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,11 +56,45 @@ def fir(like: torch.Tensor | None = None) -> torch.Tensor:
     return torch.outer(f, f) / f.sum() ** 2
 
 
+def _filtered(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
+    """The (C, 1, 4, 4) filter `f` over each channel of x, `pad` zeros on each side (conv2d's padding: the same
+    sums as padding first, without a padded copy of x)."""
+    return F.conv2d(x, f.to(x.dtype), padding=pad, groups=x.shape[1])
+
+
+class _Blur(torch.autograd.Function):
+    """`blur` with a backward of its own. The filter is symmetric, so the gradient of a blur over `pad` zeros is
+    the blur of the gradient over 3 - pad zeros: a blur again, and every order of gradient one grouped convolution
+    with the same filter. Autograd's own double backward of a grouped convolution (R1's and path length's) ran a
+    convolution for each channel: a D step with R1 at 256 px dispatched 8,232 convolutions where a plain one
+    dispatches 192 (`python bench/roofline.py`)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
+        ctx.pad = pad
+        ctx.save_for_backward(f)
+        return _filtered(x, pad, f)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (f,) = ctx.saved_tensors
+        with torch.autocast(grad.device.type, enabled=False):  # in the gradient's dtype, as autograd's own
+            return _blurred(grad, 3 - ctx.pad, f), None, None
+
+
+def _blurred(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
+    exporting = torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
+    if torch.is_grad_enabled() and x.requires_grad and not exporting:
+        return _Blur.apply(x, pad, f)
+    return _filtered(x, pad, f)
+
+
 def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
-    """The FIR filter over every channel, `pad` zeros on each side (the output is 2 * pad - 3 larger)."""
-    c = x.shape[1]
-    f = (fir(x) * gain).to(x.dtype).expand(c, 1, 4, 4)
-    return F.conv2d(F.pad(x, [pad] * 4), f, groups=c)
+    """The FIR filter over every channel, `pad` (at most 3) zeros on each side (the output is 2 * pad - 3 larger).
+    Differentiated by `_Blur` where a gradient is wanted; traced or exported as the one convolution it is."""
+    if not 0 <= pad <= 3:
+        raise ValueError(f"blur pads 0 to 3 pixels, not {pad}")
+    return _blurred(x, pad, (fir(x) * gain).to(x.dtype).expand(x.shape[1], 1, 4, 4))
 
 
 def upsample(x: torch.Tensor) -> torch.Tensor:
