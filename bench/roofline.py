@@ -341,20 +341,23 @@ def bound(phases: list[tuple[str, float, list[Op]]], tflops: float, bandwidth: f
     return b
 
 
-def work_bound(name: str, quick: bool, tflops: float, bandwidth: float) -> tuple[Bound, Config]:
+Phases = list[tuple[str, float, list[Op]]]
+
+
+def work_phases(name: str, quick: bool) -> Phases:
+    """The work's phases at the GPU's micro-batch: (name, share of an iteration, ops)."""
     w = WORKS[name]
     cfg = w.config(quick)
     ma, mb = w.micros
     at = [w.count(cfg, m) for m in (ma, mb)]
-    phases = [(n, weight, extended(a, b, ma, mb, cfg.train.micro_batch)) for (n, weight, a), (_, _, b) in zip(*at)]
-    return bound(phases, tflops, bandwidth), cfg
+    return [(n, share, extended(a, b, ma, mb, cfg.train.micro_batch)) for (n, share, a), (_, _, b) in zip(*at)]
 
 
 def ms(seconds: float) -> str:
     return f"{1e3 * seconds:.1f}" if seconds >= 0.01 else f"{1e3 * seconds:.3g}"
 
 
-def table(rows: list[tuple[str, Bound, Config]], measured: dict[str, float], args: argparse.Namespace) -> str:
+def table(works: dict[str, Phases], measured: dict[str, float], args: argparse.Namespace) -> str:
     sizes = "the toy sizes of --quick (the rows name the GPU's)" if args.quick else "the GPU's batch"
     lines = [
         f"Roofline at {args.tflops:g} TFLOP/s and {args.bandwidth:g} TB/s; ms an iteration at {sizes}.",
@@ -363,8 +366,8 @@ def table(rows: list[tuple[str, Bound, Config]], measured: dict[str, float], arg
         "| target | measured | measured / roofline | the roofline's largest kinds |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, b, _ in rows:
-        w = WORKS[name]
+    for name, phases in works.items():
+        w, b = WORKS[name], bound(phases, args.tflops, args.bandwidth)
         kinds = ", ".join(f"{k} {ms(s)}" for k, s in sorted(b.by_kind.items(), key=lambda kv: -kv[1])[:3])
         m = measured.get(name)
         lines.append(
@@ -373,6 +376,15 @@ def table(rows: list[tuple[str, Bound, Config]], measured: dict[str, float], arg
             f"{'-' if w.target_s is None else ms(w.target_s)} | {'-' if m is None else ms(m)} | "
             f"{'-' if m is None else f'{m / b.seconds:.3g}'} | {kinds} |"
         )
+    lines += ["", "Each phase, once (a share: how many of an iteration's it is):", ""]
+    lines += ["| work | phase | share | launches | convolutions | roofline |", "|---|---|---|---|---|---|"]
+    for name, phases in works.items():
+        for phase in phases:
+            b, ops = bound([(phase[0], 1.0, phase[2])], args.tflops, args.bandwidth), phase[2]
+            convs = sum(o.count for o in ops if "conv" in o.name)
+            lines.append(
+                f"| {name} | {phase[0]} | {phase[1]:.4g} | {b.launches:,.0f} | {convs:,.0f} | {ms(b.seconds)} |"
+            )
     return "\n".join(lines)
 
 
@@ -397,12 +409,11 @@ def main() -> None:
     p.add_argument("--measured", type=measured_pairs, default={}, help="WORK=SECONDS,...: measured s/iteration")
     args = p.parse_args()
     torch.manual_seed(0)
-    rows = []
+    works = {}
     for name in args.works:
-        b, cfg = work_bound(name, args.quick, args.tflops, args.bandwidth)
-        rows.append((name, b, cfg))
+        works[name] = work_phases(name, args.quick)
         print(f"counted {name}", file=sys.stderr, flush=True)
-    print(table(rows, args.measured, args))
+    print(table(works, args.measured, args))
 
 
 @contextmanager
