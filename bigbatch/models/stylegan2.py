@@ -66,8 +66,8 @@ class _Blur(torch.autograd.Function):
     """`blur` with a backward of its own. The filter is symmetric, so the gradient of a blur over `pad` zeros is
     the blur of the gradient over 3 - pad zeros: a blur again, and every order of gradient one grouped convolution
     with the same filter. Autograd's own double backward of a grouped convolution (R1's and path length's) ran a
-    convolution for each channel: a D step with R1 at 256 px dispatched 8,232 convolutions where a plain one
-    dispatches 192 (`python bench/roofline.py`)."""
+    convolution for each channel: a D step with R1 at 256 px dispatched 8,424 convolutions where a plain one
+    dispatches 320, now 488 (`python bench/roofline.py`, its phases)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
