@@ -3,7 +3,7 @@ budget): BigGAN-128 img/s and peak memory in fp32 and bf16, eager and under trai
 in a new process from the compile cache the first compile left, as a resumed run does; bf16 as CUDA graphs,
 train.compile = "reduce-overhead", as ResNet-50 is too; profiled eager and compiled, where the device's time
 goes: torch.profiler), its memory plan at batch 2048 in 6 GiB; SAEHD 512 df-ud at batch 8 in 6 GiB, in NCHW and
-channels-last, and profiled; ResNet-50 at 224 px in bf16, eager (with and without cuDNN's autotuning, and
+channels-last, autotuned, and profiled; ResNet-50 at 224 px in bf16, eager (with and without cuDNN's autotuning, and
 profiled) and compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode by every core, nvJPEG,
 nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
 network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
@@ -73,7 +73,7 @@ from throughput import count_flops, measure, measure_swap  # noqa: E402
 
 from bigbatch.batching import plan_micro_batch  # noqa: E402
 from bigbatch.engine import compile_cache  # noqa: E402
-from bigbatch.engine.determinism import run_kernels  # noqa: E402
+from bigbatch.engine.determinism import cudnn_autotuning, run_kernels  # noqa: E402
 from bigbatch.engine.memory import format_bytes  # noqa: E402
 
 
@@ -185,16 +185,18 @@ def biggan_plan(args: argparse.Namespace, precision: str) -> dict:
     }
 
 
-def saehd(args: argparse.Namespace, channels_last: bool = False) -> dict:
+def saehd(args: argparse.Namespace, channels_last: bool = False, autotune: bool = False) -> dict:
     """SAEHD 512 df-ud's training iteration (throughput.measure_swap): its plan in the budget, s/iteration, peak.
     `channels_last`: its convolutions in NHWC (train.channels_last; "auto" leaves SAEHD in NCHW, 2x faster so on a
-    CPU), the layout a GPU's tensor cores take."""
+    CPU), the layout a GPU's tensor cores take. `autotune`: cuDNN's autotuning (cudnn.benchmark), which training
+    leaves off under a memory budget (its trials' workspaces), as SAEHD's 6 GiB is."""
     cfg = config(args, "swap").override({"train.channels_last": channels_last})
     t, o = cfg.train, cfg.model.options
-    with synthetic_faces(cfg) as faces:
+    with synthetic_faces(cfg) as faces, cudnn_autotuning(autotune):
         r = measure_swap(faces, t.precision, t.checkpointing, t.micro_batch, SIZES[args.sizes]["steps"], 2)
     dims = "/".join(str(o[k]) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims"))
     mode = t.precision + (", checkpointing" if t.checkpointing else "") + (", channels-last" if channels_last else "")
+    mode += ", cuDNN autotuned" if autotune else ""
     return {
         "setting": f"{cfg.name}: {o['archi']} {cfg.data.resolution} px, dims {dims}, batch {t.batch}, {mode}, "
         f"micro_batch {t.micro_batch} in {t.memory_budget}",
@@ -350,6 +352,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "biggan-plan-bf16": (functools.partial(biggan_plan, precision="bf16"), 90),
     "saehd512": (saehd, 150),
     "saehd512-channels-last": (functools.partial(saehd, channels_last=True), 150),
+    "saehd512-autotuned": (functools.partial(saehd, autotune=True), 150),
     "resnet50": (resnet50, 90),
     "resnet50-compile": (functools.partial(resnet50, compile=True), 240),
     "resnet50-compile-cudagraphs": (functools.partial(resnet50, compile="reduce-overhead"), 240),
@@ -378,7 +381,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
 # once, run_in_turns) and what loads from the compile cache; the CUDA tests that compile; the profiles (where the
 # time goes: SAEHD's, whose target is furthest, first); then the extras, measured before, where --budget cuts.
 RUN_ORDER = ["biggan-bf16", "resnet50", "jpeg-decode", "jpeg-decode-nvimgcodec", "resnet50-fed", "saehd512"]
-RUN_ORDER += ["saehd512-channels-last"]
+RUN_ORDER += ["saehd512-channels-last", "saehd512-autotuned"]
 RUN_ORDER += ["stylegan2-bf16", "cuda-tests", "biggan-bf16-compile", "biggan-bf16-compile-cudagraphs"]
 RUN_ORDER += ["stylegan2-bf16-compile", "resnet50-compile", "resnet50-compile-cudagraphs", "biggan-bf16-compile-again"]
 RUN_ORDER += ["waits", "cuda-tests-compile"]
@@ -390,6 +393,7 @@ BUDGETED = {
     "biggan-plan-bf16",
     "saehd512",
     "saehd512-channels-last",
+    "saehd512-autotuned",
     "saehd512-profile",
 }  # parts whose config has train.memory_budget
 # Compiled at once, timed one at a time (biggan-fp32-compile, an extra, alone at the end).

@@ -14,8 +14,8 @@
 # (bench/gpu.py --parts; the compile parts together, where the first of them is): by default what the
 # 2026-12-04 call left to learn: nvJPEG's crops resized as a batch (ef29df3) and ResNet-50 fed by them;
 # StyleGAN2's rate (48 img/s of 250) since its filter's double backward is one convolution, not one a channel;
-# SAEHD's (0.173 s of 0.15) in NCHW and channels-last; where StyleGAN2's, SAEHD's and ResNet-50's (4,325 img/s of
-# 6,000) iterations spend their time, StyleGAN2's FIR filter three ways; then the compile group
+# SAEHD's (0.173 s of 0.15) in NCHW, channels-last and autotuned; where StyleGAN2's, SAEHD's and ResNet-50's
+# (4,325 img/s of 6,000) iterations spend their time; then the compile group
 # (ResNet-50 in torch.compile's default mode), BigGAN's start from the compile cache it leaves (the warm first
 # step) and its compiled profile (GPU busy), the CUDA tests that compile. STEPS: which of the check's steps
 # (default: all). DRY=1: both at toy sizes on this CPU (a test of this script).
@@ -25,7 +25,7 @@ OUT=${2:-${OUT:-bench}}
 PYTHON=${PYTHON:-python3}
 SHARE=${SHARE:-100}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-PARTS=${PARTS:-jpeg-decode,resnet50-fed,stylegan2-bf16,stylegan2-bf16-profile,saehd512,saehd512-channels-last,saehd512-profile,fir,resnet50-profile,biggan-bf16-compile-cudagraphs,resnet50-compile,biggan-bf16-compile,biggan-bf16-compile-again,biggan-bf16-compile-profile,waits,cuda-tests-compile}
+PARTS=${PARTS:-jpeg-decode,resnet50-fed,stylegan2-bf16,stylegan2-bf16-profile,saehd512,saehd512-channels-last,saehd512-autotuned,saehd512-profile,resnet50-profile,biggan-bf16-compile-cudagraphs,resnet50-compile,biggan-bf16-compile,biggan-bf16-compile-again,biggan-bf16-compile-profile,waits,cuda-tests-compile}
 STEPS=${STEPS:-}
 FLAGS=()
 if [ "${DRY:-0}" = 1 ]; then FLAGS=(--device cpu --dry-run); fi

@@ -118,6 +118,26 @@ def test_dssim_and_blur_gradients_on_the_gpu_are_the_cpus():
         torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-6 * float(grads[0].abs().max()))
 
 
+def test_stylegan2s_filter_differentiated_twice_on_the_gpu_is_the_cpus_at_one_convolution_an_order():
+    # R1 and path length take the FIR filter's gradient of a gradient; in bf16 under autocast and channels-last, as a
+    # GPU trains, the device's first- and second-order gradients are the CPU's within bf16 rounding.
+    from test_stylegan2 import gradients_of_two_orders
+
+    from bigbatch.models.stylegan2 import blur
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 34, 34).to(memory_format=torch.channels_last)
+    grads = []
+    for device in ("cpu", "cuda"):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            xd = x.to(device).requires_grad_()
+            (g, gg), n = gradients_of_two_orders(lambda t: blur(t.to(torch.bfloat16), 2), xd)
+        assert n <= 4
+        grads.append((g.float().cpu(), gg.float().cpu()))
+    for on_gpu, on_cpu in zip(grads[1], grads[0]):
+        torch.testing.assert_close(on_gpu, on_cpu, rtol=2e-2, atol=2e-2 * float(on_cpu.abs().max()))
+
+
 def test_batchnorm_running_statistics_replay_on_the_gpu():
     from test_batchnorm import check_batchnorm_replay
 
