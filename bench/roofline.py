@@ -15,12 +15,16 @@ How it counts:
   write-only op such as copy_ or fill_ is not read), in the dtypes the CPU's autocast gives them.
 - The work is counted on full-size models at two small micro-batches and, op by op, extended in a straight line to
   the GPU's micro-batch (an op's size is its weights' plus its images' share), so nothing is computed at the GPU's
-  sizes: the ops with FLOPs return a constant of their outputs' shapes instead of computing (the values never change
-  which ops a step runs, only a read of a value on the host could, and the step reads its losses' means alone).
-- The host's own work is not counted: the data a step reads, and the draws made on the host (StyleGAN2's noise and
-  style mixing, the classifier's and SAEHD's augmentation draws), which a GPU run makes there too.
+  sizes: the ops with FLOPs return a constant of their outputs' shapes instead of computing (values change which ops
+  a step runs only where the host reads them: the losses, the gradients' norm and finiteness, ADA's sign of D's
+  outputs; the constant keeps them finite, so every optimizer step is taken).
+- The host's own work is not counted: the data a step reads, and the draws made on the host (StyleGAN2's noise,
+  style mixing and path length's images, the classifier's and SAEHD's augmentation draws), which a GPU run makes
+  there too.
 - A GAN iteration is one D and one G step, its lazy penalties weighted as they fall (R1 on 1 in r1_every D steps,
-  path length on 1 in pl_every G steps); the classifier's and SAEHD's, one step.
+  path length on 1 in pl_every G steps); the classifier's and SAEHD's, one step. StyleGAN2 is counted as its GPU
+  row (bench/gpu.py's stylegan2-bf16) measures it, at ADA's starting p of 0, where no image is augmented and ADA
+  launches nothing; at a p that moves images, ADA's transforms add their ops (and its noise draws on the host).
 - Rates: --tflops (bf16 dense; default the 786.7-801.9 TFLOP/s the H200 measured for bench/gpu.py on 2026-12-04,
   bench/RESULTS.md) and --bandwidth (default 4.8 TB/s, the H200's HBM3e as NVIDIA states it; a copy reaches less).
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
@@ -62,6 +67,7 @@ from bigbatch.config import Config  # noqa: E402
 from bigbatch.engine import precision, wrap  # noqa: E402
 from bigbatch.models import biggan  # noqa: E402
 from bigbatch.models.stylegan2 import StyleGAN2Generator  # noqa: E402
+from bigbatch.tasks.gan import task as gan_task_module  # noqa: E402
 from bigbatch.tasks.swap import optim as swap_optim  # noqa: E402
 
 aten = torch.ops.aten
@@ -103,6 +109,10 @@ def stand_in(func, args: tuple, kwargs: dict) -> object:  # noqa: ANN001
     value no later op divides by zero or takes the root of zero at (path length's norm of gradients)."""
     margs, mkwargs = tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, (args, kwargs))
     meta = func(*margs, **mkwargs)
+    if "out" in kwargs:  # (written into the tensors given, as the op would: spectral norm's vectors)
+        for into in tensors(kwargs["out"]):
+            into.fill_(0.5)
+        return kwargs["out"]
     return tree_map(
         lambda m: (
             torch.empty_strided(m.shape, m.stride(), dtype=m.dtype).fill_(0.5) if isinstance(m, torch.Tensor) else m
@@ -191,6 +201,7 @@ def count_gan(cfg: Config, micro: int, classes: int) -> list[tuple[str, float, l
         stack.enter_context(host_side(work, task, ["d_batch", "g_batch"]))
         if isinstance(task.G, StyleGAN2Generator):
             stack.enter_context(host_side(work, task.G, ["_draws"]))
+        stack.enter_context(host_side(work, gan_task_module, ["host_rows", "per_row"]))  # (path length's noise)
         with work:  # (the ops with FLOPs not computed, here too)
             task.d_step(0)
             task.g_step(0)
@@ -388,12 +399,29 @@ def table(works: dict[str, Phases], measured: dict[str, float], args: argparse.N
     return "\n".join(lines)
 
 
+def positive(text: str) -> float:
+    """An argparse type: a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number")
+    return value
+
+
 def measured_pairs(text: str) -> dict[str, float]:
-    pairs = dict(p.split("=", 1) for p in text.split(",")) if text else {}
-    unknown = set(pairs) - set(WORKS)
+    """An argparse type: WORK=SECONDS pairs, comma-separated, each work once."""
+    pairs = [p.split("=", 1) for p in text.split(",")]
+    if any(len(p) != 2 for p in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: give WORK=SECONDS pairs, comma-separated")
+    names = [k for k, _ in pairs]
+    unknown = sorted(set(names) - set(WORKS))
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown work {', '.join(sorted(unknown))}; valid: {', '.join(WORKS)}")
-    return {k: float(v) for k, v in pairs.items()}
+        raise argparse.ArgumentTypeError(f"unknown work {', '.join(unknown)}; valid: {', '.join(WORKS)}")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: each work once")
+    return {k: positive(v) for k, v in pairs}
 
 
 def main() -> None:
@@ -404,10 +432,12 @@ def main() -> None:
         "--works", type=name_list(tuple(WORKS)), default=list(WORKS), help=f"comma-separated, of {', '.join(WORKS)}"
     )
     p.add_argument("--quick", action="store_true", help="toy sizes (the test suite's run)")
-    p.add_argument("--tflops", type=float, default=790.0, help="the GPU's bf16 matmul rate, TFLOP/s")
-    p.add_argument("--bandwidth", type=float, default=4.8, help="the GPU's memory bandwidth, TB/s")
+    p.add_argument("--tflops", type=positive, default=790.0, help="the GPU's bf16 matmul rate, TFLOP/s")
+    p.add_argument("--bandwidth", type=positive, default=4.8, help="the GPU's memory bandwidth, TB/s")
     p.add_argument("--measured", type=measured_pairs, default={}, help="WORK=SECONDS,...: measured s/iteration")
     args = p.parse_args()
+    if set(args.measured) - set(args.works):
+        p.error(f"--measured names {', '.join(sorted(set(args.measured) - set(args.works)))}, not in --works")
     torch.manual_seed(0)
     works = {}
     for name in args.works:

@@ -7,12 +7,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class Ops(TorchDispatchMode):
-    """Counts the aten ops dispatched while it is entered (`count`), views excluded."""
+    """Counts the aten ops dispatched while it is entered (`count`), views excluded; `named`: those whose name holds
+    it alone ("convolution": forward and backward)."""
 
-    def __init__(self) -> None:
+    def __init__(self, named: str = "") -> None:
         super().__init__()
-        self.count = 0
+        self.count, self.named = 0, named
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += not func.is_view
+        self.count += not func.is_view and self.named in func._overloadpacket.__name__
         return func(*args, **(kwargs or {}))

@@ -77,3 +77,31 @@ def test_a_quick_run_prints_each_works_roofline():
         assert launches > 100 and gb > 0 and roof > 0 and tflop >= 0
     assert resnet[8] == "1500.0" and float(resnet[9]) == pytest.approx(1500 / float(resnet[6]), rel=0.01)
     assert stylegan[8] == "-" and re.search(r"convolutions \d", stylegan[10])
+
+
+def test_an_op_written_into_a_tensor_given_writes_the_stand_in_there():
+    into = torch.full((1, 4), float("nan"))
+    with roofline.Work():
+        torch.mm(torch.ones(1, 3), torch.ones(3, 4), out=into)
+    assert torch.equal(into, torch.full((1, 4), 0.5))  # (spectral norm's vectors: finite, as the step needs)
+
+
+def test_the_hosts_draws_are_not_counted_whatever_the_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (per_row draws on the calling thread then, where the count sees them)
+    try:
+        with roofline.as_on_a_gpu():
+            phases = roofline.count_gan(roofline.stylegan2(True), 2, classes=0)
+    finally:
+        torch.set_num_threads(threads)
+    drawn = [o.name for _, _, ops in phases for o in ops if o.name in ("normal_", "randn", "randint", "uniform_")]
+    assert dict(phases := {n: len(ops) for n, _, ops in phases}) and "G with path length" in phases and not drawn
+
+
+@pytest.mark.parametrize(
+    "args, says", [(["--tflops", "0"], "give a positive number"), (["--measured", "x=1"], "unknown work x")]
+)
+def test_bad_arguments_get_one_line_and_status_2(args, says):
+    bench = Path(roofline.__file__)
+    done = subprocess.run([sys.executable, str(bench), "--quick", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr

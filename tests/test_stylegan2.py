@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import bigbatch
 from bigbatch import models
@@ -18,19 +17,6 @@ from bigbatch.models.stylegan2 import SynthesisLayer, blur, fir, upsample
 from bigbatch.sampling import to_uint8
 from bigbatch.tasks import build_task
 from bigbatch.tasks.gan.load import load_generator
-
-
-class Convolutions(TorchDispatchMode):
-    """Counts the convolutions dispatched while entered, forward and backward."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += "convolution" in func._overloadpacket.__name__
-        return func(*args, **(kwargs or {}))
-
 
 SMALL_OPTIONS = {"ch_max": 16, "w_dim": 16, "map_layers": 2}
 SMALL = {"ch": 2, "dim_z": 16, **SMALL_OPTIONS}
@@ -139,10 +125,12 @@ def test_upsampling_keeps_a_constant_image_constant():
 
 def gradients_of_two_orders(fn, x: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
     """fn's gradient at x and the gradient of its square's sum (as R1 takes them), and the convolutions both ran."""
-    with Convolutions() as counted:
+    from op_count import Ops
+
+    with Ops("convolution") as counted:
         (g,) = torch.autograd.grad(fn(x).square().sum(), x, create_graph=True)
         (gg,) = torch.autograd.grad(g.square().sum(), x)
-    return (g, gg), counted.n
+    return (g, gg), counted.count
 
 
 @pytest.mark.parametrize("pad, gain", [(1, 4.0), (2, 1.0)])  # G's upsampling layer's, D's downsampling conv's
@@ -156,6 +144,12 @@ def test_the_blurs_gradients_of_every_order_are_the_grouped_convolutions_at_one_
     own, n_own = gradients_of_two_orders(lambda x: F.conv2d(F.pad(x, [pad] * 4), f, groups=32), x)
     torch.testing.assert_close(mine, own, rtol=1e-12, atol=1e-12)
     assert n_mine <= 4 and n_own > 32  # (autograd's own: a convolution a channel)
+    # As a GPU trains: bf16 under autocast, channels-last (the CPU's kernels give the same bits either way).
+    x = x.detach().float().to(memory_format=torch.channels_last).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mine, _ = gradients_of_two_orders(lambda x: blur(x.bfloat16(), pad, gain), x)
+        own, _ = gradients_of_two_orders(lambda x: F.conv2d(F.pad(x.bfloat16(), [pad] * 4), f.bfloat16(), groups=32), x)
+    torch.testing.assert_close(mine, own, rtol=1e-2, atol=1e-2)
     with pytest.raises(ValueError, match="blur pads 0 to 3"):
         blur(x, 4)
 
