@@ -144,7 +144,7 @@ def test_the_blurs_gradients_of_every_order_are_the_grouped_convolutions_at_one_
     own, n_own = gradients_of_two_orders(lambda x: F.conv2d(F.pad(x, [pad] * 4), f, groups=32), x)
     torch.testing.assert_close(mine, own, rtol=1e-12, atol=1e-12)
     assert n_mine <= 4 and n_own > 32  # (autograd's own: a convolution a channel)
-    # As a GPU trains: bf16 under autocast, channels-last (the CPU's kernels give the same bits either way).
+    # As a GPU trains: bf16 under autocast, channels-last: within bf16's rounding (on this CPU, the same bits).
     x = x.detach().float().to(memory_format=torch.channels_last).requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         mine, _ = gradients_of_two_orders(lambda x: blur(x.bfloat16(), pad, gain), x)

@@ -82,9 +82,12 @@ class _Blur(torch.autograd.Function):
             return _blurred(grad, 3 - ctx.pad, f), None, None
 
 
+def _exporting() -> bool:
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
+
+
 def _blurred(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
-    exporting = torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
-    if torch.is_grad_enabled() and x.requires_grad and not exporting:
+    if torch.is_grad_enabled() and x.requires_grad and not _exporting():
         return _Blur.apply(x, pad, f)
     return _filtered(x, pad, f)
 
@@ -340,7 +343,7 @@ class StyleGAN2Generator(nn.Module):
         """Images (N, C, H, W) in about [-1, 1]; with `return_ws`, (images, the w of every layer (N, num_ws,
         w_dim)), for path length regularization's gradient with respect to them."""
         mode = self.noise_mode
-        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+        if _exporting():
             mode = "const" if mode == "random" else mode  # an exported G holds no seeding code
         mix = self.training and self.mixing > 0 and self.num_ws > 1
         if mode == "random" or mix:
