@@ -13,6 +13,7 @@ from contextlib import closing
 from _classify import classify_task
 from _gan import gan_task, sync
 from _gpu_sizes import CLASSES, COMPILE_WARMUP, SIZES, config
+from _kinds import kind_of
 from _swap import swap_feed, swap_task, synthetic_faces
 
 from bigbatch.batching import plan_micro_batch
@@ -25,7 +26,6 @@ def profiled(iterate: Callable[[], None], device, steps: int = STEPS) -> tuple[f
     """`iterate` (one iteration) run `steps` times under torch.profiler: the wall ms an iteration, and a note: the
     device's busy share of the wall time (below 100%, the GPU waited on the host), that time by kind of op
     (bench/throughput_all.py's kinds) and the ops that took most of it (each op's own kernels)."""
-    from throughput_all import kind_of  # (here: throughput_all imports gpu, which imports this module)
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 

@@ -46,7 +46,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
 
@@ -60,6 +60,7 @@ from _args import name_list  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _gpu_sizes import CLASSES  # noqa: E402
+from _kinds import kind_of as profiled_kind  # noqa: E402
 from _swap import swap_feed, swap_task, synthetic_faces  # noqa: E402
 
 import bigbatch  # noqa: E402
@@ -90,6 +91,9 @@ class Op:
     flops: float
     bytes: float
     count: float = 1.0  # (extended to another micro-batch: an op once an image, as many times as images)
+
+
+Phases = list[tuple[str, float, list[Op]]]  # (name, share of an iteration, ops)
 
 
 def distinct_bytes(t: torch.Tensor) -> int:
@@ -175,9 +179,9 @@ def host_side(work: Work, obj: object, names: list[str]) -> ExitStack:
 class Workload:
     describe: str
     config: Callable[[bool], Config]  # quick -> the config (its batch and micro_batch the GPU's)
-    count: Callable[[Config, int], list[tuple[str, float, list[Op]]]]  # (cfg, micro) -> phases
+    count: Callable[[Config, int], Phases]  # (cfg, micro) -> phases
     micros: tuple[int, int]  # the two micro-batches counted
-    target_s: float | None  # the issue's target, seconds an iteration at the GPU's batch
+    target_s: float  # the issue's target, seconds an iteration at the GPU's batch
 
 
 def counted(step: Callable[[], object], work: Work) -> list[Op]:
@@ -187,7 +191,7 @@ def counted(step: Callable[[], object], work: Work) -> list[Op]:
     return work.ops
 
 
-def count_gan(cfg: Config, micro: int, classes: int) -> list[tuple[str, float, list[Op]]]:
+def count_gan(cfg: Config, micro: int, classes: int) -> Phases:
     """One D and one G step, plain and with their lazy penalties (as the GAN task runs them at r1_every and pl_every
     2, the same ops), after an uncounted iteration (the optimizers' state)."""
     t = cfg.train
@@ -218,7 +222,7 @@ def count_gan(cfg: Config, micro: int, classes: int) -> list[tuple[str, float, l
     return phases
 
 
-def count_classify(cfg: Config, micro: int) -> list[tuple[str, float, list[Op]]]:
+def count_classify(cfg: Config, micro: int) -> Phases:
     task, _, feed = classify_task(cfg.override({"train.batch": micro, "train.micro_batch": micro}), CLASSES)
     work = Work()
     with host_side(work, task, ["batch"]):
@@ -227,7 +231,7 @@ def count_classify(cfg: Config, micro: int) -> list[tuple[str, float, list[Op]]]
         return [("step", 1.0, counted(lambda: task.step(feed), work))]
 
 
-def count_swap(cfg: Config, micro: int) -> list[tuple[str, float, list[Op]]]:
+def count_swap(cfg: Config, micro: int) -> Phases:
     with synthetic_faces(cfg.override({"train.batch": micro, "train.micro_batch": micro})) as faces:
         task, rep = swap_task(faces)
         work = Work()
@@ -313,18 +317,9 @@ def extended(a: list[Op], b: list[Op], ma: int, mb: int, m: int) -> list[Op]:
     return out
 
 
-KINDS = (
-    ("convolutions", lambda n: "conv" in n),
-    ("matmuls and attention", lambda n: n in ("mm", "addmm", "bmm", "baddbmm") or "attention" in n),
-    ("normalization", lambda n: "norm" in n),
-    ("optimizers (multi-tensor)", lambda n: n.startswith("_foreach")),
-    ("copies and casts", lambda n: n in ("copy_", "_to_copy", "clone")),
-    ("elementwise and reductions", lambda n: True),
-)
-
-
 def kind_of(name: str) -> str:
-    return next(k for k, test in KINDS if test(name))
+    """A counted op's kind, as the profiles sort theirs (bench/_kinds.py)."""
+    return profiled_kind("aten::" + name)
 
 
 @dataclass
@@ -333,26 +328,21 @@ class Bound:
     flops: float = 0.0
     bytes: float = 0.0
     seconds: float = 0.0  # the sum of each op's roofline time
-    by_kind: dict[str, float] | None = None
+    by_kind: dict[str, float] = field(default_factory=dict)
 
 
-def bound(phases: list[tuple[str, float, list[Op]]], tflops: float, bandwidth: float) -> Bound:
-    b = Bound(by_kind={})
+def bound(phases: Phases, tflops: float, bandwidth: float) -> Bound:
+    b = Bound()
     for _, share, ops in phases:
         for op in ops:
             weight = share * op.count
-            s = max(op.flops / (tflops * 1e12), op.bytes / (bandwidth * 1e12))
+            s = weight * max(op.flops / (tflops * 1e12), op.bytes / (bandwidth * 1e12))
             b.launches += weight
-            b.flops, b.bytes, b.seconds = (
-                b.flops + weight * op.flops,
-                b.bytes + weight * op.bytes,
-                b.seconds + weight * s,
-            )
-            b.by_kind[kind_of(op.name)] = b.by_kind.get(kind_of(op.name), 0.0) + weight * s
+            b.flops += weight * op.flops
+            b.bytes += weight * op.bytes
+            b.seconds += s
+            b.by_kind[kind_of(op.name)] = b.by_kind.get(kind_of(op.name), 0.0) + s
     return b
-
-
-Phases = list[tuple[str, float, list[Op]]]
 
 
 def work_phases(name: str, quick: bool) -> Phases:
@@ -384,18 +374,16 @@ def table(works: dict[str, Phases], measured: dict[str, float], args: argparse.N
         lines.append(
             f"| {w.describe} | {b.launches:,.0f} | {b.flops / 1e12:.3g} | {b.bytes / 1e9:.3g} | "
             f"{ms(b.flops / args.tflops / 1e12)} | {ms(b.bytes / args.bandwidth / 1e12)} | {ms(b.seconds)} | "
-            f"{'-' if w.target_s is None else ms(w.target_s)} | {'-' if m is None else ms(m)} | "
+            f"{ms(w.target_s)} | {'-' if m is None else ms(m)} | "
             f"{'-' if m is None else f'{m / b.seconds:.3g}'} | {kinds} |"
         )
     lines += ["", "Each phase, once (a share: how many of an iteration's it is):", ""]
     lines += ["| work | phase | share | launches | convolutions | roofline |", "|---|---|---|---|---|---|"]
     for name, phases in works.items():
-        for phase in phases:
-            b, ops = bound([(phase[0], 1.0, phase[2])], args.tflops, args.bandwidth), phase[2]
-            convs = sum(o.count for o in ops if "conv" in o.name)
-            lines.append(
-                f"| {name} | {phase[0]} | {phase[1]:.4g} | {b.launches:,.0f} | {convs:,.0f} | {ms(b.seconds)} |"
-            )
+        for phase, share, ops in phases:
+            b = bound([(phase, 1.0, ops)], args.tflops, args.bandwidth)
+            convs = sum(o.count for o in ops if kind_of(o.name) == "convolutions")
+            lines.append(f"| {name} | {phase} | {share:.4g} | {b.launches:,.0f} | {convs:,.0f} | {ms(b.seconds)} |")
     return "\n".join(lines)
 
 

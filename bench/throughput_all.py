@@ -55,6 +55,7 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task  # noqa: E402
+from _kinds import KINDS, OUTSIDE, kind_of  # noqa: E402
 from _procs import result_row, run_limited  # noqa: E402
 from _swap import swap_feed, swap_task, synthetic_faces  # noqa: E402
 from gpu import device_name  # noqa: E402
@@ -349,15 +350,6 @@ def report(rows: dict[str, dict], seconds: float, retry_above: float) -> str:
 
 # ---- the profile -------------------------------------------------------------------------------------------
 
-KINDS = (  # the first that matches (a fused kernel's name lists the ops it fused: it is matched first)
-    ("Inductor's fused kernels", lambda n: "cpp_fused" in n),
-    ("convolutions", lambda n: "conv" in n),
-    ("matmuls", lambda n: n in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul")),
-    ("normalization", lambda n: "_norm" in n),
-    ("copies and casts", lambda n: n in ("aten::copy_", "aten::_to_copy", "aten::to", "aten::clone")),
-    ("other ops (elementwise, reductions, ...)", lambda n: n.startswith("aten::")),
-)
-OUTSIDE = "outside any op (Python, dispatch, autograd engine)"
 PHASES = ("data", "augmentation", "forward", "backward", "optimizer", "the rest of the step")
 
 
@@ -382,10 +374,6 @@ def phase_of(event) -> str:
             return e.name
         e = e.cpu_parent
     return "the rest of the step"
-
-
-def kind_of(name: str) -> str:
-    return next((kind for kind, test in KINDS if test(name)), OUTSIDE)
 
 
 def profiled_step(name: str, stack: ExitStack) -> tuple[Callable[[], None], str]:

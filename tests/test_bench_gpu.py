@@ -75,7 +75,7 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
             # the suite)
             assert re.match(
                 r"CPU busy \d+ of \d+ ms .*; by kind: .*convolutions \d+%.*; top ops: `[\w:]+` [\d.]+ ms", note
-            )
+            ), note
             continue
         if name == "waits":  # what synchronizes an iteration with the device, per model (nothing on a CPU)
             models = ("BigGAN-128 bf16", "StyleGAN2 paper256 bf16", "ResNet-50 bf16")
