@@ -7,12 +7,18 @@ measured bf16 rate (bench/RESULTS.md, 2026-12-04): this says how much of it a wa
     python bench/fir.py                                  # on the CPU, fp32 and bf16, batch 4
     python bench/fir.py --device cuda --batch 32 --precisions bf16
 
-The ways (the same linear map; each cell also gives its largest difference from the model's, over the
+The ways (the same linear map, each differentiated as the model differentiates its filter: the gradient of a filter is
+the filter again, computed the same way; each cell also gives its largest difference from the model's, over the
 largest output):
-- grouped: the model's, a depthwise 4x4 convolution (conv2d with groups = channels);
+- grouped: the model's, a depthwise 4x4 convolution (conv2d with groups = channels), which cuDNN runs on a GPU for
+  the model's channels-last tensors;
+- nchw: the same convolution on a contiguous (NCHW) copy, where PyTorch runs its own depthwise kernel on a GPU, and
+  back to channels-last;
 - separable: the filter is an outer product: a 4-tap pass along each axis, each a weighted sum of 4 shifted
-  slices (elementwise ops: memory-bound, no convolution kernel);
-- one-channel: the channels as images, a 4x4 convolution of (N x C, 1, H, W).
+  slices (the model's `_fir_sums` run eagerly: elementwise ops, memory-bound, no convolution kernel);
+- one-channel: the channels as images, a 4x4 convolution of (N x C, 1, H, W);
+- fused: the separable sums compiled into one kernel (the model's way on the devices in its `FUSED_FIR_ON`;
+  compiled on first use, before the untimed passes).
 Each cell: median ms of --repeats forward+backward passes (input, weight and bias gradients) after two untimed.
 """
 
@@ -20,7 +26,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -32,27 +39,40 @@ from resample import seconds  # noqa: E402
 
 from bigbatch.models import stylegan2  # noqa: E402
 
-TAPS = (1.0, 3.0, 3.0, 1.0)
+
+def nchw(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+    """The grouped convolution of a contiguous copy (PyTorch's depthwise kernel on a GPU), back to x's layout."""
+    y = stylegan2._grouped(x.contiguous(), pad, f)
+    return y.contiguous(memory_format=torch.channels_last) if x.is_contiguous(memory_format=torch.channels_last) else y
 
 
-def separable(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
-    """`blur` as a 4-tap pass along the width, then the height: each a weighted sum of shifted slices."""
-    x = F.pad(x, [pad] * 4)
-    a, b = (t * gain**0.5 / sum(TAPS) for t in TAPS[:2])
-    x = (x[..., :-3] + x[..., 3:]) * a + (x[..., 1:-2] + x[..., 2:-1]) * b
-    return (x[..., :-3, :] + x[..., 3:, :]) * a + (x[..., 1:-2, :] + x[..., 2:-1, :]) * b
-
-
-def one_channel(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
-    """`blur` with the channels as images: one 4x4 convolution of (N x C, 1, H, W)."""
+def one_channel(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+    """The channels as images: one 4x4 convolution of (N x C, 1, H, W)."""
     n, c, h, w = x.shape
-    f = (stylegan2.fir(x) * gain).to(x.dtype)[None, None]
-    y = F.conv2d(F.pad(x.reshape(n * c, 1, h, w), [pad] * 4), f)
+    y = F.conv2d(F.pad(x.reshape(n * c, 1, h, w), [pad] * 4), f[:1].to(x.dtype))
     return y.reshape(n, c, *y.shape[2:])
 
 
-WAYS: dict[str, Callable[..., torch.Tensor]] = {"grouped": stylegan2.blur, "separable": separable}
-WAYS["one-channel"] = one_channel
+# Each as the model's `_filtered`: (x, pad, the filter expanded over the channels, its gain) -> the filtered x.
+WAYS: dict[str, Callable[[torch.Tensor, int, torch.Tensor, float], torch.Tensor]] = {
+    "grouped": lambda x, pad, f, gain: stylegan2._grouped(x, pad, f),
+    "nchw": nchw,
+    "separable": lambda x, pad, f, gain: stylegan2._fir_sums(x, pad, gain),
+    "one-channel": one_channel,
+    "fused": lambda x, pad, f, gain: stylegan2._fused_fir(x, pad, gain),
+}
+
+
+@contextmanager
+def using(way: str) -> Iterator[None]:
+    """StyleGAN2's layers filter the way named while entered (all of this process's models)."""
+    before, stylegan2._filtered = stylegan2._filtered, WAYS[way]
+    try:
+        yield
+    finally:
+        stylegan2._filtered = before
+
+
 # (full resolution, channels) of ADA's paper256 (cbase 16384, cmax 512): D's input and G's output sizes.
 PAPER256 = ((256, 64), (128, 128), (64, 256), (32, 512), (16, 512), (8, 512))
 
@@ -80,10 +100,9 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
         x = x.to(torch.bfloat16)
     x.requires_grad_()
     out: dict[str, tuple[float, float]] = {}
-    reference, before = None, stylegan2.blur
-    for name, way in WAYS.items():
-        stylegan2.blur = way  # (the module's name the layers call)
-        try:
+    reference = None
+    for name in WAYS:
+        with using(name):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                 y = f(x).float()
             reference = y.detach() if reference is None else reference
@@ -95,8 +114,6 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
                 y.float().sum().backward()
 
             out[name] = (seconds(step, repeats, device), error)
-        finally:
-            stylegan2.blur = before
     return out
 
 

@@ -7,7 +7,7 @@ channels-last, autotuned, and profiled; ResNet-50 at 224 px in bf16, eager (with
 profiled) and compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode by every core, nvJPEG,
 nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
 network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
-StyleGAN2 bf16 profiled, its FIR filter three ways (bench/fir.py) and its step with the separable way;
+StyleGAN2 bf16 profiled, its FIR filter five ways (bench/fir.py) and its step with the separable and fused ways;
 BigGAN-128's resampling layers as two ops and as one (bench/resample.py) and its attention (the formula
 against the fused kernels: bench/attention.py); tests/test_cuda.py (the tests that compile last); how often an
 iteration of BigGAN, StyleGAN2 and ResNet-50 waits for the GPU, and where (bench/_gpu_waits.py). One dated table
@@ -51,7 +51,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -133,19 +133,19 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, f
     style mixing on and the lazy penalties at their intervals among the timed steps, at a fixed micro-batch.
     `compile`: train.compile (the lazy R1 and path length steps run eagerly: their double backward). `fir`: the
     layers' FIR filter computed another way of bench/fir.py's (this part's process alone)."""
+    filtering: AbstractContextManager = nullcontext()
     if fir:
-        from fir import WAYS
+        from fir import using
 
-        from bigbatch.models import stylegan2 as model
-
-        model.blur = WAYS[fir]
+        filtering = using(fir)
     cfg = config(args, "stylegan2").override({"train.compile": compile})
     micro, steps = SIZES[args.sizes]["stylegan2_micro"], SIZES[args.sizes]["steps"]
     turn = (lambda: wait_for_turn(Path(args.turns), args.part)) if args.turns else None
-    warmup = COMPILE_WARMUP if compile else 1
-    r = measure(
-        cfg, precision, False, micro, steps, 0, plain=False, flops=not compile, warmup=warmup, after_warmup=turn
-    )
+    warmup = COMPILE_WARMUP if compile else 2 if fir == "fused" else 1  # (fused: a lazy and a plain one compiled)
+    with filtering:
+        r = measure(
+            cfg, precision, False, micro, steps, 0, plain=False, flops=not compile, warmup=warmup, after_warmup=turn
+        )
     t = cfg.train
     lazy = f"R1 every {t.r1_every} D steps, path length every {t.pl_every} G steps"
     if compile:
@@ -278,7 +278,7 @@ def resample(args: argparse.Namespace) -> dict:
 
 
 def fir_ways(args: argparse.Namespace) -> dict:
-    """StyleGAN2's FIR filter in its resampling layers, the model's way and two others (bench/fir.py), on the
+    """StyleGAN2's FIR filter in its resampling layers, the model's way and four others (bench/fir.py), on the
     device in bf16 at paper256's widths: which way its layers should take on this GPU."""
     from fir import PAPER256, WAYS
     from fir import cell as fir_cell
@@ -369,6 +369,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
     "stylegan2-bf16-separable": (functools.partial(stylegan2, precision="bf16", fir="separable"), 120),
+    "stylegan2-bf16-fused": (functools.partial(stylegan2, precision="bf16", fir="fused"), 150),
     "stylegan2-bf16-profile": (stylegan2_profile, 120),
     "fir": (fir_ways, 90),
     "cuda-tests": (functools.partial(cuda_tests, marks="not compiles"), 90),
@@ -388,6 +389,7 @@ RUN_ORDER += ["waits", "cuda-tests-compile"]
 RUN_ORDER += ["saehd512-profile", "biggan-bf16-profile", "resnet50-profile", "biggan-bf16-compile-profile"]
 RUN_ORDER += ["biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16", "biggan-fp32-compile", "stylegan2-fp32"]
 RUN_ORDER += ["resample", "attention", "stylegan2-bf16-profile", "fir", "stylegan2-bf16-separable"]
+RUN_ORDER += ["stylegan2-bf16-fused"]
 BUDGETED = {
     "biggan-plan-fp32",
     "biggan-plan-bf16",

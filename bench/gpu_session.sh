@@ -25,7 +25,7 @@ OUT=${2:-${OUT:-bench}}
 PYTHON=${PYTHON:-python3}
 SHARE=${SHARE:-100}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-PARTS=${PARTS:-jpeg-decode,resnet50-fed,stylegan2-bf16,stylegan2-bf16-profile,saehd512,saehd512-channels-last,saehd512-autotuned,saehd512-profile,resnet50-profile,biggan-bf16-compile-cudagraphs,resnet50-compile,biggan-bf16-compile,biggan-bf16-compile-again,biggan-bf16-compile-profile,waits,cuda-tests-compile}
+PARTS=${PARTS:-jpeg-decode,resnet50-fed,stylegan2-bf16,stylegan2-bf16-profile,fir,stylegan2-bf16-fused,saehd512,saehd512-channels-last,saehd512-autotuned,saehd512-profile,resnet50-profile,biggan-bf16-compile-cudagraphs,resnet50-compile,biggan-bf16-compile,biggan-bf16-compile-again,biggan-bf16-compile-profile,waits,cuda-tests-compile}
 STEPS=${STEPS:-}
 FLAGS=()
 if [ "${DRY:-0}" = 1 ]; then FLAGS=(--device cpu --dry-run); fi

@@ -1,4 +1,4 @@
-"""bench/fir.py: StyleGAN2's FIR filter computed two other ways is the model's filter, and its table times
+"""bench/fir.py: StyleGAN2's FIR filter computed four other ways is the model's filter, and its table times
 each way in the layers that use it."""
 
 import re
@@ -19,15 +19,16 @@ from bigbatch.models import stylegan2  # noqa: E402
 def test_each_way_of_filtering_is_the_models_filter(pad, gain):
     x = torch.randn(2, 5, 9, 7, dtype=torch.float64)
     want = stylegan2.blur(x, pad, gain)
-    for name, way in fir.WAYS.items():
-        torch.testing.assert_close(way(x, pad, gain), want, rtol=1e-12, atol=1e-12, msg=name)
-    # The gradient a layer's backward takes through it, too.
+    # The gradient a layer's backward takes through it, too (the filter of the gradient, the same way).
     weights = torch.arange(want.numel(), dtype=x.dtype).reshape(want.shape)
     grads = {}
-    for name, way in fir.WAYS.items():
-        x.grad = None
-        (way(x.requires_grad_(), pad, gain) * weights).sum().backward()
-        grads[name] = x.grad
+    for name in fir.WAYS:
+        with fir.using(name):
+            torch.testing.assert_close(stylegan2.blur(x, pad, gain), want, rtol=1e-12, atol=1e-12, msg=name)
+            x.grad = None
+            (stylegan2.blur(x.requires_grad_(), pad, gain) * weights).sum().backward()
+            grads[name] = x.grad
+        x = x.detach()
     for name, grad in grads.items():
         torch.testing.assert_close(grad, grads["grouped"], rtol=1e-12, atol=1e-12, msg=name)
 
@@ -41,5 +42,6 @@ def test_the_table_times_every_way_in_both_layers_and_leaves_the_model_as_it_was
     for row in rows:  # ms (error against grouped's output), the errors of fp32 rounding
         cells = re.findall(r"([\d.]+) \(([\d.e+-]+)\)", row)
         assert len(cells) == len(fir.WAYS) and all(float(ms) > 0 and float(e) < 1e-5 for ms, e in cells), row
+    filtered = stylegan2._filtered
     fir.cell("D", 1, 4, 8, "fp32", 1, torch.device("cpu"))
-    assert stylegan2.blur is fir.WAYS["grouped"]  # the module's own filter put back
+    assert stylegan2._filtered is filtered  # the module's own filter put back

@@ -13,6 +13,7 @@ from bigbatch import models
 from bigbatch.batching import replicator_for
 from bigbatch.cli import main
 from bigbatch.data import load_data
+from bigbatch.models import stylegan2
 from bigbatch.models.stylegan2 import SynthesisLayer, blur, fir, upsample
 from bigbatch.sampling import to_uint8
 from bigbatch.tasks import build_task
@@ -181,6 +182,31 @@ def steps_with_regularizers(micro_batch):
     nets = task.nets()
     weights = torch.cat([p.detach().flatten() for name in ("G", "D") for p in nets[name].parameters()])
     return weights, task.pl_mean, out
+
+
+@pytest.mark.compiles
+def test_the_filter_fused_into_one_compiled_kernel_is_the_grouped_convolution_to_every_order(monkeypatch):
+    """The way a GPU may take (stylegan2.FUSED_FIR_ON; bench/fir.py and bench/gpu.py time it): the filter as sums of
+    shifted slices, compiled. Its gradients of both orders are the grouped convolution's (float64), and D and G steps
+    with R1 and path length on every step train the same weights within fp32's rounding."""
+    from torch._dynamo.utils import counters
+
+    def orders(x, pad, gain):  # (not gradients_of_two_orders: under its counting mode torch.compile runs eagerly)
+        (g,) = torch.autograd.grad(blur(x, pad, gain).square().sum(), x, create_graph=True)
+        return g, torch.autograd.grad(g.square().sum(), x)[0]
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 11, 11, dtype=torch.float64, requires_grad=True)
+    layers = [(1, 4.0), (2, 1.0)]  # G's upsampling layer's, D's downsampling conv's
+    want = [orders(x, pad, gain) for pad, gain in layers]
+    weights, pl_mean, _ = steps_with_regularizers(16)
+    monkeypatch.setattr(stylegan2, "FUSED_FIR_ON", ("cpu",))
+    graphs = counters["stats"]["unique_graphs"]
+    for (pad, gain), grads in zip(layers, want):
+        torch.testing.assert_close(orders(x, pad, gain), grads, rtol=1e-12, atol=1e-12)
+    assert counters["stats"]["unique_graphs"] > graphs  # (compiled, not run eagerly)
+    fused, pl_fused, _ = steps_with_regularizers(16)
+    assert float((fused - weights).norm() / weights.norm()) < 1e-5 and pl_fused == pytest.approx(pl_mean, rel=1e-5)
 
 
 def test_path_length_and_r1_steps_accumulated_equal_the_whole_batch():

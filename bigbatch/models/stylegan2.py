@@ -56,10 +56,44 @@ def fir(like: torch.Tensor | None = None) -> torch.Tensor:
     return torch.outer(f, f) / f.sum() ** 2
 
 
-def _filtered(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
-    """The (C, 1, 4, 4) filter `f` over each channel of x, `pad` zeros on each side (conv2d's padding: the same
-    sums as padding first, without a padded copy of x)."""
+FUSED_FIR_ON: tuple[str, ...] = ()
+"""Device types whose FIR filter runs as one compiled kernel (`_fir_sums` through torch.compile), not as a grouped
+convolution: none until a GPU measures it paying (bench/fir.py's "fused" way; bench/gpu.py's stylegan2-bf16-fused).
+A grouped convolution of one channel a group is what cuDNN may run slowest; on this project's CPUs it is the fastest
+way (oneDNN's depthwise kernel)."""
+_compiled_sums: Any = None
+
+
+def _filtered(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+    """The (C, 1, 4, 4) filter `f` (the FIR filter times `gain`) over each channel of x, `pad` zeros on each side
+    (conv2d's padding: the same sums as padding first, without a padded copy of x)."""
+    if x.device.type in FUSED_FIR_ON and not _exporting():
+        return _fused_fir(x, pad, gain)
+    return _grouped(x, pad, f)
+
+
+def _grouped(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
     return F.conv2d(x, f.to(x.dtype), padding=pad, groups=x.shape[1])
+
+
+def _fir_sums(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
+    """The filter as sums of shifted slices: [1, 3, 3, 1] / 8 along the width, then the height (it is their outer
+    product), each tap times sqrt(gain). Eagerly a dozen memory-bound ops; compiled, one kernel that reads x once."""
+    a, b = (tap * math.sqrt(gain) / 8 for tap in (1.0, 3.0))
+    x = F.pad(x, [pad] * 4)
+    x = (x[..., :-3] + x[..., 3:]) * a + (x[..., 1:-2] + x[..., 2:-1]) * b
+    return (x[..., :-3, :] + x[..., 3:, :]) * a + (x[..., 1:-2, :] + x[..., 2:-1, :]) * b
+
+
+def _fused_fir(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
+    """`_fir_sums` compiled (once a process, shapes dynamic; Dynamo imported on first use); inside a compiled model,
+    traced into its graph, which fuses it."""
+    global _compiled_sums
+    if torch.compiler.is_compiling():
+        return _fir_sums(x, pad, gain)
+    if _compiled_sums is None:
+        _compiled_sums = torch.compile(_fir_sums, dynamic=True)
+    return _compiled_sums(x, pad, gain)
 
 
 class _Blur(torch.autograd.Function):
@@ -70,26 +104,26 @@ class _Blur(torch.autograd.Function):
     dispatches 320, now 488 (`python bench/roofline.py`, its phases)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
-        ctx.pad = pad
+    def forward(ctx: Any, x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+        ctx.pad, ctx.gain = pad, gain
         ctx.save_for_backward(f)
-        return _filtered(x, pad, f)
+        return _filtered(x, pad, f, gain)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         (f,) = ctx.saved_tensors
         with torch.autocast(grad.device.type, enabled=False):  # in the gradient's dtype, as autograd's own
-            return _blurred(grad, 3 - ctx.pad, f), None, None
+            return _blurred(grad, 3 - ctx.pad, f, ctx.gain), None, None, None
 
 
 def _exporting() -> bool:
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
-def _blurred(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
+def _blurred(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
     if torch.is_grad_enabled() and x.requires_grad and not _exporting():
-        return _Blur.apply(x, pad, f)
-    return _filtered(x, pad, f)
+        return _Blur.apply(x, pad, f, gain)
+    return _filtered(x, pad, f, gain)
 
 
 def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
@@ -97,7 +131,7 @@ def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
     Differentiated by `_Blur` where a gradient is wanted; traced or exported as the one convolution it is."""
     if not 0 <= pad <= 3:
         raise ValueError(f"blur pads 0 to 3 pixels, not {pad}")
-    return _blurred(x, pad, (fir(x) * gain).to(x.dtype).expand(x.shape[1], 1, 4, 4))
+    return _blurred(x, pad, (fir(x) * gain).to(x.dtype).expand(x.shape[1], 1, 4, 4), gain)
 
 
 def upsample(x: torch.Tensor) -> torch.Tensor:
