@@ -189,6 +189,22 @@ def test_the_one_call_of_a_gpu_session_runs_the_proof_then_the_check_in_the_time
     assert {p.name for p in out.iterdir()} == {"RESULTS.md", "gpu.log", "check.log", "check-logs.tgz", "machine.txt"}
 
 
+def test_a_sessions_two_calls_run_gpu_py_parts_each_once_and_a_third_is_refused(tmp_path):
+    import gpu
+
+    script = REPO / "bench" / "gpu_session.sh"
+    lines = [line for line in script.read_text().splitlines() if re.match(r"(FIRST|SECOND)=", line)]
+    sets = subprocess.run(["bash", "-c", "\n".join([*lines, 'echo "$FIRST"', 'echo "$SECOND"'])], capture_output=True)
+    first, second = (line.split(",") for line in sets.stdout.decode().split())
+    assert set(first) <= set(gpu.PARTS) and set(second) <= set(gpu.PARTS) and not set(first) & set(second)
+    assert all(p not in gpu.IN_TURNS for p in first) and {"biggan-bf16-compile-again", "cuda-tests-compile"} <= set(
+        second
+    )
+    env = {**os.environ, "DRY": "1", "CALL": "3", "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(script), "300", str(tmp_path)], env=env, capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr == "gpu_session: CALL is 1 or 2, not 3\n"
+
+
 def test_a_stopped_gpu_session_stops_its_script_which_still_writes_its_table(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "DRY": "1", "PARTS": "attention,resample", "SHARE": "62", "PYTHON": sys.executable}
