@@ -52,9 +52,10 @@ gpu-check: $(STAMP)
 gpu-check-system:
 	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
 
-# A lent GPU machine's call (bench/gpu_session.sh): the proof within GPU_SECONDS (SHARE=62: the check after it in
-# the time left; SHARE=0: the check alone); tables appended to $(OUT)/RESULTS.md (OUT: default bench), logs beside
-# it. WHEELS=DIR: wheels the machine lacks (tomli-w; nvImageCodec's), installed first.
+# A lent GPU machine's call (bench/gpu_session.sh): the proof within GPU_SECONDS, its eager parts (CALL=1, the
+# default) or its compile parts (CALL=2, a second call), then the check in the time left (SHARE=62: the proof in 62%
+# of it; SHARE=0: the check alone); tables appended to $(OUT)/RESULTS.md (OUT: default bench), logs beside it.
+# WHEELS=DIR: wheels the machine lacks (tomli-w; nvImageCodec's), installed first.
 GPU_SECONDS ?= 570
 gpu-session-system:
 	bash bench/gpu_session.sh $(GPU_SECONDS) $(or $(OUT),bench)

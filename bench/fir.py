@@ -17,8 +17,8 @@ largest output):
 - separable: the filter is an outer product: a 4-tap pass along each axis, each a weighted sum of 4 shifted
   slices (the model's `_fir_sums` run eagerly: elementwise ops, memory-bound, no convolution kernel);
 - one-channel: the channels as images, a 4x4 convolution of (N x C, 1, H, W);
-- fused: the separable sums compiled into one kernel (the model's way on the devices in its `FUSED_FIR_ON`;
-  compiled on first use, before the untimed passes).
+- fused: the separable sums compiled (a fused kernel or two: the model's way on the devices in its `FUSED_FIR_ON`;
+  compiled on first use, before the timed passes).
 Each cell: median ms of --repeats forward+backward passes (input, weight and bias gradients) after two untimed.
 """
 

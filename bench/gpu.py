@@ -1,17 +1,17 @@
-"""A GPU proof in one command, each row a step as `bigbatch train` runs it (cuDNN autotuned but under a memory
-budget): BigGAN-128 img/s and peak memory in fp32 and bf16, eager and under train.compile (bf16 compiled again
-in a new process from the compile cache the first compile left, as a resumed run does; bf16 as CUDA graphs,
-train.compile = "reduce-overhead", as ResNet-50 is too; profiled eager and compiled, where the device's time
-goes: torch.profiler), its memory plan at batch 2048 in 6 GiB; SAEHD 512 df-ud at batch 8 in 6 GiB, in NCHW and
-channels-last, autotuned, and profiled; ResNet-50 at 224 px in bf16, eager (with and without cuDNN's autotuning, and
-profiled) and compiled, on a batch in memory and fed from a JPEG store by the Feed (CPU decode by every core, nvJPEG,
-nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine without a
-network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16 compiled;
-StyleGAN2 bf16 profiled, its FIR filter five ways (bench/fir.py) and its step with the separable and fused ways;
-BigGAN-128's resampling layers as two ops and as one (bench/resample.py) and its attention (the formula
-against the fused kernels: bench/attention.py); tests/test_cuda.py (the tests that compile last); how often an
-iteration of BigGAN, StyleGAN2 and ResNet-50 waits for the GPU, and where (bench/_gpu_waits.py). One dated table
-appended to bench/RESULTS.md.
+"""A GPU proof in one command, each row a step as `bigbatch train` runs it (cuDNN autotuned but under a memory budget):
+BigGAN-128 img/s and peak memory in fp32 and bf16, eager and under train.compile (bf16 compiled again in a new
+process from the compile cache the first compile left, as a resumed run does; bf16 as CUDA graphs, train.compile =
+"reduce-overhead", as ResNet-50 is too; profiled eager and compiled, where the device's time goes: torch.profiler),
+its memory plan at batch 2048 in 6 GiB; SAEHD 512 df-ud at batch 8 in 6 GiB, in NCHW and channels-last, autotuned,
+and profiled; ResNet-50 at 224 px in bf16, eager (with and without cuDNN's autotuning, and profiled) and compiled
+(again in a new process from the cache too), on a batch in memory and fed from a JPEG store by the Feed (CPU decode
+by every core, nvJPEG, nvImageCodec); JPEG decoding on the device (nvJPEG; nvImageCodec where installed: a machine
+without a network needs its wheels carried); StyleGAN2 at 256 px (ADA's paper256) in fp32 and bf16, and bf16
+compiled; StyleGAN2 bf16 profiled, its FIR filter five ways (bench/fir.py) and its step with the separable and fused
+ways; BigGAN-128's resampling layers as two ops and as one (bench/resample.py) and its attention (the formula against
+the fused kernels: bench/attention.py); tests/test_cuda.py (the tests that compile last); how often an iteration of
+BigGAN, StyleGAN2 and ResNet-50 waits for the GPU, and where (bench/_gpu_waits.py). One dated table appended to
+bench/RESULTS.md.
 
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
@@ -208,10 +208,11 @@ def saehd(args: argparse.Namespace, channels_last: bool = False, autotune: bool 
     }
 
 
-def resnet50(args: argparse.Namespace, compile: bool | str = False) -> dict:
+def resnet50(args: argparse.Namespace, compile: bool | str = False, again: bool = False) -> dict:
     """ResNet-50's classify step (ClassifyTask.step: SGD, cross-entropy) in bf16 and channels-last on one batch
     held in memory, with and without cuDNN's autotuning; `compile`: under train.compile (autotuned), True or a
-    mode ("reduce-overhead": CUDA graphs)."""
+    mode ("reduce-overhead": CUDA graphs); `again`: compiled in a new process after the compile parts, from the
+    compile cache they left (a resumed run's first step)."""
     cfg = config(args, "resnet").override({"train.compile": compile})
     batch = cfg.train.batch
     task, rep, feed = classify_task(cfg, CLASSES)
@@ -225,7 +226,8 @@ def resnet50(args: argparse.Namespace, compile: bool | str = False) -> dict:
         first = watch.compiled(time.perf_counter() - t)
         alone = wait_for_turn(Path(args.turns), args.part) if args.turns else True
         seconds, peak = timed(lambda: task.step(feed), rep.device, models, steps, COMPILE_WARMUP)
-        note = f"first iteration {first.seconds:.1f} s ({first.graphs} Inductor graphs); channels_last"
+        cached = f"{first.from_cache} of {first.graphs} Inductor graphs from the cache"
+        note = f"first iteration {first.seconds:.1f} s ({cached}); channels_last"
         note += "" if alone else "; **timed while another part still compiled** (little time was left)"
     else:
         torch.backends.cudnn.benchmark = False  # first PyTorch's default, then cuDNN's autotuning (train's)
@@ -238,7 +240,8 @@ def resnet50(args: argparse.Namespace, compile: bool | str = False) -> dict:
     return {
         "setting": f"ResNet-50 ch {cfg.model.ch}, {cfg.data.resolution} px, {CLASSES} classes, batch {batch}, bf16"
         + (", train.compile" if compile else "")
-        + (f" = {compile} (CUDA graphs)" if isinstance(compile, str) else ""),
+        + (f" = {compile} (CUDA graphs)" if isinstance(compile, str) else "")
+        + (", again in a new process (a resumed run)" if again else ""),
         "plan": f"{rep.plan.micro_batch} × {rep.plan.accumulation}",
         "img_per_s": batch / seconds,
         "s_per_iter": seconds,
@@ -356,6 +359,7 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "resnet50": (resnet50, 90),
     "resnet50-compile": (functools.partial(resnet50, compile=True), 240),
     "resnet50-compile-cudagraphs": (functools.partial(resnet50, compile="reduce-overhead"), 240),
+    "resnet50-compile-again": (functools.partial(resnet50, compile=True, again=True), 120),
     "resnet50-fed": (resnet50_fed, 120),
     "jpeg-decode": (jpeg_decode, 90),
     "jpeg-decode-nvimgcodec": (functools.partial(jpeg_decode, decode="nvimgcodec"), 90),
@@ -389,7 +393,7 @@ RUN_ORDER += ["waits", "cuda-tests-compile"]
 RUN_ORDER += ["saehd512-profile", "biggan-bf16-profile", "resnet50-profile", "biggan-bf16-compile-profile"]
 RUN_ORDER += ["biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16", "biggan-fp32-compile", "stylegan2-fp32"]
 RUN_ORDER += ["resample", "attention", "stylegan2-bf16-profile", "fir", "stylegan2-bf16-separable"]
-RUN_ORDER += ["stylegan2-bf16-fused"]
+RUN_ORDER += ["stylegan2-bf16-fused", "resnet50-compile-again"]
 BUDGETED = {
     "biggan-plan-fp32",
     "biggan-plan-bf16",

@@ -258,7 +258,7 @@ def resnet50(quick: bool) -> Config:
 
 def stylegan2(quick: bool) -> Config:
     toy = {"data.resolution": 16, "model.ch": 2, "model.options.ch_max": 16, "model.options.w_dim": 16}
-    cfg = bigbatch.preset("stylegan2_256").override({**(toy if quick else {}), "train.micro_batch": 32})
+    cfg = bigbatch.preset("stylegan2_256").override({**(toy if quick else {}), "train.micro_batch": 64})
     # (the minibatch-statistic group: 1, so that the counted micro-batches hold whole groups; its ops are 4x4 px)
     return cfg.override({"model.options.mbstd_group": 1, "train.device": "cpu", "train.precision": "bf16"})
 
@@ -280,7 +280,7 @@ WORKS = {
         "ResNet-50, 224 px, batch 256, bf16, channels-last", resnet50, count_classify, (2, 4), 256 / 6000
     ),
     "stylegan2": Workload(
-        "StyleGAN2 paper256, batch 64 (32 x 2), bf16",
+        "StyleGAN2 paper256, batch 64, bf16",
         stylegan2,
         functools.partial(count_gan, classes=0),
         (2, 4),
@@ -345,10 +345,16 @@ def bound(phases: Phases, tflops: float, bandwidth: float) -> Bound:
     return b
 
 
-def work_phases(name: str, quick: bool) -> Phases:
-    """The work's phases at the GPU's micro-batch: (name, share of an iteration, ops)."""
+def work_phases(name: str, quick: bool, micro: int | None = None) -> Phases:
+    """The work's phases at the GPU's micro-batch (`micro`: another): (name, share of an iteration, ops)."""
     w = WORKS[name]
     cfg = w.config(quick)
+    if micro is not None:
+        if not isinstance(w.count, functools.partial) or w.count.func is not count_gan:
+            raise SystemExit(f"roofline.py: --micro {name}: its step is counted as one micro-batch (a GAN's splits)")
+        if cfg.train.batch % micro:
+            raise SystemExit(f"roofline.py: --micro {name}={micro} does not divide its batch of {cfg.train.batch}")
+        cfg = cfg.override({"train.micro_batch": micro})
     ma, mb = w.micros
     at = [w.count(cfg, m) for m in (ma, mb)]
     return [(n, share, extended(a, b, ma, mb, cfg.train.micro_batch)) for (n, share, a), (_, _, b) in zip(*at)]
@@ -370,9 +376,10 @@ def table(works: dict[str, Phases], measured: dict[str, float], args: argparse.N
     for name, phases in works.items():
         w, b = WORKS[name], bound(phases, args.tflops, args.bandwidth)
         kinds = ", ".join(f"{k} {ms(s)}" for k, s in sorted(b.by_kind.items(), key=lambda kv: -kv[1])[:3])
-        m = measured.get(name)
+        m, micro = measured.get(name), args.micro.get(name)
+        split = "" if micro is None else f", micro-batches of {micro}"
         lines.append(
-            f"| {w.describe} | {b.launches:,.0f} | {b.flops / 1e12:.3g} | {b.bytes / 1e9:.3g} | "
+            f"| {w.describe}{split} | {b.launches:,.0f} | {b.flops / 1e12:.3g} | {b.bytes / 1e9:.3g} | "
             f"{ms(b.flops / args.tflops / 1e12)} | {ms(b.bytes / args.bandwidth / 1e12)} | {ms(b.seconds)} | "
             f"{ms(w.target_s)} | {'-' if m is None else ms(m)} | "
             f"{'-' if m is None else f'{m / b.seconds:.3g}'} | {kinds} |"
@@ -398,18 +405,32 @@ def positive(text: str) -> float:
     return value
 
 
-def measured_pairs(text: str) -> dict[str, float]:
-    """An argparse type: WORK=SECONDS pairs, comma-separated, each work once."""
-    pairs = [p.split("=", 1) for p in text.split(",")]
-    if any(len(p) != 2 for p in pairs):
-        raise argparse.ArgumentTypeError(f"{text!r}: give WORK=SECONDS pairs, comma-separated")
-    names = [k for k, _ in pairs]
-    unknown = sorted(set(names) - set(WORKS))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown work {', '.join(unknown)}; valid: {', '.join(WORKS)}")
-    if len(set(names)) < len(names):
-        raise argparse.ArgumentTypeError(f"{text!r}: each work once")
-    return {k: positive(v) for k, v in pairs}
+def positive_count(text: str) -> int:
+    """An argparse type: a positive whole number."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive whole number")
+    return int(text)
+
+
+def work_pairs(value: Callable[[str], float], what: str) -> Callable[[str], dict]:
+    """An argparse type: WORK=`what` pairs, comma-separated, each work once, each value through `value`."""
+
+    def parse(text: str) -> dict:
+        pairs = [p.split("=", 1) for p in text.split(",")]
+        if any(len(p) != 2 for p in pairs):
+            raise argparse.ArgumentTypeError(f"{text!r}: give WORK={what} pairs, comma-separated")
+        names = [k for k, _ in pairs]
+        unknown = sorted(set(names) - set(WORKS))
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown work {', '.join(unknown)}; valid: {', '.join(WORKS)}")
+        if len(set(names)) < len(names):
+            raise argparse.ArgumentTypeError(f"{text!r}: each work once")
+        return {k: value(v) for k, v in pairs}
+
+    return parse
+
+
+measured_pairs = work_pairs(positive, "SECONDS")
 
 
 def main() -> None:
@@ -423,13 +444,20 @@ def main() -> None:
     p.add_argument("--tflops", type=positive, default=790.0, help="the GPU's bf16 matmul rate, TFLOP/s")
     p.add_argument("--bandwidth", type=positive, default=4.8, help="the GPU's memory bandwidth, TB/s")
     p.add_argument("--measured", type=measured_pairs, default={}, help="WORK=SECONDS,...: measured s/iteration")
+    p.add_argument(
+        "--micro",
+        type=work_pairs(positive_count, "IMAGES"),
+        default={},
+        help="WORK=IMAGES,...: a GAN's micro-batch other than the one micro_batch auto plans on an H200",
+    )
     args = p.parse_args()
-    if set(args.measured) - set(args.works):
-        p.error(f"--measured names {', '.join(sorted(set(args.measured) - set(args.works)))}, not in --works")
+    for flag in ("measured", "micro"):
+        if set(getattr(args, flag)) - set(args.works):
+            p.error(f"--{flag} names {', '.join(sorted(set(getattr(args, flag)) - set(args.works)))}, not in --works")
     torch.manual_seed(0)
     works = {}
     for name in args.works:
-        works[name] = work_phases(name, args.quick)
+        works[name] = work_phases(name, args.quick, args.micro.get(name))
         print(f"counted {name}", file=sys.stderr, flush=True)
     print(table(works, args.measured, args))
 

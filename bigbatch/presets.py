@@ -319,22 +319,23 @@ def dcgan64() -> Config:
     )
 
 
-def _stylegan2(
-    name: str, data: DataConfig, model: ModelConfig, train: TrainConfig, per_gpu: int, snapshot_kimg: float
-) -> Config:
+def _stylegan2(name: str, data: DataConfig, model: ModelConfig, train: TrainConfig, snapshot_kimg: float) -> Config:
     """What StyleGAN2-ADA's configurations share (its train.py): the non-saturating loss, Adam with betas
     (0, 0.99) and eps 1e-8, R1 every 16 D steps, path length regularization every 4 G steps, ADA's
     augmentation (bgc, target 0.6, p moving at 500 kimg), FID on 50k images at every snapshot. Its lazy
     regularization runs as separate optimizer steps, whose count it offsets by scaling Adam's rates and
     betas (by 4/5 for G and 16/17 for D); here the penalties join the ordinary steps, so those stay as given.
-    `per_gpu`: its micro-batch on each of its reference GPUs."""
+    Its micro-batch on each of its reference GPUs is D's minibatch-statistic group here (`model.options`); the
+    micro-batch is "auto" (the whole batch where it fits: on an H200 paper256's 64 images as one, not eight
+    micro-batches of ADA's 8), which changes no result: the groups are consecutive images, and the path length
+    images and the per-image draws do not depend on how a step is split (tests/test_stylegan2.py)."""
     return Config(
         name=name,
         data=data,
         model=model,
         train=replace(
             train,
-            micro_batch=per_gpu,
+            micro_batch="auto",
             betas=(0.0, 0.99),
             adam_eps=1e-8,
             loss="ns",
@@ -363,7 +364,6 @@ def _ada_paper(
         TrainConfig(
             kimg=25_000, batch=batch, g_lr=lr, d_lr=lr, r1_gamma=r1_gamma, pl_weight=2.0, ema_halflife_kimg=ema_kimg
         ),
-        per_gpu=per_gpu,
         snapshot_kimg=200,
     )
 
@@ -391,7 +391,6 @@ def stylegan2_cifar() -> Config:
         TrainConfig(
             kimg=100_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=0.01, ema_halflife_kimg=500, ema_rampup=0.05
         ),
-        per_gpu=32,
         snapshot_kimg=200,
     )
 

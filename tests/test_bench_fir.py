@@ -24,6 +24,7 @@ def test_each_way_of_filtering_is_the_models_filter(pad, gain):
     grads = {}
     for name in fir.WAYS:
         with fir.using(name):
+            assert stylegan2._filtered is fir.WAYS[name]
             torch.testing.assert_close(stylegan2.blur(x, pad, gain), want, rtol=1e-12, atol=1e-12, msg=name)
             x.grad = None
             (stylegan2.blur(x.requires_grad_(), pad, gain) * weights).sum().backward()

@@ -142,11 +142,15 @@ def test_stylegan2s_filter_differentiated_twice_on_the_gpu_is_the_cpus_at_one_co
 def test_stylegan2s_filter_fused_into_one_kernel_is_the_grouped_convolution_on_the_gpu(monkeypatch):
     # The way stylegan2.FUSED_FIR_ON gives a device (a Triton kernel here): its first- and second-order gradients in
     # bf16 under autocast, channels-last, are the grouped convolution's on the same GPU within bf16 rounding.
+    from torch._dynamo.utils import counters
+
     from bigbatch.models import stylegan2
 
     torch.manual_seed(0)
     x = torch.randn(4, 64, 34, 34, device="cuda").to(memory_format=torch.channels_last)
     grads = []
+    torch._dynamo.reset()
+    graphs = counters["stats"]["unique_graphs"]
     for on in ((), ("cuda",)):
         monkeypatch.setattr(stylegan2, "FUSED_FIR_ON", on)
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -154,6 +158,7 @@ def test_stylegan2s_filter_fused_into_one_kernel_is_the_grouped_convolution_on_t
             (g,) = torch.autograd.grad(stylegan2.blur(xd.bfloat16(), 2).square().sum(), xd, create_graph=True)
             (gg,) = torch.autograd.grad(g.square().sum(), xd)
         grads.append((g.float(), gg.float()))
+    assert counters["stats"]["unique_graphs"] > graphs  # (compiled, not run eagerly)
     for fused, grouped in zip(grads[1], grads[0]):
         torch.testing.assert_close(fused, grouped, rtol=2e-2, atol=2e-2 * float(grouped.abs().max()))
 

@@ -187,26 +187,38 @@ def steps_with_regularizers(micro_batch):
 @pytest.mark.compiles
 def test_the_filter_fused_into_one_compiled_kernel_is_the_grouped_convolution_to_every_order(monkeypatch):
     """The way a GPU may take (stylegan2.FUSED_FIR_ON; bench/fir.py and bench/gpu.py time it): the filter as sums of
-    shifted slices, compiled. Its gradients of both orders are the grouped convolution's (float64), and D and G steps
-    with R1 and path length on every step train the same weights within fp32's rounding."""
+    shifted slices, compiled. Its gradients of both orders are the grouped convolution's (float64), D and G steps
+    with R1 and path length on every step train the same weights within fp32's rounding on a graph or two, and
+    under an op counter or set_stance("force_eager") the grouped convolution runs, compiling nothing."""
+    from op_count import Ops
     from torch._dynamo.utils import counters
 
-    def orders(x, pad, gain):  # (not gradients_of_two_orders: under its counting mode torch.compile runs eagerly)
+    def orders(x, pad, gain):  # (not gradients_of_two_orders: under its counting mode the grouped convolution runs)
         (g,) = torch.autograd.grad(blur(x, pad, gain).square().sum(), x, create_graph=True)
         return g, torch.autograd.grad(g.square().sum(), x)[0]
 
     torch.manual_seed(0)
     x = torch.randn(2, 8, 11, 11, dtype=torch.float64, requires_grad=True)
-    layers = [(1, 4.0), (2, 1.0)]  # G's upsampling layer's, D's downsampling conv's
+    layers = [(1, 4), (2, 1.0)]  # G's upsampling layer's (an int gain, as it calls it), D's downsampling conv's
     want = [orders(x, pad, gain) for pad, gain in layers]
     weights, pl_mean, _ = steps_with_regularizers(16)
     monkeypatch.setattr(stylegan2, "FUSED_FIR_ON", ("cpu",))
+    torch._dynamo.reset()  # (another test may have compiled the sums in this process)
     graphs = counters["stats"]["unique_graphs"]
     for (pad, gain), grads in zip(layers, want):
         torch.testing.assert_close(orders(x, pad, gain), grads, rtol=1e-12, atol=1e-12)
-    assert counters["stats"]["unique_graphs"] > graphs  # (compiled, not run eagerly)
+    assert counters["stats"]["unique_graphs"] == graphs + 1  # (compiled, not run eagerly: one graph for both orders)
     fused, pl_fused, _ = steps_with_regularizers(16)
     assert float((fused - weights).norm() / weights.norm()) < 1e-5 and pl_fused == pytest.approx(pl_mean, rel=1e-5)
+    assert counters["stats"]["unique_graphs"] == graphs + 2  # (and one for fp32)
+    grouped, calls = stylegan2._grouped, []
+    monkeypatch.setattr(stylegan2, "_grouped", lambda *a: calls.append(1) or grouped(*a))
+    # (each made when entered: set_stance sets the stance as it is called)
+    for eager in (lambda: Ops("convolution"), lambda: torch.compiler.set_stance("force_eager")):
+        calls.clear()
+        with eager():
+            torch.testing.assert_close(orders(x, *layers[1]), want[1], rtol=1e-12, atol=1e-12)
+        assert len(calls) == 4 and counters["stats"]["unique_graphs"] == graphs + 2
 
 
 def test_path_length_and_r1_steps_accumulated_equal_the_whole_batch():
@@ -385,6 +397,24 @@ def test_micro_batch_auto_under_a_group_of_the_d_is_said(capsys, monkeypatch):
     assert capsys.readouterr().err == ""
     warn_under_group(cfg, 2)
     assert "micro_batch auto settled on 2, under stylegan2's D group of" in capsys.readouterr().err
+
+
+def test_the_ada_presets_train_their_whole_batch_as_one_micro_batch_where_it_fits():
+    # By reading (issue 43): paper256 ran its batch of 64 as eight micro-batches of ADA's per-GPU 8 on one H200, eight
+    # times the launches of one; the per-GPU size is D's group, and the micro-batch is planned.
+    for name in ("stylegan2_cifar", "stylegan2_256", "stylegan2_512", "stylegan2_1024"):
+        t, group = bigbatch.preset(name).train, bigbatch.preset(name).model.options["mbstd_group"]
+        assert t.micro_batch == "auto" and t.batch % group == 0 and group < t.batch, name
+    small = {
+        "data.resolution": 16,
+        "model.ch": 2,
+        "model.dim_z": 16,
+        "model.options": SMALL_OPTIONS | {"mbstd_group": 8},
+    }
+    cfg = bigbatch.preset("stylegan2_256").override({**small, "train.device": "cpu", "train.memory_budget": "4GiB"})
+    rep = replicator_for(cfg)
+    task = build_task(cfg, rep, load_data("builtin:digits", 16))
+    assert rep.plan_micro_batch(task.probe).micro_batch == 64
 
 
 def test_micro_batch_auto_settles_only_on_sizes_the_ds_groups_take():

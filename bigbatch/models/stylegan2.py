@@ -68,7 +68,10 @@ def _filtered(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.
     """The (C, 1, 4, 4) filter `f` (the FIR filter times `gain`) over each channel of x, `pad` zeros on each side
     (conv2d's padding: the same sums as padding first, without a padded copy of x)."""
     if x.device.type in FUSED_FIR_ON and not _exporting():
-        return _fused_fir(x, pad, gain)
+        if torch.compiler.is_compiling():  # (in a compiled model: traced into its graph, which fuses it)
+            return _fir_sums(x, pad, gain)
+        if _compiles_now():
+            return _fused_fir(x, pad, gain)
     return _grouped(x, pad, f)
 
 
@@ -78,22 +81,36 @@ def _grouped(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
 
 def _fir_sums(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
     """The filter as sums of shifted slices: [1, 3, 3, 1] / 8 along the width, then the height (it is their outer
-    product), each tap times sqrt(gain). Eagerly a dozen memory-bound ops; compiled, one kernel that reads x once."""
+    product), each tap times sqrt(gain). Eagerly a dozen memory-bound ops; compiled, a fused kernel or two."""
     a, b = (tap * math.sqrt(gain) / 8 for tap in (1.0, 3.0))
     x = F.pad(x, [pad] * 4)
     x = (x[..., :-3] + x[..., 3:]) * a + (x[..., 1:-2] + x[..., 2:-1]) * b
     return (x[..., :-3, :] + x[..., 3:, :]) * a + (x[..., 1:-2, :] + x[..., 2:-1, :]) * b
 
 
+def _compiles_now() -> bool:
+    """Whether torch.compile compiles here: not under a dispatch mode (an op counter's, which would keep Dynamo from
+    ever compiling the sums in this process), nor under set_stance("force_eager") (the GAN task's lazy penalties under
+    train.compile), where the grouped convolution is the eager way to take."""
+    from torch._dynamo import eval_frame
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    stance = getattr(getattr(eval_frame, "_stance", None), "stance", "default")
+    return _get_current_dispatch_mode() is None and stance != "force_eager"
+
+
 def _fused_fir(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
-    """`_fir_sums` compiled (once a process, shapes dynamic; Dynamo imported on first use); inside a compiled model,
-    traced into its graph, which fuses it."""
+    """`_fir_sums` compiled once a process (Dynamo imported on first use), shapes dynamic. Called as the grouped
+    convolution would compute: in autocast's dtype where autocast is on, and without a graph of its own (`_Blur`
+    differentiates it), so that one compiled graph serves each dtype whatever the caller's autocast and grad mode."""
     global _compiled_sums
-    if torch.compiler.is_compiling():
-        return _fir_sums(x, pad, gain)
     if _compiled_sums is None:
         _compiled_sums = torch.compile(_fir_sums, dynamic=True)
-    return _compiled_sums(x, pad, gain)
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        x = x.to(torch.get_autocast_dtype(device))
+    with torch.no_grad(), torch.autocast(device, enabled=False):
+        return _compiled_sums(x.detach(), pad, float(gain))
 
 
 class _Blur(torch.autograd.Function):
