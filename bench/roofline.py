@@ -12,7 +12,8 @@ How it counts:
 - The ops are the aten ops the step dispatches (views excluded), each at least one kernel launch on a GPU. FLOPs are
   torch.utils.flop_counter's formulas (matmuls, convolutions, attention); the other ops count none. An op's bytes are
   the distinct elements of the tensors it reads and writes (an expanded tensor's once; the first argument of a
-  write-only op such as copy_ or fill_ is not read), in the dtypes the CPU's autocast gives them.
+  write-only op such as copy_ or fill_, or of one that takes only its shape such as zeros_like, is not read), in
+  the dtypes the CPU's autocast gives them.
 - The work is counted on full-size models at two small micro-batches and, op by op, extended in a straight line to
   the GPU's micro-batch (an op's size is its weights' plus its images' share), so nothing is computed at the GPU's
   sizes: the ops with FLOPs return a constant of their outputs' shapes instead of computing (values change which ops
@@ -83,6 +84,8 @@ FLOPS = {
     ),
 }
 WRITE_ONLY = {"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_"}
+SHAPE_ONLY = {"new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided", "empty_like", "zeros_like"}
+SHAPE_ONLY |= {"ones_like", "full_like", "rand_like", "randn_like"}  # (their first argument: its shape, not read)
 
 
 @dataclass
@@ -142,7 +145,7 @@ class Work(TorchDispatchMode):
             return out
         name = func._overloadpacket.__name__
         read = tensors((args, {k: v for k, v in kwargs.items() if k != "out"}))
-        if name in WRITE_ONLY:
+        if name in WRITE_ONLY or name in SHAPE_ONLY:
             read = read[1:]
         moved = sum(map(distinct_bytes, read)) + sum(map(distinct_bytes, tensors(out)))
         flops = formula(*args, **kwargs, out_val=out) if formula is not None else 0

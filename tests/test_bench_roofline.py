@@ -20,11 +20,12 @@ def test_an_ops_bytes_are_its_distinct_elements_read_and_written_and_its_flops_t
         y = F.conv2d(x, w, padding=1)
         y.add_(b)  # (an expanded operand: its 4 distinct elements)
         y.zero_()  # (write-only: not read)
-    conv, add, zero = work.ops
+        ones = torch.ones_like(y)  # (its shape alone read)
+    conv, add, zero, like = work.ops
     assert conv.flops == 2 * 2 * 4 * 16 * 16 * 8 * 9
     assert conv.bytes == 4 * (x.numel() + w.numel() + y.numel())
     assert not torch.count_nonzero(y) and add.bytes == 4 * (y.numel() + 4 + y.numel()) and add.flops == 0
-    assert zero.bytes == 4 * y.numel()
+    assert zero.bytes == 4 * y.numel() and like.bytes == 4 * ones.numel()
 
 
 def test_a_counted_step_does_not_compute_what_has_flops():

@@ -530,7 +530,7 @@ def test_stylegan2_presets_build_adas_networks(name, counts):
     with torch.device("meta"):
         G, D = build_models(cfg, 0, 3)
     assert (count_params(G), count_params(D)) == counts
-    assert cfg.model.options["mbstd_group"] == cfg.train.micro_batch == cfg.train.batch // 8  # (8 reference GPUs)
+    assert cfg.model.options["mbstd_group"] == cfg.train.batch // 8  # (8 reference GPUs: the share of each, a group)
 
 
 def test_an_attention_size_that_no_block_puts_out_is_refused():

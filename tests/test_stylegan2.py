@@ -124,6 +124,27 @@ def test_upsampling_keeps_a_constant_image_constant():
     torch.testing.assert_close(up[..., 1:-1, 1:-1], torch.ones(1, 2, 14, 14))
 
 
+def test_a_blur_run_eagerly_is_one_kernel_once_its_filter_is_made(monkeypatch):
+    # By counting (bench/roofline.py): each blur and upsampling made its filter again, ten small kernels beside its
+    # one convolution, 15% of a paper256 iteration's launches.
+    from op_count import Ops
+
+    monkeypatch.setattr(stylegan2, "_WEIGHTS", {})  # (no filter made yet, whatever ran before in this process)
+    x = torch.randn(2, 8, 11, 11)
+
+    def filtered():
+        return blur(x, 2), blur(x, 2, 4), upsample(x), blur(x.bfloat16(), 2)
+
+    with Ops() as first:
+        filtered()
+    with Ops() as again:
+        y1, y4, up, half = filtered()
+    assert first.count > 30 and again.count == 5  # (four filters, and the bf16 copy of x)
+    torch.testing.assert_close(y4, 4 * y1)
+    torch.testing.assert_close(half.float(), y1, rtol=2e-2, atol=2e-2)
+    assert up.shape == (2, 8, 22, 22) and half.dtype == torch.bfloat16
+
+
 def gradients_of_two_orders(fn, x: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
     """fn's gradient at x and the gradient of its square's sum (as R1 takes them), and the convolutions both ran."""
     from op_count import Ops

@@ -56,6 +56,20 @@ def fir(like: torch.Tensor | None = None) -> torch.Tensor:
     return torch.outer(f, f) / f.sum() ** 2
 
 
+_WEIGHTS: dict[tuple[torch.device, torch.dtype, float], torch.Tensor] = {}
+
+
+def _weights(x: torch.Tensor, gain: float) -> torch.Tensor:
+    """The filter times `gain` in x's dtype and on its device, (1, 1, 4, 4): made once a device, dtype and gain when
+    run eagerly (ten small kernels a call otherwise); made from x where traced, exported or compiled."""
+    if _exporting() or torch.compiler.is_compiling():
+        return (fir(x) * gain).to(x.dtype)[None, None]
+    key = (x.device, x.dtype, float(gain))
+    if (f := _WEIGHTS.get(key)) is None:
+        f = _WEIGHTS[key] = (fir(x) * gain).to(x.dtype)[None, None]
+    return f
+
+
 FUSED_FIR_ON: tuple[str, ...] = ()
 """Device types whose FIR filter runs as one compiled kernel (`_fir_sums` through torch.compile), not as a grouped
 convolution: none until a GPU measures it paying (bench/fir.py's "fused" way; bench/gpu.py's stylegan2-bf16-fused).
@@ -148,13 +162,13 @@ def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
     Differentiated by `_Blur` where a gradient is wanted; traced or exported as the one convolution it is."""
     if not 0 <= pad <= 3:
         raise ValueError(f"blur pads 0 to 3 pixels, not {pad}")
-    return _blurred(x, pad, (fir(x) * gain).to(x.dtype).expand(x.shape[1], 1, 4, 4), gain)
+    return _blurred(x, pad, _weights(x, gain).expand(x.shape[1], 1, 4, 4), gain)
 
 
 def upsample(x: torch.Tensor) -> torch.Tensor:
     """2x upsampling: zeros between the pixels, then the FIR filter with gain 4."""
     c = x.shape[1]
-    f = (fir(x) * 4).to(x.dtype).expand(c, 1, 4, 4)
+    f = _weights(x, 4.0).expand(c, 1, 4, 4)
     return F.conv_transpose2d(x, f, stride=2, padding=1, groups=c)
 
 
