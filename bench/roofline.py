@@ -353,14 +353,20 @@ def work_phases(name: str, quick: bool, micro: int | None = None) -> Phases:
     w = WORKS[name]
     cfg = w.config(quick)
     if micro is not None:
-        if not isinstance(w.count, functools.partial) or w.count.func is not count_gan:
-            raise SystemExit(f"roofline.py: --micro {name}: its step is counted as one micro-batch (a GAN's splits)")
-        if cfg.train.batch % micro:
-            raise SystemExit(f"roofline.py: --micro {name}={micro} does not divide its batch of {cfg.train.batch}")
+        if why := micro_refused(name, micro, cfg.train.batch):
+            raise ValueError(why)
         cfg = cfg.override({"train.micro_batch": micro})
     ma, mb = w.micros
     at = [w.count(cfg, m) for m in (ma, mb)]
     return [(n, share, extended(a, b, ma, mb, cfg.train.micro_batch)) for (n, share, a), (_, _, b) in zip(*at)]
+
+
+def micro_refused(name: str, micro: int, batch: int) -> str:
+    """Why a work cannot be counted at micro-batch `micro` of its `batch` ("" if it can)."""
+    w = WORKS[name]
+    if not isinstance(w.count, functools.partial) or w.count.func is not count_gan:
+        return f"--micro {name}: its step is counted as one micro-batch (a GAN's splits)"
+    return f"--micro {name}={micro} does not divide its batch of {batch}" if batch % micro else ""
 
 
 def ms(seconds: float) -> str:
@@ -457,6 +463,9 @@ def main() -> None:
     for flag in ("measured", "micro"):
         if set(getattr(args, flag)) - set(args.works):
             p.error(f"--{flag} names {', '.join(sorted(set(getattr(args, flag)) - set(args.works)))}, not in --works")
+    for name, micro in args.micro.items():
+        if why := micro_refused(name, micro, WORKS[name].config(args.quick).train.batch):
+            p.error(why)
     torch.manual_seed(0)
     works = {}
     for name in args.works:
