@@ -389,11 +389,12 @@ RUN_ORDER = ["biggan-bf16", "resnet50", "jpeg-decode", "jpeg-decode-nvimgcodec",
 RUN_ORDER += ["saehd512-channels-last", "saehd512-autotuned"]
 RUN_ORDER += ["stylegan2-bf16", "cuda-tests", "biggan-bf16-compile", "biggan-bf16-compile-cudagraphs"]
 RUN_ORDER += ["stylegan2-bf16-compile", "resnet50-compile", "resnet50-compile-cudagraphs", "biggan-bf16-compile-again"]
+RUN_ORDER += ["resnet50-compile-again"]
 RUN_ORDER += ["waits", "cuda-tests-compile"]
 RUN_ORDER += ["saehd512-profile", "biggan-bf16-profile", "resnet50-profile", "biggan-bf16-compile-profile"]
 RUN_ORDER += ["biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16", "biggan-fp32-compile", "stylegan2-fp32"]
 RUN_ORDER += ["resample", "attention", "stylegan2-bf16-profile", "fir", "stylegan2-bf16-separable"]
-RUN_ORDER += ["stylegan2-bf16-fused", "resnet50-compile-again"]
+RUN_ORDER += ["stylegan2-bf16-fused"]
 BUDGETED = {
     "biggan-plan-fp32",
     "biggan-plan-bf16",

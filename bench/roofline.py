@@ -416,7 +416,7 @@ def positive(text: str) -> float:
 
 def positive_count(text: str) -> int:
     """An argparse type: a positive whole number."""
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give a positive whole number")
     return int(text)
 

@@ -327,8 +327,9 @@ def _stylegan2(name: str, data: DataConfig, model: ModelConfig, train: TrainConf
     betas (by 4/5 for G and 16/17 for D); here the penalties join the ordinary steps, so those stay as given.
     Its micro-batch on each of its reference GPUs is D's minibatch-statistic group here (`model.options`); the
     micro-batch is "auto" (the whole batch where it fits: on an H200 paper256's 64 images as one, not eight
-    micro-batches of ADA's 8), which changes no result: the groups are consecutive images, and the path length
-    images and the per-image draws do not depend on how a step is split (tests/test_stylegan2.py)."""
+    micro-batches of ADA's 8), which changes no result where a group fits: the groups are consecutive images, and the
+    path length images and the per-image draws do not depend on how a step is split (tests/test_stylegan2.py). Where
+    not even a group fits, auto settles under it and says so (the statistic then over fewer images)."""
     return Config(
         name=name,
         data=data,

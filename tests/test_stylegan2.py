@@ -143,6 +143,13 @@ def test_a_blur_run_eagerly_is_one_kernel_once_its_filter_is_made(monkeypatch):
     torch.testing.assert_close(y4, 4 * y1)
     torch.testing.assert_close(half.float(), y1, rtol=2e-2, atol=2e-2)
     assert up.shape == (2, 8, 22, 22) and half.dtype == torch.bfloat16
+    # A filter made under inference mode is not kept (a training step could not save it for its backward).
+    monkeypatch.setattr(stylegan2, "_WEIGHTS", {})
+    G, _ = pair()
+    z = torch.randn(2, 16)
+    with torch.inference_mode():
+        G(z, torch.arange(2))
+    G(z, torch.arange(2)).mean().backward()
 
 
 def gradients_of_two_orders(fn, x: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
@@ -228,7 +235,11 @@ def test_the_filter_fused_into_one_compiled_kernel_is_the_grouped_convolution_to
     graphs = counters["stats"]["unique_graphs"]
     for (pad, gain), grads in zip(layers, want):
         torch.testing.assert_close(orders(x, pad, gain), grads, rtol=1e-12, atol=1e-12)
-    assert counters["stats"]["unique_graphs"] == graphs + 1  # (compiled, not run eagerly: one graph for both orders)
+    torch.testing.assert_close(
+        blur(x.detach(), 2), stylegan2._grouped(x.detach(), 2, fir(x).double().expand(8, 1, 4, 4))
+    )
+    # (compiled, not run eagerly: one graph for both orders, and for an input needing no gradient with grad on)
+    assert counters["stats"]["unique_graphs"] == graphs + 1
     fused, pl_fused, _ = steps_with_regularizers(16)
     assert float((fused - weights).norm() / weights.norm()) < 1e-5 and pl_fused == pytest.approx(pl_mean, rel=1e-5)
     assert counters["stats"]["unique_graphs"] == graphs + 2  # (and one for fp32)

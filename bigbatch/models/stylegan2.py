@@ -61,12 +61,17 @@ _WEIGHTS: dict[tuple[torch.device, torch.dtype, float], torch.Tensor] = {}
 
 def _weights(x: torch.Tensor, gain: float) -> torch.Tensor:
     """The filter times `gain` in x's dtype and on its device, (1, 1, 4, 4): made once a device, dtype and gain when
-    run eagerly (ten small kernels a call otherwise); made from x where traced, exported or compiled."""
+    run eagerly (ten small kernels a call otherwise); made from x where traced, exported or compiled. Kept only as a
+    plain tensor (not one made under inference mode, a fake-tensor mode or vmap, which a later step could not use);
+    made on the stream and outside any CUDA graph capture of its first call (the project's steps: the default stream,
+    and the compiled graphs make their own)."""
     if _exporting() or torch.compiler.is_compiling():
         return (fir(x) * gain).to(x.dtype)[None, None]
     key = (x.device, x.dtype, float(gain))
     if (f := _WEIGHTS.get(key)) is None:
-        f = _WEIGHTS[key] = (fir(x) * gain).to(x.dtype)[None, None]
+        f = (fir(x) * gain).to(x.dtype)[None, None]
+        if type(f) is torch.Tensor and not f.is_inference() and not torch._C._functorch.is_functorch_wrapped_tensor(f):
+            _WEIGHTS[key] = f
     return f
 
 
@@ -123,7 +128,7 @@ def _fused_fir(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
     device = x.device.type
     if torch.is_autocast_enabled(device):
         x = x.to(torch.get_autocast_dtype(device))
-    with torch.no_grad(), torch.autocast(device, enabled=False):
+    with torch.no_grad(), torch.autocast(device, enabled=False):  # (Dynamo guards on both: one graph either way)
         return _compiled_sums(x.detach(), pad, float(gain))
 
 
