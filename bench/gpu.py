@@ -154,6 +154,9 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, f
         note += f"{counters['stats']['unique_graphs']} graphs"
     else:
         note = f"{lazy}; {of_peak(r['flop_per_s'], args, precision)}"
+    if fir == "fused":  # (what its first iterations compiled: a warm start's cost beside the rate)
+        graphs = counters["stats"]["unique_graphs"]
+        note += f"; the filter compiled {graphs} graph(s); the {warmup} untimed iterations {r['warmup_s']:.1f} s"
     return {
         "setting": f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch} (ADA's paper256), batch {t.batch}, "
         + precision
