@@ -40,26 +40,26 @@ from resample import seconds  # noqa: E402
 from bigbatch.models import stylegan2  # noqa: E402
 
 
-def nchw(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+def nchw(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
     """The grouped convolution of a contiguous copy (PyTorch's depthwise kernel on a GPU), back to x's layout."""
-    y = stylegan2._grouped(x.contiguous(), pad, f)
+    y = stylegan2._grouped(x.contiguous(), pad, gain)
     return y.contiguous(memory_format=torch.channels_last) if x.is_contiguous(memory_format=torch.channels_last) else y
 
 
-def one_channel(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+def one_channel(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
     """The channels as images: one 4x4 convolution of (N x C, 1, H, W)."""
     n, c, h, w = x.shape
-    y = F.conv2d(F.pad(x.reshape(n * c, 1, h, w), [pad] * 4), f[:1].to(x.dtype))
+    y = F.conv2d(F.pad(x.reshape(n * c, 1, h, w), [pad] * 4), stylegan2._weights(x, gain))
     return y.reshape(n, c, *y.shape[2:])
 
 
-# Each as the model's `_filtered`: (x, pad, the filter expanded over the channels, its gain) -> the filtered x.
-WAYS: dict[str, Callable[[torch.Tensor, int, torch.Tensor, float], torch.Tensor]] = {
-    "grouped": lambda x, pad, f, gain: stylegan2._grouped(x, pad, f),
+# Each as the model's `_filtered`: (x, pad, the filter's gain) -> the filtered x.
+WAYS: dict[str, Callable[[torch.Tensor, int, float], torch.Tensor]] = {
+    "grouped": stylegan2._grouped,
     "nchw": nchw,
-    "separable": lambda x, pad, f, gain: stylegan2._fir_sums(x, pad, gain),
+    "separable": stylegan2._fir_sums,
     "one-channel": one_channel,
-    "fused": lambda x, pad, f, gain: stylegan2._fused_fir(x, pad, gain),
+    "fused": stylegan2._fused_fir,
 }
 
 

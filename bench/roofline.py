@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
-import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
@@ -57,7 +56,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import name_list  # noqa: E402
+from _args import name_list, positive_float, positive_int  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _gpu_sizes import CLASSES  # noqa: E402
@@ -185,6 +184,7 @@ class Workload:
     count: Callable[[Config, int], Phases]  # (cfg, micro) -> phases
     micros: tuple[int, int]  # the two micro-batches counted
     target_s: float  # the issue's target, seconds an iteration at the GPU's batch
+    splits: bool = False  # whether `count` takes a batch of several micro-batches (a GAN's: --micro)
 
 
 def counted(step: Callable[[], object], work: Work) -> list[Op]:
@@ -288,6 +288,7 @@ WORKS = {
         functools.partial(count_gan, classes=0),
         (2, 4),
         64 / 250,
+        splits=True,
     ),
     "saehd512": Workload("SAEHD 512 df-ud, batch 8, bf16, checkpointing", saehd512, count_swap, (1, 2), 0.15),
     "biggan128": Workload(
@@ -296,6 +297,7 @@ WORKS = {
         functools.partial(count_gan, classes=CLASSES),
         (2, 4),
         256 / 1200,
+        splits=True,
     ),
 }
 
@@ -363,8 +365,7 @@ def work_phases(name: str, quick: bool, micro: int | None = None) -> Phases:
 
 def micro_refused(name: str, micro: int, batch: int) -> str:
     """Why a work cannot be counted at micro-batch `micro` of its `batch` ("" if it can)."""
-    w = WORKS[name]
-    if not isinstance(w.count, functools.partial) or w.count.func is not count_gan:
+    if not WORKS[name].splits:
         return f"--micro {name}: its step is counted as one micro-batch (a GAN's splits)"
     return f"--micro {name}={micro} does not divide its batch of {batch}" if batch % micro else ""
 
@@ -403,24 +404,6 @@ def table(works: dict[str, Phases], measured: dict[str, float], args: argparse.N
     return "\n".join(lines)
 
 
-def positive(text: str) -> float:
-    """An argparse type: a positive finite number."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number")
-    return value
-
-
-def positive_count(text: str) -> int:
-    """An argparse type: a positive whole number."""
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive whole number")
-    return int(text)
-
-
 def work_pairs(value: Callable[[str], float], what: str) -> Callable[[str], dict]:
     """An argparse type: WORK=`what` pairs, comma-separated, each work once, each value through `value`."""
 
@@ -439,7 +422,7 @@ def work_pairs(value: Callable[[str], float], what: str) -> Callable[[str], dict
     return parse
 
 
-measured_pairs = work_pairs(positive, "SECONDS")
+measured_pairs = work_pairs(positive_float, "SECONDS")
 
 
 def main() -> None:
@@ -450,12 +433,12 @@ def main() -> None:
         "--works", type=name_list(tuple(WORKS)), default=list(WORKS), help=f"comma-separated, of {', '.join(WORKS)}"
     )
     p.add_argument("--quick", action="store_true", help="toy sizes (the test suite's run)")
-    p.add_argument("--tflops", type=positive, default=790.0, help="the GPU's bf16 matmul rate, TFLOP/s")
-    p.add_argument("--bandwidth", type=positive, default=4.8, help="the GPU's memory bandwidth, TB/s")
+    p.add_argument("--tflops", type=positive_float, default=790.0, help="the GPU's bf16 matmul rate, TFLOP/s")
+    p.add_argument("--bandwidth", type=positive_float, default=4.8, help="the GPU's memory bandwidth, TB/s")
     p.add_argument("--measured", type=measured_pairs, default={}, help="WORK=SECONDS,...: measured s/iteration")
     p.add_argument(
         "--micro",
-        type=work_pairs(positive_count, "IMAGES"),
+        type=work_pairs(positive_int, "IMAGES"),
         default={},
         help="WORK=IMAGES,...: a GAN's micro-batch other than the one micro_batch auto plans on an H200",
     )

@@ -105,7 +105,7 @@ def test_the_hosts_draws_are_not_counted_whatever_the_threads():
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--tflops", "0"], "give a positive number"),
+        (["--tflops", "0"], "give a number above 0"),
         (["--measured", "x=1"], "unknown work x"),
         (["--micro", "stylegan2=3"], "--micro stylegan2=3 does not divide its batch of 64"),
         (["--micro", "resnet50=8"], "its step is counted as one micro-batch"),

@@ -83,19 +83,20 @@ way (oneDNN's depthwise kernel)."""
 _compiled_sums: Any = None
 
 
-def _filtered(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
-    """The (C, 1, 4, 4) filter `f` (the FIR filter times `gain`) over each channel of x, `pad` zeros on each side
-    (conv2d's padding: the same sums as padding first, without a padded copy of x)."""
+def _filtered(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
+    """The FIR filter times `gain` over each channel of x, `pad` zeros on each side."""
     if x.device.type in FUSED_FIR_ON and not _exporting():
         if torch.compiler.is_compiling():  # (in a compiled model: traced into its graph, which fuses it)
             return _fir_sums(x, pad, gain)
         if _compiles_now():
             return _fused_fir(x, pad, gain)
-    return _grouped(x, pad, f)
+    return _grouped(x, pad, gain)
 
 
-def _grouped(x: torch.Tensor, pad: int, f: torch.Tensor) -> torch.Tensor:
-    return F.conv2d(x, f.to(x.dtype), padding=pad, groups=x.shape[1])
+def _grouped(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
+    """The filter as a grouped convolution, a group a channel (conv2d's padding: the same sums as padding first,
+    without a padded copy of x)."""
+    return F.conv2d(x, _weights(x, gain).expand(x.shape[1], 1, 4, 4), padding=pad, groups=x.shape[1])
 
 
 def _fir_sums(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
@@ -140,26 +141,24 @@ class _Blur(torch.autograd.Function):
     dispatches 320, now 488 (`python bench/roofline.py`, its phases)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
         ctx.pad, ctx.gain = pad, gain
-        ctx.save_for_backward(f)
-        return _filtered(x, pad, f, gain)
+        return _filtered(x, pad, gain)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
-        (f,) = ctx.saved_tensors
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         with torch.autocast(grad.device.type, enabled=False):  # in the gradient's dtype, as autograd's own
-            return _blurred(grad, 3 - ctx.pad, f, ctx.gain), None, None, None
+            return _blurred(grad, 3 - ctx.pad, ctx.gain), None, None
 
 
 def _exporting() -> bool:
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
-def _blurred(x: torch.Tensor, pad: int, f: torch.Tensor, gain: float) -> torch.Tensor:
+def _blurred(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
     if torch.is_grad_enabled() and x.requires_grad and not _exporting():
-        return _Blur.apply(x, pad, f, gain)
-    return _filtered(x, pad, f, gain)
+        return _Blur.apply(x, pad, gain)
+    return _filtered(x, pad, gain)
 
 
 def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
@@ -167,7 +166,7 @@ def blur(x: torch.Tensor, pad: int, gain: float = 1.0) -> torch.Tensor:
     Differentiated by `_Blur` where a gradient is wanted; traced or exported as the one convolution it is."""
     if not 0 <= pad <= 3:
         raise ValueError(f"blur pads 0 to 3 pixels, not {pad}")
-    return _blurred(x, pad, _weights(x, gain).expand(x.shape[1], 1, 4, 4), gain)
+    return _blurred(x, pad, gain)
 
 
 def upsample(x: torch.Tensor) -> torch.Tensor:
