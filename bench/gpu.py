@@ -77,6 +77,12 @@ from bigbatch.engine.determinism import cudnn_autotuning, run_kernels  # noqa: E
 from bigbatch.engine.memory import format_bytes  # noqa: E402
 
 
+def first_iteration(compiled: compile_cache.Compiled) -> str:
+    """A compile part's first iteration: its seconds, and how many of the graphs it compiled came from the cache."""
+    cached = f"{compiled.from_cache} of {compiled.graphs} Inductor graphs from the cache"
+    return f"first iteration {compiled.seconds:.1f} s ({cached})"
+
+
 def biggan(args: argparse.Namespace, precision: str, compile: bool | str, again: bool = False) -> dict:
     """img/s and peak memory of the GAN step (one D and one G step) at a fixed micro-batch. `compile`: train.compile
     (True, or a mode: "reduce-overhead" replays CUDA graphs). `again`: compiled in a new process after the compile
@@ -108,9 +114,7 @@ def biggan(args: argparse.Namespace, precision: str, compile: bool | str, again:
         backend = "" if args.compile_backend == "inductor" else f"; backend {args.compile_backend}"
         beside = " (beside the other compile parts)" if args.turns else ""
         beside += "; **timed while another part still compiled** (little time was left)" if alone == [False] else ""
-        compiled = watch.compiled(r["first_s"])
-        cached = f"{compiled.from_cache} of {compiled.graphs} Inductor graphs from the cache"
-        first = f"first iteration {r['first_s']:.1f} s ({cached})"
+        first = first_iteration(watch.compiled(r["first_s"]))
         note = f"{first}; compile + {warmup} iterations {r['warmup_s']:.0f} s{beside}; {graphs} graphs, {breaks} breaks"
         note += backend
     else:
@@ -229,8 +233,7 @@ def resnet50(args: argparse.Namespace, compile: bool | str = False, again: bool 
         first = watch.compiled(time.perf_counter() - t)
         alone = wait_for_turn(Path(args.turns), args.part) if args.turns else True
         seconds, peak = timed(lambda: task.step(feed), rep.device, models, steps, COMPILE_WARMUP)
-        cached = f"{first.from_cache} of {first.graphs} Inductor graphs from the cache"
-        note = f"first iteration {first.seconds:.1f} s ({cached}); channels_last"
+        note = f"{first_iteration(first)}; channels_last"
         note += "" if alone else "; **timed while another part still compiled** (little time was left)"
     else:
         torch.backends.cudnn.benchmark = False  # first PyTorch's default, then cuDNN's autotuning (train's)
