@@ -129,7 +129,8 @@ def section(rows: dict[str, dict], args: Any, seconds: float, steps: int, compil
         "- resample: bench/resample.py's layers (in = out channels) at the px shown (D: the conv's input; G: its "
         "output), median of 5 after 2 untimed; above 1 the one op is faster.",
         "- fir: bench/fir.py's layers (D's blur and stride-2 conv at the px of its input, G's transposed conv and "
-        "blur at the px of its output; in = out channels), median of 5 after 2 untimed, each way of filtering.",
+        "blur at the px of its output; in = out channels), median of 5 after 2 untimed, each way of filtering, "
+        "then fused+act: the fused filter with the layer's bias and activation one compiled kernel more.",
         "- waits: the ops of an iteration that synchronize the host with the GPU (torch.cuda.set_sync_debug_mode "
         '"warn"; mean of 4 iterations after 2, each a D and a G step for the GANs), with the lines that called the '
         "most; the engine's one read of each optimizer step's results is expected (2 for a GAN, 1 for ResNet-50).",

@@ -17,8 +17,11 @@ largest output):
 - separable: the filter is an outer product: a 4-tap pass along each axis, each a weighted sum of 4 shifted
   slices (the model's `_fir_sums` run eagerly: elementwise ops, memory-bound, no convolution kernel);
 - one-channel: the channels as images, a 4x4 convolution of (N x C, 1, H, W);
-- fused: the separable sums compiled (a fused kernel or two: the model's way on the devices in its `FUSED_FIR_ON`;
-  compiled on first use, before the timed passes).
+- fused: the separable sums compiled (a fused kernel or two: the model's filter on the devices in fused.ON;
+  compiled on first use, before the timed passes);
+- fused+act: the model as it runs on the devices in fused.ON (bigbatch/models/fused.py): the fused filter, and the
+  layer's bias, leaky ReLU and gain one compiled kernel more (ADA's bias_act), where the other ways leave them as
+  the plain ops (D: the convolution's bias, then the activation; G: the bias added, then the activation).
 Each cell: median ms of --repeats forward+backward passes (input, weight and bias gradients) after two untimed.
 """
 
@@ -37,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _args import name_list, positive_int  # noqa: E402
 from resample import seconds  # noqa: E402
 
-from bigbatch.models import stylegan2  # noqa: E402
+from bigbatch.models import fused, stylegan2  # noqa: E402
 
 
 def nchw(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
@@ -63,9 +66,21 @@ WAYS: dict[str, Callable[[torch.Tensor, int, float], torch.Tensor]] = {
 }
 
 
+ALL_FUSED = "fused+act"
+TIMED = [*WAYS, ALL_FUSED]
+
+
 @contextmanager
 def using(way: str) -> Iterator[None]:
-    """StyleGAN2's layers filter the way named while entered (all of this process's models)."""
+    """StyleGAN2's layers filter the way named while entered (all of this process's models); ALL_FUSED: they run
+    as on the devices in fused.ON, on every device."""
+    if way == ALL_FUSED:
+        before_on, fused.ON = fused.ON, ("cpu", "cuda")
+        try:
+            yield
+        finally:
+            fused.ON = before_on
+        return
     before, stylegan2._filtered = stylegan2._filtered, WAYS[way]
     try:
         yield
@@ -101,7 +116,7 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
     x.requires_grad_()
     out: dict[str, tuple[float, float]] = {}
     reference = None
-    for name in WAYS:
+    for name in TIMED:
         with using(name):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                 y = f(x).float()
@@ -128,10 +143,10 @@ def main() -> None:
     device = torch.device(a.device)
     if device.type == "cpu":
         torch.set_num_threads(1)
-    print(f"# {device}, batch {a.batch}, channels-last; ms per forward+backward: " + ", ".join(WAYS))
+    print(f"# {device}, batch {a.batch}, channels-last; ms per forward+backward: " + ", ".join(TIMED))
     print("# (in brackets: the largest difference from grouped's output over its largest)\n")
-    print("| precision | layer | px | channels | " + " | ".join(WAYS) + " |")
-    print("|---|---|---|---|" + "---|" * len(WAYS))
+    print("| precision | layer | px | channels | " + " | ".join(TIMED) + " |")
+    print("|---|---|---|---|" + "---|" * len(TIMED))
     for precision in a.precisions:
         for kind in ("D", "G"):
             for side, channels in PAPER256:

@@ -136,7 +136,8 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, f
     """img/s and peak memory of StyleGAN2's training step (one D and one G step) at ADA's paper256 settings,
     style mixing on and the lazy penalties at their intervals among the timed steps, at a fixed micro-batch.
     `compile`: train.compile (the lazy R1 and path length steps run eagerly: their double backward). `fir`: the
-    layers' FIR filter computed another way of bench/fir.py's (this part's process alone)."""
+    layers' FIR filter computed another way of bench/fir.py's, or its "fused+act", the model's fused kernels
+    (bigbatch/models/fused.py: the filter, the bias and the activation; this part's process alone)."""
     filtering: AbstractContextManager = nullcontext()
     if fir:
         from fir import using
@@ -145,7 +146,8 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, f
     cfg = config(args, "stylegan2").override({"train.compile": compile})
     micro, steps = SIZES[args.sizes]["stylegan2_micro"], SIZES[args.sizes]["steps"]
     turn = (lambda: wait_for_turn(Path(args.turns), args.part)) if args.turns else None
-    warmup = COMPILE_WARMUP if compile else 2 if fir == "fused" else 1  # (fused: a lazy and a plain one compiled)
+    fused = fir.startswith("fused")
+    warmup = COMPILE_WARMUP if compile else 2 if fused else 1  # (fused: a lazy and a plain step's kernels compiled)
     with filtering:
         r = measure(
             cfg, precision, False, micro, steps, 0, plain=False, flops=not compile, warmup=warmup, after_warmup=turn
@@ -158,14 +160,19 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, f
         note += f"{counters['stats']['unique_graphs']} graphs"
     else:
         note = f"{lazy}; {of_peak(r['flop_per_s'], args, precision)}"
-    if fir == "fused":  # (what its first iterations compiled: a warm start's cost beside the rate)
+    if fused and not compile:  # (what its first iterations compiled: a warm start's cost beside the rate)
         graphs = counters["stats"]["unique_graphs"]
-        note += f"; the filter compiled {graphs} graph(s); the {warmup} untimed iterations {r['warmup_s']:.1f} s"
+        note += f"; the kernels compiled {graphs} graph(s); the {warmup} untimed iterations {r['warmup_s']:.1f} s"
     return {
         "setting": f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch} (ADA's paper256), batch {t.batch}, "
         + precision
         + (", train.compile" if compile else "")
-        + (f", the layers' FIR filter {fir} (bench/fir.py; the skip image's upsampling as it is)" if fir else ""),
+        + (f", the layers' FIR filter {fir} (bench/fir.py; the skip image's upsampling as it is)" if fir else "")
+        + (
+            " (the model's fused kernels: its filter, and its layers' bias and activation)"
+            if fir == "fused+act"
+            else ""
+        ),
         "plan": r["plan"].replace("x", " × "),
         "img_per_s": r["img_per_s"],
         "s_per_iter": t.batch / r["img_per_s"],
@@ -287,9 +294,10 @@ def resample(args: argparse.Namespace) -> dict:
 
 
 def fir_ways(args: argparse.Namespace) -> dict:
-    """StyleGAN2's FIR filter in its resampling layers, the model's way and four others (bench/fir.py), on the
-    device in bf16 at paper256's widths: which way its layers should take on this GPU."""
-    from fir import PAPER256, WAYS
+    """StyleGAN2's FIR filter in its resampling layers, the model's way and four others, and the layers with the
+    model's fused kernels (bench/fir.py), on the device in bf16 at paper256's widths: which way its layers should
+    take on this GPU."""
+    from fir import PAPER256, TIMED
     from fir import cell as fir_cell
 
     batch, largest = (32, 256) if args.sizes == "full" else (2, 16)
@@ -301,7 +309,7 @@ def fir_ways(args: argparse.Namespace) -> dict:
     return {
         "setting": f"StyleGAN2's FIR filter in D's down and G's up layers, forward+backward, bf16, batch {batch}: "
         + "ms "
-        + " / ".join(WAYS),
+        + " / ".join(TIMED),
         "note": "; ".join(cells),
     }
 
@@ -379,7 +387,11 @@ PARTS: dict[str, tuple[Callable[[argparse.Namespace], dict], int]] = {
     "stylegan2-bf16": (functools.partial(stylegan2, precision="bf16"), 120),
     "stylegan2-bf16-compile": (functools.partial(stylegan2, precision="bf16", compile=True), 240),
     "stylegan2-bf16-separable": (functools.partial(stylegan2, precision="bf16", fir="separable"), 120),
-    "stylegan2-bf16-fused": (functools.partial(stylegan2, precision="bf16", fir="fused"), 150),
+    "stylegan2-bf16-fused": (functools.partial(stylegan2, precision="bf16", fir="fused+act"), 150),
+    "stylegan2-bf16-compile-fused": (
+        functools.partial(stylegan2, precision="bf16", compile=True, fir="fused+act"),
+        240,
+    ),
     "stylegan2-bf16-profile": (stylegan2_profile, 120),
     "fir": (fir_ways, 90),
     "cuda-tests": (functools.partial(cuda_tests, marks="not compiles"), 90),
@@ -400,7 +412,7 @@ RUN_ORDER += ["waits", "cuda-tests-compile"]
 RUN_ORDER += ["saehd512-profile", "biggan-bf16-profile", "resnet50-profile", "biggan-bf16-compile-profile"]
 RUN_ORDER += ["biggan-fp32", "biggan-plan-fp32", "biggan-plan-bf16", "biggan-fp32-compile", "stylegan2-fp32"]
 RUN_ORDER += ["resample", "attention", "stylegan2-bf16-profile", "fir", "stylegan2-bf16-separable"]
-RUN_ORDER += ["stylegan2-bf16-fused"]
+RUN_ORDER += ["stylegan2-bf16-fused", "stylegan2-bf16-compile-fused"]
 BUDGETED = {
     "biggan-plan-fp32",
     "biggan-plan-bf16",

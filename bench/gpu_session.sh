@@ -14,14 +14,15 @@
 # (bench/gpu.py --parts; the compile parts together, where the first of them is). By default, what the 2026-12-04
 # calls left to learn, in two calls, as a session's 15 minutes of device time hold them (a start takes 1-2):
 # - CALL=1 (the default), what runs eagerly, furthest target first: StyleGAN2's rate (48 img/s of 250) now that
-#   its filter's double backward is one convolution and its batch one micro-batch, its profile, its FIR filter five
-#   ways (bench/fir.py) and its step with the fused one; SAEHD's (0.173 s of 0.15) in NCHW, channels-last and
-#   autotuned, and its profile; ResNet-50's profile (4,325 img/s of 6,000); nvJPEG's crops resized as a batch
+#   its filter's double backward is one convolution and its batch one micro-batch, its profile, its FIR filter
+#   six ways (bench/fir.py) and its step with the fused kernels (bigbatch/models/fused.py); SAEHD's (0.173 s of
+#   0.15) in NCHW, channels-last and autotuned, and its profile; ResNet-50's profile (4,325 img/s of 6,000); nvJPEG's crops resized as a batch
 #   (ef29df3) and ResNet-50 fed by them; BigGAN's eager profile (GPU busy); the iterations' waits; the CUDA tests
 #   that compile nothing.
 # - CALL=2, compiling: ResNet-50 in torch.compile's default mode (its lever to 6,000 img/s), its first step again in
 #   a new process from the compile cache that leaves (the warm start, 20 s), the CUDA tests that compile (CUDA
-#   graphs' bit-exact resume among them).
+#   graphs' bit-exact resume among them); then, in what is left, StyleGAN2 under train.compile with the fused
+#   kernels (its lazy penalty steps eager, their filter and activation compiled).
 # The first call at once, the second while the machine is warm, in what device time is left (status()'s
 # budget_left_s less about 40 s for the transfers):
 #     run(command="WHEELS=gpu_wheels make gpu-session-system GPU_SECONDS=480 OUT=$OUT", carry=["gpu_wheels"],
@@ -39,7 +40,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 FIRST=stylegan2-bf16,stylegan2-bf16-profile,fir,stylegan2-bf16-fused,saehd512,saehd512-channels-last
 FIRST=$FIRST,saehd512-autotuned,saehd512-profile,resnet50-profile,jpeg-decode,resnet50-fed,biggan-bf16-profile
 FIRST=$FIRST,waits,cuda-tests
-SECOND=resnet50-compile,resnet50-compile-again,cuda-tests-compile
+SECOND=resnet50-compile,resnet50-compile-again,cuda-tests-compile,stylegan2-bf16-compile-fused
 case ${CALL:-1} in
     1) PARTS=${PARTS:-$FIRST} ;;
     2) PARTS=${PARTS:-$SECOND} ;;

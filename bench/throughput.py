@@ -151,7 +151,7 @@ def measure(
     t = time.perf_counter()
     for i in range(warmup):  # allocator, kernels, optimizer state
         task.d_step(0)
-        task.g_step(0)
+        task.g_step(i)  # (StyleGAN2's lazy path-length steps where they fall: g_step(0) is one, every time)
         if i == 0:  # (with train.compile: the first compiles, in a new process as a run's first step does)
             sync(device)
             first_s = time.perf_counter() - t

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import fir  # noqa: E402
 
-from bigbatch.models import stylegan2  # noqa: E402
+from bigbatch.models import fused, stylegan2  # noqa: E402
 
 
 @pytest.mark.parametrize("pad, gain", [(1, 4.0), (2, 1.0)])  # G's upsampling layer's, D's downsampling conv's
@@ -42,7 +42,7 @@ def test_the_table_times_every_way_in_both_layers_and_leaves_the_model_as_it_was
     assert len(rows) == 2
     for row in rows:  # ms (error against grouped's output), the errors of fp32 rounding
         cells = re.findall(r"([\d.]+) \(([\d.e+-]+)\)", row)
-        assert len(cells) == len(fir.WAYS) and all(float(ms) > 0 and float(e) < 1e-5 for ms, e in cells), row
-    filtered = stylegan2._filtered
+        assert len(cells) == len(fir.TIMED) and all(float(ms) > 0 and float(e) < 1e-5 for ms, e in cells), row
+    filtered, on = stylegan2._filtered, fused.ON
     fir.cell("D", 1, 4, 8, "fp32", 1, torch.device("cpu"))
-    assert stylegan2._filtered is filtered  # the module's own filter put back
+    assert stylegan2._filtered is filtered and fused.ON == on  # the module's own filter and devices put back

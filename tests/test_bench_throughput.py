@@ -155,3 +155,32 @@ def test_step_ops_counts_a_whole_gan_iteration_against_a_bare_loop():
     bare, ours = int(bare.replace(",", "")), int(ours.replace(",", ""))
     assert 0 < ours < bare and float(ratio) == round(ours / bare, 2), row
     assert "clamp_min +" in fewer, row  # the bare loop's power iteration in every forward: F.normalize's clamps
+
+
+def test_a_compiled_stylegan2_compiles_its_plain_steps_before_the_timed_ones(monkeypatch):
+    # bench/gpu.py's stylegan2-bf16-compile: G's step 0 is a lazy path-length step, run eagerly, so a warm-up of
+    # g_step(0) five times compiled nothing of G's plain step, and its first timed step compiled it (8.6 s an
+    # iteration timed on this CPU at toy sizes, 0.025 s once warm).
+    import argparse
+
+    from _gpu_sizes import config
+    from throughput import measure
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: torch._dynamo.optimize("eager")(model))
+    torch._dynamo.reset()
+    cfg = config(argparse.Namespace(sizes="toy", device="cpu"), "stylegan2").override({"train.compile": True})
+    warm = []
+    measure(
+        cfg,
+        "fp32",
+        False,
+        4,
+        2,
+        0,
+        plain=False,
+        flops=False,
+        warmup=2,
+        after_warmup=lambda: warm.append(counters["stats"]["unique_graphs"]),
+    )
+    assert warm[0] == counters["stats"]["unique_graphs"] > 0  # every graph compiled before the timed steps

@@ -139,28 +139,18 @@ def test_stylegan2s_filter_differentiated_twice_on_the_gpu_is_the_cpus_at_one_co
 
 
 @pytest.mark.compiles
-def test_stylegan2s_filter_fused_into_one_kernel_is_the_grouped_convolution_on_the_gpu(monkeypatch):
-    # The way stylegan2.FUSED_FIR_ON gives a device (a Triton kernel here): its first- and second-order gradients in
-    # bf16 under autocast, channels-last, are the grouped convolution's on the same GPU within bf16 rounding.
+def test_stylegan2s_fused_kernels_are_the_plain_ops_on_the_gpu():
+    # The kernels fused.ON gives a device (Triton kernels here): the filter's and the bias and activation's output
+    # and gradients of both orders in bf16 under autocast, channels-last, as near the fp32 plain ops' as the bf16 ones.
+    from test_stylegan2 import bf16_errors
     from torch._dynamo.utils import counters
 
-    from bigbatch.models import stylegan2
-
-    torch.manual_seed(0)
-    x = torch.randn(4, 64, 34, 34, device="cuda").to(memory_format=torch.channels_last)
-    grads = []
     torch._dynamo.reset()
     graphs = counters["stats"]["unique_graphs"]
-    for on in ((), ("cuda",)):
-        monkeypatch.setattr(stylegan2, "FUSED_FIR_ON", on)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            xd = x.clone().requires_grad_()
-            (g,) = torch.autograd.grad(stylegan2.blur(xd.bfloat16(), 2).square().sum(), xd, create_graph=True)
-            (gg,) = torch.autograd.grad(g.square().sum(), xd)
-        grads.append((g.float(), gg.float()))
+    fused_errors = bf16_errors("cuda", ("cuda",))
     assert counters["stats"]["unique_graphs"] > graphs  # (compiled, not run eagerly)
-    for fused, grouped in zip(grads[1], grads[0]):
-        torch.testing.assert_close(fused, grouped, rtol=2e-2, atol=2e-2 * float(grouped.abs().max()))
+    for fused_error, plain_error in zip(fused_errors, bf16_errors("cuda", ())):
+        assert fused_error < max(2 * plain_error, 1e-3) and plain_error < 1e-2
 
 
 def test_batchnorm_running_statistics_replay_on_the_gpu():

@@ -13,7 +13,7 @@ from bigbatch import models
 from bigbatch.batching import replicator_for
 from bigbatch.cli import main
 from bigbatch.data import load_data
-from bigbatch.models import stylegan2
+from bigbatch.models import fused, stylegan2
 from bigbatch.models.stylegan2 import SynthesisLayer, blur, fir, upsample
 from bigbatch.sampling import to_uint8
 from bigbatch.tasks import build_task
@@ -217,42 +217,83 @@ def steps_with_regularizers(micro_batch):
     return weights, task.pl_mean, out
 
 
+def bf16_errors(device: str, on: tuple[str, ...]) -> list[float]:
+    """A blur then bias_act in bf16 under autocast, channels-last, as a GPU trains, with fused.ON = `on`: the output's
+    and both orders' gradients' (of x and of the bias) relative distance from the plain ops' in fp32."""
+
+    def run(bf16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            xd, bd = x.clone().requires_grad_(), b.clone().requires_grad_()
+            xi, bi = (xd.bfloat16(), bd.bfloat16()) if bf16 else (xd, bd)
+            y = fused.bias_act(blur(xi, 2), bi, 2**0.5)
+            (g, gb) = torch.autograd.grad(y.square().sum(), (xd, bd), create_graph=True)
+            return [
+                t.detach().float()
+                for t in (y, g, gb, *torch.autograd.grad(g.square().sum() + gb.square().sum(), (xd, bd)))
+            ]
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 34, 34, device=device).to(memory_format=torch.channels_last)
+    b = torch.randn(64, device=device)
+    want = run(False)  # (fused.ON is empty here: the plain ops)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fused, "ON", on)
+        got = run(True)
+    return [float((a - w).norm() / w.norm()) for a, w in zip(got, want)]
+
+
 @pytest.mark.compiles
-def test_the_filter_fused_into_one_compiled_kernel_is_the_grouped_convolution_to_every_order(monkeypatch):
-    """The way a GPU may take (stylegan2.FUSED_FIR_ON; bench/fir.py and bench/gpu.py time it): the filter as sums of
-    shifted slices, compiled. Its gradients of both orders are the grouped convolution's (float64), D and G steps
-    with R1 and path length on every step train the same weights within fp32's rounding on a graph or two, and
-    under an op counter or set_stance("force_eager") the grouped convolution runs, compiling nothing."""
+def test_the_fused_kernels_are_the_plain_ops_to_every_order_and_train_the_same_weights(monkeypatch):
+    """The kernels a GPU may take (fused.ON; bench/fir.py and bench/gpu.py time them): the filter as sums of shifted
+    slices and the layers' bias, leaky ReLU and gain, each compiled. Their gradients of both orders are the plain
+    ops' (float64), D and G steps with R1 and path length on every step train the same weights within fp32's rounding
+    on a graph a kernel and dtype, and they run compiled under set_stance("force_eager") (the lazy penalty steps under
+    train.compile); under an op counter the plain ops run, compiling nothing."""
     from op_count import Ops
     from torch._dynamo.utils import counters
 
     def orders(x, pad, gain):  # (not gradients_of_two_orders: under its counting mode the grouped convolution runs)
         return two_orders(lambda t: blur(t, pad, gain), x)
 
+    def act_orders(x, b):  # (of x and of the bias)
+        (gx, gb) = torch.autograd.grad(fused.bias_act(x, b, 2**0.5).square().sum(), (x, b), create_graph=True)
+        return gx, gb, *torch.autograd.grad((gx.square().sum() + gb.square().sum()), (x, b))
+
     torch.manual_seed(0)
     x = torch.randn(2, 8, 11, 11, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(8, dtype=torch.float64, requires_grad=True)
     layers = [(1, 4), (2, 1.0)]  # G's upsampling layer's (an int gain, as it calls it), D's downsampling conv's
     want = [orders(x, pad, gain) for pad, gain in layers]
+    want_act = act_orders(x, b)
     weights, pl_mean, _ = steps_with_regularizers(16)
-    monkeypatch.setattr(stylegan2, "FUSED_FIR_ON", ("cpu",))
-    torch._dynamo.reset()  # (another test may have compiled the sums in this process)
+    monkeypatch.setattr(fused, "ON", ("cpu",))
+    torch._dynamo.reset()  # (another test may have compiled the kernels in this process)
     graphs = counters["stats"]["unique_graphs"]
     for (pad, gain), grads in zip(layers, want):
         torch.testing.assert_close(orders(x, pad, gain), grads, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(blur(x.detach(), 2), stylegan2._grouped(x.detach(), 2, 1.0))
     # (compiled, not run eagerly: one graph for both orders, and for an input needing no gradient with grad on)
     assert counters["stats"]["unique_graphs"] == graphs + 1
-    fused, pl_fused, _ = steps_with_regularizers(16)
-    assert float((fused - weights).norm() / weights.norm()) < 1e-5 and pl_fused == pytest.approx(pl_mean, rel=1e-5)
-    assert counters["stats"]["unique_graphs"] == graphs + 2  # (and one for fp32)
+    torch.testing.assert_close(act_orders(x, b), want_act, rtol=1e-12, atol=1e-12)
+    assert counters["stats"]["unique_graphs"] == graphs + 3  # (the activation and its slope)
+    fused_weights, pl_fused, _ = steps_with_regularizers(16)
+    assert float((fused_weights - weights).norm() / weights.norm()) < 1e-5
+    assert pl_fused == pytest.approx(pl_mean, rel=1e-5)
+    assert counters["stats"]["unique_graphs"] == graphs + 7  # (and each kernel's for fp32, the slope's for two layouts)
     grouped, calls = stylegan2._grouped, []
     monkeypatch.setattr(stylegan2, "_grouped", lambda *a: calls.append(1) or grouped(*a))
     # (each made when entered: set_stance sets the stance as it is called)
-    for eager in (lambda: Ops("convolution"), lambda: torch.compiler.set_stance("force_eager")):
+    for eager, compiled in ((lambda: torch.compiler.set_stance("force_eager"), True), (lambda: Ops("add"), False)):
         calls.clear()
-        with eager():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as run, eager():
             torch.testing.assert_close(orders(x, *layers[1]), want[1], rtol=1e-12, atol=1e-12)
-        assert len(calls) == 4 and counters["stats"]["unique_graphs"] == graphs + 2
+            torch.testing.assert_close(act_orders(x, b), want_act, rtol=1e-12, atol=1e-12)
+        regions = sum(e.name.startswith("Torch-Compiled Region") for e in run.events())
+        assert (regions >= 6, len(calls)) == (compiled, 0 if compiled else 4)  # (each kernel of both orders compiled)
+        assert counters["stats"]["unique_graphs"] == graphs + 7
+    # In bf16, channels-last: as near the fp32 result as the plain ops in bf16 (not nearer: a sign at the rounding)
+    for fused_error, plain_error in zip(bf16_errors("cpu", ("cpu",)), bf16_errors("cpu", ())):
+        assert fused_error < max(2 * plain_error, 1e-3) and plain_error < 1e-2
 
 
 def test_path_length_and_r1_steps_accumulated_equal_the_whole_batch():

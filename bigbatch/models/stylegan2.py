@@ -37,6 +37,8 @@ from torch import nn
 from bigbatch.compiling import eager
 from bigbatch.data.streams import host_rows, per_row, row_seeds
 from bigbatch.errors import BigbatchError
+from bigbatch.models import fused
+from bigbatch.models.fused import exporting
 from bigbatch.models.registry import register
 
 SQRT2 = math.sqrt(2)
@@ -65,7 +67,7 @@ def _weights(x: torch.Tensor, gain: float) -> torch.Tensor:
     plain tensor (not one made under inference mode, a fake-tensor mode or vmap, which a later step could not use);
     made on the stream and outside any CUDA graph capture of its first call (the project's steps: the default stream,
     and the compiled graphs make their own)."""
-    if _exporting() or torch.compiler.is_compiling():
+    if exporting() or torch.compiler.is_compiling():
         return (fir(x) * gain).to(x.dtype)[None, None]
     key = (x.device, x.dtype, float(gain))
     if (f := _WEIGHTS.get(key)) is None:
@@ -75,21 +77,14 @@ def _weights(x: torch.Tensor, gain: float) -> torch.Tensor:
     return f
 
 
-FUSED_FIR_ON: tuple[str, ...] = ()
-"""Device types whose FIR filter runs as one compiled kernel (`_fir_sums` through torch.compile), not as a grouped
-convolution: none until a GPU measures it paying (bench/fir.py's "fused" way; bench/gpu.py's stylegan2-bf16-fused).
-A grouped convolution of one channel a group is what cuDNN may run slowest; on this project's CPUs it is the fastest
-way (oneDNN's depthwise kernel)."""
-_compiled_sums: Any = None
-
-
 def _filtered(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
-    """The FIR filter times `gain` over each channel of x, `pad` zeros on each side."""
-    if x.device.type in FUSED_FIR_ON and not _exporting():
-        if torch.compiler.is_compiling():  # (in a compiled model: traced into its graph, which fuses it)
-            return _fir_sums(x, pad, gain)
-        if _compiles_now():
-            return _fused_fir(x, pad, gain)
+    """The FIR filter times `gain` over each channel of x, `pad` zeros on each side: on the devices in fused.ON one
+    compiled kernel (`_fused_fir`), or its sums traced into a compiled model's graph, which fuses them; else a grouped
+    convolution, which cuDNN may run slowest (a group a channel) and oneDNN, on this project's CPUs, fastest."""
+    if fused.runs(x):
+        return _fused_fir(x, pad, gain)
+    if x.device.type in fused.ON and torch.compiler.is_compiling() and not exporting():
+        return _fir_sums(x, pad, gain)
     return _grouped(x, pad, gain)
 
 
@@ -108,29 +103,13 @@ def _fir_sums(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
     return (x[..., :-3, :] + x[..., 3:, :]) * a + (x[..., 1:-2, :] + x[..., 2:-1, :]) * b
 
 
-def _compiles_now() -> bool:
-    """Whether torch.compile compiles here: not under a dispatch mode (an op counter's, which would keep Dynamo from
-    ever compiling the sums in this process), nor under set_stance("force_eager") (the GAN task's lazy penalties under
-    train.compile), where the grouped convolution is the eager way to take."""
-    from torch._dynamo import eval_frame
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-    stance = getattr(getattr(eval_frame, "_stance", None), "stance", "default")
-    return _get_current_dispatch_mode() is None and stance != "force_eager"
-
-
 def _fused_fir(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
-    """`_fir_sums` compiled once a process (Dynamo imported on first use), shapes dynamic. Called as the grouped
-    convolution would compute: in autocast's dtype where autocast is on, and without a graph of its own (`_Blur`
-    differentiates it), so that one compiled graph serves each dtype whatever the caller's autocast and grad mode."""
-    global _compiled_sums
-    if _compiled_sums is None:
-        _compiled_sums = torch.compile(_fir_sums, dynamic=True)
+    """`_fir_sums` as one compiled kernel (fused.run), in autocast's dtype where autocast is on, as the grouped
+    convolution computes (`_Blur` differentiates it)."""
     device = x.device.type
     if torch.is_autocast_enabled(device):
         x = x.to(torch.get_autocast_dtype(device))
-    with torch.no_grad(), torch.autocast(device, enabled=False):  # (Dynamo guards on both: one graph either way)
-        return _compiled_sums(x.detach(), pad, float(gain))
+    return fused.run(_fir_sums, x, pad, float(gain))
 
 
 class _Blur(torch.autograd.Function):
@@ -151,12 +130,8 @@ class _Blur(torch.autograd.Function):
             return _blurred(grad, 3 - ctx.pad, ctx.gain), None, None
 
 
-def _exporting() -> bool:
-    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
-
-
 def _blurred(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
-    if torch.is_grad_enabled() and x.requires_grad and not _exporting():
+    if torch.is_grad_enabled() and x.requires_grad and not exporting():
         return _Blur.apply(x, pad, gain)
     return _filtered(x, pad, gain)
 
@@ -202,10 +177,14 @@ class EqualConv(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight * self.gain
+        fuse = self.act and self.bias is not None and fused.runs(x)  # (the bias with the activation, one kernel)
+        bias = None if fuse else self.bias
         if self.down:
-            x = F.conv2d(blur(x, (self.k + 1) // 2), w, self.bias, stride=2)
+            x = F.conv2d(blur(x, (self.k + 1) // 2), w, bias, stride=2)
         else:
-            x = F.conv2d(x, w, self.bias, padding=self.k // 2)
+            x = F.conv2d(x, w, bias, padding=self.k // 2)
+        if fuse:
+            return fused.bias_act(x, self.bias.to(x.dtype), SQRT2)
         return _lrelu(x) if self.act else x
 
 
@@ -268,7 +247,7 @@ class SynthesisLayer(nn.Module):
         x = x * dcoefs.to(x.dtype)[:, :, None, None]
         if noise is not None:
             x = x + (noise * self.noise_strength).to(x.dtype)
-        return _lrelu(x + self.bias.to(x.dtype)[:, None, None])
+        return fused.bias_act(x, self.bias.to(x.dtype), SQRT2)  # (eagerly on fused.ON's devices, one kernel)
 
 
 class ToRGB(nn.Module):
@@ -412,7 +391,7 @@ class StyleGAN2Generator(nn.Module):
         """Images (N, C, H, W) in about [-1, 1]; with `return_ws`, (images, the w of every layer (N, num_ws,
         w_dim)), for path length regularization's gradient with respect to them."""
         mode = self.noise_mode
-        if _exporting():
+        if exporting():
             mode = "const" if mode == "random" else mode  # an exported G holds no seeding code
         mix = self.training and self.mixing > 0 and self.num_ws > 1
         if mode == "random" or mix:

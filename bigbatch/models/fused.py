@@ -1,0 +1,116 @@
+"""StyleGAN2's per-pixel work as compiled kernels where a step runs its models eagerly: the two ops StyleGAN2-ADA
+writes as CUDA kernels of its own, its layers' FIR filter (its upfirdn2d; bigbatch/models/stylegan2.py's `blur`)
+and their bias, leaky ReLU and gain (its bias_act; `bias_act` here), on the device types in `ON`.
+
+Each is an autograd Function whose forward is compiled by torch.compile (Inductor: a Triton kernel on a GPU), run
+without a graph of its own and with autocast off; its gradient is such a Function again, so R1's and path length's
+gradients of gradients are compiled kernels too (torch.compile's own autograd does not differentiate twice). Where
+the models are traced, exported or compiled (train.compile), the layers' plain ops are in the graph instead, and
+under a dispatch mode (an op counter's, which would keep Dynamo from ever compiling the kernel in its process) the
+plain ops run. Written here because PyTorch has neither op: ADA builds its own as C++/CUDA extensions at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ON: tuple[str, ...] = ()
+"""Device types whose StyleGAN2 layers run these kernels: none until a GPU measures them paying (bench/gpu.py's
+stylegan2-bf16-fused; bench/fir.py's ways). On this project's CPUs the plain ops are as fast and compile nothing."""
+_COMPILED: dict[Callable, Callable] = {}
+
+
+def exporting() -> bool:
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
+
+
+def runs(x: torch.Tensor) -> bool:
+    """Whether a layer on x takes the compiled kernel: x's device is in ON, the layer runs eagerly (not traced,
+    exported or compiled), and no dispatch mode is on."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return (
+        x.device.type in ON
+        and not exporting()
+        and not torch.compiler.is_compiling()
+        and _get_current_dispatch_mode() is None
+    )
+
+
+def run(fn: Callable, *args: Any) -> torch.Tensor:
+    """`fn` compiled once a process (Dynamo imported on first use), shapes dynamic, on `args` (tensors detached),
+    with no graph and no autocast of its own, so that one compiled graph serves each dtype and layout whatever the
+    caller's grad mode and autocast (Dynamo guards on both). Compiled even under set_stance("force_eager"), which the
+    GAN task's lazy penalty steps run in under train.compile: the models run eagerly there, their kernels compiled."""
+    compiled = _COMPILED.get(fn)
+    if compiled is None:
+        compiled = _COMPILED[fn] = torch.compile(fn, dynamic=True)
+    device = next(a for a in args if isinstance(a, torch.Tensor)).device.type
+    args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+    with torch.no_grad(), torch.autocast(device, enabled=False), torch.compiler.set_stance("default"), _own_sizes():
+        return compiled(*args)
+
+
+def _own_sizes() -> Any:
+    """Each size its own symbol where the kernel is traced: Dynamo's default ("duck sizing") makes sizes that happen to
+    be equal one symbol (a batch of 64 and 64 channels), and compiles the kernel again at the next shape that parts
+    them."""
+    from torch.fx.experimental import _config
+
+    return _config.patch(use_duck_shape=False)
+
+
+def bias_act_plain(x: torch.Tensor, b: torch.Tensor, gain: float) -> torch.Tensor:
+    """x plus b over its channels (dim 1), leaky ReLU (slope 0.2), times gain."""
+    return F.leaky_relu(x + b.view(-1, *[1] * (x.dim() - 2)), 0.2) * gain
+
+
+def _slope_times(g: torch.Tensor, y: torch.Tensor, gain: float) -> torch.Tensor:
+    """g times the slope of bias_act where it gave y: gain where y > 0 (the leaky ReLU's input was), else 0.2 gain."""
+    return torch.where(y > 0, g, g * 0.2) * gain
+
+
+class _SlopeTimes(torch.autograd.Function):
+    """bias_act's gradient: linear in g at a fixed y, so its own gradient is itself (y's is zero almost everywhere,
+    as ADA's bias_act takes it), every order one kernel."""
+
+    @staticmethod
+    def forward(ctx: Any, g: torch.Tensor, y: torch.Tensor, gain: float) -> torch.Tensor:
+        ctx.save_for_backward(y)
+        ctx.gain = gain
+        return run(_slope_times, g, y, gain)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (y,) = ctx.saved_tensors
+        return _SlopeTimes.apply(grad, y, ctx.gain), None, None
+
+
+class _BiasAct(torch.autograd.Function):
+    """bias_act as one kernel, keeping its output (the next layer keeps it too) where autograd's leaky ReLU keeps
+    its input, a tensor more."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, b: torch.Tensor, gain: float) -> torch.Tensor:
+        y = run(bias_act_plain, x, b, gain)
+        ctx.save_for_backward(y)
+        ctx.gain = gain
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+        (y,) = ctx.saved_tensors
+        gx = _SlopeTimes.apply(grad, y, ctx.gain)
+        gb = gx.sum([d for d in range(gx.dim()) if d != 1]) if ctx.needs_input_grad[1] else None
+        return gx, gb, None
+
+
+def bias_act(x: torch.Tensor, b: torch.Tensor, gain: float) -> torch.Tensor:
+    """bias_act_plain as one compiled kernel (its gradients too) where `runs(x)`; else its plain ops. b in x's dtype."""
+    if runs(x):
+        return _BiasAct.apply(x, b, gain)
+    return bias_act_plain(x, b, gain)
