@@ -255,16 +255,20 @@ def test_the_fused_kernels_are_the_plain_ops_to_every_order_and_train_the_same_w
     def orders(x, pad, gain):  # (not gradients_of_two_orders: under its counting mode the grouped convolution runs)
         return two_orders(lambda t: blur(t, pad, gain), x)
 
-    def act_orders(x, b):  # (of x and of the bias)
-        (gx, gb) = torch.autograd.grad(fused.bias_act(x, b, 2**0.5).square().sum(), (x, b), create_graph=True)
-        return gx, gb, *torch.autograd.grad((gx.square().sum() + gb.square().sum()), (x, b))
+    def act_orders(x, b, *scale_noise):  # (of each input: D's layers' x and bias, G's demodulation and noise too)
+        inputs = (x, b, *scale_noise)
+        y = fused.bias_act(x, b, 2**0.5, *scale_noise)
+        grads = torch.autograd.grad(y.square().sum(), inputs, create_graph=True)
+        return *grads, *torch.autograd.grad(sum(g.square().sum() for g in grads), inputs)
 
     torch.manual_seed(0)
     x = torch.randn(2, 8, 11, 11, dtype=torch.float64, requires_grad=True)
     b = torch.randn(8, dtype=torch.float64, requires_grad=True)
     layers = [(1, 4), (2, 1.0)]  # G's upsampling layer's (an int gain, as it calls it), D's downsampling conv's
     want = [orders(x, pad, gain) for pad, gain in layers]
-    want_act = act_orders(x, b)
+    scale_noise = (torch.rand(2, 8, 1, 1, dtype=x.dtype) + 0.5, torch.randn(2, 1, 11, 11, dtype=x.dtype))
+    scale_noise = tuple(t.requires_grad_() for t in scale_noise)
+    want_act = act_orders(x, b), act_orders(x, b, *scale_noise)
     weights, pl_mean, _ = steps_with_regularizers(16)
     monkeypatch.setattr(fused, "ON", ("cpu",))
     torch._dynamo.reset()  # (another test may have compiled the kernels in this process)
@@ -274,12 +278,12 @@ def test_the_fused_kernels_are_the_plain_ops_to_every_order_and_train_the_same_w
     torch.testing.assert_close(blur(x.detach(), 2), stylegan2._grouped(x.detach(), 2, 1.0))
     # (compiled, not run eagerly: one graph for both orders, and for an input needing no gradient with grad on)
     assert counters["stats"]["unique_graphs"] == graphs + 1
-    torch.testing.assert_close(act_orders(x, b), want_act, rtol=1e-12, atol=1e-12)
-    assert counters["stats"]["unique_graphs"] == graphs + 3  # (the activation and its slope)
+    torch.testing.assert_close((act_orders(x, b), act_orders(x, b, *scale_noise)), want_act, rtol=1e-12, atol=1e-12)
+    assert counters["stats"]["unique_graphs"] == graphs + 4  # (the activation, scaled and not, and its slope)
     fused_weights, pl_fused, _ = steps_with_regularizers(16)
     assert float((fused_weights - weights).norm() / weights.norm()) < 1e-5
     assert pl_fused == pytest.approx(pl_mean, rel=1e-5)
-    assert counters["stats"]["unique_graphs"] == graphs + 7  # (and each kernel's for fp32, the slope's for two layouts)
+    assert counters["stats"]["unique_graphs"] == graphs + 9  # (and each for fp32: the slope's for two layouts)
     grouped, calls = stylegan2._grouped, []
     monkeypatch.setattr(stylegan2, "_grouped", lambda *a: calls.append(1) or grouped(*a))
     # (each made when entered: set_stance sets the stance as it is called)
@@ -287,10 +291,10 @@ def test_the_fused_kernels_are_the_plain_ops_to_every_order_and_train_the_same_w
         calls.clear()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as run, eager():
             torch.testing.assert_close(orders(x, *layers[1]), want[1], rtol=1e-12, atol=1e-12)
-            torch.testing.assert_close(act_orders(x, b), want_act, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(act_orders(x, b), want_act[0], rtol=1e-12, atol=1e-12)
         regions = sum(e.name.startswith("Torch-Compiled Region") for e in run.events())
         assert (regions >= 6, len(calls)) == (compiled, 0 if compiled else 4)  # (each kernel of both orders compiled)
-        assert counters["stats"]["unique_graphs"] == graphs + 7
+        assert counters["stats"]["unique_graphs"] == graphs + 9
     # In bf16, channels-last: as near the fp32 result as the plain ops in bf16 (not nearer: a sign at the rounding)
     for fused_error, plain_error in zip(bf16_errors("cpu", ("cpu",)), bf16_errors("cpu", ())):
         assert fused_error < max(2 * plain_error, 1e-3) and plain_error < 1e-2

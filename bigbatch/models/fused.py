@@ -64,8 +64,15 @@ def _own_sizes() -> Any:
     return _config.patch(use_duck_shape=False)
 
 
-def bias_act_plain(x: torch.Tensor, b: torch.Tensor, gain: float) -> torch.Tensor:
-    """x plus b over its channels (dim 1), leaky ReLU (slope 0.2), times gain."""
+def bias_act_plain(
+    x: torch.Tensor, b: torch.Tensor, gain: float, scale: torch.Tensor | None = None, noise: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x (times `scale`, plus `noise`, each broadcast to x) plus b over its channels (dim 1), leaky ReLU (slope 0.2),
+    times gain: a StyleGAN2 layer's work after its convolution (G's: the demodulation and the noise first)."""
+    if scale is not None:
+        x = x * scale
+    if noise is not None:
+        x = x + noise
     return F.leaky_relu(x + b.view(-1, *[1] * (x.dim() - 2)), 0.2) * gain
 
 
@@ -91,26 +98,37 @@ class _SlopeTimes(torch.autograd.Function):
 
 
 class _BiasAct(torch.autograd.Function):
-    """bias_act as one kernel, keeping its output (the next layer keeps it too) where autograd's leaky ReLU keeps
-    its input, a tensor more."""
+    """bias_act as one kernel. Where autograd's plain ops keep the leaky ReLU's input (and write the product and the
+    sum before it), it keeps its output, which the next layer keeps too, and x where it is scaled."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, b: torch.Tensor, gain: float) -> torch.Tensor:
-        y = run(bias_act_plain, x, b, gain)
-        ctx.save_for_backward(y)
-        ctx.gain = gain
+    def forward(
+        ctx: Any, x: torch.Tensor, b: torch.Tensor, gain: float, scale: torch.Tensor | None, noise: torch.Tensor | None
+    ) -> torch.Tensor:
+        y = run(bias_act_plain, x, b, gain, scale, noise)
+        ctx.save_for_backward(y, *([x, scale] if scale is not None else []))
+        ctx.gain, ctx.noise_shape = gain, None if noise is None else noise.shape
         return y
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, None]:
-        (y,) = ctx.saved_tensors
-        gx = _SlopeTimes.apply(grad, y, ctx.gain)
-        gb = gx.sum([d for d in range(gx.dim()) if d != 1]) if ctx.needs_input_grad[1] else None
-        return gx, gb, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        y, *scaled = ctx.saved_tensors
+        gz = _SlopeTimes.apply(grad, y, ctx.gain)  # (the gradient of what the leaky ReLU took)
+        need = ctx.needs_input_grad
+        gb = gz.sum([d for d in range(gz.dim()) if d != 1]) if need[1] else None
+        gn = gz.sum_to_size(ctx.noise_shape) if need[4] else None
+        if not scaled:
+            return gz, gb, None, None, gn
+        x, scale = scaled
+        gs = (gz * x).sum_to_size(scale.shape) if need[3] else None
+        return gz * scale if need[0] else None, gb, None, gs, gn
 
 
-def bias_act(x: torch.Tensor, b: torch.Tensor, gain: float) -> torch.Tensor:
-    """bias_act_plain as one compiled kernel (its gradients too) where `runs(x)`; else its plain ops. b in x's dtype."""
+def bias_act(
+    x: torch.Tensor, b: torch.Tensor, gain: float, scale: torch.Tensor | None = None, noise: torch.Tensor | None = None
+) -> torch.Tensor:
+    """bias_act_plain as one compiled kernel (its gradients too) where `runs(x)`; else its plain ops. b, scale and
+    noise in x's dtype."""
     if runs(x):
-        return _BiasAct.apply(x, b, gain)
-    return bias_act_plain(x, b, gain)
+        return _BiasAct.apply(x, b, gain, scale, noise)
+    return bias_act_plain(x, b, gain, scale, noise)

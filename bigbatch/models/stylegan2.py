@@ -244,10 +244,9 @@ class SynthesisLayer(nn.Module):
             x = blur(x, 1, gain=4)
         else:
             x = F.conv2d(x, weight, padding=1)
-        x = x * dcoefs.to(x.dtype)[:, :, None, None]
-        if noise is not None:
-            x = x + (noise * self.noise_strength).to(x.dtype)
-        return fused.bias_act(x, self.bias.to(x.dtype), SQRT2)  # (eagerly on fused.ON's devices, one kernel)
+        noise = None if noise is None else (noise * self.noise_strength).to(x.dtype)
+        # (demodulated, the noise and the bias added, the activation: one kernel eagerly on fused.ON's devices)
+        return fused.bias_act(x, self.bias.to(x.dtype), SQRT2, dcoefs.to(x.dtype)[:, :, None, None], noise)
 
 
 class ToRGB(nn.Module):
