@@ -4,7 +4,7 @@ and bench/roofline.py's counted ops alike."""
 from __future__ import annotations
 
 KINDS = (  # the first that matches (a fused kernel's name lists the ops it fused: it is matched first)
-    ("Inductor's fused kernels", lambda n: "cpp_fused" in n),
+    ("Inductor's fused kernels", lambda n: "cpp_fused" in n or "compiled:" in n),  # (roofline.py's: "compiled:")
     ("convolutions", lambda n: "conv" in n),
     (
         "matmuls and attention",

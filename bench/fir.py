@@ -22,7 +22,8 @@ largest output):
 - fused+act: the model as it runs on the devices in fused.ON (bigbatch/models/fused.py): the fused filter, and the
   layer's bias, leaky ReLU and gain one compiled kernel more (ADA's bias_act), where the other ways leave them as
   the plain ops (D: the convolution's bias, then the activation; G: the bias added, then the activation).
-Each cell: median ms of --repeats forward+backward passes (input, weight and bias gradients) after two untimed.
+Each cell: median ms of --repeats forward+backward passes (input, weight and bias gradients) after two untimed, the
+backward from one dense channels-last gradient in the layer's output dtype.
 """
 
 from __future__ import annotations
@@ -115,18 +116,21 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
         x = x.to(torch.bfloat16)
     x.requires_grad_()
     out: dict[str, tuple[float, float]] = {}
-    reference = None
+    reference = dy = None
     for name in TIMED:
         with using(name):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                 y = f(x).float()
             reference = y.detach() if reference is None else reference
             error = float((y.detach() - reference).abs().max() / reference.abs().max())
+            # The gradient a training step's next layer gives: dense, channels-last, in the layer's dtype (a sum's,
+            # broadcast, would cost the backward no reading at all; an NCHW one a transposition training does not).
+            dy = torch.randn_like(reference).to(y.dtype if precision == "bf16" else torch.float32) if dy is None else dy
 
             def step() -> None:
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                     y = f(x)
-                y.float().sum().backward()
+                y.backward(dy.to(y.dtype))  # noqa: B023 -- the same gradient for every way
 
             out[name] = (seconds(step, repeats, device), error)
     return out

@@ -167,18 +167,21 @@ def stylegan2(args: argparse.Namespace, precision: str, compile: bool = False, f
         "setting": f"StyleGAN2 {cfg.data.resolution} px ch {cfg.model.ch} (ADA's paper256), batch {t.batch}, "
         + precision
         + (", train.compile" if compile else "")
-        + (f", the layers' FIR filter {fir} (bench/fir.py; the skip image's upsampling as it is)" if fir else "")
-        + (
-            " (the model's fused kernels: its filter, and its layers' bias and activation)"
-            if fir == "fused+act"
-            else ""
-        ),
+        + ways(fir, compile),
         "plan": r["plan"].replace("x", " × "),
         "img_per_s": r["img_per_s"],
         "s_per_iter": t.batch / r["img_per_s"],
         "peak": r["peak"],
         "note": note,
     }
+
+
+def ways(fir: str, compile: bool) -> str:
+    """What a StyleGAN2 row's `fir` changes, for its setting."""
+    if fir != "fused+act":
+        return f", the layers' FIR filter {fir} (bench/fir.py; the skip image's upsampling as it is)" if fir else ""
+    compiled = "; in the compiled graphs the filter's sums traced, the kernels in the lazy steps" if compile else ""
+    return f", the model's fused kernels (bigbatch/models/fused.py: its layers' filter, bias and activation{compiled})"
 
 
 def biggan_plan(args: argparse.Namespace, precision: str) -> dict:

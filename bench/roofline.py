@@ -7,6 +7,7 @@ what the device allows (then a profile says which).
     python bench/roofline.py                                   # ResNet-50, StyleGAN2 paper256, SAEHD 512, BigGAN-128
     python bench/roofline.py --works resnet50 --measured resnet50=0.0592   # and a measured s/iteration beside it
     python bench/roofline.py --quick                           # toy sizes (the test suite's run)
+    python bench/roofline.py --works stylegan2 --fused         # StyleGAN2 with its fused kernels, as fused.ON runs it
 
 How it counts:
 - The ops are the aten ops the step dispatches (views excluded), each at least one kernel launch on a GPU. FLOPs are
@@ -45,13 +46,13 @@ import difflib
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
@@ -66,7 +67,7 @@ from _swap import swap_feed, swap_task, synthetic_faces  # noqa: E402
 import bigbatch  # noqa: E402
 from bigbatch.config import Config  # noqa: E402
 from bigbatch.engine import precision, wrap  # noqa: E402
-from bigbatch.models import biggan  # noqa: E402
+from bigbatch.models import biggan, fused  # noqa: E402
 from bigbatch.models.stylegan2 import StyleGAN2Generator  # noqa: E402
 from bigbatch.tasks.gan import task as gan_task_module  # noqa: E402
 from bigbatch.tasks.swap import optim as swap_optim  # noqa: E402
@@ -185,6 +186,27 @@ class Workload:
     micros: tuple[int, int]  # the two micro-batches counted
     target_s: float  # the issue's target, seconds an iteration at the GPU's batch
     splits: bool = False  # whether `count` takes a batch of several micro-batches (a GAN's: --micro)
+
+
+@contextmanager
+def fused_as_one_op() -> Iterator[None]:
+    """StyleGAN2's layers as on a device in fused.ON (bigbatch/models/fused.py): each of its compiled kernels counted as
+    one op (named "compiled:" and its function's name) that reads its tensors and writes its output once; the plain
+    ops it computes are run uncounted."""
+
+    def run(fn: Callable, *args: object) -> torch.Tensor:
+        work = _get_current_dispatch_mode()
+        with torch.no_grad(), torch.autocast("cpu", enabled=False), ExitStack() as stack:
+            if isinstance(work, Work):
+                stack.enter_context(work.pause())
+            out = fn(*args)
+        if isinstance(work, Work) and not work.paused:
+            moved = sum(map(distinct_bytes, tensors(args))) + distinct_bytes(out)
+            work.ops.append(Op("compiled:" + fn.__name__.strip("_"), 0.0, float(moved)))
+        return out
+
+    with mock.patch.object(fused, "runs", lambda x: True), mock.patch.object(fused, "run", run):
+        yield
 
 
 def counted(step: Callable[[], object], work: Work) -> list[Op]:
@@ -388,6 +410,7 @@ def table(works: dict[str, Phases], measured: dict[str, float], args: argparse.N
         kinds = ", ".join(f"{k} {ms(s)}" for k, s in sorted(b.by_kind.items(), key=lambda kv: -kv[1])[:3])
         m, micro = measured.get(name), args.micro.get(name)
         split = "" if micro is None else f", micro-batches of {micro}"
+        split += ", its compiled kernels (--fused)" if args.fused and name == "stylegan2" else ""
         lines.append(
             f"| {w.describe}{split} | {b.launches:,.0f} | {b.flops / 1e12:.3g} | {b.bytes / 1e9:.3g} | "
             f"{ms(b.flops / args.tflops / 1e12)} | {ms(b.bytes / args.bandwidth / 1e12)} | {ms(b.seconds)} | "
@@ -433,6 +456,9 @@ def main() -> None:
         "--works", type=name_list(tuple(WORKS)), default=list(WORKS), help=f"comma-separated, of {', '.join(WORKS)}"
     )
     p.add_argument("--quick", action="store_true", help="toy sizes (the test suite's run)")
+    p.add_argument(
+        "--fused", action="store_true", help="StyleGAN2 with its compiled kernels (bigbatch.models.fused), each one op"
+    )
     p.add_argument("--tflops", type=positive_float, default=790.0, help="the GPU's bf16 matmul rate, TFLOP/s")
     p.add_argument("--bandwidth", type=positive_float, default=4.8, help="the GPU's memory bandwidth, TB/s")
     p.add_argument("--measured", type=measured_pairs, default={}, help="WORK=SECONDS,...: measured s/iteration")
@@ -452,7 +478,8 @@ def main() -> None:
     torch.manual_seed(0)
     works = {}
     for name in args.works:
-        works[name] = work_phases(name, args.quick, args.micro.get(name))
+        with fused_as_one_op() if args.fused else nullcontext():
+            works[name] = work_phases(name, args.quick, args.micro.get(name))
         print(f"counted {name}", file=sys.stderr, flush=True)
     print(table(works, args.measured, args))
 

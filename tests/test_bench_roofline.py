@@ -1,6 +1,7 @@
 """bench/roofline.py: an op's bytes and FLOPs as counted, the extension from two micro-batches to the GPU's, the GPU's
 layout of a step, and the table of a quick run."""
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -115,3 +116,22 @@ def test_bad_arguments_get_one_line_and_status_2(args, says):
     bench = Path(roofline.__file__)
     done = subprocess.run([sys.executable, str(bench), "--quick", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and says in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
+
+
+def test_stylegan2s_compiled_kernels_are_counted_as_one_op_each_moving_fewer_bytes():
+    # (--fused: as on a device in fused.ON, each kernel reads its tensors and writes its output once)
+    def count(*contexts):
+        with roofline.as_on_a_gpu(), contextlib.ExitStack() as stack:
+            for context in contexts:
+                stack.enter_context(context)
+            phases = roofline.count_gan(roofline.stylegan2(True), 2, classes=0)
+        return [o for _, _, ops in phases for o in ops]
+
+    plain, compiled = count(), count(roofline.fused_as_one_op())
+    kernels = {o.name for o in compiled if o.name.startswith("compiled:")}
+    assert kernels == {"compiled:fir_sums", "compiled:bias_act_plain", "compiled:slope_times"}
+    assert not any(o.name.startswith("compiled:") for o in plain)
+    relus = [sum(o.name == "leaky_relu" for o in ops) for ops in (plain, compiled)]
+    assert 0 < relus[1] < relus[0]  # (the fully connected layers' left: the mapping's, D's last)
+    assert sum(o.bytes for o in compiled) < 0.95 * sum(o.bytes for o in plain)  # (toy sizes: 7% here, 20% at the GPU's)
+    assert roofline.kind_of("compiled:fir_sums") == "Inductor's fused kernels"

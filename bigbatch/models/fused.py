@@ -3,11 +3,14 @@ writes as CUDA kernels of its own, its layers' FIR filter (its upfirdn2d; bigbat
 and their bias, leaky ReLU and gain (its bias_act; `bias_act` here), on the device types in `ON`.
 
 Each is an autograd Function whose forward is compiled by torch.compile (Inductor: a Triton kernel on a GPU), run
-without a graph of its own and with autocast off; its gradient is such a Function again, so R1's and path length's
-gradients of gradients are compiled kernels too (torch.compile's own autograd does not differentiate twice). Where
-the models are traced, exported or compiled (train.compile), the layers' plain ops are in the graph instead, and
-under a dispatch mode (an op counter's, which would keep Dynamo from ever compiling the kernel in its process) the
-plain ops run. Written here because PyTorch has neither op: ADA builds its own as C++/CUDA extensions at run time.
+without a graph of its own and with autocast off; its gradient is such a Function again (beside the sums that give
+the bias's, the demodulation's and the noise's gradients, plain reductions), so R1's and path length's gradients of
+gradients run the compiled kernels too (torch.compile's own autograd does not differentiate twice). Where the models
+are traced, exported or compiled (train.compile), the layers' plain ops are in the graph instead; under a dispatch
+mode (an op counter's, which would keep Dynamo from ever compiling the kernel in its process) and on functorch's
+tensors (vmap, torch.func.grad) the plain ops run. A kernel Inductor cannot build (no Triton, no C++ compiler) runs
+its plain ops from then on, said once. Written here because PyTorch has neither op: ADA builds its own as C++/CUDA
+extensions at run time.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from bigbatch.errors import first_line, warn
 
 ON: tuple[str, ...] = ()
 """Device types whose StyleGAN2 layers run these kernels: none until a GPU measures them paying (bench/gpu.py's
@@ -30,7 +35,7 @@ def exporting() -> bool:
 
 def runs(x: torch.Tensor) -> bool:
     """Whether a layer on x takes the compiled kernel: x's device is in ON, the layer runs eagerly (not traced,
-    exported or compiled), and no dispatch mode is on."""
+    exported or compiled), no dispatch mode is on, and x is not functorch's."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     return (
@@ -38,6 +43,7 @@ def runs(x: torch.Tensor) -> bool:
         and not exporting()
         and not torch.compiler.is_compiling()
         and _get_current_dispatch_mode() is None
+        and not torch._C._functorch.is_functorch_wrapped_tensor(x)
     )
 
 
@@ -52,7 +58,16 @@ def run(fn: Callable, *args: Any) -> torch.Tensor:
     device = next(a for a in args if isinstance(a, torch.Tensor)).device.type
     args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
     with torch.no_grad(), torch.autocast(device, enabled=False), torch.compiler.set_stance("default"), _own_sizes():
-        return compiled(*args)
+        try:
+            return compiled(*args)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # (Inductor's build, Triton's: torch.compile raises what they raised)
+            if compiled is fn:
+                raise
+            warn(f"StyleGAN2's {fn.__name__} could not be compiled ({first_line(e)}): its plain ops run", once=True)
+            _COMPILED[fn] = fn
+            return fn(*args)
 
 
 def _own_sizes() -> Any:
@@ -77,13 +92,14 @@ def bias_act_plain(
 
 
 def _slope_times(g: torch.Tensor, y: torch.Tensor, gain: float) -> torch.Tensor:
-    """g times the slope of bias_act where it gave y: gain where y > 0 (the leaky ReLU's input was), else 0.2 gain."""
+    """g times the slope of bias_act where it gave y: gain where y > 0 (the leaky ReLU's input was, gain being
+    positive), else 0.2 gain."""
     return torch.where(y > 0, g, g * 0.2) * gain
 
 
 class _SlopeTimes(torch.autograd.Function):
     """bias_act's gradient: linear in g at a fixed y, so its own gradient is itself (y's is zero almost everywhere,
-    as ADA's bias_act takes it), every order one kernel."""
+    as ADA's bias_act takes it): one kernel at every order."""
 
     @staticmethod
     def forward(ctx: Any, g: torch.Tensor, y: torch.Tensor, gain: float) -> torch.Tensor:

@@ -1,0 +1,41 @@
+"""bigbatch/models/fused.py: StyleGAN2's compiled kernels where they cannot compile or must not run (their gradients of
+every order, and the weights a training step gives, are tests/test_stylegan2.py's)."""
+
+import torch
+
+from bigbatch.models import fused
+
+
+def test_a_kernel_that_cannot_be_compiled_runs_its_plain_ops_said_once(monkeypatch, capsys):
+    def no_compiler(fn, **kw):
+        def run(*args):
+            raise RuntimeError("InductorError: no working C++ compiler found\n(the traceback's lines)")
+
+        return run
+
+    monkeypatch.setattr(fused, "ON", ("cpu",))
+    monkeypatch.setattr(fused, "_COMPILED", {})
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    x, b = torch.randn(2, 3, 5, 5, requires_grad=True), torch.randn(3, requires_grad=True)
+    for _ in range(2):
+        y = fused.bias_act(x, b, 2**0.5)
+        torch.testing.assert_close(y, fused.bias_act_plain(x, b, 2**0.5), rtol=0, atol=0)
+        y.sum().backward()  # (its slope's kernel: the same)
+    assert capsys.readouterr().err.splitlines() == [
+        "bigbatch: warning: StyleGAN2's bias_act_plain could not be compiled (InductorError: no working C++ compiler "
+        "found): its plain ops run",
+        "bigbatch: warning: StyleGAN2's _slope_times could not be compiled (InductorError: no working C++ compiler "
+        "found): its plain ops run",
+    ]
+    assert fused._COMPILED == {fused.bias_act_plain: fused.bias_act_plain, fused._slope_times: fused._slope_times}
+    torch.testing.assert_close(x.grad, 2 * torch.where(y > 0, 2**0.5, 0.2 * 2**0.5))
+
+
+def test_functorchs_transforms_take_the_plain_ops(monkeypatch):
+    # (the Functions define no vmap or jvp rule: under torch.func the kernels would raise)
+    monkeypatch.setattr(fused, "ON", ("cpu",))
+    x, b = torch.randn(4, 3, 5, 5), torch.randn(3)
+    per_image = torch.func.vmap(lambda t: fused.bias_act(t[None], b, 2.0)[0])(x)
+    torch.testing.assert_close(per_image, fused.bias_act_plain(x, b, 2.0))
+    grad = torch.func.grad(lambda t: fused.bias_act(t, b, 2.0).sum())(x)
+    torch.testing.assert_close(grad, torch.where(fused.bias_act_plain(x, b, 2.0) > 0, 2.0, 0.4))
