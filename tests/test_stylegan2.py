@@ -218,23 +218,23 @@ def steps_with_regularizers(micro_batch):
 
 
 def bf16_errors(device: str, on: tuple[str, ...]) -> list[float]:
-    """A blur then bias_act in bf16 under autocast, channels-last, as a GPU trains, with fused.ON = `on`: the output's
-    and both orders' gradients' (of x and of the bias) relative distance from the plain ops' in fp32."""
+    """A blur then a G layer's bias_act (demodulated, noise added) in bf16 under autocast, channels-last, as a GPU
+    trains, with fused.ON = `on`: the output's and both orders' gradients' (of each input) relative distance from the
+    plain ops' in fp32."""
 
     def run(bf16):
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-            xd, bd = x.clone().requires_grad_(), b.clone().requires_grad_()
-            xi, bi = (xd.bfloat16(), bd.bfloat16()) if bf16 else (xd, bd)
-            y = fused.bias_act(blur(xi, 2), bi, 2**0.5)
-            (g, gb) = torch.autograd.grad(y.square().sum(), (xd, bd), create_graph=True)
-            return [
-                t.detach().float()
-                for t in (y, g, gb, *torch.autograd.grad(g.square().sum() + gb.square().sum(), (xd, bd)))
-            ]
+            inputs = [t.clone().requires_grad_() for t in (x, b, scale, noise)]
+            xi, *rest = [t.bfloat16() for t in inputs] if bf16 else inputs
+            y = fused.bias_act(blur(xi, 2), rest[0], 2**0.5, *rest[1:])
+            grads = torch.autograd.grad(y.square().sum(), inputs, create_graph=True)
+            grads2 = torch.autograd.grad(sum(g.square().sum() for g in grads), inputs)
+            return [t.detach().float() for t in (y, *grads, *grads2)]
 
     torch.manual_seed(0)
     x = torch.randn(4, 64, 34, 34, device=device).to(memory_format=torch.channels_last)
-    b = torch.randn(64, device=device)
+    b, scale = torch.randn(64, device=device), torch.rand(4, 64, 1, 1, device=device) + 0.5
+    noise = torch.randn(4, 1, 35, 35, device=device)
     want = run(False)  # (fused.ON is empty here: the plain ops)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(fused, "ON", on)
