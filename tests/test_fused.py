@@ -39,3 +39,17 @@ def test_functorchs_transforms_take_the_plain_ops(monkeypatch):
     torch.testing.assert_close(per_image, fused.bias_act_plain(x, b, 2.0))
     grad = torch.func.grad(lambda t: fused.bias_act(t, b, 2.0).sum())(x)
     torch.testing.assert_close(grad, torch.where(fused.bias_act_plain(x, b, 2.0) > 0, 2.0, 0.4))
+
+
+def test_bias_act_compiled_passes_gradcheck_and_gradgradcheck_with_each_input(monkeypatch):
+    monkeypatch.setattr(fused, "ON", ("cpu",))
+    torch.manual_seed(0)
+    x, b = torch.randn(2, 3, 4, 4, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    scale, noise = torch.rand(2, 3, 1, 1, dtype=torch.float64) + 0.5, torch.randn(2, 1, 4, 4, dtype=torch.float64)
+    for inputs in ((x, b), (x, b, scale, noise)):
+        inputs = tuple(t.clone().requires_grad_() for t in inputs)
+
+        def f(*t):
+            return fused.bias_act(t[0], t[1], 2**0.5, *t[2:])
+
+        assert torch.autograd.gradcheck(f, inputs) and torch.autograd.gradgradcheck(f, inputs)
