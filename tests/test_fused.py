@@ -1,6 +1,10 @@
 """bigbatch/models/fused.py: StyleGAN2's compiled kernels where they cannot compile or must not run (their gradients of
 every order, and the weights a training step gives, are tests/test_stylegan2.py's)."""
 
+import os
+import subprocess
+import sys
+
 import torch
 
 from bigbatch.models import fused
@@ -53,3 +57,20 @@ def test_bias_act_compiled_passes_gradcheck_and_gradgradcheck_with_each_input(mo
             return fused.bias_act(t[0], t[1], 2**0.5, *t[2:])
 
         assert torch.autograd.gradcheck(f, inputs) and torch.autograd.gradgradcheck(f, inputs)
+
+
+def test_what_the_kernels_compile_is_kept_in_the_users_cache_not_in_tmp(tmp_path):
+    # (as train.compile's graphs: Inductor unpickles what it finds in its cache, and /tmp's may be another user's)
+    code = (
+        "import os, torch\n"
+        "from bigbatch.models import fused\n"
+        "fused.ON = ('cpu',)\n"
+        "fused.bias_act(torch.randn(2, 3, 4, 4), torch.randn(3), 2.0)\n"
+        "print(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["BIGBATCH_CACHE"] = str(tmp_path / "cache")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    folder = tmp_path / "cache" / "compile"
+    assert out.stdout.strip() == str(folder) and any(p.is_file() for p in folder.rglob("*"))

@@ -54,6 +54,9 @@ def run(fn: Callable, *args: Any) -> torch.Tensor:
     GAN task's lazy penalty steps run in under train.compile: the models run eagerly there, their kernels compiled."""
     compiled = _COMPILED.get(fn)
     if compiled is None:
+        from bigbatch.engine.compile_cache import use_cache
+
+        use_cache()  # (what Inductor builds kept in the user's cache, as train.compile's: not a folder in /tmp)
         compiled = _COMPILED[fn] = torch.compile(fn, dynamic=True)
     device = next(a for a in args if isinstance(a, torch.Tensor)).device.type
     args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
