@@ -36,11 +36,12 @@ def exporting() -> bool:
 def runs(x: torch.Tensor) -> bool:
     """Whether a layer on x takes the compiled kernel: x's device is in ON, the layer runs eagerly (not traced,
     exported or compiled), no dispatch mode is on, and x is not functorch's."""
+    if x.device.type not in ON:  # (the default: every layer asks, every forward)
+        return False
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     return (
-        x.device.type in ON
-        and not exporting()
+        not exporting()
         and not torch.compiler.is_compiling()
         and _get_current_dispatch_mode() is None
         and not torch._C._functorch.is_functorch_wrapped_tensor(x)
