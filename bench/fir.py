@@ -120,17 +120,19 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
     for name in TIMED:
         with using(name):
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-                y = f(x).float()
+                raw = f(x)
+            y = raw.float()
             reference = y.detach() if reference is None else reference
             error = float((y.detach() - reference).abs().max() / reference.abs().max())
-            # The gradient a training step's next layer gives: dense, channels-last, in the layer's dtype (a sum's,
-            # broadcast, would cost the backward no reading at all; an NCHW one a transposition training does not).
-            dy = torch.randn_like(reference).to(y.dtype if precision == "bf16" else torch.float32) if dy is None else dy
+            # The gradient a training step's next layer gives: dense, channels-last, in the layer's output dtype (a
+            # sum's, broadcast, would cost the backward no reading at all; an NCHW one a transposition training does
+            # not; another dtype a cast).
+            dy = torch.randn_like(raw.detach()) if dy is None else dy
 
             def step() -> None:
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                     y = f(x)
-                y.backward(dy.to(y.dtype))  # noqa: B023 -- the same gradient for every way
+                y.backward(dy)  # noqa: B023 -- the same gradient for every way
 
             out[name] = (seconds(step, repeats, device), error)
     return out

@@ -157,7 +157,7 @@ def test_step_ops_counts_a_whole_gan_iteration_against_a_bare_loop():
     assert "clamp_min +" in fewer, row  # the bare loop's power iteration in every forward: F.normalize's clamps
 
 
-def test_a_compiled_stylegan2_compiles_its_plain_steps_before_the_timed_ones(monkeypatch):
+def test_a_compiled_stylegan2_compiles_its_plain_steps_before_the_timed_ones(monkeypatch, request):
     # bench/gpu.py's stylegan2-bf16-compile: G's step 0 is a lazy path-length step, run eagerly, so a warm-up of
     # g_step(0) five times compiled nothing of G's plain step, and its first timed step compiled it (8.6 s an
     # iteration timed on this CPU at toy sizes, 0.025 s once warm).
@@ -169,6 +169,7 @@ def test_a_compiled_stylegan2_compiles_its_plain_steps_before_the_timed_ones(mon
 
     monkeypatch.setattr(torch, "compile", lambda model, **kw: torch._dynamo.optimize("eager")(model))
     torch._dynamo.reset()
+    request.addfinalizer(torch._dynamo.reset)  # (no later test of this process finds these eager graphs)
     cfg = config(argparse.Namespace(sizes="toy", device="cpu"), "stylegan2").override({"train.compile": True})
     warm = []
     measure(

@@ -3,19 +3,20 @@ writes as CUDA kernels of its own, its layers' FIR filter (its upfirdn2d; bigbat
 and their bias, leaky ReLU and gain (its bias_act; `bias_act` here), on the device types in `ON`.
 
 Each is an autograd Function whose forward is compiled by torch.compile (Inductor: a Triton kernel on a GPU), run
-without a graph of its own and with autocast off; its gradient is such a Function again (beside the sums that give
-the bias's, the demodulation's and the noise's gradients, plain reductions), so R1's and path length's gradients of
-gradients run the compiled kernels too (torch.compile's own autograd does not differentiate twice). Where the models
-are traced, exported or compiled (train.compile), the layers' plain ops are in the graph instead; under a dispatch
-mode (an op counter's, which would keep Dynamo from ever compiling the kernel in its process) and on functorch's
-tensors (vmap, torch.func.grad) the plain ops run. A kernel Inductor cannot build (no Triton, no C++ compiler) runs
-its plain ops from then on, said once. Written here because PyTorch has neither op: ADA builds its own as C++/CUDA
-extensions at run time.
+without a graph of its own and with autocast off; its gradient is such a Function again (beside plain ops: the sums
+that give the bias's and the noise's gradients, and a G layer's two products with its demodulation and input), so
+R1's and path length's gradients of gradients run the compiled kernels too (torch.compile's own autograd does not
+differentiate twice). Where the models are traced, exported or compiled (train.compile), the layers' plain ops are
+in the graph instead; under a dispatch mode (an op counter's, which would keep Dynamo from ever compiling the kernel
+in its process) and on functorch's tensors (vmap, torch.func.grad) the plain ops run. A kernel Inductor cannot build
+(no Triton, no C++ compiler) runs its plain ops from then on, said once. Written here because PyTorch has neither
+op: ADA builds its own as C++/CUDA extensions at run time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ ON: tuple[str, ...] = ()
 """Device types whose StyleGAN2 layers run these kernels: none until a GPU measures them paying (bench/gpu.py's
 stylegan2-bf16-fused; bench/fir.py's ways). On this project's CPUs the plain ops are as fast and compile nothing."""
 _COMPILED: dict[Callable, Callable] = {}
+SLOPE = 0.2  # StyleGAN2's leaky ReLU's
 
 
 def exporting() -> bool:
@@ -52,7 +54,8 @@ def run(fn: Callable, *args: Any) -> torch.Tensor:
     """`fn` compiled once a process (Dynamo imported on first use), shapes dynamic, on `args` (tensors detached),
     with no graph and no autocast of its own, so that one compiled graph serves each dtype and layout whatever the
     caller's grad mode and autocast (Dynamo guards on both). Compiled even under set_stance("force_eager"), which the
-    GAN task's lazy penalty steps run in under train.compile: the models run eagerly there, their kernels compiled."""
+    GAN task's lazy penalty steps run in under train.compile: the models run eagerly there, their kernels compiled.
+    What this adds to a call is a few microseconds of the host's (a few hundred calls an iteration)."""
     compiled = _COMPILED.get(fn)
     if compiled is None:
         from bigbatch.engine.compile_cache import use_cache
@@ -61,44 +64,66 @@ def run(fn: Callable, *args: Any) -> torch.Tensor:
         compiled = _COMPILED[fn] = torch.compile(fn, dynamic=True)
     device = next(a for a in args if isinstance(a, torch.Tensor)).device.type
     args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
-    with torch.no_grad(), torch.autocast(device, enabled=False), torch.compiler.set_stance("default"), _own_sizes():
+    with torch.no_grad(), torch.autocast(device, enabled=False), _compiling(), _OwnSizes():
         try:
             return compiled(*args)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as e:  # (Inductor's build, Triton's: torch.compile raises what they raised)
-            if compiled is fn:
+        except Exception as e:
+            if compiled is fn or not _compile_failed(e):
                 raise
-            warn(f"StyleGAN2's {fn.__name__} could not be compiled ({first_line(e)}): its plain ops run", once=True)
+            warn(f"StyleGAN2's kernel {fn.__name__} could not be compiled ({first_line(e)}): its plain ops run", True)
             _COMPILED[fn] = fn
             return fn(*args)
 
 
-def _own_sizes() -> Any:
-    """Each size its own symbol where the kernel is traced: Dynamo's default ("duck sizing") makes sizes that happen to
-    be equal one symbol (a batch of 64 and 64 channels), and compiles the kernel again at the next shape that parts
-    them."""
-    from torch.fx.experimental import _config
+def _compile_failed(e: Exception) -> bool:
+    """Whether torch.compile raised `e` for want of a build (Inductor's, Triton's: Dynamo wraps what they raise)."""
+    from torch._dynamo.exc import TorchDynamoException
 
-    return _config.patch(use_duck_shape=False)
+    return isinstance(e, TorchDynamoException)
+
+
+def _compiling() -> Any:
+    """The default stance where another is set (force_eager: the lazy penalty steps under train.compile), so that the
+    kernel compiles; else nothing (entering it costs more than the rest of a call). The stance is read from Dynamo's
+    private state, defensively: gone in a later torch, it is taken as the default."""
+    from torch._dynamo import eval_frame
+
+    stance = getattr(getattr(eval_frame, "_stance", None), "stance", "default")
+    return nullcontext() if stance == "default" else torch.compiler.set_stance("default")
+
+
+class _OwnSizes:
+    """Each size its own symbol where the kernel is traced: Dynamo's default ("duck sizing") makes sizes that happen
+    to be equal one symbol (a batch of 64 and 64 channels), and compiles the kernel again at the next shape that parts
+    them. Set and put back by hand: config.patch costs 20 µs a call."""
+
+    def __enter__(self) -> None:
+        from torch.fx.experimental import _config
+
+        self.before, _config.use_duck_shape = _config.use_duck_shape, False
+
+    def __exit__(self, *exc: object) -> None:
+        from torch.fx.experimental import _config
+
+        _config.use_duck_shape = self.before
 
 
 def bias_act_plain(
     x: torch.Tensor, b: torch.Tensor, gain: float, scale: torch.Tensor | None = None, noise: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """x (times `scale`, plus `noise`, each broadcast to x) plus b over its channels (dim 1), leaky ReLU (slope 0.2),
+    """x (times `scale`, plus `noise`, each broadcast to x) plus b over its channels (dim 1), leaky ReLU (SLOPE),
     times gain: a StyleGAN2 layer's work after its convolution (G's: the demodulation and the noise first)."""
     if scale is not None:
         x = x * scale
     if noise is not None:
         x = x + noise
-    return F.leaky_relu(x + b.view(-1, *[1] * (x.dim() - 2)), 0.2) * gain
+    return F.leaky_relu(x + b.view(-1, *[1] * (x.dim() - 2)), SLOPE) * gain
 
 
 def _slope_times(g: torch.Tensor, y: torch.Tensor, gain: float) -> torch.Tensor:
     """g times the slope of bias_act where it gave y: gain where y > 0 (the leaky ReLU's input was, gain being
-    positive), else 0.2 gain."""
-    return torch.where(y > 0, g, g * 0.2) * gain
+    positive), else SLOPE times gain."""
+    return torch.where(y > 0, g, g * SLOPE) * gain
 
 
 class _SlopeTimes(torch.autograd.Function):

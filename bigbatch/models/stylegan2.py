@@ -46,7 +46,7 @@ NOISE_MODES = ("random", "const", "none")
 
 
 def _lrelu(x: torch.Tensor) -> torch.Tensor:
-    return F.leaky_relu(x, 0.2) * SQRT2  # the gain that keeps the activations' second moment
+    return F.leaky_relu(x, fused.SLOPE) * SQRT2  # the gain that keeps the activations' second moment
 
 
 def fir(like: torch.Tensor | None = None) -> torch.Tensor:
