@@ -33,9 +33,10 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -74,22 +75,12 @@ ALL_FUSED = "fused+act"
 TIMED = [*WAYS, ALL_FUSED]
 
 
-@contextmanager
-def using(way: str) -> Iterator[None]:
+def using(way: str) -> AbstractContextManager:
     """StyleGAN2's layers filter the way named while entered (all of this process's models); ALL_FUSED: they run
     as on the devices in fused.ON, on every device."""
     if way == ALL_FUSED:
-        before_on, fused.ON = fused.ON, ("cpu", "cuda")
-        try:
-            yield
-        finally:
-            fused.ON = before_on
-        return
-    before, stylegan2._filtered = stylegan2._filtered, WAYS[way]
-    try:
-        yield
-    finally:
-        stylegan2._filtered = before
+        return mock.patch.object(fused, "ON", ("cpu", "cuda"))
+    return mock.patch.object(stylegan2, "_filtered", WAYS[way])
 
 
 # (full resolution, channels) of ADA's paper256 (cbase 16384, cmax 512): D's input and G's output sizes.

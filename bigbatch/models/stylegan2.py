@@ -38,7 +38,6 @@ from bigbatch.compiling import eager
 from bigbatch.data.streams import host_rows, per_row, row_seeds
 from bigbatch.errors import BigbatchError
 from bigbatch.models import fused
-from bigbatch.models.fused import exporting
 from bigbatch.models.registry import register
 
 SQRT2 = math.sqrt(2)
@@ -67,7 +66,7 @@ def _weights(x: torch.Tensor, gain: float) -> torch.Tensor:
     plain tensor (not one made under inference mode, a fake-tensor mode or vmap, which a later step could not use);
     made on the stream and outside any CUDA graph capture of its first call (the project's steps: the default stream,
     and the compiled graphs make their own)."""
-    if exporting() or torch.compiler.is_compiling():
+    if fused.exporting() or torch.compiler.is_compiling():
         return (fir(x) * gain).to(x.dtype)[None, None]
     key = (x.device, x.dtype, float(gain))
     if (f := _WEIGHTS.get(key)) is None:
@@ -83,7 +82,7 @@ def _filtered(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
     convolution, which cuDNN may run slowest (a group a channel) and oneDNN, on this project's CPUs, fastest."""
     if fused.runs(x):
         return _fused_fir(x, pad, gain)
-    if x.device.type in fused.ON and torch.compiler.is_compiling() and not exporting():
+    if x.device.type in fused.ON and torch.compiler.is_compiling() and not fused.exporting():
         return _fir_sums(x, pad, gain)
     return _grouped(x, pad, gain)
 
@@ -131,7 +130,7 @@ class _Blur(torch.autograd.Function):
 
 
 def _blurred(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
-    if torch.is_grad_enabled() and x.requires_grad and not exporting():
+    if torch.is_grad_enabled() and x.requires_grad and not fused.exporting():
         return _Blur.apply(x, pad, gain)
     return _filtered(x, pad, gain)
 
@@ -390,7 +389,7 @@ class StyleGAN2Generator(nn.Module):
         """Images (N, C, H, W) in about [-1, 1]; with `return_ws`, (images, the w of every layer (N, num_ws,
         w_dim)), for path length regularization's gradient with respect to them."""
         mode = self.noise_mode
-        if exporting():
+        if fused.exporting():
             mode = "const" if mode == "random" else mode  # an exported G holds no seeding code
         mix = self.training and self.mixing > 0 and self.num_ws > 1
         if mode == "random" or mix:
