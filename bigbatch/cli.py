@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import os
 import re
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch import cli_tools, signals
-from bigbatch.cli_errors import one_line_warnings, refuse_url_outputs, runtime_error_line, say_error
+from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_outputs, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
@@ -569,13 +568,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
         return 128 + signal.SIGPIPE
     except OSError as e:  # a path that cannot be written (disk full, read-only) or read
-        where = f"{e.filename}: " if e.filename else ""
-        resumes = " (a run resumes from its latest checkpoint with --resume)" * (getattr(args, "func", None) is _train)
-        full = f"; free space there{resumes}" * (e.errno == errno.ENOSPC)
-        # (found from outside: a read-only mount named, the fix not)
-        full += "; give a path on storage this user may write to" * (e.errno == errno.EROFS)
-        full += "; give this user access to it (to read it, or to write there)" * (e.errno == errno.EACCES)
-        say_error(f"{where}{e.strerror or e}{full}")
+        say_error(os_error_line(e, resumes=getattr(args, "func", None) is _train))
         return 2
     except KeyboardInterrupt as e:
         sweeps = sys.modules.get("bigbatch.sweeps")  # (a sweep's Stopped has said where, in its one line)

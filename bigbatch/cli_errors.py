@@ -1,11 +1,13 @@
 """The few RuntimeErrors of torch that are a user's to mend, as the one line `bigbatch` prints for them (and the
 exit status): out of memory, an op without a deterministic kernel, a rate that overflows, a port in use, and a
-rank that went away. Any other RuntimeError is a bug, and keeps its traceback. And outputs given as URLs to
-commands that write local files, refused as the command line is read."""
+rank that went away. Any other RuntimeError is a bug, and keeps its traceback. A path that cannot be read or
+written (an OSError), named as the user gave it, with its fix. And outputs given as URLs to commands that write
+local files, refused as the command line is read."""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import os
 import re
@@ -40,6 +42,33 @@ def _first_to_say(line: str) -> bool:
     except OSError:  # (nowhere to keep the mark: say it)
         return True
     return True
+
+
+# A temporary file that becomes NAME once whole (bigbatch.files.atomic_write's `.NAME.tmp-PID`, a video's
+# `.STEM.tmp-PID.SUFFIX`): an error is said of NAME, the path the user gave.
+_TEMPORARY = re.compile(r"\.(?P<stem>.+)\.tmp-\d+(?P<suffix>(\.[^.]*)?)")
+
+
+def os_error_line(e: OSError, resumes: bool = False) -> str:
+    """The line for a path that cannot be written (disk full, read-only, not ours) or read: the path as the user
+    gave it, the system's words, and the fix. `resumes`: the command trains a run, which --resume continues."""
+    where = ""
+    if e.filename:
+        path = os.fsdecode(e.filename)
+        head, name = os.path.split(path)
+        temporary = _TEMPORARY.fullmatch(name)
+        where = os.path.join(head, temporary["stem"] + temporary["suffix"]) if temporary else path
+        where += ": "
+    fix = ""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "; free space there" + " (a run resumes from its latest checkpoint with --resume)" * resumes
+    elif e.errno in (errno.EROFS, errno.EPERM):  # (found from outside: a read-only mount named, the fix not)
+        fix = "; give a path on storage this user may write to"
+    elif e.errno == errno.EACCES:
+        fix = "; give this user access to it (to read it, or to write there)"
+    elif e.errno == errno.ENOTDIR:
+        fix = "; a part of that path is a file, not a folder: give a path through folders"
+    return f"{where}{e.strerror or e}{fix}"
 
 
 def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:

@@ -331,3 +331,23 @@ def test_a_learning_rate_that_overflows_the_optimizer_is_one_line(tmp_path, caps
     assert main([*argv, "train.d_lr=1e37", "train.betas=[0.99, 0.999]", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a learning rate or weight decay overflows float32" in err
+
+
+def test_a_path_that_cannot_be_written_is_named_as_given_with_its_fix(tmp_path, monkeypatch, capsys):
+    # Found from outside: a folder under a file was said without a fix ("notes.txt/al: Not a directory"), and an
+    # output in a folder that may not be changed by its temporary file's name (".v.tmp-20322.mp4").
+    import errno
+
+    from bigbatch.cli_errors import os_error_line
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("notes\n")
+    (tmp_path / "frames").mkdir()
+    Image.new("RGB", (64, 48)).save(tmp_path / "frames" / "00001.png")
+    assert main(["extract", "frames", "notes.txt/aligned"]) == 2
+    fix = "a part of that path is a file, not a folder: give a path through folders"
+    assert capsys.readouterr().err == f"bigbatch: error: notes.txt/aligned: Not a directory; {fix}\n"
+    said = os_error_line(PermissionError(errno.EPERM, "Operation not permitted", "locked/.v.tmp-20322.mp4"))
+    assert said == "locked/v.mp4: Operation not permitted; give a path on storage this user may write to"
+    said = os_error_line(OSError(errno.ENOSPC, "No space left on device", "runs/.plan.json.tmp-7"), resumes=True)
+    assert said.startswith("runs/plan.json: No space left on device; free space there (a run resumes from its latest")

@@ -364,8 +364,18 @@ def audio_said(source: str | Path | None) -> str:
     return f" with the audio of {source}" if has else f" (no audio: {source} has none)"
 
 
+AUDIO_RATE = 48000
+
+
 def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV objects
-    """The first audio stream of `source`, re-encoded to AAC 192 kbit/s 48 kHz into `container`."""
+    """The first audio stream of `source`, re-encoded to AAC 192 kbit/s 48 kHz into `container`, in step with the
+    frames: the written video starts at `source`'s first video frame, so an audio that began later starts as late
+    (silence before it) and one that began earlier loses what came before that frame (DFL's ffmpeg keeps the
+    streams' timestamps alike; found from outside: a track 0.48 s late came out 0.46 s early). Each piece is
+    timestamped by its samples, so the muxer drops the AAC encoder's priming (21 ms late before). A source
+    without video: its audio from its first sample."""
+    import numpy as np
+
     try:
         src = av.open(str(source))
     except av.FFmpegError as e:
@@ -375,19 +385,64 @@ def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV obj
             if not src.streams.video:
                 raise BigbatchError(f"--audio-from {source}: holds neither audio nor video")
             return  # a silent source: a silent video
-        stream = container.add_stream("aac", rate=48000)
+        start = _first_frame_time(av, source)
+        stream = container.add_stream("aac", rate=AUDIO_RATE)
         stream.bit_rate = 192_000
-        resampler = av.AudioResampler(format=stream.format.name, layout=stream.layout.name, rate=48000)
-        for frame in src.decode(src.streams.audio[0]):
-            frame.pts = None
-            for piece in resampler.resample(frame):
-                for packet in stream.encode(piece):
-                    container.mux(packet)
-        for piece in resampler.resample(None):
+        fmt, layout = stream.format.name, stream.layout.name
+        resampler = av.AudioResampler(format=fmt, layout=layout, rate=AUDIO_RATE)
+        written, skip = 0, None
+
+        def put(piece) -> None:  # noqa: ANN001
+            nonlocal written, skip
+            if skip:  # (the audio before the first frame)
+                cut = min(skip, piece.samples)
+                skip -= cut
+                if cut == piece.samples:
+                    return
+                piece = _frame_of(av, piece.to_ndarray()[:, cut:], fmt, layout)
+            piece.pts, piece.time_base = written, Fraction(1, AUDIO_RATE)
+            written += piece.samples
             for packet in stream.encode(piece):
                 container.mux(packet)
+
+        for frame in src.decode(src.streams.audio[0]):
+            if skip is None:  # the first: where it falls against the first frame, in samples
+                late = 0 if start is None or frame.time is None else round((frame.time - start) * AUDIO_RATE)
+                for n in range(late, 0, -AUDIO_RATE):  # (a second of silence at a time)
+                    put(
+                        _frame_of(
+                            av, np.zeros((len(stream.layout.channels), min(n, AUDIO_RATE)), np.float32), fmt, layout
+                        )
+                    )
+                skip = max(-late, 0)
+            frame.pts = None
+            for piece in resampler.resample(frame):
+                put(piece)
+        for piece in resampler.resample(None):
+            put(piece)
         for packet in stream.encode():
             container.mux(packet)
+
+
+def _first_frame_time(av, source: Path) -> float | None:  # noqa: ANN001 - PyAV's module
+    """When `source`'s first video frame shows, in seconds (where `Video.frames` starts), or None: no video, or
+    no timestamps."""
+    try:
+        with av.open(str(source)) as c:
+            for frame in c.decode(c.streams.video[0]) if c.streams.video else ():
+                return frame.time
+    except av.FFmpegError:
+        pass
+    return None
+
+
+def _frame_of(av, samples: np.ndarray, fmt: str, layout: str):  # noqa: ANN001, ANN202 - PyAV's
+    """An audio frame of planar `samples` (channels, n) at AUDIO_RATE."""
+    import numpy as np
+
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples), format=fmt, layout=layout)
+    frame.sample_rate = AUDIO_RATE
+    return frame
 
 
 def frame_rate(fps: float | None, like: str | Path | None = None) -> Fraction:
