@@ -75,11 +75,12 @@ def _extract(args: argparse.Namespace) -> None:
     gone = max(0, faces - sum(1 for p in out.glob("*.jpg") if not p.name.startswith(".")))
     deleted = f"; {gone} of them deleted from it since, which stay deleted" if gone else ""
     print(
-        f"Extracted {faces} faces from {len(done)} frames into {out} ({settings.face_type}, {settings.size} px)"
+        f"Extracted {faces} face{'s' * (faces != 1)} from {len(done)} frame{'s' * (len(done) != 1)} into {out} "
+        f"({settings.face_type}, {settings.size} px)"
         f"{deleted}"
     )
     if none:
-        print(f"{len(none)} frames without a face: listed in {listed}")
+        print(f"{len(none)} frame{'s' * (len(none) != 1)} without a face: listed in {listed}")
     if broken:
         print(f"{len(broken)} files did not decode ({', '.join(broken[:5])}{' ...' * (len(broken) > 5)}): in {listed}")
 
