@@ -262,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--init-from",
         metavar="RUN_OR_CKPT",
-        help="fine-tune: start from this run's G, D and G_ema with fresh optimizers (sets train.init_from)",
+        help="fine-tune: start from this run's or checkpoint's weights (a GAN's G, D and G_ema; a classifier's, its "
+        "head kept for the same classes, else made anew; an autoencoder's) with fresh optimizers (train.init_from)",
     )
     t.set_defaults(func=_train)
 

@@ -111,7 +111,8 @@ class Run:
         """Record the identity of `data`, the images of data.path the run trains on, and on resume refuse
         data that differ from the ones the checkpoint was trained on (the same images moved are fine)."""
         path = self.cfg.data.path
-        self.data = {"path": public_name(path), "content_hash": str(data.content_hash)}
+        # (the folder: where a reader of the run finds a relative data path, bigbatch.run_data)
+        self.data = {"path": public_name(path), "content_hash": str(data.content_hash), "folder": os.getcwd()}
         _same_on_every_rank(self.cfg, self.data["content_hash"])
         if self.checkpoint is None:
             return

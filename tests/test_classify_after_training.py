@@ -131,14 +131,15 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     (tmp_path / "imgs").mkdir()
     for i, img in enumerate(images):
         Image.fromarray(img.numpy()).save(tmp_path / "imgs" / f"{i}.png")
-    (tmp_path / "imgs" / "broken.png").write_bytes(b"not a png")
+    (broken := tmp_path / "imgs" / "broken.png").write_bytes(b"not a png")
     (tmp_path / "imgs" / "sub").mkdir()  # a sub-folder: its images and those beside it are all predicted
     Image.fromarray(images[0].numpy()).save(tmp_path / "imgs" / "sub" / "again.png")
     capsys.readouterr()
     assert main(["predict", str(run), str(tmp_path / "imgs"), "--json", "--topk", "3"]) == 0
     out, err = capsys.readouterr()
-    rows = json.loads(out)
-    assert "broken.png: not an image" in err
+    listed = json.loads(out)
+    rows = [r for r in listed if "top" in r]
+    assert "broken.png: not an image" in err and [r["file"] for r in listed if "error" in r] == [str(broken)]
     assert [r["file"].rsplit("/", 1)[1] for r in rows] == [f"{i}.png" for i in range(6)] + ["again.png"]
     assert rows[-1]["top"] == rows[0]["top"]
     # Found from outside: a quoted pattern (for a list too long for the shell) "did not exist".
@@ -149,7 +150,7 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     # A tar of them (WebDataset's shard, or a tar of a folder): the same classes as the files.
     subprocess.run(["tar", "cf", tmp_path / "imgs.tar", "-C", tmp_path, "imgs"], check=True)
     assert main(["predict", str(run), str(tmp_path / "imgs.tar"), "--json", "--topk", "3"]) == 0
-    tarred = json.loads(capsys.readouterr().out)
+    tarred = [r for r in json.loads(capsys.readouterr().out) if "top" in r]
     assert [r["file"] for r in tarred] == [f"{tmp_path / 'imgs.tar'}/{i}.png" for i in range(6)] + [
         f"{tmp_path / 'imgs.tar'}/sub/again.png"
     ] and [r["top"] for r in tarred] == [r["top"] for r in rows]
@@ -289,6 +290,10 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not an image")  # nothing to predict: one line (a "skipped" line came first)
     assert main(["predict", str(run), str(tmp_path / "notes.txt")]) == 2
     assert (err := capsys.readouterr().err).count("\n") == 1 and "no image to predict: " in err and "notes.txt" in err
+    # --json lists a file skipped too, in its place (found from outside: only its stderr line said it).
+    assert main(["predict", str(run), str(tmp_path / "notes.txt"), str(tmp_path / "imgs" / "0.png"), "--json"]) == 0
+    skipped, predicted = json.loads(capsys.readouterr().out)
+    assert skipped["file"].endswith("notes.txt") and skipped["error"] and "top" not in skipped and predicted["top"]
 
 
 def test_predict_resizes_on_the_device_the_classifier_is_on():
@@ -588,3 +593,6 @@ def test_lr_find_plots_as_fastai_and_bounds_its_steps(tmp_path, capsys, monkeypa
     assert len(drawn[0][0]) == 55 and drawn[3][0] == [lrs[losses.index(min(losses))]]  # (the curve, then 3 marks)
     assert main(["lr-find", "--steps", "100000000"]) == 2
     assert "5 to 10,000 steps" in capsys.readouterr().err
+    # Found from outside: a config without a held-out split was refused for its eval.every_kimg (nothing validates).
+    argv = ["lr-find", "data.path=builtin:digits", "data.resolution=16", "data.schedule=", "model.ch=8"]
+    assert main([*argv, "model.options.depth=8", "data.val_path=", "data.val_fraction=0", "--steps", "5"]) == 0

@@ -30,3 +30,42 @@ def test_class_names_a_spreadsheet_would_run_as_formulas_are_quoted_in_the_csvs(
     confusion = next(csv.reader((folder / "confusion.csv").open()))[1:]
     quoted = ["'" + names[0], "'" + names[1], "-1", "cat"]
     assert sorted(per_class) == sorted(confusion) == sorted(quoted)
+
+
+def test_eval_finds_the_run_s_relative_data_from_another_folder_and_says_when_data_was_trained_on(
+    tmp_path, monkeypatch, capsys
+):
+    # Found from outside: `bigbatch eval RUN` from another folder than training's could not find its relative
+    # data.path, and nothing could be given to find the held-out split; the run's own training file given as DATA
+    # was scored (its images mostly trained on) without a word.
+    for folder in ("work", "elsewhere"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["prepare", "builtin:digits", "d.h5", "--resolution", "16"]) == 0
+    run = bigbatch.train(tiny(**{"data.path": "d.h5", "train.kimg": 0.128}), run_dir=tmp_path / "run", quiet=True)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 0  # d.h5's held-out split, from the folder the run trained in
+    said = capsys.readouterr()
+    assert "360 images" in said.out and "trained on" not in said.err
+    assert main(["eval", str(run), str(tmp_path / "work" / "d.h5")]) == 0
+    assert "is the data the run trained on: 1437 of its 1797 images were trained on" in capsys.readouterr().err
+    assert main(["eval", str(run), "builtin:digits"]) == 0  # the same images, known by their content
+    assert "1437 of its 1797 images were trained on" in capsys.readouterr().err
+    assert main(["prepare", "builtin:digits", "d12.h5", "--resolution", "12"]) == 0  # other images: no word
+    assert main(["eval", str(run), "d12.h5"]) == 0
+    assert "the run trained on" not in capsys.readouterr().err
+
+
+def test_eval_s_summary_leaves_out_what_says_nothing():
+    # Found from outside: with 4 classes top-5 (always 100%) was printed, and classes all right were "hardest".
+    from bigbatch.tasks.classify.report import describe
+
+    report = {"data": "d.h5", "n": 8, "resolution": 16, "checkpoint": "c", "top1": 87.5, "top5": 100.0, "loss": 0.3}
+    report |= {"per_class": {"bag": 75.0, "shoe": 100.0, "shirt": 100.0, "trouser": 100.0}, "folder": "f"}
+    report |= {"most_confused": [["bag", "shoe", 1]]}
+    lines = describe(report).splitlines()
+    assert lines[1] == "top-1 87.50%  loss 0.3000" and lines[2] == "hardest classes: bag 75.0%"
+    report["per_class"] = dict.fromkeys(["bag", "shoe", "shirt", "trouser", "coat", "dress"], 100.0)
+    lines = describe(report | {"top1": 100.0}).splitlines()
+    assert "top-5 100.00%" in lines[1] and lines[2] == "hardest classes: none: every image right"

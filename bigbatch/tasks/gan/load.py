@@ -9,9 +9,9 @@ from torch import nn
 
 from bigbatch import checkpoints
 from bigbatch.batching import channels_last_of
-from bigbatch.config import Config
 from bigbatch.engine.wrap import to_channels_last
 from bigbatch.errors import BigbatchError
+from bigbatch.run_data import run_config
 from bigbatch.tasks.gan.task import build_models
 
 
@@ -38,7 +38,7 @@ def _device(device: str | torch.device) -> torch.device:
 
 def _load_generator(ckpt: Path, device: str | torch.device, as_trained: bool) -> nn.Module:
     meta = checkpoints.model_info(ckpt)
-    cfg = Config.load(ckpt / "config.toml")
+    cfg = run_config(ckpt)
     if cfg.task != "gan":
         instead = {
             "swap": "swap faces with `bigbatch swap RUN IN OUT`, or merge them into frames with `bigbatch merge`",

@@ -19,6 +19,7 @@ from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.split import holdout
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
+from bigbatch.run_data import run_config
 from bigbatch.sampling import save_png
 from bigbatch.tasks.swap.load import check_faces, load_autoencoder
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
@@ -42,7 +43,7 @@ def evaluate_swap(
     the scores: src_ssim and dst_ssim (each side scored only when it has data) and their mean."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
-        cfg = Config.load(ckpt / "config.toml")
+        cfg = run_config(ckpt)
         if cfg.task != "swap":
             raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a face swap")
         return ckpt, cfg, load_autoencoder(ckpt, device)
