@@ -367,9 +367,12 @@ def _check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["
         resume = holds_run
     problem = None
     if resume and not holds_run:
-        problem = f"{run} holds no run to resume; drop --resume to start a new run there"
+        problem = f"{run} holds no run to resume; drop --resume (in Python: resume=False) to start a new run there"
     if not resume and holds_run:
-        problem = f"{run} already holds a run; add --resume to continue it, or choose another --run-dir"
+        problem = (  # (the Python API's names too: found from outside, a notebook's user was given the CLI's alone)
+            f"{run} already holds a run; add --resume (in Python: resume=True) to continue it, or choose another "
+            "--run-dir (run_dir=)"
+        )
     if problem:
         holder = trainer(run)  # (reads the lock without taking it)
         raise BigbatchError(_in_use(run, str(holder[0]), held_by(*holder)) if holder else problem)

@@ -39,7 +39,7 @@ def test_run_directory_contents(run, tiny):
 
 
 def test_refuses_to_overwrite_a_run(run, tiny):
-    with pytest.raises(bigbatch.BigbatchError, match="already holds a run"):
+    with pytest.raises(bigbatch.BigbatchError, match=r"already holds a run; add --resume \(in Python: resume=True\)"):
         bigbatch.train(tiny, run_dir=run, quiet=True)
 
 

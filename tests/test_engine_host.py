@@ -115,10 +115,11 @@ def test_a_namedtuple_batch_is_cut_as_its_fields_and_a_wrong_return_says_what_it
 
 
 def test_a_batch_the_processes_cannot_share_names_a_batch_and_world_sizes_that_would(monkeypatch):
-    # Found from outside: a resume under 3 processes of a run of batch 16 was told only "a multiple of 3".
+    # Found from outside: a resume under 3 processes of a run of batch 16 was told only "a multiple of 3"; and a user
+    # of the Replicator was given the config's key (train.batch=18), not its own argument.
     monkeypatch.setenv("WORLD_SIZE", "3")
     monkeypatch.setenv("RANK", "0")
-    with pytest.raises(bigbatch.BigbatchError, match=r"world size 3 \(train.batch=18, or 1, 2, 4, 8, 16 processes\)"):
+    with pytest.raises(bigbatch.BigbatchError, match=r"world size 3 \(batch=18, or 1, 2, 4, 8, 16 processes\)"):
         bigbatch.Replicator(batch=16, micro_batch=4, device="cpu")
 
 

@@ -137,3 +137,11 @@ def test_a_frozen_body_trains_under_the_next_optimizer_and_requires_grad_once_th
         rep.step(step, (x, y), rep.wrap_optimizer(torch.optim.SGD(frozen, lr=0.1)))
         assert not body.weight.requires_grad
     assert body.weight.requires_grad and body.bias.requires_grad  # (closed: as before the Replicator)
+
+
+def test_a_batch_computed_with_numpy_is_a_batch():
+    # Found from outside: Replicator(batch=np.int64(64)) was refused ("must be an int").
+    import numpy as np
+
+    with bigbatch.Replicator(np.int64(64), np.prod([4, 4])) as rep:
+        assert rep.batch == 64 and type(rep.batch) is int and rep.plan.accumulation == 4

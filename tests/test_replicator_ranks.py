@@ -91,3 +91,39 @@ def test_closing_one_of_two_replicators_leaves_the_group_to_the_other(tmp_path):
     for rank in (0, 1):
         loss, still = json.loads((tmp_path / str(rank)).read_text())
         assert loss > 0 and not still  # (the last one out destroyed it)
+
+
+SEQUENTIAL = """
+import faulthandler, sys
+faulthandler.dump_traceback_later(60, exit=True)  # (a hang: its traceback, and a failed run)
+import torch
+from torch import nn
+import bigbatch
+torch.set_num_threads(1)
+losses = []
+for i in range(3):
+    with bigbatch.Replicator(batch=8, micro_batch=4, device="cpu") as rep:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        net = rep.prepare(model)
+        opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        x = torch.arange(32.0).view(8, 4)[rep.rank * 4 : rep.rank * 4 + 4]
+        losses.append(rep.step(lambda m: net(m).square().mean(), x, opt))
+print("losses", rep.rank, losses, flush=True)
+"""
+
+
+def test_replicators_one_after_another_under_torchrun_each_meet_their_group(tmp_path):
+    # Found from outside: under torchrun, a second Replicator made after the first was closed hung on rank 0 (each
+    # group met at the same keys of torchrun's store, and the rank that closed first met the keys the first left).
+    import subprocess
+    import sys
+
+    (tmp_path / "seq.py").write_text(SEQUENTIAL)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "seq.py"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    said = sorted(line for line in run.stdout.splitlines() if line.startswith("losses"))
+    assert [line.split()[1] for line in said] == ["0", "1"]
+    assert said[0].split(" ", 2)[2] == said[1].split(" ", 2)[2]  # the same three losses on both ranks

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import numbers
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,10 +61,11 @@ def check_arguments(
     compile: Any,
 ) -> None:
     """The Replicator's arguments of these kinds, one line for the first that is not."""
-    if micro_batch != "auto" and (not isinstance(micro_batch, int) or isinstance(micro_batch, bool) or micro_batch < 1):
+    whole = isinstance(micro_batch, numbers.Integral) and not isinstance(micro_batch, bool)  # (NumPy's too)
+    if micro_batch != "auto" and (not whole or micro_batch < 1):
         raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
-    if not (numbers and 0 <= skip_limit <= 1 and skip_window >= 1):
+    given = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
+    if not (given and 0 <= skip_limit <= 1 and skip_window >= 1):
         raise BigbatchError(
             f"skip_limit must be in [0, 1] and skip_window >= 1, got {skip_limit!r} and {skip_window!r}"
         )

@@ -4,6 +4,7 @@ the few collectives the engine needs beyond DDP (metric means, agreement, broadc
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -97,6 +98,9 @@ def _stoppable() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+_GROUPS = itertools.count()  # the process groups this process has joined under torchrun's store
+
+
 def _join(ctx: Context, backend: str) -> None:
     import torch.distributed as td
 
@@ -120,8 +124,11 @@ def _join(ctx: Context, backend: str) -> None:
             )
         td.init_process_group(backend)
         return
+    # And within an attempt each group this process joins (a script's Replicators one after another) meets at keys of
+    # its own: every rank joins its groups in the same order. (Found from outside: a rank that closed the first group
+    # and joined the second met keys the first had left, while the other rank was still in the first: it hung.)
     store, rank, world = next(td.rendezvous("env://"))
-    store = td.PrefixStore(f"bigbatch/attempt-{env('TORCHELASTIC_RESTART_COUNT')}", store)
+    store = td.PrefixStore(f"bigbatch/attempt-{env('TORCHELASTIC_RESTART_COUNT')}/group-{next(_GROUPS)}", store)
     td.init_process_group(backend, store=store, rank=rank, world_size=world)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass
 
 from bigbatch.engine.dist import Context
@@ -38,11 +39,12 @@ class Plan:
         )
 
 
-def check_batch(batch: object, world_size: int) -> None:
-    """A batch is a positive int that the processes share equally; else one line naming what would do."""
-    whole = isinstance(batch, int) and not isinstance(batch, bool) and batch > 0
+def check_batch(batch: object, world_size: int) -> int:
+    """A batch is a positive integer (a NumPy one too: found from outside, a batch computed with NumPy was refused)
+    that the processes share equally: it, as an int; else one line naming what would do."""
+    whole = isinstance(batch, numbers.Integral) and not isinstance(batch, bool) and batch > 0
     if whole and batch % world_size == 0:
-        return
+        return int(batch)
     fits = ""
     if whole:  # (a fresh run takes another batch; a resumed one, whose batch is fixed, another world size)
         divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]

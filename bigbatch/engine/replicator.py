@@ -67,8 +67,8 @@ class Replicator:
     checkpointing: activation-checkpoint the blocks each model lists in `checkpoint_blocks`.
     compile: torch.compile each prepared model (True or a mode). channels_last: convolutions in NHWC order.
     sync_bn: BatchNorm statistics over the same micro-batch index on all ranks (else per rank).
-    grad_clip: clip the global gradient norm to this (0: off). A step whose gradients are not finite
-    is skipped; more than `skip_limit` of the last `skip_window` steps (at least 5) skipped stops training."""
+    grad_clip: clip the global gradient norm to this (0: off). A step whose loss or gradients are not
+    finite is skipped; more than `skip_limit` of the last `skip_window` steps (at least 5) skipped stops training."""
 
     def __init__(
         self,
@@ -91,8 +91,9 @@ class Replicator:
         prec.check(precision, self.ctx.device)
         if self.ctx.device.type == "cpu":  # a step's freed memory kept for the next (no page faults)
             memory.hold_freed_memory()
-        check_batch(batch, self.ctx.world_size)
+        batch = self._said(check_batch, batch, self.ctx.world_size)  # (in the Replicator's terms)
         check_arguments(micro_batch, skip_limit, skip_window, grad_clip, sync_bn, channels_last, checkpointing, compile)
+        micro_batch = micro_batch if micro_batch == "auto" else int(micro_batch)
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
@@ -250,7 +251,7 @@ class Replicator:
 
         `step_fn(micro)` returns the mean loss over the micro-batch, or a dict with "loss" and other
         scalars to average. Returns the step's mean loss over all ranks as a float (or the dict of
-        means). If the gradients are not finite the step is skipped (`skipped(opt)` says so). A param group
+        means). If the loss or gradients are not finite the step is skipped (`skipped(opt)` says so). A param group
         with "frozen" true takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or
         clip, and in one process no gradient computed (frozen.py)."""
         state = self._state(opt)
@@ -478,7 +479,7 @@ class Replicator:
         the batch. With micro_batch "auto", a share it does not divide takes the largest divisor below the planned
         micro-batch (which fits, being smaller), and a later batch it divides again returns to it. With a fixed
         micro_batch, a share below it is one micro-batch, and a larger share must be a multiple of it."""
-        check_batch(batch, self.world_size)
+        batch = self._said(check_batch, batch, self.world_size)
         if self._plan is None:  # "auto" not yet planned: the first step plans for this batch
             self.batch = batch
             return None
