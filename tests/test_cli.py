@@ -119,7 +119,7 @@ def test_batch_plan_must_divide(capsys, monkeypatch):
     code, _, err = run_cli(capsys, "train", "--dry-run", "train.batch=96", "train.micro_batch=32")
     assert code == 2 and "not a multiple of train.micro_batch x world_size = 32 x 2" in err
     code, out, _ = run_cli(capsys, "train", "--dry-run", "train.batch=64", "train.micro_batch=64")
-    assert code == 0 and "batch 64 = micro_batch 32 (train.micro_batch 64 is more than" in out
+    assert code == 0 and "batch 64 = micro_batch 32 (micro_batch 64 asked is more than" in out
 
 
 def test_a_smaller_batch_than_the_micro_batch_just_trains(capsys, tmp_path):
@@ -131,7 +131,7 @@ def test_a_smaller_batch_than_the_micro_batch_just_trains(capsys, tmp_path):
         "model.ch=8", "model.dim_z=16", "sample.every_kimg=0.064", "checkpoint.every_kimg=0.064",
     )  # fmt: skip
     assert code == 0, err
-    assert "batch 32 = micro_batch 32 (train.micro_batch 64 is more than a process's share: no accumulation)" in out
+    assert "batch 32 = micro_batch 32 (micro_batch 64 asked is more than a process's share: no accumulation)" in out
     assert re.search(r"^kimg 0.0[0-9]{2}/0.064  ", out, re.M), out  # the progress line in the run's own units
     plan = json.loads((run / "plan.json").read_text())
     assert (plan["micro_batch"], plan["accumulation"], plan["micro_batch_asked"]) == (32, 1, 64)

@@ -31,7 +31,7 @@ class Plan:
         capped = (
             ""
             if self.micro_batch_asked is None
-            else f" (train.micro_batch {self.micro_batch_asked} is more than a process's share: no accumulation)"
+            else f" (micro_batch {self.micro_batch_asked} asked is more than a process's share: no accumulation)"
         )
         return (
             f"batch {self.batch} = micro_batch {self.micro_batch}{capped} x accumulation {self.accumulation}"
