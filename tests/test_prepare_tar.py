@@ -489,3 +489,35 @@ def test_a_tar_over_http_reads_its_members_by_range_and_a_server_that_ignores_ra
         else:  # (found from outside: the file's first bytes were decoded as each member, "not an image")
             assert not images and len(skipped) == 3
             assert "it ignores HTTP range requests, which reading a tar's members needs" in skipped[0][1]
+
+
+def test_a_folder_over_http_is_the_same_data_set_as_on_disk_whatever_its_names(tmp_path):
+    # Found from outside: over HTTP (a server's folder page of percent-encoded links) a class "dög spaced" was named
+    # "d%C3%B6g%20spaced" and its images sorted by their encoded names: another data set than the same folder's.
+    import functools
+    import http.server
+    import threading
+
+    from bigbatch.cli import main
+
+    for c, name in enumerate(["cat", "dög spaced"]):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        for i, file in enumerate(["b.png", "ünï cödé 名.png", "a.png"]):
+            (tmp_path / "src" / name / file).write_bytes(_png(3 * c + i))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=tmp_path))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/src/"
+        assert main(["prepare", url, str(tmp_path / "http.h5"), "--resolution", "8"]) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert main(["prepare", str(tmp_path / "src"), str(tmp_path / "disk.h5"), "--resolution", "8"]) == 0
+    http, disk = (load_data(str(tmp_path / f"{n}.h5"), 8) for n in ("http", "disk"))
+    assert http.class_names == disk.class_names == ["cat", "dög spaced"]
+    assert http.content_hash == disk.content_hash

@@ -143,3 +143,14 @@ def test_a_crafted_state_that_fails_to_unpickle_is_one_line(tiny, tmp_path, caps
     (ckpt / "meta.json").write_text(json.dumps(meta))
     assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=1"]) == 2
     assert "state.pt" in capsys.readouterr().err
+
+
+def test_a_source_none_of_whose_files_reads_says_why_a_file_read_failed(tmp_path, capsys):
+    # Found from outside: every read failed (a server that ignored range requests), and the one line gave, as its
+    # example, a file skipped as listed (a member without a class), not why the reads failed.
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "bad.png").write_bytes(b"not a png")
+    (tmp_path / "src" / "x.png").write_bytes(b"outside the class folders")
+    one_line(
+        capsys, ["prepare", str(tmp_path / "src"), str(tmp_path / "d.h5")], "of those read, 1 failed, e.g. a/bad.png"
+    )

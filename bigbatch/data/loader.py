@@ -306,7 +306,8 @@ class Loader:
     E = len(data) // batch x batch images seen; E is not the data's epoch, len(data): positions run on
     across the data's epochs, each image once per len(data) positions). `decode` = "gpu" (a JPEG file;
     data.decode's): the workers only read the bytes, and the Loader decodes, crops, resizes and mirrors
-    on `device` (nvJPEG), yielding images there; "nvimgcodec" the same, decoded by nvImageCodec."""
+    on `device` (nvJPEG), yielding images there; "nvimgcodec" the same, decoded by nvImageCodec. `in_ram`: the
+    file's stored images read into memory once (FFCV's os_cache; data.in_ram), the same batches."""
 
     def __init__(
         self,
@@ -325,6 +326,7 @@ class Loader:
         storage_options: dict | None = None,
         decode: str = "cpu",
         device: str | torch.device = "cuda",
+        in_ram: bool = False,
     ) -> None:
         from bigbatch.data.load import load_data, rectangles
         from bigbatch.data.streams import GlobalOrder
@@ -347,9 +349,10 @@ class Loader:
                 f"start {start} is not a multiple of batch {batch}: it counts the images of the batches read before "
                 f"(e.g. {start // batch * batch} or {(start // batch + 1) * batch})"
             )
-        if not isinstance(xflip, bool):
-            raise BigbatchError(f"xflip must be True or False, got {xflip!r}")
-        self.data = load_data(path, resolution, storage_options=storage_options)
+        for name, flag in (("xflip", xflip), ("in_ram", in_ram)):
+            if not isinstance(flag, bool):
+                raise BigbatchError(f"{name} must be True or False, got {flag!r}")
+        self.data = load_data(path, resolution, in_ram, storage_options)
         if len(getattr(self.data, "bucket_counts", [])) > 1:  # (said here, not at the first batch)
             raise BigbatchError(
                 f"{self.data.source} holds images of several shapes (prepare --buckets), and a Loader's batch is one "

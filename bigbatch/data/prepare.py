@@ -353,6 +353,7 @@ def _write(
     written = np.zeros(max(1, len(listing.class_names)), np.int64)  # images written per class
     yaws: list[float | None] = []  # each written image's, if an aligned DFL face (swap.uniform_yaw bins them)
     no_yaw: str | None = None  # the first written image without one
+    unread = len(skipped)  # (the files skipped as listed)
     with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
@@ -373,8 +374,9 @@ def _write(
             yaws.append(result[4])  # type: ignore[index]
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         bar.close()
-        if writer.count == 0:
-            reason = f"; e.g. {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        if writer.count == 0:  # (a file read says why, before one listed: found from outside, a listed one did)
+            read, e = len(skipped) - unread, (skipped[unread:] or skipped or [None])[0]
+            reason = f"; {f'of those read, {read} failed, ' * bool(read)}e.g. {e[0]}: {e[1]}" if e else ""
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))

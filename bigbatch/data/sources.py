@@ -7,6 +7,7 @@ import io
 import os
 import stat
 import tarfile
+import urllib.parse
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,7 +157,7 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
         if tars.is_tar_name(src.text) or tarfile.is_tarfile(path):
             return tars.list_tars([src], storage_options, classes)
         raise BigbatchError(f"source {src.name} is a single file; give a folder of images, a .zip or a .tar")
-    rel = []
+    rel, special = [], []
     # Each folder with the folders above it, by identity: a link to one of those is a loop, not followed. A
     # link to any other folder is followed (as torchvision's ImageFolder does), whatever order the walk takes.
     # The source's own ancestors count as above it: a link back to one of them is not followed either.
@@ -175,14 +176,20 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
         chain |= {(st.st_dev, st.st_ino)}
         above.update((os.path.join(dirpath, d), chain) for d in dirnames)
         base = Path(dirpath).relative_to(path).as_posix()
-        # Regular files (and dangling links, listed as unreadable): a named pipe or a device would block its reader.
-        files = [f for f in filenames if _regular_or_missing(os.path.join(dirpath, f))]
-        rel += [f if base == "." else f"{base}/{f}" for f in files]
+        # Regular files (and dangling links, listed as unreadable): a named pipe or a device would block its reader,
+        # so it is listed unread (found from outside: left out without a word).
+        for f in filenames:
+            (rel if _regular_or_missing(os.path.join(dirpath, f)) else special).append(
+                f if base == "." else f"{base}/{f}"
+            )
     rel = sorted(r for r in rel if not hidden(r))
     shards = tars.shards_in(src, rel)
     if shards is not None:
         return tars.list_tars(shards, storage_options, classes)
-    return _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
+    listing = _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
+    why = "not a regular file (a named pipe, socket or device): not read"
+    listing.skipped += [(r, why) for r in sorted(special) if not hidden(r)]
+    return listing
 
 
 def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bool) -> Listing:
@@ -208,11 +215,17 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
         raise
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
         raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
-    paths = sorted(p for p in stamps if not hidden(p[len(root) + 1 :]))
-    shards = tars.shards_in(src, [p[len(root) + 1 :] for p in paths])
+    cut = len(root) + 1
+    # An HTTP server's folder page lists its files as links, percent-encoded ("d%C3%B6g%20spaced/"): they are named and
+    # sorted by what they encode, read by the links (found from outside: classes named encoded, in another order, so
+    # another content hash than the same folder's).
+    http = src.text.startswith(("http:", "https:"))
+    named = (lambda p: urllib.parse.unquote(p[cut:])) if http else (lambda p: p[cut:])
+    paths = sorted((p for p in stamps if not hidden(named(p))), key=named)
+    shards = tars.shards_in(src, [p[cut:] for p in paths])
     if shards is not None:
         return tars.list_tars(shards, storage_options, classes)
-    return _listing(FsspecSource(src, storage_options, stamps), paths, [p[len(root) + 1 :] for p in paths], classes)
+    return _listing(FsspecSource(src, storage_options, stamps), paths, [named(p) for p in paths], classes)
 
 
 def _find(fs: Any, root: str) -> dict[str, str]:
