@@ -89,7 +89,7 @@ def test_dry_run_on_cpu_appends_every_part_with_numbers(tmp_path):
             assert re.match(r"D 32 px ×4: \d+\.\d\d; D 16 px ×4: \d+\.\d\d; G 32 px ×4: \d+\.\d\d;", note), note
             continue
         if name == "fir":  # StyleGAN2's filter each way, ms per layer
-            cell = r"[DG] (16|8) px ×512: [\d.]+( / [\d.]+){5}(;|$)"
+            cell = r"[DG] (16|8) px ×32: [\d.]+( / [\d.]+){5}(;|$)"
             ways = "grouped / nchw / separable / one-channel / fused / fused+act"
             assert len(re.findall(cell, note)) == 4 and ways in rows[name][1], note
             continue
