@@ -250,7 +250,9 @@ def _generated(args: argparse.Namespace, device: object, compares: bool, load_ge
         raise BigbatchError(f"--standing-stats must be a number of batches, 0 to {MAX_STANDING:,}, got {standing}")
     truncation = e.truncation if args.truncation is None else args.truncation
     if args.psi is not None:  # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores)
-        if not math.isfinite(args.psi) or not hasattr(G, "truncation_psi"):
+        if not math.isfinite(args.psi):  # (found from outside: a StyleGAN2 run was pointed to BigGAN's option)
+            raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {args.psi}")
+        if not hasattr(G, "truncation_psi"):
             raise BigbatchError(
                 f"--psi is StyleGAN2's truncation of w (a number, 1 = off, 0.7 typical); this run's G is "
                 f"{cfg.model.name}, got {args.psi}: use --truncation (BigGAN's truncation of z)"

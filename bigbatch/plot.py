@@ -19,7 +19,8 @@ TRAINING_PANELS = (
     ("discriminators' losses", ("loss_code_discriminator", "loss_gan")),  # were not drawn)
     ("D outputs (mean logits)", ("D_real", "D_fake")),
     ("D augmentation: p, and r_t = E[sign(D(real))]", ("augment_p", "D_real_sign")),
-    ("training top-1 accuracy (%, augmented batches)", ("train_top1",)),
+    ("regularizers: R1, path length and its mean", ("r1_penalty", "pl_penalty", "pl_length")),  # (found from
+    ("training top-1 accuracy (%, augmented batches)", ("train_top1",)),  # outside: logged, not drawn)
     ("learning rate", ("lr",)),
     ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G", "grad_norm")),
     ("images per second", ("img_per_s",)),

@@ -35,8 +35,9 @@ class Run:
     """The checkpoint a resumed run continues from (None: from the start)."""
     lock: IO | None = None
     """RUN/.lock, held (rank 0) while this process trains the run: one writer per run directory."""
-    created: bool = False
-    """Whether this process made the directory (removed again if the run fails before writing to it)."""
+    created: tuple[Path, ...] = ()
+    """The folders this process made for the run, its own first, then any above it (removed again, where still
+    empty, if the run fails before writing to it)."""
     resumed: bool = False
     """Whether it continues a run (from `checkpoint`, or from the start if it stopped before one)."""
     data: dict[str, str] | None = None
@@ -139,7 +140,7 @@ class Run:
     def close(self) -> None:
         """Release the run's lock; a directory this process made and never wrote to is removed."""
         _release(self.path, self.lock, self.created)
-        self.lock, self.created = None, False
+        self.lock, self.created = None, ()
 
     def restore(self, task: Task, rep: Replicator) -> tuple[int, float]:
         """Load the checkpoint resumed from into `task` and `rep` (weights, optimizer moments, loss scalers, the
@@ -236,7 +237,7 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["au
     ok, found = dist.broadcast(found)
     if not ok:
         raise BigbatchError(found)
-    path, lock, created, resuming = claimed[0] if claimed else (Path(found[0]), None, False, found[1])
+    path, lock, created, resuming = claimed[0] if claimed else (Path(found[0]), None, (), found[1])
     run = Run(path, cfg, lock=lock, created=created, resumed=resuming)
     if not resuming:
         return run
@@ -333,7 +334,7 @@ def _claim_dir(
                 run.mkdir()  # fails if another process claimed it first: then try the next number
             except FileExistsError:
                 continue
-            return run, lock_folder(run, LOCK, _in_use), True, False
+            return run, lock_folder(run, LOCK, _in_use), (run,), False
         raise BigbatchError(f"runs/ holds 100000 runs named {name}-NNNNN; choose another --run-dir")
     run = Path(run_dir)
     try:
@@ -348,7 +349,8 @@ def _claim_dir(
     # A refused command leaves the run as it was: the check comes before the lock (which records this
     # process's PID), and again under it, where a run another process started meanwhile shows.
     resume = _check_resume(run, resume)
-    created = not run.exists()
+    # (and the folders above it that it makes: found from outside, a refused run left nonexist/sub/)
+    created = tuple(p for p in (run, *run.parents) if not p.exists())
     run.mkdir(parents=True, exist_ok=True)
     lock = lock_folder(run, LOCK, _in_use)
     try:
@@ -386,14 +388,16 @@ def _in_use(run: Path, pid: str, held_by: str) -> str:
     )
 
 
-def _release(run: Path, lock: IO | None, created: bool) -> None:
-    """Release a run's lock; remove the directory if this process made it and nothing was written to it."""
+def _release(run: Path, lock: IO | None, created: tuple[Path, ...]) -> None:
+    """Release a run's lock; remove the directory if this process made it and nothing was written to it, and the
+    folders above it that it made, where still empty."""
     if created and run.is_dir() and {p.name for p in run.iterdir()} <= {LOCK}:
         (run / LOCK).unlink(missing_ok=True)
-        try:
-            run.rmdir()
-        except OSError:
-            pass
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
     unlock_folder(lock)
 
 

@@ -351,3 +351,10 @@ def test_a_path_that_cannot_be_written_is_named_as_given_with_its_fix(tmp_path, 
     assert said == "locked/v.mp4: Operation not permitted; give a path on storage this user may write to"
     said = os_error_line(OSError(errno.ENOSPC, "No space left on device", "runs/.plan.json.tmp-7"), resumes=True)
     assert said.startswith("runs/plan.json: No space left on device; free space there (a run resumes from its latest")
+
+
+def test_a_refused_run_leaves_no_folder_it_made(tmp_path, capsys):
+    # Found from outside: a run refused for its data left the folders above its run directory that it had made.
+    run = tmp_path / "made" / "for" / "run"
+    assert main(["train", "--preset", "digits", "--run-dir", str(run), "data.path=nothere.h5"]) == 2
+    assert "nothere.h5" in capsys.readouterr().err and sorted(tmp_path.iterdir()) == []

@@ -382,7 +382,8 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
     capsys.readouterr()
     assert main(["eval", str(run), "--metrics", "is", "--psi", "0.5"]) == 0
     assert seen == [0.5] and json.loads(capsys.readouterr().out.splitlines()[-1])["psi"] == 0.5
-    assert main(["eval", str(run), "--psi", "nan"]) == 2
+    assert main(["eval", str(run), "--psi", "nan"]) == 2  # (found from outside: pointed to BigGAN's --truncation)
+    assert "--psi must be a number (1 = off, 0.7 typical), got nan" in capsys.readouterr().err
     assert main(["export", str(run), str(tmp_path / "g.pt")]) == 0
     exported = torch.jit.load(str(tmp_path / "g.pt"))
     G = load_generator(run)

@@ -503,3 +503,20 @@ def test_a_sigterm_in_the_reference_statistics_ends_the_start_and_the_next_goes_
     bigbatch.train(cfg, run_dir=run, quiet=True)
     assert "128 of 300 images were done before (in batches of 32); going on from there" in capsys.readouterr().err
     assert [(r["kimg"], r["fcd"]) for r in eval_rows(run)] == [(r["kimg"], r["fcd"]) for r in alone]  # (the bits)
+
+
+def test_plot_draws_stylegan2s_regularizers(tmp_path, monkeypatch):
+    # Found from outside: r1_penalty, pl_penalty and pl_length were logged and drawn nowhere.
+    import matplotlib.axes
+
+    from bigbatch.plot import plot_run
+
+    titles, set_title = [], matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(
+        matplotlib.axes.Axes, "set_title", lambda self, t, *a, **k: titles.append(t) or set_title(self, t, *a, **k)
+    )
+    rows = [{"kimg": 0.1, "step": 1, "loss_D": 1.0, "r1_penalty": 0.5}, {"kimg": 0.2, "step": 2, "loss_D": 0.9}]
+    rows.append({"kimg": 0.3, "step": 3, "loss_D": 0.8, "pl_penalty": 0.1, "pl_length": 0.3})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot_run(tmp_path)
+    assert titles == ["losses", "regularizers: R1, path length and its mean"]
