@@ -62,9 +62,9 @@ def os_error_line(e: OSError, resumes: bool = False) -> str:
     fix = ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = "; free space there" + " (a run resumes from its latest checkpoint with --resume)" * resumes
-    elif e.errno in (errno.EROFS, errno.EPERM):  # (found from outside: a read-only mount named, the fix not)
+    elif e.errno == errno.EROFS:  # (found from outside: a read-only mount named, the fix not)
         fix = "; give a path on storage this user may write to"
-    elif e.errno == errno.EACCES:
+    elif e.errno in (errno.EACCES, errno.EPERM):  # (EPERM: a file made immutable; macOS's privacy refusals to read)
         fix = "; give this user access to it (to read it, or to write there)"
     elif e.errno == errno.ENOTDIR:
         fix = "; a part of that path is a file, not a folder: give a path through folders"

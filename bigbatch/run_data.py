@@ -1,7 +1,7 @@
 """A run's config as the commands that read a run take it: a data path the run was given relative to the folder it
-trained in is found from there when it is not found from here (found from outside: `bigbatch eval runs/a`, run from
-another folder than training's, could not find the data of its held-out split, and nothing could be given to find
-it). Each checkpoint records that folder with its data's identity (meta.json's "data")."""
+trained in is found from there (found from outside: `bigbatch eval runs/a`, run from another folder than training's,
+could not find the data of its held-out split, and nothing could be given to find it). Each checkpoint records that
+folder with its data's identity (meta.json's "data") where a data path is relative."""
 
 from __future__ import annotations
 
@@ -15,19 +15,26 @@ from bigbatch.urls import is_url
 DATA_PATHS = ("path", "val_path", "dst_path")
 
 
+def _relative(value: str) -> bool:
+    return bool(value) and not is_url(value) and not os.path.isabs(value)
+
+
+def relative_data(cfg: Config) -> bool:
+    """Whether any of `cfg`'s data paths is a local path relative to the current folder."""
+    return any(_relative(getattr(cfg.data, key)) for key in DATA_PATHS)
+
+
 def run_config(ckpt: Path) -> Config:
-    """The config of checkpoint `ckpt`, its relative data paths (data.path, data.val_path, data.dst_path) that do not
-    exist from the current folder taken from the folder the run trained in, where they exist there."""
+    """The config of checkpoint `ckpt`, each relative data path (data.path, data.val_path, data.dst_path) taken from
+    the folder the run trained in where it exists there (the file the run read, before one of that name here), else
+    as it is (from the current folder)."""
     cfg = Config.load(ckpt / "config.toml")
     folder = ((checkpoints.read_meta(ckpt) or {}).get("data") or {}).get("folder")
-    if not isinstance(folder, str):
-        return cfg  # (a checkpoint from before the folder was recorded)
+    if not isinstance(folder, str) or os.path.realpath(folder) == os.path.realpath("."):
+        return cfg  # (a checkpoint from before the folder was recorded, or read from that folder)
     found = {}
     for key in DATA_PATHS:
         value = getattr(cfg.data, key)
-        if not value or is_url(value) or os.path.isabs(value) or os.path.exists(value):
-            continue
-        there = os.path.join(folder, value)
-        if os.path.exists(there):
+        if _relative(value) and os.path.exists(there := os.path.join(folder, value)):
             found[f"data.{key}"] = there
     return cfg.override(found) if found else cfg

@@ -21,6 +21,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.saving import restore_rng, rng_state
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, held_by, lock_folder, metrics_row, remove_stale, unlock_folder
+from bigbatch.run_data import relative_data
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
 from bigbatch.urls import public_name
@@ -112,8 +113,9 @@ class Run:
         """Record the identity of `data`, the images of data.path the run trains on, and on resume refuse
         data that differ from the ones the checkpoint was trained on (the same images moved are fine)."""
         path = self.cfg.data.path
-        # (the folder: where a reader of the run finds a relative data path, bigbatch.run_data)
-        self.data = {"path": public_name(path), "content_hash": str(data.content_hash), "folder": os.getcwd()}
+        self.data = {"path": public_name(path), "content_hash": str(data.content_hash)}
+        if relative_data(self.cfg):  # (where a reader of the run finds a relative data path: bigbatch.run_data)
+            self.data["folder"] = os.getcwd()
         _same_on_every_rank(self.cfg, self.data["content_hash"])
         if self.checkpoint is None:
             return
@@ -314,8 +316,8 @@ def refuse_checkpoint(run_dir: str | Path) -> None:
 
 def _claim_dir(
     run_dir: str | Path | None, name: str, resume: bool | Literal["auto"]
-) -> tuple[Path, IO | None, bool, bool]:
-    """(run directory, its lock, whether made here, whether it resumes): a new numbered one by default
+) -> tuple[Path, IO | None, tuple[Path, ...], bool]:
+    """(run directory, its lock, the folders made here for it, whether it resumes): a new numbered one by default
     (made atomically, so runs started together never share one), an existing run only with --resume
     (with "auto": resumed if it holds a run, else started)."""
     if run_dir is not None:
@@ -349,9 +351,16 @@ def _claim_dir(
     # A refused command leaves the run as it was: the check comes before the lock (which records this
     # process's PID), and again under it, where a run another process started meanwhile shows.
     resume = _check_resume(run, resume)
-    # (and the folders above it that it makes: found from outside, a refused run left nonexist/sub/)
-    created = tuple(p for p in (run, *run.parents) if not p.exists())
-    run.mkdir(parents=True, exist_ok=True)
+    # (and the folders above it that it makes: found from outside, a refused run left nonexist/sub/; each made here,
+    # not one another process made meanwhile)
+    made = []
+    for folder in reversed((run, *run.parents)):
+        try:
+            folder.mkdir()
+            made.append(folder)
+        except FileExistsError:
+            pass
+    created = tuple(reversed(made))
     lock = lock_folder(run, LOCK, _in_use)
     try:
         resume = _check_resume(run, resume)

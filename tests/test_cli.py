@@ -348,7 +348,7 @@ def test_a_path_that_cannot_be_written_is_named_as_given_with_its_fix(tmp_path, 
     fix = "a part of that path is a file, not a folder: give a path through folders"
     assert capsys.readouterr().err == f"bigbatch: error: notes.txt/aligned: Not a directory; {fix}\n"
     said = os_error_line(PermissionError(errno.EPERM, "Operation not permitted", "locked/.v.tmp-20322.mp4"))
-    assert said == "locked/v.mp4: Operation not permitted; give a path on storage this user may write to"
+    assert said == "locked/v.mp4: Operation not permitted; give this user access to it (to read it, or to write there)"
     said = os_error_line(OSError(errno.ENOSPC, "No space left on device", "runs/.plan.json.tmp-7"), resumes=True)
     assert said.startswith("runs/plan.json: No space left on device; free space there (a run resumes from its latest")
 

@@ -242,8 +242,10 @@ def test_the_standalone_loader_gives_the_same_bytes_for_any_workers_and_ranks(tm
     assert len(one) == 3 and one[0][0].shape == (8, 48, 48, 3) and one[0][0].dtype == torch.uint8
     two = list(bigbatch.data.Loader(path, batch=8, resolution=48, augment="rrc", xflip=True, seed=3, workers=2))
     ranks = [list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, rank=r, world_size=2, xflip=True)) for r in (0, 1)]
-    ram = list(bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, in_ram=True))  # (found from outside)
-    for (x, y), (x2, y2), (x3, y3), (a, la), (b, lb) in zip(one, two, ram, *ranks):
+    in_ram = bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, in_ram=True)  # (found from outside)
+    assert in_ram.data.in_ram and "in_ram=True" in repr(in_ram.data)
+    ram = list(in_ram)
+    for (x, y), (x2, y2), (x3, y3), (a, la), (b, lb) in zip(one, two, ram, *ranks, strict=True):
         assert torch.equal(x, x2) and torch.equal(y, y2) and torch.equal(x, x3) and torch.equal(y, y3)
         assert torch.equal(torch.cat([a, b]), x) and torch.equal(torch.cat([la, lb]), y)
     later = bigbatch.data.Loader(path, 8, 48, "rrc", seed=3, xflip=True, start=16)  # resumes mid-epoch

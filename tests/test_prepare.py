@@ -460,6 +460,9 @@ def test_pipes_links_above_the_source_and_names_that_are_not_utf8(tmp_path):
     assert report.count == 3 and report.class_names == ["c1"]
     # The pipe listed, unread (found from outside: left out without a word, where other files not read are listed).
     assert report.skipped == [("c1/pipe.png", "not a regular file (a named pipe, socket or device): not read")]
+    from bigbatch.metrics.image_sets import open_images  # (a score takes the folder: found by review, it refused it)
+
+    assert len(open_images(str(tmp_path / "src" / "c1"))) == 3
 
 
 def test_running_out_of_memory_decoding_is_said_not_called_corruption(monkeypatch):

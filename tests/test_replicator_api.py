@@ -145,3 +145,5 @@ def test_a_batch_computed_with_numpy_is_a_batch():
 
     with bigbatch.Replicator(np.int64(64), np.prod([4, 4])) as rep:
         assert rep.batch == 64 and type(rep.batch) is int and rep.plan.accumulation == 4
+    with bigbatch.Replicator(torch.tensor(64), torch.tensor(32)) as rep:  # (torch's too, as the Loader takes them)
+        assert type(rep.batch) is type(rep.plan.micro_batch) is int and rep.plan.accumulation == 2

@@ -48,6 +48,8 @@ class Listing:
     names: a class without images shifts nothing, and --classes only names them."""
     thinned: bool = False
     """Some of the source's files left out (--limit)."""
+    special: list[str] = field(default_factory=list)
+    """A folder's named pipes, sockets and devices: never read (their reader would block), listed by prepare."""
 
     def shown(self, i: int) -> str:
         """How messages name file `i` (found from outside: a tar member without its shard, as the listing's own
@@ -67,6 +69,7 @@ class Listing:
             self.skipped,
             self.indexed,
             thinned=self.thinned or limit < len(self.keys),
+            special=self.special,
         )
 
 

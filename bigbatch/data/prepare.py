@@ -324,7 +324,8 @@ def _listed(
         listing = renumber(listing, names, f"--classes {public_name(classes)}", first_words=lines)
     if settings.limit is not None:
         listing = listing.subset(settings.limit)
-    for name, why in listing.skipped:
+    special = [(name, "not a regular file (a named pipe, socket or device): not read") for name in listing.special]
+    for name, why in listing.skipped + special:
         _skip(skipped, name, why, settings.strict)
     for name in listing.outside:
         _skip(

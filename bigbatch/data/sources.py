@@ -187,8 +187,7 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
     if shards is not None:
         return tars.list_tars(shards, storage_options, classes)
     listing = _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
-    why = "not a regular file (a named pipe, socket or device): not read"
-    listing.skipped += [(r, why) for r in sorted(special) if not hidden(r)]
+    listing.special = sorted(r for r in special if not hidden(r))
     return listing
 
 
@@ -220,12 +219,25 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
     # sorted by what they encode, read by the links (found from outside: classes named encoded, in another order, so
     # another content hash than the same folder's).
     http = src.text.startswith(("http:", "https:"))
-    named = (lambda p: urllib.parse.unquote(p[cut:])) if http else (lambda p: p[cut:])
+    named = (lambda p: _link_name(p[cut:])) if http else (lambda p: p[cut:])
     paths = sorted((p for p in stamps if not hidden(named(p))), key=named)
     shards = tars.shards_in(src, [p[cut:] for p in paths])
     if shards is not None:
         return tars.list_tars(shards, storage_options, classes)
     return _listing(FsspecSource(src, storage_options, stamps), paths, [named(p) for p in paths], classes)
+
+
+def _link_name(link: str) -> str:
+    """What a folder page's relative link names: each part of it percent-decoded as UTF-8, where that is a name (a
+    part that decodes to one with a "/" in it, or to no UTF-8, stays as written)."""
+    parts = []
+    for part in link.split("/"):
+        try:
+            name = urllib.parse.unquote(part, errors="strict")
+        except UnicodeDecodeError:
+            name = part
+        parts.append(part if "/" in name else name)
+    return "/".join(parts)
 
 
 def _find(fs: Any, root: str) -> dict[str, str]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import numbers
 from collections.abc import Iterator
 from typing import Any
 
 from bigbatch.engine import wrap
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, whole_number
 
 # Set while replicator_for builds a Replicator from a config: its errors name the config's keys (train.micro_batch);
 # a Replicator a user builds is told of in its own arguments' names (micro_batch=).
@@ -61,9 +60,11 @@ def check_arguments(
     compile: Any,
 ) -> None:
     """The Replicator's arguments of these kinds, one line for the first that is not."""
-    whole = isinstance(micro_batch, numbers.Integral) and not isinstance(micro_batch, bool)  # (NumPy's too)
-    if micro_batch != "auto" and (not whole or micro_batch < 1):
-        raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}")
+    if micro_batch != "auto":  # (NumPy's and torch's integers too)
+        try:
+            whole_number("micro_batch", micro_batch, 1)
+        except BigbatchError:
+            raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}") from None
     given = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
     if not (given and 0 <= skip_limit <= 1 and skip_window >= 1):
         raise BigbatchError(

@@ -4,7 +4,6 @@ the few collectives the engine needs beyond DDP (metric means, agreement, broadc
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -98,7 +97,7 @@ def _stoppable() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-_GROUPS = itertools.count()  # the process groups this process has joined under torchrun's store
+_JOINED = [0]  # the process groups this process has joined on torchrun's store: each meets at keys of its own
 
 
 def _join(ctx: Context, backend: str) -> None:
@@ -114,7 +113,9 @@ def _join(ctx: Context, backend: str) -> None:
     # With one agent (one node) its restart count numbers the groups: each meets at keys of its own.
     # Agents on several nodes do not count alike (a healthy node restarts its workers uncounted), so
     # there the agents must be started with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a new store each time).
+    prefix = f"bigbatch/attempt-{env('TORCHELASTIC_RESTART_COUNT')}"
     if env("GROUP_WORLD_SIZE", "1") != "1":
+        prefix = "bigbatch"
         if ctx.rank == 0 and env("TORCHELASTIC_MAX_RESTARTS", "0") != "0":
             from bigbatch.errors import warn
 
@@ -122,14 +123,13 @@ def _join(ctx: Context, backend: str) -> None:
                 "torchrun on several nodes with --max-restarts shares its store between restarts: start the "
                 "agents with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a restarted group may not connect"
             )
-        td.init_process_group(backend)
-        return
-    # And within an attempt each group this process joins (a script's Replicators one after another) meets at keys of
-    # its own: every rank joins its groups in the same order. (Found from outside: a rank that closed the first group
-    # and joined the second met keys the first had left, while the other rank was still in the first: it hung.)
+    # And each group a process joins (a script's Replicators one after another) meets at keys of its own: every rank
+    # joins its groups in the same order. (Found from outside: a rank that closed the first group and joined the
+    # second met keys the first had left, while the other rank was still in the first: it hung.)
     store, rank, world = next(td.rendezvous("env://"))
-    store = td.PrefixStore(f"bigbatch/attempt-{env('TORCHELASTIC_RESTART_COUNT')}/group-{next(_GROUPS)}", store)
+    store = td.PrefixStore(f"{prefix}/group-{_JOINED[0]}", store)
     td.init_process_group(backend, store=store, rank=rank, world_size=world)
+    _JOINED[0] += 1  # (once joined: a join that failed leaves the count as every rank has it)
 
 
 def active() -> bool:

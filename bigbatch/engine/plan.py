@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import asdict, dataclass
 
 from bigbatch.engine.dist import Context
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, whole_number
 
 
 @dataclass(frozen=True)
@@ -40,15 +39,18 @@ class Plan:
 
 
 def check_batch(batch: object, world_size: int) -> int:
-    """A batch is a positive integer (a NumPy one too: found from outside, a batch computed with NumPy was refused)
-    that the processes share equally: it, as an int; else one line naming what would do."""
-    whole = isinstance(batch, numbers.Integral) and not isinstance(batch, bool) and batch > 0
-    if whole and batch % world_size == 0:
-        return int(batch)
+    """A batch is a positive whole number (a NumPy or torch integer too: found from outside, a batch computed with
+    NumPy was refused) that the processes share equally: it, as an int; else one line naming what would do."""
+    try:
+        number: int | None = whole_number("batch", batch, 1)
+    except BigbatchError:
+        number = None
+    if number is not None and number % world_size == 0:
+        return number
     fits = ""
-    if whole:  # (a fresh run takes another batch; a resumed one, whose batch is fixed, another world size)
-        divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]
-        fits = f" (train.batch={-(-batch // world_size) * world_size}, or {', '.join(map(str, divisors))} processes)"
+    if number is not None:  # (a fresh run takes another batch; a resumed one, whose batch is fixed, another world size)
+        divisors = [d for d in range(1, min(number, 64) + 1) if number % d == 0]
+        fits = f" (train.batch={-(-number // world_size) * world_size}, or {', '.join(map(str, divisors))} processes)"
     raise BigbatchError(f"batch={batch!r} must be an int, a positive multiple of the world size {world_size}{fits}")
 
 

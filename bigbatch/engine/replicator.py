@@ -24,6 +24,7 @@ import dataclasses
 import gc
 import itertools
 import math
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -93,7 +94,7 @@ class Replicator:
             memory.hold_freed_memory()
         batch = self._said(check_batch, batch, self.ctx.world_size)  # (in the Replicator's terms)
         check_arguments(micro_batch, skip_limit, skip_window, grad_clip, sync_bn, channels_last, checkpointing, compile)
-        micro_batch = micro_batch if micro_batch == "auto" else int(micro_batch)
+        micro_batch = micro_batch if isinstance(micro_batch, str) else operator.index(micro_batch)
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn

@@ -408,6 +408,11 @@ def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV obj
         for frame in src.decode(src.streams.audio[0]):
             if skip is None:  # the first: where it falls against the first frame, in samples
                 late = 0 if start is None or frame.time is None else round((frame.time - start) * AUDIO_RATE)
+                if abs(late) > 3600 * AUDIO_RATE:  # (broken timestamps: not hours of silence)
+                    raise BigbatchError(
+                        f"--audio-from {source}: its audio starts {late / AUDIO_RATE:+.0f} s from its first frame, "
+                        "more than an hour: its timestamps look broken; give another file for the sound"
+                    )
                 for n in range(late, 0, -AUDIO_RATE):  # (a second of silence at a time)
                     put(
                         _frame_of(
