@@ -58,11 +58,12 @@ def check_arguments(
     channels_last: Any,
     checkpointing: Any,
     compile: Any,
-) -> None:
-    """The Replicator's arguments of these kinds, one line for the first that is not."""
-    if micro_batch != "auto":  # (NumPy's and torch's integers too)
+) -> int | str:
+    """The Replicator's arguments of these kinds, one line for the first that is not; the micro-batch ("auto", or
+    an int: NumPy's and torch's integers taken too)."""
+    if micro_batch != "auto":
         try:
-            whole_number("micro_batch", micro_batch, 1)
+            micro_batch = whole_number("micro_batch", micro_batch, 1)
         except BigbatchError:
             raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}") from None
     given = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
@@ -79,6 +80,7 @@ def check_arguments(
         raise BigbatchError(f"checkpointing must be True, False or a list of block names, got {checkpointing!r}")
     if not (isinstance(compile, bool) or compile in wrap.COMPILE_MODES):
         raise BigbatchError(f"compile must be True, False or one of {', '.join(wrap.COMPILE_MODES)}, got {compile!r}")
+    return micro_batch
 
 
 def check_prepared(name: str, params: set[int], prepared: set[int], world_size: int) -> None:

@@ -15,8 +15,7 @@ whatever the split. DDP reduces only on the last micro-batch. BatchNorm running 
 after the micro-batches, every rank's in global order (running_stats.py). Before each micro-batch's
 forward the engine calls `before_micro_batch(i)` on every submodule of a prepared model that defines it
 (bigbatch's spectral-norm layers run their power iteration there, once per step), then the hooks
-registered with `on_micro_batch` (for modules it did not prepare).
-"""
+registered with `on_micro_batch` (for modules it did not prepare)."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ import dataclasses
 import gc
 import itertools
 import math
-import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -93,8 +91,8 @@ class Replicator:
         if self.ctx.device.type == "cpu":  # a step's freed memory kept for the next (no page faults)
             memory.hold_freed_memory()
         batch = self._said(check_batch, batch, self.ctx.world_size)  # (in the Replicator's terms)
-        check_arguments(micro_batch, skip_limit, skip_window, grad_clip, sync_bn, channels_last, checkpointing, compile)
-        micro_batch = micro_batch if isinstance(micro_batch, str) else operator.index(micro_batch)
+        args = (micro_batch, skip_limit, skip_window, grad_clip, sync_bn, channels_last, checkpointing, compile)
+        micro_batch = check_arguments(*args)  # ("auto", or an int)
         self.batch, self.precision = batch, precision
         self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
@@ -250,11 +248,11 @@ class Replicator:
     def step(self, step_fn: Callable[[Any], Any], batch: Any, opt: torch.optim.Optimizer) -> Any:
         """Run `step_fn` on each micro-batch of this rank's share `batch`, accumulate, sync once, step.
 
-        `step_fn(micro)` returns the mean loss over the micro-batch, or a dict with "loss" and other
-        scalars to average. Returns the step's mean loss over all ranks as a float (or the dict of
-        means). If the loss or gradients are not finite the step is skipped (`skipped(opt)` says so). A param group
-        with "frozen" true takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or
-        clip, and in one process no gradient computed (frozen.py)."""
+        `step_fn(micro)` returns the mean loss over the micro-batch, or a dict with "loss" and other scalars to
+        average. Returns the step's mean loss over all ranks as a float (or the dict of means). If the loss or
+        gradients are not finite the step is skipped (`skipped(opt)` says so). A param group with "frozen" true
+        takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or clip, and in one process
+        no gradient computed (frozen.py)."""
         state = self._state(opt)
         if self._plan is None:
             self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
