@@ -346,7 +346,7 @@ def test_eval_refuses_a_held_out_split_of_data_changed_since_training(tmp_path, 
     assert not any(f" {c} " in hardest.split(";")[0] for c in "03456789")
     (folder,) = (run / "eval").glob("few-*")
     rows = {r[0]: r[1:] for r in csv.reader((folder / "per_class.csv").open())}
-    assert rows["0"] == ["0", ""] and rows["2"][0] == "2"
+    assert rows["0"] == ["0", "", "", ""] and rows["2"][0] == "2"
     assert json.loads((folder / "metrics.json").read_text())["per_class"]["0"] is None
     # Data stored smaller than the run scores at: upscaled, and said (training says it too).
     assert main(["prepare", "builtin:digits", str(tmp_path / "d8.h5"), "--resolution", "8"]) == 0

@@ -1,8 +1,10 @@
 """`bigbatch eval`'s report files read by other programs: its CSVs in a spreadsheet."""
 
 import csv
+import json
 
 import numpy as np
+import pytest
 from PIL import Image
 from test_classify import tiny
 
@@ -42,9 +44,9 @@ def test_eval_finds_the_run_s_relative_data_from_another_folder_and_says_when_da
         (tmp_path / folder).mkdir()
     monkeypatch.chdir(tmp_path / "work")
     assert main(["prepare", "builtin:digits", "d.h5", "--resolution", "16"]) == 0
-    run = bigbatch.train(tiny(**{"data.path": "d.h5", "train.kimg": 0.128}), run_dir=tmp_path / "run", quiet=True)
+    run = bigbatch.train(tiny(**{"data.path": "d.h5"}), run_dir=tmp_path / "run", quiet=True)
     # (its length in epochs too: found from outside, 600 kimg on 540 images was 1,111 epochs, unsaid)
-    assert "; 0.128 kimg (0.08907 epochs of 1,437 images)\n" in capsys.readouterr().out
+    assert "; 0.512 kimg (0.3563 epochs of 1,437 images)\n" in capsys.readouterr().out
     monkeypatch.chdir(tmp_path / "elsewhere")
     # A d.h5 here too, of other images: the run's is the one in the folder it trained in (found by review: this one was
     # taken, and refused as other images).
@@ -53,6 +55,17 @@ def test_eval_finds_the_run_s_relative_data_from_another_folder_and_says_when_da
     assert main(["eval", str(run)]) == 0  # d.h5's held-out split, from the folder the run trained in
     said = capsys.readouterr()
     assert "360 images" in said.out and "trained on" not in said.err
+    # fastai's classification report (found from outside: missing): precision and F1 a class, macro F1 their mean.
+    (folder,) = (run / "eval").iterdir()
+    metrics = json.loads((folder / "metrics.json").read_text())
+    confusion = [[int(v) for v in row[1:]] for row in list(csv.reader((folder / "confusion.csv").open()))[1:]]
+    right, called = [confusion[i][i] for i in range(10)], [sum(row[j] for row in confusion) for j in range(10)]
+    precision = [100 * r / c if c else None for r, c in zip(right, called)]  # (no image called the class: none)
+    f1 = [200 * r / (sum(confusion[i]) + called[i]) for i, r in enumerate(right)]  # (2TP / (2TP + FP + FN))
+    assert [metrics["precision"][str(j)] for j in range(10)] == pytest.approx(precision, abs=1e-3)
+    assert [metrics["f1"][str(j)] for j in range(10)] == pytest.approx(f1, abs=1e-3)
+    assert metrics["macro_f1"] == pytest.approx(sum(f1) / 10, abs=1e-3) and sum(map(bool, f1)) >= 2
+    assert next(csv.reader((folder / "per_class.csv").open())) == ["class", "images", "accuracy", "precision", "f1"]
     assert main(["eval", str(run), str(tmp_path / "work" / "d.h5")]) == 0
     assert "is the data the run trained on: 1437 of its 1797 images were trained on" in capsys.readouterr().err
     assert main(["eval", str(run), "builtin:digits"]) == 0  # the same images, known by their content

@@ -175,8 +175,12 @@ def _report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
     n, k = len(labels), len(class_names)
     hits = top == labels[:, None]
     confusion = torch.bincount(labels * k + top[:, 0], minlength=k * k).view(k, k)
-    counts = confusion.sum(1)
-    per_class = confusion.diagonal().double() / counts.clamp(min=1).double()
+    counts, called = confusion.sum(1), confusion.sum(0)  # (images of each class; images predicted as each)
+    right = confusion.diagonal().double()
+    per_class, precision = right / counts.clamp(min=1), right / called.clamp(min=1)
+    # (sklearn's classification_report, fastai's print_classification_report: F1 0 where nothing is right)
+    f1 = [_f1(per_class[i].item(), precision[i].item()) if counts[i] else None for i in range(k)]
+    scored = [v for v in f1 if v is not None]
     return {
         "n": n,
         "top1": round(100 * hits[:, 0].double().mean().item(), 4) if n else float("nan"),
@@ -184,9 +188,19 @@ def _report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
         "loss": round(predicted.loss.double().mean().item(), 6) if n else float("nan"),
         # A class the data holds no image of has no accuracy (null; an empty cell in per_class.csv).
         "per_class": {c: round(100 * per_class[i].item(), 4) if counts[i] else None for i, c in enumerate(class_names)},
+        # (a fastai user's classification report, found missing from outside: precision, where any image was called
+        # the class, and F1; their mean over the classes with images, macro_f1)
+        "precision": {c: round(100 * precision[i].item(), 4) if called[i] else None for i, c in enumerate(class_names)},
+        "f1": dict(zip(class_names, f1)),
+        "macro_f1": round(sum(scored) / len(scored), 4) if scored else float("nan"),
         "most_confused": _most_confused(confusion, class_names),
         "confusion": confusion.tolist(),
     }
+
+
+def _f1(recall: float, precision: float) -> float:
+    """F1 in percent of a recall and a precision in [0, 1]: their harmonic mean, 0 where either is."""
+    return round(200 * recall * precision / (recall + precision), 4) if recall * precision else 0.0
 
 
 def _most_confused(confusion: torch.Tensor, class_names: list[str], shown: int = MOST_CONFUSED) -> list[list[Any]]:
@@ -212,8 +226,9 @@ def _write(
     atomic_write(
         out / "metrics.json", json.dumps({k: v for k, v in report.items() if k != "confusion"}, indent=1) + "\n"
     )
-    atomic_write(out / "per_class.csv", _csv([["class", "images", "accuracy"]] + [
-        [c, sum(confusion[i]), "" if report["per_class"][c] is None else report["per_class"][c]]
+    columns = ("per_class", "precision", "f1")  # (a class without images: empty cells)
+    atomic_write(out / "per_class.csv", _csv([["class", "images", "accuracy", "precision", "f1"]] + [
+        [c, sum(confusion[i]), *("" if report[key][c] is None else report[key][c] for key in columns)]
         for i, c in enumerate(class_names)
     ]))  # fmt: skip
     atomic_write(out / "confusion.csv", _csv([["true \\ predicted", *class_names]] + [
