@@ -1,7 +1,7 @@
 """The few RuntimeErrors of torch that are a user's to mend, as the one line `bigbatch` prints for them (and the
 exit status): out of memory, an op without a deterministic kernel, a rate that overflows, a port in use, and a
 rank that went away. Any other RuntimeError is a bug, and keeps its traceback. A path that cannot be read or
-written (an OSError), named as the user gave it, with its fix. And outputs given as URLs to commands that write
+written (an OSError), named, with its fix. And outputs given as URLs to commands that write
 local files, refused as the command line is read."""
 
 from __future__ import annotations
@@ -44,21 +44,11 @@ def _first_to_say(line: str) -> bool:
     return True
 
 
-# A temporary file that becomes NAME once whole (bigbatch.files.atomic_write's `.NAME.tmp-PID`, a video's
-# `.STEM.tmp-PID.SUFFIX`): an error is said of NAME, the path the user gave.
-_TEMPORARY = re.compile(r"\.(?P<stem>.+)\.tmp-\d+(?P<suffix>(\.[^.]*)?)")
-
-
 def os_error_line(e: OSError, resumes: bool = False) -> str:
-    """The line for a path that cannot be written (disk full, read-only, not ours) or read: the path as the user
-    gave it, the system's words, and the fix. `resumes`: the command trains a run, which --resume continues."""
-    where = ""
-    if e.filename:
-        path = os.fsdecode(e.filename)
-        head, name = os.path.split(path)
-        temporary = _TEMPORARY.fullmatch(name)
-        where = os.path.join(head, temporary["stem"] + temporary["suffix"]) if temporary else path
-        where += ": "
+    """The line for a path that cannot be written (disk full, read-only, not ours) or read: the path (a write's is
+    the file it writes: bigbatch.files.atomic_write's and a video's say so), the system's words, and the fix.
+    `resumes`: the command trains a run, which --resume continues."""
+    where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
     fix = ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = "; free space there" + " (a run resumes from its latest checkpoint with --resume)" * resumes

@@ -347,9 +347,12 @@ def test_a_path_that_cannot_be_written_is_named_as_given_with_its_fix(tmp_path, 
     assert main(["extract", "frames", "notes.txt/aligned"]) == 2
     fix = "a part of that path is a file, not a folder: give a path through folders"
     assert capsys.readouterr().err == f"bigbatch: error: notes.txt/aligned: Not a directory; {fix}\n"
-    said = os_error_line(PermissionError(errno.EPERM, "Operation not permitted", "locked/.v.tmp-20322.mp4"))
+    # A video named, not its temporary file (found from outside: "rodir/.v.tmp-20322.mp4: Operation not permitted").
+    assert main(["video", "make", "frames", "/proc/made.mp4"]) == 2
+    assert capsys.readouterr().err == "bigbatch: error: /proc/made.mp4: No such file or directory\n"
+    said = os_error_line(PermissionError(errno.EPERM, "Operation not permitted", "locked/v.mp4"))
     assert said == "locked/v.mp4: Operation not permitted; give this user access to it (to read it, or to write there)"
-    said = os_error_line(OSError(errno.ENOSPC, "No space left on device", "runs/.plan.json.tmp-7"), resumes=True)
+    said = os_error_line(OSError(errno.ENOSPC, "No space left on device", "runs/plan.json"), resumes=True)
     assert said.startswith("runs/plan.json: No space left on device; free space there (a run resumes from its latest")
 
 

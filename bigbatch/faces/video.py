@@ -227,36 +227,50 @@ def write_video(
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")
     rate = Fraction(fps).limit_denominator(1001) if not isinstance(fps, Fraction) else fps
     count = 0
-    create_new(tmp).close()  # (ours before FFmpeg opens it, which would follow a link planted there)
+    with _said_of(out, tmp):
+        create_new(tmp).close()  # (ours before FFmpeg opens it, which would follow a link planted there)
     try:
-        with av.open(str(tmp), "w") as container:
-            stream = None
-            for frame in frames:
+        with _said_of(out, tmp):
+            with av.open(str(tmp), "w") as container:
+                stream = None
+                for frame in frames:
+                    if stream is None:
+                        size = h, w = frame.shape[:2]
+                        stream = container.add_stream("libx264", rate=rate)
+                        stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
+                        stream.pix_fmt, stream.bit_rate = "yuv420p", 16_000_000
+                        stream.options = {"preset": preset, **({"threads": str(threads)} if threads else {})}
+                        if audio_from is not None:
+                            # Every stream is added before the first packet; the audio goes first, as it is small
+                            # enough for the muxer to hold while it interleaves the video after it.
+                            _copy_audio(av, Path(audio_from), container)
+                    if frame.shape[:2] != size:  # (found from outside: merge --video cropped or stretched them)
+                        raise another_size(f"frame {count + 1}", frame.shape, size)
+                    frame = frame[: stream.height, : stream.width]
+                    frame = frame if frame.flags.c_contiguous else frame.copy()
+                    for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                        container.mux(packet)
+                    count += 1
                 if stream is None:
-                    size = h, w = frame.shape[:2]
-                    stream = container.add_stream("libx264", rate=rate)
-                    stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
-                    stream.pix_fmt, stream.bit_rate = "yuv420p", 16_000_000
-                    stream.options = {"preset": preset, **({"threads": str(threads)} if threads else {})}
-                    if audio_from is not None:
-                        # Every stream is added before the first packet; the audio goes first, as it is small
-                        # enough for the muxer to hold while it interleaves the video after it.
-                        _copy_audio(av, Path(audio_from), container)
-                if frame.shape[:2] != size:  # (found from outside: merge --video cropped or stretched them)
-                    raise another_size(f"frame {count + 1}", frame.shape, size)
-                frame = frame[: stream.height, : stream.width]
-                frame = frame if frame.flags.c_contiguous else frame.copy()
-                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                    raise BigbatchError("no frames to make a video of")
+                for packet in stream.encode():
                     container.mux(packet)
-                count += 1
-            if stream is None:
-                raise BigbatchError("no frames to make a video of")
-            for packet in stream.encode():
-                container.mux(packet)
-        os.replace(tmp, out)
+            os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
     return count
+
+
+@contextlib.contextmanager
+def _said_of(out: Path, tmp: Path) -> Iterator[None]:
+    """An OSError of the temporary file `tmp` said of `out`, the video the user named, as bigbatch.files.atomic_write
+    says its own (found from outside: "rodir/.v.tmp-20322.mp4: Operation not permitted")."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None or os.fsdecode(e.filename) != str(tmp):
+            raise
+        raise OSError(e.errno, e.strerror, str(out)) from None
 
 
 def _remove_stale(out: Path) -> None:
