@@ -524,10 +524,6 @@ def _may_intermix(parser: argparse.ArgumentParser, name: str, argv: list[str], e
     return not any(isinstance(a, argparse._SubParsersAction) or a.nargs == argparse.REMAINDER for a in actions)
 
 
-class _Terminated(BaseException):
-    """SIGTERM outside training (which saves a checkpoint on it instead)."""
-
-
 _MAIN_PID = os.getpid()
 
 
@@ -536,7 +532,7 @@ def _terminate(signum: int, frame: object) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    raise _Terminated
+    raise signals.Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -558,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
-    except _Terminated:
+    except signals.Terminated:
         print("bigbatch: stopped by SIGTERM", file=sys.stderr)
         return 128 + signal.SIGTERM
     except BigbatchError as e:

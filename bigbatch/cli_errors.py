@@ -13,8 +13,8 @@ import os
 import re
 import sys
 
-from bigbatch.errors import LOST_PEER, BigbatchError
-from bigbatch.urls import is_url
+from bigbatch.errors import LOST_PEER
+from bigbatch.urls import local_folder
 
 
 def say_error(line: str) -> None:
@@ -126,12 +126,9 @@ def refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
         return
     out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "the output"
     for name, flag in (("out", out), ("run_dir", "--run-dir"), ("video", "--video")):
-        value = getattr(args, name, None)  # (scheme://: a local name may hold a colon, runs:v2; found by review)
-        if isinstance(value, str) and "://" in value and is_url(value):
-            raise BigbatchError(
-                f"{flag} {value} is a URL, and {args.command} writes local files: give a local path (and copy the "
-                "result up afterwards)"
-            )
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            local_folder(value, flag, args.command)
 
 
 def one_line_warnings() -> None:

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.urls import is_url
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -387,6 +388,8 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
     import shlex
 
     out = shlex.quote(args.out)
+    if args.endpoint_url and is_url(args.out):  # (found from outside: the hint's command missed the endpoint)
+        out += " " + shlex.quote(f"data.storage_options={{endpoint_url={json.dumps(args.endpoint_url)}}}")
     side = report.shape[0] if report.shape else None  # the preset's resolution, or the one to give
 
     def at(default: int) -> str:

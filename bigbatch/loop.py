@@ -37,6 +37,7 @@ from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
 from bigbatch.signals import EvaluationStopped, StartupStopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
+from bigbatch.urls import local_folder
 
 
 def train(
@@ -55,6 +56,8 @@ def train(
         )
     if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):  # (found from outside: a TypeError)
         raise BigbatchError(f"run_dir must be a path (a str or a Path), got {type(run_dir).__name__} {run_dir!r}")
+    if run_dir is not None:
+        local_folder(run_dir, "run_dir", "train")
     if resume not in (True, False, "auto") or not isinstance(resume, (bool, str)):  # (1 == True: refused too)
         raise BigbatchError(f'resume must be True, False or "auto" (start or resume), got {resume!r}')
     cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too

@@ -12,6 +12,10 @@ from contextlib import contextmanager
 from typing import Any
 
 
+class Terminated(BaseException):
+    """SIGTERM to a command outside training (which saves a checkpoint on it instead)."""
+
+
 class StopRequest:
     requested = False
     """A stop was asked for: the loop saves a checkpoint and returns."""

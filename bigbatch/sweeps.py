@@ -27,6 +27,8 @@ from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, lock_folder, unlock_folder
 from bigbatch.rundir import read_metrics, resume_config
+from bigbatch.signals import Terminated
+from bigbatch.urls import local_folder
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
 MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
@@ -68,7 +70,7 @@ def sweep(
     final losses and best scores. A run that fails does not stop the others; once all have ended the
     sweep raises BigbatchError naming those that failed."""
     _CALLS[0] += 1
-    root = Path(runs_dir)
+    root = local_folder(runs_dir, "runs_dir", "a sweep")
     if search is not None:
         return _search(base, grid, root, launcher, nprocs, search, n_trials, metric, quiet)
     if n_trials is not None or metric is not None:
@@ -85,7 +87,7 @@ def sweep(
             raise BigbatchError(f"sweep grid key {key!r} lists {twice[0]!r} more than once: give each value once")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     named = zip(run_names(combos), combos)
-    jobs = [Job(root / name, combo, base.override(combo)) for name, combo in named]  # all checked first
+    jobs = [Job(root / _folder(root, name), combo, base.override(combo)) for name, combo in named]  # checked first
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)
@@ -95,7 +97,9 @@ def sweep(
             _say(quiet, f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
             if state != "finished":
                 todo.append(job)
-        with _table_on_stop(root, jobs):
+            else:
+                _say_past_length(job)
+        with _table_on_stop(root, jobs, "run the sweep again to resume it"):
             if launcher == "local":
                 for job in todo:
                     _train_here(job, quiet)
@@ -110,14 +114,20 @@ def sweep(
 
 
 @contextlib.contextmanager
-def _table_on_stop(root: Path, jobs: list[Job]) -> Iterator[None]:
+def _table_on_stop(root: Path, jobs: list[Job], again: str) -> Iterator[None]:
     """A sweep stopped (Ctrl-C, SIGTERM, bigbatch stop) still writes its table: the runs that finished,
-    the one stopped as interrupted, those not begun as new."""
+    the one stopped as interrupted, those not begun as new; and says which runs it stopped and how they go on
+    (`again`). A sweep that failed writes it too."""
     try:
         yield
-    except KeyboardInterrupt:
+    except BaseException as e:
         _table(root, jobs)
-        raise
+        if isinstance(e, Stopped) or not isinstance(e, (KeyboardInterrupt, Terminated)):
+            raise  # (Stopped: its run has said where it stopped)
+        stopped = [j.run.name for j in jobs if j.began and not j.failed and status(j.run, j.cfg) == "interrupted"]
+        what = f"stopped at {', '.join(stopped)}" if stopped else "stopped"
+        _complain(f"bigbatch sweep: {what} (by {'SIGTERM' if isinstance(e, Terminated) else 'Ctrl-C'}); {again}")
+        raise Stopped from None  # (found from outside: SIGTERM to a search wrote no table and said only that)
 
 
 @contextlib.contextmanager
@@ -147,6 +157,8 @@ class Job:
     pruned: bool = False
     trial: Any = None
     reported: set[int] = field(default_factory=set)
+    began: bool = False  # started by this call
+    told: bool = False  # its trial told how it ended
 
 
 def _train_here(job: Job, quiet: bool) -> None:
@@ -154,6 +166,7 @@ def _train_here(job: Job, quiet: bool) -> None:
     by Ctrl-C or SIGTERM (it saved a checkpoint) stops the sweep, which resumes it when run again."""
     from bigbatch.loop import train
 
+    job.began = True
     try:
         train(job.cfg, run_dir=job.run, resume="auto", quiet=quiet)
     except Exception as e:  # noqa: BLE001 - any failure of one run (out of memory too) is that run's
@@ -218,9 +231,17 @@ def _starter(launcher: Any, nprocs: int) -> Starter:
     raise BigbatchError(f"sweep launcher {launcher!r}: give 'local', 'ray' or a dask.distributed Client")
 
 
-def _side_by_side(jobs: Iterator[Job], starter: Starter, quiet: bool, watch: Callable | None = None) -> None:
+def _side_by_side(
+    jobs: Iterator[Job],
+    starter: Starter,
+    quiet: bool,
+    watch: Callable[[Job, Any], None] | None = None,
+    ended: Callable[[Job], None] | None = None,
+) -> None:
     """Run the jobs, as many at a time as `starter` has slots; `watch(job, handle)` is called as they
-    train (a search reports and prunes there). Ctrl-C stops every running run with a checkpoint."""
+    train (a search reports and prunes there), `ended(job)` as each ends, before the next job is taken (a
+    search tells its study there, whose next trial learns from it). Ctrl-C stops every running run with a
+    checkpoint."""
     slots, start = starter
     running: dict[int, tuple[Job, Any]] = {}
     free = list(range(slots))
@@ -235,7 +256,10 @@ def _side_by_side(jobs: Iterator[Job], starter: Starter, quiet: bool, watch: Cal
                     running[free[0]] = (job, start(job, free[0]))
                 except Exception as e:  # noqa: BLE001 - this run could not start: the others go on
                     _failed(job, e)
+                    if ended is not None:
+                        ended(job)
                     continue
+                job.began = True
                 free.pop(0)
             if not running:
                 return
@@ -252,10 +276,12 @@ def _side_by_side(jobs: Iterator[Job], starter: Starter, quiet: bool, watch: Cal
                 except Exception as e:  # noqa: BLE001 - that run's failure, whatever it was
                     if not job.pruned:  # (a pruned run may take its stop as its loop ends, and die of it)
                         _failed(job, e)
-                        continue
-                if watch is not None:
-                    watch(job, handle)  # the rows that came last
-                _say(quiet, f"bigbatch sweep: {job.run.name} {'pruned' if job.pruned else 'ended'}")
+                if not job.failed:
+                    if watch is not None:
+                        watch(job, handle)  # the rows that came last
+                    _say(quiet, f"bigbatch sweep: {job.run.name} {'pruned' if job.pruned else 'ended'}")
+                if ended is not None:
+                    ended(job)
     except BaseException:
         for _, handle in running.values():
             handle.stop(wait=False)
@@ -334,6 +360,7 @@ def _search(
             job = Job(root / f"trial-{trial.number:04d}-{digest}", dict(values), cfg, trial=trial)
             try:  # (found from outside: a search of another base into RUNS_DIR took its runs, and called them failed)
                 _check_unchanged(job)
+                _check_metric(cfg, metric)
             except BigbatchError:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
@@ -343,13 +370,13 @@ def _search(
 
     def watch(job: Job, handle: Any) -> None:
         """Report each new evaluation to the study, as its step the evaluation's number (1, 2, ...:
-        runs with other batches evaluate at other image counts, and pruners compare equal steps)."""
+        runs with other batches evaluate at other image counts, and pruners compare equal steps; found
+        from outside: numbered by image count, batch 64's first evaluation was batch 50's second)."""
         total = job.cfg.train.images
-        for row in list(handle.rows):
+        for step, row in enumerate((r for r in list(handle.rows) if "eval_seconds" in r), 1):
             value = row.get(metric)
             nimg = round(row["kimg"] * 1000)
-            step = job.cfg.eval.count(nimg - 1) + 1  # (a score at the run's end, off the cadence, has its own)
-            if "eval_seconds" not in row or not _number(value) or step in job.reported or job.pruned:
+            if not _number(value) or step in job.reported or job.pruned:
                 continue
             job.reported.add(step)
             job.trial.report(float(value), step)
@@ -358,15 +385,52 @@ def _search(
                 job.pruned = True
                 handle.stop(wait=False)  # with a checkpoint: it can still be resumed by hand
 
+    def tell(job: Job) -> None:
+        if not job.told:
+            job.told = True
+            _tell(study, job, metric, optuna.trial.TrialState)
+
     starter = _starter(launcher, nprocs)
+    again = "`bigbatch train --run-dir RUN --resume` goes on with a stopped run"  # (a search samples anew)
     with _one_sweep(root):
         try:
-            with _table_on_stop(root, jobs):
-                _side_by_side(trials(), starter, quiet, watch)
+            with _table_on_stop(root, jobs, again):
+                # Each trial told as its run ends (found from outside: told all at the search's end, no trial had
+                # completed when the next was sampled, so TPE sampled at random and the pruner never pruned).
+                _side_by_side(trials(), starter, quiet, watch, ended=tell)
         finally:
             for job in jobs:
-                _tell(study, job, metric, optuna.trial.TrialState)
+                tell(job)
         return _finish(root, jobs)
+
+
+def logged_scores(cfg: Config) -> tuple[str, ...]:
+    """The scores a run of `cfg` logs at each evaluation (metrics.jsonl), by the names a search's `metric` takes;
+    a GAN's extractor "auto" (Inception where its weights are, else the classifier) may log either family's."""
+    if cfg.task == "gan":
+        from bigbatch.metrics.evaluate import NAMES, parse_metrics, score_names
+
+        families = [f for f in NAMES if cfg.eval.extractor.split(":")[0] in (f, "auto", f"{f}-torchscript")]
+        return tuple(n for m in parse_metrics(cfg.eval.metrics) for f in families for n in score_names(m, f))
+    return {"classify": ("val_top1", "val_top5", "val_loss"), "swap": FACES[:3], "xseg": ("iou", "val_loss")}.get(
+        cfg.task, ()
+    )
+
+
+def _check_metric(cfg: Config, metric: str) -> None:
+    """A search's metric is one its runs log, while they train (found from outside: a misspelt one was found
+    after every trial had trained, each told as failed)."""
+    if not cfg.eval.every_kimg:
+        raise BigbatchError(
+            f"a search follows {metric!r} as its runs score it, every eval.every_kimg, which is 0 (nothing scored): "
+            "set eval.every_kimg"
+        )
+    names = logged_scores(cfg)
+    if names and metric not in names:
+        raise BigbatchError(
+            f"a search's metric {metric!r} is not a score these runs log ({', '.join(dict.fromkeys(names))}): give "
+            "one of those, or set eval.metrics (eval.extractor) to score it"
+        )
 
 
 def _suggest(trial: Any, key: str, spec: Any) -> Any:
@@ -400,7 +464,10 @@ def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
             study.tell(job.trial, best, skip_if_finished=True)
         else:
             if finished and not job.failed:
-                warn(f"{job.run.name} has no {metric!r} in its metrics.jsonl: set eval.every_kimg (and eval.metrics)")
+                logged = {k for r in read_metrics(job.run / "metrics.jsonl") if "eval_seconds" in r for k in r}
+                logged = sorted(logged & set(SCORES))
+                said = f"it logged {', '.join(logged)}" if logged else "nothing was scored: set eval.every_kimg"
+                warn(f"{job.run.name} has no {metric!r} in its metrics.jsonl ({said})")
             study.tell(job.trial, state=states.FAIL, skip_if_finished=True)
     except Exception as e:  # noqa: BLE001 - the study's storage failing: the other trials are still told
         warn(f"could not tell the study how {job.run.name} ended: {type(e).__name__}: {e}")
@@ -428,6 +495,28 @@ def _check_unchanged(job: Job) -> None:
         resume_config(saved, job.cfg, f"the sweep's run {job.run}", recovery=False)
     except BigbatchError as e:
         raise BigbatchError(f"{e}; for a sweep of another base, give it another RUNS_DIR") from None
+
+
+def _say_past_length(job: Job) -> None:
+    """A finished run that trained past the sweep's train.kimg is kept as it is: said (found from outside: a
+    sweep run again shorter tabulated the longer runs beside the new ones, without a word)."""
+    done = checkpoints.complete_checkpoints(job.run)
+    own = Config.load(done[-1] / "config.toml").train
+    if own.images > job.cfg.train.images:
+        warn(
+            f"{job.run.name} trained to its own train.kimg={own.kimg:g}, past this sweep's {job.cfg.train.kimg:g}: "
+            "its row is of its own length (give another RUNS_DIR for runs of this length)"
+        )
+
+
+def _folder(root: Path, name: str) -> str:
+    """A combination's folder: the one an earlier sweep into RUNS_DIR named with the grid's keys in another
+    order, if there is one (found from outside: {model.ch, train.batch} trained again what {train.batch,
+    model.ch} had trained), else `name`."""
+    parts = sorted(name.split(","))
+    if len(parts) < 2 or (root / name).exists() or not root.is_dir():
+        return name
+    return next((p.name for p in root.iterdir() if p.is_dir() and sorted(p.name.split(",")) == parts), name)
 
 
 NAME_LIMIT = 200  # characters of a run folder's name

@@ -33,6 +33,18 @@ def is_url(path: str) -> bool:
     return m is not None and len(m.group(1)) > 1 and m.group(1).lower() != "file"
 
 
+def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> Path:
+    """A path this process writes as local files; a URL (s3://...) refused in one line (found from outside:
+    Path() made s3://b/runs the local folder ./s3:/b/runs, and a sweep and bigbatch.train trained there)."""
+    text = os.fspath(value)
+    if "://" in text and is_url(text):  # (scheme://: a local name may hold a colon, runs:v2)
+        raise BigbatchError(
+            f"{what} {text} is a URL, and {writer} writes local files: give a local path (and copy the result up "
+            "afterwards)"
+        )
+    return Path(text)
+
+
 def _split(url: str) -> tuple[str, str | None, str, str]:
     """(scheme, user info or None, host and path, the rest: ;params, ?query, #fragment) of a URL, by
     hand: a secret may hold characters (/ [ #) that make urllib misread or reject the URL."""

@@ -127,7 +127,8 @@ def test_explicit_storage_options_and_errors(s3, photos, tmp_path, monkeypatch, 
     data = H5Data(tmp_path / "o.h5")
     with pytest.raises(bigbatch.BigbatchError, match="does not exist") as e:
         prepare("s3://bkt/nothing-here", str(tmp_path / "n.h5"), storage_options=options)
-    with pytest.raises(bigbatch.BigbatchError, match="cannot open data set 's3://bkt/nope.h5'") as e2:
+    missing = r"cannot open data set 's3://bkt/nope.h5': it does not exist \(check the URL, "
+    with pytest.raises(bigbatch.BigbatchError, match=missing) as e2:
         load_data("s3://bkt/nope.h5", 8, storage_options=options)
     remote = prepare(str(photos), "s3://bkt/o.h5", resolution=8, storage_options=options)
     assert not [p for p in s3[0].ls("bkt", refresh=True) if "probe" in p]  # (the write check leaves nothing)
@@ -147,18 +148,36 @@ def test_explicit_storage_options_and_errors(s3, photos, tmp_path, monkeypatch, 
     assert report.count == 24 and SECRET not in "\n".join([*shown, out, err])
 
 
-def test_training_from_s3_with_the_endpoint_in_the_config(s3, photos, tmp_path, monkeypatch, tiny):
+def test_training_from_s3_with_the_endpoint_in_the_config(s3, photos, tmp_path, monkeypatch, tiny, capfd):
     # Credentials stay in the environment; the endpoint comes from data.storage_options; two workers
     # read byte ranges of the remote file, and the weights equal those trained on a local copy.
+    # The command prepare's hint gives trains on it (found from outside: the hint dropped --endpoint-url).
+    import shlex
+
+    from bigbatch.cli import main
+
     _, endpoint = s3
-    prepare(str(photos), "s3://bkt/train/photos.h5", resolution=16, workers=0)
-    prepare(str(photos), str(tmp_path / "photos.h5"), resolution=16, workers=0)
     monkeypatch.delenv("AWS_ENDPOINT_URL")
+    url = "s3://bkt/train/photos.h5"
+    capfd.readouterr()
+    assert main(["prepare", str(photos), url, "--resolution", "16", "--workers", "0", "--endpoint-url", endpoint]) == 0
+    (hint,) = [line for line in capfd.readouterr().out.splitlines() if line.startswith("train on it with: ")]
+    command = shlex.split(hint.removeprefix("train on it with: "))
+    assert command == [
+        "bigbatch",
+        "train",
+        f"data.path={url}",
+        f'data.storage_options={{endpoint_url="{endpoint}"}}',
+        "data.resolution=16",
+    ]
+    prepare(str(photos), str(tmp_path / "photos.h5"), resolution=16, workers=0)
     cfg = tiny.override({"train.kimg": 0.064, "train.batch": 16, "data.xflip": True})
-    remote = cfg.override(
-        {"data.path": "s3://bkt/train/photos.h5", "data.storage_options": {"endpoint_url": endpoint}, "data.workers": 2}
+    (tmp_path / "tiny.toml").write_text(cfg.dumps())
+    a = tmp_path / "remote"
+    assert (
+        main(["train", "--config", str(tmp_path / "tiny.toml"), "--run-dir", str(a), "data.workers=2", *command[2:]])
+        == 0
     )
-    a = bigbatch.train(remote, run_dir=tmp_path / "remote", quiet=True)
     b = bigbatch.train(cfg.override({"data.path": str(tmp_path / "photos.h5")}), run_dir=tmp_path / "local", quiet=True)
     for net in ("G", "D"):
         ckpt = "checkpoints/000000.064"

@@ -11,7 +11,7 @@ from bigbatch import checkpoints
 from bigbatch.cli import main
 
 
-def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabulates(tiny, tmp_path):
+def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabulates(tiny, tmp_path, capsys):
     base = tiny.override({"train.kimg": 0.128, "checkpoint.every_kimg": 0.064, "train.micro_batch": 16})
     grid = {"train.batch": [16, 32], "train.g_lr": [2e-4]}
     rows = bigbatch.sweep(base, grid, tmp_path / "sweep")
@@ -51,6 +51,18 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
         with pytest.raises(bigbatch.BigbatchError, match=r"in use by another sweep \(process 4242\)"):
             bigbatch.sweep(base, grid, tmp_path / "sweep")
     assert [r["status"] for r in bigbatch.sweep(base, grid, tmp_path / "sweep")] == ["finished", "finished"]
+    # The grid's keys in another order are the same runs (found from outside: trained again, in new folders);
+    # shorter, they are kept at their own length, and said so (found from outside: tabulated without a word).
+    swapped = {"train.g_lr": grid["train.g_lr"], "train.batch": grid["train.batch"]}
+    capsys.readouterr()
+    rows = bigbatch.sweep(base.override({"train.kimg": 0.064}), swapped, tmp_path / "sweep")
+    said = "batch=16,g_lr=0.0002 trained to its own train.kimg=0.128, past this sweep's 0.064: its row is of its own"
+    assert said in capsys.readouterr().err
+    assert [(r["run"], r["status"], r["kimg"]) for r in rows] == [
+        ("batch=16,g_lr=0.0002", "finished", 0.128),
+        ("batch=32,g_lr=0.0002", "finished", 0.128),
+    ]
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == [r["run"] for r in rows]
 
     with pytest.raises(bigbatch.BigbatchError, match="must map to a non-empty list"):
         bigbatch.sweep(base, {"train.batch": 16}, tmp_path / "bad")
@@ -202,12 +214,18 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
+    seen = []  # the trials' states as the pruner sees them
+
     class PruneTheSecond(optuna.pruners.BasePruner):
         def prune(self, study, trial):
+            seen.append([t.state.name for t in study.get_trials()])
             return trial.number == 1
 
     study = optuna.create_study(direction="maximize", pruner=PruneTheSecond())
-    base = tiny_classifier(**{"train.kimg": 1.024, "eval.every_kimg": 0.256, "checkpoint.every_kimg": 1.024})
+    # (a batch of 96 evaluates past each 0.256 kimg, at 288, 576, ... images: still its 1st, 2nd, ... evaluation)
+    base = tiny_classifier(
+        **{"train.kimg": 1.024, "train.batch": 96, "eval.every_kimg": 0.256, "checkpoint.every_kimg": 1.024}
+    )
     space = {"train.lr": (0.01, 0.5, "log"), "train.label_smoothing": [0.0, 0.1]}
     rows = bigbatch.sweep(base, space, tmp_path / "search", search=study, n_trials=2, metric="val_top1")
 
@@ -221,6 +239,9 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
         trials[0].intermediate_values
     ) == [1, 2, 3, 4]
     assert list(trials[1].intermediate_values) == [1]  # steps: the evaluations' numbers
+    # Each trial is told as its run ends, before the next is sampled (found from outside: all were told at the
+    # search's end, so a sampler learnt nothing and a pruner had no completed trial to compare with).
+    assert seen[-1] == ["COMPLETE", "RUNNING"]
     assert checkpoints.complete_checkpoints(tmp_path / "search" / second["run"])  # stopped with a checkpoint
     table = (tmp_path / "search" / "results.md").read_text()
     assert "| pruned |" in table and "| finished |" in table
@@ -229,3 +250,53 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
         bigbatch.sweep(base, space, tmp_path / "bad", search=optuna.create_study(), n_trials=1, metric="val_top1")
     with pytest.raises(bigbatch.BigbatchError, match="needs n_trials"):
         bigbatch.sweep(base, space, tmp_path / "bad", search=study, metric="val_top1")
+
+
+def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, capsys):
+    # Found from outside: SIGTERM to `bigbatch sweep` of a search wrote no table, exited 143, said only that.
+    pytest.importorskip("optuna")
+    from test_classify import tiny as tiny_classifier
+
+    (tmp_path / "base.toml").write_text(tiny_classifier(**{"train.kimg": 0.256}).dumps())
+    script = tmp_path / "search.py"
+    script.write_text(
+        "import os, signal, bigbatch, optuna\n"
+        f"base = bigbatch.Config.load({str(tmp_path / 'base.toml')!r})\n"
+        "def space(trial):\n"
+        "    if trial.number == 1:  # (as `kill` would, once the first trial has ended)\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return {'train.seed': trial.number}\n"
+        "study = optuna.create_study(direction='maximize')\n"
+        f"bigbatch.sweep(base, space, {str(tmp_path / 'runs')!r}, search=study, n_trials=3, metric='val_top1')\n"
+    )
+    assert main(["sweep", str(script)]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("bigbatch sweep: stopped (by SIGTERM); `bigbatch train --run-dir RUN --resume`"), err
+    with open(tmp_path / "runs" / "results.csv") as f:
+        assert [(r["train.seed"], r["status"]) for r in csv.DictReader(f)] == [("0", "finished")]
+
+
+def test_a_search_refuses_a_metric_its_runs_do_not_log_before_anything_trains(tiny, tmp_path):
+    # Found from outside: a misspelt metric was found once every trial had trained, each told as failed.
+    optuna = pytest.importorskip("optuna")
+    scored = tiny.override({"eval.every_kimg": 0.256, "eval.extractor": "classifier", "eval.metrics": "fid,kid"})
+    for base, metric, said in (
+        (scored, "fidd", r"'fidd' is not a score these runs log \(fcd, kcd, kcd_std\)"),
+        (scored, "fid", r"'fid' is not a score .*set eval.metrics \(eval.extractor\)"),
+        (tiny.override({"eval.every_kimg": 0}), "fid", "every eval.every_kimg, which is 0"),
+    ):
+        study = optuna.create_study(direction="minimize")
+        with pytest.raises(bigbatch.BigbatchError, match=said):
+            bigbatch.sweep(base, {"train.seed": [1, 2]}, tmp_path / "runs", search=study, n_trials=2, metric=metric)
+        assert [t.state.name for t in study.get_trials()] == ["FAIL"]
+    assert not [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+
+
+def test_a_sweep_into_a_url_is_refused_not_written_to_a_local_folder(tiny, tmp_path, monkeypatch):
+    # Found from outside: s3://b/runs became the local folder ./s3:/b/runs, and runs trained there.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(bigbatch.BigbatchError, match="runs_dir s3://b/runs is a URL, and a sweep writes local files"):
+        bigbatch.sweep(tiny, {"train.seed": [1]}, "s3://b/runs")
+    with pytest.raises(bigbatch.BigbatchError, match="run_dir s3://b/run is a URL, and train writes local files"):
+        bigbatch.train(tiny, run_dir="s3://b/run")
+    assert not list(tmp_path.iterdir())

@@ -58,9 +58,10 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
     except FileNotFoundError:
         # A run's config names its data as given: a relative path, run from another folder, misses it.
         here = "" if path.url or path.path.is_absolute() else f" in the current folder {os.getcwd()}"
+        fix = "check the URL" if path.url else "give its path from here"  # (found from outside: "from here" of a URL)
         raise BigbatchError(
             f"cannot open data set '{name}': it does not exist{here} "
-            f"(give its path from here, or write it with `bigbatch prepare SRC {shlex.quote(name)}`)"
+            f"({fix}, or write it with `bigbatch prepare SRC {shlex.quote(name)}`)"
         ) from None
     except PermissionError as e:
         hint = (

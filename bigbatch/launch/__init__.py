@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 
 from bigbatch.errors import LOST_PEER, BigbatchError
 from bigbatch.files import metrics_row
+from bigbatch.urls import local_folder
 
 GRACE_SECONDS = 60.0  # after SIGTERM, how long a rank may take to save its checkpoint
 LOST = 1  # the exit status reported for a rank whose worker (or actor) was lost: it never told its own
@@ -94,13 +95,13 @@ def rank_environments(
 
 
 def train_command(cfg: Any, run_dir: str | os.PathLike) -> tuple[str, list[str], str]:
-    """What a run() of any engine launches: (the run directory, absolute unless a URL; the ranks'
+    """What a run() of any engine launches: (the run directory, absolute (a URL refused); the ranks'
     `bigbatch train` arguments, which start or resume it; the config file's text)."""
     from bigbatch.config import Config
 
     if not isinstance(cfg, Config):
         raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
-    path = os.fspath(run_dir) if "://" in os.fspath(run_dir) else os.path.abspath(run_dir)
+    path = os.path.abspath(local_folder(run_dir, "run_dir", "train"))  # (a URL: refused here, before a rank starts)
     return path, ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
 
 
