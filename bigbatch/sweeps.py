@@ -8,13 +8,9 @@ metric. `bigbatch sweep FILE.py` runs a plain Python file that calls it, as `pyt
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
-import io
 import itertools
 import json
-import math
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,17 +21,21 @@ from typing import Any
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write, lock_folder, unlock_folder
+from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.rundir import read_metrics, resume_config
 from bigbatch.signals import Terminated
+from bigbatch.sweep_table import (
+    HIGHER_IS_BETTER,
+    SCORES,
+    existing_folder,
+    is_number,
+    logged_scores,
+    result_row,
+    run_names,
+    status,
+    write_results,
+)
 from bigbatch.urls import local_folder
-
-# Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
-MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
-FACES = ("ssim", "src_ssim", "dst_ssim", "iou")  # a swap run's held-out scores, an xseg run's (its val_loss too)
-HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5", *MANIFOLD, *FACES}
-SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss", *FACES)
-LOSSES = ("loss_D", "loss_G", "loss", "train_top1", "src_loss", "dst_loss", "loss_xseg")
 
 
 def sweep(
@@ -87,7 +87,8 @@ def sweep(
             raise BigbatchError(f"sweep grid key {key!r} lists {twice[0]!r} more than once: give each value once")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     named = zip(run_names(combos), combos)
-    jobs = [Job(root / _folder(root, name), combo, base.override(combo)) for name, combo in named]  # checked first
+    # (each config checked before anything trains)
+    jobs = [Job(root / existing_folder(root, name), combo, base.override(combo)) for name, combo in named]
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)
@@ -376,7 +377,7 @@ def _search(
         for step, row in enumerate((r for r in list(handle.rows) if "eval_seconds" in r), 1):
             value = row.get(metric)
             nimg = round(row["kimg"] * 1000)
-            if not _number(value) or step in job.reported or job.pruned:
+            if not is_number(value) or step in job.reported or job.pruned:
                 continue
             job.reported.add(step)
             job.trial.report(float(value), step)
@@ -404,19 +405,6 @@ def _search(
         return _finish(root, jobs)
 
 
-def logged_scores(cfg: Config) -> tuple[str, ...]:
-    """The scores a run of `cfg` logs at each evaluation (metrics.jsonl), by the names a search's `metric` takes;
-    a GAN's extractor "auto" (Inception where its weights are, else the classifier) may log either family's."""
-    if cfg.task == "gan":
-        from bigbatch.metrics.evaluate import NAMES, parse_metrics, score_names
-
-        families = [f for f in NAMES if cfg.eval.extractor.split(":")[0] in (f, "auto", f"{f}-torchscript")]
-        return tuple(n for m in parse_metrics(cfg.eval.metrics) for f in families for n in score_names(m, f))
-    return {"classify": ("val_top1", "val_top5", "val_loss"), "swap": FACES[:3], "xseg": ("iou", "val_loss")}.get(
-        cfg.task, ()
-    )
-
-
 def _check_metric(cfg: Config, metric: str) -> None:
     """A search's metric is one its runs log, while they train (found from outside: a misspelt one was found
     after every trial had trained, each told as failed)."""
@@ -435,7 +423,7 @@ def _check_metric(cfg: Config, metric: str) -> None:
 
 def _suggest(trial: Any, key: str, spec: Any) -> Any:
     """One config value sampled by an Optuna trial from a search space entry."""
-    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(_number(v) for v in spec[:2]):
+    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]):
         low, high = spec[:2]
         log = len(spec) == 3 and spec[2] == "log"
         if len(spec) == 3 and not log:
@@ -452,7 +440,7 @@ def _suggest(trial: Any, key: str, spec: Any) -> Any:
 
 def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
     """Tell the study how a trial ended: pruned, failed (or cut short), or its run's best `metric`."""
-    rows = [r for r in read_metrics(job.run / "metrics.jsonl") if "eval_seconds" in r and _number(r.get(metric))]
+    rows = [r for r in read_metrics(job.run / "metrics.jsonl") if "eval_seconds" in r and is_number(r.get(metric))]
     values = [float(r[metric]) for r in rows]
     finished = status(job.run, job.cfg) == "finished"
     with_value = values and finished and not job.failed
@@ -509,98 +497,6 @@ def _say_past_length(job: Job) -> None:
         )
 
 
-def _folder(root: Path, name: str) -> str:
-    """A combination's folder: the one an earlier sweep into RUNS_DIR named with the grid's keys in another
-    order, if there is one (found from outside: {model.ch, train.batch} trained again what {train.batch,
-    model.ch} had trained), else `name`."""
-    parts = sorted(name.split(","))
-    if len(parts) < 2 or (root / name).exists() or not root.is_dir():
-        return name
-    return next((p.name for p in root.iterdir() if p.is_dir() and sorted(p.name.split(",")) == parts), name)
-
-
-NAME_LIMIT = 200  # characters of a run folder's name
-
-
-def run_name(combo: dict[str, Any]) -> str:
-    """The folder of one combination: its settings as short key=value pairs, safe as a file name (a name
-    too long for that ends in a digest of the combination instead, so that two never share a folder)."""
-    parts = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in combo.items()]
-    name = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
-    return name if len(name) <= NAME_LIMIT else _digested(name, combo)
-
-
-def run_names(combos: list[dict[str, Any]]) -> list[str]:
-    """run_name of each combination; those that would share a folder (values that read alike once made
-    safe: 'a/b' and 'a_b') end in a digest of their combination."""
-    names = [run_name(combo) for combo in combos]
-    return [_digested(n, c) if names.count(n) > 1 else n for n, c in zip(names, combos)]
-
-
-def _digested(name: str, combo: dict[str, Any]) -> str:
-    digest = hashlib.sha256(json.dumps(combo, sort_keys=True, default=repr).encode()).hexdigest()[:12]
-    return f"{name[: NAME_LIMIT - 13]}-{digest}"
-
-
-def status(run: Path, cfg: Config) -> str:
-    """'finished' (its newest checkpoint is at the run's length), 'interrupted' or 'new'."""
-    if not run.exists():
-        return "new"
-    done = checkpoints.complete_checkpoints(run)
-    total = cfg.train.images
-    nimg = int((checkpoints.read_meta(done[-1]) or {}).get("nimg", 0)) if done else 0
-    # Stopped past a shorter length than its own, a run is not finished (its resume refuses the length, naming it:
-    # found from outside, called finished and tabulated beside runs of the new length); one that reached its own
-    # length is (its resume says it is done).
-    if done and nimg >= total and (nimg == total or nimg >= Config.load(done[-1] / "config.toml").train.images):
-        return "finished"
-    return "interrupted" if (run / "config.toml").exists() else "new"
-
-
-def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Job | None = None) -> dict[str, Any]:
-    rows = read_metrics(run / "metrics.jsonl")
-    logs = [r for r in rows if "eval_seconds" not in r]
-    evals = [r for r in rows if "eval_seconds" in r]
-    speeds = [r["img_per_s"] for r in logs if _number(r.get("img_per_s"))]
-    state = "failed" if job and job.failed else "pruned" if job and job.pruned else status(run, cfg)
-    out: dict[str, Any] = {"run": run.name, **combo, "status": state}
-    kept = checkpoints.complete_checkpoints(run)  # (a run stopped before its first log row has trained: its checkpoint)
-    saved = (checkpoints.read_meta(kept[-1]) or {}).get("kimg", 0.0) if kept else 0.0
-    out["kimg"] = max(rows[-1]["kimg"] if rows else 0.0, saved)
-    out["wall_s"] = round(rows[-1].get("seconds", math.nan), 1) if rows else math.nan
-    out["img_per_s"] = round(sum(speeds) / len(speeds), 1) if speeds else math.nan
-    for key in LOSSES:
-        if logs and _number(logs[-1].get(key)):
-            out[key] = round(logs[-1][key], 4)
-    for key in SCORES:
-        values = [r[key] for r in evals if _number(r.get(key))]
-        if values:
-            out[f"best_{key}"] = round((max if key in HIGHER_IS_BETTER else min)(values), 4)
-    return out
-
-
-def write_results(root: Path, rows: list[dict[str, Any]]) -> None:
-    """RUNS_DIR/results.csv and results.md: one row per run, the union of the rows' columns; rows of
-    runs an earlier sweep into RUNS_DIR wrote stay (as they were), and rows of these runs replace theirs."""
-    ours = {row["run"] for row in rows}
-    try:
-        with open(root / "results.csv", newline="") as f:
-            earlier = [row for row in csv.DictReader(f) if row.get("run") not in ours]
-    except (OSError, csv.Error, UnicodeDecodeError):
-        earlier = []
-    rows = [*earlier, *rows]
-    columns = list(dict.fromkeys(k for row in rows for k in row if k is not None))
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, columns, lineterminator="\n", extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    root.mkdir(parents=True, exist_ok=True)
-    atomic_write(root / "results.csv", buf.getvalue())
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for row in rows]
-    atomic_write(root / "results.md", "\n".join(lines) + "\n")
-
-
 def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
     """`bigbatch sweep FILE.py [ARGS]`: run the sweep file as a script (it calls bigbatch.sweep), with
     sys.argv as `python FILE.py ARGS` would give it."""
@@ -628,11 +524,3 @@ def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
 
 
 _CALLS = [0]  # calls of sweep() in this process (run_file tells a sweep file that never made one)
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _cell(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)

@@ -1,0 +1,139 @@
+"""A sweep's runs, named and tabulated: each combination's folder, a run's state (new, interrupted, finished),
+its row of results (RUNS_DIR/results.csv and results.md) and the scores a run logs."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from bigbatch import checkpoints
+from bigbatch.config import Config
+from bigbatch.files import atomic_write
+from bigbatch.rundir import read_metrics
+
+# Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
+MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
+FACES = ("ssim", "src_ssim", "dst_ssim", "iou")  # a swap run's held-out scores, an xseg run's (its val_loss too)
+HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5", *MANIFOLD, *FACES}
+SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss", *FACES)
+LOSSES = ("loss_D", "loss_G", "loss", "train_top1", "src_loss", "dst_loss", "loss_xseg")
+
+
+def logged_scores(cfg: Config) -> tuple[str, ...]:
+    """The scores a run of `cfg` logs at each evaluation (metrics.jsonl), by the names a search's `metric` takes;
+    a GAN's extractor "auto" (Inception where its weights are, else the classifier) may log either family's."""
+    if cfg.task == "gan":
+        from bigbatch.metrics.evaluate import NAMES, parse_metrics, score_names
+
+        families = [f for f in NAMES if cfg.eval.extractor.split(":")[0] in (f, "auto", f"{f}-torchscript")]
+        return tuple(n for m in parse_metrics(cfg.eval.metrics) for f in families for n in score_names(m, f))
+    return {"classify": ("val_top1", "val_top5", "val_loss"), "swap": FACES[:3], "xseg": ("iou", "val_loss")}.get(
+        cfg.task, ()
+    )
+
+
+def existing_folder(root: Path, name: str) -> str:
+    """A combination's folder: the one an earlier sweep into RUNS_DIR named with the grid's keys in another
+    order, if there is one (found from outside: {model.ch, train.batch} trained again what {train.batch,
+    model.ch} had trained), else `name`."""
+    parts = sorted(name.split(","))
+    if len(parts) < 2 or (root / name).exists() or not root.is_dir():
+        return name
+    return next((p.name for p in root.iterdir() if p.is_dir() and sorted(p.name.split(",")) == parts), name)
+
+
+NAME_LIMIT = 200  # characters of a run folder's name
+
+
+def run_name(combo: dict[str, Any]) -> str:
+    """The folder of one combination: its settings as short key=value pairs, safe as a file name (a name
+    too long for that ends in a digest of the combination instead, so that two never share a folder)."""
+    parts = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in combo.items()]
+    name = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
+    return name if len(name) <= NAME_LIMIT else _digested(name, combo)
+
+
+def run_names(combos: list[dict[str, Any]]) -> list[str]:
+    """run_name of each combination; those that would share a folder (values that read alike once made
+    safe: 'a/b' and 'a_b') end in a digest of their combination."""
+    names = [run_name(combo) for combo in combos]
+    return [_digested(n, c) if names.count(n) > 1 else n for n, c in zip(names, combos)]
+
+
+def _digested(name: str, combo: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(combo, sort_keys=True, default=repr).encode()).hexdigest()[:12]
+    return f"{name[: NAME_LIMIT - 13]}-{digest}"
+
+
+def status(run: Path, cfg: Config) -> str:
+    """'finished' (its newest checkpoint is at the run's length), 'interrupted' or 'new'."""
+    if not run.exists():
+        return "new"
+    done = checkpoints.complete_checkpoints(run)
+    total = cfg.train.images
+    nimg = int((checkpoints.read_meta(done[-1]) or {}).get("nimg", 0)) if done else 0
+    # Stopped past a shorter length than its own, a run is not finished (its resume refuses the length, naming it:
+    # found from outside, called finished and tabulated beside runs of the new length); one that reached its own
+    # length is (its resume says it is done).
+    if done and nimg >= total and (nimg == total or nimg >= Config.load(done[-1] / "config.toml").train.images):
+        return "finished"
+    return "interrupted" if (run / "config.toml").exists() else "new"
+
+
+def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -> dict[str, Any]:
+    """A run's row of the table; `job` (a sweep's, if given) says whether it failed or was pruned."""
+    rows = read_metrics(run / "metrics.jsonl")
+    logs = [r for r in rows if "eval_seconds" not in r]
+    evals = [r for r in rows if "eval_seconds" in r]
+    speeds = [r["img_per_s"] for r in logs if is_number(r.get("img_per_s"))]
+    state = "failed" if job and job.failed else "pruned" if job and job.pruned else status(run, cfg)
+    out: dict[str, Any] = {"run": run.name, **combo, "status": state}
+    kept = checkpoints.complete_checkpoints(run)  # (a run stopped before its first log row has trained: its checkpoint)
+    saved = (checkpoints.read_meta(kept[-1]) or {}).get("kimg", 0.0) if kept else 0.0
+    out["kimg"] = max(rows[-1]["kimg"] if rows else 0.0, saved)
+    out["wall_s"] = round(rows[-1].get("seconds", math.nan), 1) if rows else math.nan
+    out["img_per_s"] = round(sum(speeds) / len(speeds), 1) if speeds else math.nan
+    for key in LOSSES:
+        if logs and is_number(logs[-1].get(key)):
+            out[key] = round(logs[-1][key], 4)
+    for key in SCORES:
+        values = [r[key] for r in evals if is_number(r.get(key))]
+        if values:
+            out[f"best_{key}"] = round((max if key in HIGHER_IS_BETTER else min)(values), 4)
+    return out
+
+
+def write_results(root: Path, rows: list[dict[str, Any]]) -> None:
+    """RUNS_DIR/results.csv and results.md: one row per run, the union of the rows' columns; rows of
+    runs an earlier sweep into RUNS_DIR wrote stay (as they were), and rows of these runs replace theirs."""
+    ours = {row["run"] for row in rows}
+    try:
+        with open(root / "results.csv", newline="") as f:
+            earlier = [row for row in csv.DictReader(f) if row.get("run") not in ours]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        earlier = []
+    rows = [*earlier, *rows]
+    columns = list(dict.fromkeys(k for row in rows for k in row if k is not None))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, columns, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write(root / "results.csv", buf.getvalue())
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    atomic_write(root / "results.md", "\n".join(lines) + "\n")
+
+
+def is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _cell(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
