@@ -112,9 +112,15 @@ def test_prepare_reads_dfls_aligned_faces(tmp_path):
             meta["xseg_mask"] = cv2.imencode(".png", xseg)[1]
         (folder / f"{i:05d}.jpg").write_bytes(dfl_jpeg(face_image(seed=i), meta))
     Image.fromarray(face_image()).save(folder / "plain.jpg")  # an image with no DFL metadata
+    # A face in a sub-folder is not one of the set, as DFL's trainer reads its folder (found from outside: a
+    # rejects/ folder was taken as the one class, and the faces beside it left out).
+    (folder / "rejects").mkdir()
+    (folder / "rejects" / "00009.jpg").write_bytes((folder / "00002.jpg").read_bytes())
     report = prepare(str(folder), str(tmp_path / "faces.h5"), 128, workers=2, masks="dfl", eyes_mouth="dfl")
-    assert report.count == 4 and report.skipped == [("plain.jpg", pytest.approx(report.skipped[0][1]))]
-    assert "no DeepFaceLab metadata" in report.skipped[0][1]
+    skipped = dict(report.skipped)
+    assert report.count == 4 and sorted(skipped) == ["plain.jpg", "rejects/00009.jpg"]
+    assert "no DeepFaceLab metadata" in skipped["plain.jpg"]
+    assert skipped["rejects/00009.jpg"].startswith("in a sub-folder: a face set is its folder's top level")
     data = bigbatch.data.load_data(str(tmp_path / "faces.h5"), 128)
     images, _ = data.get(np.arange(4))
     images = images.numpy()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,26 @@ class Listing:
             thinned=self.thinned or limit < len(self.keys),
             special=self.special,
         )
+
+
+FACE_SETS = ("dfl", "labels", "xseg-applied")  # prepare's --masks of a DeepFaceLab face set (an aligned folder)
+IN_A_SUB_FOLDER = (
+    "in a sub-folder: a face set is its folder's top level, as DFL's trainer reads it (move it up to take it)"
+)
+
+
+def top_level(listing: Listing) -> Listing:
+    """A DeepFaceLab face set's files as DFL's trainer reads its folder: those of the top level, a sub-folder's (a
+    swap's masks/, a rejects/ folder) skipped and said; all of them where none is at the top (found from outside:
+    a rejects/ sub-folder was taken as the one class folder, and the faces beside it left out)."""
+    top = [i for i, name in enumerate(listing.names) if "/" not in name]
+    if not top or len(top) == len(listing.names):
+        return listing
+    below = [(name, IN_A_SUB_FOLDER) for name in listing.names if "/" in name]
+    keys, names = [listing.keys[i] for i in top], [listing.names[i] for i in top]
+    return dataclasses.replace(
+        listing, keys=keys, names=names, labels=listing.labels[top], skipped=[*listing.skipped, *below]
+    )
 
 
 def label_files(rel: list[str]) -> tuple[np.ndarray, list[str], list[int], list[str]]:

@@ -19,18 +19,12 @@ from bigbatch.data import codecs
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.labels import is_class_list, name_indices, read_labels, relabel, renumber, training_classes
+from bigbatch.data.listing import FACE_SETS, top_level
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import refuse_output, sole_writer
 from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
-from bigbatch.data.sources import (
-    RESIZE,
-    FolderSource,
-    Listing,
-    cut_to_name,
-    decode_mask,
-    list_source,
-)
+from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location, is_url, public_name
 
@@ -294,7 +288,9 @@ def _listed(
 ) -> Listing:
     """The files to prepare, labelled (by their folders, or by the `labels` file), thinned to `limit`; the
     files outside the class folders skipped."""
-    listing = list_source(source, storage_options, classes=not labels)  # (a labels file names files at any depth)
+    face_set = settings.masks in FACE_SETS and not labels  # (a labels file names files at any depth)
+    listing = list_source(source, storage_options, classes=not labels and not face_set)
+    listing = top_level(listing) if face_set else listing
     folder = isinstance(listing.source, FolderSource)
     if target is not None and not target.url and folder:  # the output itself, inside its source (found
         out = os.path.realpath(target.path)  # from outside: listed as corrupt, and --strict failed on it)
