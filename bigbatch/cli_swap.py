@@ -25,7 +25,7 @@ def _export_dfl(args: argparse.Namespace) -> None:
         out = xseg.export_dfl(ckpt, args.out, args.overwrite, args.face_type)
         print(f"Wrote DeepFaceLab XSeg model to {out}: DFL's XSeg trainer, apply and merger read it from there")
         return
-    name = args.name or "new"
+    name = "new" if args.name is None else args.name
     out = export_dfl(args.run, args.out, name, args.face_type, args.overwrite)
     print(f"Wrote DeepFaceLab model {name}_SAEHD to {out}: put it in DFL's model folder and merge with it")
 

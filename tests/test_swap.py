@@ -217,6 +217,14 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"), "model.options.ae_dims=64")
     assert out.returncode == 2 and not (tmp_path / "back").exists()
     assert "error: model.options.ae_dims: the model is the one" in out.stderr and "(df-u, 64 px" in out.stderr
+    # Its face type too (found from outside: taken, and its exports told DFL's merger to crop other faces).
+    out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"), "swap.face_type=f")
+    assert out.returncode == 2 and "trained on faces of DFL's face type 'wf'" in out.stderr
+    assert not (tmp_path / "back").exists()
+    for name in ("../evil", "a/b", ""):  # (found from outside: written beside the folder, or failed half-way)
+        out = cli("export-dfl", str(run), str(tmp_path / "named"), "--name", name, "--face-type", "wf")
+        assert out.returncode == 2 and "give the model's name alone" in out.stderr
+    assert not (tmp_path / "named").exists() and not list(tmp_path.glob("evil*"))
     out = cli("convert", str(tmp_path / "dfl"), str(tmp_path / "back"))
     assert out.returncode == 0, out.stderr
     # An older DFL model's _data.dat, before d_mask_dims, and without a face type: DFL's defaults filled in (d_dims

@@ -111,6 +111,12 @@ def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | No
             f"{model.resolution} px, as its options say); drop {'them' if len(keys) > 1 else 'it'} (data paths and "
             "training settings may be given)"
         )
+    if base.swap.face_type and cfg.swap.face_type != base.swap.face_type:  # (found from outside: taken, and the
+        # model's export-dfl and .dfm then told DFL's merger and DeepFaceLive to crop faces it was not trained on)
+        raise BigbatchError(
+            f"swap.face_type: {src} was trained on faces of DFL's face type {base.swap.face_type!r}, as its options "
+            "say; drop it"
+        )
     if data["options"].get("pretrain"):  # (found from outside: dropped without a word)
         parts = "inter" if model.kind == "df" else "inter_AB and inter_B"
         warn(
@@ -210,6 +216,9 @@ def export_dfl(
     its discriminators and their moments) are removed, so that DFL does not load them with the new model."""
     if Path(out).exists() and not Path(out).is_dir():
         raise BigbatchError(f"{out} is a file: give a folder for the DeepFaceLab model (made if missing)")
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):  # (found from outside: --name ../x wrote
+        # the model beside the folder, and --name a/b failed once the folder was made)
+        raise BigbatchError(f"--name {name!r}: give the model's name alone, without a folder (DFL's <name>_SAEHD_*)")
     if dfl_model(path) is not None:  # (found from outside: a traceback)
         raise BigbatchError(
             f"{path} is a DeepFaceLab model folder already: DFL reads it as it is (copy its files to move it); "
