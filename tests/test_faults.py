@@ -382,43 +382,6 @@ def test_odd_command_lines_are_one_line(tiny, tmp_path, capsys):
     assert p.returncode == 0 and odd in p.stdout, p.stderr
 
 
-def edit_attribute(path, key, value):
-    import h5py
-
-    with h5py.File(path, "r+") as f:
-        f.attrs[key] = value
-
-
-def test_data_files_with_damaged_metadata_are_one_line(tiny, tmp_path, capsys):
-    good = tmp_path / "good.h5"
-    prepare("builtin:digits", str(good), resolution=16, workers=0, limit=300)
-    cases = {
-        "count": lambda p: edit_attribute(p, "count", 299),
-        "groups": lambda p: edit_attribute(p, "groups", '[{"name": "/", "count": 300, "height": 16, "width": 9}]'),
-        "class_names": lambda p: edit_attribute(p, "class_names", "not json ["),
-        "labels": lambda p: _set_label(p, 0, 10),
-    }
-    for name, damage in cases.items():
-        bad = tmp_path / f"{name}.h5"
-        shutil.copy(good, bad)
-        damage(bad)
-        capsys.readouterr()
-        assert main(["train", f"data.path={bad}", "data.resolution=16", "--run-dir", str(tmp_path / name)]) == 2
-        err = one_error_line(capsys)
-        assert f"data file {bad} is damaged" in err and "prepare it again" in err, name
-        assert not (tmp_path / name).exists()
-        if name != "labels":  # the labels' range is checked by training; their hash by --verify
-            assert main(["info", str(bad), "--verify"]) == 2
-            assert "is damaged" in one_error_line(capsys)
-
-
-def _set_label(path, index, value):
-    import h5py
-
-    with h5py.File(path, "r+") as f:
-        f["labels"][index] = value
-
-
 def test_a_read_error_in_a_loader_worker_names_the_data_file(tmp_path):
     from bigbatch.data.hdf5 import H5Data
     from bigbatch.data.loader import BatchLoader

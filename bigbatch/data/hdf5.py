@@ -9,6 +9,8 @@ import json
 import math
 import os
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -91,8 +93,23 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
 def read_meta(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The metadata of a data file written by `prepare` (what `bigbatch info DATA.h5` prints)."""
     location = Location.of(path)
-    with _open_h5(location, storage_options) as f:
+    with _open_h5(location, storage_options) as f, readable(location):
         return _meta(f, location)
+
+
+@contextmanager
+def readable(path: Location) -> Iterator[None]:
+    """HDF5's own failures to read what a data file holds, said as the file's damage in one line (found from
+    outside: bytes overwritten inside a file gave a traceback, or a line that named neither the file nor a fix)."""
+    try:
+        yield
+    except (RuntimeError, KeyError, OSError) as e:
+        if isinstance(e, OSError) and e.errno is not None:  # (the file system's own: said as such by the caller)
+            raise
+        said = " ".join(str(e.args[0] if isinstance(e, KeyError) and e.args else e).split())  # (over lines)
+        raise BigbatchError(
+            f"data file {path.name} is damaged: HDF5 cannot read it ({said}); copy it again, or prepare it again"
+        ) from None
 
 
 def _meta(f: h5py.File, path: Location) -> dict[str, Any]:
@@ -381,7 +398,7 @@ class H5Data:
         self.location, self.in_ram = Location.of(path), in_ram
         self.storage_options = dict(storage_options or {})
         self._reader: _Reader | None = None
-        with _open_h5(self.location, self.storage_options) as f:
+        with _open_h5(self.location, self.storage_options) as f, readable(self.location):
             self._stamp = None if self.location.url else _stamp(_fd_of(f))
             self.meta = _meta(f, self.location)
             self.encoded = self.meta.get("codec", "raw") != "raw"
@@ -397,7 +414,7 @@ class H5Data:
         self._starts = np.array([g.start for g in self.groups], np.int64)
 
     def _load_all(self) -> None:
-        with _open_h5(self.location, self.storage_options, sequential=True) as f:
+        with _open_h5(self.location, self.storage_options, sequential=True) as f, readable(self.location):
             _same_file(self.location, None if self.location.url else _fd_of(f), self._stamp)
             for g in self.groups:
                 g.array = np.empty(f[g.path].shape if self.encoded else (g.count, *g.shape), np.uint8)
