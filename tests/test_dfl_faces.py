@@ -226,3 +226,9 @@ def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
     wrong = cfg.override({"swap.face_type": "wf"})
     with pytest.raises(BigbatchError, match="'swap.face_type' is 'wf', but the faces are 'f'"):
         build_task(wrong, replicator_for(wrong), training_data(wrong))
+    # Sides of two types: the one to prepare again is the model's (found from outside: the src side's was offered,
+    # which the model's swap.face_type then refused).
+    prepare(str(tmp_path / "src"), str(tmp_path / "src_wf.h5"), 64, workers=0, masks="dfl", face_type="wf")
+    two = cfg.override({"data.path": str(tmp_path / "src_wf.h5"), "swap.face_type": "f"})
+    with pytest.raises(BigbatchError, match="a SAEHD model takes one: prepare the src faces again with --face-type f"):
+        build_task(two, replicator_for(two), training_data(two))

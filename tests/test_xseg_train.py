@@ -363,8 +363,8 @@ def test_the_dry_run_refuses_what_xseg_training_refuses(labelled, tmp_path, caps
     for over, says in [
         (  # (found from outside: it said to extract them again, where prepare --face-type cuts them)
             [f"data.path={h5}", f"data.dst_path={tmp_path / 'f.h5'}"],
-            "the src faces are of DFL's face type 'wf' and the dst faces of 'f'; an XSeg model takes one: prepare one "
-            "side again with --face-type wf",
+            "the src faces are of DFL's face type 'wf' and the dst faces of 'f'; an XSeg model takes one: prepare the "
+            "dst faces again with --face-type wf",
         ),
         ([f"data.path={tmp_path / 'small.h5'}"], "are 128 px, the model data.resolution = 256"),
         ([f"data.path={h5}", f"data.dst_path={tmp_path / 'plain.h5'}"], "XSeg trains on RGB + its label (4)"),

@@ -205,13 +205,16 @@ def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap") -> str:
         if face_type:
             found[side] = face_type
     model = "a SAEHD model" if section == "swap" else "an XSeg model"
-    if len(set(found.values())) > 1:
+    options = getattr(cfg, section)
+    if len(set(found.values())) > 1:  # (the model's own type, where the config gives it: found from outside, the
+        # src side's was offered, which the model's face_type then refused)
+        want = options.face_type or found["src"]
+        sides = [f"the {side} faces" for side, kind in found.items() if kind != want] or ["one side"]
         raise BigbatchError(
             f"the src faces are of DFL's face type {found['src']!r} and the dst faces of {found['dst']!r}; {model} "
-            f"takes one: prepare one side again with --face-type {found['src']} (DFL's cut to it by the landmarks)"
+            f"takes one: prepare {' and '.join(sides)} again with --face-type {want} (DFL's cut to it by the landmarks)"
         )
     recorded = next(iter(found.values()), "")
-    options = getattr(cfg, section)
     if options.face_type and recorded and options.face_type != recorded:
         options._fail(
             "face_type",
