@@ -545,3 +545,16 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     assert data["iter"] == 1 and data["options"]["face_type"] == "h"
     trained = load_autoencoder(zero)
     assert all(torch.equal(x, y) for x, y in zip(model.state_dict().values(), trained.state_dict().values()))
+
+
+def test_export_dfl_says_which_settings_dfl_does_not_take(capsys):
+    # Found from outside: a learning rate of 2e-4 went to DFL without a word, where DFL trains at its fixed 5e-5.
+    from bigbatch.tasks.swap.files import dfl_options
+
+    capsys.readouterr()
+    options = dfl_options(bigbatch.preset("saehd128").override({"swap.lr": 2e-4, "train.grad_clip": 0.5}), "f")
+    err = capsys.readouterr().err
+    assert "swap.lr 0.0002 stays here: DFL has no such option, and trains this model on at its fixed 5e-05" in err
+    assert "train.grad_clip 0.5 goes to DFL as its clipgrad" in err and options["clipgrad"] is True
+    dfl_options(bigbatch.preset("saehd128"), "f")
+    assert "swap.lr" not in capsys.readouterr().err

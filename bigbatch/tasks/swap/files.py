@@ -63,6 +63,7 @@ _DFL_OPTIONS: dict[str, tuple[str, Any]] = {
 }
 
 
+DFL_LR = 5e-5  # SAEHD's learning rate, fixed in DFL's code
 FACE_TYPES = ("h", "mf", "f", "wf", "head")  # SAEHD's face_type option: half, mid, full, whole face, head
 
 
@@ -159,6 +160,8 @@ def dfl_options(cfg: Config, face_type: str) -> dict[str, Any]:
             options[inverse[f.name]] = getattr(s, f.name)
     if cfg.train.grad_clip not in (0.0, 1.0):  # (found by reading: any clip was written as DFL's)
         warn(f"train.grad_clip {cfg.train.grad_clip:g} goes to DFL as its clipgrad, which clips to a norm of 1")
+    if s.lr != DFL_LR:  # (found from outside: dropped without a word, and convert back took DFL's)
+        warn(f"swap.lr {s.lr:g} stays here: DFL has no such option, and trains this model on at its fixed {DFL_LR:g}")
     options.update(
         gan_patch_size=s.gan_patch_size or cfg.data.resolution // 8,
         adabelief=s.optimizer == "adabelief",
