@@ -493,6 +493,10 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     data = dfl.read_pickle(dat := pretrained / "dfl_SAEHD_data.dat")
     dat.write_bytes(pickle.dumps({**data, "options": {**data["options"], "pretrain": 1}}))
     assert "was pretrained (DFL's pretrain option): DFL" in cli("convert", str(pretrained), str(tmp_path / "p")).stderr
+    # Untrained here, it goes back as DFL wrote it (found from outside: pretrain turned off, so that DFL skipped
+    # what it does as pretraining ends).
+    assert cli("export-dfl", str(tmp_path / "p"), str(tmp_path / "p_back"), "--name", "dfl").returncode == 0
+    assert (tmp_path / "p_back" / dat.name).read_bytes() == dat.read_bytes()
     one = cli("convert", str(pretrained / "dfl_SAEHD_encoder.npy"), str(tmp_path / "q")).stderr  # (read as a GAN's)
     assert "is one file of a DeepFaceLab model: give its folder" in one
     out = cli("export-dfl", str(run), str(tmp_path / "o"), "--face-type", "wf")

@@ -254,7 +254,10 @@ def export_dfl(
     state = safe_pickle.torch_weights((ckpt / "state.pt").read_bytes(), str(ckpt / "state.pt"))  # (one line, not
     # torch's traceback advising weights_only=False for a crafted file: found from outside)
     iteration = max(1, int(state.get("steps", 0)) + int(state.get("dfl_iter", 0)))
-    data = dfl.model_data(model, dfl_options(cfg, face_type), iteration)
+    options = dfl_options(cfg, face_type)
+    if not int(state.get("steps", 0)):  # (not trained here: DFL's pretrain as it was; found from outside, a model
+        options.pop("pretrain")  # pretraining in DFL was no longer, so that DFL skipped what it does as it ends)
+    data = dfl.model_data(model, options, iteration)
     dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
     if "opt" in state:  # the optimizer's moments, so that DFL's trainer goes on where this run stopped
         saved = state["opt"]
