@@ -133,7 +133,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         if rep.compile:  # (the first step says how much came from the cache)
             plan += f"; {describe_compile(cfg)}, cache {compile_cache.in_use()}"
         # (found from outside: 600 kimg on a folder of 540 images, 1,111 epochs, was not said in any unit but kimg)
-        epochs = f" ({cfg.train.kimg * 1000 / len(data):,.4g} epochs of {len(data):,} images)" if len(data) else ""
+        fed = len(getattr(task, "feed_data", data))  # (xseg's src and dst faces: found from outside, src's alone)
+        epochs = f" ({cfg.train.kimg * 1000 / fed:,.4g} epochs of {fed:,} images)" if fed else ""
         print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg{epochs}", flush=True)
         if cfg.eval.best and not cfg.eval.every_kimg:  # (found from outside: silent)
             warn(

@@ -220,8 +220,11 @@ def xseg_config(h5, **over):
 def test_xseg_trains_resumes_bit_exact_and_crosses_to_dfl_and_back(labelled, tmp_path, capsys):
     folder, h5, _ = labelled
     cfg = xseg_config(h5, **{"data.dst_path": str(h5)})  # (src's and dst's labelled faces, joined)
+    capsys.readouterr()
     whole = bigbatch.train(cfg, run_dir=tmp_path / "whole", quiet=True)
     assert sorted(p.name for p in (whole / "samples").glob("preview-*.png"))
+    fed = len(training_data(cfg)) + len(training_data(cfg.override({"data.path": cfg.data.dst_path})))
+    assert f" epochs of {fed} images)" in capsys.readouterr().out  # (found from outside: src's alone)
     part = stopped_then_resumed(XSegTask, cfg, tmp_path / "part", at=8)
     ckpt = "checkpoints/000000.016/model.safetensors"
     assert (whole / ckpt).read_bytes() == (part / ckpt).read_bytes()
