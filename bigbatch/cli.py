@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import json
+import math
 import os
 import re
 import shlex
@@ -21,7 +23,7 @@ from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import STOPPED, BigbatchError, warn
 from bigbatch.urls import is_url
 
 
@@ -194,16 +196,17 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from bigbatch.launch import APART, apart, bind_apart, report, with_restarts
+    from bigbatch.launch import APART, absolute_run_dir, apart, bind_apart, report, with_restarts
 
-    command = args.launched[1:] if args.launched[:1] == ["--"] else args.launched
-    if args.grace < 0:
+    command = absolute_run_dir(args.launched[1:] if args.launched[:1] == ["--"] else args.launched)
+    if not 0 <= args.grace < math.inf:  # (found from outside: nan taken, and no rank would ever be killed)
         raise BigbatchError(f"--grace must be a number of seconds >= 0, got {args.grace:g}")
     if args.restarts < 0:
         raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
     known = next(a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     if command and command[0] not in known:  # (said here, before a cluster starts to run it)
-        raise BigbatchError(f"{command[0]!r} is not a bigbatch command: launch one of {', '.join(known)}")
+        close = "".join(f"did you mean {c!r}? " for c in difflib.get_close_matches(command[0], known, 1))
+        raise BigbatchError(f"{command[0]!r} is not a bigbatch command: {close}launch one of {', '.join(known)}")
     if args.restarts and "--resume=auto" not in command:
         raise BigbatchError("--restarts reruns the command: give it --resume=auto, so that a rerun resumes the run")
     if args.local > 0 and command and APART not in os.environ and threading.current_thread() is threading.main_thread():
@@ -555,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = list(sys.argv[1:] if argv is None else argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
     except signals.Terminated:
-        print("bigbatch: stopped by SIGTERM", file=sys.stderr)
+        print(STOPPED, file=sys.stderr)
         return 128 + signal.SIGTERM
     except BigbatchError as e:
         say_error(str(e))

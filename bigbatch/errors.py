@@ -1,5 +1,6 @@
 """The one exception type for mistakes a user can cause (bad key, missing file, corrupt checkpoint)."""
 
+STOPPED = "bigbatch: stopped by SIGTERM"  # a command's last line on SIGTERM outside training (the launchers read it)
 LOST_PEER = "lost contact with another rank"  # how a rank whose collective another's end broke says so (cli_errors)
 
 

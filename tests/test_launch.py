@@ -16,6 +16,7 @@ from test_distributed import ARGS, max_rel
 import bigbatch
 import bigbatch.checkpoints
 import bigbatch.rundir
+from bigbatch.errors import STOPPED
 from bigbatch.launch import RankResult, rank_command, rank_environments, report
 from bigbatch.launch.dask import local_cluster
 from bigbatch.launch.ray import ray_ranks
@@ -85,6 +86,10 @@ def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
     assert report([result(0, 0, stopped=True), result(1, -15, stopped=True)]) == 0
     assert report([result(0, -15, stopped=True), result(1, 0, stopped=True)]) == 130
     assert "interrupted, and not every rank ended cleanly (rank 0: -15)" in capsys.readouterr().err
+    # ... and stopped as they started, each said so: a clean stop, before anything was saved.
+    starting = [result(0, 143, STOPPED, stopped=True), result(1, 143, "x\n" + STOPPED, stopped=True)]
+    assert report(starting) == 130
+    assert "interrupted as the ranks started: they stopped before their first checkpoint" in capsys.readouterr().err
 
 
 def test_a_rank_that_failed_of_its_own_accord_is_restarted_whatever_its_status():
@@ -104,6 +109,12 @@ def test_a_rank_that_failed_of_its_own_accord_is_restarted_whatever_its_status()
     # An interrupted launch (the launcher stopped every rank) is not restarted: 130, as before.
     stopped = [result(0, -15, stopped=True), result(1, 0, stopped=True)]
     assert with_restarts(launches(stopped, [result(0, 0)]), 1, said.append)[0] == 130
+    # A SIGTERM from outside to a rank as it starts stops the run, as one in its loop does (found from outside:
+    # taken for the rank's failure, so --restarts trained the run to its end), said in one line of the launcher.
+    lost = "bigbatch: error: lost contact with another rank ([gloo] Connection closed by peer)"
+    asked = [result(0, 1, lost, ended=2.0), result(1, 143, "bigbatch: stopped by SIGTERM\n", ended=1.0)]
+    status, message, _ = with_restarts(launches(asked, [result(0, 0)]), 1, said.append)
+    assert status == 143 and message.startswith("rank 1 on tcp://h:1 was stopped by SIGTERM as it started, so every")
 
 
 def test_a_sheet_names_the_kimg_its_checkpoint_folder_names():
@@ -289,6 +300,8 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path, ray_cluster, one_
         (["launch", "ray", "--", "train"], "--address auto or ray://HEAD:10001) or --local N"),
         (["launch", "dask", "--local", "1", "--restarts", "1", "--", "train"], "give it --resume=auto"),
         (["launch", "ray", "--local", "1", "--restarts", "-1", "--", "train"], "--restarts must be a count"),
+        (["launch", "dask", "--local", "1", "--", "trian"], "'trian' is not a bigbatch command: did you mean 'train'?"),
+        (["launch", "dask", "--local", "1", "--grace", "nan", "--", "train"], "--grace must be a number of seconds"),
     ],
 )
 def test_launcher_usage_errors_are_one_line(args, words, capsys):
@@ -297,6 +310,19 @@ def test_launcher_usage_errors_are_one_line(args, words, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("bigbatch: error: ") and err.count("\n") == 1 and words in err, err
+
+
+def test_a_launched_run_dir_is_the_launchers_not_each_workers(tmp_path, monkeypatch):
+    # Found from outside: a relative --run-dir was resolved in each worker's folder, and named here as if in this one.
+    from bigbatch.launch import absolute_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    command = ["train", "--run-dir", "runs/a", "--run-dir=b", "--resume=auto", "--run-dir", "s3://b/r"]
+    assert absolute_run_dir(command) == [
+        "train", "--run-dir", str(tmp_path / "runs/a"), f"--run-dir={tmp_path / 'b'}", "--resume=auto", "--run-dir",
+        "s3://b/r",
+    ]  # fmt: skip
+    assert absolute_run_dir(["train", "--run-dir"]) == ["train", "--run-dir"]  # (argparse says what is missing)
 
 
 def test_an_address_that_is_not_a_dask_scheduler_is_one_line(capsys):
@@ -318,8 +344,8 @@ def test_an_address_that_is_not_a_dask_scheduler_is_one_line(capsys):
     threading.Thread(target=answer, daemon=True).start()
     assert main(["launch", "dask", "--scheduler", f"tcp://127.0.0.1:{port}", "--", "train"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"bigbatch: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: ")
-    assert err.count("\n") == 1, err
+    assert err.startswith(f"bigbatch: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: it answered")
+    assert err.count("\n") == 1 and "EiB" not in err, err  # (found from outside: an allocation of exabytes, said)
     server.close()
 
 

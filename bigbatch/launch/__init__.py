@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from bigbatch.errors import LOST_PEER, BigbatchError
+from bigbatch.errors import LOST_PEER, STOPPED, BigbatchError
 from bigbatch.files import metrics_row
 from bigbatch.urls import local_folder
 
@@ -103,6 +103,18 @@ def train_command(cfg: Any, run_dir: str | os.PathLike) -> tuple[str, list[str],
         raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
     path = os.path.abspath(local_folder(run_dir, "run_dir", "train"))  # (a URL: refused here, before a rank starts)
     return path, ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
+
+
+def absolute_run_dir(command: Sequence[str]) -> list[str]:
+    """A launched command's --run-dir made absolute, as run() makes its run_dir: each rank would resolve a relative
+    one in its worker's folder (found from outside: the run was trained there, and named here as if in this one)."""
+    out = list(command)
+    for i, arg in enumerate(out):
+        if arg == "--run-dir" and out[i + 1 : i + 2] not in ([], [""]) and "://" not in out[i + 1]:
+            out[i + 1] = os.path.abspath(out[i + 1])
+        elif arg.startswith("--run-dir=") and arg != "--run-dir=" and "://" not in arg:
+            out[i] = "--run-dir=" + os.path.abspath(arg.removeprefix("--run-dir="))
+    return out
 
 
 def _command(args: Sequence[str]) -> list[str]:
@@ -402,7 +414,7 @@ def _show(lines: Sequence[tuple[str, Any]]) -> None:
     for kind, line in lines:
         if kind not in ("out", "err"):
             continue  # rows and sample sheets are for a RunHandle
-        if kind == "err" and line.startswith(("bigbatch: error: ", "bigbatch: stopped by SIGTERM")):
+        if kind == "err" and line.startswith(("bigbatch: error: ", STOPPED)):
             continue  # `report` prints the first, naming the rank, as the launcher's one line; it sent the SIGTERM
         stream = sys.stdout if kind == "out" else sys.stderr
         stream.write(line)
@@ -418,6 +430,12 @@ def report(results: Sequence[RankResult]) -> int:
     return status
 
 
+def signalled(r: RankResult) -> bool:
+    """Whether a rank was stopped by a SIGTERM from outside the launcher as it started (its training loop takes
+    one as a stop of every rank, which then save and exit 0): a stop, not a failure to restart after."""
+    return not r.stopped and r.returncode == 128 + signal.SIGTERM and r.stderr_tail.rstrip().endswith(STOPPED)
+
+
 def failure(results: Sequence[RankResult]) -> tuple[int, str]:
     """(exit status, "" or what failed): 0 when every rank succeeded or the launcher stopped them and
     rank 0 saved; 130 when an interrupted launch did not end cleanly; else the status of the rank that
@@ -427,11 +445,21 @@ def failure(results: Sequence[RankResult]) -> tuple[int, str]:
     if not failed:
         return 0, ""
     own = [r for r in failed if not r.stopped]
+    asked = [r for r in own if signalled(r)]
+    if asked:  # (found from outside: a rank's SIGTERM as it started was its failure, and --restarts trained on)
+        first = min(asked, key=lambda r: (r.ended, r.rank))
+        return first.returncode, (
+            f"rank {first.rank} on {first.worker} was stopped by SIGTERM as it started, so every rank stopped "
+            "(before its first checkpoint: nothing was saved)"
+        )
     rank0 = next((r for r in results if r.rank == 0), None)
     if not own and rank0 is not None and rank0.returncode == 0 and all(r.returncode == -signal.SIGTERM for r in failed):
         # Stopped by the launcher: rank 0 saved the checkpoint and exited cleanly; the others took their
         # SIGTERM after their training loop had already ended (the ranks agree to stop on the first signal).
         return 0, ""
+    if not own and all(r.stderr_tail.rstrip().endswith(STOPPED) for r in failed):  # stopped as they started (found
+        # from outside: said as "not every rank ended cleanly")
+        return 130, "interrupted as the ranks started: they stopped before their first checkpoint, saving nothing"
     if not own:  # the launcher was interrupted and stopped them all
         how = ", ".join(f"rank {r.rank}: {(r.stderr_tail.splitlines() or [r.returncode])[-1]}" for r in failed)
         return 130, f"interrupted, and not every rank ended cleanly ({how})"
@@ -479,7 +507,7 @@ def with_restarts(
         # was meant to stop; a lost worker or a crash (a rank's own failure, whatever its status) gets the
         # group started again.
         own = any(r.returncode != 0 and not r.stopped for r in results)
-        if status in (0, 2) or not own or attempt == restarts or stopped():
+        if status in (0, 2) or not own or attempt == restarts or stopped() or any(map(signalled, results)):
             return status, message, results
         say(f"bigbatch: error: {message}")
         say(

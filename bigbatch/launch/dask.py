@@ -88,8 +88,13 @@ def local_cluster(n_workers: int, attempts: int = 3, **options: Any) -> Any:
         # taking the lock of Dask's loop runner; collected while a new cluster's loop starts under that
         # same lock, it waits on itself forever (a test process hung so). Collect it first, here.
         gc.collect()
+        before = set(distributed.SpecCluster._instances)
         try:
             return distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, **options)
+        except KeyboardInterrupt:  # (found from outside: Ctrl-C as it started gave Dask's atexit traceback, its close
+            for half in set(distributed.SpecCluster._instances) - before:  # asserting on a cluster still starting;
+                half.shutdown_on_close = False  # its worker processes end with this one, as they did)
+            raise
         except (AssertionError, TimeoutError, RuntimeError) as e:
             if attempt >= attempts:
                 why = "its event loop did not start in 10 s" if isinstance(e, AssertionError) else first_line(e)
@@ -123,6 +128,8 @@ def _connect(distributed: Any, scheduler: str | None, patience: float = 40.0) ->
         )
     if "error" in found:
         why = first_line(found["error"])[:200]
+        if isinstance(found["error"], MemoryError):  # (Dask read the first bytes another service sent as a frame's
+            why = "it answered what Dask cannot read: is it a scheduler's address (tcp://HOST:8786)?"  # length)
         raise BigbatchError(f"cannot reach the Dask scheduler at {scheduler}: {why}") from None
     return found["client"]
 
