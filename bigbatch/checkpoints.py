@@ -205,27 +205,6 @@ def write_folder(
     return tmp
 
 
-def eval_folder(run: str | Path, ckpt: Path, name: str, source: str) -> Path:
-    """RUN/eval/<name>-<checkpoint>/, where `bigbatch eval` writes its report on data `name` (a file's
-    stem; "heldout" for the run's held-out split) scored with `ckpt`: one folder per data set and
-    checkpoint, so that no report replaces another's (a folder of another data set of the same stem
-    takes a digest of `source`, the data as the report names it). checkpoints/best/ is named by the
-    images it had seen (best-000012.800): a later best gets a folder of its own."""
-    root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
-    which = ckpt.name
-    meta = read_meta(ckpt) if which == "best" else None
-    if meta is not None and _count(meta.get("nimg")):
-        which = f"best-{checkpoint_name(meta['nimg'])}"
-    out = root / "eval" / f"{name}-{which}"
-    try:
-        before = json.loads((out / "metrics.json").read_text()).get("data")
-    except (OSError, ValueError, AttributeError):
-        before = None
-    if before is not None and before != source:
-        out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest(source.encode())[:8]}")
-    return out
-
-
 def read_meta(ckpt: Path) -> dict[str, Any] | None:
     """A checkpoint's meta.json, or None if it is missing or damaged (not JSON, or of the wrong shape:
     files not {name: size}, nimg not a count)."""
@@ -335,6 +314,14 @@ def find_checkpoint(path: str | Path) -> Path:
             )
         return path
     if not holds_checkpoints(path):
+        dfl = sorted(path.glob("*_data.dat")) if path.is_dir() else []  # (found from outside: a DFL model folder,
+        if dfl:  # an AMP one too, was "neither a run directory nor a checkpoint folder")
+            kind = dfl[0].name.removesuffix("_data.dat").rpartition("_")[2] or "DFL"
+            raise BigbatchError(
+                f"{path} holds a DeepFaceLab {kind} model ({dfl[0].name}), not a bigbatch run: of DFL's models, "
+                f"bigbatch reads SAEHD's (`bigbatch convert {path} RUN` makes one a run; export to .dfm, merge and "
+                "swap take it as it is) and XSeg's"
+            )
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = complete_checkpoints(path)
     try:

@@ -130,6 +130,8 @@ def _convert(args: argparse.Namespace) -> None:
         )
         return
     if re.search(r"_SAEHD_\w+\.(npy|dat)$", args.src):  # (it was read as a GAN's torch.save file)
+        if not os.path.exists(args.src):  # (found from outside: a missing file was "one file of a model")
+            raise BigbatchError(f"{args.src} does not exist: give a DeepFaceLab model folder or its _data.dat")
         raise BigbatchError(
             f"{args.src} is one file of a DeepFaceLab model: give its folder (or its <name>_SAEHD_data.dat)"
         )

@@ -1,12 +1,16 @@
 """A run's config as the commands that read a run take it: a data path the run was given relative to the folder it
 trained in is found from there (found from outside: `bigbatch eval runs/a`, run from another folder than training's,
 could not find the data of its held-out split, and nothing could be given to find it). Each checkpoint records that
-folder with its data's identity (meta.json's "data") where a data path is relative."""
+folder with its data's identity (meta.json's "data") where a data path is relative. And where `bigbatch eval` writes
+its reports in a run."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+import xxhash
 
 from bigbatch import checkpoints
 from bigbatch.config import Config
@@ -38,3 +42,24 @@ def run_config(ckpt: Path) -> Config:
         if _relative(value) and os.path.exists(there := os.path.join(folder, value)):
             found[f"data.{key}"] = there
     return cfg.override(found) if found else cfg
+
+
+def eval_folder(run: str | Path, ckpt: Path, name: str, source: str) -> Path:
+    """RUN/eval/<name>-<checkpoint>/, where `bigbatch eval` writes its report on data `name` (a file's
+    stem; "heldout" for the run's held-out split) scored with `ckpt`: one folder per data set and
+    checkpoint, so that no report replaces another's (a folder of another data set of the same stem
+    takes a digest of `source`, the data as the report names it). checkpoints/best/ is named by the
+    images it had seen (best-000012.800): a later best gets a folder of its own."""
+    root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
+    which = ckpt.name
+    meta = checkpoints.read_meta(ckpt) if which == "best" else None
+    if meta is not None and isinstance(meta.get("nimg"), int):
+        which = f"best-{checkpoints.checkpoint_name(meta['nimg'])}"
+    out = root / "eval" / f"{name}-{which}"
+    try:
+        before = json.loads((out / "metrics.json").read_text()).get("data")
+    except (OSError, ValueError, AttributeError):
+        before = None
+    if before is not None and before != source:
+        out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest(source.encode())[:8]}")
+    return out

@@ -499,6 +499,19 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     assert (tmp_path / "p_back" / dat.name).read_bytes() == dat.read_bytes()
     one = cli("convert", str(pretrained / "dfl_SAEHD_encoder.npy"), str(tmp_path / "q")).stderr  # (read as a GAN's)
     assert "is one file of a DeepFaceLab model: give its folder" in one
+    # A DFL folder where a run is read: what bigbatch takes of DFL's, and how (found from outside: "neither a run
+    # directory nor a checkpoint folder", of a SAEHD model exported to ONNX and of an AMP model swapped).
+    (amp := tmp_path / "amp").mkdir()
+    (amp / "me_AMP_data.dat").write_bytes(b"")
+    (tmp_path / "in").mkdir()
+    Image.new("RGB", (64, 64)).save(tmp_path / "in" / "face.png")
+    exported = ("export", str(pretrained), str(tmp_path / "d.onnx"))
+    for args, kind in ((exported, "SAEHD"), (("swap", str(amp), str(tmp_path / "in"), str(tmp_path / "o")), "AMP")):
+        said = cli(*args)
+        assert said.returncode == 2 and f"holds a DeepFaceLab {kind} model (" in said.stderr, said.stderr
+        assert f"`bigbatch convert {args[1]} RUN` makes one a run" in said.stderr
+    gone = cli("convert", str(tmp_path / "nowhere" / "new_SAEHD_data.dat"), str(tmp_path / "r")).stderr
+    assert "new_SAEHD_data.dat does not exist: give a DeepFaceLab model folder" in gone  # (found from outside)
     out = cli("export-dfl", str(run), str(tmp_path / "o"), "--face-type", "wf")
     assert out.returncode == 2 and "face type 'f', not 'wf'" in out.stderr and not (tmp_path / "o").exists()
 

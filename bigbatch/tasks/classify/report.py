@@ -27,7 +27,7 @@ from bigbatch.data.tars import is_tar_name, shards_named
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
-from bigbatch.run_data import run_config
+from bigbatch.run_data import eval_folder, run_config
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, save_png
 from bigbatch.tasks.classify.inference import check_tta
 from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes
@@ -114,7 +114,7 @@ def evaluate_classifier(
     name += (f"-{given}px" if given else "") + ("-tta" if tta else "")
     report = _report(predicted, list(net.class_names))
     source = public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)"
-    out = checkpoints.eval_folder(run, ckpt, name, source)
+    out = eval_folder(run, ckpt, name, source)
     report.update(
         data=source,
         checkpoint=str(ckpt),

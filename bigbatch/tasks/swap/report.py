@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
-from bigbatch.checkpoints import eval_folder, read_picked
+from bigbatch.checkpoints import read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.split import holdout
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-from bigbatch.run_data import run_config
+from bigbatch.run_data import eval_folder, run_config
 from bigbatch.sampling import save_png
 from bigbatch.tasks.swap.load import check_faces, load_autoencoder
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
