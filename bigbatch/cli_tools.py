@@ -75,6 +75,11 @@ def _export(args: argparse.Namespace) -> None:
             "already, in RUN/checkpoints/KIMG/"
         )
     named = {".onnx": "onnx", ".pt2": "pt2", ".dfm": "dfm", ".pt": "torchscript", ".pth": "torchscript"}.get(ext)
+    if ext and not named and args.format is None:  # (found from outside: model.omnx was written as TorchScript)
+        raise BigbatchError(
+            f"{args.out}: {ext} names no format export writes: name it .pt (TorchScript), .pt2, .onnx or .dfm, or "
+            "give --format"
+        )
     fmt = args.format or named or "torchscript"
     if fmt not in FORMATS:
         raise BigbatchError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")

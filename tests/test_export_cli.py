@@ -29,6 +29,8 @@ def test_a_file_named_for_another_format_is_refused(run, tmp_path, capsys):
         assert words in capsys.readouterr().err and not (tmp_path / name).exists()
     assert main(["export", str(run), str(tmp_path / "G.safetensors")]) == 2
     assert "a run's weights are safetensors already, in RUN/checkpoints/KIMG/" in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / "m.omnx")]) == 2  # (found from outside: written as TorchScript)
+    assert ".omnx names no format export writes: name it .pt (TorchScript)" in capsys.readouterr().err
     assert main(["export", str(run), str(tmp_path / "m.pt"), "--format", "TorchScript"]) == 0  # (any case)
     (tmp_path / "f.pt").write_text("a file")
     assert main(["export", str(run), str(tmp_path / "f.pt" / "m.pt")]) == 2
