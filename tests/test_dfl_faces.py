@@ -232,3 +232,10 @@ def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
     two = cfg.override({"data.path": str(tmp_path / "src_wf.h5"), "swap.face_type": "f"})
     with pytest.raises(BigbatchError, match="a SAEHD model takes one: prepare the src faces again with --face-type f"):
         build_task(two, replicator_for(two), training_data(two))
+    # Its eval refuses them too, as training and swap do (found from outside: scored without a word).
+    from bigbatch.tasks.swap.report import evaluate_swap
+
+    run = bigbatch.train(cfg.override({"train.kimg": 0.002}), run_dir=tmp_path / "run", quiet=True)
+    with pytest.raises(BigbatchError, match=r"src_wf.h5 holds faces of DFL's face type 'wf', and the model was .* 'f'"):
+        evaluate_swap(run, str(tmp_path / "src_wf.h5"))
+    assert evaluate_swap(run, str(paths["src"]))["src_n"] == 3

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from bigbatch import checkpoints
 from bigbatch.checkpoints import read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
@@ -27,9 +28,17 @@ from bigbatch.tasks.swap.task import PREVIEW_ROWS, preview_sheet
 from bigbatch.urls import public_name
 
 
-def _faces(path: str, side: str, resolution: int, cfg: Config) -> Any:
-    """Faces to score on, checked as training checks them (channels; the model's resolution)."""
-    return check_faces(cfg, load_data(path, resolution, storage_options=cfg.data.storage_options or None), side)
+def _faces(path: str, side: str, cfg: Config, face_type: str) -> Any:
+    """Faces to score on, checked as training checks them (channels; the model's resolution; its face type)."""
+    data = load_data(path, cfg.data.resolution, storage_options=cfg.data.storage_options or None)
+    data = check_faces(cfg, data, side)
+    theirs = getattr(data, "meta", {}).get("face_type")
+    if face_type and theirs and theirs != face_type:  # (found from outside: scored without a word; swap refuses)
+        raise BigbatchError(
+            f"{public_name(path)} holds faces of DFL's face type {theirs!r}, and the model was trained on "
+            f"{face_type!r} faces: prepare them with --face-type {face_type}"
+        )
+    return data
 
 
 def evaluate_swap(
@@ -61,7 +70,8 @@ def evaluate_swap(
         name, described = "heldout", "held-out faces"
     else:
         given = {"src": src_path, "dst": dst_path}
-        sides = {side: _faces(path, side, d.resolution, cfg) for side, path in given.items() if path is not None}
+        face_type = checkpoints.model_info(ckpt).get("face_type") or cfg.swap.face_type
+        sides = {side: _faces(path, side, cfg, face_type) for side, path in given.items() if path is not None}
         stems = [Path(path.removeprefix("builtin:")).stem for path in given.values() if path is not None]
         name = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", stem) or "data" for stem in stems)
         described = ", ".join(f"{side} {public_name(path)}" for side, path in given.items() if path is not None)
