@@ -529,11 +529,10 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
         own = {"swap", "xseg"} - {cfg.task}
         listed = ", ".join(sorted(k for k in allowed - set(POWERS) if k.split(".", 1)[0] not in own))
         listed += POWERS_SAID if cfg.task == "swap" and recovery else ""
-        raise BigbatchError(
-            f"the config differs from the one {what} was trained with in {shown}{more}; a resumed run may "
-            f"change only {listed} (drop the override, or undo the edit of the "
-            f"run's config.toml: its checkpoints keep their own copy; to change more, start a new run from this "
-            "one's weights with train.init_from=RUN)"
+        raise BigbatchError(  # (the fix before the list of what may change: found from outside, after 1,500 chars)
+            f"the config differs from the one {what} was trained with in {shown}{more}: drop the override, or undo "
+            "the edit of the run's config.toml (its checkpoints keep their own copy); to change that, start a new "
+            f"run from this one's weights with train.init_from=RUN. A resumed run may change only {listed}"
         )
     rescued = [k for k in changed if k in RECOVERY_CHANGES or k in POWERS]
     if rescued:

@@ -340,7 +340,9 @@ def test_resume_refuses_a_changed_recipe_but_takes_what_rescues_a_diverged_run(t
     from bigbatch.cli import main
 
     assert main(["train", "--run-dir", str(run), "--resume", "--dry-run", "train.batch=64"]) == 2
-    assert "was trained with in train.batch" in capsys.readouterr().err
+    err = capsys.readouterr().err  # (the fix first, then what may change: found from outside, after 1,500 chars)
+    assert "was trained with in train.batch (32 -> 64): drop the override, or undo the edit" in err
+    assert err.index("train.init_from=RUN") < err.index("A resumed run may change only")
     assert main(["train", "--run-dir", str(run), "--resume", "--dry-run"]) == 0
     assert "; resumes 000000.640" in capsys.readouterr().out
     assert main(["train", "--run-dir", str(run), "--resume", "--dry-run", "train.kimg=0.256"]) == 2  # (review)
