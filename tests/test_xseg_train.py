@@ -86,8 +86,9 @@ def test_prepare_draws_dfls_labels_and_skips_faces_without(labelled):
     for bad in ({"polys": [{"pts": polygons(0)["polys"][1]["pts"]}]}, [(1, np.zeros((4, 3)))]):
         with pytest.raises(dfl_faces.NoFaceData, match="XSeg polygons are not DFL's"):
             dfl_faces.label_mask({"seg_ie_polys": bad}, (RES, RES))
-    with pytest.raises(BigbatchError, match="--eyes-mouth is for a swap's faces"):
-        prepare(str(folder), str(h5.parent / "x.h5"), RES, workers=0, masks="labels", eyes_mouth="some_folder")
+    for eyes_mouth in ("some_folder", "dfl"):  # (dfl: found from outside, "give --masks dfl", which drops the labels)
+        with pytest.raises(BigbatchError, match="--eyes-mouth is for a swap's faces, --masks labels for XSeg's"):
+            prepare(str(folder), str(h5.parent / "x.h5"), RES, workers=0, masks="labels", eyes_mouth=eyes_mouth)
 
 
 def test_prepare_takes_applied_xseg_masks_cut_at_half_where_no_face_is_labelled(labelled, tmp_path):

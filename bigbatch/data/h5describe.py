@@ -39,7 +39,7 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         ),
         f"source      {m.get('source', '?')}",
         f"resize      {m.get('resize', '?')}",
-        f"skipped     {m.get('skipped', 0)} files"
+        f"skipped     {m.get('skipped', 0)} file{'' if m.get('skipped', 0) == 1 else 's'}"
         + "".join(f"\n              {name}: {reason}" for name, reason in m.get("skipped_examples", [])),
         f"written     {m.get('created', '?')} by bigbatch {m.get('bigbatch_version', '?')}",
         f"content     {m['content_hash']}",

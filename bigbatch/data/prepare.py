@@ -511,10 +511,10 @@ def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
     """The mask folders to read (none for --masks alpha, dfl or labels), checked."""
     if eyes_mouth and not masks:
         raise BigbatchError("--eyes-mouth is channel 5, after the mask: give --masks alpha, dfl or DIR too")
+    if eyes_mouth and masks in ("labels", "xseg-applied"):  # (first: found from outside, "give --masks dfl" of XSeg's)
+        raise BigbatchError(f"--eyes-mouth is for a swap's faces, --masks {masks} for XSeg's: give one of them")
     if eyes_mouth == "dfl" and masks != "dfl":
         raise BigbatchError("--eyes-mouth dfl reads DeepFaceLab's aligned faces: give --masks dfl with it")
-    if eyes_mouth and masks in ("labels", "xseg-applied"):
-        raise BigbatchError(f"--eyes-mouth is for a swap's faces, --masks {masks} for XSeg's: give one of them")
     folders = [Path(f) for f in (masks, eyes_mouth) if f and f not in OWN_MASKS]
     for folder in folders:
         if is_url(str(folder)) or not folder.is_dir():

@@ -38,6 +38,8 @@ def weights_of(path: str | Path) -> Path:
     """The XSeg weight file `path` names (a model folder, or the file); one line if there is none."""
     path = Path(path)
     file = path if path.is_file() else path / WEIGHTS
+    if not path.exists():  # (found from outside: a missing folder "held no XSeg model")
+        raise BigbatchError(f"{path} does not exist: give a trained XSeg model's folder, or its {WEIGHTS}")
     if not file.is_file():
         raise BigbatchError(
             f"{path} holds no DeepFaceLab XSeg model ({WEIGHTS}): give a trained XSeg model's folder (DFL's "
