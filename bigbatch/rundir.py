@@ -136,7 +136,8 @@ class Run:
             raise BigbatchError(
                 f"data {self.data['path']} holds other images than the run was trained on (content hash "
                 f"{self.data['content_hash'][:16]}…, the checkpoint recorded {str(before['content_hash'])[:16]}… "
-                f"for {before.get('path')}); resume on that data (data.path=...), or start a new run"
+                f"for {before.get('path')}); resume on that data (data.path=...), or start a new run from its "
+                "weights with train.init_from=RUN"
             )
 
     def close(self) -> None:

@@ -300,5 +300,5 @@ def check_resumed_dst(run: Path, resumed_at: int, path: str, dst: Any) -> None:
         raise BigbatchError(
             f"data.dst_path {public_name(path)} holds other images than the run was trained on (content hash "
             f"{now[:16]}…, the checkpoint recorded {recorded[:16]}… for {before.get('path')}); resume on that data "
-            "(data.dst_path=...), or start a new run"
+            "(data.dst_path=...), or start a new run from its weights with train.init_from=RUN"
         )

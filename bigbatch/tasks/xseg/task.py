@@ -126,7 +126,7 @@ def check_resumed_dst(run: Path, resumed_at: int, path: str, dst: Any) -> None:
         raise BigbatchError(
             f"the run was trained {said}, and data.dst_path {public_name(path) if path else '(none)'} "
             f"{'holds other faces' if now and recorded else 'differs'}: resume with the faces it trained on, or "
-            "start a new run"
+            "start a new run from its weights with train.init_from=RUN"
         )
 
 
