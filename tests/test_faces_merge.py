@@ -393,7 +393,7 @@ def test_merge_with_an_xseg_model_masks_by_it_and_merges_again_when_it_changes(w
     for args, says in [
         ([*good, "o", "--mask", "xseg"], "--mask xseg needs --xseg MODEL, an XSeg model"),
         ([*good, "o", "--xseg", "xseg"], "--xseg is the XSeg model of the XSeg masks"),
-        ([*good, "o", "--mask", "xseg", "--xseg", "nowhere"], "nowhere does not exist: give a trained XSeg model's folder"),
+        ([*good, "o", "--mask", "xseg", "--xseg", "nowhere"], "nowhere does not exist: give a trained XSeg"),
     ]:
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()

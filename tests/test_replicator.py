@@ -235,8 +235,8 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         ({"device": "cuda:0"}, "device .* must be 'auto', 'cpu' or 'cuda'"),
         ({"grad_clip": -1}, "grad_clip must be a global gradient norm >= 0"),
         ({"grad_clip": float("nan")}, "grad_clip must be"),
-        ({"batch": True}, "batch=True must be an int"),
-        ({"batch": 8.0}, "batch=8.0 must be an int, a positive multiple"),
+        ({"batch": True}, "batch=True must be a whole number"),
+        ({"batch": 8.0}, "batch=8.0 must be a whole number, a positive multiple"),
         ({"micro_batch": True}, "micro_batch must be a positive integer"),
         ({"skip_limit": "x"}, "skip_limit must be in \\[0, 1\\] .* got 'x'"),  # (a TypeError from a comparison)
     ]:
@@ -587,5 +587,5 @@ def test_auto_checks_the_batch_before_it_probes_and_a_resumed_plan_fits_another_
         with pytest.raises(bigbatch.BigbatchError, match="must agree in dim 0, got lengths"):
             rep.step(lambda m: nn.functional.cross_entropy(model(m[0]), m[1]), bad, opt)
     assert rep.use_micro_batch(48).micro_batch == 32 and rep.plan.accumulation == 2  # (48 does not divide 64)
-    with pytest.raises(bigbatch.BigbatchError, match="must be an int, a positive multiple"):
+    with pytest.raises(bigbatch.BigbatchError, match="must be a whole number, a positive multiple"):
         rep.set_batch(True)

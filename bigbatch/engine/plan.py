@@ -51,7 +51,8 @@ def check_batch(batch: object, world_size: int) -> int:
     if number is not None:  # (a fresh run takes another batch; a resumed one, whose batch is fixed, another world size)
         divisors = [d for d in range(1, min(number, 64) + 1) if number % d == 0]
         fits = f" (train.batch={-(-number // world_size) * world_size}, or {', '.join(map(str, divisors))} processes)"
-    raise BigbatchError(f"batch={batch!r} must be an int, a positive multiple of the world size {world_size}{fits}")
+    what = "a whole number, " if number is None else ""  # (found from outside: "must be an int" of 63)
+    raise BigbatchError(f"batch={batch!r} must be {what}a positive multiple of the world size {world_size}{fits}")
 
 
 def make_plan(batch: int, micro_batch: int, precision: str, ctx: Context, multiple: int = 1) -> Plan:

@@ -251,7 +251,8 @@ def session(
             if f.status == "finished":
                 out.append(f.result())
             elif f.status in ("error", "lost", "cancelled") or now - missing[w] > MISSING_FOR:
-                out.append((LOST, f"its Dask worker {w} was lost ({f.status})", time.time(), False))
+                how = {"error": "failed", "cancelled": "was cancelled"}.get(f.status, "was lost")  # (not "(pending)")
+                out.append((LOST, f"its Dask worker {w} {how}", time.time(), False))
             else:
                 out.append(None)
         return out
