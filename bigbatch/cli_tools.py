@@ -334,7 +334,8 @@ def run_stats(args: argparse.Namespace) -> None:
     args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
     if args.n is not None and args.n > len(data):
         warn(f"{args.data} holds {len(data)} images, fewer than --n {args.n}: using all of them")
-    ext = feature_extractor(args.extractor, data)  # the data set's own classifier is trained (and cached) here
+    ext = feature_extractor(args.extractor, data, args.weights)  # (a data set's own classifier trained and cached here;
+    # --weights: found from outside, weights kept elsewhere could not be given)
     from bigbatch.metrics.features import progress
 
     with progress("stats"):

@@ -400,3 +400,33 @@ def test_cached_statistics_do_not_stand_for_a_data_file_edited_in_place(sets, ca
     assert main(["eval", str(sets / "a"), str(sets / "ref.h5"), "--metrics", "fid", "--extractor", "standin"]) == 2
     err = capsys.readouterr().err
     assert f"data file {sets / 'ref.h5'} is damaged: its content hash is" in err and "prepare it again" in err
+
+
+def test_the_pinned_resize_is_the_one_stylegan2_adas_torchscript_inception_makes_inside():
+    # NVIDIA's inception-2015-12-05.pt (StyleGAN2-ADA's metrics, clean-fid's legacy_tensorflow) resizes its uint8 input
+    # itself: an affine grid shifted by 1/in - 1/299 and bilinear sampling with border padding, which is TF1's mapping,
+    # source = target * in / 299. The inception-torchscript extractor runs that file's layers on bigbatch's pinned
+    # resize instead: the same input within float rounding (asked from outside whether it is).
+    g = torch.Generator().manual_seed(0)
+    for h, w in ((16, 16), (32, 48), (64, 64), (300, 500)):
+        x = torch.randint(0, 256, (2, 3, h, w), generator=g).float()
+        theta = torch.eye(2, 3).repeat(2, 1, 1)
+        theta[:, 0, 2] += 1 / w - 1 / 299
+        theta[:, 1, 2] += 1 / h - 1 / 299
+        grid = F.affine_grid(theta, [2, 3, 299, 299], align_corners=False)
+        theirs = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        # (float32 grid coordinates: a few hundredths of a level, of 255, on a 500-px side)
+        assert (M.resize_tf_bilinear(x) - theirs).abs().max() < 0.05, (h, w)
+
+
+def test_a_fid_of_fewer_images_than_its_feature_dimensions_is_said_to_be_biased(capsys):
+    # Found from outside: the FID of 20 images against 100 was 15% above that of 120, and nothing said so.
+    from bigbatch.metrics.stats import ReferenceStats
+
+    reference = ReferenceStats(np.zeros(32), np.eye(32), np.zeros((0, 32), np.float32), "test", {})
+    g = torch.Generator().manual_seed(0)
+    for n in (20, 40):
+        M.score({"pool": torch.randn(n, 32, generator=g)}, reference, "fid")
+    err = capsys.readouterr().err
+    assert "FID of 20 images is biased upward (fewer than its 32 feature dimensions): compare it only" in err
+    assert "of 40 images" not in err

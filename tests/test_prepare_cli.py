@@ -108,6 +108,9 @@ def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch,
     assert scores["fcd"] > 0 and "kcd" in scores and "fid" not in scores  # never labelled FID
     assert main(["eval", str(run), "--metrics", "bogus"]) == 2
     assert "unknown metric 'bogus'" in capsys.readouterr().err
+    # Inception weights kept elsewhere are given as eval's are (found from outside: stats had no --weights).
+    assert main(["stats", "builtin:digits", "--extractor", "inception", "--weights", "nowhere.pth"]) == 2
+    assert "Inception weights file nowhere.pth does not exist" in capsys.readouterr().err
     # Statistics of images of another size than the samples' are warned of (found from outside: silent).
     before = set((tmp_path / "cache" / "stats").glob("*.safetensors"))  # (training's own, without features, too)
     assert main(["stats", "builtin:digits", "--extractor", "classifier", "--resolution", "32"]) == 0

@@ -76,8 +76,9 @@ class InceptionExtractor(Extractor):
 
 
 class TorchScriptExtractor(Extractor):
-    """StyleGAN/clean-fid's TorchScript Inception run as it is (its `layers`, fed our pipeline's input,
-    as clean-fid does), for parity with them; logits only if the file has its output layer."""
+    """StyleGAN/clean-fid's TorchScript Inception: the file's own `layers`, fed our pinned pipeline's input (the
+    resize the file makes inside, which is skipped, is TF1's too, within float rounding: tests/test_eval_images.py),
+    for parity with them; logits only if the file has its output layer."""
 
     def __init__(self, ts: torch.jit.ScriptModule, device: torch.device | str = "cpu", source: str = ""):
         self.name, self.family, self.dims = "inception-torchscript", "inception", 2048
