@@ -359,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto, inception, inception-torchscript, classifier or classifier:RUN (a classify run)",
     )
     st.add_argument("--weights", help="Inception weights file (default: found in $BIGBATCH_CACHE/weights)")
+    st.add_argument("--npz", metavar="OUT.npz", help="also write mu and sigma as pytorch-fid's and clean-fid's .npz")
     st.add_argument("--n", type=int, help="images to use (default, or 0: all)")
     st.add_argument("--resolution", type=int, help="builtin data sets: the side to make them at (default 32)")
     st.add_argument("--kid", action="store_true", help="also keep every image's features, which KID, pr and dc need")

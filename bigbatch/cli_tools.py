@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import is_url
+from bigbatch.urls import is_url, local_folder
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -329,6 +329,8 @@ def run_stats(args: argparse.Namespace) -> None:
         raise BigbatchError(
             f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
         )
+    if args.npz:
+        local_folder(args.npz, "--npz", "stats")
     resolution = stored or args.resolution or 32
     data = load_data(args.data, resolution)
     args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
@@ -349,6 +351,17 @@ def run_stats(args: argparse.Namespace) -> None:
     use = "give it as B to bigbatch eval" + ("" if ext.family == "inception" else f" of a run on {args.data}")
     where = f"in {file} ({use})" if file.is_file() else f"key {stats.key}"
     print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
+    if args.npz:  # (found from outside: statistics to share with TTUR's, pytorch-fid's or clean-fid's users)
+        import io
+
+        import numpy as np
+
+        from bigbatch.files import atomic_write
+
+        buf = io.BytesIO()
+        np.savez(buf, mu=stats.mu, sigma=stats.sigma)
+        atomic_write(args.npz, buf.getvalue())
+        print(f"wrote {args.npz}: mu and sigma, as pytorch-fid's --save-stats and clean-fid write them")
 
 
 def _is_data_file(path: str) -> bool:

@@ -92,11 +92,18 @@ def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch,
     run = bigbatch.train(tiny, run_dir="run", quiet=True)
     assert "features:" not in capsys.readouterr().err  # training's own evaluations show no extraction progress
     monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a line each batch here
-    assert main(["stats", "builtin:digits", "--extractor", "classifier", "--resolution", "16"]) == 0
+    npz = tmp_path / "digits.npz"  # (also as pytorch-fid's and clean-fid's .npz: found from outside, not written)
+    assert main(["stats", "builtin:digits", "--extractor", "classifier", "--resolution", "16", "--npz", str(npz)]) == 0
     said, err = capsys.readouterr()
     assert "stats: features: 64/1797 images" in err and "img/s, about" in err
-    assert "reference statistics of builtin:digits" in said
+    assert "reference statistics of builtin:digits" in said and f"wrote {npz}: mu and sigma" in said
     (file,) = (tmp_path / "cache" / "stats").glob("*.safetensors")  # cached for the next call
+    from safetensors.numpy import load_file
+
+    with np.load(npz) as written:
+        cached = load_file(file)
+        assert sorted(written) == ["mu", "sigma"] and np.array_equal(written["mu"], cached["mu"])
+        assert np.array_equal(written["sigma"], cached["sigma"])
     assert f"in {file} (give it as B to bigbatch eval of a run on builtin:digits)" in said  # (a run's: its data's)
     assert (
         main(["eval", str(run), "--metrics", "fid,kid", "--n", "64", "--extractor", "classifier", "--batch-size", "16"])
