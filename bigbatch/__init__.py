@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 if "PYTORCH_ALLOC_CONF" not in os.environ and "PYTORCH_CUDA_ALLOC_CONF" not in os.environ:
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
-# Public name -> the module that defines it ("data", "models" and "launch" are the modules themselves).
+# Public name -> the module that defines it ("data", "models", "launch" and "sampling" are the modules themselves).
 _EXPORTS = {
     "BigbatchError": "bigbatch.errors",
     "Config": "bigbatch.config",
@@ -33,6 +33,7 @@ _EXPORTS = {
     "models": "bigbatch.models",
     "preset": "bigbatch.presets",
     "sample": "bigbatch.sampling",
+    "sampling": "bigbatch.sampling",  # (bigbatch.sampling.draw_latents, as README has it: found from outside)
     "standing_stats": "bigbatch.sampling",
     "sweep": "bigbatch.sweeps",
     "train": "bigbatch.loop",
@@ -50,13 +51,14 @@ __all__ = [
     "models",
     "preset",
     "sample",
+    "sampling",
     "standing_stats",
     "sweep",
     "train",
 ]
 
 if TYPE_CHECKING:
-    from bigbatch import data, launch, models
+    from bigbatch import data, launch, models, sampling
     from bigbatch.config import Config
     from bigbatch.engine.context import InputContext
     from bigbatch.engine.replicator import Replicator
@@ -73,7 +75,7 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'bigbatch' has no attribute '{name}'")
     module = importlib.import_module(_EXPORTS[name])
-    value = module if name in ("data", "models", "launch") else getattr(module, name)
+    value = module if name in ("data", "models", "launch", "sampling") else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -207,3 +207,24 @@ def test_the_checker_finds_a_cycle_made_only_of_imports_inside_functions(tmp_pat
     files["pkg/sub/c.py"] = "import importlib\n\n\ndef g():\n    return importlib.import_module('pkg.a')\n"
     graph = import_graph(write_package(tmp_path / "by_name", files))
     assert graph["pkg.sub.c"] == {"pkg.a": 5} and cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
+
+
+def test_every_dotted_name_the_readme_gives_is_reached_from_import_bigbatch():
+    # Found from outside: bigbatch.sampling.draw_latents and bigbatch.models.convert.to_reference, as README writes
+    # them, raised AttributeError after a plain `import bigbatch`.
+    import re
+
+    names = set(re.findall(r"\bbigbatch(?:\.[A-Za-z_]\w*)+", (PACKAGE.parent / "README.md").read_text()))
+    names -= {"bigbatch.json"}  # (a file a run's exports carry, not a name)
+    check = (
+        "import sys, bigbatch\n"
+        f"for name in {sorted(names)!r}:\n"
+        "    obj = bigbatch\n"
+        "    for part in name.split('.')[1:]:\n"
+        "        obj = getattr(obj, part, None)\n"
+        "    if obj is None:\n"
+        "        print(name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert out.returncode == 0 and out.stdout == "", out.stdout + out.stderr
+    assert len(names) > 15  # (the README's Python names were read)

@@ -1,7 +1,19 @@
 """Model families, built by name: plain nn.Module (G, D) pairs for the GAN, single classifiers, and
 face-swap autoencoders and face segmenters."""
 
-from bigbatch.models import biggan, biggan_deep, convnet, dcgan, resnet, saehd, sngan, stylegan2, xseg  # noqa: F401  (registers the families)
+# The families register themselves; convert is bigbatch.models.convert (to_reference, as README has it).
+from bigbatch.models import (  # noqa: F401
+    biggan,
+    biggan_deep,
+    convert,
+    convnet,
+    dcgan,
+    resnet,
+    saehd,
+    sngan,
+    stylegan2,
+    xseg,
+)
 from bigbatch.models.registry import (
     create,
     create_autoencoder,
