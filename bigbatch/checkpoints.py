@@ -337,7 +337,7 @@ def find_checkpoint(path: str | Path) -> Path:
     if name and (corrupt := _corrupt_by_size(path / "checkpoints" / name)) is not None:
         raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:
-        raise BigbatchError(f"run {path} has no complete checkpoint yet")
+        raise BigbatchError(f"run {path} has no complete checkpoint{way_back(path) or ' yet'}")
     if not (name and any(map(owner_alive, (path / "checkpoints").glob(f".tmp-{name}-*")))):  # (one going into place)
         warn(
             f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using "
@@ -431,11 +431,8 @@ def resume_checkpoint(run: Path) -> Path | None:
     Rank 0's work: the other ranks take its answer."""
     found = published(run)
     if not found:
-        if aside := sorted((Path(run) / "checkpoints").glob(f"{ASIDE}*")):
-            raise BigbatchError(
-                f"no checkpoint of {run} is intact: the damaged ones were moved aside ({aside[-1].name}, ...); "
-                "restore one, or start a new run in another --run-dir"
-            )
+        if said := way_back(run):
+            raise BigbatchError(f"no checkpoint of {run} is intact{said}")
         return None
     try:
         first: Path | None = find_checkpoint(run)
@@ -456,7 +453,22 @@ def resume_checkpoint(run: Path) -> Path | None:
                 os.replace(ckpt, aside)
             moved = f" (moved aside to {aside.name})" if isinstance(e, Corrupt) else ""
             warn(f"{damage(e)}{moved}; passing over it to the checkpoint before")
-    raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings); start a new run, or restore one")
+    raise BigbatchError(f"no checkpoint of {run} is intact (see the warnings){way_back(run)}")
+
+
+def way_back(run: Path) -> str:
+    """ ", each damaged checkpoint moved aside (.corrupt-*): …, then how the run goes on" for a run whose checkpoints
+    were all damaged, else "" (found from outside: a resume that set every one aside named no way on, and the
+    run's readers then said it had saved none yet, though its best/ was intact)."""
+    aside = sorted((Path(run) / "checkpoints").glob(f"{ASIDE}*"))
+    if not aside:
+        return ""
+    best = best_checkpoint(run)
+    way = f"start a new run from its best (train.init_from={best}), or " if best is not None else ""
+    return (
+        f", each damaged checkpoint moved aside ({aside[-1].name}, ...): {way}restore one (its files from a copy), or "
+        "start a new run in another --run-dir"
+    )
 
 
 def set_aside_newer(run_dir: Path, nimg: int) -> None:

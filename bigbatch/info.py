@@ -53,7 +53,9 @@ def describe_run(path: str | Path) -> str:
     if run is not None and path.resolve() == run.resolve():
         ckpts = checkpoints.complete_checkpoints(run)
         lines.append(f"run         {run}")
-        if ckpt is None:
+        if ckpt is None and (said := checkpoints.way_back(run)):
+            lines.append(f"checkpoints none intact{said}")
+        elif ckpt is None:
             first = min(cfg.checkpoint.every_kimg, t.kimg)
             lines.append(f"checkpoints none yet (the first at {first:g} kimg; a stopped run saves where it stops)")
         else:

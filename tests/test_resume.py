@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -355,6 +356,7 @@ def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, 
     # the resume refused; a metrics.jsonl line that is not a row is warned about, the file kept beside.
     run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
     newest, older = run / "checkpoints" / "000000.512", run / "checkpoints" / "000000.256"
+    shutil.copytree(newest, best := run / "checkpoints" / "best")  # (intact: as an evaluation would have kept it)
     os.truncate(newest / "G.safetensors", 1000)
     (older / "meta.json").unlink()
     (run / ".plan.json.tmp-999999999").write_text("left by a killed process")
@@ -368,8 +370,18 @@ def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, 
         ".corrupt-000000.512",
     ]
     assert not (run / ".plan.json.tmp-999999999").exists()  # (no such process: removed under the run's lock)
-    with pytest.raises(bigbatch.BigbatchError, match=r"the damaged ones were moved aside \(.corrupt-000000.512, ...\)"):
-        bigbatch.train(tiny.override({"train.kimg": 0.64}), run_dir=run, resume=True, quiet=True)  # again: still
+    # Again, still; the way on is named, and readers say what happened (found from outside: no way was named, though
+    # best/ was intact, and `info` and `sample` then said the run had saved nothing yet).
+    said = rf"moved aside \(.corrupt-000000.512, ...\): start a new run from its best \(train.init_from={best}\)"
+    with pytest.raises(bigbatch.BigbatchError, match=said):
+        bigbatch.train(tiny.override({"train.kimg": 0.64}), run_dir=run, resume=True, quiet=True)
+    assert main(["info", str(run)]) == 0 and "checkpoints none intact, each damaged checkpoint moved aside (" in (
+        capsys.readouterr().out
+    )
+    assert main(["sample", str(run)]) == 2 and "has no complete checkpoint, each damaged checkpoint" in (
+        capsys.readouterr().err
+    )
+    bigbatch.train(tiny.override({"train.init_from": str(best)}), run_dir=tmp_path / "again", quiet=True)
     short = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "short", quiet=True)
     lines = (short / "metrics.jsonl").read_text().splitlines()
     (short / "metrics.jsonl").write_text("\n".join([lines[0], "not a row", *lines[1:]]) + "\n")
