@@ -47,7 +47,7 @@ def test_a_short_run_of_skipped_steps_stops_too(tiny, tmp_path, capsys):
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     # Before its first checkpoint: said so (found from outside: "the last checkpoint intact", where none was), and
     # the row of the steps since the last one logged, their skips counted (it was lost).
-    assert "before its first checkpoint: start it again" in str(stopped.value)
+    assert "before its first checkpoint: start it again in another --run-dir" in str(stopped.value)
     rows, said = read_metrics(tmp_path / "r" / "metrics.jsonl"), capsys.readouterr().err
     skips = said.count("skipped: its loss or gradients are not finite")
     assert skips >= 2 and sum(r.get("skipped_G", 0) + r.get("skipped_D", 0) for r in rows) == skips

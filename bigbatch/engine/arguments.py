@@ -125,6 +125,8 @@ def skip_limit_reached(state: Any, recent: int, skip_limit: float, config_terms:
         f"{said} and the last checkpoint intact. Resume it with {instead}train.grad_clip set (a resume may change "
         "them), or start a new run from a checkpoint before the trouble at a lower learning rate "
         "(train.init_from=RUN/checkpoints/NAME)",
-        f"{said}, before its first checkpoint: start it again with {instead}train.grad_clip set, or at a lower "
-        "learning rate",  # (found from outside: a checkpoint was said to be intact where none was written)
+        f"{said}, before its first checkpoint: start it again in another --run-dir (this one keeps its config) with "
+        f"{instead}train.grad_clip set, or at a lower learning rate",  # (found from outside: a checkpoint was said
+        # to be intact where none was written; and its run dir, which refused the new config, was not said to be in
+        # the way)
     )
