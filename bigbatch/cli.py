@@ -41,7 +41,7 @@ def _train(args: argparse.Namespace) -> None:
     signals.EXITING_AFTER[0] = threading.current_thread() is threading.main_thread()  # (see restore_sigterm)
     with signals.interrupt_at_once():
         from bigbatch.batching import compiles, describe_compile, describe_plan
-        from bigbatch.config import Config, parse_override
+        from bigbatch.config import parse_override
         from bigbatch.engine import dist
         from bigbatch.loop import train
         from bigbatch.presets import base_config
@@ -53,16 +53,10 @@ def _train(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--resume{'=auto' if resume == 'auto' else ''} needs --run-dir naming the run")
     if resume is True and not saved.exists() and not (saved.parent / "checkpoints").exists():
         raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
-    if resume and not (args.preset or args.config) and saved.exists():
-        cfg = Config.load(saved)  # the run's own config; the same command with --preset/--config is checked
-    elif resume and not (args.preset or args.config) and (saved.parent / "checkpoints").is_dir():
-        # RUN/config.toml lost: each checkpoint holds the config it was trained with (not the default preset's)
-        from bigbatch.checkpoints import complete_checkpoints
+    if resume and not (args.preset or args.config) and (saved.exists() or (saved.parent / "checkpoints").is_dir()):
+        from bigbatch.run_data import resume_base  # (the same command with --preset/--config is checked)
 
-        found = complete_checkpoints(saved.parent)
-        if not found:
-            raise BigbatchError(f"{saved} is missing and the run has no complete checkpoint: give --config")
-        cfg = Config.load(found[-1] / "config.toml")
+        cfg = resume_base(saved.parent)
     else:
         cfg = base_config(args.preset, args.config, "digits")
     if args.init_from:

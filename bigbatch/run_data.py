@@ -14,6 +14,7 @@ import xxhash
 
 from bigbatch import checkpoints
 from bigbatch.config import Config
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import is_url
 
 DATA_PATHS = ("path", "val_path", "dst_path")
@@ -42,6 +43,26 @@ def run_config(ckpt: Path) -> Config:
         if _relative(value) and os.path.exists(there := os.path.join(folder, value)):
             found[f"data.{key}"] = there
     return cfg.override(found) if found else cfg
+
+
+def resume_base(run: Path) -> Config:
+    """The config a bare `train --resume` goes on with: the run's own, RUN/config.toml; where that is lost, or not
+    TOML (cut short), the one the newest complete checkpoint was trained with, which it keeps (not the default
+    preset's; found from outside: a damaged RUN/config.toml was refused, with an intact copy in each checkpoint)."""
+    saved, damage = run / "config.toml", ""
+    if saved.exists():
+        try:
+            return Config.load(saved)
+        except BigbatchError as e:
+            if "is not valid TOML" not in str(e):  # (a value edited wrong: said, not passed over)
+                raise
+            damage = str(e)
+    found = checkpoints.complete_checkpoints(run)
+    if not found:
+        raise BigbatchError(f"{damage or f'{saved} is missing'}; and the run has no complete checkpoint: give --config")
+    if damage:
+        warn(f"{damage}; resuming with the config checkpoint {found[-1].name} keeps")
+    return Config.load(found[-1] / "config.toml")
 
 
 def eval_folder(run: str | Path, ckpt: Path, name: str, source: str) -> Path:
