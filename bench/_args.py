@@ -67,6 +67,22 @@ def name_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     return names
 
 
+def device_arg(text: str) -> str:
+    """An argparse type: "auto", "cpu" or a CUDA device this machine has (found from outside: --device cuda on a
+    machine without one was a traceback of torch's, after the benchmark had begun)."""
+    import torch
+
+    try:
+        kind = "auto" if text == "auto" else torch.device(text).type
+    except (RuntimeError, ValueError):
+        kind = ""
+    if kind not in ("auto", "cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: give cpu, cuda or cuda:N (or auto)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text}: no CUDA GPU here: give --device cpu")
+    return text
+
+
 @contextmanager
 def one_line_errors() -> Iterator[None]:
     """A BigbatchError (an unknown preset, a bad override, a missing run) as `bigbatch: error: ...`, one line on

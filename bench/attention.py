@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import name_list, positive_int  # noqa: E402
+from _args import device_arg, name_list, positive_int  # noqa: E402
 from resample import seconds  # noqa: E402
 
 from bigbatch.engine.memory import CPUPeak, format_bytes  # noqa: E402
@@ -140,7 +140,7 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--sizes", choices=tuple(LAYERS), help="default: full on a GPU, small on CPU")
     p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")
     p.add_argument("--repeats", type=positive_int, default=5)

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import positive_int  # noqa: E402
+from _args import device_arg, positive_int  # noqa: E402
 from _classify import SameBatch, classify_task  # noqa: E402
 from _gan import config, gan_task, sync  # noqa: E402
 
@@ -165,7 +165,7 @@ def task_rates(device: torch.device, repeat: int) -> list[tuple[str, float, floa
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--repeat", type=positive_int, default=3)
     a = p.parse_args()
     device = torch.device(a.device)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import positive_int  # noqa: E402
+from _args import device_arg, positive_int  # noqa: E402
 
 
 def child(args: argparse.Namespace) -> None:
@@ -48,7 +48,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("overrides", nargs="*", metavar="key=value")
     p.add_argument("--preset", default="biggan128_bs2048")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
     p.add_argument(
         "--starts", type=positive_int, default=2, help="starts in a row on the same cache (the first is cold)"

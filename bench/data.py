@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import resource
 import socket
@@ -130,6 +131,7 @@ def start_s3():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # (found from outside: a line a request, over the tables)
     server.start()
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}"

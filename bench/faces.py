@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _faces  # noqa: E402
-from _args import at_least, positive_int  # noqa: E402
+from _args import at_least, device_arg, positive_int  # noqa: E402
 
 
 def _cli(*args: str) -> float:
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--frames", type=positive_int, default=250)
     parser.add_argument("--size", type=frame_size, default="1280x720", help="WIDTHxHEIGHT of the clip")
     parser.add_argument("--workers", type=at_least(0), default=os.cpu_count() or 1)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", type=device_arg)
     parser.add_argument("--resolution", type=positive_int, default=128, help="the model's (saehd128's)")
     parser.add_argument("--work", help="folder to work in (default: a temporary one)")
     args = parser.parse_args()

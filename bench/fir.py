@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import name_list, positive_int  # noqa: E402
+from _args import device_arg, name_list, positive_int  # noqa: E402
 from resample import seconds  # noqa: E402
 
 from bigbatch.models import fused, stylegan2  # noqa: E402
@@ -134,7 +134,7 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--batch", type=positive_int, default=4)
     p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")
     p.add_argument("--repeats", type=positive_int, default=3)

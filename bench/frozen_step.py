@@ -21,7 +21,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _args import name_list, positive_int  # noqa: E402
+from _args import device_arg, name_list, positive_int  # noqa: E402
 
 import bigbatch  # noqa: E402
 from bigbatch.engine import frozen  # noqa: E402
@@ -68,7 +68,7 @@ def seconds_per_step(name: str, train_bn: bool, way: str, steps: int, device: st
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--steps", type=positive_int, default=5)
     models = tuple(n.split()[0] for n in MODELS)
     p.add_argument("--models", type=name_list(models), default=",".join(models), help=f"of {', '.join(models)}")

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import at_least, device_arg, one_line_errors  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _swap import Fp32Kernels, is_swap, native_bf16, optimizers, swap_task, synthetic_faces  # noqa: E402
 
@@ -48,23 +49,29 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("overrides", nargs="*", metavar="key=value", help="with --preset: config overrides")
     p.add_argument("--preset", default="", help="a swap preset (e.g. saehd512_df_ud): its autoencoder")
-    p.add_argument("--resolution", type=int, default=128)
-    p.add_argument("--ch", type=int, default=96)
-    p.add_argument("--batch", type=int, default=2048)
+    p.add_argument("--resolution", type=at_least(4), default=128)
+    p.add_argument("--ch", type=at_least(1), default=96)
+    p.add_argument("--batch", type=at_least(1), default=2048)
     p.add_argument("--budgets", default="", help="GiB (default 6,8,11,16; a preset: its memory_budget, else 6)")
     p.add_argument(
         "--at", default="", help="CPU: the micro-batches to measure (default 2,4; a preset: half its batch, its batch)"
     )
     p.add_argument("--modes", default="fp32,bf16,bf16+ckpt", help="of fp32, bf16, bf16+ckpt")
-    p.add_argument("--search", type=int, default=64, help="a preset on a GPU: the largest micro-batch probed")
+    p.add_argument("--search", type=at_least(1), default=64, help="a preset on a GPU: the largest micro-batch probed")
     p.add_argument(
         "--bf16-kernels",
         choices=("auto", "native", "fp32"),
         default="auto",
         help="a preset on CPU: count bf16 probes with fp32 convolutions and matmuls (auto: where bf16 is not native)",
     )
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", type=device_arg)
     args = p.parse_args()
+    # (found from outside: --budgets 0 ran, abc and --at 4,4 were tracebacks)
+    if args.budgets and not all(_gib_above_0(b) for b in args.budgets.split(",")):
+        p.error(f"--budgets: give comma-separated GiB above 0, e.g. 6,8; got {args.budgets!r}")
+    at = args.at.split(",") if args.at else ["1", "2"]
+    if len(at) != 2 or len(set(at)) != 2 or not all(m.isdigit() and int(m) >= 1 for m in at):
+        p.error(f"--at: give two different micro-batches, e.g. 2,4; got {args.at!r}")
     unknown = [m for m in args.modes.split(",") if m not in MODE_NAMES]
     if unknown:
         p.error(f"--modes: unknown {', '.join(unknown)}; valid: {', '.join(MODE_NAMES)}")
@@ -250,5 +257,13 @@ def _pow2(batch: int) -> list[int]:
     return [m for m in (2**i for i in range(batch.bit_length())) if batch % m == 0]
 
 
+def _gib_above_0(text: str) -> bool:
+    try:
+        return 0 < float(text) < float("inf")
+    except ValueError:
+        return False
+
+
 if __name__ == "__main__":
-    main()
+    with one_line_errors():
+        main()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _args import at_least, int_list, one_line_errors, positive_int
+from _args import at_least, device_arg, int_list, one_line_errors, positive_int
 
 from bigbatch import metrics as M
 from bigbatch.errors import BigbatchError
@@ -93,7 +93,7 @@ def fid_seconds(d: int = 2048) -> tuple[float, float | None]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", type=device_arg)
     p.add_argument("--batch", type=at_least(0), default=0, help="images per call (default 16 on CPU, 200 on CUDA)")
     p.add_argument("--batches", type=positive_int, default=3, help="timed calls per row (the best counts)")
     p.add_argument(

@@ -15,7 +15,7 @@ import functools
 import time
 
 import torch
-from _args import positive_int
+from _args import device_arg, positive_int
 
 from bigbatch.data.streams import COLOUR, generator
 from bigbatch.models.saehd import SAEHD
@@ -47,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--resolution", type=positive_int, default=128)
     parser.add_argument("--batch", type=positive_int, default=8)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", type=device_arg)
     parser.add_argument("--repeat", type=positive_int, default=3)
     args = parser.parse_args()
     device = torch.device(args.device)

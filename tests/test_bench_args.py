@@ -44,6 +44,12 @@ def refused(*argv: str) -> str:
         (["digits_quality.py", "/nonexistent/run"], ["bigbatch: error:", "/nonexistent/run"]),
         (["data.py", "--workers", "x"], ["--workers", "comma-separated whole numbers"]),
         (["storage.py", "--n", "0"], ["--n", "1 or more"]),
+        # Found from outside: tracebacks, some after the benchmark had begun.
+        (["attention.py", "--device", "nope"], ["--device", "'nope' is not a device"]),
+        (["memory.py", "--budgets", "abc"], ["--budgets", "GiB above 0"]),
+        (["memory.py", "--at", "4,4"], ["--at", "two different micro-batches"]),
+        (["memory.py", "--batch", "0"], ["--batch", "1 or more"]),
+        (["memory.py", "--preset", "nosuch"], ["bigbatch: error:", "unknown preset 'nosuch'"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v[0].endswith(".py") else None,
 )
@@ -68,3 +74,12 @@ def test_one_fastai_run_given_twice_is_refused(tmp_path):
     (tmp_path / "ours.json").write_text("[]")  # (--results: run nothing, table the files)
     line = refused("time_to_accuracy.py", "--results", str(tmp_path / "ours.json"), "--fastai", *map(str, files))
     assert "seed 0" in line and "given twice" in line
+
+
+def test_a_cuda_device_on_a_machine_without_one_is_refused_as_the_line_is_read():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    for script in ("attention.py", "channels_last.py", "metrics.py", "memory.py"):
+        assert "no CUDA GPU here: give --device cpu" in refused(script, "--device", "cuda")

@@ -99,6 +99,9 @@ def test_frozen_step_bench_times_each_way_for_each_train_bn(capsys):
 def test_world_size_bench_times_the_batchnorm_replay():
     import world_size
 
+    # Each split once (found from outside: --procs 2 ran 2 x 1 twice, into one folder, and crashed on the second).
+    assert [world_size.splits(k) for k in (2, 3, 4)] == [[(2, 4)], [(3, 4)], [(4, 4), (2, 4)]]
+
     assert re.fullmatch(
         r"53 BatchNorms, 2 micro-batches a step: [\d.]+ ms a step \(CPU, 1 thread\)", world_size.replay_cost(2, 1)
     )
