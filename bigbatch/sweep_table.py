@@ -43,7 +43,8 @@ def existing_folder(root: Path, name: str) -> str:
     order, if there is one (found from outside: {model.ch, train.batch} trained again what {train.batch,
     model.ch} had trained), else `name`."""
     parts = sorted(name.split(","))
-    if len(parts) < 2 or (root / name).exists() or not root.is_dir():
+    keys = {part.split("=", 1)[0] for part in parts}  # (two keys of one short name, train.lr and swap.lr: their
+    if len(parts) < 2 or len(keys) < len(parts) or (root / name).exists() or not root.is_dir():  # order is theirs)
         return name
     return next((p.name for p in root.iterdir() if p.is_dir() and sorted(p.name.split(",")) == parts), name)
 
