@@ -68,15 +68,18 @@ def name_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 
 
 def device_arg(text: str) -> str:
-    """An argparse type: "auto", "cpu" or a CUDA device this machine has (found from outside: --device cuda on a
-    machine without one was a traceback of torch's, after the benchmark had begun)."""
+    """An argparse type: "cpu", a CUDA device this machine has, or "auto" (the GPU where there is one), as the device
+    it names (found from outside: --device cuda on a machine without one was a traceback of torch's, after the
+    benchmark had begun)."""
     import torch
 
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        kind = "auto" if text == "auto" else torch.device(text).type
+        kind = torch.device(text).type
     except (RuntimeError, ValueError):
         kind = ""
-    if kind not in ("auto", "cpu", "cuda"):
+    if kind not in ("cpu", "cuda"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a device: give cpu, cuda or cuda:N (or auto)")
     if kind == "cuda" and not torch.cuda.is_available():
         raise argparse.ArgumentTypeError(f"{text}: no CUDA GPU here: give --device cpu")
