@@ -80,8 +80,7 @@ def main() -> None:
         cfg = bigbatch.preset(args.preset).override(dict(parse_override(o) for o in args.overrides))
         if not is_swap(cfg):
             p.error(f"--preset {args.preset} is a {cfg.task} preset; this benchmark takes swap presets")
-        if args.device != "auto":
-            cfg = cfg.override({"train.device": args.device})
+        cfg = cfg.override({"train.device": args.device})
         return swap_table(cfg, args, modes)
     if args.overrides:
         p.error("key=value overrides go with --preset")

@@ -314,13 +314,14 @@ def find_checkpoint(path: str | Path) -> Path:
             )
         return path
     if not holds_checkpoints(path):
-        dfl = sorted(path.glob("*_data.dat")) if path.is_dir() else []  # (found from outside: a DFL model folder,
-        if dfl:  # an AMP one too, was "neither a run directory nor a checkpoint folder")
+        # (found from outside: a DFL model folder, an AMP one too, was "neither a run directory nor a checkpoint")
+        dfl = sorted(path.glob("*_data.dat"), key=lambda f: "_SAEHD_" not in f.name) if path.is_dir() else []
+        if dfl:
             kind = dfl[0].name.removesuffix("_data.dat").rpartition("_")[2] or "DFL"
+            how = f"`bigbatch convert {path} RUN` makes it a run; export to .dfm, merge and swap take it as it is"
             raise BigbatchError(
                 f"{path} holds a DeepFaceLab {kind} model ({dfl[0].name}), not a bigbatch run: of DFL's models, "
-                f"bigbatch reads SAEHD's (`bigbatch convert {path} RUN` makes one a run; export to .dfm, merge and "
-                "swap take it as it is) and XSeg's"
+                + (how if kind == "SAEHD" else "bigbatch reads SAEHD's (`convert`) and XSeg's (`xseg`, `merge --xseg`)")
             )
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = complete_checkpoints(path)

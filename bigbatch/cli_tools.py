@@ -331,6 +331,8 @@ def run_stats(args: argparse.Namespace) -> None:
         )
     if args.npz:
         local_folder(args.npz, "--npz", "stats")
+        if args.extractor.startswith("classifier"):  # (before it trains: a classifier's are not what those tools read)
+            raise BigbatchError("--npz writes Inception statistics for other tools: give --extractor inception")
     resolution = stored or args.resolution or 32
     data = load_data(args.data, resolution)
     args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
@@ -351,6 +353,8 @@ def run_stats(args: argparse.Namespace) -> None:
     use = "give it as B to bigbatch eval" + ("" if ext.family == "inception" else f" of a run on {args.data}")
     where = f"in {file} ({use})" if file.is_file() else f"key {stats.key}"
     print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
+    if args.npz and ext.family != "inception":  # (a classifier's features: not what those tools read as FID's)
+        raise BigbatchError(f"--npz writes Inception statistics for other tools, and these are {ext.name}'s")  # (auto)
     if args.npz:  # (found from outside: statistics to share with TTUR's, pytorch-fid's or clean-fid's users)
         import io
 

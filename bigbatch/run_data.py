@@ -46,22 +46,19 @@ def run_config(ckpt: Path) -> Config:
 
 
 def resume_base(run: Path) -> Config:
-    """The config a bare `train --resume` goes on with: the run's own, RUN/config.toml; where that is lost, or not
-    TOML (cut short), the one the newest complete checkpoint was trained with, which it keeps (not the default
-    preset's; found from outside: a damaged RUN/config.toml was refused, with an intact copy in each checkpoint)."""
-    saved, damage = run / "config.toml", ""
+    """The config a bare `train --resume` goes on with: the run's own, RUN/config.toml; where that is lost, or cut
+    short (its bytes the start of the copy the newest complete checkpoint keeps, none at all too), that copy (not the
+    default preset's; found from outside: a config.toml cut short was refused, with an intact copy in each
+    checkpoint). A file edited otherwise is read as it is, and said wrong if it is."""
+    saved, found = run / "config.toml", checkpoints.complete_checkpoints(run)
+    kept = (found[-1] / "config.toml").read_bytes() if found else b""
     if saved.exists():
-        try:
+        text = saved.read_bytes()
+        if not (found and len(text) < len(kept) and kept.startswith(text)):
             return Config.load(saved)
-        except BigbatchError as e:
-            if "is not valid TOML" not in str(e):  # (a value edited wrong: said, not passed over)
-                raise
-            damage = str(e)
-    found = checkpoints.complete_checkpoints(run)
-    if not found:
-        raise BigbatchError(f"{damage or f'{saved} is missing'}; and the run has no complete checkpoint: give --config")
-    if damage:
-        warn(f"{damage}; resuming with the config checkpoint {found[-1].name} keeps")
+        warn(f"{saved} is cut short ({len(text)} of its {len(kept)} bytes): resuming with {found[-1].name}'s copy")
+    elif not found:
+        raise BigbatchError(f"{saved} is missing and the run has no complete checkpoint: give --config")
     return Config.load(found[-1] / "config.toml")
 
 

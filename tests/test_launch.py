@@ -89,7 +89,7 @@ def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
     # ... and stopped as they started, each said so: a clean stop, before anything was saved.
     starting = [result(0, 143, STOPPED, stopped=True), result(1, 143, "x\n" + STOPPED, stopped=True)]
     assert report(starting) == 130
-    assert "interrupted as the ranks started: they stopped before their first checkpoint" in capsys.readouterr().err
+    assert "interrupted as the ranks started: they stopped before the training loop began" in capsys.readouterr().err
 
 
 def test_a_rank_that_failed_of_its_own_accord_is_restarted_whatever_its_status():
@@ -322,7 +322,8 @@ def test_a_launched_run_dir_is_the_launchers_not_each_workers(tmp_path, monkeypa
         "train", "--run-dir", str(tmp_path / "runs/a"), f"--run-dir={tmp_path / 'b'}", "--resume=auto", "--run-dir",
         "s3://b/r",
     ]  # fmt: skip
-    assert absolute_run_dir(["train", "--run-dir"]) == ["train", "--run-dir"]  # (argparse says what is missing)
+    for missing in (["train", "--run-dir"], ["train", "--run-dir", "--resume=auto"]):  # (argparse says what is missing)
+        assert absolute_run_dir(missing) == missing
 
 
 def test_an_address_that_is_not_a_dask_scheduler_is_one_line(capsys):

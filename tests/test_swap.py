@@ -509,7 +509,8 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     for args, kind in ((exported, "SAEHD"), (("swap", str(amp), str(tmp_path / "in"), str(tmp_path / "o")), "AMP")):
         said = cli(*args)
         assert said.returncode == 2 and f"holds a DeepFaceLab {kind} model (" in said.stderr, said.stderr
-        assert f"`bigbatch convert {args[1]} RUN` makes one a run" in said.stderr
+        said_how = f"`bigbatch convert {args[1]} RUN` makes it a run" if kind == "SAEHD" else "bigbatch reads SAEHD's"
+        assert said_how in said.stderr
     gone = cli("convert", str(tmp_path / "nowhere" / "new_SAEHD_data.dat"), str(tmp_path / "r")).stderr
     assert "new_SAEHD_data.dat does not exist: give a DeepFaceLab model folder" in gone  # (found from outside)
     out = cli("export-dfl", str(run), str(tmp_path / "o"), "--face-type", "wf")

@@ -110,8 +110,9 @@ def absolute_run_dir(command: Sequence[str]) -> list[str]:
     one in its worker's folder (found from outside: the run was trained there, and named here as if in this one)."""
     out = list(command)
     for i, arg in enumerate(out):
-        if arg == "--run-dir" and out[i + 1 : i + 2] not in ([], [""]) and "://" not in out[i + 1]:
-            out[i + 1] = os.path.abspath(out[i + 1])
+        value = out[i + 1] if arg == "--run-dir" and i + 1 < len(out) else ""
+        if value and not value.startswith("-") and "://" not in value:  # (a flag after it: argparse says so)
+            out[i + 1] = os.path.abspath(value)
         elif arg.startswith("--run-dir=") and arg != "--run-dir=" and "://" not in arg:
             out[i] = "--run-dir=" + os.path.abspath(arg.removeprefix("--run-dir="))
     return out
@@ -450,7 +451,7 @@ def failure(results: Sequence[RankResult]) -> tuple[int, str]:
         first = min(asked, key=lambda r: (r.ended, r.rank))
         return first.returncode, (
             f"rank {first.rank} on {first.worker} was stopped by SIGTERM as it started, so every rank stopped "
-            "(before its first checkpoint: nothing was saved)"
+            "(before the training loop began: nothing new was saved)"
         )
     rank0 = next((r for r in results if r.rank == 0), None)
     if not own and rank0 is not None and rank0.returncode == 0 and all(r.returncode == -signal.SIGTERM for r in failed):
@@ -459,7 +460,7 @@ def failure(results: Sequence[RankResult]) -> tuple[int, str]:
         return 0, ""
     if not own and all(r.stderr_tail.rstrip().endswith(STOPPED) for r in failed):  # stopped as they started (found
         # from outside: said as "not every rank ended cleanly")
-        return 130, "interrupted as the ranks started: they stopped before their first checkpoint, saving nothing"
+        return 130, "interrupted as the ranks started: they stopped before the training loop began, saving nothing new"
     if not own:  # the launcher was interrupted and stopped them all
         how = ", ".join(f"rank {r.rank}: {(r.stderr_tail.splitlines() or [r.returncode])[-1]}" for r in failed)
         return 130, f"interrupted, and not every rank ended cleanly ({how})"
