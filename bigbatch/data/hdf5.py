@@ -104,12 +104,10 @@ def readable(path: Location) -> Iterator[None]:
     try:
         yield
     except (RuntimeError, KeyError, OSError) as e:
-        if isinstance(e, OSError) and (e.errno is not None or path.url):  # (the file system's or the network's own:
-            raise  # said as such by the caller, not as damage to the file)
+        if isinstance(e, OSError) and (e.errno is not None or path.url):  # (the file system's or the network's own)
+            raise
         said = " ".join(str(e.args[0] if isinstance(e, KeyError) and e.args else e).split())  # (over lines)
-        raise BigbatchError(
-            f"data file {path.name} is damaged: HDF5 cannot read it ({said}); copy it again, or prepare it again"
-        ) from None
+        raise BigbatchError(f"data file {path.name} is damaged: HDF5 reads {said!r}; prepare it again") from None
 
 
 def _meta(f: h5py.File, path: Location) -> dict[str, Any]:

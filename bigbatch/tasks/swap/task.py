@@ -199,11 +199,8 @@ def discriminators(cfg: Config, net: nn.Module) -> dict[str, nn.Module]:
 def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap") -> str:
     """DFL's face type of the faces: `section`.face_type, or the one `prepare --masks dfl|labels` recorded (""
     if neither says); the two sides and the config must agree."""
-    found = {}
-    for side, data in (("src", src), ("dst", dst)):
-        face_type = getattr(data, "meta", {}).get("face_type")
-        if face_type:
-            found[side] = face_type
+    kinds = {side: getattr(data, "meta", {}).get("face_type") for side, data in (("src", src), ("dst", dst))}
+    found = {side: kind for side, kind in kinds.items() if kind}
     model = "a SAEHD model" if section == "swap" else "an XSeg model"
     options = getattr(cfg, section)
     if len(set(found.values())) > 1:  # (the model's own type, where the config gives it: found from outside, the
