@@ -38,6 +38,14 @@ def positive_float(text: str) -> float:
     return number
 
 
+def positive_float_list(text: str) -> list[float]:
+    """An argparse type: comma-separated numbers above 0 ('6,8.5')."""
+    try:
+        return [positive_float(part) for part in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"give comma-separated numbers above 0 (got {text!r})") from None
+
+
 def int_list(least: int = 1) -> Callable[[str], list[int]]:
     """An argparse type: comma-separated whole numbers, each `least` or more ('64,16')."""
     one = at_least(least)

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import at_least, device_arg, one_line_errors  # noqa: E402
+from _args import at_least, device_arg, int_list, one_line_errors, positive_float_list  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _swap import Fp32Kernels, is_swap, native_bf16, optimizers, swap_task, synthetic_faces  # noqa: E402
 
@@ -52,9 +52,13 @@ def main() -> None:
     p.add_argument("--resolution", type=at_least(4), default=128)
     p.add_argument("--ch", type=at_least(1), default=96)
     p.add_argument("--batch", type=at_least(1), default=2048)
-    p.add_argument("--budgets", default="", help="GiB (default 6,8,11,16; a preset: its memory_budget, else 6)")
     p.add_argument(
-        "--at", default="", help="CPU: the micro-batches to measure (default 2,4; a preset: half its batch, its batch)"
+        "--budgets", type=positive_float_list, help="GiB (default 6,8,11,16; a preset: its memory_budget, else 6)"
+    )
+    p.add_argument(
+        "--at",
+        type=int_list(1),
+        help="CPU: the micro-batches to measure (default 2,4; a preset: half its batch, its batch)",
     )
     p.add_argument("--modes", default="fp32,bf16,bf16+ckpt", help="of fp32, bf16, bf16+ckpt")
     p.add_argument("--search", type=at_least(1), default=64, help="a preset on a GPU: the largest micro-batch probed")
@@ -67,11 +71,8 @@ def main() -> None:
     p.add_argument("--device", default="auto", type=device_arg)
     args = p.parse_args()
     # (found from outside: --budgets 0 ran, abc and --at 4,4 were tracebacks)
-    if args.budgets and not all(_gib_above_0(b) for b in args.budgets.split(",")):
-        p.error(f"--budgets: give comma-separated GiB above 0, e.g. 6,8; got {args.budgets!r}")
-    at = args.at.split(",") if args.at else ["1", "2"]
-    if len(at) != 2 or len(set(at)) != 2 or not all(m.isdigit() and int(m) >= 1 for m in at):
-        p.error(f"--at: give two different micro-batches, e.g. 2,4; got {args.at!r}")
+    if args.at is not None and len(set(args.at)) < 2:
+        p.error("--at: give two different micro-batches or more, e.g. 2,4 (memory is extrapolated on their line)")
     unknown = [m for m in args.modes.split(",") if m not in MODE_NAMES]
     if unknown:
         p.error(f"--modes: unknown {', '.join(unknown)}; valid: {', '.join(MODE_NAMES)}")
@@ -84,7 +85,7 @@ def main() -> None:
         return swap_table(cfg, args, modes)
     if args.overrides:
         p.error("key=value overrides go with --preset")
-    args.budgets, args.at = args.budgets or "6,8,11,16", args.at or "2,4"
+    budgets, at = args.budgets or [6.0, 8.0, 11.0, 16.0], sorted(set(args.at or [2, 4]))
     cfg = Config.from_dict(
         {
             "name": "bench",
@@ -93,7 +94,6 @@ def main() -> None:
             "train": {"batch": args.batch, "micro_batch": 1, "device": args.device},
         }
     )
-    budgets = [float(b) for b in args.budgets.split(",")]
     rows = []
     for precision, ckpt in modes:
         torch.manual_seed(0)
@@ -110,7 +110,7 @@ def main() -> None:
                     cells.append("0")
                 peaks.update({pr.micro_batch: pr.peak_bytes for pr in rep.probes if pr.fits})
         else:
-            a, b = (int(m) for m in args.at.split(","))
+            a, b = at[0], at[-1]
             baseline = memory.state_bytes(plain, opts)
             for m in (a, b):
                 peaks[m] = memory.measure(task.probe, m, rep.device, 2**62, baseline).peak_bytes
@@ -136,10 +136,10 @@ def main() -> None:
 def swap_table(cfg: Config, args: argparse.Namespace, modes: list[tuple[str, bool]]) -> None:
     """The autoencoder's table (see the module docstring)."""
     batch, budget = cfg.train.batch, cfg.train.memory_budget
-    budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else [_gib(budget) if budget else 6.0]
+    budgets = args.budgets or [_gib(budget) if budget else 6.0]
     share = cfg.train.batch // dist.context(cfg.train.device).world_size
-    at = sorted({int(m) for m in args.at.split(",")} if args.at else {max(1, share // 2), share})
-    if len(at) < 2:
+    at = sorted(set(args.at) if args.at else {max(1, share // 2), share})
+    if len(at) < 2:  # (a batch of 1: its half is itself)
         raise SystemExit("--at needs two micro-batches or more (memory is extrapolated on the line through them)")
     rows, emulated = [], False
     with synthetic_faces(cfg) as cfg:
@@ -254,13 +254,6 @@ def _divisors(n: int) -> list[int]:
 
 def _pow2(batch: int) -> list[int]:
     return [m for m in (2**i for i in range(batch.bit_length())) if batch % m == 0]
-
-
-def _gib_above_0(text: str) -> bool:
-    try:
-        return 0 < float(text) < float("inf")
-    except ValueError:
-        return False
 
 
 if __name__ == "__main__":

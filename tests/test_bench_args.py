@@ -46,7 +46,8 @@ def refused(*argv: str) -> str:
         (["storage.py", "--n", "0"], ["--n", "1 or more"]),
         # Found from outside: tracebacks, some after the benchmark had begun.
         (["attention.py", "--device", "nope"], ["--device", "'nope' is not a device"]),
-        (["memory.py", "--budgets", "abc"], ["--budgets", "GiB above 0"]),
+        (["memory.py", "--budgets", "abc"], ["--budgets", "numbers above 0"]),
+        (["memory.py", "--budgets", "0"], ["--budgets", "numbers above 0"]),
         (["memory.py", "--at", "4,4"], ["--at", "two different micro-batches"]),
         (["memory.py", "--batch", "0"], ["--batch", "1 or more"]),
         (["memory.py", "--preset", "nosuch"], ["bigbatch: error:", "unknown preset 'nosuch'"]),
