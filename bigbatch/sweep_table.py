@@ -38,15 +38,21 @@ def logged_scores(cfg: Config) -> tuple[str, ...]:
     )
 
 
-def existing_folder(root: Path, name: str) -> str:
-    """A combination's folder: the one an earlier sweep into RUNS_DIR named with the grid's keys in another
+def existing_folders(root: Path, names: list[str]) -> list[str]:
+    """Each combination's folder: the one an earlier sweep into RUNS_DIR named with the grid's keys in another
     order, if there is one (found from outside: {model.ch, train.batch} trained again what {train.batch,
-    model.ch} had trained), else `name`."""
-    parts = sorted(name.split(","))
-    keys = {part.split("=", 1)[0] for part in parts}  # (two keys of one short name, train.lr and swap.lr: their
-    if len(parts) < 2 or len(keys) < len(parts) or (root / name).exists() or not root.is_dir():  # order is theirs)
-        return name
-    return next((p.name for p in root.iterdir() if p.is_dir() and sorted(p.name.split(",")) == parts), name)
+    model.ch} had trained), else its name."""
+    there = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    by_parts = {tuple(sorted(name.split(","))): name for name in there}
+
+    def folder(name: str) -> str:
+        parts = tuple(sorted(name.split(",")))
+        keys = {part.split("=", 1)[0] for part in parts}  # (two keys of one short name, train.lr and swap.lr:
+        if len(parts) < 2 or len(keys) < len(parts) or name in there:  # their order is theirs)
+            return name
+        return by_parts.get(parts, name)
+
+    return [folder(name) for name in names]
 
 
 NAME_LIMIT = 200  # characters of a run folder's name

@@ -27,7 +27,7 @@ from bigbatch.signals import Terminated
 from bigbatch.sweep_table import (
     HIGHER_IS_BETTER,
     SCORES,
-    existing_folder,
+    existing_folders,
     is_number,
     logged_scores,
     result_row,
@@ -86,9 +86,8 @@ def sweep(
         if twice:
             raise BigbatchError(f"sweep grid key {key!r} lists {twice[0]!r} more than once: give each value once")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
-    named = zip(run_names(combos), combos)
-    # (each config checked before anything trains)
-    jobs = [Job(root / existing_folder(root, name), combo, base.override(combo)) for name, combo in named]
+    named = zip(existing_folders(root, run_names(combos)), combos)
+    jobs = [Job(root / name, combo, base.override(combo)) for name, combo in named]  # (each checked before training)
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)

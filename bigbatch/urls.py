@@ -33,11 +33,17 @@ def is_url(path: str) -> bool:
     return m is not None and len(m.group(1)) > 1 and m.group(1).lower() != "file"
 
 
+def names_url(path: str) -> bool:
+    """Whether a path given where a local one is written names a URL: scheme://... (a local name may hold a colon,
+    runs:v2)."""
+    return "://" in path and is_url(path)
+
+
 def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> Path:
     """A path this process writes as local files; a URL (s3://...) refused in one line (found from outside:
     Path() made s3://b/runs the local folder ./s3:/b/runs, and a sweep and bigbatch.train trained there)."""
     text = os.fspath(value)
-    if "://" in text and is_url(text):  # (scheme://: a local name may hold a colon, runs:v2)
+    if names_url(text):
         raise BigbatchError(
             f"{what} {text} is a URL, and {writer} writes local files: give a local path (and copy the result up "
             "afterwards)"

@@ -303,11 +303,14 @@ def test_a_sweep_into_a_url_is_refused_not_written_to_a_local_folder(tiny, tmp_p
 
 
 def test_a_combinations_folder_is_found_whatever_the_order_of_its_keys_but_not_another_combinations(tmp_path):
-    from bigbatch.sweep_table import existing_folder
+    from bigbatch.sweep_table import existing_folders
 
     for name in ("batch=16,ch=8", "lr=1,lr=2"):
         (tmp_path / name).mkdir()
-    assert existing_folder(tmp_path, "ch=8,batch=16") == "batch=16,ch=8"
-    assert existing_folder(tmp_path, "ch=9,batch=16") == "ch=9,batch=16"
     # train.lr=2 and swap.lr=1 is another combination than train.lr=1 and swap.lr=2, though its parts read alike.
-    assert existing_folder(tmp_path, "lr=2,lr=1") == "lr=2,lr=1"
+    assert existing_folders(tmp_path, ["ch=8,batch=16", "ch=9,batch=16", "lr=2,lr=1", "lr=1,lr=2"]) == [
+        "batch=16,ch=8",
+        "ch=9,batch=16",
+        "lr=2,lr=1",
+        "lr=1,lr=2",
+    ]

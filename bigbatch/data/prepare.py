@@ -372,8 +372,10 @@ def _write(
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         bar.close()
         if writer.count == 0:  # (a file read says why, before one listed: found from outside, a listed one did)
-            read, e = len(skipped) - unread, (skipped[unread:] or skipped or [None])[0]
-            reason = f"; {f'of those read, {read} failed, ' * bool(read)}e.g. {e[0]}: {e[1]}" if e else ""
+            failed = skipped[unread:]
+            counted = f"of those read, {len(failed)} failed, " if failed else ""
+            example = (failed or skipped)[:1]
+            reason = f"; {counted}e.g. {example[0][0]}: {example[0][1]}" if example else ""
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))

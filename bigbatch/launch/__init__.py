@@ -37,7 +37,7 @@ from urllib.parse import urlparse
 
 from bigbatch.errors import LOST_PEER, STOPPED, BigbatchError
 from bigbatch.files import metrics_row
-from bigbatch.urls import local_folder
+from bigbatch.urls import local_folder, names_url
 
 GRACE_SECONDS = 60.0  # after SIGTERM, how long a rank may take to save its checkpoint
 LOST = 1  # the exit status reported for a rank whose worker (or actor) was lost: it never told its own
@@ -111,9 +111,9 @@ def absolute_run_dir(command: Sequence[str]) -> list[str]:
     out = list(command)
     for i, arg in enumerate(out):
         value = out[i + 1] if arg == "--run-dir" and i + 1 < len(out) else ""
-        if value and not value.startswith("-") and "://" not in value:  # (a flag after it: argparse says so)
+        if value and not value.startswith("-") and not names_url(value):  # (a flag after it: argparse says so)
             out[i + 1] = os.path.abspath(value)
-        elif arg.startswith("--run-dir=") and arg != "--run-dir=" and "://" not in arg:
+        elif arg.startswith("--run-dir=") and arg != "--run-dir=" and not names_url(arg.removeprefix("--run-dir=")):
             out[i] = "--run-dir=" + os.path.abspath(arg.removeprefix("--run-dir="))
     return out
 
@@ -431,10 +431,15 @@ def report(results: Sequence[RankResult]) -> int:
     return status
 
 
+def _said_stopped(r: RankResult) -> bool:
+    """Whether a rank ended on a SIGTERM outside its training loop, saying so (`bigbatch: stopped by SIGTERM`)."""
+    return r.returncode == 128 + signal.SIGTERM and r.stderr_tail.rstrip().endswith(STOPPED)
+
+
 def signalled(r: RankResult) -> bool:
     """Whether a rank was stopped by a SIGTERM from outside the launcher as it started (its training loop takes
     one as a stop of every rank, which then save and exit 0): a stop, not a failure to restart after."""
-    return not r.stopped and r.returncode == 128 + signal.SIGTERM and r.stderr_tail.rstrip().endswith(STOPPED)
+    return not r.stopped and _said_stopped(r)
 
 
 def failure(results: Sequence[RankResult]) -> tuple[int, str]:
@@ -458,7 +463,7 @@ def failure(results: Sequence[RankResult]) -> tuple[int, str]:
         # Stopped by the launcher: rank 0 saved the checkpoint and exited cleanly; the others took their
         # SIGTERM after their training loop had already ended (the ranks agree to stop on the first signal).
         return 0, ""
-    if not own and all(r.stderr_tail.rstrip().endswith(STOPPED) for r in failed):  # stopped as they started (found
+    if not own and all(map(_said_stopped, failed)):  # stopped as they started (found
         # from outside: said as "not every rank ended cleanly")
         return 130, "interrupted as the ranks started: they stopped before the training loop began, saving nothing new"
     if not own:  # the launcher was interrupted and stopped them all

@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from bigbatch import checkpoints
 from bigbatch.checkpoints import read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
@@ -22,7 +21,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 from bigbatch.run_data import eval_folder, run_config
 from bigbatch.sampling import save_png
-from bigbatch.tasks.swap.load import check_faces, load_autoencoder
+from bigbatch.tasks.swap.load import check_faces, load_autoencoder, source_face_type
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
 from bigbatch.tasks.swap.task import PREVIEW_ROWS, preview_sheet
 from bigbatch.urls import public_name
@@ -70,7 +69,7 @@ def evaluate_swap(
         name, described = "heldout", "held-out faces"
     else:
         given = {"src": src_path, "dst": dst_path}
-        face_type = checkpoints.model_info(ckpt).get("face_type") or cfg.swap.face_type
+        face_type = source_face_type(ckpt) or ""
         sides = {side: _faces(path, side, cfg, face_type) for side, path in given.items() if path is not None}
         stems = [Path(path.removeprefix("builtin:")).stem for path in given.values() if path is not None]
         name = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", stem) or "data" for stem in stems)
