@@ -40,7 +40,7 @@ VARIANTS = {
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=positive_int, default=100, help="training images (spread over the classes)")
     p.add_argument("--kimg", type=positive_float, default=30)
     p.add_argument(

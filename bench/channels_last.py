@@ -164,7 +164,7 @@ def task_rates(device: torch.device, repeat: int) -> list[tuple[str, float, floa
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--repeat", type=positive_int, default=3)
     a = p.parse_args()

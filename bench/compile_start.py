@@ -23,20 +23,26 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import device_arg, positive_int  # noqa: E402
+from _args import device_arg, one_line_errors, positive_int  # noqa: E402
+
+
+def configured(args: argparse.Namespace):  # noqa: ANN201 (bigbatch's Config, imported late: a start's import time)
+    """The preset with the overrides, compiled, on --device."""
+    import bigbatch
+    from bigbatch.config import parse_override
+
+    given = dict(parse_override(o) for o in args.overrides)
+    cfg = bigbatch.preset(args.preset).override({"train.batch": 2, **given, "train.compile": True})
+    return cfg.override({"train.device": args.device})
 
 
 def child(args: argparse.Namespace) -> None:
     began = time.perf_counter()
     from throughput import measure
 
-    import bigbatch
-    from bigbatch.config import parse_override
     from bigbatch.engine import compile_cache
 
-    given = dict(parse_override(o) for o in args.overrides)
-    cfg = bigbatch.preset(args.preset).override({"train.batch": 2, **given, "train.compile": True})
-    cfg = cfg.override({"train.device": args.device})
+    cfg = configured(args)
     imported = time.perf_counter() - began
     watch = compile_cache.CompileWatch()
     r = measure(cfg, args.precision, False, cfg.train.batch, 1, 1000, warmup=1, flops=False, plain=False)
@@ -45,7 +51,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("overrides", nargs="*", metavar="key=value")
     p.add_argument("--preset", default="biggan128_bs2048")
     p.add_argument("--device", default="cpu", type=device_arg)
@@ -57,6 +63,8 @@ def main() -> None:
     args = p.parse_args()
     if args.child:
         return child(args)
+    with one_line_errors():  # (an unknown preset or key, a bad value: one line here, not each start's traceback)
+        configured(args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bigbatch-compile-start-") as cache:
         env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}

@@ -38,7 +38,7 @@ def recognised(G: torch.nn.Module, clf: SVC, n_per_class: int, seed: int) -> lis
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run")
     p.add_argument("--n-per-class", type=positive_int, default=100)
     p.add_argument("--seed", type=int, default=0)

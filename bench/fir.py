@@ -133,7 +133,7 @@ def cell(kind: str, batch: int, channels: int, side: int, precision: str, repeat
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--batch", type=positive_int, default=4)
     p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")

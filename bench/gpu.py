@@ -59,6 +59,7 @@ import torch
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import positive_float  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task, sync  # noqa: E402
 from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
@@ -487,7 +488,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--dry-run", action="store_true", help="every part at toy sizes (for CPU: a test of this script)")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "RESULTS.md", help="the file to append to")
@@ -496,7 +497,7 @@ def main() -> None:
         default=",".join(RUN_ORDER),
         help=f"comma-separated, run in the order given (the compile parts with the first), of {', '.join(PARTS)}",
     )
-    p.add_argument("--budget", type=float, default=450, help="seconds for all parts (each also has its limit)")
+    p.add_argument("--budget", type=positive_float, default=450, help="seconds for all parts (each also has its limit)")
     p.add_argument(
         "--limit", type=float, help="seconds each part may take, instead of its own limit (e.g. compiling alone)"
     )

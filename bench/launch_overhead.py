@@ -51,7 +51,7 @@ def timed(cmd: list[str]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=positive_int, default=3)
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"

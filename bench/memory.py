@@ -46,7 +46,7 @@ MODE_NAMES = {"fp32": ("fp32", False), "bf16": ("bf16", False), "bf16+ckpt": ("b
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="with --preset: config overrides")
     p.add_argument("--preset", default="", help="a swap preset (e.g. saehd512_df_ud): its autoencoder")
     p.add_argument("--resolution", type=at_least(4), default=128)

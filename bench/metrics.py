@@ -92,7 +92,7 @@ def fid_seconds(d: int = 2048) -> tuple[float, float | None]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto", type=device_arg)
     p.add_argument("--batch", type=at_least(0), default=0, help="images per call (default 16 on CPU, 200 on CUDA)")
     p.add_argument("--batches", type=positive_int, default=3, help="timed calls per row (the best counts)")

@@ -66,7 +66,7 @@ def cell(
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=positive_int, default=8)
     p.add_argument("--channels", type=int_list(), default="128,512", help="comma-separated conv widths (in = out)")
     p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")

@@ -11,6 +11,8 @@ dst (the faces the run never trained on, the same split its eval rows score).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
@@ -20,6 +22,9 @@ from bigbatch.data.split import holdout
 from bigbatch.tasks.swap.load import build_model, load_autoencoder
 from bigbatch.tasks.swap.losses import ssim
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import one_line_errors  # noqa: E402
 
 
 def mean_face_ssim(train: object, val: object, resolution: int, batch: int = 256) -> float:
@@ -38,10 +43,11 @@ def mean_face_ssim(train: object, val: object, resolution: int, batch: int = 256
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a swap run directory (or checkpoint) trained with data.val_fraction > 0")
     args = p.parse_args()
-    model = load_autoencoder(args.run)
+    with one_line_errors():  # (no run there, or not a swap run's)
+        model = load_autoencoder(args.run)
     cfg: Config = model.config
     fraction = cfg.data.val_fraction
     if not fraction:

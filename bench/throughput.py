@@ -389,7 +389,7 @@ def micro_batches(text: str) -> list[int | str]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("overrides", nargs="*", metavar="key=value")
     p.add_argument("--preset", default="digits")
     p.add_argument("--precisions", type=name_list(tuple(DTYPES)), default="fp32,bf16,fp16", help="of fp32, bf16, fp16")

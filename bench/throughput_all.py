@@ -53,6 +53,7 @@ from torch._dynamo.callback import callback_handler
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import positive_float  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _kinds import KINDS, OUTSIDE, kind_of  # noqa: E402
@@ -505,13 +506,15 @@ def run_cells(names: list[str], budget: float, logs: Path, retry_above: float) -
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--cells",
         default="",
         help=f"comma-separated, of {', '.join(cell_names())} (default: all but saehd512's compiled ones)",
     )
-    p.add_argument("--budget", type=float, default=2400, help="seconds for all cells (each also has its limit)")
+    p.add_argument(
+        "--budget", type=positive_float, default=2400, help="seconds for all cells (each also has its limit)"
+    )
     p.add_argument("--out", type=Path, help="also write the markdown here")
     p.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()) / "throughput_all_logs")
     p.add_argument(

@@ -149,7 +149,7 @@ REFERENCE = ("BigGAN-PyTorch", "fp32")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--biggan", required=True, help="BigGAN-PyTorch's source folder (unchanged)")
     p.add_argument("--ch", type=int, default=32)
     p.add_argument("--batch", type=int, default=16)

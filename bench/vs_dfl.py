@@ -149,7 +149,7 @@ ROWS = {  # (side, random warp): label
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dfl", required=True, help="DeepFaceLab's source folder")
     p.add_argument("--dfl-python", default=sys.executable, help="a Python with DFL's requirements (TensorFlow)")
     p.add_argument("--res", type=int, default=128)

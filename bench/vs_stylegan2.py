@@ -303,7 +303,7 @@ def check(a: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ada", required=True, help="stylegan2-ada-pytorch's source folder (unchanged)")
     p.add_argument("--steps", type=int, default=16, help="iterations a timed round (16: one lazy-regularization "
                    "cycle, 4 path length and 1 R1 steps)")  # fmt: skip

@@ -51,6 +51,8 @@ def refused(*argv: str) -> str:
         (["memory.py", "--at", "4,4"], ["--at", "two different micro-batches"]),
         (["memory.py", "--batch", "0"], ["--batch", "1 or more"]),
         (["memory.py", "--preset", "nosuch"], ["bigbatch: error:", "unknown preset 'nosuch'"]),
+        (["compile_start.py", "model.nosuch=3"], ["bigbatch: error:", "unknown config key 'model.nosuch'"]),
+        (["swap_quality.py", "/nonexistent/run"], ["bigbatch: error:", "/nonexistent/run"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v[0].endswith(".py") else None,
 )
