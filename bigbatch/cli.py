@@ -85,11 +85,11 @@ def _train(args: argparse.Namespace) -> None:
 def _dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
     """What a resume of `run` would check and keep, without taking the run (found from outside: --dry-run
     --resume passed a changed train.batch that the resume refused, and described an "auto" it would not probe)."""
-    from bigbatch import checkpoints
+    from bigbatch import checkpoint_find, checkpoints
     from bigbatch.rundir import Run, _check_length, resume_config
 
     try:
-        ckpt: Path | None = checkpoints.find_checkpoint(run)
+        ckpt: Path | None = checkpoint_find.find_checkpoint(run)
     except BigbatchError:  # (none complete, or latest damaged: the resume passes over those, to the newest intact)
         found = checkpoints.complete_checkpoints(run) if (run / "checkpoints").is_dir() else []
         ckpt = found[-1] if found else None
@@ -173,7 +173,7 @@ def _sweep(args: argparse.Namespace) -> None:
 
 
 def _stop(args: argparse.Namespace) -> None:
-    from bigbatch.checkpoints import find_checkpoint
+    from bigbatch.checkpoint_find import find_checkpoint
     from bigbatch.run_stop import stop_run
 
     if args.wait < 0:

@@ -39,7 +39,7 @@ def run_eval(args: argparse.Namespace) -> None:
         )
     task = None
     if _is_run(args.path):
-        from bigbatch.checkpoints import run_named
+        from bigbatch.checkpoint_find import run_named
 
         args.path = str(run_named(args.path))  # (RUN/checkpoints/latest names RUN)
         task = _task_of(args.path, args.checkpoint)
@@ -80,7 +80,7 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.checkpoint != "latest" and not _is_run(args.path):
         raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {args.path} is not a run")
     if args.checkpoint != "latest":  # a GAN run: the checkpoint folder is A
-        from bigbatch.checkpoints import pick_checkpoint
+        from bigbatch.checkpoint_find import pick_checkpoint
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool(COMPARING & set(parse_metrics(args.metrics)))  # IS alone needs no reference
@@ -142,14 +142,14 @@ EVAL_B = (
 
 def _is_run(path: str) -> bool:
     """A run directory or one of its checkpoints (as `find_checkpoint` recognizes them)."""
-    from bigbatch.checkpoints import holds_checkpoints
+    from bigbatch.checkpoint_find import holds_checkpoints
 
     return holds_checkpoints(Path(path))
 
 
 def _task_of(path: str, which: str) -> str:
     """The task of the run (or checkpoint) `path`, as its checkpoint's config says."""
-    from bigbatch.checkpoints import pick_checkpoint
+    from bigbatch.checkpoint_find import pick_checkpoint
     from bigbatch.config import Config
 
     return Config.load(pick_checkpoint(path, which) / "config.toml").task
@@ -228,7 +228,7 @@ def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str
 
 def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
-    from bigbatch.checkpoints import read_newest
+    from bigbatch.checkpoint_find import read_newest
     from bigbatch.config import Config
     from bigbatch.engine.determinism import run_kernels
     from bigbatch.tasks.gan.load import load_generator

@@ -13,7 +13,7 @@ from bigbatch.errors import BigbatchError
 
 
 def _export_dfl(args: argparse.Namespace) -> None:
-    from bigbatch.checkpoints import find_checkpoint
+    from bigbatch.checkpoint_find import find_checkpoint
     from bigbatch.config import Config
     from bigbatch.faces import xseg
     from bigbatch.tasks.swap.files import export_dfl

@@ -388,7 +388,7 @@ def run_info(args: argparse.Namespace) -> None:
         raise BigbatchError(
             f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
         )
-    from bigbatch.checkpoints import holds_checkpoints, run_named
+    from bigbatch.checkpoint_find import holds_checkpoints, run_named
 
     if holds_checkpoints(Path(args.path)):  # (RUN/checkpoints/latest names RUN: found by review, --verify called it
         args.path = str(run_named(args.path))  # damaged)

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from bigbatch.checkpoints import read_picked
+from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write

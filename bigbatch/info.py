@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bigbatch import checkpoints
+from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
 from bigbatch.data.schedule import phase_trained, resolution_trained, schedule_of
 from bigbatch.errors import BigbatchError
@@ -34,7 +34,7 @@ def describe_run(path: str | Path) -> str:
     path = Path(path)
     damaged, ckpt = None, None
     try:
-        ckpt = checkpoints.find_checkpoint(path)
+        ckpt = checkpoint_find.find_checkpoint(path)
     except checkpoints.Corrupt as e:  # a run's latest checkpoint damaged: describe the run by its newest intact one
         intact = checkpoints.complete_checkpoints(path) if e.ckpt is not None and e.ckpt.parent.parent == path else []
         if not intact:
@@ -53,7 +53,7 @@ def describe_run(path: str | Path) -> str:
     if run is not None and path.resolve() == run.resolve():
         ckpts = checkpoints.complete_checkpoints(run)
         lines.append(f"run         {run}")
-        if ckpt is None and (said := checkpoints.way_back(run)):
+        if ckpt is None and (said := checkpoint_find.way_back(run)):
             lines.append(f"checkpoints none intact{said}")
         elif ckpt is None:
             first = min(cfg.checkpoint.every_kimg, t.kimg)
@@ -160,7 +160,7 @@ def verify_run(path: str | Path) -> str:
     path = Path(path)
     if (path / "checkpoints").is_dir():
         best = checkpoints.best_checkpoint(path, damaged_too=True)
-        found = checkpoints.published(path) + ([best] if best is not None else [])
+        found = checkpoint_find.published(path) + ([best] if best is not None else [])
     elif (path / "config.toml").is_file() and path.parent.name != "checkpoints" and not (path / "state.pt").exists():
         found = [] if not any(path.glob("*.safetensors")) else [path]  # (a run with no checkpoint yet, found from
     else:  # outside: called a damaged checkpoint)
@@ -168,7 +168,7 @@ def verify_run(path: str | Path) -> str:
     lines, damaged = [], []
     for ckpt in list(found):
         try:
-            checkpoints.check_complete(ckpt)
+            checkpoint_find.check_complete(ckpt)
             meta = checkpoints.verify(ckpt)
         except BigbatchError as e:
             if not ckpt.exists():  # (pruned by the run training meanwhile, found from outside: called damaged)

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from bigbatch import checkpoints
+from bigbatch import checkpoint_find
 from bigbatch.batching import (
     describe_compile,
     describe_plan,
@@ -225,7 +225,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 progress.close()
                 if failed is not None:
                     raise failed from None
-                raise e if not main or checkpoints.published(run.path) else BigbatchError(e.unsaved) from None
+                raise e if not main or checkpoint_find.published(run.path) else BigbatchError(e.unsaved) from None
             nimg = feed.nimg
             progress.add(time.perf_counter() - began, before, nimg, stats)
             if compiling is not None:  # the models compiled in the first step: how long it took, how much was cached

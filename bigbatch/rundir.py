@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from bigbatch import checkpoints
+from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import read_toml
 from bigbatch.engine import dist
@@ -93,7 +93,7 @@ class Run:
         `replace`: rewrite an intact checkpoint at `nimg` (its state changed though nothing trained)."""
         state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data}
         if not self.saved:  # (the first save since the run began here: what follows it on disk is another history)
-            checkpoints.set_aside_newer(self.path, self.resumed_at or 0)
+            checkpoint_find.set_aside_newer(self.path, self.resumed_at or 0)
             self.saved = True
         if log_window is not None:
             state["log_window"] = log_window
@@ -282,7 +282,7 @@ def _check_length(run: Run, resume: bool | Literal["auto"]) -> None:
 def _pick_checkpoint(run: Path) -> str | None:
     """The checkpoint to resume `run` from, or None (with a warning) when it has none yet; a BigbatchError
     when it has some, but none intact (never a silent restart over them)."""
-    if (ckpt := checkpoints.resume_checkpoint(run)) is not None:
+    if (ckpt := checkpoint_find.resume_checkpoint(run)) is not None:
         return str(ckpt)
     warn(f"{run} has no checkpoint yet (stopped before its first); starting it again from the beginning")
     return None

@@ -18,7 +18,7 @@ from PIL import Image
 from test_resume import flip_byte
 
 import bigbatch
-from bigbatch import checkpoints
+from bigbatch import checkpoint_find, checkpoints
 from bigbatch.cli import main
 from bigbatch.data.prepare import prepare
 from bigbatch.rundir import open_run, trainer
@@ -70,11 +70,11 @@ def test_a_run_has_one_writer_and_the_lock_goes_with_its_process(tiny, tmp_path,
     cmd += ["data.workers=2"]  # forked workers outlive a SIGKILLed trainer for seconds: they must not hold its lock
 
     def start_and_wait_for_a_checkpoint():
-        old = checkpoints.find_checkpoint(run) if checkpoints.complete_checkpoints(run) else None
+        old = checkpoint_find.find_checkpoint(run) if checkpoints.complete_checkpoints(run) else None
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
         while time.time() < deadline and p.poll() is None:
-            if checkpoints.complete_checkpoints(run) and checkpoints.find_checkpoint(run) != old:
+            if checkpoints.complete_checkpoints(run) and checkpoint_find.find_checkpoint(run) != old:
                 break
             time.sleep(0.2)
         assert p.poll() is None, p.stderr.read()
@@ -127,7 +127,7 @@ def test_resume_refuses_other_images_at_the_data_path_but_follows_the_same_image
     prepare("builtin:digits", str(other), resolution=16, workers=0, limit=1000)
     cfg = tiny.override({"data.path": str(data), "train.kimg": 0.256})
     run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
-    meta = checkpoints.read_meta(checkpoints.find_checkpoint(run))
+    meta = checkpoints.read_meta(checkpoint_find.find_checkpoint(run))
     assert meta["data"]["path"] == str(data) and meta["data"]["content_hash"].startswith("sha256:")
 
     shutil.move(data, tmp_path / "moved.h5")
@@ -148,7 +148,7 @@ def test_resume_checks_the_config_against_the_checkpoints_own(tiny, tmp_path, ca
     err = one_error_line(capsys)
     assert "train.seed (0 -> 5)" in err and "undo the edit of the run's config.toml" in err
     # The checkpoint's own copy is checksummed: editing it makes the checkpoint corrupt, not a new recipe.
-    ckpt_config = checkpoints.find_checkpoint(run) / "config.toml"
+    ckpt_config = checkpoint_find.find_checkpoint(run) / "config.toml"
     ckpt_config.write_text(ckpt_config.read_text().replace("seed = 0", "seed = 5"))
     with pytest.raises(bigbatch.BigbatchError, match="is corrupt: config.toml does not match"):
         checkpoints.verify(ckpt_config.parent)
@@ -201,7 +201,7 @@ def test_signals_during_start_up(tiny, tmp_path, capsys, monkeypatch):
     signals.append(signal.SIGTERM)
     assert main(["train", "--config", str(cfg), "--run-dir", str(run)]) == 0
     assert "Stopped by signal; saved" in capsys.readouterr().out
-    assert checkpoints.find_checkpoint(run).name == "000000.000"
+    assert checkpoint_find.find_checkpoint(run).name == "000000.000"
     assert main(["train", "--run-dir", str(run), "--resume"]) == 0
     whole = weights(bigbatch.train(tiny, run_dir=tmp_path / "whole", quiet=True))
     assert weights(run) == whole
@@ -276,7 +276,7 @@ def test_a_reader_that_listed_before_the_newest_checkpoint_went_into_place_looks
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert checkpoints.find_checkpoint(run) == run / "checkpoints" / "000000.512" and len(looks) == 1
+        assert checkpoint_find.find_checkpoint(run) == run / "checkpoints" / "000000.512" and len(looks) == 1
 
 
 def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
@@ -308,7 +308,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]
     assert [f.name for f in (run / "checkpoints").iterdir() if f.name.startswith(".")] == []
     assert main([*args[:3], "--resume", "train.kimg=0.512"]) == 0  # once there is space
-    assert checkpoints.find_checkpoint(run).name == "000000.512"
+    assert checkpoint_find.find_checkpoint(run).name == "000000.512"
 
     # sample (as stats and every other file bigbatch writes: through a temporary file and a rename)
     p = bigbatch_limited(2000, "sample", str(run), "--n", "64", "--out", "sheet.png", cwd=tmp_path)
@@ -351,10 +351,10 @@ def test_damaged_run_records_are_passed_over_or_one_line(tiny, tmp_path, capsys)
     latest = run / "checkpoints" / "latest"
     for garbage in (b"\x00\xff not a name\n", b"../../etc\n", b""):
         latest.write_bytes(garbage)
-        assert checkpoints.find_checkpoint(run).name == "000000.512"  # the newest complete one, with a warning
+        assert checkpoint_find.find_checkpoint(run).name == "000000.512"  # the newest complete one, with a warning
     meta = run / "checkpoints" / "000000.512" / "meta.json"
     meta.write_text(meta.read_text().replace('"nimg": 512', '"nimg": "512"'))
-    assert checkpoints.find_checkpoint(run).name == "000000.256"  # a meta.json of the wrong shape: not complete
+    assert checkpoint_find.find_checkpoint(run).name == "000000.256"  # a meta.json of the wrong shape: not complete
     capsys.readouterr()
     assert main(["sample", str(meta.parent)]) == 2
     assert "incomplete or damaged" in one_error_line(capsys)
@@ -425,13 +425,29 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_so_pruning_keeps_the_good_on
     bigbatch.train(shorter, run_dir=run, resume=True, quiet=True)
     assert "moved aside to .corrupt-000000.512" in capsys.readouterr().err
     assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.384"]
-    assert checkpoints.find_checkpoint(run).name == "000000.384"
+    assert checkpoint_find.find_checkpoint(run).name == "000000.384"
     assert main(["train", "--run-dir", str(run), "--resume"]) == 0  # and on to the end
+
+
+def test_a_newest_checkpoint_without_its_meta_json_is_damage_and_a_file_in_the_way_is_named(tiny, tmp_path, capsys):
+    # Found from outside: the first was set aside as another history; the second's error named a temporary folder.
+    run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
+    (run / "checkpoints" / "000000.512" / "meta.json").unlink()
+    bigbatch.train(tiny, run_dir=run, resume=True, quiet=True)
+    err = capsys.readouterr().err
+    assert "000000.512 is damaged: its meta.json is missing" in err and "moved aside to .corrupt-000000.512" in err
+    assert "another history" not in err and not list((run / "checkpoints").glob(".superseded-*"))
+    assert checkpoint_find.find_checkpoint(run).name == "000000.512"  # (trained again from 000000.256)
+    (run / "checkpoints" / "000000.768").write_text("in the way")
+    assert main(["train", "--run-dir", str(run), "--resume", "train.kimg=0.768"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]  # (after the warning that train.kimg grew)
+    assert f"cannot write checkpoint {run}/checkpoints/000000.768: a file is in its place; move it away" in err
+    assert ".tmp-" not in err and checkpoint_find.find_checkpoint(run).name == "000000.512"
 
 
 def test_a_checkpoint_from_before_data_hashes_resumes_only_on_its_own_data_path(tiny, tmp_path):
     run = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
-    meta = checkpoints.find_checkpoint(run) / "meta.json"
+    meta = checkpoint_find.find_checkpoint(run) / "meta.json"
     record = json.loads(meta.read_text())
     del record["data"]  # as written before data identities were recorded
     meta.write_text(json.dumps(record))
@@ -507,7 +523,7 @@ def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys
     young.mkdir()
     (young / "config.toml").write_text((run / "config.toml").read_text())
     assert main(["info", str(young), "--verify"]) == 0 and "has no checkpoint yet" in capsys.readouterr().out
-    published = checkpoints.published
+    published = checkpoint_find.published
 
     def pruned_meanwhile(path):
         found = published(path)
@@ -515,7 +531,7 @@ def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys
         return found
 
     fresh = bigbatch.train(tiny.override({"checkpoint.keep": 2}), run_dir=tmp_path / "fresh", quiet=True)
-    monkeypatch.setattr(checkpoints, "published", pruned_meanwhile)
+    monkeypatch.setattr(checkpoint_find, "published", pruned_meanwhile)
     capsys.readouterr()
     assert main(["info", str(fresh), "--verify"]) == 0
     out = capsys.readouterr().out

@@ -14,6 +14,7 @@ from conftest import RESTART_ARGS
 from test_distributed import ARGS, max_rel
 
 import bigbatch
+import bigbatch.checkpoint_find
 import bigbatch.checkpoints
 import bigbatch.rundir
 from bigbatch.errors import STOPPED
@@ -226,7 +227,7 @@ def test_dask_workers_train_the_weights_of_one_process(tmp_path, dask_cluster, o
     assert stopped.returncode == 0, (stopped.returncode, stopped.stderr[-3000:])
     assert "Traceback" not in stopped.stderr and "Stopped by signal; saved" in stopped.stdout
     assert "stopping every rank" in stopped.stderr  # (the ranks print on their workers' stdout)
-    assert bigbatch.checkpoints.find_checkpoint(tmp_path / "long").name != "000000.000"
+    assert bigbatch.checkpoint_find.find_checkpoint(tmp_path / "long").name != "000000.000"
     # (SIGTERM to the whole group, which killed the workers too, is forwarded the same way: tested with Ray's.)
 
 
@@ -288,7 +289,7 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path, ray_cluster, one_
     ended = stop_a_long_launch(tmp_path / "ended", signal.SIGTERM, "ray")
     assert ended.returncode == 0, (ended.returncode, ended.stderr[-3000:])
     assert "Stopped by signal; saved" in ended.stdout and "GCS" not in ended.stderr, ended.stderr[-3000:]
-    assert bigbatch.checkpoints.find_checkpoint(tmp_path / "ended").name != "000000.000"
+    assert bigbatch.checkpoint_find.find_checkpoint(tmp_path / "ended").name != "000000.000"
 
 
 @pytest.mark.parametrize(
@@ -472,7 +473,7 @@ def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps
         stopped = handle.result()
         assert stopped.status == 0 and 0.256 <= stopped.final["kimg"] < 1000
         assert rows == stopped.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl")
-        saved = float(bigbatch.checkpoints.find_checkpoint(path).name)  # where the stop found it
+        saved = float(bigbatch.checkpoint_find.find_checkpoint(path).name)  # where the stop found it
         assert stopped.final["kimg"] <= saved < stopped.final["kimg"] + 0.064
         assert sheets[-1] == handle.sheet and (path / "samples" / handle.sheet.name).read_bytes() == handle.sheet.png
         assert handle.sheet.image().size[0] > 16 and handle.sheet.kimg == saved  # the sheets of the stop

@@ -9,7 +9,7 @@ import os
 import pytest
 
 import bigbatch
-from bigbatch import checkpoints
+from bigbatch import checkpoint_find, checkpoints
 from bigbatch.cli import main
 
 
@@ -135,7 +135,7 @@ def test_a_crafted_state_that_fails_to_unpickle_is_one_line(tiny, tmp_path, caps
     buffer = io.BytesIO()
     torch.save({"x": Crafted()}, buffer)
     run = bigbatch.train(tiny, run_dir=tmp_path / "run", quiet=True)
-    ckpt = checkpoints.find_checkpoint(run)
+    ckpt = checkpoint_find.find_checkpoint(run)
     (ckpt / "state.pt").write_bytes(buffer.getvalue())
     meta = json.loads((ckpt / "meta.json").read_text())
     meta["files"]["state.pt"] = len(buffer.getvalue())

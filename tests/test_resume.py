@@ -14,7 +14,7 @@ import tomli_w
 import torch
 
 import bigbatch
-from bigbatch.checkpoints import find_checkpoint
+from bigbatch.checkpoint_find import find_checkpoint
 from bigbatch.cli import main
 from bigbatch.tasks.gan.task import GANTask
 

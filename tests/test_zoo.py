@@ -5,6 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 import bigbatch
+import bigbatch.checkpoint_find
 from bigbatch.cli import main
 from bigbatch.models import convert
 from bigbatch.models.layers import SpectralNorm
@@ -193,7 +194,7 @@ def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
         "--quiet",
     ]
     assert main(["train", "--init-from", "converted", *tune]) == 0
-    ckpt = bigbatch.checkpoints.find_checkpoint("tuned")
+    ckpt = bigbatch.checkpoint_find.find_checkpoint("tuned")
     G_new, D_new = load_file(str(ckpt / "G.safetensors")), load_file(str(ckpt / "D.safetensors"))
     G_old, D_old = G.state_dict(), D.state_dict()
     assert G_new["shared.weight"].shape == (10, 128) and G_old["shared.weight"].shape == (5, 128)
@@ -239,7 +240,7 @@ def test_convert_and_fine_tune_bad_input(tmp_path, capsys, argv, words):
 def test_linear_lr_decay_follows_images_seen(tiny):
     cfg = tiny.override({"train.lr_decay": "linear", "train.kimg": 0.128, "train.g_lr": 1e-3, "train.d_lr": 2e-3})
     run = bigbatch.train(cfg, run_dir="run", quiet=True)
-    state = torch.load(bigbatch.checkpoints.find_checkpoint(run) / "state.pt", weights_only=True)
+    state = torch.load(bigbatch.checkpoint_find.find_checkpoint(run) / "state.pt", weights_only=True)
     # the last iteration started at 96 of 128 images
     assert state["opt_G"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * (1 - 96 / 128))
     assert state["opt_D"]["param_groups"][0]["lr"] == pytest.approx(2e-3 * (1 - 96 / 128))

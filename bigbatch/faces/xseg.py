@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import torch
 
-from bigbatch import checkpoints, models, safe_pickle
+from bigbatch import checkpoint_find, checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
@@ -50,7 +50,7 @@ def weights_of(path: str | Path) -> Path:
 
 def is_run(path: str | Path) -> bool:
     """Whether `path` names a bigbatch run or one of its checkpoints (not a DFL model folder or file)."""
-    path = checkpoints.run_named(path)
+    path = checkpoint_find.run_named(path)
     return (
         path.is_dir()
         and not (path / WEIGHTS).is_file()
@@ -63,7 +63,7 @@ def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
     own): DFL's (its model folder, or the `XSeg_256.npy` itself; the type its `XSeg_data.dat` says), or an xseg
     run's (its latest checkpoint, or the checkpoint folder named; the type its faces were)."""
     if is_run(path):
-        return checkpoints.read_newest(path, _load_run)
+        return checkpoint_find.read_newest(path, _load_run)
     file = weights_of(path)
     weights = dfl.read_weights(file)
     first = np.asarray(weights.get("conv01/conv/weight:0", np.zeros((3, 3, 3, 32))))
@@ -80,7 +80,7 @@ def load_xseg(path: str | Path) -> tuple[XSeg, str | None]:
 
 def model_file(path: str | Path) -> Path:
     """The file holding the weights of the XSeg model `path` names: DFL's `XSeg_256.npy`, or the run's checkpoint's."""
-    return checkpoints.find_checkpoint(path) / "model.safetensors" if is_run(path) else weights_of(path)
+    return checkpoint_find.find_checkpoint(path) / "model.safetensors" if is_run(path) else weights_of(path)
 
 
 def _load_run(ckpt: Path) -> tuple[XSeg, str | None]:
@@ -105,8 +105,8 @@ def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False, face_
         raise BigbatchError(f"{out} is a file: give a folder for the DeepFaceLab XSeg model (made if missing)")
     if (out / WEIGHTS).exists() and not overwrite:
         raise BigbatchError(f"{out} already holds a DeepFaceLab XSeg model ({WEIGHTS}): give --overwrite to replace it")
-    ckpt = checkpoints.find_checkpoint(path)
-    model, kind = checkpoints.read_newest(ckpt, _load_run)
+    ckpt = checkpoint_find.find_checkpoint(path)
+    model, kind = checkpoint_find.read_newest(ckpt, _load_run)
     if model.base_ch != 32:  # (DFL builds XSeg(3, 32, 1) and would start afresh: its loader reshapes to that)
         raise BigbatchError(
             f"{path} is an XSeg of base_ch {model.base_ch}, and DFL's is 32: train with model.options={{}} to hand it "

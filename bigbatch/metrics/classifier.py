@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bigbatch import checkpoints, models
+from bigbatch import checkpoint_find, checkpoints, models
 from bigbatch.config import Config
 from bigbatch.data.schedule import resize_batch, resolution_scored
 from bigbatch.engine import dist
@@ -200,7 +200,7 @@ def load_classifier(path: str | Path, device: str | torch.device = "cpu", best: 
     ckpt = checkpoints.best_checkpoint(path) if best and path.is_dir() else None
     if ckpt is not None:
         return _load_classifier(ckpt, device)
-    return checkpoints.read_newest(path, lambda ckpt: _load_classifier(ckpt, device))
+    return checkpoint_find.read_newest(path, lambda ckpt: _load_classifier(ckpt, device))
 
 
 def classifier_weights(ckpt: Path, cfg: Config | None = None) -> dict[str, torch.Tensor]:

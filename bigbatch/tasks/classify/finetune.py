@@ -26,7 +26,7 @@ def read_state_dict(path: str, family: str = "") -> tuple[dict[str, torch.Tensor
     into, which a run of another is refused by name."""
     p = Path(path)
     if p.is_dir():
-        from bigbatch import checkpoints
+        from bigbatch import checkpoint_find, checkpoints
         from bigbatch.metrics.classifier import classifier_weights
 
         def named(ckpt: Path) -> tuple[dict[str, torch.Tensor], list[str] | None]:
@@ -45,7 +45,7 @@ def read_state_dict(path: str, family: str = "") -> tuple[dict[str, torch.Tensor
                 )
             return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names")
 
-        return checkpoints.read_newest(p, named)
+        return checkpoint_find.read_newest(p, named)
     try:
         data = p.read_bytes()
     except OSError as e:

@@ -109,7 +109,7 @@ class Inference(nn.Module):
 def inference_of(run: str | Path, which: str = "latest", device: str | torch.device = "cpu") -> Inference:
     """The `Inference` module of a classify run (or checkpoint) at the checkpoint `which` names (a run's latest
     that its training prunes meanwhile: its newest)."""
-    from bigbatch import checkpoints
+    from bigbatch import checkpoint_find, checkpoints
 
     def read(ckpt: Path) -> Inference:
         cfg = Config.load(ckpt / "config.toml")
@@ -121,7 +121,7 @@ def inference_of(run: str | Path, which: str = "latest", device: str | torch.dev
         module.checkpoint = str(ckpt)  # type: ignore[assignment]
         return module
 
-    return checkpoints.read_picked(run, which, read)
+    return checkpoint_find.read_picked(run, which, read)
 
 
 def each_image(paths: list[str], chunk: int = 64) -> Iterator[tuple[str, torch.Tensor | str]]:

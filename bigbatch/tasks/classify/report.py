@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from bigbatch import checkpoints
-from bigbatch.checkpoints import read_picked
+from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, stored_side, validation_data
 from bigbatch.data.schedule import resolution_scored

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from bigbatch import checkpoints
+from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 
@@ -46,7 +46,7 @@ def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool) -> dict:
             raise BigbatchError(f"train.init_from {path} is a {task} run; a GAN fine-tunes from a GAN run")
         return ckpt, checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema"))
 
-    ckpt, (weights, _) = checkpoints.read_newest(path, read)
+    ckpt, (weights, _) = checkpoint_find.read_newest(path, read)
     fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
     if announce:
         print(f"Fine-tuning from {ckpt}", flush=True)

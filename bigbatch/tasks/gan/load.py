@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bigbatch import checkpoints
+from bigbatch import checkpoint_find, checkpoints
 from bigbatch.batching import channels_last_of
 from bigbatch.engine.wrap import to_channels_last
 from bigbatch.errors import BigbatchError
@@ -21,7 +21,7 @@ def load_generator(path: str | Path, device: str | torch.device = "cpu", as_trai
     the run trained it in (channels-last convolutions round apart from NCHW ones: found from outside, `bigbatch
     eval` scored a run's G_ema 7.6e-7 apart from the score logged in training); False: NCHW."""
     device = _device(device)
-    return checkpoints.read_newest(path, lambda ckpt: _load_generator(ckpt, device, as_trained))
+    return checkpoint_find.read_newest(path, lambda ckpt: _load_generator(ckpt, device, as_trained))
 
 
 def _device(device: str | torch.device) -> torch.device:

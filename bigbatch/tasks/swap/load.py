@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bigbatch import checkpoints, models, safe_pickle
+from bigbatch import checkpoint_find, checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.data.load import check_one_shape, rectangles
 from bigbatch.engine.determinism import seeded
@@ -50,7 +50,7 @@ def load_autoencoder(path: str | Path, device: str | torch.device = "cpu") -> nn
     if (named := dfl_model(path)) is not None:
         model, _ = dfl.load_model_folder(*named)
         return model.to(device).eval().requires_grad_(False)
-    return checkpoints.read_newest(path, lambda ckpt: _load(ckpt, device))
+    return checkpoint_find.read_newest(path, lambda ckpt: _load(ckpt, device))
 
 
 def _load(ckpt: Path, device: str | torch.device) -> nn.Module:
@@ -138,7 +138,7 @@ def dfl_record(path: str | Path) -> tuple[bytes | None, int]:
         raw = file.read_bytes()
         data = safe_pickle.loads(raw, str(file))
         return raw, dfl.option(data, "iter", int, str(file)) if isinstance(data, dict) and data.get("iter") else 0
-    state = checkpoints.read_newest(path, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=())[1])
+    state = checkpoint_find.read_newest(path, lambda ckpt: checkpoints.load_checkpoint(ckpt, nets=())[1])
     return state.get("dfl_data"), int(state.get("dfl_iter", 0)) + int(state.get("steps", 0))
 
 
@@ -165,7 +165,7 @@ def _init_optimizer_from_run(opt: torch.optim.Optimizer, model: nn.Module, path:
     def read(ckpt: Path) -> tuple[Config, dict]:
         return Config.load(ckpt / "config.toml"), checkpoints.load_checkpoint(ckpt, nets=())[1]
 
-    cfg, state = checkpoints.read_newest(path, read)
+    cfg, state = checkpoint_find.read_newest(path, read)
     saved = state.get("opt")
     if not saved or cfg.swap.optimizer != kind:
         return False
@@ -193,7 +193,7 @@ def init_discriminators(discs: dict[str, tuple[nn.Module, nn.Module, torch.optim
         saved = {f.removesuffix(".safetensors") for f in (checkpoints.read_meta(ckpt) or {}).get("files", {})}
         return checkpoints.load_checkpoint(ckpt, nets=tuple(n for n in discs if n in saved))
 
-    weights, state = checkpoints.read_newest(path, read)
+    weights, state = checkpoint_find.read_newest(path, read)
     carried = []
     for name, (plain, _, opt) in discs.items():
         theirs, moments = weights.get(name), state.get(f"opt_{name}")
@@ -219,7 +219,7 @@ def source_face_type(path: str | Path) -> str | None:
     def read(ckpt: Path) -> str | None:
         return checkpoints.model_info(ckpt).get("face_type") or Config.load(ckpt / "config.toml").swap.face_type
 
-    return checkpoints.read_newest(path, read) or None
+    return checkpoint_find.read_newest(path, read) or None
 
 
 def check_source_face_type(path: str, face_type: str) -> None:

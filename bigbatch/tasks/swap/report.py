@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bigbatch.checkpoints import read_picked
+from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, validation_data
 from bigbatch.data.split import holdout
