@@ -164,7 +164,9 @@ class Run:
             self.log_window = saved.get("log_window")
             restore_rng(saved, rep.device)
         except (KeyError, ValueError, TypeError, RuntimeError) as e:
-            raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e})") from None
+            old = saved.get("converted_from")  # (an earlier bigbatch's `convert` wrote weights alone)
+            how = f": convert the weights again, or fine-tune them with train.init_from={self.path}" if old else ""
+            raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e}){how}") from None
         if rep.is_main:  # (an evaluation the checkpoint says is still due is made again: a row of it goes, found
             redo = bool((self.log_window or {}).get("eval_pending")) and getattr(task, "scorer", None) is not None
             truncate_metrics(self.path / "metrics.jsonl", nimg, scores_too=redo)  # from outside: logged twice)

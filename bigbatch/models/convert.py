@@ -116,7 +116,7 @@ def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "th
     problems += [f"unexpected {k}" for k in unexpected]
     if problems:
         raise BigbatchError(
-            f"{what} are not BigGAN-PyTorch weights of this model ({len(problems)} problems: "
+            f"{what} are not BigGAN-PyTorch weights of this model ({len(problems)} problem{'s' * (len(problems) > 1)}: "
             f"{'; '.join(problems[:3])}); check model.name, ch, dim_z, data.resolution and the options"
         )
     for key in _joined(net):  # [shared(y), z] -> [z, shared(y)]

@@ -111,7 +111,7 @@ def from_ada(net: nn.Module, ada: dict[str, torch.Tensor], what: str = "the weig
     problems += [f"unexpected {k}" for k in ada if k not in used]
     if problems:
         raise BigbatchError(
-            f"{what} are not StyleGAN2-ADA weights of this model ({len(problems)} problems: "
+            f"{what} are not StyleGAN2-ADA weights of this model ({len(problems)} problem{'s' * (len(problems) > 1)}: "
             f"{'; '.join(problems[:3])}); check model.ch, model.dim_z, data.resolution and model.options "
             "(ch_max, w_dim, map_layers, d_map_layers, d_resnet)"
         )

@@ -4,7 +4,10 @@ mappings are bigbatch.models.convert's and convert_ada's."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import torch
 
 from bigbatch import checkpoints
 from bigbatch.config import Config
@@ -13,6 +16,44 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
 from bigbatch.models import convert, convert_ada
 from bigbatch.tasks.gan.task import build_models
+
+# BigGAN-PyTorch's utils.save_weights: G, G_ema and D, each `{net}{suffix}.pth` (suffix "" or as _best0, _copy1)
+WEIGHT_FILE = re.compile(r"(G_ema|G|D)(_(?!optim|ema)\w+)?\.pth")
+
+
+def weight_files(src: Path, ada: bool) -> dict[str, Path]:
+    """The weight files `src` names ({"G", "G_ema", "D"}: path): a folder's G.pth, G_ema.pth and D.pth, or those of
+    one file's suffix beside it (found from outside: given G_ema.pth, D.pth beside it was said to be missing; given
+    BigGAN-PyTorch's G_ema_best0.pth, D_best0.pth was not read); a file of another name is a generator."""
+    source = "StyleGAN2-ADA's state dicts (G.pth, G_ema.pth, D.pth)" if ada else "BigGAN-PyTorch's weight files"
+    if not src.exists():
+        raise BigbatchError(
+            f"{src} does not exist; give a folder of {source}, a G .pth file, or a DeepFaceLab SAEHD model (its "
+            "folder, or its <name>_SAEHD_data.dat)"
+        )
+    pickles = [src] if src.suffix == ".pkl" else sorted(src.glob("*.pkl")) if src.is_dir() else []
+    named = WEIGHT_FILE.fullmatch(src.name)
+    if src.is_file() and not named and not pickles:
+        return {"G_ema": src}
+    folder, suffix = (src.parent, named.group(2) or "") if src.is_file() and named else (src, "")
+    files = {n: folder / f"{n}{suffix}.pth" for n in ("G", "G_ema", "D") if (folder / f"{n}{suffix}.pth").is_file()}
+    if "G" in files or "G_ema" in files:
+        return files
+    if pickles:  # (found from outside: a snapshot was called not a weights file, with no way on)
+        raise BigbatchError(
+            f"{pickles[0]} is a network pickle (StyleGAN2-ADA's snapshot), which is code and never unpickled here: "
+            "save its G, D and G_ema state dicts with ADA's own code first (README: \"ADA's snapshots are pickles\"), "
+            "then convert their folder"
+        )
+    if suffixed := sorted(p.name for p in folder.glob("G*.pth") if WEIGHT_FILE.fullmatch(p.name)):
+        raise BigbatchError(
+            f"{folder} holds no G{suffix}.pth nor G_ema{suffix}.pth, but {', '.join(suffixed[:4])}: give one of those "
+            "files, and convert reads the G, G_ema and D of its suffix beside it"
+        )
+    raise BigbatchError(
+        f"{folder} holds neither G.pth nor G_ema.pth ({source}) nor a DeepFaceLab SAEHD model "
+        "(<name>_SAEHD_data.dat): convert reads one of those"
+    )
 
 
 def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: int | None = None) -> Path:
@@ -26,21 +67,7 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
             f"stylegan2); model.name is {cfg.model.name}"
         )
     ada = cfg.model.name == "stylegan2"
-    source = "StyleGAN2-ADA's state dicts (G.pth, G_ema.pth, D.pth)" if ada else "BigGAN-PyTorch's weight files"
-    if src.is_dir():
-        files = {net: src / f"{net}.pth" for net in ("G", "G_ema", "D") if (src / f"{net}.pth").exists()}
-        if "G" not in files and "G_ema" not in files:
-            raise BigbatchError(
-                f"{src} holds neither G.pth nor G_ema.pth ({source}) nor a DeepFaceLab SAEHD model "
-                "(<name>_SAEHD_data.dat): convert reads one of those"
-            )
-    elif src.exists():
-        files = {"G_ema": src}
-    else:
-        raise BigbatchError(
-            f"{src} does not exist; give a folder of {source}, a G .pth file, or a DeepFaceLab SAEHD model (its "
-            "folder, or its <name>_SAEHD_data.dat)"
-        )
+    files = weight_files(src, ada)
     if out.exists() and any(out.iterdir()):
         raise BigbatchError(f"{out} exists and is not empty; choose a new folder for the converted run")
     ref = {net: convert.load_reference_file(str(path)) for net, path in files.items()}
@@ -79,8 +106,10 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     if "D" in ref:
         D.load_state_dict(convert.from_reference(D, ref["D"], f"the weights in {files['D']}"))
     else:
-        where = Path(src).parent if Path(src).is_file() else src  # (found from outside: "no D.pth in .../G.pth")
-        warn(f"no D.pth in {where}: D is freshly initialised (fine-tuning will train it from scratch)")
+        gen = files.get("G_ema") or files["G"]  # (found from outside: "no D.pth in .../G.pth")
+        named = WEIGHT_FILE.fullmatch(gen.name)
+        d = f"D{named.group(2) or ''}.pth" if named else "D.pth"
+        warn(f"no {d} in {gen.parent}: D is freshly initialised (fine-tuning will train it from scratch)")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "config.toml", cfg.dumps())
     info = {
@@ -90,4 +119,8 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
         "converted_from": str(src),
     }
     nets = {"G": G, "D": D, "G_ema": G_ema}
-    return checkpoints.save_checkpoint(out, 0, nets, {"converted_from": str(src)}, cfg.dumps(), 1, info)
+    # A checkpoint at 0 images that `bigbatch train --run-dir OUT --resume` continues: fresh optimizers (the source's
+    # moments are not converted), G_ema blended on from its first step (GANTask.ema_pretrained)
+    rng = torch.Generator().manual_seed(cfg.train.seed).get_state()
+    state = {"converted_from": str(src), "nimg": 0, "seconds": 0.0, "g_steps": 0, "engine": {}, "rng_cpu": rng}
+    return checkpoints.save_checkpoint(out, 0, nets, {**state, "ema_pretrained": True}, cfg.dumps(), 1, info)

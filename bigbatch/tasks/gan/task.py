@@ -229,6 +229,9 @@ class GANTask:
         self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
         self.pl_mean = 0.0  # the running mean of path lengths
         self.g_steps = 0
+        # G_ema holds a trained average (a fine-tune's, a converted run's): blended from the first step, not copied
+        # from G until train.ema_start_kimg (found from outside: a BigGAN fine-tune replaced it with G for 20k steps)
+        self.ema_pretrained = bool(t.init_from)
         self.total = t.images
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.
         self._trained = {
@@ -286,7 +289,14 @@ class GANTask:
         t = self.cfg.train
         average = t.ema_buffers == "average"
         update_ema(
-            self.G_ema, G, feed.nimg, feed.nimg - before, t.ema_halflife_kimg, t.ema_start_kimg, t.ema_rampup, average
+            self.G_ema,
+            G,
+            feed.nimg,
+            feed.nimg - before,
+            t.ema_halflife_kimg,
+            0.0 if self.ema_pretrained else t.ema_start_kimg,
+            t.ema_rampup,
+            average,
         )
         if self.augment.on:
             stats["augment_p"] = self.augment.p
@@ -487,11 +497,17 @@ class GANTask:
             state["pl_mean"] = self.pl_mean
         if self.augment.on:
             state["augment"] = self.augment.state_dict()
+        if self.ema_pretrained:
+            state["ema_pretrained"] = True
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_optimizer(self.opt_G, state["opt_G"])
-        load_optimizer(self.opt_D, state["opt_D"])
+        # `convert`'s checkpoint holds weights brought from elsewhere, without their optimizers' moments: these start
+        # afresh (found from outside: its --resume failed on the missing opt_G)
+        if "opt_G" in state or "converted_from" not in state:
+            load_optimizer(self.opt_G, state["opt_G"])
+            load_optimizer(self.opt_D, state["opt_D"])
+        self.ema_pretrained = self.ema_pretrained or bool(state.get("ema_pretrained"))
         self.g_steps = int(state["g_steps"])
         self.pl_mean = float(state.get("pl_mean", 0.0))
         if self.augment.on and "augment" in state:
