@@ -309,7 +309,9 @@ def add_face_commands(sub: Any) -> None:
         help="merge faces extracted from other frames than FRAMES (as ALIGNED's journal says) by frame name all "
         "the same (refused without it)",
     )
-    mg.add_argument("--fps", type=float, help="the video's frame rate (default: FRAMES's if a video, else 25)")
+    mg.add_argument(
+        "--fps", type=float, help="the video's frame rate (default: FRAMES's if a video, else --audio-from's, else 25)"
+    )
     mg.add_argument("--audio-from", metavar="VIDEO", help="the video's audio (default: FRAMES's, if a video)")
     _preset_argument(mg)
     mg.set_defaults(func=_merge)

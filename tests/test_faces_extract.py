@@ -556,6 +556,21 @@ def test_video_frames_refuses_a_folder_holding_images_and_make_a_non_video_name(
     assert [p.name for p in Path("old").iterdir()] == ["00080.png"]
 
 
+def test_video_frames_interrupted_goes_on_when_run_again(extracted, capsys):
+    # Found from outside: the rerun of an interrupted `video frames` was refused ("already holds images").
+    root, _, _ = extracted
+    assert main(["video", "frames", str(root / "clip.mp4"), "whole"]) == 0
+    assert main(["video", "frames", str(root / "clip.mp4"), "cut"]) == 0
+    names = sorted(p.name for p in Path("cut").glob("*.png"))
+    for name in names[len(names) // 2 :]:  # (stopped half way: each PNG is whole or absent)
+        Path("cut", name).unlink()
+    capsys.readouterr()
+    assert main(["video", "frames", str(root / "clip.mp4"), "cut"]) == 0
+    assert f"going on from the {len(names) // 2} frames" in capsys.readouterr().err
+    assert {n: Path("cut", n).read_bytes() for n in names} == {n: Path("whole", n).read_bytes() for n in names}
+    assert main(["video", "frames", str(root / "clip.mp4"), "cut", "--fps", "5"]) == 2  # (another --fps: not mixed)
+
+
 def test_frames_are_taken_in_natural_order(tmp_path):
     """1.png, 2.png, ..., 10.png: numbers in names compared as numbers by extract, merge and video make (string
     order put 10.png and 11.png before 2.png)."""

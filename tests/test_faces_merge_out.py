@@ -112,11 +112,15 @@ def test_merge_refuses_an_out_holding_images_no_merge_wrote(workflow, capsys):
     Path("o").mkdir()
     cv2.imwrite("o/00009.png", np.zeros((8, 8, 3), np.uint8))
     args = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o", "--color", "none"]
-    refused(capsys, args, "OUT o holds 1 image a merge did not record: give an empty folder or remove them")
+    refused(capsys, args, "OUT o holds 1 image (00009.png) a merge did not record: give an empty folder or remove them")
     assert [p.name for p in Path("o").iterdir()] == ["00009.png"]  # (the user's: not deleted, nothing written)
     Path("o/00009.png").unlink()
     assert main(args) == 0
     assert main(args) == 0  # (its own frames: kept)
+    # Found from outside: merged again with other settings, the merge deleted every PNG in OUT, the user's too.
+    cv2.imwrite("o/my_photo.png", np.zeros((8, 8, 3), np.uint8))
+    refused(capsys, [*args[:-1], "lct"], "OUT o holds 1 image (my_photo.png) a merge did not record")
+    assert Path("o/my_photo.png").exists()
 
 
 def test_merge_video_writes_pngs_of_odd_frames_whole(workflow, capsys):
@@ -139,10 +143,13 @@ def test_raw_predict_says_it_writes_one_face_of_a_frame_of_two(workflow, capsys)
     shutil.copy("two/00002_0.jpg", "two/00002_1.jpg")  # (a second face of frame 00002)
     capsys.readouterr()
     assert main(["merge", str(run), str(root / "data_dst.mp4"), "two", "o", "--mode", "raw-predict"]) == 0
-    err = capsys.readouterr().err
+    said = capsys.readouterr()
     assert (
-        "raw-predict writes the first face of a frame alone; 1 of the frames have more than one (such as 00002)" in err
+        "raw-predict writes the first face of a frame alone; 1 of the frames have more than one (such as 00002)"
+        in said.err
     )
+    faces = len(list(Path(root / "dst_aligned").glob("*.jpg")))  # (one a frame, 00002's second not written)
+    assert f"Merged {faces} faces into " in said.out
 
 
 def video_frames(path: str | Path) -> list[np.ndarray]:

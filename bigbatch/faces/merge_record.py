@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,25 @@ def frames_identity(source: Any) -> dict:
     if source.files:
         found["files"] = files_digest(source.files)
     return found
+
+
+def merged_stems(names: list[str] | None) -> dict:
+    """The record's list of the frames a merge writes (their stems: `names`, FRAMES's frames; none for a video whose
+    container gives no frame count), for the next merge into OUT to tell them from the user's images."""
+    return {"names": [Path(n).stem for n in names]} if names is not None else {}
+
+
+def merged_here(out: Path) -> Callable[[str], bool]:
+    """Whether OUT's image of stem `stem` is one a merge into OUT wrote, as OUT's record says: a frame it lists (a
+    record without that list, an older bigbatch's or a video's without a frame count: a frame's number, as video
+    frames and DFL name them); with no record, none is (found from outside: merging again deleted the user's
+    images in OUT)."""
+    if not (out / RECORD).exists():
+        return lambda stem: False
+    names = read_record(out / RECORD).get("names")
+    if isinstance(names, list):
+        return set(names).__contains__
+    return lambda stem: re.fullmatch(r"\d+", stem) is not None
 
 
 def changed_since(out: Path, record: dict) -> list[str] | None:

@@ -188,11 +188,15 @@ def merge_folder(
             raise BigbatchError(f"OUT {out} is the {what} folder, whose files merging would replace: give another OUT")
     if Path(out).exists() and not Path(out).is_dir():
         raise BigbatchError(f"OUT {out} is a file: give a folder for the merged frames (made if it does not exist)")
-    if Path(out).is_dir() and not (Path(out) / merge_record.RECORD).exists():
-        # (found from outside: they stayed beside the merged frames, for `video make OUT` to mix in; DFL's merger
-        # deletes them, but they are the user's)
-        if n := sum(1 for p in Path(out).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
-            images = f"{n} image{'s' * (n != 1)}"
+    if Path(out).is_dir():  # (found from outside: they stayed beside the merged frames, for `video make OUT` to mix
+        # in, or a merge again deleted them; DFL's merger deletes them, but they are the user's)
+        ours = merge_record.merged_here(Path(out))
+        if others := sorted(
+            p.name
+            for p in Path(out).iterdir()
+            if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() and not (p.suffix == ".png" and ours(p.stem))
+        ):
+            images = f"{len(others)} image{'s' * (len(others) != 1)} ({others[0]}{', ...' * (len(others) > 1)})"
             raise BigbatchError(f"OUT {out} holds {images} a merge did not record: give an empty folder or remove them")
     if writer is not None and source.files:  # (found from outside: cropped or stretched into the video)
         check_one_size(source.files)
@@ -247,7 +251,7 @@ def merge_folder(
         "model": merge_record.model_identity(run, model),
         "aligned": merge_record.aligned_identity(Path(aligned)),
         "frames": merge_record.frames_identity(source),
-    }
+    } | merge_record.merged_stems(names)
     changed = merge_record.changed_since(out, record)
     written = {p.stem for p in out.glob("*.png")}
     done = written if changed == [] else set()
@@ -296,7 +300,9 @@ def merge_folder(
                     merging.flush()  # (the frames before it merged and written, for a rerun)
                     merging.drain()
                     raise BigbatchError(why)
-                n, merged = n + 1, merged + len(faces.get(stem, ()))
+                # (raw-predict writes a frame's first face alone; found from outside: all were counted)
+                found = len(faces.get(stem, ()))
+                n, merged = n + 1, merged + (min(found, 1) if s.mode == "raw-predict" else found)
                 merging.add(i, stem, frame)
             merging.flush()
             merging.drain()

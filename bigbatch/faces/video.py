@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import queue
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from fractions import Fraction
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write, create_new, pid_alive
+from bigbatch.files import atomic_write, create_new, pid_alive, read_record
 
 if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's parser reads PRESETS from here)
     import numpy as np
@@ -178,9 +180,13 @@ def another_size(what: object, got: tuple[int, ...], size: tuple[int, ...]) -> B
     )
 
 
+FRAMES_RECORD = ".frames.json"  # in `video frames`' DIR: the video and --fps its frames are of, for a rerun
+
+
 def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = None) -> int:
     """`bigbatch video frames`: every frame of `video` (or `fps` of them a second) as out/00001.png, ...;
-    returns how many. Each PNG is written whole (temporary name, then renamed)."""
+    returns how many. Each PNG is written whole (temporary name, then renamed); a rerun of the same video and fps
+    goes on where an interrupted one stopped (DIR/.frames.json)."""
     import cv2
 
     if fps is not None and fps <= 0:
@@ -188,20 +194,27 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BigbatchError(f"DIR {out} is a file: give a new or empty folder for the frames")
-    if out.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in out.iterdir()):
-        # (older frames left there would be mixed with these by extract, merge and video make)
-        raise BigbatchError(f"DIR {out} already holds images: give a new or empty folder for the frames")
     with Video(video) as v:
+        st = Path(video).stat()
+        record = {"video": str(Path(video).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "fps": fps}
+        before = out.is_dir() and sum(1 for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if before and read_record(out / FRAMES_RECORD) != record:
+            # (older frames left there would be mixed with these by extract, merge and video make)
+            raise BigbatchError(f"DIR {out} already holds images: give a new or empty folder for the frames")
+        if before:  # (found from outside: an interrupted run's rerun was refused, its folder to delete by hand)
+            print(f"going on from the {before} frames of {video} written to {out} before", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / FRAMES_RECORD, json.dumps(record))
         written, due = 0, 0.0
         step = float(v.rate) / fps if fps else 1.0
         for i, frame in enumerate(v.frames()):
             if i + 1e-9 < due:
                 continue
             due += step
-            ok, png = cv2.imencode(".png", frame[:, :, ::-1])
             path = out / frame_name(written)
-            atomic_write(path, png.tobytes(), sync=False)
+            if not path.exists():
+                ok, png = cv2.imencode(".png", frame[:, :, ::-1])
+                atomic_write(path, png.tobytes(), sync=False)
             written += 1
     return written
 
