@@ -465,8 +465,8 @@ class EvalConfig(Section):
     nears its target, so that the time to reach it is known to the finer step (time-to-accuracy entries,
     DAWNBench's and MLPerf's, often score only late in the run)."""
     fine_every_kimg: float = 0.0
-    """The cadence of the scores from eval.fine_from_kimg on (0 = eval.every_kimg throughout). It refines
-    eval.every_kimg: with that at 0, nothing is scored during training."""
+    """The cadence of the scores from eval.fine_from_kimg on (0 = eval.every_kimg throughout), or eval.every_kimg's
+    where that is finer. It refines eval.every_kimg: with that at 0, nothing is scored during training."""
     metrics: str = "fid"
     """GAN: comma-separated metrics, fid, is, kid, pr (precision and recall, Kynkäänniemi et al. 2019,
     k = 3) and dc (density and coverage, Naeem et al. 2020, k = 5) of the pool features, these two against
@@ -534,6 +534,7 @@ class EvalConfig(Section):
         if not self.every_kimg:
             return 0
         every, fine = max(1, round(self.every_kimg * 1000)), round(self.fine_every_kimg * 1000)
+        fine = min(fine, every)  # (found from outside: a fine cadence coarser than every_kimg made scores rarer)
         if not fine:
             return nimg // every
         start = round(self.fine_from_kimg * 1000)

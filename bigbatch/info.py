@@ -132,16 +132,16 @@ def describe_run(path: str | Path) -> str:
             f"warm-up {t.warmup_kimg:g} kimg, {decay}, weight decay {t.weight_decay:g}"
             f"{'' if t.norm_decay else ' (not on norms, biases)'}, {t.precision}, seed {t.seed}"
         )
-    if cfg.data.schedule:
-        phases = schedule_of(cfg).phases
+    if cfg.data.schedule:  # (each phase from its first step, as training says it: found from outside, 1.5 for 1.536)
+        schedule = schedule_of(cfg)
         lines.append(
             "schedule    "
             + ", ".join(
                 f"{p.resolution}px batch {p.batch}"
                 + (f" lr {p.lr[0]:g}->{p.lr[1]:g}" if p.lr else "")
-                + f" from {p.start / 1000:g} kimg"
+                + f" from {begin / 1000:g} kimg"
                 + (" (current)" if p == phase_trained(cfg, int(meta.get("nimg", 0))) else "")
-                for p in phases
+                for p, begin in zip(schedule.phases, schedule.begins())
             )
         )
     if ckpt is not None:

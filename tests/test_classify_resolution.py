@@ -33,7 +33,7 @@ def test_a_classifier_scored_above_its_training_side_is_scored_predicts_and_repo
     assert json.loads((run / "checkpoints" / "best" / "meta.json").read_text())["best"]["settings"]["resolution"] == 20
     capsys.readouterr()
     bigbatch.train(tiny(**{"train.kimg": 0.768}), run_dir=run, resume=True)  # (back to where it trains: said how)
-    assert "was scored with other eval settings (resolution 20, now none)" in capsys.readouterr().out
+    assert "was scored with other eval settings (resolution 20, now none)" in capsys.readouterr().err
     assert main(["eval", str(run), "--resolution", "2"]) == 2
     assert capsys.readouterr().err == "bigbatch: error: --resolution must be 4 to 16384 pixels, got 2\n"
 

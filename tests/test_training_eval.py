@@ -93,13 +93,13 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     # Scores under other settings (here fewer samples) are not compared with it: the next one replaces it.
     bigbatch.train(cfg.override({"train.kimg": 0.768, "eval.n": 64}), run_dir=run, resume=True)
     assert (
-        "was scored with other eval settings (n 96, now 64): the next evaluation replaces it" in capsys.readouterr().out
+        "was scored with other eval settings (n 96, now 64): the next evaluation replaces it" in capsys.readouterr().err
     )
     assert best_meta(run)["kimg"] == 0.768 and best_meta(run)["best"]["settings"]["n"] == 64
     # A best later than the checkpoint resumed from belongs to training that a crash discarded.
     (run / "checkpoints" / "latest").write_text("000000.512\n")
     bigbatch.train(cfg.override({"train.kimg": 0.768, "eval.n": 64}), run_dir=run, resume=True)
-    assert "later than the checkpoint resumed from" in capsys.readouterr().out
+    assert "later than the checkpoint resumed from" in capsys.readouterr().err
     rows = eval_rows(run)
     assert [r["kimg"] for r in rows] == [0.256, 0.512, 0.768]  # the discarded rows are gone from the log
     assert best_meta(run)["kimg"] == 0.768 and best_meta(run)["best"]["value"] == rows[-1]["cs"]
@@ -117,7 +117,7 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
     bigbatch.train(cfg.override({"train.kimg": 1.024, "eval.n": 64}), run_dir=run, resume=True)
-    said = capsys.readouterr().out
+    said = capsys.readouterr().err
     assert "best is damaged (G_ema.safetensors does not match the" in said and "the next evaluation replaces it" in said
     assert best_meta(run)["kimg"] == 1.024 and main(["info", str(run), "--verify"]) == 0
     capsys.readouterr()
@@ -195,6 +195,9 @@ def test_a_finer_cadence_near_the_end_scores_there_and_changes_no_weight(scored,
     assert [fine.eval.count(n - 1) + 1 for n in (256, 384, 512, 640)] == [1, 2, 3, 4]
     coarse = replace(fine.eval, fine_every_kimg=0)
     assert [coarse.count(n - 1) + 1 for n in (256, 512, 640)] == [1, 2, 3]
+    # A "fine" cadence coarser than eval.every_kimg makes the scores no rarer (found from outside: it did).
+    rarer = replace(fine.eval, fine_every_kimg=0.512)
+    assert [rarer.count(n - 1) + 1 for n in (256, 512, 768, 1024)] == [1, 2, 3, 4]
 
 
 def test_eval_every_kimg_0_still_switches_scoring_off_under_a_finer_cadence(scored, tmp_path):

@@ -9,6 +9,7 @@ from typing import Any
 
 from bigbatch import checkpoints
 from bigbatch.engine import dist
+from bigbatch.errors import warn
 
 
 class Best:
@@ -37,11 +38,11 @@ class Best:
                 changed += [f"{k} {before[k]!r}, now none" for k in before.keys() - settings.keys()]  # (QA: unsaid)
                 why = "was scored with other eval settings" + (f" ({'; '.join(changed)})" if changed else "")
             elif resumed_at is not None and int(meta.get("nimg", 0)) > resumed_at:
-                why = "is later than the checkpoint resumed from (a crash discarded that stretch of training)"
+                why = "is later than the checkpoint resumed from (a crash, or a rollback, discarded that training)"
             elif not (why := _damage(best)):
                 self.value = float(record["value"])
-            if why and not quiet:
-                print(f"{best} {why}: the next evaluation replaces it", flush=True)
+            if why and not quiet:  # (found from outside: on stdout, unlike every other warning)
+                warn(f"{best} {why}: the next evaluation replaces it")
 
     def improved(self, scores: dict[str, float]) -> bool:
         """Whether `scores` beat the best so far (and then become it)."""
