@@ -1,12 +1,15 @@
 """The bench scripts refuse a bad command line in one line (argparse's, or bigbatch's own error) with exit status
 2: no traceback, no hang, no table of nonsense."""
 
+import contextlib
+import io
 import json
 import os
-import subprocess
+import runpy
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -14,14 +17,34 @@ ROOT = Path(__file__).parent.parent
 
 
 def refused(*argv: str) -> str:
-    """Run bench/ARGV[0] with the rest; the one error line it gave (after it exited with status 2)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
-        [sys.executable, f"bench/{argv[0]}", *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
-    errors = [line for line in out.stderr.splitlines() if ": error: " in line]
-    assert len(errors) == 1, out.stderr[-3000:]
+    """Run bench/ARGV[0] with the rest, as `python bench/ARGV[0] ...` in the repository would, but in this process
+    (each a new Python took seconds of the suite to import torch); the one error line it gave (after it exited with
+    status 2, not by an exception). What a script sets for itself (OMP_NUM_THREADS, torch's threads, signal
+    handlers) is put back, for the tests after it in this process."""
+    import signal
+
+    import torch
+
+    script = ROOT / "bench" / argv[0]
+    err = io.StringIO()
+    threads, handlers = torch.get_num_threads(), {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with (
+        contextlib.chdir(ROOT),
+        mock.patch.dict(os.environ),
+        mock.patch.object(sys, "argv", [str(script), *argv[1:]]),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(err),
+        pytest.raises(SystemExit) as ended,
+    ):
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        finally:
+            torch.set_num_threads(threads)
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
+    assert ended.value.code == 2, err.getvalue()[-3000:]
+    errors = [line for line in err.getvalue().splitlines() if ": error: " in line]
+    assert len(errors) == 1, err.getvalue()[-3000:]
     return errors[0]
 
 
@@ -51,6 +74,10 @@ def refused(*argv: str) -> str:
         (["memory.py", "--at", "4,4"], ["--at", "two different micro-batches"]),
         (["memory.py", "--batch", "0"], ["--batch", "1 or more"]),
         (["memory.py", "--preset", "nosuch"], ["bigbatch: error:", "unknown preset 'nosuch'"]),
+        (["roofline.py", "--quick", "--tflops", "0"], ["--tflops", "give a number above 0"]),
+        (["roofline.py", "--quick", "--measured", "x=1"], ["unknown work x"]),
+        (["roofline.py", "--quick", "--micro", "stylegan2=3"], ["--micro stylegan2=3 does not divide its batch of 64"]),
+        (["roofline.py", "--quick", "--micro", "resnet50=8"], ["its step is counted as one micro-batch"]),
         (["compile_start.py", "model.nosuch=3"], ["bigbatch: error:", "unknown config key 'model.nosuch'"]),
         (["swap_quality.py", "/nonexistent/run"], ["bigbatch: error:", "/nonexistent/run"]),
     ],

@@ -103,21 +103,6 @@ def test_the_hosts_draws_are_not_counted_whatever_the_threads():
     assert not [o.name for _, _, ops in phases for o in ops if o.name in ("normal_", "randn", "randint", "uniform_")]
 
 
-@pytest.mark.parametrize(
-    "args, says",
-    [
-        (["--tflops", "0"], "give a number above 0"),
-        (["--measured", "x=1"], "unknown work x"),
-        (["--micro", "stylegan2=3"], "--micro stylegan2=3 does not divide its batch of 64"),
-        (["--micro", "resnet50=8"], "its step is counted as one micro-batch"),
-    ],
-)
-def test_bad_arguments_get_one_line_and_status_2(args, says):
-    bench = Path(roofline.__file__)
-    done = subprocess.run([sys.executable, str(bench), "--quick", *args], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and says in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
-
-
 def test_stylegan2s_compiled_kernels_are_counted_as_one_op_each_moving_fewer_bytes():
     # (--fused: as on a device in fused.ON, each kernel reads its tensors and writes its output once)
     def count(*contexts):
