@@ -390,6 +390,8 @@ def run_info(args: argparse.Namespace) -> None:
         )
     from bigbatch.checkpoint_find import holds_checkpoints, run_named
 
+    if Path(args.path).is_file() and not holds_checkpoints(Path(args.path)):
+        return _export_info(Path(args.path), args.verify)
     if holds_checkpoints(Path(args.path)):  # (RUN/checkpoints/latest names RUN: found by review, --verify called it
         args.path = str(run_named(args.path))  # damaged)
     if not args.verify:
@@ -404,6 +406,26 @@ def run_info(args: argparse.Namespace) -> None:
     except BigbatchError:  # (a run with no intact checkpoint to describe): verify names every damaged one
         pass
     print(verify_run(args.path))
+
+
+def _export_info(path: Path, verify: bool) -> None:
+    """`info` of a file bigbatch export wrote: its settings (found from outside: \"neither a run directory nor a
+    checkpoint folder\", with no word of what info reads)."""
+    from bigbatch.export import read_settings
+
+    settings = read_settings(path)
+    if settings is None:
+        raise BigbatchError(
+            f"{path} is none of what info reads: a run directory, one of its checkpoints/<kimg> folders, a DATA.h5 "
+            "file or a file bigbatch export wrote"
+        )
+    if verify:
+        raise BigbatchError(f"--verify checks a run's checkpoints or a data file's images; {path} is an export")
+    print(f"export      {path}")
+    for key, value in settings.items():
+        if isinstance(value, list):
+            value = ", ".join(map(str, value[:10])) + (f", ... ({len(value)})" if len(value) > 10 else "")
+        print(f"{key:<11} {value}")
 
 
 def next_steps(args: argparse.Namespace, report: Any) -> None:

@@ -28,6 +28,7 @@ import json
 import math
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,6 +42,28 @@ from bigbatch.files import atomic_write
 from bigbatch.sampling import to_uint8
 
 FORMATS = ("torchscript", "onnx", "pt2", "dfm")
+
+
+def read_settings(path: Path) -> dict[str, Any] | None:
+    """The settings a file `bigbatch export` wrote holds (a TorchScript or pt2 archive's extra file bigbatch.json, an
+    ONNX model's property `bigbatch`), read without loading its code; None for another file."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                names = [n for n in z.namelist() if n.endswith("/extra/bigbatch.json")]
+                return json.loads(z.read(names[0])) if names else None
+        if path.suffix.lower() not in (".onnx", ".dfm"):
+            return None
+        import onnx
+
+        props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+        return json.loads(props["bigbatch"]) if "bigbatch" in props else None
+    except (ImportError, OSError, ValueError, zipfile.BadZipFile):
+        return None
+    except Exception as e:  # noqa: BLE001 (onnx's parser raises its own errors of a file that is not ONNX)
+        if type(e).__module__.startswith(("onnx", "google")):
+            return None
+        raise
 
 
 LEAST = {"C": 3}  # a free size's least value, where not 1: an image's channels (RGB, or RGBA's alpha left out)

@@ -73,3 +73,17 @@ def test_a_file_system_without_hard_links_still_takes_a_new_file(tmp_path, monke
     with pytest.raises(FileExistsError):
         atomic_write(tmp_path / "new.pt", b"again", replace=False)
     assert (tmp_path / "new.pt").read_bytes() == b"made" and [p.name for p in tmp_path.iterdir()] == ["new.pt"]
+
+
+def test_info_of_an_exported_file_says_its_settings_read_without_its_code(run, tmp_path, capsys):
+    # Found from outside: "neither a run directory nor a checkpoint folder", with no word of what info reads.
+    for name in ("m.pt", "m.onnx"):
+        assert main(["export", str(run), str(tmp_path / name)]) == 0
+        capsys.readouterr()
+        assert main(["info", str(tmp_path / name)]) == 0
+        out = capsys.readouterr().out
+        assert f"export      {tmp_path / name}\ntask        gan\n" in out and "class_names 0, 1, 2, 3, 4, 5" in out, out
+    torch.save({"w": torch.zeros(2)}, tmp_path / "weights.pth")  # (a zip too, holding no settings)
+    assert main(["info", str(tmp_path / "weights.pth")]) == 2
+    assert "is none of what info reads: a run directory, one of its" in capsys.readouterr().err
+    assert main(["info", str(tmp_path / "m.pt"), "--verify"]) == 2
