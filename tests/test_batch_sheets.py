@@ -79,6 +79,24 @@ def test_a_classifiers_sheet_is_what_its_network_receives(labels):
     assert not any(torch.equal(fed[0], img) for img in stored)
 
 
+def test_a_mixed_classifiers_sheet_names_each_images_two_classes_and_shares(monkeypatch):
+    # Found from outside: under mixup and CutMix each image was captioned by its own class alone.
+    import bigbatch.tasks.classify.task as classify_task
+
+    cfg = classify(**{"train.mixup": 0.8, "train.cutmix": 1.0})
+    task = build_task(cfg, replicator_for(cfg), training_data(cfg))
+    cells = []
+    monkeypatch.setattr(classify_task, "captioned_sheet", lambda c: cells.extend(c))
+    task.batch_sheet(0)
+    captions = [[text for text, _ in caption] for _, caption in cells]
+    for (own, other), (other_back, own_back) in zip(captions[0::2], captions[1::2]):  # (pairs: 2k and 2k + 1)
+        share, name = own.split(" ", 1)
+        rest, partner = other.split(" ", 1)
+        assert int(share[:-1]) + int(rest[:-1]) in (99, 100, 101) and name != "" and partner != ""
+        assert own_back.endswith(f" {name}") and other_back.endswith(f" {partner}")
+    assert any(not c[0].startswith("100% ") for c in captions)  # (something mixed)
+
+
 def test_a_gan_sheet_is_what_d_receives_as_real(tiny):
     cfg = tiny.override({"data.xflip": True})
     task = build_task(cfg, replicator_for(cfg), training_data(cfg))

@@ -391,12 +391,21 @@ class ClassifyTask:
 
     def batch_sheet(self, nimg: int) -> Image.Image:
         """The step's first images as the network receives them (the loader's crops and flips, augmentations,
-        rotations), each under its class name."""
+        rotations), each under its class name; mixed (mixup, CutMix), under its target: each class with its share
+        (found from outside: its own class alone)."""
         real = peek(self.data, self.schedule, self.cfg, nimg, BATCH_SHEET, crop_scale=self.loader_crop_scale)
         images, labels, augs, mixed = self._batch(nimg, self.schedule.phase_at(nimg).batch, 0, real.images, real.labels)
-        x = self.inputs(images, labels, augs)
-        seen = to_uint8(x if mixed is None else mixing.mix(x, mixed)[0])  # (captioned by each image's own class)
-        return captioned_sheet([(img, [(self.class_names[int(y)], BLACK)]) for img, y in zip(seen, labels)])
+        x, names = self.inputs(images, labels, augs), [self.class_names[int(y)] for y in labels]
+        if mixed is None:
+            return captioned_sheet([(img, [(name, BLACK)]) for img, name in zip(to_uint8(x), names)])
+        x, lam = mixing.mix(x, mixed)
+        theirs = [self.class_names[int(y)] for y in mixing.partner(labels)]
+        return captioned_sheet(
+            [
+                (img, [(f"{share:.0%} {name}", BLACK), (f"{1 - share:.0%} {other}", BLACK)])
+                for img, name, other, share in zip(to_uint8(x), names, theirs, lam.tolist())
+            ]
+        )
 
     def inputs(self, images: torch.Tensor, labels: torch.Tensor, augs: tuple | None = None) -> torch.Tensor:
         """What the network receives for uint8 NHWC images: [-1, 1] NCHW, through RandAugment and random erasing
