@@ -151,6 +151,8 @@ def _show_batch(args: argparse.Namespace) -> None:
         cfg = cfg.override({"train.init_from": "", "train.freeze_kimg": 0.0})  # (nothing frozen: nothing loaded)
     schedule = schedule_of(cfg)
     nimg = schedule.align(round(args.kimg * 1000))
+    if nimg >= cfg.train.images:  # (found from outside: said nothing)
+        warn(f"--kimg {args.kimg:g} is at or past the run's end (train.kimg {cfg.train.kimg:g}): no step is there")
     rep = replicator_for(cfg)
     try:
         task = build_task(cfg, rep, training_data(cfg))

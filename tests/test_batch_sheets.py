@@ -151,6 +151,9 @@ def test_show_batch_draws_a_presets_batch_without_training(tmp_path, capsys, mon
     assert main(["show-batch", "--kimg", "-1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--kimg must be a number of kimg, 0 to 1e12, got -1" in err
+    far = ["show-batch", "--kimg", "1e9", "train.batch=16", "train.kimg=1", "--out", str(tmp_path / "far.png")]
+    assert main(far) == 0  # (found from outside: said nothing)
+    assert "--kimg 1e+09 is at or past the run's end (train.kimg 1)" in capsys.readouterr().err
     # Found from outside: a fine-tuning recipe's batch asked for the weights it starts from, not read to feed it.
     fine = ["show-batch", "--preset", "finetune_resnet50", "data.path=builtin:digits", "data.resolution=16"]
     assert main([*fine, "train.init_from=nowhere.pth", "--out", str(tmp_path / "f.png")]) == 0
