@@ -379,6 +379,8 @@ def stylegan2_cifar() -> Config:
     half-life 500 kimg ramped up as 5% of the images seen, 100,000 kimg; x-flips off. Parameters: G
     20,215,315 and D 23,089,664, ADA's own networks' counts at these settings (tests/test_models.py).
     Data: `bigbatch prepare CIFAR10_FOLDER data/cifar10.h5`.
+    In fp32, as ADA's --fp32=1 (its default runs the 4 highest resolutions in fp16, clamped; here
+    train.precision="bf16" is the mixed precision).
     """
     return _stylegan2(
         "stylegan2_cifar",
@@ -404,6 +406,8 @@ def stylegan2_256() -> Config:
     256 px, doubling at each halving up to 512), an 8-layer mapping network at 0.01x the learning rate,
     lr 0.0025, R1 gamma 1, style mixing 0.9, path length weight 2 on half the images, EMA half-life 20 kimg,
     25,000 kimg. Data: `bigbatch prepare FACES_FOLDER data/ffhq256.h5 --resolution 256`.
+    In fp32, as ADA's --fp32=1 (its default runs the 4 highest resolutions in fp16, clamped; here
+    train.precision="bf16" is the mixed precision).
     """
     return _ada_paper("stylegan2_256", "data/ffhq256.h5", 256, ch=64, batch=64, lr=0.0025, r1_gamma=1.0, ema_kimg=20)
 
@@ -417,6 +421,8 @@ def stylegan2_512() -> Config:
     lr 0.0025, R1 gamma 0.5, style mixing 0.9, path length weight 2 on half the images, EMA half-life 20 kimg,
     25,000 kimg. Parameters: G 30,276,583 and D 28,982,849, ADA's own networks' (tests/test_models.py).
     Data: `bigbatch prepare FACES_FOLDER data/afhq512.h5 --resolution 512`.
+    In fp32, as ADA's --fp32=1 (its default runs the 4 highest resolutions in fp16, clamped; here
+    train.precision="bf16" is the mixed precision).
     """
     return _ada_paper("stylegan2_512", "data/afhq512.h5", 512, ch=128, batch=64, lr=0.0025, r1_gamma=0.5, ema_kimg=20)
 
@@ -431,6 +437,8 @@ def stylegan2_1024() -> Config:
     lr 0.002, R1 gamma 2, style mixing 0.9, path length weight 2 on half the images, EMA half-life 10 kimg,
     25,000 kimg. Parameters: G 30,370,060 and D 29,012,513, ADA's own networks' (tests/test_models.py).
     Data: `bigbatch prepare FACES_FOLDER data/ffhq1024.h5 --resolution 1024`.
+    In fp32, as ADA's --fp32=1 (its default runs the 4 highest resolutions in fp16, clamped; here
+    train.precision="bf16" is the mixed precision).
     """
     return _ada_paper("stylegan2_1024", "data/ffhq1024.h5", 1024, ch=128, batch=32, lr=0.002, r1_gamma=2.0, ema_kimg=10)
 
