@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -89,6 +90,16 @@ def test_zip_gives_the_same_data_as_the_folder(tmp_path):
     from_folder = prepare(str(tmp_path / "photos"), str(tmp_path / "f.h5"), resolution=8, workers=0)
     assert from_zip.class_names == ["cat", "dog house"] and not from_zip.skipped
     assert from_zip.content_hash == from_folder.content_hash
+    # A name added again counts once, as its last copy, as a tar's (found from outside: the last copy twice, the
+    # first lost)
+    (tmp_path / "photos" / "cat" / "00.png").unlink()
+    Image.fromarray(_image(999, (12, 10))).save(tmp_path / "photos" / "cat" / "00.png")
+    with warnings.catch_warnings(), zipfile.ZipFile(archive, "a") as z:
+        warnings.simplefilter("ignore")  # (zipfile's "Duplicate name")
+        z.write(tmp_path / "photos" / "cat" / "00.png", "photos/cat/00.png")
+    again = prepare(str(archive), str(tmp_path / "again.h5"), resolution=8, workers=0)
+    changed = prepare(str(tmp_path / "photos"), str(tmp_path / "changed.h5"), resolution=8, workers=0)
+    assert again.count == 10 and again.content_hash == changed.content_hash
 
 
 def test_a_file_url_is_the_local_path_it_names_for_every_end(tmp_path, monkeypatch, capsys):

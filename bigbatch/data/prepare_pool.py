@@ -9,6 +9,7 @@ import hashlib
 import multiprocessing
 import os
 import signal
+import sys
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -242,3 +243,13 @@ def _results(
     else:
         for decoded in _ordered(lambda payload: pool.submit(_decode_chunk, payload), payloads, 2 * workers, watch):
             yield from decoded
+
+
+def said_kept(out: str) -> None:
+    """Say where a prepare into `out` stopped by a signal kept the images it had prepared, if it kept any."""
+    if "://" in out:
+        return
+    parts = Path(out).with_name(f".{Path(out).name}.parts")
+    if parts.is_dir() and any(parts.iterdir()):
+        print(f"bigbatch: the images prepared so far are kept in {parts}: the same command goes on from them",
+              file=sys.stderr)  # fmt: skip

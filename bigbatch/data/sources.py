@@ -270,7 +270,9 @@ def _utf8_name(info: zipfile.ZipInfo) -> str:
 
 def _list_zip(source: ZipSource, classes: bool) -> Listing:
     infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not hidden(i.filename)]
-    infos.sort(key=_utf8_name)
+    # A name added again (`zip -u`, or appended) counts once, as its last copy, which reading by name gives; as a
+    # tar's (found from outside: both entries were read, the last copy twice and the first lost)
+    infos = sorted({i.filename: i for i in infos}.values(), key=_utf8_name)
     names = [i.filename for i in infos]  # what the zip is read by
     rel = [_utf8_name(i) for i in infos]  # what classes and labels are named by
     # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class.
