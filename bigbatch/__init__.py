@@ -35,6 +35,7 @@ _EXPORTS = {
     "sample": "bigbatch.sampling",
     "sampling": "bigbatch.sampling",  # (bigbatch.sampling.draw_latents, as README has it: found from outside)
     "standing_stats": "bigbatch.sampling",
+    "Stopped": "bigbatch.signals",
     "sweep": "bigbatch.sweeps",
     "train": "bigbatch.loop",
 }
@@ -53,6 +54,7 @@ __all__ = [
     "sample",
     "sampling",
     "standing_stats",
+    "Stopped",
     "sweep",
     "train",
 ]
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     from bigbatch.metrics.classifier import load_classifier
     from bigbatch.presets import list_presets, preset
     from bigbatch.sampling import sample, standing_stats
+    from bigbatch.signals import Stopped
     from bigbatch.sweeps import sweep
     from bigbatch.tasks.gan.load import load_generator
 

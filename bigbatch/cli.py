@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import json
 import math
 import os
@@ -79,7 +80,8 @@ def _train(args: argparse.Namespace) -> None:
         print(f"# plan: {plan}{resumed}")
         print(f"# {describe_compile(cfg)}: {'on' if compiles(cfg, device) else 'off'} (device {device.type})")
         return
-    train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
+    with contextlib.suppress(signals.Stopped):  # (saved, and said how to go on: exit 0)
+        train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
 
 
 def _dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
@@ -310,13 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="class indices in this data file's order: of --labels, or of the class folders (a validation set that "
         "lacks a class); names for WebDataset's .cls indices; or a .txt file, a class name a line",
     )
-    pr.add_argument(
-        "--codec",
-        choices=("raw", "jpeg", "png", "webp"),
-        default="raw",
-        help="how images are stored: raw pixels (default; fastest to read), or encoded (jpeg: about a "
-        "tenth of the bytes, decoded in the loader's workers, at a reduced size for small phases)",
-    )
+    pr.add_argument("--codec", choices=("raw", "jpeg", "png", "webp"), default="raw", help="how images are stored: raw "
+        "pixels (default; fastest to read), or encoded (jpeg: photos of 256 px and more in about a tenth of the bytes, "
+        "small or grey images in a half to a fifth; decoded in the loader's workers, at a reduced size for small "
+        "phases)")  # fmt: skip
     pr.add_argument("--quality", type=int, help="jpeg/webp quality, 1..100 (default 90)")
     pr.add_argument(
         "--crop",
@@ -536,6 +535,12 @@ def _terminate(signum: int, frame: object) -> None:
     raise signals.Terminated
 
 
+def _kept(args: argparse.Namespace | None) -> None:
+    """What a prepare stopped by a signal kept, said before its last line (found from outside: unsaid)."""
+    if args is not None and getattr(args, "func", None) is _prepare:
+        importlib.import_module("bigbatch.data.prepare_pool").said_kept(args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     global _MAIN_PID
     _MAIN_PID = os.getpid()
@@ -556,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = list(sys.argv[1:] if argv is None else argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
     except signals.Terminated:
+        _kept(args)
         print(STOPPED, file=sys.stderr)
         return 128 + signal.SIGTERM
     except BigbatchError as e:
@@ -571,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         sweeps = sys.modules.get("bigbatch.sweeps")  # (a sweep's Stopped has said where, in its one line)
         if not (sweeps and isinstance(e, sweeps.Stopped)):
+            _kept(args)
             print("bigbatch: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as e:  # (a few of torch's are a user's to mend: one line each, as BigbatchError's)

@@ -35,7 +35,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.models.registry import is_own
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
-from bigbatch.signals import EvaluationStopped, StartupStopped, StopRequest, stop_signals
+from bigbatch.signals import EvaluationStopped, StartupStopped, Stopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 from bigbatch.urls import local_folder
 
@@ -43,7 +43,8 @@ from bigbatch.urls import local_folder
 def train(
     cfg: Config, run_dir: str | Path | None = None, resume: bool | Literal["auto"] = False, quiet: bool = False
 ) -> Path:
-    """Train what `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run directory.
+    """Train what `cfg` describes into `run_dir` (default runs/<name>-NNNNN); return the run directory. Stopped by
+    Ctrl-C or SIGTERM, it saves where it is and raises bigbatch.Stopped (a KeyboardInterrupt; `.run` is the run).
     `resume`: continue the run in `run_dir` (its config must be `cfg`, but for its length and output
     cadences); "auto": continue it if `run_dir` holds one, else start it. `quiet`: no progress bar, log
     lines or probe table; the line saying where it trains, the last line (done, or stopped and how to
@@ -112,7 +113,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 "same command starts it again",
                 flush=True,
             )
-        return run.path
+        raise Stopped(run.path) from None
     nimg, seconds = run.restore(task, rep) if run.checkpoint else (0, 0.0)
     if run.resumed and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
         truncate_metrics(run.path / "metrics.jsonl", 0)
@@ -273,7 +274,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 resume_with = f"{resume_with}, started as this run was ({rep.world_size} processes)"
             print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
-    if main and not stopped:
+    if stopped:
+        raise Stopped(run.path)
+    if main:
         usage = task.usage.format(run=shlex.quote(str(run.path)))
         if not is_own(cfg.model.name):  # (found from outside: `bigbatch sample` said "names no GAN model family")
             usage = f"Load it from Python (bigbatch.load_generator, load_classifier), where {own_family}"

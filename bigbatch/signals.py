@@ -16,6 +16,17 @@ class Terminated(BaseException):
     """SIGTERM to a command outside training (which saves a checkpoint on it instead)."""
 
 
+class Stopped(KeyboardInterrupt):
+    """`bigbatch.train` stopped by Ctrl-C or SIGTERM, once it saved where it was (its last line says so): `run` is the
+    run directory, which bigbatch.train(cfg, run_dir=run, resume=True) continues. A KeyboardInterrupt, so that what
+    follows it in a script or a notebook's cell does not run on an unfinished run (found from outside: it returned
+    as a finished run does); `bigbatch train` exits 0 on it, its checkpoint saved."""
+
+    def __init__(self, run: Any):
+        super().__init__(f"stopped by a signal; continue with bigbatch.train(cfg, run_dir={str(run)!r}, resume=True)")
+        self.run = run
+
+
 class StopRequest:
     requested = False
     """A stop was asked for: the loop saves a checkpoint and returns."""

@@ -23,6 +23,7 @@ from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.rundir import read_metrics, resume_config
+from bigbatch.signals import Stopped as RunStopped
 from bigbatch.signals import Terminated
 from bigbatch.sweep_table import (
     HIGHER_IS_BETTER,
@@ -170,6 +171,8 @@ def _train_here(job: Job, quiet: bool) -> None:
     job.began = True
     try:
         train(job.cfg, run_dir=job.run, resume="auto", quiet=quiet)
+    except RunStopped:  # (saved; the status below says it did not finish)
+        pass
     except Exception as e:  # noqa: BLE001 - any failure of one run (out of memory too) is that run's
         _failed(job, e)
         return

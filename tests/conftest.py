@@ -133,9 +133,10 @@ def stopped_then_resumed(task_class, cfg, run_dir: Path, at: int) -> Path:
             os.kill(os.getpid(), signal.SIGTERM)
         return out
 
-    with pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(bigbatch.Stopped) as stopped:
         patch.setattr(task_class, "step", step_then_signal)
-        run = bigbatch.train(cfg, run_dir=run_dir, quiet=True)
+        bigbatch.train(cfg, run_dir=run_dir, quiet=True)
+    run = stopped.value.run
     bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
     return run
 

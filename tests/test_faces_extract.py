@@ -117,7 +117,7 @@ def test_a_frames_folder_resumes_and_names_faces_as_the_video_does(extracted, tm
     journal's last line cut short by the kill included); frames without a face are listed, not fatal."""
     root, aligned, _ = extracted
     assert main(["video", "frames", str(root / "clip.mp4"), "frames"]) == 0
-    assert sorted(p.name for p in Path("frames").iterdir()) == [f"{i + 1:05d}.png" for i in range(N)]
+    assert sorted(p.name for p in Path("frames").iterdir()) == [".frames.json"] + [f"{i + 1:05d}.png" for i in range(N)]
     cv2.imwrite("frames/00009.png", np.full((H, W, 3), 96, np.uint8))  # no face in it
     args = ["extract", "frames", "out", "--workers", "1", "--size", "256", "--min-face", "32", "--no-debug",
             "--no-second-pass"]  # fmt: skip

@@ -21,6 +21,7 @@ import bigbatch
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.cli import main
 from bigbatch.data.prepare import prepare
+from bigbatch.errors import STOPPED
 from bigbatch.rundir import open_run, trainer
 
 
@@ -231,6 +232,7 @@ def hook(name, *args, **kwargs):
     return real(name, *args, **kwargs)
 builtins.__import__ = hook
 from bigbatch.cli import main
+from bigbatch.errors import STOPPED
 sys.exit(main(["train", "--run-dir", sys.argv[1], "train.kimg=0.001"]))
 """
     run = tmp_path / "run"
@@ -480,8 +482,9 @@ def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
         os.killpg(p.pid, signal.SIGTERM)
         out, err = p.communicate(timeout=60)  # never hangs
         assert "Traceback" not in err, err
-        assert p.returncode == 128 + signal.SIGTERM and err == "bigbatch: stopped by SIGTERM\n", (p.returncode, err)
+        assert p.returncode == 128 + signal.SIGTERM and err.endswith(f"{STOPPED}\n"), (p.returncode, err)
         assert not list(tmp_path.glob(".out.h5.partial-*"))
+        assert kept_said(tmp_path, err)
     # Started by a script as a background job, SIGINT ignored: `kill -INT` still stops it, as it stops train
     # (found from outside: ignored, and the prepare went on to the end).
     ignoring = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
@@ -492,6 +495,16 @@ def test_sigterm_to_a_prepare_with_workers_ends_it_cleanly(tmp_path):
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err.endswith("bigbatch: interrupted\n") and "Traceback" not in err, err
+    assert kept_said(tmp_path, err)
+
+
+def kept_said(folder, err: str) -> bool:
+    """Whether a stopped prepare's lines before its last said where it kept its work, as it kept some (found from
+    outside: unsaid; a rerun goes on from it)."""
+    parts = folder / ".out.h5.parts"
+    kept = f"bigbatch: the images prepared so far are kept in {parts}: the same command goes on from them\n"
+    before = err.splitlines(keepends=True)[:-1]
+    return before == ([kept] if parts.is_dir() and any(parts.iterdir()) else [])
 
 
 def test_info_verify_reads_every_checkpoint_of_a_run_back(tiny, tmp_path, capsys, monkeypatch):

@@ -556,7 +556,9 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     over = {"swap.true_face_power": 0.0, "swap.gan_power": 0.0, "swap.face_type": "h"}
     with monkeypatch.context() as patched:  # (not monkeypatch.undo(): that would leave tmp_path too)
         patched.setattr(training, "build_task", build_then_stop)
-        zero = bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "z", quiet=True)
+        with pytest.raises(bigbatch.Stopped):
+            bigbatch.train(swap_config(*faces, **over), run_dir=tmp_path / "z", quiet=True)
+    zero = tmp_path / "z"
     assert torch.load(zero / "checkpoints" / "000000.000" / "state.pt", weights_only=True)["steps"] == 0
     assert cli("export-dfl", str(zero), str(tmp_path / "z_dfl")).returncode == 0
     model, data = dfl.load_model_folder(tmp_path / "z_dfl")

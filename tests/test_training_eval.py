@@ -425,7 +425,9 @@ def test_a_stop_during_an_evaluation_saves_at_once_and_the_resumed_run_makes_it(
     with monkeypatch.context() as patched:
         patched.setattr(bigbatch.sampling, "generate", signalled)
         patched.setattr(Scorer, "__call__", scoring)
-        run = bigbatch.train(scored, run_dir=tmp_path / "cut")
+        with pytest.raises(bigbatch.Stopped):
+            bigbatch.train(scored, run_dir=tmp_path / "cut")
+    run = tmp_path / "cut"
     out = capsys.readouterr().out
     assert "evaluation stopped by the signal" in out and "Stopped by signal; saved" in out, out
     assert seen["evaluations"] == cut and seen["batches"] == 1  # one batch of three, then the save
@@ -497,7 +499,9 @@ def test_a_sigterm_in_the_reference_statistics_ends_the_start_and_the_next_goes_
 
     monkeypatch.setattr(stats, "_reader", signalled)
     capsys.readouterr()
-    run = bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    with pytest.raises(bigbatch.Stopped):
+        bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    run = tmp_path / "run"
     out = capsys.readouterr().out
     assert "Stopped by signal while computing reference statistics (128 of 300 images done, kept in " in out
     assert "nothing trained since the start: the same command starts it again" in out

@@ -14,6 +14,7 @@ from torch import nn
 from bigbatch.data.schedule import resize_batch
 from bigbatch.engine import dist
 from bigbatch.metrics.features import Progress
+from bigbatch.signals import check_stop
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.swap.losses import ssim
 
@@ -30,15 +31,18 @@ def reconstruction_ssim(
     total, count = torch.zeros((), dtype=torch.float64), 0
     starts = range(rank * batch, len(data), batch * world)
     shown = Progress(sum(min(batch, len(data) - s) for s in starts), f"{side} faces")
-    for start in starts:
-        images, _ = data.get(torch.arange(start, min(start + batch, len(data))))
-        x = resize_batch(images, model.resolution)[..., :3].to(device).permute(0, 3, 1, 2).float() / 255
-        pred, _ = getattr(model, side)(x)
-        total += ssim(x, pred.float(), model.resolution).double().sum().cpu()
-        count += len(x)
-        shown.add(len(x))
-    shown.close()
-    model.train(was)
+    try:
+        for start in starts:
+            check_stop()  # (a stop asked of training ends it: found from outside, it waited for the whole score)
+            images, _ = data.get(torch.arange(start, min(start + batch, len(data))))
+            x = resize_batch(images, model.resolution)[..., :3].to(device).permute(0, 3, 1, 2).float() / 255
+            pred, _ = getattr(model, side)(x)
+            total += ssim(x, pred.float(), model.resolution).double().sum().cpu()
+            count += len(x)
+            shown.add(len(x))
+    finally:
+        shown.close()
+        model.train(was)
     sums = dist.sum(torch.tensor([float(total), float(count)], dtype=torch.float64, device=device)).cpu()
     return float(sums[0]) / max(1.0, float(sums[1]))
 

@@ -41,6 +41,7 @@ from bigbatch.errors import BigbatchError
 from bigbatch.faces.xseg import load_xseg
 from bigbatch.models.xseg import RESOLUTION
 from bigbatch.sampling import BLACK, captioned_sheet
+from bigbatch.signals import check_stop
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
 from bigbatch.tasks.swap.load import check_face_size
@@ -262,17 +263,20 @@ def held_out_scores(model: nn.Module, data: Any, batch: int = 16, rank: int = 0,
     model.eval()
     device = next(model.parameters()).device
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # IoUs, losses, faces
-    for start in range(rank * batch, len(data), batch * world):
-        faces, _ = data.get(torch.arange(start, min(start + batch, len(data))))
-        x = _float(faces, device)
-        logits = model(x[:, :3].flip(1)).float()
-        label = (x[:, 3:4] >= 0.5).float()
-        pred = (logits >= 0).float()  # (sigmoid >= 0.5)
-        inter, union = (pred * label).sum(dim=(1, 2, 3)), ((pred + label) > 0).float().sum(dim=(1, 2, 3))
-        iou = torch.where(union > 0, inter / union.clamp(min=1), torch.ones_like(union))
-        loss = F.binary_cross_entropy_with_logits(logits, label, reduction="none").mean(dim=(1, 2, 3))
-        sums += torch.stack([iou.sum(), loss.sum(), iou.new_full((), len(x))]).double()  # (no copy that waits)
-    model.train(was)
+    try:
+        for start in range(rank * batch, len(data), batch * world):
+            check_stop()  # (a stop asked of training ends it, as the swap score's)
+            faces, _ = data.get(torch.arange(start, min(start + batch, len(data))))
+            x = _float(faces, device)
+            logits = model(x[:, :3].flip(1)).float()
+            label = (x[:, 3:4] >= 0.5).float()
+            pred = (logits >= 0).float()  # (sigmoid >= 0.5)
+            inter, union = (pred * label).sum(dim=(1, 2, 3)), ((pred + label) > 0).float().sum(dim=(1, 2, 3))
+            iou = torch.where(union > 0, inter / union.clamp(min=1), torch.ones_like(union))
+            loss = F.binary_cross_entropy_with_logits(logits, label, reduction="none").mean(dim=(1, 2, 3))
+            sums += torch.stack([iou.sum(), loss.sum(), iou.new_full((), len(x))]).double()  # (no copy that waits)
+    finally:
+        model.train(was)
     sums = dist.sum(sums).cpu()
     n = max(1.0, float(sums[2]))
     return {"iou": float(sums[0]) / n, "val_loss": float(sums[1]) / n}
