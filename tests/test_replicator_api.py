@@ -22,6 +22,9 @@ def _stepped(step_fn, half=False):
         (lambda: bigbatch.Replicator(64, compile="fast"), "compile must be True, False or one of default"),
         (lambda: bigbatch.Replicator(64, sync_bn="no"), "sync_bn must be True or False, got 'no'"),
         (lambda: bigbatch.Replicator(64, checkpointing="yes"), "checkpointing must be True, False or a list"),
+        # (found from outside: a model's own setting was read a letter at a time, "no block named 'h'")
+        (lambda: bigbatch.Replicator(64).prepare(nn.Linear(2, 2), "head"), "checkpointing must be True, False or"),
+        (lambda: bigbatch.Replicator(64).load("/nonexistent/ckpt"), "Replicator.load: /nonexistent/ckpt does not"),
         # The Replicator's own arguments named, not the config's keys (train.micro_batch) nor a resume.
         (lambda: bigbatch.Replicator(64, 24), "give micro_batch=16, or a batch divisible by 24"),
         (lambda: bigbatch.Replicator(64, 16).prepare(lambda x: x), "prepare takes a torch.nn.Module, got function"),
@@ -147,3 +150,21 @@ def test_a_batch_computed_with_numpy_is_a_batch():
         assert rep.batch == 64 and type(rep.batch) is int and rep.plan.accumulation == 4
     with bigbatch.Replicator(torch.tensor(64), torch.tensor(32)) as rep:  # (torch's too, as the Loader takes them)
         assert type(rep.batch) is type(rep.plan.micro_batch) is int and rep.plan.accumulation == 2
+
+
+def test_what_the_replicator_cannot_honour_is_said(monkeypatch, capsys):
+    # Found from outside, both silent: torch's own spectral norm (its power iteration at every forward: each
+    # micro-batch, and again under checkpointing) and a memory budget beside a fixed micro-batch.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    for sn in (nn.utils.parametrizations.spectral_norm, nn.utils.spectral_norm):
+        bigbatch.Replicator(8, 4, device="cpu").prepare(nn.Sequential(nn.ReLU(), sn(nn.Linear(2, 2))))
+        err = capsys.readouterr().err
+        assert "Sequential.1 uses torch.nn.utils' spectral norm" in err and "SNConv2d and SNLinear" in err, err
+        monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    from bigbatch.models.layers import SNLinear
+
+    bigbatch.Replicator(8, 4, device="cpu").prepare(nn.Sequential(SNLinear(2, 2)))
+    bigbatch.Replicator(8, "auto", device="cpu", memory_budget="1GiB")
+    assert capsys.readouterr().err == ""
+    bigbatch.Replicator(8, 4, device="cpu", memory_budget="1GiB")
+    assert 'memory_budget is read by micro_batch="auto" only: at micro_batch=4' in capsys.readouterr().err

@@ -44,11 +44,6 @@ def api_terms(text: str) -> str:
     return text
 
 
-def _names(value: Any) -> bool:
-    """Whether `value` is a list (or tuple, set) of block names."""
-    return isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value)
-
-
 def check_arguments(
     micro_batch: Any,
     skip_limit: Any,
@@ -76,8 +71,7 @@ def check_arguments(
     for flag, value in (("sync_bn", sync_bn), ("channels_last", channels_last)):
         if not isinstance(value, bool):
             raise BigbatchError(f"{flag} must be True or False, got {value!r}")
-    if not (isinstance(checkpointing, bool) or _names(checkpointing)):
-        raise BigbatchError(f"checkpointing must be True, False or a list of block names, got {checkpointing!r}")
+    wrap.check_checkpointing(checkpointing)
     if not (isinstance(compile, bool) or compile in wrap.COMPILE_MODES):
         raise BigbatchError(f"compile must be True, False or one of {', '.join(wrap.COMPILE_MODES)}, got {compile!r}")
     return micro_batch

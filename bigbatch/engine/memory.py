@@ -312,3 +312,12 @@ def save_buffers(models: list[nn.Module]) -> list[tuple[nn.Module, str, torch.Te
 def restore_buffers(saved: list[tuple[nn.Module, str, torch.Tensor]]) -> None:
     for m, k, b in saved:
         m._buffers[k] = b
+
+
+def budget_of(memory_budget: str | int | None, micro_batch: int | str, config_terms: bool, rank: int) -> int | None:
+    """`memory_budget` in bytes (None: none given); given with a fixed micro_batch, which reads none, said (found from
+    outside: said nothing; replicator_for's config says it in its own terms)."""
+    budget = None if memory_budget in (None, "") else parse_bytes(memory_budget)
+    if budget is not None and micro_batch != "auto" and not config_terms and rank == 0:
+        warn(f'memory_budget is read by micro_batch="auto" only: at micro_batch={micro_batch} nothing holds the step')
+    return budget

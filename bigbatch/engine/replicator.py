@@ -94,7 +94,7 @@ class Replicator:
         args = (micro_batch, skip_limit, skip_window, grad_clip, sync_bn, channels_last, checkpointing, compile)
         micro_batch = check_arguments(*args)  # ("auto", or an int)
         self.batch, self.precision = batch, precision
-        self.memory_budget = None if memory_budget in (None, "") else memory.parse_bytes(memory_budget)
+        self.memory_budget = memory.budget_of(memory_budget, micro_batch, self._config_terms, self.ctx.rank)
         self.checkpointing, self.compile, self.sync_bn = checkpointing, compile, sync_bn
         self.channels_last, self._graph_grads = channels_last, set[int]()  # (the step's copies: wrap.new_micro_batch)
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window

@@ -102,8 +102,9 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
     if not path.exists() and checkpoints.read_meta(_old(path)) is not None:  # (a save cut between its renames)
         path = _old(path)
     meta = checkpoints.read_meta(path)
-    if meta is None:
-        raise BigbatchError(f"Replicator.load: {path} is not a complete checkpoint written by Replicator.save")
+    if meta is None:  # (found from outside: a path not there was "not a complete checkpoint")
+        what = "does not exist" if not path.exists() else "is not a complete checkpoint written by Replicator.save"
+        raise BigbatchError(f"Replicator.load: {path} {what}")
     if meta.get("saved_by") != "Replicator.save":  # (a run's checkpoint: it was a KeyError 'optimizers')
         raise BigbatchError(
             f"Replicator.load: {path} is a checkpoint of a bigbatch run, not one Replicator.save wrote: read its "

@@ -202,6 +202,18 @@ def to_channels_last(model: nn.Module, device: torch.device) -> list[str]:
     return keep_nchw(model, device)
 
 
+def _names(value: Any) -> bool:
+    """Whether `value` is a list (or tuple, set) of block names."""
+    return isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value)
+
+
+def check_checkpointing(checkpointing: Any) -> None:
+    """Refuse what is not a `checkpointing` setting: True, False or a list of block names (found from outside: a
+    model's own "head" was read a letter at a time)."""
+    if not (isinstance(checkpointing, bool) or _names(checkpointing)):
+        raise BigbatchError(f"checkpointing must be True, False or a list of block names, got {checkpointing!r}")
+
+
 def prepare(
     model: nn.Module,
     device: torch.device,
@@ -228,6 +240,14 @@ def prepare(
         keep_nchw(model, device)
     if sync_bn and world_size > 1:
         model = cross_rank_batch_norm(model, device)
+    check_checkpointing(checkpointing)
+    if (name := _torch_spectral_norm(model)) is not None:
+        warn(
+            f"{type(model).__name__}{'.' + name if name else ''} uses torch.nn.utils' spectral norm, whose power "
+            "iteration runs at every forward: at each micro-batch, and again where checkpointing recomputes, so the "
+            "weights depend on how a batch is split; bigbatch.models.layers.SNConv2d and SNLinear iterate once a step",
+            once=True,
+        )
     if checkpointing:
         names = getattr(model, "checkpoint_blocks", ()) if checkpointing is True else checkpointing
         if not names:
@@ -314,3 +334,15 @@ def unused_parameters_error(said: str) -> BigbatchError:
         "DDP cannot all-reduce: prepare it with rep.prepare(model, unused_parameters=True)"
         + (f" ({which})" if which else "")
     )
+
+
+def _torch_spectral_norm(model: nn.Module) -> str | None:
+    """The name of a module of `model` under torch.nn.utils' spectral norm (parametrizations.spectral_norm, or the
+    older hook of nn.utils.spectral_norm), or None (found from outside: silently split-dependent)."""
+    for name, m in model.named_modules():
+        params = getattr(m, "parametrizations", None)
+        kinds = [type(p).__name__ for ps in (params.values() if params is not None else ()) for p in ps]
+        kinds += [type(h).__name__ for h in m._forward_pre_hooks.values()]
+        if "_SpectralNorm" in kinds or "SpectralNorm" in kinds:
+            return name
+    return None
