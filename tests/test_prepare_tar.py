@@ -314,6 +314,9 @@ def test_classes_from_a_synset_mapping_number_class_folders_and_labels_by_their_
 
 def test_webdataset_s_joined_sources_are_refused_in_one_line(tmp_path, capsys):
     one_line(capsys, ["prepare", "a-{0..1}.tar::b-{0..1}.tar", "out.h5"], "'::' joins WebDataset's sources")
+    # (found from outside: "does not exist", of two more of WebDataset's habits)
+    for habit in ("pipe:cat shards/train-000000.tar", "shards/*.tar"):
+        one_line(capsys, ["prepare", habit, "out.h5"], "WebDataset's pipe: URLs and shell globs are not read here")
 
 
 def test_an_image_set_of_webdataset_shards_is_each_sample_s_image(tmp_path):

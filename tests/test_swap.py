@@ -349,6 +349,8 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
         ({"swap.ae_dims": 128}, "the dims are model.options: archi, ae_dims"),  # (found from outside: "did you
         ({"swap.adabelief": False}, 'swap.optimizer = "adabelief"'),  # mean 'gan_dims'?", or nothing)
         ({"swap.use_fp16": True}, 'train.precision = "fp16"'),
+        ({"swap.target_iter": 100_000}, "DFL's target_iter is the run's length: train.kimg"),  # (found from outside:
+        ({"swap.autobackup_hour": 1}, "checkpoints come every checkpoint.every_kimg"),  # an unknown key, no pointer)
     ],
 )
 def test_config_mistakes_are_named(faces, over, words):

@@ -139,6 +139,12 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
     `classes`, every file at any depth, unlabelled (label 0: sub-folders are not classes). Tar files (one, a
     brace pattern of WebDataset shards, a folder or prefix of them) as bigbatch.data.tars lists them."""
     src = Location.of(src)
+    globbed = not src.url and not src.path.exists() and any(c in src.name for c in "*?[")
+    if src.name.startswith("pipe:") or globbed:
+        raise BigbatchError(  # (found from outside: "does not exist", of WebDataset's habits)
+            f"source {src.name}: WebDataset's pipe: URLs and shell globs are not read here; give the shards as a brace "
+            "pattern (shards/train-{000000..000146}.tar), their folder, or an s3:// prefix"
+        )
     shards = tars.shards_named(src)
     if shards is not None:
         return tars.list_tars(shards, storage_options, classes)
