@@ -534,8 +534,7 @@ class EvalConfig(Section):
         if not self.every_kimg:
             return 0
         every, fine = max(1, round(self.every_kimg * 1000)), round(self.fine_every_kimg * 1000)
-        fine = min(fine, every)  # (found from outside: a fine cadence coarser than every_kimg made scores rarer)
-        if not fine:
+        if not (fine := min(fine, every)):  # (found from outside: a fine cadence coarser than every_kimg, scores rarer)
             return nimg // every
         start = round(self.fine_from_kimg * 1000)
         return min(nimg, start) // every + max(0, nimg // fine - start // fine)
