@@ -395,10 +395,9 @@ def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical
         return out
 
     monkeypatch.setattr(ClassifyTask, "step", step_then_signal)
-    with pytest.raises(bigbatch.Stopped):
+    with pytest.raises(bigbatch.Stopped) as stopped:
         bigbatch.train(cfg, run_dir=tmp_path / "part", quiet=True)
-    part = tmp_path / "part"
-    assert (part / "checkpoints" / "000000.512").is_dir()
+    assert ((part := stopped.value.run) / "checkpoints" / "000000.512").is_dir()
     assert seen[:9] == [12] * 8 + [16]  # 8 steps of 32 at 12 px, then steps of 64 at 16 px
     monkeypatch.setattr(ClassifyTask, "step", step)
     bigbatch.train(cfg, run_dir=part, resume=True, quiet=True)

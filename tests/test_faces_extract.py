@@ -534,43 +534,6 @@ def test_extract_refuses_an_out_inside_src(capsys):
     assert len(journal.read_text().splitlines()) == len(rows)  # (nothing extracted again)
 
 
-def test_video_frames_refuses_a_folder_holding_images_and_make_a_non_video_name(extracted, capsys):
-    # Found from outside: frames of a 12-frame clip written over an 80-frame one's left 80 files; DIR a file said
-    # only "File exists"; `video make FRAMES x.png` raised PyAV's ValueError.
-    root, _, _ = extracted
-    Path("old").mkdir()
-    cv2.imwrite("old/00080.png", np.zeros((8, 8, 3), np.uint8))
-    Path("afile").write_text("x")
-    Path("frames").mkdir()
-    cv2.imwrite("frames/1.png", np.zeros((8, 8, 3), np.uint8))
-    cases = [
-        (["video", "frames", str(root / "clip.mp4"), "old"], "DIR old already holds images: give a new or empty"),
-        (["video", "frames", str(root / "clip.mp4"), "afile"], "DIR afile is a file: give a new or empty folder"),
-        (["video", "make", "frames", "x.png"], "OUT x.png: give a video file name"),
-    ]
-    for args, says in cases:
-        capsys.readouterr()
-        assert main(args) == 2, args
-        err = capsys.readouterr().err.strip()
-        assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
-    assert [p.name for p in Path("old").iterdir()] == ["00080.png"]
-
-
-def test_video_frames_interrupted_goes_on_when_run_again(extracted, capsys):
-    # Found from outside: the rerun of an interrupted `video frames` was refused ("already holds images").
-    root, _, _ = extracted
-    assert main(["video", "frames", str(root / "clip.mp4"), "whole"]) == 0
-    assert main(["video", "frames", str(root / "clip.mp4"), "cut"]) == 0
-    names = sorted(p.name for p in Path("cut").glob("*.png"))
-    for name in names[len(names) // 2 :]:  # (stopped half way: each PNG is whole or absent)
-        Path("cut", name).unlink()
-    capsys.readouterr()
-    assert main(["video", "frames", str(root / "clip.mp4"), "cut"]) == 0
-    assert f"going on from the {len(names) // 2} frames" in capsys.readouterr().err
-    assert {n: Path("cut", n).read_bytes() for n in names} == {n: Path("whole", n).read_bytes() for n in names}
-    assert main(["video", "frames", str(root / "clip.mp4"), "cut", "--fps", "5"]) == 2  # (another --fps: not mixed)
-
-
 def test_frames_are_taken_in_natural_order(tmp_path):
     """1.png, 2.png, ..., 10.png: numbers in names compared as numbers by extract, merge and video make (string
     order put 10.png and 11.png before 2.png)."""
