@@ -576,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:
         sweeps = sys.modules.get("bigbatch.sweeps")  # (a sweep's Stopped has said where, in its one line)
-        if not (sweeps and isinstance(e, sweeps.Stopped)):
+        if not isinstance(e, signals.Stopped) and not (sweeps and isinstance(e, sweeps.Stopped)):  # (said)
             _kept(args)
             print("bigbatch: interrupted", file=sys.stderr)
         return 130

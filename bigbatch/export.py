@@ -50,14 +50,16 @@ def read_settings(path: Path) -> dict[str, Any] | None:
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as z:
-                names = [n for n in z.namelist() if n.endswith("/extra/bigbatch.json")]
-                return json.loads(z.read(names[0])) if names else None
+                names = [n for n in z.namelist() if n.endswith(("/extra/bigbatch.json", "extra_files/bigbatch.json"))]
+                settings = json.loads(z.read(names[0])) if names else None
+            return settings if isinstance(settings, dict) else None
         if path.suffix.lower() not in (".onnx", ".dfm"):
             return None
         import onnx
 
         props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-        return json.loads(props["bigbatch"]) if "bigbatch" in props else None
+        settings = json.loads(props["bigbatch"]) if "bigbatch" in props else None
+        return settings if isinstance(settings, dict) else None
     except (ImportError, OSError, ValueError, zipfile.BadZipFile):
         return None
     except Exception as e:  # noqa: BLE001 (onnx's parser raises its own errors of a file that is not ONNX)

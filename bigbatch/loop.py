@@ -62,7 +62,7 @@ def train(
     if resume not in (True, False, "auto") or not isinstance(resume, (bool, str)):  # (1 == True: refused too)
         raise BigbatchError(f'resume must be True, False or "auto" (start or resume), got {resume!r}')
     cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too
-    # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and return. SIGINT during
+    # SIGTERM (and SIGINT once training runs) from here on: save a checkpoint and stop (Stopped). SIGINT during
     # start-up stops at once (KeyboardInterrupt), leaving nothing behind but what a resume can use.
     # The run's kernels, from before the device is set up to its end: deterministic ones (train.deterministic),
     # else cuDNN's autotuned ones (not under a memory budget, which its trials' workspaces would pass).
@@ -113,7 +113,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 "same command starts it again",
                 flush=True,
             )
-        raise Stopped(run.path) from None
+        raise Stopped(run.path, "nothing trained since the start: the same call starts it again") from None
     nimg, seconds = run.restore(task, rep) if run.checkpoint else (0, 0.0)
     if run.resumed and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
         truncate_metrics(run.path / "metrics.jsonl", 0)

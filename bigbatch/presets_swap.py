@@ -48,7 +48,7 @@ def saehd128() -> Config:
     return _saehd(
         "saehd128",
         DataConfig(path="data/src.h5", dst_path="data/dst.h5", resolution=128),
-        {"archi": "liae-ud", "ae_dims": 256, "e_dims": 64, "d_dims": 64},  # (d_mask_dims 22: a third, made even)
+        {"archi": "liae-ud", "ae_dims": 256, "e_dims": 64, "d_dims": 64, "d_mask_dims": 22},
         _swap_train(kimg=200_000 * 8 / 1000, batch=8, micro_batch=8, log_every_kimg=100 * 8 / 1000),
     )
 

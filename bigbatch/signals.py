@@ -1,4 +1,4 @@
-"""Stop signals: SIGINT and SIGTERM ask the training loop to save a checkpoint and return."""
+"""Stop signals: SIGINT and SIGTERM ask the training loop to save a checkpoint and stop (bigbatch.Stopped)."""
 
 from __future__ import annotations
 
@@ -22,14 +22,15 @@ class Stopped(KeyboardInterrupt):
     follows it in a script or a notebook's cell does not run on an unfinished run (found from outside: it returned
     as a finished run does); `bigbatch train` exits 0 on it, its checkpoint saved."""
 
-    def __init__(self, run: Any):
-        super().__init__(f"stopped by a signal; continue with bigbatch.train(cfg, run_dir={str(run)!r}, resume=True)")
+    def __init__(self, run: Any, how: str = ""):
+        how = how or f"continue with bigbatch.train(cfg, run_dir={str(run)!r}, resume=True)"
+        super().__init__(f"stopped by a signal; {how}")
         self.run = run
 
 
 class StopRequest:
     requested = False
-    """A stop was asked for: the loop saves a checkpoint and returns."""
+    """A stop was asked for: the loop saves a checkpoint and stops (bigbatch.Stopped)."""
     armed = False
     """The loop runs (a first SIGINT asks it to stop); before, during start-up, SIGINT stops at once."""
 

@@ -123,6 +123,18 @@ def test_merge_refuses_an_out_holding_images_no_merge_wrote(workflow, capsys):
     assert Path("o/my_photo.png").exists()
 
 
+def test_an_older_records_merged_frames_are_known_by_frames_names_or_numbers(tmp_path):
+    # (found by review: an OUT merged by an older bigbatch, whose record lists no names, from frames named other
+    # than by numbers, was refused as holding images no merge wrote)
+    (tmp_path / merge_record.RECORD).write_text('{"settings": {}}')
+    ours = merge_record.merged_here(tmp_path, ["frame_a.png", "frame_b.png"])
+    assert ours("frame_a") and ours("00012") and not ours("my_photo")
+    (tmp_path / merge_record.RECORD).write_text('{"settings": {}, "names": ["frame_a"]}')
+    ours = merge_record.merged_here(tmp_path, ["frame_a.png", "frame_b.png"])
+    assert ours("frame_a") and not ours("frame_b") and not ours("00012")
+    assert not merge_record.merged_here(tmp_path / "none", ["frame_a.png"])("frame_a")  # (no record: none is)
+
+
 def test_merge_video_writes_pngs_of_odd_frames_whole(workflow, capsys):
     # Found from outside: with --video the PNGs were cut to even sides, without it not, so that a resumed merge
     # mixed sizes; README says OUT/{frame}.png are written whole.

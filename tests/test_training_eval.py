@@ -499,7 +499,7 @@ def test_a_sigterm_in_the_reference_statistics_ends_the_start_and_the_next_goes_
 
     monkeypatch.setattr(stats, "_reader", signalled)
     capsys.readouterr()
-    with pytest.raises(bigbatch.Stopped):
+    with pytest.raises(bigbatch.Stopped, match="nothing trained since the start: the same call starts it again"):
         bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
     run = tmp_path / "run"
     out = capsys.readouterr().out

@@ -196,7 +196,12 @@ def parts_of(listing: Listing, out: Path, settings: dict[str, Any]) -> Parts:
     archive = file_stamp(str(zipped.path)) if zipped is not None and not zipped.url else ""
     key = {**settings, "files": h.hexdigest(), "classes": listing.class_names, "part": PART}
     key.update(version=bigbatch.__version__, archive=archive)
-    return Parts(out.with_name(f".{out.name}.parts"), key)
+    return Parts(parts_folder(out), key)
+
+
+def parts_folder(out: Path) -> Path:
+    """Where a prepare into the local file `out` keeps its parts (.OUT.parts beside it)."""
+    return out.with_name(f".{out.name}.parts")
 
 
 def _through_parts(
@@ -249,7 +254,7 @@ def said_kept(out: str) -> None:
     """Say where a prepare into `out` stopped by a signal kept the images it had prepared, if it kept any."""
     if "://" in out:
         return
-    parts = Path(out).with_name(f".{Path(out).name}.parts")
+    parts = parts_folder(Path(out))
     if parts.is_dir() and any(parts.iterdir()):
         print(f"bigbatch: the images prepared so far are kept in {parts}: the same command goes on from them",
               file=sys.stderr)  # fmt: skip

@@ -77,17 +77,18 @@ def merged_stems(names: list[str] | None) -> dict:
     return {"names": [Path(n).stem for n in names]} if names is not None else {}
 
 
-def merged_here(out: Path) -> Callable[[str], bool]:
+def merged_here(out: Path, frames: list[str] | None) -> Callable[[str], bool]:
     """Whether OUT's image of stem `stem` is one a merge into OUT wrote, as OUT's record says: a frame it lists (a
-    record without that list, an older bigbatch's or a video's without a frame count: a frame's number, as video
-    frames and DFL name them); with no record, none is (found from outside: merging again deleted the user's
-    images in OUT)."""
+    record without that list, an older bigbatch's or a video's without a frame count: one of FRAMES' `frames`, or
+    a frame's number, as video frames and DFL name them); with no record, none is (found from outside: merging
+    again deleted the user's images in OUT)."""
     if not (out / RECORD).exists():
         return lambda stem: False
     names = read_record(out / RECORD).get("names")
     if isinstance(names, list):
         return set(names).__contains__
-    return lambda stem: re.fullmatch(r"\d+", stem) is not None
+    current = {Path(n).stem for n in frames or ()}
+    return lambda stem: stem in current or re.fullmatch(r"\d+", stem) is not None
 
 
 def changed_since(out: Path, record: dict) -> list[str] | None:

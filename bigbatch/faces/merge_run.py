@@ -190,7 +190,7 @@ def merge_folder(
         raise BigbatchError(f"OUT {out} is a file: give a folder for the merged frames (made if it does not exist)")
     if Path(out).is_dir():  # (found from outside: they stayed beside the merged frames, for `video make OUT` to mix
         # in, or a merge again deleted them; DFL's merger deletes them, but they are the user's)
-        ours = merge_record.merged_here(Path(out))
+        ours = merge_record.merged_here(Path(out), source.names())
         if others := sorted(
             p.name
             for p in Path(out).iterdir()

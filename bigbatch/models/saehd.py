@@ -288,12 +288,10 @@ class SAEHD(nn.Module):
         ae_dims: int = 256,
         e_dims: int = 64,
         d_dims: int = 64,
-        d_mask_dims: int | None = None,
+        d_mask_dims: int = 22,
         img_channels: int = 3,
     ) -> None:
         super().__init__()
-        if d_mask_dims is None:  # DFL's default: a third of d_dims, made even (found from outside: 22 whatever d_dims)
-            d_mask_dims = d_dims // 3 + (d_dims // 3) % 2
         kind, dash, opts = archi.partition("-")
         valid = kind in ARCHIS and all(o in OPTIONS for o in opts) and len(set(opts)) == len(opts)
         if not valid or (dash and not opts):
@@ -410,7 +408,7 @@ def saehd(
     ae_dims: int = 256,
     e_dims: int = 64,
     d_dims: int = 64,
-    d_mask_dims: int | None = None,
+    d_mask_dims: int = 22,
 ) -> SAEHD:
-    """DeepFaceLab's SAEHD; its options are DFL's (defaults: liae-ud, 256/64/64, d_mask_dims d_dims // 3 made even)."""
+    """DeepFaceLab's SAEHD; its options are DFL's (defaults: liae-ud, 256/64/64/22)."""
     return SAEHD(resolution, archi, ae_dims, e_dims, d_dims, d_mask_dims, img_channels)
