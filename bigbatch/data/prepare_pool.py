@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
@@ -112,6 +113,10 @@ def decoded(
 
 def _died(workers: dict[int, Any]) -> OutOfMemory:
     """A pool's worker died (the kernel's out-of-memory killer, mostly): one line, the parts kept for a rerun."""
+    deadline = time.monotonic() + 1.0  # (the dead one reaped: found in the suite, its signal unsaid, not yet known)
+    for p in workers.values():
+        if p.exitcode is None:
+            p.join(max(0.0, deadline - time.monotonic()))
     codes = [p.exitcode for p in workers.values() if p.exitcode is not None]
     how = next((f"killed by signal {-c}" for c in codes if c < 0), f"exited with status {codes[0]}" if codes else "")
     oom = ", as the kernel's out-of-memory killer does" if f"signal {int(signal.SIGKILL)}" in how else ""
