@@ -332,8 +332,11 @@ def run_stats(args: argparse.Namespace) -> None:
             f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
         )
     if args.npz:
+        from bigbatch.metrics.extractors import falls_back
+
         local_folder(args.npz, "--npz", "stats")
-        if args.extractor.startswith("classifier"):  # (before it trains: a classifier's are not what those tools read)
+        # (before it trains: a classifier's, named or "auto"'s without Inception weights, are not what those tools read)
+        if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):
             raise BigbatchError("--npz writes Inception statistics for other tools: give --extractor inception")
     resolution = stored or args.resolution or 32
     data = load_data(args.data, resolution)
@@ -355,8 +358,6 @@ def run_stats(args: argparse.Namespace) -> None:
     use = "give it as B to bigbatch eval" + ("" if ext.family == "inception" else f" of a run on {args.data}")
     where = f"in {file} ({use})" if file.is_file() else f"key {stats.key}"
     print(f"reference statistics of {args.data} with {ext.name}: {stats.n} images, {kept}; {where}")
-    if args.npz and ext.family != "inception":  # (a classifier's features: not what those tools read as FID's)
-        raise BigbatchError(f"--npz writes Inception statistics for other tools, and these are {ext.name}'s")  # (auto)
     if args.npz:  # (found from outside: statistics to share with TTUR's, pytorch-fid's or clean-fid's users)
         import io
 

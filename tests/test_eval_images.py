@@ -446,6 +446,11 @@ def test_stats_write_inception_statistics_as_pytorch_fid_and_clean_fid_read_them
     argv = ["stats", "builtin:digits", "--resolution", "16", "--n", "12", "--npz", str(npz)]
     assert main([*argv, "--extractor", "classifier"]) == 2 and not npz.exists()
     assert "--npz writes Inception statistics for other tools" in capsys.readouterr().err
+    with monkeypatch.context() as patched:  # ("auto" without Inception weights: refused before it trains)
+        patched.setattr("bigbatch.metrics.extractors.inception_available", lambda: False)
+        assert main([*argv, "--extractor", "auto"]) == 2 and not npz.exists()
+        assert "--npz writes Inception statistics for other tools" in capsys.readouterr().err
+        assert not (tmp_path / "cache" / "stats").exists()  # (nothing trained, nothing computed)
     assert main([*argv, "--extractor", "inception-torchscript"]) == 0
     assert f"wrote {npz}: mu and sigma" in capsys.readouterr().out
     (file,) = (tmp_path / "cache" / "stats").glob("*.safetensors")

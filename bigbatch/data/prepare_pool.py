@@ -27,7 +27,7 @@ from bigbatch.data.parts import PART, DamagedPart, Parts, Result
 from bigbatch.data.sources import Listing, OutOfMemory, decode_or_reason, file_stamp
 from bigbatch.errors import BigbatchError
 from bigbatch.signals import die_with_parent, forking
-from bigbatch.urls import Location
+from bigbatch.urls import Location, is_url
 
 WATCH_S = 1.0  # how often a wait for a chunk's result looks whether a worker died
 CHUNK = 32  # files per task sent to a worker: big enough to amortise the hand-off, small enough to balance
@@ -257,7 +257,7 @@ def _results(
 
 def said_kept(out: str) -> None:
     """Say where a prepare into `out` stopped by a signal kept the images it had prepared, if it kept any."""
-    if "://" in out:
+    if is_url(out):  # (a URL's output keeps no parts: prepare's parts_of call)
         return
     parts = parts_folder(Path(out))
     if parts.is_dir() and any(parts.iterdir()):

@@ -183,6 +183,7 @@ def merge_folder(
         warn("--weights is the face enhancer of --super-resolution, which is 0 (off): merged without it")
         weights = None
     source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
+    names = source.names()
     for given, what in ((frames, "FRAMES"), (aligned, "ALIGNED")):  # (merged PNGs would replace what is read)
         if Path(given).is_dir() and Path(out).resolve() == Path(given).resolve():
             raise BigbatchError(f"OUT {out} is the {what} folder, whose files merging would replace: give another OUT")
@@ -190,7 +191,7 @@ def merge_folder(
         raise BigbatchError(f"OUT {out} is a file: give a folder for the merged frames (made if it does not exist)")
     if Path(out).is_dir():  # (found from outside: they stayed beside the merged frames, for `video make OUT` to mix
         # in, or a merge again deleted them; DFL's merger deletes them, but they are the user's)
-        ours = merge_record.merged_here(Path(out), source.names())
+        ours = merge_record.merged_here(Path(out), names)
         if others := sorted(
             p.name
             for p in Path(out).iterdir()
@@ -211,7 +212,6 @@ def merge_folder(
             f"--mode raw-predict writes the first face of a frame alone; {len(several)} of the frames have more "
             f"than one (such as {several[0]}), whose others are not written"
         )
-    names = source.names()
     missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
     if missing:
         raise BigbatchError(

@@ -123,4 +123,5 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     # moments are not converted), G_ema blended on from its first step (GANTask.ema_pretrained)
     rng = torch.Generator().manual_seed(cfg.train.seed).get_state()
     state = {"converted_from": str(src), "nimg": 0, "seconds": 0.0, "g_steps": 0, "engine": {}, "rng_cpu": rng}
-    return checkpoints.save_checkpoint(out, 0, nets, {**state, "ema_pretrained": True}, cfg.dumps(), 1, info)
+    state["ema_pretrained"] = True
+    return checkpoints.save_checkpoint(out, 0, nets, state, cfg.dumps(), 1, info)
