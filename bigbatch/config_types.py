@@ -140,7 +140,9 @@ ELSEWHERE = {
     "swap.models_opt_on_gpu": " (the models and their optimizers are on train.device here)",
     "swap.pretrain": " (DFL's pretraining mode is not here: train on any face set, then train.init_from the run)",
     "swap.target_iter": " (DFL's target_iter is the run's length: train.kimg, thousands of faces: iterations x batch)",
-    "swap.autobackup_hour": " (checkpoints come every checkpoint.every_kimg, the newest checkpoint.keep kept)",
+    "swap.autobackup_hour": (
+        " (checkpoints come every checkpoint.every_kimg and checkpoint.every_minutes, the newest checkpoint.keep kept)"
+    ),
     "swap.write_preview_history": " (previews go to RUN/samples/ every sample.every_kimg, each kept)",
 }
 

@@ -57,7 +57,10 @@ def describe_run(path: str | Path) -> str:
             lines.append(f"checkpoints none intact{said}")
         elif ckpt is None:
             first = min(cfg.checkpoint.every_kimg, t.kimg)
-            lines.append(f"checkpoints none yet (the first at {first:g} kimg; a stopped run saves where it stops)")
+            clock = f" or {cfg.checkpoint.every_minutes:g} minutes in" if cfg.checkpoint.every_minutes else ""
+            lines.append(
+                f"checkpoints none yet (the first at {first:g} kimg{clock}; a stopped run saves where it stops)"
+            )
         else:
             lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
         if damaged:

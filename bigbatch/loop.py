@@ -212,9 +212,17 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     data = getattr(task, "feed_data", data)  # what the task reads through the feed (the xseg task's faces, joined)
     feed = Feed(data, schedule, rep, cfg, start=nimg, on_phase=announce_phase, crop_scale=crop_scale, order=order)
     compiling = compile_cache.CompileWatch() if rep.compile else None  # what the first step compiles, and from where
-    vote = dist.StopVote()  # several processes: every rank stops at the same iteration, none waiting for it
+    vote = dist.StopVote()  # several processes: every rank stops (saves) at the same iteration, none waiting for it
+    # checkpoint.every_minutes: rank 0 asks for a checkpoint once that long has passed since its last one (or since
+    # training began in this process), once until it is written (the vote answers an iteration late).
+    every_s, saved_at, asked = cfg.checkpoint.every_minutes * 60, time.monotonic(), False
     with closing(feed), closing(vote):
-        while nimg < progress.total and not vote(stop.requested or failed is not None):
+        while nimg < progress.total:
+            ask = main and not asked and 0 < every_s <= time.monotonic() - saved_at
+            halt, timed = vote(stop.requested or failed is not None, ask)
+            asked |= ask
+            if halt:
+                break
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
             began, before = time.perf_counter(), nimg
             try:
@@ -245,7 +253,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
             if task.scorer is not None and scores_due(before):
                 eval_pending = not evaluate()
-            if due(cfg.checkpoint.every_kimg, before):
+            checkpoint = timed or due(cfg.checkpoint.every_kimg, before)
+            if checkpoint:
                 check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
             if not main or failed is not None:
                 continue
@@ -253,9 +262,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 # Rank 0's output, where due: previews, a checkpoint.
                 if cfg.sample.every_kimg and due(cfg.sample.every_kimg, before):
                     run.write_previews(task, nimg, at_checkpoint=False)
-                if due(cfg.checkpoint.every_kimg, before):
+                if checkpoint:
                     run.save(task, rep, nimg, progress.seconds(), window())
                     run.write_previews(task, nimg, at_checkpoint=True)
+                    saved_at, asked = time.monotonic(), False
             except (BigbatchError, OSError) as e:
                 failed = e
         if failed is not None:

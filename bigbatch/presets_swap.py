@@ -25,7 +25,9 @@ def _saehd(name: str, data: DataConfig, options: dict, train: TrainConfig, swap:
         data=data,
         model=ModelConfig(name="saehd", options=options),
         train=train,
-        checkpoint=CheckpointConfig(every_kimg=10_000 * per_iteration / 1000, keep=3),
+        checkpoint=CheckpointConfig(
+            every_kimg=10_000 * per_iteration / 1000, every_minutes=25, keep=3
+        ),  # (DFL's autosave)
         sample=SampleConfig(every_kimg=1000 * per_iteration / 1000, n=8),
         swap=swap or SwapConfig(),
     )
@@ -115,7 +117,7 @@ def xseg() -> Config:
         data=DataConfig(path="data/xseg_src.h5", resolution=256),
         model=ModelConfig(name="xseg", options={}),
         train=_swap_train(kimg=50_000 * 8 / 1000, batch=8, micro_batch=8, log_every_kimg=100 * 8 / 1000),
-        checkpoint=CheckpointConfig(every_kimg=5_000 * 8 / 1000, keep=3),
+        checkpoint=CheckpointConfig(every_kimg=5_000 * 8 / 1000, every_minutes=25, keep=3),
         sample=SampleConfig(every_kimg=500 * 8 / 1000, n=8),
         eval=EvalConfig(every_kimg=0),
         xseg=XSegConfig(),

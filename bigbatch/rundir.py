@@ -445,6 +445,7 @@ RESUMABLE_CHANGES = {
     "train.deterministic",
     "train.log_every_kimg",
     "checkpoint.every_kimg",
+    "checkpoint.every_minutes",
     "checkpoint.keep",
     "sample.every_kimg",
     "data.path",  # the same images at another path (the content hash is checked)

@@ -485,7 +485,7 @@ def test_the_stop_vote_under_nccl_waits_for_no_step(monkeypatch):
     try:
         monkeypatch.setattr(dist, "active", lambda: True)  # (one rank stands for several: its reduce is a copy)
         vote = dist.StopVote()
-        answers = [vote(False)]
+        answers = [vote(False)[0]]
         x = torch.randn(4096, 4096, device="cuda")
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
@@ -493,7 +493,7 @@ def test_the_stop_vote_under_nccl_waits_for_no_step(monkeypatch):
             try:
                 for flag in (False, True, False):
                     x = x @ x / 64  # (a step queued before the vote)
-                    answers.append(vote(flag))
+                    answers.append(vote(flag, flag)[0])
             finally:
                 torch.cuda.set_sync_debug_mode(0)
         vote.close()

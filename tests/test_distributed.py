@@ -384,10 +384,10 @@ for i, asked in enumerate(asks):
         while not (tmp / "voted").exists() and time.monotonic() - start < 20:
             time.sleep(0.01)
         waited = (tmp / "voted").exists()
-    answers.append(vote(asked))
+    answers.append(vote(asked, rank == 0 and i == 1))  # (rank 0 asks for a checkpoint at iteration 1)
     if rank == 1 and i == 2:
         (tmp / "voted").touch()
-    if answers[-1]:
+    if answers[-1][0]:
         break
 vote.close()
 td.destroy_process_group()
@@ -399,7 +399,8 @@ print(json.dumps({"answers": answers, "waited": waited}))
 def test_ranks_stop_at_one_iteration_and_never_wait_for_the_vote(tmp_path, asks):
     """The loop's stop vote under torchrun: each rank answers the iteration before's flags without waiting for
     the other ranks (rank 1 votes at iteration 2 while rank 0 has not yet), and all stop at the same
-    iteration; a stop asked before the first iteration comes before it."""
+    iteration; a stop asked before the first iteration comes before it. A checkpoint rank 0 asks for
+    (checkpoint.every_minutes: its clock) is answered on every rank at the same iteration too."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     procs = [
         subprocess.Popen(
@@ -415,10 +416,11 @@ def test_ranks_stop_at_one_iteration_and_never_wait_for_the_vote(tmp_path, asks)
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     rows = [json.loads(out) for out, _ in outs]
     if asks[0][0]:  # asked before the loop: answered at once, every rank
-        assert [r["answers"] for r in rows] == [[True], [True]]
+        assert [r["answers"] for r in rows] == [[[True, False]], [[True, False]]]
         return
-    # Rank 1 asked at iteration 2; each rank learns it at iteration 3, having voted at 2 on its own.
-    assert [r["answers"] for r in rows] == [[False, False, False, True]] * 2
+    # Rank 1 asked at iteration 2; each rank learns it at iteration 3, having voted at 2 on its own. Rank 0's
+    # checkpoint, asked at iteration 1, every rank learns at iteration 2.
+    assert [r["answers"] for r in rows] == [[[False, False], [False, False], [False, True], [True, False]]] * 2
     assert rows[0]["waited"] is True
 
 

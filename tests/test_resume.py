@@ -108,6 +108,22 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_bit_identical(tiny, tmp_path, 
     assert weights(run) == uninterrupted
 
 
+def test_checkpoints_by_the_clock_change_nothing_trained(tiny, tmp_path, uninterrupted, capsys):
+    # checkpoint.every_minutes (DeepFaceLab's autosave): a checkpoint once that long has passed since the last,
+    # wherever it falls; here due at every step, as a run whose steps take longer than that.
+    run = tmp_path / "clocked"
+    clocked = {"checkpoint.every_kimg": 100, "checkpoint.every_minutes": 1e-9, "checkpoint.keep": 100}
+    bigbatch.train(tiny.override(clocked), run_dir=run, quiet=True)
+    names = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name[0].isdigit())
+    assert names == [f"000000.{n:03d}" for n in range(32, 513, 32)]  # after each step of 32 images
+    assert weights(run) == uninterrupted
+    assert main(["train", "--dry-run", "checkpoint.every_minutes=-1"]) == 2
+    assert (
+        "'checkpoint.every_minutes' must be a finite number of minutes >= 0 (0 = off), got -1.0"
+        in capsys.readouterr().err
+    )
+
+
 def test_sigterm_to_the_whole_process_group_with_loader_workers_saves(tmp_path):
     # Found from outside: a job scheduler signals every process of the job; the DataLoader's workers died of the
     # SIGTERM, and the run of a traceback, with no checkpoint saved.

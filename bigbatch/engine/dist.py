@@ -199,11 +199,12 @@ def agree(flag: bool) -> bool:
 
 
 class StopVote:
-    """Whether some rank asked to stop, for a loop that asks once an iteration. Each call starts the all-reduce
-    of this iteration's flag in the background and answers with the last call's, so that no rank waits for
-    the vote: every rank stops at the same iteration, the one after a rank first asked. The first call
-    answers its own flag (a stop asked before the loop comes before its first step), as one process does
-    every call.
+    """Whether some rank asked to stop, or to save a checkpoint, for a loop that asks once an iteration: a call
+    takes this rank's two flags and answers (stop, save), each true where some rank's was. Each call starts
+    the all-reduce of this iteration's flags in the background and answers with the last call's, so that no
+    rank waits for the vote: every rank stops (or saves) at the same iteration, the one after a rank first
+    asked. The first call answers its own flags (a stop asked before the loop comes before its first step),
+    as one process does every call.
 
     Under NCCL the flag is reduced on the GPU, and copied there and back without the host waiting for the
     device's queue (a pinned host tensor, copies that do not block): the answer is read the next iteration,
@@ -216,33 +217,34 @@ class StopVote:
         self._started = False
         self._under_way: tuple[Callable[[], Any], torch.Tensor] | None = None  # (what to wait for, the answer)
 
-    def __call__(self, flag: bool) -> bool:
+    def __call__(self, stop: bool, save: bool = False) -> tuple[bool, bool]:
         if not active():
-            return flag
+            return stop, save
         first, self._started = not self._started, True
-        answer = self._answer() if self._under_way is not None else False
-        self._under_way = self._start(flag)
+        answer = self._answer() if self._under_way is not None else (False, False)
+        self._under_way = self._start(stop, save)
         return self._answer() if first else answer
 
     @staticmethod
-    def _start(flag: bool) -> tuple[Callable[[], Any], torch.Tensor]:
+    def _start(stop: bool, save: bool) -> tuple[Callable[[], Any], torch.Tensor]:
         import torch.distributed as td
 
-        vote = torch.tensor([int(flag)], dtype=torch.int32, device="cpu")
+        vote = torch.tensor([int(stop), int(save)], dtype=torch.int32, device="cpu")
         if td.get_backend() != "nccl":
             return td.all_reduce(vote, op=td.ReduceOp.MAX, async_op=True).wait, vote
         on_device = vote.pin_memory().to(torch.device("cuda", torch.cuda.current_device()), non_blocking=True)
         td.all_reduce(on_device, op=td.ReduceOp.MAX, async_op=True).wait()  # (the stream waits for it, not the host)
-        answer = torch.empty(1, dtype=torch.int32, pin_memory=True).copy_(on_device, non_blocking=True)
+        answer = torch.empty(2, dtype=torch.int32, pin_memory=True).copy_(on_device, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
         return done.synchronize, answer
 
-    def _answer(self) -> bool:
+    def _answer(self) -> tuple[bool, bool]:
         wait, answer = self._under_way
         self._under_way = None
         wait()
-        return bool(answer.item())
+        stop, save = answer.tolist()
+        return bool(stop), bool(save)
 
     def close(self) -> None:
         """Wait for the reduce under way: every rank makes it, so none leaves one to a destroyed group."""
