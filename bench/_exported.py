@@ -81,10 +81,15 @@ def check(path: Path, device: str) -> str:
         if device == "cuda":
             torch.cuda.synchronize()
         t = time.perf_counter()
-        on_device = outputs(model(*(t.to(device) for t in x)))
+        result = model(*(t.to(device) for t in x))
         if device == "cuda":
             torch.cuda.synchronize()
         ms = 1e3 * (time.perf_counter() - t)
+        # Outputs on the inputs' device (found from outside: a TorchScript G copied its images to the host).
+        strayed = {r.device.type for r in (result if isinstance(result, (tuple, list)) else (result,))} - {device}
+        if strayed and not fmt.startswith("onnx"):  # (onnxruntime answers host arrays)
+            raise RuntimeError(f"{path.name} ({fmt}): outputs on {', '.join(sorted(strayed))}, not on {device}")
+        on_device = outputs(result)
         on_cpu = outputs(load(path, "cpu")[0](*x))
     shapes = ", ".join(f"{tuple(o.shape)} {str(o.dtype).removeprefix('torch.')}" for o in on_device)
     diffs = [(a.double() - b.double()).abs() for a, b in zip(on_device, on_cpu)]

@@ -64,10 +64,16 @@ def _predict(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
+    from bigbatch.checkpoint_find import holds_checkpoints
     from bigbatch.export import FORMATS, export
 
     # The format the file's name says (model.onnx, model.pt2), else --format's (found from outside: an ONNX file named
     # .dfm, which DeepFaceLive then fails on, and TorchScript named .safetensors).
+    name = os.path.basename(args.out)
+    if not name or name in (".", ".."):  # (found from outside: OUT/ was written as a file named OUT)
+        raise BigbatchError(f"{args.out} names a folder; export writes one file: name it, e.g. {args.out}/model.pt")
+    if name.startswith(".") and "." not in name[1:]:  # (found from outside: .onnx, no suffix to os.path, TorchScript)
+        raise BigbatchError(f"{args.out}: give the file a name before its suffix, e.g. model{name}")
     ext = os.path.splitext(args.out)[1].lower()
     if ext == ".safetensors":
         raise BigbatchError(
@@ -89,6 +95,10 @@ def _export(args: argparse.Namespace) -> None:
         )
     if os.path.isdir(args.out):  # (found from outside: --overwrite, which the line below suggests, then failed)
         raise BigbatchError(f"{args.out} is a folder; export writes one file: name it, e.g. {args.out}/model.pt")
+    where = Path(args.out).resolve().parent
+    if any(p.name == "checkpoints" and holds_checkpoints(p.parent) for p in (where, *where.parents)):
+        # (found from outside: --overwrite replaced the run's checkpoints/latest with the export)
+        raise BigbatchError(f"{args.out} is inside a run's checkpoints folder: write the export elsewhere")
     if os.path.lexists(args.out) and not args.overwrite:  # (as prepare and export-dfl refuse theirs)
         raise BigbatchError(f"{args.out} exists: give --overwrite to replace it, or another name")
     out, usage = export(args.run, args.out, args.checkpoint, fmt, args.psi, overwrite=args.overwrite)
@@ -102,9 +112,10 @@ def _export(args: argparse.Namespace) -> None:
         "onnx": "the model's metadata property 'bigbatch'",
         "pt2": "torch.export.load(it, extra_files={'bigbatch.json': ''}) fills it in",
     }.get(fmt, "torch.jit.load(it, _extra_files={'bigbatch.json': ''}) fills it in")
+    classes = ", its classes, ..." if "class" in usage else ", ..."
     if fmt == "torchscript" and "class probabilities" in usage:
         settings += " (a classifier's: model.class_names)"
-    print(f"Wrote {out}: {load}; {usage}; its settings (the run's, its classes, ...) as JSON: {settings}")
+    print(f"Wrote {out}: {load}; {usage}; its settings (the run's{classes}) as JSON: {settings}")
 
 
 def _config(args: argparse.Namespace, default: str, then: dict[str, Any] | None = None) -> Any:
@@ -417,6 +428,12 @@ def _export_info(path: Path, verify: bool) -> None:
     from bigbatch.export import read_settings
 
     settings = read_settings(path)
+    if settings is None and path.suffix.lower() in (".onnx", ".dfm", ".pt", ".pt2"):  # (found from outside: a file
+        # cut short was "none of what info reads")
+        raise BigbatchError(
+            f"{path} holds no settings of a bigbatch export (cut short or damaged, or not written by bigbatch "
+            "export); info reads a run directory, one of its checkpoints/<kimg> folders, a DATA.h5 file or an export"
+        )
     if settings is None:
         raise BigbatchError(
             f"{path} is none of what info reads: a run directory, one of its checkpoints/<kimg> folders, a DATA.h5 "
@@ -428,7 +445,7 @@ def _export_info(path: Path, verify: bool) -> None:
     for key, value in settings.items():
         if isinstance(value, list):
             value = ", ".join(map(str, value[:10])) + (f", ... ({len(value)})" if len(value) > 10 else "")
-        print(f"{key:<11} {value}")
+        print(f"{key:<11} {'-' if value is None else value}")  # (found from outside: "face_type   None")
 
 
 def next_steps(args: argparse.Namespace, report: Any) -> None:

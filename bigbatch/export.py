@@ -39,7 +39,7 @@ from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
-from bigbatch.sampling import to_uint8
+from bigbatch.sampling import uint8_nhwc
 
 FORMATS = ("torchscript", "onnx", "pt2", "dfm")
 
@@ -91,7 +91,7 @@ class GeneratorOut(nn.Module):
         self.G, self.conditional = G, conditional
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        return to_uint8(self.G(z, y if self.conditional else None))
+        return uint8_nhwc(self.G(z, y if self.conditional else None))
 
 
 class SwapOut(nn.Module):
@@ -219,7 +219,7 @@ def _dfm(run: str | Path, which: str) -> tuple[bytes, str]:
                 f"{ckpt} is a {cfg.task} run: a .dfm is DeepFaceLive's face-swap model; give a swap run or a "
                 "DeepFaceLab SAEHD model folder"
             )
-        return load_autoencoder(ckpt), _recorded_face_type(ckpt, cfg) or "", {"checkpoint": str(ckpt)}
+        return load_autoencoder(ckpt), _recorded_face_type(ckpt, cfg) or "", {"checkpoint": str(ckpt.resolve())}
 
     if (named := dfl_model(run)) is not None:
         if which != "latest":  # (found by review: taken, and nothing done with it)

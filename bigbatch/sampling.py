@@ -74,9 +74,15 @@ def standing_stats(
     return G
 
 
+def uint8_nhwc(x: torch.Tensor) -> torch.Tensor:
+    """G's output in [-1, 1], NCHW -> uint8 NHWC, on x's device (an exported G's: found from outside, a TorchScript
+    G copied its images to the host, its graph naming the CPU)."""
+    return ((x.float() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+
+
 def to_uint8(x: torch.Tensor) -> torch.Tensor:
-    """G's output in [-1, 1], NCHW -> uint8 NHWC."""
-    return ((x.float() + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu()
+    """G's output in [-1, 1], NCHW -> uint8 NHWC on the CPU (to write or show)."""
+    return uint8_nhwc(x).cpu()
 
 
 def from_uint8(images: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,16 @@ def test_a_file_named_for_another_format_is_refused(run, tmp_path, capsys):
     (tmp_path / "f.pt").write_text("a file")
     assert main(["export", str(run), str(tmp_path / "f.pt" / "m.pt")]) == 2
     assert "a file is in the way of its folder" in capsys.readouterr().err
+    # Found from outside: OUT/ was written as a file named OUT, and .onnx (no suffix to os.path) as TorchScript.
+    assert main(["export", str(run), f"{tmp_path / 'new'}/"]) == 2
+    assert "names a folder; export writes one file: name it, e.g. " in capsys.readouterr().err
+    assert main(["export", str(run), str(tmp_path / ".onnx")]) == 2
+    assert ".onnx: give the file a name before its suffix, e.g. model.onnx" in capsys.readouterr().err
+    # ... and --overwrite replaced the run's checkpoints/latest with the export.
+    assert main(["export", str(run), str(run / "checkpoints" / "latest"), "--overwrite"]) == 2
+    assert "is inside a run's checkpoints folder: write the export elsewhere" in capsys.readouterr().err
+    assert not any((tmp_path / n).exists() for n in ("new", ".onnx")) and (run / "checkpoints" / "latest").is_file()
+    assert len((run / "checkpoints" / "latest").read_text()) < 100  # (still the name of a checkpoint)
 
 
 def test_a_file_that_came_while_the_export_ran_stays(run, tmp_path, monkeypatch, capsys):
@@ -86,4 +96,12 @@ def test_info_of_an_exported_file_says_its_settings_read_without_its_code(run, t
     torch.save({"w": torch.zeros(2)}, tmp_path / "weights.pth")  # (a zip too, holding no settings)
     assert main(["info", str(tmp_path / "weights.pth")]) == 2
     assert "is none of what info reads: a run directory, one of its" in capsys.readouterr().err
+    # An export cut short is said to be (found from outside: "none of what info reads").
+    (tmp_path / "cut.onnx").write_bytes((tmp_path / "m.onnx").read_bytes()[:3000])
+    assert main(["info", str(tmp_path / "cut.onnx")]) == 2
+    assert "holds no settings of a bigbatch export (cut short or damaged" in capsys.readouterr().err
+    # A GAN's TorchScript leaves its images on the device it ran on (found from outside: its graph named the CPU,
+    # copying a GPU's images to the host; test_cuda's export check runs one there).
+    graph = str(torch.jit.load(tmp_path / "m.pt").inlined_graph)
+    assert 'prim::Constant[value="cpu"]' not in graph
     assert main(["info", str(tmp_path / "m.pt"), "--verify"]) == 2
