@@ -147,10 +147,16 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
         warn_under_group(cfg, micro)  # (found from outside: said for "auto" only)
         if micro and micro % min(group, micro):
             fits = max(d for d in range(1, group + 1) if micro % d == 0)
+            share = p.batch // ctx.world_size
+            # (found from outside: a multiple of the group was suggested where none divides a process's batch)
+            grouped = [m for m in range(group, share + 1, group) if share % m == 0]
+            below = [m for m in grouped if m <= micro]  # (the largest not above micro, else the smallest)
+            near = below[-1] if below else grouped[0] if grouped else 0
+            other = f"train.micro_batch={near}" if near else f"a train.batch of {group} x {ctx.world_size} x N"
             raise BigbatchError(
                 f"config key 'model.options.mbstd_group': {cfg.model.name}'s D computes a standard deviation over "
                 f"groups of {group} images, and its micro-batch is {micro}: set model.options.mbstd_group={fits}, "
-                f"or give train.micro_batch a multiple of {group} that divides a process's batch"
+                f"or give {other}"
             )
 
 

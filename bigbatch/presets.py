@@ -164,15 +164,16 @@ def biggan_deep128() -> Config:
     """BigGAN-deep at 128x128 on ImageNet, batch 2048: BigGAN-PyTorch's scripts/launch_BigGAN_deep.sh.
 
     Its numbers: 256 x 8 accumulations, G lr 1e-4, D lr 4e-4, betas (0, 0.999), eps 1e-6, ch 128, depth 2,
-    dim_z 128 with shared embedding 128, attention at 64, SN eps 1e-6, BN eps 1e-5, PyTorch's own initialisation
-    (its --G_init ortho comes with --skip_init, which skips it: model.options.init "none"), no orthogonal
-    regularization, EMA 0.9999 from iteration 20k, G sampled in eval mode; its default 100
-    epochs of ImageNet as the run length. micro_batch "auto" as in biggan128_bs2048.
+    dim_z 128 with shared embedding 128, attention at 64, SN eps 1e-6, BN eps 1e-5, orthogonal initialisation
+    (--G_init ortho --D_init ortho; the script's first version also gave --skip_init, which skipped it, and
+    runs of this preset before took that: model.options.init "none"), no orthogonal regularization, EMA 0.9999
+    from iteration 20k, G sampled in eval mode; its default 100 epochs of ImageNet as the run length.
+    micro_batch "auto" as in biggan128_bs2048.
     """
     return Config(
         name="biggan_deep128",
         data=DataConfig(path="data/imagenet128.h5", resolution=128),
-        model=ModelConfig(name="biggan_deep", ch=128, dim_z=128, options={"init": "none"}),
+        model=ModelConfig(name="biggan_deep", ch=128, dim_z=128, options={"init": "ortho"}),
         train=TrainConfig(
             kimg=100 * IMAGENET / 1000,
             batch=2048,
@@ -265,14 +266,14 @@ def sagan128() -> Config:
     """SA-GAN at 128x128 on ImageNet: BigGAN-PyTorch's scripts/launch_SAGAN_bs128x2_ema.sh.
 
     Its numbers: batch 256 (128 x 2 accumulations), G lr 1e-4, D lr 4e-4 (the paper's two time-scale
-    rule), betas (0, 0.999) (the paper: 0.9), ch 64, dim_z 128 with a shared class embedding, attention at
-    64 in G and D, SN eps 1e-8, Xavier init, EMA 0.9999 per iteration from iteration 2000, G in eval mode;
-    about 1M iterations as in Zhang et al. 2019.
+    rule), betas (0, 0.999) (the paper: 0.9), ch 64, dim_z 128, a class embedding per conditional BN (no
+    --G_shared: model.options.shared false), attention at 64 in G and D, SN eps 1e-8, Xavier init, EMA 0.9999
+    per iteration from iteration 2000, G in eval mode; about 1M iterations as in Zhang et al. 2019.
     """
     return Config(
         name="sagan128",
         data=DataConfig(path="data/imagenet128.h5", resolution=128),
-        model=ModelConfig(name="sagan", ch=64, dim_z=128),
+        model=ModelConfig(name="sagan", ch=64, dim_z=128, options={"shared": False}),
         train=TrainConfig(
             kimg=1_000_000 * 256 / 1000,
             batch=256,

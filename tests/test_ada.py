@@ -182,6 +182,13 @@ def test_ada_policy_errors_name_the_groups_and_shorthands(policy, message):
         bigbatch.preset("digits").override({"augment.pipeline": "ada", "augment.policy": policy, "augment.p": 0.5})
 
 
+def test_adas_names_under_diffaugment_say_the_pipeline_that_takes_them():
+    # Found from outside: an ADA user's augment.policy=bgc was refused with DiffAugment's names alone.
+    for policy in ("bgc", "geom"):
+        with pytest.raises(BigbatchError, match=f"--augpipe {policy} is augment.pipeline=ada augment.policy={policy}"):
+            bigbatch.preset("digits").override({"augment.policy": policy})
+
+
 def test_ada_shorthands_combine_and_the_groups_keep_adas_order():
     def groups(policy):
         cfg = bigbatch.preset("digits").override(

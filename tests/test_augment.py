@@ -246,6 +246,19 @@ def test_r1_through_a_d_whose_attention_runs_fused_kernels(monkeypatch, checkpoi
     )
 
 
+def test_loss_d_is_the_adversarial_loss_with_r1_logged_apart():
+    # Found from outside: loss_D held R1's lazily scaled penalty, leaping every r1_every D steps (a sawtooth in
+    # plots.png that looked like instability); ADA logs Loss/D/loss and its R1 apart.
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.batch": 8, "train.micro_batch": 8,
+         "train.device": "cpu", "train.r1_gamma": 1e6, "train.r1_every": 2}
+    )  # fmt: skip
+    task = build_task(cfg, replicator_for(cfg), load_data("builtin:digits", 16))
+    regularized, plain = task.d_step(0), task.d_step(8)
+    assert regularized["r1_penalty"] > 0 and "r1_penalty" not in plain
+    assert 0 < regularized["loss_D"] < 10 and 0 < plain["loss_D"] < 10  # (with R1's 1e6 / 2 x 2 x penalty: far above)
+
+
 def test_an_iterations_d_values_are_the_mean_over_its_d_steps(monkeypatch):
     # Found from outside: with train.d_steps = 4 a row kept the last D step's values (ADA's r_t among them), a
     # quarter of the images that moved p.

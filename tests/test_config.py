@@ -162,6 +162,10 @@ def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_start
         assert main([*args, "model.options.mbstd_group=3", *extra]) == 2
         said = capsys.readouterr().err
         assert "groups of 3 images, and its micro-batch is 32: set model.options.mbstd_group=2" in said, said
+        # (found from outside: "a multiple of 3" was suggested, of which none divides its batch, 64)
+        assert said.rstrip().endswith("or give a train.batch of 3 x 1 x N"), said
+    assert main([*args, "model.options.mbstd_group=3", "train.batch=48", "train.micro_batch=16", "--dry-run"]) == 2
+    assert "or give train.micro_batch=12" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
     assert main([*args, "model.options.mbstd_group=8", "--dry-run"]) == 0  # (32 = 4 groups of 8)
     assert main([*args, "model.options.mbstd_group=3", "train.micro_batch=auto", "--dry-run"]) == 0

@@ -193,6 +193,9 @@ def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
         "tuned",
         "--quiet",
     ]
+    # Another family's run is named as such (found from outside: "w_avg is missing", a buffer of StyleGAN2's G).
+    assert main(["train", "--init-from", "converted", *tune, "model.name=sngan", "model.options={}"]) == 2
+    assert "converted is a biggan run, and this one trains sngan: fine-tuning takes" in capsys.readouterr().err
     assert main(["train", "--init-from", "converted", *tune]) == 0
     ckpt = bigbatch.checkpoint_find.find_checkpoint("tuned")
     G_new, D_new = load_file(str(ckpt / "G.safetensors")), load_file(str(ckpt / "D.safetensors"))

@@ -384,15 +384,18 @@ def sagan(
     ch: int = 64,
     dim_z: int = 128,
     img_channels: int = 3,
+    shared: bool = True,
     shared_dim: int = 128,
     g_attn: int = 64,
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-8,
 ) -> tuple[nn.Module, nn.Module]:
-    """SA-GAN (Zhang et al. 2019) as BigGAN-PyTorch's SA-GAN scripts build it: BigGAN's residual blocks
-    at ch 64, a shared class embedding into every conditional BN but no hierarchical z, self-attention
-    (64 px, the scripts' choice; the paper found 32 and 64 both good), spectral norm in G and D, Xavier init."""
+    """SA-GAN (Zhang et al. 2019) as BigGAN-PyTorch's SA-GAN script builds it: BigGAN's residual blocks at ch 64,
+    no hierarchical z, self-attention (64 px, the script's choice; the paper found 32 and 64 both good), spectral
+    norm in G and D, Xavier init. `shared`: one class embedding (shared_dim wide) into every conditional BN, or
+    (False) an embedding of its own per BN, as the script (launch_SAGAN_bs128x2_ema.sh passes no --G_shared) and the
+    sagan128 preset; True stays the default so that runs made before it was an option load."""
     check_values("sagan", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim)
     return biggan(
         resolution=resolution,
@@ -400,7 +403,7 @@ def sagan(
         ch=ch,
         dim_z=dim_z,
         img_channels=img_channels,
-        shared=True,
+        shared=shared,
         shared_dim=shared_dim,
         hier=False,
         g_attn=g_attn,

@@ -510,8 +510,8 @@ def stylegan2(
     d_resnet: bool = True,
 ) -> tuple[nn.Module, nn.Module]:
     """StyleGAN2 at any power-of-two resolution >= 8. `ch`: the width at 256 px, doubling at each halving
-    of the resolution up to `ch_max` (ADA's channel_base = 256 ch; ch 64 is its cifar and paper256
-    configs, 128 config F). `mixing`: the share of G's training images whose w switches to a second
+    of the resolution up to `ch_max` (ADA's channel_base = 256 ch; ch 64 is its paper256 config, 128 its
+    cifar, paper512 and config F). `mixing`: the share of G's training images whose w switches to a second
     z's at a random layer (ADA: 0.9, 0 for cifar). `d_map_layers`: the layers of D's class mapping (ADA
     keeps its default 8 whatever G's); `d_resnet`: D's residual skips (ADA's cifar config: off)."""
     if resolution < 8 or resolution & (resolution - 1):

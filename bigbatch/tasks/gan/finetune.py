@@ -36,14 +36,19 @@ def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
     return fresh
 
 
-def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool) -> dict:
-    """Load G and D from the run or checkpoint at `path` (the optimizers start afresh); return its G_ema
-    weights, to load once G_ema exists."""
+def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool, family: str) -> dict:
+    """Load G and D of model family `family` from the run or checkpoint at `path` (the optimizers start afresh);
+    return its G_ema weights, to load once G_ema exists."""
 
     def read(ckpt):
-        task = Config.load(ckpt / "config.toml").task
-        if task != "gan":  # (its weights would be "missing": a checkpoint of another task has no G)
-            raise BigbatchError(f"train.init_from {path} is a {task} run; a GAN fine-tunes from a GAN run")
+        cfg = Config.load(ckpt / "config.toml")
+        if cfg.task != "gan":  # (its weights would be "missing": a checkpoint of another task has no G)
+            raise BigbatchError(f"train.init_from {path} is a {cfg.task} run; a GAN fine-tunes from a GAN run")
+        if cfg.model.name != family:  # (found from outside: "w_avg is missing", a buffer of one family's G)
+            raise BigbatchError(
+                f"train.init_from {path} is a {cfg.model.name} run, and this one trains {family}: fine-tuning takes "
+                f"the weights of the same model family (model.name={cfg.model.name})"
+            )
         return ckpt, checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema"))
 
     ckpt, (weights, _) = checkpoint_find.read_newest(path, read)

@@ -172,7 +172,7 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
         )
     # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
     announce = not quiet and rep.is_main
-    pretrained = init_from(t.init_from, G, D, announce) if t.init_from and resumed_at is None else None
+    pretrained = init_from(t.init_from, G, D, announce, cfg.model.name) if t.init_from and resumed_at is None else None
     freeze_d_blocks(D, t.freeze_d)
     G_ema = make_ema(G.train())  # from the plain G, before the engine wraps it
     if pretrained is not None:
@@ -381,6 +381,7 @@ class GANTask:
         if self._r1:
             penalty = losses.r1_penalty(logits_real, shown)
             out["loss"] = loss + self._r1 * penalty
+            out["loss_D"] = loss.detach()  # (logged: the adversarial loss, as ADA's Loss/D/loss; R1 apart)
             out["r1_penalty"] = penalty.detach()
         if aug_real is not None:  # ADA's r_t
             out["D_real_sign"] = logits_real.detach().sign().mean()
@@ -396,8 +397,8 @@ class GANTask:
         with self._eager_if(self._r1):
             out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         self._r1 = 0.0
-        stats = {"loss_D": out.pop("loss"), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
-        return stats
+        total = out.pop("loss")  # (with R1's scaled penalty on its lazy steps: found from outside, loss_D leapt then)
+        return {"loss_D": out.pop("loss_D", total), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
 
     def _eager_if(self, regularized: float) -> AbstractContextManager:
         """Compiled models run eagerly for a step with R1 or path lengths: their penalties need a double
