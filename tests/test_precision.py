@@ -243,6 +243,26 @@ def test_parse_bytes(capsys):
     assert "'train.memory_budget' must be positive, got '0.0001'" in capsys.readouterr().err
 
 
+def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_and_said(capsys, monkeypatch):
+    # Found from outside: a run that went bad mid-way skipped steps as "settling" until its scale fell to 1, unsaid
+    # and uncounted; the first overflow after a step applied is the scale's growth undone, the next ones are not.
+    from bigbatch.engine.arguments import SkipLimitReached
+
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", precision="fp16")
+    lin = torch.nn.Linear(4, 2)
+    net, opt = rep.prepare(lin), rep.wrap_optimizer(torch.optim.SGD(lin.parameters(), 0.1))
+    for _ in range(3):
+        rep.step(lambda m: net(m).float().mean(), torch.randn(8, 4), opt)
+    assert not rep.skipped(opt)
+    with pytest.raises(SkipLimitReached):
+        for _ in range(10):  # (16 halvings from 2^16 before: each one settling)
+            rep.step(lambda m: net(m).float().sum() * 1e30, torch.randn(8, 4), opt)
+    assert rep.counters()["opt0"]["skipped"] == 3 and rep.steps(opt) == 6  # one settling, then two counted: stopped
+    err = capsys.readouterr().err
+    assert err.count("fp16 loss scale settling") == 1 and err.count("skipped: its loss or gradients are not finite") == 2
+
+
 def test_fp16s_loss_scale_settling_is_said_once(capsys, monkeypatch):
     # Found from outside: a line for each halving of the scale, which the README calls normal.
     monkeypatch.setattr("bigbatch.errors._WARNED", set())

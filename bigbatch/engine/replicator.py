@@ -105,8 +105,7 @@ class Replicator:
         self.takes_micro: Callable[[int], bool] = lambda m: True  # (the micro-batches "auto" may settle on)
         self.models: list[tuple[nn.Module, nn.Module]] = []  # (plain model, what to call)
         self._micro_hooks: list[Callable[[int], None]] = []
-        # Submodules of prepared models with before_micro_batch, by what runs them: their class's static
-        # before_micro_batches (all of them at once, in fewer kernels), else each module's own.
+        # Submodules with before_micro_batch, by what runs them: their class's before_micro_batches, or their own.
         self._micro_modules: dict[Callable, list[nn.Module]] = {}
         self.optimizers: dict[int, _Optimizer] = {}
         self._held: list[nn.Parameter] = []  # frozen groups' parameters set not to require grad (frozen.py)
@@ -380,10 +379,11 @@ class Replicator:
             if self.grad_clip > 0:
                 clip_grads_with_norm_(params, self.grad_clip, norm)
             opt.step()
-        # fp16's scaler starts high (2^16) and halves on each overflow until the scale fits: a finite loss
-        # whose scaled gradients overflowed is it settling, not a divergence, and does not count towards
-        # skip_limit (a loss that is not finite does, and so does an overflow at a scale of 1 or less).
+        # fp16's scaler starts at 2^16, halves on each overflow and doubles after 2000 steps applied: a finite loss's
+        # overflow (scale above 1) before any step applied, or right after one, is it settling, not counted towards
+        # skip_limit; in a row once steps were applied it counts (found from outside: a run gone bad skipped 16 unsaid).
         settling = not finite and loss_finite and state.scaler.is_enabled() and state.scaler.get_scale() > 1.0
+        settling = settling and (state.steps == state.skipped or not state.last_skipped)
         if state.scaler.is_enabled():
             state.scaler.update()
         opt.zero_grad(set_to_none=True)
