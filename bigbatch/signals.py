@@ -128,14 +128,16 @@ def stop_signals() -> Iterator[StopRequest]:
 
 @contextmanager
 def _handled(stop: StopRequest) -> Iterator[None]:
-    """SIGINT and SIGTERM handled for `stop` (in the main thread), as they were afterwards."""
+    """SIGINT and SIGTERM handled for `stop` (in the main thread), as they were afterwards; SIGHUP as SIGTERM, unless
+    ignored (nohup: the run goes on), found from outside: a closed ssh session's run ended with nothing saved."""
 
     def handler(signum, frame):
         if signum == signal.SIGINT and (stop.requested or not stop.armed):
             raise KeyboardInterrupt
         stop.requested = True
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    hangup = [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, *hangup)}
     try:
         yield
     finally:

@@ -181,7 +181,8 @@ def test_train_deterministic_holds_torch_to_deterministic_kernels_while_it_train
         tiny.override({"train.deterministic": "yes"})
 
 
-def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])  # (SIGHUP: found from outside, a closed ssh
+def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path, signum):  # session's run ended, nothing saved)
     run = tmp_path / "cli"
     cmd = [
         sys.executable,
@@ -200,7 +201,7 @@ def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path):
     deadline = time.time() + 120
     while not (run / "metrics.jsonl").exists() and time.time() < deadline and p.poll() is None:
         time.sleep(0.2)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(signum)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     assert "Stopped by signal" in out and "--resume" in out
