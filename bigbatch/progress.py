@@ -3,7 +3,9 @@ ETA (or a line per log row when stderr is not a terminal), and the averages betw
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
 import threading
 import time
@@ -14,6 +16,7 @@ from tqdm import tqdm
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import warn
 from bigbatch.rundir import Run
+from bigbatch.signals import request_stop
 
 NOT_SCORES = ("eval_seconds", "eval_n")  # what an evaluation's row holds beside its scores
 
@@ -123,7 +126,7 @@ class Progress:
     def say(self, text: str) -> None:
         """A line for the user (rank 0, unless quiet)."""
         if not self.quiet:
-            print(text, flush=True)
+            show(text)
 
     def add(self, seconds: float, before: int, nimg: int, stats: dict[str, float]) -> None:
         """One iteration from `before` to `nimg` images."""
@@ -149,10 +152,9 @@ class Progress:
             for written in (f"{total:g}", f"{self.run.cfg.train.log_every_kimg:g}"):
                 if "." in written and "e" not in written:  # as many places as the total and the log's step have:
                     places = max(places, min(4, len(written.split(".")[1])))  # 0.128/0.128, 0.576 then 0.640
-            print(
+            show(
                 f"kimg {row['kimg']:.{places}f}/{total:g}  {losses}  {row['img_per_s']:.0f} img/s"
-                + (f"  ETA {format_seconds(eta)}" if row["img_per_s"] > 0 else ""),  # (a row of no step: none)
-                flush=True,
+                + (f"  ETA {format_seconds(eta)}" if row["img_per_s"] > 0 else "")  # (a row of no step: none)
             )
 
     def scores(self, nimg: int, step: int, scores: dict[str, float]) -> None:
@@ -189,6 +191,17 @@ class Progress:
                 self.tb.close()
             except OSError as e:
                 self._drop_tb(e)
+
+
+def show(text: str) -> None:
+    """A line on stdout. Its reader gone (`bigbatch train | head`, a closed `tee`), the run stops as on SIGTERM,
+    saving where it is, and prints nothing more (found from outside: killed by the broken pipe, nothing saved)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
+        request_stop()
 
 
 def format_seconds(s: float) -> str:

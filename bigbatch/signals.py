@@ -61,6 +61,12 @@ def check_stop(starting: bool = True) -> None:
             raise EvaluationStopped if stops[-1].armed else StartupStopped
 
 
+def request_stop() -> None:
+    """Ask the training loop under way in this thread to save where it is and stop, as SIGTERM does."""
+    for stop in getattr(_LOCAL, "stops", [])[-1:]:
+        stop.requested = True
+
+
 _PENDING: list[int] = []  # SIGTERMs kept during `bigbatch train`'s start-up, for its loop
 
 

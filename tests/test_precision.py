@@ -260,7 +260,9 @@ def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_an
             rep.step(lambda m: net(m).float().sum() * 1e30, torch.randn(8, 4), opt)
     assert rep.counters()["opt0"]["skipped"] == 3 and rep.steps(opt) == 6  # one settling, then two counted: stopped
     err = capsys.readouterr().err
-    assert err.count("fp16 loss scale settling") == 1 and err.count("skipped: its loss or gradients are not finite") == 2
+    assert (
+        err.count("fp16 loss scale settling") == 1 and err.count("skipped: its loss or gradients are not finite") == 2
+    )
 
 
 def test_fp16s_loss_scale_settling_is_said_once(capsys, monkeypatch):

@@ -208,6 +208,19 @@ def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path, signum):  # sessi
     assert find_checkpoint(run).parent.name == "checkpoints"
 
 
+def test_a_run_whose_output_reader_went_away_saves_and_stops(tmp_path):
+    # `bigbatch train | head -3`, a closed tee (found from outside: killed by the broken pipe, nothing saved).
+    run = tmp_path / "piped"
+    cmd = [sys.executable, "-m", "bigbatch.cli", "train", "--run-dir", str(run), "data.resolution=16", "model.ch=8"]
+    cmd += ["train.kimg=1000", "train.log_every_kimg=0.064", "checkpoint.every_kimg=1000"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith("Training digits in ")
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0, err
+    assert find_checkpoint(run).parent.name == "checkpoints" and "Traceback" not in err
+
+
 def test_a_second_sigterm_while_a_stopped_run_exits_keeps_its_status_0(tmp_path):
     # Found from outside: a scheduler's second SIGTERM in the half second a saved run took to exit made its status
     # 143 (the defaults were back), which a requeue reads as killed.
