@@ -196,9 +196,11 @@ def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
     if plan is not None:
         line = plan.describe()
     elif cfg.train.micro_batch == "auto":
-        budget = cfg.train.memory_budget or "the device's memory"
+        # (found from outside: "the device's memory" on a CPU, and "probed at the start" read as done)
+        budget = cfg.train.memory_budget or ("the GPU's memory" if ctx.device.type == "cuda" else "a share of free RAM")
         line = (
-            f"batch {batch} = micro_batch auto (the largest that fits {budget}, probed at the start) x accumulation "
+            f"batch {batch} = micro_batch auto (the largest that fits {budget}, probed as the run starts; a dry run "
+            "does not) x accumulation "
             f"(batch / micro_batch / world_size) x world_size {ctx.world_size}; precision {cfg.train.precision}; "
             f"device {ctx.device}"
         )

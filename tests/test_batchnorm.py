@@ -186,3 +186,27 @@ def test_a_resume_that_changes_what_batchnorm_spans_is_told_a_fix_that_works_at_
     assert "micro_batch 32" not in said and "at 2 processes a micro-batch divides a process's 16 images" in said
     assert "give train.micro_batch=4" in span_changed(16, 16, 4, True, 16)  # (4 ranks x 4 images)
     assert "resume at the world size the run had" in span_changed(16, 4, 3, True, 4)  # (16 images in 3 ranks: none)
+
+
+def test_auto_planning_a_micro_batch_too_small_for_batchnorm_says_so(capsys, monkeypatch):
+    # Found from outside: micro_batch "auto" planned 2 images a micro-batch for a ResNet in a small budget, unsaid;
+    # BatchNorm's statistics then span 2 images of a step's 64, and it trains otherwise than at its whole batch.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+
+    def planned(net, budget):
+        rep = bigbatch.Replicator(batch=64, micro_batch="auto", device="cpu", memory_budget=budget)
+        model = rep.prepare(net)
+        rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        return rep.plan_micro_batch(lambda m: rep.probe_step(lambda x: model(x).mean(), torch.randn(m, 3, 64, 64)))
+
+    def net(norm):
+        return nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), norm(64), nn.ReLU(), nn.Conv2d(64, 4, 3, padding=1))
+
+    tight = planned(net(nn.BatchNorm2d), "12MiB")
+    assert tight.micro_batch < 16
+    err = capsys.readouterr().err
+    assert f"micro_batch 'auto' planned {tight.micro_batch} in 12.0 MiB: BatchNorm statistics span only" in err, err
+    assert "checkpointing or a larger memory_budget fits more" in err and "train." not in err  # (the API's terms)
+    assert planned(net(nn.BatchNorm2d), "1GiB").micro_batch == 64 and not capsys.readouterr().err
+    assert planned(net(lambda c: nn.GroupNorm(8, c)), "12MiB").micro_batch < 16
+    assert not capsys.readouterr().err  # (no BatchNorm: nothing to say)

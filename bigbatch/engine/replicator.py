@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from bigbatch.engine import batch_parts, dist, frozen, memory, running_stats, saving, wrap
+from bigbatch.engine import batch_parts, dist, frozen, memory, probing, running_stats, saving, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.arguments import api_terms, check_arguments, check_prepared, in_config_terms, skip_limit_reached
 from bigbatch.engine.context import InputContext
@@ -430,40 +430,12 @@ class Replicator:
         self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer] | None
     ) -> Plan:
         optimizers = [s.opt for s in self.optimizers.values()] if optimizers is None else list(optimizers)
-        frozen.thaw(self._held)  # (the probes measure every gradient: a frozen body's too)
-        if self.sync_bn and self.world_size > 1 and self.device.type == "cuda":
-            # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
-            raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")
-        budget = self.memory_budget or memory.default_budget(self.device, memory.local_world())
-        if self.device.type == "cuda":
-            total = torch.cuda.get_device_properties(self.device).total_memory
-            if budget > total:
-                raise BigbatchError(
-                    f"memory budget {memory.format_bytes(budget)} exceeds the GPU's {memory.format_bytes(total)}"
-                )
-            # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
-            torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, self.device)
-        plain, cuda = [p for p, _ in self.models], [self.device] if self.device.type == "cuda" else []
-        baseline = memory.state_bytes(plain, optimizers, not cuda) - (memory.state_bytes(plain, []) if cuda else 0)
-        sizes = [d for d in range(1, self.share + 1) if self.share % d == 0 and self.takes_micro(d)]  # (to try)
-        saved = memory.save_buffers(plain)
-        holders = [*optimizers, *plain]  # (of gradients)
-
-        def fresh(m: int) -> None:  # each probe makes the gradients, as a step from zero_grad does (on CPU,
-            memory.zero_grads(holders)  # where new storages are counted, a probe after the first found them
-            probe(m)  # made and left them out)
-
-        try:
-            with torch.random.fork_rng(devices=cuda):  # (the probes' random draws are not training's)
-                micro, self.probes = memory.fit_micro_batch(fresh, sizes, self.device, budget, baseline, dist.agree)
-        finally:
-            memory.restore_buffers(saved)
-            memory.zero_grads(holders)
-            if self.device.type == "cuda":
-                torch.cuda.set_per_process_memory_fraction(1.0, self.device)
+        micro, self.probes, budget = probing.fit(self, probe, optimizers)
         self.budget = budget
         self._plan = make_plan(self.batch, micro, self.precision, self.ctx)
         self._planned_micro = micro
+        planned = f"micro_batch 'auto' planned {micro} in {memory.format_bytes(budget)}"
+        self._say_batchnorm(running_stats.span_small(micro, self.world_size, self.sync_bn, self.share, planned))
         return self._plan
 
     def use_micro_batch(self, micro_batch: int) -> Plan:
@@ -578,12 +550,14 @@ class Replicator:
         """Once, at the first step after load_state_dict: say so if BatchNorm statistics now span another
         number of images than before (another micro-batch, or with sync_bn another world size)."""
         before, self._batchnorm_before = self._batchnorm_before, None
-        if self.is_main and running_stats.has_batchnorm(p for p, _ in self.models):
-            change = running_stats.span_changed(
-                before, self.plan.micro_batch, self.world_size, self.sync_bn, self.share
-            )
-            if change:
-                warn(change if self._config_terms else api_terms(change))
+        self._say_batchnorm(
+            running_stats.span_changed(before, self.plan.micro_batch, self.world_size, self.sync_bn, self.share)
+        )
+
+    def _say_batchnorm(self, said: str | None) -> None:
+        """What running_stats `said` of the BatchNorms' statistics, where the models have any (rank 0)."""
+        if said and self.is_main and running_stats.has_batchnorm(p for p, _ in self.models):
+            warn(said if self._config_terms else api_terms(said))
 
     def counters(self) -> dict[str, Any]:
         """Per optimizer: steps taken, steps skipped, last gradient norm, fp16 loss scale."""

@@ -1,0 +1,53 @@
+"""micro_batch "auto": the largest micro-batch whose step fits the memory budget, found by probing it (a
+Replicator's memory planning; the Replicator keeps the plan)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from bigbatch.engine import dist, frozen, memory
+from bigbatch.errors import BigbatchError
+
+if TYPE_CHECKING:
+    from bigbatch.engine.replicator import Replicator
+
+
+def fit(
+    rep: Replicator, probe: Callable[[int], None], optimizers: list[torch.optim.Optimizer]
+) -> tuple[int, list[memory.Probe], int]:
+    """The micro-batch `rep.plan_micro_batch` settles on, the probes that found it and the budget they fit in."""
+    frozen.thaw(rep._held)  # (the probes measure every gradient: a frozen body's too)
+    if rep.sync_bn and rep.world_size > 1 and rep.device.type == "cuda":
+        # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
+        raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")
+    budget = rep.memory_budget or memory.default_budget(rep.device, memory.local_world())
+    if rep.device.type == "cuda":
+        total = torch.cuda.get_device_properties(rep.device).total_memory
+        if budget > total:
+            raise BigbatchError(
+                f"memory budget {memory.format_bytes(budget)} exceeds the GPU's {memory.format_bytes(total)}"
+            )
+        # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
+        torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, rep.device)
+    plain, cuda = [p for p, _ in rep.models], [rep.device] if rep.device.type == "cuda" else []
+    baseline = memory.state_bytes(plain, optimizers, not cuda) - (memory.state_bytes(plain, []) if cuda else 0)
+    sizes = [d for d in range(1, rep.share + 1) if rep.share % d == 0 and rep.takes_micro(d)]  # (to try)
+    saved = memory.save_buffers(plain)
+    holders = [*optimizers, *plain]  # (of gradients)
+
+    def fresh(m: int) -> None:  # each probe makes the gradients, as a step from zero_grad does (on CPU,
+        memory.zero_grads(holders)  # where new storages are counted, a probe after the first found them
+        probe(m)  # made and left them out)
+
+    try:
+        with torch.random.fork_rng(devices=cuda):  # (the probes' random draws are not training's)
+            micro, probes = memory.fit_micro_batch(fresh, sizes, rep.device, budget, baseline, dist.agree)
+    finally:
+        memory.restore_buffers(saved)
+        memory.zero_grads(holders)
+        if rep.device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, rep.device)
+    return micro, probes, budget
