@@ -48,10 +48,14 @@ def test_a_short_run_of_skipped_steps_stops_too(tiny, tmp_path, capsys):
     # Before its first checkpoint: said so (found from outside: "the last checkpoint intact", where none was), and
     # the row of the steps since the last one logged, their skips counted (it was lost).
     assert "before its first checkpoint: start it again in another --run-dir" in str(stopped.value)
+    assert "with train.grad_clip set, or at a lower learning rate" in str(stopped.value)
     rows, said = read_metrics(tmp_path / "r" / "metrics.jsonl"), capsys.readouterr().err
     skips = said.count("skipped: its loss or gradients are not finite")
     assert skips >= 2 and sum(r.get("skipped_G", 0) + r.get("skipped_D", 0) for r in rows) == skips
     assert not (tmp_path / "r" / "checkpoints").exists()
+    # Clipped already, it is not advised again (found from outside).
+    with pytest.raises(bigbatch.BigbatchError, match="keeps its config\) at a lower learning rate$"):
+        bigbatch.train(cfg.override({"train.grad_clip": 1.0}), run_dir=tmp_path / "clipped", quiet=True)
 
 
 def test_too_many_skipped_steps_stop_with_the_last_checkpoint_intact(tiny, tmp_path, capsys):

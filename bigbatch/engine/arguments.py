@@ -97,9 +97,12 @@ class SkipLimitReached(BigbatchError):
         self.unsaved = unsaved or message
 
 
-def skip_limit_reached(state: Any, recent: int, skip_limit: float, config_terms: bool) -> SkipLimitReached:
+def skip_limit_reached(
+    state: Any, recent: int, skip_limit: float, config_terms: bool, clipped: bool = False
+) -> SkipLimitReached:
     """What stopped training: more than `skip_limit` of an optimizer's recent steps (`state`: its count, history and
-    loss scaler) skipped for a non-finite loss or gradients, and what to do."""
+    loss scaler) skipped for a non-finite loss or gradients, and what to do (`clipped`: gradients were clipped
+    already, which it does not advise again: found from outside)."""
     # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
     also = f"; {state.skipped} of its {state.steps} skipped in all" if state.skipped > recent else ""
     weights = "its first weights" if state.skipped >= state.steps else "the weights of the last good step"
@@ -110,17 +113,19 @@ def skip_limit_reached(state: Any, recent: int, skip_limit: float, config_terms:
     fp16 = state.scaler.is_enabled()
     if not config_terms:  # (a user's own loop: no run, no checkpoint, no config keys)
         instead = 'precision="bf16" (in place of fp16), ' if fp16 else ""
+        clip = "" if clipped else "grad_clip, or "
         return SkipLimitReached(
-            f"{said}: give the Replicator {instead}grad_clip, or a lower learning rate, and go on from weights saved "
-            "before the trouble (Replicator.save and load)"
+            f"{said}: give the Replicator {instead}{clip}a lower learning rate, and go on from weights saved before "
+            "the trouble (Replicator.save and load)"
         )
-    instead = "train.precision=bf16 (in place of fp16) or " if fp16 else ""
+    ways = ["train.precision=bf16 (in place of fp16)"] * fp16 + ["train.grad_clip set"] * (not clipped)
+    what = " or ".join(ways)
+    resume = f"Resume it with {what} (a resume may change them), or start" if ways else "Start"
     return SkipLimitReached(
-        f"{said} and the last checkpoint intact. Resume it with {instead}train.grad_clip set (a resume may change "
-        "them), or start a new run from a checkpoint before the trouble at a lower learning rate "
-        "(train.init_from=RUN/checkpoints/NAME)",
-        f"{said}, before its first checkpoint: start it again in another --run-dir (this one keeps its config) with "
-        f"{instead}train.grad_clip set, or at a lower learning rate",  # (found from outside: a checkpoint was said
-        # to be intact where none was written; and its run dir, which refused the new config, was not said to be in
-        # the way)
+        f"{said} and the last checkpoint intact. {resume} a new run from a checkpoint before the trouble at a lower "
+        "learning rate (train.init_from=RUN/checkpoints/NAME)",
+        f"{said}, before its first checkpoint: start it again in another --run-dir (this one keeps its config) "
+        + (f"with {what}, or " if ways else "")
+        + "at a lower learning rate",  # (found from outside: a checkpoint was said to be intact where none was
+        # written; and its run dir, which refused the new config, was not said to be in the way)
     )

@@ -402,7 +402,7 @@ class Replicator:
         # Over the last skip_window steps, or the steps so far while fewer (at least 5 counted): a short run too.
         recent = sum(state.history)
         if recent > self.skip_limit * max(len(state.history), min(5, self.skip_window)):
-            raise skip_limit_reached(state, recent, self.skip_limit, self._config_terms)
+            raise skip_limit_reached(state, recent, self.skip_limit, self._config_terms, self.grad_clip > 0)
 
     def skipped(self, opt: torch.optim.Optimizer) -> bool:
         """Whether the last step of `opt` was skipped for non-finite gradients."""
