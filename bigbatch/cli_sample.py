@@ -38,11 +38,17 @@ def _sample(args: argparse.Namespace) -> None:
 
     from bigbatch.config import MIN_TRUNCATION
     from bigbatch.files import atomic_write
-    from bigbatch.sampling import grid, interpolation_sheet, sample, save_png, standing_stats
+    from bigbatch.sampling import generate, grid, interpolation_sheet, sample, save_png, standing_stats
     from bigbatch.tasks.gan.load import load_generator
 
     if args.interp and args.npz:
         raise BigbatchError("--interp writes a PNG sheet and --npz an array of samples: give one of them")
+    if args.seeds is not None:  # (found from outside: a converted ADA network could not redraw its seed 85)
+        given = [o for o, on in (("--n", args.n is not None), ("--seed", args.seed), ("--interp", args.interp),
+                                 ("--truncation", args.truncation != float("inf"))) if on]  # fmt: skip
+        if given:
+            raise BigbatchError(f"--seeds draws an image a seed, as ADA's generate.py: leave out {', '.join(given)}")
+        args.n = len(args.seeds)
     if args.interp and (args.n is not None or args.ncol is not None):
         raise BigbatchError(
             "--interp draws a sheet of 4 rows of 8 steps (then 4 of classes, for a conditional G): --n and --ncol "
@@ -93,9 +99,12 @@ def _sample(args: argparse.Namespace) -> None:
     if args.classes is not None and not G.n_classes:
         raise BigbatchError("--classes: this generator is unconditional")
     classes = _parse_classes(args.classes, G.class_names)
+    if args.seeds is not None and G.n_classes and classes is None:
+        raise BigbatchError("--seeds of a conditional G takes its classes from --classes (ADA's generate.py --class)")
     default_dir = ckpt.parent.parent / "samples" if ckpt.parent.name == "checkpoints" else ckpt
     # The settings that change the images, in the default name (found from outside: one sample replaced another)
-    named = f"{ckpt.name}-seed{args.seed}" + "".join(
+    seeds = f"seeds{args.seeds[0]}-{args.seeds[-1]}x{len(args.seeds)}" if args.seeds else f"seed{args.seed}"
+    named = f"{ckpt.name}-{seeds}" + "".join(
         f"-{key}{value}"
         for key, value, used in (
             ("trunc", f"{args.truncation:g}", args.truncation != float("inf")),
@@ -108,11 +117,20 @@ def _sample(args: argparse.Namespace) -> None:
         )
         if used
     )
+
+    def drawn() -> tuple[Any, Any]:
+        """The images of --seeds, ADA's z, and their labels (--classes cycled)."""
+        import torch
+
+        z = torch.from_numpy(np.stack([np.random.RandomState(s).randn(G.dim_z) for s in args.seeds])).float()
+        y = torch.tensor([classes[i % len(classes)] for i in range(len(z))]) if G.n_classes else None
+        return generate(G, z, y), y
+
     if args.interp:
         out = Path(args.out or default_dir / f"interp-{named}.png")
         save_png(interpolation_sheet(G, args.seed, truncation=args.truncation, classes=classes), out)
     elif args.npz:
-        images, y = sample(G, args.n, args.seed, classes, args.truncation, with_labels=True)
+        images, y = drawn() if args.seeds else sample(G, args.n, args.seed, classes, args.truncation, with_labels=True)
         out = Path(args.out or default_dir / f"samples-{named}-n{args.n}.npz")
         out.parent.mkdir(parents=True, exist_ok=True)
         import io
@@ -122,7 +140,7 @@ def _sample(args: argparse.Namespace) -> None:
         np.savez(buf, arr_0=images.numpy(), **({} if y is None else {"y": y.numpy()}))
         atomic_write(out, buf.getvalue())
     else:
-        images = sample(G, n=args.n, seed=args.seed, classes=classes, truncation=args.truncation)
+        images = drawn()[0] if args.seeds else sample(G, args.n, args.seed, classes, args.truncation)
         out = Path(args.out or default_dir / f"sample-{named}.png")
         save_png(grid(images, ncol=args.ncol), out)
     print(out)
@@ -144,6 +162,25 @@ def _check_fits(n: int, resolution: int) -> None:
         )
 
 
+def seed_list(text: str) -> list[int]:
+    """An argparse type: ADA's num_range, comma-separated seeds and ranges a-b (both ends in), seeds of 32 bits
+    (what np.random.RandomState takes)."""
+    out = []
+    for item in text.split(","):
+        if m := re.fullmatch(r"(\d+)-(\d+)", item.strip()):
+            first, last = int(m.group(1)), int(m.group(2))
+            if last < first or last - first >= 1 << 20:
+                raise argparse.ArgumentTypeError(f"range {item!r} must run up, over at most 2**20 seeds")
+            out += range(first, last + 1)
+        elif item.strip().isascii() and item.strip().isdigit():
+            out.append(int(item))
+        else:
+            raise argparse.ArgumentTypeError(f"must list seeds and ranges a-b, comma-separated, got {item!r}")
+    if any(s >= 2**32 for s in out):
+        raise argparse.ArgumentTypeError("seeds must be below 2**32 (np.random.RandomState's)")
+    return out
+
+
 def seed(text: str) -> int:
     """An argparse type: a seed, a whole number >= 0 (a negative one would alias a large one) of 63 bits."""
     if not (text.isascii() and text.isdigit()) or int(text) >= 2**63:
@@ -157,6 +194,12 @@ def add_sample_command(sub: Any) -> None:
     s.add_argument("path", metavar="RUN_OR_CKPT")
     s.add_argument("--n", type=int, help="number of images (default 64)")
     s.add_argument("--seed", type=seed, default=0)
+    s.add_argument(
+        "--seeds",
+        type=seed_list,
+        help="StyleGAN2-ADA's generate.py --seeds (e.g. 85,265,297-300): an image a seed, its z ADA's draw, "
+        "np.random.RandomState(seed).randn(dim_z), so a converted ADA network redraws its published images",
+    )
     s.add_argument("--classes", help="comma-separated class numbers or names to cycle through")
     s.add_argument(
         "--truncation",
