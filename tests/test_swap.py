@@ -542,7 +542,11 @@ def test_dfl_round_trips_keep_the_face_type_the_options_and_the_optimizer(faces,
     assert cli("export-dfl", str(resumed), str(tmp_path / "on")).returncode == 0
     data = dfl.read_pickle(tmp_path / "on" / "new_SAEHD_data.dat")
     assert data["iter"] == 1201 and data["options"]["target_iter"] == 250000 and data["options"]["lr_dropout"] == "cpu"
-    assert data["options"]["face_type"] == "f" and len(data["loss_history"]) == 1200
+    assert data["options"]["face_type"] == "f" and len(data["loss_history"]) == 1201
+    # DFL's history, then this run's iteration: its log row's losses (found from outside: written empty).
+    row = [r for r in map(json.loads, (resumed / "metrics.jsonl").read_text().splitlines()) if "src_loss" in r][-1]
+    assert data["loss_history"][:1200] == [[0.5 - i / 1e4, 0.6] for i in range(1200)]
+    assert data["loss_history"][1200] == [row["src_loss"], row["dst_loss"]]
 
     # A run of no step loads in DFL as the model it is: DFL re-initialises a model whose _data.dat says
     # iteration 0, so it is written as iteration 1. Read back as DFL reads it (the restricted reader).

@@ -4,21 +4,19 @@ Replicator's memory planning; the Replicator keeps the plan)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
 from bigbatch.engine import dist, frozen, memory
 from bigbatch.errors import BigbatchError
 
-if TYPE_CHECKING:
-    from bigbatch.engine.replicator import Replicator
-
 
 def fit(
-    rep: Replicator, probe: Callable[[int], None], optimizers: list[torch.optim.Optimizer]
+    rep: Any, probe: Callable[[int], None], optimizers: list[torch.optim.Optimizer]
 ) -> tuple[int, list[memory.Probe], int]:
-    """The micro-batch `rep.plan_micro_batch` settles on, the probes that found it and the budget they fit in."""
+    """The micro-batch the Replicator `rep`'s plan_micro_batch settles on, the probes that found it, and the budget
+    they fit in."""
     frozen.thaw(rep._held)  # (the probes measure every gradient: a frozen body's too)
     if rep.sync_bn and rep.world_size > 1 and rep.device.type == "cuda":
         # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.

@@ -22,7 +22,7 @@ from PIL import Image
 from bigbatch import checkpoints, safe_pickle
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, metrics_row
 from bigbatch.models import dfl
 from bigbatch.presets import preset
 from bigbatch.tasks.swap.color import MERGE_MODES
@@ -201,8 +201,24 @@ def _data_file(data: dict[str, Any], carried: bytes | None, what: str) -> bytes:
     if not isinstance(before, dict):
         before = {}
     merged = {**before, "iter": data["iter"], "options": _merged_options(before.get("options") or {}, data["options"])}
+    if data["loss_history"]:  # (DFL's own iterations', then this run's)
+        merged["loss_history"] = list(before.get("loss_history") or []) + data["loss_history"]
     new = dfl.dumps(merged)
     return carried if new == dfl.dumps(before) else new
+
+
+def _loss_history(ckpt: Path, nimg: int) -> list[list[float]]:
+    """DFL's loss history (its preview's graph) of the iterations this run trained up to `nimg`: [src_loss, dst_loss]
+    an iteration, each its log row's mean (metrics.jsonl keeps a row's, not each iteration's); found from outside,
+    written empty."""
+    log = ckpt.parent.parent / "metrics.jsonl"
+    if ckpt.parent.name != "checkpoints" or not log.is_file():
+        return []
+    history: list[list[float]] = []
+    for row in map(metrics_row, log.read_text(errors="replace").splitlines()):
+        if row is not None and "src_loss" in row and "dst_loss" in row and round(row["kimg"] * 1000) <= nimg:
+            history += [[float(row["src_loss"]), float(row["dst_loss"])]] * max(0, int(row["step"]) - len(history))
+    return history
 
 
 def export_dfl(
@@ -257,7 +273,7 @@ def export_dfl(
     options = dfl_options(cfg, face_type)
     if not int(state.get("steps", 0)):  # (not trained here: DFL's pretrain as it was; found from outside, a model
         options.pop("pretrain")  # pretraining in DFL was no longer, so that DFL skipped what it does as it ends)
-    data = dfl.model_data(model, options, iteration)
+    data = {**dfl.model_data(model, options, iteration), "loss_history": _loss_history(ckpt, int(state.get("nimg", 0)))}
     dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
     if "opt" in state:  # the optimizer's moments, so that DFL's trainer goes on where this run stopped
         saved = state["opt"]
