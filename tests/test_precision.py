@@ -54,7 +54,7 @@ def test_a_short_run_of_skipped_steps_stops_too(tiny, tmp_path, capsys):
     assert skips >= 2 and sum(r.get("skipped_G", 0) + r.get("skipped_D", 0) for r in rows) == skips
     assert not (tmp_path / "r" / "checkpoints").exists()
     # Clipped already, it is not advised again (found from outside).
-    with pytest.raises(bigbatch.BigbatchError, match="keeps its config\) at a lower learning rate$"):
+    with pytest.raises(bigbatch.BigbatchError, match=r"keeps its config\) at a lower learning rate$"):
         bigbatch.train(cfg.override({"train.grad_clip": 1.0}), run_dir=tmp_path / "clipped", quiet=True)
 
 

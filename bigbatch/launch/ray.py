@@ -205,7 +205,7 @@ def session(
         where = ray.get([a.where.remote() for a in actors])  # (node IP, CUDA_VISIBLE_DEVICES)
         order = sorted(range(n), key=lambda i: (where[i][0], i))
         actors = [actors[i] for i in order]
-        names = [f"ray://{where[i][0]}:{k}" for k, i in enumerate(order)]
+        names = [f"ray://{where[i][0]}:{k}" for k, i in enumerate(order)]  # (one worker a rank, by its host)
         port = ray.get(actors[0].free_port.remote())
         envs = rank_environments(names, port, [where[i][1] for i in order])
         refs = [
@@ -234,7 +234,8 @@ def session(
         for actor in [*actors, flag]:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
-        return _results(names, envs, results)
+        # (said as the Ray node: found from outside, ray://HOST:RANK read as the address of Ray's client port)
+        return _results([f"Ray node {where[i][0]}" for i in order], envs, results)
     finally:
         with contextlib.suppress(Exception):
             remove_placement_group(group)

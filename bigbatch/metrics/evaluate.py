@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics import inception as inc
 from bigbatch.metrics.extractors import falls_back, get_extractor
@@ -173,7 +174,8 @@ def score(
             out |= dict(zip(score_names(metric, family), values, strict=True))
         elif metric == "fid":
             n, dims = features["pool"].shape
-            if n < dims:  # (found from outside: FID of 20 images against 120 was 15% above that of 120, unsaid)
+            first = not dist.active() or torch.distributed.get_rank() == 0  # (found from outside: said by each rank)
+            if n < dims and first:  # (found from outside: FID of 20 images against 120 was 15% above that of 120)
                 warn(
                     f"{names['fid'].upper()} of {n} images is biased upward (fewer than its {dims} feature "
                     "dimensions): compare it only with scores of as many images (the papers': 50,000)",
