@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import importlib
 import json
 import math
@@ -194,6 +193,7 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
+    from bigbatch.cli_tools import check_launched
     from bigbatch.launch import APART, absolute_run_dir, apart, bind_apart, report, with_restarts
 
     command = absolute_run_dir(args.launched[1:] if args.launched[:1] == ["--"] else args.launched)
@@ -202,9 +202,7 @@ def _launch(args: argparse.Namespace) -> int:
     if args.restarts < 0:
         raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
     known = next(a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    if command and command[0] not in known:  # (said here, before a cluster starts to run it)
-        close = "".join(f"did you mean {c!r}? " for c in difflib.get_close_matches(command[0], known, 1))
-        raise BigbatchError(f"{command[0]!r} is not a bigbatch command: {close}launch one of {', '.join(known)}")
+    check_launched(command, list(known), parse_args)  # (said here, before a cluster starts to run it)
     if args.restarts and "--resume=auto" not in command:
         raise BigbatchError("--restarts reruns the command: give it --resume=auto, so that a rerun resumes the run")
     if args.local > 0 and command and APART not in os.environ and threading.current_thread() is threading.main_thread():

@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -116,6 +116,26 @@ def _export(args: argparse.Namespace) -> None:
     if fmt == "torchscript" and "class probabilities" in usage:
         settings += " (a classifier's: model.class_names)"
     print(f"Wrote {out}: {load}; {usage}; its settings (the run's{classes}) as JSON: {settings}")
+
+
+def check_launched(command: list[str], known: list[str], parse: Callable[[list[str]], argparse.Namespace]) -> None:
+    """What `bigbatch launch` runs, checked before a cluster starts: one of the `known` commands, and a train's
+    preset (or config file, where it is here) and overrides, as `parse` reads them (found from outside: an unknown
+    preset was each rank's error, once Ray had started)."""
+    import difflib
+
+    from bigbatch.config import parse_override
+    from bigbatch.presets import base_config
+
+    if command and command[0] not in known:
+        close = "".join(f"did you mean {c!r}? " for c in difflib.get_close_matches(command[0], known, 1))
+        raise BigbatchError(f"{command[0]!r} is not a bigbatch command: {close}launch one of {', '.join(known)}")
+    if command[:1] != ["train"]:
+        return
+    train = parse(command)
+    if (train.config and not Path(train.config).is_file()) or (train.resume and not (train.preset or train.config)):
+        return  # (a file on the cluster's nodes, or the run's own config: the ranks read it)
+    base_config(train.preset, train.config, "digits").override(dict(parse_override(o) for o in train.overrides))
 
 
 def _config(args: argparse.Namespace, default: str, then: dict[str, Any] | None = None) -> Any:

@@ -303,6 +303,9 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path, ray_cluster, one_
         (["launch", "ray", "--local", "1", "--restarts", "-1", "--", "train"], "--restarts must be a count"),
         (["launch", "dask", "--local", "1", "--", "trian"], "'trian' is not a bigbatch command: did you mean 'train'?"),
         (["launch", "dask", "--local", "1", "--grace", "nan", "--", "train"], "--grace must be a number of seconds"),
+        # (found from outside: each rank's error, once the cluster had started)
+        (["launch", "ray", "--local", "1", "--", "train", "--preset", "nope"], "unknown preset 'nope'"),
+        (["launch", "dask", "--local", "1", "--", "train", "train.batchh=3"], "unknown config key 'train.batchh'"),
     ],
 )
 def test_launcher_usage_errors_are_one_line(args, words, capsys):
