@@ -34,7 +34,12 @@ def holds_checkpoints(path: Path) -> bool:
     """Whether `path` is a checkpoint folder or a run directory (intact or not; see run_named)."""
     path = run_named(path)
     markers = ("meta.json", "state.pt", "config.toml")
-    return path.is_dir() and ((path / "checkpoints").is_dir() or any((path / m).exists() for m in markers))
+    if not path.is_dir():
+        return False
+    if (path / "checkpoints").is_dir() or any((path / m).exists() for m in markers):
+        return True
+    # A run starting (its lock taken, nothing written yet): found from outside, said to be a folder of no images.
+    return (path / ".lock").exists() and all(p.name.startswith(".") for p in path.iterdir())
 
 
 def find_checkpoint(path: str | Path) -> Path:

