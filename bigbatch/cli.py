@@ -23,7 +23,7 @@ from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
-from bigbatch.errors import STOPPED, BigbatchError, warn
+from bigbatch.errors import STOPPED, BigbatchError, silence, warn
 from bigbatch.urls import is_url
 
 
@@ -566,8 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         say_error(str(e))
         return 2
     except BrokenPipeError:  # the reader of stdout went away (`bigbatch info RUN | head -1`): quietly, as `ls`
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
+        silence(sys.stdout.fileno())  # (no second error at exit)
         return 128 + signal.SIGPIPE
     except OSError as e:  # a path that cannot be written (disk full, read-only) or read
         say_error(os_error_line(e, resumes=getattr(args, "func", None) is _train))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import re
 from pathlib import Path
@@ -103,7 +104,8 @@ def _sample(args: argparse.Namespace) -> None:
         raise BigbatchError("--seeds of a conditional G takes its classes from --classes (ADA's generate.py --class)")
     default_dir = ckpt.parent.parent / "samples" if ckpt.parent.name == "checkpoints" else ckpt
     # The settings that change the images, in the default name (found from outside: one sample replaced another)
-    seeds = f"seeds{args.seeds[0]}-{args.seeds[-1]}x{len(args.seeds)}" if args.seeds else f"seed{args.seed}"
+    listed = hashlib.sha1(",".join(map(str, args.seeds or [])).encode()).hexdigest()[:8]  # (1,5,3 is not 1,2,3)
+    seeds = f"seeds{args.seeds[0]}-{args.seeds[-1]}x{len(args.seeds)}-{listed}" if args.seeds else f"seed{args.seed}"
     named = f"{ckpt.name}-{seeds}" + "".join(
         f"-{key}{value}"
         for key, value, used in (

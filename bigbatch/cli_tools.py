@@ -71,7 +71,8 @@ def _export(args: argparse.Namespace) -> None:
     # .dfm, which DeepFaceLive then fails on, and TorchScript named .safetensors).
     name = os.path.basename(args.out)
     if not name or name in (".", ".."):  # (found from outside: OUT/ was written as a file named OUT)
-        raise BigbatchError(f"{args.out} names a folder; export writes one file: name it, e.g. {args.out}/model.pt")
+        folder = args.out.rstrip("/" + os.sep) or args.out
+        raise BigbatchError(f"{args.out} names a folder; export writes one file: name it, e.g. {folder}/model.pt")
     if name.startswith(".") and "." not in name[1:]:  # (found from outside: .onnx, no suffix to os.path, TorchScript)
         raise BigbatchError(f"{args.out}: give the file a name before its suffix, e.g. model{name}")
     ext = os.path.splitext(args.out)[1].lower()
@@ -96,7 +97,10 @@ def _export(args: argparse.Namespace) -> None:
     if os.path.isdir(args.out):  # (found from outside: --overwrite, which the line below suggests, then failed)
         raise BigbatchError(f"{args.out} is a folder; export writes one file: name it, e.g. {args.out}/model.pt")
     where = Path(args.out).resolve().parent
-    if any(p.name == "checkpoints" and holds_checkpoints(p.parent) for p in (where, *where.parents)):
+    if any(
+        p.name == "checkpoints" and (p / "latest").exists() and holds_checkpoints(p.parent)
+        for p in (where, *where.parents)
+    ):
         # (found from outside: --overwrite replaced the run's checkpoints/latest with the export)
         raise BigbatchError(f"{args.out} is inside a run's checkpoints folder: write the export elsewhere")
     if os.path.lexists(args.out) and not args.overwrite:  # (as prepare and export-dfl refuse theirs)
@@ -124,8 +128,8 @@ def check_launched(command: list[str], known: list[str], parse: Callable[[list[s
     preset was each rank's error, once Ray had started)."""
     import difflib
 
-    from bigbatch.config import parse_override
-    from bigbatch.presets import base_config
+    import bigbatch.batching  # noqa: F401 (their config checks, registered as they load: a model name, a batch plan)
+    import bigbatch.tasks  # noqa: F401
 
     if command and command[0] not in known:
         close = "".join(f"did you mean {c!r}? " for c in difflib.get_close_matches(command[0], known, 1))
@@ -135,7 +139,7 @@ def check_launched(command: list[str], known: list[str], parse: Callable[[list[s
     train = parse(command)
     if (train.config and not Path(train.config).is_file()) or (train.resume and not (train.preset or train.config)):
         return  # (a file on the cluster's nodes, or the run's own config: the ranks read it)
-    base_config(train.preset, train.config, "digits").override(dict(parse_override(o) for o in train.overrides))
+    _config(train, "digits")
 
 
 def _config(args: argparse.Namespace, default: str, then: dict[str, Any] | None = None) -> Any:

@@ -386,7 +386,7 @@ class AugmentConfig(Section):
             if name not in valid or names.count(name) > 1:
                 problem = "twice" if name in valid else f"unknown to augment.pipeline {self.pipeline!r}"
                 also = f", or {', '.join(ADA_SHORTHANDS)} for them" if ada else ""
-                if not ada and (name in ADA_GROUPS or name in ADA_SHORTHANDS):  # (found from outside: ADA's names)
+                if not ada and name not in valid and (name in ADA_GROUPS or name in ADA_SHORTHANDS):  # (ADA's names)
                     also = f" (StyleGAN2-ADA's --augpipe {name} is augment.pipeline=ada augment.policy={name})"
                 self._fail(
                     "policy", f"names {name!r} ({problem}); valid: a comma-separated list of {', '.join(valid)}{also}"

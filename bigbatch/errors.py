@@ -40,4 +40,20 @@ def warn(message: str, once: bool = False) -> None:
         if message in _WARNED:
             return
         _WARNED.add(message)
-    print(f"bigbatch: warning: {message}", file=sys.stderr, flush=True)
+    try:
+        print(f"bigbatch: warning: {message}", file=sys.stderr, flush=True)
+    except OSError:  # (its reader gone: `2>&1 | tee` closed, a terminal hung up; found by review, a traceback)
+        silence(2)
+
+
+def silence(*fds: int) -> None:
+    """Point file descriptors whose reader went away (a closed pipe, a hung-up terminal) at /dev/null, so that what
+    is written to them later raises no error, nor Python's flush at exit."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        for fd in fds:
+            os.dup2(null, fd)
+        os.close(null)

@@ -215,12 +215,14 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     vote = dist.StopVote()  # several processes: every rank stops (saves) at the same iteration, none waiting for it
     # checkpoint.every_minutes: rank 0 asks for a checkpoint once that long has passed since its last one (or since
     # training began in this process), once until it is written (the vote answers an iteration late).
-    every_s, saved_at, asked = cfg.checkpoint.every_minutes * 60, time.monotonic(), False
+    every_s, saved_at, asked, checkpoint = cfg.checkpoint.every_minutes * 60, time.monotonic(), False, False
     with closing(feed), closing(vote):
         while nimg < progress.total:
             ask = main and not asked and 0 < every_s <= time.monotonic() - saved_at
             halt, timed = vote(stop.requested or failed is not None, ask)
             asked |= ask
+            # (several processes: asked an iteration ago, and answered now; a checkpoint since was the one asked for)
+            timed = timed and not (checkpoint and rep.world_size > 1)
             if halt:
                 break
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).

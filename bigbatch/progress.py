@@ -3,9 +3,7 @@ ETA (or a line per log row when stderr is not a terminal), and the averages betw
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import sys
 import threading
 import time
@@ -14,7 +12,7 @@ from typing import Any
 from tqdm import tqdm
 
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import warn
+from bigbatch.errors import silence, warn
 from bigbatch.rundir import Run
 from bigbatch.signals import request_stop
 
@@ -198,9 +196,8 @@ def show(text: str) -> None:
     saving where it is, and prints nothing more (found from outside: killed by the broken pipe, nothing saved)."""
     try:
         print(text, flush=True)
-    except BrokenPipeError:
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at exit)
+    except OSError:  # (BrokenPipeError, or EIO from a terminal hung up)
+        silence(sys.stdout.fileno())
         request_stop()
 
 

@@ -502,12 +502,16 @@ def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -
     the run froze without it (runs frozen before the key had none, and their checkpoints since carry false: found by
     review, refused at their second resume); and model.options as the run began where the given ones differ in
     `init` alone, which a resumed run does not use (found by review: a preset's run of before biggan_deep128 took
-    init "none" was refused its own preset's --resume)."""
+    init "none" was refused its own preset's --resume), or in SA-GAN's `shared`, which its checkpoint's weights
+    decide (sagan128's runs of before it was an option shared one embedding, the preset now sets false)."""
     raw, begun = read_toml(saved_config).get("train", {}), {}
     if saved.get("train.freeze_kimg", 0) > 0 and not raw.get("train_bn", False) and given.get("train.train_bn"):
         begun["train.train_bn"] = False
     old, new = saved.get("model.options") or {}, given.get("model.options") or {}
-    if old != new and {k: v for k, v in old.items() if k != "init"} == {k: v for k, v in new.items() if k != "init"}:
+    begun_as = ("init", "shared") if saved.get("model.name") == "sagan" else ("init",)
+    if old != new and {k: v for k, v in old.items() if k not in begun_as} == {
+        k: v for k, v in new.items() if k not in begun_as
+    }:
         begun["model.options"] = old
     return begun
 

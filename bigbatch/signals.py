@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from bigbatch.errors import silence
+
 
 class Terminated(BaseException):
     """SIGTERM to a command outside training (which saves a checkpoint on it instead)."""
@@ -140,6 +142,8 @@ def _handled(stop: StopRequest) -> Iterator[None]:
     def handler(signum, frame):
         if signum == signal.SIGINT and (stop.requested or not stop.armed):
             raise KeyboardInterrupt
+        if signum in hangup:  # (its terminal gone: what is printed from here would fail; found by review)
+            silence(1, 2)
         stop.requested = True
 
     hangup = [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []

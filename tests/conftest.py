@@ -178,14 +178,3 @@ def limited(max_bytes):
 def bigbatch_limited(max_bytes, *argv, cwd):
     cmd = [sys.executable, "-m", "bigbatch", *argv]
     return subprocess.run(cmd, preexec_fn=limited(max_bytes), capture_output=True, text=True, cwd=cwd, timeout=300)
-
-
-# Files with tests of half a minute or more start first: with two workers, such a test started last runs on alone
-# while the other worker idles (the suite takes as long as its slower worker).
-LONG_FIRST = {"test_bench_gpu.py", "test_bench_throughput.py", "test_compile_cache.py", "test_launch.py"}
-LONG_FIRST |= {"test_xseg_train.py", "test_stylegan2.py", "test_bench_fir.py", "test_gpu_check.py", "test_fused.py"}
-LONG_FIRST |= {"test_bench_tta.py", "test_distributed.py"}
-
-
-def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in LONG_FIRST)  # (stable: each file's own order kept)

@@ -267,6 +267,14 @@ def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_an
     assert (
         err.count("fp16 loss scale settling") == 1 and err.count("skipped: its loss or gradients are not finite") == 2
     )
+    # Nor does a run that overflows every other step (found by review): only a scale grown since settles.
+    rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", precision="fp16")
+    net, opt = rep.prepare(lin), rep.wrap_optimizer(torch.optim.SGD(lin.parameters(), 0.1))
+    with pytest.raises(SkipLimitReached):
+        for i in range(20):
+            rep.step(lambda m, f=1e30 if i % 2 else 1.0: net(m).float().mean() * f, torch.randn(8, 4), opt)
+    assert rep.steps(opt) == 6 and rep.counters()["opt0"]["skipped"] == 3  # (the first settled, two counted)
+    assert rep.state_dict()["optimizers"]["opt0"]["settled"] == 8192  # (kept with a checkpoint)
 
 
 def test_fp16s_loss_scale_settling_is_said_once(capsys, monkeypatch):

@@ -196,6 +196,8 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     out = cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me", "--face-type", "wf")
     assert out.returncode == 0, out.stderr
     written = {f.name: f.read_bytes() for f in (tmp_path / "dfl").iterdir()}
+    data = dfl.read_pickle(tmp_path / "dfl" / "me_SAEHD_data.dat")  # DFL's loss graph: an entry an iteration
+    assert len(data["loss_history"]) == data["iter"] and all(len(e) == 2 for e in data["loss_history"])
     again = ("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me", "--face-type", "wf")
     out = cli(*again)  # a model of that name is there: not replaced without a word
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--overwrite to replace it" in out.stderr

@@ -112,11 +112,13 @@ def skip_limit_reached(
     )
     fp16 = state.scaler.is_enabled()
     if not config_terms:  # (a user's own loop: no run, no checkpoint, no config keys)
-        instead = 'precision="bf16" (in place of fp16), ' if fp16 else ""
-        clip = "" if clipped else "grad_clip, or "
+        ways = (
+            ['precision="bf16" (in place of fp16)'] * fp16 + ["grad_clip"] * (not clipped) + ["a lower learning rate"]
+        )
+        what = ", or ".join([", ".join(ways[:-1]), ways[-1]] if len(ways) > 1 else ways)
         return SkipLimitReached(
-            f"{said}: give the Replicator {instead}{clip}a lower learning rate, and go on from weights saved before "
-            "the trouble (Replicator.save and load)"
+            f"{said}: give the Replicator {what}, and go on from weights saved before the trouble (Replicator.save "
+            "and load)"
         )
     ways = ["train.precision=bf16 (in place of fp16)"] * fp16 + ["train.grad_clip set"] * (not clipped)
     what = " or ".join(ways)

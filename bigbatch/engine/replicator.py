@@ -51,6 +51,7 @@ class _Optimizer:
     skipped: int = 0
     steps: int = 0
     last_skipped: bool = False
+    settled: float = 0.0  # fp16: the loss scale an overflow last halved to (0: none yet)
     grad_norm: float = 0.0
     params: set[int] = field(default_factory=set)
     trained: list[nn.Module] = field(default_factory=list)  # prepared modules holding these params
@@ -380,12 +381,14 @@ class Replicator:
                 clip_grads_with_norm_(params, self.grad_clip, norm)
             opt.step()
         # fp16's scaler starts at 2^16, halves on each overflow and doubles after 2000 steps applied: a finite loss's
-        # overflow (scale above 1) before any step applied, or right after one, is it settling, not counted towards
-        # skip_limit; in a row once steps were applied it counts (found from outside: a run gone bad skipped 16 unsaid).
-        settling = not finite and loss_finite and state.scaler.is_enabled() and state.scaler.get_scale() > 1.0
-        settling = settling and (state.steps == state.skipped or not state.last_skipped)
+        # overflow (scale above 1) before any step applied, or at a scale grown since the last overflow, is it
+        # settling, not counted towards skip_limit; others count (found from outside: a run gone bad skipped 16 unsaid).
+        scale = state.scaler.get_scale() if state.scaler.is_enabled() else 0.0
+        grown = state.steps == state.skipped or scale > state.settled  # (nothing applied yet, or grown since)
+        settling = not finite and loss_finite and scale > 1.0 and grown
         if state.scaler.is_enabled():
             state.scaler.update()
+            state.settled = state.scaler.get_scale() if not finite else state.settled
         opt.zero_grad(set_to_none=True)
         state.steps += 1
         state.last_skipped = not finite
@@ -435,7 +438,8 @@ class Replicator:
         self._plan = make_plan(self.batch, micro, self.precision, self.ctx)
         self._planned_micro = micro
         planned = f"micro_batch 'auto' planned {micro} in {memory.format_bytes(budget)}"
-        self._say_batchnorm(running_stats.span_small(micro, self.world_size, self.sync_bn, self.share, planned))
+        how = (self.world_size, self.sync_bn, self.share)
+        self._say_batchnorm(running_stats.span_small(micro, *how, planned, bool(self.checkpointing)))
         return self._plan
 
     def use_micro_batch(self, micro_batch: int) -> Plan:
@@ -495,6 +499,7 @@ class Replicator:
                     "history": list(s.history),
                     "skipped": s.skipped,
                     "steps": s.steps,
+                    "settled": s.settled,
                 }
                 for s in self.optimizers.values()
             }
@@ -539,6 +544,7 @@ class Replicator:
                 s.history.clear()
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
+                s.settled = float(saved.get("settled", 0.0))  # (a checkpoint of before it: none)
         plan, holds = state.get("plan"), memory.plan_holds
         how = (self.precision, bool(self.checkpointing))
         if self._auto and plan and holds(plan, self.world_size, self.memory_budget, self.is_main, *how):

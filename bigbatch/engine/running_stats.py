@@ -56,17 +56,20 @@ def span(micro_batch: int, world_size: int, sync_bn: bool) -> int:
 SMALL_SPAN = 16  # below this many images a step's statistics are noisy (Wu & He 2018: BatchNorm's error rises)
 
 
-def span_small(micro_batch: int, world_size: int, sync_bn: bool, share: int, planned: str) -> str | None:
+def span_small(
+    micro_batch: int, world_size: int, sync_bn: bool, share: int, planned: str, checkpointed: bool
+) -> str | None:
     """What to tell a run whose BatchNorms' statistics span fewer than SMALL_SPAN images where a process's `share` of
-    the step holds more (`planned`: what chose the micro-batch); None if they span enough."""
+    the step holds more (`planned`: what chose the micro-batch; `checkpointed`: with activation checkpointing
+    already); None if they span enough."""
     now = span(micro_batch, world_size, sync_bn)
     if now >= min(SMALL_SPAN, share * (world_size if sync_bn else 1)):
         return None
     wider = ", train.sync_bn spans the processes' micro-batches" if world_size > 1 and not sync_bn else ""
     return (
         f"{planned}: BatchNorm statistics span only {now} images of a step's {share * world_size}, which trains a "
-        f"BatchNorm network otherwise than at its whole batch; train.checkpointing or a larger train.memory_budget "
-        f"fits more{wider}"
+        f"BatchNorm network otherwise than at its whole batch; {'' if checkpointed else 'train.checkpointing or '}a "
+        f"larger train.memory_budget fits more{wider}"
     )
 
 

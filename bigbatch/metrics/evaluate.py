@@ -150,6 +150,7 @@ def score(
     distances are the work; default the features')."""
     names = NAMES[family]
     out: dict[str, float] = {}
+    first = not dist.active() or torch.distributed.get_rank() == 0  # (its warnings: found from outside, each rank's)
     for metric in parse_metrics(metrics):
         if metric in COMPARING and reference is None:
             raise BigbatchError(f"{names[metric]} needs reference statistics of the data set")
@@ -161,7 +162,7 @@ def score(
         if metric in MANIFOLD:
             # Both sides of one size (found from outside: 10,000 samples were compared with 1,797 digits, said nowhere)
             n = min(len(features["pool"]), len(reference.features))
-            if n < len(features["pool"]):
+            if n < len(features["pool"]) and first:
                 warn(
                     f"{' and '.join(score_names(metric, family))} compare sets of one size: {n} of the "
                     f"{len(features['pool'])} generated images, as the reference holds {n}",
@@ -174,7 +175,6 @@ def score(
             out |= dict(zip(score_names(metric, family), values, strict=True))
         elif metric == "fid":
             n, dims = features["pool"].shape
-            first = not dist.active() or torch.distributed.get_rank() == 0  # (found from outside: said by each rank)
             if n < dims and first:  # (found from outside: FID of 20 images against 120 was 15% above that of 120)
                 warn(
                     f"{names['fid'].upper()} of {n} images is biased upward (fewer than its {dims} feature "
@@ -189,7 +189,7 @@ def score(
             if "logits" not in features:
                 raise BigbatchError(no_logits_message())
             count = len(features["logits"])
-            if count < 2 * is_splits:  # (a split of one image scores exactly 1, whatever the image)
+            if count < 2 * is_splits and first:  # (a split of one image scores exactly 1, whatever the image)
                 warn(
                     f"{names['is'].upper()} of {count} images in {min(is_splits, count)} splits: a split of one image "
                     f"scores 1 whatever it shows; give at least {2 * is_splits} (the standard is 50,000)"
