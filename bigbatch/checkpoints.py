@@ -228,6 +228,11 @@ def model_info(ckpt: Path) -> dict[str, Any]:
     """meta.json of a checkpoint with what its nets were built for (channels; class count for GANs and
     classifiers), or a BigbatchError saying it has none."""
     meta = read_meta(ckpt)
+    if meta is not None and meta.get("saved_by") == "Replicator.save":  # (found from outside: "not written by this
+        # bigbatch version")
+        raise BigbatchError(
+            f"{ckpt} is a Replicator.save checkpoint of a loop of your own, not a run's: rep.load reads it"
+        )
     if meta is None or "img_channels" not in meta:
         raise BigbatchError(f"checkpoint {ckpt} has no usable meta.json: it was not written by this bigbatch version")
     return meta

@@ -94,7 +94,7 @@ def saehd_cpu() -> Config:
             name="saehd", options={"archi": "df-u", "ae_dims": 64, "e_dims": 16, "d_dims": 16, "d_mask_dims": 8}
         ),
         train=_swap_train(kimg=32, batch=16, micro_batch=16, log_every_kimg=0.8),
-        checkpoint=CheckpointConfig(every_kimg=8, keep=2),
+        checkpoint=CheckpointConfig(every_kimg=8, every_minutes=25, keep=2),
         sample=SampleConfig(every_kimg=4, n=8),
         eval=EvalConfig(every_kimg=8, batch_size=64),
         swap=SwapConfig(lr=2e-4),

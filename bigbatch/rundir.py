@@ -542,6 +542,10 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
             "the edit of the run's config.toml (its checkpoints keep their own copy); to change that, start a new "
             f"run from this one's weights with train.init_from=RUN. A resumed run may change only {listed}"
         )
+    if saving := [k for k in changed if k.startswith("checkpoint.")]:  # (found from outside: a job's --resume=auto with
+        # its --preset took the preset's cadence, the run's timed checkpoints gone unsaid)
+        shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in saving)
+        warn(f"resuming with {shown}: checkpoints come so from here (give the run's value to keep it)", once=True)
     rescued = [k for k in changed if k in RECOVERY_CHANGES or k in POWERS]
     if rescued:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)

@@ -27,7 +27,7 @@ def steps(rep, net, opt, first, last):
         rep.step(lambda m: nn.functional.cross_entropy(net(m[0]), m[1]), (X[rows], Y[rows]), opt)
 
 
-def test_a_script_saved_and_loaded_takes_the_steps_it_would_have_taken(tmp_path):
+def test_a_script_saved_and_loaded_takes_the_steps_it_would_have_taken(tmp_path, capsys):
     rep, model, net, opt = setup()
     steps(rep, net, opt, 0, 6)
     whole = {k: v.clone() for k, v in model.state_dict().items()}
@@ -38,6 +38,13 @@ def test_a_script_saved_and_loaded_takes_the_steps_it_would_have_taken(tmp_path)
     assert rep.save(tmp_path / "ckpt", model=net, opt=opt, step=3, note={"lr": [1e-2]}) == tmp_path / "ckpt"
     rep.save(tmp_path / "ckpt", model=net, opt=opt, step=3, note={"lr": [np.float64(1e-2)]})  # (replaced whole)
     assert (tmp_path / ".tmp-build-999999").is_dir()
+    from bigbatch.cli import main  # (found from outside: info called it "not written by this bigbatch version")
+
+    assert main(["info", str(tmp_path / "ckpt")]) == 2
+    assert (
+        "is a Replicator.save checkpoint of a loop of your own, not a run's: rep.load reads it"
+        in capsys.readouterr().err
+    )
 
     (tmp_path / "ckpt").rename(tmp_path / ".ckpt-old")  # as a crash between the renames of a third save leaves it
     rep, model, net, opt = setup(seed=5)  # other weights, other RNG: all restored

@@ -117,6 +117,10 @@ def test_checkpoints_by_the_clock_change_nothing_trained(tiny, tmp_path, uninter
     names = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name[0].isdigit())
     assert names == [f"000000.{n:03d}" for n in range(32, 513, 32)]  # after each step of 32 images
     assert weights(run) == uninterrupted
+    # A resume whose command leaves them out says so (found from outside: a job's --preset took its cadence, unsaid).
+    capsys.readouterr()
+    bigbatch.train(tiny.override({"train.kimg": 0.576}), run_dir=run, resume=True, quiet=True)
+    assert "checkpoint.every_minutes 1e-09 -> 0.0" in capsys.readouterr().err
     assert main(["train", "--dry-run", "checkpoint.every_minutes=-1"]) == 2
     assert (
         "'checkpoint.every_minutes' must be a finite number of minutes >= 0 (0 = off), got -1.0"
