@@ -1,0 +1,113 @@
+"""What a resumed run may change of the config it was trained with (a checkpoint's, or its run's), and what it
+says of the changes it takes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from bigbatch.config import Config, EvalConfig
+from bigbatch.config_types import read_toml
+from bigbatch.errors import BigbatchError, warn
+
+# What a resumed run may change: its length, its output and how it runs, never what it trains.
+RESUMABLE_CHANGES = {
+    "train.kimg",
+    "train.micro_batch",
+    "train.memory_budget",
+    "train.checkpointing",
+    "train.compile",
+    "train.channels_last",
+    "train.device",
+    "train.deterministic",
+    "train.log_every_kimg",
+    "checkpoint.every_kimg",
+    "checkpoint.every_minutes",
+    "checkpoint.keep",
+    "sample.every_kimg",
+    "data.path",  # the same images at another path (the content hash is checked)
+    "data.dst_path",  # (the swap and xseg tasks' dst faces: the same, checked by the task)
+    "data.workers",
+    "data.in_ram",
+    "data.storage_options",
+    *(f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)),
+}
+# ... and, said when changed (not in a sweep, whose runs keep their base's): what rescues a run that diverged,
+# and the SAEHD options DFL asks again at each restart, which its users switch between sessions (random warp off
+# late, then lr dropout); those that add or remove a discriminator are not among them.
+_SAEHD_RECOVERY = ("random_warp", "lr_dropout", "lr", "src_flip", "dst_flip", "masked_training", "eyes_mouth_prio")
+# G_ema's statistics averaged or copied (train.ema_buffers) train nothing: a run of before the key (copy) goes on
+# with its BigGAN preset's average, said (found by review: refused its preset's --resume).
+RECOVERY_CHANGES = {f"train.{k}" for k in ("precision", "grad_clip", "skip_limit", "skip_window", "ema_buffers")} | {
+    f"swap.{k}" for k in (*_SAEHD_RECOVERY, "ct_mode", "random_hsv_power", "face_style_power", "bg_style_power",
+                          "blur_out_mask", "uniform_yaw")
+} | {"xseg.lr", "xseg.lr_dropout"}  # fmt: skip
+POWERS = ("swap.gan_power", "swap.true_face_power")
+POWERS_SAID = ", and swap.gan_power and swap.true_face_power from one value above 0 to another"
+
+
+def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """What of the given config yields to the run's own: train.train_bn given at its default (fastai's True) where
+    the run froze without it (runs frozen before the key had none, and their checkpoints since carry false: found by
+    review, refused at their second resume); and model.options as the run began where the given ones differ in
+    `init` alone, which a resumed run does not use (found by review: a preset's run of before biggan_deep128 took
+    init "none" was refused its own preset's --resume), or in SA-GAN's `shared`, which its checkpoint's weights
+    decide (sagan128's runs of before it was an option shared one embedding, the preset now sets false)."""
+    raw, begun = read_toml(saved_config).get("train", {}), {}
+    if saved.get("train.freeze_kimg", 0) > 0 and not raw.get("train_bn", False) and given.get("train.train_bn"):
+        begun["train.train_bn"] = False
+    old, new = saved.get("model.options") or {}, given.get("model.options") or {}
+    begun_as = ("init", "shared") if saved.get("model.name") == "sagan" else ("init",)
+    if old != new and {k: v for k, v in old.items() if k not in begun_as} == {
+        k: v for k, v in new.items() if k not in begun_as
+    }:
+        begun["model.options"] = old
+    return begun
+
+
+def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:
+    """On resume the config must be the one `what` (a checkpoint, or a run without one) was trained
+    with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
+    the precision and what guards against divergence."""
+    saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
+    if begun := as_begun(saved_config, saved, given):  # (a key added since the run was saved: resumed as begun)
+        cfg, given = cfg.override(begun), {**given, **begun}
+        saved.update(begun)
+    changed = [k for k in given if given[k] != saved.get(k)]
+    allowed = RESUMABLE_CHANGES | (RECOVERY_CHANGES if recovery else set())
+    # DFL asks a discriminator's power again at each restart (found from outside: refused here): its weight may
+    # change, not whether there is one.
+    allowed |= {k for k in POWERS if recovery and k in changed and saved.get(k) and given[k]}
+    fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in allowed)]
+    if fixed:
+        shown = ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4])
+        more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
+        # (the face tasks' own sections named only for them: found from outside, a GAN's line ran past 1,000 chars)
+        own = {"swap", "xseg"} - {cfg.task}
+        listed = ", ".join(sorted(k for k in allowed - set(POWERS) if k.split(".", 1)[0] not in own))
+        listed += POWERS_SAID if cfg.task == "swap" and recovery else ""
+        raise BigbatchError(  # (the fix before the list of what may change: found from outside, after 1,500 chars)
+            f"the config differs from the one {what} was trained with in {shown}{more}: drop the override, or undo "
+            "the edit of the run's config.toml (its checkpoints keep their own copy); to change that, start a new "
+            f"run from this one's weights with train.init_from=RUN. A resumed run may change only {listed}"
+        )
+    if saving := [k for k in changed if k.startswith("checkpoint.")]:  # (found from outside: a job's --resume=auto with
+        # its --preset took the preset's cadence, the run's timed checkpoints gone unsaid)
+        shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in saving)
+        warn(f"resuming with {shown}: checkpoints come so from here (give the run's value to keep it)", once=True)
+    rescued = [k for k in changed if k in RECOVERY_CHANGES or k in POWERS]
+    if rescued:
+        shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)
+        warn(f"resuming with {shown}: from here the run computes otherwise than it began", once=True)
+    return cfg
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and k != "options":
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
