@@ -3,6 +3,7 @@ ETA (or a line per log row when stderr is not a terminal), and the averages betw
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import threading
@@ -197,7 +198,8 @@ def show(text: str) -> None:
     try:
         print(text, flush=True)
     except OSError:  # (BrokenPipeError, or EIO from a terminal hung up)
-        silence(sys.stdout.fileno())
+        with contextlib.suppress(OSError, ValueError):  # (a notebook's stdout has no file descriptor)
+            silence(sys.stdout.fileno())
         request_stop()
 
 
