@@ -138,6 +138,13 @@ def active() -> bool:
     return td.is_available() and td.is_initialized() and td.get_world_size() > 1
 
 
+def first() -> bool:
+    """Whether this process is rank 0 of the group it is in, or alone (the one to say what every rank meets)."""
+    import torch.distributed as td
+
+    return not active() or td.get_rank() == 0
+
+
 def mean(t: torch.Tensor) -> torch.Tensor:
     """The mean of `t` over ranks (t itself in one process)."""
     import torch.distributed as td

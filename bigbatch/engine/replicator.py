@@ -388,7 +388,8 @@ class Replicator:
         settling = not finite and loss_finite and scale > 1.0 and grown
         if state.scaler.is_enabled():
             state.scaler.update()
-            state.settled = state.scaler.get_scale() if not finite else state.settled
+            if not finite:
+                state.settled = state.scaler.get_scale()
         opt.zero_grad(set_to_none=True)
         state.steps += 1
         state.last_skipped = not finite

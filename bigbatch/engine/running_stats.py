@@ -63,7 +63,7 @@ def span_small(
     the step holds more (`planned`: what chose the micro-batch; `checkpointed`: with activation checkpointing
     already); None if they span enough."""
     now = span(micro_batch, world_size, sync_bn)
-    if now >= min(SMALL_SPAN, share * (world_size if sync_bn else 1)):
+    if now >= min(SMALL_SPAN, span(share, world_size, sync_bn)):
         return None
     wider = ", train.sync_bn spans the processes' micro-batches" if world_size > 1 and not sync_bn else ""
     return (

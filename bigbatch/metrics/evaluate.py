@@ -150,7 +150,7 @@ def score(
     distances are the work; default the features')."""
     names = NAMES[family]
     out: dict[str, float] = {}
-    first = not dist.active() or torch.distributed.get_rank() == 0  # (its warnings: found from outside, each rank's)
+    first = dist.first()  # (its warnings said once: found from outside, by each rank)
     for metric in parse_metrics(metrics):
         if metric in COMPARING and reference is None:
             raise BigbatchError(f"{names[metric]} needs reference statistics of the data set")

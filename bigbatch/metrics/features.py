@@ -42,7 +42,7 @@ class Progress:
 
     def __init__(self, total: int, what: str) -> None:
         label = _PROGRESS.get()
-        self.on = label is not None and total > 0 and (not dist.active() or td.get_rank() == 0)
+        self.on = label is not None and total > 0 and dist.first()
         self.total, self.done, self.start = total, 0, time.monotonic()
         self.label, self.last, self.bar = f"{label}: {what}" if self.on else "", self.start, None
         if self.on and sys.stderr.isatty():

@@ -22,9 +22,10 @@ from PIL import Image
 from bigbatch import checkpoints, safe_pickle
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write, metrics_row
+from bigbatch.files import atomic_write
 from bigbatch.models import dfl
 from bigbatch.presets import preset
+from bigbatch.rundir import read_metrics
 from bigbatch.tasks.swap.color import MERGE_MODES
 from bigbatch.tasks.swap.load import (
     DIMS,
@@ -211,12 +212,11 @@ def _loss_history(ckpt: Path, nimg: int) -> list[list[float]]:
     """DFL's loss history (its preview's graph) of the iterations this run trained up to `nimg`: [src_loss, dst_loss]
     an iteration, each its log row's mean (metrics.jsonl keeps a row's, not each iteration's); found from outside,
     written empty."""
-    log = ckpt.parent.parent / "metrics.jsonl"
-    if ckpt.parent.name != "checkpoints" or not log.is_file():
+    if ckpt.parent.name != "checkpoints":
         return []
     history: list[list[float]] = []
-    for row in map(metrics_row, log.read_text(errors="replace").splitlines()):
-        if row is not None and "src_loss" in row and "dst_loss" in row and round(row["kimg"] * 1000) <= nimg:
+    for row in read_metrics(ckpt.parent.parent / "metrics.jsonl"):
+        if "src_loss" in row and "dst_loss" in row and round(row["kimg"] * 1000) <= nimg:
             history += [[float(row["src_loss"]), float(row["dst_loss"])]] * max(0, int(row["step"]) - len(history))
     return history
 
