@@ -104,11 +104,17 @@ def decoded(
         broken = True
         raise _died(started) from None
     finally:  # also when stopped early (--strict, a size mismatch): drop the work not yet started
+        manager = getattr(pool, "_executor_manager_thread", None)  # (read before the shutdown drops it)
         if broken:
             _kill_workers(pool, started)
         for executor in (pool, fetcher):
             if executor is not None:
                 executor.shutdown(wait=not broken, cancel_futures=True)
+        if broken and manager is not None:
+            # The manager thread of a broken pool closes its wake-up pipe as it ends; Python's exit writes to that
+            # pipe, and where the two met, a traceback followed the one-line error (found in the suite): it ends
+            # here, the workers dead and its pipe closed (_kill_workers), or is left to the exit after a while.
+            manager.join(timeout=5)
 
 
 def _died(workers: dict[int, Any]) -> OutOfMemory:
