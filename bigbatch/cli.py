@@ -534,9 +534,12 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _kept(args: argparse.Namespace | None) -> None:
-    """What a prepare stopped by a signal kept, said before its last line (found from outside: unsaid)."""
+    """What a prepare (or a command that goes on where it stopped) stopped by a signal kept, said before its last
+    line (found from outside: unsaid)."""
     if args is not None and getattr(args, "func", None) is _prepare:
         importlib.import_module("bigbatch.data.prepare_pool").said_kept(args.out)
+    elif getattr(args, "goes_on", False):  # (extract, merge, enhance, video frames: found from outside, unsaid)
+        print("bigbatch: what it wrote is kept: the same command goes on from there", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

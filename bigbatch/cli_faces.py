@@ -82,7 +82,8 @@ def _extract(args: argparse.Namespace) -> None:
     if none:
         print(f"{len(none)} frame{'s' * (len(none) != 1)} without a face: listed in {listed}")
     if broken:
-        print(f"{len(broken)} files did not decode ({', '.join(broken[:5])}{' ...' * (len(broken) > 5)}): in {listed}")
+        names = ", ".join(broken[:5]) + " ..." * (len(broken) > 5)
+        print(f"{len(broken)} file{'s' * (len(broken) != 1)} did not decode ({names}): in {listed}")
 
 
 def _merge(args: argparse.Namespace) -> None:
@@ -122,8 +123,7 @@ def _merge(args: argparse.Namespace) -> None:
             raise BigbatchError(
                 f"{name} needs --video (a setting of the merged video): add --video OUT.mp4, or drop {name}"
             )
-    if args.fps is not None and args.fps <= 0:
-        raise BigbatchError(f"--fps must be positive, got {args.fps}")
+    video.check_fps(args.fps)
     if args.audio_from is not None and not Path(args.audio_from).is_file():
         raise BigbatchError(f"--audio-from {args.audio_from}: no such file")
     writer = None
@@ -254,7 +254,7 @@ def add_face_commands(sub: Any) -> None:
     ex.add_argument(
         "--no-second-pass", action="store_true", help="landmark once (faster; DFL's second pass is sub-pixel)"
     )
-    ex.set_defaults(func=_extract)
+    ex.set_defaults(func=_extract, goes_on=True)
 
     mg = sub.add_parser(
         "merge", help="swap the faces of frames with a swap run's model and merge them, as DFL's merger"
@@ -314,7 +314,7 @@ def add_face_commands(sub: Any) -> None:
     )
     mg.add_argument("--audio-from", metavar="VIDEO", help="the video's audio (default: FRAMES's, if a video)")
     _preset_argument(mg)
-    mg.set_defaults(func=_merge)
+    mg.set_defaults(func=_merge, goes_on=True)
 
     so = sub.add_parser(
         "sort",
@@ -357,7 +357,7 @@ def add_face_commands(sub: Any) -> None:
     en.add_argument("--out", metavar="DIR", help="where the enhanced faces go (default: FACES_enhanced, as DFL's)")
     en.add_argument("--in-place", action="store_true", help="then move each over its original (DFL's merge answer)")
     en.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
-    en.set_defaults(func=_enhance)
+    en.set_defaults(func=_enhance, goes_on=True)
 
     vi = sub.add_parser("video", help="a video to numbered frames (video frames), or frames to a video (video make)")
     actions = vi.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -365,6 +365,7 @@ def add_face_commands(sub: Any) -> None:
     fr.add_argument("src", metavar="VIDEO")
     fr.add_argument("out", metavar="DIR")
     fr.add_argument("--fps", type=float, help="take this many frames a second (default: every frame)")
+    fr.set_defaults(goes_on=True)
     mk = actions.add_parser("make", help="bigbatch video make DIR OUT.mp4: the frames as H.264 (libx264, yuv420p)")
     mk.add_argument("src", metavar="DIR", help="folder of frames (png or jpg), in name order (2.png before 10.png)")
     mk.add_argument("out", metavar="OUT.mp4")

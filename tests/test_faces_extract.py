@@ -336,8 +336,9 @@ def test_turned_photos_are_found_and_mapped_back(tmp_path, reference, turns):
     want = reference.copy()
     for _ in range(turns):  # rot90 moves (x, y) to (y, w - 1 - x)
         want = np.stack([want[:, 1], 511 - want[:, 0]], 1)
-    # (within DFL's convention: a turned image's pixels are mapped back by w - x, not w - 1 - x: a pixel's offset)
     assert np.abs(faces[0].landmarks - want).mean() < 1.5
+    # Not a pixel off on average, either way (found from outside: mapped back by DFL's w - x, not w - 1 - x)
+    assert np.abs((faces[0].landmarks - want).mean(0)).max() < 0.25
 
 
 @pytest.mark.parametrize(
@@ -450,7 +451,7 @@ def test_an_image_over_pillows_bomb_guard_is_refused_from_its_header(monkeypatch
     assert refusal in err and len(err.splitlines()) == 1 and not Path("o").exists(), err
     assert main(["extract", "frames", "o", "--workers", "1"]) == 0  # among others: skipped, said, listed
     captured = capsys.readouterr()
-    assert refusal in captured.err and "1 files did not decode (huge.png)" in captured.out, captured
+    assert refusal in captured.err and "1 file did not decode (huge.png)" in captured.out, captured
     assert Path("o/no_face.txt").read_text() == "a.png\nhuge.png\tdoes not decode\n"
     assert main(["video", "make", "frames", "o.mp4"]) == 2 and refusal in capsys.readouterr().err
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # (a user's own limit is theirs: here, none)
@@ -569,3 +570,18 @@ def test_mtcnn_drops_boxes_smaller_than_min_face_after_regression():
     for min_face in (20, 24, 28):
         sides = [min(d.box[2] - d.box[0], d.box[3] - d.box[1]) for d in detect(image, min_face=min_face)]
         assert all(side >= min_face for side in sides), (min_face, sides)
+
+
+@pytest.mark.parametrize("args", [["extract", "frames", "o"], ["video", "frames", "clip.mp4", "o"]])
+def test_an_interrupted_command_that_goes_on_says_so(args, monkeypatch, capsys):
+    # Found from outside: Ctrl-C on merge said only "bigbatch: interrupted", where train says what a rerun does.
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bigbatch.faces.extract.extract", interrupted)
+    monkeypatch.setattr("bigbatch.faces.video.frames_to_folder", interrupted)
+    assert main(args) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "bigbatch: what it wrote is kept: the same command goes on from there",
+        "bigbatch: interrupted",
+    ]

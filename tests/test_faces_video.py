@@ -41,12 +41,16 @@ def test_video_frames_refuses_a_folder_holding_images_and_make_a_non_video_name(
         (["video", "frames", str(root / "clip.mp4"), "afile"], "DIR afile is a file: give a new or empty folder"),
         (["video", "make", "frames", "x.png"], "OUT x.png: give a video file name"),
     ]
+    # Found from outside: --fps nan was ignored by frames and a traceback in make, as were inf and 1e12.
+    fps = "--fps must be a frame rate above 0 and at most 1000, got"
+    cases += [(["video", "frames", str(root / "clip.mp4"), "new", "--fps", "nan"], f"{fps} nan")]
+    cases += [(["video", "make", "frames", "x.mp4", "--fps", v], f"{fps} {float(v)}") for v in ("inf", "1e12", "0")]
     for args, says in cases:
         capsys.readouterr()
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err, (args, err)
-    assert [p.name for p in Path("old").iterdir()] == ["00080.png"]
+    assert [p.name for p in Path("old").iterdir()] == ["00080.png"] and not Path("new").exists()
 
 
 def test_video_frames_interrupted_goes_on_when_run_again(clip, capsys):

@@ -195,18 +195,22 @@ def _turn(image: np.ndarray, rot: int) -> np.ndarray:
     return image
 
 
-def _turn_back(face: Face, rot: int, w: int, h: int) -> Face:
-    """A face found in the image turned by `rot`, in the upright frame's pixels (DFL's landmarks_stage)."""
+def _turn_back(face: Face, rot: int, w: int, h: int, dfl: bool = False) -> Face:
+    """A face found in the image turned by `rot`, in the upright frame's pixels (DFL's landmarks_stage). The box's
+    corners turn about the frame's edges; its landmarks, at pixels' centres, about the last pixels' (found from
+    outside: a face in a turned frame was 1 px off the upright frame's). `dfl`: the landmarks as DFL's S3FD+FAN
+    path turns them, as its boxes (its results are DFL's)."""
     (x0, y0, x1, y1), lm = face.rect, face.landmarks.copy()
+    lw, lh = (w, h) if dfl else (w - 1, h - 1)  # (a mirror of pixel x: w - 1 - x)
     if rot == 90:
         rect, lm = (y0, h - x0, y1, h - x1), lm[:, ::-1].copy()
-        lm[:, 1] = h - lm[:, 1]
+        lm[:, 1] = lh - lm[:, 1]
     elif rot == 180:
         rect = (w - x0, h - y0, w - x1, h - y1)
-        lm[:, 0], lm[:, 1] = w - lm[:, 0], h - lm[:, 1]
+        lm[:, 0], lm[:, 1] = lw - lm[:, 0], lh - lm[:, 1]
     elif rot == 270:
         rect, lm = (w - y1, x0, w - y0, x1), lm[:, ::-1].copy()
-        lm[:, 0] = w - lm[:, 0]
+        lm[:, 0] = lw - lm[:, 0]
     else:
         rect = face.rect
     x0, y0, x1, y1 = rect  # (DFL keeps a turned box's corners swapped; the same box, ordered)
@@ -275,7 +279,7 @@ class Extractor:
         if best is None:
             return []
         _, rot, faces = best
-        return [_turn_back(face, rot, w, h) for face in faces]
+        return [_turn_back(face, rot, w, h, dfl=not mtcnn) for face in faces]
 
     def _kept(self, turned: np.ndarray, found: list, confirm: bool) -> list[tuple[float, Face]]:
         """(score, face) of the detections `found` in a turned frame that are kept, in their order, up to

@@ -180,6 +180,16 @@ def another_size(what: object, got: tuple[int, ...], size: tuple[int, ...]) -> B
     )
 
 
+MAX_FPS = 1000  # (found from outside: 1e12 fps died half way through a merge; NaN was taken, or ignored)
+
+
+def check_fps(fps: float | None) -> None:
+    """A frame rate given (--fps): a finite number above 0, at most MAX_FPS (the fastest cameras' slow-motion
+    files play far slower), or None."""
+    if fps is not None and not 0 < fps <= MAX_FPS:  # (NaN fails both)
+        raise BigbatchError(f"--fps must be a frame rate above 0 and at most {MAX_FPS}, got {fps}")
+
+
 FRAMES_RECORD = ".frames.json"  # in `video frames`' DIR: the video and --fps its frames are of, for a rerun
 
 
@@ -189,8 +199,7 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
     goes on where an interrupted one stopped (DIR/.frames.json)."""
     import cv2
 
-    if fps is not None and fps <= 0:
-        raise BigbatchError(f"--fps must be positive, got {fps}")
+    check_fps(fps)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise BigbatchError(f"DIR {out} is a file: give a new or empty folder for the frames")
@@ -514,8 +523,7 @@ def folder_to_video(
     check_video_out(out, "OUT", audio_from)
     if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
         raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name")
-    if fps is not None and fps <= 0:
-        raise BigbatchError(f"--fps must be positive, got {fps}")
+    check_fps(fps)
     if audio_from is not None and not Path(audio_from).is_file():
         raise BigbatchError(f"--audio-from {audio_from}: no such file")
     rate = frame_rate(fps, audio_from)
