@@ -302,3 +302,37 @@ def test_an_object_replaced_since_an_interrupted_prepare_is_not_taken_from_its_p
     changed = prepare("s3://bkt/changed", str(tmp_path / "out.h5"), 8, workers=0)
     local = prepare(str(_local_copy(files, tmp_path / "local")), str(tmp_path / "local.h5"), 8, workers=0)
     assert changed.resumed == 0 and changed.content_hash == local.content_hash
+
+
+def test_a_source_that_stops_answering_stops_prepare_in_one_line_and_it_resumes(s3, tmp_path, monkeypatch, capsys):
+    # Found from outside: a server gone half way through a prepare made its files "unreadable", skipped; the
+    # prepare ended with exit 0, a data file missing them, and no parts left to resume from.
+    from bigbatch.cli import main
+    from bigbatch.data.parts import Parts
+
+    _small_parts(monkeypatch)
+    files = _pngs(208, seed=6)  # (13 chunks of 16: more than are fetched ahead)
+    _seed("bkt", {f"outage/{rel}": data for rel, data in files.items()})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()  # (a server of its own, stopped half way; the objects are the shared one's too)
+    save = Parts.save
+
+    def save_then_outage(self, k, results):
+        save(self, k, results)
+        server.stop()
+
+    monkeypatch.setattr(Parts, "save", save_then_outage)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # (botocore's retries of a refused connection: seconds)
+    out = tmp_path / "out.h5"
+    argv = ["prepare", "s3://bkt/outage", str(out), "--resolution", "8", "--workers", "0"]
+    assert main([*argv, "--endpoint-url", f"http://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reading bkt/outage/" in err and "run the same command" in err, err
+    assert "it resumes where it stopped" in err and not out.exists()
+    monkeypatch.setattr(Parts, "save", save)
+    resumed = prepare("s3://bkt/outage", str(out), 8, workers=0)  # (through the shared server: the same objects)
+    local = prepare(str(_local_copy(files, tmp_path / "local")), str(tmp_path / "local.h5"), 8, workers=0)
+    assert resumed.resumed >= 16 and resumed.count == 208 and resumed.content_hash == local.content_hash

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from bigbatch.errors import BigbatchError
+
 # Files with these endings are images (pytorch-fid's and torch-fidelity's list, and a few more Pillow
 # opens); anything else in a folder (captions, .json, .npz) is left alone, as those tools do.
 IMAGE_EXTENSIONS = frozenset(
@@ -104,6 +106,30 @@ def label_files(rel: list[str]) -> tuple[np.ndarray, list[str], list[int], list[
     keep = [i for i, p in enumerate(rel) if "/" in p]
     labels = np.array([index[rel[i].split("/", 1)[0]] for i in keep], np.int64)
     return labels, tops, keep, [p for p in rel if "/" not in p]
+
+
+class Interrupted(BigbatchError):
+    """What stops a prepare that is neither a file's fault nor the command's (memory ran out, the source stopped
+    answering): it keeps what it decoded, and the same command goes on from there."""
+
+
+class SourceFailed(Interrupted):
+    """A remote source that stopped answering (the network, the server, credentials that expired)."""
+
+
+def fetched(got: object, name: str) -> bytes | str:
+    """What a remote read (fsspec's cat_ranges, on_error="return") gave for the object `name`: its bytes, or
+    the reason it is skipped where it is gone since it was listed. Any other failure is not the file's: it stops
+    the prepare, which goes on from there when run again (found from outside: a server gone half way through was
+    220 files "unreadable", skipped, and a prepare that ended with exit 0 and a data file missing them)."""
+    if isinstance(got, bytes):
+        return got
+    if isinstance(got, FileNotFoundError):
+        return f"unreadable (gone since it was listed: {got})"
+    raise SourceFailed(
+        f"reading {name} failed ({type(got).__name__}: {got}); once the source answers again (network, server, "
+        "credentials), run the same command"
+    )
 
 
 class Source:

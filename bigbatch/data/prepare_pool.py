@@ -23,6 +23,7 @@ import numpy as np
 
 from bigbatch.data import codecs
 from bigbatch.data.h5write import CannotWrite, cannot_write
+from bigbatch.data.listing import Interrupted
 from bigbatch.data.parts import PART, DamagedPart, Parts, Result
 from bigbatch.data.sources import Listing, OutOfMemory, decode_or_reason, file_stamp
 from bigbatch.errors import BigbatchError
@@ -161,9 +162,9 @@ def parts_kept_unless_refused(parts: Parts | None, out: Location) -> Iterator[No
     disk at the data file's end took hours of decoded parts with it)."""
     try:
         yield
-    except OutOfMemory as e:  # (found by review: its parts went too; then, what a rerun keeps was not said)
+    except Interrupted as e:  # (found by review: its parts went too; then, what a rerun keeps was not said)
         kept = ", and it resumes where it stopped (a new --resolution starts over)" if parts is not None else ""
-        raise OutOfMemory(f"{e}{kept or ' (a target on S3 keeps no parts: it starts over)'}") from None
+        raise type(e)(f"{e}{kept or ' (a target on S3 keeps no parts: it starts over)'}") from None
     except DamagedPart:  # (the others kept: a rerun decodes that one anew)
         raise
     except BigbatchError as refused:

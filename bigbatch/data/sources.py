@@ -27,7 +27,16 @@ from bigbatch.data.dfl_faces import (
     read_metadata,
     yaw_of,
 )
-from bigbatch.data.listing import Listing, Source, file_stamp, hidden, label_files, object_stamp
+from bigbatch.data.listing import (
+    Interrupted,
+    Listing,
+    Source,
+    fetched,
+    file_stamp,
+    hidden,
+    label_files,
+    object_stamp,
+)
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location
@@ -124,7 +133,7 @@ class FsspecSource(Source):
         # listing is out of its cache) to split objects larger than 50 MB into concurrent ranges.
         options = {"max_concurrency": 1} if getattr(fs, "max_concurrency", 1) > 1 else {}
         got = fs.cat_ranges(list(keys), None, None, on_error="return", **options)
-        return [v if isinstance(v, bytes) else f"unreadable ({type(v).__name__}: {v})" for v in got]
+        return [fetched(v, k) for v, k in zip(got, keys)]
 
 
 def _regular_or_missing(file: str) -> bool:
@@ -468,7 +477,7 @@ def decode_mask(
     return np.asarray(fit(img, resolution, ratios)[1], dtype=np.uint8), (img.height, img.width)
 
 
-class OutOfMemory(BigbatchError):
+class OutOfMemory(Interrupted):
     """Memory ran out decoding: not the file's fault, and not the command's (a prepare keeps what it decoded)."""
 
 

@@ -20,7 +20,16 @@ from typing import IO, Any
 
 import numpy as np
 
-from bigbatch.data.listing import IMAGE_EXTENSIONS, Listing, Source, file_stamp, hidden, label_files, object_stamp
+from bigbatch.data.listing import (
+    IMAGE_EXTENSIONS,
+    Listing,
+    Source,
+    fetched,
+    file_stamp,
+    hidden,
+    label_files,
+    object_stamp,
+)
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location
 
@@ -190,7 +199,7 @@ class TarSource(Source):
                 elif isinstance(blob, str):
                     found[j] = f"unreadable ({blob})"
                 else:
-                    found[j] = f"unreadable ({type(blob).__name__}: {blob})"
+                    found[j] = fetched(blob, self.shards[shard].name)
         return [found[j] for j in range(len(spans))]
 
 
