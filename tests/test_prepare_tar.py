@@ -303,6 +303,7 @@ def test_classes_from_a_synset_mapping_number_class_folders_and_labels_by_their_
         (tmp_path / "val" / c / "a.png").write_bytes(_png(len(c)))
     report = prepare(str(tmp_path / "val"), "val.h5", workers=0, classes=str(tmp_path / "syn.txt"))
     assert report.class_names == ["n01 tench, Tinca", "n02 goldfish", "n03 shark"]
+    assert report.empty_folders == []  # (found from outside: the synsets' folders were said to hold no image)
     assert _all(load_data("val.h5", 4))[1].tolist() == [0, 2]
     (tmp_path / "flat").mkdir()
     (tmp_path / "flat" / "x.png").write_bytes(_png(0))
@@ -310,6 +311,12 @@ def test_classes_from_a_synset_mapping_number_class_folders_and_labels_by_their_
     flat = prepare(str(tmp_path / "flat"), "flat.h5", workers=0, labels=str(tmp_path / "val.csv"),
                    classes=str(tmp_path / "syn.txt"))  # fmt: skip
     assert flat.count == 1 and _all(load_data("flat.h5", 4))[1].tolist() == [2]
+    # A data file prepared with the mapping names its classes by their synsets too (found from outside: README's
+    # next step, --classes train.h5, refused the labels' and the folders' synsets).
+    flat = prepare(str(tmp_path / "flat"), "flat2.h5", workers=0, labels=str(tmp_path / "val.csv"), classes="val.h5")
+    assert flat.class_names == report.class_names and _all(load_data("flat2.h5", 4))[1].tolist() == [2]
+    again = prepare(str(tmp_path / "val"), "val2.h5", workers=0, classes="val.h5")
+    assert again.class_names == report.class_names and _all(load_data("val2.h5", 4))[1].tolist() == [0, 2]
 
 
 def test_webdataset_s_joined_sources_are_refused_in_one_line(tmp_path, capsys):

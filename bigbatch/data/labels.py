@@ -74,13 +74,13 @@ def label_order(names: set[str]) -> list[str]:
 
 
 def relabel(
-    listing: Listing, labels: dict[str, str], class_names: list[str] | None, what: str, first_words: bool = False
+    listing: Listing, labels: dict[str, str], class_names: list[str] | None, what: str
 ) -> tuple[Listing, list[tuple[str, str]], list[str]]:
     """`listing` with the labels of `labels` (class indices in `class_names`' order, or the sorted label
-    names; `first_words`: see class_index): (the labelled files, the files without a label with a reason each,
-    the labelled names no file matches)."""
+    names; a class named as class_index takes it): (the labelled files, the files without a label with a reason
+    each, the labelled names no file matches)."""
     names = label_order(set(labels.values())) if class_names is None else list(class_names)
-    index = class_index(names, first_words)
+    index = class_index(names)
     unknown = sorted(v for v in set(labels.values()) if nfc(v) not in index)
     if unknown:
         raise BigbatchError(
@@ -128,14 +128,12 @@ def nfc(name: str) -> str:
     return unicodedata.normalize("NFC", name)
 
 
-def class_index(names: list[str], first_words: bool = False) -> dict[str, int]:
-    """{name: index} of class names; `first_words` (a list of lines), each also by its first word where those are
-    unique: the synset of a line of ImageNet's LOC_synset_mapping.txt ("n01440764 tench, Tinca tinca") names its
-    class folder and its labels."""
+def class_index(names: list[str]) -> dict[str, int]:
+    """{name: index} of class names, each also by its first word where those are unique: the synset of a line of
+    ImageNet's LOC_synset_mapping.txt ("n01440764 tench, Tinca tinca") names its class folder and its labels, from
+    the text file or from a training file prepared with it (found from outside: the second was refused)."""
     names = [nfc(n) for n in names]  # (found from outside: macOS's decomposed é did not match the training file's)
     index = {n: i for i, n in enumerate(names)}
-    if not first_words:
-        return index
     firsts = [n.split(maxsplit=1)[0] if n.strip() else n for n in names]
     if len(set(firsts)) == len(firsts):
         for i, first in enumerate(firsts):
@@ -143,10 +141,10 @@ def class_index(names: list[str], first_words: bool = False) -> dict[str, int]:
     return index
 
 
-def renumber(listing: Listing, class_names: list[str], what: str, first_words: bool = False) -> Listing:
-    """`listing`'s class folders numbered by their place in `class_names` (a training file's classes), so
-    that a validation set lacking a class keeps the indices of the others (`first_words`: see class_index)."""
-    index = class_index(class_names, first_words)
+def renumber(listing: Listing, class_names: list[str], what: str) -> Listing:
+    """`listing`'s class folders numbered by their place in `class_names` (a training file's classes, named as
+    class_index takes them), so that a validation set lacking a class keeps the indices of the others."""
+    index = class_index(class_names)
     unknown = [n for n in listing.class_names if nfc(n) not in index]
     if unknown:
         raise BigbatchError(

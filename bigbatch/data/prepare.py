@@ -18,7 +18,7 @@ from bigbatch.config_types import MAX_PROCESSES, MAX_RESOLUTION
 from bigbatch.data import codecs
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
-from bigbatch.data.labels import is_class_list, name_indices, read_labels, relabel, renumber, training_classes
+from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
 from bigbatch.data.listing import FACE_SETS, top_level
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import refuse_output, sole_writer
@@ -316,8 +316,8 @@ def _listed(
                 "has no class folders: give --labels FILE.csv too"
             )
 
-        names, lines = training_classes(classes, storage_options), is_class_list(classes)
-        listing = renumber(listing, names, f"--classes {public_name(classes)}", first_words=lines)
+        names = training_classes(classes, storage_options)
+        listing = renumber(listing, names, f"--classes {public_name(classes)}")
     if settings.limit is not None:
         listing = listing.subset(settings.limit)
     special = [(name, "not a regular file (a named pipe, socket or device): not read") for name in listing.special]
@@ -461,9 +461,9 @@ def _empty_folders(source: Location, listing: Listing) -> list[str]:
     """The sub-folders of a local source folder with classes that hold no image file (not classes, then)."""
     if not listing.class_names or not isinstance(listing.source, FolderSource):
         return []
-    names = set(listing.class_names)
+    names = class_index(listing.class_names)  # (numbered by --classes: a folder may be named by a class's synset)
     folders = source.path.iterdir()
-    return sorted(d.name for d in folders if d.is_dir() and not d.name.startswith(".") and d.name not in names)
+    return sorted(d.name for d in folders if d.is_dir() and not d.name.startswith(".") and nfc(d.name) not in names)
 
 
 def _labelled(
@@ -484,8 +484,7 @@ def _labelled(
             "number them as a training file does, give --classes TRAIN.h5"
         )
     what = f"labels file {public_name(labels)}"
-    lines = bool(classes) and is_class_list(classes)
-    labelled, unlabelled, missing = relabel(listing, table, names, what, first_words=lines)
+    labelled, unlabelled, missing = relabel(listing, table, names, what)
     for name, reason in unlabelled:
         _skip(skipped, name, reason, strict)
     for name in missing:
