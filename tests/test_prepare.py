@@ -241,10 +241,12 @@ def test_image_modes_are_converted_consistently(tmp_path):
     Image.new("CMYK", (4, 4), (0, 255, 255, 0)).save(src / "d_cmyk.jpg", quality=100)
     Image.fromarray(grey, "L").convert("P").save(src / "e_palette.png")
     Image.fromarray(rgba, "RGBA").save(src / "f_rgba.tiff")
+    Image.fromarray(np.full((4, 4), 200, np.int32)).save(src / "g_32bit.tiff")  # (levels, as Pillow reads them)
+    (src / "h_12bit.pgm").write_bytes(b"P5 4 4 4095\n" + np.full(16, 2056, ">u2").tobytes())  # 2056/4095 of 255: 128
     report = prepare(str(src), str(tmp_path / "m.h5"), workers=0)
-    assert report.count == 6 and not report.skipped
+    assert report.count == 8 and not report.skipped
     images, _ = _all(load_data(str(tmp_path / "m.h5"), 4))
-    assert images.shape == (6, 4, 4, 3)
+    assert images.shape == (8, 4, 4, 3) and (images[6] == 200).all() and (images[7] == 128).all()
     assert (images[0] == 200).all() and (images[4] == 200).all()
     for i in (1, 5):  # transparency composited onto white, the same for PNG and TIFF
         assert (images[i, :, :2] == [255, 0, 0]).all() and (images[i, :, 2:] == 255).all()

@@ -313,8 +313,11 @@ def to_rgb(img: Image.Image, composite: bool = True) -> Image.Image:
     """Any Pillow image as 8-bit RGB: 16-bit and float greyscale scaled (not clipped) to 0..255,
     transparency composited onto BACKGROUND (or, not `composite`, dropped: the colours under it, as
     Pillow's convert("RGB") keeps them), CMYK/palette/greyscale converted by Pillow."""
-    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
-        # Pillow's convert() clips 16-bit values at 255; scale the full range instead.
+    sample_bits = getattr(img, "tag_v2", {}).get(258, (0,))[0]  # (a TIFF's BitsPerSample)
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I") and sample_bits != 32:
+        # Pillow's convert() clips 16-bit values at 255; scale the full range instead (a PGM of more than 8 bits is
+        # read scaled to 16; a 32-bit integer TIFF, whose range is not its levels', is clipped as Pillow does: found
+        # from outside, it was made near black).
         a = np.asarray(img, dtype=np.float64)
         a = np.clip(np.round(a / 257.0), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
@@ -400,7 +403,7 @@ def decode(
             )
         img.load()  # decode now: truncated files fail here, not later
         if not as_scorers:
-            img = ImageOps.exif_transpose(img) or img
+            ImageOps.exif_transpose(img, in_place=True)  # (in place: a TIFF's tags kept for to_rgb)
         planes = []
         if alpha:
             if not has_alpha(img):
