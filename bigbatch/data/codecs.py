@@ -7,6 +7,7 @@ resized by OpenCV or PyTorch's uint8 kernels."""
 from __future__ import annotations
 
 import io
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -110,36 +111,65 @@ def decode_box(
     box: tuple[float, float, float, float],
     out: int | tuple[int, int],
     jpeg: bool = True,
+    placed: bool = True,
 ) -> np.ndarray:
     """The region `box` (left, top, w, h, in pixels of the stored image of `size` (h, w)) of encoded
-    bytes, resized to out x out, or to `out` = (h, w) (bicubic: `resize` where it shrinks on either
-    axis, OpenCV's where it only enlarges), RGB. A JPEG is decoded at the smallest DCT scale that keeps
-    the region at least as large as the output, so a low-resolution phase decodes a fraction of the
-    pixels, and only the MCUs the region touches (jpeg_region)."""
+    bytes, resized to out x out, or to `out` = (h, w) (`resized`), RGB. A JPEG is decoded at the smallest DCT
+    scale that keeps the region at least as large as the output, so a low-resolution phase decodes a fraction
+    of the pixels, and only the MCUs the region touches (jpeg_region). A box whose edges fall within the
+    decoded pixels (a reduced scale's, most) is resampled where it lies where `placed`; else (a random crop,
+    whose place is drawn anyway) at its size from the pixel nearest its start: half a decoded pixel off at most,
+    resized six times as fast (a validation crop at 224 px decodes in 0.55 of the time)."""
     left, top, w, h = box
     out_h, out_w = (out, out) if isinstance(out, int) else out
     factor = _reduction(min(w / out_w, h / out_h), 1, jpeg)
     full_h, full_w = -(-size[0] // factor), -(-size[1] // factor)  # libjpeg's size at 1/factor
-    fy, fx = full_h / size[0], full_w / size[1]
-    x0, y0 = int(left * fx), int(top * fy)
-    x1, y1 = max(x0 + 1, round((left + w) * fx)), max(y0 + 1, round((top + h) * fy))
+    # libjpeg's 1/factor puts a stored pixel's edge x at x / factor (found from outside: the box was taken as
+    # ceil(width / factor) / width of it, and its edges floored, a center crop at 1/4 1-2 stored pixels off)
+    edges = left / factor, top / factor, min(full_w, (left + w) / factor), min(full_h, (top + h) / factor)
+    x0, y0 = int(edges[0]), int(edges[1])
+    x1, y1 = max(x0 + 1, math.ceil(edges[2])), max(y0 + 1, math.ceil(edges[3]))
+    if not placed:  # (a pixel more, where the image has one, for a start that rounds up)
+        x1, y1 = x1 + (x1 < full_w and edges[0] > x0), y1 + (y1 < full_h and edges[1] > y0)
+    within = (edges[0] - x0, edges[1] - y0, edges[2] - x0, edges[3] - y0)  # (the box in the decoded region)
     part = jpeg_region.region(data, (x0, y0, x1, y1), factor) if jpeg else None
     if part is not None:  # only the crop's MCUs, from the same coefficients
         data, dx, dy = part.data, part.left // factor, part.top // factor
         x0, x1, y0, y1 = x0 - dx, x1 - dx, y0 - dy, y1 - dy
-    return resized(_imdecode(data, factor)[y0:y1, x0:x1], (out_h, out_w))
+    return resized(_imdecode(data, factor)[y0:y1, x0:x1], (out_h, out_w), within, placed)
 
 
-def resized(region: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """uint8 HxWxC `region` -> `size` (h, w), bicubic: `resize` where it shrinks on either axis, OpenCV's where it
-    only enlarges (or keeps) both."""
+def resized(
+    region: np.ndarray,
+    size: tuple[int, int],
+    box: tuple[float, float, float, float] | None = None,
+    placed: bool = True,
+) -> np.ndarray:
+    """uint8 HxWxC `region`, or its part `box` (x0, y0, x1, y1) -> `size` (h, w), bicubic: `resize` where it
+    shrinks on either axis, OpenCV's where it only enlarges (or keeps) both. A box whose edges fall within pixels
+    is resampled where it lies (`placed`: Pillow's box resize, of the filter `resize` matches), or taken at its
+    size from the pixel nearest its start (PyTorch's kernels, scaled by it: half a pixel off at most)."""
     import cv2
 
     out_h, out_w = size
-    if region.shape[0] <= out_h and region.shape[1] <= out_w:
-        out = cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_CUBIC)
-        return out[..., None] if out.ndim == 2 else out  # (OpenCV drops a single channel's axis)
-    return resize(region, (out_h, out_w))
+    h, w = region.shape[:2]
+    x0, y0, x1, y1 = box or (0, 0, w, h)
+    shrinks = x1 - x0 > out_w or y1 - y0 > out_h
+    if (x0, y0, x1, y1) != (0, 0, w, h) and placed:
+        grey = region.shape[2] == 1
+        img = Image.fromarray(region[..., 0] if grey else region)
+        out = np.asarray(img.resize((out_w, out_h), Image.Resampling.BICUBIC, box=(x0, y0, x1, y1)))
+        return out[..., None] if grey else out
+    if (x0, y0, x1, y1) != (0, 0, w, h):
+        left, top = min(round(x0), int(w - (x1 - x0))), min(round(y0), int(h - (y1 - y0)))
+        part = torch.from_numpy(region[top : top + math.ceil(y1 - y0), left : left + math.ceil(x1 - x0)])
+        op = torch.ops.aten._upsample_bicubic2d_aa if shrinks else torch.ops.aten.upsample_bicubic2d
+        y = op(part[None].permute(0, 3, 1, 2), [out_h, out_w], False, out_h / (y1 - y0), out_w / (x1 - x0))
+        return np.ascontiguousarray(y.permute(0, 2, 3, 1)[0].numpy())
+    if shrinks:
+        return resize(region, size)
+    out = cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_CUBIC)
+    return out[..., None] if out.ndim == 2 else out  # (OpenCV drops a single channel's axis)
 
 
 def resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:

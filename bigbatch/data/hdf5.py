@@ -1,6 +1,5 @@
-"""DATA.h5: images (raw uint8 NHWC, or encoded: bigbatch/data/encoded.py) and int64 labels in HDF5,
-written to a temporary file and renamed into place, and read back by random access from local disk
-or an fsspec URL (s3://...)."""
+"""DATA.h5: images (raw uint8 NHWC, or encoded: bigbatch/data/encoded.py) and int64 labels in HDF5, written to a
+temporary file and renamed into place, and read back by random access from local disk or an fsspec URL (s3://...)."""
 
 from __future__ import annotations
 
@@ -519,14 +518,14 @@ class H5Data:
         return self.groups[int(groups[0])]
 
     def get_regions(
-        self, index: torch.Tensor, boxes: list, out: int | tuple[int, int]
+        self, index: torch.Tensor, boxes: list, out: int | tuple[int, int], placed: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """An encoded file (of whole images, or of squares: of one group): the regions `boxes` (left, top, w, h,
         in each stored image's pixels) of the images at `index`, each decoded no larger than it needs and resized
-        to `out` (a side, or (h, w)); and their labels."""
+        to `out` (a side, or (h, w)), `placed` as codecs.decode_box says; and their labels."""
         idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).numpy()
         g = self._group_of(idx)
-        images = self._decoded(g, idx - g.start, idx, 0, boxes, out)
+        images = self._decoded(g, idx - g.start, idx, 0, boxes, out, placed)
         return images, self.labels[torch.from_numpy(idx)]
 
     def _decoded(
@@ -537,6 +536,7 @@ class H5Data:
         resolution: int,
         boxes: list | None = None,
         out: int | tuple[int, int] = 0,
+        placed: bool = True,
     ) -> torch.Tensor:
         assert g.offsets is not None
         out = out or resolution or self.resolution
@@ -551,7 +551,7 @@ class H5Data:
         for k, (i, d) in enumerate(zip(idx.tolist(), data)):
             try:
                 if boxes is not None:
-                    images.append(decode_box(d, sizes[k], boxes[k], out, jpeg))
+                    images.append(decode_box(d, sizes[k], boxes[k], out, jpeg, placed))
                 else:
                     images.append(decode(d, sizes[k], resolution, jpeg))
             except Exception as e:  # noqa: BLE001 -- decoders raise many types on corrupt bytes

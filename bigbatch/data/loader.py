@@ -110,7 +110,7 @@ def read_batch(
         encoded, labels = data.get_encoded(request.indices, boxes, out)
         return Batch(request.nimg, encoded._replace(flips=flips), labels, flips)
     if boxes is not None:
-        images, labels = data.get_regions(request.indices, boxes, out)
+        images, labels = data.get_regions(request.indices, boxes, out, placed=False)  # (random: snapped, faster)
     elif crop_scale:  # raw squares: cut as stored, then resized to the phase's size
         images, labels = data.get(request.indices)
         images = square_crops(images, draws, crop_scale, request.resolution or data.resolution)

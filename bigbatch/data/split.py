@@ -37,8 +37,10 @@ class Subset:
     def stored_sizes(self, index: torch.Tensor) -> Any:
         return self.data.stored_sizes(self._picked(index))
 
-    def get_regions(self, index: torch.Tensor, boxes: list, out: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.data.get_regions(self._picked(index), boxes, out)
+    def get_regions(
+        self, index: torch.Tensor, boxes: list, out: Any, placed: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data.get_regions(self._picked(index), boxes, out, placed)
 
     # ... and data.decode = "gpu"'s (bigbatch/data/loader.py): the regions to cut, the encoded bytes.
     def crop_boxes(self, index: torch.Tensor, draws: torch.Tensor, min_scale: float) -> list:
