@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 from test_classify import tiny
 
@@ -73,6 +74,26 @@ def test_eval_finds_the_run_s_relative_data_from_another_folder_and_says_when_da
     # The same digits stored at 12 px are other bytes, which the content hash cannot tell for the same images: no word.
     assert main(["eval", str(run), "d.h5"]) == 0
     assert "the run trained on" not in capsys.readouterr().err
+
+
+def test_the_report_s_f1_and_its_macro_mean_are_sklearn_s():
+    # Found from outside: a class of no image that was predicted was left out of macro_f1 (sklearn's macro average
+    # counts it, at F1 0), so predicting absent classes raised the score.
+    from sklearn.metrics import f1_score
+
+    from bigbatch.tasks.classify.report import classification_report
+    from bigbatch.tasks.classify.validation import Predictions
+
+    labels = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 4])  # class 3 has no image, class 5 none and never predicted
+    top1 = torch.tensor([0, 3, 1, 1, 1, 2, 3, 0, 2, 4])
+    top = torch.stack([top1, (top1 + 1) % 6], 1)
+    n = len(labels)
+    predicted = Predictions(torch.arange(n), top, labels, torch.ones(n), torch.full((n,), 0.5))
+    report = classification_report(predicted, [f"c{i}" for i in range(6)])
+    want = f1_score(labels.numpy(), top1.numpy(), labels=[0, 1, 2, 3, 4], average=None) * 100
+    assert [report["f1"][f"c{i}"] for i in range(5)] == pytest.approx(list(want), abs=1e-3)
+    assert report["f1"]["c3"] == 0 and report["f1"]["c5"] is None and report["per_class"]["c3"] is None
+    assert report["macro_f1"] == pytest.approx(100 * f1_score(labels.numpy(), top1.numpy(), average="macro"), abs=1e-3)
 
 
 def test_eval_s_summary_leaves_out_what_says_nothing():

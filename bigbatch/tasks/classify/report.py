@@ -112,7 +112,7 @@ def evaluate_classifier(
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
     predicted = validation.predictions(net, tta)
     name += (f"-{given}px" if given else "") + ("-tta" if tta else "")
-    report = _report(predicted, list(net.class_names))
+    report = classification_report(predicted, list(net.class_names))
     source = public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)"
     out = eval_folder(run, ckpt, name, source)
     report.update(
@@ -170,7 +170,9 @@ def _check_held_out(cfg: Config, ckpt: Path, held_out: Any) -> None:
         )
 
 
-def _report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
+def classification_report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
+    """metrics.json's scores of `predicted`: top-1/5, loss, and per class accuracy, precision and F1, their macro
+    mean (sklearn's classification_report: over the classes with images or predicted), the confusion matrix."""
     labels, top = predicted.labels, predicted.top.long()
     n, k = len(labels), len(class_names)
     hits = top == labels[:, None]
@@ -178,8 +180,9 @@ def _report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
     counts, called = confusion.sum(1), confusion.sum(0)  # (images of each class; images predicted as each)
     right = confusion.diagonal().double()
     per_class, precision = right / counts.clamp(min=1), right / called.clamp(min=1)
-    # (sklearn's classification_report, fastai's print_classification_report: F1 0 where nothing is right)
-    f1 = [_f1(per_class[i].item(), precision[i].item()) if counts[i] else None for i in range(k)]
+    # (sklearn's classification_report, fastai's print_classification_report: F1 0 where nothing is right, and for
+    # a class of no image that is predicted; found from outside: such a class was left out of the mean, raising it)
+    f1 = [_f1(per_class[i].item(), precision[i].item()) if counts[i] or called[i] else None for i in range(k)]
     scored = [v for v in f1 if v is not None]
     return {
         "n": n,
@@ -189,7 +192,7 @@ def _report(predicted: Predictions, class_names: list[str]) -> dict[str, Any]:
         # A class the data holds no image of has no accuracy (null; an empty cell in per_class.csv).
         "per_class": {c: round(100 * per_class[i].item(), 4) if counts[i] else None for i, c in enumerate(class_names)},
         # (a fastai user's classification report, found missing from outside: precision, where any image was called
-        # the class, and F1; their mean over the classes with images, macro_f1)
+        # the class, and F1; their mean, macro_f1)
         "precision": {c: round(100 * precision[i].item(), 4) if called[i] else None for i, c in enumerate(class_names)},
         "f1": dict(zip(class_names, f1)),
         "macro_f1": round(sum(scored) / len(scored), 4) if scored else float("nan"),
