@@ -62,11 +62,12 @@ def resume_base(run: Path) -> Config:
     return Config.load(found[-1] / "config.toml")
 
 
-def eval_folder(run: str | Path, ckpt: Path, name: str, source: str) -> Path:
+def eval_folder(run: str | Path, ckpt: Path, name: str, source: str, data_hash: str | None = None) -> Path:
     """RUN/eval/<name>-<checkpoint>/, where `bigbatch eval` writes its report on data `name` (a file's
     stem; "heldout" for the run's held-out split) scored with `ckpt`: one folder per data set and
     checkpoint, so that no report replaces another's (a folder of another data set of the same stem
-    takes a digest of `source`, the data as the report names it). checkpoints/best/ is named by the
+    takes a digest of `source`, the data as the report names it, or of its `data_hash`, its content's, where
+    known: the same file named from another folder is the same data). checkpoints/best/ is named by the
     images it had seen (best-000012.800): a later best gets a folder of its own."""
     root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
     which = ckpt.name
@@ -75,9 +76,11 @@ def eval_folder(run: str | Path, ckpt: Path, name: str, source: str) -> Path:
         which = f"best-{checkpoints.checkpoint_name(meta['nimg'])}"
     out = root / "eval" / f"{name}-{which}"
     try:
-        before = json.loads((out / "metrics.json").read_text()).get("data")
-    except (OSError, ValueError, AttributeError):
-        before = None
-    if before is not None and before != source:
-        out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest(source.encode())[:8]}")
+        said = json.loads((out / "metrics.json").read_text())
+    except (OSError, ValueError):
+        said = None
+    if isinstance(said, dict) and said.get("data") is not None:
+        hashed = data_hash and said.get("data_hash")  # (found from outside: compared by name, the same file from
+        if (said["data_hash"] != data_hash) if hashed else (said["data"] != source):  # another folder was other data)
+            out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest((data_hash or source).encode())[:8]}")
     return out

@@ -114,9 +114,11 @@ def evaluate_classifier(
     name += (f"-{given}px" if given else "") + ("-tta" if tta else "")
     report = classification_report(predicted, list(net.class_names))
     source = public_name(data_path) if data_path else f"{public_name(d.val_path or d.path)} (held out)"
-    out = eval_folder(run, ckpt, name, source)
+    data_hash = getattr(data, "content_hash", None) if data_path else None  # (the held-out split's name is the run's)
+    out = eval_folder(run, ckpt, name, source, data_hash)
     report.update(
         data=source,
+        data_hash=data_hash,
         checkpoint=str(ckpt),
         resolution=resolution,
         crop=d.val_crop,
