@@ -228,6 +228,21 @@ def test_sizes_must_match_without_resolution(tmp_path):
         prepare(str(tmp_path / "src"), str(tmp_path / "out.hdf"), workers=0)
 
 
+def test_pillows_warnings_of_damaged_metadata_are_one_line_of_bigbatch_s(tmp_path, capsys):
+    # Found from outside: a photo with corrupt EXIF made Pillow print two lines of its own source (a UserWarning),
+    # from each worker; now one line, once, in bigbatch's words, and the file is decoded.
+    from bigbatch.cli import main
+
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    broken = b"Exif\x00\x00II*\x00\x08\x00\x00\x00\x20\x00" + b"\x12\x01\x03\x00\x01\x00\x00\x00\x06\x00\x00\x00"
+    for i in range(3):
+        Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "src" / "a" / f"{i}.jpg", exif=broken)
+    assert main(["prepare", str(tmp_path / "src"), str(tmp_path / "out.h5"), "--workers", "0"]) == 0
+    said = capsys.readouterr()
+    assert said.err.count("bigbatch: warning: Pillow: Corrupt EXIF data.") == 1 and "UserWarning" not in said.err
+    assert ": 3 images" in said.out
+
+
 def test_image_modes_are_converted_consistently(tmp_path):
     src = tmp_path / "modes"
     src.mkdir()
