@@ -176,6 +176,12 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     assert "skipped 5 files" in text and "and 0 more" not in text
     assert read_meta(tmp_path / "out.h5")["skipped"] == 5
     assert "dog house/notes.txt: not an image Pillow can read" in describe_data(tmp_path / "out.h5")
+    # A data file in a class folder is no image, not a corrupt one (found from outside: "corrupt or truncated").
+    (tmp_path / "two" / "a").mkdir(parents=True)
+    (tmp_path / "two" / "a" / "00.png").write_bytes((tmp_path / "src" / "cat" / "00.png").read_bytes())
+    (tmp_path / "two" / "a" / "out.h5").write_bytes((tmp_path / "out.h5").read_bytes())
+    report = prepare(str(tmp_path / "two"), str(tmp_path / "two.h5"), resolution=8, workers=0)
+    assert report.skipped == [("a/out.h5", "not an image Pillow can read (its format: HDF5)")]
 
 
 def test_strict_makes_a_bad_file_an_error_and_leaves_the_old_file(tmp_path):

@@ -512,4 +512,7 @@ def decode_or_reason(
             "--workers or more memory"
         ) from None
     except Exception as e:  # noqa: BLE001 -- Pillow raises many types on corrupt data; each file is skipped alone
+        stub = str(e).removeprefix("cannot find loader for this ")  # (Pillow knows HDF5, GRIB, BUFR: found from
+        if stub != str(e):  # outside, a data file in a class folder was called a corrupt image)
+            return f"not an image Pillow can read (its format: {stub.removesuffix(' file')})"
         return f"corrupt or truncated ({type(e).__name__}: {e})"
