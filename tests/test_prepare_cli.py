@@ -401,6 +401,11 @@ def test_a_labels_file_labels_files_at_any_depth_of_the_source(tmp_path):
     assert report.count == 3 and report.class_names == ["cat", "dog"] and not report.skipped
     images, labels = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8).get(torch.arange(3))
     assert labels.tolist() == [0, 1, 0] and images[:, 0, 0, 0].tolist() == [0, 60, 120]
+    # Rows naming the files by longer paths (absolute, or from the working folder) find them too (found from
+    # outside: every file "no label").
+    (tmp_path / "long.csv").write_text(f"{tmp_path}/val/a.png,cat\nval/b.png,dog\n{tmp_path}/val/extra/c.png,cat\n")
+    report = prepare(str(tmp_path / "val"), str(tmp_path / "v2.h5"), 8, workers=0, labels=str(tmp_path / "long.csv"))
+    assert report.count == 3 and report.class_names == ["cat", "dog"] and not report.skipped
 
 
 def test_a_linked_folder_is_followed_whatever_order_the_folder_lists_in_and_a_loop_is_not(tmp_path):

@@ -87,7 +87,12 @@ def relabel(
             f"{what} names classes the training data has not ({_few(unknown)}): fix the labels, or give with "
             "--classes the training file whose classes they are"
         )
-    keys = [next((k for k in (rel, PurePosixPath(rel).name, PurePosixPath(rel).stem) if k in labels), None)
+    tails: dict[str, str] = {}  # (a row naming its file by a longer path, absolute or from the working folder: found
+    for k in labels:  # from outside, "no label" for every file)
+        parts = PurePosixPath(k.replace("\\", "/")).parts
+        for n in range(1, len(parts)):
+            tails.setdefault("/".join(parts[-n:]), k)
+    keys = [next((k for k in (rel, PurePosixPath(rel).name, PurePosixPath(rel).stem) if k in labels), tails.get(rel))
             for rel in listing.names]  # fmt: skip
     files: dict[str, list[str]] = {}
     images = {e.lower() for e in Image.registered_extensions()}  # (an image's .xml or .txt beside it is not one)
