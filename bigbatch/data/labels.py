@@ -1,6 +1,6 @@
 """Labels from a file for a flat folder of images (ImageNet's validation set as it comes): `prepare
---labels FILE.csv [--classes TRAIN.h5]`. Each row names a file (its path under the source, its name,
-or its name without extension) and its class (the second column, spaces included; the first word of it
+--labels FILE.csv [--classes TRAIN.h5]`. Each row names a file (its path under the source, or a longer one
+ending in it, its name, or its name without extension) and its class (the second column, spaces included; the first word of it
 under ImageNet's header `ImageId,PredictionString`, so LOC_val_solution.csv reads as it is); class
 indices follow the training file's class names."""
 
