@@ -154,7 +154,7 @@ def renumber(listing: Listing, class_names: list[str], what: str) -> Listing:
     if unknown:
         raise BigbatchError(
             f"class folder{'s' * (len(unknown) > 1)} {_few(unknown)} "
-            f"of the source {'are' if len(unknown) > 1 else 'is'} not a class of {what}: rename "
+            f"of the source {'are not classes' if len(unknown) > 1 else 'is not a class'} of {what}: rename "
             f"{'them' if len(unknown) > 1 else 'it'} as the training set's class, or leave out --classes"
         )
     mapping = np.asarray([index[nfc(n)] for n in listing.class_names], np.int64)
