@@ -493,6 +493,8 @@ def test_a_tar_over_http_reads_its_members_by_range_and_a_server_that_ignores_ra
         finally:
             server.shutdown()
             server.server_close()
+        with pytest.raises(BigbatchError, match=r"cannot reach shard .*/t\.tar \(.*\): is its server up\?"):
+            _read([url])  # (found from outside: a server down was "does not exist")
         if handler is Ranged:
             assert [n for n, _ in images] == [f"{url}/d{i}.png" for i in range(3)] and not skipped
             assert all(torch.equal(a, b) for (_, a), (_, b) in zip(images, local))

@@ -335,7 +335,11 @@ def _open(shard: Location, storage_options: dict[str, Any] | None) -> tuple[IO[b
         fs, path = shard.fs(storage_options)
         stamp = object_stamp(fs.info(path))
         return fs.open(path, "rb", block_size=8 << 20, cache_type="readahead"), stamp
-    except FileNotFoundError:
+    except FileNotFoundError as e:
+        if isinstance(
+            e.__cause__, OSError
+        ):  # (fsspec's HTTP calls a server that does not answer so: found from outside)
+            raise BigbatchError(f"cannot reach shard {shard.name} ({e.__cause__}): is its server up?") from None
         raise BigbatchError(f"shard {shard.name} does not exist; give the shards there are") from None
     except BigbatchError:
         raise
