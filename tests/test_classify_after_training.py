@@ -69,8 +69,8 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     (best,) = (run / "eval").glob("digits-best-0*")  # named by its kimg: a later best gets a folder of its own
     assert json.loads((best / "metrics.json").read_text())["n"] == 1797
     # Found from outside: two data files of one name in two folders crashed the second report (hashing the name).
-    for side in ("a", "b"):
-        assert main(["prepare", "builtin:digits", str(tmp_path / side / "d.h5"), "--resolution", "16"]) == 0
+    for side, side_px in (("a", "16"), ("b", "12")):  # (other images: the same ones are one data set, one report)
+        assert main(["prepare", "builtin:digits", str(tmp_path / side / "d.h5"), "--resolution", side_px]) == 0
         assert main(["eval", str(run), str(tmp_path / side / "d.h5")]) == 0
     assert len(list((run / "eval").glob("d-*"))) == 2
     # Found from outside: every checkpoint's report, and a file named val.h5's, went to eval/val/, each
@@ -214,7 +214,7 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
         p = torch.tensor([t["p"] for t in sorted(row["top"], key=lambda t: int(t["class"]))])
         # TorchScript takes one image or a batch; the graph formats (ONNX, pt2) a batch (found from outside: they
         # took one image and refused batches, and RGBA, which the README promised).
-        assert torch.allclose(model(image)[0], p, atol=1e-5) and torch.allclose(exported(image[None])[0], p, atol=1e-5)
+        assert torch.allclose(model(image), p, atol=1e-5) and torch.allclose(exported(image[None])[0], p, atol=1e-5)
         two = torch.stack([image, image.flip(0)])
         (onnx_p,) = session.run(None, {"images": two.numpy()})
         assert onnx_p.shape == (2, 10) and np.abs(onnx_p[0] - p.numpy()).max() < 1e-5
@@ -234,8 +234,8 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
         assert np.abs(onnx_rgba - want_rgba.numpy()).max() < 1e-5 and torch.allclose(
             exported(rgba), want_rgba, atol=1e-5
         )
-        assert torch.allclose(model(rgba[0])[0], want_rgba[0], atol=1e-5)
-    assert torch.allclose(model(images[0])[0], want[0], atol=1e-5)
+        assert torch.allclose(model(rgba[0]), want_rgba[0], atol=1e-5)
+    assert model(images[0]).shape == (10,) and torch.allclose(model(images[0]), want[0], atol=1e-5)
     # Found from outside: a float image in [0, 1] (torchvision's habit) gave other probabilities without a word,
     # and the pt2's usage named class_names it has not.
     for wrong in (images[0].float() / 255, images[0][..., 0]):

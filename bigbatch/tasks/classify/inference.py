@@ -64,7 +64,8 @@ def _sym_min(a: int, b: int) -> int:
 
 
 class Inference(nn.Module):
-    """uint8 images (H, W, C) or (N, H, W, C) of one size, C 3 or 4 -> class probabilities (N, classes)."""
+    """uint8 images (N, H, W, C) of one size, C 3 or 4 -> class probabilities (N, classes); one image (H, W, C) ->
+    (classes,), as PyTorch's modules answer an unbatched input (found from outside: (1, classes))."""
 
     def __init__(self, net: nn.Module, resolution: int, crop: float, class_names: list[str]):
         super().__init__()
@@ -74,7 +75,8 @@ class Inference(nn.Module):
         self.class_names = list(class_names)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.probabilities(self.inputs(images))
+        p = self.probabilities(self.inputs(images))
+        return p[0] if images.dim() == 3 else p
 
     def probabilities(self, x: torch.Tensor) -> torch.Tensor:
         """The class probabilities of the network's input `x` (`inputs`'s)."""
