@@ -91,6 +91,30 @@ def keep_sigterm_for_the_loop() -> None:
 
 
 @contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Where SIGTERM would end the process without a word (Python's default: a script, not the CLI, which raises
+    Terminated itself), raise Terminated on it instead, so that what stops can say so and keep its work (a sweep's
+    table: found from outside, SIGTERM to `python search.py` wrote none). A forked process ends on it as usual."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    pid = os.getpid()
+
+    def terminated(signum: int, frame: object) -> None:
+        if os.getpid() != pid:  # a forked process that inherited this handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
 def interrupt_at_once() -> Iterator[None]:
     """While the command's heavy modules import (torch, scipy): Ctrl-C ends the process at once, status
     130, having written nothing. A KeyboardInterrupt raised inside an import leaves modules half made

@@ -24,7 +24,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.rundir import read_metrics, resume_config
 from bigbatch.signals import Stopped as RunStopped
-from bigbatch.signals import Terminated
+from bigbatch.signals import Terminated, sigterm_raises
 from bigbatch.sweep_table import (
     HIGHER_IS_BETTER,
     SCORES,
@@ -120,7 +120,8 @@ def _table_on_stop(root: Path, jobs: list[Job], again: str) -> Iterator[None]:
     the one stopped as interrupted, those not begun as new; and says which runs it stopped and how they go on
     (`again`). A sweep that failed writes it too."""
     try:
-        yield
+        with sigterm_raises():  # (in a script as from the CLI)
+            yield
     except BaseException as e:
         if jobs:  # (a search refused before its first trial: no table of nothing)
             _table(root, jobs)

@@ -2,7 +2,10 @@
 
 import csv
 import fcntl
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -267,12 +270,23 @@ def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, caps
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
         "    return {'train.seed': trial.number}\n"
         "study = optuna.create_study(direction='maximize')\n"
-        f"bigbatch.sweep(base, space, {str(tmp_path / 'runs')!r}, search=study, n_trials=3, metric='val_top1')\n"
+        "bigbatch.sweep(base, space, os.environ['RUNS'], search=study, n_trials=3, metric='val_top1')\n"
     )
-    assert main(["sweep", str(script)]) == 130
+    os.environ["RUNS"] = str(tmp_path / "runs")
+    try:
+        assert main(["sweep", str(script)]) == 130
+    finally:
+        del os.environ["RUNS"]
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith("bigbatch sweep: stopped (by SIGTERM); `bigbatch train --run-dir RUN --resume`"), err
     with open(tmp_path / "runs" / "results.csv") as f:
+        assert [(r["train.seed"], r["status"]) for r in csv.DictReader(f)] == [("0", "finished")]
+    # The same from a script run by Python, not the CLI (found from outside: killed at once, no table, no word; now
+    # bigbatch.sweep raises a KeyboardInterrupt).
+    env = {**os.environ, "RUNS": str(tmp_path / "py"), "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode and "bigbatch sweep: stopped (by SIGTERM)" in done.stderr, done.stderr[-2000:]
+    with open(tmp_path / "py" / "results.csv") as f:
         assert [(r["train.seed"], r["status"]) for r in csv.DictReader(f)] == [("0", "finished")]
 
 
