@@ -348,10 +348,10 @@ def _claim_dir(
     except UnicodeEncodeError:  # bytes of another encoding, which os.fsdecode kept as surrogates
         shown = os.fsencode(run).decode("utf-8", "backslashreplace")
         raise BigbatchError(
-            f"--run-dir {shown} is not valid UTF-8, which TensorBoard and the run's records need; rename it"
+            f"--run-dir (run_dir=) {shown} is not valid UTF-8, which TensorBoard and the run's records need; rename it"
         ) from None
     if run.exists() and not run.is_dir():
-        raise BigbatchError(f"{run} is a file; --run-dir must name a directory")
+        raise BigbatchError(f"{run} is a file; --run-dir (run_dir=) must name a directory")
     # A refused command leaves the run as it was: the check comes before the lock (which records this
     # process's PID), and again under it, where a run another process started meanwhile shows.
     resume = _check_resume(run, resume)

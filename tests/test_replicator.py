@@ -217,8 +217,10 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
     opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(bigbatch.BigbatchError, match="must hold batch / world_size = 8 examples, got 6"):
         rep.step(lambda m: model(m).sum(), torch.randn(6, 1, 8, 8), opt)
-    with pytest.raises(bigbatch.BigbatchError, match="mean loss as a scalar tensor"):
+    with pytest.raises(bigbatch.BigbatchError, match="mean loss as a real scalar tensor"):
         rep.step(lambda m: model(m), torch.randn(8, 1, 8, 8), opt)
+    with pytest.raises(bigbatch.BigbatchError, match="real scalar tensor with a graph, got a torch.complex64 tensor"):
+        rep.step(lambda m: model(m).mean() * (1 + 1j), torch.randn(8, 1, 8, 8), opt)  # (it was taken, found outside)
     with pytest.raises(bigbatch.BigbatchError, match="wrap_optimizer"):
         rep.step(lambda m: model(m).sum(), torch.randn(8, 1, 8, 8), torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(bigbatch.BigbatchError, match="needs a batch dimension .*got a 0-d tensor"):

@@ -53,13 +53,16 @@ def unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
         loss = out["loss"]
     else:
         loss, rest = out, {}
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
-        if isinstance(loss, torch.Tensor):
+    bad = not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad
+    if bad or not loss.is_floating_point():  # (found from outside: a complex loss was taken, its imaginary part lost)
+        if not bad:
+            got = f"a {loss.dtype} tensor"
+        elif isinstance(loss, torch.Tensor):
             got = f"a tensor of shape {tuple(loss.shape)}" if loss.numel() != 1 else "a tensor without a graph"
         else:  # (None: a step function that forgot to return)
             got = "None (no return?)" if loss is None else f"a {type(loss).__name__}"
         raise BigbatchError(
-            f"the step function must return the micro-batch's mean loss as a scalar tensor with a graph, got {got}"
+            f"the step function must return the micro-batch's mean loss as a real scalar tensor with a graph, got {got}"
         )
     for key, value in rest.items():
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)
