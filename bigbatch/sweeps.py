@@ -95,7 +95,7 @@ def sweep(
         todo = []
         for i, job in enumerate(jobs):
             state = status(job.run, job.cfg)
-            _say(quiet, f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
+            _say(f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
             if state != "finished":
                 todo.append(job)
             else:
@@ -256,7 +256,7 @@ def _side_by_side(
                 job = next(jobs, None)
                 if job is None:
                     break
-                _say(quiet, f"bigbatch sweep: starting {job.run.name}")
+                _say(f"bigbatch sweep: starting {job.run.name}")
                 try:
                     running[free[0]] = (job, start(job, free[0]))
                 except Exception as e:  # noqa: BLE001 - this run could not start: the others go on
@@ -284,7 +284,7 @@ def _side_by_side(
                 if not job.failed:
                     if watch is not None:
                         watch(job, handle)  # the rows that came last
-                    _say(quiet, f"bigbatch sweep: {job.run.name} {'pruned' if job.pruned else 'ended'}")
+                    _say(f"bigbatch sweep: {job.run.name} {'pruned' if job.pruned else 'ended'}")
                 if ended is not None:
                     ended(job)
     except BaseException:
@@ -370,7 +370,7 @@ def _search(
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
             jobs.append(job)
-            _say(quiet, f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
+            _say(f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
             yield job
 
     def watch(job: Job, handle: Any) -> None:
@@ -465,10 +465,10 @@ def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
         warn(f"could not tell the study how {job.run.name} ended: {type(e).__name__}: {e}")
 
 
-def _say(quiet: bool, line: str) -> None:
-    """Progress, on stdout unless quiet."""
-    if not quiet:
-        print(line, flush=True)
+def _say(line: str) -> None:
+    """The sweep's progress, a line a run, on stdout whatever `quiet` keeps of the runs' own (found from outside: a
+    search said nothing for minutes)."""
+    print(line, flush=True)
 
 
 def _complain(line: str) -> None:

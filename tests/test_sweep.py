@@ -286,6 +286,7 @@ def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, caps
     env = {**os.environ, "RUNS": str(tmp_path / "py"), "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode and "bigbatch sweep: stopped (by SIGTERM)" in done.stderr, done.stderr[-2000:]
+    assert "[1/3] trial-0000-" in done.stdout  # (a line a trial, quiet or not: found from outside, minutes of nothing)
     with open(tmp_path / "py" / "results.csv") as f:
         assert [(r["train.seed"], r["status"]) for r in csv.DictReader(f)] == [("0", "finished")]
 
