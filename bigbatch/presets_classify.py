@@ -226,14 +226,17 @@ def imagenet_resnet50() -> Config:
 def finetune_resnet50() -> Config:
     """An ImageNet ResNet-50 fine-tuned on your classes, as fastai's first lesson (`fine_tune`).
 
-    224 px, the body from train.init_from (torchvision's or timm's resnet50 weights, .pth or .safetensors), the
-    head new; the head alone for the first 2 kimg, then everything, the body at a tenth of the rate
-    (AdamW 1e-3 per 64 images, warm-up, cosine decay), label smoothing, random-resized crops, flips,
-    10% held out. Set data.path to a prepared data file and train.init_from to the weights."""
+    224 px, the body from train.init_from (torchvision's or timm's resnet50 weights, .pth or .safetensors, fed
+    ImageNet's mean and std as they were trained: model.options.input_stats), the head new; the head alone for the
+    first 2 kimg, then everything, the body at a tenth of the rate (AdamW 1e-3 per 64 images, warm-up, cosine
+    decay), label smoothing, random-resized crops, flips, 10% held out. Set data.path to a prepared data file and
+    train.init_from to the weights."""
     data = DataConfig(path="data/train.h5", resolution=224, xflip=True, val_fraction=0.1, val_crop=1.14)
     train = TrainConfig(kimg=20, batch=64, micro_batch="auto", optimizer="adamw", lr=1e-3, lr_batch=64)
     train = replace(train, weight_decay=0.01, warmup_kimg=1, lr_decay="cosine", label_smoothing=0.1)
     train = replace(train, crop_scale=0.35, init_from="resnet50.pth", freeze_kimg=2, body_lr_mult=0.1)
     cfg = _imagenet_classifier("finetune_resnet50", train, data, zero_init_residual=False)
+    # (the weights see ImageNet's mean and std, as they trained: found from outside, fed [-1, 1] instead)
+    cfg = replace(cfg, model=replace(cfg.model, options={**cfg.model.options, "input_stats": "imagenet"}))
     every = {"checkpoint": CheckpointConfig(every_kimg=2), "sample": SampleConfig(every_kimg=2, n=32)}
     return replace(cfg, **every, eval=EvalConfig(every_kimg=2, batch_size=128))

@@ -53,12 +53,15 @@ def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -
     review, refused at their second resume); and model.options as the run began where the given ones differ in
     `init` alone, which a resumed run does not use (found by review: a preset's run of before biggan_deep128 took
     init "none" was refused its own preset's --resume), or in SA-GAN's `shared`, which its checkpoint's weights
-    decide (sagan128's runs of before it was an option shared one embedding, the preset now sets false)."""
+    decide (sagan128's runs of before it was an option shared one embedding, the preset now sets false), or in a
+    ResNet's `input_stats` where the run began before it (finetune_resnet50's, fed [-1, 1], which the preset no more
+    is)."""
     raw, begun = read_toml(saved_config).get("train", {}), {}
     if saved.get("train.freeze_kimg", 0) > 0 and not raw.get("train_bn", False) and given.get("train.train_bn"):
         begun["train.train_bn"] = False
     old, new = saved.get("model.options") or {}, given.get("model.options") or {}
     begun_as = ("init", "shared") if saved.get("model.name") == "sagan" else ("init",)
+    begun_as += ("input_stats",) if "input_stats" not in old else ()
     if old != new and {k: v for k, v in old.items() if k not in begun_as} == {
         k: v for k, v in new.items() if k not in begun_as
     }:

@@ -521,7 +521,8 @@ def test_init_from_takes_a_reference_script_checkpoint_and_refuses_weights_that_
     body = {k: v.clone() for k, v in bigbatch.models.create_classifier("resnet18", 1000, ch=16).state_dict().items()}
     # timm's and torchvision's training scripts save their argparse arguments beside the weights.
     torch.save({"model": body, "epoch": 3, "args": argparse.Namespace(lr=0.1, model="resnet18")}, tmp_path / "c.pth")
-    assert "loaded 120 tensors" in load_pretrained(net, str(tmp_path / "c.pth"), [str(i) for i in range(10)])
+    said = load_pretrained(net, str(tmp_path / "c.pth"), [str(i) for i in range(10)])  # (ImageNet's statistics: said)
+    assert "loaded 120 tensors" in said and 'want model.options.input_stats = "imagenet"' in said
     assert torch.equal(net.state_dict()["conv1.weight"], body["conv1.weight"])
     body["layer1.0.conv1.weight"][0, 0, 0, 0] = float("nan")
     torch.save(body, tmp_path / "nan.pth")

@@ -377,7 +377,7 @@ def test_classifier_options_are_checked_before_building():
     rng = torch.get_rng_state()
     with pytest.raises(bigbatch.BigbatchError) as e:
         bigbatch.models.create_classifier("resnet18", 10, depth=20)
-    assert str(e.value).startswith("'resnet18' has no option 'depth'; valid: zero_init_residual, init (another")
+    assert str(e.value).startswith("'resnet18' has no option 'depth'; valid: zero_init_residual, input_stats, init (another")
     assert "give model.options={} with model.name" in str(e.value)
     assert registry.options("resnet_cifar") == {"depth": 20, "zero_init_residual": False, "init": "kaiming"}
     with pytest.raises(bigbatch.BigbatchError, match="option 'zero_init_residual' of 'resnet50' must be bool"):
@@ -545,3 +545,22 @@ def test_an_attention_size_that_no_block_puts_out_is_refused():
     assert G.attention is None and D.attention is None
     G, D = bigbatch.models.create("biggan", 32, 5, ch=4, dim_z=16, g_attn=16, d_attn=8)
     assert G.attn_after == 1 and D.attn_after == 1  # (D's 32-px blocks put out 16, 8, 8, 8: after the first 8)
+
+
+def test_a_resnet_fed_imagenets_statistics_sees_what_torchvisions_weights_trained_on():
+    # Found from outside: fine-tuning torchvision's weights fed them uint8 / 127.5 - 1, where they were trained on
+    # (uint8 / 255 - mean) / std. With input_stats = "imagenet" the network makes the second of the first: the same
+    # logits as the weights on torchvision's input, the stem's zero padding included; its state dict stays theirs.
+    torch.manual_seed(0)
+    plain = bigbatch.models.create_classifier("resnet18", 10, ch=8).eval()
+    fed = bigbatch.models.create_classifier("resnet18", 10, ch=8, input_stats="imagenet").eval()
+    fed.load_state_dict(plain.state_dict())
+    assert list(fed.state_dict()) == list(plain.state_dict())
+    x = torch.randint(0, 256, (2, 3, 40, 52)).float()
+    mean, std = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+    with torch.no_grad():
+        want = plain((x / 255 - mean) / std)
+        assert torch.allclose(fed(x / 127.5 - 1), want, atol=1e-5)
+        assert not torch.allclose(plain(x / 127.5 - 1), want, atol=1e-2)
+    with pytest.raises(bigbatch.BigbatchError, match='input_stats must be "" or "imagenet"'):
+        bigbatch.models.create_classifier("resnet18", 10, ch=8, input_stats="imagenet", img_channels=1)

@@ -557,6 +557,10 @@ def test_a_run_frozen_before_train_bn_resumes_as_it_began_at_every_resume(tmp_pa
         cfg = resume_config(path, given, "the checkpoint")
         assert cfg.train.train_bn is False
         path.write_text(cfg.dumps())
+    # A run of before model.options.input_stats (fed [-1, 1]) resumes so, its preset's --resume not refused.
+    del old["model"]["options"]["input_stats"]
+    path.write_text(tomli_w.dumps(old))
+    assert resume_config(path, given, "the checkpoint").model.options == {"zero_init_residual": False}
 
 
 def test_a_reader_while_a_checkpoint_goes_into_place_is_not_warned_and_a_failed_rename_puts_latest_back(

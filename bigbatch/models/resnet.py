@@ -5,6 +5,11 @@ The ImageNet networks follow torchvision's `torchvision/models/resnet.py` layout
 bottleneck's stride is on its 3x3 conv, not its first 1x1), with its module names (conv1, bn1,
 layer1.0.conv1, layer1.0.downsample.0, ..., fc), so torchvision's weights load by name and parameter
 counts equal torchvision's. torchvision is not a dependency: the architecture is written here.
+
+bigbatch feeds a classifier `uint8 / 127.5 - 1`; torchvision's and timm's ImageNet weights were trained on
+`(uint8 / 255 - mean) / std` with ImageNet's statistics. The option `input_stats = "imagenet"` turns the first into
+the second inside the network (two constants, not saved: the state dict stays torchvision's), exactly, the stem's
+zero padding included, so that such weights see what they were trained on.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.models.registry import check_classifier, register
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # torchvision's and timm's normalization
+INPUT_STATS = ("", "imagenet")
 
 
 def conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
@@ -100,10 +108,21 @@ class ResNet(nn.Module):
         img_channels: int,
         cifar_stem: bool,
         zero_init_residual: bool,
+        input_stats: str = "",
     ):
         super().__init__()
         self.n_classes, self.img_channels = n_classes, img_channels
         self.zero_init_residual = zero_init_residual
+        if input_stats not in INPUT_STATS or (input_stats and img_channels != 3):
+            raise BigbatchError(
+                f'model option input_stats must be "" or "imagenet" (of RGB images, img_channels 3), got '
+                f"{input_stats!r} with img_channels {img_channels}"
+            )
+        self.input_stats = input_stats
+        if input_stats:  # [-1, 1] -> ((x + 1) / 2 - mean) / std, channel by channel
+            mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+            self.register_buffer("input_scale", 0.5 / std, persistent=False)
+            self.register_buffer("input_shift", (0.5 - mean) / std, persistent=False)
         if cifar_stem:
             self.conv1 = conv3x3(img_channels, ch)
         else:
@@ -145,6 +164,8 @@ class ResNet(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Images (N, img_channels, H, W) -> the pooled penultimate features (N, feature_dim)."""
+        if self.input_stats:
+            x = x * self.input_scale + self.input_shift
         x = self.relu(self.bn1(self.conv1(x)))
         if self.maxpool is not None:
             x = self.maxpool(x)
@@ -160,7 +181,9 @@ class ResNet(nn.Module):
 
 
 @register(init="kaiming", task="classify")
-def resnet18(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False) -> nn.Module:
+def resnet18(
+    *, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False, input_stats: str = ""
+) -> nn.Module:
     """ResNet-18: BasicBlocks [2, 2, 2, 2]; 11,689,512 parameters with 1000 classes at ch 64."""
     check_classifier("resnet18", n_classes, ch, img_channels)
     return ResNet(
@@ -171,11 +194,14 @@ def resnet18(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_r
         img_channels=img_channels,
         cifar_stem=False,
         zero_init_residual=zero_init_residual,
+        input_stats=input_stats,
     )
 
 
 @register(init="kaiming", task="classify")
-def resnet50(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False) -> nn.Module:
+def resnet50(
+    *, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False, input_stats: str = ""
+) -> nn.Module:
     """ResNet-50 (v1.5): Bottlenecks [3, 4, 6, 3]; 25,557,032 parameters with 1000 classes at ch 64."""
     check_classifier("resnet50", n_classes, ch, img_channels)
     return ResNet(
@@ -186,6 +212,7 @@ def resnet50(*, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_r
         img_channels=img_channels,
         cifar_stem=False,
         zero_init_residual=zero_init_residual,
+        input_stats=input_stats,
     )
 
 

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from bigbatch.data.streams import ERASE
+from bigbatch.models.resnet import IMAGENET_MEAN, IMAGENET_STD  # (timm's normalization)
 
 AREA = (0.02, 1 / 3)
 RATIO = (0.3, 1 / 0.3)
 TRIES = 10
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # timm's normalization
 # A row per image: [erased (0/1), top, left, height, width (fractions of the side), noise key (< 2**24)].
 ERASED, TOP, LEFT, HEIGHT, WIDTH, KEY = range(COLUMNS := 6)
 

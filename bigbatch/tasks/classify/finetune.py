@@ -104,6 +104,11 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: s
         other = " (the run's classes are others)" if shaped else ""
         new = f"; new for the data's {net.fc.out_features} classes{other}: {', '.join(head)}"
     extra = f"; not used: {len(unused)} ({unused[0]}, ...)" if unused else ""
+    if names is None and getattr(net, "input_stats", None) == "":  # (a file, not a run: found from outside, fed
+        extra += (  # [-1, 1] where torchvision's weights were trained on ImageNet's mean and std)
+            "; weights trained on ImageNet's mean and std (torchvision's, timm's) want model.options.input_stats = "
+            '"imagenet"'
+        )
     return f"train.init_from {public_name(path)}: loaded {len(load)} tensors{new}{extra}"
 
 
