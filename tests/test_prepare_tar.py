@@ -160,6 +160,10 @@ def test_a_damaged_shard_keeps_the_members_before_the_damage_and_says_so(tmp_pat
     assert report.count == 3
     assert [name for name, _ in report.skipped] == [str(cut), "s0_003.png"], report.skipped
     assert "damaged tar" in report.skipped[0][1] and "no .cls" in report.skipped[1][1]
+    # (where it ends, not a byte past it: found from outside)
+    assert (
+        f"cut short at byte {cut.stat().st_size}, within a member: what lies before it is read" in report.skipped[0][1]
+    )
     # A plain tar cut inside its last image: that image is short, the others are read.
     with tarfile.open(tmp_path / "plain.tar", "w") as tar:
         for i in range(3):

@@ -401,8 +401,10 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
                     f.seek(m.offset_data)
                     out.cls[key] = _class_index(f.read(min(m.size, 64)))
         except (tarfile.TarError, EOFError, OSError) as e:
-            damaged.append((shard.name, f"a damaged tar: what lies before byte {tar.offset} is read, nothing after "
-                                        f"({e})"))  # fmt: skip
+            end = f.seek(0, 2)  # (found from outside: a cut shard was said read up to a byte past its end)
+            what = (f"cut short at byte {end}, within a member: what lies before it is read" if tar.offset > end
+                    else f"what lies before byte {tar.offset} is read, nothing after")  # fmt: skip
+            damaged.append((shard.name, f"a damaged tar: {what} ({e})"))
         else:
             f.seek(tar.offset)
             rest = f.read(tarfile.BLOCKSIZE)  # where `next` stopped: the end, or a header it could not read
