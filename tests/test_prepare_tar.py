@@ -494,11 +494,15 @@ def test_a_tar_over_http_reads_its_members_by_range_and_a_server_that_ignores_ra
                 _read([f"{top}/imgs"])
             with pytest.raises(BigbatchError, match="imgs/d9.png does not exist, or cannot be read"):
                 _read([f"{top}/imgs/d9.png"])
+            with pytest.raises(BigbatchError, match="source .*/nothing/ is not on its server: give a folder"):
+                _read([f"{top}/nothing/"])  # (no AWS_* to check over HTTP: found from outside)
         finally:
             server.shutdown()
             server.server_close()
         with pytest.raises(BigbatchError, match=r"cannot reach shard .*/t\.tar \(.*\): is its server up\?"):
             _read([url])  # (found from outside: a server down was "does not exist")
+        with pytest.raises(BigbatchError, match=r"cannot reach source .*/imgs/ \(.*\): is its server up\?"):
+            _read([f"{top}/imgs/"])
         if handler is Ranged:
             assert [n for n, _ in images] == [f"{url}/d{i}.png" for i in range(3)] and not skipped
             assert all(torch.equal(a, b) for (_, a), (_, b) in zip(images, local))

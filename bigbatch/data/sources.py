@@ -206,15 +206,30 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
     return listing
 
 
+def _not_there(src: Location, fs: Any, root: str) -> str:
+    """Why a URL lists nothing: over HTTP, a server that does not answer (fsspec's `exists` is False on it too: found
+    from outside, called missing with AWS credentials to check) or an answer that is no file; else S3's reasons."""
+    if not src.text.startswith(("http:", "https:")):
+        return (
+            f"source {src.name} does not exist, or cannot be listed with these credentials (check AWS_* and the "
+            "endpoint); give a folder, a .zip, a .tar, an s3://bucket/prefix URL"
+        )
+    try:
+        fs.info(root)
+    except FileNotFoundError as e:
+        if isinstance(e.__cause__, OSError):
+            return f"cannot reach source {src.name} ({e.__cause__}): is its server up?"
+    except Exception:  # noqa: BLE001, S110 -- any other answer: no file there
+        pass
+    return f"source {src.name} is not on its server: give a folder (its URL ending in /), a .zip or .tar shards"
+
+
 def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bool) -> Listing:
     """Every object under a URL prefix (or the members of a .zip object)."""
     fs, root = src.fs(storage_options)
     try:
         if not fs.exists(root):  # (s3fs says so too of a bucket these credentials may not list)
-            raise BigbatchError(
-                f"source {src.name} does not exist, or cannot be listed with these credentials (check AWS_* and the "
-                "endpoint); give a folder, a .zip, a .tar, an s3://bucket/prefix URL"
-            )
+            raise BigbatchError(_not_there(src, fs, root))
         # (an HTTP server's folder page is a file too: a URL ending in "/" names the folder it lists)
         if not src.text.endswith("/") and fs.isfile(root):
             if root.lower().endswith(".zip"):
