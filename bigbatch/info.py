@@ -184,9 +184,15 @@ def verify_run(path: str | Path) -> str:
         sums = (meta.get("checksums") or {}).get(checkpoints.CHECKSUM)
         how = f"{checkpoints.CHECKSUM} checksums" if isinstance(sums, dict) else "sizes (written before checksums)"
         lines.append(f"verified  {ckpt}: {len(meta['files'])} files, by their {how}")
+    # Those a resume found damaged and moved aside (found from outside: not counted, a run none of whose checkpoints
+    # was intact verified as one with no checkpoint yet, exit 0).
+    aside = sorted((path / "checkpoints").glob(f"{checkpoints.ASIDE}*")) if (path / "checkpoints").is_dir() else []
+    lines += [f"set aside {a}: found damaged by a resume and moved aside (never resumed)" for a in aside]
     if not found and not lines:
         lines.append(f"{path} has no checkpoint yet")
     print("\n".join(lines), flush=True)
+    if aside and not [c for c in found if c.name not in damaged and c.name != "best"]:  # (none to resume from)
+        raise BigbatchError(f"no checkpoint of {path} to resume from is intact{checkpoint_find.way_back(path)}")
     if damaged:
         intact = "none is intact" if len(damaged) == len(found) else "the others are intact"
         raise BigbatchError(f"{len(damaged)} of {len(found)} checkpoints damaged ({', '.join(damaged)}); {intact}")

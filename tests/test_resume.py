@@ -425,6 +425,9 @@ def test_a_run_whose_checkpoints_are_all_damaged_is_refused_not_restarted(tiny, 
     assert main(["sample", str(run)]) == 2 and "has no complete checkpoint, each damaged checkpoint" in (
         capsys.readouterr().err
     )
+    assert main(["info", str(run), "--verify"]) == 2  # (found from outside: 0, "no checkpoint yet")
+    said = capsys.readouterr()
+    assert "set aside " in said.out and "no checkpoint of" in said.err and "to resume from is intact" in said.err
     bigbatch.train(tiny.override({"train.init_from": str(best)}), run_dir=tmp_path / "again", quiet=True)
     short = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "short", quiet=True)
     lines = (short / "metrics.jsonl").read_text().splitlines()
