@@ -189,6 +189,21 @@ def remove_stale(paths: Iterable[Path]) -> None:
                     path.unlink(missing_ok=True)
 
 
+def check_writable(folder: Path) -> None:
+    """Refuse at the start a folder this process cannot write in (found from outside: a run's read-only checkpoints/
+    was found at its first save, what it trained since its start lost)."""
+    probe = folder / f".write-probe.tmp-{os.getpid()}"  # (a killed process's: remove_stale's)
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        probe.unlink()
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise BigbatchError(
+            f"cannot write in {folder} ({e.strerror}): give a folder on storage this user may write to"
+        ) from None
+
+
 def metrics_row(line: str | bytes) -> dict | None:
     """One line of a metrics.jsonl as a row, or None if it is not one: a line cut short by a crash,
     or anything but an object with a finite number as its kimg."""

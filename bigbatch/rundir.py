@@ -19,7 +19,15 @@ from bigbatch.engine.compile_cache import Compiled
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.saving import restore_rng, rng_state
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.files import atomic_write, held_by, lock_folder, metrics_row, remove_stale, unlock_folder
+from bigbatch.files import (
+    atomic_write,
+    check_writable,
+    held_by,
+    lock_folder,
+    metrics_row,
+    remove_stale,
+    unlock_folder,
+)
 from bigbatch.resuming import flatten
 from bigbatch.resuming import resume_config as resume_config  # (the CLI's, sweeps')
 from bigbatch.run_data import relative_data
@@ -371,7 +379,15 @@ def _claim_dir(
     except BigbatchError:
         _release(run, lock, created)
         raise
-    remove_stale([*run.glob(".*.tmp-*"), *run.glob("checkpoints/.*.tmp-*")])  # atomic writes of killed processes
+    # Atomic writes of killed processes (samples/ too: found from outside, its PNGs' were kept), then what the run
+    # writes in, checked now, not at its first save.
+    remove_stale([*run.glob(".*.tmp-*"), *run.glob("checkpoints/.*.tmp-*"), *run.glob("samples/.*.tmp-*")])
+    try:
+        for folder in (f for f in (run / "checkpoints", run / "samples") if f.is_dir()):
+            check_writable(folder)
+    except BigbatchError:
+        _release(run, lock, created)
+        raise
     return run, lock, created, bool(resume)
 
 

@@ -152,6 +152,28 @@ def test_a_read_only_run_directory_is_one_line_naming_the_fix(tmp_path, monkeypa
         lock_folder(tmp_path, ".lock", lambda *a: "busy")
 
 
+def test_a_run_whose_checkpoints_cannot_be_written_is_refused_at_its_start(tiny, tmp_path, monkeypatch):
+    # Found from outside: a read-only checkpoints/ (a bind mount) was found at the first save, what the resumed run
+    # had trained lost; and a killed run's half-written sample PNGs were kept in samples/ for ever.
+    import errno
+    import os
+
+    run = bigbatch.train(tiny.override({"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
+    (run / "samples" / ".grid-000000.128.png.tmp-999999999").write_bytes(b"half a png")
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if ".write-probe" in str(path) and "checkpoints" in str(path):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(bigbatch.BigbatchError, match=r"cannot write in .*checkpoints \(Read-only file system\)"):
+        bigbatch.train(tiny.override({"train.kimg": 0.512}), run_dir=run, resume=True, quiet=True)
+    assert not list((run / "samples").glob(".*.tmp-*"))  # (no such process: removed)
+    assert [c.name for c in bigbatch.checkpoints.complete_checkpoints(run)] == ["000000.256"]
+
+
 def test_each_optimizers_engine_state_comes_back_by_the_name_it_was_saved_under(tmp_path, capsys):
     # Found from outside: the loss scalers and skip histories were saved by wrap order, so a script that wrapped
     # its two optimizers in the other order swapped them; one loaded before it was wrapped dropped its own.
