@@ -166,8 +166,8 @@ def _handled(stop: StopRequest) -> Iterator[None]:
     def handler(signum, frame):
         if signum == signal.SIGINT and (stop.requested or not stop.armed):
             raise KeyboardInterrupt
-        if signum in hangup:  # (its terminal gone: what is printed from here would fail; found by review)
-            silence(1, 2)
+        if signum in hangup:  # (its terminal gone: what is printed there from here would fail; found by review; a
+            silence(*(fd for fd in (1, 2) if os.isatty(fd)))  # file or pipe still takes it: found from outside)
         stop.requested = True
 
     hangup = [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []

@@ -209,8 +209,9 @@ def test_sigint_to_the_cli_exits_0_with_a_checkpoint(tmp_path, signum):  # sessi
     p.send_signal(signum)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
-    # (a hang-up's terminal is gone: nothing more is printed, lest it fail)
-    assert ("Stopped by signal" in out and "--resume" in out) == (signum == signal.SIGINT), out[-300:]
+    # (a hang-up's terminal is gone, and nothing more is printed there, lest it fail; output to a pipe or a file, as
+    # here, still says how the run goes on: found from outside, `train > log &` then a closed ssh session said nothing)
+    assert "Stopped by signal" in out and "--resume" in out, out[-300:]
     assert find_checkpoint(run).parent.name == "checkpoints"
 
 
