@@ -199,9 +199,11 @@ def write_folder(
         failed = Path(e.filename) if e.filename else None
         what = f"{failed.name}: " if failed is not None and failed.parent == tmp else ""
         fix = "free space" if e.errno in (errno.ENOSPC, errno.EDQUOT) else f"mend that (in {root})"
+        fix = "raise the file size limit (ulimit -f)" if e.errno == errno.EFBIG else fix  # (found from outside)
+        before = "the checkpoints before it are intact" if complete_checkpoints(root.parent) else "it is the first"
         raise BigbatchError(
-            f"cannot write checkpoint {root / name}: {what}{e.strerror or e} (its partial folder is removed; the "
-            f"checkpoints before it are intact); {fix}, then "
+            f"cannot write checkpoint {root / name}: {what}{e.strerror or e} (its partial folder is removed; "
+            f"{before}); {fix}, then "
             f"{then or 'resume with: bigbatch train --run-dir ' + shlex.quote(str(root.parent)) + ' --resume'}"
         ) from None
     return tmp

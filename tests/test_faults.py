@@ -306,7 +306,8 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path):
     # The file that did not fit, named; "free space" only for a full disk (found from outside: said of any error).
     failed = re.search(r"000000\.512: (\S+): File too large", err)
     assert failed and failed[1] in {"G.safetensors", "D.safetensors", "G_ema.safetensors", "state.pt", "config.toml"}
-    assert "free space" not in err and "mend that" in err, err
+    assert "free space" not in err and "raise the file size limit (ulimit -f)" in err, err
+    assert "the checkpoints before it are intact" in err  # (and where there is none, "it is the first": found outside)
     assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]
     assert [f.name for f in (run / "checkpoints").iterdir() if f.name.startswith(".")] == []
     assert main([*args[:3], "--resume", "train.kimg=0.512"]) == 0  # once there is space
