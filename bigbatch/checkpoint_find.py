@@ -81,7 +81,8 @@ def find_checkpoint(path: str | Path) -> Path:
         raise BigbatchError(f"run {path} has no complete checkpoint{way_back(path) or ' yet'}")
     if not (name and any(map(owner_alive, (path / "checkpoints").glob(f".tmp-{name}-*")))):  # (one going into place)
         warn(
-            f"checkpoints/latest of {path} names no complete checkpoint ({name or 'missing'}); using "
+            f"checkpoints/latest of {path} names no complete checkpoint "
+            f"({name or ('empty' if (path / 'checkpoints' / 'latest').exists() else 'missing')}); using "
             f"{complete[-1].name}",
             once=True,
         )

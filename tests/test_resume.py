@@ -315,6 +315,8 @@ def test_half_written_checkpoints_are_ignored(tiny, tmp_path, capsys):
     assert find_checkpoint(run).name == "000000.640"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["kimg"] for r in rows] == [0.128, 0.256, 0.384, 0.512, 0.64]
+    (run / "checkpoints" / "latest").write_text("")  # (an empty file is not "missing": found from outside)
+    assert find_checkpoint(run).name == "000000.640" and "no complete checkpoint (empty)" in capsys.readouterr().err
 
 
 def flip_byte(path, offset_from_end=100):
