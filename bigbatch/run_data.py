@@ -55,7 +55,12 @@ def resume_base(run: Path) -> Config:
     if saved.exists():
         text = saved.read_bytes()
         if not (found and len(text) < len(kept) and kept.startswith(text)):
-            return Config.load(saved)
+            try:
+                return Config.load(saved)
+            except BigbatchError as e:  # (found from outside: the copy went unsaid)
+                if found:
+                    e.args = (f"{e}; or delete it, and the run resumes with the copy {found[-1].name} keeps",)
+                raise
         warn(f"{saved} is cut short ({len(text)} of its {len(kept)} bytes): resuming with {found[-1].name}'s copy")
     elif not found:
         raise BigbatchError(f"{saved} is missing and the run has no complete checkpoint: give --config")
