@@ -91,14 +91,17 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
         listed = ", ".join(sorted(k for k in allowed - set(POWERS) if k.split(".", 1)[0] not in own))
         listed += POWERS_SAID if cfg.task == "swap" and recovery else ""
         raise BigbatchError(  # (the fix before the list of what may change: found from outside, after 1,500 chars)
-            f"the config differs from the one {what} was trained with in {shown}{more}: drop the override, or undo "
+            f"the config differs from the one {what} was trained with in {shown}{more}: drop the override (or the "
+            "--preset or --config that sets it: a bare --resume takes the run's own), or undo "
             "the edit of the run's config.toml (its checkpoints keep their own copy); to change that, start a new "
             f"run from this one's weights with train.init_from=RUN. A resumed run may change only {listed}"
         )
     if saving := [k for k in changed if k.startswith("checkpoint.")]:  # (found from outside: a job's --resume=auto with
         # its --preset took the preset's cadence, the run's timed checkpoints gone unsaid)
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in saving)
-        warn(f"resuming with {shown}: checkpoints come so from here (give the run's value to keep it)", once=True)
+        own = " ".join(f"{k}={saved.get(k)!r}" for k in saving)  # (found from outside: "come so" said nothing)
+        warn(f"resuming with {shown}: the run saves and keeps its checkpoints so from here (give {own} for its own)",
+             once=True)  # fmt: skip
     rescued = [k for k in changed if k in RECOVERY_CHANGES or k in POWERS]
     if rescued:
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)

@@ -122,7 +122,8 @@ def test_checkpoints_by_the_clock_change_nothing_trained(tiny, tmp_path, uninter
     # A resume whose command leaves them out says so (found from outside: a job's --preset took its cadence, unsaid).
     capsys.readouterr()
     bigbatch.train(tiny.override({"train.kimg": 0.576}), run_dir=run, resume=True, quiet=True)
-    assert "checkpoint.every_minutes 1e-09 -> 0.0" in capsys.readouterr().err
+    said = "every_minutes 1e-09 -> 0.0, checkpoint.keep 100 -> 3: the run saves and keeps its checkpoints so from here"
+    assert f"{said} (give checkpoint.every_kimg=100.0 checkpoint.every_minutes=1e-09" in capsys.readouterr().err
     assert main(["train", "--dry-run", "checkpoint.every_minutes=-1"]) == 2
     assert (
         "'checkpoint.every_minutes' must be a finite number of minutes >= 0 (0 = off), got -1.0"
@@ -391,7 +392,7 @@ def test_resume_refuses_a_changed_recipe_but_takes_what_rescues_a_diverged_run(t
 
     assert main(["train", "--run-dir", str(run), "--resume", "--dry-run", "train.batch=64"]) == 2
     err = capsys.readouterr().err  # (the fix first, then what may change: found from outside, after 1,500 chars)
-    assert "was trained with in train.batch (32 -> 64): drop the override, or undo the edit" in err
+    assert "was trained with in train.batch (32 -> 64): drop the override (or the --preset" in err
     assert err.index("train.init_from=RUN") < err.index("A resumed run may change only")
     assert main(["train", "--run-dir", str(run), "--resume", "--dry-run"]) == 0
     assert "; resumes 000000.640" in capsys.readouterr().out
