@@ -213,11 +213,12 @@ def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
     return min(n or len(ref), len(ref))
 
 
-def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str) -> None:
+def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str, named: str = "B") -> None:
     """A subset of B asked for when B is statistics (which cannot be subset): one line, not ignored; more
-    of B than it holds: said, as for A."""
+    of B than it holds: said, as for A. `named`: the reference as the user knows it (a run's data set, no B given:
+    found from outside, called B)."""
     if kind != "stats" and reference_n and reference_n > len(ref):
-        warn(f"B holds {len(ref)} images, fewer than {where} {reference_n}: using all of them")
+        warn(f"{named} holds {len(ref)} images, fewer than {where} {reference_n}: using all of them")
     if kind == "stats" and reference_n:
         n = ref.meta.get("n")
         raise BigbatchError(
@@ -304,7 +305,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     n = 50_000 if args.n is None else args.n
     reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
     if args.reference_n:
-        _subset_of_stats(kind, ref, reference_n, "--reference-n")
+        _subset_of_stats(kind, ref, reference_n, "--reference-n", "B" if args.reference else cfg.data.path)
     elif args.reference is not None and kind != "stats" and reference_n and reference_n < len(ref):
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")

@@ -539,4 +539,9 @@ def checkpoint_named(args: argparse.Namespace) -> None:
         raise BigbatchError(
             f"{where} is a checkpoint already: --checkpoint {args.checkpoint} names one of a run directory"
         )
+    from bigbatch.checkpoint_find import holds_checkpoints
+
+    # (of images: found from outside, --checkpoint latest was taken without a word)
+    if args.checkpoint is not None and where and Path(where).exists() and not holds_checkpoints(Path(where)):
+        raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {where} is not a run")
     args.checkpoint = args.checkpoint or "latest"

@@ -110,8 +110,9 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     for command in (["eval", str(ckpt)], ["predict", str(ckpt), str(tmp_path / "pets")], ["export", str(ckpt), "m.pt"]):
         assert main([*command, "--checkpoint", "latest"]) == 2  # (found from outside: the folder's own, unsaid)
         assert "is a checkpoint already: --checkpoint latest names one of a run directory" in capsys.readouterr().err
-    assert main(["eval", str(tmp_path / "pets"), "--checkpoint", "best"]) == 2
-    assert "--checkpoint picks a checkpoint of a run" in capsys.readouterr().err
+    for which in ("best", "latest"):  # (latest, the default's name: found from outside, taken without a word)
+        assert main(["eval", str(tmp_path / "pets"), "--checkpoint", which]) == 2
+        assert "--checkpoint picks a checkpoint of a run" in capsys.readouterr().err
 
 
 def predict_p(module, image):

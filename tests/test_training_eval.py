@@ -171,6 +171,8 @@ def test_precision_recall_density_and_coverage_are_logged_and_one_of_them_keeps_
     assert {k: again[k] for k in ("c_precision", "c_recall", "c_density", "c_coverage")} == {
         k: rows[-1][k] for k in ("c_precision", "c_recall", "c_density", "c_coverage")
     }
+    assert main(["eval", str(run), "--metrics", "pr", "--n", "96", "--reference-n", "5000"]) == 0  # (no B: the data's
+    assert "builtin:digits holds 1797 images, fewer than --reference-n 5000" in capsys.readouterr().err  # name, not B)
     # pr gives two values: the best follows one of them, named.
     assert main(["train", "eval.metrics=fid,pr", "eval.best=pr", "--run-dir", "x"]) == 2
     assert (
