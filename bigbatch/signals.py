@@ -167,10 +167,11 @@ def _handled(stop: StopRequest) -> Iterator[None]:
         if signum == signal.SIGINT and (stop.requested or not stop.armed):
             raise KeyboardInterrupt
         if signum in hangup:  # (its terminal gone: what is printed there from here would fail; found by review; a
-            silence(*(fd for fd in (1, 2) if os.isatty(fd)))  # file or pipe still takes it: found from outside)
+            silence(*terminals)  # file or pipe still takes it: found from outside)
         stop.requested = True
 
     hangup = [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    terminals = [fd for fd in (1, 2) if os.isatty(fd)]  # (now: a hung-up terminal is no tty by the time of its SIGHUP)
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, *hangup)}
     try:
         yield
