@@ -588,7 +588,7 @@ def test_reference_sums_kept_at_a_stop_or_a_kill_go_on_to_the_same_bits(tmp_path
 
     M.features.kept_file(keep).unlink()
     M.moments_sharded(_Moments(), 50, looking, batch_size=8, keep=keep)
-    assert seen == [[40, 8]]  # (the batches before image 40)
+    assert seen == [[40, 8, 0]]  # (the batches before image 40, in batches of 8, from image 0)
     # Sums of batches larger than now asked (kept on a larger GPU, or before running out of memory): begun again.
     M.moments_sharded(_Moments(), 50, lambda s, c: images[s : s + c], batch_size=4, keep=keep)
     assert "summed in batches of 8, more than the 4 asked); computing them anew" in capsys.readouterr().err

@@ -192,7 +192,7 @@ def moments_sharded(
     total = torch.zeros(shift.numel(), dtype=torch.float64)
     outer = torch.zeros(shift.numel(), shift.numel(), dtype=torch.float64)
     kept = kept_file(keep) if keep is not None else None
-    done, batch = _restore(kept, shift, total, outer, hi - lo, batch_size) if kept is not None else (0, None)
+    done, batch = _restore(kept, shift, total, outer, lo, hi, batch_size) if kept is not None else (0, None)
     batch_size = batch or batch_size
     shown, last, began = Progress(hi - lo - done, "features"), time.monotonic(), done
     # The sums and their count as one object, replaced whole after each batch: an exception a signal raises
@@ -205,13 +205,13 @@ def moments_sharded(
             except EvaluationStopped as e:
                 if kept is None or not acc[2]:
                     raise
-                _keep(kept, shift, *acc, batch_size)  # (where a batch begins: of whole batches)
+                _keep(kept, shift, *acc, batch_size, lo)  # (where a batch begins: of whole batches)
                 raise type(e)(f"{acc[2]:,} of {hi - lo:,} images done, kept in {kept} for the next start") from None
             x = extractor(images_at(start, min(batch_size, hi - start)))["pool"].double() - shift
             acc = (acc[0] + x.sum(0), acc[1] + x.T @ x, acc[2] + x.shape[0])
             shown.add(x.shape[0])
             if kept is not None and time.monotonic() - last >= KEEP_EVERY_S and acc[2] < hi - lo:
-                _keep(kept, shift, *acc, batch_size)
+                _keep(kept, shift, *acc, batch_size, lo)
                 last = time.monotonic()
         total, outer, _ = acc
         shown.close()
@@ -225,7 +225,7 @@ def moments_sharded(
     except BaseException:  # (found from outside: `bigbatch stats` stopped by SIGTERM or Ctrl-C kept nothing)
         if kept is not None and began < acc[2]:
             try:  # (an error of its own, or a second signal, must not hide the first: review)
-                _keep(kept, shift, *acc, batch_size)
+                _keep(kept, shift, *acc, batch_size, lo)
                 print(f"reference statistics: {acc[2]:,} of {hi - lo:,} images done, kept in {kept}", file=sys.stderr)
             except Exception as e:  # noqa: BLE001
                 warn(f"the reference statistics' sums so far could not be kept in {kept}: {e}")
@@ -249,17 +249,19 @@ def drop_kept(keep: Path) -> None:
             f.unlink(missing_ok=True)
 
 
-def _keep(kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, done: int, batch: int) -> None:
+def _keep(
+    kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, done: int, batch: int, first: int
+) -> None:
     from safetensors.torch import save
 
     kept.parent.mkdir(parents=True, exist_ok=True)
-    numbers = torch.tensor([done, batch])
+    numbers = torch.tensor([done, batch, first])  # (first: the shard's first image, which the batch size moves)
     # (atomic_write: cut short, nothing is left in the cache, where nothing sweeps it; found by review)
     atomic_write(kept, save({"shift": shift, "total": total, "outer": outer, "done_batch": numbers}))
 
 
 def _restore(
-    kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, share: int, batch_size: int
+    kept: Path, shift: torch.Tensor, total: torch.Tensor, outer: torch.Tensor, lo: int, hi: int, batch_size: int
 ) -> tuple[int, int | None]:
     """The images of its share a kept file says were summed, its sums put in `total` and `outer`, and the batch
     they were summed in (the rest is, so that the sums are the same bits: found by review); (0, None) when there is
@@ -271,9 +273,12 @@ def _restore(
         return 0, None
     try:
         saved = load_file(str(kept))
-        done, batch = (int(v) for v in saved["done_batch"])
+        done, batch, *first = (int(v) for v in saved["done_batch"])
+        share = hi - lo
         if not (0 < done <= share and batch > 0 and torch.equal(saved["shift"], shift)):
             raise ValueError("not of these images")
+        if (first or [0])[0] != lo:  # (a shard begun elsewhere: another batch size's, or before whole batches; review)
+            raise ValueError(f"its images begin at {(first or [0])[0]}, this shard's at {lo}")
         if batch > batch_size:
             raise ValueError(f"summed in batches of {batch}, more than the {batch_size} asked")
         total.copy_(saved["total"])
