@@ -418,6 +418,7 @@ def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tm
     from safetensors.torch import save_file
 
     from bigbatch.cli import main
+    from bigbatch.tasks.classify.finetune import load_pretrained
 
     # A state dict in torchvision's resnet18 layout (1000 classes), randomly initialised: no download.
     source = bigbatch.models.create_classifier("resnet18", 1000, ch=16)
@@ -428,6 +429,9 @@ def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tm
     over.update({"train.init_from": str(tmp_path / "r18.pth"), "train.freeze_kimg": 0.128, "train.body_lr_mult": 0.1})
     frozen = bigbatch.train(tiny(**over), run_dir=tmp_path / "frozen", quiet=True)
     trained = load_file(frozen / "checkpoints" / "000000.128" / "model.safetensors")
+    fed = bigbatch.models.create_classifier("resnet18", 10, ch=16, input_stats="imagenet")  # (review)
+    with pytest.raises(BigbatchError, match=r"images in \[-1, 1\] .*set model.options.input_stats = ''"):
+        load_pretrained(fed, str(frozen), ["0"])
     params = dict(source.named_parameters())
     norms = {k for k in params if ".bn" in k or k.startswith("bn1.") or ".downsample.1." in k}
     assert len(norms) == 40 and all(k.endswith((".weight", ".bias")) for k in norms)
@@ -456,12 +460,8 @@ def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tm
     assert torch.equal(start["conv1.weight"], body["conv1.weight"])  # the body as the file has it
     # Past freeze_kimg the body trains too (here from the safetensors file).
     over.update({"train.kimg": 0.256, "train.init_from": str(tmp_path / "r18.safetensors")})
-    thawed = load_file(
-        bigbatch.train(tiny(**over), run_dir=tmp_path / "thawed", quiet=False)
-        / "checkpoints"
-        / "000000.256"
-        / "model.safetensors"
-    )
+    thawed_run = bigbatch.train(tiny(**over), run_dir=tmp_path / "thawed", quiet=False)
+    thawed = load_file(thawed_run / "checkpoints" / "000000.256" / "model.safetensors")
     assert "loaded 120 tensors; new for the data's 10 classes: fc.weight, fc.bias" in capsys.readouterr().out
     assert not torch.equal(thawed["conv1.weight"], body["conv1.weight"])
     # Another layout is one line naming what does not fit; the GAN task does not take these keys.

@@ -19,11 +19,14 @@ from bigbatch.urls import public_name
 HEAD = "fc."  # the classifier layer every bigbatch classifier family ends in
 
 
-def read_state_dict(path: str, family: str = "") -> tuple[dict[str, torch.Tensor], list[str] | None]:
+def read_state_dict(
+    path: str, family: str = "", input_stats: str | None = None
+) -> tuple[dict[str, torch.Tensor], list[str] | None]:
     """The tensors of a .pth/.pt (torch.load, weights_only) or .safetensors file, or of a classify
     run's (or checkpoint's) network, with its class names where known (a run's); a training checkpoint's
     `state_dict`/`model` entry is taken, and DDP's `module.` prefixes dropped. `family`: the model.name to load
-    into, which a run of another is refused by name."""
+    into, which a run of another is refused by name; `input_stats`: the network's to load into, which a run fed
+    otherwise is refused by (found by review: a run fed [-1, 1] was fine-tuned fed ImageNet's statistics)."""
     p = Path(path)
     if p.is_dir():
         from bigbatch import checkpoint_find, checkpoints
@@ -42,6 +45,14 @@ def read_state_dict(path: str, family: str = "") -> tuple[dict[str, torch.Tensor
                 raise BigbatchError(
                     f"train.init_from {path} is a {cfg.model.name} run, and this config's model.name is {family}: "
                     f"give weights of a {family}, or model.name = {cfg.model.name!r} (and its options) to fine-tune it"
+                )
+            theirs = cfg.model.options.get("input_stats", "")
+            if input_stats is not None and theirs != input_stats:
+                fed = {"imagenet": "normalized by ImageNet's mean and std"}
+                raise BigbatchError(
+                    f"train.init_from {path} learned on images {fed.get(theirs, 'in [-1, 1]')} (its "
+                    f"model.options.input_stats = {theirs!r}), and this config gives them "
+                    f"{fed.get(input_stats, 'in [-1, 1]')}: set model.options.input_stats = {theirs!r}"
                 )
             return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names")
 
@@ -74,7 +85,7 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: s
     """Load the body of `net` from `path` (every tensor but the head must be there, of the same shape);
     the head too when it has the same shape and, from a run, the same classes (`class_names`, the data's),
     else it stays new. Returns the line that says which. `family`: read_state_dict's."""
-    theirs, names = read_state_dict(path, family)
+    theirs, names = read_state_dict(path, family, getattr(net, "input_stats", None))
     mine = net.state_dict()
     for key, value in mine.items():
         if key.startswith(HEAD) or (key.endswith("num_batches_tracked") and key not in theirs):
