@@ -336,3 +336,22 @@ def test_a_source_that_stops_answering_stops_prepare_in_one_line_and_it_resumes(
     resumed = prepare("s3://bkt/outage", str(out), 8, workers=0)  # (through the shared server: the same objects)
     local = prepare(str(_local_copy(files, tmp_path / "local")), str(tmp_path / "local.h5"), 8, workers=0)
     assert resumed.resumed >= 16 and resumed.count == 208 and resumed.content_hash == local.content_hash
+
+
+def test_an_object_refused_alone_is_skipped_and_a_batch_all_refused_stops_prepare():
+    # Found by review: a 403 on one object (its own ACL or KMS key) stopped every rerun of the prepare; one object's
+    # refusal is its own (skipped, said), every object of a batch refused is the credentials' (a stop, resumable).
+    from bigbatch.data.listing import SourceFailed, fetched_all
+
+    class Answer(Exception):
+        status = 403
+
+    got = fetched_all([b"png", PermissionError("Access Denied"), Answer("Forbidden")], ["a", "b", "c"])
+    assert got[0] == b"png" and got[1:] == [
+        "unreadable (refused: PermissionError: Access Denied)",
+        "unreadable (refused: Answer: Forbidden)",
+    ]
+    with pytest.raises(SourceFailed, match=r"reading a and the 1 read with it was refused .*once the credentials"):
+        fetched_all([PermissionError("Access Denied"), PermissionError("Access Denied")], ["a", "b"])
+    with pytest.raises(SourceFailed, match="once the source answers again"):  # (a timeout is not the object's)
+        fetched_all([b"png", TimeoutError("timed out")], ["a", "b"])

@@ -126,10 +126,32 @@ def fetched(got: object, name: str) -> bytes | str:
         return got
     if isinstance(got, FileNotFoundError):
         return f"unreadable (gone since it was listed: {got})"
+    if refused(got):  # (the object's own: an ACL, a KMS key; found by review, it stopped every rerun)
+        return f"unreadable (refused: {type(got).__name__}: {got})"
     raise SourceFailed(
         f"reading {name} failed ({type(got).__name__}: {got}); once the source answers again (network, server, "
         "credentials), run the same command"
     )
+
+
+def refused(got: object) -> bool:
+    """A remote read refused for the object itself: permission denied (S3's 403), or an HTTP answer 4xx but a
+    timeout's or too-many-requests'."""
+    status = getattr(got, "status", None)
+    return isinstance(got, PermissionError) or (
+        isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
+    )
+
+
+def fetched_all(got: Sequence[object], names: Sequence[str]) -> list[bytes | str]:
+    """`fetched` of each; where every object of several read together was refused, not the objects' doing (expired
+    credentials, say): it stops the prepare (SourceFailed), as a source that stops answering does."""
+    if len(got) > 1 and all(map(refused, got)):
+        raise SourceFailed(
+            f"reading {names[0]} and the {len(got) - 1} read with it was refused ({type(got[0]).__name__}: {got[0]}); "
+            "once the credentials let them be read, run the same command"
+        )
+    return [fetched(g, n) for g, n in zip(got, names)]
 
 
 class Source:

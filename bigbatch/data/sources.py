@@ -31,7 +31,7 @@ from bigbatch.data.listing import (
     Interrupted,
     Listing,
     Source,
-    fetched,
+    fetched_all,
     file_stamp,
     hidden,
     label_files,
@@ -133,7 +133,7 @@ class FsspecSource(Source):
         # listing is out of its cache) to split objects larger than 50 MB into concurrent ranges.
         options = {"max_concurrency": 1} if getattr(fs, "max_concurrency", 1) > 1 else {}
         got = fs.cat_ranges(list(keys), None, None, on_error="return", **options)
-        return [fetched(v, k) for v, k in zip(got, keys)]
+        return fetched_all(got, keys)
 
 
 def _regular_or_missing(file: str) -> bool:
