@@ -147,19 +147,27 @@ def resized(
 ) -> np.ndarray:
     """uint8 HxWxC `region`, or its part `box` (x0, y0, x1, y1) -> `size` (h, w), bicubic: `resize` where it
     shrinks on either axis, OpenCV's where it only enlarges (or keeps) both. A box whose edges fall within pixels
-    is resampled where it lies (`placed`: Pillow's box resize, of the filter `resize` matches), or taken at its
-    size from the pixel nearest its start (PyTorch's kernels, scaled by it: half a pixel off at most)."""
+    is resampled where it lies (`placed`: Pillow's box resize, of the filter `resize` matches, where it shrinks;
+    OpenCV's warpAffine, of resize's kernel and map, where it enlarges), or taken at its size from the pixel nearest
+    its start (PyTorch's kernels of the same filters, scaled by it: half a pixel off at most, under one at the
+    image's right or bottom edge)."""
     import cv2
 
     out_h, out_w = size
     h, w = region.shape[:2]
     x0, y0, x1, y1 = box or (0, 0, w, h)
     shrinks = x1 - x0 > out_w or y1 - y0 > out_h
-    if (x0, y0, x1, y1) != (0, 0, w, h) and placed:
+    if (x0, y0, x1, y1) != (0, 0, w, h) and placed and shrinks:
         grey = region.shape[2] == 1
         img = Image.fromarray(region[..., 0] if grey else region)
         out = np.asarray(img.resize((out_w, out_h), Image.Resampling.BICUBIC, box=(x0, y0, x1, y1)))
         return out[..., None] if grey else out
+    if (x0, y0, x1, y1) != (0, 0, w, h) and placed:  # (resize's map, dst -> (dst + 0.5) * scale - 0.5, from x0, y0)
+        sx, sy = (x1 - x0) / out_w, (y1 - y0) / out_h
+        to = np.array([[sx, 0, x0 + sx / 2 - 0.5], [0, sy, y0 + sy / 2 - 0.5]])
+        flags = cv2.INTER_CUBIC | cv2.WARP_INVERSE_MAP
+        out = cv2.warpAffine(region, to, (out_w, out_h), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+        return out[..., None] if out.ndim == 2 else out
     if (x0, y0, x1, y1) != (0, 0, w, h):
         left, top = min(round(x0), int(w - (x1 - x0))), min(round(y0), int(h - (y1 - y0)))
         part = torch.from_numpy(region[top : top + math.ceil(y1 - y0), left : left + math.ceil(x1 - x0)])
