@@ -543,5 +543,7 @@ def checkpoint_named(args: argparse.Namespace) -> None:
 
     # (of images: found from outside, --checkpoint latest was taken without a word)
     if args.checkpoint is not None and where and Path(where).exists() and not holds_checkpoints(Path(where)):
-        raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {where} is not a run")
+        raise BigbatchError(
+            f"--checkpoint picks a checkpoint of a run; {where} is not a run: drop --checkpoint, or give a run"
+        )
     args.checkpoint = args.checkpoint or "latest"

@@ -377,7 +377,8 @@ def test_classifier_options_are_checked_before_building():
     rng = torch.get_rng_state()
     with pytest.raises(bigbatch.BigbatchError) as e:
         bigbatch.models.create_classifier("resnet18", 10, depth=20)
-    assert str(e.value).startswith("'resnet18' has no option 'depth'; valid: zero_init_residual, input_stats, init (another")
+    valid = "zero_init_residual, input_stats, init"
+    assert str(e.value).startswith(f"'resnet18' has no option 'depth'; valid: {valid} (another")
     assert "give model.options={} with model.name" in str(e.value)
     assert registry.options("resnet_cifar") == {"depth": 20, "zero_init_residual": False, "init": "kaiming"}
     with pytest.raises(bigbatch.BigbatchError, match="option 'zero_init_residual' of 'resnet50' must be bool"):

@@ -531,3 +531,12 @@ def test_a_file_of_rectangles_is_refused_where_squares_are_read_naming_its_shape
     argv = ["train", "--preset", "saehd_cpu", f"data.path={rect}", f"data.dst_path={rect}", "--dry-run"]
     assert main(argv) == 2
     assert "the src faces" in (err := capsys.readouterr().err) and "are 40x30 images, not squares" in err
+
+
+def test_a_labels_file_naming_a_file_by_two_longer_paths_is_refused(tmp_path):
+    # Found by review: rows of two longer paths ending in the same file took the first one's label without a word.
+    (tmp_path / "val").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "val" / "a.png")
+    (tmp_path / "l.csv").write_text("/x/val/a.png,cat\n/y/val/a.png,dog\n")
+    with pytest.raises(bigbatch.BigbatchError, match=r"names a.png by two paths \(/x/val/a.png, /y/val/a.png\)"):
+        prepare(str(tmp_path / "val"), str(tmp_path / "v.h5"), 8, workers=0, labels=str(tmp_path / "l.csv"))

@@ -1,8 +1,8 @@
 """Labels from a file for a flat folder of images (ImageNet's validation set as it comes): `prepare
 --labels FILE.csv [--classes TRAIN.h5]`. Each row names a file (its path under the source, or a longer one
-ending in it, its name, or its name without extension) and its class (the second column, spaces included; the first word of it
-under ImageNet's header `ImageId,PredictionString`, so LOC_val_solution.csv reads as it is); class
-indices follow the training file's class names."""
+ending in it, its name, or its name without extension) and its class (the second column, spaces included; the
+first word of it under ImageNet's header `ImageId,PredictionString`, so LOC_val_solution.csv reads as it is);
+class indices follow the training file's class names."""
 
 from __future__ import annotations
 
@@ -91,9 +91,13 @@ def relabel(
     for k in labels:  # from outside, "no label" for every file)
         parts = PurePosixPath(k.replace("\\", "/")).parts
         for n in range(1, len(parts)):
-            tails.setdefault("/".join(parts[-n:]), k)
+            tail = "/".join(parts[-n:])
+            tails[tail] = k if tails.get(tail, k) == k else ""  # ("": rows of two paths end so; review)
     keys = [next((k for k in (rel, PurePosixPath(rel).name, PurePosixPath(rel).stem) if k in labels), tails.get(rel))
             for rel in listing.names]  # fmt: skip
+    if (rel := next((r for r, k in zip(listing.names, keys) if k == ""), None)) is not None:
+        rows = [k for k in labels if k.replace("\\", "/").endswith("/" + rel)]
+        raise BigbatchError(f"{what} names {rel} by two paths ({_few(rows)}): keep the row of the source's file")
     files: dict[str, list[str]] = {}
     images = {e.lower() for e in Image.registered_extensions()}  # (an image's .xml or .txt beside it is not one)
     for rel, key in zip(listing.names, keys):
