@@ -148,8 +148,8 @@ def one_line_warnings() -> None:
         return
 
     def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        if f"{os.sep}PIL{os.sep}" not in filename:
-            return shown(message, category, filename, lineno, file, line)
+        if f"{os.sep}PIL{os.sep}" not in filename or not issubclass(category, UserWarning):  # (a deprecation is
+            return shown(message, category, filename, lineno, file, line)  # Pillow's own, not a file's: review)
         said = re.sub(r"\d+", "N", " ".join(str(message).split()))
         warn(f"Pillow: {said} (of some image files, decoded all the same)", once=True)
 

@@ -66,6 +66,9 @@ def sweep(
     name: fcd, fid, val_top1, ...) to the study, which may prune the run (it stops with a checkpoint);
     a trial's value is its run's best `metric`. Runs are RUNS_DIR/trial-NNNN-<hash of its config>.
 
+    quiet: the runs' own output, of a local grid's runs (those of a launcher, or a search's, print none here); the
+    sweep's line a run or trial is printed either way.
+
     Returns the rows this call wrote to RUNS_DIR/results.csv (earlier calls' rows stay in the file):
     per run, its values, status (finished, interrupted, failed, pruned), kimg, wall seconds, img/s,
     final losses and best scores. A run that fails does not stop the others; once all have ended the
@@ -73,7 +76,7 @@ def sweep(
     _CALLS[0] += 1
     root = local_folder(runs_dir, "runs_dir", "a sweep")
     if search is not None:
-        return _search(base, grid, root, launcher, nprocs, search, n_trials, metric, quiet)
+        return _search(base, grid, root, launcher, nprocs, search, n_trials, metric)
     if n_trials is not None or metric is not None:
         raise BigbatchError("n_trials and metric are for a search: give search=optuna.create_study(...) too")
     if not isinstance(grid, dict) or not grid:
@@ -105,7 +108,7 @@ def sweep(
                 for job in todo:
                     _train_here(job, quiet)
             else:
-                _side_by_side(iter(todo), _starter(launcher, nprocs), quiet)
+                _side_by_side(iter(todo), _starter(launcher, nprocs))
         rows = _finish(root, jobs)
         done, before = sum(r.get("status") == "finished" for r in rows), len(jobs) - len(todo)
         said = f" ({before} before this call)" if before else ""
@@ -239,7 +242,6 @@ def _starter(launcher: Any, nprocs: int) -> Starter:
 def _side_by_side(
     jobs: Iterator[Job],
     starter: Starter,
-    quiet: bool,
     watch: Callable[[Job, Any], None] | None = None,
     ended: Callable[[Job], None] | None = None,
 ) -> None:
@@ -323,7 +325,6 @@ def _search(
     study: Any,
     n_trials: int | None,
     metric: str | None,
-    quiet: bool,
 ) -> list[dict[str, Any]]:
     """sweep(..., search=study): n_trials configs sampled by the Optuna study, pruned on `metric`."""
     try:
@@ -402,7 +403,7 @@ def _search(
             with _table_on_stop(root, jobs, again):
                 # Each trial told as its run ends (found from outside: told all at the search's end, no trial had
                 # completed when the next was sampled, so TPE sampled at random and the pruner never pruned).
-                _side_by_side(trials(), starter, quiet, watch, ended=tell)
+                _side_by_side(trials(), starter, watch, ended=tell)
         finally:
             for job in jobs:
                 tell(job)

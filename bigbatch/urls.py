@@ -124,6 +124,15 @@ def option_credentials(options: dict[str, Any], keys: bool = True, prefix: str =
     return found
 
 
+def unreachable(error: BaseException, what: str) -> str | None:
+    """ "cannot reach WHAT (...): is its server up?" where fsspec's FileNotFoundError stands for a server that did not
+    answer (its HTTP file system says so of a refused connection: found from outside, called missing); else None."""
+    cause = error.__cause__
+    if isinstance(error, FileNotFoundError) and isinstance(cause, OSError):
+        return f"cannot reach {what} ({cause}): is its server up?"
+    return None
+
+
 @dataclass(frozen=True)
 class Location:
     """A path or URL a user named (a source of images, a data file), parsed once where it enters: a URL's

@@ -255,7 +255,7 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
         bigbatch.sweep(base, space, tmp_path / "bad", search=study, metric="val_top1")
 
 
-def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, capsys):
+def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, capsys, monkeypatch):
     # Found from outside: SIGTERM to `bigbatch sweep` of a search wrote no table, exited 143, said only that.
     pytest.importorskip("optuna")
     from test_classify import tiny as tiny_classifier
@@ -272,11 +272,8 @@ def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, caps
         "study = optuna.create_study(direction='maximize')\n"
         "bigbatch.sweep(base, space, os.environ['RUNS'], search=study, n_trials=3, metric='val_top1')\n"
     )
-    os.environ["RUNS"] = str(tmp_path / "runs")
-    try:
-        assert main(["sweep", str(script)]) == 130
-    finally:
-        del os.environ["RUNS"]
+    monkeypatch.setenv("RUNS", str(tmp_path / "runs"))
+    assert main(["sweep", str(script)]) == 130
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith("bigbatch sweep: stopped (by SIGTERM); `bigbatch train --run-dir RUN --resume`"), err
     with open(tmp_path / "runs" / "results.csv") as f:

@@ -39,7 +39,7 @@ from bigbatch.data.listing import (
 )
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import Location
+from bigbatch.urls import Location, unreachable
 
 # One filter for every image, written into each data file: the resize filter alone moves FID.
 RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
@@ -217,8 +217,8 @@ def _not_there(src: Location, fs: Any, root: str) -> str:
     try:
         fs.info(root)
     except FileNotFoundError as e:
-        if isinstance(e.__cause__, OSError):
-            return f"cannot reach source {src.name} ({e.__cause__}): is its server up?"
+        if said := unreachable(e, f"source {src.name}"):
+            return said
     except Exception:  # noqa: BLE001, S110 -- any other answer: no file there
         pass
     return f"source {src.name} is not on its server: give a folder (its URL ending in /), a .zip or .tar shards"

@@ -31,7 +31,7 @@ from bigbatch.data.listing import (
     object_stamp,
 )
 from bigbatch.errors import BigbatchError
-from bigbatch.urls import Location
+from bigbatch.urls import Location, unreachable
 
 # WebDataset's fields that are never images (the names its default decoders know): not listed as files.
 METADATA = frozenset(
@@ -336,10 +336,8 @@ def _open(shard: Location, storage_options: dict[str, Any] | None) -> tuple[IO[b
         stamp = object_stamp(fs.info(path))
         return fs.open(path, "rb", block_size=8 << 20, cache_type="readahead"), stamp
     except FileNotFoundError as e:
-        if isinstance(
-            e.__cause__, OSError
-        ):  # (fsspec's HTTP calls a server that does not answer so: found from outside)
-            raise BigbatchError(f"cannot reach shard {shard.name} ({e.__cause__}): is its server up?") from None
+        if said := unreachable(e, f"shard {shard.name}"):
+            raise BigbatchError(said) from None
         raise BigbatchError(f"shard {shard.name} does not exist; give the shards there are") from None
     except BigbatchError:
         raise
