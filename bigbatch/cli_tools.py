@@ -541,8 +541,10 @@ def checkpoint_named(args: argparse.Namespace) -> None:
         )
     from bigbatch.checkpoint_find import holds_checkpoints
 
-    # (of images: found from outside, --checkpoint latest was taken without a word)
-    if args.checkpoint is not None and where and Path(where).exists() and not holds_checkpoints(Path(where)):
+    # (eval of images: found from outside, --checkpoint latest was taken without a word; predict and export say more
+    # of what else they take, a DFL model folder)
+    given = args.checkpoint is not None and getattr(args, "command", None) == "eval"
+    if given and where and Path(where).exists() and not holds_checkpoints(Path(where)):
         raise BigbatchError(
             f"--checkpoint picks a checkpoint of a run; {where} is not a run: drop --checkpoint, or give a run"
         )
