@@ -417,7 +417,9 @@ def test_rectangular_validation_crops_each_whole_image_at_its_own_aspect_ratio(t
         stored = data.stored_sizes(torch.tensor([i]))[0].tolist()
         full = decode(bytes(ram.array[ram.offsets[i] : ram.offsets[i + 1]]), stored)
         want = val_transform(torch.from_numpy(full.copy())[None], 64, 1.14, True)[0]
-        assert want.shape == cut[k].shape and (want - cut[k]).abs().mean() < 0.05
+        # (whole pixels of the resized image from its corner, as torchvision's CenterCrop: found from outside, the
+        # exact centre, half an output pixel off where the margin was odd, 0.016 apart)
+        assert want.shape == cut[k].shape and (want - cut[k]).abs().mean() < 0.005
     # Squares without `rect`; the same scores whatever the number of ranks.
     seen.clear()
     square, _ = scores(False)

@@ -160,9 +160,12 @@ class Validation:
     def _region(self, i: int, size: int) -> tuple[tuple[int, int], tuple[float, float, float, float]]:
         """Whole image i's output (h, w) at `size` and the box (x, y, w, h) of it that becomes that."""
         h, w = self._sizes[i].tolist()  # type: ignore[index]
-        scale, _, _, ch, cw = val_geometry(h, w, size, self.crop, self.rect)
-        bh, bw = ch / scale, cw / scale
-        return (ch, cw), ((w - bw) / 2, (h - bh) / 2, bw, bh)
+        _, rh, rw, ch, cw = val_geometry(h, w, size, self.crop, self.rect)
+        # The box val_transform's resize-then-crop takes, its offsets whole pixels of the resized image as
+        # torchvision's CenterCrop's (found from outside: the exact centre, half an output pixel from every other
+        # path's where the margin was odd)
+        sy, sx = h / rh, w / rw
+        return (ch, cw), (((rw - cw) // 2) * sx, ((rh - ch) // 2) * sy, cw * sx, ch * sy)
 
     def _transform(self, index: torch.Tensor, size: int, boxes: list | None = None, shape: Any = None) -> tuple:
         """(float NCHW inputs on the device, labels) of images `index` (of one output shape) at `size`.
