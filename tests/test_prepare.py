@@ -540,3 +540,14 @@ def test_a_labels_file_naming_a_file_by_two_longer_paths_is_refused(tmp_path):
     (tmp_path / "l.csv").write_text("/x/val/a.png,cat\n/y/val/a.png,dog\n")
     with pytest.raises(bigbatch.BigbatchError, match=r"names a.png by two paths \(/x/val/a.png, /y/val/a.png\)"):
         prepare(str(tmp_path / "val"), str(tmp_path / "v.h5"), 8, workers=0, labels=str(tmp_path / "l.csv"))
+
+
+def test_a_labels_file_of_old_mac_line_ends_is_read(tmp_path):
+    # Found from outside: a bare carriage return between rows (old Mac line ends, a file edited across systems) was a
+    # traceback from Python's csv module.
+    (tmp_path / "val").mkdir()
+    for name in ("a", "b"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "val" / f"{name}.png")
+    (tmp_path / "l.csv").write_bytes(b"file,label\ra.png,cat\rb.png,dog\r")
+    report = prepare(str(tmp_path / "val"), str(tmp_path / "v.h5"), 8, workers=0, labels=str(tmp_path / "l.csv"))
+    assert report.count == 2 and report.class_names == ["cat", "dog"]

@@ -42,7 +42,11 @@ def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dic
         ) from None
     out: dict[str, str] = {}
     first_word = False
-    for i, row in enumerate(csv.reader(io.StringIO(text))):
+    try:  # (newline="": a file of old Mac line ends, or one edited across systems, found from outside a traceback)
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise BigbatchError(f"labels file {public_name(path)} is not CSV Python reads ({e}): save it as CSV") from None
+    for i, row in enumerate(rows):
         if not row or not "".join(row).strip():
             continue
         if len(row) < 2 or not row[1].split():
