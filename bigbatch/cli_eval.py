@@ -77,8 +77,10 @@ def run_eval(args: argparse.Namespace) -> None:
             report = evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, dist.context().device)
         print(describe(report))
         return
-    if args.checkpoint != "latest" and not _is_run(args.path):
-        raise BigbatchError(f"--checkpoint picks a checkpoint of a run; {args.path} is not a run")
+    if args.checkpoint_given and not _is_run(args.path):  # (latest too: found from outside, taken without a word)
+        raise BigbatchError(
+            f"--checkpoint picks a checkpoint of a run; {args.path} is not a run: drop --checkpoint, or give a run"
+        )
     if args.checkpoint != "latest":  # a GAN run: the checkpoint folder is A
         from bigbatch.checkpoint_find import pick_checkpoint
 

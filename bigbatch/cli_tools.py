@@ -539,13 +539,5 @@ def checkpoint_named(args: argparse.Namespace) -> None:
         raise BigbatchError(
             f"{where} is a checkpoint already: --checkpoint {args.checkpoint} names one of a run directory"
         )
-    from bigbatch.checkpoint_find import holds_checkpoints
-
-    # (eval of images: found from outside, --checkpoint latest was taken without a word; predict and export say more
-    # of what else they take, a DFL model folder)
-    given = args.checkpoint is not None and getattr(args, "command", None) == "eval"
-    if given and where and Path(where).exists() and not holds_checkpoints(Path(where)):
-        raise BigbatchError(
-            f"--checkpoint picks a checkpoint of a run; {where} is not a run: drop --checkpoint, or give a run"
-        )
+    args.checkpoint_given = args.checkpoint is not None  # (eval of images refuses even "latest": found from outside)
     args.checkpoint = args.checkpoint or "latest"

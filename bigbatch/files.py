@@ -197,11 +197,16 @@ def check_writable(folder: Path) -> None:
         os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         probe.unlink()
     except OSError as e:
-        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+        if e.errno not in READ_ONLY:
             raise
-        raise BigbatchError(
-            f"cannot write in {folder} ({e.strerror}): give a folder on storage this user may write to"
-        ) from None
+        raise _cannot_write_in(folder, e) from None
+
+
+READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)  # what says a folder may not be written in
+
+
+def _cannot_write_in(folder: Path, e: OSError) -> BigbatchError:
+    return BigbatchError(f"cannot write in {folder} ({e.strerror}): give a folder on storage this user may write to")
 
 
 def metrics_row(line: str | bytes) -> dict | None:
@@ -276,11 +281,9 @@ def lock_folder(
             # (found by review: a link planted there had the lock overwrite its file; EMLINK: BSD's O_NOFOLLOW)
             if e.errno in (errno.ELOOP, errno.EMLINK):
                 raise BigbatchError(f"{path} is in the way of bigbatch's lock file (a link): remove it") from None
-            if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            if e.errno not in READ_ONLY:
                 raise
-            raise BigbatchError(
-                f"cannot write in {folder} ({e.strerror}): give a folder on storage this user may write to"
-            ) from None
+            raise _cannot_write_in(folder, e) from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -85,7 +85,8 @@ def eval_folder(run: str | Path, ckpt: Path, name: str, source: str, data_hash: 
     except (OSError, ValueError):
         said = None
     if isinstance(said, dict) and said.get("data") is not None:
-        hashed = data_hash and said.get("data_hash")  # (found from outside: compared by name, the same file from
-        if (said["data_hash"] != data_hash) if hashed else (said["data"] != source):  # another folder was other data)
+        # By content where both say it (found from outside: by name, the same file from another folder was other data)
+        same = said["data_hash"] == data_hash if data_hash and said.get("data_hash") else said["data"] == source
+        if not same:
             out = out.with_name(f"{out.name}-{xxhash.xxh64_hexdigest((data_hash or source).encode())[:8]}")
     return out

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -78,16 +78,26 @@ def keep_sigterm_for_the_loop() -> None:
     returns, exit status 0, as for a SIGTERM a moment later. A forked process ends on it as usual."""
     if threading.current_thread() is not threading.main_thread():
         return
+    signal.signal(signal.SIGTERM, _in_this_process(_PENDING.append))
+
+
+def _in_this_process(act: Callable[[int], None]) -> Callable[[int, object], None]:
+    """A signal handler that does `act(signum)` in this process; in a process forked from it, which inherited the
+    handler, the signal's default (it ends there as usual)."""
     pid = os.getpid()
 
-    def keep(signum: int, frame: object) -> None:
-        if os.getpid() != pid:  # a forked worker that inherited this handler
+    def handler(signum: int, frame: object) -> None:
+        if os.getpid() != pid:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        _PENDING.append(signum)
+        act(signum)
 
-    signal.signal(signal.SIGTERM, keep)
+    return handler
+
+
+def _raise_terminated(signum: int) -> None:
+    raise Terminated
 
 
 @contextmanager
@@ -98,16 +108,7 @@ def sigterm_raises() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         yield
         return
-    pid = os.getpid()
-
-    def terminated(signum: int, frame: object) -> None:
-        if os.getpid() != pid:  # a forked process that inherited this handler
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise Terminated
-
-    signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGTERM, _in_this_process(_raise_terminated))
     try:
         yield
     finally:

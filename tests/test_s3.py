@@ -355,3 +355,9 @@ def test_an_object_refused_alone_is_skipped_and_a_batch_all_refused_stops_prepar
         fetched_all([PermissionError("Access Denied"), PermissionError("Access Denied")], ["a", "b"])
     with pytest.raises(SourceFailed, match="once the source answers again"):  # (a timeout is not the object's)
         fetched_all([b"png", TimeoutError("timed out")], ["a", "b"])
+    # fsspec's HTTP says "not found" of a server that stopped answering too: its cause tells the two apart.
+    assert fetched_all([FileNotFoundError("b")], ["b"]) == ["unreadable (gone since it was listed: b)"]
+    down = FileNotFoundError("http://h/b.png")
+    down.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    with pytest.raises(SourceFailed, match="once the source answers again"):
+        fetched_all([b"png", down], ["a", "b"])

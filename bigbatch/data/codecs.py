@@ -119,7 +119,7 @@ def decode_box(
     of the pixels, and only the MCUs the region touches (jpeg_region). A box whose edges fall within the
     decoded pixels (a reduced scale's, most) is resampled where it lies where `placed`; else (a random crop,
     whose place is drawn anyway) at its size from the pixel nearest its start: half a decoded pixel off at most,
-    resized six times as fast (a validation crop at 224 px decodes in 0.55 of the time)."""
+    its resize six times as fast as the placed one's."""
     left, top, w, h = box
     out_h, out_w = (out, out) if isinstance(out, int) else out
     factor = _reduction(min(w / out_w, h / out_h), 1, jpeg)
@@ -157,27 +157,26 @@ def resized(
     h, w = region.shape[:2]
     x0, y0, x1, y1 = box or (0, 0, w, h)
     shrinks = x1 - x0 > out_w or y1 - y0 > out_h
-    if (x0, y0, x1, y1) != (0, 0, w, h) and placed and shrinks:
+    if (x0, y0, x1, y1) == (0, 0, w, h):
+        if shrinks:
+            return resize(region, size)
+        out = cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_CUBIC)
+    elif placed and shrinks:
         grey = region.shape[2] == 1
         img = Image.fromarray(region[..., 0] if grey else region)
         out = np.asarray(img.resize((out_w, out_h), Image.Resampling.BICUBIC, box=(x0, y0, x1, y1)))
-        return out[..., None] if grey else out
-    if (x0, y0, x1, y1) != (0, 0, w, h) and placed:  # (resize's map, dst -> (dst + 0.5) * scale - 0.5, from x0, y0)
+    elif placed:  # (resize's map, dst -> (dst + 0.5) * scale - 0.5, from x0, y0)
         sx, sy = (x1 - x0) / out_w, (y1 - y0) / out_h
         to = np.array([[sx, 0, x0 + sx / 2 - 0.5], [0, sy, y0 + sy / 2 - 0.5]])
         flags = cv2.INTER_CUBIC | cv2.WARP_INVERSE_MAP
         out = cv2.warpAffine(region, to, (out_w, out_h), flags=flags, borderMode=cv2.BORDER_REPLICATE)
-        return out[..., None] if out.ndim == 2 else out
-    if (x0, y0, x1, y1) != (0, 0, w, h):
+    else:
         left, top = min(round(x0), int(w - (x1 - x0))), min(round(y0), int(h - (y1 - y0)))
         part = torch.from_numpy(region[top : top + math.ceil(y1 - y0), left : left + math.ceil(x1 - x0)])
         op = torch.ops.aten._upsample_bicubic2d_aa if shrinks else torch.ops.aten.upsample_bicubic2d
         y = op(part[None].permute(0, 3, 1, 2), [out_h, out_w], False, out_h / (y1 - y0), out_w / (x1 - x0))
         return np.ascontiguousarray(y.permute(0, 2, 3, 1)[0].numpy())
-    if shrinks:
-        return resize(region, size)
-    out = cv2.resize(region, (out_w, out_h), interpolation=cv2.INTER_CUBIC)
-    return out[..., None] if out.ndim == 2 else out  # (OpenCV drops a single channel's axis)
+    return out[..., None] if out.ndim == 2 else out  # (OpenCV and Pillow drop a single channel's axis)
 
 
 def resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:

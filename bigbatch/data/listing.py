@@ -13,6 +13,7 @@ import numpy as np
 from PIL import Image
 
 from bigbatch.errors import BigbatchError
+from bigbatch.urls import unreachable
 
 # Files with these endings are images (pytorch-fid's and torch-fidelity's list, and a few more Pillow
 # opens); anything else in a folder (captions, .json, .npz) is left alone, as those tools do.
@@ -124,7 +125,7 @@ def fetched(got: object, name: str) -> bytes | str:
     220 files "unreadable", skipped, and a prepare that ended with exit 0 and a data file missing them)."""
     if isinstance(got, bytes):
         return got
-    if isinstance(got, FileNotFoundError):
+    if isinstance(got, FileNotFoundError) and not unreachable(got, name):  # (over HTTP, a server down says so too)
         return f"unreadable (gone since it was listed: {got})"
     if refused(got):  # (the object's own: an ACL, a KMS key; found by review, it stopped every rerun)
         return f"unreadable (refused: {type(got).__name__}: {got})"

@@ -216,11 +216,9 @@ def _not_there(src: Location, fs: Any, root: str) -> str:
         )
     try:
         fs.info(root)
-    except FileNotFoundError as e:
+    except Exception as e:  # noqa: BLE001 -- any other answer: no file there
         if said := unreachable(e, f"source {src.name}"):
             return said
-    except Exception:  # noqa: BLE001, S110 -- any other answer: no file there
-        pass
     return f"source {src.name} is not on its server: give a folder (its URL ending in /), a .zip or .tar shards"
 
 

@@ -53,14 +53,17 @@ def unpack(out: Any) -> tuple[torch.Tensor, dict[str, Any]]:
         loss = out["loss"]
     else:
         loss, rest = out, {}
-    bad = not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad
-    if bad or not loss.is_floating_point():  # (found from outside: a complex loss was taken, its imaginary part lost)
-        if not bad:
-            got = f"a {loss.dtype} tensor"
-        elif isinstance(loss, torch.Tensor):
-            got = f"a tensor of shape {tuple(loss.shape)}" if loss.numel() != 1 else "a tensor without a graph"
-        else:  # (None: a step function that forgot to return)
-            got = "None (no return?)" if loss is None else f"a {type(loss).__name__}"
+    if not isinstance(loss, torch.Tensor):  # (None: a step function that forgot to return)
+        got = "None (no return?)" if loss is None else f"a {type(loss).__name__}"
+    elif loss.numel() != 1:
+        got = f"a tensor of shape {tuple(loss.shape)}"
+    elif not loss.requires_grad:
+        got = "a tensor without a graph"
+    elif not loss.is_floating_point():  # (found from outside: a complex loss was taken, its imaginary part lost)
+        got = f"a {loss.dtype} tensor"
+    else:
+        got = ""
+    if got:
         raise BigbatchError(
             f"the step function must return the micro-batch's mean loss as a real scalar tensor with a graph, got {got}"
         )

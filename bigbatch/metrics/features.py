@@ -274,11 +274,12 @@ def _restore(
     try:
         saved = load_file(str(kept))
         done, batch, *first = (int(v) for v in saved["done_batch"])
+        begun = first[0] if first else 0  # (files kept before the shard's first image was: begun at 0)
         share = hi - lo
         if not (0 < done <= share and batch > 0 and torch.equal(saved["shift"], shift)):
             raise ValueError("not of these images")
-        if (first or [0])[0] != lo:  # (a shard begun elsewhere: another batch size's, or before whole batches; review)
-            raise ValueError(f"its images begin at {(first or [0])[0]}, this shard's at {lo}")
+        if begun != lo:  # (a shard begun elsewhere: another batch size's, or before whole batches; review)
+            raise ValueError(f"its images begin at {begun}, this shard's at {lo}")
         if batch > batch_size:
             raise ValueError(f"summed in batches of {batch}, more than the {batch_size} asked")
         total.copy_(saved["total"])
