@@ -136,6 +136,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         # (found from outside: 600 kimg on a folder of 540 images, 1,111 epochs, was not said in any unit but kimg)
         fed = len(getattr(task, "feed_data", data))  # (xseg's src and dst faces: found from outside, src's alone)
         epochs = f" ({cfg.train.kimg * 1000 / fed:,.4g} epochs of {fed:,} images)" if fed else ""
+        # (found from outside: 0.1 kimg at batch 64 trained 0.128, said only when it was done)
+        end = schedule_of(cfg).end(progress.total, getattr(task, "d_steps", 1))
+        epochs += f"; its last step ends at {end / 1000:g} kimg" if end > progress.total else ""
         print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg{epochs}", flush=True)
         if cfg.eval.best and not cfg.eval.every_kimg:  # (found from outside: silent)
             warn(

@@ -54,6 +54,9 @@ def test_a_phase_starts_at_the_first_step_at_or_after_its_start():
     assert [n for _, (n, _) in zip(range(4), s.steps(20))] == [20, 28, 30, 32]
     with pytest.raises(bigbatch.BigbatchError, match="not the start of a step.*next: 12"):
         next(s.steps(10))
+    # A run stops at the end of the iteration that reaches its length (of d_steps steps for a GAN).
+    assert [s.end(n) for n in (1, 8, 9, 12, 13, 29, 100)] == [4, 8, 12, 12, 20, 30, 100]
+    assert [s.end(n, 2) for n in (1, 9, 13, 21, 101)] == [8, 20, 20, 30, 102]
 
 
 def test_rank_shares_are_world_size_invariant_and_resumable():
@@ -132,10 +135,11 @@ def test_bucket_shapes_and_nearest_bucket():
 
 def test_a_phase_batch_auto_cannot_divide_says_the_micro_batch_changes(tiny, tmp_path, capsys):
     # Found from outside: README said the micro-batch stays, but "auto" took a smaller divisor in silence.
-    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "1GiB", "train.kimg": 0.112,
+    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "1GiB", "train.kimg": 0.1,
                          "data.schedule": "0:16:32,0.032:16:40", "checkpoint.every_kimg": 1})  # fmt: skip
     bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "; 0.1 kimg (0.05565 epochs of 1,797 images); its last step ends at 0.112 kimg\n" in out  # (32, 40, 40)
     assert "batch 40 (from kimg 0.032) is not a multiple of micro_batch 32: micro-batches of 20 from here" in err
 
 

@@ -143,6 +143,18 @@ class Schedule:
         step = b0 + math.ceil((nimg - b0) / batch) * batch
         return min(step, self._begins[i + 1]) if i + 1 < len(self.phases) else step
 
+    def end(self, total: int, per_iteration: int = 1) -> int:
+        """The images seen when a run of `total` images stops: at the end of its first iteration (of
+        `per_iteration` steps: a GAN's d_steps) that reaches `total`, which may pass it by part of an iteration."""
+        nimg = 0
+        while nimg < total:
+            if nimg >= self._begins[-1]:  # the last phase's iterations all alike
+                size = self.phases[-1].batch * per_iteration
+                return nimg + math.ceil((total - nimg) / size) * size
+            for _ in range(per_iteration):
+                nimg += self.phase_at(nimg).batch
+        return nimg
+
     def steps(self, start: int = 0) -> Iterator[tuple[int, Phase]]:
         """Endless (nimg, phase) of each step from `start`, which must be a step start."""
         if self.align(start) != start:
