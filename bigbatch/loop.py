@@ -167,7 +167,12 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 f"{size}{rep.plan.describe()}"
             )
             return
-        progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}")
+        # (found from outside: "auto" planned at the first phase's share, every probe fitting, then accumulated)
+        held, planned = "", max((p.micro_batch for p in rep.probes if p.fits), default=0)
+        if rep.plan.accumulation > 1 and rep.plan.micro_batch == planned and all(p.fits for p in rep.probes):
+            held = f" (micro_batch 'auto' planned the first phase's whole share, {planned}, which fitted, and keeps "
+            held += "it; for larger micro-batches give train.micro_batch)"
+        progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}{held}")
         if main:  # what the models are fed from here on
             run.write_batch_sheet(task, at)
 

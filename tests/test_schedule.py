@@ -135,12 +135,16 @@ def test_bucket_shapes_and_nearest_bucket():
 
 def test_a_phase_batch_auto_cannot_divide_says_the_micro_batch_changes(tiny, tmp_path, capsys):
     # Found from outside: README said the micro-batch stays, but "auto" took a smaller divisor in silence.
-    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "1GiB", "train.kimg": 0.1,
-                         "data.schedule": "0:16:32,0.032:16:40", "checkpoint.every_kimg": 1})  # fmt: skip
-    bigbatch.train(cfg, run_dir=tmp_path / "run", quiet=True)
+    cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "1GiB", "train.kimg": 0.15,
+                         "data.schedule": "0:16:32,0.032:16:40,0.112:16:64", "checkpoint.every_kimg": 1})  # fmt: skip
+    bigbatch.train(cfg, run_dir=tmp_path / "run")
     out, err = capsys.readouterr()
-    assert "; 0.1 kimg (0.05565 epochs of 1,797 images); its last step ends at 0.112 kimg\n" in out  # (32, 40, 40)
+    assert "; 0.15 kimg (0.08347 epochs of 1,797 images); its last step ends at 0.176 kimg\n" in out  # 32,40,40,64
     assert "batch 40 (from kimg 0.032) is not a multiple of micro_batch 32: micro-batches of 20 from here" in err
+    # A larger batch accumulates at the micro-batch planned for the first share, which is said (found from outside).
+    assert "batch 40 = micro_batch 20 x accumulation 2 x world_size 1; precision fp32; device cpu\n" in out
+    held = "batch 64 = micro_batch 32 x accumulation 2 x world_size 1; precision fp32; device cpu (micro_batch 'auto'"
+    assert held + " planned the first phase's whole share, 32, which fitted, and keeps it; for larger" in out
 
 
 def test_a_resolution_no_phase_trains_at_is_said(capsys, tmp_path):
