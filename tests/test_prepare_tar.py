@@ -4,6 +4,7 @@ tar of class folders; damaged, compressed and missing shards; image sets (`eval`
 import io
 import json
 import os
+import socket
 import subprocess
 import tarfile
 from pathlib import Path
@@ -441,6 +442,14 @@ def test_predict_lists_every_path_before_reading_an_image(tmp_path):
     for bad, words in (("missing", "missing does not exist"), ("empty", "holds no image files")):
         with pytest.raises(BigbatchError, match=words):  # (found by review: rows were predicted, then it failed)
             each_image([str(tmp_path / "d"), str(tmp_path / bad)])
+    # An image URL whose server does not answer is said so, not called missing (found from outside).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # (closed: nothing listens there)
+    with pytest.raises(BigbatchError, match=rf"cannot reach http://127.0.0.1:{port}/x.png \(.*\): is its server up"):
+        each_image([f"http://127.0.0.1:{port}/x.png"])
+    with pytest.raises(BigbatchError, match="^memory://nowhere/x.png does not exist$"):
+        each_image(["memory://nowhere/x.png"])
 
 
 def test_a_tar_over_http_reads_its_members_by_range_and_a_server_that_ignores_ranges_is_said(tmp_path):

@@ -28,7 +28,7 @@ from bigbatch.data.tars import read_by_listing
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.metrics.image_sets import ImageFiles
-from bigbatch.urls import Location
+from bigbatch.urls import Location, unreachable
 
 
 def antialiased_weights(
@@ -143,12 +143,14 @@ def _source(path: str) -> tuple[str, Path | Location, ImageFiles | None]:
         return str(p), p, None
     if where.url and PurePosixPath(urlsplit(where.text).path).suffix.lower() in IMAGE_EXTENSIONS:  # (was refused)
         fs, root = where.fs()
-        try:
-            there = fs.isfile(root)
+        try:  # (info, not isfile: fsspec's HTTP isfile says False of a server down; found from outside)
+            there = fs.info(root).get("type") == "file"
+        except FileNotFoundError as e:
+            raise BigbatchError(unreachable(e, where.name) or f"{where.name} does not exist") from None
         except Exception as e:  # noqa: BLE001 - fsspec's filesystems raise their own: one line for all
             raise BigbatchError(f"cannot read {where.name}: {type(e).__name__}: {e}") from None
         if not there:
-            raise BigbatchError(f"{where.name} does not exist, or cannot be read with these credentials")
+            raise BigbatchError(f"{where.name} is not a file; give image files, folders, .zip or .tar files of images")
         return where.name, where, None
     give = "give image files, folders, .zip or .tar files of images"
     if not (listed or p.exists()):
