@@ -364,14 +364,14 @@ def test_fine_tuning_from_a_run_of_other_classes_of_the_same_count_gives_a_new_h
     from bigbatch.tasks.classify.finetune import load_pretrained
 
     run = bigbatch.train(tiny(**{"train.kimg": 0.128}), run_dir=tmp_path / "run", quiet=True)
-    trained = bigbatch.load_classifier(run).state_dict()
+    trained, file = bigbatch.load_classifier(run).state_dict(), max(run.glob("checkpoints/0*")) / "model.safetensors"
     for names, kept in (([str(i) for i in range(10)], True), ([f"c{i}" for i in range(10)], False)):
-        torch.manual_seed(0)
-        net = bigbatch.models.create_classifier("resnet_cifar", 10, ch=8, depth=8)
-        said = load_pretrained(net, str(run), names)
-        assert torch.equal(net.state_dict()["fc.weight"], trained["fc.weight"]) is kept
-        assert torch.equal(net.state_dict()["conv1.weight"], trained["conv1.weight"])
-        assert ("new for the data's 10 classes (the run's classes are others)" in said) is not kept
+        for given in (run, file):  # (found from outside: a checkpoint's network file took any classes, in order)
+            net = bigbatch.models.create_classifier("resnet_cifar", 10, ch=8, depth=8)
+            said = load_pretrained(net, str(given), names)
+            assert torch.equal(net.state_dict()["fc.weight"], trained["fc.weight"]) is kept
+            assert torch.equal(net.state_dict()["conv1.weight"], trained["conv1.weight"]) and "ImageNet" not in said
+            assert ("new for the data's 10 classes (the run's classes are others)" in said) is not kept
     # A run of another family is named as one (found from outside: "another network's state dict").
     with pytest.raises(BigbatchError, match=r"is a resnet_cifar run, and this config's model.name is convnet: give"):
         load_pretrained(bigbatch.models.create_classifier("convnet", 10, ch=8), str(run), names, "convnet")

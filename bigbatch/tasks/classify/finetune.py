@@ -27,36 +27,24 @@ def read_state_dict(
     `state_dict`/`model` entry is taken, and DDP's `module.` prefixes dropped. `family`: the model.name to load
     into, which a run of another is refused by name; `input_stats`: the network's to load into, which a run fed
     otherwise is refused by (found by review: a run fed [-1, 1] was fine-tuned fed ImageNet's statistics)."""
+    from bigbatch import checkpoints
+
     p = Path(path)
     if p.is_dir():
-        from bigbatch import checkpoint_find, checkpoints
+        from bigbatch import checkpoint_find
         from bigbatch.metrics.classifier import classifier_weights
 
         def named(ckpt: Path) -> tuple[dict[str, torch.Tensor], list[str] | None]:
-            from bigbatch.config import Config
-
-            cfg = Config.load(ckpt / "config.toml")
-            if cfg.task != "classify":  # (found from outside: a GAN run's checkpoint was called corrupt)
-                raise BigbatchError(
-                    f'train.init_from {path} is a {cfg.task} run, not a classifier (task = "classify"): give a '
-                    "classify run, its checkpoint, or a .pth/.safetensors file of a classifier's weights"
-                )
-            if family and cfg.model.name != family:  # (found from outside: called "another network's state dict")
-                raise BigbatchError(
-                    f"train.init_from {path} is a {cfg.model.name} run, and this config's model.name is {family}: "
-                    f"give weights of a {family}, or model.name = {cfg.model.name!r} (and its options) to fine-tune it"
-                )
-            theirs = cfg.model.options.get("input_stats", "")
-            if input_stats is not None and theirs != input_stats:
-                fed = {"imagenet": "normalized by ImageNet's mean and std"}
-                raise BigbatchError(
-                    f"train.init_from {path} learned on images {fed.get(theirs, 'in [-1, 1]')} (its "
-                    f"model.options.input_stats = {theirs!r}), and this config gives them "
-                    f"{fed.get(input_stats, 'in [-1, 1]')}: set model.options.input_stats = {theirs!r}"
-                )
+            _a_run_to_load(ckpt, path, family, input_stats)
             return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names")
 
         return checkpoint_find.read_newest(p, named)
+    # A network's file of a checkpoint: its run's classes and settings checked as the checkpoint's (found from
+    # outside: CKPT/model.safetensors fine-tuned on classes in another order kept its head, said to be the data's).
+    names = None
+    if p.suffix == ".safetensors" and (p.parent / "config.toml").is_file() and (p.parent / "meta.json").is_file():
+        _a_run_to_load(p.parent, path, family, input_stats)
+        names = (checkpoints.read_meta(p.parent) or {}).get("class_names")
     try:
         data = p.read_bytes()
     except OSError as e:
@@ -78,7 +66,32 @@ def read_state_dict(
             break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BigbatchError(f"train.init_from {public_name(path)} does not hold a state dict of named tensors")
-    return {k.removeprefix("module."): v for k, v in state.items()}, None
+    return {k.removeprefix("module."): v for k, v in state.items()}, names
+
+
+def _a_run_to_load(ckpt: Path, path: str, family: str, input_stats: str | None) -> None:
+    """Refuse a checkpoint a classifier of `family` fed `input_stats` cannot start from (see read_state_dict)."""
+    from bigbatch.config import Config
+
+    cfg = Config.load(ckpt / "config.toml")
+    if cfg.task != "classify":  # (found from outside: a GAN run's checkpoint was called corrupt)
+        raise BigbatchError(
+            f'train.init_from {path} is a {cfg.task} run, not a classifier (task = "classify"): give a '
+            "classify run, its checkpoint, or a .pth/.safetensors file of a classifier's weights"
+        )
+    if family and cfg.model.name != family:  # (found from outside: called "another network's state dict")
+        raise BigbatchError(
+            f"train.init_from {path} is a {cfg.model.name} run, and this config's model.name is {family}: "
+            f"give weights of a {family}, or model.name = {cfg.model.name!r} (and its options) to fine-tune it"
+        )
+    theirs = cfg.model.options.get("input_stats", "")
+    if input_stats is not None and theirs != input_stats:
+        fed = {"imagenet": "normalized by ImageNet's mean and std"}
+        raise BigbatchError(
+            f"train.init_from {path} learned on images {fed.get(theirs, 'in [-1, 1]')} (its "
+            f"model.options.input_stats = {theirs!r}), and this config gives them "
+            f"{fed.get(input_stats, 'in [-1, 1]')}: set model.options.input_stats = {theirs!r}"
+        )
 
 
 def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: str = "") -> str:
