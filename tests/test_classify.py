@@ -307,6 +307,7 @@ def test_rectangular_validation_of_bucketed_data(tmp_path):
     # long side 32 x 20/14 = 45.7 floored to a multiple of 8.
     scores = Validation(data, lambda: 32, 4, 1.14, True, "fp32", torch.device("cpu"))(Probe())
     assert scores["val_top1"] == pytest.approx(100 / 3)  # all predicted class 0: one class in three
+    assert "val_top5" not in scores  # (always 100 of 3 classes: left out, as eval leaves it; found from outside)
     # Portrait first, then square, then landscape (file order), each batch of one shape.
     assert shapes == [(40, 32), (40, 32), (32, 32), (32, 32), (32, 40), (32, 40)]
 
@@ -572,7 +573,9 @@ def test_rotation_labels_need_no_classes(tmp_path, capsys):
     said = capsys.readouterr().out  # (found from outside: it named eval, which scores class labels only)
     assert "Fine-tune it on your classes: bigbatch train ... train.init_from=" in said and "bigbatch eval" not in said
     (score,) = [r for r in rows(run) if "val_top1" in r]
-    assert score["val_top1"] > 60  # chance: 25
+    assert score["val_top1"] > 60 and "val_top5" not in score  # chance: 25; top-5 of 4 classes always 100
+    with pytest.raises(bigbatch.BigbatchError, match="eval.best = 'val_top5' is 100 at every evaluation of 4 classes"):
+        bigbatch.train(cfg.override({"eval.best": "val_top5"}), run_dir=tmp_path / "rot5")
     meta = json.loads((run / "checkpoints" / "000004.032" / "meta.json").read_text())
     assert meta["class_names"] == ["0", "90", "180", "270"] and meta["n_classes"] == 4
 

@@ -528,6 +528,12 @@ class ClassifyScorer:
             rotation=task.rotation,
         )
         metric = cfg.eval.best or "val_top1"
+        classes = len(ROTATIONS) if task.rotation else task.val_data.n_classes
+        if metric == "val_top5" and classes <= 5:
+            raise BigbatchError(
+                f"eval.best = 'val_top5' is 100 at every evaluation of {classes} classes (top-5 "
+                "of 5 or fewer classes is not scored): give eval.best = 'val_top1' or 'val_loss'"
+            )
         settings = {
             "metric": metric,
             "data": task.val_data.content_hash,
