@@ -426,8 +426,10 @@ def test_predict_reads_a_folder_a_chunk_at_a_time_and_says_what_it_cannot_read(t
     (tmp_path / "few" / "a.png").write_bytes(_png(0))
     (tmp_path / "few" / "more.zip").write_bytes(b"PK")
     (tmp_path / "few" / "noext").write_bytes(_png(1))
-    got = dict(each_image([str(tmp_path / "few")]))
-    assert got.keys() == {str(tmp_path / "few" / n) for n in ("a.png", "more.zip", "noext")}
+    for name in ("b.svg", "c.png"):
+        (tmp_path / "few" / name).write_bytes(_png(2))
+    got = dict(each_image([str(tmp_path / "few")]))  # each in its place (found from outside: the others first)
+    assert list(got) == [str(tmp_path / "few" / n) for n in ("a.png", "b.svg", "c.png", "more.zip", "noext")]
     assert got[str(tmp_path / "few" / "more.zip")] == "not opened inside a folder: give it to predict on its own"
     assert got[str(tmp_path / "few" / "noext")].startswith("not an image file by its name (avif, bmp,")
 

@@ -183,12 +183,16 @@ def _images(
         else:
             yield from files.skipped
             shown = getattr(files.reader, "shown", None)  # (a tar's: its shard, then its member)
-            if shown is None:  # (found from outside: a zip in a folder passed over unsaid; a sample's fields are not)
-                yield from ((f"{base}/{name}", _not_an_image(name)) for name in files.others)
+            # Files passed over by their names, each in its place among the images (found from outside: listed
+            # first); a zip in a folder too (found from outside: unsaid); a tar sample's other fields are not.
+            others = list(reversed(files.others)) if shown is None else []
             for start in range(0, len(files.keys), chunk):
                 keys, names = files.keys[start : start + chunk], files.names[start : start + chunk]
                 for key, name, data in zip(keys, names, files.reader.read(keys)):
+                    while others and others[-1] < name:
+                        yield f"{base}/{others[-1]}", _not_an_image(others.pop())
                     yield (shown(key, name) if shown else f"{base}/{name}"), _decoded(data)
+            yield from ((f"{base}/{name}", _not_an_image(name)) for name in reversed(others))
 
 
 def _not_an_image(name: str) -> str:
