@@ -243,11 +243,11 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
         with pytest.raises(torch.jit.Error, match="images must be"):
             model(wrong)
     assert torch.allclose(model(torch.stack([images[0], images[0]]))[1], want[0], atol=1e-5)  # (a batch)
-    # An NCHW batch (torchvision's layout) is refused, not read as an image of 3 rows (found from outside); ONNX
-    # has no way to, and the usage says the layout.
+    # An NCHW batch (torchvision's layout; not an image of 3 rows) and a grayscale one refused (found from outside).
     nchw = torch.stack([images[0], images[0]]).permute(0, 3, 1, 2).contiguous()
-    with pytest.raises(torch.jit.Error, match="an NCHW tensor is permute"):
-        model(nchw)
+    for wrong, words in ((nchw, "an NCHW tensor is permute"), (images[0][..., :1], r"grayscale one \(H, W, 1\) expa")):
+        with pytest.raises(torch.jit.Error, match=words):
+            model(wrong)
     with pytest.raises(Exception, match=r"images.size\(\)\[3\] <= 4"):
         exported(nchw)
     extra = {"bigbatch.json": ""}

@@ -89,7 +89,8 @@ class Inference(nn.Module):
         # (found from outside: an NCHW batch was taken as an image of 3 rows and 28 "channels", without a word)
         torch._assert(
             (images.dim() == 3 or images.dim() == 4) and images.shape[-1] >= 3 and images.shape[-1] <= 4,
-            "images must be channels last, (H, W, 3 or 4) or (N, H, W, 3 or 4): an NCHW tensor is permute(0, 2, 3, 1)",
+            "images must be channels last, RGB or RGBA, (H, W, 3 or 4) or (N, H, W, 3 or 4): an NCHW tensor is "
+            "permute(0, 2, 3, 1), a grayscale one (H, W, 1) expand(-1, -1, 3)",
         )
         x = images.unsqueeze(0) if images.dim() == 3 else images
         # (the RGB planes by index, not a slice: torch.export would trace a slice of 3 planes apart from one of more)
