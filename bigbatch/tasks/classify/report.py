@@ -74,8 +74,8 @@ def evaluate_classifier(
         # A folder of class folders, a tar or shards of images (found from outside: "cannot open data set").
         source = Location.of(data_path)
         if Path(data_path).is_dir() or is_tar_name(source.text) or shards_named(source) is not None:
-            # (--classes: the run's class order; --codec png: lossless, so the score is predict's on the same files,
-            # found from outside; class names no folder can carry: --labels)
+            # (--classes: the run's class order; --codec png: lossless, found from outside; class names no folder
+            # can carry: --labels; predict's probabilities of the files differ a little, said: found from outside)
             slash = [c for c in net.class_names if "/" in c]
             labels = (
                 f" (class names such as {slash[0]!r} cannot be folders: put the images in one folder and name their "
@@ -86,8 +86,9 @@ def evaluate_classifier(
             raise BigbatchError(
                 f"{data_path} holds images: a classifier scores a prepared data set; write one with: bigbatch prepare "
                 f"{shlex.quote(data_path)} scored.h5 --classes {shlex.quote(d.path)} --codec png --crop none "
-                f"--resolution {d.resolution}, then "
-                f"eval it{labels}"
+                f"--resolution {d.resolution}, then eval it{labels} (its loss is close to, not equal to, predict's "
+                "on the files: prepare stores them resized to the run's resolution, predict resizes each file "
+                "straight to the network's input)"
             )
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
         _say_trained_on(cfg, ckpt, data, data_path, run)
