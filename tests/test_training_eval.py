@@ -173,6 +173,19 @@ def test_precision_recall_density_and_coverage_are_logged_and_one_of_them_keeps_
     }
     assert main(["eval", str(run), "--metrics", "pr", "--n", "96", "--reference-n", "5000"]) == 0  # (no B: the data's
     assert "builtin:digits holds 1797 images, fewer than --reference-n 5000" in capsys.readouterr().err  # name, not B)
+    # A B of other classes, and of fewer images than the features' dimensions, is said (found from outside: a digits
+    # GAN scored against 60 images of 4 other classes, for hours, without a word).
+    from PIL import Image
+
+    for i, name in enumerate(("x", "y", "x", "y")):
+        (tmp_path / "b" / name).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (16, 16), (60 * i, 100, 200)).save(tmp_path / "b" / name / f"{i}.png")
+    assert main(["prepare", str(tmp_path / "b"), str(tmp_path / "b.h5"), "--resolution", "16"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(run), str(tmp_path / "b.h5"), "--metrics", "fid", "--n", "16"]) == 0
+    err = capsys.readouterr().err
+    assert "B's classes (x, y) are not the run's (0, 1, 2, 3, ...): its samples are compared with images of" in err
+    assert "B: the reference statistics of 4 images, fewer than their" in err and "FID against them is biased" in err
     # pr gives two values: the best follows one of them, named.
     assert main(["train", "eval.metrics=fid,pr", "eval.best=pr", "--run-dir", "x"]) == 2
     assert (
