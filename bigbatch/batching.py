@@ -152,7 +152,12 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
             grouped = [m for m in range(group, share + 1, group) if share % m == 0]
             below = [m for m in grouped if m <= micro]  # (the largest not above micro, else the smallest)
             near = below[-1] if below else grouped[0] if grouped else 0
-            other = f"train.micro_batch={near}" if near else f"a train.batch of {group} x {ctx.world_size} x N"
+            other = (  # (found from outside: a batch named alone, whose micro-batch still did not group)
+                f"train.micro_batch={near}"
+                if near
+                else f"a train.batch of {group} x {ctx.world_size} x N and a train.micro_batch of a multiple of "
+                f"{group} dividing its share"
+            )
             raise BigbatchError(
                 f"config key 'model.options.mbstd_group': {cfg.model.name}'s D computes a standard deviation over "
                 f"groups of {group} images, and its micro-batch is {micro}: set model.options.mbstd_group={fits}, "

@@ -163,7 +163,9 @@ def test_a_micro_batch_stylegan2s_d_cannot_group_is_refused_before_the_run_start
         said = capsys.readouterr().err
         assert "groups of 3 images, and its micro-batch is 32: set model.options.mbstd_group=2" in said, said
         # (found from outside: "a multiple of 3" was suggested, of which none divides its batch, 64)
-        assert said.rstrip().endswith("or give a train.batch of 3 x 1 x N"), said
+        # (and the micro-batch with it: found from outside, the batch alone was refused again)
+        assert said.rstrip().endswith("or give a train.batch of 3 x 1 x N and a train.micro_batch of a multiple of 3 "
+                                      "dividing its share"), said  # fmt: skip
     assert main([*args, "model.options.mbstd_group=3", "train.batch=48", "train.micro_batch=16", "--dry-run"]) == 2
     assert "or give train.micro_batch=12" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
