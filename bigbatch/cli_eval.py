@@ -266,22 +266,26 @@ def _generated(args: argparse.Namespace, device: object, compares: bool, load_ge
     return _scored(args, G, device, standing, truncation, seed, batch_size, compares)
 
 
-def _say_a_reference_apart(ref: Any, G: Any, count: int, dims: int, metrics: str) -> None:
+def _say_a_reference_apart(ref: Any, kind: str, G: Any, reference_n: int | None, extractor: Any, metrics: str) -> None:
     """Warn where B cannot be what the run's samples are compared with (found from outside: a 10-class digits GAN
     scored against 60 images of 4 other classes, without a word, for hours): B of other classes than the run's, and
     FID's reference statistics of fewer images than its features' dimensions."""
-    from bigbatch.metrics import parse_metrics
+    from bigbatch.metrics.evaluate import NAMES, parse_metrics
 
-    theirs, mine = list(getattr(ref, "class_names", None) or []), list(G.class_names or [])
-    if theirs and len(mine) > 1 and theirs != mine:
+    theirs, mine = set(getattr(ref, "class_names", None) or []), set(G.class_names or [])
+    if theirs and len(mine) > 1 and theirs != mine:  # (in any order: FID and KID do not read labels)
+        extra, parts = sorted(theirs - mine), []
+        if extra:
+            parts.append(f"{len(extra)} classes the run has not ({', '.join(extra[:3])}{', ...' * (len(extra) > 3)})")
+        if mine - theirs:
+            parts.append(f"no images of {len(mine - theirs)} of the run's {len(mine)}")
+        warn(f"B holds {' and '.join(parts)}: the run's samples are compared with images of other classes")
+    count = ref.meta.get("n") if kind == "stats" else min(len(ref), reference_n or len(ref))
+    fid = NAMES[extractor.family]["fid"]
+    if "fid" in parse_metrics(metrics) and count is not None and int(count) < extractor.dims:
         warn(
-            f"B's classes ({', '.join(theirs[:4])}{', ...' * (len(theirs) > 4)}) are not the run's "
-            f"({', '.join(mine[:4])}{', ...' * (len(mine) > 4)}): its samples are compared with images of others"
-        )
-    if "fid" in parse_metrics(metrics) and count < dims:
-        warn(
-            f"B: the reference statistics of {count} images, fewer than their {dims} feature dimensions: FID against "
-            "them is biased upward, and comparable only with scores against the same B"
+            f"B: reference statistics of {int(count)} images, fewer than their {extractor.dims} feature dimensions: "
+            f"{fid.upper()} against them is biased upward, and comparable only with scores against the same B"
         )
 
 
@@ -325,8 +329,8 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     )
     n = 50_000 if args.n is None else args.n
     reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
-    if args.reference is not None and kind != "stats":
-        _say_a_reference_apart(ref, G, min(len(ref), reference_n or len(ref)), extractor.dims, args.metrics)
+    if args.reference is not None:
+        _say_a_reference_apart(ref, kind, G, reference_n, extractor, args.metrics)
     if args.reference_n:
         _subset_of_stats(kind, ref, reference_n, "--reference-n", "B" if args.reference else cfg.data.path)
     elif args.reference is not None and kind != "stats" and reference_n and reference_n < len(ref):

@@ -138,7 +138,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         epochs = f" ({cfg.train.kimg * 1000 / fed:,.4g} epochs of {fed:,} images)" if fed else ""
         # (found from outside: 0.1 kimg at batch 64 trained 0.128, said only when it was done)
         end = schedule_of(cfg).end(progress.total, getattr(task, "d_steps", 1))
-        epochs += f"; its last step ends at {end / 1000:g} kimg" if end > progress.total else ""
+        ends = f"{end / 1000:.3f}".rstrip("0").rstrip(".")  # (:g kept 6 digits: 100000.032 said as 100000)
+        epochs += f"; its last step ends at {ends} kimg" if end > progress.total else ""
         print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg{epochs}", flush=True)
         if cfg.eval.best and not cfg.eval.every_kimg:  # (found from outside: silent)
             warn(
@@ -169,7 +170,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             return
         # (found from outside: "auto" planned at the first phase's share, every probe fitting, then accumulated)
         held, planned = "", max((p.micro_batch for p in rep.probes if p.fits), default=0)
-        if rep.plan.accumulation > 1 and rep.plan.micro_batch == planned and all(p.fits for p in rep.probes):
+        whole = planned == schedule.phases[0].batch // rep.world_size  # (not a divisor a D's groups took: review)
+        if rep.plan.accumulation > 1 and rep.plan.micro_batch == planned and whole and all(p.fits for p in rep.probes):
             held = f" (micro_batch 'auto' planned the first phase's whole share, {planned}, which fitted, and keeps "
             held += "it; for larger micro-batches give train.micro_batch)"
         progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}{held}")

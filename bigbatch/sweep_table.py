@@ -33,9 +33,9 @@ def logged_scores(cfg: Config) -> tuple[str, ...]:
 
         families = [f for f in NAMES if cfg.eval.extractor.split(":")[0] in (f, "auto", f"{f}-torchscript")]
         return tuple(n for m in parse_metrics(cfg.eval.metrics) for f in families for n in score_names(m, f))
-    return {"classify": ("val_top1", "val_top5", "val_loss"), "swap": FACES[:3], "xseg": ("iou", "val_loss")}.get(
-        cfg.task, ()
-    )
+    if cfg.task == "classify":  # (top-5 of the 4 rotations, always 100, is not logged: found by review)
+        return ("val_top1", "val_loss") if cfg.train.labels == "rotation" else ("val_top1", "val_top5", "val_loss")
+    return {"swap": FACES[:3], "xseg": ("iou", "val_loss")}.get(cfg.task, ())
 
 
 def existing_folders(root: Path, names: list[str]) -> list[str]:

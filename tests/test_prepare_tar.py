@@ -452,6 +452,26 @@ def test_predict_lists_every_path_before_reading_an_image(tmp_path):
         each_image([f"http://127.0.0.1:{port}/x.png"])
     with pytest.raises(BigbatchError, match="^memory://nowhere/x.png does not exist$"):
         each_image(["memory://nowhere/x.png"])
+    # A server that refuses it is said so, not called missing (found by review: fsspec's HTTP raises "not found").
+    import http.server
+    import threading
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):  # noqa: N802 -- http.server's name
+            self.send_response(403)
+            self.end_headers()
+
+        do_GET = do_HEAD  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/x.png"
+    with pytest.raises(BigbatchError, match=f"^cannot read {url}: its server answered HTTP 403$"):
+        each_image([url])
+    server.shutdown()
 
 
 def test_a_tar_over_http_reads_its_members_by_range_and_a_server_that_ignores_ranges_is_said(tmp_path):

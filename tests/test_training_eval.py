@@ -184,8 +184,8 @@ def test_precision_recall_density_and_coverage_are_logged_and_one_of_them_keeps_
     capsys.readouterr()
     assert main(["eval", str(run), str(tmp_path / "b.h5"), "--metrics", "fid", "--n", "16"]) == 0
     err = capsys.readouterr().err
-    assert "B's classes (x, y) are not the run's (0, 1, 2, 3, ...): its samples are compared with images of" in err
-    assert "B: the reference statistics of 4 images, fewer than their" in err and "FID against them is biased" in err
+    assert "B holds 2 classes the run has not (x, y) and no images of 10 of the run's 10: the run's samples are" in err
+    assert "B: reference statistics of 4 images, fewer than their" in err and "FCD against them is biased" in err
     # pr gives two values: the best follows one of them, named.
     assert main(["train", "eval.metrics=fid,pr", "eval.best=pr", "--run-dir", "x"]) == 2
     assert (

@@ -251,14 +251,12 @@ class Validation:
         finally:
             model.train(was_training)
         top1, top5, loss, n = dist.sum(totals).tolist()
-        if not n:
-            return dict.fromkeys(METRICS, math.nan)
-        scores = {
+        scores = dict.fromkeys(METRICS, math.nan) if not n else {
             "val_top1": 100 * top1 / n,
             "val_top5": 100 * top5 / n,
             "val_loss": loss / n,
             "eval_seconds": round(time.perf_counter() - began, 3),
-        }
+        }  # fmt: skip
         if (len(ROTATIONS) if self.rotation else self.data.n_classes) <= 5:  # (always 100: left out, as eval does;
             # found from outside, logged and drawn)
             del scores["val_top5"]
