@@ -286,28 +286,28 @@ def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> to
     return resized(images, np.array(regions, dtype=np.int64), batch.out, batch.flips, device)
 
 
-def check_device(device: torch.device, decode: str) -> None:
-    """data.decode = "gpu" or "nvimgcodec" needs the run on a CUDA device (the dry run checks this alone)."""
-    said = f'data.decode = "{decode}"'
+def check_device(device: torch.device, decode: str, key: str = "data.decode") -> None:
+    """data.decode = "gpu" or "nvimgcodec" needs the run on a CUDA device (the dry run checks this alone). `key`:
+    what the caller gave it as (Loader's: its `decode` argument; found from outside, named as a config key)."""
+    said = f'{key} = "{decode}"'
     if device.type == "cuda" and not torch.cuda.is_available():
         raise BigbatchError(f'{said} decodes on a CUDA device and none is available here: use "cpu"')
     if device.type != "cuda":
         raise BigbatchError(
-            f"{said} decodes on a CUDA device and this run trains on {device.type}: "
-            'set data.decode = "cpu" (the default)'
+            f'{said} decodes on a CUDA device and this run trains on {device.type}: set {key} = "cpu" (the default)'
         )
 
 
-def check(data: Any, device: torch.device, decode: str = "gpu") -> None:
+def check(data: Any, device: torch.device, decode: str = "gpu", key: str = "data.decode") -> None:
     """data.decode = "gpu" or "nvimgcodec" needs a JPEG data file of RGB images and a CUDA device (and
-    "nvimgcodec" the package, with nvJPEG); one line otherwise."""
-    said = f'data.decode = "{decode}"'
+    "nvimgcodec" the package, with nvJPEG); one line otherwise. `key`: as check_device's."""
+    said = f'{key} = "{decode}"'
     codec = getattr(data, "meta", {}).get("codec", "raw") if getattr(data, "encoded", False) else "raw"
     if codec != "jpeg" or getattr(data, "channels", 3) != 3:
         raise BigbatchError(
             f"{said} decodes JPEG files of RGB images; {data.source} is {codec} with "
-            f'{getattr(data, "channels", "?")} channels: prepare it with --codec jpeg, or set data.decode = "cpu"'
+            f'{getattr(data, "channels", "?")} channels: prepare it with --codec jpeg, or set {key} = "cpu"'
         )
-    check_device(device, decode)
+    check_device(device, decode, key)
     if decode == "nvimgcodec":
         nvimgcodec_ready(device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import itertools
 import os
 import signal
 import weakref
@@ -336,10 +337,12 @@ class Loader:
         if not isinstance(path, (str, os.PathLike)):
             raise BigbatchError(f"path must name a data file (a path or URL), got {type(path).__name__}")
         counts = {"world_size": (world_size, 1), "rank": (rank, 0), "batch": (batch, 1), "start": (start, 0)}
-        counts |= {"workers": (workers, 0), "steps": (steps, 0), "resolution": (resolution, 1)}
+        counts |= {"workers": (workers, 0), "steps": (steps, 0), "resolution": (resolution, 1), "seed": (seed, 0)}
         for name, (value, least) in counts.items():
             if value is not None or name != "steps":
                 whole_number(name, value, least)
+        if seed >= 2**64:  # (found from outside: masked to 64 bits, another seed's data; as train.seed, refused)
+            raise BigbatchError(f"seed must be a whole number of 64 bits, below 2**64, got {seed}")
         if rank >= world_size:
             raise BigbatchError(f"rank {rank} is out of range for world_size {world_size} (ranks 0..{world_size - 1})")
         if batch % world_size:
@@ -382,7 +385,7 @@ class Loader:
         self.device = device_decode.indexed(torch.device(device)) if decode != "cpu" else None
         self.decoder = device_decode.decoder_of(decode) if decode != "cpu" else None
         if self.device is not None:
-            device_decode.check(self.data, self.device, decode)
+            device_decode.check(self.data, self.device, decode, key="decode")
 
     @property
     def steps(self) -> int:
@@ -408,7 +411,9 @@ class Loader:
 
     def _pass(self, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         sampler = RankSampler(*self._order, start=self.start)
-        requests = [step for step, _ in zip(sampler, range(steps))]
+        # Drawn as the workers ask (found from outside: a list of the pass's Steps kept each one's indices alive,
+        # in shared memory once sent to a worker: an open file each, "Too many open files" after ~1,000 batches).
+        requests = itertools.islice(sampler, steps)
         workers, xflip, seed, crop_scale = self._reading
         loader = BatchLoader(
             self.data, requests, workers, xflip, seed, crop_scale=crop_scale, on_device=self.device is not None
