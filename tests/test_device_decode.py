@@ -74,7 +74,7 @@ def test_a_run_decoding_on_the_device_is_reproducible_for_any_workers(tmp_path, 
         return opencv(data, device)
 
     monkeypatch.setattr(device_decode, "nvjpeg", nvjpeg)
-    monkeypatch.setattr(device_decode, "check", lambda *args: None)
+    monkeypatch.setattr(device_decode, "check", lambda *args, **kwargs: None)
     weights = []
     for workers in (0, 2):
         run = bigbatch.train(
@@ -132,7 +132,7 @@ def test_the_standalone_loader_decodes_on_the_device_what_it_reads_on_the_cpu(tm
 
     prepare(str(photos(tmp_path / "src", n=16)), str(tmp_path / "d.h5"), 96, workers=0, codec="jpeg", crop="none")
     monkeypatch.setattr(device_decode, "nvjpeg", opencv)
-    monkeypatch.setattr(device_decode, "check", lambda *args: None)
+    monkeypatch.setattr(device_decode, "check", lambda *args, **kwargs: None)
     args = dict(batch=8, resolution=48, augment="rrc", xflip=True, seed=3)
     cpu = list(Loader(str(tmp_path / "d.h5"), **args))
     gpu = list(Loader(str(tmp_path / "d.h5"), **args, workers=2, decode="gpu", device="cpu"))
