@@ -280,6 +280,11 @@ def test_progress_lines_show_the_kimg_of_each_log_row(capsys, tmp_path):
     assert code == 0, err
     shown = re.findall(r"^kimg ([0-9.]+)/0.5  ", out, re.M)
     assert len(shown) >= 7 and len(set(shown)) == len(shown) and shown[0] == "0.064", shown
+    # A rate below 10 img/s in two figures (found from outside: XSeg's 0.4 img/s on a CPU was "0 img/s").
+    from bigbatch.progress import rate
+
+    assert [rate(v) for v in (0.4, 0.0042, 5.33, 123.4)] == ["0.4", "0.0042", "5.3", "123"]
+    assert re.search(r"  [\d.]+ img/s  ETA ", out), out
 
 
 def test_a_dry_run_says_whether_the_models_compile(capsys):

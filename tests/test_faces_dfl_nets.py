@@ -37,11 +37,11 @@ def test_weights_in_dfls_layout_load_as_written(tmp_path):
         assert np.array_equal(t.numpy(), state[name].numpy()), name
 
 
-def test_bad_weight_folders_are_one_line(tmp_path, capsys):
+def test_bad_weight_folders_are_one_line(tmp_path, capfd):
     cv2.imwrite(str(tmp_path / "a.png"), np.zeros((200, 200, 3), np.uint8))
     (tmp_path / "facelib").mkdir()
     assert main(["extract", str(tmp_path / "a.png"), str(tmp_path / "o"), "--weights", str(tmp_path / "facelib")]) == 2
-    assert "lacks S3FD.npy and 2DFAN.npy: give a DeepFaceLab install's facelib folder" in capsys.readouterr().err
+    assert "lacks S3FD.npy and 2DFAN.npy: give a DeepFaceLab install's facelib folder" in capfd.readouterr().err
 
     class Payload:
         def __reduce__(self):
@@ -51,13 +51,14 @@ def test_bad_weight_folders_are_one_line(tmp_path, capsys):
     (tmp_path / "facelib" / "2DFAN.npy").write_bytes(pickle.dumps({}))
     args = ["extract", str(tmp_path / "a.png"), str(tmp_path / "o"), "--weights", str(tmp_path / "facelib")]
     assert main([*args, "--workers", "1"]) == 2
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     assert "ran" not in out and "asks to load builtins.print" in err and len(err.strip().splitlines()) == 1
-    assert main([*args, "--workers", "2"]) == 2  # (the same line when a worker process could not start)
-    assert "asks to load builtins.print" in capsys.readouterr().err
+    assert main([*args, "--workers", "2"]) == 2  # the same line alone (found from outside: a worker's traceback
+    err = capfd.readouterr().err.strip()  # on its own stderr before it, and OUT made)
+    assert "asks to load builtins.print" in err and len(err.splitlines()) == 1 and not (tmp_path / "o").exists(), err
     (tmp_path / "facelib" / "S3FD.npy").write_bytes(pickle.dumps({"conv1_1/weight:0": np.zeros(3)}))
     assert main([*args, "--workers", "1"]) == 2
-    assert "S3FD.npy: conv1_1/weight:0 is (3,), DFL's S3FD has (64, 3, 3, 3)" in capsys.readouterr().err
+    assert "S3FD.npy: conv1_1/weight:0 is (3,), DFL's S3FD has (64, 3, 3, 3)" in capfd.readouterr().err
 
 
 GOLDEN_PATH = Path(__file__).parent / "data" / "dfl_detect_golden.npz"

@@ -531,7 +531,9 @@ def extract(
     init = (settings, device, landmarks_model, weights, out, debug, workers > 1)
     if workers <= 1:
         _start_worker(*init)
-    elif landmarks_model is not None and weights is None:
+    elif weights is not None:  # (found from outside: DFL's files, read first in the pool, a traceback before)
+        Extractor(settings, device, landmarks_model, weights)
+    elif landmarks_model is not None:
         from bigbatch.faces.landmarks import DlibLandmarks
 
         DlibLandmarks(landmarks_model, say_licence=False)
