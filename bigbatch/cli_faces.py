@@ -81,6 +81,11 @@ def _extract(args: argparse.Namespace) -> None:
     )
     if none:
         print(f"{len(none)} frame{'s' * (len(none) != 1)} without a face: listed in {listed}")
+    if not faces and none:  # (found from outside: said only by the next command, as a folder of no files)
+        warn(
+            f"no face found in {'its frame' if len(done) == 1 else f'any of its {len(done)} frames'}: {out} holds "
+            f"none for prepare or merge; faces of {settings.min_face} px or more are looked for (--min-face)"
+        )
     if broken:
         names = ", ".join(broken[:5]) + " ..." * (len(broken) > 5)
         print(f"{len(broken)} file{'s' * (len(broken) != 1)} did not decode ({names}): in {listed}")

@@ -372,6 +372,14 @@ def test_bad_input_is_one_line(make, args, says, capsys):
     assert not Path("o").exists() or not any(Path("o").glob("*.jpg"))
 
 
+def test_a_source_without_a_face_is_said_when_extract_ends(capsys):
+    # Found from outside: "Extracted 0 faces", then prepare's "holds no files to read" of the folder.
+    cv2.imwrite("blank.png", np.full((120, 160, 3), 128, np.uint8))
+    assert main(["extract", "blank.png", "o", "--workers", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "Extracted 0 faces from 1 frame" in out and "no face found in its frame: o holds none for prepare" in err
+
+
 def test_a_bad_landmarks_model_is_one_line_with_workers_too(capfd):
     # Found from outside: with several workers each one's start printed a traceback (on the process's own
     # stderr, fd 2) before the one line.
