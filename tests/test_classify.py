@@ -193,9 +193,8 @@ def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path, capsys):
     assert "train.warmup_kimg 1 is not shorter than the run (train.kimg 0.064)" in capsys.readouterr().err
     # ... and so are images stored smaller than the run trains them (upscaled, as a GAN refuses outright).
     bigbatch.data.prepare("builtin:digits", str(tmp_path / "d8.h5"), 8, limit=100, workers=0)
-    bigbatch.train(
-        tiny(**{"data.path": str(tmp_path / "d8.h5"), "train.kimg": 0.064}), run_dir=tmp_path / "up", quiet=True
-    )
+    up = tiny(**{"data.path": str(tmp_path / "d8.h5"), "train.kimg": 0.064})
+    bigbatch.train(up, run_dir=tmp_path / "up", quiet=True)
     assert "d8.h5 (train) holds 8px images, and the run trains at up to 16px" in capsys.readouterr().err
 
 
@@ -424,9 +423,8 @@ def cli_train(run_dir, procs, *args):
     if procs > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
         cmd += ["-m", "bigbatch.cli", "train"]
-    out = subprocess.run(
-        cmd + list(args) + ["--run-dir", str(run_dir)], env=env, capture_output=True, text=True, timeout=300
-    )
+    cmd += [*args, "--run-dir", str(run_dir)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return load_file(run_dir / "checkpoints" / "000000.256" / "model.safetensors")
 
@@ -485,9 +483,8 @@ def test_a_classify_run_scores_images_as_the_fcd_extractor(tmp_path, capsys):
     assert cfg.eval.extractor.startswith("classifier:")
     with pytest.raises(BigbatchError, match="classifier:RUN"):
         bigbatch.preset("digits").override({"eval.extractor": "resnet"})
-    gan = bigbatch.preset("digits").override(
-        {"train.kimg": 0.064, "train.batch": 32, "train.micro_batch": 32, "data.resolution": 16, "model.ch": 8}
-    )
+    sizes = {"train.kimg": 0.064, "train.batch": 32, "train.micro_batch": 32, "data.resolution": 16, "model.ch": 8}
+    gan = bigbatch.preset("digits").override(sizes)
     gan_run = bigbatch.train(gan, run_dir=tmp_path / "gan", quiet=True)
     with pytest.raises(BigbatchError, match="not a classifier"):
         get_extractor(f"classifier:{gan_run}")
