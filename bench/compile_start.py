@@ -61,8 +61,9 @@ def main() -> None:
     )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.child:
-        return child(args)
+    if args.child:  # (a config the model refuses, said once by the first start: one line, not its traceback)
+        with one_line_errors():
+            return child(args)
     with one_line_errors():  # (an unknown preset or key, a bad value: one line here, not each start's traceback)
         configured(args)
     rows = []
@@ -73,6 +74,9 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--device", args.device]
             out = subprocess.run([*cmd, "--precision", args.precision, *args.overrides], env=env, capture_output=True,
                                  text=True)  # fmt: skip
+            if out.returncode == 2:  # (its one line, and bad input's status)
+                print(out.stderr.strip().splitlines()[-1], file=sys.stderr)
+                sys.exit(2)
             if out.returncode:
                 sys.exit(f"start {start + 1} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -120,6 +120,11 @@ def test_compile_start_times_a_cold_start_then_one_from_the_cache():
     assert cold.strip() == "1, cold (empty cache)" and warm.strip() == "2, warm"
     assert int(cold_hits) == 0 and int(hits) == int(warm_graphs) == int(graphs) > 0
     assert int(cold_left) == int(left) == 0 and float(warm_s) < float(cold_s)
+    # A config the model refuses is one line and status 2 (found by review: the first start's traceback).
+    bad = subprocess.run([sys.executable, str(bench), *tiny, "data.resolution=8"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "bigbatch: error: dcgan supports power-of-two resolutions >= 16 (data.resolution), got 8"
+    ], bad.stderr
 
 
 def test_host_ops_counts_fewer_launches_for_a_gpus_optimizer_and_ema_step():
