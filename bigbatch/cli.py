@@ -539,7 +539,9 @@ def _kept(args: argparse.Namespace | None) -> None:
     if args is not None and getattr(args, "func", None) is _prepare:
         importlib.import_module("bigbatch.data.prepare_pool").said_kept(args.out)
     elif getattr(args, "goes_on", False):  # (extract, merge, enhance, video frames: found from outside, unsaid)
-        print("bigbatch: what it wrote is kept: the same command goes on from there", file=sys.stderr)
+        wrote = not isinstance(getattr(args, "out", None), str) or os.path.exists(args.out)  # (stopped as it began:
+        said = "what it wrote is kept: the same command goes on from there" if wrote else "it had written nothing"
+        print(f"bigbatch: {said}", file=sys.stderr)  # nothing written, found from outside said to be kept)
 
 
 def main(argv: list[str] | None = None) -> int:

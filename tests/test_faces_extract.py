@@ -588,6 +588,9 @@ def test_an_interrupted_command_that_goes_on_says_so(args, monkeypatch, capsys):
 
     monkeypatch.setattr("bigbatch.faces.extract.extract", interrupted)
     monkeypatch.setattr("bigbatch.faces.video.frames_to_folder", interrupted)
+    assert main(args) == 130  # (stopped before it wrote: found from outside, said to keep what it had not written)
+    assert capsys.readouterr().err.splitlines() == ["bigbatch: it had written nothing", "bigbatch: interrupted"]
+    Path("o").mkdir()
     assert main(args) == 130
     assert capsys.readouterr().err.splitlines() == [
         "bigbatch: what it wrote is kept: the same command goes on from there",
