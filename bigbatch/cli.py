@@ -467,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     so.add_argument("--wait", type=float, default=300.0, help="seconds to wait for it to finish saving (0: no wait)")
     so.set_defaults(func=_stop)
 
-    i = sub.add_parser("info", help="say what a run, checkpoint or data file (.h5) holds")
+    i = sub.add_parser("info", help="say what a run, checkpoint, data file (.h5) or export holds")
     i.add_argument("path", metavar="PATH")
     i.add_argument(
         "--verify", action="store_true", help="read everything back: a data file's content hash, a run's checkpoints"

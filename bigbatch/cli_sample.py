@@ -237,7 +237,7 @@ def add_sample_command(sub: Any) -> None:
         action="store_true",
         help="write an interpolation sheet (z, then class), of --truncation's z and --classes' classes",
     )
-    s.add_argument("--npz", action="store_true", help="write the images as arr_0 (uint8 NHWC) of an .npz")
+    s.add_argument("--npz", action="store_true", help="write the images as arr_0 (uint8 NHWC), labels as y, of an .npz")
     s.add_argument("--out", help="output file")
     s.add_argument("--device", default="auto", help="auto (CUDA if there is one, as eval's), cpu or cuda")
     s.set_defaults(func=_sample)

@@ -109,7 +109,7 @@ def _export(args: argparse.Namespace) -> None:
     if fmt == "dfm":
         print(f"Wrote {out}: {usage}")
         return
-    load = {"onnx": "onnxruntime.InferenceSession it", "pt2": "torch.export.load(it).module()"}.get(
+    load = {"onnx": "session = onnxruntime.InferenceSession(it)", "pt2": "torch.export.load(it).module()"}.get(
         fmt, "torch.jit.load it"
     )
     settings = {  # (the class names among them: found from outside, the usage named a pt2's that it has not)
@@ -443,7 +443,8 @@ def run_info(args: argparse.Namespace) -> None:
     if args.path.startswith("builtin:") or not Path(args.path).exists():
         what = "is a data set made when read, not a file" if args.path.startswith("builtin:") else "does not exist"
         raise BigbatchError(
-            f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, or a DATA.h5 file"
+            f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, a DATA.h5 file, or "
+            "a file bigbatch export wrote (.onnx, .pt, .pt2, .dfm)"
         )
     from bigbatch.checkpoint_find import holds_checkpoints, run_named
 

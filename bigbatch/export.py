@@ -185,6 +185,9 @@ def export(
     else:
         d = deployable(run, which, psi)
         data, usage = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d), d.usage
+        if fmt == "onnx":  # (a session is run by its inputs' names, not called: found from outside, "model(...)")
+            named = ", ".join(f"{name!r}: ..." for name in d.inputs)
+            usage = usage.replace("model(", f"session.run(None, {{{named}}}) of (", 1)
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # (every command makes the folders its output names)
