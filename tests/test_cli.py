@@ -36,7 +36,8 @@ def run_cli(capsys, *argv):
         (["sample", "nowhere"], "nowhere does not exist"),
         (
             ["info", "nowhere"],
-            "nowhere does not exist; give a run directory, one of its checkpoints/<kimg> folders, or",
+            "nowhere does not exist; give a run directory, one of its checkpoints/<kimg> folders, a DATA.h5 file, or a "
+            "file bigbatch export wrote (.onnx, .pt, .pt2, .dfm)",
         ),
         (["info", "builtin:digits"], "builtin:digits is a data set made when read, not a file"),
         (["train", "--bogus"], "unrecognized arguments: --bogus"),
