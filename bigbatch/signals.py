@@ -177,8 +177,11 @@ def _handled(stop: StopRequest) -> Iterator[None]:
     try:
         yield
     finally:
-        if stop.requested and EXITING_AFTER[0]:  # (found from outside: a scheduler's second SIGTERM while the
-            old[signal.SIGTERM] = signal.SIG_IGN  # command, saved, exited made its status 143, not 0)
+        # The process exits next (the command line's run), saved: a SIGTERM from here on cannot stop anything, and
+        # must not make its status 143 (found from outside: a scheduler's second SIGTERM while a stopped run exited,
+        # and a SIGTERM in the second a finished run took to exit after "Done:").
+        if EXITING_AFTER[0]:
+            old[signal.SIGTERM] = signal.SIG_IGN
         for s, h in old.items():
             signal.signal(s, h)
         ignore_late_sigterm()
