@@ -52,7 +52,9 @@ def os_error_line(e: OSError, resumes: bool = False) -> str:
     where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
     fix = ""
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = "; free space there" + " (a run resumes from its latest checkpoint with --resume)" * resumes
+        # (found from outside: --resume advised where no checkpoint was yet, and refused)
+        resume = " (a run resumes from its latest checkpoint with --resume; --resume=auto also starts one with none)"
+        fix = "; free space there" + resume * resumes
     elif e.errno == errno.EROFS:  # (found from outside: a read-only mount named, the fix not)
         fix = "; give a path on storage this user may write to"
     elif e.errno in (errno.EACCES, errno.EPERM):  # (EPERM: a file made immutable; macOS's privacy refusals to read)

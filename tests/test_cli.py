@@ -370,6 +370,7 @@ def test_a_path_that_cannot_be_written_is_named_as_given_with_its_fix(tmp_path, 
     assert said == "locked/v.mp4: Operation not permitted; give this user access to it (to read it, or to write there)"
     said = os_error_line(OSError(errno.ENOSPC, "No space left on device", "runs/plan.json"), resumes=True)
     assert said.startswith("runs/plan.json: No space left on device; free space there (a run resumes from its latest")
+    assert said.endswith("; --resume=auto also starts one with none)")  # (found from outside: --resume, refused)
 
 
 def test_a_refused_run_leaves_no_folder_it_made(tmp_path, capsys):
