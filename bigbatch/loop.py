@@ -130,6 +130,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 said = getattr(task, "lengthened", lambda was, nimg: "")(was, nimg)  # (found from outside: unsaid)
                 warn(f"train.kimg {was:g} -> {cfg.train.kimg:g}: the run trains on to {cfg.train.kimg:g} kimg{said}")
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
+            run.write_previews(task, nimg, at_checkpoint=True, missing=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
         if rep.compile:  # (the first step says how much came from the cache)
             plan += f"; {describe_compile(cfg)}, cache {compile_cache.in_use()}"

@@ -181,10 +181,14 @@ class Run:
             truncate_metrics(self.path / "metrics.jsonl", nimg, scores_too=redo)  # from outside: logged twice)
         return nimg, seconds
 
-    def write_previews(self, task: Task, nimg: int, at_checkpoint: bool) -> None:
-        """The task's previews under RUN/samples/, named after the images seen (as checkpoints are)."""
+    def write_previews(self, task: Task, nimg: int, at_checkpoint: bool, missing: bool = False) -> None:
+        """The task's previews under RUN/samples/, named after the images seen (as checkpoints are); `missing`: only
+        those not there (a resume's, of the checkpoint it starts from: found from outside, a run stopped between its
+        checkpoint and its sheets never drew them)."""
         for prefix, image in task.previews(at_checkpoint).items():
-            save_png(image, self.path / "samples" / f"{prefix}-{checkpoints.checkpoint_name(nimg)}.png")
+            path = self.path / "samples" / f"{prefix}-{checkpoints.checkpoint_name(nimg)}.png"
+            if not (missing and path.exists()):
+                save_png(image, path)
 
     def write_batch_sheet(self, task: Task, nimg: int) -> None:
         """RUN/samples/batch-NNNNNN.NNN.png: the first images of the step at `nimg` as the task's models
