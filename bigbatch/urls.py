@@ -125,11 +125,18 @@ def option_credentials(options: dict[str, Any], keys: bool = True, prefix: str =
 
 
 def unreachable(error: BaseException, what: str) -> str | None:
-    """ "cannot reach WHAT (...): is its server up?" where fsspec's FileNotFoundError stands for a server that did not
-    answer (its HTTP file system says so of a refused connection: found from outside, called missing); else None."""
+    """What fsspec's FileNotFoundError stands for where it is not a missing file (its HTTP file system's `info` says
+    "not found" of anything but an answer): "cannot reach WHAT (...): is its server up?" of a server that did not
+    answer (found from outside, called missing), "cannot read WHAT: its server answered HTTP 403" of a status other
+    than 404 (found by review, called missing); else None."""
     cause = error.__cause__
-    if isinstance(error, FileNotFoundError) and isinstance(cause, OSError):
+    if not isinstance(error, FileNotFoundError):
+        return None
+    if isinstance(cause, OSError):
         return f"cannot reach {what} ({cause}): is its server up?"
+    status = getattr(cause, "status", None)  # (aiohttp's ClientResponseError)
+    if isinstance(status, int) and status != 404:
+        return f"cannot read {what}: its server answered HTTP {status}"
     return None
 
 

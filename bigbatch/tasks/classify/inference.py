@@ -146,10 +146,8 @@ def _source(path: str) -> tuple[str, Path | Location, ImageFiles | None]:
         fs, root = where.fs()
         try:  # (info, not isfile: fsspec's HTTP isfile says False of a server down; found from outside)
             there = fs.info(root).get("type") == "file"
-        except FileNotFoundError as e:  # (fsspec's HTTP: a 401, 403 or 500 too, its status on the cause: review)
-            status = getattr(e.__cause__, "status", None)
-            said = f"cannot read {where.name}: its server answered HTTP {status}" if status and status != 404 else None
-            raise BigbatchError(unreachable(e, where.name) or said or f"{where.name} does not exist") from None
+        except FileNotFoundError as e:
+            raise BigbatchError(unreachable(e, where.name) or f"{where.name} does not exist") from None
         except Exception as e:  # noqa: BLE001 - fsspec's filesystems raise their own: one line for all
             raise BigbatchError(f"cannot read {where.name}: {type(e).__name__}: {e}") from None
         if not there:
