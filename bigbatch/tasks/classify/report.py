@@ -30,7 +30,7 @@ from bigbatch.metrics.classifier import load_classifier
 from bigbatch.run_data import eval_folder, run_config
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, save_png
 from bigbatch.tasks.classify.inference import check_tta
-from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes
+from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes, scores_top5
 from bigbatch.urls import Location, public_name
 
 TOP_LOSSES = 16
@@ -327,7 +327,7 @@ def describe(report: dict[str, Any]) -> str:
         [
             f"{report['data']}: {report['n']} images at {report['resolution']} px, checkpoint {report['checkpoint']}",
             f"top-1 {report['top1']:.2f}%  "
-            + (f"top-5 {report['top5']:.2f}%  " if len(report["per_class"]) > 5 else "")  # (5 or fewer: always 100)
+            + (f"top-5 {report['top5']:.2f}%  " if scores_top5(len(report["per_class"])) else "")
             + f"loss {report['loss']:.4f}",
             f"hardest classes: {worst}",
             "most confused: " + (", ".join(f"{t} as {p} ({n})" for t, p, n in report["most_confused"][:3]) or "none"),

@@ -44,6 +44,7 @@ from bigbatch.tasks.classify.validation import (
     check_classes,
     rotate,
     rotation_labels,
+    scores_top5,
 )
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_face_sets, refuse_sections, register
 
@@ -528,10 +529,9 @@ class ClassifyScorer:
             rotation=task.rotation,
         )
         metric = cfg.eval.best or "val_top1"
-        classes = len(ROTATIONS) if task.rotation else task.val_data.n_classes
-        if metric == "val_top5" and classes <= 5:
+        if metric == "val_top5" and not scores_top5(self.validation.classes):
             raise BigbatchError(
-                f"eval.best = 'val_top5' is 100 at every evaluation of {classes} classes (top-5 "
+                f"eval.best = 'val_top5' is 100 at every evaluation of {self.validation.classes} classes (top-5 "
                 "of 5 or fewer classes is not scored): give eval.best = 'val_top1' or 'val_loss'"
             )
         settings = {

@@ -29,6 +29,12 @@ from bigbatch.signals import check_stop
 METRICS = ("val_top1", "val_top5", "val_loss")
 
 
+def scores_top5(classes: int) -> bool:
+    """Whether top-5 accuracy says anything of `classes` classes: of 5 or fewer it is always 100 (left out of
+    eval's report and training's scores; found from outside, logged and drawn as a flat 100)."""
+    return classes > 5
+
+
 class Predictions(NamedTuple):
     """What `eval` keeps of each image's logits (row i: the split's image `index[i]`): 34 bytes an image
     whatever the number of classes, where the logits take 4 a class (4 KB an image of ImageNet's 1,000)."""
@@ -121,6 +127,7 @@ class Validation:
     ):
         self.data, self.size, self.crop, self.rect = data, size, crop, rect
         self.precision, self.device, self.rotation = precision, device, rotation
+        self.classes = len(ROTATIONS) if rotation else data.n_classes  # what the network tells apart
         counts = list(getattr(data, "bucket_counts", [len(data)]))
         self.batches = val_batches(counts, batch_size)[rank::world_size]
         self.whole = bool(getattr(data, "whole", False))
@@ -257,8 +264,7 @@ class Validation:
             "val_loss": loss / n,
             "eval_seconds": round(time.perf_counter() - began, 3),
         }  # fmt: skip
-        if (len(ROTATIONS) if self.rotation else self.data.n_classes) <= 5:  # (always 100: left out, as eval does;
-            # found from outside, logged and drawn)
+        if not scores_top5(self.classes):
             del scores["val_top5"]
         return scores
 
