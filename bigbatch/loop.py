@@ -169,10 +169,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 f"{size}{rep.plan.describe()}"
             )
             return
-        # (found from outside: "auto" planned at the first phase's share, every probe fitting, then accumulated)
+        # (found from outside: "auto" fitted the first phase's whole share, then accumulated at it; not a divisor a
+        # D's groups took: review)
         held, planned = "", max((p.micro_batch for p in rep.probes if p.fits), default=0)
-        whole = planned == schedule.phases[0].batch // rep.world_size  # (not a divisor a D's groups took: review)
-        if rep.plan.accumulation > 1 and rep.plan.micro_batch == planned and whole and all(p.fits for p in rep.probes):
+        if rep.plan.accumulation > 1 and rep.plan.micro_batch == planned == schedule.phases[0].batch // rep.world_size:
             held = f" (micro_batch 'auto' planned the first phase's whole share, {planned}, which fitted, and keeps "
             held += "it; for larger micro-batches give train.micro_batch)"
         progress.say(f"kimg {at / 1000:g}: data.schedule phase begins: {size}{rep.plan.describe()}{held}")

@@ -192,9 +192,9 @@ EXITING_AFTER = [False]  # set by the command line: the process ends when its tr
 
 def restore_sigterm(old: Any, exits: bool) -> None:
     """The handler of SIGTERM from before a command put back as it ends; but where the process `exits` next after
-    a run a signal stopped, SIGTERM stays ignored (_handled)."""
-    stopped = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN and EXITING_AFTER[0]
-    if not (stopped and exits):
+    a run, SIGTERM stays ignored (_handled)."""
+    ended = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN and EXITING_AFTER[0]
+    if not (ended and exits):
         signal.signal(signal.SIGTERM, old)
     EXITING_AFTER[0] = False
 
