@@ -282,3 +282,9 @@ def test_a_converted_run_resumes_and_its_g_ema_or_a_fine_tunes_is_blended_on_not
     tune = ["--preset", "biggan128_bs2048", "--init-from", "conv", "--run-dir", "tuned", "--quiet", *TINY_RUN, *small]
     assert main(["train", *tune]) == 0
     assert blended("tuned")
+    # Under train.ema_rampup the half-life counts from the fine-tune's first image: its first step copied G into
+    # G_ema, the pretrained average lost (found from outside; StyleGAN2-ADA turns the ramp-up off on a resume).
+    assert main(["train", *tune, "--run-dir", "ramped", "train.ema_rampup=0.05"]) == 0
+    ckpt, source = bigbatch.checkpoint_find.find_checkpoint("ramped"), convert.to_reference(G)["linear.weight"]
+    G_run, G_ema = (load_file(str(ckpt / f"{n}.safetensors"))["linear.weight"] for n in ("G", "G_ema"))
+    assert 0 < float((G_ema - source).norm()) < float((G_run - source).norm()) / 10

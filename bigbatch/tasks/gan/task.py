@@ -296,7 +296,9 @@ class GANTask:
             feed.nimg - before,
             t.ema_halflife_kimg,
             0.0 if self.ema_pretrained else t.ema_start_kimg,
-            t.ema_rampup,
+            # (a pretrained G_ema is not ramped up from the fine-tune's first image: its first step would copy G
+            # over it; StyleGAN2-ADA turns ema_rampup off on a resume, whose image count starts at 0)
+            0.0 if self.ema_pretrained else t.ema_rampup,
             average,
         )
         if self.augment.on:
