@@ -42,6 +42,15 @@ def holds_checkpoints(path: Path) -> bool:
     return (path / ".lock").exists() and all(p.name.startswith(".") for p in path.iterdir())
 
 
+def network_pickle(path: Path) -> str:
+    """What to do with a network pickle (StyleGAN2-ADA's snapshot), which is never unpickled here."""
+    return (
+        f"{path} is a network pickle (StyleGAN2-ADA's snapshot), which is code and never unpickled here: save its G, D "
+        "and G_ema state dicts with ADA's own code first (README: \"ADA's snapshots are pickles\"), then `bigbatch "
+        "convert` their folder into a run"
+    )
+
+
 def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
@@ -67,6 +76,13 @@ def find_checkpoint(path: str | Path) -> Path:
             raise BigbatchError(
                 f"{path} holds a DeepFaceLab {kind} model ({dfl[0].name}), not a bigbatch run: of DFL's models, "
                 + (how if kind == "SAEHD" else "bigbatch reads SAEHD's (`convert`) and XSeg's (`xseg`, `merge --xseg`)")
+            )
+        if path.suffix in (".pkl", ".pth", ".pt", ".safetensors") and path.is_file():  # (found from outside: no way on)
+            if path.suffix == ".pkl":
+                raise BigbatchError(network_pickle(path))
+            raise BigbatchError(
+                f"{path} is a weights file, not a run: `bigbatch convert` makes a run of BigGAN-PyTorch's or "
+                "StyleGAN2-ADA's"
             )
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = checkpoints.complete_checkpoints(path)

@@ -132,9 +132,9 @@ def _convert(args: argparse.Namespace) -> None:
         )
     cfg = base_config(args.preset, args.config, "biggan128_bs2048")
     cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
-    ckpt = convert_reference(args.src, args.out, cfg, args.classes)
-    out = shlex.quote(args.out)
-    print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: --init-from {out}")
+    ckpt, out = convert_reference(args.src, args.out, cfg, args.classes), shlex.quote(args.out)
+    tune = f"--config {out}/config.toml --init-from {out}"  # (its config: found from outside, --preset X refused)
+    print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: {tune}")
 
 
 def _prepare(args: argparse.Namespace) -> None:

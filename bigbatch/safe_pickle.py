@@ -126,6 +126,14 @@ def torch_weights(data: bytes, what: str) -> Any:
 
     import torch
 
+    # (found from outside: an empty file was "(EOFError)", a text file "(101)", a cut-short one torch's message cut
+    # off mid-sentence)
+    if not data:
+        raise BigbatchError(f"{what} is empty (0 bytes), not a PyTorch file: copy or save it again")
+    if data[:2] != b"PK" and data[:1] != b"\x80":
+        raise BigbatchError(
+            f"{what} is not a PyTorch file (neither torch.save's zip archive nor its older pickle format)"
+        )
     if data[:2] == b"PK":  # (a TorchScript archive: torch warned over several lines, then refused; found from outside)
         try:
             names = zipfile.ZipFile(io.BytesIO(data)).namelist()
@@ -152,7 +160,12 @@ def torch_weights(data: bytes, what: str) -> Any:
     except MemoryError:
         raise
     except Exception as e:  # noqa: BLE001 -- a damaged or crafted pickle fails in many ways (TypeError, IndexError...)
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        said = str(e).strip()
+        if data[:2] == b"PK" and ("zip archive" in said or isinstance(e, zipfile.BadZipFile)):
+            raise BigbatchError(
+                f"{what} is damaged or cut short (its zip archive is incomplete): copy or save it again"
+            ) from None
+        first = said.splitlines()[0].split(". ")[0][:200] if said else type(e).__name__
         raise BigbatchError(f"{what} is not a readable PyTorch file ({first})") from None
 
 

@@ -214,10 +214,10 @@ def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
     "argv, words",
     [
         (["convert", "nowhere", "out"], "nowhere does not exist"),
-        (["convert", "junk.pth", "out", *TINY_RUN], "junk.pth is not a PyTorch weights file"),
+        (["convert", "junk.pth", "out", *TINY_RUN], "junk.pth is not a PyTorch file (neither"),
         (
             ["train", "--preset", "fashion_resnet", "data.path=builtin:digits", "train.init_from=junk.pth"],
-            "train.init_from junk.pth is not a PyTorch weights file",
+            "train.init_from junk.pth is not a PyTorch file (neither",
         ),
         (  # (found from outside: torch's warning over several lines, then its refusal)
             ["train", "--preset", "fashion_resnet", "data.path=builtin:digits", "train.init_from=model.pt"],

@@ -150,7 +150,7 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
     for key, value in ours.items():
         name = reference_name(net, key)
         if name is not None:
-            out[name] = value.detach().clone()
+            out[name] = value.detach().clone(memory_format=torch.contiguous_format)  # (channels-last: unsaveable)
     for name, layer in _sn_layers(net).items():
         prefix = f"{name}." if name else ""
         with torch.no_grad():
@@ -171,14 +171,37 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_reference_file(path: str) -> dict[str, torch.Tensor]:
-    """A BigGAN-PyTorch .pth state dict, read without unpickling anything but tensors."""
+    """A BigGAN-PyTorch .pth state dict (or StyleGAN2-ADA's), read without unpickling anything but tensors, or a
+    .safetensors file of one. A state dict nested under "state_dict" (StudioGAN's and Lightning's files) is taken
+    out of it, a DataParallel's "module." prefix dropped, and the statistics of BigGAN-PyTorch's --mybn and
+    --cross_replica batch norms (<bn>.bn.stored_* or running_*) named as its default's (<bn>.stored_*)."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise BigbatchError(f"{path} does not exist") from None
     except OSError as e:
         raise BigbatchError(f"cannot read {path}: {e.strerror or e}") from None
-    sd = torch_weights(data, str(path))
-    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+    if str(path).endswith(".safetensors"):  # (found from outside: refused, advising a .safetensors file)
+        from safetensors import SafetensorError
+        from safetensors.torch import load
+
+        try:
+            sd = load(data)
+        except SafetensorError as e:
+            raise BigbatchError(f"{path} is not a readable safetensors file ({str(e).splitlines()[0]})") from None
+    else:
+        sd = torch_weights(data, str(path))
+    nested = sd.get("state_dict") if isinstance(sd, dict) else None
+    if isinstance(nested, dict) and all(isinstance(v, torch.Tensor) for v in nested.values()):
+        sd = nested  # (found from outside: StudioGAN's {"state_dict": ..., "optimizer": ...} was "no state dict")
+    if not isinstance(sd, dict) or not sd or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise BigbatchError(f"{path} does not hold a state dict (a mapping of names to tensors)")
-    return sd
+    if all(k.startswith("module.") for k in sd):
+        sd = {k.removeprefix("module."): v for k, v in sd.items()}
+    return {_MYBN.sub(r".stored_\1", k): v for k, v in sd.items() if not _MYBN_COUNT.search(k)}
+
+
+# BigGAN-PyTorch's ccbn and bn under --mybn (myBN: stored_mean, stored_var, accumulation_counter) or --cross_replica
+# (SyncBN2d: running_mean, running_var, num_batches_tracked) keep their statistics one module down, on `.bn`.
+_MYBN = re.compile(r"\.bn\.(?:stored|running)_(mean|var)$")
+_MYBN_COUNT = re.compile(r"\.bn\.(?:accumulation_counter|num_batches_tracked)$")

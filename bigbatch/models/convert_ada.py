@@ -120,7 +120,9 @@ def from_ada(net: nn.Module, ada: dict[str, torch.Tensor], what: str = "the weig
 
 def to_ada(net: nn.Module) -> dict[str, torch.Tensor]:
     """A StyleGAN2 `net`'s weights in ADA's layout, its resample_filter buffers included."""
-    out = {ada_name(net, k): v.detach().clone() for k, v in net.state_dict().items()}
+    # (a channels-last model's in the standard layout: safetensors refuses other strides, found from outside)
+    standard = torch.contiguous_format
+    out = {ada_name(net, k): v.detach().clone(memory_format=standard) for k, v in net.state_dict().items()}
     return out | {name: fir() for name in _filters(net)}
 
 

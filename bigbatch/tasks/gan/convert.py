@@ -4,12 +4,15 @@ mappings are bigbatch.models.convert's and convert_ada's."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from pathlib import Path
 
 import torch
 
 from bigbatch import checkpoints
+from bigbatch.checkpoint_find import holds_checkpoints, network_pickle
 from bigbatch.config import Config
 from bigbatch.engine.ema import make_ema
 from bigbatch.errors import BigbatchError, warn
@@ -31,20 +34,22 @@ def weight_files(src: Path, ada: bool) -> dict[str, Path]:
             f"{src} does not exist; give a folder of {source}, a G .pth file, or a DeepFaceLab SAEHD model (its "
             "folder, or its <name>_SAEHD_data.dat)"
         )
+    run = src if src.is_dir() else src.parent
+    if holds_checkpoints(run):  # (found from outside: a checkpoint's G_ema.safetensors was "not a PyTorch file")
+        raise BigbatchError(
+            f"{src} is a bigbatch run's already: sample, eval, export or fine-tune it (--init-from) as it is"
+        )
     pickles = [src] if src.suffix == ".pkl" else sorted(src.glob("*.pkl")) if src.is_dir() else []
     named = WEIGHT_FILE.fullmatch(src.name)
-    if src.is_file() and not named and not pickles:
-        return {"G_ema": src}
+    if src.is_file() and not named and not pickles:  # a generator file of another name, and the D.pth beside it
+        beside = src.parent / "D.pth"  # (found from outside: read not, and said to be missing)
+        return {"G_ema": src} | ({"D": beside} if beside.is_file() else {})
     folder, suffix = (src.parent, named.group(2) or "") if src.is_file() and named else (src, "")
     files = {n: folder / f"{n}{suffix}.pth" for n in ("G", "G_ema", "D") if (folder / f"{n}{suffix}.pth").is_file()}
     if "G" in files or "G_ema" in files:
         return files
     if pickles:  # (found from outside: a snapshot was called not a weights file, with no way on)
-        raise BigbatchError(
-            f"{pickles[0]} is a network pickle (StyleGAN2-ADA's snapshot), which is code and never unpickled here: "
-            "save its G, D and G_ema state dicts with ADA's own code first (README: \"ADA's snapshots are pickles\"), "
-            "then convert their folder"
-        )
+        raise BigbatchError(network_pickle(pickles[0]))
     if suffixed := sorted(p.name for p in folder.glob("G*.pth") if WEIGHT_FILE.fullmatch(p.name)):
         raise BigbatchError(
             f"{folder} holds no G{suffix}.pth nor G_ema{suffix}.pth, but {', '.join(suffixed[:4])}: give one of those "
@@ -81,6 +86,17 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
             else ("BigGAN-PyTorch's", "a BigGAN preset (--preset biggan128_bs2048)")
         )
         raise BigbatchError(f"{src} holds {kind} weights, and model.name is {cfg.model.name}: give {want}")
+    if not looks_ada and not looks_biggan:  # (found from outside: asked for --classes, or listed 208 problems)
+        first = ", ".join(sorted(keys)[:3])
+        studiogan = (
+            " (StudioGAN's layout, whose weights convert does not read)"
+            if any(k.endswith("weight_orig") for k in keys)
+            else ""
+        )
+        raise BigbatchError(
+            f"{src} holds no weights in BigGAN-PyTorch's layout (shared.weight, blocks.0.0.*) nor in StyleGAN2-ADA's "
+            f"(mapping.*, synthesis.*): its names begin {first}{studiogan}"
+        )
     if n_classes is None and ada:
         n_classes = convert_ada.classes_of(next(iter(ref.values())))
     if n_classes is None:
@@ -96,7 +112,9 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
         if not found:
             raise BigbatchError("cannot tell the number of classes from the weights; pass --classes N")
         n_classes = int(found[0])
-    G, D = build_models(cfg, n_classes, convert_ada.channels_of(next(iter(ref.values()))) if ada else 3)
+    channels = convert_ada.channels_of(next(iter(ref.values()))) if ada else 3
+    _check_resolution(cfg, ref, files, n_classes, channels)
+    G, D = build_models(cfg, n_classes, channels)
     for net, model in (("G_ema", G), ("G", G)):
         if net in ref:  # G carries G_ema's weights while G.pth is read, so G_ema is never empty
             model.load_state_dict(convert.from_reference(model, ref[net], f"the weights in {files[net]}"))
@@ -125,3 +143,35 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     state = {"converted_from": str(src), "nimg": 0, "seconds": 0.0, "g_steps": 0, "engine": {}, "rng_cpu": rng}
     state["ema_pretrained"] = True
     return checkpoints.save_checkpoint(out, 0, nets, state, cfg.dumps(), 1, info)
+
+
+def _names(cfg: Config, n_classes: int, channels: int, resolution: int) -> dict[str, set[str]] | None:
+    """The reference layout's names of G's and D's entries as `cfg` describes them at `resolution` (built on the
+    meta device: no memory, no time), or None where the model refuses that resolution."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), torch.device("meta"):  # (its warnings are of no size given)
+            G, D = build_models(cfg.override({"data.resolution": resolution}), n_classes, channels)
+    except BigbatchError:
+        return None
+    return {net: set(convert.to_reference(m)) for net, m in (("G", G), ("D", D))}
+
+
+def _check_resolution(cfg: Config, ref: dict, files: dict[str, Path], n_classes: int, channels: int) -> None:
+    """BigbatchError naming the weights' resolution where they are another than data.resolution (found from
+    outside: 16 missing entries and "check the options" said it, after a warning of dim_z)."""
+
+    def kept(sd: dict) -> set[str]:
+        return {k for k in sd if k.rsplit(".", 1)[-1] not in ("sv0", "accumulation_counter")}
+
+    def fits(names: dict[str, set[str]] | None) -> bool:
+        return names is not None and all(kept(sd) == kept(names["D" if net == "D" else "G"]) for net, sd in ref.items())
+
+    if fits(_names(cfg, n_classes, channels, cfg.data.resolution)):
+        return
+    for size in (16, 32, 64, 128, 256, 512, 1024):
+        if size != cfg.data.resolution and fits(_names(cfg, n_classes, channels, size)):
+            where = files.get("G_ema") or files.get("G") or files["D"]
+            raise BigbatchError(
+                f"the weights in {where} are of a {size} px {cfg.model.name}, and data.resolution is "
+                f"{cfg.data.resolution}: give data.resolution={size}"
+            )
