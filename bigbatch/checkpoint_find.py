@@ -42,6 +42,20 @@ def holds_checkpoints(path: Path) -> bool:
     return (path / ".lock").exists() and all(p.name.startswith(".") for p in path.iterdir())
 
 
+def is_sweep_folder(path: Path) -> bool:
+    """Whether `path` is a sweep's RUNS_DIR (its results table, or the lock of a sweep running in it)."""
+    return (path / "results.csv").is_file() or (path / ".sweep.lock").exists()
+
+
+def sweep_folder_said(path: Path) -> str:
+    """What to give instead of a sweep's folder where a run is wanted (found from outside: "neither a run directory
+    nor a checkpoint folder", with no way on)."""
+    return (
+        f"{path} is a sweep's folder (its results.md tabulates its runs): give one of its runs, {path}/<run>; "
+        f"`bigbatch plot {path}` draws them all"
+    )
+
+
 def network_pickle(path: Path) -> str:
     """What to do with a network pickle (StyleGAN2-ADA's snapshot), which is never unpickled here."""
     return (
@@ -77,6 +91,8 @@ def find_checkpoint(path: str | Path) -> Path:
                 f"{path} holds a DeepFaceLab {kind} model ({dfl[0].name}), not a bigbatch run: of DFL's models, "
                 + (how if kind == "SAEHD" else "bigbatch reads SAEHD's (`convert`) and XSeg's (`xseg`, `merge --xseg`)")
             )
+        if path.is_dir() and is_sweep_folder(path):
+            raise BigbatchError(sweep_folder_said(path))
         if path.suffix in (".pkl", ".pth", ".pt", ".safetensors") and path.is_file():  # (found from outside: no way on)
             if path.suffix == ".pkl":
                 raise BigbatchError(network_pickle(path))

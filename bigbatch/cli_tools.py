@@ -446,7 +446,7 @@ def run_info(args: argparse.Namespace) -> None:
             f"{args.path} {what}; give a run directory, one of its checkpoints/<kimg> folders, a DATA.h5 file, or "
             "a file bigbatch export wrote (.onnx, .pt, .pt2, .dfm)"
         )
-    from bigbatch.checkpoint_find import holds_checkpoints, run_named
+    from bigbatch.checkpoint_find import find_checkpoint, holds_checkpoints, run_named
 
     if Path(args.path).is_file() and not holds_checkpoints(Path(args.path)):
         return _export_info(Path(args.path), args.verify)
@@ -458,6 +458,7 @@ def run_info(args: argparse.Namespace) -> None:
     from bigbatch.info import verify_run
 
     if not holds_checkpoints(Path(args.path)):  # (found from outside: an empty folder was a damaged checkpoint)
+        find_checkpoint(args.path)  # (what it is, if it is a folder of another kind: a sweep's, a DFL model)
         raise BigbatchError(f"{args.path} is neither a run directory nor a checkpoint folder")
     try:
         print(describe_run(args.path))

@@ -69,10 +69,9 @@ def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -
     return begun
 
 
-def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:
-    """On resume the config must be the one `what` (a checkpoint, or a run without one) was trained
-    with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
-    the precision and what guards against divergence."""
+def _compare(saved_config: Path, cfg: Config, recovery: bool) -> tuple[Config, dict, dict, list, set, list]:
+    """(cfg as begun, the saved and given configs flattened, the keys changed, those a resume may change, those it
+    may not) of a resume of the run saved with `saved_config` under `cfg`."""
     saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
     if begun := as_begun(saved_config, saved, given):  # (a key added since the run was saved: resumed as begun)
         cfg, given = cfg.override(begun), {**given, **begun}
@@ -83,9 +82,28 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     # change, not whether there is one.
     allowed |= {k for k in POWERS if recovery and k in changed and saved.get(k) and given[k]}
     fixed = [k for k in changed if not any(k == r or k.startswith(r + ".") for r in allowed)]
+    return cfg, saved, given, changed, allowed, fixed
+
+
+def unresumable_changes(saved_config: Path, cfg: Config, recovery: bool = True) -> str:
+    """What a resume of the run saved with `saved_config` under `cfg` may not change, as "key (old -> new), ...", or
+    "" (a sweep's refusal of another base: found from outside, resume's advice ran past 1,000 characters)."""
+    _, saved, given, _, _, fixed = _compare(saved_config, cfg, recovery)
+    return _shown(fixed, saved, given)
+
+
+def _shown(fixed: list[str], saved: dict, given: dict) -> str:
+    more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
+    return ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4]) + more if fixed else ""
+
+
+def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = True) -> Config:
+    """On resume the config must be the one `what` (a checkpoint, or a run without one) was trained
+    with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
+    the precision and what guards against divergence."""
+    cfg, saved, given, changed, allowed, fixed = _compare(saved_config, cfg, recovery)
     if fixed:
-        shown = ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4])
-        more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
+        shown, more = _shown(fixed, saved, given), ""
         # (the face tasks' own sections named only for them: found from outside, a GAN's line ran past 1,000 chars)
         own = {"swap", "xseg"} - {cfg.task}
         listed = ", ".join(sorted(k for k in allowed - set(POWERS) if k.split(".", 1)[0] not in own))

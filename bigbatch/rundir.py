@@ -398,6 +398,11 @@ def _claim_dir(
 def _check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["auto"]:
     """`resume` ("auto" settled by whether `run` holds a run), or an error where it does not fit."""
     holds_run = (run / "config.toml").exists() or (run / "checkpoints").exists()
+    if not holds_run and checkpoint_find.is_sweep_folder(run):  # (found from outside: a run written among its runs
+        raise BigbatchError(  # hid them from plot and info)
+            f"{run} is a sweep's folder (its results.csv): a run goes in a folder of its own; give another --run-dir "
+            "(run_dir=)"
+        )
     if resume == "auto":
         resume = holds_run
     problem = None

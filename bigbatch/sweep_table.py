@@ -100,6 +100,8 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -
     evals = [r for r in rows if "eval_seconds" in r]
     speeds = [r["img_per_s"] for r in logs if is_number(r.get("img_per_s"))]
     state = "failed" if job and job.failed else "pruned" if job and job.pruned else status(run, cfg)
+    if job and job.pruned and job.reported:  # (its scores the study saw: found from outside, a pruned run went on, and
+        evals = evals[: max(job.reported)]  # its later best outranked the study's best in the table)
     out: dict[str, Any] = {"run": run.name, **combo, "status": state}
     kept = checkpoints.complete_checkpoints(run)  # (a run stopped before its first log row has trained: its checkpoint)
     saved = (checkpoints.read_meta(kept[-1]) or {}).get("kimg", 0.0) if kept else 0.0
@@ -119,13 +121,12 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -
 def write_results(root: Path, rows: list[dict[str, Any]]) -> None:
     """RUNS_DIR/results.csv and results.md: one row per run, the union of the rows' columns; rows of
     runs an earlier sweep into RUNS_DIR wrote stay (as they were), and rows of these runs replace theirs."""
-    ours = {row["run"] for row in rows}
-    try:
-        with open(root / "results.csv", newline="") as f:
-            earlier = [row for row in csv.DictReader(f) if row.get("run") not in ours]
-    except (OSError, csv.Error, UnicodeDecodeError):
-        earlier = []
-    rows = [*earlier, *rows]
+    ours = {row["run"]: row for row in rows}
+    earlier = _earlier_rows(root)
+    # (in their places, ours where theirs were; found from outside: a later call's rows went to the bottom, its
+    # numbers as 2 beside the earlier's 2.0)
+    taken = {row.get("run") for row in earlier}
+    rows = [ours.get(row.get("run"), row) for row in earlier] + [row for row in rows if row["run"] not in taken]
     columns = list(dict.fromkeys(k for row in rows for k in row if k is not None))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, columns, lineterminator="\n", extrasaction="ignore")
@@ -136,6 +137,31 @@ def write_results(root: Path, rows: list[dict[str, Any]]) -> None:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for row in rows]
     atomic_write(root / "results.md", "\n".join(lines) + "\n")
+
+
+def _earlier_rows(root: Path) -> list[dict[str, Any]]:
+    """The rows of RUNS_DIR/results.csv, their numbers read as numbers."""
+    try:
+        with open(root / "results.csv", newline="") as f:
+            return [{k: _value(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return []
+
+
+def _value(text: Any) -> Any:
+    if not isinstance(text, str):
+        return text
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def earlier_statuses(root: Path) -> dict[str, str]:
+    """Each run's status in RUNS_DIR/results.csv, as an earlier call of the sweep left it."""
+    return {str(row.get("run")): str(row.get("status")) for row in _earlier_rows(root)}
 
 
 def is_number(v: object) -> bool:

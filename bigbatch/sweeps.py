@@ -22,12 +22,14 @@ from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import lock_folder, unlock_folder
-from bigbatch.rundir import read_metrics, resume_config
+from bigbatch.resuming import unresumable_changes
+from bigbatch.rundir import read_metrics
 from bigbatch.signals import Stopped as RunStopped
 from bigbatch.signals import Terminated, sigterm_raises
 from bigbatch.sweep_table import (
     HIGHER_IS_BETTER,
     SCORES,
+    earlier_statuses,
     existing_folders,
     is_number,
     logged_scores,
@@ -74,7 +76,15 @@ def sweep(
     final losses and best scores. A run that fails does not stop the others; once all have ended the
     sweep raises BigbatchError naming those that failed."""
     _CALLS[0] += 1
+    if not isinstance(base, Config):  # (found from outside: a dict's AttributeError, with its traceback)
+        raise BigbatchError(
+            f"sweep base must be a Config (bigbatch.preset(...), Config.load(...)), got {type(base).__name__}"
+        )
+    if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:  # (found from outside: 0 trained on)
+        raise BigbatchError(f"sweep nprocs must be >= 1 (ranks per run), got {nprocs!r}")
     root = local_folder(runs_dir, "runs_dir", "a sweep")
+    if root.exists() and not root.is_dir():  # (found from outside: "File exists")
+        raise BigbatchError(f"sweep runs_dir {root} is a file: give a folder for the sweep's runs")
     if search is not None:
         return _search(base, grid, root, launcher, nprocs, search, n_trials, metric)
     if n_trials is not None or metric is not None:
@@ -95,10 +105,13 @@ def sweep(
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)
-        todo = []
+        todo, last = [], earlier_statuses(root)
         for i, job in enumerate(jobs):
             state = status(job.run, job.cfg)
-            _say(f"[{i + 1}/{len(jobs)}] {job.run.name}: {state}")
+            # (found from outside: a run that failed in the last call was said to be interrupted)
+            failed_last = state != "finished" and last.get(job.run.name) == "failed"
+            shown = "failed last time: trying it again" if failed_last else state
+            _say(f"[{i + 1}/{len(jobs)}] {job.run.name}: {shown}")
             if state != "finished":
                 todo.append(job)
             else:
@@ -118,7 +131,7 @@ def sweep(
 
 
 @contextlib.contextmanager
-def _table_on_stop(root: Path, jobs: list[Job], again: str) -> Iterator[None]:
+def _table_on_stop(root: Path, jobs: list[Job], again: str | Callable[[list[str]], str]) -> Iterator[None]:
     """A sweep stopped (Ctrl-C, SIGTERM, bigbatch stop) still writes its table: the runs that finished,
     the one stopped as interrupted, those not begun as new; and says which runs it stopped and how they go on
     (`again`). A sweep that failed writes it too."""
@@ -132,7 +145,8 @@ def _table_on_stop(root: Path, jobs: list[Job], again: str) -> Iterator[None]:
             raise  # (Stopped: its run has said where it stopped)
         stopped = [j.run.name for j in jobs if j.began and not j.failed and status(j.run, j.cfg) == "interrupted"]
         what = f"stopped at {', '.join(stopped)}" if stopped else "stopped"
-        _complain(f"bigbatch sweep: {what} (by {'SIGTERM' if isinstance(e, Terminated) else 'Ctrl-C'}); {again}")
+        how = again(stopped) if callable(again) else again
+        _complain(f"bigbatch sweep: {what} (by {'SIGTERM' if isinstance(e, Terminated) else 'Ctrl-C'}); {how}")
         raise Stopped from None  # (found from outside: SIGTERM to a search wrote no table and said only that)
 
 
@@ -283,6 +297,8 @@ def _side_by_side(
                 except Exception as e:  # noqa: BLE001 - that run's failure, whatever it was
                     if not job.pruned:  # (a pruned run may take its stop as its loop ends, and die of it)
                         _failed(job, e)
+                if job.pruned and not job.failed and status(job.run, job.cfg) == "finished":
+                    job.pruned = False  # (its end reached before the stop took: complete; found from outside, "pruned")
                 if not job.failed:
                     if watch is not None:
                         watch(job, handle)  # the rows that came last
@@ -351,16 +367,22 @@ def _search(
             "a search's space maps dotted config keys to lists or (low, high) ranges, or is a "
             "function of the Optuna trial returning the overrides"
         )
+    if not callable(space):
+        for key, spec in space.items():
+            _check_space(base, key, spec)
     jobs: list[Job] = []
 
     def trials() -> Iterator[Job]:
         while len(jobs) < n_trials:
             trial = study.ask()
+            values = None
             try:
                 values = space(trial) if callable(space) else {k: _suggest(trial, k, v) for k, v in space.items()}
                 cfg = base.override(values)
-            except BaseException:
+            except BaseException as e:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                if isinstance(e, BigbatchError) and values is not None:  # (found from outside: no trial named)
+                    raise BigbatchError(f"the search's trial {trial.number} sampled {values}: {e}") from None
                 raise
             digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:8]
             job = Job(root / f"trial-{trial.number:04d}-{digest}", dict(values), cfg, trial=trial)
@@ -397,7 +419,11 @@ def _search(
             _tell(study, job, metric, optuna.trial.TrialState)
 
     starter = _starter(launcher, nprocs)
-    again = "`bigbatch train --run-dir RUN --resume` goes on with a stopped run"  # (a search samples anew)
+
+    def again(stopped: list[str]) -> str:  # (found from outside: a literal RUN, where a grid's line names it)
+        run = root / stopped[0] if len(stopped) == 1 else "RUN"
+        return f"`bigbatch train --run-dir {run} --resume` goes on with a stopped run"
+
     with _one_sweep(root):
         try:
             with _table_on_stop(root, jobs, again):
@@ -407,7 +433,27 @@ def _search(
         finally:
             for job in jobs:
                 tell(job)
-        return _finish(root, jobs)
+        rows = _finish(root, jobs)
+        _say_search_end(root, rows, study, jobs, metric)
+        return rows
+
+
+def _say_search_end(root: Path, rows: list[dict[str, Any]], study: Any, jobs: list[Job], metric: str) -> None:
+    """A search's last line, as a grid's: how its trials ended, and its best (found from outside: it said nothing)."""
+    ended = [r.get("status") for r in rows]
+    counts = ", ".join(f"{ended.count(s)} {s}" for s in ("pruned", "failed", "interrupted") if ended.count(s))
+    try:
+        best = study.best_trial
+        name = next((j.run.name for j in jobs if j.trial is not None and j.trial.number == best.number), None)
+        said = f"; best {name or f'trial {best.number}'}: {metric} {best.value:g}"
+    except ValueError:  # (no trial completed)
+        said = ""
+    done = ended.count("finished")
+    print(
+        f"Search {root}: {done} of {len(rows)} trials finished{f' ({counts})' if counts else ''}{said}; results in "
+        f"{root / 'results.md'}",
+        flush=True,
+    )
 
 
 def _check_metric(cfg: Config, metric: str) -> None:
@@ -424,6 +470,26 @@ def _check_metric(cfg: Config, metric: str) -> None:
             f"a search's metric {metric!r} is not a score these runs log ({', '.join(dict.fromkeys(names))}): give "
             "one of those, or set eval.metrics (eval.extractor) to score it"
         )
+
+
+def _check_space(base: Config, key: str, spec: Any) -> None:
+    """A search space entry's choices, or its range's ends, are values `key` takes, before anything trains (found
+    from outside: a choice of 0 stopped the search at its fourth trial; a reversed range, Optuna's traceback)."""
+    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]):
+        if spec[0] > spec[1]:
+            raise BigbatchError(f"search range for {key!r}: low {spec[0]!r} > high {spec[1]!r}: give (low, high)")
+        if len(spec) == 3 and spec[2] == "log" and spec[0] <= 0:
+            raise BigbatchError(f"search range for {key!r}: a log scale needs low > 0, got {spec[0]!r}")
+        values, what = spec[:2], "range for"
+    elif isinstance(spec, list):
+        values, what = spec, "choices for"
+    else:
+        return  # (_suggest says what a space entry must be)
+    for value in values:
+        try:
+            base.override({key: value})
+        except BigbatchError as e:
+            raise BigbatchError(f"search {what} {key!r}: {e}") from None
 
 
 def _suggest(trial: Any, key: str, spec: Any) -> Any:
@@ -484,10 +550,11 @@ def _check_unchanged(job: Job) -> None:
     saved = done[-1] / "config.toml" if done else job.run / "config.toml"
     if not saved.is_file():
         return
-    try:
-        resume_config(saved, job.cfg, f"the sweep's run {job.run}", recovery=False)
-    except BigbatchError as e:
-        raise BigbatchError(f"{e}; for a sweep of another base, give it another RUNS_DIR") from None
+    if shown := unresumable_changes(saved, job.cfg, recovery=False):
+        raise BigbatchError(
+            f"the sweep's run {job.run} was trained with another config than this sweep gives it, in {shown}: for a "
+            "sweep of another base, give it another RUNS_DIR"
+        )
 
 
 def _say_past_length(job: Job) -> None:
@@ -508,6 +575,8 @@ def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
     import runpy
 
     path = Path(path)
+    if path.is_dir():  # (found from outside: "does not exist")
+        raise BigbatchError(f"sweep file {path} is a folder: give the Python file that calls bigbatch.sweep")
     if not path.is_file():
         raise BigbatchError(f"sweep file {path} does not exist; give a Python file that calls bigbatch.sweep")
     if path.suffix.lower() != ".py":  # (found from outside: a results.csv read as Python, a NameError's traceback)

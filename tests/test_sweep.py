@@ -41,8 +41,11 @@ def test_a_sweep_trains_each_combination_once_resumes_the_interrupted_and_tabula
 
     # The base changed since (found from outside: the finished runs were skipped and reported as the new
     # base's): refused by name before anything trains, as a resume is.
-    with pytest.raises(bigbatch.BigbatchError, match=r"in train.seed \(0 -> 7\).*give it another RUNS_DIR"):
+    with pytest.raises(
+        bigbatch.BigbatchError, match=r"in train.seed \(0 -> 7\): for a .*give it another RUNS_DIR$"
+    ) as e:
         bigbatch.sweep(base.override({"train.seed": 7}), grid, tmp_path / "sweep")
+    assert len(str(e.value)) < 300  # (not resume's advice: found from outside, the fix came after 1,000 characters)
     assert (second / "checkpoints" / "000000.128" / "G.safetensors").read_bytes() == weights
 
     # Another sweep into the same folder (found from outside: it called the first one's runs failed).
@@ -205,13 +208,13 @@ def test_a_search_into_a_folder_of_another_bases_trials_is_refused_before_it_tra
     (earlier / "config.toml").write_text(tiny.override({**values, "train.g_lr": 1e-3}).dumps())
     (tmp_path / "runs" / "results.csv").write_text(f"run,status\n{earlier.name},finished\n")
     study = optuna.create_study(direction="minimize")
-    with pytest.raises(bigbatch.BigbatchError, match=r"differs from .* in train.g_lr .* give it another RUNS_DIR"):
+    with pytest.raises(bigbatch.BigbatchError, match=r"another config .* in train.g_lr .* give it another RUNS_DIR"):
         bigbatch.sweep(tiny, {"train.seed": [7]}, tmp_path / "runs", search=study, n_trials=1, metric="fcd")
     assert (tmp_path / "runs" / "results.csv").read_text() == f"run,status\n{earlier.name},finished\n"
     assert [t.state.name for t in study.get_trials()] == ["FAIL"] and not (earlier / "metrics.jsonl").exists()
 
 
-def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(tmp_path, monkeypatch):
+def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(tmp_path, monkeypatch, capsys):
     optuna = pytest.importorskip("optuna")
     from test_classify import tiny as tiny_classifier
 
@@ -225,9 +228,11 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
             return trial.number == 1
 
     study = optuna.create_study(direction="maximize", pruner=PruneTheSecond())
-    # (a batch of 96 evaluates past each 0.256 kimg, at 288, 576, ... images: still its 1st, 2nd, ... evaluation)
+    # (a batch of 96 evaluates past each 3.072 kimg, at 3,168, 6,240, ... images: still its 1st, 2nd, ... evaluation;
+    # long enough after the first for the stop to land: found from outside, a run of 0.4 s had ended before it, and
+    # was called pruned)
     base = tiny_classifier(
-        **{"train.kimg": 1.024, "train.batch": 96, "eval.every_kimg": 0.256, "checkpoint.every_kimg": 1.024}
+        **{"train.kimg": 12.288, "train.batch": 96, "eval.every_kimg": 3.072, "checkpoint.every_kimg": 12.288}
     )
     space = {"train.lr": (0.01, 0.5, "log"), "train.label_smoothing": [0.0, 0.1]}
     rows = bigbatch.sweep(base, space, tmp_path / "search", search=study, n_trials=2, metric="val_top1")
@@ -246,8 +251,12 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
     # search's end, so a sampler learnt nothing and a pruner had no completed trial to compare with).
     assert seen[-1] == ["COMPLETE", "RUNNING"]
     assert checkpoints.complete_checkpoints(tmp_path / "search" / second["run"])  # stopped with a checkpoint
+    assert second["kimg"] < 12.288  # (before its end: a run that ended first is complete, not pruned)
     table = (tmp_path / "search" / "results.md").read_text()
     assert "| pruned |" in table and "| finished |" in table
+    last = capsys.readouterr().out.splitlines()[-1]  # (as a grid's: found from outside, a search ended without a word)
+    best = f"best {first['run']}: val_top1 {trials[0].value:g}"
+    assert last.startswith(f"Search {tmp_path / 'search'}: 1 of 2 trials finished (1 pruned); {best}; results"), last
 
     with pytest.raises(bigbatch.BigbatchError, match="val_top1 is better higher: create the study with direction="):
         bigbatch.sweep(base, space, tmp_path / "bad", search=optuna.create_study(), n_trials=1, metric="val_top1")

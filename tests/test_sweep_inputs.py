@@ -1,0 +1,86 @@
+"""A sweep's and a search's bad input refused in one line before anything trains, a sweep's folder told apart from a
+run's by every command, and the table's rows as a user reads them (each found from outside)."""
+
+import csv
+
+import pytest
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.sweep_table import write_results
+
+
+def test_a_search_space_is_checked_before_its_first_trial_and_a_bad_sample_names_its_trial(tiny, tmp_path):
+    optuna = pytest.importorskip("optuna")
+    runs = tmp_path / "runs"
+
+    def search(space):
+        study = optuna.create_study(direction="minimize")
+        bigbatch.sweep(tiny, space, runs, search=study, n_trials=4, metric="fcd")
+        return study
+
+    scored = tiny.override({"eval.every_kimg": 0.256, "eval.extractor": "classifier"})
+    for space, said in (  # (a choice of 0 stopped the search at its fourth trial; a reversed range: a traceback)
+        ({"train.batch": [16, 0]}, "search choices for 'train.batch': config key 'train.batch' must be a positive"),
+        ({"train.batch": (0, 16)}, "search range for 'train.batch': config key 'train.batch' must be a positive"),
+        ({"train.g_lr": (1e-3, 1e-4)}, "search range for 'train.g_lr': low 0.001 > high 0.0001: give (low, high)"),
+        ({"train.g_lr": (0.0, 1e-4, "log")}, "search range for 'train.g_lr': a log scale needs low > 0, got 0.0"),
+    ):
+        with pytest.raises(bigbatch.BigbatchError) as e:
+            study = optuna.create_study(direction="minimize")
+            bigbatch.sweep(scored, space, runs, search=study, n_trials=4, metric="fcd")
+        assert said in str(e.value) and not study.get_trials(), e.value
+    assert not runs.exists()
+    with pytest.raises(bigbatch.BigbatchError, match=r"^the search's trial 0 sampled \{'train.batch': 0\}: config key"):
+        bigbatch.sweep(
+            scored, lambda t: {"train.batch": 0}, runs, search=optuna.create_study(), n_trials=2, metric="fcd"
+        )
+
+
+def test_a_sweeps_own_arguments_are_checked_in_one_line(tiny, tmp_path, capsys):
+    with pytest.raises(bigbatch.BigbatchError, match=r"^sweep base must be a Config \(bigbatch.preset"):
+        bigbatch.sweep({"train.kimg": 1}, {"train.batch": [16]}, tmp_path / "a")
+    with pytest.raises(bigbatch.BigbatchError, match=r"^sweep nprocs must be >= 1 \(ranks per run\), got 0"):
+        bigbatch.sweep(tiny, {"train.batch": [16]}, tmp_path / "b", nprocs=0)  # (a local grid trained on)
+    (tmp_path / "file.py").write_text("")
+    with pytest.raises(bigbatch.BigbatchError, match=r"runs_dir .*file.py is a file: give a folder for the sweep's"):
+        bigbatch.sweep(tiny, {"train.batch": [16]}, tmp_path / "file.py")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    (tmp_path / "folder").mkdir()
+    assert main(["sweep", str(tmp_path / "folder")]) == 2  # (it "does not exist")
+    assert f"sweep file {tmp_path / 'folder'} is a folder" in capsys.readouterr().err
+
+
+def test_a_sweeps_folder_is_not_taken_for_a_run(tiny, tmp_path, capsys):
+    # Found from outside: `train --run-dir` into a sweep's folder wrote a run among its runs, which plot and info then
+    # showed alone; info and stop called it "neither a run directory nor a checkpoint folder".
+    sweep = tmp_path / "sweep"
+    (sweep / "batch=16").mkdir(parents=True)
+    (sweep / "results.csv").write_text("run,train.batch,status\nbatch=16,16,finished\n")
+    with pytest.raises(
+        bigbatch.BigbatchError, match=r"is a sweep's folder \(its results.csv\): a run goes in a folder"
+    ):
+        bigbatch.train(tiny, run_dir=sweep, quiet=True)
+    assert sorted(p.name for p in sweep.iterdir()) == ["batch=16", "results.csv"]
+    for argv in (["info", str(sweep)], ["info", str(sweep), "--verify"], ["stop", str(sweep)], ["sample", str(sweep)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{sweep} is a sweep's folder (its results.md tabulates its runs): give one of its runs" in err, err
+
+
+def test_a_later_calls_rows_take_their_places_and_read_alike(tmp_path):
+    write_results(tmp_path, [{"run": r, "train.batch": b, "status": "finished"} for r, b in (("a", 16), ("b", 32))])
+    write_results(tmp_path, [{"run": "a", "train.batch": 16, "status": "finished", "kimg": 0.5}])
+    with open(tmp_path / "results.csv") as f:
+        assert [r["run"] for r in csv.DictReader(f)] == ["a", "b"]  # (ours went to the bottom)
+    table = (tmp_path / "results.md").read_text().splitlines()
+    assert table[2:] == ["| a | 16 | finished | 0.5 |", "| b | 32 | finished |  |"]  # (32 read back as 32.0)
+
+
+def test_a_run_that_failed_last_time_is_said_to_be_tried_again(tiny, tmp_path, capsys):
+    grid = {"data.path": [str(tmp_path / "missing.h5")]}
+    for _ in range(2):
+        with pytest.raises(bigbatch.BigbatchError, match="1 of 1 sweep runs failed"):
+            bigbatch.sweep(tiny, grid, tmp_path / "runs")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(": new") and out[1].endswith(": failed last time: trying it again"), out
