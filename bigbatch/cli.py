@@ -120,8 +120,8 @@ def _convert(args: argparse.Namespace) -> None:
         ckpt = files.convert_dfl(args.src, args.out, dict(parse_override(o) for o in args.overrides))
         out = shlex.quote(args.out)
         print(
-            f"Wrote {ckpt}. Swap with: bigbatch swap {out} IN_DIR OUT_DIR; train on from it with: bigbatch train "
-            f"--config {out}/config.toml data.path=SRC.h5 data.dst_path=DST.h5 train.init_from={out}"
+            f"Wrote {ckpt}. Swap with: bigbatch swap {out} IN_DIR OUT_DIR; train on from it, as DFL goes on with a "
+            f"model, with: bigbatch train --run-dir {out} --resume data.path=SRC.h5 data.dst_path=DST.h5"
         )
         return
     if re.search(r"_SAEHD_\w+\.(npy|dat)$", args.src):  # (it was read as a GAN's torch.save file)

@@ -269,12 +269,30 @@ def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["au
             run.checkpoint = Path(picked)
             run.cfg = resume_config(run.checkpoint / "config.toml", cfg, f"checkpoint {run.checkpoint}")
             _check_length(run, resume)
+            _check_converted_data(run)
         else:
             run.cfg = resume_config(path / "config.toml", cfg, f"run {path}")
     except BaseException:
         run.close()
         raise
     return run
+
+
+def _check_converted_data(run: Run) -> None:
+    """A run `convert` wrote without data, resumed on its preset's data path that is not there: said so (found from
+    outside: "cannot open data set 'data/src.h5'", a path the run never had, with advice to prepare it)."""
+    meta = checkpoints.read_meta(run.checkpoint) or {}
+    if not meta.get("converted_from") or isinstance(meta.get("data"), dict):
+        return
+    d = run.cfg.data
+    given = [("data.path", d.path)] + ([("data.dst_path", d.dst_path)] if run.cfg.task == "swap" else [])
+    for key, path in given:
+        if path and "://" not in path and not path.startswith("builtin:") and not Path(path).exists():
+            keys = "data.path=SRC.h5 data.dst_path=DST.h5" if run.cfg.task == "swap" else "data.path=DATA.h5"
+            raise BigbatchError(
+                f"{run.path} was converted from {meta['converted_from']} without its data, and its {key} {path} does "
+                f"not exist: give the data to train on, {keys} (with --resume)"
+            )
 
 
 def _check_length(run: Run, resume: bool | Literal["auto"]) -> None:

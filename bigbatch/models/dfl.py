@@ -227,6 +227,11 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
         option(data, "iter", int, where)
     for part in model.parts:
         path = folder / f"{prefix}{part}.npy"
+        if not path.is_file():  # (found from outside: "cannot read ...: No such file or directory")
+            raise BigbatchError(
+                f"{path} is missing: the model's options ({model.archi}) call for its {part}, so {folder} is "
+                f"incomplete, or its {found[0].name} is another model's"
+            )
         import_part(getattr(model, part), read_weights(path), str(path))
     flip_colour_order(model)
     return model, data

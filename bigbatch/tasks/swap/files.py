@@ -238,6 +238,12 @@ def export_dfl(
     if not name or name in (".", "..") or any(c in name for c in "/\\\0"):  # (found from outside: --name ../x wrote
         # the model beside the folder, and --name a/b failed once the folder was made)
         raise BigbatchError(f"--name {name!r}: give the model's name alone, without a folder (DFL's <name>_SAEHD_*)")
+    if "_" in name:  # (found from outside: DFL lists models by the part of a file's name before its first "_", so it
+        # took my_model_SAEHD_* for a model "my" and started a new one; DFL itself turns a "_" typed into a space)
+        raise BigbatchError(
+            f"--name {name!r}: DeepFaceLab reads a model's name up to the first '_' of its files' names, so it would "
+            f"not find this one; give {name.replace('_', ' ')!r} (as DFL names it) or a name without '_'"
+        )
     if dfl_model(path) is not None:  # (found from outside: a traceback)
         raise BigbatchError(
             f"{path} is a DeepFaceLab model folder already: DFL reads it as it is (copy its files to move it); "
@@ -275,6 +281,12 @@ def export_dfl(
         options.pop("pretrain")  # pretraining in DFL was no longer, so that DFL skipped what it does as it ends)
     data = {**dfl.model_data(model, options, iteration), "loss_history": _loss_history(ckpt, int(state.get("nimg", 0)))}
     dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
+    trained = [k for k in ("gan_power", "true_face_power") if getattr(cfg.swap, k, 0) > 0]
+    if trained:  # (found from outside: dropped without a word, though its options keep the powers)
+        warn(
+            f"the run's discriminators ({', '.join(f'swap.{k}' for k in trained)}) are not written (DFL's own "
+            "layout of them is not this one's): DFL's trainer starts them anew from this model"
+        )
     if "opt" in state:  # the optimizer's moments, so that DFL's trainer goes on where this run stopped
         saved = state["opt"]
         index = [i for group in saved["param_groups"] for i in group["params"]]
@@ -345,6 +357,8 @@ def swap_folder(
         )
     if not in_dir.is_dir():
         raise BigbatchError(f"{in_dir} is not a folder of aligned face images")
+    if out_dir.exists() and not out_dir.is_dir():  # (found from outside: "OUT/masks: Not a directory")
+        raise BigbatchError(f"{out_dir} is a file: give a folder for the swapped faces (made if missing)")
     if in_dir.resolve() in (out_dir.resolve(), (out_dir / "masks").resolve()):
         raise BigbatchError(
             f"{out_dir} would replace the faces of {in_dir} with their swaps: give another output folder"

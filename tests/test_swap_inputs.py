@@ -1,0 +1,39 @@
+"""A DeepFaceLab user's slips with SAEHD's commands, each refused or warned of in one line that names the way on
+(found from outside)."""
+
+from test_swap import dfl_folder
+
+from bigbatch.cli import main
+
+
+def test_dfl_folders_names_and_outputs_are_checked_as_dfl_would_read_them(tmp_path, capsys):
+    (tmp_path / "dfl").mkdir()
+    dfl_folder(tmp_path / "dfl")  # (its options train both discriminators: gan_power and true_face_power 0.1)
+    assert main(["convert", str(tmp_path / "dfl"), str(tmp_path / "run")]) == 0
+    # Converted without data, the run goes on as DFL does with --resume and the data (it said train.init_from alone).
+    assert f"bigbatch train --run-dir {tmp_path / 'run'} --resume data.path=SRC.h5" in capsys.readouterr().out
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "--resume", "train.kimg=0.004"]) == 2
+    err = capsys.readouterr().err  # (was: cannot open 'data/src.h5', the preset's path, "write it with prepare")
+    assert f"was converted from {tmp_path / 'dfl'} without its data, and its data.path data/src.h5 does not" in err
+    assert "give the data to train on, data.path=SRC.h5 data.dst_path=DST.h5 (with --resume)" in err
+
+    # DFL lists a model by its files' names up to the first "_": my_model_SAEHD_* would be a new model "my" there.
+    assert main(["export-dfl", str(tmp_path / "run"), str(tmp_path / "out"), "--name", "my_model"]) == 2
+    assert "give 'my model' (as DFL names it) or a name without '_'" in capsys.readouterr().err
+    assert main(["export-dfl", str(tmp_path / "run"), str(tmp_path / "out"), "--name", "my model"]) == 0
+    err = capsys.readouterr().err  # (the discriminators were dropped without a word)
+    assert "the run's discriminators (swap.gan_power, swap.true_face_power) are not written" in err
+    assert (tmp_path / "out" / "my model_SAEHD_data.dat").is_file()
+
+    # eval of a DFL folder says what it is (it "holds no image files"), as export and info do.
+    assert main(["eval", str(tmp_path / "dfl")]) == 2
+    assert "holds a DeepFaceLab SAEHD model (dfl_SAEHD_data.dat), not a bigbatch run" in capsys.readouterr().err
+    # swap into a file (it named OUT/masks), and a folder missing a part its options call for (no such file).
+    (tmp_path / "faces").mkdir()
+    (tmp_path / "note.txt").write_text("hi")
+    assert main(["swap", str(tmp_path / "run"), str(tmp_path / "faces"), str(tmp_path / "note.txt")]) == 2
+    assert f"{tmp_path / 'note.txt'} is a file: give a folder for the swapped faces" in capsys.readouterr().err
+    (tmp_path / "dfl" / "dfl_SAEHD_inter.npy").unlink()
+    assert main(["convert", str(tmp_path / "dfl"), str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "dfl_SAEHD_inter.npy is missing: the model's options (df-u) call for its" in err
