@@ -100,6 +100,12 @@ def find_checkpoint(path: str | Path) -> Path:
                 f"{path} is a weights file, not a run: `bigbatch convert` makes a run of BigGAN-PyTorch's or "
                 "StyleGAN2-ADA's"
             )
+        weights = sorted(p.name for p in path.iterdir() if p.suffix in (".pth", ".pkl")) if path.is_dir() else []
+        if weights:  # (found from outside: BigGAN-PyTorch's weights folder given to --init-from, with no way on)
+            raise BigbatchError(
+                f"{path} holds weight files ({', '.join(weights[:3])}), not a bigbatch run: `bigbatch convert "
+                f"{path} RUN` makes a run of BigGAN-PyTorch's or StyleGAN2-ADA's state dicts"
+            )
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = checkpoints.complete_checkpoints(path)
     name = latest_name(path)

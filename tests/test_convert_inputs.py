@@ -124,6 +124,9 @@ def test_a_run_a_pickle_or_a_weights_file_given_where_the_other_belongs_says_the
     assert main([*tune, "--init-from", str(tmp_path / "w" / "G.pth")]) == 2
     err = capsys.readouterr().err
     assert "G.pth is a weights file, not a run: `bigbatch convert` makes a run of BigGAN-PyTorch's" in err
+    assert main([*tune, "--init-from", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert "holds weight files (D.pth, G.pth, G_ema.pth), not a bigbatch run: `bigbatch convert" in err
 
 
 def test_a_channels_last_models_weights_in_the_reference_layouts_save_as_safetensors(tmp_path):
