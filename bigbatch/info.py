@@ -129,10 +129,14 @@ def describe_run(path: str | Path) -> str:
     else:
         lines.append(f"model       {cfg.task}: {m.name} ch {m.ch}{options}")
         decay = f"{t.lr_decay} decay" + (f" at {t.lr_steps} kimg" if t.lr_decay == "step" else "")
+        sqrt = " (sqrt-scaled)" if t.lr_batch and t.lr_scale == "sqrt" else ""
+        rates = (
+            f"lr {t.lr:g} per {t.lr_batch or 'batch'}{sqrt}, warm-up {t.warmup_kimg:g} kimg, {decay}"
+            if schedule_of(cfg).phases[0].lr is None
+            else "lr per phase (data.schedule, below)"  # (found from outside: the rate it does not read was shown)
+        )
         lines.append(
-            f"training    {batch}, {t.optimizer} lr {t.lr:g} "
-            f"per {t.lr_batch or 'batch'}{' (sqrt-scaled)' if t.lr_batch and t.lr_scale == 'sqrt' else ''}, "
-            f"warm-up {t.warmup_kimg:g} kimg, {decay}, weight decay {t.weight_decay:g}"
+            f"training    {batch}, {t.optimizer} {rates}, weight decay {t.weight_decay:g}"
             f"{'' if t.norm_decay else ' (not on norms, biases)'}, {t.precision}, seed {t.seed}"
         )
     if cfg.data.schedule:  # (each phase from its first step, as training says it: found from outside, 1.5 for 1.536)

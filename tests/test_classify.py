@@ -94,15 +94,6 @@ def test_fast_imagenet_preset_has_the_published_rates():
     assert [p.batch for p in smaller.phases] == [1024, 1024, 448, 448, 256]
 
 
-def test_a_rate_the_phases_override_is_said_not_read(capsys, monkeypatch):
-    # Found from outside: with the phases' lr, train.lr=100 trained the same weights as 1.0 without a word.
-    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (said once a process: maybe by another test)
-    bigbatch.preset("imagenet_resnet50_fast")
-    assert capsys.readouterr().err == ""
-    bigbatch.preset("imagenet_resnet50_fast").override({"train.lr": 100.0})
-    assert "'train.lr' is not read: data.schedule's phases give the learning rates" in capsys.readouterr().err
-
-
 def test_a_frozen_body_with_nothing_to_load_or_frozen_throughout_is_said(capsys, monkeypatch):
     # Found from outside: train.freeze_kimg without train.init_from kept a random body frozen without a word.
     monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (said once a process: maybe by another test)

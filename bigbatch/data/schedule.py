@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from bigbatch.config import Config, register_check
+from bigbatch.config_types import MAX_RESOLUTION
 from bigbatch.data.streams import ORDER, generator
 from bigbatch.errors import BigbatchError
 
@@ -23,7 +24,7 @@ BUCKET_RATIOS = (1 / 2, 9 / 16, 2 / 3, 3 / 4, 1.0, 4 / 3, 3 / 2, 16 / 9, 2.0)
 @dataclass(frozen=True)
 class Phase:
     """From `start` images seen on, steps use `batch` images at `resolution` px (the side of a square
-    image; for rectangular buckets, the side of the square of the same area; 0: as stored). `lr`: the
+    image; for rectangular buckets, the side of the square of the same area; 0: data.resolution). `lr`: the
     learning rate at the phase's first and last step (linear between), for a task that takes it."""
 
     start: int
@@ -48,9 +49,14 @@ class Schedule:
                 )
             raise BigbatchError(f"the first phase of a schedule must start at 0 images, got {phases[0].start}")
         for i, p in enumerate(phases):
+            if p.resolution > MAX_RESOLUTION:  # (found from outside: a typo of 100000 passed --dry-run, then ran out
+                raise BigbatchError(  # of memory, exit 1, advising a smaller micro-batch)
+                    f"phase {i} trains at {p.resolution} px, past the {MAX_RESOLUTION} px any resolution may be: fix "
+                    "data.schedule"
+                )
             if p.resolution < 0 or p.batch < 1:
                 raise BigbatchError(
-                    f"phase {i} needs a resolution >= 0 (0: as stored) and a batch >= 1, got resolution "
+                    f"phase {i} needs a resolution >= 0 (0: data.resolution) and a batch >= 1, got resolution "
                     f"{p.resolution} and batch {p.batch} from {p.start / 1000:g} kimg"
                 )
             if i and p.start <= phases[i - 1].start:

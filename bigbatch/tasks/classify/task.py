@@ -91,9 +91,6 @@ def check_config(cfg: Config) -> None:
             "config key 'data.schedule' gives each phase an lr, so train.warmup_kimg and train.lr_decay must stay "
             '0 and "none" (the phases are the whole learning-rate schedule); drop one or the other'
         )
-    unread = t.changed("lr", "lr_steps", "lr_gamma") if schedule_of(cfg).phases[0].lr is not None else []
-    if unread:  # (said, not refused: a run saved with the preset's former train.lr = 1 still resumes)
-        warn(f"config key '{unread[0]}' is not read: data.schedule's phases give the learning rates", once=True)
     if t.freeze_kimg and not t.init_from:  # (a linear probe of random features: said, as likely a mistake)
         warn(
             "train.freeze_kimg freezes the body, and there is no train.init_from to load it: it stays random", once=True
@@ -147,6 +144,21 @@ def _check_pairs(cfg: Config, world_size: int) -> None:
         )
 
 
+def _warn_unread(cfg: Config) -> None:
+    """Keys a run's training settings leave unread, said as it starts (not refused: a run saved with a preset's
+    former train.lr = 1 still resumes; not on eval, info or a resume either, where nothing can be done of it: found
+    from outside). timm's --decay-epochs under a cosine schedule, and Nesterov without momentum, were silent."""
+    t = cfg.train
+    by_phase = schedule_of(cfg).phases[0].lr is not None
+    unread = t.changed("lr", "lr_steps", "lr_gamma") if by_phase else []
+    if unread:
+        warn(f"config key '{unread[0]}' is not read: data.schedule's phases give the learning rates", once=True)
+    elif t.lr_decay != "step" and (steps := t.changed("lr_steps", "lr_gamma")):
+        warn(f'config key \'{steps[0]}\' is not read by train.lr_decay = "{t.lr_decay}" (only by "step")', once=True)
+    if t.optimizer == "sgd" and t.nesterov and not t.momentum:  # (torch's SGD refuses it: turned off here)
+        warn("train.nesterov needs train.momentum > 0, which is 0: plain SGD without momentum is trained", once=True)
+
+
 @register("classify", check=check_config)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
@@ -160,6 +172,8 @@ def build(
             'classes (prepare a folder with one sub-folder per class), or train.labels = "rotation" for unlabelled data'
         )
     t, m = cfg.train, cfg.model
+    if rep.is_main and resumed_at is None:
+        _warn_unread(cfg)
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
@@ -195,7 +209,8 @@ def build(
                 "(data.resolution, data.schedule): they are upscaled, no sharper than at their own size; prepare "
                 f"the images at {largest}px (or with --crop none) for the detail"
             )
-    sides = sorted({p.resolution for p in schedule_of(cfg).phases if p.resolution})
+    # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
+    sides = sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})
     if cfg.data.schedule and cfg.data.resolution not in sides and rep.is_main and resumed_at is None:
         # (a data.resolution override on a preset whose phases name theirs: the phases win)
         warn(

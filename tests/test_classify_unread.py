@@ -1,0 +1,40 @@
+"""What a classifier's config leaves unread, said once as its training starts (not on eval, info or a resume, where
+nothing can be done of it), and a schedule's phases as they train (each found from outside)."""
+
+import pytest
+from test_classify import tiny
+
+import bigbatch
+from bigbatch.cli import main
+
+PHASES_LR = "[{kimg=0, resolution=16, batch=32, lr=[0.1, 0.2]}, {kimg=0.064, lr=[0.2, 0.01]}]"
+
+
+def test_keys_the_run_does_not_read_are_said_as_it_starts_and_not_by_what_reads_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (said once a process: maybe by another test)
+    small = {"train.kimg": 0.128, "checkpoint.every_kimg": 0.128, "eval.every_kimg": 0, "sample.every_kimg": 0}
+    # With the phases' lr, train.lr=100 trained the same weights as 1.0 without a word.
+    cfg = tiny(**small).override({"data.schedule": bigbatch.config.parse_override(f"x={PHASES_LR}")[1]})
+    run = bigbatch.train(cfg.override({"train.lr": 100.0}), run_dir=tmp_path / "r", quiet=True)
+    assert "'train.lr' is not read: data.schedule's phases give the learning rates" in capsys.readouterr().err
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    for argv in (["eval", str(run)], ["info", str(run)]):  # (it was said again by each)
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert "is not read" not in err, argv
+    assert "sgd lr per phase (data.schedule, below)" in out  # (info showed the rate it does not read)
+    # timm's --decay-epochs under a cosine schedule, Nesterov without momentum: silent.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    over = {"train.lr_decay": "cosine", "train.lr_steps": [0.064], "train.nesterov": True, "train.momentum": 0.0}
+    bigbatch.train(tiny(**small, **over), run_dir=tmp_path / "c", quiet=True)
+    err = capsys.readouterr().err
+    assert 'config key \'train.lr_steps\' is not read by train.lr_decay = "cosine" (only by "step")' in err
+    assert "train.nesterov needs train.momentum > 0, which is 0: plain SGD without momentum is trained" in err
+
+
+def test_a_phase_at_resolution_0_trains_at_data_resolution_and_a_side_past_any_is_refused(tmp_path, capsys):
+    small = {"train.kimg": 0.064, "checkpoint.every_kimg": 0.064, "eval.every_kimg": 0, "sample.every_kimg": 0}
+    bigbatch.train(tiny(**small, **{"data.schedule": "0:0:32"}), run_dir=tmp_path / "z", quiet=True)
+    assert "none at data.resolution" not in capsys.readouterr().err  # (warned, with no sides named)
+    with pytest.raises(bigbatch.BigbatchError, match=r"phase 0 trains at 100000 px, past the 16384 px any resolution"):
+        tiny(**{"data.schedule": "0:100000:32"})  # (passed --dry-run, then ran out of memory: exit 1)
