@@ -180,10 +180,16 @@ def warn_under_group(cfg: Config, micro: int) -> None:
     if 0 < micro < group:
         auto = cfg.train.micro_batch == "auto"
         what = f"micro_batch auto settled on {micro}, under" if auto else f"train.micro_batch {micro} is under"
+        share = cfg.train.batch // max(1, dist.context(cfg.train.device).world_size)
+        if share % group:  # (found from outside: memory blamed, and a multiple that no micro-batch can be advised)
+            why = f"no multiple of {group} divides the batch share of {share}"
+            fix = f"give a train.batch of a multiple of {group}, or set model.options.mbstd_group={micro}"
+        else:
+            why = f"the step depends on the {'memory budget' if auto else 'micro-batch'}"
+            fix = f"give train.micro_batch a multiple of {group}, or set model.options.mbstd_group={micro}"
         warn(
             f"{what} {cfg.model.name}'s D group of {group} images for its standard deviation, which then groups "
-            f"{micro}: the step depends on the {'memory budget' if auto else 'micro-batch'}; give train.micro_batch a "
-            f"multiple of {group}, or set model.options.mbstd_group={micro}",
+            f"{micro}: {why}; {fix}",
             once=True,
         )
 

@@ -308,6 +308,11 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     if standing:
         standing_stats(G, standing, e.batch_size, seed, truncation)
     name, weights = args.extractor or e.extractor, args.weights or e.weights or None
+    if args.weights and name.startswith("classifier"):  # (found from outside: a missing file taken without a word)
+        raise BigbatchError(
+            f"--weights is an Inception weights file, and --extractor {name} scores with a classifier of its own: "
+            "drop --weights"
+        )
     kind, ref = (
         ("data", None)
         if args.reference is None

@@ -385,6 +385,10 @@ class AugmentConfig(Section):
         for name in names:
             if name not in valid or names.count(name) > 1:
                 problem = "twice" if name in valid else f"unknown to augment.pipeline {self.pipeline!r}"
+                given = [n.strip() for n in self.policy.split(",") if n.strip()]
+                holders = [n for n in given if name in ADA_SHORTHANDS.get(n, ())] if ada else []
+                if problem == "twice" and holders:  # (found from outside: "names 'blit' (twice)" of bgc,blit)
+                    problem = f"twice: {' and '.join(dict.fromkeys(holders))} hold{'s' * (len(set(holders)) == 1)} it"
                 also = f", or {', '.join(ADA_SHORTHANDS)} for them" if ada else ""
                 if not ada and name not in valid and (name in ADA_GROUPS or name in ADA_SHORTHANDS):  # (ADA's names)
                     also = f" (StyleGAN2-ADA's --augpipe {name} is augment.pipeline=ada augment.policy={name})"

@@ -174,7 +174,7 @@ def test_micro_batch_auto_probes_at_the_p_ada_may_reach():
     [
         ("bgcfnx", r"'bgcfnx' \(unknown to augment.pipeline 'ada'\); valid: .*cutout, or bg, bgc, bgcf, bgcfn, bgcfnc"),
         ("translation", r"'translation' \(unknown to augment.pipeline 'ada'\)"),
-        ("bgc,geom", r"'geom' \(twice\)"),
+        ("bgc,geom", r"'geom' \(twice: bgc holds it\)"),
     ],
 )
 def test_ada_policy_errors_name_the_groups_and_shorthands(policy, message):

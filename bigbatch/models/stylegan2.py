@@ -520,8 +520,13 @@ def stylegan2(
     for name, value in (*sizes.items(), ("mbstd_group", mbstd_group)):
         if value < 1:
             raise BigbatchError(f"stylegan2 option {name} must be >= 1, got {value}")
-    if not 0 <= mixing <= 1 or not 0 <= w_avg_beta < 1 or not map_lr_mul > 0:
-        raise BigbatchError("stylegan2 options: mixing in [0, 1], w_avg_beta in [0, 1), map_lr_mul > 0")
+    for name, value, fits, want in (  # (found from outside: the three rules in one line, naming neither key nor value)
+        ("mixing", mixing, 0 <= mixing <= 1, "in [0, 1]"),
+        ("w_avg_beta", w_avg_beta, 0 <= w_avg_beta < 1, "in [0, 1)"),
+        ("map_lr_mul", map_lr_mul, map_lr_mul > 0, "> 0"),
+    ):
+        if not fits:
+            raise BigbatchError(f"stylegan2 option {name} must be {want}, got {value}")
     channels = {2**i: min(ch * 256 // 2**i, ch_max) or 1 for i in range(2, int(math.log2(resolution)) + 1)}
     G = StyleGAN2Generator(
         resolution=resolution,
