@@ -26,6 +26,7 @@ from bigbatch.resuming import unresumable_changes
 from bigbatch.rundir import read_metrics
 from bigbatch.signals import Stopped as RunStopped
 from bigbatch.signals import Terminated, sigterm_raises
+from bigbatch.sweep_space import check_space, suggest
 from bigbatch.sweep_table import (
     HIGHER_IS_BETTER,
     SCORES,
@@ -368,8 +369,8 @@ def _search(
             "function of the Optuna trial returning the overrides"
         )
     if not callable(space):
-        for key, spec in space.items():
-            _check_space(base, key, spec)
+        for key in space:
+            check_space(base, space, key)
     jobs: list[Job] = []
 
     def trials() -> Iterator[Job]:
@@ -377,7 +378,7 @@ def _search(
             trial = study.ask()
             values = None
             try:
-                values = space(trial) if callable(space) else {k: _suggest(trial, k, v) for k, v in space.items()}
+                values = space(trial) if callable(space) else {k: suggest(trial, k, v) for k, v in space.items()}
                 cfg = base.override(values)
             except BaseException as e:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -470,43 +471,6 @@ def _check_metric(cfg: Config, metric: str) -> None:
             f"a search's metric {metric!r} is not a score these runs log ({', '.join(dict.fromkeys(names))}): give "
             "one of those, or set eval.metrics (eval.extractor) to score it"
         )
-
-
-def _check_space(base: Config, key: str, spec: Any) -> None:
-    """A search space entry's choices, or its range's ends, are values `key` takes, before anything trains (found
-    from outside: a choice of 0 stopped the search at its fourth trial; a reversed range, Optuna's traceback)."""
-    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]):
-        if spec[0] > spec[1]:
-            raise BigbatchError(f"search range for {key!r}: low {spec[0]!r} > high {spec[1]!r}: give (low, high)")
-        if len(spec) == 3 and spec[2] == "log" and spec[0] <= 0:
-            raise BigbatchError(f"search range for {key!r}: a log scale needs low > 0, got {spec[0]!r}")
-        values, what = spec[:2], "range for"
-    elif isinstance(spec, list):
-        values, what = spec, "choices for"
-    else:
-        return  # (_suggest says what a space entry must be)
-    for value in values:
-        try:
-            base.override({key: value})
-        except BigbatchError as e:
-            raise BigbatchError(f"search {what} {key!r}: {e}") from None
-
-
-def _suggest(trial: Any, key: str, spec: Any) -> Any:
-    """One config value sampled by an Optuna trial from a search space entry."""
-    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]):
-        low, high = spec[:2]
-        log = len(spec) == 3 and spec[2] == "log"
-        if len(spec) == 3 and not log:
-            raise BigbatchError(f"search range for {key!r}: the third item can only be 'log', got {spec[2]!r}")
-        if isinstance(low, int) and isinstance(high, int):
-            return trial.suggest_int(key, low, high, log=log)
-        return trial.suggest_float(key, float(low), float(high), log=log)
-    if isinstance(spec, list) and spec:
-        if not all(v is None or isinstance(v, (bool, int, float, str)) for v in spec):
-            raise BigbatchError(f"search choices for {key!r} must be numbers, strings or booleans, got {spec!r}")
-        return trial.suggest_categorical(key, spec)
-    raise BigbatchError(f"search space for {key!r} must be a list of choices or a (low, high) range, got {spec!r}")
 
 
 def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
