@@ -122,7 +122,9 @@ def check_schedule(cfg: Config, ctx: dist.Context) -> None:
         where = f"data.schedule's phase from {p.start / 1000:g} kimg"
         if cfg.train.micro_batch == "auto":
             if p.batch % ctx.world_size:
-                raise BigbatchError(f"{where} has batch {p.batch}, not a multiple of the {ctx.world_size} processes")
+                n, lower = ctx.world_size, p.batch // ctx.world_size * ctx.world_size
+                fits = " or ".join(str(m) for m in (lower, lower + n) if m)  # (found from outside: no fix given)
+                raise BigbatchError(f"{where} has batch {p.batch}, not a multiple of the {n} processes: give it {fits}")
         else:
             try:
                 make_plan(p.batch, cfg.train.micro_batch, cfg.train.precision, ctx, pairs)

@@ -70,14 +70,14 @@ def _train(args: argparse.Namespace) -> None:
             warn(f"train.init_from {given} does not exist: training refuses it until it does")  # data file is)
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         resumed = _dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
-        device = dist.context(cfg.train.device).device
+        ctx = dist.context(cfg.train.device)
         if cfg.data.decode != "cpu":  # (found from outside: passed here, refused by the run)
             from bigbatch.data.device_decode import check_device
 
-            check_device(device, cfg.data.decode)
-        print(cfg.dumps())
-        print(f"# plan: {plan}{resumed}")
-        print(f"# {describe_compile(cfg)}: {'on' if compiles(cfg, device) else 'off'} (device {device.type})")
+            check_device(ctx.device, cfg.data.decode)
+        on = "on" if compiles(cfg, ctx.device) else "off"
+        if ctx.rank == 0:  # (under torchrun, once: found from outside, a config and plan a process)
+            print(f"{cfg.dumps()}\n# plan: {plan}{resumed}\n# {describe_compile(cfg)}: {on} (device {ctx.device.type})")
         return
     with contextlib.suppress(signals.Stopped):  # (saved, and said how to go on: exit 0)
         train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)

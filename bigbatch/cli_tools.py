@@ -187,7 +187,10 @@ def _show_batch(args: argparse.Namespace) -> None:
     schedule = schedule_of(cfg)
     nimg = schedule.align(round(args.kimg * 1000))
     if nimg >= cfg.train.images:  # (found from outside: said nothing)
-        warn(f"--kimg {args.kimg:g} is at or past the run's end (train.kimg {cfg.train.kimg:g}): no step is there")
+        warn(  # (found from outside: said, then drawn without a word of what)
+            f"--kimg {args.kimg:g} is at or past the run's end (train.kimg {cfg.train.kimg:g}): no step is there; "
+            "drawn is the step there were the run longer"
+        )
     rep = replicator_for(cfg)
     try:
         task = build_task(cfg, rep, training_data(cfg))

@@ -25,6 +25,7 @@ averaged over ranks after the step.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -66,10 +67,16 @@ def span_small(
     if now >= min(SMALL_SPAN, span(share, world_size, sync_bn)):
         return None
     wider = ", train.sync_bn spans the processes' micro-batches" if world_size > 1 and not sync_bn else ""
+    fix = f"{'' if checkpointed else 'train.checkpointing or '}a larger train.memory_budget fits more{wider}"
+    if not any(share % d == 0 for d in range(micro_batch + 1, share)):  # (found from outside: batch 67, prime,
+        near = 2 ** round(math.log2(share)) * world_size  # planned 1 x 67, and the budget was blamed)
+        fix = (
+            f"a process's share of {share} has no divisor between {micro_batch} and {share}: give train.batch a "
+            f"number of more divisors (such as {near})"
+        )
     return (
-        f"{planned}: BatchNorm statistics span only {now} images of a step's {share * world_size}, which trains a "
-        f"BatchNorm network otherwise than at its whole batch; {'' if checkpointed else 'train.checkpointing or '}a "
-        f"larger train.memory_budget fits more{wider}"
+        f"{planned}: BatchNorm statistics span only {now} image{'s' * (now != 1)} of a step's {share * world_size}, "
+        f"which trains a BatchNorm network otherwise than at its whole batch; {fix}"
     )
 
 

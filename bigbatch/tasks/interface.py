@@ -134,6 +134,7 @@ class Feed:
     ):
         self.rep, self.schedule, self.nimg, self.on_phase, self.cfg = rep, schedule, start, on_phase, cfg
         self._phase: Phase | None = None
+        self._planned = 0  # the micro-batch planned for the run (a later phase's may be smaller: said against this)
         self.order = order or GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
@@ -187,13 +188,18 @@ class Feed:
         phase = self.schedule.phase_at(self.nimg)
         batch = phase.batch
         if batch != self.rep.batch:
-            micro = None if self.rep.micro_batch_pending else self.rep.plan.micro_batch
-            plan = self.rep.set_batch(batch)
-            if plan is not None and micro is not None and plan.micro_batch < micro and self.rep.is_main:
+            if not self._planned and not self.rep.micro_batch_pending:
+                self._planned = self.rep.plan.micro_batch
+            micro, plan = self._planned, self.rep.set_batch(batch)
+            if plan is not None and micro and plan.micro_batch < micro and self.rep.is_main:
+                # (found from outside: a smaller share said not to be a multiple, and against the last phase's own)
+                share = batch // self.rep.world_size
+                why = "is smaller than" if share < micro else "is not a multiple of"
                 warn(
-                    f"data.schedule: a process's share of batch {batch} (from kimg {self.nimg / 1000:g}) is not a "
-                    f"multiple of micro_batch {micro}: micro-batches of {plan.micro_batch} from here (BatchNorm "
-                    f"statistics over {plan.micro_batch} images, not {micro}); a batch it divides keeps it"
+                    f"data.schedule: a process's share of batch {batch} (from kimg {self.nimg / 1000:g}) {why} "
+                    f"micro_batch {micro}: micro-batches of {plan.micro_batch} from here (BatchNorm statistics over "
+                    f"{plan.micro_batch} images, not {micro}); a batch of a multiple of {micro * self.rep.world_size} "
+                    "keeps it"
                 )
         if phase != self._phase:
             # A phase begins (or a resumed run starts inside one past the first): the caller says so.

@@ -1,0 +1,47 @@
+"""What the batch plan and precision say, as a user reads it (each found from outside)."""
+
+import torch
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.engine import precision
+from bigbatch.engine.running_stats import span_small
+
+
+def test_fp16_on_a_cpu_is_said_to_be_slow(capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (6 img/s where fp32 ran 729, without a word)
+    precision.check("bf16", torch.device("cpu"))
+    assert capsys.readouterr().err == ""
+    precision.check("fp16", torch.device("cpu"))
+    assert "train.precision fp16 on a CPU: PyTorch's CPU fp16 kernels are slow" in capsys.readouterr().err
+
+
+def test_a_batch_of_few_divisors_is_named_as_why_the_micro_batch_is_small():
+    said = span_small(1, 1, False, 67, "micro_batch 'auto' planned 1 in 12.0 MiB", False)
+    assert "span only 1 image of a step's 67" in said  # (the budget was blamed; checkpointing would not have helped)
+    assert said.endswith("a process's share of 67 has no divisor between 1 and 67: give train.batch a number of more "
+                         "divisors (such as 64)")  # fmt: skip
+    assert "larger train.memory_budget" in span_small(4, 1, False, 64, "planned", False)
+
+
+def test_a_later_phases_smaller_share_is_said_against_the_planned_micro_batch(tmp_path, capsys):
+    cfg = bigbatch.preset("digits").override(
+        {"data.resolution": 16, "model.ch": 8, "model.dim_z": 16, "train.batch": 64, "train.micro_batch": "auto"}
+    )  # (auto: the whole share of 64 on this CPU; each later share then its own whole)
+    schedule = [{"kimg": 0}, {"kimg": 0.064, "batch": 48}, {"kimg": 0.128, "batch": 16}]
+    over = {"data.schedule": schedule, "train.kimg": 0.224, "sample.every_kimg": 0, "checkpoint.every_kimg": 0.224}
+    bigbatch.train(cfg.override(over), run_dir=tmp_path / "r", quiet=True)
+    err = capsys.readouterr().err  # (the smaller share was "not a multiple", and named against the last phase's 16)
+    assert "share of batch 48 (from kimg 0.064) is smaller than micro_batch 64: micro-batches of 48" in err
+    assert "share of batch 16 (from kimg 0.16) is smaller than micro_batch 64: micro-batches of 16" in err
+
+
+def test_a_phase_no_world_size_divides_gives_the_batches_it_does_and_a_dry_run_is_one_ranks(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    argv = ["train", "--dry-run", "--preset", "digits", "train.micro_batch=auto"]
+    assert main([*argv, "data.schedule=[{kimg=0},{kimg=0.1,batch=33}]"]) == 2
+    assert "phase from 0.1 kimg has batch 33, not a multiple of the 2 processes: give it 32 or 34" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setenv("RANK", "1")  # (under torchrun, every rank printed the config and the plan)
+    assert main(argv) == 0 and capsys.readouterr().out == ""
