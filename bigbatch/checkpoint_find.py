@@ -104,7 +104,8 @@ def find_checkpoint(path: str | Path) -> Path:
         if weights:  # (found from outside: BigGAN-PyTorch's weights folder given to --init-from, with no way on)
             raise BigbatchError(
                 f"{path} holds weight files ({', '.join(weights[:3])}), not a bigbatch run: `bigbatch convert "
-                f"{path} RUN` makes a run of BigGAN-PyTorch's or StyleGAN2-ADA's state dicts"
+                f"{path} RUN --preset P` makes a run of BigGAN-PyTorch's or StyleGAN2-ADA's state dicts (P: the preset "
+                "of their model, such as biggan128_bs2048 or stylegan2_256)"
             )
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = checkpoints.complete_checkpoints(path)

@@ -118,10 +118,11 @@ def _convert(args: argparse.Namespace) -> None:
 
     if files.dfl_model(args.src) is not None:  # (a DFL model folder, or one model's _data.dat)
         ckpt = files.convert_dfl(args.src, args.out, dict(parse_override(o) for o in args.overrides))
-        out = shlex.quote(args.out)
+        out, given = shlex.quote(args.out), "data.path" in " ".join(args.overrides)  # (found from outside: asked again)
+        data = "" if given else " data.path=SRC.h5 data.dst_path=DST.h5"
         print(
             f"Wrote {ckpt}. Swap with: bigbatch swap {out} IN_DIR OUT_DIR; train on from it, as DFL goes on with a "
-            f"model, with: bigbatch train --run-dir {out} --resume data.path=SRC.h5 data.dst_path=DST.h5"
+            f"model, with: bigbatch train --run-dir {out} --resume{data}"
         )
         return
     if re.search(r"_SAEHD_\w+\.(npy|dat)$", args.src):  # (it was read as a GAN's torch.save file)
@@ -133,8 +134,8 @@ def _convert(args: argparse.Namespace) -> None:
     cfg = base_config(args.preset, args.config, "biggan128_bs2048")
     cfg = cfg.override(dict(parse_override(o) for o in args.overrides))
     ckpt, out = convert_reference(args.src, args.out, cfg, args.classes), shlex.quote(args.out)
-    tune = f"--config {out}/config.toml --init-from {out}"  # (its config: found from outside, --preset X refused)
-    print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: {tune}")
+    tune = f"bigbatch train --config {out}/config.toml --init-from {out} data.path=DATA.h5"  # (found from outside: not
+    print(f"Wrote {ckpt}. Sample with: bigbatch sample {out}; fine-tune with: {tune}")  # a command; --preset refused)
 
 
 def _prepare(args: argparse.Namespace) -> None:
@@ -275,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         "src",
         metavar="SRC",
         help="BigGAN-PyTorch's weights folder or generator .pth, StyleGAN2-ADA's (G.pth, G_ema.pth, D.pth: its "
-        "snapshot's state dicts, with model.name=stylegan2), or a DFL SAEHD model folder",
+        "snapshot's state dicts, with --preset stylegan2_256 or another stylegan2 one), or a DFL SAEHD model folder",
     )
     c.add_argument("out", metavar="OUT_RUN", help="new run directory to write")
     c.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. model.ch=64")
@@ -489,8 +490,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             argv[-1] = f"--resume={a}"
         else:
             argv.append("--resume=yes" if ours and a == "--resume" else a)
-    # argparse fills a positional list from one run of arguments only, so overrides after an option come
-    # back unparsed (parse_intermixed_args would gather them, but it refuses subparsers).
+    # argparse fills a positional list from one run of arguments only: overrides after an option come back unparsed
     args, extras = parser.parse_known_args(argv)
     if hasattr(args, "overrides"):
         args.overrides += [a for a in extras if not a.startswith("-")]  # parse_override names a malformed one

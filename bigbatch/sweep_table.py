@@ -27,11 +27,16 @@ LOSSES = ("loss_D", "loss_G", "loss", "train_top1", "src_loss", "dst_loss", "los
 
 def logged_scores(cfg: Config) -> tuple[str, ...]:
     """The scores a run of `cfg` logs at each evaluation (metrics.jsonl), by the names a search's `metric` takes;
-    a GAN's extractor "auto" (Inception where its weights are, else the classifier) may log either family's."""
+    a GAN's extractor "auto" is Inception where its weights are here, else the classifier (found from outside: taken
+    for either, so a search on fcd trained every trial of runs that logged fid)."""
     if cfg.task == "gan":
         from bigbatch.metrics.evaluate import NAMES, parse_metrics, score_names
+        from bigbatch.metrics.extractors import falls_back
 
-        families = [f for f in NAMES if cfg.eval.extractor.split(":")[0] in (f, "auto", f"{f}-torchscript")]
+        name = cfg.eval.extractor.split(":")[0]
+        if name == "auto":
+            name = "classifier" if falls_back("auto", cfg.eval.weights or None) else "inception"
+        families = [f for f in NAMES if name in (f, f"{f}-torchscript")]
         return tuple(n for m in parse_metrics(cfg.eval.metrics) for f in families for n in score_names(m, f))
     if cfg.task == "classify":  # (top-5 of the 4 rotations, always 100, is not logged: found by review)
         return ("val_top1", "val_loss") if cfg.train.labels == "rotation" else ("val_top1", "val_top5", "val_loss")

@@ -409,6 +409,8 @@ def _search(
                 continue
             job.reported.add(step)
             job.trial.report(float(value), step)
+            _say(f"bigbatch sweep: {job.run.name}: {metric} {float(value):g} at kimg {row['kimg']:g}")  # (found from
+            # outside: nothing was said while a trial trained, for hours in README's example)
             # (not a run that has reached its end: it is complete, whatever the pruner says)
             if nimg < total and not handle.done() and job.trial.should_prune():
                 job.pruned = True
@@ -423,7 +425,10 @@ def _search(
 
     def again(stopped: list[str]) -> str:  # (found from outside: a literal RUN, where a grid's line names it)
         run = root / stopped[0] if len(stopped) == 1 else "RUN"
-        return f"`bigbatch train --run-dir {run} --resume` goes on with a stopped run"
+        return (  # (found from outside: a trial resumed by hand is not told to the study)
+            "run the search again with its study kept in storage to go on, or "
+            f"`bigbatch train --run-dir {run} --resume` with a stopped run alone"
+        )
 
     with _one_sweep(root):
         try:

@@ -28,7 +28,7 @@ def test_wrapped_renamed_and_safetensors_files_convert_as_the_plain_state_dicts(
     G, D = tiny_pair("biggan")
     write_reference_weights(tmp_path / "plain", G, D)
     want = converted(tmp_path / "plain", tmp_path / "want")
-    assert "--config " in capsys.readouterr().out  # (the hint to fine-tune: the converted run's model options)
+    assert "fine-tune with: bigbatch train --config " in capsys.readouterr().out  # (a command, with the run's model)
     g, d = convert.to_reference(G), convert.to_reference(D)
 
     # A DataParallel's "module." names, nested under "state_dict" as StudioGAN's and Lightning's files are.

@@ -4,6 +4,7 @@
 from test_swap import dfl_folder
 
 from bigbatch.cli import main
+from bigbatch.config import Config
 
 
 def test_dfl_folders_names_and_outputs_are_checked_as_dfl_would_read_them(tmp_path, capsys):
@@ -12,6 +13,9 @@ def test_dfl_folders_names_and_outputs_are_checked_as_dfl_would_read_them(tmp_pa
     assert main(["convert", str(tmp_path / "dfl"), str(tmp_path / "run")]) == 0
     # Converted without data, the run goes on as DFL does with --resume and the data (it said train.init_from alone).
     assert f"bigbatch train --run-dir {tmp_path / 'run'} --resume data.path=SRC.h5" in capsys.readouterr().out
+    assert Config.load(tmp_path / "run" / "config.toml").name == "saehd64-df-u"  # (was the saehd128 recipe's)
+    assert main(["convert", str(tmp_path / "dfl"), str(tmp_path / "with"), "data.path=s.h5", "data.dst_path=d.h5"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"--run-dir {tmp_path / 'with'} --resume")  # (given: not asked)
     assert main(["train", "--run-dir", str(tmp_path / "run"), "--resume", "train.kimg=0.004"]) == 2
     err = capsys.readouterr().err  # (was: cannot open 'data/src.h5', the preset's path, "write it with prepare")
     assert f"was converted from {tmp_path / 'dfl'} without its data, and its data.path data/src.h5 does not" in err
@@ -37,3 +41,24 @@ def test_dfl_folders_names_and_outputs_are_checked_as_dfl_would_read_them(tmp_pa
     assert main(["convert", str(tmp_path / "dfl"), str(tmp_path / "again")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "dfl_SAEHD_inter.npy is missing: the model's options (df-u) call for its" in err
+
+
+def test_built_in_data_sets_which_cannot_have_masks_are_not_told_to_prepare_them(tmp_path, capsys):
+    from test_swap import TINY
+
+    import bigbatch
+
+    cfg = bigbatch.preset("saehd_cpu").override(
+        {
+            "data.dst_path": "builtin:digits",
+            "model.options": {"archi": "df-u", **TINY},
+            "train.batch": 4,
+            "train.micro_batch": 4,
+            "train.kimg": 0.004,
+            "eval.every_kimg": 0,
+            "sample.every_kimg": 0,
+            "checkpoint.every_kimg": 0.004,
+        }  # fmt: skip
+    )
+    bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)  # (the preset's own data: warned of at every run)
+    assert "neither data set has face masks" not in capsys.readouterr().err

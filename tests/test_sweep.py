@@ -254,7 +254,9 @@ def test_a_search_samples_configs_from_an_optuna_study_and_prunes_on_the_metric(
     assert second["kimg"] < 12.288  # (before its end: a run that ended first is complete, not pruned)
     table = (tmp_path / "search" / "results.md").read_text()
     assert "| pruned |" in table and "| finished |" in table
-    last = capsys.readouterr().out.splitlines()[-1]  # (as a grid's: found from outside, a search ended without a word)
+    out = capsys.readouterr().out  # (each evaluation said as it is told: found from outside, silent for hours)
+    assert f"bigbatch sweep: {first['run']}: val_top1 {trials[0].intermediate_values[1]:g} at kimg " in out
+    last = out.splitlines()[-1]  # (as a grid's: found from outside, a search ended without a word)
     best = f"best {first['run']}: val_top1 {trials[0].value:g}"
     assert last.startswith(f"Search {tmp_path / 'search'}: 1 of 2 trials finished (1 pruned); {best}; results"), last
 
@@ -284,7 +286,7 @@ def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, caps
     monkeypatch.setenv("RUNS", str(tmp_path / "runs"))
     assert main(["sweep", str(script)]) == 130
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("bigbatch sweep: stopped (by SIGTERM); `bigbatch train --run-dir RUN --resume`"), err
+    assert err[-1].startswith("bigbatch sweep: stopped (by SIGTERM); run the search again with its study kept"), err
     with open(tmp_path / "runs" / "results.csv") as f:
         assert [(r["train.seed"], r["status"]) for r in csv.DictReader(f)] == [("0", "finished")]
     # The same from a script run by Python, not the CLI (found from outside: killed at once, no table, no word; now

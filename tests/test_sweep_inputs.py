@@ -91,3 +91,16 @@ def test_a_run_that_failed_last_time_is_said_to_be_tried_again(tiny, tmp_path, c
             bigbatch.sweep(tiny, grid, tmp_path / "runs")
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith(": new") and out[1].endswith(": failed last time: trying it again"), out
+
+
+def test_a_search_on_a_score_extractor_auto_does_not_log_is_refused_before_it_trains(tiny, tmp_path, monkeypatch):
+    # Found from outside: "auto" was taken for either family, so a search on fcd trained every trial of runs that
+    # logged fid (Inception's weights being here), then found no fcd.
+    optuna = pytest.importorskip("optuna")
+    scored = tiny.override({"eval.every_kimg": 0.256, "eval.extractor": "auto"})
+    for here, metric, logged in ((True, "fcd", "fid"), (False, "fid", "fcd")):
+        monkeypatch.setattr("bigbatch.metrics.extractors.inception_available", lambda here=here: here)
+        with pytest.raises(bigbatch.BigbatchError, match=rf"'{metric}' is not a score these runs log \({logged}"):
+            bigbatch.sweep(scored, {"train.seed": [1]}, tmp_path / "r", search=optuna.create_study(), n_trials=1,
+                           metric=metric)  # fmt: skip
+    assert not (tmp_path / "r").exists() or not any(p.is_dir() for p in (tmp_path / "r").iterdir())

@@ -75,6 +75,8 @@ def config_of(options: dict[str, Any], base: Config | None = None) -> Config:
     where = "the DeepFaceLab model's _data.dat"
     options = dfl.with_defaults(options)
     updates: dict[str, Any] = {
+        # (its own name, not saehd128's: found from outside, a 64 px df-u model was shown and named as that recipe)
+        "name": f"saehd{dfl.option(options, 'resolution', int, where)}-{dfl.option(options, 'archi', str, where)}",
         "data.resolution": dfl.option(options, "resolution", int, where),
         "model.options": {k: dfl.option(options, k, str if k == "archi" else int, where) for k in DIMS},
     }

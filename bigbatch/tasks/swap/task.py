@@ -129,7 +129,9 @@ def build(
             "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
             "bigbatch prepare --masks dfl|DIR --eyes-mouth dfl|DIR, or set it to false",
         )
-    if s.masked_training and max(data.channels, dst.channels) < 4 and run and resumed_at is None and rep.is_main:
+    built_in = all(p.startswith("builtin:") for p in (cfg.data.path, cfg.data.dst_path))  # (no masks to prepare: the
+    said = run and resumed_at is None and rep.is_main and not built_in  # saehd_cpu preset's, warned of each run)
+    if s.masked_training and max(data.channels, dst.channels) < 4 and said:
         warn(  # (found from outside: said by `bigbatch info` only, where a DFL user forgot --masks dfl)
             "swap.masked_training: neither data set has face masks, so this run trains unmasked, on whole faces (as "
             "DFL without masks): prepare both with --masks dfl|alpha|DIR to train inside the faces' masks"
