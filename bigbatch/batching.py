@@ -185,7 +185,8 @@ def warn_under_group(cfg: Config, micro: int) -> None:
         share = cfg.train.batch // max(1, dist.context(cfg.train.device).world_size)
         if share % group:  # (found from outside: memory blamed, and a multiple that no micro-batch can be advised)
             why = f"no multiple of {group} divides the batch share of {share}"
-            fix = f"give a train.batch of a multiple of {group}, or set model.options.mbstd_group={micro}"
+            n = max(1, dist.context(cfg.train.device).world_size)
+            fix = f"give a train.batch of a multiple of {group * n}, or set model.options.mbstd_group={micro}"
         else:
             why = f"the step depends on the {'memory budget' if auto else 'micro-batch'}"
             fix = f"give train.micro_batch a multiple of {group}, or set model.options.mbstd_group={micro}"

@@ -93,7 +93,9 @@ def find_checkpoint(path: str | Path) -> Path:
             )
         if path.is_dir() and is_sweep_folder(path):
             raise BigbatchError(sweep_folder_said(path))
-        if path.suffix in (".pkl", ".pth", ".pt", ".safetensors") and path.is_file():  # (found from outside: no way on)
+        if path.is_file() and (path.parent / "meta.json").is_file():  # (a checkpoint's own file: found by review)
+            raise BigbatchError(f"{path} is a file of the checkpoint {path.parent}: give that folder, or its run")
+        if path.suffix in (".pkl", ".pth", ".safetensors") and path.is_file():  # (found from outside: no way on)
             if path.suffix == ".pkl":
                 raise BigbatchError(network_pickle(path))
             raise BigbatchError(
@@ -101,6 +103,8 @@ def find_checkpoint(path: str | Path) -> Path:
                 "StyleGAN2-ADA's"
             )
         weights = sorted(p.name for p in path.iterdir() if p.suffix in (".pth", ".pkl")) if path.is_dir() else []
+        if weights and all(w.endswith(".pkl") for w in weights):
+            raise BigbatchError(network_pickle(path / weights[0]))
         if weights:  # (found from outside: BigGAN-PyTorch's weights folder given to --init-from, with no way on)
             raise BigbatchError(
                 f"{path} holds weight files ({', '.join(weights[:3])}), not a bigbatch run: `bigbatch convert "

@@ -117,9 +117,9 @@ def _convert(args: argparse.Namespace) -> None:
     from bigbatch.tasks.swap import files
 
     if files.dfl_model(args.src) is not None:  # (a DFL model folder, or one model's _data.dat)
-        ckpt = files.convert_dfl(args.src, args.out, dict(parse_override(o) for o in args.overrides))
-        out, given = shlex.quote(args.out), "data.path" in " ".join(args.overrides)  # (found from outside: asked again)
-        data = "" if given else " data.path=SRC.h5 data.dst_path=DST.h5"
+        ckpt = files.convert_dfl(args.src, args.out, overrides := dict(parse_override(o) for o in args.overrides))
+        out, given = shlex.quote(args.out), {"data.path", "data.dst_path"} <= set(overrides)  # (found from outside:
+        data = "" if given else " data.path=SRC.h5 data.dst_path=DST.h5"  # asked for again when given)
         print(
             f"Wrote {ckpt}. Swap with: bigbatch swap {out} IN_DIR OUT_DIR; train on from it, as DFL goes on with a "
             f"model, with: bigbatch train --run-dir {out} --resume{data}"

@@ -282,7 +282,8 @@ class TrainConfig(Section):
     """Until this many kimg, G_ema is a plain copy of G (BigGAN starts its EMA at 20k iterations)."""
     ema_rampup: float = 0.0
     """The EMA's half-life is at most this fraction of the images seen before the step (StyleGAN2-ADA: 0.05), so
-    an early G_ema forgets its random start quickly, its first step a copy (0 = off)."""
+    an early G_ema forgets its random start quickly, its first step a copy (0 = off). Off for a pretrained G_ema (a
+    fine-tune's, a converted run's), as StyleGAN2-ADA's resume turns it off."""
     ema_buffers: Literal["copy", "average"] = "copy"
     """G_ema's BatchNorm statistics: G's at each step (StyleGAN2-ADA's), or "average": averaged as the weights are,
     theirs (BigGAN-PyTorch's and StudioGAN's; the BigGAN presets'). Spectral-norm vectors are G's either way."""

@@ -4,6 +4,7 @@ before the first trial trains and sampled by an Optuna trial."""
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from bigbatch.config import Config
@@ -31,10 +32,15 @@ def check_space(base: Config, space: dict[str, Any], key: str) -> None:
     values = _ends(spec)
     others = {k: ends for k, v in space.items() if k != key and (ends := _ends(v))}
     what = "choices for" if isinstance(spec, list) else "range for"
-    for value in values or []:
+    floats = isinstance(spec, tuple) and not all(isinstance(v, int) for v in spec[:2])
+    for i, value in enumerate(values or []):
         try:
             base.override({key: value})
         except BigbatchError as e:
+            # (a float range's open end, as momentum's [0, 1): Optuna samples inside it, found by review)
+            inside = math.nextafter(float(value), float(values[1 - i])) if floats else None
+            if inside is not None and _takes(base, {key: inside}):
+                continue
             beside = itertools.islice(itertools.product(*others.values()), 256)
             if not any(_takes(base, {key: value, **dict(zip(others, combo))}) for combo in beside):
                 raise BigbatchError(f"search {what} {key!r}: {e}") from None

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -424,10 +425,10 @@ def _search(
     starter = _starter(launcher, nprocs)
 
     def again(stopped: list[str]) -> str:  # (found from outside: a literal RUN, where a grid's line names it)
-        run = root / stopped[0] if len(stopped) == 1 else "RUN"
+        run = shlex.quote(str(root / stopped[0])) if len(stopped) == 1 else "RUN"
         return (  # (found from outside: a trial resumed by hand is not told to the study)
-            "run the search again with its study kept in storage to go on, or "
-            f"`bigbatch train --run-dir {run} --resume` with a stopped run alone"
+            "run the search again to go on (a new study of the same seeded sampler resumes the stopped trial, one kept "
+            f"in storage samples new ones), or `bigbatch train --run-dir {run} --resume` with a stopped run alone"
         )
 
     with _one_sweep(root):

@@ -58,6 +58,10 @@ def test_wrapped_renamed_and_safetensors_files_convert_as_the_plain_state_dicts(
             torch.save(sd, tmp_path / flag / f"{net}.pth")
         assert same(converted(tmp_path / flag, tmp_path / f"{flag}-run"), want)
 
+    (tmp_path / "st").mkdir()  # (a folder of .safetensors: "no G.pth")
+    for net, sd in (("G", g), ("G_ema", g), ("D", d)):
+        save_file(sd, tmp_path / "st" / f"{net}.safetensors")
+    assert same(converted(tmp_path / "st", tmp_path / "s"), want)
     # A generator file of another name reads the D.pth beside it (it was said to be missing), and a .safetensors.
     (tmp_path / "named").mkdir()
     save_file(g, tmp_path / "named" / "biggan32_G_ema.safetensors")
@@ -116,7 +120,9 @@ def test_a_run_a_pickle_or_a_weights_file_given_where_the_other_belongs_says_the
     for src in (tmp_path / "run", tmp_path / "run" / CKPT / "G_ema.safetensors"):
         assert main(["convert", str(src), str(tmp_path / "again"), *TINY_RUN]) == 2
         assert f"{src} is a bigbatch run's already: sample, eval, export or fine-tune it" in capsys.readouterr().err
-    (tmp_path / "network-snapshot-000000.pkl").write_bytes(b"\x80\x04 a pickle")
+    assert main(["sample", str(tmp_path / "run" / CKPT / "G_ema.safetensors")]) == 2  # (sent to convert, which
+    assert f"is a file of the checkpoint {tmp_path / 'run' / CKPT}: give that folder" in capsys.readouterr().err  # sent
+    (tmp_path / "network-snapshot-000000.pkl").write_bytes(b"\x80\x04 a pickle")  # it back: found by review)
     assert main(["sample", str(tmp_path / "network-snapshot-000000.pkl")]) == 2
     err = capsys.readouterr().err
     assert "is a network pickle (StyleGAN2-ADA's snapshot), which is code and never unpickled here" in err

@@ -286,7 +286,7 @@ def test_a_search_stopped_by_sigterm_writes_its_table_and_says_so(tmp_path, caps
     monkeypatch.setenv("RUNS", str(tmp_path / "runs"))
     assert main(["sweep", str(script)]) == 130
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("bigbatch sweep: stopped (by SIGTERM); run the search again with its study kept"), err
+    assert err[-1].startswith("bigbatch sweep: stopped (by SIGTERM); run the search again to go on (a new study"), err
     with open(tmp_path / "runs" / "results.csv") as f:
         assert [(r["train.seed"], r["status"]) for r in csv.DictReader(f)] == [("0", "finished")]
     # The same from a script run by Python, not the CLI (found from outside: killed at once, no table, no word; now

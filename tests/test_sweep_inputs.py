@@ -33,6 +33,7 @@ def test_a_search_space_is_checked_before_its_first_trial_and_a_bad_sample_names
             bigbatch.sweep(scored, space, runs, search=study, n_trials=4, metric="fcd")
         assert said in str(e.value) and not study.get_trials(), e.value
     assert not runs.exists()
+    check_space(tiny_classifier(), {"train.momentum": (0.8, 1.0)}, "train.momentum")  # (an open end: sampled inside)
     # A choice valid beside another entry's (SGD's momentum, with SGD sampled beside it) is taken.
     adamw = tiny_classifier(**{"train.optimizer": "adamw"})
     check_space(adamw, {"train.optimizer": ["adamw", "sgd"], "train.momentum": [0.5]}, "train.momentum")

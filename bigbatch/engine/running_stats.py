@@ -25,7 +25,6 @@ averaged over ranks after the step.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -68,11 +67,12 @@ def span_small(
         return None
     wider = ", train.sync_bn spans the processes' micro-batches" if world_size > 1 and not sync_bn else ""
     fix = f"{'' if checkpointed else 'train.checkpointing or '}a larger train.memory_budget fits more{wider}"
-    if not any(share % d == 0 for d in range(micro_batch + 1, share)):  # (found from outside: batch 67, prime,
-        near = 2 ** round(math.log2(share)) * world_size  # planned 1 x 67, and the budget was blamed)
+    following = min(d for d in range(micro_batch + 1, share + 1) if share % d == 0)
+    if following > 2 * max(micro_batch, SMALL_SPAN):  # (found from outside: batch 67, prime, planned 1 x 67, and the
+        near = max(1, round(share / SMALL_SPAN)) * SMALL_SPAN * world_size  # budget alone was blamed)
         fix = (
-            f"a process's share of {share} has no divisor between {micro_batch} and {share}: give train.batch a "
-            f"number of more divisors (such as {near})"
+            f"a process's share of {share} has no divisor between {micro_batch} and {following}: give train.batch a "
+            f"number of more divisors (such as {near}), or {fix.replace(' fits more', ' may fit it whole')}"
         )
     return (
         f"{planned}: BatchNorm statistics span only {now} image{'s' * (now != 1)} of a step's {share * world_size}, "

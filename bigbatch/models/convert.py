@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, first_line
 from bigbatch.models import biggan, biggan_deep, convert_ada
 from bigbatch.models.layers import SpectralNorm
 from bigbatch.safe_pickle import torch_weights
@@ -182,13 +182,12 @@ def load_reference_file(path: str) -> dict[str, torch.Tensor]:
     except OSError as e:
         raise BigbatchError(f"cannot read {path}: {e.strerror or e}") from None
     if str(path).endswith(".safetensors"):  # (found from outside: refused, advising a .safetensors file)
-        from safetensors import SafetensorError
         from safetensors.torch import load
 
         try:
             sd = load(data)
-        except SafetensorError as e:
-            raise BigbatchError(f"{path} is not a readable safetensors file ({str(e).splitlines()[0]})") from None
+        except Exception as e:  # noqa: BLE001 -- safetensors raises several types on bad files
+            raise BigbatchError(f"{path} is not a readable safetensors file ({first_line(e)})") from None
     else:
         sd = torch_weights(data, str(path))
     nested = sd.get("state_dict") if isinstance(sd, dict) else None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from bigbatch import checkpoints
+from bigbatch import checkpoints, errors
 from bigbatch.checkpoint_find import holds_checkpoints, network_pickle
 from bigbatch.config import Config
 from bigbatch.engine.ema import make_ema
@@ -21,7 +21,7 @@ from bigbatch.models import convert, convert_ada
 from bigbatch.tasks.gan.task import build_models
 
 # BigGAN-PyTorch's utils.save_weights: G, G_ema and D, each `{net}{suffix}.pth` (suffix "" or as _best0, _copy1)
-WEIGHT_FILE = re.compile(r"(G_ema|G|D)(_(?!optim|ema)\w+)?\.pth")
+WEIGHT_FILE = re.compile(r"(G_ema|G|D)(_(?!optim|ema)\w+)?\.(pth|safetensors)")
 
 
 def weight_files(src: Path, ada: bool) -> dict[str, Path]:
@@ -34,18 +34,21 @@ def weight_files(src: Path, ada: bool) -> dict[str, Path]:
             f"{src} does not exist; give a folder of {source}, a G .pth file, or a DeepFaceLab SAEHD model (its "
             "folder, or its <name>_SAEHD_data.dat)"
         )
-    run = src if src.is_dir() else src.parent
-    if holds_checkpoints(run):  # (found from outside: a checkpoint's G_ema.safetensors was "not a PyTorch file")
+    # (found from outside: a checkpoint's G_ema.safetensors was "not a PyTorch file"; a file's folder is a
+    # checkpoint only with its meta.json: a project folder with a config.toml is not one, found by review)
+    if holds_checkpoints(src) if src.is_dir() else (src.parent / "meta.json").is_file():
         raise BigbatchError(
             f"{src} is a bigbatch run's already: sample, eval, export or fine-tune it (--init-from) as it is"
         )
     pickles = [src] if src.suffix == ".pkl" else sorted(src.glob("*.pkl")) if src.is_dir() else []
     named = WEIGHT_FILE.fullmatch(src.name)
     if src.is_file() and not named and not pickles:  # a generator file of another name, and the D.pth beside it
-        beside = src.parent / "D.pth"  # (found from outside: read not, and said to be missing)
-        return {"G_ema": src} | ({"D": beside} if beside.is_file() else {})
+        beside = [p for p in (src.parent / "D.pth", src.parent / "D.safetensors") if p.is_file()]  # (found from
+        return {"G_ema": src} | ({"D": beside[0]} if beside else {})  # outside: read not, and said to be missing)
     folder, suffix = (src.parent, named.group(2) or "") if src.is_file() and named else (src, "")
-    files = {n: folder / f"{n}{suffix}.pth" for n in ("G", "G_ema", "D") if (folder / f"{n}{suffix}.pth").is_file()}
+    # (.pth, BigGAN-PyTorch's, or .safetensors: found by review, a folder of them was refused)
+    found = {n: [folder / f"{n}{suffix}.{ext}" for ext in ("pth", "safetensors")] for n in ("G", "G_ema", "D")}
+    files = {n: next(p for p in paths if p.is_file()) for n, paths in found.items() if any(p.is_file() for p in paths)}
     if "G" in files or "G_ema" in files:
         return files
     if pickles:  # (found from outside: a snapshot was called not a weights file, with no way on)
@@ -148,11 +151,14 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
 def _names(cfg: Config, n_classes: int, channels: int, resolution: int) -> dict[str, set[str]] | None:
     """The reference layout's names of G's and D's entries as `cfg` describes them at `resolution` (built on the
     meta device: no memory, no time), or None where the model refuses that resolution."""
+    said = set(errors._WARNED)  # (a warning said once a process, said here to nobody, is said again later)
     try:
         with contextlib.redirect_stderr(io.StringIO()), torch.device("meta"):  # (its warnings are of no size given)
             G, D = build_models(cfg.override({"data.resolution": resolution}), n_classes, channels)
     except BigbatchError:
         return None
+    finally:
+        errors._WARNED.intersection_update(said)
     return {net: set(convert.to_reference(m)) for net, m in (("G", G), ("D", D))}
 
 

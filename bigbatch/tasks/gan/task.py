@@ -230,8 +230,8 @@ class GANTask:
         self.pl_mean = 0.0  # the running mean of path lengths
         self.g_steps = 0
         # G_ema holds a trained average (a fine-tune's, a converted run's): blended from the first step, not copied
-        # from G until train.ema_start_kimg (found from outside: a BigGAN fine-tune replaced it with G for 20k steps);
-        # train.ema_rampup still ramps its half-life up from the run's first image, as StyleGAN2-ADA's resume does
+        # from G until train.ema_start_kimg (found from outside: a BigGAN fine-tune replaced it with G for 20k steps),
+        # and at its full half-life: train.ema_rampup off, as StyleGAN2-ADA's resume turns it off
         self.ema_pretrained = bool(t.init_from)
         self.total = t.images
         # What each step trains is what its optimizer holds: frozen blocks (FreezeD) stay frozen.

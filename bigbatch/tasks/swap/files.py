@@ -97,7 +97,7 @@ def config_of(options: dict[str, Any], base: Config | None = None) -> Config:
 def convert_dfl(src: str | Path, out: str | Path, overrides: dict[str, Any] | None = None) -> Path:
     """Write a swap run directory (one checkpoint at 0 kimg) holding a DeepFaceLab SAEHD model: its
     weights (RGB), and a config with its options (saehd128's otherwise; `overrides` on top, e.g. the
-    data paths to continue training with train.init_from)."""
+    data paths to go on training with --resume, as DFL does)."""
     src, out = Path(src), Path(out)
     named = dfl_model(src)
     if named is None:

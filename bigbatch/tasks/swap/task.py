@@ -111,8 +111,7 @@ def check_config(cfg: Config) -> None:
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
 ) -> SwapTask:
-    """SAEHD on src (`data`) and dst (data.dst_path), prepared by `rep`, with DFL's optimizer for it and
-    for each discriminator that is on."""
+    """SAEHD on src (`data`) and dst (data.dst_path), prepared by `rep`, with DFL's optimizer for it and each disc."""
     s, d = cfg.swap, cfg.data
     check_faces(cfg, data, "src")  # data.path, less data.val_fraction
     dst = check_faces(cfg, load_data(d.dst_path, d.resolution, d.in_ram, d.storage_options or None), "dst")
@@ -129,9 +128,8 @@ def build(
             "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
             "bigbatch prepare --masks dfl|DIR --eyes-mouth dfl|DIR, or set it to false",
         )
-    built_in = all(p.startswith("builtin:") for p in (cfg.data.path, cfg.data.dst_path))  # (no masks to prepare: the
-    said = run and resumed_at is None and rep.is_main and not built_in  # saehd_cpu preset's, warned of each run)
-    if s.masked_training and max(data.channels, dst.channels) < 4 and said:
+    told = run and resumed_at is None and rep.is_main and not all(f[:8] == "builtin:" for f in (d.path, d.dst_path))
+    if s.masked_training and max(data.channels, dst.channels) < 4 and told:  # (built-in sets have no masks to make)
         warn(  # (found from outside: said by `bigbatch info` only, where a DFL user forgot --masks dfl)
             "swap.masked_training: neither data set has face masks, so this run trains unmasked, on whole faces (as "
             "DFL without masks): prepare both with --masks dfl|alpha|DIR to train inside the faces' masks"
