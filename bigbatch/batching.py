@@ -182,10 +182,10 @@ def warn_under_group(cfg: Config, micro: int) -> None:
     if 0 < micro < group:
         auto = cfg.train.micro_batch == "auto"
         what = f"micro_batch auto settled on {micro}, under" if auto else f"train.micro_batch {micro} is under"
-        share = cfg.train.batch // max(1, dist.context(cfg.train.device).world_size)
+        n = max(1, dist.context(cfg.train.device).world_size)
+        share = cfg.train.batch // n
         if share % group:  # (found from outside: memory blamed, and a multiple that no micro-batch can be advised)
             why = f"no multiple of {group} divides the batch share of {share}"
-            n = max(1, dist.context(cfg.train.device).world_size)
             fix = f"give a train.batch of a multiple of {group * n}, or set model.options.mbstd_group={micro}"
         else:
             why = f"the step depends on the {'memory budget' if auto else 'micro-batch'}"

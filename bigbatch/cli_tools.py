@@ -461,8 +461,7 @@ def run_info(args: argparse.Namespace) -> None:
     from bigbatch.info import verify_run
 
     if not holds_checkpoints(Path(args.path)):  # (found from outside: an empty folder was a damaged checkpoint)
-        find_checkpoint(args.path)  # (what it is, if it is a folder of another kind: a sweep's, a DFL model)
-        raise BigbatchError(f"{args.path} is neither a run directory nor a checkpoint folder")
+        find_checkpoint(args.path)  # (raises, saying what it is: a sweep's folder, a DFL model, neither)
     try:
         print(describe_run(args.path))
     except BigbatchError:  # (a run with no intact checkpoint to describe): verify names every damaged one

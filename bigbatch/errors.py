@@ -1,5 +1,8 @@
 """The one exception type for mistakes a user can cause (bad key, missing file, corrupt checkpoint)."""
 
+import contextlib
+from collections.abc import Iterator
+
 STOPPED = "bigbatch: stopped by SIGTERM"  # a command's last line on SIGTERM outside training (the launchers read it)
 LOST_PEER = "lost contact with another rank"  # how a rank whose collective another's end broke says so (cli_errors)
 
@@ -23,6 +26,18 @@ def whole_number(name: str, value: object, least: int = 0) -> int:
 
 
 _WARNED: set[str] = set()
+_SILENT = [0]  # warnings_off()'s depth
+
+
+@contextlib.contextmanager
+def warnings_off() -> Iterator[None]:
+    """A context in which warn() says nothing and records nothing as said: for what is built only to be looked at
+    (models on the meta device, to read their names), whose warnings are of settings no one gave."""
+    _SILENT[0] += 1
+    try:
+        yield
+    finally:
+        _SILENT[0] -= 1
 
 
 def first_line(e: BaseException) -> str:
@@ -36,6 +51,8 @@ def warn(message: str, once: bool = False) -> None:
     again in this process (a fact that several readers of the same file come upon)."""
     import sys
 
+    if _SILENT[0]:
+        return
     if once:
         if message in _WARNED:
             return

@@ -81,6 +81,7 @@ class Deployable(NamedTuple):
     """Input name -> {dimension: name} of the sizes that vary."""
     meta: dict[str, Any]
     usage: str
+    """Its call's arguments and what it gives, "(...) gives ...", after the caller ("model", an ONNX session's)."""
 
 
 class GeneratorOut(nn.Module):
@@ -134,7 +135,7 @@ def _deployable(ckpt: Path, psi: float | None) -> Deployable:
         # Traced on a batch: the graph formats (ONNX, pt2) fix the rank, and take (N, H, W, C) of any N, size and
         # C >= 3 (RGBA's alpha left out); TorchScript's scripted wrapper takes one image (H, W, C) as well.
         example = (torch.zeros(2, module.side + 3, module.side + 5, 4, dtype=torch.uint8),)  # (4 planes: C not 3 only)
-        usage = "model(uint8 RGB images (N, H, W, 3) of any size) gives class probabilities (N, classes)"
+        usage = "(uint8 RGB images (N, H, W, 3) of any size) gives class probabilities (N, classes)"
         free = {"images": {0: "N", 1: "H", 2: "W", 3: "C"}}
         return Deployable(module, example, ["images"], ["probabilities"], free, meta, usage)
     if cfg.task == "gan":
@@ -151,7 +152,7 @@ def _deployable(ckpt: Path, psi: float | None) -> Deployable:
         inputs = ["z", "y"][: len(example)]
         n = len(G.class_names) if conditional else 0  # (an ONNX runtime does not check the range: said)
         classes = f", classes (N,) int64 in 0..{n - 1}" if conditional else ""
-        usage = f"model(z of shape (N, {G.dim_z}){classes}) gives uint8 NHWC images"
+        usage = f"(z of shape (N, {G.dim_z}){classes}) gives uint8 NHWC images"
         return Deployable(module, example, inputs, ["images"], {k: {0: "N"} for k in inputs}, meta, usage)
     if cfg.task == "swap":
         from bigbatch.tasks.swap.load import load_autoencoder
@@ -160,7 +161,7 @@ def _deployable(ckpt: Path, psi: float | None) -> Deployable:
         r = model.resolution
         meta = base | {"resolution": r, "face_type": _recorded_face_type(ckpt, cfg)}
         example = (torch.zeros(2, r, r, 3, dtype=torch.uint8),)
-        usage = f"model(aligned faces uint8 (N, {r}, {r}, 3)) gives the swapped faces and their masks"
+        usage = f"(aligned faces uint8 (N, {r}, {r}, 3)) gives the swapped faces and their masks"
         module = SwapOut(model).eval()
         return Deployable(module, example, ["faces"], ["swapped", "mask"], {"faces": {0: "N"}}, meta, usage)
     raise BigbatchError(f"{ckpt} is a {cfg.task} run: export takes classify, gan and swap runs")
@@ -184,10 +185,10 @@ def export(
         data, usage = _dfm(run, which)
     else:
         d = deployable(run, which, psi)
-        data, usage = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d), d.usage
-        if fmt == "onnx":  # (a session is run by its inputs' names, not called: found from outside, "model(...)")
-            named = ", ".join(f"{name!r}: ..." for name in d.inputs)
-            usage = usage.replace("model(", f"session.run(None, {{{named}}}) of (", 1)
+        data = {"onnx": _onnx, "pt2": _pt2, "torchscript": _torchscript}[fmt](d)
+        # (an ONNX session is run by its inputs' names, not called: found from outside, "model(...)")
+        named = ", ".join(f"{name!r}: ..." for name in d.inputs)
+        usage = (f"session.run(None, {{{named}}}) of " if fmt == "onnx" else "model") + d.usage
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # (every command makes the folders its output names)

@@ -103,13 +103,13 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     the precision and what guards against divergence."""
     cfg, saved, given, changed, allowed, fixed = _compare(saved_config, cfg, recovery)
     if fixed:
-        shown, more = _shown(fixed, saved, given), ""
+        shown = _shown(fixed, saved, given)
         # (the face tasks' own sections named only for them: found from outside, a GAN's line ran past 1,000 chars)
         own = {"swap", "xseg"} - {cfg.task}
         listed = ", ".join(sorted(k for k in allowed - set(POWERS) if k.split(".", 1)[0] not in own))
         listed += POWERS_SAID if cfg.task == "swap" and recovery else ""
         raise BigbatchError(  # (the fix before the list of what may change: found from outside, after 1,500 chars)
-            f"the config differs from the one {what} was trained with in {shown}{more}: drop the override (or the "
+            f"the config differs from the one {what} was trained with in {shown}: drop the override (or the "
             "--preset or --config that sets it: a bare --resume takes the run's own), or undo "
             "the edit of the run's config.toml (its checkpoints keep their own copy); to change that, start a new "
             f"run from this one's weights with train.init_from=RUN. A resumed run may change only {listed}"

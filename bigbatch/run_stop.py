@@ -6,8 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from bigbatch import checkpoint_find
-from bigbatch.checkpoint_find import sweep_folder_said
+from bigbatch.checkpoint_find import is_sweep_folder, sweep_folder_said
 from bigbatch.errors import BigbatchError
 from bigbatch.rundir import trainer
 
@@ -21,7 +20,7 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
     if not Path(run).is_dir():
         raise BigbatchError(f"{run} is not a run directory")
     found = trainer(run)
-    if found is None and checkpoint_find.is_sweep_folder(Path(run)):
+    if found is None and is_sweep_folder(Path(run)):
         raise BigbatchError(sweep_folder_said(Path(run)) + " (a sweep stops with Ctrl-C or kill -TERM of its process)")
     if found is None and not (Path(run) / "config.toml").is_file():  # (a run holds its lock before writing it)
         raise BigbatchError(f"{run} is not a run directory (no config.toml): give the --run-dir a training writes to")

@@ -33,7 +33,7 @@ from bigbatch.resuming import resume_config as resume_config  # (the CLI's, swee
 from bigbatch.run_data import relative_data
 from bigbatch.sampling import save_png
 from bigbatch.tasks.interface import Task
-from bigbatch.urls import public_name
+from bigbatch.urls import is_url, public_name
 
 
 @dataclass
@@ -287,7 +287,7 @@ def _check_converted_data(run: Run) -> None:
     d = run.cfg.data
     given = [("data.path", d.path)] + ([("data.dst_path", d.dst_path)] if run.cfg.task == "swap" else [])
     for key, path in given:
-        if path and "://" not in path and not path.startswith("builtin:") and not Path(path).exists():
+        if path and not is_url(path) and not Path(path).exists():  # (builtin:NAME too is a URL's shape)
             keys = "data.path=SRC.h5 data.dst_path=DST.h5" if run.cfg.task == "swap" else "data.path=DATA.h5"
             raise BigbatchError(
                 f"{run.path} was converted from {meta['converted_from']} without its data, and its {key} {path} does "

@@ -12,38 +12,37 @@ from bigbatch.errors import BigbatchError
 from bigbatch.sweep_table import is_number
 
 
-def _ends(spec: Any) -> list[Any] | None:
-    """A search space entry's choices, or its range's ends (None: neither; suggest says what it must be)."""
-    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]):
-        return list(spec[:2])
-    return list(spec) if isinstance(spec, list) else None
+def _range(spec: Any) -> tuple | None:
+    """A space entry that is a (low, high[, "log"]) range, or None."""
+    return spec if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]) else None
 
 
-def check_space(base: Config, space: dict[str, Any], key: str) -> None:
-    """`key`'s choices, or its range's ends, are values it takes, alone or beside one of the other entries' (a
-    micro-batch that fits only a larger batch sampled with it), before anything trains (found from outside: a choice
-    of 0 stopped the search at its fourth trial; a reversed range, Optuna's traceback)."""
-    spec = space[key]
-    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]):
-        if spec[0] > spec[1]:
-            raise BigbatchError(f"search range for {key!r}: low {spec[0]!r} > high {spec[1]!r}: give (low, high)")
-        if len(spec) == 3 and spec[2] == "log" and spec[0] <= 0:
-            raise BigbatchError(f"search range for {key!r}: a log scale needs low > 0, got {spec[0]!r}")
-    values = _ends(spec)
-    others = {k: ends for k, v in space.items() if k != key and (ends := _ends(v))}
-    what = "choices for" if isinstance(spec, list) else "range for"
-    floats = isinstance(spec, tuple) and not all(isinstance(v, int) for v in spec[:2])
-    for i, value in enumerate(values or []):
-        try:
-            base.override({key: value})
-        except BigbatchError as e:
-            # (a float range's open end, as momentum's [0, 1): Optuna samples inside it, found by review)
-            inside = math.nextafter(float(value), float(values[1 - i])) if floats else None
-            if inside is not None and _takes(base, {key: inside}):
-                continue
-            beside = itertools.islice(itertools.product(*others.values()), 256)
-            if not any(_takes(base, {key: value, **dict(zip(others, combo))}) for combo in beside):
-                raise BigbatchError(f"search {what} {key!r}: {e}") from None
+def _ends(spec: Any) -> list[Any]:
+    """A space entry's choices, or its range's ends ([]: neither; suggest says what it must be)."""
+    return list(_range(spec)[:2]) if _range(spec) else list(spec) if isinstance(spec, list) else []
+
+
+def check_space(base: Config, space: dict[str, Any]) -> None:
+    """Each entry's choices, or its range's ends, are values its key takes, alone or beside one of the other entries'
+    (SGD's momentum beside SGD), before anything trains (found from outside: a choice of 0 stopped the search at its
+    fourth trial; a reversed range, Optuna's traceback)."""
+    for key, spec in space.items():
+        if (ends := _range(spec)) and ends[0] > ends[1]:
+            raise BigbatchError(f"search range for {key!r}: low {ends[0]!r} > high {ends[1]!r}: give (low, high)")
+        if ends and len(ends) == 3 and ends[2] == "log" and ends[0] <= 0:
+            raise BigbatchError(f"search range for {key!r}: a log scale needs low > 0, got {ends[0]!r}")
+        values, others = _ends(spec), {k: e for k, v in space.items() if k != key and (e := _ends(v))}
+        floats = bool(ends) and not all(isinstance(v, int) for v in values)
+        for i, value in enumerate(values):
+            try:
+                base.override({key: value})
+            except BigbatchError as e:
+                # (a float range's open end, as momentum's [0, 1): Optuna samples inside it, found by review)
+                if floats and _takes(base, {key: math.nextafter(float(value), float(values[1 - i]))}):
+                    continue
+                beside = itertools.islice(itertools.product(*others.values()), 256)
+                if not any(_takes(base, {key: value, **dict(zip(others, combo))}) for combo in beside):
+                    raise BigbatchError(f"search {'range' if ends else 'choices'} for {key!r}: {e}") from None
 
 
 def _takes(base: Config, values: dict[str, Any]) -> bool:
@@ -56,11 +55,11 @@ def _takes(base: Config, values: dict[str, Any]) -> bool:
 
 def suggest(trial: Any, key: str, spec: Any) -> Any:
     """One config value sampled by an Optuna trial from a search space entry."""
-    if isinstance(spec, tuple) and len(spec) in (2, 3) and all(is_number(v) for v in spec[:2]):
-        low, high = spec[:2]
-        log = len(spec) == 3 and spec[2] == "log"
-        if len(spec) == 3 and not log:
-            raise BigbatchError(f"search range for {key!r}: the third item can only be 'log', got {spec[2]!r}")
+    if ends := _range(spec):
+        low, high = ends[:2]
+        log = len(ends) == 3 and ends[2] == "log"
+        if len(ends) == 3 and not log:
+            raise BigbatchError(f"search range for {key!r}: the third item can only be 'log', got {ends[2]!r}")
         if isinstance(low, int) and isinstance(high, int):
             return trial.suggest_int(key, low, high, log=log)
         return trial.suggest_float(key, float(low), float(high), log=log)

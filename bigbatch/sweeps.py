@@ -118,7 +118,7 @@ def sweep(
                 todo.append(job)
             else:
                 _say_past_length(job)
-        with _table_on_stop(root, jobs, "run the sweep again to resume it"):
+        with _table_on_stop(root, jobs, lambda stopped: "run the sweep again to resume it"):
             if launcher == "local":
                 for job in todo:
                     _train_here(job, quiet)
@@ -133,7 +133,7 @@ def sweep(
 
 
 @contextlib.contextmanager
-def _table_on_stop(root: Path, jobs: list[Job], again: str | Callable[[list[str]], str]) -> Iterator[None]:
+def _table_on_stop(root: Path, jobs: list[Job], again: Callable[[list[str]], str]) -> Iterator[None]:
     """A sweep stopped (Ctrl-C, SIGTERM, bigbatch stop) still writes its table: the runs that finished,
     the one stopped as interrupted, those not begun as new; and says which runs it stopped and how they go on
     (`again`). A sweep that failed writes it too."""
@@ -147,8 +147,8 @@ def _table_on_stop(root: Path, jobs: list[Job], again: str | Callable[[list[str]
             raise  # (Stopped: its run has said where it stopped)
         stopped = [j.run.name for j in jobs if j.began and not j.failed and status(j.run, j.cfg) == "interrupted"]
         what = f"stopped at {', '.join(stopped)}" if stopped else "stopped"
-        how = again(stopped) if callable(again) else again
-        _complain(f"bigbatch sweep: {what} (by {'SIGTERM' if isinstance(e, Terminated) else 'Ctrl-C'}); {how}")
+        by = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+        _complain(f"bigbatch sweep: {what} (by {by}); {again(stopped)}")
         raise Stopped from None  # (found from outside: SIGTERM to a search wrote no table and said only that)
 
 
@@ -370,8 +370,7 @@ def _search(
             "function of the Optuna trial returning the overrides"
         )
     if not callable(space):
-        for key in space:
-            check_space(base, space, key)
+        check_space(base, space)
     jobs: list[Job] = []
 
     def trials() -> Iterator[Job]:

@@ -33,12 +33,12 @@ def test_a_search_space_is_checked_before_its_first_trial_and_a_bad_sample_names
             bigbatch.sweep(scored, space, runs, search=study, n_trials=4, metric="fcd")
         assert said in str(e.value) and not study.get_trials(), e.value
     assert not runs.exists()
-    check_space(tiny_classifier(), {"train.momentum": (0.8, 1.0)}, "train.momentum")  # (an open end: sampled inside)
+    check_space(tiny_classifier(), {"train.momentum": (0.8, 1.0)})  # (an open end: sampled inside)
     # A choice valid beside another entry's (SGD's momentum, with SGD sampled beside it) is taken.
     adamw = tiny_classifier(**{"train.optimizer": "adamw"})
-    check_space(adamw, {"train.optimizer": ["adamw", "sgd"], "train.momentum": [0.5]}, "train.momentum")
+    check_space(adamw, {"train.optimizer": ["adamw", "sgd"], "train.momentum": [0.5]})
     with pytest.raises(bigbatch.BigbatchError, match="search choices for 'train.momentum': config key 'train.mom"):
-        check_space(adamw, {"train.optimizer": ["adamw"], "train.momentum": [0.5]}, "train.momentum")
+        check_space(adamw, {"train.optimizer": ["adamw"], "train.momentum": [0.5]})
     with pytest.raises(bigbatch.BigbatchError, match=r"^the search's trial 0 sampled \{'train.batch': 0\}: config key"):
         bigbatch.sweep(
             scored, lambda t: {"train.batch": 0}, runs, search=optuna.create_study(), n_trials=2, metric="fcd"

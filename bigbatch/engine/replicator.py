@@ -149,6 +149,11 @@ class Replicator:
         return self._plan is None
 
     @property
+    def planned_micro_batch(self) -> int:
+        """The micro-batch asked for or planned ("auto"), which set_batch keeps where a batch allows (0: pending)."""
+        return self._planned_micro
+
+    @property
     def plan(self) -> Plan:
         if self._plan is None:
             raise BigbatchError("micro_batch='auto' is decided at the first step (or by plan_micro_batch)")

@@ -66,13 +66,14 @@ def span_small(
     if now >= min(SMALL_SPAN, span(share, world_size, sync_bn)):
         return None
     wider = ", train.sync_bn spans the processes' micro-batches" if world_size > 1 and not sync_bn else ""
-    fix = f"{'' if checkpointed else 'train.checkpointing or '}a larger train.memory_budget fits more{wider}"
+    budget = f"{'' if checkpointed else 'train.checkpointing or '}a larger train.memory_budget"
+    fix = f"{budget} fits more{wider}"
     following = min(d for d in range(micro_batch + 1, share + 1) if share % d == 0)
     if following > 2 * max(micro_batch, SMALL_SPAN):  # (found from outside: batch 67, prime, planned 1 x 67, and the
         near = max(1, round(share / SMALL_SPAN)) * SMALL_SPAN * world_size  # budget alone was blamed)
         fix = (
             f"a process's share of {share} has no divisor between {micro_batch} and {following}: give train.batch a "
-            f"number of more divisors (such as {near}), or {fix.replace(' fits more', ' may fit it whole')}"
+            f"number of more divisors (such as {near}), or {budget} may fit it whole{wider}"
         )
     return (
         f"{planned}: BatchNorm statistics span only {now} image{'s' * (now != 1)} of a step's {share * world_size}, "

@@ -32,7 +32,7 @@ from bigbatch.models.layers import SpectralNorm
 from bigbatch.safe_pickle import torch_weights
 
 FAMILIES = ("biggan", "sagan", "biggan_deep", "stylegan2")  # stylegan2: StyleGAN2-ADA's layout (convert_ada)
-_IGNORED = ("sv0", "accumulation_counter")  # derived or bookkeeping entries of the reference layout
+IGNORED = ("sv0", "accumulation_counter")  # derived or bookkeeping entries of the reference layout
 
 
 def _head(net: nn.Module, parts: list[str]) -> tuple[str, list[str]]:
@@ -112,7 +112,7 @@ def from_reference(net: nn.Module, ref: dict[str, torch.Tensor], what: str = "th
         return value.reshape(1, -1) if key.endswith("sn_u") else value
 
     out, used, problems = convert_ada.take_entries(ours, ref, lambda key: reference_name(net, key), adapt)
-    unexpected = [k for k in ref if k not in used and k.rsplit(".", 1)[-1] not in _IGNORED]
+    unexpected = [k for k in ref if k not in used and k.rsplit(".", 1)[-1] not in IGNORED]
     problems += [f"unexpected {k}" for k in unexpected]
     if problems:
         raise BigbatchError(

@@ -134,7 +134,6 @@ class Feed:
     ):
         self.rep, self.schedule, self.nimg, self.on_phase, self.cfg = rep, schedule, start, on_phase, cfg
         self._phase: Phase | None = None
-        self._planned = 0  # the micro-batch planned for the run (a later phase's may be smaller: said against this)
         self.order = order or GlobalOrder(len(data), cfg.train.seed)
         sampler = RankSampler(self.order, schedule, rep.rank, rep.world_size, start=start)
         pin = rep.device.type == "cuda"
@@ -188,9 +187,7 @@ class Feed:
         phase = self.schedule.phase_at(self.nimg)
         batch = phase.batch
         if batch != self.rep.batch:
-            if not self._planned and not self.rep.micro_batch_pending:
-                self._planned = self.rep.plan.micro_batch
-            micro, plan = self._planned, self.rep.set_batch(batch)
+            micro, plan = self.rep.planned_micro_batch, self.rep.set_batch(batch)
             if plan is not None and micro and plan.micro_batch < micro and self.rep.is_main:
                 # (found from outside: a smaller share said not to be a multiple, and against the last phase's own)
                 share = batch // self.rep.world_size

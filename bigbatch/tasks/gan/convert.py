@@ -4,18 +4,16 @@ mappings are bigbatch.models.convert's and convert_ada's."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
 import torch
 
-from bigbatch import checkpoints, errors
+from bigbatch import checkpoints
 from bigbatch.checkpoint_find import holds_checkpoints, network_pickle
 from bigbatch.config import Config
 from bigbatch.engine.ema import make_ema
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.files import atomic_write
 from bigbatch.models import convert, convert_ada
 from bigbatch.tasks.gan.task import build_models
@@ -42,13 +40,10 @@ def weight_files(src: Path, ada: bool) -> dict[str, Path]:
         )
     pickles = [src] if src.suffix == ".pkl" else sorted(src.glob("*.pkl")) if src.is_dir() else []
     named = WEIGHT_FILE.fullmatch(src.name)
-    if src.is_file() and not named and not pickles:  # a generator file of another name, and the D.pth beside it
-        beside = [p for p in (src.parent / "D.pth", src.parent / "D.safetensors") if p.is_file()]  # (found from
-        return {"G_ema": src} | ({"D": beside[0]} if beside else {})  # outside: read not, and said to be missing)
+    if src.is_file() and not named and not pickles:  # a generator file of another name, and the D beside it (found
+        return {"G_ema": src} | _weight_files(src.parent, ("D",), "")  # from outside: read not, said to be missing)
     folder, suffix = (src.parent, named.group(2) or "") if src.is_file() and named else (src, "")
-    # (.pth, BigGAN-PyTorch's, or .safetensors: found by review, a folder of them was refused)
-    found = {n: [folder / f"{n}{suffix}.{ext}" for ext in ("pth", "safetensors")] for n in ("G", "G_ema", "D")}
-    files = {n: next(p for p in paths if p.is_file()) for n, paths in found.items() if any(p.is_file() for p in paths)}
+    files = _weight_files(folder, ("G", "G_ema", "D"), suffix)
     if "G" in files or "G_ema" in files:
         return files
     if pickles:  # (found from outside: a snapshot was called not a weights file, with no way on)
@@ -62,6 +57,15 @@ def weight_files(src: Path, ada: bool) -> dict[str, Path]:
         f"{folder} holds neither G.pth nor G_ema.pth ({source}) nor a DeepFaceLab SAEHD model "
         "(<name>_SAEHD_data.dat): convert reads one of those"
     )
+
+
+def _weight_files(folder: Path, nets: tuple[str, ...], suffix: str) -> dict[str, Path]:
+    """Each of `nets` whose `{net}{suffix}` file is in `folder`: its .pth (BigGAN-PyTorch's), else its .safetensors
+    (found by review: a folder of them was refused)."""
+    found = {
+        n: [p for p in (folder / f"{n}{suffix}.pth", folder / f"{n}{suffix}.safetensors") if p.is_file()] for n in nets
+    }
+    return {n: paths[0] for n, paths in found.items() if paths}
 
 
 def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: int | None = None) -> Path:
@@ -151,14 +155,11 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
 def _names(cfg: Config, n_classes: int, channels: int, resolution: int) -> dict[str, set[str]] | None:
     """The reference layout's names of G's and D's entries as `cfg` describes them at `resolution` (built on the
     meta device: no memory, no time), or None where the model refuses that resolution."""
-    said = set(errors._WARNED)  # (a warning said once a process, said here to nobody, is said again later)
     try:
-        with contextlib.redirect_stderr(io.StringIO()), torch.device("meta"):  # (its warnings are of no size given)
+        with warnings_off(), torch.device("meta"):  # (its warnings are of sizes no one gave)
             G, D = build_models(cfg.override({"data.resolution": resolution}), n_classes, channels)
     except BigbatchError:
         return None
-    finally:
-        errors._WARNED.intersection_update(said)
     return {net: set(convert.to_reference(m)) for net, m in (("G", G), ("D", D))}
 
 
@@ -167,7 +168,7 @@ def _check_resolution(cfg: Config, ref: dict, files: dict[str, Path], n_classes:
     outside: 16 missing entries and "check the options" said it, after a warning of dim_z)."""
 
     def kept(sd: dict) -> set[str]:
-        return {k for k in sd if k.rsplit(".", 1)[-1] not in ("sv0", "accumulation_counter")}
+        return {k for k in sd if k.rsplit(".", 1)[-1] not in convert.IGNORED}
 
     def fits(names: dict[str, set[str]] | None) -> bool:
         return names is not None and all(kept(sd) == kept(names["D" if net == "D" else "G"]) for net, sd in ref.items())
