@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bigbatch import cli_tools, signals
+from bigbatch import cli_errors, cli_tools, signals
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_outputs, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
@@ -25,11 +25,6 @@ from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
 from bigbatch.errors import STOPPED, BigbatchError, silence, warn
 from bigbatch.urls import is_url
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
-        raise BigbatchError(f"{message} (see '{self.prog} --help')")
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -238,10 +233,10 @@ def _presets(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = cli_errors.Parser(
         prog="bigbatch", description="Train image models (GANs, classifiers) at large batches on the hardware you have."
     )
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=cli_errors.Parser)
 
     t = sub.add_parser("train", help="train a recipe (default: the digits preset)")
     t.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.batch=256")

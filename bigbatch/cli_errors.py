@@ -12,10 +12,27 @@ import hashlib
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-from bigbatch.errors import LOST_PEER
+from bigbatch.errors import LOST_PEER, BigbatchError
 from bigbatch.urls import local_folder
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line; an empty path given (an unset variable: Path("") is the
+    working folder, found from outside) is one of them."""
+
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise BigbatchError(f"{message} (see '{self.prog} --help')")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        known, rest = super().parse_known_args(args, namespace)
+        for a in self._actions:
+            value = getattr(known, a.dest, None)
+            if not a.option_strings and (value == "" or (isinstance(value, list) and "" in value)):
+                name = a.metavar or a.dest
+                self.error(f"{name} is empty: give {'key=value' if '=' in name else 'a file, folder or URL'}")
+        return known, rest
 
 
 def say_error(line: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bigbatch.cli_tools import device_named
 from bigbatch.config_types import MAX_PROCESSES
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 
 
 def _positive(name: str, value: int, low: int = 1, high: int | None = None) -> int:
@@ -63,8 +63,8 @@ def _extract(args: argparse.Namespace) -> None:
     broken = sorted(name for name, n in done.items() if n is None)
     if broken and len(broken) == len(done):  # (found from outside: nothing extracted, and exit status 0)
         raise BigbatchError(
-            f"{args.src}: {'it does' if len(done) == 1 else f'none of its {len(done)} images does'} not decode as an "
-            "image; give photos or frames (png, jpg, ...)"
+            f"{args.src}: {'it does not decode' if len(done) == 1 else f'none of its {len(done)} images decodes'} as "
+            "an image; give photos or frames (png, jpg, ...)"
         )
     listed = out / "no_face.txt"
     if none or broken:
@@ -155,8 +155,9 @@ def _merge(args: argparse.Namespace) -> None:
         n = writer.close() if writer is not None else 0
     if writer is not None:
         merge_record.add_video(Path(args.out), args.video)
-    before = f"; kept {kept} frames merged before" if kept else ""
-    print(f"Merged {faces} faces into {frames} frames: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
+    before = f"; kept {counted(kept, 'frame')} merged before" if kept else ""
+    merged = f"Merged {counted(faces, 'face')} into {counted(frames, 'frame')}"
+    print(f"{merged}: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
     if writer is not None:
         print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{video.audio_said(audio)}")
 
@@ -166,12 +167,12 @@ def _video(args: argparse.Namespace) -> None:
 
     if args.action == "frames":
         n = video.frames_to_folder(args.src, args.out, args.fps)
-        print(f"Wrote {n} frames to {args.out} (00001.png on)")
+        print(f"Wrote {counted(n, 'frame')} to {args.out} (00001.png on)")
         return
     n, rate = video.folder_to_video(
         args.src, args.out, args.fps, args.audio_from, args.preset or "medium", overwrite=args.overwrite
     )
-    print(f"Wrote {args.out}: {n} frames at {float(rate):g} fps{video.audio_said(args.audio_from)}")
+    print(f"Wrote {args.out}: {counted(n, 'frame')} at {float(rate):g} fps{video.audio_said(args.audio_from)}")
 
 
 def _sort(args: argparse.Namespace) -> None:
@@ -277,7 +278,8 @@ def add_face_commands(sub: Any) -> None:
         "--mask",
         default="learned",
         help="learned (the model's src x dst masks, DFL's default), learned-prd, learned-dst, learned-sum, hull (the "
-        "landmarks'), hull*learned, full, or with --xseg: xseg-prd, xseg-dst, xseg (both), learned*xseg (all four)",
+        "landmarks'), hull*learned, full, or with --xseg: xseg-prd, xseg-dst, xseg (both), learned*xseg (all four); "
+        "DFL's names (dst, learned-prd*learned-dst, XSeg-prd*XSeg-dst, ...) are taken too",
     )
     mg.add_argument(
         "--super-resolution",
@@ -312,7 +314,7 @@ def add_face_commands(sub: Any) -> None:
         "--any-source",
         action="store_true",
         help="merge faces extracted from other frames than FRAMES (as ALIGNED's journal says) by frame name all "
-        "the same (refused without it)",
+        "the same, and the frames given where ALIGNED has faces of frames FRAMES lacks (refused without it)",
     )
     mg.add_argument(
         "--fps", type=float, help="the video's frame rate (default: FRAMES's if a video, else --audio-from's, else 25)"

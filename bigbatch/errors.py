@@ -46,6 +46,11 @@ def first_line(e: BaseException) -> str:
     return (str(getattr(e, "strerror", None) or e).strip().splitlines() or [type(e).__name__])[0]
 
 
+def counted(n: int, noun: str) -> str:
+    """ "1 frame", "3 frames": a count in a message (found from outside: "Merged 1 faces into 1 frames")."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
 def warn(message: str, once: bool = False) -> None:
     """Tell the user about something that did not stop the command (on stderr, one line). `once`: not
     again in this process (a fact that several readers of the same file come upon)."""

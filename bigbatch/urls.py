@@ -159,6 +159,8 @@ class Location:
         if isinstance(value, Location):
             return value
         text = str(value)
+        if not text.strip():  # (found from outside: Path("") is ".", so an unset variable prepared the working folder)
+            raise BigbatchError(f"{what.strip() or 'a path'} is empty: give a file, folder or URL")
         refuse_credentials(text, what or public_name(text))
         if is_url(text):
             return cls(text, True, public_name(text))

@@ -19,7 +19,7 @@ import test_faces_merge  # noqa: E402
 
 from bigbatch.cli import main  # noqa: E402
 from bigbatch.errors import BigbatchError  # noqa: E402
-from bigbatch.faces import merge_record, merge_run, video  # noqa: E402
+from bigbatch.faces import merge, merge_record, merge_run, video  # noqa: E402
 
 workflow = test_faces_merge.workflow  # the README's swap from two videos, run on made clips (once in this module)
 VIDEO = ["--video", "o.mp4", "--fps", "25", "--preset", "ultrafast"]  # a merge's video, made fast
@@ -162,6 +162,52 @@ def test_raw_predict_says_it_writes_one_face_of_a_frame_of_two(workflow, capsys)
     )
     faces = len(list(Path(root / "dst_aligned").glob("*.jpg")))  # (one a frame, 00002's second not written)
     assert f"Merged {faces} faces into " in said.out
+
+
+def test_some_of_the_frames_merge_under_any_source_the_other_frames_faces_left_out(workflow, capsys):
+    # Found from outside: refused under --any-source too, where DFL's merger merges the frames it is given.
+    root, run = workflow
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "some"]) == 0
+    Path("some/00004.png").unlink()
+    args = ["merge", str(run), "some", str(root / "dst_aligned"), "o", "--color", "none"]
+    err = refused(capsys, args, "1 frame the aligned faces were extracted from is not in some (such as 00004)")
+    assert err.endswith("or --any-source to merge the frames given alone")
+    assert main([*args, "--any-source"]) == 0
+    said = capsys.readouterr()
+    assert "their faces are left out" in said.err and "Merged 3 faces into 3 frames" in said.out
+    assert sorted(p.name for p in Path("o").glob("*.png")) == ["00001.png", "00002.png", "00003.png"]
+
+
+def test_extract_into_the_working_folder_and_not_over_faces_it_did_not_write(workflow, capsys, monkeypatch):
+    # Found from outside: OUT "." was a traceback, and faces without a journal (DFL's aligned folder, faces mended
+    # by hand) were replaced unsaid.
+    root, _ = workflow
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "f"]) == 0
+    small = ["--size", "256", "--workers", "1", "--min-face", "32"]
+    Path("faces").mkdir()
+    monkeypatch.chdir("faces")
+    assert main(["extract", "../f/00001.png", ".", *small]) == 0
+    assert Path("00001_0.jpg").is_file() and Path("../faces_debug/00001.jpg").is_file()
+    monkeypatch.chdir("..")
+    Path("mine").mkdir()
+    shutil.copy(root / "dst_aligned" / "00001_0.jpg", "mine/00001_0.jpg")
+    before = Path("mine/00001_0.jpg").read_bytes()
+    refused(capsys, ["extract", "f", "mine", *small], "OUT mine holds 1 image (00001_0.jpg) no extract recorded")
+    assert Path("mine/00001_0.jpg").read_bytes() == before
+
+
+def test_odd_inputs_of_video_xseg_and_merge_settings_are_named(workflow, capsys):
+    root, _ = workflow
+    assert main(["video", "frames", str(root / "data_dst.mp4"), "f"]) == 0
+    refused(capsys, ["video", "frames", "f/00001.png", "v"], "f/00001.png is an image, not a video")
+    refused(capsys, ["video", "frames", "none.mp4", "v"], "none.mp4 does not exist: give a video file")
+    refused(capsys, ["xseg", "remove", "f"], "holds no aligned faces")  # (PNG frames)
+    cv2.imwrite("f/plain.jpg", np.zeros((8, 8, 3), np.uint8))
+    refused(capsys, ["xseg", "remove", "f"], "no file in f is an aligned face")  # (was: removed of 0 faces)
+    # DFL's names of its mask modes (found from outside: refused)
+    assert merge.MergeSettings(mask="dst").mask == "hull"
+    assert merge.MergeSettings(mask="XSeg-prd*XSeg-dst").mask == "xseg"
+    assert merge.MergeSettings(mask="learned-prd*learned-dst*XSeg-prd*XSeg-dst").mask == "learned*xseg"
 
 
 def video_frames(path: str | Path) -> list[np.ndarray]:

@@ -181,6 +181,13 @@ def test_a_damaged_shard_keeps_the_members_before_the_damage_and_says_so(tmp_pat
     cut.write_bytes(bytes(bad))
     report = prepare(str(cut), "bad.h5", workers=0, overwrite=True)
     assert report.count == 2 and "is not a tar header" in report.skipped[0][1]
+    # Cut between two samples, as a download stops (found from outside: read as whole, even under --strict).
+    cut.write_bytes(whole[: whole.index(b"s0_004.png")])
+    report = prepare(str(cut), "between.h5", workers=0)
+    assert report.count == 4 and [name for name, _ in report.skipped] == [str(cut)]
+    assert f"a tar cut short: it ends at byte {cut.stat().st_size} without tar's end blocks" in report.skipped[0][1]
+    with pytest.raises(Exception, match="tar cut short.*--strict"):
+        prepare(str(cut), "strict.h5", workers=0, strict=True)
 
 
 @pytest.mark.parametrize(
@@ -220,7 +227,7 @@ def test_remote_shards_are_read_in_byte_ranges_a_chunk_not_an_image(tmp_path, mo
     assert len(labels) == 12 and ranges and max(ranges) == 1  # one range a shard's chunk, not one a member
 
 
-def test_an_interrupted_prepare_of_shards_resumes_unless_a_shard_changed(tmp_path, monkeypatch):
+def test_an_interrupted_prepare_of_shards_resumes_unless_a_shard_changed(tmp_path, monkeypatch, capsys):
     _shards(tmp_path / "wds", n_shards=2, per_shard=300)
 
     def interrupted():
@@ -234,7 +241,13 @@ def test_an_interrupted_prepare_of_shards_resumes_unless_a_shard_changed(tmp_pat
     shard = tmp_path / "wds" / "train-000000.tar"
     shard.write_bytes(shard.read_bytes())  # (rewritten: its time changed, so its images may have)
     os.utime(shard, ns=(1, 1))
+    capsys.readouterr()
     assert prepare(str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True).resumed == 0
+    said = "the 2 parts kept in .out.h5.parts by an earlier prepare were made with other source files: deleted"
+    assert said in capsys.readouterr().err
+    interrupted()  # (found from outside: another --codec threw the parts away unsaid)
+    prepare(str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True, codec="jpeg")
+    assert "were made with other codec: deleted" in capsys.readouterr().err
 
 
 def test_classes_from_a_text_file_name_the_class_indices(tmp_path):

@@ -47,6 +47,11 @@ def one_line(capsys, argv, words):
         (["train", "--config", "bom.toml", "--dry-run"], "it begins with a byte-order mark"),
         (["train", "--config", "c.json", "--dry-run"], "it looks like JSON: a config is TOML"),
         (["train", "--config", "deep.toml", "--dry-run"], "nests arrays or tables too deep"),
+        # an empty path (an unset variable): it was the working folder, prepared, plotted or extracted into
+        (["prepare", "", "x.h5", "--resolution", "32"], "SRC is empty: give a file, folder or URL"),
+        (["plot", "empty", ""], "RUN_DIR is empty: give a file, folder or URL"),
+        (["extract", "bad.png", ""], "OUT is empty: give a file, folder or URL"),
+        (["train", "", "--dry-run"], "key=value is empty: give key=value"),
         # what the real run refuses, the dry run too; nothing done, not exit status 0
         (["extract", "bad.png", "o", "--workers", "1"], "bad.png: it does not decode as an image"),
         # misreported causes
@@ -154,3 +159,14 @@ def test_a_source_none_of_whose_files_reads_says_why_a_file_read_failed(tmp_path
     one_line(
         capsys, ["prepare", str(tmp_path / "src"), str(tmp_path / "d.h5")], "of those read, 1 failed, e.g. a/bad.png"
     )
+
+
+def test_an_empty_source_is_refused_from_python_too(tmp_path, monkeypatch):
+    from bigbatch.data import prepare
+    from bigbatch.errors import BigbatchError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.png").write_bytes(b"")  # (the working folder was prepared: found from outside)
+    with pytest.raises(BigbatchError, match="the source is empty: give a file, folder or URL"):
+        prepare("", "x.h5", resolution=32)
+    assert not (tmp_path / "x.h5").exists()

@@ -150,7 +150,7 @@ def test_xseg_apply_writes_dfls_mask_into_each_face_and_remove_takes_it_out(alig
     (faces / "3.jpg").write_bytes(small.tobytes())  # not an aligned face: left as it is, said
     assert main(["xseg", "apply", str(tmp_path / "model"), str(faces), "--device", "cpu"]) == 0
     out, err = capsys.readouterr()
-    assert "Applied XSeg to 2 faces" in out and "1 files left as they were (3.jpg: not an aligned" in err
+    assert "Applied XSeg to 2 faces" in out and "1 file left as they were (3.jpg: not an aligned" in err
     model, kind = load_xseg(tmp_path / "model")
     assert kind is None
     for name in ("1.jpg", "2.jpg"):

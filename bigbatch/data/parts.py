@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bigbatch.data.codecs import Encoded
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.files import atomic_write, foreign
 
 PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
@@ -35,6 +35,19 @@ class DamagedPart(BigbatchError):
 PARTS_HOLD = ("skipped", "buckets", "shapes", "encoded", "face_types", "data", "lengths")  # (sizes, yaws: later)
 
 
+def _discarded(kept: int, folder: Path, was: Any, now: dict[str, Any]) -> str:
+    """The line said where an earlier prepare's kept parts are deleted as another command's (found from outside:
+    a changed --codec or --quality threw away hours of decoding unsaid)."""
+    if isinstance(was, dict):
+        other = sorted({"source files" if k in ("files", "archive") else k for k in now if was.get(k) != now[k]})
+        why = f"with other {', '.join(other)}" if other else "otherwise"
+    else:
+        why = "with other settings or source files"
+    return (
+        f"the {counted(kept, 'part')} kept in {folder} by an earlier prepare were made {why}: deleted, decoding again"
+    )
+
+
 class Parts:
     """The parts folder of one prepare command (`key` names everything that decides its results)."""
 
@@ -47,13 +60,16 @@ class Parts:
                 f"{folder} is in the way of prepare's parts (a link, or not this user's): remove it, or write elsewhere"
             )
         try:
-            same = json.loads(manifest.read_text()).get("key") == digest
-        except (OSError, ValueError):
-            same = False
+            was = json.loads(manifest.read_text())
+            same = was.get("key") == digest
+        except (OSError, ValueError, AttributeError):
+            was, same = {}, False
         if not same:  # another command's parts, or none: start afresh
+            if kept := sum(1 for _ in folder.glob("part-*.npz")) if folder.is_dir() else 0:
+                warn(_discarded(kept, folder, was.get("settings"), json.loads(json.dumps(key, default=str))))
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
-            atomic_write(manifest, json.dumps({"key": digest}))
+            atomic_write(manifest, json.dumps({"key": digest, "settings": key}, default=str))
         for stale in folder.glob(".*.tmp*"):  # a part a killed prepare was writing (atomic_write's names)
             stale.unlink(missing_ok=True)
         self.resumed = 0  # files read back from parts rather than decoded

@@ -19,7 +19,7 @@ from bigbatch.data import codecs
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
-from bigbatch.data.listing import FACE_SETS, top_level
+from bigbatch.data.listing import FACE_SETS, hidden, top_level
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import refuse_output, sole_writer
 from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
@@ -463,7 +463,7 @@ def _empty_folders(source: Location, listing: Listing) -> list[str]:
         return []
     names = class_index(listing.class_names)  # (numbered by --classes: a folder may be named by a class's synset)
     folders = source.path.iterdir()
-    return sorted(d.name for d in folders if d.is_dir() and not d.name.startswith(".") and nfc(d.name) not in names)
+    return sorted(d.name for d in folders if d.is_dir() and not hidden(d.name) and nfc(d.name) not in names)
 
 
 def _labelled(

@@ -409,6 +409,9 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
             if rest.strip(b"\0"):
                 damaged.append((shard.name, f"a damaged tar: byte {tar.offset} is not a tar header; the members "
                                             "after it are not read"))  # fmt: skip
+            elif len(rest) < tarfile.BLOCKSIZE:  # (found from outside: a download cut between members read as whole)
+                why = f"it ends at byte {tar.offset} without tar's end blocks, so members after it may be lost"
+                damaged.append((shard.name, f"a tar cut short: {why}; what lies before is read"))
     if len({name for name, _, _ in members}) < len(members):  # (`tar rf` appends a file again: the last one stands)
         last = {name: i for i, (name, _, _) in enumerate(members)}
         members[:] = [m for i, m in enumerate(members) if last[m[0]] == i]

@@ -17,6 +17,7 @@ import concurrent.futures
 import glob
 import json
 import multiprocessing
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -27,7 +28,7 @@ import numpy as np
 
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import read_metadata, write_metadata
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.faces.image_file import TooLarge, check_size, imdecode
 from bigbatch.faces.video import IMAGE_SUFFIXES, VIDEO_SUFFIXES, Video, frame_name, is_video, natural_key
 from bigbatch.files import atomic_write
@@ -99,12 +100,13 @@ class FrameSource:
         else:
             raise BigbatchError(f"{src}: no such file or folder (give a video, a folder of images, a glob or an image)")
         if self.files:
-            stems = [p.stem for p in self.files]
-            if len(set(stems)) != len(stems):
-                raise BigbatchError(
-                    f"{src} has two images of one name with different suffixes: the faces' names ({{stem}}_0.jpg) "
-                    "would collide; keep one of each"
-                )
+            seen: dict[str, Path] = {}
+            for p in self.files:
+                if (other := seen.setdefault(p.stem, p)) is not p:  # (found from outside: the pair was not named)
+                    raise BigbatchError(
+                        f"{src} has two images of one name, {other.name} and {p.name}: the faces' names "
+                        f"({p.stem}_0.jpg) would collide; keep one of each"
+                    )
             self.count = len(self.files)
         self._by_name = {p.name: p for p in self.files}  # (an image frame's file, for `stat`)
 
@@ -413,6 +415,10 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
     removed, and it runs again. Faces deleted by hand (DFL's cleanup of bad ones) stay deleted."""
     path = out / JOURNAL
     if not path.exists():
+        # (found from outside: DFL's aligned folder or hand-fixed faces, without a journal, were replaced unsaid)
+        if others := sorted(p.name for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
+            images = f"{counted(len(others), 'image')} ({others[0]}{', ...' * (len(others) > 1)})"
+            raise BigbatchError(f"OUT {out} holds {images} no extract recorded: give an empty or new folder")
         atomic_write(path, json.dumps({"settings": asdict(settings), "source": source.identity()}) + "\n")
         return {}
     lines = path.read_text().splitlines()
@@ -481,7 +487,10 @@ def faces_from(out: Path, frames: set[str]) -> list[Path]:
 
 def debug_folder(out: Path) -> Path:
     """Where extract draws each frame's faces: OUT_debug beside OUT (DFL's aligned_debug beside aligned), so that
-    OUT holds the aligned faces alone, as `prepare` reads it."""
+    OUT holds the aligned faces alone, as `prepare` reads it. (Found from outside: OUT "." was a traceback, and
+    ".." had its debug folder made inside the working folder.)"""
+    if out.name in ("", ".."):
+        out = Path(os.path.abspath(out))
     return out.with_name(f"{out.name}_debug")
 
 

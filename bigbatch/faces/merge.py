@@ -27,6 +27,9 @@ MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", 
 XSEG_MASKS = ("xseg-prd", "xseg-dst", "xseg", "learned*xseg")
 PRD_MASKS = ("xseg-prd", "xseg", "learned*xseg")  # those that read XSeg's mask of the swap
 MASKS = ("full", "hull", "learned-prd", "learned-dst", "learned", "learned-sum", "hull*learned", *XSEG_MASKS)
+# DFL's own names of its mask modes (mask_mode_dict; its 1, "dst", is the landmarks' hull), taken as these
+DFL_MASKS = {"dst": "hull", "learned-prd*learned-dst": "learned", "learned-prd+learned-dst": "learned-sum"}
+DFL_MASKS |= {"xseg-prd*xseg-dst": "xseg", "learned-prd*learned-dst*xseg-prd*xseg-dst": "learned*xseg"}
 COLORS = ("none", *color.MERGE_MODES)
 BATCH = 8  # faces the model swaps at once, and frames merged together
 UP = 4  # DFL's merge masks are shaped at 4x the model's resolution, and its face enhancer's output is 4x
@@ -66,6 +69,8 @@ class MergeSettings:
     super_resolution: int = 0  # DFL's super_resolution_power: percent of its FaceEnhancer's 4x swap, 0..100
 
     def __post_init__(self) -> None:
+        if (dfl := self.mask.lower()) in DFL_MASKS or dfl in MASKS:  # (found from outside: DFL's names refused)
+            object.__setattr__(self, "mask", DFL_MASKS.get(dfl, dfl))
         for name, value, valid in (("--mode", self.mode, MODES), ("--mask", self.mask, MASKS)):
             if value not in valid:
                 raise BigbatchError(f"{name} {value!r} is not one of {', '.join(valid)}")

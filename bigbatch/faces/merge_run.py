@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bigbatch.data import align
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.faces.enhance import enhancer_file
 from bigbatch.faces.merge import (
     BATCH,
@@ -106,8 +106,9 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
     if names is not None and stems == {Path(name).stem for name in names}:
         return
     here = f"{len(names)} here" if names is not None else "an unknown count here"
+    there = counted(len(stems), "frame")
     raise BigbatchError(
-        f"the faces in {aligned} were extracted from {was}, whose frames are not {frames}'s ({len(stems)} frames "
+        f"the faces in {aligned} were extracted from {was}, whose frames are not {frames}'s ({there} "
         f"there, {here}): by name they would be pasted on other frames; give {was} as FRAMES, or extract "
         f"{frames}'s faces (bigbatch extract {frames} NEW_ALIGNED), or --any-source if they are its frames"
     )
@@ -213,11 +214,15 @@ def merge_folder(
             f"than one (such as {several[0]}), whose others are not written"
         )
     missing = sorted(set(faces) - {Path(name).stem for name in names}) if names is not None else []
-    if missing:
-        raise BigbatchError(
-            f"{len(missing)} frames the aligned faces were extracted from are not in {frames} (such as "
-            f"{missing[0]}): give the frames (or video) they came from"
-        )
+    if missing:  # (found from outside: refused under --any-source too, where DFL's merger merges the frames given)
+        which = f"{counted(len(missing), 'frame')} the aligned faces were extracted from"
+        where = f"{'is' if len(missing) == 1 else 'are'} not in {frames} (such as {missing[0]})"
+        if not any_source:
+            raise BigbatchError(
+                f"{which} {where}: give the frames (or video) they came from, or --any-source to merge the frames "
+                "given alone"
+            )
+        warn(f"{which} {where}: their faces are left out")
     if not any_source:
         check_source(Path(aligned), frames, source)
     if not Path(run).exists():

@@ -60,6 +60,11 @@ class Video:
     def __init__(self, path: str | Path) -> None:
         av = _av()
         self.path = Path(path)
+        if not self.path.is_file():  # (found from outside: said as FFmpeg's error, or a still image read as a video)
+            what = "is a folder" if self.path.is_dir() else "does not exist"
+            raise BigbatchError(f"{self.path} {what}: give a video file ({', '.join(VIDEO_SUFFIXES)})")
+        if self.path.suffix.lower() in IMAGE_SUFFIXES:
+            raise BigbatchError(f"{self.path} is an image, not a video: give a video ({', '.join(VIDEO_SUFFIXES)})")
         try:
             self.container = av.open(str(self.path))
         except (av.FFmpegError, UnicodeDecodeError) as e:

@@ -23,7 +23,7 @@ from bigbatch import checkpoint_find, checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.faces.image_file import TooLarge, imdecode
 from bigbatch.faces.video import natural_key
 from bigbatch.files import atomic_write
@@ -242,24 +242,29 @@ def apply_xseg(
 
 def remove_xseg(folder: str | Path) -> int:
     """Take the applied XSeg masks out of the aligned faces in `folder` (DFL's remove_xseg); how many had one."""
-    removed = 0
+    removed = faces = 0
     for path in face_files(Path(folder)):
         data = path.read_bytes()
         try:
             meta = read_metadata(data, str(path))
         except (NoFaceData, BigbatchError):  # (not a face: nothing to remove)
             continue
+        faces += meta is not None
         if meta is not None and meta.get("xseg_mask") is not None:
             del meta["xseg_mask"]
             atomic_write(path, write_metadata(data, meta))
             removed += 1
+    if not faces:  # (found from outside: "removed the masks of 0 faces", exit 0, where apply refuses the folder)
+        raise BigbatchError(
+            f"no file in {folder} is an aligned face (DFL's metadata): give bigbatch extract's or DFL's"
+        )
     return removed
 
 
 def said_skipped(skipped: list[tuple[str, str]]) -> str:
     """One line on the files apply left as they were."""
     first, why = skipped[0]
-    return f"{len(skipped)} files left as they were ({first}: {why}{' ...' if len(skipped) > 1 else ''})"
+    return f"{counted(len(skipped), 'file')} left as they were ({first}: {why}{' ...' if len(skipped) > 1 else ''})"
 
 
 def merge_masks(
