@@ -29,17 +29,26 @@ def _batch_plan(cfg: Config, run: Path | None) -> str:
     return f"batch {t.batch} ({split}{asked})"
 
 
+def _damaged_by_size(run: Path, intact: list[Path], said: Path | None) -> list[str]:
+    """Why the run's published checkpoints (but `said`, the latest, whose damage is said already) that a file of
+    another size than their meta.json records leaves out of `intact` are damaged, each as Corrupt says it."""
+    root = run / "checkpoints"
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and p.name[0] != ".") if root.is_dir() else []
+    found = (checkpoints.corrupt_by_size(p) for p in folders if p not in intact and p.name != checkpoints.BEST)
+    return [str(e).removesuffix(checkpoints.ADVICE) for e in found if e is not None and e.ckpt != said]
+
+
 def describe_run(path: str | Path) -> str:
     """What a run directory or checkpoint holds, as a few lines of text."""
     path = Path(path)
-    damaged, ckpt = None, None
+    damaged, damaged_at, ckpt = None, None, None
     try:
         ckpt = checkpoint_find.find_checkpoint(path)
     except checkpoints.Corrupt as e:  # a run's latest checkpoint damaged: describe the run by its newest intact one
         intact = checkpoints.complete_checkpoints(path) if e.ckpt is not None and e.ckpt.parent.parent == path else []
         if not intact:
             raise
-        ckpt, damaged = intact[-1], str(e)
+        ckpt, damaged, damaged_at = intact[-1], str(e), e.ckpt
     except BigbatchError:
         # A run before its first checkpoint (found from outside: info only refused): its start record and log.
         folder = (path / "meta.json").exists() or (path / "state.pt").exists()  # (a checkpoint's own refusal stands)
@@ -65,6 +74,8 @@ def describe_run(path: str | Path) -> str:
             lines.append(f"checkpoints {', '.join(p.name for p in ckpts)} (latest {ckpt.name})")
         if damaged:
             lines.append(f"damaged     {damaged}")
+        for other in _damaged_by_size(run, ckpts, damaged_at):  # (found from outside: left out of the list unsaid)
+            lines.append(f"damaged     {other}")
         rows = read_metrics(run / "metrics.jsonl")
         logs = [r for r in rows if "eval_seconds" not in r]
         evals = [r for r in rows if "eval_seconds" in r]

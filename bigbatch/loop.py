@@ -148,6 +148,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 "(eval.every_kimg is 0); set eval.every_kimg, or score its checkpoints with `bigbatch eval` after"
             )
 
+    # From here (the "Training" line said) a first SIGINT saves a checkpoint, as SIGTERM does; a second one stops at
+    # once. (Found from outside: armed after the first batch sheet was drawn, a Ctrl-C on that line saved nothing.)
+    stop.armed = True
+
     def due(every_kimg: float, before: int) -> bool:
         every = max(1, round(every_kimg * 1000))
         return nimg // every > before // every or nimg >= progress.total
@@ -207,8 +211,6 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     def window() -> dict:
         """The log row under way, and whether an evaluation due was cut short (the resumed run makes it)."""
         return {**progress.window.state(), **({"eval_pending": True} if eval_pending else {})}
-
-    stop.armed = True  # from here a first SIGINT saves a checkpoint (as SIGTERM does), a second one stops at once
 
     # An evaluation due at the checkpoint resumed, which a stop cut short: made first (and recorded made).
     eval_pending = bool(run.log_window and run.log_window.get("eval_pending")) and task.scorer is not None

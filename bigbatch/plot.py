@@ -166,6 +166,8 @@ def _expand(paths: list[Path]) -> list[Path]:
     """The runs the paths name: a run directory itself, or each run directory inside a folder of runs."""
     runs = []
     for p in paths:
+        if not p.exists():  # (found from outside: said to be no run directory)
+            raise BigbatchError(f"{p} does not exist; give a run directory or a folder of runs")
         if not p.is_dir():
             raise BigbatchError(f"{p} is not a run directory (nor a folder of runs)")
         if p.resolve().parent.name == "checkpoints" and (p.resolve().parent.parent / "metrics.jsonl").exists():

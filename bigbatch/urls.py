@@ -140,6 +140,22 @@ def unreachable(error: BaseException, what: str) -> str | None:
     return None
 
 
+def url_fix(error: BaseException) -> str:
+    """The fix for a URL's read that failed otherwise than as a missing file or refused credentials (found from
+    outside: a server without range requests was told to check credentials; an S3 endpoint that did not answer,
+    after botocore's retries, was given no fix)."""
+    said, kind = str(error), type(error).__name__
+    if "range requests" in said:
+        return (
+            "its server takes no HTTP range requests, which reading it in place needs: serve it elsewhere, or download"
+        )
+    if isinstance(error, (ConnectionError, TimeoutError)) or "Connect" in kind or "Endpoint" in kind:
+        return (
+            "check the endpoint and the network: AWS_ENDPOINT_URL, --endpoint-url, data.storage_options' endpoint_url"
+        )
+    return "check the credentials (AWS_* in the environment) and the endpoint"
+
+
 @dataclass(frozen=True)
 class Location:
     """A path or URL a user named (a source of images, a data file), parsed once where it enters: a URL's

@@ -24,3 +24,24 @@ def test_sigterm_after_a_finished_run_says_done_leaves_its_status_0(tmp_path):
         time.sleep(0.01)
     p.communicate(timeout=120)
     assert sent > 0 and p.returncode == 0, (p.returncode, sent)  # (sent none: it exited unseen, nothing tested)
+
+
+def test_ctrl_c_once_training_is_said_saves_a_checkpoint(tmp_path):
+    # Found from outside: a Ctrl-C on the "Training ..." line, while the first batch sheet was drawn, ended the run at
+    # once with nothing saved (exit 130), where README says a first Ctrl-C saves a checkpoint.
+    script = (
+        "import os, signal, sys\n"
+        "from bigbatch import cli, rundir\n"
+        "drawn = rundir.Run.write_batch_sheet\n"
+        "def sheet(self, task, nimg):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return drawn(self, task, nimg)\n"
+        "rundir.Run.write_batch_sheet = sheet\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-c", script, "train", "--run-dir", str(run), "data.resolution=16", "model.ch=8"]
+    cmd += ["model.dim_z=16", "train.batch=32", "train.kimg=1000", "checkpoint.every_kimg=1000"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Stopped by signal" in done.stdout and any((run / "checkpoints").iterdir())

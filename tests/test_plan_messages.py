@@ -13,7 +13,8 @@ def test_fp16_on_a_cpu_is_said_to_be_slow(capsys, monkeypatch):
     precision.check("bf16", torch.device("cpu"))
     assert capsys.readouterr().err == ""
     precision.check("fp16", torch.device("cpu"))
-    assert "train.precision fp16 on a CPU: PyTorch's CPU fp16 kernels are slow" in capsys.readouterr().err
+    # (as the config's train.precision and the Replicator's precision= give it: found from outside, the config's name)
+    assert "fp16 precision on a CPU: PyTorch's CPU fp16 kernels are slow" in capsys.readouterr().err
 
 
 def test_a_batch_of_few_divisors_is_named_as_why_the_micro_batch_is_small():

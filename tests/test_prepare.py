@@ -551,3 +551,31 @@ def test_a_labels_file_of_old_mac_line_ends_is_read(tmp_path):
     (tmp_path / "l.csv").write_bytes(b"file,label\ra.png,cat\rb.png,dog\r")
     report = prepare(str(tmp_path / "val"), str(tmp_path / "v.h5"), 8, workers=0, labels=str(tmp_path / "l.csv"))
     assert report.count == 2 and report.class_names == ["cat", "dog"]
+
+
+def test_a_small_set_is_stored_in_about_its_own_size(tmp_path):
+    # Found from outside: HDF5 allocates a chunk whole, and chunks of 16,384 labels and a 256 KiB byte stream made a
+    # JPEG store of 26 small images 2.5 times the raw store's size, and 14 times the source folder's.
+    _folder(tmp_path / "src", per_class=13, size=(32, 32))
+    raw = prepare(str(tmp_path / "src"), str(tmp_path / "raw.h5"), 32, workers=0)
+    jpeg = prepare(str(tmp_path / "src"), str(tmp_path / "jpeg.h5"), 32, workers=0, codec="jpeg")
+    pixels = 26 * 32 * 32 * 3
+    assert raw.count == jpeg.count == 26
+    assert (tmp_path / "raw.h5").stat().st_size < pixels + (64 << 10)  # (at most one images chunk and metadata)
+    assert (tmp_path / "jpeg.h5").stat().st_size < (tmp_path / "raw.h5").stat().st_size
+    assert np.array_equal(
+        _all(load_data(str(tmp_path / "raw.h5"), 32))[1], _all(load_data(str(tmp_path / "jpeg.h5"), 32))[1]
+    )
+
+
+def test_images_smaller_than_the_resolution_are_counted_as_enlarged(tmp_path):
+    # Found from outside: a 5x7 image was stored blurred at 32x32, and neither the report nor info said so.
+    _folder(tmp_path / "src", per_class=3, size=(20, 24))
+    Image.fromarray(_image(9, (5, 7))).save(tmp_path / "src" / "cat" / "tiny.png")
+    report = prepare(str(tmp_path / "src"), str(tmp_path / "a.h5"), 5, workers=0)
+    assert report.enlarged == 0 and "enlarged" not in report.summary() + describe_data(tmp_path / "a.h5")
+    assert prepare(str(tmp_path / "src"), str(tmp_path / "b.h5"), 16, workers=0).enlarged == 1
+    report = prepare(str(tmp_path / "src"), str(tmp_path / "c.h5"), 22, workers=0)
+    assert report.enlarged == 7  # (the 20-px short sides too)
+    assert "enlarged 7 of them: smaller than the resolution, scaled up to it" in report.summary()
+    assert "enlarged    7 images smaller than the resolution" in describe_data(tmp_path / "c.h5")

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -555,7 +556,7 @@ def test_a_tar_over_http_reads_its_members_by_range_and_a_server_that_ignores_ra
             assert "it ignores HTTP range requests, which reading a tar's members needs" in skipped[0][1]
 
 
-def test_a_folder_over_http_is_the_same_data_set_as_on_disk_whatever_its_names(tmp_path):
+def test_a_folder_over_http_is_the_same_data_set_as_on_disk_whatever_its_names(tmp_path, capsys):
     # Found from outside: over HTTP (a server's folder page of percent-encoded links) a class "dög spaced" was named
     # "d%C3%B6g%20spaced" and its images sorted by their encoded names: another data set than the same folder's.
     import functools
@@ -578,6 +579,10 @@ def test_a_folder_over_http_is_the_same_data_set_as_on_disk_whatever_its_names(t
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/src/"
         assert main(["prepare", url, str(tmp_path / "http.h5"), "--resolution", "8"]) == 0
+        with zipfile.ZipFile(tmp_path / "src.zip", "w") as z:  # (found from outside: told to check its credentials)
+            z.writestr("cat/a.png", _png(0) * 300)
+        assert main(["prepare", url.replace("src/", "src.zip"), str(tmp_path / "zip.h5"), "--resolution", "8"]) == 2
+        assert "(its server takes no HTTP range requests, which reading it in place needs" in capsys.readouterr().err
     finally:
         server.shutdown()
         server.server_close()

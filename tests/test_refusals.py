@@ -56,6 +56,7 @@ def one_line(capsys, argv, words):
         (["extract", "bad.png", "o", "--workers", "1"], "bad.png: it does not decode as an image"),
         # misreported causes
         (["info", "--verify", "empty"], "empty is neither a run directory nor a checkpoint folder"),
+        (["plot", "nowhere"], "nowhere does not exist; give a run directory or a folder of runs"),
         (
             ["train", "data.schedule=[{kimg=0.064,batch=16},{kimg=0,batch=32}]", "--dry-run"],
             "a schedule's phases go in the order they start: phase 1 starts at 0 kimg",

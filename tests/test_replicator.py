@@ -225,6 +225,10 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         rep.step(lambda m: model(m).sum(), torch.randn(8, 1, 8, 8), torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(bigbatch.BigbatchError, match="needs a batch dimension .*got a 0-d tensor"):
         rep.step(lambda m: model(m[0]).sum(), (torch.randn(8, 1, 8, 8), torch.tensor(1.0)), opt)
+    x = torch.randn(8, 1, 8, 8)  # (found from outside: "got int" of a list of labels and of a dict's int)
+    for batch, got in (((x, list(range(8))), "a list of int"), ({"x": x, "epoch": 3}, "its 'epoch' int")):
+        with pytest.raises(bigbatch.BigbatchError, match=f"got {got}: give per-example numbers as a tensor"):
+            rep.step(lambda m: model(m[0]).sum(), batch, opt)
     for stat, shown in ((torch.ones(3), "a tensor of shape \\(3,\\)"), ("x", "'x'")):  # (raw torch errors before)
         with pytest.raises(
             bigbatch.BigbatchError, match=f"'acc' must be a number or a one-element tensor.*got {shown}"

@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 
 import bigbatch
+from bigbatch.cli import main
 from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, read_meta
 from bigbatch.data.streams import GlobalOrder
 
@@ -153,8 +154,6 @@ def test_training_from_s3_with_the_endpoint_in_the_config(s3, photos, tmp_path, 
     # read byte ranges of the remote file, and the weights equal those trained on a local copy.
     # The command prepare's hint gives trains on it (found from outside: the hint dropped --endpoint-url).
     import shlex
-
-    from bigbatch.cli import main
 
     _, endpoint = s3
     monkeypatch.delenv("AWS_ENDPOINT_URL")
@@ -361,3 +360,23 @@ def test_an_object_refused_alone_is_skipped_and_a_batch_all_refused_stops_prepar
     down.__cause__ = ConnectionRefusedError(111, "Connection refused")
     with pytest.raises(SourceFailed, match="once the source answers again"):
         fetched_all([b"png", down], ["a", "b"])
+
+
+def test_an_endpoint_that_does_not_answer_is_told_with_its_fix(tmp_path, monkeypatch, capsys):
+    # Found from outside: botocore's EndpointConnectionError alone, with no fix (and the listing's: check credentials).
+    with socket.socket() as s:  # (a port no one listens on)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import s3fs
+
+    monkeypatch.chdir(tmp_path)
+    s3fs.S3FileSystem.clear_instance_cache()  # (one made for the moto server above would be taken again)
+    env = {"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    for argv in (["info", "s3://bkt/o.h5"], ["prepare", "s3://bkt/photos", "o.h5", "--resolution", "8"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "EndpointConnectionError" in err, err
+        assert "(check the endpoint and the network: AWS_ENDPOINT_URL, --endpoint-url" in err, err
+    s3fs.S3FileSystem.clear_instance_cache()

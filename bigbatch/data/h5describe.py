@@ -41,6 +41,11 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         f"resize      {m.get('resize', '?')}",
         f"skipped     {m.get('skipped', 0)} file{'' if m.get('skipped', 0) == 1 else 's'}"
         + "".join(f"\n              {name}: {reason}" for name, reason in m.get("skipped_examples", [])),
+        *(
+            [f"enlarged    {m['enlarged']} images smaller than the resolution, scaled up to it"]
+            if m.get("enlarged")
+            else []
+        ),
         f"written     {m.get('created', '?')} by bigbatch {m.get('bigbatch_version', '?')}",
         f"content     {m['content_hash']}",
     ]

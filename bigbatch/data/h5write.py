@@ -69,15 +69,23 @@ class _Buffered:
         raise NotImplementedError
 
 
+def _fit(expected: int | None, least: int, most: int) -> int:
+    """A chunk's length: `most`, or where the file's images are known to be few (`expected`: rows, or bytes of
+    their stream), the power of two that holds them, at least `least` (found from outside: HDF5 allocates a chunk
+    whole, so a small set's file was several times its size)."""
+    return most if expected is None else min(most, max(least, 1 << max(0, expected - 1).bit_length()))
+
+
 class _GroupWriter(_Buffered):
     """Raw uint8 images of one shape."""
 
-    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int]):
+    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int], expected: int | None):
         super().__init__(name, shape)
-        rows = max(1, CHUNK_BYTES // int(np.prod(shape)))
+        rows = min(max(1, CHUNK_BYTES // int(np.prod(shape))), _fit(expected, 1, 1 << 14))
         g = f.require_group(name)
         self.images = g.create_dataset("images", (0, *shape), np.uint8, maxshape=(None, *shape), chunks=(rows, *shape))
-        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        labels = _fit(expected, 64, 1 << 14)
+        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(labels,))
         self.hash_images, self.hash_labels = hashlib.sha256(), hashlib.sha256()
 
     def flush(self) -> None:
@@ -99,13 +107,17 @@ class _GroupWriter(_Buffered):
 class _EncodedGroupWriter(_Buffered):
     """Encoded images as one byte stream with their offsets and stored sizes (bigbatch/data/encoded.py)."""
 
-    def __init__(self, f: h5py.File, name: str, shape: tuple[int, int, int], codec: str, quality: int):
+    def __init__(
+        self, f: h5py.File, name: str, shape: tuple[int, int, int], codec: str, quality: int, expected: int | None
+    ):
         super().__init__(name, shape)
         g = f.require_group(name)
-        self.encoded = g.create_dataset("encoded", (0,), np.uint8, maxshape=(None,), chunks=(enc.CHUNK,))
-        self.offsets = g.create_dataset("offsets", (1,), np.int64, maxshape=(None,), chunks=(1 << 14,))
-        self.sizes = g.create_dataset("sizes", (0, 2), np.int32, maxshape=(None, 2), chunks=(1 << 14, 2))
-        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(1 << 14,))
+        rows = _fit(expected, 64, 1 << 14)  # (the stream's chunk takes an image as an eighth of its pixels' bytes)
+        stream = _fit(None if expected is None else expected * int(np.prod(shape)) // 8, 1 << 12, enc.CHUNK)
+        self.encoded = g.create_dataset("encoded", (0,), np.uint8, maxshape=(None,), chunks=(stream,))
+        self.offsets = g.create_dataset("offsets", (1,), np.int64, maxshape=(None,), chunks=(rows,))
+        self.sizes = g.create_dataset("sizes", (0, 2), np.int32, maxshape=(None, 2), chunks=(rows, 2))
+        self.labels = g.create_dataset("labels", (0,), np.int64, maxshape=(None,), chunks=(rows,))
         self.end = 0
         self.hash_images, self.hash_labels = enc.digest_start(codec, quality), hashlib.sha256()
 
@@ -218,8 +230,10 @@ class H5Writer:
         attrs: dict[str, Any],
         bucketed: bool = False,
         storage_options: dict[str, Any] | None = None,
+        expected: int | None = None,
     ):
         self.out, self.class_names, self.attrs = Location.of(out), list(class_names), dict(attrs)
+        self.expected = expected  # (images at most, if known: a small file's chunks are sized by it)
         self.bucketed, self.storage_options = bucketed, storage_options
         self.codec, self.quality = str(attrs.get("codec", "raw")), int(attrs.get("quality", 0))
         self.whole = attrs.get("crop") == "none"  # whole images of their own sizes, in one group
@@ -263,9 +277,9 @@ class H5Writer:
                 raise ValueError(f"image shape {shape} differs from {next(iter(self.groups))}")
             name = f"/buckets/{shape[0]}x{shape[1]}" if self.bucketed else "/"
             if self.codec == "raw":
-                self.groups[shape] = _GroupWriter(self.f, name, shape)  # type: ignore[arg-type]
+                self.groups[shape] = _GroupWriter(self.f, name, shape, self.expected)  # type: ignore[arg-type]
             else:
-                self.groups[shape] = _EncodedGroupWriter(self.f, name, shape, self.codec, self.quality)  # type: ignore[arg-type]
+                self.groups[shape] = _EncodedGroupWriter(self.f, name, shape, self.codec, self.quality, self.expected)  # type: ignore[arg-type]
         self.groups[shape].add(image, label)  # type: ignore[arg-type]
         self.check()
 

@@ -25,7 +25,7 @@ from bigbatch.data.crops import center_box, rrc_box
 from bigbatch.data.device_decode import Encoded
 from bigbatch.data.h5write import FORMAT, FORMAT_ENCODED, content_hash
 from bigbatch.errors import BigbatchError
-from bigbatch.urls import Location
+from bigbatch.urls import Location, url_fix
 
 # The blocks fsspec fetches while h5py walks a remote file's metadata.
 REMOTE_BLOCK = 4 << 20
@@ -78,14 +78,13 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
                 f"cannot open data set '{name}': not an HDF5 file (give a DATA.h5 that `bigbatch prepare` wrote)"
             ) from None
         if "truncated file" in str(e):  # h5py: "truncated file: eof = 3000, ..., stored_eof = 200013"
-            raise BigbatchError(
-                f"cannot open data set '{name}': the file is cut short ({e}); copy it again, or write it again with "
-                "`bigbatch prepare`"
-            ) from None
+            cut = f"the file is cut short ({e}); copy it again, or write it again with `bigbatch prepare`"
+            raise BigbatchError(f"cannot open data set '{name}': {cut}") from None
         said = " ".join(str(e).split())  # (HDF5's messages run over lines)
-        if path.url and storage_options and isinstance(e, (TypeError, ValueError)):  # (found from outside: a bare
-            # "'int' object is not iterable" for endpoint_url=5)
+        if path.url and storage_options and isinstance(e, (TypeError, ValueError)):  # ("'int' object is not iterable"
             said += f" (the file system took data.storage_options {sorted(storage_options)}: check their values)"
+        elif path.url:  # (found from outside, both: the first for endpoint_url=5, bare; an endpoint down, no fix)
+            said += f" ({url_fix(e)})"
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {said}") from None
 
 

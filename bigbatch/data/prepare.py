@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,61 +21,12 @@ from bigbatch.data.h5write import H5Writer
 from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
 from bigbatch.data.listing import FACE_SETS, hidden, top_level
 from bigbatch.data.parts import Result
-from bigbatch.data.prepare_output import refuse_output, sole_writer
+from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writer
 from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location, is_url, public_name
-
-SHOWN = 5  # skipped files named in the report
-
-
-@dataclass
-class Report:
-    """What `prepare` wrote and what it skipped."""
-
-    out: str
-    count: int
-    shape: tuple[int, ...]
-    class_names: list[str]
-    source: str
-    content_hash: str
-    seconds: float
-    workers: int
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    resumed: int = 0  # files whose results an interrupted prepare of the same command had kept
-    empty_folders: list[str] = field(default_factory=list)  # class folders without an image file: not classes
-
-    @property
-    def images_per_s(self) -> float:
-        return self.count / max(self.seconds, 1e-9)
-
-    def summary(self) -> str:
-        """A few lines for the terminal: what was written, and the first skipped files with reasons."""
-        n = len(self.class_names)
-        classes = f"{n} class{'es' * (n != 1)}" if self.class_names else "unconditional (no classes)"
-        shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
-        lines = [
-            f"wrote {self.out}: {self.count} image{'s' * (self.count != 1)} {shape}, {classes}, from {self.source} "
-            f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, "
-            f"{self.workers} worker{'s' * (self.workers != 1)})",
-            f"content {self.content_hash}",
-        ]
-        if self.resumed:
-            lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them")
-        if self.empty_folders:
-            shown = ", ".join(self.empty_folders[:SHOWN]) + (", ..." if len(self.empty_folders) > SHOWN else "")
-            n = len(self.empty_folders)
-            held = f"{n} folder holds" if n == 1 else f"{n} folders hold"
-            lines.append(f"{held} no image files, so they are not classes: {shown}")
-        if self.skipped:
-            n = len(self.skipped)
-            lines.append(f"skipped {n} file{'s' * (n != 1)} (--strict: an error instead):")
-            lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
-            if len(self.skipped) > SHOWN:
-                lines.append(f"  ... and {len(self.skipped) - SHOWN} more")
-        return "\n".join(lines)
 
 
 def default_workers() -> int:
@@ -184,6 +135,7 @@ def prepare(
         skipped,
         parts.resumed if parts is not None else 0,
         _empty_folders(source, listing) if not labels else [],
+        meta.get("enlarged", 0),
     )
 
 
@@ -351,7 +303,8 @@ def _write(
     yaws: list[float | None] = []  # each written image's, if an aligned DFL face (swap.uniform_yaw bins them)
     no_yaw: str | None = None  # the first written image without one
     unread = len(skipped)  # (the files skipped as listed)
-    with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options) as writer:
+    enlarged = 0  # images whose short side was below the resolution (--crop none keeps them as they are)
+    with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options, len(listing.keys)) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
             name = listing.shown(i)  # (with its shard: a member of one of several)
@@ -368,6 +321,8 @@ def _write(
                 )
             writer.add(image, int(listing.labels[i]))
             written[int(listing.labels[i])] += 1
+            source_size = result[3]  # type: ignore[index]
+            enlarged += bool(settings.resolution and source_size and min(source_size) < settings.resolution)
             yaws.append(result[4])  # type: ignore[index]
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         bar.close()
@@ -393,6 +348,7 @@ def _write(
             writer.attrs.update(face_type=next(iter(face_types)))
         _keep_yaws(writer, yaws, no_yaw, settings)
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
+        writer.attrs.update({"enlarged": enlarged} if enlarged and not settings.whole else {})
         return writer.commit()
 
 
@@ -578,7 +534,7 @@ def _prepare_builtin(
     take = (np.arange(n) * len(data)) // n
     images, labels = data.images.numpy()[take], data.labels.numpy()[take]
     attrs.update(resize=f"as builtin:{name} at {resolution}px (torch bicubic, antialiased)", skipped=0)
-    with H5Writer(out, data.class_names, attrs, storage_options=storage_options) as writer:
+    with H5Writer(out, data.class_names, attrs, storage_options=storage_options, expected=n) as writer:
         for image, label in zip(images, labels):
             writer.add(image, int(label))
         meta = writer.commit()

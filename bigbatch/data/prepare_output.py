@@ -1,11 +1,12 @@
 """`prepare`'s output, checked before anything is decoded: its name, whether it exists, that it can be
-written (a local folder, a bucket), and one writer at a time."""
+written (a local folder, a bucket), and one writer at a time; and its report of what it wrote."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,56 @@ def _exists(out: Location, storage_options: dict[str, Any] | None) -> bool:
             f"cannot reach output {out.name}: {type(e).__name__}: {e} (check the bucket, the credentials and the "
             "endpoint)"
         ) from None
+
+
+SHOWN = 5  # skipped files named in the report
+
+
+@dataclass
+class Report:
+    """What `prepare` wrote and what it skipped."""
+
+    out: str
+    count: int
+    shape: tuple[int, ...]
+    class_names: list[str]
+    source: str
+    content_hash: str
+    seconds: float
+    workers: int
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    resumed: int = 0  # files whose results an interrupted prepare of the same command had kept
+    empty_folders: list[str] = field(default_factory=list)  # class folders without an image file: not classes
+    enlarged: int = 0  # images smaller than the resolution, scaled up to it (found from outside: unsaid)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.count / max(self.seconds, 1e-9)
+
+    def summary(self) -> str:
+        """A few lines for the terminal: what was written, and the first skipped files with reasons."""
+        n = len(self.class_names)
+        classes = f"{n} class{'es' * (n != 1)}" if self.class_names else "unconditional (no classes)"
+        shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
+        lines = [
+            f"wrote {self.out}: {self.count} image{'s' * (self.count != 1)} {shape}, {classes}, from {self.source} "
+            f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, "
+            f"{self.workers} worker{'s' * (self.workers != 1)})",
+            f"content {self.content_hash}",
+        ]
+        if self.resumed:
+            lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them")
+        if self.empty_folders:
+            shown = ", ".join(self.empty_folders[:SHOWN]) + (", ..." if len(self.empty_folders) > SHOWN else "")
+            n = len(self.empty_folders)
+            held = f"{n} folder holds" if n == 1 else f"{n} folders hold"
+            lines.append(f"{held} no image files, so they are not classes: {shown}")
+        if self.enlarged:
+            lines.append(f"enlarged {self.enlarged} of them: smaller than the resolution, scaled up to it (blurred)")
+        if self.skipped:
+            n = len(self.skipped)
+            lines.append(f"skipped {n} file{'s' * (n != 1)} (--strict: an error instead):")
+            lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
+            if len(self.skipped) > SHOWN:
+                lines.append(f"  ... and {len(self.skipped) - SHOWN} more")
+        return "\n".join(lines)

@@ -39,7 +39,7 @@ from bigbatch.data.listing import (
 )
 from bigbatch.data.schedule import bucket_shapes, nearest_bucket
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import Location, unreachable
+from bigbatch.urls import Location, unreachable, url_fix
 
 # One filter for every image, written into each data file: the resize filter alone moves FID.
 RESIZE = "center crop to the target aspect ratio, then Pillow LANCZOS (antialiased) resize"
@@ -241,7 +241,7 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
     except BigbatchError:
         raise
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
-        raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} (check credentials, endpoint)") from None
+        raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} ({url_fix(e)})") from None
     cut = len(root) + 1
     # An HTTP server's folder page lists its files as links, percent-encoded ("d%C3%B6g%20spaced/"): they are named and
     # sorted by what they encode, read by the links (found from outside: classes named encoded, in another order, so

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -84,16 +84,23 @@ def length(batch: Any) -> int:
         if batch.ndim == 0:
             raise BigbatchError("every tensor of a batch needs a batch dimension (dim 0); got a 0-d tensor")
         return batch.shape[0]
-    if isinstance(batch, (tuple, list)):
-        lengths = {length(b) for b in batch if b is not None}
+    if isinstance(batch, (tuple, list, dict)):
+        items = batch.items() if isinstance(batch, dict) else enumerate(batch)
+        for key, b in items:  # (found from outside: a list of labels, or a dict's int, was said to be "got int")
+            if not isinstance(b, (torch.Tensor, np.ndarray, tuple, list, dict)) and b is not None:
+                where = f"its {key!r}" if isinstance(batch, dict) else f"a {type(batch).__name__} of"
+                _not_a_batch(f"{where} {type(b).__name__}")
+        lengths = {length(b) for b in (batch.values() if isinstance(batch, dict) else batch) if b is not None}
         if len(lengths) != 1:
             raise BigbatchError(f"the tensors of a batch must agree in dim 0, got lengths {sorted(lengths)}")
         return lengths.pop()
-    if isinstance(batch, dict):
-        return length(list(batch.values()))
+    _not_a_batch(type(batch).__name__)
+
+
+def _not_a_batch(got: str) -> NoReturn:
     raise BigbatchError(
-        f"a batch must be a tensor or a tuple/list/dict of tensors, got {type(batch).__name__}: per-example values "
-        "of another kind go in a NumPy array (np.asarray(paths)), cut with the batch and kept on the host"
+        f"a batch must be a tensor or a tuple/list/dict of tensors, got {got}: give per-example numbers as a tensor, "
+        "and values of another kind as a NumPy array (np.asarray(paths)), cut with the batch and kept on the host"
     )
 
 

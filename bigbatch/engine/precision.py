@@ -22,7 +22,7 @@ def check(precision: str, device: torch.device) -> None:
         raise BigbatchError(f"unknown precision {precision!r}; valid: {', '.join(DTYPES)}")
     if precision == "fp16" and device.type == "cpu":  # (found from outside: 6 img/s where fp32 ran 729, unsaid)
         warn(
-            "train.precision fp16 on a CPU: PyTorch's CPU fp16 kernels are slow (the digits recipe trained ~100x "
+            "fp16 precision on a CPU: PyTorch's CPU fp16 kernels are slow (the digits recipe trained ~100x "
             "slower than in fp32, on a CPU with AVX-512 FP16 too); bf16 is a CPU's mixed precision",
             once=True,
         )
