@@ -7,6 +7,8 @@ preprocessing and class names, a GAN's generator, a face swap), `bigbatch lr-fin
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import os
 import sys
@@ -26,6 +28,8 @@ def _predict(args: argparse.Namespace) -> None:
 
     if args.topk < 1:
         raise BigbatchError(f"--topk must be at least 1, got {args.topk}")
+    if args.out and not args.out.lower().endswith((".csv", ".json")):
+        raise BigbatchError(f"--out {args.out!r}: give a .csv or a .json file for the predictions")
     module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
     if args.tta:
         check_tta(Config.load(Path(str(module.checkpoint)) / "config.toml"), args.run)
@@ -41,7 +45,7 @@ def _predict(args: argparse.Namespace) -> None:
     def say_skipped() -> None:
         for name, why in skipped:
             print(f"bigbatch: skipped {name}: {why}", file=sys.stderr)
-            if args.json:  # (found from outside: a script reading the JSON could not tell a file skipped)
+            if args.json or args.out:  # (found from outside: a script reading the JSON could not tell a file skipped)
                 rows.append({"file": name, "error": why})
         skipped.clear()
 
@@ -49,9 +53,9 @@ def _predict(args: argparse.Namespace) -> None:
     for row in predict_each(module, images(), args.topk, args.tta):  # (each image as it is read: a folder of
         count += 1  # photos is not held decoded at once)
         say_skipped()
-        if args.json:
+        if args.json or args.out:
             rows.append(row)
-        else:
+        if not args.json:
             print(f"{row['file']}: " + ", ".join(f"{t['class']} {t['p']:.3f}" for t in row["top"]), flush=True)
     if not count:  # (one line: the first file skipped says why)
         more = f" (and {len(skipped) - 1} more skipped)" if len(skipped) > 1 else ""
@@ -61,6 +65,28 @@ def _predict(args: argparse.Namespace) -> None:
     say_skipped()
     if args.json:
         print(json.dumps(rows))
+    if args.out:
+        _write_predictions(args.out, rows, args.topk)
+
+
+def _write_predictions(out: str, rows: list[dict], k: int) -> None:
+    """--out: the rows --json prints, as that JSON or as a CSV of file, the top classes with their probabilities
+    and why a file was skipped (found from outside: timm's inference.py writes its results to a file, predict only
+    printed them), written whole."""
+    from bigbatch.files import atomic_write
+    from bigbatch.tasks.classify.report import spreadsheet_cell
+
+    if out.lower().endswith(".json"):
+        atomic_write(out, json.dumps(rows, indent=1) + "\n")
+        return
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["file", *(f"{what}_{i + 1}" for i in range(k) for what in ("class", "p")), "error"])
+    for row in rows:
+        top = [v for t in row.get("top", []) for v in (t["class"], f"{t['p']:.6f}")]
+        cells = [row["file"], *top, *[""] * (2 * k - len(top)), row.get("error", "")]
+        writer.writerow([spreadsheet_cell(c) for c in cells])  # (a class or file named =... is no formula there)
+    atomic_write(out, buffer.getvalue())
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -230,6 +256,10 @@ def add_tool_commands(sub: Any) -> None:
     pr.add_argument("--tta", action="store_true", help="average each image's prediction with its mirror image's")
     pr.add_argument("--json", action="store_true", help="one JSON list: file, top classes with probabilities")
     pr.add_argument("--checkpoint", help="latest (default), best, or a checkpoints/ folder name")
+    pr.add_argument(
+        "--out", metavar="FILE", help="also write the predictions to FILE once all are made: .json (as --json) or .csv "
+        "(file, class_1, p_1, ... and why a file was skipped)",
+    )  # fmt: skip
     pr.set_defaults(func=_predict)
 
     ex = sub.add_parser(

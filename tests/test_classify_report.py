@@ -16,7 +16,7 @@ from bigbatch.cli import main
 def test_class_names_a_spreadsheet_would_run_as_formulas_are_quoted_in_the_csvs(tmp_path, capsys):
     # Found from outside: class folders named "=HYPERLINK(...)" or "+cmd|..." went into per_class.csv and
     # confusion.csv as they are, formulas to a spreadsheet (OWASP's CSV injection); a number stays a number.
-    names = ['=HYPERLINK("evil.example","y")', "+cmd|' -C calc'!A0", "-1", "cat"]
+    names = ['=HYPERLINK("evil.example","y")', "+cmd|' -C calc'!A0", "-1", "cat", "-inf"]  # (-inf: float() took it)
     rng = np.random.default_rng(0)
     for c, name in enumerate(names):
         (tmp_path / "src" / name).mkdir(parents=True)
@@ -31,8 +31,10 @@ def test_class_names_a_spreadsheet_would_run_as_formulas_are_quoted_in_the_csvs(
     (folder,) = (run / "eval").iterdir()
     per_class = [row[0] for row in csv.reader((folder / "per_class.csv").open())][1:]
     confusion = next(csv.reader((folder / "confusion.csv").open()))[1:]
-    quoted = ["'" + names[0], "'" + names[1], "-1", "cat"]
+    quoted = ["'" + names[0], "'" + names[1], "-1", "cat", "'-inf"]
     assert sorted(per_class) == sorted(confusion) == sorted(quoted)
+    # Of 5 classes top-5 is always 100: left out of metrics.json as of the printed report (found from outside)
+    assert "top5" not in json.loads((folder / "metrics.json").read_text())
 
 
 def test_eval_finds_the_run_s_relative_data_from_another_folder_and_says_when_data_was_trained_on(

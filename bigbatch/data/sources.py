@@ -303,9 +303,10 @@ def _list_zip(source: ZipSource, classes: bool) -> Listing:
     infos = sorted({i.filename: i for i in infos}.values(), key=_utf8_name)
     names = [i.filename for i in infos]  # what the zip is read by
     rel = [_utf8_name(i) for i in infos]  # what classes and labels are named by
-    # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class.
+    # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class. (Without classes, the
+    # images are named as the zip names them: found from outside, predict's names were not the members'.)
     tops = {n.split("/", 1)[0] for n in rel}
-    if len(tops) == 1 and all("/" in n for n in rel):
+    if classes and len(tops) == 1 and all("/" in n for n in rel):
         rel = [n.split("/", 1)[1] for n in rel]
     return _listing(source, names, rel, classes)
 

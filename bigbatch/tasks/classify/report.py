@@ -190,7 +190,12 @@ def classification_report(predicted: Predictions, class_names: list[str]) -> dic
     return {
         "n": n,
         "top1": round(100 * hits[:, 0].double().mean().item(), 4) if n else float("nan"),
-        "top5": round(100 * hits.any(1).double().mean().item(), 4) if n else float("nan"),
+        # (of 5 classes or fewer always 100: left out, as training's scores leave it; found from outside, written)
+        **(
+            {"top5": round(100 * hits.any(1).double().mean().item(), 4) if n else float("nan")}
+            if scores_top5(k)
+            else {}
+        ),
         "loss": round(predicted.loss.double().mean().item(), 6) if n else float("nan"),
         # A class the data holds no image of has no accuracy (null; an empty cell in per_class.csv).
         "per_class": {c: round(100 * per_class[i].item(), 4) if counts[i] else None for i, c in enumerate(class_names)},
@@ -252,20 +257,21 @@ def _write(
 
 def _csv(rows: list[list[Any]]) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer).writerows([[_cell(v) for v in row] for row in rows])
+    csv.writer(buffer).writerows([[spreadsheet_cell(v) for v in row] for row in rows])
     return buffer.getvalue()
 
 
-def _cell(value: Any) -> Any:
+def spreadsheet_cell(value: Any) -> Any:
     """A text cell a spreadsheet would run as a formula (= + - @, tab, CR first; OWASP's CSV injection) quoted by a
     leading ' (found from outside: class folders named "=HYPERLINK(...)" were written as they are); numbers kept."""
     if not isinstance(value, str) or not value.startswith(("=", "+", "-", "@", "\t", "\r")):
         return value
-    try:
-        float(value)
-        return value
-    except ValueError:
-        return "'" + value
+    return value if _NUMBER.fullmatch(value) else "'" + value
+
+
+# A number as a spreadsheet reads one (found from outside: float() took "-inf", "+nan" and "-1_0", which a spreadsheet
+# takes for formulas).
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def _confusion_figure(confusion: list[list[int]], class_names: list[str]) -> Any:
