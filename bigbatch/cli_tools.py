@@ -418,10 +418,17 @@ def run_stats(args: argparse.Namespace) -> None:
 
     with progress("stats"):
         stats = reference_stats(data, ext, n=args.n, features=args.kid)
-    kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
+    from safetensors import safe_open
+
     from bigbatch.metrics.stats import stats_file
 
     file = stats_file(stats.key)
+    if (
+        not args.kid and file.is_file()
+    ):  # (what the file holds: found from outside, a file of features said to hold none)
+        with safe_open(file, "pt") as f:
+            args.kid = "features" in f.keys()  # noqa: SIM118 -- safe_open is no mapping
+    kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
     # (the classifier's are of the data's own classifier: B to the eval of a run, whose data it is, not to the
     # eval of images, whose classifier trains on B's images: found from outside, said and then refused)
     use = "give it as B to bigbatch eval" + ("" if ext.family == "inception" else f" of a run on {args.data}")

@@ -89,9 +89,11 @@ class GeneratorOut(nn.Module):
 
     def __init__(self, G: nn.Module, conditional: bool):
         super().__init__()
-        self.G, self.conditional = G, conditional
+        self.G, self.conditional, self.classes = G, conditional, len(G.class_names)
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        if self.conditional and y is not None:  # a negative class taken as one past the last, which every format
+            y = torch.where(y < 0, self.classes, y)  # refuses (found from outside: ONNX's -1 mixed two classes' images)
         return uint8_nhwc(self.G(z, y if self.conditional else None))
 
 
@@ -150,7 +152,7 @@ def _deployable(ckpt: Path, psi: float | None) -> Deployable:
         meta |= {"psi": psi} if psi is not None else {}
         example = (torch.randn(2, G.dim_z),) + ((torch.tensor([0, 1]) % len(G.class_names),) if conditional else ())
         inputs = ["z", "y"][: len(example)]
-        n = len(G.class_names) if conditional else 0  # (an ONNX runtime does not check the range: said)
+        n = len(G.class_names) if conditional else 0
         classes = f", classes (N,) int64 in 0..{n - 1}" if conditional else ""
         usage = f"(z of shape (N, {G.dim_z}){classes}) gives uint8 NHWC images"
         return Deployable(module, example, inputs, ["images"], {k: {0: "N"} for k in inputs}, meta, usage)

@@ -464,3 +464,7 @@ def test_stats_write_inception_statistics_as_pytorch_fid_and_clean_fid_read_them
         assert main([*argv[:-1], str(out), "--extractor", "inception-torchscript"]) == 2
         assert said in capsys.readouterr().err
     assert sorted(np.load(images)) == ["arr_0"]
+    # What the cached file holds is said (found from outside: KID's features, taken for FID, said to be not there).
+    assert main([*argv[:6], "--kid", "--extractor", "inception-torchscript"]) == 0
+    assert main([*argv[:6], "--extractor", "inception-torchscript"]) == 0
+    assert capsys.readouterr().out.count("mean, covariance and every image's features (for KID)") == 2

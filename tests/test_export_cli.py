@@ -101,3 +101,25 @@ def test_info_of_an_exported_file_says_its_settings_read_without_its_code(run, t
     assert main(["info", str(tmp_path / "cut.onnx")]) == 2
     assert "holds no settings of a bigbatch export (cut short or damaged" in capsys.readouterr().err
     assert main(["info", str(tmp_path / "m.pt"), "--verify"]) == 2
+
+
+def test_a_class_out_of_range_is_refused_by_every_format(run, tmp_path):
+    # Found from outside: ONNX took class -1 and gave a mix of two classes' images (its one-hot of -1 nothing, its
+    # conditional gains wrapped to the last class); TorchScript refused it.
+    import onnxruntime
+
+    z = torch.randn(2, 16)
+    for name in ("g.pt", "g.pt2", "g.onnx"):
+        assert main(["export", str(run), str(tmp_path / name)]) == 0
+    runs = {
+        "g.pt": lambda y: torch.jit.load(str(tmp_path / "g.pt"))(z, y),
+        "g.pt2": lambda y: torch.export.load(str(tmp_path / "g.pt2")).module()(z, y),
+        "g.onnx": lambda y: onnxruntime.InferenceSession(str(tmp_path / "g.onnx")).run(
+            None, {"z": z.numpy(), "y": y.numpy()}
+        ),
+    }
+    for call in runs.values():
+        call(torch.tensor([0, 9]))
+        for bad in (-1, 10):
+            with pytest.raises(Exception):  # noqa: B017 -- each runtime's own error
+                call(torch.tensor([0, bad]))

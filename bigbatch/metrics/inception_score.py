@@ -28,5 +28,7 @@ def inception_score(logits: torch.Tensor, splits: int = 10, shuffle_seed: int | 
     for i in range(splits):
         lo, hi = i * n // splits, (i + 1) * n // splits
         q = p[lo:hi].mean(0, keepdim=True)
-        scores.append(float((p[lo:hi] * (log_p[lo:hi] - q.log())).sum(1).mean().exp()))
+        # 0 log 0 = 0: a probability that underflowed to 0 made 0 * inf, NaN (found from outside; torch-fidelity's too)
+        kl = torch.where(p[lo:hi] > 0, p[lo:hi] * (log_p[lo:hi] - q.log()), 0.0)
+        scores.append(float(kl.sum(1).mean().exp()))
     return float(np.mean(scores)), float(np.std(scores))
