@@ -15,6 +15,8 @@ import bigbatch
 from bigbatch import metrics as M
 from bigbatch.data.builtin import digits
 from bigbatch.metrics import inception as inc
+from bigbatch.metrics.evaluate import score
+from bigbatch.metrics.stats import ReferenceStats
 from bigbatch.tasks.classify import features as classify_features
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -109,15 +111,13 @@ def test_precision_and_recall_equal_torch_fidelitys_and_density_and_coverage_fol
     radius = np.sort(np.linalg.norm(r[:, None] - r[None], axis=2), axis=1)[:, 5]
     expected = {"density": (dist < radius[:, None]).sum() / (5 * len(f)), "coverage": (dist.min(1) < radius).mean()}
     assert M.density_coverage(fake.numpy(), real, block=100) == pytest.approx(expected, abs=1e-6)
-    # Through `score`, both sides are of one size: a larger generated set is cut to the reference's, said (found
-    # from outside: 10,000 samples against 1,797 digits, silently).
-    from bigbatch.metrics.evaluate import score
-    from bigbatch.metrics.stats import ReferenceStats
-
+    # Through `score`, both sides are of one size: the larger set is cut to the other's, said (found from outside:
+    # 10,000 samples against 1,797 digits, silently; then a larger reference, unsaid).
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
-    small = ReferenceStats(np.zeros(32), np.eye(32), real[:40].numpy(), "test", {})
-    got = score({"pool": fake}, small, "pr")
-    assert "compare sets of one size: 40 of the 250 generated images" in capsys.readouterr().err
+    got = score({"pool": fake}, ReferenceStats(np.zeros(32), np.eye(32), real[:40].numpy(), "test", {}), "pr")
+    score({"pool": fake[:40]}, ReferenceStats(np.zeros(32), np.eye(32), real.numpy(), "test", {}), "pr")
+    said = capsys.readouterr().err
+    assert "40 of the 250 generated images" in said and "40 of the 300 reference images, as the generated" in said
     cut = torch.from_numpy(np.sort(np.random.RandomState(2020).choice(250, 40, replace=False)))
     assert got == M.precision_recall(fake[cut], real[:40])
     # A set against itself is inside its own manifold; a distant one is outside it.

@@ -162,12 +162,14 @@ def score(
         if metric in MANIFOLD:
             # Both sides of one size (found from outside: 10,000 samples were compared with 1,797 digits, said nowhere)
             n = min(len(features["pool"]), len(reference.features))
-            if n < len(features["pool"]) and first:
-                warn(
-                    f"{' and '.join(score_names(metric, family))} compare sets of one size: {n} of the "
-                    f"{len(features['pool'])} generated images, as the reference holds {n}",
-                    once=True,
-                )
+            for side, held, other in (("generated", len(features["pool"]), "the reference"),
+                                      ("reference", len(reference.features), "the generated set")):  # fmt: skip
+                if n < held and first:  # (the reference's cut too: found from outside, unsaid)
+                    warn(
+                        f"{' and '.join(score_names(metric, family))} compare sets of one size: {n} of the {held} "
+                        f"{side} images, as {other} holds {n}",
+                        once=True,
+                    )
             real, fake = _equal_subset(reference.features, n, seed), _equal_subset(features["pool"], n, seed)
             measure = precision_recall if metric == "pr" else density_coverage
             fake = fake if device is None else fake.to(device)
