@@ -280,3 +280,14 @@ def test_geometric_sampling_has_a_second_derivative_as_r1_needs_it_on_any_device
     torch.testing.assert_close(got[0][1], got[1][1], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="grid"):
         grid_sample(x, grid.clone().requires_grad_())
+
+
+def test_the_filters_matrices_built_on_a_gpu_are_the_cpus_bit_for_bit():
+    # Found by review: built on the host (a float64 product of (n, 43) by (43, size^2)) and copied to the GPU at every
+    # call. A GPU sums the taps landing on each entry by gathering them on the device: the same bits as the CPU's
+    # product, at any size (the mirror folds 2 taps onto an entry, more below 23 px) and for any batch.
+    taps = (torch.rand(6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2) @ ada._bands()
+    for size in (4, 16, 22, 23, 64, 256):
+        dense = ada._filter_matrices(taps, size, dense=True)
+        assert torch.equal(ada._filter_matrices(taps, size, dense=False), dense)
+        assert torch.equal(ada._filter_matrices(taps[2:5], size, dense=False), dense[2:5])

@@ -289,13 +289,48 @@ def _band_matrices(size: int) -> torch.Tensor:
     return (source == torch.arange(size).view(1, 1, -1)).double()
 
 
+@functools.lru_cache(maxsize=16)
+def _band_taps(size: int, device: torch.device) -> torch.Tensor:
+    """(k, size, size) on `device`: which taps (0..42) of a centred 43-tap filter along a side of `size`, the image
+    mirrored (reflect), land on each entry (i, j) of its matrix, in the order they are added; 43 (a zero tap) where
+    fewer than k do. From 23 px on, k is 2 (the mirror folds one tap onto another)."""
+    source = _reflect(torch.arange(size).view(-1, 1) + torch.arange(43).view(1, -1) - 21, size)  # (size, 43)
+    rows = torch.arange(size)
+    filled = torch.zeros(size, size, dtype=torch.long)
+    slots = []
+    for t in range(43):  # (taps in order: each entry's sum is added up in one order on every device)
+        at = filled[rows, source[:, t]]
+        while len(slots) <= int(at.max()):
+            slots.append(torch.full((size, size), 43, dtype=torch.long))
+        for k in at.unique().tolist():
+            mine = at == k
+            slots[k][rows[mine], source[mine, t]] = t
+        filled[rows, source[:, t]] += 1
+    return torch.stack(slots).to(device)
+
+
+def _filter_matrices(taps: torch.Tensor, size: int, dense: bool | None = None) -> torch.Tensor:
+    """(n, size, size) float64: each image's filter `taps` (n, 43) as the matrix that applies it along a side, on
+    taps' device. Each entry is the sum of the taps landing on it (one, or two where the mirror folds them; more
+    below 23 px), which a product by the dense 0/1 matrices (`dense`, a CPU's: its BLAS is fastest) and the sums of
+    the taps gathered (a GPU's, on the device: found by review, built on the host it was a float64 product of
+    (n, 43) by (43, size²) and two (n, size, size) copies to the GPU each call) give alike, bit for bit."""
+    if dense if dense is not None else taps.device.type == "cpu":
+        return torch.einsum("nt,tij->nij", taps, _band_matrices(size))
+    zero = torch.cat([taps, taps.new_zeros(len(taps), 1)], 1)  # (n, 44): tap 43 is 0
+    slots = _band_taps(size, taps.device)
+    out = zero[:, slots[0]]
+    for more in slots[1:]:
+        out = out + zero[:, more]
+    return out
+
+
 def image_filter(x: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:
     """Each image's four frequency bands scaled by its gains ((n, 4), lowest first), along rows and columns."""
     n, c, h, w = x.shape
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    taps = gains.double() @ _bands()  # (n, 43): each image's filter
-    rows = torch.einsum("nt,tij->nij", taps, _band_matrices(h)).to(x.device, dtype, non_blocking=True).unsqueeze(1)
-    cols = torch.einsum("nt,tij->nij", taps, _band_matrices(w)).to(x.device, dtype, non_blocking=True).unsqueeze(1)
+    taps = (gains.double() @ _bands()).to(x.device, non_blocking=True)  # (n, 43): each image's filter
+    rows, cols = (_filter_matrices(taps, side).to(dtype).unsqueeze(1) for side in (h, w))
     return (rows @ x.to(dtype) @ cols.transpose(-1, -2)).to(x.dtype)
 
 
