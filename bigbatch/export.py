@@ -89,11 +89,11 @@ class GeneratorOut(nn.Module):
 
     def __init__(self, G: nn.Module, conditional: bool):
         super().__init__()
-        self.G, self.conditional, self.classes = G, conditional, len(G.class_names)
+        self.G, self.conditional, self.classes = G, conditional, len(getattr(G, "class_names", None) or ())
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        if self.conditional and y is not None:  # a negative class taken as one past the last, which every format
-            y = torch.where(y < 0, self.classes, y)  # refuses (found from outside: ONNX's -1 mixed two classes' images)
+        if self.conditional and y is not None and self.classes:  # a negative class as one past the last, which each
+            y = torch.where(y < 0, self.classes, y)  # format refuses (found from outside: ONNX's -1 mixed two classes)
         return uint8_nhwc(self.G(z, y if self.conditional else None))
 
 

@@ -40,3 +40,27 @@ def test_weights_given_to_the_classifier_extractor_are_refused(tmp_path, capsys)
     argv = ["eval", str(tmp_path / "r"), "--metrics", "fid", "--n", "16", "--extractor", "classifier"]
     assert main([*argv, "--weights", str(tmp_path / "nowhere.pt")]) == 2  # (taken without a word, and scored)
     assert "--weights is an Inception weights file, and --extractor classifier scores with" in capsys.readouterr().err
+
+
+def test_a_biggan_pytorch_users_slips_are_said(tmp_path, capsys):
+    # Found from outside, each: attention on a block narrower than 8 channels was an IndexError; --G_attn 64 carried
+    # to a 32 px run was dropped unsaid; ortho was inside loss_D and loss_G; FreezeD without a pretrained D, and an
+    # EMA that starts after the run ends, were silent.
+    import json
+
+    small = ["--preset", "digits", "model.name=biggan", "train.batch=32", "sample.every_kimg=0", "--dry-run"]
+    assert main(["train", *small, "data.resolution=128", "model.ch=4"]) == 2
+    assert "model.options.d_attn = 64: attention needs at least 8 channels" in capsys.readouterr().err
+    assert main(["train", *small, "model.ch=8", "model.options.g_attn=64"]) == 2
+    assert "g_attn = 64: no block of this 32 px biggan puts out 64 px" in capsys.readouterr().err
+    rows = {}
+    for name, extra in (("plain", []), ("ortho", ["train.g_ortho=1", "train.d_ortho=1", "train.freeze_d=1"])):
+        argv = [*small[:-1], "model.ch=8", "train.kimg=0.032", "train.log_every_kimg=0.032", *extra]
+        assert main(["train", *argv, "train.ema_start_kimg=5", "--run-dir", str(tmp_path / name), "--quiet"]) == 0
+        rows[name] = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[0])
+        err = capsys.readouterr().err
+        assert "train.ema_start_kimg = 5 is not before the run's end (train.kimg = 0.032)" in err
+        assert ("train.freeze_d = 1 freezes D's first blocks at their random start" in err) == (name == "ortho")
+    plain, ortho = rows["plain"], rows["ortho"]
+    assert ortho["loss_D"] == plain["loss_D"] and ortho["ortho_D"] > 0 and ortho["ortho_G"] > 0
+    assert "ortho_D" not in plain

@@ -242,7 +242,7 @@ class BigGANGenerator(nn.Module):
             )
             for i, (a, b) in enumerate(zip(ins, outs))
         )
-        self.attn_after = attention_index("g_attn", g_attn, [8 * 2**i for i in range(len(ins))])
+        self.attn_after = attention_index("g_attn", g_attn, [8 * 2**i for i in range(len(ins))], outs)
         self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.out_bn = nn.BatchNorm2d(outs[-1], eps=bn_eps)
         self.out_conv = layers.conv2d(outs[-1], img_channels, 3, padding=1, sn=sn, sn_eps=sn_eps)
@@ -298,7 +298,7 @@ class BigGANDiscriminator(ProjectionDiscriminator):
             DBlock(a, b, downsample=d, preactivation=i > 0, sn_eps=sn_eps, wide=wide, fused=2 * r >= FUSE_FROM)
             for i, (a, b, d, r) in enumerate(zip(ins, outs, down, res))
         )
-        self.attn_after = attention_index("d_attn", d_attn, res)
+        self.attn_after = attention_index("d_attn", d_attn, res, outs)
         self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
         self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
@@ -308,12 +308,19 @@ class BigGANDiscriminator(ProjectionDiscriminator):
 ATTN_DEFAULT = 64  # g_attn's and d_attn's default: ImageNet-128's, which a smaller model has no block of
 
 
-def attention_index(option: str, size: int, sizes: list[int]) -> int | None:
-    """The block (of outputs `sizes` px) that attention follows, for option `option` = `size` (0: none). A size no
-    block puts out is refused (found from outside: dropped without a word), but for the default, which smaller
-    models lack (and BigGAN-PyTorch's drop too)."""
+def attention_index(option: str, size: int, sizes: list[int], channels: list[int]) -> int | None:
+    """The block (of outputs `sizes` px, `channels` wide) that attention follows, for option `option` = `size` (0:
+    none). A size no block puts out is refused (found from outside: dropped without a word), but for the default,
+    which smaller models lack (and BigGAN-PyTorch's drop too); so is a block too narrow for attention's ch // 8 query
+    channels (found from outside: an IndexError of a zero-sized spectral norm, at 128 px with model.ch below 8)."""
     if size in sizes:
-        return sizes.index(size)
+        at = sizes.index(size)
+        if channels[at] < 8:
+            raise BigbatchError(
+                f"model.options.{option} = {size}: attention needs at least 8 channels, and the block at {size} px "
+                f"has {channels[at]}: give a larger model.ch, or {option} = 0 for no attention"
+            )
+        return at
     if size and size != ATTN_DEFAULT:
         raise BigbatchError(
             f"model.options.{option} = {size}: no block of this model puts out {size} px; give one of "

@@ -120,7 +120,7 @@ class BigGANDeepGenerator(nn.Module):
         self.linear = layers.linear(cond_dim, ins[0] * 16, sn=True, sn_eps=sn_eps)
         blocks: list[nn.Module] = []
         self.attn_after = None
-        attn_stage = attention_index("g_attn", g_attn, [8 * 2**stage for stage in range(len(ins))])
+        attn_stage = attention_index("g_attn", g_attn, [8 * 2**stage for stage in range(len(ins))], outs)
         for stage, (a, b) in enumerate(zip(ins, outs)):
             # Within a stage the channels stay at `a` until the last block, which changes them and upsamples.
             for j in range(depth):
@@ -163,7 +163,9 @@ class BigGANDeepDiscriminator(ProjectionDiscriminator):
         self.input_conv = layers.conv2d(img_channels, ins[0], 3, padding=1, sn=True, sn_eps=sn_eps)
         blocks: list[nn.Module] = []
         self.attn_after, self.attention = None, None
-        attn_stage = attention_index("d_attn", d_attn, [resolution // 2 ** (stage + 1) for stage in range(len(ins))])
+        attn_stage = attention_index(
+            "d_attn", d_attn, [resolution // 2 ** (stage + 1) for stage in range(len(ins))], outs
+        )
         for stage, (a, b) in enumerate(zip(ins, outs)):
             for j in range(depth):  # the first block of a stage changes the channels and downsamples
                 blocks.append(DeepDBlock(a if j == 0 else b, b, downsample=j == 0, sn_eps=sn_eps))

@@ -66,7 +66,7 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
     """G and D as the config describes them, initialised from train.seed (the caller's global RNG is
     left as it was)."""
     with seeded(cfg.train.seed):
-        return models.create(
+        G, D = models.create(
             cfg.model.name,
             resolution=cfg.data.resolution,
             n_classes=n_classes if cfg.model.conditional else 0,
@@ -75,6 +75,13 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
             img_channels=img_channels,
             **cfg.model.options,
         )
+    for key, net in (("g_attn", G), ("d_attn", D)):  # (the default's size, given, is no default: found from outside,
+        if cfg.model.options.get(key) and getattr(net, "attention", True) is None:  # BigGAN-PyTorch's --G_attn 64
+            raise BigbatchError(  # at 32 px, dropped without a word)
+                f"model.options.{key} = {cfg.model.options[key]}: no block of this {cfg.data.resolution} px "
+                f"{cfg.model.name} puts out {cfg.model.options[key]} px; give one that does, or 0 for no attention"
+            )
+    return G, D
 
 
 # The train keys of the classify task, which the GAN task does not read.
@@ -174,6 +181,13 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     announce = not quiet and rep.is_main
     pretrained = init_from(t.init_from, G, D, announce, cfg.model.name) if t.init_from and resumed_at is None else None
     freeze_d_blocks(D, t.freeze_d)
+    if rep.is_main and resumed_at is None and not t.init_from:  # (found from outside: both silent)
+        if t.freeze_d:
+            warn(f"train.freeze_d = {t.freeze_d} freezes D's first blocks at their random start: FreezeD fixes a "
+                 "pretrained D's (give train.init_from or --init-from)")  # fmt: skip
+        if t.ema_start_kimg >= t.kimg:
+            warn(f"train.ema_start_kimg = {t.ema_start_kimg:g} is not before the run's end (train.kimg = {t.kimg:g}): "
+                 "G_ema is a copy of G throughout")  # fmt: skip
     G_ema = make_ema(G.train())  # from the plain G, before the engine wraps it
     if pretrained is not None:
         load_pretrained(G_ema, pretrained, "G_ema")
@@ -378,12 +392,19 @@ class GANTask:
             else:
                 logits_real = self.D(real, y_real).float()
                 logits_fake = self.D(fake, y_fake).float()
-        loss = losses.D_LOSS[self.loss](logits_real, logits_fake) + self._ortho(self.D, self.cfg.train.d_ortho)
+        adversarial, ortho = (
+            losses.D_LOSS[self.loss](logits_real, logits_fake),
+            self._ortho(self.D, self.cfg.train.d_ortho),
+        )
+        loss = adversarial + ortho
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
+        # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1 and the orthogonal
+        # regularization apart: found from outside, ortho's in loss_D)
+        out |= {"loss_D": adversarial.detach(), "ortho_D": ortho.detach()} if torch.is_tensor(ortho) else {}
         if self._r1:
             penalty = losses.r1_penalty(logits_real, shown)
             out["loss"] = loss + self._r1 * penalty
-            out["loss_D"] = loss.detach()  # (logged: the adversarial loss, as ADA's Loss/D/loss; R1 apart)
+            out["loss_D"] = adversarial.detach()
             out["r1_penalty"] = penalty.detach()
         if aug_real is not None:  # ADA's r_t
             out["D_real_sign"] = logits_real.detach().sign().mean()
@@ -420,9 +441,14 @@ class GANTask:
         fake = self._fake(z, y)
         if aug is not None:
             fake = self.augment(fake, aug)
-        loss = losses.G_LOSS[self.loss](self.D(fake, y).float()) + self._ortho(self.G, self.cfg.train.g_ortho)
+        adversarial, ortho = (
+            losses.G_LOSS[self.loss](self.D(fake, y).float()),
+            self._ortho(self.G, self.cfg.train.g_ortho),
+        )
+        loss = adversarial + ortho
+        apart = {"loss_G": adversarial.detach(), "ortho_G": ortho.detach()} if torch.is_tensor(ortho) else {}
         if regularized is None:
-            return loss
+            return {"loss": loss, **apart} if apart else loss
         rows = torch.from_numpy(regularized.nonzero()[0]).to(self.rep.device, non_blocking=True)
         penalty, lengths = self._path_length(z[regularized], None if y is None else y[rows])
         # Sums over this micro-batch's regularized images, scaled so that the step's gradient is that of
@@ -430,7 +456,8 @@ class GANTask:
         per_image = self.rep.batch / len(z) / self._pl_images()
         return {
             "loss": loss + self._pl * per_image * penalty,
-            "loss_G": loss.detach(),
+            "loss_G": adversarial.detach(),
+            **apart,
             "pl_penalty": penalty.detach() * per_image,
             "pl_length": lengths * per_image,
         }
@@ -469,10 +496,13 @@ class GANTask:
         stats = {"grad_norm_G": self.rep.grad_norm(self.opt_G)}
         if not isinstance(out, dict):
             return {"loss_G": out, **stats}
+        if "pl_length" not in out:  # (the orthogonal regularization's, apart)
+            return {"loss_G": out["loss_G"], "ortho_G": out["ortho_G"], **stats}
         # The engine's mean over micro-batches and ranks of each one's scaled sums: the step's means.
         if not self.rep.skipped(self.opt_G):
             self.pl_mean += t.pl_decay * (out["pl_length"] - self.pl_mean)
-        return {"loss_G": out["loss_G"], **stats, "pl_penalty": out["pl_penalty"], "pl_length": out["pl_length"]}
+        said = {k: out[k] for k in ("loss_G", "ortho_G") if k in out}
+        return {**said, **stats, "pl_penalty": out["pl_penalty"], "pl_length": out["pl_length"]}
 
     def probe(self, m: int) -> None:
         """One D and one G forward/backward at micro-batch m (for micro_batch="auto")."""
