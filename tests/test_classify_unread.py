@@ -38,3 +38,10 @@ def test_a_phase_at_resolution_0_trains_at_data_resolution_and_a_side_past_any_i
     assert "none at data.resolution" not in capsys.readouterr().err  # (warned, with no sides named)
     with pytest.raises(bigbatch.BigbatchError, match=r"phase 0 trains at 100000 px, past the 16384 px any resolution"):
         tiny(**{"data.schedule": "0:100000:32"})  # (passed --dry-run, then ran out of memory: exit 1)
+
+
+def test_the_dry_run_says_what_the_run_would_leave_unread(capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (found from outside: said by the run alone)
+    argv = ["train", "--preset", "fashion_resnet_fast", "train.lr_decay=cosine", "train.lr_steps=[10]", "--dry-run"]
+    assert main(argv) == 0
+    assert "config key 'train.lr_steps' is not read by train.lr_decay = \"cosine\"" in capsys.readouterr().err

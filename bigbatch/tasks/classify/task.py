@@ -144,7 +144,7 @@ def _check_pairs(cfg: Config, world_size: int) -> None:
         )
 
 
-def _warn_unread(cfg: Config) -> None:
+def warn_unread(cfg: Config) -> None:
     """Keys a run's training settings leave unread, said as it starts (not refused: a run saved with a preset's
     former train.lr = 1 still resumes; not on eval, info or a resume either, where nothing can be done of it: found
     from outside). timm's --decay-epochs under a cosine schedule, and Nesterov without momentum, were silent."""
@@ -173,7 +173,7 @@ def build(
         )
     t, m = cfg.train, cfg.model
     if rep.is_main and resumed_at is None:
-        _warn_unread(cfg)
+        warn_unread(cfg)
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
