@@ -58,7 +58,7 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
-        build_on_meta(cfg)  # model options that only the model's constructor checks (a depth not 6n+2)
+        build_on_meta(cfg, warns=not resume)  # model options only the model's constructor checks (a depth not 6n+2)
         check_local_data(cfg)  # a missing or broken data file, as training would refuse it
         given = cfg.train.init_from
         if given and not is_url(given) and not Path(given).exists():  # (found from outside: unsaid; said as the

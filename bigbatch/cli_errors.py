@@ -27,11 +27,12 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         known, rest = super().parse_known_args(args, namespace)
-        for a in self._actions:
+        for a in self._actions:  # (not the arguments passed through to a script or command: found by review)
             value = getattr(known, a.dest, None)
-            if not a.option_strings and (value == "" or (isinstance(value, list) and "" in value)):
-                name = a.metavar or a.dest
-                self.error(f"{name} is empty: give {'key=value' if '=' in name else 'a file, folder or URL'}")
+            if a.option_strings or a.nargs == argparse.REMAINDER:
+                continue
+            if value == "" or (isinstance(value, list) and "" in value):
+                self.error(f"{a.metavar or a.dest} is an empty string (an unset shell variable?): give its value")
         return known, rest
 
 

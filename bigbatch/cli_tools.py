@@ -363,10 +363,11 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
         face_type_of(cfg, shown, shown, "xseg")  # (xseg.face_type against the faces')
 
 
-def build_on_meta(cfg: Any) -> None:
+def build_on_meta(cfg: Any, warns: bool = True) -> None:
     """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
     so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
-    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi)."""
+    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi). `warns`: and say
+    what a new run says of its settings as it starts (on the first rank)."""
     import torch
 
     from bigbatch import models
@@ -376,15 +377,19 @@ def build_on_meta(cfg: Any) -> None:
             from bigbatch.tasks.classify.task import warn_unread
 
             models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
-            warn_unread(cfg)  # (keys the run would say it leaves unread: found from outside, the dry run did not)
+            if warns and os.environ.get("RANK", "0") == "0":  # (keys a new run says it leaves unread: found from
+                warn_unread(cfg)  # outside, the dry run did not)
         elif cfg.task == "gan":
-            from bigbatch.tasks.gan.task import build_models, check_path_length
+            from bigbatch.tasks.gan.task import build_models, check_attention_given, check_path_length
 
-            check_path_length(cfg, build_models(cfg, 10, 3)[0])
+            G, D = build_models(cfg, 10, 3)
+            check_path_length(cfg, G)
+            check_attention_given(cfg, G, D)
         elif cfg.task == "swap":
+            from bigbatch.tasks.swap.discriminators import discriminators
             from bigbatch.tasks.swap.task import build_model
 
-            build_model(cfg)
+            discriminators(cfg, build_model(cfg))  # (a patch discriminator too large for the faces: from outside)
         elif cfg.task == "xseg":
             models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
 

@@ -90,10 +90,14 @@ class GeneratorOut(nn.Module):
     def __init__(self, G: nn.Module, conditional: bool):
         super().__init__()
         self.G, self.conditional, self.classes = G, conditional, len(getattr(G, "class_names", None) or ())
+        self.register_buffer("class_table", torch.arange(self.classes), persistent=False)  # (a buffer: it moves with
+        # the module to a GPU, where a traced arange would name the CPU it was traced on)
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        if self.conditional and y is not None and self.classes:  # a negative class as one past the last, which each
-            y = torch.where(y < 0, self.classes, y)  # format refuses (found from outside: ONNX's -1 mixed two classes)
+        if self.conditional and y is not None and self.classes:  # a class out of range refused by every format: looked
+            # up in a table of the classes (ONNX's one-hot of one gave zeros, its embedding of -1 the last class's: a
+            # mix of two classes' images, found from outside; a one-hot's G, StyleGAN2's, found by review)
+            y = self.class_table[torch.where(y < 0, self.classes, y)]
         return uint8_nhwc(self.G(z, y if self.conditional else None))
 
 

@@ -35,7 +35,7 @@ def _damaged_by_size(run: Path, intact: list[Path], said: Path | None) -> list[s
     root = run / "checkpoints"
     folders = sorted(p for p in root.iterdir() if p.is_dir() and p.name[0] != ".") if root.is_dir() else []
     found = (checkpoints.corrupt_by_size(p) for p in folders if p not in intact and p.name != checkpoints.BEST)
-    return [str(e).removesuffix(checkpoints.ADVICE) for e in found if e is not None and e.ckpt != said]
+    return [checkpoints.damage(e) for e in found if e is not None and e.ckpt != said]
 
 
 def describe_run(path: str | Path) -> str:

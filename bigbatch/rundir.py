@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
+import torch
+
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
 from bigbatch.engine import dist
@@ -69,7 +71,18 @@ class Run:
         """config.toml (which reproduces the run) and plan.json (the batch plan, as resolved)."""
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path / "config.toml", self.cfg.dumps())
-        atomic_write(self.path / "plan.json", json.dumps(plan_record(rep, self.cfg), indent=1) + "\n")
+        record = plan_record(rep, self.cfg)
+        if self.resumed and (now := record.get("cpu_threads")):  # (found from outside: SAEHD's resume, silently not
+            try:  # bit for bit under another thread count, which sums in another order)
+                was = json.loads((self.path / "plan.json").read_text()).get("cpu_threads")
+            except (OSError, ValueError, AttributeError):
+                was = None
+            if isinstance(was, int) and was != now:
+                warn(
+                    f"this process sums with {now} CPU threads, the run's last start with {was}: it goes on, but not "
+                    f"bit for bit as the run would have (run it with OMP_NUM_THREADS={was} for that)"
+                )
+        atomic_write(self.path / "plan.json", json.dumps(record, indent=1) + "\n")
 
     def record_compile(self, compiled: Compiled) -> None:
         """plan.json's "compiled": what the first step compiled, in how long, how much from the cache."""
@@ -514,6 +527,8 @@ def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
         "sync_bn": cfg.train.sync_bn,
         "sn_update": cfg.model.sn_update,
     }
+    if rep.device.type == "cpu":  # (the order a CPU sums in: a resume under another count is not bit for bit)
+        record["cpu_threads"] = torch.get_num_threads()
     if cfg.train.micro_batch == "auto":
         record["memory_budget_bytes"] = rep.budget
         record["probes"] = [dataclasses.asdict(p) for p in rep.probes]

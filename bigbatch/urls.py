@@ -140,10 +140,10 @@ def unreachable(error: BaseException, what: str) -> str | None:
     return None
 
 
-def url_fix(error: BaseException) -> str:
-    """The fix for a URL's read that failed otherwise than as a missing file or refused credentials (found from
-    outside: a server without range requests was told to check credentials; an S3 endpoint that did not answer,
-    after botocore's retries, was given no fix)."""
+def url_fix(error: BaseException) -> str | None:
+    """The fix for a URL's read that failed for want of range requests or of an endpoint that answers, else None
+    (found from outside: a server without range requests was told to check credentials; an S3 endpoint that did
+    not answer, after botocore's retries, was given no fix)."""
     said, kind = str(error), type(error).__name__
     if "range requests" in said:
         return (
@@ -153,7 +153,7 @@ def url_fix(error: BaseException) -> str:
         return (
             "check the endpoint and the network: AWS_ENDPOINT_URL, --endpoint-url, data.storage_options' endpoint_url"
         )
-    return "check the credentials (AWS_* in the environment) and the endpoint"
+    return None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def test_weights_given_to_the_classifier_extractor_are_refused(tmp_path, capsys)
     assert "--weights is an Inception weights file, and --extractor classifier scores with" in capsys.readouterr().err
 
 
-def test_a_biggan_pytorch_users_slips_are_said(tmp_path, capsys):
+def test_a_biggan_pytorch_users_slips_are_said(tmp_path, capsys, monkeypatch):
     # Found from outside, each: attention on a block narrower than 8 channels was an IndexError; --G_attn 64 carried
     # to a 32 px run was dropped unsaid; ortho was inside loss_D and loss_G; FreezeD without a pretrained D, and an
     # EMA that starts after the run ends, were silent.
@@ -64,3 +64,9 @@ def test_a_biggan_pytorch_users_slips_are_said(tmp_path, capsys):
     plain, ortho = rows["plain"], rows["ortho"]
     assert ortho["loss_D"] == plain["loss_D"] and ortho["ortho_D"] > 0 and ortho["ortho_G"] > 0
     assert "ortho_D" not in plain
+    # A run saved with g_attn = 64 on a model of no 64 px block (as bigbatch took it before) still loads and samples.
+    with monkeypatch.context() as before:
+        before.setattr("bigbatch.tasks.gan.task.check_attention_given", lambda *a: None)
+        argv = [*small[:-1], "model.ch=8", "train.kimg=0.032", "model.options.g_attn=64", "--quiet"]
+        assert main(["train", *argv, "--run-dir", str(tmp_path / "old")]) == 0
+    assert main(["sample", str(tmp_path / "old"), "--n", "2", "--out", str(tmp_path / "s.png")]) == 0

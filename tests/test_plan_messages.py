@@ -54,3 +54,22 @@ def test_a_phase_no_world_size_divides_gives_the_batches_it_does_and_a_dry_run_i
     )
     monkeypatch.setenv("RANK", "1")  # (under torchrun, every rank printed the config and the plan)
     assert main(argv) == 0 and capsys.readouterr().out == ""
+
+
+def test_a_resume_under_another_cpu_thread_count_is_said_not_to_be_bit_for_bit(tmp_path, capsys):
+    # Found from outside: a SAEHD run resumed without OMP_NUM_THREADS=1 ended 1.8e-3 apart from the uninterrupted
+    # run, without a word (a CPU sums in another order with another count of threads).
+    cfg = bigbatch.preset("digits").override({"data.resolution": 16, "model.ch": 8, "model.dim_z": 16})
+    cfg = cfg.override({"train.batch": 32, "train.kimg": 0.032, "sample.every_kimg": 0})
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+        bigbatch.train(cfg.override({"train.kimg": 0.064}), run_dir=tmp_path / "r", resume=True, quiet=True)
+        assert "CPU threads" not in capsys.readouterr().err
+        torch.set_num_threads(2)
+        bigbatch.train(cfg.override({"train.kimg": 0.096}), run_dir=tmp_path / "r", resume=True, quiet=True)
+    finally:
+        torch.set_num_threads(threads)
+    said = "this process sums with 2 CPU threads, the run's last start with 1: it goes on, but not bit for bit"
+    assert said in capsys.readouterr().err

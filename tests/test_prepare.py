@@ -566,6 +566,11 @@ def test_a_small_set_is_stored_in_about_its_own_size(tmp_path):
     assert np.array_equal(
         _all(load_data(str(tmp_path / "raw.h5"), 32))[1], _all(load_data(str(tmp_path / "jpeg.h5"), 32))[1]
     )
+    # Whole images (--crop none) are of sizes unknown ahead: their stream keeps its full chunks (found by review: sized
+    # as of 0 pixels, 4 KiB chunks, millions of them at ImageNet's count)
+    prepare(str(tmp_path / "src"), str(tmp_path / "whole.h5"), 32, workers=0, codec="jpeg", crop="none")
+    with h5py.File(tmp_path / "whole.h5") as f:
+        assert f["encoded"].chunks == (256 << 10,)
 
 
 def test_images_smaller_than_the_resolution_are_counted_as_enlarged(tmp_path):

@@ -135,10 +135,13 @@ def test_a_tar_of_class_folders_prepares_as_the_folder_does(tmp_path):
     # An image set (eval's A or B) from a tar: every image, sub-folders not classes.
     images = open_images(tmp_path / "wrapped.tar")
     assert images.names == ["cat/0.png", "cat/1.png", "cat/2.png", "dog/0.png", "dog/1.png", "dog/2.png"]
-    # predict's images of a zip of one folder: named as its members (found from outside: the folder was left out)
+    # A zip of one folder: predict names its images as its members, prepare's labels without that folder (found from
+    # outside: predict left the folder out; found by review: then prepare's labels named nothing)
     with zipfile.ZipFile(tmp_path / "one.zip", "w") as z:
-        z.writestr("3/a.png", _png(0))
-    assert [name for name, _ in _read([str(tmp_path / "one.zip")])[0]] == [f"{tmp_path}/one.zip/3/a.png"]
+        z.writestr("3/cat/a.png", _png(0))
+    assert [name for name, _ in _read([str(tmp_path / "one.zip")])[0]] == [f"{tmp_path}/one.zip/3/cat/a.png"]
+    (tmp_path / "l.csv").write_text("cat/a.png,cat\n")
+    assert prepare(str(tmp_path / "one.zip"), "wl.h5", workers=0, labels=str(tmp_path / "l.csv")).count == 1
 
 
 def test_classes_of_a_training_file_name_the_class_indices(tmp_path):

@@ -62,3 +62,17 @@ def test_built_in_data_sets_which_cannot_have_masks_are_not_told_to_prepare_them
     )
     bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)  # (the preset's own data: warned of at every run)
     assert "neither data set has face masks" not in capsys.readouterr().err
+
+
+def test_a_patch_discriminator_the_faces_cannot_take_is_refused_before_the_run_is_made(tmp_path, capsys):
+    # Found from outside: gan_patch_size 300 at 64 px passed its check (3..640), then the first step was a traceback
+    # and the run folder left behind refused the mended command; gan_dims 1 and 2000 were taken.
+    over = ["swap.gan_power=0.1", "--run-dir", str(tmp_path / "r")]
+    assert main(["train", "--preset", "saehd_cpu", *over, "swap.gan_patch_size=300"]) == 2
+    said = "swap.gan_patch_size = 300 is too large for 64 px faces: its convs halve them more often than they halve"
+    assert said in capsys.readouterr().err and not (tmp_path / "r").exists()
+    assert main(["train", "--preset", "saehd_cpu", *over, "swap.gan_patch_size=239", "--dry-run"]) == 0
+    capsys.readouterr()
+    for dims in ("1", "2000"):
+        assert main(["train", "--preset", "saehd_cpu", *over, f"swap.gan_dims={dims}", "--dry-run"]) == 2
+        assert f"must be in 4..512 (DFL's range; 16 typical), got {dims}" in capsys.readouterr().err

@@ -81,8 +81,9 @@ def test_prepare_draws_dfls_labels_and_skips_faces_without(labelled):
         assert np.array_equal(images[row, ..., 3].numpy(), (drawn(i) * 255).astype(np.uint8))  # pixel for pixel
     assert drawn(0)[130 + 50, 120] == 0 and drawn(0)[130, 120] == 1  # (the exclude polygon cut out of the face)
     # DFL's older list form draws the same; polygons that are not DFL's are a reason, not a traceback
-    meta = {"seg_ie_polys": [(p["type"], p["pts"].tolist()) for p in polygons(0)["polys"]]}
-    assert np.array_equal(dfl_faces.label_mask(meta, (RES, RES)), drawn(0))
+    meta = {"seg_ie_polys": [(p["type"], p["pts"].tolist()) for p in polygons(0)["polys"]] + [(1, [])]}
+    assert np.array_equal(dfl_faces.label_mask(meta, (RES, RES)), drawn(0))  # (a polygon of no points passed over,
+    # as DFL's overlay_mask passes it: found from outside, the face was refused)
     for bad in ({"polys": [{"pts": polygons(0)["polys"][1]["pts"]}]}, [(1, np.zeros((4, 3)))]):
         with pytest.raises(dfl_faces.NoFaceData, match="XSeg polygons are not DFL's"):
             dfl_faces.label_mask({"seg_ie_polys": bad}, (RES, RES))
@@ -270,7 +271,10 @@ def test_an_xseg_run_crosses_to_dfls_files_and_back(labelled, tmp_path, capsys):
     ]:
         assert main(["export-dfl", str(run), str(tmp_path / "dfl"), *args]) == 2
         assert says in capsys.readouterr().err
+    (tmp_path / "dfl").mkdir()  # (found from outside: an earlier DFL model's moments kept beside the new weights)
+    (tmp_path / "dfl" / "XSeg_256_opt.npy").write_bytes(b"an earlier model's RMSprop moments")
     assert main(["export-dfl", str(run), str(tmp_path / "dfl")]) == 0
+    assert sorted(p.name for p in (tmp_path / "dfl").iterdir()) == ["XSeg_256.npy", "XSeg_data.dat"]
     model, kind = load_xseg(tmp_path / "dfl")
     trained = load_file(next((run / "checkpoints").glob("0*/model.safetensors")))
     assert kind == "wf" and all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())
@@ -313,6 +317,7 @@ def test_xseg_learns_the_labels_and_scores_faces_it_never_trained_on(labelled, t
     [
         ({"data.resolution": 128}, 'must be 256 for task = "xseg"'),
         ({"train.lr": 0.05}, 'is not read by task = "xseg"'),
+        ({"model.ch": 16}, r"its network is DFL's XSeg \(base_ch 32\)"),  # (was told of the optimizer: from outside)
         ({"swap.lr": 0.1}, 'is read by task = "swap" only'),
         ({"eval.every_kimg": 1.0, "data.val_fraction": 0.0}, "asks for held-out scores"),
         ({"eval.every_kimg": 1.0, "data.val_fraction": 0.1, "eval.best": "fid"}, "must be one of iou, val_loss"),

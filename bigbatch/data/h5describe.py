@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.data.hdf5 import H5Data, read_meta
+from bigbatch.errors import counted
 from bigbatch.urls import Location
 
 
@@ -42,7 +43,7 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         f"skipped     {m.get('skipped', 0)} file{'' if m.get('skipped', 0) == 1 else 's'}"
         + "".join(f"\n              {name}: {reason}" for name, reason in m.get("skipped_examples", [])),
         *(
-            [f"enlarged    {m['enlarged']} images smaller than the resolution, scaled up to it"]
+            [f"enlarged    {counted(m['enlarged'], 'image')} smaller than the resolution, scaled up to it"]
             if m.get("enlarged")
             else []
         ),

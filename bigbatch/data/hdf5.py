@@ -83,8 +83,8 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
         said = " ".join(str(e).split())  # (HDF5's messages run over lines)
         if path.url and storage_options and isinstance(e, (TypeError, ValueError)):  # ("'int' object is not iterable"
             said += f" (the file system took data.storage_options {sorted(storage_options)}: check their values)"
-        elif path.url:  # (found from outside, both: the first for endpoint_url=5, bare; an endpoint down, no fix)
-            said += f" ({url_fix(e)})"
+        elif path.url and (fix := url_fix(e)):  # (from outside, both: the first for endpoint_url=5; an endpoint down)
+            said += f" ({fix})"
         raise BigbatchError(f"cannot open data set '{name}': {type(e).__name__}: {said}") from None
 
 

@@ -322,7 +322,7 @@ def _write(
             writer.add(image, int(listing.labels[i]))
             written[int(listing.labels[i])] += 1
             source_size = result[3]  # type: ignore[index]
-            enlarged += bool(settings.resolution and source_size and min(source_size) < settings.resolution)
+            enlarged += bool(source_size and min(source_size) < min(image.shape[:2]))  # (the side it was scaled to)
             yaws.append(result[4])  # type: ignore[index]
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         bar.close()

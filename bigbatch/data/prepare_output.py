@@ -12,7 +12,7 @@ from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import lock_folder, unlock_folder
-from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials
+from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials, url_fix
 
 
 def refuse_output(target: Location, storage_options: dict[str, Any] | None, overwrite: bool) -> None:
@@ -58,10 +58,8 @@ def _probe(target: Location, storage_options: dict[str, Any] | None) -> None:
     try:
         fs.pipe_file(probe, b"")
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
-        raise BigbatchError(
-            f"cannot write output {target.name}: {type(e).__name__}: {e} (check the bucket, the credentials and "
-            "the endpoint)"
-        ) from None
+        fix = url_fix(e) or "check the bucket, the credentials and the endpoint"
+        raise BigbatchError(f"cannot write output {target.name}: {type(e).__name__}: {e} ({fix})") from None
     try:
         fs.rm_file(probe)
     except Exception:  # noqa: BLE001 -- (allowed to write but not to delete: the empty object stays)
@@ -101,10 +99,10 @@ def _exists(out: Location, storage_options: dict[str, Any] | None) -> bool:
         fs, path = out.fs(storage_options)
         return bool(fs.exists(path))
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
-        raise BigbatchError(  # (found from outside: no credentials was a traceback)
-            f"cannot reach output {out.name}: {type(e).__name__}: {e} (check the bucket, the credentials and the "
-            "endpoint)"
-        ) from None
+        fix = url_fix(e) or "check the bucket, the credentials and the endpoint"  # (found from outside: no credentials
+        raise BigbatchError(
+            f"cannot reach output {out.name}: {type(e).__name__}: {e} ({fix})"
+        ) from None  # a traceback)
 
 
 SHOWN = 5  # skipped files named in the report

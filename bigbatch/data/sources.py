@@ -143,10 +143,14 @@ def _regular_or_missing(file: str) -> bool:
         return True
 
 
-def list_source(src: str | Location, storage_options: dict[str, Any] | None = None, classes: bool = True) -> Listing:
+def list_source(
+    src: str | Location, storage_options: dict[str, Any] | None = None, classes: bool = True, members: bool = False
+) -> Listing:
     """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder; without
     `classes`, every file at any depth, unlabelled (label 0: sub-folders are not classes). Tar files (one, a
-    brace pattern of WebDataset shards, a folder or prefix of them) as bigbatch.data.tars lists them."""
+    brace pattern of WebDataset shards, a folder or prefix of them) as bigbatch.data.tars lists them. A zip's one
+    folder at the top is a wrapper, left out of the names, unless `members` (the names its members have: predict's,
+    found from outside)."""
     src = Location.of(src)
     globbed = not src.url and not src.path.exists() and any(c in src.name for c in "*?[")
     if src.name.startswith("pipe:") or globbed:
@@ -158,7 +162,7 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
     if shards is not None:
         return tars.list_tars(shards, storage_options, classes)
     if src.url:
-        return _list_url(src, storage_options, classes)
+        return _list_url(src, storage_options, classes, members)
     path = src.path
     if not path.exists():
         raise BigbatchError(
@@ -166,7 +170,7 @@ def list_source(src: str | Location, storage_options: dict[str, Any] | None = No
         )
     if path.is_file():
         if zipfile.is_zipfile(path):
-            return _list_zip(ZipSource(src), classes)
+            return _list_zip(ZipSource(src), classes, members)
         if path.suffix.lower() == ".zip":
             raise BigbatchError(f"source {src.name} is not a readable zip archive (damaged, or another kind of file)")
         if tars.is_tar_name(src.text) or tarfile.is_tarfile(path):
@@ -222,7 +226,7 @@ def _not_there(src: Location, fs: Any, root: str) -> str:
     return f"source {src.name} is not on its server: give a folder (its URL ending in /), a .zip or .tar shards"
 
 
-def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bool) -> Listing:
+def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bool, members: bool) -> Listing:
     """Every object under a URL prefix (or the members of a .zip object)."""
     fs, root = src.fs(storage_options)
     try:
@@ -231,7 +235,7 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
         # (an HTTP server's folder page is a file too: a URL ending in "/" names the folder it lists)
         if not src.text.endswith("/") and fs.isfile(root):
             if root.lower().endswith(".zip"):
-                return _list_zip(ZipSource(src, storage_options), classes)
+                return _list_zip(ZipSource(src, storage_options), classes, members)
             slash = " (over HTTP, a folder's URL ends in /)" if src.text.startswith(("http:", "https:")) else ""
             raise BigbatchError(
                 f"source {src.name} is a single file; give a folder (prefix) of images{slash}, a .zip or .tar shards"
@@ -241,7 +245,8 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
     except BigbatchError:
         raise
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
-        raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} ({url_fix(e)})") from None
+        fix = url_fix(e) or "check the credentials (AWS_* in the environment) and the endpoint"
+        raise BigbatchError(f"cannot list {src.name}: {type(e).__name__}: {e} ({fix})") from None
     cut = len(root) + 1
     # An HTTP server's folder page lists its files as links, percent-encoded ("d%C3%B6g%20spaced/"): they are named and
     # sorted by what they encode, read by the links (found from outside: classes named encoded, in another order, so
@@ -296,17 +301,16 @@ def _utf8_name(info: zipfile.ZipInfo) -> str:
         return info.filename
 
 
-def _list_zip(source: ZipSource, classes: bool) -> Listing:
+def _list_zip(source: ZipSource, classes: bool, members: bool = False) -> Listing:
     infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not hidden(i.filename)]
     # A name added again (`zip -u`, or appended) counts once, as its last copy, which reading by name gives; as a
     # tar's (found from outside: both entries were read, the last copy twice and the first lost)
     infos = sorted({i.filename: i for i in infos}.values(), key=_utf8_name)
     names = [i.filename for i in infos]  # what the zip is read by
     rel = [_utf8_name(i) for i in infos]  # what classes and labels are named by
-    # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class. (Without classes, the
-    # images are named as the zip names them: found from outside, predict's names were not the members'.)
+    # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class.
     tops = {n.split("/", 1)[0] for n in rel}
-    if classes and len(tops) == 1 and all("/" in n for n in rel):
+    if not members and len(tops) == 1 and all("/" in n for n in rel):
         rel = [n.split("/", 1)[1] for n in rel]
     return _listing(source, names, rel, classes)
 

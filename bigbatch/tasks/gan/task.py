@@ -75,13 +75,19 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
             img_channels=img_channels,
             **cfg.model.options,
         )
-    for key, net in (("g_attn", G), ("d_attn", D)):  # (the default's size, given, is no default: found from outside,
-        if cfg.model.options.get(key) and getattr(net, "attention", True) is None:  # BigGAN-PyTorch's --G_attn 64
-            raise BigbatchError(  # at 32 px, dropped without a word)
+    return G, D
+
+
+def check_attention_given(cfg: Config, G: nn.Module, D: nn.Module) -> None:
+    """A new run's g_attn or d_attn given at the default's size, which no block of the model puts out, refused as
+    any other such size is (found from outside: BigGAN-PyTorch's --G_attn 64 carried to a 32 px run was dropped
+    without a word; a saved run of it still loads, found by review)."""
+    for key, net in (("g_attn", G), ("d_attn", D)):
+        if cfg.model.options.get(key) and getattr(net, "attention", True) is None:
+            raise BigbatchError(
                 f"model.options.{key} = {cfg.model.options[key]}: no block of this {cfg.data.resolution} px "
                 f"{cfg.model.name} puts out {cfg.model.options[key]} px; give one that does, or 0 for no attention"
             )
-    return G, D
 
 
 # The train keys of the classify task, which the GAN task does not read.
@@ -167,6 +173,8 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
     check_path_length(cfg, G)
+    if resumed_at is None:
+        check_attention_given(cfg, G, D)
     if t.r1_gamma:  # D's gradient is differentiated: no fused attention kernels (they have no double backward)
         for m in D.modules():
             if hasattr(m, "fused_attention"):

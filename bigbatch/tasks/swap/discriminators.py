@@ -9,11 +9,16 @@ outputs 1..2·n: here a transposed conv without padding, cropped.
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bigbatch.engine.determinism import seeded
+from bigbatch.errors import BigbatchError
 from bigbatch.models import layers
 
 
@@ -48,9 +53,17 @@ def receptive_field(specs: list[tuple[int, int]]) -> int:
     return rf
 
 
-def find_archi(patch_size: int, max_layers: int = 9) -> list[tuple[int, int]]:
+def find_archi(patch_size: int) -> list[tuple[int, int]]:
     """DFL's search for the 3x3 conv stack (first stride 2, the others 1 or 2) whose receptive field is
     nearest `patch_size`: fewest layers, then most striding."""
+    best = _archis()
+    fields = sorted(best)
+    return best[fields[int(np.abs(np.array(fields) - patch_size).argmin())]][2]
+
+
+@functools.lru_cache(maxsize=1)
+def _archis(max_layers: int = 9) -> dict[int, tuple[int, int, list[tuple[int, int]]]]:
+    """{receptive field: (layers, strides summed, the stack)} of each field's stack as find_archi prefers it."""
     best: dict[int, tuple[int, int, list[tuple[int, int]]]] = {}
     for count in range(1, max_layers + 1):
         val = 1 << (count - 1)
@@ -63,8 +76,7 @@ def find_archi(patch_size: int, max_layers: int = 9) -> list[tuple[int, int]]:
                 best[rf] = (count, strides, specs)
             if val == 0:
                 break
-    fields = sorted(best)
-    return best[fields[int(np.abs(np.array(fields) - patch_size).argmin())]][2]
+    return best
 
 
 class _UpConv(nn.Module):
@@ -114,3 +126,36 @@ class UNetPatchDiscriminator(nn.Module):
         for up, skip in zip(self.upconvs, skips):
             x = torch.cat([skip, F.leaky_relu(up(x), 0.2)], dim=1)
         return center, self.out_conv(x)
+
+
+def discriminators(cfg: Any, net: nn.Module) -> dict[str, nn.Module]:
+    """The discriminators swap.* turns on for the autoencoder `net` (DFL's code discriminator and its
+    U-Net patch discriminator), initialised from train.seed + 1, the global RNG left as it was; the
+    i-th's optimizer takes dropout stream i + 1."""
+    s, out = cfg.swap, {}
+    with seeded(cfg.train.seed + 1):
+        if s.true_face_power:
+            code_res = net.inter.lowest * (1 if net.inter.upscale1 is None else 2)
+            out["code_discriminator"] = CodeDiscriminator(net.ae_dims, code_res).train()
+        if s.gan_power:
+            patch = s.gan_patch_size or cfg.data.resolution // 8
+            check_patch_size(patch, cfg.data.resolution, "swap.gan_patch_size" if s.gan_patch_size else "")
+            out["gan"] = UNetPatchDiscriminator(patch, 3, s.gan_dims).train()
+    return out
+
+
+def check_patch_size(patch: int, resolution: int, key: str = "") -> None:
+    """A patch discriminator whose stride-2 convs `resolution` px faces do not halve evenly down to 2 px, refused
+    (its skips then differ in size: found from outside, a traceback at the first step; DFL's cannot be built
+    either), naming the largest patch size that fits."""
+
+    def fits(specs: list[tuple[int, int]]) -> bool:
+        return resolution % 2 ** sum(stride == 2 for _, stride in specs) == 0
+
+    if not fits(find_archi(patch)):
+        largest = max(field for field, (_, _, specs) in _archis().items() if fits(specs))
+        said = f"{key} = {patch}" if key else f"the patch discriminator of {patch} px (resolution / 8)"
+        raise BigbatchError(
+            f"{said} is too large for {resolution} px faces: its convs halve them more often than they halve evenly "
+            f"(DFL's cannot be built either); give swap.gan_patch_size at most {largest}"
+        )

@@ -27,6 +27,7 @@ from bigbatch.models import dfl
 from bigbatch.presets import preset
 from bigbatch.rundir import read_metrics
 from bigbatch.tasks.swap.color import MERGE_MODES
+from bigbatch.tasks.swap.discriminators import discriminators
 from bigbatch.tasks.swap.load import (
     DIMS,
     dfl_model,
@@ -37,7 +38,7 @@ from bigbatch.tasks.swap.load import (
     optimizer_parameters,
     source_face_type,
 )
-from bigbatch.tasks.swap.task import discriminators, swap_faces
+from bigbatch.tasks.swap.task import swap_faces
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 

@@ -42,13 +42,12 @@ from bigbatch.data.split import holdout
 from bigbatch.data.streams import COLOUR, ORDER_B, WARP, YawOrder, generator
 from bigbatch.engine import batch_parts
 from bigbatch.engine import precision as prec
-from bigbatch.engine.determinism import seeded
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, captioned_sheet
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
 from bigbatch.tasks.swap import color, warp
-from bigbatch.tasks.swap.discriminators import CodeDiscriminator, UNetPatchDiscriminator
+from bigbatch.tasks.swap.discriminators import discriminators
 from bigbatch.tasks.swap.load import (
     build_model,
     check_faces,
@@ -180,20 +179,6 @@ def build(
     task.face_type = face_type
     task.dfl_data, task.dfl_iter = carried
     return task
-
-
-def discriminators(cfg: Config, net: nn.Module) -> dict[str, nn.Module]:
-    """The discriminators swap.* turns on for the autoencoder `net` (DFL's code discriminator and its
-    U-Net patch discriminator), initialised from train.seed + 1, the global RNG left as it was; the
-    i-th's optimizer takes dropout stream i + 1."""
-    s, out = cfg.swap, {}
-    with seeded(cfg.train.seed + 1):
-        if s.true_face_power:
-            code_res = net.inter.lowest * (1 if net.inter.upscale1 is None else 2)
-            out["code_discriminator"] = CodeDiscriminator(net.ae_dims, code_res).train()
-        if s.gan_power:
-            out["gan"] = UNetPatchDiscriminator(s.gan_patch_size or cfg.data.resolution // 8, 3, s.gan_dims).train()
-    return out
 
 
 def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap") -> str:

@@ -56,7 +56,10 @@ def check_config(cfg: Config) -> None:
     check_family(cfg, "xseg", "face segmenter")
     foreign = cfg.train.changed(*FOREIGN_TRAIN_KEYS) + cfg.model.changed("ch", "dim_z", "conditional", "sn_update")
     if foreign:
-        raise BigbatchError(f"config key '{foreign[0]}' is not read by task = \"xseg\": its optimizer is set by [xseg]")
+        raise BigbatchError(  # (found from outside: model.ch and train.mixup were told of the optimizer)
+            f"config key '{foreign[0]}' is not read by task = \"xseg\": its network is DFL's XSeg (base_ch 32), its "
+            "augmentation DFL's own, and its optimizer set by [xseg] (lr, lr_dropout); remove it"
+        )
     refuse_sections(cfg, 'task = "xseg"', "swap", "augment")
     if cfg.data.resolution != RESOLUTION:
         cfg.data._fail("resolution", f'must be {RESOLUTION} for task = "xseg" (DFL\'s XSeg reads 256 px faces)')
