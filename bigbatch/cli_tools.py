@@ -431,9 +431,8 @@ def run_stats(args: argparse.Namespace) -> None:
     from bigbatch.metrics.stats import stats_file
 
     file = stats_file(stats.key)
-    if (
-        not args.kid and file.is_file()
-    ):  # (what the file holds: found from outside, a file of features said to hold none)
+    # (what the file holds, said: found from outside, a file of KID's features too said to hold FID's alone)
+    if not args.kid and file.is_file():
         with safe_open(file, "pt") as f:
             args.kid = "features" in f.keys()  # noqa: SIM118 -- safe_open is no mapping
     kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"

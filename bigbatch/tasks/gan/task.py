@@ -66,7 +66,7 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
     """G and D as the config describes them, initialised from train.seed (the caller's global RNG is
     left as it was)."""
     with seeded(cfg.train.seed):
-        G, D = models.create(
+        return models.create(
             cfg.model.name,
             resolution=cfg.data.resolution,
             n_classes=n_classes if cfg.model.conditional else 0,
@@ -75,7 +75,6 @@ def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Mod
             img_channels=img_channels,
             **cfg.model.options,
         )
-    return G, D
 
 
 def check_attention_given(cfg: Config, G: nn.Module, D: nn.Module) -> None:
@@ -400,10 +399,8 @@ class GANTask:
             else:
                 logits_real = self.D(real, y_real).float()
                 logits_fake = self.D(fake, y_fake).float()
-        adversarial, ortho = (
-            losses.D_LOSS[self.loss](logits_real, logits_fake),
-            self._ortho(self.D, self.cfg.train.d_ortho),
-        )
+        adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
+        ortho = self._ortho(self.D, self.cfg.train.d_ortho)
         loss = adversarial + ortho
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1 and the orthogonal
@@ -449,10 +446,8 @@ class GANTask:
         fake = self._fake(z, y)
         if aug is not None:
             fake = self.augment(fake, aug)
-        adversarial, ortho = (
-            losses.G_LOSS[self.loss](self.D(fake, y).float()),
-            self._ortho(self.G, self.cfg.train.g_ortho),
-        )
+        adversarial = losses.G_LOSS[self.loss](self.D(fake, y).float())
+        ortho = self._ortho(self.G, self.cfg.train.g_ortho)
         loss = adversarial + ortho
         apart = {"loss_G": adversarial.detach(), "ortho_G": ortho.detach()} if torch.is_tensor(ortho) else {}
         if regularized is None:
