@@ -366,8 +366,8 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
 def build_on_meta(cfg: Any, warns: bool = True) -> None:
     """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
     so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
-    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi). `warns`: and say
-    what a new run says of its settings as it starts (on the first rank)."""
+    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi). `warns`: a new run's
+    (not a resume's): and refuse and say what a new run does of its settings as it starts (said on the first rank)."""
     import torch
 
     from bigbatch import models
@@ -384,12 +384,15 @@ def build_on_meta(cfg: Any, warns: bool = True) -> None:
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)
-            check_attention_given(cfg, G, D)
+            if warns:  # (a new run's: found by review, the dry run of a resume refused what the resume takes)
+                check_attention_given(cfg, G, D)
         elif cfg.task == "swap":
-            from bigbatch.tasks.swap.discriminators import discriminators
+            from bigbatch.tasks.swap.discriminators import check_new_discriminators, discriminators
             from bigbatch.tasks.swap.task import build_model
 
             discriminators(cfg, build_model(cfg))  # (a patch discriminator too large for the faces: from outside)
+            if warns:
+                check_new_discriminators(cfg)
         elif cfg.task == "xseg":
             models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
 

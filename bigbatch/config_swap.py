@@ -79,8 +79,6 @@ class SwapConfig(Section):
             self._fail(
                 "gan_patch_size", f"must be pixels in 3..640, or 0 for resolution / 8, got {self.gan_patch_size}"
             )
-        if not 4 <= self.gan_dims <= 512:  # (found from outside: 1 and 2000 taken, and written into DFL's options)
-            self._fail("gan_dims", f"must be in 4..512 (DFL's range; 16 typical), got {self.gan_dims}")
 
 
 @dataclass

@@ -152,7 +152,7 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     subprocess.run(["tar", "cf", tmp_path / "imgs.tar", "-C", tmp_path, "imgs"], check=True)
     assert main(["predict", str(run), str(tmp_path / "imgs.tar"), "--json", "--topk", "3"]) == 0
     tarred = [r for r in json.loads(capsys.readouterr().out) if "top" in r]
-    names = [f"{tmp_path / 'imgs.tar'}/{i}.png" for i in range(6)] + [f"{tmp_path / 'imgs.tar'}/sub/again.png"]
+    names = [f"{tmp_path}/imgs.tar/imgs/{n}.png" for n in [*range(6), "sub/again"]]  # (the members' own names)
     assert [r["file"] for r in tarred] == names and [r["top"] for r in tarred] == [r["top"] for r in rows]
     assert main(["eval", str(run), str(tmp_path / "imgs.tar")]) == 2  # (and predict's loss differs: found from outside)
     said = capsys.readouterr().err

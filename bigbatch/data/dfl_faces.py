@@ -222,8 +222,8 @@ def label_mask(meta: dict[str, Any], size: tuple[int, int]) -> np.ndarray:
             pts = np.asarray(pts if pts is not None else np.zeros((0, 2)), dtype=np.float64)
         except (TypeError, ValueError):
             pts = np.zeros((0, 3))
-        if pts.size == 0 and kind in (0, 1):  # (a polygon of no points: DFL skips it; found from outside, the face was)
-            continue
+        if pts.size == 0 and pts.ndim == 1 and kind in (0, 1):  # (a polygon of no points, []: DFL skips it; found
+            continue  # from outside, the face was refused)
         if kind not in (0, 1) or pts.ndim != 2 or pts.shape[1] != 2:
             raise NoFaceData("its XSeg polygons are not DFL's (a type 0 or 1 and (x, y) points each)")
         if not np.isfinite(pts).all() or (np.abs(pts) > 2**20).any():

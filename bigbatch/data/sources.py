@@ -160,7 +160,7 @@ def list_source(
         )
     shards = tars.shards_named(src)
     if shards is not None:
-        return tars.list_tars(shards, storage_options, classes)
+        return tars.list_tars(shards, storage_options, classes, members)
     if src.url:
         return _list_url(src, storage_options, classes, members)
     path = src.path
@@ -174,7 +174,7 @@ def list_source(
         if path.suffix.lower() == ".zip":
             raise BigbatchError(f"source {src.name} is not a readable zip archive (damaged, or another kind of file)")
         if tars.is_tar_name(src.text) or tarfile.is_tarfile(path):
-            return tars.list_tars([src], storage_options, classes)
+            return tars.list_tars([src], storage_options, classes, members)
         raise BigbatchError(f"source {src.name} is a single file; give a folder of images, a .zip or a .tar")
     rel, special = [], []
     # Each folder with the folders above it, by identity: a link to one of those is a loop, not followed. A
@@ -204,7 +204,7 @@ def list_source(
     rel = sorted(r for r in rel if not hidden(r))
     shards = tars.shards_in(src, rel)
     if shards is not None:
-        return tars.list_tars(shards, storage_options, classes)
+        return tars.list_tars(shards, storage_options, classes, members)
     listing = _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
     listing.special = sorted(r for r in special if not hidden(r))
     return listing
@@ -256,7 +256,7 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
     paths = sorted((p for p in stamps if not hidden(named(p))), key=named)
     shards = tars.shards_in(src, [p[cut:] for p in paths])
     if shards is not None:
-        return tars.list_tars(shards, storage_options, classes)
+        return tars.list_tars(shards, storage_options, classes, members)
     return _listing(FsspecSource(src, storage_options, stamps), paths, [named(p) for p in paths], classes)
 
 

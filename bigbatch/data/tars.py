@@ -203,7 +203,9 @@ class TarSource(Source):
         return [found[j] for j in range(len(spans))]
 
 
-def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, classes: bool) -> Listing:
+def list_tars(
+    shards: list[Location], storage_options: dict[str, Any] | None, classes: bool, as_named: bool = False
+) -> Listing:
     """Every image member of the shards, shard by shard, in sorted order: with WebDataset's `.cls` fields (any in
     the shards), one image a sample, labelled by its class index (`classes`); otherwise every file, labelled by
     its top folder as a folder's files are."""
@@ -222,7 +224,7 @@ def list_tars(shards: list[Location], storage_options: dict[str, Any] | None, cl
             stamps.append(scanned.stamp)
     members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
     source = TarSource(shards, storage_options, stamps)
-    names = _unwrapped([m[1] for m in members])
+    names = _unwrapped([m[1] for m in members], as_named)
     keys = [f"{m[0]}:{m[2]}:{m[3]}" for m in members]
     if cls:
         listing = _samples(source, members, names, keys, cls, fields_only, classes)
@@ -257,13 +259,14 @@ def _class_tars(shards: list[Location], members: list[tuple[int, str, int, int]]
     return len(shards) > 1 and all("/" not in name and name.startswith(f"{stems[i]}_") for i, name in flat)
 
 
-def _unwrapped(names: list[str]) -> list[str]:
+def _unwrapped(names: list[str], as_named: bool = False) -> list[str]:
     """Member names relative to the tar's own folder: one folder holding everything (`tar cf train.tar train/`)
-    is a wrapper, not a class, as in a zip; names under "./" (`tar -C DIR .`) are the folder's own already."""
+    is a wrapper, not a class, as in a zip (but `as_named`: predict's names, the members' own, found by review);
+    names under "./" (`tar -C DIR .`) are the folder's own already."""
     contents = bool(names) and all(n.startswith("./") for n in names)
     names = [n.removeprefix("./").lstrip("/") for n in names]
     tops = {n.split("/", 1)[0] for n in names}
-    if not contents and len(tops) == 1 and all("/" in n for n in names):
+    if not as_named and not contents and len(tops) == 1 and all("/" in n for n in names):
         names = [n.split("/", 1)[1] for n in names]
     return names
 

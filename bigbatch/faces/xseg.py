@@ -124,10 +124,12 @@ def export_dfl(path: str | Path, out: str | Path, overwrite: bool = False, face_
     cfg = Config.load(ckpt / "config.toml")
     options = {"face_type": kind, "pretrain": False, "batch_size": cfg.train.batch}
     out.mkdir(parents=True, exist_ok=True)
+    # An earlier model's RMSprop moments there (DFL's trainer leaves them) would be read with these weights: removed
+    # first, so that DFL starts them afresh (found from outside: kept by --overwrite)
+    if (stale := out / WEIGHTS.replace(".npy", "_opt.npy")).exists():
+        stale.unlink()
+        warn(f"removed {stale}: an earlier model's RMSprop moments, which DFL would take for this one's")
     dfl.write_weights(out / WEIGHTS, dfl.export_part(model))
-    # An earlier model's RMSprop moments there (DFL's trainer leaves them) would be read with these weights: removed,
-    # so that DFL starts them afresh (found from outside: kept by --overwrite)
-    (out / WEIGHTS.replace(".npy", "_opt.npy")).unlink(missing_ok=True)
     data = {"iter": max(1, int(state.get("steps", 0))), "options": options, "loss_history": []}
     atomic_write(out / "XSeg_data.dat", dfl.dumps({**data, "sample_for_preview": None, "choosed_gpu_indexes": None}))
     return out

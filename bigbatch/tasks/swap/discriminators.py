@@ -144,6 +144,13 @@ def discriminators(cfg: Any, net: nn.Module) -> dict[str, nn.Module]:
     return out
 
 
+def check_new_discriminators(cfg: Any) -> None:
+    """What a new run's discriminators take: gan_dims in DFL's 4..512 (found from outside: 1 and 2000 taken, and
+    written into DFL's options by export-dfl; a run saved with them still loads, found by review)."""
+    if cfg.swap.gan_power and not 4 <= cfg.swap.gan_dims <= 512:
+        cfg.swap._fail("gan_dims", f"must be in 4..512 (DFL's range; 16 typical), got {cfg.swap.gan_dims}")
+
+
 def check_patch_size(patch: int, resolution: int, key: str = "") -> None:
     """A patch discriminator whose stride-2 convs `resolution` px faces do not halve evenly down to 2 px, refused
     (its skips then differ in size: found from outside, a traceback at the first step; DFL's cannot be built

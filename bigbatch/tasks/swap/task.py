@@ -47,7 +47,7 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, captioned_sheet
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
 from bigbatch.tasks.swap import color, warp
-from bigbatch.tasks.swap.discriminators import discriminators
+from bigbatch.tasks.swap.discriminators import check_new_discriminators, discriminators
 from bigbatch.tasks.swap.load import (
     build_model,
     check_faces,
@@ -150,6 +150,8 @@ def build(
             "--masks alpha|dfl|DIR, or set it to false",
         )
     net = build_model(cfg).train()
+    if resumed_at is None:
+        check_new_discriminators(cfg)
     if cfg.train.init_from and resumed_at is None:
         init_from(net, cfg.train.init_from)
     trained = trained_parameters(net, cfg)
