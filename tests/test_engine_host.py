@@ -110,7 +110,7 @@ def test_a_namedtuple_batch_is_cut_as_its_fields_and_a_wrong_return_says_what_it
     for returned, said in ((None, "got None (no return?)"), (1.0, "got a float"), (torch.ones(2), "shape (2,)")):
         with pytest.raises(bigbatch.BigbatchError, match=re.escape(said)):
             rep.step(lambda micro, r=returned: r, Batch(torch.randn(8, 3), torch.randn(8, 1)), opt)
-    with pytest.raises(bigbatch.BigbatchError, match=r"go in a NumPy array \(np.asarray"):
+    with pytest.raises(bigbatch.BigbatchError, match=r"got its .paths. str: .* as a NumPy array \(np.asarray"):
         rep.step(step_fn, {"x": torch.randn(8, 3), "paths": "a.png"}, opt)
 
 

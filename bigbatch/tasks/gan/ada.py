@@ -316,7 +316,7 @@ def _filter_matrices(taps: torch.Tensor, size: int, dense: bool | None = None) -
     the taps gathered (a GPU's, on the device: found by review, built on the host it was a float64 product of
     (n, 43) by (43, size²) and two (n, size, size) copies to the GPU each call) give alike, bit for bit."""
     if dense if dense is not None else taps.device.type == "cpu":
-        return torch.einsum("nt,tij->nij", taps, _band_matrices(size))
+        return torch.einsum("nt,tij->nij", taps, _band_matrices(size).to(taps.device, non_blocking=True))
     zero = torch.cat([taps, taps.new_zeros(len(taps), 1)], 1)  # (n, 44): tap 43 is 0
     slots = _band_taps(size, taps.device)
     out = zero[:, slots[0]]
