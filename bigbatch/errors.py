@@ -51,6 +51,11 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
+def counted_names(names: list[str], noun: str) -> str:
+    """ "2 images (a.png, ...)": a count in a message, with the first of them named."""
+    return f"{counted(len(names), noun)} ({names[0]}{', ...' if len(names) > 1 else ''})"
+
+
 def warn(message: str, once: bool = False) -> None:
     """Tell the user about something that did not stop the command (on stderr, one line). `once`: not
     again in this process (a fact that several readers of the same file come upon)."""

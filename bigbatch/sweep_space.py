@@ -19,7 +19,7 @@ def _range(spec: Any) -> tuple | None:
 
 def _ends(spec: Any) -> list[Any]:
     """A space entry's choices, or its range's ends ([]: neither; suggest says what it must be)."""
-    return list(_range(spec)[:2]) if _range(spec) else list(spec) if isinstance(spec, list) else []
+    return list(ends[:2]) if (ends := _range(spec)) else list(spec) if isinstance(spec, list) else []
 
 
 def check_space(base: Config, space: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         ),
         f"source      {m.get('source', '?')}",
         f"resize      {m.get('resize', '?')}",
-        f"skipped     {m.get('skipped', 0)} file{'' if m.get('skipped', 0) == 1 else 's'}"
+        f"skipped     {counted(m.get('skipped', 0), 'file')}"
         + "".join(f"\n              {name}: {reason}" for name, reason in m.get("skipped_examples", [])),
         *(
             [f"enlarged    {counted(m['enlarged'], 'image')} smaller than the resolution, scaled up to it"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials, url_fix
 
@@ -99,10 +99,9 @@ def _exists(out: Location, storage_options: dict[str, Any] | None) -> bool:
         fs, path = out.fs(storage_options)
         return bool(fs.exists(path))
     except Exception as e:  # noqa: BLE001 -- s3fs/botocore errors have no common base; one line for all
-        fix = url_fix(e) or "check the bucket, the credentials and the endpoint"  # (found from outside: no credentials
-        raise BigbatchError(
-            f"cannot reach output {out.name}: {type(e).__name__}: {e} ({fix})"
-        ) from None  # a traceback)
+        # (found from outside: no credentials was a traceback)
+        fix = url_fix(e) or "check the bucket, the credentials and the endpoint"
+        raise BigbatchError(f"cannot reach output {out.name}: {type(e).__name__}: {e} ({fix})") from None
 
 
 SHOWN = 5  # skipped files named in the report
@@ -135,9 +134,8 @@ class Report:
         classes = f"{n} class{'es' * (n != 1)}" if self.class_names else "unconditional (no classes)"
         shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
         lines = [
-            f"wrote {self.out}: {self.count} image{'s' * (self.count != 1)} {shape}, {classes}, from {self.source} "
-            f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, "
-            f"{self.workers} worker{'s' * (self.workers != 1)})",
+            f"wrote {self.out}: {counted(self.count, 'image')} {shape}, {classes}, from {self.source} "
+            f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {counted(self.workers, 'worker')})",
             f"content {self.content_hash}",
         ]
         if self.resumed:
@@ -150,8 +148,7 @@ class Report:
         if self.enlarged:
             lines.append(f"enlarged {self.enlarged} of them: smaller than the resolution, scaled up to it (blurred)")
         if self.skipped:
-            n = len(self.skipped)
-            lines.append(f"skipped {n} file{'s' * (n != 1)} (--strict: an error instead):")
+            lines.append(f"skipped {counted(len(self.skipped), 'file')} (--strict: an error instead):")
             lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
             if len(self.skipped) > SHOWN:
                 lines.append(f"  ... and {len(self.skipped) - SHOWN} more")

@@ -144,13 +144,13 @@ def _regular_or_missing(file: str) -> bool:
 
 
 def list_source(
-    src: str | Location, storage_options: dict[str, Any] | None = None, classes: bool = True, members: bool = False
+    src: str | Location, storage_options: dict[str, Any] | None = None, classes: bool = True, as_named: bool = False
 ) -> Listing:
     """Every file of a folder, zip or URL prefix in sorted order, labelled by its top-level folder; without
     `classes`, every file at any depth, unlabelled (label 0: sub-folders are not classes). Tar files (one, a
     brace pattern of WebDataset shards, a folder or prefix of them) as bigbatch.data.tars lists them. A zip's one
-    folder at the top is a wrapper, left out of the names, unless `members` (the names its members have: predict's,
-    found from outside)."""
+    folder at the top (a tar's too) is a wrapper, left out of the names, unless `as_named` (the names its members
+    have: predict's, found from outside)."""
     src = Location.of(src)
     globbed = not src.url and not src.path.exists() and any(c in src.name for c in "*?[")
     if src.name.startswith("pipe:") or globbed:
@@ -160,9 +160,9 @@ def list_source(
         )
     shards = tars.shards_named(src)
     if shards is not None:
-        return tars.list_tars(shards, storage_options, classes, members)
+        return tars.list_tars(shards, storage_options, classes, as_named)
     if src.url:
-        return _list_url(src, storage_options, classes, members)
+        return _list_url(src, storage_options, classes, as_named)
     path = src.path
     if not path.exists():
         raise BigbatchError(
@@ -170,11 +170,11 @@ def list_source(
         )
     if path.is_file():
         if zipfile.is_zipfile(path):
-            return _list_zip(ZipSource(src), classes, members)
+            return _list_zip(ZipSource(src), classes, as_named)
         if path.suffix.lower() == ".zip":
             raise BigbatchError(f"source {src.name} is not a readable zip archive (damaged, or another kind of file)")
         if tars.is_tar_name(src.text) or tarfile.is_tarfile(path):
-            return tars.list_tars([src], storage_options, classes, members)
+            return tars.list_tars([src], storage_options, classes, as_named)
         raise BigbatchError(f"source {src.name} is a single file; give a folder of images, a .zip or a .tar")
     rel, special = [], []
     # Each folder with the folders above it, by identity: a link to one of those is a loop, not followed. A
@@ -204,7 +204,7 @@ def list_source(
     rel = sorted(r for r in rel if not hidden(r))
     shards = tars.shards_in(src, rel)
     if shards is not None:
-        return tars.list_tars(shards, storage_options, classes, members)
+        return tars.list_tars(shards, storage_options, classes, as_named)
     listing = _listing(FolderSource(), [str(path / r) for r in rel], rel, classes)
     listing.special = sorted(r for r in special if not hidden(r))
     return listing
@@ -226,7 +226,7 @@ def _not_there(src: Location, fs: Any, root: str) -> str:
     return f"source {src.name} is not on its server: give a folder (its URL ending in /), a .zip or .tar shards"
 
 
-def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bool, members: bool) -> Listing:
+def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bool, as_named: bool) -> Listing:
     """Every object under a URL prefix (or the members of a .zip object)."""
     fs, root = src.fs(storage_options)
     try:
@@ -235,7 +235,7 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
         # (an HTTP server's folder page is a file too: a URL ending in "/" names the folder it lists)
         if not src.text.endswith("/") and fs.isfile(root):
             if root.lower().endswith(".zip"):
-                return _list_zip(ZipSource(src, storage_options), classes, members)
+                return _list_zip(ZipSource(src, storage_options), classes, as_named)
             slash = " (over HTTP, a folder's URL ends in /)" if src.text.startswith(("http:", "https:")) else ""
             raise BigbatchError(
                 f"source {src.name} is a single file; give a folder (prefix) of images{slash}, a .zip or .tar shards"
@@ -256,7 +256,7 @@ def _list_url(src: Location, storage_options: dict[str, Any] | None, classes: bo
     paths = sorted((p for p in stamps if not hidden(named(p))), key=named)
     shards = tars.shards_in(src, [p[cut:] for p in paths])
     if shards is not None:
-        return tars.list_tars(shards, storage_options, classes, members)
+        return tars.list_tars(shards, storage_options, classes, as_named)
     return _listing(FsspecSource(src, storage_options, stamps), paths, [named(p) for p in paths], classes)
 
 
@@ -301,7 +301,7 @@ def _utf8_name(info: zipfile.ZipInfo) -> str:
         return info.filename
 
 
-def _list_zip(source: ZipSource, classes: bool, members: bool = False) -> Listing:
+def _list_zip(source: ZipSource, classes: bool, as_named: bool = False) -> Listing:
     infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not hidden(i.filename)]
     # A name added again (`zip -u`, or appended) counts once, as its last copy, which reading by name gives; as a
     # tar's (found from outside: both entries were read, the last copy twice and the first lost)
@@ -310,7 +310,7 @@ def _list_zip(source: ZipSource, classes: bool, members: bool = False) -> Listin
     rel = [_utf8_name(i) for i in infos]  # what classes and labels are named by
     # Zips of a folder usually hold that one folder at the top: it is a wrapper, not a class.
     tops = {n.split("/", 1)[0] for n in rel}
-    if not members and len(tops) == 1 and all("/" in n for n in rel):
+    if not as_named and len(tops) == 1 and all("/" in n for n in rel):
         rel = [n.split("/", 1)[1] for n in rel]
     return _listing(source, names, rel, classes)
 

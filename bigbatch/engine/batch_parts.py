@@ -85,12 +85,15 @@ def length(batch: Any) -> int:
             raise BigbatchError("every tensor of a batch needs a batch dimension (dim 0); got a 0-d tensor")
         return batch.shape[0]
     if isinstance(batch, (tuple, list, dict)):
-        items = batch.items() if isinstance(batch, dict) else enumerate(batch)
-        for key, b in items:  # (found from outside: a list of labels, or a dict's int, was said to be "got int")
-            if not isinstance(b, (torch.Tensor, np.ndarray, tuple, list, dict)) and b is not None:
+        lengths = set()
+        for key, b in batch.items() if isinstance(batch, dict) else enumerate(batch):
+            if b is None:
+                continue
+            # (named with its container: found from outside, a list of labels or a dict's int was said to be "got int")
+            if not isinstance(b, (torch.Tensor, np.ndarray, tuple, list, dict)):
                 where = f"its {key!r}" if isinstance(batch, dict) else f"a {type(batch).__name__} of"
                 _not_a_batch(f"{where} {type(b).__name__}")
-        lengths = {length(b) for b in (batch.values() if isinstance(batch, dict) else batch) if b is not None}
+            lengths.add(length(b))
         if len(lengths) != 1:
             raise BigbatchError(f"the tensors of a batch must agree in dim 0, got lengths {sorted(lengths)}")
         return lengths.pop()

@@ -28,7 +28,7 @@ import numpy as np
 
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import read_metadata, write_metadata
-from bigbatch.errors import BigbatchError, counted, warn
+from bigbatch.errors import BigbatchError, counted_names, warn
 from bigbatch.faces.image_file import TooLarge, check_size, imdecode
 from bigbatch.faces.video import IMAGE_SUFFIXES, VIDEO_SUFFIXES, Video, frame_name, is_video, natural_key
 from bigbatch.files import atomic_write
@@ -417,8 +417,9 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
     if not path.exists():
         # (found from outside: DFL's aligned folder or hand-fixed faces, without a journal, were replaced unsaid)
         if others := sorted(p.name for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
-            images = f"{counted(len(others), 'image')} ({others[0]}{', ...' * (len(others) > 1)})"
-            raise BigbatchError(f"OUT {out} holds {images} no extract recorded: give an empty or new folder")
+            raise BigbatchError(
+                f"OUT {out} holds {counted_names(others, 'image')} no extract recorded: give an empty or new folder"
+            )
         atomic_write(path, json.dumps({"settings": asdict(settings), "source": source.identity()}) + "\n")
         return {}
     lines = path.read_text().splitlines()

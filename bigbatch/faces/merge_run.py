@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bigbatch.data import align
-from bigbatch.errors import BigbatchError, counted, warn
+from bigbatch.errors import BigbatchError, counted, counted_names, warn
 from bigbatch.faces.enhance import enhancer_file
 from bigbatch.faces.merge import (
     BATCH,
@@ -198,7 +198,7 @@ def merge_folder(
             for p in Path(out).iterdir()
             if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file() and not (p.suffix == ".png" and ours(p.stem))
         ):
-            images = f"{len(others)} image{'s' * (len(others) != 1)} ({others[0]}{', ...' * (len(others) > 1)})"
+            images = counted_names(others, "image")
             raise BigbatchError(f"OUT {out} holds {images} a merge did not record: give an empty folder or remove them")
     if writer is not None and source.files:  # (found from outside: cropped or stretched into the video)
         check_one_size(source.files)

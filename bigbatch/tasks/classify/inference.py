@@ -156,7 +156,7 @@ def _source(path: str) -> tuple[str, Path | Location, ImageFiles | None]:
     give = "give image files, folders, .zip or .tar files of images"
     if not (listed or p.exists()):
         raise BigbatchError(f"{path} does not exist; {give}")
-    files = ImageFiles(list_source(where, classes=False, members=True), where.name, give)
+    files = ImageFiles(list_source(where, classes=False, as_named=True), where.name, give)
     return (where.name.rstrip("/") if where.url else str(p)), p, files
 
 

@@ -405,11 +405,13 @@ class GANTask:
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1 and the orthogonal
         # regularization apart: found from outside, ortho's in loss_D)
-        out |= {"loss_D": adversarial.detach(), "ortho_D": ortho.detach()} if torch.is_tensor(ortho) else {}
+        if torch.is_tensor(ortho) or self._r1:
+            out["loss_D"] = adversarial.detach()
+        if torch.is_tensor(ortho):
+            out["ortho_D"] = ortho.detach()
         if self._r1:
             penalty = losses.r1_penalty(logits_real, shown)
             out["loss"] = loss + self._r1 * penalty
-            out["loss_D"] = adversarial.detach()
             out["r1_penalty"] = penalty.detach()
         if aug_real is not None:  # ADA's r_t
             out["D_real_sign"] = logits_real.detach().sign().mean()
@@ -499,12 +501,12 @@ class GANTask:
         stats = {"grad_norm_G": self.rep.grad_norm(self.opt_G)}
         if not isinstance(out, dict):
             return {"loss_G": out, **stats}
-        if "pl_length" not in out:  # (the orthogonal regularization's, apart)
-            return {"loss_G": out["loss_G"], "ortho_G": out["ortho_G"], **stats}
+        said = {k: out[k] for k in ("loss_G", "ortho_G") if k in out}  # (the orthogonal regularization's apart)
+        if "pl_length" not in out:
+            return {**said, **stats}
         # The engine's mean over micro-batches and ranks of each one's scaled sums: the step's means.
         if not self.rep.skipped(self.opt_G):
             self.pl_mean += t.pl_decay * (out["pl_length"] - self.pl_mean)
-        said = {k: out[k] for k in ("loss_G", "ortho_G") if k in out}
         return {**said, **stats, "pl_penalty": out["pl_penalty"], "pl_length": out["pl_length"]}
 
     def probe(self, m: int) -> None:

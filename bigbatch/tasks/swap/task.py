@@ -127,8 +127,9 @@ def build(
             "needs the eyes-and-mouth region in both data sets (a fifth channel): prepare them with "
             "bigbatch prepare --masks dfl|DIR --eyes-mouth dfl|DIR, or set it to false",
         )
-    told = run and resumed_at is None and rep.is_main and not all(f[:8] == "builtin:" for f in (d.path, d.dst_path))
-    if s.masked_training and max(data.channels, dst.channels) < 4 and told:  # (built-in sets have no masks to make)
+    made = all(f.startswith("builtin:") for f in (d.path, d.dst_path))  # (built-in sets have no masks to make)
+    told = run and resumed_at is None and rep.is_main and not made
+    if s.masked_training and max(data.channels, dst.channels) < 4 and told:
         warn(  # (found from outside: said by `bigbatch info` only, where a DFL user forgot --masks dfl)
             "swap.masked_training: neither data set has face masks, so this run trains unmasked, on whole faces (as "
             "DFL without masks): prepare both with --masks dfl|alpha|DIR to train inside the faces' masks"
