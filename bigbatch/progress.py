@@ -112,7 +112,7 @@ class Progress:
         self.window = Window(rep)
         if resumed and run.log_window:  # the row under way at the checkpoint: its sums go on
             self.window.resume(run.log_window)
-        self.losses: set[str] = set()  # the task's losses seen so far: shown with each row (nan if all skipped)
+        self.losses: set[str] = set()  # the task's losses seen so far: shown with each row ("-" if all skipped)
 
     def seconds(self) -> float:
         """Wall time of training so far, summed over the run's resumes (from the checkpoints kept)."""
@@ -141,11 +141,12 @@ class Progress:
         self.losses |= {k for k in row if k.endswith("_loss")}  # (a swap's src_loss and dst_loss, DFL's per-sample
         # numbers: found from outside, its console showed only the batch's sum, as "loss")
         self.losses |= {"augment_p"} & row.keys()  # [augment]'s p, which ADA moves
-        shown = {k: row.get(k, math.nan) for k in sorted(self.losses)}
-        self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()})
+        # (a loss not in the row, whose steps were all skipped, as "-": found from outside, "nan" read as diverged)
+        shown = {k: f"{row[k]:.3f}" if k in row else "-" for k in sorted(self.losses)}
+        self.bar.set_postfix(shown)
         if self.bar.disable and not self.quiet:
             eta = max(0, self.total - nimg) / max(row["img_per_s"], 1e-9)  # the last step may pass the end
-            losses = "  ".join(f"{k} {v:.3f}" for k, v in shown.items())
+            losses = "  ".join(f"{k} {v}" for k, v in shown.items())
             total = self.run.cfg.train.kimg
             places = max(1, min(4, 1 - math.floor(math.log10(total)))) if total > 0 else 1  # 0.032/0.064, 1.2/30
             for written in (f"{total:g}", f"{self.run.cfg.train.log_every_kimg:g}"):

@@ -249,7 +249,7 @@ def test_parse_bytes(capsys):
 
 def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_and_said(capsys, monkeypatch):
     # Found from outside: a run that went bad mid-way skipped steps as "settling" until its scale fell to 1, unsaid
-    # and uncounted; the first overflow after a step applied is the scale's growth undone, the next ones are not.
+    # and uncounted; the scale's fall from its start settles down to 2^8, then each overflow in a row counts.
     from bigbatch.engine.arguments import SkipLimitReached
 
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
@@ -260,21 +260,36 @@ def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_an
         rep.step(lambda m: net(m).float().mean(), torch.randn(8, 4), opt)
     assert not rep.skipped(opt)
     with pytest.raises(SkipLimitReached):
-        for _ in range(10):  # (16 halvings from 2^16 before: each one settling)
+        for _ in range(20):
             rep.step(lambda m: net(m).float().sum() * 1e30, torch.randn(8, 4), opt)
-    assert rep.counters()["opt0"]["skipped"] == 3 and rep.steps(opt) == 6  # one settling, then two counted: stopped
+    # 8 halvings settling (2^16 .. 2^9), then 3 counted (of 14 steps): stopped at a scale of 2^5, not 1
+    assert rep.counters()["opt0"]["skipped"] == 11 and rep.steps(opt) == 14
     err = capsys.readouterr().err
-    assert (
-        err.count("fp16 loss scale settling") == 1 and err.count("skipped: its loss or gradients are not finite") == 2
-    )
-    # Nor does a run that overflows every other step (found by review): only a scale grown since settles.
+    assert err.count("fp16 loss scale settling") == 1
+    assert err.count("skipped: its loss or gradients are not finite") == 3
+    assert "fp16 loss scale now 32\n" in err
+    # Nor does a run that overflows every other step below the floor (found by review): only a scale grown since.
     rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", precision="fp16")
     net, opt = rep.prepare(lin), rep.wrap_optimizer(torch.optim.SGD(lin.parameters(), 0.1))
     with pytest.raises(SkipLimitReached):
-        for i in range(20):
+        for i in range(40):
             rep.step(lambda m, f=1e30 if i % 2 else 1.0: net(m).float().mean() * f, torch.randn(8, 4), opt)
-    assert rep.steps(opt) == 6 and rep.counters()["opt0"]["skipped"] == 3  # (the first settled, two counted)
-    assert rep.state_dict()["optimizers"]["opt0"]["settled"] == 8192  # (kept with a checkpoint)
+    assert rep.steps(opt) == 28 and rep.counters()["opt0"]["skipped"] == 14  # (8 settled, 6 counted)
+    assert rep.state_dict()["optimizers"]["opt0"]["settled"] == 4  # (kept with a checkpoint)
+
+
+def test_fp16s_scale_falling_from_its_start_between_applied_steps_is_settling(capsys, monkeypatch):
+    # Found from outside: StyleGAN2's paper preset in fp16 stopped at its 5th G step ("2 of the last 5 G steps"):
+    # its path length steps overflowed at scales the others took, each fall of the scale counted.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", precision="fp16")
+    lin = torch.nn.Linear(4, 2)
+    net, opt = rep.prepare(lin), rep.wrap_optimizer(torch.optim.SGD(lin.parameters(), 0.1))
+    for i in range(20):  # every other step's weight gradients 192: over fp16's 65504 at a scale of 2^9, not 2^8
+        rep.step(lambda m, f=24.0 if i % 2 else 1.0: net(m).float().sum() * f, torch.ones(8, 4), opt)
+    err = capsys.readouterr().err
+    assert rep.counters()["opt0"]["skipped"] == 8 and not rep.skipped(opt) and rep.steps(opt) == 20
+    assert err.count("fp16 loss scale settling") == 1 and "skipped: its loss or gradients are not finite" not in err
 
 
 def test_fp16s_loss_scale_settling_is_said_once(capsys, monkeypatch):

@@ -386,13 +386,15 @@ class Replicator:
                 clip_grads_with_norm_(params, self.grad_clip, norm)
             opt.step()
         # fp16's scaler starts at 2^16, halves on each overflow and doubles after 2000 steps applied: a finite loss's
-        # overflow (scale above 1) before any step applied, or at a scale grown since the last overflow, is it
-        # settling, not counted towards skip_limit; others count (found from outside: a run gone bad skipped 16 unsaid).
+        # overflow before any step applied, at a scale above SETTLING_FLOOR (its fall from the start: steps between
+        # halvings, as StyleGAN2's path length steps overflow at a scale others take, found from outside) or at a
+        # scale grown since the last overflow, is it settling, not counted towards skip_limit; others count (found
+        # from outside: a run gone bad skipped 16 unsaid, down to a scale of 1).
         # (read only for a skipped step: get_scale() waits for the device, after the optimizer's kernels; found by
         # review, a second wait of every fp16 step)
         scale = state.scaler.get_scale() if state.scaler.is_enabled() and not finite else 0.0
         grown = state.steps == state.skipped or scale > state.settled  # (nothing applied yet, or grown since)
-        settling = not finite and loss_finite and scale > 1.0 and grown
+        settling = not finite and loss_finite and (scale > prec.SETTLING_FLOOR or scale > 1.0 and grown)
         if state.scaler.is_enabled():
             state.scaler.update()
             if not finite:
