@@ -249,6 +249,8 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
 
 
 def _generated(args: argparse.Namespace, device: object, compares: bool, load_generator: Any) -> dict:
+    from bigbatch.sampling import restyle
+
     G = load_generator(args.path, device=device)  # a run's newest checkpoint, even if the run prunes it meanwhile
     cfg = G.config
     e = cfg.eval  # the run's evaluation settings, unless a flag says otherwise
@@ -256,15 +258,8 @@ def _generated(args: argparse.Namespace, device: object, compares: bool, load_ge
     if not 0 <= standing <= MAX_STANDING:
         raise BigbatchError(f"--standing-stats must be a number of batches, 0 to {MAX_STANDING:,}, got {standing}")
     truncation = e.truncation if args.truncation is None else args.truncation
-    if args.psi is not None:  # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores)
-        if not math.isfinite(args.psi):  # (found from outside: a StyleGAN2 run was pointed to BigGAN's option)
-            raise BigbatchError(f"--psi must be a number (1 = off, 0.7 typical), got {args.psi}")
-        if not hasattr(G, "truncation_psi"):
-            raise BigbatchError(
-                f"--psi is StyleGAN2's truncation of w (a number, 1 = off, 0.7 typical); this run's G is "
-                f"{cfg.model.name}, got {args.psi}: use --truncation (BigGAN's truncation of z)"
-            )
-        G.truncation_psi = args.psi
+    # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores)
+    restyle(G, args.psi, options=True)
     seed = e.seed if args.seed is None else args.seed
     batch_size = args.batch_size or e.batch_size
     return _scored(args, G, device, standing, truncation, seed, batch_size, compares)

@@ -39,7 +39,7 @@ def _sample(args: argparse.Namespace) -> None:
 
     from bigbatch.config import MIN_TRUNCATION
     from bigbatch.files import atomic_write
-    from bigbatch.sampling import generate, grid, interpolation_sheet, sample, save_png, standing_stats
+    from bigbatch.sampling import generate, grid, interpolation_sheet, restyle, sample, save_png, standing_stats
     from bigbatch.tasks.gan.load import load_generator
 
     if args.interp and args.npz:
@@ -74,19 +74,7 @@ def _sample(args: argparse.Namespace) -> None:
     device = device_named(args.device)
     G = load_generator(args.path, device)  # a run's newest checkpoint, even if the run prunes it meanwhile
     ckpt = G.checkpoint
-    if args.psi != 1:
-        if not hasattr(G, "truncation_psi"):
-            raise BigbatchError(
-                f'--psi needs a generator with a mapping network (model.name = "stylegan2"); this run\'s is '
-                f"{G.config.model.name}: use --truncation (BigGAN's truncation of z)"
-            )
-        G.truncation_psi = args.psi
-    if args.noise_mode != "random":
-        if not hasattr(G, "noise_mode"):
-            raise BigbatchError(
-                f"--noise-mode is a StyleGAN2's (model.name = \"stylegan2\"); this run's is {G.config.model.name}"
-            )
-        G.noise_mode = args.noise_mode
+    restyle(G, args.psi, args.noise_mode, options=True)
     if not args.interp:
         _check_fits(args.n, G.config.data.resolution)
     if args.standing_stats:

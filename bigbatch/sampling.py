@@ -101,6 +101,34 @@ def generate(G: nn.Module, z: torch.Tensor, y: torch.Tensor | None, batch_size: 
     return torch.cat(out) if out else torch.empty(0, G.resolution, G.resolution, G.img_channels, dtype=torch.uint8)
 
 
+NOISE_MODES = ("random", "const", "none")  # StyleGAN2's: each image's own (from its z), each layer's fixed, none
+
+
+def restyle(G: nn.Module, psi: float | None = None, noise_mode: str | None = None, options: bool = False) -> None:
+    """Set a StyleGAN2 G's truncation of w (`psi`, 1: off) and noise mode (NOISE_MODES), checked; None leaves
+    either as it is. `options`: messages name the command line's --psi and --noise-mode."""
+    named = ("--psi", "--noise-mode") if options else ("psi", "noise_mode")
+    config = getattr(G, "config", None)
+    family = config.model.name if config is not None else type(G).__name__
+    if psi is not None:
+        if not isinstance(psi, (int, float)) or not math.isfinite(psi):
+            raise BigbatchError(f"{named[0]} must be a number (1 = off, 0.7 typical), got {psi!r}")
+        if psi != 1 and not hasattr(G, "truncation_psi"):
+            raise BigbatchError(
+                f'{named[0]} needs a generator with a mapping network (model.name = "stylegan2"); this one is '
+                f"{family}: use {'--truncation' if options else 'truncation'} (BigGAN's truncation of z)"
+            )
+        if hasattr(G, "truncation_psi"):
+            G.truncation_psi = float(psi)
+    if noise_mode is not None:
+        if noise_mode not in NOISE_MODES:
+            raise BigbatchError(f"{named[1]} must be one of {', '.join(NOISE_MODES)}, got {noise_mode!r}")
+        if noise_mode != "random" and not hasattr(G, "noise_mode"):
+            raise BigbatchError(f'{named[1]} is a StyleGAN2\'s (model.name = "stylegan2"); this one is {family}')
+        if hasattr(G, "noise_mode"):
+            G.noise_mode = noise_mode
+
+
 def sample(
     G: nn.Module,
     n: int = 64,
@@ -109,14 +137,35 @@ def sample(
     truncation: float | None = None,
     batch_size: int = 64,
     with_labels: bool = False,
+    psi: float | None = None,
+    noise_mode: str | None = None,
 ) -> Any:
     """n images from G as a uint8 NHWC tensor. `classes`: labels to cycle through (image i gets
     classes[i % len(classes)]); by default each image's label is drawn from its seed. `with_labels`:
-    (images, labels int64, None for an unconditional G)."""
+    (images, labels int64, None for an unconditional G). A StyleGAN2's `psi` (truncation of w, 1: off) and
+    `noise_mode` ("random", "const" as ADA's generate.py, "none"), for these images only (G keeps its own)."""
     if not isinstance(G, nn.Module) or not hasattr(G, "dim_z"):
         raise BigbatchError(
             f"sample takes a generator (bigbatch.load_generator(RUN) or one of bigbatch.models), got {type(G).__name__}"
         )
+    kept = {k: getattr(G, k) for k in ("truncation_psi", "noise_mode") if hasattr(G, k)}
+    restyle(G, psi, noise_mode)  # (found from outside: the API had no truncation of w, the CLI's --psi)
+    try:
+        return _sample(G, n, seed, classes, truncation, batch_size, with_labels)
+    finally:
+        for k, v in kept.items():
+            setattr(G, k, v)
+
+
+def _sample(
+    G: nn.Module,
+    n: int,
+    seed: int,
+    classes: Sequence[int] | None,
+    truncation: float | None,
+    batch_size: int,
+    with_labels: bool,
+) -> Any:
     n, batch_size = whole_number("n", n, 0), whole_number("batch_size", batch_size, 1)
     seed = whole_number("seed", seed, 0)  # (found from outside: seed="a", a TypeError deep in the streams)
     n_classes = getattr(G, "n_classes", 0)

@@ -346,9 +346,11 @@ def test_path_length_and_psi_need_a_mapping_network(tmp_path, capsys):
     capsys.readouterr()
     assert main(["sample", str(tmp_path / "dcgan"), "--psi", "0.5"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        'bigbatch: error: --psi needs a generator with a mapping network (model.name = "stylegan2"); this run\'s is '
+        'bigbatch: error: --psi needs a generator with a mapping network (model.name = "stylegan2"); this one is '
         "dcgan: use --truncation (BigGAN's truncation of z)"
     ]
+    with pytest.raises(bigbatch.BigbatchError, match=r"^psi needs a generator with a mapping network .* dcgan: use tr"):
+        bigbatch.sample(load_generator(tmp_path / "dcgan"), n=2, psi=0.5)  # (the API's own names)
     assert main(["export", str(tmp_path / "dcgan"), str(tmp_path / "g.pt"), "--psi", "0.7"]) == 2
     assert 'error: --psi is StyleGAN2\'s truncation of w (model.name = "stylegan2");' in capsys.readouterr().err
     assert not (tmp_path / "g.pt").exists()
@@ -398,6 +400,15 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
 
     out = str(tmp_path / "const.npz")
     assert main(["sample", str(run), "--noise-mode", "const", "--n", "5", "--seed", "4", "--npz", "--out", out]) == 0
+    # The API's sample takes them too, for its images alone (found from outside: G.truncation_psi, undocumented).
+    G = load_generator(run)
+    got = bigbatch.sample(G, n=5, seed=4, psi=0.5, noise_mode="const")
+    assert G.truncation_psi == 1 and G.noise_mode == "random"
+    assert main(["sample", str(run), *("--psi", "0.5", "--noise-mode", "const", "--n", "5", "--seed", "4"),
+                 "--npz", "--out", str(tmp_path / "psi.npz")]) == 0  # fmt: skip
+    assert np.array_equal(np.load(tmp_path / "psi.npz")["arr_0"], got.numpy())
+    with pytest.raises(bigbatch.BigbatchError, match="noise_mode must be one of random, const, none, got 'fixed'"):
+        bigbatch.sample(G, n=1, noise_mode="fixed")
     drawn = draw_latents(5, 16, 4, 10)
     assert (exported(*drawn).int() - torch.from_numpy(np.load(out)["arr_0"]).int()).abs().max() <= 1
     assert main(["sample", str(tmp_path / "r"), "--noise-mode", "fixed"]) == 2
@@ -549,3 +560,31 @@ def test_a_grayscale_stylegan2_ada_model_converts(tmp_path, capsys):
     assert all(torch.equal(weights["D"][k], v) for k, v in D.state_dict().items())
     assert main(["sample", str(tmp_path / "c"), "--n", "4", "--npz", "--out", str(tmp_path / "s.npz")]) == 0
     assert np.load(tmp_path / "s.npz")["arr_0"].shape[-1] == 1
+
+
+def test_a_class_conditional_stylegan2_ada_model_converts_under_an_unconditional_preset(tmp_path, capsys):
+    # Found from outside: a conditional snapshot under a paper preset (model.conditional false) listed 3 problems,
+    # none naming the key; convert reads its 10 classes from the weights, and now builds the model they hold.
+    from bigbatch.checkpoints import load_checkpoint
+    from bigbatch.models import convert
+
+    torch.manual_seed(0)
+    G, D = models.create("stylegan2", 16, 10, ch=2, dim_z=16, ch_max=16, w_dim=16, map_layers=2)
+    (tmp_path / "ada").mkdir()
+    for net, model in (("G", G), ("D", D)):
+        torch.save(convert.to_reference(model), tmp_path / "ada" / f"{net}.pth")
+    overrides = [
+        "model.name=stylegan2",
+        "data.resolution=16",
+        "model.ch=2",
+        "model.dim_z=16",
+        "model.conditional=false",
+    ]
+    overrides += ["model.options={ch_max=16, w_dim=16, map_layers=2}"]
+    assert main(["convert", str(tmp_path / "ada"), str(tmp_path / "c"), "--preset", "digits", *overrides]) == 0
+    assert "holds a class-conditional StyleGAN2-ADA model: converted with model.conditional=true" in (
+        capsys.readouterr().err
+    )
+    weights, _ = load_checkpoint(tmp_path / "c" / "checkpoints" / "000000.000", nets=("G",))
+    assert all(torch.equal(weights["G"][k], v) for k, v in G.state_dict().items())
+    assert main(["sample", str(tmp_path / "c"), "--n", "4", "--classes", "3", "--out", str(tmp_path / "s.png")]) == 0
