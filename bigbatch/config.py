@@ -9,6 +9,8 @@ is checked by those modules, which register their checks with `register_check`: 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
@@ -423,6 +425,17 @@ class AugmentConfig(Section):
         return (0.0 if self.target else 1.0) if self.p == "auto" else float(self.p)
 
 
+def _not_a_section(section: Any, path: list[str]) -> str:
+    """Why `path` (dotted, its last part under `section`) names no section: the section meant, where a name is
+    close to one, and those there (found from outside: `checkpoints.keep` said only "not a section")."""
+    tables = [k for k, v in section.to_dict().items() if isinstance(v, dict)] if isinstance(section, Section) else []
+    where = f"[{section._name}]" if isinstance(section, Section) and section._name else "the top level"
+    said = f"'{'.'.join(path)}' is not a section"
+    close = difflib.get_close_matches(path[-1], tables, n=1)
+    hint = f" (did you mean '{'.'.join([*path[:-1], close[0]])}'?)" if close else ""
+    return f"{said}{hint}; sections in {where}: {', '.join(tables)}" if tables else said
+
+
 @dataclass
 class Config(Section):
     name: str = "digits"
@@ -455,13 +468,12 @@ class Config(Section):
         tree = copy.deepcopy(self.to_dict())
         for dotted, value in updates.items():
             *parents, leaf = dotted.split(".")
-            node = tree
+            node, section = tree, self
             for i, part in enumerate(parents):
                 child = node.get(part)
                 if not isinstance(child, dict):
-                    path = ".".join(parents[: i + 1])
-                    raise BigbatchError(f"unknown config key '{dotted}': '{path}' is not a section")
-                node = child
+                    raise BigbatchError(f"unknown config key '{dotted}': {_not_a_section(section, parents[: i + 1])}")
+                node, section = child, getattr(section, part)
             before = node.get(leaf)
             if warn_dropped and isinstance(before, dict) and isinstance(value, dict) and before.keys() - value.keys():
                 # A table given whole replaces the table (TOML's meaning); say what that drops, which one key's
@@ -473,6 +485,34 @@ class Config(Section):
                 )
             node[leaf] = value
         return Config.from_dict(tree)
+
+    def layered(self, tree: dict[str, Any]) -> Config:
+        """This config with a TOML file's `tree` laid over it: its sections key by key, a table value (as
+        model.options) whole, as TOML and the command line's `model.options={...}` mean; checked like any other."""
+
+        def over(section: Section, part: dict[str, Any]) -> dict[str, Any]:
+            out = section.to_dict()
+            for k, v in part.items():
+                below = getattr(section, k, None)
+                out[k] = over(below, v) if isinstance(below, Section) and isinstance(v, dict) else v
+            return out
+
+        return Config.from_dict(over(self, tree))
+
+    def left_out(self, tree: dict[str, Any]) -> list[str]:
+        """The dotted keys that this config sets (not None) and a TOML file's `tree` does not."""
+
+        def keys(section: Section, part: Any, prefix: str) -> list[str]:
+            out = []
+            for f in dataclasses.fields(section):
+                value, given = getattr(section, f.name), part.get(f.name) if isinstance(part, dict) else None
+                if isinstance(value, Section):
+                    out += keys(value, given, f"{prefix}{f.name}.")
+                elif value is not None and (not isinstance(part, dict) or f.name not in part):
+                    out.append(prefix + f.name)
+            return out
+
+        return keys(self, tree, "")
 
     @staticmethod
     def load(path: str | Path) -> Config:

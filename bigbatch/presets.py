@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from bigbatch.config import (
     AugmentConfig,
@@ -16,7 +17,8 @@ from bigbatch.config import (
     SampleConfig,
     TrainConfig,
 )
-from bigbatch.errors import BigbatchError
+from bigbatch.config_types import read_toml
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.presets_classify import IMAGENET
 
 _PRESETS: dict[str, Callable[[], Config]] = {}
@@ -38,15 +40,29 @@ def list_presets() -> dict[str, str]:
 
 
 def base_config(name: str | None, config: str | None, default: str = "digits") -> Config:
-    """The config a command starts from: --preset NAME, or --config FILE.toml, or the `default` preset."""
-    if name and config:
-        raise BigbatchError("give either --preset or --config, not both")
+    """The config a command starts from: --preset NAME, or --config FILE.toml, or the `default` preset; with
+    both, the file laid over the preset (timm's config file and arguments). A file alone that leaves keys out
+    (not a run's config.toml) fills them from Config's defaults, which are no preset's: said (found from outside:
+    `[train] batch = 32` trained another model than the digits recipe, under its name)."""
     for flag, given in (("--preset", name), ("--config", config)):
         if given is not None and not given.strip():  # (found from outside: taken for the default preset)
             raise BigbatchError(
                 f"{flag} is empty: give a {'preset name (bigbatch presets)' if flag == '--preset' else 'TOML file'}"
             )
-    return Config.load(config) if config else preset(name or default)
+    if not config:
+        return preset(name or default)
+    tree = read_toml(Path(config))
+    if name:
+        return preset(name).layered(tree)
+    cfg = Config.from_dict(tree)
+    left = cfg.left_out(tree)
+    if left:
+        shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+        warn(
+            f"{config} leaves out {shown}: those take Config's defaults, no preset's; give --preset NAME with "
+            "--config to lay the file over a recipe"
+        )
+    return cfg
 
 
 def preset(name: str) -> Config:

@@ -190,3 +190,43 @@ def test_train_takes_a_config_and_says_so_of_anything_else():
         bigbatch.train({"name": "x"})  # (an AttributeError from deep inside, found from outside)
     with pytest.raises(bigbatch.BigbatchError, match="run_dir must be a path .a str or a Path., got int 3"):
         bigbatch.train(bigbatch.preset("digits"), run_dir=3)  # (a TypeError from pathlib)
+
+
+def test_a_config_file_lays_over_a_preset_given_with_it_and_alone_says_what_it_leaves_out(tmp_path, capsys):
+    # Found from outside: `[train] batch = 32` alone trained another model than the digits recipe, under its name,
+    # and --preset with --config was refused: a file now lays over the preset given with it (timm's yaml and args).
+    from bigbatch.cli import main
+    from bigbatch.presets import base_config
+
+    (tmp_path / "part.toml").write_text("[train]\nbatch = 32\n[model.options]\nbn_eps = 1e-4\n")
+    cfg = base_config("digits", str(tmp_path / "part.toml"))
+    want = bigbatch.preset("digits").override({"train.batch": 32, "model.options": {"bn_eps": 1e-4}})
+    assert cfg == want and cfg.model.ch == 32 and cfg.train.betas == (0.5, 0.999)
+    assert capsys.readouterr().err == ""
+    alone = base_config(None, str(tmp_path / "part.toml"))
+    assert alone.train.batch == 32 and alone.model.ch == Config().model.ch  # (Config's defaults, as before)
+    assert "part.toml leaves out name, task, data.path, data.resolution and " in capsys.readouterr().err
+    assert main(["train", "--preset", "digits", "--config", str(tmp_path / "part.toml"), "--dry-run"]) == 0
+    assert "batch = 32" in capsys.readouterr().out
+    # A whole file (a run's config.toml) leaves nothing out: read as it is, with no word.
+    (tmp_path / "whole.toml").write_text(bigbatch.preset("stylegan2_256").dumps())
+    assert base_config(None, str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
+    assert base_config("digits", str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
+    assert capsys.readouterr().err == ""
+    (tmp_path / "typo.toml").write_text("[trian]\nbatch = 32\n")
+    with pytest.raises(bigbatch.BigbatchError, match=r"unknown config key 'trian' \(did you mean 'train'\?\)"):
+        base_config("digits", str(tmp_path / "typo.toml"))
+
+
+def test_a_misspelled_section_on_the_command_line_names_the_one_meant():
+    # Found from outside: `checkpoints.keep=2` said "'checkpoints' is not a section", and no more.
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        bigbatch.preset("digits").override({"checkpoints.keep": 2})
+    assert str(e.value) == (
+        "unknown config key 'checkpoints.keep': 'checkpoints' is not a section (did you mean 'checkpoint'?); "
+        "sections in the top level: data, model, train, augment, checkpoint, sample, eval, swap, xseg"
+    )
+    with pytest.raises(bigbatch.BigbatchError, match=r"'model.option' is not a section \(did you mean 'model.opt"):
+        bigbatch.preset("digits").override({"model.option.d_sn": False})
+    with pytest.raises(bigbatch.BigbatchError, match=r"^unknown config key 'train.batch.x': 'train.batch' is not a s"):
+        bigbatch.preset("digits").override({"train.batch.x": 1})
