@@ -40,6 +40,7 @@ def _train(args: argparse.Namespace) -> None:
         from bigbatch.engine import dist
         from bigbatch.loop import train
         from bigbatch.presets import base_config
+        from bigbatch.rundir import check_resume
 
     overrides = dict(parse_override(o) for o in args.overrides)
     resume: bool | str = {"": False, "yes": True, "auto": "auto"}[args.resume or ""]
@@ -60,9 +61,12 @@ def _train(args: argparse.Namespace) -> None:
     if args.dry_run:
         build_on_meta(cfg, warns=not resume)  # model options only the model's constructor checks (a depth not 6n+2)
         check_local_data(cfg)  # a missing or broken data file, as training would refuse it
-        given = cfg.train.init_from
-        if given and not is_url(given) and not Path(given).exists():  # (found from outside: unsaid; said as the
-            warn(f"train.init_from {given} does not exist: training refuses it until it does")  # data file is)
+        if args.run_dir:  # (found from outside: passed a --run-dir holding a run, without --resume)
+            check_resume(Path(args.run_dir), resume)
+        uses = {"train.init_from": cfg.train.init_from, "eval.weights": cfg.eval.weights if cfg.eval.every_kimg else ""}
+        for key, given in uses.items():  # (found from outside: unsaid; said as the data file is)
+            if given and not is_url(given) and not Path(given).exists():
+                warn(f"{key} {given} does not exist: training refuses it until it does")
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         resumed = _dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
         ctx = dist.context(cfg.train.device)

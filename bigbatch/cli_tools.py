@@ -308,13 +308,16 @@ def add_tool_commands(sub: Any) -> None:
 def check_local_data(cfg: Any) -> None:
     """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
     foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
-    first). builtin: and URLs are left to training."""
+    first). builtin:NAME's name is checked; URLs are left to training."""
     from bigbatch.data.hdf5 import read_meta
-    from bigbatch.data.load import check_one_shape
+    from bigbatch.data.load import check_builtin, check_one_shape
     from bigbatch.urls import Location
 
     metas = {}
     for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
+        if given and given.startswith("builtin:"):  # (found from outside: builtin:nosuch passed)
+            check_builtin(given)
+            continue
         path = Location.of(given) if given else None
         if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
             if not path.path.exists():

@@ -397,7 +397,7 @@ def _claim_dir(
         raise BigbatchError(f"{run} is a file; --run-dir (run_dir=) must name a directory")
     # A refused command leaves the run as it was: the check comes before the lock (which records this
     # process's PID), and again under it, where a run another process started meanwhile shows.
-    resume = _check_resume(run, resume)
+    resume = check_resume(run, resume)
     # (and the folders above it that it makes: found from outside, a refused run left nonexist/sub/; each made here,
     # not one another process made meanwhile)
     made = []
@@ -410,7 +410,7 @@ def _claim_dir(
     created = tuple(reversed(made))
     lock = lock_folder(run, LOCK, _in_use)
     try:
-        resume = _check_resume(run, resume)
+        resume = check_resume(run, resume)
     except BigbatchError:
         _release(run, lock, created)
         raise
@@ -426,7 +426,7 @@ def _claim_dir(
     return run, lock, created, bool(resume)
 
 
-def _check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["auto"]:
+def check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["auto"]:
     """`resume` ("auto" settled by whether `run` holds a run), or an error where it does not fit."""
     holds_run = (run / "config.toml").exists() or (run / "checkpoints").exists()
     if not holds_run and checkpoint_find.is_sweep_folder(run):  # (found from outside: a run written among its runs

@@ -110,6 +110,19 @@ def test_the_dry_run_says_a_missing_init_from(capsys):
     assert "train.init_from nowhere does not exist: training refuses it until it does" in capsys.readouterr().err
 
 
+def test_the_dry_run_refuses_what_the_start_refuses(tmp_path, capsys):
+    """Found from outside: a --run-dir holding a run (without --resume) and an unknown builtin: data set passed the
+    dry run, and a missing eval.weights went unsaid."""
+    assert main(["train", "--run-dir", str(tmp_path / "r"), "--dry-run"]) == 0
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.toml").write_text(bigbatch.preset("digits").dumps())
+    one_line(capsys, ["train", "--run-dir", str(tmp_path / "r"), "--dry-run"], "r already holds a run; add --resume")
+    assert main(["train", "--run-dir", str(tmp_path / "r"), "--resume", "--dry-run"]) == 0
+    one_line(capsys, ["train", "data.path=builtin:nosuch", "--dry-run"], "unknown built-in data set 'nosuch'; valid:")
+    assert main(["train", "eval.weights=nowhere.pth", "eval.every_kimg=1", "--dry-run"]) == 0
+    assert "eval.weights nowhere.pth does not exist: training refuses it until it does" in capsys.readouterr().err
+
+
 def test_a_folder_this_user_cannot_read_is_said_so_not_empty(tmp_path, monkeypatch, capsys):
     """Found from outside (as another user): prepare said such a folder held no files to read."""
     from PIL import Image

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from bigbatch.data.hdf5 import H5Data
 
 
+def check_builtin(path: str) -> str:
+    """The name of a built-in data set `path` (builtin:NAME) names, or one line naming those there are."""
+    name = path.removeprefix("builtin:")
+    if name not in BUILTIN:
+        raise BigbatchError(f"unknown built-in data set '{name}'; valid: {', '.join('builtin:' + n for n in BUILTIN)}")
+    return name
+
+
 def load_data(
     path: str | os.PathLike, resolution: int, in_ram: bool = False, storage_options: dict[str, Any] | None = None
 ) -> ImageData | H5Data:
@@ -25,12 +33,7 @@ def load_data(
     are better left to the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL)."""
     path = os.fspath(path)  # (a pathlib.Path as a string: found from outside, Loader(Path(...)) crashed)
     if path.startswith("builtin:"):
-        name = path.removeprefix("builtin:")
-        if name not in BUILTIN:
-            raise BigbatchError(
-                f"unknown built-in data set '{name}'; valid: {', '.join('builtin:' + n for n in BUILTIN)}"
-            )
-        return BUILTIN[name](resolution)
+        return BUILTIN[check_builtin(path)](resolution)
     from bigbatch.urls import Location, public_name
 
     location = Location.of(path, f"data set {public_name(path)}")
