@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch import cli_errors, cli_tools, signals
+from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_outputs, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
-from bigbatch.cli_tools import add_tool_commands, build_on_meta, check_local_data, out_named, run_info, run_stats
+from bigbatch.cli_tools import add_tool_commands, out_named, run_info, run_stats
 from bigbatch.errors import STOPPED, BigbatchError, silence, warn
 from bigbatch.urls import is_url
 
@@ -193,7 +194,6 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from bigbatch.cli_tools import check_launched
     from bigbatch.launch import APART, absolute_run_dir, apart, bind_apart, report, with_restarts
 
     command = absolute_run_dir(args.launched[1:] if args.launched[:1] == ["--"] else args.launched)
@@ -202,7 +202,7 @@ def _launch(args: argparse.Namespace) -> int:
     if args.restarts < 0:
         raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
     known = next(a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    check_launched(command, list(known), parse_args)  # (said here, before a cluster starts to run it)
+    check_launched(command, list(known), parse_args, args.local > 0)  # (said here, before a cluster starts it)
     if args.restarts and "--resume=auto" not in command:
         raise BigbatchError("--restarts reruns the command: give it --resume=auto, so that a rerun resumes the run")
     if args.local > 0 and command and APART not in os.environ and threading.current_thread() is threading.main_thread():
@@ -422,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=_plot)
 
     la = sub.add_parser(
-        "launch", help="run bigbatch train on every worker of a cluster (Dask or Ray), ranks set as torchrun would"
+        "launch",
+        help="run bigbatch train (or eval) on every worker of a cluster (Dask or Ray), ranks set as torchrun would",
     )
     engines = la.add_subparsers(dest="engine", metavar="ENGINE", required=True)
     dk = engines.add_parser("dask", help="one rank per Dask worker: bigbatch launch dask --scheduler ADDR -- train ...")

@@ -12,9 +12,8 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
@@ -148,27 +147,7 @@ def _export(args: argparse.Namespace) -> None:
     print(f"Wrote {out}: {load}; {usage}; its settings (the run's{classes}) as JSON: {settings}")
 
 
-def check_launched(command: list[str], known: list[str], parse: Callable[[list[str]], argparse.Namespace]) -> None:
-    """What `bigbatch launch` runs, checked before a cluster starts: one of the `known` commands, and a train's
-    preset (or config file, where it is here) and overrides, as `parse` reads them (found from outside: an unknown
-    preset was each rank's error, once Ray had started)."""
-    import difflib
-
-    import bigbatch.batching  # noqa: F401 (their config checks, registered as they load: a model name, a batch plan)
-    import bigbatch.tasks  # noqa: F401
-
-    if command and command[0] not in known:
-        close = "".join(f"did you mean {c!r}? " for c in difflib.get_close_matches(command[0], known, 1))
-        raise BigbatchError(f"{command[0]!r} is not a bigbatch command: {close}launch one of {', '.join(known)}")
-    if command[:1] != ["train"]:
-        return
-    train = parse(command)
-    if (train.config and not Path(train.config).is_file()) or (train.resume and not (train.preset or train.config)):
-        return  # (a file on the cluster's nodes, or the run's own config: the ranks read it)
-    _config(train, "digits")
-
-
-def _config(args: argparse.Namespace, default: str, then: dict[str, Any] | None = None) -> Any:
+def config_of(args: argparse.Namespace, default: str, then: dict[str, Any] | None = None) -> Any:
     """The config of --preset or --config with the overrides given, and `then` on top (checked once, together)."""
     from bigbatch.config import parse_override
     from bigbatch.presets import base_config
@@ -207,7 +186,7 @@ def _show_batch(args: argparse.Namespace) -> None:
     if not 0 <= args.kimg <= 1e12:  # (beyond: more images than an int64 counts; found from outside)
         raise BigbatchError(f"--kimg must be a number of kimg, 0 to 1e12, got {args.kimg:g}")
     # The images fed depend on no evaluation (found from outside: a classifier with no held-out split was refused)
-    cfg = _config(args, "digits", {"eval.every_kimg": 0.0})
+    cfg = config_of(args, "digits", {"eval.every_kimg": 0.0})
     if cfg.train.init_from:  # (the images fed do not depend on the weights a run starts from, which need not be here)
         cfg = cfg.override({"train.init_from": "", "train.freeze_kimg": 0.0})  # (nothing frozen: nothing loaded)
     schedule = schedule_of(cfg)
@@ -236,7 +215,7 @@ def _lr_find(args: argparse.Namespace) -> None:
     from bigbatch.lr_find import lr_find, plot
 
     # (it validates nothing: a config without a held-out split is fine; found from outside, it was refused)
-    cfg = _config(args, "fashion_resnet_fast", {"eval.every_kimg": 0})
+    cfg = config_of(args, "fashion_resnet_fast", {"eval.every_kimg": 0})
     result = lr_find(cfg, args.start_lr, args.end_lr, args.steps)
     out = plot(result, args.out)
     per = f" per {result['lr_batch']} images" if result["lr_batch"] else ""
@@ -303,101 +282,6 @@ def add_tool_commands(sub: Any) -> None:
     sb.add_argument("--out", type=out_named, default="batch.png", help="where the sheet goes (default batch.png)")
     sb.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     sb.set_defaults(func=_show_batch)
-
-
-def check_local_data(cfg: Any) -> None:
-    """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
-    foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
-    first). builtin:NAME's name is checked; URLs are left to training."""
-    from bigbatch.data.hdf5 import read_meta
-    from bigbatch.data.load import check_builtin, check_one_shape
-    from bigbatch.urls import Location
-
-    metas = {}
-    for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
-        if given and given.startswith("builtin:"):  # (found from outside: builtin:nosuch passed)
-            check_builtin(given)
-            continue
-        path = Location.of(given) if given else None
-        if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
-            if not path.path.exists():
-                here = "" if path.path.is_absolute() else f" in the current folder {os.getcwd()}"
-                warn(f"data file {path} does not exist{here}: training refuses it until `bigbatch prepare` makes it")
-                continue
-            if not path.path.is_file():
-                raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
-            meta = metas[given] = read_meta(path)
-            if given in (cfg.data.path, cfg.data.dst_path):  # (found by review: the dry run passed them)
-                key = "data.path" if given == cfg.data.path else "data.dst_path"
-                check_one_shape(key, str(path), len(meta.get("groups") or []))
-            _check_stored_size(cfg, given, meta)
-    if cfg.task in ("swap", "xseg") and cfg.data.path in metas and cfg.data.dst_path in metas:  # (two face types)
-        from bigbatch.tasks.swap.task import face_type_of
-
-        sides = (SimpleNamespace(meta=metas[key]) for key in (cfg.data.path, cfg.data.dst_path))
-        face_type_of(cfg, *sides, cfg.task)
-
-
-def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
-    """A GAN's images, or a swap's or XSeg's faces, at another size than data.resolution (or XSeg's without their
-    labels): refused by the task's own check (found from outside: the dry run passed them)."""
-    whole = meta.get("crop") == "none"
-    stored = meta.get("short_side" if whole else "resolution")
-    if cfg.task == "gan" and given == cfg.data.path and (stored or (not whole and meta.get("height"))):
-        from bigbatch.tasks.gan.task import check_stored_size
-
-        check_stored_size(cfg, stored or 0, whole, meta)
-    elif cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
-        from bigbatch.tasks.swap.load import NO_YAWS, check_face_size
-
-        side = "src" if given == cfg.data.path else "dst"
-        if stored or meta.get("height"):
-            check_face_size(cfg, side, given, stored or 0, meta)
-        if cfg.swap.uniform_yaw and not meta.get("face_yaws"):  # (found by review: the dry run passed them)
-            cfg.swap._fail("uniform_yaw", f"needs each face's yaw, and the {side} faces {given} have none: {NO_YAWS}")
-    elif cfg.task == "xseg" and given in (cfg.data.path, cfg.data.dst_path):  # (found by review: passed them)
-        from bigbatch.tasks.swap.task import face_type_of
-        from bigbatch.tasks.xseg.task import labelled
-
-        side = "src" if given == cfg.data.path else "dst"
-        shown = SimpleNamespace(channels=meta.get("channels", 4), source=given, resolution=stored or 0, meta=meta)
-        if stored or meta.get("height"):
-            labelled(cfg, shown, side)
-        face_type_of(cfg, shown, shown, "xseg")  # (xseg.face_type against the faces')
-
-
-def build_on_meta(cfg: Any, warns: bool = True) -> None:
-    """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
-    so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
-    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi). `warns`: a new run's
-    (not a resume's): and refuse and say what a new run does of its settings as it starts (said on the first rank)."""
-    import torch
-
-    from bigbatch import models
-
-    with torch.device("meta"):
-        if cfg.task == "classify":
-            from bigbatch.tasks.classify.task import warn_unread
-
-            models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
-            if warns and os.environ.get("RANK", "0") == "0":  # (keys a new run says it leaves unread: found from
-                warn_unread(cfg)  # outside, the dry run did not)
-        elif cfg.task == "gan":
-            from bigbatch.tasks.gan.task import build_models, check_attention_given, check_path_length
-
-            G, D = build_models(cfg, 10, 3)
-            check_path_length(cfg, G)
-            if warns:  # (a new run's: found by review, the dry run of a resume refused what the resume takes)
-                check_attention_given(cfg, G, D)
-        elif cfg.task == "swap":
-            from bigbatch.tasks.swap.discriminators import check_new_discriminators, discriminators
-            from bigbatch.tasks.swap.task import build_model
-
-            discriminators(cfg, build_model(cfg))  # (a patch discriminator too large for the faces: from outside)
-            if warns:
-                check_new_discriminators(cfg)
-        elif cfg.task == "xseg":
-            models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
 
 
 def run_stats(args: argparse.Namespace) -> None:

@@ -45,3 +45,15 @@ def test_the_dry_run_says_what_the_run_would_leave_unread(capsys, monkeypatch):
     argv = ["train", "--preset", "fashion_resnet_fast", "train.lr_decay=cosine", "train.lr_steps=[10]", "--dry-run"]
     assert main(argv) == 0
     assert "config key 'train.lr_steps' is not read by train.lr_decay = \"cosine\"" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "key", ["eval.metrics=is,kid", "eval.n=500", "eval.extractor=inception", "sample.truncation=0.5",
+            "model.conditional=false"],
+)  # fmt: skip
+def test_a_gans_scoring_keys_are_refused_for_a_classifier(key, capsys):
+    # Found from outside: eval.metrics=fid (and eval.n, sample.truncation, ...) were taken by a classify run, which
+    # then reported top-1 alone; its GAN train keys were refused already.
+    assert main(["train", "--preset", "fashion_resnet", "--dry-run", key]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"config key '{key.split('=')[0]}' is " in err and 'task = "classify"' in err

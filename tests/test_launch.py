@@ -304,6 +304,17 @@ def test_ray_actors_train_the_weights_of_one_process(tmp_path, ray_cluster, one_
         # (found from outside: each rank's error, once the cluster had started)
         (["launch", "ray", "--local", "1", "--", "train", "--preset", "nope"], "unknown preset 'nope'"),
         (["launch", "dask", "--local", "1", "--", "train", "train.batchh=3"], "unknown config key 'train.batchh'"),
+        # (found from outside: prepare ran on every rank, the second refused the first's output; --resume's mistakes
+        # said by each rank, 10 s on)
+        (
+            ["launch", "dask", "--local", "2", "--", "prepare", "builtin:digits", "p.h5"],
+            "'prepare' runs once, not on every rank: run `bigbatch prepare ...` itself; launch runs train or eval",
+        ),
+        (["launch", "dask", "--local", "2", "--", "train", "--resume"], "--resume needs --run-dir naming the run"),
+        (
+            ["launch", "ray", "--local", "2", "--", "train", "--run-dir", "/nonexistent/run", "--resume"],
+            "/nonexistent/run holds no run to resume",
+        ),
     ],
 )
 def test_launcher_usage_errors_are_one_line(args, words, capsys):

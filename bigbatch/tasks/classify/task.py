@@ -56,6 +56,9 @@ GAN_TRAIN_KEYS = (
 )  # fmt: skip
 
 
+GAN_EVAL_KEYS = ("metrics", "n", "reference_n", "extractor", "weights", "truncation", "classifier")  # (eval's)
+
+
 def _toml(value: Any) -> str:
     """A default as a command line's key=value gives it."""
     return (
@@ -69,11 +72,19 @@ def check_config(cfg: Config) -> None:
     score when evaluation is on, and none of the GAN's keys."""
     m = cfg.model
     check_family(cfg, "classify", "classifier")
-    foreign = cfg.train.changed(*GAN_TRAIN_KEYS) + m.changed("dim_z", "sn_update")
+    foreign = cfg.train.changed(*GAN_TRAIN_KEYS) + m.changed("dim_z", "sn_update", "conditional")
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is a GAN key, not read by task = \"classify\"; a classifier's are train.lr, "
             "train.optimizer, train.momentum, train.weight_decay, train.warmup_kimg, train.lr_decay; remove it"
+        )
+    # (found from outside: eval.metrics=fid was taken, and the run reported top-1 alone)
+    scored = cfg.eval.changed(*GAN_EVAL_KEYS) + cfg.sample.changed("truncation")
+    if scored:
+        raise BigbatchError(
+            f"config key '{scored[0]}' is for scoring a GAN's samples, not read by task = \"classify\"; a classifier's "
+            "evaluation reports val_top1, val_top5 and val_loss on its held-out split (eval.every_kimg, eval.best, "
+            "eval.resolution): remove it"
         )
     t = cfg.train
     refuse_sections(cfg, 'task = "classify"', "swap", "xseg", "augment")

@@ -1,0 +1,146 @@
+"""What is checked before anything runs: a dry run's config against its data files and models (built on the meta
+device), and what `bigbatch launch` would start on every rank."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from bigbatch.cli_tools import config_of
+from bigbatch.errors import BigbatchError, warn
+
+
+def check_local_data(cfg: Any) -> None:
+    """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
+    foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
+    first). builtin:NAME's name is checked; URLs are left to training."""
+    from bigbatch.data.hdf5 import read_meta
+    from bigbatch.data.load import check_builtin, check_one_shape
+    from bigbatch.urls import Location
+
+    metas = {}
+    for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
+        if given and given.startswith("builtin:"):  # (found from outside: builtin:nosuch passed)
+            check_builtin(given)
+            continue
+        path = Location.of(given) if given else None
+        if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
+            if not path.path.exists():
+                here = "" if path.path.is_absolute() else f" in the current folder {os.getcwd()}"
+                warn(f"data file {path} does not exist{here}: training refuses it until `bigbatch prepare` makes it")
+                continue
+            if not path.path.is_file():
+                raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
+            meta = metas[given] = read_meta(path)
+            if given in (cfg.data.path, cfg.data.dst_path):  # (found by review: the dry run passed them)
+                key = "data.path" if given == cfg.data.path else "data.dst_path"
+                check_one_shape(key, str(path), len(meta.get("groups") or []))
+            _check_stored_size(cfg, given, meta)
+    if cfg.task in ("swap", "xseg") and cfg.data.path in metas and cfg.data.dst_path in metas:  # (two face types)
+        from bigbatch.tasks.swap.task import face_type_of
+
+        sides = (SimpleNamespace(meta=metas[key]) for key in (cfg.data.path, cfg.data.dst_path))
+        face_type_of(cfg, *sides, cfg.task)
+
+
+def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
+    """A GAN's images, or a swap's or XSeg's faces, at another size than data.resolution (or XSeg's without their
+    labels): refused by the task's own check (found from outside: the dry run passed them)."""
+    whole = meta.get("crop") == "none"
+    stored = meta.get("short_side" if whole else "resolution")
+    if cfg.task == "gan" and given == cfg.data.path and (stored or (not whole and meta.get("height"))):
+        from bigbatch.tasks.gan.task import check_stored_size
+
+        check_stored_size(cfg, stored or 0, whole, meta)
+    elif cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
+        from bigbatch.tasks.swap.load import NO_YAWS, check_face_size
+
+        side = "src" if given == cfg.data.path else "dst"
+        if stored or meta.get("height"):
+            check_face_size(cfg, side, given, stored or 0, meta)
+        if cfg.swap.uniform_yaw and not meta.get("face_yaws"):  # (found by review: the dry run passed them)
+            cfg.swap._fail("uniform_yaw", f"needs each face's yaw, and the {side} faces {given} have none: {NO_YAWS}")
+    elif cfg.task == "xseg" and given in (cfg.data.path, cfg.data.dst_path):  # (found by review: passed them)
+        from bigbatch.tasks.swap.task import face_type_of
+        from bigbatch.tasks.xseg.task import labelled
+
+        side = "src" if given == cfg.data.path else "dst"
+        shown = SimpleNamespace(channels=meta.get("channels", 4), source=given, resolution=stored or 0, meta=meta)
+        if stored or meta.get("height"):
+            labelled(cfg, shown, side)
+        face_type_of(cfg, shown, shown, "xseg")  # (xseg.face_type against the faces')
+
+
+def build_on_meta(cfg: Any, warns: bool = True) -> None:
+    """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
+    so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
+    that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi). `warns`: a new run's
+    (not a resume's): and refuse and say what a new run does of its settings as it starts (said on the first rank)."""
+    import torch
+
+    from bigbatch import models
+
+    with torch.device("meta"):
+        if cfg.task == "classify":
+            from bigbatch.tasks.classify.task import warn_unread
+
+            models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
+            if warns and os.environ.get("RANK", "0") == "0":  # (keys a new run says it leaves unread: found from
+                warn_unread(cfg)  # outside, the dry run did not)
+        elif cfg.task == "gan":
+            from bigbatch.tasks.gan.task import build_models, check_attention_given, check_path_length
+
+            G, D = build_models(cfg, 10, 3)
+            check_path_length(cfg, G)
+            if warns:  # (a new run's: found by review, the dry run of a resume refused what the resume takes)
+                check_attention_given(cfg, G, D)
+        elif cfg.task == "swap":
+            from bigbatch.tasks.swap.discriminators import check_new_discriminators, discriminators
+            from bigbatch.tasks.swap.task import build_model
+
+            discriminators(cfg, build_model(cfg))  # (a patch discriminator too large for the faces: from outside)
+            if warns:
+                check_new_discriminators(cfg)
+        elif cfg.task == "xseg":
+            models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
+
+
+LAUNCHED = ("train", "eval")  # the commands whose ranks work together (eval: each extracts its share of features)
+
+
+def check_launched(
+    command: list[str], known: list[str], parse: Callable[[list[str]], argparse.Namespace], local: bool
+) -> None:
+    """What `bigbatch launch` runs, checked before a cluster starts: train or eval (of the `known` commands), and a
+    train's preset (or config file, where it is here) and overrides, as `parse` reads them (found from outside: an
+    unknown preset was each rank's error, once Ray had started). `local`: the cluster is this machine's, whose
+    files the ranks see."""
+    import difflib
+
+    import bigbatch.batching  # noqa: F401 (their config checks, registered as they load: a model name, a batch plan)
+    import bigbatch.tasks  # noqa: F401
+
+    if command and command[0] not in LAUNCHED:
+        if command[0] in known:  # (found from outside: prepare ran on every rank, the second refused its output)
+            raise BigbatchError(
+                f"{command[0]!r} runs once, not on every rank: run `bigbatch {command[0]} ...` itself; launch runs "
+                f"{' or '.join(LAUNCHED)}"
+            )
+        close = "".join(f"did you mean {c!r}? " for c in difflib.get_close_matches(command[0], LAUNCHED, 1))
+        raise BigbatchError(f"{command[0]!r} is not a bigbatch command: {close}launch {' or '.join(LAUNCHED)}")
+    if command[:1] != ["train"]:
+        return
+    train = parse(command)
+    if train.resume and not train.run_dir:  # (found from outside: said by each rank, once the cluster had started)
+        raise BigbatchError(f"--resume{'=auto' if train.resume == 'auto' else ''} needs --run-dir naming the run")
+    if local and train.resume == "yes":
+        from bigbatch.rundir import check_resume
+
+        check_resume(Path(train.run_dir), True)
+    if (train.config and not Path(train.config).is_file()) or (train.resume and not (train.preset or train.config)):
+        return  # (a file on the cluster's nodes, or the run's own config: the ranks read it)
+    config_of(train, "digits")
