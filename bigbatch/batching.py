@@ -3,6 +3,7 @@ the world size before anything runs, and the plan in one line (the banner, `trai
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -197,10 +198,13 @@ def warn_under_group(cfg: Config, micro: int) -> None:
         )
 
 
-def describe_plan(cfg: Config, plan: Plan | None = None) -> str:
+def describe_plan(cfg: Config, plan: Plan | None = None, world_size: int | None = None) -> str:
     """The batch plan of `cfg` in one line (`plan`: as resolved at start; without it nothing is built
-    and "auto" is described as probed at start), then the batches of later phases."""
+    and "auto" is described as probed at start), then the batches of later phases. `world_size`: of the ranks
+    it will run on (a sweep's nprocs), where not this process's."""
     ctx = dist.context(cfg.train.device)
+    if world_size is not None:
+        ctx = dataclasses.replace(ctx, world_size=world_size)
     if plan is None:  # (a resolved plan was built by replicator_for, which checked the schedule)
         check_schedule(cfg, ctx)
         _unread_budget(cfg, ctx)

@@ -21,7 +21,7 @@ from typing import Any
 
 from bigbatch import checkpoints
 from bigbatch.config import Config
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.resuming import unresumable_changes
 from bigbatch.rundir import read_metrics
@@ -104,6 +104,9 @@ def sweep(
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     named = zip(existing_folders(root, run_names(combos)), combos)
     jobs = [Job(root / name, combo, base.override(combo)) for name, combo in named]  # (each checked before training)
+    for job in jobs:  # (a local sweep's runs train in this process, of its world size)
+        _check_plan(job, None if launcher == "local" else nprocs)
+    starter = None if launcher == "local" else _starter(launcher, nprocs)  # (found from outside: after the table)
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)
@@ -123,7 +126,7 @@ def sweep(
                 for job in todo:
                     _train_here(job, quiet)
             else:
-                _side_by_side(iter(todo), _starter(launcher, nprocs))
+                _side_by_side(iter(todo), starter)
         rows = _finish(root, jobs)
         done, before = sum(r.get("status") == "finished" for r in rows), len(jobs) - len(todo)
         said = f" ({before} before this call)" if before else ""
@@ -524,6 +527,19 @@ def _check_unchanged(job: Job) -> None:
             f"the sweep's run {job.run} was trained with another config than this sweep gives it, in {shown}: for a "
             "sweep of another base, give it another RUNS_DIR"
         )
+
+
+def _check_plan(job: Job, nprocs: int | None) -> None:
+    """A run's batch plan on the sweep's `nprocs` ranks (None: this process's), refused before any run trains
+    (found from outside: a grid's micro-batch that did not divide its batch failed when its turn came, after the
+    runs before it had trained). Its arithmetic only: the device the ranks will have is theirs."""
+    from bigbatch.batching import describe_plan
+
+    try:
+        with warnings_off():
+            describe_plan(job.cfg.override({"train.device": "cpu"}), world_size=nprocs)
+    except BigbatchError as e:
+        raise BigbatchError(f"the sweep's run {job.run.name}: {e}") from None
 
 
 def _say_past_length(job: Job) -> None:

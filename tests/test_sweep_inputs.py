@@ -53,7 +53,15 @@ def test_a_sweeps_own_arguments_are_checked_in_one_line(tiny, tmp_path, capsys):
     (tmp_path / "file.py").write_text("")
     with pytest.raises(bigbatch.BigbatchError, match=r"runs_dir .*file.py is a file: give a folder for the sweep's"):
         bigbatch.sweep(tiny, {"train.batch": [16]}, tmp_path / "file.py")
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # (found from outside: each refused once runs had trained, or the runs folder and its table were written)
+    plans = {"train.micro_batch": [16, 5], "train.batch": [16]}
+    with pytest.raises(bigbatch.BigbatchError, match=r"^the sweep's run micro_batch=5,batch=16: train.batch=16 is no"):
+        bigbatch.sweep(tiny, plans, tmp_path / "c")
+    with pytest.raises(bigbatch.BigbatchError, match=r"^the sweep's run batch=24: train.batch=24 is not a multip"):
+        bigbatch.sweep(tiny, {"train.batch": [32, 24]}, tmp_path / "c", launcher="ray", nprocs=16)
+    with pytest.raises(bigbatch.BigbatchError, match=r"^sweep launcher 'nope': give 'local', 'ray' or a dask"):
+        bigbatch.sweep(tiny, {"train.batch": [16]}, tmp_path / "c", launcher="nope")
+    assert not any(tmp_path / n for n in "abc" if (tmp_path / n).exists())
     (tmp_path / "folder").mkdir()
     assert main(["sweep", str(tmp_path / "folder")]) == 2  # (it "does not exist")
     assert f"sweep file {tmp_path / 'folder'} is a folder" in capsys.readouterr().err
