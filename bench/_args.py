@@ -27,6 +27,22 @@ def at_least(least: int) -> Callable[[str], int]:
 positive_int = at_least(1)
 
 
+def checkout(project: str, marker: str) -> Callable[[str], str]:
+    """An argparse type: the folder of a `project`'s source checkout, known by its file `marker` (found from
+    outside: a wrong path was a worker's ModuleNotFoundError in a log, exit 1)."""
+    from pathlib import Path
+
+    def folder(text: str) -> str:
+        if not (Path(text) / marker).is_file():
+            raise argparse.ArgumentTypeError(f"no {marker} in {text!r}: give the folder of a {project} checkout")
+        return text
+
+    return folder
+
+
+DFL_CHECKOUT = checkout("DeepFaceLab", "models/Model_SAEHD/Model.py")
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a number above 0 (not nan or infinite)."""
     try:

@@ -43,6 +43,7 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import checkout  # noqa: E402
 from _procs import BEFORE_HELP, Rows, become_worker, before_command, serve  # noqa: E402
 
 TORCHVISION = ("torchvision", "torchvision.datasets", "torchvision.datasets.utils", "torchvision.transforms")
@@ -150,7 +151,12 @@ REFERENCE = ("BigGAN-PyTorch", "fp32")
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--biggan", required=True, help="BigGAN-PyTorch's source folder (unchanged)")
+    p.add_argument(
+        "--biggan",
+        required=True,
+        type=checkout("BigGAN-PyTorch", "BigGAN.py"),
+        help="BigGAN-PyTorch's source folder (unchanged)",
+    )
     p.add_argument("--ch", type=int, default=32)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--d-steps", type=int, default=4, help="D steps per G step (both sides)")

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import DFL_CHECKOUT  # noqa: E402
 from _procs import BEFORE_HELP, Rows, become_worker, before_command, serve  # noqa: E402
 
 
@@ -150,7 +151,7 @@ ROWS = {  # (side, random warp): label
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dfl", required=True, help="DeepFaceLab's source folder")
+    p.add_argument("--dfl", required=True, type=DFL_CHECKOUT, help="DeepFaceLab's source folder")
     p.add_argument("--dfl-python", default=sys.executable, help="a Python with DFL's requirements (TensorFlow)")
     p.add_argument("--res", type=int, default=128)
     p.add_argument("--archi", default="liae-ud")

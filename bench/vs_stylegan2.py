@@ -64,6 +64,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import checkout  # noqa: E402
 from _procs import Rows, become_worker, serve  # noqa: E402
 
 RES, N_CLASSES, CHANNELS = 32, 10, 3
@@ -304,7 +305,12 @@ def check(a: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ada", required=True, help="stylegan2-ada-pytorch's source folder (unchanged)")
+    p.add_argument(
+        "--ada",
+        required=True,
+        type=checkout("stylegan2-ada-pytorch", "training/networks.py"),
+        help="stylegan2-ada-pytorch's source folder (unchanged)",
+    )
     p.add_argument("--steps", type=int, default=16, help="iterations a timed round (16: one lazy-regularization "
                    "cycle, 4 path length and 1 R1 steps)")  # fmt: skip
     p.add_argument("--warmup", type=int, default=4, help="untimed iterations a row first")

@@ -80,6 +80,10 @@ def refused(*argv: str) -> str:
         (["roofline.py", "--quick", "--micro", "resnet50=8"], ["its step is counted as one micro-batch"]),
         (["compile_start.py", "model.nosuch=3"], ["bigbatch: error:", "unknown config key 'model.nosuch'"]),
         (["swap_quality.py", "/nonexistent/run"], ["bigbatch: error:", "/nonexistent/run"]),
+        # Found from outside: a worker's ModuleNotFoundError in a log, exit 1.
+        (["vs_biggan.py", "--biggan", "/nonexistent"], ["--biggan", "no BigGAN.py in", "BigGAN-PyTorch"]),
+        (["vs_stylegan2.py", "--ada", "/nonexistent"], ["--ada", "no training/networks.py", "stylegan2-ada-pytorch"]),
+        (["vs_dfl.py", "--dfl", "/nonexistent"], ["--dfl", "no models/Model_SAEHD/Model.py", "DeepFaceLab checkout"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v[0].endswith(".py") else None,
 )
