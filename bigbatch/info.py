@@ -4,13 +4,16 @@ evaluation, best checkpoint, recipe, model, training settings and files."""
 from __future__ import annotations
 
 import json
+import math
+import shlex
 from pathlib import Path
 
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
 from bigbatch.data.schedule import phase_trained, resolution_trained, schedule_of
 from bigbatch.errors import BigbatchError
-from bigbatch.rundir import read_metrics
+from bigbatch.files import held_by
+from bigbatch.rundir import read_metrics, trainer
 
 
 def _batch_plan(cfg: Config, run: Path | None) -> str:
@@ -36,6 +39,26 @@ def _damaged_by_size(run: Path, intact: list[Path], said: Path | None) -> list[s
     folders = sorted(p for p in root.iterdir() if p.is_dir() and p.name[0] != ".") if root.is_dir() else []
     found = (checkpoints.corrupt_by_size(p) for p in folders if p not in intact and p.name != checkpoints.BEST)
     return [checkpoints.damage(e) for e in found if e is not None and e.ckpt != said]
+
+
+def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
+    """Whether `run` is training now, has trained its length, or ended before it, and how (found from outside: info
+    read alike while a run trained, after it was killed and once it was done)."""
+    holder = trainer(run)
+    if holder is not None:
+        return f"training now ({held_by(*holder)})"
+    total = Config.load(run / "config.toml").train.kimg if (run / "config.toml").is_file() else math.inf
+    kimg = float(meta.get("kimg", 0.0)) if ckpt is not None else 0.0
+    if ckpt is not None and kimg >= total:
+        return f"done ({kimg:.3f} of {total:g} kimg)"
+    logged = max((float(r.get("kimg", 0.0)) for r in rows), default=0.0)
+    again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume` goes on"
+    if ckpt is None:
+        logs = f" (logged to {logged:g} kimg)" if logged else ""
+        return f"not training: it ended before its first checkpoint{logs}; {again} from its start"
+    if logged > kimg:  # (a stop saves where it stops: a log past the checkpoint is a run that could not save)
+        return f"not training: it ended at {logged:g} kimg without saving (killed or crashed); {again} from {kimg:.3f}"
+    return f"not training: stopped at {kimg:.3f} of {total:g} kimg; {again}"
 
 
 def describe_run(path: str | Path) -> str:
@@ -77,6 +100,7 @@ def describe_run(path: str | Path) -> str:
         for other in _damaged_by_size(run, ckpts, damaged_at):  # (found from outside: left out of the list unsaid)
             lines.append(f"damaged     {other}")
         rows = read_metrics(run / "metrics.jsonl")
+        lines.append(f"state       {_state(run, ckpt, meta, rows)}")
         logs = [r for r in rows if "eval_seconds" not in r]
         evals = [r for r in rows if "eval_seconds" in r]
         if logs:

@@ -1,0 +1,40 @@
+"""`bigbatch info RUN` says whether the run is training now, done, stopped, or ended without saving (found from
+outside: it read alike while a run trained, after it was killed and once it was done)."""
+
+import json
+import os
+import shutil
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.files import lock_folder, unlock_folder
+from bigbatch.rundir import LOCK
+
+
+def state(capsys, run) -> str:
+    assert main(["info", str(run)]) == 0
+    return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("state "))[12:]
+
+
+def test_info_says_a_runs_state(tiny, tmp_path, capsys):
+    cfg = tiny.override({"train.kimg": 0.128, "checkpoint.every_kimg": 0.064, "train.log_every_kimg": 0.032})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    assert state(capsys, run) == "done (0.128 of 0.128 kimg)"
+    lock = lock_folder(run, LOCK, lambda *a: "busy")  # as the process training it holds it
+    try:
+        assert state(capsys, run) == f"training now (process {os.getpid()} on {os.uname().nodename})"
+    finally:
+        unlock_folder(lock)
+    (run / "config.toml").write_text(cfg.override({"train.kimg": 1}).dumps())  # (resumed for longer, stopped)
+    assert (
+        state(capsys, run)
+        == f"not training: stopped at 0.128 of 1 kimg; `bigbatch train --run-dir {run} --resume` goes on"
+    )
+    shutil.rmtree(run / "checkpoints" / "000000.128")  # its log went past its latest checkpoint: killed
+    (run / "checkpoints" / "latest").unlink(missing_ok=True)
+    assert state(capsys, run).startswith("not training: it ended at 0.128 kimg without saving (killed or crashed); ")
+    shutil.rmtree(run / "checkpoints")
+    said = state(capsys, run)
+    assert said.startswith("not training: it ended before its first checkpoint (logged to 0.128 kimg); "), said
+    assert said.endswith("--resume` goes on from its start")
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["kimg"] == 0.128
