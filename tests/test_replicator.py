@@ -245,6 +245,7 @@ def test_wrong_share_size_and_bad_step_output_are_clear_errors():
         ({"batch": 8.0}, "batch=8.0 must be a whole number, a positive multiple"),
         ({"micro_batch": True}, "micro_batch must be a positive integer"),
         ({"skip_limit": "x"}, "skip_limit must be in \\[0, 1\\] .* got 'x'"),  # (a TypeError from a comparison)
+        ({"skip_window": 2.5}, "skip_window a whole number >= 1, got 0.2 and 2.5"),  # (deque's TypeError, later)
     ]:
         with pytest.raises(bigbatch.BigbatchError, match=message):
             bigbatch.Replicator(**{"batch": 8, "micro_batch": 4, "device": "cpu", **kwargs})

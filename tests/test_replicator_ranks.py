@@ -127,3 +127,42 @@ def test_replicators_one_after_another_under_torchrun_each_meet_their_group(tmp_
     said = sorted(line for line in run.stdout.splitlines() if line.startswith("losses"))
     assert [line.split()[1] for line in said] == ["0", "1"]
     assert said[0].split(" ", 2)[2] == said[1].split(" ", 2)[2]  # the same three losses on both ranks
+
+
+def _frozen_rank(rank, world, init_file, folder):
+    """A student trained against a frozen teacher (no parameter requiring grad) and a parameter-free module, under
+    two processes; what each rank met written to folder/RANK."""
+    from torch import nn
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.manual_seed(rank)  # each rank's teacher starts apart: prepare gives every rank rank 0's, as DDP does
+    teacher, student = nn.Linear(4, 1).requires_grad_(False), nn.Linear(4, 1)
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))[rank * 4 : rank * 4 + 4]
+    said = {}
+    with bigbatch.Replicator(batch=8, micro_batch=4, device="cpu") as rep:
+        t, s, same = rep.prepare(teacher), rep.prepare(student), rep.prepare(nn.Identity())
+        opt = rep.wrap_optimizer(torch.optim.SGD(student.parameters(), lr=0.1))
+        rep.step(lambda m: (s(m) - same(t(m))).square().mean(), x, opt)
+        said["teacher"] = teacher.weight.flatten().tolist()
+        said["student"] = student.weight.flatten().tolist()
+        teacher.requires_grad_(True)  # trained after all: refused, its gradients would not be averaged
+        both = rep.wrap_optimizer(torch.optim.SGD(teacher.parameters(), lr=0.1), "teacher")
+        try:
+            rep.step(lambda m: t(m).square().mean(), x, both)
+        except bigbatch.BigbatchError as e:
+            said["refused"] = str(e)
+    with open(f"{folder}/{rank}", "w") as f:
+        json.dump(said, f)
+
+
+def test_a_frozen_module_is_prepared_under_several_processes_with_rank_0s_weights(tmp_path):
+    # Found from outside: rep.prepare of a frozen teacher (or nn.Identity) under torchrun raised DDP's RuntimeError
+    # "DistributedDataParallel is not needed ...", with a traceback, where one process ran.
+    torch.multiprocessing.start_processes(
+        _frozen_rank, (2, str(tmp_path / "init"), str(tmp_path)), 2, join=True, start_method="fork"
+    )
+    said = [json.loads((tmp_path / str(rank)).read_text()) for rank in (0, 1)]
+    assert said[0]["teacher"] == said[1]["teacher"] and said[0]["student"] == said[1]["student"]
+    assert said[0]["refused"].startswith("teacher updates parameters of a model that had none requiring grad when")

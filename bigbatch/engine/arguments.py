@@ -61,10 +61,11 @@ def check_arguments(
             micro_batch = whole_number("micro_batch", micro_batch, 1)
         except BigbatchError:
             raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}") from None
-    given = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (skip_limit, skip_window))
-    if not (given and 0 <= skip_limit <= 1 and skip_window >= 1):
+    given = isinstance(skip_limit, (int, float)) and not isinstance(skip_limit, bool)
+    window = isinstance(skip_window, int) and not isinstance(skip_window, bool)  # (found from outside: 2.5 taken,
+    if not (given and window and 0 <= skip_limit <= 1 and skip_window >= 1):  # then deque's TypeError)
         raise BigbatchError(
-            f"skip_limit must be in [0, 1] and skip_window >= 1, got {skip_limit!r} and {skip_window!r}"
+            f"skip_limit must be in [0, 1] and skip_window a whole number >= 1, got {skip_limit!r} and {skip_window!r}"
         )
     if isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float)) or not grad_clip >= 0:
         raise BigbatchError(f"grad_clip must be a global gradient norm >= 0 (0: off), got {grad_clip!r}")
@@ -77,15 +78,22 @@ def check_arguments(
     return micro_batch
 
 
-def check_prepared(name: str, params: set[int], prepared: set[int], world_size: int) -> None:
+def check_prepared(name: str, params: set[int], prepared: set[int], world_size: int, synced: set[int]) -> None:
     """Under several processes, an optimizer (`name`, the ids of its `params`) whose parameters some are of no
-    prepared model (`prepared`) is refused: their gradients would not be averaged (found from outside: each
-    rank trained weights of its own, the averaged loss looking as ever)."""
+    prepared model (`prepared`), or of one prepared with none of them trained (not DDP-wrapped: not in `synced`),
+    is refused: their gradients would not be averaged (found from outside: each rank trained weights of its own,
+    the averaged loss looking as ever)."""
     if world_size > 1 and params - prepared:
         raise BigbatchError(
             f"{name} updates parameters of no model prepared by this Replicator: under {world_size} processes their "
             "gradients would not be averaged, and each process would train weights of its own; call "
             "rep.prepare(model) on the model holding them, and call what it returns"
+        )
+    if world_size > 1 and params - synced:
+        raise BigbatchError(
+            f"{name} updates parameters of a model that had none requiring grad when rep.prepare took it (so it was "
+            f"not wrapped in DDP): under {world_size} processes their gradients would not be averaged; prepare the "
+            "model once its parameters require grad"
         )
 
 

@@ -272,7 +272,9 @@ class Replicator:
             state.trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
             state.trained_of = len(self.models)
             prepared = {id(q) for p, _ in self.models for q in p.parameters()}
-            check_prepared(state.name, state.params, prepared, self.world_size)
+            ddp = nn.parallel.DistributedDataParallel  # (a model of no trainable parameters is not wrapped)
+            synced = {id(q) for p, w in self.models if isinstance(w, ddp) for q in p.parameters()}
+            check_prepared(state.name, state.params, prepared, self.world_size, synced)
         totals: torch.Tensor | None = None
         keys: list[str] = []
         # In rank order (CPU): each rank scales by the whole step's micro-batches, the sums are plain ones.

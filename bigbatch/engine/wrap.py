@@ -262,7 +262,14 @@ def prepare(
                 disable_marked(m.forward)
                 m.forward.compile()
         wrapped = torch.compile(wrapped, mode=compile if isinstance(compile, str) else None)
-    if world_size > 1:
+    if world_size > 1 and not any(p.requires_grad for p in model.parameters()):
+        # Nothing of it trains (a frozen teacher, a perceptual net, nn.Identity): DDP refuses such a module (found
+        # from outside: its RuntimeError under torchrun, where one process ran). Rank 0's weights, as DDP's start.
+        for t in (*model.parameters(), *model.buffers()):
+            sent = t.detach().contiguous()
+            torch_dist.broadcast(sent, src=0)
+            t.detach().copy_(sent)
+    elif world_size > 1:
         ids = [device.index] if device.type == "cuda" else None
         # Buffers are not re-broadcast at each forward: spectral-norm vectors advance identically on
         # every rank; BN running statistics are replayed alike on every rank (running_stats.py).
