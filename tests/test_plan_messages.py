@@ -1,5 +1,6 @@
 """What the batch plan and precision say, as a user reads it (each found from outside)."""
 
+import pytest
 import torch
 
 import bigbatch
@@ -73,3 +74,27 @@ def test_a_resume_under_another_cpu_thread_count_is_said_not_to_be_bit_for_bit(t
         torch.set_num_threads(threads)
     said = "this process sums with 2 CPU threads, the run's last start with 1: it goes on, but not bit for bit"
     assert said in capsys.readouterr().err
+
+
+def test_a_cpu_plan_probes_the_smaller_size_first_and_none_twice():
+    # Found from outside: 32 and 64 were probed first whatever the budget (a large model's 64 may be OOM-killed
+    # before any plan), and 32 again by the bisection below 64.
+    from bigbatch.engine import memory
+
+    def plan(budget_mib: int) -> tuple[int, list[int]]:
+        probed = []
+
+        def probe(m: int) -> None:  # a step of 1 MiB an image
+            probed.append(m)
+            torch.empty(m << 20, dtype=torch.uint8).fill_(1)
+
+        sizes = [d for d in range(1, 257) if 256 % d == 0]
+        micro, _ = memory.fit_micro_batch(probe, sizes, torch.device("cpu"), budget_mib << 20, 0)
+        return micro, probed
+
+    assert plan(20) == (16, [32, 4, 8, 16])  # (64 left unprobed: 32 does not fit)
+    assert plan(50) == (32, [32, 64])
+    assert plan(1000) == (256, [32, 64])  # (above 64, told by the two: 1 MiB an image)
+    with pytest.raises(bigbatch.BigbatchError, match=r"^even micro_batch=1 needs 1.0 MiB, over the memory budget"):
+        step = lambda m: torch.empty(m << 20, dtype=torch.uint8).fill_(1)  # noqa: E731
+        memory.fit_micro_batch(step, [1, 2, 4, 8, 16, 32, 64, 128], torch.device("cpu"), 1 << 19, 0)

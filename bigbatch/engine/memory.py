@@ -192,12 +192,19 @@ def fit_micro_batch(
         )
     measurable = [c for c in candidates if c <= CPU_MEASURED]
     if device.type == "cpu" and 2 <= len(measurable) < len(candidates):
-        a, b = (measure(probe, m, device, budget, baseline) for m in measurable[-2:])
+        # The smaller first, and the larger only where it fits (found from outside: 64 probed first, whatever the
+        # budget, and 32 measured again by the bisection below it).
+        a = measure(probe, measurable[-2], device, budget, baseline)
+        a.fits = agree(a.fits)
+        if not a.fits:  # (bisect below it)
+            if len(measurable) == 2:
+                raise _over_budget(measurable[0], a, budget)
+            micro, probes = fit_micro_batch(probe, measurable[:-2], device, budget, baseline, agree)
+            return micro, sorted([*probes, a], key=lambda p: p.micro_batch)
+        b = measure(probe, measurable[-1], device, budget, baseline)
         b.fits = agree(b.fits)
-        if not b.fits:  # (the larger does not fit: bisect below it)
-            micro, probes = fit_micro_batch(probe, measurable[:-1], device, budget, baseline, agree)
-            return micro, sorted([*probes, b], key=lambda p: p.micro_batch)
-        a.fits = True  # (smaller than one that fits)
+        if not b.fits:  # (the largest that fits: the one below it)
+            return a.micro_batch, [a, b]
         slope = max(0.0, (b.peak_bytes - a.peak_bytes) / (b.micro_batch - a.micro_batch))
         probes, micro = [a, b], b.micro_batch
         for m in reversed(candidates[len(measurable) :]):  # the largest first, until one fits on every rank
@@ -221,13 +228,16 @@ def fit_micro_batch(
         else:
             hi = mid - 1
     if best is None:
-        smallest = min(probes, key=lambda p: p.micro_batch)
-        raise BigbatchError(
-            f"even micro_batch={candidates[0]} needs {format_bytes(smallest.peak_bytes)}, over the memory budget of "
-            f"{format_bytes(budget)}; raise train.memory_budget, use bf16 or activation checkpointing, "
-            "or a smaller model"
-        )
+        raise _over_budget(candidates[0], min(probes, key=lambda p: p.micro_batch), budget)
     return candidates[best], sorted(probes, key=lambda p: p.micro_batch)
+
+
+def _over_budget(smallest: int, measured: Probe, budget: int) -> BigbatchError:
+    """Even the `smallest` micro-batch does not fit `budget` (`measured`: the smallest probed)."""
+    return BigbatchError(
+        f"even micro_batch={smallest} needs {format_bytes(measured.peak_bytes)}, over the memory budget of "
+        f"{format_bytes(budget)}; raise train.memory_budget, use bf16 or activation checkpointing, or a smaller model"
+    )
 
 
 def default_budget(device: torch.device, local_world: int = 1) -> int:
