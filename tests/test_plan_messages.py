@@ -98,3 +98,22 @@ def test_a_cpu_plan_probes_the_smaller_size_first_and_none_twice():
     with pytest.raises(bigbatch.BigbatchError, match=r"^even micro_batch=1 needs 1.0 MiB, over the memory budget"):
         step = lambda m: torch.empty(m << 20, dtype=torch.uint8).fill_(1)  # noqa: E731
         memory.fit_micro_batch(step, [1, 2, 4, 8, 16, 32, 64, 128], torch.device("cpu"), 1 << 19, 0)
+
+
+def test_auto_passes_over_a_micro_batch_of_one_a_batchnorm1d_cannot_train():
+    # Found from outside: PyTorch's "Expected more than 1 value per channel" traceback from a probe at 1 (a prime
+    # batch, or a tight budget), where 67 fitted; now 1 is passed over, and a budget under 2 said as such.
+    from torch import nn
+
+    def plan(batch: int, budget: str) -> str:
+        with bigbatch.Replicator(batch=batch, micro_batch="auto", memory_budget=budget, device="cpu") as rep:
+            torch.manual_seed(0)
+            net = rep.prepare(nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.Linear(32, 2)))
+            opt = rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+            data = (torch.randn(batch, 16), torch.randint(0, 2, (batch,)))
+            rep.step(lambda b: nn.functional.cross_entropy(net(b[0]), b[1]), data, opt)
+            return rep.plan.describe()
+
+    assert plan(67, "64MiB").startswith("batch 67 = micro_batch 67 x accumulation 1")
+    with pytest.raises(bigbatch.BigbatchError, match=r"^even micro_batch=2 needs .* over the memory budget of 1.0 KiB"):
+        plan(64, "1KiB")

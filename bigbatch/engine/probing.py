@@ -12,6 +12,10 @@ from bigbatch.engine import dist, frozen, memory
 from bigbatch.errors import BigbatchError
 
 
+class _OneImage(Exception):
+    """A probe at micro-batch 1 that the model cannot train (a BatchNorm of one value per channel)."""
+
+
 def fit(
     rep: Any, probe: Callable[[int], None], optimizers: list[torch.optim.Optimizer]
 ) -> tuple[int, list[memory.Probe], int]:
@@ -38,11 +42,25 @@ def fit(
 
     def fresh(m: int) -> None:  # each probe makes the gradients, as a step from zero_grad does (on CPU,
         memory.zero_grads(holders)  # where new storages are counted, a probe after the first found them
-        probe(m)  # made and left them out)
+        try:  # made and left them out)
+            probe(m)
+        except ValueError as e:  # (found from outside: PyTorch's traceback, where the plan had come to 1)
+            if "Expected more than 1 value per channel" not in str(e):
+                raise
+            raise _OneImage from None
 
     try:
         with torch.random.fork_rng(devices=cuda):  # (the probes' random draws are not training's)
-            micro, probes = memory.fit_micro_batch(fresh, sizes, rep.device, budget, baseline, dist.agree)
+            try:
+                micro, probes = memory.fit_micro_batch(fresh, sizes, rep.device, budget, baseline, dist.agree)
+            except _OneImage:  # (a BatchNorm1d over one image: 1 is no micro-batch of this model)
+                if sizes[1:]:
+                    micro, probes = memory.fit_micro_batch(fresh, sizes[1:], rep.device, budget, baseline, dist.agree)
+                else:
+                    raise BigbatchError(
+                        f"this rank's share of the batch is {rep.share} image, and a BatchNorm of this model needs "
+                        "more than one value per channel (BatchNorm1d over one image): give a larger batch"
+                    ) from None
     finally:
         memory.restore_buffers(saved)
         memory.zero_grads(holders)
