@@ -227,12 +227,15 @@ def describe_plan(cfg: Config, plan: Plan | None = None, world_size: int | None 
     if len(phases) > 1:
         sized = len({p.resolution for p in phases}) > 1  # progressive resizing: say the sizes too
 
+        def px(p: Phase) -> str:  # (0: data.resolution, found from outside said as "0px")
+            return f"{p.resolution or cfg.data.resolution}px "
+
         def phase(p: Phase, begin: int) -> str:  # (where its first step starts: found from outside, its kimg said)
-            return (f"{p.resolution}px " if sized else "") + f"batch {p.batch} from {begin / 1000:g} kimg"
+            return (px(p) if sized else "") + f"batch {p.batch} from {begin / 1000:g} kimg"
 
         line += "; then " + ", ".join(phase(p, b) for p, b in zip(phases[1:], begins[1:]))
         if sized:
-            line = f"{phases[0].resolution}px " + line
+            line = px(phases[0]) + line
     return line
 
 

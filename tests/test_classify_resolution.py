@@ -46,3 +46,24 @@ def test_a_scoring_side_is_refused_for_runs_that_score_at_their_data_resolution(
     assert "'eval.resolution' must be 0 (where it trained) or a side in pixels, got -1" in capsys.readouterr().err
     assert main(["train", "--preset", "fashion_resnet", "eval.resolution=2", "--run-dir", "x"]) == 2
     assert "'eval.resolution' must be 0 (where it trained) or at least 4 pixels, got 2" in capsys.readouterr().err
+
+
+def test_upscaled_data_is_said_with_the_side_and_the_key_that_ask_for_it(tmp_path, capsys):
+    # Found from outside: a held-out side set by eval.resolution was blamed on data.resolution and data.schedule,
+    # the fix naming the training's side; a phase of resolution 0 (data.resolution) was left out of the warning,
+    # and the start line said "0px".
+    for side in (8, 16):
+        bigbatch.data.prepare("builtin:digits", str(tmp_path / f"d{side}.h5"), side, limit=100, workers=0)
+    over = {"data.path": str(tmp_path / "d16.h5"), "data.val_path": str(tmp_path / "d16.h5"), "train.kimg": 0.064}
+    bigbatch.train(
+        tiny(**over, **{"eval.resolution": 24, "data.val_fraction": 0.0}), run_dir=tmp_path / "fix", quiet=True
+    )
+    assert (
+        "d16.h5 holds 16px images, and the run scores its held-out images at up to 24px (eval.resolution): they are "
+        "upscaled, no sharper than at their own size; prepare the images at 24px"
+    ) in capsys.readouterr().err
+    phases = {"data.path": str(tmp_path / "d8.h5"), "data.schedule": "0:0:1x,0.032:8:1x", "train.kimg": 0.064}
+    bigbatch.train(tiny(**phases), run_dir=tmp_path / "zero")
+    out, err = capsys.readouterr()
+    assert "holds 8px images, and the run trains at up to 16px (data.resolution, data.schedule)" in err
+    assert ": 16px batch 64 = " in out and "; then 8px batch 64 from 0.064 kimg" in out, out

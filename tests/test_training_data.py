@@ -91,9 +91,10 @@ def test_a_run_resumes_only_with_its_own_schedule(phased, tiny, tmp_path, capsys
         ("data.schedule=[{kimg=0},{kimg=0,batch=64}]", "phase 1 must start after phase 0"),
         (
             "data.schedule=0:16:32,0.5:16:0",
-            "phase 1 needs a resolution >= 0 (0: data.resolution) and a batch >= 1, got "
+            "phase 1 needs a resolution of at least 4 px (0: data.resolution) and a batch >= 1, got "
             "resolution 16 and batch 0 from 0.5 kimg",
         ),
+        ("data.schedule=0:1:1x", "phase 0 needs a resolution of at least 4 px"),  # (found from outside: 1 px trained)
         ('data.storage_options={secret="s3cr3t"}', "holds credentials (secret)"),
         (
             'data.storage_options={client_kwargs={aws_secret_access_key="s3cr3t"}}',

@@ -54,10 +54,10 @@ class Schedule:
                     f"phase {i} trains at {p.resolution} px, past the {MAX_RESOLUTION} px any resolution may be: fix "
                     "data.schedule"
                 )
-            if p.resolution < 0 or p.batch < 1:
+            if p.resolution < 0 or 0 < p.resolution < 4 or p.batch < 1:  # (found from outside: 1 px trained)
                 raise BigbatchError(
-                    f"phase {i} needs a resolution >= 0 (0: data.resolution) and a batch >= 1, got resolution "
-                    f"{p.resolution} and batch {p.batch} from {p.start / 1000:g} kimg"
+                    f"phase {i} needs a resolution of at least 4 px (0: data.resolution) and a batch >= 1, got "
+                    f"resolution {p.resolution} and batch {p.batch} from {p.start / 1000:g} kimg"
                 )
             if i and p.start <= phases[i - 1].start:
                 raise BigbatchError(f"phase {i} must start after phase {i - 1} ({p.start} <= {phases[i - 1].start})")

@@ -209,16 +209,23 @@ def build(
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps, **kernels)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
-    largest = max(p.resolution for p in schedule_of(cfg).phases)
+    # (a phase of resolution 0 trains at data.resolution: found from outside, its upscaling unsaid)
+    largest = max(p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases)
     # (the held-out images too: found from outside, 16 px ones scored at 32 px without a word)
     val = task.val_data if cfg.data.val_path else None  # (a share of data.path is stored as data.path is)
-    for which, held, side in (("trains", data, largest), ("scores its held-out images", val, cfg.eval.resolution)):
-        stored, side = (stored_side(held) if held is not None else None), side or largest
+    # (found from outside: the held-out side set by eval.resolution was blamed on the training's keys, and its fix
+    # was the training's side)
+    keys = "eval.resolution" if cfg.eval.resolution else "data.resolution, data.schedule"
+    for which, held, side, why in (
+        ("trains", data, largest, "data.resolution, data.schedule"),
+        ("scores its held-out images", val, cfg.eval.resolution or largest, keys),
+    ):
+        stored = stored_side(held) if held is not None else None
         if stored and side > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
             warn(
-                f"data set {held.source} holds {stored}px images, and the run {which} at up to {side}px "
-                "(data.resolution, data.schedule): they are upscaled, no sharper than at their own size; prepare "
-                f"the images at {largest}px (or with --crop none) for the detail"
+                f"data set {held.source} holds {stored}px images, and the run {which} at up to {side}px ({why}): "
+                f"they are upscaled, no sharper than at their own size; prepare the images at {side}px (or with "
+                "--crop none) for the detail"
             )
     # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
     sides = sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})
