@@ -57,3 +57,13 @@ def test_a_gans_scoring_keys_are_refused_for_a_classifier(key, capsys):
     assert main(["train", "--preset", "fashion_resnet", "--dry-run", key]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"config key '{key.split('=')[0]}' is " in err and 'task = "classify"' in err
+
+
+def test_turning_a_presets_weight_average_off_says_to_turn_its_cap_off_with_it(capsys):
+    # Found from outside: "set train.model_ema_kimg" to a user who had set it to 0; the preset had set ema_rampup.
+    assert main(["train", "--preset", "fashion_resnet_fast", "train.model_ema_kimg=0", "--dry-run"]) == 2
+    assert "or turn the cap off with it (train.ema_rampup=0.0)" in capsys.readouterr().err
+    assert (
+        main(["train", "--preset", "fashion_resnet_fast", "train.model_ema_kimg=0", "train.ema_rampup=0", "--dry-run"])
+        == 0
+    )

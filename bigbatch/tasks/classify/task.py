@@ -118,7 +118,11 @@ def check_config(cfg: Config) -> None:
     if t.lr_decay == "step" and not t.lr_steps:
         t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
     if t.changed("ema_rampup") and not t.model_ema_kimg:
-        t._fail("ema_rampup", "caps the half-life of the weights' average, which is off: set train.model_ema_kimg")
+        t._fail(  # (found from outside: a preset's rampup, and "set model_ema_kimg" to one turning the average off)
+            "ema_rampup",
+            f"caps the half-life of the weights' average, which is off (train.model_ema_kimg 0): give the average a "
+            f"half-life, or turn the cap off with it (train.ema_rampup={_toml(type(t)().ema_rampup)})",
+        )
     if cfg.eval.every_kimg and not (cfg.data.val_path or cfg.data.val_fraction):
         raise BigbatchError(
             "config key 'eval.every_kimg' asks for validation, but there is no held-out split: set data.val_path "
