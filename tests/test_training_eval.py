@@ -213,6 +213,16 @@ def test_a_finer_cadence_near_the_end_scores_there_and_changes_no_weight(scored,
     # A "fine" cadence coarser than eval.every_kimg makes the scores no rarer (found from outside: it did).
     rarer = replace(fine.eval, fine_every_kimg=0.512)
     assert [rarer.count(n - 1) + 1 for n in (256, 512, 768, 1024)] == [1, 2, 3, 4]
+    # A start off every_kimg's grid is scored itself (found from outside: every 0.8, finer from 1.2: 0.8, 1.4, ...).
+    off_grid = replace(fine.eval, every_kimg=0.8, fine_from_kimg=1.2, fine_every_kimg=0.2)
+    assert [n for n in range(1, 2001) if off_grid.count(n) > off_grid.count(n - 1)] == [
+        800,
+        1200,
+        1400,
+        1600,
+        1800,
+        2000,
+    ]
 
 
 def test_eval_every_kimg_0_still_switches_scoring_off_under_a_finer_cadence(scored, tmp_path):
