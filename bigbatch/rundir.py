@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -72,17 +73,38 @@ class Run:
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path / "config.toml", self.cfg.dumps())
         record = plan_record(rep, self.cfg)
+        before: dict[str, Any] = {}
+        if self.resumed:
+            try:
+                before = json.loads((self.path / "plan.json").read_text())
+            except (OSError, ValueError):
+                pass
+            before = before if isinstance(before, dict) else {}
+            record |= self._history(before)
         if self.resumed and (now := record.get("cpu_threads")):  # (found from outside: SAEHD's resume, silently not
-            try:  # bit for bit under another thread count, which sums in another order)
-                was = json.loads((self.path / "plan.json").read_text()).get("cpu_threads")
-            except (OSError, ValueError, AttributeError):
-                was = None
+            was = before.get("cpu_threads")  # bit for bit under another thread count, which sums in another order)
             if isinstance(was, int) and was != now:
                 warn(
                     f"this process sums with {now} CPU threads, the run's last start with {was}: it goes on, but not "
                     f"bit for bit as the run would have (run it with OMP_NUM_THREADS={was} for that)"
                 )
         atomic_write(self.path / "plan.json", json.dumps(record, indent=1) + "\n")
+
+    def _history(self, before: dict[str, Any]) -> dict[str, Any]:
+        """What a resume keeps of plan.json (`before`): the phases begun before its checkpoint, and "resumes", where
+        each resume changed the config and what (found from outside: config.toml and plan.json said a precision and
+        micro-batch changed on resume as if the run had had them throughout, and the phases before were dropped)."""
+        at = (self.resumed_at or 0) / 1000
+        kept = {
+            key: [e for e in before.get(key, []) if isinstance(e, dict) and e.get(mark, math.inf) < at]
+            for key, mark in (("phases", "from_kimg"), ("resumes", "at_kimg"))
+        }
+        if self.checkpoint is not None:
+            was, now = (flatten(c.to_dict()) for c in (Config.load(self.checkpoint / "config.toml"), self.cfg))
+            changed = {k: [_json(was.get(k)), _json(now.get(k))] for k in sorted(was.keys() | now.keys())}
+            changed = {k: v for k, v in changed.items() if v[0] != v[1]}
+            kept["resumes"] += [{"at_kimg": at, "changed": changed}] if changed else []
+        return {k: v for k, v in kept.items() if v}
 
     def record_compile(self, compiled: Compiled) -> None:
         """plan.json's "compiled": what the first step compiled, in how long, how much from the cache."""
@@ -97,7 +119,9 @@ class Run:
         record = json.loads(path.read_text())
         begun = {"from_kimg": nimg / 1000, "resolution": resolution, "batch": plan.batch}
         begun |= {"micro_batch": plan.micro_batch, "accumulation": plan.accumulation}
-        record["phases"] = [*(p for p in record.get("phases", []) if p["from_kimg"] < nimg / 1000), begun]
+        kept = [p for p in record.get("phases", []) if p["from_kimg"] < nimg / 1000]
+        going_on = kept and all(kept[-1].get(k) == v for k, v in begun.items() if k != "from_kimg")
+        record["phases"] = kept if going_on else [*kept, begun]  # (a resume inside a phase: it goes on)
         atomic_write(path, json.dumps(record, indent=1) + "\n")
 
     # ---- checkpoints -----------------------------------------------------------------------------
@@ -516,6 +540,13 @@ def _same_on_every_rank(cfg: Config, content_hash: str) -> None:
                 f"rank {rank}'s data.path holds other images than rank 0's (content hash {their_images[:16]}…, rank "
                 f"0: {images[:16]}…): every rank must read the same data file"
             )
+
+
+def _json(value: Any) -> Any:
+    """A config value as plan.json can hold it (a tuple as a list, inf as "inf")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:

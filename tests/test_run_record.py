@@ -1,0 +1,25 @@
+"""RUN/plan.json across resumes: the phases begun before the checkpoint kept, and what each resume changed."""
+
+import json
+
+import bigbatch
+
+
+def test_plan_json_keeps_the_phases_before_a_resume_and_says_what_it_changed(tiny, tmp_path):
+    # Found from outside: a resume rewrote plan.json (its earlier phases dropped, the phase resumed inside dated to
+    # the resume), and config.toml and plan.json said a precision changed on resume as if the run had had it
+    # throughout.
+    cfg = tiny.override({"train.kimg": 0.128, "data.schedule": "0:16:32,0.032:16:48", "checkpoint.every_kimg": 0.032})
+    straight = bigbatch.train(cfg, run_dir=tmp_path / "straight", quiet=True)
+    phases = json.loads((straight / "plan.json").read_text())["phases"]
+    assert [(p["from_kimg"], p["batch"]) for p in phases] == [(0.032, 48)]  # (a later phase, from where it began)
+    stopped = bigbatch.train(cfg.override({"train.kimg": 0.08}), run_dir=tmp_path / "r", quiet=True)
+    bigbatch.train(cfg.override({"train.precision": "bf16"}), run_dir=stopped, resume=True, quiet=True)
+    record = json.loads((stopped / "plan.json").read_text())
+    assert record["phases"] == phases and record["precision"] == "bf16"
+    assert record["resumes"] == [
+        {"at_kimg": 0.08, "changed": {"train.kimg": [0.08, 0.128], "train.precision": ["fp32", "bf16"]}}
+    ]
+    bigbatch.train(cfg.override({"train.kimg": 0.16}), run_dir=stopped, resume=True, quiet=True)  # (and again)
+    resumes = json.loads((stopped / "plan.json").read_text())["resumes"]
+    assert [r["at_kimg"] for r in resumes] == [0.08, 0.128] and resumes[1]["changed"]["train.precision"][1] == "fp32"
