@@ -176,11 +176,14 @@ def describe_run(path: str | Path) -> str:
         )
     if cfg.data.schedule:  # (each phase from its first step, as training says it: found from outside, 1.5 for 1.536)
         schedule = schedule_of(cfg)
+        # (a phase's rates per train.lr_batch images where set, and its resolution 0 as data.resolution: found from
+        # outside, "lr 1->2" of a phase whose logged rate ran 0.5->1, and "0px")
+        unit = f" per {t.lr_batch}" + (" (sqrt-scaled)" if t.lr_scale == "sqrt" else "") if t.lr_batch else ""
         lines.append(
             "schedule    "
             + ", ".join(
-                f"{p.resolution}px batch {p.batch}"
-                + (f" lr {p.lr[0]:g}->{p.lr[1]:g}" if p.lr else "")
+                f"{p.resolution or cfg.data.resolution}px batch {p.batch}"
+                + (f" lr {p.lr[0]:g}->{p.lr[1]:g}{unit}" if p.lr else "")
                 + f" from {begin / 1000:g} kimg"
                 + (" (current)" if p == phase_trained(cfg, int(meta.get("nimg", 0))) else "")
                 for p, begin in zip(schedule.phases, schedule.begins())

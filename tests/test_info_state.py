@@ -38,3 +38,15 @@ def test_info_says_a_runs_state(tiny, tmp_path, capsys):
     assert said.startswith("not training: it ended before its first checkpoint (logged to 0.128 kimg); "), said
     assert said.endswith("--resume` goes on from its start")
     assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["kimg"] == 0.128
+
+
+def test_info_says_a_phases_rates_per_lr_batch_and_its_resolution_0_as_data_resolution(tmp_path, capsys):
+    # Found from outside: "8px batch 64 lr 1->2" of a phase whose logged rate ran 0.5->1 (rates per 128 images),
+    # and a phase of resolution 0 shown as "0px".
+    over = {"data.schedule": "0:0:64:1.0:2.0,1:16:32:0.5:0.05", "train.lr_batch": 128, "train.warmup_kimg": 0}
+    cfg = bigbatch.preset("fashion_resnet").override({**over, "train.lr_decay": "none"})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text(cfg.dumps())  # (a run before its first checkpoint)
+    assert main(["info", str(tmp_path / "run")]) == 0
+    shown = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("schedule "))
+    assert shown.startswith("schedule    28px batch 64 lr 1->2 per 128 from 0 kimg (current), 16px batch 32 lr 0.5")
