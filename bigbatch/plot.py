@@ -30,6 +30,7 @@ TRAINING_PANELS = (
 )
 # Evaluation scores, each with its spread where the metric has one.
 EVAL_METRICS = SCORES
+MANY_RUNS = 8  # more runs than this: one legend of them under the panels
 
 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
@@ -46,6 +47,7 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
 
     matplotlib.use("Agg")  # files only, whatever the environment's display
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     runs = _expand([Path(p) for p in paths])
     data = {}
@@ -97,12 +99,21 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
 
     cols = 2 if len(panels) > 1 else 1
     rows_n = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(6 * cols, 3.2 * rows_n), squeeze=False)
+    # Constrained: room made for the legends (found from outside: tight_layout's raw UserWarning, and legends over
+    # the panels, with 23 runs).
+    fig, axes = plt.subplots(rows_n, cols, figsize=(6 * cols, 3.2 * rows_n), squeeze=False, layout="constrained")
     # One colour per run in every panel (matplotlib's cycle restarts in each, giving a run another colour where
-    # another run has no curve); a run's several curves in a panel told apart by their line style.
-    colours = {run: f"C{i % 10}" for i, run in enumerate(runs)}
+    # another run has no curve), each run its own past ten; a run's several curves in a panel told apart by their
+    # line style. Many runs: one legend of them under the panels, each panel's naming its line styles alone.
+    many = len(runs) > MANY_RUNS
+    if len(runs) <= 10:
+        colours = {run: f"C{i}" for i, run in enumerate(runs)}
+    else:
+        cmap = plt.get_cmap("tab20" if len(runs) <= 20 else "turbo")
+        colours = {run: cmap(i if len(runs) <= 20 else i / (len(runs) - 1)) for i, run in enumerate(runs)}
     for ax, (title, series, log_y) in zip(axes.flat, panels):
         styles: dict[Path, int] = {}
+        keys: dict[str, str] = {}  # (many runs: each key's line style)
         marked = False  # (a value not finite drawn: the legend says what the red crosses are)
         for label, key, source, spread, run in series:
             points = [
@@ -114,14 +125,17 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
             colour = colours[run] if several else None
             style = ("-", "--", ":", "-.")[styles.get(run, 0) % 4] if several else "-"
             styles[run] = styles.get(run, 0) + 1
+            keys.setdefault(label.rpartition(": ")[2] if ": " in label else key, style)
             if points:
-                ax.plot(x, y, style, color=colour, marker="o" if len(x) < 30 else None, markersize=3, label=label)
+                shown = "_" + label if many else label  # (many: named in the figure's legend)
+                ax.plot(x, y, style, color=colour, marker="o" if len(x) < 30 else None, markersize=3, label=shown)
             bad = [r["kimg"] for r in source if isinstance(r.get(key), float) and not math.isfinite(r[key])]
             if bad:  # (NaN or inf, which a line cannot show: marked at the foot of the panel)
                 at_foot, marked = ax.get_xaxis_transform(), True
                 ax.scatter(
-                    bad, [0.03] * len(bad), marker="x", color="red", transform=at_foot, label=f"{label}: not finite"
-                )
+                    bad, [0.03] * len(bad), marker="x", color="red", transform=at_foot,
+                    label="not finite" if many else f"{label}: not finite",
+                )  # fmt: skip
                 ax.update_datalim([(k, 0.0) for k in bad], updatey=False)  # (a run that diverged: past its last
                 ax.autoscale_view()  # finite point, where the axis would end without them)
             if spread:
@@ -133,16 +147,23 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
         ax.grid(alpha=0.3)
         if log_y:
             ax.set_yscale("log", base=2)
-        if len(series) > 1 or several or marked:  # (whose curve it is, when several are drawn)
+        if many:
+            handles = [Line2D([], [], color="black", linestyle=st, label=k) for k, st in keys.items()]
+            crosses = [h for h, text in zip(*ax.get_legend_handles_labels()) if text == "not finite"][:1]
+            if len(handles) > 1 or crosses:  # (what each line style is; the crosses)
+                ax.legend(handles=[*handles, *crosses], fontsize=7)
+        elif len(series) > 1 or several or marked:  # (whose curve it is, when several are drawn)
             ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
+    if many:
+        handles = [Line2D([], [], color=colours[run], label=names[run]) for run in runs]
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(runs)), fontsize=7)
     if several:
         fig.suptitle(f"{len(runs)} runs", fontsize=11)
     else:
         logs, evals = data[runs[0]]
         fig.suptitle(f"{runs[0].name}: {logs[-1]['kimg'] if logs else evals[-1]['kimg']:g} kimg", fontsize=11)
-    fig.tight_layout()
     if out is None:
         given = [Path(p) for p in paths]
         out = given[0] if len(given) == 1 else _holding(runs, relative=not any(p.is_absolute() for p in given))

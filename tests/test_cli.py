@@ -378,3 +378,33 @@ def test_a_refused_run_leaves_no_folder_it_made(tmp_path, capsys):
     run = tmp_path / "made" / "for" / "run"
     assert main(["train", "--preset", "digits", "--run-dir", str(run), "data.path=nothere.h5"]) == 2
     assert "nothere.h5" in capsys.readouterr().err and sorted(tmp_path.iterdir()) == []
+
+
+def test_plot_of_many_runs_gives_each_its_colour_and_one_legend_of_them(tmp_path, capsys):
+    # Found from outside: 23 runs' legends covered the panels and ran off the figure, colours repeated past ten, and
+    # tight_layout's raw UserWarning (with its file path) came out.
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    for i in range(23):
+        (tmp_path / "runs" / f"r{i:02d}").mkdir(parents=True)
+        rows = [f'{{"kimg": {k}, "loss_D": {1 + i / 10 + k}, "loss_G": {2 - k}, "img_per_s": 50}}' for k in (1, 2, 3)]
+        (tmp_path / "runs" / f"r{i:02d}" / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    figures = []
+    savefig = plt.Figure.savefig
+    with warnings.catch_warnings(record=True) as caught, pytest.MonkeyPatch.context() as mp:
+        warnings.simplefilter("always")
+        mp.setattr(plt.Figure, "savefig", lambda fig, *a, **k: figures.append(fig) or savefig(fig, *a, **k))
+        assert main(["plot", str(tmp_path / "runs")]) == 0
+    assert not [w for w in caught if "layout" in str(w.message)] and "Warning" not in capsys.readouterr().err
+    (fig,) = figures
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [f"r{i:02d}" for i in range(23)]
+    assert len({tuple(line.get_color()) for line in legend.get_lines()}) == 23
+    losses = next(ax for ax in fig.axes if ax.get_title() == "losses")
+    assert [t.get_text() for t in losses.get_legend().get_texts()] == ["loss_D", "loss_G"]  # (the line styles)
+    assert Image.open(tmp_path / "runs" / "plots.png").size[1] > 0
