@@ -33,6 +33,17 @@ def describe(tp: Any) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
 
 
+def toml_text(value: Any) -> str:
+    """A value as TOML writes it (true, [1, 2], {a = 1}, "text")."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {toml_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_text(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
 class Mismatch(Exception):
     pass
 
@@ -172,7 +183,10 @@ class Section:
                 value = coerce(value, tp)
             except Mismatch:
                 key, hint = self._key(name), FORMS.get(self._key(name), "")
-                raise BigbatchError(f"config key '{key}' must be {describe(tp)}{hint}, got {value!r}") from None
+                if not hint and describe(tp) == "a string" and isinstance(value, (int, float)):  # (found from outside:
+                    hint = f" (quoted for TOML: {key}='\"{toml_text(value)}\"')"  # name=2024, with no way out said)
+                shown = toml_text(value)  # (as TOML writes it: found from outside, "got True" of train.seed=true)
+                raise BigbatchError(f"config key '{key}' must be {describe(tp)}{hint}, got {shown}") from None
             if isinstance(value, int) and not -(2**63) <= value < 2**63:  # (TOML's integers; torch's and NumPy's)
                 raise BigbatchError(f"config key '{self._key(name)}' must be an integer of 64 bits, got {value}")
         object.__setattr__(self, name, value)
@@ -295,6 +309,11 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise BigbatchError(f"cannot read override '{text}': write it as key=value, e.g. train.batch=256")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except tomllib.TOMLDecodeError as e:
+        if raw.strip()[:1] in "[{":  # (found from outside: a list cut short was "must be a list, got '[0.0,0.99'")
+            raise BigbatchError(
+                f"cannot read override '{text}': its value is not TOML ({str(e).split(' (at')[0]}); write a list as "
+                "[0.9, 0.999] and a table as {key = 1}, quoted for the shell"
+            ) from None
         value = raw
     return key.strip(), value

@@ -230,3 +230,21 @@ def test_a_misspelled_section_on_the_command_line_names_the_one_meant():
         bigbatch.preset("digits").override({"model.option.d_sn": False})
     with pytest.raises(bigbatch.BigbatchError, match=r"^unknown config key 'train.batch.x': 'train.batch' is not a s"):
         bigbatch.preset("digits").override({"train.batch.x": 1})
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [  # (found from outside: Python's True and {'a': 1}, no way to a string of digits, a cut list as a type error)
+        ("train.seed=true", "config key 'train.seed' must be an integer, got true"),
+        ("train.batch={a=1}", "config key 'train.batch' must be an integer, got {a = 1}"),
+        ("name=2024", "config key 'name' must be a string (quoted for TOML: name='\"2024\"'), got 2024"),
+        (
+            "train.betas=[0.0,0.99",
+            "cannot read override 'train.betas=[0.0,0.99': its value is not TOML (Unclosed array)",
+        ),
+    ],
+)
+def test_a_bad_override_is_said_in_toml(override, said):
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        bigbatch.preset("digits").override(dict([parse_override(override)]))
+    assert str(e.value).startswith(said), str(e.value)
