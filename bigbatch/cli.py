@@ -500,8 +500,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         command = _subparser(parser, args.command)
         args = command.parse_intermixed_args(argv[argv.index(args.command) + 1 :], argparse.Namespace(**vars(args)))
         extras = []
-    if extras:
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    if extras:  # (the command's --help: found from outside, train's pointed to bigbatch's)
+        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extras)}")
     refuse_url_outputs(args, argv)
     cli_tools.checkpoint_named(args)
     return args

@@ -40,7 +40,7 @@ def run_cli(capsys, *argv):
             "file bigbatch export wrote (.onnx, .pt, .pt2, .dfm)",
         ),
         (["info", "builtin:digits"], "builtin:digits is a data set made when read, not a file"),
-        (["train", "--bogus"], "unrecognized arguments: --bogus"),
+        (["train", "--bogus"], "unrecognized arguments: --bogus (see 'bigbatch train --help')"),  # (was bigbatch's)
         (["train", "--dry-run", "train.batch=64", "--bogus"], "unrecognized arguments: --bogus"),
         (["train", "--dry-run", "train.batch"], "cannot read override 'train.batch': write it as key=value"),
         (["presets", "train.batch=64"], "unrecognized arguments: train.batch=64"),
