@@ -19,6 +19,8 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
 
     if not Path(run).is_dir():
         raise BigbatchError(f"{run} is not a run directory")
+    if Path(run).resolve().parent.name == "checkpoints":  # (one of its checkpoints: found from outside, said to be
+        run = Path(run).resolve().parent.parent  # "not being trained" while its run trained)
     found = trainer(run)
     if found is None and is_sweep_folder(Path(run)):
         raise BigbatchError(sweep_folder_said(Path(run)) + " (a sweep stops with Ctrl-C or kill -TERM of its process)")
