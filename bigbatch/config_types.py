@@ -310,7 +310,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError as e:
-        if raw.strip()[:1] in "[{":  # (found from outside: a list cut short was "must be a list, got '[0.0,0.99'")
+        if raw.strip()[:1] in ("[", "{"):  # (found from outside: a list cut short was "must be a list, got '[0.0,0.99'")
             raise BigbatchError(
                 f"cannot read override '{text}': its value is not TOML ({str(e).split(' (at')[0]}); write a list as "
                 "[0.9, 0.999] and a table as {key = 1}, quoted for the shell"

@@ -248,3 +248,9 @@ def test_a_bad_override_is_said_in_toml(override, said):
     with pytest.raises(bigbatch.BigbatchError) as e:
         bigbatch.preset("digits").override(dict([parse_override(override)]))
     assert str(e.value).startswith(said), str(e.value)
+
+
+def test_an_empty_or_plain_override_value_is_still_a_string():
+    # (found by the suite: the check of a list cut short took "" for one, refusing data.val_path= )
+    assert parse_override("data.val_path=") == ("data.val_path", "")
+    assert parse_override("data.path=my data.h5") == ("data.path", "my data.h5")

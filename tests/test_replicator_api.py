@@ -168,3 +168,29 @@ def test_what_the_replicator_cannot_honour_is_said(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
     bigbatch.Replicator(8, 4, device="cpu", memory_budget="1GiB")
     assert 'memory_budget is read by micro_batch="auto" only: at micro_batch=4' in capsys.readouterr().err
+
+
+def test_a_step_function_that_steps_or_backpropagates_itself_is_told_what_rep_step_does():
+    # Found from outside (Accelerate habits): backward() in the step function met PyTorch's "retain_graph=True"
+    # advice; opt.step() in it stepped once per micro-batch on partial gradients, silently.
+    from torch import nn
+
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, device="cpu")
+    net = rep.prepare(nn.Linear(4, 1))
+    opt = rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1), "sgd")
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)  # (it wraps opt.step on the instance)
+    before = net.weight.detach().clone()
+
+    def backward(m):
+        loss = net(m).square().mean()
+        loss.backward()
+        return loss
+
+    with pytest.raises(bigbatch.BigbatchError, match=r"^the step function called backward\(\) itself: return the"):
+        rep.step(backward, torch.randn(8, 4), opt)
+    with pytest.raises(bigbatch.BigbatchError, match=r"^the step function called sgd.step\(\): return the loss alone"):
+        rep.step(lambda m: opt.step() or net(m).square().mean(), torch.randn(8, 4), opt)
+    assert torch.equal(net.weight, before)  # (neither stepped)
+    rep.step(lambda m: net(m).square().mean(), torch.randn(8, 4), opt)  # its own step, the scheduler's wrapper kept
+    scheduler.step()
+    assert not torch.equal(net.weight, before) and opt.param_groups[0]["lr"] == 0.05

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
 import numpy as np
@@ -150,3 +151,25 @@ def runs(items: Iterable[T], numel: Callable[[T], int], limit: int) -> Iterator[
         size += n
     if run:
         yield run
+
+
+@contextmanager
+def stepped_by_rep(opt: torch.optim.Optimizer, name: str) -> Iterator[None]:
+    """`opt.step` refused while the step function runs (found from outside: one that stepped the optimizer itself,
+    an Accelerate habit, stepped it once per micro-batch on partial gradients, silently)."""
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise BigbatchError(
+            f"the step function called {name}.step(): return the loss alone; rep.step steps the optimizer once a "
+            "step, after all its micro-batches' gradients"
+        )
+
+    own = vars(opt).get("step")  # (an LR scheduler wraps it on the instance)
+    opt.step = refused  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own is None:
+            del opt.step
+        else:
+            opt.step = own  # type: ignore[method-assign]

@@ -286,7 +286,7 @@ class Replicator:
                 bn.micro_batch()
                 self._before_micro_batch(i)
                 with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
-                    with prec.autocast(self.precision, self.device):
+                    with prec.autocast(self.precision, self.device), batch_parts.stepped_by_rep(opt, state.name):
                         out = batch_parts.call(step_fn, batch_parts.to_device(micro, self.device))
                     loss, stats = batch_parts.unpack(out)
                     state.scaler.scale(loss / divisor).backward()
@@ -301,6 +301,11 @@ class Replicator:
             bn.abandon()
             if isinstance(e, RuntimeError) and "Expected to have finished reduction" in str(e):
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
+            if isinstance(e, RuntimeError) and "backward through the graph a second time" in str(e):
+                raise BigbatchError(  # (found from outside: an Accelerate habit, told to retain_graph=True)
+                    "the step function called backward() itself: return the loss alone; rep.step calls backward on "
+                    "it, scaled for the accumulation and precision"
+                ) from None
             raise
         totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
         frozen.drop_grads(opt)  # (under DDP, which computed them: no step, no moments, out of the norm and its clip)
