@@ -73,6 +73,8 @@ def main() -> None:
     # (found from outside: --budgets 0 ran, abc and --at 4,4 were tracebacks)
     if args.at is not None and len(set(args.at)) < 2:
         p.error("--at: give two different micro-batches or more, e.g. 2,4 (memory is extrapolated on their line)")
+    if args.at is not None and not args.preset and max(args.at) > args.batch:  # (found from outside: "peak @ 8" of 6)
+        p.error(f"--at: micro-batches of at most --batch {args.batch}, got {max(args.at)}")
     unknown = [m for m in args.modes.split(",") if m not in MODE_NAMES]
     if unknown:
         p.error(f"--modes: unknown {', '.join(unknown)}; valid: {', '.join(MODE_NAMES)}")
@@ -117,7 +119,8 @@ def main() -> None:
             per_image = (peaks[b] - peaks[a]) / (b - a)
             fixed = peaks[a] - a * per_image
             for gib in budgets:
-                fit = [m for m in _pow2(args.batch) if fixed + m * per_image <= gib * 2**30]
+                # (every divisor, as micro_batch "auto" takes: found from outside, powers of two alone, "~2" for 6)
+                fit = [m for m in _divisors(args.batch) if fixed + m * per_image <= gib * 2**30]
                 cells.append(f"~{max(fit)}" if fit else "0")
         rows.append((precision, ckpt, peaks, cells, rep.device))
         del task, rep
@@ -250,10 +253,6 @@ def _gib(text: str) -> float:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _pow2(batch: int) -> list[int]:
-    return [m for m in (2**i for i in range(batch.bit_length())) if batch % m == 0]
 
 
 if __name__ == "__main__":
