@@ -117,3 +117,15 @@ def test_auto_passes_over_a_micro_batch_of_one_a_batchnorm1d_cannot_train():
     assert plan(67, "64MiB").startswith("batch 67 = micro_batch 67 x accumulation 1")
     with pytest.raises(bigbatch.BigbatchError, match=r"^even micro_batch=2 needs .* over the memory budget of 1.0 KiB"):
         plan(64, "1KiB")
+
+
+def test_bigbatch_keep_freed_0_leaves_glibcs_policy(monkeypatch):
+    # Found from outside: the freed memory a CPU step keeps doubled a conv net's resident memory, with no way out.
+    from bigbatch.engine import memory
+
+    calls = []
+    monkeypatch.setattr("ctypes.CDLL", lambda name: type("libc", (), {"mallopt": lambda *a: calls.append(a) or 1})())
+    monkeypatch.setenv("BIGBATCH_KEEP_FREED", "0")
+    assert memory.hold_freed_memory() is False and calls == []
+    monkeypatch.delenv("BIGBATCH_KEEP_FREED")
+    assert memory.hold_freed_memory() is True and len(calls) == 3
