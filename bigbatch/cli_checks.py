@@ -86,9 +86,11 @@ def build_on_meta(cfg: Any, warns: bool = True) -> None:
 
     with torch.device("meta"):
         if cfg.task == "classify":
-            from bigbatch.tasks.classify.task import warn_unread
+            from bigbatch.tasks.classify.task import check_new_run, warn_unread
 
             models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
+            if warns:  # (a new run's)
+                check_new_run(cfg)
             if warns and os.environ.get("RANK", "0") == "0":  # (keys a new run says it leaves unread: found from
                 warn_unread(cfg)  # outside, the dry run did not)
         elif cfg.task == "gan":

@@ -34,7 +34,7 @@ def describe(tp: Any) -> str:
 
 
 def toml_text(value: Any) -> str:
-    """A value as TOML writes it (true, [1, 2], {a = 1}, "text")."""
+    """A value as TOML writes it (true, [1, 2], {a = 1}); a string in quotes."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, dict):
@@ -310,10 +310,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError as e:
-        if raw.strip()[:1] in ("[", "{"):  # (found from outside: a list cut short was "must be a list, got '[0.0,0.99'")
+        # (found from outside: a list cut short was "must be a list, got '[0.0,0.99'")
+        if raw.strip()[:1] in ("[", "{"):
             raise BigbatchError(
                 f"cannot read override '{text}': its value is not TOML ({str(e).split(' (at')[0]}); write a list as "
-                "[0.9, 0.999] and a table as {key = 1}, quoted for the shell"
+                "[0.9, 0.999] and a table as {key = 1}, or a string in TOML's quotes (key='\"[text]\"'), quoted for "
+                "the shell"
             ) from None
         value = raw
     return key.strip(), value

@@ -72,19 +72,11 @@ def check_config(cfg: Config) -> None:
     score when evaluation is on, and none of the GAN's keys."""
     m = cfg.model
     check_family(cfg, "classify", "classifier")
-    foreign = cfg.train.changed(*GAN_TRAIN_KEYS) + m.changed("dim_z", "sn_update", "conditional")
+    foreign = cfg.train.changed(*GAN_TRAIN_KEYS) + m.changed("dim_z", "sn_update")
     if foreign:
         raise BigbatchError(
             f"config key '{foreign[0]}' is a GAN key, not read by task = \"classify\"; a classifier's are train.lr, "
             "train.optimizer, train.momentum, train.weight_decay, train.warmup_kimg, train.lr_decay; remove it"
-        )
-    # (found from outside: eval.metrics=fid was taken, and the run reported top-1 alone)
-    scored = cfg.eval.changed(*GAN_EVAL_KEYS) + cfg.sample.changed("truncation")
-    if scored:
-        raise BigbatchError(
-            f"config key '{scored[0]}' is for scoring a GAN's samples, not read by task = \"classify\"; a classifier's "
-            "evaluation reports val_top1, val_top5 and val_loss on its held-out split (eval.every_kimg, eval.best, "
-            "eval.resolution): remove it"
         )
     t = cfg.train
     refuse_sections(cfg, 'task = "classify"', "swap", "xseg", "augment")
@@ -159,6 +151,19 @@ def _check_pairs(cfg: Config, world_size: int) -> None:
         )
 
 
+def check_new_run(cfg: Config) -> None:
+    """The GAN's scoring keys, refused as a new run starts (found from outside: eval.metrics=fid was taken, and the
+    run reported top-1 alone); a saved run that holds one still loads, resumes, is scored and exported (found by
+    review: refused on every load, they had been taken before)."""
+    scored = cfg.eval.changed(*GAN_EVAL_KEYS) + cfg.sample.changed("truncation") + cfg.model.changed("conditional")
+    if scored:
+        raise BigbatchError(
+            f"config key '{scored[0]}' is for a GAN, not read by task = \"classify\"; a classifier's evaluation "
+            "reports val_top1, val_top5 and val_loss on its held-out split (eval.every_kimg, eval.best, "
+            "eval.resolution): remove it"
+        )
+
+
 def warn_unread(cfg: Config) -> None:
     """Keys a run's training settings leave unread, said as it starts (not refused: a run saved with a preset's
     former train.lr = 1 still resumes; not on eval, info or a resume either, where nothing can be done of it: found
@@ -187,6 +192,8 @@ def build(
             'classes (prepare a folder with one sub-folder per class), or train.labels = "rotation" for unlabelled data'
         )
     t, m = cfg.train, cfg.model
+    if resumed_at is None:
+        check_new_run(cfg)
     if rep.is_main and resumed_at is None:
         warn_unread(cfg)
     n_classes = len(ROTATIONS) if rotation else data.n_classes
