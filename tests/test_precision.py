@@ -278,6 +278,26 @@ def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_an
     assert rep.state_dict()["optimizers"]["opt0"]["settled"] == 4  # (kept with a checkpoint)
 
 
+def test_fp16_overflows_in_a_row_after_the_scale_grew_count_above_the_floor_too(capsys, monkeypatch):
+    # Found by review: the floor counted any halving above 2^8 as settling, so a run gone bad at a grown scale
+    # (healthy long runs sit above 2^16) skipped a dozen steps unsaid. The floor is the first fall's alone.
+    from bigbatch.engine.arguments import SkipLimitReached
+
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    rep = bigbatch.Replicator(batch=8, micro_batch=8, device="cpu", precision="fp16", skip_window=10)
+    lin = torch.nn.Linear(4, 2)
+    net, opt = rep.prepare(lin), rep.wrap_optimizer(torch.optim.SGD(lin.parameters(), 0.01))
+    rep._state(opt).scaler.set_growth_interval(2)  # (2000 applied steps, in two)
+    for f in (1e30, 1.0, 1.0, 1.0, 1.0):  # settling once, then grown twice: 2^15 -> 2^17
+        rep.step(lambda m, f=f: net(m).float().mean() * f, torch.randn(8, 4), opt)
+    assert rep.state_dict()["optimizers"]["opt0"]["grown"] is False  # (a growth is seen at the next overflow)
+    with pytest.raises(SkipLimitReached):
+        for _ in range(10):
+            rep.step(lambda m: net(m).float().sum() * 1e30, torch.randn(8, 4), opt)
+    assert rep.counters()["opt0"]["skipped"] == 4  # one settling at the start, one after the growth, two counted
+    assert rep.state_dict()["optimizers"]["opt0"]["grown"] is True
+
+
 def test_fp16s_scale_falling_from_its_start_between_applied_steps_is_settling(capsys, monkeypatch):
     # Found from outside: StyleGAN2's paper preset in fp16 stopped at its 5th G step ("2 of the last 5 G steps"):
     # its path length steps overflowed at scales the others took, each fall of the scale counted.

@@ -11,7 +11,8 @@ import torch
 from bigbatch.errors import BigbatchError, warn
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-SETTLING_FLOOR = 2.0**8  # fp16's loss scale halving above it is settling (GradScaler's start is 2^16: 8 halvings)
+SCALE_START = 2.0**16  # GradScaler's init_scale (grad_scaler makes it with its defaults)
+SETTLING_FLOOR = 2.0**8  # fp16's loss scale halving above it in its first fall is settling (8 halvings from the start)
 SETTLING = (
     "{}: fp16 loss scale settling: a step whose scaled gradients overflow is skipped and the scale halved (at the "
     "start, and now and then after each growth); normal, and not counted towards the skip limit"

@@ -52,6 +52,7 @@ class _Optimizer:
     steps: int = 0
     last_skipped: bool = False
     settled: float = 0.0  # fp16: the loss scale an overflow last halved to (0: none yet)
+    grown: bool = False  # fp16: the loss scale has grown past where an overflow left it (its first fall over)
     grad_norm: float = 0.0
     params: set[int] = field(default_factory=set)
     trained: list[nn.Module] = field(default_factory=list)  # prepared modules holding these params
@@ -393,15 +394,15 @@ class Replicator:
                 clip_grads_with_norm_(params, self.grad_clip, norm)
             opt.step()
         # fp16's scaler starts at 2^16, halves on each overflow and doubles after 2000 steps applied: a finite loss's
-        # overflow before any step applied, at a scale above SETTLING_FLOOR (its fall from the start: steps between
-        # halvings, as StyleGAN2's path length steps overflow at a scale others take, found from outside) or at a
-        # scale grown since the last overflow, is it settling, not counted towards skip_limit; others count (found
-        # from outside: a run gone bad skipped 16 unsaid, down to a scale of 1).
-        # (read only for a skipped step: get_scale() waits for the device, after the optimizer's kernels; found by
-        # review, a second wait of every fp16 step)
+        # overflow before any step applied, in the scale's first fall above SETTLING_FLOOR (StyleGAN2's path length
+        # steps overflow between others that do not: found from outside), or at a scale grown since the last, is it
+        # settling, not counted towards skip_limit (found from outside and by review: runs gone bad skipped 16
+        # unsaid). The scale read for a skipped step alone: get_scale() waits for the device (by review).
         scale = state.scaler.get_scale() if state.scaler.is_enabled() and not finite else 0.0
         grown = state.steps == state.skipped or scale > state.settled  # (nothing applied yet, or grown since)
-        settling = not finite and loss_finite and (scale > prec.SETTLING_FLOOR or scale > 1.0 and grown)
+        state.grown |= scale > prec.SCALE_START or (bool(state.settled) and scale > state.settled)
+        falling = not state.grown and scale > prec.SETTLING_FLOOR
+        settling = not finite and loss_finite and (falling or scale > 1.0 and grown)
         if state.scaler.is_enabled():
             state.scaler.update()
             if not finite:
@@ -517,6 +518,7 @@ class Replicator:
                     "skipped": s.skipped,
                     "steps": s.steps,
                     "settled": s.settled,
+                    "grown": s.grown,
                 }
                 for s in self.optimizers.values()
             }
@@ -562,6 +564,7 @@ class Replicator:
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
                 s.settled = float(saved.get("settled", 0.0))  # (a checkpoint of before it: none)
+                s.grown = bool(saved.get("grown", True))  # (one of before it: its first fall taken as over)
         plan, holds = state.get("plan"), memory.plan_holds
         how = (self.precision, bool(self.checkpointing))
         if self._auto and plan and holds(plan, self.world_size, self.memory_budget, self.is_main, *how):
