@@ -19,8 +19,9 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
 
     if not Path(run).is_dir():
         raise BigbatchError(f"{run} is not a run directory")
-    if Path(run).resolve().parent.name == "checkpoints":  # (one of its checkpoints: found from outside, said to be
-        run = Path(run).resolve().parent.parent  # "not being trained" while its run trained)
+    folder = Path(run).resolve()  # One of its checkpoints (found from outside: "not being trained" while its run
+    if (folder / "meta.json").is_file() and folder.parent.name == "checkpoints":  # trained; by review, not a run
+        run = folder.parent.parent  # that lives in a folder named checkpoints)
     found = trainer(run)
     if found is None and is_sweep_folder(Path(run)):
         raise BigbatchError(sweep_folder_said(Path(run)) + " (a sweep stops with Ctrl-C or kill -TERM of its process)")

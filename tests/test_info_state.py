@@ -23,6 +23,10 @@ def test_info_says_a_runs_state(tiny, tmp_path, capsys):
     # `stop` of one of its checkpoints stops its run (found from outside: "not being trained" of the checkpoint)
     assert main(["stop", str(run / "checkpoints" / "000000.128")]) == 2
     assert f"{run.resolve()} is not being trained: no process holds its lock" in capsys.readouterr().err
+    (tmp_path / "checkpoints").mkdir()  # (a run in a folder named checkpoints is itself: found by review)
+    shutil.copytree(run, tmp_path / "checkpoints" / "mine")
+    assert main(["stop", str(tmp_path / "checkpoints" / "mine")]) == 2
+    assert f"{tmp_path / 'checkpoints' / 'mine'} is not being trained" in capsys.readouterr().err
     lock = lock_folder(run, LOCK, lambda *a: "busy")  # as the process training it holds it
     try:
         assert state(capsys, run) == f"training now (process {os.getpid()} on {os.uname().nodename})"

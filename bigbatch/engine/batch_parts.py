@@ -154,22 +154,46 @@ def runs(items: Iterable[T], numel: Callable[[T], int], limit: int) -> Iterator[
 
 
 @contextmanager
-def stepped_by_rep(opt: torch.optim.Optimizer, name: str) -> Iterator[None]:
-    """`opt.step` refused while the step function runs (found from outside: one that stepped the optimizer itself,
-    an Accelerate habit, stepped it once per micro-batch on partial gradients, silently)."""
+def stepped_by_rep(opt: torch.optim.Optimizer | None) -> Iterator[None]:
+    """`opt.step` and `opt.zero_grad` refused while the step function runs (found from outside: one that stepped the
+    optimizer itself, an Accelerate habit, stepped it once per micro-batch on partial gradients, silently; by review:
+    zero_grad threw the micro-batches' gradients before it away). None: nothing refused."""
+    if opt is None:
+        yield
+        return
 
-    def refused(*args: Any, **kwargs: Any) -> None:
-        raise BigbatchError(
-            f"the step function called {name}.step(): return the loss alone; rep.step steps the optimizer once a "
-            "step, after all its micro-batches' gradients"
-        )
+    def refused(name: str) -> Callable[..., None]:
+        def call(*args: Any, **kwargs: Any) -> None:
+            raise BigbatchError(
+                f"the step function called the optimizer's {name}(): return the loss alone; rep.step zeroes the "
+                "gradients, calls backward on each micro-batch's loss and steps once, after all of them"
+            )
 
-    own = vars(opt).get("step")  # (an LR scheduler wraps it on the instance)
-    opt.step = refused  # type: ignore[method-assign]
+        return call
+
+    own = {name: vars(opt).get(name) for name in ("step", "zero_grad")}  # (an LR scheduler wraps step on the instance)
+    for name in own:
+        setattr(opt, name, refused(name))
     try:
         yield
     finally:
-        if own is None:
-            del opt.step
-        else:
-            opt.step = own  # type: ignore[method-assign]
+        for name, method in own.items():
+            if method is None:
+                delattr(opt, name)
+            else:
+                setattr(opt, name, method)
+
+
+def backward(loss: torch.Tensor) -> None:
+    """`loss.backward()`, PyTorch's error of a graph backpropagated twice said with its likely causes (found from
+    outside: a step function calling backward() itself, an Accelerate habit, was told to retain_graph=True)."""
+    try:
+        loss.backward()
+    except RuntimeError as e:
+        if "backward through the graph a second time" not in str(e):
+            raise
+        raise BigbatchError(
+            "a step's graph was backpropagated twice: if the step function calls backward() itself, return the loss "
+            "alone (rep.step calls backward on it, scaled for the accumulation and precision); otherwise a tensor of "
+            "an earlier micro-batch or step is used again: detach it"
+        ) from e

@@ -262,7 +262,7 @@ class Replicator:
         state = self._state(opt)
         if self._plan is None:
             self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
-            self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m)), [opt])
+            self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m), opt), [opt])
         frozen.hold(opt, self._held, everything=self.world_size > 1)
         plan = self.plan
         if self._batchnorm_before is not None:
@@ -287,10 +287,10 @@ class Replicator:
                 bn.micro_batch()
                 self._before_micro_batch(i)
                 with self.no_sync(keep=state.trained if i == len(micros) - 1 else ()):
-                    with prec.autocast(self.precision, self.device), batch_parts.stepped_by_rep(opt, state.name):
+                    with prec.autocast(self.precision, self.device), batch_parts.stepped_by_rep(opt):
                         out = batch_parts.call(step_fn, batch_parts.to_device(micro, self.device))
                     loss, stats = batch_parts.unpack(out)
-                    state.scaler.scale(loss / divisor).backward()
+                    batch_parts.backward(state.scaler.scale(loss / divisor))
                 keys = ["loss", *stats]
                 extra = (
                     torch.as_tensor(v).to(loss.device, non_blocking=True).detach().float().reshape(())
@@ -302,11 +302,6 @@ class Replicator:
             bn.abandon()
             if isinstance(e, RuntimeError) and "Expected to have finished reduction" in str(e):
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
-            if isinstance(e, RuntimeError) and "backward through the graph a second time" in str(e):
-                raise BigbatchError(  # (found from outside: an Accelerate habit, told to retain_graph=True)
-                    "the step function called backward() itself: return the loss alone; rep.step calls backward on "
-                    "it, scaled for the accumulation and precision"
-                ) from None
             raise
         totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
         frozen.drop_grads(opt)  # (under DDP, which computed them: no step, no moments, out of the norm and its clip)
@@ -487,14 +482,15 @@ class Replicator:
         self.batch = batch
         return self._plan
 
-    def probe_step(self, step_fn: Callable[[Any], Any], micro: Any) -> None:
+    def probe_step(self, step_fn: Callable[[Any], Any], micro: Any, opt: torch.optim.Optimizer | None = None) -> None:
         """One forward and backward of `step_fn` on `micro`, with no DDP sync and no optimizer step
-        (what `plan_micro_batch` measures). Leaves gradients behind: the caller frees them."""
+        (what `plan_micro_batch` measures; `opt`'s step refused as rep.step refuses it). Leaves gradients behind:
+        the caller frees them."""
         self._before_micro_batch(0)
         with self.no_sync():
-            with prec.autocast(self.precision, self.device):
+            with prec.autocast(self.precision, self.device), batch_parts.stepped_by_rep(opt):
                 loss, _ = batch_parts.unpack(batch_parts.call(step_fn, batch_parts.to_device(micro, self.device)))
-            loss.backward()
+            batch_parts.backward(loss)  # (found by review: the probe met a backward() in step_fn first)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path, **objects: Any) -> Path:
