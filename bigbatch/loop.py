@@ -164,9 +164,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
 
     def announce_phase(at: int, phase: Phase) -> None:
         size = f"{phase.resolution}px, " if resizes else ""
-        if main:
-            run.record_phase(at, phase.resolution or cfg.data.resolution, rep.plan)
         begun = schedule.begins()[schedule.phases.index(phase)]
+        if main:
+            run.record_phase(at, phase.resolution or cfg.data.resolution, rep.plan, resumed_inside=at > begun)
         if at > begun:  # resumed inside it: its batch sheet was written when it began
             progress.say(
                 f"kimg {at / 1000:g}: resumed inside the data.schedule phase begun at {begun / 1000:g} kimg: "

@@ -92,6 +92,13 @@ def unresumable_changes(saved_config: Path, cfg: Config, recovery: bool = True) 
     return _shown(fixed, saved, given)
 
 
+def resume_changes(saved_config: Path, cfg: Config) -> dict[str, list]:
+    """What a resume under `cfg` changes of the run saved with `saved_config`: {key: [before, after]} (keys added
+    since it was saved taken as it began: found by review, an old run's every resume said one changed)."""
+    _, saved, given, changed, _, _ = _compare(saved_config, cfg, True)
+    return {k: [saved.get(k), given[k]] for k in sorted(changed)}
+
+
 def _shown(fixed: list[str], saved: dict, given: dict) -> str:
     more = f" and {len(fixed) - 4} more" if len(fixed) > 4 else ""
     return ", ".join(f"{k} ({saved.get(k)!r} -> {given[k]!r})" for k in fixed[:4]) + more if fixed else ""

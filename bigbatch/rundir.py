@@ -31,7 +31,7 @@ from bigbatch.files import (
     remove_stale,
     unlock_folder,
 )
-from bigbatch.resuming import flatten
+from bigbatch.resuming import flatten, resume_changes
 from bigbatch.resuming import resume_config as resume_config  # (the CLI's, sweeps')
 from bigbatch.run_data import relative_data
 from bigbatch.sampling import save_png
@@ -99,11 +99,10 @@ class Run:
             key: [e for e in before.get(key, []) if isinstance(e, dict) and e.get(mark, math.inf) < at]
             for key, mark in (("phases", "from_kimg"), ("resumes", "at_kimg"))
         }
-        if self.checkpoint is not None:
-            was, now = (flatten(c.to_dict()) for c in (Config.load(self.checkpoint / "config.toml"), self.cfg))
-            changed = {k: [_json(was.get(k)), _json(now.get(k))] for k in sorted(was.keys() | now.keys())}
-            changed = {k: v for k, v in changed.items() if v[0] != v[1]}
-            kept["resumes"] += [{"at_kimg": at, "changed": changed}] if changed else []
+        if self.checkpoint is not None and (changed := resume_changes(self.checkpoint / "config.toml", self.cfg)):
+            kept["resumes"].append(
+                {"at_kimg": at, "changed": {k: [_json(a), _json(b)] for k, (a, b) in changed.items()}}
+            )
         return {k: v for k, v in kept.items() if v}
 
     def record_compile(self, compiled: Compiled) -> None:
@@ -112,7 +111,7 @@ class Run:
         record = {**json.loads(plan.read_text()), "compiled": compiled.to_dict()}
         atomic_write(plan, json.dumps(record, indent=1) + "\n")
 
-    def record_phase(self, nimg: int, resolution: int, plan: Any) -> None:
+    def record_phase(self, nimg: int, resolution: int, plan: Any, resumed_inside: bool = False) -> None:
         """plan.json's "phases": the split of each data.schedule phase as it began (found from outside: the file
         kept the first phase's alone, though a later one ran micro-batches of another size)."""
         path = self.path / "plan.json"
@@ -120,8 +119,10 @@ class Run:
         begun = {"from_kimg": nimg / 1000, "resolution": resolution, "batch": plan.batch}
         begun |= {"micro_batch": plan.micro_batch, "accumulation": plan.accumulation}
         kept = [p for p in record.get("phases", []) if p["from_kimg"] < nimg / 1000]
-        going_on = kept and all(kept[-1].get(k) == v for k, v in begun.items() if k != "from_kimg")
-        record["phases"] = kept if going_on else [*kept, begun]  # (a resume inside a phase: it goes on)
+        # A resume inside a phase keeps its entry where its split is as it was (found by review: told apart by the
+        # split alone, a new phase of the same split was taken for the one before going on)
+        going_on = resumed_inside and kept and all(kept[-1].get(k) == v for k, v in begun.items() if k != "from_kimg")
+        record["phases"] = kept if going_on else [*kept, begun]
         atomic_write(path, json.dumps(record, indent=1) + "\n")
 
     # ---- checkpoints -----------------------------------------------------------------------------

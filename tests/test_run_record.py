@@ -23,3 +23,14 @@ def test_plan_json_keeps_the_phases_before_a_resume_and_says_what_it_changed(tin
     bigbatch.train(cfg.override({"train.kimg": 0.16}), run_dir=stopped, resume=True, quiet=True)  # (and again)
     resumes = json.loads((stopped / "plan.json").read_text())["resumes"]
     assert [r["at_kimg"] for r in resumes] == [0.08, 0.128] and resumes[1]["changed"]["train.precision"][1] == "fp32"
+
+
+def test_a_later_phase_of_the_same_split_is_recorded_too(tmp_path):
+    # Found by review: phases told apart by their split alone, one that changed the rate alone went unrecorded.
+    from test_classify import tiny as tiny_classifier
+
+    lr = "0:16:32:0.1:0.1,0.032:16:32:0.05:0.05,0.064:16:32:0.02:0.02"
+    over = {"data.schedule": lr, "train.kimg": 0.096, "train.warmup_kimg": 0}
+    run = bigbatch.train(tiny_classifier(**over, **{"train.lr_decay": "none"}), run_dir=tmp_path / "r", quiet=True)
+    phases = json.loads((run / "plan.json").read_text())["phases"]
+    assert [(p["from_kimg"], p["batch"]) for p in phases] == [(0.032, 32), (0.064, 32)]
