@@ -47,6 +47,10 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
     holder = trainer(run)
     if holder is not None:
         return f"training now ({held_by(*holder)})"
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:  # (found by review: no lock to read here, "not training" said of any run)
+        return "unknown: this system has no file locks to tell a run in training"
     total = Config.load(run / "config.toml").train.kimg if (run / "config.toml").is_file() else math.inf
     kimg = float(meta.get("kimg", 0.0)) if ckpt is not None else 0.0
     if ckpt is not None and kimg >= total:

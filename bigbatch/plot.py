@@ -31,6 +31,7 @@ TRAINING_PANELS = (
 # Evaluation scores, each with its spread where the metric has one.
 EVAL_METRICS = SCORES
 MANY_RUNS = 8  # more runs than this: one legend of them under the panels
+LINES = ("-", "--", ":", "-.")  # a run's several curves in a panel, told apart
 
 
 def plot_run(run: str | Path, out: str | Path | None = None) -> Path:
@@ -123,9 +124,11 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
             ]
             x, y, s = (list(v) for v in zip(*points)) if points else ([], [], [])
             colour = colours[run] if several else None
-            style = ("-", "--", ":", "-.")[styles.get(run, 0) % 4] if several else "-"
-            styles[run] = styles.get(run, 0) + 1
-            keys.setdefault(label.rpartition(": ")[2] if ": " in label else key, style)
+            if many:  # (a style a key in every run: found by review, told by each run's order, legend mismatched)
+                style = keys.setdefault(label.rpartition(": ")[2] if ": " in label else key, LINES[len(keys) % 4])
+            else:
+                style = LINES[styles.get(run, 0) % 4] if several else "-"
+                styles[run] = styles.get(run, 0) + 1
             if points:
                 shown = "_" + label if many else label  # (many: named in the figure's legend)
                 ax.plot(x, y, style, color=colour, marker="o" if len(x) < 30 else None, markersize=3, label=shown)

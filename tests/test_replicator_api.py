@@ -207,3 +207,10 @@ def test_a_step_function_that_steps_or_backpropagates_itself_is_told_what_rep_st
         auto.step(backward, torch.randn(8, 4), opt)
     with pytest.raises(bigbatch.BigbatchError, match=r"^the step function called the optimizer's step\(\)"):
         auto.step(lambda m: opt.step() or net(m).square().mean(), torch.randn(8, 4), opt)
+
+
+def test_a_numpy_integer_is_a_skip_window():
+    # (found by review: the refusal of 2.5 refused numpy's integers too, which were taken before)
+    import numpy as np
+
+    assert bigbatch.Replicator(batch=8, micro_batch=4, device="cpu", skip_window=np.int64(10)).batch == 8

@@ -153,6 +153,15 @@ def _frozen_rank(rank, world, init_file, folder):
             rep.step(lambda m: t(m).square().mean(), x, both)
         except bigbatch.BigbatchError as e:
             said["refused"] = str(e)
+        part = nn.Linear(4, 1)  # (found by review: a model prepared partly frozen, then unfrozen, passed)
+        part.bias.requires_grad_(False)
+        p = rep.prepare(part)
+        part.bias.requires_grad_(True)
+        whole = rep.wrap_optimizer(torch.optim.SGD(part.parameters(), lr=0.1), "part")
+        try:
+            rep.step(lambda m: p(m).square().mean(), x, whole)
+        except bigbatch.BigbatchError as e:
+            said["partly"] = str(e)
     with open(f"{folder}/{rank}", "w") as f:
         json.dump(said, f)
 
@@ -165,4 +174,5 @@ def test_a_frozen_module_is_prepared_under_several_processes_with_rank_0s_weight
     )
     said = [json.loads((tmp_path / str(rank)).read_text()) for rank in (0, 1)]
     assert said[0]["teacher"] == said[1]["teacher"] and said[0]["student"] == said[1]["student"]
-    assert said[0]["refused"].startswith("teacher updates parameters of a model that had none requiring grad when")
+    assert said[0]["refused"].startswith("teacher updates parameters that did not require grad when rep.prepare")
+    assert said[1]["partly"].startswith("part updates parameters that did not require grad when rep.prepare")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import numbers
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,7 +63,7 @@ def check_arguments(
         except BigbatchError:
             raise BigbatchError(f"micro_batch must be a positive integer or 'auto', got {micro_batch!r}") from None
     given = isinstance(skip_limit, (int, float)) and not isinstance(skip_limit, bool)
-    window = isinstance(skip_window, int) and not isinstance(skip_window, bool)  # (found from outside: 2.5 taken,
+    window = isinstance(skip_window, numbers.Integral) and not isinstance(skip_window, bool)  # (from outside: 2.5,
     if not (given and window and 0 <= skip_limit <= 1 and skip_window >= 1):  # then deque's TypeError)
         raise BigbatchError(
             f"skip_limit must be in [0, 1] and skip_window a whole number >= 1, got {skip_limit!r} and {skip_window!r}"
@@ -91,8 +92,8 @@ def check_prepared(name: str, params: set[int], prepared: set[int], world_size: 
         )
     if world_size > 1 and params - synced:
         raise BigbatchError(
-            f"{name} updates parameters of a model that had none requiring grad when rep.prepare took it (so it was "
-            f"not wrapped in DDP): under {world_size} processes their gradients would not be averaged; prepare the "
+            f"{name} updates parameters that did not require grad when rep.prepare took their model (DDP averages "
+            f"only those that did): under {world_size} processes their gradients would not be averaged; prepare the "
             "model once its parameters require grad"
         )
 

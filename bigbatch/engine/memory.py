@@ -258,6 +258,9 @@ def default_budget(device: torch.device, local_world: int = 1) -> int:
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
 
+OFF = ("0", "false", "no", "off")  # BIGBATCH_KEEP_FREED's values that turn it off
+
+
 def hold_freed_memory() -> bool:
     """Keep the memory a CPU training step frees for the next step (glibc's malloc; elsewhere nothing).
 
@@ -275,7 +278,7 @@ def hold_freed_memory() -> bool:
     import os
     import sys
 
-    if not sys.platform.startswith("linux") or os.environ.get("BIGBATCH_KEEP_FREED") == "0":
+    if not sys.platform.startswith("linux") or os.environ.get("BIGBATCH_KEEP_FREED", "").lower() in OFF:
         return False
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt

@@ -54,12 +54,17 @@ def fit(
             try:
                 micro, probes = memory.fit_micro_batch(fresh, sizes, rep.device, budget, baseline, dist.agree)
             except _OneImage:  # (a BatchNorm1d over one image: 1 is no micro-batch of this model)
-                if sizes[1:]:
-                    micro, probes = memory.fit_micro_batch(fresh, sizes[1:], rep.device, budget, baseline, dist.agree)
-                else:
+                if not sizes[1:]:
                     raise BigbatchError(
                         f"this rank's share of the batch is {rep.share} image, and a BatchNorm of this model needs "
                         "more than one value per channel (BatchNorm1d over one image): give a larger batch"
+                    ) from None
+                try:
+                    micro, probes = memory.fit_micro_batch(fresh, sizes[1:], rep.device, budget, baseline, dist.agree)
+                except _OneImage:  # (found by review: another size's, escaping as a private error)
+                    raise BigbatchError(
+                        "a probe of this model's step raised PyTorch's 'Expected more than 1 value per channel' at "
+                        "a micro-batch above 1: a BatchNorm of it sees one value per channel there"
                     ) from None
     finally:
         memory.restore_buffers(saved)

@@ -111,6 +111,7 @@ class Replicator:
         self._micro_modules: dict[Callable, list[nn.Module]] = {}
         self.optimizers: dict[int, _Optimizer] = {}
         self._held: list[nn.Parameter] = []  # frozen groups' parameters set not to require grad (frozen.py)
+        self._synced: set[int] = set()  # parameters DDP averages: those requiring grad when it wrapped their model
         self._bn_list, self._bn_of = list[nn.Module](), 0  # (the BatchNorms, found when there were _bn_of models)
         self._batchnorm_before: int | None = None  # images BatchNorm spanned before a resume (load_state_dict)
         self._owns_group = dist.init(self.ctx)
@@ -204,6 +205,8 @@ class Replicator:
             unused_parameters=unused_parameters,
         )
         self.models.append((model, wrapped))
+        if isinstance(wrapped, nn.parallel.DistributedDataParallel):  # (found by review: one unfrozen after, unsynced)
+            self._synced.update(id(p) for p in model.parameters() if p.requires_grad)
         known = {id(m) for modules in self._micro_modules.values() for m in modules}
         for m in model.modules():
             if callable(getattr(m, "before_micro_batch", None)) and id(m) not in known:
@@ -273,9 +276,7 @@ class Replicator:
             state.trained = [w for p, w in self.models if any(id(q) in state.params for q in p.parameters())]
             state.trained_of = len(self.models)
             prepared = {id(q) for p, _ in self.models for q in p.parameters()}
-            ddp = nn.parallel.DistributedDataParallel  # (a model of no trainable parameters is not wrapped)
-            synced = {id(q) for p, w in self.models if isinstance(w, ddp) for q in p.parameters()}
-            check_prepared(state.name, state.params, prepared, self.world_size, synced)
+            check_prepared(state.name, state.params, prepared, self.world_size, self._synced)
         totals: torch.Tensor | None = None
         keys: list[str] = []
         # In rank order (CPU): each rank scales by the whole step's micro-batches, the sums are plain ones.
