@@ -490,11 +490,17 @@ class Config(Section):
         """This config with a TOML file's `tree` laid over it: its sections key by key, a table value (as
         model.options) whole, as TOML and the command line's `model.options={...}` mean; checked like any other."""
 
-        def over(section: Section, part: dict[str, Any]) -> dict[str, Any]:
+        def over(section: Section, part: dict[str, Any], prefix: str = "") -> dict[str, Any]:
             out = section.to_dict()
             for k, v in part.items():
                 below = getattr(section, k, None)
-                out[k] = over(below, v) if isinstance(below, Section) and isinstance(v, dict) else v
+                if isinstance(below, dict) and isinstance(v, dict) and below.keys() - v.keys():  # (said, as on the
+                    dropped = ", ".join(sorted(below.keys() - v.keys()))  # command line: found by review)
+                    warn(
+                        f"the file's [{prefix}{k}] replaces the whole table: {dropped} go back to their defaults; to "
+                        f"change one key and keep the others, give {prefix}{k}.KEY=VALUE on the command line"
+                    )
+                out[k] = over(below, v, f"{prefix}{k}.") if isinstance(below, Section) and isinstance(v, dict) else v
             return out
 
         return Config.from_dict(over(self, tree))

@@ -213,6 +213,9 @@ def test_a_config_file_lays_over_a_preset_given_with_it_and_alone_says_what_it_l
     assert base_config(None, str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
     assert base_config("digits", str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
     assert capsys.readouterr().err == ""
+    (tmp_path / "opts.toml").write_text("[model.options]\nmap_layers = 2\n")  # (a table whole: said, by review)
+    assert base_config("stylegan2_256", str(tmp_path / "opts.toml")).model.options == {"map_layers": 2}
+    assert "the file's [model.options] replaces the whole table: mbstd_group go back" in capsys.readouterr().err
     (tmp_path / "typo.toml").write_text("[trian]\nbatch = 32\n")
     with pytest.raises(bigbatch.BigbatchError, match=r"unknown config key 'trian' \(did you mean 'train'\?\)"):
         base_config("digits", str(tmp_path / "typo.toml"))
