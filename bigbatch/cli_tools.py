@@ -324,7 +324,8 @@ def run_stats(args: argparse.Namespace) -> None:
     # (what the file holds, said: found from outside, a file of KID's features too said to hold FID's alone)
     if not args.kid and file.is_file():
         with safe_open(file, "pt") as f:
-            args.kid = "features" in f.keys()  # noqa: SIM118 -- safe_open is no mapping
+            # (an empty features tensor where none were kept: found from outside, said to hold them)
+            args.kid = "features" in f.keys() and f.get_slice("features").get_shape()[0] > 0  # noqa: SIM118
     kept = "mean, covariance and every image's features (for KID)" if args.kid else "mean and covariance (for FID)"
     # (the classifier's are of the data's own classifier: B to the eval of a run, whose data it is, not to the
     # eval of images, whose classifier trains on B's images: found from outside, said and then refused)

@@ -254,12 +254,18 @@ def test_image_files_are_read_as_the_standard_scorers_read_them(tmp_path):
         assert np.array_equal(im.numpy(), np.asarray(Image.open(folder / name).convert("RGB"))), name
 
 
-def test_kid_of_two_sets_within_one_subset_says_its_spread_is_not_measured(capsys):
+def test_kid_of_two_sets_within_one_subset_says_its_spread_is_not_measured(capsys, monkeypatch):
     a, b = (np.random.default_rng(i).normal(size=(37, 8)) for i in (0, 1))  # (37: a warning of its own)
     mean, std = M.kid(a, b, subset_size=1000)
     assert std == 0 and "both sets hold 37 images" in capsys.readouterr().err
     assert mean == pytest.approx(M.kid(a, b, subsets=1, subset_size=37)[0], rel=1e-12)
     assert M.kid(a, b[:30], subset_size=1000)[1] > 0  # a larger set gives subsets to spread over
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (the classifier extractor's kcd said as kcd: from outside)
+    M.kid(a, b, subset_size=1000, name="kcd")
+    assert (
+        "KCD: both sets hold 37 images, not more than a subset of 1000: every subset is the whole of both, so "
+        "kcd_std is 0" in capsys.readouterr().err
+    )
 
 
 def _shard_worker(rank, world, port, folder, out):
@@ -464,7 +470,10 @@ def test_stats_write_inception_statistics_as_pytorch_fid_and_clean_fid_read_them
         assert main([*argv[:-1], str(out), "--extractor", "inception-torchscript"]) == 2
         assert said in capsys.readouterr().err
     assert sorted(np.load(images)) == ["arr_0"]
-    # What the cached file holds is said (found from outside: KID's features, taken for FID, said to be not there).
+    # What the cached file holds is said (found from outside: KID's features, taken for FID, said to be not there;
+    # and the other way: a file of no features, its empty tensor taken for them).
+    assert main([*argv[:6], "--extractor", "inception-torchscript"]) == 0
+    assert "images, mean and covariance (for FID); in " in capsys.readouterr().out
     assert main([*argv[:6], "--kid", "--extractor", "inception-torchscript"]) == 0
     assert main([*argv[:6], "--extractor", "inception-torchscript"]) == 0
     assert capsys.readouterr().out.count("mean, covariance and every image's features (for KID)") == 2

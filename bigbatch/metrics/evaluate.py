@@ -185,7 +185,9 @@ def score(
                 )
             out[names["fid"]] = frechet_distance(*feature_stats(features["pool"]), reference.mu, reference.sigma)
         elif metric == "kid":
-            mean, std = kid(features["pool"], reference.features, kid_subsets, kid_subset_size, seed=seed)
+            mean, std = kid(
+                features["pool"], reference.features, kid_subsets, kid_subset_size, seed=seed, name=names["kid"]
+            )
             out[names["kid"]], out[names["kid"] + "_std"] = mean, std
         elif metric == "is":
             if "logits" not in features:

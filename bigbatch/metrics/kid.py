@@ -38,11 +38,12 @@ def kid(
     gamma: float | None = None,
     coef0: float = 1.0,
     seed: int = 2020,
+    name: str = "kid",
 ) -> tuple[float, float]:
     """Mean and standard deviation of MMD^2 over `subsets` random subsets of `subset_size` (capped at
     the smaller set's size) drawn without replacement from each side. Two sets no larger than a subset
     make one subset, computed once: its standard deviation is 0, said in a warning (torch-fidelity
-    refuses such sets)."""
+    refuses such sets). `name`: the score's, in that warning (kcd of the classifier extractor's features)."""
     a, b = _numpy(features_a), _numpy(features_b)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise BigbatchError(f"KID needs two (N, D) feature sets of the same D, got {a.shape} and {b.shape}")
@@ -52,8 +53,8 @@ def kid(
     a, b = a.astype(np.float64), b.astype(np.float64)
     if size == len(a) == len(b):
         warn(
-            f"KID: both sets hold {size} images, not more than a subset of {subset_size}: every subset is the "
-            "whole of both, so kid_std is 0, not a measured spread (give more images for one)",
+            f"{name.upper()}: both sets hold {size} images, not more than a subset of {subset_size}: every subset "
+            f"is the whole of both, so {name}_std is 0, not a measured spread (give more images for one)",
             once=True,
         )
         subsets = 1
