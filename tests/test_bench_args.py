@@ -74,6 +74,7 @@ def refused(*argv: str) -> str:
         (["memory.py", "--at", "4,4"], ["--at", "two different micro-batches"]),
         (["memory.py", "--batch", "0"], ["--batch", "1 or more"]),
         (["memory.py", "--batch", "6", "--at", "4,8"], ["--at", "at most --batch 6, got 8"]),  # (found from outside)
+        (["cpu_resident.py", "--micro", "1"], ["--micro", "2 or more"]),
         (["memory.py", "--preset", "nosuch"], ["bigbatch: error:", "unknown preset 'nosuch'"]),
         (["roofline.py", "--quick", "--tflops", "0"], ["--tflops", "give a number above 0"]),
         (["roofline.py", "--quick", "--measured", "x=1"], ["unknown work x"]),

@@ -270,8 +270,8 @@ def hold_freed_memory() -> bool:
     batch 8): 2.2 million page faults and 3 s of system time a step at 256 px (17 % of the step), 0.3
     million and 0.45 s at 128 px; with the blocks taken from the heap and the heap kept (these three
     settings) both go to nothing. The cost is resident memory, which the heap's fragments add to: about
-    9 % for that SAEHD step, but 2.2x for a 3-layer conv net at micro-batch 256 (917 MiB against 406
-    without, its steps 1.7x as fast: found from outside, the 9 % taken for every net). Process-wide and
+    9 % for that SAEHD step, but 1.5x for a 3-layer conv net in fp32 at micro-batch 256 (537 MiB against
+    348: bench/cpu_resident.py; found from outside, the 9 % taken for every net). Process-wide and
     inherited by forked workers; torch has no CPU caching allocator to ask instead. BIGBATCH_KEEP_FREED=0
     leaves glibc's policy as it is. Returns whether the settings took."""
     import ctypes
