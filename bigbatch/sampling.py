@@ -149,8 +149,8 @@ def sample(
             f"sample takes a generator (bigbatch.load_generator(RUN) or one of bigbatch.models), got {type(G).__name__}"
         )
     kept = {k: getattr(G, k) for k in ("truncation_psi", "noise_mode") if hasattr(G, k)}
-    restyle(G, psi, noise_mode)  # (found from outside: the API had no truncation of w, the CLI's --psi)
-    try:
+    try:  # (its own psi and noise kept, whatever is refused: a psi set before a bad noise_mode too)
+        restyle(G, psi, noise_mode)  # (found from outside: the API had no truncation of w, the CLI's --psi)
         return _sample(G, n, seed, classes, truncation, batch_size, with_labels)
     finally:
         for k, v in kept.items():

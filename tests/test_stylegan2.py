@@ -408,7 +408,8 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
                  "--npz", "--out", str(tmp_path / "psi.npz")]) == 0  # fmt: skip
     assert np.array_equal(np.load(tmp_path / "psi.npz")["arr_0"], got.numpy())
     with pytest.raises(bigbatch.BigbatchError, match="noise_mode must be one of random, const, none, got 'fixed'"):
-        bigbatch.sample(G, n=1, noise_mode="fixed")
+        bigbatch.sample(G, n=1, psi=0.5, noise_mode="fixed")
+    assert G.truncation_psi == 1  # (kept: the psi set before the refusal undone)
     drawn = draw_latents(5, 16, 4, 10)
     assert (exported(*drawn).int() - torch.from_numpy(np.load(out)["arr_0"]).int()).abs().max() <= 1
     assert main(["sample", str(tmp_path / "r"), "--noise-mode", "fixed"]) == 2
