@@ -83,32 +83,29 @@ def build_on_meta(cfg: Any, warns: bool = True) -> None:
     import torch
 
     from bigbatch import models
+    from bigbatch.tasks.interface import check_new_run
 
     with torch.device("meta"):
         if cfg.task == "classify":
-            from bigbatch.tasks.classify.task import check_new_run, warn_unread
+            from bigbatch.tasks.classify.task import warn_unread
 
             models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
-            if warns:  # (a new run's)
-                check_new_run(cfg)
             if warns and os.environ.get("RANK", "0") == "0":  # (keys a new run says it leaves unread: found from
                 warn_unread(cfg)  # outside, the dry run did not)
         elif cfg.task == "gan":
-            from bigbatch.tasks.gan.task import build_models, check_attention_given, check_path_length
+            from bigbatch.tasks.gan.task import build_models, check_path_length
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)
-            if warns:  # (a new run's: found by review, the dry run of a resume refused what the resume takes)
-                check_attention_given(cfg, G, D)
         elif cfg.task == "swap":
-            from bigbatch.tasks.swap.discriminators import check_new_discriminators, discriminators
+            from bigbatch.tasks.swap.discriminators import discriminators
             from bigbatch.tasks.swap.task import build_model
 
             discriminators(cfg, build_model(cfg))  # (a patch discriminator too large for the faces: from outside)
-            if warns:
-                check_new_discriminators(cfg)
         elif cfg.task == "xseg":
             models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
+    if warns:  # (a new run's: found by review, the dry run of a resume refused what the resume takes)
+        check_new_run(cfg)
 
 
 LAUNCHED = ("train", "eval")  # the commands whose ranks work together (eval: each extracts its share of features)

@@ -30,7 +30,8 @@ that way. Once built, a task
 - `usage` says what to do with the finished run ("Sample with: bigbatch sample {run}").
 
 To add a task: write a module under bigbatch/tasks/ with a class that does the above and a builder
-decorated with `@register("name")`, import it in bigbatch/tasks/__init__.py, and give it config keys.
+decorated with `@register("name")` (its `check` of any config read, its `new_run` check of a new run's alone),
+import it in bigbatch/tasks/__init__.py, and give it config keys.
 """
 
 from __future__ import annotations
@@ -223,20 +224,34 @@ class Feed:
 
 Builder = Callable[..., Task]
 _TASKS: dict[str, Builder] = {}
+_NEW_RUN_CHECKS: dict[str, Callable[[Config], None]] = {}
 _CONFIG_CHECKS: dict[str, Callable[[Config], None]] = {}
 
 
-def register(name: str, check: Callable[[Config], None] | None = None) -> Callable[[Builder], Builder]:
+def register(
+    name: str, check: Callable[[Config], None] | None = None, new_run: Callable[[Config], None] | None = None
+) -> Callable[[Builder], Builder]:
     """Register a task builder `fn(cfg, rep, data, *, run, resumed_at, quiet) -> Task` under `name`;
-    `check(cfg)` validates what the task makes of the config (its model family, its options)."""
+    `check(cfg)` validates what the task makes of the config (its model family, its options) wherever a config is
+    read; `new_run(cfg)` what it refuses as a new run starts alone (see check_new_run)."""
 
     def add(fn: Builder) -> Builder:
         _TASKS[name] = fn
         if check is not None:
             _CONFIG_CHECKS[name] = check
+        if new_run is not None:
+            _NEW_RUN_CHECKS[name] = new_run
         return fn
 
     return add
+
+
+def check_new_run(cfg: Config) -> None:
+    """What the task refuses of a new run's config (its build, and the dry run of one): settings once taken and
+    now refused, so that a saved run that holds one still loads, resumes, is scored and exported (found by review:
+    refused on every load, such runs could not)."""
+    if cfg.task in _NEW_RUN_CHECKS:
+        _NEW_RUN_CHECKS[cfg.task](cfg)
 
 
 def _builder(name: str) -> Builder:
@@ -311,6 +326,8 @@ def build_task(
     (the run directory) and `resumed_at` (images seen at the checkpoint resumed) let its scorer pick up
     the run's best checkpoint; without `run` nothing is scored."""
     builder = _builder(cfg.task)
+    if resumed_at is None:
+        check_new_run(cfg)
     if cfg.data.decode != "cpu":
         device_decode.check(data, rep.device, cfg.data.decode)
     with torch.random.fork_rng(devices=[rep.device] if rep.device.type == "cuda" else []):  # (manual_seed seeds

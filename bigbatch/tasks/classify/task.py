@@ -151,7 +151,7 @@ def _check_pairs(cfg: Config, world_size: int) -> None:
         )
 
 
-def check_new_run(cfg: Config) -> None:
+def refuse_scoring_keys(cfg: Config) -> None:
     """The GAN's scoring keys, refused as a new run starts (found from outside: eval.metrics=fid was taken, and the
     run reported top-1 alone); a saved run that holds one still loads, resumes, is scored and exported (found by
     review: refused on every load, they had been taken before)."""
@@ -179,7 +179,7 @@ def warn_unread(cfg: Config) -> None:
         warn("train.nesterov needs train.momentum > 0, which is 0: plain SGD without momentum is trained", once=True)
 
 
-@register("classify", check=check_config)
+@register("classify", check=check_config, new_run=refuse_scoring_keys)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
 ) -> ClassifyTask:
@@ -192,8 +192,6 @@ def build(
             'classes (prepare a folder with one sub-folder per class), or train.labels = "rotation" for unlabelled data'
         )
     t, m = cfg.train, cfg.model
-    if resumed_at is None:
-        check_new_run(cfg)
     if rep.is_main and resumed_at is None:
         warn_unread(cfg)
     n_classes = len(ROTATIONS) if rotation else data.n_classes

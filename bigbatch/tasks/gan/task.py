@@ -44,7 +44,7 @@ from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import to_channels_last
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.models.layers import set_sn_every_micro_batch
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
@@ -159,7 +159,14 @@ def check_stored_size(cfg: Config, r: int, whole: bool, meta: dict | None = None
         )
 
 
-@register("gan", check=check_config)
+def check_new_gan(cfg: Config) -> None:
+    """What a new GAN run refuses: an attention size that the models, built on the meta device, have no block of."""
+    with torch.device("meta"), warnings_off():
+        G, D = build_models(cfg, 10, 3)
+    check_attention_given(cfg, G, D)
+
+
+@register("gan", check=check_config, new_run=check_new_gan)
 def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool) -> GANTask:
     """G, D and G_ema (fine-tuned from train.init_from, FreezeD), prepared by `rep`, with Adam for each."""
     check_stored_size(cfg, data.resolution, getattr(data, "whole", False), getattr(data, "meta", None))
@@ -172,8 +179,6 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
     check_path_length(cfg, G)
-    if resumed_at is None:
-        check_attention_given(cfg, G, D)
     if t.r1_gamma:  # D's gradient is differentiated: no fused attention kernels (they have no double backward)
         for m in D.modules():
             if hasattr(m, "fused_attention"):

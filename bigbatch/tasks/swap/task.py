@@ -106,7 +106,7 @@ def check_config(cfg: Config) -> None:
             cfg.data._fail(key, "is a classify key; the swap task holds out data.val_fraction of src and dst")
 
 
-@register("swap", check=check_config)
+@register("swap", check=check_config, new_run=check_new_discriminators)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
 ) -> SwapTask:
@@ -151,8 +151,6 @@ def build(
             "--masks alpha|dfl|DIR, or set it to false",
         )
     net = build_model(cfg).train()
-    if resumed_at is None:
-        check_new_discriminators(cfg)
     if cfg.train.init_from and resumed_at is None:
         init_from(net, cfg.train.init_from)
     trained = trained_parameters(net, cfg)
