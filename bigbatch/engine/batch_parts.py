@@ -153,6 +153,19 @@ def runs(items: Iterable[T], numel: Callable[[T], int], limit: int) -> Iterator[
         yield run
 
 
+def _refused(name: str) -> Callable[..., None]:
+    def call(*args: Any, **kwargs: Any) -> None:
+        raise BigbatchError(
+            f"the step function called the optimizer's {name}(): return the loss alone; rep.step zeroes the "
+            "gradients, calls backward on each micro-batch's loss and steps once, after all of them"
+        )
+
+    return call
+
+
+_REFUSED = {name: _refused(name) for name in ("step", "zero_grad")}  # (made once: set at every micro-batch)
+
+
 @contextmanager
 def stepped_by_rep(opt: torch.optim.Optimizer | None) -> Iterator[None]:
     """`opt.step` and `opt.zero_grad` refused while the step function runs (found from outside: one that stepped the
@@ -161,19 +174,9 @@ def stepped_by_rep(opt: torch.optim.Optimizer | None) -> Iterator[None]:
     if opt is None:
         yield
         return
-
-    def refused(name: str) -> Callable[..., None]:
-        def call(*args: Any, **kwargs: Any) -> None:
-            raise BigbatchError(
-                f"the step function called the optimizer's {name}(): return the loss alone; rep.step zeroes the "
-                "gradients, calls backward on each micro-batch's loss and steps once, after all of them"
-            )
-
-        return call
-
-    own = {name: vars(opt).get(name) for name in ("step", "zero_grad")}  # (an LR scheduler wraps step on the instance)
-    for name in own:
-        setattr(opt, name, refused(name))
+    own = {name: vars(opt).get(name) for name in _REFUSED}  # (an LR scheduler wraps step on the instance)
+    for name, refused in _REFUSED.items():
+        setattr(opt, name, refused)
     try:
         yield
     finally:
