@@ -128,4 +128,4 @@ def test_bigbatch_keep_freed_0_leaves_glibcs_policy(monkeypatch):
     monkeypatch.setenv("BIGBATCH_KEEP_FREED", "0")
     assert memory.hold_freed_memory() is False and calls == []
     monkeypatch.delenv("BIGBATCH_KEEP_FREED")
-    assert memory.hold_freed_memory() is True and len(calls) == 3
+    assert memory.hold_freed_memory() is True and calls  # (glibc's settings made)

@@ -290,7 +290,6 @@ def test_fp16_overflows_in_a_row_after_the_scale_grew_count_above_the_floor_too(
     rep._state(opt).scaler.set_growth_interval(2)  # (2000 applied steps, in two)
     for f in (1e30, 1.0, 1.0, 1.0, 1.0):  # settling once, then grown twice: 2^15 -> 2^17
         rep.step(lambda m, f=f: net(m).float().mean() * f, torch.randn(8, 4), opt)
-    assert rep.state_dict()["optimizers"]["opt0"]["grown"] is False  # (a growth is seen at the next overflow)
     with pytest.raises(SkipLimitReached):
         for _ in range(10):
             rep.step(lambda m: net(m).float().sum() * 1e30, torch.randn(8, 4), opt)
