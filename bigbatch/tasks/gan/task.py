@@ -160,9 +160,13 @@ def check_stored_size(cfg: Config, r: int, whole: bool, meta: dict | None = None
 
 
 def check_new_gan(cfg: Config) -> None:
-    """What a new GAN run refuses: an attention size that the models, built on the meta device, have no block of."""
-    with torch.device("meta"), warnings_off():
-        G, D = build_models(cfg, 10, 3)
+    """What a new GAN run refuses: an attention size that the models, built on the meta device, have no block of
+    (models that cannot be built are the build's to refuse, after its checks of the data: found by the suite)."""
+    try:
+        with torch.device("meta"), warnings_off():
+            G, D = build_models(cfg, 10, 3)
+    except BigbatchError:
+        return
     check_attention_given(cfg, G, D)
 
 
