@@ -131,6 +131,14 @@ def test_a_plan_of_auto_made_for_another_precision_is_probed_again(capsys):
         assert again.micro_batch_pending is not kept
     err = capsys.readouterr().err
     assert "the checkpoint's plan was made for fp32, this run is bf16" in err and "train.checkpointing is true" in err
+    # and one made at another world size (an elastic resume): said too, where it was silent (found from outside)
+    again = bigbatch.Replicator(batch=16, micro_batch="auto", device="cpu", memory_budget="1GiB")
+    again.prepare(setup()[1])
+    again.load_state_dict({**state, "plan": {**state["plan"], "world_size": 2}})
+    assert again.micro_batch_pending
+    assert 'plan was made for 2 processes, this run has 1 process: micro_batch "auto" is probed again' in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_read_only_run_directory_is_one_line_naming_the_fix(tmp_path, monkeypatch):

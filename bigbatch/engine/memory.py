@@ -295,6 +295,9 @@ def plan_holds(
     size, this precision (a resume may change it: bf16 to fp32 doubles the activations) and, where a budget is
     given, for this budget (else it probes again, and `speak`s of a new budget or precision)."""
     if plan["world_size"] != world_size:
+        if speak:  # (found from outside: a resume at another world size probed again without a word)
+            was, now = (f"{n} process{'es' if n > 1 else ''}" for n in (plan["world_size"], world_size))
+            warn(f'the checkpoint\'s plan was made for {was}, this run has {now}: micro_batch "auto" is probed again')
         return False
     if precision and plan.get("precision", precision) != precision:
         if speak:
