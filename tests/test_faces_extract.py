@@ -2,8 +2,6 @@
 known (bench/_faces.py moves a real photo by known similarities), written as DFL's aligned faces; video in and
 out; resume; bad input."""
 
-from __future__ import annotations
-
 import json
 import os
 import pickle
@@ -373,11 +371,14 @@ def test_bad_input_is_one_line(make, args, says, capsys):
 
 
 def test_a_source_without_a_face_is_said_when_extract_ends(capsys):
-    # Found from outside: "Extracted 0 faces", then prepare's "holds no files to read" of the folder.
+    # Found from outside: "Extracted 0 faces", then prepare's "holds no files to read" of the folder; and the folder,
+    # holding no face, refused every other source or setting after ("holds faces extracted from blank.png").
     cv2.imwrite("blank.png", np.full((120, 160, 3), 128, np.uint8))
-    assert main(["extract", "blank.png", "o", "--workers", "1"]) == 0
-    out, err = capsys.readouterr()
-    assert "Extracted 0 faces from 1 frame" in out and "no face found in its frame: o holds none for prepare" in err
+    cv2.imwrite("grey.png", np.full((120, 160, 3), 96, np.uint8))
+    for src, size in (("blank.png", "512"), ("grey.png", "512"), ("grey.png", "256")):
+        assert main(["extract", src, "o", "--workers", "1", "--size", size]) == 0, capsys.readouterr().err
+        out, err = capsys.readouterr()
+        assert "Extracted 0 faces from 1 frame" in out and "no face found in its frame: o holds none for prepare" in err
 
 
 def test_a_bad_landmarks_model_is_one_line_with_workers_too(capfd):
