@@ -179,8 +179,11 @@ def _sort(args: argparse.Namespace) -> None:
     from bigbatch.faces.sort import sort_folder
 
     kept, trash = sort_folder(args.folder, args.by, args.target)
+    if not kept:  # (found from outside: "Sorted 0 faces ...: 00000.jpg on" of a folder left empty)
+        print(f"Sorted {args.folder} by {args.by}: no face kept{f'; all moved to {trash}' if trash else ''}")
+        return
     moved = f"; the rest moved to {trash}" if trash else ""
-    print(f"Sorted {kept} faces of {args.folder} by {args.by}: 00000.jpg on{moved}")
+    print(f"Sorted {counted(kept, 'face')} of {args.folder} by {args.by}: 00000.jpg on{moved}")
 
 
 def _xseg(args: argparse.Namespace) -> None:

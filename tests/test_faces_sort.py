@@ -164,7 +164,7 @@ def test_final_keeps_the_sharpest_of_faces_of_one_yaw_not_the_one_whose_landmark
     assert kept == ["0.png", "1.png", "2.png", "3.png", "4.png"]  # the five sharpest
 
 
-def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_frames_of_several(face, tmp_path):
+def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_frames_of_several(face, tmp_path, capsys):
     # Found from outside: DFL's hist-dissim and oneface (a dst set's usual clean-up) were not methods.
     from bigbatch.data.dfl_faces import hull_mask, landmarks_of
     from bigbatch.faces.sort import sort_order
@@ -191,3 +191,9 @@ def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_fra
     assert main(["sort", str(folder), "--by", "oneface"]) == 0
     kept = sorted(read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder))
     assert kept == ["00000.png", "00002.png"] and len(names(tmp_path / "aligned_trash")) == 4
+    # every frame of two faces: none kept, and said so (found from outside: "Sorted 0 faces ...: 00000.jpg on")
+    save(folder / "z.jpg", image, {**meta, "source_filename": "00000.png"})
+    save(folder / "w.jpg", image, {**meta, "source_filename": "00002.png"})
+    capsys.readouterr()
+    assert main(["sort", str(folder), "--by", "oneface"]) == 0 and not names(folder)
+    assert capsys.readouterr().out == f"Sorted {folder} by oneface: no face kept; all moved to {folder}_trash\n"
