@@ -195,6 +195,8 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     assert out.returncode == 2 and "give --face-type h|mf|f|wf|head" in out.stderr and not (tmp_path / "dfl").exists()
     out = cli("export-dfl", str(run), str(tmp_path / "dfl"), "--name", "me", "--face-type", "wf")
     assert out.returncode == 0, out.stderr
+    # dims DFL's prompt would not give (found from outside: written without a word)
+    assert "the model's ae_dims 16, e_dims 4, d_dims 4, d_mask_dims 2 lie outside DFL's own choices" in out.stderr
     written = {f.name: f.read_bytes() for f in (tmp_path / "dfl").iterdir()}
     data = dfl.read_pickle(tmp_path / "dfl" / "me_SAEHD_data.dat")  # DFL's loss graph: an entry an iteration
     assert len(data["loss_history"]) == data["iter"] and all(len(e) == 2 for e in data["loss_history"])
