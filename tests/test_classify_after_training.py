@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import shlex
+import shutil
 import subprocess
 
 import numpy as np
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 from test_classify import tiny
 
 import bigbatch
+from bigbatch.cli import main
 from bigbatch.config import Config
 from bigbatch.data.load import training_data, validation_data
 from bigbatch.data.sources import to_rgb
@@ -24,8 +26,6 @@ from bigbatch.tasks.classify.validation import val_transform
 
 
 def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp_path, capsys, monkeypatch):
-    from bigbatch.cli import main
-
     run = bigbatch.train(tiny(), run_dir=tmp_path / "run", quiet=True)
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in logged if "val_top1" in r][-1]
@@ -124,8 +124,6 @@ def predict_p(module, image):
 
 
 def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
-    from bigbatch.cli import main
-
     run = bigbatch.train(tiny(**{"train.kimg": 0.256}), run_dir=tmp_path / "run", quiet=True)
     held = validation_data(Config.load(run / "config.toml"))
     images, labels = held.get(torch.arange(6))
@@ -154,9 +152,11 @@ def test_predict_and_export_give_the_classes_eval_gives(tmp_path, capsys):
     tarred = [r for r in json.loads(capsys.readouterr().out) if "top" in r]
     names = [f"{tmp_path}/imgs.tar/imgs/{n}.png" for n in [*range(6), "sub/again"]]  # (the members' own names)
     assert [r["file"] for r in tarred] == names and [r["top"] for r in tarred] == [r["top"] for r in rows]
-    assert main(["eval", str(run), str(tmp_path / "imgs.tar")]) == 2  # (and predict's loss differs: found from outside)
-    said = capsys.readouterr().err
-    assert "imgs.tar holds images: a classifier scores a prepared data" in said and "not equal to, predict's" in said
+    shutil.make_archive(str(tmp_path / "imgs"), "zip", tmp_path, "imgs")  # (a zip: found from outside, unsaid)
+    for archive in ("imgs.tar", "imgs.zip"):  # (and predict's loss differs: found from outside)
+        assert main(["eval", str(run), str(tmp_path / archive)]) == 2
+        said = capsys.readouterr().err
+        assert f"{archive} holds images: a classifier scores a prepared" in said and "not equal to, predict's" in said
     assert main(["predict", str(run), str(tmp_path / "imgs" / "*.jpeg")]) == 2
     assert "*.jpeg matches no file" in capsys.readouterr().err
     assert main(["predict", str(run), str(tmp_path / "imgs" / "0.png"), "--json", "--tta", "--topk", "10"]) == 0
@@ -317,8 +317,6 @@ def test_predict_resizes_on_the_device_the_classifier_is_on():
 
 
 def test_eval_refuses_a_held_out_split_of_data_changed_since_training(tmp_path, capsys):
-    from bigbatch.cli import main
-
     data = tmp_path / "d.h5"
     assert main(["prepare", "builtin:digits", str(data), "--resolution", "16", "--limit", "300"]) == 0
     cfg = tiny(**{"data.path": str(data), "train.kimg": 0.128, "checkpoint.every_kimg": 0.128})
@@ -380,8 +378,6 @@ def test_fine_tuning_from_a_run_of_other_classes_of_the_same_count_gives_a_new_h
 def test_tta_is_refused_for_rotations_and_said_for_a_run_trained_without_mirrors(tmp_path, capsys, monkeypatch):
     """Found from outside: --tta mirrored the images of a run that never saw a mirror image, and of one that
     learned rotations (a mirror swaps 90 and 270 degrees), without a word."""
-    from bigbatch.cli import main
-
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
     run = bigbatch.train(tiny(**{"train.kimg": 0.064, "data.xflip": False}), run_dir=tmp_path / "run", quiet=True)
     Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "x.png")
@@ -417,7 +413,6 @@ def test_old_and_ema_only_state_dicts_load_as_pytorch_loads_them(tmp_path):
 def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tmp_path, capsys):
     from safetensors.torch import save_file
 
-    from bigbatch.cli import main
     from bigbatch.tasks.classify.finetune import load_pretrained
 
     # A state dict in torchvision's resnet18 layout (1000 classes), randomly initialised: no download.
@@ -582,7 +577,6 @@ def test_lr_find_plots_as_fastai_and_bounds_its_steps(tmp_path, capsys, monkeypa
     # minimum at a tenth of its rate; --steps 10^8 built its rates for minutes, then ran out of memory.
     import matplotlib.axes
 
-    from bigbatch.cli import main
     from bigbatch.lr_find import plot, suggestions
 
     drawn, original = [], matplotlib.axes.Axes.plot

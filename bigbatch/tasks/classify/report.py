@@ -73,7 +73,8 @@ def evaluate_classifier(
     else:
         # A folder of class folders, a tar or shards of images (found from outside: "cannot open data set").
         source = Location.of(data_path)
-        if Path(data_path).is_dir() or is_tar_name(source.text) or shards_named(source) is not None:
+        zipped = source.text.lower().endswith(".zip")  # (found from outside: a zip had the generic refusal)
+        if Path(data_path).is_dir() or is_tar_name(source.text) or zipped or shards_named(source) is not None:
             # (--classes: the run's class order; --codec png: lossless, found from outside; class names no folder
             # can carry: --labels; predict's probabilities of the files differ a little, said: found from outside)
             slash = [c for c in net.class_names if "/" in c]
@@ -135,14 +136,17 @@ def _say_trained_on(cfg: Config, ckpt: Path, data: Any, data_path: str, run: str
     """Warn where DATA holds images the run trained on: its score is then no held-out one (found from outside: the
     run's own training file, given as DATA, scored 91.8% without a word; fastai's validate scores what it is given,
     as this does)."""
-    trained = str(((checkpoints.read_meta(ckpt) or {}).get("data") or {}).get("content_hash", ""))
-    given = str(data.content_hash)
+    meta = checkpoints.read_meta(ckpt) or {}
+    trained, given = str((meta.get("data") or {}).get("content_hash", "")), str(data.content_hash)
     if trained == given:
-        part = f"all {len(data)} of its images"
+        part = len(data)
     elif trained.startswith(f"{given}[train:"):  # (the file the run cut its held-out split from)
-        part = f"{len(holdout(data, cfg.data.val_fraction)[0])} of its {len(data)} images"
+        part = len(holdout(data, cfg.data.val_fraction)[0])
     else:
         return
+    # (found from outside: a run that had seen 5% of them was said to have trained on all; an epoch is a permutation)
+    part = min(part, int(meta.get("nimg", part)))
+    part = f"all {part} of its images" if part == len(data) else f"{part} of its {len(data)} images"
     held = (
         f"; `bigbatch eval {run}` scores the images held out in training"
         if cfg.data.val_path or cfg.data.val_fraction
