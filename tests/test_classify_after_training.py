@@ -86,7 +86,14 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert main(["eval", str(run), str(tmp_path / "pets.h5")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has other classes than the run (2 against 10; the first that differs" in err
-    assert "is number 0: 'cat' here, '0' in the run); prepare it again with --classes builtin:digits" in err
+    # (no class of the run's: not to be prepared again with the run's classes, found from outside)
+    assert "is number 0: 'cat' here, '0' in the run); none of its classes is one of the run's: give images of" in err
+    for c in ("0", "1"):  # some of the run's classes: prepared again with the run's, they score
+        (tmp_path / "part" / c).mkdir(parents=True)
+        Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "part" / c / "a.png")
+    bigbatch.data.prepare(str(tmp_path / "part"), str(tmp_path / "part.h5"), 16, workers=0)
+    assert main(["eval", str(run), str(tmp_path / "part.h5")]) == 2
+    assert "none here, '2' in the run); prepare it again with --classes builtin:digits" in capsys.readouterr().err
     assert not list((run / "eval").glob("pets*"))
     # A folder of class folders (found from outside: "cannot open data set") is named, with the command that
     # prepares it in the run's class order; that command's file scores.

@@ -94,13 +94,15 @@ def evaluate_classifier(
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
         _say_trained_on(cfg, ckpt, data, data_path, run)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
-    check_classes(  # (found from outside: the fix unsaid for a test set that lacks some of the run's classes)
-        data,
-        net.class_names,
-        "the run",
+    # (found from outside: the fix unsaid for a test set that lacks some of the run's classes; and said for one of
+    # none of them, where numbering its classes as the run's would label digits as Fashion-MNIST's)
+    fix = (
         f"prepare it again with --classes {shlex.quote(d.path)} (the run's training data, or a text file of its "
-        "class names), which numbers its classes as the run's, or score data of the run's classes",
+        "class names), which numbers its classes as the run's, or score data of the run's classes"
+        if set(data.class_names) & set(net.class_names)
+        else "none of its classes is one of the run's: give images of the run's classes"
     )
+    check_classes(data, net.class_names, "the run", fix)
     given = resolution
     resolution = given or resolution_scored(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     stored = stored_side(data)
