@@ -414,18 +414,18 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
     `source`. A frame whose image changed since (its size or time) is not done: its faces written before are
     removed, and it runs again. Faces deleted by hand (DFL's cleanup of bad ones) stay deleted."""
     path = out / JOURNAL
-    images = sorted(p.name for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    images = (p.name for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not path.exists():
         # (found from outside: DFL's aligned folder or hand-fixed faces, without a journal, were replaced unsaid)
-        if images:
+        if others := sorted(images):
             raise BigbatchError(
-                f"OUT {out} holds {counted_names(images, 'image')} no extract recorded: give an empty or new folder"
+                f"OUT {out} holds {counted_names(others, 'image')} no extract recorded: give an empty or new folder"
             )
         atomic_write(path, json.dumps({"settings": asdict(settings), "source": source.identity()}) + "\n")
         return {}
     lines = path.read_text().splitlines()
     first = json.loads(lines[0]) if lines else {}
-    if not images and (first.get("settings") != asdict(settings) or first.get("source") != source.identity()):
+    if (first.get("settings") != asdict(settings) or first.get("source") != source.identity()) and not any(images):
         # An extract that wrote no face (it failed, or found none) into a folder that holds none: this one starts
         # it afresh (found from outside: its journal refused every other source or setting, "holding faces").
         path.unlink()

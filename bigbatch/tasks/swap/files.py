@@ -224,10 +224,6 @@ def _loss_history(ckpt: Path, nimg: int) -> list[list[float]]:
     return history
 
 
-def _dims(model) -> dict[str, int]:
-    return {k: getattr(model, k) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")}
-
-
 def _in_dfl_range(name: str, dims: int) -> bool:
     """Whether DFL's prompt (Model_SAEHD) could give `dims` for option `name`: it clips what is typed to its
     range and rounds the encoder's and decoders' up to even."""
@@ -294,7 +290,8 @@ def export_dfl(
         options.pop("pretrain")  # pretraining in DFL was no longer, so that DFL skipped what it does as it ends)
     data = {**dfl.model_data(model, options, iteration), "loss_history": _loss_history(ckpt, int(state.get("nimg", 0)))}
     dfl.save_model_folder(model, out, name, data_file=_data_file(data, state.get("dfl_data"), str(ckpt)))
-    if outside := [f"{k} {v}" for k, v in _dims(model).items() if not _in_dfl_range(k, v)]:
+    dims = {k: getattr(model, k) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")}
+    if outside := [f"{k} {v}" for k, v in dims.items() if not _in_dfl_range(k, v)]:
         warn(  # (found from outside: written as they were, where DFL's prompt clips them when a user overrides)
             f"the model's {', '.join(outside)} lie outside DFL's own choices (ae_dims 32..1024; e_dims, d_dims and "
             "d_mask_dims even, 16..256): DFL trains and merges it as it is, but overriding its model settings "
