@@ -237,9 +237,10 @@ def _starter(launcher: Any, nprocs: int) -> Starter:
         if per_rank:
             slots = min(slots, int(resources.get("GPU", 0) // (per_rank * nprocs)))
         return max(slots, 1), lambda job, slot: ray_launch.run(job.cfg, job.run, nprocs=nprocs)
-    if type(launcher).__module__.startswith("distributed") and hasattr(launcher, "scheduler_info"):
+    if type(launcher).__module__.startswith("distributed"):  # (a Client; a LocalCluster refused with the fix)
         from bigbatch.launch import dask
 
+        dask.check_client(launcher, "sweep's launcher")
         workers = dask.workers_of(launcher)
         if len(workers) < nprocs:
             raise BigbatchError(f"sweep nprocs {nprocs}: the Dask cluster has {len(workers)} workers")

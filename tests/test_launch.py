@@ -363,6 +363,25 @@ def test_an_address_that_is_not_a_dask_scheduler_is_one_line(capsys):
     server.close()
 
 
+def test_what_is_not_an_open_dask_client_is_one_line(tiny, dask_cluster):
+    # Found from outside: a LocalCluster (a notebook's common slip), its address, None or a closed Client gave
+    # TypeError, AttributeError or KeyError from inside the launcher.
+    from distributed import Client
+
+    closed = Client(dask_cluster)
+    closed.close()
+    for given, says in [
+        (dask_cluster, "got LocalCluster: give distributed.Client(cluster)"),
+        (dask_cluster.scheduler_address, f"got str: give distributed.Client('{dask_cluster.scheduler_address}')"),
+        (None, "got NoneType: give a distributed.Client"),
+        (closed, "a Dask run: the Dask Client is closed: give an open one"),
+    ]:
+        with pytest.raises(bigbatch.BigbatchError, match=re.escape(says)):
+            bigbatch.launch.dask.run(given, tiny, "r")
+    with pytest.raises(bigbatch.BigbatchError, match="sweep's launcher takes a dask.distributed Client, got Local"):
+        bigbatch.sweep(tiny, {"train.batch": [32]}, "runs", launcher=dask_cluster)
+
+
 def test_a_ray_address_where_ray_does_not_answer_is_one_line_and_a_sigterm_while_ray_starts_ctrl_cs(monkeypatch):
     # Found from outside: `launch ray --address` at a web server's port waited for ever (Ray's GCS, or its client
     # server, speaks gRPC: it answers HTTP/2's preface); a SIGTERM while ray.init ran exited 15 through Ray's
@@ -483,7 +502,7 @@ def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps
             if rows and rows[-1]["kimg"] >= 0.256 and sheets and not handle._stop.is_set():
                 handle.stop(wait=False)  # every rank saves a checkpoint and exits
         stopped = handle.result()
-        assert stopped.status == 0 and 0.256 <= stopped.final["kimg"] < 1000
+        assert stopped.status == 0 and stopped.stopped and 0.256 <= stopped.final["kimg"] < 1000
         assert rows == stopped.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl")
         saved = float(bigbatch.checkpoint_find.find_checkpoint(path).name)  # where the stop found it
         assert stopped.final["kimg"] <= saved < stopped.final["kimg"] + 0.064
@@ -496,7 +515,7 @@ def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps
         again = run(client, long.override({"train.kimg": end}), path, nprocs=2)
         every = [u.row for u in again if u.row]
         resumed = again.result()
-        assert every == resumed.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl")
+        assert every == resumed.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl") and not resumed.stopped
         assert every[: len(rows)] == rows and every[-1]["kimg"] == pytest.approx(end)
         with pytest.raises(bigbatch.BigbatchError, match="takes a bigbatch.Config"):
             run(client, "digits", tmp_path / "bad")
@@ -522,7 +541,7 @@ def test_a_ray_run_from_python_streams_rows_and_a_sweep_runs_side_by_side(tiny, 
     handle = run(short, tmp_path / "live", nprocs=2)  # on the Ray instance this process is connected to
     rows = [u.row for u in handle.updates(timeout=120) if u.row]
     result = handle.result()
-    assert result.status == 0 and result.final["kimg"] == 0.256 and "loss_D" in result.final
+    assert result.status == 0 and not result.stopped and result.final["kimg"] == 0.256 and "loss_D" in result.final
     assert rows == result.rows == bigbatch.rundir.read_metrics(tmp_path / "live" / "metrics.jsonl")
     assert handle.sheets.keys() >= {"grid"} and handle.sheet.kimg == 0.256
 
@@ -565,5 +584,5 @@ def test_a_local_run_stopped_in_its_start_up_gives_its_result(tiny, tmp_path):
 
     handle = local.run(tiny.override({"train.kimg": 1000}), tmp_path / "run", env={"OMP_NUM_THREADS": "1"})
     stopped = handle.stop(timeout=120)
-    assert stopped.status in (0, 130, 143)
+    assert stopped.status in (0, 130, 143) and stopped.stopped  # (found from outside: unsaid, as a finished run)
     assert stopped.status == 0 or not bigbatch.checkpoints.complete_checkpoints(tmp_path / "run")

@@ -134,6 +134,23 @@ def _connect(distributed: Any, scheduler: str | None, patience: float = 40.0) ->
     return found["client"]
 
 
+def check_client(client: Any, what: str = "a Dask run") -> None:
+    """Refuse what is not an open dask.distributed Client, in one line naming the fix (found from outside: a
+    LocalCluster, its address, None or a closed Client gave TypeError, AttributeError or KeyError)."""
+    from distributed import Client
+
+    if not isinstance(client, Client):
+        if hasattr(client, "scheduler_address"):  # (a LocalCluster, a dask-jobqueue or Kubernetes cluster)
+            fix = "give distributed.Client(cluster), the client of that cluster"
+        elif isinstance(client, str):
+            fix = f"give distributed.Client({client!r}) (on the command line: bigbatch launch dask --scheduler ADDR)"
+        else:
+            fix = "give a distributed.Client (distributed.Client(LocalCluster()) on this machine)"
+        raise BigbatchError(f"{what} takes a dask.distributed Client, got {type(client).__name__}: {fix}")
+    if client.status != "running":
+        raise BigbatchError(f"{what}: the Dask Client is {client.status}: give an open one (a new distributed.Client)")
+
+
 def workers_of(client: Any) -> list[str]:
     """The addresses of the cluster's workers, sorted."""
     return sorted(client.scheduler_info(n_workers=-1)["workers"])
@@ -172,6 +189,7 @@ def run(
     (`run_dir` is on the workers' file system; rank 0 sends what it writes). After a failure other than
     a usage error the ranks start again, up to `restarts` times, and resume. `echo` prints rank 0's
     output here too."""
+    check_client(client)
     path, args, text = train_command(cfg, run_dir)
     if workers is not None:
         known = set(workers_of(client))

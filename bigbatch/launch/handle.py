@@ -83,10 +83,15 @@ class RunResult:
     rows: list[dict[str, Any]]
     """Every row of its metrics.jsonl."""
     ranks: list[RankResult] = field(default_factory=list)
+    stopped: bool = False
+    """Whether it ended before its end, stopped (`stop`, or a signal to its ranks): it resumes from its last
+    checkpoint; else it trained to train.kimg (found from outside: both were status 0, nothing else telling them
+    apart, as Lightning's `interrupted` does)."""
 
     @property
     def final(self) -> dict[str, Any]:
-        """The last training row (losses, img/s) at the run's last kimg."""
+        """The last training row logged (losses, img/s): the run's last kimg where it trained to its end (a stopped
+        run saved its checkpoint where it stopped, after its last row)."""
         return next((r for r in reversed(self.rows) if "eval_seconds" not in r), {})
 
     @property
@@ -132,7 +137,8 @@ class RunHandle:
                 # found from outside, raised as a failure) is the result asked for, its status saying so.
                 if status != 0 and not (self._stop.is_set() and status in (130, 143)):
                     self._error = BigbatchError(message or f"the run ended with exit status {status}")
-                self._result = RunResult(run_dir, status, list(self.rows), ranks)
+                stopped = status in (130, 143) or any(line.startswith("Stopped by signal") for line in self._lines)
+                self._result = RunResult(run_dir, status, list(self.rows), ranks, stopped)
             except BaseException as e:  # noqa: BLE001 - given to whoever asks for the result
                 self._error = e
             finally:
