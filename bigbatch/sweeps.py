@@ -98,15 +98,23 @@ def sweep(
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise BigbatchError(f"sweep grid key {key!r} must map to a non-empty list of values, got {values!r}")
+        if isinstance(values, tuple):  # (found from outside: a search's range, in a grid, trained at its two ends)
+            raise BigbatchError(
+                f"sweep grid key {key!r} maps to a tuple {values!r}, a search's (low, high) range: give a grid a list "
+                "of values, or sample the range with search=optuna.create_study(...)"
+            )
         twice = [v for i, v in enumerate(values) if v in values[:i]]
         if twice:
             raise BigbatchError(f"sweep grid key {key!r} lists {twice[0]!r} more than once: give each value once")
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     named = zip(existing_folders(root, run_names(combos)), combos)
     jobs = [Job(root / name, combo, base.override(combo)) for name, combo in named]  # (each checked before training)
+    # A Dask cluster's room first (found from outside: a batch was fixed for 3 ranks, then the cluster had 2 workers);
+    # Ray's after the plans (ray.init starts it). Both before the table (found from outside: after it).
+    starter = None if launcher in ("local", "ray") else _starter(launcher, nprocs)
     for job in jobs:  # (a local sweep's runs train in this process, of its world size)
         _check_plan(job, None if launcher == "local" else nprocs)
-    starter = None if launcher == "local" else _starter(launcher, nprocs)  # (found from outside: after the table)
+    starter = _starter(launcher, nprocs) if launcher == "ray" else starter
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)
@@ -361,6 +369,8 @@ def _search(
         raise BigbatchError("a search needs metric, the metrics.jsonl name to optimize, e.g. 'fcd' or 'val_top1'")
     if len(study.directions) != 1:
         raise BigbatchError("a search optimizes one metric: create the study with one direction")
+    if isinstance(space, dict) and not any(str(k).startswith("eval.") for k in space):  # (else each trial's own)
+        _check_metric(base, metric)  # (found from outside: "fid is better lower" first, then "not a score they log")
     if metric in SCORES:
         want = "maximize" if metric in HIGHER_IS_BETTER else "minimize"
         if study.direction.name.lower() != want:

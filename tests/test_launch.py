@@ -380,6 +380,11 @@ def test_what_is_not_an_open_dask_client_is_one_line(tiny, dask_cluster):
             bigbatch.launch.dask.run(given, tiny, "r")
     with pytest.raises(bigbatch.BigbatchError, match="sweep's launcher takes a dask.distributed Client, got Local"):
         bigbatch.sweep(tiny, {"train.batch": [32]}, "runs", launcher=dask_cluster)
+    with (
+        Client(dask_cluster) as client,
+        pytest.raises(bigbatch.BigbatchError, match="nprocs 3: the Dask cluster has 2"),
+    ):
+        bigbatch.sweep(tiny, {"train.batch": [32]}, "runs", launcher=client, nprocs=3)  # (before 32's plan for 3)
 
 
 def test_a_ray_address_where_ray_does_not_answer_is_one_line_and_a_sigterm_while_ray_starts_ctrl_cs(monkeypatch):

@@ -32,6 +32,11 @@ def test_a_search_space_is_checked_before_its_first_trial_and_a_bad_sample_names
             study = optuna.create_study(direction="minimize")
             bigbatch.sweep(scored, space, runs, search=study, n_trials=4, metric="fcd")
         assert said in str(e.value) and not study.get_trials(), e.value
+    # a metric the runs do not log, said before the study's direction (found from outside: "fid is better lower",
+    # then, the study made again, "not a score these runs log")
+    with pytest.raises(bigbatch.BigbatchError, match="a search's metric 'fid' is not a score these runs log"):
+        search = optuna.create_study(direction="maximize")
+        bigbatch.sweep(scored, {"train.g_lr": [1e-4]}, runs, search=search, n_trials=1, metric="fid")
     assert not runs.exists()
     check_space(tiny_classifier(), {"train.momentum": (0.8, 1.0)})  # (an open end: sampled inside)
     # A choice valid beside another entry's (SGD's momentum, with SGD sampled beside it) is taken.
@@ -61,6 +66,9 @@ def test_a_sweeps_own_arguments_are_checked_in_one_line(tiny, tmp_path, capsys):
         bigbatch.sweep(tiny, {"train.batch": [32, 24]}, tmp_path / "c", launcher="ray", nprocs=16)
     with pytest.raises(bigbatch.BigbatchError, match=r"^sweep launcher 'nope': give 'local', 'ray' or a dask"):
         bigbatch.sweep(tiny, {"train.batch": [16]}, tmp_path / "c", launcher="nope")
+    # A search's range in a grid (found from outside: trained at its two ends)
+    with pytest.raises(bigbatch.BigbatchError, match=r"^sweep grid key 'train.g_lr' maps to a tuple \(0.001, 0.1\), a"):
+        bigbatch.sweep(tiny, {"train.g_lr": (1e-3, 1e-1)}, tmp_path / "c")
     assert not any(tmp_path / n for n in "abc" if (tmp_path / n).exists())
     (tmp_path / "folder").mkdir()
     assert main(["sweep", str(tmp_path / "folder")]) == 2  # (it "does not exist")
