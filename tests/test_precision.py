@@ -190,6 +190,32 @@ def test_a_run_that_never_took_a_step_says_so_when_it_stops():
     assert 'training stopped with its first weights: give the Replicator precision="bf16" (in place of fp16)' in said
 
 
+def test_an_fp16_step_interrupted_after_unscaling_is_abandoned_and_the_next_one_runs():
+    # Found from outside: a Ctrl-C in an fp16 step between its gradients' unscale_ and the scaler's update (on a GPU,
+    # where the host waits to read the step's results) left torch's scaler refusing every later step ("unscale_() has
+    # already been called"), and BatchNorm's statistics half updated.
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(64, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1)
+    )
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, precision="fp16", device="cpu")
+    model = rep.prepare(net)
+    opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), "net")
+    x, before = torch.randn(8, 1, 8, 8), {k: v.clone() for k, v in net.state_dict().items()}
+
+    def interrupt(*_):
+        hook.remove()
+        raise KeyboardInterrupt
+
+    hook = opt.register_step_pre_hook(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        rep.step(lambda micro: model(micro).square().mean(), x, opt)
+    assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())  # the step left no trace
+    rep.step(lambda micro: model(micro).square().mean(), x, opt)
+    assert rep.counters()["net"]["steps"] == 1 and rep.counters()["net"]["loss_scale"] == 2.0**16
+    assert not torch.equal(net[2].running_mean, before["2.running_mean"])
+
+
 def test_bf16_is_refused_on_a_gpu_older_than_ampere(monkeypatch):
     # Found by reading: torch.cuda.is_bf16_supported() says yes where bf16 is emulated (a V100, a T4), and
     # asked GPU 0 before a rank of several had set its own.

@@ -62,6 +62,16 @@ def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
 
+def fresh_scaler(scaler: torch.amp.GradScaler, device: torch.device) -> torch.amp.GradScaler:
+    """`scaler`'s scale and growth tracker in a scaler with no step under way (torch's refuses every unscale_ after
+    one that no update followed, as a step interrupted between them leaves it)."""
+    if not scaler.is_enabled():
+        return scaler
+    fresh = torch.amp.GradScaler(device.type)
+    fresh.load_state_dict(scaler.state_dict())
+    return fresh
+
+
 def optimizer_kernels(device: torch.device) -> dict[str, bool]:
     """torch.optim's Adam, AdamW and SGD options for weights on `device`: on a CUDA GPU their fused kernels (one
     pass over all the weights a step in a few launches, where the for-each kernels torch picks there by default

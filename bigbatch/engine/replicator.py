@@ -299,30 +299,31 @@ class Replicator:
                 )
                 values = torch.stack([loss.detach(), *extra]) / divisor
                 totals = values if totals is None else totals + values
-        except BaseException as e:
-            bn.abandon()
+            totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
+            frozen.drop_grads(opt)  # (under DDP, which computed them: no step, no moments, not in the norm or clip)
+            if state.scaler.is_enabled():
+                state.scaler.unscale_(opt)
+            params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            if not params:
+                raise BigbatchError(
+                    f"{state.name} has no gradients after the step function: its loss does not depend on the "
+                    "parameters it optimizes (or they do not require grad, or their param groups are all frozen)"
+                )
+            norm = get_total_norm([p.grad for p in params])
+            # What the host decides by, read from the device at once (on a GPU, each read waits for its queue):
+            # the means, the gradient norm, and whether the BatchNorm updates were finite and how often each ran.
+            read = torch.cat([totals.double(), norm.double().reshape(1), *bn.close()]).tolist()
+            means, state.grad_norm = read[: len(totals)], read[len(totals)]
+            # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
+            # forward that overflowed) skips the step even when its gradients happen to be finite.
+            applied = self._apply(opt, state, params, norm, math.isfinite(means[0]))
+        except BaseException as e:  # the step abandoned: statistics as before it, and (a Ctrl-C after unscale_, found
+            bn.abandon()  # from outside) fp16's scaler ready for the next, where torch's refused every later step
+            state.scaler = prec.fresh_scaler(state.scaler, self.device)
             if isinstance(e, RuntimeError) and "Expected to have finished reduction" in str(e):
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
             raise
-        totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
-        frozen.drop_grads(opt)  # (under DDP, which computed them: no step, no moments, out of the norm and its clip)
-        if state.scaler.is_enabled():
-            state.scaler.unscale_(opt)
-        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        if not params:
-            raise BigbatchError(
-                f"{state.name} has no gradients after the step function: its loss does not depend on the "
-                "parameters it optimizes (or they do not require grad, or their param groups are all frozen)"
-            )
-        norm = get_total_norm([p.grad for p in params])
-        # What the host decides by, read from the device at once (on a GPU, each read waits for its queue):
-        # the means, the gradient norm, and whether the BatchNorm updates were finite and how often each ran.
-        read = torch.cat([totals.double(), norm.double().reshape(1), *bn.close()]).tolist()
-        means, state.grad_norm = read[: len(totals)], read[len(totals)]
-        # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
-        # forward that overflowed) skips the step even when its gradients happen to be finite.
-        if self._apply(opt, state, params, norm, math.isfinite(means[0])):
-            # every micro-batch's BatchNorm updates, of every rank, in global order
+        if applied:  # every micro-batch's BatchNorm updates, of every rank, in global order
             if not bn.end(read[len(totals) + 1 :]) and self.is_main:
                 warn(f"{state.name} step {state.steps}: BatchNorm statistics not finite, left as before the step")
         else:  # a skipped step leaves the running statistics too as they were (its forward may have overflowed)
