@@ -204,6 +204,7 @@ def test_a_damaged_shard_keeps_the_members_before_the_damage_and_says_so(tmp_pat
         ("gzip", "a.tar.gz", "a.tar.gz is a gzip-compressed tar; decompress it first"),
         (None, "wds/train-{000000..000005}.tar", "shard wds/train-000003.tar does not exist (3 of the 6 shards"),
         (None, "wds/train-{000000..000002}.png", "names files other than .tar shards"),
+        (None, "wds/train-{000000,000001,000000}.tar", "names shard wds/train-000000.tar more than once"),  # (twice)
         ("junk", "junk.tar", "junk.tar is not a readable tar file"),
     ],
 )

@@ -79,6 +79,9 @@ def shards_named(src: Location) -> list[Location] | None:
         except Exception as e:  # noqa: BLE001 -- braceexpand raises plain errors on a malformed pattern
             raise BigbatchError(f"source {src.name} is not a shard pattern braceexpand reads ({e})") from None
         if names != [text]:
+            if len(set(names)) < len(names):  # (found from outside: its images twice, unsaid)
+                twice = next(n for i, n in enumerate(names) if n in names[:i])
+                raise BigbatchError(f"source {src.name} names shard {twice} more than once: give each shard once")
             if not all(is_tar_name(n) for n in names):
                 raise BigbatchError(
                     f"source {src.name} names files other than .tar shards; a pattern names WebDataset shards, "
