@@ -453,7 +453,9 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
         # (found from outside: the dst faces were named as src, the only way the hint gave)
         print(f"train a face swap on it with: {swap} (as the dst faces: data.path=SRC.h5 data.dst_path={out})")
-    elif args.classes or args.buckets:  # (the classes of a training file's, or rectangles: a held-out split)
+    # (the classes of a training file's, or rectangles: a held-out split; a .txt of names, as ImageNet's synset
+    # mapping names training shards' .cls indices, is no sign of one: found from outside, called a validation set)
+    elif args.buckets or (args.classes and not args.classes.lower().endswith(".txt")):
         print(f"score a classifier on it with: data.val_path={out}{' data.val_rect=true' if args.buckets else ''}")
     elif whole or (side and side & (side - 1)):  # (a GAN is built for a power of two: a classifier takes any size)
         if len(report.class_names) >= 2:

@@ -584,3 +584,20 @@ def test_images_smaller_than_the_resolution_are_counted_as_enlarged(tmp_path):
     assert report.enlarged == 7  # (the 20-px short sides too)
     assert "enlarged 7 of them: smaller than the resolution, scaled up to it" in report.summary()
     assert "enlarged    7 images smaller than the resolution" in describe_data(tmp_path / "c.h5")
+
+
+def test_shards_named_by_a_text_file_of_classes_are_not_taken_for_a_held_out_split(tmp_path, capsys, monkeypatch):
+    # Found from outside: prepare's closing hint scored a classifier on ImageNet's training shards named with
+    # --classes LOC_synset_mapping.txt ("data.val_path="); a training file's classes (DATA.h5) still mean one.
+    from test_prepare_tar import _shards
+
+    from bigbatch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _shards(tmp_path / "wds", n_shards=1)
+    Path("synsets.txt").write_text("".join(f"n0{i} class {i}\n" for i in range(6)))
+    assert main(["prepare", "wds", "named.h5", "--workers", "0", "--classes", "synsets.txt"]) == 0
+    said = capsys.readouterr().out
+    assert "train a classifier on it with: bigbatch train" in said and "score a classifier" not in said, said
+    assert main(["prepare", "wds", "held.h5", "--workers", "0", "--classes", "named.h5"]) == 0
+    assert "score a classifier on it with: data.val_path=held.h5" in capsys.readouterr().out
