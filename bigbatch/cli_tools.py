@@ -352,6 +352,9 @@ def _check_stats_out(path: str) -> None:
 
     if not path.lower().endswith(".npz"):
         raise BigbatchError(f"--npz {path!r} would hold mu and sigma as an .npz: give a name ending in .npz")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # (found from outside: said once the statistics were computed, their time lost)
+        raise BigbatchError(f"--npz {path!r}: its folder {folder} does not exist (make it, or give another path)")
     if not os.path.lexists(path):
         return
     try:

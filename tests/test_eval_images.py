@@ -466,7 +466,11 @@ def test_stats_write_inception_statistics_as_pytorch_fid_and_clean_fid_read_them
     # Nothing else is replaced (found from outside: the data set it read, an .npz of images).
     capsys.readouterr()
     np.savez(images := tmp_path / "images.npz", arr_0=np.zeros((2, 8, 8, 3), np.uint8))
-    for out, said in ((images, "exists and holds other than mu and sigma"), (tmp_path / "d.h5", "ending in .npz")):
+    for out, said in (
+        (images, "exists and holds other than mu and sigma"),
+        (tmp_path / "d.h5", "ending in .npz"),
+        (tmp_path / "no" / "s.npz", f"its folder {tmp_path / 'no'} does not exist"),  # (found from outside: said late)
+    ):
         assert main([*argv[:-1], str(out), "--extractor", "inception-torchscript"]) == 2
         assert said in capsys.readouterr().err
     assert sorted(np.load(images)) == ["arr_0"]

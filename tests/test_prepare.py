@@ -172,6 +172,7 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     assert {name for name, _ in report.skipped} == bad
     reasons = dict(report.skipped)
     assert "truncated" in reasons["cat/truncated.png"] and "Pillow" in reasons["dog house/notes.txt"]
+    assert reasons["dog house/empty.png"] == "an empty file"  # (found from outside: "not an image Pillow can read")
     text = report.summary()
     assert "skipped 5 files" in text and "and 0 more" not in text
     assert read_meta(tmp_path / "out.h5")["skipped"] == 5

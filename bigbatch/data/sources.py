@@ -519,7 +519,7 @@ def decode_or_reason(
     try:
         return decode(data, resolution, ratios, alpha, dfl_masks, whole, as_scorers, yaw, cut_to)
     except Image.UnidentifiedImageError:
-        return "not an image Pillow can read"
+        return "an empty file" if not len(data) else "not an image Pillow can read"  # (found from outside: unsaid)
     except (BigbatchError, NoFaceData) as e:  # DFL metadata missing, or refused (a pickle asking for code)
         return str(e)
     except Image.DecompressionBombError as e:  # (not corrupt: larger than Pillow's guard lets decode)
