@@ -79,8 +79,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     assert json.loads((run / "eval" / "heldout-000000.256" / "metrics.json").read_text())["checkpoint"].endswith("256")
     assert json.loads((folder / "metrics.json").read_text()) == metrics
     for c in ("cat", "dog"):
-        (tmp_path / "pets" / c).mkdir(parents=True)
-        Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "pets" / c / "a.png")
+        (tmp_path / "pets" / c).mkdir(parents=True) or Image.new("RGB", (16, 16)).save(tmp_path / "pets" / c / "a.png")
     bigbatch.data.prepare(str(tmp_path / "pets"), str(tmp_path / "pets.h5"), 16, workers=0)
     capsys.readouterr()
     assert main(["eval", str(run), str(tmp_path / "pets.h5")]) == 2
@@ -89,8 +88,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
     # (no class of the run's: not to be prepared again with the run's classes, found from outside)
     assert "is number 0: 'cat' here, '0' in the run); none of its classes is one of the run's: give images of" in err
     for c in ("0", "1"):  # some of the run's classes: prepared again with the run's, they score
-        (tmp_path / "part" / c).mkdir(parents=True)
-        Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(tmp_path / "part" / c / "a.png")
+        (tmp_path / "part" / c).mkdir(parents=True) or Image.new("RGB", (16, 16)).save(tmp_path / "part" / c / "a.png")
     bigbatch.data.prepare(str(tmp_path / "part"), str(tmp_path / "part.h5"), 16, workers=0)
     assert main(["eval", str(run), str(tmp_path / "part.h5")]) == 2
     assert "none here, '2' in the run); prepare it again with --classes builtin:digits" in capsys.readouterr().err
@@ -575,8 +573,9 @@ def test_validation_resizes_as_training_does():
 
     images = torch.randint(0, 256, (4, 28, 28, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     trained = resize_batch(images, 16).permute(0, 3, 1, 2).float() / 127.5 - 1  # (rounded to levels, clamped)
-    scored = val_transform(images, 16, 1.0, False)
-    assert float((scored - trained).abs().max()) <= 0.5 / 127.5 + 1e-6
+    levels = (val_transform(images, 16, 1.0, False) - trained).abs() * 127.5
+    # Training's in uint8 (Pillow's arithmetic), validation's in float (as exports): rounding's quarter of a level
+    assert float(levels.mean()) < 0.35 and float(levels.max()) < 2.5  # (bilinear: 5.6 levels, max 26)
 
 
 def test_lr_find_plots_as_fastai_and_bounds_its_steps(tmp_path, capsys, monkeypatch):
