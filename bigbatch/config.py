@@ -522,8 +522,14 @@ class Config(Section):
 
     @staticmethod
     def load(path: str | Path) -> Config:
-        """Read a TOML config file (for example a run's config.toml)."""
-        return Config.from_dict(read_toml(Path(path)))
+        """Read a TOML config file (for example a run's config.toml); a run's folder gives its config.toml, the
+        run's own (found from outside: a notebook's resume after a restart had no way to a bare --resume's)."""
+        path = Path(path)
+        if path.is_dir() and (path / "config.toml").is_file():
+            path = path / "config.toml"
+        elif path.is_dir():
+            raise BigbatchError(f"{path} is a folder without a config.toml: give a TOML config file, or a run's folder")
+        return Config.from_dict(read_toml(path))
 
     def dumps(self) -> str:
         return tomli_w.dumps(self.to_dict())

@@ -117,7 +117,8 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
         listed += POWERS_SAID if cfg.task == "swap" and recovery else ""
         raise BigbatchError(  # (the fix before the list of what may change: found from outside, after 1,500 chars)
             f"the config differs from the one {what} was trained with in {shown}: drop the override (or the "
-            "--preset or --config that sets it: a bare --resume takes the run's own), or undo "
+            "--preset or --config that sets it: a bare --resume takes the run's own; in Python, "
+            "bigbatch.Config.load(RUN) is it), or undo "
             "the edit of the run's config.toml (its checkpoints keep their own copy); to change that, start a new "
             f"run from this one's weights with train.init_from=RUN. A resumed run may change only {listed}"
         )

@@ -257,3 +257,14 @@ def test_an_empty_or_plain_override_value_is_still_a_string():
     # (found by the suite: the check of a list cut short took "" for one, refusing data.val_path= )
     assert parse_override("data.val_path=") == ("data.val_path", "")
     assert parse_override("data.path=my data.h5") == ("data.path", "my data.h5")
+
+
+def test_a_runs_folder_loads_as_its_own_config(tmp_path):
+    # Found from outside: after a notebook's restart, resuming from Python had no counterpart of a bare --resume
+    # (Config.load of the run's folder said "Is a directory"; the mismatch message named command-line fixes only).
+    cfg = bigbatch.preset("digits").override({"train.kimg": 0.5})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text(cfg.dumps())
+    assert bigbatch.Config.load(tmp_path / "run") == bigbatch.Config.load(tmp_path / "run" / "config.toml") == cfg
+    with pytest.raises(bigbatch.BigbatchError, match="is a folder without a config.toml: give a TOML config file"):
+        bigbatch.Config.load(tmp_path)
