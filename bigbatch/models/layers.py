@@ -55,8 +55,11 @@ class SpectralNorm:
 
     def _init_sn(self, eps: float) -> None:
         out = self.weight.shape[0]
-        u = F.normalize(torch.randn(1, out), dim=1, eps=eps)
-        v = F.normalize(torch.randn(1, self.weight[0].numel()), dim=1, eps=eps)
+        if self.weight.is_meta:  # (a dry run's model, its shapes alone: meta's normalize took 2 s a BigGAN-deep)
+            u, v = torch.empty(1, out, device="meta"), torch.empty(1, self.weight[0].numel(), device="meta")
+        else:
+            u = F.normalize(torch.randn(1, out), dim=1, eps=eps)
+            v = F.normalize(torch.randn(1, self.weight[0].numel()), dim=1, eps=eps)
         self.register_buffer("sn_u", u)
         self.register_buffer("sn_v", v)
         self.sn_eps = eps
