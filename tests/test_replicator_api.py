@@ -35,6 +35,7 @@ def _stepped(step_fn, half=False):
         # (found from outside: torch's and Python's own errors at the first step)
         (lambda: _stepped(lambda: 0), "the step function '<lambda>' must take one argument, the micro-batch"),
         (lambda: _stepped(5), "rep.step's first argument is the step function, got int"),
+        (lambda: next(bigbatch.Replicator(4, 4).batches([torch.ones(4, 2)])), "takes an input function (ctx -> its"),
         (lambda: _stepped(lambda m: m.sum(), half=True), "weights are float16: keep them float32 (no model.half())"),
     ],
 )

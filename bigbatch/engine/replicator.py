@@ -251,6 +251,8 @@ class Replicator:
 
     def batches(self, input_fn: Callable[[InputContext], Iterable[Any]]) -> Iterator[Any]:
         """Iterate over `input_fn(ctx)`: each item is this rank's share of one step (tensor or tuple, dim 0)."""
+        if not callable(input_fn):  # (found from outside: a list of batches given was a TypeError)
+            raise BigbatchError(f"batches takes an input function (ctx -> its shares), got {type(input_fn).__name__}")
         yield from input_fn(InputContext(self))
 
     # ---- one optimizer step --------------------------------------------------------------------
