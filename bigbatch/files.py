@@ -256,6 +256,30 @@ def unlock_folder(lock: IO | None, remove: bool = False) -> None:
         lock.close()  # closing the file releases the flock
 
 
+def keep_lock(lock: IO | None, folder: Path, name: str) -> IO | None:
+    """The lock `lock_folder` gave on FOLDER/`name`, held still under that name: where the file was deleted or
+    replaced meanwhile (a "stale" lock file cleaned up; found from outside: `info` and `stop` then saw no one
+    training, and a second process took the run), the lock is taken again on the file there now. BigbatchError
+    where another process took that one first: this one stops."""
+    if lock is None:
+        return None
+    try:
+        if os.fstat(lock.fileno()).st_ino == os.stat(folder / name).st_ino:
+            return lock
+    except FileNotFoundError:
+        pass
+    again = lock_folder(  # (before the old one goes: where this raises, the caller releases it as ever)
+        folder,
+        name,
+        lambda folder, pid, holder: (
+            f"{folder / name} was deleted while this process held it, and {holder} has "
+            "taken it since: this process stops, leaving the run to it"
+        ),
+    )
+    unlock_folder(lock)
+    return again
+
+
 def lock_folder(
     folder: Path, name: str, busy: Callable[[Path, str, str], str], waiting: Callable[[str], None] | None = None
 ) -> IO | None:

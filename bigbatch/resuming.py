@@ -143,3 +143,26 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{k}"] = v
     return out
+
+
+def say_sums_reordered(before: dict[str, Any], now: dict[str, Any]) -> None:
+    """Where a resumed run sums its gradients in another order than its last start (plan.json's record `before`; `now`
+    this start's), it goes on, but not bit for bit as the run would have: said, with how to keep the order."""
+    threads, was = now.get("cpu_threads"), before.get("cpu_threads")
+    if threads and isinstance(was, int) and was != threads:  # (found from outside: SAEHD's resume, silently not bit
+        warn(  # for bit under another thread count)
+            f"this process sums with {threads} CPU threads, the run's last start with {was}: it goes on, but not "
+            f"bit for bit as the run would have (run it with OMP_NUM_THREADS={was} for that)"
+        )
+    ranks, was = now.get("world_size"), before.get("world_size")
+    if not isinstance(was, int) or was == ranks:
+        return
+    # On a CPU the ranks' sums are added in rank order: the same as one process's while each rank sums one micro-batch
+    # (found from outside: 2 processes x 2 micro-batches resumed as 1 x 4, its weights 5e-3 apart, unsaid).
+    plans = ((ranks, now.get("accumulation", 1)), (was, before.get("accumulation", 1)))
+    if not threads or any(n > 1 and k > 1 for n, k in plans):
+        warn(
+            f"this run has {ranks} process{'es' if ranks != 1 else ''}, its last start {was}: it goes on with the same "
+            f"micro-batches, their gradients summed in another order, so not bit for bit as the run would have (resume "
+            f"it on {was} for that)"
+        )

@@ -26,12 +26,13 @@ from bigbatch.files import (
     atomic_write,
     check_writable,
     held_by,
+    keep_lock,
     lock_folder,
     metrics_row,
     remove_stale,
     unlock_folder,
 )
-from bigbatch.resuming import flatten, resume_changes
+from bigbatch.resuming import flatten, resume_changes, say_sums_reordered
 from bigbatch.resuming import resume_config as resume_config  # (the CLI's, sweeps')
 from bigbatch.run_data import relative_data
 from bigbatch.sampling import save_png
@@ -81,13 +82,8 @@ class Run:
                 pass
             before = before if isinstance(before, dict) else {}
             record |= self._history(before)
-        if self.resumed and (now := record.get("cpu_threads")):  # (found from outside: SAEHD's resume, silently not
-            was = before.get("cpu_threads")  # bit for bit under another thread count, which sums in another order)
-            if isinstance(was, int) and was != now:
-                warn(
-                    f"this process sums with {now} CPU threads, the run's last start with {was}: it goes on, but not "
-                    f"bit for bit as the run would have (run it with OMP_NUM_THREADS={was} for that)"
-                )
+        if self.resumed:
+            say_sums_reordered(before, record)
         atomic_write(self.path / "plan.json", json.dumps(record, indent=1) + "\n")
 
     def _history(self, before: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +134,7 @@ class Run:
         """The checkpoint at `nimg`, `seconds` into the run (all but the newest checkpoint.keep are deleted);
         `log_window`: the log row under way (so that a resumed run logs the rows an uninterrupted one does);
         `replace`: rewrite an intact checkpoint at `nimg` (its state changed though nothing trained)."""
+        self.lock = keep_lock(self.lock, self.path, LOCK)  # (its .lock deleted meanwhile: taken again)
         state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data}
         if not self.saved:  # (the first save since the run began here: what follows it on disk is another history)
             checkpoint_find.set_aside_newer(self.path, self.resumed_at or 0)
@@ -235,6 +232,7 @@ class Run:
 
     # ---- metrics.jsonl ---------------------------------------------------------------------------
     def log(self, row: dict[str, Any]) -> None:
+        self.lock = keep_lock(self.lock, self.path, LOCK)
         path = self.path / "metrics.jsonl"
         try:
             with open(path, "a") as f:

@@ -5,6 +5,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 import bigbatch
 from bigbatch.cli import main
 from bigbatch.files import lock_folder, unlock_folder
@@ -57,3 +59,29 @@ def test_info_says_a_phases_rates_per_lr_batch_and_its_resolution_0_as_data_reso
     assert main(["info", str(tmp_path / "run")]) == 0
     shown = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("schedule "))
     assert shown.startswith("schedule    28px batch 64 lr 1->2 per 128 from 0 kimg (current), 16px batch 32 lr 0.5")
+
+
+def test_a_lock_file_deleted_while_a_run_trains_is_taken_again(tiny, tmp_path, capsys, monkeypatch):
+    # Found from outside: `rm RUN/.lock` (a "stale" lock file cleaned up) while the run trained left `info` saying it
+    # ended, `stop` unable to stop it, and a second `train --resume` free to write the run beside it.
+    from bigbatch import rundir
+
+    seen, others, log = [], [], rundir.Run.log
+
+    def log_and_look(self, row):
+        if row["kimg"] in (0.032, 0.096):  # each run's first row: the file deleted (in the second, another's taken)
+            (self.path / LOCK).unlink()
+            others.extend([lock_folder(self.path, LOCK, lambda *a: "busy")] if row["kimg"] > 0.05 else [])
+        log(self, row)
+        seen.append(state(capsys, self.path))
+
+    monkeypatch.setattr(rundir.Run, "log", log_and_look)
+    cfg = tiny.override({"train.kimg": 0.064, "train.log_every_kimg": 0.032, "checkpoint.every_kimg": 0.064})
+    bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    assert seen[0].startswith(f"training now (process {os.getpid()}"), seen
+    # where another process took it meanwhile, this one stops, leaving the run to it
+    try:
+        with pytest.raises(bigbatch.BigbatchError, match=r"\.lock was deleted while this process held it, and process"):
+            bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "r", resume=True, quiet=True)
+    finally:
+        unlock_folder(others[-1])

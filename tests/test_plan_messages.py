@@ -1,5 +1,7 @@
 """What the batch plan and precision say, as a user reads it (each found from outside)."""
 
+import json
+
 import pytest
 import torch
 
@@ -74,6 +76,14 @@ def test_a_resume_under_another_cpu_thread_count_is_said_not_to_be_bit_for_bit(t
         torch.set_num_threads(threads)
     said = "this process sums with 2 CPU threads, the run's last start with 1: it goes on, but not bit for bit"
     assert said in capsys.readouterr().err
+    # Its last start on 2 processes: 2 x 2 micro-batches then summed across the ranks, in another order than one
+    # process's 4 (found from outside: unsaid); 2 x 1 is the same order as 1 x 2 (the ranks' sums in rank order).
+    plan = tmp_path / "r" / "plan.json"
+    for accumulation, kimg, warned in ((2, 0.128, True), (1, 0.16, False)):
+        plan.write_text(json.dumps({**json.loads(plan.read_text()), "world_size": 2, "accumulation": accumulation}))
+        bigbatch.train(cfg.override({"train.kimg": kimg}), run_dir=tmp_path / "r", resume=True, quiet=True)
+        said = "this run has 1 process, its last start 2: it goes on with the same micro-batches, their gradients"
+        assert (said in capsys.readouterr().err) is warned
 
 
 def test_a_cpu_plan_probes_the_smaller_size_first_and_none_twice():
