@@ -57,12 +57,21 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
         return f"done ({kimg:.3f} of {total:g} kimg)"
     logged = max((float(r.get("kimg", 0.0)) for r in rows), default=0.0)
     again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume` goes on"
+    try:  # (found from outside: a run of several processes told to go on as one, where its stop's line says them)
+        ranks = int(json.loads((run / "plan.json").read_text()).get("world_size", 1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        ranks = 1
+    launch = f", started as the run was ({ranks} processes)" if ranks > 1 else ""
     if ckpt is None:
         logs = f" (logged to {logged:g} kimg)" if logged else ""
-        return f"not training: it ended before its first checkpoint{logs}; {again} from its start"
+        return f"not training: it ended before its first checkpoint{logs}; {again} from its start{launch}"
     if logged > kimg:  # (a stop saves where it stops: a log past the checkpoint is a run that could not save)
-        return f"not training: it ended at {logged:g} kimg without saving (killed or crashed); {again} from {kimg:.3f}"
-    return f"not training: stopped at {kimg:.3f} of {total:g} kimg; {again}"
+        said = f"it ended at {logged:g} kimg without saving (killed or crashed); {again} from {kimg:.3f}"
+    elif meta.get("stopped", True):  # (a checkpoint of before the flag: stopped, as a log no further says)
+        said = f"stopped at {kimg:.3f} of {total:g} kimg; {again}"
+    else:  # (found from outside: a run killed before its next log row, logged more seldom than it saved: "stopped")
+        said = f"it ended after its checkpoint at {kimg:.3f} kimg, not by a stop (killed or crashed); {again}"
+    return f"not training: {said}{launch}"
 
 
 def describe_run(path: str | Path) -> str:

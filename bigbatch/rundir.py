@@ -130,12 +130,14 @@ class Run:
         seconds: float,
         log_window: dict[str, Any] | None = None,
         replace: bool = False,
+        stopped: bool = False,
     ) -> Path:
         """The checkpoint at `nimg`, `seconds` into the run (all but the newest checkpoint.keep are deleted);
         `log_window`: the log row under way (so that a resumed run logs the rows an uninterrupted one does);
-        `replace`: rewrite an intact checkpoint at `nimg` (its state changed though nothing trained)."""
+        `replace`: rewrite an intact checkpoint at `nimg` (its state changed though nothing trained); `stopped`: a
+        stop's save, so its meta.json says (info tells a stopped run from a killed one by it)."""
         self.lock = keep_lock(self.lock, self.path, LOCK)  # (its .lock deleted meanwhile: taken again)
-        state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data}
+        state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data, "stopped": stopped}
         if not self.saved:  # (the first save since the run began here: what follows it on disk is another history)
             checkpoint_find.set_aside_newer(self.path, self.resumed_at or 0)
             self.saved = True

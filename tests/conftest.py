@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 import signal
@@ -137,6 +138,10 @@ def stopped_then_resumed(task_class, cfg, run_dir: Path, at: int) -> Path:
         patch.setattr(task_class, "step", step_then_signal)
         bigbatch.train(cfg, run_dir=run_dir, quiet=True)
     run = stopped.value.run
+    from bigbatch.checkpoint_find import find_checkpoint
+
+    saved = find_checkpoint(run) / "meta.json"  # (a stop's save says so: info reads it)
+    assert json.loads(saved.read_text())["stopped"] is True
     bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)
     return run
 

@@ -34,11 +34,18 @@ def test_info_says_a_runs_state(tiny, tmp_path, capsys):
         assert state(capsys, run) == f"training now (process {os.getpid()} on {os.uname().nodename})"
     finally:
         unlock_folder(lock)
-    (run / "config.toml").write_text(cfg.override({"train.kimg": 1}).dumps())  # (resumed for longer, stopped)
-    assert (
-        state(capsys, run)
-        == f"not training: stopped at 0.128 of 1 kimg; `bigbatch train --run-dir {run} --resume` goes on"
-    )
+    (run / "config.toml").write_text(cfg.override({"train.kimg": 1}).dumps())  # (resumed for longer, then killed)
+    again = f"`bigbatch train --run-dir {run} --resume` goes on"
+    # (found from outside: a kill after a checkpoint, before the next log row, read "stopped")
+    killed = "not training: it ended after its checkpoint at 0.128 kimg, not by a stop (killed or crashed); "
+    assert state(capsys, run) == killed + again
+    meta = run / "checkpoints" / "000000.128" / "meta.json"  # (as a stop's save writes it)
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "stopped": True}))
+    assert state(capsys, run) == f"not training: stopped at 0.128 of 1 kimg; {again}"
+    plan = json.loads((run / "plan.json").read_text())  # (a run of 2 processes: resumed as it was started)
+    (run / "plan.json").write_text(json.dumps({**plan, "world_size": 2}))
+    assert state(capsys, run).endswith(f"{again}, started as the run was (2 processes)")  # (found from outside)
+    (run / "plan.json").write_text(json.dumps(plan))
     shutil.rmtree(run / "checkpoints" / "000000.128")  # its log went past its latest checkpoint: killed
     (run / "checkpoints" / "latest").unlink(missing_ok=True)
     assert state(capsys, run).startswith("not training: it ended at 0.128 kimg without saving (killed or crashed); ")
