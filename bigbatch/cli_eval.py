@@ -291,6 +291,7 @@ def _say_a_reference_apart(ref: Any, kind: str, G: Any, reference_n: int | None,
 def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, truncation: float, seed: int,
             batch_size: int, compares: bool) -> dict:  # fmt: skip
     """_eval_run's scores, under the run's kernels."""
+    from bigbatch import checkpoints
     from bigbatch.data import load_data
     from bigbatch.metrics import evaluate
     from bigbatch.metrics.extractors import falls_back
@@ -319,6 +320,12 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     data = None
     if args.reference is None or (kind == "stats" and classifier):
         data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+        trained = ((checkpoints.read_meta(ckpt) or {}).get("data") or {}).get("content_hash")
+        if trained and str(data.content_hash) != trained:  # (found from outside: scored unsaid, as its reference)
+            warn(
+                f"data.path {cfg.data.path} holds other images than the run was trained on (content hash "
+                f"{data.content_hash}, trained on {trained}): the scores are against these, not its training set"
+            )
     ref = data if args.reference is None else ref
     made_at = getattr(ref, "meta", {}).get("resolution") if kind == "stats" else None
     if made_at and made_at != cfg.data.resolution:  # (found from outside: 32 px samples against 16 px statistics)

@@ -107,6 +107,13 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     capsys.readouterr()
     assert main(["eval", str(run), "--metrics", "fid", "--n", "64"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["fcd"] == rows[-1]["fcd"]
+    # Its data.path holding other images since (found from outside: scored against them unsaid; resume refuses them)
+    meta_file = run / "checkpoints" / "000000.768" / "meta.json"
+    kept = meta_file.read_text()
+    meta_file.write_text(json.dumps({**json.loads(kept), "data": {"path": "x", "content_hash": "sha256:0"}}))
+    assert main(["eval", str(run), "--metrics", "fid", "--n", "64"]) == 0
+    assert "holds other images than the run was trained on (content hash" in capsys.readouterr().err
+    meta_file.write_text(kept)
     # A damaged best is not kept through a resume (found from outside: kept, a worse score not replacing it, and
     # only `eval --checkpoint best` refused it later): said, and the next evaluation replaces it.
     meta = best_meta(run)
