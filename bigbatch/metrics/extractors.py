@@ -173,8 +173,9 @@ def _is_torchscript(path: Path) -> bool:
     import zipfile
 
     if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"  # (found from outside: a folder "does not exist")
         raise BigbatchError(
-            f"Inception weights file {path} does not exist: give the path of {inc.PTH_NAME} or {inc.TORCHSCRIPT_NAME} "
+            f"Inception weights file {path} {what}: give the path of {inc.PTH_NAME} or {inc.TORCHSCRIPT_NAME} "
             "(eval.weights / --weights), or leave it empty to use the weights found where bigbatch looks"
         )
     if not zipfile.is_zipfile(path):
