@@ -209,6 +209,15 @@ def write_folder(
     return tmp
 
 
+def mark_stopped(ckpt: Path) -> Path:
+    """`ckpt`, its meta.json saying a stop saved it (a checkpoint already at the stop's nimg is kept as it was, its
+    files, state and checksums; meta.json, which none of them covers, is rewritten atomically)."""
+    meta = read_meta(ckpt)
+    if meta is not None and meta.get("stopped") is not True:
+        atomic_write(Path(ckpt) / "meta.json", json.dumps({**meta, "stopped": True}, indent=1))
+    return ckpt
+
+
 def read_meta(ckpt: Path) -> dict[str, Any] | None:
     """A checkpoint's meta.json, or None if it is missing or damaged (not JSON, or of the wrong shape:
     files not {name: size}, nimg not a count)."""

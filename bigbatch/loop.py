@@ -289,8 +289,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
 
         # Stopped by a signal: save where we are.
         stopped = nimg < progress.total or eval_pending  # (a stop in the last evaluation: the resumed run makes it)
-        if stopped and main:  # (replacing the checkpoint just saved at nimg, where there is one: a stop's, saying so)
-            path = run.save(task, rep, nimg, progress.seconds(), window(), replace=True, stopped=True)
+        if stopped and main:
+            path = run.save(task, rep, nimg, progress.seconds(), window(), stopped=True)
             run.write_previews(task, nimg, at_checkpoint=True)
             resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
             if not is_own(cfg.model.name):  # (a user's own family: the command line cannot build it)

@@ -143,9 +143,10 @@ class Run:
             self.saved = True
         if log_window is not None:
             state["log_window"] = log_window
-        return checkpoints.save_checkpoint(
+        path = checkpoints.save_checkpoint(
             self.path, nimg, task.nets(), state, self.cfg.dumps(), self.cfg.checkpoint.keep, info, replace
         )
+        return checkpoints.mark_stopped(path) if stopped else path  # (one kept as it was at nimg: a stop's since)
 
     def save_best(self, task: Task, rep: Replicator, nimg: int, seconds: float, scores: dict[str, float]) -> Path:
         """checkpoints/best/: the checkpoint at `nimg`, with the scores that made it the best."""

@@ -92,3 +92,25 @@ def test_a_lock_file_deleted_while_a_run_trains_is_taken_again(tiny, tmp_path, c
             bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "r", resume=True, quiet=True)
     finally:
         unlock_folder(others[-1])
+
+
+def test_a_stop_at_a_checkpoints_images_marks_that_checkpoint_a_stops(tiny, tmp_path, capsys, monkeypatch):
+    # A stop's save where a checkpoint was just saved keeps that one as it is, and says it is a stop's (by review:
+    # info would call the run killed after it).
+    import signal
+
+    from bigbatch.tasks.gan.task import GANTask
+
+    step = GANTask.step
+
+    def step_then_signal(self, feed):
+        out = step(self, feed)
+        if feed.nimg == 64:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(GANTask, "step", step_then_signal)
+    cfg = tiny.override({"train.kimg": 0.128, "checkpoint.every_kimg": 0.032, "train.log_every_kimg": 0.128})
+    with pytest.raises(bigbatch.Stopped):
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    assert state(capsys, tmp_path / "r").startswith("not training: stopped at 0.064 of 0.128 kimg; ")
