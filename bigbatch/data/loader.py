@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from bigbatch.data import device_decode
 from bigbatch.data.codecs import resized
 from bigbatch.data.crops import rrc_box, rrc_draws
-from bigbatch.data.schedule import Schedule, resize_batch, target_shape
+from bigbatch.data.schedule import Schedule, resize_stored, target_shape
 from bigbatch.data.streams import FLIP, generator
 from bigbatch.errors import BigbatchError, first_line, whole_number
 from bigbatch.signals import forking
@@ -120,7 +120,7 @@ def read_batch(
     else:
         images, labels = data.get(request.indices)
     if request.resolution and not crop_scale:  # (crops come at the phase's size)
-        images = resize_batch(images, request.resolution)
+        images = resize_stored(images, request.resolution)
     if flips is not None and flips.any():
         images = mirrored(images, flips)
     return Batch(request.nimg, images, labels, flips)

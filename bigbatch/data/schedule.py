@@ -284,23 +284,28 @@ def target_shape(height: int, width: int, resolution: int, multiple: int = 1) ->
 
 def resize_batch(images: torch.Tensor, resolution: int) -> torch.Tensor:
     """uint8 NHWC images resized to `resolution` (rectangular ones keep their aspect ratio, about the
-    same area), bicubic with antialiasing as in the built-in data sets; unchanged if already there.
-
-    On CPU in PyTorch's uint8 kernel, as Pillow computes it (each pass in fixed point, rounded and clamped
-    between them): 19x the float kernel's speed (found from outside: a raw store read below its size, as a
-    progressive resize's early phases read it, ran at 1.6 ms an image from 256 to 128 px, slower than a JPEG
-    store's reduced decode). Within a level of the float kernel's result but at rare hard edges, where
-    bicubic's overshoot between the passes is clamped (at most 6 levels on skimage's photos)."""
+    same area), bicubic with antialiasing as in the built-in data sets; unchanged if already there."""
     n, h, w, c = images.shape
     size = target_shape(h, w, resolution)
     if size == (h, w):
         return images
-    x = images.permute(0, 3, 1, 2)  # (channels-last memory: the uint8 kernel's fast path)
-    if x.device.type == "cpu":
-        x = F.interpolate(x, size=size, mode="bicubic", align_corners=False, antialias=True)
-        return x.permute(0, 2, 3, 1).contiguous()
-    x = F.interpolate(x.float(), size=size, mode="bicubic", align_corners=False, antialias=True)
+    x = images.permute(0, 3, 1, 2).float()
+    x = F.interpolate(x, size=size, mode="bicubic", align_corners=False, antialias=True)
     return x.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def resize_stored(images: torch.Tensor, resolution: int) -> torch.Tensor:
+    """resize_batch's resize of uint8 NHWC images on the CPU, as the loader reads a store below its size, in
+    PyTorch's uint8 kernel, as the loader's crops of encoded images are (codecs.resize): each pass in fixed point,
+    rounded and clamped between them, as Pillow computes it. 19x the float kernel's speed (found from outside: a
+    raw store read at half its size, as a progressive resize's early phases read it, ran 1.4 ms an image from 256
+    px, slower than a JPEG store's reduced decode); within a level of resize_batch's but at rare hard edges."""
+    n, h, w, c = images.shape
+    size = target_shape(h, w, resolution)
+    if size == (h, w):
+        return images
+    x = F.interpolate(images.permute(0, 3, 1, 2), size=size, mode="bicubic", align_corners=False, antialias=True)
+    return x.permute(0, 2, 3, 1).contiguous()  # (a channels-last view in: the kernel's fast path)
 
 
 def bucket_shapes(
