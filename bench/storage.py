@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _args import at_least, positive_int  # noqa: E402
 
 from bigbatch.data import H5Data, prepare, read_meta  # noqa: E402
-from bigbatch.data.schedule import resize_batch  # noqa: E402
+from bigbatch.data.schedule import resize_stored  # noqa: E402 (the loader's resize of a store read below its size)
 
 CODECS = [("raw", None), ("jpeg", 90), ("jpeg", 95), ("png", None), ("webp", 90)]
 
@@ -156,7 +156,7 @@ def measure(args: argparse.Namespace, root: Path) -> None:
             per_image = meta.get("encoded_bytes", res * res * 3 * meta["count"]) / meta["count"]
             data = H5Data(out, in_ram=True)  # decode cost alone, not the disk
             ms = cpu_time(lambda d=data: d.get(batch)) / len(batch) * 1e3
-            half = cpu_time(lambda d=data, r=res: resize_batch(d.get(batch, r // 2)[0], r // 2)) / len(batch) * 1e3
+            half = cpu_time(lambda d=data, r=res: resize_stored(d.get(batch, r // 2)[0], r // 2)) / len(batch) * 1e3
             name = codec + (f" q{quality}" if quality else "")
             rows.append((res, name, per_image, per_image / (res * res * 3), ms, half))
 
@@ -179,7 +179,7 @@ def measure(args: argparse.Namespace, root: Path) -> None:
     for codec, quality in (("raw", None), ("jpeg", 90)):
         data = H5Data(root / f"{codec}{quality or ''}-256.h5")
         speeds[f"bigbatch {codec}{f' q{quality}' if quality else ''} store at 256"] = len(batch) / cpu_time(
-            lambda d=data: resize_batch(d.get(batch, 128)[0], 128)
+            lambda d=data: resize_stored(d.get(batch, 128)[0], 128)
         )
     base = speeds["Pillow on the source JPEGs (crop, resize)"]
     print("\n| reading a 128-px phase, one process | img/s (CPU) | vs Pillow |")
