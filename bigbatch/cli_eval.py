@@ -324,7 +324,12 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
         if trained and str(data.content_hash) != trained:  # (found from outside: scored unsaid, as its reference)
             warn(
                 f"data.path {cfg.data.path} holds other images than the run was trained on (content hash "
-                f"{data.content_hash}, trained on {trained}): the scores are against these, not its training set"
+                f"{data.content_hash}, trained on {trained}): "
+                + (
+                    "the scores are against these, not its training set"
+                    if args.reference is None
+                    else "the classifier extractor trains on these"
+                )
             )
     ref = data if args.reference is None else ref
     made_at = getattr(ref, "meta", {}).get("resolution") if kind == "stats" else None

@@ -272,7 +272,7 @@ def keep_lock(lock: IO | None, folder: Path, name: str) -> IO | None:
         folder,
         name,
         lambda folder, pid, holder: (
-            f"{folder / name} was deleted while this process held it, and {holder} has "
+            f"{folder / name} was deleted or replaced while this process held it, and {holder} has "
             "taken it since: this process stops, leaving the run to it"
         ),
     )

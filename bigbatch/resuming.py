@@ -162,7 +162,6 @@ def say_sums_reordered(before: dict[str, Any], now: dict[str, Any]) -> None:
     plans = ((ranks, now.get("accumulation", 1)), (was, before.get("accumulation", 1)))
     if not threads or any(n > 1 and k > 1 for n, k in plans):
         warn(
-            f"this run has {ranks} process{'es' if ranks != 1 else ''}, its last start {was}: it goes on with the same "
-            f"micro-batches, their gradients summed in another order, so not bit for bit as the run would have (resume "
-            f"it on {was} for that)"
+            f"this run has {ranks} process{'es' if ranks != 1 else ''}, its last start {was}: it goes on, its "
+            f"gradients summed in another order, so not bit for bit as the run would have (resume it on {was} for that)"
         )

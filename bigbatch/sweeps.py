@@ -98,8 +98,9 @@ def sweep(
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise BigbatchError(f"sweep grid key {key!r} must map to a non-empty list of values, got {values!r}")
-        if isinstance(values, tuple):  # (found from outside: a search's range, in a grid, trained at its two ends)
-            raise BigbatchError(
+        ranged = isinstance(values, tuple) and all(isinstance(v, (int, float)) for v in values[:2])  # (other tuples:
+        if ranged and (len(values) == 2 or len(values) == 3 and values[2] == "log"):  # lists; found from outside:
+            raise BigbatchError(  # a search's range, in a grid, trained at its two ends)
                 f"sweep grid key {key!r} maps to a tuple {values!r}, a search's (low, high) range: give a grid a list "
                 "of values, or sample the range with search=optuna.create_study(...)"
             )
@@ -369,7 +370,8 @@ def _search(
         raise BigbatchError("a search needs metric, the metrics.jsonl name to optimize, e.g. 'fcd' or 'val_top1'")
     if len(study.directions) != 1:
         raise BigbatchError("a search optimizes one metric: create the study with one direction")
-    if isinstance(space, dict) and not any(str(k).startswith("eval.") for k in space):  # (else each trial's own)
+    sets = ("eval.", "task", "train.labels")  # (what decides the scores logged: where sampled, each trial's check)
+    if isinstance(space, dict) and not any(str(k).startswith(sets) for k in space):
         _check_metric(base, metric)  # (found from outside: "fid is better lower" first, then "not a score they log")
     if metric in SCORES:
         want = "maximize" if metric in HIGHER_IS_BETTER else "minimize"

@@ -88,7 +88,9 @@ def test_a_lock_file_deleted_while_a_run_trains_is_taken_again(tiny, tmp_path, c
     assert seen[0].startswith(f"training now (process {os.getpid()}"), seen
     # where another process took it meanwhile, this one stops, leaving the run to it
     try:
-        with pytest.raises(bigbatch.BigbatchError, match=r"\.lock was deleted while this process held it, and process"):
+        with pytest.raises(
+            bigbatch.BigbatchError, match=r"\.lock was deleted or replaced while this process held it, and"
+        ):
             bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "r", resume=True, quiet=True)
     finally:
         unlock_folder(others[-1])

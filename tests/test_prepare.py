@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 import bigbatch
+from bigbatch.cli import main
 from bigbatch.data import BatchLoader, H5Data, describe_data, load_data, prepare, read_meta, verify_data
 from bigbatch.data.h5write import hash_arrays
 from bigbatch.data.schedule import BucketOrder, bucket_shapes
@@ -113,8 +114,6 @@ def test_a_file_url_is_the_local_path_it_names_for_every_end(tmp_path, monkeypat
     assert load_data(url, 10).content_hash == report.content_hash == read_meta(tmp_path / "out.h5")["content_hash"]
     with pytest.raises(bigbatch.BigbatchError, match="exists: give --overwrite"):
         prepare(str(tmp_path / "src"), url, workers=0)
-    from bigbatch.cli import main
-
     main(["train", "--preset", "digits", f"data.path={url}", "--dry-run"])  # (its plan: whatever it says)
     assert "does not exist" not in capsys.readouterr().err
 
@@ -238,8 +237,6 @@ def test_sizes_must_match_without_resolution(tmp_path):
 def test_pillows_warnings_of_damaged_metadata_are_one_line_of_bigbatch_s(tmp_path, capsys):
     # Found from outside: a photo with corrupt EXIF made Pillow print two lines of its own source (a UserWarning),
     # from each worker; now one line, once, in bigbatch's words, and the file is decoded.
-    from bigbatch.cli import main
-
     (tmp_path / "src" / "a").mkdir(parents=True)
     broken = b"Exif\x00\x00II*\x00\x08\x00\x00\x00\x20\x00" + b"\x12\x01\x03\x00\x01\x00\x00\x00\x06\x00\x00\x00"
     for i in range(3):
@@ -515,8 +512,6 @@ def test_running_out_of_memory_decoding_is_said_not_called_corruption(monkeypatc
 def test_a_file_of_rectangles_is_refused_where_squares_are_read_naming_its_shape(tmp_path, capsys):
     """Found from outside: a GAN said the file held "images of 0 px", and the Loader read it as neither squares
     nor refused."""
-    from bigbatch.cli import main
-
     (tmp_path / "rect").mkdir()
     for i in range(4):
         Image.fromarray(_image(i, (40, 30))).save(tmp_path / "rect" / f"{i}.png")  # 40 wide, 30 high
@@ -592,13 +587,9 @@ def test_shards_named_by_a_text_file_of_classes_are_not_taken_for_a_held_out_spl
     # --classes LOC_synset_mapping.txt ("data.val_path="); a training file's classes (DATA.h5) still mean one.
     from test_prepare_tar import _shards
 
-    from bigbatch.cli import main
-
     monkeypatch.chdir(tmp_path)
-    _shards(tmp_path / "wds", n_shards=1)
-    Path("synsets.txt").write_text("".join(f"n0{i} class {i}\n" for i in range(6)))
-    assert main(["prepare", "wds", "named.h5", "--workers", "0", "--classes", "synsets.txt"]) == 0
-    said = capsys.readouterr().out
-    assert "train a classifier on it with: bigbatch train" in said and "score a classifier" not in said, said
+    _shards(tmp_path / "wds", n_shards=1) and Path("names.txt").write_text("".join(f"n0{i} c{i}\n" for i in range(6)))
+    assert main(["prepare", "wds", "named.h5", "--workers", "0", "--classes", "names.txt"]) == 0
+    assert "score a classifier" not in (said := capsys.readouterr().out) and "train a classifier on it with" in said
     assert main(["prepare", "wds", "held.h5", "--workers", "0", "--classes", "named.h5"]) == 0
     assert "score a classifier on it with: data.val_path=held.h5" in capsys.readouterr().out

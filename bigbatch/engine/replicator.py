@@ -319,9 +319,9 @@ class Replicator:
             # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
             # forward that overflowed) skips the step even when its gradients happen to be finite.
             applied = self._apply(opt, state, params, norm, math.isfinite(means[0]))
-        except BaseException as e:  # the step abandoned: statistics as before it, and (a Ctrl-C after unscale_, found
-            bn.abandon()  # from outside) fp16's scaler ready for the next, where torch's refused every later step
-            state.scaler = prec.fresh_scaler(state.scaler, self.device)
+        except BaseException as e:  # the step abandoned: statistics as before it, and after a Ctrl-C (after unscale_:
+            bn.abandon()  # found from outside) fp16's scaler ready for the next, where torch's refused every later step
+            state.scaler = state.scaler if isinstance(e, Exception) else prec.fresh_scaler(state.scaler, self.device)
             if isinstance(e, RuntimeError) and "Expected to have finished reduction" in str(e):
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
             raise

@@ -425,9 +425,18 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
         return {}
     lines = path.read_text().splitlines()
     first = json.loads(lines[0]) if lines else {}
-    if (first.get("settings") != asdict(settings) or first.get("source") != source.identity()) and not any(images):
+    rows: dict[str, dict] = {}
+    for line in lines[1:]:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # the line a kill cut short: that frame runs again
+            continue
+        rows[row["frame"]] = row
+    changed = first.get("settings") != asdict(settings) or first.get("source") != source.identity()
+    if changed and not any(images) and not any(row.get("faces") for row in rows.values()):
         # An extract that wrote no face (it failed, or found none) into a folder that holds none: this one starts
-        # it afresh (found from outside: its journal refused every other source or setting, "holding faces").
+        # it afresh (found from outside: its journal refused every other source or setting, "holding faces"; one
+        # that wrote faces since deleted by hand keeps its refusal, and the faces stay deleted).
         path.unlink()
         return _journal(out, settings, source)
     if first.get("settings") != asdict(settings):
@@ -455,13 +464,6 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
         raise BigbatchError(
             f"{out} holds faces extracted from {was.get('path')}: give that source to continue, or another OUT"
         )
-    rows: dict[str, dict] = {}
-    for line in lines[1:]:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # the line a kill cut short: that frame runs again
-            continue
-        rows[row["frame"]] = row
     names = set(source.names() or ())
     done, again = {}, set()
     for name, row in rows.items():
