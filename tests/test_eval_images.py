@@ -481,3 +481,13 @@ def test_stats_write_inception_statistics_as_pytorch_fid_and_clean_fid_read_them
     assert main([*argv[:6], "--kid", "--extractor", "inception-torchscript"]) == 0
     assert main([*argv[:6], "--extractor", "inception-torchscript"]) == 0
     assert capsys.readouterr().out.count("mean, covariance and every image's features (for KID)") == 2
+
+
+def test_a_state_dict_given_to_the_torchscript_extractor_is_said_to_be_one(tmp_path, capsys):
+    # Found from outside: PyTorch's "internal miniz error ... your checkpoint file is corrupted" of pytorch-fid's
+    # weights given to --extractor inception-torchscript.
+    torch.save({"w": torch.zeros(2)}, tmp_path / "sd.pth")
+    argv = ["stats", "builtin:digits", "--n", "12", "--extractor", "inception-torchscript"]
+    assert main([*argv, "--weights", str(tmp_path / "sd.pth")]) == 2
+    err = capsys.readouterr().err
+    assert "sd.pth is a state dict (torch.save's), not TorchScript: give it with --extractor inception" in err, err

@@ -316,7 +316,23 @@ def load_torchscript(path: str | Path) -> torch.jit.ScriptModule:
             warnings.filterwarnings("ignore", ".*torch.jit.load.*", DeprecationWarning)
             return torch.jit.load(str(path), map_location="cpu").eval()
     except Exception as e:  # noqa: BLE001
+        if _state_dict_file(path):  # (found from outside: PyTorch's "internal miniz error ... corrupted" of one)
+            raise BigbatchError(
+                f"{path} is a state dict (torch.save's), not TorchScript: give it with --extractor inception (as "
+                "pytorch-fid's weights are), or --extractor auto"
+            ) from None
         raise BigbatchError(f"cannot open {path} as a TorchScript file: {_clip(str(e))}") from None
+
+
+def _state_dict_file(path: Path) -> bool:
+    """Whether `path` is what torch.save writes (a zip of data.pkl, no TorchScript's constants.pkl)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+    return any(n.endswith("/data.pkl") for n in names) and not any(n.endswith("/constants.pkl") for n in names)
 
 
 def torchscript_layers(ts: torch.jit.ScriptModule) -> tuple[torch.jit.ScriptModule, torch.jit.ScriptModule | None]:
