@@ -437,6 +437,8 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
     """What `bigbatch prepare` says to do with the data file it wrote (the command that trains on it)."""
     import shlex
 
+    from bigbatch.data.labels import is_class_list
+
     out = shlex.quote(args.out)
     if args.endpoint_url and is_url(args.out):  # (found from outside: the hint's command missed the endpoint)
         out += " " + shlex.quote(f"data.storage_options={{endpoint_url={json.dumps(args.endpoint_url)}}}")
@@ -458,7 +460,7 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
         print(f"train a face swap on it with: {swap} (as the dst faces: data.path=SRC.h5 data.dst_path={out})")
     # (the classes of a training file's, or rectangles: a held-out split; a .txt of names, as ImageNet's synset
     # mapping names training shards' .cls indices, is no sign of one: found from outside, called a validation set)
-    elif args.buckets or (args.classes and not args.classes.lower().endswith(".txt")):
+    elif args.buckets or (args.classes and not is_class_list(args.classes)):
         print(f"score a classifier on it with: data.val_path={out}{' data.val_rect=true' if args.buckets else ''}")
     elif whole or (side and side & (side - 1)):  # (a GAN is built for a power of two: a classifier takes any size)
         if len(report.class_names) >= 2:

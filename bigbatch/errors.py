@@ -4,6 +4,7 @@ import contextlib
 from collections.abc import Iterator
 
 STOPPED = "bigbatch: stopped by SIGTERM"  # a command's last line on SIGTERM outside training (the launchers read it)
+STOPPED_BY_SIGNAL = "Stopped by signal"  # how a run stopped by a signal begins its last line (RunHandle reads it)
 LOST_PEER = "lost contact with another rank"  # how a rank whose collective another's end broke says so (cli_errors)
 
 
@@ -47,8 +48,9 @@ def first_line(e: BaseException) -> str:
 
 
 def counted(n: int, noun: str) -> str:
-    """ "1 frame", "3 frames": a count in a message (found from outside: "Merged 1 faces into 1 frames")."""
-    return f"{n} {noun}{'s' * (n != 1)}"
+    """ "1 frame", "3 frames", "2 processes": a count in a message (found from outside: "Merged 1 faces into 1
+    frames")."""
+    return f"{n} {noun}{('es' if noun.endswith(('s', 'x', 'z', 'ch', 'sh')) else 's') * (n != 1)}"
 
 
 def counted_names(names: list[str], noun: str) -> str:

@@ -31,7 +31,7 @@ from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.arguments import SkipLimitReached
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, warn
 from bigbatch.models.registry import is_own
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
@@ -109,7 +109,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         if main:
             kept = f" ({e})" if str(e) else ""
             print(
-                f"Stopped by signal while computing reference statistics{kept}; nothing trained since the start: the "
+                f"{STOPPED_BY_SIGNAL} while computing reference statistics{kept}; nothing trained since the start: the "
                 "same command starts it again",
                 flush=True,
             )
@@ -297,7 +297,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 resume_with = f"bigbatch.train(cfg, run_dir={str(run.path)!r}, resume=True), where {own_family}"
             elif rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)
                 resume_with = f"{resume_with}, started as this run was ({rep.world_size} processes)"
-            print(f"Stopped by signal; saved {path}. Continue with: {resume_with}", flush=True)
+            print(f"{STOPPED_BY_SIGNAL}; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
     if stopped:
         raise Stopped(run.path)

@@ -9,7 +9,7 @@ from typing import Any
 
 from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import read_toml
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 
 # What a resumed run may change: its length, its output and how it runs, never what it trains.
 RESUMABLE_CHANGES = {
@@ -162,6 +162,6 @@ def say_sums_reordered(before: dict[str, Any], now: dict[str, Any]) -> None:
     plans = ((ranks, now.get("accumulation", 1)), (was, before.get("accumulation", 1)))
     if not threads or any(n > 1 and k > 1 for n, k in plans):
         warn(
-            f"this run has {ranks} process{'es' if ranks != 1 else ''}, its last start {was}: it goes on, its "
+            f"this run has {counted(ranks, 'process')}, its last start {was}: it goes on, its "
             f"gradients summed in another order, so not bit for bit as the run would have (resume it on {was} for that)"
         )

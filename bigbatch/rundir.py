@@ -82,7 +82,6 @@ class Run:
                 pass
             before = before if isinstance(before, dict) else {}
             record |= self._history(before)
-        if self.resumed:
             say_sums_reordered(before, record)
         atomic_write(self.path / "plan.json", json.dumps(record, indent=1) + "\n")
 

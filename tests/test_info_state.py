@@ -71,27 +71,29 @@ def test_info_says_a_phases_rates_per_lr_batch_and_its_resolution_0_as_data_reso
 def test_a_lock_file_deleted_while_a_run_trains_is_taken_again(tiny, tmp_path, capsys, monkeypatch):
     # Found from outside: `rm RUN/.lock` (a "stale" lock file cleaned up) while the run trained left `info` saying it
     # ended, `stop` unable to stop it, and a second `train --resume` free to write the run beside it.
-    from bigbatch import rundir
+    from bigbatch.tasks.gan.task import GANTask
 
-    seen, others, log = [], [], rundir.Run.log
+    run, seen, others, step = tmp_path / "r", [], [], GANTask.step
 
-    def log_and_look(self, row):
-        if row["kimg"] in (0.032, 0.096):  # each run's first row: the file deleted (in the second, another's taken)
-            (self.path / LOCK).unlink()
-            others.extend([lock_folder(self.path, LOCK, lambda *a: "busy")] if row["kimg"] > 0.05 else [])
-        log(self, row)
-        seen.append(state(capsys, self.path))
+    def step_and_look(self, feed):  # the file deleted in each run's first step (in the second, another's taken)
+        out = step(self, feed)
+        if feed.nimg in (32, 96):
+            (run / LOCK).unlink()
+            others.extend([lock_folder(run, LOCK, lambda *a: "busy")] if feed.nimg > 64 else [])
+        elif feed.nimg == 64:  # (after the log row at 32)
+            seen.append(state(capsys, run))
+        return out
 
-    monkeypatch.setattr(rundir.Run, "log", log_and_look)
+    monkeypatch.setattr(GANTask, "step", step_and_look)
     cfg = tiny.override({"train.kimg": 0.064, "train.log_every_kimg": 0.032, "checkpoint.every_kimg": 0.064})
-    bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    bigbatch.train(cfg, run_dir=run, quiet=True)
     assert seen[0].startswith(f"training now (process {os.getpid()}"), seen
     # where another process took it meanwhile, this one stops, leaving the run to it
     try:
         with pytest.raises(
             bigbatch.BigbatchError, match=r"\.lock was deleted or replaced while this process held it, and"
         ):
-            bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "r", resume=True, quiet=True)
+            bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=run, resume=True, quiet=True)
     finally:
         unlock_folder(others[-1])
 

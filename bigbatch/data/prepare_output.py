@@ -131,7 +131,7 @@ class Report:
     def summary(self) -> str:
         """A few lines for the terminal: what was written, and the first skipped files with reasons."""
         n = len(self.class_names)
-        classes = f"{n} class{'es' * (n != 1)}" if self.class_names else "unconditional (no classes)"
+        classes = counted(n, "class") if self.class_names else "unconditional (no classes)"
         shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
         lines = [
             f"wrote {self.out}: {counted(self.count, 'image')} {shape}, {classes}, from {self.source} "

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from bigbatch.engine.determinism import cudnn_autotuning
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -296,7 +296,7 @@ def plan_holds(
     given, for this budget (else it probes again, and `speak`s of a new budget or precision)."""
     if plan["world_size"] != world_size:
         if speak:  # (found from outside: a resume at another world size probed again without a word)
-            was, now = (f"{n} process{'es' if n > 1 else ''}" for n in (plan["world_size"], world_size))
+            was, now = (counted(n, "process") for n in (plan["world_size"], world_size))
             warn(f'the checkpoint\'s plan was made for {was}, this run has {now}: micro_batch "auto" is probed again')
         return False
     if precision and plan.get("precision", precision) != precision:

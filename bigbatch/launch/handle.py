@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError
 from bigbatch.launch import RankResult, with_restarts
 
 Sink = Callable[[list[tuple[str, Any]]], None]
@@ -137,7 +137,7 @@ class RunHandle:
                 # found from outside, raised as a failure) is the result asked for, its status saying so.
                 if status != 0 and not (self._stop.is_set() and status in (130, 143)):
                     self._error = BigbatchError(message or f"the run ended with exit status {status}")
-                stopped = status in (130, 143) or any(line.startswith("Stopped by signal") for line in self._lines)
+                stopped = status in (130, 143) or any(line.startswith(STOPPED_BY_SIGNAL) for line in self._lines)
                 self._result = RunResult(run_dir, status, list(self.rows), ranks, stopped)
             except BaseException as e:  # noqa: BLE001 - given to whoever asks for the result
                 self._error = e

@@ -24,7 +24,7 @@ from bigbatch.data.load import load_data, stored_side, validation_data
 from bigbatch.data.schedule import resolution_scored
 from bigbatch.data.split import holdout
 from bigbatch.data.tars import is_tar_name, shards_named
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.files import atomic_write, save_figure
 from bigbatch.metrics.classifier import load_classifier
 from bigbatch.run_data import eval_folder, run_config
@@ -333,7 +333,7 @@ def describe(report: dict[str, Any]) -> str:
     worst = ", ".join(f"{c} {a:.1f}%" for c, a in per_class[:3] if a < 100) or "none: every image right"
     absent = [c for c, a in report["per_class"].items() if a is None]
     if absent:
-        worst += f"; no images of {len(absent)} class{'es' if len(absent) > 1 else ''} ({', '.join(absent[:5])}"
+        worst += f"; no images of {counted(len(absent), 'class')} ({', '.join(absent[:5])}"
         worst += ", ...)" if len(absent) > 5 else ")"
     return "\n".join(
         [
