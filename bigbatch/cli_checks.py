@@ -49,13 +49,19 @@ def check_local_data(cfg: Any) -> None:
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
     """A GAN's images, or a swap's or XSeg's faces, at another size than data.resolution (or XSeg's without their
-    labels): refused by the task's own check (found from outside: the dry run passed them)."""
+    labels): refused by the task's own check (found from outside: the dry run passed them); a classifier's stored
+    smaller than it trains or scores at: warned of, as training warns."""
     whole = meta.get("crop") == "none"
     stored = meta.get("short_side" if whole else "resolution")
     if cfg.task == "gan" and given == cfg.data.path and (stored or (not whole and meta.get("height"))):
         from bigbatch.tasks.gan.task import check_stored_size
 
         check_stored_size(cfg, stored or 0, whole, meta)
+    elif cfg.task == "classify" and given in (cfg.data.path, cfg.data.val_path) and stored:  # (from outside: unsaid)
+        from bigbatch.tasks.classify.validation import warn_upscaled
+
+        held = SimpleNamespace(meta=meta, whole=whole, source=given)
+        warn_upscaled(cfg, held if given == cfg.data.path else None, held if given == cfg.data.val_path else None)
     elif cfg.task == "swap" and given in (cfg.data.path, cfg.data.dst_path):
         from bigbatch.tasks.swap.load import NO_YAWS, check_face_size
 

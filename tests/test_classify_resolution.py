@@ -67,3 +67,24 @@ def test_upscaled_data_is_said_with_the_side_and_the_key_that_ask_for_it(tmp_pat
     out, err = capsys.readouterr()
     assert "holds 8px images, and the run trains at up to 16px (data.resolution, data.schedule)" in err
     assert ": 16px batch 64 = " in out and "; then 8px batch 64 from 0.064 kimg" in out, out
+
+
+def test_whole_images_prepared_below_the_side_a_run_trains_at_are_said_upscaled(tmp_path, capsys):
+    # Found from outside: a store of short side 64 (--crop none) trained and scored at 128 px without a word, in
+    # training and in its dry run, where a store of 64 px squares was warned of.
+    from test_codecs import photos
+
+    data = tmp_path / "whole.h5"
+    bigbatch.data.prepare(str(photos(tmp_path / "src", n=8)), str(data), 12, workers=0, codec="jpeg", crop="none")
+    said = (
+        "holds whole images of short side 12px, and the run trains at up to 16px (data.resolution, data.schedule): "
+        "they are upscaled, no sharper than at their own size; prepare the images again with --resolution 16 "
+        "--crop none for the detail"
+    )
+    over = {"data.path": str(data), "data.val_fraction": 0.25, "train.batch": 4, "train.micro_batch": 4}
+    bigbatch.train(tiny(**over, **{"train.kimg": 0.004, "eval.batch_size": 2}), run_dir=tmp_path / "r", quiet=True)
+    assert said in capsys.readouterr().err
+    argv = ["train", "--dry-run", "--preset", "fashion_resnet", f"data.path={data}", "data.resolution=16"]
+    assert main(argv) == 0
+    assert said in capsys.readouterr().err
+    assert main([*argv[:-1], "data.resolution=12"]) == 0 and "upscaled" not in capsys.readouterr().err

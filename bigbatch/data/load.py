@@ -48,9 +48,15 @@ def load_data(
 
 
 def stored_side(data: Any) -> int:
-    """The side of a prepared file's stored squares (0: whole images, or a set made when read): what a
-    resolution above it upscales."""
-    return 0 if getattr(data, "whole", False) else int(getattr(data, "meta", {}).get("resolution", 0))
+    """The side of a prepared file's stored squares, or the short side its whole images were prepared at
+    (`--crop none`; 0: a set made when read): what a resolution above it upscales."""
+    return int(getattr(data, "meta", {}).get("resolution", 0))
+
+
+def stored_images(data: Any) -> str:
+    """What a prepared file holds, by side, for a message: 'whole images of short side 64px' or '64px images'."""
+    side = stored_side(data)
+    return f"whole images of short side {side}px" if getattr(data, "whole", False) else f"{side}px images"
 
 
 def rectangles(meta: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ from PIL import Image
 from bigbatch import checkpoints
 from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
-from bigbatch.data.load import load_data, stored_side, validation_data
+from bigbatch.data.load import load_data, stored_images, stored_side, validation_data
 from bigbatch.data.schedule import resolution_scored
 from bigbatch.data.split import holdout
 from bigbatch.data.tars import is_tar_name, shards_named
@@ -106,10 +106,10 @@ def evaluate_classifier(
     given = resolution
     resolution = given or resolution_scored(cfg, int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)))
     stored = stored_side(data)
-    if stored and stored < resolution:  # (a prepared file of squares)
+    if stored and stored < resolution:  # (whole images' short side too: found from outside)
         where = "" if given or cfg.eval.resolution else ", where it last trained"
         warn(
-            f"data set {public_name(data_path or d.val_path or d.path)} holds {stored}px images, and the run "
+            f"data set {public_name(data_path or d.val_path or d.path)} holds {stored_images(data)}, and the run "
             f"scores at {resolution}px{where}: they are upscaled, no sharper than at their own size"
         )
     device = next(net.parameters()).device

@@ -25,7 +25,7 @@ from torch import nn
 
 from bigbatch import models
 from bigbatch.config import Config
-from bigbatch.data.load import stored_side, validation_data
+from bigbatch.data.load import validation_data
 from bigbatch.data.schedule import resize_batch, schedule_of
 from bigbatch.engine import batch_parts, running_stats
 from bigbatch.engine import precision as prec
@@ -45,6 +45,7 @@ from bigbatch.tasks.classify.validation import (
     rotate,
     rotation_labels,
     scores_top5,
+    warn_upscaled,
 )
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_face_sets, refuse_sections, register
 
@@ -218,24 +219,8 @@ def build(
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps, **kernels)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
-    # (a phase of resolution 0 trains at data.resolution: found from outside, its upscaling unsaid)
-    largest = max(p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases)
-    # (the held-out images too: found from outside, 16 px ones scored at 32 px without a word)
-    val = task.val_data if cfg.data.val_path else None  # (a share of data.path is stored as data.path is)
-    # (found from outside: the held-out side set by eval.resolution was blamed on the training's keys, and its fix
-    # was the training's side)
-    keys = "eval.resolution" if cfg.eval.resolution else "data.resolution, data.schedule"
-    for which, held, side, why in (
-        ("trains", data, largest, "data.resolution, data.schedule"),
-        ("scores its held-out images", val, cfg.eval.resolution or largest, keys),
-    ):
-        stored = stored_side(held) if held is not None else None
-        if stored and side > stored and rep.is_main and resumed_at is None:  # (a prepared file of squares)
-            warn(
-                f"data set {held.source} holds {stored}px images, and the run {which} at up to {side}px ({why}): "
-                f"they are upscaled, no sharper than at their own size; prepare the images at {side}px (or with "
-                "--crop none) for the detail"
-            )
+    if rep.is_main and resumed_at is None:
+        warn_upscaled(cfg, data, task.val_data if cfg.data.val_path else None)  # (a share of data.path: as it is)
     # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
     sides = sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})
     if cfg.data.schedule and cfg.data.resolution not in sides and rep.is_main and resumed_at is None:

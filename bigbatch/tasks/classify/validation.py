@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bigbatch.data.load import stored_images, stored_side
+from bigbatch.data.schedule import schedule_of
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
 from bigbatch.errors import BigbatchError, warn
@@ -44,6 +46,28 @@ class Predictions(NamedTuple):
     labels: torch.Tensor  # int64
     loss: torch.Tensor  # float32: cross-entropy
     p_top: torch.Tensor  # float32: the probability of top[:, 0]
+
+
+def warn_upscaled(cfg: Any, data: Any, val: Any = None) -> None:
+    """Say where the run trains (`data`) or scores its held-out images (`val`; None: a share of `data`) above the
+    side their file was prepared at: upscaled, no sharper (also the dry run's, from the files' metadata)."""
+    # (a phase of resolution 0 trains at data.resolution: found from outside, its upscaling unsaid)
+    largest = max(p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases)
+    # (found from outside: the held-out side set by eval.resolution was blamed on the training's keys, and its fix
+    # was the training's side; 16 px held-out images were scored at 32 px without a word)
+    keys = "eval.resolution" if cfg.eval.resolution else "data.resolution, data.schedule"
+    for which, held, side, why in (
+        ("trains", data, largest, "data.resolution, data.schedule"),
+        ("scores its held-out images", val, cfg.eval.resolution or largest, keys),
+    ):
+        stored = stored_side(held) if held is not None else 0
+        if stored and side > stored:  # (whole images too: found from outside, 64 px ones trained at 128 unsaid)
+            whole = getattr(held, "whole", False)
+            fix = f"again with --resolution {side} --crop none" if whole else f"at {side}px (or with --crop none)"
+            warn(
+                f"data set {held.source} holds {stored_images(held)}, and the run {which} at up to {side}px ({why}): "
+                f"they are upscaled, no sharper than at their own size; prepare the images {fix} for the detail"
+            )
 
 
 # train.labels = "rotation": the classes, an image's rotation in degrees (label k: k x 90).
