@@ -524,14 +524,7 @@ class Config(Section):
     def load(path: str | Path) -> Config:
         """Read a TOML config file (for example a run's config.toml); a run's folder gives its config.toml, the
         run's own (found from outside: a notebook's resume after a restart had no way to a bare --resume's)."""
-        path = Path(path)
-        if path.is_dir():
-            if not (path / "config.toml").is_file():
-                raise BigbatchError(
-                    f"{path} is a folder without a config.toml: give a TOML config file, or a run's folder"
-                )
-            path = path / "config.toml"
-        return Config.from_dict(read_toml(path))
+        return Config.from_dict(read_toml(Path(path)))
 
     def dumps(self) -> str:
         return tomli_w.dumps(self.to_dict())

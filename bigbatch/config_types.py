@@ -276,7 +276,12 @@ def strings(tree: Any, prefix: str = "") -> typing.Iterator[tuple[str, str]]:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """A config file's tree, or one line saying why it cannot be read as one."""
+    """A config file's tree (a run's folder: its config.toml, the run's own), or one line saying why it cannot be
+    read as one."""
+    if path.is_dir():  # (found from outside: Config.load took a run's folder, and --config said "Is a directory")
+        if not (path / "config.toml").is_file():
+            raise BigbatchError(f"{path} is a folder without a config.toml: give a TOML config file, or a run's folder")
+        path = path / "config.toml"
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

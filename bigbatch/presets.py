@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -52,9 +53,12 @@ def base_config(name: str | None, config: str | None, default: str = "digits") -
     if not config:
         return preset(name or default)
     tree = read_toml(Path(config))
-    if name:
-        return preset(name).layered(tree)
+    under = preset(name) if name else None
+    if under is not None and under.left_out(tree):
+        return under.layered(tree)
     cfg = Config.from_dict(tree)
+    if under is not None:  # (found from outside: a run's config over another task's preset became it, unsaid)
+        warn(f"{config} sets every key (a run's config.toml), so nothing of --preset {name} is left: drop --preset")
     left = cfg.left_out(tree)
     if left:
         shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
@@ -68,7 +72,9 @@ def base_config(name: str | None, config: str | None, default: str = "digits") -
 def preset(name: str) -> Config:
     """The Config of a named recipe."""
     if name not in _PRESETS:
-        raise BigbatchError(f"unknown preset '{name}'; valid: {', '.join(sorted(_PRESETS))}")
+        close = difflib.get_close_matches(name.lower(), _PRESETS, n=1)  # (found from outside: 'Digits' unhinted)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise BigbatchError(f"unknown preset '{name}'{hint}; valid: {', '.join(sorted(_PRESETS))}")
     return _PRESETS[name]()
 
 

@@ -208,11 +208,16 @@ def test_a_config_file_lays_over_a_preset_given_with_it_and_alone_says_what_it_l
     assert "part.toml leaves out name, task, data.path, data.resolution and " in capsys.readouterr().err
     assert main(["train", "--preset", "digits", "--config", str(tmp_path / "part.toml"), "--dry-run"]) == 0
     assert "batch = 32" in capsys.readouterr().out
-    # A whole file (a run's config.toml) leaves nothing out: read as it is, with no word.
+    # A whole file (a run's config.toml) leaves nothing out: read as it is, with no word; over a preset it leaves
+    # nothing of it, which is said (found from outside: a GAN run's config over a classifier's preset, unsaid).
     (tmp_path / "whole.toml").write_text(bigbatch.preset("stylegan2_256").dumps())
     assert base_config(None, str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
-    assert base_config("digits", str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
     assert capsys.readouterr().err == ""
+    assert base_config("digits", str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
+    assert capsys.readouterr().err == (
+        f"bigbatch: warning: {tmp_path / 'whole.toml'} sets every key (a run's config.toml), so nothing of --preset "
+        "digits is left: drop --preset\n"
+    )
     (tmp_path / "opts.toml").write_text("[model.options]\nmap_layers = 2\n")  # (a table whole: said, by review)
     assert base_config("stylegan2_256", str(tmp_path / "opts.toml")).model.options == {"map_layers": 2}
     assert "the file's [model.options] replaces the whole table: mbstd_group go back" in capsys.readouterr().err
@@ -259,7 +264,7 @@ def test_an_empty_or_plain_override_value_is_still_a_string():
     assert parse_override("data.path=my data.h5") == ("data.path", "my data.h5")
 
 
-def test_a_runs_folder_loads_as_its_own_config(tmp_path):
+def test_a_runs_folder_loads_as_its_own_config(tmp_path, capsys):
     # Found from outside: after a notebook's restart, resuming from Python had no counterpart of a bare --resume
     # (Config.load of the run's folder said "Is a directory"; the mismatch message named command-line fixes only).
     cfg = bigbatch.preset("digits").override({"train.kimg": 0.5})
@@ -268,3 +273,11 @@ def test_a_runs_folder_loads_as_its_own_config(tmp_path):
     assert bigbatch.Config.load(tmp_path / "run") == bigbatch.Config.load(tmp_path / "run" / "config.toml") == cfg
     with pytest.raises(bigbatch.BigbatchError, match="is a folder without a config.toml: give a TOML config file"):
         bigbatch.Config.load(tmp_path)
+    # ... and so does --config (found from outside: "cannot be read: Is a directory"), as a preset's name in
+    # another case is hinted.
+    from bigbatch.cli import main
+
+    assert main(["train", "--dry-run", "--config", str(tmp_path / "run"), "--run-dir", str(tmp_path / "x")]) == 0
+    assert "kimg = 0.5" in capsys.readouterr().out
+    assert main(["train", "--dry-run", "--preset", "Digits"]) == 2
+    assert "unknown preset 'Digits' (did you mean 'digits'?)" in capsys.readouterr().err
