@@ -13,11 +13,12 @@ import shlex
 import signal
 import sys
 import threading
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from bigbatch import cli_errors, cli_tools, signals
-from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data
+from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_outputs, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
@@ -69,7 +70,7 @@ def _train(args: argparse.Namespace) -> None:
             if given and not is_url(given) and not Path(given).exists():
                 warn(f"{key} {given} does not exist: training refuses it until it does")
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
-        resumed = _dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
+        resumed = dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
         ctx = dist.context(cfg.train.device)
         if cfg.data.decode != "cpu":  # (found from outside: passed here, refused by the run)
             from bigbatch.data.device_decode import check_device
@@ -81,33 +82,6 @@ def _train(args: argparse.Namespace) -> None:
         return
     with contextlib.suppress(signals.Stopped):  # (saved, and said how to go on: exit 0)
         train(cfg, run_dir=args.run_dir, resume=resume, quiet=args.quiet)
-
-
-def _dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
-    """What a resume of `run` would check and keep, without taking the run (found from outside: --dry-run
-    --resume passed a changed train.batch that the resume refused, and described an "auto" it would not probe)."""
-    from bigbatch import checkpoint_find, checkpoints
-    from bigbatch.rundir import Run, _check_length, resume_config
-
-    try:
-        ckpt: Path | None = checkpoint_find.find_checkpoint(run)
-    except BigbatchError:  # (none complete, or latest damaged: the resume passes over those, to the newest intact)
-        found = checkpoints.complete_checkpoints(run) if (run / "checkpoints").is_dir() else []
-        ckpt = found[-1] if found else None
-    if ckpt is None:
-        if (run / "config.toml").is_file():
-            resume_config(run / "config.toml", cfg, f"run {run}")
-        return "; resumes from the start (the run has no checkpoint yet)"
-    resumed = Run(run, resume_config(ckpt / "config.toml", cfg, f"checkpoint {ckpt}"), ckpt, resumed=True)
-    _check_length(resumed, resume)
-    said = f"; resumes {ckpt.name}"
-    try:
-        kept = json.loads((run / "plan.json").read_text()).get("micro_batch")
-    except (OSError, ValueError, AttributeError):
-        kept = None
-    if cfg.train.micro_batch == "auto" and isinstance(kept, int):
-        said += f", keeping the micro_batch {kept} its run planned"
-    return said
 
 
 def _convert(args: argparse.Namespace) -> None:
@@ -228,8 +202,11 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _presets(args: argparse.Namespace) -> None:
-    from bigbatch.presets import list_presets
+    from bigbatch.presets import list_presets, preset, preset_notes
 
+    if args.name:  # (found from outside: a recipe's notes and its config were in the source alone)
+        print(f"{preset_notes(args.name)}\n\n{preset(args.name).dumps()}", end="")
+        return
     items = list_presets()
     width = max(map(len, items))
     for name, doc in items.items():
@@ -240,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli_errors.Parser(
         prog="bigbatch", description="Train image models (GANs, classifiers) at large batches on the hardware you have."
     )
+    p.add_argument("--version", action="version", version=f"bigbatch {version('bigbatch')}")  # (found from outside)
     sub = p.add_subparsers(dest="command", required=True, parser_class=cli_errors.Parser)
 
     t = sub.add_parser("train", help="train a recipe (default: the digits preset)")
@@ -475,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.set_defaults(func=run_info)
 
-    ps = sub.add_parser("presets", help="list the named recipes")
+    ps = sub.add_parser("presets", help="list the named recipes, or show one's notes and config")
+    ps.add_argument("name", nargs="?", help="a preset: its docstring (source, settings) and its config as TOML")
     ps.set_defaults(func=_presets)
     return p
 

@@ -4,6 +4,7 @@ device), and what `bigbatch launch` would start on every rank."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -93,11 +94,11 @@ def build_on_meta(cfg: Any, warns: bool = True) -> None:
 
     with torch.device("meta"):
         if cfg.task == "classify":
-            from bigbatch.tasks.classify.task import warn_unread
+            from bigbatch.tasks.classify.task import warn_new_run
 
             models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
-            if warns and os.environ.get("RANK", "0") == "0":  # (keys a new run says it leaves unread: found from
-                warn_unread(cfg)  # outside, the dry run did not)
+            if warns and os.environ.get("RANK", "0") == "0":  # (what a new run says of its settings: found from
+                warn_new_run(cfg)  # outside, the dry run did not)
         elif cfg.task == "gan":
             from bigbatch.tasks.gan.task import build_models, check_path_length
 
@@ -149,3 +150,32 @@ def check_launched(
     if (train.config and not Path(train.config).is_file()) or (train.resume and not (train.preset or train.config)):
         return  # (a file on the cluster's nodes, or the run's own config: the ranks read it)
     config_of(train, "digits")
+
+
+def dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
+    """What a resume of `run` would check and keep, without taking the run (found from outside: --dry-run
+    --resume passed a changed train.batch that the resume refused, and described an "auto" it would not probe)."""
+    from bigbatch import checkpoint_find, checkpoints
+    from bigbatch.rundir import Run, _check_length, resume_config
+
+    try:
+        ckpt: Path | None = checkpoint_find.find_checkpoint(run)
+    except BigbatchError:  # (none complete, or latest damaged: the resume passes over those, to the newest intact)
+        found = checkpoints.complete_checkpoints(run) if (run / "checkpoints").is_dir() else []
+        ckpt = found[-1] if found else None
+    if ckpt is None:
+        if (run / "config.toml").is_file():
+            resume_config(run / "config.toml", cfg, f"run {run}")
+        return "; resumes from the start (the run has no checkpoint yet)"
+    resumed = Run(run, resume_config(ckpt / "config.toml", cfg, f"checkpoint {ckpt}"), ckpt, resumed=True)
+    _check_length(resumed, resume)
+    said = f"; resumes {ckpt.name}"
+    if (was := resumed.length_before) is not None and resumed.cfg.train.kimg > was:  # (said: found from outside)
+        said += f", train.kimg {was:g} -> {resumed.cfg.train.kimg:g}"
+    try:
+        kept = json.loads((run / "plan.json").read_text()).get("micro_batch")
+    except (OSError, ValueError, AttributeError):
+        kept = None
+    if cfg.train.micro_batch == "auto" and isinstance(kept, int):
+        said += f", keeping the micro_batch {kept} its run planned"
+    return said

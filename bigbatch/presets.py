@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -38,6 +39,12 @@ def list_presets() -> dict[str, str]:
         return " ".join(re.split(r"\n\s*\n", doc.strip(), maxsplit=1)[0].split())
 
     return {name: first(fn.__doc__ or "") for name, fn in sorted(_PRESETS.items())}
+
+
+def preset_notes(name: str) -> str:
+    """A preset's whole docstring: its source and the settings it takes from there."""
+    preset(name)  # (an unknown name refused, with the names)
+    return inspect.cleandoc(_PRESETS[name].__doc__ or "")
 
 
 def base_config(name: str | None, config: str | None, default: str = "digits") -> Config:

@@ -46,6 +46,12 @@ def test_the_dry_run_says_what_the_run_would_leave_unread(capsys, monkeypatch):
     argv = ["train", "--preset", "fashion_resnet_fast", "train.lr_decay=cosine", "train.lr_steps=[10]", "--dry-run"]
     assert main(argv) == 0
     assert "config key 'train.lr_steps' is not read by train.lr_decay = \"cosine\"" in capsys.readouterr().err
+    # ... and what the run would never reach or leave (found from outside: said by the run alone).
+    assert main(["train", "--preset", "fashion_resnet_fast", "data.resolution=32", "train.kimg=1", "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "phases train at 16, 28 px and none at data.resolution = 32" in err
+    assert "data.schedule's phases from kimg 60 (28 px, batch 128) begin at or past the run's end" in err
+    assert "train.warmup_kimg 30 is not shorter than the run (train.kimg 1)" in err
 
 
 @pytest.mark.parametrize(

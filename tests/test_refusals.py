@@ -43,7 +43,7 @@ def one_line(capsys, argv, words):
         # configs: an empty name, a folder, a BOM, JSON, nesting too deep
         (["train", "--preset=", "--dry-run"], "--preset is empty: give a preset name"),
         (["train", "--config=", "--dry-run"], "--config is empty: give a TOML file"),
-        (["train", "--config", ".", "--dry-run"], "config file . cannot be read: Is a directory"),
+        (["train", "--config", ".", "--dry-run"], ". is a folder without a config.toml: give a TOML config file"),
         (["train", "--config", "bom.toml", "--dry-run"], "it begins with a byte-order mark"),
         (["train", "--config", "c.json", "--dry-run"], "it looks like JSON: a config is TOML"),
         (["train", "--config", "deep.toml", "--dry-run"], "nests arrays or tables too deep"),

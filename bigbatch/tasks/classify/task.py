@@ -194,7 +194,7 @@ def build(
         )
     t, m = cfg.train, cfg.model
     if rep.is_main and resumed_at is None:
-        warn_unread(cfg)
+        warn_new_run(cfg, trains=run is not None)  # (lr-find and show-batch: a run's length is none of theirs)
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
@@ -221,24 +221,31 @@ def build(
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
     if rep.is_main and resumed_at is None:
         warn_upscaled(cfg, data, task.val_data if cfg.data.val_path else None)  # (a share of data.path: as it is)
+    return task
+
+
+def warn_new_run(cfg: Config, trains: bool = True) -> None:
+    """What a new run says of its settings as it starts, and its dry run (found from outside: the dry run said
+    none): keys it leaves unread, phases at none of them at data.resolution, and, where it `trains` (not lr-find or
+    show-batch), decays, phases and a warm-up that the run's length never reaches or leaves."""
+    warn_unread(cfg)
     # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
     sides = sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})
-    if cfg.data.schedule and cfg.data.resolution not in sides and rep.is_main and resumed_at is None:
+    if cfg.data.schedule and cfg.data.resolution not in sides:
         # (a data.resolution override on a preset whose phases name theirs: the phases win)
         warn(
             f"data.schedule's phases train at {', '.join(map(str, sides))} px and none at data.resolution = "
             f"{cfg.data.resolution}: the run trains and evaluates at theirs; to change them, write the phases' "
             "resolutions (data.schedule)"
         )
-    trains = run is not None and rep.is_main and resumed_at is None  # (lr-find and show-batch hold the rate or train
-    if trains:  # not: their run's length is none of theirs, found from outside)
+    t = cfg.train
+    if trains:
         _warn_past_the_end(cfg)
     if t.warmup_kimg >= t.kimg and trains:
         warn(
             f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "
             "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
         )
-    return task
 
 
 def _warn_past_the_end(cfg: Config) -> None:
