@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import math
 import os
 import re
@@ -15,7 +14,6 @@ import sys
 import threading
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 from bigbatch import cli_errors, cli_tools, signals
 from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
