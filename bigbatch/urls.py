@@ -141,14 +141,16 @@ def unreachable(error: BaseException, what: str) -> str | None:
 
 
 def url_fix(error: BaseException) -> str | None:
-    """The fix for a URL's read that failed for want of range requests or of an endpoint that answers, else None
-    (found from outside: a server without range requests was told to check credentials; an S3 endpoint that did
-    not answer, after botocore's retries, was given no fix)."""
+    """The fix for a URL's read that failed for want of range requests, credentials or an endpoint that answers,
+    else None (found from outside: a server without range requests was told to check credentials; an S3 endpoint
+    that did not answer, after botocore's retries, was given no fix)."""
     said, kind = str(error), type(error).__name__
     if "range requests" in said:
         return (
             "its server takes no HTTP range requests, which reading it in place needs: serve it elsewhere, or download"
         )
+    if kind == "NoCredentialsError":  # (botocore's: found from outside, unhinted where prepare's source hinted it)
+        return "give the object store's credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
     if isinstance(error, (ConnectionError, TimeoutError)) or "Connect" in kind or "Endpoint" in kind:
         return (
             "check the endpoint and the network: AWS_ENDPOINT_URL, --endpoint-url, data.storage_options' endpoint_url"

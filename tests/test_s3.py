@@ -379,4 +379,21 @@ def test_an_endpoint_that_does_not_answer_is_told_with_its_fix(tmp_path, monkeyp
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "EndpointConnectionError" in err, err
         assert "(check the endpoint and the network: AWS_ENDPOINT_URL, --endpoint-url" in err, err
+    # Without credentials, the fix names them; a data file over HTTP whose server does not answer is said so, not
+    # called missing with `prepare` into it for the fix (both found from outside).
+    s3fs.S3FileSystem.clear_instance_cache()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "none"))
+    assert main(["info", "s3://bkt/o.h5"]) == 2
+    assert (
+        "NoCredentialsError: Unable to locate credentials (give the object store's credentials: AWS_ACCESS_KEY_ID"
+        in (capsys.readouterr().err)
+    )
+    assert main(["info", f"http://127.0.0.1:{port}/o.h5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bigbatch: error: cannot reach data set 'http://127.0.0.1:{port}/o.h5' (") and (
+        err.endswith("): is its server up?\n")
+    ), err
     s3fs.S3FileSystem.clear_instance_cache()

@@ -25,7 +25,7 @@ from bigbatch.data.crops import center_box, rrc_box
 from bigbatch.data.device_decode import Encoded
 from bigbatch.data.h5write import FORMAT, FORMAT_ENCODED, content_hash
 from bigbatch.errors import BigbatchError
-from bigbatch.urls import Location, url_fix
+from bigbatch.urls import Location, unreachable, url_fix
 
 # The blocks fsspec fetches while h5py walks a remote file's metadata.
 REMOTE_BLOCK = 4 << 20
@@ -56,7 +56,9 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
         return h5py.File(path.path, "r")
     except BigbatchError:
         raise
-    except FileNotFoundError:
+    except FileNotFoundError as e:
+        if path.url and (said := unreachable(e, f"data set '{name}'")):  # (found from outside: a server that did not
+            raise BigbatchError(said) from None  # answer was called missing, with `prepare` into it for the fix)
         # A run's config names its data as given: a relative path, run from another folder, misses it.
         here = "" if path.url or path.path.is_absolute() else f" in the current folder {os.getcwd()}"
         fix = "check the URL" if path.url else "give its path from here"  # (found from outside: "from here" of a URL)
