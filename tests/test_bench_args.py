@@ -119,3 +119,29 @@ def test_a_cuda_device_on_a_machine_without_one_is_refused_as_the_line_is_read()
         pytest.skip("this machine has a CUDA GPU")
     for script in ("attention.py", "channels_last.py", "metrics.py", "memory.py"):
         assert "no CUDA GPU here: give --device cpu" in refused(script, "--device", "cuda")
+
+
+def test_a_rehearsal_stopped_stops_the_command_it_runs(tmp_path):
+    # Found from outside: bench/rehearsal.py under `timeout` (or Ctrl-C) left its `bigbatch train`, a session of its
+    # own, training with no parent.
+    import signal
+    import subprocess
+
+    child = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(60)"
+    script = (
+        f"import sys, signal; sys.path.insert(0, {str(ROOT / 'bench')!r}); import rehearsal; from pathlib import Path; "
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143)); "
+        f"rehearsal.run([sys.executable, '-c', {child!r}], Path('.'))"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path)
+    for _ in range(300):
+        if (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text():
+            break
+        time.sleep(0.05)
+    pid = int((tmp_path / "pid").read_text())
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 143
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.05)
