@@ -69,6 +69,14 @@ def test_wrapped_renamed_and_safetensors_files_convert_as_the_plain_state_dicts(
     got = converted(tmp_path / "named" / "biggan32_G_ema.safetensors", tmp_path / "n")
     assert "freshly initialised" not in capsys.readouterr().err
     assert same({n: got[n] for n in ("G_ema", "D")}, {n: want[n] for n in ("G_ema", "D")})
+    # A folder without G_ema.pth (BigGAN-PyTorch's without --ema): G_ema is G's copy, said as a missing D is (found
+    # from outside: unsaid).
+    (tmp_path / "noema").mkdir()
+    torch.save(g, tmp_path / "noema" / "G_best1.pth")
+    torch.save(d, tmp_path / "noema" / "D_best1.pth")
+    got = converted(tmp_path / "noema" / "G_best1.pth", tmp_path / "ne")
+    assert f"no G_ema_best1.pth in {tmp_path / 'noema'}: G_ema starts as a copy of G" in capsys.readouterr().err
+    assert same({"G_ema": got["G_ema"]}, {"G_ema": got["G"]})
 
 
 @pytest.mark.parametrize(
