@@ -70,3 +70,16 @@ def test_a_biggan_pytorch_users_slips_are_said(tmp_path, capsys, monkeypatch):
         argv = [*small[:-1], "model.ch=8", "train.kimg=0.032", "model.options.g_attn=64", "--quiet"]
         assert main(["train", *argv, "--run-dir", str(tmp_path / "old")]) == 0
     assert main(["sample", str(tmp_path / "old"), "--n", "2", "--out", str(tmp_path / "s.png")]) == 0
+
+
+def test_a_dcgan_fine_tuned_onto_another_number_of_classes_is_told_why_in_classes(tmp_path, capsys):
+    # Found from outside: the refusal named a tensor's shape, (30, 32, 4, 4) against (23, 32, 4, 4).
+    from test_codecs import photos
+
+    bigbatch.data.prepare(str(photos(tmp_path / "src", n=8)), str(tmp_path / "two.h5"), 16, workers=0)
+    small = ["--preset", "digits", "data.resolution=16", "model.ch=4", "train.batch=8", "sample.every_kimg=0"]
+    assert main(["train", *small, "train.kimg=0.008", "--run-dir", str(tmp_path / "ten"), "--quiet"]) == 0
+    argv = ["train", *small, f"data.path={tmp_path / 'two.h5'}", "--init-from", str(tmp_path / "ten")]
+    assert main([*argv, "--run-dir", str(tmp_path / "tuned")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was trained on 10 classes and this data set has 2: dcgan feeds the class" in err

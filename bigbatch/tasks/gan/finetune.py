@@ -52,6 +52,13 @@ def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool, family: str
         return ckpt, checkpoints.load_checkpoint(ckpt, nets=("G", "D", "G_ema"))
 
     ckpt, (weights, _) = checkpoint_find.read_newest(path, read)
+    was = (checkpoints.read_meta(ckpt) or {}).get("n_classes")
+    if family == "dcgan" and was is not None and was != G.n_classes:  # (found from outside: a tensor's shape said)
+        raise BigbatchError(
+            f"train.init_from {path} was trained on {was} classes and this data set has {G.n_classes}: dcgan feeds "
+            "the class to G's first layer with z, so it fine-tunes onto data of as many classes only (biggan, sagan, "
+            "sngan and stylegan2 re-initialise their class embeddings)"
+        )
     fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
     if announce:
         print(f"Fine-tuning from {ckpt}", flush=True)
