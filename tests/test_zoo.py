@@ -137,6 +137,11 @@ def test_wrong_weights_are_one_clear_error():
     del ref["shared.weight"]
     with pytest.raises(bigbatch.BigbatchError, match="missing shared.weight"):
         convert.from_reference(G, ref)
+    # An SN-GAN is built of BigGAN's classes, and BigGAN-PyTorch has no SN-GAN to load it (found from outside: a
+    # layout was given).
+    for net in bigbatch.models.create("sngan", 32, 5, ch=4, dim_z=16):
+        with pytest.raises(bigbatch.BigbatchError, match="convert only into the families .*; got sngan$"):
+            convert.to_reference(net)
 
 
 def write_reference_weights(folder, G, D):

@@ -76,9 +76,10 @@ def _check_family(net: nn.Module) -> None:
         biggan_deep.BigGANDeepGenerator,
         biggan_deep.BigGANDeepDiscriminator,
     )
-    if not isinstance(net, kinds):
-        raise BigbatchError(
-            f"BigGAN-PyTorch weights convert only into the families {', '.join(FAMILIES)}; got {type(net).__name__}"
+    if not isinstance(net, kinds) or getattr(net, "reference_family", None) == "sngan":  # (found from outside: an
+        raise BigbatchError(  # sngan, built of BigGAN's classes, was given a layout nothing of BigGAN-PyTorch's loads)
+            f"BigGAN-PyTorch weights convert only into the families {', '.join(FAMILIES)}; got "
+            f"{getattr(net, 'reference_family', None) or type(net).__name__}"
         )
 
 

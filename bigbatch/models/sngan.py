@@ -76,4 +76,5 @@ def sngan(
         arch=D_ARCH,
         wide=False,
     )
+    G.reference_family = D.reference_family = "sngan"  # (BigGAN's classes, no layout of BigGAN-PyTorch's: convert's)
     return G, D
