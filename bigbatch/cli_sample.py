@@ -44,6 +44,9 @@ def _sample(args: argparse.Namespace) -> None:
 
     if args.interp and args.npz:
         raise BigbatchError("--interp writes a PNG sheet and --npz an array of samples: give one of them")
+    if args.outdir is not None and (given := [o for o, on in (("--out", args.out), ("--npz", args.npz),
+                                                              ("--interp", args.interp)) if on]):  # fmt: skip
+        raise BigbatchError(f"--outdir writes a PNG an image: leave out {', '.join(given)}")
     if args.seeds is not None:  # (found from outside: a converted ADA network could not redraw its seed 85)
         given = [o for o, on in (("--n", args.n is not None), ("--seed", args.seed), ("--interp", args.interp),
                                  ("--truncation", args.truncation != float("inf"))) if on]  # fmt: skip
@@ -129,6 +132,14 @@ def _sample(args: argparse.Namespace) -> None:
         # arr_0: uint8 NHWC, the layout external scorers read; y: a conditional G's labels (BigGAN-PyTorch's key)
         np.savez(buf, arr_0=images.numpy(), **({} if y is None else {"y": y.numpy()}))
         atomic_write(out, buf.getvalue())
+    elif args.outdir is not None:  # (ADA's generate.py --outdir: found from outside, a grid or an .npz alone)
+        from PIL import Image
+
+        images = drawn()[0] if args.seeds else sample(G, args.n, args.seed, classes, args.truncation)
+        out = Path(args.outdir)
+        for i, image in enumerate(images.numpy()):
+            name = f"seed{args.seeds[i]:04d}.png" if args.seeds else f"{i:05d}.png"
+            save_png(Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image), out / name)
     else:
         images = drawn()[0] if args.seeds else sample(G, args.n, args.seed, classes, args.truncation)
         out = Path(args.out or default_dir / f"sample-{named}.png")
@@ -183,7 +194,9 @@ def add_sample_command(sub: Any) -> None:
     s = sub.add_parser("sample", help="write samples of a run's EMA generator")
     s.add_argument("path", metavar="RUN_OR_CKPT")
     s.add_argument("--n", type=int, help="number of images (default 64)")
-    s.add_argument("--seed", type=seed, default=0)
+    s.add_argument(
+        "--seed", type=seed, default=0, help="the draw of z and classes (default 0): the same seed, the same images"
+    )
     s.add_argument(
         "--seeds",
         type=seed_list,
@@ -226,6 +239,10 @@ def add_sample_command(sub: Any) -> None:
         help="write an interpolation sheet (z, then class), of --truncation's z and --classes' classes",
     )
     s.add_argument("--npz", action="store_true", help="write the images as arr_0 (uint8 NHWC), labels as y, of an .npz")
-    s.add_argument("--out", help="output file")
+    s.add_argument("--out", help="output file (default: in the run's samples/, named by the settings)")
+    s.add_argument(
+        "--outdir",
+        help="a PNG an image in this folder, as ADA's generate.py --outdir: seed0085.png of --seeds, else 00000.png",
+    )
     s.add_argument("--device", default="auto", help="auto (CUDA if there is one, as eval's), cpu or cuda")
     s.set_defaults(func=_sample)
