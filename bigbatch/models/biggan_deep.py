@@ -1,11 +1,13 @@
-"""BigGAN-deep (Brock et al. 2019, appendix B) at 128, 256 and 512 px, with the layout of
+"""BigGAN-deep (Brock et al. 2019, appendix B) at 32 to 512 px, with the layout of
 BigGAN-PyTorch's BigGANdeep.py: bottleneck residual blocks (1x1 down to a quarter of the channels,
 two 3x3, 1x1 back up), `depth` blocks per resolution, channels dropped (G) or concatenated (D) in the
 skip path instead of 1x1 shortcut convs, the whole z joined with the shared class embedding into every
 conditional BN.
 
 Parameter counts equal the reference's (ch 128, depth 2, dim_z 128, shared_dim 128, attention at 64,
-1000 classes): at 128 px G 50,244,484 and D 34,590,210; at 256 px G 55,736,708 and D 38,247,426.
+1000 classes): at 128 px G 50,244,484 and D 34,590,210; at 256 px G 55,736,708 and D 38,247,426. Its 32 and 64 px
+networks are the reference's too; its 32 px D's attention is not (the reference labels each of that D's stages 16 px,
+and attends after every one at d_attn 16).
 """
 
 from __future__ import annotations
@@ -22,16 +24,21 @@ from bigbatch.models.resample import FUSE_FROM, upsample_conv
 
 # Per resolution stage: channel multipliers of ch (in, out). G upsamples in every stage, D downsamples.
 G_ARCH = {
+    32: ([4, 4, 4], [4, 4, 4]),
+    64: ([16, 16, 8, 4], [16, 8, 4, 2]),
     128: ([16, 16, 8, 4, 2], [16, 8, 4, 2, 1]),
     256: ([16, 16, 8, 8, 4, 2], [16, 8, 8, 4, 2, 1]),
     512: ([16, 16, 8, 8, 4, 2, 1], [16, 8, 8, 4, 2, 1, 1]),
 }
 D_ARCH = {
+    32: ([4, 4, 4], [4, 4, 4]),
+    64: ([1, 2, 4, 8], [2, 4, 8, 16]),
     128: ([1, 2, 4, 8, 16], [2, 4, 8, 16, 16]),
     256: ([1, 2, 4, 8, 8, 16], [2, 4, 8, 8, 16, 16]),
     # Not in the reference code; the paper's 512-px D (its Table 8) adds one stage at the top.
     512: ([1, 1, 2, 4, 8, 8, 16], [1, 2, 4, 8, 8, 16, 16]),
 }
+D_KEEPS = {32: 2}  # stages that keep their resolution (the reference's 32 px D: 32 -> 16 -> 8 -> 8); else each halves
 
 
 class DeepGBlock(nn.Module):
@@ -163,12 +170,12 @@ class BigGANDeepDiscriminator(ProjectionDiscriminator):
         self.input_conv = layers.conv2d(img_channels, ins[0], 3, padding=1, sn=True, sn_eps=sn_eps)
         blocks: list[nn.Module] = []
         self.attn_after, self.attention = None, None
-        attn_stage = attention_index(
-            "d_attn", d_attn, [resolution // 2 ** (stage + 1) for stage in range(len(ins))], outs
-        )
+        halves = [stage != D_KEEPS.get(resolution) for stage in range(len(ins))]
+        sides = [resolution // 2 ** sum(halves[: stage + 1]) for stage in range(len(ins))]
+        attn_stage = attention_index("d_attn", d_attn, sides, outs)
         for stage, (a, b) in enumerate(zip(ins, outs)):
             for j in range(depth):  # the first block of a stage changes the channels and downsamples
-                blocks.append(DeepDBlock(a if j == 0 else b, b, downsample=j == 0, sn_eps=sn_eps))
+                blocks.append(DeepDBlock(a if j == 0 else b, b, downsample=j == 0 and halves[stage], sn_eps=sn_eps))
             if stage == attn_stage:
                 self.attn_after = len(blocks) - 1
                 self.attention = Attention(b, sn_eps=sn_eps)
