@@ -175,7 +175,9 @@ def _check_exists(path: str, role: str) -> Location:
 
     where = Location.of(path)
     if not (read_by_listing(where) or where.path.exists()):  # (builtin:NAME is a URL's shape)
-        raise BigbatchError(f"{role}: {path} does not exist; give {EVAL_A if role == 'A' else EVAL_B}")
+        # (what to score, unnamed: found from outside, "A:" meant nothing to a classifier's user)
+        said = f"{path} does not exist; give {EVAL_A}" if role == "A" else f"B: {path} does not exist; give {EVAL_B}"
+        raise BigbatchError(said)
     return where
 
 

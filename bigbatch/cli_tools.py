@@ -468,6 +468,8 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
             size = f" data.resolution={min(args.resolution, 224)}" if whole and args.resolution else at(0)
             train = f"bigbatch train --preset fashion_resnet data.path={out}{size} {held_out}"
             print(f"train a classifier on it with: {train}")
+            if args.labels:  # (found from outside: ImageNet's val, labelled by its CSV, was given the training hint)
+                print(f"or, held-out images, score a classifier on it with: data.val_path={out}")
         if side:
             power = 1 << side.bit_length() - 1
             print(f"a GAN needs a side that is a power of two: prepare again with --resolution {power}")

@@ -324,7 +324,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     save_file({"weight": torch.zeros(2)}, str(sets / "G_ema.safetensors"))  # a model's weights, not statistics
     (sets / "junk.safetensors").write_text("hi")
     for argv, words in [
-        (["nowhere", "ref.h5"], "A: nowhere does not exist"),
+        (["nowhere", "ref.h5"], "error: nowhere does not exist; give a run, a checkpoint"),
         (["a", "nowhere"], "B: nowhere does not exist"),
         (["a", "missing.h5"], "missing.h5"),
         (["empty", "ref.h5"], "holds no image files"),

@@ -47,6 +47,11 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
             if m.get("enlarged")
             else []
         ),
+        *(
+            [f"smaller     {counted(m['below_short_side'], 'image')} below the short side, kept at their own size"]
+            if m.get("below_short_side")
+            else []
+        ),
         f"written     {m.get('created', '?')} by bigbatch {m.get('bigbatch_version', '?')}",
         f"content     {m['content_hash']}",
     ]

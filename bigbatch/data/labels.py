@@ -19,7 +19,7 @@ from PIL import Image
 
 from bigbatch.data.sources import Listing
 from bigbatch.errors import BigbatchError
-from bigbatch.urls import public_name
+from bigbatch.urls import is_url, public_name
 
 
 def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dict[str, str]:
@@ -195,6 +195,11 @@ def training_classes(classes: str, storage_options: dict[str, Any] | None) -> li
         from bigbatch.data.load import load_data
 
         return list(load_data(classes, 8).class_names)
+    if not classes.lower().endswith((".h5", ".hdf5")) and not is_url(classes):  # (found from outside: a CSV was
+        raise BigbatchError(  # "not an HDF5 file", the text list unnamed)
+            f"--classes {public_name(classes)} is neither a data file (DATA.h5) nor a text file of class names "
+            "(.txt, a name a line as ImageNet's LOC_synset_mapping.txt): give the training data or such a list"
+        )
     names = read_meta(classes, storage_options)["class_names"]
     if not names:
         raise BigbatchError(f"--classes {public_name(classes)} has no classes (it was prepared unconditional)")

@@ -44,7 +44,8 @@ def _discarded(kept: int, folder: Path, was: Any, now: dict[str, Any]) -> str:
     else:
         why = "with other settings or source files"
     return (
-        f"the {counted(kept, 'part')} kept in {folder} by an earlier prepare were made {why}: deleted, decoding again"
+        f"the {counted(kept, 'part')} kept in {folder} by an earlier prepare {'was' if kept == 1 else 'were'} made "
+        f"{why}: deleted, decoding again"
     )
 
 

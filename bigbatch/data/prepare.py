@@ -25,7 +25,7 @@ from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writ
 from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.urls import Location, is_url, public_name
 
 
@@ -136,6 +136,7 @@ def prepare(
         parts.resumed if parts is not None else 0,
         _empty_folders(source, listing) if not labels else [],
         meta.get("enlarged", 0),
+        meta.get("below_short_side", 0),
     )
 
 
@@ -303,7 +304,7 @@ def _write(
     yaws: list[float | None] = []  # each written image's, if an aligned DFL face (swap.uniform_yaw bins them)
     no_yaw: str | None = None  # the first written image without one
     unread = len(skipped)  # (the files skipped as listed)
-    enlarged = 0  # images whose short side was below the resolution (--crop none keeps them as they are)
+    enlarged = 0  # images whose short side was below the resolution (--crop none keeps them as they are: counted)
     with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options, len(listing.keys)) as writer:
         for i, result in enumerate(decoded):
             bar.update(1)
@@ -322,20 +323,29 @@ def _write(
             writer.add(image, int(listing.labels[i]))
             written[int(listing.labels[i])] += 1
             source_size = result[3]  # type: ignore[index]
-            enlarged += bool(source_size and min(source_size) < min(image.shape[:2]))  # (the side it was scaled to)
+            # (whole images: below the short side, kept as they are; found from outside, unsaid)
+            side = settings.resolution if settings.whole else min(image.shape[:2])  # (the side it was scaled to)
+            enlarged += bool(source_size and min(source_size) < (side or 0))
             yaws.append(result[4])  # type: ignore[index]
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         bar.close()
         if writer.count == 0:  # (a file read says why, before one listed: found from outside, a listed one did)
             failed = skipped[unread:]
-            counted = f"of those read, {len(failed)} failed, " if failed else ""
+            read = f"of those read, {len(failed)} failed, " if failed else ""
             example = (failed or skipped)[:1]
-            reason = f"; {counted}e.g. {example[0][0]}: {example[0][1]}" if example else ""
+            reason = f"; {read}e.g. {example[0][0]}: {example[0][1]}" if example else ""
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
             _refuse_empty_classes(
                 listing.class_names, written, listed, skipped, settings.limit if listing.thinned else None
+            )
+        elif (none := [c for c, n in zip(listing.class_names, written.tolist()) if n == 0]) and not listing.thinned:
+            shown = ", ".join(none[:SHOWN]) + (", ..." if len(none) > SHOWN else "")  # (found from outside: unsaid)
+            warn(
+                f"{counted(len(none), 'class')} of the {len(listing.class_names)} given "
+                f"{'has' if len(none) == 1 else 'have'} no image here ({shown}): "
+                "kept, numbered as given, for a classifier's outputs"
             )
         if len(face_types) > 1:
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
@@ -348,7 +358,7 @@ def _write(
             writer.attrs.update(face_type=next(iter(face_types)))
         _keep_yaws(writer, yaws, no_yaw, settings)
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
-        writer.attrs.update({"enlarged": enlarged} if enlarged and not settings.whole else {})
+        writer.attrs.update({("below_short_side" if settings.whole else "enlarged"): enlarged} if enlarged else {})
         return writer.commit()
 
 

@@ -123,6 +123,7 @@ class Report:
     resumed: int = 0  # files whose results an interrupted prepare of the same command had kept
     empty_folders: list[str] = field(default_factory=list)  # class folders without an image file: not classes
     enlarged: int = 0  # images smaller than the resolution, scaled up to it (found from outside: unsaid)
+    below: int = 0  # whole images (--crop none) whose short side is below the resolution's, kept as they are
 
     @property
     def images_per_s(self) -> float:
@@ -147,6 +148,8 @@ class Report:
             lines.append(f"{held} no image files, so they are not classes: {shown}")
         if self.enlarged:
             lines.append(f"enlarged {self.enlarged} of them: smaller than the resolution, scaled up to it (blurred)")
+        if self.below:  # (found from outside: unsaid, where README said they were counted)
+            lines.append(f"{self.below} of them below the short side asked for: kept at their own size, not enlarged")
         if self.skipped:
             lines.append(f"skipped {counted(len(self.skipped), 'file')} (--strict: an error instead):")
             lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
