@@ -402,7 +402,7 @@ def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical
     from bigbatch.info import describe_run
 
     text = describe_run(part / "checkpoints" / "000000.512")
-    assert "at 16px" in text or "last trained at 16px" in text
+    assert "at 12-16px (data.schedule), last trained at 16px" in text  # (the phases', not an unused data.resolution)
     assert "16px batch 64 from 0.256 kimg (current)" in text and "12px batch 32 from 0 kimg," in text
 
 

@@ -23,7 +23,10 @@ def test_a_classifier_scored_above_its_training_side_is_scored_predicts_and_repo
     assert at20["resolution"] == 20 and at20["loss"] == pytest.approx(last["val_loss"])
     assert inference_of(run).resolution == 20
     assert get_extractor(f"classifier:{run}", device="cpu").resolution == 20  # (a GAN's FCD by it: review)
-    assert main(["info", str(run)]) == 0 and "at 16px, scored at 20px" in capsys.readouterr().out
+    assert main(["info", str(run)]) == 0
+    said = capsys.readouterr().out  # (the recipe's optimizer and augmentation too: found from outside, unsaid)
+    assert "at 16px, scored at 20px" in said and ", sgd momentum 0.9 nesterov lr 0.2 per 64" in said
+    assert "\naugment     none\n" in said
     # --resolution tries another side, in a report of its own; the run's is left as it was.
     assert main(["eval", str(run), "--resolution", "16"]) == 0
     at16 = json.loads((run / "eval" / "heldout-16px-000000.512" / "metrics.json").read_text())
