@@ -58,6 +58,10 @@ class Pruned(BigbatchError):
     """A checkpoint deleted (by its run, which keeps the newest checkpoint.keep) while it was being read."""
 
 
+class Forbidden(BigbatchError):
+    """A checkpoint's file this user may not read: not a damaged one."""
+
+
 def file_checksum(path: Path) -> str:
     """The CHECKSUM of a file's bytes, as hex."""
     h = xxhash.xxh3_128()
@@ -329,7 +333,7 @@ def _check_sum(ckpt: Path, meta: dict[str, Any], name: str, found: str) -> None:
 def _refuse_permission(ckpt: Path, name: str, e: OSError) -> NoReturn:
     """A file this user may not read is not a damaged one (found from outside: an intact newest checkpoint was
     moved aside as corrupt, and the run went back one)."""
-    raise BigbatchError(
+    raise Forbidden(
         f"cannot read {Path(ckpt) / name}: {e.strerror or e}; give this user read access to {ckpt} (it is not "
         "damaged), then run again"
     )

@@ -234,7 +234,7 @@ def verify_run(path: str | Path) -> str:
         found = [] if not any(path.glob("*.safetensors")) else [path]  # (a run with no checkpoint yet, found from
     else:  # outside: called a damaged checkpoint)
         found = [path]
-    lines, damaged = [], []
+    lines, damaged, forbidden = [], [], []
     for ckpt in list(found):
         try:
             checkpoint_find.check_complete(ckpt)
@@ -243,6 +243,10 @@ def verify_run(path: str | Path) -> str:
             if not ckpt.exists():  # (pruned by the run training meanwhile, found from outside: called damaged)
                 found.remove(ckpt)
                 lines.append(f"pruned    {ckpt}: removed meanwhile by the run that trains (checkpoint.keep)")
+                continue
+            if isinstance(e, checkpoints.Forbidden):  # (found from outside: called damaged, which it is not)
+                forbidden.append(ckpt.name)
+                lines.append(f"unread    {e}")
                 continue
             damaged.append(ckpt.name)
             lines.append(f"damaged   {checkpoints.damage(e)}")
@@ -262,4 +266,9 @@ def verify_run(path: str | Path) -> str:
     if damaged:
         intact = "none is intact" if len(damaged) == len(found) else "the others are intact"
         raise BigbatchError(f"{len(damaged)} of {len(found)} checkpoints damaged ({', '.join(damaged)}); {intact}")
+    if forbidden:
+        raise BigbatchError(
+            f"{len(forbidden)} of {len(found)} checkpoints could not be read by this user ({', '.join(forbidden)}): "
+            "give it read access, then verify again"
+        )
     return f"{len(found)} checkpoint{'s' * (len(found) != 1)} verified"
