@@ -82,6 +82,10 @@ def test_eval_finds_the_run_s_relative_data_from_another_folder_and_says_when_da
     # The same digits stored at 12 px are other bytes, which the content hash cannot tell for the same images: no word.
     assert main(["eval", str(run), "d.h5"]) == 0
     assert "the run trained on" not in capsys.readouterr().err
+    # An empty folder is said to be one (found from outside: it "holds images", and prepare's hint then failed).
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", str(run), str(tmp_path / "empty")]) == 2
+    assert "empty is an empty folder: give a data set prepared of the images to score" in capsys.readouterr().err
 
 
 def test_the_report_s_f1_and_its_macro_mean_are_sklearn_s():

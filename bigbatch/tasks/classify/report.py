@@ -74,6 +74,8 @@ def evaluate_classifier(
         # A folder of class folders, a tar or shards of images (found from outside: "cannot open data set").
         source = Location.of(data_path)
         zipped = source.text.lower().endswith(".zip")  # (found from outside: a zip had the generic refusal)
+        if Path(data_path).is_dir() and not any(Path(data_path).iterdir()):  # (found from outside: "holds images")
+            raise BigbatchError(f"{data_path} is an empty folder: give a data set prepared of the images to score")
         if Path(data_path).is_dir() or is_tar_name(source.text) or zipped or shards_named(source) is not None:
             # (--classes: the run's class order; --codec png: lossless, found from outside; class names no folder
             # can carry: --labels; predict's probabilities of the files differ a little, said: found from outside)
