@@ -48,6 +48,8 @@ def _train(args: argparse.Namespace) -> None:
     if resume and not args.run_dir:
         raise BigbatchError(f"--resume{'=auto' if resume == 'auto' else ''} needs --run-dir naming the run")
     if resume is True and not saved.exists() and not (saved.parent / "checkpoints").exists():
+        if saved.parent.is_file():  # (found from outside: "drop --resume", which then refused the file)
+            raise BigbatchError(f"--run-dir {args.run_dir} is a file: give the folder of the run to resume")
         raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
     if resume and not (args.preset or args.config) and (saved.exists() or (saved.parent / "checkpoints").is_dir()):
         from bigbatch.run_data import resume_base  # (the same command with --preset/--config is checked)

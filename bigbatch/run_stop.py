@@ -17,8 +17,8 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
     import signal
     import time
 
-    if not Path(run).is_dir():
-        raise BigbatchError(f"{run} is not a run directory")
+    if not Path(run).is_dir():  # (found from outside: "not a run directory" of a path that is nothing)
+        raise BigbatchError(f"{run} {'is not a run directory' if Path(run).exists() else 'does not exist'}")
     folder = Path(run).resolve()  # One of its checkpoints (found from outside: "not being trained" while its run
     if (folder / "meta.json").is_file() and folder.parent.name == "checkpoints":  # trained; by review, not a run
         run = folder.parent.parent  # that lives in a folder named checkpoints)

@@ -193,3 +193,15 @@ def test_an_empty_argument_passed_through_to_a_sweep_file_is_its_own(tmp_path, c
     (tmp_path / "s.py").write_text("import sys\nprint('args', sys.argv[1:])\n")  # (found by review: refused as a path)
     assert main(["sweep", str(tmp_path / "s.py"), "--tag", ""]) == 0
     assert "args ['--tag', '']" in capsys.readouterr().out
+
+
+def test_a_path_of_the_wrong_kind_is_named_for_what_it_is(tmp_path, monkeypatch, capsys):
+    # Found from outside: --resume of a file said to drop --resume (then "is a file"); prepare of a run folder said its
+    # sample sheets differ in size; stop of a path that is nothing said "not a run directory".
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fake.h5").write_bytes(b"")
+    one_line(capsys, ["train", "--resume", "--run-dir", "fake.h5"], "--run-dir fake.h5 is a file: give the folder")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.toml").write_text(bigbatch.preset("digits").dumps())
+    one_line(capsys, ["prepare", "run", "r.h5"], "source run is a run directory, not a folder of images")
+    one_line(capsys, ["stop", "nothere"], "nothere does not exist")

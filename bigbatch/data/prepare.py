@@ -82,6 +82,10 @@ def prepare(
     the source lacks (an error with `strict`). An existing `out` is refused unless `overwrite`."""
     start = time.perf_counter()
     source, target = Location.of(src, "the source"), Location.of(out, "the output")
+    if not source.url and (source.path / "config.toml").is_file() and (source.path / "checkpoints").is_dir():
+        raise BigbatchError(  # (found from outside: refused as "images differ in size", its samples' sheets)
+            f"source {source.name} is a run directory, not a folder of images: give the images to prepare"
+        )
     refuse_output(target, storage_options, overwrite)
     settings = _Settings.checked(resolution, workers, limit, strict, buckets, masks, eyes_mouth, codec, quality, crop)
     if face_type:  # DFL's aligned faces of another type cut to this one, as its trainers cut them
