@@ -431,7 +431,7 @@ def _not_a_section(section: Any, path: list[str]) -> str:
     tables = [k for k, v in section.to_dict().items() if isinstance(v, dict)] if isinstance(section, Section) else []
     where = f"[{section._name}]" if isinstance(section, Section) and section._name else "the top level"
     said = f"'{'.'.join(path)}' is not a section"
-    close = difflib.get_close_matches(path[-1], tables, n=1)
+    close = difflib.get_close_matches(path[-1].lower(), tables, n=1)  # (found from outside: 'TRAIN' unhinted)
     hint = f" (did you mean '{'.'.join([*path[:-1], close[0]])}'?)" if close else ""
     return f"{said}{hint}; sections in {where}: {', '.join(tables)}" if tables else said
 

@@ -26,8 +26,9 @@ def describe(tp: Any) -> str:
         return " or ".join(describe(a) for a in typing.get_args(tp))
     if origin is tuple:
         return "[" + ", ".join(describe(a) for a in typing.get_args(tp)) + "]"
-    if origin is list:
-        return f"a list of {describe(typing.get_args(tp)[0])}"
+    if origin is list:  # (found from outside: "a list of a number")
+        inner = typing.get_args(tp)[0]
+        return f"a list of {({int: 'integers', float: 'numbers', str: 'strings'}).get(inner) or describe(inner)}"
     if origin is dict:
         return "a table"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
@@ -185,6 +186,8 @@ class Section:
                 key, hint = self._key(name), FORMS.get(self._key(name), "")
                 if not hint and describe(tp) == "a string" and isinstance(value, (int, float)):  # (found from outside:
                     hint = f" (quoted for TOML: {key}='\"{toml_text(value)}\"')"  # name=2024, with no way out said)
+                if not hint and typing.get_origin(tp) is list and isinstance(value, str) and "," in value:
+                    hint = f" in brackets ({key}=[{value}])"  # (found from outside: "a list of a number, got '30,60'")
                 shown = toml_text(value)  # (as TOML writes it: found from outside, "got True" of train.seed=true)
                 raise BigbatchError(f"config key '{key}' must be {describe(tp)}{hint}, got {shown}") from None
             if isinstance(value, int) and not -(2**63) <= value < 2**63:  # (TOML's integers; torch's and NumPy's)
@@ -251,7 +254,8 @@ def positive(section: Section, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
         if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
-            section._fail(name, f"must be a positive number, got {value!r}")
+            finite = "" if value == value and abs(value) != math.inf else "finite "  # (found from outside: inf)
+            section._fail(name, f"must be a {finite}positive number, got {value!r}")
 
 
 def at_most(section: Section, **limits: int) -> None:

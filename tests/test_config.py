@@ -250,6 +250,10 @@ def test_a_misspelled_section_on_the_command_line_names_the_one_meant():
             "train.betas=[0.0,0.99",
             "cannot read override 'train.betas=[0.0,0.99': its value is not TOML (Unclosed array)",
         ),
+        # (found from outside: "a list of a number, got '30,60'", inf as not positive, TRAIN unhinted)
+        ("train.lr_steps=30,60", "config key 'train.lr_steps' must be a list of numbers in brackets (train.lr"),
+        ("train.kimg=inf", "config key 'train.kimg' must be a finite positive number, got inf"),
+        ("TRAIN.batch=32", "unknown config key 'TRAIN.batch': 'TRAIN' is not a section (did you mean 'train'?)"),
     ],
 )
 def test_a_bad_override_is_said_in_toml(override, said):
