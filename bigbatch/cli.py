@@ -443,7 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     so = sub.add_parser("stop", help="ask the process training a run to save a checkpoint and exit")
     so.add_argument("run", metavar="RUN_DIR")
-    so.add_argument("--wait", type=float, default=300.0, help="seconds to wait for it to finish saving (default 300; 0: no wait)")
+    so.add_argument(
+        "--wait", type=float, default=300.0, help="seconds to wait for it to finish saving (default 300; 0: no wait)"
+    )
     so.set_defaults(func=_stop)
 
     i = sub.add_parser("info", help="say what a run, checkpoint, data file (.h5) or export holds")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -346,6 +347,9 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
         options=classifier_options(e),
     )
     n = 50_000 if args.n is None else args.n
+    if args.n is None and e.every_kimg and e.n != n:  # (found from outside: the run's eval.n was not taken, unsaid)
+        said = f"scoring the papers' {n:,} samples; the run scored {e.n:,} as it trained (--n {e.n} for its number)"
+        print(said, file=sys.stderr, flush=True)  # (stdout holds the scores' one JSON line)
     reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
     if args.reference is not None:
         _say_a_reference_apart(ref, kind, G, reference_n, extractor, args.metrics)

@@ -107,6 +107,12 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     capsys.readouterr()
     assert main(["eval", str(run), "--metrics", "fid", "--n", "64"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["fcd"] == rows[-1]["fcd"]
+    # Without --n, the papers' 50,000, and the run's own number said (found from outside: four hours on a CPU, unsaid).
+    with pytest.MonkeyPatch.context() as stop:
+        stop.setattr("bigbatch.metrics.evaluate", lambda *a, **k: (_ for _ in ()).throw(SystemExit(3)))
+        with pytest.raises(SystemExit):
+            main(["eval", str(run), "--metrics", "fid"])
+    assert "scoring the papers' 50,000 samples; the run scored 64 as it trained (--n 64" in capsys.readouterr().err
     # Its data.path holding other images since (found from outside: scored against them unsaid; resume refuses them)
     meta_file = run / "checkpoints" / "000000.768" / "meta.json"
     kept = meta_file.read_text()
