@@ -200,7 +200,8 @@ class Location:
         try:
             return fsspec.core.url_to_fs(self.text, **(storage_options or {}))
         except ImportError as e:
-            raise BigbatchError(f"cannot read {self.name}: {e} (e.g. pip install s3fs for s3://)") from None
+            scheme = self.text.split("://", 1)[0]  # (found from outside: s3fs named for a gs:// URL)
+            raise BigbatchError(f"cannot read {self.name}: {e} (fsspec's file system for {scheme}://)") from None
         except ValueError as e:
             raise BigbatchError(f"cannot read {self.name}: {e}") from None
         except OSError as e:  # (a filesystem that connects as it is made, ftp's: found from outside, the error alone)
