@@ -227,10 +227,16 @@ def captioned_sheet(
     cells: Sequence[tuple[torch.Tensor, Sequence[Caption]]], ncol: int = 8, min_cell: int = 64
 ) -> Image.Image:
     """Pictures (uint8 HWC, 1 or 3 channels, any sizes) `ncol` to a row, each scaled (nearest) into a
-    square cell at least `min_cell` px wide, with its caption lines under it, cut to the cell's width."""
+    square cell at least `min_cell` px wide, and as wide as its longest caption line up to 256 px, with its caption
+    lines under it, cut to the cell's width beyond that."""
     if not cells:
         return Image.new("RGB", (min_cell, min_cell), "white")
     cell = max(min_cell, max(max(img.shape[:2]) for img, _ in cells))
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))  # (found from outside: ImageNet's synsets cut to "n02085…")
+    widest = max(
+        (measure.textlength(text, font=caption_font()) for _, caption in cells for text, _ in caption), default=0
+    )
+    cell = max(cell, min(256, math.ceil(widest) + 4))
     lines = max(len(caption) for _, caption in cells)
     ncol = min(ncol, len(cells))
     width, height = cell + 2, cell + 2 + 12 * lines + (2 if lines else 0)  # a grey frame around each picture

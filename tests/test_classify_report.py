@@ -120,3 +120,16 @@ def test_eval_s_summary_leaves_out_what_says_nothing():
     report["per_class"] = dict.fromkeys(["bag", "shoe", "shirt", "trouser", "coat", "dress"], 100.0)
     lines = describe(report | {"top1": 100.0}).splitlines()
     assert "top-5 100.00%" in lines[1] and lines[2] == "hardest classes: none: every image right"
+
+
+def test_top_losses_captions_are_not_cut_where_a_wider_cell_holds_them():
+    # Found from outside: at 64 px ImageNet's synsets read "n01484…", two of them alike.
+    from PIL import Image, ImageDraw
+
+    from bigbatch.sampling import caption_font
+    from bigbatch.tasks.classify.report import top_losses_sheet
+
+    rows = [(torch.zeros(64, 64, 3, dtype=torch.uint8), 0, 1, 0.13, 0.06, 2.9)] * 4
+    sheet = top_losses_sheet(rows, ["n02085620", "n02085782"])
+    line = ImageDraw.Draw(Image.new("RGB", (1, 1))).textlength("true 0.06 n02085620", font=caption_font())
+    assert sheet.width >= 4 * line and sheet.width < 4 * 256
