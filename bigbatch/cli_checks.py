@@ -100,10 +100,12 @@ def build_on_meta(cfg: Any, warns: bool = True) -> None:
             if warns and os.environ.get("RANK", "0") == "0":  # (what a new run says of its settings: found from
                 warn_new_run(cfg)  # outside, the dry run did not)
         elif cfg.task == "gan":
-            from bigbatch.tasks.gan.task import build_models, check_path_length
+            from bigbatch.tasks.gan.task import build_models, check_path_length, warn_new_gan
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)
+            if warns and os.environ.get("RANK", "0") == "0":
+                warn_new_gan(cfg)
         elif cfg.task == "swap":
             from bigbatch.tasks.swap.discriminators import discriminators
             from bigbatch.tasks.swap.task import build_model

@@ -61,6 +61,11 @@ def test_a_biggan_pytorch_users_slips_are_said(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err
         assert "train.ema_start_kimg = 5 is not before the run's end (train.kimg = 0.032)" in err
         assert ("train.freeze_d = 1 freezes D's first blocks at their random start" in err) == (name == "ortho")
+        # (and the dry run of the same, which said neither: found from outside)
+        assert main(["train", *argv, "train.ema_start_kimg=5", "--dry-run"]) == 0
+        err = capsys.readouterr().err
+        assert "train.ema_start_kimg = 5 is not before the run's end (train.kimg = 0.032)" in err
+        assert ("train.freeze_d = 1 freezes D's first blocks at their random start" in err) == (name == "ortho")
     plain, ortho = rows["plain"], rows["ortho"]
     assert ortho["loss_D"] == plain["loss_D"] and ortho["ortho_D"] > 0 and ortho["ortho_G"] > 0
     assert "ortho_D" not in plain
