@@ -162,3 +162,35 @@ def test_an_interrupted_in_place_run_finished_after_a_sort_leaves_the_stale_copi
     for in_place in ([], ["--in-place"]):
         assert main(["enhance", str(tmp_path / "photos"), "--weights", str(facelib), *in_place]) == 2
         assert not (tmp_path / "photos_enhanced").exists()
+
+
+def test_a_stopped_enhance_keeps_each_face_it_wrote_and_never_replaces_one_it_did_not(tmp_path, capsys):
+    # Found from outside: a file of the user's own in an output folder an earlier enhance had recorded was replaced;
+    # faces written before a stop (the record kept every 10 s) were enhanced again.
+    from bigbatch.faces import enhance as module
+
+    folder, facelib = faces_and_weights(tmp_path, n=3)
+    out, real, calls = tmp_path / "out", module._enhanced, []
+
+    def stop_at_the_third(model, path):
+        calls.append(path.name)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(model, path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_enhanced", stop_at_the_third)
+        with pytest.raises(KeyboardInterrupt):
+            enhance_folder(folder, facelib, out=out)
+    kept = {p.name: p.read_bytes() for p in out.glob("0*.jpg")}
+    assert sorted(kept) == ["00000.jpg", "00001.jpg"]
+    calls.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_enhanced", lambda model, path: calls.append(path.name) or real(model, path))
+        assert enhance_folder(folder, facelib, out=out).done == 3
+    assert calls == ["00002.jpg", "notes.jpg"] and all((out / n).read_bytes() == b for n, b in kept.items())
+    (folder / "00009.jpg").write_bytes((folder / "00000.jpg").read_bytes())  # a new face, named as a file of yours
+    (out / "00009.jpg").write_bytes(b"the user's own")
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--out", str(out)]) == 2
+    assert "already holds faces named as those of" in capsys.readouterr().err
+    assert (out / "00009.jpg").read_bytes() == b"the user's own"

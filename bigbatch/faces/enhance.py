@@ -6,7 +6,8 @@ mask), as DFL's does, without DFL's TensorFlow.
 
 The faces go to FACES_enhanced (DFL's folder; `--out` another); `--in-place` then moves each over its original,
 as DFL's "merge" answer does. A rerun goes on where an interrupted one stopped: `.enhance.json` records the
-weights' hash and each face's source (size and time), so faces enhanced with the same weights from the same
+weights' hash and each face's source (size and time; `.enhance.journal` each face as it is written, between
+records), so faces enhanced with the same weights from the same
 source are kept, and faces changed, renamed or deleted since, or enhanced with other weights, are redone or
 dropped; an in-place run that was moving its faces back moves the rest it recorded, enhancing none twice.
 """
@@ -36,6 +37,7 @@ from bigbatch.models.face_enhancer import FaceEnhancer, enhance
 
 ENHANCER_FILE = "FaceEnhancer.npy"
 RECORD = ".enhance.json"
+JOURNAL = ".enhance.journal"  # each face's start and end, appended as they happen, folded into RECORD on the next run
 
 
 def enhancer_file(weights: str | Path) -> Path:
@@ -103,11 +105,16 @@ def enhance_folder(
     faces = face_files(folder)
     model = load_enhancer(weights, device)
     target.mkdir(parents=True, exist_ok=True)
-    if not record and any((target / f.name).exists() for f in faces):  # (not ours: never deleted)
-        raise BigbatchError(
-            f"{target} already holds faces named as those of {folder} that bigbatch enhance did not write: give an "
-            "empty or new folder (--out)"
+    started, finished = _read_journal(target)  # (what a run stopped before its record was written did)
+    record.setdefault("faces", {}).update(finished)
+    ours = set(record["faces"]) | started
+    if theirs := [f.name for f in faces if f.name not in ours and (target / f.name).exists()]:  # (never replaced:
+        raise BigbatchError(  # found from outside, one was, where an earlier enhance had written its record)
+            f"{target} already holds faces named as those of {folder} that bigbatch enhance did not write "
+            f"({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''}): give an empty or new folder (--out)"
         )
+    for name in started - set(finished):  # begun, never ended: done again
+        (target / name).unlink(missing_ok=True)
     now = {f.name: file_stamp(str(f)) for f in faces}
     kept = record.get("faces", {}) if record.get("weights") == digest else {}
     for name in record.get("faces", {}):  # ours, but of other weights, or of a face changed or gone since
@@ -115,22 +122,26 @@ def enhance_folder(
             (target / name).unlink(missing_ok=True)
     record = {"weights": digest, "faces": {k: v for k, v in kept.items() if now.get(k) == v}, "moving": None}
     _write_record(target, record)
-    done, skipped, saved = 0, [], time.monotonic()
+    (target / JOURNAL).unlink(missing_ok=True)  # (folded into the record)
+    done, skipped = 0, []
     for path in faces:
         if path.name in record["faces"] and (target / path.name).is_file():
             done += 1
             continue
         try:
-            atomic_write(target / path.name, _enhanced(model, path))
+            face = _enhanced(model, path)
         except NoFaceData as e:
             skipped.append((path.name, str(e)))
             continue
+        # Each face journalled as it is written (found from outside: the record, written every 10 s, lost the faces
+        # of a run stopped sooner, which were then done again)
+        _append_journal(target, {"started": path.name})
+        atomic_write(target / path.name, face)
+        _append_journal(target, {"finished": path.name, "stamp": now[path.name]})
         done += 1
         record["faces"][path.name] = now[path.name]
-        if time.monotonic() - saved > 10:  # (a face enhanced but not yet recorded is only done again)
-            _write_record(target, record)
-            saved = time.monotonic()
     _write_record(target, record)
+    (target / JOURNAL).unlink(missing_ok=True)
     if not record["faces"]:  # (found from outside: a folder of no face left one holding the record alone)
         (target / RECORD).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
@@ -168,6 +179,7 @@ def _move_back(record: dict, target: Path, folder: Path) -> tuple[int, int, Path
             path.unlink()
         moved += 1
     (target / RECORD).unlink(missing_ok=True)
+    (target / JOURNAL).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         target.rmdir()  # (only when empty: what else the user put there stays)
     return moved, left, aside
@@ -175,6 +187,26 @@ def _move_back(record: dict, target: Path, folder: Path) -> tuple[int, int, Path
 
 def _write_record(target: Path, record: dict) -> None:
     atomic_write(target / RECORD, json.dumps(record).encode())
+
+
+def _append_journal(target: Path, entry: dict) -> None:
+    with open(target / JOURNAL, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def _read_journal(target: Path) -> tuple[set[str], dict[str, str]]:
+    """The faces a run stopped before its last record began writing, and those it ended ({name: stamp}); a line cut
+    short by the stop is left out."""
+    started, finished = set(), {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in (target / JOURNAL).read_text(encoding="utf-8", errors="replace").splitlines():
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                entry = json.loads(line)
+                if "finished" in entry:
+                    finished[str(entry["finished"])] = entry["stamp"]
+                else:
+                    started.add(str(entry["started"]))
+    return started, finished
 
 
 def _enhanced(model: FaceEnhancer, path: Path) -> bytes:
