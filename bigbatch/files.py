@@ -27,6 +27,9 @@ def atomic_write(path: Path, data: bytes | str, sync: bool = True, replace: bool
     path = Path(path)
     if not path.name:  # (found from outside: an empty OUT was a traceback)
         raise BigbatchError(f"cannot write {str(path)!r}: give a file name")
+    if replace and path.is_symlink() and os.lstat(path).st_uid == os.geteuid():  # through a link of one's own, as
+        path = Path(os.path.realpath(path))  # open() writes (found from outside: a linked face became a copy, its mask
+        # missing from the face it linked to, where DFL writes through; another user's link, as in /tmp, is replaced)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data, sync=sync)
