@@ -193,7 +193,8 @@ def test_xseg_apply_writes_dfls_mask_into_each_face_and_remove_takes_it_out(alig
         except ValueError:
             continue
     assert main(["xseg", "apply", str(tmp_path / "model"), str(faces), "--device", "cpu"]) == 0
-    assert "2 files left as they were" in capsys.readouterr().err  # (3.jpg, not a face, and 4.jpg)
+    assert "2 files left as they were (3.jpg: " in (err := capsys.readouterr().err)  # (3.jpg, not a face, and 4.jpg:
+    assert err.endswith("; also 4.jpg)\n")  # each named, found from outside: the second went unnamed)
     assert "xseg_mask" not in read_metadata((faces / "4.jpg").read_bytes())
     (faces / "4.jpg").unlink()
     capsys.readouterr()

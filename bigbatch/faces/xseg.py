@@ -267,9 +267,12 @@ def remove_xseg(folder: str | Path) -> int:
 
 
 def said_skipped(skipped: list[tuple[str, str]]) -> str:
-    """One line on the files apply left as they were."""
+    """One line on the files apply left as they were: the first with its reason, then the next few by name (found
+    from outside: the others were counted, never named)."""
     first, why = skipped[0]
-    return f"{counted(len(skipped), 'file')} left as they were ({first}: {why}{' ...' if len(skipped) > 1 else ''})"
+    others = [name for name, _ in skipped[1:6]]
+    also = f"; also {', '.join(others)}{', ...' if len(skipped) > 6 else ''}" if others else ""
+    return f"{counted(len(skipped), 'file')} left as they were ({first}: {why}{also})"
 
 
 def merge_masks(
