@@ -62,7 +62,7 @@ def _train(args: argparse.Namespace) -> None:
     cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
         build_on_meta(cfg, warns=not resume)  # model options only the model's constructor checks (a depth not 6n+2)
-        check_local_data(cfg)  # a missing or broken data file, as training would refuse it
+        check_local_data(cfg, new_run=not resume)  # a missing or broken data file, as training would refuse it
         if args.run_dir:  # (found from outside: passed a --run-dir holding a run, without --resume)
             check_resume(Path(args.run_dir), resume)
         uses = {"train.init_from": cfg.train.init_from, "eval.weights": cfg.eval.weights if cfg.eval.every_kimg else ""}

@@ -13,12 +13,14 @@ from typing import Any
 
 from bigbatch.cli_tools import config_of
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.urls import is_url
 
 
-def check_local_data(cfg: Any) -> None:
+def check_local_data(cfg: Any, new_run: bool = True) -> None:
     """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
     foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
-    first). builtin:NAME's name is checked; URLs are left to training."""
+    first). builtin:NAME's name is checked; URLs are left to training. `new_run`: and an XSeg's train.init_from
+    against the faces, as a new run checks it."""
     from bigbatch.data.hdf5 import read_meta
     from bigbatch.data.load import check_builtin, check_one_shape
     from bigbatch.urls import Location
@@ -46,6 +48,24 @@ def check_local_data(cfg: Any) -> None:
 
         sides = (SimpleNamespace(meta=metas[key]) for key in (cfg.data.path, cfg.data.dst_path))
         face_type_of(cfg, *sides, cfg.task)
+    start = cfg.train.init_from
+    if (
+        cfg.task == "xseg"
+        and new_run
+        and start
+        and not is_url(start)
+        and Path(start).exists()
+        and cfg.data.path in metas
+    ):
+        from bigbatch import models  # (found from outside: the dry run passed a start the run refused)
+        from bigbatch.tasks.swap.task import face_type_of
+        from bigbatch.tasks.xseg.task import init_from
+
+        sides = [
+            SimpleNamespace(meta=metas.get(key, metas[cfg.data.path])) for key in (cfg.data.path, cfg.data.dst_path)
+        ]
+        init_from(models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options), start,
+                  face_type_of(cfg, *sides, "xseg"))  # fmt: skip
 
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:

@@ -287,6 +287,9 @@ def test_an_xseg_run_crosses_to_dfls_files_and_back(labelled, tmp_path, capsys):
     with pytest.raises(BigbatchError, match="was trained on f faces, and these are wf"):
         (tmp_path / "dfl" / "XSeg_data.dat").write_bytes(dfl.dumps({"iter": 1, "options": {"face_type": "f"}}))
         build_task(start, replicator_for(start), training_data(start))
+    # ... and so does its dry run (found from outside: it passed the start the run refused)
+    assert main(["train", "--config", str(run), f"train.init_from={tmp_path / 'dfl'}", "--dry-run"]) == 2
+    assert "was trained on f faces, and these are wf" in capsys.readouterr().err
 
 
 def test_xseg_learns_the_labels_and_scores_faces_it_never_trained_on(labelled, tmp_path):
