@@ -12,9 +12,9 @@ import shlex
 import signal
 import sys
 import threading
-from importlib.metadata import version
 from pathlib import Path
 
+import bigbatch
 from bigbatch import cli_errors, cli_tools, signals
 from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_outputs, runtime_error_line, say_error
@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli_errors.Parser(
         prog="bigbatch", description="Train image models (GANs, classifiers) at large batches on the hardware you have."
     )
-    p.add_argument("--version", action="version", version=f"bigbatch {version('bigbatch')}")  # (found from outside)
+    p.add_argument("--version", action="version", version=f"bigbatch {bigbatch.__version__}")  # (found from outside)
     sub = p.add_subparsers(dest="command", required=True, parser_class=cli_errors.Parser)
 
     t = sub.add_parser("train", help="train a recipe (default: the digits preset)")

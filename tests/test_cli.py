@@ -210,6 +210,18 @@ def test_python_m_bigbatch_is_the_bigbatch_command(tmp_path):
     assert bad.stderr.startswith("bigbatch: error: unknown config key 'nosuchkey'") and bad.stderr.count("\n") == 1
 
 
+def test_commands_run_from_a_source_checkout_without_install_metadata(monkeypatch, capsys):
+    # Found by review: --version read the installed package's metadata as every command's parser was built, which a
+    # checkout run by PYTHONPATH (the GPU checks) lacks.
+    import importlib.metadata
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert main(["presets"]) == 0 and "digits" in capsys.readouterr().out
+
+
 def test_overrides_may_stand_among_the_options(capsys):
     argv = ["--dry-run", "train.batch=64", "--preset", "digits", "train.micro_batch=16", "--quiet", "train.batch=128"]
     code, out, err = run_cli(capsys, "train", *argv)
