@@ -218,7 +218,7 @@ def test_commands_run_from_a_source_checkout_without_install_metadata(monkeypatc
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(importlib.metadata, "version", missing)
+    monkeypatch.setattr(importlib.metadata.Distribution, "from_name", staticmethod(missing))
     assert main(["presets"]) == 0 and "digits" in capsys.readouterr().out
 
 
