@@ -20,16 +20,20 @@ from typing import IO, Any
 from bigbatch.errors import BigbatchError, warn
 
 
-def atomic_write(path: Path, data: bytes | str, sync: bool = True, replace: bool = True) -> None:
+def atomic_write(
+    path: Path, data: bytes | str, sync: bool = True, replace: bool = True, through_link: bool = False
+) -> None:
     """Write a file through a temporary sibling and a rename, so readers see the old or the new file (`sync`
     False: not fsynced first, for files written by the thousand: faces, frames). `replace` False: a file at `path`
-    (one that came while this one was written too) stays, and FileExistsError is raised."""
+    (one that came while this one was written too) stays, and FileExistsError is raised. `through_link`: a link of
+    this user's own at `path` to a file (not to another link) is written through, as an edit in place of the file
+    it names (xseg apply: found from outside, a linked face became a copy, the face it named without its mask)."""
     path = Path(path)
     if not path.name:  # (found from outside: an empty OUT was a traceback)
         raise BigbatchError(f"cannot write {str(path)!r}: give a file name")
-    if replace and path.is_symlink() and os.lstat(path).st_uid == os.geteuid():  # through a link of one's own, as
-        path = Path(os.path.realpath(path))  # open() writes (found from outside: a linked face became a copy, its mask
-        # missing from the face it linked to, where DFL writes through; another user's link, as in /tmp, is replaced)
+    if through_link and path.is_symlink() and os.lstat(path).st_uid == os.geteuid():  # (another's, as in /tmp: not)
+        named = path.parent / os.readlink(path)  # (one hop: a chain could lead through a name others may replace)
+        path = named if named.is_file() and not named.is_symlink() else path
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data, sync=sync)

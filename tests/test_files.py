@@ -53,16 +53,23 @@ def test_a_leftover_showing_another_owner_is_this_users_where_no_one_else_may_wr
     assert leftover.read_text() == "theirs"
 
 
-def test_a_file_written_over_a_link_of_ones_own_is_written_through_it(tmp_path):
-    # Found from outside: a face linked from another folder became a copy when its mask was written, the face it
-    # linked to left without the mask (DFL's writes go through the link).
+def test_a_link_of_ones_own_is_written_through_where_asked_and_replaced_elsewhere(tmp_path):
+    # Found from outside: xseg apply made a face linked from another folder a copy, the face it linked to left without
+    # its mask (DFL's save writes through the link). Asked, one hop of one's own link is followed; a link to a link is
+    # not (a name along a chain may be one others can replace), nor, unasked, any link (a run's output over a link
+    # into a shared folder is its own file).
     (tmp_path / "faces").mkdir()
     (tmp_path / "faces" / "a.jpg").write_text("old")
     (tmp_path / "linked").mkdir()
     (tmp_path / "linked" / "a.jpg").symlink_to(tmp_path / "faces" / "a.jpg")
-    atomic_write(tmp_path / "linked" / "a.jpg", "new", sync=False)
+    atomic_write(tmp_path / "linked" / "a.jpg", "new", sync=False, through_link=True)
     assert (tmp_path / "linked" / "a.jpg").is_symlink() and (tmp_path / "faces" / "a.jpg").read_text() == "new"
     assert sorted(p.name for p in (tmp_path / "faces").iterdir()) == ["a.jpg"]  # (no temporary left)
+    (tmp_path / "linked" / "b.jpg").symlink_to(tmp_path / "linked" / "a.jpg")  # (a link to a link: replaced)
+    atomic_write(tmp_path / "linked" / "b.jpg", "b", sync=False, through_link=True)
+    assert not (tmp_path / "linked" / "b.jpg").is_symlink() and (tmp_path / "faces" / "a.jpg").read_text() == "new"
+    atomic_write(tmp_path / "linked" / "a.jpg", "mine", sync=False)
+    assert not (tmp_path / "linked" / "a.jpg").is_symlink() and (tmp_path / "faces" / "a.jpg").read_text() == "new"
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="lchown needs root")
@@ -72,5 +79,5 @@ def test_another_users_link_at_the_name_is_replaced_not_followed(tmp_path):
     victim.write_text("mine")
     (tmp_path / "out.txt").symlink_to(victim)
     os.lchown(tmp_path / "out.txt", 65534, 65534)
-    atomic_write(tmp_path / "out.txt", "new", sync=False)
+    atomic_write(tmp_path / "out.txt", "new", sync=False, through_link=True)
     assert victim.read_text() == "mine" and not (tmp_path / "out.txt").is_symlink()

@@ -240,7 +240,7 @@ def apply_xseg(
             except ValueError as e:  # (found by review: a face's metadata and its mask past one JPEG segment)
                 skipped.append((path.name, str(e)))
                 continue
-            atomic_write(path, written)
+            atomic_write(path, written, through_link=True)  # (DFL's save writes through a linked face)
             done += 1
     return done, skipped
 
@@ -257,7 +257,7 @@ def remove_xseg(folder: str | Path) -> int:
         faces += meta is not None
         if meta is not None and meta.get("xseg_mask") is not None:
             del meta["xseg_mask"]
-            atomic_write(path, write_metadata(data, meta))
+            atomic_write(path, write_metadata(data, meta), through_link=True)
             removed += 1
     if not faces:  # (found from outside: "removed the masks of 0 faces", exit 0, where apply refuses the folder)
         raise BigbatchError(
