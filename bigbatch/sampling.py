@@ -227,8 +227,8 @@ def captioned_sheet(
     cells: Sequence[tuple[torch.Tensor, Sequence[Caption]]], ncol: int = 8, min_cell: int = 64
 ) -> Image.Image:
     """Pictures (uint8 HWC, 1 or 3 channels, any sizes) `ncol` to a row, each scaled (nearest) into a
-    square cell at least `min_cell` px wide, and as wide as its longest caption line up to 256 px, with its caption
-    lines under it, cut to the cell's width beyond that."""
+    square at least `min_cell` px wide, with its caption lines under it, in a column as wide as its longest caption
+    line up to 256 px, cut to that width beyond it."""
     if not cells:
         return Image.new("RGB", (min_cell, min_cell), "white")
     cell = max(min_cell, max(max(img.shape[:2]) for img, _ in cells))
@@ -236,10 +236,10 @@ def captioned_sheet(
     widest = max(
         (measure.textlength(text, font=caption_font()) for _, caption in cells for text, _ in caption), default=0
     )
-    cell = max(cell, min(256, math.ceil(widest) + 4))
+    column = max(cell, min(256, math.ceil(widest) + 4))  # (the pictures kept at their size: found by review, 16x)
     lines = max(len(caption) for _, caption in cells)
     ncol = min(ncol, len(cells))
-    width, height = cell + 2, cell + 2 + 12 * lines + (2 if lines else 0)  # a grey frame around each picture
+    width, height = column + 2, cell + 2 + 12 * lines + (2 if lines else 0)  # a grey frame around each picture
     sheet = Image.new("RGB", (ncol * width, math.ceil(len(cells) / ncol) * height), "white")
     draw = ImageDraw.Draw(sheet)
     for k, (img, caption) in enumerate(cells):
@@ -251,7 +251,7 @@ def captioned_sheet(
         draw.rectangle((x, y, x + cell + 1, y + cell + 1), fill=(160, 160, 160))
         sheet.paste(pic, (x + 1, y + 1))
         for i, (text, colour) in enumerate(caption):
-            draw.text((x + 2, y + cell + 1 + 12 * i), _fit(draw, text, cell - 2), fill=colour, font=caption_font())
+            draw.text((x + 2, y + cell + 1 + 12 * i), _fit(draw, text, column - 2), fill=colour, font=caption_font())
     return sheet
 
 

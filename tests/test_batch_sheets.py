@@ -191,4 +191,5 @@ def test_captions_draw_letters_beyond_ascii_and_fit_their_cell():
     assert not np.array_equal(sheet("Ж"), sheet("Д"))
     assert sheet("a class name longer than its picture").shape[1] > 64 + 2  # (the least cell widened to hold it)
     long = sheet("a class name far longer than its cell, " * 8)  # (beyond 256 px: cut)
-    assert long.shape[1] == 256 + 2 and (long[258:, -3:] == 255).all()  # the text stops inside the cell, with an …
+    assert long.shape == (64 + 2 + 12 + 2, 256 + 2, 3)  # (the picture kept at its size: found by review, 16x)
+    assert (long[66:, -3:] == 255).all()  # the text stops inside its column, with an ellipsis

@@ -132,4 +132,4 @@ def test_top_losses_captions_are_not_cut_where_a_wider_cell_holds_them():
     rows = [(torch.zeros(64, 64, 3, dtype=torch.uint8), 0, 1, 0.13, 0.06, 2.9)] * 4
     sheet = top_losses_sheet(rows, ["n02085620", "n02085782"])
     line = ImageDraw.Draw(Image.new("RGB", (1, 1))).textlength("true 0.06 n02085620", font=caption_font())
-    assert sheet.width >= 4 * line and sheet.width < 4 * 256
+    assert sheet.width >= 4 * line and sheet.width < 4 * 256 and sheet.height == 96 + 2 + 3 * 12 + 2  # (pictures kept)
