@@ -146,7 +146,7 @@ def refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
     if args.command in URL_OUTPUTS:
         return
     out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "the output"
-    for name, flag in (("out", out), ("run_dir", "--run-dir"), ("video", "--video")):
+    for name, flag in (("out", out), ("outdir", "--outdir"), ("run_dir", "--run-dir"), ("video", "--video")):
         value = getattr(args, name, None)
         if isinstance(value, str):
             local_folder(value, flag, args.command)

@@ -45,7 +45,8 @@ def _sample(args: argparse.Namespace) -> None:
     if args.interp and args.npz:
         raise BigbatchError("--interp writes a PNG sheet and --npz an array of samples: give one of them")
     if args.outdir is not None and (given := [o for o, on in (("--out", args.out), ("--npz", args.npz),
-                                                              ("--interp", args.interp)) if on]):  # fmt: skip
+                                                              ("--interp", args.interp), ("--ncol", args.ncol))
+                                              if on]):  # fmt: skip
         raise BigbatchError(f"--outdir writes a PNG an image: leave out {', '.join(given)}")
     if args.seeds is not None:  # (found from outside: a converted ADA network could not redraw its seed 85)
         given = [o for o, on in (("--n", args.n is not None), ("--seed", args.seed), ("--interp", args.interp),

@@ -430,6 +430,8 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
     assert np.array_equal(np.asarray(Image.open(tmp_path / "each" / "seed0085.png")), drawn[0].numpy())
     assert main(["sample", str(run), *seeds, "--outdir", str(tmp_path / "each")]) == 2
     assert "--outdir writes a PNG an image: leave out --out, --npz" in capsys.readouterr().err
+    assert main(["sample", str(run), *seeds[:-3], "--classes", "4", "--outdir", "s3://b/each"]) == 2  # (review)
+    assert "--outdir s3://b/each is a URL, and sample writes local files" in capsys.readouterr().err
     # --psi builds the truncation of w into the file, as sample --psi draws (found missing: only psi 1 went out).
     assert main(["export", str(run), str(tmp_path / "g05.pt"), "--psi", "0.5"]) == 0
     extra = {"bigbatch.json": ""}
