@@ -11,7 +11,7 @@ from pathlib import Path
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
 from bigbatch.data.schedule import phase_trained, resolution_trained, schedule_of
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, counted
 from bigbatch.files import held_by
 from bigbatch.rundir import read_metrics, trainer
 
@@ -263,12 +263,16 @@ def verify_run(path: str | Path) -> str:
     print("\n".join(lines), flush=True)
     if aside and not [c for c in found if c.name not in damaged and c.name != "best"]:  # (none to resume from)
         raise BigbatchError(f"no checkpoint of {path} to resume from is intact{checkpoint_find.way_back(path)}")
+    unread = f"; {len(forbidden)} this user may not read ({', '.join(forbidden)})" if forbidden else ""
     if damaged:
-        intact = "none is intact" if len(damaged) == len(found) else "the others are intact"
-        raise BigbatchError(f"{len(damaged)} of {len(found)} checkpoints damaged ({', '.join(damaged)}); {intact}")
+        rest = len(found) - len(damaged) - len(forbidden)  # (found by review: the unread were called intact)
+        intact = "none is intact" if not rest else "the others are intact" if not forbidden else "the rest are intact"
+        raise BigbatchError(
+            f"{len(damaged)} of {counted(len(found), 'checkpoint')} damaged ({', '.join(damaged)}){unread}; {intact}"
+        )
     if forbidden:
         raise BigbatchError(
-            f"{len(forbidden)} of {len(found)} checkpoints could not be read by this user ({', '.join(forbidden)}): "
-            "give it read access, then verify again"
+            f"{len(forbidden)} of {counted(len(found), 'checkpoint')} could not be read by this user "
+            f"({', '.join(forbidden)}): give it read access, then verify again"
         )
     return f"{len(found)} checkpoint{'s' * (len(found) != 1)} verified"

@@ -137,4 +137,4 @@ def test_verify_says_a_checkpoint_it_may_not_read_is_unread_not_damaged(tiny, tm
     assert main(["info", "--verify", str(run)]) == 2
     out, err = capsys.readouterr()
     assert "\nunread    cannot read " in "\n" + out and "damaged" not in out.replace("(it is not damaged)", "")
-    assert "checkpoints could not be read by this user (000000.064): give it read access, then verify again" in err
+    assert "1 of 1 checkpoint could not be read by this user (000000.064): give it read access, then verify" in err
