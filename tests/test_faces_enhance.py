@@ -189,6 +189,14 @@ def test_a_stopped_enhance_keeps_each_face_it_wrote_and_never_replaces_one_it_di
         patch.setattr(module, "_enhanced", lambda model, path: calls.append(path.name) or real(model, path))
         assert enhance_folder(folder, facelib, out=out).done == 3
     assert calls == ["00002.jpg", "notes.jpg"] and all((out / n).read_bytes() == b for n, b in kept.items())
+    # A face begun and never ended (its write stopped), and a line cut short by the stop: that face done again.
+    (out / "00001.jpg").write_bytes(b"half")
+    (out / ".enhance.journal").write_text('{"started": "00001.jpg"}\n{}\n{"finis')
+    calls.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_enhanced", lambda model, path: calls.append(path.name) or real(model, path))
+        enhance_folder(folder, facelib, out=out)
+    assert calls == ["00001.jpg", "notes.jpg"] and (out / "00001.jpg").read_bytes() == kept["00001.jpg"]
     (folder / "00009.jpg").write_bytes((folder / "00000.jpg").read_bytes())  # a new face, named as a file of yours
     (out / "00009.jpg").write_bytes(b"the user's own")
     assert main(["enhance", str(folder), "--weights", str(facelib), "--out", str(out)]) == 2

@@ -190,6 +190,7 @@ def _write_record(target: Path, record: dict) -> None:
 
 
 def _append_journal(target: Path, entry: dict) -> None:
+    """One line appended (not fsynced: a line lost to a crash only has its face done again)."""
     with open(target / JOURNAL, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry) + "\n")
 
@@ -200,10 +201,10 @@ def _read_journal(target: Path) -> tuple[set[str], dict[str, str]]:
     started, finished = set(), {}
     with contextlib.suppress(FileNotFoundError):
         for line in (target / JOURNAL).read_text(encoding="utf-8", errors="replace").splitlines():
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
+            with contextlib.suppress(ValueError, TypeError, AttributeError, LookupError):
                 entry = json.loads(line)
                 if "finished" in entry:
-                    finished[str(entry["finished"])] = entry["stamp"]
+                    finished[str(entry["finished"])] = str(entry["stamp"])
                 else:
                     started.add(str(entry["started"]))
     return started, finished
