@@ -187,7 +187,7 @@ def test_a_validation_set_of_class_folders_lacking_a_class_takes_the_training_fi
             image.save(tmp_path / split / synset / "a.png")
     assert main(["prepare", str(tmp_path / "train"), str(tmp_path / "train.h5"), "--resolution", "8"]) == 0
     argv = ["prepare", str(tmp_path / "val"), str(tmp_path / "val.h5"), "--classes", str(tmp_path / "train.h5")]
-    assert main(argv) == 0 and "1 class of the 3 given has no image here (n02)" in capsys.readouterr().err
+    assert main(argv) == 0 and "1 class of the 3 --classes names has no image here (n02)" in capsys.readouterr().err
     val = bigbatch.data.load_data(str(tmp_path / "val.h5"), 8)
     assert val.class_names == ["n01", "n02", "n03"] and sorted(val.get(torch.arange(2))[1].tolist()) == [0, 2]
     (tmp_path / "val" / "n09").mkdir()

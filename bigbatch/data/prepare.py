@@ -125,6 +125,7 @@ def prepare(
                 skipped,
                 progress,
                 relabelled=bool(labels or classes or listing.indexed),
+                named=bool(classes),
             )
     shape = (meta["height"], meta["width"], meta["channels"]) if meta["height"] else ()
     return Report(
@@ -297,10 +298,12 @@ def _write(
     skipped: list[tuple[str, str]],
     progress: bool,
     relabelled: bool,
+    named: bool = False,
 ) -> dict[str, Any]:
     """The `decoded` images of `listing` (or why each was skipped) written to `target`, with their masks;
     the data file's metadata. Refused: images of different sizes where one is needed, a class left without
-    images (unless `relabelled` by a labels file, whose indices stay), faces of several DFL face types."""
+    images (unless `relabelled` by a labels file, whose indices stay: said where `named` by --classes), faces of
+    several DFL face types."""
     first: tuple[str, tuple[int, ...]] | None = None
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
     bar = _progress(len(listing.keys), progress)
@@ -344,10 +347,10 @@ def _write(
             _refuse_empty_classes(
                 listing.class_names, written, listed, skipped, settings.limit if listing.thinned else None
             )
-        elif (none := [c for c, n in zip(listing.class_names, written.tolist()) if n == 0]) and not listing.thinned:
+        elif named and not listing.thinned and (none := [c for c, n in zip(listing.class_names, written) if not n]):
             shown = ", ".join(none[:SHOWN]) + (", ..." if len(none) > SHOWN else "")  # (found from outside: unsaid)
             warn(
-                f"{counted(len(none), 'class')} of the {len(listing.class_names)} given "
+                f"{counted(len(none), 'class')} of the {len(listing.class_names)} --classes names "
                 f"{'has' if len(none) == 1 else 'have'} no image here ({shown}): "
                 "kept, numbered as given, for a classifier's outputs"
             )
