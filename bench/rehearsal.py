@@ -36,6 +36,7 @@ difference of the counts). Wall seconds on this 2-core machine; the table names 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -242,9 +243,9 @@ def run(cmd: list[str], cwd: Path, kill_when: object = None, lines: list | None 
                 break
             time.sleep(0.1)
     finally:  # (found from outside: a rehearsal stopped by timeout or Ctrl-C left its training, a session of its
-        if proc.poll() is None:  # own, running with no parent)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # own, running with no parent; its group's other processes too,
+            os.killpg(proc.pid, signal.SIGKILL)  # its leader gone or not: found by review)
+        proc.wait()
     reader.join()
     wall = time.perf_counter() - start
     if proc.returncode not in (0, -signal.SIGKILL):
@@ -435,7 +436,8 @@ def main() -> None:
     )
     ap.add_argument("--loader-child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # (run's children stopped with it)
+    for stop in (signal.SIGTERM, signal.SIGHUP):  # (run's children stopped with it: their own session hears neither)
+        signal.signal(stop, lambda signum, _: sys.exit(128 + signum))
     if args.loader_child:
         path, resolution, workers = args.loader_child
         return loader_child(path, int(resolution), int(workers))
