@@ -56,16 +56,14 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
         return h5py.File(path.path, "r")
     except BigbatchError:
         raise
-    except FileNotFoundError as e:
-        if path.url and (said := unreachable(e, f"data set '{name}'")):  # (found from outside: a server that did not
-            raise BigbatchError(said) from None  # answer was called missing, with `prepare` into it for the fix)
+    except FileNotFoundError as e:  # (a server that did not answer: found from outside, called missing)
+        if path.url and (said := unreachable(e, f"data set '{name}'")):
+            raise BigbatchError(said) from None
         # A run's config names its data as given: a relative path, run from another folder, misses it.
         here = "" if path.url or path.path.is_absolute() else f" in the current folder {os.getcwd()}"
         fix = "check the URL" if path.url else "give its path from here"  # (found from outside: "from here" of a URL)
-        raise BigbatchError(
-            f"cannot open data set '{name}': it does not exist{here} "
-            f"({fix}, or write it with `bigbatch prepare SRC {shlex.quote(name)}`)"
-        ) from None
+        fix += f", or write it with `bigbatch prepare SRC {shlex.quote(name)}`"
+        raise BigbatchError(f"cannot open data set '{name}': it does not exist{here} ({fix})") from None
     except PermissionError as e:
         hint = (
             "the object store refused the credentials (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or "
