@@ -135,8 +135,8 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
     else:  # (found from outside: unsaid, where a missing D was said; BigGAN-PyTorch writes G_ema only with --ema)
         named = WEIGHT_FILE.fullmatch(files["G"].name)
         warn(
-            f"no G_ema{named.group(2) or '' if named else ''}.pth in {files['G'].parent}: G_ema starts as a copy of G "
-            "(sample and export draw G's own weights until training averages them)"
+            f"no G_ema{named.group(2) or '' if named else ''}{files['G'].suffix} in {files['G'].parent}: G_ema starts "
+            "as a copy of G (sample and export draw G's own weights until training averages them)"
         )
     if "D" in ref:
         D.load_state_dict(convert.from_reference(D, ref["D"], f"the weights in {files['D']}"))
