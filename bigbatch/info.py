@@ -139,7 +139,7 @@ def describe_run(path: str | Path) -> str:
         trained = resolution_trained(cfg, int(meta.get("nimg", 0)))
         sides = sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})  # (found from outside:
         at = f"{sides[0]}-{sides[-1]}px (data.schedule)" if len(sides) > 1 else f"{sides[0]}px"  # "at 128px" unused)
-        at += f", last trained at {trained}px" if len(sides) > 1 or trained != sides[0] else ""
+        at += f", last trained at {trained}px" if ckpt is not None and (len(sides) > 1 or trained != sides[0]) else ""
         at += f", scored at {cfg.eval.resolution}px" if cfg.eval.resolution else ""
         lines.append(f"recipe      {cfg.name}: data {cfg.data.path} at {at}{classes}")
     options = f" {m.options}" if m.options else ""
@@ -187,6 +187,7 @@ def describe_run(path: str | Path) -> str:
         )
         momentum = f" momentum {t.momentum:g}{' nesterov' if t.nesterov else ''}" if t.optimizer == "sgd" else ""
         smooth = f", label smoothing {t.label_smoothing:g}" if t.label_smoothing else ""
+        smooth += f", weights averaged (half-life {t.model_ema_kimg:g} kimg)" if t.model_ema_kimg else ""
         lines.append(
             f"training    {batch}, {t.optimizer}{momentum} {rates}, weight decay {t.weight_decay:g}"
             f"{'' if t.norm_decay else ' (not on norms, biases)'}{smooth}, {t.precision}, seed {t.seed}"
@@ -196,7 +197,6 @@ def describe_run(path: str | Path) -> str:
         augments += ["flips"] if cfg.data.xflip else []
         augments += [f"{k} {getattr(t, k):g}" for k in ("mixup", "cutmix", "random_erase") if getattr(t, k)]
         augments += [f"randaugment {t.randaugment}"] if t.randaugment else []
-        augments += [f"weights averaged (half-life {t.model_ema_kimg:g} kimg)"] if t.model_ema_kimg else []
         lines.append(f"augment     {', '.join(augments) or 'none'}")
     if cfg.data.schedule:  # (each phase from its first step, as training says it: found from outside, 1.5 for 1.536)
         schedule = schedule_of(cfg)
