@@ -58,6 +58,11 @@ def counted_names(names: list[str], noun: str) -> str:
     return f"{counted(len(names), noun)} ({names[0]}{', ...' if len(names) > 1 else ''})"
 
 
+def named_few(names: list[str], most: int = 5) -> str:
+    """ "a, b, c, ...": the first `most` of `names` for a message, and an ellipsis where there are more."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+
+
 def warn(message: str, once: bool = False) -> None:
     """Tell the user about something that did not stop the command (on stderr, one line). `once`: not
     again in this process (a fact that several readers of the same file come upon)."""

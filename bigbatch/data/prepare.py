@@ -25,7 +25,7 @@ from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writ
 from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
-from bigbatch.errors import BigbatchError, counted, warn
+from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.urls import Location, is_url, public_name
 
 
@@ -348,10 +348,9 @@ def _write(
                 listing.class_names, written, listed, skipped, settings.limit if listing.thinned else None
             )
         elif named and not listing.thinned and (none := [c for c, n in zip(listing.class_names, written) if not n]):
-            shown = ", ".join(none[:SHOWN]) + (", ..." if len(none) > SHOWN else "")  # (found from outside: unsaid)
-            warn(
+            warn(  # (found from outside: unsaid)
                 f"{counted(len(none), 'class')} of the {len(listing.class_names)} --classes names "
-                f"{'has' if len(none) == 1 else 'have'} no image here ({shown}): "
+                f"{'has' if len(none) == 1 else 'have'} no image here ({named_few(none, SHOWN)}): "
                 "kept, numbered as given, for a classifier's outputs"
             )
         if len(face_types) > 1:
@@ -413,7 +412,7 @@ def _refuse_empty_classes(
     if not empty:
         return
     example = next(((f, why) for f, why in skipped if any(f.startswith(f"{c}/") or f"/{c}/" in f for c in empty)), None)
-    shown = ", ".join(empty[:SHOWN]) + (", ..." if len(empty) > SHOWN else "")
+    shown = named_few(empty, SHOWN)
     one = len(empty) == 1
     if limit is not None:
         warn(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError, counted, warn
+from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials, url_fix
 
@@ -142,7 +142,7 @@ class Report:
         if self.resumed:
             lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them")
         if self.empty_folders:
-            shown = ", ".join(self.empty_folders[:SHOWN]) + (", ..." if len(self.empty_folders) > SHOWN else "")
+            shown = named_few(self.empty_folders, SHOWN)
             n = len(self.empty_folders)
             held = f"{n} folder holds" if n == 1 else f"{n} folders hold"
             lines.append(f"{held} no image files, so they are not classes: {shown}")

@@ -28,7 +28,7 @@ import torch
 
 from bigbatch.data.dfl_faces import NoFaceData, write_metadata
 from bigbatch.data.sources import file_stamp
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, named_few
 from bigbatch.faces.merge_record import content_digest
 from bigbatch.faces.xseg import face_files, read_face
 from bigbatch.files import atomic_write, read_record
@@ -111,7 +111,7 @@ def enhance_folder(
     if theirs := [f.name for f in faces if f.name not in ours and (target / f.name).exists()]:  # (never replaced:
         raise BigbatchError(  # found from outside, one was, where an earlier enhance had written its record)
             f"{target} already holds faces named as those of {folder} that bigbatch enhance did not write "
-            f"({', '.join(theirs[:3])}{', ...' if len(theirs) > 3 else ''}): give an empty or new folder (--out)"
+            f"({named_few(theirs, 3)}): give an empty or new folder (--out)"
         )
     for name in started - set(finished):  # begun, never ended: done again
         (target / name).unlink(missing_ok=True)

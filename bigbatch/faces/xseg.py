@@ -23,7 +23,7 @@ from bigbatch import checkpoint_find, checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
-from bigbatch.errors import BigbatchError, counted, warn
+from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.faces.image_file import TooLarge, imdecode
 from bigbatch.faces.video import natural_key
 from bigbatch.files import atomic_write
@@ -270,8 +270,7 @@ def said_skipped(skipped: list[tuple[str, str]]) -> str:
     """One line on the files apply left as they were: the first with its reason, then the next few by name (found
     from outside: the others were counted, never named)."""
     first, why = skipped[0]
-    others = [name for name, _ in skipped[1:6]]
-    also = f"; also {', '.join(others)}{', ...' if len(skipped) > 6 else ''}" if others else ""
+    also = f"; also {named_few([name for name, _ in skipped[1:]])}" if len(skipped) > 1 else ""
     return f"{counted(len(skipped), 'file')} left as they were ({first}: {why}{also})"
 
 
