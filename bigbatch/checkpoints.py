@@ -81,6 +81,16 @@ ASIDE = ".corrupt-"  # a damaged checkpoint moved aside: kept to look at, never 
 SUPERSEDED = ".superseded-"  # one newer than the checkpoint a run resumed from (rolled back to): kept, never pruned
 
 
+def not_finite(nets: dict[str, nn.Module]) -> list[str]:
+    """The names of `nets` holding a weight or float buffer that is not finite (one read of the device a net)."""
+    bad = []
+    for name, net in nets.items():
+        tensors = [t for t in net.state_dict().values() if t.is_floating_point()]
+        if tensors and not torch.stack([torch.isfinite(t).all() for t in tensors]).all():
+            bad.append(name)
+    return bad
+
+
 def save_checkpoint(
     run_dir: Path,
     nimg: int,

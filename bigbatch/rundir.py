@@ -246,15 +246,17 @@ class Run:
 
 
 def check_replicas(task: Task, nimg: int) -> None:
-    """Before a checkpoint of a run on several processes: every rank must hold rank 0's parameters (one
-    hash each, gathered); a rank that differs stops the run, on every rank, with one line naming it."""
+    """Before a checkpoint: every rank must hold rank 0's parameters (one hash each, gathered), and they must be
+    finite (found from outside: a learning rate that made them inf was saved, and the stop's advice resumed it); one
+    line, on every rank, names what is wrong and stops the run."""
     if differ := dist.ranks_differing(task.nets()):
-        ranks = ", ".join(map(str, differ))
-        raise BigbatchError(
-            f"before the checkpoint at kimg {nimg / 1000:g}, rank {ranks} held other weights than rank 0: the "
-            "replicas diverged (a nondeterministic kernel or a failing device on that rank); nothing was saved, "
-            "the last checkpoint is intact"
-        )
+        said = f"rank {', '.join(map(str, differ))} held other weights than rank 0: the replicas diverged (a "
+        said += "nondeterministic kernel or a failing device on that rank)"
+    elif bad := checkpoints.not_finite(task.nets()):
+        said = f"{', '.join(bad)} held weights that are not finite, made so by the last step applied (lower its rate)"
+    else:
+        return
+    raise BigbatchError(f"before the checkpoint at kimg {nimg / 1000:g}, {said}; nothing was saved (earlier ones stay)")
 
 
 def snapshot(task: Task, rep: Replicator, nimg: int, seconds: float) -> dict[str, Any]:

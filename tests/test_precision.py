@@ -348,3 +348,16 @@ def test_fp16s_loss_scale_settling_is_said_once(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.count("opt0: fp16 loss scale settling: a step whose scaled gradients overflow is skipped") == 1
     assert "skipped: its loss or gradients are not finite" not in err and rep.skipped(opt)
+
+
+def test_weights_a_step_made_infinite_are_never_saved(tiny, tmp_path, capsys):
+    # Found from outside: D's first step, its gradients finite, made its weights inf (d_lr 1e38); G's step was then
+    # skipped, yet the checkpoint was written with them, and the stop advised resuming from it.
+    cfg = tiny.override({"train.d_lr": 1e38, "train.kimg": 0.256, "checkpoint.every_kimg": 0.032})
+    with pytest.raises(bigbatch.BigbatchError) as stopped:
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    assert str(stopped.value) == (
+        "before the checkpoint at kimg 0.032, D held weights that are not finite, made so by the last step applied "
+        "(lower its rate); nothing was saved (earlier ones stay)"
+    )
+    assert not (tmp_path / "r" / "checkpoints").exists()
