@@ -38,6 +38,7 @@ def _train(args: argparse.Namespace) -> None:
         from bigbatch.batching import compiles, describe_compile, describe_plan
         from bigbatch.config import parse_override
         from bigbatch.engine import dist
+        from bigbatch.engine import precision as prec
         from bigbatch.loop import train
         from bigbatch.presets import base_config
         from bigbatch.rundir import check_resume
@@ -72,6 +73,7 @@ def _train(args: argparse.Namespace) -> None:
         plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
         resumed = dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
         ctx = dist.context(cfg.train.device)
+        prec.check(cfg.train.precision, ctx.device)  # (found from outside: fp16 on a CPU said by the run alone)
         if cfg.data.decode != "cpu":  # (found from outside: passed here, refused by the run)
             from bigbatch.data.device_decode import check_device
 

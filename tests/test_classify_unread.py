@@ -52,6 +52,8 @@ def test_the_dry_run_says_what_the_run_would_leave_unread(capsys, monkeypatch):
     assert "phases train at 16, 28 px and none at data.resolution = 32" in err
     assert "data.schedule's phases from kimg 60 (28 px, batch 128) begin at or past the run's end" in err
     assert "train.warmup_kimg 30 is not shorter than the run (train.kimg 1)" in err
+    assert main(["train", "--preset", "digits", "train.precision=fp16", "--dry-run"]) == 0  # (and the engine's)
+    assert "fp16 precision on a CPU: PyTorch's CPU fp16 kernels are slow" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
