@@ -129,8 +129,13 @@ def test_a_plan_of_auto_made_for_another_precision_is_probed_again(capsys):
         again.prepare(setup()[1])
         again.load_state_dict(state)
         assert again.micro_batch_pending is not kept
+    again = bigbatch.Replicator(batch=16, micro_batch="auto", device="cpu", memory_budget="2GiB")
+    again.prepare(setup()[1])
+    again.load_state_dict(state)
     err = capsys.readouterr().err
-    assert "the checkpoint's plan was made for fp32, this run is bf16" in err and "train.checkpointing is true" in err
+    assert "the checkpoint's plan was made for fp32, this run is bf16" in err and "\nbigbatch: warning: checkp" in err
+    assert "checkpointing is true since" in err and "memory_budget is 2.00 GiB, the checkpoint's plan" in err
+    assert "train." not in err  # (the Replicator's arguments' names, not the config's: found from outside)
     # and one made at another world size (an elastic resume): said too, where it was silent (found from outside)
     again = bigbatch.Replicator(batch=16, micro_batch="auto", device="cpu", memory_budget="1GiB")
     again.prepare(setup()[1])

@@ -289,11 +289,17 @@ def hold_freed_memory() -> bool:
 
 
 def plan_holds(
-    plan: dict, world_size: int, budget: int | None, speak: bool, precision: str = "", checkpointing: bool = False
+    plan: dict,
+    world_size: int,
+    budget: int | None,
+    speak: Callable[[str], str] | None,
+    precision: str = "",
+    checkpointing: bool = False,
 ) -> bool:
     """Whether a resumed micro_batch "auto" run keeps the plan its checkpoint holds: one made for this world
     size, this precision (a resume may change it: bf16 to fp32 doubles the activations) and, where a budget is
-    given, for this budget (else it probes again, and `speak`s of a new budget or precision)."""
+    given, for this budget (else it probes again, and `speak`s of a new budget or precision: a warning, its words the
+    config's or the Replicator's arguments' as `speak` puts them)."""
     if plan["world_size"] != world_size:
         if speak:  # (found from outside: a resume at another world size probed again without a word)
             was, now = (counted(n, "process") for n in (plan["world_size"], world_size))
@@ -301,19 +307,19 @@ def plan_holds(
         return False
     if precision and plan.get("precision", precision) != precision:
         if speak:
-            warn(f'the checkpoint\'s plan was made for {plan["precision"]}, this run is {precision}: micro_batch '
-                 '"auto" is probed again')  # fmt: skip
+            warn(speak(f'the checkpoint\'s plan was made for {plan["precision"]}, this run is {precision}: '
+                       'micro_batch "auto" is probed again'))  # fmt: skip
         return False
     if plan.get("checkpointing", checkpointing) != checkpointing:  # (a resume may switch it: memory changes)
         if speak:
-            warn(f"train.checkpointing is {str(checkpointing).lower()} since the checkpoint's plan: micro_batch "
-                 '"auto" is probed again')  # fmt: skip
+            warn(speak(f"train.checkpointing is {str(checkpointing).lower()} since the checkpoint's plan: "
+                       'micro_batch "auto" is probed again'))  # fmt: skip
         return False
     if budget is not None and budget != plan["memory_budget_bytes"]:
         if speak:
             before = format_bytes(plan["memory_budget_bytes"])
-            warn(f'train.memory_budget is {format_bytes(budget)}, the checkpoint\'s plan was made for {before}: '
-                 'micro_batch "auto" is probed again')  # fmt: skip
+            warn(speak(f'train.memory_budget is {format_bytes(budget)}, the checkpoint\'s plan was made for {before}: '
+                       'micro_batch "auto" is probed again'))  # fmt: skip
         return False
     return True
 

@@ -565,9 +565,9 @@ class Replicator:
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
                 s.settled = float(saved.get("settled", 0.0))  # (a checkpoint of before it: none)
                 s.grown = bool(saved.get("grown", True))  # (one of before it: its first fall taken as over)
-        plan, holds = state.get("plan"), memory.plan_holds
-        how = (self.precision, bool(self.checkpointing))
-        if self._auto and plan and holds(plan, self.world_size, self.memory_budget, self.is_main, *how):
+        plan, how = state.get("plan"), (self.precision, bool(self.checkpointing))
+        speak = (str if self._config_terms else api_terms) if self.is_main else None  # (the API's names: from outside)
+        if self._auto and plan and memory.plan_holds(plan, self.world_size, self.memory_budget, speak, *how):
             self.use_micro_batch(int(plan["micro_batch"]))
             self.budget = plan["memory_budget_bytes"]
             self.probes = [memory.Probe(**p) for p in plan["probes"]]
