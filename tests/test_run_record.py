@@ -23,6 +23,12 @@ def test_plan_json_keeps_the_phases_before_a_resume_and_says_what_it_changed(tin
     bigbatch.train(cfg.override({"train.kimg": 0.16}), run_dir=stopped, resume=True, quiet=True)  # (and again)
     resumes = json.loads((stopped / "plan.json").read_text())["resumes"]
     assert [r["at_kimg"] for r in resumes] == [0.08, 0.128] and resumes[1]["changed"]["train.precision"][1] == "fp32"
+    # A micro-batch "auto" settled otherwise on resume (another budget): the split it trained by, kept (found from
+    # outside: plan.json held the last alone, which README says to give to reproduce a BatchNorm network's run).
+    auto = {"train.micro_batch": "auto", "train.memory_budget": "5MiB"}
+    bigbatch.train(cfg.override({**auto, "train.kimg": 0.192}), run_dir=stopped, resume=True, quiet=True)
+    resumes = json.loads((stopped / "plan.json").read_text())["resumes"]
+    assert resumes[-1]["changed"]["micro_batch"][0] == 16, resumes[-1]
 
 
 def test_a_later_phase_of_the_same_split_is_recorded_too(tmp_path):
