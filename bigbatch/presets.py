@@ -65,7 +65,7 @@ def base_config(name: str | None, config: str | None, default: str = "digits") -
         return under.layered(tree)
     cfg = Config.from_dict(tree)
     if under is not None:  # (found from outside: a run's config over another task's preset became it, unsaid)
-        warn(f"{config} sets every key (a run's config.toml), so nothing of --preset {name} is left: drop --preset")
+        warn(f"{config} sets every key (as a run's config.toml does): nothing of --preset {name} is left; drop it")
     left = cfg.left_out(tree)
     if left:
         shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")

@@ -215,8 +215,8 @@ def test_a_config_file_lays_over_a_preset_given_with_it_and_alone_says_what_it_l
     assert capsys.readouterr().err == ""
     assert base_config("digits", str(tmp_path / "whole.toml")) == bigbatch.preset("stylegan2_256")
     assert capsys.readouterr().err == (
-        f"bigbatch: warning: {tmp_path / 'whole.toml'} sets every key (a run's config.toml), so nothing of --preset "
-        "digits is left: drop --preset\n"
+        f"bigbatch: warning: {tmp_path / 'whole.toml'} sets every key (as a run's config.toml does): nothing of "
+        "--preset digits is left; drop it\n"
     )
     (tmp_path / "opts.toml").write_text("[model.options]\nmap_layers = 2\n")  # (a table whole: said, by review)
     assert base_config("stylegan2_256", str(tmp_path / "opts.toml")).model.options == {"map_layers": 2}
