@@ -23,7 +23,9 @@ def test_keys_the_run_does_not_read_are_said_as_it_starts_and_not_by_what_reads_
         assert main(argv) == 0
         out, err = capsys.readouterr()
         assert "is not read" not in err, argv
-    assert "sgd lr per phase (data.schedule, below)" in out  # (info showed the rate it does not read)
+    assert (
+        "sgd momentum 0.9 nesterov lr per phase (data.schedule, below)" in out
+    )  # (info showed the rate it does not read)
     # timm's --decay-epochs under a cosine schedule, Nesterov without momentum: silent.
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
     over = {"train.lr_decay": "cosine", "train.lr_steps": [0.064], "train.nesterov": True, "train.momentum": 0.0}

@@ -43,7 +43,8 @@ def run_cli(capsys, *argv):
         (["train", "--bogus"], "unrecognized arguments: --bogus (see 'bigbatch train --help')"),  # (was bigbatch's)
         (["train", "--dry-run", "train.batch=64", "--bogus"], "unrecognized arguments: --bogus"),
         (["train", "--dry-run", "train.batch"], "cannot read override 'train.batch': write it as key=value"),
-        (["presets", "train.batch=64"], "unrecognized arguments: train.batch=64"),
+        (["presets", "train.batch=64"], "unknown preset 'train.batch=64'"),
+        (["presets", "digits", "train.batch=64"], "unrecognized arguments: train.batch=64"),
         (["frobnicate"], "invalid choice"),
         (["lr-find", "--out", "curve.jpg"], "'curve.jpg' would hold a PNG image: give a name ending in .png"),
         (["show-batch", "--out", "b.txt"], "give a name ending in .png"),

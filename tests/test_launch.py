@@ -144,7 +144,7 @@ def test_a_launched_rank_that_has_ended_ignores_a_late_sigterm(tmp_path):
         "    pass  # the training loop\n"
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "print('after the loop', flush=True)\n"
-        "cli.main(['--version'])\n"
+        "cli.main(['--no-such-option'])\n"
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "print('after main', flush=True)\n"
     )

@@ -193,8 +193,6 @@ def build(
             'classes (prepare a folder with one sub-folder per class), or train.labels = "rotation" for unlabelled data'
         )
     t, m = cfg.train, cfg.model
-    if rep.is_main and resumed_at is None:
-        warn_new_run(cfg, trains=run is not None)  # (lr-find and show-batch: a run's length is none of theirs)
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
@@ -219,7 +217,8 @@ def build(
         opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps, **kernels)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
-    if rep.is_main and resumed_at is None:
+    if rep.is_main and resumed_at is None:  # (once the data and model are taken: a refusal is said alone)
+        warn_new_run(cfg, trains=run is not None)  # (lr-find and show-batch: a run's length is none of theirs)
         warn_upscaled(cfg, data, task.val_data if cfg.data.val_path else None)  # (a share of data.path: as it is)
     return task
 
