@@ -87,9 +87,8 @@ class Run:
 
     def _history(self, before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
         """What a resume keeps of plan.json (`before`; `now`: the new plan): the phases begun before its checkpoint,
-        and "resumes", where each resume changed the config or the split, and what (found from outside: config.toml
-        and plan.json said a precision and micro-batch changed on resume as if the run had had them throughout, the
-        phases before were dropped, and a new micro-batch or process count left no trace)."""
+        and "resumes", where each resume changed the config or the split, and what (found from outside: each as if the
+        run had had it throughout, the phases before dropped, a new micro-batch or process count left no trace)."""
         at = (self.resumed_at or 0) / 1000
         kept = {
             key: [e for e in before.get(key, []) if isinstance(e, dict) and e.get(mark, math.inf) < at]
@@ -97,7 +96,8 @@ class Run:
         }
         changed = resume_changes(self.checkpoint / "config.toml", self.cfg) if self.checkpoint is not None else {}
         changed = {k: [_json(a), _json(b)] for k, (a, b) in changed.items()}
-        changed |= {k: [before[k], now[k]] for k in ("micro_batch", "world_size") if before.get(k, now[k]) != now[k]}
+        split = () if self.cfg.data.schedule else ("micro_batch", "world_size")  # (phases record theirs as they begin)
+        changed |= {k: [before[k], now[k]] for k in split if before.get(k, now[k]) != now[k]}
         kept["resumes"] += [{"at_kimg": at, "changed": changed}] if self.checkpoint is not None and changed else []
         return {k: v for k, v in kept.items() if v}
 

@@ -24,11 +24,17 @@ def test_plan_json_keeps_the_phases_before_a_resume_and_says_what_it_changed(tin
     resumes = json.loads((stopped / "plan.json").read_text())["resumes"]
     assert [r["at_kimg"] for r in resumes] == [0.08, 0.128] and resumes[1]["changed"]["train.precision"][1] == "fp32"
     # A micro-batch "auto" settled otherwise on resume (another budget): the split it trained by, kept (found from
-    # outside: plan.json held the last alone, which README says to give to reproduce a BatchNorm network's run).
+    # outside: plan.json held the last alone, which README says to give to reproduce a BatchNorm network's run); with
+    # a schedule, the phase resumed inside is recorded again with it.
     auto = {"train.micro_batch": "auto", "train.memory_budget": "5MiB"}
-    bigbatch.train(cfg.override({**auto, "train.kimg": 0.192}), run_dir=stopped, resume=True, quiet=True)
-    resumes = json.loads((stopped / "plan.json").read_text())["resumes"]
-    assert resumes[-1]["changed"]["micro_batch"][0] == 16, resumes[-1]
+    bigbatch.train(cfg.override({**auto, "train.kimg": 0.224}), run_dir=stopped, resume=True, quiet=True)
+    record = json.loads((stopped / "plan.json").read_text())
+    assert "micro_batch" not in record["resumes"][-1]["changed"] and record["phases"][-1]["micro_batch"] != 16
+    single = tiny.override({"train.kimg": 0.064, "checkpoint.every_kimg": 0.032})
+    run = bigbatch.train(single, run_dir=tmp_path / "single", quiet=True)
+    bigbatch.train(single.override({**auto, "train.kimg": 0.128}), run_dir=run, resume=True, quiet=True)
+    (resumed,) = json.loads((run / "plan.json").read_text())["resumes"]
+    assert resumed["changed"]["micro_batch"][0] == 16 and resumed["changed"]["train.micro_batch"] == [16, "auto"]
 
 
 def test_a_later_phase_of_the_same_split_is_recorded_too(tmp_path):
