@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bigbatch import checkpoints
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, named_few, warn
 from bigbatch.files import owner_alive
 from bigbatch.urls import public_name, refuse_credentials
 
@@ -110,6 +110,12 @@ def find_checkpoint(path: str | Path) -> Path:
                 f"{path} holds weight files ({', '.join(weights[:3])}), not a bigbatch run: `bigbatch convert "
                 f"{path} RUN --preset P` makes a run of BigGAN-PyTorch's or StyleGAN2-ADA's state dicts (P: the preset "
                 "of their model, such as biggan128_bs2048 or stylegan2_256)"
+            )
+        runs = sorted(p.name for p in path.iterdir() if (p / "config.toml").is_file()) if path.is_dir() else []
+        if runs:  # (found from outside: a folder of runs, which plot takes, got no way on)
+            raise BigbatchError(
+                f"{path} is a folder of runs ({named_few(runs, 3)}): give one of them, {path}/<run>; `bigbatch plot "
+                f"{path}` draws them all"
             )
         raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
     complete = checkpoints.complete_checkpoints(path)

@@ -206,5 +206,6 @@ def test_a_path_of_the_wrong_kind_is_named_for_what_it_is(tmp_path, monkeypatch,
     (tmp_path / "run" / "config.toml").write_text(bigbatch.preset("digits").dumps())
     one_line(capsys, ["prepare", "run", "r.h5"], "source run is a run directory, not a folder of images")
     one_line(capsys, ["stop", "nothere"], "nothere does not exist")
+    one_line(capsys, ["info", "."], ". is a folder of runs (run): give one of them, ./<run>; `bigbatch plot .`")
     if importlib.util.find_spec("gcsfs") is None:  # (a scheme whose file system is not installed: s3fs was named)
         one_line(capsys, ["info", "gs://b/x.h5"], "install gcsfs to access Google Storage (fsspec's file system for gs")
