@@ -136,7 +136,7 @@ def sweep(
                     _train_here(job, quiet)
             else:
                 _side_by_side(iter(todo), starter)
-        rows = _finish(root, jobs)
+        rows = _finish(root, jobs, _table(root, jobs))
         done, before = sum(r.get("status") == "finished" for r in rows), len(jobs) - len(todo)
         said = f" ({before} before this call)" if before else ""
         said += f"; {len(jobs) - done} not (interrupted)" if done < len(jobs) else ""
@@ -338,12 +338,15 @@ def _table(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
     return rows
 
 
-def _finish(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
-    rows = _table(root, jobs)
-    failed = [job for job in jobs if job.failed]
-    if failed:
+def _finish(root: Path, jobs: list[Job], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows; a grid's failed runs raised, a search's warned of unless all failed (a study's FAIL, as
+    Optuna's catch leaves it: found from outside, the search's best and the caller's code after went unsaid, unrun)."""
+    if failed := [job for job in jobs if job.failed]:
         names = "; ".join(f"{job.run.name}: {job.failed}" for job in failed)
-        raise BigbatchError(f"{len(failed)} of {len(jobs)} sweep runs failed ({names}); see {root / 'results.md'}")
+        said = f"{len(failed)} of {len(jobs)} sweep runs failed ({names}); see {root / 'results.md'}"
+        if not any(job.trial is not None for job in jobs) or len(failed) == len(jobs):
+            raise BigbatchError(said)
+        warn(said)
     return rows
 
 
@@ -455,9 +458,8 @@ def _search(
         finally:
             for job in jobs:
                 tell(job)
-        rows = _finish(root, jobs)
-        _say_search_end(root, rows, study, jobs, metric)
-        return rows
+        _say_search_end(root, rows := _table(root, jobs), study, jobs, metric)
+        return _finish(root, jobs, rows)
 
 
 def _say_search_end(root: Path, rows: list[dict[str, Any]], study: Any, jobs: list[Job], metric: str) -> None:
