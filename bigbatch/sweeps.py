@@ -146,9 +146,8 @@ def sweep(
 
 @contextlib.contextmanager
 def _table_on_stop(root: Path, jobs: list[Job], again: Callable[[list[str]], str]) -> Iterator[None]:
-    """A sweep stopped (Ctrl-C, SIGTERM, bigbatch stop) still writes its table: the runs that finished,
-    the one stopped as interrupted, those not begun as new; and says which runs it stopped and how they go on
-    (`again`). A sweep that failed writes it too."""
+    """A sweep stopped (Ctrl-C, SIGTERM, bigbatch stop) or failed still writes its table: the runs that finished,
+    the one stopped as interrupted, those not begun as new; and says which runs it stopped and how they go on."""
     try:
         with sigterm_raises():  # (in a script as from the CLI)
             yield
@@ -168,12 +167,9 @@ def _table_on_stop(root: Path, jobs: list[Job], again: Callable[[list[str]], str
 def _one_sweep(root: Path) -> Iterator[None]:
     """Hold RUNS_DIR/.sweep.lock while a sweep runs in it: a second sweep into the same folder would find
     the first one's runs in use, call them failed and write its table over the first one's."""
-
-    def busy(folder: Path, pid: str, held_by: str) -> str:
-        return f"{folder} is in use by another sweep ({held_by}); wait for it to end, or give this one another RUNS_DIR"
-
     root.mkdir(parents=True, exist_ok=True)
-    lock = lock_folder(root, ".sweep.lock", busy)
+    said = "{} is in use by another sweep ({}); wait for it to end, or give this one another RUNS_DIR"
+    lock = lock_folder(root, ".sweep.lock", lambda folder, pid, held_by: said.format(folder, held_by))
     try:
         yield
     finally:
@@ -409,6 +405,7 @@ def _search(
             try:  # (found from outside: a search of another base into RUNS_DIR took its runs, and called them failed)
                 _check_unchanged(job)
                 _check_metric(cfg, metric)
+                _check_plan(job, None if launcher == "local" else nprocs)  # (its config too: found from outside)
             except BigbatchError:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
@@ -545,14 +542,17 @@ def _check_unchanged(job: Job) -> None:
 
 
 def _check_plan(job: Job, nprocs: int | None) -> None:
-    """A run's batch plan on the sweep's `nprocs` ranks (None: this process's), refused before any run trains
-    (found from outside: a grid's micro-batch that did not divide its batch failed when its turn came, after the
-    runs before it had trained). Its arithmetic only: the device the ranks will have is theirs."""
+    """A run's batch plan on the sweep's `nprocs` ranks (None: this process's; its arithmetic only), and what a new
+    run's start refuses of its config, before any run trains (found from outside: a grid's micro-batch that did not
+    divide its batch, and a GAN's eval.n in a classifier's, failed each run as its turn came)."""
     from bigbatch.batching import describe_plan
+    from bigbatch.tasks.interface import check_new_run
 
     try:
         with warnings_off():
             describe_plan(job.cfg.override({"train.device": "cpu"}), world_size=nprocs)
+            if not (job.run / "config.toml").is_file():
+                check_new_run(job.cfg)
     except BigbatchError as e:
         raise BigbatchError(f"the sweep's run {job.run.name}: {e}") from None
 

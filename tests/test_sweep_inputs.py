@@ -141,3 +141,17 @@ def test_a_search_whose_trial_failed_says_its_best_and_returns(tmp_path, capsys,
     study = optuna.create_study(direction="maximize")
     with pytest.raises(bigbatch.BigbatchError, match="1 of 1 sweep runs failed"):
         bigbatch.sweep(base, {"train.lr": [1e38]}, tmp_path / "all", search=study, n_trials=1, metric="val_top1")
+
+
+def test_what_a_new_run_refuses_of_the_base_is_refused_before_any_run_trains(tmp_path):
+    # Found from outside: a GAN's eval.n in a classifier's base passed the sweep's checks, and every run failed as it
+    # started, the cause said once a run in an 800-character line.
+    base = tiny_classifier(**{"eval.n": 500})
+    with pytest.raises(bigbatch.BigbatchError, match=r"^the sweep's run batch=32: config key 'eval.n' is for a GAN"):
+        bigbatch.sweep(base, {"train.batch": [32, 64]}, tmp_path / "grid")
+    assert not (tmp_path / "grid").exists()
+    optuna = pytest.importorskip("optuna")
+    study = optuna.create_study(direction="maximize")
+    with pytest.raises(bigbatch.BigbatchError, match=r"^the sweep's run trial-0000-\w+: config key 'eval.n' is for"):
+        bigbatch.sweep(base, {"train.batch": [32]}, tmp_path / "s", search=study, n_trials=2, metric="val_top1")
+    assert [t.state.name for t in study.get_trials()] == ["FAIL"]
