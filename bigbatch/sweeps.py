@@ -479,17 +479,17 @@ def _say_search_end(root: Path, rows: list[dict[str, Any]], study: Any, jobs: li
 
 def _check_metric(cfg: Config, metric: str) -> None:
     """A search's metric is one its runs log, while they train (found from outside: a misspelt one was found
-    after every trial had trained, each told as failed)."""
-    if not cfg.eval.every_kimg:
-        raise BigbatchError(
-            f"a search follows {metric!r} as its runs score it, every eval.every_kimg, which is 0 (nothing scored): "
-            "set eval.every_kimg"
-        )
+    after every trial had trained, each told as failed; a misspelt one was said second)."""
     names = logged_scores(cfg)
     if names and metric not in names:
         raise BigbatchError(
             f"a search's metric {metric!r} is not a score these runs log ({', '.join(dict.fromkeys(names))}): give "
             "one of those, or set eval.metrics (eval.extractor) to score it"
+        )
+    if not cfg.eval.every_kimg:
+        raise BigbatchError(
+            f"a search follows {metric!r} as its runs score it, every eval.every_kimg, which is 0 (nothing scored): "
+            "set eval.every_kimg"
         )
 
 

@@ -309,6 +309,8 @@ def test_a_search_refuses_a_metric_its_runs_do_not_log_before_anything_trains(ti
         (scored, "fidd", r"'fidd' is not a score these runs log \(fcd, kcd, kcd_std\)"),
         (scored, "fid", r"'fid' is not a score .*set eval.metrics \(eval.extractor\)"),
         (tiny.override({"eval.every_kimg": 0}), "fid", "every eval.every_kimg, which is 0"),
+        (tiny.override({"eval.every_kimg": 0}), "accuracy", r"'accuracy' is not a score these runs log \(fid"),  # (the
+        # name first: found from outside, "set eval.every_kimg", then that it is not a score)
         # (top-5 of 4 rotations is always 100, and not logged: found by review, every trial trained and failed)
         (rotations, "val_top5", r"'val_top5' is not a score these runs log \(val_top1, val_loss\)"),
     ):
