@@ -91,6 +91,10 @@ def test_the_report_names_the_rank_that_failed_of_its_own_accord(capsys):
     starting = [result(0, 143, STOPPED, stopped=True), result(1, 143, "x\n" + STOPPED, stopped=True)]
     assert report(starting) == 130
     assert "interrupted as the ranks started: they stopped before the training loop began" in capsys.readouterr().err
+    # One process of this machine's (a sweep's or search's local run): no rank named (found from outside: "rank 0 on
+    # local:" before its error).
+    assert report([RankResult(0, "local", 2, "bigbatch: error: 2 of the last 4 model steps ...")]) == 2
+    assert capsys.readouterr().err == "bigbatch: error: 2 of the last 4 model steps ...\n"
 
 
 def test_a_rank_that_failed_of_its_own_accord_is_restarted_whatever_its_status():

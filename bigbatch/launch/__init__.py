@@ -491,7 +491,8 @@ def failure(results: Sequence[RankResult]) -> tuple[int, str]:
     others = len(failed) - 1
     also = f" ({others} other rank{'s' if others != 1 else ''} failed or stopped too)" if others else ""
     status = first.returncode if first.returncode > 0 else 128 - first.returncode  # (a shell's: 137 for SIGKILL)
-    return status, f"rank {first.rank} on {first.worker}: {message(first)}{also}"
+    who = "" if len(results) == 1 and first.worker == "local" else f"rank {first.rank} on {first.worker}: "
+    return status, f"{who}{message(first)}{also}"  # (one process here: no rank named, found from outside)
 
 
 def with_restarts(
