@@ -16,10 +16,12 @@ BigGAN-128 ch 96 D step + G step, counted here with torch.utils.flop_counter (--
 from __future__ import annotations
 
 import argparse
+import atexit
 import io
 import logging
 import os
 import resource
+import shutil
 import socket
 import sys
 import tempfile
@@ -159,6 +161,8 @@ def main() -> None:
     workers = args.workers
     torch.set_num_threads(1)
     root = Path(args.dir or tempfile.mkdtemp(prefix="bigbatch-bench-data-"))
+    if not args.dir:  # (found from outside: 0.35 GB a run left in /tmp)
+        atexit.register(shutil.rmtree, root, True)
     src, h5 = root / "src", root / "data.h5"
     print(
         f"# {args.n} synthetic photos {args.src_size}px -> {args.resolution}px, {os.cpu_count()} CPUs, in {root}; "

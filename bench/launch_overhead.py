@@ -12,7 +12,9 @@ its cluster or agent, placing the rank, sending its output back).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,6 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
     tmp = Path(tempfile.mkdtemp(prefix="bigbatch-launch-"))
+    atexit.register(shutil.rmtree, tmp, True)  # (found from outside: six runs a round left in /tmp)
     n = iter(range(10**6))
 
     def run_dir() -> str:

@@ -12,8 +12,10 @@ time, best of 3."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -77,6 +79,7 @@ def main() -> None:
     cv2.setNumThreads(0)
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="bench-s3-"))
+    atexit.register(shutil.rmtree, root, True)  # (found from outside: left in /tmp)
     make_photos(root / "photos", args.n)
     moto()
     import s3fs

@@ -15,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _args import int_list
+sys.path.insert(0, str(Path(__file__).parent))
+from _args import int_list  # noqa: E402
 from safetensors.torch import load_file
 
 STATS = ("running_mean", "running_var", "num_batches_tracked")
@@ -87,6 +88,8 @@ def main() -> None:
     args = p.parse_args()
     codes = {"this code": Path(__file__).resolve().parents[1]}
     if args.before:
+        if not (Path(args.before) / "bigbatch" / "__init__.py").is_file():  # (found from outside: this code's figures
+            p.error(f"--before {args.before} holds no bigbatch/: give the folder of another checkout")  # as before's)
         codes = {"before": Path(args.before).resolve(), **codes}
     print("| code | split (batch 4k, micro 4) | parameters unequal, max abs diff | BN statistics unequal, max rel |")
     print("|---|---|---|---|")

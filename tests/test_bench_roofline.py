@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -80,7 +79,8 @@ def test_a_quick_run_prints_each_works_roofline():
     for row in (resnet, stylegan):
         launches, tflop, gb, roof = float(row[1].replace(",", "")), float(row[2]), float(row[3]), float(row[6])
         assert launches > 100 and gb > 0 and roof > 0 and tflop >= 0
-    assert resnet[8] == "1500.0" and float(resnet[9]) == pytest.approx(1500 / float(resnet[6]), rel=0.01)
+    assert resnet[8] == "1500.0" and resnet[9] == "-"  # (a GPU's full-size time over --quick's toy count: none, found
+    # from outside, 1.71e+04 printed)
     assert stylegan[8] == "-" and re.search(r"convolutions \d", stylegan[10])
 
 
