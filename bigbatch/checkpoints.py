@@ -82,10 +82,11 @@ SUPERSEDED = ".superseded-"  # one newer than the checkpoint a run resumed from 
 
 
 def not_finite(nets: dict[str, nn.Module]) -> list[str]:
-    """The names of `nets` holding a weight or float buffer that is not finite (one read of the device a net)."""
+    """The names of `nets` holding a weight that is not finite (one read of the device a net; buffers are left out:
+    a model's own may hold an infinity on purpose, a mask's, and BatchNorm's statistics are guarded at each step)."""
     bad = []
     for name, net in nets.items():
-        tensors = [t for t in net.state_dict().values() if t.is_floating_point()]
+        tensors = [t.detach() for t in net.parameters() if t.is_floating_point()]
         if tensors and not torch.stack([torch.isfinite(t).all() for t in tensors]).all():
             bad.append(name)
     return bad
