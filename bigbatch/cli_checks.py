@@ -4,7 +4,6 @@ device), and what `bigbatch launch` would start on every rank."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -110,22 +109,16 @@ def build_on_meta(cfg: Any, warns: bool = True) -> None:
     import torch
 
     from bigbatch import models
-    from bigbatch.tasks.interface import check_new_run
+    from bigbatch.tasks.interface import check_new_run, say_new_run
 
     with torch.device("meta"):
         if cfg.task == "classify":
-            from bigbatch.tasks.classify.task import warn_new_run
-
             models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
-            if warns and os.environ.get("RANK", "0") == "0":  # (what a new run says of its settings: found from
-                warn_new_run(cfg)  # outside, the dry run did not)
         elif cfg.task == "gan":
-            from bigbatch.tasks.gan.task import build_models, check_path_length, warn_new_gan
+            from bigbatch.tasks.gan.task import build_models, check_path_length
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)
-            if warns and os.environ.get("RANK", "0") == "0":
-                warn_new_gan(cfg)
         elif cfg.task == "swap":
             from bigbatch.tasks.swap.discriminators import discriminators
             from bigbatch.tasks.swap.task import build_model
@@ -135,6 +128,8 @@ def build_on_meta(cfg: Any, warns: bool = True) -> None:
             models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
     if warns:  # (a new run's: found by review, the dry run of a resume refused what the resume takes)
         check_new_run(cfg)
+        if os.environ.get("RANK", "0") == "0":  # (what it says of its settings: found from outside, said by the run
+            say_new_run(cfg)  # alone)
 
 
 LAUNCHED = ("train", "eval")  # the commands whose ranks work together (eval: each extracts its share of features)
@@ -178,7 +173,7 @@ def dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
     """What a resume of `run` would check and keep, without taking the run (found from outside: --dry-run
     --resume passed a changed train.batch that the resume refused, and described an "auto" it would not probe)."""
     from bigbatch import checkpoint_find, checkpoints
-    from bigbatch.rundir import Run, _check_length, resume_config
+    from bigbatch.rundir import Run, _check_length, read_plan, resume_config
 
     try:
         ckpt: Path | None = checkpoint_find.find_checkpoint(run)
@@ -194,10 +189,7 @@ def dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
     said = f"; resumes {ckpt.name}"
     if (was := resumed.length_before) is not None and resumed.cfg.train.kimg > was:  # (said: found from outside)
         said += f", train.kimg {was:g} -> {resumed.cfg.train.kimg:g}"
-    try:
-        kept = json.loads((run / "plan.json").read_text()).get("micro_batch")
-    except (OSError, ValueError, AttributeError):
-        kept = None
+    kept = read_plan(run).get("micro_batch")
     if cfg.train.micro_batch == "auto" and isinstance(kept, int):
         said += f", keeping the micro_batch {kept} its run planned"
     return said

@@ -133,18 +133,18 @@ def _sample(args: argparse.Namespace) -> None:
         # arr_0: uint8 NHWC, the layout external scorers read; y: a conditional G's labels (BigGAN-PyTorch's key)
         np.savez(buf, arr_0=images.numpy(), **({} if y is None else {"y": y.numpy()}))
         atomic_write(out, buf.getvalue())
-    elif args.outdir is not None:  # (ADA's generate.py --outdir: found from outside, a grid or an .npz alone)
-        from PIL import Image
-
-        images = drawn()[0] if args.seeds else sample(G, args.n, args.seed, classes, args.truncation)
-        out = Path(args.outdir)
-        for i, image in enumerate(images.numpy()):
-            name = f"seed{args.seeds[i]:04d}.png" if args.seeds else f"{i:05d}.png"
-            save_png(Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image), out / name)
     else:
         images = drawn()[0] if args.seeds else sample(G, args.n, args.seed, classes, args.truncation)
-        out = Path(args.out or default_dir / f"sample-{named}.png")
-        save_png(grid(images, ncol=args.ncol), out)
+        if args.outdir is None:
+            out = Path(args.out or default_dir / f"sample-{named}.png")
+            save_png(grid(images, ncol=args.ncol), out)
+        else:  # (ADA's generate.py --outdir: found from outside, a grid or an .npz alone)
+            from PIL import Image
+
+            out = Path(args.outdir)
+            for i, image in enumerate(images.numpy()):
+                name = f"seed{args.seeds[i]:04d}.png" if args.seeds else f"{i:05d}.png"
+                save_png(Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image), out / name)
     print(out)
 
 

@@ -3,28 +3,24 @@ evaluation, best checkpoint, recipe, model, training settings and files."""
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from pathlib import Path
 
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
-from bigbatch.data.schedule import phase_trained, resolution_trained, schedule_of
+from bigbatch.data.schedule import phase_sides, phase_trained, resolution_trained, schedule_of
 from bigbatch.errors import BigbatchError, counted
 from bigbatch.files import held_by
-from bigbatch.rundir import read_metrics, trainer
+from bigbatch.rundir import read_metrics, read_plan, trainer
 
 
 def _batch_plan(cfg: Config, run: Path | None) -> str:
     """The batch and how it was split, as the run resolved it (RUN/plan.json: micro_batch "auto", or one above a
     process's share), else as the config asks; a data.schedule's phases say their own batch."""
     t = cfg.train
-    try:
-        plan = json.loads((run / "plan.json").read_text()) if run is not None and not cfg.data.schedule else None
-    except (OSError, ValueError):
-        plan = None
-    if not isinstance(plan, dict) or not {"micro_batch", "accumulation", "world_size"} <= set(plan):
+    plan = read_plan(run) if run is not None and not cfg.data.schedule else {}
+    if not {"micro_batch", "accumulation", "world_size"} <= set(plan):
         return f"batch {t.batch} (micro {t.micro_batch})"
     split = f"micro {plan['micro_batch']} x {plan['accumulation']} accumulated"
     split += f" x {plan['world_size']} processes" if plan["world_size"] > 1 else ""
@@ -57,11 +53,9 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
         return f"done ({kimg:.3f} of {total:g} kimg)"
     logged = max((float(r.get("kimg", 0.0)) for r in rows), default=0.0)
     again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume` goes on"
-    try:  # (found from outside: a run of several processes told to go on as one, where its stop's line says them)
-        ranks = int(json.loads((run / "plan.json").read_text()).get("world_size", 1))
-    except (OSError, ValueError, TypeError, AttributeError):
-        ranks = 1
-    launch = f", started as the run was ({ranks} processes)" if ranks > 1 else ""
+    # (found from outside: a run of several processes told to go on as one, where its stop's line says them)
+    ranks = read_plan(run).get("world_size", 1)
+    launch = f", started as the run was ({ranks} processes)" if isinstance(ranks, int) and ranks > 1 else ""
     if ckpt is None:
         logs = f" (logged to {logged:g} kimg)" if logged else ""
         return f"not training: it ended before its first checkpoint{logs}; {again} from its start{launch}"
@@ -137,7 +131,7 @@ def describe_run(path: str | Path) -> str:
     else:
         classes = f", {meta.get('n_classes') or 'no'} classes" if ckpt is not None else ""  # (what its data gives)
         trained = resolution_trained(cfg, int(meta.get("nimg", 0)))
-        sides = sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})  # (found from outside:
+        sides = phase_sides(cfg)  # (found from outside:
         at = f"{sides[0]}-{sides[-1]}px (data.schedule)" if len(sides) > 1 else f"{sides[0]}px"  # "at 128px" unused)
         at += f", last trained at {trained}px" if ckpt is not None and (len(sides) > 1 or trained != sides[0]) else ""
         at += f", scored at {cfg.eval.resolution}px" if cfg.eval.resolution else ""

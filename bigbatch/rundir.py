@@ -74,13 +74,8 @@ class Run:
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path / "config.toml", self.cfg.dumps())
         record = plan_record(rep, self.cfg)
-        before: dict[str, Any] = {}
         if self.resumed:
-            try:
-                before = json.loads((self.path / "plan.json").read_text())
-            except (OSError, ValueError):
-                pass
-            before = before if isinstance(before, dict) else {}
+            before = read_plan(self.path)
             record |= self._history(before, record)
             say_sums_reordered(before, record)
         atomic_write(self.path / "plan.json", json.dumps(record, indent=1) + "\n")
@@ -272,14 +267,19 @@ def snapshot(task: Task, rep: Replicator, nimg: int, seconds: float) -> dict[str
     }
 
 
+def read_plan(run: Path) -> dict[str, Any]:
+    """RUN/plan.json's record ({} where it is missing or damaged)."""
+    try:
+        record = json.loads((Path(run) / "plan.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def _legacy_plan(run: Path) -> dict[str, Any] | None:
     """The micro_batch "auto" plan RUN/plan.json records, in Replicator.state_dict's form (None if it has none)."""
-    try:
-        record = json.loads((run / "plan.json").read_text())
-        keys = ("micro_batch", "world_size", "memory_budget_bytes", "probes")
-        return {k: record[k] for k in keys}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    record, keys = read_plan(run), ("micro_batch", "world_size", "memory_budget_bytes", "probes")
+    return {k: record[k] for k in keys} if all(k in record for k in keys) else None
 
 
 def open_run(cfg: Config, run_dir: str | Path | None, resume: bool | Literal["auto"]) -> Run:

@@ -93,6 +93,11 @@ def test_a_checkpoint_this_user_cannot_read_is_not_taken_for_a_damaged_one(tiny,
     one_line(capsys, ["train", "--run-dir", str(run), "--resume", "train.kimg=0.512"], "Permission denied; give")
     assert [c.name for c in checkpoints.complete_checkpoints(run)] == ["000000.256"]  # not moved aside
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".corrupt")]
+    # ... nor by verify (found from outside: "damaged ... (it is not damaged)", which a user may delete)
+    assert main(["info", "--verify", str(run)]) == 2
+    out, err = capsys.readouterr()
+    assert "\nunread    cannot read " in "\n" + out and "damaged   " not in out
+    assert "1 of 1 checkpoint could not be read by this user (000000.256): give it read access, then verify" in err
 
 
 def test_a_classifier_initialised_from_a_gan_run_is_told_so(tiny, tmp_path, capsys):

@@ -200,6 +200,11 @@ def phase_trained(cfg: Config, nimg: int) -> Phase:
     return schedule_of(cfg).phase_at(max(0, nimg - 1))
 
 
+def phase_sides(cfg: Config) -> list[int]:
+    """The sides the run's phases train at, smallest first (a phase of resolution 0: data.resolution's)."""
+    return sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})
+
+
 def resolution_trained(cfg: Config, nimg: int) -> int:
     """The resolution a checkpoint at `nimg` images seen last trained at."""
     return phase_trained(cfg, nimg).resolution or cfg.data.resolution

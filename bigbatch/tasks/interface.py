@@ -226,21 +226,25 @@ Builder = Callable[..., Task]
 _TASKS: dict[str, Builder] = {}
 _NEW_RUN_CHECKS: dict[str, Callable[[Config], None]] = {}
 _CONFIG_CHECKS: dict[str, Callable[[Config], None]] = {}
+_NEW_RUN_SAYS: dict[str, Callable[[Config, bool], None]] = {}
 
 
 def register(
-    name: str, check: Callable[[Config], None] | None = None, new_run: Callable[[Config], None] | None = None
+    name: str,
+    check: Callable[[Config], None] | None = None,
+    new_run: Callable[[Config], None] | None = None,
+    says: Callable[[Config, bool], None] | None = None,
 ) -> Callable[[Builder], Builder]:
     """Register a task builder `fn(cfg, rep, data, *, run, resumed_at, quiet) -> Task` under `name`;
     `check(cfg)` validates what the task makes of the config (its model family, its options) wherever a config is
-    read; `new_run(cfg)` what it refuses as a new run starts alone (see check_new_run)."""
+    read; `new_run(cfg)` what it refuses as a new run starts alone (see check_new_run); `says(cfg, trains)` what it
+    warns of a new run's settings (see say_new_run)."""
 
     def add(fn: Builder) -> Builder:
         _TASKS[name] = fn
-        if check is not None:
-            _CONFIG_CHECKS[name] = check
-        if new_run is not None:
-            _NEW_RUN_CHECKS[name] = new_run
+        for hooks, hook in ((_CONFIG_CHECKS, check), (_NEW_RUN_CHECKS, new_run), (_NEW_RUN_SAYS, says)):
+            if hook is not None:
+                hooks[name] = hook
         return fn
 
     return add
@@ -252,6 +256,14 @@ def check_new_run(cfg: Config) -> None:
     refused on every load, such runs could not)."""
     if cfg.task in _NEW_RUN_CHECKS:
         _NEW_RUN_CHECKS[cfg.task](cfg)
+
+
+def say_new_run(cfg: Config, trains: bool = True) -> None:
+    """What the task warns of a new run's settings as it starts (once its data and models are taken, so a refusal is
+    said alone), and the dry run of one (found from outside: the dry run said none of it). `trains`: a run's, not
+    lr-find's or show-batch's, whose length is none of theirs."""
+    if cfg.task in _NEW_RUN_SAYS:
+        _NEW_RUN_SAYS[cfg.task](cfg, trains)
 
 
 def _builder(name: str) -> Builder:
@@ -332,4 +344,7 @@ def build_task(
         device_decode.check(data, rep.device, cfg.data.decode)
     with torch.random.fork_rng(devices=[rep.device] if rep.device.type == "cuda" else []):  # (manual_seed seeds
         torch.manual_seed(cfg.train.seed)  # the GPU's too, which fork_rng restores only when given)
-        return builder(cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)
+        task = builder(cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)
+    if resumed_at is None and rep.is_main:
+        say_new_run(cfg, trains=run is not None)
+    return task

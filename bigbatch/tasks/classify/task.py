@@ -26,7 +26,7 @@ from torch import nn
 from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.load import validation_data
-from bigbatch.data.schedule import resize_batch, schedule_of
+from bigbatch.data.schedule import phase_sides, resize_batch, schedule_of
 from bigbatch.engine import batch_parts, running_stats
 from bigbatch.engine import precision as prec
 from bigbatch.engine.ema import make_ema, update_ema
@@ -180,7 +180,25 @@ def warn_unread(cfg: Config) -> None:
         warn("train.nesterov needs train.momentum > 0, which is 0: plain SGD without momentum is trained", once=True)
 
 
-@register("classify", check=check_config, new_run=refuse_scoring_keys)
+def warn_new_run(cfg: Config, trains: bool = True) -> None:
+    """What a new run says of its settings as it starts, and its dry run (found from outside: the dry run said
+    none): keys it leaves unread, phases at none of them at data.resolution, and, where it `trains` (not lr-find or
+    show-batch), decays, phases and a warm-up that the run's length never reaches or leaves."""
+    warn_unread(cfg)
+    # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
+    sides = phase_sides(cfg)
+    if cfg.data.schedule and cfg.data.resolution not in sides:
+        # (a data.resolution override on a preset whose phases name theirs: the phases win)
+        warn(
+            f"data.schedule's phases train at {', '.join(map(str, sides))} px and none at data.resolution = "
+            f"{cfg.data.resolution}: the run trains and evaluates at theirs; to change them, write the phases' "
+            "resolutions (data.schedule)"
+        )
+    if trains:
+        _warn_past_the_end(cfg)
+
+
+@register("classify", check=check_config, new_run=refuse_scoring_keys, says=warn_new_run)
 def build(
     cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool
 ) -> ClassifyTask:
@@ -218,38 +236,14 @@ def build(
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
     if rep.is_main and resumed_at is None:  # (once the data and model are taken: a refusal is said alone)
-        warn_new_run(cfg, trains=run is not None)  # (lr-find and show-batch: a run's length is none of theirs)
         warn_upscaled(cfg, data, task.val_data if cfg.data.val_path else None)  # (a share of data.path: as it is)
     return task
 
 
-def warn_new_run(cfg: Config, trains: bool = True) -> None:
-    """What a new run says of its settings as it starts, and its dry run (found from outside: the dry run said
-    none): keys it leaves unread, phases at none of them at data.resolution, and, where it `trains` (not lr-find or
-    show-batch), decays, phases and a warm-up that the run's length never reaches or leaves."""
-    warn_unread(cfg)
-    # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
-    sides = sorted({p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases})
-    if cfg.data.schedule and cfg.data.resolution not in sides:
-        # (a data.resolution override on a preset whose phases name theirs: the phases win)
-        warn(
-            f"data.schedule's phases train at {', '.join(map(str, sides))} px and none at data.resolution = "
-            f"{cfg.data.resolution}: the run trains and evaluates at theirs; to change them, write the phases' "
-            "resolutions (data.schedule)"
-        )
-    t = cfg.train
-    if trains:
-        _warn_past_the_end(cfg)
-    if t.warmup_kimg >= t.kimg and trains:
-        warn(
-            f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {t.kimg:g}): the learning "
-            "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
-        )
-
-
 def _warn_past_the_end(cfg: Config) -> None:
-    """Step decays and phases (absolute kimg) that a run shortened below them never reaches, said (found from
-    outside: fashion_resnet at train.kimg=60 trained at its full rate throughout, its steps at 300 and 450)."""
+    """Step decays and phases (absolute kimg) that a run shortened below them never reaches, and a warm-up it never
+    leaves, said (found from outside: fashion_resnet at train.kimg=60 trained at its full rate throughout, its steps
+    at 300 and 450; a preset's 30 kimg warm-up in a 0.256 kimg run)."""
     t, kimg = cfg.train, cfg.train.kimg
     late = [k for k in t.lr_steps if k >= kimg] if t.lr_decay == "step" else []
     if late:
@@ -263,6 +257,11 @@ def _warn_past_the_end(cfg: Config) -> None:
         warn(
             f"data.schedule's phases from kimg {shown} begin at or past the run's end (train.kimg {kimg:g}): the run "
             "never trains (or evaluates) so; write the phases for this length (data.schedule)"
+        )
+    if t.warmup_kimg >= kimg:
+        warn(
+            f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {kimg:g}): the learning "
+            "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
         )
 
 
@@ -465,7 +464,7 @@ class ClassifyTask:
 
     def probe(self, m: int) -> None:
         """One forward/backward of m images at the largest resolution of the schedule."""
-        size = max(p.resolution or self.cfg.data.resolution for p in self.schedule.phases)
+        size = phase_sides(self.cfg)[-1]
         images, labels = self.data.get(torch.arange(min(m, len(self.data))).repeat(m)[:m])
         self.rep.probe_step(self.loss, (resize_batch(images, size), labels, self._augs(m, 0), None))
         self.opt.zero_grad(set_to_none=True)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.data.load import stored_images, stored_side
-from bigbatch.data.schedule import schedule_of
+from bigbatch.data.schedule import phase_sides
 from bigbatch.engine import dist
 from bigbatch.engine import precision as prec
 from bigbatch.errors import BigbatchError, warn
@@ -52,7 +52,7 @@ def warn_upscaled(cfg: Any, data: Any, val: Any = None) -> None:
     """Say where the run trains (`data`) or scores its held-out images (`val`; None: a share of `data`) above the
     side their file was prepared at: upscaled, no sharper (also the dry run's, from the files' metadata)."""
     # (a phase of resolution 0 trains at data.resolution: found from outside, its upscaling unsaid)
-    largest = max(p.resolution or cfg.data.resolution for p in schedule_of(cfg).phases)
+    largest = phase_sides(cfg)[-1]
     # (found from outside: the held-out side set by eval.resolution was blamed on the training's keys, and its fix
     # was the training's side; 16 px held-out images were scored at 32 px without a word)
     keys = "eval.resolution" if cfg.eval.resolution else "data.resolution, data.schedule"

@@ -170,9 +170,10 @@ def check_new_gan(cfg: Config) -> None:
     check_attention_given(cfg, G, D)
 
 
-def warn_new_gan(cfg: Config) -> None:
+def warn_new_gan(cfg: Config, trains: bool = True) -> None:
     """What a new GAN run says of its settings as it starts, and its dry run (found from outside: said by neither,
-    then by the run alone): FreezeD of a D not pretrained, an EMA that starts after the run's end."""
+    then by the run alone): FreezeD of a D not pretrained, an EMA that starts after the run's end (for show-batch's
+    models too: `trains` is not read)."""
     t = cfg.train
     if t.init_from:
         return
@@ -184,7 +185,7 @@ def warn_new_gan(cfg: Config) -> None:
              "G_ema is a copy of G throughout")  # fmt: skip
 
 
-@register("gan", check=check_config, new_run=check_new_gan)
+@register("gan", check=check_config, new_run=check_new_gan, says=warn_new_gan)
 def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool) -> GANTask:
     """G, D and G_ema (fine-tuned from train.init_from, FreezeD), prepared by `rep`, with Adam for each."""
     check_stored_size(cfg, data.resolution, getattr(data, "whole", False), getattr(data, "meta", None))
@@ -211,8 +212,6 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     announce = not quiet and rep.is_main
     pretrained = init_from(t.init_from, G, D, announce, cfg.model.name) if t.init_from and resumed_at is None else None
     freeze_d_blocks(D, t.freeze_d)
-    if rep.is_main and resumed_at is None:
-        warn_new_gan(cfg)
     G_ema = make_ema(G.train())  # from the plain G, before the engine wraps it
     if pretrained is not None:
         load_pretrained(G_ema, pretrained, "G_ema")
