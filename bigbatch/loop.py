@@ -289,6 +289,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
 
         # Stopped by a signal: save where we are.
         stopped = nimg < progress.total or eval_pending  # (a stop in the last evaluation: the resumed run makes it)
+        if stopped:  # (found from outside: weights a step made inf were saved by a stop, and its advice resumed them)
+            check_replicas(task, nimg)
         if stopped and main:
             path = run.save(task, rep, nimg, progress.seconds(), window(), stopped=True)
             run.write_previews(task, nimg, at_checkpoint=True)

@@ -361,3 +361,25 @@ def test_weights_a_step_made_infinite_are_never_saved(tiny, tmp_path, capsys):
         "(lower its rate); nothing was saved (earlier ones stay)"
     )
     assert not (tmp_path / "r" / "checkpoints").exists()
+
+
+def test_a_stop_by_signal_saves_no_weights_a_step_made_infinite(tiny, tmp_path):
+    # Found from outside: the periodic checkpoint refused them, but a SIGTERM's save wrote them and advised resuming.
+    import os
+    import signal
+
+    from bigbatch.tasks.gan.task import GANTask
+
+    step = GANTask.step
+
+    def step_then_signal(self, feed):
+        out = step(self, feed)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    cfg = tiny.override({"train.d_lr": 1e38, "train.kimg": 0.256, "checkpoint.every_kimg": 0.128})
+    with pytest.MonkeyPatch.context() as patch, pytest.raises((bigbatch.BigbatchError, bigbatch.Stopped)) as stopped:
+        patch.setattr(GANTask, "step", step_then_signal)
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    assert "D held weights that are not finite" in str(stopped.value) and "nothing was saved" in str(stopped.value)
+    assert not (tmp_path / "r" / "checkpoints").exists()
