@@ -54,18 +54,21 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
     logged = max((float(r.get("kimg", 0.0)) for r in rows), default=0.0)
     again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume` goes on"
     # (found from outside: a run of several processes told to go on as one, where its stop's line says them)
-    ranks = read_plan(run).get("world_size", 1)
+    plan = read_plan(run)
+    ranks = plan.get("world_size", 1)
     launch = f", started as the run was ({ranks} processes)" if isinstance(ranks, int) and ranks > 1 else ""
+    # (found from outside: a run that failed was said to have ended, the line it failed with left to its output)
+    failed = f". It failed: {plan['failed'].splitlines()[0]}" if isinstance(plan.get("failed"), str) else ""
     if ckpt is None:
         logs = f" (logged to {logged:g} kimg)" if logged else ""
-        return f"not training: it ended before its first checkpoint{logs}; {again} from its start{launch}"
+        return f"not training: it ended before its first checkpoint{logs}; {again} from its start{launch}{failed}"
     if logged > kimg:  # (a stop saves where it stops: a log past the checkpoint is a run that could not save)
         said = f"it ended at {logged:g} kimg without saving (killed or crashed); {again} from {kimg:.3f}"
     elif meta.get("stopped", True):  # (a checkpoint of before the flag: stopped, as a log no further says)
         said = f"stopped at {kimg:.3f} of {total:g} kimg; {again}"
     else:  # (found from outside: a run killed before its next log row, logged more seldom than it saved: "stopped")
         said = f"it ended after its checkpoint at {kimg:.3f} kimg, not by a stop (killed or crashed); {again}"
-    return f"not training: {said}{launch}"
+    return f"not training: {said}{launch}{failed}"
 
 
 def describe_run(path: str | Path) -> str:

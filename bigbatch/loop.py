@@ -79,6 +79,9 @@ def train(
                 # The traceback holds _train's frame and with it the task's DDP wrappers: they must go
                 # before rep.close() destroys the process group (one freed after it can hang the exit).
                 traceback.clear_frames(e.__traceback__)
+                if run.started and isinstance(e, Exception):  # (found from outside: info could not say why it ended)
+                    with suppress(OSError, ValueError):
+                        run.record(failed=str(e) if isinstance(e, BigbatchError) else f"{type(e).__name__}: {e}")
                 raise
             finally:
                 run.close()
@@ -256,7 +259,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 compiled, compiling = compiling.compiled(time.perf_counter() - began), None
                 progress.say(f"First step compiled: {compiled.describe()}")
                 if main:
-                    run.record_compile(compiled)
+                    run.record(compiled=compiled.to_dict())
 
             # Rank 0's log row, where due, before an evaluation's: a stop that cuts the evaluation short leaves the
             # rows in the order of a run left alone (the resumed run logs the evaluation after this row).

@@ -18,7 +18,6 @@ import torch
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
 from bigbatch.engine import dist
-from bigbatch.engine.compile_cache import Compiled
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.saving import restore_rng, rng_state
 from bigbatch.errors import BigbatchError, warn
@@ -50,8 +49,7 @@ class Run:
     lock: IO | None = None
     """RUN/.lock, held (rank 0) while this process trains the run: one writer per run directory."""
     created: tuple[Path, ...] = ()
-    """The folders this process made for the run, its own first, then any above it (removed again, where still
-    empty, if the run fails before writing to it)."""
+    """The folders this process made for the run, its own first, then any above it (removed if empty when it fails)."""
     resumed: bool = False
     """Whether it continues a run (from `checkpoint`, or from the start if it stopped before one)."""
     data: dict[str, str] | None = None
@@ -59,6 +57,7 @@ class Run:
     log_window: dict[str, Any] | None = None
     """The log row under way at the checkpoint resumed from (progress.Window.state), to go on with."""
     saved: bool = False  # whether this process has saved a checkpoint of it yet
+    started: bool = False  # whether this process wrote its start record (rank 0: its training began)
     length_before: float | None = None  # train.kimg of the checkpoint resumed from (_check_length read it)
 
     @property
@@ -79,6 +78,7 @@ class Run:
             record |= self._history(before, record)
             say_sums_reordered(before, record)
         atomic_write(self.path / "plan.json", json.dumps(record, indent=1) + "\n")
+        self.started = True
 
     def _history(self, before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
         """What a resume keeps of plan.json (`before`; `now`: the new plan): the phases begun before its checkpoint,
@@ -96,11 +96,10 @@ class Run:
         kept["resumes"] += [{"at_kimg": at, "changed": changed}] if self.checkpoint is not None and changed else []
         return {k: v for k, v in kept.items() if v}
 
-    def record_compile(self, compiled: Compiled) -> None:
-        """plan.json's "compiled": what the first step compiled, in how long, how much from the cache."""
+    def record(self, **keys: Any) -> None:
+        """plan.json with `keys` set: "compiled" (what the first step compiled), "failed" (a failed run's last line)."""
         plan = self.path / "plan.json"
-        record = {**json.loads(plan.read_text()), "compiled": compiled.to_dict()}
-        atomic_write(plan, json.dumps(record, indent=1) + "\n")
+        atomic_write(plan, json.dumps({**json.loads(plan.read_text()), **keys}, indent=1) + "\n")
 
     def record_phase(self, nimg: int, resolution: int, plan: Any, resumed_inside: bool = False) -> None:
         """plan.json's "phases": the split of each data.schedule phase as it began (found from outside: the file

@@ -118,3 +118,26 @@ def test_a_stop_at_a_checkpoints_images_marks_that_checkpoint_a_stops(tiny, tmp_
     with pytest.raises(bigbatch.Stopped):
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     assert state(capsys, tmp_path / "r").startswith("not training: stopped at 0.064 of 0.128 kimg; ")
+
+
+def test_info_says_the_line_a_run_failed_with_until_it_starts_again(tiny, tmp_path, capsys):
+    # Found from outside: a run that failed read as one that had ended, the line it failed with left to its output.
+    from bigbatch.tasks.gan.task import GANTask
+
+    step = GANTask.step
+
+    def step_then_fail(self, feed):
+        if feed.nimg >= 64:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore of torch's words")
+        return step(self, feed)
+
+    cfg = tiny.override({"train.kimg": 0.128, "checkpoint.every_kimg": 0.032})
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(RuntimeError):
+        patch.setattr(GANTask, "step", step_then_fail)
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    said = state(capsys, tmp_path / "r")
+    assert said.startswith("not training: it ended after its checkpoint at 0.064 kimg, not by a stop"), said
+    assert said.endswith(". It failed: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"), said
+    bigbatch.train(cfg, run_dir=tmp_path / "r", resume=True, quiet=True)
+    assert state(capsys, tmp_path / "r") == "done (0.128 of 0.128 kimg)"
+    assert "failed" not in json.loads((tmp_path / "r" / "plan.json").read_text())
