@@ -26,6 +26,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from bigbatch.checkpoints import file_checksum
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import read_metadata, write_metadata
 from bigbatch.errors import BigbatchError, counted_names, warn
@@ -73,6 +74,7 @@ class FrameSource:
         self.folder: Path | None = None  # a folder of images
         self.glob = False
         self._reading: str | None = None  # how its frames are read where an older bigbatch read them otherwise
+        self._checksum: tuple[tuple[int, int], str] | None = None  # a video's: (its size and time, its bytes')
         if path.is_file() and is_video(path):
             self.video = path
             with Video(path) as v:
@@ -112,10 +114,14 @@ class FrameSource:
 
     def identity(self) -> dict:
         """What the source is, for a journal or record to tell it from another: its path (resolved; a glob's
-        pattern made absolute), and for a video its size and time (an image's own are taken by `stat`)."""
+        pattern made absolute), and for a video its size, time and its bytes' checksum (an image's own are taken by
+        `stat`): the same video touched, copied or moved is known by its bytes (see `same_source`)."""
         if self.video is not None:
             st = self.video.stat()
+            if self._checksum is None or self._checksum[0] != (st.st_size, st.st_mtime_ns):
+                self._checksum = (st.st_size, st.st_mtime_ns), file_checksum(self.video)
             found = {"path": str(self.video.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            found["checksum"] = self._checksum[1]
             return found | ({"frames": self._reading} if self._reading else {})
         if self.folder is None and not self.glob:
             return {"path": str(self.files[0].resolve())}
@@ -409,6 +415,16 @@ def _reading_changed(was: dict, now: dict) -> str | None:
     return now["frames"] if "frames" in now and "frames" not in was and was.get("path") == now["path"] else None
 
 
+def same_source(was: dict, now: dict) -> bool:
+    """Whether the source a journal or record names (`was`) is the one given now (`now`, FrameSource.identity's):
+    a video by its bytes and how they are read, wherever it is and whatever its time (found from outside: a video
+    touched, or a workspace copied, refused its own faces); an older record's without a checksum by path, size and
+    time; frames' folders and globs by path."""
+    if "checksum" in was:
+        return all(was.get(k) == now.get(k) for k in ("checksum", "size", "frames"))
+    return was == {k: v for k, v in now.items() if k != "checksum"}
+
+
 def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, int | None]:
     """The frames a killed extract into `out` finished ({name: faces}), after checking it used `settings` and
     `source`. A frame whose image changed since (its size or time) is not done: its faces written before are
@@ -432,7 +448,7 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
         except json.JSONDecodeError:  # the line a kill cut short: that frame runs again
             continue
         rows[row["frame"]] = row
-    changed = first.get("settings") != asdict(settings) or first.get("source") != source.identity()
+    changed = first.get("settings") != asdict(settings) or not same_source(first.get("source") or {}, source.identity())
     if changed and not any(images) and not any(row.get("faces") for row in rows.values()):
         # An extract that wrote no face (it failed, or found none) into a folder that holds none: this one starts
         # it afresh (found from outside: its journal refused every other source or setting, "holding faces"; one
@@ -446,8 +462,8 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
             "give the same ones to continue, or another OUT"
         )
     was, now = first.get("source"), source.identity()
-    if was is None:  # an older bigbatch's journal, which did not record its source: taken to be this one's
-        lines[0] = json.dumps({**first, "source": now})
+    if was is None or (was != now and same_source(was, now)):  # (an older journal without a source: taken to be
+        lines[0] = json.dumps({**first, "source": now})  # this one's; the same video moved or touched: now's)
         atomic_write(path, "".join(f"{line}\n" for line in lines))
         was = now
     if _reading_changed(was, now):
@@ -457,8 +473,8 @@ def _journal(out: Path, settings: Settings, source: FrameSource) -> dict[str, in
         )
     if was != now and was.get("path") == now["path"]:
         raise BigbatchError(
-            f"{out} holds faces extracted from an earlier version of {now['path']} (its size or time differs): "
-            f"give another OUT (or delete {path} to extract every frame again)"
+            f"{out} holds faces extracted from an earlier version of {now['path']} (its bytes differ): give another "
+            f"OUT (or empty {out}, {path.name} too, to extract every frame again)"
         )
     if was != now:
         raise BigbatchError(

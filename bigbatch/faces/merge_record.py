@@ -64,8 +64,11 @@ def aligned_identity(folder: Path) -> dict:
 
 
 def frames_identity(source: Any) -> dict:
-    """The frames (an extract FrameSource): a video's path, size and time, or the images' folder and digest."""
+    """The frames (an extract FrameSource): a video by its bytes (touched or moved, the same frames), or the images'
+    folder and digest."""
     found = dict(source.identity())
+    if "checksum" in found:
+        found = {k: v for k, v in found.items() if k not in ("path", "mtime_ns")}
     if source.files:
         found["files"] = files_digest(source.files)
     return found
