@@ -49,7 +49,7 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     """{frame stem: [source landmarks of each face, in the faces' order]} of a folder of DFL aligned faces, and
     the face types they were extracted with."""
     from bigbatch.data.dfl_faces import NoFaceData, read_metadata
-    from bigbatch.faces.extract import JOURNAL
+    from bigbatch.faces.extract_journal import JOURNAL
 
     if not folder.exists():
         raise BigbatchError(f"{folder} does not exist; give the folder of aligned faces bigbatch extract or DFL wrote")
@@ -87,7 +87,7 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
     the frames taken of it at another rate, exit 0). ALIGNED's journal (bigbatch extract's) names their source;
     the same frames elsewhere (a video and the folder of all its frames, a folder moved) pass by their names, and
     DFL's aligned folders, with no journal, are taken as they are."""
-    from bigbatch.faces.extract import JOURNAL
+    from bigbatch.faces.extract_journal import JOURNAL
 
     try:
         lines = (aligned / JOURNAL).read_text().splitlines()
@@ -167,7 +167,8 @@ def merge_folder(
     from tqdm import tqdm
 
     from bigbatch.faces import merge_record
-    from bigbatch.faces.extract import FrameSource, read_image, read_otherwise
+    from bigbatch.faces.extract import FrameSource, read_image
+    from bigbatch.faces.extract_journal import read_otherwise
     from bigbatch.tasks.swap.load import load_autoencoder, source_face_type
 
     if (s.mask in XSEG_MASKS) != (xseg is not None):
