@@ -155,8 +155,7 @@ def test_video_make_keeps_frames_and_audio(extracted, tmp_path):
 
 
 def _clicked(path, audio_start=0.0, video_start=0.0, rate=48000, layout="mono"):
-    """A 2-second clip of grey frames whose audio (its stream starting at `audio_start` s, at `rate` in `layout`)
-    clicks at 1.0 s, the video starting at `video_start` s."""
+    """2 s of grey frames from `video_start` s; the audio (from `audio_start` s, `rate`, `layout`) clicks at 1 s."""
     import av
 
     with av.open(str(path), "w") as c:
@@ -177,8 +176,8 @@ def _clicked(path, audio_start=0.0, video_start=0.0, rate=48000, layout="mono"):
         c.mux(v.encode())
 
 
-def _click(path) -> float:
-    """When a clip's click sounds, in seconds after its first video frame."""
+def _click(path) -> tuple[float, str, float]:
+    """When a clip's click sounds, in seconds after its first video frame; its audio's layout; the click's peak."""
     import av
 
     with av.open(str(path)) as c:
@@ -187,7 +186,7 @@ def _click(path) -> float:
         for f in c.decode(audio=0):
             loud = np.flatnonzero(np.abs(f.to_ndarray()).max(0) > 0.25)
             if loud.size:
-                return f.time + loud[0] / f.sample_rate - first
+                return f.time + loud[0] / f.sample_rate - first, f.layout.name, float(np.abs(f.to_ndarray()).max())
     raise AssertionError(f"{path}: no click")
 
 
@@ -199,8 +198,9 @@ def test_video_make_keeps_the_audio_in_step_with_the_frames(tmp_path, monkeypatc
     _clicked("src.mp4", audio_start, video_start, rate, "stereo" if rate == 44100 else "mono")
     assert main(["video", "frames", "src.mp4", "frames"]) == 0
     assert main(["video", "make", "frames", "out.mp4", "--audio-from", "src.mp4", "--preset", "ultrafast"]) == 0
-    assert abs(_click("src.mp4") - (1.0 - video_start)) < 1e-3  # (the source is as made)
-    assert abs(_click("out.mp4") - _click("src.mp4")) < 1e-3
+    (made, layout, peak), (out, out_layout, out_peak) = _click("src.mp4"), _click("out.mp4")
+    assert abs(made - (1.0 - video_start)) < 1e-3 and abs(out - made) < 1e-3  # (the source as made; out in step)
+    assert out_layout == layout and abs(out_peak / peak - 1) < 0.1  # (found from outside: mono as stereo, 3 dB down)
 
 
 def _write_clip(path, frames, times_ms, rotation=0):

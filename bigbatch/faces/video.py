@@ -406,13 +406,15 @@ def audio_said(source: str | Path | None) -> str:
 
 
 AUDIO_RATE = 48000
+AAC_LAYOUTS = ("mono", "stereo", "2.1", "3.0", "quad", "5.0", "5.1", "5.1(side)", "6.1")  # (kept; others as stereo)
 
 
 def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV objects
-    """The first audio stream of `source`, re-encoded to AAC 192 kbit/s 48 kHz into `container`, in step with the
-    frames: the written video starts at `source`'s first video frame, so an audio that began later starts as late
-    (silence before it) and one that began earlier loses what came before that frame (DFL's ffmpeg keeps the
-    streams' timestamps alike; found from outside: a track 0.48 s late came out 0.46 s early). Each piece is
+    """The first audio stream of `source`, re-encoded to AAC 192 kbit/s 48 kHz in its channel layout (up to 6.1) into
+    `container`, in step with the frames: the written video starts at `source`'s first video frame, so an audio that
+    began later starts as late (silence before it) and one that began earlier loses what came before that frame
+    (DFL's ffmpeg keeps the streams' timestamps alike; found from outside: a track 0.48 s late came out 0.46 s
+    early). Each piece is
     timestamped by its samples, so the muxer drops the AAC encoder's priming (21 ms late before). A source
     without video: its audio from its first sample."""
     import numpy as np
@@ -427,7 +429,9 @@ def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV obj
                 raise BigbatchError(f"--audio-from {source}: holds neither audio nor video")
             return  # a silent source: a silent video
         start = _first_frame_time(av, source)
-        stream = container.add_stream("aac", rate=AUDIO_RATE)
+        # (found from outside: mono came out stereo, 3 dB lower a channel; layouts AAC's encoder is tested with here)
+        layout = src.streams.audio[0].layout.name
+        stream = container.add_stream("aac", rate=AUDIO_RATE, layout=layout if layout in AAC_LAYOUTS else "stereo")
         stream.bit_rate = 192_000
         fmt, layout = stream.format.name, stream.layout.name
         resampler = av.AudioResampler(format=fmt, layout=layout, rate=AUDIO_RATE)
