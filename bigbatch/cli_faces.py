@@ -108,7 +108,7 @@ def _merge(args: argparse.Namespace) -> None:
         super_resolution=args.super_resolution,
     )
     if args.video:
-        video.check_video_out(args.video, "--video", args.frames, args.audio_from)
+        video.check_video_out(args.video, "--video", args.frames, args.audio_from, video.recorded_video(args.frames)[0])
         # (found from outside: any file of its name was replaced, such as another folder's source video; as
         # `video make`, but a video an earlier merge into OUT wrote is this merge's again, run or resumed)
         if (
@@ -135,9 +135,11 @@ def _merge(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         if args.video:  # encoded as the frames are merged (on a thread of its own), not read back from their PNGs
             src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
-            audio = args.audio_from or (args.frames if src_is_video else None)
-            rate = video.frame_rate(args.fps, args.frames if src_is_video else args.audio_from)
-            if not src_is_video and args.fps is None and args.audio_from is None:  # (found from outside: unsaid)
+            audio, fps = args.audio_from or (args.frames if src_is_video else None), args.fps
+            if audio is None and fps is None:  # frames `video frames` took: that video's rate and sound
+                audio, fps = video.recorded_video(args.frames)
+            rate = video.frame_rate(fps, args.frames if src_is_video else audio)
+            if audio is None and fps is None:  # (found from outside: unsaid)
                 warn(
                     f"--video of a frames folder, with neither --fps nor --audio-from: {float(rate):g} fps and no "
                     "sound; give --audio-from DST.mp4 (the video the frames came from: its rate and its sound)"
@@ -169,10 +171,10 @@ def _video(args: argparse.Namespace) -> None:
         n = video.frames_to_folder(args.src, args.out, args.fps)
         print(f"Wrote {counted(n, 'frame')} to {args.out} (00001.png on)")
         return
-    n, rate = video.folder_to_video(
+    n, rate, audio = video.folder_to_video(
         args.src, args.out, args.fps, args.audio_from, args.preset or "medium", overwrite=args.overwrite
     )
-    print(f"Wrote {args.out}: {counted(n, 'frame')} at {float(rate):g} fps{video.audio_said(args.audio_from)}")
+    print(f"Wrote {args.out}: {counted(n, 'frame')} at {float(rate):g} fps{video.audio_said(audio)}")
 
 
 def _sort(args: argparse.Namespace) -> None:

@@ -66,3 +66,13 @@ def test_video_frames_interrupted_goes_on_when_run_again(clip, capsys):
     assert f"going on from the {len(names) // 2} frames" in capsys.readouterr().err
     assert {n: Path("cut", n).read_bytes() for n in names} == {n: Path("whole", n).read_bytes() for n in names}
     assert main(["video", "frames", str(root / "clip.mp4"), "cut", "--fps", "5"]) == 2  # (another --fps: not mixed)
+
+
+def test_video_make_of_frames_video_frames_took_has_that_videos_rate_and_sound(clip, capsys):
+    # Found from outside: DFL's workspace/data_dst made into a video came out at 25 fps and silent, its video beside.
+    assert main(["video", "frames", str(clip / "clip.mp4"), "all", "--fps", "10"]) == 0
+    capsys.readouterr()
+    assert main(["video", "make", "all", "made.mp4", "--preset", "ultrafast"]) == 0
+    assert f"made.mp4: 2 frames at 10 fps with the audio of {clip / 'clip.mp4'}" in capsys.readouterr().out
+    assert main(["video", "make", "all", str(clip / "clip.mp4")]) == 2  # (its own source: refused)
+    assert "is the video it is made from" in capsys.readouterr().err

@@ -233,6 +233,17 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
     return written
 
 
+def recorded_video(folder: str | Path) -> tuple[Path | None, float | None]:
+    """The video `video frames` took FOLDER's frames from, where it is still there, and the --fps it took them at
+    (FOLDER/.frames.json; None, None for another folder). Found from outside: `merge --video` of DFL's
+    workspace/data_dst wrote 25 fps and no sound, its own video beside it."""
+    record = read_record(Path(folder) / FRAMES_RECORD)
+    video, fps = record.get("video"), record.get("fps")
+    if not isinstance(video, str) or not Path(video).is_file():
+        return None, None
+    return Path(video), fps if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
+
+
 def write_video(
     frames: Iterator[np.ndarray],
     out: str | Path,
@@ -516,9 +527,10 @@ def folder_to_video(
     audio_from: str | Path | None = None,
     preset: str = "medium",
     overwrite: bool = True,
-) -> tuple[int, Fraction]:
+) -> tuple[int, Fraction, Path | None]:
     """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order (numbers as numbers) as a video; the
-    frame rate is `fps`, else `audio_from`'s (a video), else 25. Returns (frames, rate). `overwrite`: False
+    frame rate is `fps`, else `audio_from`'s (a video), else 25; with neither, the rate and sound of the video
+    `video frames` took them from (`recorded_video`). Returns (frames, rate, the sound's source). `overwrite`: False
     refuses an `out` that exists."""
     from bigbatch.faces.image_file import imread
 
@@ -529,12 +541,14 @@ def folder_to_video(
     names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
-    check_video_out(out, "OUT", audio_from)
+    check_video_out(out, "OUT", audio_from, recorded_video(folder)[0])
     if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
         raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name")
     check_fps(fps)
     if audio_from is not None and not Path(audio_from).is_file():
         raise BigbatchError(f"--audio-from {audio_from}: no such file")
+    if fps is None and audio_from is None:
+        audio_from, fps = recorded_video(folder)
     rate = frame_rate(fps, audio_from)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
 
@@ -547,4 +561,4 @@ def folder_to_video(
             size = image.shape
             yield image[:, :, ::-1]
 
-    return write_video(frames(), out, rate, audio_from, preset), rate
+    return write_video(frames(), out, rate, audio_from, preset), rate, None if audio_from is None else Path(audio_from)
