@@ -397,3 +397,23 @@ def test_an_endpoint_that_does_not_answer_is_told_with_its_fix(tmp_path, monkeyp
         err.endswith("): is its server up?\n")
     ), err
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_a_killed_prepares_local_copy_goes_and_a_full_temporary_folder_is_named(s3, photos, tmp_path, monkeypatch):
+    # Found from outside: a prepare to s3:// killed by SIGKILL left its whole file in /tmp for good; and a full /tmp
+    # was said as "cannot write s3://...", the bucket's fault.
+    from conftest import bigbatch_limited
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    killed, running = tmp / f"bigbatch-prepare-x1y2-{gone.pid}", tmp / f"bigbatch-prepare-a1b2-{os.getpid()}"
+    killed.mkdir()
+    (killed / "data.h5").write_bytes(b"of a prepare killed while writing")
+    running.mkdir()
+    said = bigbatch_limited(8192, "prepare", str(photos), "s3://bkt/full.h5", "--resolution", "8", cwd=tmp_path)
+    assert said.returncode == 2, said.stderr
+    assert f"cannot write s3://bkt/full.h5's local copy in {tmp}: " in said.stderr and "set TMPDIR" in said.stderr
+    assert [p.name for p in tmp.iterdir()] == [running.name]  # the killed one's gone, and its own

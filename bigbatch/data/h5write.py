@@ -210,8 +210,16 @@ class CannotWrite(BigbatchError):
         self.error = error
 
 
-def cannot_write(out: Location, e: OSError) -> CannotWrite:
-    """What a prepare that cannot write `out` (or the parts it resumes from) says: its partial files go."""
+def cannot_write(out: Location, e: OSError, staging: str | None = None) -> CannotWrite:
+    """What a prepare that cannot write `out` (or the parts it resumes from) says: its partial files go. `staging`:
+    the local folder a URL's file is written in first (found from outside: a full /tmp was said of the bucket)."""
+    if staging is not None:
+        return CannotWrite(
+            f"cannot write {out.name}'s local copy in {staging}: {e.strerror or e} (it is removed); the whole file "
+            "is written there before its upload: free space there, or set TMPDIR to a folder with room for it, then "
+            "prepare again",
+            e,
+        )
     return CannotWrite(
         f"cannot write {out.name}: {e.strerror or e} (its partial files are removed); "
         "free space or choose another output, then prepare again",
@@ -239,8 +247,9 @@ class H5Writer:
         self.codec, self.quality = str(attrs.get("codec", "raw")), int(attrs.get("quality", 0))
         self.whole = attrs.get("crop") == "none"  # whole images of their own sizes, in one group
         self._tmpdir: str | None = None
-        if self.out.url:
-            self._tmpdir = tempfile.mkdtemp(prefix="bigbatch-prepare-")
+        if self.out.url:  # (written here first; the folders of killed prepares go: found from outside, kept)
+            remove_stale(Path(tempfile.gettempdir()).glob("bigbatch-prepare-*-*"))
+            self._tmpdir = tempfile.mkdtemp(prefix="bigbatch-prepare-", suffix=f"-{os.getpid()}")
             self.tmp = Path(self._tmpdir) / "data.h5"
         else:
             target = self.out.path
@@ -288,7 +297,7 @@ class H5Writer:
         """Raise a BigbatchError naming the output and the OS error if a write has failed."""
         e = self.raw.error
         if e is not None:
-            raise cannot_write(self.out, e)
+            raise cannot_write(self.out, e, str(Path(self._tmpdir).parent) if self._tmpdir else None)
 
     def commit(self) -> dict[str, Any]:
         """Write the metadata, close, and move the file into place; returns the metadata."""
