@@ -57,8 +57,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def _shards(root: Path, n_shards=3, per_shard=4) -> dict[str, int]:
-    """WebDataset shards as its TarWriter writes them (KEY.png, KEY.cls, KEY.json a sample) under root, and the
-    same images as a folder root.flat: {key: class index}."""
+    """WebDataset shards (KEY.png, .cls, .json a sample, as its TarWriter) in root, the images in root.flat too."""
     root.mkdir(parents=True, exist_ok=True)
     flat = root.with_suffix(".flat")
     flat.mkdir()
@@ -87,8 +86,9 @@ def test_webdataset_shards_by_pattern_keep_each_sample_image_and_its_class_index
     flat = prepare(str(tmp_path / "wds.flat"), "flat.h5", workers=0)
     assert np.array_equal(_all(load_data("flat.h5", 4))[0], images) and flat.class_names == []
     # A folder holding the shards (and no images) is the shards; in worker processes too.
-    again = prepare(str(tmp_path / "wds"), "again.h5", workers=2)
-    assert again.content_hash == report.content_hash
+    assert prepare(str(tmp_path / "wds"), "again.h5", workers=2).content_hash == report.content_hash
+    prepare(str(tmp_path / "wds"), "five.h5", workers=0, limit=5)  # (found from outside: 0, 2, 3, 1, 2 of 5 classes)
+    assert sorted(_all(load_data("five.h5", 4))[1].tolist()) == [0, 1, 2, 3, 4]
 
 
 def _solid(value: int, kind: str = "PNG") -> bytes:

@@ -61,8 +61,16 @@ class Listing:
         return self.source.member_name(self.keys[i], self.names[i])
 
     def subset(self, limit: int) -> Listing:
-        """`limit` files spread evenly over the listing (so every class keeps its share)."""
-        take = (np.arange(limit) * len(self.keys)) // limit if limit < len(self.keys) else np.arange(len(self.keys))
+        """`limit` files: each class's share of them (by largest remainders) spread evenly over its files (found from
+        outside: spread over the listing, WebDataset shards' interleaved classes were not kept in their shares)."""
+        take = np.arange(len(self.keys))
+        if limit < len(self.keys):
+            _, inverse, counts = np.unique(self.labels, return_inverse=True, return_counts=True)
+            quota = counts * limit / len(self.keys)
+            share = np.floor(quota).astype(int)
+            share[np.argsort(share - quota, kind="stable")[: limit - share.sum()]] += 1
+            picks = [np.flatnonzero(inverse == c)[(np.arange(k) * counts[c]) // k] for c, k in enumerate(share) if k]
+            take = np.sort(np.concatenate(picks))
         return Listing(
             self.source,
             [self.keys[i] for i in take],
