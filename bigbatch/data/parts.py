@@ -39,7 +39,10 @@ def _discarded(kept: int, folder: Path, was: Any, now: dict[str, Any]) -> str:
     """The line said where an earlier prepare's kept parts are deleted as another command's (found from outside:
     a changed --codec or --quality threw away hours of decoding unsaid)."""
     if isinstance(was, dict):
-        other = sorted({"source files" if k in ("files", "archive") else k for k in now if was.get(k) != now[k]})
+        other = {"source files" if k in ("files", "archive") else k for k in now if was.get(k) != now[k]}
+        if "limit" in other:  # (found from outside: "other source files" said of another --limit, the same files)
+            other = {"--limit" if k == "limit" else k for k in other - {"source files"}}
+        other = sorted(other)
         why = f"with other {', '.join(other)}" if other else "otherwise"
     else:
         why = "with other settings or source files"

@@ -219,7 +219,7 @@ class _Settings:
 
     def key(self) -> dict[str, Any]:
         """What decides the decoded images besides the files: keys the parts a killed prepare kept."""
-        return {**self.decoding(), "masks": str(self.masks), "eyes_mouth": str(self.eyes_mouth)}
+        return {**self.decoding(), "masks": str(self.masks), "eyes_mouth": str(self.eyes_mouth), "limit": self.limit}
 
     def attrs(self) -> dict[str, Any]:
         """What the data file records of how its images were made."""
