@@ -57,6 +57,8 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for scoring a GAN's samples or images; "
                 f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
             )
+    if task in ("classify", "swap") and not dist.context().is_main:
+        return  # (found from outside: under a launcher each rank scored the whole set and printed its report)
     if task == "classify":
         from bigbatch.config_types import MAX_RESOLUTION
         from bigbatch.tasks.classify.report import describe, evaluate_classifier

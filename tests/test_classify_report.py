@@ -27,6 +27,10 @@ def test_class_names_a_spreadsheet_would_run_as_formulas_are_quoted_in_the_csvs(
     over = {"data.path": str(tmp_path / "d.h5"), "data.val_fraction": 0.5, "train.kimg": 0.064, "eval.every_kimg": 0}
     run = bigbatch.train(tiny(**over, **{"train.batch": 16, "train.micro_batch": 16}), run_dir=tmp_path / "r")
     capsys.readouterr()
+    with pytest.MonkeyPatch.context() as patch:  # a launch's second rank (found from outside: each scored it all)
+        patch.setenv("RANK", "1")
+        patch.setenv("WORLD_SIZE", "2")
+        assert main(["eval", str(run)]) == 0 and not (run / "eval").exists() and not capsys.readouterr().out
     assert main(["eval", str(run)]) == 0
     (folder,) = (run / "eval").iterdir()
     per_class = [row[0] for row in csv.reader((folder / "per_class.csv").open())][1:]
