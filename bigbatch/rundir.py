@@ -31,7 +31,8 @@ from bigbatch.files import (
     remove_stale,
     unlock_folder,
 )
-from bigbatch.resuming import flatten, resume_changes, say_sums_reordered
+from bigbatch.ranks_agree import same_on_every_rank
+from bigbatch.resuming import resume_changes, say_sums_reordered
 from bigbatch.resuming import resume_config as resume_config  # (the CLI's, sweeps')
 from bigbatch.run_data import relative_data
 from bigbatch.sampling import save_png
@@ -157,7 +158,7 @@ class Run:
         self.data = {"path": public_name(path), "content_hash": str(data.content_hash)}
         if relative_data(self.cfg):  # (where a reader of the run finds a relative data path: bigbatch.run_data)
             self.data["folder"] = os.getcwd()
-        _same_on_every_rank(self.cfg, self.data["content_hash"])
+        same_on_every_rank(self.cfg, self.data["content_hash"], self.path / LOCK)
         if self.checkpoint is None:
             return
         meta = checkpoints.read_meta(self.checkpoint) or {}
@@ -515,34 +516,6 @@ def trainer(run: Path) -> tuple[int, str] | None:
             return int(holder[0]), holder[1] if len(holder) > 1 else ""
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
         return None
-
-
-# What may differ between ranks: where each reads the data (another mount on another node), how it reads it.
-PER_RANK = ("data.path", "data.dst_path", "data.val_path", "data.storage_options", "data.workers", "data.in_ram")
-PER_RANK += ("train.init_from", "eval.weights")  # (files each node may hold at a path of its own)
-
-
-def _same_on_every_rank(cfg: Config, content_hash: str) -> None:
-    """Every rank trains the config and the images rank 0 does (found from outside: a rank started with
-    data.xflip=true trained beside rank 0 silently, and config.toml did not describe the run)."""
-    if not dist.active():
-        return
-    mine = {k: v for k, v in flatten(cfg.to_dict()).items() if k not in PER_RANK and k != "train.device"}
-    ranks = dist.gather((mine, content_hash))
-    first, images = ranks[0]
-    for rank, (theirs, their_images) in enumerate(ranks[1:], 1):
-        differ = sorted(k for k in first.keys() | theirs.keys() if first.get(k) != theirs.get(k))
-        if differ:
-            k = differ[0]
-            raise BigbatchError(
-                f"rank {rank}'s config differs from rank 0's in {k} ({theirs.get(k)!r}, rank 0: {first.get(k)!r})"
-                f"{f' and {len(differ) - 1} more' if len(differ) > 1 else ''}: start every rank with the same command"
-            )
-        if their_images != images:
-            raise BigbatchError(
-                f"rank {rank}'s data.path holds other images than rank 0's (content hash {their_images[:16]}…, rank "
-                f"0: {images[:16]}…): every rank must read the same data file"
-            )
 
 
 def _json(value: Any) -> Any:

@@ -473,14 +473,17 @@ def test_a_rank_waiting_for_a_peer_that_never_answers_stops_at_sigterm(tmp_path)
         held.close()
 
 
-def _differing_rank(rank, world, init_file, out, tiny):
+def _differing_rank(rank, world, init_file, out, tiny, apart=False):
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1")  # (the group is made here; Replicator finds it)
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    cfg = tiny.override({"data.xflip": rank == 1})
+    cfg = tiny if apart else tiny.override({"data.xflip": rank == 1})
+    if apart:  # each rank its own disk: "run" is another folder on each
+        (out.parent / f"node{rank}").mkdir()
+        os.chdir(out.parent / f"node{rank}")
     try:
-        bigbatch.train(cfg, run_dir=out.parent / "run", quiet=True)
+        bigbatch.train(cfg, run_dir="run" if apart else out.parent / "run", quiet=True)
     except bigbatch.BigbatchError as e:
         (out.parent / f"rank{rank}.txt").write_text(str(e))
 
@@ -495,6 +498,14 @@ def test_ranks_started_with_other_configs_stop_before_training(tiny, tmp_path):
     differ = "rank 1's config differs from rank 0's in data.xflip (True, rank 0: False)"
     assert said == {f"{differ}: start every rank with the same command"}
     assert not (tmp_path / "run" / "checkpoints").exists()
+    # A run folder rank 1 does not see (found from outside: it trained to its end, then its resume was refused)
+    torch.multiprocessing.start_processes(
+        _differing_rank, (2, str(tmp_path / "init2"), tmp_path / "x", tiny, True), 2, join=True, start_method="fork"
+    )
+    said = {(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)}
+    assert said == {"rank 1 does not see the run folder run as rank 0 writes it: put the run folder on storage every "
+                    "rank sees (a shared file system), which a resume reads on every rank"}  # fmt: skip
+    assert not (tmp_path / "node0" / "run" / "checkpoints").exists()
 
 
 def test_a_bad_command_under_torchrun_is_one_line_not_one_a_rank(tmp_path):
