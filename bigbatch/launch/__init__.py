@@ -264,6 +264,19 @@ def rank_command(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "bigbatch", *args]
 
 
+def start_rank(args: Sequence[str], env: dict[str, str], **popen: Any) -> subprocess.Popen:
+    """A rank's process (`rank_command(args)`), in a session of its own (a Ctrl-C in the launcher's terminal reaches
+    it only through the launcher). SIGTERM is held (blocked, kept pending) from its fork until its bigbatch takes it
+    (cli.main): found from outside, one before was dropped (by a worker that ignores it) or ended the rank unsaid,
+    which was then restarted."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if sys.platform == "linux" else None
+    try:
+        return subprocess.Popen(rank_command(args), env=env, start_new_session=True, **popen)
+    finally:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _run_rank(
     args: list[str],
     env: dict[str, str],
@@ -291,13 +304,12 @@ def _run_rank(
         watcher = _Watcher(Path(watch), publish) if watch is not None and publish is not None else None
         # (not a torchrun agent's variables, should this worker run inside a torchrun job: not its group)
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
-        proc = subprocess.Popen(
-            rank_command(args),
-            env={**inherited, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid()), "PYTHONUNBUFFERED": "1"},
+        proc = start_rank(
+            args,
+            {**inherited, **env, "BIGBATCH_LAUNCH_PARENT": str(os.getpid()), "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE if publish else None,
             stderr=subprocess.PIPE if publish else err,
             text=True,
-            start_new_session=True,  # a Ctrl-C in the launcher's terminal reaches it only through the launcher
         )
         readers = []
         if publish is not None:
