@@ -149,6 +149,8 @@ def test_workers_give_identical_files(tmp_path):
     assert two.workers == 2 and one.count == two.count == 80
     assert one.content_hash == two.content_hash
     np.testing.assert_array_equal(_all(H5Data(tmp_path / "a.h5"))[0], _all(H5Data(tmp_path / "b.h5"))[0])
+    many = prepare(str(tmp_path / "src"), str(tmp_path / "c.h5"), resolution=8, workers=64)  # (found from outside:
+    assert many.workers == 3 and many.content_hash == one.content_hash  # 64 processes for 80 files, 3 tasks of them)
 
 
 def _bad_files(root: Path) -> set[str]:

@@ -22,7 +22,7 @@ from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, re
 from bigbatch.data.listing import FACE_SETS, hidden, top_level
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writer
-from bigbatch.data.prepare_pool import decoded, parts_kept_unless_refused, parts_of
+from bigbatch.data.prepare_pool import CHUNK, decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
 from bigbatch.errors import BigbatchError, counted, named_few, warn
@@ -108,6 +108,8 @@ def prepare(
 
     skipped: list[tuple[str, str]] = []
     listing = _listed(source, settings, labels, classes, storage_options, skipped, target)
+    # (a worker a chunk at most: found from outside, --workers 64 of 6 files started 64 processes)
+    settings = dataclasses.replace(settings, workers=min(settings.workers, -(-len(listing.keys) // CHUNK)))
     attrs.update(settings.attrs())
     with sole_writer(target, storage_options, overwrite):
         parts = None if target.url else parts_of(listing, target.path, settings.key())
