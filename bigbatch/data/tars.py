@@ -30,7 +30,7 @@ from bigbatch.data.listing import (
     label_files,
     object_stamp,
 )
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location, unreachable
 
 # WebDataset's fields that are never images (the names its default decoders know): not listed as files.
@@ -216,6 +216,7 @@ def list_tars(
     cls: dict[tuple[int, str], int | bytes] = {}
     fields_only: list[tuple[int, str]] = []
     stamps: list[str] = []
+    kinds: set[str] = set()
     damaged: list[tuple[str, str]] = []
     # Shards listed LISTERS at a time (a remote one is a download; a local one, seeks).
     with ThreadPoolExecutor(min(LISTERS, len(shards))) as pool:
@@ -225,6 +226,7 @@ def list_tars(
             fields_only += [(i, k) for k in scanned.fields_only]
             damaged += [(_in_shard(shards, i, n), why) for n, why in scanned.damaged]  # (a file's, a dangling link's)
             stamps.append(scanned.stamp)
+            kinds |= scanned.kinds
     members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
     source = TarSource(shards, storage_options, stamps)
     names = _unwrapped([m[1] for m in members], as_named)
@@ -242,6 +244,12 @@ def list_tars(
     else:
         listing = Listing(source, keys, names, np.zeros(len(keys), np.int64), [])
     listing.skipped = damaged + listing.skipped
+    if classes and not cls and (labelled := sorted(kinds & {"json", "jsn", "cls2", "txt"})):
+        warn(  # (found from outside: a label in each sample's .json went unsaid, and the data unconditional)
+            f"the shards' samples hold .{', .'.join(labelled)} fields and no .cls: a sample's class index is read "
+            f"from its .cls field alone (WebDataset's cls), so these are "
+            f"{'labelled by their folders' if listing.class_names else 'unlabelled'}; write it as KEY.cls to label them"
+        )
     return listing
 
 
@@ -361,6 +369,7 @@ class _Scanned:
     cls: dict[str, int | bytes] = field(default_factory=dict)
     fields_only: list[str] = field(default_factory=list)
     damaged: list[tuple[str, str]] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)  # the kinds of its fields (cls, json, ...)
 
 
 def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
@@ -401,6 +410,7 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
                     members.append((m.name, m.offset_data, m.size))
                     continue
                 fields.add(key)
+                out.kinds.add(kind.rsplit(".", 1)[-1].lower())
                 if kind.lower() == "cls":
                     f.seek(m.offset_data)
                     out.cls[key] = _class_index(f.read(min(m.size, 64)))
