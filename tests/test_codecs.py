@@ -211,7 +211,7 @@ def test_whole_images_keep_their_aspect_ratio_and_read_as_center_squares(tmp_pat
     assert "crops decode whole images (no restart markers: prepare again" in describe_data(tmp_path / "old.h5")
     assert torch.equal(H5Data(tmp_path / "old.h5").get(torch.arange(7))[0], data.get(torch.arange(7))[0])
     for kwargs, words in (
-        ({"codec": "raw"}, "raw storage cannot: add --codec jpeg"),
+        ({"codec": "raw"}, r"raw storage cannot: add --codec jpeg \(or png, webp\)"),
         ({"buckets": True}, "drop --buckets"),
     ):
         with pytest.raises(bigbatch.BigbatchError, match=words):

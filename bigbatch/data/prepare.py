@@ -186,7 +186,9 @@ class _Settings:
             raise BigbatchError(f"--crop must be center or none, got {crop!r}")
         whole = crop == "none"
         if whole and codec == "raw":
-            raise BigbatchError("--crop none keeps each image's own size, which raw storage cannot: add --codec jpeg")
+            raise BigbatchError(
+                "--crop none keeps each image's own size, which raw storage cannot: add --codec jpeg (or png, webp)"
+            )
         if whole and buckets:
             raise BigbatchError("--crop none keeps every aspect ratio already: drop --buckets")
         if whole and resolution is None:
