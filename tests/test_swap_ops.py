@@ -1,5 +1,5 @@
 """The swap task's pieces as DeepFaceLab computes them: DSSIM, its Gaussian blur, the warp and its draws, the
-blurred-out background and the style loss."""
+blurred-out background, the style loss and the discriminators' shapes."""
 
 import numpy as np
 import torch
@@ -100,3 +100,13 @@ def test_style_loss_is_dfls():
     assert torch.allclose(scaled, (mean.square() + (std2 - std).square()).sum(1), atol=1e-5)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert style_loss(x.bfloat16(), x.bfloat16(), 2, 1.0).dtype == torch.float32
+
+
+def test_the_code_discriminator_judges_as_many_positions_as_dfls():
+    # leras pads its "SAME" 4x4 conv by 2 a side: DFL's CodeDiscriminator gives 3x3 logits of an 8x8 code (found
+    # from outside: 2x2 here, its border positions missing from the true-face loss).
+    from bigbatch.tasks.swap.discriminators import CodeDiscriminator
+
+    for code_res, side in ((4, 3), (8, 3), (16, 3)):
+        logits = CodeDiscriminator(8, code_res, ch=4)(torch.zeros(1, 8, code_res, code_res))
+        assert logits.shape == (1, 1, side, side), (code_res, logits.shape)

@@ -2,7 +2,8 @@
 `true_face_power` and the U-Net patch discriminator of `gan_power`. They exist only in training (DFL
 saves them beside the model, but its merger never reads them), so they keep torch's layout.
 
-leras pads "SAME" convs by (k-1)//2 on each side; its "SAME" transposed conv of stride 2 keeps the
+leras pads "SAME" convs by ((k-1)+1)//2 on each side (2 for the code discriminator's 4x4: found from outside, its
+logits were a position short a side); its "SAME" transposed conv of stride 2 keeps the
 first 2·n outputs of the full transposed convolution, where `padding=1, output_padding=1` would keep
 outputs 1..2·n: here a transposed conv without padding, cropped.
 """
@@ -32,7 +33,7 @@ class CodeDiscriminator(nn.Module):
         for i in range(1 + code_res // 8):
             cur = ch * min(2**i, 8)
             k = 4 if i == 0 else 3
-            convs.append(nn.Conv2d(prev, cur, k, stride=2, padding=(k - 1) // 2))
+            convs.append(nn.Conv2d(prev, cur, k, stride=2, padding=k // 2))
             prev = cur
         self.convs = nn.ModuleList(convs)
         self.out_conv = nn.Conv2d(prev, 1, 1)
@@ -107,7 +108,7 @@ class UNetPatchDiscriminator(nn.Module):
         chs = [min(base_ch * 2**i, 512) for i in range(len(specs) + 1)]  # chs[i + 1]: level i's
         self.in_conv = nn.Conv2d(in_ch, chs[0], 1)
         self.convs = nn.ModuleList(
-            nn.Conv2d(chs[i], chs[i + 1], k, s, padding=(k - 1) // 2) for i, (k, s) in enumerate(specs)
+            nn.Conv2d(chs[i], chs[i + 1], k, s, padding=k // 2) for i, (k, s) in enumerate(specs)
         )
         ups = [_UpConv(chs[i + 1] * (2 if i != len(specs) - 1 else 1), chs[i], s) for i, (_, s) in enumerate(specs)]
         self.upconvs = nn.ModuleList(reversed(ups))
