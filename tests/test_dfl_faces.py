@@ -226,6 +226,10 @@ def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
     wrong = cfg.override({"swap.face_type": "wf"})
     with pytest.raises(BigbatchError, match="'swap.face_type' is 'wf', but the faces are 'f'"):
         build_task(wrong, replicator_for(wrong), training_data(wrong))
+    # Resumed, the face type is the model's: the faces are to prepare again (found from outside: told to give
+    # swap.face_type=f, which the resume then refused).
+    with pytest.raises(BigbatchError, match="model is 'wf', but the faces are 'f': prepare them again with --face-"):
+        build_task(wrong, replicator_for(wrong), training_data(wrong), resumed_at=64)
     # Sides of two types: the one to prepare again is the model's (found from outside: the src side's was offered,
     # which the model's swap.face_type then refused).
     prepare(str(tmp_path / "src"), str(tmp_path / "src_wf.h5"), 64, workers=0, masks="dfl", face_type="wf")

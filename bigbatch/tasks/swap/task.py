@@ -167,7 +167,7 @@ def build(
     discs: dict[str, tuple[nn.Module, nn.Module, torch.optim.Optimizer]] = {}
     for i, (name, plain) in enumerate(discriminators(cfg, net).items()):
         discs[name] = (plain, rep.prepare(plain, checkpointing=False), optimizer(list(plain.parameters()), i + 1, name))
-    face_type = face_type_of(cfg, data, dst)
+    face_type = face_type_of(cfg, data, dst, resumed=resumed_at is not None)
     carried: tuple[bytes | None, int] = (None, 0)
     if cfg.train.init_from and resumed_at is None:  # (the model's face type; its moments, record, discriminators)
         check_source_face_type(cfg.train.init_from, face_type)
@@ -182,9 +182,10 @@ def build(
     return task
 
 
-def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap") -> str:
+def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap", resumed: bool = False) -> str:
     """DFL's face type of the faces: `section`.face_type, or the one `prepare --masks dfl|labels` recorded (""
-    if neither says); the two sides and the config must agree."""
+    if neither says); the two sides and the config must agree (`resumed`: the config's is the model's, which a
+    resume cannot change)."""
     kinds = {side: getattr(data, "meta", {}).get("face_type") for side, data in (("src", src), ("dst", dst))}
     found = {side: kind for side, kind in kinds.items() if kind}
     model = "a SAEHD model" if section == "swap" else "an XSeg model"
@@ -198,6 +199,11 @@ def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap") -> str:
             f"takes one: prepare {' and '.join(sides)} again with --face-type {want} (DFL's cut to it by the landmarks)"
         )
     recorded = next(iter(found.values()), "")
+    if options.face_type and recorded and options.face_type != recorded and resumed:  # (found from outside: told to
+        raise BigbatchError(  # give the faces' face_type, which the resume then refused)
+            f"{section}.face_type of this run's model is {options.face_type!r}, but the faces are {recorded!r}: "
+            f"prepare them again with --face-type {options.face_type} (DFL's cut to it by the landmarks)"
+        )
     if options.face_type and recorded and options.face_type != recorded:
         options._fail(
             "face_type",

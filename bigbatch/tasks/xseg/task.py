@@ -105,7 +105,7 @@ def build(
             val = Joined(val, dst_val)
     if run is not None and resumed_at is not None:
         check_resumed_dst(run, resumed_at, d.dst_path, dst)
-    face_type = face_type_of(cfg, data, dst if dst is not None else data, "xseg")
+    face_type = face_type_of(cfg, data, dst if dst is not None else data, "xseg", resumed_at is not None)
     with seeded(cfg.train.seed):
         net = models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
     if cfg.train.init_from and resumed_at is None:
