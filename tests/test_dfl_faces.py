@@ -216,6 +216,8 @@ def test_the_face_type_is_read_recorded_by_the_run_and_must_agree(tmp_path):
     for side in ("src", "dst"):
         prepare(str(tmp_path / side), str(paths[side]), 64, workers=0, masks="dfl")
     assert bigbatch.data.hdf5.read_meta(paths["src"])["face_type"] == "f"
+    prepare(str(tmp_path / "src"), str(tmp_path / "plain.h5"), 64, workers=0)  # (without masks too: found from
+    assert bigbatch.data.hdf5.read_meta(tmp_path / "plain.h5")["face_type"] == "f"  # outside, its yaws alone)
     assert "face mask; face type f" in bigbatch.data.describe_data(paths["src"])  # bigbatch info
     tiny = {"archi": "df", "ae_dims": 16, "e_dims": 4, "d_dims": 4, "d_mask_dims": 2}
     over = {"data.path": str(paths["src"]), "data.dst_path": str(paths["dst"]), "model.options": tiny}

@@ -127,16 +127,23 @@ def face_yaw(points: np.ndarray) -> float:
     return jaw_yaw(points) / max(abs(float(points[16, 0] - points[0, 0])), 1e-6)  # (abs: a mirrored face's too)
 
 
-def yaw_of(data: bytes) -> float | None:
-    """The yaw (`face_yaw`) of an aligned DFL face from the landmarks in its metadata; None for any other image
-    (no metadata, no landmarks or landmarks that are not finite numbers, or metadata the restricted unpickler
-    refuses): never an error, the image is good either way."""
+def yaw_of(data: bytes) -> tuple[float | None, str | None]:
+    """The yaw (`face_yaw`) of an aligned DFL face from the landmarks in its metadata, and its face type as SAEHD's
+    option names it (found from outside: a face set prepared without --masks kept its yaws, not its face type);
+    None for any other image (no metadata, no landmarks or landmarks that are not finite numbers, or metadata the
+    restricted unpickler refuses): never an error, the image is good either way."""
     try:
         meta = read_metadata(data)
-        yaw = face_yaw(landmarks_of(meta)) if meta is not None else None
+    except (NoFaceData, BigbatchError, ValueError, TypeError):
+        return None, None
+    if meta is None:
+        return None, None
+    kind = FACE_TYPES.get(str(meta.get("face_type", "full_face")))  # (DFLJPG.get_face_type's default)
+    try:
+        yaw = face_yaw(landmarks_of(meta))
     except (NoFaceData, BigbatchError, ValueError, TypeError, OverflowError):
-        return None
-    return yaw if yaw is not None and np.isfinite(yaw) else None
+        return None, kind
+    return (yaw if np.isfinite(yaw) else None), kind
 
 
 def _fill(size: tuple[int, int], parts: list[np.ndarray]) -> np.ndarray:

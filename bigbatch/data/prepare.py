@@ -357,14 +357,14 @@ def _write(
                 f"{'has' if len(none) == 1 else 'have'} no image here ({named_few(none, SHOWN)}): "
                 "kept, numbered as given, for a classifier's outputs"
             )
-        if len(face_types) > 1:
+        if len(face_types) > 1 and settings.masks in FACE_SETS:  # (without masks: a face type recorded if one)
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
             model = "an XSeg model" if settings.masks in ("labels", "xseg-applied") else "a SAEHD model"
             raise BigbatchError(  # (found from outside: it said the faces could not be cut to one type here)
                 f"the faces were extracted with different DeepFaceLab face types: {shown}; {model} trains on one: "
                 "give --face-type (h, mf, f, wf or head; your model's) to cut each face to it, as DFL's trainers do"
             )
-        if face_types:
+        if len(face_types) == 1:
             writer.attrs.update(face_type=next(iter(face_types)))
         _keep_yaws(writer, yaws, no_yaw, settings)
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])

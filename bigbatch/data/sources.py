@@ -447,7 +447,10 @@ def decode(
     out = np.asarray(img, dtype=np.uint8)
     if planes:
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
-    return bucket, out, face_type, size, yaw_of(data) if yaw else None
+    if not yaw:
+        return bucket, out, face_type, size, None
+    found, kind = yaw_of(data)
+    return bucket, out, face_type or kind, size, found
 
 
 def cut_face(
