@@ -142,12 +142,16 @@ def describe_run(path: str | Path) -> str:
     options = f" {m.options}" if m.options else ""
     batch = _batch_plan(cfg, run)
     if cfg.task == "swap":
-        s = cfg.swap
-        extras = [f"{k} {getattr(s, k):g}" for k in ("true_face_power", "gan_power") if getattr(s, k)]
-        flags = [k for k in ("masked_training", "eyes_mouth_prio", "random_warp", "lr_dropout") if getattr(s, k)]
+        s = cfg.swap  # (found from outside: DFL's summary says every option; half were unsaid here)
+        powers = ("true_face_power", "gan_power", "face_style_power", "bg_style_power", "random_hsv_power")
+        extras = [f"{k} {getattr(s, k):g}" for k in powers if getattr(s, k)]
+        extras += [f"ct_mode {s.ct_mode}"] if s.ct_mode != "none" else []
+        flags = ["masked_training", "eyes_mouth_prio", "random_warp", "lr_dropout", "uniform_yaw", "blur_out_mask"]
+        flags = [k for k in [*flags, "src_flip", "dst_flip"] if getattr(s, k)]
         if "masked_training" in flags and meta.get("masks") is False:  # (data without masks trains unmasked)
             flags[0] = "masked_training (no masks in the data: unmasked)"
-        lines.append(f"model       {m.name}{options}")
+        face = meta.get("face_type") or s.face_type or "unknown"
+        lines.append(f"model       {m.name}{options}, face type {face}")
         lines.append(
             f"training    {batch}, {s.optimizer} lr {s.lr:g}, clip {t.grad_clip:g}, "
             f"{', '.join(flags + extras) or 'plain'}, {t.precision}"

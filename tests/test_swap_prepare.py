@@ -106,7 +106,10 @@ def test_masked_training_needs_masks_on_both_sides(faces, tmp_path, capsys):
     from bigbatch.info import describe_run
 
     capsys.readouterr()
-    run = bigbatch.train(cfg.override({"data.path": str(tmp_path / "plain.h5"), "train.kimg": 0.004}), quiet=True)
-    assert "masked_training (no masks in the data: unmasked)" in describe_run(run)
+    over = {"data.path": str(tmp_path / "plain.h5"), "train.kimg": 0.004, "swap.ct_mode": "rct"}
+    run = bigbatch.train(cfg.override({**over, "swap.face_style_power": 0.5, "swap.dst_flip": True}), quiet=True)
+    said = describe_run(run)  # (found from outside: DFL's summary says every option; half were unsaid)
+    assert "masked_training (no masks in the data: unmasked)" in said and "face type unknown" in said
+    assert "dst_flip" in said and "face_style_power 0.5" in said and "ct_mode rct" in said, said
     # ... and said as it starts (found from outside: by `info` only, where a DFL user forgot --masks dfl)
     assert "neither data set has face masks, so this run trains unmasked" in capsys.readouterr().err
