@@ -60,6 +60,8 @@ def run_cli(capsys, *argv):
             "dcgan supports power-of-two resolutions >= 16 (data.resolution), got 8",
         ),
         (["train", "--preset", "saehd_cpu", "--dry-run", 'model.options.archi="foo"'], "SAEHD archi must be df"),
+        (["train", "--preset", "saehd_cpu", "--dry-run", 'model.options.archi="df-uu"'], "(each option once), got"),
+        (["train", "--preset", "saehd_cpu", "--dry-run", 'model.options.archi="LIAE-UD"'], "(in lowercase), got"),
         (["train", "--dry-run", "data.path=/tmp"], "data file /tmp is not a file"),  # as training refuses it
         (  # (found from outside: passed by the dry run, refused by the run)
             ["train", "--preset", "fashion_resnet_fast", "--dry-run", "data.decode=gpu", "train.device=cpu"],
