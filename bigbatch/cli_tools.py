@@ -393,6 +393,12 @@ def run_info(args: argparse.Namespace) -> None:
         return _export_info(Path(args.path), args.verify)
     if holds_checkpoints(Path(args.path)):  # (RUN/checkpoints/latest names RUN: found by review, --verify called it
         args.path = str(run_named(args.path))  # damaged)
+    elif Path(args.path).is_dir():  # a folder of DFL's aligned faces
+        from bigbatch.faces.face_set import describe_faces
+
+        if (faces := describe_faces(Path(args.path))) is not None:
+            print(faces)
+            return
     if not args.verify:
         print(describe_run(args.path))
         return

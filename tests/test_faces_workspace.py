@@ -26,6 +26,17 @@ def test_extract_goes_on_in_a_copied_workspace_and_after_a_touch(capsys):
     Path("ws").mkdir()
     _faces.write_video(Path("ws/clip.mp4"), 3, 320, 240)
     assert main(["extract", "ws/clip.mp4", "ws/aligned", *ARGS]) == 0
+    # `info` of the faces says what they are (found from outside: "neither a run directory nor a checkpoint folder")
+    Path("ws/aligned/notes.jpg").write_bytes(b"not a face")
+    capsys.readouterr()
+    assert main(["info", "ws/aligned"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("faces       3 aligned faces (DeepFaceLab's) in ws/aligned; 1 JPEG without its metadata")
+    assert "face type   whole_face 3\nsize        256px 3\nxseg        0 with labels" in said
+    assert f"source      extracted from {Path('ws/clip.mp4').resolve()} by bigbatch extract (face_type " in said
+    Path("ws/aligned/notes.jpg").unlink()
+    assert main(["info", "ws"]) == 2  # (no face there: what it says of any folder)
+    assert "is neither a run directory nor a checkpoint folder" in capsys.readouterr().err
     # The workspace copied elsewhere (new times for every file), its extract cut short before the last frame.
     shutil.copytree("ws", "copy", copy_function=shutil.copy)
     journal = Path("copy/aligned/.extract.jsonl")
