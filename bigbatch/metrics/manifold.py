@@ -12,9 +12,12 @@ reaching its k-th nearest neighbour in the same set.
 Precision and recall take k = 3 with "inside" as distance <= radius (StyleGAN2-ADA's pr50k3 and
 torch-fidelity's prc), density and coverage k = 5 with distance < radius (the authors' prdc package and
 StudioGAN). Distances are Euclidean in full float32 (no TF32), computed in blocks of 4096 x 4096 on
-the features' device, never the whole matrix. This is written here because
-torch-fidelity (which the tests compare with) extracts its own features and has no density or coverage,
-and prdc holds the whole N x N matrix in memory.
+the features' device, never the whole matrix; the radii, and a distance within EDGE of the radius it is
+compared with, are computed again exactly (float64 differences, no matrix product), so a sample that
+duplicates a real image is inside or outside a ball as exact arithmetic says (found from outside: a set
+against itself had a density of 1.0067 by the matrix product's rounding, and another at another batch size).
+This is written here because torch-fidelity (which the tests compare with) extracts its own features and has
+no density or coverage, and prdc holds the whole N x N matrix in memory.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from bigbatch.metrics.features import exact_float32
 PR_K = 3
 DC_K = 5
 BLOCK = 4096
+EDGE = 1e-4  # relative: a distance this near a radius is computed again exactly (float32's product errs ~1e-6)
 
 
 def _tensor(f: torch.Tensor | np.ndarray, device: torch.device) -> torch.Tensor:
@@ -47,17 +51,35 @@ def _pairs(a: torch.Tensor, b: torch.Tensor, block: int) -> Iterator[tuple[slice
             yield rows, cols, torch.cdist(a[rows], b[cols])
 
 
+def _exact(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The distances of a's rows to b's rows, pair by pair, exactly: float64 differences (symmetric, 0 to itself)."""
+    return (a.double() - b.double()).square().sum(1).sqrt()
+
+
+def _refined(d: torch.Tensor, a: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Distances `d` between a's rows and b's, those within EDGE of the radius `r` (broadcast to d) exact."""
+    near = ((d - r).abs() <= EDGE * r).nonzero()
+    if len(near):
+        d = d.double()
+        d[near[:, 0], near[:, 1]] = _exact(a[near[:, 0]], b[near[:, 1]])
+    return d
+
+
 def radii(features: torch.Tensor, k: int, block: int = BLOCK) -> torch.Tensor:
     """Each sample's distance to its k-th nearest neighbour in the same set (itself, at 0, not counted): the
-    k + 1 smallest of each row kept as the column blocks pass."""
-    out = torch.empty(len(features), device=features.device)
+    k + 1 nearest of each row kept as the column blocks pass, their distances then computed exactly (float64)."""
+    out = torch.empty(len(features), dtype=torch.float64, device=features.device)
     for i in range(0, len(features), block):
-        rows, nearest = features[i : i + block], None
+        rows, nearest, index = features[i : i + block], None, None
         for j in range(0, len(features), block):
             d = torch.cdist(rows, features[j : j + block])
-            d = d if nearest is None else torch.cat([nearest, d], 1)
-            nearest = d.topk(min(k + 1, d.shape[1]), dim=1, largest=False).values
-        out[i : i + block] = nearest[:, k]
+            columns = torch.arange(j, j + d.shape[1], device=d.device).expand_as(d)
+            if nearest is not None:
+                d, columns = torch.cat([nearest, d], 1), torch.cat([index, columns], 1)
+            nearest, at = d.topk(min(k + 1, d.shape[1]), dim=1, largest=False)
+            index = columns.gather(1, at)
+        exact = torch.stack([_exact(rows, features[index[:, c]]) for c in range(index.shape[1])], 1)
+        out[i : i + block] = exact.sort(dim=1).values[:, k]
     return out
 
 
@@ -90,8 +112,9 @@ def precision_recall(
         inside_real = torch.zeros(len(fake), dtype=torch.bool, device=device)
         inside_fake = torch.zeros(len(real), dtype=torch.bool, device=device)
         for rows, cols, d in _pairs(fake, real, block):  # d: fake rows x real columns
-            inside_real[rows] |= (d <= r_real[cols]).any(dim=1)
-            inside_fake[cols] |= (d <= r_fake[rows, None]).any(dim=0)
+            inside_real[rows] |= (_refined(d, fake[rows], real[cols], r_real[cols]) <= r_real[cols]).any(dim=1)
+            near_fake = _refined(d, fake[rows], real[cols], r_fake[rows, None])
+            inside_fake[cols] |= (near_fake <= r_fake[rows, None]).any(dim=0)
     return {"precision": _share(inside_real), "recall": _share(inside_fake)}
 
 
@@ -109,7 +132,7 @@ def density_coverage(
         held = torch.zeros(len(fake), dtype=torch.int64, device=device)  # real balls holding each fake
         covered = torch.zeros(len(real), dtype=torch.bool, device=device)
         for rows, cols, d in _pairs(fake, real, block):
-            inside = d < r_real[cols]
+            inside = _refined(d, fake[rows], real[cols], r_real[cols]) < r_real[cols]
             held[rows] += inside.sum(dim=1)
             covered[cols] |= inside.any(dim=0)
     return {"density": held.sum().item() / (k * len(fake)), "coverage": _share(covered)}
