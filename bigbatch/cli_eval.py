@@ -421,6 +421,13 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
     _subset_of_stats(kind, ref, args.reference_n, "--reference-n")
+    hashes = {getattr(x, "content_hash", None) for x in (images, ref)}
+    if ref is not None and (args.path == args.reference or (len(hashes) == 1 and None not in hashes)):
+        warn(  # (found from outside: a "real against real" floor scored a subset against itself, unsaid)
+            f"A and B are the same images: A's --n (drawn with --seed, {args.seed or 0}) and B's --reference-n (drawn "
+            "with seed 0) overlap, the same images at the same sizes and seed; for FID's floor between two real "
+            "sets, prepare two disjoint parts of the data"
+        )
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     scores = evaluate_images(
         images,

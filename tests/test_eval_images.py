@@ -108,6 +108,10 @@ def test_identical_sets_score_zero_and_other_images_more(sets, capsys):
     assert same["reference"] == str(sets / "a_nested") and same["extractor"] == "standin"
     other = score(capsys, sets / "a", sets / "other", "--metrics", "fid,kid")
     assert other["fid"] > 1.0 and other["kid"] > 10 * abs(same["kid"])
+    # One source as A and B: their subsets overlap, said (found from outside: a "real against real" floor, unsaid)
+    argv = ["eval", str(sets / "a"), str(sets / "a"), "--metrics", "fid", "--n", "10", "--extractor", "standin"]
+    assert main(argv) == 0
+    assert "A and B are the same images: A's --n (drawn with --seed, 0)" in capsys.readouterr().err
     # IS needs no reference.
     alone = score(capsys, sets / "a.zip", "--metrics", "is")
     assert set(alone) == {"images", "n", "extractor", "is", "is_std"} and alone["is"] >= 1
