@@ -401,6 +401,19 @@ def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool =
     return ",".join(names)
 
 
+def _check_neighbours(metrics: str, n: int, ref: object, reference_n: int | None) -> None:
+    """Sets too small for precision/recall's or density/coverage's neighbours refused before any extraction."""
+    from bigbatch.metrics import ReferenceStats
+    from bigbatch.metrics.evaluate import parse_metrics
+    from bigbatch.metrics.manifold import DC_K, PR_K, check_sizes
+
+    wanted = parse_metrics(metrics)
+    k = max([PR_K] * ("pr" in wanted) + [DC_K] * ("dc" in wanted), default=0)
+    if k and ref is not None and getattr(ref, "has_features", True):  # (statistics without: refused elsewhere)
+        real = len(ref.features) if isinstance(ref, ReferenceStats) else len(ref)  # type: ignore[arg-type]
+        check_sizes(n, min(reference_n or real, real), k)
+
+
 def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """A set of images (or a data set) against B, as pytorch-fid and torch-fidelity score two inputs."""
     from bigbatch.metrics import evaluate_images
@@ -429,10 +442,12 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
             "sets, prepare two disjoint parts of the data"
         )
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
+    metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
+    _check_neighbours(metrics, min(args.n or len(images), len(images)), ref, args.reference_n)
     scores = evaluate_images(
         images,
         ref if compares else None,
-        _metrics_for(args.metrics, extractor, ref, args.asked),
+        metrics,
         n=args.n,
         extractor=extractor,
         batch_size=args.batch_size or 64,

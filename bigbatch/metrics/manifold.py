@@ -93,12 +93,18 @@ def _sets(
         raise BigbatchError(
             f"precision and recall need two (N, D) feature sets of the same D, got {fake.shape} and {real.shape}"
         )
-    if min(len(fake), len(real)) <= k:
+    check_sizes(len(fake), len(real), k)
+    return fake, real, device
+
+
+def check_sizes(fake: int, real: int, k: int) -> None:
+    """Refuse, in one line, sets too small for k-th neighbour balls (said before extraction where the sizes are
+    known: found from outside, after minutes of it)."""
+    if min(fake, real) <= k:
         raise BigbatchError(
             f"precision, recall, density and coverage need more than k = {k} images on each side, got "
-            f"{len(fake)} generated and {len(real)} real: give more (the papers use 10,000 to 50,000 of each)"
+            f"{fake} generated and {real} real: give more (the papers use 10,000 to 50,000 of each)"
         )
-    return fake, real, device
 
 
 def precision_recall(
