@@ -132,7 +132,8 @@ class Run:
         `replace`: rewrite an intact checkpoint at `nimg` (its state changed though nothing trained); `stopped`: a
         stop's save, so its meta.json says (info tells a stopped run from a killed one by it)."""
         self.lock = keep_lock(self.lock, self.path, LOCK)  # (its .lock deleted meanwhile: taken again)
-        state, info = snapshot(task, rep, nimg, seconds), {**task.model_info(), "data": self.data, "stopped": stopped}
+        info = {**task.model_info(), "data": self.data, "stopped": stopped, "seconds": round(seconds, 1)}
+        state = snapshot(task, rep, nimg, seconds)
         if not self.saved:  # (the first save since the run began here: what follows it on disk is another history)
             checkpoint_find.set_aside_newer(self.path, self.resumed_at or 0)
             self.saved = True

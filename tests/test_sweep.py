@@ -2,6 +2,7 @@
 
 import csv
 import fcntl
+import json
 import os
 import re
 import subprocess
@@ -132,8 +133,13 @@ def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch, cap
     from bigbatch.sweeps import result_row
 
     stopped = tmp_path / "sweep" / "batch=32"
+    rows = (stopped / "metrics.jsonl").read_text().splitlines()
     (stopped / "metrics.jsonl").write_text("")
-    assert result_row(stopped, {"train.batch": 32}, base.override({"train.batch": 32}))["kimg"] == 0.064
+    row = result_row(stopped, {"train.batch": 32}, base.override({"train.batch": 32}))
+    assert row["kimg"] == 0.064 and row["wall_s"] > 0  # (and its seconds the checkpoint's: found from outside, a
+    (stopped / "metrics.jsonl").write_text(rows[0] + "\n")  # row's time beside the checkpoint's kimg)
+    seconds = json.loads(rows[-1])["seconds"]
+    assert result_row(stopped, {"train.batch": 32}, base.override({"train.batch": 32}))["wall_s"] >= seconds - 0.1
 
 
 def test_no_two_combinations_share_a_run_folder():
