@@ -144,7 +144,11 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         end = schedule_of(cfg).end(progress.total, getattr(task, "d_steps", 1))
         ends = f"{end / 1000:.3f}".rstrip("0").rstrip(".")  # (:g kept 6 digits: 100000.032 said as 100000)
         epochs += f"; its last step ends at {ends} kimg" if end > progress.total else ""
-        print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg{epochs}", flush=True)
+        if run.resumed and nimg >= progress.total:  # (found from outside: "Training ..." of a run at its end)
+            print(f"{run.path} has trained its {cfg.train.kimg:g} kimg: nothing to train (a longer train.kimg "
+                  "trains it on)", flush=True)  # fmt: skip
+        else:
+            print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg{epochs}", flush=True)
         if cfg.eval.best and not cfg.eval.every_kimg:  # (found from outside: silent)
             warn(
                 f"eval.best={cfg.eval.best!r} keeps no checkpoints/best/: nothing is scored while the run trains "

@@ -22,6 +22,9 @@ def test_info_says_a_runs_state(tiny, tmp_path, capsys):
     cfg = tiny.override({"train.kimg": 0.128, "checkpoint.every_kimg": 0.064, "train.log_every_kimg": 0.032})
     run = bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     assert state(capsys, run) == "done (0.128 of 0.128 kimg)"
+    bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)  # (found from outside: "Training ..." of a run at its
+    said = capsys.readouterr().out  # end, as if it trained)
+    assert "has trained its 0.128 kimg: nothing to train" in said and "Training " not in said, said
     # `stop` of one of its checkpoints stops its run (found from outside: "not being trained" of the checkpoint)
     assert main(["stop", str(run / "checkpoints" / "000000.128")]) == 2
     assert f"{run.resolve()} is not being trained: no process holds its lock" in capsys.readouterr().err
