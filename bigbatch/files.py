@@ -340,6 +340,8 @@ def lock_folder(
             f.truncate()
             f.write(f"{os.getpid()} {socket.gethostname()}\n")
             f.flush()
+            with contextlib.suppress(OSError):  # (on a network file system, for other nodes to read: ranks_agree)
+                os.fsync(f.fileno())
             _HELD.add(f.fileno())
             return f
         f.close()

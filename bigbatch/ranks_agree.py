@@ -3,6 +3,7 @@ and the run folder rank 0 writes."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from bigbatch.config import Config
@@ -13,6 +14,7 @@ from bigbatch.resuming import flatten
 # What may differ between ranks: where each reads the data (another mount on another node), how it reads it.
 PER_RANK = ("data.path", "data.dst_path", "data.val_path", "data.storage_options", "data.workers", "data.in_ram")
 PER_RANK += ("train.init_from", "eval.weights")  # (files each node may hold at a path of its own)
+SEEN_WITHIN, SEEN_EVERY = 90.0, 5.0  # seconds a rank is given to see the run folder rank 0 writes, and between looks
 
 
 def same_on_every_rank(cfg: Config, content_hash: str, lock: Path) -> None:
@@ -23,13 +25,9 @@ def same_on_every_rank(cfg: Config, content_hash: str, lock: Path) -> None:
     if not dist.active():
         return
     mine = {k: v for k, v in flatten(cfg.to_dict()).items() if k not in PER_RANK and k != "train.device"}
-    try:
-        seen = lock.read_text()
-    except OSError:
-        seen = None
-    ranks = dist.gather((mine, content_hash, seen))
-    first, images, written = ranks[0]
-    for rank, (theirs, their_images, their_view) in enumerate(ranks[1:], 1):
+    ranks = dist.gather((mine, content_hash))
+    first, images = ranks[0]
+    for rank, (theirs, their_images) in enumerate(ranks[1:], 1):
         differ = sorted(k for k in first.keys() | theirs.keys() if first.get(k) != theirs.get(k))
         if differ:
             k = differ[0]
@@ -42,8 +40,27 @@ def same_on_every_rank(cfg: Config, content_hash: str, lock: Path) -> None:
                 f"rank {rank}'s data.path holds other images than rank 0's (content hash {their_images[:16]}…, rank "
                 f"0: {images[:16]}…): every rank must read the same data file"
             )
-        if their_view != written:
+    _sees_run_folder(lock)
+
+
+def _sees_run_folder(lock: Path) -> None:
+    """Every rank reads rank 0's `lock` as rank 0 wrote it, asked again for up to SEEN_WITHIN seconds: a network
+    file system's client may show another node's new files and writes only once its caches expire (NFS: 30-60 s)."""
+    waited = 0.0
+    while True:
+        try:
+            seen = lock.read_text()
+        except OSError:
+            seen = None
+        views = dist.gather(seen)
+        blind = [rank for rank, view in enumerate(views) if view != views[0]]
+        if not blind:
+            return
+        if waited >= SEEN_WITHIN:
             raise BigbatchError(
-                f"rank {rank} does not see the run folder {lock.parent} as rank 0 writes it: put the run folder on "
-                "storage every rank sees (a shared file system), which a resume reads on every rank"
+                f"rank {blind[0]} does not see the run folder {lock.parent} as rank 0 writes it (after {waited:.0f} "
+                "s): put the run folder on storage every rank sees (a shared file system), which a resume reads on "
+                "every rank"
             )
+        time.sleep(SEEN_EVERY)
+        waited += SEEN_EVERY
