@@ -244,7 +244,7 @@ def list_tars(
     else:
         listing = Listing(source, keys, names, np.zeros(len(keys), np.int64), [])
     listing.skipped = damaged + listing.skipped
-    if classes and not cls and (labelled := sorted(kinds & {"json", "jsn", "cls2", "txt"})):
+    if classes and not cls and (labelled := sorted(kinds & {"json", "jsn", "cls2"})):  # (.txt: a caption)
         warn(  # (found from outside: a label in each sample's .json went unsaid, and the data unconditional)
             f"the shards' samples hold .{', .'.join(labelled)} fields and no .cls: a sample's class index is read "
             f"from its .cls field alone (WebDataset's cls), so these are "
