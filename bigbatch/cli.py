@@ -543,8 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     one_line_warnings()
     args = None
     try:
-        if in_main and sys.platform == "linux":  # (a launched rank's SIGTERM, held since its fork: taken now)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        if in_main and sys.platform == "linux" and os.environ.get("BIGBATCH_LAUNCH_PARENT"):  # (a launched rank's
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # SIGTERM, held since its fork: taken now)
         args = parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
