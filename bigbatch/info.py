@@ -58,7 +58,7 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
     ranks = plan.get("world_size", 1)
     launch = f", started as the run was ({ranks} processes)" if isinstance(ranks, int) and ranks > 1 else ""
     # (found from outside: a run that failed was said to have ended, the line it failed with left to its output)
-    failed = f". It failed: {plan['failed'].splitlines()[0]}" if isinstance(plan.get("failed"), str) else ""
+    failed = f". It failed: {plan['failed']}" if isinstance(plan.get("failed"), str) else ""
     if ckpt is None:
         logs = f" (logged to {logged:g} kimg)" if logged else ""
         return f"not training: it ended before its first checkpoint{logs}; {again} from its start{launch}{failed}"
@@ -68,6 +68,7 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
         said = f"stopped at {kimg:.3f} of {total:g} kimg; {again}"
     else:  # (found from outside: a run killed before its next log row, logged more seldom than it saved: "stopped")
         said = f"it ended after its checkpoint at {kimg:.3f} kimg, not by a stop (killed or crashed); {again}"
+    said = said.replace(" (killed or crashed)", "") if failed else said  # (its failure said instead of a guess)
     return f"not training: {said}{launch}{failed}"
 
 

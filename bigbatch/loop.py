@@ -31,10 +31,10 @@ from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.arguments import SkipLimitReached
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, warn
+from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, first_line, warn
 from bigbatch.models.registry import is_own
 from bigbatch.progress import Progress
-from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
+from bigbatch.rundir import LOCK, Run, check_replicas, open_run, truncate_metrics
 from bigbatch.signals import EvaluationStopped, StartupStopped, Stopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 from bigbatch.urls import local_folder
@@ -79,9 +79,10 @@ def train(
                 # The traceback holds _train's frame and with it the task's DDP wrappers: they must go
                 # before rep.close() destroys the process group (one freed after it can hang the exit).
                 traceback.clear_frames(e.__traceback__)
-                if run.started and isinstance(e, Exception):  # (found from outside: info could not say why it ended)
-                    with suppress(OSError, ValueError):
-                        run.record(failed=str(e) if isinstance(e, BigbatchError) else f"{type(e).__name__}: {e}")
+                if run.started and isinstance(e, Exception) and _holds_lock(run):  # (found from outside: info
+                    with suppress(OSError, ValueError):  # could not say why it ended)
+                        run.record(failed=first_line(e) if isinstance(e, BigbatchError) else f"{type(e).__name__}: "
+                                   f"{first_line(e)}")  # fmt: skip
                 raise
             finally:
                 run.close()
@@ -96,6 +97,15 @@ def train(
                 rep.close()
             if torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
+
+
+def _holds_lock(run: Run) -> bool:
+    """Whether this process holds the run's lock still (not where another process took RUN/.lock since; where the
+    file system has no locks, taken to)."""
+    try:
+        return run.lock is None or os.fstat(run.lock.fileno()).st_ino == os.stat(run.path / LOCK).st_ino
+    except OSError:
+        return False
 
 
 def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
@@ -290,15 +300,20 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                     saved_at, asked = time.monotonic(), False
             except (BigbatchError, OSError) as e:
                 failed = e
+        # Stopped by a signal (or rank 0's failed write): every rank checks the weights (a collective: rank 0
+        # too, which then raises its failure; found from outside, a stop saved weights a step made inf).
+        stopped = nimg < progress.total or eval_pending  # (a stop in the last evaluation: the resumed run makes it)
+        try:
+            if stopped:
+                check_replicas(task, nimg)
+        except BigbatchError:
+            if failed is None:
+                progress.close()
+                raise
         if failed is not None:
             progress.close()
             raise failed
-
-        # Stopped by a signal: save where we are.
-        stopped = nimg < progress.total or eval_pending  # (a stop in the last evaluation: the resumed run makes it)
-        if stopped:  # (found from outside: weights a step made inf were saved by a stop, and its advice resumed them)
-            check_replicas(task, nimg)
-        if stopped and main:
+        if stopped and main:  # save where we are
             path = run.save(task, rep, nimg, progress.seconds(), window(), stopped=True)
             run.write_previews(task, nimg, at_checkpoint=True)
             resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -509,6 +510,46 @@ def test_ranks_started_with_other_configs_stop_before_training(tiny, tmp_path, m
     assert said == {"rank 1 does not see the run folder run as rank 0 writes it (after 0 s): put the run folder on "
                     "storage every rank sees (a shared file system), which a resume reads on every rank"}  # fmt: skip
     assert not (tmp_path / "node0" / "run" / "checkpoints").exists()
+
+
+def _rank_whose_disk_fills(rank, world, init_file, out, tiny):
+    import errno
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    if rank == 0:  # (a forked process: the patch is its own)
+
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        bigbatch.rundir.Run.save = full
+    try:
+        bigbatch.train(tiny.override({"train.kimg": 0.256, "checkpoint.every_kimg": 0.064}), run_dir=out, quiet=True)
+        ended = "finished"
+    except bigbatch.Stopped:
+        ended = "stopped"
+    except Exception as e:  # noqa: BLE001
+        ended = f"{type(e).__name__}: {e}"
+    (out.parent / f"rank{rank}.txt").write_text(ended)
+
+
+def test_a_checkpoint_rank_0_cannot_write_stops_every_rank(tiny, tmp_path):
+    # Found by review: the stop's check of the weights (a collective) was made by the other ranks alone, rank 0
+    # raising its failure first: they waited for it.
+    import bigbatch.rundir  # noqa: F401
+
+    ctx = torch.multiprocessing.start_processes(
+        _rank_whose_disk_fills, (2, str(tmp_path / "init"), tmp_path / "run", tiny), 2, join=False, start_method="fork"
+    )
+    deadline = time.monotonic() + 120
+    while not ctx.join(timeout=5) and time.monotonic() < deadline:
+        pass
+    for process in ctx.processes:
+        process.kill()
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1) if (tmp_path / f"rank{r}.txt").exists()]
+    assert said == ["OSError: [Errno 28] No space left on device", "stopped"], said
 
 
 def test_a_bad_command_under_torchrun_is_one_line_not_one_a_rank(tmp_path):

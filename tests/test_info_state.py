@@ -139,7 +139,7 @@ def test_info_says_the_line_a_run_failed_with_until_it_starts_again(tiny, tmp_pa
         patch.setattr(GANTask, "step", step_then_fail)
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     said = state(capsys, tmp_path / "r")
-    assert said.startswith("not training: it ended after its checkpoint at 0.064 kimg, not by a stop"), said
+    assert said.startswith("not training: it ended after its checkpoint at 0.064 kimg, not by a stop; "), said
     assert said.endswith(". It failed: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"), said
     bigbatch.train(cfg, run_dir=tmp_path / "r", resume=True, quiet=True)
     assert state(capsys, tmp_path / "r") == "done (0.128 of 0.128 kimg)"
