@@ -215,3 +215,25 @@ def video_frames(path: str | Path) -> list[np.ndarray]:
 
     with av.open(str(path)) as c:
         return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def test_a_merge_goes_on_after_its_video_was_touched_or_recorded_by_an_older_bigbatch(workflow, capsys):
+    # Found from outside: a touched video (and, by review, a record of before the video's checksum) merged every
+    # frame again.
+    import json
+    import os
+
+    root, run = workflow
+    shutil.copy(root / "data_dst.mp4", "dst.mp4")
+    args = ["merge", str(run), "dst.mp4", str(root / "dst_aligned"), "out", "--color", "none", "--any-source"]
+    assert main(args) == 0
+    os.utime("dst.mp4", ns=(1, 1))
+    record = json.loads(Path("out/.merge.json").read_text())
+    old = {k: v for k, v in record["frames"].items() if k != "checksum"} | {"mtime_ns": 1}
+    Path("out/.merge.json").write_text(json.dumps({**record, "frames": old}))  # (as an older bigbatch wrote it)
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "kept 4 frames merged before" in capsys.readouterr().out
+    assert "checksum" in json.loads(Path("out/.merge.json").read_text())["frames"]
+    os.utime("dst.mp4", ns=(2, 2))  # touched again: known by its bytes now
+    assert main(args) == 0 and "kept 4 frames merged before" in capsys.readouterr().out

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from bigbatch.faces.extract_journal import same_source
 from bigbatch.files import atomic_write, read_record
 
 RECORD = ".merge.json"
@@ -64,11 +65,9 @@ def aligned_identity(folder: Path) -> dict:
 
 
 def frames_identity(source: Any) -> dict:
-    """The frames (an extract FrameSource): a video by its bytes (touched or moved, the same frames), or the images'
-    folder and digest."""
+    """The frames (an extract FrameSource): a video's path, size, time and checksum (`changed_since` compares it by
+    its bytes: touched or moved, the same frames), or the images' folder and digest."""
     found = dict(source.identity())
-    if "checksum" in found:
-        found = {k: v for k, v in found.items() if k not in ("path", "mtime_ns")}
     if source.files:
         found["files"] = files_digest(source.files)
     return found
@@ -100,9 +99,15 @@ def changed_since(out: Path, record: dict) -> list[str] | None:
     if not (out / RECORD).exists():
         return None
     was = read_record(out / RECORD)  # (a record not ours to read: merged again)
-    if all(was.get(key) == record.get(key) for key in PARTS):  # (the videos written are not an input)
+
+    def same(key: str) -> bool:  # (the frames by extract's rule: a video by its bytes, a record of before by its time)
+        if key == "frames" and isinstance(was.get(key), dict) and isinstance(record.get(key), dict):
+            return same_source(was[key], record[key])
+        return was.get(key) == record.get(key)
+
+    if all(same(key) for key in PARTS):  # (the videos written are not an input)
         return []
-    return [said for key, said in PARTS.items() if was.get(key) != record.get(key)] or [PARTS["settings"]]
+    return [said for key, said in PARTS.items() if not same(key)] or [PARTS["settings"]]
 
 
 def write(out: Path, record: dict) -> None:

@@ -268,8 +268,7 @@ def merge_folder(
             for path in (out / f"{stem}.png", out / "masks" / f"{stem}.png"):
                 path.unlink(missing_ok=True)
         print(f"merging all frames again: {' and '.join(changed)} changed since {out} was merged", file=sys.stderr)
-    if changed != []:
-        merge_record.write(out, record)
+    merge_record.write(out, record)  # (unchanged too: the frames' record as of now, their video's new time or place)
     bar = tqdm(total=source.count, unit="frame", disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True)
     n = merged = kept = 0
     size = None  # the frames' size, for the video (one size, as `video make` takes them)
