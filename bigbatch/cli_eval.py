@@ -337,6 +337,9 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
                 )
             )
     ref = data if args.reference is None else ref
+    n = 50_000 if args.n is None else args.n
+    reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
+    _check_neighbours(args.metrics, n, ref, reference_n)  # (before samples are made and a classifier trained)
     made_at = getattr(ref, "meta", {}).get("resolution") if kind == "stats" else None
     if made_at and made_at != cfg.data.resolution:  # (found from outside: 32 px samples against 16 px statistics)
         samples = cfg.data.resolution
@@ -348,11 +351,9 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
         device,
         options=classifier_options(e),
     )
-    n = 50_000 if args.n is None else args.n
     if args.n is None and e.every_kimg and e.n != n:  # (found from outside: the run's eval.n was not taken, unsaid)
         said = f"scoring the papers' {n:,} samples; the run scored {e.n:,} as it trained (--n {e.n} for its number)"
         print(said, file=sys.stderr, flush=True)  # (stdout holds the scores' one JSON line)
-    reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
     if args.reference is not None:
         _say_a_reference_apart(ref, kind, G, reference_n, extractor, args.metrics)
     if args.reference_n:
@@ -434,8 +435,11 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
     _subset_of_stats(kind, ref, args.reference_n, "--reference-n")
-    hashes = {getattr(x, "content_hash", None) for x in (images, ref)}
-    if ref is not None and (args.path == args.reference or (len(hashes) == 1 and None not in hashes)):
+    # (hashes where they are stored, a data file's: a folder's would read A whole once more, found by review)
+    metas = [getattr(x, "meta", None) for x in (images, ref)]
+    hashes = {meta.get("content_hash") if isinstance(meta, dict) else None for meta in metas}
+    paths = [Path(p).resolve() if p and Path(p).exists() else p for p in (args.path, args.reference)]
+    if ref is not None and (paths[0] == paths[1] or (len(hashes) == 1 and None not in hashes)):
         warn(  # (found from outside: a "real against real" floor scored a subset against itself, unsaid)
             f"A and B are the same images: A's --n (drawn with --seed, {args.seed or 0}) and B's --reference-n (drawn "
             "with seed 0) overlap, the same images at the same sizes and seed; for FID's floor between two real "

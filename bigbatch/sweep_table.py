@@ -113,7 +113,7 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -
     out["kimg"] = max(rows[-1]["kimg"] if rows else 0.0, meta.get("kimg", 0.0))
     out["wall_s"] = round(rows[-1].get("seconds", math.nan), 1) if rows else math.nan
     if meta.get("kimg", 0.0) > (rows[-1]["kimg"] if rows else 0.0):  # (a stop's checkpoint past its last row: its
-        out["wall_s"] = meta.get("seconds", math.nan)  # seconds, with its kimg; found from outside, the row's)
+        out["wall_s"] = meta.get("seconds", out["wall_s"])  # seconds, with its kimg; found from outside, the row's)
     out["img_per_s"] = round(sum(speeds) / len(speeds), 1) if speeds else math.nan
     for key in LOSSES:
         if logs and is_number(logs[-1].get(key)):

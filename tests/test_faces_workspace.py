@@ -32,7 +32,7 @@ def test_extract_goes_on_in_a_copied_workspace_and_after_a_touch(capsys):
     assert main(["info", "ws/aligned"]) == 0
     said = capsys.readouterr().out
     assert said.startswith("faces       3 aligned faces (DeepFaceLab's) in ws/aligned; 1 JPEG without its metadata")
-    assert "face type   whole_face 3\nsize        256px 3\nxseg        0 with labels" in said
+    assert "face type   whole_face (wf) 3\nsize        256px 3\nxseg        0 with labels" in said
     assert f"source      extracted from {Path('ws/clip.mp4').resolve()} by bigbatch extract (face_type " in said
     Path("ws/aligned/notes.jpg").unlink()
     assert main(["info", "ws"]) == 2  # (no face there: what it says of any folder)

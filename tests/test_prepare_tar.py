@@ -256,7 +256,7 @@ def test_an_interrupted_prepare_of_shards_resumes_unless_a_shard_changed(tmp_pat
     assert said in capsys.readouterr().err
     interrupted()  # (found from outside: another --codec threw the parts away unsaid; --limit said as other files)
     prepare(str(tmp_path / "wds"), "out.h5", workers=0, overwrite=True, codec="jpeg", limit=590)
-    assert "were made with other --limit, codec: deleted" in capsys.readouterr().err
+    assert "were made with other --limit (so other files taken), codec: deleted" in capsys.readouterr().err
 
 
 def test_classes_from_a_text_file_name_the_class_indices(tmp_path):

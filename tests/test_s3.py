@@ -409,11 +409,15 @@ def test_a_killed_prepares_local_copy_goes_and_a_full_temporary_folder_is_named(
     monkeypatch.setenv("TMPDIR", str(tmp))
     gone = subprocess.Popen(["true"])
     gone.wait()
-    killed, running = tmp / f"bigbatch-prepare-x1y2-{gone.pid}", tmp / f"bigbatch-prepare-a1b2-{os.getpid()}"
+    host = socket.gethostname()
+    killed = tmp / f"bigbatch-prepare-x1y2-{host}-{gone.pid}"
+    running = tmp / f"bigbatch-prepare-a1b2-{host}-{os.getpid()}"
+    elsewhere = tmp / f"bigbatch-prepare-c3d4-another-host-{gone.pid}"  # (its processes are not this host's to see)
+    elsewhere.mkdir()
     killed.mkdir()
     (killed / "data.h5").write_bytes(b"of a prepare killed while writing")
     running.mkdir()
     said = bigbatch_limited(8192, "prepare", str(photos), "s3://bkt/full.h5", "--resolution", "8", cwd=tmp_path)
     assert said.returncode == 2, said.stderr
     assert f"cannot write s3://bkt/full.h5's local copy in {tmp}: " in said.stderr and "set TMPDIR" in said.stderr
-    assert [p.name for p in tmp.iterdir()] == [running.name]  # the killed one's gone, and its own
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([running.name, elsewhere.name])  # the killed one's gone

@@ -186,6 +186,8 @@ def test_precision_recall_density_and_coverage_are_logged_and_one_of_them_keeps_
     }
     assert main(["eval", str(run), "--metrics", "pr", "--n", "96", "--reference-n", "5000"]) == 0  # (no B: the data's
     assert "builtin:digits holds 1797 images, fewer than --reference-n 5000" in capsys.readouterr().err  # name, not B)
+    assert main(["eval", str(run), "--metrics", "pr", "--n", "3"]) == 2  # (said before samples are made: found by
+    assert "need more than k = 3 images on each side, got 3 generated" in capsys.readouterr().err  # review)
     # A B of other classes, and of fewer images than the features' dimensions, is said (found from outside: a digits
     # GAN scored against 60 images of 4 other classes, for hours, without a word).
     from PIL import Image

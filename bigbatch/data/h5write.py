@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -247,9 +248,11 @@ class H5Writer:
         self.codec, self.quality = str(attrs.get("codec", "raw")), int(attrs.get("quality", 0))
         self.whole = attrs.get("crop") == "none"  # whole images of their own sizes, in one group
         self._tmpdir: str | None = None
-        if self.out.url:  # (written here first; the folders of killed prepares go: found from outside, kept)
-            remove_stale(Path(tempfile.gettempdir()).glob("bigbatch-prepare-*-*"))
-            self._tmpdir = tempfile.mkdtemp(prefix="bigbatch-prepare-", suffix=f"-{os.getpid()}")
+        if self.out.url:  # (written here first; the folders of killed prepares go: found from outside, kept; of
+            # this host's alone, whose processes it can see: a TMPDIR on storage nodes share, or another container's)
+            host = socket.gethostname()
+            remove_stale(Path(tempfile.gettempdir()).glob(f"bigbatch-prepare-*-{glob.escape(host)}-*"))
+            self._tmpdir = tempfile.mkdtemp(prefix="bigbatch-prepare-", suffix=f"-{host}-{os.getpid()}")
             self.tmp = Path(self._tmpdir) / "data.h5"
         else:
             target = self.out.path

@@ -41,7 +41,7 @@ def _discarded(kept: int, folder: Path, was: Any, now: dict[str, Any]) -> str:
     if isinstance(was, dict):
         other = {"source files" if k in ("files", "archive") else k for k in now if was.get(k) != now[k]}
         if "limit" in other:  # (found from outside: "other source files" said of another --limit, the same files)
-            other = {"--limit" if k == "limit" else k for k in other - {"source files"}}
+            other = {"--limit (so other files taken)" if k == "limit" else k for k in other - {"source files"}}
         other = sorted(other)
         why = f"with other {', '.join(other)}" if other else "otherwise"
     else:

@@ -90,8 +90,9 @@ def read_journal(out: Path, settings: dict, source: Any) -> dict[str, int | None
         )
     if was != now and was.get("path") == now["path"]:
         raise BigbatchError(
-            f"{out} holds faces extracted from an earlier version of {now['path']} (its bytes differ): give another "
-            f"OUT (or empty {out}, {path.name} too, to extract every frame again)"
+            f"{out} holds faces extracted from an earlier version of {now['path']} "
+            f"({'its bytes differ' if 'checksum' in was else 'its size or time differs'}): give another OUT (or empty "
+            f"{out}, {path.name} too, to extract every frame again)"
         )
     if was != now:
         raise BigbatchError(

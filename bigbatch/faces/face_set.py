@@ -10,12 +10,13 @@ from pathlib import Path
 
 from PIL import Image
 
-from bigbatch.data.dfl_faces import read_metadata
+from bigbatch.data.dfl_faces import FACE_TYPES, NoFaceData, label_mask, read_metadata
 from bigbatch.errors import BigbatchError, counted, named_few
 from bigbatch.faces.extract_journal import JOURNAL
 from bigbatch.faces.video import natural_key
 
 SUFFIXES = (".jpg", ".jpeg")
+LOOKED_AT = 20  # JPEGs without DFL's metadata read before a folder is taken for photos, not faces (read no further)
 
 
 def describe_faces(folder: Path) -> str | None:
@@ -26,18 +27,25 @@ def describe_faces(folder: Path) -> str | None:
     labelled = applied = 0
     bare: list[str] = []
     for path in files:
+        if len(bare) >= LOOKED_AT and not kinds:  # (a folder of a million photos: not read whole)
+            return None
         try:
             meta = read_metadata(path.read_bytes(), str(path))
             with Image.open(path) as image:
-                size = f"{image.width}px" if image.width == image.height else f"{image.width}x{image.height}px"
+                side = (image.height, image.width)
         except (BigbatchError, OSError, ValueError):
             meta = None
         if meta is None:
             bare.append(path.name)
             continue
-        kinds[str(meta.get("face_type", "full_face"))] += 1  # (DFLJPG.get_face_type's default)
-        sizes[size] += 1
-        labelled += bool(meta.get("seg_ie_polys"))
+        kind = str(meta.get("face_type", "full_face"))  # (DFLJPG.get_face_type's default)
+        kinds[f"{kind} ({FACE_TYPES[kind]})" if kind in FACE_TYPES else kind] += 1
+        sizes[f"{side[1]}px" if side[0] == side[1] else f"{side[1]}x{side[0]}px"] += 1
+        try:
+            label_mask(meta, side)  # (as prepare --masks labels and DFL's XSeg trainer take a face's labels)
+            labelled += 1
+        except NoFaceData:
+            pass
         applied += meta.get("xseg_mask") is not None
     if not kinds:
         return None

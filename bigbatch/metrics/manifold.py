@@ -12,10 +12,11 @@ reaching its k-th nearest neighbour in the same set.
 Precision and recall take k = 3 with "inside" as distance <= radius (StyleGAN2-ADA's pr50k3 and
 torch-fidelity's prc), density and coverage k = 5 with distance < radius (the authors' prdc package and
 StudioGAN). Distances are Euclidean in full float32 (no TF32), computed in blocks of 4096 x 4096 on
-the features' device, never the whole matrix; the radii, and a distance within EDGE of the radius it is
-compared with, are computed again exactly (float64 differences, no matrix product), so a sample that
-duplicates a real image is inside or outside a ball as exact arithmetic says (found from outside: a set
-against itself had a density of 1.0067 by the matrix product's rounding, and another at another batch size).
+the features' device, never the whole matrix; the radii (of the k + 1 nearest the product picks), and a
+distance within EDGE of the radius it is compared with, are computed again exactly (float64 differences, no
+matrix product), so a sample that duplicates a real image is inside or outside a ball as exact arithmetic says
+(found from outside: a set against itself had a density of 1.0067 by the matrix product's rounding, and another
+at another batch size).
 This is written here because torch-fidelity (which the tests compare with) extracts its own features and has
 no density or coverage, and prdc holds the whole N x N matrix in memory.
 """
@@ -57,8 +58,10 @@ def _exact(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _refined(d: torch.Tensor, a: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """Distances `d` between a's rows and b's, those within EDGE of the radius `r` (broadcast to d) exact."""
-    near = ((d - r).abs() <= EDGE * r).nonzero()
+    """Distances `d` between a's rows and b's, those within EDGE of the radius `r` (broadcast to d) exact; or within
+    the matrix product's own error, where r is 0 (k + 1 duplicates): |d² error| ~ eps·(|a|² + |b|²)."""
+    slack = (torch.finfo(torch.float32).eps * (a.square().sum(1)[:, None] + b.square().sum(1)[None])).sqrt()
+    near = ((d - r).abs() <= EDGE * r + 4 * slack).nonzero()
     if len(near):
         d = d.double()
         d[near[:, 0], near[:, 1]] = _exact(a[near[:, 0]], b[near[:, 1]])

@@ -295,7 +295,8 @@ class SAEHD(nn.Module):
         kind, dash, opts = archi.partition("-")
         valid = kind in ARCHIS and all(o in OPTIONS for o in opts) and len(set(opts)) == len(opts)
         if not valid or (dash and not opts):
-            why = " (each option once)" if valid is False and len(set(opts)) != len(opts) else ""
+            each = kind in ARCHIS and all(o in OPTIONS for o in opts)  # (but repeated)
+            why = " (each option once)" if each and len(set(opts)) != len(opts) else ""
             why = " (in lowercase)" if archi != archi.lower() else why  # (found from outside: unsaid, DFL's lowers it)
             raise BigbatchError(
                 f"SAEHD archi must be df or liae with options from '{OPTIONS}' (e.g. liae-ud){why}, got {archi!r}"
