@@ -18,7 +18,7 @@ import bigbatch.checkpoint_find
 import bigbatch.checkpoints
 import bigbatch.rundir
 from bigbatch.errors import STOPPED
-from bigbatch.launch import RankResult, rank_command, rank_environments, report, start_rank
+from bigbatch.launch import RankResult, rank_command, rank_environments, report
 from bigbatch.launch.dask import local_cluster
 from bigbatch.launch.ray import ray_ranks
 
@@ -134,20 +134,6 @@ def test_a_sheet_names_the_kimg_its_checkpoint_folder_names():
         == "SampleSheet('grid-000001.000.png', 4,000 bytes of PNG)"
     )
     assert SampleSheet("notes.png", b"").kimg != SampleSheet("notes.png", b"").kimg  # no kimg in the name: nan
-
-
-def test_a_sigterm_to_a_rank_before_its_bigbatch_runs_stops_it_as_one_as_it_starts():
-    # Found from outside: one that came before bigbatch took it was dropped (its worker ignored SIGTERM, and so
-    # did the rank until it reset it) or ended the rank unsaid, which the launcher then restarted.
-    env = {**os.environ, "BIGBATCH_LAUNCH_PARENT": str(os.getpid())}  # this process stands for the worker
-    ignored = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (as a worker that ignores it)
-    try:
-        rank = start_rank(["presets"], env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    finally:
-        signal.signal(signal.SIGTERM, ignored)
-    rank.send_signal(signal.SIGTERM)  # at once: before its Python has started
-    out, err = rank.communicate(timeout=120)
-    assert rank.returncode == 143 and err.rstrip().endswith(STOPPED) and not out, (rank.returncode, err)
 
 
 def test_a_launched_rank_that_has_ended_ignores_a_late_sigterm(tmp_path):
