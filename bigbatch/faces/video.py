@@ -425,9 +425,8 @@ def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV obj
     `container`, in step with the frames: the written video starts at `source`'s first video frame, so an audio that
     began later starts as late (silence before it) and one that began earlier loses what came before that frame
     (DFL's ffmpeg keeps the streams' timestamps alike; found from outside: a track 0.48 s late came out 0.46 s
-    early). Each piece is
-    timestamped by its samples, so the muxer drops the AAC encoder's priming (21 ms late before). A source
-    without video: its audio from its first sample."""
+    early). Each piece is timestamped by its samples, so the muxer drops the AAC encoder's priming (21 ms late
+    before). A source without video: its audio from its first sample."""
     import numpy as np
 
     try:
