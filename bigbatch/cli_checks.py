@@ -42,29 +42,20 @@ def check_local_data(cfg: Any, new_run: bool = True) -> None:
                 key = "data.path" if given == cfg.data.path else "data.dst_path"
                 check_one_shape(key, str(path), len(meta.get("groups") or []))
             _check_stored_size(cfg, given, meta)
-    if cfg.task in ("swap", "xseg") and cfg.data.path in metas and cfg.data.dst_path in metas:  # (two face types)
-        from bigbatch.tasks.swap.task import face_type_of
+    # The faces' face type, as the task takes it (a swap's of both sides; an XSeg's of src alone, or of both),
+    # checked against the config's, the sides' and an XSeg's train.init_from.
+    src, dst = (SimpleNamespace(meta=metas[k]) if k in metas else None for k in (cfg.data.path, cfg.data.dst_path))
+    if cfg.task not in ("swap", "xseg") or src is None or (dst is None and cfg.task == "swap"):
+        return
+    from bigbatch.tasks.swap.task import face_type_of
 
-        sides = (SimpleNamespace(meta=metas[key]) for key in (cfg.data.path, cfg.data.dst_path))
-        face_type_of(cfg, *sides, cfg.task)
+    face_type = face_type_of(cfg, src, dst or src, cfg.task)
     start = cfg.train.init_from
-    if (
-        cfg.task == "xseg"
-        and new_run
-        and start
-        and not is_url(start)
-        and Path(start).exists()
-        and cfg.data.path in metas
-    ):
+    if cfg.task == "xseg" and new_run and start and not is_url(start) and Path(start).exists():
         from bigbatch import models  # (found from outside: the dry run passed a start the run refused)
-        from bigbatch.tasks.swap.task import face_type_of
         from bigbatch.tasks.xseg.task import init_from
 
-        sides = [
-            SimpleNamespace(meta=metas.get(key, metas[cfg.data.path])) for key in (cfg.data.path, cfg.data.dst_path)
-        ]
-        init_from(models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options), start,
-                  face_type_of(cfg, *sides, "xseg"))  # fmt: skip
+        init_from(models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options), start, face_type)
 
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:

@@ -107,8 +107,9 @@ def _merge(args: argparse.Namespace) -> None:
         masked_hist=not args.no_masked_hist,
         super_resolution=args.super_resolution,
     )
+    recorded = video.recorded_video(args.frames)  # (frames `video frames` took: that video, and the --fps it took)
     if args.video:
-        video.check_video_out(args.video, "--video", args.frames, args.audio_from, video.recorded_video(args.frames)[0])
+        video.check_video_out(args.video, "--video", args.frames, args.audio_from, recorded[0])
         # (found from outside: any file of its name was replaced, such as another folder's source video; as
         # `video make`, but a video an earlier merge into OUT wrote is this merge's again, run or resumed)
         if (
@@ -137,7 +138,7 @@ def _merge(args: argparse.Namespace) -> None:
             src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
             audio, fps = args.audio_from or (args.frames if src_is_video else None), args.fps
             if audio is None and fps is None:  # frames `video frames` took: that video's rate and sound
-                audio, fps = video.recorded_video(args.frames)
+                audio, fps = recorded
             rate = video.frame_rate(fps, args.frames if src_is_video else audio)
             if audio is None and fps is None:  # (found from outside: unsaid)
                 warn(

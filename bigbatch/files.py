@@ -263,18 +263,21 @@ def unlock_folder(lock: IO | None, remove: bool = False) -> None:
         lock.close()  # closing the file releases the flock
 
 
+def still_held(lock: IO, path: Path) -> bool:
+    """Whether the lock file `lock` is the file at `path` still (not deleted or replaced since it was taken)."""
+    try:
+        return os.fstat(lock.fileno()).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
 def keep_lock(lock: IO | None, folder: Path, name: str) -> IO | None:
     """The lock `lock_folder` gave on FOLDER/`name`, held still under that name: where the file was deleted or
     replaced meanwhile (a "stale" lock file cleaned up; found from outside: `info` and `stop` then saw no one
     training, and a second process took the run), the lock is taken again on the file there now. BigbatchError
     where another process took that one first: this one stops."""
-    if lock is None:
-        return None
-    try:
-        if os.fstat(lock.fileno()).st_ino == os.stat(folder / name).st_ino:
-            return lock
-    except FileNotFoundError:
-        pass
+    if lock is None or still_held(lock, folder / name):
+        return lock
     again = lock_folder(  # (before the old one goes: where this raises, the caller releases it as ever)
         folder,
         name,

@@ -31,10 +31,10 @@ from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.arguments import SkipLimitReached
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, first_line, warn
+from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, warn
 from bigbatch.models.registry import is_own
 from bigbatch.progress import Progress
-from bigbatch.rundir import LOCK, Run, check_replicas, open_run, truncate_metrics
+from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
 from bigbatch.signals import EvaluationStopped, StartupStopped, Stopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 from bigbatch.urls import local_folder
@@ -79,10 +79,8 @@ def train(
                 # The traceback holds _train's frame and with it the task's DDP wrappers: they must go
                 # before rep.close() destroys the process group (one freed after it can hang the exit).
                 traceback.clear_frames(e.__traceback__)
-                if run.started and isinstance(e, Exception) and _holds_lock(run):  # (found from outside: info
-                    with suppress(OSError, ValueError):  # could not say why it ended)
-                        run.record(failed=first_line(e) if isinstance(e, BigbatchError) else f"{type(e).__name__}: "
-                                   f"{first_line(e)}")  # fmt: skip
+                if isinstance(e, Exception):  # (not a stop: Stopped and Ctrl-C are KeyboardInterrupts)
+                    run.record_failure(e)
                 raise
             finally:
                 run.close()
@@ -97,15 +95,6 @@ def train(
                 rep.close()
             if torch.cuda.is_initialized():
                 torch.cuda.empty_cache()
-
-
-def _holds_lock(run: Run) -> bool:
-    """Whether this process holds the run's lock still (not where another process took RUN/.lock since; where the
-    file system has no locks, taken to)."""
-    try:
-        return run.lock is None or os.fstat(run.lock.fileno()).st_ino == os.stat(run.path / LOCK).st_ino
-    except OSError:
-        return False
 
 
 def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:

@@ -4,6 +4,7 @@ and metrics.jsonl. Only rank 0 writes; every rank reads."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -20,7 +21,7 @@ from bigbatch.config import Config
 from bigbatch.engine import dist
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.saving import restore_rng, rng_state
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, first_line, warn
 from bigbatch.files import (
     atomic_write,
     check_writable,
@@ -29,6 +30,7 @@ from bigbatch.files import (
     lock_folder,
     metrics_row,
     remove_stale,
+    still_held,
     unlock_folder,
 )
 from bigbatch.ranks_agree import same_on_every_rank
@@ -99,8 +101,15 @@ class Run:
 
     def record(self, **keys: Any) -> None:
         """plan.json with `keys` set: "compiled" (what the first step compiled), "failed" (a failed run's last line)."""
-        plan = self.path / "plan.json"
-        atomic_write(plan, json.dumps({**json.loads(plan.read_text()), **keys}, indent=1) + "\n")
+        atomic_write(self.path / "plan.json", json.dumps({**read_plan(self.path), **keys}, indent=1) + "\n")
+
+    def record_failure(self, e: Exception) -> None:
+        """plan.json's "failed": the line the run failed with, which `info` says until the run starts again (found
+        from outside: a run that failed read as one that had ended); not where another process took the run since."""
+        said = first_line(e) if isinstance(e, BigbatchError) else f"{type(e).__name__}: {first_line(e)}"
+        with contextlib.suppress(OSError, ValueError):  # (the failure is what is raised: nothing here masks it)
+            if self.started and (self.lock is None or still_held(self.lock, self.path / LOCK)):
+                self.record(failed=said)
 
     def record_phase(self, nimg: int, resolution: int, plan: Any, resumed_inside: bool = False) -> None:
         """plan.json's "phases": the split of each data.schedule phase as it began (found from outside: the file

@@ -110,10 +110,11 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -
     out: dict[str, Any] = {"run": run.name, **combo, "status": state}
     kept = checkpoints.complete_checkpoints(run)  # (a run stopped before its first log row has trained: its checkpoint)
     meta = (checkpoints.read_meta(kept[-1]) or {}) if kept else {}
-    out["kimg"] = max(rows[-1]["kimg"] if rows else 0.0, meta.get("kimg", 0.0))
+    logged, saved = rows[-1]["kimg"] if rows else 0.0, meta.get("kimg", 0.0)
+    out["kimg"] = max(logged, saved)
     out["wall_s"] = round(rows[-1].get("seconds", math.nan), 1) if rows else math.nan
-    if meta.get("kimg", 0.0) > (rows[-1]["kimg"] if rows else 0.0):  # (a stop's checkpoint past its last row: its
-        out["wall_s"] = meta.get("seconds", out["wall_s"])  # seconds, with its kimg; found from outside, the row's)
+    if saved > logged:  # (a stop's checkpoint past its last row: its seconds, with its kimg; found from outside, the
+        out["wall_s"] = meta.get("seconds", out["wall_s"])  # row's; a checkpoint of before them: the row's still)
     out["img_per_s"] = round(sum(speeds) / len(speeds), 1) if speeds else math.nan
     for key in LOSSES:
         if logs and is_number(logs[-1].get(key)):

@@ -127,7 +127,13 @@ def face_yaw(points: np.ndarray) -> float:
     return jaw_yaw(points) / max(abs(float(points[16, 0] - points[0, 0])), 1e-6)  # (abs: a mirrored face's too)
 
 
-def yaw_of(data: bytes) -> tuple[float | None, str | None]:
+def extracted_type(meta: dict[str, Any]) -> str:
+    """The face type DFL's extractor recorded in a face's metadata, by DFL's name (full_face where none is, as
+    DFLJPG.get_face_type reads it)."""
+    return str(meta.get("face_type", "full_face"))
+
+
+def yaw_and_type(data: bytes) -> tuple[float | None, str | None]:
     """The yaw (`face_yaw`) of an aligned DFL face from the landmarks in its metadata, and its face type as SAEHD's
     option names it (found from outside: a face set prepared without --masks kept its yaws, not its face type);
     None for any other image (no metadata, no landmarks or landmarks that are not finite numbers, or metadata the
@@ -138,7 +144,7 @@ def yaw_of(data: bytes) -> tuple[float | None, str | None]:
         return None, None
     if meta is None:
         return None, None
-    kind = FACE_TYPES.get(str(meta.get("face_type", "full_face")))  # (DFLJPG.get_face_type's default)
+    kind = FACE_TYPES.get(extracted_type(meta))
     try:
         yaw = face_yaw(landmarks_of(meta))
     except (NoFaceData, BigbatchError, ValueError, TypeError, OverflowError):
@@ -260,7 +266,7 @@ def face_masks(
     meta = read_metadata(data, what)
     if meta is None:
         raise NoFaceData("it has no DeepFaceLab metadata (an aligned face from DFL's extractor is a JPEG that has)")
-    extracted = str(meta.get("face_type", "full_face"))  # DFLJPG.get_face_type's default
+    extracted = extracted_type(meta)
     if extracted not in FACE_TYPES:
         raise NoFaceData(f"its face type {extracted!r} is not one SAEHD trains ({', '.join(FACE_TYPES)})")
     if xseg == "labels":

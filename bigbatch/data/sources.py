@@ -25,7 +25,7 @@ from bigbatch.data.dfl_faces import (
     face_masks,
     landmarks_of,
     read_metadata,
-    yaw_of,
+    yaw_and_type,
 )
 from bigbatch.data.listing import (
     Interrupted,
@@ -404,8 +404,8 @@ def decode(
     3 or 4 (dfl_faces.LABELS, APPLIED): its XSeg label, or its applied XSeg mask, as channel 4,
     and its face type (SAEHD's name for it; None for other images); with `cut_to` (a face type's SAEHD name), a face
     of another type is cut to that one from its landmarks, with its masks, as DFL's trainers cut it (`cut_face`).
-    `yaw`: an aligned DFL face's yaw
-    (`dfl_faces.yaw_of`, whatever `dfl_masks` says; None for other images, and without `yaw`).
+    `yaw`: an aligned DFL face's yaw, and its face type where `dfl_masks` gave none (`dfl_faces.yaw_and_type`,
+    whatever `dfl_masks` says; None for other images, and without `yaw`).
     `as_scorers`: as pytorch-fid, clean-fid and torch-fidelity read a file, `Image.open(f).convert("RGB")`:
     no EXIF orientation, the colours under any transparency kept (16-bit images are still scaled, where Pillow
     clips them).
@@ -449,7 +449,7 @@ def decode(
         out = np.dstack([out, *(np.asarray(fit(p, resolution, ratios)[1], dtype=np.uint8) for p in planes)])
     if not yaw:
         return bucket, out, face_type, size, None
-    found, kind = yaw_of(data)
+    found, kind = yaw_and_type(data)
     return bucket, out, face_type or kind, size, found
 
 

@@ -15,13 +15,20 @@ from bigbatch.files import atomic_write
 JOURNAL = ".extract.jsonl"
 
 
+def journal_head(aligned: Path) -> dict:
+    """The first line of ALIGNED's journal: the extract's settings and source ({} where there is none to read)."""
+    try:
+        first = json.loads((aligned / JOURNAL).read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return first if isinstance(first, dict) else {}
+
+
 def read_otherwise(aligned: Path, source: Any) -> str | None:
     """How `source` (an extract FrameSource, a video) is read now where the faces in `aligned` were extracted from it
     by an older bigbatch that read it otherwise (sideways, or retimed: see Video.reading), as its journal says; else
     None."""
-    try:
-        first = json.loads((aligned / JOURNAL).read_text().splitlines()[0])
-    except (OSError, ValueError, IndexError):
+    if not (first := journal_head(aligned)):
         return None
     return _reading_changed(first.get("source") or {}, source.identity())
 

@@ -4,15 +4,16 @@ checkpoint folder", where a DFL user looks for what the set holds)."""
 
 from __future__ import annotations
 
-import json
+import contextlib
+import io
 from collections import Counter
 from pathlib import Path
 
 from PIL import Image
 
-from bigbatch.data.dfl_faces import FACE_TYPES, NoFaceData, label_mask, read_metadata
+from bigbatch.data.dfl_faces import FACE_TYPES, NoFaceData, extracted_type, label_mask, read_metadata
 from bigbatch.errors import BigbatchError, counted, named_few
-from bigbatch.faces.extract_journal import JOURNAL
+from bigbatch.faces.extract_journal import journal_head
 from bigbatch.faces.video import natural_key
 
 SUFFIXES = (".jpg", ".jpeg")
@@ -30,15 +31,15 @@ def describe_faces(folder: Path) -> str | None:
         if len(bare) >= LOOKED_AT and not kinds:  # (a folder of a million photos: not read whole)
             return None
         try:
-            meta = read_metadata(path.read_bytes(), str(path))
-            with Image.open(path) as image:
+            meta = read_metadata(data := path.read_bytes(), str(path))
+            with Image.open(io.BytesIO(data)) as image:  # (its header: the file read once)
                 side = (image.height, image.width)
         except (BigbatchError, OSError, ValueError):
             meta = None
         if meta is None:
             bare.append(path.name)
             continue
-        kind = str(meta.get("face_type", "full_face"))  # (DFLJPG.get_face_type's default)
+        kind = extracted_type(meta)
         kinds[f"{kind} ({FACE_TYPES[kind]})" if kind in FACE_TYPES else kind] += 1
         sizes[f"{side[1]}px" if side[0] == side[1] else f"{side[1]}x{side[0]}px"] += 1
         try:
@@ -56,10 +57,8 @@ def describe_faces(folder: Path) -> str | None:
     lines.append(f"face type   {', '.join(f'{k} {n}' for k, n in kinds.most_common())}")
     lines.append(f"size        {', '.join(f'{k} {n}' for k, n in sizes.most_common())}")
     lines.append(f"xseg        {labelled} with labels (polygons), {applied} with an applied mask")
-    try:
-        first = json.loads((folder / JOURNAL).read_text().splitlines()[0])
+    first = journal_head(folder)
+    with contextlib.suppress(KeyError, TypeError, AttributeError):  # (a journal of before it named its source)
         source = f"extracted from {first['source']['path']} by bigbatch extract"
         lines.append(f"source      {source} ({', '.join(f'{k} {v}' for k, v in first['settings'].items())})")
-    except (OSError, ValueError, IndexError, KeyError, TypeError, AttributeError):
-        pass
     return "\n".join(lines)

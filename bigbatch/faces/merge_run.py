@@ -48,7 +48,7 @@ def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple
 def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     """{frame stem: [source landmarks of each face, in the faces' order]} of a folder of DFL aligned faces, and
     the face types they were extracted with."""
-    from bigbatch.data.dfl_faces import NoFaceData, read_metadata
+    from bigbatch.data.dfl_faces import NoFaceData, extracted_type, read_metadata
     from bigbatch.faces.extract_journal import JOURNAL
 
     if not folder.exists():
@@ -72,7 +72,7 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
         if landmarks.shape != (68, 2):
             raise BigbatchError(f"{p}: its source landmarks are {landmarks.shape}, not 68 points")
         by_frame.setdefault(Path(str(meta["source_filename"])).stem, []).append((p.name, landmarks))
-        kinds.add(str(meta.get("face_type", "full_face")))
+        kinds.add(extracted_type(meta))
     if not files and not (folder / JOURNAL).is_file():  # (with extract's journal: no face in any frame, none to merge)
         raise BigbatchError(f"{folder} holds no aligned faces (.jpg)")
     by_name = {

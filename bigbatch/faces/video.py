@@ -540,14 +540,15 @@ def folder_to_video(
     names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
-    check_video_out(out, "OUT", audio_from, recorded_video(folder)[0])
+    recorded = recorded_video(folder)
+    check_video_out(out, "OUT", audio_from, recorded[0])
     if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
         raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name")
     check_fps(fps)
     if audio_from is not None and not Path(audio_from).is_file():
         raise BigbatchError(f"--audio-from {audio_from}: no such file")
     if fps is None and audio_from is None:
-        audio_from, fps = recorded_video(folder)
+        audio_from, fps = recorded
     rate = frame_rate(fps, audio_from)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
 

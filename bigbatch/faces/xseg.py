@@ -22,7 +22,7 @@ import torch
 from bigbatch import checkpoint_find, checkpoints, models, safe_pickle
 from bigbatch.config import Config
 from bigbatch.data import align
-from bigbatch.data.dfl_faces import NoFaceData, read_metadata, write_metadata
+from bigbatch.data.dfl_faces import NoFaceData, extracted_type, read_metadata, write_metadata
 from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.faces.image_file import TooLarge, imdecode
 from bigbatch.faces.video import natural_key
@@ -177,7 +177,7 @@ def _mask_png(mask: np.ndarray) -> np.ndarray:
 def _to_model(image: np.ndarray, meta: dict, kind: align.FaceType | None) -> tuple[np.ndarray, np.ndarray | None]:
     """The face (float BGR) as the model reads it (256 px, cut to its face type), and the matrix of that cut."""
     w = image.shape[1]
-    own = align.face_type(str(meta.get("face_type", "full_face")))
+    own = align.face_type(extracted_type(meta))
     mat = None
     if kind is not None and kind != own:
         points = np.asarray(meta.get("source_landmarks", ()), np.float64)

@@ -293,11 +293,9 @@ class SAEHD(nn.Module):
     ) -> None:
         super().__init__()
         kind, dash, opts = archi.partition("-")
-        valid = kind in ARCHIS and all(o in OPTIONS for o in opts) and len(set(opts)) == len(opts)
-        if not valid or (dash and not opts):
-            each = kind in ARCHIS and all(o in OPTIONS for o in opts)  # (but repeated)
-            why = " (each option once)" if each and len(set(opts)) != len(opts) else ""
-            why = " (in lowercase)" if archi != archi.lower() else why  # (found from outside: unsaid, DFL's lowers it)
+        known, once = kind in ARCHIS and all(o in OPTIONS for o in opts), len(set(opts)) == len(opts)
+        if not (known and once) or (dash and not opts):  # (why, where it is a case or a repeat: found from outside)
+            why = " (in lowercase)" if archi != archi.lower() else " (each option once)" if known and not once else ""
             raise BigbatchError(
                 f"SAEHD archi must be df or liae with options from '{OPTIONS}' (e.g. liae-ud){why}, got {archi!r}"
             )

@@ -199,12 +199,12 @@ def face_type_of(cfg: Config, src: Any, dst: Any, section: str = "swap", resumed
             f"takes one: prepare {' and '.join(sides)} again with --face-type {want} (DFL's cut to it by the landmarks)"
         )
     recorded = next(iter(found.values()), "")
-    if options.face_type and recorded and options.face_type != recorded and resumed:  # (found from outside: told to
-        raise BigbatchError(  # give the faces' face_type, which the resume then refused)
-            f"{section}.face_type of this run's model is {options.face_type!r}, but the faces are {recorded!r}: "
-            f"prepare them again with --face-type {options.face_type} (DFL's cut to it by the landmarks)"
-        )
     if options.face_type and recorded and options.face_type != recorded:
+        if resumed:  # (found from outside: told to give the faces' face_type, which the resume then refused)
+            raise BigbatchError(
+                f"{section}.face_type of this run's model is {options.face_type!r}, but the faces are {recorded!r}: "
+                f"prepare them again with --face-type {options.face_type} (DFL's cut to it by the landmarks)"
+            )
         options._fail(
             "face_type",
             f"is {options.face_type!r}, but the faces are {recorded!r}: give {section}.face_type={recorded} (a model "
