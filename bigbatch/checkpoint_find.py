@@ -30,6 +30,20 @@ def run_named(path: str | Path) -> Path:
     return path
 
 
+EXPORTED = (".pt", ".pt2", ".onnx", ".dfm")  # what `bigbatch export` writes
+
+
+def exported_said(path: Path) -> str | None:
+    """The refusal of a model file given where a run is read (found from outside: a fastai user's exported model,
+    as load_learner takes one, was "neither a run directory nor a checkpoint folder"); None for another path."""
+    if path.suffix.lower() not in EXPORTED or not path.is_file():
+        return None
+    return (
+        f"{path} is a model file, not a run: give the run it was exported from; the file runs without bigbatch "
+        f"(torch.jit.load, torch.export.load or onnxruntime; `bigbatch info {path}` shows its settings)"
+    )
+
+
 def holds_checkpoints(path: Path) -> bool:
     """Whether `path` is a checkpoint folder or a run directory (intact or not; see run_named)."""
     path = run_named(path)
@@ -117,7 +131,7 @@ def find_checkpoint(path: str | Path) -> Path:
                 f"{path} is a folder of runs ({named_few(runs, 3)}): give one of them, {path}/<run>; `bigbatch plot "
                 f"{path}` draws them all"
             )
-        raise BigbatchError(f"{path} is neither a run directory nor a checkpoint folder")
+        raise BigbatchError(exported_said(path) or f"{path} is neither a run directory nor a checkpoint folder")
     complete = checkpoints.complete_checkpoints(path)
     name = latest_name(path)
     # (complete though not listed: the run renamed it in after the listing, and may have pruned the one before;

@@ -187,7 +187,7 @@ def _check_exists(path: str, role: str) -> Location:
 def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
     """What A or B names: ("data", data set) for DATA.h5 or builtin:NAME, ("stats", ReferenceStats) for a
     statistics file (B only), ("images", image set) for a folder, .zip, URL prefix or .npz/.npy of images."""
-    from bigbatch.checkpoint_find import find_checkpoint, is_sweep_folder
+    from bigbatch.checkpoint_find import exported_said, find_checkpoint, is_sweep_folder
     from bigbatch.data import load_data
     from bigbatch.metrics import holds_stats, open_images, read_stats
 
@@ -203,6 +203,8 @@ def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
     if not where.url and where.path.is_dir() and (any(where.path.glob("*_data.dat")) or is_sweep_folder(where.path)):
         find_checkpoint(where.path)  # (what it is: a DFL model to convert, a sweep's runs; found from outside, "holds
         # no image files")
+    if not where.url and (said := exported_said(where.path)):
+        raise BigbatchError(f"{role}: {said}")
     if not where.url and where.path.suffix.lower() == ".safetensors" and not holds_stats(where.path):
         raise BigbatchError(
             f"{role}: {path} holds no feature statistics (no mu and sigma: a model's weights?); give "

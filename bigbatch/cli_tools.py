@@ -29,6 +29,13 @@ def _predict(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--topk must be at least 1, got {args.topk}")
     if args.out and not args.out.lower().endswith((".csv", ".json")):
         raise BigbatchError(f"--out {args.out!r}: give a .csv or a .json file for the predictions")
+    if args.out:  # where the predictions go, made and checked before the images (found from outside: a missing
+        # folder failed once every image was predicted, as export and lr-find make theirs)
+        from bigbatch.files import check_writable
+
+        folder = Path(args.out).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        check_writable(folder)
     module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
     if args.tta:
         check_tta(Config.load(Path(str(module.checkpoint)) / "config.toml"), args.run)

@@ -316,5 +316,24 @@ def _onnx(d: Deployable) -> bytes:
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BigbatchError(f"this model cannot be exported to ONNX ({type(e).__name__}: {why})") from None
         model = onnx.load(str(path))
+    _drop_where_traced(model.graph)
+    for function in model.functions:
+        _drop_where_traced(function)
     onnx.helper.set_model_props(model, {"bigbatch": json.dumps(d.meta)})
     return model.SerializeToString()
+
+
+# What the exporter notes of each node's tracing: the Python stack (this machine's paths) and the FX node (objects'
+# addresses); found from outside, no two exports of one checkpoint were the same bytes. The module hierarchy stays.
+_TRACED = ("pkg.torch.onnx.stack_trace", "pkg.torch.onnx.fx_node")
+
+
+def _drop_where_traced(graph: Any) -> None:
+    """Drop _TRACED from the nodes of an ONNX graph or function, and of the graphs inside them (If, Loop)."""
+    for node in graph.node:
+        kept = [p for p in node.metadata_props if p.key not in _TRACED]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+        for attribute in node.attribute:
+            for sub in (attribute.g, *attribute.graphs):
+                _drop_where_traced(sub)

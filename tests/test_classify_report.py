@@ -33,6 +33,9 @@ def test_class_names_a_spreadsheet_would_run_as_formulas_are_quoted_in_the_csvs(
         assert main(["eval", str(run)]) == 0 and not (run / "eval").exists() and not capsys.readouterr().out
     assert main(["eval", str(run)]) == 0
     (folder,) = (run / "eval").iterdir()
+    # A run given as the data (found from outside: a GAN run, for its samples, "holds images: prepare it")
+    assert main(["eval", str(run), str(run)]) == 2
+    assert f"{run} is a run, not data: `bigbatch eval RUN DATA` scores" in capsys.readouterr().err
     per_class = [row[0] for row in csv.reader((folder / "per_class.csv").open())][1:]
     confusion = next(csv.reader((folder / "confusion.csv").open()))[1:]
     quoted = ["'" + names[0], "'" + names[1], "-1", "cat", "'-inf"]

@@ -93,6 +93,16 @@ def test_info_of_an_exported_file_says_its_settings_read_without_its_code(run, t
         assert main(["info", str(tmp_path / name)]) == 0
         out = capsys.readouterr().out
         assert f"export      {tmp_path / name}\ntask        gan\n" in out and "class_names 0, 1, 2, 3, 4, 5" in out, out
+    # Exported again, the same bytes, with no path of this machine (found from outside: the exporter's stack traces
+    # and objects' addresses in every node)
+    assert main(["export", str(run), str(tmp_path / "again.onnx")]) == 0
+    onnx = (tmp_path / "m.onnx").read_bytes()
+    assert (tmp_path / "again.onnx").read_bytes() == onnx and b"site-packages" not in onnx and b" at 0x" not in onnx
+    # An exported file where a run is read: what it is and where to go (found from outside: "neither a run directory
+    # nor a checkpoint folder", and eval's "a single file; give a folder of images")
+    for command in (["sample", str(tmp_path / "m.pt")], ["eval", str(tmp_path / "m.onnx"), "builtin:digits"]):
+        assert main(command) == 2
+        assert "is a model file, not a run: give the run it was exported from" in capsys.readouterr().err, command
     torch.save({"w": torch.zeros(2)}, tmp_path / "weights.pth")  # (a zip too, holding no settings)
     assert main(["info", str(tmp_path / "weights.pth")]) == 2
     assert "is none of what info reads: a run directory, one of its" in capsys.readouterr().err

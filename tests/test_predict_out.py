@@ -34,5 +34,8 @@ def test_predict_writes_its_predictions_to_a_csv_or_json_file(tmp_path, capsys):
         else:
             assert cells[1:5] == [""] * 4 and cells[-1] == row["error"]
     assert not by_file
+    # A folder --out names is made (found from outside: a missing one failed once every image was predicted)
+    assert main(["predict", str(run), str(tmp_path / "imgs"), "--topk", "2", "--out", "new/p.csv"]) == 0
+    assert list(csv.reader(open("new/p.csv"))) == [r for r in rows if not r[0].startswith("'")]
     assert main(["predict", str(run), str(tmp_path / "imgs"), "--out", "p.txt"]) == 2
     assert "--out 'p.txt': give a .csv or a .json file" in capsys.readouterr().err

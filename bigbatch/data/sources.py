@@ -328,7 +328,8 @@ def has_alpha(img: Image.Image) -> bool:
 
 
 def to_rgb(img: Image.Image, composite: bool = True) -> Image.Image:
-    """Any Pillow image as 8-bit RGB: 16-bit and float greyscale scaled (not clipped) to 0..255,
+    """Any Pillow image as 8-bit RGB: 16-bit and float greyscale scaled (not clipped) to 0..255 (a float image from
+    0..1, or read as 0..255 where a value passes 1),
     transparency composited onto BACKGROUND (or, not `composite`, dropped: the colours under it, as
     Pillow's convert("RGB") keeps them), CMYK/palette/greyscale converted by Pillow."""
     sample_bits = getattr(img, "tag_v2", {}).get(258, (0,))[0]  # (a TIFF's BitsPerSample)
@@ -339,8 +340,10 @@ def to_rgb(img: Image.Image, composite: bool = True) -> Image.Image:
         a = np.asarray(img, dtype=np.float64)
         a = np.clip(np.round(a / 257.0), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
-    if img.mode == "F":
-        a = np.clip(np.round(np.asarray(img, dtype=np.float64) * 255.0), 0, 255).astype(np.uint8)
+    if img.mode == "F":  # 0..1 (a float image's usual range), or 0..255 where a value passes 1 (as Pillow reads
+        # it: found from outside, an ImageJ float TIFF of 0..255 was made near white)
+        a = np.nan_to_num(np.asarray(img, dtype=np.float64), nan=0.0, posinf=255.0, neginf=0.0)
+        a = np.clip(np.round(a if a.size and a.max() > 1.0 else a * 255.0), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
     if has_alpha(img) and composite:
         rgba = img.convert("RGBA")

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from bigbatch.errors import BigbatchError, first_line
+from bigbatch.models.registry import is_own
 from bigbatch.safe_pickle import torch_weights
 from bigbatch.urls import public_name
 
@@ -109,9 +110,12 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: s
                 f"(it holds {min(theirs, default='nothing')}, ...); give one of this model's layout"
             )
         if theirs[key].shape != value.shape:
+            width = ""  # (found from outside: a preset's model.ch kept for another family, resnet18 a quarter wide)
+            if key == next(iter(mine)) and theirs[key].shape[1:] == value.shape[1:] and is_own(family):
+                width = f": model.ch sets this model's width, the file's is model.ch={theirs[key].shape[0]}"
             raise BigbatchError(
                 f"train.init_from {public_name(path)} is another network's state dict: its {key} is "
-                f"{tuple(theirs[key].shape)}, this model's {tuple(value.shape)}"
+                f"{tuple(theirs[key].shape)}, this model's {tuple(value.shape)}{width}"
             )
     head = [k for k in mine if k.startswith(HEAD)]
     shaped = all(k in theirs and theirs[k].shape == mine[k].shape for k in head)

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from bigbatch import checkpoints
-from bigbatch.checkpoint_find import read_picked
+from bigbatch.checkpoint_find import holds_checkpoints, read_picked
 from bigbatch.config import Config
 from bigbatch.data.load import load_data, stored_images, stored_side, validation_data
 from bigbatch.data.schedule import resolution_scored
@@ -74,6 +74,11 @@ def evaluate_classifier(
         # A folder of class folders, a tar or shards of images (found from outside: "cannot open data set").
         source = Location.of(data_path)
         zipped = source.text.lower().endswith(".zip")  # (found from outside: a zip had the generic refusal)
+        if holds_checkpoints(Path(data_path)):  # (found from outside: a GAN run, its samples, "holds images")
+            raise BigbatchError(
+                f"{data_path} is a run, not data: `bigbatch eval RUN DATA` scores the classifier RUN on DATA, a "
+                "prepared data set (.h5) or builtin:NAME"
+            )
         if Path(data_path).is_dir() and not any(Path(data_path).iterdir()):  # (found from outside: "holds images")
             raise BigbatchError(f"{data_path} is an empty folder: give a data set prepared of the images to score")
         if Path(data_path).is_dir() or is_tar_name(source.text) or zipped or shards_named(source) is not None:

@@ -215,7 +215,9 @@ def build(
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if t.init_from and resumed_at is None:
         said = load_pretrained(net, t.init_from, ROTATIONS if rotation else data.class_names, m.name)
-        if rep.is_main and "taken as the data's" in said:  # (an assumption: said under --quiet too, as a warning)
+        # Assumptions about a file's classes or input scale: said under --quiet too, as a warning (found from outside:
+        # --quiet hid that torchvision's weights want ImageNet's statistics)
+        if rep.is_main and ("taken as the data's" in said or "input_stats" in said):
             warn(said)
         elif rep.is_main and not quiet:
             print(said, flush=True)
