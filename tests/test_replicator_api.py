@@ -37,6 +37,12 @@ def _stepped(step_fn, half=False):
         (lambda: _stepped(5), "rep.step's first argument is the step function, got int"),
         (lambda: next(bigbatch.Replicator(4, 4).batches([torch.ones(4, 2)])), "takes an input function (ctx -> its"),
         (lambda: _stepped(lambda m: m.sum(), half=True), "weights are float16: keep them float32 (no model.half())"),
+        # (found from outside: "'NoneType' is not iterable" for a forgotten yield, torch's "missing closure")
+        (lambda: next(bigbatch.Replicator(4, 4).batches(lambda ctx: None)), "the input function returned None: yield"),
+        (
+            lambda: bigbatch.Replicator(4, 4).wrap_optimizer(torch.optim.LBFGS(nn.Linear(2, 1).parameters())),
+            "LBFGS steps through a closure that evaluates the loss again; rep.step takes optimizers that step once",
+        ),
     ],
 )
 def test_misuse_of_the_python_api_is_one_clear_error(make, words):
@@ -152,6 +158,13 @@ def test_a_batch_computed_with_numpy_is_a_batch():
         assert rep.batch == 64 and type(rep.batch) is int and rep.plan.accumulation == 4
     with bigbatch.Replicator(torch.tensor(64), torch.tensor(32)) as rep:  # (torch's too, as the Loader takes them)
         assert type(rep.batch) is type(rep.plan.micro_batch) is int and rep.plan.accumulation == 2
+        # A dict's None passes to each micro-batch as a tuple's does (found from outside: an AttributeError)
+        net = rep.prepare(torch.nn.Linear(2, 1))
+        opt = rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+        seen = []
+        step_fn = lambda m: seen.append(m["meta"]) or net(m["x"]).mean()  # noqa: E731
+        rep.step(step_fn, {"x": torch.ones(64, 2), "meta": None}, opt)
+        assert seen == [None, None]
 
 
 def test_what_the_replicator_cannot_honour_is_said(monkeypatch, capsys):
@@ -188,9 +201,18 @@ def test_a_step_function_that_steps_or_backpropagates_itself_is_told_what_rep_st
         loss.backward()
         return loss
 
-    twice = r"^a step's graph was backpropagated twice: if the step function calls backward\(\) itself, return"
-    with pytest.raises(bigbatch.BigbatchError, match=twice):
+    itself = r"^the step function computed gradients itself \(backward\(\) on its loss or part of it\): return the"
+    with pytest.raises(bigbatch.BigbatchError, match=itself):
         rep.step(backward, torch.randn(8, 4), opt)
+
+    def part(m, retain=False):  # (found from outside: an auxiliary loss's own backward, or the loss's kept, made
+        loss = net(m).square().mean()  # weights that depend on the micro-batch, silently)
+        (loss if retain else net(m).abs().mean()).backward(retain_graph=True)
+        return loss
+
+    for step_fn in (part, lambda m: part(m, retain=True)):
+        with pytest.raises(bigbatch.BigbatchError, match=itself):
+            rep.step(step_fn, torch.randn(8, 4), opt)
     for call in ("step", "zero_grad"):  # (zero_grad found by review: the gradients before it thrown away)
         with pytest.raises(bigbatch.BigbatchError, match=rf"^the step function called the optimizer's {call}\(\)"):
             rep.step(lambda m, call=call: getattr(opt, call)() or net(m).square().mean(), torch.randn(8, 4), opt)
@@ -204,6 +226,7 @@ def test_a_step_function_that_steps_or_backpropagates_itself_is_told_what_rep_st
     auto = bigbatch.Replicator(batch=8, device="cpu")
     net = auto.prepare(nn.Linear(4, 1))
     opt = auto.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+    twice = r"^a step's graph was backpropagated twice: if the step function calls backward\(\) itself, return"
     with pytest.raises(bigbatch.BigbatchError, match=twice):
         auto.step(backward, torch.randn(8, 4), opt)
     with pytest.raises(bigbatch.BigbatchError, match=r"^the step function called the optimizer's step\(\)"):

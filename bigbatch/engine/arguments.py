@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import numbers
 from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 from bigbatch.engine import wrap
 from bigbatch.errors import BigbatchError, whole_number
@@ -77,6 +80,19 @@ def check_arguments(
     if not (isinstance(compile, bool) or compile in wrap.COMPILE_MODES):
         raise BigbatchError(f"compile must be True, False or one of {', '.join(wrap.COMPILE_MODES)}, got {compile!r}")
     return micro_batch
+
+
+def check_optimizer(opt: Any) -> None:
+    """What rep.wrap_optimizer takes: an optimizer that steps once on the gradients rep.step accumulated, not one that
+    evaluates the loss again through a closure (found from outside: LBFGS was torch's "missing closure" traceback)."""
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise BigbatchError(f"wrap_optimizer takes a torch.optim.Optimizer, got {type(opt).__name__}")
+    closure = inspect.signature(opt.step).parameters.get("closure")
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        raise BigbatchError(
+            f"{type(opt).__name__} steps through a closure that evaluates the loss again; rep.step takes optimizers "
+            "that step once on the accumulated gradients (SGD, Adam, ...)"
+        )
 
 
 def check_prepared(name: str, params: set[int], prepared: set[int], world_size: int, synced: set[int]) -> None:

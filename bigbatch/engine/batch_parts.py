@@ -114,7 +114,7 @@ def cut(batch: Any, start: int, stop: int) -> Any:
         return batch[start:stop]
     if isinstance(batch, (tuple, list)):
         return _same(batch, [None if b is None else cut(b, start, stop) for b in batch])
-    return {k: cut(v, start, stop) for k, v in batch.items()}
+    return {k: None if v is None else cut(v, start, stop) for k, v in batch.items()}  # (None: found from outside)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -185,6 +185,17 @@ def stepped_by_rep(opt: torch.optim.Optimizer | None) -> Iterator[None]:
                 delattr(opt, name)
             else:
                 setattr(opt, name, method)
+
+
+def check_no_gradients(opt: torch.optim.Optimizer) -> None:
+    """Refuse gradients there before rep.step's first backward (found from outside: a step function that called
+    backward() on part of its loss, or on the loss with retain_graph=True, trained other weights at another
+    micro-batch, silently: its gradients were not scaled for the accumulation)."""
+    if any(p.grad is not None for g in opt.param_groups for p in g["params"]):
+        raise BigbatchError(
+            "the step function computed gradients itself (backward() on its loss or part of it): return the whole "
+            'loss (a dict\'s "loss"); rep.step calls backward on it, scaled for the accumulation and precision'
+        )
 
 
 def backward(loss: torch.Tensor) -> None:

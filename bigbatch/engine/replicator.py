@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from bigbatch.engine import batch_parts, dist, frozen, memory, probing, running_stats, saving, wrap
+from bigbatch.engine import arguments, batch_parts, dist, frozen, memory, probing, running_stats, saving, wrap
 from bigbatch.engine import precision as prec
 from bigbatch.engine.arguments import api_terms, check_arguments, check_prepared, in_config_terms, skip_limit_reached
 from bigbatch.engine.context import InputContext
@@ -236,8 +236,7 @@ class Replicator:
 
     def wrap_optimizer(self, opt: torch.optim.Optimizer, name: str | None = None) -> torch.optim.Optimizer:
         """Register `opt` (its loss scaler and skip count); returns it unchanged, so its state_dict is the usual one."""
-        if not isinstance(opt, torch.optim.Optimizer):
-            raise BigbatchError(f"wrap_optimizer takes a torch.optim.Optimizer, got {type(opt).__name__}")
+        arguments.check_optimizer(opt)
         prec.check_weights(opt, self.precision)
         params = {id(p) for g in opt.param_groups for p in g["params"]}
         taken = {s.name for key, s in self.optimizers.items() if key != id(opt)}
@@ -253,7 +252,10 @@ class Replicator:
         """Iterate over `input_fn(ctx)`: each item is this rank's share of one step (tensor or tuple, dim 0)."""
         if not callable(input_fn):  # (found from outside: a list of batches given was a TypeError)
             raise BigbatchError(f"batches takes an input function (ctx -> its shares), got {type(input_fn).__name__}")
-        yield from input_fn(InputContext(self))
+        shares = input_fn(InputContext(self))
+        if shares is None:  # (found from outside: a generator's forgotten yield was "'NoneType' is not iterable")
+            raise BigbatchError("the input function returned None: yield each step's share (or return an iterable)")
+        yield from shares
 
     # ---- one optimizer step --------------------------------------------------------------------
     def step(self, step_fn: Callable[[Any], Any], batch: Any, opt: torch.optim.Optimizer) -> Any:
@@ -285,6 +287,7 @@ class Replicator:
         in_order = self.world_size > 1 and wrap.sums_in_rank_order(self.device)
         divisor = plan.accumulation * (self.world_size if in_order else 1)
         bn = running_stats.StepStatistics(self._bns(), across_ranks=self.sync_bn)
+        rng = saving.rng_state(self.device)  # (put back if the step is abandoned)
         try:
             for i, micro in enumerate(micros):
                 bn.micro_batch()
@@ -293,6 +296,8 @@ class Replicator:
                     with prec.autocast(self.precision, self.device), batch_parts.stepped_by_rep(opt):
                         out = batch_parts.call(step_fn, batch_parts.to_device(micro, self.device))
                     loss, stats = batch_parts.unpack(out)
+                    if i == 0:
+                        batch_parts.check_no_gradients(opt)
                     batch_parts.backward(state.scaler.scale(loss / divisor))
                 keys = ["loss", *stats]
                 extra = (
@@ -319,8 +324,11 @@ class Replicator:
             # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
             # forward that overflowed) skips the step even when its gradients happen to be finite.
             applied = self._apply(opt, state, params, norm, math.isfinite(means[0]))
-        except BaseException as e:  # the step abandoned: statistics as before it, and after a Ctrl-C (after unscale_:
-            bn.abandon()  # found from outside) fp16's scaler ready for the next, where torch's refused every later step
+        except BaseException as e:  # the step abandoned: statistics and the global RNGs as before it (a Ctrl-C's step
+            # draws again what it drew: found from outside, Dropout's masks moved on), and after a Ctrl-C (after
+            # unscale_: found from outside) fp16's scaler ready for the next, where torch's refused every later step
+            bn.abandon()
+            saving.restore_rng(rng, self.device)
             state.scaler = state.scaler if isinstance(e, Exception) else prec.fresh_scaler(state.scaler, self.device)
             if isinstance(e, RuntimeError) and "Expected to have finished reduction" in str(e):
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
@@ -362,21 +370,8 @@ class Replicator:
 
     def average_running_stats(self, model: nn.Module) -> None:
         """Average over ranks the BatchNorm running statistics that `step` does not replay in global order
-        (see engine/running_stats.py: those are the same on every rank already): a BatchNorm with
-        momentum=None, whose running statistics are a cumulative average. A no-op in one process."""
-        if not dist.active():
-            return
-        replayed = {id(m) for m in self._bns()}
-        bufs = [
-            b
-            for m in self.unwrap(model).modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats and id(m) not in replayed
-            for b in (m.running_mean, m.running_var)
-        ]
-        if bufs:
-            flat = dist.mean(torch.cat([b.flatten().float() for b in bufs]))
-            for b, v in zip(bufs, flat.split([b.numel() for b in bufs])):
-                b.copy_(v.view_as(b))
+        (running_stats.average_the_rest). A no-op in one process."""
+        running_stats.average_the_rest(self.unwrap(model), replayed=self._bns())
 
     def _state(self, opt: torch.optim.Optimizer) -> _Optimizer:
         try:

@@ -221,3 +221,22 @@ def reestimate(model: nn.Module, batches: Iterable[Any], forward: Callable[[Any]
         for m, training in modes:
             m.train(training)
     return n
+
+
+def average_the_rest(model: nn.Module, replayed: list[nn.Module]) -> None:
+    """Average over ranks the running statistics of `model`'s BatchNorms not in `replayed` (those StepStatistics
+    replays in global order are the same on every rank already): one with momentum=None, whose running statistics
+    are a cumulative average. A no-op in one process."""
+    if not dist.active():
+        return
+    skip = {id(m) for m in replayed}
+    bufs = [
+        b
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats and id(m) not in skip
+        for b in (m.running_mean, m.running_var)
+    ]
+    if bufs:
+        flat = dist.mean(torch.cat([b.flatten().float() for b in bufs]))
+        for b, v in zip(bufs, flat.split([b.numel() for b in bufs])):
+            b.copy_(v.view_as(b))

@@ -7,9 +7,11 @@ every file checked against the checksum written with it."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -207,14 +209,25 @@ def _plain_data(value: Any) -> bool:
     return isinstance(value, torch.Tensor) or type(value) in PLAIN
 
 
-def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
-    """The global RNG's state, the CPU's and `device`'s, as checkpoints keep it (rng_cpu, rng_cuda)."""
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """The global RNGs' state as checkpoints keep it: torch's, the CPU's and `device`'s (rng_cpu, rng_cuda), and
+    Python's and NumPy's (rng_python, rng_numpy; found from outside: a step function's np.random noise was drawn
+    again after a resume, as Accelerate's save_state keeps all four)."""
     cuda = {"rng_cuda": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}
-    return {"rng_cpu": torch.get_rng_state(), **cuda}
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    numpy = {"rng_numpy": torch.from_numpy(keys.astype(np.int64)), "rng_numpy_at": (int(pos), has_gauss, gauss)}
+    return {"rng_cpu": torch.get_rng_state(), **cuda, "rng_python": random.getstate(), **numpy}
 
 
 def restore_rng(state: dict[str, Any], device: torch.device) -> None:
-    """Put back what `rng_state` kept (a CPU checkpoint resumed on a GPU: the CPU's alone)."""
+    """Put back what `rng_state` kept (a CPU checkpoint resumed on a GPU: the CPU's alone; one saved before Python's
+    and NumPy's were kept: torch's alone)."""
     torch.set_rng_state(state["rng_cpu"])
     if device.type == "cuda" and "rng_cuda" in state:
         torch.cuda.set_rng_state(state["rng_cuda"], device)
+    if "rng_python" in state:
+        version, internal, gauss = state["rng_python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "rng_numpy" in state:
+        pos, has_gauss, gauss = state["rng_numpy_at"]
+        np.random.set_state(("MT19937", state["rng_numpy"].numpy().astype(np.uint32), pos, has_gauss, gauss))
