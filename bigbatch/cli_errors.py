@@ -20,7 +20,12 @@ from bigbatch.urls import local_folder
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line; an empty path given (an unset variable: Path("") is the
-    working folder, found from outside) is one of them."""
+    working folder, found from outside) is one of them. An option is written whole: no abbreviations (found from
+    outside: StyleGAN2-ADA's --trunc, its psi, was taken as --truncation, another truncation, without a word)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # (the sub-commands' parsers are made of this class too)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         raise BigbatchError(f"{message} (see '{self.prog} --help')")

@@ -203,6 +203,11 @@ def _show_batch(args: argparse.Namespace) -> None:
             f"--kimg {args.kimg:g} is at or past the run's end (train.kimg {cfg.train.kimg:g}): no step is there; "
             "drawn is the step there were the run longer"
         )
+    aug, logged = cfg.augment, None
+    p_given = any(o.partition("=")[0].strip() == "augment.p" for o in args.overrides)
+    if cfg.task == "gan" and aug.transforms and aug.target and args.config and not p_given:
+        if logged := _logged_augment_p(args.config, nimg):  # (found from outside: a run's showed p 0)
+            cfg = cfg.override({"augment.p": logged[0]})
     rep = replicator_for(cfg)
     try:
         task = build_task(cfg, rep, training_data(cfg))
@@ -211,11 +216,25 @@ def _show_batch(args: argparse.Namespace) -> None:
         rep.close()
     phase = schedule.phase_at(nimg)
     size = f"{phase.resolution or cfg.data.resolution} px, "
-    aug = cfg.augment
-    if cfg.task == "gan" and aug.transforms:  # ADA's p is the run's, known from its log: say which this is
+    if logged:
+        size += f"[augment] at p {logged[0]:g} (the run's at kimg {logged[1]:g}, its metrics.jsonl's augment_p), "
+    elif cfg.task == "gan" and aug.transforms:  # ADA's p is the run's, known from its log: say which this is
         started = "; a run's own is its metrics.jsonl's augment_p, give augment.p to see it" if aug.target else ""
         size += f"[augment] at p {aug.start_p:g}{' (where ADA starts' + started + ')' if aug.target else ''}, "
     print(f"Wrote {out}: the first images of the step at kimg {nimg / 1000:g} ({size}batch {phase.batch}) as fed")
+
+
+def _logged_augment_p(config: str, nimg: int) -> tuple[float, float] | None:
+    """ADA's p as the run whose config `config` is (its folder or its config.toml) logged it last at or before `nimg`,
+    and that row's kimg; None where `config` is no run's or the run logged none there."""
+    from bigbatch.rundir import read_metrics
+
+    path = Path(config)
+    folder = path if path.is_dir() else path.parent
+    if path.name != "config.toml" and not path.is_dir():  # (a TOML of the user's own beside no run's log)
+        return None
+    rows = [r for r in read_metrics(folder / "metrics.jsonl") if "augment_p" in r and r["kimg"] * 1000 <= nimg]
+    return (float(rows[-1]["augment_p"]), float(rows[-1]["kimg"])) if rows else None
 
 
 def _lr_find(args: argparse.Namespace) -> None:

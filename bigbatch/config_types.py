@@ -315,6 +315,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     """Parse one command-line override `key=value`; the value is read as TOML, else as a plain string."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
+        if not sep and (Path(text) / "config.toml").is_file():  # (found from outside: show-batch RUN, as info RUN)
+            raise BigbatchError(f"{text} is a run: give its config as --config {text} (overrides are key=value)")
         raise BigbatchError(f"cannot read override '{text}': write it as key=value, e.g. train.batch=256")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from bigbatch import checkpoints
 from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
@@ -126,7 +127,10 @@ def deployable(run: str | Path, which: str = "latest", psi: float | None = None)
 
 def _deployable(ckpt: Path, psi: float | None) -> Deployable:
     cfg = Config.load(ckpt / "config.toml")
-    base = {"task": cfg.task, "checkpoint": str(Path(ckpt).resolve())}  # (as typed, it named nothing once deployed)
+    # Where it came from: the checkpoint (resolved: as typed, it named nothing once deployed), the model family and
+    # the images it had trained on (found from outside: a deployed file did not say them)
+    kimg = int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)) / 1000
+    base = {"task": cfg.task, "model": cfg.model.name, "checkpoint": str(Path(ckpt).resolve()), "kimg": kimg}
     if psi is not None and (cfg.task != "gan" or cfg.model.name != "stylegan2"):
         what = f"a {cfg.task} run" if cfg.task != "gan" else f"a {cfg.model.name} generator"
         raise BigbatchError(
@@ -152,7 +156,8 @@ def _deployable(ckpt: Path, psi: float | None) -> Deployable:
         if psi is not None:
             G.truncation_psi = psi  # (a constant of the traced graph)
         module = GeneratorOut(G, conditional).eval()
-        meta = base | {"dim_z": G.dim_z, "class_names": list(G.class_names) if conditional else []}
+        meta = base | {"resolution": cfg.data.resolution, "dim_z": G.dim_z}
+        meta |= {"class_names": list(G.class_names) if conditional else []}
         meta |= {"psi": psi} if psi is not None else {}
         example = (torch.randn(2, G.dim_z),) + ((torch.tensor([0, 1]) % len(G.class_names),) if conditional else ())
         inputs = ["z", "y"][: len(example)]

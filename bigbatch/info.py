@@ -172,6 +172,11 @@ def describe_run(path: str | Path) -> str:
             f"{t.loss} loss, {t.precision}, seed {t.seed}"
             + (f", R1 gamma {t.r1_gamma:g} every {t.r1_every}" if t.r1_gamma else "")
             + (f", path length {t.pl_weight:g} every {t.pl_every} on 1/{t.pl_batch_shrink}" if t.pl_weight else "")
+            + "".join(f", ortho {k} {v:g}" for k, v in (("G", t.g_ortho), ("D", t.d_ortho)) if v)
+            # (the average G, its half-life and start: found from outside, not shown)
+            + f", G_ema half-life {t.ema_halflife_kimg:g} kimg"
+            + (f" (ramped up {t.ema_rampup:g})" if t.ema_rampup else "")
+            + (f" from {t.ema_start_kimg:g} kimg" if t.ema_start_kimg else "")
         )
         a = cfg.augment
         if a.transforms:  # ADA's p where the checkpoint is (found from outside: not shown; a resume starts there)

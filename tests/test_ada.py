@@ -204,12 +204,25 @@ def test_ada_shorthands_combine_and_the_groups_keep_adas_order():
 
 def test_show_batch_says_at_which_p_it_shows_ada(tmp_path, capsys):
     from bigbatch.cli import main
+    from bigbatch.config import parse_override
 
     argv = ["show-batch", "data.resolution=16", "augment.pipeline=ada", "augment.policy=bgc", "augment.target=0.6"]
     assert main([*argv, "--out", str(tmp_path / "a.png")]) == 0
     assert "[augment] at p 0 (where ADA starts; a run's own is its metrics.jsonl's augment_p" in capsys.readouterr().out
     assert main([*argv, "augment.p=0.7", "--out", str(tmp_path / "b.png")]) == 0
     assert "[augment] at p 0.7 (where ADA starts" in capsys.readouterr().out
+    # A run's config: the p its log says it was at then (found from outside: p 0 shown, the run's at 0.003)
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = bigbatch.preset("digits").override(dict(parse_override(a) for a in argv[1:]))
+    (run / "config.toml").write_text(cfg.dumps())
+    (run / "metrics.jsonl").write_text('{"kimg": 0.064, "augment_p": 0.25}\n{"kimg": 0.128, "augment_p": 0.5}\n')
+    for kimg, p in (("0.064", "0.25"), ("0.128", "0.5")):
+        assert main(["show-batch", "--config", str(run), "--kimg", kimg, "--out", str(tmp_path / "c.png")]) == 0
+        said = f"[augment] at p {p} (the run's at kimg {0.064 if p == '0.25' else 0.128:g}, its metrics.jsonl's"
+        assert said in capsys.readouterr().out
+    assert main(["show-batch", str(run)]) == 2
+    assert f"{run} is a run: give its config as --config {run}" in capsys.readouterr().err
 
 
 def test_filter_scales_four_frequency_bands_and_keeps_the_expected_power():

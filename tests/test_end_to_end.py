@@ -125,6 +125,7 @@ def test_cli_sample_and_info(run, capsys):
     assert main(["info", str(run)]) == 0
     out = capsys.readouterr().out
     assert "000000.512" in out and "dcgan" in out and "G_ema.safetensors" in out
+    assert ", G_ema half-life 2 kimg\n" in out  # (the average G: found from outside, not shown)
     assert main(["sample", str(run), "--classes", "11"]) == 2
     # The default names carry the settings that change the images (found from outside: one replaced another).
     for extra in ([], ["--classes", "3,4"], ["--truncation", "1.5"], ["--n", "8"]):

@@ -58,6 +58,8 @@ def one_line(capsys, argv, words):
         (["train", "", "--dry-run"], "key=value is an empty string"),
         # what the real run refuses, the dry run too; nothing done, not exit status 0
         (["extract", "bad.png", "o", "--workers", "1"], "bad.png: it does not decode as an image"),
+        # an option abbreviated (found from outside: StyleGAN2-ADA's --trunc, its psi, taken as --truncation)
+        (["sample", "run", "--trunc", "0.7"], "unrecognized arguments: --trunc 0.7 (see 'bigbatch sample --help')"),
         # misreported causes
         (["info", "--verify", "empty"], "empty is neither a run directory nor a checkpoint folder"),
         (["plot", "nowhere"], "nowhere does not exist; give a run directory or a folder of runs"),

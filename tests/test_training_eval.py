@@ -377,12 +377,14 @@ def test_plot_draws_a_face_runs_losses_and_scores(tmp_path, monkeypatch, capsys,
         '{"kimg": 0.1, "loss": 70.0, "src_loss": 9.0, "dst_loss": 8.5, "loss_gan": 0.7, "img_per_s": 30.0}',
         '{"kimg": 0.2, "loss": 60.0, "src_loss": 7.0, "dst_loss": 7.5, "loss_gan": 0.6, "img_per_s": 31.0}',
         '{"kimg": 0.2, "src_ssim": 0.4, "dst_ssim": 0.5, "ssim": 0.45, "eval_seconds": 1.0}',
-    ]
+        '{"kimg": 0.3, "loss_D": 1.0, "loss_G": 2.0, "ortho_G": 0.004, "ortho_D": 0.003}',  # (and BigGAN's ortho:
+    ]  # found from outside, logged, not drawn)
     (run / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     assert main(["plot", str(run)]) == 0
     titles = set(titled(curves))
     assert {("losses per face (DFL's)", "src_loss"), ("losses per face (DFL's)", "dst_loss")} <= titles
     assert ("discriminators' losses", "loss_gan") in titles and ("ssim (held-out split)", "ssim") in titles
+    assert {("orthogonal regularization (BigGAN's, weighted)", k) for k in ("ortho_G", "ortho_D")} <= titles
     # Runs held only by the file system's root together are plotted into the working folder, not at the root.
     if Path("/dev/shm").is_dir():
         other = Path(tempfile.mkdtemp(dir="/dev/shm")) / "swap2"

@@ -202,6 +202,9 @@ def test_convert_then_sample_then_fine_tune_on_other_classes(tmp_path, capsys):
     assert main(["train", "--init-from", "converted", *tune, "model.name=sngan", "model.options={}"]) == 2
     assert "converted is a biggan run, and this one trains sngan: fine-tuning takes" in capsys.readouterr().err
     assert main(["train", "--init-from", "converted", *tune]) == 0
+    said = capsys.readouterr()  # what was thrown away said under --quiet too (found from outside: unsaid)
+    assert "re-initialised for this data set's classes: G's shared.weight; D's embed.sn_u, embed.weight" in said.err
+    assert "Fine-tuning from" not in said.out
     ckpt = bigbatch.checkpoint_find.find_checkpoint("tuned")
     G_new, D_new = load_file(str(ckpt / "G.safetensors")), load_file(str(ckpt / "D.safetensors"))
     G_old, D_old = G.state_dict(), D.state_dict()

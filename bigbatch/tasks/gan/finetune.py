@@ -6,7 +6,7 @@ from torch import nn
 
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
@@ -36,9 +36,10 @@ def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
     return fresh
 
 
-def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool, family: str) -> dict:
+def init_from(path: str, G: nn.Module, D: nn.Module, family: str, main: bool, quiet: bool) -> dict:
     """Load G and D of model family `family` from the run or checkpoint at `path` (the optimizers start afresh);
-    return its G_ema weights, to load once G_ema exists."""
+    return its G_ema weights, to load once G_ema exists. Said on the `main` process: where from (not `quiet`), and
+    the weights re-initialised for another number of classes, as a warning (under --quiet too: found from outside)."""
 
     def read(ckpt):
         cfg = Config.load(ckpt / "config.toml")
@@ -59,11 +60,11 @@ def init_from(path: str, G: nn.Module, D: nn.Module, announce: bool, family: str
             "the class to G's first layer with z, so it fine-tunes onto data of as many classes only (biggan, sagan, "
             "sngan and stylegan2 re-initialise their class embeddings)"
         )
-    fresh = load_pretrained(G, weights["G"], f"G of {ckpt}") + load_pretrained(D, weights["D"], f"D of {ckpt}")
-    if announce:
+    fresh = {k: load_pretrained(net, weights[k], f"{k} of {ckpt}") for k, net in (("G", G), ("D", D))}
+    if main and not quiet:
         print(f"Fine-tuning from {ckpt}", flush=True)
-        if fresh:
-            print(f"  re-initialised for this data set's classes: {', '.join(sorted(set(fresh)))}", flush=True)
+    if main and (named := [f"{k}'s {', '.join(sorted(set(v)))}" for k, v in fresh.items() if v]):
+        warn(f"train.init_from {ckpt}: re-initialised for this data set's classes: {'; '.join(named)}")
     return weights["G_ema"]
 
 

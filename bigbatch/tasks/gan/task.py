@@ -209,8 +209,8 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
             '(e.g. "blit,color"), or set train.deterministic = false'
         )
     # Fine-tuning starts from pretrained G, D and G_ema with fresh optimizers; FreezeD fixes D's first blocks.
-    announce = not quiet and rep.is_main
-    pretrained = init_from(t.init_from, G, D, announce, cfg.model.name) if t.init_from and resumed_at is None else None
+    fine_tune = t.init_from and resumed_at is None
+    pretrained = init_from(t.init_from, G, D, cfg.model.name, rep.is_main, quiet) if fine_tune else None
     freeze_d_blocks(D, t.freeze_d)
     G_ema = make_ema(G.train())  # from the plain G, before the engine wraps it
     if pretrained is not None:
