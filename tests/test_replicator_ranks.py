@@ -26,14 +26,19 @@ def _saving_rank(rank, world, init_file, folder):
         net = rep.prepare(model)
         opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
         share = x[rank * 4 : rank * 4 + 4]
-        for call in (net, model):  # the second: the model itself, whose gradients no rank averages
-            rep.step(lambda m, call=call: call(m).square().mean(), share, opt)
-            try:
+        for call in (net, model):  # the second: the model itself, whose gradients no rank averages (found from
+            try:  # outside: told only at the save)
+                rep.step(lambda m, call=call: call(m).square().mean(), share, opt)
                 rep.save(f"{folder}/ckpt", model=net, opt=opt)
                 rep.load(f"{folder}/ckpt", model=net, opt=opt)  # (at once: rank 0 has written it)
                 said.append("saved")
             except bigbatch.BigbatchError as e:
                 said.append(str(e))
+        model.bias.data.add_(rank)  # replicas apart all the same (weights changed on one rank alone)
+        try:
+            rep.save(f"{folder}/ckpt", model=net, opt=opt)
+        except bigbatch.BigbatchError as e:
+            said.append(str(e))
         model.weight.data.copy_(torch.zeros_like(model.weight))  # (the same again on every rank)
         model.bias.data.zero_()
         from bigbatch.engine import saving
@@ -59,10 +64,11 @@ def test_replicator_save_returns_once_written_and_refuses_replicas_that_drifted_
     for rank in (0, 1):
         said = json.loads((tmp_path / str(rank)).read_text())
         assert said[0] == "saved", said
-        assert said[1].startswith("Replicator.save: rank 1 holds other weights than rank 0: a step called a model")
+        assert said[1].startswith("opt0's gradients came from a model called in place of what rep.prepare returned")
+        assert said[2].startswith("Replicator.save: rank 1 holds other weights than rank 0: a step called a model")
         # A failure of rank 0's write reaches every rank (found by review: an OSError left the others waiting).
         full = "OSError: [Errno 28] No space left on device"
-        assert said[2] == (full if rank == 0 else f"BigbatchError: Replicator.save failed on rank 0: {full}")
+        assert said[3] == (full if rank == 0 else f"BigbatchError: Replicator.save failed on rank 0: {full}")
 
 
 def _two_replicators_rank(rank, world, folder):

@@ -112,6 +112,7 @@ class Replicator:
         self.optimizers: dict[int, _Optimizer] = {}
         self._held: list[nn.Parameter] = []  # frozen groups' parameters set not to require grad (frozen.py)
         self._synced: set[int] = set()  # parameters DDP averages: those requiring grad when it wrapped their model
+        self._ran: set[int] = set()  # the DDP modules that ran a forward in the step (wrap.check_ran)
         self._bn_list, self._bn_of = list[nn.Module](), 0  # (the BatchNorms, found when there were _bn_of models)
         self._batchnorm_before: int | None = None  # images BatchNorm spanned before a resume (load_state_dict)
         self._owns_group = dist.init(self.ctx)
@@ -205,6 +206,7 @@ class Replicator:
             unused_parameters=unused_parameters,
         )
         self.models.append((model, wrapped))
+        wrap.note_forwards(wrapped, self._ran)
         if isinstance(wrapped, nn.parallel.DistributedDataParallel):  # (found by review: one unfrozen after, unsynced)
             self._synced.update(id(p) for p in model.parameters() if p.requires_grad)
         known = {id(m) for modules in self._micro_modules.values() for m in modules}
@@ -288,6 +290,7 @@ class Replicator:
         divisor = plan.accumulation * (self.world_size if in_order else 1)
         bn = running_stats.StepStatistics(self._bns(), across_ranks=self.sync_bn)
         rng = saving.rng_state(self.device)  # (put back if the step is abandoned)
+        self._ran.clear()
         try:
             for i, micro in enumerate(micros):
                 bn.micro_batch()
@@ -306,6 +309,8 @@ class Replicator:
                 )
                 values = torch.stack([loss.detach(), *extra]) / divisor
                 totals = values if totals is None else totals + values
+            if self.world_size > 1:
+                wrap.check_ran(state.name, state.trained, self._ran)
             totals = dist.sum_in_rank_order(totals) if in_order else dist.mean(totals)
             frozen.drop_grads(opt)  # (under DDP, which computed them: no step, no moments, not in the norm or clip)
             if state.scaler.is_enabled():

@@ -281,6 +281,26 @@ def prepare(
     return wrapped
 
 
+def note_forwards(wrapped: nn.Module, ran: set[int]) -> None:
+    """Add a DDP module's id to `ran` at each of its forwards (check_ran's)."""
+    if isinstance(wrapped, nn.parallel.DistributedDataParallel):
+        wrapped.register_forward_pre_hook(lambda module, args: ran.add(id(module)))
+
+
+def check_ran(name: str, trained: Iterable[nn.Module], ran: set[int]) -> None:
+    """Refuse a step whose gradients for the optimizer `name` came from a DDP module's plain model, called instead of
+    the module (not in `ran`): DDP averaged none of them (found from outside: each rank trained apart, told only at
+    the save, which refused ranks' weights that differ)."""
+    for w in trained:
+        if isinstance(w, nn.parallel.DistributedDataParallel) and id(w) not in ran:
+            if any(p.grad is not None for p in w.parameters()):
+                raise BigbatchError(
+                    f"{name}'s gradients came from a model called in place of what rep.prepare returned for it: under "
+                    "DDP only the prepared module averages them across ranks; call it (net = rep.prepare(model); "
+                    "net(x)), not the plain model"
+                )
+
+
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile's modes that replay CUDA graphs
 COMPILE_MODES = ("default", *CUDA_GRAPH_MODES, "max-autotune-no-cudagraphs")  # torch.compile's modes
 
