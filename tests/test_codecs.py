@@ -109,6 +109,19 @@ def test_a_damaged_encoded_image_is_named(tmp_path):
     assert data.get(torch.tensor([0, 1, 3]))[0].shape == (3, 64, 64, 3)
     with pytest.raises(bigbatch.BigbatchError, match=r"j.h5: image 2 does not decode .* prepare it again"):
         data.get(torch.tensor([1, 2]))
+    # Bytes libjpeg decodes, with a warning of its own, to another size than stored (found from outside: trained on)
+    with h5py.File(tmp_path / "j.h5", "r+") as f:
+        start, end = (int(v) for v in f["offsets"][1:3])
+        image = f["encoded"][start:end]
+        sof = bytes(image).index(b"\xff\xc0")  # (the frame header: marker, length, precision, height, width)
+        image[sof + 7 : sof + 9] = np.frombuffer((72).to_bytes(2, "big"), np.uint8)  # 64 px wide -> 72
+        f["encoded"][start:end] = image
+    for read in (
+        lambda: data.get(torch.tensor([1])),
+        lambda: data.get_regions(torch.tensor([1]), [(8, 8, 40, 40)], 32),
+    ):
+        with pytest.raises(bigbatch.BigbatchError, match=r"image 1 does not decode \(ValueError: it decodes to 72x64,"):
+            read()
     # The stored sizes (where whole images are cut) are content too; offsets out of order are damage.
     prepare(str(src), str(tmp_path / "w.h5"), 64, workers=0, codec="jpeg", crop="none")
     with h5py.File(tmp_path / "w.h5", "r+") as f:

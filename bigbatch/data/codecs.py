@@ -82,8 +82,10 @@ def _reduction(side: float, target: int, jpeg: bool) -> int:
     return 1
 
 
-def _imdecode(data: bytes | bytearray | memoryview, factor: int) -> np.ndarray:
-    """OpenCV's decode (libjpeg-turbo, libpng, libwebp) to RGB, at 1/factor for a JPEG."""
+def _imdecode(data: bytes | bytearray | memoryview, factor: int, size: tuple[int, int]) -> np.ndarray:
+    """OpenCV's decode (libjpeg-turbo, libpng, libwebp) to RGB, at 1/factor for a JPEG, of an image stored at `size`
+    (h, w): decoded to another size, its bytes are damaged (found from outside: libjpeg decoded such a JPEG with a
+    warning of its own on stderr, and it was trained on)."""
     import cv2
 
     flag = {1: cv2.IMREAD_COLOR_RGB, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4}.get(
@@ -94,6 +96,8 @@ def _imdecode(data: bytes | bytearray | memoryview, factor: int) -> np.ndarray:
     image = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
     if image is None:
         raise ValueError("the bytes do not decode")
+    if image.shape[:2] != (want := (-(-size[0] // factor), -(-size[1] // factor))):
+        raise ValueError(f"it decodes to {image.shape[1]}x{image.shape[0]}, not the {want[1]}x{want[0]} stored")
     return image
 
 
@@ -102,7 +106,7 @@ def decode(data: bytes | memoryview, size: tuple[int, int], at_least: int = 0, j
     decoded at the smallest of 1/1, 1/2, 1/4 and 1/8 of its size whose short side is still >=
     at_least (libjpeg's scaled IDCT: a quarter of the pixels at 1/2); the caller resizes to the
     phase's resolution as for any image."""
-    return _imdecode(data, _reduction(min(size), at_least, jpeg))
+    return _imdecode(data, _reduction(min(size), at_least, jpeg), size)
 
 
 def decode_box(
@@ -136,7 +140,8 @@ def decode_box(
     if part is not None:  # only the crop's MCUs, from the same coefficients
         data, dx, dy = part.data, part.left // factor, part.top // factor
         x0, x1, y0, y1 = x0 - dx, x1 - dx, y0 - dy, y1 - dy
-    return resized(_imdecode(data, factor)[y0:y1, x0:x1], (out_h, out_w), within, placed)
+        size = (part.height, part.width)
+    return resized(_imdecode(data, factor, size)[y0:y1, x0:x1], (out_h, out_w), within, placed)
 
 
 def resized(
