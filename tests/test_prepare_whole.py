@@ -21,6 +21,7 @@ def test_a_whole_image_store_says_what_lies_below_its_side_and_what_its_classes_
     assert main([*argv, "--classes", str(tmp_path / "names.txt")]) == 0
     out, err = capsys.readouterr()
     assert f"{below} of them below the short side asked for: kept at their own size, not enlarged" in out
+    assert ": 8 images whole, 3 classes, from" in out  # (found from outside: "of several shapes", all of one)
     assert "1 class of the 3 --classes names has no image here (fox): kept, numbered as given" in err
     assert main(["info", str(tmp_path / "w.h5")]) == 0
     assert f"smaller     {below} image" in capsys.readouterr().out

@@ -144,6 +144,7 @@ def prepare(
         _empty_folders(source, listing) if not labels else [],
         meta.get("enlarged", 0),
         meta.get("below_short_side", 0),
+        meta.get("crop") == "none",
     )
 
 

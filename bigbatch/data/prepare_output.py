@@ -124,6 +124,7 @@ class Report:
     empty_folders: list[str] = field(default_factory=list)  # class folders without an image file: not classes
     enlarged: int = 0  # images smaller than the resolution, scaled up to it (found from outside: unsaid)
     below: int = 0  # whole images (--crop none) whose short side is below the resolution's, kept as they are
+    whole: bool = False  # --crop none: each image at its own size
 
     @property
     def images_per_s(self) -> float:
@@ -133,7 +134,8 @@ class Report:
         """A few lines for the terminal: what was written, and the first skipped files with reasons."""
         n = len(self.class_names)
         classes = counted(n, "class") if self.class_names else "unconditional (no classes)"
-        shape = "x".join(map(str, self.shape)) if self.shape else "of several shapes"
+        # (found from outside: whole images, all of one size, were said to be "of several shapes")
+        shape = "x".join(map(str, self.shape)) if self.shape else "whole" if self.whole else "of several shapes"
         lines = [
             f"wrote {self.out}: {counted(self.count, 'image')} {shape}, {classes}, from {self.source} "
             f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {counted(self.workers, 'worker')})",
