@@ -308,7 +308,10 @@ class Loader:
     across the data's epochs, each image once per len(data) positions). `decode` = "gpu" (a JPEG file;
     data.decode's): the workers only read the bytes, and the Loader decodes, crops, resizes and mirrors
     on `device` (nvJPEG), yielding images there; "nvimgcodec" the same, decoded by nvImageCodec. `in_ram`: the
-    file's stored images read into memory once (FFCV's os_cache; data.in_ram), the same batches."""
+    file's stored images read into memory once (FFCV's os_cache; data.in_ram), the same batches. `order` =
+    "sequential" (an evaluation's, FFCV's OrderOption.SEQUENTIAL): a pass is every image once, in the file's order,
+    from `start` on, the last batch what is left; each rank takes its part of each batch (np.array_split's, none
+    where fewer images than ranks are left: every rank reads as many batches), and the next pass starts over."""
 
     def __init__(
         self,
@@ -328,6 +331,7 @@ class Loader:
         decode: str = "cpu",
         device: str | torch.device = "cuda",
         in_ram: bool = False,
+        order: str = "random",
     ) -> None:
         from bigbatch.data.load import load_data, rectangles
         from bigbatch.data.streams import GlobalOrder
@@ -345,7 +349,10 @@ class Loader:
             raise BigbatchError(f"seed must be a whole number of 64 bits, below 2**64, got {seed}")
         if rank >= world_size:
             raise BigbatchError(f"rank {rank} is out of range for world_size {world_size} (ranks 0..{world_size - 1})")
-        if batch % world_size:
+        if order not in ("random", "sequential"):
+            raise BigbatchError(f"order must be 'random' or 'sequential' (every image once, in order), got {order!r}")
+        self._sequential = order == "sequential"  # (found from outside: no way to read a file once, as FFCV's)
+        if batch % world_size and not self._sequential:  # (sequential: each rank its np.array_split part)
             raise BigbatchError(f"batch {batch} must be a multiple of world_size {world_size}: each rank reads a share")
         if start % batch:
             raise BigbatchError(
@@ -370,7 +377,9 @@ class Loader:
             raise BigbatchError(f"min_scale must be an area fraction in (0, 1], got {min_scale}")
         if augment == "center" and min_scale != 0.08:  # (found from outside: taken, and nothing done with it)
             raise BigbatchError("min_scale is the random-resized crops' (augment='rrc'); augment='center' cuts none")
-        epoch = len(self.data) // batch * batch
+        if self._sequential and start and start >= len(self.data):
+            raise BigbatchError(f"start {start} is past the {len(self.data)} images of {self.data.source}")
+        epoch = -(-len(self.data) // batch) * batch if self._sequential else len(self.data) // batch * batch
         if steps is None and not epoch:
             raise BigbatchError(
                 f"batch {batch} is more than the {len(self.data)} images of {self.data.source}: no whole batch in an "
@@ -393,6 +402,9 @@ class Loader:
         pass's (found by review: it shrank as batches were handed over, and a progress bar's total with it)."""
         if self._passing is not None:
             return self._passing
+        if self._sequential:  # (to the file's end)
+            left = -(-(len(self.data) - self.start) // self.batch)
+            return left if self._steps is None else min(self._steps, left)
         return self._steps if self._steps is not None else (self._epoch - self.start % self._epoch) // self.batch
 
     def __len__(self) -> int:
@@ -409,18 +421,36 @@ class Loader:
         finally:
             self._passing = None
 
+    def _in_order(self, steps: int) -> Iterator[Step]:
+        """order="sequential"'s requests: `steps` batches of images in the file's order from `start`."""
+        n, (_, schedule, rank, world) = len(self.data), self._order
+        for lo in range(self.start, min(n, self.start + steps * self.batch), self.batch):
+            share = np.array_split(np.arange(lo, min(n, lo + self.batch)), world)[rank]
+            offset = int(share[0]) - lo if len(share) else 0
+            resolution = schedule.phase_at(lo).resolution
+            yield Step(lo, min(n, lo + self.batch) - lo, resolution, offset, torch.from_numpy(share))
+
+    def _past(self, nimg: int) -> None:
+        """`start` past the batch handed over from `nimg` (sequential: past the last, 0: the next pass reads all)."""
+        self.start = nimg + self.batch
+        if self._sequential and self.start >= len(self.data):
+            self.start = 0
+
     def _pass(self, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        sampler = RankSampler(*self._order, start=self.start)
         # Drawn as the workers ask (found from outside: a list of the pass's Steps kept each one's indices alive,
         # in shared memory once sent to a worker: an open file each, "Too many open files" after ~1,000 batches).
-        requests = itertools.islice(sampler, steps)
+        requests = (
+            self._in_order(steps)
+            if self._sequential
+            else itertools.islice(RankSampler(*self._order, start=self.start), steps)
+        )
         workers, xflip, seed, crop_scale = self._reading
         loader = BatchLoader(
             self.data, requests, workers, xflip, seed, crop_scale=crop_scale, on_device=self.device is not None
         )
         if self.device is None:
             for b in loader:
-                self.start += self.batch
+                self._past(b.nimg)
                 yield b.images, b.labels
             return
         taken = 0  # decoded on the device in a thread, the next batch while the caller's step runs
@@ -432,5 +462,5 @@ class Loader:
             for _ in range(steps):
                 taken += 1
                 b = next(batches)
-                self.start += self.batch
+                self._past(b.nimg)
                 yield b.images, b.labels.to(self.device, non_blocking=True)  # (blocking drained the caller's step)
