@@ -9,7 +9,7 @@ from bigbatch.data import Loader, load_data, prepare
 from bigbatch.errors import BigbatchError
 
 
-def test_a_sequential_pass_reads_every_image_once_in_order_on_any_number_of_ranks(tmp_path):
+def test_a_sequential_pass_reads_every_image_once_in_order_on_any_number_of_ranks(tmp_path, capsys):
     prepare("builtin:digits", str(tmp_path / "d.h5"), 8, limit=50, workers=0)
     data = load_data(str(tmp_path / "d.h5"), 8)
     images, labels = data.get(torch.arange(50))
@@ -36,6 +36,9 @@ def test_a_sequential_pass_reads_every_image_once_in_order_on_any_number_of_rank
     assert not torch.equal(torch.cat([x for x, _ in one]), images)  # (mirrored: some of them)
     resumed = Loader(str(tmp_path / "d.h5"), batch=16, resolution=8, order="sequential", start=32)
     assert [len(y) for _, y in resumed] == [16, 2]
+    # Read above the side stored: said, as train says it (found from outside: enlarged without a word)
+    Loader(str(tmp_path / "d.h5"), batch=16, resolution=16, order="sequential")
+    assert "d.h5 holds 8px images, read at 16px: upscaled, no sharper" in capsys.readouterr().err
     for bad, words in (({"order": "shuffled"}, "order must be 'random' or 'sequential'"), ({"start": 64}, "past the")):
         with pytest.raises(BigbatchError, match=words):
             Loader(str(tmp_path / "d.h5"), batch=16, resolution=8, **{"order": "sequential", **bad})

@@ -22,7 +22,7 @@ from bigbatch.data.codecs import resized
 from bigbatch.data.crops import rrc_box, rrc_draws
 from bigbatch.data.schedule import Schedule, resize_stored, target_shape
 from bigbatch.data.streams import FLIP, generator
-from bigbatch.errors import BigbatchError, first_line, whole_number
+from bigbatch.errors import BigbatchError, first_line, warn, whole_number
 from bigbatch.signals import forking
 
 
@@ -333,7 +333,7 @@ class Loader:
         in_ram: bool = False,
         order: str = "random",
     ) -> None:
-        from bigbatch.data.load import load_data, rectangles
+        from bigbatch.data.load import load_data, rectangles, stored_images, stored_side
         from bigbatch.data.streams import GlobalOrder
 
         if augment not in ("rrc", "center"):
@@ -363,6 +363,11 @@ class Loader:
             if not isinstance(flag, bool):
                 raise BigbatchError(f"{name} must be True or False, got {flag!r}")
         self.data = load_data(path, resolution, in_ram, storage_options)
+        if (stored := stored_side(self.data)) and resolution > stored:  # (as train says it: found from outside)
+            warn(
+                f"{self.data.source} holds {stored_images(self.data)}, read at {resolution}px: upscaled, no sharper "
+                "than at their own size"
+            )
         if len(getattr(self.data, "bucket_counts", [])) > 1:  # (said here, not at the first batch)
             raise BigbatchError(
                 f"{self.data.source} holds images of several shapes (prepare --buckets), and a Loader's batch is one "
