@@ -17,11 +17,14 @@ def test_a_float_image_of_0_to_1_or_of_0_to_255_reads_at_its_levels(tmp_path):
     odd = ramp * 255
     odd[0, 0], odd[0, 1] = np.nan, np.inf
     Image.fromarray(odd).save(src / "c_nan.tif")  # not a number is black, infinity white
+    unit = ramp.copy()
+    unit[0, 0], unit[0, 1] = np.nan, np.inf
+    Image.fromarray(unit).save(src / "d_unit_nan.tif")  # (of 0..1 still, whatever infinity)
     report = prepare(str(src), str(tmp_path / "f.h5"), workers=0)
-    assert report.count == 3 and not report.skipped
+    assert report.count == 4 and not report.skipped
     data = load_data(str(tmp_path / "f.h5"), 4)
-    images = data.get(torch.arange(3))[0].numpy()
+    images = data.get(torch.arange(4))[0].numpy()
     want = np.round(ramp * 255).astype(np.uint8)
     assert (images[0] == want[..., None]).all() and (images[1] == want[..., None]).all()
     assert images[2][0, 0].tolist() == [0] * 3 and images[2][0, 1].tolist() == [255] * 3
-    assert (images[2][1:] == want[1:, :, None]).all()
+    assert (images[2][1:] == want[1:, :, None]).all() and (images[3] == images[2]).all()

@@ -342,8 +342,10 @@ def to_rgb(img: Image.Image, composite: bool = True) -> Image.Image:
         return Image.fromarray(a, "L").convert("RGB")
     if img.mode == "F":  # 0..1 (a float image's usual range), or 0..255 where a value passes 1 (as Pillow reads
         # it: found from outside, an ImageJ float TIFF of 0..255 was made near white)
-        a = np.nan_to_num(np.asarray(img, dtype=np.float64), nan=0.0, posinf=255.0, neginf=0.0)
-        a = np.clip(np.round(a if a.size and a.max() > 1.0 else a * 255.0), 0, 255).astype(np.uint8)
+        a = np.asarray(img, dtype=np.float64)
+        top = 255.0 if (finite := a[np.isfinite(a)]).size and finite.max() > 1.0 else 1.0  # (NaN black, inf white)
+        a = np.nan_to_num(a, nan=0.0, posinf=top, neginf=0.0) * (255.0 / top)
+        a = np.clip(np.round(a), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
     if has_alpha(img) and composite:
         rgba = img.convert("RGBA")
