@@ -27,16 +27,21 @@ def atomic_write(
     False: not fsynced first, for files written by the thousand: faces, frames). `replace` False: a file at `path`
     (one that came while this one was written too) stays, and FileExistsError is raised. `through_link`: a link of
     this user's own at `path` to a file (not to another link) is written through, as an edit in place of the file
-    it names (xseg apply: found from outside, a linked face became a copy, the face it named without its mask)."""
+    it names (xseg apply: found from outside, a linked face became a copy, the face it named without its mask), and
+    the file keeps its permissions and owner (found from outside: faces edited as root were root's, and DFL's editor,
+    the user's, could not save them); other names of it (hard links) keep it as it was, said."""
     path = Path(path)
     if not path.name:  # (found from outside: an empty OUT was a traceback)
         raise BigbatchError(f"cannot write {str(path)!r}: give a file name")
     if through_link and path.is_symlink() and os.lstat(path).st_uid == os.geteuid():  # (another's, as in /tmp: not)
         named = path.parent / os.readlink(path)  # (one hop: a chain could lead through a name others may replace)
         path = named if named.is_file() and not named.is_symlink() else path
+    was = os.lstat(path) if through_link and path.is_file() and not path.is_symlink() else None
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data, sync=sync)
+        if was is not None:
+            _keep_mode_and_owner(tmp, path, was)
         if replace:
             os.replace(tmp, path)
         else:  # (a link fails where a file is: no window between a look and the rename; found from outside)
@@ -95,6 +100,21 @@ def save_figure(fig: Any, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, buffer.getvalue())
     return path
+
+
+def _keep_mode_and_owner(new: Path, path: Path, was: os.stat_result) -> None:
+    """Give `new`, which replaces `path`, the permissions and owner `path` had (`was`); an owner this process may not
+    give (not root) stays its own."""
+    os.chmod(new, stat.S_IMODE(was.st_mode))
+    if (was.st_uid, was.st_gid) != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(PermissionError):
+            os.chown(new, was.st_uid, was.st_gid)
+    if was.st_nlink > 1:
+        warn(
+            f"files in {path.parent} with other names (hard links) are written anew: their other names keep them as "
+            "they were",
+            once=True,
+        )
 
 
 def write_file(path: Path, data: bytes | memoryview, sync: bool = True) -> None:

@@ -151,8 +151,15 @@ def test_a_held_out_fraction_that_leaves_nothing_to_train_on_is_one_line():
     with pytest.raises(bigbatch.BigbatchError, match="data.val_fraction 0.9995 holds out all 1797 images, leaving"):
         holdout(digits, 0.9995)
     # Found from outside: a side of one face held out none of it, and the held-out preview of nothing crashed.
-    with pytest.raises(bigbatch.BigbatchError, match="holds out none of the 1 image"):
+    with pytest.raises(
+        bigbatch.BigbatchError, match=r"holds out none of the 1 image\(s\) of builtin:digits \(one\): give more images"
+    ):
         holdout(Subset(digits, torch.arange(1), "one"), 0.5)
+    # A classifier's way out named to it alone (found from outside: XSeg, which refuses data.val_path, was told it)
+    for val_path in (False, True):
+        with pytest.raises(bigbatch.BigbatchError) as e:
+            holdout(Subset(digits, torch.arange(1), "one"), 0.5, val_path=val_path)
+        assert str(e.value).endswith("data.val_fraction = 0" + " (or the held-out images as data.val_path)" * val_path)
 
 
 def test_a_held_out_fraction_over_half_is_said_once(capsys, monkeypatch):

@@ -1,6 +1,7 @@
 """DeepFaceLab's XSeg: the network computes what leras's layers compute by their definitions (a NumPy
 re-implementation, layer by layer, in float64), from a weight file in DFL's format; and its file round-trips."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -148,9 +149,18 @@ def test_xseg_apply_writes_dfls_mask_into_each_face_and_remove_takes_it_out(alig
     small = cv2.imencode(".jpg", cv2.resize(cv2.imdecode(np.frombuffer(data, np.uint8), 1), (128, 128)))[1]
     (faces / "2.jpg").write_bytes(write_metadata(small.tobytes(), meta))  # (resized to 256 for the model)
     (faces / "3.jpg").write_bytes(small.tobytes())  # not an aligned face: left as it is, said
+    # An edited face keeps its permissions and owner (found from outside: applied as root, each face became root's,
+    # and DFL's editor, the user's, could not save it); a hard link's other name keeps the face as it was, said.
+    os.chmod(faces / "2.jpg", 0o640)
+    owner = (65534, 65534) if os.geteuid() == 0 else (os.geteuid(), os.getegid())  # (root: another user's face)
+    os.chown(faces / "2.jpg", *owner)
+    os.link(faces / "1.jpg", tmp_path / "other-name.jpg")
     assert main(["xseg", "apply", str(tmp_path / "model"), str(faces), "--device", "cpu"]) == 0
     out, err = capsys.readouterr()
     assert "Applied XSeg to 2 faces" in out and "1 file left as they were (3.jpg: not an aligned" in err
+    kept = os.stat(faces / "2.jpg")
+    assert (kept.st_mode & 0o777, kept.st_uid, kept.st_gid) == (0o640, *owner)
+    assert (tmp_path / "other-name.jpg").read_bytes() == data and "with other names (hard links) are written" in err
     model, kind = load_xseg(tmp_path / "model")
     assert kind is None
     for name in ("1.jpg", "2.jpg"):

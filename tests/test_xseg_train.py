@@ -387,6 +387,18 @@ def test_the_dry_run_refuses_what_xseg_training_refuses(labelled, tmp_path, caps
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1, err
     assert main(["train", "--preset", "xseg", f"data.path={h5}", "--dry-run"]) == 0
+    # A set of swap masks (landmarks' hulls where no XSeg mask is applied) trains, said (found from outside: unsaid)
+    prepare(str(folder), str(tmp_path / "hulls.h5"), RES, workers=0, masks="dfl")
+    capsys.readouterr()
+    assert main(["train", "--preset", "xseg", f"data.path={tmp_path / 'hulls.h5'}", "--dry-run"]) == 0
+    assert "hold masks prepared with --masks dfl, not XSeg labels: XSeg learns to draw" in capsys.readouterr().err
+    # --masks labels prepares at XSeg's side unless told (found from outside: 512 px faces kept theirs)
+    (tmp_path / "big").mkdir()
+    meta = {"face_type": "whole_face", "landmarks": np.asarray(landmarks(seed=0)) * 2, "source_filename": "0.png"}
+    meta["seg_ie_polys"] = {"polys": [{"type": 1, "pts": polygons(0)["polys"][1]["pts"] * 2}]}
+    (tmp_path / "big" / "0.jpg").write_bytes(dfl_jpeg(face_image(2 * RES, seed=0), meta))
+    assert main(["prepare", str(tmp_path / "big"), str(tmp_path / "side.h5"), "--masks", "labels"]) == 0
+    assert bigbatch.data.load_data(str(tmp_path / "side.h5"), 0).resolution == 256
     # prepare's closing hint names a config that trains (found from outside: it named data.resolution=128)
     assert main(["prepare", str(folder), str(tmp_path / "s.h5"), "--masks", "labels", "--resolution", "128"]) == 0
     assert "XSeg trains on 256 px faces: prepare them again with --resolution 256" in capsys.readouterr().out

@@ -85,7 +85,7 @@ def training_data(cfg: Config) -> Any:
     check_one_shape("data.path", data.source, len(getattr(data, "bucket_counts", [])))
     if not d.val_fraction or d.val_path:
         return data
-    train, val = holdout(data, d.val_fraction)
+    train, val = holdout(data, d.val_fraction, val_path=cfg.task == "classify")
     if len(val) > len(train):  # (a typo for 0.09, or a fraction for the training split: said, not refused)
         warn(
             f"data.val_fraction {d.val_fraction:g} holds out {len(val)} of the {len(data)} images and trains on the "

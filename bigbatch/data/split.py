@@ -102,9 +102,10 @@ class Subset:
         return f"{self.data.content_hash}[{self.part}:{digest}]"
 
 
-def holdout(data: Any, fraction: float) -> tuple[Subset, Subset]:
+def holdout(data: Any, fraction: float, val_path: bool = False) -> tuple[Subset, Subset]:
     """(train, val): `fraction` of the images of each aspect-ratio bucket (of all, for square data)
-    held out by a fixed seed, the rest for training; the same split on every run and every rank."""
+    held out by a fixed seed, the rest for training; the same split on every run and every rank. `val_path`: the
+    task may take held-out images from a file of their own (a classifier's), said where none are held out."""
     counts = list(getattr(data, "bucket_counts", [len(data)]))
     val, start = [], 0
     for b, n in enumerate(counts):
@@ -117,8 +118,8 @@ def holdout(data: Any, fraction: float) -> tuple[Subset, Subset]:
     if fraction and not held.any():  # (found from outside: one face held out none, and the preview of none crashed)
         raise BigbatchError(
             f"data.val_fraction {fraction:g} holds out none of the {len(data)} image(s) of "
-            f"{getattr(data, 'source', 'the data')}: give more images, or data.val_fraction = 0 (a classifier may "
-            "give its held-out images as data.val_path)"
+            f"{getattr(data, 'source', 'the data')}: give more images, or data.val_fraction = 0"
+            + (" (or the held-out images as data.val_path)" if val_path else "")  # (found from outside: said to XSeg)
         )
     if held.all():  # (a ZeroDivisionError deep in the data order, found from outside)
         raise BigbatchError(

@@ -215,9 +215,16 @@ def apply_xseg(
     kind = align.face_type(said or given) if (said or given) else None
     if batch < 1:
         raise BigbatchError(f"--batch must be at least 1, got {batch}")
+    import sys
+
+    from tqdm import tqdm
+
     model = model.to(device)
     files, done, skipped = face_files(Path(folder)), 0, []
+    # (found from outside: silent until its end, an hour for a large set; as extract's, on a terminal)
+    bar = tqdm(total=len(files), unit="face", disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False)
     for start in range(0, len(files), batch):
+        bar.update(len(files[start : start + batch]))  # (the chunk under way)
         chunk = []
         for path in files[start : start + batch]:
             try:
@@ -242,6 +249,7 @@ def apply_xseg(
                 continue
             atomic_write(path, written, through_link=True)  # (DFL's save writes through a linked face)
             done += 1
+    bar.close()
     return done, skipped
 
 

@@ -37,7 +37,7 @@ from bigbatch.engine import dist
 from bigbatch.engine.determinism import seeded
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces.xseg import load_xseg
 from bigbatch.models.xseg import RESOLUTION
 from bigbatch.sampling import BLACK, captioned_sheet
@@ -85,6 +85,13 @@ def labelled(cfg: Config, data: Any, side: str) -> Any:
             "prepare them with bigbatch prepare ALIGNED OUT.h5 --masks labels --resolution 256"
         )
     check_face_size(cfg, side, data.source, data.resolution, getattr(data, "meta", None))
+    made = str(getattr(data, "meta", {}).get("masks", "labels"))
+    if made not in ("labels", "xseg-applied"):  # (found from outside: a swap's set, landmarks' hulls in it, trained
+        # XSeg without a word)
+        warn(
+            f"the {side} faces {data.source} hold masks prepared with --masks {made}, not XSeg labels: XSeg learns to "
+            "draw those; for your labels, prepare the faces with --masks labels"
+        )
     return data
 
 
