@@ -180,7 +180,24 @@ def dry_resume(cfg: Any, run: Path, resume: bool | str) -> str:
     said = f"; resumes {ckpt.name}"
     if (was := resumed.length_before) is not None and resumed.cfg.train.kimg > was:  # (said: found from outside)
         said += f", train.kimg {was:g} -> {resumed.cfg.train.kimg:g}"
-    kept = read_plan(run).get("micro_batch")
-    if cfg.train.micro_batch == "auto" and isinstance(kept, int):
-        said += f", keeping the micro_batch {kept} its run planned"
+    record, t = read_plan(run), resumed.cfg.train
+    if t.micro_batch == "auto" and isinstance(kept := record.get("micro_batch"), int):
+        # Probed again where the resume will (found from outside: "keeping" said of a resume with another budget,
+        # precision or checkpointing, which probed again): the checkpoint's config stands for its plan's settings.
+        from bigbatch.config import Config
+        from bigbatch.engine import dist, memory
+
+        was = Config.load(ckpt / "config.toml").train
+        plan = {
+            "world_size": record.get("world_size", 1),
+            "precision": was.precision,
+            "checkpointing": bool(was.checkpointing),
+            "memory_budget_bytes": record.get("memory_budget_bytes"),
+        }
+        budget = memory.parse_bytes(t.memory_budget) if t.memory_budget else None
+        how = (t.precision, bool(t.checkpointing))
+        if memory.plan_holds(plan, dist.context(t.device).world_size, budget, str, *how):
+            said += f", keeping the micro_batch {kept} its run planned"
+        else:
+            said += f', probing micro_batch "auto" again as it starts (its run planned {kept})'
     return said

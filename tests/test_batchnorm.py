@@ -144,6 +144,12 @@ def test_batchnorm_updates_that_are_not_finite_are_dropped_even_when_the_step_is
     for key, value in side[1].state_dict().items():
         assert torch.equal(value, before[key]), key
     assert "trunk step 1: BatchNorm statistics not finite" in capsys.readouterr().err
+    # Said at the 1st, 10th, 100th, ... (found from outside: a run gone bad said it at every step)
+    for _ in range(11):
+        rep.step(step_fn, x, opt)
+    err = capsys.readouterr().err
+    said = "trunk step 10: BatchNorm statistics not finite, left as before the step (10 steps so far: the run's"
+    assert err == f"bigbatch: warning: {said} updates are diverging)\n", err
 
 
 def test_reestimated_statistics_are_the_plain_average_over_the_batches_given():

@@ -139,3 +139,31 @@ def test_bigbatch_keep_freed_0_leaves_glibcs_policy(monkeypatch):
     assert memory.hold_freed_memory() is False and calls == []
     monkeypatch.delenv("BIGBATCH_KEEP_FREED")
     assert memory.hold_freed_memory() is True and calls  # (glibc's settings made)
+
+
+def test_a_dry_run_of_a_resume_says_whether_auto_is_probed_again(tiny, tmp_path, capsys):
+    # Found from outside: "keeping the micro_batch 32 its run planned" was said of a resume with another budget,
+    # precision or checkpointing, each of which the resume probes again.
+    auto = {"train.micro_batch": "auto", "train.memory_budget": "20MiB", "train.kimg": 0.032}
+    run = bigbatch.train(tiny.override(auto), run_dir=tmp_path / "r", quiet=True)
+    kept = json.loads((run / "plan.json").read_text())["micro_batch"]
+    capsys.readouterr()
+    dry = ["train", "--run-dir", str(run), "--resume", "--dry-run", "train.kimg=0.064"]
+    assert main(dry) == 0
+    assert f", keeping the micro_batch {kept} its run planned" in capsys.readouterr().out
+    for change, words in (
+        ("train.memory_budget='10MiB'", "train.memory_budget is 10.0 MiB, the checkpoint's plan was made for 20.0 MiB"),
+        ("train.precision=bf16", "the checkpoint's plan was made for fp32, this run is bf16"),
+        ("train.checkpointing=true", "train.checkpointing is true since the checkpoint's plan"),
+    ):
+        assert main([*dry, change]) == 0
+        out, err = capsys.readouterr()
+        assert f'probing micro_batch "auto" again as it starts (its run planned {kept})' in out and words in err
+
+
+def test_a_budget_past_the_machines_free_memory_is_said_on_a_cpu(capsys):
+    # Found from outside: train.memory_budget "100TiB" (for GiB) was taken without a word; a GPU refuses it.
+    rep = bigbatch.Replicator(batch=8, micro_batch="auto", device="cpu", memory_budget="100TiB")
+    net = rep.prepare(torch.nn.Linear(4, 1))
+    rep.step(lambda m: net(m).square().mean(), torch.ones(8, 4), rep.wrap_optimizer(torch.optim.SGD(net.parameters())))
+    assert "memory budget 102400.00 GiB is more than the " in capsys.readouterr().err

@@ -269,8 +269,14 @@ def test_parse_bytes(capsys):
         memory.parse_bytes("0GiB")  # (it said it could not be read)
     from bigbatch.cli import main
 
-    assert main(["train", "--dry-run", "train.memory_budget='0.0001'"]) == 2
-    assert "'train.memory_budget' must be positive, got '0.0001'" in capsys.readouterr().err
+    assert main(["train", "--dry-run", "train.memory_budget='0.1B'"]) == 2
+    assert "'train.memory_budget' must be positive, got '0.1B'" in capsys.readouterr().err
+    # A number without its unit, and a negative size (found from outside: "8" was 8 bytes, refused at the first
+    # probe; "-1GiB" "cannot be read")
+    assert memory.parse_bytes("1000000B") == 10**6
+    for text, words in (("8", "memory budget '8' has no unit: write it like '8GiB' or '8MiB'"), ("-1GiB", "positive")):
+        with pytest.raises(bigbatch.BigbatchError, match=words):
+            memory.parse_bytes(text)
 
 
 def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_and_said(capsys, monkeypatch):

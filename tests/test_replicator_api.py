@@ -25,6 +25,10 @@ def _stepped(step_fn, half=False):
         (lambda: bigbatch.Replicator(64, checkpointing="yes"), "checkpointing must be True, False or a list"),
         # (found from outside: a model's own setting was read a letter at a time, "no block named 'h'")
         (lambda: bigbatch.Replicator(64).prepare(nn.Linear(2, 2), "head"), "checkpointing must be True, False or"),
+        (  # (its blocks named: found from outside)
+            lambda: bigbatch.Replicator(64).prepare(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), ["9"]),
+            "Sequential has no block named '9' to checkpoint; it has 0, 1",
+        ),
         (lambda: bigbatch.Replicator(64).load("/nonexistent/ckpt"), "Replicator.load: /nonexistent/ckpt does not"),
         # The Replicator's own arguments named, not the config's keys (train.micro_batch) nor a resume.
         (lambda: bigbatch.Replicator(64, 24), "give micro_batch=16, or a batch divisible by 24"),

@@ -32,16 +32,19 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "m
 
 
 def parse_bytes(text: str | int) -> int:
-    """'6GiB', '512MiB', '8GB', '1.5gib' or a plain number of bytes -> bytes."""
+    """'6GiB', '512MiB', '8GB', '1.5gib', '1000000B' (a size with its unit) or an int of bytes -> bytes."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text <= 0:
             raise BigbatchError(f"memory budget must be positive, got {text}")
         return text
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    match = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in _UNITS:
         raise BigbatchError(f"cannot read memory budget {text!r}; write it like '6GiB', '512MiB' or '8GB'")
+    if not match.group(2):  # (found from outside: "8", meant as GiB, was 8 bytes, refused only at the first probe)
+        number = match.group(1)
+        raise BigbatchError(f"memory budget {text!r} has no unit: write it like '{number}GiB' or '{number}MiB'")
     size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    if size <= 0:
+    if size <= 0:  # (a negative one too: found from outside, "cannot be read")
         raise BigbatchError(f"memory budget must be positive, got {text!r}")
     return size
 

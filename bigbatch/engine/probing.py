@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from bigbatch.engine import dist, frozen, memory
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 class _OneImage(Exception):
@@ -34,6 +34,11 @@ def fit(
             )
         # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
         torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, rep.device)
+    elif rep.memory_budget and rep.is_main and budget > (ram := memory.default_budget(rep.device)):
+        warn(  # (found from outside: a budget of TiB, a typo for GiB, was taken without a word; refused on a GPU)
+            f"memory budget {memory.format_bytes(budget)} is more than the {memory.format_bytes(ram)} of memory this "
+            "machine has free: probes are counted, not held to it, on a CPU"
+        )
     plain, cuda = [p for p, _ in rep.models], [rep.device] if rep.device.type == "cuda" else []
     baseline = memory.state_bytes(plain, optimizers, not cuda) - (memory.state_bytes(plain, []) if cuda else 0)
     sizes = [d for d in range(1, rep.share + 1) if rep.share % d == 0 and rep.takes_micro(d)]  # (to try)

@@ -54,6 +54,7 @@ class _Optimizer:
     settled: float = 0.0  # fp16: the loss scale an overflow last halved to (0: none yet)
     grown: bool = False  # fp16: the loss scale has grown past where an overflow left it (its first fall over)
     grad_norm: float = 0.0
+    bn_not_finite: int = 0  # steps whose BatchNorm statistics were not finite (said at the 1st, 10th, 100th, ...)
     params: set[int] = field(default_factory=set)
     trained: list[nn.Module] = field(default_factory=list)  # prepared modules holding these params
     trained_of: int = -1  # len(Replicator.models) when `trained` was found
@@ -338,10 +339,10 @@ class Replicator:
             if isinstance(e, RuntimeError) and "Expected to have finished reduction" in str(e):
                 raise wrap.unused_parameters_error(str(e)) from e  # (DDP's, naming its own find_unused_parameters)
             raise
-        if applied:  # every micro-batch's BatchNorm updates, of every rank, in global order
-            if not bn.end(read[len(totals) + 1 :]) and self.is_main:
-                warn(f"{state.name} step {state.steps}: BatchNorm statistics not finite, left as before the step")
-        else:  # a skipped step leaves the running statistics too as they were (its forward may have overflowed)
+        if applied and not bn.end(read[len(totals) + 1 :]):  # (every micro-batch's BatchNorm updates, in global order)
+            state.bn_not_finite += 1  # (found from outside: a run gone bad said it at every step, its output flooded)
+            running_stats.say_not_finite(state.name, state.steps, state.bn_not_finite, self.is_main)
+        elif not applied:  # a skipped step leaves the running statistics as they were (its forward may overflow)
             bn.abandon()
             self._skipped(state)
         return dict(zip(keys, means)) if isinstance(out, dict) else means[0]
@@ -374,8 +375,7 @@ class Replicator:
         return stack
 
     def average_running_stats(self, model: nn.Module) -> None:
-        """Average over ranks the BatchNorm running statistics that `step` does not replay in global order
-        (running_stats.average_the_rest). A no-op in one process."""
+        """Average over ranks the BatchNorm statistics `step` does not replay (running_stats.average_the_rest)."""
         running_stats.average_the_rest(self.unwrap(model), replayed=self._bns())
 
     def _state(self, opt: torch.optim.Optimizer) -> _Optimizer:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from bigbatch.engine import dist
+from bigbatch.errors import warn
 
 
 def captured(models: Iterable[nn.Module]) -> list[nn.modules.batchnorm._BatchNorm]:
@@ -240,3 +241,11 @@ def average_the_rest(model: nn.Module, replayed: list[nn.Module]) -> None:
         flat = dist.mean(torch.cat([b.flatten().float() for b in bufs]))
         for b, v in zip(bufs, flat.split([b.numel() for b in bufs])):
             b.copy_(v.view_as(b))
+
+
+def say_not_finite(name: str, step: int, count: int, main: bool) -> None:
+    """Warn (on the `main` process) that the optimizer `name`'s step `step` left its BatchNorm statistics as before
+    it, not finite: the `count`-th such step, said at the 1st, 10th, 100th, ..."""
+    if main and str(count).strip("0") == "1":
+        so_far = f" ({count} steps so far: the run's updates are diverging)" if count > 1 else ""
+        warn(f"{name} step {step}: BatchNorm statistics not finite, left as before the step{so_far}")

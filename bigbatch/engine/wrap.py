@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from bigbatch.compiling import disable_marked, eager
 from bigbatch.engine import dist
 from bigbatch.engine.compile_cache import use_cache
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, named_few, warn
 
 
 class GlobalBatchNorm(nn.modules.batchnorm._BatchNorm):
@@ -143,8 +143,11 @@ def checkpoint_blocks(model: nn.Module, names: Iterable[str]) -> list[str]:
     for name in names:
         try:
             block = model.get_submodule(name)
-        except AttributeError:
-            raise BigbatchError(f"{type(model).__name__} has no block named {name!r} to checkpoint") from None
+        except AttributeError:  # (its blocks named: found from outside, a name mistyped had no way on)
+            listed = list(getattr(model, "checkpoint_blocks", ())) or [n for n, _ in model.named_children()]
+            raise BigbatchError(
+                f"{type(model).__name__} has no block named {name!r} to checkpoint; it has {named_few(listed, 8)}"
+            ) from None
         if not isinstance(vars(block).get("forward"), _CheckpointedForward):
             block.forward = _CheckpointedForward(block)
         done.append(name)
