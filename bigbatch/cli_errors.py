@@ -28,7 +28,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise BigbatchError(f"{message} (see '{self.prog} --help')")
+        hint = next((h for (prog, word), h in DFL_HINTS.items() if self.prog.endswith(prog) and word in message), "")
+        raise BigbatchError(f"{message} (see '{self.prog} --help'){hint}")
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         known, rest = super().parse_known_args(args, namespace)
@@ -39,6 +40,13 @@ class Parser(argparse.ArgumentParser):
             if value == "" or (isinstance(value, list) and "" in value):
                 self.error(f"{a.metavar or a.dest} is an empty string (an unset shell variable?): give its value")
         return known, rest
+
+
+# DFL's names for what bigbatch does otherwise (found from outside: `xseg fetch` had "invalid choice" alone)
+DFL_HINTS = {
+    ("xseg", "'fetch'"): "; DFL's XSeg fetch copies the labelled faces out: bigbatch prepare FACES OUT.h5 --masks "
+    "labels reads them where they are",
+}
 
 
 def say_error(line: str) -> None:

@@ -60,6 +60,7 @@ def one_line(capsys, argv, words):
         (["extract", "bad.png", "o", "--workers", "1"], "bad.png: it does not decode as an image"),
         # an option abbreviated (found from outside: StyleGAN2-ADA's --trunc, its psi, taken as --truncation)
         (["sample", "run", "--trunc", "0.7"], "unrecognized arguments: --trunc 0.7 (see 'bigbatch sample --help')"),
+        (["xseg", "fetch", "faces"], "; DFL's XSeg fetch copies the labelled faces out: bigbatch prepare FACES OUT.h5"),
         # misreported causes
         (["info", "--verify", "empty"], "empty is neither a run directory nor a checkpoint folder"),
         (["plot", "nowhere"], "nowhere does not exist; give a run directory or a folder of runs"),
