@@ -29,6 +29,9 @@ def _predict(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--topk must be at least 1, got {args.topk}")
     if args.out and not args.out.lower().endswith((".csv", ".json")):
         raise BigbatchError(f"--out {args.out!r}: give a .csv or a .json file for the predictions")
+    module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
+    if args.tta:
+        check_tta(Config.load(Path(str(module.checkpoint)) / "config.toml"), args.run)
     if args.out:  # where the predictions go, made and checked before the images (found from outside: a missing
         # folder failed once every image was predicted, as export and lr-find make theirs)
         from bigbatch.files import check_writable
@@ -36,9 +39,6 @@ def _predict(args: argparse.Namespace) -> None:
         folder = Path(args.out).parent
         folder.mkdir(parents=True, exist_ok=True)
         check_writable(folder)
-    module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
-    if args.tta:
-        check_tta(Config.load(Path(str(module.checkpoint)) / "config.toml"), args.run)
     skipped: list[tuple[str, str]] = []  # (said once an image is predicted; with none, the first says why)
 
     def images() -> Iterator[tuple[str, Any]]:
