@@ -25,8 +25,8 @@ def _check_memory_budget(t: TrainConfig) -> None:
         try:
             parse_bytes(t.memory_budget)
         except BigbatchError as e:
-            said = str(e).replace("cannot read memory budget", "cannot be read:")
-            t._fail("memory_budget", said.replace("memory budget must be positive, got", "must be positive, got"))
+            said = str(e).replace("cannot read memory budget", "cannot be read:").removeprefix("memory budget ")
+            t._fail("memory_budget", said)
 
 
 def replicator_for(cfg: Config) -> Replicator:

@@ -118,8 +118,6 @@ def _prepare(args: argparse.Namespace) -> None:
     from bigbatch.data.prepare import prepare
 
     options = {"client_kwargs": {"endpoint_url": args.endpoint_url}} if args.endpoint_url else None
-    if args.masks == "labels" and args.resolution is None:  # XSeg's side, the one it trains on (found from outside:
-        args.resolution = 256  # DFL's 512 px faces kept their size, and XSeg refused them)
     report = prepare(
         args.src,
         args.out,
@@ -309,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="alpha|dfl|labels|xseg-applied|DIR",
         help="swap task: keep a face mask: the alpha channel, the mask in DeepFaceLab's aligned faces "
         "(XSeg's, else the landmarks' hull) or a folder of masks; xseg task: labels, the masks drawn in DFL's "
-        "XSeg editor (at 256 px, XSeg's, unless --resolution), or xseg-applied, their applied XSeg masks (faces "
-        "without are skipped)",
+        "XSeg editor, or xseg-applied, their applied XSeg masks (faces without are skipped); both at 256 px, XSeg's, "
+        "unless --resolution",
     )
     pr.add_argument(
         "--face-type",

@@ -1,6 +1,7 @@
 """Mixed precision and memory planning through `bigbatch.train`: what a run records, how it stops."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -273,10 +274,13 @@ def test_parse_bytes(capsys):
     assert "'train.memory_budget' must be positive, got '0.1B'" in capsys.readouterr().err
     # A number without its unit, and a negative size (found from outside: "8" was 8 bytes, refused at the first
     # probe; "-1GiB" "cannot be read")
-    assert memory.parse_bytes("1000000B") == 10**6
-    for text, words in (("8", "memory budget '8' has no unit: write it like '8GiB' or '8MiB'"), ("-1GiB", "positive")):
-        with pytest.raises(bigbatch.BigbatchError, match=words):
+    assert memory.parse_bytes("1000B") == 1000 and memory.parse_bytes("8589934592") == 2**33  # (bytes, as before)
+    for text, words in (("8", "memory budget '8' has no unit: write it like '8GiB' or '8MiB' ('8B': bytes)"),
+                        ("-1GiB", "must be positive, got '-1GiB'"), ("-8", "must be positive")):  # fmt: skip
+        with pytest.raises(bigbatch.BigbatchError, match=re.escape(words)):
             memory.parse_bytes(text)
+    assert main(["train", "--dry-run", "train.memory_budget='8'"]) == 2
+    assert "config key 'train.memory_budget' '8' has no unit: write it like '8GiB'" in capsys.readouterr().err
 
 
 def test_fp16_overflows_in_a_row_after_steps_applied_are_a_divergence_counted_and_said(capsys, monkeypatch):

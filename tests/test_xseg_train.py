@@ -387,6 +387,7 @@ def test_the_dry_run_refuses_what_xseg_training_refuses(labelled, tmp_path, caps
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1, err
     assert main(["train", "--preset", "xseg", f"data.path={h5}", "--dry-run"]) == 0
+    assert "not XSeg labels" not in capsys.readouterr().err
     # A set of swap masks (landmarks' hulls where no XSeg mask is applied) trains, said (found from outside: unsaid)
     prepare(str(folder), str(tmp_path / "hulls.h5"), RES, workers=0, masks="dfl")
     capsys.readouterr()

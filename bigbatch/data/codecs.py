@@ -84,8 +84,7 @@ def _reduction(side: float, target: int, jpeg: bool) -> int:
 
 def _imdecode(data: bytes | bytearray | memoryview, factor: int, size: tuple[int, int]) -> np.ndarray:
     """OpenCV's decode (libjpeg-turbo, libpng, libwebp) to RGB, at 1/factor for a JPEG, of an image stored at `size`
-    (h, w): decoded to another size, its bytes are damaged (found from outside: libjpeg decoded such a JPEG with a
-    warning of its own on stderr, and it was trained on)."""
+    (h, w): decoded to another size, its bytes are damaged (not_as_stored)."""
     import cv2
 
     flag = {1: cv2.IMREAD_COLOR_RGB, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4}.get(
@@ -96,9 +95,18 @@ def _imdecode(data: bytes | bytearray | memoryview, factor: int, size: tuple[int
     image = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
     if image is None:
         raise ValueError("the bytes do not decode")
-    if image.shape[:2] != (want := (-(-size[0] // factor), -(-size[1] // factor))):
-        raise ValueError(f"it decodes to {image.shape[1]}x{image.shape[0]}, not the {want[1]}x{want[0]} stored")
+    if (wrong := not_as_stored(image.shape[:2], size, (factor,))) is not None:
+        raise ValueError(wrong)
     return image
+
+
+def not_as_stored(shape: tuple[int, int], size: tuple[int, int], factors: tuple[int, ...] = (1, 2, 4, 8)) -> str | None:
+    """Why an image decoded to (h, w) `shape` is not one stored at `size` (h, w) decoded at 1/factor for one of
+    `factors` (libjpeg's size: rounded up), or None where it is: other bytes than prepare wrote (found from outside:
+    a damaged JPEG decoded, with libjpeg's warning alone, to another size, and was trained on)."""
+    if any(tuple(shape) == (-(-size[0] // f), -(-size[1] // f)) for f in factors):
+        return None
+    return f"it decodes to {shape[1]}x{shape[0]}, not the {size[1]}x{size[0]} stored"
 
 
 def decode(data: bytes | memoryview, size: tuple[int, int], at_least: int = 0, jpeg: bool = True) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from bigbatch.data.codecs import not_as_stored
 from bigbatch.data.device_resize import resized
 from bigbatch.engine import batch_parts
 from bigbatch.errors import BigbatchError
@@ -279,6 +280,11 @@ def _decode(batch: Encoded, device: torch.device, decoder: Decoder | None) -> to
     images = (decoder or nvjpeg)([torch.from_numpy(d) for d in batch.data], device)
     regions = []
     for image, (h, w), (left, top, bw, bh) in zip(images, batch.sizes.tolist(), batch.boxes):
+        if (wrong := not_as_stored(image.shape[1:3], (h, w))) is not None:  # (as the CPU's decode refuses it)
+            raise BigbatchError(
+                f"an image of the batch does not decode as stored ({wrong}): the data file is damaged (bigbatch info "
+                "--verify says more); prepare it again"
+            )
         fy, fx = image.shape[1] / h, image.shape[2] / w  # 1 unless the decoder scaled
         x0, y0 = min(int(left * fx), image.shape[2] - 1), min(int(top * fy), image.shape[1] - 1)
         x1, y1 = min(round((left + bw) * fx), image.shape[2]), min(round((top + bh) * fy), image.shape[1])

@@ -363,10 +363,11 @@ class Loader:
             if not isinstance(flag, bool):
                 raise BigbatchError(f"{name} must be True or False, got {flag!r}")
         self.data = load_data(path, resolution, in_ram, storage_options)
-        if (stored := stored_side(self.data)) and resolution > stored:  # (as train says it: found from outside)
-            warn(
+        if rank == 0 and (stored := stored_side(self.data)) and resolution > stored:  # (as train says it: found
+            warn(  # from outside)
                 f"{self.data.source} holds {stored_images(self.data)}, read at {resolution}px: upscaled, no sharper "
-                "than at their own size"
+                "than at their own size",
+                once=True,
             )
         if len(getattr(self.data, "bucket_counts", [])) > 1:  # (said here, not at the first batch)
             raise BigbatchError(

@@ -67,7 +67,8 @@ def prepare(
     (opaque where it has none), "dfl" takes the mask a DeepFaceLab aligned face carries (its XSeg
     mask, else its landmarks' hull), "labels" the mask drawn in DFL's XSeg editor (what `task = "xseg"`
     trains on; a face without one is skipped), "xseg-applied" its applied XSeg mask cut at 0.5 (what DFL's XSeg
-    trainer takes where no face is labelled; a face without one is skipped), or a local folder holds a greyscale
+    trainer takes where no face is labelled; a face without one is skipped; both at XSeg's 256 px unless `resolution`
+    says otherwise), or a local folder holds a greyscale
     mask per image under the same relative name (any image extension: faces/a.jpg -> MASKS/faces/a.png).
     `eyes_mouth`: a folder of eyes-and-mouth masks the same way, or "dfl" (from the landmarks, with masks "dfl"),
     a fifth channel (needs `masks`). An image without its mask is skipped (an error with `strict`).
@@ -183,6 +184,8 @@ class _Settings:
     ) -> _Settings:
         """prepare's options, each checked (one line naming the option and what is valid)."""
         quality = codecs.check(codec, quality, 4 if masks else None)
+        if masks in XSEG_MASKS and resolution is None:  # XSeg's side, the one it trains on (found from outside: DFL's
+            resolution = XSEG_SIDE  # 512 px faces kept their size, and XSeg refused them)
         if crop not in ("center", "none"):
             raise BigbatchError(f"--crop must be center or none, got {crop!r}")
         whole = crop == "none"
@@ -360,7 +363,7 @@ def _write(
             )
         if len(face_types) > 1 and settings.masks in FACE_SETS:  # (without masks: a face type recorded if one)
             shown = ", ".join(f"{t} ({name})" for t, name in face_types.items())
-            model = "an XSeg model" if settings.masks in ("labels", "xseg-applied") else "a SAEHD model"
+            model = "an XSeg model" if settings.masks in XSEG_MASKS else "a SAEHD model"
             raise BigbatchError(  # (found from outside: it said the faces could not be cut to one type here)
                 f"the faces were extracted with different DeepFaceLab face types: {shown}; {model} trains on one: "
                 "give --face-type (h, mf, f, wf or head; your model's) to cut each face to it, as DFL's trainers do"
@@ -482,6 +485,8 @@ def _progress(total: int, enabled: bool) -> Any:
 
 
 OWN_MASKS = ("alpha", "dfl", "labels", "xseg-applied")  # --masks read from the images themselves, not a folder
+XSEG_MASKS = ("labels", "xseg-applied")  # what XSeg trains on (task = "xseg")
+XSEG_SIDE = 256  # the side XSeg's network reads (bigbatch.models.xseg.RESOLUTION)
 MASK_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 
@@ -489,7 +494,7 @@ def _mask_folders(masks: str | None, eyes_mouth: str | None) -> list[Path]:
     """The mask folders to read (none for --masks alpha, dfl or labels), checked."""
     if eyes_mouth and not masks:
         raise BigbatchError("--eyes-mouth is channel 5, after the mask: give --masks alpha, dfl or DIR too")
-    if eyes_mouth and masks in ("labels", "xseg-applied"):  # (first: found from outside, "give --masks dfl" of XSeg's)
+    if eyes_mouth and masks in XSEG_MASKS:  # (first: found from outside, "give --masks dfl" of XSeg's)
         raise BigbatchError(f"--eyes-mouth is for a swap's faces, --masks {masks} for XSeg's: give one of them")
     if eyes_mouth == "dfl" and masks != "dfl":
         raise BigbatchError("--eyes-mouth dfl reads DeepFaceLab's aligned faces: give --masks dfl with it")

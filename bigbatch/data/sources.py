@@ -329,7 +329,7 @@ def has_alpha(img: Image.Image) -> bool:
 
 def to_rgb(img: Image.Image, composite: bool = True) -> Image.Image:
     """Any Pillow image as 8-bit RGB: 16-bit and float greyscale scaled (not clipped) to 0..255 (a float image from
-    0..1, or read as 0..255 where a value passes 1),
+    0..1, or read as 0..255 where a value passes 2),
     transparency composited onto BACKGROUND (or, not `composite`, dropped: the colours under it, as
     Pillow's convert("RGB") keeps them), CMYK/palette/greyscale converted by Pillow."""
     sample_bits = getattr(img, "tag_v2", {}).get(258, (0,))[0]  # (a TIFF's BitsPerSample)
@@ -340,10 +340,11 @@ def to_rgb(img: Image.Image, composite: bool = True) -> Image.Image:
         a = np.asarray(img, dtype=np.float64)
         a = np.clip(np.round(a / 257.0), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")
-    if img.mode == "F":  # 0..1 (a float image's usual range), or 0..255 where a value passes 1 (as Pillow reads
+    if img.mode == "F":  # 0..1 (a float image's usual range), or 0..255 where a value passes 2 (as Pillow reads
         # it: found from outside, an ImageJ float TIFF of 0..255 was made near white)
         a = np.asarray(img, dtype=np.float64)
-        top = 255.0 if (finite := a[np.isfinite(a)]).size and finite.max() > 1.0 else 1.0  # (NaN black, inf white)
+        # (past 2, not 1: a 0..1 image resampled overshoots a little; found by review, made near black)
+        top = 255.0 if (finite := a[np.isfinite(a)]).size and finite.max() > 2.0 else 1.0  # (NaN black, inf white)
         a = np.nan_to_num(a, nan=0.0, posinf=top, neginf=0.0) * (255.0 / top)
         a = np.clip(np.round(a), 0, 255).astype(np.uint8)
         return Image.fromarray(a, "L").convert("RGB")

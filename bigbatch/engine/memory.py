@@ -40,12 +40,12 @@ def parse_bytes(text: str | int) -> int:
     match = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in _UNITS:
         raise BigbatchError(f"cannot read memory budget {text!r}; write it like '6GiB', '512MiB' or '8GB'")
-    if not match.group(2):  # (found from outside: "8", meant as GiB, was 8 bytes, refused only at the first probe)
-        number = match.group(1)
-        raise BigbatchError(f"memory budget {text!r} has no unit: write it like '{number}GiB' or '{number}MiB'")
     size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
     if size <= 0:  # (a negative one too: found from outside, "cannot be read")
         raise BigbatchError(f"memory budget must be positive, got {text!r}")
+    if not match.group(2) and size < 2**20:  # (found from outside: "8", meant as GiB, was 8 bytes, refused only at
+        n = match.group(1)  # the first probe; a number of bytes a MiB or more is taken as such, as it always was)
+        raise BigbatchError(f"memory budget {text!r} has no unit: write it like '{n}GiB' or '{n}MiB' ('{n}B': bytes)")
     return size
 
 

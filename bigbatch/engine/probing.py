@@ -25,7 +25,8 @@ def fit(
     if rep.sync_bn and rep.world_size > 1 and rep.device.type == "cuda":
         # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
         raise BigbatchError("micro_batch='auto' cannot probe with sync_bn across GPUs; give micro_batch a number")
-    budget = rep.memory_budget or memory.default_budget(rep.device, memory.local_world())
+    local = memory.local_world()
+    budget = rep.memory_budget or memory.default_budget(rep.device, local)
     if rep.device.type == "cuda":
         total = torch.cuda.get_device_properties(rep.device).total_memory
         if budget > total:
@@ -34,10 +35,10 @@ def fit(
             )
         # Probes beyond the budget fail as on a GPU of that size; the cap is lifted when probing ends.
         torch.cuda.set_per_process_memory_fraction(memory.CUDA_HEADROOM * budget / total, rep.device)
-    elif rep.memory_budget and rep.is_main and budget > (ram := memory.default_budget(rep.device)):
+    elif rep.memory_budget and rep.is_main and budget > (share := memory.default_budget(rep.device, local)):
         warn(  # (found from outside: a budget of TiB, a typo for GiB, was taken without a word; refused on a GPU)
-            f"memory budget {memory.format_bytes(budget)} is more than the {memory.format_bytes(ram)} of memory this "
-            "machine has free: probes are counted, not held to it, on a CPU"
+            f"memory budget {memory.format_bytes(budget)} is more than the {memory.format_bytes(share)} of free memory "
+            f"this process's share of the machine is ({local} here): probes are counted, not held to it, on a CPU"
         )
     plain, cuda = [p for p, _ in rep.models], [rep.device] if rep.device.type == "cuda" else []
     baseline = memory.state_bytes(plain, optimizers, not cuda) - (memory.state_bytes(plain, []) if cuda else 0)

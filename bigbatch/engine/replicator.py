@@ -290,7 +290,7 @@ class Replicator:
         in_order = self.world_size > 1 and wrap.sums_in_rank_order(self.device)
         divisor = plan.accumulation * (self.world_size if in_order else 1)
         bn = running_stats.StepStatistics(self._bns(), across_ranks=self.sync_bn)
-        rng = saving.rng_state(self.device)  # (put back if the step is abandoned)
+        rng = saving.rng_state(self.device, torch_only=True)  # (put back if the step is abandoned)
         self._ran.clear()
         try:
             for i, micro in enumerate(micros):
@@ -330,9 +330,8 @@ class Replicator:
             # (all-reduced gradients, the step's mean loss: every rank agrees.) A loss that is not finite (an fp16
             # forward that overflowed) skips the step even when its gradients happen to be finite.
             applied = self._apply(opt, state, params, norm, math.isfinite(means[0]))
-        except BaseException as e:  # the step abandoned: statistics and the global RNGs as before it (a Ctrl-C's step
-            # draws again what it drew: found from outside, Dropout's masks moved on), and after a Ctrl-C (after
-            # unscale_: found from outside) fp16's scaler ready for the next, where torch's refused every later step
+        except BaseException as e:  # the step abandoned: statistics and torch's RNGs as before it (found from outside:
+            # Dropout's moved on), after a Ctrl-C fp16's scaler ready (torch's, after unscale_, refused all later steps)
             bn.abandon()
             saving.restore_rng(rng, self.device)
             state.scaler = state.scaler if isinstance(e, Exception) else prec.fresh_scaler(state.scaler, self.device)
@@ -487,14 +486,15 @@ class Replicator:
         return self._plan
 
     def probe_step(self, step_fn: Callable[[Any], Any], micro: Any, opt: torch.optim.Optimizer | None = None) -> None:
-        """One forward and backward of `step_fn` on `micro`, with no DDP sync and no optimizer step
-        (what `plan_micro_batch` measures; `opt`'s step refused as rep.step refuses it). Leaves gradients behind:
-        the caller frees them."""
+        """One forward and backward of `step_fn` on `micro`, no DDP sync, no optimizer step (what `plan_micro_batch`
+        measures; `opt`'s step and gradients of its own refused as rep.step does). Leaves gradients: the caller's."""
         self._before_micro_batch(0)
         with self.no_sync():
             with prec.autocast(self.precision, self.device), batch_parts.stepped_by_rep(opt):
                 loss, _ = batch_parts.unpack(batch_parts.call(step_fn, batch_parts.to_device(micro, self.device)))
-            batch_parts.backward(loss)  # (found by review: the probe met a backward() in step_fn first)
+            if opt is not None:  # (found by review: the probe met them first)
+                batch_parts.check_no_gradients(opt)
+            batch_parts.backward(loss)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path, **objects: Any) -> Path:

@@ -222,34 +222,33 @@ def apply_xseg(
     model = model.to(device)
     files, done, skipped = face_files(Path(folder)), 0, []
     # (found from outside: silent until its end, an hour for a large set; as extract's, on a terminal)
-    bar = tqdm(total=len(files), unit="face", disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False)
-    for start in range(0, len(files), batch):
-        bar.update(len(files[start : start + batch]))  # (the chunk under way)
-        chunk = []
-        for path in files[start : start + batch]:
-            try:
-                data, meta, image = read_face(path)
-                face, mat = _to_model(image, meta, kind)
-            except (NoFaceData, BigbatchError) as e:
-                skipped.append((path.name, str(e)))
+    with tqdm(total=len(files), unit="face", disable=not sys.stderr.isatty(), dynamic_ncols=True, leave=False) as bar:
+        for start in range(0, len(files), batch):
+            bar.update(len(files[start : start + batch]))  # (the chunk under way)
+            chunk = []
+            for path in files[start : start + batch]:
+                try:
+                    data, meta, image = read_face(path)
+                    face, mat = _to_model(image, meta, kind)
+                except (NoFaceData, BigbatchError) as e:
+                    skipped.append((path.name, str(e)))
+                    continue
+                chunk.append((path, data, meta, face, mat, image.shape[1]))
+            if not chunk:
                 continue
-            chunk.append((path, data, meta, face, mat, image.shape[1]))
-        if not chunk:
-            continue
-        x = torch.from_numpy(np.stack([c[3] for c in chunk])).permute(0, 3, 1, 2).to(device)
-        with torch.no_grad():
-            masks = torch.sigmoid(model(x)).clamp(0, 1)[:, 0].cpu().numpy()
-        masks[masks < 0.1] = 0  # (DFL's XSegNet.extract: its noise)
-        for (path, data, meta, _, mat, w), mask in zip(chunk, masks):
-            meta["xseg_mask"] = _mask_png(_from_model(mask, mat, w))
-            try:
-                written = write_metadata(data, meta)
-            except ValueError as e:  # (found by review: a face's metadata and its mask past one JPEG segment)
-                skipped.append((path.name, str(e)))
-                continue
-            atomic_write(path, written, through_link=True)  # (DFL's save writes through a linked face)
-            done += 1
-    bar.close()
+            x = torch.from_numpy(np.stack([c[3] for c in chunk])).permute(0, 3, 1, 2).to(device)
+            with torch.no_grad():
+                masks = torch.sigmoid(model(x)).clamp(0, 1)[:, 0].cpu().numpy()
+            masks[masks < 0.1] = 0  # (DFL's XSegNet.extract: its noise)
+            for (path, data, meta, _, mat, w), mask in zip(chunk, masks):
+                meta["xseg_mask"] = _mask_png(_from_model(mask, mat, w))
+                try:
+                    written = write_metadata(data, meta)
+                except ValueError as e:  # (found by review: a face's metadata and its mask past one JPEG segment)
+                    skipped.append((path.name, str(e)))
+                    continue
+                atomic_write(path, written, through_link=True)  # (DFL's save writes through a linked face)
+                done += 1
     return done, skipped
 
 

@@ -150,7 +150,7 @@ def _say_trained_on(cfg: Config, ckpt: Path, data: Any, data_path: str, run: str
     if trained == given:
         part = len(data)
     elif trained.startswith(f"{given}[train:"):  # (the file the run cut its held-out split from)
-        part = len(holdout(data, cfg.data.val_fraction)[0])
+        part = len(holdout(data, cfg.data.val_fraction, val_path=True)[0])
     else:
         return
     # (found from outside: a run that had seen 5% of them was said to have trained on all; an epoch is a permutation)
@@ -176,7 +176,7 @@ def _check_held_out(cfg: Config, ckpt: Path, held_out: Any) -> None:
     parent = getattr(held_out, "data", None)
     if not isinstance(trained, dict) or parent is None:
         return  # a checkpoint from before data identities were recorded
-    now = str(holdout(parent, cfg.data.val_fraction)[0].content_hash)  # the training split, as recorded
+    now = str(holdout(parent, cfg.data.val_fraction, val_path=True)[0].content_hash)  # the training split, as recorded
     if trained.get("content_hash") != now:
         raise BigbatchError(
             f"data {public_name(cfg.data.path)} holds other images than the run was trained on (content hash "

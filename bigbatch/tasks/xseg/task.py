@@ -86,8 +86,8 @@ def labelled(cfg: Config, data: Any, side: str) -> Any:
         )
     check_face_size(cfg, side, data.source, data.resolution, getattr(data, "meta", None))
     made = str(getattr(data, "meta", {}).get("masks", "labels"))
-    if made not in ("labels", "xseg-applied"):  # (found from outside: a swap's set, landmarks' hulls in it, trained
-        # XSeg without a word)
+    if made == "dfl":  # (found from outside: a swap's set, landmarks' hulls where no XSeg mask is applied, trained
+        # XSeg without a word; masks drawn by hand, --masks DIR or alpha, are what it may learn)
         warn(
             f"the {side} faces {data.source} hold masks prepared with --masks {made}, not XSeg labels: XSeg learns to "
             "draw those; for your labels, prepare the faces with --masks labels"
