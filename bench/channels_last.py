@@ -30,6 +30,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import device_arg, positive_int  # noqa: E402
 from _classify import SameBatch, classify_task  # noqa: E402
+from _env import measured_on  # noqa: E402
 from _gan import config, gan_task, sync  # noqa: E402
 
 import bigbatch  # noqa: E402
@@ -168,6 +169,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--repeat", type=positive_int, default=3)
     a = p.parse_args()
+    print(measured_on(getattr(a, "device", "cpu")))
     device = torch.device(a.device)
     torch.set_num_threads(1)
     kind = "wall" if device.type == "cuda" else "CPU"

@@ -23,6 +23,7 @@ import xxhash
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import positive_float  # noqa: E402
+from _env import measured_on  # noqa: E402
 
 from bigbatch.checkpoints import CHECKSUM  # noqa: E402
 
@@ -47,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gib", type=positive_float, default=1.0, help="GiB of data to hash per run")
     args = parser.parse_args()
+    print(measured_on(getattr(args, "device", "cpu")))
     if int(args.gib * 2**30) < 1:
         parser.error(f"--gib {args.gib:g} is less than a byte: give more")
     data = os.urandom(int(args.gib * 2**30))

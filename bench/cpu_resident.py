@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import at_least  # noqa: E402
+from _env import measured_on  # noqa: E402
 
 MODELS = ("resnet_cifar", "conv3")
 
@@ -70,6 +71,7 @@ def main() -> None:
     a = p.parse_args()
     if a.cell:
         return cell(a.cell[0], int(a.cell[1]), a.cell[2])
+    print(measured_on())
     runs = [("resnet_cifar", a.micro or 64, a.precision or "bf16"), ("conv3", a.micro or 256, a.precision or "fp32")]
     print("| model | precision | micro-batch | counted peak | resident, kept | resident, BIGBATCH_KEEP_FREED=0 |")
     print("|---|---|---|---|---|---|")

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import device_arg, name_list, positive_int  # noqa: E402
+from _env import measured_on  # noqa: E402
 from resample import seconds  # noqa: E402
 
 from bigbatch.models import fused, stylegan2  # noqa: E402
@@ -140,6 +141,7 @@ def main() -> None:
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--largest", type=positive_int, default=256, help="the largest full resolution measured")
     a = p.parse_args()
+    print(measured_on(getattr(a, "device", "cpu")))
     device = torch.device(a.device)
     if device.type == "cpu":
         torch.set_num_threads(1)

@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import at_least, device_arg, int_list, one_line_errors, positive_float_list  # noqa: E402
+from _env import measured_on  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _swap import Fp32Kernels, is_swap, native_bf16, optimizers, swap_task, synthetic_faces  # noqa: E402
 
@@ -70,6 +71,7 @@ def main() -> None:
     )
     p.add_argument("--device", default="auto", type=device_arg)
     args = p.parse_args()
+    print(measured_on(getattr(args, "device", "cpu")))
     # (found from outside: --budgets 0 ran, abc and --at 4,4 were tracebacks)
     if args.at is not None and len(set(args.at)) < 2:
         p.error("--at: give two different micro-batches or more, e.g. 2,4 (memory is extrapolated on their line)")

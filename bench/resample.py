@@ -23,6 +23,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import int_list, name_list, positive_int  # noqa: E402
+from _env import measured_on  # noqa: E402
 from _gan import sync  # noqa: E402
 
 from bigbatch.models.resample import FUSE_FROM, conv_pool, upsample_conv  # noqa: E402
@@ -72,6 +73,7 @@ def main() -> None:
     p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")
     p.add_argument("--repeats", type=positive_int, default=3)
     a = p.parse_args()
+    print(measured_on(getattr(a, "device", "cpu")))
     torch.set_num_threads(1)
     sides = {"D": (8, 16, 32, 64), "G": (4, 8, 16, 32)}
     print(f"# one thread, batch {a.batch}, channels-last; ms per forward+backward, two ops / one op; blocks fuse "

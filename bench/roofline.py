@@ -59,6 +59,7 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import name_list, positive_float, positive_int  # noqa: E402
 from _classify import classify_task  # noqa: E402
+from _env import measured_on  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _gpu_sizes import CLASSES  # noqa: E402
 from _kinds import kind_of as profiled_kind  # noqa: E402
@@ -470,6 +471,7 @@ def main() -> None:
         help="WORK=IMAGES,...: a GAN's micro-batch other than the one micro_batch auto plans on an H200",
     )
     args = p.parse_args()
+    print(measured_on(getattr(args, "device", "cpu")))
     for flag in ("measured", "micro"):
         if set(getattr(args, flag)) - set(args.works):
             p.error(f"--{flag} names {', '.join(sorted(set(getattr(args, flag)) - set(args.works)))}, not in --works")

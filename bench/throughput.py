@@ -54,6 +54,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import name_list, one_line_errors, positive_int  # noqa: E402
 from _classify import classify_task  # noqa: E402
+from _env import measured_on  # noqa: E402
 from _gan import config, gan_task, sync  # noqa: E402
 from _swap import is_swap, native_bf16, swap_feed, swap_task, synthetic_faces  # noqa: E402
 
@@ -403,6 +404,7 @@ def main() -> None:
     p.add_argument("--classes", type=positive_int, default=10, help="GAN and classify presets: classes of the data")
     p.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (train.compile: 3 or more)")
     args = p.parse_args()
+    print(measured_on(getattr(args, "device", "cpu")))
     torch.manual_seed(0)
     cfg = config(args.preset, args.overrides)
     device = dist.context(cfg.train.device).device  # train.compile "auto" as resolved there, said in the table

@@ -152,20 +152,29 @@ def run_all(races: list[Race], jobs: int) -> list[dict]:
     """Run `races`, up to `jobs` at a time, each pinned to cores of its own when the machine has enough."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     pending, running, free = list(races), [], list(cores)
-    while pending or running:
-        while pending and len(running) < jobs:
-            race = pending[0]
-            if cores and len(free) < race.threads and running:
-                break  # wait for cores
-            mine = free[: race.threads] if len(free) >= race.threads else []
-            free = free[len(mine) :]
-            pending.pop(0).start(mine)
-            running.append(race)
-        for race in [r for r in running if r.poll()]:
-            running.remove(race)
-            free = sorted(free + race.cores)
-            print(f"  {race.name}: {summary(race.result())}", flush=True)
-        time.sleep(0.5)
+    # A stop (SIGTERM: a scheduler, `kill`) ends the runs under way too, as Ctrl-C does (found from outside: a run
+    # went on training, its folder left behind).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                race = pending[0]
+                if cores and len(free) < race.threads and running:
+                    break  # wait for cores
+                mine = free[: race.threads] if len(free) >= race.threads else []
+                free = free[len(mine) :]
+                pending.pop(0).start(mine)
+                running.append(race)
+            for race in [r for r in running if r.poll()]:
+                running.remove(race)
+                free = sorted(free + race.cores)
+                print(f"  {race.name}: {summary(race.result())}", flush=True)
+            time.sleep(0.5)
+    finally:
+        for race in running:  # (stopped: each run under way ends with its checkpoint, waited for)
+            if race._proc is not None and race._proc.poll() is None:
+                race._proc.send_signal(signal.SIGTERM)
+                race._proc.wait()
     return [r.result() for r in races]
 
 

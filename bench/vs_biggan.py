@@ -43,7 +43,7 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import checkout  # noqa: E402
+from _args import at_least, checkout, positive_int  # noqa: E402
 from _procs import BEFORE_HELP, Rows, become_worker, before_command, serve  # noqa: E402
 
 TORCHVISION = ("torchvision", "torchvision.datasets", "torchvision.datasets.utils", "torchvision.transforms")
@@ -157,13 +157,13 @@ def main() -> None:
         type=checkout("BigGAN-PyTorch", "BigGAN.py"),
         help="BigGAN-PyTorch's source folder (unchanged)",
     )
-    p.add_argument("--ch", type=int, default=32)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--d-steps", type=int, default=4, help="D steps per G step (both sides)")
-    p.add_argument("--steps", type=int, default=5, help="timed iterations a row")
-    p.add_argument("--warmup", type=int, default=2, help="untimed iterations a row first")
+    p.add_argument("--ch", type=positive_int, default=32)
+    p.add_argument("--batch", type=positive_int, default=16)
+    p.add_argument("--d-steps", type=positive_int, default=4, help="D steps per G step (both sides)")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed iterations a row")
+    p.add_argument("--warmup", type=at_least(0), default=2, help="untimed iterations a row first")
     p.add_argument("--biggan-args", default="", help="more BigGAN-PyTorch train.py flags, e.g. --biggan-args=--split_D")
-    p.add_argument("--profile", type=int, default=0, help="then print each row's top N ops of one iteration")
+    p.add_argument("--profile", type=at_least(0), default=0, help="then print each row's top N ops of one iteration")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
     p.add_argument("--variants", default="fp32+nhwc,bf16+nhwc", help="bigbatch's rows: precision[+compile][+nhwc], "
                    "e.g. fp32,bf16,fp32+nhwc,bf16+nhwc+compile (train.compile, train.channels_last; without +nhwc "

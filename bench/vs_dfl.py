@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import DFL_CHECKOUT  # noqa: E402
+from _args import DFL_CHECKOUT, positive_int  # noqa: E402
 from _procs import BEFORE_HELP, Rows, become_worker, before_command, serve  # noqa: E402
 
 
@@ -153,14 +153,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dfl", required=True, type=DFL_CHECKOUT, help="DeepFaceLab's source folder")
     p.add_argument("--dfl-python", default=sys.executable, help="a Python with DFL's requirements (TensorFlow)")
-    p.add_argument("--res", type=int, default=128)
+    p.add_argument("--res", type=positive_int, default=128)
     p.add_argument("--archi", default="liae-ud")
     p.add_argument("--dims", default="256,64,64,22", help="ae, e, d, d_mask dims")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=4, help="timed iterations a row")
+    p.add_argument("--batch", type=positive_int, default=8)
+    p.add_argument("--steps", type=positive_int, default=4, help="timed iterations a row")
     p.add_argument(
         "--warmup",
-        type=int,
+        type=positive_int,
         default=3,
         help="untimed iterations a row first (bigbatch's process reuses its freed memory from about the third "
         "step: its first steps fault pages in, 0.6, 0.2 and 0.04 million at 256 px)",

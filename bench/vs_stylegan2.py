@@ -64,7 +64,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import checkout  # noqa: E402
+from _args import at_least, checkout, positive_int  # noqa: E402
 from _procs import Rows, become_worker, serve  # noqa: E402
 
 RES, N_CLASSES, CHANNELS = 32, 10, 3
@@ -311,19 +311,19 @@ def main() -> None:
         type=checkout("stylegan2-ada-pytorch", "training/networks.py"),
         help="stylegan2-ada-pytorch's source folder (unchanged)",
     )
-    p.add_argument("--steps", type=int, default=16, help="iterations a timed round (16: one lazy-regularization "
-                   "cycle, 4 path length and 1 R1 steps)")  # fmt: skip
-    p.add_argument("--warmup", type=int, default=4, help="untimed iterations a row first")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds a row, alternating")
-    p.add_argument("--ch", type=int, default=8, help="bigbatch's model.ch; ADA's channel_base is 256 x this")
-    p.add_argument("--ch-max", type=int, default=128, help="bigbatch's model.options.ch_max, ADA's channel_max")
-    p.add_argument("--z-dim", type=int, default=64, help="z_dim = w_dim")
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=positive_int, default=16, help="iterations a timed round (16: one "
+                   "lazy-regularization cycle, 4 path length and 1 R1 steps)")  # fmt: skip
+    p.add_argument("--warmup", type=at_least(0), default=4, help="untimed iterations a row first")
+    p.add_argument("--rounds", type=positive_int, default=3, help="timed rounds a row, alternating")
+    p.add_argument("--ch", type=positive_int, default=8, help="bigbatch's model.ch; ADA's channel_base is 256 x this")
+    p.add_argument("--ch-max", type=positive_int, default=128, help="model.options.ch_max, ADA's channel_max")
+    p.add_argument("--z-dim", type=positive_int, default=64, help="z_dim = w_dim")
+    p.add_argument("--batch", type=positive_int, default=16)
     p.add_argument("--mixing", type=float, default=0.9, help="style mixing probability")
     p.add_argument("--r1-gamma", type=float, default=1.0)
     p.add_argument("--variants", default="default", help="bigbatch's rows: default (channels-last, the engine's "
                    "GAN default), nchw (train.channels_last=False); comma-separated")  # fmt: skip
-    p.add_argument("--profile", type=int, default=0, help="then print each row's top N ops of one round")
+    p.add_argument("--profile", type=at_least(0), default=0, help="then print each row's top N ops of one round")
     p.add_argument("--logs", default="", help="folder for the workers' logs (default: a temporary one)")
     p.add_argument("--check", action="store_true", help="only check that the weights cross: bigbatch's copied "
                    "into ADA's networks compute the same images and logits")  # fmt: skip

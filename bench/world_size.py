@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import int_list  # noqa: E402
+from _env import measured_on  # noqa: E402
 from safetensors.torch import load_file
 
 STATS = ("running_mean", "running_var", "num_batches_tracked")
@@ -86,6 +87,7 @@ def main() -> None:
     p.add_argument("--procs", type=int_list(2), default="3,4", help="comma-separated process counts k, 2 or more")
     p.add_argument("--before", help="another checkout to run the same way")
     args = p.parse_args()
+    print(measured_on(getattr(args, "device", "cpu")))
     codes = {"this code": Path(__file__).resolve().parents[1]}
     if args.before:
         if not (Path(args.before) / "bigbatch" / "__init__.py").is_file():  # (found from outside: this code's figures

@@ -356,6 +356,9 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     if args.n is None and e.every_kimg and e.n != n:  # (found from outside: the run's eval.n was not taken, unsaid)
         said = f"scoring the papers' {n:,} samples; the run scored {e.n:,} as it trained (--n {e.n} for its number)"
         print(said, file=sys.stderr, flush=True)  # (stdout holds the scores' one JSON line)
+    elif args.n is None and getattr(device, "type", device) == "cpu":  # (found from outside: hours, unsaid till then)
+        said = f"scoring the papers' {n:,} samples on a CPU, where Inception takes a few to tens a second: hours; "
+        print(said + "--n 2000 gives a quick score (not comparable with FID50k's)", file=sys.stderr, flush=True)
     if args.reference is not None:
         _say_a_reference_apart(ref, kind, G, reference_n, extractor, args.metrics)
     if args.reference_n:

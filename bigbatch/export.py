@@ -298,8 +298,8 @@ def _onnx(d: Deployable) -> bytes:
         import onnxscript  # noqa: F401  -- torch.onnx's dynamo exporter needs it
     except ImportError:
         raise BigbatchError(
-            "--format onnx needs the onnx and onnxscript packages: pip install 'bigbatch[onnx]' "
-            "(onnxruntime runs the file)"
+            "--format onnx needs the onnx and onnxscript packages: pip install onnx onnxscript (bigbatch's extra "
+            "[onnx], with onnxruntime, which runs the file)"
         ) from None
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"

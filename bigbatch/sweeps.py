@@ -63,7 +63,7 @@ def sweep(
     (`ray.init` first, or Ray's local default): runs side by side, `nprocs` ranks each, as many at a
     time as the cluster has workers (Dask) or CPUs/GPUs (Ray) for.
 
-    search: an Optuna study (pip install 'bigbatch[optuna]'): `n_trials` runs instead of the grid's
+    search: an Optuna study (pip install optuna: bigbatch's extra [optuna]): `n_trials` runs instead of the grid's
     product, each config sampled by the study from `grid` (a list: one of its values; a (low, high)
     tuple: a number in that range, (low, high, "log") on a log scale; or a function of the trial that
     returns the overrides, Optuna's define-by-run). Each evaluation reports `metric` (a metrics.jsonl
@@ -360,7 +360,7 @@ def _search(
     try:
         import optuna
     except ImportError:
-        raise BigbatchError("a sweep's search needs Optuna: pip install 'bigbatch[optuna]'") from None
+        raise BigbatchError("a sweep's search needs Optuna: pip install optuna (bigbatch's extra [optuna])") from None
     if not isinstance(study, optuna.Study):
         raise BigbatchError(f"search must be an optuna.Study (optuna.create_study(...)), got {type(study).__name__}")
     if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:

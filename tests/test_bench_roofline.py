@@ -71,6 +71,9 @@ def test_a_quick_run_prints_each_works_roofline():
         [sys.executable, str(bench), "--quick", "--works", "resnet50,stylegan2", "--measured", "resnet50=1.5"],
         capture_output=True, text=True, check=True, cwd=bench.parent.parent, timeout=300,
     ).stdout  # fmt: skip
+    # What it was measured on and with which code (found from outside: no CPU table said it)
+    measured = r"_Measured \d{4}-\d\d-\d\d on .+, torch's CPU kernels for \w+; commit \w+.*; load average"
+    assert re.match(measured, out), out
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in out.splitlines() if line.startswith("| ")}
     resnet, stylegan = (
         rows["ResNet-50, 224 px, batch 256, bf16, channels-last"],

@@ -126,6 +126,13 @@ def test_cli_sample_and_info(run, capsys):
     out = capsys.readouterr().out
     assert "000000.512" in out and "dcgan" in out and "G_ema.safetensors" in out
     assert ", G_ema half-life 2 kimg\n" in out  # (the average G: found from outside, not shown)
+    # eval without --n on a CPU: the papers' 50,000 said to take hours before it starts (found from outside: unsaid)
+    with pytest.MonkeyPatch.context() as stop:
+        stop.setattr("bigbatch.metrics.evaluate", lambda *a, **k: (_ for _ in ()).throw(SystemExit(3)))
+        with pytest.raises(SystemExit):
+            main(["eval", str(run), "--metrics", "fid"])
+    cpu = "scoring the papers' 50,000 samples on a CPU, where Inception takes a few to tens a second: hours; --n"
+    assert (cpu in capsys.readouterr().err) is not torch.cuda.is_available()  # (eval runs on a GPU where there is one)
     assert main(["sample", str(run), "--classes", "11"]) == 2
     # The default names carry the settings that change the images (found from outside: one replaced another).
     for extra in ([], ["--classes", "3,4"], ["--truncation", "1.5"], ["--n", "8"]):

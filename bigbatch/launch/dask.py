@@ -38,7 +38,9 @@ def _distributed() -> Any:
     try:
         import distributed
     except ImportError:
-        raise BigbatchError("the Dask launcher needs dask.distributed: pip install 'bigbatch[dask]'") from None
+        raise BigbatchError(
+            "the Dask launcher needs dask.distributed: pip install distributed (bigbatch's extra [dask])"
+        ) from None
     return distributed
 
 

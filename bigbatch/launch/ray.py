@@ -39,7 +39,7 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise BigbatchError("the Ray launcher needs Ray: pip install 'bigbatch[ray]'") from None
+        raise BigbatchError("the Ray launcher needs Ray: pip install ray (bigbatch's extra [ray])") from None
     return ray
 
 

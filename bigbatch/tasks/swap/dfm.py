@@ -56,7 +56,8 @@ def dfm_bytes(model: nn.Module, meta: dict[str, Any]) -> bytes:
         import onnx
     except ImportError:
         raise BigbatchError(
-            "a .dfm is an ONNX file: writing one needs the onnx package: pip install 'bigbatch[onnx]'"
+            "a .dfm is an ONNX file: writing one needs the onnx package: pip install onnx onnxscript (bigbatch's extra "
+            "[onnx])"
         ) from None
     r = model.resolution
     module = DFMOut(model).float().cpu().eval()  # (a copy: the caller's model stays as it was)
