@@ -169,7 +169,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu", type=device_arg)
     p.add_argument("--repeat", type=positive_int, default=3)
     a = p.parse_args()
-    print(measured_on(getattr(a, "device", "cpu")))
+    print(measured_on(a.device))
     device = torch.device(a.device)
     torch.set_num_threads(1)
     kind = "wall" if device.type == "cuda" else "CPU"

@@ -141,7 +141,7 @@ def main() -> None:
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--largest", type=positive_int, default=256, help="the largest full resolution measured")
     a = p.parse_args()
-    print(measured_on(getattr(a, "device", "cpu")))
+    print(measured_on(a.device))
     device = torch.device(a.device)
     if device.type == "cpu":
         torch.set_num_threads(1)

@@ -73,7 +73,7 @@ def main() -> None:
     p.add_argument("--precisions", type=name_list(("fp32", "bf16")), default="fp32,bf16", help="of fp32, bf16")
     p.add_argument("--repeats", type=positive_int, default=3)
     a = p.parse_args()
-    print(measured_on(getattr(a, "device", "cpu")))
+    print(measured_on())
     torch.set_num_threads(1)
     sides = {"D": (8, 16, 32, 64), "G": (4, 8, 16, 32)}
     print(f"# one thread, batch {a.batch}, channels-last; ms per forward+backward, two ops / one op; blocks fuse "

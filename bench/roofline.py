@@ -471,7 +471,7 @@ def main() -> None:
         help="WORK=IMAGES,...: a GAN's micro-batch other than the one micro_batch auto plans on an H200",
     )
     args = p.parse_args()
-    print(measured_on(getattr(args, "device", "cpu")))
+    print(measured_on())
     for flag in ("measured", "micro"):
         if set(getattr(args, flag)) - set(args.works):
             p.error(f"--{flag} names {', '.join(sorted(set(getattr(args, flag)) - set(args.works)))}, not in --works")

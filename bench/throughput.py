@@ -404,10 +404,10 @@ def main() -> None:
     p.add_argument("--classes", type=positive_int, default=10, help="GAN and classify presets: classes of the data")
     p.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (train.compile: 3 or more)")
     args = p.parse_args()
-    print(measured_on(getattr(args, "device", "cpu")))
     torch.manual_seed(0)
     cfg = config(args.preset, args.overrides)
     device = dist.context(cfg.train.device).device  # train.compile "auto" as resolved there, said in the table
+    print(measured_on(device))
     if args.precisions is None:  # (found from outside: most of a CPU run's minutes went to fp16 rows)
         args.precisions = ["fp32", "bf16"] if device.type == "cpu" else ["fp32", "bf16", "fp16"]
     cfg = cfg.override({"train.compile": compiles(cfg, device)})
