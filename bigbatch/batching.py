@@ -100,8 +100,11 @@ def eager_fallback(cfg: Config) -> Iterator[None]:
 def _unread_budget(cfg: Config, ctx: dist.Context) -> None:
     t = cfg.train
     if t.memory_budget and t.micro_batch != "auto" and ctx.rank == 0:
-        warn(f'train.memory_budget is read by micro_batch "auto" only: at micro_batch {t.micro_batch} nothing holds '
-             "the step to it")  # fmt: skip
+        warn(
+            f'train.memory_budget is read by micro_batch "auto" only: at micro_batch {t.micro_batch} nothing holds '
+            "the step to it",
+            once=True,  # (once a process: found from outside, said at each build of a benchmark's)
+        )
 
 
 def check_schedule(cfg: Config, ctx: dist.Context) -> None:

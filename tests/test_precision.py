@@ -133,7 +133,10 @@ def test_resumed_auto_run_keeps_its_micro_batch(tiny, tmp_path, monkeypatch):
     assert json.loads((run / "plan.json").read_text())["micro_batch"] == planned
 
 
-def test_a_new_budget_on_resume_plans_again_and_a_fixed_micro_batch_says_it_ignores_one(tiny, tmp_path, capsys):
+def test_a_new_budget_on_resume_plans_again_and_a_fixed_micro_batch_says_it_ignores_one(
+    tiny, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (a fixed micro-batch's unread budget: said once a process)
     cfg = tiny.override({"train.micro_batch": "auto", "train.memory_budget": "600KB"})
     run = bigbatch.train(cfg.override({"train.kimg": 0.256}), run_dir=tmp_path / "auto", quiet=True)
     before = json.loads((run / "plan.json").read_text())
