@@ -184,3 +184,14 @@ def test_a_phase_batch_the_micro_batch_does_not_divide_is_not_blamed_on_train_ba
     err = capsys.readouterr().err
     assert "its batch 48 is not a multiple of train.micro_batch" in err and "or a batch divisible by 32" in err
     assert "give train.micro_batch=24" in err and "resumed" not in err
+
+
+def test_a_batch_larger_than_the_data_is_said(tiny, tmp_path, capsys):
+    # Found from outside: 40 images trained at batch 128 without a word (each step held some images several times)
+    from bigbatch.data import prepare
+
+    prepare("builtin:digits", str(tmp_path / "few.h5"), 16, limit=20, workers=0)
+    over = {"data.path": str(tmp_path / "few.h5"), "train.kimg": 0.032, "sample.every_kimg": 0}
+    bigbatch.train(tiny.override(over), run_dir=tmp_path / "r", quiet=True)
+    said = "a step's batch of 32 is more than the 20 images trained on: a step holds some twice"
+    assert said in capsys.readouterr().err
