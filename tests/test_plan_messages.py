@@ -102,9 +102,12 @@ def test_a_cpu_plan_probes_the_smaller_size_first_and_none_twice():
         micro, _ = memory.fit_micro_batch(probe, sizes, torch.device("cpu"), budget_mib << 20, 0)
         return micro, probed
 
-    assert plan(20) == (16, [32, 4, 8, 16])  # (64 left unprobed: 32 does not fit)
-    assert plan(50) == (32, [32, 64])
-    assert plan(1000) == (256, [32, 64])  # (above 64, told by the two: 1 MiB an image)
+    # The two smallest first, then no size their line puts past 1.5x the budget (found from outside: 32 probed first
+    # whatever the budget, 12.5x one of 8 MiB, a risk where memory is short)
+    assert plan(3) == (2, [1, 2, 4])  # (4 MiB: within 1.5x)
+    assert plan(20) == (16, [1, 2, 8, 16])  # (32 and 64 left unprobed: past 30 MiB on the line)
+    assert plan(50) == (32, [1, 2, 32, 64])
+    assert plan(1000) == (256, [1, 2, 32, 64])  # (above 64, told by the two largest: 1 MiB an image)
     with pytest.raises(bigbatch.BigbatchError, match=r"^even micro_batch=1 needs 1.0 MiB, over the memory budget"):
         step = lambda m: torch.empty(m << 20, dtype=torch.uint8).fill_(1)  # noqa: E731
         memory.fit_micro_batch(step, [1, 2, 4, 8, 16, 32, 64, 128], torch.device("cpu"), 1 << 19, 0)

@@ -9,7 +9,9 @@ storage and subtracts them when the storage is freed (written here: torch has no
 at ImageNet's batch of 4,096 the bisection's probes (64, 512, 2,048, 4,096 images) took minutes before the first
 step. So on CPU only micro-batches up to CPU_MEASURED are probed, and the peaks of larger ones are extrapolated
 along the line through the two largest probed (a CPU step's memory grows linearly with its micro-batch: the
-activations it saves and their gradients, beside the weights' and the optimizer's, which do not grow).
+activations it saves and their gradients, beside the weights' and the optimizer's, which do not grow). Nothing
+holds a CPU probe to the budget, so the two smallest sizes go first, and no size the line through them puts past
+CPU_SLACK times the budget is probed.
 """
 
 from __future__ import annotations
@@ -195,21 +197,36 @@ def fit_micro_batch(
         )
     measurable = [c for c in candidates if c <= CPU_MEASURED]
     if device.type == "cpu" and 2 <= len(measurable) < len(candidates):
-        # The smaller first, and the larger only where it fits (found from outside: 64 probed first, whatever the
-        # budget, and 32 measured again by the bisection below it).
+        # The two smallest first, and a line through them: no size it puts past CPU_SLACK x the budget is probed
+        # (found from outside: 32 probed first whatever the budget, 12.5x one of 8 MiB; a CPU probe past it takes
+        # the memory all the same, and where that is short the kernel kills the process).
+        scouts = []
+        for m in candidates[:2]:
+            scouts.append(measure(probe, m, device, budget, baseline))
+            scouts[-1].fits = agree(scouts[-1].fits)
+            if not scouts[-1].fits:
+                if len(scouts) == 1:
+                    raise _over_budget(m, scouts[0], budget)
+                return candidates[0], scouts
+        (m0, p0), (m1, p1) = ((s.micro_batch, s.peak_bytes) for s in scouts)
+        line = max(0.0, (p1 - p0) / (m1 - m0))
+        if p1 + line * (measurable[-2] - m1) > CPU_SLACK * budget:  # (the sizes the line keeps within, bisected)
+            within = [m for m in measurable[2:] if p1 + line * (m - m1) <= CPU_SLACK * budget]
+            best, probes = _bisect(probe, within, device, budget, baseline, agree)
+            return best or m1, sorted([*scouts, *probes], key=lambda p: p.micro_batch)
+        # The smaller of the two largest measured, and the larger only where it fits (found from outside: 64
+        # probed first, and 32 measured again by the bisection below it).
         a = measure(probe, measurable[-2], device, budget, baseline)
         a.fits = agree(a.fits)
-        if not a.fits:  # (bisect below it)
-            if len(measurable) == 2:
-                raise _over_budget(measurable[0], a, budget)
-            micro, probes = fit_micro_batch(probe, measurable[:-2], device, budget, baseline, agree)
-            return micro, sorted([*probes, a], key=lambda p: p.micro_batch)
+        if not a.fits:  # (bisect below it, above the scouts)
+            best, probes = _bisect(probe, measurable[2:-2], device, budget, baseline, agree)
+            return best or m1, sorted([*scouts, *probes, a], key=lambda p: p.micro_batch)
         b = measure(probe, measurable[-1], device, budget, baseline)
         b.fits = agree(b.fits)
         if not b.fits:  # (the largest that fits: the one below it)
-            return a.micro_batch, [a, b]
+            return a.micro_batch, [*scouts, a, b]
         slope = max(0.0, (b.peak_bytes - a.peak_bytes) / (b.micro_batch - a.micro_batch))
-        probes, micro = [a, b], b.micro_batch
+        probes, micro = [*scouts, a, b], b.micro_batch
         for m in reversed(candidates[len(measurable) :]):  # the largest first, until one fits on every rank
             peak = b.peak_bytes + round(slope * (m - b.micro_batch))
             probes.append(Probe(m, agree(peak <= budget), peak, measured=False))
@@ -217,6 +234,27 @@ def fit_micro_batch(
                 micro = m
                 break
         return micro, sorted(probes, key=lambda p: p.micro_batch)
+    best, probes = _bisect(probe, candidates, device, budget, baseline, agree)
+    if best is None:
+        raise _over_budget(candidates[0], min(probes, key=lambda p: p.micro_batch), budget)
+    return best, sorted(probes, key=lambda p: p.micro_batch)
+
+
+# How far past the budget a CPU plan's line through its two smallest probes may put a size it probes (its line is an
+# estimate: a step's memory per image is not quite constant at the smallest sizes).
+CPU_SLACK = 1.5
+
+
+def _bisect(
+    probe: Callable[[int], None],
+    candidates: list[int],
+    device: torch.device,
+    budget: int,
+    baseline: int,
+    agree: Callable[[bool], bool],
+) -> tuple[int | None, list[Probe]]:
+    """The largest of `candidates` (ascending) whose probe fits, by bisection (None: none does; none given), and the
+    probes."""
     lo, hi = 0, len(candidates) - 1
     best: int | None = None
     probes: list[Probe] = []
@@ -230,9 +268,7 @@ def fit_micro_batch(
             lo = mid + 1
         else:
             hi = mid - 1
-    if best is None:
-        raise _over_budget(candidates[0], min(probes, key=lambda p: p.micro_batch), budget)
-    return candidates[best], sorted(probes, key=lambda p: p.micro_batch)
+    return (None if best is None else candidates[best]), probes
 
 
 def _over_budget(smallest: int, measured: Probe, budget: int) -> BigbatchError:
