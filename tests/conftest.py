@@ -184,21 +184,3 @@ def bigbatch_limited(max_bytes, *argv, cwd):
     cmd = [sys.executable, "-m", "bigbatch", *argv]
     return subprocess.run(cmd, preexec_fn=limited(max_bytes), capture_output=True, text=True, cwd=cwd, timeout=300)
 
-
-# The files of the slowest tests (a minute or more each on this machine's suite), run first: under pytest-xdist's
-# worksteal a worker that runs out takes the short tests queued behind them, so no long test starts last and holds
-# the suite's end on one core. Whole files keep their order (a module's fixtures are made once).
-SLOW_FILES = (
-    "test_bench_gpu.py",
-    "test_bench_throughput.py",
-    "test_compile_cache.py",
-    "test_launch.py",
-    "test_bench_fir.py",
-    "test_gpu_check.py",
-    "test_distributed.py",
-    "test_faces_enhance.py",
-)
-
-
-def pytest_collection_modifyitems(items: list) -> None:
-    items.sort(key=lambda item: next((i for i, f in enumerate(SLOW_FILES) if item.path.name == f), len(SLOW_FILES)))

@@ -462,7 +462,7 @@ def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tm
     over.update({"train.kimg": 0.256, "train.init_from": str(tmp_path / "r18.safetensors")})
     thawed_run = bigbatch.train(tiny(**over), run_dir=tmp_path / "thawed", quiet=False)
     thawed = load_file(thawed_run / "checkpoints" / "000000.256" / "model.safetensors")
-    assert "loaded 120 tensors; new for the data's 10 classes: fc.weight, fc.bias" in capsys.readouterr().out
+    assert "loaded 120 tensors; new for the data's 10 classes: fc.weight, fc.bias" in capsys.readouterr().err
     assert not torch.equal(thawed["conv1.weight"], body["conv1.weight"])
     # Another layout is one line naming what does not fit; the GAN task does not take these keys.
     torch.save(bigbatch.models.create_classifier("resnet50", 1000, ch=16).state_dict(), tmp_path / "r50.pth")
