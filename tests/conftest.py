@@ -183,4 +183,3 @@ def limited(max_bytes):
 def bigbatch_limited(max_bytes, *argv, cwd):
     cmd = [sys.executable, "-m", "bigbatch", *argv]
     return subprocess.run(cmd, preexec_fn=limited(max_bytes), capture_output=True, text=True, cwd=cwd, timeout=300)
-
