@@ -35,11 +35,9 @@ def test_prepare_info_train(tmp_path, capsys):
     assert main(["prepare", str(tmp_path / "pets"), "pets.h5", "--resolution", "16", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "24 images" in out and "2 classes" in out and "skipped 1" in out and "broken.png" in out
-    # Class folders: a classifier's command beside the GAN's (found from outside: the GAN's alone)
     assert "\nor a classifier: bigbatch train --preset fashion_resnet data.path=pets.h5 data.resolution=16 " in out
     assert main(["info", "pets.h5", "--verify"]) == 0
-    out = capsys.readouterr().out
-    assert "cats" in out and "dogs" in out and "content hash verified" in out
+    assert "cats" in (out := capsys.readouterr().out) and "dogs" in out and "content hash verified" in out
     run = ["data.path=pets.h5", "data.resolution=16", "model.ch=8", "train.batch=8", "train.micro_batch=8"]
     assert main(["train", *run, "train.kimg=0.016", "--run-dir", "r", "--quiet"]) == 0
     # The command prepare suggests works, for a size a GAN cannot take too (it suggested a GAN's).
