@@ -160,7 +160,8 @@ def test_forking_leaves_a_callers_freeze_and_thaws_at_the_last_ones_end():
         frozen = gc.get_freeze_count()
         with forking():
             cycle = Left("/dev/null")  # (made after the caller's freeze: not frozen for good by this one)
-        assert gc.get_freeze_count() == frozen > 0
+        assert 0 < gc.get_freeze_count() <= frozen  # (not thawed, nothing more frozen; a frozen object another
+        # thread let go of meanwhile is one fewer: seen in the suite)
         gone = weakref.ref(cycle)
         del cycle
         gc.collect()

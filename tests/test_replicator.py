@@ -399,15 +399,17 @@ def test_auto_micro_batch_on_cpu_extrapolates_above_64_and_the_extrapolation_hol
 
     big, probe = planned("1GiB")
     assert big.plan.micro_batch == 1024
-    assert [(p.micro_batch, p.measured) for p in big.probes] == [(32, True), (64, True), (1024, False)]
-    extrapolated = big.probes[-1].peak_bytes
+    # (the two smallest first: CPU planning's scouts, whose line puts no size probed past 1.5x the budget)
+    probed = [(1, True), (2, True), (32, True), (64, True), (1024, False)]
+    assert [(p.micro_batch, p.measured) for p in big.probes] == probed
+    extrapolated, at_64_planned = big.probes[-1].peak_bytes, big.probes[3].peak_bytes
     at_64, at_1024 = (memory.measure(probe, m, big.device, 2**40, 0).peak_bytes for m in (64, 1024))
-    assert at_1024 - at_64 == pytest.approx(extrapolated - big.probes[1].peak_bytes, rel=0.02)
+    assert at_1024 - at_64 == pytest.approx(extrapolated - at_64_planned, rel=0.02)
     # A budget between the extrapolated peaks of 256 and 512 picks 256 (4 micro-batches), probing nothing above 64.
-    per_image = (extrapolated - big.probes[1].peak_bytes) / (1024 - 64)
-    small, _ = planned(int(big.probes[1].peak_bytes + per_image * (384 - 64)))
+    per_image = (extrapolated - at_64_planned) / (1024 - 64)
+    small, _ = planned(int(at_64_planned + per_image * (384 - 64)))
     assert small.plan.micro_batch == 256 and small.plan.accumulation == 4
-    assert [p.micro_batch for p in small.probes if p.measured] == [32, 64]
+    assert [p.micro_batch for p in small.probes if p.measured] == [1, 2, 32, 64]
     extrapolated = [(p.micro_batch, p.fits) for p in small.probes if not p.measured]
     assert extrapolated == [(256, True), (512, False), (1024, False)]
 
