@@ -149,7 +149,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         else:
             print(f"Training {cfg.name} in {run.path}: {plan}; {cfg.train.kimg:g} kimg{epochs}", flush=True)
         if fed and (largest := max(p.batch for p in schedule_of(cfg).phases)) > fed:  # (found from outside: unsaid)
-            warn(f"a step's batch of {largest:,} is more than the {fed:,} images trained on: a step holds some twice")
+            warn(f"a step's batch of {largest:,} is more than the {fed:,} images trained on: it holds some repeated")
         if cfg.eval.best and not cfg.eval.every_kimg:  # (found from outside: silent)
             warn(
                 f"eval.best={cfg.eval.best!r} keeps no checkpoints/best/: nothing is scored while the run trains "

@@ -193,5 +193,5 @@ def test_a_batch_larger_than_the_data_is_said(tiny, tmp_path, capsys):
     prepare("builtin:digits", str(tmp_path / "few.h5"), 16, limit=20, workers=0)
     over = {"data.path": str(tmp_path / "few.h5"), "train.kimg": 0.032, "sample.every_kimg": 0}
     bigbatch.train(tiny.override(over), run_dir=tmp_path / "r", quiet=True)
-    said = "a step's batch of 32 is more than the 20 images trained on: a step holds some twice"
+    said = "a step's batch of 32 is more than the 20 images trained on: it holds some repeated"
     assert said in capsys.readouterr().err
