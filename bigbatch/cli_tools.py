@@ -479,6 +479,10 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
     def at(default: int) -> str:
         return f" data.resolution={side}" if side and side != default else ""
 
+    def classifier(size: str) -> str:  # (held out of the data itself: the preset's own validation set is another's)
+        held_out = "'data.val_path=\"\"' data.val_fraction=0.1"
+        return f"bigbatch train --preset fashion_resnet data.path={out}{size} {held_out}"
+
     whole = args.crop == "none" or args.buckets  # (images of their own shapes: a classifier's)
     if args.masks in ("labels", "xseg-applied"):  # XSeg's labels (at 256 px: found from outside, a hint refused)
         print(
@@ -496,10 +500,8 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
         print(f"score a classifier on it with: data.val_path={out}{' data.val_rect=true' if args.buckets else ''}")
     elif whole or (side and side & (side - 1)):  # (a GAN is built for a power of two: a classifier takes any size)
         if len(report.class_names) >= 2:
-            held_out = "'data.val_path=\"\"' data.val_fraction=0.1"  # (the preset's own validation set is another's)
             size = f" data.resolution={min(args.resolution, 224)}" if whole and args.resolution else at(0)
-            train = f"bigbatch train --preset fashion_resnet data.path={out}{size} {held_out}"
-            print(f"train a classifier on it with: {train}")
+            print(f"train a classifier on it with: {classifier(size)}")
             if args.labels:  # (found from outside: ImageNet's val, labelled by its CSV, was given the training hint)
                 print(f"or, held-out images, score a classifier on it with: data.val_path={out}")
         if side:
@@ -508,8 +510,7 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
     else:
         print(f"train on it with: bigbatch train data.path={out}{at(32)}")
         if len(report.class_names) >= 2:  # (found from outside: class folders were given the GAN's hint alone)
-            held_out = "'data.val_path=\"\"' data.val_fraction=0.1"
-            print(f"or a classifier: bigbatch train --preset fashion_resnet data.path={out}{at(0)} {held_out}")
+            print(f"or a classifier: {classifier(at(0))}")
 
 
 def checkpoint_named(args: argparse.Namespace) -> None:

@@ -95,6 +95,19 @@ def test_small_phases_decode_a_jpeg_store_at_reduced_size(tmp_path):
     assert (reduced.float() - full.float()).abs().mean() < 3
 
 
+def widen_stored_jpeg(path, index: int, width: int) -> None:
+    """Image `index` of the encoded data file `path` made to say `width` in its JPEG frame header (its bytes otherwise
+    as stored): it decodes to that width, with libjpeg's warning, where prepare stored another."""
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        start, end = (int(v) for v in f["offsets"][index : index + 2])
+        image = f["encoded"][start:end]
+        sof = bytes(image).index(b"\xff\xc0")  # (the frame header: marker, length, precision, height, width)
+        image[sof + 7 : sof + 9] = np.frombuffer(width.to_bytes(2, "big"), np.uint8)
+        f["encoded"][start:end] = image
+
+
 def test_a_damaged_encoded_image_is_named(tmp_path):
     src = photos(tmp_path / "src", n=4)
     prepare(str(src), str(tmp_path / "j.h5"), 64, workers=0, codec="jpeg")
@@ -110,12 +123,7 @@ def test_a_damaged_encoded_image_is_named(tmp_path):
     with pytest.raises(bigbatch.BigbatchError, match=r"j.h5: image 2 does not decode .* prepare it again"):
         data.get(torch.tensor([1, 2]))
     # Bytes libjpeg decodes, with a warning of its own, to another size than stored (found from outside: trained on)
-    with h5py.File(tmp_path / "j.h5", "r+") as f:
-        start, end = (int(v) for v in f["offsets"][1:3])
-        image = f["encoded"][start:end]
-        sof = bytes(image).index(b"\xff\xc0")  # (the frame header: marker, length, precision, height, width)
-        image[sof + 7 : sof + 9] = np.frombuffer((72).to_bytes(2, "big"), np.uint8)  # 64 px wide -> 72
-        f["encoded"][start:end] = image
+    widen_stored_jpeg(tmp_path / "j.h5", 1, 72)
     for read in (
         lambda: data.get(torch.tensor([1])),
         lambda: data.get_regions(torch.tensor([1]), [(8, 8, 40, 40)], 32),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_codecs import photos
+from test_codecs import photos, widen_stored_jpeg
 
 import bigbatch
 from bigbatch.cli import main
@@ -181,7 +181,6 @@ def test_regions_of_any_sizes_are_resized_as_torch_resizes_each_in_kernels_that_
     # drawn, from images of any size, 3 channels or 4, CHW or HWC in memory (nvImageCodec's); within a level of
     # rounding. The device work is a fixed number of ops (each a kernel launch on a GPU) whatever the batch: it
     # was two an image, launched from the decode thread beside the step's own.
-    import numpy as np
     import torch.nn.functional as F
     from op_count import Ops
 
@@ -230,15 +229,8 @@ def test_regions_of_any_sizes_are_resized_as_torch_resizes_each_in_kernels_that_
 def test_an_image_that_does_not_decode_as_stored_is_refused_on_the_device_too(tmp_path):
     # Found by review: the CPU's decode refused a JPEG whose bytes decode to another size than stored (found from
     # outside: libjpeg's warning alone, and it was trained on); the device's took it for one the decoder scaled.
-    import h5py
-
     prepare(str(photos(tmp_path / "src", n=4)), str(tmp_path / "d.h5"), 64, workers=0, codec="jpeg")
-    with h5py.File(tmp_path / "d.h5", "r+") as f:
-        start, end = (int(v) for v in f["offsets"][1:3])
-        image = f["encoded"][start:end]
-        sof = bytes(image).index(b"\xff\xc0")  # (the frame header: marker, length, precision, height, width)
-        image[sof + 7 : sof + 9] = np.frombuffer((72).to_bytes(2, "big"), np.uint8)  # 64 px wide -> 72
-        f["encoded"][start:end] = image
+    widen_stored_jpeg(tmp_path / "d.h5", 1, 72)  # (64 px wide)
     request = Step(nimg=0, batch=2, resolution=32, offset=0, indices=torch.tensor([0, 1]))
     encoded = read_batch(H5Data(tmp_path / "d.h5"), request, on_device=True)
     with pytest.raises(bigbatch.BigbatchError, match=r"does not decode as stored \(it decodes to 72x64, not the"):

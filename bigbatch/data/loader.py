@@ -431,10 +431,10 @@ class Loader:
         """order="sequential"'s requests: `steps` batches of images in the file's order from `start`."""
         n, (_, schedule, rank, world) = len(self.data), self._order
         for lo in range(self.start, min(n, self.start + steps * self.batch), self.batch):
-            share = np.array_split(np.arange(lo, min(n, lo + self.batch)), world)[rank]
+            hi = min(n, lo + self.batch)
+            share = np.array_split(np.arange(lo, hi), world)[rank]
             offset = int(share[0]) - lo if len(share) else 0
-            resolution = schedule.phase_at(lo).resolution
-            yield Step(lo, min(n, lo + self.batch) - lo, resolution, offset, torch.from_numpy(share))
+            yield Step(lo, hi - lo, schedule.phase_at(lo).resolution, offset, torch.from_numpy(share))
 
     def _past(self, nimg: int) -> None:
         """`start` past the batch handed over from `nimg` (sequential: past the last, 0: the next pass reads all)."""

@@ -185,7 +185,9 @@ class _Settings:
         """prepare's options, each checked (one line naming the option and what is valid)."""
         quality = codecs.check(codec, quality, 4 if masks else None)
         if masks in XSEG_MASKS and resolution is None:  # XSeg's side, the one it trains on (found from outside: DFL's
-            resolution = XSEG_SIDE  # 512 px faces kept their size, and XSeg refused them)
+            from bigbatch.models.xseg import RESOLUTION  # 512 px faces kept their size, and XSeg refused them)
+
+            resolution = RESOLUTION
         if crop not in ("center", "none"):
             raise BigbatchError(f"--crop must be center or none, got {crop!r}")
         whole = crop == "none"
@@ -486,7 +488,6 @@ def _progress(total: int, enabled: bool) -> Any:
 
 OWN_MASKS = ("alpha", "dfl", "labels", "xseg-applied")  # --masks read from the images themselves, not a folder
 XSEG_MASKS = ("labels", "xseg-applied")  # what XSeg trains on (task = "xseg")
-XSEG_SIDE = 256  # the side XSeg's network reads (bigbatch.models.xseg.RESOLUTION)
 MASK_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 

@@ -195,34 +195,35 @@ def fit_micro_batch(
             "no micro-batch to try: no divisor of this rank's share of the batch is one the Replicator's "
             "takes_micro accepts; accept one (1 always divides), or give micro_batch a number"
         )
+
+    def probed(m: int) -> Probe:  # (a probe, its fit agreed by every rank)
+        result = measure(probe, m, device, budget, baseline)
+        result.fits = agree(result.fits)
+        return result
+
     measurable = [c for c in candidates if c <= CPU_MEASURED]
     if device.type == "cpu" and 2 <= len(measurable) < len(candidates):
         # The two smallest first, and a line through them: no size it puts past CPU_SLACK x the budget is probed
         # (found from outside: 32 probed first whatever the budget, 12.5x one of 8 MiB; a CPU probe past it takes
         # the memory all the same, and where that is short the kernel kills the process).
-        scouts = []
-        for m in candidates[:2]:
-            scouts.append(measure(probe, m, device, budget, baseline))
-            scouts[-1].fits = agree(scouts[-1].fits)
-            if not scouts[-1].fits:
-                if len(scouts) == 1:
-                    raise _over_budget(m, scouts[0], budget)
-                return candidates[0], scouts
+        scouts = [probed(candidates[0])]
+        if not scouts[0].fits:
+            raise _over_budget(candidates[0], scouts[0], budget)
+        scouts.append(probed(candidates[1]))
+        if not scouts[1].fits:
+            return candidates[0], scouts
         (m0, p0), (m1, p1) = ((s.micro_batch, s.peak_bytes) for s in scouts)
         line = max(0.0, (p1 - p0) / (m1 - m0))
         if p1 + line * (measurable[-2] - m1) > CPU_SLACK * budget:  # (the sizes the line keeps within, bisected)
-            within = [m for m in measurable[2:] if p1 + line * (m - m1) <= CPU_SLACK * budget]
-            best, probes = _bisect(probe, within, device, budget, baseline, agree)
+            best, probes = _bisect(probed, [m for m in measurable[2:] if p1 + line * (m - m1) <= CPU_SLACK * budget])
             return best or m1, sorted([*scouts, *probes], key=lambda p: p.micro_batch)
         # The smaller of the two largest measured, and the larger only where it fits (found from outside: 64
         # probed first, and 32 measured again by the bisection below it).
-        a = measure(probe, measurable[-2], device, budget, baseline)
-        a.fits = agree(a.fits)
+        a = probed(measurable[-2])
         if not a.fits:  # (bisect below it, above the scouts)
-            best, probes = _bisect(probe, measurable[2:-2], device, budget, baseline, agree)
+            best, probes = _bisect(probed, measurable[2:-2])
             return best or m1, sorted([*scouts, *probes, a], key=lambda p: p.micro_batch)
-        b = measure(probe, measurable[-1], device, budget, baseline)
-        b.fits = agree(b.fits)
+        b = probed(measurable[-1])
         if not b.fits:  # (the largest that fits: the one below it)
             return a.micro_batch, [*scouts, a, b]
         slope = max(0.0, (b.peak_bytes - a.peak_bytes) / (b.micro_batch - a.micro_batch))
@@ -234,7 +235,7 @@ def fit_micro_batch(
                 micro = m
                 break
         return micro, sorted(probes, key=lambda p: p.micro_batch)
-    best, probes = _bisect(probe, candidates, device, budget, baseline, agree)
+    best, probes = _bisect(probed, candidates)
     if best is None:
         raise _over_budget(candidates[0], min(probes, key=lambda p: p.micro_batch), budget)
     return best, sorted(probes, key=lambda p: p.micro_batch)
@@ -245,25 +246,16 @@ def fit_micro_batch(
 CPU_SLACK = 1.5
 
 
-def _bisect(
-    probe: Callable[[int], None],
-    candidates: list[int],
-    device: torch.device,
-    budget: int,
-    baseline: int,
-    agree: Callable[[bool], bool],
-) -> tuple[int | None, list[Probe]]:
-    """The largest of `candidates` (ascending) whose probe fits, by bisection (None: none does; none given), and the
-    probes."""
+def _bisect(probed: Callable[[int], Probe], candidates: list[int]) -> tuple[int | None, list[Probe]]:
+    """The largest of `candidates` (ascending) whose probe (`probed`) fits, by bisection (None: none does, or none
+    given), and the probes."""
     lo, hi = 0, len(candidates) - 1
     best: int | None = None
     probes: list[Probe] = []
     while lo <= hi:
         mid = (lo + hi) // 2
-        result = measure(probe, candidates[mid], device, budget, baseline)
-        result.fits = agree(result.fits)
-        probes.append(result)
-        if result.fits:
+        probes.append(probed(candidates[mid]))
+        if probes[-1].fits:
             best = mid
             lo = mid + 1
         else:

@@ -13,6 +13,7 @@ warpAffine's `dst`, as in its extractor).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import cv2
@@ -215,8 +216,6 @@ def apply_xseg(
     kind = align.face_type(said or given) if (said or given) else None
     if batch < 1:
         raise BigbatchError(f"--batch must be at least 1, got {batch}")
-    import sys
-
     from tqdm import tqdm
 
     model = model.to(device)

@@ -85,11 +85,10 @@ def labelled(cfg: Config, data: Any, side: str) -> Any:
             "prepare them with bigbatch prepare ALIGNED OUT.h5 --masks labels --resolution 256"
         )
     check_face_size(cfg, side, data.source, data.resolution, getattr(data, "meta", None))
-    made = str(getattr(data, "meta", {}).get("masks", "labels"))
-    if made == "dfl":  # (found from outside: a swap's set, landmarks' hulls where no XSeg mask is applied, trained
-        # XSeg without a word; masks drawn by hand, --masks DIR or alpha, are what it may learn)
+    if getattr(data, "meta", {}).get("masks") == "dfl":  # (found from outside: a swap's set, landmarks' hulls where no
+        # XSeg mask is applied, trained XSeg without a word; masks drawn by hand, --masks DIR or alpha, it may learn)
         warn(
-            f"the {side} faces {data.source} hold masks prepared with --masks {made}, not XSeg labels: XSeg learns to "
+            f"the {side} faces {data.source} hold masks prepared with --masks dfl, not XSeg labels: XSeg learns to "
             "draw those; for your labels, prepare the faces with --masks labels"
         )
     return data
