@@ -19,7 +19,17 @@ import torch
 
 import bigbatch
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+def pytest_configure(config):
+    """Each worker's share of the cores (at most 2), in its own threads and in the processes its tests start
+    (torchrun's ranks, the CLI): two workers of two threads each on 2 cores made test_resume.py and
+    test_training_eval.py take a third more CPU time than one thread each. OMP_NUM_THREADS set by hand is kept."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers is None and config.getoption("numprocesses", None):
+        return  # pytest-xdist's controller, which runs no test: its workers set their own
+    share = max(1, min(2, (os.cpu_count() or 1) // (workers or 1)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(share))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture
@@ -48,6 +58,20 @@ def _in_tmp(tmp_path, monkeypatch):
     # statistics) neither leaks into the user's ~/.cache/bigbatch nor is read back by a later test or suite.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_inductor_cache(tmp_path_factory):
+    # What Inductor compiles (the fused kernels, train.compile's graphs) kept in one folder for the whole test run,
+    # every worker and test subprocess, as a user's machine keeps it from one run to the next: the same graphs were
+    # built again in test after test (a third of the compiling tests' CPU time). The tests of a cold start and of
+    # the cache itself unset TORCHINDUCTOR_CACHE_DIR for their processes, and so compile from nothing.
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # (shared by the workers, as made_once's folders)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor-cache"))
+        yield
 
 
 RESTART_ARGS = ["train.batch=32", "train.micro_batch=8", "train.kimg=0.512", "checkpoint.every_kimg=0.128"]
