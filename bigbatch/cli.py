@@ -147,6 +147,10 @@ def _prepare(args: argparse.Namespace) -> None:
 def _sweep(args: argparse.Namespace) -> None:
     from bigbatch.sweeps import run_file
 
+    if args.file is None:
+        raise BigbatchError(
+            "bigbatch sweep needs FILE.py, the Python file that calls bigbatch.sweep (its ARGS after it)"
+        )
     run_file(args.file, args.args)
 
 
@@ -439,8 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         engine.set_defaults(func=_launch)
 
-    sw = sub.add_parser("sweep", help="run a sweep file: plain Python that calls bigbatch.sweep(base, grid, runs_dir)")
-    sw.add_argument("file", metavar="FILE.py")
+    sw = sub.add_parser(
+        "sweep",
+        help="run a sweep file: plain Python that calls bigbatch.sweep(base, grid, runs_dir)",
+        usage="bigbatch sweep [-h] FILE.py [ARGS ...]",
+    )
+    sw.add_argument("file", metavar="FILE.py", nargs="?")  # (said by _sweep: argparse named ARGS required too)
     sw.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the file's arguments (sys.argv[1:])")
     sw.set_defaults(func=_sweep)
 

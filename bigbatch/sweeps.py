@@ -13,9 +13,7 @@ import itertools
 import json
 import shlex
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,8 @@ from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.resuming import unresumable_changes
 from bigbatch.rundir import read_metrics
-from bigbatch.signals import Stopped as RunStopped
 from bigbatch.signals import Terminated, sigterm_raises
+from bigbatch.sweep_runs import Job, Stopped, complain, make_starter, mark_failed, say, side_by_side, train_here
 from bigbatch.sweep_space import check_space, suggest
 from bigbatch.sweep_table import (
     HIGHER_IS_BETTER,
@@ -65,8 +63,8 @@ def sweep(
 
     search: an Optuna study (pip install optuna: bigbatch's extra [optuna]): `n_trials` runs instead of the grid's
     product, each config sampled by the study from `grid` (a list: one of its values; a (low, high)
-    tuple: a number in that range, (low, high, "log") on a log scale; or a function of the trial that
-    returns the overrides, Optuna's define-by-run). Each evaluation reports `metric` (a metrics.jsonl
+    tuple: a number in that range, (low, high, "log") on a log scale, (low, high, step) on a step; or a function of
+    the trial that returns the overrides, Optuna's define-by-run). Each evaluation reports `metric` (a metrics.jsonl
     name: fcd, fid, val_top1, ...) to the study, which may prune the run (it stops with a checkpoint);
     a trial's value is its run's best `metric`. Runs are RUNS_DIR/trial-NNNN-<hash of its config>.
 
@@ -112,10 +110,10 @@ def sweep(
     jobs = [Job(root / name, combo, base.override(combo)) for name, combo in named]  # (each checked before training)
     # A Dask cluster's room first (found from outside: a batch was fixed for 3 ranks, then the cluster had 2 workers);
     # Ray's after the plans (ray.init starts it). Both before the table (found from outside: after it).
-    starter = None if launcher in ("local", "ray") else _starter(launcher, nprocs)
+    starter = None if launcher in ("local", "ray") else make_starter(launcher, nprocs)
     for job in jobs:  # (a local sweep's runs train in this process, of its world size)
         _check_plan(job, None if launcher == "local" else nprocs)
-    starter = _starter(launcher, nprocs) if launcher == "ray" else starter
+    starter = make_starter(launcher, nprocs) if launcher == "ray" else starter
     with _one_sweep(root):
         for job in jobs:  # before anything trains: a run of this folder trained with another base is not this one
             _check_unchanged(job)
@@ -125,17 +123,19 @@ def sweep(
             # (found from outside: a run that failed in the last call was said to be interrupted)
             failed_last = state != "finished" and last.get(job.run.name) == "failed"
             shown = "failed last time: trying it again" if failed_last else state
-            _say(f"[{i + 1}/{len(jobs)}] {job.run.name}: {shown}")
+            say(f"[{i + 1}/{len(jobs)}] {job.run.name}: {shown}")
             if state != "finished":
                 todo.append(job)
             else:
                 _say_past_length(job)
         with _table_on_stop(root, jobs, lambda stopped: "run the sweep again to resume it"):
+            # (the table as each run ends: found from outside, a sweep killed by SIGKILL had written none)
             if launcher == "local":
                 for job in todo:
-                    _train_here(job, quiet)
+                    train_here(job, quiet)
+                    _table(root, jobs)
             else:
-                _side_by_side(iter(todo), starter)
+                side_by_side(iter(todo), starter, ended=lambda job: _table(root, jobs))
         rows = _finish(root, jobs, _table(root, jobs))
         done, before = sum(r.get("status") == "finished" for r in rows), len(jobs) - len(todo)
         said = f" ({before} before this call)" if before else ""
@@ -156,10 +156,13 @@ def _table_on_stop(root: Path, jobs: list[Job], again: Callable[[list[str]], str
             _table(root, jobs)
         if isinstance(e, Stopped) or not isinstance(e, (KeyboardInterrupt, Terminated)):
             raise  # (Stopped: its run has said where it stopped)
-        stopped = [j.run.name for j in jobs if j.began and not j.failed and status(j.run, j.cfg) == "interrupted"]
+        # (not a trial pruned in this call: found from outside, named as stopped)
+        stopped = [
+            j.run.name for j in jobs if j.began and not (j.failed or j.pruned) and status(j.run, j.cfg) == "interrupted"
+        ]
         what = f"stopped at {', '.join(stopped)}" if stopped else "stopped"
         by = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-        _complain(f"bigbatch sweep: {what} (by {by}); {again(stopped)}")
+        complain(f"bigbatch sweep: {what} (by {by}); {again(stopped)}")
         raise Stopped from None  # (found from outside: SIGTERM to a search wrote no table and said only that)
 
 
@@ -167,164 +170,19 @@ def _table_on_stop(root: Path, jobs: list[Job], again: Callable[[list[str]], str
 def _one_sweep(root: Path) -> Iterator[None]:
     """Hold RUNS_DIR/.sweep.lock while a sweep runs in it: a second sweep into the same folder would find
     the first one's runs in use, call them failed and write its table over the first one's."""
+    made = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     said = "{} is in use by another sweep ({}); wait for it to end, or give this one another RUNS_DIR"
     lock = lock_folder(root, ".sweep.lock", lambda folder, pid, held_by: said.format(folder, held_by))
     try:
         yield
     finally:
-        unlock_folder(lock)
-
-
-@dataclass
-class Job:
-    """One run of a sweep."""
-
-    run: Path
-    values: dict[str, Any]
-    cfg: Config
-    failed: str = ""
-    pruned: bool = False
-    trial: Any = None
-    reported: set[int] = field(default_factory=set)
-    began: bool = False  # started by this call
-    told: bool = False  # its trial told how it ended
-
-
-def _train_here(job: Job, quiet: bool) -> None:
-    """Train one run in this process. A run that fails is marked so (the sweep goes on); one stopped
-    by Ctrl-C or SIGTERM (it saved a checkpoint) stops the sweep, which resumes it when run again."""
-    from bigbatch.loop import train
-
-    job.began = True
-    try:
-        train(job.cfg, run_dir=job.run, resume="auto", quiet=quiet)
-    except RunStopped:  # (saved; the status below says it did not finish)
-        pass
-    except Exception as e:  # noqa: BLE001 - any failure of one run (out of memory too) is that run's
-        _failed(job, e)
-        return
-    if status(job.run, job.cfg) != "finished":
-        _complain(f"bigbatch sweep: stopped at {job.run.name}; run the sweep again to resume it")
-        raise Stopped
-
-
-class Stopped(KeyboardInterrupt):
-    """A sweep stopped by a signal to one of its runs, which said so in its line (the CLI adds none)."""
-
-
-def _failed(job: Job, error: BaseException) -> None:
-    job.failed = str(error) if isinstance(error, BigbatchError) else f"{type(error).__name__}: {error}"
-    _complain(f"bigbatch sweep: {job.run.name} failed: {job.failed}")
-
-
-Starter = tuple[int, Callable[[Job, int], Any]]
-"""(how many runs at a time, start(job, slot) -> RunHandle)."""
-
-
-def _starter(launcher: Any, nprocs: int) -> Starter:
-    """How a cluster launcher starts one run, and how many it runs at a time."""
-    if nprocs < 1:
-        raise BigbatchError(f"sweep nprocs must be >= 1 (ranks per run), got {nprocs}")
-    if launcher == "local":
-        from bigbatch.launch import local
-
-        return 1, lambda job, slot: local.run(job.cfg, job.run)
-    if launcher == "ray":
-        from bigbatch.launch import ray as ray_launch
-
-        ray = ray_launch._ray()
-        if not ray.is_initialized():
-            ray.init(logging_level="ERROR")
-        resources = ray.cluster_resources()
-        _, per_rank = ray_launch.ray_ranks(resources, nprocs, None)
-        slots = int(resources.get("CPU", 0) // nprocs)
-        if per_rank:
-            slots = min(slots, int(resources.get("GPU", 0) // (per_rank * nprocs)))
-        return max(slots, 1), lambda job, slot: ray_launch.run(job.cfg, job.run, nprocs=nprocs)
-    if type(launcher).__module__.startswith("distributed"):  # (a Client; a LocalCluster refused with the fix)
-        from bigbatch.launch import dask
-
-        dask.check_client(launcher, "sweep's launcher")
-        workers = dask.workers_of(launcher)
-        if len(workers) < nprocs:
-            raise BigbatchError(f"sweep nprocs {nprocs}: the Dask cluster has {len(workers)} workers")
-        busy: dict[int, list[str]] = {}  # slot -> the workers its run holds
-
-        def start(job: Job, slot: int) -> Any:
-            # Workers alive now (a lost one's replacement has a new address), not held by another run.
-            taken = {w for s, held in busy.items() if s != slot for w in held}
-            free = [w for w in dask.workers_of(launcher) if w not in taken]
-            if len(free) < nprocs:
-                raise BigbatchError(f"only {len(free)} Dask workers are free for a run of {nprocs} ranks")
-            busy[slot] = free[:nprocs]
-            return dask.run(launcher, job.cfg, job.run, workers=busy[slot])
-
-        return len(workers) // nprocs, start
-    raise BigbatchError(f"sweep launcher {launcher!r}: give 'local', 'ray' or a dask.distributed Client")
-
-
-def _side_by_side(
-    jobs: Iterator[Job],
-    starter: Starter,
-    watch: Callable[[Job, Any], None] | None = None,
-    ended: Callable[[Job], None] | None = None,
-) -> None:
-    """Run the jobs, as many at a time as `starter` has slots; `watch(job, handle)` is called as they
-    train (a search reports and prunes there), `ended(job)` as each ends, before the next job is taken (a
-    search tells its study there, whose next trial learns from it). Ctrl-C stops every running run with a
-    checkpoint."""
-    slots, start = starter
-    running: dict[int, tuple[Job, Any]] = {}
-    free = list(range(slots))
-    try:
-        while True:
-            while free:
-                job = next(jobs, None)
-                if job is None:
-                    break
-                _say(f"bigbatch sweep: starting {job.run.name}")
-                try:
-                    running[free[0]] = (job, start(job, free[0]))
-                except Exception as e:  # noqa: BLE001 - this run could not start: the others go on
-                    _failed(job, e)
-                    if ended is not None:
-                        ended(job)
-                    continue
-                job.began = True
-                free.pop(0)
-            if not running:
-                return
-            time.sleep(0.5)
-            for slot, (job, handle) in list(running.items()):
-                if watch is not None:
-                    watch(job, handle)
-                if not handle.done():
-                    continue
-                del running[slot]
-                free.append(slot)
-                try:
-                    handle.result()
-                except Exception as e:  # noqa: BLE001 - that run's failure, whatever it was
-                    if not job.pruned:  # (a pruned run may take its stop as its loop ends, and die of it)
-                        _failed(job, e)
-                if job.pruned and not job.failed and status(job.run, job.cfg) == "finished":
-                    job.pruned = False  # (its end reached before the stop took: complete; found from outside, "pruned")
-                if not job.failed:
-                    if watch is not None:
-                        watch(job, handle)  # the rows that came last
-                    _say(f"bigbatch sweep: {job.run.name} {'pruned' if job.pruned else 'ended'}")
-                if ended is not None:
-                    ended(job)
-    except BaseException:
-        for _, handle in running.values():
-            handle.stop(wait=False)
-        for _, handle in running.values():
-            try:
-                handle.result()
-            except BaseException:  # noqa: BLE001 - stopping: its own error is not the one to show
-                pass
-        raise
+        # (a folder this sweep made and left empty, refused before its first run, goes: found from outside, a
+        # folder of a lock alone was left)
+        empty = made and [p.name for p in root.iterdir()] == [".sweep.lock"]
+        unlock_folder(lock, remove=empty)
+        if empty:
+            root.rmdir()
 
 
 def _table(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
@@ -391,26 +249,35 @@ def _search(
     def trials() -> Iterator[Job]:
         while len(jobs) < n_trials:
             trial = study.ask()
-            values = None
             try:
                 values = space(trial) if callable(space) else {k: suggest(trial, k, v) for k, v in space.items()}
-                cfg = base.override(values)
-            except BaseException as e:
+            except BaseException:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                if isinstance(e, BigbatchError) and values is not None:  # (found from outside: no trial named)
-                    raise BigbatchError(f"the search's trial {trial.number} sampled {values}: {e}") from None
                 raise
             digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:8]
-            job = Job(root / f"trial-{trial.number:04d}-{digest}", dict(values), cfg, trial=trial)
+            job = Job(root / f"trial-{trial.number:04d}-{digest}", dict(values), base, trial=trial)
+            # A config this trial sampled that training refuses (a batch its micro-batch does not divide; its plan
+            # too) is the study's FAIL, and the search goes on (found from outside: the whole search stopped at it);
+            # what it refuses of the base too, the search's error.
+            try:
+                job.cfg = base.override(values)
+                _check_plan(job, None if launcher == "local" else nprocs)
+            except BigbatchError as e:
+                if _refused(Job(job.run, {}, base), None if launcher == "local" else nprocs):
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    raise
+                jobs.append(job)
+                mark_failed(job, BigbatchError(f"sampled {values}: {e}"))
+                tell(job)
+                continue
             try:  # (found from outside: a search of another base into RUNS_DIR took its runs, and called them failed)
                 _check_unchanged(job)
-                _check_metric(cfg, metric)
-                _check_plan(job, None if launcher == "local" else nprocs)  # (its config too: found from outside)
+                _check_metric(job.cfg, metric)
             except BigbatchError:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
             jobs.append(job)
-            _say(f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
+            say(f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
             yield job
 
     def watch(job: Job, handle: Any) -> None:
@@ -425,7 +292,7 @@ def _search(
                 continue
             job.reported.add(step)
             job.trial.report(float(value), step)
-            _say(f"bigbatch sweep: {job.run.name}: {metric} {float(value):g} at kimg {row['kimg']:g}")  # (found from
+            say(f"bigbatch sweep: {job.run.name}: {metric} {float(value):g} at kimg {row['kimg']:g}")  # (found from
             # outside: nothing was said while a trial trained, for hours in README's example)
             # (not a run that has reached its end: it is complete, whatever the pruner says)
             if nimg < total and not handle.done() and job.trial.should_prune():
@@ -436,8 +303,9 @@ def _search(
         if not job.told:
             job.told = True
             _tell(study, job, metric, optuna.trial.TrialState)
+            _table(root, jobs)  # (as each trial ends: found from outside, a search killed by SIGKILL had written none)
 
-    starter = _starter(launcher, nprocs)
+    starter = make_starter(launcher, nprocs)
 
     def again(stopped: list[str]) -> str:  # (found from outside: a literal RUN, where a grid's line names it)
         run = shlex.quote(str(root / stopped[0])) if len(stopped) == 1 else "RUN"
@@ -451,7 +319,7 @@ def _search(
             with _table_on_stop(root, jobs, again):
                 # Each trial told as its run ends (found from outside: told all at the search's end, no trial had
                 # completed when the next was sampled, so TPE sampled at random and the pruner never pruned).
-                _side_by_side(trials(), starter, watch, ended=tell)
+                side_by_side(trials(), starter, watch, ended=tell)
         finally:
             for job in jobs:
                 tell(job)
@@ -516,17 +384,6 @@ def _tell(study: Any, job: Job, metric: str, states: Any) -> None:
         warn(f"could not tell the study how {job.run.name} ended: {type(e).__name__}: {e}")
 
 
-def _say(line: str) -> None:
-    """The sweep's progress, a line a run, on stdout whatever `quiet` keeps of the runs' own (found from outside: a
-    search said nothing for minutes)."""
-    print(line, flush=True)
-
-
-def _complain(line: str) -> None:
-    """A run that failed or stopped the sweep: on stderr, always."""
-    print(line, file=sys.stderr, flush=True)
-
-
 def _check_unchanged(job: Job) -> None:
     """A run already in the sweep's folder must have been trained with the config the sweep now gives it
     (as on resume): a finished run of another base would be skipped and reported as this one's."""
@@ -555,6 +412,15 @@ def _check_plan(job: Job, nprocs: int | None) -> None:
                 check_new_run(job.cfg)
     except BigbatchError as e:
         raise BigbatchError(f"the sweep's run {job.run.name}: {e}") from None
+
+
+def _refused(job: Job, nprocs: int | None) -> bool:
+    """Whether _check_plan refuses `job`."""
+    try:
+        _check_plan(job, nprocs)
+    except BigbatchError:
+        return True
+    return False
 
 
 def _say_past_length(job: Job) -> None:
