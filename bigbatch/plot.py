@@ -26,6 +26,7 @@ TRAINING_PANELS = (
     ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G", "grad_norm")),
     ("images per second", ("img_per_s",)),
     ("batch (data.schedule)", ("batch",)),
+    ("resolution (data.schedule)", ("resolution",)),
     ("steps skipped (non-finite gradients)", ("skipped_D", "skipped_G")),
     ("fp16 loss scale", ("loss_scale_D", "loss_scale_G")),
 )
@@ -69,7 +70,7 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
         series = []
         for run, (logs, _) in data.items():
             present = [k for k in keys if any(_number(r.get(k)) for r in logs)]
-            if title.startswith("batch") and len({r.get("batch") for r in logs}) < 2 and not several:
+            if title.startswith(("batch", "resolution")) and len({r.get(keys[0]) for r in logs}) < 2 and not several:
                 continue  # a constant batch says nothing; an fp32 run has no loss scale
             if title.startswith("steps skipped") and not any(r.get(k) for r in logs for k in present):
                 continue

@@ -40,7 +40,9 @@ class Window:
     such as a skipped step's gradient norm, left out; those of AT_ROW as they are at the row), optimizer
     steps skipped, images per second."""
 
-    AT_ROW = frozenset({"augment_p"})  # a state, not a step's measure: ADA's p now, as StyleGAN2-ADA logs it
+    # A state, not a step's measure: ADA's p now, as StyleGAN2-ADA logs it; the side a classifier's last step
+    # trained at (data.schedule's phases; found from outside: no row said it, as FFCV's log does)
+    AT_ROW = frozenset({"augment_p", "resolution"})
 
     def __init__(self, rep: Replicator) -> None:
         self.rep, self.seconds, self.images, self.sums, self.counts = rep, 0.0, 0, {}, {}

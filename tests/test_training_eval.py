@@ -364,6 +364,12 @@ def test_plot_keeps_scores_of_another_eval_n_apart(tmp_path, curves):
         ("fid (eval, n=64/32)", "fid (n=64)"),
         ("fid (eval, n=64/32)", "fid (n=32)"),
     ]
+    # A classifier's phases: the side each row trained at, drawn where it changed (found from outside: not logged).
+    curves.clear()
+    sides = "".join(f'{{"kimg": {k}, "lr": 0.1, "resolution": {r}}}\n' for k, r in ((0.1, 32), (0.2, 48), (0.3, 64)))
+    (run / "metrics.jsonl").write_text(sides)
+    assert main(["plot", str(run)]) == 0
+    assert ("resolution (data.schedule)", "resolution") in titled(curves)
 
 
 def test_plot_draws_a_face_runs_losses_and_scores(tmp_path, monkeypatch, capsys, curves):

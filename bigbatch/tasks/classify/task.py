@@ -396,7 +396,7 @@ class ClassifyTask:
             update_ema(
                 self.ema, self.plain(), self.seen, images, t.model_ema_kimg, 0.0, t.ema_rampup, average_buffers=True
             )
-        stats = {"lr": lr, "grad_norm": self.rep.grad_norm(self.opt)}
+        stats = {"lr": lr, "grad_norm": self.rep.grad_norm(self.opt), "resolution": self.resolution}
         return stats if self.rep.skipped(self.opt) else {**out, **stats}
 
     def batch(self, nimg: int, images: torch.Tensor, labels: torch.Tensor) -> tuple:
@@ -580,7 +580,8 @@ class ClassifyScorer:
     def __call__(self) -> dict[str, float]:
         if self.task.cfg.eval.standing_stats:
             self.task.standing_stats(self.task.cfg.eval.standing_stats)
-        return self.validation(self.task.evaluated())
+        # (the side it scored at, beside the scores: found from outside, a phase's side unsaid in its rows)
+        return {**self.validation(self.task.evaluated()), "resolution": self.task.scored_at()}
 
     def improved(self, scores: dict[str, float]) -> bool:
         return self.tracker.improved(scores)
