@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from bigbatch.config import Config
 from bigbatch.data.builtin import BUILTIN
 from bigbatch.data.images import ImageData
@@ -49,8 +51,16 @@ def load_data(
 
 def stored_side(data: Any) -> int:
     """The side of a prepared file's stored squares, or the short side its whole images were prepared at
-    (`--crop none`; 0: a set made when read): what a resolution above it upscales."""
-    return int(getattr(data, "meta", {}).get("resolution", 0))
+    (`--crop none`; 0: a set made when read): what a resolution above it upscales. Whole images of which prepare
+    kept some below that side at their own size: the median image's short side, where it is smaller (found from
+    outside: images of short side 56 prepared at 64 were trained at 64 unsaid, and scored at 72 as of 64); a dry
+    run's, of the file's metadata alone, the side asked of prepare."""
+    meta = getattr(data, "meta", {})
+    side = int(meta.get("resolution", 0))
+    if getattr(data, "whole", False) and meta.get("below_short_side") and hasattr(data, "stored_sizes"):
+        shorts = data.stored_sizes(np.arange(len(data))).min(1)
+        side = min(side, int(np.median(shorts)))
+    return side
 
 
 def stored_images(data: Any) -> str:

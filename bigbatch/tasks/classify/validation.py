@@ -64,9 +64,12 @@ def warn_upscaled(cfg: Any, data: Any, val: Any = None) -> None:
         if stored and side > stored:  # (whole images too: found from outside, 64 px ones trained at 128 unsaid)
             whole = getattr(held, "whole", False)
             fix = f"again with --resolution {side} --crop none" if whole else f"at {side}px (or with --crop none)"
+            fix = f"prepare the images {fix} for the detail"
+            if whole and stored < int(held.meta.get("resolution", 0)):  # (their sources are that small)
+                fix = f"most were smaller than the side they were prepared at: train at {stored}px, or give larger ones"
             warn(
                 f"data set {held.source} holds {stored_images(held)}, and the run {which} at up to {side}px ({why}): "
-                f"they are upscaled, no sharper than at their own size; prepare the images {fix} for the detail"
+                f"they are upscaled, no sharper than at their own size; {fix}"
             )
 
 
