@@ -38,6 +38,7 @@ def atomic_write(
         path = named if named.is_file() and not named.is_symlink() else path
     was = os.lstat(path) if through_link and path.is_file() and not path.is_symlink() else None
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
+    _sweep_once(path.parent)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data, sync=sync)
         if was is not None:
@@ -55,6 +56,21 @@ def atomic_write(
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _sweep_once(folder: Path) -> None:
+    """The temporary files killed writers left in `folder` (.NAME.tmp-PID, the process gone) removed, at this
+    process's first write there: one look at the folder, whatever the files written there by the thousand (found
+    from outside: each `sample --npz` killed while it wrote left its temporary file, 98 MB, that nothing removed; a
+    run folder's are taken as it starts)."""
+    key = os.path.abspath(folder)
+    if key not in _SWEPT:
+        _SWEPT.add(key)
+        with contextlib.suppress(OSError):  # (a folder not there yet, or not readable: the write says so)
+            remove_stale(p for p in folder.glob(".*.tmp-*") if p.name.rpartition("-")[2].isdigit() and p.is_file())
+
+
+_SWEPT: set[str] = set()
 
 
 def _link_new(tmp: Path, path: Path) -> None:

@@ -81,3 +81,18 @@ def test_another_users_link_at_the_name_is_replaced_not_followed(tmp_path):
     os.lchown(tmp_path / "out.txt", 65534, 65534)
     atomic_write(tmp_path / "out.txt", "new", sync=False, through_link=True)
     assert victim.read_text() == "mine" and not (tmp_path / "out.txt").is_symlink()
+
+
+def test_what_a_killed_writer_of_the_file_left_beside_it_goes_with_the_next_write(tmp_path):
+    # Found from outside: each `sample --npz` killed while it wrote left its temporary file (98 MB), which no later
+    # command removed. A process still writing keeps its own.
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed, other = tmp_path / f".s.npz.tmp-{int(dead.stdout)}", tmp_path / f".t.png.tmp-{int(dead.stdout)}"
+    writing = tmp_path / f".s.npz.tmp-{os.getppid()}"
+    for leftover in (killed, other, writing):
+        leftover.write_bytes(b"half")
+    atomic_write(tmp_path / "s.npz", b"new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["s.npz", writing.name])
