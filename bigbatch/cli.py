@@ -588,8 +588,11 @@ def main(argv: list[str] | None = None) -> int:
             signals.restore_sigterm(old, exits=argv is None)
             signal.signal(signal.SIGINT, old_int)
             signals.ignore_late_sigterm()  # (a launched rank that has ended)
-        if argv is None:  # (the command's process, which ends next: its objects left to it, not traced by Python's
-            gc.freeze()  # last collection; found from outside, 1-3 s from a stop's save to its exit, SIGKILLed)
+        # The command's process, which ends next: its objects left out of Python's last collection (found from
+        # outside: 1-3 s from a stop's save to its exit, SIGKILLed); not a sweep file's (a user's objects may need
+        # their finalizers) nor a launch's (its Dask client's). Its own files are closed as they are written.
+        if argv is None and getattr(args, "func", None) not in (_sweep, _launch):
+            gc.freeze()
     return status or 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import math
 import os
@@ -37,7 +38,7 @@ def atomic_write(
         named = path.parent / os.readlink(path)  # (one hop: a chain could lead through a name others may replace)
         path = named if named.is_file() and not named.is_symlink() else path
     was = os.lstat(path) if through_link and path.is_file() and not path.is_symlink() else None
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")  # (remove_stale takes what a killed process left)
+    tmp = temp_name(path)  # (remove_stale takes what a killed process left)
     _sweep_once(path.parent)
     try:
         write_file(tmp, data.encode() if isinstance(data, str) else data, sync=sync)
@@ -58,16 +59,33 @@ def atomic_write(
         raise
 
 
+_HOST = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname())[:16] or "host"
+
+
+def temp_name(path: Path) -> Path:
+    """The temporary sibling atomic_write writes `path` through: .NAME.tmp-HOST-PID (the host: a process of
+    another machine writing in a shared folder is not taken for a killed one of this machine's)."""
+    return path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}")
+
+
+STALE_S = 60.0
+"""A temporary file unchanged for this long, of a process of this machine that is gone, is a killed writer's."""
+
+
 def _sweep_once(folder: Path) -> None:
-    """The temporary files killed writers left in `folder` (.NAME.tmp-PID, the process gone) removed, at this
-    process's first write there: one look at the folder, whatever the files written there by the thousand (found
-    from outside: each `sample --npz` killed while it wrote left its temporary file, 98 MB, that nothing removed; a
-    run folder's are taken as it starts)."""
+    """The temporary files killed writers of this machine left in `folder` removed, at this process's first write
+    there: one look at the folder, whatever the files written there by the thousand (found from outside: each
+    `sample --npz` killed while it wrote left its temporary file, 98 MB, that nothing removed; a run folder's are
+    taken as it starts). Another machine's are left (found by review: its PIDs are not this one's), and any changed
+    in the last STALE_S (a container's, of another PID namespace, still writing)."""
     key = os.path.abspath(folder)
-    if key not in _SWEPT:
-        _SWEPT.add(key)
-        with contextlib.suppress(OSError):  # (a folder not there yet, or not readable: the write says so)
-            remove_stale(p for p in folder.glob(".*.tmp-*") if p.name.rpartition("-")[2].isdigit() and p.is_file())
+    if key in _SWEPT:
+        return
+    _SWEPT.add(key)
+    with contextlib.suppress(OSError):  # (a folder not there yet, or not readable: the write says so)
+        old = time.time() - STALE_S
+        found = folder.glob(f".*.tmp-{glob.escape(_HOST)}-*")
+        remove_stale(p for p in found if p.is_file() and not p.is_symlink() and p.lstat().st_mtime < old)
 
 
 _SWEPT: set[str] = set()
@@ -206,6 +224,8 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    except (OverflowError, ValueError):  # (no PID of this machine's: another's, kept; found by review, a traceback)
+        return True
     except PermissionError:  # another user's process
         return True
     try:

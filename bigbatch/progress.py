@@ -17,7 +17,7 @@ from bigbatch.errors import silence, warn
 from bigbatch.rundir import Run
 from bigbatch.signals import request_stop
 
-NOT_SCORES = ("eval_seconds", "eval_n")  # what an evaluation's row holds beside its scores
+NOT_SCORES = ("eval_seconds", "eval_n", "eval_resolution")  # what an evaluation's row holds beside its scores
 
 
 def _quiet_tensorboard_thread() -> None:

@@ -39,6 +39,7 @@ class Job:
     trial: Any = None
     reported: set[int] = field(default_factory=set)
     began: bool = False  # started by this call
+    running: bool = False  # side by side, started and not ended: the table says so (found by review: "new")
     told: bool = False  # its trial told how it ended
 
 
@@ -142,7 +143,7 @@ def side_by_side(
                     if ended is not None:
                         ended(job)
                     continue
-                job.began = True
+                job.began = job.running = True
                 free.pop(0)
             if not running:
                 return
@@ -153,6 +154,7 @@ def side_by_side(
                 if not handle.done():
                     continue
                 del running[slot]
+                job.running = False
                 free.append(slot)
                 try:
                     handle.result()
@@ -170,9 +172,10 @@ def side_by_side(
     except BaseException:
         for _, handle in running.values():
             handle.stop(wait=False)
-        for _, handle in running.values():
+        for job, handle in running.values():
             try:
                 handle.result()
             except BaseException:  # noqa: BLE001 - stopping: its own error is not the one to show
                 pass
+            job.running = False
         raise

@@ -81,4 +81,9 @@ def _step(key: str, ends: tuple) -> int | float | None:
         raise BigbatchError(
             f"search range for {key!r}: the third item is 'log' or a step > 0, e.g. (16, 64, 16), got {step!r}"
         )
+    if isinstance(ends[0], int) and isinstance(ends[1], int) and not isinstance(step, int):  # (found by review:
+        raise BigbatchError(  # a batch range's float step sampled floats)
+            f"search range for {key!r}: a range of whole numbers takes a whole step, got {step!r}: give "
+            f"({ends[0]}, {ends[1]}, {max(1, round(step))}), or float ends for a float range"
+        )
     return step

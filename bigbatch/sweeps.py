@@ -96,9 +96,11 @@ def sweep(
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise BigbatchError(f"sweep grid key {key!r} must map to a non-empty list of values, got {values!r}")
-        ranged = isinstance(values, tuple) and all(isinstance(v, (int, float)) for v in values[:2])  # (other tuples:
-        if ranged and (len(values) == 2 or len(values) == 3 and values[2] == "log"):  # lists; found from outside:
-            raise BigbatchError(  # a search's range, in a grid, trained at its two ends)
+        # A tuple of numbers is a search's range (found from outside: in a grid, trained at its ends; its step's too,
+        # found by review); other tuples are lists.
+        ranged = isinstance(values, tuple) and all(isinstance(v, (int, float)) for v in values[:2])
+        if ranged and (len(values) == 2 or len(values) == 3 and (values[2] == "log" or is_number(values[2]))):
+            raise BigbatchError(
                 f"sweep grid key {key!r} maps to a tuple {values!r}, a search's (low, high) range: give a grid a list "
                 "of values, or sample the range with search=optuna.create_study(...)"
             )
@@ -182,7 +184,8 @@ def _one_sweep(root: Path) -> Iterator[None]:
         empty = made and [p.name for p in root.iterdir()] == [".sweep.lock"]
         unlock_folder(lock, remove=empty)
         if empty:
-            root.rmdir()
+            with contextlib.suppress(OSError):  # (something came meanwhile: an NFS .nfsXXXX; not the error to show)
+                root.rmdir()
 
 
 def _table(root: Path, jobs: list[Job]) -> list[dict[str, Any]]:
@@ -256,18 +259,23 @@ def _search(
                 raise
             digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:8]
             job = Job(root / f"trial-{trial.number:04d}-{digest}", dict(values), base, trial=trial)
-            # A config this trial sampled that training refuses (a batch its micro-batch does not divide; its plan
-            # too) is the study's FAIL, and the search goes on (found from outside: the whole search stopped at it);
-            # what it refuses of the base too, the search's error.
             try:
                 job.cfg = base.override(values)
+            except BigbatchError as e:  # (a value its key never takes: the space's to mend; found from outside: no
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)  # trial named)
+                raise BigbatchError(f"the search's trial {trial.number} sampled {values}: {e}") from None
+            # A config this trial sampled whose batch plan training refuses (a batch its micro-batch does not divide)
+            # is the study's FAIL, and the search goes on (found from outside: the whole search stopped at it); what
+            # it refuses of the base too, the search's error.
+            try:
                 _check_plan(job, None if launcher == "local" else nprocs)
             except BigbatchError as e:
                 if _refused(Job(job.run, {}, base), None if launcher == "local" else nprocs):
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     raise
                 jobs.append(job)
-                mark_failed(job, BigbatchError(f"sampled {values}: {e}"))
+                said = str(e).removeprefix(f"the sweep's run {job.run.name}: ")
+                mark_failed(job, BigbatchError(f"sampled {values}: {said}"))
                 tell(job)
                 continue
             try:  # (found from outside: a search of another base into RUNS_DIR took its runs, and called them failed)

@@ -27,9 +27,9 @@ def pytest_configure(config):
     workers = getattr(config, "workerinput", {}).get("workercount")
     if workers is None and config.getoption("numprocesses", None):
         return  # pytest-xdist's controller, which runs no test: its workers set their own
-    share = max(1, min(2, (os.cpu_count() or 1) // (workers or 1)))
-    os.environ.setdefault("OMP_NUM_THREADS", str(share))
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    share = str(max(1, min(2, (os.cpu_count() or 1) // (workers or 1))))
+    given = os.environ.setdefault("OMP_NUM_THREADS", share)
+    torch.set_num_threads(int(given) if given.isdigit() and int(given) > 0 else int(share))  # (not "4,2" or "")
 
 
 @pytest.fixture

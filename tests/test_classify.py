@@ -401,7 +401,7 @@ def test_phases_change_size_and_batch_and_resume_inside_a_phase_is_bit_identical
     # Each row says the side it trained at, each evaluation the side it scored at (found from outside: neither).
     trained = [(r["kimg"], r["resolution"]) for r in rows(whole) if "eval_seconds" not in r]
     assert trained == [(0.128, 12), (0.256, 12), (0.384, 16), (0.512, 16), (0.64, 16), (0.768, 16)]
-    scored = [(r["kimg"], r["resolution"]) for r in rows(whole) if "eval_seconds" in r]
+    scored = [(r["kimg"], r["eval_resolution"]) for r in rows(whole) if "eval_seconds" in r]
     assert scored == [(0.256, 12), (0.512, 16), (0.768, 16)]
     # `bigbatch info` says the resolution the run last trained at, and which phase was in force.
     from bigbatch.info import describe_run

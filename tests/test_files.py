@@ -8,14 +8,14 @@ import os
 import pytest
 
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write
+from bigbatch.files import STALE_S, atomic_write, temp_name
 
 
 def test_a_link_at_the_temporary_name_is_refused_and_its_file_kept(tmp_path):
     # Found by review: a link another user planted at .NAME.tmp-PID had the write land in the file it points to.
     victim = tmp_path / "victim.txt"
     victim.write_text("mine")
-    link = tmp_path / f".out.txt.tmp-{os.getpid()}"
+    link = temp_name(tmp_path / "out.txt")
     link.symlink_to(victim)
     with pytest.raises(BigbatchError, match=f"{link} is in the way of a file bigbatch writes") as e:
         atomic_write(tmp_path / "out.txt", "new")
@@ -30,7 +30,7 @@ def test_a_link_at_the_temporary_name_is_refused_and_its_file_kept(tmp_path):
 
 def test_a_leftover_of_this_users_own_at_the_temporary_name_is_replaced(tmp_path):
     # (a killed process of the same PID, or an earlier try of this one: as before, it goes)
-    (tmp_path / f".out.txt.tmp-{os.getpid()}").write_text("half")
+    (temp_name(tmp_path / "out.txt")).write_text("half")
     atomic_write(tmp_path / "out.txt", "new", sync=False)
     assert (tmp_path / "out.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
 
@@ -40,7 +40,7 @@ def test_a_leftover_showing_another_owner_is_this_users_where_no_one_else_may_wr
     # Found by review: on root-squashed or id-mapped NFS one's own files show another owner, and a same-PID leftover
     # (containers reuse low PIDs) was refused; in a folder only its owner may write, it is one's own.
     tmp_path.chmod(0o755)
-    leftover = tmp_path / f".out.txt.tmp-{os.getpid()}"
+    leftover = temp_name(tmp_path / "out.txt")
     leftover.write_text("half")
     os.chown(leftover, 65534, 65534)
     atomic_write(tmp_path / "out.txt", "new", sync=False)
@@ -83,16 +83,24 @@ def test_another_users_link_at_the_name_is_replaced_not_followed(tmp_path):
     assert victim.read_text() == "mine" and not (tmp_path / "out.txt").is_symlink()
 
 
-def test_what_a_killed_writer_of_the_file_left_beside_it_goes_with_the_next_write(tmp_path):
+def test_what_a_killed_writer_of_this_machine_left_in_the_folder_goes_with_the_next_write(tmp_path):
     # Found from outside: each `sample --npz` killed while it wrote left its temporary file (98 MB), which no later
-    # command removed. A process still writing keeps its own.
+    # command removed. Kept (found by review): a process's still writing, another machine's in a shared folder (its
+    # PIDs are not this one's), and one changed within STALE_S (a container's of another PID namespace).
     import subprocess
     import sys
+    import time
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    killed, other = tmp_path / f".s.npz.tmp-{int(dead.stdout)}", tmp_path / f".t.png.tmp-{int(dead.stdout)}"
-    writing = tmp_path / f".s.npz.tmp-{os.getppid()}"
-    for leftover in (killed, other, writing):
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    mine = temp_name(tmp_path / "s.npz").name.rpartition("-")[0]  # .s.npz.tmp-HOST
+    killed, other = tmp_path / f"{mine}-{dead}", tmp_path / f".t.png{mine[6:]}-{dead}"
+    fresh, writing = tmp_path / f".u.png{mine[6:]}-{dead}", tmp_path / f"{mine}-{os.getppid()}"
+    elsewhere, huge = tmp_path / f".s.npz.tmp-otherhost-{dead}", tmp_path / f"{mine}-99999999999999"
+    for leftover in (killed, other, fresh, writing, elsewhere, huge):
         leftover.write_bytes(b"half")
+        if leftover != fresh:
+            then = time.time() - 2 * STALE_S
+            os.utime(leftover, (then, then))
     atomic_write(tmp_path / "s.npz", b"new")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["s.npz", writing.name])
+    left = {fresh, writing, elsewhere, huge}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["s.npz", *(p.name for p in left)])

@@ -581,7 +581,7 @@ class ClassifyScorer:
         if self.task.cfg.eval.standing_stats:
             self.task.standing_stats(self.task.cfg.eval.standing_stats)
         # (the side it scored at, beside the scores: found from outside, a phase's side unsaid in its rows)
-        return {**self.validation(self.task.evaluated()), "resolution": self.task.scored_at()}
+        return {**self.validation(self.task.evaluated()), "eval_resolution": self.task.scored_at()}
 
     def improved(self, scores: dict[str, float]) -> bool:
         return self.tracker.improved(scores)
