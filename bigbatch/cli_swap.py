@@ -65,6 +65,6 @@ def add_swap_commands(sub: Any) -> None:
     sw.add_argument(
         "--color-transfer",
         metavar="MODE",
-        help="recolour each swap like its dst face, as DFL's merger: rct, lct, mkl, mkl-m, idt, idt-m or sot-m",
+        help="recolour each swap like its dst face, as DFL's merger: rct, lct, mkl, mkl-m, idt, idt-m, sot-m or none",
     )
     sw.set_defaults(func=_swap)

@@ -125,12 +125,20 @@ def deployable(run: str | Path, which: str = "latest", psi: float | None = None)
     return read_picked(run, which, lambda ckpt: _deployable(ckpt, psi))
 
 
+def origin(ckpt: Path) -> str:
+    """Which checkpoint a deployed file came from, as its metadata says it: RUN/checkpoints/KIMG by the run folder's
+    name, not its absolute path (found from outside: a .dfm, shared as DeepFaceLive's are, said its maker's home
+    folder; as typed, a relative path named nothing once deployed)."""
+    ckpt = Path(ckpt).resolve()
+    return f"{ckpt.parent.parent.name}/checkpoints/{ckpt.name}" if ckpt.parent.name == "checkpoints" else ckpt.name
+
+
 def _deployable(ckpt: Path, psi: float | None) -> Deployable:
     cfg = Config.load(ckpt / "config.toml")
     # Where it came from: the checkpoint (resolved: as typed, it named nothing once deployed), the model family and
     # the images it had trained on (found from outside: a deployed file did not say them)
     kimg = int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)) / 1000
-    base = {"task": cfg.task, "model": cfg.model.name, "checkpoint": str(Path(ckpt).resolve()), "kimg": kimg}
+    base = {"task": cfg.task, "model": cfg.model.name, "checkpoint": origin(ckpt), "kimg": kimg}
     if psi is not None and (cfg.task != "gan" or cfg.model.name != "stylegan2"):
         what = f"a {cfg.task} run" if cfg.task != "gan" else f"a {cfg.model.name} generator"
         raise BigbatchError(
@@ -234,7 +242,7 @@ def _dfm(run: str | Path, which: str) -> tuple[bytes, str]:
                 f"{ckpt} is a {cfg.task} run: a .dfm is DeepFaceLive's face-swap model; give a swap run or a "
                 "DeepFaceLab SAEHD model folder"
             )
-        return load_autoencoder(ckpt), _recorded_face_type(ckpt, cfg) or "", {"checkpoint": str(ckpt.resolve())}
+        return load_autoencoder(ckpt), _recorded_face_type(ckpt, cfg) or "", {"checkpoint": origin(ckpt)}
 
     if (named := dfl_model(run)) is not None:
         if which != "latest":  # (found by review: taken, and nothing done with it)

@@ -509,9 +509,8 @@ def test_a_model_exported_to_dfl_swaps_and_merges_there_as_here(tmp_path):
 
 
 def test_a_model_whose_face_type_is_unknown_merges_with_the_aligned_faces_type(workflow, capsys):
-    # Found from outside: a run trained on faces of no known type (prepared with --masks alpha) merged with
-    # "unknown face type ''" where the aligned faces' own type is the one to crop by. Such a run is played here
-    # by the workflow's, its face type cleared where a run keeps it.
+    # Found from outside: a run of faces of no known type (--masks alpha) merged with "unknown face type ''" (and
+    # then unsaid); the aligned faces' own type crops. Played by the workflow's run, its face type cleared.
     import json
 
     root, run = workflow
@@ -522,7 +521,8 @@ def test_a_model_whose_face_type_is_unknown_merges_with_the_aligned_faces_type(w
     for config in (Path("unknown/config.toml"), ckpt / "config.toml"):
         config.write_text(config.read_text().replace('face_type = "wf"', 'face_type = ""'))
     args = ["merge", "unknown", str(root / "data_dst.mp4"), str(root / "dst_aligned"), "m", "--color", "none"]
-    assert main(args) == 0, capsys.readouterr().err
+    assert main(args) == 0
+    assert "unknown's face type is unknown: merging as whole_face, the aligned faces' type" in capsys.readouterr().err
     assert main(["merge", str(run), *args[2:-3], "m_own", "--color", "none"]) == 0
     assert [cv2.imread(f"m/{i + 1:05d}.png").tobytes() for i in range(4)] == [
         cv2.imread(f"m_own/{i + 1:05d}.png").tobytes() for i in range(4)

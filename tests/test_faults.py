@@ -261,7 +261,7 @@ def test_a_checkpoint_pruned_under_a_reader(tiny, tmp_path, monkeypatch):
     from bigbatch.export import deployable
 
     pruned.clear()
-    assert deployable(run).meta["checkpoint"] == str(run / "checkpoints" / "000000.256") and pruned == [before]
+    assert deployable(run).meta["checkpoint"] == f"{run.name}/checkpoints/000000.256" and pruned == [before]
     # Named as a folder: said so in one line.
     pruned.clear()
     with pytest.raises(checkpoints.Pruned, match="000000.256 was deleted while being read"):

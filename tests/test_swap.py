@@ -270,6 +270,12 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
     wide = cli("swap", str(run), str(tmp_path / "wide"), str(tmp_path / "wide_out"))
     assert wide.returncode == 0 and "is 80x60, not square as aligned faces are" in wide.stderr
     assert Image.open(tmp_path / "wide_out" / "w.png").size == (80, 60)
+    # An earlier swap's faces left in OUT_DIR are said (found from outside: unsaid); "none" as merge takes it.
+    assert swap_folder(run, tmp_path / "wide", tmp_path / "swapped", color_transfer="none") == 1
+    assert (
+        "swapped holds 24 images this swap does not write (00.png, 01.png, 02.png, ...), of an"
+        in capsys.readouterr().err
+    )
     # DFL's merger's colour transfer: the swap takes its dst face's colours before the blend
     out = cli("swap", str(run), str(tmp_path / "dst" / "img"), str(tmp_path / "ct"), "--color-transfer", "idt-m")
     assert out.returncode == 0, out.stderr

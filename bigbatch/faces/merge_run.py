@@ -246,6 +246,10 @@ def merge_folder(
         if len(kinds) != 1:
             raise BigbatchError("the model's face type is unknown and the faces are of several: give --face-type")
         known = next(iter(kinds))
+        warn(  # (found from outside: unsaid, where export-dfl refuses the run without --face-type)
+            f"{run}'s face type is unknown: merging as {align.face_type(known).dfl_name}, the aligned faces' type "
+            "(give --face-type if it was trained on faces of another)"
+        )
     kind = align.face_type(known)
 
     out = Path(out)

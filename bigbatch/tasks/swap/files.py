@@ -21,7 +21,7 @@ from PIL import Image
 
 from bigbatch import checkpoints, safe_pickle
 from bigbatch.config import Config
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.files import atomic_write
 from bigbatch.models import dfl
 from bigbatch.presets import preset
@@ -345,6 +345,24 @@ def _check_face_types(path: str | Path, files: list[Path]) -> None:
             )
 
 
+def _say_others(out_dir: Path, stems: dict[str, Path]) -> None:
+    """Warn of images in OUT_DIR (or its masks/) that this swap does not write: an earlier swap's, of faces not among
+    these, perhaps of another model (found from outside: left beside the new ones without a word; DFL's merger empties
+    its output folder, `bigbatch merge` refuses one it did not write)."""
+    folders = [f for f in (out_dir, out_dir / "masks") if f.is_dir()]
+    others = sorted(
+        str(p.relative_to(out_dir))
+        for f in folders
+        for p in f.iterdir()
+        if p.suffix.lower() in IMAGE_SUFFIXES and p.stem not in stems
+    )
+    if others:
+        warn(
+            f"{out_dir} holds {counted(len(others), 'image')} this swap does not write ({named_few(others, 3)}), of an "
+            "earlier swap: remove them, or give another OUT_DIR, for a folder of this swap's faces alone"
+        )
+
+
 def swap_folder(
     path: str | Path,
     in_dir: str | Path,
@@ -357,7 +375,9 @@ def swap_folder(
     or a DFL model folder): OUT_DIR/<name>.png, the swapped face blended into the input by the
     predicted mask at the input's own size (the model's output resized to it, as DFL's merger pastes
     it), and OUT_DIR/masks/<name>.png, the mask. `color_transfer`: DFL's merger's colour transfer of
-    the swap to its dst face (rct, lct, mkl, mkl-m, idt, idt-m, sot-m). Returns the number of faces."""
+    the swap to its dst face (rct, lct, mkl, mkl-m, idt, idt-m, sot-m; "none" as None). Returns the number of faces.
+    Images of OUT_DIR that are none of these faces' (an earlier swap's) are said."""
+    color_transfer = None if color_transfer == "none" else color_transfer  # (merge's word for it: found from outside)
     if color_transfer is not None and color_transfer not in MERGE_MODES:
         raise BigbatchError(
             f"unknown colour transfer {color_transfer!r}; valid: {', '.join(MERGE_MODES)} (DFL's merger's but "
@@ -389,6 +409,7 @@ def swap_folder(
                 f"{stems[f.stem].name} and {f.name} would both be written as {out_dir / (f.stem + '.png')}: rename one"
             )
         stems[f.stem] = f
+    _say_others(out_dir, stems)
     model = load_autoencoder(path, device).pack_for_cpu()  # (used on a CPU only)
     _check_face_types(path, files)
     res = model.resolution
