@@ -156,6 +156,9 @@ ELSEWHERE = {
         " (checkpoints come every checkpoint.every_kimg and checkpoint.every_minutes, the newest checkpoint.keep kept)"
     ),
     "swap.write_preview_history": " (previews go to RUN/samples/ every sample.every_kimg, each kept)",
+    # StyleGAN2-ADA's names (found from outside: --augpipe unhinted)
+    "augment.augpipe": ' (StyleGAN2-ADA\'s --augpipe is augment.pipeline = "ada" with augment.policy, e.g. "bgc")',
+    "augment.ada_interval": " (p moves every 256 real images here, at the rate of augment.speed_kimg, ADA's ada_kimg)",
 }
 
 

@@ -55,6 +55,7 @@ def test_dotted_override_is_typed_and_checked():
     "key, value, words",
     [
         ("train.batchsize", 3, ["unknown config key 'train.batchsize'", "did you mean 'batch'"]),
+        ("augment.augpipe", "bgc", ['StyleGAN2-ADA\'s --augpipe is augment.pipeline = "ada" with augment.policy']),
         ("train.batch", "big", ["'train.batch' must be an integer"]),
         ("train.batch", True, ["'train.batch' must be an integer"]),
         ("train.precision", "fp8", ["'train.precision'", "'fp32'", "'bf16'"]),
