@@ -135,8 +135,8 @@ def origin(ckpt: Path) -> str:
 
 def _deployable(ckpt: Path, psi: float | None) -> Deployable:
     cfg = Config.load(ckpt / "config.toml")
-    # Where it came from: the checkpoint (resolved: as typed, it named nothing once deployed), the model family and
-    # the images it had trained on (found from outside: a deployed file did not say them)
+    # Where it came from: the checkpoint (origin's name of it), the model family and the images it had trained on
+    # (found from outside: a deployed file did not say them)
     kimg = int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)) / 1000
     base = {"task": cfg.task, "model": cfg.model.name, "checkpoint": origin(ckpt), "kimg": kimg}
     if psi is not None and (cfg.task != "gan" or cfg.model.name != "stylegan2"):
