@@ -213,7 +213,9 @@ def _enhance(args: argparse.Namespace) -> None:
         raise BigbatchError(f"no face in {args.faces} was enhanced: {said_skipped(result.skipped)}")
     if result.done:
         where = "in place" if args.in_place else f"into {result.where}"
-        print(f"Enhanced {result.done} faces of {args.faces} {where}")
+        # (found from outside: a rerun that did nothing said it had enhanced them all)
+        kept = f" ({result.kept} of them kept from an earlier run)" if result.kept else ""
+        print(f"Enhanced {result.done} faces of {args.faces} {where}{kept}")
     else:  # (a rerun of an in-place run stopped while moving its faces back)
         print(f"Moved the {result.moved} enhanced faces left over those of {args.faces}")
     if result.left:

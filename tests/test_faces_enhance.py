@@ -70,7 +70,7 @@ def test_enhance_runs_dfls_enhancer_over_each_face_and_keeps_its_metadata(tmp_pa
     assert main(["enhance", str(folder), "--weights", str(facelib), "--device", "cpu"]) == 0
     out = tmp_path / "aligned_enhanced"  # DFL's folder
     said = capsys.readouterr()
-    assert f"Enhanced 3 faces of {folder} into {out}" in said.out and "notes.jpg" in said.err
+    assert f"Enhanced 3 faces of {folder} into {out}\n" in said.out and "notes.jpg" in said.err
     model = load_enhancer(facelib, "cpu")
     for name in ("00000.jpg", "00002.jpg"):
         data = (out / name).read_bytes()
@@ -120,6 +120,9 @@ def test_enhance_redoes_faces_of_other_weights_and_never_deletes_what_it_did_not
     out = tmp_path / "mine"
     assert main(["enhance", str(folder), "--weights", str(facelib), "--out", str(out)]) == 0
     first = (out / "00000.jpg").read_bytes()
+    capsys.readouterr()  # (a rerun of nothing new says so: found from outside, "Enhanced 1 faces")
+    assert main(["enhance", str(folder), "--weights", str(facelib), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.endswith(f"into {out} (1 of them kept from an earlier run)\n")
     torch.manual_seed(1)
     dfl.write_weights(facelib / "FaceEnhancer.npy", dfl.export_part(FaceEnhancer(width=0.125)))
     assert main(["enhance", str(folder), "--weights", str(facelib), "--out", str(out)]) == 0

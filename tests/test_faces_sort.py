@@ -4,6 +4,7 @@ method's order is known."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -197,3 +198,12 @@ def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_fra
     capsys.readouterr()
     assert main(["sort", str(folder), "--by", "oneface"]) == 0 and not names(folder)
     assert capsys.readouterr().out == f"Sorted {folder} by oneface: no face kept; all moved to {folder}_trash\n"
+    # Frames of two videos share names: sets combined under prefixes are told apart (found from outside: all trashed);
+    # "." sorted puts its trash beside it (found from outside: inside it, as "_trash").
+    trashed = len(names(tmp_path / "aligned_trash"))
+    for name, source in (("a_00005_0.jpg", "00005.png"), ("b_00005_0.jpg", "00005.png"), ("c.jpg", "00000.png")):
+        save(folder / name, image, {**meta, "source_filename": source})
+    save(folder / "d.jpg", image, {**meta, "source_filename": "00000.png"})
+    os.chdir(folder)
+    assert main(["sort", ".", "--by", "oneface"]) == 0 and len(names(folder)) == 2 and not Path("_trash").exists()
+    assert len(names(tmp_path / "aligned_trash")) == trashed + 2

@@ -65,13 +65,15 @@ def load_enhancer(weights: str | Path, device: str | torch.device, what: str = "
 class Enhanced:
     """What `enhance_folder` did: faces enhanced (`done`), faces moved over their originals (`moved`, with
     in_place), [(file, why skipped)], where the enhanced faces are, and how many of an interrupted in-place run were
-    left there (`left`: their originals renamed, changed or deleted since)."""
+    left there (`left`: their originals renamed, changed or deleted since); of `done`, those an earlier run had
+    enhanced (`kept`)."""
 
     done: int
     moved: int
     skipped: list[tuple[str, str]]
     where: Path
     left: int = 0
+    kept: int = 0
 
 
 def enhance_folder(
@@ -123,10 +125,10 @@ def enhance_folder(
     record = {"weights": digest, "faces": {k: v for k, v in kept.items() if now.get(k) == v}, "moving": None}
     _write_record(target, record)
     (target / JOURNAL).unlink(missing_ok=True)  # (folded into the record)
-    done, skipped = 0, []
+    done, skipped, kept = 0, [], 0
     for path in faces:
         if path.name in record["faces"] and (target / path.name).is_file():
-            done += 1
+            done, kept = done + 1, kept + 1
             continue
         try:
             face = _enhanced(model, path)
@@ -147,11 +149,11 @@ def enhance_folder(
         with contextlib.suppress(OSError):
             target.rmdir()
     if not in_place:
-        return Enhanced(done, 0, skipped, target)
+        return Enhanced(done, 0, skipped, target, kept=kept)
     record["moving"] = sorted(record["faces"])
     _write_record(target, record)
     moved, left, aside = _move_back(record, target, folder)
-    return Enhanced(done, moved, skipped, aside if left else folder, left)
+    return Enhanced(done, moved, skipped, aside if left else folder, left, kept)
 
 
 def _move_back(record: dict, target: Path, folder: Path) -> tuple[int, int, Path]:

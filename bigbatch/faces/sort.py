@@ -173,10 +173,15 @@ def _hist_dissim(faces: list[tuple[Path, Any]], block: int = 1024) -> list[int]:
 
 def _one_face(faces: list[tuple[Path, dict]]) -> tuple[list[int], list[int]]:
     """DFL's oneface: (the faces kept, in name order; those of frames that hold more than one face)."""
-    frames: dict[str, list[int]] = {}
-    for i, (_, meta) in enumerate(faces):
-        frames.setdefault(str(meta.get("source_filename", "")), []).append(i)
-    crowded = {i for frame, members in frames.items() if frame and len(members) > 1 for i in members}
+    # A frame by its name, and by what the face's own name puts before it: frames of two videos share their names
+    # (found from outside: sets combined as a_00001_0 and b_00001_0 trashed every face of both).
+    frames: dict[tuple[str, str], list[int]] = {}
+    for i, (path, meta) in enumerate(faces):
+        source = str(meta.get("source_filename", ""))
+        stem = Path(source).stem
+        before = path.stem.partition(stem)[0] if stem and stem in path.stem else ""
+        frames.setdefault((source, before), []).append(i)
+    crowded = {i for frame, members in frames.items() if frame[0] and len(members) > 1 for i in members}
     return [i for i in range(len(faces)) if i not in crowded], sorted(crowded)
 
 
@@ -270,7 +275,7 @@ def apply_order(folder: Path, order: list[Path], trash: list[Path]) -> Path | No
 
 def sort_folder(folder: str | Path, method: str, target: int | None = None) -> tuple[int, Path | None]:
     """`bigbatch sort`: sort `folder`'s faces by `method` in place; (faces kept, the trash folder or None)."""
-    folder = Path(folder)
+    folder = Path(folder).absolute()  # (found from outside: "." put its trash inside itself, as "_trash")
     if not folder.is_dir():
         raise BigbatchError(f"{folder} is not a folder of aligned faces")
     _recover(folder)
