@@ -421,3 +421,22 @@ def test_a_killed_prepares_local_copy_goes_and_a_full_temporary_folder_is_named(
     assert said.returncode == 2, said.stderr
     assert f"cannot write s3://bkt/full.h5's local copy in {tmp}: " in said.stderr and "set TMPDIR" in said.stderr
     assert sorted(p.name for p in tmp.iterdir()) == sorted([running.name, elsewhere.name])  # the killed one's gone
+
+
+def test_an_object_replaced_while_it_is_read_is_said_not_read_on(s3, photos, tmp_path, monkeypatch):
+    # Found from outside: a prepare --overwrite onto an s3:// data.path as a run trained had it read the new images
+    # beside the old file's labels, its checkpoints naming the old content hash, without a word.
+    from bigbatch.data import h5stamp
+
+    fs, _ = s3
+    url = "s3://bkt/data/replaced.h5"
+    prepare(str(photos), url, resolution=8, workers=0)
+    data, idx = load_data(url, 8), torch.tensor([0, 1])
+    data.get(idx)
+    prepare(str(photos), str(tmp_path / "other.h5"), resolution=12, workers=0)
+    fs.put(str(tmp_path / "other.h5"), "bkt/data/replaced.h5")
+    monkeypatch.setattr(h5stamp, "CHECK_EVERY_S", 0.0)  # (a look every 30 s; every read here)
+    with pytest.raises(bigbatch.BigbatchError, match=r"data file \S*replaced.h5 was replaced since it was opened"):
+        data.get(idx)
+    with pytest.raises(bigbatch.BigbatchError, match="was replaced since it was opened"):  # (a new reader's too)
+        next(iter(BatchLoader(data, [idx], workers=1)))

@@ -23,6 +23,7 @@ from bigbatch.data import jpeg_region
 from bigbatch.data.codecs import decode, decode_box
 from bigbatch.data.crops import center_box, rrc_box
 from bigbatch.data.device_decode import Encoded
+from bigbatch.data.h5stamp import RemoteCheck, local_stamp, remote_stamp, same_file
 from bigbatch.data.h5write import FORMAT, FORMAT_ENCODED, content_hash
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location, unreachable, url_fix
@@ -291,26 +292,6 @@ def _fd_of(f: h5py.File) -> int | None:
         return None
 
 
-def _stamp(fd: int | None) -> tuple | None:
-    """What tells one local file from another put at its path (as prepare puts one, by a rename): device and inode
-    (one cut short in place is said as truncated where its reads fall short)."""
-    if fd is None:
-        return None
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino
-
-
-def _same_file(location: Location, fd: int | None, stamp: tuple | None) -> None:
-    """One line where the file a process opens is not the one whose index (and content hash) the data was read
-    with (found from outside: a prepare --overwrite onto data.path as a run started had it train on the new
-    images while its checkpoints recorded the old ones' hash)."""
-    if stamp is not None and fd is not None and _stamp(fd) != stamp:
-        raise BigbatchError(
-            f"data file {location.name} was replaced since it was opened (prepare --overwrite?): the images read "
-            "would not be those its content hash names; start the command again"
-        )
-
-
 class _Reader:
     """One process's access to a data file's bytes: positional reads of a local file, concurrent range
     requests of a URL, h5py for a layout only it reads (filters, or no chunk index). Made on first use in each
@@ -320,14 +301,16 @@ class _Reader:
         self, location: Location, storage_options: dict[str, Any], groups: list[_Group], stamp: tuple | None = None
     ):
         self.location, self.pid, self.fd, self.fs, self.fs_path, self.h5 = location, os.getpid(), -1, None, "", None
+        self.check: RemoteCheck | None = None
         if location.url:
             self.fs, self.fs_path = location.fs(storage_options)
+            self.check = RemoteCheck(location, self.fs, self.fs_path, stamp)
         elif any(g.chunk_offsets is not None for g in groups):
             self.fd = os.open(location.path, os.O_RDONLY)
-            _same_file(location, self.fd, stamp)
+            same_file(location, local_stamp(self.fd), stamp)
         if any(g.chunk_offsets is None and g.array is None for g in groups):
             self.h5 = _open_h5(location, storage_options)
-            _same_file(location, _fd_of(self.h5), stamp)
+            same_file(location, local_stamp(_fd_of(self.h5)), stamp)
 
     def __del__(self) -> None:
         if getattr(self, "fd", -1) >= 0 and self.pid == os.getpid():
@@ -360,6 +343,7 @@ class _Reader:
     def ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
         """File byte ranges, as concurrent range requests (remote) or positional reads (local)."""
         if self.fs is not None:
+            self.check()  # type: ignore[misc]
             starts, ends = [a for a, _ in ranges], [b for _, b in ranges]
             return self.fs.cat_ranges([self.fs_path] * len(ranges), starts, ends, on_error="raise")
         out = []
@@ -395,7 +379,10 @@ class H5Data:
         self.storage_options = dict(storage_options or {})
         self._reader: _Reader | None = None
         with _open_h5(self.location, self.storage_options) as f, readable(self.location):
-            self._stamp = None if self.location.url else _stamp(_fd_of(f))
+            if self.location.url:  # (its ETag: found from outside, an object replaced as a run read it, unsaid)
+                self._stamp = remote_stamp(*self.location.fs(self.storage_options))
+            else:
+                self._stamp = local_stamp(_fd_of(f))
             self.meta = _meta(f, self.location)
             self.encoded = self.meta.get("codec", "raw") != "raw"
             self.whole = self.meta.get("crop") == "none"  # whole images, cropped as they are read
@@ -411,7 +398,7 @@ class H5Data:
 
     def _load_all(self) -> None:
         with _open_h5(self.location, self.storage_options, sequential=True) as f, readable(self.location):
-            _same_file(self.location, None if self.location.url else _fd_of(f), self._stamp)
+            same_file(self.location, None if self.location.url else local_stamp(_fd_of(f)), self._stamp)
             for g in self.groups:
                 g.array = np.empty(f[g.path].shape if self.encoded else (g.count, *g.shape), np.uint8)
                 if g.array.size:
