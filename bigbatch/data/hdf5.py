@@ -310,7 +310,7 @@ class _Reader:
             same_file(location, local_stamp(self.fd), stamp)
         if any(g.chunk_offsets is None and g.array is None for g in groups):
             self.h5 = _open_h5(location, storage_options)
-            same_file(location, local_stamp(_fd_of(self.h5)), stamp)
+            same_file(location, None if location.url else local_stamp(_fd_of(self.h5)), stamp)  # (a URL's: above)
 
     def __del__(self) -> None:
         if getattr(self, "fd", -1) >= 0 and self.pid == os.getpid():
