@@ -105,7 +105,7 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -
     evals = [r for r in rows if "eval_seconds" in r]
     speeds = [r["img_per_s"] for r in logs if is_number(r.get("img_per_s"))]
     state = "failed" if job and job.failed else "pruned" if job and job.pruned else status(run, cfg)
-    state = "running" if getattr(job, "running", False) else state  # (side by side, as another run ends)
+    state = "running" if job and job.running else state  # (side by side, as another run ends)
     if job and job.pruned and job.reported:  # (its scores the study saw: found from outside, a pruned run went on, and
         evals = evals[: max(job.reported)]  # its later best outranked the study's best in the table)
     out: dict[str, Any] = {"run": run.name, **combo, "status": state}

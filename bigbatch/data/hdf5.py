@@ -343,7 +343,8 @@ class _Reader:
     def ranges(self, ranges: list[tuple[int, int]]) -> list[Any]:
         """File byte ranges, as concurrent range requests (remote) or positional reads (local)."""
         if self.fs is not None:
-            self.check()  # type: ignore[misc]
+            if self.check is not None:  # (made with self.fs: a URL's)
+                self.check()
             starts, ends = [a for a, _ in ranges], [b for _, b in ranges]
             return self.fs.cat_ranges([self.fs_path] * len(ranges), starts, ends, on_error="raise")
         out = []

@@ -63,9 +63,9 @@ def stored_side(data: Any) -> int:
     return side
 
 
-def stored_images(data: Any) -> str:
-    """What a prepared file holds, by side, for a message: 'whole images of short side 64px' or '64px images'."""
-    side = stored_side(data)
+def stored_images(data: Any, side: int) -> str:
+    """What a prepared file holds, by its stored_side, for a message: 'whole images of short side 64px' or '64px
+    images'."""
     return f"whole images of short side {side}px" if getattr(data, "whole", False) else f"{side}px images"
 
 

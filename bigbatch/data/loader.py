@@ -365,8 +365,8 @@ class Loader:
         self.data = load_data(path, resolution, in_ram, storage_options)
         if rank == 0 and (stored := stored_side(self.data)) and resolution > stored:  # (as train says it: found
             warn(  # from outside)
-                f"{self.data.source} holds {stored_images(self.data)}, read at {resolution}px: upscaled, no sharper "
-                "than at their own size",
+                f"{self.data.source} holds {stored_images(self.data, stored)}, read at {resolution}px: upscaled, no "
+                "sharper than at their own size",
                 once=True,
             )
         if len(getattr(self.data, "bucket_counts", [])) > 1:  # (said here, not at the first batch)

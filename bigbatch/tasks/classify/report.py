@@ -116,8 +116,8 @@ def evaluate_classifier(
     if stored and stored < resolution:  # (whole images' short side too: found from outside)
         where = "" if given or cfg.eval.resolution else ", where it last trained"
         warn(
-            f"data set {public_name(data_path or d.val_path or d.path)} holds {stored_images(data)}, and the run "
-            f"scores at {resolution}px{where}: they are upscaled, no sharper than at their own size"
+            f"data set {public_name(data_path or d.val_path or d.path)} holds {stored_images(data, stored)}, and the "
+            f"run scores at {resolution}px{where}: they are upscaled, no sharper than at their own size"
         )
     device = next(net.parameters()).device
     validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)

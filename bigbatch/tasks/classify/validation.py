@@ -63,13 +63,14 @@ def warn_upscaled(cfg: Any, data: Any, val: Any = None) -> None:
         stored = stored_side(held) if held is not None else 0
         if stored and side > stored:  # (whole images too: found from outside, 64 px ones trained at 128 unsaid)
             whole = getattr(held, "whole", False)
-            fix = f"again with --resolution {side} --crop none" if whole else f"at {side}px (or with --crop none)"
-            fix = f"prepare the images {fix} for the detail"
             if whole and stored < int(held.meta.get("resolution", 0)):  # (their sources are that small)
                 fix = f"most were smaller than the side they were prepared at: train at {stored}px, or give larger ones"
+            else:
+                again = f"again with --resolution {side} --crop none" if whole else f"at {side}px (or with --crop none)"
+                fix = f"prepare the images {again} for the detail"
             warn(
-                f"data set {held.source} holds {stored_images(held)}, and the run {which} at up to {side}px ({why}): "
-                f"they are upscaled, no sharper than at their own size; {fix}"
+                f"data set {held.source} holds {stored_images(held, stored)}, and the run {which} at up to {side}px "
+                f"({why}): they are upscaled, no sharper than at their own size; {fix}"
             )
 
 
