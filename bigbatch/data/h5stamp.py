@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from bigbatch.data.listing import object_stamp
+from bigbatch.data.listing import STAMP_FIELDS, object_stamp
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location
 
@@ -29,8 +29,8 @@ def local_stamp(fd: int | None) -> tuple | None:
 def remote_stamp(fs: Any, path: str) -> tuple | None:
     """An object's stamp as its store says it now (its listing cache dropped first); None where it says none."""
     fs.invalidate_cache(path)
-    stamp = object_stamp(fs.info(path))
-    return ("object", stamp) if stamp.rpartition(":")[2] else None
+    info = fs.info(path)
+    return ("object", object_stamp(info)) if any(info.get(f) for f in STAMP_FIELDS) else None
 
 
 def same_file(location: Location, now: tuple | None, stamp: tuple | None) -> None:
