@@ -26,6 +26,7 @@ from bigbatch.batching import (
 )
 from bigbatch.config import Config
 from bigbatch.data.load import training_data
+from bigbatch.data.loader import DataReadError
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.arguments import SkipLimitReached
@@ -216,6 +217,17 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 failed = e
         return True
 
+    def save_stopped() -> tuple[Path, str]:
+        """Save where the run is, as a stop does: the checkpoint, and the command that continues from it."""
+        path = run.save(task, rep, nimg, progress.seconds(), window(), stopped=True)
+        run.write_previews(task, nimg, at_checkpoint=True)
+        resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
+        if not is_own(cfg.model.name):  # (a user's own family: the command line cannot build it)
+            resume_with = f"bigbatch.train(cfg, run_dir={str(run.path)!r}, resume=True), where {own_family}"
+        elif rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)
+            resume_with = f"{resume_with}, started as this run was ({rep.world_size} processes)"
+        return path, resume_with
+
     def window() -> dict:
         """The log row under way, and whether an evaluation due was cut short (the resumed run makes it)."""
         return {**progress.window.state(), **({"eval_pending": True} if eval_pending else {})}
@@ -247,9 +259,20 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             if halt:
                 break
             # One iteration of the task, on the feed's next batches (data.schedule sets their size).
-            began, before = time.perf_counter(), nimg
+            began, before, applied = time.perf_counter(), nimg, _steps_applied(rep)
             try:
                 stats = task.step(feed)
+            except DataReadError as e:
+                # The data could not be read (a network store gone, a file cut short) before this iteration changed
+                # anything: one process saves where it is, as a stop does, and the run resumes to the weights of
+                # one left alone (found from outside: a run ended on the error saved nothing). Several processes
+                # cannot (the others wait in the step's collectives): their last checkpoint stands.
+                if rep.world_size > 1 or failed is not None or _steps_applied(rep) != applied:
+                    raise
+                check_replicas(task, nimg)  # (finite weights)
+                path, resume_with = save_stopped()
+                progress.close()
+                raise BigbatchError(f"{e}; saved {path}. Once it reads again, continue with: {resume_with}") from None
             except SkipLimitReached as e:  # (its last row logged, skipped steps counted: found from outside, lost)
                 if main and failed is None:
                     with suppress(BigbatchError, OSError):
@@ -305,13 +328,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             progress.close()
             raise failed
         if stopped and main:  # save where we are
-            path = run.save(task, rep, nimg, progress.seconds(), window(), stopped=True)
-            run.write_previews(task, nimg, at_checkpoint=True)
-            resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
-            if not is_own(cfg.model.name):  # (a user's own family: the command line cannot build it)
-                resume_with = f"bigbatch.train(cfg, run_dir={str(run.path)!r}, resume=True), where {own_family}"
-            elif rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)
-                resume_with = f"{resume_with}, started as this run was ({rep.world_size} processes)"
+            path, resume_with = save_stopped()
             print(f"{STOPPED_BY_SIGNAL}; saved {path}. Continue with: {resume_with}", flush=True)
     progress.close()
     if stopped:
@@ -322,3 +339,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             usage = f"Load it from Python (bigbatch.load_generator, load_classifier), where {own_family}"
         print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {usage}", flush=True)
     return run.path
+
+
+def _steps_applied(rep: Replicator) -> int:
+    """The optimizer steps the Replicator has taken (skipped ones too), over its optimizers."""
+    return sum(state.steps for state in rep.optimizers.values())
