@@ -13,7 +13,7 @@ from typing import TypeVar
 from bigbatch import checkpoints
 from bigbatch.errors import BigbatchError, named_few, warn
 from bigbatch.files import owner_alive
-from bigbatch.urls import public_name, refuse_credentials
+from bigbatch.urls import local_run, public_name, refuse_credentials
 
 T = TypeVar("T")
 
@@ -83,7 +83,7 @@ def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
     refuse_credentials(str(path), public_name(str(path)))
-    path = run_named(path)
+    path = run_named(local_run(path))
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
     if (path / "meta.json").exists() or (path / "state.pt").exists():

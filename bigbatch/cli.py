@@ -18,7 +18,7 @@ from pathlib import Path
 import bigbatch
 from bigbatch import cli_errors, cli_tools, signals
 from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
-from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_outputs, runtime_error_line, say_error
+from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_paths, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
@@ -495,7 +495,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         extras = []
     if extras:  # (the command's --help: found from outside, train's pointed to bigbatch's)
         _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extras)}")
-    refuse_url_outputs(args, argv)
+    refuse_url_paths(args, argv)
     cli_tools.checkpoint_named(args)
     return args
 

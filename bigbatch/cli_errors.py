@@ -15,7 +15,7 @@ import sys
 from typing import Any, NoReturn
 
 from bigbatch.errors import LOST_PEER, BigbatchError
-from bigbatch.urls import local_folder
+from bigbatch.urls import local_folder, local_run
 
 
 class Parser(argparse.ArgumentParser):
@@ -151,11 +151,17 @@ def _out_of_memory(e: RuntimeError) -> bool:
 
 # The commands whose output may be a URL (written there through fsspec); the others write local files.
 URL_OUTPUTS = {"prepare"}
+# The commands whose run (a run folder, a checkpoint's, a DFL model folder) is read as local files.
+RUN_INPUTS = {"sample", "plot", "stop", "merge", "swap", "export-dfl", "predict", "export", "train"}
 
 
-def refuse_url_outputs(args: argparse.Namespace, argv: list[str]) -> None:
-    """An output given as a URL to a command that writes local files, refused in one line (found from outside:
-    `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and `train --run-dir s3://b/run` trained a run there)."""
+def refuse_url_paths(args: argparse.Namespace, argv: list[str]) -> None:
+    """An output given as a URL to a command that writes local files, and a run given as one to a command that reads
+    it as local files, refused in one line (found from outside: `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and
+    `train --run-dir s3://b/run` trained a run there)."""
+    runs = [getattr(args, name, None) for name in ("run", "path", "init_from")] if args.command in RUN_INPUTS else []
+    for value in [r for run in runs for r in ([run] if isinstance(run, str) else run or ())]:  # (plot's: a list)
+        local_run(value)
     if args.command in URL_OUTPUTS:
         return
     out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "the output"

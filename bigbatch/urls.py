@@ -51,6 +51,14 @@ def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") 
     return Path(text)
 
 
+def local_run(value: str | os.PathLike) -> Path:
+    """A run (its folder, a checkpoint's, a DFL model folder) to read as local files; a URL refused in one line
+    (found from outside: `sample s3://b/run` said "s3:/b/run does not exist")."""
+    if names_url(text := os.fspath(value)):
+        raise BigbatchError(f"{text} is a URL, and runs are read as folders on this machine: copy the run down first")
+    return Path(text)
+
+
 def _split(url: str) -> tuple[str, str | None, str, str]:
     """(scheme, user info or None, host and path, the rest: ;params, ?query, #fragment) of a URL, by
     hand: a secret may hold characters (/ [ #) that make urllib misread or reject the URL."""

@@ -4,6 +4,7 @@ is, says so in one line, and once the data reads again resumes to the weights of
 import json
 
 import pytest
+
 import bigbatch
 from bigbatch.checkpoint_find import find_checkpoint
 from bigbatch.data.prepare import prepare

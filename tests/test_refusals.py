@@ -41,6 +41,11 @@ def one_line(capsys, argv, words):
         (["video", "make", "frames", "s3://bucket/v.mp4"], "the output s3://bucket/v.mp4 is a URL"),
         (["sample", "run", "--out", "s3://bucket/s.png"], "--out s3://bucket/s.png is a URL"),
         (["video", "frames", "nowhere.mp4", "clip:1"], "nowhere.mp4"),  # (a colon in a local name is no URL)
+        # runs given as URLs to commands that read local folders (found from outside: "s3:/bucket/run does not exist")
+        (["sample", "s3://bucket/run"], "s3://bucket/run is a URL, and runs are read as folders on this machine"),
+        (["plot", "runs", "s3://bucket/run"], "s3://bucket/run is a URL, and runs are read as folders"),
+        (["stop", "s3://bucket/run"], "s3://bucket/run is a URL, and runs are read as folders"),
+        (["train", "--init-from", "gs://bucket/run", "--dry-run"], "gs://bucket/run is a URL, and runs are read"),
         # configs: an empty name, a folder, a BOM, JSON, nesting too deep
         (["train", "--preset=", "--dry-run"], "--preset is empty: give a preset name"),
         (["train", "--config=", "--dry-run"], "--config is empty: give a TOML file"),
@@ -217,3 +222,8 @@ def test_a_path_of_the_wrong_kind_is_named_for_what_it_is(tmp_path, monkeypatch,
     one_line(capsys, ["info", "."], ". is a folder of runs (run): give one of them, ./<run>; `bigbatch plot .`")
     if importlib.util.find_spec("gcsfs") is None:  # (a scheme whose file system is not installed: s3fs was named)
         one_line(capsys, ["info", "gs://b/x.h5"], "install gcsfs to access Google Storage (fsspec's file system for gs")
+
+
+def test_a_run_given_to_python_as_a_url_is_one_line():
+    with pytest.raises(bigbatch.BigbatchError, match=r"^s3://bucket/run is a URL, and runs are read as folders"):
+        bigbatch.load_generator("s3://bucket/run")
