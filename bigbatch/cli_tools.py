@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import is_url, local_folder
+from bigbatch.urls import endpoint_options, is_url, local_folder
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -318,7 +318,8 @@ def run_stats(args: argparse.Namespace) -> None:
 
     if args.resolution is not None and args.resolution < 1:
         raise BigbatchError(f"--resolution must be at least 1, got {args.resolution}")
-    stored = read_meta(args.data)["resolution"] if _is_data_file(args.data) else None
+    options = endpoint_options(args.endpoint_url)
+    stored = read_meta(args.data, options)["resolution"] if _is_data_file(args.data) else None
     if stored is not None and args.resolution not in (None, stored):
         raise BigbatchError(
             f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
@@ -332,7 +333,7 @@ def run_stats(args: argparse.Namespace) -> None:
         if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):
             raise BigbatchError("--npz writes Inception statistics for other tools: give --extractor inception")
     resolution = stored or args.resolution or 32
-    data = load_data(args.data, resolution)
+    data = load_data(args.data, resolution, storage_options=options)
     args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
     if args.n is not None and args.n > len(data):
         warn(f"{args.data} holds {len(data)} images, fewer than --n {args.n}: using all of them")
@@ -401,9 +402,9 @@ def run_info(args: argparse.Namespace) -> None:
         from bigbatch.data.h5describe import describe_data
         from bigbatch.data.hdf5 import verify_data
 
-        print(describe_data(args.path))
+        print(describe_data(args.path, endpoint_options(args.endpoint_url)))
         if args.verify:
-            print(f"content hash verified: {verify_data(args.path)}")
+            print(f"content hash verified: {verify_data(args.path, endpoint_options(args.endpoint_url))}")
         return
     from bigbatch.info import describe_run
 

@@ -59,6 +59,11 @@ def local_run(value: str | os.PathLike) -> Path:
     return Path(text)
 
 
+def endpoint_options(endpoint_url: str | None) -> dict[str, Any] | None:
+    """fsspec's storage options for an S3 endpoint given on the command line (--endpoint-url), else None."""
+    return {"client_kwargs": {"endpoint_url": endpoint_url}} if endpoint_url else None
+
+
 def _split(url: str) -> tuple[str, str | None, str, str]:
     """(scheme, user info or None, host and path, the rest: ;params, ?query, #fragment) of a URL, by
     hand: a secret may hold characters (/ [ #) that make urllib misread or reject the URL."""

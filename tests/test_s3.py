@@ -182,6 +182,23 @@ def test_training_from_s3_with_the_endpoint_in_the_config(s3, photos, tmp_path, 
         ckpt = "checkpoints/000000.064"
         assert (a / ckpt / f"{net}.safetensors").read_bytes() == (b / ckpt / f"{net}.safetensors").read_bytes()
     assert SECRET not in (a / "config.toml").read_text()
+    # The other commands that read a data URL take --endpoint-url too, and eval reads a B on the run's store with the
+    # run's data.storage_options (found from outside: only prepare's took one; eval's B was read without them). In
+    # processes of their own: this one's s3fs keeps a file system made with the environment's endpoint.
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"} | {"AWS_MAX_ATTEMPTS": "1"}
+
+    def cli(*argv):
+        done = subprocess.run([sys.executable, "-m", "bigbatch", *argv], env=env, capture_output=True, text=True)
+        return done.returncode, done.stdout + done.stderr
+
+    code, said = cli("info", url, "--endpoint-url", endpoint, "--verify")
+    assert code == 0 and "images      24 uint8 NHWC" in said, said
+    code, said = cli("eval", str(a), url, "--metrics", "pr", "--n", "2")  # (refused once B is open)
+    assert code == 2 and "got 2 generated and 24 real" in said, said
+    code, said = cli(
+        "eval", url, str(tmp_path / "photos.h5"), "--metrics", "pr", "--n", "2", "--endpoint-url", endpoint
+    )
+    assert code == 2 and "got 2 generated and 24 real" in said, said
 
 
 def _seed(bucket: str, files: dict[str, bytes]) -> None:

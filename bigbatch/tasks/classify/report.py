@@ -44,14 +44,16 @@ def evaluate_classifier(
     device: str | torch.device = "cpu",
     tta: bool = False,
     resolution: int | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
     confusion.csv, confusion.png, top_losses.png; `tta`: each image's prediction averaged with its mirror
     image's, in <data>-tta-<checkpoint>/; `resolution`: scored at that side instead of eval.resolution's or where
-    it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics."""
+    it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics. `storage_options`: fsspec's for the
+    data, instead of the run's data.storage_options."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
-        cfg = run_config(ckpt)
+        cfg = run_config(ckpt).override({"data.storage_options": storage_options} if storage_options else {})
         if cfg.task != "classify":
             raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a classifier")
         if cfg.train.labels == "rotation":

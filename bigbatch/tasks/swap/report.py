@@ -46,12 +46,14 @@ def evaluate_swap(
     dst_path: str | None = None,
     which: str = "latest",
     device: str | torch.device = "cpu",
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score a swap run's autoencoder; write RUN/eval/<data>-<checkpoint>/ (metrics.json, preview.png) and return
-    the scores: src_ssim and dst_ssim (each side scored only when it has data) and their mean."""
+    the scores: src_ssim and dst_ssim (each side scored only when it has data) and their mean. `storage_options`:
+    fsspec's for the data, instead of the run's data.storage_options."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
-        cfg = run_config(ckpt)
+        cfg = run_config(ckpt).override({"data.storage_options": storage_options} if storage_options else {})
         if cfg.task != "swap":
             raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a face swap")
         return ckpt, cfg, load_autoencoder(ckpt, device)
