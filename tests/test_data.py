@@ -50,6 +50,28 @@ def test_fashion_mnist_from_any_idx_folder(tmp_path):
     assert d.labels.tolist() == labels.tolist()
 
 
+def test_a_builtin_set_is_resized_in_parts_and_one_too_large_for_memory_is_one_line(tmp_path, monkeypatch, capsys):
+    import torch.nn.functional as F
+
+    from bigbatch.data import builtin
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 28, 28))
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", images)
+    _write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.arange(12) % 10)
+    monkeypatch.setattr(builtin, "RESIZE_PART", 5)  # (parts of 5, 5 and 2 images)
+    whole = F.interpolate(torch.from_numpy(images.astype(np.float32) / 255)[:, None], size=(40, 40), mode="bicubic",
+                          antialias=True)  # fmt: skip
+    expected = (whole.clamp(0, 1) * 255).round().to(torch.uint8)[:, 0]
+    d = fashion_mnist(40, str(tmp_path))
+    assert d.images.shape == (12, 40, 40, 3) and all(torch.equal(d.images[..., c], expected) for c in range(3))
+    # Found from outside: Fashion-MNIST at 512 px was an out-of-memory error (63 GB) blamed on the training step.
+    with pytest.raises(bigbatch.BigbatchError, match=r"^builtin:digits at 16384 px takes 1347.75 GiB in memory, more"):
+        load_data("builtin:digits", 16384)
+    assert main(["prepare", "builtin:digits", "d.h5", "--resolution", "16384"]) == 2
+    assert "give a smaller data.resolution (its images are 8 px, enlarged to it)" in one_error_line(capsys)
+
+
 def test_missing_or_corrupt_idx_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("BIGBATCH_FASHION_MNIST", str(tmp_path))
     with pytest.raises(bigbatch.BigbatchError, match="dataset-fashion-mnist"):
