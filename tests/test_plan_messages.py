@@ -1,6 +1,7 @@
 """What the batch plan and precision say, as a user reads it (each found from outside)."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -170,3 +171,30 @@ def test_a_budget_past_the_machines_free_memory_is_said_on_a_cpu(capsys):
     net = rep.prepare(torch.nn.Linear(4, 1))
     rep.step(lambda m: net(m).square().mean(), torch.ones(8, 4), rep.wrap_optimizer(torch.optim.SGD(net.parameters())))
     assert "memory budget 102400.00 GiB is more than the " in capsys.readouterr().err
+
+
+def test_a_budget_no_micro_batch_fits_says_the_part_none_lowers_and_the_settings_not_on_yet():
+    # Found from outside: bf16 and activation checkpointing were advised to a run that had both on, and a budget
+    # under the weights, gradients and optimizer state alone (which no setting lowers) was not told apart.
+    from torch import nn
+
+    def plan(net: nn.Module, shape: tuple, budget: str, precision: str) -> None:
+        with bigbatch.Replicator(batch=4, micro_batch="auto", memory_budget=budget, precision=precision) as rep:
+            net = rep.prepare(net)
+            opt = rep.wrap_optimizer(torch.optim.Adam(net.parameters()))
+            rep.step(lambda x: net(x).float().square().mean(), torch.randn(4, *shape), opt)
+
+    wide = nn.Linear(1024, 1024)  # 4 MiB of weights, 4 of gradients, 8 of Adam's two moments
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        plan(wide, (1024,), "12MiB", "fp32")
+    assert str(e.value).endswith(
+        "over the memory budget of 12.0 MiB: the weights, their gradients and the optimizer's state alone take "
+        "16.0 MiB, which no micro-batch, precision or checkpointing lowers; raise memory_budget, or give a smaller "
+        "model"
+    ), e.value
+    conv = nn.Conv2d(3, 64, 3, padding=1)  # 16 MiB of activations an image at 256 px, 7 KiB of weights
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        plan(conv, (3, 256, 256), "4MiB", "bf16")
+    assert re.search(r"over the memory budget of 4.0 MiB, [\d.]+ KiB of it the weights, their gradients and the "
+                     r"optimizer's state; raise memory_budget, use activation checkpointing, or give a smaller model$",
+                     str(e.value)), e.value  # fmt: skip

@@ -263,12 +263,18 @@ def _bisect(probed: Callable[[int], Probe], candidates: list[int]) -> tuple[int 
     return (None if best is None else candidates[best]), probes
 
 
-def _over_budget(smallest: int, measured: Probe, budget: int) -> BigbatchError:
-    """Even the `smallest` micro-batch does not fit `budget` (`measured`: the smallest probed)."""
-    return BigbatchError(
-        f"even micro_batch={smallest} needs {format_bytes(measured.peak_bytes)}, over the memory budget of "
-        f"{format_bytes(budget)}; raise train.memory_budget, use bf16 or activation checkpointing, or a smaller model"
-    )
+class OverBudget(BigbatchError):
+    """Even the `smallest` micro-batch does not fit `budget`: its probe (`measured`, the smallest probed) peaked at
+    `peak` bytes."""
+
+    def __init__(self, smallest: int, peak: int, budget: int) -> None:
+        self.smallest, self.peak, self.budget = smallest, peak, budget
+        super().__init__(f"even micro_batch={smallest} needs {format_bytes(peak)}, over the memory budget of "
+                         f"{format_bytes(budget)}")  # fmt: skip
+
+
+def _over_budget(smallest: int, measured: Probe, budget: int) -> OverBudget:
+    return OverBudget(smallest, measured.peak_bytes, budget)
 
 
 def default_budget(device: torch.device, local_world: int = 1) -> int:

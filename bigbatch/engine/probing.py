@@ -3,7 +3,8 @@ Replicator's memory planning; the Replicator keeps the plan)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -56,7 +57,7 @@ def fit(
             raise _OneImage from None
 
     try:
-        with torch.random.fork_rng(devices=cuda):  # (the probes' random draws are not training's)
+        with torch.random.fork_rng(devices=cuda), _said_over(rep, plain, optimizers):  # (the probes' draws: their own)
             try:
                 micro, probes = memory.fit_micro_batch(fresh, sizes, rep.device, budget, baseline, dist.agree)
             except _OneImage:  # (a BatchNorm1d over one image: 1 is no micro-batch of this model)
@@ -78,3 +79,27 @@ def fit(
         if rep.device.type == "cuda":
             torch.cuda.set_per_process_memory_fraction(1.0, rep.device)
     return micro, probes, budget
+
+
+@contextmanager
+def _said_over(rep: Any, models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer]) -> Iterator[None]:
+    """A budget that not even the smallest micro-batch fits, said with the part of it no micro-batch changes (weights,
+    their gradients, the optimizer's state) and the settings that lower the rest that are not on already (found from
+    outside: bf16 and checkpointing advised to a run that had both, and nothing said of a floor above the budget)."""
+    try:
+        yield
+    except memory.OverBudget as e:
+        grads = sum(p.numel() * p.element_size() for m in models for p in m.parameters() if p.requires_grad)
+        fixed = memory.state_bytes(models, optimizers, existing=True) + grads
+        if fixed >= e.budget:
+            raise BigbatchError(
+                f"{e}: the weights, their gradients and the optimizer's state alone take "
+                f"{memory.format_bytes(fixed)}, which no micro-batch, precision or checkpointing lowers; raise "
+                "train.memory_budget, or give a smaller model"
+            ) from None
+        ways = ["bf16"] * (rep.precision == "fp32") + ["activation checkpointing"] * (not rep.checkpointing)
+        lower = f", use {' or '.join(ways)}" if ways else ""
+        raise BigbatchError(
+            f"{e}, {memory.format_bytes(fixed)} of it the weights, their gradients and the optimizer's state; "
+            f"raise train.memory_budget{lower}, or give a smaller model"
+        ) from None
