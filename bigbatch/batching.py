@@ -144,6 +144,15 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
     """A D that computes statistics over groups of images (StyleGAN2's minibatch standard deviation) gets
     micro-batches it can group, in every phase at this world size; one smaller than a group is one group."""
     group = _mbstd_group(cfg)
+    if cfg.train.micro_batch == "auto" and group:  # (found from outside: said once probed, not by the dry run)
+        for share in dict.fromkeys(p.batch // ctx.world_size for p in phases if (p.batch // ctx.world_size) % group):
+            warn(
+                f"micro_batch auto settles under {cfg.model.name}'s D group of {group} images for its standard "
+                f"deviation, which then groups fewer: no multiple of {group} divides the batch share of {share}, so "
+                f"the step depends on the memory budget; give a train.batch of a multiple of {group * ctx.world_size}"
+                f", or set model.options.mbstd_group to a divisor of {share}",
+                once=True,
+            )
     if cfg.train.micro_batch == "auto" or not group:
         return
     for p in phases:
@@ -188,6 +197,8 @@ def warn_under_group(cfg: Config, micro: int) -> None:
         what = f"micro_batch auto settled on {micro}, under" if auto else f"train.micro_batch {micro} is under"
         n = max(1, dist.context(cfg.train.device).world_size)
         share = cfg.train.batch // n
+        if share % group and auto:  # (said before the plan: _check_groups)
+            return
         if share % group:  # (found from outside: memory blamed, and a multiple that no micro-batch can be advised)
             why = f"no multiple of {group} divides the batch share of {share}"
             fix = f"give a train.batch of a multiple of {group * n}, or set model.options.mbstd_group={micro}"
