@@ -137,7 +137,7 @@ def _prepare(args: argparse.Namespace) -> None:
         labels=args.labels,
         classes=args.classes,
         overwrite=args.overwrite,
-        progress=sys.stderr.isatty(),
+        progress=True,  # (a bar on a terminal, else a line every 30 s: found from outside, a log got none)
     )
     print(report.summary())
     from bigbatch.cli_tools import next_steps

@@ -62,7 +62,7 @@ def test_eval_scores_a_classify_run_with_its_confusion_matrix_and_top_losses(tmp
         p = (net(x).softmax(1) + net(x.flip(-1)).softmax(1)) / 2
     assert tta["loss"] == pytest.approx(float(-p.gather(1, labels[:, None]).log().mean()), rel=1e-4)
     # Other data of the same classes; another checkpoint; data of other classes is one line.
-    monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a progress line a batch
+    monkeypatch.setattr("bigbatch.images_done.LINE_EVERY_S", 0.0)  # off a terminal: a progress line a batch
     assert main(["eval", str(run), "builtin:digits", "--checkpoint", "best"]) == 0
     err = capsys.readouterr().err
     assert "eval: predictions: " in err and "/1797 images" in err

@@ -90,7 +90,7 @@ def test_stats_and_eval_with_the_offline_classifier(tiny, tmp_path, monkeypatch,
     monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
     run = bigbatch.train(tiny, run_dir="run", quiet=True)
     assert "features:" not in capsys.readouterr().err  # training's own evaluations show no extraction progress
-    monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a line each batch here
+    monkeypatch.setattr("bigbatch.images_done.LINE_EVERY_S", 0.0)  # off a terminal: a line each batch here
     assert main(["stats", "builtin:digits", "--extractor", "classifier", "--resolution", "16"]) == 0
     said, err = capsys.readouterr()
     assert "stats: features: 64/1797 images" in err and "img/s, about" in err

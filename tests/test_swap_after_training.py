@@ -47,7 +47,7 @@ def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_reque
     assert metrics["dst_ssim"] == pytest.approx(last["dst_ssim"], abs=1e-6)
     assert Image.open(held / "preview.png").size == (7 * 64, 3 * 64)
     # Other faces: each side through its own path; one side alone is scored alone.
-    monkeypatch.setattr("bigbatch.metrics.features.LINE_EVERY_S", 0.0)  # off a terminal: a progress line a batch
+    monkeypatch.setattr("bigbatch.images_done.LINE_EVERY_S", 0.0)  # off a terminal: a progress line a batch
     assert main(["eval", str(run), str(faces[0]), "--dst", str(faces[1]), "--checkpoint", "best"]) == 0
     err = capsys.readouterr().err
     assert "eval: src faces: 4/12 images" in err and "eval: dst faces: 8/12 images" in err

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from bigbatch.data.prepare_pool import CHUNK, decoded, parts_kept_unless_refused
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
 from bigbatch.errors import BigbatchError, counted, named_few, warn
+from bigbatch.images_done import ImagesDone
 from bigbatch.urls import Location, is_url, public_name
 
 
@@ -118,6 +118,7 @@ def prepare(
             parts_kept_unless_refused(parts, target),
             decoded(listing, settings.workers, settings.decoding(), parts) as results,
         ):
+            shown = ImagesDone(len(listing.keys), "prepare", progress, lambda: parts.resumed if parts else 0)
             meta = _write(
                 results,
                 listing,
@@ -126,7 +127,7 @@ def prepare(
                 attrs,
                 storage_options,
                 skipped,
-                progress,
+                shown,
                 relabelled=bool(labels or classes or listing.indexed),
                 named=bool(classes),
             )
@@ -306,7 +307,7 @@ def _write(
     attrs: dict[str, Any],
     storage_options: dict[str, Any] | None,
     skipped: list[tuple[str, str]],
-    progress: bool,
+    shown: ImagesDone,
     relabelled: bool,
     named: bool = False,
 ) -> dict[str, Any]:
@@ -316,7 +317,6 @@ def _write(
     several DFL face types."""
     first: tuple[str, tuple[int, ...]] | None = None
     face_types: dict[str, str] = {}  # DFL's face type -> the first face of it
-    bar = _progress(len(listing.keys), progress)
     written = np.zeros(max(1, len(listing.class_names)), np.int64)  # images written per class
     yaws: list[float | None] = []  # each written image's, if an aligned DFL face (swap.uniform_yaw bins them)
     no_yaw: str | None = None  # the first written image without one
@@ -324,7 +324,7 @@ def _write(
     enlarged = 0  # images whose short side was below the resolution (--crop none keeps them as they are: counted)
     with H5Writer(target, listing.class_names, attrs, settings.buckets, storage_options, len(listing.keys)) as writer:
         for i, result in enumerate(decoded):
-            bar.update(1)
+            shown.add(1)
             name = listing.shown(i)  # (with its shard: a member of one of several)
             image = _image_of(result, listing.names[i], settings, face_types)
             if isinstance(image, str):
@@ -345,7 +345,7 @@ def _write(
             enlarged += bool(source_size and min(source_size) < (side or 0))
             yaws.append(result[4])  # type: ignore[index]
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
-        bar.close()
+        shown.close()
         if writer.count == 0:  # (a file read says why, before one listed: found from outside, a listed one did)
             failed = skipped[unread:]
             read = f"of those read, {len(failed)} failed, " if failed else ""
@@ -478,12 +478,6 @@ def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) 
     if strict:
         raise BigbatchError(f"{name}: {reason} (--strict; without --strict such files are skipped and listed)")
     skipped.append((name, reason))
-
-
-def _progress(total: int, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="img", disable=not enabled or not sys.stderr.isatty(), dynamic_ncols=True)
 
 
 OWN_MASKS = ("alpha", "dfl", "labels", "xseg-applied")  # --masks read from the images themselves, not a folder

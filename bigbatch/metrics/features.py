@@ -17,10 +17,10 @@ import torch.distributed as td
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write
+from bigbatch.images_done import ImagesDone
 from bigbatch.signals import EvaluationStopped, check_stop
 
 _PROGRESS: ContextVar[str | None] = ContextVar("bigbatch_feature_progress", default=None)
-LINE_EVERY_S = 30.0  # off a terminal: one progress line this often
 KEEP_EVERY_S = 60.0  # moments_sharded's sums under way kept this often (and when a stop is asked for)
 
 
@@ -28,7 +28,7 @@ KEEP_EVERY_S = 60.0  # moments_sharded's sums under way kept this often (and whe
 def progress(label: str) -> Iterator[None]:
     """Within it, rank 0 shows on stderr how far each pass over images has come (feature extraction, a
     classifier's predictions, a swap model's faces), `label` first: a bar on a terminal, else a line every
-    LINE_EVERY_S. For `bigbatch eval` and `stats`: Inception on a CPU takes about 0.35 s an image.
+    LINE_EVERY_S (ImagesDone). For `bigbatch eval` and `stats`: Inception on a CPU takes about 0.35 s an image.
     Training's evaluations stay quiet: its own progress line runs."""
     token = _PROGRESS.set(label)
     try:
@@ -37,37 +37,12 @@ def progress(label: str) -> Iterator[None]:
         _PROGRESS.reset(token)
 
 
-class Progress:
+class Progress(ImagesDone):
     """Images done out of `total` (this rank's share), shown as `progress` says; silent outside it."""
 
     def __init__(self, total: int, what: str) -> None:
         label = _PROGRESS.get()
-        self.on = label is not None and total > 0 and dist.first()
-        self.total, self.done, self.start = total, 0, time.monotonic()
-        self.label, self.last, self.bar = f"{label}: {what}" if self.on else "", self.start, None
-        if self.on and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=self.label, unit="img", leave=False, file=sys.stderr, dynamic_ncols=True)
-
-    def add(self, n: int) -> None:
-        if not self.on:
-            return
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-            return
-        now = time.monotonic()
-        if now - self.last >= LINE_EVERY_S and self.done < self.total:
-            self.last, rate = now, self.done / max(now - self.start, 1e-9)
-            left = (self.total - self.done) / rate
-            eta = f"{left / 60:.0f} min" if left >= 90 else f"{left:.0f} s"
-            print(f"{self.label}: {self.done}/{self.total} images, {rate:.1f} img/s, about {eta} left",
-                  file=sys.stderr, flush=True)  # fmt: skip
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        super().__init__(total, f"{label}: {what}", on=label is not None and dist.first())
 
 
 def to_nchw(images: torch.Tensor) -> torch.Tensor:
