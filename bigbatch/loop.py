@@ -298,6 +298,12 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                     failed = e
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
             if task.scorer is not None and scores_due(before):
+                # Several processes: a stop asked for before it begins leaves it to the resumed run, every rank
+                # agreeing (found from outside: a stop that came just before it waited for the whole evaluation,
+                # minutes at eval.n 50,000; the vote answers an iteration late). One process stops inside it.
+                if rep.world_size > 1 and not dist.agree(not stop.requested):
+                    eval_pending = True
+                    break
                 eval_pending = not evaluate()
             checkpoint = timed or due(cfg.checkpoint.every_kimg, before)
             if checkpoint:
