@@ -39,7 +39,10 @@ def _discarded(kept: int, folder: Path, was: Any, now: dict[str, Any]) -> str:
     """The line said where an earlier prepare's kept parts are deleted as another command's (found from outside:
     a changed --codec or --quality threw away hours of decoding unsaid)."""
     if isinstance(was, dict):
-        other = {"source files" if k in ("files", "archive") else k for k in now if was.get(k) != now[k]}
+        named = {"files": "source files", "archive": "source files"}
+        if was.get("codec") and now.get("codec") and was["codec"][0] == now["codec"][0]:  # (found from outside: the
+            named["codec"] = "--quality"  # codec said to differ where only the quality did)
+        other = {named.get(k, k) for k in now if was.get(k) != now[k]}
         if "limit" in other:  # (found from outside: "other source files" said of another --limit, the same files)
             other = {"--limit (so other files taken)" if k == "limit" else k for k in other - {"source files"}}
         other = sorted(other)

@@ -351,6 +351,9 @@ def _write(
             read = f"of those read, {len(failed)} failed, " if failed else ""
             example = (failed or skipped)[:1]
             reason = f"; {read}e.g. {example[0][0]}: {example[0][1]}" if example else ""
+            if any(name.lower().endswith((".tar", ".tar.gz", ".tgz")) for name, _ in skipped):  # (found from outside)
+                reason += "; it holds archives, as ImageNet's training tar holds a tar a class: unpack it once (tar xf)"
+                reason += " and give the folder, whose class tars prepare reads"
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
