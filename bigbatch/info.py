@@ -10,6 +10,7 @@ from pathlib import Path
 from bigbatch import checkpoint_find, checkpoints
 from bigbatch.config import Config
 from bigbatch.data.schedule import phase_sides, phase_trained, resolution_trained, schedule_of
+from bigbatch.engine.memory import format_bytes
 from bigbatch.errors import BigbatchError, counted
 from bigbatch.files import held_by
 from bigbatch.rundir import read_metrics, read_plan, trainer
@@ -25,6 +26,11 @@ def _batch_plan(cfg: Config, run: Path | None) -> str:
     split = f"micro {plan['micro_batch']} x {plan['accumulation']} accumulated"
     split += f" x {plan['world_size']} processes" if plan["world_size"] > 1 else ""
     asked = f"; train.micro_batch {t.micro_batch}" if str(t.micro_batch) != str(plan["micro_batch"]) else ""
+    # (found from outside: plan.json's probed peak, not said; a finished plan is rechecked by it)
+    took = [p for p in plan.get("probes") or [] if isinstance(p, dict) and p.get("micro_batch") == plan["micro_batch"]]
+    budget = plan.get("memory_budget_bytes")
+    if took and isinstance(peak := took[0].get("peak_bytes"), int) and isinstance(budget, int):
+        asked += f"; probed peak {format_bytes(peak)} of its budget {format_bytes(budget)}"
     return f"batch {t.batch} ({split}{asked})"
 
 

@@ -198,3 +198,14 @@ def test_a_budget_no_micro_batch_fits_says_the_part_none_lowers_and_the_settings
     assert re.search(r"over the memory budget of 4.0 MiB, [\d.]+ KiB of it the weights, their gradients and the "
                      r"optimizer's state; raise memory_budget, use activation checkpointing, or give a smaller model$",
                      str(e.value)), e.value  # fmt: skip
+
+
+def test_info_says_the_probed_peak_of_the_micro_batch_auto_took(tmp_path, capsys):
+    # Found from outside: plan.json held it, info said the split alone.
+    cfg = bigbatch.preset("digits").override({"data.resolution": 16, "model.ch": 8, "model.dim_z": 16})
+    over = {"train.batch": 32, "train.micro_batch": "auto", "train.memory_budget": "1GiB", "train.kimg": 0.032}
+    run = bigbatch.train(cfg.override({**over, "sample.every_kimg": 0}), run_dir=tmp_path / "r", quiet=True)
+    capsys.readouterr()
+    assert main(["info", str(run)]) == 0
+    assert re.search(r"batch 32 \(micro 32 x 1 accumulated; train.micro_batch auto; probed peak [\d.]+ MiB of its "
+                     r"budget 1.00 GiB\)", capsys.readouterr().out)  # fmt: skip
