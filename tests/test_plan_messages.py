@@ -207,5 +207,5 @@ def test_info_says_the_probed_peak_of_the_micro_batch_auto_took(tmp_path, capsys
     run = bigbatch.train(cfg.override({**over, "sample.every_kimg": 0}), run_dir=tmp_path / "r", quiet=True)
     capsys.readouterr()
     assert main(["info", str(run)]) == 0
-    assert re.search(r"batch 32 \(micro 32 x 1 accumulated; train.micro_batch auto; probed peak [\d.]+ MiB of its "
+    assert re.search(r"batch 32 \(micro 32 x 1 accumulated; train.micro_batch auto; probed peak [\d.]+ [KM]iB of its "
                      r"budget 1.00 GiB\)", capsys.readouterr().out)  # fmt: skip
