@@ -57,7 +57,8 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for scoring a GAN's samples or images; "
                 f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
             )
-    options = endpoint_options(args.endpoint_url)  # (found from outside: only prepare took --endpoint-url)
+    # (found from outside: only prepare took --endpoint-url)
+    args.storage_options = options = endpoint_options(args.endpoint_url)
     if task in ("classify", "swap") and not dist.context().is_main:
         return  # (found from outside: under a launcher each rank scored the whole set and printed its report)
     if task == "classify":
@@ -319,7 +320,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
             "drop --weights"
         )
     # (found from outside: a B on the run's object store was read without the run's storage options)
-    options = endpoint_options(args.endpoint_url) or cfg.data.storage_options or None  # (as classify's and swap's)
+    options = args.storage_options or cfg.data.storage_options or None  # (as classify's and swap's)
     kind, ref = (
         ("data", None)
         if args.reference is None
@@ -430,7 +431,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     from bigbatch.tasks.classify.features import feature_extractor
 
     resolution = args.resolution or 32
-    options = endpoint_options(args.endpoint_url)
+    options = args.storage_options
     _, images = _eval_input(args.path, "A", resolution, options)  # (opened first: what is wrong with A said first)
     if compares and args.reference is None:
         raise BigbatchError(

@@ -402,9 +402,10 @@ def run_info(args: argparse.Namespace) -> None:
         from bigbatch.data.h5describe import describe_data
         from bigbatch.data.hdf5 import verify_data
 
-        print(describe_data(args.path, endpoint_options(args.endpoint_url)))
+        options = endpoint_options(args.endpoint_url)
+        print(describe_data(args.path, options))
         if args.verify:
-            print(f"content hash verified: {verify_data(args.path, endpoint_options(args.endpoint_url))}")
+            print(f"content hash verified: {verify_data(args.path, options)}")
         return
     from bigbatch.info import describe_run
 
