@@ -53,12 +53,15 @@ def frames(n: int, width: int, height: int, seed: int = 0, turn: float = 20.0): 
         yield frame, m
 
 
-def write_video(path: Path, n: int, width: int, height: int, fps: int = 25, seed: int = 0, audio: bool = True) -> list:
-    """A face clip as H.264 (with a 440 Hz tone as its audio track); returns the frames' matrices."""
+def write_video(
+    path: Path, n: int, width: int, height: int, fps: int = 25, seed: int = 0, audio: bool = True, faststart=False
+) -> list:
+    """A face clip as H.264 (with a 440 Hz tone as its audio track; `faststart`: its index before the frames, as
+    a phone's or a web video's); returns the frames' matrices."""
     import av
 
     mats = []
-    with av.open(str(path), "w") as c:
+    with av.open(str(path), "w", options={"movflags": "faststart"} if faststart else {}) as c:
         v = c.add_stream("libx264", rate=fps)
         v.width, v.height, v.pix_fmt = width, height, "yuv420p"
         v.options = {"crf": "12"}

@@ -107,7 +107,8 @@ def _merge(args: argparse.Namespace) -> None:
         masked_hist=not args.no_masked_hist,
         super_resolution=args.super_resolution,
     )
-    recorded = video.recorded_video(args.frames)  # (frames `video frames` took: that video, and the --fps it took)
+    # (frames `video frames` took: that video, and the --fps it took)
+    recorded = video.recorded_video(args.frames, said=args.fps is None and args.audio_from is None and bool(args.video))
     if args.video:
         video.check_video_out(args.video, "--video", args.frames, args.audio_from, recorded[0])
         # (found from outside: any file of its name was replaced, such as another folder's source video; as
@@ -140,7 +141,8 @@ def _merge(args: argparse.Namespace) -> None:
             if audio is None and fps is None:  # frames `video frames` took: that video's rate and sound
                 audio, fps = recorded
             rate = video.frame_rate(fps, args.frames if src_is_video else audio)
-            if audio is None and fps is None:  # (found from outside: unsaid)
+            frames_given = Path(args.frames).is_dir() or any(c in args.frames for c in "*?[")  # (not a file: from
+            if audio is None and fps is None and frames_given:  # outside, said of a video missing; unsaid before)
                 warn(
                     f"--video of a frames folder, with neither --fps nor --audio-from: {float(rate):g} fps and no "
                     "sound; give --audio-from DST.mp4 (the video the frames came from: its rate and its sound)"

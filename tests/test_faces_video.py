@@ -76,3 +76,44 @@ def test_video_make_of_frames_video_frames_took_has_that_videos_rate_and_sound(c
     assert f"made.mp4: 2 frames at 10 fps with the audio of {clip / 'clip.mp4'}" in capsys.readouterr().out
     assert main(["video", "make", "all", str(clip / "clip.mp4")]) == 2  # (its own source: refused)
     assert "is the video it is made from" in capsys.readouterr().err
+
+
+def test_frames_above_the_videos_rate_repeat_and_a_frames_rate_outlives_its_video(clip, capsys):
+    # Found from outside: --fps 40 of a 25 fps video wrote its frames once (a video 1.6x fast against its sound),
+    # and frames whose video was moved were made into a 25 fps video without a word.
+    import shutil
+
+    from bigbatch.faces.video import Video
+
+    assert main(["video", "frames", str(clip / "clip.mp4"), "fast", "--fps", "40"]) == 0
+    assert len(list(Path("fast").glob("*.png"))) == 7  # 4 frames, 0.16 s: 40 fps slots at 0, 0.025, ... 0.15 s
+    shutil.copy(clip / "clip.mp4", "moved.mp4")
+    assert main(["video", "frames", "moved.mp4", "ntsc", "--fps", "29.97"]) == 0
+    Path("moved.mp4").unlink()
+    capsys.readouterr()
+    assert main(["video", "make", "ntsc", "n.mp4", "--preset", "ultrafast"]) == 0
+    out, err = capsys.readouterr()
+    assert "the video ntsc's frames came from, is gone: their rate (29.97 fps) kept, no sound" in err, err
+    with Video("n.mp4") as v:
+        assert abs(float(v.rate) - 29.97) < 1e-3
+
+
+def test_a_video_cut_short_or_damaged_inside_is_read_and_said(clip, capsys):
+    # Found from outside: a cut file gave a third of its frames without a word, and one damaged packet in the middle
+    # stopped video frames, extract and merge of the whole video.
+    _faces.write_video(Path("long.mp4"), 50, 160, 120, audio=False, faststart=True)  # (its index first)
+    data = Path("long.mp4").read_bytes()
+    Path("cut.mp4").write_bytes(data[: len(data) // 2])
+    damaged = bytearray(data)
+    damaged[len(data) // 2 : len(data) // 2 + 3000] = bytes(3000)
+    Path("damaged.mp4").write_bytes(bytes(damaged))
+    capsys.readouterr()
+    assert main(["video", "frames", "cut.mp4", "c"]) == 0
+    n = len(list(Path("c").glob("*.png")))
+    assert f"cut.mp4: {n} frames decode of the 50 its container says: is it cut short?" in capsys.readouterr().err
+    assert main(["video", "frames", "damaged.mp4", "d"]) == 0
+    assert "damaged.mp4: 1 packet(s) of its video do not decode" in capsys.readouterr().err
+    assert len(list(Path("d").glob("*.png"))) == 50  # (the frames before fill the damaged ones' slots)
+    from bigbatch.faces.video import is_video
+
+    assert all(is_video(Path(f"camera.{s}")) for s in ("MTS", "m2ts", "3gp", "mxf"))  # (refused by extract, merge)

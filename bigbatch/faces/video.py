@@ -15,9 +15,9 @@ import threading
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.files import atomic_write, create_new, pid_alive, read_record
 
 if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's parser reads PRESETS from here)
@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's pars
 # x264's speed presets, fastest first; "medium" is FFmpeg's default and so DFL's (its video_from_sequence sets none).
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
+# (found from outside: camcorders' and phones' files, which `video frames` read, refused by extract and merge)
+VIDEO_SUFFIXES += (".mts", ".m2ts", ".3gp", ".3g2", ".mxf", ".ogv", ".vob", ".dv", ".asf", ".f4v")
 
 
 def _av():  # noqa: ANN202 - PyAV's module
@@ -85,31 +87,43 @@ class Video:
         it is displayed at (a phone's portrait video is stored on its side), as FFmpeg's autorotate does."""
         import numpy
 
-        av = _av()
         n, slot, start, last = 0, 0, None, None
-        try:
-            for frame in self.container.decode(self.stream):
-                n += 1
-                image = frame.to_ndarray(format="rgb24")
-                turns = round(getattr(frame, "rotation", 0) / 90) % 4  # (counter-clockwise, as np.rot90)
-                image = numpy.ascontiguousarray(numpy.rot90(image, turns)) if turns else image
-                if frame.time is None:  # (no timestamps: every frame, in order)
-                    yield image
-                    continue
-                start = frame.time if start is None else start
-                at = round((frame.time - start) * self.rate)  # the slot of the frame's time
-                if at < slot:  # shown for less than a slot: the frame before it has that slot, and this one is
-                    last = image  # what shows until the next frame, repeated in the slots before it (FFmpeg's)
-                    continue
-                while last is not None and slot < at:  # the frame before shown until now
-                    yield last
-                    slot += 1
+        for frame in self._decoded():
+            n += 1
+            image = frame.to_ndarray(format="rgb24")
+            turns = round(getattr(frame, "rotation", 0) / 90) % 4  # (counter-clockwise, as np.rot90)
+            image = numpy.ascontiguousarray(numpy.rot90(image, turns)) if turns else image
+            if frame.time is None:  # (no timestamps: every frame, in order)
                 yield image
-                slot, last = at + 1, image
-        except av.FFmpegError as e:
-            raise BigbatchError(f"{self.path}: frame {n + 1} does not decode ({e})") from None
+                continue
+            start = frame.time if start is None else start
+            at = round((frame.time - start) * self.rate)  # the slot of the frame's time
+            if at < slot:  # shown for less than a slot: the frame before it has that slot, and this one is
+                last = image  # what shows until the next frame, repeated in the slots before it (FFmpeg's)
+                continue
+            while last is not None and slot < at:  # the frame before shown until now
+                yield last
+                slot += 1
+            yield image
+            slot, last = at + 1, image
         if n == 0:
             raise BigbatchError(f"{self.path}: no frame decodes")
+        if self.count and n < self.count - max(2, self.count // 100):  # (found from outside: a cut file, unsaid)
+            warn(f"{self.path}: {n} frames decode of the {self.count} its container says: is it cut short?")
+
+    def _decoded(self) -> Iterator[Any]:
+        """The stream's frames, decoded packet by packet: a packet that does not decode is passed over (its frame's
+        slot then holds the frame before, as FFmpeg conceals it), said once the video is read; found from outside,
+        one damaged packet stopped a whole video."""
+        av = _av()
+        bad, first = 0, None
+        for packet in self.container.demux(self.stream):
+            try:
+                yield from packet.decode()
+            except av.FFmpegError as e:
+                bad, first = bad + 1, first or str(e)
+        if bad:
+            warn(f"{self.path}: {bad} packet(s) of its video do not decode ({first}): their frames are the ones before")
 
     def reading(self) -> str | None:
         """How `frames` reads this video where an older bigbatch read it otherwise: "upright" (it has a display
@@ -211,6 +225,7 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
     with Video(video) as v:
         st = Path(video).stat()
         record = {"video": str(Path(video).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "fps": fps}
+        record["rate"] = str(Fraction(fps).limit_denominator(1001) if fps else v.rate)  # (the frames': theirs)
         before = out.is_dir() and sum(1 for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if before and read_record(out / FRAMES_RECORD) != record:
             # (older frames left there would be mixed with these by extract, merge and video make)
@@ -219,29 +234,43 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
             print(f"going on from the {before} frames of {video} written to {out} before", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / FRAMES_RECORD, json.dumps(record))
+        # Slot k (of --fps) is at k x step in the video's frames: below the video's rate it takes the first frame at
+        # or after that, above it the frame showing then, each frame filling the slots of its time, as FFmpeg's -r
+        # does (found from outside: 40 fps of a 25 fps video wrote its 75 frames, 1.6x fast against its sound).
         written, due = 0, 0.0
         step = float(v.rate) / fps if fps else 1.0
         for i, frame in enumerate(v.frames()):
-            if i + 1e-9 < due:
-                continue
-            due += step
-            path = out / frame_name(written)
-            if not path.exists():
-                ok, png = cv2.imencode(".png", frame[:, :, ::-1])
-                atomic_write(path, png.tobytes(), sync=False)
-            written += 1
+            png = None  # (encoded once for the slots it fills)
+            while due < i + 1 - 1e-9 if step < 1 else due <= i + 1e-9:
+                due += step
+                path = out / frame_name(written)
+                if not path.exists():
+                    png = png if png is not None else cv2.imencode(".png", frame[:, :, ::-1])[1].tobytes()
+                    atomic_write(path, png, sync=False)
+                written += 1
     return written
 
 
-def recorded_video(folder: str | Path) -> tuple[Path | None, float | None]:
+def recorded_video(folder: str | Path, said: bool = True) -> tuple[Path | None, float | None]:
     """The video `video frames` took FOLDER's frames from, where it is still there, and the --fps it took them at
     (FOLDER/.frames.json; None, None for another folder). Found from outside: `merge --video` of DFL's
-    workspace/data_dst wrote 25 fps and no sound, its own video beside it."""
+    workspace/data_dst wrote 25 fps and no sound, its own video beside it. A video gone since: None, and the frames'
+    rate, `said` (found from outside: 29.97 fps frames made into a 25 fps video, without a word)."""
     record = read_record(Path(folder) / FRAMES_RECORD)
     video, fps = record.get("video"), record.get("fps")
-    if not isinstance(video, str) or not Path(video).is_file():
+    fps = fps if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
+    if isinstance(video, str) and not Path(video).is_file():
+        try:
+            rate = float(Fraction(record.get("rate")))  # (written by `video frames` since it kept the rate)
+        except (TypeError, ValueError, ZeroDivisionError):
+            rate = None
+        rate = rate if rate and 0 < rate <= MAX_FPS else fps
+        if rate is not None and said:
+            warn(f"{video}, the video {folder}'s frames came from, is gone: their rate ({rate:g} fps) kept, no sound")
+        return None, rate
+    if not isinstance(video, str):
         return None, None
-    return Path(video), fps if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
+    return Path(video), fps
 
 
 def write_video(
@@ -540,7 +569,7 @@ def folder_to_video(
     names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
-    recorded = recorded_video(folder)
+    recorded = recorded_video(folder, said=fps is None and audio_from is None)
     check_video_out(out, "OUT", audio_from, recorded[0])
     if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
         raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name")
