@@ -19,6 +19,7 @@ reference's sigma.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bigbatch.errors import BigbatchError, first_line
+from bigbatch.errors import BigbatchError, first_line, named_few, warn
 from bigbatch.models import biggan, biggan_deep, convert_ada
 from bigbatch.models.layers import SpectralNorm
 from bigbatch.safe_pickle import torch_weights
@@ -147,7 +148,7 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
         return convert_ada.to_ada(net)
     _check_family(net)
     ours = net.state_dict()
-    out = {}
+    out, inexact = {}, []
     for key, value in ours.items():
         name = reference_name(net, key)
         if name is not None:
@@ -161,14 +162,53 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
                 u0 = layer.sn_u
             else:
                 # (on the CPU, whose driver takes a rank-deficient W: CUDA's assumes full rank)
-                u0 = torch.linalg.lstsq(w.double().cpu().t(), layer.sn_v.double().cpu().t()).solution.t()
+                w64, v = w.double().cpu(), layer.sn_v.double().cpu()
+                v, exact = _of_norm(w64, v, float(sigma))
+                inexact += [] if exact else [name]
+                u0 = torch.linalg.lstsq(w64.t(), v.t()).solution.t()
                 u0 = F.normalize(u0, dim=1).to(layer.sn_u.dtype).to(layer.sn_u.device)
         u_name = reference_name(net, prefix + "sn_u")
         out[u_name] = u0.contiguous()
         out[u_name[: -len("u0")] + "sv0"] = sigma.reshape(1).detach().clone()
     for key in _joined(net):  # [z, shared(y)] -> [shared(y), z] (u0 reads the rows: the same either way)
         out[reference_name(net, key)] = _first_last(out[reference_name(net, key)], net.dim_z)
+    if inexact:
+        warn(
+            f"{named_few(inexact, 3)}: no u0 gives BigGAN-PyTorch's forward this model's spectral norm (an average of "
+            "G's weights keeps G's vectors, as StudioGAN's EMA does; BigGAN-PyTorch's iterates on its own): the "
+            "nearest is written, and its images differ a little from these"
+        )
     return out
+
+
+def _of_norm(w: torch.Tensor, v: torch.Tensor, sigma: float) -> tuple[torch.Tensor, bool]:
+    """A unit row `v`, or, where |W v| is not `sigma` (an averaged model's: G_ema's W is averaged, its vectors are
+    G's, found from outside: its images 0.21 apart once back in BigGAN-PyTorch), the unit vector of W's row space
+    nearest it whose image's norm is `sigma`: BigGAN-PyTorch's forward divides by |W normalize(u0 W)|, which no u0
+    makes other than such a vector's. Turned from `v` toward the right singular vector of W's least nonzero singular
+    value (whose image is the shortest of the row space), by bisection; that vector where even its image is longer;
+    and False there (vectors far from W's top singular pair, a model's never trained, are taken as they are)."""
+    if abs(float(torch.linalg.vector_norm(v @ w.t())) - sigma) <= 1e-6 * sigma:  # (float32 vectors' rounding)
+        return v, True
+    _, s, vh = torch.linalg.svd(w, full_matrices=False)
+    if not sigma >= float(s[0]) / 2:  # (vectors that hold no estimate of it yet, a model never trained: as they are)
+        return v, True
+    rows = vh[s > s[0] * 1e-10]  # the row space's orthonormal basis
+    near = F.normalize((v @ rows.t()) @ rows, dim=1)
+    low = rows[-1:] * (1.0 if float(near @ rows[-1]) >= 0 else -1.0)
+
+    def image(t: float) -> tuple[torch.Tensor, float]:
+        x = F.normalize(math.cos(t) * near + math.sin(t) * low, dim=1)
+        return x, float(torch.linalg.vector_norm(x @ w.t()))
+
+    lo, hi = 0.0, math.pi / 2
+    if image(lo)[1] <= sigma or image(hi)[1] >= sigma:  # (no vector between: the nearer end)
+        x, norm = image(lo if image(lo)[1] <= sigma else hi)
+        return x, abs(norm - sigma) <= 1e-6 * sigma
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if image(mid)[1] > sigma else (lo, mid)
+    return image((lo + hi) / 2)[0], True
 
 
 def load_reference_file(path: str) -> dict[str, torch.Tensor]:
