@@ -32,6 +32,8 @@ from bigbatch.engine import precision as prec
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.models import contract
+from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify import erasing, mixing, randaugment
@@ -213,6 +215,8 @@ def build(
     t, m = cfg.train, cfg.model
     n_classes = len(ROTATIONS) if rotation else data.n_classes
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
+    if not is_own(m.name):  # (a user's own family: its contract checked on two inputs)
+        contract.check_classifier(m.name, net, n_classes, data.channels, cfg.data.resolution)
     if t.init_from and resumed_at is None:
         said = load_pretrained(net, t.init_from, ROTATIONS if rotation else data.class_names, m.name)
         # Assumptions about a file's classes or input scale: said under --quiet too, as a warning (found from outside:

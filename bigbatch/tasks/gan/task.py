@@ -45,7 +45,9 @@ from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import to_channels_last
 from bigbatch.errors import BigbatchError, warn, warnings_off
+from bigbatch.models import contract
 from bigbatch.models.layers import set_sn_every_micro_batch
+from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
@@ -197,6 +199,9 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
         )
     t = cfg.train
     G, D = build_models(cfg, data.n_classes, data.channels)
+    if not is_own(cfg.model.name):  # (a user's own family: its contract checked on two inputs)
+        n_classes = data.n_classes if cfg.model.conditional else 0
+        contract.check_gan(cfg.model.name, G, D, n_classes, data.channels, cfg.data.resolution)
     check_path_length(cfg, G)
     if t.r1_gamma:  # D's gradient is differentiated: no fused attention kernels (they have no double backward)
         for m in D.modules():
