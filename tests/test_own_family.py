@@ -76,3 +76,26 @@ def test_a_family_that_breaks_the_contract_is_one_line_before_anything_is_writte
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     assert str(e.value).startswith(said), e.value
     assert not (tmp_path / "r").exists()
+
+
+def test_the_registry_takes_a_notebooks_reload_lists_for_tuples_and_says_what_an_option_lacks():
+    from bigbatch.models.registry import options
+
+    def family(widths):  # the same module's family again, as importlib.reload registers it
+        @bigbatch.models.register(init="N02")
+        def reloaded_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3,
+                         widths: tuple = widths, depth: int):  # fmt: skip
+            assert isinstance(widths, tuple)
+            return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)
+
+    family((8, 8))
+    family((4, 4))  # (found from outside: "registered already", and a notebook had to restart)
+    assert options("reloaded_gan")["widths"] == (4, 4)
+    with pytest.raises(bigbatch.BigbatchError, match="^'reloaded_gan' has no default for depth: give model.options"):
+        bigbatch.models.create("reloaded_gan", 16)
+    bigbatch.models.create("reloaded_gan", 16, widths=[8, 16], depth=2)  # (a TOML list: "must be tuple")
+    with pytest.raises(TypeError, match="^dcgan is one of bigbatch's own model families: give yours another name"):
+
+        @bigbatch.models.register(init="N02")
+        def dcgan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
+            return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)

@@ -80,8 +80,13 @@ def register(*, init: str, task: str = "gan") -> Callable[[_B], _B]:
             raise TypeError(f"model builder {fn.__name__} must take keyword-only arguments (def {fn.__name__}(*, ...))")
         if "init" in params:
             raise TypeError(f"model builder {fn.__name__} must not take 'init': the registry initialises")
-        if fn.__name__ in _FAMILIES:
-            raise TypeError(f"a model family named {fn.__name__} is registered already")
+        known = _FAMILIES.get(fn.__name__)
+        if known is not None and known.build.__module__.startswith("bigbatch."):
+            raise TypeError(f"{fn.__name__} is one of bigbatch's own model families: give yours another name")
+        if known is not None and known.build.__module__ != fn.__module__:
+            raise TypeError(f"a model family named {fn.__name__} is registered already, by {known.build.__module__}")
+        # (the same module's again, a notebook's reload: the newer one, as timm's registry takes it; found from
+        # outside, importlib.reload raised)
         _FAMILIES[fn.__name__] = _Family(fn, init, task)
         return fn
 
@@ -153,7 +158,8 @@ def check_options(name: str, given: dict[str, Any]) -> None:
             )
         default = valid[key]
         ok = type(value) is type(default) or (isinstance(default, float) and type(value) is int)
-        if default is not None and not ok:
+        ok |= isinstance(default, tuple) and isinstance(value, list)  # (TOML has lists: found from outside, refused)
+        if default is not None and default is not inspect.Parameter.empty and not ok:  # (no default: any type)
             raise BigbatchError(f"option '{key}' of '{name}' must be {type(default).__name__}, got {value!r}")
     # The equalized learning rate is in a family's layers, not in its initialisation: it takes that
     # scheme only, and no other family takes it.
@@ -162,6 +168,24 @@ def check_options(name: str, given: dict[str, Any]) -> None:
     )
     if given.get("init", valid["init"]) not in schemes:
         raise BigbatchError(f"option 'init' of '{name}' must be one of {', '.join(schemes)}, got {given['init']!r}")
+
+
+def _default(name: str, params: Any, key: str) -> Any:
+    """A common argument's default in the family's signature (found from outside: one without was passed on as
+    inspect's `empty`, and failed in the builder's arithmetic)."""
+    if (value := params[key].default) is inspect.Parameter.empty:
+        raise BigbatchError(f"'{name}' has no default {key}: give it (model.{key})")
+    return value
+
+
+def _options_given(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """`given` checked (check_options), a list given for a tuple option as a tuple, and every option without a
+    default given (found from outside: a TypeError from the builder, or "must be type")."""
+    check_options(name, given)
+    valid = options(name)
+    if none := [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in given]:
+        raise BigbatchError(f"'{name}' has no default for {', '.join(none)}: give model.options.{none[0]}")
+    return {k: tuple(v) if isinstance(valid[k], tuple) and isinstance(v, list) else v for k, v in given.items()}
 
 
 def create(
@@ -182,14 +206,14 @@ def create(
     for key, value in {"resolution": resolution, "ch": ch, "dim_z": dim_z, "img_channels": img_channels}.items():
         if value is not None:  # (None: the family's default)
             whole_number(key, value, 1)
-    check_options(name, opts)
+    opts = _options_given(name, opts)
     init = opts.pop("init", family.init)
     params = inspect.signature(family.build).parameters
     G, D = family.build(
         resolution=resolution,
         n_classes=n_classes,
-        ch=params["ch"].default if ch is None else ch,
-        dim_z=params["dim_z"].default if dim_z is None else dim_z,
+        ch=_default(name, params, "ch") if ch is None else ch,
+        dim_z=_default(name, params, "dim_z") if dim_z is None else dim_z,
         img_channels=img_channels,
         **opts,
     )
@@ -212,12 +236,12 @@ def create_classifier(
     family's reference width; `opts` are the family's options (BigbatchError naming the valid ones
     for any other)."""
     family = _family(name, "classify")
-    check_options(name, opts)
+    opts = _options_given(name, opts)
     init = opts.pop("init", family.init)
     params = inspect.signature(family.build).parameters
     net = family.build(
         n_classes=n_classes,
-        ch=params["ch"].default if ch is None else ch,
+        ch=_default(name, params, "ch") if ch is None else ch,
         img_channels=img_channels,
         **opts,
     )
@@ -241,7 +265,7 @@ def create_segmenter(name: str, resolution: int, *, img_channels: int = 3, **opt
 
 def _create_one(task: str, name: str, resolution: int, img_channels: int, opts: dict[str, Any]) -> nn.Module:
     family = _family(name, task)
-    check_options(name, opts)
+    opts = _options_given(name, opts)
     init = opts.pop("init", family.init)
     net = family.build(resolution=resolution, img_channels=img_channels, **opts)
     layers.init_weights(net, init)
