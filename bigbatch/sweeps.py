@@ -455,9 +455,10 @@ def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
         raise BigbatchError(f"sweep file {path} does not exist; give a Python file that calls bigbatch.sweep")
     if path.suffix.lower() != ".py":  # (found from outside: a results.csv read as Python, a NameError's traceback)
         raise BigbatchError(f"sweep file {path} is not Python source (not a .py): give a .py that calls bigbatch.sweep")
-    argv, calls = sys.argv, _CALLS[0]
+    argv, calls, search = sys.argv, _CALLS[0], sys.path[:]
     sys.argv = [str(path), *args]
-    try:
+    sys.path.insert(0, str(path.resolve().parent))  # (as python FILE.py: found from outside, its own modules beside it
+    try:  # were not found)
         runpy.run_path(str(path), run_name="__main__")
     except SyntaxError as e:
         if e.lineno is None:  # (not text: a data file given by mistake)
@@ -466,7 +467,7 @@ def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
             ) from None
         raise BigbatchError(f"sweep file {path}, line {e.lineno}: {e.msg}") from None
     finally:
-        sys.argv = argv
+        sys.argv, sys.path[:] = argv, search
     if _CALLS[0] == calls:
         warn(f"sweep file {path} ran without calling bigbatch.sweep: nothing was trained")
 

@@ -198,6 +198,12 @@ def test_a_sweep_file_runs_with_bigbatch_sweep(tiny, tmp_path, capsys):
     (tmp_path / "none.py").write_text("print('no sweep here')\n")
     assert main(["sweep", str(tmp_path / "none.py")]) == 0
     assert "ran without calling bigbatch.sweep: nothing was trained" in capsys.readouterr().err
+    # A module beside the file is imported, as `python FILE.py` finds it (found from outside: ModuleNotFoundError).
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "beside_the_sweep_file.py").write_text("print('found beside it')\n")
+    (tmp_path / "elsewhere" / "uses.py").write_text("import beside_the_sweep_file\n")
+    assert main(["sweep", str(tmp_path / "elsewhere" / "uses.py")]) == 0
+    assert "found beside it" in capsys.readouterr().out
 
 
 def test_a_search_into_a_folder_of_another_bases_trials_is_refused_before_it_trains(tiny, tmp_path):
