@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import bigbatch
-from bigbatch import cli_errors, cli_tools, signals
+from bigbatch import cli_errors, cli_tools, signals, user_modules
 from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_paths, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
@@ -554,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if in_main and sys.platform == "linux" and os.environ.get("BIGBATCH_LAUNCH_PARENT"):  # (a launched rank's
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # SIGTERM, held since its fork: taken now)
+        user_modules.import_user_modules()  # (BIGBATCH_IMPORT: a user's own model families, before a config is read)
         args = parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)

@@ -33,7 +33,7 @@ from bigbatch.engine.arguments import SkipLimitReached
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, warn
-from bigbatch.models.registry import is_own
+from bigbatch.models.registry import builder, is_own
 from bigbatch.progress import Progress
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
 from bigbatch.signals import EvaluationStopped, StartupStopped, Stopped, StopRequest, stop_signals
@@ -100,7 +100,10 @@ def train(
 
 def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     cfg, main = run.cfg, rep.is_main
-    own_family = f"{cfg.model.name!r} is registered: the command line knows bigbatch's own model families only"
+    # A user's own family: the command line knows it where BIGBATCH_IMPORT names its module; not one of a script's.
+    prefix = _cli_prefix(cfg.model.name)
+    own_family = f"{cfg.model.name!r} is registered (in the script: a module of its own, named by BIGBATCH_IMPORT, "
+    own_family += "lets the command line build it)"
 
     # The task: data, models, optimizers and averages, all random draws decided by train.seed. Built
     # before anything is written, so a bad config leaves nothing behind.
@@ -221,8 +224,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         """Save where the run is, as a stop does: the checkpoint, and the command that continues from it."""
         path = run.save(task, rep, nimg, progress.seconds(), window(), stopped=True)
         run.write_previews(task, nimg, at_checkpoint=True)
-        resume_with = f"bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
-        if not is_own(cfg.model.name):  # (a user's own family: the command line cannot build it)
+        resume_with = f"{prefix}bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
+        if prefix is None:  # (a script's own family: the command line cannot build it)
             resume_with = f"bigbatch.train(cfg, run_dir={str(run.path)!r}, resume=True), where {own_family}"
         elif rep.world_size > 1:  # (under torchrun or a launcher: the command that started it, as many ranks)
             resume_with = f"{resume_with}, started as this run was ({rep.world_size} processes)"
@@ -340,8 +343,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if stopped:
         raise Stopped(run.path)
     if main:
-        usage = task.usage.format(run=shlex.quote(str(run.path)))
-        if not is_own(cfg.model.name):  # (found from outside: `bigbatch sample` said "names no GAN model family")
+        usage = task.usage.format(run=shlex.quote(str(run.path))).replace("bigbatch ", f"{prefix}bigbatch ", 1)
+        if prefix is None:  # (found from outside: `bigbatch sample` said "names no GAN model family")
             usage = f"Load it from Python (bigbatch.load_generator, load_classifier), where {own_family}"
         print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {usage}", flush=True)
     return run.path
@@ -350,3 +353,12 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
 def _steps_applied(rep: Replicator) -> int:
     """The optimizer steps the Replicator has taken (skipped ones too), over its optimizers."""
     return sum(state.steps for state in rep.optimizers.values())
+
+
+def _cli_prefix(name: str) -> str | None:
+    """What a command line for a run of family `name` begins with: "" (bigbatch's own), "BIGBATCH_IMPORT=MODULE "
+    (a user's, registered by MODULE), or None (one a script registered itself, which no command line can import)."""
+    if is_own(name):
+        return ""
+    module = builder(name).__module__
+    return None if module == "__main__" else f"BIGBATCH_IMPORT={shlex.quote(module)} "

@@ -502,9 +502,11 @@ def test_a_run_of_a_family_registered_in_the_script_says_how_to_load_it_not_a_co
 
     monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))  # (the others' tests list the families)
 
-    @register(init="kaiming", task="classify")
     def script_net(*, n_classes: int, ch: int = 8, img_channels: int = 3):
         return ConvNet(n_classes, ch, img_channels)
+
+    script_net.__module__ = "__main__"  # (a script's own: no command line imports it; a module's, BIGBATCH_IMPORT)
+    register(init="kaiming", task="classify")(script_net)
 
     assert is_own("resnet_cifar") and not is_own("script_net")
     over = {"model.name": "script_net", "model.options": {}, "train.kimg": 0.128, "eval.every_kimg": 0.128}

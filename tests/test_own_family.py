@@ -99,3 +99,50 @@ def test_the_registry_takes_a_notebooks_reload_lists_for_tuples_and_says_what_an
         @bigbatch.models.register(init="N02")
         def dcgan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
             return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)
+
+
+@bigbatch.models.register(init="N02", task="gan")
+def module_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
+    return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)
+
+
+def test_the_command_line_knows_a_family_whose_module_bigbatch_import_names(tmp_path, capsys):
+    # Found from outside: sample, eval, export, info and a resume of a run of one's own family were refused.
+    import os
+    import subprocess
+    import sys
+
+    cfg = bigbatch.preset("digits").override(
+        {"model.name": "module_gan", "model.options": {}, "data.resolution": 16, "train.kimg": 0.032}
+    )
+    run = bigbatch.train(cfg.override({"sample.every_kimg": 0}), run_dir=tmp_path / "r")
+    assert f"Sample with: BIGBATCH_IMPORT=test_own_family bigbatch sample {run}" in capsys.readouterr().out
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__), "OMP_NUM_THREADS": "1"}
+    said = {"": "names no GAN model family 'module_gan'; valid: ", "test_own_family": "state       done"}
+    for given, words in said.items():
+        out = subprocess.run([sys.executable, "-m", "bigbatch", "info", str(run)], capture_output=True, text=True,
+                             env={**env, "BIGBATCH_IMPORT": given})  # fmt: skip
+        assert words in out.stdout + out.stderr, out.stderr
+        assert given or "is imported: BIGBATCH_IMPORT=MODULE bigbatch ..." in out.stderr
+
+
+def test_a_launchers_ranks_import_the_module_of_a_family_and_one_a_script_registered_is_refused(tmp_path, monkeypatch):
+    # Found from outside: a sweep's runs through Dask each refused a family of one's own, once started.
+    import os
+
+    from bigbatch.launch import local
+
+    monkeypatch.setenv("BIGBATCH_IMPORT", "")  # (set by the run: put back after)
+    monkeypatch.setenv("PYTHONPATH", os.path.dirname(__file__))  # (where the ranks find this module)
+    cfg = bigbatch.preset("digits").override({"model.name": "module_gan", "model.options": {}, "train.kimg": 0.032})
+    handle = local.run(cfg.override({"data.resolution": 16, "sample.every_kimg": 0}), tmp_path / "r")
+    result = handle.result(timeout=120)
+    assert result.status == 0 and not result.stopped and os.environ["BIGBATCH_IMPORT"] == "test_own_family", result
+
+    def script_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
+        return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)
+
+    script_gan.__module__ = "__main__"
+    bigbatch.models.register(init="N02")(script_gan)
+    with pytest.raises(bigbatch.BigbatchError, match="^model family 'script_gan' is registered in the script that"):
+        local.run(cfg.override({"model.name": "script_gan"}), tmp_path / "s")

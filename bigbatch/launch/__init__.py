@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from bigbatch import user_modules
 from bigbatch.errors import LOST_PEER, STOPPED, BigbatchError
 from bigbatch.files import metrics_row
 from bigbatch.urls import local_folder, names_url
@@ -90,6 +91,8 @@ def rank_environments(
         }
         if pinned:
             env["CUDA_VISIBLE_DEVICES"] = firsts[rank]
+        if os.environ.get(user_modules.ENV):  # (the modules of a user's own model families: each rank imports them)
+            env[user_modules.ENV] = os.environ[user_modules.ENV]
         envs.append(env)
     return envs
 
@@ -102,6 +105,10 @@ def train_command(cfg: Any, run_dir: str | os.PathLike) -> tuple[str, list[str],
     if not isinstance(cfg, Config):
         raise BigbatchError(f"run() takes a bigbatch.Config, got {type(cfg).__name__}: e.g. bigbatch.preset('digits')")
     path = os.path.abspath(local_folder(run_dir, "run_dir", "train"))  # (a URL: refused here, before a rank starts)
+    from bigbatch.models.registry import builder, is_own
+
+    if not is_own(cfg.model.name):  # (found from outside: every rank refused a user's family, once started)
+        user_modules.carried_to_ranks(builder(cfg.model.name).__module__, cfg.model.name)
     return path, ["train", "--run-dir", path, "--resume=auto"], cfg.dumps()
 
 

@@ -46,6 +46,11 @@ class _Family:
 
 
 _FAMILIES: dict[str, _Family] = {}
+# Said where a config names no family known here (found from outside: a run of one's own family refused by the CLI).
+USER_FAMILY = (
+    " (a family of your own is known where the module that registers it is imported: BIGBATCH_IMPORT=MODULE "
+    "bigbatch ..., in Python an import)"
+)
 # Per task, for messages: what a family is, the function that builds it, what its families are called.
 _KIND = {
     "gan": ("a GAN", "create", "the GAN families"),

@@ -289,7 +289,8 @@ def check_family(cfg: Config, task: str, kind: str) -> None:
     m = cfg.model
     families = models.list_models(task=task)
     if m.name not in families:
-        m._fail("name", f"names no {kind} family '{m.name}'; valid for task = \"{task}\": {', '.join(families)}")
+        valid = f'valid for task = "{task}": {", ".join(families)}'
+        m._fail("name", f"names no {kind} family '{m.name}'; {valid}{models.registry.USER_FAMILY}")
     try:
         models.registry.check_options(m.name, m.options)
     except BigbatchError as e:

@@ -110,7 +110,8 @@ def check_config(cfg: Config) -> None:
     m = cfg.model
     gan_models = models.list_models(task="gan")
     if m.name not in gan_models:
-        m._fail("name", f"names no GAN model family '{m.name}'; valid: {', '.join(gan_models)}")
+        valid = f"valid: {', '.join(gan_models)}{models.registry.USER_FAMILY}"
+        m._fail("name", f"names no GAN model family '{m.name}'; {valid}")
     r = cfg.data.resolution
     if r & (r - 1):
         cfg.data._fail("resolution", f"must be a power of two for a GAN, got {r}")
