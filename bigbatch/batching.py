@@ -144,7 +144,7 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
     """A D that computes statistics over groups of images (StyleGAN2's minibatch standard deviation) gets
     micro-batches it can group, in every phase at this world size; one smaller than a group is one group."""
     group = _mbstd_group(cfg)
-    if cfg.train.micro_batch == "auto" and group:  # (found from outside: said once probed, not by the dry run)
+    if cfg.train.micro_batch == "auto" and group and ctx.rank == 0:  # (found from outside: said once probed)
         for share in dict.fromkeys(p.batch // ctx.world_size for p in phases if (p.batch // ctx.world_size) % group):
             warn(
                 f"micro_batch auto settles under {cfg.model.name}'s D group of {group} images for its standard "

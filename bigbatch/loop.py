@@ -270,7 +270,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 # anything: one process saves where it is, as a stop does, and the run resumes to the weights of
                 # one left alone (found from outside: a run ended on the error saved nothing). Several processes
                 # cannot (the others wait in the step's collectives): their last checkpoint stands.
-                if rep.world_size > 1 or failed is not None or _steps_applied(rep) != applied:
+                if failed is not None:  # (rank 0's write failed before: that first)
+                    progress.close()
+                    raise failed from None
+                if rep.world_size > 1 or _steps_applied(rep) != applied:
                     raise
                 check_replicas(task, nimg)  # (finite weights)
                 path, resume_with = save_stopped()
@@ -343,7 +346,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if stopped:
         raise Stopped(run.path)
     if main:
-        usage = task.usage.format(run=shlex.quote(str(run.path))).replace("bigbatch ", f"{prefix}bigbatch ", 1)
+        usage = task.usage.format(run=shlex.quote(str(run.path))).replace("bigbatch ", f"{prefix}bigbatch ")
         if prefix is None:  # (found from outside: `bigbatch sample` said "names no GAN model family")
             usage = f"Load it from Python (bigbatch.load_generator, load_classifier), where {own_family}"
         print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {usage}", flush=True)

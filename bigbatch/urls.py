@@ -54,8 +54,11 @@ def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") 
 def local_run(value: str | os.PathLike) -> Path:
     """A run (its folder, a checkpoint's, a DFL model folder) to read as local files; a URL refused in one line
     (found from outside: `sample s3://b/run` said "s3:/b/run does not exist")."""
-    if names_url(text := os.fspath(value)):
-        raise BigbatchError(f"{text} is a URL, and runs are read as folders on this machine: copy the run down first")
+    if names_url(text := os.fspath(value)):  # (credentials refused first, as everywhere; its public name said)
+        refuse_credentials(text, public_name(text))
+        raise BigbatchError(
+            f"{public_name(text)} is a URL, and runs are read as folders on this machine: copy the run down first"
+        )
     return Path(text)
 
 

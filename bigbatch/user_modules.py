@@ -8,10 +8,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from bigbatch.errors import BigbatchError
 
 ENV = "BIGBATCH_IMPORT"
+PATH_ENV = "BIGBATCH_IMPORT_PATH"  # folders to find them in besides sys.path (os.pathsep-separated): a launcher's
+CARRIED = (ENV, PATH_ENV)  # ranks are given where the launcher found them (found by review: in the ranks' own folder)
 
 
 def named() -> list[str]:
@@ -24,13 +27,13 @@ def import_user_modules() -> None:
     cannot be found is one line (an error inside it is the user's own traceback)."""
     if not named():
         return
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    folders = [os.getcwd()] + [f for f in os.environ.get(PATH_ENV, "").split(os.pathsep) if f]
+    sys.path[:0] = [f for f in folders if f not in sys.path and not (f == os.getcwd() and "" in sys.path)]
     for name in named():
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if e.name is None or not name.startswith(e.name):  # (a module it imports: the user's own error)
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):  # (one it imports: theirs)
                 raise
             raise BigbatchError(
                 f"{ENV}={os.environ[ENV]}: no module {name} here (from {os.getcwd()} or PYTHONPATH): give the module "
@@ -39,9 +42,9 @@ def import_user_modules() -> None:
 
 
 def carried_to_ranks(family_module: str, family: str) -> None:
-    """Before a launcher starts ranks of a user's own family: BIGBATCH_IMPORT names its module (the ranks, which
-    get this process's, import it); a family registered in a script itself (__main__) is refused in one line, as no
-    rank can import it."""
+    """Before a launcher starts ranks of a user's own family: BIGBATCH_IMPORT names its module and
+    BIGBATCH_IMPORT_PATH the folder it is in (the ranks, given this process's, import it from there); a family
+    registered in a script itself (__main__) is refused in one line, as no rank can import it."""
     if family_module == "__main__":
         raise BigbatchError(
             f"model family '{family}' is registered in the script that runs (__main__), which a launcher's ranks "
@@ -49,3 +52,9 @@ def carried_to_ranks(family_module: str, family: str) -> None:
         )
     if family_module not in named():
         os.environ[ENV] = ",".join([*named(), family_module])
+    file = getattr(sys.modules.get(family_module), "__file__", None)
+    if file:  # (the folder its top package is in: where this process found it)
+        root = str(Path(file).resolve().parents[family_module.count(".")])
+        folders = [f for f in os.environ.get(PATH_ENV, "").split(os.pathsep) if f]
+        if root not in folders:
+            os.environ[PATH_ENV] = os.pathsep.join([*folders, root])

@@ -32,12 +32,10 @@ class _D(nn.Module):
         return out[: len(out) // 2] if self.halved else out
 
 
-@bigbatch.models.register(init="N02", task="gan")
 def labels_only_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
     return _G(resolution, n_classes, dim_z, img_channels, False), _D(resolution, img_channels, False)
 
 
-@bigbatch.models.register(init="N02", task="gan")
 def half_logits_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
     return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, True)
 
@@ -55,9 +53,19 @@ class _Classifier(nn.Module):
         return self.head(self.features(x))
 
 
-@bigbatch.models.register(init="kaiming", task="classify")
 def five_logits(*, n_classes: int, ch: int = 8, img_channels: int = 3):
     return _Classifier(n_classes, img_channels)
+
+
+@pytest.fixture(autouse=True)
+def families(monkeypatch):
+    """These tests' families, in a registry of their own (the other tests list the families)."""
+    from bigbatch.models import registry
+
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
+    for fn, init, task in ((labels_only_gan, "N02", "gan"), (half_logits_gan, "N02", "gan")):
+        registry.register(init=init, task=task)(fn)
+    registry.register(init="kaiming", task="classify")(five_logits)
 
 
 @pytest.mark.parametrize(
@@ -101,24 +109,70 @@ def test_the_registry_takes_a_notebooks_reload_lists_for_tuples_and_says_what_an
             return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)
 
 
+# A user's module that registers a family (imported by name: BIGBATCH_IMPORT, a launcher's ranks).
+OWN = """
+import torch
+from torch import nn
+
+import bigbatch
+
+
+class G(nn.Module):
+    def __init__(self, resolution, n_classes, dim_z, img_channels):
+        super().__init__()
+        self.resolution, self.n_classes, self.dim_z, self.img_channels = resolution, n_classes, dim_z, img_channels
+        self.embed = nn.Embedding(max(n_classes, 1), dim_z)
+        self.fc = nn.Linear(dim_z, img_channels * resolution * resolution)
+
+    def forward(self, z, y=None):
+        if y is not None:
+            z = z + (y @ self.embed.weight if y.dim() == 2 else self.embed(y))
+        return torch.tanh(self.fc(z)).view(len(z), self.img_channels, self.resolution, self.resolution)
+
+
+class D(nn.Module):
+    def __init__(self, resolution, img_channels):
+        super().__init__()
+        self.fc = nn.Linear(img_channels * resolution * resolution, 1)
+
+    def forward(self, x, y=None):
+        return self.fc(x.flatten(1)).flatten()
+
+
 @bigbatch.models.register(init="N02", task="gan")
 def module_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
-    return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)
+    return G(resolution, n_classes, dim_z, img_channels), D(resolution, img_channels)
+"""
 
 
-def test_the_command_line_knows_a_family_whose_module_bigbatch_import_names(tmp_path, capsys):
+def own_module(tmp_path, monkeypatch) -> str:
+    """own_gan_module.py in a folder of its own, imported here (forgotten after the test); the folder."""
+    import importlib
+    import sys
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "own_gan_module.py").write_text(OWN)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "own_gan_module", raising=False)  # (an earlier test's: imported anew)
+    importlib.import_module("own_gan_module")
+    return str(folder)
+
+
+def test_the_command_line_knows_a_family_whose_module_bigbatch_import_names(tmp_path, capsys, monkeypatch):
     # Found from outside: sample, eval, export, info and a resume of a run of one's own family were refused.
     import os
     import subprocess
     import sys
 
+    folder = own_module(tmp_path, monkeypatch)
     cfg = bigbatch.preset("digits").override(
         {"model.name": "module_gan", "model.options": {}, "data.resolution": 16, "train.kimg": 0.032}
     )
     run = bigbatch.train(cfg.override({"sample.every_kimg": 0}), run_dir=tmp_path / "r")
-    assert f"Sample with: BIGBATCH_IMPORT=test_own_family bigbatch sample {run}" in capsys.readouterr().out
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__), "OMP_NUM_THREADS": "1"}
-    said = {"": "names no GAN model family 'module_gan'; valid: ", "test_own_family": "state       done"}
+    assert f"Sample with: BIGBATCH_IMPORT=own_gan_module bigbatch sample {run}" in capsys.readouterr().out
+    env = {**os.environ, "PYTHONPATH": folder, "OMP_NUM_THREADS": "1"}
+    said = {"": "names no GAN model family 'module_gan'; valid: ", "own_gan_module": "state       done"}
     for given, words in said.items():
         out = subprocess.run([sys.executable, "-m", "bigbatch", "info", str(run)], capture_output=True, text=True,
                              env={**env, "BIGBATCH_IMPORT": given})  # fmt: skip
@@ -132,12 +186,13 @@ def test_a_launchers_ranks_import_the_module_of_a_family_and_one_a_script_regist
 
     from bigbatch.launch import local
 
-    monkeypatch.setenv("BIGBATCH_IMPORT", "")  # (set by the run: put back after)
-    monkeypatch.setenv("PYTHONPATH", os.path.dirname(__file__))  # (where the ranks find this module)
+    for name in ("BIGBATCH_IMPORT", "BIGBATCH_IMPORT_PATH"):  # (set by the run: put back after)
+        monkeypatch.setenv(name, "")
+    own_module(tmp_path, monkeypatch)  # (its folder, which the ranks are given, as the launcher finds it)
     cfg = bigbatch.preset("digits").override({"model.name": "module_gan", "model.options": {}, "train.kimg": 0.032})
     handle = local.run(cfg.override({"data.resolution": 16, "sample.every_kimg": 0}), tmp_path / "r")
     result = handle.result(timeout=120)
-    assert result.status == 0 and not result.stopped and os.environ["BIGBATCH_IMPORT"] == "test_own_family", result
+    assert result.status == 0 and not result.stopped and os.environ["BIGBATCH_IMPORT"] == "own_gan_module", result
 
     def script_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
         return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)

@@ -30,7 +30,7 @@ def test_prepare_off_a_terminal_says_how_far_it_has_come_and_a_resumed_ones_rate
         main(["prepare", str(tmp_path / "src"), str(tmp_path / "out.h5"), "--resolution", "16", "--workers", "0"]) == 0
     )
     out, err = capsys.readouterr()
-    lines = err.splitlines()
+    lines = [line for line in err.splitlines() if line.startswith("prepare: ")]
     assert lines[0] == "prepare: 1/700 images, 0.0 img/s" and len(lines) == 699, lines[:3]  # (read back: no rate)
     assert re.fullmatch(r"prepare: 699/700 images, [\d.]+ img/s, about \d+ s left", lines[-1]), lines[-1]
     assert "resumed: 512 files as an interrupted prepare of this command had decoded them (the rate is" in out

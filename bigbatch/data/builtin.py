@@ -48,13 +48,13 @@ def _resize_gray(images: np.ndarray, peak: float, resolution: int, name: str) ->
             f"{format_bytes(free)} free: give a smaller data.resolution (its images are {images.shape[-1]} px, "
             "enlarged to it), or images of that size prepared into a file (bigbatch prepare)"
         )
-    out = torch.empty(len(images), resolution, resolution, 3, dtype=torch.uint8)
+    parts = []
     for at in range(0, len(images), RESIZE_PART):
         x = torch.from_numpy(images[at : at + RESIZE_PART].astype(np.float32) / peak)[:, None]
         if x.shape[-1] != resolution:
             x = F.interpolate(x, size=(resolution, resolution), mode="bicubic", align_corners=False, antialias=True)
-        out[at : at + RESIZE_PART] = (x.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
-    return out
+        parts.append((x.clamp(0, 1) * 255).round().to(torch.uint8))
+    return torch.cat(parts).permute(0, 2, 3, 1).expand(-1, -1, -1, 3).contiguous()
 
 
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:

@@ -117,7 +117,15 @@ class Video:
         one damaged packet stopped a whole video."""
         av = _av()
         bad, first = 0, None
-        for packet in self.container.demux(self.stream):
+        packets = self.container.demux(self.stream)
+        while True:
+            try:
+                packet = next(packets)
+            except StopIteration:
+                break
+            except av.FFmpegError as e:  # (the container itself damaged there: found by review, a traceback)
+                warn(f"{self.path}: its container cannot be read past here ({e}): the frames before it taken")
+                break
             try:
                 yield from packet.decode()
             except av.FFmpegError as e:
@@ -227,7 +235,8 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
         record = {"video": str(Path(video).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "fps": fps}
         record["rate"] = str(Fraction(fps).limit_denominator(1001) if fps else v.rate)  # (the frames': theirs)
         before = out.is_dir() and sum(1 for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if before and read_record(out / FRAMES_RECORD) != record:
+        kept = {k: v for k, v in read_record(out / FRAMES_RECORD).items() if k != "rate"}  # (an older one's: none)
+        if before and kept != {k: v for k, v in record.items() if k != "rate"}:
             # (older frames left there would be mixed with these by extract, merge and video make)
             raise BigbatchError(f"DIR {out} already holds images: give a new or empty folder for the frames")
         if before:  # (found from outside: an interrupted run's rerun was refused, its folder to delete by hand)

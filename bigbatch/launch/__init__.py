@@ -91,8 +91,8 @@ def rank_environments(
         }
         if pinned:
             env["CUDA_VISIBLE_DEVICES"] = firsts[rank]
-        if os.environ.get(user_modules.ENV):  # (the modules of a user's own model families: each rank imports them)
-            env[user_modules.ENV] = os.environ[user_modules.ENV]
+        # (the modules of a user's own model families, and where to find them: each rank imports them)
+        env.update({k: os.environ[k] for k in user_modules.CARRIED if os.environ.get(k)})
         envs.append(env)
     return envs
 

@@ -21,15 +21,15 @@ N = 2  # inputs a check takes
 @contextmanager
 def _evaluating(*nets: nn.Module) -> Iterator[None]:
     """The nets in eval mode (no statistics updated, no power iteration stored), no gradients, the RNG as it was."""
-    modes = [net.training for net in nets]
+    modes = [(m, m.training) for net in nets for m in net.modules()]  # (each its own: a frozen part kept in eval)
     try:
-        with torch.no_grad(), torch.random.fork_rng():
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # (the CPU's: the check runs there)
             for net in nets:
                 net.eval()
             yield
     finally:
-        for net, mode in zip(nets, modes):
-            net.train(mode)
+        for m, mode in modes:
+            m.training = mode
 
 
 def _shape(name: str, what: str, got: object, want: tuple[int, ...], rule: str) -> None:

@@ -163,7 +163,8 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
             else:
                 # (on the CPU, whose driver takes a rank-deficient W: CUDA's assumes full rank)
                 w64, v = w.double().cpu(), layer.sn_v.double().cpu()
-                v, exact = _of_norm(w64, v, float(sigma))
+                sigma64 = float(layer.sn_u.double().cpu() @ w64 @ v.t())  # (float32's rounding: no false warning)
+                v, exact = _of_norm(w64, v, sigma64)
                 inexact += [] if exact else [name]
                 u0 = torch.linalg.lstsq(w64.t(), v.t()).solution.t()
                 u0 = F.normalize(u0, dim=1).to(layer.sn_u.dtype).to(layer.sn_u.device)
@@ -186,7 +187,8 @@ def _of_norm(w: torch.Tensor, v: torch.Tensor, sigma: float) -> tuple[torch.Tens
     G's, found from outside: its images 0.21 apart once back in BigGAN-PyTorch), the unit vector of W's row space
     nearest it whose image's norm is `sigma`: BigGAN-PyTorch's forward divides by |W normalize(u0 W)|, which no u0
     makes other than such a vector's. Turned from `v` toward the right singular vector of W's least nonzero singular
-    value (whose image is the shortest of the row space), by bisection; that vector where even its image is longer;
+    value (whose image is the shortest of the row space), by bisection along the arc between them; that vector where
+    even its image is longer;
     and False there (vectors far from W's top singular pair, a model's never trained, are taken as they are)."""
     if abs(float(torch.linalg.vector_norm(v @ w.t())) - sigma) <= 1e-6 * sigma:  # (float32 vectors' rounding)
         return v, True
