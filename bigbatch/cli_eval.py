@@ -122,6 +122,29 @@ def run_eval(args: argparse.Namespace) -> None:
         dist.close(created)
     if ctx.is_main:
         print(json.dumps(result))
+        if run:
+            _record(args.path, result)
+
+
+def _record(run: str, result: dict) -> None:
+    """A run's scores appended to RUN/eval/scores.jsonl with when they were made (found from outside: they were
+    printed alone; StyleGAN2-ADA's calc_metrics appends each to the run's metric-*.jsonl). One that cannot be written
+    (a run on read-only storage) is said; the scores stand printed."""
+    import datetime
+    import json
+
+    ckpt = Path(result["checkpoint"])
+    root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
+    path = root / "eval" / "scores.jsonl"
+    row = {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), **result}
+    try:
+        path.parent.mkdir(exist_ok=True)
+        with open(path, "a") as f:  # (a line a call, written whole)
+            f.write(json.dumps(row) + "\n")
+    except OSError as e:
+        warn(f"the scores are not kept in {path} ({e.strerror or e}): they stand printed above")
+        return
+    print(f"scores kept in {path}", file=sys.stderr)
 
 
 DEFAULT_METRICS = "fid,is,kid"

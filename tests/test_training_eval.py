@@ -106,7 +106,12 @@ def test_the_best_survives_a_resume_unless_its_scores_are_not_comparable(scored,
     # `bigbatch eval` of the resumed run gives its logged score, bit for bit (an outside check found 2e-5 apart).
     capsys.readouterr()
     assert main(["eval", str(run), "--metrics", "fid", "--n", "64"]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["fcd"] == rows[-1]["fcd"]
+    out, err = capsys.readouterr()
+    assert json.loads(out.strip().splitlines()[-1])["fcd"] == rows[-1]["fcd"]
+    # ... and kept in RUN/eval/scores.jsonl, as StyleGAN2-ADA's calc_metrics appends its (found from outside: printed
+    # alone)
+    (kept,) = [json.loads(line) for line in (run / "eval" / "scores.jsonl").read_text().splitlines()]
+    assert kept["fcd"] == rows[-1]["fcd"] and kept["n"] == 64 and "time" in kept and "scores kept in" in err
     # Without --n, the papers' 50,000, and the run's own number said (found from outside: four hours on a CPU, unsaid).
     with pytest.MonkeyPatch.context() as stop:
         stop.setattr("bigbatch.metrics.evaluate", lambda *a, **k: (_ for _ in ()).throw(SystemExit(3)))
