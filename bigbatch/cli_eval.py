@@ -58,8 +58,8 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
             )
     # (found from outside: only prepare took --endpoint-url)
-    args.storage_options = options = endpoint_options(args.endpoint_url)
-    if task in ("classify", "swap") and not dist.context().is_main:
+    args.storage_options, ctx = endpoint_options(args.endpoint_url), dist.context()
+    if task in ("classify", "swap") and not ctx.is_main:
         return  # (found from outside: under a launcher each rank scored the whole set and printed its report)
     if task == "classify":
         from bigbatch.config_types import MAX_RESOLUTION
@@ -69,7 +69,7 @@ def run_eval(args: argparse.Namespace) -> None:
             raise BigbatchError(f"--resolution must be 4 to {MAX_RESOLUTION} pixels, got {args.resolution}")
         with progress("eval"):
             report = evaluate_classifier(
-                args.path, args.reference, args.checkpoint, dist.context().device, args.tta, args.resolution, options
+                args.path, args.reference, args.checkpoint, ctx.device, args.tta, args.resolution, args.endpoint_url
             )
         print(describe(report))
         return
@@ -79,7 +79,7 @@ def run_eval(args: argparse.Namespace) -> None:
         from bigbatch.tasks.swap.report import describe, evaluate_swap
 
         with progress("eval"):
-            report = evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, dist.context().device, options)
+            report = evaluate_swap(args.path, args.reference, args.dst, args.checkpoint, ctx.device, args.endpoint_url)
         print(describe(report))
         return
     if args.checkpoint_given and not _is_run(args.path):  # (latest too: found from outside, taken without a word)
@@ -113,8 +113,7 @@ def run_eval(args: argparse.Namespace) -> None:
         if given:
             verb = "applies" if len(given) == 1 else "apply"
             raise BigbatchError(f"{' and '.join(given)} {verb} to a run's generator, and {args.path} is not a run")
-    ctx = dist.context()  # under torchrun, feature extraction is split across the processes
-    created = dist.init(ctx)
+    created = dist.init(ctx)  # (under torchrun, feature extraction is split across the processes)
     try:
         with progress("eval"):  # Inception on a CPU: about 0.35 s an image
             result = _eval_run(args, ctx.device, compares) if run else _eval_images(args, ctx.device, compares)
@@ -343,7 +342,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
             "drop --weights"
         )
     # (found from outside: a B on the run's object store was read without the run's storage options)
-    options = args.storage_options or cfg.data.storage_options or None  # (as classify's and swap's)
+    options = endpoint_options(args.endpoint_url, cfg.data.storage_options)  # (as classify's and swap's)
     kind, ref = (
         ("data", None)
         if args.reference is None

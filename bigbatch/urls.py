@@ -62,9 +62,13 @@ def local_run(value: str | os.PathLike) -> Path:
     return Path(text)
 
 
-def endpoint_options(endpoint_url: str | None) -> dict[str, Any] | None:
-    """fsspec's storage options for an S3 endpoint given on the command line (--endpoint-url), else None."""
-    return {"client_kwargs": {"endpoint_url": endpoint_url}} if endpoint_url else None
+def endpoint_options(endpoint_url: str | None, options: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """fsspec's storage `options` (a run's data.storage_options) with an S3 endpoint given on the command line
+    (--endpoint-url) in place of theirs, the rest kept (found by review: a run's other options were dropped)."""
+    if not endpoint_url:
+        return options or None
+    out = {k: v for k, v in (options or {}).items() if k != "endpoint_url"}
+    return out | {"client_kwargs": {**out.get("client_kwargs", {}), "endpoint_url": endpoint_url}}
 
 
 def _split(url: str) -> tuple[str, str | None, str, str]:

@@ -457,3 +457,15 @@ def test_an_object_replaced_while_it_is_read_is_said_not_read_on(s3, photos, tmp
         data.get(idx)
     with pytest.raises(bigbatch.BigbatchError, match="was replaced since it was opened"):  # (a new reader's too)
         next(iter(BatchLoader(data, [idx], workers=1)))
+
+
+def test_an_endpoint_given_on_the_command_line_keeps_the_runs_other_storage_options():
+    # Found by review: --endpoint-url replaced a run's data.storage_options whole (its anon, profile, client_kwargs).
+    from bigbatch.urls import endpoint_options
+
+    run = {"anon": False, "endpoint_url": "http://old", "client_kwargs": {"region_name": "eu-west-1"}}
+    assert endpoint_options("http://new:9000", run) == {
+        "anon": False,
+        "client_kwargs": {"region_name": "eu-west-1", "endpoint_url": "http://new:9000"},
+    }
+    assert endpoint_options(None, run) is run and endpoint_options(None, {}) is None

@@ -31,7 +31,7 @@ from bigbatch.run_data import eval_folder, run_config
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, save_png
 from bigbatch.tasks.classify.inference import check_tta
 from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes, scores_top5
-from bigbatch.urls import Location, public_name
+from bigbatch.urls import Location, endpoint_options, public_name
 
 TOP_LOSSES = 16
 MOST_CONFUSED = 20  # pairs of classes metrics.json lists (eval prints the first 3)
@@ -44,16 +44,18 @@ def evaluate_classifier(
     device: str | torch.device = "cpu",
     tta: bool = False,
     resolution: int | None = None,
-    storage_options: dict[str, Any] | None = None,
+    endpoint_url: str | None = None,
 ) -> dict[str, Any]:
     """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
     confusion.csv, confusion.png, top_losses.png; `tta`: each image's prediction averaged with its mirror
     image's, in <data>-tta-<checkpoint>/; `resolution`: scored at that side instead of eval.resolution's or where
-    it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics. `storage_options`: fsspec's for the
-    data, instead of the run's data.storage_options."""
+    it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics. `endpoint_url`: the S3 endpoint
+    to read the data from, in place of the run's data.storage_options' (their other options kept)."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
-        cfg = run_config(ckpt).override({"data.storage_options": storage_options} if storage_options else {})
+        cfg = run_config(ckpt)
+        if endpoint_url:
+            cfg = cfg.override({"data.storage_options": endpoint_options(endpoint_url, cfg.data.storage_options)})
         if cfg.task != "classify":
             raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a classifier")
         if cfg.train.labels == "rotation":

@@ -24,7 +24,7 @@ from bigbatch.sampling import save_png
 from bigbatch.tasks.swap.load import check_faces, load_autoencoder, source_face_type
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
 from bigbatch.tasks.swap.task import PREVIEW_ROWS, preview_sheet
-from bigbatch.urls import public_name
+from bigbatch.urls import endpoint_options, public_name
 
 
 def _faces(path: str, side: str, cfg: Config, face_type: str) -> Any:
@@ -46,14 +46,16 @@ def evaluate_swap(
     dst_path: str | None = None,
     which: str = "latest",
     device: str | torch.device = "cpu",
-    storage_options: dict[str, Any] | None = None,
+    endpoint_url: str | None = None,
 ) -> dict[str, Any]:
     """Score a swap run's autoencoder; write RUN/eval/<data>-<checkpoint>/ (metrics.json, preview.png) and return
-    the scores: src_ssim and dst_ssim (each side scored only when it has data) and their mean. `storage_options`:
-    fsspec's for the data, instead of the run's data.storage_options."""
+    the scores: src_ssim and dst_ssim (each side scored only when it has data) and their mean. `endpoint_url`: the
+    S3 endpoint to read the data from, in place of the run's data.storage_options' (their other options kept)."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
-        cfg = run_config(ckpt).override({"data.storage_options": storage_options} if storage_options else {})
+        cfg = run_config(ckpt)
+        if endpoint_url:
+            cfg = cfg.override({"data.storage_options": endpoint_options(endpoint_url, cfg.data.storage_options)})
         if cfg.task != "swap":
             raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a face swap")
         return ckpt, cfg, load_autoencoder(ckpt, device)
