@@ -212,10 +212,13 @@ def warn_under_group(cfg: Config, micro: int) -> None:
         )
 
 
-def describe_plan(cfg: Config, plan: Plan | None = None, world_size: int | None = None) -> str:
+def describe_plan(
+    cfg: Config, plan: Plan | None = None, world_size: int | None = None, floor: int | None = None
+) -> str:
     """The batch plan of `cfg` in one line (`plan`: as resolved at start; without it nothing is built
     and "auto" is described as probed at start), then the batches of later phases. `world_size`: of the ranks
-    it will run on (a sweep's nprocs), where not this process's."""
+    it will run on (a sweep's nprocs), where not this process's. `floor`: the bytes of the weights, gradients,
+    optimizer state and averages (a dry run's, cli_checks.build_on_meta): said, and a budget under it refused."""
     ctx = dist.context(cfg.train.device)
     if world_size is not None:
         ctx = dataclasses.replace(ctx, world_size=world_size)
@@ -238,6 +241,14 @@ def describe_plan(cfg: Config, plan: Plan | None = None, world_size: int | None 
         )
     else:
         line = make_plan(batch, cfg.train.micro_batch, cfg.train.precision, ctx).describe()
+    if floor:  # (found from outside: a dry run said nothing of memory, and BigGAN-128 in 2 GiB passed it)
+        held = f"the weights, their gradients, the optimizer's state and averages take {format_bytes(floor)}"
+        if cfg.train.memory_budget and cfg.train.micro_batch == "auto" and parse_bytes(cfg.train.memory_budget) < floor:
+            raise BigbatchError(
+                f"train.memory_budget {cfg.train.memory_budget} is less than {held}, whatever the micro-batch: raise "
+                "it, or give a smaller model"
+            )
+        line += f"; {held} whatever the micro-batch (activations on top)"
     if len(phases) > 1:
         sized = len({p.resolution for p in phases}) > 1  # progressive resizing: say the sizes too
 

@@ -63,7 +63,7 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
-        build_on_meta(cfg, warns=not resume)  # model options only the model's constructor checks (a depth not 6n+2)
+        floor = build_on_meta(cfg, warns=not resume)  # model options only the constructors check (a depth not 6n+2)
         check_local_data(cfg, new_run=not resume)  # a missing or broken data file, as training would refuse it
         if args.run_dir:  # (found from outside: passed a --run-dir holding a run, without --resume)
             check_resume(Path(args.run_dir), resume)
@@ -71,7 +71,7 @@ def _train(args: argparse.Namespace) -> None:
         for key, given in uses.items():  # (found from outside: unsaid; said as the data file is)
             if given and not is_url(given) and not Path(given).exists():
                 warn(f"{key} {given} does not exist: training refuses it until it does")
-        plan = describe_plan(cfg)  # (a plan that cannot be is one line, without the config above it)
+        plan = describe_plan(cfg, floor=floor)  # (a plan that cannot be is one line, without the config above it)
         resumed = dry_resume(cfg, Path(args.run_dir), resume) if resume and args.run_dir else ""
         ctx = dist.context(cfg.train.device)
         prec.check(cfg.train.precision, ctx.device)  # (found from outside: fp16 on a CPU said by the run alone)

@@ -92,35 +92,53 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
         face_type_of(cfg, shown, shown, "xseg")  # (xseg.face_type against the faces')
 
 
-def build_on_meta(cfg: Any, warns: bool = True) -> None:
+def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
     """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
     so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
     that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi). `warns`: a new run's
-    (not a resume's): and refuse and say what a new run does of its settings as it starts (said on the first rank)."""
+    (not a resume's): and refuse and say what a new run does of its settings as it starts (said on the first rank).
+    Returns the bytes their weights, gradients, optimizer state and averages take whatever the micro-batch (a
+    floor of the step's memory, activations on top; found from outside, a dry run said nothing of memory), or None
+    where not known (a task of the user's own)."""
     import torch
 
     from bigbatch import models
     from bigbatch.tasks.interface import check_new_run, say_new_run
 
+    trained, kept, states = [], [], 2  # (Adam's two moments a weight; SGD with momentum's one, RMSprop's one)
     with torch.device("meta"):
         if cfg.task == "classify":
-            models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)
+            trained = [models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)]
+            kept = trained * bool(cfg.train.model_ema_kimg)
+            states = 2 if cfg.train.optimizer == "adamw" else int(cfg.train.momentum > 0)
         elif cfg.task == "gan":
             from bigbatch.tasks.gan.task import build_models, check_path_length
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)
+            trained, kept = [G, D], [G]  # (G_ema)
         elif cfg.task == "swap":
             from bigbatch.tasks.swap.discriminators import discriminators
             from bigbatch.tasks.swap.task import build_model
 
-            discriminators(cfg, build_model(cfg))  # (a patch discriminator too large for the faces: from outside)
+            model = build_model(cfg)
+            trained = [model, *discriminators(cfg, model).values()]  # (a patch D too large: found from outside)
+            states = 2 if cfg.swap.optimizer == "adabelief" else 1
         elif cfg.task == "xseg":
-            models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)
+            trained, states = [models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options)], 1
     if warns:  # (a new run's: found by review, the dry run of a resume refused what the resume takes)
         check_new_run(cfg)
         if os.environ.get("RANK", "0") == "0":  # (what it says of its settings: found from outside, said by the run
             say_new_run(cfg)  # alone)
+    if not trained:
+        return None
+
+    def size(tensors: Any) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    grads = size(p for m in trained for p in m.parameters() if p.requires_grad)
+    held = size(t for m in [*trained, *kept] for t in [*m.parameters(), *m.buffers()])
+    return held + grads * (1 + states)
 
 
 LAUNCHED = ("train", "eval")  # the commands whose ranks work together (eval: each extracts its share of features)

@@ -209,3 +209,15 @@ def test_info_says_the_probed_peak_of_the_micro_batch_auto_took(tmp_path, capsys
     assert main(["info", str(run)]) == 0
     assert re.search(r"batch 32 \(micro 32 x 1 accumulated; train.micro_batch auto; probed peak [\d.]+ [KM]iB of its "
                      r"budget 1.00 GiB\)", capsys.readouterr().out)  # fmt: skip
+
+
+def test_a_dry_run_says_what_no_micro_batch_lowers_and_refuses_a_budget_under_it(capsys):
+    # Found from outside: a dry run said nothing of memory, and BigGAN-128's batch 2048 in 2 GiB passed it (the run
+    # said so after computing its reference statistics, minutes on ImageNet).
+    assert main(["train", "--dry-run", "--preset", "biggan128_bs2048", "train.memory_budget=2GiB"]) == 2
+    said = "train.memory_budget 2GiB is less than the weights, their gradients, the optimizer's state and averages "
+    said += "take 2.60 GiB, whatever the micro-batch: raise it, or give a smaller model"
+    assert said in capsys.readouterr().err
+    assert main(["train", "--dry-run", "--preset", "imagenet_resnet50", "train.memory_budget=24GiB"]) == 0
+    # ResNet-50's 25.6 M weights, their gradients and SGD's momentum, in fp32, with its BatchNorms' statistics
+    assert "averages take 269.5 MiB whatever the micro-batch (activations on top)" in capsys.readouterr().out
