@@ -346,9 +346,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if stopped:
         raise Stopped(run.path)
     if main:
-        usage = task.usage.format(run=shlex.quote(str(run.path))).replace("bigbatch ", f"{prefix}bigbatch ")
         if prefix is None:  # (found from outside: `bigbatch sample` said "names no GAN model family")
             usage = f"Load it from Python (bigbatch.load_generator, load_classifier), where {own_family}"
+        else:
+            usage = task.usage.format(run=shlex.quote(str(run.path))).replace("bigbatch ", f"{prefix}bigbatch ")
         print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {usage}", flush=True)
     return run.path
 
