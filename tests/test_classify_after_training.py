@@ -498,7 +498,6 @@ def test_a_run_of_a_family_registered_in_the_script_says_how_to_load_it_not_a_co
 ):
     from bigbatch.models import registry
     from bigbatch.models.convnet import ConvNet
-    from bigbatch.models.registry import is_own, register
 
     monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))  # (the others' tests list the families)
 
@@ -506,9 +505,8 @@ def test_a_run_of_a_family_registered_in_the_script_says_how_to_load_it_not_a_co
         return ConvNet(n_classes, ch, img_channels)
 
     script_net.__module__ = "__main__"  # (a script's own: no command line imports it; a module's, BIGBATCH_IMPORT)
-    register(init="kaiming", task="classify")(script_net)
-
-    assert is_own("resnet_cifar") and not is_own("script_net")
+    registry.register(init="kaiming", task="classify")(script_net)
+    assert registry.is_own("resnet_cifar") and not registry.is_own("script_net")
     over = {"model.name": "script_net", "model.options": {}, "train.kimg": 0.128, "eval.every_kimg": 0.128}
     bigbatch.train(tiny(**over), run_dir=tmp_path / "r", quiet=True)
     said = capsys.readouterr().out

@@ -25,9 +25,8 @@ if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's pars
 
 # x264's speed presets, fastest first; "medium" is FFmpeg's default and so DFL's (its video_from_sequence sets none).
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
-VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
-# (found from outside: camcorders' and phones' files, which `video frames` read, refused by extract and merge)
-VIDEO_SUFFIXES += (".mts", ".m2ts", ".3gp", ".3g2", ".mxf", ".ogv", ".vob", ".dv", ".asf", ".f4v")
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".mts")
+VIDEO_SUFFIXES += (".m2ts", ".3gp", ".3g2", ".mxf", ".ogv", ".vob", ".dv", ".asf", ".f4v")  # (camcorders', phones')
 
 
 def _av():  # noqa: ANN202 - PyAV's module
@@ -235,8 +234,7 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
         record = {"video": str(Path(video).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "fps": fps}
         record["rate"] = str(Fraction(fps).limit_denominator(1001) if fps else v.rate)  # (the frames': theirs)
         before = out.is_dir() and sum(1 for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        kept = {k: v for k, v in read_record(out / FRAMES_RECORD).items() if k != "rate"}  # (an older one's: none)
-        if before and kept != {k: v for k, v in record.items() if k != "rate"}:
+        if before and {**read_record(out / FRAMES_RECORD), "rate": record["rate"]} != record:  # (older ones': no rate)
             # (older frames left there would be mixed with these by extract, merge and video make)
             raise BigbatchError(f"DIR {out} already holds images: give a new or empty folder for the frames")
         if before:  # (found from outside: an interrupted run's rerun was refused, its folder to delete by hand)
