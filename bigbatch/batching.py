@@ -145,7 +145,7 @@ def _check_groups(cfg: Config, phases: list[Phase], ctx: dist.Context) -> None:
     micro-batches it can group, in every phase at this world size; one smaller than a group is one group."""
     group = _mbstd_group(cfg)
     if cfg.train.micro_batch == "auto" and group and ctx.rank == 0:  # (found from outside: said once probed)
-        for share in dict.fromkeys(p.batch // ctx.world_size for p in phases if (p.batch // ctx.world_size) % group):
+        for share in [s for s in dict.fromkeys(p.batch // ctx.world_size for p in phases) if s % group]:
             warn(
                 f"micro_batch auto settles under {cfg.model.name}'s D group of {group} images for its standard "
                 f"deviation, which then groups fewer: no multiple of {group} divides the batch share of {share}, so "
@@ -197,9 +197,9 @@ def warn_under_group(cfg: Config, micro: int) -> None:
         what = f"micro_batch auto settled on {micro}, under" if auto else f"train.micro_batch {micro} is under"
         n = max(1, dist.context(cfg.train.device).world_size)
         share = cfg.train.batch // n
-        if share % group and auto:  # (said before the plan: _check_groups)
-            return
         if share % group:  # (found from outside: memory blamed, and a multiple that no micro-batch can be advised)
+            if auto:  # (said before the plan: _check_groups)
+                return
             why = f"no multiple of {group} divides the batch share of {share}"
             fix = f"give a train.batch of a multiple of {group * n}, or set model.options.mbstd_group={micro}"
         else:

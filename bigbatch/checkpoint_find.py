@@ -13,7 +13,7 @@ from typing import TypeVar
 from bigbatch import checkpoints
 from bigbatch.errors import BigbatchError, named_few, warn
 from bigbatch.files import owner_alive
-from bigbatch.urls import local_run, public_name, refuse_credentials
+from bigbatch.urls import local_run
 
 T = TypeVar("T")
 
@@ -82,8 +82,7 @@ def network_pickle(path: Path) -> str:
 def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
-    refuse_credentials(str(path), public_name(str(path)))
-    path = run_named(local_run(path))
+    path = run_named(local_run(path))  # (credentials and URLs refused)
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
     if (path / "meta.json").exists() or (path / "state.pt").exists():

@@ -132,13 +132,10 @@ def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
             say_new_run(cfg)  # alone)
     if not trained:
         return None
+    from bigbatch.engine.memory import grad_bytes, state_bytes
 
-    def size(tensors: Any) -> int:
-        return sum(t.numel() * t.element_size() for t in tensors)
-
-    grads = size(p for m in trained for p in m.parameters() if p.requires_grad)
-    held = size(t for m in [*trained, *kept] for t in [*m.parameters(), *m.buffers()])
-    return held + grads * (1 + states)
+    held = state_bytes(trained, []) + state_bytes(kept, [])  # (weights and buffers; the averages' copies of them)
+    return held + grad_bytes(trained) * (1 + states)
 
 
 LAUNCHED = ("train", "eval")  # the commands whose ranks work together (eval: each extracts its share of features)

@@ -57,8 +57,7 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for scoring a GAN's samples or images; "
                 f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
             )
-    # (found from outside: only prepare took --endpoint-url)
-    args.storage_options, ctx = endpoint_options(args.endpoint_url), dist.context()
+    ctx = dist.context()
     if task in ("classify", "swap") and not ctx.is_main:
         return  # (found from outside: under a launcher each rank scored the whole set and printed its report)
     if task == "classify":
@@ -132,9 +131,9 @@ def _record(run: str, result: dict) -> None:
     import datetime
     import json
 
-    ckpt = Path(result["checkpoint"])
-    root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
-    path = root / "eval" / "scores.jsonl"
+    from bigbatch.run_data import run_root
+
+    path = run_root(run, Path(result["checkpoint"])) / "eval" / "scores.jsonl"
     row = {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), **result}
     try:
         path.parent.mkdir(exist_ok=True)
@@ -453,7 +452,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     from bigbatch.tasks.classify.features import feature_extractor
 
     resolution = args.resolution or 32
-    options = args.storage_options
+    options = endpoint_options(args.endpoint_url)  # (found from outside: only prepare took --endpoint-url)
     _, images = _eval_input(args.path, "A", resolution, options)  # (opened first: what is wrong with A said first)
     if compares and args.reference is None:
         raise BigbatchError(

@@ -15,7 +15,7 @@ import xxhash
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import is_url
+from bigbatch.urls import endpoint_options, is_url
 
 DATA_PATHS = ("path", "val_path", "dst_path")
 
@@ -29,11 +29,14 @@ def relative_data(cfg: Config) -> bool:
     return any(_relative(getattr(cfg.data, key)) for key in DATA_PATHS)
 
 
-def run_config(ckpt: Path) -> Config:
+def run_config(ckpt: Path, endpoint_url: str | None = None) -> Config:
     """The config of checkpoint `ckpt`, each relative data path (data.path, data.val_path, data.dst_path) taken from
     the folder the run trained in where it exists there (the file the run read, before one of that name here), else
-    as it is (from the current folder)."""
+    as it is (from the current folder). `endpoint_url`: an S3 endpoint to read its data from, in place of its
+    data.storage_options' (their other options kept: urls.endpoint_options)."""
     cfg = Config.load(ckpt / "config.toml")
+    if endpoint_url:
+        cfg = cfg.override({"data.storage_options": endpoint_options(endpoint_url, cfg.data.storage_options)})
     folder = ((checkpoints.read_meta(ckpt) or {}).get("data") or {}).get("folder")
     if not isinstance(folder, str) or os.path.realpath(folder) == os.path.realpath("."):
         return cfg  # (a checkpoint from before the folder was recorded, or read from that folder)
@@ -67,6 +70,11 @@ def resume_base(run: Path) -> Config:
     return Config.load(found[-1] / "config.toml")
 
 
+def run_root(run: str | Path, ckpt: Path) -> Path:
+    """The run folder of `run` (a run, or one of its checkpoint folders) whose checkpoint `ckpt` is."""
+    return Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
+
+
 def eval_folder(run: str | Path, ckpt: Path, name: str, source: str, data_hash: str | None = None) -> Path:
     """RUN/eval/<name>-<checkpoint>/, where `bigbatch eval` writes its report on data `name` (a file's
     stem; "heldout" for the run's held-out split) scored with `ckpt`: one folder per data set and
@@ -74,7 +82,7 @@ def eval_folder(run: str | Path, ckpt: Path, name: str, source: str, data_hash: 
     takes a digest of `source`, the data as the report names it, or of its `data_hash`, its content's, where
     known: the same file named from another folder is the same data). checkpoints/best/ is named by the
     images it had seen (best-000012.800): a later best gets a folder of its own."""
-    root = Path(run) if (Path(run) / "checkpoints").is_dir() else ckpt.parent.parent
+    root = run_root(run, ckpt)
     which = ckpt.name
     meta = checkpoints.read_meta(ckpt) if which == "best" else None
     if meta is not None and isinstance(meta.get("nimg"), int):

@@ -52,10 +52,10 @@ def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") 
 
 
 def local_run(value: str | os.PathLike) -> Path:
-    """A run (its folder, a checkpoint's, a DFL model folder) to read as local files; a URL refused in one line
-    (found from outside: `sample s3://b/run` said "s3:/b/run does not exist")."""
-    if names_url(text := os.fspath(value)):  # (credentials refused first, as everywhere; its public name said)
-        refuse_credentials(text, public_name(text))
+    """A run (its folder, a checkpoint's, a DFL model folder) to read as local files; credentials in it, and a URL,
+    refused in one line (found from outside: `sample s3://b/run` said "s3:/b/run does not exist")."""
+    refuse_credentials(text := os.fspath(value), public_name(text))  # (first, as everywhere; its public name said)
+    if names_url(text):
         raise BigbatchError(
             f"{public_name(text)} is a URL, and runs are read as folders on this machine: copy the run down first"
         )

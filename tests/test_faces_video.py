@@ -114,6 +114,9 @@ def test_a_video_cut_short_or_damaged_inside_is_read_and_said(clip, capsys):
     assert main(["video", "frames", "damaged.mp4", "d"]) == 0
     assert "damaged.mp4: 1 packet(s) of its video do not decode" in capsys.readouterr().err
     assert len(list(Path("d").glob("*.png"))) == 50  # (the frames before fill the damaged ones' slots)
-    from bigbatch.faces.video import is_video
-
-    assert all(is_video(Path(f"camera.{s}")) for s in ("MTS", "m2ts", "3gp", "mxf"))  # (refused by extract, merge)
+    # A camcorder's or a phone's file is a video to extract (found from outside: refused as "neither an image nor a
+    # video"): an empty one is read as one, and said not to decode.
+    for suffix in ("MTS", "m2ts", "3gp", "mxf"):
+        Path(f"camera.{suffix}").touch()
+        assert main(["extract", f"camera.{suffix}", "out"]) == 2
+        assert f"camera.{suffix} is not a video this FFmpeg can read" in capsys.readouterr().err

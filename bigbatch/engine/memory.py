@@ -95,6 +95,11 @@ class CPUPeak(TorchDispatchMode):
 CUDA_HEADROOM = 0.92
 
 
+def grad_bytes(modules: Iterable[torch.nn.Module]) -> int:
+    """Bytes of the gradients of `modules`' trained parameters: a step holds them whatever its micro-batch."""
+    return sum(p.numel() * p.element_size() for m in modules for p in m.parameters() if p.requires_grad)
+
+
 def state_bytes(
     modules: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer], existing: bool = False
 ) -> int:
@@ -208,7 +213,7 @@ def fit_micro_batch(
         # the memory all the same, and where that is short the kernel kills the process).
         scouts = [probed(candidates[0])]
         if not scouts[0].fits:
-            raise _over_budget(candidates[0], scouts[0], budget)
+            raise OverBudget(candidates[0], scouts[0].peak_bytes, budget)
         scouts.append(probed(candidates[1]))
         if not scouts[1].fits:
             return candidates[0], scouts
@@ -237,7 +242,7 @@ def fit_micro_batch(
         return micro, sorted(probes, key=lambda p: p.micro_batch)
     best, probes = _bisect(probed, candidates)
     if best is None:
-        raise _over_budget(candidates[0], min(probes, key=lambda p: p.micro_batch), budget)
+        raise OverBudget(candidates[0], min(probes, key=lambda p: p.micro_batch).peak_bytes, budget)
     return best, sorted(probes, key=lambda p: p.micro_batch)
 
 
@@ -264,17 +269,12 @@ def _bisect(probed: Callable[[int], Probe], candidates: list[int]) -> tuple[int 
 
 
 class OverBudget(BigbatchError):
-    """Even the `smallest` micro-batch does not fit `budget`: its probe (`measured`, the smallest probed) peaked at
-    `peak` bytes."""
+    """Even the `smallest` micro-batch does not fit `budget`: its probe peaked at `peak` bytes."""
 
     def __init__(self, smallest: int, peak: int, budget: int) -> None:
         self.smallest, self.peak, self.budget = smallest, peak, budget
         super().__init__(f"even micro_batch={smallest} needs {format_bytes(peak)}, over the memory budget of "
                          f"{format_bytes(budget)}")  # fmt: skip
-
-
-def _over_budget(smallest: int, measured: Probe, budget: int) -> OverBudget:
-    return OverBudget(smallest, measured.peak_bytes, budget)
 
 
 def default_budget(device: torch.device, local_world: int = 1) -> int:

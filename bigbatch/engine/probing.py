@@ -89,8 +89,7 @@ def _said_over(rep: Any, models: list[torch.nn.Module], optimizers: list[torch.o
     try:
         yield
     except memory.OverBudget as e:
-        grads = sum(p.numel() * p.element_size() for m in models for p in m.parameters() if p.requires_grad)
-        fixed = memory.state_bytes(models, optimizers, existing=True) + grads
+        fixed = memory.state_bytes(models, optimizers, existing=True) + memory.grad_bytes(models)
         if fixed >= e.budget:
             raise BigbatchError(
                 f"{e}: the weights, their gradients and the optimizer's state alone take "

@@ -187,9 +187,9 @@ def _of_norm(w: torch.Tensor, v: torch.Tensor, sigma: float) -> tuple[torch.Tens
     G's, found from outside: its images 0.21 apart once back in BigGAN-PyTorch), the unit vector of W's row space
     nearest it whose image's norm is `sigma`: BigGAN-PyTorch's forward divides by |W normalize(u0 W)|, which no u0
     makes other than such a vector's. Turned from `v` toward the right singular vector of W's least nonzero singular
-    value (whose image is the shortest of the row space), by bisection along the arc between them; that vector where
-    even its image is longer;
-    and False there (vectors far from W's top singular pair, a model's never trained, are taken as they are)."""
+    value (whose image is the shortest of the row space), by bisection along the arc between them; the nearer end
+    where none between has that norm, and False (vectors far from W's top singular pair, a model's never trained,
+    are taken as they are)."""
     if abs(float(torch.linalg.vector_norm(v @ w.t())) - sigma) <= 1e-6 * sigma:  # (float32 vectors' rounding)
         return v, True
     _, s, vh = torch.linalg.svd(w, full_matrices=False)
@@ -204,8 +204,9 @@ def _of_norm(w: torch.Tensor, v: torch.Tensor, sigma: float) -> tuple[torch.Tens
         return x, float(torch.linalg.vector_norm(x @ w.t()))
 
     lo, hi = 0.0, math.pi / 2
-    if image(lo)[1] <= sigma or image(hi)[1] >= sigma:  # (no vector between: the nearer end)
-        x, norm = image(lo if image(lo)[1] <= sigma else hi)
+    (start, top), (end, bottom) = image(lo), image(hi)
+    if top <= sigma or bottom >= sigma:  # (no vector between: the nearer end)
+        x, norm = (start, top) if top <= sigma else (end, bottom)
         return x, abs(norm - sigma) <= 1e-6 * sigma
     for _ in range(60):
         mid = (lo + hi) / 2

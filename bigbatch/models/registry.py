@@ -152,8 +152,9 @@ def options(name: str) -> dict[str, Any]:
     return {k: p.default for k, p in params.items() if k not in COMMON[family.task]} | {"init": family.init}
 
 
-def check_options(name: str, given: dict[str, Any]) -> None:
-    """Raise BigbatchError for an option the family does not take, or one of the wrong type."""
+def check_options(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Raise BigbatchError for an option the family does not take, or one of the wrong type; the family's options
+    and their defaults (`options`)."""
     valid = options(name)
     for key, value in given.items():
         if key not in valid:
@@ -173,6 +174,7 @@ def check_options(name: str, given: dict[str, Any]) -> None:
     )
     if given.get("init", valid["init"]) not in schemes:
         raise BigbatchError(f"option 'init' of '{name}' must be one of {', '.join(schemes)}, got {given['init']!r}")
+    return valid
 
 
 def _default(name: str, params: Any, key: str) -> Any:
@@ -186,8 +188,7 @@ def _default(name: str, params: Any, key: str) -> Any:
 def _options_given(name: str, given: dict[str, Any]) -> dict[str, Any]:
     """`given` checked (check_options), a list given for a tuple option as a tuple, and every option without a
     default given (found from outside: a TypeError from the builder, or "must be type")."""
-    check_options(name, given)
-    valid = options(name)
+    valid = check_options(name, given)
     if none := [k for k, v in valid.items() if v is inspect.Parameter.empty and k not in given]:
         raise BigbatchError(f"'{name}' has no default for {', '.join(none)}: give model.options.{none[0]}")
     return {k: tuple(v) if isinstance(valid[k], tuple) and isinstance(v, list) else v for k, v in given.items()}

@@ -31,7 +31,7 @@ from bigbatch.run_data import eval_folder, run_config
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, save_png
 from bigbatch.tasks.classify.inference import check_tta
 from bigbatch.tasks.classify.validation import Predictions, Validation, check_classes, scores_top5
-from bigbatch.urls import Location, endpoint_options, public_name
+from bigbatch.urls import Location, public_name
 
 TOP_LOSSES = 16
 MOST_CONFUSED = 20  # pairs of classes metrics.json lists (eval prints the first 3)
@@ -53,9 +53,7 @@ def evaluate_classifier(
     to read the data from, in place of the run's data.storage_options' (their other options kept)."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
-        cfg = run_config(ckpt)
-        if endpoint_url:
-            cfg = cfg.override({"data.storage_options": endpoint_options(endpoint_url, cfg.data.storage_options)})
+        cfg = run_config(ckpt, endpoint_url)
         if cfg.task != "classify":
             raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a classifier")
         if cfg.train.labels == "rotation":

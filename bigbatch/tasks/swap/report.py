@@ -24,7 +24,7 @@ from bigbatch.sampling import save_png
 from bigbatch.tasks.swap.load import check_faces, load_autoencoder, source_face_type
 from bigbatch.tasks.swap.scorer import reconstruction_ssim
 from bigbatch.tasks.swap.task import PREVIEW_ROWS, preview_sheet
-from bigbatch.urls import endpoint_options, public_name
+from bigbatch.urls import public_name
 
 
 def _faces(path: str, side: str, cfg: Config, face_type: str) -> Any:
@@ -53,9 +53,7 @@ def evaluate_swap(
     S3 endpoint to read the data from, in place of the run's data.storage_options' (their other options kept)."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
-        cfg = run_config(ckpt)
-        if endpoint_url:
-            cfg = cfg.override({"data.storage_options": endpoint_options(endpoint_url, cfg.data.storage_options)})
+        cfg = run_config(ckpt, endpoint_url)
         if cfg.task != "swap":
             raise BigbatchError(f"{ckpt} is a {cfg.task} run, not a face swap")
         return ckpt, cfg, load_autoencoder(ckpt, device)
