@@ -535,7 +535,7 @@ def main() -> None:
     rows: dict[str, dict] = {}
     start, stopped = time.perf_counter(), 0
     try:
-        with ForkServer([Path(__file__).stem]) if args.device == "cpu" else nullcontext() as forks:
+        with ForkServer([Path(__file__).stem, "torch._dynamo"]) if args.device == "cpu" else nullcontext() as forks:
             run_parts(args, wanted, forks.popen if forks else subprocess.Popen, rows)
     except (SystemExit, KeyboardInterrupt) as e:
         stopped = 130 if isinstance(e, KeyboardInterrupt) else e.code if isinstance(e.code, int) else 1
