@@ -267,7 +267,9 @@ REFERENCE = "ADA's code"
 def check(a: argparse.Namespace) -> None:
     """Weights cross: bigbatch's G, D and G_ema (built at this benchmark's sizes, conditional and not) copied into
     ADA's networks through bigbatch.models.convert (ADA's layout), and both computing: G's images (each layer's
-    fixed noise, no style mixing; 8 of them) and D's logits (of 4 of them), the largest differences printed."""
+    fixed noise, no style mixing; 8 of them), D's logits (of 4 of them) and, of the unconditional G, the style-mixing
+    sheet (ADA's style_mixing.py's steps on its G, psi 0.7, layers 0-6, against bigbatch.sampling.style_mixing),
+    the largest differences printed."""
     sys.path.insert(0, a.ada)
     import torch
     from training import networks
@@ -276,8 +278,8 @@ def check(a: argparse.Namespace) -> None:
     from bigbatch.models import convert
 
     kw = {"channel_base": a.ch * 256, "channel_max": a.ch_max, "num_fp16_res": 0, "conv_clamp": None}
-    print("| classes | D | G: largest difference (largest value) | D: largest difference (largest value) |")
-    print("|---|---|---|---|")
+    print("| classes | D | G: largest difference (largest value) | D: largest difference (largest value) | mixing |")
+    print("|---|---|---|---|---|")
     for n_classes, d_resnet in ((N_CLASSES, True), (0, False)):
         torch.manual_seed(0)
         ours = bigbatch.models.create("stylegan2", RES, n_classes, ch=a.ch, dim_z=a.z_dim, ch_max=a.ch_max,
@@ -286,6 +288,7 @@ def check(a: argparse.Namespace) -> None:
                                mapping_kwargs={"num_layers": 2}, synthesis_kwargs=kw)  # fmt: skip
         D = networks.Discriminator(c_dim=n_classes, img_resolution=RES, img_channels=3,
                                    architecture="resnet" if d_resnet else "orig", **kw)  # fmt: skip
+        ours[0].w_avg.normal_()  # (a trained G's: crossing too)
         for theirs, mine in zip((G, D), ours):
             theirs.load_state_dict(convert.to_reference(mine))  # strict: every name and shape of theirs
             theirs.eval(), mine.eval()
@@ -300,7 +303,37 @@ def check(a: argparse.Namespace) -> None:
             logits, our_logits = D(four, c4).flatten(), ours[1](four, c4)
         g = f"{(images - mine).abs().max():.1e} ({images.abs().max():.2f})"
         d = f"{(logits - our_logits).abs().max():.1e} ({logits.abs().max():.2f})"
-        print(f"| {n_classes} | {'resnet' if d_resnet else 'orig'} | {g} | {d} |")
+        mixing = "-" if n_classes else mixing_difference(G, ours[0], a.z_dim)
+        print(f"| {n_classes} | {'resnet' if d_resnet else 'orig'} | {g} | {d} | {mixing} |")
+
+
+def mixing_difference(G, ours, z_dim: int) -> str:  # noqa: ANN001 (ADA's G and bigbatch's, imported late)
+    """The largest difference in 8-bit levels of ADA's style_mixing.py sheet (its steps, on ADA's G: 3 rows, 2 columns,
+    psi 0.7, layers 0-6 of the columns) and bigbatch.sampling.style_mixing's, ours in its order."""
+    import numpy as np
+    import torch
+
+    from bigbatch.sampling import restyle, style_mixing
+
+    rows, cols, styles, psi = [85, 100, 75], [55, 821], list(range(7)), 0.7
+    z = {s: torch.from_numpy(np.random.RandomState(s).randn(1, z_dim)).float() for s in rows + cols}
+
+    def image(w: torch.Tensor) -> torch.Tensor:
+        return (G.synthesis(w[None], noise_mode="const").permute(0, 2, 3, 1) * 127.5 + 128).clamp(0, 255)[0]
+
+    with torch.no_grad():
+        w_avg = G.mapping.w_avg
+        ws = {s: w_avg + (G.mapping(z[s], None)[0] - w_avg) * psi for s in z}
+        theirs = [torch.zeros_like(image(ws[rows[0]]))] + [image(ws[c]) for c in cols]
+        for r in rows:
+            theirs.append(image(ws[r]))
+            for c in cols:
+                w = ws[r].clone()
+                w[styles] = ws[c][styles]
+                theirs.append(image(w))
+        restyle(ours, psi, "const")
+        mine = style_mixing(ours, torch.cat([z[s] for s in rows]), torch.cat([z[s] for s in cols]), styles)
+    return f"{(torch.stack(theirs).to(torch.uint8).int() - mine.int()).abs().max()} levels"
 
 
 def main() -> None:

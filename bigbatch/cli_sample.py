@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import math
 import re
@@ -48,6 +49,23 @@ def _sample(args: argparse.Namespace) -> None:
                                                               ("--interp", args.interp), ("--ncol", args.ncol))
                                               if on]):  # fmt: skip
         raise BigbatchError(f"--outdir writes a PNG an image: leave out {', '.join(given)}")
+    mixing = args.mix_rows is not None or args.mix_cols is not None
+    if mixing:
+        given = [o for o, on in (("--n", args.n is not None), ("--seed", args.seed), ("--seeds", args.seeds),
+                                 ("--interp", args.interp), ("--npz", args.npz), ("--ncol", args.ncol),
+                                 ("--truncation", args.truncation != float("inf")),
+                                 ("--standing-stats", args.standing_stats)) if on]  # fmt: skip
+        if given:
+            raise BigbatchError(
+                f"--mix-rows and --mix-cols draw ADA's style-mixing sheet: leave out {', '.join(given)}"
+            )
+        if args.mix_rows is None or args.mix_cols is None:
+            raise BigbatchError("style mixing takes both --mix-rows and --mix-cols (seeds, e.g. 85,100,75 and 55,821)")
+        args.n = (len(args.mix_rows) + 1) * (len(args.mix_cols) + 1)  # (the sheet's images, held at once)
+    elif args.styles is not None:
+        raise BigbatchError(
+            "--styles are the layers a style-mixing sheet takes from its columns: give --mix-rows and --mix-cols"
+        )
     if args.seeds is not None:  # (found from outside: a converted ADA network could not redraw its seed 85)
         given = [o for o, on in (("--n", args.n is not None), ("--seed", args.seed), ("--interp", args.interp),
                                  ("--truncation", args.truncation != float("inf"))) if on]  # fmt: skip
@@ -92,12 +110,16 @@ def _sample(args: argparse.Namespace) -> None:
     if args.classes is not None and not G.n_classes:
         raise BigbatchError("--classes: this generator is unconditional")
     classes = _parse_classes(args.classes, G.class_names)
-    if args.seeds is not None and G.n_classes and classes is None:
-        raise BigbatchError("--seeds of a conditional G takes its classes from --classes (ADA's generate.py --class)")
+    if (args.seeds is not None or mixing) and G.n_classes and classes is None:
+        given = "--mix-rows and --mix-cols" if mixing else "--seeds"
+        raise BigbatchError(f"{given} of a conditional G takes its classes from --classes (ADA's generate.py --class)")
     default_dir = ckpt.parent.parent / "samples" if ckpt.parent.name == "checkpoints" else ckpt
     # The settings that change the images, in the default name (found from outside: one sample replaced another)
     listed = hashlib.sha1(",".join(map(str, args.seeds or [])).encode()).hexdigest()[:8]  # (1,5,3 is not 1,2,3)
     seeds = f"seeds{args.seeds[0]}-{args.seeds[-1]}x{len(args.seeds)}-{listed}" if args.seeds else f"seed{args.seed}"
+    if mixing:
+        rows_cols = f"{args.mix_rows}/{args.mix_cols}/{args.styles}"
+        seeds = f"mix{len(args.mix_rows)}x{len(args.mix_cols)}-{hashlib.sha1(rows_cols.encode()).hexdigest()[:8]}"
     named = f"{ckpt.name}-{seeds}" + "".join(
         f"-{key}{value}"
         for key, value, used in (
@@ -106,21 +128,38 @@ def _sample(args: argparse.Namespace) -> None:
             ("noise", args.noise_mode, args.noise_mode != "random"),
             ("classes", re.sub(r"[^\w.,-]+", "_", str(args.classes)), args.classes is not None),
             ("standing", args.standing_stats, args.standing_stats),
-            ("n", args.n, not args.interp and not args.npz and args.n != 64),  # (npz names carry n anyway)
-            ("ncol", args.ncol, not args.interp and not args.npz and args.ncol != min(8, args.n)),
+            ("n", args.n, not (args.interp or args.npz or mixing) and args.n != 64),  # (npz names carry n anyway)
+            ("ncol", args.ncol, not (args.interp or args.npz or mixing) and args.ncol != min(8, args.n)),
         )
         if used
     )
 
     def drawn() -> tuple[Any, Any]:
         """The images of --seeds, ADA's z, and their labels (--classes cycled)."""
-        import torch
-
-        z = torch.from_numpy(np.stack([np.random.RandomState(s).randn(G.dim_z) for s in args.seeds])).float()
-        y = torch.tensor([classes[i % len(classes)] for i in range(len(z))]) if G.n_classes else None
+        z, y = ada_latents(args.seeds)
         return generate(G, z, y), y
 
-    if args.interp:
+    def ada_latents(seeds: list[int]) -> tuple[Any, Any]:
+        """ADA's z of each seed, and its label (--classes cycled)."""
+        import torch
+
+        z = torch.from_numpy(np.stack([np.random.RandomState(s).randn(G.dim_z) for s in seeds])).float()
+        return z, torch.tensor([classes[i % len(classes)] for i in range(len(z))]) if G.n_classes else None
+
+    if mixing:  # (ADA's style_mixing.py: its grid.png, and with --outdir each image, named row-column.png)
+        from bigbatch.sampling import style_mixing
+
+        (rows, row_y), (cols, col_y) = ada_latents(args.mix_rows), ada_latents(args.mix_cols)
+        styles = args.styles if args.styles is not None else range(min(7, getattr(G, "num_ws", 7)))  # (ADA's 0-6)
+        sheet = style_mixing(G, rows, cols, styles, row_y, col_y)
+        out = Path(args.out or default_dir / f"mixing-{named}.png") if args.outdir is None else Path(args.outdir)
+        columns = len(args.mix_cols) + 1
+        save_png(grid(sheet, ncol=columns, pad=0), out if args.outdir is None else out / "grid.png")
+        if args.outdir is not None:
+            keys = [(c, c) for c in args.mix_cols] + [(r, c) for r in args.mix_rows for c in [r, *args.mix_cols]]
+            for key, image in zip(keys, sheet[1:]):
+                save_png(grid(image[None], ncol=1, pad=0), out / "{}-{}.png".format(*key))
+    elif args.interp:
         out = Path(args.out or default_dir / f"interp-{named}.png")
         save_png(interpolation_sheet(G, args.seed, truncation=args.truncation, classes=classes), out)
     elif args.npz:
@@ -139,12 +178,10 @@ def _sample(args: argparse.Namespace) -> None:
             out = Path(args.out or default_dir / f"sample-{named}.png")
             save_png(grid(images, ncol=args.ncol), out)
         else:  # (ADA's generate.py --outdir: found from outside, a grid or an .npz alone)
-            from PIL import Image
-
             out = Path(args.outdir)
-            for i, image in enumerate(images.numpy()):
+            for i, image in enumerate(images):
                 name = f"seed{args.seeds[i]:04d}.png" if args.seeds else f"{i:05d}.png"
-                save_png(Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image), out / name)
+                save_png(grid(image[None], ncol=1, pad=0), out / name)
     print(out)
 
 
@@ -164,9 +201,9 @@ def _check_fits(n: int, resolution: int) -> None:
         )
 
 
-def seed_list(text: str) -> list[int]:
+def seed_list(text: str, what: str = "seeds") -> list[int]:
     """An argparse type: ADA's num_range, comma-separated seeds and ranges a-b (both ends in), seeds of 32 bits
-    (what np.random.RandomState takes)."""
+    (what np.random.RandomState takes); `what` they are, in its messages."""
     out = []
     for item in text.split(","):
         if m := re.fullmatch(r"(\d+)-(\d+)", item.strip()):
@@ -177,9 +214,9 @@ def seed_list(text: str) -> list[int]:
         elif item.strip().isascii() and item.strip().isdigit():
             out.append(int(item))
         else:
-            raise argparse.ArgumentTypeError(f"must list seeds and ranges a-b, comma-separated, got {item!r}")
+            raise argparse.ArgumentTypeError(f"must list {what} and ranges a-b, comma-separated, got {item!r}")
     if any(s >= 2**32 for s in out):
-        raise argparse.ArgumentTypeError("seeds must be below 2**32 (np.random.RandomState's)")
+        raise argparse.ArgumentTypeError(f"{what} must be below 2**32 (np.random.RandomState's seeds)")
     return out
 
 
@@ -244,6 +281,19 @@ def add_sample_command(sub: Any) -> None:
     s.add_argument(
         "--outdir",
         help="a PNG an image in this folder, as ADA's generate.py --outdir: seed0085.png of --seeds, else 00000.png",
+    )
+    s.add_argument(
+        "--mix-rows",
+        type=seed_list,
+        metavar="SEEDS",
+        help="StyleGAN2-ADA's style_mixing.py --rows: seeds of the sheet's rows (with --mix-cols), each row's image "
+        "then it with each column's w at --styles",
+    )
+    s.add_argument("--mix-cols", type=seed_list, metavar="SEEDS", help="style_mixing.py --cols: the columns' seeds")
+    s.add_argument(
+        "--styles",
+        type=functools.partial(seed_list, what="layers"),
+        help="style_mixing.py --styles: the layers whose w a row takes from each column (default 0-6: the coarse)",
     )
     s.add_argument("--device", default="auto", help="auto (CUDA if there is one, as eval's), cpu or cuda")
     s.set_defaults(func=_sample)

@@ -101,6 +101,12 @@ def generate(G: nn.Module, z: torch.Tensor, y: torch.Tensor | None, batch_size: 
     return torch.cat(out) if out else torch.empty(0, G.resolution, G.resolution, G.img_channels, dtype=torch.uint8)
 
 
+def _family(G: nn.Module) -> str:
+    """G's model family, as its run's config names it (its class's name where it has none)."""
+    config = getattr(G, "config", None)
+    return config.model.name if config is not None else type(G).__name__
+
+
 NOISE_MODES = ("random", "const", "none")  # StyleGAN2's: each image's own (from its z), each layer's fixed, none
 
 
@@ -108,8 +114,7 @@ def restyle(G: nn.Module, psi: float | None = None, noise_mode: str | None = Non
     """Set a StyleGAN2 G's truncation of w (`psi`, 1: off) and noise mode (NOISE_MODES), checked; None leaves
     either as it is. `options`: messages name the command line's --psi and --noise-mode."""
     named = ("--psi", "--noise-mode") if options else ("psi", "noise_mode")
-    config = getattr(G, "config", None)
-    family = config.model.name if config is not None else type(G).__name__
+    family = _family(G)
     if psi is not None:
         if not isinstance(psi, (int, float)) or not math.isfinite(psi):
             raise BigbatchError(f"{named[0]} must be a number (1 = off, 0.7 typical), got {psi!r}")
@@ -306,6 +311,40 @@ def interpolation_sheet(
     z_fixed = ends[0::2].repeat_interleave(steps, 0)
     images = _eval(G, torch.cat([z, z_fixed]), torch.cat([y_fixed, y_mix]))
     return grid(images, ncol=steps)
+
+
+@torch.no_grad()
+def style_mixing(
+    G: nn.Module,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    styles: Sequence[int],
+    row_y: torch.Tensor | None = None,
+    col_y: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """StyleGAN2-ADA's style_mixing.py sheet of a StyleGAN2 G (truncation and noise as `restyle` set them), as uint8
+    NHWC images in its order, one more column than `cols` a row: a black corner, then each column's image (z of
+    `cols`), and per row of `rows` its own image, then it with the w of each column at the layers `styles`. Noise is
+    drawn from the row's z."""
+    if not hasattr(G, "num_ws"):
+        raise BigbatchError(f"style mixing needs a StyleGAN2 generator, with a w a layer; this one is {_family(G)}")
+    if bad := [s for s in styles if not 0 <= s < G.num_ws]:
+        raise BigbatchError(f"styles {bad} are not layers of this G: its w are 0-{G.num_ws - 1}")
+    device = next(G.parameters()).device
+    with eval_mode(G):
+        z = torch.cat([rows, cols]).to(device)
+        y = None if row_y is None or col_y is None else torch.cat([row_y, col_y]).to(device)
+        own, ws = G(z, y, return_ws=True)
+        own = to_uint8(own)
+        layers = torch.as_tensor(list(styles), device=device, dtype=torch.long)
+        out = [torch.zeros_like(own[0])] + list(own[len(rows) :])  # the corner, then the columns' images
+        for r in range(len(rows)):
+            mixed = ws[r].expand(len(cols), -1, -1).clone()
+            mixed[:, layers] = ws[len(rows) :, layers]
+            z_row = z[r].expand(len(cols), -1)  # (its noise: the row's)
+            y_row = None if y is None else y[r].expand(len(cols), *y.shape[1:])
+            out += [own[r]] + list(to_uint8(G(z_row, y_row, ws=mixed)))
+    return torch.stack(out)
 
 
 @contextmanager

@@ -385,27 +385,37 @@ class StyleGAN2Generator(nn.Module):
         w = self.mapping(z, y).float().mean(dim=0)
         self.w_avg.copy_(w.lerp(self.w_avg, self.w_avg_beta))
 
-    def forward(self, z: torch.Tensor, y: torch.Tensor | None = None, return_ws: bool = False):
+    def forward(
+        self,
+        z: torch.Tensor,
+        y: torch.Tensor | None = None,
+        return_ws: bool = False,
+        ws: torch.Tensor | None = None,
+    ):
         """Images (N, C, H, W) in about [-1, 1]; with `return_ws`, (images, the w of every layer (N, num_ws,
-        w_dim)), for path length regularization's gradient with respect to them."""
+        w_dim)), for path length regularization's gradient with respect to them. `ws`: the w of every layer to
+        synthesize from, as `return_ws` gives them (truncated), in place of z's and y's (a style-mixing sheet's);
+        z then only draws the noise."""
         mode = self.noise_mode
         if fused.exporting():
             mode = "const" if mode == "random" else mode  # an exported G holds no seeding code
-        mix = self.training and self.mixing > 0 and self.num_ws > 1
+        mix = self.training and self.mixing > 0 and self.num_ws > 1 and ws is None
         if mode == "random" or mix:
             noise, mixed = self._draws(z, mode == "random", mix)
         else:
             noise, mixed = [None] * len(self._layers()), None
         if mode == "const":
             noise = [layer.noise_const.expand(z.shape[0], 1, -1, -1) for layer in self._layers()]
-        w = self.mapping(z, y)
-        ws = w[:, None].expand(-1, self.num_ws, -1)
-        if mixed is not None:
-            w2 = self.mapping(mixed[:, :-1], y)
-            later = torch.arange(self.num_ws, device=z.device)[None, :] >= mixed[:, -1:]
-            ws = torch.where(later[:, :, None], w2[:, None], ws)
-        if self.truncation_psi != 1:
-            ws = self.w_avg.to(ws.dtype).lerp(ws, self.truncation_psi)
+        if ws is None:
+            ws = self.mapping(z, y)[:, None].expand(-1, self.num_ws, -1)
+            if mixed is not None:
+                w2 = self.mapping(mixed[:, :-1], y)
+                later = torch.arange(self.num_ws, device=z.device)[None, :] >= mixed[:, -1:]
+                ws = torch.where(later[:, :, None], w2[:, None], ws)
+            if self.truncation_psi != 1:
+                ws = self.w_avg.to(ws.dtype).lerp(ws, self.truncation_psi)
+        elif ws.shape[1:] != (self.num_ws, self.w_dim) or len(ws) != len(z):
+            raise BigbatchError(f"ws {tuple(ws.shape)} for {len(z)} images of {self.num_ws} layers of w {self.w_dim}")
         x = img = None
         k = 0
         for block in self.blocks:
