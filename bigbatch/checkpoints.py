@@ -411,16 +411,29 @@ def _read_checked(ckpt: Path, meta: dict[str, Any], name: str) -> bytes:
     return data
 
 
+def refuse_not_finite(state_dict: dict[str, torch.Tensor], net: nn.Module, what: str, fix: str = "") -> None:
+    """One line where a weight of `state_dict` for `net` is not finite, or a buffer is NaN (a buffer may hold an
+    infinity on purpose, a mask's): what a run never saves (it refuses it), so it came from elsewhere and would be
+    trained, sampled or scored as it is (found from outside: a resumed G with one NaN skipped every step, blamed on
+    the learning rate; a NaN G_ema sampled black images and scored an FID)."""
+    params = {name for name, _ in net.named_parameters()}
+    for key, v in state_dict.items():
+        if v.is_floating_point() and not bool((torch.isfinite(v) if key in params else ~torch.isnan(v)).all()):
+            raise BigbatchError(f"{what}: its {key} holds NaN or infinite values{fix}")
+
+
 def load_weights(
     net: nn.Module,
     state_dict: dict[str, torch.Tensor],
     what: str,
     assign: bool = False,
     model: str = "the model built from its config",
+    fix: str = "",
 ) -> None:
-    """Load a state dict, turning a mismatch into one line naming the first differences. `assign`: the tensors
-    themselves become the weights (for a model built on the meta device: nothing is allocated twice). `model`:
-    what the message calls `net`."""
+    """Load a state dict, turning a mismatch, or a tensor not finite, into one line naming the first differences (or
+    it; `fix` then ends the line). `assign`: the tensors themselves become the weights (for a model built on the meta
+    device: nothing is allocated twice). `model`: what the message calls `net`."""
+    refuse_not_finite(state_dict, net, what, fix)
     try:
         result = net.load_state_dict(state_dict, strict=False, assign=assign)
     except RuntimeError as e:

@@ -350,6 +350,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             usage = f"Load it from Python (bigbatch.load_generator, load_classifier), where {own_family}"
         else:
             usage = task.usage.format(run=shlex.quote(str(run.path))).replace("bigbatch ", f"{prefix}bigbatch ")
+        counts = rep.counters().items()
+        if skips := [f"{c['failed']} of its {c['steps']} {name} steps" for name, c in counts if c["failed"]]:
+            # (found from outside: a run that skipped 31 of its 32 steps ended as one that trained)
+            warn(f"{' and '.join(skips)} were skipped: their loss or gradients were not finite")
         print(f"Done: {run.path} ({nimg / 1000:.3f} kimg). {usage}", flush=True)
     return run.path
 

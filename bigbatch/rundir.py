@@ -204,8 +204,9 @@ class Run:
         assert ckpt is not None
         nets = task.nets()
         weights, saved = checkpoints.load_checkpoint(ckpt, nets=tuple(nets))
+        back = f"; resume from an earlier checkpoint: its name in {self.path / 'checkpoints' / 'latest'}"
         for key, net in nets.items():
-            checkpoints.load_weights(net, weights[key], f"{key} of checkpoint {ckpt}")
+            checkpoints.load_weights(net, weights[key], f"{key} of checkpoint {ckpt}", fix=back)
         engine = saved.get("engine", {})
         if "plan" not in engine:  # checkpoints from before the plan was engine state: plan.json holds it
             engine = {**engine, "plan": _legacy_plan(self.path)}

@@ -49,6 +49,7 @@ class _Optimizer:
     scaler: torch.amp.GradScaler
     history: deque
     skipped: int = 0
+    failed: int = 0  # skipped steps not fp16's settling (said at the 1st, 10th, 100th, ...)
     steps: int = 0
     last_skipped: bool = False
     settled: float = 0.0  # fp16: the loss scale an overflow last halved to (0: none yet)
@@ -414,9 +415,13 @@ class Replicator:
     def _skipped(self, state: _Optimizer) -> None:
         """Count and report a skipped step; stop training past the skip limit."""
         state.skipped += 1
+        state.failed += state.history[-1]
         scale = f"; fp16 loss scale now {state.scaler.get_scale():g}" if state.scaler.is_enabled() else ""
-        said = f"{state.name} step {state.steps} skipped: its loss or gradients are not finite{scale}"
-        if self.is_main:  # fp16's scale settling said once (found from outside: a line a halving)
+        so_far = f" ({state.failed} skipped so far)" if state.failed > 1 else ""
+        said = f"{state.name} step {state.steps} skipped: its loss or gradients are not finite{scale}{so_far}"
+        # fp16's scale settling said once (found from outside: a line a halving); the others at the 1st, 10th, 100th,
+        # ... (found from outside: 31 lines in 1 kimg of a run that skipped its steps)
+        if self.is_main and (not state.history[-1] or str(state.failed).strip("0") == "1"):
             warn(prec.SETTLING.format(state.name) if not state.history[-1] else said, once=not state.history[-1])
         # Over the last skip_window steps, or the steps so far while fewer (at least 5 counted): a short run too.
         recent = sum(state.history)
@@ -510,19 +515,11 @@ class Replicator:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs: loss scalers and skip histories by optimizer name, and the plan
         micro_batch "auto" settled on (a resumed run keeps it: free memory varies, BN statistics must not)."""
-        state: dict[str, Any] = {
-            "optimizers": {
-                s.name: {
-                    "scaler": s.scaler.state_dict(),
-                    "history": list(s.history),
-                    "skipped": s.skipped,
-                    "steps": s.steps,
-                    "settled": s.settled,
-                    "grown": s.grown,
-                }
-                for s in self.optimizers.values()
-            }
-        }
+        counts = ("skipped", "failed", "steps", "settled", "grown")
+        state: dict[str, Any] = {"optimizers": {}}
+        for s in self.optimizers.values():
+            saved = {"scaler": s.scaler.state_dict(), "history": list(s.history)}
+            state["optimizers"][s.name] = saved | {key: getattr(s, key) for key in counts}
         if self._plan is not None and running_stats.has_batchnorm(p for p, _ in self.models):
             state["batchnorm_images"] = running_stats.span(self.plan.micro_batch, self.world_size, self.sync_bn)
         if self._auto and self._plan is not None:
@@ -563,6 +560,7 @@ class Replicator:
                 s.history.clear()
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
+                s.failed = int(saved.get("failed", s.skipped))  # (a checkpoint of before it: every skip)
                 s.settled = float(saved.get("settled", 0.0))  # (a checkpoint of before it: none)
                 s.grown = bool(saved.get("grown", True))  # (one of before it: its first fall taken as over)
         plan, how = state.get("plan"), (self.precision, bool(self.checkpointing))
@@ -589,7 +587,7 @@ class Replicator:
         """Per optimizer: steps taken, steps skipped, last gradient norm, fp16 loss scale."""
         out: dict[str, Any] = {}
         for s in self.optimizers.values():
-            out[s.name] = {"steps": s.steps, "skipped": s.skipped, "grad_norm": s.grad_norm}
+            out[s.name] = {"steps": s.steps, "skipped": s.skipped, "failed": s.failed, "grad_norm": s.grad_norm}
             if s.scaler.is_enabled():
                 out[s.name]["loss_scale"] = s.scaler.get_scale()
         return out

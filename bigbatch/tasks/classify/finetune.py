@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bigbatch import checkpoints
 from bigbatch.errors import BigbatchError, first_line
 from bigbatch.models.registry import is_own
 from bigbatch.safe_pickle import torch_weights
@@ -28,8 +29,6 @@ def read_state_dict(
     `state_dict`/`model` entry is taken, and DDP's `module.` prefixes dropped. `family`: the model.name to load
     into, which a run of another is refused by name; `input_stats`: the network's to load into, which a run fed
     otherwise is refused by (found by review: a run fed [-1, 1] was fine-tuned fed ImageNet's statistics)."""
-    from bigbatch import checkpoints
-
     p = Path(path)
     if p.is_dir():
         from bigbatch import checkpoint_find
@@ -121,9 +120,7 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: s
     shaped = all(k in theirs and theirs[k].shape == mine[k].shape for k in head)
     head_fits = shaped and (names is None or list(names) == list(class_names))
     load = {k: theirs[k].to(mine[k].dtype) for k in mine if k in theirs and (not k.startswith(HEAD) or head_fits)}
-    broken = next((k for k, v in load.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
-    if broken is not None:  # (found from outside: loaded without a word, then every step skipped)
-        raise BigbatchError(f"train.init_from {public_name(path)}: its {broken} holds NaN or infinite values")
+    checkpoints.refuse_not_finite(load, net, f"train.init_from {public_name(path)}")
     net.load_state_dict(load, strict=False)
     unused = sorted(set(theirs) - set(mine))
     if head_fits:  # (a file names no classes: its head's are taken to be the data's, in order; said)

@@ -32,6 +32,7 @@ def load_pretrained(net: nn.Module, weights: dict, what: str) -> list[str]:
                 f"cannot fine-tune from {what}: {key} {found}; model.name, ch, dim_z, options, model.conditional and "
                 "data.resolution must match the pretrained run's (and, for dcgan, the number of classes)"
             )
+    checkpoints.refuse_not_finite(take, net, f"cannot fine-tune from {what}")
     net.load_state_dict(take, strict=False)
     return fresh
 
