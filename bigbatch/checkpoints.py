@@ -33,6 +33,7 @@ from torch import nn
 
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write, remove_stale, write_file
+from bigbatch.provenance import code_version
 
 BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
 CHECKSUM = "xxh3_128"  # of every file, in meta.json: fast (non-cryptographic), to find damage, not tampering
@@ -206,7 +207,8 @@ def write_folder(
         for fname, data in sorted(contents.items()):  # (not `name`: the checkpoint's, in the message below)
             write_file(tmp / fname, data)
             files[fname], sums[fname] = len(data), xxhash.xxh3_128(data).hexdigest()
-        meta = {"nimg": nimg, "kimg": nimg / 1000, **(info or {}), "files": files, "checksums": {CHECKSUM: sums}}
+        meta = {"nimg": nimg, "kimg": nimg / 1000, "bigbatch": code_version(), **(info or {}), "files": files}
+        meta["checksums"] = {CHECKSUM: sums}
         atomic_write(tmp / "meta.json", json.dumps(meta, indent=1))
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -129,7 +129,8 @@ def describe_run(path: str | Path) -> str:
         if isinstance(record, dict):
             lines.append(f"best        {best} ({record.get('metric')} {record.get('value', float('nan')):.4g})")
     if ckpt is not None:
-        lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg)")
+        by = f", by bigbatch {meta['bigbatch']}" if meta.get("bigbatch") else ""  # (its code: provenance.py)
+        lines.append(f"checkpoint  {ckpt} ({meta['kimg']:.3f} of {t.kimg:g} kimg{by})")
         kept = meta.get("best")
         if isinstance(kept, dict) and ckpt.name == "best":  # (found from outside: the best's score not said)
             lines.append(f"best of run {kept.get('metric')} {kept.get('value', float('nan')):.4g}")

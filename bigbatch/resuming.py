@@ -55,8 +55,13 @@ def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -
     init "none" was refused its own preset's --resume), or in SA-GAN's `shared`, which its checkpoint's weights
     decide (sagan128's runs of before it was an option shared one embedding, the preset now sets false), or in a
     ResNet's `input_stats` where the run began before it (finetune_resnet50's, fed [-1, 1], which the preset no more
-    is)."""
+    is); and the rates a classifier's data.schedule phases leave unread (train.lr, lr_steps, lr_gamma: found from
+    outside, a job's `--preset imagenet_resnet50_fast --resume=auto` refused after an upgrade whose preset no longer
+    set train.lr)."""
     raw, begun = read_toml(saved_config).get("train", {}), {}
+    phases = saved.get("data.schedule") or []
+    if saved.get("task") == "classify" and any(isinstance(p, dict) and "lr" in p for p in phases):
+        begun |= {k: saved[k] for k in ("train.lr", "train.lr_steps", "train.lr_gamma") if given.get(k) != saved.get(k)}
     if saved.get("train.freeze_kimg", 0) > 0 and not raw.get("train_bn", False) and given.get("train.train_bn"):
         begun["train.train_bn"] = False
     old, new = saved.get("model.options") or {}, given.get("model.options") or {}

@@ -33,6 +33,7 @@ from bigbatch.files import (
     still_held,
     unlock_folder,
 )
+from bigbatch.provenance import code_version
 from bigbatch.ranks_agree import same_on_every_rank
 from bigbatch.resuming import resume_changes, say_sums_reordered
 from bigbatch.resuming import resume_config as resume_config  # (the CLI's, sweeps')
@@ -96,6 +97,13 @@ class Run:
         changed = {k: [_json(a), _json(b)] for k, (a, b) in changed.items()}
         split = () if self.cfg.data.schedule else ("micro_batch", "world_size")  # (phases record theirs as they begin)
         changed |= {k: [before[k], now[k]] for k in split if before.get(k, now[k]) != now[k]}
+        wrote = (checkpoints.read_meta(self.checkpoint) or {}).get("bigbatch") if self.checkpoint is not None else None
+        if self.checkpoint is not None and wrote != (this := code_version()):
+            changed["bigbatch"] = [wrote, this]
+            by = f"bigbatch {wrote}" if wrote else "an earlier bigbatch (before versions were recorded)"
+            warn(f"checkpoint {self.checkpoint.name} was written by {by}, and this is {this}: the run goes on, the "
+                 "same as if left alone only where nothing it computes changed between them (plan.json's resumes "
+                 "keep this)", once=True)  # fmt: skip
         kept["resumes"] += [{"at_kimg": at, "changed": changed}] if self.checkpoint is not None and changed else []
         return {k: v for k, v in kept.items() if v}
 
