@@ -141,6 +141,33 @@ def channels_of(ada: dict[str, torch.Tensor]) -> int:
     return 3
 
 
+def architecture_of(ada: dict[str, torch.Tensor]) -> str:
+    """ADA's architecture of a G or D state dict: "skip" (a G's default: an RGB output a block), "resnet" (a D's
+    default: a residual skip a block) or "orig" (neither)."""
+    if any(k.startswith("synthesis.") for k in ada):  # G
+        blocks = {k.split(".")[1] for k in ada if k.startswith("synthesis.b")}
+        rgb = {k.split(".")[1] for k in ada if k.startswith("synthesis.b") and ".torgb." in k}
+        return "resnet" if any(".skip." in k for k in ada) else "skip" if rgb == blocks else "orig"
+    rgb = {k.split(".")[0] for k in ada if ".fromrgb." in k}  # D: fromrgb in every block of skip's, the first else
+    return "skip" if len(rgb) > 1 else "resnet" if any(".skip." in k for k in ada) else "orig"
+
+
+def check_architectures(ada: dict[str, dict[str, torch.Tensor]], files: dict, d_resnet: bool) -> None:
+    """One line where ADA's networks `ada` (by net name, read from `files`) are of an architecture this StyleGAN2 does
+    not build: G "skip" (ADA's default), D "resnet" (its default; model.options.d_resnet) or "orig" (found from
+    outside: refused naming options, ch_max and map_layers among them, that could not help)."""
+    for net, sd in ada.items():
+        arch, want = architecture_of(sd), ("resnet" if d_resnet else "orig") if net == "D" else "skip"
+        if arch == want:
+            continue
+        if net == "D" and arch != "skip":
+            fix = f": give model.options.d_resnet={str(arch == 'resnet').lower()}"
+        else:
+            built = "D as 'resnet' or 'orig'" if net == "D" else "G as ADA's default, architecture 'skip'"
+            fix = f"; this StyleGAN2 builds {built} only (ADA's --cfg paper*, cifar and auto use those)"
+        raise BigbatchError(f"{files[net]} holds ADA's {net} of architecture '{arch}'{fix}")
+
+
 def resolution_of(ada: dict[str, torch.Tensor]) -> int:
     """The resolution of an ADA G state dict: its last synthesis block's."""
     sizes = [int(k.split(".")[1][1:]) for k in ada if k.startswith("synthesis.b")]

@@ -124,6 +124,8 @@ def convert_reference(src: str | Path, out: str | Path, cfg: Config, n_classes: 
             raise BigbatchError("cannot tell the number of classes from the weights; pass --classes N")
         n_classes = int(found[0])
     channels = convert_ada.channels_of(next(iter(ref.values()))) if ada else 3
+    if ada:
+        convert_ada.check_architectures(ref, files, bool(cfg.model.options.get("d_resnet", True)))
     _check_resolution(cfg, ref, files, n_classes, channels)
     G, D = build_models(cfg, n_classes, channels)
     for net, model in (("G_ema", G), ("G", G)):
