@@ -19,7 +19,7 @@ import bigbatch
 from bigbatch import cli_errors, cli_tools, signals, user_modules
 from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_paths, runtime_error_line, say_error
-from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval
+from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval, values
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
@@ -390,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=seed,
         help="seed of the samples, or of the subset --n takes (default: the run's eval.seed, else 0)",
     )
-    ev.add_argument("--truncation", type=float, help="z truncation threshold (default: the run's eval.truncation)")
-    ev.add_argument("--psi", type=float, help="StyleGAN2: truncation of w toward its average (1 = off, 0.7 typical)")
+    ev.add_argument("--truncation", type=values, help="z truncation threshold, or several to sweep (default: eval's)")
+    ev.add_argument("--psi", type=values, help="StyleGAN2: w toward its average (1: off, 0.7 typical), or several")
     ev.add_argument(
         "--standing-stats",
         type=int,

@@ -34,10 +34,11 @@ def run_eval(args: argparse.Namespace) -> None:
             )
     from bigbatch.config import MIN_TRUNCATION
 
-    if args.truncation is not None and not args.truncation >= MIN_TRUNCATION:  # (found from outside: said late,
-        raise BigbatchError(  # after the generator loaded, without the flag's name)
-            f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {args.truncation}"
-        )
+    for value in args.truncation or []:  # (found from outside: said late, after the generator loaded, unnamed)
+        if not value >= MIN_TRUNCATION:
+            raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {value}")
+    if len(args.truncation or ()) > 1 and len(args.psi or ()) > 1:
+        raise BigbatchError("--truncation and --psi each sweep the values listed: give a list to one of them")
     task = None
     if _is_run(args.path):
         from bigbatch.checkpoint_find import run_named
@@ -119,9 +120,10 @@ def run_eval(args: argparse.Namespace) -> None:
     finally:
         dist.close(created)
     if ctx.is_main:
-        print(json.dumps(result))
-        if run:
-            _record(args.path, result)
+        for scores in result if isinstance(result, list) else [result]:  # (a sweep's: a line a value)
+            print(json.dumps(scores), flush=True)
+            if run:
+                _record(args.path, scores)
 
 
 def _record(run: str, result: dict) -> None:
@@ -264,7 +266,15 @@ def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str
         )
 
 
-def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> dict:
+def values(text: str) -> list[float]:
+    """An argparse type: one number, or comma-separated numbers to sweep (inf among them: off)."""
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number or numbers, comma-separated, got {text!r}") from None
+
+
+def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> list[dict]:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
     from bigbatch.checkpoint_find import read_newest
     from bigbatch.config import Config
@@ -288,12 +298,14 @@ def _generated(args: argparse.Namespace, device: object, compares: bool, load_ge
     standing = e.standing_stats if args.standing_stats is None else args.standing_stats
     if not 0 <= standing <= MAX_STANDING:
         raise BigbatchError(f"--standing-stats must be a number of batches, 0 to {MAX_STANDING:,}, got {standing}")
-    truncation = e.truncation if args.truncation is None else args.truncation
-    # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores)
-    restyle(G, args.psi, options=True)
+    # (found from outside: a StyleGAN2 run could not be scored at psi < 1, as ADA scores; a sweep of truncations
+    # is BigGAN-PyTorch's sample.py --sample_trunc_curves)
+    for psi in args.psi or []:
+        restyle(G, psi, options=True)  # (each checked before anything is scored)
+    sweep = [(t, p) for t in args.truncation or [e.truncation] for p in args.psi or [None]]
     seed = e.seed if args.seed is None else args.seed
     batch_size = args.batch_size or e.batch_size
-    return _scored(args, G, device, standing, truncation, seed, batch_size, compares)
+    return _scored(args, G, device, standing, sweep, seed, batch_size, compares)
 
 
 def _say_a_reference_apart(ref: Any, kind: str, G: Any, reference_n: int | None, extractor: Any, metrics: str) -> None:
@@ -319,21 +331,19 @@ def _say_a_reference_apart(ref: Any, kind: str, G: Any, reference_n: int | None,
         )
 
 
-def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, truncation: float, seed: int,
-            batch_size: int, compares: bool) -> dict:  # fmt: skip
-    """_eval_run's scores, under the run's kernels."""
+def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, sweep: list[tuple[float, float | None]],
+            seed: int, batch_size: int, compares: bool) -> list[dict]:  # fmt: skip
+    """_eval_run's scores, under the run's kernels: one of each (truncation, psi) of `sweep` (None: G's psi)."""
     from bigbatch import checkpoints
     from bigbatch.data import load_data
     from bigbatch.metrics import evaluate
     from bigbatch.metrics.extractors import falls_back
-    from bigbatch.sampling import standing_stats
+    from bigbatch.sampling import restyle, standing_stats
     from bigbatch.tasks.classify.features import feature_extractor
     from bigbatch.tasks.gan.scorer import classifier_options
 
     cfg, ckpt = G.config, G.checkpoint
     e = cfg.eval
-    if standing:
-        standing_stats(G, standing, e.batch_size, seed, truncation)
     name, weights = args.extractor or e.extractor, args.weights or e.weights or None
     if args.weights and name.startswith("classifier"):  # (found from outside: a missing file taken without a word)
         raise BigbatchError(
@@ -392,25 +402,21 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, tru
     elif args.reference is not None and kind != "stats" and reference_n and reference_n < len(ref):
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
-    scores = evaluate(
-        G,
-        data,
-        _metrics_for(args.metrics, extractor, ref, args.asked),
-        n=n,
-        extractor=extractor,
-        batch_size=batch_size,
-        seed=seed,
-        truncation=truncation,
-        reference_n=reference_n,
-        reference=ref,
-    )
-    out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name, "seed": seed}  # (what made the samples:
-    out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # two scores told apart, found from outside)
-    out |= {"psi": args.psi} if args.psi is not None else {}
-    out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
-    if compares:
-        out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
-    return out | scores
+    metrics, results = _metrics_for(args.metrics, extractor, ref, args.asked), []
+    for truncation, psi in sweep:
+        restyle(G, psi, options=True)
+        if standing:  # (of the samples at this truncation)
+            standing_stats(G, standing, e.batch_size, seed, truncation)
+        scores = evaluate(G, data, metrics, n=n, extractor=extractor, batch_size=batch_size, seed=seed,
+                          truncation=truncation, reference_n=reference_n, reference=ref)  # fmt: skip
+        out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name, "seed": seed}  # (what made the samples:
+        out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # two scores told apart, from outside)
+        out |= {"psi": psi} if psi is not None else {}
+        out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
+        if compares:
+            out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
+        results.append(out | scores)
+    return results
 
 
 def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:
