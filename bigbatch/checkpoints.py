@@ -32,7 +32,7 @@ from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write, remove_stale, write_file
+from bigbatch.files import atomic_write, json_loads, remove_stale, write_file
 from bigbatch.provenance import code_version
 
 BEST = "best"  # RUN/checkpoints/best/: the checkpoint with the best eval score so far
@@ -239,7 +239,7 @@ def read_meta(ckpt: Path) -> dict[str, Any] | None:
     """A checkpoint's meta.json, or None if it is missing or damaged (not JSON, or of the wrong shape:
     files not {name: size}, nimg not a count)."""
     try:
-        meta = json.loads((Path(ckpt) / "meta.json").read_bytes())
+        meta = json_loads((Path(ckpt) / "meta.json").read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or not isinstance(meta.get("files"), dict):

@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import sys
 import tomllib
 import types
 import typing
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, first_line
 
 
 def describe(tp: Any) -> str:
@@ -312,6 +313,14 @@ def read_toml(path: Path) -> dict[str, Any]:
             else ""
         )  # (found from outside: neither was said)
         raise BigbatchError(f"config file {path} is not valid TOML: {e}{hint}") from None
+    except ValueError as e:  # (found from outside: a number of 100,000 digits, Python's int limit, was a traceback)
+        raise BigbatchError(f"config file {path} holds {_unreadable(e)}") from None
+
+
+def _unreadable(e: ValueError) -> str:
+    """What of a TOML text Python's parser refused past its syntax, for a message."""
+    digits = "digits" in str(e)  # (Python's limit on an integer's digits)
+    return f"a number longer than {sys.get_int_max_str_digits():,} digits" if digits else f"a value: {first_line(e)}"
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -332,4 +341,7 @@ def parse_override(text: str) -> tuple[str, Any]:
                 "the shell"
             ) from None
         value = raw
+    except (RecursionError, ValueError) as e:  # (found from outside: tracebacks, one of 3,002 lines)
+        what = "arrays or tables nested too deep" if isinstance(e, RecursionError) else _unreadable(e)
+        raise BigbatchError(f"cannot read override {key.strip()}=...: it holds {what}") from None
     return key.strip(), value

@@ -39,10 +39,11 @@ from bigbatch import checkpoints
 from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, json_loads
 from bigbatch.sampling import uint8_nhwc
 
 FORMATS = ("torchscript", "onnx", "pt2", "dfm")
+SETTINGS_MAX = 1 << 20  # bytes of an export's settings (bigbatch.json) read_settings reads
 
 
 def read_settings(path: Path) -> dict[str, Any] | None:
@@ -52,14 +53,16 @@ def read_settings(path: Path) -> dict[str, Any] | None:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as z:
                 names = [n for n in z.namelist() if n.endswith(("/extra/bigbatch.json", "extra_files/bigbatch.json"))]
-                settings = json.loads(z.read(names[0])) if names else None
+                # (a few KB as written; found from outside, one that inflated to 6.7 GB was read whole)
+                names = [n for n in names if z.getinfo(n).file_size <= SETTINGS_MAX]
+                settings = json_loads(z.read(names[0])) if names else None
             return settings if isinstance(settings, dict) else None
         if path.suffix.lower() not in (".onnx", ".dfm"):
             return None
         import onnx
 
         props = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
-        settings = json.loads(props["bigbatch"]) if "bigbatch" in props else None
+        settings = json_loads(props["bigbatch"]) if "bigbatch" in props else None
         return settings if isinstance(settings, dict) else None
     except (ImportError, OSError, ValueError, zipfile.BadZipFile):
         return None

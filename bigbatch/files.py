@@ -21,6 +21,15 @@ from typing import IO, Any
 from bigbatch.errors import BigbatchError, warn
 
 
+def json_loads(text: str | bytes) -> Any:
+    """json.loads, with a document nested too deep for Python's parser a ValueError as any other malformed one (found
+    from outside: a meta.json, plan.json or metrics row of 200,000 brackets was a RecursionError's traceback)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read") from None
+
+
 def atomic_write(
     path: Path, data: bytes | str, sync: bool = True, replace: bool = True, through_link: bool = False
 ) -> None:
@@ -115,7 +124,7 @@ def _remove(tmp: Path) -> None:
 def read_record(path: Path) -> dict:
     """A JSON object file's contents, or {} where it is missing, unreadable or not an object (a record not ours)."""
     try:
-        record = json.loads(Path(path).read_text())
+        record = json_loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
@@ -276,7 +285,7 @@ def metrics_row(line: str | bytes) -> dict | None:
     """One line of a metrics.jsonl as a row, or None if it is not one: a line cut short by a crash,
     or anything but an object with a finite number as its kimg."""
     try:
-        row = json.loads(line)
+        row = json_loads(line)
     except ValueError:
         return None
     kimg = row.get("kimg") if isinstance(row, dict) else None

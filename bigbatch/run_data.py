@@ -6,7 +6,6 @@ its reports in a run."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import xxhash
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.files import json_loads
 from bigbatch.urls import endpoint_options, is_url
 
 DATA_PATHS = ("path", "val_path", "dst_path")
@@ -89,7 +89,7 @@ def eval_folder(run: str | Path, ckpt: Path, name: str, source: str, data_hash: 
         which = f"best-{checkpoints.checkpoint_name(meta['nimg'])}"
     out = root / "eval" / f"{name}-{which}"
     try:
-        said = json.loads((out / "metrics.json").read_text())
+        said = json_loads((out / "metrics.json").read_text())
     except (OSError, ValueError):
         said = None
     if isinstance(said, dict) and said.get("data") is not None:

@@ -26,6 +26,7 @@ from bigbatch.files import (
     atomic_write,
     check_writable,
     held_by,
+    json_loads,
     keep_lock,
     lock_folder,
     metrics_row,
@@ -123,7 +124,7 @@ class Run:
         """plan.json's "phases": the split of each data.schedule phase as it began (found from outside: the file
         kept the first phase's alone, though a later one ran micro-batches of another size)."""
         path = self.path / "plan.json"
-        record = json.loads(path.read_text())
+        record = json_loads(path.read_text())
         begun = {"from_kimg": nimg / 1000, "resolution": resolution, "batch": plan.batch}
         begun |= {"micro_batch": plan.micro_batch, "accumulation": plan.accumulation}
         kept = [p for p in record.get("phases", []) if p["from_kimg"] < nimg / 1000]
@@ -289,7 +290,7 @@ def snapshot(task: Task, rep: Replicator, nimg: int, seconds: float) -> dict[str
 def read_plan(run: Path) -> dict[str, Any]:
     """RUN/plan.json's record ({} where it is missing or damaged)."""
     try:
-        record = json.loads((Path(run) / "plan.json").read_text())
+        record = json_loads((Path(run) / "plan.json").read_text())
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}

@@ -97,17 +97,18 @@ def write_metadata(data: bytes, meta: dict[str, Any]) -> bytes:
 LANDMARK_RANGE = 1e7  # pixels: past any frame's size (a yaw of larger ones overflowed to NaN)
 
 
-def landmarks_of(meta: dict[str, Any]) -> np.ndarray:
-    """The 68 (x, y) landmarks of an aligned face's metadata; NoFaceData (one line) for any that are not 68
-    finite numbers (found from outside: NaN ones made an empty mask, strings a traceback in sort)."""
+def landmarks_of(meta: dict[str, Any], key: str = "landmarks") -> np.ndarray:
+    """The 68 (x, y) landmarks of an aligned face's metadata (`key`: "source_landmarks", those in its frame);
+    NoFaceData (one line) for any that are not 68 finite numbers (found from outside: NaN ones made an empty mask,
+    strings a traceback in sort, and in merge)."""
     try:
-        points = np.asarray(meta.get("landmarks", ()), dtype=np.float64)
+        points = np.asarray(meta.get(key, ()), dtype=np.float64)
     except (TypeError, ValueError, OverflowError):  # (OverflowError: an integer past float64's range)
-        raise NoFaceData("its DeepFaceLab metadata's landmarks are not numbers") from None
+        raise NoFaceData(f"its DeepFaceLab metadata's {key} are not numbers") from None
     if points.shape != (68, 2):
-        raise NoFaceData(f"its DeepFaceLab metadata has no 68 landmarks (landmarks of shape {points.shape})")
+        raise NoFaceData(f"its DeepFaceLab metadata has no 68 {key} (of shape {points.shape})")
     if not (np.isfinite(points).all() and (np.abs(points) < LANDMARK_RANGE).all()):
-        raise NoFaceData("its DeepFaceLab metadata's landmarks are not all finite numbers within any image")
+        raise NoFaceData(f"its DeepFaceLab metadata's {key} are not all finite numbers within any image")
     return points
 
 

@@ -4,7 +4,6 @@ temporary file and renamed into place, and read back by random access from local
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import shlex
@@ -26,6 +25,7 @@ from bigbatch.data.device_decode import Encoded
 from bigbatch.data.h5stamp import RemoteCheck, local_stamp, remote_stamp, same_file
 from bigbatch.data.h5write import FORMAT, FORMAT_ENCODED, content_hash
 from bigbatch.errors import BigbatchError
+from bigbatch.files import json_loads
 from bigbatch.urls import Location, unreachable, url_fix
 
 # The blocks fsspec fetches while h5py walks a remote file's metadata.
@@ -121,7 +121,7 @@ def _meta(f: h5py.File, path: Location) -> dict[str, Any]:
     try:
         for k, v in attrs.items():
             if k in ("class_names", "groups", "skipped_examples"):
-                v = json.loads(v)
+                v = json_loads(v)
             elif isinstance(v, np.generic):
                 v = v.item()
             out[k] = v

@@ -20,7 +20,7 @@ import numpy as np
 
 from bigbatch.data.codecs import Encoded
 from bigbatch.errors import BigbatchError, counted, warn
-from bigbatch.files import atomic_write, foreign
+from bigbatch.files import atomic_write, foreign, json_loads
 
 PART = 256  # source files per part: 5,000 files for ImageNet, a few seconds lost to a kill, bounded memory
 # (bucket, image or Encoded, face type, the source image's (height, width), an aligned face's yaw; None in parts
@@ -67,7 +67,7 @@ class Parts:
                 f"{folder} is in the way of prepare's parts (a link, or not this user's): remove it, or write elsewhere"
             )
         try:
-            was = json.loads(manifest.read_text())
+            was = json_loads(manifest.read_text())
             same = was.get("key") == digest
         except (OSError, ValueError, AttributeError):
             was, same = {}, False
@@ -130,9 +130,9 @@ class Parts:
 
     def _load(self, k: int) -> list[Result]:
         with np.load(self.path(k), allow_pickle=False) as z:
-            skipped = [json.loads(s) for s in z["skipped"].tolist()]
+            skipped = [json_loads(s) for s in z["skipped"].tolist()]
             buckets, shapes, encoded = z["buckets"], z["shapes"], z["encoded"]
-            face_types = [json.loads(s) for s in z["face_types"].tolist()]
+            face_types = [json_loads(s) for s in z["face_types"].tolist()]
             sizes = [tuple(int(v) for v in hw) for hw in z["sizes"]] if "sizes" in z.files else [None] * len(buckets)
             kept = z["yaws"] if "yaws" in z.files else np.full(len(buckets), np.nan)
             yaws = [None if np.isnan(v) else float(v) for v in kept]

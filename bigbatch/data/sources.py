@@ -302,7 +302,11 @@ def _utf8_name(info: zipfile.ZipInfo) -> str:
 
 
 def _list_zip(source: ZipSource, classes: bool, as_named: bool = False) -> Listing:
-    infos = [i for i in source.open().infolist() if not i.filename.endswith("/") and not hidden(i.filename)]
+    infos = [i for i in source.open().infolist() if not i.filename.endswith("/")]
+    # A member named from the root, or out of the archive (../): where `unzip` would write outside its folder, no file
+    # of the archive's tree (found from outside: /tmp/x.png made a class named ""), listed as skipped.
+    unsafe = {i.filename for i in infos if i.filename.startswith("/") or ".." in i.filename.split("/")}
+    infos = [i for i in infos if i.filename not in unsafe and not hidden(i.filename)]
     # A name added again (`zip -u`, or appended) counts once, as its last copy, which reading by name gives; as a
     # tar's (found from outside: both entries were read, the last copy twice and the first lost)
     infos = sorted({i.filename: i for i in infos}.values(), key=_utf8_name)
@@ -312,7 +316,11 @@ def _list_zip(source: ZipSource, classes: bool, as_named: bool = False) -> Listi
     tops = {n.split("/", 1)[0] for n in rel}
     if not as_named and len(tops) == 1 and all("/" in n for n in rel):
         rel = [n.split("/", 1)[1] for n in rel]
-    return _listing(source, names, rel, classes)
+    listing = _listing(source, names, rel, classes)
+    listing.skipped += [
+        (n, "a path out of the archive's folder (from the root, or through ..)") for n in sorted(unsafe)
+    ]
+    return listing
 
 
 def _listing(source: Source, keys: list[str], rel: list[str], classes: bool) -> Listing:

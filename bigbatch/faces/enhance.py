@@ -31,7 +31,7 @@ from bigbatch.data.sources import file_stamp
 from bigbatch.errors import BigbatchError, named_few
 from bigbatch.faces.merge_record import content_digest
 from bigbatch.faces.xseg import face_files, read_face
-from bigbatch.files import atomic_write, read_record
+from bigbatch.files import atomic_write, json_loads, read_record
 from bigbatch.models import dfl
 from bigbatch.models.face_enhancer import FaceEnhancer, enhance
 
@@ -204,7 +204,7 @@ def _read_journal(target: Path) -> tuple[set[str], dict[str, str]]:
     with contextlib.suppress(FileNotFoundError):
         for line in (target / JOURNAL).read_text(encoding="utf-8", errors="replace").splitlines():
             with contextlib.suppress(ValueError, TypeError, AttributeError, LookupError):
-                entry = json.loads(line)
+                entry = json_loads(line)
                 if "finished" in entry:
                     finished[str(entry["finished"])] = str(entry["stamp"])
                 else:

@@ -10,7 +10,7 @@ from typing import Any
 from bigbatch.data.dfl_faces import read_metadata
 from bigbatch.errors import BigbatchError, counted_names
 from bigbatch.faces.video import IMAGE_SUFFIXES
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, json_loads
 
 JOURNAL = ".extract.jsonl"
 
@@ -18,7 +18,7 @@ JOURNAL = ".extract.jsonl"
 def journal_head(aligned: Path) -> dict:
     """The first line of ALIGNED's journal: the extract's settings and source ({} where there is none to read)."""
     try:
-        first = json.loads((aligned / JOURNAL).read_text().splitlines()[0])
+        first = json_loads((aligned / JOURNAL).read_text().splitlines()[0])
     except (OSError, ValueError, IndexError):
         return {}
     return first if isinstance(first, dict) else {}
@@ -64,11 +64,11 @@ def read_journal(out: Path, settings: dict, source: Any) -> dict[str, int | None
         atomic_write(path, json.dumps({"settings": settings, "source": source.identity()}) + "\n")
         return {}
     lines = path.read_text().splitlines()
-    first = json.loads(lines[0]) if lines else {}
+    first = json_loads(lines[0]) if lines else {}
     rows: dict[str, dict] = {}
     for line in lines[1:]:
         try:
-            row = json.loads(line)
+            row = json_loads(line)
         except json.JSONDecodeError:  # the line a kill cut short: that frame runs again
             continue
         rows[row["frame"]] = row

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from bigbatch.faces.merge import (
     merge_threads,
 )
 from bigbatch.faces.video import IMAGE_SUFFIXES, VideoWriter, another_size, check_one_size, natural_key
-from bigbatch.files import atomic_write
+from bigbatch.files import atomic_write, json_loads
 
 
 def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -48,7 +47,7 @@ def predict_faces(model: torch.nn.Module, faces: list[np.ndarray]) -> list[tuple
 def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
     """{frame stem: [source landmarks of each face, in the faces' order]} of a folder of DFL aligned faces, and
     the face types they were extracted with."""
-    from bigbatch.data.dfl_faces import NoFaceData, extracted_type, read_metadata
+    from bigbatch.data.dfl_faces import NoFaceData, extracted_type, landmarks_of, read_metadata
     from bigbatch.faces.extract_journal import JOURNAL
 
     if not folder.exists():
@@ -68,9 +67,10 @@ def aligned_faces(folder: Path) -> tuple[dict[str, list[np.ndarray]], set[str]]:
                 f"{p} carries no DFL face metadata with its frame's name and landmarks: give the aligned faces "
                 "bigbatch extract (or DFL's extractor) wrote"
             )
-        landmarks = np.asarray(meta["source_landmarks"], np.float64)
-        if landmarks.shape != (68, 2):
-            raise BigbatchError(f"{p}: its source landmarks are {landmarks.shape}, not 68 points")
+        try:
+            landmarks = landmarks_of(meta, "source_landmarks")
+        except NoFaceData as e:
+            raise BigbatchError(f"{p}: {e}") from None
         by_frame.setdefault(Path(str(meta["source_filename"])).stem, []).append((p.name, landmarks))
         kinds.add(extracted_type(meta))
     if not files and not (folder / JOURNAL).is_file():  # (with extract's journal: no face in any frame, none to merge)
@@ -91,7 +91,7 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
 
     try:
         lines = (aligned / JOURNAL).read_text().splitlines()
-        was = json.loads(lines[0])["source"]["path"]
+        was = json_loads(lines[0])["source"]["path"]
     except (OSError, ValueError, IndexError, KeyError, TypeError):
         return
     if was == source.identity()["path"]:
@@ -99,7 +99,7 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
     stems = set()
     for line in lines[1:]:
         try:
-            stems.add(Path(json.loads(line)["frame"]).stem)
+            stems.add(Path(json_loads(line)["frame"]).stem)
         except (ValueError, KeyError, TypeError):  # (the line a killed extract cut short)
             continue
     names = source.names()

@@ -42,7 +42,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from bigbatch.data.dfl_faces import NoFaceData, face_yaw, hull_mask, landmarks_of, read_metadata
+from bigbatch.data.dfl_faces import LANDMARK_RANGE, NoFaceData, face_yaw, hull_mask, landmarks_of, read_metadata
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces.image_file import imread
 from bigbatch.faces.video import natural_key
@@ -79,8 +79,14 @@ def pitch(meta: dict) -> float:
 
 
 def _rect_area(face: np.ndarray, meta: dict) -> float:
-    x0, y0, x1, y1 = (float(v) for v in meta.get("source_rect", (0, 0, 0, 0)))
-    return abs((x1 - x0) * (y1 - y0))
+    try:
+        x0, y0, x1, y1 = np.asarray(meta.get("source_rect", (0, 0, 0, 0)), np.float64).reshape(4)
+    except (TypeError, ValueError, OverflowError):
+        raise NoFaceData("its DeepFaceLab metadata's source_rect is not 4 numbers") from None
+    area = abs((x1 - x0) * (y1 - y0))
+    if not area < LANDMARK_RANGE**2:
+        raise NoFaceData("its DeepFaceLab metadata's source_rect is not within any image")
+    return float(area)
 
 
 def _hsv_mean(channel: int) -> Callable[[np.ndarray, dict], float]:
@@ -240,11 +246,15 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> tuple[li
         trash += [faces[i][0] for i in dropped]
     else:
         measure = MEASURES[method]
-        values = []
+        values: list[float | None] = []
         for path, meta in faces:
             image = imread(path) if method in NEEDS_PIXELS else None
-            values.append(measure(image, meta))
-        order = sorted(range(len(faces)), key=lambda i: -values[i])
+            try:
+                values.append(measure(image, meta))
+            except NoFaceData:  # (metadata it cannot measure: found from outside, a traceback) to the trash
+                values.append(None)
+                trash.append(path)
+        order = sorted((i for i, v in enumerate(values) if v is not None), key=lambda i: -values[i])  # type: ignore[operator]
     return [faces[i][0] for i in order], trash
 
 

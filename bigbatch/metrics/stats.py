@@ -18,7 +18,7 @@ import torch
 
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
-from bigbatch.files import atomic_write, lock_folder, unlock_folder
+from bigbatch.files import atomic_write, json_loads, lock_folder, unlock_folder
 from bigbatch.metrics.cache import data_digest
 from bigbatch.metrics.features import Extractor, drop_kept, extract_sharded, kept_file, moments_sharded
 from bigbatch.metrics.fid import covariance_fault, feature_stats
@@ -247,7 +247,7 @@ def load_stats(path: str | Path, features: bool = True) -> ReferenceStats:
             meta = f.metadata() or {}
             t = {k: f.get_tensor(k) for k in ("mu", "sigma")}
             t["features"] = f.get_tensor("features") if features else torch.zeros(0, t["mu"].shape[0])
-        info = json.loads(meta["meta"])
+        info = json_loads(meta["meta"])
         if not (torch.isfinite(t["mu"]).all() and torch.isfinite(t["sigma"]).all()):  # (found by review: read as
             raise ValueError("it holds NaN or infinity in its mu or sigma")  # numbers, and blamed on the images)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user

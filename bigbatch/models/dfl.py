@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from bigbatch import safe_pickle
+from bigbatch.engine.memory import default_budget, format_bytes
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 
@@ -218,13 +219,22 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
     if not isinstance(options, dict) or any(k not in options for k in need):
         raise BigbatchError(f"{found[0]} lacks SAEHD's options ({', '.join(need)}): is it a SAEHD model's data file?")
     where = str(found[0])
-    model = SAEHD(
-        option(options, "resolution", int, where),
-        option(options, "archi", str, where),
-        *(option(options, k, int, where) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")),
-    )
-    if "iter" in data:
-        option(data, "iter", int, where)
+    sizes = [option(options, "resolution", int, where), option(options, "archi", str, where)]
+    sizes += [option(options, k, int, where) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")]
+    shown = ", ".join(f"{k} {_number(v)}" for k, v in zip(("ae_dims", "e_dims", "d_dims", "d_mask_dims"), sizes[2:]))
+    try:  # (its size first: found from outside, dims of 100,000 were "out of memory, lower train.micro_batch")
+        with torch.device("meta"):
+            size = sum(p.numel() * 4 for p in SAEHD(*sizes).parameters())
+    except (TypeError, OverflowError, RuntimeError):  # (a size past int64's: torch's own overflow)
+        size = 2**63
+    if size > (free := default_budget(torch.device("cpu"))):
+        raise BigbatchError(
+            f"{where}: its options ({shown}) make a model of {format_bytes(size)}, more than the "
+            f"{format_bytes(free)} this machine has free: the file is not a usable SAEHD model's"
+        )
+    model = SAEHD(*sizes)
+    if "iter" in data and not 0 <= option(data, "iter", int, where) < 2**62:  # (found from outside: 10**400)
+        raise BigbatchError(f"{where}: its iter is {_number(data['iter'])}, not a count of DFL's iterations")
     for part in model.parts:
         path = folder / f"{prefix}{part}.npy"
         if not path.is_file():  # (found from outside: "cannot read ...: No such file or directory")
@@ -235,6 +245,12 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
         import_part(getattr(model, part), read_weights(path), str(path))
     flip_colour_order(model)
     return model, data
+
+
+def _number(value: int) -> str:
+    """A whole number for a message, one past 19 digits by its count of them (found from outside: 10**400)."""
+    text = str(value)
+    return text if len(text) < 20 else f"a number of {len(text)} digits"
 
 
 def with_defaults(options: Any) -> Any:
@@ -255,7 +271,7 @@ def option(options: dict[str, Any], key: str, kind: type, where: str) -> Any:
     value = options[key]
     number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
     fits = {
-        int: number and float(value).is_integer(),
+        int: number and (isinstance(value, (int, np.integer)) or float(value).is_integer()),  # (10**400: no float)
         float: number,
         str: isinstance(value, str),
         bool: isinstance(value, (bool, np.bool_, int, np.integer)),
