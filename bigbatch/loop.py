@@ -302,26 +302,41 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                     progress.log(nimg, task.steps)
                 except (BigbatchError, OSError) as e:
                     failed = e
-            # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best.
-            if task.scorer is not None and scores_due(before):
+            checkpoint = timed or due(cfg.checkpoint.every_kimg, before)
+            # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best. A
+            # checkpoint due with it, or any where checkpoint.every_minutes is set, is written first, its evaluation
+            # pending, and again once it is made (found from outside: killed in evaluations, a run lost its training
+            # since the last checkpoint each time, and under kills closer than that never got past it).
+            evaluating = task.scorer is not None and scores_due(before)
+            first = evaluating and (checkpoint or every_s > 0)
+            if evaluating:
                 # Several processes: a stop asked for before it begins leaves it to the resumed run, every rank
                 # agreeing (found from outside: a stop that came just before it waited for the whole evaluation,
                 # minutes at eval.n 50,000; the vote answers an iteration late). One process stops inside it.
                 if rep.world_size > 1 and not dist.agree(not stop.requested):
                     eval_pending = True
                     break
+                if first:
+                    check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
+                    if main and failed is None:
+                        try:
+                            eval_pending = True  # (in the checkpoint: a resume from it makes the evaluation)
+                            run.save(task, rep, nimg, progress.seconds(), window())
+                            saved_at, asked = time.monotonic(), False
+                        except (BigbatchError, OSError) as e:
+                            failed = e
                 eval_pending = not evaluate()
-            checkpoint = timed or due(cfg.checkpoint.every_kimg, before)
-            if checkpoint:
+            if checkpoint and not first:  # (first: checked before the evaluation, which trains nothing)
                 check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
+            checkpoint = checkpoint or first
             if not main or failed is not None:
                 continue
             try:
-                # Rank 0's output, where due: previews, a checkpoint.
+                # Rank 0's output, where due: previews, a checkpoint (the one written before the evaluation again).
                 if cfg.sample.every_kimg and due(cfg.sample.every_kimg, before):
                     run.write_previews(task, nimg, at_checkpoint=False)
                 if checkpoint:
-                    run.save(task, rep, nimg, progress.seconds(), window())
+                    run.save(task, rep, nimg, progress.seconds(), window(), replace=first)
                     run.write_previews(task, nimg, at_checkpoint=True)
                     saved_at, asked = time.monotonic(), False
             except (BigbatchError, OSError) as e:
