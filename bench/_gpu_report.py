@@ -20,6 +20,7 @@ import torch
 import bigbatch
 from bigbatch.engine.memory import format_bytes
 from bigbatch.files import atomic_write
+from bigbatch.provenance import sources_digest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,11 +59,8 @@ def table(rows: dict[str, dict]) -> str:
 def source_digest() -> str:
     """12 hex digits of a sha256 over bigbatch's and bench/'s Python files (paths and bytes): it names the
     code a table measured where git cannot (a GPU machine's copy of the tree carried stale git metadata)."""
-    h = hashlib.sha256()
-    for root in (Path(bigbatch.__file__).parent, Path(__file__).parent):
-        for f in sorted(root.rglob("*.py")):
-            h.update(f"{root.name}/{f.relative_to(root).as_posix()}\0".encode() + f.read_bytes())
-    return h.hexdigest()[:12]
+    both = "".join(sources_digest(root) for root in (Path(bigbatch.__file__).parent, Path(__file__).parent))
+    return hashlib.sha256(both.encode()).hexdigest()[:12]
 
 
 def append_section(path: Path, text: str) -> None:

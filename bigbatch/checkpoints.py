@@ -122,9 +122,12 @@ def save_checkpoint(
     # latest first (found from outside: killed between the rename and latest, a run resumed from the one before)
     before = (root / "latest").read_bytes() if (root / "latest").is_file() else b""
     atomic_write(root / "latest", name + "\n")
-    shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
     try:
-        os.replace(tmp, final)
+        if replace and is_complete(final):  # (moved aside, deleted once the new one is in place: found by review)
+            replace_folder(tmp, final, root / f".pruned-{name}-{os.getpid()}")  # (what a crash leaves: removed)
+        else:
+            shutil.rmtree(final, ignore_errors=True)  # an incomplete folder of the same name
+            os.replace(tmp, final)
     except OSError:
         with contextlib.suppress(OSError):  # (found by review: latest left naming a folder not there)
             atomic_write(root / "latest", before)
@@ -420,7 +423,9 @@ def refuse_not_finite(state_dict: dict[str, torch.Tensor], net: nn.Module, what:
     the learning rate; a NaN G_ema sampled black images and scored an FID)."""
     params = {name for name, _ in net.named_parameters()}
     for key, v in state_dict.items():
-        if v.is_floating_point() and not bool((torch.isfinite(v) if key in params else ~torch.isnan(v)).all()):
+        if not v.is_floating_point() or bool(torch.isfinite(v.sum())):  # (a sum: one pass, no mask the tensor's size)
+            continue
+        if not bool((torch.isfinite(v) if key in params else ~torch.isnan(v)).all()):  # (or a sum that overflowed)
             raise BigbatchError(f"{what}: its {key} holds NaN or infinite values{fix}")
 
 
@@ -435,7 +440,6 @@ def load_weights(
     """Load a state dict, turning a mismatch, or a tensor not finite, into one line naming the first differences (or
     it; `fix` then ends the line). `assign`: the tensors themselves become the weights (for a model built on the meta
     device: nothing is allocated twice). `model`: what the message calls `net`."""
-    refuse_not_finite(state_dict, net, what, fix)
     try:
         result = net.load_state_dict(state_dict, strict=False, assign=assign)
     except RuntimeError as e:
@@ -444,3 +448,4 @@ def load_weights(
     problems = [f"missing {k}" for k in result.missing_keys] + [f"unexpected {k}" for k in result.unexpected_keys]
     if problems:
         raise BigbatchError(f"{what} does not fit {model}: {', '.join(problems[:3])}")
+    refuse_not_finite(state_dict, net, what, fix)  # (a file of another model is named as one first)

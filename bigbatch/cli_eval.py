@@ -7,6 +7,7 @@ import argparse
 import math
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,14 +117,14 @@ def run_eval(args: argparse.Namespace) -> None:
     created = dist.init(ctx)  # (under torchrun, feature extraction is split across the processes)
     try:
         with progress("eval"):  # Inception on a CPU: about 0.35 s an image
-            result = _eval_run(args, ctx.device, compares) if run else _eval_images(args, ctx.device, compares)
+            results = _eval_run(args, ctx.device, compares) if run else [_eval_images(args, ctx.device, compares)]
+            for scores in results:  # (a sweep's a line a value, each as it is made: found by review, kept till all)
+                if ctx.is_main:
+                    print(json.dumps(scores), flush=True)
+                    if run:
+                        _record(args.path, scores)
     finally:
         dist.close(created)
-    if ctx.is_main:
-        for scores in result if isinstance(result, list) else [result]:  # (a sweep's: a line a value)
-            print(json.dumps(scores), flush=True)
-            if run:
-                _record(args.path, scores)
 
 
 def _record(run: str, result: dict) -> None:
@@ -274,7 +275,7 @@ def values(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"must be a number or numbers, comma-separated, got {text!r}") from None
 
 
-def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> list[dict]:
+def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> Iterator[dict]:
     """Samples of a run's (or checkpoint's) EMA generator against the run's data set, or B."""
     from bigbatch.checkpoint_find import read_newest
     from bigbatch.config import Config
@@ -286,10 +287,10 @@ def _eval_run(args: argparse.Namespace, device: object, compares: bool) -> list[
     # cuDNN's heuristic pick where training ran its autotuned one, or deterministic ones, so a GPU's score moved.
     trained = read_newest(args.path, lambda ckpt: Config.load(ckpt / "config.toml").train)
     with run_kernels(trained.deterministic, not trained.memory_budget):
-        return _generated(args, device, compares, load_generator)
+        yield from _generated(args, device, compares, load_generator)
 
 
-def _generated(args: argparse.Namespace, device: object, compares: bool, load_generator: Any) -> dict:
+def _generated(args: argparse.Namespace, device: object, compares: bool, load_generator: Any) -> Iterator[dict]:
     from bigbatch.sampling import restyle
 
     G = load_generator(args.path, device=device)  # a run's newest checkpoint, even if the run prunes it meanwhile
@@ -332,8 +333,9 @@ def _say_a_reference_apart(ref: Any, kind: str, G: Any, reference_n: int | None,
 
 
 def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, sweep: list[tuple[float, float | None]],
-            seed: int, batch_size: int, compares: bool) -> list[dict]:  # fmt: skip
-    """_eval_run's scores, under the run's kernels: one of each (truncation, psi) of `sweep` (None: G's psi)."""
+            seed: int, batch_size: int, compares: bool) -> Iterator[dict]:  # fmt: skip
+    """_eval_run's scores, under the run's kernels: those of each (truncation, psi) of `sweep` (None: G's psi), each
+    as it is made."""
     from bigbatch import checkpoints
     from bigbatch.data import load_data
     from bigbatch.metrics import evaluate
@@ -402,7 +404,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
     elif args.reference is not None and kind != "stats" and reference_n and reference_n < len(ref):
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
-    metrics, results = _metrics_for(args.metrics, extractor, ref, args.asked), []
+    metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
     for truncation, psi in sweep:
         restyle(G, psi, options=True)
         if standing:  # (of the samples at this truncation)
@@ -415,8 +417,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
         out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
         if compares:
             out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
-        results.append(out | scores)
-    return results
+        yield out | scores
 
 
 def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:

@@ -62,7 +62,7 @@ def _sample(args: argparse.Namespace) -> None:
         if args.mix_rows is None or args.mix_cols is None:
             raise BigbatchError("style mixing takes both --mix-rows and --mix-cols (seeds, e.g. 85,100,75 and 55,821)")
         args.n = (len(args.mix_rows) + 1) * (len(args.mix_cols) + 1)  # (the sheet's images, held at once)
-    elif args.styles is not None:
+    if not mixing and args.styles is not None:
         raise BigbatchError(
             "--styles are the layers a style-mixing sheet takes from its columns: give --mix-rows and --mix-cols"
         )
@@ -96,9 +96,11 @@ def _sample(args: argparse.Namespace) -> None:
     device = device_named(args.device)
     G = load_generator(args.path, device)  # a run's newest checkpoint, even if the run prunes it meanwhile
     ckpt = G.checkpoint
+    styled = hasattr(G, "num_ws")  # (a StyleGAN2's: a sheet of it draws ADA's style_mixing.py's const noise)
+    args.noise_mode = args.noise_mode or ("const" if mixing and styled else "random")
     restyle(G, args.psi, args.noise_mode, options=True)
     if not args.interp:
-        _check_fits(args.n, G.config.data.resolution)
+        _check_fits(args.n, G.config.data.resolution, mixing)
     if args.standing_stats:
         from bigbatch.engine.running_stats import has_batchnorm
 
@@ -185,7 +187,7 @@ def _sample(args: argparse.Namespace) -> None:
     print(out)
 
 
-def _check_fits(n: int, resolution: int) -> None:
+def _check_fits(n: int, resolution: int, mixing: bool = False) -> None:
     """Refuse a sample count whose images (uint8 RGB, held at once) could not fit in half this machine's RAM."""
     import os
 
@@ -195,9 +197,11 @@ def _check_fits(n: int, resolution: int) -> None:
         return
     per_image = 3 * resolution * resolution
     if n * per_image > ram // 2:
+        most = ram // 2 // per_image
+        fix = "fewer --mix-rows or --mix-cols" if mixing else "or several runs with --seed"
         raise BigbatchError(
-            f"--n {n} images of {resolution}px need {n * per_image / 2**30:.1f} GiB at once, more than half of this "
-            f"machine's {ram / 2**30:.0f} GiB; ask for at most {ram // 2 // per_image} (or several runs with --seed)"
+            f"{'the sheet' if mixing else '--n'} {n} images of {resolution}px need {n * per_image / 2**30:.1f} GiB "
+            f"at once, more than half of this machine's {ram / 2**30:.0f} GiB; ask for at most {most} ({fix})"
         )
 
 
@@ -258,9 +262,9 @@ def add_sample_command(sub: Any) -> None:
     s.add_argument(
         "--noise-mode",
         choices=("random", "const", "none"),
-        default="random",
         help="StyleGAN2's noise inputs: each image's own, drawn from its z (default), each layer's fixed noise image "
-        "(ADA's generate.py default, and what an exported G computes), or none",
+        "(ADA's generate.py and style_mixing.py default, so a style-mixing sheet's; what an exported G computes), "
+        "or none",
     )
     s.add_argument(
         "--standing-stats",

@@ -35,6 +35,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, warn
 from bigbatch.models.registry import builder, is_own
 from bigbatch.progress import Progress
+from bigbatch.provenance import code_version
 from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
 from bigbatch.signals import EvaluationStopped, StartupStopped, Stopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
@@ -100,6 +101,7 @@ def train(
 
 def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     cfg, main = run.cfg, rep.is_main
+    code_version()  # (the sources this process runs, as its checkpoints name them: read now, not after an upgrade)
     # A user's own family: the command line knows it where BIGBATCH_IMPORT names its module; not one of a script's.
     prefix = _cli_prefix(cfg.model.name)
     own_family = f"{cfg.model.name!r} is registered (in the script: a module of its own, named by BIGBATCH_IMPORT, "
@@ -252,6 +254,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # checkpoint.every_minutes: rank 0 asks for a checkpoint once that long has passed since its last one (or since
     # training began in this process), once until it is written (the vote answers an iteration late).
     every_s, saved_at, asked, checkpoint = cfg.checkpoint.every_minutes * 60, time.monotonic(), False, False
+    eval_s = 0.0  # how long the last evaluation took (in this process)
     with closing(feed), closing(vote):
         while nimg < progress.total:
             ask = main and not asked and 0 < every_s <= time.monotonic() - saved_at
@@ -304,11 +307,11 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                     failed = e
             checkpoint = timed or due(cfg.checkpoint.every_kimg, before)
             # Evaluation, where due, on every rank (they share the work); rank 0 logs it and keeps the best. A
-            # checkpoint due with it, or any where checkpoint.every_minutes is set, is written first, its evaluation
-            # pending, and again once it is made (found from outside: killed in evaluations, a run lost its training
-            # since the last checkpoint each time, and under kills closer than that never got past it).
-            evaluating = task.scorer is not None and scores_due(before)
-            first = evaluating and (checkpoint or every_s > 0)
+            # checkpoint due with it, or one checkpoint.every_minutes would ask for before it ends (as long as the
+            # last took), is written first, its evaluation pending: a resume from it makes the evaluation (found
+            # from outside: killed in evaluations, a run lost its training since the checkpoint before each time).
+            # Only the run's last is written again once it is made.
+            evaluating, first, save = task.scorer is not None and scores_due(before), False, checkpoint
             if evaluating:
                 # Several processes: a stop asked for before it begins leaves it to the resumed run, every rank
                 # agreeing (found from outside: a stop that came just before it waited for the whole evaluation,
@@ -316,28 +319,35 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 if rep.world_size > 1 and not dist.agree(not stop.requested):
                     eval_pending = True
                     break
+                clock = every_s > 0 and time.monotonic() - saved_at + eval_s >= every_s
+                first = checkpoint or (dist.agree(clock or not main) if every_s > 0 else False)  # (rank 0's clock)
                 if first:
                     check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
                     if main and failed is None:
                         try:
                             eval_pending = True  # (in the checkpoint: a resume from it makes the evaluation)
                             run.save(task, rep, nimg, progress.seconds(), window())
+                            run.write_previews(task, nimg, at_checkpoint=True)
                             saved_at, asked = time.monotonic(), False
                         except (BigbatchError, OSError) as e:
                             failed = e
+                scoring = time.monotonic()
                 eval_pending = not evaluate()
-            if checkpoint and not first:  # (first: checked before the evaluation, which trains nothing)
+                eval_s = time.monotonic() - scoring
+                save = first and nimg >= progress.total and not eval_pending  # (the run's last: its evaluation made)
+                checkpoint = first  # (written: the next iteration's timed vote is not for another)
+            elif checkpoint:
                 check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
-            checkpoint = checkpoint or first
             if not main or failed is not None:
                 continue
             try:
-                # Rank 0's output, where due: previews, a checkpoint (the one written before the evaluation again).
+                # Rank 0's output, where due: previews, a checkpoint.
                 if cfg.sample.every_kimg and due(cfg.sample.every_kimg, before):
                     run.write_previews(task, nimg, at_checkpoint=False)
-                if checkpoint:
-                    run.save(task, rep, nimg, progress.seconds(), window(), replace=first)
-                    run.write_previews(task, nimg, at_checkpoint=True)
+                if save:
+                    run.save(task, rep, nimg, progress.seconds(), window(), replace=evaluating)
+                    if not evaluating:  # (the previews of one written before its evaluation: written with it)
+                        run.write_previews(task, nimg, at_checkpoint=True)
                     saved_at, asked = time.monotonic(), False
             except (BigbatchError, OSError) as e:
                 failed = e

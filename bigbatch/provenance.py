@@ -12,10 +12,15 @@ from pathlib import Path
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """This bigbatch: "VERSION+DIGEST", 12 hex digits of a sha256 over its Python files (paths and bytes)."""
+    """This bigbatch: "VERSION+DIGEST", the digest of its package's sources."""
     from bigbatch import __version__
 
-    root, h = Path(__file__).parent, hashlib.sha256()
+    return f"{__version__}+{sources_digest(Path(__file__).parent)}"
+
+
+def sources_digest(root: Path) -> str:
+    """12 hex digits of a sha256 over the Python files under `root` (their paths and bytes)."""
+    h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         h.update(f"{f.relative_to(root).as_posix()}\0".encode() + f.read_bytes())
-    return f"{__version__}+{h.hexdigest()[:12]}"
+    return h.hexdigest()[:12]

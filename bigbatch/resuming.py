@@ -9,6 +9,7 @@ from typing import Any
 
 from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import read_toml
+from bigbatch.data.schedule import schedule_of
 from bigbatch.errors import BigbatchError, counted, warn
 
 # What a resumed run may change: its length, its output and how it runs, never what it trains.
@@ -59,8 +60,7 @@ def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -
     outside, a job's `--preset imagenet_resnet50_fast --resume=auto` refused after an upgrade whose preset no longer
     set train.lr)."""
     raw, begun = read_toml(saved_config).get("train", {}), {}
-    phases = saved.get("data.schedule") or []
-    if saved.get("task") == "classify" and any(isinstance(p, dict) and "lr" in p for p in phases):
+    if saved.get("task") == "classify" and schedule_of(Config.load(saved_config)).phases[0].lr is not None:
         begun |= {k: saved[k] for k in ("train.lr", "train.lr_steps", "train.lr_gamma") if given.get(k) != saved.get(k)}
     if saved.get("train.freeze_kimg", 0) > 0 and not raw.get("train_bn", False) and given.get("train.train_bn"):
         begun["train.train_bn"] = False

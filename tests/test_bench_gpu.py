@@ -134,12 +134,12 @@ def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
     progress = "{'what': 'compiling graph 3 (dynamo, 2/0)', 'at': 1.2, 'compile_s': 1.0}"
     compiling = "import json, sys, time, pathlib; pathlib.Path(sys.argv[1]).with_suffix('.progress').write_text("
     compiling += f"json.dumps({progress})); time.sleep(60)"
-    cut = gpu.run_part([sys.executable, "-c", compiling], limit=10)
-    assert cut["error"] == "timed out after 10 s; at 1 s: compiling graph 3 (dynamo, 2/0)", cut
+    cut = gpu.run_part([sys.executable, "-c", compiling], limit=3)  # (a Python without imports: writes at once)
+    assert cut["error"] == "timed out after 3 s; at 1 s: compiling graph 3 (dynamo, 2/0)", cut
     # One cut while it wrote (its progress half there) is still a row, not the whole proof's end.
     half = "import sys, time, pathlib; pathlib.Path(sys.argv[1]).with_suffix('.progress').write_text('{\"wh');"
-    cut = gpu.run_part([sys.executable, "-c", half + "time.sleep(60)"], limit=5)
-    assert cut["error"] == "timed out after 5 s; its progress file unreadable", cut
+    cut = gpu.run_part([sys.executable, "-c", half + "time.sleep(60)"], limit=3)
+    assert cut["error"] == "timed out after 3 s; its progress file unreadable", cut
     write = "import json, sys; open(sys.argv[1], 'w').write(json.dumps({'note': 'ran'}))"
     assert gpu.run_part([sys.executable, "-c", write], limit=60)["note"] == "ran"
     table = _gpu_report.table({"ok": {"setting": "s", "img_per_s": 2.0, "peak": 3 * 2**20}, "bad": hung})

@@ -18,11 +18,6 @@ class Crashed(Exception):
     """Stands for the process dying: nothing after it runs."""
 
 
-@pytest.fixture(scope="module")
-def alone(tmp_path_factory):
-    return bigbatch.train(tiny(), run_dir=tmp_path_factory.mktemp("alone") / "r", quiet=True)
-
-
 def rows(run):
     """metrics.jsonl's rows without the times, which differ between two runs."""
     drop = ("seconds", "img_per_s", "eval_seconds")
@@ -30,22 +25,46 @@ def rows(run):
     return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in lines]
 
 
-@pytest.mark.parametrize("every_minutes", [0.0, 60.0])
-def test_a_crash_in_an_evaluation_resumes_from_the_checkpoint_at_it(alone, tmp_path, monkeypatch, every_minutes):
-    cfg = tiny(**{"checkpoint.every_minutes": every_minutes})
-    if every_minutes:  # (by the clock alone, an hour apart: no checkpoint is due by kimg at the evaluation)
-        cfg = cfg.override({"checkpoint.every_kimg": 100.0})
-    real = ClassifyScorer.__call__
+def crash_in(monkeypatch, evaluation: int, each_s: float = 0.0) -> None:
+    """The scorer dies in its `evaluation`-th call; each before it takes `each_s` seconds of loop.py's clock (which
+    nothing else moves: the steps take none)."""
+    import time
+    from types import SimpleNamespace
 
-    def crashed(self):
-        raise Crashed
+    from bigbatch import loop
 
-    monkeypatch.setattr(ClassifyScorer, "__call__", crashed)  # (in the first evaluation, at 0.256 kimg)
+    clock, calls, real = [0.0], [], ClassifyScorer.__call__
+    monkeypatch.setattr(loop, "time", SimpleNamespace(monotonic=lambda: clock[0], perf_counter=time.perf_counter))
+
+    def scored(self):
+        calls.append(1)
+        if len(calls) == evaluation:
+            raise Crashed
+        clock[0] += each_s
+        return real(self)
+
+    monkeypatch.setattr(ClassifyScorer, "__call__", scored)
+
+
+@pytest.mark.parametrize(
+    "given, each_s, evaluation",
+    [
+        ({}, 0.0, 1),  # the checkpoint due with the first evaluation (0.256 kimg each)
+        # checkpoints by the clock alone, every 10 minutes, evaluations 20 minutes long: the checkpoint the clock
+        # asks for after the first, then one before the second (the clock would ask during it)
+        ({"checkpoint.every_kimg": 100.0, "checkpoint.every_minutes": 10.0, "train.kimg": 0.768}, 1200.0, 2),
+    ],
+)
+def test_a_crash_in_an_evaluation_resumes_from_the_checkpoint_at_it(tmp_path, monkeypatch, given, each_s, evaluation):
+    cfg = tiny(**given)
+    crash_in(monkeypatch, evaluation, each_s)
     with pytest.raises(Crashed):
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
-    assert checkpoint_find.find_checkpoint(tmp_path / "r").name == "000000.256"  # the evaluation's, made first
-    monkeypatch.setattr(ClassifyScorer, "__call__", real)
+    at = checkpoint_find.find_checkpoint(tmp_path / "r").name
+    assert at == f"000000.{256 * evaluation:03d}"  # the evaluation's, written before it
+    monkeypatch.undo()
     bigbatch.train(cfg, run_dir=tmp_path / "r", resume=True, quiet=True)
+    alone = bigbatch.train(cfg, run_dir=tmp_path / "alone", quiet=True)
     mine = load_file(checkpoint_find.find_checkpoint(tmp_path / "r") / "model.safetensors")
     theirs = load_file(checkpoint_find.find_checkpoint(alone) / "model.safetensors")
     assert mine.keys() == theirs.keys() and all(mine[k].equal(theirs[k]) for k in mine)

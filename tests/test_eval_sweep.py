@@ -66,6 +66,20 @@ def test_a_sweep_of_psi_sets_each_in_turn(run, scored, capsys):
     assert [r["psi"] for r in lines(capsys)] == [0.5, 0.7, 1.0]
 
 
+def test_each_value_is_said_and_kept_as_it_is_scored(run, scored, capsys, monkeypatch):
+    def evaluate(G, data, metrics, truncation, **kw):
+        if truncation == 1.0:  # (the second: the process dies, or the machine)
+            raise bigbatch.BigbatchError("stand-in for an evaluation cut short")
+        return {"is": 7.0}
+
+    monkeypatch.setattr("bigbatch.metrics.evaluate", evaluate)
+    before = len((run / "eval" / "scores.jsonl").read_text().splitlines()) if (run / "eval").exists() else 0
+    assert main(["eval", str(run), "--metrics", "is", "--n", "16", "--truncation", "0.5,1"]) == 2
+    assert [r.get("truncation") for r in lines(capsys)] == [0.5]  # the first, said and kept before the second
+    kept = (run / "eval" / "scores.jsonl").read_text().splitlines()[before:]
+    assert [json.loads(line)["truncation"] for line in kept] == [0.5]
+
+
 @pytest.mark.parametrize(
     "given, said",
     [

@@ -82,8 +82,8 @@ def test_a_config_file_with_a_number_past_pythons_limit_is_one_line(tmp_path, ca
     "data, said",
     [
         ({"ae_dims": 100_000, "e_dims": 100_000, "d_dims": 100_000}, "(ae_dims 100000, e_dims 100000, d_dims 100000,"),
-        ({"ae_dims": 10**400}, "make a model of"),
-        ({"iter": 10**400}, "its iter is a number of 401 digits, not a count of DFL's iterations"),
+        ({"ae_dims": 10**5000}, "(ae_dims a number of about 5001 digits, e_dims 4"),
+        ({"iter": 10**5000}, "its iter is a number of about 5001 digits, not a count of DFL's iterations"),
     ],
 )
 def test_a_dfl_model_file_of_absurd_numbers_is_one_line(tmp_path, capsys, data, said):

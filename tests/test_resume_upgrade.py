@@ -9,15 +9,25 @@ import pytest
 import bigbatch
 from bigbatch import checkpoint_find
 from bigbatch.cli import main
-from bigbatch.provenance import code_version
+from bigbatch.provenance import code_version, sources_digest
 
 GAN = ["--preset", "digits", "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.batch=16"]
 GAN += ["sample.every_kimg=0", "eval.every_kimg=0", "checkpoint.every_kimg=0.032"]
 
 
-def test_code_version_names_the_release_and_its_sources():
+def test_code_version_names_the_release_and_a_digest_that_any_change_of_a_source_changes(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    package = Path(bigbatch.__file__).parent
     version, digest = code_version().split("+")
-    assert version == bigbatch.__version__ and len(digest) == 12 and int(digest, 16) >= 0
+    assert version == bigbatch.__version__ and digest == sources_digest(package)
+    copy = shutil.copytree(package, tmp_path / "bigbatch", ignore=shutil.ignore_patterns("__pycache__"))
+    assert sources_digest(copy) == digest
+    (copy / "README.txt").write_text("not a source")  # (nor is a compiled file: what runs is the sources)
+    assert sources_digest(copy) == digest
+    (copy / "loop.py").write_text((copy / "loop.py").read_text() + "\n")
+    assert sources_digest(copy) != digest
 
 
 @pytest.mark.parametrize("wrote", ["0.1.0+000000000000", None])

@@ -61,14 +61,15 @@ def test_the_sheet_is_adas_rows_columns_and_each_row_with_the_columns_coarse_sty
     assert main([*args, "--styles", "0-5", "--out", str(tmp_path / "all.png")]) == 0
     every = np.asarray(Image.open(tmp_path / "all.png"))
     assert np.array_equal(every[16:32, 16:32], grid[0][1])  # row 85 with all of column 55's w: column 55's image
-    # The default styles, ADA's 0-6, are every layer of this G's 6 (a sheet to the default place, named by its seeds).
+    # The defaults are ADA's: styles 0-6 (every layer of this G's 6), noise const (a sheet to the default place,
+    # named by its seeds).
     capsys.readouterr()
     assert main(args[:-2]) == 0
     default = capsys.readouterr().out.strip()
-    assert "/samples/mixing-" in default and np.asarray(Image.open(default)).shape == sheet.shape
-    # Noise drawn from each row's z (the default) keeps a row's own image the one `--seeds` draws with it.
+    assert "/samples/mixing-" in default and np.array_equal(np.asarray(Image.open(default)), every)
+    # Noise drawn from each row's z keeps a row's own image the one `--seeds` draws with it.
     capsys.readouterr()
-    assert main([*args[:-2], "--out", str(tmp_path / "random.png")]) == 0
+    assert main([*args[:-1], "random", "--out", str(tmp_path / "random.png")]) == 0
     random_noise = np.asarray(Image.open(tmp_path / "random.png"))
     out = tmp_path / "random.npz"
     assert main(["sample", str(run), "--seeds", "100", "--npz", "--out", str(out)]) == 0

@@ -560,7 +560,7 @@ class Replicator:
                 s.history.clear()
                 s.history.extend(bool(b) for b in saved["history"])
                 s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
-                s.failed = int(saved.get("failed", s.skipped))  # (a checkpoint of before it: every skip)
+                s.failed = int(saved.get("failed", sum(s.history)))  # (a checkpoint of before it: its window's)
                 s.settled = float(saved.get("settled", 0.0))  # (a checkpoint of before it: none)
                 s.grown = bool(saved.get("grown", True))  # (one of before it: its first fall taken as over)
         plan, how = state.get("plan"), (self.precision, bool(self.checkpointing))

@@ -248,9 +248,13 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
 
 
 def _number(value: int) -> str:
-    """A whole number for a message, one past 19 digits by its count of them (found from outside: 10**400)."""
-    text = str(value)
-    return text if len(text) < 20 else f"a number of {len(text)} digits"
+    """A whole number for a message, one past 19 digits by about its count of them (found from outside: 10**400;
+    str() of one past 4,300 digits is refused by Python)."""
+    return (
+        str(value)
+        if abs(value).bit_length() <= 63
+        else f"a number of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    )
 
 
 def with_defaults(options: Any) -> Any:
