@@ -59,8 +59,11 @@ def test_a_resume_under_other_code_says_which_wrote_the_checkpoint_and_keeps_it(
     assert "was written by" not in capsys.readouterr().err
 
 
-def test_a_rate_the_schedules_phases_leave_unread_does_not_refuse_a_resume(tmp_path, capsys):
-    phases = "data.schedule=[{kimg = 0, resolution = 16, batch = 32, lr = [0.2, 0.02]}]"
+@pytest.mark.parametrize(
+    "phases",
+    ["data.schedule=[{kimg = 0, resolution = 16, batch = 32, lr = [0.2, 0.02]}]", "data.schedule=0:16:32:0.2:0.02"],
+)
+def test_a_rate_the_schedules_phases_leave_unread_does_not_refuse_a_resume(tmp_path, capsys, phases):
     given = ["--preset", "fashion_resnet", phases, "data.path=builtin:digits", "data.val_path=", "model.ch=8"]
     given += ["model.options.depth=8", "train.warmup_kimg=0", "train.lr_decay=none", "eval.every_kimg=0"]
     given += ["checkpoint.every_kimg=0.064", "--run-dir", str(tmp_path / "r")]
