@@ -40,7 +40,16 @@ def _sample(args: argparse.Namespace) -> None:
 
     from bigbatch.config import MIN_TRUNCATION
     from bigbatch.files import atomic_write
-    from bigbatch.sampling import generate, grid, interpolation_sheet, restyle, sample, save_png, standing_stats
+    from bigbatch.sampling import (
+        check_styled,
+        generate,
+        grid,
+        interpolation_sheet,
+        restyle,
+        sample,
+        save_png,
+        standing_stats,
+    )
     from bigbatch.tasks.gan.load import load_generator
 
     if args.interp and args.npz:
@@ -112,6 +121,8 @@ def _sample(args: argparse.Namespace) -> None:
     if args.classes is not None and not G.n_classes:
         raise BigbatchError("--classes: this generator is unconditional")
     classes = _parse_classes(args.classes, G.class_names)
+    if mixing:  # (before its classes are asked for: found from outside)
+        check_styled(G)
     if (args.seeds is not None or mixing) and G.n_classes and classes is None:
         given = "--mix-rows and --mix-cols" if mixing else "--seeds"
         raise BigbatchError(f"{given} of a conditional G takes its classes from --classes (ADA's generate.py --class)")
@@ -142,17 +153,25 @@ def _sample(args: argparse.Namespace) -> None:
         return generate(G, z, y), y
 
     def ada_latents(seeds: list[int]) -> tuple[Any, Any]:
-        """ADA's z of each seed, and its label (--classes cycled)."""
+        """ADA's z of each seed, and its label (--classes cycled; over a sheet's seeds, each its own: found from
+        outside, a seed both a row and a column was drawn of two classes)."""
         import torch
 
         z = torch.from_numpy(np.stack([np.random.RandomState(s).randn(G.dim_z) for s in seeds])).float()
-        return z, torch.tensor([classes[i % len(classes)] for i in range(len(z))]) if G.n_classes else None
+        if not G.n_classes:
+            return z, None
+        if not mixing:
+            return z, torch.tensor([classes[i % len(classes)] for i in range(len(z))])
+        place = {seed: i for i, seed in enumerate(dict.fromkeys([*args.mix_rows, *args.mix_cols]))}
+        return z, torch.tensor([classes[place[s] % len(classes)] for s in seeds])
 
     if mixing:  # (ADA's style_mixing.py: its grid.png, and with --outdir each image, named row-column.png)
         from bigbatch.sampling import style_mixing
 
         (rows, row_y), (cols, col_y) = ada_latents(args.mix_rows), ada_latents(args.mix_cols)
-        styles = args.styles if args.styles is not None else range(min(7, getattr(G, "num_ws", 7)))  # (ADA's 0-6)
+        # ADA's 0-6, the coarse styles of its G's 14 to 18 w's; of one of fewer, its first half (found from outside:
+        # 0-6 of a 16 px G's 6 were all of them, and its sheet mixed nothing)
+        styles = args.styles if args.styles is not None else range(min(7, G.num_ws // 2))
         sheet = style_mixing(G, rows, cols, styles, row_y, col_y)
         out = Path(args.out or default_dir / f"mixing-{named}.png") if args.outdir is None else Path(args.outdir)
         columns = len(args.mix_cols) + 1
@@ -213,7 +232,7 @@ def seed_list(text: str, what: str = "seeds") -> list[int]:
         if m := re.fullmatch(r"(\d+)-(\d+)", item.strip()):
             first, last = int(m.group(1)), int(m.group(2))
             if last < first or last - first >= 1 << 20:
-                raise argparse.ArgumentTypeError(f"range {item!r} must run up, over at most 2**20 seeds")
+                raise argparse.ArgumentTypeError(f"range {item!r} must run up, over at most 2**20 {what}")
             out += range(first, last + 1)
         elif item.strip().isascii() and item.strip().isdigit():
             out.append(int(item))
@@ -297,7 +316,8 @@ def add_sample_command(sub: Any) -> None:
     s.add_argument(
         "--styles",
         type=functools.partial(seed_list, what="layers"),
-        help="style_mixing.py --styles: the layers whose w a row takes from each column (default 0-6: the coarse)",
+        help="style_mixing.py --styles: the layers whose w a row takes from each column (default ADA's 0-6, the "
+        "coarse; of a G of fewer than 14 w's, its first half)",
     )
     s.add_argument("--device", default="auto", help="auto (CUDA if there is one, as eval's), cpu or cuda")
     s.set_defaults(func=_sample)

@@ -313,6 +313,12 @@ def interpolation_sheet(
     return grid(images, ncol=steps)
 
 
+def check_styled(G: nn.Module) -> None:
+    """One line where G has no w of a layer of its own to mix (not a StyleGAN2)."""
+    if not hasattr(G, "num_ws"):
+        raise BigbatchError(f"style mixing needs a StyleGAN2 generator, with a w a layer; this one is {_family(G)}")
+
+
 @torch.no_grad()
 def style_mixing(
     G: nn.Module,
@@ -326,24 +332,27 @@ def style_mixing(
     NHWC images in its order, one more column than `cols` a row: a black corner, then each column's image (z of
     `cols`), and per row of `rows` its own image, then it with the w of each column at the layers `styles`. Noise is
     drawn from the row's z."""
-    if not hasattr(G, "num_ws"):
-        raise BigbatchError(f"style mixing needs a StyleGAN2 generator, with a w a layer; this one is {_family(G)}")
+    check_styled(G)
     if bad := [s for s in styles if not 0 <= s < G.num_ws]:
         raise BigbatchError(f"styles {bad} are not layers of this G: its w are 0-{G.num_ws - 1}")
-    device = next(G.parameters()).device
-    with eval_mode(G):
+    device, step = next(G.parameters()).device, 64  # (G runs on 64 images at a time: found from outside, a sheet of
+    with eval_mode(G):  # 4,000 rows ran at once)
         z = torch.cat([rows, cols]).to(device)
         y = None if row_y is None or col_y is None else torch.cat([row_y, col_y]).to(device)
-        own, ws = G(z, y, return_ws=True)
-        own = to_uint8(own)
+        parts = [
+            G(z[i : i + step], None if y is None else y[i : i + step], return_ws=True) for i in range(0, len(z), step)
+        ]
+        own, ws = to_uint8(torch.cat([p[0] for p in parts])), torch.cat([p[1] for p in parts])
         layers = torch.as_tensor(list(styles), device=device, dtype=torch.long)
         out = [torch.zeros_like(own[0])] + list(own[len(rows) :])  # the corner, then the columns' images
         for r in range(len(rows)):
-            mixed = ws[r].expand(len(cols), -1, -1).clone()
-            mixed[:, layers] = ws[len(rows) :, layers]
-            z_row = z[r].expand(len(cols), -1)  # (its noise: the row's)
-            y_row = None if y is None else y[r].expand(len(cols), *y.shape[1:])
-            out += [own[r]] + list(to_uint8(G(z_row, y_row, ws=mixed)))
+            out.append(own[r])
+            for c in range(0, len(cols), step):
+                mixed = ws[r].expand(len(cols[c : c + step]), -1, -1).clone()
+                mixed[:, layers] = ws[len(rows) + c : len(rows) + c + step][:, layers]
+                z_row = z[r].expand(len(mixed), -1)  # (its noise: the row's)
+                y_row = None if y is None else y[r].expand(len(mixed), *y.shape[1:])
+                out += list(to_uint8(G(z_row, y_row, ws=mixed)))
     return torch.stack(out)
 
 
