@@ -156,8 +156,7 @@ def _sweep(args: argparse.Namespace) -> None:
 
 
 def _stop(args: argparse.Namespace) -> None:
-    from bigbatch.checkpoint_find import find_checkpoint
-    from bigbatch.run_stop import stop_run
+    from bigbatch.run_stop import stop_run, stopped_said
 
     if args.wait < 0:
         raise BigbatchError(f"--wait must be a number of seconds >= 0, got {args.wait:g}")
@@ -165,7 +164,7 @@ def _stop(args: argparse.Namespace) -> None:
     if not args.wait:
         print(f"Asked process {pid} to save a checkpoint and stop")
         return
-    print(f"Stopped process {pid}; its checkpoint: {find_checkpoint(args.run)}")
+    print(stopped_said(Path(args.run), pid))
 
 
 def _plot(args: argparse.Namespace) -> None:

@@ -40,6 +40,7 @@ from bigbatch.checkpoint_find import read_picked
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write, json_loads
+from bigbatch.provenance import code_version
 from bigbatch.sampling import uint8_nhwc
 
 FORMATS = ("torchscript", "onnx", "pt2", "dfm")
@@ -142,6 +143,7 @@ def _deployable(ckpt: Path, psi: float | None) -> Deployable:
     # (found from outside: a deployed file did not say them)
     kimg = int((checkpoints.read_meta(ckpt) or {}).get("nimg", 0)) / 1000
     base = {"task": cfg.task, "model": cfg.model.name, "checkpoint": origin(ckpt), "kimg": kimg}
+    base["bigbatch"] = code_version()  # (the code that exported it, as a checkpoint names its: found from outside)
     if psi is not None and (cfg.task != "gan" or cfg.model.name != "stylegan2"):
         what = f"a {cfg.task} run" if cfg.task != "gan" else f"a {cfg.model.name} generator"
         raise BigbatchError(

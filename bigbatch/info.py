@@ -122,6 +122,8 @@ def describe_run(path: str | Path) -> str:
         evals = [r for r in rows if "eval_seconds" in r]
         if logs:
             lines.append("last log    " + _row_text(logs[-1]))
+        if said := _skips(logs, cfg.train.precision):
+            lines.append(f"skipped     {said}")
         if evals:
             lines.append("last eval   " + _row_text(evals[-1]))
         best = checkpoints.best_checkpoint(run)
@@ -230,6 +232,18 @@ def describe_run(path: str | Path) -> str:
     if ckpt is not None:
         lines.append("files       " + ", ".join(f"{k} ({v / 1e6:.1f} MB)" for k, v in meta["files"].items()))
     return "\n".join(lines)
+
+
+def _skips(logs: list[dict], precision: str) -> str:
+    """The steps the log rows say were skipped, by optimizer, of the run's iterations, or "" (found from outside: a
+    run that skipped 93 of its 94 steps was said done, its last row's count alone shown)."""
+    names = dict.fromkeys(k for r in logs for k in r if k.startswith("skipped_"))
+    counts = {k.removeprefix("skipped_"): sum(int(r.get(k, 0)) for r in logs) for k in names}
+    if not any(counts.values()):
+        return ""
+    shown = " and ".join(f"{n} of {name}'s" for name, n in counts.items() if n)
+    settling = "; fp16's loss scale settling among them" if precision == "fp16" else ""
+    return f"{shown} steps in {logs[-1].get('step', '?')} iterations: their loss or gradients not finite{settling}"
 
 
 def _row_text(row: dict) -> str:

@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from bigbatch.checkpoint_find import is_sweep_folder, sweep_folder_said
+from bigbatch.checkpoint_find import find_checkpoint, is_sweep_folder, published, sweep_folder_said
 from bigbatch.errors import BigbatchError
 from bigbatch.rundir import trainer
 
@@ -45,3 +45,11 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
             )
         time.sleep(0.2)
     return pid
+
+
+def stopped_said(run: Path, pid: int) -> str:
+    """What `bigbatch stop --wait` says of a run it stopped: the checkpoint it saved, or that it had none to save
+    (stopped in its start-up, its reference statistics: found from outside, "does not exist", exit 2)."""
+    if not published(run):
+        return f"Stopped process {pid} in its start-up, before it trained: the command that started it starts it again"
+    return f"Stopped process {pid}; its checkpoint: {find_checkpoint(run)}"

@@ -9,6 +9,7 @@ import torch
 import bigbatch
 from bigbatch import export as export_module
 from bigbatch.cli import main
+from bigbatch.provenance import code_version
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,8 @@ def test_info_of_an_exported_file_says_its_settings_read_without_its_code(run, t
         assert main(["info", str(tmp_path / name)]) == 0
         out = capsys.readouterr().out
         assert f"export      {tmp_path / name}\ntask        gan\nmodel       dcgan\n" in out, out
-        assert "class_names 0, 1, 2, 3, 4, 5" in out and "kimg        0.064\nresolution  16\n" in out, out
+        assert "class_names 0, 1, 2, 3, 4, 5" in out and "kimg        0.064\n" in out and "resolution  16\n" in out
+        assert f"bigbatch    {code_version()}\n" in out  # (the code that exported it, as a checkpoint's meta.json)
     # Exported again, the same bytes, with no path of this machine (found from outside: the exporter's stack traces
     # and objects' addresses in every node)
     assert main(["export", str(run), str(tmp_path / "again.onnx")]) == 0
