@@ -55,6 +55,10 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
         return "unknown: this system has no file locks to tell a run in training"
     total = Config.load(run / "config.toml").train.kimg if (run / "config.toml").is_file() else math.inf
     kimg = float(meta.get("kimg", 0.0)) if ckpt is not None else 0.0
+    if ckpt is not None and kimg >= total and meta.get("eval_pending"):
+        # (found from outside: "done" of a run killed in its last evaluation)
+        run_again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume`"
+        return f"trained ({kimg:.3f} of {total:g} kimg); its last evaluation was not made: {run_again} makes it"
     if ckpt is not None and kimg >= total:
         return f"done ({kimg:.3f} of {total:g} kimg)"
     logged = max((float(r.get("kimg", 0.0)) for r in rows), default=0.0)

@@ -151,6 +151,7 @@ class Run:
         stop's save, so its meta.json says (info tells a stopped run from a killed one by it)."""
         self.lock = keep_lock(self.lock, self.path, LOCK)  # (its .lock deleted meanwhile: taken again)
         info = {**task.model_info(), "data": self.data, "stopped": stopped, "seconds": round(seconds, 1)}
+        info |= {"eval_pending": True} if (log_window or {}).get("eval_pending") else {}  # (for info: from outside)
         state = snapshot(task, rep, nimg, seconds)
         if not self.saved:  # (the first save since the run began here: what follows it on disk is another history)
             checkpoint_find.set_aside_newer(self.path, self.resumed_at or 0)

@@ -50,6 +50,7 @@ def crash_in(monkeypatch, evaluation: int, each_s: float = 0.0) -> None:
     "given, each_s, evaluation",
     [
         ({}, 0.0, 1),  # the checkpoint due with the first evaluation (0.256 kimg each)
+        ({}, 0.0, 2),  # ... with the run's last
         # checkpoints by the clock alone, every 10 minutes, evaluations 20 minutes long: the checkpoint the clock
         # asks for after the first, then one before the second (the clock would ask during it)
         ({"checkpoint.every_kimg": 100.0, "checkpoint.every_minutes": 10.0, "train.kimg": 0.768}, 1200.0, 2),
@@ -62,6 +63,10 @@ def test_a_crash_in_an_evaluation_resumes_from_the_checkpoint_at_it(tmp_path, mo
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     at = checkpoint_find.find_checkpoint(tmp_path / "r").name
     assert at == f"000000.{256 * evaluation:03d}"  # the evaluation's, written before it
+    if 256 * evaluation == round(cfg.train.kimg * 1000):  # (the run's last: info says its evaluation is to be made)
+        from bigbatch.info import describe_run
+
+        assert "its last evaluation was not made: `bigbatch train --run-dir" in describe_run(tmp_path / "r")
     monkeypatch.undo()
     bigbatch.train(cfg, run_dir=tmp_path / "r", resume=True, quiet=True)
     alone = bigbatch.train(cfg, run_dir=tmp_path / "alone", quiet=True)
