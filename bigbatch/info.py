@@ -55,12 +55,11 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
         return "unknown: this system has no file locks to tell a run in training"
     total = Config.load(run / "config.toml").train.kimg if (run / "config.toml").is_file() else math.inf
     kimg = float(meta.get("kimg", 0.0)) if ckpt is not None else 0.0
-    if ckpt is not None and kimg >= total and meta.get("eval_pending"):
-        # (found from outside: "done" of a run killed in its last evaluation)
-        run_again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume`"
-        return f"trained ({kimg:.3f} of {total:g} kimg); its last evaluation was not made: {run_again} makes it"
     if ckpt is not None and kimg >= total:
-        return f"done ({kimg:.3f} of {total:g} kimg)"
+        if not meta.get("eval_pending"):
+            return f"done ({kimg:.3f} of {total:g} kimg)"
+        run_again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume`"  # (found from outside: "done")
+        return f"trained ({kimg:.3f} of {total:g} kimg); its last evaluation was not made: {run_again} makes it"
     logged = max((float(r.get("kimg", 0.0)) for r in rows), default=0.0)
     again = f"`bigbatch train --run-dir {shlex.quote(str(run))} --resume` goes on"
     # (found from outside: a run of several processes told to go on as one, where its stop's line says them)

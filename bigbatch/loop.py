@@ -319,8 +319,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 if rep.world_size > 1 and not dist.agree(not stop.requested):
                     eval_pending = True
                     break
-                clock = every_s > 0 and time.monotonic() - saved_at + eval_s >= every_s
-                first = checkpoint or (dist.agree(clock or not main) if every_s > 0 else False)  # (rank 0's clock)
+                # (rank 0's clock: whether it would ask during the evaluation, as long as the last took)
+                first = checkpoint or (
+                    every_s > 0 and dist.agree(not main or time.monotonic() - saved_at + eval_s >= every_s)
+                )
                 if first:
                     check_replicas(task, nimg)  # several processes: every rank holds rank 0's weights
                     if main and failed is None:

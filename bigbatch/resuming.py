@@ -9,7 +9,7 @@ from typing import Any
 
 from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import read_toml
-from bigbatch.data.schedule import schedule_of
+from bigbatch.data.schedule import PHASES_REPLACE, schedule_of
 from bigbatch.errors import BigbatchError, counted, warn
 
 # What a resumed run may change: its length, its output and how it runs, never what it trains.
@@ -48,7 +48,7 @@ POWERS = ("swap.gan_power", "swap.true_face_power")
 POWERS_SAID = ", and swap.gan_power and swap.true_face_power from one value above 0 to another"
 
 
-def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+def as_begun(saved_config: Path, loaded: Config, saved: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """What of the given config yields to the run's own: train.train_bn given at its default (fastai's True) where
     the run froze without it (runs frozen before the key had none, and their checkpoints since carry false: found by
     review, refused at their second resume); and model.options as the run began where the given ones differ in
@@ -60,8 +60,9 @@ def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -
     outside, a job's `--preset imagenet_resnet50_fast --resume=auto` refused after an upgrade whose preset no longer
     set train.lr)."""
     raw, begun = read_toml(saved_config).get("train", {}), {}
-    if saved.get("task") == "classify" and schedule_of(Config.load(saved_config)).phases[0].lr is not None:
-        begun |= {k: saved[k] for k in ("train.lr", "train.lr_steps", "train.lr_gamma") if given.get(k) != saved.get(k)}
+    if loaded.task == "classify" and schedule_of(loaded).phases[0].lr is not None:
+        unread = (f"train.{k}" for k in PHASES_REPLACE)
+        begun |= {k: saved[k] for k in unread if given.get(k) != saved.get(k)}
     if saved.get("train.freeze_kimg", 0) > 0 and not raw.get("train_bn", False) and given.get("train.train_bn"):
         begun["train.train_bn"] = False
     old, new = saved.get("model.options") or {}, given.get("model.options") or {}
@@ -77,8 +78,9 @@ def as_begun(saved_config: Path, saved: dict[str, Any], given: dict[str, Any]) -
 def _compare(saved_config: Path, cfg: Config, recovery: bool) -> tuple[Config, dict, dict, list, set, list]:
     """(cfg as begun, the saved and given configs flattened, the keys changed, those a resume may change, those it
     may not) of a resume of the run saved with `saved_config` under `cfg`."""
-    saved, given = flatten(Config.load(saved_config).to_dict()), flatten(cfg.to_dict())
-    if begun := as_begun(saved_config, saved, given):  # (a key added since the run was saved: resumed as begun)
+    loaded = Config.load(saved_config)
+    saved, given = flatten(loaded.to_dict()), flatten(cfg.to_dict())
+    if begun := as_begun(saved_config, loaded, saved, given):  # (a key added since the run was saved: resumed as begun)
         cfg, given = cfg.override(begun), {**given, **begun}
         saved.update(begun)
     changed = [k for k in given if given[k] != saved.get(k)]

@@ -98,8 +98,9 @@ class Run:
         changed = {k: [_json(a), _json(b)] for k, (a, b) in changed.items()}
         split = () if self.cfg.data.schedule else ("micro_batch", "world_size")  # (phases record theirs as they begin)
         changed |= {k: [before[k], now[k]] for k in split if before.get(k, now[k]) != now[k]}
-        wrote = (checkpoints.read_meta(self.checkpoint) or {}).get("bigbatch") if self.checkpoint is not None else None
-        if self.checkpoint is not None and wrote != (this := code_version()):
+        this = code_version()
+        wrote = (checkpoints.read_meta(self.checkpoint) or {}).get("bigbatch") if self.checkpoint is not None else this
+        if wrote != this:
             changed["bigbatch"] = [wrote, this]
             by = f"bigbatch {wrote}" if wrote else "an earlier bigbatch (before versions were recorded)"
             warn(f"checkpoint {self.checkpoint.name} was written by {by}, and this is {this}: the run goes on, the "

@@ -175,6 +175,10 @@ class Schedule:
             nimg += phase.batch
 
 
+PHASES_REPLACE = ("lr", "lr_steps", "lr_gamma")
+"""The train keys a schedule whose phases give learning rates leaves unread (a classifier's)."""
+
+
 def schedule_of(cfg: Config) -> Schedule:
     """The schedule a config trains with: data.schedule's phases, the first defaulting to train.batch at
     data.resolution; without data.schedule, one phase of train.batch."""

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from bigbatch import safe_pickle
-from bigbatch.engine.memory import default_budget, format_bytes
+from bigbatch.engine.memory import default_budget, format_bytes, state_bytes
 from bigbatch.errors import BigbatchError
 from bigbatch.files import atomic_write
 
@@ -219,15 +219,14 @@ def load_model_folder(folder: str | Path, name: str | None = None) -> tuple[nn.M
     if not isinstance(options, dict) or any(k not in options for k in need):
         raise BigbatchError(f"{found[0]} lacks SAEHD's options ({', '.join(need)}): is it a SAEHD model's data file?")
     where = str(found[0])
-    sizes = [option(options, "resolution", int, where), option(options, "archi", str, where)]
-    sizes += [option(options, k, int, where) for k in ("ae_dims", "e_dims", "d_dims", "d_mask_dims")]
-    shown = ", ".join(f"{k} {_number(v)}" for k, v in zip(("ae_dims", "e_dims", "d_dims", "d_mask_dims"), sizes[2:]))
+    sizes = [option(options, k, kind, where) for k, kind in zip(need, (int, str, int, int, int, int))]
     try:  # (its size first: found from outside, dims of 100,000 were "out of memory, lower train.micro_batch")
         with torch.device("meta"):
-            size = sum(p.numel() * 4 for p in SAEHD(*sizes).parameters())
+            size = state_bytes([SAEHD(*sizes)], [])
     except (TypeError, OverflowError, RuntimeError):  # (a size past int64's: torch's own overflow)
         size = 2**63
     if size > (free := default_budget(torch.device("cpu"))):
+        shown = ", ".join(f"{k} {_number(v)}" for k, v in zip(need[2:], sizes[2:]))
         raise BigbatchError(
             f"{where}: its options ({shown}) make a model of {format_bytes(size)}, more than the "
             f"{format_bytes(free)} this machine has free: the file is not a usable SAEHD model's"

@@ -26,7 +26,7 @@ from torch import nn
 from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.load import validation_data
-from bigbatch.data.schedule import phase_sides, resize_batch, schedule_of
+from bigbatch.data.schedule import PHASES_REPLACE, phase_sides, resize_batch, schedule_of
 from bigbatch.engine import batch_parts, running_stats
 from bigbatch.engine import precision as prec
 from bigbatch.engine.ema import make_ema, update_ema
@@ -173,7 +173,7 @@ def warn_unread(cfg: Config) -> None:
     from outside). timm's --decay-epochs under a cosine schedule, and Nesterov without momentum, were silent."""
     t = cfg.train
     by_phase = schedule_of(cfg).phases[0].lr is not None
-    unread = t.changed("lr", "lr_steps", "lr_gamma") if by_phase else []
+    unread = t.changed(*PHASES_REPLACE) if by_phase else []
     if unread:
         warn(f"config key '{unread[0]}' is not read: data.schedule's phases give the learning rates", once=True)
     elif t.lr_decay != "step" and (steps := t.changed("lr_steps", "lr_gamma")):
