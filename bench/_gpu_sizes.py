@@ -110,5 +110,5 @@ def of_peak(flop_per_s: float, args: argparse.Namespace, precision: str) -> str:
     device = torch.device(args.device)
     if precision == "bf16" and not native_bf16(device):  # emulated: measuring it took two minutes on a CPU
         return f"{flop_per_s / 1e12:.2f} TFLOP/s, no native bf16 here (no peak measured)"
-    peak = compute_peak(device, precision)
+    peak = compute_peak(device, precision, toy=args.sizes == "toy")
     return f"{flop_per_s / 1e12:.2f} TFLOP/s, {100 * flop_per_s / peak:.0f}% of {peak / 1e12:.1f} measured"

@@ -64,16 +64,17 @@ from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E
 from bigbatch.engine.precision import DTYPES, autocast  # noqa: E402
 
 
-def compute_peak(device: torch.device, precision: str) -> float:
-    """FLOP/s of the best of several large matmuls and 3x3 convolutions in the precision's dtype."""
+def compute_peak(device: torch.device, precision: str, toy: bool = False) -> float:
+    """FLOP/s of the best of several large matmuls and 3x3 convolutions in the precision's dtype (`toy`: small
+    ones, for a dry run: a CPU took a second and a half each time)."""
     dtype = DTYPES[precision]
-    n = 8192 if device.type == "cuda" else 1024
+    n, c = (256, 64) if toy else (8192, 256) if device.type == "cuda" else (1024, 256)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    x = torch.randn(64 if device.type == "cuda" else 8, 256, 32, 32, device=device).to(dtype)
-    w = torch.randn(256, 256, 3, 3, device=device).to(dtype)
+    x = torch.randn(64 if device.type == "cuda" and not toy else 2, c, 32, 32, device=device).to(dtype)
+    w = torch.randn(c, c, 3, 3, device=device).to(dtype)
     candidates = [
         (lambda: a @ b, 2 * n**3),
-        (lambda: torch.nn.functional.conv2d(x, w, padding=1), 2 * x.shape[0] * 256 * 256 * 9 * 32 * 32),
+        (lambda: torch.nn.functional.conv2d(x, w, padding=1), 2 * x.shape[0] * c * c * 9 * 32 * 32),
     ]
     best = 0.0
     for fn, flops in candidates:

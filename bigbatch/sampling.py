@@ -8,6 +8,7 @@ split into batches, and the first k of n images are the images of sample(G, k, s
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -209,12 +210,14 @@ BLACK, GREEN, RED = (0, 0, 0), (0, 128, 0), (200, 0, 0)
 @functools.lru_cache(maxsize=1)
 def caption_font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     """DejaVu Sans at 10 px, from matplotlib's files: class names in Latin, Greek and Cyrillic letters
-    (Pillow's own default font draws ASCII only: "ünï" came out as boxes); Pillow's without matplotlib."""
+    (Pillow's own default font draws ASCII only: "ünï" came out as boxes); Pillow's without matplotlib. Found,
+    not imported: importing matplotlib took half a second of each run that wrote a captioned sheet."""
+    spec = importlib.util.find_spec("matplotlib")
     try:
-        import matplotlib
-
-        return ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), 10)
-    except (ImportError, OSError):
+        if spec is None or spec.origin is None:
+            raise OSError("no matplotlib")
+        return ImageFont.truetype(str(Path(spec.origin).with_name("mpl-data") / "fonts" / "ttf" / "DejaVuSans.ttf"), 10)
+    except OSError:
         return ImageFont.load_default()
 
 

@@ -13,6 +13,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # workers already, the pool cost more CPU than it saved (bench/compile_start.py, two starts: 55 -> 46 CPU s).
 if (os.cpu_count() or 1) <= 4:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# Inductor takes the CPU's vector instructions from /proc/cpuinfo's flags instead of compiling and loading a
+# test program for each (AVX-512, AVX2: ~9 CPU s in every process that compiles into a new cache, as each test's
+# does; its compiled kernels are the same).
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 import pytest
 import torch

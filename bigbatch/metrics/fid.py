@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.linalg import lapack
 
 from bigbatch.errors import BigbatchError
 
@@ -45,6 +44,8 @@ def trace_sqrt_product(sigma1: np.ndarray, sigma2: np.ndarray) -> float:
     noise or NaN (which sqrtm of the product can), and it takes a second at D = 2048 where sqrtm
     takes tens.
     """
+    from scipy.linalg import lapack  # (here: importing scipy.linalg took 0.3 s of every process that scores nothing)
+
     c, piv, rank, info = lapack.dpstrf(np.ascontiguousarray(sigma1, np.float64), lower=1)
     if info < 0:
         raise BigbatchError("covariance matrix could not be factorized (is it symmetric and finite?)")
