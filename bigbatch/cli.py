@@ -461,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="say what a run, checkpoint, data file (.h5) or export holds")
     i.add_argument("path", metavar="PATH")
     i.add_argument("--verify", action="store_true", help="read everything back: a data file's content hash, runs'")
+    i.add_argument("--skipped", action="store_true", help="a data file's: every file prepare skipped, tab, why")
     i.set_defaults(func=run_info)
     for reads in (pr, st, ev, i):  # the commands that read data at a URL (found from outside: only prepare's took one)
         reads.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL, a run's storage_options)")

@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from bigbatch.errors import LOST_PEER, BigbatchError
+from bigbatch.errors import LOST_PEER, BigbatchError, printable
 from bigbatch.urls import local_folder, local_run
 
 
@@ -53,7 +53,7 @@ def say_error(line: str) -> None:
     """`bigbatch: error: LINE` on stderr, once a machine under torchrun: every rank meets a bad command alike, and
     one line says it (a line only some ranks meet, or another one, is said by each that meets it)."""
     if _first_to_say(line):
-        print(f"bigbatch: error: {line}", file=sys.stderr)
+        print(f"bigbatch: error: {printable(line)}", file=sys.stderr)
 
 
 def _first_to_say(line: str) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, printable, warn
 from bigbatch.urls import endpoint_options, is_url, local_folder
 
 
@@ -398,11 +398,22 @@ def _is_data_file(path: str) -> bool:
 
 
 def run_info(args: argparse.Namespace) -> None:
+    if args.skipped and not _is_data_file(args.path):
+        raise BigbatchError(f"--skipped lists the files a data file's prepare skipped; give a DATA.h5, not {args.path}")
     if _is_data_file(args.path):
         from bigbatch.data.h5describe import describe_data
-        from bigbatch.data.hdf5 import verify_data
+        from bigbatch.data.hdf5 import read_skipped, verify_data
 
         options = endpoint_options(args.endpoint_url)
+        if args.skipped:  # (each line the file's name, a tab, the reason: for grep, cut and sort)
+            rows = read_skipped(args.path, options)
+            if rows is None:
+                raise BigbatchError(
+                    f"{args.path} keeps the first five files its prepare skipped, not every one (it was written by an "
+                    "older bigbatch): `bigbatch info` names them; prepare it again for the whole list"
+                )
+            print("".join(f"{printable(name)}\t{printable(why)}\n" for name, why in rows), end="")
+            return
         print(describe_data(args.path, options))
         if args.verify:
             print(f"content hash verified: {verify_data(args.path, options)}")

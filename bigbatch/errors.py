@@ -47,6 +47,15 @@ def first_line(e: BaseException) -> str:
     return (str(getattr(e, "strerror", None) or e).strip().splitlines() or [type(e).__name__])[0]
 
 
+def printable(text: str) -> str:
+    """`text` with its control characters (a newline, a terminal's escape codes in a file's name) as Python
+    writes them in a string: a message naming a file stays one line and cannot drive the terminal (found
+    from outside)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def counted(n: int, noun: str) -> str:
     """ "1 frame", "3 frames", "2 processes": a count in a message (found from outside: "Merged 1 faces into 1
     frames")."""
@@ -75,7 +84,7 @@ def warn(message: str, once: bool = False) -> None:
             return
         _WARNED.add(message)
     try:
-        print(f"bigbatch: warning: {message}", file=sys.stderr, flush=True)
+        print(f"bigbatch: warning: {printable(message)}", file=sys.stderr, flush=True)
     except OSError:  # (its reader gone: `2>&1 | tee` closed, a terminal hung up; found by review, a traceback)
         silence(2)
 

@@ -17,8 +17,8 @@ def test_sigterm_after_a_finished_run_says_done_leaves_its_status_0(tmp_path):
         said = p.stdout.readline()
     assert said.startswith("Done:"), p.stderr.read()
     sent = 0
-    time.sleep(0.3)  # (past the run's own end, where a signal still asks it to stop: into the process's exit)
-    while p.poll() is None and sent < 400:  # (through the exit: ~0.9 s after "Done:" on this machine)
+    time.sleep(0.02)  # (past the run's own end, where a signal still asks it to stop: into the process's exit)
+    while p.poll() is None and sent < 400:  # (through the exit: 0.2 to 0.9 s after "Done:" on this machine)
         p.send_signal(signal.SIGTERM)
         sent += 1
         time.sleep(0.01)

@@ -159,10 +159,10 @@ def _bad_files(root: Path) -> set[str]:
     (root / "cat" / "truncated.png").write_bytes(data[: len(data) // 2])
     (root / "cat" / "junk.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     (root / "dog house" / "empty.png").write_bytes(b"")
-    (root / "dog house" / "notes.txt").write_text("not an image")
+    (root / "dog house" / "notes.txt").write_text("not an image")  # no image by its ending: left out, counted
     (root / "stray.png").write_bytes(data)  # beside the class folders: no class
     (root / ".DS_Store").write_bytes(b"\0")  # operating-system litter: ignored silently
-    return {"cat/truncated.png", "cat/junk.jpg", "dog house/empty.png", "dog house/notes.txt", "stray.png"}
+    return {"cat/truncated.png", "cat/junk.jpg", "dog house/empty.png", "stray.png"}
 
 
 def test_bad_files_are_skipped_and_reported(tmp_path):
@@ -172,18 +172,20 @@ def test_bad_files_are_skipped_and_reported(tmp_path):
     assert report.count == 10
     assert {name for name, _ in report.skipped} == bad
     reasons = dict(report.skipped)
-    assert "truncated" in reasons["cat/truncated.png"] and "Pillow" in reasons["dog house/notes.txt"]
+    assert "truncated" in reasons["cat/truncated.png"] and reasons["cat/junk.jpg"].startswith("corrupt or truncated")
     assert reasons["dog house/empty.png"] == "an empty file"  # (found from outside: "not an image Pillow can read")
     text = report.summary()
-    assert "skipped 5 files" in text and "and 0 more" not in text
-    assert read_meta(tmp_path / "out.h5")["skipped"] == 5
-    assert "dog house/notes.txt: not an image Pillow can read" in describe_data(tmp_path / "out.h5")
-    # A data file in a class folder is no image, not a corrupt one (found from outside: "corrupt or truncated").
+    assert "skipped 4 files" in text and "and 0 more" not in text
+    assert "left out 1 file that is no image by its ending (.txt 1)" in text and report.left_out == {".txt": 1}
+    assert read_meta(tmp_path / "out.h5")["skipped"] == 4
+    assert "cat/junk.jpg: corrupt or truncated" in describe_data(tmp_path / "out.h5")
+    # A file whose ending is an image's but whose bytes are a data file is no image, not a corrupt one (found from
+    # outside: "corrupt or truncated").
     (tmp_path / "two" / "a").mkdir(parents=True)
     (tmp_path / "two" / "a" / "00.png").write_bytes((tmp_path / "src" / "cat" / "00.png").read_bytes())
-    (tmp_path / "two" / "a" / "out.h5").write_bytes((tmp_path / "out.h5").read_bytes())
+    (tmp_path / "two" / "a" / "out.png").write_bytes((tmp_path / "out.h5").read_bytes())
     report = prepare(str(tmp_path / "two"), str(tmp_path / "two.h5"), resolution=8, workers=0)
-    assert report.skipped == [("a/out.h5", "not an image Pillow can read (its format: HDF5)")]
+    assert report.skipped == [("a/out.png", "not an image Pillow can read (its format: HDF5)")]
 
 
 def test_strict_makes_a_bad_file_an_error_and_leaves_the_old_file(tmp_path):
@@ -217,7 +219,7 @@ def _source(root: Path, kind: str) -> str:
     [
         ("missing", "does not exist"),
         ("empty", "holds no files"),
-        ("text only", "no usable images; of those read, 1 failed, e.g. a.txt"),
+        ("text only", "holds no image files, only 1 file that is no image by its ending \\(.txt 1\\)"),
         ("single file", "single file"),
     ],
 )

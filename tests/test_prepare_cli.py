@@ -16,7 +16,6 @@ from PIL import Image
 import bigbatch
 from bigbatch.cli import main
 from bigbatch.data import prepare
-from bigbatch.errors import BigbatchError
 from bigbatch.metrics import reference_stats
 from bigbatch.tasks.classify.features import ClassifierOptions, feature_extractor
 
@@ -336,42 +335,6 @@ def test_an_interrupted_prepare_resumes_only_from_files_that_did_not_change(tmp_
     changed = prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 16, workers=0, overwrite=True)
     fresh = prepare(str(tmp_path / "src"), str(tmp_path / "fresh.h5"), 16, workers=0)
     assert changed.resumed == 0 and changed.content_hash == fresh.content_hash != again.content_hash
-
-
-def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path, capsys):
-    # Found from outside: an empty class folder left the file one class short, and prepare said nothing.
-    for cls in ("cats", "dogs", "birds", "__MACOSX/cats"):  # (macOS's litter neither a class nor named: from outside)
-        (tmp_path / "src" / cls).mkdir(parents=True)
-    for i in range(3):
-        for cls in ("cats", "dogs"):
-            Image.new("RGB", (12, 12), (80 * i, 0, 0)).save(tmp_path / "src" / cls / f"{i}.png")
-    report = bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "out.h5"), 8, workers=0)
-    assert report.class_names == ["cats", "dogs"] and report.empty_folders == ["birds"]
-    assert "1 folder holds no image files, so they are not classes: birds" in report.summary()
-    # A class folder whose every file is skipped (not an image, unreadable) would be a class of no images,
-    # shifting the classes after it: refused, naming it and a skipped file, and nothing written.
-    (tmp_path / "src" / "birds" / "notes.txt").write_text("not an image")
-    refused = (
-        r"class folder birds holds no usable image \(every file skipped, e.g. birds/notes.txt: .*\): a class of no"
-    )
-    with pytest.raises(BigbatchError, match=refused):
-        bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "again.h5"), 8, workers=0)
-    assert not (tmp_path / "again.h5").exists()
-    # Under --limit, the one file taken of a class that holds usable images may be a skipped one: warned of, not
-    # refused as a folder of no image (found from outside).
-    (tmp_path / "src" / "birds" / "notes.txt").rename(tmp_path / "src" / "birds" / "0.txt")
-    for i in (1, 2):
-        Image.new("RGB", (12, 12), (0, 80 * i, 0)).save(tmp_path / "src" / "birds" / f"{i}.png")
-    capsys.readouterr()
-    limited = bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "limited.h5"), 8, workers=0, limit=3)
-    assert limited.count == 2 and limited.class_names == ["birds", "cats", "dogs"]
-    assert "--limit 3: the files taken of class folder birds were all skipped (e.g. birds/0.txt:" in (
-        capsys.readouterr().err
-    )
-    for i in (1, 2):  # a --limit that leaves nothing out refuses as prepare does (found by review: it warned)
-        (tmp_path / "src" / "birds" / f"{i}.png").unlink()
-    with pytest.raises(BigbatchError, match=refused.replace("notes.txt", "0.txt")):
-        bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "all.h5"), 8, workers=0, limit=100)
 
 
 def test_a_label_is_the_whole_field_spaces_included(tmp_path, capsys):

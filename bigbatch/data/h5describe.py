@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.data.hdf5 import H5Data, read_meta
-from bigbatch.errors import counted
+from bigbatch.data.listing import per_class, said_left_out
+from bigbatch.errors import counted, printable
 from bigbatch.urls import Location
 
 
@@ -38,10 +39,13 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
             if names
             else "none"
         ),
+        *([f"per class   {per_class(names, counts)}"] if _counts(counts := m.get("class_counts"), names) else []),
         f"source      {m.get('source', '?')}",
         f"resize      {m.get('resize', '?')}",
+        *([f"left out    {said_left_out(m['left_out'])}"] if m.get("left_out") else []),
         f"skipped     {counted(m.get('skipped', 0), 'file')}"
-        + "".join(f"\n              {name}: {reason}" for name, reason in m.get("skipped_examples", [])),
+        + "".join(f"\n              {printable(name)}: {printable(why)}" for name, why in m.get("skipped_examples", []))
+        + (f"\n              every one: bigbatch info {path.name} --skipped" if m.get("skipped", 0) > 5 else ""),
         *(
             [f"enlarged    {counted(m['enlarged'], 'image')} smaller than the resolution, scaled up to it"]
             if m.get("enlarged")
@@ -66,4 +70,9 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
 
 def _shown(name: str) -> str:
     """A class name in a comma-separated list: quoted where it holds a comma or spaces at its ends."""
-    return repr(name) if "," in name or name != name.strip() else name
+    return repr(name) if "," in name or name != name.strip() or not name.isprintable() else name
+
+
+def _counts(counts: Any, names: list[str]) -> bool:
+    """Whether `counts` are images per class of `names` (a file written before prepare kept them has none)."""
+    return isinstance(counts, list) and len(counts) == len(names) > 0 and all(type(n) is int for n in counts)

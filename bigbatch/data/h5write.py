@@ -267,6 +267,7 @@ class H5Writer:
         self.f = h5py.File(self.raw, "w", libver=("v110", "latest"))
         self.groups: dict[tuple[int, ...], _GroupWriter | _EncodedGroupWriter] = {}
         self.arrays: dict[str, np.ndarray] = {}  # per-image arrays beside the images, in index order (e.g. "yaws")
+        self.tables: dict[str, list[tuple[str, ...]]] = {}  # rows of text (e.g. "skipped": each file and why)
 
     def __enter__(self) -> H5Writer:
         return self
@@ -333,6 +334,9 @@ class H5Writer:
             if len(array) != meta["count"]:
                 raise ValueError(f"{name} holds {len(array)} values for {meta['count']} images")
             self.f.create_dataset(name, data=array)
+        for name, rows in self.tables.items():
+            if rows:
+                self.f.create_dataset(name, data=np.array(rows, dtype=object), dtype=h5py.string_dtype())
         self.f.close()
         self.raw.flush()  # fsync
         self.raw.close()

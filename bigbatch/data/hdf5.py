@@ -96,6 +96,16 @@ def read_meta(path: str | Path | Location, storage_options: dict[str, Any] | Non
         return _meta(f, location)
 
 
+def read_skipped(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> list[list[str]] | None:
+    """Every file a data file's prepare skipped, with why (`info --skipped`); None where the file keeps no list (one
+    written before prepare kept them: its first five are in its metadata)."""
+    location = Location.of(path)
+    with _open_h5(location, storage_options) as f, readable(location):
+        if "skipped" not in f:
+            return None if f.attrs.get("skipped", 0) else []
+        return [[str(v) for v in row] for row in f["skipped"].asstr()[()].tolist()]
+
+
 @contextmanager
 def readable(path: Location) -> Iterator[None]:
     """HDF5's own failures to read what a data file holds, said as the file's damage in one line (found from
@@ -120,7 +130,7 @@ def _meta(f: h5py.File, path: Location) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         for k, v in attrs.items():
-            if k in ("class_names", "groups", "skipped_examples"):
+            if k in ("class_names", "groups", "skipped_examples", "left_out", "class_counts"):
                 v = json_loads(v)
             elif isinstance(v, np.generic):
                 v = v.item()

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, printable
 from bigbatch.urls import unreachable
 
 # Files with these endings are images (pytorch-fid's and torch-fidelity's list, and a few more Pillow
@@ -54,6 +54,8 @@ class Listing:
     """Some of the source's files left out (--limit)."""
     special: list[str] = field(default_factory=list)
     """A folder's named pipes, sockets and devices: never read (their reader would block), listed by prepare."""
+    left_out: list[str] = field(default_factory=list)
+    """Files that are no images by their endings (by_ending): left out, counted by prepare."""
 
     def shown(self, i: int) -> str:
         """How messages name file `i` (found from outside: a tar member without its shard, as the listing's own
@@ -71,18 +73,76 @@ class Listing:
             share[np.argsort(share - quota, kind="stable")[: limit - share.sum()]] += 1
             picks = [np.flatnonzero(inverse == c)[(np.arange(k) * counts[c]) // k] for c, k in enumerate(share) if k]
             take = np.sort(np.concatenate(picks))
-        return Listing(
-            self.source,
-            [self.keys[i] for i in take],
-            [self.names[i] for i in take],
-            self.labels[take],
-            self.class_names,
-            self.outside,
-            self.skipped,
-            self.indexed,
+        return dataclasses.replace(
+            self,
+            keys=[self.keys[i] for i in take],
+            names=[self.names[i] for i in take],
+            labels=self.labels[take],
             thinned=self.thinned or limit < len(self.keys),
-            special=self.special,
         )
+
+
+def is_image_name(name: str) -> bool:
+    """Whether a file is an image by its name's ending (IMAGE_EXTENSIONS, any case)."""
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def by_ending(listing: Listing, source: str) -> Listing:
+    """The listing's image files by their endings, the others left out (`left_out`), as torchvision's ImageFolder
+    and FFCV leave them (found from outside: img2dataset's captions and .json beside each image were decoded and
+    skipped as corrupt, burying the corrupt images among them, and --strict refused the layout). A class folder
+    holding files but no image is refused, as one whose images are all unreadable is (a class of no images
+    shifts the other classes' indices)."""
+    keep = [i for i, name in enumerate(listing.names) if is_image_name(name)]
+    left_out = sorted(n for n in (*listing.names, *listing.outside) if not is_image_name(n))
+    if not left_out:
+        return listing
+    if listing.class_names:
+        emptied = sorted(set(listing.labels.tolist()) - set(listing.labels[keep].tolist()))
+        if shown := [listing.class_names[c] for c in emptied]:
+            one = len(shown) == 1
+            example = next(n for n in left_out if n.startswith(f"{shown[0]}/"))
+            raise BigbatchError(
+                f"class folder{'' if one else 's'} {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''} of "
+                f"{source} hold{'s' if one else ''} no image file (e.g. {example}; images are taken by their endings: "
+                f"{', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))}): a class of no images shifts the other "
+                f"classes' indices; remove {'it' if one else 'them'} or put images in {'it' if one else 'them'}"
+            )
+    return dataclasses.replace(
+        listing,
+        keys=[listing.keys[i] for i in keep],
+        names=[listing.names[i] for i in keep],
+        labels=listing.labels[keep],
+        outside=[n for n in listing.outside if is_image_name(n)],
+        left_out=[*listing.left_out, *left_out],
+    )
+
+
+def endings(names: Sequence[str]) -> dict[str, int]:
+    """How many of `names` end in each ending (lower case; "" for none), most first."""
+    counts: dict[str, int] = {}
+    for name in names:
+        ending = os.path.splitext(name)[1].lower()
+        counts[ending] = counts.get(ending, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def said_left_out(counts: dict[str, int]) -> str:
+    """Files left out by their endings (`endings`' counts), said with how many of each ending."""
+    kinds = ", ".join(f"{ending or 'no ending'} {n}" for ending, n in counts.items())
+    n = sum(counts.values())
+    what = "1 file that is no image by its" if n == 1 else f"{n} files that are no images by their"
+    return f"{what} ending ({kinds})"
+
+
+def per_class(names: Sequence[str], counts: Sequence[int]) -> str:
+    """Images of each class, said: each one's where there are few classes, else the range and the fewest."""
+    if len(names) <= 10:
+        return ", ".join(f"{printable(name)} {n}" for name, n in zip(names, counts))
+    order = sorted(range(len(names)), key=lambda c: (counts[c], c))
+    low, high, median = counts[order[0]], counts[order[-1]], float(np.median(counts))
+    fewest = ", ".join(f"{printable(names[c])} {counts[c]}" for c in order[:3])
+    return f"{low} to {high} images (median {median:g}); fewest: {fewest}"
 
 
 FACE_SETS = ("dfl", "labels", "xseg-applied")  # prepare's --masks of a DeepFaceLab face set (an aligned folder)

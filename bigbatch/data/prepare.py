@@ -18,7 +18,7 @@ from bigbatch.data import codecs
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
-from bigbatch.data.listing import FACE_SETS, hidden, top_level
+from bigbatch.data.listing import FACE_SETS, by_ending, endings, hidden, said_left_out, top_level
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writer
 from bigbatch.data.prepare_pool import CHUNK, decoded, parts_kept_unless_refused, parts_of
@@ -109,6 +109,8 @@ def prepare(
 
     skipped: list[tuple[str, str]] = []
     listing = _listed(source, settings, labels, classes, storage_options, skipped, target)
+    if listing.left_out:
+        attrs.update(left_out=endings(listing.left_out))
     # (a worker a chunk at most: found from outside, --workers 64 of 6 files started 64 processes)
     settings = dataclasses.replace(settings, workers=min(settings.workers, -(-len(listing.keys) // CHUNK)))
     attrs.update(settings.attrs())
@@ -147,6 +149,8 @@ def prepare(
         meta.get("enlarged", 0),
         meta.get("below_short_side", 0),
         meta.get("crop") == "none",
+        meta.get("left_out", {}),
+        meta.get("class_counts", []),
     )
 
 
@@ -268,7 +272,12 @@ def _listed(
             outside = [n for n in listing.outside if os.path.realpath(source.path / n) != out]
             keys, names = [listing.keys[i] for i in keep], [listing.names[i] for i in keep]
             listing = dataclasses.replace(listing, keys=keys, names=names, labels=listing.labels[keep], outside=outside)
+    if not listing.indexed:  # (WebDataset's samples: their images chosen by their endings already)
+        listing = by_ending(listing, source.name)
     if not listing.keys:
+        if listing.left_out:
+            said = said_left_out(endings(listing.left_out))
+            raise BigbatchError(f"source {source.name} holds no image files, only {said}{_archives(listing.left_out)}")
         if listing.skipped:  # (found by review: every sample's .cls a synset, and the reason went unsaid)
             name, why = listing.skipped[0]
             more = f" (and {len(listing.skipped) - 1} more)" if len(listing.skipped) > 1 else ""
@@ -351,10 +360,8 @@ def _write(
             read = f"of those read, {len(failed)} failed, " if failed else ""
             example = (failed or skipped)[:1]
             reason = f"; {read}e.g. {example[0][0]}: {example[0][1]}" if example else ""
-            if any(name.lower().endswith((".tar", ".tar.gz", ".tgz")) for name, _ in skipped):  # (found from outside)
-                reason += "; it holds archives, as ImageNet's training tar holds a tar a class: unpack it once (tar xf)"
-                reason += " and give the folder, whose class tars prepare reads"
-            raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}")
+            archives = _archives([name for name, _ in skipped] + listing.left_out)
+            raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}{archives}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
             _refuse_empty_classes(
@@ -377,6 +384,9 @@ def _write(
             writer.attrs.update(face_type=next(iter(face_types)))
         _keep_yaws(writer, yaws, no_yaw, settings)
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
+        if listing.class_names:  # (found from outside: a class gutted by corrupt files went unsaid)
+            writer.attrs.update(class_counts=written.tolist())
+        writer.tables["skipped"] = skipped  # (every one, for `info --skipped`: found from outside, 5 named of 2,000)
         writer.attrs.update({("below_short_side" if settings.whole else "enlarged"): enlarged} if enlarged else {})
         return writer.commit()
 
@@ -475,6 +485,16 @@ def _labelled(
     for name in missing:
         _skip(skipped, f"{name} (in {what})", "labelled, but not in the source", strict)
     return labelled
+
+
+def _archives(names: list[str]) -> str:
+    """What to do where a source of no images holds archives (found from outside), or ""."""
+    if not any(name.lower().endswith((".tar", ".tar.gz", ".tgz")) for name in names):
+        return ""
+    return (
+        "; it holds archives, as ImageNet's training tar holds a tar a class: unpack it once (tar xf) and give the "
+        "folder, whose class tars prepare reads"
+    )
 
 
 def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:

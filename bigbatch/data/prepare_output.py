@@ -4,13 +4,16 @@ written (a local folder, a bucket), and one writer at a time; and its report of 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError, counted, named_few, warn
+from bigbatch.data.listing import per_class, said_left_out
+from bigbatch.errors import BigbatchError, counted, named_few, printable, warn
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials, url_fix
 
@@ -125,6 +128,8 @@ class Report:
     enlarged: int = 0  # images smaller than the resolution, scaled up to it (found from outside: unsaid)
     below: int = 0  # whole images (--crop none) whose short side is below the resolution's, kept as they are
     whole: bool = False  # --crop none: each image at its own size
+    left_out: dict[str, int] = field(default_factory=dict)  # files no images by their endings: how many, by ending
+    class_counts: list[int] = field(default_factory=list)  # images written of each class
 
     @property
     def images_per_s(self) -> float:
@@ -143,6 +148,8 @@ class Report:
             f"in {self.seconds:.1f} s ({self.images_per_s:.0f} img/s, {counted(self.workers, 'worker')})",
             f"content {self.content_hash}",
         ]
+        if self.class_counts:
+            lines.append(f"per class: {per_class(self.class_names, self.class_counts)}")
         if self.resumed:
             lines.insert(1, f"resumed: {self.resumed} files as an interrupted prepare of this command had decoded them "
                          "(the rate is of the rest)")  # fmt: skip
@@ -155,9 +162,25 @@ class Report:
             lines.append(f"enlarged {self.enlarged} of them: smaller than the resolution, scaled up to it (blurred)")
         if self.below:  # (found from outside: unsaid, where README said they were counted)
             lines.append(f"{self.below} of them below the short side asked for: kept at their own size, not enlarged")
+        if self.left_out:  # (found from outside: captions beside each image were each a skipped "corrupt" file)
+            lines.append(f"left out {said_left_out(self.left_out)}, as torchvision's ImageFolder leaves them")
         if self.skipped:
             lines.append(f"skipped {counted(len(self.skipped), 'file')} (--strict: an error instead):")
-            lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
-            if len(self.skipped) > SHOWN:
-                lines.append(f"  ... and {len(self.skipped) - SHOWN} more")
+            lines += [printable(f"  {name}: {reason}") for name, reason in self.skipped[:SHOWN]]
+            if len(self.skipped) > SHOWN:  # (found from outside: 5 of 2,000 named, no count of why, nor a list)
+                lines.append(f"  ... and {len(self.skipped) - SHOWN} more; by reason: {by_reason(self.skipped)}")
+                lines.append(f"  every one: bigbatch info {shlex.quote(self.out)} --skipped")
         return "\n".join(lines)
+
+
+def by_reason(skipped: list[tuple[str, str]], shown: int = 6) -> str:
+    """How many files were skipped for each kind of reason (the reason up to its details), most first."""
+    counts: dict[str, int] = {}
+    for _, reason in skipped:
+        kind = re.split(r" \(|: ", reason, maxsplit=1)[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    kinds = sorted(counts.items(), key=lambda kv: -kv[1])
+    said = "; ".join(f"{kind} {n}" for kind, n in kinds[:shown])
+    return said + (
+        f"; {len(kinds) - shown} other reasons {sum(n for _, n in kinds[shown:])}" if len(kinds) > shown else ""
+    )

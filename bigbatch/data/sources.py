@@ -56,6 +56,8 @@ class FolderSource(Source):
         for k in keys:
             try:
                 out.append(Path(k).read_bytes())
+            except FileNotFoundError as e:  # (found from outside: a dangling link was "No such file or directory")
+                out.append(f"a broken link to {os.readlink(k)}" if os.path.islink(k) else f"unreadable ({e.strerror})")
             except OSError as e:
                 out.append(f"unreadable ({e.strerror or e})")
         return out
@@ -307,6 +309,10 @@ def _list_zip(source: ZipSource, classes: bool, as_named: bool = False) -> Listi
     # of the archive's tree (found from outside: /tmp/x.png made a class named ""), listed as skipped.
     unsafe = {i.filename for i in infos if i.filename.startswith("/") or ".." in i.filename.split("/")}
     infos = [i for i in infos if i.filename not in unsafe and not hidden(i.filename)]
+    # A link stored as a link (`zip -y`) holds its target's path, no image (found from outside: said to be no image
+    # Pillow can read, or a linked folder to be outside the class folders): skipped, saying so, as a tar's are.
+    links = {i.filename: i for i in infos if stat.S_ISLNK(i.external_attr >> 16)}
+    infos = [i for i in infos if i.filename not in links]
     # A name added again (`zip -u`, or appended) counts once, as its last copy, which reading by name gives; as a
     # tar's (found from outside: both entries were read, the last copy twice and the first lost)
     infos = sorted({i.filename: i for i in infos}.values(), key=_utf8_name)
@@ -320,6 +326,9 @@ def _list_zip(source: ZipSource, classes: bool, as_named: bool = False) -> Listi
     listing.skipped += [
         (n, "a path out of the archive's folder (from the root, or through ..)") for n in sorted(unsafe)
     ]
+    for name, info in sorted(links.items()):
+        target = source.open().read(info)[:200].decode(errors="replace")
+        listing.skipped.append((name, f"a link to {target}, which is no file of the zip (zip it without -y)"))
     return listing
 
 
