@@ -24,14 +24,16 @@ What it runs (the .md says each key's call):
   d. get_image_hull_mask, get_image_eye_mask, get_image_mouth_mask on two faces in a 256 aligned (WHOLE_FACE) space;
   e. every colour transfer as merger/MergeMasked.py calls it (its arguments, masks and clipping), on 96x96 faces;
   f. merger/MergeMasked.py's MergeMasked (so MergeMaskedFace and the final BGRA) on a 320x240 crop of
-     scikit-image's astronaut, with stand-in predictors, for 16 settings of MergerConfigMasked;
+     scikit-image's astronaut, with stand-in predictors, for 16 settings of MergerConfigMasked, and 8 of its
+     finishing filters (with core/imagelib's blursharpen, LinearMotionBlur and reduce_colors alone);
   g. core/mathlib/umeyama.py's umeyama on get_transform_mat's own 33-point fits.
 
 Stand-ins, none of them in bigbatch: facelib/__init__.py and merger/__init__.py import the TensorFlow models and
 the interactive merger, so both packages are registered without running their __init__ (their plain modules load
 from the checkout unchanged); the model is a predictor function (identity, or a fixed tint) with made masks; no
-face enhancer (super_resolution_power 0), no XSeg (mask modes 6-9 not run), no motion blur (FrameInfo's
-motion_power 0), sharpen, denoise, bicubic or colour degrade 0.
+face enhancer (super_resolution_power 0), no XSeg (mask modes 6-9 not run); the finishing filters (motion blur,
+with FrameInfo's motion_power and motion_deg set as Merger.py sets them, blursharpen, denoise, bicubic and colour
+degrade) in 8 settings of their own (merge_finish_*), 0 in the others.
 
 --check-dfljpg DIR loads every .jpg in DIR with DFL's own DFLIMG.DFLJPG.load and prints its fields, to check
 that the aligned faces bigbatch's extractor writes are files DFL reads; --selftest-dfljpg writes one with DFL's
@@ -440,6 +442,97 @@ def golden_merge(dfl: SimpleNamespace, astro: np.ndarray) -> dict[str, np.ndarra
     }
 
 
+# The finishing filters: motion blur (FrameInfo's motion_power and motion_deg, as mainscripts/Merger.py sets them),
+# blursharpen, the frame's denoise and bicubic degrade, and the colour degrade of the whole frame.
+FINISH_COLUMNS = (
+    "mode",
+    "mask_mode",
+    "erode_mask_modifier",
+    "blur_mask_modifier",
+    "color_transfer_mode",
+    "motion_power",
+    "motion_deg",
+    "motion_blur_power",
+    "sharpen_mode",
+    "blursharpen_amount",
+    "image_denoise_power",
+    "bicubic_degrade_power",
+    "color_degrade_power",
+)
+FINISH_CASES = (  # each with the tint predictor, output_face_scale 0, masked_hist_match 1, threshold 238
+    ("overlay", 1, 0, 50, "None", 12.5, 30.0, 50, 0, 0, 0, 0, 0),
+    ("overlay", 1, 0, 50, "None", 0.5, -60.0, 100, 0, 0, 0, 0, 0),  # (k 0: the face only warped in and out)
+    ("seamless", 1, 0, 50, "rct", 0.0, 0.0, 0, 1, 40, 0, 0, 0),
+    ("overlay", 1, 0, 50, "None", 0.0, 0.0, 0, 2, 30, 0, 0, 0),
+    ("overlay", 1, 0, 50, "None", 0.0, 0.0, 0, 1, -25, 0, 0, 0),
+    ("hist-match", 1, 0, 50, "None", 0.0, 0.0, 0, 0, 0, 150, 40, 0),
+    ("overlay", 1, 0, 50, "rct", 0.0, 0.0, 0, 0, 0, 0, 0, 60),
+    ("seamless-hist-match", 1, 20, 50, "None", 30.0, 135.0, 100, 0, 0, 25, 0, 100),
+)
+
+
+def golden_merge_finish(dfl: SimpleNamespace, astro: np.ndarray) -> dict[str, np.ndarray]:
+    """MergeMasked with the finishing filters on (the same frame, landmarks and tint predictor as golden_merge)."""
+    MC = dfl.MergerConfig
+    frame = np.ascontiguousarray(astro[ASTRO_CROP])
+    lm = astronaut_landmarks(dfl)
+    prd_mask = soft_ellipse(MERGE_RES, (64, 70), (40, 50), 9).astype(np.float32) / 255
+    dst_mask = soft_ellipse(MERGE_RES, (64, 64), (46, 46), 9).astype(np.float32) / 255
+
+    def predictor(x):
+        return np.clip(x * TINT_MUL + TINT_ADD, 0, 1).astype(np.float32), prd_mask.copy(), dst_mask.copy()
+
+    ctm = {v: k for k, v in MC.ctm_dict.items()}
+    settings, outs, masks = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "00001.png"
+        cv2.imwrite(str(path), frame)
+        for case in FINISH_CASES:
+            mode, mask_mode, erode, blur, ct, power, deg, motion, sharpen, amount, denoise, bicubic, degrade = case
+            cfg = MC.MergerConfigMasked(
+                face_type=dfl.FaceType.WHOLE_FACE,
+                mode=mode,
+                mask_mode=mask_mode,
+                erode_mask_modifier=erode,
+                blur_mask_modifier=blur,
+                color_transfer_mode=ctm[ct],
+                motion_blur_power=motion,
+                sharpen_mode=sharpen,
+                blursharpen_amount=amount,
+                image_denoise_power=denoise,
+                bicubic_degrade_power=bicubic,
+                color_degrade_power=degrade,
+            )
+            assert cfg.mode == mode
+            info = dfl.FrameInfo(filepath=path, landmarks_list=[lm])
+            info.motion_power, info.motion_deg = power, deg
+            bgra = dfl.MergeMasked.MergeMasked(predictor, (MERGE_RES, MERGE_RES, 3), None, None, cfg, info)
+            settings.append([MC.mode_str_dict[mode], mask_mode, erode, blur, ctm[ct], *case[5:]])
+            outs.append(bgra[..., :3].astype(np.int16) - frame)  # (as merge_out_delta: the change compresses)
+            masks.append(bgra[..., 3])
+    # The filters alone (core/imagelib's), on the frame's face part as float32 BGR: blursharpen (box, gaussian,
+    # median blur), LinearMotionBlur and reduce_colors.
+    il = dfl.imagelib
+    part = np.ascontiguousarray(frame[88:136, 120:168]).astype(np.float32) / 255  # (48 px: eyes, nose, mouth)
+    filters = {
+        "box 40": il.blursharpen(part, 1, 3, 40),
+        "gaussian 30": il.blursharpen(part, 2, 3, 30),
+        "median -25": il.blursharpen(part, 1, 3, -25),
+        "motion 7 30": il.LinearMotionBlur(part, 7, 30.0),
+        "motion 12 -135": il.LinearMotionBlur(part, 12, -135.0),
+        "reduce_colors 256": il.reduce_colors(part, 256),
+    }
+    return {
+        "merge_filter_input": part,
+        "merge_filter_names": np.array(list(filters)),
+        "merge_filter_out": np.stack(list(filters.values())).astype(np.float32),
+        "merge_finish_columns": np.array(FINISH_COLUMNS),
+        "merge_finish_settings": np.array(settings, dtype=np.float64),
+        "merge_finish_out_delta": np.stack(outs),
+        "merge_finish_mask": np.stack(masks),
+    }
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # DFLJPG
 
@@ -545,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         **golden_masks(dfl, lms),
         **golden_color(dfl, astro),
         **golden_merge(dfl, astro),
+        **golden_merge_finish(dfl, astro),
         "dfl_commit": np.array(dfl_commit(args.dfl)),
         "versions": np.array(
             [f"numpy {np.__version__}", f"opencv {cv2.__version__}", f"python {sys.version.split()[0]}"]

@@ -106,6 +106,12 @@ def _merge(args: argparse.Namespace) -> None:
         hist_threshold=args.hist_threshold,
         masked_hist=not args.no_masked_hist,
         super_resolution=args.super_resolution,
+        motion_blur=args.motion_blur,
+        sharpen=args.sharpen,
+        blursharpen=args.blursharpen,
+        denoise=args.denoise,
+        bicubic_degrade=args.bicubic_degrade,
+        color_degrade=args.color_degrade,
     )
     # (frames `video frames` took: that video, and the --fps it took)
     recorded = video.recorded_video(args.frames, said=args.fps is None and args.audio_from is None and bool(args.video))
@@ -141,6 +147,11 @@ def _merge(args: argparse.Namespace) -> None:
             if audio is None and fps is None:  # frames `video frames` took: that video's rate and sound
                 audio, fps = recorded
             rate = video.frame_rate(fps, args.frames if src_is_video else audio)
+            if args.fps is not None and audio is not None and (own := _video_rate(video, audio)) not in (None, rate):
+                warn(  # (found from outside: a video of 2.5 s with its 1.3 s of sound, unsaid; DFL takes the rate)
+                    f"--fps {args.fps:g} with the sound of {audio}, a video of {float(own):g} fps: the merged video "
+                    f"plays at another speed than its sound; leave out --fps to keep {audio}'s rate"
+                )
             frames_given = Path(args.frames).is_dir() or any(c in args.frames for c in "*?[")  # (not a file: from
             if audio is None and fps is None and frames_given:  # outside, said of a video missing; unsaid before)
                 warn(
@@ -165,6 +176,15 @@ def _merge(args: argparse.Namespace) -> None:
     print(f"{merged}: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
     if writer is not None:
         print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{video.audio_said(audio)}")
+
+
+def _video_rate(video: Any, path: str | Path) -> Any:
+    """The frame rate of the video `path`, or None (a sound file, or no video)."""
+    try:
+        with video.Video(path) as v:
+            return v.rate
+    except BigbatchError:
+        return None
 
 
 def _video(args: argparse.Namespace) -> None:
@@ -312,6 +332,13 @@ def add_face_commands(sub: Any) -> None:
     mg.add_argument("--scale", type=int, default=0, help="output face scale, percent, -50..50")
     mg.add_argument("--hist-threshold", type=int, default=238, help="hist-match's threshold, 0..255 (238)")
     mg.add_argument("--no-masked-hist", action="store_true", help="hist-match over the whole square, not the mask")
+    finish = mg.add_argument_group("DFL's finishing filters (0: off, as DFL's defaults)")
+    finish.add_argument("--motion-blur", type=int, default=0, help="blur the face along its motion, 0..100")
+    finish.add_argument("--sharpen", default="none", help="the face's sharpening filter: box or gaussian")
+    finish.add_argument("--blursharpen", type=int, default=0, help="sharpen by (--sharpen), or blur below 0, -100..100")
+    finish.add_argument("--denoise", type=int, default=0, help="median-blur the frame under the face, 0..500")
+    finish.add_argument("--bicubic-degrade", type=int, default=0, help="shrink and enlarge the frame, 0..100")
+    finish.add_argument("--color-degrade", type=int, default=0, help="mix in the frame in 256 colours, 0..100")
     mg.add_argument("--face-type", help="the model's face type where the run does not record it (h, mf, f, wf, head)")
     mg.add_argument("--device", default="auto", help="auto (CUDA if there is one), cpu or cuda")
     mg.add_argument("--video", metavar="OUT.mp4", help="also write the merged frames as a video")

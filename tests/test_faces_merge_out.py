@@ -237,3 +237,46 @@ def test_a_merge_goes_on_after_its_video_was_touched_or_recorded_by_an_older_big
     assert "checksum" in json.loads(Path("out/.merge.json").read_text())["frames"]
     os.utime("dst.mp4", ns=(2, 2))  # touched again: known by its bytes now
     assert main(args) == 0 and "kept 4 frames merged before" in capsys.readouterr().out
+
+
+def test_merge_refuses_another_video_of_as_many_frames_but_a_copy_of_the_one_extracted(workflow, capsys):
+    # Found from outside: dst's faces merged onto src.mp4 (4 frames each: DFL's classic mix-up), exit 0.
+    root, run = workflow
+    args = ["merge", str(run), str(root / "data_src.mp4"), str(root / "dst_aligned"), "o", "--color", "none"]
+    err = refused(capsys, args, "and " + str(root / "data_src.mp4") + " is another video (its bytes differ)")
+    assert f"give {(root / 'data_dst.mp4').resolve()} as FRAMES, or --any-source" in err
+    assert main([*args, "--any-source"]) == 0
+    shutil.copy(root / "data_dst.mp4", "copy.mp4")  # the same video elsewhere: known by its bytes
+    assert main([*args[:2], "copy.mp4", *args[3:]]) == 0
+
+
+def test_settings_a_mode_does_not_read_are_said_and_keep_the_frames_merged(workflow, capsys):
+    # Found from outside: --erode and --color with raw-rgb changed nothing, unsaid, yet merged every frame again.
+    root, run = workflow
+    args = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "raw", "--mode", "raw-rgb"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main([*args, "--erode", "100", "--color", "lct", "--hist-threshold", "200"]) == 0
+    captured = capsys.readouterr()
+    said = "--mode raw-rgb reads no --erode, --color, --hist-threshold: merged without them"
+    assert said in captured.err and "merging all frames again" not in captured.err
+    assert "kept 4 frames merged before" in captured.out
+    assert merge.MergeSettings(mode="seamless", masked_hist=False).unread() == ["--no-masked-hist"]
+    assert merge.MergeSettings(mode="hist-match", masked_hist=False, color="lct").unread() == []
+    # A mask so eroded that no frame keeps a pixel of it: merged, and said to have changed nothing.
+    capsys.readouterr()
+    assert main([*args[:4], "gone", "--erode", "400", "--color", "none"]) == 0
+    err = capsys.readouterr().err
+    assert "4 of the 4 frames with faces merged kept no pixel of their mask (e.g. 00001)" in err, err
+
+
+def test_an_fps_other_than_the_sounds_video_is_said_and_ntsc_rates_are_theirs(workflow, capsys):
+    root, run = workflow
+    args = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "f", "--color", "none"]
+    assert main([*args, "--video", "f.mp4", "--fps", "12", "--preset", "ultrafast"]) == 0
+    err = capsys.readouterr().err
+    assert "--fps 12 with the sound of" in err and "a video of 25 fps: the merged video plays at another speed" in err
+    assert main([*args, "--video", "g.mp4", "--fps", "25", "--preset", "ultrafast"]) == 0
+    assert "plays at another speed" not in capsys.readouterr().err  # (its own rate, given)
+    assert video.frame_rate(29.97) == video.frame_rate(29.970029) == video.Fraction(30000, 1001)
+    assert video.frame_rate(23.976) == video.Fraction(24000, 1001) and video.frame_rate(29.5) == 29.5

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import cv2
 import numpy as np
@@ -19,6 +19,7 @@ import torch
 from bigbatch.data import align
 from bigbatch.data.dfl_faces import hull_mask
 from bigbatch.errors import BigbatchError
+from bigbatch.faces.merge_filters import SHARPEN, blursharpen, color_degraded, degraded, linear_motion_blur
 from bigbatch.tasks.swap import color
 
 MODES = ("overlay", "hist-match", "seamless", "seamless-hist-match", "raw-rgb", "raw-predict", "original")
@@ -67,6 +68,13 @@ class MergeSettings:
     hist_threshold: int = 238  # hist-match's
     masked_hist: bool = True
     super_resolution: int = 0  # DFL's super_resolution_power: percent of its FaceEnhancer's 4x swap, 0..100
+    # DFL's finishing filters (merge_filters), 0 (off) by default as DFL's:
+    motion_blur: int = 0  # motion_blur_power: the face blurred along its motion between frames, 0..100
+    sharpen: str = "none"  # sharpen_mode: box or gaussian, by blursharpen
+    blursharpen: int = 0  # blursharpen_amount: -100..100 (below 0: the face median-blurred, whatever sharpen)
+    denoise: int = 0  # image_denoise_power: the frame under the face median-blurred, 0..500
+    bicubic_degrade: int = 0  # bicubic_degrade_power: the frame under the face shrunk and enlarged, 0..100
+    color_degrade: int = 0  # color_degrade_power: the merged frame mixed with it in 256 colours, 0..100
 
     def __post_init__(self) -> None:
         if (dfl := self.mask.lower()) in DFL_MASKS or dfl in MASKS:  # (found from outside: DFL's names refused)
@@ -74,6 +82,8 @@ class MergeSettings:
         for name, value, valid in (("--mode", self.mode, MODES), ("--mask", self.mask, MASKS)):
             if value not in valid:
                 raise BigbatchError(f"{name} {value!r} is not one of {', '.join(valid)}")
+        if self.sharpen not in SHARPEN:
+            raise BigbatchError(f"--sharpen {self.sharpen!r} is not one of {', '.join(SHARPEN)}")
         if self.color not in COLORS:
             raise BigbatchError(
                 f"--color {self.color!r} is not one of {', '.join(COLORS)} (DFL's merger's but mix-m, which "
@@ -85,9 +95,42 @@ class MergeSettings:
             ("--scale", self.scale, -50, 50),
             ("--hist-threshold", self.hist_threshold, 0, 255),
             ("--super-resolution", self.super_resolution, 0, 100),
+            ("--motion-blur", self.motion_blur, 0, 100),
+            ("--blursharpen", self.blursharpen, -100, 100),
+            ("--denoise", self.denoise, 0, 500),
+            ("--bicubic-degrade", self.bicubic_degrade, 0, 100),
+            ("--color-degrade", self.color_degrade, 0, 100),
         ):
             if not low <= value <= high:
                 raise BigbatchError(f"{name} must be {low} to {high}, got {value}")
+
+    def unread(self) -> list[str]:
+        """The settings given (not their defaults) that this mode does not read, as options (found from outside:
+        --erode and --color with raw-rgb changed nothing, unsaid, and merged every frame again)."""
+        given = [f.name for f in fields(self) if getattr(self, f.name) != f.default]
+        option = {"masked_hist": "--no-masked-hist"}  # (its default, True, is the one without an option)
+        return [option.get(n, f"--{n.replace('_', '-')}") for n in given if n not in READ[self.mode]]
+
+    def as_read(self) -> MergeSettings:
+        """These settings with those the mode does not read at their defaults: a merge's record of them, so that
+        changing one of those keeps the frames merged before."""
+        unread = [f for f in fields(self) if f.name not in READ[self.mode]]
+        return replace(self, **{f.name: f.default for f in unread})
+
+
+# What each mode reads of MergeSettings (merge_face): raw-rgb warps the swap in whole, its mask only for masks/;
+# raw-predict gives the model's face and mask; original the frame, and its shaped mask for masks/.
+_SHAPED = ("mode", "mask", "erode", "blur", "scale", "super_resolution")
+_FINISHED = (*_SHAPED, "color", "motion_blur", "sharpen", "blursharpen", "denoise", "bicubic_degrade", "color_degrade")
+READ = {
+    "overlay": _FINISHED,
+    "hist-match": (*_FINISHED, "hist_threshold", "masked_hist"),
+    "seamless": _FINISHED,
+    "seamless-hist-match": (*_FINISHED, "hist_threshold"),
+    "raw-rgb": ("mode", "mask", "scale", "super_resolution"),
+    "raw-predict": ("mode", "mask", "super_resolution"),
+    "original": ("mode", "mask", "erode", "blur", "scale"),
+}
 
 
 def _warp_in(image: np.ndarray, mat: np.ndarray, size: int) -> np.ndarray:
@@ -186,13 +229,17 @@ def merge_face(
     key: int = 0,
     enhancer: Enhancer | None = None,
     segmenter: Segmenter | None = None,
+    motion: tuple[float, float] = (0.0, 0.0),
+    under: np.ndarray | None = None,
 ) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray]:
     """One face of a frame (RGB uint8) swapped and merged, in the part of the frame it can change: (that box
     (x0, y0, x1, y1), the merged part float32 RGB in [0, 1], its merge mask (h, w, 1)); with mode raw-predict,
     the box is None and the model's face and mask come instead. Only the box is warped and blended (a face
     is a small part of a 720p frame); the pixels are those DFL's full-frame merge gives. With
     s.super_resolution, `enhancer` makes the swap 4x (DFL's FaceEnhancer) and the face is merged at that size; XSeg's
-    mask of the swap is then `segmenter`'s of the enhanced swap, as DFL's (the predictor's, without)."""
+    mask of the swap is then `segmenter`'s of the enhanced swap, as DFL's (the predictor's, without). `motion`: the
+    face's between frames (merge_filters.motions), for s.motion_blur; `under`: the whole frame degraded (float32,
+    merge_filters.degraded) for s.denoise and s.bicubic_degrade, which the face is blended onto."""
     fh, fw = frame.shape[:2]
     sub = res * UP
     size = sub if s.super_resolution else res  # (DFL's output_size)
@@ -266,14 +313,21 @@ def merge_face(
     if seamless:
         out = _clone(out, frame, frame_mask, box)
     out = image * (1 - frame_mask) + out * frame_mask
-    if seamless and (s.color != "none" or s.mode == "seamless-hist-match"):
-        # recoloured after cloning: the merged face taken back into the square, matched, and warped out again
+    recolour = seamless and s.color != "none"
+    if recolour or s.mode == "seamless-hist-match" or s.motion_blur or s.blursharpen or under is not None:
+        # finished as DFL's: the merged face taken back into the square, recoloured (after cloning), blurred or
+        # sharpened, and warped out again onto the frame (degraded, where asked)
         face = _warp_in(out, face_mat, size)
-        if s.color != "none":
+        if recolour:
             face = _transfer(s.color, face, dst, area, key)
         if s.mode == "seamless-hist-match":
             face = hist_match(face, dst, s.hist_threshold)
-        out = np.clip(image * (1 - frame_mask) + _warp_out(face, face_mat, (w, h)) * frame_mask, 0, 1)
+        if s.motion_blur and (k := int(motion[0] * s.motion_blur / 100)) >= 1:
+            face = linear_motion_blur(face, int(np.clip(k + 1, 2, 50)) * (2 if s.super_resolution else 1), motion[1])
+        if s.blursharpen:
+            face = blursharpen(face, s.sharpen, s.blursharpen)
+        below = image if under is None else under[y0:y1, x0:x1]
+        out = np.clip(below * (1 - frame_mask) + _warp_out(face, face_mat, (w, h)) * frame_mask, 0, 1)
     return box, out, frame_mask
 
 
@@ -312,13 +366,20 @@ def merge_frame(
     key: int = 0,
     enhancer: Enhancer | None = None,
     segmenter: Segmenter | None = None,
+    motion: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[np.ndarray, np.ndarray]:
     """A frame (RGB uint8) with each face (its source landmarks) swapped in: (RGB uint8, the merge mask uint8),
     each face merged into the original frame and the results laid over one another, as DFL's MergeMasked;
-    8-bit by truncation, as DFL converts (outside the faces, the frame's own values). A frame without faces
-    comes back as it was, with an empty mask; mode raw-predict gives the model's face and mask instead."""
+    8-bit by truncation, as DFL converts (outside the faces, the frame's own values, but where s.denoise,
+    s.bicubic_degrade or s.color_degrade change the whole frame, as DFL's do). A frame without faces comes back
+    as it was, with an empty mask; mode raw-predict gives the model's face and mask instead. `motion`: its faces'
+    (merge_filters.motions), for s.motion_blur."""
     out, mask_out = frame.copy(), np.zeros(frame.shape[:2], np.uint8)
-    merged = [merge_face(frame, lm, predictor, res, kind, s, key, enhancer, segmenter) for lm in faces]
+    finished = faces and s.mode in ("overlay", "hist-match", "seamless", "seamless-hist-match")
+    under = None  # the whole frame degraded, which the faces are blended onto
+    if finished and (s.denoise or s.bicubic_degrade):
+        under = degraded(frame.astype(np.float32) / 255, s.denoise, s.bicubic_degrade)
+    merged = [merge_face(frame, lm, predictor, res, kind, s, key, enhancer, segmenter, motion, under) for lm in faces]
     if s.mode == "raw-predict" and merged:
         face, mask = merged[0][1], merged[0][2]
         return (face * 255).astype(np.uint8), (mask[..., 0] * 255).astype(np.uint8)
@@ -327,7 +388,11 @@ def merge_frame(
     # the faces' parts laid over one another inside the box that holds them all
     x0, y0 = min(b[0] for b, _, _ in merged), min(b[1] for b, _, _ in merged)
     x1, y1 = max(b[2] for b, _, _ in merged), max(b[3] for b, _, _ in merged)
-    base = frame[y0:y1, x0:x1].astype(np.float32) / 255
+    whole_frame = finished and (under is not None or s.color_degrade)
+    if whole_frame:  # (the frame outside the faces' box changes too)
+        under = frame.astype(np.float32) / 255 if under is None else under
+        x0, y0, x1, y1 = 0, 0, frame.shape[1], frame.shape[0]
+    base = frame[y0:y1, x0:x1].astype(np.float32) / 255 if under is None else under
     final = final_mask = None
     for (bx0, by0, bx1, by1), part, mask in merged:
         face = base.copy()
@@ -339,6 +404,8 @@ def merge_frame(
         else:
             final = final * (1 - whole) + face * whole
             final_mask = np.clip(final_mask + whole, 0, 1)
+    if s.color_degrade and finished:
+        final = color_degraded(final, s.color_degrade)
     out[y0:y1, x0:x1] = (final * 255).astype(np.uint8)
     mask_out[y0:y1, x0:x1] = (final_mask[..., 0] * 255).astype(np.uint8)
     return out, mask_out

@@ -27,6 +27,7 @@ from bigbatch.faces.merge import (
     merge_frame,
     merge_threads,
 )
+from bigbatch.faces.merge_filters import motions
 from bigbatch.faces.video import IMAGE_SUFFIXES, VideoWriter, another_size, check_one_size, natural_key
 from bigbatch.files import atomic_write, json_loads
 
@@ -91,11 +92,21 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
 
     try:
         lines = (aligned / JOURNAL).read_text().splitlines()
-        was = json_loads(lines[0])["source"]["path"]
+        recorded = json_loads(lines[0])["source"]
+        was = recorded["path"]
     except (OSError, ValueError, IndexError, KeyError, TypeError):
         return
-    if was == source.identity()["path"]:
+    now = source.identity()
+    if was == now["path"]:
         return
+    if isinstance(recorded, dict) and "checksum" in recorded and "checksum" in now:  # a video, and a video
+        if recorded["checksum"] == now["checksum"]:  # (the same one, copied or moved)
+            return
+        raise BigbatchError(  # (found from outside: dst's faces on src.mp4, as many frames, passed with exit 0)
+            f"the faces in {aligned} were extracted from {was}, and {frames} is another video (its bytes differ): "
+            f"they would be pasted on its frames by number; give {was} as FRAMES, or --any-source if {frames} is "
+            "the same footage (a copy encoded again)"
+        )
     stems = set()
     for line in lines[1:]:
         try:
@@ -171,6 +182,9 @@ def merge_folder(
     from bigbatch.faces.extract_journal import read_otherwise
     from bigbatch.tasks.swap.load import load_autoencoder, source_face_type
 
+    if unread := s.unread():  # (DFL's merger does not ask them in this mode)
+        warn(f"--mode {s.mode} reads no {', '.join(unread)}: merged without {'it' if len(unread) == 1 else 'them'}")
+        s = s.as_read()
     if (s.mask in XSEG_MASKS) != (xseg is not None):
         raise BigbatchError(
             f"--mask {s.mask} needs --xseg MODEL, an XSeg model (DFL's _internal/model_generic_xseg, or an xseg run)"
@@ -182,7 +196,8 @@ def merge_folder(
             "--super-resolution runs DFL's face enhancer: give --weights DFL/facelib (its FaceEnhancer.npy)"
         )
     if weights is not None and not s.super_resolution:  # (found from outside: power 0, DFL's "off", was refused)
-        warn("--weights is the face enhancer of --super-resolution, which is 0 (off): merged without it")
+        if "--super-resolution" not in unread:
+            warn("--weights is the face enhancer of --super-resolution, which is 0 (off): merged without it")
         weights = None
     source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
     names = source.names()
@@ -279,6 +294,7 @@ def merge_folder(
     workers = merge_threads()
     with concurrent.futures.ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         merging = _Merging(model, faces, kind, s, out, writer, bar, pool, workers, segmenter, enhancer)
+        merging.motion = _motions(s, names, faces)
         try:
             for i, (name, image) in enumerate(source.frames(skip=set())):
                 stem = Path(name).stem
@@ -318,7 +334,27 @@ def merge_folder(
         finally:
             merging.cancel()
             bar.close()
+    if merging.maskless:  # (found from outside: every mask empty, "Merged 25 faces", the frames as they were)
+        warn(
+            f"{len(merging.maskless)} of the {merging.with_faces} frames with faces merged kept no pixel of their "
+            f"mask (e.g. {min(merging.maskless)}), so they are as they were: a smaller --erode, --blur or --scale "
+            "leaves some "
+            f"(at this {model.resolution} px model, their pixels are a {model.resolution * 4} px square's)"
+        )
     return n, merged, kept
+
+
+def _motions(s: MergeSettings, names: list[str] | None, faces: dict[str, list[np.ndarray]]) -> dict:
+    """Each frame's face's motion for --motion-blur (merge_filters.motions), or none, said where it cannot be."""
+    if not s.motion_blur:
+        return {}
+    if names is None:
+        warn("--motion-blur: the video's container does not say its frame count, so no face's motion is known")
+        return {}
+    if several := sorted((k for k, v in faces.items() if len(v) > 1), key=natural_key):
+        warn(f"--motion-blur: {several[0]} has several faces, so no frame is motion-blurred, as DFL's merger has it")
+        return {}
+    return motions([Path(name).stem for name in names], faces)
 
 
 class _Merging:
@@ -351,6 +387,9 @@ class _Merging:
         self.writer, self.bar, self.pool, self.workers = writer, bar, pool, workers
         self.pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's frames
         self.chunk: list[tuple[int, str, np.ndarray]] = []
+        self.maskless: list[str] = []  # frames with faces whose merge mask kept no pixel, of `with_faces`
+        self.with_faces = 0
+        self.motion: dict[str, tuple[float, float]] = {}  # each frame's face's, for s.motion_blur
 
     def add(self, i: int, stem: str, frame: np.ndarray) -> None:
         """Frame `i` to merge (its faces are those aligned from `stem`)."""
@@ -421,8 +460,13 @@ class _Merging:
         res = self.model.resolution
         faces = self.faces.get(stem, [])
         rgb, mask = merge_frame(
-            frame, faces, lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer, self.segmenter
-        )
+            frame, faces, lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer, self.segmenter,
+            self.motion.get(stem, (0.0, 0.0)),
+        )  # fmt: skip
+        if faces and self.s.mode not in ("original", "raw-predict"):
+            self.with_faces += 1
+            if not mask.any():
+                self.maskless.append(stem)  # (a frame with faces its merge left as it was)
         for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)
             atomic_write(path, png.tobytes(), sync=False)

@@ -232,7 +232,7 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
     with Video(video) as v:
         st = Path(video).stat()
         record = {"video": str(Path(video).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "fps": fps}
-        record["rate"] = str(Fraction(fps).limit_denominator(1001) if fps else v.rate)  # (the frames': theirs)
+        record["rate"] = str(frame_rate(fps) if fps else v.rate)  # (the frames': theirs)
         before = out.is_dir() and sum(1 for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if before and {**read_record(out / FRAMES_RECORD), "rate": record["rate"]} != record:  # (older ones': no rate)
             # (older frames left there would be mixed with these by extract, merge and video make)
@@ -245,7 +245,7 @@ def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = Non
         # or after that, above it the frame showing then, each frame filling the slots of its time, as FFmpeg's -r
         # does (found from outside: 40 fps of a 25 fps video wrote its 75 frames, 1.6x fast against its sound).
         written, due = 0, 0.0
-        step = float(v.rate) / fps if fps else 1.0
+        step = float(v.rate / frame_rate(fps)) if fps else 1.0
         for i, frame in enumerate(v.frames()):
             png = None  # (encoded once for the slots it fills)
             while due < i + 1 - 1e-9 if step < 1 else due <= i + 1e-9:
@@ -542,10 +542,10 @@ def _frame_of(av, samples: np.ndarray, fmt: str, layout: str):  # noqa: ANN001, 
 
 
 def frame_rate(fps: float | None, like: str | Path | None = None) -> Fraction:
-    """A video's frame rate: `fps` if given, else that of the video `like`, else 25 (also for a `like` that
-    has audio only)."""
-    if fps:
-        return Fraction(fps).limit_denominator(1001)
+    """A video's frame rate: `fps` if given, else the video `like`'s, else 25 (a `like` of audio only too)."""
+    if fps:  # (29.97 typed: NTSC's 30000/1001, as cameras write it; found from outside, 2997/100 drifted)
+        ntsc = [Fraction(n, 1001) for n in (24000, 30000, 48000, 60000, 120000) if abs(fps - n / 1001) < 0.006]
+        return ntsc[0] if ntsc else Fraction(fps).limit_denominator(1001)
     if like is not None:
         try:
             with Video(like) as v:
