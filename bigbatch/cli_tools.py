@@ -227,7 +227,7 @@ def _show_batch(args: argparse.Namespace) -> None:
 def _logged_augment_p(config: str, nimg: int) -> tuple[float, float] | None:
     """ADA's p as the run whose config `config` is (its folder or its config.toml) logged it last at or before `nimg`,
     and that row's kimg; None where `config` is no run's or the run logged none there."""
-    from bigbatch.rundir import read_metrics
+    from bigbatch.metrics_file import read_metrics
 
     path = Path(config)
     folder = path if path.is_dir() else path.parent

@@ -13,7 +13,8 @@ from bigbatch.data.schedule import phase_sides, phase_trained, resolution_traine
 from bigbatch.engine.memory import format_bytes
 from bigbatch.errors import BigbatchError, counted
 from bigbatch.files import held_by
-from bigbatch.rundir import read_metrics, read_plan, trainer
+from bigbatch.metrics_file import read_metrics
+from bigbatch.rundir import read_plan, trainer
 
 
 def _batch_plan(cfg: Config, run: Path | None) -> str:
@@ -71,7 +72,13 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
     if ckpt is None:
         logs = f" (logged to {logged:g} kimg)" if logged else ""
         return f"not training: it ended before its first checkpoint{logs}; {again} from its start{launch}{failed}"
-    if logged > kimg:  # (a stop saves where it stops: a log past the checkpoint is a run that could not save)
+    newer = [c.name for c in checkpoint_find.published(run) if float(c.name) > kimg]
+    if newer:  # (found from outside: a run rolled back, latest naming an older checkpoint, was said to have crashed)
+        said = (
+            f"rolled back to its checkpoint at {kimg:.3f} kimg (checkpoints/latest names it; {len(newer)} newer, to "
+            f"{newer[0]}, go aside at its first save); {again} from it"
+        )
+    elif logged > kimg:  # (a stop saves where it stops: a log past the checkpoint is a run that could not save)
         said = f"it ended at {logged:g} kimg without saving (killed or crashed); {again} from {kimg:.3f}"
     elif meta.get("stopped", True):  # (a checkpoint of before the flag: stopped, as a log no further says)
         said = f"stopped at {kimg:.3f} of {total:g} kimg; {again}"

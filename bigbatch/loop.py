@@ -33,10 +33,11 @@ from bigbatch.engine.arguments import SkipLimitReached
 from bigbatch.engine.determinism import run_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, warn
+from bigbatch.metrics_file import truncate_metrics
 from bigbatch.models.registry import builder, is_own
 from bigbatch.progress import Progress
 from bigbatch.provenance import code_version
-from bigbatch.rundir import Run, check_replicas, open_run, truncate_metrics
+from bigbatch.rundir import Run, check_replicas, open_run
 from bigbatch.signals import EvaluationStopped, StartupStopped, Stopped, StopRequest, stop_signals
 from bigbatch.tasks import Feed, build_task
 from bigbatch.urls import local_folder

@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import silence, warn
+from bigbatch.metrics_file import read_metrics
 from bigbatch.rundir import Run
 from bigbatch.signals import request_stop
 
@@ -92,14 +93,21 @@ class Progress:
         self.quiet = quiet or not self.main
         self.total = run.cfg.train.images
         self.tb = None
+        rows = read_metrics(run.path / "metrics.jsonl") if self.main and resumed else []
+        # An evaluation's seconds, the last one's, for the ETA (found from outside: it left out the evaluations)
+        self.eval_s = next((float(r["eval_seconds"]) for r in reversed(rows) if "eval_seconds" in r), None)
         if self.main:
             from torch.utils.tensorboard import SummaryWriter
 
             _quiet_tensorboard_thread()
             try:
-                # A resumed run drops the events logged past its checkpoint (its row at the checkpoint stays, as
-                # in metrics.jsonl: purge_step is the first step purged).
-                self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg + 1 if resumed else None)
+                # A resumed run drops the events logged at and past its checkpoint (purge_step is the first step
+                # purged) and logs its rows at the checkpoint again as metrics.jsonl keeps them (found from outside:
+                # an evaluation made again at the checkpoint was two points there).
+                self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg if resumed else None)
+                for row in rows if resumed else []:
+                    if round(row["kimg"] * 1000) == nimg:
+                        self._tb_row(nimg, row)
             except OSError as e:
                 self._drop_tb(e)
         self.bar = tqdm(
@@ -148,6 +156,7 @@ class Progress:
         self.bar.set_postfix(shown)
         if self.bar.disable and not self.quiet:
             eta = max(0, self.total - nimg) / max(row["img_per_s"], 1e-9)  # the last step may pass the end
+            eta += self.evals_left(nimg) * (self.eval_s or 0.0)
             losses = "  ".join(f"{k} {v}" for k, v in shown.items())
             total = self.run.cfg.train.kimg
             places = max(1, min(4, 1 - math.floor(math.log10(total)))) if total > 0 else 1  # 0.032/0.064, 1.2/30
@@ -159,7 +168,15 @@ class Progress:
                 + (f"  ETA {format_seconds(eta)}" if row["img_per_s"] > 0 else "")  # (a row of no step: none)
             )
 
+    def evals_left(self, nimg: int) -> int:
+        """The evaluations still due after `nimg` images: eval.every_kimg's (eval.count) and the run's end's."""
+        e = self.run.cfg.eval
+        if not e.every_kimg or nimg >= self.total:
+            return 0
+        return e.count(self.total) - e.count(nimg) + (e.count(self.total) == e.count(self.total - 1))
+
     def scores(self, nimg: int, step: int, scores: dict[str, float]) -> None:
+        self.eval_s = float(scores["eval_seconds"])
         self.write(nimg, {**self.where(nimg, step), **scores})
         shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k not in NOT_SCORES)
         self.say(f"kimg {nimg / 1000:g}  {shown}  ({scores['eval_seconds']:.0f} s)")
@@ -169,13 +186,18 @@ class Progress:
         if self.tb is None:
             return
         try:
-            for k, v in row.items():
-                if k not in ("kimg", "step", "seconds", "eval_n"):
-                    self.tb.add_scalar(k, v, nimg)
-            self.tb.add_scalar("kimg", row["kimg"], nimg)
-            self.tb.flush()
+            self._tb_row(nimg, row)
         except OSError as e:  # TensorBoard's copy of the log: the run goes on without it, metrics.jsonl holds all
             self._drop_tb(e)
+
+    def _tb_row(self, nimg: int, row: dict[str, Any]) -> None:
+        """A metrics.jsonl row as TensorBoard's scalars at `nimg` images."""
+        assert self.tb is not None
+        for k, v in row.items():
+            if k not in ("kimg", "step", "seconds", "eval_n"):
+                self.tb.add_scalar(k, v, nimg)
+        self.tb.add_scalar("kimg", row["kimg"], nimg)
+        self.tb.flush()
 
     def _drop_tb(self, e: OSError) -> None:
         tb, self.tb = self.tb, None

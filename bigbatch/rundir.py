@@ -9,7 +9,7 @@ import dataclasses
 import json
 import math
 import os
-import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -29,11 +29,11 @@ from bigbatch.files import (
     json_loads,
     keep_lock,
     lock_folder,
-    metrics_row,
     remove_stale,
     still_held,
     unlock_folder,
 )
+from bigbatch.metrics_file import truncate_metrics
 from bigbatch.provenance import code_version
 from bigbatch.ranks_agree import same_on_every_rank
 from bigbatch.resuming import resume_changes, say_sums_reordered
@@ -233,7 +233,14 @@ class Run:
             raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e}){how}") from None
         if rep.is_main:  # (an evaluation the checkpoint says is still due is made again: a row of it goes, found
             redo = bool((self.log_window or {}).get("eval_pending")) and getattr(task, "scorer", None) is not None
-            truncate_metrics(self.path / "metrics.jsonl", nimg, scores_too=redo)  # from outside: logged twice)
+            # A rollback's rows past the checkpoint, of another history, kept beside as its checkpoints are (found
+            # from outside: lost).
+            newer = any(float(c.name) * 1000 > nimg for c in checkpoint_find.published(self.path))
+            aside = (
+                f"superseded-{checkpoints.checkpoint_name(nimg)}-{time.strftime('%Y%m%d-%H%M%S')}" if newer else None
+            )
+            truncate_metrics(self.path / "metrics.jsonl", nimg, scores_too=redo, aside=aside)  # from outside: logged
+            # twice)
         return nimg, seconds
 
     def write_previews(self, task: Task, nimg: int, at_checkpoint: bool, missing: bool = False) -> None:
@@ -562,33 +569,3 @@ def plan_record(rep: Replicator, cfg: Config) -> dict[str, Any]:
         record["memory_budget_bytes"] = rep.budget
         record["probes"] = [dataclasses.asdict(p) for p in rep.probes]
     return record
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """The rows of a metrics.jsonl (none if it is missing), skipping a line cut short by a crash and
-    any that is not a row of numbers at a kimg."""
-    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-    return [row for row in map(metrics_row, lines) if row is not None]
-
-
-def truncate_metrics(path: Path, nimg: int, scores_too: bool = False) -> None:
-    """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run; `scores_too`: its
-    evaluation's rows at the checkpoint too (the resumed run makes it again: a run stopped after it had made it
-    once, before the checkpoint said so). Lines that are not rows, but for a last one cut short by a crash, are
-    damage: warned about, the file kept beside."""
-    if not path.exists():
-        return
-    lines = path.read_text(errors="replace").splitlines()
-    rows = [metrics_row(line) for line in lines]
-    bad = [i for i, row in enumerate(rows) if row is None and lines[i].strip() and i < len(lines) - 1]
-    if bad:
-        aside = path.with_name(f"{path.name}.damaged")
-        shutil.copyfile(path, aside)
-        warn(
-            f"{path}: {len(bad)} line{'s' if len(bad) > 1 else ''} (the first: line {bad[0] + 1}) not a log row, left "
-            f"out of it; the file as it was is kept as {aside.name}"
-        )
-    keep = [row for row in rows if row is not None and round(row["kimg"] * 1000) <= nimg]
-    if scores_too:
-        keep = [row for row in keep if not ("eval_seconds" in row and round(row["kimg"] * 1000) == nimg)]
-    atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))

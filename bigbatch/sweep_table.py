@@ -15,7 +15,7 @@ from typing import Any
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.files import atomic_write
-from bigbatch.rundir import read_metrics
+from bigbatch.metrics_file import read_metrics
 
 # Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
 MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))

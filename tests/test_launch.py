@@ -21,6 +21,7 @@ from bigbatch.errors import STOPPED
 from bigbatch.launch import RankResult, rank_command, rank_environments, report
 from bigbatch.launch.dask import local_cluster
 from bigbatch.launch.ray import ray_ranks
+from bigbatch.metrics_file import read_metrics
 
 distributed = pytest.importorskip("distributed")
 
@@ -512,7 +513,7 @@ def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps
                 handle.stop(wait=False)  # every rank saves a checkpoint and exits
         stopped = handle.result()
         assert stopped.status == 0 and stopped.stopped and 0.256 <= stopped.final["kimg"] < 1000
-        assert rows == stopped.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl")
+        assert rows == stopped.rows == read_metrics(path / "metrics.jsonl")
         saved = float(bigbatch.checkpoint_find.find_checkpoint(path).name)  # where the stop found it
         assert stopped.final["kimg"] <= saved < stopped.final["kimg"] + 0.064
         assert sheets[-1] == handle.sheet and (path / "samples" / handle.sheet.name).read_bytes() == handle.sheet.png
@@ -524,7 +525,7 @@ def test_a_dask_run_from_python_streams_rows_and_sheets_stops_resumes_and_sweeps
         again = run(client, long.override({"train.kimg": end}), path, nprocs=2)
         every = [u.row for u in again if u.row]
         resumed = again.result()
-        assert every == resumed.rows == bigbatch.rundir.read_metrics(path / "metrics.jsonl") and not resumed.stopped
+        assert every == resumed.rows == read_metrics(path / "metrics.jsonl") and not resumed.stopped
         assert every[: len(rows)] == rows and every[-1]["kimg"] == pytest.approx(end)
         with pytest.raises(bigbatch.BigbatchError, match="takes a bigbatch.Config"):
             run(client, "digits", tmp_path / "bad")
@@ -551,7 +552,7 @@ def test_a_ray_run_from_python_streams_rows_and_a_sweep_runs_side_by_side(tiny, 
     rows = [u.row for u in handle.updates(timeout=120) if u.row]
     result = handle.result()
     assert result.status == 0 and not result.stopped and result.final["kimg"] == 0.256 and "loss_D" in result.final
-    assert rows == result.rows == bigbatch.rundir.read_metrics(tmp_path / "live" / "metrics.jsonl")
+    assert rows == result.rows == read_metrics(tmp_path / "live" / "metrics.jsonl")
     assert handle.sheets.keys() >= {"grid"} and handle.sheet.kimg == 0.256
 
     grid = {"train.g_lr": [1e-4, 2e-4]}

@@ -10,7 +10,7 @@ from test_replicator import classifier
 import bigbatch
 from bigbatch.cli import main
 from bigbatch.engine import memory
-from bigbatch.rundir import read_metrics
+from bigbatch.metrics_file import read_metrics
 
 
 def weights(run, name):

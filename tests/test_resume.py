@@ -512,7 +512,7 @@ def test_a_run_killed_as_a_checkpoint_goes_into_place_resumes_from_the_newest_th
 def test_an_evaluation_made_again_on_resume_is_logged_once(tmp_path):
     # Found from outside: stopped in an evaluation, a run resumed, made it and logged it, and was stopped again before
     # its checkpoint said so: the next resume made it again, and metrics.jsonl held its row twice.
-    from bigbatch.rundir import truncate_metrics
+    from bigbatch.metrics_file import truncate_metrics
 
     rows = [{"kimg": 0.224, "loss": 1.0}, {"kimg": 0.256, "loss": 0.9}, {"kimg": 0.256, "fid": 9.0, "eval_seconds": 1}]
     rows += [{"kimg": 0.288, "loss": 0.8}]

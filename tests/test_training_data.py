@@ -10,7 +10,7 @@ import bigbatch
 from bigbatch.cli import main
 from bigbatch.data import prepare
 from bigbatch.data.schedule import schedule_of
-from bigbatch.rundir import read_metrics
+from bigbatch.metrics_file import read_metrics
 
 
 def weights(run, name):

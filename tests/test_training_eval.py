@@ -13,7 +13,7 @@ import torch
 
 import bigbatch
 from bigbatch.cli import main
-from bigbatch.rundir import read_metrics
+from bigbatch.metrics_file import read_metrics
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from bigbatch import checkpoints, safe_pickle
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.files import atomic_write
+from bigbatch.metrics_file import read_metrics
 from bigbatch.models import dfl
 from bigbatch.presets import preset
-from bigbatch.rundir import read_metrics
 from bigbatch.tasks.swap.color import MERGE_MODES
 from bigbatch.tasks.swap.discriminators import discriminators
 from bigbatch.tasks.swap.load import (

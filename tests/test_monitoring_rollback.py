@@ -1,0 +1,60 @@
+"""Watching a run rolled back and resumed (found from outside): `info` says it is rolled back, not crashed; the rows
+past the checkpoint it goes on from are kept beside metrics.jsonl, as its newer checkpoints are kept aside; an
+evaluation made again at that checkpoint is one TensorBoard point, not two; the printed ETA counts the evaluations
+still due."""
+
+import json
+
+from bigbatch.cli import main
+
+SMALL = ["--preset", "digits", "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.batch=8"]
+# The offline classifier's FID, cheap (tests/test_distributed.py's), at each checkpoint.
+EVAL = ["eval.metrics=fid", "eval.extractor=classifier", "eval.classifier={steps=5,width=8,resolution=16}"]
+EVAL += ["eval.n=40", "eval.reference_n=80", "eval.every_kimg=0.032", "checkpoint.every_kimg=0.032"]
+ARGS = [*SMALL, *EVAL, "train.log_every_kimg=0.016", "sample.every_kimg=0", "checkpoint.keep=10"]
+
+
+def _scalars(run, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    return sorted(e.step for e in events.Scalars(tag))
+
+
+def test_a_rolled_back_run_is_said_so_keeps_its_rows_aside_and_logs_one_point_a_step(tmp_path, capsys):
+    run = tmp_path / "r"
+    assert main(["train", *ARGS, "train.kimg=0.064", "--run-dir", str(run)]) == 0
+    before = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kimg"] for r in before if "fcd" in r] == [0.032, 0.064]
+    (run / "checkpoints" / "latest").write_text("000000.032\n")  # rolled back, as README says
+    capsys.readouterr()
+    assert main(["info", str(run)]) == 0
+    said = capsys.readouterr().out
+    assert "rolled back to its checkpoint at 0.032 kimg (checkpoints/latest names it; 1 newer, to 000000.064" in said
+    assert "killed or crashed" not in said
+    assert main(["train", *ARGS, "train.kimg=0.064", "--run-dir", str(run), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "its 3 rows past 0.032 kimg, of another history, kept as metrics.jsonl.superseded-000000.032-" in err, err
+    (aside,) = run.glob("metrics.jsonl.superseded-000000.032-*")
+    assert [json.loads(line) for line in aside.read_text().splitlines()] == [r for r in before if r["kimg"] > 0.032]
+    after = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # The evaluation at the checkpoint, pending in it (written before it was made), made again: one row, one point.
+    assert [r["kimg"] for r in after if "fcd" in r] == [0.032, 0.064]
+    assert _scalars(run, "fcd") == [32, 64] and _scalars(run, "loss_D") == [16, 32, 48, 64]
+
+
+def test_the_printed_eta_counts_the_evaluations_still_due():
+    from types import SimpleNamespace
+
+    import bigbatch
+    from bigbatch.progress import Progress
+
+    cfg = bigbatch.preset("digits").override({"eval.every_kimg": 0.016})
+    at = SimpleNamespace(total=64, run=SimpleNamespace(cfg=cfg))
+    # (at 16, 32, 48 and 64 images: the end's is 64's own)
+    assert [Progress.evals_left(at, n) for n in (0, 16, 40, 63, 64)] == [4, 3, 2, 1, 0]
+    at.total = 70  # (an end off every_kimg's grid: an evaluation of its own)
+    assert Progress.evals_left(at, 64) == 1 and Progress.evals_left(at, 0) == 5
+    at.run = SimpleNamespace(cfg=cfg.override({"eval.every_kimg": 0}))
+    assert Progress.evals_left(at, 0) == 0
