@@ -143,15 +143,19 @@ def _merge(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         if args.video:  # encoded as the frames are merged (on a thread of its own), not read back from their PNGs
             src_is_video = Path(args.frames).is_file() and video.is_video(Path(args.frames))
-            audio, fps = args.audio_from or (args.frames if src_is_video else None), args.fps
-            if audio is None and fps is None:  # frames `video frames` took: that video's rate and sound
-                audio, fps = recorded
+            # The sound of --audio-from, FRAMES's if a video, or of the video `video frames` took them from (with
+            # --fps too: found from outside, dropped unsaid); the rate of --fps, else of the frames as taken.
+            audio = args.audio_from or (args.frames if src_is_video else recorded[0])
+            taken = recorded[1] if not (src_is_video or args.audio_from) else None  # (None: the video's own)
+            fps = args.fps if args.fps is not None else taken
             rate = video.frame_rate(fps, args.frames if src_is_video else audio)
-            if args.fps is not None and audio is not None and (own := _video_rate(video, audio)) not in (None, rate):
-                warn(  # (found from outside: a video of 2.5 s with its 1.3 s of sound, unsaid; DFL takes the rate)
-                    f"--fps {args.fps:g} with the sound of {audio}, a video of {float(own):g} fps: the merged video "
-                    f"plays at another speed than its sound; leave out --fps to keep {audio}'s rate"
-                )
+            if args.fps is not None and audio is not None and _has_sound(audio):
+                own = video.frame_rate(taken) if taken else _video_rate(video, audio)  # (the frames' own rate)
+                if own is not None and own != rate:  # (found from outside: 2.5 s of video with 1.3 s of sound)
+                    warn(
+                        f"--fps {args.fps:g} with the sound of {audio}, whose frames are {float(own):g} a second: "
+                        f"the merged video plays at another speed than its sound; leave out --fps to keep their rate"
+                    )
             frames_given = Path(args.frames).is_dir() or any(c in args.frames for c in "*?[")  # (not a file: from
             if audio is None and fps is None and frames_given:  # outside, said of a video missing; unsaid before)
                 warn(
@@ -176,6 +180,17 @@ def _merge(args: argparse.Namespace) -> None:
     print(f"{merged}: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
     if writer is not None:
         print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{video.audio_said(audio)}")
+
+
+def _has_sound(path: str | Path) -> bool:
+    """Whether the file `path` holds an audio stream."""
+    import av
+
+    try:
+        with av.open(str(path)) as c:
+            return bool(c.streams.audio)
+    except (av.FFmpegError, OSError):
+        return False
 
 
 def _video_rate(video: Any, path: str | Path) -> Any:

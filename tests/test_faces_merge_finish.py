@@ -88,7 +88,7 @@ def test_a_faces_motion_is_its_squares_centre_moving_from_the_frame_before_to_th
     power, deg = moved["2"]
     assert power == pytest.approx(math.hypot(6, 6), abs=1e-6) and deg == pytest.approx(45.0, abs=1e-6)
     assert moved["1"][0] == pytest.approx(3.0, abs=1e-6) and moved["1"][1] == pytest.approx(0.0, abs=1e-6)
-    assert merge_filters.motions(["1", "2"], {"1": [lm, lm], "2": [lm]}) == {}  # several faces: none, as DFL's
+    assert merge_filters.motions(["1", "2"], {"1": [lm, lm], "2": [lm]}) is None  # several faces: none, as DFL's
 
 
 def test_finishing_settings_are_checked_and_read_by_the_modes_that_finish():
@@ -101,3 +101,35 @@ def test_finishing_settings_are_checked_and_read_by_the_modes_that_finish():
     assert raw.unread() == ["--sharpen", "--blursharpen", "--denoise"] and raw.as_read() == merge.MergeSettings(
         mode="raw-rgb"
     )
+
+
+def test_a_face_of_no_mask_leaves_its_frame_as_it_was_and_the_degraded_frame_is_clipped():
+    # Found by review and from outside: a face whose mask kept nothing left an undegraded box in a denoised frame
+    # (DFL's merger gives the frame as it was), and bicubic's overshoot wrapped around in 8 bits (DFL clips).
+    frame = np.ascontiguousarray(GOLDEN["merge_frame"][..., ::-1])
+    res, lm, kind = int(GOLDEN["merge_resolution"]), [GOLDEN["merge_landmarks"]], align.FaceType.WHOLE_FACE
+    gone = merge.MergeSettings(mask="hull", erode=400, color="none", denoise=100, color_degrade=50)
+    out, mask = merge.merge_frame(frame, lm, _golden_predictor("tint"), res, kind, gone)
+    assert np.array_equal(out, frame) and not mask.any()
+    bicubic = merge.MergeSettings(mask="hull", blur=50, color="none", bicubic_degrade=80)
+    out = merge.merge_frame(frame, lm, _golden_predictor("tint"), res, kind, bicubic)[0]
+    under = merge_filters.degraded(frame.astype(np.float32) / 255, 0, 80)
+    assert under.min() < 0 or under.max() > 1  # (it overshoots)
+    want = (np.clip(under, 0, 1) * 255).astype(np.uint8)
+    assert np.array_equal(out[:, :8], want[:, :8])  # (a strip far from the face: the degraded frame, clipped)
+
+
+def test_a_merge_recorded_before_the_filters_were_here_is_of_the_same_settings():
+    # Found by review: the record held every setting, so a merge recorded before these six went again, all of it.
+    before = {"mode", "mask", "erode", "blur", "color", "scale", "hist_threshold", "masked_hist", "super_resolution"}
+    assert set(merge.MergeSettings().record()) == before
+    assert merge.MergeSettings(denoise=5).record() == {**merge.MergeSettings().record(), "denoise": 5}
+
+
+def test_sharpening_needs_its_mode_and_its_amount():
+    assert merge.MergeSettings(sharpen="gaussian").unpaired() == "sharpen"
+    assert merge.MergeSettings(blursharpen=40).unpaired() == "blursharpen"
+    assert merge.MergeSettings(blursharpen=-40).unpaired() is None  # (a median blur needs no mode)
+    assert merge.MergeSettings(sharpen="box", blursharpen=40).as_read().blursharpen == 40
+    assert merge.MergeSettings(blursharpen=40).as_read() == merge.MergeSettings()
+    assert merge.MergeSettings(mode="raw-rgb", color="none").unread() == []  # (off: nothing to say)

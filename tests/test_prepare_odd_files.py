@@ -156,3 +156,45 @@ def test_a_class_folder_without_images_is_named_not_dropped_in_silence(tmp_path,
         (tmp_path / "src" / "birds" / f"{i}.png").unlink()
     with pytest.raises(BigbatchError, match=refused.replace("notes.png", "0.png")):
         bigbatch.data.prepare(str(tmp_path / "src"), str(tmp_path / "all.h5"), 8, workers=0, limit=100)
+
+
+def test_class_tars_of_no_image_a_validation_folder_by_classes_odd_bytes_and_labelled_side_files(tmp_path, capsys):
+    import tarfile
+
+    from test_prepare_tar import _add
+
+    # ImageNet's class tars, one holding no image: one line (found by review: a StopIteration's traceback).
+    for name, member, data in (("n01", "n01_0.png", _png(1)), ("n02", "n02_0.txt", b"caption")):
+        with tarfile.open(tmp_path / f"{name}.tar", "w") as tar:
+            _add(tar, member, data)
+    (tmp_path / "tars").mkdir()
+    for name in ("n01", "n02"):
+        (tmp_path / f"{name}.tar").rename(tmp_path / "tars" / f"{name}.tar")
+    one_line(capsys, ["prepare", "tars", "t.h5"], "class folder n02 holds no usable image: a class of no images")
+    # A validation folder numbered by --classes keeps a class of no image, as one missing: not refused.
+    _img2dataset(tmp_path / "train")
+    _img2dataset(tmp_path / "val", n=1)
+    for f in (tmp_path / "val" / "dog").glob("*.jpg"):
+        f.unlink()
+    assert prepare("train", "train.h5", resolution=8, workers=0).count == 6
+    val = prepare("val", "val.h5", resolution=8, workers=0, classes="train.h5")
+    assert val.class_names == ["cat", "dog"] and val.class_counts == [1, 0]
+    # A name that is not UTF-8 (a file system's bytes) is kept, written as its escapes (found by review: the data
+    # file's end failed on it).
+    (tmp_path / "bytes" / "a").mkdir(parents=True)
+    (tmp_path / "bytes" / "a" / "0.png").write_bytes(_png(3))
+    with open(os.fsencode(tmp_path / "bytes" / "a") + b"/caf\xe9.png", "wb") as f:
+        f.write(b"junk")
+    assert main(["prepare", "bytes", "b.h5"]) == 0
+    capsys.readouterr()
+    assert main(["info", "b.h5", "--skipped"]) == 0
+    assert capsys.readouterr().out == "a/caf\\udce9.png\tnot an image Pillow can read\n"
+    # A labelled file left out by its ending is said to be, not "not in the source" (found from outside).
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "a.png").write_bytes(_png(4))
+    (tmp_path / "flat" / "c").write_bytes(_png(5))
+    (tmp_path / "labels.csv").write_text("file,label\na.png,x\nc,y\n")
+    report = prepare("flat", "f.h5", resolution=8, workers=0, labels="labels.csv")
+    (name, why), *others = report.skipped
+    assert not others and name == "c (in labels file labels.csv)"
+    assert why.startswith("in the source, but no image by its ending (avif, bmp,") and why.endswith("): rename it")

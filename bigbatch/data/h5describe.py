@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
-from bigbatch.data.hdf5 import H5Data, read_meta
+from bigbatch.data.hdf5 import H5Data, read_meta, read_skipped
 from bigbatch.data.listing import per_class, said_left_out
+from bigbatch.data.prepare_output import by_reason
 from bigbatch.errors import counted, printable
 from bigbatch.urls import Location
 
@@ -45,7 +47,7 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
         *([f"left out    {said_left_out(m['left_out'])}"] if m.get("left_out") else []),
         f"skipped     {counted(m.get('skipped', 0), 'file')}"
         + "".join(f"\n              {printable(name)}: {printable(why)}" for name, why in m.get("skipped_examples", []))
-        + (f"\n              every one: bigbatch info {path.name} --skipped" if m.get("skipped", 0) > 5 else ""),
+        + _every_skipped(path, m, storage_options),
         *(
             [f"enlarged    {counted(m['enlarged'], 'image')} smaller than the resolution, scaled up to it"]
             if m.get("enlarged")
@@ -76,3 +78,13 @@ def _shown(name: str) -> str:
 def _counts(counts: Any, names: list[str]) -> bool:
     """Whether `counts` are images per class of `names` (a file written before prepare kept them has none)."""
     return isinstance(counts, list) and len(counts) == len(names) > 0 and all(type(n) is int for n in counts)
+
+
+def _every_skipped(path: Location, meta: dict[str, Any], storage_options: dict[str, Any] | None) -> str:
+    """Where more files were skipped than the five named: how many for each reason, and the command that lists every
+    one (a file written before prepare kept them all: nothing)."""
+    if meta.get("skipped", 0) <= 5 or not meta.get("skipped_listed"):
+        return ""
+    rows = read_skipped(path, storage_options) or []
+    command = f"bigbatch info {shlex.quote(path.text)} --skipped"
+    return f"\n              by reason: {by_reason([(n, why) for n, why in rows])}\n              every one: {command}"

@@ -24,6 +24,8 @@ IMAGE_EXTENSIONS = frozenset(
     if Image.registered_extensions().get(e) in Image.OPEN
 )
 
+IMAGE_ENDINGS = ", ".join(sorted(e[1:] for e in IMAGE_EXTENSIONS))  # (said in messages)
+
 # What `bigbatch extract` writes beside the aligned faces it makes: the frames in which it found no face.
 NO_FACE_LIST = "no_face.txt"
 
@@ -87,26 +89,30 @@ def is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def by_ending(listing: Listing, source: str) -> Listing:
+def by_ending(listing: Listing, source: str, refuse_emptied: bool = True) -> Listing:
     """The listing's image files by their endings, the others left out (`left_out`), as torchvision's ImageFolder
     and FFCV leave them (found from outside: img2dataset's captions and .json beside each image were decoded and
     skipped as corrupt, burying the corrupt images among them, and --strict refused the layout). A class folder
     holding files but no image is refused, as one whose images are all unreadable is (a class of no images
-    shifts the other classes' indices)."""
+    shifts the other classes' indices), where `refuse_emptied`; a source of no image file, always."""
     keep = [i for i, name in enumerate(listing.names) if is_image_name(name)]
     left_out = sorted(n for n in (*listing.names, *listing.outside) if not is_image_name(n))
     if not left_out:
         return listing
-    if listing.class_names:
+    if not keep and not any(map(is_image_name, listing.outside)):
+        fix = archives_said(left_out) or f": images are taken by their endings ({IMAGE_ENDINGS})"
+        raise BigbatchError(f"source {source} holds no image files, only {said_left_out(endings(left_out))}{fix}")
+    if listing.class_names and refuse_emptied:
         emptied = sorted(set(listing.labels.tolist()) - set(listing.labels[keep].tolist()))
         if shown := [listing.class_names[c] for c in emptied]:
             one = len(shown) == 1
-            example = next(n for n in left_out if n.startswith(f"{shown[0]}/"))
+            # (a class tar's members are named without their class: found by review, no example to give)
+            example = next((f"e.g. {n}; " for n in left_out if n.startswith(f"{shown[0]}/")), "")
             raise BigbatchError(
                 f"class folder{'' if one else 's'} {', '.join(shown[:5])}{', ...' if len(shown) > 5 else ''} of "
-                f"{source} hold{'s' if one else ''} no image file (e.g. {example}; images are taken by their endings: "
-                f"{', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))}): a class of no images shifts the other "
-                f"classes' indices; remove {'it' if one else 'them'} or put images in {'it' if one else 'them'}"
+                f"{source} hold{'s' if one else ''} no image file ({example}images are taken by their endings: "
+                f"{IMAGE_ENDINGS}): a class of no images shifts the other classes' indices; remove "
+                f"{'it' if one else 'them'} or put images in {'it' if one else 'them'}"
             )
     return dataclasses.replace(
         listing,
@@ -125,6 +131,16 @@ def endings(names: Sequence[str]) -> dict[str, int]:
         ending = os.path.splitext(name)[1].lower()
         counts[ending] = counts.get(ending, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def archives_said(names: list[str]) -> str:
+    """What to do where a source of no images holds archives (found from outside), or ""."""
+    if not any(name.lower().endswith((".tar", ".tar.gz", ".tgz")) for name in names):
+        return ""
+    return (
+        "; it holds archives, as ImageNet's training tar holds a tar a class: unpack it once (tar xf) and give the "
+        "folder, whose class tars prepare reads"
+    )
 
 
 def said_left_out(counts: dict[str, int]) -> str:

@@ -18,13 +18,13 @@ from bigbatch.data import codecs
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
-from bigbatch.data.listing import FACE_SETS, by_ending, endings, hidden, said_left_out, top_level
+from bigbatch.data.listing import FACE_SETS, IMAGE_ENDINGS, archives_said, by_ending, endings, hidden, top_level
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writer
 from bigbatch.data.prepare_pool import CHUNK, decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
-from bigbatch.errors import BigbatchError, counted, named_few, warn
+from bigbatch.errors import BigbatchError, counted, named_few, printable, warn
 from bigbatch.images_done import ImagesDone
 from bigbatch.urls import Location, is_url, public_name
 
@@ -273,11 +273,8 @@ def _listed(
             keys, names = [listing.keys[i] for i in keep], [listing.names[i] for i in keep]
             listing = dataclasses.replace(listing, keys=keys, names=names, labels=listing.labels[keep], outside=outside)
     if not listing.indexed:  # (WebDataset's samples: their images chosen by their endings already)
-        listing = by_ending(listing, source.name)
+        listing = by_ending(listing, source.name, refuse_emptied=not classes)  # (--classes keeps a class of none)
     if not listing.keys:
-        if listing.left_out:
-            said = said_left_out(endings(listing.left_out))
-            raise BigbatchError(f"source {source.name} holds no image files, only {said}{_archives(listing.left_out)}")
         if listing.skipped:  # (found by review: every sample's .cls a synset, and the reason went unsaid)
             name, why = listing.skipped[0]
             more = f" (and {len(listing.skipped) - 1} more)" if len(listing.skipped) > 1 else ""
@@ -360,7 +357,7 @@ def _write(
             read = f"of those read, {len(failed)} failed, " if failed else ""
             example = (failed or skipped)[:1]
             reason = f"; {read}e.g. {example[0][0]}: {example[0][1]}" if example else ""
-            archives = _archives([name for name, _ in skipped] + listing.left_out)
+            archives = archives_said([name for name, _ in skipped] + listing.left_out)
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}{archives}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
@@ -386,7 +383,10 @@ def _write(
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
         if listing.class_names:  # (found from outside: a class gutted by corrupt files went unsaid)
             writer.attrs.update(class_counts=written.tolist())
-        writer.tables["skipped"] = skipped  # (every one, for `info --skipped`: found from outside, 5 named of 2,000)
+        # Every one, for `info --skipped` (found from outside: 5 named of 2,000), as UTF-8 text: a name that is not
+        # (a file system's bytes) written as its escapes (found by review: the file's end failed on it)
+        writer.tables["skipped"] = [(printable(name), printable(why)) for name, why in skipped]
+        writer.attrs.update(skipped_listed=True)
         writer.attrs.update({("below_short_side" if settings.whole else "enlarged"): enlarged} if enlarged else {})
         return writer.commit()
 
@@ -431,7 +431,8 @@ def _refuse_empty_classes(
     (`listed`: files per class in the listing; one that --limit left without files is not refused. Under
     `limit`, a class whose few files taken were all skipped is warned of: the folder may hold usable ones, found
     from outside refused as holding none.)"""
-    empty = [name for name, n, m in zip(class_names, written.tolist(), listed.tolist()) if n == 0 and m > 0]
+    # (a class of no file listed, but under --limit: a class tar of no image, found by review to be taken unsaid)
+    empty = [c for c, n, m in zip(class_names, written.tolist(), listed.tolist()) if n == 0 and (m or limit is None)]
     if not empty:
         return
     example = next(((f, why) for f, why in skipped if any(f.startswith(f"{c}/") or f"/{c}/" in f for c in empty)), None)
@@ -482,19 +483,11 @@ def _labelled(
     labelled, unlabelled, missing = relabel(listing, table, names, what)
     for name, reason in unlabelled:
         _skip(skipped, name, reason, strict)
-    for name in missing:
-        _skip(skipped, f"{name} (in {what})", "labelled, but not in the source", strict)
+    left_out = set(listing.left_out)
+    for name in missing:  # (found from outside: a labelled file left out by its ending was "not in the source")
+        why = f"in the source, but no image by its ending ({IMAGE_ENDINGS}): rename it" if name in left_out else ""
+        _skip(skipped, f"{name} (in {what})", why or "labelled, but not in the source", strict)
     return labelled
-
-
-def _archives(names: list[str]) -> str:
-    """What to do where a source of no images holds archives (found from outside), or ""."""
-    if not any(name.lower().endswith((".tar", ".tar.gz", ".tgz")) for name in names):
-        return ""
-    return (
-        "; it holds archives, as ImageNet's training tar holds a tar a class: unpack it once (tar xf) and give the "
-        "folder, whose class tars prepare reads"
-    )
 
 
 def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:

@@ -107,19 +107,46 @@ class MergeSettings:
     def unread(self) -> list[str]:
         """The settings given (not their defaults) that this mode does not read, as options (found from outside:
         --erode and --color with raw-rgb changed nothing, unsaid, and merged every frame again)."""
-        given = [f.name for f in fields(self) if getattr(self, f.name) != f.default]
+        # (a setting given off, none or 0, changes nothing: found from outside, --color none was said unread)
+        off = ("none", 0)
+        given = [
+            f.name
+            for f in fields(self)
+            if (v := getattr(self, f.name)) != f.default and (isinstance(v, bool) or v not in off)
+        ]
         option = {"masked_hist": "--no-masked-hist"}  # (its default, True, is the one without an option)
         return [option.get(n, f"--{n.replace('_', '-')}") for n in given if n not in READ[self.mode]]
+
+    def unpaired(self) -> str | None:
+        """Which of --sharpen and --blursharpen is given without the other, which it needs (DFL's merger asks the
+        amount of a sharpen mode alone; found from outside, each alone changed nothing but merged every frame
+        again), or None."""
+        if self.mode not in FINISHED:
+            return None
+        if self.sharpen != "none" and not self.blursharpen:
+            return "sharpen"
+        return "blursharpen" if self.blursharpen > 0 and self.sharpen == "none" else None
 
     def as_read(self) -> MergeSettings:
         """These settings with those the mode does not read at their defaults: a merge's record of them, so that
         changing one of those keeps the frames merged before."""
-        unread = [f for f in fields(self) if f.name not in READ[self.mode]]
-        return replace(self, **{f.name: f.default for f in unread})
+        unread = {f.name for f in fields(self) if f.name not in READ[self.mode]} | {self.unpaired()}
+        return replace(self, **{f.name: f.default for f in fields(self) if f.name in unread})
+
+    def record(self) -> dict:
+        """What a merge's record keeps of these settings: DFL's finishing filters only where on, so that a merge
+        recorded before they were here is of the same settings (found by review: every such merge began again)."""
+        added = ("motion_blur", "sharpen", "blursharpen", "denoise", "bicubic_degrade", "color_degrade")
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in added or getattr(self, f.name) != f.default
+        }
 
 
 # What each mode reads of MergeSettings (merge_face): raw-rgb warps the swap in whole, its mask only for masks/;
 # raw-predict gives the model's face and mask; original the frame, and its shaped mask for masks/.
+FINISHED = ("overlay", "hist-match", "seamless", "seamless-hist-match")  # the modes DFL's filters finish
 _SHAPED = ("mode", "mask", "erode", "blur", "scale", "super_resolution")
 _FINISHED = (*_SHAPED, "color", "motion_blur", "sharpen", "blursharpen", "denoise", "bicubic_degrade", "color_degrade")
 READ = {
@@ -129,7 +156,7 @@ READ = {
     "seamless-hist-match": (*_FINISHED, "hist_threshold"),
     "raw-rgb": ("mode", "mask", "scale", "super_resolution"),
     "raw-predict": ("mode", "mask", "super_resolution"),
-    "original": ("mode", "mask", "erode", "blur", "scale"),
+    "original": ("mode", "mask", "erode", "blur", "scale", "super_resolution"),  # (masks/ at 4x with it)
 }
 
 
@@ -231,9 +258,10 @@ def merge_face(
     segmenter: Segmenter | None = None,
     motion: tuple[float, float] = (0.0, 0.0),
     under: np.ndarray | None = None,
-) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray]:
+) -> tuple[tuple[int, int, int, int], np.ndarray | None, np.ndarray]:
     """One face of a frame (RGB uint8) swapped and merged, in the part of the frame it can change: (that box
-    (x0, y0, x1, y1), the merged part float32 RGB in [0, 1], its merge mask (h, w, 1)); with mode raw-predict,
+    (x0, y0, x1, y1), the merged part float32 RGB in [0, 1] or None where the mask leaves nothing to merge into
+    (the frame as it was), its merge mask (h, w, 1)); with mode raw-predict,
     the box is None and the model's face and mask come instead. Only the box is warped and blended (a face
     is a small part of a 720p frame); the pixels are those DFL's full-frame merge gives. With
     s.super_resolution, `enhancer` makes the swap 4x (DFL's FaceEnhancer) and the face is merged at that size; XSeg's
@@ -300,7 +328,7 @@ def merge_face(
 
     inside = np.argwhere(frame_mask[..., 0] >= 0.1)
     if not inside.size or min(inside.max(0) - inside.min(0)) < 4:
-        return box, image, frame_mask  # nothing of the mask left to merge into: the frame as it was
+        return box, None, frame_mask  # nothing of the mask left to merge into: the frame as it was
     area = (mask > 0).astype(np.float32)
     seamless = s.mode.startswith("seamless")
     if not seamless and s.color != "none":
@@ -375,37 +403,40 @@ def merge_frame(
     as it was, with an empty mask; mode raw-predict gives the model's face and mask instead. `motion`: its faces'
     (merge_filters.motions), for s.motion_blur."""
     out, mask_out = frame.copy(), np.zeros(frame.shape[:2], np.uint8)
-    finished = faces and s.mode in ("overlay", "hist-match", "seamless", "seamless-hist-match")
-    under = None  # the whole frame degraded, which the faces are blended onto
-    if finished and (s.denoise or s.bicubic_degrade):
-        under = degraded(frame.astype(np.float32) / 255, s.denoise, s.bicubic_degrade)
+    # DFL's denoise, bicubic and colour degrade change the whole frame of each face merged (each face's own frame, as
+    # DFL's: a face left as it was, of no mask to merge into, is the frame as it was)
+    whole_frame = bool(faces) and s.mode in FINISHED and bool(s.denoise or s.bicubic_degrade or s.color_degrade)
+    original = frame.astype(np.float32) / 255 if whole_frame else None
+    under = degraded(original, s.denoise, s.bicubic_degrade) if original is not None else None
     merged = [merge_face(frame, lm, predictor, res, kind, s, key, enhancer, segmenter, motion, under) for lm in faces]
     if s.mode == "raw-predict" and merged:
         face, mask = merged[0][1], merged[0][2]
         return (face * 255).astype(np.uint8), (mask[..., 0] * 255).astype(np.uint8)
     if not merged:
         return out, mask_out
-    # the faces' parts laid over one another inside the box that holds them all
+    # the faces' parts laid over one another inside the box that holds them all (the whole frame, where it changes)
     x0, y0 = min(b[0] for b, _, _ in merged), min(b[1] for b, _, _ in merged)
     x1, y1 = max(b[2] for b, _, _ in merged), max(b[3] for b, _, _ in merged)
-    whole_frame = finished and (under is not None or s.color_degrade)
-    if whole_frame:  # (the frame outside the faces' box changes too)
-        under = frame.astype(np.float32) / 255 if under is None else under
+    if original is not None:
         x0, y0, x1, y1 = 0, 0, frame.shape[1], frame.shape[0]
-    base = frame[y0:y1, x0:x1].astype(np.float32) / 255 if under is None else under
+    own = frame[y0:y1, x0:x1].astype(np.float32) / 255 if original is None else original
     final = final_mask = None
     for (bx0, by0, bx1, by1), part, mask in merged:
-        face = base.copy()
-        face[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = part
-        whole = np.zeros((*base.shape[:2], 1), np.float32)
+        face = own  # (a face of no mask to merge into: the frame as it was)
+        if part is not None:
+            face = (own if under is None else under).copy()
+            face[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = part
+            if original is not None:  # (DFL's clip of the whole frame: bicubic's overshoot, found from outside)
+                face = np.clip(face, 0, 1)
+            if s.color_degrade:
+                face = color_degraded(face, s.color_degrade)
+        whole = np.zeros((*own.shape[:2], 1), np.float32)
         whole[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = mask
         if final is None:
             final, final_mask = face, whole
         else:
             final = final * (1 - whole) + face * whole
             final_mask = np.clip(final_mask + whole, 0, 1)
-    if s.color_degrade and finished:
-        final = color_degraded(final, s.color_degrade)
     out[y0:y1, x0:x1] = (final * 255).astype(np.uint8)
     mask_out[y0:y1, x0:x1] = (final_mask[..., 0] * 255).astype(np.uint8)
     return out, mask_out

@@ -80,13 +80,13 @@ def color_degraded(image: np.ndarray, power: int) -> np.ndarray:
     return image * (1.0 - alpha) + reduced * alpha
 
 
-def motions(stems: Sequence[str], faces: dict[str, list[np.ndarray]]) -> dict[str, tuple[float, float]]:
+def motions(stems: Sequence[str], faces: dict[str, list[np.ndarray]]) -> dict[str, tuple[float, float]] | None:
     """Each frame's face motion as DFL's merger measures it for motion_blur_power: the centre of the first face's
     full-face square (at 256 px) moving from the frame before to the frame after (the first and last frames their
-    own neighbours), as (pixels, degrees); none where any of the three has no face. No frame moves where a frame
-    has several faces (DFL's merger then says it uses no motion blur)."""
+    own neighbours), as (pixels, degrees); none where any of the three has no face. None where a frame has several
+    faces: no frame moves then (DFL's merger says it uses no motion blur)."""
     if any(len(f) > 1 for f in faces.values()):
-        return {}
+        return None
     size = 256
     centre = np.array([[size // 2 - 1, size // 2 - 1]], np.float64)
 

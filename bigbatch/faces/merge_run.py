@@ -184,7 +184,11 @@ def merge_folder(
 
     if unread := s.unread():  # (DFL's merger does not ask them in this mode)
         warn(f"--mode {s.mode} reads no {', '.join(unread)}: merged without {'it' if len(unread) == 1 else 'them'}")
-        s = s.as_read()
+    if (alone := s.unpaired()) == "sharpen":
+        warn(f"--sharpen {s.sharpen} sharpens by --blursharpen AMOUNT (1..100), which is 0: merged without it")
+    elif alone == "blursharpen":
+        warn(f"--blursharpen {s.blursharpen} sharpens by --sharpen box or gaussian, which is none: merged without it")
+    s = s.as_read()  # (those it does not read at their defaults: changed, they merge nothing again)
     if (s.mask in XSEG_MASKS) != (xseg is not None):
         raise BigbatchError(
             f"--mask {s.mask} needs --xseg MODEL, an XSeg model (DFL's _internal/model_generic_xseg, or an xseg run)"
@@ -270,7 +274,7 @@ def merge_folder(
     out = Path(out)
     (out / "masks").mkdir(parents=True, exist_ok=True)
     record = {
-        "settings": {**s.__dict__, "face_type": kind.dfl_name}
+        "settings": {**s.record(), "face_type": kind.dfl_name}
         | ({"xseg": merge_record.content_digest(model_file(xseg))} if xseg is not None else {})
         | ({"enhancer": merge_record.content_digest(enhancer_file(weights))} if weights is not None else {}),
         "model": merge_record.model_identity(run, model),
@@ -328,6 +332,7 @@ def merge_folder(
                 # (raw-predict writes a frame's first face alone; found from outside: all were counted)
                 found = len(faces.get(stem, ()))
                 n, merged = n + 1, merged + (min(found, 1) if s.mode == "raw-predict" else found)
+                merging.with_faces += bool(found)
                 merging.add(i, stem, frame)
             merging.flush()
             merging.drain()
@@ -337,9 +342,9 @@ def merge_folder(
     if merging.maskless:  # (found from outside: every mask empty, "Merged 25 faces", the frames as they were)
         warn(
             f"{len(merging.maskless)} of the {merging.with_faces} frames with faces merged kept no pixel of their "
-            f"mask (e.g. {min(merging.maskless)}), so they are as they were: a smaller --erode, --blur or --scale "
-            "leaves some "
-            f"(at this {model.resolution} px model, their pixels are a {model.resolution * 4} px square's)"
+            f"mask (e.g. {min(merging.maskless, key=natural_key)}), so they are as they were: a smaller --erode, "
+            "--blur or --scale leaves some (at this "
+            f"{model.resolution} px model, their pixels are a {model.resolution * 4} px square's)"
         )
     return n, merged, kept
 
@@ -351,10 +356,11 @@ def _motions(s: MergeSettings, names: list[str] | None, faces: dict[str, list[np
     if names is None:
         warn("--motion-blur: the video's container does not say its frame count, so no face's motion is known")
         return {}
-    if several := sorted((k for k, v in faces.items() if len(v) > 1), key=natural_key):
-        warn(f"--motion-blur: {several[0]} has several faces, so no frame is motion-blurred, as DFL's merger has it")
-        return {}
-    return motions([Path(name).stem for name in names], faces)
+    moved = motions([Path(name).stem for name in names], faces)
+    if moved is None:
+        several = min((k for k, v in faces.items() if len(v) > 1), key=natural_key)
+        warn(f"--motion-blur: {several} has several faces, so no frame is motion-blurred, as DFL's merger has it")
+    return moved or {}
 
 
 class _Merging:
@@ -387,8 +393,8 @@ class _Merging:
         self.writer, self.bar, self.pool, self.workers = writer, bar, pool, workers
         self.pending: collections.deque[concurrent.futures.Future] = collections.deque()  # each: a chunk's frames
         self.chunk: list[tuple[int, str, np.ndarray]] = []
-        self.maskless: list[str] = []  # frames with faces whose merge mask kept no pixel, of `with_faces`
-        self.with_faces = 0
+        self.maskless: list[str] = []  # frames with faces whose merge mask kept no pixel (on the threads)
+        self.with_faces = 0  # frames with faces handed to the threads
         self.motion: dict[str, tuple[float, float]] = {}  # each frame's face's, for s.motion_blur
 
     def add(self, i: int, stem: str, frame: np.ndarray) -> None:
@@ -463,10 +469,8 @@ class _Merging:
             frame, faces, lambda x: next(predictions), res, self.kind, self.s, i, self.enhancer, self.segmenter,
             self.motion.get(stem, (0.0, 0.0)),
         )  # fmt: skip
-        if faces and self.s.mode not in ("original", "raw-predict"):
-            self.with_faces += 1
-            if not mask.any():
-                self.maskless.append(stem)  # (a frame with faces its merge left as it was)
+        if faces and self.s.mode not in ("original", "raw-predict") and not mask.any():
+            self.maskless.append(stem)  # (a frame with faces its merge left as it was)
         for path, data in ((self.out / "masks" / f"{stem}.png", mask), (self.out / f"{stem}.png", rgb[..., ::-1])):
             ok, png = cv2.imencode(".png", data)
             atomic_write(path, png.tobytes(), sync=False)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bigbatch.data.images import ImageData
-from bigbatch.data.listing import IMAGE_EXTENSIONS, Listing
+from bigbatch.data.listing import IMAGE_ENDINGS, Listing, is_image_name
 from bigbatch.data.sources import decode_or_reason, list_source
 from bigbatch.data.tars import read_by_listing
 from bigbatch.errors import BigbatchError, first_line
@@ -63,15 +63,13 @@ class ImageFiles:
     ):
         self.as_scorers = as_scorers
         # (a listing of every file: list_source(..., classes=False); a class listing leaves some outside)
-        order = [i for i, r in enumerate(listing.names) if Path(r).suffix.lower() in IMAGE_EXTENSIONS]
+        order = [i for i, r in enumerate(listing.names) if is_image_name(r)]
         self.keys, self.names = [listing.keys[i] for i in order], [listing.names[i] for i in order]
         self.others = sorted(set(listing.names) - set(self.names))  # the files passed over (predict lists them)
         self.reader, self.source = listing.source, source
         self.skipped = list(listing.skipped)  # (what the listing could not take: a damaged tar's rest)
         if not self.keys:
-            raise BigbatchError(
-                f"{source} holds no image files ({', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))}); {give}"
-            )
+            raise BigbatchError(f"{source} holds no image files ({IMAGE_ENDINGS}); {give}")
 
     def __len__(self) -> int:
         return len(self.keys)

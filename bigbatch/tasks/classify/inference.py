@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from bigbatch.config import Config
-from bigbatch.data.listing import IMAGE_EXTENSIONS
+from bigbatch.data.listing import IMAGE_ENDINGS, IMAGE_EXTENSIONS
 from bigbatch.data.schedule import resolution_scored
 from bigbatch.data.sources import decode_or_reason, list_source
 from bigbatch.data.tars import read_by_listing
@@ -199,7 +199,7 @@ def _images(
 def _not_an_image(name: str) -> str:
     if name.lower().endswith(ARCHIVES):
         return "not opened inside a folder: give it to predict on its own"
-    return f"not an image file by its name ({', '.join(sorted(e[1:] for e in IMAGE_EXTENSIONS))})"
+    return f"not an image file by its name ({IMAGE_ENDINGS})"
 
 
 def _decoded(data: bytes | str) -> torch.Tensor | str:
