@@ -17,12 +17,12 @@ def read_metrics(path: Path) -> list[dict]:
     return [row for row in map(metrics_row, lines) if row is not None]
 
 
-def truncate_metrics(path: Path, nimg: int, scores_too: bool = False, aside: str | None = None) -> None:
+def truncate_metrics(path: Path, nimg: int, scores_too: bool = False, superseded: str | None = None) -> None:
     """Drop log lines past the checkpoint being resumed, so metrics.jsonl reads as one run; `scores_too`: its
     evaluation's rows at the checkpoint too (the resumed run makes it again: a run stopped after it had made it
-    once, before the checkpoint said so); `aside`: the rows dropped kept in metrics.jsonl.ASIDE (a rollback's),
-    said. Lines that are not rows, but for a last one cut short by a crash, are damage: warned about, the file kept
-    beside."""
+    once, before the checkpoint said so); `superseded`: the rows dropped kept in metrics.jsonl.SUPERSEDED (a
+    rollback's), said. Lines that are not rows, but for a last one cut short by a crash, are damage: warned about,
+    the file kept beside."""
     if not path.exists():
         return
     lines = path.read_text(errors="replace").splitlines()
@@ -39,10 +39,10 @@ def truncate_metrics(path: Path, nimg: int, scores_too: bool = False, aside: str
     if scores_too:
         keep = [row for row in keep if not ("eval_seconds" in row and round(row["kimg"] * 1000) == nimg)]
     dropped = [row for row in rows if row is not None and round(row["kimg"] * 1000) > nimg]
-    if aside and dropped:
-        atomic_write(path.with_name(f"{path.name}.{aside}"), "".join(json.dumps(row) + "\n" for row in dropped))
+    if superseded and dropped:
+        atomic_write(path.with_name(f"{path.name}.{superseded}"), "".join(json.dumps(row) + "\n" for row in dropped))
         warn(
             f"{path}: its {counted(len(dropped), 'row')} past {nimg / 1000:g} kimg, of another history, kept as "
-            f"{path.name}.{aside}"
+            f"{path.name}.{superseded}"
         )
     atomic_write(path, "".join(json.dumps(row) + "\n" for row in keep))

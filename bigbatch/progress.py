@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -104,7 +106,7 @@ class Progress:
                 # A resumed run drops the events logged at and past its checkpoint (purge_step is the first step
                 # purged) and logs its rows at the checkpoint again as metrics.jsonl keeps them (found from outside:
                 # an evaluation made again at the checkpoint was two points there).
-                self.tb = SummaryWriter(str(run.path / "tb"), purge_step=nimg if resumed else None)
+                self.tb = _event_writer(SummaryWriter, run.path / "tb", nimg if resumed else None)
                 for row in rows if resumed else []:
                     if round(row["kimg"] * 1000) == nimg:
                         self._tb_row(nimg, row)
@@ -156,7 +158,7 @@ class Progress:
         self.bar.set_postfix(shown)
         if self.bar.disable and not self.quiet:
             eta = max(0, self.total - nimg) / max(row["img_per_s"], 1e-9)  # the last step may pass the end
-            eta += self.evals_left(nimg) * (self.eval_s or 0.0)
+            eta += self.evals_left(nimg) * self.eval_s if self.eval_s else 0.0  # (none seen yet: none counted)
             losses = "  ".join(f"{k} {v}" for k, v in shown.items())
             total = self.run.cfg.train.kimg
             places = max(1, min(4, 1 - math.floor(math.log10(total)))) if total > 0 else 1  # 0.032/0.064, 1.2/30
@@ -215,6 +217,25 @@ class Progress:
                 self.tb.close()
             except OSError as e:
                 self._drop_tb(e)
+
+
+def _event_writer(writer: Any, folder: Path, purge_step: int | None) -> Any:
+    """A SummaryWriter into `folder` whose event file sorts after those there. TensorBoard reads a run's event files in
+    the order of their names, which begin with the second each was made in: a resumed run's made in the same second
+    as the one before it could sort first (its number 10 before 9), and its purge of the steps past its checkpoint be
+    read before the steps it purges (found by the suite: each evaluation twice). Made again in the next second then."""
+    before = {f.name for f in folder.glob("events.out.tfevents.*")}
+    tb = writer(str(folder), purge_step=purge_step)
+    ours = {f.name for f in folder.glob("events.out.tfevents.*")} - before
+    if purge_step is None or not before or not ours or min(ours) > max(before):
+        return tb
+    tb.close()
+    for name in ours:
+        (folder / name).unlink(missing_ok=True)
+    made = [int(m.group(1)) for name in before | ours if (m := re.match(r"[^\d]+(\d+)\.", name))]
+    while made and time.time() < max(made) + 1:
+        time.sleep(0.05)
+    return writer(str(folder), purge_step=purge_step)
 
 
 def show(text: str) -> None:

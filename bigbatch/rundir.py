@@ -239,7 +239,9 @@ class Run:
             aside = (
                 f"superseded-{checkpoints.checkpoint_name(nimg)}-{time.strftime('%Y%m%d-%H%M%S')}" if newer else None
             )
-            truncate_metrics(self.path / "metrics.jsonl", nimg, scores_too=redo, aside=aside)  # from outside: logged
+            truncate_metrics(
+                self.path / "metrics.jsonl", nimg, scores_too=redo, superseded=aside
+            )  # from outside: logged
             # twice)
         return nimg, seconds
 

@@ -58,3 +58,22 @@ def test_the_printed_eta_counts_the_evaluations_still_due():
     assert Progress.evals_left(at, 64) == 1 and Progress.evals_left(at, 0) == 5
     at.run = SimpleNamespace(cfg=cfg.override({"eval.every_kimg": 0}))
     assert Progress.evals_left(at, 0) == 0
+
+
+def test_a_resumed_runs_event_file_sorts_after_the_files_before_it(tmp_path):
+    # Found by the suite: made in the same second as the file before it, numbered 10 after 9, it sorted first, and
+    # TensorBoard read its purge of the steps past the checkpoint before those steps (each evaluation twice).
+    import time
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    from bigbatch.progress import _event_writer
+
+    later = int(time.time()) + 1  # (a file before ours whose name sorts after the one ours would have now)
+    (tmp_path / f"events.out.tfevents.{later:010d}.host.1.0").write_bytes(b"")
+    _event_writer(SummaryWriter, tmp_path, None).close()  # (a new run's: made as it is)
+    assert len(list(tmp_path.iterdir())) == 2
+    (tmp_path / f"events.out.tfevents.{later:010d}.zzz.1.0").write_bytes(b"")  # (after both)
+    _event_writer(SummaryWriter, tmp_path, 32).close()
+    names = sorted(f.name for f in tmp_path.iterdir())
+    assert len(names) == 4 and names[-1].startswith(f"events.out.tfevents.{later + 1:010d}.")
