@@ -65,7 +65,7 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
     whole = meta.get("crop") == "none"
     stored = meta.get("short_side" if whole else "resolution")
     if cfg.task == "gan" and given == cfg.data.path and (stored or (not whole and meta.get("height"))):
-        from bigbatch.tasks.gan.task import check_stored_size
+        from bigbatch.tasks.gan.checks import check_stored_size
 
         check_stored_size(cfg, stored or 0, whole, meta)
     elif cfg.task == "classify" and given in (cfg.data.path, cfg.data.val_path) and stored:  # (from outside: unsaid)

@@ -249,6 +249,15 @@ class TrainConfig(Section):
     (0 = off)."""
     r1_every: int = 1
     """Lazy R1 (StyleGAN2: 16): the penalty on every this-many-th D step, times this."""
+    lecam: float = 0.0
+    """LeCam regularization of D (Tseng et al. 2021; StudioGAN's lecam_lambda, e.g. 0.3 with DiffAugment on little
+    data): this times the mean squares of D's outputs on reals above the moving average of its outputs on fakes
+    and on fakes below that of reals (0 = off)."""
+    lecam_decay: float = 0.99
+    """How much of the moving averages of D's outputs a D step keeps (the authors' and StudioGAN's 0.99)."""
+    lecam_start: int = 1000
+    """D steps whose means the averages take as they are, before they start to move by train.lecam_decay (the
+    authors' and StudioGAN's start iteration, 1000)."""
     pl_weight: float = 0.0
     """Path length regularization of G (StyleGAN2: 2; needs a G with a mapping network, model.name =
     "stylegan2"): this times the mean of (|J_w^T y| - a)^2 over the images it is computed on, y a
@@ -316,7 +325,10 @@ class TrainConfig(Section):
         for name in ("g_lr", "d_lr", "lr"):  # (the optimizers keep their rates as float32 numbers)
             if getattr(self, name) > 3.4e38:
                 self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
-        at_least_zero(self, r1_gamma="a finite number >= 0 (0 = off)")
+        at_least_zero(self, r1_gamma="a finite number >= 0 (0 = off)", lecam="a finite number >= 0 (0 = off)")
+        at_least_zero(self, lecam_start="a number of D steps >= 0")
+        if not 0 <= self.lecam_decay < 1:
+            self._fail("lecam_decay", f"must be a fraction in [0, 1), got {self.lecam_decay}")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         at_least_zero(self, freeze_d="a number of blocks >= 0")

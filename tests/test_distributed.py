@@ -88,7 +88,10 @@ def test_two_processes_train_the_weights_of_one(tmp_path):
 
 
 VARIANTS = {
-    "diffaugment": ["augment.policy=color,translation,cutout", "augment.p=0.5"],
+    # LeCam's moving averages of D's outputs too: each D step's means, added in rank order (test_lecam.py)
+    "diffaugment": [
+        "augment.policy=color,translation,cutout", "augment.p=0.5", "train.lecam=0.3", "train.lecam_start=2",
+    ],
     "ada": ["augment.pipeline=ada", "augment.policy=bgcfnc", "augment.p=0.5"],  # resampled per micro-batch too
     # Style mixing and noise drawn per image, w_avg from the whole step, path lengths' running mean from
     # the step's images on every rank (ADA's code keeps one per GPU), the minibatch statistic per group.

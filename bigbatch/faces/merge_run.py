@@ -88,7 +88,7 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
     the frames taken of it at another rate, exit 0). ALIGNED's journal (bigbatch extract's) names their source;
     the same frames elsewhere (a video and the folder of all its frames, a folder moved) pass by their names, and
     DFL's aligned folders, with no journal, are taken as they are."""
-    from bigbatch.faces.extract_journal import JOURNAL
+    from bigbatch.faces.extract_journal import JOURNAL, same_source
 
     try:
         lines = (aligned / JOURNAL).read_text().splitlines()
@@ -99,8 +99,8 @@ def check_source(aligned: Path, frames: str, source: Any) -> None:
     now = source.identity()
     if was == now["path"]:
         return
-    if isinstance(recorded, dict) and "checksum" in recorded and "checksum" in now:  # a video, and a video
-        if recorded["checksum"] == now["checksum"]:  # (the same one, copied or moved)
+    if "checksum" in recorded and "checksum" in now:  # a video, and a video
+        if same_source(recorded, now):  # (the same one, copied or moved)
             return
         raise BigbatchError(  # (found from outside: dst's faces on src.mp4, as many frames, passed with exit 0)
             f"the faces in {aligned} were extracted from {was}, and {frames} is another video (its bytes differ): "

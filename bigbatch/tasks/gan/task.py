@@ -23,7 +23,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bigbatch import models
 from bigbatch.config import Config
-from bigbatch.data.load import rectangles
 from bigbatch.data.loader import Batch, Step, read_batch
 from bigbatch.data.schedule import schedule_of
 from bigbatch.data.streams import (
@@ -51,10 +50,11 @@ from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
+from bigbatch.tasks.gan.checks import check_config, check_stored_size
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
-from bigbatch.tasks.gan.scorer import Scorer, check_eval
+from bigbatch.tasks.gan.scorer import Scorer
 from bigbatch.tasks.gan.sheets import Sheets
-from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_face_sets, refuse_sections, register
+from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_face_sets, register
 
 
 def check_path_length(cfg: Config, G: nn.Module) -> None:
@@ -91,75 +91,9 @@ def check_attention_given(cfg: Config, G: nn.Module, D: nn.Module) -> None:
             )
 
 
-# The train keys of the classify task, which the GAN task does not read.
-CLASSIFY_KEYS = (
-    "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
-    "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "freeze_kimg", "body_lr_mult",
-    "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase",
-)  # fmt: skip
-
-
 def linear_decay(lr: float, nimg: int, total: int) -> float:
     """train.lr_decay="linear": the learning rate after `nimg` of `total` images, falling to 0 at the end."""
     return lr * max(0.0, 1 - nimg / total)
-
-
-def check_config(cfg: Config) -> None:
-    """What the GAN makes of the config: a registered model family and its options, one resolution
-    throughout (the GAN families are built for one), evaluation settings it can score."""
-    m = cfg.model
-    gan_models = models.list_models(task="gan")
-    if m.name not in gan_models:
-        valid = f"valid: {', '.join(gan_models)}{models.registry.USER_FAMILY}"
-        m._fail("name", f"names no GAN model family '{m.name}'; {valid}")
-    r = cfg.data.resolution
-    if r & (r - 1):
-        cfg.data._fail("resolution", f"must be a power of two for a GAN, got {r}")
-    foreign = cfg.train.changed(*CLASSIFY_KEYS) + cfg.data.changed("val_path", "val_fraction", "val_rect", "val_crop")
-    if cfg.train.lr_decay not in ("none", "linear"):
-        cfg.train._fail(
-            "lr_decay", f'must be "none" or "linear" for the GAN task, got "{cfg.train.lr_decay}" (a classifier\'s)'
-        )
-    refuse_sections(cfg, "the GAN task", "swap", "xseg")
-    if foreign:
-        raise BigbatchError(
-            f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
-            'train.d_lr, train.betas and train.lr_decay = "none" | "linear"; remove it or set task = "classify"'
-        )
-    try:
-        models.registry.check_options(m.name, m.options)
-    except BigbatchError as e:
-        raise BigbatchError(f"config key 'model.options': {e}") from None
-    for i, phase in enumerate(schedule_of(cfg).phases):
-        if phase.lr is not None:
-            raise BigbatchError(
-                f"config key 'data.schedule' phase {i} gives an lr, which the GAN task does not read (it uses "
-                "train.g_lr and train.d_lr)"
-            )
-        if phase.resolution != cfg.data.resolution:
-            raise BigbatchError(
-                f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg) has resolution "
-                f"{phase.resolution}, but data.resolution is {cfg.data.resolution}: the GAN models are built for "
-                "one resolution, so a GAN schedule may change only the batch"
-            )
-    check_eval(cfg.eval)
-
-
-def check_stored_size(cfg: Config, r: int, whole: bool, meta: dict | None = None) -> None:
-    """data.path's images (`whole`: of that short side) are at data.resolution, which the models are built for
-    (also --dry-run's check, from the file's metadata)."""
-    if rect := rectangles(meta or {}):  # (found from outside: "images of 0 px")
-        raise BigbatchError(
-            f"data set {cfg.data.path} holds {rect}, and a GAN's are: prepare the images again with --resolution "
-            f"{cfg.data.resolution} (their center squares)"
-        )
-    if r != cfg.data.resolution:
-        held = "whole images of short side" if whole else "images of"
-        fix = f"set data.resolution={r}, or " if r and not r & (r - 1) else ""  # (a GAN's: a power of two)
-        raise BigbatchError(
-            f"data set {cfg.data.path} holds {held} {r} px but data.resolution is {cfg.data.resolution}: {fix}"
-            f"prepare the images again with --resolution {cfg.data.resolution}"
-        )
 
 
 def check_new_gan(cfg: Config) -> None:
@@ -272,6 +206,7 @@ class GANTask:
         self._r1 = 0.0  # the R1 weight of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
         self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
         self.pl_mean = 0.0  # the running mean of path lengths
+        self.lecam = losses.LeCam(t.lecam, t.lecam_decay, t.lecam_start, rep.device) if t.lecam else None
         self.g_steps = 0
         # G_ema holds a trained average (a fine-tune's, a converted run's): blended from the first step, not copied
         # from G until train.ema_start_kimg (found from outside: a BigGAN fine-tune replaced it with G for 20k steps),
@@ -424,12 +359,15 @@ class GANTask:
                 logits_fake = self.D(fake, y_fake).float()
         adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
         ortho = self._ortho(self.D, self.cfg.train.d_ortho)
-        loss = adversarial + ortho
+        lecam = self.lecam.penalty(logits_real, logits_fake) if self.lecam is not None else None
+        loss = adversarial + ortho + (self.lecam.weight * lecam if lecam is not None else 0.0)  # type: ignore[union-attr]
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
-        # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1 and the orthogonal
-        # regularization apart: found from outside, ortho's in loss_D)
-        if torch.is_tensor(ortho) or self._r1:
+        # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam and the
+        # orthogonal regularization apart: found from outside, ortho's in loss_D)
+        if torch.is_tensor(ortho) or self._r1 or lecam is not None:
             out["loss_D"] = adversarial.detach()
+        if lecam is not None:
+            out["lecam_penalty"] = lecam.detach()
         if torch.is_tensor(ortho):
             out["ortho_D"] = ortho.detach()
         if self._r1:
@@ -450,6 +388,8 @@ class GANTask:
         with self._eager_if(self._r1):
             out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         self._r1 = 0.0
+        if self.lecam is not None and not self.rep.skipped(self.opt_D):  # (the step's means, over every rank)
+            self.lecam.observe(out["D_real"], out["D_fake"])
         total = out.pop("loss")  # (with R1's scaled penalty on its lazy steps: found from outside, loss_D leapt then)
         return {"loss_D": out.pop("loss_D", total), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
 
@@ -559,6 +499,8 @@ class GANTask:
             state["pl_mean"] = self.pl_mean
         if self.augment.on:
             state["augment"] = self.augment.state_dict()
+        if self.lecam is not None:
+            state["lecam"] = self.lecam.state_dict()
         if self.ema_pretrained:
             state["ema_pretrained"] = True
         return state
@@ -574,6 +516,8 @@ class GANTask:
         self.pl_mean = float(state.get("pl_mean", 0.0))
         if self.augment.on and "augment" in state:
             self.augment.load_state_dict(state["augment"])
+        if self.lecam is not None and "lecam" in state:  # (a run that turns it on at a resume: from none)
+            self.lecam.load_state_dict(state["lecam"])
 
     def model_info(self) -> dict[str, Any]:
         info = {"n_classes": self.n_classes, "img_channels": self.data.channels, "class_names": self.data.class_names}

@@ -72,7 +72,8 @@ FOREIGN_TRAIN_KEYS = (
     "ema_buffers", "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum",
     "nesterov", "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas",
     "adam_eps", "freeze_kimg", "body_lr_mult", "r1_gamma", "r1_every", "pl_weight", "pl_every", "pl_batch_shrink",
-    "pl_decay", "ema_rampup", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "train_bn",
+    "pl_decay", "ema_rampup", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "train_bn", "lecam",
+    "lecam_decay", "lecam_start",
 )  # fmt: skip
 PREVIEW_ROWS = 8
 

@@ -1,0 +1,76 @@
+"""What the GAN task makes of a config and of the data it is given: its checks, each one line naming the key."""
+
+from __future__ import annotations
+
+from bigbatch import models
+from bigbatch.config import Config
+from bigbatch.data.load import rectangles
+from bigbatch.data.schedule import schedule_of
+from bigbatch.errors import BigbatchError
+from bigbatch.tasks.gan.scorer import check_eval
+from bigbatch.tasks.interface import refuse_sections
+
+# The train keys of the classify task, which the GAN task does not read.
+CLASSIFY_KEYS = (
+    "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
+    "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "freeze_kimg", "body_lr_mult",
+    "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase",
+)  # fmt: skip
+
+
+def check_config(cfg: Config) -> None:
+    """What the GAN makes of the config: a registered model family and its options, one resolution
+    throughout (the GAN families are built for one), evaluation settings it can score."""
+    m = cfg.model
+    gan_models = models.list_models(task="gan")
+    if m.name not in gan_models:
+        valid = f"valid: {', '.join(gan_models)}{models.registry.USER_FAMILY}"
+        m._fail("name", f"names no GAN model family '{m.name}'; {valid}")
+    r = cfg.data.resolution
+    if r & (r - 1):
+        cfg.data._fail("resolution", f"must be a power of two for a GAN, got {r}")
+    foreign = cfg.train.changed(*CLASSIFY_KEYS) + cfg.data.changed("val_path", "val_fraction", "val_rect", "val_crop")
+    if cfg.train.lr_decay not in ("none", "linear"):
+        cfg.train._fail(
+            "lr_decay", f'must be "none" or "linear" for the GAN task, got "{cfg.train.lr_decay}" (a classifier\'s)'
+        )
+    refuse_sections(cfg, "the GAN task", "swap", "xseg")
+    if foreign:
+        raise BigbatchError(
+            f"config key '{foreign[0]}' is not read by the GAN task (task = \"gan\"); the GAN's are train.g_lr, "
+            'train.d_lr, train.betas and train.lr_decay = "none" | "linear"; remove it or set task = "classify"'
+        )
+    try:
+        models.registry.check_options(m.name, m.options)
+    except BigbatchError as e:
+        raise BigbatchError(f"config key 'model.options': {e}") from None
+    for i, phase in enumerate(schedule_of(cfg).phases):
+        if phase.lr is not None:
+            raise BigbatchError(
+                f"config key 'data.schedule' phase {i} gives an lr, which the GAN task does not read (it uses "
+                "train.g_lr and train.d_lr)"
+            )
+        if phase.resolution != cfg.data.resolution:
+            raise BigbatchError(
+                f"config key 'data.schedule' phase {i} (from {phase.start / 1000:g} kimg) has resolution "
+                f"{phase.resolution}, but data.resolution is {cfg.data.resolution}: the GAN models are built for "
+                "one resolution, so a GAN schedule may change only the batch"
+            )
+    check_eval(cfg.eval)
+
+
+def check_stored_size(cfg: Config, r: int, whole: bool, meta: dict | None = None) -> None:
+    """data.path's images (`whole`: of that short side) are at data.resolution, which the models are built for
+    (also --dry-run's check, from the file's metadata)."""
+    if rect := rectangles(meta or {}):  # (found from outside: "images of 0 px")
+        raise BigbatchError(
+            f"data set {cfg.data.path} holds {rect}, and a GAN's are: prepare the images again with --resolution "
+            f"{cfg.data.resolution} (their center squares)"
+        )
+    if r != cfg.data.resolution:
+        held = "whole images of short side" if whole else "images of"
+        fix = f"set data.resolution={r}, or " if r and not r & (r - 1) else ""  # (a GAN's: a power of two)
+        raise BigbatchError(
+            f"data set {cfg.data.path} holds {held} {r} px but data.resolution is {cfg.data.resolution}: {fix}"
+            f"prepare the images again with --resolution {cfg.data.resolution}"
+        )
