@@ -62,7 +62,7 @@ SIZES = {
             "train.batch": 8,
         },
         "stylegan2_micro": 4,
-        "steps": 2,
+        "steps": 1,
     },
 }
 

@@ -256,8 +256,8 @@ class TrainConfig(Section):
     lecam_decay: float = 0.99
     """How much of the moving averages of D's outputs a D step keeps (the authors' and StudioGAN's 0.99)."""
     lecam_start: int = 1000
-    """D steps whose means the averages take as they are, before they start to move by train.lecam_decay (the
-    authors' and StudioGAN's start iteration, 1000)."""
+    """Iterations (G steps) whose D steps' means the averages take as they are, the penalty off, before they move by
+    train.lecam_decay and the penalty applies (StudioGAN's lecam_ema_start_iter, 1000)."""
     pl_weight: float = 0.0
     """Path length regularization of G (StyleGAN2: 2; needs a G with a mapping network, model.name =
     "stylegan2"): this times the mean of (|J_w^T y| - a)^2 over the images it is computed on, y a
@@ -326,7 +326,7 @@ class TrainConfig(Section):
             if getattr(self, name) > 3.4e38:
                 self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
         at_least_zero(self, r1_gamma="a finite number >= 0 (0 = off)", lecam="a finite number >= 0 (0 = off)")
-        at_least_zero(self, lecam_start="a number of D steps >= 0")
+        at_least_zero(self, lecam_start="a number of iterations >= 0")
         if not 0 <= self.lecam_decay < 1:
             self._fail("lecam_decay", f"must be a fraction in [0, 1), got {self.lecam_decay}")
         if not all(0.0 <= b < 1.0 for b in self.betas):

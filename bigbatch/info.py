@@ -190,6 +190,7 @@ def describe_run(path: str | Path) -> str:
             f"training    {batch}, d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
             f"{t.loss} loss, {t.precision}, seed {t.seed}"
             + (f", R1 gamma {t.r1_gamma:g} every {t.r1_every}" if t.r1_gamma else "")
+            + (f", LeCam {t.lecam:g} (decay {t.lecam_decay:g} after {t.lecam_start} iterations)" if t.lecam else "")
             + (f", path length {t.pl_weight:g} every {t.pl_every} on 1/{t.pl_batch_shrink}" if t.pl_weight else "")
             + "".join(f", ortho {k} {v:g}" for k, v in (("G", t.g_ortho), ("D", t.d_ortho)) if v)
             # (the average G, its half-life and start: found from outside, not shown)

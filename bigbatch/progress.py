@@ -171,11 +171,13 @@ class Progress:
             )
 
     def evals_left(self, nimg: int) -> int:
-        """The evaluations still due after `nimg` images: eval.every_kimg's (eval.count) and the run's end's."""
+        """The evaluations still due after `nimg` images: eval.every_kimg's (eval.count) and the run's end's, at most
+        one a step left (a step that passes several of eval.fine_every_kimg's scores once: found by review)."""
         e = self.run.cfg.eval
         if not e.every_kimg or nimg >= self.total:
             return 0
-        return e.count(self.total) - e.count(nimg) + (e.count(self.total) == e.count(self.total - 1))
+        due = e.count(self.total) - e.count(nimg) + (e.count(self.total) == e.count(self.total - 1))
+        return min(due, -(-(self.total - nimg) // max(1, self.rep.batch)))
 
     def scores(self, nimg: int, step: int, scores: dict[str, float]) -> None:
         self.eval_s = float(scores["eval_seconds"])
@@ -233,7 +235,12 @@ def _event_writer(writer: Any, folder: Path, purge_step: int | None) -> Any:
     for name in ours:
         (folder / name).unlink(missing_ok=True)
     made = [int(m.group(1)) for name in before | ours if (m := re.match(r"[^\d]+(\d+)\.", name))]
-    while made and time.time() < max(made) + 1:
+    until = max(made, default=0) + 1
+    if until > time.time() + 2:  # (another host's clock ahead, a name of the future: found by review, waited on)
+        warn(f"{folder}: an event file is named after a time ahead of this clock; TensorBoard may show the steps "
+             "past the checkpoint resumed beside those logged again")  # fmt: skip
+        return writer(str(folder), purge_step=purge_step)
+    while time.time() < until:
         time.sleep(0.05)
     return writer(str(folder), purge_step=purge_step)
 

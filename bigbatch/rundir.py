@@ -232,17 +232,14 @@ class Run:
             how = f": convert the weights again, or fine-tune them with train.init_from={self.path}" if old else ""
             raise BigbatchError(f"checkpoint {ckpt} has an unusable state.pt ({e}){how}") from None
         if rep.is_main:  # (an evaluation the checkpoint says is still due is made again: a row of it goes, found
+            # from outside: logged twice)
             redo = bool((self.log_window or {}).get("eval_pending")) and getattr(task, "scorer", None) is not None
             # A rollback's rows past the checkpoint, of another history, kept beside as its checkpoints are (found
             # from outside: lost).
             newer = any(float(c.name) * 1000 > nimg for c in checkpoint_find.published(self.path))
-            aside = (
-                f"superseded-{checkpoints.checkpoint_name(nimg)}-{time.strftime('%Y%m%d-%H%M%S')}" if newer else None
-            )
-            truncate_metrics(
-                self.path / "metrics.jsonl", nimg, scores_too=redo, superseded=aside
-            )  # from outside: logged
-            # twice)
+            when = time.strftime("%Y%m%d-%H%M%S")
+            superseded = f"superseded-{checkpoints.checkpoint_name(nimg)}-{when}" if newer else None
+            truncate_metrics(self.path / "metrics.jsonl", nimg, scores_too=redo, superseded=superseded)
         return nimg, seconds
 
     def write_previews(self, task: Task, nimg: int, at_checkpoint: bool, missing: bool = False) -> None:

@@ -51,13 +51,17 @@ def test_the_printed_eta_counts_the_evaluations_still_due():
     from bigbatch.progress import Progress
 
     cfg = bigbatch.preset("digits").override({"eval.every_kimg": 0.016})
-    at = SimpleNamespace(total=64, run=SimpleNamespace(cfg=cfg))
+    at = SimpleNamespace(total=64, run=SimpleNamespace(cfg=cfg), rep=SimpleNamespace(batch=8))
     # (at 16, 32, 48 and 64 images: the end's is 64's own)
     assert [Progress.evals_left(at, n) for n in (0, 16, 40, 63, 64)] == [4, 3, 2, 1, 0]
     at.total = 70  # (an end off every_kimg's grid: an evaluation of its own)
     assert Progress.evals_left(at, 64) == 1 and Progress.evals_left(at, 0) == 5
     at.run = SimpleNamespace(cfg=cfg.override({"eval.every_kimg": 0}))
     assert Progress.evals_left(at, 0) == 0
+    # At most one a step: a step past several of eval.fine_every_kimg's ticks scores once (found by review: 30 for 12).
+    fine = {"eval.every_kimg": 1.0, "eval.fine_from_kimg": 0.0, "eval.fine_every_kimg": 0.1}
+    at = SimpleNamespace(total=3072, run=SimpleNamespace(cfg=cfg.override(fine)), rep=SimpleNamespace(batch=256))
+    assert Progress.evals_left(at, 0) == 12
 
 
 def test_a_resumed_runs_event_file_sorts_after_the_files_before_it(tmp_path):
@@ -77,3 +81,16 @@ def test_a_resumed_runs_event_file_sorts_after_the_files_before_it(tmp_path):
     _event_writer(SummaryWriter, tmp_path, 32).close()
     names = sorted(f.name for f in tmp_path.iterdir())
     assert len(names) == 4 and names[-1].startswith(f"events.out.tfevents.{later + 1:010d}.")
+
+
+def test_a_rollback_keeps_its_rows_aside_beside_a_damaged_files_copy(tmp_path):
+    # (found by the suite: the damaged file's copy took the name meant for the rows set aside)
+    from bigbatch.metrics_file import truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kimg": 0.016, "step": 2}\nnot a row\n{"kimg": 0.032, "step": 4}\n{"kimg": 0.048, "step": 6}\n')
+    truncate_metrics(path, 16, superseded="superseded-x")
+    assert path.read_text() == '{"kimg": 0.016, "step": 2}\n'
+    assert (tmp_path / "metrics.jsonl.damaged").read_text().count("\n") == 4
+    kept = (tmp_path / "metrics.jsonl.superseded-x").read_text().splitlines()
+    assert [json.loads(line)["kimg"] for line in kept] == [0.032, 0.048]

@@ -1,4 +1,5 @@
-"""What the GAN task makes of a config and of the data it is given: its checks, each one line naming the key."""
+"""What the GAN task makes of a config and of the data it is given: its config's checks (those of the built models:
+task.py), each one line naming the key."""
 
 from __future__ import annotations
 

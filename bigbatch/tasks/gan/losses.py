@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -58,39 +60,37 @@ def ortho_penalty(module: nn.Module) -> torch.Tensor:
 
 
 class LeCam:
-    """LeCam regularization of D (Tseng et al. 2021, google/lecam-gan; StudioGAN's apply_lecam): the squares of D's
-    outputs on real images above the moving average of its outputs on fakes, and on fakes below that of reals,
-    weighted by `weight`. The averages move by `decay` a D step (the step's means over every micro-batch and rank:
-    the same for any accumulation and process count), the first `start` D steps taking each step's means as they
-    are (the authors' start_itr). A step reads the averages of the steps before it: its own means are known only
-    once all its micro-batches have run (the authors' code, one process of one micro-batch, updates them with the
-    step's own first); no penalty before the first step's."""
+    """LeCam regularization of D (Tseng et al. 2021; StudioGAN's apply_lecam): the squares of D's outputs on real
+    images above the moving average of its outputs on fakes, and on fakes below that of reals, weighted by `weight`.
+    The averages move by `decay` a D step (the step's means over every micro-batch and rank: the same for any
+    accumulation and process count), taking each step's means as they are until iteration `start`, after which the
+    penalty applies (StudioGAN's lecam_ema_start_iter, its iterations: G steps). A step reads the averages of the
+    steps before it: its own means are known only once all its micro-batches have run (StudioGAN's update them at
+    each micro-batch, the authors' code, of one micro-batch, with the step's own first)."""
 
-    def __init__(self, weight: float, decay: float, start: int, device: torch.device):
+    def __init__(self, weight: float, decay: float, start: int):
         self.weight, self.decay, self.start = weight, decay, start
         self.means: tuple[float, float] | None = None  # the moving averages of D(real) and D(fake), or none yet
-        self.steps = 0  # the D steps observed
-        self.held = torch.zeros(2, device=device)  # (the averages on the device: a compiled D step reads them)
 
-    def penalty(self, logits_real: torch.Tensor, logits_fake: torch.Tensor) -> torch.Tensor | None:
-        """The penalty of a micro-batch's D outputs, in fp32 (None before the first step's averages)."""
-        if self.means is None:
+    def penalty(self, logits_real: torch.Tensor, logits_fake: torch.Tensor, iteration: int) -> torch.Tensor | None:
+        """The penalty of a micro-batch's D outputs at `iteration`, in fp32, unweighted (None before it applies)."""
+        if self.means is None or iteration <= self.start:
             return None
-        real, fake = self.held[0], self.held[1]
+        real, fake = self.means
         return F.relu(logits_real.float() - fake).square().mean() + F.relu(real - logits_fake.float()).square().mean()
 
-    def observe(self, d_real: float, d_fake: float) -> None:
-        """The averages after a D step whose mean outputs (over all ranks) were `d_real` and `d_fake`."""
-        decay = self.decay if self.steps >= self.start and self.means is not None else 0.0
+    def observe(self, d_real: float, d_fake: float, iteration: int) -> None:
+        """The averages after a D step of `iteration` whose mean outputs (over all ranks) were `d_real` and `d_fake`
+        (not finite: an overflowed step's, left out)."""
+        if not (math.isfinite(d_real) and math.isfinite(d_fake)):
+            return
+        decay = self.decay if iteration >= self.start and self.means is not None else 0.0
         before = self.means or (0.0, 0.0)
         self.means = (before[0] * decay + d_real * (1 - decay), before[1] * decay + d_fake * (1 - decay))
-        self.steps += 1
-        self.held.copy_(torch.tensor(self.means, dtype=torch.float32))
 
     def state_dict(self) -> dict:
-        return {"means": list(self.means) if self.means is not None else None, "steps": self.steps}
+        return {"means": list(self.means) if self.means is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
-        self.means = tuple(float(m) for m in state["means"]) if state.get("means") is not None else None
-        self.steps = int(state["steps"])
-        self.held.copy_(torch.tensor(self.means or (0.0, 0.0), dtype=torch.float32))
+        means = state["means"]
+        self.means = (float(means[0]), float(means[1])) if means is not None else None

@@ -206,7 +206,7 @@ class GANTask:
         self._r1 = 0.0  # the R1 weight of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
         self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
         self.pl_mean = 0.0  # the running mean of path lengths
-        self.lecam = losses.LeCam(t.lecam, t.lecam_decay, t.lecam_start, rep.device) if t.lecam else None
+        self.lecam = losses.LeCam(t.lecam, t.lecam_decay, t.lecam_start) if t.lecam else None
         self.g_steps = 0
         # G_ema holds a trained average (a fine-tune's, a converted run's): blended from the first step, not copied
         # from G until train.ema_start_kimg (found from outside: a BigGAN fine-tune replaced it with G for 20k steps),
@@ -359,14 +359,15 @@ class GANTask:
                 logits_fake = self.D(fake, y_fake).float()
         adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
         ortho = self._ortho(self.D, self.cfg.train.d_ortho)
-        lecam = self.lecam.penalty(logits_real, logits_fake) if self.lecam is not None else None
-        loss = adversarial + ortho + (self.lecam.weight * lecam if lecam is not None else 0.0)  # type: ignore[union-attr]
+        loss, lecam = adversarial + ortho, None
+        if self.lecam is not None and (lecam := self.lecam.penalty(logits_real, logits_fake, self.g_steps)) is not None:
+            loss = loss + self.lecam.weight * lecam
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam and the
         # orthogonal regularization apart: found from outside, ortho's in loss_D)
         if torch.is_tensor(ortho) or self._r1 or lecam is not None:
             out["loss_D"] = adversarial.detach()
-        if lecam is not None:
+        if lecam is not None:  # (unweighted, as r1_penalty)
             out["lecam_penalty"] = lecam.detach()
         if torch.is_tensor(ortho):
             out["ortho_D"] = ortho.detach()
@@ -389,7 +390,7 @@ class GANTask:
             out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         self._r1 = 0.0
         if self.lecam is not None and not self.rep.skipped(self.opt_D):  # (the step's means, over every rank)
-            self.lecam.observe(out["D_real"], out["D_fake"])
+            self.lecam.observe(out["D_real"], out["D_fake"], self.g_steps)
         total = out.pop("loss")  # (with R1's scaled penalty on its lazy steps: found from outside, loss_D leapt then)
         return {"loss_D": out.pop("loss_D", total), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
 
@@ -516,7 +517,7 @@ class GANTask:
         self.pl_mean = float(state.get("pl_mean", 0.0))
         if self.augment.on and "augment" in state:
             self.augment.load_state_dict(state["augment"])
-        if self.lecam is not None and "lecam" in state:  # (a run that turns it on at a resume: from none)
+        if self.lecam is not None:  # (train.lecam is the run's own: a resume may not turn it on or off)
             self.lecam.load_state_dict(state["lecam"])
 
     def model_info(self) -> dict[str, Any]:
