@@ -64,3 +64,13 @@ def test_lecam_settings_are_checked(capsys):
     classify = ["--preset", "fashion_resnet", "data.path=builtin:digits", "data.val_path=", "train.lecam=0.3"]
     assert main(["train", *classify, "--dry-run"]) == 2
     assert "train.lecam" in capsys.readouterr().err
+
+
+def test_lecam_settings_that_change_nothing_are_said(capsys):
+    # Found from outside: a run shorter than lecam_start's 1,000 iterations never applied the penalty, and a
+    # lecam_decay without train.lecam was taken without a word.
+    assert main(["train", *SMALL, "train.kimg=0.32", "train.lecam=0.3", "--dry-run"]) == 0
+    said = "train.lecam_start = 1000 iterations is not before the run's end (40): the LeCam penalty never applies"
+    assert said in capsys.readouterr().err
+    assert main(["train", *SMALL, "train.kimg=0.32", "train.lecam_decay=0.9", "--dry-run"]) == 0
+    assert "train.lecam_decay given, and train.lecam is 0: LeCam is off" in capsys.readouterr().err

@@ -110,8 +110,14 @@ def check_new_gan(cfg: Config) -> None:
 def warn_new_gan(cfg: Config, trains: bool = True) -> None:
     """What a new GAN run says of its settings as it starts, and its dry run (found from outside: said by neither,
     then by the run alone): FreezeD of a D not pretrained, an EMA that starts after the run's end (for show-batch's
-    models too: `trains` is not read)."""
+    models too: `trains` is not read); LeCam's settings that change nothing (found from outside: unsaid)."""
     t = cfg.train
+    iterations = -(-t.images // t.batch)
+    if t.lecam and t.lecam_start >= iterations:
+        warn(f"train.lecam_start = {t.lecam_start} iterations is not before the run's end ({iterations}): the LeCam "
+             "penalty never applies; give a smaller train.lecam_start")  # fmt: skip
+    if not t.lecam and (changed := t.changed("lecam_decay", "lecam_start")):
+        warn(f"{' and '.join(changed)} given, and train.lecam is 0: LeCam is off (give train.lecam, e.g. 0.3)")
     if t.init_from:
         return
     if t.freeze_d:
