@@ -575,8 +575,8 @@ def test_plot_draws_stylegan2s_regularizers(tmp_path, monkeypatch):
     monkeypatch.setattr(
         matplotlib.axes.Axes, "set_title", lambda self, t, *a, **k: titles.append(t) or set_title(self, t, *a, **k)
     )
-    rows = [{"kimg": 0.1, "step": 1, "loss_D": 1.0, "r1_penalty": 0.5}, {"kimg": 0.2, "step": 2, "loss_D": 0.9}]
+    rows = [{"kimg": 0.1, "step": 1, "loss_D": 1.0, "r1_penalty": 0.5}, {"kimg": 0.2, "step": 2, "lecam_penalty": 1.0}]
     rows.append({"kimg": 0.3, "step": 3, "loss_D": 0.8, "pl_penalty": 0.1, "pl_length": 0.3})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     plot_run(tmp_path)
-    assert titles == ["losses", "regularizers: R1, path length and its mean"]
+    assert titles == ["losses", "regularizers: R1, LeCam, path length and its mean"]
