@@ -428,8 +428,7 @@ def merge_frame(
             face[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = part
             if original is not None:  # (DFL's clip of the whole frame: bicubic's overshoot, found from outside)
                 face = np.clip(face, 0, 1)
-            if s.color_degrade:
-                face = color_degraded(face, s.color_degrade)
+                face = color_degraded(face, s.color_degrade) if s.color_degrade else face
         whole = np.zeros((*own.shape[:2], 1), np.float32)
         whole[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = mask
         if final is None:
