@@ -1,5 +1,6 @@
 """What the two golden-data scripts (dfl_golden_faces.py, dfl_golden_detect.py) share: DFL's modules imported from a
-checkout without running its package __init__s, the checkout's commit, the photo both use, and the .npz writer.
+checkout without running its package __init__s, the checkout's commit, the photo both use, a soft mask, and the .npz
+writer.
 DFL's code is only ever imported from the path given; nothing of it is in the repository."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import types
 import warnings
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 
@@ -62,3 +64,11 @@ def write_golden(out: Path, golden: dict[str, np.ndarray]) -> None:
     print(f"{out}: {out.stat().st_size / 1e6:.2f} MB, {len(golden)} keys")
     for key, value in golden.items():
         print(f"  {key:28s} {str(value.shape):22s} {value.dtype}")
+
+
+def soft_ellipse(size: int, centre, axes, blur: int) -> np.ndarray:
+    """A filled ellipse, Gaussian-blurred, quantised to 1/255 so that it is exactly u8 / 255 (float32)."""
+    m = np.zeros((size, size), np.float32)
+    cv2.ellipse(m, centre, axes, 0, 0, 360, 1.0, -1)
+    m = cv2.GaussianBlur(m, (blur, blur), 0)
+    return np.round(m * 255).astype(np.uint8)
