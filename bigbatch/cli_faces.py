@@ -95,6 +95,7 @@ def _merge(args: argparse.Namespace) -> None:
     from bigbatch.faces import merge_record, video
     from bigbatch.faces.merge import MergeSettings, merge_threads
     from bigbatch.faces.merge_run import merge_folder
+    from bigbatch.faces.video_audio import audio_said, has_sound
 
     settings = MergeSettings(
         mode=args.mode,
@@ -149,8 +150,8 @@ def _merge(args: argparse.Namespace) -> None:
             taken = recorded[1] if not (src_is_video or args.audio_from) else None  # (None: the video's own)
             fps = args.fps if args.fps is not None else taken
             rate = video.frame_rate(fps, args.frames if src_is_video else audio)
-            if args.fps is not None and audio is not None and _has_sound(audio):
-                own = video.frame_rate(taken) if taken else _video_rate(video, audio)  # (the frames' own rate)
+            if args.fps is not None and audio is not None and has_sound(audio):
+                own = video.frame_rate(taken) if taken else _video_rate(audio)  # (the frames' own rate)
                 if own is not None and own != rate:  # (found from outside: 2.5 s of video with 1.3 s of sound)
                     warn(
                         f"--fps {args.fps:g} with the sound of {audio}, whose frames are {float(own):g} a second: "
@@ -179,24 +180,15 @@ def _merge(args: argparse.Namespace) -> None:
     merged = f"Merged {counted(faces, 'face')} into {counted(frames, 'frame')}"
     print(f"{merged}: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
     if writer is not None:
-        print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{video.audio_said(audio)}")
+        print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{audio_said(audio)}")
 
 
-def _has_sound(path: str | Path) -> bool:
-    """Whether the file `path` holds an audio stream."""
-    import av
-
-    try:
-        with av.open(str(path)) as c:
-            return bool(c.streams.audio)
-    except (av.FFmpegError, OSError):
-        return False
-
-
-def _video_rate(video: Any, path: str | Path) -> Any:
+def _video_rate(path: str | Path) -> Any:
     """The frame rate of the video `path`, or None (a sound file, or no video)."""
+    from bigbatch.faces.video import Video
+
     try:
-        with video.Video(path) as v:
+        with Video(path) as v:
             return v.rate
     except BigbatchError:
         return None
@@ -204,6 +196,7 @@ def _video_rate(video: Any, path: str | Path) -> Any:
 
 def _video(args: argparse.Namespace) -> None:
     from bigbatch.faces import video
+    from bigbatch.faces.video_audio import audio_said
 
     if args.action == "frames":
         n = video.frames_to_folder(args.src, args.out, args.fps)
@@ -212,7 +205,7 @@ def _video(args: argparse.Namespace) -> None:
     n, rate, audio = video.folder_to_video(
         args.src, args.out, args.fps, args.audio_from, args.preset or "medium", overwrite=args.overwrite
     )
-    print(f"Wrote {args.out}: {counted(n, 'frame')} at {float(rate):g} fps{video.audio_said(audio)}")
+    print(f"Wrote {args.out}: {counted(n, 'frame')} at {float(rate):g} fps{audio_said(audio)}")
 
 
 def _sort(args: argparse.Namespace) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bigbatch.errors import BigbatchError, printable, warn
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import endpoint_options, is_url, local_folder
 
 
@@ -412,7 +412,7 @@ def run_info(args: argparse.Namespace) -> None:
                     f"{args.path} keeps the first five files its prepare skipped, not every one (it was written by an "
                     "older bigbatch): `bigbatch info` names them; prepare it again for the whole list"
                 )
-            print("".join(f"{printable(name)}\t{printable(why)}\n" for name, why in rows), end="")
+            print("".join(f"{name}\t{why}\n" for name, why in rows), end="")  # (written with their escapes)
             return
         print(describe_data(args.path, options))
         if args.verify:

@@ -213,10 +213,9 @@ def caption_font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     (Pillow's own default font draws ASCII only: "ünï" came out as boxes); Pillow's without matplotlib. Found,
     not imported: importing matplotlib took half a second of each run that wrote a captioned sheet."""
     spec = importlib.util.find_spec("matplotlib")
+    font = Path(spec.origin).parent / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf" if spec and spec.origin else None
     try:
-        if spec is None or spec.origin is None:
-            raise OSError("no matplotlib")
-        return ImageFont.truetype(str(Path(spec.origin).with_name("mpl-data") / "fonts" / "ttf" / "DejaVuSans.ttf"), 10)
+        return ImageFont.truetype(str(font), 10) if font else ImageFont.load_default()
     except OSError:
         return ImageFont.load_default()
 

@@ -87,4 +87,4 @@ def _every_skipped(path: Location, meta: dict[str, Any], storage_options: dict[s
         return ""
     rows = read_skipped(path, storage_options) or []
     command = f"bigbatch info {shlex.quote(path.text)} --skipped"
-    return f"\n              by reason: {by_reason([(n, why) for n, why in rows])}\n              every one: {command}"
+    return f"\n              by reason: {by_reason(rows)}\n              every one: {command}"

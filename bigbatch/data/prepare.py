@@ -383,9 +383,7 @@ def _write(
         writer.attrs.update(skipped=len(skipped), skipped_examples=[list(x) for x in skipped[:SHOWN]])
         if listing.class_names:  # (found from outside: a class gutted by corrupt files went unsaid)
             writer.attrs.update(class_counts=written.tolist())
-        # Every one, for `info --skipped` (found from outside: 5 named of 2,000), as UTF-8 text: a name that is not
-        # (a file system's bytes) written as its escapes (found by review: the file's end failed on it)
-        writer.tables["skipped"] = [(printable(name), printable(why)) for name, why in skipped]
+        writer.tables["skipped"] = skipped  # (every one, for `info --skipped`: found from outside, 5 named of 2,000)
         writer.attrs.update(skipped_listed=True)
         writer.attrs.update({("below_short_side" if settings.whole else "enlarged"): enlarged} if enlarged else {})
         return writer.commit()
@@ -491,6 +489,9 @@ def _labelled(
 
 
 def _skip(skipped: list[tuple[str, str]], name: str, reason: str, strict: bool) -> None:
+    # (as they are said and kept: a newline or a terminal's escape in a name as its escapes, UTF-8 text; found from
+    # outside and by review)
+    name, reason = printable(name), printable(reason)
     if strict:
         raise BigbatchError(f"{name}: {reason} (--strict; without --strict such files are skipped and listed)")
     skipped.append((name, reason))

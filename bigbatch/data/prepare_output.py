@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bigbatch.data.listing import per_class, said_left_out
-from bigbatch.errors import BigbatchError, counted, named_few, printable, warn
+from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials, url_fix
 
@@ -166,14 +166,14 @@ class Report:
             lines.append(f"left out {said_left_out(self.left_out)}, as torchvision's ImageFolder leaves them")
         if self.skipped:
             lines.append(f"skipped {counted(len(self.skipped), 'file')} (--strict: an error instead):")
-            lines += [printable(f"  {name}: {reason}") for name, reason in self.skipped[:SHOWN]]
+            lines += [f"  {name}: {reason}" for name, reason in self.skipped[:SHOWN]]
             if len(self.skipped) > SHOWN:  # (found from outside: 5 of 2,000 named, no count of why, nor a list)
                 lines.append(f"  ... and {len(self.skipped) - SHOWN} more; by reason: {by_reason(self.skipped)}")
                 lines.append(f"  every one: bigbatch info {shlex.quote(self.out)} --skipped")
         return "\n".join(lines)
 
 
-def by_reason(skipped: list[tuple[str, str]], shown: int = 6) -> str:
+def by_reason(skipped: Sequence[Sequence[str]], shown: int = 6) -> str:
     """How many files were skipped for each kind of reason (the reason up to its details), most first."""
     counts: dict[str, int] = {}
     for _, reason in skipped:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bigbatch.errors import BigbatchError, warn
+from bigbatch.faces.video_audio import _av, copy_audio
 from bigbatch.files import atomic_write, create_new, pid_alive, read_record
 
 if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's parser reads PRESETS from here)
@@ -27,14 +28,6 @@ if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's pars
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".mts")
 VIDEO_SUFFIXES += (".m2ts", ".3gp", ".3g2", ".mxf", ".ogv", ".vob", ".dv", ".asf", ".f4v")  # (camcorders', phones')
-
-
-def _av():  # noqa: ANN202 - PyAV's module
-    try:
-        import av
-    except ImportError:
-        raise BigbatchError("video needs PyAV: pip install av") from None
-    return av
 
 
 def natural_key(path: str | Path) -> tuple:
@@ -317,7 +310,7 @@ def write_video(
                         if audio_from is not None:
                             # Every stream is added before the first packet; the audio goes first, as it is small
                             # enough for the muxer to hold while it interleaves the video after it.
-                            _copy_audio(av, Path(audio_from), container)
+                            copy_audio(av, Path(audio_from), container)
                     if frame.shape[:2] != size:  # (found from outside: merge --video cropped or stretched them)
                         raise another_size(f"frame {count + 1}", frame.shape, size)
                     frame = frame[: stream.height, : stream.width]
@@ -437,108 +430,6 @@ class _Aborted(Exception):
 def _check_preset(preset: str) -> None:
     if preset not in PRESETS:
         raise BigbatchError(f"x264 preset {preset!r} is not one of {', '.join(PRESETS)}")
-
-
-def audio_said(source: str | Path | None) -> str:
-    """What a written video says of its sound: " with the audio of SOURCE", or that SOURCE had none to copy."""
-    if source is None:
-        return ""
-    av = _av()
-    try:
-        with av.open(str(source)) as c:
-            has = bool(c.streams.audio)
-    except av.FFmpegError:
-        has = False
-    return f" with the audio of {source}" if has else f" (no audio: {source} has none)"
-
-
-AUDIO_RATE = 48000
-AAC_LAYOUTS = ("mono", "stereo", "2.1", "3.0", "quad", "5.0", "5.1", "5.1(side)", "6.1")  # (kept; others as stereo)
-
-
-def _copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV objects
-    """The first audio stream of `source`, re-encoded to AAC 192 kbit/s 48 kHz in its channel layout (up to 6.1) into
-    `container`, in step with the frames: the written video starts at `source`'s first video frame, so an audio that
-    began later starts as late (silence before it) and one that began earlier loses what came before that frame
-    (DFL's ffmpeg keeps the streams' timestamps alike; found from outside: a track 0.48 s late came out 0.46 s
-    early). Each piece is timestamped by its samples, so the muxer drops the AAC encoder's priming (21 ms late
-    before). A source without video: its audio from its first sample."""
-    import numpy as np
-
-    try:
-        src = av.open(str(source))
-    except av.FFmpegError as e:
-        raise BigbatchError(f"--audio-from {source}: not a file this FFmpeg can read ({e})") from None
-    with src:
-        if not src.streams.audio:
-            if not src.streams.video:
-                raise BigbatchError(f"--audio-from {source}: holds neither audio nor video")
-            return  # a silent source: a silent video
-        start = _first_frame_time(av, source)
-        # (found from outside: mono came out stereo, 3 dB lower a channel; layouts AAC's encoder is tested with here)
-        layout = src.streams.audio[0].layout.name
-        stream = container.add_stream("aac", rate=AUDIO_RATE, layout=layout if layout in AAC_LAYOUTS else "stereo")
-        stream.bit_rate = 192_000
-        fmt, layout = stream.format.name, stream.layout.name
-        resampler = av.AudioResampler(format=fmt, layout=layout, rate=AUDIO_RATE)
-        written, skip = 0, None
-
-        def put(piece) -> None:  # noqa: ANN001
-            nonlocal written, skip
-            if skip:  # (the audio before the first frame)
-                cut = min(skip, piece.samples)
-                skip -= cut
-                if cut == piece.samples:
-                    return
-                piece = _frame_of(av, piece.to_ndarray()[:, cut:], fmt, layout)
-            piece.pts, piece.time_base = written, Fraction(1, AUDIO_RATE)
-            written += piece.samples
-            for packet in stream.encode(piece):
-                container.mux(packet)
-
-        for frame in src.decode(src.streams.audio[0]):
-            if skip is None:  # the first: where it falls against the first frame, in samples
-                late = 0 if start is None or frame.time is None else round((frame.time - start) * AUDIO_RATE)
-                if abs(late) > 3600 * AUDIO_RATE:  # (broken timestamps: not hours of silence)
-                    raise BigbatchError(
-                        f"--audio-from {source}: its audio starts {late / AUDIO_RATE:+.0f} s from its first frame, "
-                        "more than an hour: its timestamps look broken; give another file for the sound"
-                    )
-                for n in range(late, 0, -AUDIO_RATE):  # (a second of silence at a time)
-                    put(
-                        _frame_of(
-                            av, np.zeros((len(stream.layout.channels), min(n, AUDIO_RATE)), np.float32), fmt, layout
-                        )
-                    )
-                skip = max(-late, 0)
-            frame.pts = None
-            for piece in resampler.resample(frame):
-                put(piece)
-        for piece in resampler.resample(None):
-            put(piece)
-        for packet in stream.encode():
-            container.mux(packet)
-
-
-def _first_frame_time(av, source: Path) -> float | None:  # noqa: ANN001 - PyAV's module
-    """When `source`'s first video frame shows, in seconds (where `Video.frames` starts), or None: no video, or
-    no timestamps."""
-    try:
-        with av.open(str(source)) as c:
-            for frame in c.decode(c.streams.video[0]) if c.streams.video else ():
-                return frame.time
-    except av.FFmpegError:
-        pass
-    return None
-
-
-def _frame_of(av, samples: np.ndarray, fmt: str, layout: str):  # noqa: ANN001, ANN202 - PyAV's
-    """An audio frame of planar `samples` (channels, n) at AUDIO_RATE."""
-    import numpy as np
-
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples), format=fmt, layout=layout)
-    frame.sample_rate = AUDIO_RATE
-    return frame
 
 
 def frame_rate(fps: float | None, like: str | Path | None = None) -> Fraction:
