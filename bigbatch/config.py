@@ -258,6 +258,20 @@ class TrainConfig(Section):
     lecam_start: int = 1000
     """Iterations (G steps) whose D steps' means the averages take as they are, the penalty off, before they move by
     train.lecam_decay and the penalty applies (StudioGAN's lecam_ema_start_iter, 1000)."""
+    cr_real: float = 0.0
+    """Consistency regularization of D (CR, Zhang et al. 2020; StudioGAN's cr_lambda and bCR's real_lambda, 10): this
+    times the mean squared difference of D's outputs on a real image and on a copy flipped and shifted by up to 1/8
+    of the side (its border reflected) (0 = off)."""
+    cr_fake: float = 0.0
+    """bCR (Zhao et al. 2021): the same on generated images (StudioGAN's fake_lambda, 10; 0 = off)."""
+    zcr_d: float = 0.0
+    """zCR (Zhao et al. 2021): this times the mean squared difference of D's outputs on G(z) and on G(z + n),
+    n of standard deviation train.zcr_radius (StudioGAN's d_lambda, 20; 0 = off). ICR is bCR with zCR."""
+    zcr_g: float = 0.0
+    """zCR: G's loss less this times the mean squared difference of G(z) and G(z + n), the images of nearby latents
+    pushed apart (StudioGAN's g_lambda, 0.5; 0 = off)."""
+    zcr_radius: float = 0.05
+    """zCR: the standard deviation of the latents' nudge n (StudioGAN's radius, 0.05; the paper's sigma_noise, 0.03)."""
     pl_weight: float = 0.0
     """Path length regularization of G (StyleGAN2: 2; needs a G with a mapping network, model.name =
     "stylegan2"): this times the mean of (|J_w^T y| - a)^2 over the images it is computed on, y a
@@ -327,6 +341,9 @@ class TrainConfig(Section):
                 self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
         at_least_zero(self, r1_gamma="a finite number >= 0 (0 = off)", lecam="a finite number >= 0 (0 = off)")
         at_least_zero(self, lecam_start="a number of iterations >= 0")
+        weight = "a finite number >= 0 (0 = off)"
+        at_least_zero(self, cr_real=weight, cr_fake=weight, zcr_d=weight, zcr_g=weight)
+        positive(self, "zcr_radius")
         if not 0 <= self.lecam_decay < 1:
             self._fail("lecam_decay", f"must be a fraction in [0, 1), got {self.lecam_decay}")
         if not all(0.0 <= b < 1.0 for b in self.betas):

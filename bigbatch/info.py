@@ -191,6 +191,8 @@ def describe_run(path: str | Path) -> str:
             f"{t.loss} loss, {t.precision}, seed {t.seed}"
             + (f", R1 gamma {t.r1_gamma:g} every {t.r1_every}" if t.r1_gamma else "")
             + (f", LeCam {t.lecam:g} (decay {t.lecam_decay:g} after {t.lecam_start} iterations)" if t.lecam else "")
+            + "".join(f", {k} {v:g}" for k, v in (("CR real", t.cr_real), ("CR fake", t.cr_fake)) if v)
+            + (f", zCR D {t.zcr_d:g} G {t.zcr_g:g} radius {t.zcr_radius:g}" if t.zcr_d or t.zcr_g else "")
             + (f", path length {t.pl_weight:g} every {t.pl_every} on 1/{t.pl_batch_shrink}" if t.pl_weight else "")
             + "".join(f", ortho {k} {v:g}" for k, v in (("G", t.g_ortho), ("D", t.d_ortho)) if v)
             # (the average G, its half-life and start: found from outside, not shown)

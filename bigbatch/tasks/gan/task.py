@@ -51,6 +51,7 @@ from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
 from bigbatch.tasks.gan.checks import check_config, check_stored_size
+from bigbatch.tasks.gan.consistency import FAKE, NEAR_D, NEAR_G, REAL, Consistency, mean_square
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer
 from bigbatch.tasks.gan.sheets import Sheets
@@ -118,6 +119,8 @@ def warn_new_gan(cfg: Config, trains: bool = True) -> None:
              "penalty never applies; give a smaller train.lecam_start")  # fmt: skip
     if not t.lecam and (changed := t.changed("lecam_decay", "lecam_start")):
         warn(f"{' and '.join(changed)} given, and train.lecam is 0: LeCam is off (give train.lecam, e.g. 0.3)")
+    if not (t.zcr_d or t.zcr_g) and t.changed("zcr_radius"):
+        warn("train.zcr_radius given, and train.zcr_d and train.zcr_g are 0: zCR is off (give them, e.g. 20 and 0.5)")
     if t.init_from:
         return
     if t.freeze_d:
@@ -213,6 +216,7 @@ class GANTask:
         self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
         self.pl_mean = 0.0  # the running mean of path lengths
         self.lecam = losses.LeCam(t.lecam, t.lecam_decay, t.lecam_start) if t.lecam else None
+        self.consistency = Consistency(t, self.seed)  # CR, bCR, zCR (consistency.py)
         self.g_steps = 0
         # G_ema holds a trained average (a fine-tune's, a converted run's): blended from the first step, not copied
         # from G until train.ema_start_kimg (found from outside: a BigGAN fine-tune replaced it with G for 20k steps),
@@ -309,10 +313,12 @@ class GANTask:
         y = torch.randint(self.n_classes, (self.rep.batch,), generator=g) if self.n_classes else None
         return z, y
 
-    def _latents(self, stream: int, step: int) -> tuple[np.ndarray, torch.Tensor | None]:
-        """This rank's share of the step's z (a host part of the batch: see _fake) and labels."""
+    def _latents(self, stream: int, step: int, near: int | None = None) -> tuple:
+        """This rank's share of the step's z (a host part of the batch: see _fake) and labels, and of latents near z
+        (zCR: `near` the kind of draw, NEAR_D or NEAR_G; else None)."""
         z, y = self._step_latents(stream, step)
-        return self._share(z).numpy(), self._share(y)
+        z_near = None if near is None else self._share(self.consistency.nearby(z, near, step)).numpy()
+        return self._share(z).numpy(), self._share(y), z_near
 
     def _fake(self, z: np.ndarray, y: torch.Tensor | None, **kw: Any) -> Any:
         """G's images of latents `z` (the host's copy), copied to the device without waiting on it; a G that
@@ -336,42 +342,54 @@ class GANTask:
 
     def d_batch(self, nimg: int, real: Batch | None = None) -> tuple:
         """This rank's share of the D step at `nimg`: real images (uint8 NHWC, x-flipped if asked), their
-        labels, z, fake labels, and the transforms of the real and of the fake images ([augment]; None
-        without). `real`: the step's Batch as a Feed read it ahead; without it the images are read here,
-        with the same result."""
+        labels, z, fake labels, the transforms of the real and of the fake images ([augment]; None
+        without), CR's of each, and zCR's nearby latents (None where off). `real`: the step's Batch as a Feed read
+        it ahead; without it the images are read here, with the same result."""
         if real is None:
             real = read_batch(self.data, self.request(nimg), self.xflip, self.seed)
-        z, y_fake = self._latents(Z_D, nimg)
+        z, y_fake, z_near = self._latents(Z_D, nimg, NEAR_D if self.consistency.d else None)
         aug_real, aug_fake = self._transforms(AUG_D, nimg, 0), self._transforms(AUG_D, nimg, 1)
-        return real.images, real.labels if self.n_classes else None, z, y_fake, aug_real, aug_fake
+        cr = (self._share(self.consistency.draw(self.rep.batch, self.resolution, nimg, w)) for w in (REAL, FAKE))
+        cr_real, cr_fake = (None if t is None else t.numpy() for t in cr)
+        labels = real.labels if self.n_classes else None
+        return real.images, labels, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near
+
+    def _judge(self, *parts: tuple[torch.Tensor, torch.Tensor | None]) -> list[torch.Tensor]:
+        """D's outputs (float32) on each part's images and labels: in one batch where D reads them so (_joint_d)."""
+        if not self._joint_d:
+            return [self.D(x, y).float() for x, y in parts]
+        y = None if parts[0][1] is None else torch.cat([y for _, y in parts])
+        return list(self.D(torch.cat([x for x, _ in parts]), y).float().split([len(x) for x, _ in parts]))
 
     def d_loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, y_real, z, y_fake, aug_real, aug_fake = micro
+        images, y_real, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near = micro
         real = from_uint8(images)
         shown = real.requires_grad_() if self._r1 else real  # R1: D's gradient with respect to the real images
         with torch.no_grad():
             fake = self._fake(z, y_fake).to(real.dtype)
+            near = None if z_near is None else self._fake(z_near, y_fake).to(real.dtype)
+        # CR's copies (of the images as read), zCR's images of nearby latents (as their G(z)'s, augmented alike)
+        copies = [(self.consistency.copy(x, t), y) for x, y, t in ((real, y_real, cr_real), (fake, y_fake, cr_fake))]
         if aug_real is not None:
             real, fake = self.augment(real, aug_real), self.augment(fake, aug_fake)
+            near = None if near is None else self.augment(near, aug_fake)
+        extra = [(x, y) for x, y in (*copies, (near, y_fake)) if x is not None]
         # R1 differentiates D's gradient, and the fused attention kernels (flash, memory-efficient, cuDNN) have
         # no derivative of their backward: its steps run attention as the composite of its products.
         with sdpa_kernel(SDPBackend.MATH) if self._r1 else nullcontext():
-            if self._joint_d:
-                y = None if y_real is None else torch.cat([y_real, y_fake])
-                logits = self.D(torch.cat([real, fake]), y).float()
-                logits_real, logits_fake = logits[: len(real)], logits[len(real) :]
-            else:
-                logits_real = self.D(real, y_real).float()
-                logits_fake = self.D(fake, y_fake).float()
+            logits_real, logits_fake, *judged = self._judge((real, y_real), (fake, y_fake), *extra)
         adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
         ortho = self._ortho(self.D, self.cfg.train.d_ortho)
         loss, lecam = adversarial + ortho, None
         if self.lecam is not None and (lecam := self.lecam.penalty(logits_real, logits_fake, self.g_steps)) is not None:
             loss = loss + self.lecam.weight * lecam
         out = {"loss": loss, "D_real": logits_real.detach().mean(), "D_fake": logits_fake.detach().mean()}
-        # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam and the
+        for name, (weight, penalty) in self.consistency.d_penalties(logits_real, logits_fake, judged).items():
+            out["loss"] = out["loss"] + weight * penalty
+            out[name] = penalty.detach()  # (unweighted, as r1_penalty)
+        # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam, CR and the
         # orthogonal regularization apart: found from outside, ortho's in loss_D)
-        if torch.is_tensor(ortho) or self._r1 or lecam is not None:
+        if torch.is_tensor(ortho) or self._r1 or lecam is not None or extra:
             out["loss_D"] = adversarial.detach()
         if lecam is not None:  # (unweighted, as r1_penalty)
             out["lecam_penalty"] = lecam.detach()
@@ -379,7 +397,7 @@ class GANTask:
             out["ortho_D"] = ortho.detach()
         if self._r1:
             penalty = losses.r1_penalty(logits_real, shown)
-            out["loss"] = loss + self._r1 * penalty
+            out["loss"] = out["loss"] + self._r1 * penalty
             out["r1_penalty"] = penalty.detach()
         if aug_real is not None:  # ADA's r_t
             out["D_real_sign"] = logits_real.detach().sign().mean()
@@ -411,17 +429,25 @@ class GANTask:
         regularized = None
         if self._pl:
             regularized = self._share(torch.arange(self.rep.batch) % self.cfg.train.pl_batch_shrink == 0).numpy()
-        return *self._latents(Z_G, step), self._transforms(AUG_G, step), regularized
+        latents = self._latents(Z_G, step, NEAR_G if self.consistency.g else None)
+        return *latents, self._transforms(AUG_G, step), regularized
 
     def g_loss(self, micro: tuple) -> torch.Tensor | dict[str, torch.Tensor]:
-        z, y, aug, regularized = micro
+        z, y, z_near, aug, regularized = micro
         fake = self._fake(z, y)
+        # zCR: G's images of nearby latents, pushed apart
+        distance = None if z_near is None else mean_square(fake, self._fake(z_near, y))
         if aug is not None:
             fake = self.augment(fake, aug)
         adversarial = losses.G_LOSS[self.loss](self.D(fake, y).float())
         ortho = self._ortho(self.G, self.cfg.train.g_ortho)
         loss = adversarial + ortho
-        apart = {"loss_G": adversarial.detach(), "ortho_G": ortho.detach()} if torch.is_tensor(ortho) else {}
+        apart = {"ortho_G": ortho.detach()} if torch.is_tensor(ortho) else {}
+        if distance is not None:
+            loss = loss - self.consistency.g * distance
+            apart["zcr_g_distance"] = distance.detach()
+        if apart:
+            apart["loss_G"] = adversarial.detach()
         if regularized is None:
             return {"loss": loss, **apart} if apart else loss
         rows = torch.from_numpy(regularized.nonzero()[0]).to(self.rep.device, non_blocking=True)
@@ -471,7 +497,7 @@ class GANTask:
         stats = {"grad_norm_G": self.rep.grad_norm(self.opt_G)}
         if not isinstance(out, dict):
             return {"loss_G": out, **stats}
-        said = {k: out[k] for k in ("loss_G", "ortho_G") if k in out}  # (the orthogonal regularization's apart)
+        said = {k: out[k] for k in ("loss_G", "ortho_G", "zcr_g_distance") if k in out}  # (regularizers apart)
         if "pl_length" not in out:
             return {**said, **stats}
         # The engine's mean over micro-batches and ranks of each one's scaled sums: the step's means.

@@ -73,7 +73,7 @@ FOREIGN_TRAIN_KEYS = (
     "nesterov", "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas",
     "adam_eps", "freeze_kimg", "body_lr_mult", "r1_gamma", "r1_every", "pl_weight", "pl_every", "pl_batch_shrink",
     "pl_decay", "ema_rampup", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "train_bn", "lecam",
-    "lecam_decay", "lecam_start",
+    "lecam_decay", "lecam_start", "cr_real", "cr_fake", "zcr_d", "zcr_g", "zcr_radius",
 )  # fmt: skip
 PREVIEW_ROWS = 8
 
