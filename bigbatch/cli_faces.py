@@ -132,12 +132,14 @@ def _merge(args: argparse.Namespace) -> None:
             "they make no video; drop --video (or merge with another --mode)"
         )
     video_options = [(args.fps, "--fps"), (args.audio_from, "--audio-from"), (args.preset, "--preset")]
+    video_options += [(args.bitrate, "--bitrate"), (args.lossless or None, "--lossless")]
     for given, name in [*video_options, (args.overwrite or None, "--overwrite")]:
         if given is not None and not args.video:
             raise BigbatchError(
                 f"{name} needs --video (a setting of the merged video): add --video OUT.mp4, or drop {name}"
             )
     video.check_fps(args.fps)
+    encoding = _encoding(args)
     if args.audio_from is not None and not Path(args.audio_from).is_file():
         raise BigbatchError(f"--audio-from {args.audio_from}: no such file")
     writer = None
@@ -167,8 +169,7 @@ def _merge(args: argparse.Namespace) -> None:
             # x264 on the cores the merge's threads leave (at least one): on two cores one thread, which spends
             # less CPU time than x264's own choice of three.
             threads = max(1, (os.cpu_count() or 1) - merge_threads())
-            preset = args.preset or "medium"
-            writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, preset, threads))
+            writer = stack.enter_context(video.VideoWriter(args.video, rate, audio, encoding, threads))
         frames, faces, kept = merge_folder(
             args.run, args.frames, args.aligned, args.out, settings, device_named(args.device), args.face_type,
             writer=writer, xseg=args.xseg, weights=args.weights, any_source=args.any_source,
@@ -203,7 +204,7 @@ def _video(args: argparse.Namespace) -> None:
         print(f"Wrote {counted(n, 'frame')} to {args.out} (00001.png on)")
         return
     n, rate, audio = video.folder_to_video(
-        args.src, args.out, args.fps, args.audio_from, args.preset or "medium", overwrite=args.overwrite
+        args.src, args.out, args.fps, args.audio_from, _encoding(args), overwrite=args.overwrite
     )
     print(f"Wrote {args.out}: {counted(n, 'frame')} at {float(rate):g} fps{audio_said(audio)}")
 
@@ -258,7 +259,7 @@ def _enhance(args: argparse.Namespace) -> None:
         print(f"bigbatch: {said_skipped(result.skipped)}", file=sys.stderr)
 
 
-def _preset_argument(parser: argparse.ArgumentParser) -> None:
+def _encoding_arguments(parser: argparse.ArgumentParser) -> None:
     from bigbatch.faces.video import PRESETS
 
     parser.add_argument(
@@ -268,6 +269,19 @@ def _preset_argument(parser: argparse.ArgumentParser) -> None:
         help="x264's speed preset, ultrafast to veryslow (medium, FFmpeg's and so DFL's; at 16 Mbit/s veryfast "
         "encodes in half medium's CPU time, 0.4 dB below it on bench/faces.py's clip)",
     )
+    parser.add_argument("--bitrate", type=float, metavar="MBIT", help="the video's bit rate, Mbit/s (DFL's 16)")
+    parser.add_argument(
+        "--lossless", action="store_true", help="DFL's lossless: x264 at quantizer 0, yuv420p (a far larger file)"
+    )
+
+
+def _encoding(args: argparse.Namespace) -> Any:
+    """The video's Encoding, from --preset, --bitrate and --lossless (refused together)."""
+    from bigbatch.faces.video import Encoding
+
+    if args.lossless and args.bitrate is not None:
+        raise BigbatchError("--lossless sets no bit rate (x264 at quantizer 0): give --lossless or --bitrate, not both")
+    return Encoding(args.preset or "medium", 16.0 if args.bitrate is None else args.bitrate, args.lossless)
 
 
 def add_face_commands(sub: Any) -> None:
@@ -365,7 +379,7 @@ def add_face_commands(sub: Any) -> None:
         "--fps", type=float, help="the video's frame rate (default: FRAMES's if a video, else --audio-from's, else 25)"
     )
     mg.add_argument("--audio-from", metavar="VIDEO", help="the video's audio (default: FRAMES's, if a video)")
-    _preset_argument(mg)
+    _encoding_arguments(mg)
     mg.set_defaults(func=_merge, goes_on=True)
 
     so = sub.add_parser(
@@ -424,6 +438,6 @@ def add_face_commands(sub: Any) -> None:
     mk.add_argument("--fps", type=float, help="frame rate (default: --audio-from's, else 25)")
     mk.add_argument("--audio-from", metavar="VIDEO", help="copy this file's audio (AAC 192 kbit/s)")
     mk.add_argument("--overwrite", action="store_true", help="replace OUT.mp4 if it exists")
-    _preset_argument(mk)
+    _encoding_arguments(mk)
     for p in (fr, mk):
         p.set_defaults(func=_video)

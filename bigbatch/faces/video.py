@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import math
 import os
 import queue
 import re
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,31 @@ if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's pars
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts", ".mts")
 VIDEO_SUFFIXES += (".m2ts", ".3gp", ".3g2", ".mxf", ".ogv", ".vob", ".dv", ".asf", ".f4v")  # (camcorders', phones')
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """How a video is encoded (libx264, yuv420p, as DFL's video_from_sequence): x264's speed `preset` (one of
+    PRESETS: at 16 Mbit/s a faster one costs little quality, bench/RESULTS.md), at `mbit` Mbit/s (DFL asks, 16 by
+    default), or `lossless`: DFL's lossless, x264 at quantizer 0 (DFL's crf 0, the same for 8-bit x264: the pixels
+    as yuv420p keeps them, colour at half the resolution; a file several times larger). Refused in one line where
+    it is none of those."""
+
+    preset: str = "medium"
+    mbit: float = 16.0
+    lossless: bool = False
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise BigbatchError(f"x264 preset {self.preset!r} is not one of {', '.join(PRESETS)}")
+        if not (math.isfinite(self.mbit) and 0.01 <= self.mbit <= 1000):
+            said = f"a video's bit rate (--bitrate) must be in [0.01, 1000] Mbit/s (DFL's 16), got {self.mbit:g}"
+            raise BigbatchError(said)
+
+    def options(self, threads: int) -> dict[str, str]:
+        """x264's options (FFmpeg's names) on `threads` threads (0: x264's choice)."""
+        quality = {"qp": "0"} if self.lossless else {}
+        return {"preset": self.preset, **quality, **({"threads": str(threads)} if threads else {})}
 
 
 def natural_key(path: str | Path) -> tuple:
@@ -278,16 +305,13 @@ def write_video(
     out: str | Path,
     fps: float | Fraction,
     audio_from: str | Path | None = None,
-    preset: str = "medium",
+    encoding: Encoding = Encoding(),
     threads: int = 0,
 ) -> int:
-    """Frames (RGB uint8, all one size, else refused; odd sides cut even) into `out` with libx264, yuv420p,
-    16 Mbit/s as DFL's video_from_sequence, at x264's `preset` (one of PRESETS: at 16 Mbit/s a faster one costs
-    little quality, bench/RESULTS.md) on `threads` threads (0: x264's choice, 1.5 a core; one thread spends 13-20%
-    less CPU time, for when other work has the cores), and, from `audio_from`, its first audio stream re-encoded
-    to AAC 192 kbit/s. Written to a temporary file and renamed, so `out` is a whole video or absent. Returns the
-    frame count."""
-    _check_preset(preset)
+    """Frames (RGB uint8, all one size, else refused; odd sides cut even) into `out` as `encoding` says, on
+    `threads` threads (0: x264's choice, 1.5 a core; one thread spends 13-20% less CPU time, for when other work has
+    the cores), and, from `audio_from`, its first audio stream re-encoded to AAC 192 kbit/s. Written to a temporary
+    file and renamed, so `out` is a whole video or absent. Returns the frame count."""
     av = _av()
     out = Path(out)
     _remove_stale(out)
@@ -305,8 +329,10 @@ def write_video(
                         size = h, w = frame.shape[:2]
                         stream = container.add_stream("libx264", rate=rate)
                         stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
-                        stream.pix_fmt, stream.bit_rate = "yuv420p", 16_000_000
-                        stream.options = {"preset": preset, **({"threads": str(threads)} if threads else {})}
+                        stream.pix_fmt = "yuv420p"
+                        if not encoding.lossless:
+                            stream.bit_rate = round(encoding.mbit * 1e6)
+                        stream.options = encoding.options(threads)
                         if audio_from is not None:
                             # Every stream is added before the first packet; the audio goes first, as it is small
                             # enough for the muxer to hold while it interleaves the video after it.
@@ -362,14 +388,13 @@ class VideoWriter:
         out: str | Path,
         fps: float | Fraction,
         audio_from: str | Path | None = None,
-        preset: str = "medium",
+        encoding: Encoding = Encoding(),
         threads: int = 0,
     ) -> None:
-        _check_preset(preset)  # (said here, not at the first frame)
         self._queue: queue.Queue = queue.Queue(maxsize=16)
         self._error: BaseException | None = None
         self.count = 0
-        self._thread = threading.Thread(target=self._run, args=(out, fps, audio_from, preset, threads), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(out, fps, audio_from, encoding, threads), daemon=True)
         self._thread.start()
 
     def _frames(self) -> Iterator[np.ndarray]:
@@ -378,9 +403,11 @@ class VideoWriter:
                 raise _Aborted
             yield frame
 
-    def _run(self, out: str | Path, fps: float | Fraction, audio: str | Path | None, preset: str, threads: int) -> None:
+    def _run(
+        self, out: str | Path, fps: float | Fraction, audio: str | Path | None, how: Encoding, threads: int
+    ) -> None:
         try:
-            self.count = write_video(self._frames(), out, fps, audio, preset, threads)
+            self.count = write_video(self._frames(), out, fps, audio, how, threads)
         except _Aborted:
             pass
         except BaseException as e:  # (given to the caller at its next add or close)
@@ -427,11 +454,6 @@ class _Aborted(Exception):
     pass
 
 
-def _check_preset(preset: str) -> None:
-    if preset not in PRESETS:
-        raise BigbatchError(f"x264 preset {preset!r} is not one of {', '.join(PRESETS)}")
-
-
 def frame_rate(fps: float | None, like: str | Path | None = None) -> Fraction:
     """A video's frame rate: `fps` if given, else the video `like`'s, else 25 (a `like` of audio only too)."""
     if fps:  # (29.97 typed: NTSC's 30000/1001, as cameras write it; found from outside, 2997/100 drifted)
@@ -451,7 +473,7 @@ def folder_to_video(
     out: str | Path,
     fps: float | None = None,
     audio_from: str | Path | None = None,
-    preset: str = "medium",
+    encoding: Encoding = Encoding(),
     overwrite: bool = True,
 ) -> tuple[int, Fraction, Path | None]:
     """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order (numbers as numbers) as a video; the
@@ -488,4 +510,5 @@ def folder_to_video(
             size = image.shape
             yield image[:, :, ::-1]
 
-    return write_video(frames(), out, rate, audio_from, preset), rate, None if audio_from is None else Path(audio_from)
+    sound = None if audio_from is None else Path(audio_from)
+    return write_video(frames(), out, rate, audio_from, encoding), rate, sound
