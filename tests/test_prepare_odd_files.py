@@ -67,6 +67,21 @@ def test_side_files_are_left_out_by_their_endings_and_every_skipped_file_is_kept
     one_line(capsys, ["info", str(tmp_path), "--skipped"], "--skipped lists the files a data file's prepare skipped")
 
 
+def test_a_webdataset_shards_fields_are_left_out_as_a_folders_side_files_are_but_the_cls_it_reads(tmp_path, capsys):
+    import tarfile
+
+    from test_prepare_tar import _add
+
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:  # (img2dataset's WebDataset: KEY.jpg, .txt, .json, .cls)
+        for i in range(3):
+            for ending, data in ((".jpg", _png(i)), (".txt", b"a caption"), (".json", b"{}"), (".cls", b"1")):
+                _add(tar, f"{i:09d}{ending}", data)
+    assert main(["prepare", "a.tar", "classes.h5", "--resolution", "8"]) == 0
+    assert "left out 6 files that are no images by their ending (.json 3, .txt 3)" in capsys.readouterr().out
+    assert main(["info", "classes.h5"]) == 0
+    assert "left out    6 files that are no images by their ending (.json 3, .txt 3)" in capsys.readouterr().out
+
+
 def test_a_class_folder_of_no_image_files_is_refused_as_one_of_unreadable_images_is(tmp_path, capsys):
     _img2dataset(tmp_path / "src")
     (tmp_path / "src" / "notes").mkdir()

@@ -215,8 +215,8 @@ def list_tars(
     members: list[tuple[int, str, int, int]] = []  # (shard, name, offset, size)
     cls: dict[tuple[int, str], int | bytes] = {}
     fields_only: list[tuple[int, str]] = []
+    fields: list[str] = []  # (as a listing names them: with the shard where there are several)
     stamps: list[str] = []
-    kinds: set[str] = set()
     damaged: list[tuple[str, str]] = []
     # Shards listed LISTERS at a time (a remote one is a download; a local one, seeks).
     with ThreadPoolExecutor(min(LISTERS, len(shards))) as pool:
@@ -226,7 +226,7 @@ def list_tars(
             fields_only += [(i, k) for k in scanned.fields_only]
             damaged += [(_in_shard(shards, i, n), why) for n, why in scanned.damaged]  # (a file's, a dangling link's)
             stamps.append(scanned.stamp)
-            kinds |= scanned.kinds
+            fields += [_in_shard(shards, i, name) for name in scanned.fields]
     members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
     source = TarSource(shards, storage_options, stamps)
     names = _unwrapped([m[1] for m in members], as_named)
@@ -244,13 +244,21 @@ def list_tars(
     else:
         listing = Listing(source, keys, names, np.zeros(len(keys), np.int64), [])
     listing.skipped = damaged + listing.skipped
-    if classes and not cls and (labelled := sorted(kinds & {"json", "jsn", "cls2"})):  # (.txt: a caption)
+    # The fields not read, left out as a folder's captions are (found from outside: unsaid); a .cls labels its sample.
+    listing.left_out += [name for name in fields if not (cls and classes and _field_kind(name) == "cls")]
+    kinds = {_field_kind(name) for name in fields} if classes and not cls else set()
+    if labelled := sorted(kinds & {"json", "jsn", "cls2"}):  # (.txt: a caption)
         warn(  # (found from outside: a label in each sample's .json went unsaid, and the data unconditional)
             f"the shards' samples hold .{', .'.join(labelled)} fields and no .cls: a sample's class index is read "
             f"from its .cls field alone (WebDataset's cls), so these are "
             f"{'labelled by their folders' if listing.class_names else 'unlabelled'}; write it as KEY.cls to label them"
         )
     return listing
+
+
+def _field_kind(name: str) -> str:
+    """A field's kind, the last part of its ending (a.seg.json: json), lower case."""
+    return sample_key(name)[1].rsplit(".", 1)[-1].lower()
 
 
 def _in_shard(shards: list[Location], i: int, name: str) -> str:
@@ -362,14 +370,15 @@ def _open(shard: Location, storage_options: dict[str, Any] | None) -> tuple[IO[b
 @dataclass
 class _Scanned:
     """What one shard's headers say: its files but WebDataset's fields (name, offset, size), its .cls class indices
-    by sample key (or the text of one that is none), the samples of fields alone, the damage found, its stamp."""
+    by sample key (or the text of one that is none), the samples of fields alone, the fields' names, the damage
+    found, its stamp."""
 
     stamp: str
     members: list[tuple[str, int, int]] = field(default_factory=list)
     cls: dict[str, int | bytes] = field(default_factory=dict)
     fields_only: list[str] = field(default_factory=list)
     damaged: list[tuple[str, str]] = field(default_factory=list)
-    kinds: set[str] = field(default_factory=set)  # the kinds of its fields (cls, json, ...)
+    fields: list[str] = field(default_factory=list)  # the names of its fields' members (KEY.cls, KEY.json, ...)
 
 
 def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
@@ -400,6 +409,8 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
                     continue
                 key, kind = sample_key(m.name)
                 field = kind.rsplit(".", 1)[-1].lower() in METADATA
+                if field:
+                    out.fields.append(m.name)
                 if not m.isreg():  # (hard links: `cp -al` trees, GNU tar's second name of a file; symbolic ones)
                     target = m.linkname if m.islnk() else posixpath.join(posixpath.dirname(m.name), m.linkname)
                     if not field:  # (a link as a field, .cls or .json, is not followed)
@@ -410,7 +421,6 @@ def _scan(shard: Location, storage_options: dict[str, Any] | None) -> _Scanned:
                     members.append((m.name, m.offset_data, m.size))
                     continue
                 fields.add(key)
-                out.kinds.add(kind.rsplit(".", 1)[-1].lower())
                 if kind.lower() == "cls":
                     f.seek(m.offset_data)
                     out.cls[key] = _class_index(f.read(min(m.size, 64)))
