@@ -1,8 +1,9 @@
 """Every task's training on CPU as if its models lived on a GPU: a tensor made on the host inside a step that
 meets the step's tensors is an error naming both places (tests/device_guard.py), so a CPU tensor in a CUDA
 step fails here before a GPU run dies of it. Each run is a few steps of `bigbatch.train` at toy sizes, under
-every model family, every [augment] pipeline and group, R1, path length, the classify task's RandAugment,
-erasing, mixing and rotations, and the swap task's warp, colour transfer, masks, losses and discriminators."""
+every model family, every [augment] pipeline and group, R1, path length, consistency regularization, the classify
+task's RandAugment, erasing, mixing and rotations, and the swap task's warp, colour transfer, masks, losses and
+discriminators."""
 
 from collections import Counter
 
@@ -27,9 +28,10 @@ GAN = {**SHORT, "data.resolution": 16, "model.ch": 4, "model.dim_z": 8, "train.b
 DIFFAUGMENT = {"augment.pipeline": "diffaugment", "augment.policy": "color,translation,cutout", "augment.p": 1.0}
 # ADA at a p where every group moves some images, and a target that moves p (after ADA_IMAGES)
 ADA = {"augment.pipeline": "ada", "augment.policy": "bgcfnc", "augment.p": 0.6, "augment.target": 0.6}
+ICR = {"train.cr_real": 10.0, "train.cr_fake": 10.0, "train.zcr_d": 20.0, "train.zcr_g": 0.5}
 STYLEGAN2 = {"model.options.mixing": 0.9}  # on test_stylegan2.tiny: R1, path length, EMA rampup
 GANS = {
-    "dcgan, DiffAugment, fp16": {**DIFFAUGMENT, "train.precision": "fp16"},
+    "dcgan, DiffAugment, ICR, fp16": {**DIFFAUGMENT, **ICR, "train.precision": "fp16"},  # (a D of BatchNorm)
     "biggan, ADA, orthogonal reg., R1": {
         "model.name": "biggan",
         "data.resolution": 32,
