@@ -264,9 +264,10 @@ def describe_plan(
     return line
 
 
-def plan_micro_batch(rep: Replicator, probe, verbose: bool) -> Plan:
-    """Settle micro_batch "auto" by probing (`probe(m)`: one forward and backward of every loss at m)."""
-    plan = rep.plan_micro_batch(probe)
+def plan_micro_batch(rep: Replicator, probe, verbose: bool, resident: list | None = None) -> Plan:
+    """Settle micro_batch "auto" by probing (`probe(m)`: one forward and backward of every loss at m; `resident`: the
+    models held that the Replicator does not train)."""
+    plan = rep.plan_micro_batch(probe, resident=resident or ())
     if verbose:
         print(f"micro_batch auto, budget {format_bytes(rep.budget)} per process:", flush=True)
         for p in rep.probes:

@@ -127,7 +127,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if run.resumed and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
         truncate_metrics(run.path / "metrics.jsonl", 0)
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed
-        plan_micro_batch(rep, task.probe, verbose=main and not quiet)
+        prepared = [plain for plain, _ in rep.models]
+        resident = [m for m in task.nets().values() if not any(m is p for p in prepared)]  # (G_ema: found from outside)
+        plan_micro_batch(rep, task.probe, verbose=main and not quiet, resident=resident)
         if main:
             warn_under_group(cfg, rep.plan.micro_batch)
     progress = Progress(run, rep, nimg, seconds, run.resumed, quiet)

@@ -221,3 +221,15 @@ def test_a_dry_run_says_what_no_micro_batch_lowers_and_refuses_a_budget_under_it
     assert main(["train", "--dry-run", "--preset", "imagenet_resnet50", "train.memory_budget=24GiB"]) == 0
     # ResNet-50's 25.6 M weights, their gradients and SGD's momentum, in fp32, with its BatchNorms' statistics
     assert "averages take 269.5 MiB whatever the micro-batch (activations on top)" in capsys.readouterr().out
+
+
+def test_a_run_counts_g_ema_as_its_dry_run_does_and_refuses_the_budget_it_refuses(tmp_path, capsys):
+    # Found from outside: the dry run's 8.7 MiB of weights, gradients, Adam's moments and G_ema refused 8.6 MiB, which
+    # the run took, counting 6.3 MiB without G_ema (a CPU probe counts what the step makes on top of its models).
+    assert main(["train", "--dry-run", "--preset", "digits", "train.micro_batch=auto", "train.memory_budget=1GiB"]) == 0
+    floor = float(re.search(r"averages take ([\d.]+) MiB whatever", capsys.readouterr().out).group(1))
+    budget = [f"train.memory_budget={floor - 0.1:.1f}MiB", "train.micro_batch=auto", "train.kimg=0.064"]
+    assert main(["train", "--preset", "digits", *budget, "--dry-run"]) == 2
+    assert main(["train", "--preset", "digits", *budget, "--run-dir", str(tmp_path / "r")]) == 2
+    said = f"the weights, their gradients, the optimizer's state and averages alone take {floor:.1f} MiB, which no"
+    assert said in capsys.readouterr().err

@@ -3,7 +3,7 @@ Replicator's memory planning; the Replicator keeps the plan)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,10 +18,13 @@ class _OneImage(Exception):
 
 
 def fit(
-    rep: Any, probe: Callable[[int], None], optimizers: list[torch.optim.Optimizer]
+    rep: Any,
+    probe: Callable[[int], None],
+    optimizers: list[torch.optim.Optimizer],
+    resident: Sequence[torch.nn.Module] = (),
 ) -> tuple[int, list[memory.Probe], int]:
     """The micro-batch the Replicator `rep`'s plan_micro_batch settles on, the probes that found it, and the budget
-    they fit in."""
+    they fit in. `resident`: models held through the step that it does not train (an average of the weights)."""
     frozen.thaw(rep._held)  # (the probes measure every gradient: a frozen body's too)
     if rep.sync_bn and rep.world_size > 1 and rep.device.type == "cuda":
         # An OOM on one rank mid-probe would leave the others waiting in SyncBatchNorm's collective.
@@ -43,6 +46,9 @@ def fit(
         )
     plain, cuda = [p for p, _ in rep.models], [rep.device] if rep.device.type == "cuda" else []
     baseline = memory.state_bytes(plain, optimizers, not cuda) - (memory.state_bytes(plain, []) if cuda else 0)
+    # (a CPU counts what the step makes on top of the models: G_ema, a classifier's average too, found from outside;
+    # on a GPU, where the allocator's peak is measured, they are in it)
+    baseline += 0 if cuda else memory.state_bytes(resident, [])
     sizes = [d for d in range(1, rep.share + 1) if rep.share % d == 0 and rep.takes_micro(d)]  # (to try)
     saved = memory.save_buffers(plain)
     holders = [*optimizers, *plain]  # (of gradients)
@@ -57,8 +63,8 @@ def fit(
             raise _OneImage from None
 
     try:
-        with torch.random.fork_rng(devices=cuda), _said_over(rep, plain, optimizers):  # (the probes' draws: their own)
-            try:
+        with torch.random.fork_rng(devices=cuda), _said_over(rep, plain, resident, optimizers):  # (the probes' draws:
+            try:  # their own)
                 micro, probes = memory.fit_micro_batch(fresh, sizes, rep.device, budget, baseline, dist.agree)
             except _OneImage:  # (a BatchNorm1d over one image: 1 is no micro-batch of this model)
                 if not sizes[1:]:
@@ -82,23 +88,26 @@ def fit(
 
 
 @contextmanager
-def _said_over(rep: Any, models: list[torch.nn.Module], optimizers: list[torch.optim.Optimizer]) -> Iterator[None]:
-    """A budget that not even the smallest micro-batch fits, said with the part of it no micro-batch changes (weights,
-    their gradients, the optimizer's state) and the settings that lower the rest that are not on already (found from
-    outside: bf16 and checkpointing advised to a run that had both, and nothing said of a floor above the budget)."""
+def _said_over(
+    rep: Any, models: list[torch.nn.Module], resident: Sequence[torch.nn.Module], optimizers: list
+) -> Iterator[None]:
+    """A budget that not even the smallest micro-batch fits, said with the part of it no micro-batch changes (the
+    weights, their gradients, the optimizer's state, the `resident` models) and the settings that lower the rest that
+    are not on already (found from outside: bf16 and checkpointing advised to a run that had both, and nothing said
+    of a floor above the budget)."""
     try:
         yield
     except memory.OverBudget as e:
-        fixed = memory.state_bytes(models, optimizers, existing=True) + memory.grad_bytes(models)
+        fixed = memory.state_bytes([*models, *resident], optimizers, existing=True) + memory.trained_bytes(optimizers)
+        held = f"the weights, their gradients{',' if resident else ' and'} the optimizer's state"
+        held += " and averages" if resident else ""  # (as a dry run says them: found from outside, 2.4 MiB apart)
         if fixed >= e.budget:
             raise BigbatchError(
-                f"{e}: the weights, their gradients and the optimizer's state alone take "
-                f"{memory.format_bytes(fixed)}, which no micro-batch, precision or checkpointing lowers; raise "
-                "train.memory_budget, or give a smaller model"
+                f"{e}: {held} alone take {memory.format_bytes(fixed)}, which no micro-batch, precision or "
+                "checkpointing lowers; raise train.memory_budget, or give a smaller model"
             ) from None
         ways = ["bf16"] * (rep.precision == "fp32") + ["activation checkpointing"] * (not rep.checkpointing)
         lower = f", use {' or '.join(ways)}" if ways else ""
         raise BigbatchError(
-            f"{e}, {memory.format_bytes(fixed)} of it the weights, their gradients and the optimizer's state; "
-            f"raise train.memory_budget{lower}, or give a smaller model"
+            f"{e}, {memory.format_bytes(fixed)} of it {held}; raise train.memory_budget{lower}, or give a smaller model"
         ) from None
