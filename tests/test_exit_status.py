@@ -1,6 +1,7 @@
 """A finished command line run exits 0 whatever SIGTERM arrives while it exits (a scheduler preempting a job as it
-ends must not read a finished, saved run as killed)."""
+ends must not read a finished, saved run as killed); a stop asked of a run under way is answered at once."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -63,3 +64,17 @@ def test_a_commands_process_leaves_its_objects_out_of_pythons_last_collection(tm
         assert out.returncode == 0, out.stderr
         counts.append(tuple(map(int, out.stderr.split()[-2:])))
     assert counts[0][0] == 0 and counts[0][1] > 1000 and counts[1] == (0, 0)
+
+
+def test_a_stop_asked_of_a_training_run_is_answered_at_once(capfd):
+    # Found from outside: an accumulated step of 512 micro-batches took minutes to end after Ctrl-C, without a word.
+    from bigbatch.signals import stop_signals
+
+    with stop_signals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # (while it starts: the loop says what it does)
+        assert stop.requested and capfd.readouterr().err == ""
+        stop.requested, stop.armed = False, True
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGTERM)
+        said = capfd.readouterr().err
+        assert stop.requested and said.count("\n") == 1 and said.startswith("bigbatch: stopping: a checkpoint is saved")
