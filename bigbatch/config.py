@@ -336,14 +336,14 @@ class TrainConfig(Section):
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
         positive(self, "skip_window", "r1_every", "pl_every", "pl_batch_shrink")
-        for name in ("g_lr", "d_lr", "lr"):  # (the optimizers keep their rates as float32 numbers)
+        weights = ("r1_gamma", "lecam", "cr_real", "cr_fake", "zcr_d", "zcr_g")
+        at_least_zero(
+            self, lecam_start="a number of iterations >= 0", **dict.fromkeys(weights, "a finite number >= 0 (0 = off)")
+        )
+        positive(self, "zcr_radius")
+        for name in ("g_lr", "d_lr", "lr", *weights):  # (float32 numbers in the step; found from outside: 1e39 was inf)
             if getattr(self, name) > 3.4e38:
                 self._fail(name, f"must be below 3.4e38, float32's largest number, got {getattr(self, name):g}")
-        at_least_zero(self, r1_gamma="a finite number >= 0 (0 = off)", lecam="a finite number >= 0 (0 = off)")
-        at_least_zero(self, lecam_start="a number of iterations >= 0")
-        weight = "a finite number >= 0 (0 = off)"
-        at_least_zero(self, cr_real=weight, cr_fake=weight, zcr_d=weight, zcr_g=weight)
-        positive(self, "zcr_radius")
         if not 0 <= self.lecam_decay < 1:
             self._fail("lecam_decay", f"must be a fraction in [0, 1), got {self.lecam_decay}")
         if not all(0.0 <= b < 1.0 for b in self.betas):

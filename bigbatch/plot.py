@@ -23,12 +23,11 @@ TRAINING_PANELS = (
         "regularizers: R1, LeCam, path length and its mean",
         ("r1_penalty", "lecam_penalty", "pl_penalty", "pl_length"),
     ),  # (found from
-    (
-        "consistency: CR of real and fake images, zCR's of D and G (unweighted)",
-        ("cr_real_penalty", "cr_fake_penalty", "zcr_d_penalty", "zcr_g_distance"),
-    ),
     ("training top-1 accuracy (%, augmented batches)", ("train_top1",)),  # outside: logged, not drawn; and
     ("orthogonal regularization (BigGAN's, weighted)", ("ortho_G", "ortho_D")),  # BigGAN's ortho)
+    ("consistency regularization: CR of real and fake images (unweighted)", ("cr_real_penalty", "cr_fake_penalty")),
+    # (zCR's apart: found from outside, flat on 0 beside CR's, a thousand times theirs)
+    ("zCR: D's penalty and G's distance (unweighted)", ("zcr_d_penalty", "zcr_g_distance")),
     ("learning rate", ("lr",)),
     ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G", "grad_norm")),
     ("images per second", ("img_per_s",)),

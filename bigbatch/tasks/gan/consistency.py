@@ -11,7 +11,9 @@ its CR-, ICR-BigGAN: written from the papers and StudioGAN's description, not it
 
 D judges the transformed copy of an image as it is, while the image itself it judges through [augment]'s
 transforms when a run has them (StudioGAN's order: CR's copy of the image as read, not of its augmented one); the
-nearby G(z + sigma n) goes through its G(z)'s transforms, so that zCR compares what z moved and nothing else.
+nearby G(z + sigma n) goes through its G(z)'s transforms (StudioGAN's D judges it untransformed, beside the transformed
+G(z)) and takes G(z)'s own draws (StyleGAN2's noise and style mixing: found from outside, 330x the distance of the
+latents' move), so that zCR compares what z moved and nothing else.
 
 Every draw is made for the whole step from a stream keyed by the step, as z is, and each rank takes its share: the
 same transforms and nearby latents whatever the micro-batch size, world size or resume.

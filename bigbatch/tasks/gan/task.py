@@ -320,12 +320,13 @@ class GANTask:
         z_near = None if near is None else self._share(self.consistency.nearby(z, near, step)).numpy()
         return self._share(z).numpy(), self._share(y), z_near
 
-    def _fake(self, z: np.ndarray, y: torch.Tensor | None, **kw: Any) -> Any:
+    def _fake(self, z: np.ndarray, y: torch.Tensor | None, keys: np.ndarray | None = None, **kw: Any) -> Any:
         """G's images of latents `z` (the host's copy), copied to the device without waiting on it; a G that
         draws per image (StyleGAN2's noise and mixing) keys its draws by `z` on the host, not by reading the
-        device's copy back, which would wait for the device's queue and leave it idle while the host draws."""
+        device's copy back, which would wait for the device's queue and leave it idle while the host draws;
+        or by `keys` (zCR's nearby latents take the draws of the latents they are near)."""
         G = self.plain("G")
-        with G.keyed(z) if hasattr(G, "keyed") else nullcontext():
+        with G.keyed(z if keys is None else keys) if hasattr(G, "keyed") else nullcontext():
             return self.G(torch.from_numpy(z).to(self.rep.device, non_blocking=True), y, **kw)
 
     def request(self, nimg: int) -> Step:
@@ -367,7 +368,7 @@ class GANTask:
         shown = real.requires_grad_() if self._r1 else real  # R1: D's gradient with respect to the real images
         with torch.no_grad():
             fake = self._fake(z, y_fake).to(real.dtype)
-            near = None if z_near is None else self._fake(z_near, y_fake).to(real.dtype)
+            near = None if z_near is None else self._fake(z_near, y_fake, keys=z).to(real.dtype)
         # CR's copies (of the images as read), zCR's images of nearby latents (as their G(z)'s, augmented alike)
         copies = [(self.consistency.copy(x, t), y) for x, y, t in ((real, y_real, cr_real), (fake, y_fake, cr_fake))]
         if aug_real is not None:
@@ -436,7 +437,7 @@ class GANTask:
         z, y, z_near, aug, regularized = micro
         fake = self._fake(z, y)
         # zCR: G's images of nearby latents, pushed apart
-        distance = None if z_near is None else mean_square(fake, self._fake(z_near, y))
+        distance = None if z_near is None else mean_square(fake, self._fake(z_near, y, keys=z))
         if aug is not None:
             fake = self.augment(fake, aug)
         adversarial = losses.G_LOSS[self.loss](self.D(fake, y).float())
