@@ -138,7 +138,7 @@ def find_checkpoint(path: str | Path) -> Path:
     if name and ((path / "checkpoints" / name) in complete or checkpoints.is_complete(path / "checkpoints" / name)):
         return path / "checkpoints" / name
     if name and (corrupt := checkpoints.corrupt_by_size(path / "checkpoints" / name)) is not None:
-        raise corrupt  # as a file that fails its checksum: readers refuse it, resume passes over it
+        raise with_intact(corrupt, path)  # as a file that fails its checksum: readers refuse it, resume passes over it
     if not complete:
         raise BigbatchError(f"run {path} has no complete checkpoint{way_back(path) or ' yet'}")
     if not (name and any(map(owner_alive, (path / "checkpoints").glob(f".tmp-{name}-*")))):  # (one going into place)
@@ -295,7 +295,25 @@ def read_newest(path: str | Path, read: Callable[[Path], T], tries: int = 5) -> 
         ckpt = find_checkpoint(path)
         try:
             return read(ckpt)
-        except BigbatchError:
+        except BigbatchError as e:
             if (ckpt / "meta.json").exists() or ckpt == Path(path) or attempt == tries - 1:
-                raise  # not pruned meanwhile, or a checkpoint named by the user
+                # (not pruned meanwhile, or a checkpoint named by the user)
+                raise with_intact(e, Path(path)) if isinstance(e, checkpoints.Corrupt) else e from None
     raise AssertionError("unreachable")
+
+
+def with_intact(e: checkpoints.Corrupt, path: Path) -> checkpoints.Corrupt:
+    """A damaged checkpoint of the run `path`, said with the run's newest intact one to read instead (found from
+    outside: named none); `e` as it is where `path` names the checkpoint itself, or none is intact."""
+    if e.ckpt is None or e.ckpt == path or (intact := newest_intact(path, e.ckpt)) is None:
+        return e
+    said = f"{checkpoints.damage(e)}; the run's newest intact checkpoint is {intact}: give it instead"
+    return checkpoints.Corrupt(said, e.ckpt)
+
+
+def newest_intact(run: Path, but: Path) -> Path | None:
+    """The newest checkpoint of `run` other than `but` whose files match their checksums, or None."""
+    for ckpt in published(run):  # (newest first)
+        if ckpt != but and checkpoints.is_complete(ckpt) and checkpoints.intact(ckpt):
+            return ckpt
+    return None

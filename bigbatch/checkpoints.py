@@ -115,7 +115,7 @@ def save_checkpoint(
             f"cannot write checkpoint {final}: a file is in its place; move it away, then resume with: bigbatch train "
             f"--run-dir {shlex.quote(str(run_dir))} --resume"
         )
-    if not replace and is_complete(final) and _intact(final):  # nothing trained since (a signal right after a save)
+    if not replace and is_complete(final) and intact(final):  # nothing trained since (a signal right after a save)
         atomic_write(root / "latest", name + "\n")
         return final
     tmp = write_folder(root, name, nimg, nets, state, config_text, info)
@@ -342,7 +342,8 @@ def _check_sum(ckpt: Path, meta: dict[str, Any], name: str, found: str) -> None:
     if isinstance(sums, dict) and name in sums and found != sums[name]:
         raise Corrupt(
             f"checkpoint {ckpt} is corrupt: {name} does not match the {CHECKSUM} checksum recorded when it was "
-            f"written (damaged on disk, or edited){ADVICE}"
+            f"written (damaged on disk, or edited){ADVICE}",
+            ckpt,
         )
 
 
@@ -362,10 +363,11 @@ def _raise_unreadable(ckpt: Path, name: str, why: str) -> NoReturn:
             f"checkpoint {ckpt} was deleted while being read (its run keeps only the newest checkpoint.keep); "
             "name the run instead of one checkpoint to read its newest"
         )
-    raise Corrupt(f"checkpoint {ckpt} is corrupt: {name} cannot be read ({why})")
+    raise Corrupt(f"checkpoint {ckpt} is corrupt: {name} cannot be read ({why})", ckpt)
 
 
-def _intact(ckpt: Path) -> bool:
+def intact(ckpt: Path) -> bool:
+    """Whether every file of the complete checkpoint `ckpt` matches its checksum."""
     try:
         verify(ckpt)
         return True
