@@ -132,7 +132,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         plan_micro_batch(rep, task.probe, verbose=main and not quiet, resident=resident)
         if main:
             warn_under_group(cfg, rep.plan.micro_batch)
-    progress = Progress(run, rep, nimg, seconds, run.resumed, quiet)
+    progress = Progress(run, rep, nimg, seconds, run.resumed, quiet, getattr(task, "monitored", None))
     if main:
         run.write_start(rep)
         if run.checkpoint:

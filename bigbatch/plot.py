@@ -28,6 +28,7 @@ TRAINING_PANELS = (
     ("consistency regularization: CR of real and fake images (unweighted)", ("cr_real_penalty", "cr_fake_penalty")),
     # (zCR's apart: found from outside, flat on 0 beside CR's, a thousand times theirs)
     ("zCR: D's penalty and G's distance (unweighted)", ("zcr_d_penalty", "zcr_g_distance")),
+    ("spectral norm: the largest sigma of G's and D's layers (BigGAN's sv0)", ("sv_max_G", "sv_max_D")),
     ("learning rate", ("lr",)),
     ("gradient norm (before clipping)", ("grad_norm_D", "grad_norm_G", "grad_norm")),
     ("images per second", ("img_per_s",)),

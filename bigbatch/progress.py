@@ -9,6 +9,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,18 @@ class Window:
 class Progress:
     """Where rank 0 reports: RUN/metrics.jsonl, RUN/tb/ and the terminal (nothing on other ranks)."""
 
-    def __init__(self, run: Run, rep: Replicator, nimg: int, seconds: float, resumed: bool, quiet: bool):
-        self.run, self.rep, self.main = run, rep, rep.is_main
+    def __init__(
+        self,
+        run: Run,
+        rep: Replicator,
+        nimg: int,
+        seconds: float,
+        resumed: bool,
+        quiet: bool,
+        monitor: Callable[[], tuple[dict[str, float], dict[str, float]]] | None = None,
+    ):
+        """`monitor`: the task's values of a log row (its `monitored`): those of the row, and TensorBoard's alone."""
+        self.run, self.rep, self.main, self.monitor = run, rep, rep.is_main, monitor
         self.began = time.perf_counter() - seconds  # a resumed run's clock goes on from its checkpoint
         self.quiet = quiet or not self.main
         self.total = run.cfg.train.images
@@ -146,8 +157,9 @@ class Progress:
 
     def log(self, nimg: int, step: int) -> None:
         """The row of the iterations since the last one (and a printed line without a progress bar)."""
-        row = {**self.where(nimg, step), "batch": self.rep.batch, **self.window.row()}
-        self.write(nimg, row)
+        shown, apart = self.monitor() if self.monitor is not None else ({}, {})
+        row = {**self.where(nimg, step), "batch": self.rep.batch, **self.window.row(), **shown}
+        self.write(nimg, row, {f"sv/{k}": v for k, v in apart.items()})
         self.window = Window(self.rep)
         self.losses |= {k for k in row if k.startswith("loss") and not k.startswith("loss_scale")}
         self.losses |= {k for k in row if k.endswith("_loss")}  # (a swap's src_loss and dst_loss, DFL's per-sample
@@ -185,12 +197,15 @@ class Progress:
         shown = "  ".join(f"{k} {v:.4g}" for k, v in scores.items() if k not in NOT_SCORES)
         self.say(f"kimg {nimg / 1000:g}  {shown}  ({scores['eval_seconds']:.0f} s)")
 
-    def write(self, nimg: int, row: dict[str, Any]) -> None:
+    def write(self, nimg: int, row: dict[str, Any], tb_only: dict[str, float] | None = None) -> None:
+        """A row of metrics.jsonl, and TensorBoard's scalars of it and of `tb_only` (a model's layers)."""
         self.run.log(row)
         if self.tb is None:
             return
         try:
             self._tb_row(nimg, row)
+            for k, v in (tb_only or {}).items():
+                self.tb.add_scalar(k, v, nimg)
         except OSError as e:  # TensorBoard's copy of the log: the run goes on without it, metrics.jsonl holds all
             self._drop_tb(e)
 

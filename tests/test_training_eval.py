@@ -294,9 +294,9 @@ def test_plot_draws_training_curves_and_scores(scored, tiny, tmp_path, capsys):
     assert main(["plot", str(run)]) == 0
     assert capsys.readouterr().out.strip() == str(run / "plots.png")
     assert main(["plot", str(plain), "--out", str(tmp_path / "plain.png")]) == 0
-    # Panels of 320 px in two columns: losses, D outputs, img/s (+ fcd, cs, kcd with evaluation).
+    # Panels of 320 px in two columns: losses, D outputs, gradient norms, D's largest sigma, img/s (+ fcd, cs, kcd).
     with Image.open(run / "plots.png") as a, Image.open(tmp_path / "plain.png") as b:
-        assert a.size == (1200, 1280) and b.size == (1200, 640)
+        assert a.size == (1200, 1280) and b.size == (1200, 960)
         assert len(a.convert("L").getcolors(maxcolors=4096) or []) > 10  # something was drawn
     (tmp_path / "empty").mkdir()
     assert main(["plot", str(tmp_path / "empty")]) == 2

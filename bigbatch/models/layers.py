@@ -350,5 +350,17 @@ def spectral_norm_hook(*modules: nn.Module, every_micro_batch: bool = False) -> 
     return iterate
 
 
+def singular_values(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Each spectrally normalized layer's estimate of its weight's largest singular value, u W v^T, the sigma it
+    divides by (BigGAN-PyTorch's sv0, which the BigGAN paper watched rise before a collapse), by the layer's name:
+    0-d tensors on the weights' device, read without a power iteration."""
+    with torch.no_grad():
+        return {
+            name: (m.sn_u @ m.weight.flatten(1) @ m.sn_v.t()).squeeze()
+            for name, m in module.named_modules()
+            if isinstance(m, SpectralNorm) and hasattr(m, "sn_u")
+        }
+
+
 def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())

@@ -45,7 +45,7 @@ from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import to_channels_last
 from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.models import contract
-from bigbatch.models.layers import set_sn_every_micro_batch
+from bigbatch.models.layers import set_sn_every_micro_batch, singular_values
 from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
@@ -522,6 +522,20 @@ class GANTask:
             self._r1, self._pl, self.augment.p = 0.0, 0.0, p
         self.opt_G.zero_grad(set_to_none=True)
         self._train_only("D")
+
+    def monitored(self) -> tuple[dict[str, float], dict[str, float]]:
+        """What a log row adds of the models' state: the largest sigma of G's and of D's spectrally normalized layers
+        (sv_max_G, sv_max_D), and each layer's by "G/<layer>" for TensorBoard (BigGAN-PyTorch's SV log, StudioGAN's
+        SN_of_dis: found from outside, unlogged); none of a model without spectral norm."""
+        sigmas = {f"{net}/{name}": s for net in ("G", "D") for name, s in singular_values(self.plain(net)).items()}
+        if not sigmas:
+            return {}, {}
+        each = dict(zip(sigmas, torch.stack(list(sigmas.values())).tolist()))  # (one read of the device)
+        largest: dict[str, float] = {}
+        for key, sigma in each.items():
+            name = f"sv_max_{key.split('/', 1)[0]}"
+            largest[name] = max(largest.get(name, sigma), sigma)
+        return largest, each
 
     # ---- checkpoints and previews --------------------------------------------------------------
     def nets(self) -> dict[str, nn.Module]:
