@@ -79,9 +79,10 @@ def network_pickle(path: Path) -> str:
     )
 
 
-def find_checkpoint(path: str | Path) -> Path:
+def find_checkpoint(path: str | Path, reader: bool = True) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
-    its newest complete checkpoint when `latest` is missing or names an incomplete one)."""
+    its newest complete checkpoint when `latest` is missing or names an incomplete one). A damaged `latest` is
+    refused, to a `reader` with the run's newest intact checkpoint named (resume finds it its own way)."""
     path = run_named(local_run(path))  # (credentials and URLs refused)
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
@@ -138,7 +139,8 @@ def find_checkpoint(path: str | Path) -> Path:
     if name and ((path / "checkpoints" / name) in complete or checkpoints.is_complete(path / "checkpoints" / name)):
         return path / "checkpoints" / name
     if name and (corrupt := checkpoints.corrupt_by_size(path / "checkpoints" / name)) is not None:
-        raise with_intact(corrupt, path)  # as a file that fails its checksum: readers refuse it, resume passes over it
+        raise with_intact(corrupt, path) if reader else corrupt  # (as a file that fails its checksum: readers refuse
+        # it, resume passes over it)
     if not complete:
         raise BigbatchError(f"run {path} has no complete checkpoint{way_back(path) or ' yet'}")
     if not (name and any(map(owner_alive, (path / "checkpoints").glob(f".tmp-{name}-*")))):  # (one going into place)
@@ -202,7 +204,7 @@ def resume_checkpoint(run: Path) -> Path | None:
     first: Path | None = Path(run) / "checkpoints" / latest_name(run)
     if first not in found or checkpoints.is_complete(first):
         try:
-            first = find_checkpoint(run)
+            first = find_checkpoint(run, reader=False)
         except BigbatchError:  # none is complete: each is looked at below
             first = None
     others = [c for c in found if c != first]
