@@ -9,6 +9,12 @@ from pathlib import Path
 from bigbatch.errors import counted, warn
 from bigbatch.files import atomic_write, metrics_row
 
+# Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
+MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
+FACES = ("ssim", "src_ssim", "dst_ssim", "iou")  # a swap run's held-out scores, an xseg run's (its val_loss too)
+HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5", *MANIFOLD, *FACES}
+SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss", *FACES)
+
 
 def read_metrics(path: Path) -> list[dict]:
     """The rows of a metrics.jsonl (none if it is missing), skipping a line cut short by a crash and

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from bigbatch.errors import BigbatchError
 from bigbatch.files import save_figure
-from bigbatch.metrics_file import read_metrics
-from bigbatch.sweep_table import FACES, SCORES
+from bigbatch.metrics_file import FACES, SCORES, read_metrics
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
 TRAINING_PANELS = (

@@ -15,13 +15,8 @@ from typing import Any
 from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.files import atomic_write
-from bigbatch.metrics_file import read_metrics
+from bigbatch.metrics_file import FACES, HIGHER_IS_BETTER, SCORES, read_metrics
 
-# Scores where higher is better (the others, fid, kid, fcd, kcd, val_loss, lower).
-MANIFOLD = tuple(p + v for p in ("", "c_") for v in ("precision", "recall", "density", "coverage"))
-FACES = ("ssim", "src_ssim", "dst_ssim", "iou")  # a swap run's held-out scores, an xseg run's (its val_loss too)
-HIGHER_IS_BETTER = {"is", "cs", "val_top1", "val_top5", *MANIFOLD, *FACES}
-SCORES = ("fid", "is", "kid", "fcd", "cs", "kcd", *MANIFOLD, "val_top1", "val_top5", "val_loss", *FACES)
 LOSSES = ("loss_D", "loss_G", "loss", "train_top1", "src_loss", "dst_loss", "loss_xseg")
 
 

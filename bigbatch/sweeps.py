@@ -21,14 +21,12 @@ from bigbatch import checkpoints
 from bigbatch.config import Config
 from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.files import lock_folder, unlock_folder
-from bigbatch.metrics_file import read_metrics
+from bigbatch.metrics_file import HIGHER_IS_BETTER, SCORES, read_metrics
 from bigbatch.resuming import unresumable_changes
 from bigbatch.signals import Terminated, sigterm_raises
 from bigbatch.sweep_runs import Job, Stopped, complain, make_starter, mark_failed, say, side_by_side, train_here
 from bigbatch.sweep_space import check_space, suggest
 from bigbatch.sweep_table import (
-    HIGHER_IS_BETTER,
-    SCORES,
     earlier_statuses,
     existing_folders,
     is_number,
