@@ -1,6 +1,9 @@
 """What a classifier's config leaves unread, said once as its training starts (not on eval, info or a resume, where
 nothing can be done of it), and a schedule's phases as they train (each found from outside)."""
 
+import json
+import shutil
+
 import pytest
 from test_classify import tiny
 
@@ -79,3 +82,21 @@ def test_turning_a_presets_weight_average_off_says_to_turn_its_cap_off_with_it(c
         main(["train", "--preset", "fashion_resnet_fast", "train.model_ema_kimg=0", "train.ema_rampup=0", "--dry-run"])
         == 0
     )
+
+
+def test_a_resumed_run_scores_a_checkpoint_at_a_phase_start_at_the_side_its_last_step_trained(tmp_path):
+    # Found from outside: an evaluation the resume made again, of the checkpoint at the 16 px phase's start, was
+    # scored at 16 px; the run left alone scored it at 12, where its last step trained.
+    over = {"data.schedule": "0:12:64,0.128:16:64", "train.kimg": 0.256, "checkpoint.every_kimg": 0.128}
+    over |= {"eval.every_kimg": 0.128, "sample.every_kimg": 0, "checkpoint.keep": 10}
+    whole = bigbatch.train(tiny(**over), run_dir=tmp_path / "whole", quiet=True)
+
+    again = shutil.copytree(whole, tmp_path / "again", ignore=shutil.ignore_patterns(".lock"))
+    (again / "checkpoints" / "latest").write_text("000000.128\n")  # (rolled back: its evaluation made again)
+    bigbatch.train(tiny(**over), run_dir=again, resume=True, quiet=True)
+
+    def scored(run):
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [(r["kimg"], r["eval_resolution"], r["val_top1"]) for r in rows if "val_top1" in r]
+
+    assert scored(again) == scored(whole) and scored(whole)[0][:2] == (0.128, 12)

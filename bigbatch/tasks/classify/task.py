@@ -300,7 +300,9 @@ class ClassifyTask:
         self.steps = 0
         # The average of the weights (train.model_ema_kimg): what is scored, kept as best and put to use.
         self.ema = make_ema(self.plain()) if cfg.train.model_ema_kimg else None
-        self.nimg = resumed_at or 0  # images seen before the last step: its phase's resolution is validated
+        # A position of the last step: its phase's resolution is validated (resumed: the image before the checkpoint,
+        # as phase_trained has it; found from outside, a checkpoint at a phase's start was scored at the next's side)
+        self.nimg = max(0, (resumed_at or 0) - 1)
         self.seen = resumed_at or 0  # images seen after it
         self.frozen_until = round(cfg.train.freeze_kimg * 1000)  # images for which the body is frozen
         self.val_data = validation_data(cfg, data)
