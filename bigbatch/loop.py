@@ -214,7 +214,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         try:
             scores = task.scorer()
         except EvaluationStopped:  # (one process only: several finish, their collectives must meet)
-            progress.say(f"kimg {nimg / 1000:g}: evaluation stopped by the signal; the resumed run makes it")
+            progress.tell(f"kimg {nimg / 1000:g}: evaluation stopped by the signal; the resumed run makes it")
             return False
         if main and failed is None:
             try:

@@ -150,6 +150,12 @@ class Progress:
         if not self.quiet:
             show(text)
 
+    def tell(self, text: str) -> None:
+        """A line of how the run ends, as its last line is (rank 0, quiet too: found from outside, --quiet hid an
+        evaluation cut short)."""
+        if self.main:
+            show(text)
+
     def add(self, seconds: float, before: int, nimg: int, stats: dict[str, float]) -> None:
         """One iteration from `before` to `nimg` images."""
         self.window.add(seconds, nimg - before, stats)

@@ -31,8 +31,8 @@ class Stopped(KeyboardInterrupt):
 
 
 STOPPING = (
-    b"bigbatch: stopping: a checkpoint is saved when the step under way ends (a second Ctrl-C stops at once, losing "
-    b"what trained since the last checkpoint)\n"
+    b"bigbatch: stopping: a checkpoint is saved once the step under way ends (an evaluation under way is made again "
+    b"on resume; a second Ctrl-C stops at once, losing what trained since the last checkpoint)\n"
 )
 
 
