@@ -80,10 +80,11 @@ def network_pickle(path: Path) -> str:
     )
 
 
-def find_checkpoint(path: str | Path, reader: bool = True) -> Path:
+def find_checkpoint(path: str | Path, reader: bool = False) -> Path:
     """The checkpoint a path names: a checkpoint folder itself, or a run's `latest` (falling back to
     its newest complete checkpoint when `latest` is missing or names an incomplete one). A damaged `latest` is
-    refused, to a `reader` with the run's newest intact checkpoint named (resume finds it its own way)."""
+    refused; to a `reader` of its weights with the run's newest intact checkpoint named (checksummed to find it:
+    resume and info find theirs their own way)."""
     path = run_named(local_run(path))  # (credentials and URLs refused)
     if not path.exists():
         raise BigbatchError(f"{path} does not exist; give a run directory or one of its checkpoints/<kimg> folders")
@@ -205,7 +206,7 @@ def resume_checkpoint(run: Path) -> Path | None:
     first: Path | None = Path(run) / "checkpoints" / latest_name(run)
     if first not in found or checkpoints.is_complete(first):
         try:
-            first = find_checkpoint(run, reader=False)
+            first = find_checkpoint(run)
         except BigbatchError:  # none is complete: each is looked at below
             first = None
     others = [c for c in found if c != first]
@@ -262,7 +263,7 @@ def pick_checkpoint(path: str | Path, which: str = "latest") -> Path:
     if (path / "meta.json").exists() and which != "latest":
         raise BigbatchError(f"{path} is a checkpoint already: --checkpoint {which} names one of a run directory")
     if which == "latest" or (path / "meta.json").exists():
-        return find_checkpoint(path)
+        return find_checkpoint(path, reader=True)
     if which == "best":
         if (best := checkpoints.best_checkpoint(path, damaged_too=True)) is None:
             raise BigbatchError(f"{path} has no checkpoints/best/ (eval.every_kimg was off): use --checkpoint latest")
@@ -294,17 +295,18 @@ def read_picked(path: str | Path, which: str, read: Callable[[Path], T]) -> T:
 def read_newest(path: str | Path, read: Callable[[Path], T], tries: int = 5) -> T:
     """`read(checkpoint)` on the checkpoint `path` names; when `path` names a run whose training prunes
     that checkpoint under the reader, again on the run's newest."""
+    named = run_named(local_run(path))  # (as find_checkpoint reads it: RUN/checkpoints is the run)
     for attempt in range(tries):
-        ckpt = find_checkpoint(path)
+        ckpt = find_checkpoint(named, reader=True)
         try:
             got = read(ckpt)
-            if ckpt != Path(path) and (note := best_passed_over(Path(path), ckpt)):
+            if ckpt != named and (note := best_passed_over(named, ckpt)):
                 warn(note, once=True)
             return got
         except BigbatchError as e:
-            if (ckpt / "meta.json").exists() or ckpt == Path(path) or attempt == tries - 1:
+            if (ckpt / "meta.json").exists() or ckpt == named or attempt == tries - 1:
                 # (not pruned meanwhile, or a checkpoint named by the user)
-                raise with_intact(e, Path(path)) if isinstance(e, checkpoints.Corrupt) else e from None
+                raise with_intact(e, named) if isinstance(e, checkpoints.Corrupt) else e from None
     raise AssertionError("unreachable")
 
 
@@ -319,7 +321,10 @@ def best_passed_over(run: Path, ckpt: Path) -> str | None:
     record = (checkpoints.read_meta(best) or {}).get("best") or {}
     metric, value = record.get("metric"), record.get("value")
     nimg = round(float(ckpt.name) * 1000) if checkpoints.CHECKPOINT_NAME.fullmatch(ckpt.name) else None
-    rows = read_metrics(run / "metrics.jsonl") if nimg is not None else []
+    try:
+        rows = read_metrics(run / "metrics.jsonl") if nimg is not None else []
+    except OSError:  # (a note, not the read: an unreadable log keeps nothing from it)
+        return None
     latest = next((r[metric] for r in reversed(rows) if round(r["kimg"] * 1000) == nimg and metric in r), None)
     if not isinstance(value, (int, float)) or not isinstance(latest, (int, float)):
         return None
@@ -329,8 +334,8 @@ def best_passed_over(run: Path, ckpt: Path) -> str | None:
     at = (checkpoints.read_meta(best) or {}).get("kimg")
     return (
         f"{run}'s checkpoints/best/ scored {metric} {value:.4g}{f' at {at:g} kimg' if at is not None else ''}, the "
-        f"latest checkpoint read here {latest:.4g} ({ckpt.name}): give {run / 'checkpoints' / 'best'} (or "
-        "--checkpoint best) to read the best"
+        f"latest checkpoint read here {latest:.4g} ({ckpt.name}): give {run / 'checkpoints' / 'best'} to read the "
+        "best"
     )
 
 

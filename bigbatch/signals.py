@@ -31,8 +31,8 @@ class Stopped(KeyboardInterrupt):
 
 
 STOPPING = (
-    b"bigbatch: stopping: a checkpoint is saved once the step under way ends (an evaluation under way is made again "
-    b"on resume; a second Ctrl-C stops at once, losing what trained since the last checkpoint)\n"
+    b"bigbatch: stopping: a checkpoint is saved at the run's next safe point, as the step under way ends (a second "
+    b"Ctrl-C stops at once, losing what trained since the last checkpoint)\n"
 )
 
 
@@ -173,11 +173,15 @@ def _handled(stop: StopRequest) -> Iterator[None]:
     def handler(signum, frame):
         if signum == signal.SIGINT and (stop.requested or not stop.armed):
             raise KeyboardInterrupt
+        said = stop.requested or not stop.armed or os.environ.get("RANK", "0") != "0"
+        stop.requested = True  # (first: a line that cannot be written must not keep the stop from being asked)
         if signum in hangup:  # (its terminal gone: what is printed there from here would fail; found by review; a
             silence(*terminals)  # file or pipe still takes it: found from outside)
-        elif stop.armed and not stop.requested and os.environ.get("RANK", "0") == "0":  # (found from outside: a step
-            os.write(2, STOPPING)  # of 512 micro-batches took minutes to end, without a word)
-        stop.requested = True
+        elif not said:  # (found from outside: a step of 512 micro-batches took minutes to end, without a word)
+            try:
+                os.write(2, STOPPING)
+            except OSError:  # (its reader gone: `2>&1 | tee` closed by the same Ctrl-C, found by review)
+                silence(2)
 
     hangup = [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
     terminals = [fd for fd in (1, 2) if os.isatty(fd)]  # (now: a hung-up terminal is no tty by the time of its SIGHUP)

@@ -24,7 +24,7 @@ def test_reading_the_latest_says_so_where_best_scored_far_better(tmp_path, capsy
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     said = f"checkpoints/best/ scored val_top1 90 at {json.loads((best / 'meta.json').read_text())['kimg']:g} kimg, "
-    said += f"the latest checkpoint read here 30 ({latest.name}): give {best} (or --checkpoint best) to read the best"
+    said += f"the latest checkpoint read here 30 ({latest.name}): give {best} to read the best"
     for latest_score, told in ((30.0, True), (88.0, False)):  # (within a twentieth: nothing said)
         monkeypatch.setattr("bigbatch.errors._WARNED", set())
         scored(latest_score, 90.0)

@@ -76,8 +76,10 @@ def test_a_webdataset_shards_fields_are_left_out_as_a_folders_side_files_are_but
         for i in range(3):
             for ending, data in ((".jpg", _png(i)), (".txt", b"a caption"), (".json", b"{}"), (".cls", b"1")):
                 _add(tar, f"{i:09d}{ending}", data)
+        _add(tar, "lone.json", b"{}")  # (a sample of fields alone: skipped as no image, not counted again)
     assert main(["prepare", "a.tar", "classes.h5", "--resolution", "8"]) == 0
-    assert "left out 6 files that are no images by their ending (.json 3, .txt 3)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "left out 6 files that are no images by their ending (.json 3, .txt 3)" in out and "skipped 1 file" in out
     assert main(["info", "classes.h5"]) == 0
     assert "left out    6 files that are no images by their ending (.json 3, .txt 3)" in capsys.readouterr().out
 

@@ -125,7 +125,8 @@ def test_checkpoints_by_the_clock_change_nothing_trained(tiny, tmp_path, uninter
     said = "every_minutes 1e-09 -> 0.0, checkpoint.keep 100 -> 3: the run saves and keeps its checkpoints so from here"
     assert f"{said} (give checkpoint.every_kimg=100.0 checkpoint.every_minutes=1e-09" in capsys.readouterr().err
     assert main(["train", "--dry-run", "checkpoint.every_minutes=-1"]) == 2
-    assert "'checkpoint.every_minutes' must be a finite number of minutes >= 0 (0 = off)" in capsys.readouterr().err
+    said = "'checkpoint.every_minutes' must be a finite number of minutes >= 0 (0 = off), got -1.0"
+    assert said in capsys.readouterr().err
 
 
 def test_sigterm_to_the_whole_process_group_with_loader_workers_saves(tmp_path):

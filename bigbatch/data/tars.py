@@ -226,7 +226,8 @@ def list_tars(
             fields_only += [(i, k) for k in scanned.fields_only]
             damaged += [(_in_shard(shards, i, n), why) for n, why in scanned.damaged]  # (a file's, a dangling link's)
             stamps.append(scanned.stamp)
-            fields += [_in_shard(shards, i, name) for name in scanned.fields]
+            alone = set(scanned.fields_only) if classes else set()  # (samples of fields alone: skipped, said there)
+            fields += [_in_shard(shards, i, n) for n in scanned.fields if sample_key(n)[0] not in alone]
     members.sort(key=lambda m: (m[0], m[1]))  # (shard order, then names sorted, as a folder's and a zip's are)
     source = TarSource(shards, storage_options, stamps)
     names = _unwrapped([m[1] for m in members], as_named)

@@ -442,10 +442,7 @@ class Replicator:
 
     # ---- memory planning -----------------------------------------------------------------------
     def plan_micro_batch(
-        self,
-        probe: Callable[[int], None],
-        optimizers: Iterable[torch.optim.Optimizer] | None = None,
-        resident: Iterable[nn.Module] = (),
+        self, probe: Callable[[int], None], optimizers: Iterable | None = None, resident: Iterable[nn.Module] = ()
     ) -> Plan:
         """Resolve micro_batch="auto": the largest divisor of this rank's share that `takes_micro` and whose
         `probe(m)` (one forward and backward at m) fits the memory budget. Buffers, RNG and gradients are
@@ -454,9 +451,7 @@ class Replicator:
         not train (an average of the weights: G_ema), counted with the prepared ones."""
         return self._said(self._plan_micro_batch, probe, optimizers, list(resident))
 
-    def _plan_micro_batch(
-        self, probe: Callable[[int], None], optimizers: Iterable[torch.optim.Optimizer] | None, resident: list
-    ) -> Plan:
+    def _plan_micro_batch(self, probe: Callable[[int], None], optimizers: Iterable | None, resident: list) -> Plan:
         optimizers = [s.opt for s in self.optimizers.values()] if optimizers is None else list(optimizers)
         micro, self.probes, budget = probing.fit(self, probe, optimizers, resident)
         self.budget = budget

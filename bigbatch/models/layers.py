@@ -351,9 +351,10 @@ def spectral_norm_hook(*modules: nn.Module, every_micro_batch: bool = False) -> 
 
 
 def singular_values(module: nn.Module) -> dict[str, torch.Tensor]:
-    """Each spectrally normalized layer's estimate of its weight's largest singular value, u W v^T, the sigma it
-    divides by (BigGAN-PyTorch's sv0, which the BigGAN paper watched rise before a collapse), by the layer's name:
-    0-d tensors on the weights' device, read without a power iteration."""
+    """Each spectrally normalized layer's estimate of its weight's largest singular value (BigGAN-PyTorch's sv0, which
+    the BigGAN paper watched rise before a collapse), by the layer's name: u W v^T of its weight now and the u, v of
+    its last power iteration (the step's divisor was of the weight before the step; the next step's iterates once
+    more), read without an iteration: 0-d tensors on the weights' device."""
     with torch.no_grad():
         return {
             name: (m.sn_u @ m.weight.flatten(1) @ m.sn_v.t()).squeeze()

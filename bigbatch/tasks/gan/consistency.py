@@ -50,14 +50,17 @@ def draw(n: int, size: int, seed: int, *keys: int) -> torch.Tensor:
 def apply(x: torch.Tensor, params: torch.Tensor | np.ndarray) -> torch.Tensor:
     """Images `x` (N, C, H, W) flipped and shifted by their transforms (from `draw`, on the host or x's device):
     output (i, j) reads input (i + dy, j + dx) of the image as flipped, an index past the border reflected back into
-    the image (the border pixel once: as a reflect-padded copy, torch.nn.functional.pad's "reflect")."""
+    the image (the border pixel once: as a reflect-padded copy, torch.nn.functional.pad's "reflect"). One gather of
+    the pixels, in channels-last order (as the images arrive: found by review, a flip, a where and a reshape copied
+    the batch three times more, and the result, NCHW, took channels-last from the batch D reads it in)."""
     params = torch.as_tensor(params).to(x.device, non_blocking=True)
     n, c, h, w = x.shape
-    x = torch.where(params[:, 0].bool().view(n, 1, 1, 1), x.flip(3), x)
     rows = reflect(torch.arange(h, device=x.device).view(1, h, 1) + params[:, 1].long().view(n, 1, 1), h)
     cols = reflect(torch.arange(w, device=x.device).view(1, 1, w) + params[:, 2].long().view(n, 1, 1), w)
-    index = (rows * w + cols).view(n, 1, h * w).expand(n, c, h * w)
-    return x.reshape(n, c, h * w).gather(2, index).view(n, c, h, w)
+    cols = torch.where(params[:, 0].bool().view(n, 1, 1), w - 1 - cols, cols)  # (the flip, read off the index)
+    index = (rows * w + cols).view(n, h * w, 1).expand(n, h * w, c)
+    pixels = x.permute(0, 2, 3, 1).reshape(n, h * w, c)  # (a view of a channels-last batch)
+    return pixels.gather(1, index).view(n, h, w, c).permute(0, 3, 1, 2)
 
 
 def reflect(i: torch.Tensor, size: int) -> torch.Tensor:

@@ -425,8 +425,9 @@ class GANTask:
         return torch.compiler.set_stance("force_eager") if regularized and self.rep.compile else nullcontext()
 
     def g_batch(self, step: int) -> tuple:
-        """This rank's share of the G step: z, labels, transforms and, on a path length step, which images
-        it regularizes (those at global positions that are multiples of train.pl_batch_shrink)."""
+        """This rank's share of the G step: z, labels, zCR's nearby latents (None without train.zcr_g), transforms and,
+        on a path length step, which images it regularizes (those at global positions that are multiples of
+        train.pl_batch_shrink)."""
         regularized = None
         if self._pl:
             regularized = self._share(torch.arange(self.rep.batch) % self.cfg.train.pl_batch_shrink == 0).numpy()
