@@ -5,7 +5,7 @@ model's rate, no data reading)."""
 from __future__ import annotations
 
 import torch
-from _gan import synthetic
+from _gan import as_trained, synthetic
 
 import bigbatch
 from bigbatch.batching import replicator_for
@@ -31,14 +31,16 @@ def classify_task(cfg: Config, n_classes: int, **train: object) -> tuple[Classif
     Replicator, and a feed of one synthetic batch of train.batch images at data.resolution. The preset's
     data.schedule is set aside (one phase: data.resolution at train.batch) and so are its held-out split
     and evaluation (no data files are read)."""
-    cfg = cfg.override(
-        {
-            **{f"train.{k}": v for k, v in train.items()},
-            "data.schedule": [],
-            "data.val_path": "",
-            "data.val_fraction": 0.0,
-            "eval.every_kimg": 0,
-        }
+    cfg = as_trained(
+        cfg.override(
+            {
+                **{f"train.{k}": v for k, v in train.items()},
+                "data.schedule": [],
+                "data.val_path": "",
+                "data.val_fraction": 0.0,
+                "eval.every_kimg": 0,
+            }
+        )
     )
     batch = cfg.train.batch
     data = synthetic(cfg, n_classes, n=batch)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _gan import as_trained
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
@@ -66,7 +67,7 @@ def synthetic_faces(cfg: Config, n: int = 16, channels: int = 4) -> Iterator[Con
 def swap_task(cfg: Config, **train: object) -> tuple[SwapTask, bigbatch.Replicator]:
     """The swap task of `cfg` (data at synthetic faces) with these train.* settings changed (e.g.
     precision="bf16", checkpointing=True, micro_batch=8), and its Replicator."""
-    cfg = cfg.override({f"train.{k}": v for k, v in train.items()})
+    cfg = as_trained(cfg.override({f"train.{k}": v for k, v in train.items()}))
     rep = replicator_for(cfg)
     data = load_data(cfg.data.path, cfg.data.resolution)
     return build_task(cfg, rep, data), rep

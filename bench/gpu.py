@@ -61,7 +61,7 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import positive_float  # noqa: E402
 from _classify import classify_task  # noqa: E402
-from _gan import gan_task, sync  # noqa: E402
+from _gan import BF16_AS_FP32, gan_task, sync  # noqa: E402
 from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
 from _gpu_profile import biggan_profile, describe_gan, resnet50_profile, saehd_profile, stylegan2_profile  # noqa: E402
 from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
@@ -69,7 +69,7 @@ from _gpu_sizes import CLASSES, COMPILE_WARMUP, REPO, SIZES, config, of_peak, ti
 from _gpu_waits import waits  # noqa: E402
 from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E402
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
-from _swap import synthetic_faces  # noqa: E402
+from _swap import native_bf16, synthetic_faces  # noqa: E402
 from throughput import count_flops, measure, measure_swap  # noqa: E402
 
 from bigbatch.batching import plan_micro_batch  # noqa: E402
@@ -477,10 +477,13 @@ def child(args: argparse.Namespace) -> None:
         CompileLog(Path(args.result).with_suffix(".progress"))
     # As `bigbatch train` runs: cuDNN autotuning on, but under a memory budget (the plan parts, SAEHD's 6 GiB).
     autotune = args.part not in BUDGETED
+    BF16_AS_FP32[0] = args.sizes == "toy" and not native_bf16(torch.device(args.device))
     try:
         with run_kernels(False, autotune=autotune):
             row = PARTS[args.part][0](args)
         row["device_name"] = device_name(torch.device(args.device))
+        if BF16_AS_FP32[0] and "bf16" in row.get("setting", ""):
+            row["setting"] += " (trained as fp32: a dry run on a CPU without native bf16)"
     except Exception as e:  # noqa: BLE001 -- any failure is the part's result, reported in its row
         traceback.print_exc()
         row = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
