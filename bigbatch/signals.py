@@ -31,8 +31,8 @@ class Stopped(KeyboardInterrupt):
 
 
 STOPPING = (
-    b"bigbatch: stopping: a checkpoint is saved at the run's next safe point, as the step under way ends (a second "
-    b"Ctrl-C stops at once, losing what trained since the last checkpoint)\n"
+    "bigbatch: stopping: a checkpoint is saved at the run's next safe point, as the step under way ends ({} stops at "
+    "once, losing what trained since the last checkpoint)\n"
 )
 
 
@@ -179,7 +179,8 @@ def _handled(stop: StopRequest) -> Iterator[None]:
             silence(*terminals)  # file or pipe still takes it: found from outside)
         elif not said:  # (found from outside: a step of 512 micro-batches took minutes to end, without a word)
             try:
-                os.write(2, STOPPING)
+                again = "a second Ctrl-C" if signum == signal.SIGINT else "a Ctrl-C"  # (found from outside: said to
+                os.write(2, STOPPING.format(again).encode())  # a SIGTERM too)
             except OSError:  # (its reader gone: `2>&1 | tee` closed by the same Ctrl-C, found by review)
                 silence(2)
 

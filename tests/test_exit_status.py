@@ -78,6 +78,7 @@ def test_a_stop_asked_of_a_training_run_is_answered_at_once(capfd):
             os.kill(os.getpid(), signal.SIGTERM)
         said = capfd.readouterr().err
         assert stop.requested and said.count("\n") == 1 and said.startswith("bigbatch: stopping: a checkpoint is saved")
+        assert "(a Ctrl-C stops at once" in said  # (a SIGTERM's: no first Ctrl-C to follow)
         # Its reader gone (`2>&1 | tee` closed by the same Ctrl-C): the stop asked all the same (found by review)
         stop.requested, kept, (read, write) = False, os.dup(2), os.pipe()
         os.close(read)

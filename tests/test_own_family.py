@@ -23,12 +23,13 @@ class _G(nn.Module):
 
 
 class _D(nn.Module):
-    def __init__(self, resolution, img_channels, halved):
+    def __init__(self, resolution, img_channels, halved, wide=1):
         super().__init__()
-        self.fc, self.halved = nn.Linear(img_channels * resolution * resolution, 1), halved
+        self.fc, self.halved = nn.Linear(img_channels * resolution * resolution, wide), halved
 
     def forward(self, x, y=None):
-        out = self.fc(x.flatten(1)).flatten()
+        out = self.fc(x.flatten(1))
+        out = out.flatten() if out.shape[1] == 1 else out  # (a head of several: (N, 3))
         return out[: len(out) // 2] if self.halved else out
 
 
@@ -38,6 +39,10 @@ def labels_only_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int 
 
 def half_logits_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
     return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, True)
+
+
+def three_logits_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
+    return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False, wide=3)
 
 
 class _Classifier(nn.Module):
@@ -63,7 +68,11 @@ def families(monkeypatch):
     from bigbatch.models import registry
 
     monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
-    for fn, init, task in ((labels_only_gan, "N02", "gan"), (half_logits_gan, "N02", "gan")):
+    for fn, init, task in (
+        (labels_only_gan, "N02", "gan"),
+        (half_logits_gan, "N02", "gan"),
+        (three_logits_gan, "N02", "gan"),
+    ):
         registry.register(init=init, task=task)(fn)
     registry.register(init="kaiming", task="classify")(five_logits)
 
@@ -73,6 +82,8 @@ def families(monkeypatch):
     [
         ("gan", "labels_only_gan", "labels_only_gan's G(z, y) failed on class weights (N, n_classes) (RuntimeError: "),
         ("gan", "half_logits_gan", "half_logits_gan's D(x, y) returned (1,) for 2 inputs, not (2,): D returns one"),
+        # (found from outside: a head of classes' logits trained on their mean without a word)
+        ("gan", "three_logits_gan", "three_logits_gan's D(x, y) returned (2, 3) for 2 inputs, not (2,): D returns"),
         ("classify", "five_logits", "five_logits's forward(x) returned (2, 5) for 2 inputs, not (2, 10): a classifier"),
     ],
 )
