@@ -14,6 +14,7 @@ import re
 import sys
 from typing import Any, NoReturn
 
+from bigbatch.engine.dist import lost_peer
 from bigbatch.errors import LOST_PEER, BigbatchError, printable
 from bigbatch.urls import local_folder, local_run
 
@@ -123,7 +124,7 @@ def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:
             "--standalone, which picks a free one)",
             2,
         )
-    if not _lost_peer(e):
+    if not lost_peer(e):
         return None
     # Another rank died: its own error is the one to read; this one's is one line, not a traceback.
     first = text.splitlines()[0] if text else type(e).__name__
@@ -134,14 +135,6 @@ def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:
         "goes on from the latest checkpoint (--resume=auto: or starts the run anew)",
         1,
     )
-
-
-def _lost_peer(e: RuntimeError) -> bool:
-    """Whether a collective failed because another process of the group went away (gloo or NCCL)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) < 2:
-        return False
-    signs = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
-    return any(sign in str(e) for sign in signs) or type(e).__name__ in ("DistNetworkError", "DistBackendError")
 
 
 def _out_of_memory(e: RuntimeError) -> bool:

@@ -182,3 +182,32 @@ def test_a_frozen_module_is_prepared_under_several_processes_with_rank_0s_weight
     assert said[0]["teacher"] == said[1]["teacher"] and said[0]["student"] == said[1]["student"]
     assert said[0]["refused"].startswith("teacher updates parameters that did not require grad when rep.prepare")
     assert said[1]["partly"].startswith("part updates parameters that did not require grad when rep.prepare")
+
+
+def _uneven_rank(rank, world, init_file, folder):
+    """Rank 1's input ends a step before rank 0's: rank 0's next step meets no one (found from outside: gloo's
+    traceback there, rank 1 ended without a word)."""
+    from torch import nn
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    said = []
+    with bigbatch.Replicator(batch=8, micro_batch=4, device="cpu") as rep:
+        net = rep.prepare(nn.Linear(4, 1))
+        opt = rep.wrap_optimizer(torch.optim.SGD(net.parameters(), lr=0.1))
+        try:
+            for _ in range(2 - rank):
+                rep.step(lambda m: net(m).square().mean(), torch.ones(4, 4), opt)
+        except bigbatch.BigbatchError as e:
+            said.append(str(e))
+    (Path(folder) / str(rank)).write_text(json.dumps(said))
+
+
+def test_a_rank_whose_input_ends_early_leaves_the_other_one_line(tmp_path):
+    torch.multiprocessing.start_processes(
+        _uneven_rank, (2, str(tmp_path / "init"), str(tmp_path)), 2, join=True, start_method="fork"
+    )
+    said = json.loads((tmp_path / "0").read_text())
+    assert len(said) == 1 and said[0].startswith("lost contact with another rank ("), said
+    assert "every rank's input must give as many steps" in said[0]

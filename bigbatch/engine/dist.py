@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import LOST_PEER, BigbatchError
 
 
 @dataclass(frozen=True)
@@ -307,3 +307,28 @@ def close(created: bool) -> None:
     _USERS[0] = max(0, _USERS[0] - 1)
     if not _USERS[0] and td.is_initialized():
         td.destroy_process_group()
+
+
+def lost_peer(e: BaseException) -> bool:
+    """Whether a collective failed because another process of the group went away (gloo or NCCL)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) < 2:
+        return False
+    signs = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
+    return any(sign in str(e) for sign in signs) or type(e).__name__ in ("DistNetworkError", "DistBackendError")
+
+
+@contextlib.contextmanager
+def peers_said(api: bool) -> Iterator[None]:
+    """Under the Python API (`api`), a collective another rank's end broke said in one line (found from outside: a
+    rank whose input ended a step early exited 0, and the other raised gloo's traceback); the command line says it
+    its own way (cli_errors), with the exit status a launcher reads."""
+    try:
+        yield
+    except RuntimeError as e:
+        if not (api and lost_peer(e)):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise BigbatchError(
+            f"{LOST_PEER} ({first}): another rank ended or failed; every rank's input must give as many steps (the "
+            "other's own error says why, if it failed)"
+        ) from None

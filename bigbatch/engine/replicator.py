@@ -270,6 +270,10 @@ class Replicator:
         gradients are not finite the step is skipped (`skipped(opt)` says so). A param group with "frozen" true
         takes no part (fine-tuning's frozen body): no step, no moments, not in the norm or clip, and in one process
         no gradient computed (frozen.py)."""
+        with dist.peers_said(not self._config_terms):
+            return self._step(step_fn, batch, opt)
+
+    def _step(self, step_fn: Callable[[Any], Any], batch: Any, opt: torch.optim.Optimizer) -> Any:
         state = self._state(opt)
         if self._plan is None:
             self._check_share(batch)  # (before probing: a bad batch is one line, not a probe's traceback)
@@ -444,11 +448,10 @@ class Replicator:
     def plan_micro_batch(
         self, probe: Callable[[int], None], optimizers: Iterable | None = None, resident: Iterable[nn.Module] = ()
     ) -> Plan:
-        """Resolve micro_batch="auto": the largest divisor of this rank's share that `takes_micro` and whose
-        `probe(m)` (one forward and backward at m) fits the memory budget. Buffers, RNG and gradients are
-        restored after probing, so planning changes nothing that training sees. `optimizers`: those whose
-        gradients the probe leaves (default: every registered one); `resident`: models the step holds and does
-        not train (an average of the weights: G_ema), counted with the prepared ones."""
+        """Resolve micro_batch="auto": the largest divisor of this rank's share that `takes_micro` and whose `probe(m)`
+        (one forward and backward at m) fits the memory budget. Buffers, RNG and gradients are restored after probing,
+        so planning changes nothing that training sees. `optimizers`: those whose gradients the probe leaves (default:
+        every registered one); `resident`: models held and not trained (G_ema), counted with the prepared ones."""
         return self._said(self._plan_micro_batch, probe, optimizers, list(resident))
 
     def _plan_micro_batch(self, probe: Callable[[int], None], optimizers: Iterable | None, resident: list) -> Plan:
