@@ -318,7 +318,8 @@ def best_passed_over(run: Path, ckpt: Path) -> str | None:
     best = checkpoints.best_checkpoint(run)
     if best is None or best.resolve() == ckpt.resolve():
         return None
-    record = (checkpoints.read_meta(best) or {}).get("best") or {}
+    meta = checkpoints.read_meta(best) or {}
+    record = meta.get("best") or {}
     metric, value = record.get("metric"), record.get("value")
     nimg = round(float(ckpt.name) * 1000) if checkpoints.CHECKPOINT_NAME.fullmatch(ckpt.name) else None
     try:
@@ -331,7 +332,7 @@ def best_passed_over(run: Path, ckpt: Path) -> str | None:
     gap = (value - latest) if metric in HIGHER_IS_BETTER else (latest - value)
     if gap <= 0.05 * max(abs(value), abs(latest)):
         return None
-    at = (checkpoints.read_meta(best) or {}).get("kimg")
+    at = meta.get("kimg")
     return (
         f"{run}'s checkpoints/best/ scored {metric} {value:.4g}{f' at {at:g} kimg' if at is not None else ''}, the "
         f"latest checkpoint read here {latest:.4g} ({ckpt.name}): give {run / 'checkpoints' / 'best'} to read the "

@@ -14,8 +14,8 @@ import re
 import sys
 from typing import Any, NoReturn
 
-from bigbatch.engine.dist import lost_peer
-from bigbatch.errors import LOST_PEER, BigbatchError, printable
+from bigbatch.engine.dist import lost_peer, lost_peer_said
+from bigbatch.errors import BigbatchError, printable
 from bigbatch.urls import local_folder, local_run
 
 
@@ -127,11 +127,8 @@ def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:
     if not lost_peer(e):
         return None
     # Another rank died: its own error is the one to read; this one's is one line, not a traceback.
-    first = text.splitlines()[0] if text else type(e).__name__
-    if len(first) > 200:  # cut at a word, and say so
-        first = first[:200].rsplit(" ", 1)[0] + " ..."
     return (
-        f"{LOST_PEER} ({first}): its own error line says why; once that is mended, --resume "
+        f"{lost_peer_said(e)}: its own error line says why; once that is mended, --resume "
         "goes on from the latest checkpoint (--resume=auto: or starts the run anew)",
         1,
     )

@@ -281,7 +281,8 @@ def _encoding(args: argparse.Namespace) -> Any:
 
     if args.lossless and args.bitrate is not None:
         raise BigbatchError("--lossless sets no bit rate (x264 at quantizer 0): give --lossless or --bitrate, not both")
-    return Encoding(args.preset or "medium", 16.0 if args.bitrate is None else args.bitrate, args.lossless)
+    given = {"preset": args.preset, "mbit": args.bitrate}  # (those left out: Encoding's defaults, DFL's)
+    return Encoding(**{k: v for k, v in given.items() if v is not None}, lossless=args.lossless)
 
 
 def add_face_commands(sub: Any) -> None:

@@ -327,8 +327,16 @@ def peers_said(api: bool) -> Iterator[None]:
     except RuntimeError as e:
         if not (api and lost_peer(e)):
             raise
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise BigbatchError(
-            f"{LOST_PEER} ({first}): another rank ended or failed; every rank's input must give as many steps (the "
+            f"{lost_peer_said(e)}: another rank ended or failed; every rank's input must give as many steps (the "
             "other's own error says why, if it failed)"
         ) from None
+
+
+def lost_peer_said(e: BaseException) -> str:
+    """ "lost contact with another rank (the collective's first line, cut at a word past 200 characters)"."""
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    if len(first) > 200:  # cut at a word, and say so
+        first = first[:200].rsplit(" ", 1)[0] + " ..."
+    return f"{LOST_PEER} ({first})"
