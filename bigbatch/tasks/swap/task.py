@@ -45,6 +45,8 @@ from bigbatch.engine import precision as prec
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.sampling import BLACK, captioned_sheet
+from bigbatch.tasks.classify.task import GAN_TRAIN_KEYS
+from bigbatch.tasks.gan.checks import CLASSIFY_KEYS
 from bigbatch.tasks.interface import Feed, check_family, peek, refuse_sections, register
 from bigbatch.tasks.swap import color, warp
 from bigbatch.tasks.swap.discriminators import check_new_discriminators, discriminators
@@ -66,15 +68,9 @@ from bigbatch.tasks.swap.load import (
 from bigbatch.tasks.swap.losses import blur_out, dssim, gaussian_blur, reconstruction_loss, style_loss
 from bigbatch.urls import public_name
 
-# train keys of the other tasks, which the swap task does not read (its own are under [swap]).
-FOREIGN_TRAIN_KEYS = (
-    "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
-    "ema_buffers", "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum",
-    "nesterov", "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "lr_decay", "betas",
-    "adam_eps", "freeze_kimg", "body_lr_mult", "r1_gamma", "r1_every", "pl_weight", "pl_every", "pl_batch_shrink",
-    "pl_decay", "ema_rampup", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "train_bn", "lecam",
-    "lecam_decay", "lecam_start", "cr_real", "cr_fake", "zcr_d", "zcr_g", "zcr_radius",
-)  # fmt: skip
+# train keys of the other tasks, which the swap task does not read (its own are under [swap]): the GAN's and the
+# classifier's, and those they share (found by review: a third list of them, which each new GAN key had to join).
+FOREIGN_TRAIN_KEYS = (*GAN_TRAIN_KEYS, *CLASSIFY_KEYS, "lr_decay", "betas", "adam_eps", "ema_rampup")
 PREVIEW_ROWS = 8
 
 
