@@ -184,8 +184,11 @@ class TrainConfig(Section):
     is left at (0.0, 0.999) (so AdamW's beta1 is never exactly 0: give 1e-8)."""
     adam_eps: float = 1e-8
     """Adam epsilon of both G and D."""
-    loss: Literal["hinge", "ns"] = "hinge"
-    """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN) or "ns" (non-saturating, DCGAN)."""
+    loss: Literal["hinge", "ns", "ls", "wgan"] = "hinge"
+    """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN), "ns" (non-saturating, DCGAN), "ls" (least squares, LSGAN: D pulls
+    its outputs on reals to 1 and on fakes to 0, G its outputs on fakes to 1) or "wgan" (Wasserstein: D's outputs on
+    fakes less those on reals; give D a Lipschitz bound, train.gp or spectral norm). StudioGAN's "hinge", "vanilla",
+    "least_square" and "wasserstein"."""
     lr_decay: Literal["none", "linear", "cosine", "step"] = "none"
     """Learning-rate schedule over the run (after train.warmup_kimg): constant, "linear" to 0 at
     train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter) or "step"
@@ -249,6 +252,11 @@ class TrainConfig(Section):
     (0 = off)."""
     r1_every: int = 1
     """Lazy R1 (StyleGAN2: 16): the penalty on every this-many-th D step, times this."""
+    gp: float = 0.0
+    """WGAN-GP's gradient penalty of D (Gulrajani et al. 2017; StudioGAN's gp_lambda, 10): this times the mean over
+    the images of (|grad D(x)| - 1)^2, x a mix a x real + (1 - a) x fake of each real image and the fake one beside
+    it, a uniform in [0, 1) per image (drawn per step), judged as they are (no [augment]'s transforms) with the real
+    images' labels, as StudioGAN's; every D step (0 = off)."""
     lecam: float = 0.0
     """LeCam regularization of D (Tseng et al. 2021; StudioGAN's lecam_lambda, e.g. 0.3 with DiffAugment on little
     data): this times the mean squares of D's outputs on reals above the moving average of its outputs on fakes
@@ -336,7 +344,7 @@ class TrainConfig(Section):
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
         positive(self, "skip_window", "r1_every", "pl_every", "pl_batch_shrink")
-        weights = ("r1_gamma", "lecam", "cr_real", "cr_fake", "zcr_d", "zcr_g")
+        weights = ("r1_gamma", "gp", "lecam", "cr_real", "cr_fake", "zcr_d", "zcr_g")
         at_least_zero(
             self, lecam_start="a number of iterations >= 0", **dict.fromkeys(weights, "a finite number >= 0 (0 = off)")
         )

@@ -92,10 +92,11 @@ VARIANTS = {
     "diffaugment": [
         "augment.policy=color,translation,cutout", "augment.p=0.5", "train.lecam=0.3", "train.lecam_start=2",
     ],
-    # CR's transforms and zCR's nearby latents (bCR and zCR: ICR) drawn per step too (test_consistency.py)
+    # CR's transforms and zCR's nearby latents (bCR and zCR: ICR), and WGAN-GP's mixes, drawn per step too
+    # (test_consistency.py, test_gan_losses.py)
     "ada": [
         "augment.pipeline=ada", "augment.policy=bgcfnc", "augment.p=0.5",  # resampled per micro-batch too
-        "train.cr_real=10", "train.cr_fake=10", "train.zcr_d=20", "train.zcr_g=0.5",
+        "train.cr_real=10", "train.cr_fake=10", "train.zcr_d=20", "train.zcr_g=0.5", "train.loss=wgan", "train.gp=10",
     ],
     # Style mixing and noise drawn per image, w_avg from the whole step, path lengths' running mean from
     # the step's images on every rank (ADA's code keeps one per GPU), the minibatch statistic per group.
@@ -132,7 +133,7 @@ def test_k_processes_of_one_micro_batch_train_one_process_of_k_bit_for_bit(tmp_p
         return [{k: v for k, v in row.items() if k not in ("seconds", "img_per_s")} for row in rows]
 
     regularized = {"D_real", "r1_penalty"} | ({"pl_length"} if variant == "stylegan2" else {"augment_p"})
-    regularized |= {"cr_fake_penalty", "zcr_g_distance"} if variant == "ada" else set()
+    regularized |= {"cr_fake_penalty", "zcr_g_distance", "gp_penalty"} if variant == "ada" else set()
     assert logged(one) == logged(three) and regularized <= logged(one)[0].keys()
 
 

@@ -29,6 +29,7 @@ ERASE = 18  # a classifier's random erasing, per image of a step
 UNIFORM_YAW = 19  # the swap task's order of faces by yaw bins (swap.uniform_yaw)
 XSEG_AUG = 20  # the xseg task's augmentation draws, per step (tasks/xseg/augment.py)
 CR = 21  # a GAN's consistency regularization: its transforms and nearby latents, per step (tasks/gan/consistency.py)
+GP = 22  # a GAN's gradient penalty: the mixes of real and fake images it is taken at, per step (train.gp)
 
 
 def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:

@@ -3,7 +3,8 @@
 G: z -> 4x4 by a transposed conv, then stride-2 transposed convs halving the channels each time,
 BN + ReLU between, tanh at the end. D mirrors it with stride-2 convs and LeakyReLU(0.2). With classes,
 G's BatchNorms are class-conditional and D gains a projection head (Miyato & Koyama 2018); with
-`d_sn` (the default here) D is spectrally normalised instead of batch-normalised (SN-DCGAN).
+`d_sn` (the default here) D is spectrally normalised instead of batch-normalised (SN-DCGAN); with neither (`d_sn` and
+`d_bn` false) it is WGAN-GP's critic (Gulrajani et al. 2017: no normalisation, whose gradient penalty is per image).
 """
 
 from __future__ import annotations
@@ -91,10 +92,20 @@ class DCGANGenerator(nn.Module):
 
 
 class DCGANDiscriminator(nn.Module):
-    """The tutorial's D (spectral norm in place of its BNs with `d_sn`), with a projection head when conditional."""
+    """The tutorial's D (spectral norm in place of its BNs with `d_sn`; neither with `d_bn` false too), with a
+    projection head when conditional."""
 
     def __init__(
-        self, *, resolution: int, n_classes: int, ch: int, img_channels: int, d_sn: bool, sn_eps: float, bn_eps: float
+        self,
+        *,
+        resolution: int,
+        n_classes: int,
+        ch: int,
+        img_channels: int,
+        d_sn: bool,
+        sn_eps: float,
+        bn_eps: float,
+        d_bn: bool = True,
     ):
         super().__init__()
         self.resolution, self.n_classes = resolution, n_classes
@@ -105,7 +116,7 @@ class DCGANDiscriminator(nn.Module):
         self.blocks = nn.ModuleList(
             DBlock(
                 layers.conv2d(a, b, 4, 2, 1, bias=d_sn, **sn),
-                nn.Identity() if d_sn or i == 0 else nn.BatchNorm2d(b, eps=bn_eps),
+                nn.Identity() if d_sn or not d_bn or i == 0 else nn.BatchNorm2d(b, eps=bn_eps),
             )
             for i, (a, b) in enumerate(zip(widths, widths[1:]))
         )
@@ -133,11 +144,12 @@ def dcgan(
     img_channels: int = 3,
     g_sn: bool = False,
     d_sn: bool = True,
+    d_bn: bool = True,
     sn_eps: float = 1e-6,
     bn_eps: float = 1e-5,
 ) -> tuple[nn.Module, nn.Module]:
     """DCGAN; ch and dim_z default to the tutorial's ngf = ndf = 64, nz = 100, init N(0, 0.02);
-    d_sn=False gives its BN D."""
+    d_sn=False gives its BN D, d_bn=False too a D of neither (WGAN-GP's critic)."""
     if not (sn_eps > 0 and bn_eps > 0):
         raise BigbatchError(f"dcgan options sn_eps and bn_eps must be positive, got {sn_eps} and {bn_eps}")
     G = DCGANGenerator(
@@ -158,5 +170,6 @@ def dcgan(
         d_sn=d_sn,
         sn_eps=sn_eps,
         bn_eps=bn_eps,
+        d_bn=d_bn,
     )
     return G, D

@@ -3,11 +3,15 @@ task.py), each one line naming the key."""
 
 from __future__ import annotations
 
+from torch import nn
+from torch.nn.utils.parametrizations import _SpectralNorm
+
 from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.load import rectangles
 from bigbatch.data.schedule import schedule_of
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
+from bigbatch.models.layers import SpectralNorm
 from bigbatch.tasks.gan.scorer import check_eval
 from bigbatch.tasks.interface import refuse_sections
 
@@ -74,4 +78,45 @@ def check_stored_size(cfg: Config, r: int, whole: bool, meta: dict | None = None
         raise BigbatchError(
             f"data set {cfg.data.path} holds {held} {r} px but data.resolution is {cfg.data.resolution}: {fix}"
             f"prepare the images again with --resolution {cfg.data.resolution}"
+        )
+
+
+def warn_new_gan(cfg: Config, trains: bool = True) -> None:
+    """What a new GAN run says of its settings as it starts, and its dry run (found from outside: said by neither,
+    then by the run alone): FreezeD of a D not pretrained, an EMA that starts after the run's end (for show-batch's
+    models too: `trains` is not read); LeCam's settings that change nothing (found from outside: unsaid)."""
+    t = cfg.train
+    iterations = -(-t.images // t.batch)
+    if t.lecam and t.lecam_start >= iterations:
+        warn(f"train.lecam_start = {t.lecam_start} iterations is not before the run's end ({iterations}): the LeCam "
+             "penalty never applies; give a smaller train.lecam_start")  # fmt: skip
+    if not t.lecam and (changed := t.changed("lecam_decay", "lecam_start")):
+        warn(f"{' and '.join(changed)} given, and train.lecam is 0: LeCam is off (give train.lecam, e.g. 0.3)")
+    if not (t.zcr_d or t.zcr_g) and t.changed("zcr_radius"):
+        warn("train.zcr_radius given, and train.zcr_d and train.zcr_g are 0: zCR is off (give them, e.g. 20 and 0.5)")
+    if t.init_from:
+        return
+    if t.freeze_d:
+        warn(f"train.freeze_d = {t.freeze_d} freezes D's first blocks at their random start: FreezeD fixes a "
+             "pretrained D's (give train.init_from or --init-from)")  # fmt: skip
+    if t.ema_start_kimg >= t.kimg:
+        warn(f"train.ema_start_kimg = {t.ema_start_kimg:g} is not before the run's end (train.kimg = {t.kimg:g}): "
+             "G_ema is a copy of G throughout")  # fmt: skip
+
+
+def warn_built(cfg: Config, D: nn.Module) -> None:
+    """What a new GAN run says of its built D, and its dry run: a gradient penalty (train.gp) through BatchNorm; a
+    Wasserstein loss with nothing to keep D Lipschitz (its outputs then grow without bound)."""
+    t = cfg.train
+    # (bigbatch's spectral norm, torch's parametrization of it, or its older hook's weight_u)
+    normed = any(isinstance(m, (SpectralNorm, _SpectralNorm)) or hasattr(m, "weight_u") for m in D.modules())
+    if t.loss == "wgan" and not t.gp and not normed:
+        warn(
+            'train.loss = "wgan" with a D that nothing keeps Lipschitz: its outputs can grow without bound; give '
+            "train.gp (WGAN-GP: 10) or a D with spectral norm (dcgan: model.options.d_sn = true; biggan, sngan)"
+        )
+    if t.gp and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in D.modules()):
+        warn(
+            f"train.gp = {t.gp:g} with a D that has BatchNorm: its penalty per image depends on the other "
+            "images of its batch (WGAN-GP's critic has none): give one without (dcgan: model.options.d_bn = false)"
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,22 @@ def g_nonsaturating(fake: torch.Tensor) -> torch.Tensor:
     return F.softplus(-fake).mean()
 
 
-D_LOSS = {"hinge": d_hinge, "ns": d_nonsaturating}
-G_LOSS = {"hinge": g_hinge, "ns": g_nonsaturating}
+def d_least_squares(real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    """LSGAN's (Mao et al. 2017; StudioGAN's d_ls): outputs on reals pulled to 1, on fakes to 0."""
+    return 0.5 * ((real - 1).square().mean() + fake.square().mean())
+
+
+def g_least_squares(fake: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (fake - 1).square().mean()
+
+
+def d_wasserstein(real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    """WGAN's critic (Arjovsky et al. 2017): its outputs on fakes less those on reals."""
+    return fake.mean() - real.mean()
+
+
+D_LOSS = {"hinge": d_hinge, "ns": d_nonsaturating, "ls": d_least_squares, "wgan": d_wasserstein}
+G_LOSS = {"hinge": g_hinge, "ns": g_nonsaturating, "ls": g_least_squares, "wgan": g_hinge}  # (WGAN's G: -D(fake))
 
 
 def r1_penalty(logits_real: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -35,6 +50,17 @@ def r1_penalty(logits_real: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     graph (create_graph), so its own gradient reaches D's weights; in fp32."""
     (grad,) = torch.autograd.grad(logits_real.float().sum(), real, create_graph=True)
     return grad.float().square().sum(dim=(1, 2, 3)).mean()
+
+
+def gradient_penalty(
+    judge: Callable[[torch.Tensor], torch.Tensor], real: torch.Tensor, fake: torch.Tensor, mix: torch.Tensor
+) -> torch.Tensor:
+    """WGAN-GP's (Gulrajani et al. 2017): the mean over the images of (|grad judge(x)|_2 - 1)^2 at x = a real + (1 - a)
+    fake, `mix` holding each image's a; in the graph (create_graph), in fp32."""
+    a = mix.to(real.device, torch.float32, non_blocking=True).view(-1, 1, 1, 1)
+    x = (a * real.detach().float() + (1 - a) * fake.detach().float()).to(real.dtype).requires_grad_()
+    (grad,) = torch.autograd.grad(judge(x).float().sum(), x, create_graph=True)
+    return (grad.float().flatten(1).norm(dim=1) - 1).square().mean()
 
 
 def ortho_penalty(module: nn.Module) -> torch.Tensor:

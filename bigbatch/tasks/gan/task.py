@@ -28,6 +28,7 @@ from bigbatch.data.schedule import schedule_of
 from bigbatch.data.streams import (
     AUG_D,
     AUG_G,
+    GP,
     PATH_LENGTH,
     Z_D,
     Z_G,
@@ -50,7 +51,7 @@ from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
-from bigbatch.tasks.gan.checks import check_config, check_stored_size
+from bigbatch.tasks.gan.checks import check_config, check_stored_size, warn_built, warn_new_gan
 from bigbatch.tasks.gan.consistency import FAKE, NEAR_D, NEAR_G, REAL, Consistency, mean_square
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer
@@ -108,29 +109,6 @@ def check_new_gan(cfg: Config) -> None:
     check_attention_given(cfg, G, D)
 
 
-def warn_new_gan(cfg: Config, trains: bool = True) -> None:
-    """What a new GAN run says of its settings as it starts, and its dry run (found from outside: said by neither,
-    then by the run alone): FreezeD of a D not pretrained, an EMA that starts after the run's end (for show-batch's
-    models too: `trains` is not read); LeCam's settings that change nothing (found from outside: unsaid)."""
-    t = cfg.train
-    iterations = -(-t.images // t.batch)
-    if t.lecam and t.lecam_start >= iterations:
-        warn(f"train.lecam_start = {t.lecam_start} iterations is not before the run's end ({iterations}): the LeCam "
-             "penalty never applies; give a smaller train.lecam_start")  # fmt: skip
-    if not t.lecam and (changed := t.changed("lecam_decay", "lecam_start")):
-        warn(f"{' and '.join(changed)} given, and train.lecam is 0: LeCam is off (give train.lecam, e.g. 0.3)")
-    if not (t.zcr_d or t.zcr_g) and t.changed("zcr_radius"):
-        warn("train.zcr_radius given, and train.zcr_d and train.zcr_g are 0: zCR is off (give them, e.g. 20 and 0.5)")
-    if t.init_from:
-        return
-    if t.freeze_d:
-        warn(f"train.freeze_d = {t.freeze_d} freezes D's first blocks at their random start: FreezeD fixes a "
-             "pretrained D's (give train.init_from or --init-from)")  # fmt: skip
-    if t.ema_start_kimg >= t.kimg:
-        warn(f"train.ema_start_kimg = {t.ema_start_kimg:g} is not before the run's end (train.kimg = {t.kimg:g}): "
-             "G_ema is a copy of G throughout")  # fmt: skip
-
-
 @register("gan", check=check_config, new_run=check_new_gan, says=warn_new_gan)
 def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_at: int | None, quiet: bool) -> GANTask:
     """G, D and G_ema (fine-tuned from train.init_from, FreezeD), prepared by `rep`, with Adam for each."""
@@ -147,7 +125,9 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
         n_classes = data.n_classes if cfg.model.conditional else 0
         contract.check_gan(cfg.model.name, G, D, n_classes, data.channels, cfg.data.resolution)
     check_path_length(cfg, G)
-    if t.r1_gamma:  # D's gradient is differentiated: no fused attention kernels (they have no double backward)
+    if rep.is_main and resumed_at is None:
+        warn_built(cfg, D)
+    if t.r1_gamma or t.gp:  # D's gradient is differentiated: no fused attention kernels (no double backward)
         for m in D.modules():
             if hasattr(m, "fused_attention"):
                 m.fused_attention = False
@@ -213,6 +193,7 @@ class GANTask:
         self.augment = Augment(cfg.augment, self.seed)  # D's inputs through DiffAugment's transforms, if asked
         self.resolution = cfg.data.resolution
         self._r1 = 0.0  # the R1 weight of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
+        self.gp = t.gp
         self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
         self.pl_mean = 0.0  # the running mean of path lengths
         self.lecam = losses.LeCam(t.lecam, t.lecam_decay, t.lecam_start) if t.lecam else None
@@ -344,8 +325,8 @@ class GANTask:
     def d_batch(self, nimg: int, real: Batch | None = None) -> tuple:
         """This rank's share of the D step at `nimg`: real images (uint8 NHWC, x-flipped if asked), their
         labels, z, fake labels, the transforms of the real and of the fake images ([augment]; None
-        without), CR's of each, and zCR's nearby latents (None where off). `real`: the step's Batch as a Feed read
-        it ahead; without it the images are read here, with the same result."""
+        without), CR's of each, zCR's nearby latents, train.gp's mix of each real image with the fake one beside it
+        (None where off). `real`: the step's Batch as a Feed read it ahead; else read here, with the same result."""
         if real is None:
             real = read_batch(self.data, self.request(nimg), self.xflip, self.seed)
         z, y_fake, z_near = self._latents(Z_D, nimg, NEAR_D if self.consistency.d else None)
@@ -353,7 +334,8 @@ class GANTask:
         cr = (self._share(self.consistency.draw(self.rep.batch, self.resolution, nimg, w)) for w in (REAL, FAKE))
         cr_real, cr_fake = (None if t is None else t.numpy() for t in cr)
         labels = real.labels if self.n_classes else None
-        return real.images, labels, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near
+        mix = self._share(torch.rand(self.rep.batch, generator=generator(self.seed, GP, nimg))) if self.gp else None
+        return real.images, labels, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near, mix
 
     def _judge(self, *parts: tuple[torch.Tensor, torch.Tensor | None]) -> list[torch.Tensor]:
         """D's outputs (float32) on each part's images and labels: in one batch where D reads them so (_joint_d)."""
@@ -363,22 +345,24 @@ class GANTask:
         return list(self.D(torch.cat([x for x, _ in parts]), y).float().split([len(x) for x, _ in parts]))
 
     def d_loss(self, micro: tuple) -> dict[str, torch.Tensor]:
-        images, y_real, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near = micro
-        real = from_uint8(images)
+        images, y_real, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near, mix = micro
+        real = read = from_uint8(images)
         shown = real.requires_grad_() if self._r1 else real  # R1: D's gradient with respect to the real images
         with torch.no_grad():
             fake = self._fake(z, y_fake).to(real.dtype)
             near = None if z_near is None else self._fake(z_near, y_fake, keys=z).to(real.dtype)
         # CR's copies (of the images as read), zCR's images of nearby latents (as their G(z)'s, augmented alike)
         copies = [(self.consistency.copy(x, t), y) for x, y, t in ((real, y_real, cr_real), (fake, y_fake, cr_fake))]
+        made = fake
         if aug_real is not None:
             real, fake = self.augment(real, aug_real), self.augment(fake, aug_fake)
             near = None if near is None else self.augment(near, aug_fake)
         extra = [(x, y) for x, y in (*copies, (near, y_fake)) if x is not None]
         # R1 differentiates D's gradient, and the fused attention kernels (flash, memory-efficient, cuDNN) have
         # no derivative of their backward: its steps run attention as the composite of its products.
-        with sdpa_kernel(SDPBackend.MATH) if self._r1 else nullcontext():
+        with sdpa_kernel(SDPBackend.MATH) if self._r1 or self.gp else nullcontext():
             logits_real, logits_fake, *judged = self._judge((real, y_real), (fake, y_fake), *extra)
+            gp = None if mix is None else losses.gradient_penalty(lambda x: self.D(x, y_real), read, made, mix)
         adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
         ortho = self._ortho(self.D, self.cfg.train.d_ortho)
         loss, lecam = adversarial + ortho, None
@@ -390,8 +374,11 @@ class GANTask:
             out[name] = penalty.detach()  # (unweighted, as r1_penalty)
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam, CR and the
         # orthogonal regularization apart: found from outside, ortho's in loss_D)
-        if torch.is_tensor(ortho) or self._r1 or lecam is not None or extra:
+        if torch.is_tensor(ortho) or self._r1 or lecam is not None or extra or gp is not None:
             out["loss_D"] = adversarial.detach()
+        if gp is not None:  # (unweighted, as r1_penalty)
+            out["loss"] = out["loss"] + self.gp * gp
+            out["gp_penalty"] = gp.detach()
         if lecam is not None:  # (unweighted, as r1_penalty)
             out["lecam_penalty"] = lecam.detach()
         if torch.is_tensor(ortho):
@@ -411,7 +398,7 @@ class GANTask:
         t = self.cfg.train
         index = self.rep.steps(self.opt_D)  # D steps before this one (resumed with the engine's state)
         self._r1 = t.r1_gamma / 2 * t.r1_every if t.r1_gamma and index % t.r1_every == 0 else 0.0
-        with self._eager_if(self._r1):
+        with self._eager_if(self._r1 or self.gp):
             out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         self._r1 = 0.0
         if self.lecam is not None and not self.rep.skipped(self.opt_D):  # (the step's means, over every rank)
@@ -420,8 +407,8 @@ class GANTask:
         return {"loss_D": out.pop("loss_D", total), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
 
     def _eager_if(self, regularized: float) -> AbstractContextManager:
-        """Compiled models run eagerly for a step with R1 or path lengths: their penalties need a double
-        backward, which torch.compile does not support (lazy, those are 1 in r1_every / pl_every steps)."""
+        """Compiled models run eagerly for a step with R1, train.gp or path lengths: their penalties need a double
+        backward, which torch.compile does not support (lazy, R1's and path lengths' are 1 in r1_every / pl_every)."""
         return torch.compiler.set_stance("force_eager") if regularized and self.rep.compile else nullcontext()
 
     def g_batch(self, step: int) -> tuple:

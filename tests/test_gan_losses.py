@@ -1,0 +1,90 @@
+"""The GAN losses beside hinge and non-saturating (train.loss "ls" and "wgan": StudioGAN's least_square and
+wasserstein) and WGAN-GP's gradient penalty (train.gp): the papers' formulas, a penalty that trains D and is the same
+for any split of the step (world-size invariance: tests/test_distributed.py's ada variant), and what a run of them
+says of a D that defeats them."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bigbatch.cli import main
+from bigbatch.tasks.gan import losses
+
+
+def test_least_squares_and_wasserstein_are_the_papers():
+    real, fake = torch.tensor([1.5, -0.5, 0.25]), torch.tensor([0.5, 2.0, -1.0])
+    # LSGAN (a = 0, b = c = 1), as StudioGAN's d_ls and g_ls: 0.5 (D(x) - 1)^2 + 0.5 D(G(z))^2; 0.5 (D(G(z)) - 1)^2
+    ls_d = sum(0.5 * (r - 1) ** 2 + 0.5 * f**2 for r, f in zip(real.tolist(), fake.tolist())) / 3
+    ls_g = sum(0.5 * (f - 1) ** 2 for f in fake.tolist()) / 3
+    assert losses.D_LOSS["ls"](real, fake).item() == pytest.approx(ls_d)
+    assert losses.G_LOSS["ls"](fake).item() == pytest.approx(ls_g)
+    # WGAN: the critic minimizes E[D(G(z))] - E[D(x)], G minimizes -E[D(G(z))]
+    assert losses.D_LOSS["wgan"](real, fake).item() == pytest.approx(fake.mean().item() - real.mean().item())
+    assert losses.G_LOSS["wgan"](fake).item() == pytest.approx(-fake.mean().item())
+
+
+def test_the_gradient_penalty_is_wgan_gps_and_reaches_ds_weights():
+    real, fake = torch.randn(4, 3, 5, 5), torch.randn(4, 3, 5, 5)
+    mix = torch.tensor([0.0, 0.25, 0.5, 1.0])
+    # A linear critic D(x) = <w, x>: its gradient is w wherever it is taken, so the penalty is (|w| - 1)^2, and its
+    # gradient with respect to w is 2 (|w| - 1) w / |w|.
+    w = torch.randn(3, 5, 5, requires_grad=True)
+    penalty = losses.gradient_penalty(lambda x: (x * w).sum(dim=(1, 2, 3)), real, fake, mix)
+    norm = w.detach().norm()
+    assert penalty.item() == pytest.approx((norm.item() - 1) ** 2, rel=1e-5)
+    penalty.backward()
+    torch.testing.assert_close(w.grad, 2 * (norm - 1) * w.detach() / norm)
+    # A quadratic critic D(x) = |x|^2 / 2, whose gradient is x itself: the penalty is taken at each image's own mix
+    # a real + (1 - a) fake (a = 1: the real image; a = 0: the fake one).
+    at = mix.view(4, 1, 1, 1) * real + (1 - mix.view(4, 1, 1, 1)) * fake
+    want = ((at.flatten(1).norm(dim=1) - 1) ** 2).mean()
+    got = losses.gradient_penalty(lambda x: 0.5 * x.square().sum(dim=(1, 2, 3)), real, fake, mix)
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+
+
+SMALL = ["--preset", "digits", "data.resolution=16", "model.ch=8", "model.dim_z=16", "train.batch=16"]
+WGAN_GP = ["train.loss=wgan", "train.gp=10", "model.options={d_sn=false, d_bn=false}"]
+ARGS = [*SMALL, *WGAN_GP, "sample.every_kimg=0", "eval.every_kimg=0", "train.log_every_kimg=0.032"]
+ARGS += ["train.kimg=0.032", "checkpoint.every_kimg=0.032", "train.micro_batch=8"]
+
+
+def test_a_wgan_gp_run_logs_its_penalty_which_trains_d(tmp_path, capsys):
+    # (its draws per step, the same for any split of the step: tests/test_distributed.py's ada variant)
+    runs, said = {}, {}
+    for gp in ("10", "0"):
+        run = tmp_path / gp
+        assert main(["train", *ARGS, f"train.gp={gp}", "--run-dir", str(run)]) == 0
+        runs[gp] = {net: load_file(run / "checkpoints" / "000000.032" / f"{net}.safetensors") for net in "GD"}
+        said[gp] = capsys.readouterr().err
+    assert "warning" not in said["10"], said  # (a D of neither spectral norm nor BatchNorm: nothing to say)
+    assert "nothing keeps Lipschitz" in said["0"], said  # (nor anything to bound it, without the penalty)
+    rows = [json.loads(line) for line in (tmp_path / "10" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["gp_penalty"] > 0 and {"loss_D", "D_real", "D_fake"} <= rows[-1].keys()
+    assert "gp_penalty" not in (tmp_path / "0" / "metrics.jsonl").read_text()
+    # Its first D step comes first: D's weights differ by the penalty's gradient, G's only by D's.
+    assert any(not torch.allclose(runs["10"]["D"][k], runs["0"]["D"][k]) for k in runs["0"]["D"])
+    assert main(["info", str(tmp_path / "10")]) == 0
+    assert "wgan loss" in (out := capsys.readouterr().out) and "gradient penalty 10" in out, out
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["train.loss=wgan"], None),  # (digits' dcgan: spectral norm in D)
+        (["train.loss=wgan", "model.options={d_sn=false, d_bn=false}"], "nothing keeps Lipschitz"),
+        (["train.loss=wgan", "train.gp=10", "model.options={d_sn=false}"], "with a D that has BatchNorm"),
+        (["train.loss=ls", "model.options={d_sn=false}"], None),
+    ],
+)
+def test_a_d_that_defeats_the_loss_is_said_by_the_dry_run(args, said, capsys):
+    assert main(["train", *SMALL, *args, "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert (said in err) if said else ("warning" not in err), err
+
+
+def test_a_loss_that_is_not_one_is_one_line(capsys):
+    assert main(["train", *SMALL, "train.loss=wasserstein", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'train.loss' must be 'hinge' | 'ns' | 'ls' | 'wgan', got 'wasserstein'" in err[0], err
