@@ -184,11 +184,12 @@ class TrainConfig(Section):
     is left at (0.0, 0.999) (so AdamW's beta1 is never exactly 0: give 1e-8)."""
     adam_eps: float = 1e-8
     """Adam epsilon of both G and D."""
-    loss: Literal["hinge", "ns", "ls", "wgan"] = "hinge"
+    loss: Literal["hinge", "ns", "ls", "wgan", "rpgan"] = "hinge"
     """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN), "ns" (non-saturating, DCGAN), "ls" (least squares, LSGAN: D pulls
-    its outputs on reals to 1 and on fakes to 0, G its outputs on fakes to 1) or "wgan" (Wasserstein: D's outputs on
-    fakes less those on reals; give D a Lipschitz bound, train.gp or spectral norm). StudioGAN's "hinge", "vanilla",
-    "least_square" and "wasserstein"."""
+    its outputs on reals to 1 and on fakes to 0, G its outputs on fakes to 1), "wgan" (Wasserstein: D's outputs on
+    fakes less those on reals; give D a Lipschitz bound, train.gp or spectral norm), StudioGAN's "hinge", "vanilla",
+    "least_square" and "wasserstein"; or "rpgan" (relativistic pairing, R3GAN's: softplus(D(fake) - D(real)) of each
+    fake image and the real one beside it, and for G softplus(D(real) - D(fake)) on the last D step's real images)."""
     lr_decay: Literal["none", "linear", "cosine", "step"] = "none"
     """Learning-rate schedule over the run (after train.warmup_kimg): constant, "linear" to 0 at
     train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter) or "step"
@@ -252,6 +253,9 @@ class TrainConfig(Section):
     (0 = off)."""
     r1_every: int = 1
     """Lazy R1 (StyleGAN2: 16): the penalty on every this-many-th D step, times this."""
+    r2_gamma: float = 0.0
+    """R2 regularization of D (R3GAN's, beside R1 at the same gamma): gamma / 2 x the mean squared norm of D's gradient
+    with respect to the fake images (before [augment]'s transforms), on R1's lazy steps (train.r1_every; 0 = off)."""
     gp: float = 0.0
     """WGAN-GP's gradient penalty of D (Gulrajani et al. 2017; StudioGAN's gp_lambda, 10): this times the mean over
     the images of (|grad D(x)| - 1)^2, x a mix a x real + (1 - a) x fake of each real image and the fake one beside
@@ -344,7 +348,7 @@ class TrainConfig(Section):
         if not 0 <= self.skip_limit <= 1:
             self._fail("skip_limit", f"must be a fraction in [0, 1], got {self.skip_limit}")
         positive(self, "skip_window", "r1_every", "pl_every", "pl_batch_shrink")
-        weights = ("r1_gamma", "gp", "lecam", "cr_real", "cr_fake", "zcr_d", "zcr_g")
+        weights = ("r1_gamma", "r2_gamma", "gp", "lecam", "cr_real", "cr_fake", "zcr_d", "zcr_g")
         at_least_zero(
             self, lecam_start="a number of iterations >= 0", **dict.fromkeys(weights, "a finite number >= 0 (0 = off)")
         )

@@ -19,8 +19,8 @@ TRAINING_PANELS = (
     ("D outputs (mean logits)", ("D_real", "D_fake")),
     ("D augmentation: p, and r_t = E[sign(D(real))]", ("augment_p", "D_real_sign")),
     (
-        "regularizers: R1, gradient penalty, LeCam, path length and its mean",
-        ("r1_penalty", "gp_penalty", "lecam_penalty", "pl_penalty", "pl_length"),
+        "regularizers: R1, R2, gradient penalty, LeCam, path length and its mean",
+        ("r1_penalty", "r2_penalty", "gp_penalty", "lecam_penalty", "pl_penalty", "pl_length"),
     ),  # (found from
     ("training top-1 accuracy (%, augmented batches)", ("train_top1",)),  # outside: logged, not drawn; and
     ("orthogonal regularization (BigGAN's, weighted)", ("ortho_G", "ortho_D")),  # BigGAN's ortho)

@@ -89,8 +89,10 @@ def test_two_processes_train_the_weights_of_one(tmp_path):
 
 VARIANTS = {
     # LeCam's moving averages of D's outputs too: each D step's means, added in rank order (test_lecam.py)
+    # RpGAN's G on the last D step's real images, through their own transforms, and R2 (test_gan_losses.py)
     "diffaugment": [
         "augment.policy=color,translation,cutout", "augment.p=0.5", "train.lecam=0.3", "train.lecam_start=2",
+        "train.loss=rpgan", "train.r2_gamma=1",
     ],
     # CR's transforms and zCR's nearby latents (bCR and zCR: ICR), and WGAN-GP's mixes, drawn per step too
     # (test_consistency.py, test_gan_losses.py)
@@ -134,6 +136,7 @@ def test_k_processes_of_one_micro_batch_train_one_process_of_k_bit_for_bit(tmp_p
 
     regularized = {"D_real", "r1_penalty"} | ({"pl_length"} if variant == "stylegan2" else {"augment_p"})
     regularized |= {"cr_fake_penalty", "zcr_g_distance", "gp_penalty"} if variant == "ada" else set()
+    regularized |= {"r2_penalty"} if variant == "diffaugment" else set()
     assert logged(one) == logged(three) and regularized <= logged(one)[0].keys()
 
 

@@ -4,6 +4,7 @@ for any split of the step (world-size invariance: tests/test_distributed.py's ad
 says of a D that defeats them."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -23,6 +24,14 @@ def test_least_squares_and_wasserstein_are_the_papers():
     # WGAN: the critic minimizes E[D(G(z))] - E[D(x)], G minimizes -E[D(G(z))]
     assert losses.D_LOSS["wgan"](real, fake).item() == pytest.approx(fake.mean().item() - real.mean().item())
     assert losses.G_LOSS["wgan"](fake).item() == pytest.approx(-fake.mean().item())
+    # RpGAN (R3GAN's): each pair's f(D(real) - D(fake)) for D, f(D(fake) - D(real)) for G, f(t) = log(1 + e^-t)
+    pairs = list(zip(real.tolist(), fake.tolist()))
+    assert losses.D_LOSS["rpgan"](real, fake).item() == pytest.approx(
+        sum(math.log1p(math.exp(f - r)) for r, f in pairs) / 3
+    )
+    assert losses.g_relativistic(fake, real).item() == pytest.approx(
+        sum(math.log1p(math.exp(r - f)) for r, f in pairs) / 3
+    )
 
 
 def test_the_gradient_penalty_is_wgan_gps_and_reaches_ds_weights():
@@ -69,6 +78,23 @@ def test_a_wgan_gp_run_logs_its_penalty_which_trains_d(tmp_path, capsys):
     assert "wgan loss" in (out := capsys.readouterr().out) and "gradient penalty 10" in out, out
 
 
+def test_an_rpgan_run_with_r1_and_r2_logs_both_and_resumes_to_the_bits_of_one_left_alone(tmp_path):
+    # R3GAN's objective: RpGAN, its G on the iteration's real images, with R1 and R2 (lazily here, every 2 D steps);
+    # micro_batch "auto" probes its G step, which reads real images of its own there.
+    args = [*SMALL, "train.loss=rpgan", "train.r1_gamma=1", "train.r2_gamma=1", "train.r1_every=2", "train.d_steps=2"]
+    args += ["train.micro_batch=auto", "sample.every_kimg=0", "eval.every_kimg=0", "train.log_every_kimg=0.032"]
+    args += ["checkpoint.every_kimg=0.064"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert main(["train", *args, "train.kimg=0.128", "--run-dir", str(whole)]) == 0
+    rows = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["r1_penalty"] > 0 and r["r2_penalty"] > 0 and r["loss_G"] > 0 for r in rows), rows
+    assert main(["train", *args, "train.kimg=0.064", "--run-dir", str(parts)]) == 0
+    assert main(["train", *args, "train.kimg=0.128", "--run-dir", str(parts), "--resume"]) == 0
+    for net in ("G", "D", "G_ema"):
+        a, b = (load_file(run / "checkpoints" / "000000.128" / f"{net}.safetensors") for run in (whole, parts))
+        assert all(torch.equal(a[k], b[k]) for k in a), net
+
+
 @pytest.mark.parametrize(
     "args, said",
     [
@@ -87,4 +113,6 @@ def test_a_d_that_defeats_the_loss_is_said_by_the_dry_run(args, said, capsys):
 def test_a_loss_that_is_not_one_is_one_line(capsys):
     assert main(["train", *SMALL, "train.loss=wasserstein", "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "'train.loss' must be 'hinge' | 'ns' | 'ls' | 'wgan', got 'wasserstein'" in err[0], err
+    assert (
+        len(err) == 1 and "'train.loss' must be 'hinge' | 'ns' | 'ls' | 'wgan' | 'rpgan', got 'wasserstein'" in err[0]
+    ), err

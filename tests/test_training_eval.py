@@ -579,4 +579,4 @@ def test_plot_draws_stylegan2s_regularizers(tmp_path, monkeypatch):
     rows.append({"kimg": 0.3, "step": 3, "loss_D": 0.8, "pl_penalty": 0.1, "pl_length": 0.3})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     plot_run(tmp_path)
-    assert titles == ["losses", "regularizers: R1, gradient penalty, LeCam, path length and its mean"]
+    assert titles == ["losses", "regularizers: R1, R2, gradient penalty, LeCam, path length and its mean"]

@@ -55,8 +55,8 @@ ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0,
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 GAN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
-    "ema_buffers", "r1_gamma", "r1_every", "gp", "lecam", "lecam_decay", "lecam_start", "pl_weight", "pl_every",
-    "pl_batch_shrink", "pl_decay", "cr_real", "cr_fake", "zcr_d", "zcr_g", "zcr_radius",
+    "ema_buffers", "r1_gamma", "r1_every", "r2_gamma", "gp", "lecam", "lecam_decay", "lecam_start", "pl_weight",
+    "pl_every", "pl_batch_shrink", "pl_decay", "cr_real", "cr_fake", "zcr_d", "zcr_g", "zcr_radius",
 )  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""GAN losses as pure functions of D's logits (each the mean over the batch given), and regularizers."""
+"""GAN losses as pure functions of D's logits (each the mean over the batch given), and regularizers. G_LOSS's take
+D's outputs on the fakes; RpGAN's G (g_relativistic) those on the real images paired with them too."""
 
 from __future__ import annotations
 
@@ -40,7 +41,19 @@ def d_wasserstein(real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
     return fake.mean() - real.mean()
 
 
+def d_relativistic(real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    """RpGAN's (Jolicoeur-Martineau 2019; R3GAN, Huang et al. 2024): each fake image's output against the real image's
+    it is paired with, softplus(D(fake) - D(real))."""
+    return F.softplus(fake - real).mean()
+
+
+def g_relativistic(fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """RpGAN's G: softplus(D(real) - D(fake)) of each pair (its gradient through D(fake) alone)."""
+    return F.softplus(real - fake).mean()
+
+
 D_LOSS = {"hinge": d_hinge, "ns": d_nonsaturating, "ls": d_least_squares, "wgan": d_wasserstein}
+D_LOSS["rpgan"] = d_relativistic
 G_LOSS = {"hinge": g_hinge, "ns": g_nonsaturating, "ls": g_least_squares, "wgan": g_hinge}  # (WGAN's G: -D(fake))
 
 

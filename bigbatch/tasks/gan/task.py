@@ -127,7 +127,9 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     check_path_length(cfg, G)
     if rep.is_main and resumed_at is None:
         warn_built(cfg, D)
-    if t.r1_gamma or t.gp:  # D's gradient is differentiated: no fused attention kernels (no double backward)
+    if (
+        t.r1_gamma or t.r2_gamma or t.gp
+    ):  # D's gradient is differentiated: no fused attention kernels (no double backward)
         for m in D.modules():
             if hasattr(m, "fused_attention"):
                 m.fused_attention = False
@@ -192,7 +194,8 @@ class GANTask:
         self.dim_z = self.plain("G").dim_z
         self.augment = Augment(cfg.augment, self.seed)  # D's inputs through DiffAugment's transforms, if asked
         self.resolution = cfg.data.resolution
-        self._r1 = 0.0  # the R1 weight of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
+        # The R1 and R2 weights of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
+        self._r1 = self._r2 = 0.0
         self.gp = t.gp
         self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
         self.pl_mean = 0.0  # the running mean of path lengths
@@ -249,7 +252,7 @@ class GANTask:
                 if self.augment.on:  # ADA: p follows r_t = E[sign(D(real))], the step's over all ranks
                     self.augment.observe(out["D_real_sign"], self.rep.batch)
         stats = {k: sum(v) / len(v) for k, v in taken.items()}
-        out = self.g_step(self.g_steps)
+        out = self.g_step(self.g_steps, real)  # (RpGAN's G pairs its images with the last D step's real ones)
         stats.update({} if self.rep.skipped(self.opt_G) else out)
         G, D = self.plain("G"), self.plain("D")
         if hasattr(G, "track_w_avg"):  # StyleGAN2's w_avg, from the whole step's latents: alike on every rank
@@ -351,16 +354,16 @@ class GANTask:
         with torch.no_grad():
             fake = self._fake(z, y_fake).to(real.dtype)
             near = None if z_near is None else self._fake(z_near, y_fake, keys=z).to(real.dtype)
+        made = fake.requires_grad_() if self._r2 else fake  # R2: with respect to the fake ones
         # CR's copies (of the images as read), zCR's images of nearby latents (as their G(z)'s, augmented alike)
         copies = [(self.consistency.copy(x, t), y) for x, y, t in ((real, y_real, cr_real), (fake, y_fake, cr_fake))]
-        made = fake
         if aug_real is not None:
             real, fake = self.augment(real, aug_real), self.augment(fake, aug_fake)
             near = None if near is None else self.augment(near, aug_fake)
         extra = [(x, y) for x, y in (*copies, (near, y_fake)) if x is not None]
         # R1 differentiates D's gradient, and the fused attention kernels (flash, memory-efficient, cuDNN) have
         # no derivative of their backward: its steps run attention as the composite of its products.
-        with sdpa_kernel(SDPBackend.MATH) if self._r1 or self.gp else nullcontext():
+        with sdpa_kernel(SDPBackend.MATH) if self._r1 or self._r2 or self.gp else nullcontext():
             logits_real, logits_fake, *judged = self._judge((real, y_real), (fake, y_fake), *extra)
             gp = None if mix is None else losses.gradient_penalty(lambda x: self.D(x, y_real), read, made, mix)
         adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
@@ -374,7 +377,7 @@ class GANTask:
             out[name] = penalty.detach()  # (unweighted, as r1_penalty)
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam, CR and the
         # orthogonal regularization apart: found from outside, ortho's in loss_D)
-        if torch.is_tensor(ortho) or self._r1 or lecam is not None or extra or gp is not None:
+        if torch.is_tensor(ortho) or self._r1 or self._r2 or lecam is not None or extra or gp is not None:
             out["loss_D"] = adversarial.detach()
         if gp is not None:  # (unweighted, as r1_penalty)
             out["loss"] = out["loss"] + self.gp * gp
@@ -383,10 +386,11 @@ class GANTask:
             out["lecam_penalty"] = lecam.detach()
         if torch.is_tensor(ortho):
             out["ortho_D"] = ortho.detach()
-        if self._r1:
-            penalty = losses.r1_penalty(logits_real, shown)
-            out["loss"] = out["loss"] + self._r1 * penalty
-            out["r1_penalty"] = penalty.detach()
+        for name, weight, logits, images in (("r1", self._r1, logits_real, shown), ("r2", self._r2, logits_fake, made)):
+            if weight:
+                penalty = losses.r1_penalty(logits, images)
+                out["loss"] = out["loss"] + weight * penalty
+                out[f"{name}_penalty"] = penalty.detach()
         if aug_real is not None:  # ADA's r_t
             out["D_real_sign"] = logits_real.detach().sign().mean()
         return out
@@ -397,10 +401,11 @@ class GANTask:
         self._train_only("D")
         t = self.cfg.train
         index = self.rep.steps(self.opt_D)  # D steps before this one (resumed with the engine's state)
-        self._r1 = t.r1_gamma / 2 * t.r1_every if t.r1_gamma and index % t.r1_every == 0 else 0.0
-        with self._eager_if(self._r1 or self.gp):
+        lazy = t.r1_every if index % t.r1_every == 0 else 0
+        self._r1, self._r2 = t.r1_gamma / 2 * lazy, t.r2_gamma / 2 * lazy
+        with self._eager_if(self._r1 or self._r2 or self.gp):
             out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
-        self._r1 = 0.0
+        self._r1 = self._r2 = 0.0
         if self.lecam is not None and not self.rep.skipped(self.opt_D):  # (the step's means, over every rank)
             self.lecam.observe(out["D_real"], out["D_fake"], self.g_steps)
         total = out.pop("loss")  # (with R1's scaled penalty on its lazy steps: found from outside, loss_D leapt then)
@@ -411,24 +416,36 @@ class GANTask:
         backward, which torch.compile does not support (lazy, R1's and path lengths' are 1 in r1_every / pl_every)."""
         return torch.compiler.set_stance("force_eager") if regularized and self.rep.compile else nullcontext()
 
-    def g_batch(self, step: int) -> tuple:
+    def g_batch(self, step: int, real: Batch | None = None) -> tuple:
         """This rank's share of the G step: z, labels, zCR's nearby latents (None without train.zcr_g), transforms and,
         on a path length step, which images it regularizes (those at global positions that are multiples of
-        train.pl_batch_shrink)."""
+        train.pl_batch_shrink); with train.loss "rpgan", the real images its fakes are paired with (`real`, the last D
+        step's as a Feed read them; else those of D step 0), their labels and transforms (else None)."""
         regularized = None
         if self._pl:
             regularized = self._share(torch.arange(self.rep.batch) % self.cfg.train.pl_batch_shrink == 0).numpy()
         latents = self._latents(Z_G, step, NEAR_G if self.consistency.g else None)
-        return *latents, self._transforms(AUG_G, step), regularized
+        paired: tuple = (None, None, None)
+        if self.loss == "rpgan":
+            real = real or read_batch(self.data, self.request(0), self.xflip, self.seed)
+            paired = (real.images, real.labels if self.n_classes else None, self._transforms(AUG_G, step, 1))
+        return *latents, self._transforms(AUG_G, step), regularized, *paired
 
     def g_loss(self, micro: tuple) -> torch.Tensor | dict[str, torch.Tensor]:
-        z, y, z_near, aug, regularized = micro
+        z, y, z_near, aug, regularized, images, y_real, aug_real = micro
         fake = self._fake(z, y)
         # zCR: G's images of nearby latents, pushed apart
         distance = None if z_near is None else mean_square(fake, self._fake(z_near, y, keys=z))
         if aug is not None:
             fake = self.augment(fake, aug)
-        adversarial = losses.G_LOSS[self.loss](self.D(fake, y).float())
+        logits = self.D(fake, y).float()
+        if images is None:
+            adversarial = losses.G_LOSS[self.loss](logits)
+        else:  # (RpGAN: D's outputs on the real images, which D's weights, not trained here, take no gradient from)
+            real = from_uint8(images) if aug_real is None else self.augment(from_uint8(images), aug_real)
+            with torch.no_grad():
+                logits_real = self.D(real, y_real).float()
+            adversarial = losses.g_relativistic(logits, logits_real)
         ortho = self._ortho(self.G, self.cfg.train.g_ortho)
         loss = adversarial + ortho
         apart = {"ortho_G": ortho.detach()} if torch.is_tensor(ortho) else {}
@@ -471,15 +488,15 @@ class GANTask:
         lengths = grads.float().square().sum(dim=2).mean(dim=1).sqrt()
         return (lengths - self.pl_mean).square().sum(), lengths.detach().sum()
 
-    def g_step(self, step: int) -> dict[str, float]:
+    def g_step(self, step: int, real: Batch | None = None) -> dict[str, float]:
         """One G optimizer step on `batch` fresh draws of z and labels (path length regularized on its lazy
-        steps, whose mean length then moves the running mean)."""
+        steps, whose mean length then moves the running mean); `real`: RpGAN's real images (g_batch)."""
         self._train_only("G")
         t = self.cfg.train
         self._pl = t.pl_weight * t.pl_every if t.pl_weight and step % t.pl_every == 0 else 0.0
         try:
             with self._eager_if(self._pl):
-                out = self.rep.step(self.g_loss, self.g_batch(step), self.opt_G)
+                out = self.rep.step(self.g_loss, self.g_batch(step, real), self.opt_G)
         finally:
             self._pl = 0.0
         self._train_only("D")
@@ -498,7 +515,8 @@ class GANTask:
         """One D and one G forward/backward at micro-batch m (for micro_batch="auto")."""
         head: Any = lambda batch: tuple(None if t is None else t[:m] for t in batch)
         self._train_only("D")
-        self._r1 = float(self.cfg.train.r1_gamma)  # a D step with R1 and a G step with path lengths, the costliest
+        # a D step with R1 and R2 and a G step with path lengths, the costliest
+        self._r1, self._r2 = float(self.cfg.train.r1_gamma), float(self.cfg.train.r2_gamma)
         self._pl = float(self.cfg.train.pl_weight)
         p, self.augment.p = self.augment.p, self.augment.highest_p  # every transform on that p can turn on
         try:
@@ -507,7 +525,7 @@ class GANTask:
             self._train_only("G")
             self.rep.probe_step(self.g_loss, head(self.g_batch(0)))
         finally:
-            self._r1, self._pl, self.augment.p = 0.0, 0.0, p
+            self._r1, self._r2, self._pl, self.augment.p = 0.0, 0.0, 0.0, p
         self.opt_G.zero_grad(set_to_none=True)
         self._train_only("D")
 
