@@ -228,7 +228,10 @@ def biggan_cifar() -> Config:
 
     Its numbers: batch 50, 4 D steps per G step, G and D lr 2e-4, betas (0, 0.999), ch 64, dim_z 128,
     per-layer class embeddings in G's BN (no shared embedding, no hierarchical z), no attention, N(0, 0.02)
-    init, SN eps 1e-8, EMA 0.9999 per iteration (200 real images) from iteration 1000, 500 epochs.
+    init, SN eps 1e-8, EMA 0.9999 per iteration (200 real images) from iteration 1000, 500 epochs. One difference in
+    what it samples and scores: that script, alone of BigGAN-PyTorch's, has no --G_eval_mode, so its G_ema runs in
+    train mode there, each batch's own BN statistics; bigbatch's sample and eval use G_ema's running statistics, or
+    with --standing-stats BigGAN-PyTorch's standing ones.
     Data: `bigbatch prepare CIFAR10_FOLDER data/cifar10.h5`.
     """
     per_iteration = 4 * 50

@@ -95,10 +95,10 @@ def test_sigterm_saves_a_checkpoint_and_resume_is_bit_identical(tiny, tmp_path, 
     run = tmp_path / "signalled"
     g_step = GANTask.g_step
 
-    def g_step_then_signal(self, step):
+    def g_step_then_signal(self, step, *real):
         if step == 3:  # mid-way between the periodic checkpoints
             os.kill(os.getpid(), signal.SIGTERM)
-        return g_step(self, step)
+        return g_step(self, step, *real)
 
     monkeypatch.setattr(GANTask, "g_step", g_step_then_signal)
     with pytest.raises(bigbatch.Stopped) as stopped:  # (found from outside: it returned as a finished run does)
@@ -151,11 +151,11 @@ def test_train_deterministic_holds_torch_to_deterministic_kernels_while_it_train
     seen = []
     g_step = GANTask.g_step
 
-    def g_step_and_look(self, step):
+    def g_step_and_look(self, step, *real):
         cudnn = torch.backends.cudnn
         state = torch.are_deterministic_algorithms_enabled(), cudnn.benchmark, cudnn.deterministic
         seen.append((*state, os.environ.get("CUBLAS_WORKSPACE_CONFIG")))
-        return g_step(self, step)
+        return g_step(self, step, *real)
 
     monkeypatch.setattr(GANTask, "g_step", g_step_and_look)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
@@ -280,10 +280,10 @@ def test_a_run_stopped_mid_log_row_logs_the_rows_of_the_run_left_alone(tiny, tmp
     run = tmp_path / "mid"
     g_step = GANTask.g_step
 
-    def g_step_then_signal(self, step):
+    def g_step_then_signal(self, step, *real):
         if step == 5:  # 6 iterations of 32 images: half-way through the second row of 4
             os.kill(os.getpid(), signal.SIGTERM)
-        return g_step(self, step)
+        return g_step(self, step, *real)
 
     monkeypatch.setattr(GANTask, "g_step", g_step_then_signal)
     with pytest.raises(bigbatch.Stopped):

@@ -176,7 +176,7 @@ def to_reference(net: nn.Module) -> dict[str, torch.Tensor]:
     if inexact:
         warn(
             f"{named_few(inexact, 3)}: no u0 gives BigGAN-PyTorch's forward this model's spectral norm (an average of "
-            "G's weights keeps G's vectors, as StudioGAN's EMA does; BigGAN-PyTorch's iterates on its own): the "
+            "G's weights keeps G's vectors; BigGAN-PyTorch's averages and iterates on its own): the "
             "nearest is written, and its images differ a little from these"
         )
     return out
