@@ -127,9 +127,8 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     check_path_length(cfg, G)
     if rep.is_main and resumed_at is None:
         warn_built(cfg, D)
-    if (
-        t.r1_gamma or t.r2_gamma or t.gp
-    ):  # D's gradient is differentiated: no fused attention kernels (no double backward)
+    # D's gradient is differentiated (R1, R2, the gradient penalty): no fused attention kernels (no double backward)
+    if t.r1_gamma or t.r2_gamma or t.gp:
         for m in D.modules():
             if hasattr(m, "fused_attention"):
                 m.fused_attention = False
@@ -361,8 +360,8 @@ class GANTask:
             real, fake = self.augment(real, aug_real), self.augment(fake, aug_fake)
             near = None if near is None else self.augment(near, aug_fake)
         extra = [(x, y) for x, y in (*copies, (near, y_fake)) if x is not None]
-        # R1 differentiates D's gradient, and the fused attention kernels (flash, memory-efficient, cuDNN) have
-        # no derivative of their backward: its steps run attention as the composite of its products.
+        # R1, R2 and the gradient penalty differentiate D's gradient, and the fused attention kernels (flash, memory-
+        # efficient, cuDNN) have no derivative of their backward: their steps run attention as its products' composite.
         with sdpa_kernel(SDPBackend.MATH) if self._r1 or self._r2 or self.gp else nullcontext():
             logits_real, logits_fake, *judged = self._judge((real, y_real), (fake, y_fake), *extra)
             gp = None if mix is None else losses.gradient_penalty(lambda x: self.D(x, y_real), read, made, mix)
@@ -412,8 +411,9 @@ class GANTask:
         return {"loss_D": out.pop("loss_D", total), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
 
     def _eager_if(self, regularized: float) -> AbstractContextManager:
-        """Compiled models run eagerly for a step with R1, train.gp or path lengths: their penalties need a double
-        backward, which torch.compile does not support (lazy, R1's and path lengths' are 1 in r1_every / pl_every)."""
+        """Compiled models run eagerly for a step with R1, R2, train.gp or path lengths: their penalties need a double
+        backward, which torch.compile does not support (lazy, R1's, R2's and path lengths' are 1 in r1_every /
+        pl_every)."""
         return torch.compiler.set_stance("force_eager") if regularized and self.rep.compile else nullcontext()
 
     def g_batch(self, step: int, real: Batch | None = None) -> tuple:
@@ -427,7 +427,8 @@ class GANTask:
         latents = self._latents(Z_G, step, NEAR_G if self.consistency.g else None)
         paired: tuple = (None, None, None)
         if self.loss == "rpgan":
-            real = real or read_batch(self.data, self.request(0), self.xflip, self.seed)
+            if real is None:
+                real = read_batch(self.data, self.request(0), self.xflip, self.seed)
             paired = (real.images, real.labels if self.n_classes else None, self._transforms(AUG_G, step, 1))
         return *latents, self._transforms(AUG_G, step), regularized, *paired
 
