@@ -369,7 +369,8 @@ def run_stats(args: argparse.Namespace) -> None:
         buf = io.BytesIO()
         np.savez(buf, mu=stats.mu, sigma=stats.sigma)
         atomic_write(args.npz, buf.getvalue())
-        print(f"wrote {args.npz}: mu and sigma, as pytorch-fid's --save-stats and clean-fid write them")
+        print(f"wrote {args.npz}: mu and sigma, as pytorch-fid's --save-stats writes them (TF1's resize: clean-fid's "
+              "legacy_tensorflow mode)")  # fmt: skip
 
 
 def _check_stats_out(path: str) -> None:

@@ -312,6 +312,9 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
     np.savez(sets / "stats.npz", mu=stats.mu, sigma=stats.sigma)
     np.savez(sets / "wrong_dims.npz", mu=np.zeros(2048), sigma=np.eye(2048))
     np.savez(sets / "nan_stats.npz", mu=stats.mu * np.nan, sigma=stats.sigma)
+    np.savez(
+        sets / "ints.npz", mu=stats.mu.astype(np.int64), sigma=stats.sigma.astype(np.int64)
+    )  # (found from outside)
     # Found from outside: a sigma that is no covariance scored a wrong FID (of -I: a negative one), exit status 0.
     np.savez(sets / "negative.npz", mu=stats.mu, sigma=-np.eye(len(stats.mu)))
     skewed = stats.sigma.copy()
@@ -344,6 +347,7 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "stats.npz", "--metrics", "fid,kid"], "kid needs every reference image's features"),
         (["a", "wrong_dims.npz"], "computed with another network"),
         (["a", "nan_stats.npz"], "statistics file nan_stats.npz holds NaN or infinity"),  # (blamed on the images)
+        (["a", "ints.npz"], "holds mu of int64 and sigma of int64; FID statistics are floating point"),
         (["a", "negative.npz"], "negative.npz: its sigma is not positive semi-definite (an eigenvalue of -1)"),
         (["a", "skewed.npz"], "skewed.npz: its sigma is not symmetric, as no covariance is; compute it again"),
         (["a", "neg.safetensors"], "neg.safetensors: its sigma is not positive semi-definite"),  # (review: FID 0.0)

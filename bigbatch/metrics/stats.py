@@ -297,7 +297,13 @@ def read_stats(path: str | Path) -> ReferenceStats:
                         "FID statistics need both the mean 'mu' (D,) and the covariance 'sigma' (D, D): "
                         "np.savez(path, mu=mu, sigma=sigma)"
                     )
-                mu, sigma = np.asarray(z["mu"], np.float64), np.asarray(z["sigma"], np.float64)
+                mu, sigma = z["mu"], z["sigma"]
+                if not (mu.dtype.kind == sigma.dtype.kind == "f"):  # (found from outside: integers were rounded ones)
+                    raise BigbatchError(
+                        f"statistics file {path} holds mu of {mu.dtype} and sigma of {sigma.dtype}; FID statistics are "
+                        "floating point (float32 or float64): write them as computed"
+                    )
+                mu, sigma = np.asarray(mu, np.float64), np.asarray(sigma, np.float64)
         except BigbatchError:
             raise
         except Exception as e:  # noqa: BLE001 - numpy raises many types for a bad file; all mean the same
