@@ -19,7 +19,7 @@ import bigbatch
 from bigbatch import cli_errors, cli_tools, signals, user_modules
 from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_paths, runtime_error_line, say_error
-from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, run_eval, values
+from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, add_scoring_options, run_eval, values
 from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
@@ -391,11 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--truncation", type=values, help="z truncation threshold, or several to sweep (default: eval's)")
     ev.add_argument("--psi", type=values, help="StyleGAN2: w toward its average (1: off, 0.7 typical), or several")
-    ev.add_argument(
-        "--standing-stats",
-        type=int,
-        help="a GAN run's batches of standing BN statistics (default: its eval.standing_stats)",
-    )
+    add_scoring_options(ev)
     ev.set_defaults(func=run_eval)
 
     pl = sub.add_parser("plot", help="training curves and evaluation scores of runs (drawn together), as one PNG")

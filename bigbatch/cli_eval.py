@@ -38,6 +38,9 @@ def run_eval(args: argparse.Namespace) -> None:
     for value in args.truncation or []:  # (found from outside: said late, after the generator loaded, unnamed)
         if not value >= MIN_TRUNCATION:
             raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {value}")
+    for name in SUBSETS:
+        if (value := getattr(args, name)) is not None and not 1 <= value <= MAX_SCORED:
+            raise BigbatchError(f"--{name.replace('_', '-')} must be 1 to {MAX_SCORED:,}, got {value}")
     if len(args.truncation or ()) > 1 and len(args.psi or ()) > 1:
         raise BigbatchError("--truncation and --psi each sweep the values listed: give a list to one of them")
     task = None
@@ -161,7 +164,13 @@ GAN_ONLY = (
     "truncation",
     "psi",
     "standing_stats",
+    "is_splits",
+    "kid_subsets",
+    "kid_subset_size",
 )
+# How IS and KID are computed, eval's options of them (torch-fidelity's isc_splits, kid_subsets, kid_subset_size): their
+# defaults, the papers' and torch-fidelity's.
+SUBSETS = {"is_splits": 10, "kid_subsets": 100, "kid_subset_size": 1000}
 
 # What `bigbatch eval` takes as A (besides a run) and as B, for messages.
 EVAL_A = "a run, a checkpoint, a folder, .zip, .tar or .npz of images, a DATA.h5 or builtin:NAME"
@@ -244,6 +253,40 @@ def _eval_input(path: str, role: str, resolution: int, options: dict | None) -> 
             )
         return "stats", read_stats(where.path)
     return "images", open_images(where, options)
+
+
+def add_scoring_options(ev: argparse.ArgumentParser) -> None:
+    """eval's options of how a GAN's samples or images are scored: standing statistics, IS's splits, KID's subsets."""
+    ev.add_argument(
+        "--standing-stats",
+        type=int,
+        help="a GAN run's batches of standing BN statistics (default: its eval.standing_stats)",
+    )
+    ev.add_argument("--is-splits", type=int, help="IS: the splits of the samples it is the mean over (default 10)")
+    ev.add_argument("--kid-subsets", type=int, help="KID: the random subsets it is the mean over (default 100)")
+    ev.add_argument("--kid-subset-size", type=int, help="KID: images in each subset (default 1000; all, where fewer)")
+
+
+def scoring(args: argparse.Namespace, metrics: str) -> tuple[dict[str, int], dict[str, int]]:
+    """--is-splits, --kid-subsets and --kid-subset-size (checked by run_eval) as evaluate's keywords; and those of the
+    metrics scored, for the scores' line (found from outside: a paper's KID subsets were neither set nor said)."""
+    from bigbatch.metrics import parse_metrics
+
+    used = {name: default if getattr(args, name) is None else getattr(args, name) for name, default in SUBSETS.items()}
+    wanted = parse_metrics(metrics)
+    said = {k: v for k, v in used.items() if k.split("_")[0] in wanted}
+    return used, said
+
+
+def provenance(extractor: Any) -> dict[str, str]:
+    """What the scores' line says of the features: the extractor, and the digest of its weights and pipeline (the
+    same for its two Inception files, which compute the same features; found from outside: a paper's scores did not
+    say which weights made them)."""
+    return (
+        {"extractor": extractor.name, "features": extractor.digest[:16]}
+        if extractor.digest
+        else {"extractor": extractor.name}
+    )
 
 
 def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
@@ -405,19 +448,20 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
+    subsets, said = scoring(args, metrics)
     for truncation, psi in sweep:
         restyle(G, psi, options=True)
         if standing:  # (of the samples at this truncation)
             standing_stats(G, standing, e.batch_size, seed, truncation)
         scores = evaluate(G, data, metrics, n=n, extractor=extractor, batch_size=batch_size, seed=seed,
-                          truncation=truncation, reference_n=reference_n, reference=ref)  # fmt: skip
-        out = {"checkpoint": str(ckpt), "n": n, "extractor": extractor.name, "seed": seed}  # (what made the samples:
+                          truncation=truncation, reference_n=reference_n, reference=ref, **subsets)  # fmt: skip
+        out = {"checkpoint": str(ckpt), "n": n, **provenance(extractor), "seed": seed}  # (what made the samples:
         out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # two scores told apart, from outside)
         out |= {"psi": psi} if psi is not None else {}
         out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
         if compares:
             out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
-        yield out | scores
+        yield out | said | scores
 
 
 def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:
@@ -486,6 +530,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
         )
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
+    subsets, said = scoring(args, metrics)
     _check_neighbours(metrics, min(args.n or len(images), len(images)), ref, args.reference_n)
     scores = evaluate_images(
         images,
@@ -496,8 +541,9 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
         batch_size=args.batch_size or 64,
         seed=args.seed or 0,
         reference_n=args.reference_n or None,  # 0: all
+        **subsets,
     )
-    out = {"images": args.path, "n": min(args.n or len(images), len(images)), "extractor": extractor.name}
+    out = {"images": args.path, "n": min(args.n or len(images), len(images)), **provenance(extractor)}
     if compares:
         out |= {"reference": args.reference, "reference_n": _reference_n(kind, ref, args.reference_n)}
-    return out | scores
+    return out | said | scores

@@ -114,7 +114,25 @@ def test_identical_sets_score_zero_and_other_images_more(sets, capsys):
     assert "A and B are the same images: A's --n (drawn with --seed, 0)" in capsys.readouterr().err
     # IS needs no reference.
     alone = score(capsys, sets / "a.zip", "--metrics", "is")
-    assert set(alone) == {"images", "n", "extractor", "is", "is_std"} and alone["is"] >= 1
+    assert set(alone) == {"images", "n", "extractor", "features", "is_splits", "is", "is_std"} and alone["is"] >= 1
+
+
+def test_is_splits_and_kid_subsets_are_the_users_to_set_and_the_scores_line_says_them(sets, capsys):
+    # (found from outside: a paper's KID subset size could be neither set nor read back, nor the weights used)
+    default = score(capsys, sets / "a", sets / "other", "--metrics", "is,kid")
+    assert (default["is_splits"], default["kid_subsets"], default["kid_subset_size"]) == (10, 100, 1000)
+    assert default["features"] == STANDIN.digest[:16]  # (the weights and pipeline that made the features)
+    given = ["--is-splits", "3", "--kid-subsets", "7", "--kid-subset-size", "12"]
+    mine = score(capsys, sets / "a", sets / "other", "--metrics", "is,kid", *given)
+    assert (mine["is_splits"], mine["kid_subsets"], mine["kid_subset_size"]) == (3, 7, 12)
+    want = M.evaluate_images(
+        M.open_images(sets / "a"), M.open_images(sets / "other"), "is,kid", extractor=STANDIN, is_splits=3,
+        kid_subsets=7, kid_subset_size=12,
+    )  # fmt: skip
+    assert {k: mine[k] for k in want} == want and mine["kid_std"] != default["kid_std"]
+    assert "kid_subsets" not in score(capsys, sets / "a", sets / "other", "--metrics", "fid")  # (said where used)
+    assert main(["eval", str(sets / "a"), str(sets / "other"), "--kid-subset-size", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "bigbatch: error: --kid-subset-size must be 1 to 100,000,000, got 0"
 
 
 def test_precision_recall_density_and_coverage_of_image_sets(sets, capsys):
