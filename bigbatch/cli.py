@@ -327,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=_prepare)
 
     st = sub.add_parser("stats", help="reference feature statistics of a data set for FID/KID (cached)")
-    st.add_argument("data", metavar="DATA", help="DATA.h5, s3://…/DATA.h5 or builtin:NAME")
+    st.add_argument(
+        "data", metavar="DATA", help="DATA.h5, s3://…/DATA.h5, builtin:NAME, or a folder, .zip, .tar or .npz of images"
+    )
     st.add_argument(
         "--extractor",
         default="auto",

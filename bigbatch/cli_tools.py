@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import endpoint_options, is_url, local_folder
+from bigbatch.urls import Location, endpoint_options, is_url, local_folder
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -333,7 +333,7 @@ def run_stats(args: argparse.Namespace) -> None:
         if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):
             raise BigbatchError("--npz writes Inception statistics for other tools: give --extractor inception")
     resolution = stored or args.resolution or 32
-    data = load_data(args.data, resolution, storage_options=options)
+    data = _images(args.data, args.resolution, options) or load_data(args.data, resolution, storage_options=options)
     args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
     if args.n is not None and args.n > len(data):
         warn(f"{args.data} holds {len(data)} images, fewer than --n {args.n}: using all of them")
@@ -392,6 +392,25 @@ def _check_stats_out(path: str) -> None:
         keys = set()
     if keys != {"mu", "sigma"}:
         raise BigbatchError(f"--npz {path} exists and holds other than mu and sigma: give another name")
+
+
+def _images(path: str, resolution: int | None, options: dict) -> object:
+    """stats of a folder, .zip, .tar or .npz of images, as eval reads them as B (pytorch-fid's --save-stats DIR,
+    clean-fid's make_custom_stats: found from outside, refused), or None where `path` names none of them."""
+    from bigbatch.metrics import holds_stats, open_images
+
+    local = Path(path)
+    if "://" in path or not (local.is_dir() or local.suffix.lower() in (".zip", ".tar", ".npz", ".npy")):
+        return None
+    if not local.exists():
+        raise BigbatchError(
+            f"{path} does not exist; give a DATA.h5, builtin:NAME, or a folder, .zip, .tar or .npz of images"
+        )
+    if local.is_file() and holds_stats(local):
+        raise BigbatchError(f"{path} holds feature statistics already; give the images they are of")
+    if resolution is not None:
+        raise BigbatchError(f"--resolution is for builtin data sets; {path}'s images are read at their own sizes")
+    return open_images(Location.of(path), options)
 
 
 def _is_data_file(path: str) -> bool:

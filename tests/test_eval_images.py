@@ -135,6 +135,23 @@ def test_is_splits_and_kid_subsets_are_the_users_to_set_and_the_scores_line_says
     assert capsys.readouterr().err.strip() == "bigbatch: error: --kid-subset-size must be 1 to 100,000,000, got 0"
 
 
+def test_stats_of_a_folder_of_images_are_what_eval_reads_of_it(sets, capsys):
+    # (found from outside: pytorch-fid's --save-stats DIR had no equal; stats took a data file alone)
+    assert main(["stats", str(sets / "other"), "--extractor", "standin"]) == 0
+    said = capsys.readouterr().out
+    assert f"reference statistics of {sets / 'other'} with standin: 24 images" in said, said
+    file = said.split(" in ", 1)[1].split(" (give it")[0]
+    by_folder = score(capsys, sets / "a", sets / "other", "--metrics", "fid")
+    assert score(capsys, sets / "a", file, "--metrics", "fid")["fid"] == by_folder["fid"]
+    np.savez(sets / "stats_of_a.npz", mu=np.zeros(48), sigma=np.eye(48))
+    for argv, words in (
+        ([str(sets / "stats_of_a.npz")], "holds feature statistics already; give the images they are of"),
+        ([str(sets / "a"), "--resolution", "16"], "--resolution is for builtin data sets; "),
+    ):
+        assert main(["stats", *argv, "--extractor", "standin"]) == 2
+        assert words in capsys.readouterr().err
+
+
 def test_precision_recall_density_and_coverage_of_image_sets(sets, capsys):
     same = score(capsys, sets / "a", sets / "a_nested", "--metrics", "pr,dc")
     assert same["precision"] == same["recall"] == same["coverage"] == 1.0 and same["density"] >= 1
