@@ -190,7 +190,7 @@ def describe_run(path: str | Path) -> str:
             f"training    {batch}, d_steps {t.d_steps}, lr G {t.g_lr:g} D {t.d_lr:g}, "
             f"{t.loss} loss, {t.precision}, seed {t.seed}"
             + (f", R1 gamma {t.r1_gamma:g} every {t.r1_every}" if t.r1_gamma else "")
-            + (f", R2 gamma {t.r2_gamma:g}" if t.r2_gamma else "")
+            + (f", R2 gamma {t.r2_gamma:g} every {t.r1_every}" if t.r2_gamma else "")
             + (f", gradient penalty {t.gp:g}" if t.gp else "")
             + (f", LeCam {t.lecam:g} (decay {t.lecam_decay:g} after {t.lecam_start} iterations)" if t.lecam else "")
             + "".join(f", {k} {v:g}" for k, v in (("CR real", t.cr_real), ("CR fake", t.cr_fake)) if v)

@@ -12,7 +12,7 @@ from bigbatch.files import save_figure
 from bigbatch.metrics_file import FACES, SCORES, read_metrics
 
 # Panels of training log lines: title and the keys drawn in it (those the run logged).
-TRAINING_PANELS = (
+TRAINING_PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("losses", ("loss_D", "loss_G", "loss")),
     ("losses per face (DFL's)", ("src_loss", "dst_loss", "loss_xseg")),  # (found from outside: a swap run's
     ("discriminators' losses", ("loss_code_discriminator", "loss_gan")),  # were not drawn)
@@ -36,6 +36,7 @@ TRAINING_PANELS = (
     ("steps skipped (non-finite gradients)", ("skipped_D", "skipped_G")),
     ("fp16 loss scale", ("loss_scale_D", "loss_scale_G")),
 )
+NAMED = {title for title, keys in TRAINING_PANELS if len(keys) > 1}  # (panels whose curves a legend names)
 # Evaluation scores, each with its spread where the metric has one.
 EVAL_METRICS = SCORES
 MANY_RUNS = 8  # more runs than this: one legend of them under the panels
@@ -163,7 +164,9 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None) -> Pat
             crosses = [h for h, text in zip(*ax.get_legend_handles_labels()) if text == "not finite"][:1]
             if len(handles) > 1 or crosses:  # (what each line style is; the crosses)
                 ax.legend(handles=[*handles, *crosses], fontsize=7)
-        elif len(series) > 1 or several or marked:  # (whose curve it is, when several are drawn)
+        # (whose curve it is, when several are drawn, or which of a panel's keys: found from outside, a lone
+        # gp_penalty unnamed under a title of five)
+        elif len(series) > 1 or several or marked or title in NAMED:
             ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")

@@ -116,3 +116,58 @@ def test_a_loss_that_is_not_one_is_one_line(capsys):
     assert (
         len(err) == 1 and "'train.loss' must be 'hinge' | 'ns' | 'ls' | 'wgan' | 'rpgan', got 'wasserstein'" in err[0]
     ), err
+
+
+def test_conditional_rpgan_pairs_each_fake_with_a_real_image_of_its_class(tmp_path, monkeypatch):
+    # (found from outside: pairs of any two classes, where R3GAN's generates each fake with its real image's label)
+    from bigbatch.tasks.gan.task import GANTask
+
+    seen = {"D": [], "G": []}
+    d_loss, g_loss = GANTask.d_loss, GANTask.g_loss
+
+    def d_looked(self, micro):  # (real labels, fake labels)
+        seen["D"].append((micro[1].clone(), micro[3].clone()))
+        return d_loss(self, micro)
+
+    def g_looked(self, micro):  # (fake labels, the paired real images' labels)
+        seen["G"].append((micro[1].clone(), micro[6].clone()))
+        return g_loss(self, micro)
+
+    monkeypatch.setattr(GANTask, "d_loss", d_looked)
+    monkeypatch.setattr(GANTask, "g_loss", g_looked)
+    args = [*SMALL, "train.loss=rpgan", "model.conditional=true", "train.kimg=0.032", "train.micro_batch=8"]
+    assert main(["train", *args, "sample.every_kimg=0", "eval.every_kimg=0", "--run-dir", str(tmp_path / "r")]) == 0
+    for step in ("D", "G"):
+        assert len(seen[step]) == 4 and all(torch.equal(a, b) for a, b in seen[step]), step
+    assert len(torch.cat([a for a, _ in seen["D"]]).unique()) > 1  # (labels of the data: several classes)
+
+
+def test_the_critic_of_neither_norm_has_biases():
+    # (found from outside: biases went with spectral norm, a plain critic without them positively homogeneous)
+    from bigbatch import models
+
+    _, D = models.create("dcgan", resolution=16, ch=8, dim_z=16, d_sn=False, d_bn=False)
+    biases = [k for k, _ in D.named_parameters() if k.endswith("bias")]
+    assert len(biases) == 3 and not any(isinstance(m, torch.nn.BatchNorm2d) for m in D.modules()), biases
+    _, tutorial = models.create("dcgan", resolution=16, ch=8, dim_z=16, d_sn=False)  # (the tutorial's: BN, no bias)
+    assert not [k for k, _ in tutorial.named_parameters() if k.endswith("bias") and "blocks" in k and "conv" in k]
+
+
+def test_a_regularizer_drawn_alone_is_named(tmp_path, monkeypatch):
+    # (found from outside: gp_penalty drawn alone under a title of five, unnamed)
+    import matplotlib.axes
+
+    from bigbatch.plot import plot_run
+
+    named, legend = {}, matplotlib.axes.Axes.legend
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "legend",
+        lambda self, *a, **k: (
+            named.setdefault(self.get_title(), self.get_legend_handles_labels()[1]) or legend(self, *a, **k)
+        ),
+    )
+    rows = [{"kimg": 0.1, "step": 1, "loss_D": 1.0, "gp_penalty": 0.5}, {"kimg": 0.2, "step": 2, "gp_penalty": 0.4}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot_run(tmp_path)
+    assert named["regularizers: R1, R2, gradient penalty, LeCam, path length and its mean"] == ["gp_penalty"]

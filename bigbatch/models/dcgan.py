@@ -112,15 +112,16 @@ class DCGANDiscriminator(nn.Module):
         n = _levels(resolution)
         widths = [img_channels] + [ch * 2**i for i in range(n)]  # e.g. 32px, ch 64: 64@16, 128@8, 256@4
         sn = dict(sn=d_sn, sn_eps=sn_eps)
-        # The tutorial batch-normalises every conv but the first; spectral norm replaces that.
+        # The tutorial batch-normalises every conv but the first (none with a bias); spectral norm replaces that, and a
+        # D of neither has biases (WGAN-GP's critic: found from outside, positively homogeneous without them).
         self.blocks = nn.ModuleList(
             DBlock(
-                layers.conv2d(a, b, 4, 2, 1, bias=d_sn, **sn),
+                layers.conv2d(a, b, 4, 2, 1, bias=d_sn or not d_bn, **sn),
                 nn.Identity() if d_sn or not d_bn or i == 0 else nn.BatchNorm2d(b, eps=bn_eps),
             )
             for i, (a, b) in enumerate(zip(widths, widths[1:]))
         )
-        self.output = layers.conv2d(widths[-1], 1, 4, 1, 0, bias=d_sn, **sn)
+        self.output = layers.conv2d(widths[-1], 1, 4, 1, 0, bias=d_sn or not d_bn, **sn)
         self.embed = layers.embedding(n_classes, widths[-1], **sn) if n_classes else None
         self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))]
 

@@ -336,6 +336,8 @@ class GANTask:
         cr = (self._share(self.consistency.draw(self.rep.batch, self.resolution, nimg, w)) for w in (REAL, FAKE))
         cr_real, cr_fake = (None if t is None else t.numpy() for t in cr)
         labels = real.labels if self.n_classes else None
+        if labels is not None and self.loss == "rpgan":  # (R3GAN's pairs: each fake of its real image's class)
+            y_fake = labels
         mix = self._share(torch.rand(self.rep.batch, generator=generator(self.seed, GP, nimg))) if self.gp else None
         return real.images, labels, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near, mix
 
@@ -430,6 +432,8 @@ class GANTask:
             if real is None:
                 real = read_batch(self.data, self.request(0), self.xflip, self.seed)
             paired = (real.images, real.labels if self.n_classes else None, self._transforms(AUG_G, step, 1))
+            if self.n_classes:  # (each fake of the class of the real image it is paired with, as R3GAN's)
+                latents = (latents[0], real.labels, latents[2])
         return *latents, self._transforms(AUG_G, step), regularized, *paired
 
     def g_loss(self, micro: tuple) -> torch.Tensor | dict[str, torch.Tensor]:
