@@ -140,6 +140,9 @@ MAX_RESOLUTION = 16384  # pixels a side: data.resolution's, and prepare --resolu
 # as swap.clipgrad was an unknown key without a pointer).
 # A key's form, said where a value of another type is given (found from outside: "must be a string, got 6").
 FORMS = {"train.memory_budget": ', a size with its unit, e.g. "6GiB" or "512MiB"'}
+# Values by the names other tools give them (StudioGAN's adv_loss), said where given (found from outside: "wasserstein",
+# as the README names StudioGAN's, refused with the list alone).
+THEIR_NAMES = {"train.loss": {"vanilla": "ns", "logistic": "ns", "least_square": "ls", "wasserstein": "wgan"}}
 ELSEWHERE = {
     "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
     "swap.batch_size": " (DFL's batch_size is train.batch here)",
@@ -190,6 +193,8 @@ class Section:
                 key, hint = self._key(name), FORMS.get(self._key(name), "")
                 if not hint and describe(tp) == "a string" and isinstance(value, (int, float)):  # (found from outside:
                     hint = f" (quoted for TOML: {key}='\"{toml_text(value)}\"')"  # name=2024, with no way out said)
+                if not hint and isinstance(value, str) and (ours := THEIR_NAMES.get(key, {}).get(value.lower())):
+                    hint = f" (StudioGAN's {value!r} is {ours!r} here)"
                 if not hint and typing.get_origin(tp) is list and isinstance(value, str) and "," in value:
                     hint = f" in brackets ({key}=[{value}])"  # (found from outside: "a list of a number, got '30,60'")
                 shown = toml_text(value)  # (as TOML writes it: found from outside, "got True" of train.seed=true)

@@ -113,9 +113,8 @@ def test_a_d_that_defeats_the_loss_is_said_by_the_dry_run(args, said, capsys):
 def test_a_loss_that_is_not_one_is_one_line(capsys):
     assert main(["train", *SMALL, "train.loss=wasserstein", "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert (
-        len(err) == 1 and "'train.loss' must be 'hinge' | 'ns' | 'ls' | 'wgan' | 'rpgan', got 'wasserstein'" in err[0]
-    ), err
+    must = "'train.loss' must be 'hinge' | 'ns' | 'ls' | 'wgan' | 'rpgan'"
+    assert len(err) == 1 and f"{must} (StudioGAN's 'wasserstein' is 'wgan' here), got 'wasserstein'" in err[0], err
 
 
 def test_conditional_rpgan_pairs_each_fake_with_a_real_image_of_its_class(tmp_path, monkeypatch):
