@@ -523,11 +523,15 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     hashes = {meta.get("content_hash") if isinstance(meta, dict) else None for meta in metas}
     paths = [Path(p).resolve() if p and Path(p).exists() else p for p in (args.path, args.reference)]
     if ref is not None and (paths[0] == paths[1] or (len(hashes) == 1 and None not in hashes)):
-        warn(  # (found from outside: a "real against real" floor scored a subset against itself, unsaid)
-            f"A and B are the same images: A's --n (drawn with --seed, {args.seed or 0}) and B's --reference-n (drawn "
-            "with seed 0) overlap, the same images at the same sizes and seed; for FID's floor between two real "
-            "sets, prepare two disjoint parts of the data"
+        # (found from outside: a "real against real" floor scored a subset against itself, unsaid; and the subsets
+        # named where none was taken)
+        overlap = (
+            f"A's --n (drawn with --seed, {args.seed or 0}) and B's --reference-n (drawn with seed 0) overlap"
+            if args.n or args.reference_n
+            else "each is scored whole, against itself"
         )
+        warn(f"A and B are the same images: {overlap}; for FID's floor between two real sets, prepare two disjoint "
+             "parts of the data")  # fmt: skip
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
     subsets, said = scoring(args, metrics)

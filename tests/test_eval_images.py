@@ -112,6 +112,8 @@ def test_identical_sets_score_zero_and_other_images_more(sets, capsys):
     argv = ["eval", str(sets / "a"), str(sets / "a"), "--metrics", "fid", "--n", "10", "--extractor", "standin"]
     assert main(argv) == 0
     assert "A and B are the same images: A's --n (drawn with --seed, 0)" in capsys.readouterr().err
+    assert main(argv[:-4] + argv[-2:]) == 0  # (no --n: no subsets to speak of, found from outside)
+    assert "A and B are the same images: each is scored whole, against itself" in capsys.readouterr().err
     # IS needs no reference.
     alone = score(capsys, sets / "a.zip", "--metrics", "is")
     assert set(alone) == {"images", "n", "extractor", "features", "is_splits", "is", "is_std"} and alone["is"] >= 1
