@@ -95,7 +95,7 @@ def _merge(args: argparse.Namespace) -> None:
     from bigbatch.faces import merge_record, video
     from bigbatch.faces.merge import MergeSettings, merge_threads
     from bigbatch.faces.merge_run import merge_folder
-    from bigbatch.faces.video_audio import audio_said, has_sound
+    from bigbatch.faces.video_audio import audio_said
 
     settings = MergeSettings(
         mode=args.mode,
@@ -152,13 +152,8 @@ def _merge(args: argparse.Namespace) -> None:
             taken = recorded[1] if not (src_is_video or args.audio_from) else None  # (None: the video's own)
             fps = args.fps if args.fps is not None else taken
             rate = video.frame_rate(fps, args.frames if src_is_video else audio)
-            if args.fps is not None and audio is not None and has_sound(audio):
-                own = video.frame_rate(taken) if taken else _video_rate(audio)  # (the frames' own rate)
-                if own is not None and own != rate:  # (found from outside: 2.5 s of video with 1.3 s of sound)
-                    warn(
-                        f"--fps {args.fps:g} with the sound of {audio}, whose frames are {float(own):g} a second: "
-                        f"the merged video plays at another speed than its sound; leave out --fps to keep their rate"
-                    )
+            video.check_sound_fits(args.video, audio)
+            video.say_speed(args.fps, rate, audio, taken)
             frames_given = Path(args.frames).is_dir() or any(c in args.frames for c in "*?[")  # (not a file: from
             if audio is None and fps is None and frames_given:  # outside, said of a video missing; unsaid before)
                 warn(
@@ -182,17 +177,6 @@ def _merge(args: argparse.Namespace) -> None:
     print(f"{merged}: {args.out} (masks in {Path(args.out) / 'masks'}){before}")
     if writer is not None:
         print(f"Wrote {args.video}: {n} frames at {float(rate):g} fps{audio_said(audio)}")
-
-
-def _video_rate(path: str | Path) -> Any:
-    """The frame rate of the video `path`, or None (a sound file, or no video)."""
-    from bigbatch.faces.video import Video
-
-    try:
-        with Video(path) as v:
-            return v.rate
-    except BigbatchError:
-        return None
 
 
 def _video(args: argparse.Namespace) -> None:

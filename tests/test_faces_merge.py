@@ -352,7 +352,7 @@ def test_merge_refuses_bad_input_in_one_line(workflow, capsys):
     ]
     good = ["merge", str(run), str(root / "data_dst.mp4"), str(root / "dst_aligned"), "o"]
     cases.append(([*good, "--video", "o.mp4", "--audio-from", "none.mp4"], "--audio-from none.mp4: no such file"))
-    cases.append(([*good, "--video", "o.mp4", "--fps", "nan"], "--fps must be a frame rate above 0 and at most"))
+    cases.append(([*good, "--video", "o.mp4", "--fps", "nan"], "--fps must be a frame rate of 0.001 to 1000"))
     # Found from outside: OUT the frames or the aligned faces (merged PNGs written over them), another face type
     # than the run's (a crop it was not trained on), a missing folder of faces said to be no such folder.
     cases.append((["merge", str(run), "frames", str(root / "dst_aligned"), "frames"], "is the FRAMES folder"))

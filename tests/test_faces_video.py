@@ -42,7 +42,7 @@ def test_video_frames_refuses_a_folder_holding_images_and_make_a_non_video_name(
         (["video", "make", "frames", "x.png"], "OUT x.png: give a video file name"),
     ]
     # Found from outside: --fps nan was ignored by frames and a traceback in make, as were inf and 1e12.
-    fps = "--fps must be a frame rate above 0 and at most 1000, got"
+    fps = "--fps must be a frame rate of 0.001 to 1000, got"
     cases += [(["video", "frames", str(root / "clip.mp4"), "new", "--fps", "nan"], f"{fps} nan")]
     cases += [(["video", "make", "frames", "x.mp4", "--fps", v], f"{fps} {float(v)}") for v in ("inf", "1e12", "0")]
     for args, says in cases:

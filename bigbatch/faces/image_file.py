@@ -60,7 +60,7 @@ def imdecode(data: np.ndarray, flags: int, name: str) -> np.ndarray | None:
     import cv2
 
     check_size(data, name)
-    return cv2.imdecode(data, flags)
+    return cv2.imdecode(data, flags) if data.size else None  # (an empty file: OpenCV's assertion, found from outside)
 
 
 def imread(path: Path) -> np.ndarray:

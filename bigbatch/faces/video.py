@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.faces.video_audio import _av, copy_audio
+from bigbatch.faces.video_audio import _av, copy_audio, has_sound
 from bigbatch.files import atomic_write, create_new, pid_alive, read_record
 
 if TYPE_CHECKING:  # (numpy is imported where frames are written: the CLI's parser reads PRESETS from here)
@@ -183,8 +183,42 @@ def is_video(path: Path) -> bool:
     return path.suffix.lower() in VIDEO_SUFFIXES
 
 
-# The containers that take H.264 (WebM holds VP8/VP9/AV1 only).
-WRITE_SUFFIXES = tuple(s for s in VIDEO_SUFFIXES if s != ".webm")
+# The containers that take H.264 (WebM holds VP8/VP9/AV1 only, Ogg Theora, DV its own), and of those the MPEG program
+# streams, which take no AAC sound (found from outside: FFmpeg's error, a traceback, after the frames were encoded).
+WRITE_SUFFIXES = tuple(s for s in VIDEO_SUFFIXES if s not in (".webm", ".ogv", ".dv"))
+NO_AAC = (".mpg", ".mpeg", ".vob", ".mxf")
+
+
+def check_sound_fits(out: str | Path, audio: str | Path | None) -> None:
+    """Refuse, in one line and before any work, sound for a video `out` whose container takes no AAC."""
+    if audio is not None and Path(out).suffix.lower() in NO_AAC and has_sound(audio):
+        raise BigbatchError(
+            f"{out}: an MPEG program stream ({Path(out).suffix}) takes no AAC sound, and {audio} has sound: give "
+            ".mp4, .mkv or .mov"
+        )
+
+
+def video_rate(path: str | Path) -> Fraction | None:
+    """The frame rate of the video `path`, or None (a sound file, or no video)."""
+    try:
+        with Video(path) as v:
+            return v.rate
+    except BigbatchError:
+        return None
+
+
+def say_speed(fps: float | None, rate: Fraction, audio: str | Path | None, taken: float | None) -> None:
+    """Warn where a rate given (`fps`, made `rate`) makes a video play at another speed than its sound `audio`,
+    whose frames are `taken` a second (`video frames`' --fps), else its video's (found from outside: 2.5 s of video
+    with 1.3 s of sound; `video make` unsaid where `merge --video` said it)."""
+    if fps is None or audio is None or not has_sound(audio):
+        return
+    own = frame_rate(taken) if taken else video_rate(audio)  # (the frames' own rate)
+    if own is not None and own != rate:
+        warn(
+            f"--fps {fps:g} with the sound of {audio}, whose frames are {float(own):g} a second: the video plays at "
+            "another speed than its sound; leave out --fps to keep their rate"
+        )
 
 
 def check_video_out(out: str | Path, name: str, *sources: str | Path | None) -> None:
@@ -227,13 +261,14 @@ def another_size(what: object, got: tuple[int, ...], size: tuple[int, ...]) -> B
 
 
 MAX_FPS = 1000  # (found from outside: 1e12 fps died half way through a merge; NaN was taken, or ignored)
+MIN_FPS = 0.001  # (a frame in 1000 s, 1/1000 as a rate of denominator 1001; found from outside: 0.0001 wrote 24 fps)
 
 
 def check_fps(fps: float | None) -> None:
     """A frame rate given (--fps): a finite number above 0, at most MAX_FPS (the fastest cameras' slow-motion
     files play far slower), or None."""
-    if fps is not None and not 0 < fps <= MAX_FPS:  # (NaN fails both)
-        raise BigbatchError(f"--fps must be a frame rate above 0 and at most {MAX_FPS}, got {fps}")
+    if fps is not None and not MIN_FPS <= fps <= MAX_FPS:  # (NaN fails both)
+        raise BigbatchError(f"--fps must be a frame rate of {MIN_FPS} to {MAX_FPS}, got {fps}")
 
 
 FRAMES_RECORD = ".frames.json"  # in `video frames`' DIR: the video and --fps its frames are of, for a rerun
@@ -327,6 +362,8 @@ def write_video(
                 for frame in frames:
                     if stream is None:
                         size = h, w = frame.shape[:2]
+                        if min(h, w) < 2:  # (found from outside: IndexError from the encoder)
+                            raise BigbatchError(f"frames of {w}x{h} pixels: a video's frames are at least 2x2")
                         stream = container.add_stream("libx264", rate=rate)
                         stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
                         stream.pix_fmt = "yuv420p"
@@ -496,9 +533,13 @@ def folder_to_video(
     check_fps(fps)
     if audio_from is not None and not Path(audio_from).is_file():
         raise BigbatchError(f"--audio-from {audio_from}: no such file")
-    if fps is None and audio_from is None:
-        audio_from, fps = recorded
+    given, taken = fps, None
+    if audio_from is None:  # the sound of the video the frames came from (with --fps too: found from outside, dropped)
+        audio_from, taken = recorded
+        fps = taken if fps is None else fps
     rate = frame_rate(fps, audio_from)
+    check_sound_fits(out, audio_from)
+    say_speed(given, rate, audio_from, taken)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
 
     def frames() -> Iterator[np.ndarray]:

@@ -1,0 +1,63 @@
+"""`bigbatch video make` as a DFL user meets it: the sound of the video the frames came from kept with --fps too, and
+what it cannot write (an empty frame, frames of one pixel, a container that takes no H.264 or no AAC, a rate that
+rounds to none) refused in one line before any encoding."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+pytest.importorskip("av")
+pytest.importorskip("skimage")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import _faces  # noqa: E402
+
+from bigbatch.cli import main  # noqa: E402
+from bigbatch.faces.video_audio import has_sound  # noqa: E402
+
+
+def frames(folder: str, n: int, side: int = 16) -> None:
+    Path(folder).mkdir()
+    for i in range(n):
+        cv2.imwrite(f"{folder}/{i + 1:05d}.png", np.full((side, side, 3), 40 * i, np.uint8))
+
+
+def test_make_with_fps_keeps_the_sound_of_the_video_the_frames_came_from_and_says_the_speed(tmp_path, capsys):
+    # (found from outside: --fps dropped the sound without a word, where merge --video kept it)
+    _faces.write_video(tmp_path / "clip.mp4", 4, 64, 48)
+    assert main(["video", "frames", str(tmp_path / "clip.mp4"), "taken"]) == 0
+    capsys.readouterr()
+    assert main(["video", "make", "taken", "same.mp4", "--fps", "25", "--preset", "ultrafast"]) == 0
+    said = capsys.readouterr()
+    assert f"with the audio of {tmp_path / 'clip.mp4'}" in said.out and has_sound("same.mp4")
+    assert "another speed" not in said.err, said.err
+    assert main(["video", "make", "taken", "fast.mp4", "--fps", "50", "--preset", "ultrafast"]) == 0
+    assert "--fps 50 with the sound of" in capsys.readouterr().err and has_sound("fast.mp4")
+
+
+def test_what_make_cannot_write_is_one_line_before_any_encoding(tmp_path, capsys):
+    _faces.write_video(tmp_path / "clip.mp4", 2, 64, 48)
+    frames("ok", 3)
+    frames("empty", 3)
+    Path("empty/00002.png").write_bytes(b"")  # (found from outside: OpenCV's assertion, a traceback)
+    Path("dot").mkdir()
+    cv2.imwrite("dot/00001.png", np.zeros((1, 1, 3), np.uint8))  # (the encoder's IndexError)
+    cases = [
+        (["empty", "e.mp4"], "empty/00002.png does not decode as an image"),
+        (["dot", "d.mp4"], "frames of 1x1 pixels: a video's frames are at least 2x2"),
+        (["ok", "o.dv"], "OUT o.dv: give a video file name"),  # (DV and Ogg take no H.264)
+        (["ok", "o.ogv"], "OUT o.ogv: give a video file name"),
+        (["ok", "o.mpg", "--audio-from", str(tmp_path / "clip.mp4")], "o.mpg: an MPEG program stream (.mpg) takes no"),
+        (["ok", "o.mp4", "--fps", "0.0001"], "--fps must be a frame rate of 0.001 to 1000, got 0.0001"),
+    ]
+    for args, says in cases:
+        assert main(["video", "make", *args]) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, (args, err)
+    assert not [p for p in Path().iterdir() if p.suffix in (".mp4", ".dv", ".ogv", ".mpg") and p.name != "clip.mp4"]
+    assert main(["video", "make", "ok", "silent.mpg", "--preset", "ultrafast"]) == 0  # (without sound it takes them)
