@@ -328,7 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("stats", help="reference feature statistics of a data set for FID/KID (cached)")
     st.add_argument(
-        "data", metavar="DATA", help="DATA.h5, s3://…/DATA.h5, builtin:NAME, or a folder, .zip, .tar or .npz of images"
+        "data",
+        metavar="DATA",
+        help="DATA.h5, s3://…/DATA.h5, builtin:NAME, or a folder, .zip, .tar, .npz or .npy of images",
     )
     st.add_argument(
         "--extractor",

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bigbatch.config_types import MAX_EVAL_BATCH, MAX_SCORED, MAX_STANDING
+from bigbatch.config_types import IS_SPLITS, KID_SUBSET_SIZE, KID_SUBSETS, MAX_EVAL_BATCH, MAX_SCORED, MAX_STANDING
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location, endpoint_options
 
@@ -38,9 +38,9 @@ def run_eval(args: argparse.Namespace) -> None:
     for value in args.truncation or []:  # (found from outside: said late, after the generator loaded, unnamed)
         if not value >= MIN_TRUNCATION:
             raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {value}")
-    for name in SUBSETS:
-        if (value := getattr(args, name)) is not None and not 1 <= value <= MAX_SCORED:
-            raise BigbatchError(f"--{name.replace('_', '-')} must be 1 to {MAX_SCORED:,}, got {value}")
+    for name, (_, least) in SUBSETS.items():  # (KID's subsets of 2 images at least: its own refusal named no option)
+        if (value := getattr(args, name)) is not None and not least <= value <= MAX_SCORED:
+            raise BigbatchError(f"--{name.replace('_', '-')} must be {least} to {MAX_SCORED:,}, got {value}")
     if len(args.truncation or ()) > 1 and len(args.psi or ()) > 1:
         raise BigbatchError("--truncation and --psi each sweep the values listed: give a list to one of them")
     task = None
@@ -170,7 +170,7 @@ GAN_ONLY = (
 )
 # How IS and KID are computed, eval's options of them (torch-fidelity's isc_splits, kid_subsets, kid_subset_size): their
 # defaults, the papers' and torch-fidelity's.
-SUBSETS = {"is_splits": 10, "kid_subsets": 100, "kid_subset_size": 1000}
+SUBSETS = {"is_splits": (IS_SPLITS, 1), "kid_subsets": (KID_SUBSETS, 1), "kid_subset_size": (KID_SUBSET_SIZE, 2)}
 
 # What `bigbatch eval` takes as A (besides a run) and as B, for messages.
 EVAL_A = "a run, a checkpoint, a folder, .zip, .tar or .npz of images, a DATA.h5 or builtin:NAME"
@@ -262,20 +262,32 @@ def add_scoring_options(ev: argparse.ArgumentParser) -> None:
         type=int,
         help="a GAN run's batches of standing BN statistics (default: its eval.standing_stats)",
     )
-    ev.add_argument("--is-splits", type=int, help="IS: the splits of the samples it is the mean over (default 10)")
-    ev.add_argument("--kid-subsets", type=int, help="KID: the random subsets it is the mean over (default 100)")
-    ev.add_argument("--kid-subset-size", type=int, help="KID: images in each subset (default 1000; all, where fewer)")
+    ev.add_argument("--is-splits", type=int, help=f"IS: the splits it is the mean over (default {IS_SPLITS})")
+    ev.add_argument(
+        "--kid-subsets", type=int, help=f"KID: the random subsets it is the mean over (default {KID_SUBSETS})"
+    )
+    ev.add_argument(
+        "--kid-subset-size", type=int, help=f"KID: images in each subset (default {KID_SUBSET_SIZE}; all, where fewer)"
+    )
 
 
-def scoring(args: argparse.Namespace, metrics: str) -> tuple[dict[str, int], dict[str, int]]:
-    """--is-splits, --kid-subsets and --kid-subset-size (checked by run_eval) as evaluate's keywords; and those of the
-    metrics scored, for the scores' line (found from outside: a paper's KID subsets were neither set nor said)."""
+def scoring(args: argparse.Namespace) -> dict[str, int]:
+    """--is-splits, --kid-subsets and --kid-subset-size (checked by run_eval) as evaluate's keywords."""
+    return {
+        name: default if getattr(args, name) is None else getattr(args, name) for name, (default, _) in SUBSETS.items()
+    }
+
+
+def subsets_said(subsets: dict[str, int], metrics: str, n: int, reference_n: int | None) -> dict[str, int]:
+    """What the scores' line says of IS's splits and KID's subsets, those of the metrics scored, as used: of `n`
+    images, against `reference_n` (found from outside: a paper's KID subsets were neither set nor said; found by
+    review, the size asked said where fewer images were used)."""
     from bigbatch.metrics import parse_metrics
 
-    used = {name: default if getattr(args, name) is None else getattr(args, name) for name, default in SUBSETS.items()}
     wanted = parse_metrics(metrics)
-    said = {k: v for k, v in used.items() if k.split("_")[0] in wanted}
-    return used, said
+    used = {"is_splits": min(subsets["is_splits"], n), "kid_subsets": subsets["kid_subsets"]}
+    used["kid_subset_size"] = min(subsets["kid_subset_size"], n, reference_n or n)
+    return {k: v for k, v in used.items() if k.split("_")[0] in wanted}
 
 
 def provenance(extractor: Any) -> dict[str, str]:
@@ -448,7 +460,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
-    subsets, said = scoring(args, metrics)
+    subsets = scoring(args)
     for truncation, psi in sweep:
         restyle(G, psi, options=True)
         if standing:  # (of the samples at this truncation)
@@ -461,7 +473,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
         out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
         if compares:
             out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
-        yield out | said | scores
+        yield out | subsets_said(subsets, metrics, n, out.get("reference_n")) | scores
 
 
 def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:
@@ -534,7 +546,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
              "parts of the data")  # fmt: skip
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
-    subsets, said = scoring(args, metrics)
+    subsets = scoring(args)
     _check_neighbours(metrics, min(args.n or len(images), len(images)), ref, args.reference_n)
     scores = evaluate_images(
         images,
@@ -550,4 +562,4 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     out = {"images": args.path, "n": min(args.n or len(images), len(images)), **provenance(extractor)}
     if compares:
         out |= {"reference": args.reference, "reference_n": _reference_n(kind, ref, args.reference_n)}
-    return out | said | scores
+    return out | subsets_said(subsets, metrics, out["n"], out.get("reference_n")) | scores

@@ -333,7 +333,8 @@ def run_stats(args: argparse.Namespace) -> None:
         if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):
             raise BigbatchError("--npz writes Inception statistics for other tools: give --extractor inception")
     resolution = stored or args.resolution or 32
-    data = _images(args.data, args.resolution, options) or load_data(args.data, resolution, storage_options=options)
+    data = _images(args.data, args.resolution, options)
+    data = load_data(args.data, resolution, storage_options=options) if data is None else data
     args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
     if args.n is not None and args.n > len(data):
         warn(f"{args.data} holds {len(data)} images, fewer than --n {args.n}: using all of them")
@@ -404,12 +405,14 @@ def _images(path: str, resolution: int | None, options: dict) -> object:
         return None
     if not local.exists():
         raise BigbatchError(
-            f"{path} does not exist; give a DATA.h5, builtin:NAME, or a folder, .zip, .tar or .npz of images"
+            f"{path} does not exist; give a DATA.h5, builtin:NAME, or a folder, .zip, .tar, .npz or .npy of images"
         )
     if local.is_file() and holds_stats(local):
         raise BigbatchError(f"{path} holds feature statistics already; give the images they are of")
     if resolution is not None:
-        raise BigbatchError(f"--resolution is for builtin data sets; {path}'s images are read at their own sizes")
+        raise BigbatchError(
+            f"--resolution is for builtin data sets; {path}'s images are read at their own sizes: leave it out"
+        )
     return open_images(Location.of(path), options)
 
 

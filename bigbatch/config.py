@@ -185,11 +185,12 @@ class TrainConfig(Section):
     adam_eps: float = 1e-8
     """Adam epsilon of both G and D."""
     loss: Literal["hinge", "ns", "ls", "wgan", "rpgan"] = "hinge"
-    """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN), "ns" (non-saturating, DCGAN), "ls" (least squares, LSGAN: D pulls
-    its outputs on reals to 1 and on fakes to 0, G its outputs on fakes to 1), "wgan" (Wasserstein: D's outputs on
-    fakes less those on reals; give D a Lipschitz bound, train.gp or spectral norm), StudioGAN's "hinge", "vanilla",
-    "least_square" and "wasserstein"; or "rpgan" (relativistic pairing, R3GAN's: softplus(D(fake) - D(real)) of each
-    fake image and the real one beside it, and for G softplus(D(real) - D(fake)) on the last D step's real images)."""
+    """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN), "ns" (non-saturating, DCGAN; StudioGAN's "vanilla"), "ls" (least
+    squares, LSGAN, StudioGAN's "least_square": D pulls its outputs on reals to 1 and on fakes to 0, G its outputs on
+    fakes to 1), "wgan" (Wasserstein, StudioGAN's "wasserstein": D's outputs on fakes less those on reals; give D a
+    Lipschitz bound, train.gp or spectral norm); or "rpgan" (relativistic pairing, R3GAN's: softplus(D(fake) -
+    D(real)) of each fake image and the real one beside it, and for G softplus(D(real) - D(fake)) on the last D
+    step's real images)."""
     lr_decay: Literal["none", "linear", "cosine", "step"] = "none"
     """Learning-rate schedule over the run (after train.warmup_kimg): constant, "linear" to 0 at
     train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter) or "step"

@@ -132,6 +132,9 @@ def _hints(cls: type) -> dict[str, Any]:
 # scored (eval.n, eval --n), batches of standing statistics, images a batch of extraction.
 MAX_PROCESSES = 1024
 MAX_SCORED = 100_000_000
+# IS's splits and KID's subsets, as the papers and torch-fidelity compute them (its isc_splits, kid_subsets,
+# kid_subset_size): the metrics' defaults, and eval's.
+IS_SPLITS, KID_SUBSETS, KID_SUBSET_SIZE = 10, 100, 1000
 MAX_STANDING = 1_000_000
 MAX_EVAL_BATCH = 1 << 20
 MAX_RESOLUTION = 16384  # pixels a side: data.resolution's, and prepare --resolution's
@@ -140,9 +143,16 @@ MAX_RESOLUTION = 16384  # pixels a side: data.resolution's, and prepare --resolu
 # as swap.clipgrad was an unknown key without a pointer).
 # A key's form, said where a value of another type is given (found from outside: "must be a string, got 6").
 FORMS = {"train.memory_budget": ', a size with its unit, e.g. "6GiB" or "512MiB"'}
-# Values by the names other tools give them (StudioGAN's adv_loss), said where given (found from outside: "wasserstein",
-# as the README names StudioGAN's, refused with the list alone).
-THEIR_NAMES = {"train.loss": {"vanilla": "ns", "logistic": "ns", "least_square": "ls", "wasserstein": "wgan"}}
+# Values by the names other tools give them (StudioGAN's adv_loss, StyleGAN2's loss), said where given (found from
+# outside: "wasserstein", as the README names StudioGAN's, refused with the list alone).
+THEIR_NAMES = {
+    "train.loss": {
+        "vanilla": ("StudioGAN's", "ns"),
+        "logistic": ("StyleGAN2's", "ns"),
+        "least_square": ("StudioGAN's", "ls"),
+        "wasserstein": ("StudioGAN's", "wgan"),
+    }
+}
 ELSEWHERE = {
     "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
     "swap.batch_size": " (DFL's batch_size is train.batch here)",
@@ -193,8 +203,8 @@ class Section:
                 key, hint = self._key(name), FORMS.get(self._key(name), "")
                 if not hint and describe(tp) == "a string" and isinstance(value, (int, float)):  # (found from outside:
                     hint = f" (quoted for TOML: {key}='\"{toml_text(value)}\"')"  # name=2024, with no way out said)
-                if not hint and isinstance(value, str) and (ours := THEIR_NAMES.get(key, {}).get(value.lower())):
-                    hint = f" (StudioGAN's {value!r} is {ours!r} here)"
+                if not hint and isinstance(value, str) and (theirs := THEIR_NAMES.get(key, {}).get(value.lower())):
+                    hint = f" ({theirs[0]} {value!r} is {theirs[1]!r} here)"
                 if not hint and typing.get_origin(tp) is list and isinstance(value, str) and "," in value:
                     hint = f" in brackets ({key}=[{value}])"  # (found from outside: "a list of a number, got '30,60'")
                 shown = toml_text(value)  # (as TOML writes it: found from outside, "got True" of train.seed=true)

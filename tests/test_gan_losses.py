@@ -100,7 +100,8 @@ def test_an_rpgan_run_with_r1_and_r2_logs_both_and_resumes_to_the_bits_of_one_le
     [
         (["train.loss=wgan"], None),  # (digits' dcgan: spectral norm in D)
         (["train.loss=wgan", "model.options={d_sn=false, d_bn=false}"], "nothing keeps Lipschitz"),
-        (["train.loss=wgan", "train.gp=10", "model.options={d_sn=false}"], "with a D that has BatchNorm"),
+        (["train.loss=wgan", "train.gp=10", "model.options={d_sn=false}"], "with a D that reads its batch as a whole"),
+        (["train.loss=ls", "augment.pipeline=ada", "augment.policy=bgc", "augment.target=0.6"], "not centre on 0"),
         (["train.loss=ls", "model.options={d_sn=false}"], None),
     ],
 )
@@ -121,24 +122,28 @@ def test_conditional_rpgan_pairs_each_fake_with_a_real_image_of_its_class(tmp_pa
     # (found from outside: pairs of any two classes, where R3GAN's generates each fake with its real image's label)
     from bigbatch.tasks.gan.task import GANTask
 
-    seen = {"D": [], "G": []}
+    calls = []  # ("D", real labels, fake labels) or ("G", fake labels), a micro-batch each
     d_loss, g_loss = GANTask.d_loss, GANTask.g_loss
 
-    def d_looked(self, micro):  # (real labels, fake labels)
-        seen["D"].append((micro[1].clone(), micro[3].clone()))
+    def d_looked(self, micro):
+        calls.append(("D", micro[1].clone(), micro[3].clone()))
         return d_loss(self, micro)
 
-    def g_looked(self, micro):  # (fake labels, the paired real images' labels)
-        seen["G"].append((micro[1].clone(), micro[6].clone()))
+    def g_looked(self, micro):
+        calls.append(("G", micro[1].clone()))
         return g_loss(self, micro)
 
     monkeypatch.setattr(GANTask, "d_loss", d_looked)
     monkeypatch.setattr(GANTask, "g_loss", g_looked)
-    args = [*SMALL, "train.loss=rpgan", "model.conditional=true", "train.kimg=0.032", "train.micro_batch=8"]
-    assert main(["train", *args, "sample.every_kimg=0", "eval.every_kimg=0", "--run-dir", str(tmp_path / "r")]) == 0
-    for step in ("D", "G"):
-        assert len(seen[step]) == 4 and all(torch.equal(a, b) for a, b in seen[step]), step
-    assert len(torch.cat([a for a, _ in seen["D"]]).unique()) > 1  # (labels of the data: several classes)
+    args = [*SMALL, "train.loss=rpgan", "model.conditional=true", "train.kimg=0.064", "train.micro_batch=8"]
+    args += ["train.d_steps=2", "sample.every_kimg=0", "eval.every_kimg=0", "--run-dir", str(tmp_path / "r")]
+    assert main(["train", *args]) == 0
+    assert [c[0] for c in calls] == ["D", "D", "D", "D", "G", "G"] * 2  # (2 iterations: 2 D steps, then G; 2 micro)
+    assert all(torch.equal(c[1], c[2]) for c in calls if c[0] == "D")  # D's fakes: each of its real image's class
+    for it in range(2):  # G's: of the classes of the last D step's real images (its paired ones), not the first's
+        step = calls[6 * it : 6 * it + 6]
+        last, first, g = (torch.cat([c[1] for c in part]) for part in (step[2:4], step[0:2], step[4:6]))
+        assert torch.equal(g, last) and not torch.equal(g, first)
 
 
 def test_the_critic_of_neither_norm_has_biases():

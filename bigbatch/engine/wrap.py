@@ -244,7 +244,7 @@ def prepare(
     if sync_bn and world_size > 1:
         model = cross_rank_batch_norm(model, device)
     check_checkpointing(checkpointing)
-    if (name := _torch_spectral_norm(model)) is not None:
+    if (name := torch_spectral_norm(model)) is not None:
         warn(
             f"{type(model).__name__}{'.' + name if name else ''} uses torch.nn.utils' spectral norm, whose power "
             "iteration runs at every forward: at each micro-batch, and again where checkpointing recomputes, so the "
@@ -366,7 +366,7 @@ def unused_parameters_error(said: str) -> BigbatchError:
     )
 
 
-def _torch_spectral_norm(model: nn.Module) -> str | None:
+def torch_spectral_norm(model: nn.Module) -> str | None:
     """The name of a module of `model` under torch.nn.utils' spectral norm (parametrizations.spectral_norm, or the
     older hook of nn.utils.spectral_norm), or None (found from outside: silently split-dependent)."""
     for name, m in model.named_modules():

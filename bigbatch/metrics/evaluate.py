@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bigbatch.config_types import IS_SPLITS, KID_SUBSET_SIZE, KID_SUBSETS
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics import inception as inc
@@ -136,9 +137,9 @@ def score(
     reference: ReferenceStats | None,
     metrics: str | Iterable[str] = METRICS,
     family: str = "inception",
-    is_splits: int = 10,
-    kid_subsets: int = 100,
-    kid_subset_size: int = 1000,
+    is_splits: int = IS_SPLITS,
+    kid_subsets: int = KID_SUBSETS,
+    kid_subset_size: int = KID_SUBSET_SIZE,
     seed: int = 2020,
     device: torch.device | None = None,
 ) -> dict[str, float]:
@@ -246,9 +247,9 @@ def evaluate(
     device: torch.device | str | None = None,
     reference_n: int | None = None,
     cache: bool = True,
-    is_splits: int = 10,
-    kid_subsets: int = 100,
-    kid_subset_size: int = 1000,
+    is_splits: int = IS_SPLITS,
+    kid_subsets: int = KID_SUBSETS,
+    kid_subset_size: int = KID_SUBSET_SIZE,
     reference: object = None,
 ) -> dict[str, float]:
     """Score n samples of G (pass the EMA generator) against `data`.
@@ -324,9 +325,9 @@ def evaluate_images(
     device: torch.device | str | None = "auto",
     reference_n: int | None = None,
     cache: bool = True,
-    is_splits: int = 10,
-    kid_subsets: int = 100,
-    kid_subset_size: int = 1000,
+    is_splits: int = IS_SPLITS,
+    kid_subsets: int = KID_SUBSETS,
+    kid_subset_size: int = KID_SUBSET_SIZE,
 ) -> dict[str, float]:
     """Score a set of images, from any generator, as `evaluate` scores a generator's samples: `images`
     and `reference` are data sets (`load_data`) or image sets (`open_images`: a folder, .zip or .npz);

@@ -4,12 +4,13 @@ task.py), each one line naming the key."""
 from __future__ import annotations
 
 from torch import nn
-from torch.nn.utils.parametrizations import _SpectralNorm
 
 from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.load import rectangles
 from bigbatch.data.schedule import schedule_of
+from bigbatch.engine.running_stats import has_batchnorm
+from bigbatch.engine.wrap import torch_spectral_norm
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.models.layers import SpectralNorm
 from bigbatch.tasks.gan.scorer import check_eval
@@ -108,15 +109,22 @@ def warn_built(cfg: Config, D: nn.Module) -> None:
     """What a new GAN run says of its built D, and its dry run: a gradient penalty (train.gp) through BatchNorm; a
     Wasserstein loss with nothing to keep D Lipschitz (its outputs then grow without bound)."""
     t = cfg.train
-    # (bigbatch's spectral norm, torch's parametrization of it, or its older hook's weight_u)
-    normed = any(isinstance(m, (SpectralNorm, _SpectralNorm)) or hasattr(m, "weight_u") for m in D.modules())
+    normed = any(isinstance(m, SpectralNorm) for m in D.modules()) or torch_spectral_norm(D) is not None
     if t.loss == "wgan" and not t.gp and not normed:
         warn(
             'train.loss = "wgan" with a D that nothing keeps Lipschitz: its outputs can grow without bound; give '
             "train.gp (WGAN-GP: 10) or a D with spectral norm (dcgan: model.options.d_sn = true; biggan, sngan)"
         )
-    if t.gp and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in D.modules()):
+    # (a D that reads its batch whole: BatchNorm's, or a minibatch statistic, StyleGAN2's; found by review, unsaid)
+    if t.gp and (has_batchnorm([D]) or getattr(D, "reads_real_and_fake_apart", False)):
         warn(
-            f"train.gp = {t.gp:g} with a D that has BatchNorm: its penalty per image depends on the other "
-            "images of its batch (WGAN-GP's critic has none): give one without (dcgan: model.options.d_bn = false)"
+            f"train.gp = {t.gp:g} with a D that reads its batch as a whole (BatchNorm, a minibatch statistic): its "
+            "penalty per image depends on the other images of its batch (WGAN-GP's critic reads each alone): give "
+            "one that does not (dcgan: model.options.d_bn = false)"
+        )
+    if t.loss in ("wgan", "ls") and cfg.augment.pipeline == "ada" and cfg.augment.target:
+        warn(
+            f'ADA moves augment.p by r_t = E[sign D(real)], which a "{t.loss}" D does not centre on 0 (its outputs '
+            "are free of an offset, or aimed at 0 and 1): give augment.p fixed (augment.target = 0), or a hinge or "
+            "ns loss"
         )

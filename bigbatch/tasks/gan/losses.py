@@ -52,8 +52,13 @@ def g_relativistic(fake: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     return F.softplus(real - fake).mean()
 
 
-D_LOSS = {"hinge": d_hinge, "ns": d_nonsaturating, "ls": d_least_squares, "wgan": d_wasserstein}
-D_LOSS["rpgan"] = d_relativistic
+D_LOSS = {
+    "hinge": d_hinge,
+    "ns": d_nonsaturating,
+    "ls": d_least_squares,
+    "wgan": d_wasserstein,
+    "rpgan": d_relativistic,
+}
 G_LOSS = {"hinge": g_hinge, "ns": g_nonsaturating, "ls": g_least_squares, "wgan": g_hinge}  # (WGAN's G: -D(fake))
 
 

@@ -43,6 +43,7 @@ from bigbatch.engine.determinism import seeded
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
+from bigbatch.engine.running_stats import has_batchnorm
 from bigbatch.engine.wrap import to_channels_last
 from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.models import contract
@@ -221,7 +222,7 @@ class GANTask:
         # them apart: BatchNorm (as DCGAN trains), or what a D declares (a minibatch-stddev layer).
         D = self.plain("D")
         apart = getattr(D, "reads_real_and_fake_apart", False)
-        self._joint_d = not (apart or any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in D.modules()))
+        self._joint_d = not (apart or has_batchnorm([D]))
 
     @property
     def steps(self) -> int:
@@ -404,9 +405,11 @@ class GANTask:
         index = self.rep.steps(self.opt_D)  # D steps before this one (resumed with the engine's state)
         lazy = t.r1_every if index % t.r1_every == 0 else 0
         self._r1, self._r2 = t.r1_gamma / 2 * lazy, t.r2_gamma / 2 * lazy
-        with self._eager_if(self._r1 or self._r2 or self.gp):
-            out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
-        self._r1 = self._r2 = 0.0
+        try:
+            with self._eager_if(self._r1 or self._r2 or self.gp):
+                out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
+        finally:
+            self._r1 = self._r2 = 0.0
         if self.lecam is not None and not self.rep.skipped(self.opt_D):  # (the step's means, over every rank)
             self.lecam.observe(out["D_real"], out["D_fake"], self.g_steps)
         total = out.pop("loss")  # (with R1's scaled penalty on its lazy steps: found from outside, loss_D leapt then)
@@ -444,7 +447,7 @@ class GANTask:
         if aug is not None:
             fake = self.augment(fake, aug)
         logits = self.D(fake, y).float()
-        if images is None:
+        if self.loss != "rpgan":
             adversarial = losses.G_LOSS[self.loss](logits)
         else:  # (RpGAN: D's outputs on the real images, which D's weights, not trained here, take no gradient from)
             real = from_uint8(images) if aug_real is None else self.augment(from_uint8(images), aug_real)
