@@ -1,5 +1,5 @@
 """What the GAN task makes of a config and of the data it is given: its config's checks (those of the built models:
-task.py), each one line naming the key."""
+task.py), each one line naming the key; and what a new run says of its settings (warn_new_gan, warn_built)."""
 
 from __future__ import annotations
 
@@ -106,8 +106,9 @@ def warn_new_gan(cfg: Config, trains: bool = True) -> None:
 
 
 def warn_built(cfg: Config, D: nn.Module) -> None:
-    """What a new GAN run says of its built D, and its dry run: a gradient penalty (train.gp) through BatchNorm; a
-    Wasserstein loss with nothing to keep D Lipschitz (its outputs then grow without bound)."""
+    """What a new GAN run says of its built D, and its dry run: a Wasserstein loss with nothing to keep D Lipschitz
+    (its outputs then grow without bound); a gradient penalty (train.gp) through a D that reads its batch whole; ADA's
+    adaptive p on the sign of outputs that an ls or wgan D does not centre on 0."""
     t = cfg.train
     normed = any(isinstance(m, SpectralNorm) for m in D.modules()) or torch_spectral_norm(D) is not None
     if t.loss == "wgan" and not t.gp and not normed:
