@@ -61,3 +61,35 @@ def test_what_make_cannot_write_is_one_line_before_any_encoding(tmp_path, capsys
         assert says in err and len(err.splitlines()) == 1, (args, err)
     assert not [p for p in Path().iterdir() if p.suffix in (".mp4", ".dv", ".ogv", ".mpg") and p.name != "clip.mp4"]
     assert main(["video", "make", "ok", "silent.mpg", "--preset", "ultrafast"]) == 0  # (without sound it takes them)
+
+
+def test_a_gap_in_the_sources_sound_is_silence_in_the_videos_not_closed_up(tmp_path):
+    # (found from outside: 0.2 s of lost audio packets put a click at frame 25 0.2 s early, and all after it)
+    import av
+
+    with av.open("gap.mkv", "w") as c:
+        video = c.add_stream("libx264", rate=25)
+        video.width = video.height = 64
+        video.pix_fmt, video.options = "yuv420p", {"preset": "ultrafast"}
+        sound = c.add_stream("aac", rate=44100, layout="stereo")
+        for i in range(50):
+            frame = av.VideoFrame.from_ndarray(np.full((64, 64, 3), 255 * (i == 25), np.uint8), format="rgb24")
+            frame.pts = i
+            c.mux(video.encode(frame))
+        c.mux(video.encode())
+        samples = np.zeros(2 * 44100, np.float32)
+        samples[44100 : 44100 + 441] = 0.8  # a click at 1 s, frame 25's time
+        for k in range(0, len(samples), 1024):
+            if 0.3 * 44100 <= k < 0.5 * 44100:  # (0.2 s of packets lost)
+                continue
+            piece = av.AudioFrame.from_ndarray(np.stack([samples[k : k + 1024]] * 2), format="fltp", layout="stereo")
+            piece.sample_rate, piece.pts = 44100, k
+            c.mux(sound.encode(piece))
+        c.mux(sound.encode())
+    assert main(["video", "frames", "gap.mkv", "taken"]) == 0
+    assert main(["video", "make", "taken", "out.mp4", "--preset", "ultrafast"]) == 0
+    with av.open("out.mp4") as c:
+        heard = np.concatenate([f.to_ndarray()[0] for f in c.decode(c.streams.audio[0])])
+        rate = c.streams.audio[0].rate
+    onset = np.argmax(np.abs(heard) > 0.4) / rate  # (the click's start)
+    assert abs(onset - 1.0) < 0.005, onset  # (on its frame, within 5 ms)

@@ -68,6 +68,7 @@ def copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV obje
         fmt, layout = stream.format.name, stream.layout.name
         resampler = av.AudioResampler(format=fmt, layout=layout, rate=AUDIO_RATE)
         written, skip = 0, None
+        began, heard = None, 0.0  # (the first audio frame's time; the seconds of sound read since, gaps filled)
 
         def put(piece) -> None:  # noqa: ANN001
             nonlocal written, skip
@@ -97,13 +98,39 @@ def copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV obje
                         )
                     )
                 skip = max(-late, 0)
-            frame.pts = None
-            for piece in resampler.resample(frame):
-                put(piece)
+            began = frame.time if began is None else began
+            # A gap in the source's sound (packets lost, a cut stream) filled with silence where its timestamps say,
+            # not closed up (found from outside: a 0.2 s gap put all the sound after it 0.2 s early)
+            rate = frame.sample_rate
+            gap = 0 if frame.time is None or began is None else round((frame.time - began - heard) * rate)
+            if gap > 3600 * rate:  # (broken timestamps: not hours of silence)
+                raise BigbatchError(
+                    f"--audio-from {source}: its audio jumps {gap / rate:.0f} s ahead at {frame.time:.1f} s, more than "
+                    "an hour: its timestamps look broken; give another file for the sound"
+                )
+            gap = gap if gap > rate // GAP_FROM else 0
+            pieces = [_silence(av, frame, min(n, rate)) for n in range(gap, 0, -rate)]  # (a second at a time)
+            heard += (gap + frame.samples) / rate
+            for piece in (*pieces, frame):
+                piece.pts = None
+                for resampled in resampler.resample(piece):
+                    put(resampled)
         for piece in resampler.resample(None):
             put(piece)
         for packet in stream.encode():
             container.mux(packet)
+
+
+GAP_FROM = 200  # a gap in the sound longer than 1/200 s (5 ms: under a 1024-sample AAC frame) is filled
+
+
+def _silence(av, like, samples: int):  # noqa: ANN001, ANN202 - PyAV's
+    """An audio frame of `samples` of silence in the format, layout and rate of the frame `like`."""
+    frame = av.AudioFrame(format=like.format.name, layout=like.layout.name, samples=samples)
+    for plane in frame.planes:
+        plane.update(bytes(plane.buffer_size))
+    frame.sample_rate = like.sample_rate
+    return frame
 
 
 def _first_frame_time(av, source: Path) -> float | None:  # noqa: ANN001 - PyAV's module
