@@ -93,3 +93,21 @@ def test_a_gap_in_the_sources_sound_is_silence_in_the_videos_not_closed_up(tmp_p
         rate = c.streams.audio[0].rate
     onset = np.argmax(np.abs(heard) > 0.4) / rate  # (the click's start)
     assert abs(onset - 1.0) < 0.005, onset  # (on its frame, within 5 ms)
+
+
+def test_a_video_says_how_its_colours_were_made(tmp_path):
+    # (found from outside: untagged, an HD video's BT.601 colours were a player's to guess, BT.709 shifting green)
+    import av
+
+    from bigbatch.faces.video import Video
+
+    Path("hd").mkdir()
+    cv2.imwrite("hd/00001.png", np.full((720, 1280, 3), (0, 255, 0), np.uint8))  # (BGR: pure green)
+    assert main(["video", "make", "hd", "hd.mp4", "--preset", "ultrafast"]) == 0
+    with av.open("hd.mp4") as c:
+        context = c.streams.video[0].codec_context
+        tags = context.colorspace, context.color_range, context.color_primaries, context.color_trc
+    assert tags == (6, 1, 1, 13)  # BT.601's matrix, limited range, BT.709's primaries, sRGB's transfer
+    with Video("hd.mp4") as v:
+        (frame,) = list(v.frames())
+    assert np.abs(frame[360, 640].astype(int) - (0, 255, 0)).max() <= 2

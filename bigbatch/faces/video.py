@@ -221,6 +221,9 @@ def say_speed(fps: float | None, rate: Fraction, audio: str | Path | None, taken
         )
 
 
+COLOUR = (6, 1, 1, 13)  # AVCOL_SPC_SMPTE170M (BT.601), AVCOL_RANGE_MPEG, AVCOL_PRI_BT709, AVCOL_TRC_IEC61966_2_1
+
+
 def check_video_out(out: str | Path, name: str, *sources: str | Path | None) -> None:
     """Refuse, in one line, a video to write that could not be written: a name no H.264 container has, an
     existing folder, or a place under a file (said before any work, not by the encoder after it); or one of the
@@ -367,6 +370,11 @@ def write_video(
                         stream = container.add_stream("libx264", rate=rate)
                         stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
                         stream.pix_fmt = "yuv420p"
+                        # What the frames are and how they were made YUV (FFmpeg's RGB-to-YUV: BT.601's matrix, limited
+                        # range), said in the stream, so that a player decodes them so (found from outside: untagged HD
+                        # shifted green in a player taking BT.709's); FFmpeg's numbers: matrix, range, primaries, sRGB
+                        context = stream.codec_context
+                        context.colorspace, context.color_range, context.color_primaries, context.color_trc = COLOUR
                         if not encoding.lossless:
                             stream.bit_rate = round(encoding.mbit * 1e6)
                         stream.options = encoding.options(threads)
