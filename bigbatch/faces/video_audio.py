@@ -48,7 +48,8 @@ def copy_audio(av, source: Path, container) -> None:  # noqa: ANN001 - PyAV obje
     began later starts as late (silence before it) and one that began earlier loses what came before that frame
     (DFL's ffmpeg keeps the streams' timestamps alike; found from outside: a track 0.48 s late came out 0.46 s
     early). Each piece is timestamped by its samples, so the muxer drops the AAC encoder's priming (21 ms late
-    before). A source without video: its audio from its first sample."""
+    before); a gap in the source's sound is silence as long as its timestamps say. A source without video: its audio
+    from its first sample."""
     import numpy as np
 
     try:
@@ -127,8 +128,8 @@ GAP_FROM = 200  # a gap in the sound longer than 1/200 s (5 ms: under a 1024-sam
 def _silence(av, like, samples: int):  # noqa: ANN001, ANN202 - PyAV's
     """An audio frame of `samples` of silence in the format, layout and rate of the frame `like`."""
     frame = av.AudioFrame(format=like.format.name, layout=like.layout.name, samples=samples)
-    for plane in frame.planes:
-        plane.update(bytes(plane.buffer_size))
+    for plane in frame.planes:  # (unsigned 8-bit samples are silent at 128)
+        plane.update(bytes([128 if like.format.name.startswith("u8") else 0]) * plane.buffer_size)
     frame.sample_rate = like.sample_rate
     return frame
 
