@@ -112,8 +112,8 @@ def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
             kept = trained * bool(cfg.train.model_ema_kimg)
             states = 2 if cfg.train.optimizer == "adamw" else int(cfg.train.momentum > 0)
         elif cfg.task == "gan":
-            from bigbatch.tasks.gan.checks import warn_built
-            from bigbatch.tasks.gan.task import build_models, check_path_length
+            from bigbatch.tasks.gan.checks import check_path_length, warn_built
+            from bigbatch.tasks.gan.task import build_models
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)

@@ -129,3 +129,10 @@ def warn_built(cfg: Config, D: nn.Module) -> None:
             "are free of an offset, or aimed at 0 and 1): give augment.p fixed (augment.target = 0), or a hinge or "
             "ns loss"
         )
+
+
+def check_path_length(cfg: Config, G: nn.Module) -> None:
+    """train.pl_weight only where G has a mapping network to regularize (also checked by --dry-run)."""
+    if cfg.train.pl_weight and not getattr(G, "supports_path_length", False):
+        cfg.train._fail("pl_weight", f"needs a G with a mapping network (model.name = \"stylegan2\"); "
+                        f"{cfg.model.name}'s has none: set it to 0")  # fmt: skip

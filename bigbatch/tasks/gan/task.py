@@ -52,19 +52,12 @@ from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
-from bigbatch.tasks.gan.checks import check_config, check_stored_size, warn_built, warn_new_gan
+from bigbatch.tasks.gan.checks import check_config, check_path_length, check_stored_size, warn_built, warn_new_gan
 from bigbatch.tasks.gan.consistency import FAKE, NEAR_D, NEAR_G, REAL, Consistency, mean_square
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer
 from bigbatch.tasks.gan.sheets import Sheets
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_face_sets, register
-
-
-def check_path_length(cfg: Config, G: nn.Module) -> None:
-    """train.pl_weight only where G has a mapping network to regularize (also checked by --dry-run)."""
-    if cfg.train.pl_weight and not getattr(G, "supports_path_length", False):
-        cfg.train._fail("pl_weight", f"needs a G with a mapping network (model.name = \"stylegan2\"); "
-                        f"{cfg.model.name}'s has none: set it to 0")  # fmt: skip
 
 
 def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
