@@ -271,8 +271,16 @@ def add_scoring_options(ev: argparse.ArgumentParser) -> None:
     )
 
 
-def scoring(args: argparse.Namespace) -> dict[str, int]:
-    """--is-splits, --kid-subsets and --kid-subset-size (checked by run_eval) as evaluate's keywords."""
+def scoring(args: argparse.Namespace, metrics: str) -> dict[str, int]:
+    """--is-splits, --kid-subsets and --kid-subset-size (checked by run_eval) as evaluate's keywords; one given for a
+    metric not scored is said (found from outside: dropped without a word)."""
+    from bigbatch.metrics import parse_metrics
+
+    wanted = parse_metrics(metrics)
+    for name in SUBSETS:
+        if getattr(args, name) is not None and name.split("_")[0] not in wanted:
+            warn(f"--{name.replace('_', '-')} is {name.split('_')[0].upper()}'s, which --metrics leaves out: it "
+                 "changes nothing")  # fmt: skip
     return {
         name: default if getattr(args, name) is None else getattr(args, name) for name, (default, _) in SUBSETS.items()
     }
@@ -460,7 +468,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
-    subsets = scoring(args)
+    subsets = scoring(args, metrics)
     for truncation, psi in sweep:
         restyle(G, psi, options=True)
         if standing:  # (of the samples at this truncation)
@@ -546,7 +554,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
              "parts of the data")  # fmt: skip
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
-    subsets = scoring(args)
+    subsets = scoring(args, metrics)
     _check_neighbours(metrics, min(args.n or len(images), len(images)), ref, args.reference_n)
     scores = evaluate_images(
         images,

@@ -134,6 +134,23 @@ def test_is_splits_and_kid_subsets_are_the_users_to_set_and_the_scores_line_says
     )  # fmt: skip
     assert {k: mine[k] for k in want} == want and mine["kid_std"] != default["kid_std"]
     assert "kid_subsets" not in score(capsys, sets / "a", sets / "other", "--metrics", "fid")  # (said where used)
+    assert (
+        main(
+            [
+                "eval",
+                str(sets / "a"),
+                str(sets / "other"),
+                "--metrics",
+                "fid",
+                "--kid-subsets",
+                "3",
+                "--extractor",
+                "standin",
+            ]
+        )
+        == 0
+    )
+    assert "--kid-subsets is KID's, which --metrics leaves out: it changes nothing" in capsys.readouterr().err
     assert main(["eval", str(sets / "a"), str(sets / "other"), "--kid-subset-size", "1"]) == 2
     assert capsys.readouterr().err.strip() == "bigbatch: error: --kid-subset-size must be 2 to 100,000,000, got 1"
 

@@ -102,6 +102,7 @@ def test_an_rpgan_run_with_r1_and_r2_logs_both_and_resumes_to_the_bits_of_one_le
         (["train.loss=wgan", "model.options={d_sn=false, d_bn=false}"], "nothing keeps Lipschitz"),
         (["train.loss=wgan", "train.gp=10", "model.options={d_sn=false}"], "with a D that reads its batch as a whole"),
         (["train.loss=ls", "augment.pipeline=ada", "augment.policy=bgc", "augment.target=0.6"], "not centre on 0"),
+        (["train.loss=wgan", "augment.policy=color", "augment.target=0.6"], "not centre on 0"),  # (DiffAugment's too)
         (["train.loss=ls", "model.options={d_sn=false}"], None),
     ],
 )

@@ -214,10 +214,11 @@ def say_speed(fps: float | None, rate: Fraction, audio: str | Path | None, taken
     if fps is None or audio is None or not has_sound(audio):
         return
     own = frame_rate(taken) if taken else video_rate(audio)  # (the frames' own rate)
-    if own is not None and own != rate:
+    if own is not None and own != rate:  # (the rate `video frames` took them at, said as such: found from outside)
+        whose = f"its frames taken {float(own):g} a second" if taken else f"whose frames are {float(own):g} a second"
         warn(
-            f"--fps {fps:g} with the sound of {audio}, whose frames are {float(own):g} a second: the video plays at "
-            "another speed than its sound; leave out --fps to keep their rate"
+            f"--fps {fps:g} with the sound of {audio}, {whose}: the video plays at another speed than its sound; "
+            "leave out --fps to keep their rate"
         )
 
 

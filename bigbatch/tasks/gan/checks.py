@@ -123,11 +123,11 @@ def warn_built(cfg: Config, D: nn.Module) -> None:
             "penalty per image depends on the other images of its batch (WGAN-GP's critic reads each alone): give "
             "one that does not (dcgan: model.options.d_bn = false)"
         )
-    if t.loss in ("wgan", "ls") and cfg.augment.pipeline == "ada" and cfg.augment.target:
+    if t.loss in ("wgan", "ls") and cfg.augment.target:  # (ADA's or DiffAugment's adaptive p: found from outside)
         warn(
-            f'ADA moves augment.p by r_t = E[sign D(real)], which a "{t.loss}" D does not centre on 0 (its outputs '
-            "are free of an offset, or aimed at 0 and 1): give augment.p fixed (augment.target = 0), or a hinge or "
-            "ns loss"
+            f'augment.target moves augment.p by r_t = E[sign D(real)] (ADA\'s), which a "{t.loss}" D does not centre '
+            "on 0 (its outputs are free of an offset, or aimed at 0 and 1): give augment.p fixed (augment.target = "
+            "0), or a hinge or ns loss"
         )
 
 
