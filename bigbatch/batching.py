@@ -64,11 +64,7 @@ def compiles(cfg: Config, device: torch.device | None = None) -> bool:
     t = cfg.train
     if t.compile != "auto":
         return bool(t.compile)
-    gan = (
-        cfg.task == "gan"
-        and cfg.model.name in COMPILED_BY_DEFAULT
-        and not (t.r1_gamma or t.r2_gamma or t.gp or t.pl_weight)
-    )
+    gan = cfg.task == "gan" and cfg.model.name in COMPILED_BY_DEFAULT and not (t.penalizes_d_gradient or t.pl_weight)
     return gan and (device or dist.context(t.device).device).type == "cuda"
 
 

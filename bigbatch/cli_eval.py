@@ -38,7 +38,7 @@ def run_eval(args: argparse.Namespace) -> None:
     for value in args.truncation or []:  # (found from outside: said late, after the generator loaded, unnamed)
         if not value >= MIN_TRUNCATION:
             raise BigbatchError(f"--truncation must be a threshold >= {MIN_TRUNCATION} (inf: off), got {value}")
-    for name, (_, least) in SUBSETS.items():  # (KID's subsets of 2 images at least: its own refusal named no option)
+    for name, (_, _, least) in SUBSETS.items():  # (KID's subsets of 2 images at least: its own refusal named no option)
         if (value := getattr(args, name)) is not None and not least <= value <= MAX_SCORED:
             raise BigbatchError(f"--{name.replace('_', '-')} must be {least} to {MAX_SCORED:,}, got {value}")
     if len(args.truncation or ()) > 1 and len(args.psi or ()) > 1:
@@ -170,7 +170,9 @@ GAN_ONLY = (
 )
 # How IS and KID are computed, eval's options of them (torch-fidelity's isc_splits, kid_subsets, kid_subset_size): their
 # defaults, the papers' and torch-fidelity's.
-SUBSETS = {"is_splits": (IS_SPLITS, 1), "kid_subsets": (KID_SUBSETS, 1), "kid_subset_size": (KID_SUBSET_SIZE, 2)}
+# By option: (its metric, its default, its least value).
+SUBSETS = {"is_splits": ("is", IS_SPLITS, 1), "kid_subsets": ("kid", KID_SUBSETS, 1)}
+SUBSETS["kid_subset_size"] = ("kid", KID_SUBSET_SIZE, 2)
 
 # What `bigbatch eval` takes as A (besides a run) and as B, for messages.
 EVAL_A = "a run, a checkpoint, a folder, .zip, .tar or .npz of images, a DATA.h5 or builtin:NAME"
@@ -277,12 +279,12 @@ def scoring(args: argparse.Namespace, metrics: str) -> dict[str, int]:
     from bigbatch.metrics import parse_metrics
 
     wanted = parse_metrics(metrics)
-    for name in SUBSETS:
-        if getattr(args, name) is not None and name.split("_")[0] not in wanted:
-            warn(f"--{name.replace('_', '-')} is {name.split('_')[0].upper()}'s, which --metrics leaves out: it "
-                 "changes nothing")  # fmt: skip
+    for name, (metric, _, _) in SUBSETS.items():
+        if getattr(args, name) is not None and metric not in wanted:
+            warn(f"--{name.replace('_', '-')} is {metric.upper()}'s, which --metrics leaves out: it changes nothing")
     return {
-        name: default if getattr(args, name) is None else getattr(args, name) for name, (default, _) in SUBSETS.items()
+        name: default if getattr(args, name) is None else getattr(args, name)
+        for name, (_, default, _) in SUBSETS.items()
     }
 
 
@@ -295,7 +297,7 @@ def subsets_said(subsets: dict[str, int], metrics: str, n: int, reference_n: int
     wanted = parse_metrics(metrics)
     used = {"is_splits": min(subsets["is_splits"], n), "kid_subsets": subsets["kid_subsets"]}
     used["kid_subset_size"] = min(subsets["kid_subset_size"], n, reference_n or n)
-    return {k: v for k, v in used.items() if k.split("_")[0] in wanted}
+    return {k: v for k, v in used.items() if SUBSETS[k][0] in wanted}
 
 
 def provenance(extractor: Any) -> dict[str, str]:

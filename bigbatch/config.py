@@ -135,6 +135,11 @@ class TrainConfig(Section):
     """Run length in thousands of real images shown to D."""
 
     @property
+    def penalizes_d_gradient(self) -> bool:
+        """Whether D's loss holds a penalty of its gradient (R1, R2, WGAN-GP's), differentiated by a double backward."""
+        return bool(self.r1_gamma or self.r2_gamma or self.gp)
+
+    @property
     def images(self) -> int:
         """The run length in images: kimg x 1000, a fraction of an image counting as one (the float's
         own noise does not: a kimg computed as 1.12 + 0.128 = 1.2480000000000002 is 1,248 images)."""

@@ -105,6 +105,13 @@ def warn_new_gan(cfg: Config, trains: bool = True) -> None:
              "G_ema is a copy of G throughout")  # fmt: skip
 
 
+def reads_batch_whole(D: nn.Module) -> bool:
+    """Whether D's output on an image depends on the other images of its batch: BatchNorm (as DCGAN trains), or what
+    a D declares (a minibatch-stddev layer: reads_real_and_fake_apart). Such a D reads real and fake images apart, and
+    a penalty per image through it is not one."""
+    return has_batchnorm([D]) or getattr(D, "reads_real_and_fake_apart", False)
+
+
 def warn_built(cfg: Config, D: nn.Module) -> None:
     """What a new GAN run says of its built D, and its dry run: a Wasserstein loss with nothing to keep D Lipschitz
     (its outputs then grow without bound); a gradient penalty (train.gp) through a D that reads its batch whole; ADA's
@@ -116,8 +123,8 @@ def warn_built(cfg: Config, D: nn.Module) -> None:
             'train.loss = "wgan" with a D that nothing keeps Lipschitz: its outputs can grow without bound; give '
             "train.gp (WGAN-GP: 10) or a D with spectral norm (dcgan: model.options.d_sn = true; biggan, sngan)"
         )
-    # (a D that reads its batch whole: BatchNorm's, or a minibatch statistic, StyleGAN2's; found by review, unsaid)
-    if t.gp and (has_batchnorm([D]) or getattr(D, "reads_real_and_fake_apart", False)):
+    # (a minibatch statistic too, StyleGAN2's: found by review, unsaid)
+    if t.gp and reads_batch_whole(D):
         warn(
             f"train.gp = {t.gp:g} with a D that reads its batch as a whole (BatchNorm, a minibatch statistic): its "
             "penalty per image depends on the other images of its batch (WGAN-GP's critic reads each alone): give "

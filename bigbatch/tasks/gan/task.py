@@ -43,7 +43,6 @@ from bigbatch.engine.determinism import seeded
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
-from bigbatch.engine.running_stats import has_batchnorm
 from bigbatch.engine.wrap import to_channels_last
 from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.models import contract
@@ -52,7 +51,14 @@ from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
-from bigbatch.tasks.gan.checks import check_config, check_path_length, check_stored_size, warn_built, warn_new_gan
+from bigbatch.tasks.gan.checks import (
+    check_config,
+    check_path_length,
+    check_stored_size,
+    reads_batch_whole,
+    warn_built,
+    warn_new_gan,
+)
 from bigbatch.tasks.gan.consistency import FAKE, NEAR_D, NEAR_G, REAL, Consistency, mean_square
 from bigbatch.tasks.gan.finetune import freeze_d_blocks, init_from, load_pretrained
 from bigbatch.tasks.gan.scorer import Scorer
@@ -121,8 +127,7 @@ def build(cfg: Config, rep: Replicator, data: Any, *, run: Path | None, resumed_
     check_path_length(cfg, G)
     if rep.is_main and resumed_at is None:
         warn_built(cfg, D)
-    # D's gradient is differentiated (R1, R2, the gradient penalty): no fused attention kernels (no double backward)
-    if t.r1_gamma or t.r2_gamma or t.gp:
+    if t.penalizes_d_gradient:  # (differentiated: no fused attention kernels, which have no double backward)
         for m in D.modules():
             if hasattr(m, "fused_attention"):
                 m.fused_attention = False
@@ -180,7 +185,7 @@ class GANTask:
         self.G, self.D, self.G_ema = G, D, G_ema  # G and D as prepared by `rep` (what to call)
         self.opt_G, self.opt_D, self.scorer = opt_G, opt_D, scorer
         t = cfg.train
-        self.seed, self.loss, self.d_steps = t.seed, t.loss, t.d_steps
+        self.seed, self.loss, self.d_steps, self.gp = t.seed, t.loss, t.d_steps, t.gp
         self.xflip = cfg.data.xflip
         self.order = GlobalOrder(len(data), self.seed)
         self.n_classes = data.n_classes if cfg.model.conditional else 0
@@ -189,7 +194,6 @@ class GANTask:
         self.resolution = cfg.data.resolution
         # The R1 and R2 weights of the D step under way: gamma / 2 x r1_every on its lazy steps, else 0
         self._r1 = self._r2 = 0.0
-        self.gp = t.gp
         self._pl = 0.0  # the path length weight of the G step under way: pl_weight x pl_every on its lazy steps
         self.pl_mean = 0.0  # the running mean of path lengths
         self.lecam = losses.LeCam(t.lecam, t.lecam_decay, t.lecam_start) if t.lecam else None
@@ -210,12 +214,9 @@ class GANTask:
         for net in ("G", "D"):
             set_sn_every_micro_batch(self.plain(net), cfg.model.sn_update == "micro")
         self._sheets = Sheets(cfg.sample, self.dim_z, self.n_classes)
-        # D reads real and fake images as one batch (BigGAN-PyTorch's G_D: larger convolutions, one
-        # weight normalisation and cast), unless it has statistics across the batch, which must see
-        # them apart: BatchNorm (as DCGAN trains), or what a D declares (a minibatch-stddev layer).
-        D = self.plain("D")
-        apart = getattr(D, "reads_real_and_fake_apart", False)
-        self._joint_d = not (apart or has_batchnorm([D]))
+        # D reads real and fake images as one batch (BigGAN-PyTorch's G_D: larger convolutions, one weight
+        # normalisation and cast), unless its statistics across the batch must see them apart
+        self._joint_d = not reads_batch_whole(self.plain("D"))
 
     @property
     def steps(self) -> int:
@@ -358,7 +359,7 @@ class GANTask:
         extra = [(x, y) for x, y in (*copies, (near, y_fake)) if x is not None]
         # R1, R2 and the gradient penalty differentiate D's gradient, and the fused attention kernels (flash, memory-
         # efficient, cuDNN) have no derivative of their backward: their steps run attention as its products' composite.
-        with sdpa_kernel(SDPBackend.MATH) if self._r1 or self._r2 or self.gp else nullcontext():
+        with sdpa_kernel(SDPBackend.MATH) if self._penalized else nullcontext():
             logits_real, logits_fake, *judged = self._judge((real, y_real), (fake, y_fake), *extra)
             gp = None if mix is None else losses.gradient_penalty(lambda x: self.D(x, y_real), read, made, mix)
         adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
@@ -372,7 +373,7 @@ class GANTask:
             out[name] = penalty.detach()  # (unweighted, as r1_penalty)
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam, CR and the
         # orthogonal regularization apart: found from outside, ortho's in loss_D)
-        if torch.is_tensor(ortho) or self._r1 or self._r2 or lecam is not None or extra or gp is not None:
+        if torch.is_tensor(ortho) or self._penalized or lecam is not None or extra:
             out["loss_D"] = adversarial.detach()
         if gp is not None:  # (unweighted, as r1_penalty)
             out["loss"] = out["loss"] + self.gp * gp
@@ -399,7 +400,7 @@ class GANTask:
         lazy = t.r1_every if index % t.r1_every == 0 else 0
         self._r1, self._r2 = t.r1_gamma / 2 * lazy, t.r2_gamma / 2 * lazy
         try:
-            with self._eager_if(self._r1 or self._r2 or self.gp):
+            with self._eager_if(self._penalized):
                 out = self.rep.step(self.d_loss, self.d_batch(nimg, real), self.opt_D)
         finally:
             self._r1 = self._r2 = 0.0
@@ -408,32 +409,34 @@ class GANTask:
         total = out.pop("loss")  # (with R1's scaled penalty on its lazy steps: found from outside, loss_D leapt then)
         return {"loss_D": out.pop("loss_D", total), **out, "grad_norm_D": self.rep.grad_norm(self.opt_D)}
 
+    _penalized = property(lambda self: bool(self._r1 or self._r2 or self.gp))  # (D's gradient, in the D step under way)
+
     def _eager_if(self, regularized: float) -> AbstractContextManager:
-        """Compiled models run eagerly for a step with R1, R2, train.gp or path lengths: their penalties need a double
-        backward, which torch.compile does not support (lazy, R1's, R2's and path lengths' are 1 in r1_every /
-        pl_every)."""
+        """Compiled models run eagerly for a step that penalizes a gradient (R1, R2, train.gp, path lengths): a double
+        backward, which torch.compile does not support (R1's, R2's and path lengths' are lazy, a step in so many)."""
         return torch.compiler.set_stance("force_eager") if regularized and self.rep.compile else nullcontext()
 
     def g_batch(self, step: int, real: Batch | None = None) -> tuple:
         """This rank's share of the G step: z, labels, zCR's nearby latents (None without train.zcr_g), transforms and,
         on a path length step, which images it regularizes (those at global positions that are multiples of
         train.pl_batch_shrink); with train.loss "rpgan", the real images its fakes are paired with (`real`, the last D
-        step's as a Feed read them; else those of D step 0), their labels and transforms (else None)."""
+        step's as a Feed read them; else those of D step 0, whose labels the fakes take) and their transforms (else
+        None)."""
         regularized = None
         if self._pl:
             regularized = self._share(torch.arange(self.rep.batch) % self.cfg.train.pl_batch_shrink == 0).numpy()
         latents = self._latents(Z_G, step, NEAR_G if self.consistency.g else None)
-        paired: tuple = (None, None, None)
+        paired: tuple = (None, None)
         if self.loss == "rpgan":
             if real is None:
                 real = read_batch(self.data, self.request(0), self.xflip, self.seed)
-            paired = (real.images, real.labels if self.n_classes else None, self._transforms(AUG_G, step, 1))
+            paired = (real.images, self._transforms(AUG_G, step, 1))
             if self.n_classes:  # (each fake of the class of the real image it is paired with, as R3GAN's)
                 latents = (latents[0], real.labels, latents[2])
         return *latents, self._transforms(AUG_G, step), regularized, *paired
 
     def g_loss(self, micro: tuple) -> torch.Tensor | dict[str, torch.Tensor]:
-        z, y, z_near, aug, regularized, images, y_real, aug_real = micro
+        z, y, z_near, aug, regularized, images, aug_real = micro
         fake = self._fake(z, y)
         # zCR: G's images of nearby latents, pushed apart
         distance = None if z_near is None else mean_square(fake, self._fake(z_near, y, keys=z))
@@ -445,7 +448,7 @@ class GANTask:
         else:  # (RpGAN: D's outputs on the real images, which D's weights, not trained here, take no gradient from)
             real = from_uint8(images) if aug_real is None else self.augment(from_uint8(images), aug_real)
             with torch.no_grad():
-                logits_real = self.D(real, y_real).float()
+                logits_real = self.D(real, y).float()  # (y: the real images' labels, which the fakes took)
             adversarial = losses.g_relativistic(logits, logits_real)
         ortho = self._ortho(self.G, self.cfg.train.g_ortho)
         loss = adversarial + ortho
@@ -516,8 +519,7 @@ class GANTask:
         """One D and one G forward/backward at micro-batch m (for micro_batch="auto")."""
         head: Any = lambda batch: tuple(None if t is None else t[:m] for t in batch)
         self._train_only("D")
-        # a D step with R1 and R2 and a G step with path lengths, the costliest
-        self._r1, self._r2 = float(self.cfg.train.r1_gamma), float(self.cfg.train.r2_gamma)
+        self._r1, self._r2 = float(self.cfg.train.r1_gamma), float(self.cfg.train.r2_gamma)  # (the costliest steps)
         self._pl = float(self.cfg.train.pl_weight)
         p, self.augment.p = self.augment.p, self.augment.highest_p  # every transform on that p can turn on
         try:
