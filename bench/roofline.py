@@ -236,12 +236,12 @@ def count_gan(cfg: Config, micro: int, classes: int) -> Phases:
             task.d_step(0)
             task.g_step(0)
         d_plain, g_plain = counted(lambda: task.d_step(1), work), counted(lambda: task.g_step(1), work)
-        r1, pl = t.r1_gamma > 0, t.pl_weight > 0
+        r1, pl = t.r1_gamma > 0 or t.r2_gamma > 0, t.pl_weight > 0  # (R2 on R1's lazy steps; WGAN-GP's on each)
         d_lazy = counted(lambda: task.d_step(2), work) if r1 else []
         g_lazy = counted(lambda: task.g_step(2), work) if pl else []
     phases.append(("D", 1 - 1 / t.r1_every if r1 else 1.0, d_plain))
     if r1:
-        phases.append(("D with R1", 1 / t.r1_every, d_lazy))
+        phases.append(("D with R1" if t.r1_gamma else "D with R2", 1 / t.r1_every, d_lazy))
     phases.append(("G", 1 - 1 / t.pl_every if pl else 1.0, g_plain))
     if pl:
         phases.append(("G with path length", 1 / t.pl_every, g_lazy))
