@@ -384,9 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--weights", help="Inception weights file (default: found in $BIGBATCH_CACHE/weights; a run: eval.weights)"
     )
-    ev.add_argument(
-        "--batch-size", type=int, help="images per extractor batch (default: a GAN run's eval.batch_size, else 64)"
-    )
+    ev.add_argument("--batch-size", type=int, help="images scored at once (default: a run's eval.batch_size, else 64)")
     ev.add_argument("--resolution", type=int, help="builtin:NAME: the side to make it at; classify run: to score at")
     ev.add_argument(
         "--seed",
@@ -578,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
             print("bigbatch: interrupted", file=sys.stderr)
         return 130
     except RuntimeError as e:  # (a few of torch's are a user's to mend: one line each, as BigbatchError's)
-        said = runtime_error_line(e)
+        said = runtime_error_line(e, getattr(args, "command", "train"))
         if said is None:
             raise
         say_error(said[0])

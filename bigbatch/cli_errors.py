@@ -96,16 +96,23 @@ def os_error_line(e: OSError, resumes: bool = False) -> str:
     return f"{where}{e.strerror or e}{fix}"
 
 
-def runtime_error_line(e: RuntimeError) -> tuple[str, int] | None:
-    """(the line, the exit status) for `e`, or None when it is not one of these."""
+# What frees memory, by command (found from outside: eval's out of memory advised train.micro_batch, which eval
+# does not take).
+TRAINING_FIX = (
+    'lower train.micro_batch or train.memory_budget (with micro_batch "auto"), or turn on train.checkpointing; a run '
+    "resumes from its latest checkpoint"
+)
+OUT_OF_MEMORY_FIX = {command: TRAINING_FIX for command in ("train", "sweep", "launch", "lr-find")}
+OUT_OF_MEMORY_FIX["eval"] = "lower --batch-size (the images scored at once)"
+OTHER_FIX = "free the memory other work holds there, or run it where there is more"
+
+
+def runtime_error_line(e: RuntimeError, command: str = "train") -> tuple[str, int] | None:
+    """(the line, the exit status) for `e` where `command` (bigbatch's) ran, or None when it is not one of these."""
     text = str(e)
     if _out_of_memory(e):  # (torch.OutOfMemoryError is a RuntimeError too)
         first = text.strip().splitlines()[0][:200] if text.strip() else type(e).__name__
-        return (
-            f'out of memory ({first}); lower train.micro_batch or train.memory_budget (with micro_batch "auto"), or '
-            "turn on train.checkpointing; a run resumes from its latest checkpoint",
-            1,
-        )
+        return f"out of memory ({first}); {OUT_OF_MEMORY_FIX.get(command, OTHER_FIX)}", 1
     if "does not have a deterministic implementation" in text:  # (train.deterministic on a GPU)
         named = re.search(r"(\S+) does not have a deterministic implementation", text)
         op = named.group(1) if named else "an op"

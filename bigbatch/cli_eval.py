@@ -52,7 +52,7 @@ def run_eval(args: argparse.Namespace) -> None:
     if args.dst is not None and task != "swap":
         raise BigbatchError(f"--dst names the dst faces of a swap run to score, and {args.path} is not one")
     if task in ("classify", "swap"):  # their own reports: the options of FID/IS/KID would be ignored
-        own = ("resolution",) if task == "classify" else ()  # (the side it is scored at)
+        own = ("resolution", "batch_size") if task == "classify" else ()  # (its side; images at once)
         given = [f"--{f.replace('_', '-')}" for f in GAN_ONLY if f not in own and getattr(args, f, None) is not None]
         if args.asked:
             given.insert(0, "--metrics")
@@ -62,6 +62,10 @@ def run_eval(args: argparse.Namespace) -> None:
                 f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for scoring a GAN's samples or images; "
                 f"a {task} run's eval reports {report}: drop {'it' if len(given) == 1 else 'them'}"
             )
+    for flag, least, most in (("n", 2, MAX_SCORED), ("batch_size", 1, MAX_EVAL_BATCH)):
+        value = getattr(args, flag, None)
+        if value is not None and not least <= value <= most:  # (found from outside: --n 2**63 ran for ever)
+            raise BigbatchError(f"--{flag.replace('_', '-')} must be {least} to {most:,}, got {value}")
     ctx = dist.context()
     if task in ("classify", "swap") and not ctx.is_main:
         return  # (found from outside: under a launcher each rank scored the whole set and printed its report)
@@ -73,8 +77,9 @@ def run_eval(args: argparse.Namespace) -> None:
             raise BigbatchError(f"--resolution must be 4 to {MAX_RESOLUTION} pixels, got {args.resolution}")
         with progress("eval"):
             report = evaluate_classifier(
-                args.path, args.reference, args.checkpoint, ctx.device, args.tta, args.resolution, args.endpoint_url
-            )
+                args.path, args.reference, args.checkpoint, ctx.device, args.tta, args.resolution, args.endpoint_url,
+                args.batch_size,
+            )  # fmt: skip
         print(describe(report))
         return
     if args.tta:
@@ -95,10 +100,6 @@ def run_eval(args: argparse.Namespace) -> None:
 
         args.path = str(pick_checkpoint(args.path, args.checkpoint))
     compares = bool(COMPARING & set(parse_metrics(args.metrics)))  # IS alone needs no reference
-    for flag, least, most in (("n", 2, MAX_SCORED), ("batch_size", 1, MAX_EVAL_BATCH)):
-        value = getattr(args, flag, None)
-        if value is not None and not least <= value <= most:  # (found from outside: --n 2**63 ran for ever)
-            raise BigbatchError(f"--{flag.replace('_', '-')} must be {least} to {most:,}, got {value}")
     if args.reference_n is not None and args.reference_n < 0:  # 0: all of B, as eval.reference_n = 0
         raise BigbatchError(f"--reference-n must be 0 (all of B) or more, got {args.reference_n}")
     run = _is_run(args.path)

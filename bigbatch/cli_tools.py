@@ -238,17 +238,21 @@ def _logged_augment_p(config: str, nimg: int) -> tuple[float, float] | None:
 
 
 def _lr_find(args: argparse.Namespace) -> None:
+    from bigbatch.files import atomic_write
     from bigbatch.lr_find import lr_find, plot
 
     # (it validates nothing: a config without a held-out split is fine; found from outside, it was refused)
     cfg = config_of(args, "fashion_resnet_fast", {"eval.every_kimg": 0})
     result = lr_find(cfg, args.start_lr, args.end_lr, args.steps)
     out = plot(result, args.out)
+    # The curve's numbers beside it, to plot again or compare (fastai's recorder.lrs and losses; found from outside:
+    # the picture alone was kept).
+    atomic_write(out.with_suffix(".json"), json.dumps(result, indent=1) + "\n")
     per = f" per {result['lr_batch']} images" if result["lr_batch"] else ""
     print(f"{len(result['lr'])} steps at batch {result['batch']}, rates {result['lr'][0]:.1e}..{result['lr'][-1]:.1e}")
     print(
         f"suggested {result['key']}{per}: valley {result['valley']:.2e}, steepest {result['steepest']:.2e}, "
-        f"minimum/10 {result['minimum']:.2e}; the curve is in {out}"
+        f"minimum/10 {result['minimum']:.2e}; the curve is in {out} (its numbers in {out.with_suffix('.json')})"
     )
 
 
@@ -291,7 +295,9 @@ def add_tool_commands(sub: Any) -> None:
     )  # fmt: skip
     ex.set_defaults(func=_export)
 
-    lf = sub.add_parser("lr-find", help="learning-rate range test of a classify or swap config; writes lr_find.png")
+    lf = sub.add_parser(
+        "lr-find", help="learning-rate range test of a classify or swap config; writes lr_find.png and .json"
+    )
     lf.add_argument("--preset", help="a named recipe (bigbatch presets; default fashion_resnet_fast)")
     lf.add_argument("--config", help="a config.toml")
     lf.add_argument("--steps", type=int, default=100, help="steps with the rate rising exponentially (default 100)")

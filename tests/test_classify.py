@@ -591,6 +591,9 @@ def test_lr_find_sweeps_the_rate_and_suggests_fastais_points(tmp_path, capsys, m
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "30 steps at batch 64, rates 1.0e-07..1.0e+01" in out and "suggested train.lr per 128 images" in out
-    assert Image.open(tmp_path / "lr_find.png").size and sorted(p.name for p in tmp_path.iterdir()) == ["lr_find.png"]
+    assert Image.open(tmp_path / "lr_find.png").size
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr_find.json", "lr_find.png"]
+    curve = json.loads((tmp_path / "lr_find.json").read_text())  # the curve's numbers, as fastai's recorder keeps them
+    assert len(curve["lr"]) == len(curve["loss"]) == 30 and f"valley {curve['valley']:.2e}" in out
     assert main(["lr-find", "--preset", "digits", "--steps", "10"]) == 2
     assert 'lr-find takes classify and swap configs; this one trains task = "gan"' in capsys.readouterr().err

@@ -45,12 +45,14 @@ def evaluate_classifier(
     tta: bool = False,
     resolution: int | None = None,
     endpoint_url: str | None = None,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
     confusion.csv, confusion.png, top_losses.png; `tta`: each image's prediction averaged with its mirror
     image's, in <data>-tta-<checkpoint>/; `resolution`: scored at that side instead of eval.resolution's or where
     it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics. `endpoint_url`: the S3 endpoint
-    to read the data from, in place of the run's data.storage_options' (their other options kept)."""
+    to read the data from, in place of the run's data.storage_options' (their other options kept). `batch_size`:
+    images scored at once (default the run's eval.batch_size), as timm's validate.py -b."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
         cfg = run_config(ckpt, endpoint_url)
@@ -71,7 +73,7 @@ def evaluate_classifier(
                 f"{run} has no held-out split (data.val_path, data.val_fraction): give DATA to score on"
             )
         _check_held_out(cfg, ckpt, data)
-        name = "heldout"
+        name, trained_on = "heldout", 0
     else:
         # A folder of class folders, a tar or shards of images (found from outside: "cannot open data set").
         source = Location.of(data_path)
@@ -101,7 +103,7 @@ def evaluate_classifier(
                 "straight to the network's input)"
             )
         data = load_data(data_path, d.resolution, storage_options=d.storage_options or None)
-        _say_trained_on(cfg, ckpt, data, data_path, run)
+        trained_on = _say_trained_on(cfg, ckpt, data, data_path, run)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(data_path.removeprefix("builtin:")).stem) or "data"
     # (found from outside: the fix unsaid for a test set that lacks some of the run's classes; and said for one of
     # none of them, where numbering its classes as the run's would label digits as Fashion-MNIST's)
@@ -122,7 +124,9 @@ def evaluate_classifier(
             f"run scores at {resolution}px{where}: they are upscaled, no sharper than at their own size"
         )
     device = next(net.parameters()).device
-    validation = Validation(data, lambda: resolution, cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device)
+    validation = Validation(
+        data, lambda: resolution, batch_size or cfg.eval.batch_size, d.val_crop, d.val_rect, "fp32", device
+    )
     predicted = validation.predictions(net, tta)
     name += (f"-{given}px" if given else "") + ("-tta" if tta else "")
     report = classification_report(predicted, list(net.class_names))
@@ -137,16 +141,17 @@ def evaluate_classifier(
         crop=d.val_crop,
         rect=d.val_rect,
         tta=tta,
+        trained_on=trained_on,  # (found from outside: said on stderr alone, a script could not tell)
         folder=str(out),
     )
     _write(out, report, predicted, validation, resolution, list(net.class_names))
     return report
 
 
-def _say_trained_on(cfg: Config, ckpt: Path, data: Any, data_path: str, run: str | Path) -> None:
+def _say_trained_on(cfg: Config, ckpt: Path, data: Any, data_path: str, run: str | Path) -> int:
     """Warn where DATA holds images the run trained on: its score is then no held-out one (found from outside: the
     run's own training file, given as DATA, scored 91.8% without a word; fastai's validate scores what it is given,
-    as this does)."""
+    as this does). Returns how many it trained on (0: none of them, as far as the run recorded)."""
     meta = checkpoints.read_meta(ckpt) or {}
     trained, given = str((meta.get("data") or {}).get("content_hash", "")), str(data.content_hash)
     if trained == given:
@@ -154,9 +159,9 @@ def _say_trained_on(cfg: Config, ckpt: Path, data: Any, data_path: str, run: str
     elif trained.startswith(f"{given}[train:"):  # (the file the run cut its held-out split from)
         part = len(holdout(data, cfg.data.val_fraction, val_path=True)[0])
     else:
-        return
+        return 0
     # (found from outside: a run that had seen 5% of them was said to have trained on all; an epoch is a permutation)
-    part = min(part, int(meta.get("nimg", part)))
+    trained_on = part = min(part, int(meta.get("nimg", part)))
     part = f"all {part} of its images" if part == len(data) else f"{part} of its {len(data)} images"
     held = (
         f"; `bigbatch eval {run}` scores the images held out in training"
@@ -167,6 +172,7 @@ def _say_trained_on(cfg: Config, ckpt: Path, data: Any, data_path: str, run: str
         f"{public_name(data_path)} is the data the run trained on: {part} were trained on, so this score is not a "
         f"held-out one{held}"
     )
+    return trained_on
 
 
 def _check_held_out(cfg: Config, ckpt: Path, held_out: Any) -> None:
@@ -261,9 +267,19 @@ def _write(
         [c, *confusion[i]] for i, c in enumerate(class_names)
     ]))  # fmt: skip
     save_figure(_confusion_figure(confusion, class_names), out / "confusion.png")
-    worst = predicted.loss.argsort(descending=True)[:TOP_LOSSES]
+    order = predicted.loss.argsort(descending=True, stable=True)
+    # Every image's prediction, the largest loss first (fastai's top_losses, with its indices; found from outside:
+    # the worst images were a picture alone, and nothing named an image of an .h5 to look at or clean).
+    places = getattr(validation.data, "indices", None)  # (a held-out split: its images' places in the file)
+    index = predicted.index if places is None else places[predicted.index]
+    p_true = (-predicted.loss).exp()
+    atomic_write(out / "predictions.csv", _csv([["index", "class", "predicted", "p_predicted", "p_class", "loss"]] + [
+        [int(index[j]), class_names[int(predicted.labels[j])], class_names[int(predicted.top[j, 0])],
+         f"{float(predicted.p_top[j]):.6g}", f"{float(p_true[j]):.6g}", f"{float(predicted.loss[j]):.6g}"]
+        for j in order.tolist()
+    ]))  # fmt: skip
     rows = []
-    for j in worst.tolist():
+    for j in order[:TOP_LOSSES].tolist():
         image, _ = validation.seen(int(predicted.index[j]), resolution)  # as the network saw it: crop, aspect
         label, pred, loss = int(predicted.labels[j]), int(predicted.top[j, 0]), float(predicted.loss[j])
         rows.append((image, label, pred, float(predicted.p_top[j]), math.exp(-loss), loss))
@@ -353,6 +369,6 @@ def describe(report: dict[str, Any]) -> str:
             f"hardest classes: {worst}",
             "most confused: " + (", ".join(f"{t} as {p} ({n})" for t, p, n in report["most_confused"][:3]) or "none"),
             f"wrote {report['folder']}/: metrics.json (most_confused: fastai's), per_class.csv, confusion.csv, "
-            "confusion.png, top_losses.png",
+            "confusion.png, top_losses.png, predictions.csv (each image's, the largest loss first)",
         ]
     )

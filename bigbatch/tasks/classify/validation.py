@@ -238,7 +238,8 @@ class Validation:
     @torch.no_grad()
     def predictions(self, model: nn.Module, tta: bool = False) -> Predictions:
         """This rank's share of the split as `Predictions`, on the CPU, reduced batch by batch. `tta`: each
-        image's probabilities averaged with its mirror image's (fastai's test-time augmentation, flips)."""
+        image's probabilities averaged with its mirror image's (flip TTA; fastai's tta averages 4 passes of the training
+        transforms, blended with the plain prediction)."""
         was_training = model.training
         model.eval()
         out, size = [], self.size()
