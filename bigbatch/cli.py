@@ -330,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument(
         "data",
         metavar="DATA",
-        help="DATA.h5, s3://…/DATA.h5, builtin:NAME, or a folder, .zip, .tar, .npz or .npy of images",
+        help="DATA.h5, builtin:NAME, a folder, .zip, .tar, .npz or .npy of images, tar shards' pattern, or their URL",
     )
     st.add_argument(
         "--extractor",

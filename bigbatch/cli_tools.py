@@ -325,11 +325,6 @@ def run_stats(args: argparse.Namespace) -> None:
     if args.resolution is not None and args.resolution < 1:
         raise BigbatchError(f"--resolution must be at least 1, got {args.resolution}")
     options = endpoint_options(args.endpoint_url)
-    stored = read_meta(args.data, options)["resolution"] if _is_data_file(args.data) else None
-    if stored is not None and args.resolution not in (None, stored):
-        raise BigbatchError(
-            f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
-        )
     if args.npz:
         from bigbatch.metrics.extractors import falls_back
 
@@ -338,9 +333,14 @@ def run_stats(args: argparse.Namespace) -> None:
         # (before it trains: a classifier's, named or "auto"'s without Inception weights, are not what those tools read)
         if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):
             raise BigbatchError("--npz writes Inception statistics for other tools: give --extractor inception")
-    resolution = stored or args.resolution or 32
     data = _images(args.data, args.resolution, options)
-    data = load_data(args.data, resolution, storage_options=options) if data is None else data
+    if data is None:  # a data file, or builtin:NAME
+        stored = None if args.data.startswith("builtin:") else read_meta(args.data, options)["resolution"]
+        if stored is not None and args.resolution not in (None, stored):
+            raise BigbatchError(
+                f"--resolution is for builtin data sets; {args.data} holds images of {stored} px: leave it out"
+            )
+        data = load_data(args.data, stored or args.resolution or 32, storage_options=options)
     args.n = args.n or None  # 0: all, as eval --reference-n 0 (found from outside: refused)
     if args.n is not None and args.n > len(data):
         warn(f"{args.data} holds {len(data)} images, fewer than --n {args.n}: using all of them")
@@ -402,24 +402,27 @@ def _check_stats_out(path: str) -> None:
 
 
 def _images(path: str, resolution: int | None, options: dict) -> object:
-    """stats of a folder, .zip, .tar or .npz of images, as eval reads them as B (pytorch-fid's --save-stats DIR,
-    clean-fid's make_custom_stats: found from outside, refused), or None where `path` names none of them."""
+    """stats of images as eval reads them as B: a folder, .zip, .tar, .npz or .npy, a URL prefix, a pattern of tar
+    shards (pytorch-fid's --save-stats DIR, clean-fid's make_custom_stats: found from outside, refused; then shards'
+    patterns and URL folders, which eval took), or None where `path` names a data file (DATA.h5, builtin:NAME)."""
+    from bigbatch.data.tars import read_by_listing
     from bigbatch.metrics import holds_stats, open_images
 
-    local = Path(path)
-    if "://" in path or not (local.is_dir() or local.suffix.lower() in (".zip", ".tar", ".npz", ".npy")):
+    if path.startswith("builtin:") or path.split("?", 1)[0].lower().endswith((".h5", ".hdf5")):
         return None
-    if not local.exists():
+    where = Location.of(path)
+    if not (read_by_listing(where) or where.path.exists()):
         raise BigbatchError(
-            f"{path} does not exist; give a DATA.h5, builtin:NAME, or a folder, .zip, .tar, .npz or .npy of images"
+            f"{path} does not exist; give a DATA.h5, builtin:NAME, or a folder, .zip, .tar, .npz or .npy of images "
+            "(or their URL, or a pattern of tar shards)"
         )
-    if local.is_file() and holds_stats(local):
+    if not where.url and where.path.is_file() and holds_stats(where.path):
         raise BigbatchError(f"{path} holds feature statistics already; give the images they are of")
     if resolution is not None:
         raise BigbatchError(
             f"--resolution is for builtin data sets; {path}'s images are read at their own sizes: leave it out"
         )
-    return open_images(Location.of(path), options)
+    return open_images(where, options)
 
 
 def _is_data_file(path: str) -> bool:

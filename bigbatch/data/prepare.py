@@ -353,11 +353,16 @@ def _write(
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         shown.close()
         if writer.count == 0:  # (a file read says why, before one listed: found from outside, a listed one did)
+            # A shard of the source found damaged is the cause to say, and no archive inside it (found from outside:
+            # a cut shard was advised to be unpacked as ImageNet's tar of tars).
+            own = {shard.name for shard in getattr(listing.source, "shards", ())}
+            cut = [entry for entry in skipped if entry[0] in own]
             failed = skipped[unread:]
             read = f"of those read, {len(failed)} failed, " if failed else ""
-            example = (failed or skipped)[:1]
+            example = (failed or [entry for entry in skipped if entry not in cut])[:1]
             reason = f"; {read}e.g. {example[0][0]}: {example[0][1]}" if example else ""
-            archives = archives_said([name for name, _ in skipped] + listing.left_out)
+            reason += "".join(f"; {name}: {why}" for name, why in cut[:1])
+            archives = archives_said([name for name, _ in skipped if name not in own] + listing.left_out)
             raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}{archives}")
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))

@@ -1,0 +1,67 @@
+"""Tar shards and URL folders taken alike by `stats`, as `eval` and `prepare` take them (found from outside, as a
+WebDataset user: a pattern of shards and an S3 folder were refused by stats alone), and a damaged shard said as the
+cause where it leaves no image (it was advised to be unpacked as ImageNet's tar of tars)."""
+
+import tarfile
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_eval_images import STANDIN, evaluate_module, pictures, save_folder
+from test_s3 import s3  # noqa: F401  (a fixture: a moto S3 server)
+
+from bigbatch.cli import main
+from bigbatch.metrics import load_stats
+
+
+@pytest.fixture(autouse=True)
+def standin(monkeypatch, tmp_path):
+    real = evaluate_module.get_extractor
+    picked = lambda name, **kw: STANDIN if name == "standin" else real(name, **kw)  # noqa: E731
+    monkeypatch.setattr(evaluate_module, "get_extractor", picked)
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+
+
+def stats(capsys, source):
+    assert main(["stats", str(source), "--extractor", "standin"]) == 0, capsys.readouterr().err
+    said = capsys.readouterr().out
+    return load_stats(said.split(" in ", 1)[1].split(" (give it")[0])
+
+
+def shards(folder, out, n):
+    files = sorted(folder.rglob("*.png"))
+    for i in range(n):
+        with tarfile.open(out / f"shard-{i}.tar", "w") as tar:
+            for f in files[i::n]:
+                tar.add(f, f.relative_to(folder).as_posix())
+
+
+def test_stats_of_a_pattern_of_shards_and_of_an_s3_folder_are_their_images(tmp_path, capsys, s3):  # noqa: F811
+    folder = save_folder(tmp_path / "images", pictures(20, 0))
+    (tmp_path / "shards").mkdir()
+    shards(folder, tmp_path / "shards", 2)
+    whole = stats(capsys, folder)
+    for source in (tmp_path / "shards" / "shard-{0..1}.tar", tmp_path / "shards"):
+        got = stats(capsys, source)
+        assert got.n == 20 and np.allclose(got.mu, whole.mu, atol=1e-6), source
+    s3[0].put(str(folder), "bkt/stats_images", recursive=True)
+    on_s3 = stats(capsys, "s3://bkt/stats_images")
+    assert on_s3.n == 20 and np.allclose(on_s3.mu, whole.mu, atol=1e-6)
+    assert main(["stats", str(tmp_path / "shards" / "shard-{0..5}.tar"), "--extractor", "standin"]) == 2
+    assert main(["stats", str(tmp_path / "nothing"), "--extractor", "standin"]) == 2
+    assert "nothing does not exist; give a DATA.h5, builtin:NAME, or a folder" in capsys.readouterr().err
+
+
+def test_a_damaged_shard_is_said_as_the_cause_not_as_archives_to_unpack(tmp_path, capsys):
+    folder = tmp_path / "images"
+    for i in range(3):  # (noise: PNGs too large to fit before the cut)
+        (folder / "c").mkdir(parents=True, exist_ok=True)
+        noise = np.random.default_rng(i).integers(0, 256, (40, 40, 3), dtype=np.uint8)
+        Image.fromarray(noise).save(folder / "c" / f"{i}.png")
+    shards(folder, tmp_path, 1)
+    cut = tmp_path / "cut-0.tar"
+    cut.write_bytes((tmp_path / "shard-0.tar").read_bytes()[:3000])
+    assert main(["prepare", str(cut), str(tmp_path / "out.h5"), "--resolution", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no usable images" in err
+    assert f"{cut}: a damaged tar: cut short at byte 3000" in err and "unpack" not in err
