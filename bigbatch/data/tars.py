@@ -131,6 +131,14 @@ class TarSource(Source):
     def __init__(self, shards: list[Location], storage_options: dict[str, Any] | None, stamps: list[str]):
         self.shards, self.storage_options, self.stamps = shards, storage_options, stamps
         self.worker_reads = not shards[0].url
+        # A server that ignores range requests (`python -m http.server`; found from outside: refused, where WebDataset
+        # streams it) sends a shard whole: the last one sent is kept, its members sliced from it. Shards whose server
+        # takes ranges are fetched by range alone.
+        self._ranged: set[int] = set()
+        self._whole: dict[int, bytes] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_whole": {}}  # (a shard's bytes stay in the process that fetched them)
 
     def stamp(self, key: str) -> str:
         return self.stamps[int(key.split(":", 1)[0])]
@@ -173,7 +181,22 @@ class TarSource(Source):
             return [f"unreadable ({e.strerror or e})"] * len(spans)
 
     def _remote(self, shard: int, spans: list[tuple[int, ...]]) -> list[bytes | str]:
-        """The (offset, size) `spans` of a remote shard, neighbours fetched as one range."""
+        """The (offset, size) `spans` of a remote shard, neighbours fetched as one range (the shard whole, once, from
+        a server that ignores ranges)."""
+        if shard not in self._ranged and shard not in self._whole:  # (its server not yet asked for a range)
+            first = sorted(spans)[:1]
+            got = self._ranges(shard, first)
+            if shard not in self._whole:
+                if isinstance(got[0], bytes):  # (a range, as asked)
+                    self._ranged.add(shard)
+                if len(spans) == 1:
+                    return got
+        if shard in self._whole:
+            whole = self._whole[shard]
+            return [whole[offset : offset + size] for offset, size in spans]
+        return self._ranges(shard, spans)
+
+    def _ranges(self, shard: int, spans: list[tuple[int, ...]]) -> list[bytes | str]:
         fs, path = self.shards[shard].fs(self.storage_options)
         ranges: list[list[int]] = []  # [start, end, spans...]
         for j in sorted(range(len(spans)), key=lambda j: spans[j][0]):
@@ -191,6 +214,9 @@ class TarSource(Source):
         found: dict[int, bytes | str] = {}
         for r, blob in zip(ranges, blobs):
             if isinstance(blob, bytes) and len(blob) > r[1] - r[0]:  # (found from outside: decoded as the images)
+                if len(blob) >= r[1] and len(ranges) == 1 and shard not in self._ranged:  # the shard whole: kept
+                    self._whole = {shard: blob}
+                    return [blob[offset : offset + size] for offset, size in spans]
                 blob = (
                     f"the server sent {len(blob):,} bytes for a range of {r[1] - r[0]:,}: it ignores HTTP range "
                     "requests, which reading a tar's members needs; serve it from one that takes them, or download it"
