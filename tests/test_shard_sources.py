@@ -65,3 +65,23 @@ def test_a_damaged_shard_is_said_as_the_cause_not_as_archives_to_unpack(tmp_path
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no usable images" in err
     assert f"{cut}: a damaged tar: cut short at byte 3000" in err and "unpack" not in err
+
+
+def test_shards_beside_an_image_are_said_and_info_gives_shapes_as_width_x_height(tmp_path, capsys):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    save_folder(tmp_path / "images", pictures(4, 0))
+    shards(tmp_path / "images", folder, 1)
+    Image.fromarray(pictures(1, 1)[0]).save(folder / "stray.png")
+    assert main(["prepare", str(folder), str(tmp_path / "m.h5"), "--resolution", "8"]) == 0
+    err = capsys.readouterr().err
+    assert "1 tar file left out (shard-0.tar): a folder is read as shards where it holds no images, and this " in err
+    # (found from outside: info gave a bucket's shape as height x width, prepare's messages width x height)
+    wide = tmp_path / "wide"
+    save_folder(wide, [np.zeros((16, 32, 3), np.uint8)] * 3)
+    assert main(["prepare", str(wide), str(tmp_path / "w.h5"), "--resolution", "16", "--buckets"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "w.h5")]) == 0
+    shapes = capsys.readouterr().out.split("shapes ", 1)[1].split(" (", 1)[0]
+    width, height = map(int, shapes.split("x"))
+    assert width > height, shapes

@@ -18,7 +18,7 @@ def describe_data(path: str | Path | Location, storage_options: dict[str, Any] |
     path = Location.of(path)
     m = read_meta(path, storage_options)
     names = m["class_names"]
-    shapes = "shapes " + ", ".join(f"{g['height']}x{g['width']} ({g['count']})" for g in m["groups"])
+    shapes = "shapes " + ", ".join(f"{g['width']}x{g['height']} ({g['count']})" for g in m["groups"])  # (W x H, as PIL)
     codec = m.get("codec", "raw")
     if m.get("crop") == "none":
         shapes = f"whole images, short side {'at most ' + str(m['resolution']) if m['resolution'] else 'as found'}"

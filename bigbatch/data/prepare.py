@@ -24,6 +24,7 @@ from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writ
 from bigbatch.data.prepare_pool import CHUNK, decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
+from bigbatch.data.tars import is_tar_name
 from bigbatch.errors import BigbatchError, counted, named_few, printable, warn
 from bigbatch.images_done import ImagesDone
 from bigbatch.urls import Location, is_url, public_name
@@ -111,6 +112,13 @@ def prepare(
     listing = _listed(source, settings, labels, classes, storage_options, skipped, target)
     if listing.left_out:
         attrs.update(left_out=endings(listing.left_out))
+    if tars := [name for name in listing.left_out if is_tar_name(name)]:  # (found from outside: one stray image
+        # beside a folder's shards prepared that image alone, the shards counted among the files left out)
+        warn(
+            f"{counted(len(tars), 'tar file')} left out ({named_few(tars, SHOWN)}): a folder is read as shards where "
+            f"it holds no images, and this one holds {counted(len(listing.keys), 'image')}; prepare the shards by "
+            "their pattern (train-{000..009}.tar), or move the images out"
+        )
     # (a worker a chunk at most: found from outside, --workers 64 of 6 files started 64 processes)
     settings = dataclasses.replace(settings, workers=min(settings.workers, -(-len(listing.keys) // CHUNK)))
     attrs.update(settings.attrs())
