@@ -18,13 +18,12 @@ from bigbatch.data import codecs
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
-from bigbatch.data.listing import FACE_SETS, IMAGE_ENDINGS, archives_said, by_ending, endings, hidden, top_level
+from bigbatch.data.listing import FACE_SETS, IMAGE_ENDINGS, by_ending, endings, hidden, top_level
 from bigbatch.data.parts import Result
-from bigbatch.data.prepare_output import SHOWN, Report, refuse_output, sole_writer
+from bigbatch.data.prepare_output import SHOWN, Report, no_usable_images, refuse_output, say_tars_left_out, sole_writer
 from bigbatch.data.prepare_pool import CHUNK, decoded, parts_kept_unless_refused, parts_of
 from bigbatch.data.schedule import BUCKET_RATIOS
 from bigbatch.data.sources import RESIZE, FolderSource, Listing, cut_to_name, decode_mask, list_source
-from bigbatch.data.tars import is_tar_name
 from bigbatch.errors import BigbatchError, counted, named_few, printable, warn
 from bigbatch.images_done import ImagesDone
 from bigbatch.urls import Location, is_url, public_name
@@ -112,13 +111,7 @@ def prepare(
     listing = _listed(source, settings, labels, classes, storage_options, skipped, target)
     if listing.left_out:
         attrs.update(left_out=endings(listing.left_out))
-    if tars := [name for name in listing.left_out if is_tar_name(name)]:  # (found from outside: one stray image
-        # beside a folder's shards prepared that image alone, the shards counted among the files left out)
-        warn(
-            f"{counted(len(tars), 'tar file')} left out ({named_few(tars, SHOWN)}): a folder is read as shards where "
-            f"it holds no images, and this one holds {counted(len(listing.keys), 'image')}; prepare the shards by "
-            "their pattern (train-{000..009}.tar), or move the images out"
-        )
+    say_tars_left_out(listing.left_out, len(listing.keys))
     # (a worker a chunk at most: found from outside, --workers 64 of 6 files started 64 processes)
     settings = dataclasses.replace(settings, workers=min(settings.workers, -(-len(listing.keys) // CHUNK)))
     attrs.update(settings.attrs())
@@ -361,17 +354,7 @@ def _write(
             no_yaw = no_yaw or (name if result[4] is None else None)  # type: ignore[index]
         shown.close()
         if writer.count == 0:  # (a file read says why, before one listed: found from outside, a listed one did)
-            # A shard of the source found damaged is the cause to say, and no archive inside it (found from outside:
-            # a cut shard was advised to be unpacked as ImageNet's tar of tars).
-            own = {shard.name for shard in getattr(listing.source, "shards", ())}
-            cut = [entry for entry in skipped if entry[0] in own]
-            failed = skipped[unread:]
-            read = f"of those read, {len(failed)} failed, " if failed else ""
-            example = (failed or [entry for entry in skipped if entry not in cut])[:1]
-            reason = f"; {read}e.g. {example[0][0]}: {example[0][1]}" if example else ""
-            reason += "".join(f"; {name}: {why}" for name, why in cut[:1])
-            archives = archives_said([name for name, _ in skipped if name not in own] + listing.left_out)
-            raise BigbatchError(f"source {attrs['source']} holds no usable images{reason}{archives}")
+            raise no_usable_images(attrs["source"], listing, skipped, unread)
         if not relabelled:  # (classes from a CSV, or a train file's --classes, keep their indices)
             listed = np.bincount(np.asarray(listing.labels, np.int64), minlength=len(written))
             _refuse_empty_classes(

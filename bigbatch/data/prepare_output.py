@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bigbatch.data.listing import per_class, said_left_out
+from bigbatch.data.listing import Listing, archives_said, per_class, said_left_out
+from bigbatch.data.tars import is_tar_name
 from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.urls import WHERE_CREDENTIALS_GO, Location, option_credentials, url_fix
@@ -184,3 +185,29 @@ def by_reason(skipped: Sequence[Sequence[str]], shown: int = 6) -> str:
     return said + (
         f"; {len(kinds) - shown} other reasons {sum(n for _, n in kinds[shown:])}" if len(kinds) > shown else ""
     )
+
+
+def no_usable_images(source: str, listing: Listing, skipped: list[tuple[str, str]], unread: int) -> BigbatchError:
+    """The refusal of a source of which no image could be used: an image that failed as the example (`skipped`'s
+    from `unread` on were read), a damaged shard of the source as the cause (found from outside: a cut shard was
+    advised to be unpacked as ImageNet's tar of tars), archives inside it as what to unpack."""
+    own = {shard.name for shard in getattr(listing.source, "shards", ())}
+    cut = [entry for entry in skipped if entry[0] in own]
+    failed = skipped[unread:]
+    read = f"of those read, {len(failed)} failed, " if failed else ""
+    example = (failed or [entry for entry in skipped if entry not in cut])[:1]
+    reason = f"; {read}e.g. {example[0][0]}: {example[0][1]}" if example else ""
+    reason += "".join(f"; {name}: {why}" for name, why in cut[:1])
+    archives = archives_said([name for name, _ in skipped if name not in own] + listing.left_out)
+    return BigbatchError(f"source {source} holds no usable images{reason}{archives}")
+
+
+def say_tars_left_out(left_out: list[str], images: int) -> None:
+    """Warn of tar files a folder of images leaves out (found from outside: one stray image beside a folder's shards
+    prepared that image alone, the shards counted among the files left out)."""
+    if tars := [name for name in left_out if is_tar_name(name)]:
+        warn(
+            f"{counted(len(tars), 'tar file')} left out ({named_few(tars, SHOWN)}): a folder is read as shards where "
+            f"it holds no images, and this one holds {counted(images, 'image')}; prepare the shards by their pattern "
+            "(train-{000..009}.tar), or move the images out"
+        )
