@@ -6,8 +6,10 @@ import csv
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from test_classify import tiny
 
 import bigbatch
@@ -59,6 +61,27 @@ def test_eval_writes_each_images_prediction_by_its_place_in_the_file(tmp_path, c
     (folder,) = (run / "eval").glob("digits-*")
     assert json.loads((folder / "metrics.json").read_text())["trained_on"] == 256  # (an epoch's first 256 images)
     assert [int(r["index"]) for r in _rows(folder)] != list(range(1797)) and len(_rows(folder)) == 1797
+
+    assert {r["file"] for r in rows} == {""}  # (builtin data keeps no file names)
+
+    # Data prepared from files: each row names its image's file (WebDataset's __key__; fastai's cleaner's paths).
+    images, labels = whole.get(torch.arange(30))
+    for i, (image, label) in enumerate(zip(images.numpy(), labels.tolist())):
+        (tmp_path / "files" / str(label)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(tmp_path / "files" / str(label) / f"{i:02d}.png")
+    for c in range(10):  # (every class of the run's, so that prepare numbers them as its)
+        (tmp_path / "files" / str(c)).mkdir(exist_ok=True)
+    argv = ["prepare", str(tmp_path / "files"), str(tmp_path / "files.h5"), "--classes", "builtin:digits"]
+    assert main([*argv, "--codec", "png"]) == 0
+    assert main(["eval", str(run), str(tmp_path / "files.h5")]) == 0
+    (folder,) = (run / "eval").glob("files-*")
+    rows = _rows(folder)
+    assert len(rows) == 30 and all(r["file"].split("/")[0] == r["class"] for r in rows)
+    for row in rows[:3]:
+        x = torch.from_numpy(np.array(Image.open(tmp_path / "files" / row["file"])))[None]
+        with torch.no_grad():
+            p = net(val_transform(x, 16, cfg.data.val_crop, False)).softmax(1)[0]
+        assert float(row["p_class"]) == pytest.approx(float(p[int(row["class"])]), rel=1e-4, abs=1e-6)
 
     for bad in ("0", "-1"):
         assert main(["eval", str(run), "--batch-size", bad]) == 2

@@ -469,3 +469,24 @@ def test_an_endpoint_given_on_the_command_line_keeps_the_runs_other_storage_opti
         "client_kwargs": {"region_name": "eu-west-1", "endpoint_url": "http://new:9000"},
     }
     assert endpoint_options(None, run) is run and endpoint_options(None, {}) is None
+
+
+def test_stats_of_an_s3_folder_are_its_images(s3, photos, tmp_path, monkeypatch, capsys):
+    # Found from outside: stats refused a URL folder ("not an HDF5 file") that eval and prepare read.
+    from test_shard_sources import STANDIN, evaluate_module
+
+    from bigbatch.metrics import load_stats
+
+    fs, _ = s3
+    monkeypatch.setattr(evaluate_module, "get_extractor", lambda name, **kw: STANDIN)
+    monkeypatch.setenv("BIGBATCH_CACHE", str(tmp_path / "cache"))
+    files = [p for p in sorted(photos.rglob("*.png")) if p.name != "broken.png"]
+    for p in files:
+        (tmp_path / "local" / p.relative_to(photos)).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "local" / p.relative_to(photos)).write_bytes(p.read_bytes())
+    fs.put(str(tmp_path / "local"), "bkt/stats_images", recursive=True)
+    said = []
+    for source in ("s3://bkt/stats_images", str(tmp_path / "local")):
+        assert main(["stats", source, "--extractor", "standin"]) == 0, capsys.readouterr().err
+        said.append(load_stats(capsys.readouterr().out.split(" in ", 1)[1].split(" (give it")[0]))
+    assert said[0].n == said[1].n == 24 and np.allclose(said[0].mu, said[1].mu, atol=1e-6)

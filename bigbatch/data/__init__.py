@@ -1,6 +1,6 @@
 """Data sets and the order in which they are read."""
 
-from bigbatch.data.h5describe import describe_data
+from bigbatch.data.h5describe import describe_data, image_names
 from bigbatch.data.hdf5 import H5Data, read_meta, verify_data
 from bigbatch.data.images import ImageData
 from bigbatch.data.load import load_data
@@ -21,6 +21,7 @@ __all__ = [
     "Schedule",
     "Step",
     "describe_data",
+    "image_names",
     "load_data",
     "prepare",
     "read_meta",

@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from bigbatch.data.hdf5 import H5Data, read_meta, read_skipped
+from bigbatch.data.hdf5 import H5Data, open_h5, read_meta, read_skipped, readable
 from bigbatch.data.listing import per_class, said_left_out
 from bigbatch.data.prepare_output import by_reason
 from bigbatch.errors import counted, printable
@@ -88,3 +88,19 @@ def _every_skipped(path: Location, meta: dict[str, Any], storage_options: dict[s
     rows = read_skipped(path, storage_options) or []
     command = f"bigbatch info {shlex.quote(path.text)} --skipped"
     return f"\n              by reason: {by_reason(rows)}\n              every one: {command}"
+
+
+def image_names(data: Any) -> list[str] | None:
+    """Each image's name in the source it was prepared from (its file, a shard's member with its shard), in index
+    order; None where its file keeps none (builtin data; a file prepared before names were kept). A split or a
+    subset's: its own images'."""
+    base, places = getattr(data, "data", None), getattr(data, "indices", None)
+    if base is not None and places is not None:  # (a held-out split, bigbatch.data.split.Subset)
+        names = image_names(base)
+        return None if names is None else [names[int(i)] for i in places]
+    if not isinstance(data, H5Data):
+        return None
+    with open_h5(data.location, data.storage_options) as f, readable(data.location):
+        if "names" not in f or f["names"].shape != (len(data),):
+            return None
+        return [bytes(n).decode(errors="replace") for n in f["names"][()]]  # (a name not UTF-8 on disk: shown)

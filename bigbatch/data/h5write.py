@@ -268,6 +268,7 @@ class H5Writer:
         self.groups: dict[tuple[int, ...], _GroupWriter | _EncodedGroupWriter] = {}
         self.arrays: dict[str, np.ndarray] = {}  # per-image arrays beside the images, in index order (e.g. "yaws")
         self.tables: dict[str, list[tuple[str, ...]]] = {}  # rows of text (e.g. "skipped": each file and why)
+        self.names: dict[tuple[int, ...], list[str]] = {}  # each image's name in its source, by group
 
     def __enter__(self) -> H5Writer:
         return self
@@ -280,21 +281,23 @@ class H5Writer:
     def count(self) -> int:
         return sum(g.n + len(g.buf_labels) for g in self.groups.values())
 
-    def add(self, image: np.ndarray | Encoded, label: int) -> None:
+    def add(self, image: np.ndarray | Encoded, label: int, name: str | None = None) -> None:
         """Append one uint8 HxWxC image (encoded here if the file's codec is not raw, unless it comes
-        encoded); the caller checks shapes when the file is not bucketed."""
+        encoded), `name`d as its source names it (kept where every image has one: `names`, WebDataset's __key__);
+        the caller checks shapes when the file is not bucketed."""
         if self.codec != "raw" and not isinstance(image, Encoded):
             image = encode(image, self.codec, self.quality)
         shape = (0, 0, 3) if self.whole else tuple(image.shape)
         if shape not in self.groups:
             if self.groups and not self.bucketed:
                 raise ValueError(f"image shape {shape} differs from {next(iter(self.groups))}")
-            name = f"/buckets/{shape[0]}x{shape[1]}" if self.bucketed else "/"
+            group = f"/buckets/{shape[0]}x{shape[1]}" if self.bucketed else "/"
             if self.codec == "raw":
-                self.groups[shape] = _GroupWriter(self.f, name, shape, self.expected)  # type: ignore[arg-type]
+                self.groups[shape] = _GroupWriter(self.f, group, shape, self.expected)  # type: ignore[arg-type]
             else:
-                self.groups[shape] = _EncodedGroupWriter(self.f, name, shape, self.codec, self.quality, self.expected)  # type: ignore[arg-type]
+                self.groups[shape] = _EncodedGroupWriter(self.f, group, shape, self.codec, self.quality, self.expected)  # type: ignore[arg-type]
         self.groups[shape].add(image, label)  # type: ignore[arg-type]
+        self.names.setdefault(shape, []).append(name)  # type: ignore[arg-type]
         self.check()
 
     def check(self) -> None:
@@ -337,6 +340,10 @@ class H5Writer:
         for name, rows in self.tables.items():
             if rows:
                 self.f.create_dataset(name, data=np.array(rows, dtype=object), dtype=h5py.string_dtype())
+        names = [n for g in groups for n in self.names[g.shape]]  # (in index order: the buckets' order)
+        if names and None not in names:  # UTF-8 of one length, compressed: ~3 bytes a name on ImageNet's
+            encoded = np.array([n.encode(errors="surrogateescape") for n in names], dtype=np.bytes_)  # (as on disk)
+            self.f.create_dataset("names", data=encoded, compression="gzip", chunks=(min(len(names), 1 << 14),))
         self.f.close()
         self.raw.flush()  # fsync
         self.raw.close()

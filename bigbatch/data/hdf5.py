@@ -32,7 +32,7 @@ from bigbatch.urls import Location, unreachable, url_fix
 REMOTE_BLOCK = 4 << 20
 
 
-def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential: bool = False) -> h5py.File:
+def open_h5(path: Location, storage_options: dict[str, Any] | None, sequential: bool = False) -> h5py.File:
     """The data file opened for reading, with a one-line error if it is missing or not HDF5.
     `sequential`: a remote file is streamed in big blocks (reading it all) rather than cached in small ones."""
     name = path.name
@@ -92,7 +92,7 @@ def _open_h5(path: Location, storage_options: dict[str, Any] | None, sequential:
 def read_meta(path: str | Path | Location, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The metadata of a data file written by `prepare` (what `bigbatch info DATA.h5` prints)."""
     location = Location.of(path)
-    with _open_h5(location, storage_options) as f, readable(location):
+    with open_h5(location, storage_options) as f, readable(location):
         return _meta(f, location)
 
 
@@ -100,7 +100,7 @@ def read_skipped(path: str | Path | Location, storage_options: dict[str, Any] | 
     """Every file a data file's prepare skipped, with why (`info --skipped`); None where the file keeps no list (one
     written before prepare kept them: its first five are in its metadata)."""
     location = Location.of(path)
-    with _open_h5(location, storage_options) as f, readable(location):
+    with open_h5(location, storage_options) as f, readable(location):
         if "skipped" not in f:
             return None if f.attrs.get("skipped", 0) else []
         return [[str(v) for v in row] for row in f["skipped"].asstr()[()].tolist()]
@@ -192,7 +192,7 @@ def verify_data(path: str | Path | Location, storage_options: dict[str, Any] | N
     """Recompute a data file's content hash from what it holds; raise if it differs from the one written
     at prepare time (a damaged or edited file). Returns the hash."""
     path = Location.of(path)
-    with _open_h5(path, storage_options, sequential=True) as f:
+    with open_h5(path, storage_options, sequential=True) as f:
         meta = _meta(f, path)
         _check_data(f, meta, path)
         groups = []
@@ -319,7 +319,7 @@ class _Reader:
             self.fd = os.open(location.path, os.O_RDONLY)
             same_file(location, local_stamp(self.fd), stamp)
         if any(g.chunk_offsets is None and g.array is None for g in groups):
-            self.h5 = _open_h5(location, storage_options)
+            self.h5 = open_h5(location, storage_options)
             same_file(location, None if location.url else local_stamp(_fd_of(self.h5)), stamp)  # (a URL's: above)
 
     def __del__(self) -> None:
@@ -389,7 +389,7 @@ class H5Data:
         self.location, self.in_ram = Location.of(path), in_ram
         self.storage_options = dict(storage_options or {})
         self._reader: _Reader | None = None
-        with _open_h5(self.location, self.storage_options) as f, readable(self.location):
+        with open_h5(self.location, self.storage_options) as f, readable(self.location):
             if self.location.url:  # (its ETag: found from outside, an object replaced as a run read it, unsaid)
                 self._stamp = remote_stamp(*self.location.fs(self.storage_options))
             else:
@@ -408,7 +408,7 @@ class H5Data:
         self._starts = np.array([g.start for g in self.groups], np.int64)
 
     def _load_all(self) -> None:
-        with _open_h5(self.location, self.storage_options, sequential=True) as f, readable(self.location):
+        with open_h5(self.location, self.storage_options, sequential=True) as f, readable(self.location):
             same_file(self.location, None if self.location.url else local_stamp(_fd_of(f)), self._stamp)
             for g in self.groups:
                 g.array = np.empty(f[g.path].shape if self.encoded else (g.count, *g.shape), np.uint8)

@@ -344,7 +344,7 @@ def _write(
                     f"images differ in size ({first[0]} is {first[1][1]}x{first[1][0]}, {name} is "
                     f"{image.shape[1]}x{image.shape[0]}); give --resolution N to center-crop and resize them all"
                 )
-            writer.add(image, int(listing.labels[i]))
+            writer.add(image, int(listing.labels[i]), name)
             written[int(listing.labels[i])] += 1
             source_size = result[3]  # type: ignore[index]
             # (whole images: below the short side, kept as they are; found from outside, unsaid)

@@ -20,6 +20,7 @@ from PIL import Image
 from bigbatch import checkpoints
 from bigbatch.checkpoint_find import holds_checkpoints, read_picked
 from bigbatch.config import Config
+from bigbatch.data.h5describe import image_names
 from bigbatch.data.load import load_data, stored_images, stored_side, validation_data
 from bigbatch.data.schedule import resolution_scored
 from bigbatch.data.split import holdout
@@ -272,10 +273,13 @@ def _write(
     # the worst images were a picture alone, and nothing named an image of an .h5 to look at or clean).
     places = getattr(validation.data, "indices", None)  # (a held-out split: its images' places in the file)
     index = predicted.index if places is None else places[predicted.index]
+    names = image_names(validation.data) or [""] * len(validation.data)  # (a file prepared before names were kept)
     p_true = (-predicted.loss).exp()
-    atomic_write(out / "predictions.csv", _csv([["index", "class", "predicted", "p_predicted", "p_class", "loss"]] + [
-        [int(index[j]), class_names[int(predicted.labels[j])], class_names[int(predicted.top[j, 0])],
-         f"{float(predicted.p_top[j]):.6g}", f"{float(p_true[j]):.6g}", f"{float(predicted.loss[j]):.6g}"]
+    head = ["index", "file", "class", "predicted", "p_predicted", "p_class", "loss"]
+    atomic_write(out / "predictions.csv", _csv([head] + [
+        [int(index[j]), names[int(predicted.index[j])], class_names[int(predicted.labels[j])],
+         class_names[int(predicted.top[j, 0])], f"{float(predicted.p_top[j]):.6g}", f"{float(p_true[j]):.6g}",
+         f"{float(predicted.loss[j]):.6g}"]
         for j in order.tolist()
     ]))  # fmt: skip
     rows = []
