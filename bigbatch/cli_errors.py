@@ -104,6 +104,7 @@ TRAINING_FIX = (
 )
 OUT_OF_MEMORY_FIX = {command: TRAINING_FIX for command in ("train", "sweep", "launch", "lr-find")}
 OUT_OF_MEMORY_FIX["eval"] = "lower --batch-size (the images scored at once)"
+OUT_OF_MEMORY_FIX["swap"] = "lower --batch (the faces at once)"
 OTHER_FIX = "free the memory other work holds there, or run it where there is more"
 
 

@@ -105,3 +105,43 @@ def test_a_data_file_names_each_image_by_its_file_in_index_order_buckets_too(tmp
         assert data.class_names[int(label)] == name.split("/")[0]
         assert (w > h, w < h) == (name.startswith("a/wide") or name.startswith("b/wide"), "tall" in name), name
     assert image_names(load_data("builtin:digits", 8)) is None
+
+
+def test_shards_from_a_server_that_ignores_ranges_come_whole_once_each_to_prepares_threads(tmp_path):
+    # (the review found prepare's fetching threads racing: a shard asked for whole by several at once, and one
+    # marked as taking ranges, every member of it then refused)
+    import functools
+    import http.server
+    import threading
+
+    from bigbatch.data import prepare
+
+    asked = []
+
+    class Plain(http.server.SimpleHTTPRequestHandler):  # python -m http.server's: every answer the whole file
+        def send_head(self):
+            asked.append(f"{self.command} {self.path} {self.headers.get('Range')}")
+            return super().send_head()
+
+        def log_message(self, *args):
+            pass
+
+    for c in ("a", "b"):  # 3 shards of 70 images: 3 chunks of prepare's each, fetched by its 4 threads
+        for i in range(105):
+            (tmp_path / "src" / c).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pictures(1, i, size=(8, 8))[0]).save(tmp_path / "src" / c / f"{i:03d}.png")
+    (tmp_path / "shards").mkdir()
+    shards(tmp_path / "src", tmp_path / "shards", 3)
+    local = prepare(str(tmp_path / "shards" / "shard-{0..2}.tar"), str(tmp_path / "l.h5"), 8, workers=0)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Plain, directory=tmp_path / "shards"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/shard-{{0..2}}.tar"
+        remote = prepare(url, str(tmp_path / "r.h5"), 8, workers=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert remote.count == local.count == 210 and not remote.skipped
+    assert remote.content_hash == local.content_hash
+    for i in range(3):  # the listing's read of it, then its first member's range, answered whole and kept
+        assert sum(a.startswith(f"GET /shard-{i}.tar ") for a in asked) == 2, asked

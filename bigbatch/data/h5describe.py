@@ -101,6 +101,8 @@ def image_names(data: Any) -> list[str] | None:
     if not isinstance(data, H5Data):
         return None
     with open_h5(data.location, data.storage_options) as f, readable(data.location):
-        if "names" not in f or f["names"].shape != (len(data),):
+        if "name_ends" not in f or f["name_ends"].shape != (len(data),):
             return None
-        return [bytes(n).decode(errors="replace") for n in f["names"][()]]  # (a name not UTF-8 on disk: shown)
+        blob, ends = f["names"][()].tobytes(), f["name_ends"][()].tolist()
+    starts = [0, *ends[:-1]]
+    return [blob[a:b].decode(errors="replace") for a, b in zip(starts, ends)]  # (a name not UTF-8 on disk: shown)

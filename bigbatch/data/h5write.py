@@ -341,9 +341,14 @@ class H5Writer:
             if rows:
                 self.f.create_dataset(name, data=np.array(rows, dtype=object), dtype=h5py.string_dtype())
         names = [n for g in groups for n in self.names[g.shape]]  # (in index order: the buckets' order)
-        if names and None not in names:  # UTF-8 of one length, compressed: ~3 bytes a name on ImageNet's
-            encoded = np.array([n.encode(errors="surrogateescape") for n in names], dtype=np.bytes_)  # (as on disk)
-            self.f.create_dataset("names", data=encoded, compression="gzip", chunks=(min(len(names), 1 << 14),))
+        if names and None not in names:  # their bytes one after another (as on disk: surrogates kept), compressed,
+            # and where each ends (a long path costs its own bytes alone, where one length for all padded them)
+            encoded = [n.encode(errors="surrogateescape") for n in names]
+            ends = np.cumsum([len(n) for n in encoded], dtype=np.int64)
+            blob = np.frombuffer(b"".join(encoded), np.uint8)
+            for key, array in (("names", blob), ("name_ends", ends)):
+                chunk = (max(1, min(len(array), 1 << 16)),)
+                self.f.create_dataset(key, data=array, compression="gzip", chunks=chunk, maxshape=(len(array),))
         self.f.close()
         self.raw.flush()  # fsync
         self.raw.close()

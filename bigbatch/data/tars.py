@@ -12,6 +12,7 @@ import functools
 import posixpath
 import re
 import tarfile
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ MAX_CLASSES = 1 << 17  # a .cls past this is not a class index (ImageNet-21k has
 MAX_MEMBER = 512 << 20  # a member larger than this is not read (no image is)
 GAP = 1 << 20  # members of a remote shard at most this far apart are fetched in one byte range
 MAX_RANGE = 64 << 20  # ... and one range is at most this long
+KEPT_WHOLE = 4  # shards kept whole at once from a server that ignores ranges (a chunk of each in flight, as prepare's
+# fetching threads have them)
 # WebDataset's split of a member's name into the sample's key and the field: the key runs to the first dot of
 # the file name ("a/b.seg.png": key "a/b", field "seg.png").
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
@@ -132,13 +135,18 @@ class TarSource(Source):
         self.shards, self.storage_options, self.stamps = shards, storage_options, stamps
         self.worker_reads = not shards[0].url
         # A server that ignores range requests (`python -m http.server`; found from outside: refused, where WebDataset
-        # streams it) sends a shard whole: the last one sent is kept, its members sliced from it. Shards whose server
-        # takes ranges are fetched by range alone.
+        # streams it) sends a shard whole: the last KEPT_WHOLE sent are kept, their members sliced from them. A
+        # shard's first range is asked alone, under the lock (prepare fetches from several threads), so that it comes
+        # whole once; shards whose server takes ranges are fetched by range alone after that.
         self._ranged: set[int] = set()
         self._whole: dict[int, bytes] = {}
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_whole": {}}  # (a shard's bytes stay in the process that fetched them)
+        return {**self.__dict__, "_whole": {}, "_lock": None}  # (a shard's bytes stay in the process that fetched it)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def stamp(self, key: str) -> str:
         return self.stamps[int(key.split(":", 1)[0])]
@@ -183,20 +191,32 @@ class TarSource(Source):
     def _remote(self, shard: int, spans: list[tuple[int, ...]]) -> list[bytes | str]:
         """The (offset, size) `spans` of a remote shard, neighbours fetched as one range (the shard whole, once, from
         a server that ignores ranges)."""
-        if shard not in self._ranged and shard not in self._whole:  # (its server not yet asked for a range)
-            first = sorted(spans)[:1]
-            got = self._ranges(shard, first)
-            if shard not in self._whole:
-                if isinstance(got[0], bytes):  # (a range, as asked)
-                    self._ranged.add(shard)
-                if len(spans) == 1:
-                    return got
-        if shard in self._whole:
-            whole = self._whole[shard]
-            return [whole[offset : offset + size] for offset, size in spans]
-        return self._ranges(shard, spans)
+        probed: tuple[int, bytes | str] | None = None  # (a span fetched alone to learn whether ranges are taken)
+        if shard not in self._ranged:
+            with self._lock:
+                whole = self._whole.get(shard)
+                if whole is None and shard not in self._ranged:  # (its server not yet asked for a range)
+                    first = min(range(len(spans)), key=lambda j: spans[j][0])
+                    got, whole = self._ranges(shard, [spans[first]], probe=True)
+                    if whole is not None:
+                        self._whole[shard] = whole
+                        while len(self._whole) > KEPT_WHOLE:
+                            del self._whole[next(iter(self._whole))]  # (the oldest)
+                    elif isinstance(got[0], bytes):  # (a range, as asked: the rest by range too)
+                        self._ranged.add(shard)
+                        probed = first, got[0]
+                if whole is not None:
+                    return [whole[offset : offset + size] for offset, size in spans]
+        if probed is None:
+            return self._ranges(shard, spans)[0]
+        others = [span for j, span in enumerate(spans) if j != probed[0]]
+        rest = iter(self._ranges(shard, others)[0] if others else [])
+        return [probed[1] if j == probed[0] else next(rest) for j in range(len(spans))]
 
-    def _ranges(self, shard: int, spans: list[tuple[int, ...]]) -> list[bytes | str]:
+    def _ranges(
+        self, shard: int, spans: list[tuple[int, ...]], probe: bool = False
+    ) -> tuple[list[bytes | str], bytes | None]:
+        """The `spans`, and (a `probe`'s one span) the shard whole where its server sent all of it."""
         fs, path = self.shards[shard].fs(self.storage_options)
         ranges: list[list[int]] = []  # [start, end, spans...]
         for j in sorted(range(len(spans)), key=lambda j: spans[j][0]):
@@ -214,9 +234,8 @@ class TarSource(Source):
         found: dict[int, bytes | str] = {}
         for r, blob in zip(ranges, blobs):
             if isinstance(blob, bytes) and len(blob) > r[1] - r[0]:  # (found from outside: decoded as the images)
-                if len(blob) >= r[1] and len(ranges) == 1 and shard not in self._ranged:  # the shard whole: kept
-                    self._whole = {shard: blob}
-                    return [blob[offset : offset + size] for offset, size in spans]
+                if probe and len(blob) >= r[1]:  # the shard whole: the caller keeps it
+                    return [blob[offset : offset + size] for offset, size in spans], blob
                 blob = (
                     f"the server sent {len(blob):,} bytes for a range of {r[1] - r[0]:,}: it ignores HTTP range "
                     "requests, which reading a tar's members needs; serve it from one that takes them, or download it"
@@ -229,7 +248,7 @@ class TarSource(Source):
                     found[j] = f"unreadable ({blob})"
                 else:
                     found[j] = fetched(blob, self.shards[shard].name)
-        return [found[j] for j in range(len(spans))]
+        return [found[j] for j in range(len(spans))], None
 
 
 def list_tars(
