@@ -25,7 +25,7 @@ def test_lr_find_sweeps_swap_lr_on_the_src_and_dst_loss(tmp_path, capsys):
     assert main([*argv, "--end-lr", "1e-2", "--out", str(tmp_path / "lr.png")]) == 0
     out = capsys.readouterr().out
     assert "8 steps at batch 4, rates 1.0e-06..1.0e-02" in out and "suggested swap.lr: valley" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr.png"]  # no run left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr.json", "lr.png"]  # the curve, its numbers: no run
 
 
 def test_eval_scores_the_held_out_faces_as_training_did_and_other_faces_on_request(
