@@ -145,3 +145,13 @@ def test_shards_from_a_server_that_ignores_ranges_come_whole_once_each_to_prepar
     assert remote.content_hash == local.content_hash
     for i in range(3):  # the listing's read of it, then its first member's range, answered whole and kept
         assert sum(a.startswith(f"GET /shard-{i}.tar ") for a in asked) == 2, asked
+
+
+def test_images_of_different_sizes_are_said_as_width_x_height(tmp_path):
+    # (the review found one more message giving height x width where prepare's and info's give width x height)
+    from bigbatch.errors import BigbatchError
+    from bigbatch.metrics import open_images
+
+    save_folder(tmp_path / "mixed", [pictures(1, 0, size=(8, 8))[0], pictures(1, 1, size=(8, 16))[0]])
+    with pytest.raises(BigbatchError, match=r"holds images of different sizes \(8x8, 16x8\)"):
+        open_images(str(tmp_path / "mixed")).get([0, 1])

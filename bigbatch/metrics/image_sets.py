@@ -102,7 +102,7 @@ class ImageFiles:
         """Images (N, H, W, 3) uint8 and labels (all 0) at `index`, when the images share one size."""
         images = self.read(index)
         if isinstance(images, list):
-            sizes = sorted({tuple(im.shape[:2]) for im in images})
+            sizes = sorted({(im.shape[1], im.shape[0]) for im in images})  # (W x H, as PIL and prepare say them)
             raise BigbatchError(
                 f"{self.source} holds images of different sizes ({sizes[0][0]}x{sizes[0][1]}, "
                 f"{sizes[-1][0]}x{sizes[-1][1]}) and this needs one size: make a data set of one size with "
