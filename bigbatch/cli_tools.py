@@ -408,7 +408,7 @@ def _images(path: str, resolution: int | None, options: dict) -> object:
     from bigbatch.data.tars import read_by_listing
     from bigbatch.metrics import holds_stats, open_images
 
-    if path.startswith("builtin:") or path.split("?", 1)[0].lower().endswith((".h5", ".hdf5")):
+    if path.startswith("builtin:") or _names_data_file(path):
         return None
     where = Location.of(path)
     if not (read_by_listing(where) or where.path.exists()):
@@ -425,8 +425,14 @@ def _images(path: str, resolution: int | None, options: dict) -> object:
     return open_images(where, options)
 
 
+def _names_data_file(path: str) -> bool:
+    """Whether `path` (a URL's without its query) names an HDF5 data file by its ending."""
+    return path.split("?", 1)[0].lower().endswith((".h5", ".hdf5"))
+
+
 def _is_data_file(path: str) -> bool:
-    return path.endswith((".h5", ".hdf5")) or "://" in path
+    """What `info` reads as a data file: one named so, or any URL (info describes no other remote thing)."""
+    return _names_data_file(path) or "://" in path
 
 
 def run_info(args: argparse.Namespace) -> None:

@@ -45,6 +45,7 @@ def test_stats_of_a_pattern_of_shards_are_their_images(tmp_path, capsys):
         got = stats(capsys, source)
         assert got.n == 20 and np.allclose(got.mu, whole.mu, atol=1e-6), source
     assert main(["stats", str(tmp_path / "shards" / "shard-{0..5}.tar"), "--extractor", "standin"]) == 2
+    assert "shard-2.tar" in (err := capsys.readouterr().err) and "give a pattern of the shards there are" in err
     assert main(["stats", str(tmp_path / "nothing"), "--extractor", "standin"]) == 2
     assert "nothing does not exist; give a DATA.h5, builtin:NAME, or a folder" in capsys.readouterr().err
 

@@ -56,6 +56,7 @@ class _Buffered:
 
     def __init__(self, name: str, shape: tuple[int, int, int]):
         self.name, self.shape = name, shape
+        self.names: list[str | None] = []  # each image's name in its source
         self.buf_images: list[Any] = []
         self.buf_labels: list[int] = []
         self.n = 0
@@ -268,7 +269,6 @@ class H5Writer:
         self.groups: dict[tuple[int, ...], _GroupWriter | _EncodedGroupWriter] = {}
         self.arrays: dict[str, np.ndarray] = {}  # per-image arrays beside the images, in index order (e.g. "yaws")
         self.tables: dict[str, list[tuple[str, ...]]] = {}  # rows of text (e.g. "skipped": each file and why)
-        self.names: dict[tuple[int, ...], list[str]] = {}  # each image's name in its source, by group
 
     def __enter__(self) -> H5Writer:
         return self
@@ -297,7 +297,7 @@ class H5Writer:
             else:
                 self.groups[shape] = _EncodedGroupWriter(self.f, group, shape, self.codec, self.quality, self.expected)  # type: ignore[arg-type]
         self.groups[shape].add(image, label)  # type: ignore[arg-type]
-        self.names.setdefault(shape, []).append(name)  # type: ignore[arg-type]
+        self.groups[shape].names.append(name)
         self.check()
 
     def check(self) -> None:
@@ -340,7 +340,7 @@ class H5Writer:
         for name, rows in self.tables.items():
             if rows:
                 self.f.create_dataset(name, data=np.array(rows, dtype=object), dtype=h5py.string_dtype())
-        names = [n for g in groups for n in self.names[g.shape]]  # (in index order: the buckets' order)
+        names = [n for g in groups for n in g.names]  # (in index order: the buckets' order)
         if names and None not in names:  # their bytes one after another (as on disk: surrogates kept), compressed,
             # and where each ends (a long path costs its own bytes alone, where one length for all padded them)
             encoded = [n.encode(errors="surrogateescape") for n in names]
@@ -348,7 +348,7 @@ class H5Writer:
             blob = np.frombuffer(b"".join(encoded), np.uint8)
             for key, array in (("names", blob), ("name_ends", ends)):
                 chunk = (max(1, min(len(array), 1 << 16)),)
-                self.f.create_dataset(key, data=array, compression="gzip", chunks=chunk, maxshape=(len(array),))
+                self.f.create_dataset(key, data=array, compression="gzip", chunks=chunk)
         self.f.close()
         self.raw.flush()  # fsync
         self.raw.close()
