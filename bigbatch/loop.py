@@ -76,8 +76,9 @@ def train(
         try:
             # The run directory: a new one, or the run to resume (whose config must agree with cfg), locked.
             run = open_run(cfg, run_dir, resume)
-            try:
-                return _train(run, rep, quiet, stop)
+            try:  # (torch's global generators, which each micro-batch seeds, put back as they were after it)
+                with torch.random.fork_rng(devices=[rep.device] if rep.device.type == "cuda" else []):
+                    return _train(run, rep, quiet, stop)
             except BaseException as e:
                 # The traceback holds _train's frame and with it the task's DDP wrappers: they must go
                 # before rep.close() destroys the process group (one freed after it can hang the exit).

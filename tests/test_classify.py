@@ -427,11 +427,12 @@ def cli_train(run_dir, procs, *args):
 
 def test_two_processes_train_the_weights_of_one(tmp_path):
     # batch 32 = micro 8 x accumulation 2 x 2 processes, or micro 8 x accumulation 4 x 1 process; the
-    # crops and flips follow the images' global positions, the phase switch the images seen.
+    # crops and flips follow the images' global positions, the phase switch the images seen, dropout's and drop
+    # path's masks the micro-batch's place in the step.
     args = ["--preset", "fashion_resnet", "data.path=builtin:digits", "data.val_path=", "data.resolution=16",
             "data.val_fraction=0.2", "data.xflip=true", "train.lr_decay=none",
-            "model.name=resnet_cifar", "model.ch=8", "model.options={depth=8}", "train.lr=0.1",
-            "train.crop_scale=0.5", "train.kimg=0.256", "train.batch=32", "train.micro_batch=8",
+            "model.name=resnet_cifar", "model.ch=8", "model.options={depth=8, drop_rate=0.3, drop_path_rate=0.3}",
+            "train.lr=0.1", "train.crop_scale=0.5", "train.kimg=0.256", "train.batch=32", "train.micro_batch=8",
             "eval.every_kimg=0.256", "eval.batch_size=100", "checkpoint.every_kimg=0.256",
             "data.schedule=0:12:32,0.128:16:32"]  # fmt: skip
     one, two = cli_train(tmp_path / "one", 1, *args), cli_train(tmp_path / "two", 2, *args)

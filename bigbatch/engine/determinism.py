@@ -4,9 +4,11 @@ or else cuDNN's autotuned ones."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -27,6 +29,25 @@ def seeded(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(seed)
         yield
+
+
+def seed_micro_batches(rep: Any, seed: int) -> None:
+    """Before each micro-batch's forward of a training step on Replicator `rep`, torch's global generators (the
+    host's and the step's GPU's) seeded from `seed`, the steps each optimizer has taken and the micro-batch's place
+    in the step over every rank: what a model draws from them (nn.Dropout, drop path, a user's family) is the same
+    on a rerun, after a resume, and on any number of processes that keeps the micro-batch (found from outside: a
+    user's family with dropout trained other weights on every run, each process's generator seeded at random)."""
+
+    def seed_before(index: int) -> None:
+        plan = None if rep.micro_batch_pending else rep.plan  # (a probe: micro-batch 0 of its size)
+        place = index if plan is None else rep.rank * (rep.share // plan.micro_batch) + index
+        keys = (seed, *(state.steps for state in rep.optimizers.values()), place)
+        drawn = int.from_bytes(hashlib.blake2b(repr(keys).encode(), digest_size=8).digest(), "little") >> 1
+        torch.random.default_generator.manual_seed(drawn)
+        if rep.device.type == "cuda":
+            torch.cuda.default_generators[torch.cuda._utils._get_device_index(rep.device, True)].manual_seed(drawn)
+
+    rep.on_micro_batch(seed_before)
 
 
 @contextmanager

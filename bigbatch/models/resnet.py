@@ -15,6 +15,7 @@ zero padding included, so that such weights see what they were trained on.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bigbatch.errors import BigbatchError
@@ -22,6 +23,16 @@ from bigbatch.models.registry import check_classifier, register
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # torchvision's and timm's normalization
 INPUT_STATS = ("", "imagenet")
+
+
+def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Stochastic depth (Huang et al. 2016) as timm's drop_path: each image's residual branch zeroed with probability
+    `p` in training, kept ones scaled by 1 / (1 - p); drawn from torch's global generator on x's device, which the
+    training loop seeds before each micro-batch (the same masks on a rerun, a resume, any split over processes)."""
+    if not (p and training):
+        return x
+    keep = 1.0 - p
+    return x * x.new_empty((len(x),) + (1,) * (x.dim() - 1)).bernoulli_(keep).div_(keep)
 
 
 def conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
@@ -38,8 +49,11 @@ class BasicBlock(nn.Module):
 
     expansion = 1
 
-    def __init__(self, in_ch: int, width: int, stride: int = 1, downsample: nn.Module | None = None):
+    def __init__(
+        self, in_ch: int, width: int, stride: int = 1, downsample: nn.Module | None = None, drop_path: float = 0.0
+    ):
         super().__init__()
+        self.drop_path = drop_path  # (its residual branch's, `drop_path`)
         self.conv1 = conv3x3(in_ch, width, stride)
         self.bn1 = nn.BatchNorm2d(width)
         self.relu = nn.ReLU(inplace=True)
@@ -55,7 +69,7 @@ class BasicBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
+        out = drop_path(self.bn2(self.conv2(out)), self.drop_path, self.training)
         return self.relu(out + shortcut)
 
 
@@ -65,8 +79,11 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(self, in_ch: int, width: int, stride: int = 1, downsample: nn.Module | None = None):
+    def __init__(
+        self, in_ch: int, width: int, stride: int = 1, downsample: nn.Module | None = None, drop_path: float = 0.0
+    ):
         super().__init__()
+        self.drop_path = drop_path  # (its residual branch's, `drop_path`)
         self.conv1 = conv1x1(in_ch, width)
         self.bn1 = nn.BatchNorm2d(width)
         self.conv2 = conv3x3(width, width, stride)
@@ -85,7 +102,7 @@ class Bottleneck(nn.Module):
         shortcut = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
+        out = drop_path(self.bn3(self.conv3(out)), self.drop_path, self.training)
         return self.relu(out + shortcut)
 
 
@@ -96,6 +113,10 @@ class ResNet(nn.Module):
     `cifar_stem`: one 3x3 conv at full resolution (He et al. 2016 §4.2), instead of ImageNet's 7x7
     conv with stride 2 and 3x3 max pooling with stride 2. Global pooling makes one network take any
     input size; the ImageNet stem and stages downsample it 32 times, the CIFAR ones 4 times.
+
+    timm's regularizers, in training only: `drop_rate`, dropout of the pooled features before the head;
+    `drop_path_rate`, stochastic depth rising linearly over the blocks from 0 at the first to it at the last (timm's
+    ResNet's rule).
     """
 
     def __init__(
@@ -109,9 +130,14 @@ class ResNet(nn.Module):
         cifar_stem: bool,
         zero_init_residual: bool,
         input_stats: str = "",
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
     ):
         super().__init__()
-        self.n_classes, self.img_channels = n_classes, img_channels
+        for name, p in (("drop_rate", drop_rate), ("drop_path_rate", drop_path_rate)):
+            if not 0.0 <= p < 1.0:  # (NaN too)
+                raise BigbatchError(f"model option {name} must be a probability in [0, 1), got {p}")
+        self.n_classes, self.img_channels, self.drop_rate = n_classes, img_channels, drop_rate
         self.zero_init_residual = zero_init_residual
         if input_stats not in INPUT_STATS or (input_stats and img_channels != 3):
             raise BigbatchError(
@@ -130,7 +156,7 @@ class ResNet(nn.Module):
         self.bn1 = nn.BatchNorm2d(ch)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = None if cifar_stem else nn.MaxPool2d(3, stride=2, padding=1)
-        in_ch = ch
+        in_ch, total, index = ch, sum(depths), 0
         self.checkpoint_blocks: list[str] = []
         for i, depth in enumerate(depths):
             width, stride = ch * 2**i, 1 if i == 0 else 2
@@ -141,8 +167,9 @@ class ResNet(nn.Module):
                     downsample = nn.Sequential(
                         conv1x1(in_ch, width * block.expansion, stride), nn.BatchNorm2d(width * block.expansion)
                     )
-                blocks.append(block(in_ch, width, stride if j == 0 else 1, downsample))
-                in_ch = width * block.expansion
+                rate = drop_path_rate * index / max(total - 1, 1)
+                blocks.append(block(in_ch, width, stride if j == 0 else 1, downsample, rate))
+                in_ch, index = width * block.expansion, index + 1
                 self.checkpoint_blocks.append(f"layer{i + 1}.{j}")
             self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
         self.n_stages = len(depths)
@@ -177,12 +204,19 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Images (N, img_channels, H, W) -> logits (N, n_classes)."""
-        return self.fc(self.features(x))
+        return self.fc(F.dropout(self.features(x), self.drop_rate, self.training))
 
 
 @register(init="kaiming", task="classify")
 def resnet18(
-    *, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False, input_stats: str = ""
+    *,
+    n_classes: int,
+    ch: int = 64,
+    img_channels: int = 3,
+    zero_init_residual: bool = False,
+    input_stats: str = "",
+    drop_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
 ) -> nn.Module:
     """ResNet-18: BasicBlocks [2, 2, 2, 2]; 11,689,512 parameters with 1000 classes at ch 64."""
     check_classifier("resnet18", n_classes, ch, img_channels)
@@ -195,12 +229,21 @@ def resnet18(
         cifar_stem=False,
         zero_init_residual=zero_init_residual,
         input_stats=input_stats,
+        drop_rate=drop_rate,
+        drop_path_rate=drop_path_rate,
     )
 
 
 @register(init="kaiming", task="classify")
 def resnet50(
-    *, n_classes: int, ch: int = 64, img_channels: int = 3, zero_init_residual: bool = False, input_stats: str = ""
+    *,
+    n_classes: int,
+    ch: int = 64,
+    img_channels: int = 3,
+    zero_init_residual: bool = False,
+    input_stats: str = "",
+    drop_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
 ) -> nn.Module:
     """ResNet-50 (v1.5): Bottlenecks [3, 4, 6, 3]; 25,557,032 parameters with 1000 classes at ch 64."""
     check_classifier("resnet50", n_classes, ch, img_channels)
@@ -213,6 +256,8 @@ def resnet50(
         cifar_stem=False,
         zero_init_residual=zero_init_residual,
         input_stats=input_stats,
+        drop_rate=drop_rate,
+        drop_path_rate=drop_path_rate,
     )
 
 
@@ -224,6 +269,8 @@ def resnet_cifar(
     img_channels: int = 3,
     depth: int = 20,
     zero_init_residual: bool = False,
+    drop_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
 ) -> nn.Module:
     """The CIFAR ResNet of He et al. 2016 §4.2 for 28-32 px images: depth 6n+2 (20, 32, 44, 56, 110),
     three stages of n BasicBlocks at widths ch, 2ch, 4ch; projection shortcuts (option B) where the
@@ -240,4 +287,6 @@ def resnet_cifar(
         img_channels=img_channels,
         cifar_stem=True,
         zero_init_residual=zero_init_residual,
+        drop_rate=drop_rate,
+        drop_path_rate=drop_path_rate,
     )

@@ -50,6 +50,7 @@ from bigbatch.config import Config, register_check
 from bigbatch.data import Batch, BatchLoader, Phase, RankSampler, Schedule, device_decode
 from bigbatch.data.loader import Order, Step, read_batch
 from bigbatch.data.streams import ORDER, ORDER_B, GlobalOrder
+from bigbatch.engine.determinism import seed_micro_batches
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError, warn
 
@@ -337,7 +338,8 @@ def build_task(
     """The task `cfg.task` names, on `rep` and `data`: models built and initialised from train.seed
     (the caller's global RNG is left as it was), prepared by `rep`, optimizers registered. `run`
     (the run directory) and `resumed_at` (images seen at the checkpoint resumed) let its scorer pick up
-    the run's best checkpoint; without `run` nothing is scored."""
+    the run's best checkpoint; without `run` nothing is scored. From then on, each micro-batch of a training step
+    seeds torch's global generators (`seed_micro_batches`): train.run restores the caller's after."""
     builder = _builder(cfg.task)
     if resumed_at is None:
         check_new_run(cfg)
@@ -346,6 +348,7 @@ def build_task(
     with torch.random.fork_rng(devices=[rep.device] if rep.device.type == "cuda" else []):  # (manual_seed seeds
         torch.manual_seed(cfg.train.seed)  # the GPU's too, which fork_rng restores only when given)
         task = builder(cfg, rep, data, run=run, resumed_at=resumed_at, quiet=quiet)
+    seed_micro_batches(rep, cfg.train.seed)
     if resumed_at is None and rep.is_main:
         say_new_run(cfg, trains=run is not None)
     return task
