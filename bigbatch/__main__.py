@@ -2,7 +2,7 @@
 
 import sys
 
-from bigbatch.cli import main
+from bigbatch.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

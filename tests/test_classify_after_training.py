@@ -399,22 +399,6 @@ def test_tta_is_refused_for_rotations_and_said_for_a_run_trained_without_mirrors
         check_tta(cfg, "rot")
 
 
-def test_old_and_ema_only_state_dicts_load_as_pytorch_loads_them(tmp_path):
-    """Found from outside: a state dict saved before PyTorch 0.4 (no BatchNorm num_batches_tracked) was "another
-    network's", and a timm checkpoint holding only its EMA's weights held "no state dict"."""
-    from bigbatch.tasks.classify.finetune import load_pretrained
-
-    source = bigbatch.models.create_classifier("resnet18", 10, ch=16)
-    old = {k: v for k, v in source.state_dict().items() if not k.endswith("num_batches_tracked")}
-    torch.save(old, tmp_path / "old.pth")
-    torch.save({"state_dict_ema": old, "epoch": 3}, tmp_path / "ema.pth")
-    for name in ("old.pth", "ema.pth"):
-        net = bigbatch.models.create_classifier("resnet18", 10, ch=16)
-        load_pretrained(net, str(tmp_path / name), [str(i) for i in range(10)])
-        assert all(torch.equal(net.state_dict()[k], v) for k, v in old.items())
-        assert int(net.state_dict()["bn1.num_batches_tracked"]) == 0
-
-
 def test_fine_tuning_loads_the_body_freezes_it_then_trains_it_at_its_own_rate(tmp_path, capsys):
     from safetensors.torch import save_file
 

@@ -213,6 +213,16 @@ def test_python_m_bigbatch_is_the_bigbatch_command(tmp_path):
     assert bad.stderr.startswith("bigbatch: error: unknown config key 'nosuchkey'") and bad.stderr.count("\n") == 1
 
 
+def test_a_ctrl_c_while_the_command_imports_torch_is_one_line():
+    # (found from outside: a traceback out of `import torch`, 1-5 s of every start) A SIGINT 0.2 s into the import.
+    interrupt = "signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGINT))"
+    child = f"import os, signal, sys; sys.argv[1:] = ['presets']; {interrupt}"
+    child += "; signal.setitimer(signal.ITIMER_REAL, 0.2); from bigbatch.command import main; sys.exit(main())"
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    said = "bigbatch: interrupted as it started: nothing was done\n"
+    assert (out.returncode, out.stderr, out.stdout) == (130, said, ""), out.stderr
+
+
 def test_commands_run_from_a_source_checkout_without_install_metadata(monkeypatch, capsys):
     # Found by review: --version read the installed package's metadata as every command's parser was built, which a
     # checkout run by PYTHONPATH (the GPU checks) lacks.

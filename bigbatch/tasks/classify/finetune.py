@@ -23,20 +23,22 @@ HEAD = "fc."  # the classifier layer every bigbatch classifier family ends in
 
 def read_state_dict(
     path: str, family: str = "", input_stats: str | None = None
-) -> tuple[dict[str, torch.Tensor], list[str] | None]:
+) -> tuple[dict[str, torch.Tensor], list[str] | None, str]:
     """The tensors of a .pth/.pt (torch.load, weights_only) or .safetensors file, or of a classify
-    run's (or checkpoint's) network, with its class names where known (a run's); a training checkpoint's
-    `state_dict`/`model` entry is taken, and DDP's `module.` prefixes dropped. `family`: the model.name to load
-    into, which a run of another is refused by name; `input_stats`: the network's to load into, which a run fed
-    otherwise is refused by (found by review: a run fed [-1, 1] was fine-tuned fed ImageNet's statistics)."""
+    run's (or checkpoint's) network, with its class names where known (a run's) and the entry of a training
+    checkpoint they were taken from (its average of the weights first, as timm's load_checkpoint takes it:
+    `state_dict_ema` or `model_ema`, else `state_dict` or `model`; "" for none), DDP's `module.` prefixes dropped.
+    `family`: the model.name to load into, which a run of another is refused by name; `input_stats`: the network's
+    to load into, which a run fed otherwise is refused by (found by review: a run fed [-1, 1] was fine-tuned fed
+    ImageNet's statistics)."""
     p = Path(path)
     if p.is_dir():
         from bigbatch import checkpoint_find
         from bigbatch.metrics.classifier import classifier_weights
 
-        def named(ckpt: Path) -> tuple[dict[str, torch.Tensor], list[str] | None]:
+        def named(ckpt: Path) -> tuple[dict[str, torch.Tensor], list[str] | None, str]:
             _a_run_to_load(ckpt, path, family, input_stats)
-            return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names")
+            return classifier_weights(ckpt), (checkpoints.read_meta(ckpt) or {}).get("class_names"), ""
 
         return checkpoint_find.read_newest(p, named)
     # A network's file of a checkpoint: its run's classes and settings checked as the checkpoint's (found from
@@ -60,13 +62,14 @@ def read_state_dict(
             ) from None
     else:
         state = torch_weights(data, f"train.init_from {public_name(path)}")
-    for key in ("state_dict", "model", "state_dict_ema", "model_ema"):  # (timm's and DeiT's wrappers; the EMA's alone)
+    entry = ""  # (timm's and DeiT's wrappers; found from outside: timm's --model-ema weights passed over)
+    for key in ("state_dict_ema", "model_ema", "state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
+            state, entry = state[key], key
             break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BigbatchError(f"train.init_from {public_name(path)} does not hold a state dict of named tensors")
-    return {k.removeprefix("module."): v for k, v in state.items()}, names
+    return {k.removeprefix("module."): v for k, v in state.items()}, names, entry
 
 
 def _a_run_to_load(ckpt: Path, path: str, family: str, input_stats: str | None) -> None:
@@ -98,7 +101,7 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: s
     """Load the body of `net` from `path` (every tensor but the head must be there, of the same shape);
     the head too when it has the same shape and, from a run, the same classes (`class_names`, the data's),
     else it stays new. Returns the line that says which. `family`: read_state_dict's."""
-    theirs, names = read_state_dict(path, family, getattr(net, "input_stats", None))
+    theirs, names, entry = read_state_dict(path, family, getattr(net, "input_stats", None))
     mine = net.state_dict()
     for key, value in mine.items():
         if key.startswith(HEAD) or (key.endswith("num_batches_tracked") and key not in theirs):
@@ -134,7 +137,8 @@ def load_pretrained(net: nn.Module, path: str, class_names: list[str], family: s
             "; weights trained on ImageNet's mean and std (torchvision's, timm's) want model.options.input_stats = "
             '"imagenet"'
         )
-    return f"train.init_from {public_name(path)}: loaded {len(load)} tensors{new}{extra}"
+    entry = f" of its {entry!r}" + (" (the average of the weights)" if "ema" in entry else "") if entry else ""
+    return f"train.init_from {public_name(path)}: loaded {len(load)} tensors{entry}{new}{extra}"
 
 
 # What fastai's train_bn keeps training in a frozen body (its `norm_types`).
