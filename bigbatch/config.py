@@ -127,6 +127,10 @@ class ModelConfig(Section):
         at_most(self, ch=65536, dim_z=65536)
 
 
+OPTIMIZER_KEYS = {"sgd": ("momentum", "nesterov"), "adamw": ("betas", "adam_eps")}
+"""classify: the keys each train.optimizer alone reads."""
+
+
 @dataclass
 class TrainConfig(Section):
     _name = "train"
@@ -531,6 +535,17 @@ class Config(Section):
                     f"key and keep the others, write {dotted}.KEY=VALUE"
                 )
             node[leaf] = value
+        chosen = updates.get("train.optimizer")
+        if chosen != self.train.optimizer and chosen in OPTIMIZER_KEYS:  # (found from outside: a preset's SGD keys
+            # refused the command line's train.optimizer=adamw until reset one by one, where timm's --opt ignores them)
+            t, defaults = self.train, TrainConfig().to_dict()
+            left = [k for o, keys in OPTIMIZER_KEYS.items() if o != chosen for k in keys]
+            reset = [k for k in left if f"train.{k}" not in updates and t.to_dict()[k] != defaults[k]]
+            tree["train"].update({k: defaults[k] for k in reset})
+            if reset:
+                said = ", ".join(f"train.{k}" for k in reset) + (" goes back to its default" if len(reset) == 1 else
+                                                                  " go back to their defaults")  # fmt: skip
+                warn(f"train.optimizer = {chosen!r}: {said} (read by {t.optimizer!r} alone)")
         return Config.from_dict(tree)
 
     def layered(self, tree: dict[str, Any]) -> Config:

@@ -24,7 +24,7 @@ from PIL import Image
 from torch import nn
 
 from bigbatch import models
-from bigbatch.config import Config
+from bigbatch.config import OPTIMIZER_KEYS, Config
 from bigbatch.data.load import validation_data
 from bigbatch.data.schedule import PHASES_REPLACE, phase_sides, resize_batch, schedule_of
 from bigbatch.engine import batch_parts, running_stats
@@ -84,7 +84,7 @@ def check_config(cfg: Config) -> None:
         )
     t = cfg.train
     refuse_sections(cfg, 'task = "classify"', "swap", "xseg", "augment")
-    other = t.changed("betas", "adam_eps") if t.optimizer == "sgd" else t.changed("momentum", "nesterov")
+    other = t.changed(*(k for o, keys in OPTIMIZER_KEYS.items() if o != t.optimizer for k in keys))
     if other:
         uses = "train.momentum and train.nesterov" if t.optimizer == "sgd" else "train.betas and train.adam_eps"
         defaults = type(t)()
