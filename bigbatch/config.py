@@ -214,7 +214,14 @@ class TrainConfig(Section):
     lr_scale: Literal["linear", "sqrt"] = "linear"
     """classify: how a rate follows the batch (timm's --lr-base-scale: "sqrt" for Adam's family and LAMB)."""
     warmup_kimg: float = 0.0
-    """classify: linear learning-rate warm-up from 0 over this many kimg (Goyal et al. 2017: 5 epochs)."""
+    """classify: linear learning-rate warm-up from 0 (or train.warmup_lr) over this many kimg (Goyal et al. 2017: 5
+    epochs)."""
+    warmup_lr: float = 0.0
+    """classify: the rate the warm-up starts at (timm's --warmup-lr), scaled as train.lr; 0: from a step's share."""
+    lr_min: float = 0.0
+    """classify, train.lr_decay "linear" or "cosine": the rate it decays to (timm's --min-lr), scaled as train.lr."""
+    cooldown_kimg: float = 0.0
+    """classify, train.lr_decay "linear" or "cosine": the last kimg held at train.lr_min (timm's --cooldown-epochs)."""
     lr_steps: list[float] = field(default_factory=list)
     """classify, train.lr_decay="step": the kimg at which the learning rate is multiplied by train.lr_gamma."""
     lr_gamma: float = 0.1
@@ -392,7 +399,7 @@ class TrainConfig(Section):
         if not 0 < self.pl_decay <= 1:
             self._fail("pl_decay", f"must be a fraction in (0, 1], got {self.pl_decay}")
         names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "model_ema_kimg", "g_ortho", "d_ortho")
-        for name in (*names, "warmup_kimg", "weight_decay", "pl_weight"):
+        for name in (*names, "warmup_kimg", "weight_decay", "pl_weight", "warmup_lr", "lr_min", "cooldown_kimg"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 

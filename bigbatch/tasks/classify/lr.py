@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from bigbatch.config import Config
 from bigbatch.data.schedule import Schedule, schedule_of
+from bigbatch.errors import BigbatchError
 
 
 def warmup_decay(
@@ -28,17 +29,21 @@ def warmup_decay(
     decay: str = "none",
     steps: tuple[int, ...] = (),
     gamma: float = 0.1,
+    start: float = 0.0,
+    floor: float = 0.0,
+    cooldown: int = 0,
 ) -> float:
     """train.lr's rate at the step starting at `nimg` of `total` images: a linear ramp to `lr` that
-    reaches it after `warmup` images (the first step already trains at a small rate, never at 0), then
-    `decay` over the rest of the run."""
+    reaches it after `warmup` images, from `start` (timm's warmup_lr; 0: the first step already trains at a small
+    rate, never at 0), then `decay` over the rest of the run: "linear" or "cosine" down to `floor` (timm's min_lr)
+    `cooldown` images before the end (held there after, timm's cooldown epochs), or "step"."""
     if nimg < warmup:
-        return lr * min(1.0, (nimg + 1) / warmup)
-    p = min(1.0, (nimg - warmup) / max(1, total - warmup))
+        return start + (lr - start) * nimg / warmup if start else lr * min(1.0, (nimg + 1) / warmup)
+    p = min(1.0, (nimg - warmup) / max(1, total - cooldown - warmup))
     if decay == "linear":
-        return lr * (1 - p)
+        return floor + (lr - floor) * (1 - p)
     if decay == "cosine":
-        return lr * 0.5 * (1 + math.cos(math.pi * p))
+        return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * p))
     if decay == "step":
         return lr * gamma ** sum(nimg >= s for s in steps)
     return lr
@@ -70,12 +75,42 @@ def lr_schedule(cfg: Config) -> Callable[[int], float]:
     total = t.images
     warmup = round(t.warmup_kimg * 1000)
     steps = tuple(round(k * 1000) for k in t.lr_steps)
+    cooldown = round(t.cooldown_kimg * 1000)
     by_phase = schedule.phases[0].lr is not None
 
     def lr(nimg: int) -> float:
         scale = batch_scale(cfg, schedule.phase_at(nimg).batch)
         if by_phase:
             return phase_rate(schedule, nimg, total) * scale
-        return warmup_decay(t.lr, nimg, total, warmup, t.lr_decay, steps, t.lr_gamma) * scale
+        rate = warmup_decay(t.lr, nimg, total, warmup, t.lr_decay, steps, t.lr_gamma, t.warmup_lr, t.lr_min, cooldown)
+        return rate * scale
 
     return lr
+
+
+def check(cfg: Config) -> None:
+    """The rate's keys a classify config gives, read together: a schedule whose phases give rates takes none of
+    train.lr's warm-up and decay; train.lr_min and train.cooldown_kimg are a linear or cosine decay's, train.warmup_lr
+    a warm-up's, each below train.lr; the warm-up and the cool-down leave some of the run between them."""
+    t = cfg.train
+    if schedule_of(cfg).phases[0].lr is not None and (given := t.changed("warmup_kimg", "warmup_lr", "lr_min")):
+        raise BigbatchError(
+            f"config key 'data.schedule' gives each phase an lr, so {given[0]} must stay 0 (the phases are the whole "
+            "learning-rate schedule); drop one or the other"
+        )
+    if schedule_of(cfg).phases[0].lr is not None and t.lr_decay != "none":
+        raise BigbatchError(
+            "config key 'data.schedule' gives each phase an lr, so train.lr_decay must stay \"none\" (the phases are "
+            "the whole learning-rate schedule); drop one or the other"
+        )
+    if t.lr_decay == "step" and not t.lr_steps:
+        t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
+    if t.lr_decay not in ("linear", "cosine") and (given := t.changed("lr_min", "cooldown_kimg")):
+        t._fail(given[0].removeprefix("train."), f'is read by train.lr_decay "linear" or "cosine", not "{t.lr_decay}"')
+    if t.warmup_lr and not t.warmup_kimg:
+        t._fail("warmup_lr", "is the rate a warm-up starts at, and there is none (train.warmup_kimg 0)")
+    for name in ("warmup_lr", "lr_min"):
+        if getattr(t, name) >= t.lr:
+            t._fail(name, f"must be below train.lr ({t.lr:g}), got {getattr(t, name):g}")
+    if t.cooldown_kimg and t.warmup_kimg + t.cooldown_kimg >= t.kimg:
+        t._fail("cooldown_kimg", f"and train.warmup_kimg leave nothing of the run's {t.kimg:g} kimg to decay over")

@@ -39,6 +39,7 @@ from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify import erasing, mixing, randaugment
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import batch_scale, lr_schedule
+from bigbatch.tasks.classify.lr import check as check_rates
 from bigbatch.tasks.classify.validation import (
     METRICS,
     ROTATIONS,
@@ -93,11 +94,7 @@ def check_config(cfg: Config) -> None:
             f"config key '{other[0]}' is not read by train.optimizer = \"{t.optimizer}\", which reads {uses}; "
             f"remove it, or reset what a preset set ({reset}), or choose the other optimizer"
         )
-    if schedule_of(cfg).phases[0].lr is not None and (t.warmup_kimg or t.lr_decay != "none"):
-        raise BigbatchError(
-            "config key 'data.schedule' gives each phase an lr, so train.warmup_kimg and train.lr_decay must stay "
-            '0 and "none" (the phases are the whole learning-rate schedule); drop one or the other'
-        )
+    check_rates(cfg)
     if t.freeze_kimg and not t.init_from:  # (a linear probe of random features: said, as likely a mistake)
         warn(
             "train.freeze_kimg freezes the body, and there is no train.init_from to load it: it stays random", once=True
@@ -111,8 +108,6 @@ def check_config(cfg: Config) -> None:
         randaugment.check(t.randaugment)
     if t.mixup or t.cutmix:  # (what any world size refuses, here: found from outside, --dry-run passed it)
         _check_pairs(cfg, 1)
-    if t.lr_decay == "step" and not t.lr_steps:
-        t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
     if t.changed("ema_rampup") and not t.model_ema_kimg:
         t._fail(  # (found from outside: a preset's rampup, and "set model_ema_kimg" to one turning the average off)
             "ema_rampup",

@@ -20,7 +20,8 @@ from bigbatch.tasks.interface import refuse_sections
 CLASSIFY_KEYS = (
     "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
     "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "freeze_kimg", "body_lr_mult",
-    "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase",
+    "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "warmup_lr", "lr_min",
+    "cooldown_kimg",
 )  # fmt: skip
 
 
