@@ -194,7 +194,7 @@ def _sample(args: argparse.Namespace) -> None:
         np.savez(buf, arr_0=images.numpy(), **({} if y is None else {"y": y.numpy()}))
         atomic_write(out, buf.getvalue())
     else:
-        images = drawn()[0] if args.seeds else sample(G, args.n, args.seed, classes, args.truncation)
+        images, y = drawn() if args.seeds else sample(G, args.n, args.seed, classes, args.truncation, with_labels=True)
         if args.outdir is None:
             out = Path(args.out or default_dir / f"sample-{named}.png")
             save_png(grid(images, ncol=args.ncol), out)
@@ -202,8 +202,17 @@ def _sample(args: argparse.Namespace) -> None:
             out = Path(args.outdir)
             for i, image in enumerate(images):
                 name = f"seed{args.seeds[i]:04d}.png" if args.seeds else f"{i:05d}.png"
-                save_png(grid(image[None], ncol=1, pad=0), out / name)
+                # A conditional G's in a folder of each class, as StudioGAN saves them, which prepare reads as the
+                # classes (found from outside: a classifier trained on them, CAS, had no way to its labels).
+                folder = out if y is None else out / class_folder(G.class_names, int(y[i]))
+                save_png(grid(image[None], ncol=1, pad=0), folder / name)
     print(out)
+
+
+def class_folder(names: list[str] | None, label: int) -> str:
+    """The folder of class `label`: its name (a path's separators and a name of dots replaced), else its index."""
+    name = re.sub(r"[/\\\x00]", "_", names[label]) if names else ""
+    return name if name.strip(".") else str(label)
 
 
 def _check_fits(n: int, resolution: int, mixing: bool = False) -> None:
@@ -303,7 +312,8 @@ def add_sample_command(sub: Any) -> None:
     s.add_argument("--out", help="output file (default: in the run's samples/, named by the settings)")
     s.add_argument(
         "--outdir",
-        help="a PNG an image in this folder, as ADA's generate.py --outdir: seed0085.png of --seeds, else 00000.png",
+        help="a PNG an image in this folder, as ADA's generate.py --outdir: seed0085.png of --seeds, else 00000.png; "
+        "a conditional G's in a folder of each class (StudioGAN's layout, which `bigbatch prepare` reads as classes)",
     )
     s.add_argument(
         "--mix-rows",

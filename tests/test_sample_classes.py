@@ -1,0 +1,26 @@
+"""`bigbatch sample --outdir` of a conditional G: a folder of each class, as StudioGAN saves its images, which
+`prepare` reads back as the run's classes (found from outside: no way to train a classifier on generated images
+and score it on real ones, the Classification Accuracy Score)."""
+
+import numpy as np
+from PIL import Image
+
+from bigbatch.cli import main
+from bigbatch.data import load_data
+
+
+def test_a_conditional_gs_images_go_to_a_folder_of_each_class_which_prepare_reads_as_its_classes(
+    tmp_path, one_process_run
+):
+    fake = tmp_path / "fake"
+    assert main(["sample", str(one_process_run), "--n", "30", "--seed", "3", "--outdir", str(fake)]) == 0
+    assert main(["sample", str(one_process_run), "--n", "30", "--seed", "3", "--npz", "--out", "f.npz"]) == 0
+    drawn = np.load("f.npz")
+    folders = {p.name: sorted(q.name for q in p.iterdir()) for p in fake.iterdir()}
+    assert set(folders) == {str(int(y)) for y in drawn["y"]}  # (digits' classes are named 0 to 9)
+    for i, (image, y) in enumerate(zip(drawn["arr_0"], drawn["y"])):
+        assert f"{i:05d}.png" in folders[str(int(y))]
+        assert np.array_equal(np.asarray(Image.open(fake / str(int(y)) / f"{i:05d}.png")), image)
+    assert main(["prepare", str(fake), "fake.h5", "--resolution", "16"]) == 0
+    data = load_data("fake.h5", 16)
+    assert data.class_names == sorted(folders) and len(data) == 30
