@@ -96,3 +96,9 @@ def test_a_dcgan_fine_tuned_onto_another_number_of_classes_is_told_why_in_classe
     assert main([*argv, "--run-dir", str(tmp_path / "tuned")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "was trained on 10 classes and this data set has 2: dcgan feeds the class" in err
+    # ... and where model.conditional is what differs, that (found from outside: "this data set has 0", of digits).
+    unconditional = ["train", *small, "model.conditional=false", "--init-from", str(tmp_path / "ten")]
+    assert main([*unconditional, "--run-dir", str(tmp_path / "u")]) == 2
+    err = capsys.readouterr().err
+    assert "was trained on 10 classes and this run is unconditional (model.conditional = false, or data" in err, err
+    assert "so it fine-tunes with model.conditional = true only" in err

@@ -56,10 +56,25 @@ def init_from(path: str, G: nn.Module, D: nn.Module, family: str, main: bool, qu
     ckpt, (weights, _) = checkpoint_find.read_newest(path, read)
     was = (checkpoints.read_meta(ckpt) or {}).get("n_classes")
     if family == "dcgan" and was is not None and was != G.n_classes:  # (found from outside: a tensor's shape said)
+        if was and G.n_classes:
+            said, fix = (
+                f"was trained on {was} classes and this data set has {G.n_classes}",
+                "onto data of as many classes only",
+            )
+        else:  # (found from outside: "this data set has 0" of data of 10, where model.conditional differed)
+            ran = f"on {was} classes" if was else "unconditionally (model.conditional = false, or data without classes)"
+            now = (
+                f"conditional on the data's {G.n_classes}"
+                if G.n_classes
+                else "unconditional (model.conditional = false, or data without classes)"
+            )
+            said, fix = (
+                f"was trained {ran} and this run is {now}",
+                f"with model.conditional = {str(bool(was)).lower()} only",
+            )
         raise BigbatchError(
-            f"train.init_from {path} was trained on {was} classes and this data set has {G.n_classes}: dcgan feeds "
-            "the class to G's first layer with z, so it fine-tunes onto data of as many classes only (biggan, sagan, "
-            "sngan and stylegan2 re-initialise their class embeddings)"
+            f"train.init_from {path} {said}: dcgan feeds the class to G's first layer with z, so it fine-tunes "
+            f"{fix} (biggan, sagan, sngan and stylegan2 re-initialise their class embeddings)"
         )
     fresh = {k: load_pretrained(net, weights[k], f"{k} of {ckpt}") for k, net in (("G", G), ("D", D))}
     if main and not quiet:
