@@ -12,7 +12,7 @@ from typing import Any
 
 from bigbatch.cli_tools import device_named, out_named
 from bigbatch.config_types import MAX_STANDING
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, warn
 
 
 def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
@@ -27,6 +27,8 @@ def _parse_classes(text: str | None, names: list[str]) -> list[int] | None:
             out.append(names.index(item))
         elif item.isascii() and item.isdigit():
             out.append(int(item))
+            if any(n.isdigit() for n in names) and int(item) < len(names):  # (found from outside: unsaid)
+                warn(f"--classes: no class is named '{item}': taken as the class of index {item}, '{names[int(item)]}'")
         else:
             raise BigbatchError(f"--classes: '{item}' is neither a class number nor a class name ({', '.join(names)})")
     bad = [c for c in out if not c < len(names)]
@@ -273,7 +275,12 @@ def add_sample_command(sub: Any) -> None:
         help="StyleGAN2-ADA's generate.py --seeds (e.g. 85,265,297-300): an image a seed, its z ADA's draw, "
         "np.random.RandomState(seed).randn(dim_z), so a converted ADA network redraws its published images",
     )
-    s.add_argument("--classes", help="comma-separated class numbers or names to cycle through")
+    s.add_argument(
+        "--classes",
+        help="comma-separated classes to cycle through: names (the data's, as prepare named them) or numbers (their "
+        "index in that order); a name first: of folders 10, 2 and 3, '2' is the folder named 2, of index 1 (Python's "
+        "bigbatch.sample takes indices)",
+    )
     s.add_argument(
         "--truncation",
         type=float,

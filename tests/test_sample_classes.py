@@ -24,3 +24,16 @@ def test_a_conditional_gs_images_go_to_a_folder_of_each_class_which_prepare_read
     assert main(["prepare", str(fake), "fake.h5", "--resolution", "16"]) == 0
     data = load_data("fake.h5", 16)
     assert data.class_names == sorted(folders) and len(data) == 30
+
+
+def test_classes_are_names_first_and_an_index_where_no_class_has_its_name_is_said(capsys, monkeypatch):
+    # (found from outside: of folders 10, 2 and 3, `--classes 0,2` took index 0 and the folder named 2, unsaid)
+    from bigbatch.cli_sample import _parse_classes
+
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    assert _parse_classes("2,0", ["10", "2", "3"]) == [1, 0]
+    assert (
+        capsys.readouterr().err
+        == "bigbatch: warning: --classes: no class is named '0': taken as the class of index 0, '10'\n"
+    )
+    assert _parse_classes("2,0", ["cat", "dog", "eel"]) == [2, 0] and capsys.readouterr().err == ""
