@@ -169,6 +169,17 @@ class TrainConfig(Section):
     """classify: mixup's alpha (Zhang et al. 2018; timm's 0.8), pairs of neighbouring images (0: off)."""
     cutmix: float = 0.0
     """classify: CutMix's alpha (Yun et al. 2019; timm's 1.0); with mixup, each pair takes one of the two."""
+    mixup_prob: float = 1.0
+    """classify, mixup or CutMix: the probability a pair is mixed at all (timm's --mixup-prob)."""
+    mixup_switch_prob: float = 0.5
+    """classify, mixup and CutMix: the probability a mixed pair takes CutMix (timm's --mixup-switch-prob)."""
+    mixup_off_kimg: float = 0.0
+    """classify, mixup or CutMix: none from this kimg on (timm's --mixup-off-epoch; 0: to the end)."""
+    bce_loss: bool = False
+    """classify: binary cross-entropy against each class's target (smoothed, mixed; timm's --bce-loss), the mean
+    over images and classes, where cross-entropy is the default."""
+    bce_threshold: float = 0.0
+    """classify, train.bce_loss: targets above it made 1, the others 0 (timm's --bce-target-thresh; 0: off)."""
     random_erase: float = 0.0
     """classify: random erasing's probability (Zhong et al. 2020; timm's --reprob, DeiT's 0.25): one
     rectangle of 2% to 1/3 of the image filled with per-pixel noise (timm's pixel mode), after RandAugment."""
@@ -307,6 +318,9 @@ class TrainConfig(Section):
             self._fail("betas", f"must be two numbers in [0, 1), got {list(self.betas)}")
         at_least_zero(self, freeze_d="a number of blocks >= 0")
         at_least_zero(self, freeze_kimg="kimg >= 0 (0: no frozen start)", mixup="an alpha >= 0", cutmix="an alpha >= 0")
+        for name in ("mixup_prob", "mixup_switch_prob", "bce_threshold"):
+            if not 0 <= getattr(self, name) <= 1:
+                self._fail(name, f"is a probability, in [0, 1], got {getattr(self, name)}")
         if not 0 <= self.random_erase <= 1:
             self._fail("random_erase", f"is a probability, in [0, 1], got {self.random_erase}")
         if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
@@ -327,7 +341,8 @@ class TrainConfig(Section):
         if not 0 < self.pl_decay <= 1:
             self._fail("pl_decay", f"must be a fraction in (0, 1], got {self.pl_decay}")
         names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "model_ema_kimg", "g_ortho", "d_ortho")
-        for name in (*names, "warmup_kimg", "weight_decay", "pl_weight", "warmup_lr", "lr_min", "cooldown_kimg"):
+        for name in (*names, "warmup_kimg", "weight_decay", "pl_weight", "warmup_lr", "lr_min", "cooldown_kimg",
+                     "mixup_off_kimg"):  # fmt: skip
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 

@@ -11,22 +11,28 @@ own label, the box's top, left, bottom, right as fractions of the side]; they ar
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from bigbatch.data.streams import MIX
+from bigbatch.errors import BigbatchError
 
 MIXUP, CUTMIX = 1, 2
 
 
-def draw(batch: int, mixup: float, cutmix: float, seed: int, nimg: int) -> torch.Tensor:
+def draw(
+    batch: int, mixup: float, cutmix: float, seed: int, nimg: int, prob: float = 1.0, switch: float = 0.5
+) -> torch.Tensor:
     """The mixing of the step at `nimg` of `batch` images (even), one row per image (see the module); drawn
     by NumPy's generator (whose Beta draws are vectorized; torch's Beta takes no generator) from a seed of the
-    step's own."""
+    step's own. As timm's: with both, a pair takes CutMix with probability `switch`; it is mixed at all with
+    probability `prob` (else its own weight 1, no box)."""
     pairs = batch // 2
     rng = np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, MIX, nimg]))
-    boxed = rng.random(pairs) < 0.5 if mixup and cutmix else np.full(pairs, not mixup)
+    boxed = rng.random(pairs) < switch if mixup and cutmix else np.full(pairs, not mixup)
     alpha = np.where(boxed, cutmix or 1.0, mixup or 1.0)
     lam = rng.beta(alpha, alpha)
     # CutMix's box: of area 1 - lam, centred anywhere, clipped to the image; lam is then its true complement.
@@ -35,6 +41,10 @@ def draw(batch: int, mixup: float, cutmix: float, seed: int, nimg: int) -> torch
     top, bottom = np.clip(cy - half, 0, 1), np.clip(cy + half, 0, 1)
     left, right = np.clip(cx - half, 0, 1), np.clip(cx + half, 0, 1)
     lam = np.where(boxed, 1 - (bottom - top) * (right - left), lam)
+    if prob < 1:  # (drawn last: with every pair mixed, the draws are those of before)
+        kept = rng.random(pairs) >= prob  # (a pair left as it is: its own weight 1, no box)
+        lam, boxed = np.where(kept, 1.0, lam), boxed & ~kept
+        top, left, bottom, right = (np.where(kept, 0.0, side) for side in (top, left, bottom, right))
     kind = np.where(boxed, CUTMIX, MIXUP)
     rows = torch.from_numpy(np.stack([kind, lam, top, left, bottom, right], 1)).float()
     return rows.repeat_interleave(2, 0)  # (both images of a pair: the same draws)
@@ -71,3 +81,32 @@ def loss(logits: torch.Tensor, labels: torch.Tensor, lam: torch.Tensor, smoothin
     own = F.cross_entropy(logits, labels, label_smoothing=smoothing, reduction="none")
     theirs = F.cross_entropy(logits, partner(labels), label_smoothing=smoothing, reduction="none")
     return (lam * own + (1 - lam) * theirs).mean()
+
+
+def targets(labels: torch.Tensor, classes: int, smoothing: float, lam: torch.Tensor | None = None) -> torch.Tensor:
+    """Each image's target over the classes, as timm's mixup_target: its label smoothed (1 - smoothing +
+    smoothing / classes, the others smoothing / classes), `lam` of it and 1 - lam of its neighbour's where mixed."""
+    off = smoothing / classes
+    own = F.one_hot(labels, classes).float() * (1 - smoothing) + off
+    if lam is None:
+        return own
+    lam = lam.to(own.device, non_blocking=True).view(-1, 1)
+    return lam * own + (1 - lam) * partner(own)
+
+
+def bce(logits: torch.Tensor, target: torch.Tensor, threshold: float) -> torch.Tensor:
+    """timm's BinaryCrossEntropy of the logits against `targets`: the mean over images and classes; `threshold`
+    (> 0) makes the targets above it 1 and the others 0 (its target_threshold)."""
+    target = (target > threshold).float() if threshold else target
+    return F.binary_cross_entropy_with_logits(logits, target)
+
+
+def check(t: Any) -> None:
+    """The train section's keys of mixing and of the binary cross-entropy, refused where nothing reads them."""
+    given = t.changed("mixup_prob", "mixup_switch_prob", "mixup_off_kimg")
+    if given and not (t.mixup or t.cutmix):
+        raise BigbatchError(f"config key '{given[0]}' is read with train.mixup or train.cutmix, and both are off")
+    if t.changed("mixup_switch_prob") and not (t.mixup and t.cutmix):
+        t._fail("mixup_switch_prob", "picks CutMix over mixup for a pair: it is read with both train.mixup and cutmix")
+    if t.bce_threshold and not t.bce_loss:
+        t._fail("bce_threshold", "is the binary cross-entropy's (train.bce_loss = true), which is off")

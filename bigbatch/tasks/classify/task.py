@@ -106,6 +106,7 @@ def check_config(cfg: Config) -> None:
         )
     if t.randaugment:
         randaugment.check(t.randaugment)
+    mixing.check(t)
     if t.mixup or t.cutmix:  # (what any world size refuses, here: found from outside, --dry-run passed it)
         _check_pairs(cfg, 1)
     if t.changed("ema_rampup") and not t.model_ema_kimg:
@@ -414,8 +415,10 @@ class ClassifyTask:
         mixed, t = None, self.cfg.train
         augs = self._augs(batch, nimg)  # (host arrays: they stay there, cut with the batch)
         augs = None if augs is None else batch_parts.cut(augs, offset, offset + n)
-        if t.mixup or t.cutmix:  # drawn for the whole step, by pairs of global positions
-            mixed = mixing.draw(batch, t.mixup, t.cutmix, t.seed, nimg)[offset : offset + n]
+        if (t.mixup or t.cutmix) and not 0 < t.mixup_off_kimg * 1000 <= nimg:  # drawn for the whole step, by pairs
+            # of global positions
+            draws = mixing.draw(batch, t.mixup, t.cutmix, t.seed, nimg, t.mixup_prob, t.mixup_switch_prob)
+            mixed = draws[offset : offset + n]
         return images, labels, augs, mixed
 
     def _augs(self, batch: int, nimg: int) -> tuple[np.ndarray | None, np.ndarray | None] | None:
@@ -455,14 +458,17 @@ class ClassifyTask:
 
     def loss(self, micro: tuple) -> dict[str, torch.Tensor]:
         images, labels, augs, mixed = micro
-        x, smoothing = self.inputs(images, labels, augs), self.cfg.train.label_smoothing
-        if mixed is None:
-            logits = self.model(x).float()
+        t = self.cfg.train
+        x, smoothing = self.inputs(images, labels, augs), t.label_smoothing
+        x, lam = (x, None) if mixed is None else mixing.mix(x, mixed)
+        logits = self.model(x).float()
+        if t.bce_loss:
+            loss = mixing.bce(logits, mixing.targets(labels, logits.shape[1], smoothing, lam), t.bce_threshold)
+        elif lam is None:
             loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
         else:
-            x, lam = mixing.mix(x, mixed)
-            logits = self.model(x).float()
             loss = mixing.loss(logits, labels, lam, smoothing)
+        if lam is not None:
             labels = torch.where(lam >= 0.5, labels, mixing.partner(labels))  # (train_top1: the larger share's)
         return {"loss": loss, "train_top1": 100 * (logits.detach().argmax(1) == labels).float().mean()}
 
