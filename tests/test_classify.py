@@ -522,7 +522,7 @@ def test_the_average_of_the_weights_is_what_is_scored_kept_and_put_to_use(tmp_pa
     assert all(torch.equal(v, average[k]) for k, v in ext.net.state_dict().items())
     assert accuracy(ext, tiny()) == pytest.approx(next(r for r in rows(run) if "val_top1" in r)["val_top1"], abs=1e-3)
     # Put to use: predict/export load it (load_classifier), and so does a fine-tuning from the run.
-    weights, names = read_state_dict(str(run))
+    weights, names, _ = read_state_dict(str(run))
     assert all(torch.equal(v, average[k]) for k, v in weights.items()) and names == [str(i) for i in range(10)]
 
 
