@@ -5,7 +5,6 @@ section shares."""
 from __future__ import annotations
 
 import datetime
-import hashlib
 import os
 import platform
 import re
@@ -16,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _digest import source_digest as source_digest  # (its scripts put bench/ on the path)
 
-import bigbatch
 from bigbatch.engine.memory import format_bytes
 from bigbatch.files import atomic_write
-from bigbatch.provenance import sources_digest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,13 +52,6 @@ def table(rows: dict[str, dict]) -> str:
         cells += [cell(r, "s_per_iter", ".3f"), cell(r, "peak", "bytes"), cell(r, "seconds", ".0f"), note]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)
-
-
-def source_digest() -> str:
-    """12 hex digits of a sha256 over bigbatch's and bench/'s Python files (paths and bytes): it names the
-    code a table measured where git cannot (a GPU machine's copy of the tree carried stale git metadata)."""
-    both = "".join(sources_digest(root) for root in (Path(bigbatch.__file__).parent, Path(__file__).parent))
-    return hashlib.sha256(both.encode()).hexdigest()[:12]
 
 
 def append_section(path: Path, text: str) -> None:

@@ -55,10 +55,13 @@ from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch._dynamo.utils import counters
-
 sys.path.insert(0, str(Path(__file__).parent))
+if __name__ == "__main__" and sys.argv[1:] == ["--digest"]:  # (without torch: a checkout's, in a moment)
+    from _digest import source_digest
+
+    sys.exit(print(source_digest()))
+
+import torch  # noqa: E402
 from _args import positive_float  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import BF16_AS_FP32, gan_task, sync  # noqa: E402
@@ -71,6 +74,7 @@ from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
 from _swap import native_bf16, synthetic_faces  # noqa: E402
 from throughput import count_flops, measure, measure_swap  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
 
 from bigbatch.batching import plan_micro_batch  # noqa: E402
 from bigbatch.engine import compile_cache  # noqa: E402

@@ -199,15 +199,17 @@ def test_override_leaves_the_original_config_alone():
     assert base.model.options == {}
 
 
-def test_python_m_bigbatch_is_the_bigbatch_command(tmp_path):
+def test_python_m_bigbatch_is_the_bigbatch_command(tmp_path, capsys):
     ok = subprocess.run([sys.executable, "-m", "bigbatch", "presets"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert [line.split()[0] for line in ok.stdout.strip().splitlines()] == list(bigbatch.list_presets())
     # A preset named shows its notes and config; --version (found from outside: "the following arguments ...").
-    one = subprocess.run([sys.executable, "-m", "bigbatch", "presets", "digits"], capture_output=True, text=True)
-    assert one.stdout.startswith(bigbatch.list_presets()["digits"].split(";")[0]) and 'name = "digits"' in one.stdout
-    version = subprocess.run([sys.executable, "-m", "bigbatch", "--version"], capture_output=True, text=True)
-    assert version.stdout == f"bigbatch {bigbatch.__version__}\n"
+    assert main(["presets", "digits"]) == 0
+    one = capsys.readouterr().out
+    assert one.startswith(bigbatch.list_presets()["digits"].split(";")[0]) and 'name = "digits"' in one
+    with pytest.raises(SystemExit) as version:  # (argparse's action, as the command's)
+        main(["--version"])
+    assert version.value.code == 0 and capsys.readouterr().out == f"bigbatch {bigbatch.__version__}\n"
     bad = subprocess.run([sys.executable, "-m", "bigbatch", "train", "nosuchkey=1"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.startswith("bigbatch: error: unknown config key 'nosuchkey'") and bad.stderr.count("\n") == 1
