@@ -55,8 +55,19 @@ class ModelConfig(Section):
         at_most(self, ch=65536, dim_z=65536)
 
 
-OPTIMIZER_KEYS = {"sgd": ("momentum", "nesterov"), "adamw": ("betas", "adam_eps")}
-"""classify: the keys each train.optimizer alone reads."""
+OPTIMIZER_KEYS = {
+    "sgd": ("momentum", "nesterov"),
+    "adamw": ("betas", "adam_eps"),
+    "lars": ("momentum", "nesterov", "trust_coeff"),
+    "lamb": ("betas", "adam_eps"),
+}
+"""classify: the keys of its own each train.optimizer reads."""
+
+
+def unread_optimizer_keys(optimizer: str) -> list[str]:
+    """The train keys of the other optimizers that `optimizer` does not read."""
+    own = OPTIMIZER_KEYS[optimizer]
+    return list(dict.fromkeys(k for keys in OPTIMIZER_KEYS.values() for k in keys if k not in own))
 
 
 @dataclass
@@ -132,8 +143,11 @@ class TrainConfig(Section):
     """Learning-rate schedule over the run (after train.warmup_kimg): constant, "linear" to 0 at
     train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter) or "step"
     (times train.lr_gamma at each of train.lr_steps)."""
-    optimizer: Literal["sgd", "adamw"] = "sgd"
-    """classify: SGD with momentum (train.momentum, train.nesterov) or AdamW (train.betas)."""
+    optimizer: Literal["sgd", "adamw", "lars", "lamb"] = "sgd"
+    """classify: SGD with momentum (train.momentum, train.nesterov), AdamW (train.betas), or the large-batch LARS
+    (SGD's keys, train.trust_coeff) or LAMB (AdamW's), as timm's."""
+    trust_coeff: float = 0.001
+    """classify, LARS: the trust coefficient of its layer-wise rate (You et al. 2017's eta; timm's 0.001)."""
     lr: float = 0.1
     """classify: peak learning rate at train.lr_batch images per step, scaled to the batch in force: linearly (Goyal
     et al. 2017: a phase of twice the batch steps twice as far) or by its square root (train.lr_scale)."""
@@ -337,7 +351,7 @@ class TrainConfig(Section):
             self._fail("lr_steps", f"must be increasing kimg > 0, got {self.lr_steps}")
         if self.lr_decay == "step" and not self.lr_steps:
             self._fail("lr_steps", 'must list at least one kimg when train.lr_decay = "step"')
-        positive(self, "lr")
+        positive(self, "lr", "trust_coeff")
         if not 0 < self.pl_decay <= 1:
             self._fail("pl_decay", f"must be a fraction in (0, 1], got {self.pl_decay}")
         names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "model_ema_kimg", "g_ortho", "d_ortho")
@@ -489,7 +503,7 @@ class Config(Section):
         if chosen != self.train.optimizer and chosen in OPTIMIZER_KEYS:  # (found from outside: a preset's SGD keys
             # refused the command line's train.optimizer=adamw until reset one by one, where timm's --opt ignores them)
             t, defaults = self.train, TrainConfig().to_dict()
-            left = [k for o, keys in OPTIMIZER_KEYS.items() if o != chosen for k in keys]
+            left = unread_optimizer_keys(chosen)
             reset = [k for k in left if f"train.{k}" not in updates and t.to_dict()[k] != defaults[k]]
             tree["train"].update({k: defaults[k] for k in reset})
             if reset:

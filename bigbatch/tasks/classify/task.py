@@ -24,7 +24,7 @@ from PIL import Image
 from torch import nn
 
 from bigbatch import models
-from bigbatch.config import OPTIMIZER_KEYS, Config
+from bigbatch.config import OPTIMIZER_KEYS, Config, unread_optimizer_keys
 from bigbatch.data.load import validation_data
 from bigbatch.data.schedule import PHASES_REPLACE, phase_sides, resize_batch, schedule_of
 from bigbatch.engine import batch_parts, running_stats
@@ -36,7 +36,7 @@ from bigbatch.models import contract
 from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.best import Best
-from bigbatch.tasks.classify import erasing, mixing, randaugment
+from bigbatch.tasks.classify import erasing, mixing, optim, randaugment
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import batch_scale, lr_schedule
 from bigbatch.tasks.classify.lr import check as check_rates
@@ -52,7 +52,6 @@ from bigbatch.tasks.classify.validation import (
 )
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_face_sets, refuse_sections, register
 
-ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0, 0.999), is BigGAN's Adam's
 # Keys of the GAN task that a classify run does not read (changing them is a mistake worth saying).
 GAN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
@@ -85,9 +84,8 @@ def check_config(cfg: Config) -> None:
         )
     t = cfg.train
     refuse_sections(cfg, 'task = "classify"', "swap", "xseg", "augment")
-    other = t.changed(*(k for o, keys in OPTIMIZER_KEYS.items() if o != t.optimizer for k in keys))
-    if other:
-        uses = "train.momentum and train.nesterov" if t.optimizer == "sgd" else "train.betas and train.adam_eps"
+    if other := t.changed(*unread_optimizer_keys(t.optimizer)):
+        uses = " and ".join(f"train.{k}" for k in OPTIMIZER_KEYS[t.optimizer])
         defaults = type(t)()
         reset = " ".join(f"{k}={_toml(getattr(defaults, k.removeprefix('train.')))}" for k in other)
         raise BigbatchError(
@@ -230,12 +228,7 @@ def build(
     if t.freeze_kimg or t.body_lr_mult != 1:  # fine-tuning: the body's groups apart from the head's
         groups = body_and_head(groups, net, t.body_lr_mult, train_bn=t.train_bn and t.freeze_kimg > 0)
     kernels = prec.optimizer_kernels(rep.device)  # (fused on a GPU)
-    if t.optimizer == "sgd":
-        nesterov = t.nesterov and t.momentum > 0
-        opt = torch.optim.SGD(groups, lr=t.lr, momentum=t.momentum, nesterov=nesterov, **kernels)
-    else:
-        betas = t.betas if t.changed("betas") else ADAMW_BETAS
-        opt = torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps, **kernels)
+    opt = optim.build(t, groups, kernels)
     rep.wrap_optimizer(opt, "model")
     task = ClassifyTask(cfg, rep, data, model, opt, run, resumed_at, quiet)  # (which may refuse the data)
     if rep.is_main and resumed_at is None:  # (once the data and model are taken: a refusal is said alone)

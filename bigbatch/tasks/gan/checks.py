@@ -21,7 +21,7 @@ CLASSIFY_KEYS = (
     "optimizer", "lr", "lr_batch", "lr_scale", "warmup_kimg", "lr_steps", "lr_gamma", "momentum", "nesterov",
     "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "freeze_kimg", "body_lr_mult",
     "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "warmup_lr", "lr_min",
-    "cooldown_kimg", "mixup_prob", "mixup_switch_prob", "mixup_off_kimg", "bce_loss", "bce_threshold",
+    "cooldown_kimg", "mixup_prob", "mixup_switch_prob", "mixup_off_kimg", "bce_loss", "bce_threshold", "trust_coeff",
 )  # fmt: skip
 
 
